@@ -1,0 +1,27 @@
+"""Exceptions the API raises for user errors; the CLI turns each into exit code 2."""
+
+from __future__ import annotations
+
+
+class LayergradError(Exception):
+    """A problem with what the user gave us (a file, a layer name, an option).
+
+    The message is one line that says what was found, what was expected, and the
+    next step. The CLI prints it without a traceback and exits with code 2.
+    """
+
+
+class LoadError(LayergradError):
+    """The model file cannot be read, is malformed, or failed to load."""
+
+
+class UnsafeModelError(LoadError):
+    """The static audit found something in the file that would run code."""
+
+
+class LayerNotFound(LayergradError):
+    """A layer reference (`--from`, `--to`, `--layers`) matched nothing."""
+
+
+class InputError(LayergradError):
+    """The probe input (`--input` file or random spec) does not fit the model."""
