@@ -1,0 +1,180 @@
+"""Build the probe batch: from a `.npy` / `.npz` file, or random from the model's input spec."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from layergrad.errors import InputError
+
+UNKNOWN_DIM = 16  # size used for a non-batch dimension the model leaves open (None)
+DEFAULT_INT_HIGH = 10  # integer inputs that feed no layer with a known vocabulary size
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One model input: its name, shape without the batch axis (None = open) and dtype."""
+
+    name: str
+    shape: tuple[int | None, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class ProbeBatch:
+    """The arrays fed to the model, in the model's input order, and where they came from."""
+
+    arrays: tuple[np.ndarray, ...]
+    names: tuple[str, ...]
+    source: str  # "random" or the input file path
+    seed: int | None
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.arrays[0].shape[0]) if self.arrays and self.arrays[0].ndim else 1
+
+
+def input_specs(model: Any) -> tuple[InputSpec, ...]:
+    """Read the model's input specs; raises InputError when the model does not declare them."""
+    try:
+        tensors = list(model.inputs)
+    except (AttributeError, ValueError):
+        tensors = []
+    if not tensors:
+        raise InputError(
+            f"model {model.name!r} ({type(model).__name__}) does not declare its inputs, so a "
+            "random probe batch cannot be made; pass one with --input FILE.npy"
+        )
+    return tuple(
+        InputSpec(name=t.name, shape=tuple(t.shape[1:]), dtype=str(t.dtype)) for t in tensors
+    )
+
+
+def random_batch(
+    specs: Sequence[InputSpec], batch_size: int, seed: int, int_high: dict[str, int]
+) -> ProbeBatch:
+    """Random inputs: float standard normal, integer uniform in [0, int_high[name]), bool 0/1."""
+    if batch_size < 1:
+        raise InputError(f"--batch-size must be at least 1: batch_size={batch_size}")
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for spec in specs:
+        shape = (batch_size, *(UNKNOWN_DIM if d is None else d for d in spec.shape))
+        kind = np.dtype(spec.dtype).kind if spec.dtype != "bfloat16" else "f"
+        if kind == "f":
+            arrays.append(rng.standard_normal(shape).astype(_np_dtype(spec.dtype)))
+        elif kind == "b":
+            arrays.append(rng.integers(0, 2, shape).astype(bool))
+        elif kind in "iu":
+            high = int_high.get(spec.name, DEFAULT_INT_HIGH)
+            arrays.append(rng.integers(0, high, shape).astype(spec.dtype))
+        else:
+            raise InputError(
+                f"input {spec.name!r} has dtype {spec.dtype}, which a random probe cannot make; "
+                "pass the probe batch with --input FILE.npy"
+            )
+    return ProbeBatch(tuple(arrays), tuple(s.name for s in specs), "random", seed)
+
+
+def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec]) -> ProbeBatch:
+    """Read `--input`: a `.npy` (single-input models) or `.npz` keyed by input name."""
+    text = os.fspath(path)
+    try:
+        data = np.load(text, allow_pickle=False)
+    except FileNotFoundError:
+        raise InputError(f"--input file not found: {text}") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"--input {text} is not a readable .npy/.npz file: {exc}") from None
+    if isinstance(data, np.ndarray):
+        if len(specs) != 1:
+            raise InputError(
+                f"--input {text} holds one array but the model has {len(specs)} inputs "
+                f"({', '.join(s.name for s in specs)}); save them with "
+                "np.savez(FILE, **{name: array}) and pass the .npz"
+            )
+        arrays = [data]
+    else:
+        with data:
+            missing = [s.name for s in specs if s.name not in data.files]
+            if missing:
+                raise InputError(
+                    f"--input {text} has arrays {data.files} but the model's inputs are "
+                    f"{[s.name for s in specs]}; missing: {', '.join(missing)}"
+                )
+            arrays = [data[s.name] for s in specs]
+    checked = tuple(_fit(a, s, text) for a, s in zip(arrays, specs, strict=True))
+    sizes = {a.shape[0] for a in checked}
+    if len(sizes) > 1:
+        raise InputError(f"--input {text}: the arrays have different batch sizes {sorted(sizes)}")
+    return ProbeBatch(checked, tuple(s.name for s in specs), text, None)
+
+
+def _fit(array: np.ndarray, spec: InputSpec, source: str) -> np.ndarray:
+    """Check an array against an input spec; cast float data to the input's float dtype."""
+    expected = ("batch", *("any" if d is None else d for d in spec.shape))
+    if array.ndim != len(spec.shape) + 1 or any(
+        d is not None and d != got for d, got in zip(spec.shape, array.shape[1:], strict=True)
+    ):
+        raise InputError(
+            f"--input {source}: array for input {spec.name!r} has shape {array.shape}, "
+            f"expected ({', '.join(map(str, expected))})"
+        )
+    want = np.dtype(_np_dtype(spec.dtype)).kind
+    got = array.dtype.kind
+    if want == "f" and got in "fiu":
+        return array.astype(_np_dtype(spec.dtype))
+    if want in "iu" and got in "iu":
+        return array.astype(spec.dtype)
+    if want == got:
+        return array
+    raise InputError(
+        f"--input {source}: array for input {spec.name!r} has dtype {array.dtype}, "
+        f"but the model expects {spec.dtype}"
+    )
+
+
+def _np_dtype(dtype: str) -> str:
+    return "float32" if dtype == "bfloat16" else dtype
+
+
+def integer_ranges(model: Any) -> dict[str, int]:
+    """For each integer input, the exclusive upper bound of valid ids (Embedding `input_dim`).
+
+    Looks at the layers that consume each input directly; an input feeding several such
+    layers gets the smallest bound so every id is valid everywhere.
+    """
+    bounds: dict[str, int] = {}
+    for input_name, layer in _input_consumers(model):
+        size = getattr(layer, "input_dim", None) or getattr(layer, "num_tokens", None)
+        if isinstance(size, int) and size > 0:
+            bounds[input_name] = min(size, bounds.get(input_name, size))
+    return bounds
+
+
+def _input_consumers(model: Any) -> Iterator[tuple[str, Any]]:
+    """Yield `(input name, layer)` for each layer whose call takes a model input directly."""
+    try:
+        inputs = {id(t): t.name for t in model.inputs}
+    except (AttributeError, ValueError):
+        return
+    found = False
+    for layer in model.layers:
+        for node in getattr(layer, "_inbound_nodes", []):
+            for tensor in getattr(node, "input_tensors", ()):
+                if id(tensor) in inputs:
+                    found = True
+                    yield inputs[id(tensor)], _first_leaf(layer)
+    if not found and len(inputs) == 1 and model.layers:
+        # A Sequential reloaded from a file has stale call records: its first layer is the consumer.
+        yield next(iter(inputs.values())), _first_leaf(model.layers[0])
+
+
+def _first_leaf(layer: Any) -> Any:
+    """The first real layer inside a nested model (where its inputs go), else the layer."""
+    while hasattr(layer, "layers") and layer.layers:
+        layer = layer.layers[0]
+    return layer

@@ -1,0 +1,133 @@
+"""Open a model file: read and audit it without TensorFlow, then let Keras load it safely."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from layergrad.errors import LayergradError, LoadError, UnsafeModelError
+from layergrad.fileinfo import FileInfo, audit, read_file_info
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A Keras model and what was read from its file before Keras saw it."""
+
+    model: Any
+    info: FileInfo
+
+
+def import_modules(specs: Sequence[str]) -> tuple[str, ...]:
+    """Import each `--import` (a module name or a path to a `.py` file); return module names.
+
+    The user names these modules, so they are trusted; a model file never causes an import.
+    """
+    names = []
+    for spec in specs:
+        try:
+            names.append(_import_one(spec))
+        except LayergradError:
+            raise
+        except Exception as exc:  # the user's module failed while importing
+            raise LoadError(f"--import {spec} failed: {type(exc).__name__}: {exc}") from exc
+    return tuple(names)
+
+
+def _import_one(spec: str) -> str:
+    if spec.endswith(".py") or os.sep in spec or "/" in spec:
+        path = Path(spec)
+        if not path.is_file():
+            raise LoadError(f"--import {spec}: no such file; pass a module name or a .py path")
+        name = path.stem
+        if name not in sys.modules:
+            module_spec = importlib.util.spec_from_file_location(name, path)
+            if module_spec is None or module_spec.loader is None:
+                raise LoadError(f"--import {spec}: not an importable Python file")
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[name] = module
+            module_spec.loader.exec_module(module)
+        return name
+    try:
+        importlib.import_module(spec)
+    except ModuleNotFoundError as exc:
+        raise LoadError(
+            f"--import {spec}: no module named {exc.name!r} in this environment; "
+            "install it or pass the path to its .py file"
+        ) from exc
+    return spec
+
+
+def check_safety(info: FileInfo, allowed_modules: Sequence[str], unsafe: bool) -> tuple[str, ...]:
+    """Run the static audit; raise UnsafeModelError unless `unsafe`, else return the warnings."""
+    findings = audit(info, allowed_modules)
+    if not findings:
+        return ()
+    lines = tuple(f"layer {f.layer!r} ({f.class_name}): {f.reason}" for f in findings)
+    if unsafe:
+        return lines
+    more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+    raise UnsafeModelError(
+        f"refusing to load {info.path}: {lines[0]}{more}. Loading it could run code from the "
+        "file. If you trust it, pass --unsafe; for a custom layer class, pass --import MODULE "
+        "that defines it"
+    )
+
+
+def load_model(
+    path: str | os.PathLike[str], imports: Sequence[str] = (), unsafe: bool = False
+) -> tuple[LoadedModel, tuple[str, ...]]:
+    """Read, audit and load a `.keras` or `.h5` model file (never writes to it).
+
+    Returns the loaded model and the audit warnings accepted by `unsafe=True`.
+
+    Raises:
+        LoadError: the file is unreadable, malformed or fails to load; UnsafeModelError when
+            the audit refuses it.
+
+    Example:
+        >>> loaded, _ = load_model("sample_models/seed.keras")
+        >>> loaded.model.name
+        'sequential'
+    """
+    info = read_file_info(path, read_weights=False)
+    module_names = import_modules(imports)
+    warnings = check_safety(info, module_names, unsafe)
+    from layergrad._tf import quiet_import
+
+    _, keras = quiet_import()
+    try:
+        model = keras.saving.load_model(os.fspath(path), compile=False, safe_mode=not unsafe)
+    except Exception as exc:
+        raise LoadError(_explain_keras_error(info, exc)) from exc
+    return LoadedModel(model=model, info=info), warnings
+
+
+def _explain_keras_error(info: FileInfo, exc: Exception) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    lowered = text.lower()
+    if "could not locate" in lowered or "unknown layer" in lowered:
+        return (
+            f"{info.path} uses a custom class that is not registered ({_clip(text)}); pass "
+            "--import MODULE naming the module that defines it"
+        )
+    if "safe_mode" in lowered or "lambda" in lowered:
+        return (
+            f"{info.path}: Keras refused to deserialize Python code ({_clip(text)}); "
+            "pass --unsafe only if you trust the file"
+        )
+    if "shape" in lowered and any(w in lowered for w in ("weight", "variable", "expected")):
+        return (
+            f"the weights in {info.path} do not match its architecture ({_clip(text)}); "
+            "re-save the model from the code that trained it"
+        )
+    return f"Keras could not load {info.path}: {_clip(text)}"
+
+
+def _clip(text: str, limit: int = 240) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,99 @@
+"""The frozen result objects that flow from the probe to the reporters (no TensorFlow)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+STATUSES = ("ok", "none", "zero", "nonfinite")
+
+CAUSE_CODES = (
+    "not_downstream",
+    "integer_path",
+    "non_differentiable_op",
+    "stop_gradient",
+    "dead_relu",
+    "saturated",
+    "nonfinite_forward",
+    "nonfinite_backward",
+    "training_mode",
+    "float16_underflow",
+    "unknown",
+)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One end of a gradient: the layer reference and its activation's shape and dtype."""
+
+    layer: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class GradientStats:
+    """Summary numbers of one gradient array; finite values only (see `nonfinite`)."""
+
+    shape: tuple[int, ...]
+    l2: float
+    mean_abs: float
+    max_abs: float
+    zero_fraction: float
+    nonfinite: int
+    top_units: tuple[tuple[int, float], ...] = ()  # (unit on last axis, mean |g|), largest first
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A likely reason for a none / zero / non-finite gradient, with evidence and a fix."""
+
+    code: str
+    layer: str | None
+    message: str
+    hint: str
+    op: str | None = None
+
+
+@dataclass(frozen=True)
+class Result:
+    """The gradient of one `--to` activation with respect to the `--from` activation."""
+
+    source: Endpoint
+    target: Endpoint
+    status: str
+    gradient: GradientStats | None
+    causes: tuple[Cause, ...] = ()
+    warnings: tuple[str, ...] = ()
+    array: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class ModelMeta:
+    """Which model file was probed."""
+
+    path: str
+    format: str
+    class_name: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ProbeMeta:
+    """How the probe batch was made and how the model was run."""
+
+    source: str
+    seed: int | None
+    batch_size: int
+    training: bool
+    reduce: str
+
+
+@dataclass(frozen=True)
+class InspectReport:
+    """Everything `layergrad inspect` found: one result per `--to` reference."""
+
+    model: ModelMeta
+    probe: ProbeMeta
+    results: tuple[Result, ...]

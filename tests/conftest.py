@@ -1,0 +1,89 @@
+"""Shared fixtures and independent references for gradient tests.
+
+The references never use layergrad: the seeds' layer-by-layer GradientTape recipe, central
+finite differences through hand-written forward functions, and values worked out on paper.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from layergrad._tf import quiet_import
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "sample_models"
+CUSTOM_LAYERS = str(SAMPLES / "custom_layers.py")
+
+tf, keras = quiet_import()
+
+
+def sample(name: str) -> str:
+    """Path of a committed sample model."""
+    path = SAMPLES / name
+    assert path.exists(), f"missing sample model {path}; run sample_models/make_samples.py"
+    return str(path)
+
+
+def load_sample(name: str):
+    """Load a sample model with Keras directly (the reference side of a comparison)."""
+    if str(SAMPLES) not in sys.path:
+        sys.path.insert(0, str(SAMPLES))
+    import custom_layers  # noqa: F401  (registers the sample custom layers)
+
+    return keras.saving.load_model(sample(name), compile=False, safe_mode=True)
+
+
+def manual_gradient(
+    first: Callable[[object], object], rest: Callable[[object], object], x: np.ndarray
+) -> np.ndarray:
+    """The seeds' recipe: h1 = first(x); tape.watch(h1); h2 = rest(h1); d sum(h2) / d h1."""
+    with tf.GradientTape() as tape:
+        h1 = first(tf.constant(x))
+        tape.watch(h1)
+        h2 = rest(h1)
+    return tape.gradient(h2, h1).numpy()
+
+
+def finite_difference(
+    f: Callable[[np.ndarray], float], h: np.ndarray, eps: float = 1e-3
+) -> np.ndarray:
+    """Central differences of a scalar function at `h`, element by element (float64)."""
+    h = np.asarray(h, dtype=np.float64)
+    grad = np.zeros_like(h)
+    for idx in np.ndindex(h.shape):
+        up, down = h.copy(), h.copy()
+        up[idx] += eps
+        down[idx] -= eps
+        grad[idx] = (f(up) - f(down)) / (2 * eps)
+    return grad
+
+
+def summed(fn: Callable[[object], object]) -> Callable[[np.ndarray], float]:
+    """Wrap a forward function as f(h) = sum(fn(h)) evaluated in float32, returned as float."""
+    return lambda h: float(np.sum(np.asarray(fn(tf.constant(h, dtype=tf.float32)), np.float64)))
+
+
+@pytest.fixture
+def write_input(tmp_path: Path) -> Callable[..., str]:
+    """Save a probe batch to .npy (one array) or .npz (keyword arrays); return its path."""
+
+    def write(array: np.ndarray | None = None, **named: np.ndarray) -> str:
+        if array is not None:
+            path = tmp_path / "x.npy"
+            np.save(path, array)
+        else:
+            path = tmp_path / "x.npz"
+            np.savez(path, **named)  # type: ignore[arg-type]
+        return str(path)
+
+    return write
+
+
+def normal(*shape: int, seed: int = 1) -> np.ndarray:
+    """A float32 standard-normal array (test inputs)."""
+    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
