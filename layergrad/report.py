@@ -74,13 +74,9 @@ def _inspect_renderables(report: InspectReport) -> list[RenderableType]:
             items.append(_causes_panel(res))
         if res.warnings:
             items.append(Text("\n".join(f"warning: {w}" for w in res.warnings), style="yellow"))
-    shown: set[str] = set()
-    for res in report.results:
-        if res.status == "ok" and res.gradient and res.gradient.top_units:
-            key = res.target.layer
-            if key not in shown:
-                shown.add(key)
-                items.append(_units_table(res, res.gradient))
+    ranked = [r for r in report.results if r.status == "ok" and r.gradient and r.gradient.top_units]
+    if ranked:
+        items.append(_units_table(ranked))
     return items
 
 
@@ -109,20 +105,32 @@ def _results_table(results: Iterable[Result]) -> Table:
     return table
 
 
-def _units_table(res: Result, g: GradientStats) -> Table:
+def _units_table(results: list[Result]) -> Table:
+    """Top units of the source activation (mean |g| per unit on its last axis), per target."""
     table = Table(
-        title=f"most sensitive units of {res.source.layer} for {res.target.layer} "
-        "(mean |g| per unit on the last axis)",
+        title=f"most sensitive units of {results[0].source.layer} (mean |g| over all but the "
+        "last axis)",
         box=box.SIMPLE,
         title_justify="left",
         pad_edge=False,
     )
-    table.add_column("unit", justify="right")
-    table.add_column("mean |g|", justify="right")
-    table.add_column("", justify="left")
-    top = g.top_units[0][1] or 1.0
-    for unit, value in g.top_units:
-        table.add_row(str(unit), fmt(value), "█" * max(1, round(20 * value / top)))
+    table.add_column("rank", justify="right")
+    for res in results:
+        table.add_column(f"→ {res.target.layer}", justify="right")
+        table.add_column("mean |g|", justify="right")
+        table.add_column("", justify="left")
+    rows = max(len(r.gradient.top_units) for r in results if r.gradient)
+    for rank in range(rows):
+        cells = [str(rank + 1)]
+        for res in results:
+            units = res.gradient.top_units if res.gradient else ()
+            if rank < len(units):
+                unit, value = units[rank]
+                bar = "█" * max(1, round(10 * value / (units[0][1] or 1.0)))
+                cells += [f"unit {unit}", fmt(value), bar]
+            else:
+                cells += ["", "", ""]
+        table.add_row(*cells)
     return table
 
 

@@ -1,0 +1,62 @@
+"""Benchmark: `layergrad inspect` on the seed model vs a minimal hand-written script.
+
+Both run as fresh processes (each pays the TensorFlow import), alternating, N rounds; prints
+the median time of each and the median of the per-round ratios. Goal: ratio <= 1.15.
+
+    python benchmarks/bench_inspect.py [--rounds 7] [--model sample_models/seed.keras]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+BASELINE = """
+import os, sys
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np, tensorflow as tf, keras
+model = keras.saving.load_model(sys.argv[1], compile=False, safe_mode=True)
+x = tf.constant(np.random.default_rng(0).standard_normal((8, 5)).astype("float32"))
+a, b = model.get_layer("dense"), model.get_layer("dense_1")
+with tf.GradientTape() as tape:
+    h1 = a(x)
+    tape.watch(h1)
+    h2 = b(h1)
+g = tape.gradient(h2, h1).numpy()
+print(float(np.sqrt((g * g).sum())), float(np.abs(g).mean()), float(np.abs(g).max()))
+"""
+
+
+def timed(cmd: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--model", default=str(ROOT / "sample_models" / "seed.keras"))
+    args = parser.parse_args()
+    ours = [sys.executable, "-m", "layergrad", "inspect", args.model,
+            "--from", "dense", "--to", "dense_1"]  # fmt: skip
+    base = [sys.executable, "-c", BASELINE, args.model]
+    timed(ours), timed(base)  # warm the file cache
+    t_ours, t_base = [], []
+    for _ in range(args.rounds):
+        t_ours.append(timed(ours))
+        t_base.append(timed(base))
+    ratios = [o / b for o, b in zip(t_ours, t_base, strict=True)]
+    print(f"baseline script : median {statistics.median(t_base):.2f} s")
+    print(f"layergrad inspect: median {statistics.median(t_ours):.2f} s")
+    print(f"ratio (median of per-round ratios): {statistics.median(ratios):.3f}  (goal <= 1.15)")
+
+
+if __name__ == "__main__":
+    main()

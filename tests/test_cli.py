@@ -1,0 +1,159 @@
+"""The command line, through click's CliRunner: rendering, JSON schema, exit codes, errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import load_sample, manual_gradient, normal, sample
+
+from layergrad.cli import main
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_table_shows_layers_shapes_status_and_stats():
+    result = run("inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1")
+    assert result.exit_code == 0, result.output
+    out = result.output
+    for text in ("dense_1", "(8, 8)", "(8, 4)", "ok", "L2", "mean |g|", "max |g|", "zeros",
+                 "non-finite", "most sensitive units of dense"):  # fmt: skip
+        assert text in out
+    assert "\x1b[" not in out  # no colour codes when stdout is not a terminal
+
+
+def test_json_follows_the_documented_schema(write_input):
+    x = normal(8, 5)
+    result = run(
+        "inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1", "--json",
+        "--input", write_input(x),
+    )  # fmt: skip
+    assert result.exit_code == 0
+    doc = json.loads(result.output)
+    assert set(doc) == {"schema", "model", "probe", "results"}
+    assert doc["schema"] == "layergrad.inspect/1"
+    assert doc["model"] == {
+        "path": sample("seed.keras"), "format": "keras", "class": "Sequential", "name": "sequential",
+    }  # fmt: skip
+    assert doc["probe"] == {
+        "source": write_input(x), "seed": None, "batch_size": 8, "training": False, "reduce": "sum",
+    }  # fmt: skip
+    (res,) = doc["results"]
+    assert set(res) == {"from", "to", "status", "gradient", "causes"}
+    assert res["from"] == {"layer": "dense", "shape": [8, 8], "dtype": "float32"}
+    assert res["to"] == {"layer": "dense_1", "shape": [8, 4], "dtype": "float32"}
+    assert res["status"] == "ok" and res["causes"] == []
+    g = res["gradient"]
+    assert set(g) == {"shape", "l2", "mean_abs", "max_abs", "zero_fraction", "nonfinite"}
+    m = load_sample("seed.keras")
+    expected = manual_gradient(m.get_layer("dense"), m.get_layer("dense_1"), x)
+    assert g["l2"] == pytest.approx(float(np.linalg.norm(expected)), rel=1e-5)
+    assert g["max_abs"] == pytest.approx(float(np.abs(expected).max()), rel=1e-5)
+    assert g["mean_abs"] == pytest.approx(float(np.abs(expected).mean()), rel=1e-5)
+
+
+def test_json_for_a_none_result_has_null_gradient_and_causes():
+    result = run("inspect", sample("residual.keras"), "--from", "side", "--to", "head", "--json")
+    res = json.loads(result.output)["results"][0]
+    assert res["status"] == "none" and res["gradient"] is None
+    cause = res["causes"][0]
+    assert set(cause) == {"code", "layer", "message", "hint"}
+    assert cause["code"] == "not_downstream"
+
+
+def test_fail_on_sets_exit_code_1():
+    args = ["inspect", sample("embedding.keras"), "--from", "ids", "--to", "head"]
+    assert run(*args).exit_code == 0
+    failed = run(*args, "--fail-on", "none,nonfinite")
+    assert failed.exit_code == 1
+    assert "integer_path" in failed.output
+    assert run(*args, "--fail-on", "zero").exit_code == 0
+
+
+def test_save_gradient_npy_and_npz(tmp_path, write_input):
+    x = normal(8, 5)
+    m = load_sample("seed.keras")
+    expected = manual_gradient(m.get_layer("dense"), m.get_layer("dense_1"), x)
+    npy = tmp_path / "g.npy"
+    args = ["inspect", sample("seed.keras"), "--from", "dense", "--input", write_input(x)]
+    assert run(*args, "--to", "dense_1", "--save-gradient", str(npy)).exit_code == 0
+    np.testing.assert_allclose(np.load(npy), expected, rtol=1e-5, atol=1e-6)
+    npz = tmp_path / "g.npz"
+    assert run(*args, "--to", "dense_1", "--to", "dense_2", "--save-gradient", str(npz)).exit_code == 0
+    with np.load(npz) as data:
+        assert sorted(data.files) == ["dense_1", "dense_2"]
+        np.testing.assert_allclose(data["dense_1"], expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--from", "dens", "--to", "dense_1"], "did you mean 'dense'"),
+        (["--from", "dense", "--to", "nope"], "no layer named 'nope'"),
+        (["--from", "dense", "--to", "dense_1@3"], "call 3"),
+        (["--from", "7", "--to", "dense_1"], "out of range"),
+        (["--from", "dense", "--to", "dense_1", "--save-gradient", "g.txt"], ".npy or .npz"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(args, message):
+    result = CliRunner().invoke(main, ["inspect", sample("seed.keras"), *args])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_bad_input_shape_exits_2(write_input):
+    result = CliRunner().invoke(
+        main,
+        ["inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1",
+         "--input", write_input(normal(8, 7))],
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert "shape (8, 7)" in result.output and "expected (batch, 5)" in result.output
+
+
+def test_npz_missing_an_input_exits_2(write_input):
+    result = CliRunner().invoke(
+        main,
+        ["inspect", sample("two_input.keras"), "--from", "da", "--to", "head",
+         "--input", write_input(a=normal(8, 4))],
+    )  # fmt: skip
+    assert result.exit_code == 2 and "missing: b" in result.output
+
+
+def test_missing_model_file_exits_2(tmp_path):
+    result = CliRunner().invoke(
+        main, ["inspect", str(tmp_path / "nope.keras"), "--from", "a", "--to", "b"]
+    )
+    assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_help_lists_every_option_with_examples():
+    out = run("inspect", "--help").output
+    for option in ("--from", "--to", "--input", "--batch-size", "--seed", "--reduce", "--training",
+                   "--import", "--unsafe", "--json", "--save-gradient", "--fail-on", "--debug"):  # fmt: skip
+        assert option in out
+    assert "Example" in out
+
+
+def test_help_does_not_import_tensorflow():
+    code = (
+        "import sys\nfrom click.testing import CliRunner\nfrom layergrad.cli import main\n"
+        "r = CliRunner().invoke(main, ['inspect', '--help'])\nassert r.exit_code == 0\n"
+        "print('tensorflow' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_python_dash_m_runs_the_cli():
+    out = subprocess.run(
+        [sys.executable, "-m", "layergrad", "--version"], capture_output=True, text=True, check=True
+    )
+    assert "layergrad" in out.stdout
