@@ -1,0 +1,359 @@
+"""Regenerate the sample models in this folder.
+
+    python sample_models/make_samples.py [OUTDIR]
+
+OUTDIR defaults to the folder holding this script. Every model is built with
+fixed layer names (never Keras' auto-naming counters), after
+``keras.utils.set_random_seed(0)``, and some weights are then set by hand, so
+re-running reproduces the same architectures and the same weight arrays.
+See README.md in this folder for what each file is for, and
+verify_samples.py for the checks that each one behaves as described.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import zipfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import custom_layers as cl  # noqa: E402
+import keras  # noqa: E402
+from keras import layers  # noqa: E402
+
+SEED = 0
+
+
+def _seed() -> None:
+    keras.utils.set_random_seed(SEED)
+
+
+def _set(layer, kernel=None, bias=None) -> None:
+    """Overwrite a built Dense layer's kernel and/or bias by hand."""
+    weights = layer.get_weights()
+    if kernel is not None:
+        kernel = np.asarray(kernel, dtype="float32")
+        assert kernel.shape == weights[0].shape, (layer.name, kernel.shape, weights[0].shape)
+        weights[0] = kernel
+    if bias is not None:
+        bias = np.asarray(bias, dtype="float32")
+        assert bias.shape == weights[1].shape, (layer.name, bias.shape, weights[1].shape)
+        weights[1] = bias
+    layer.set_weights(weights)
+
+
+# --------------------------------------------------------------------------- healthy
+
+
+def build_seed() -> keras.Model:
+    """The seeds' model: 5 -> 8 relu -> 4 relu -> 1."""
+    _seed()
+    return keras.Sequential(
+        [
+            keras.Input((5,), name="input"),
+            layers.Dense(8, activation="relu", name="dense"),
+            layers.Dense(4, activation="relu", name="dense_1"),
+            layers.Dense(1, name="dense_2"),
+        ],
+        name="sequential",
+    )
+
+
+def build_sequential_add() -> keras.Model:
+    _seed()
+    model = keras.Sequential(name="sequential_add")
+    model.add(keras.Input((5,), name="input"))
+    model.add(layers.Dense(8, activation="relu", name="dense"))
+    model.add(layers.Dense(8, activation="tanh", name="dense_1"))
+    model.add(layers.Dense(3, name="dense_2"))
+    return model
+
+
+def build_residual() -> keras.Model:
+    """Residual block plus a sibling branch 'side' that 'head' does not use."""
+    _seed()
+    x = keras.Input((8,), name="x")
+    h = layers.Dense(8, activation="relu", name="stem")(x)
+    b = layers.Dense(8, name="block")(h)
+    r = layers.Add(name="add")([h, b])
+    s = layers.Dense(4, name="side")(h)
+    out = layers.Dense(2, name="head")(r)
+    return keras.Model(x, [out, s], name="residual")
+
+
+def build_nested() -> keras.Model:
+    _seed()
+    encoder = keras.Sequential(
+        [
+            keras.Input((6,), name="encoder_input"),
+            layers.Dense(8, activation="relu", name="dense"),
+            layers.Dense(4, activation="tanh", name="dense_1"),
+        ],
+        name="encoder",
+    )
+    x = keras.Input((6,), name="x")
+    out = layers.Dense(2, name="head")(encoder(x))
+    return keras.Model(x, out, name="nested")
+
+
+def build_shared() -> keras.Model:
+    """'shared' is called twice in a chain: shared@0 feeds shared@1."""
+    _seed()
+    x = keras.Input((6,), name="x")
+    h = layers.Dense(6, activation="tanh", name="pre")(x)
+    shared = layers.Dense(6, activation="tanh", name="shared")
+    a = shared(h)
+    b = shared(a)
+    out = layers.Dense(2, name="head")(b)
+    return keras.Model(x, out, name="shared")
+
+
+def build_two_input() -> keras.Model:
+    _seed()
+    a = keras.Input((4,), name="a")
+    b = keras.Input((3,), name="b")
+    da = layers.Dense(5, activation="relu", name="da")(a)
+    db = layers.Dense(5, activation="tanh", name="db")(b)
+    c = layers.Concatenate(name="concat")([da, db])
+    out = layers.Dense(2, name="head")(c)
+    return keras.Model([a, b], out, name="two_input")
+
+
+def build_embedding() -> keras.Model:
+    _seed()
+    ids = keras.Input((6,), dtype="int32", name="ids")
+    e = layers.Embedding(input_dim=20, output_dim=4, name="embedding")(ids)
+    p = layers.GlobalAveragePooling1D(name="pool")(e)
+    out = layers.Dense(3, name="head")(p)
+    return keras.Model(ids, out, name="embedding")
+
+
+def build_hand_set() -> keras.Model:
+    """b = a @ [[5], [6]], so d sum(b) / d a = [5, 6] for every sample."""
+    _seed()
+    x = keras.Input((2,), name="x")
+    a_layer = layers.Dense(2, use_bias=False, name="a")
+    b_layer = layers.Dense(1, use_bias=False, name="b")
+    out = b_layer(a_layer(x))
+    model = keras.Model(x, out, name="hand_set")
+    a_layer.set_weights([np.array([[1.0, 2.0], [3.0, 4.0]], dtype="float32")])
+    b_layer.set_weights([np.array([[5.0], [6.0]], dtype="float32")])
+    return model
+
+
+# --------------------------------------------------------------------------- causes
+
+N_IN = 6  # input features of every cause_* model
+N_HID = 4  # width of 'dense' and of the middle layer
+
+
+def _chain(name: str, middle: list, *, head_units: int | None = 2, dtype=None) -> keras.Model:
+    """x(6) -> Dense 'dense'(4) -> *middle [-> Dense 'head'].
+
+    Callers seed *before* creating any layer (an initializer without a seed
+    draws its seed when the layer is constructed), then pass the middle layers.
+    """
+    kw = {} if dtype is None else {"dtype": dtype}
+    x = keras.Input((N_IN,), name="x")
+    h = layers.Dense(N_HID, name="dense", **kw)(x)
+    for layer in middle:
+        h = layer(h)
+    if head_units is not None:
+        h = layers.Dense(head_units, name="head", **kw)(h)
+    return keras.Model(x, h, name=name)
+
+
+def build_cause_argmax() -> keras.Model:
+    _seed()
+    return _chain("cause_argmax", [cl.ArgMaxOneHot(name="argmax")])
+
+
+def build_cause_round() -> keras.Model:
+    _seed()
+    return _chain("cause_round", [cl.RoundLayer(name="round")])
+
+
+def build_cause_cast_int() -> keras.Model:
+    _seed()
+    return _chain("cause_cast_int", [cl.CastToInt(name="cast")])
+
+
+def build_cause_stop_gradient() -> keras.Model:
+    _seed()
+    return _chain("cause_stop_gradient", [cl.StopGrad(name="stop")])
+
+
+def build_cause_numpy_function() -> keras.Model:
+    _seed()
+    return _chain("cause_numpy_function", [cl.NumpyFunction(name="numpy_fn")])
+
+
+def build_cause_dead_relu() -> keras.Model:
+    _seed()
+    dead = layers.Dense(N_HID, activation="relu", name="dead")
+    model = _chain("cause_dead_relu", [dead])
+    _set(dead, bias=np.full((N_HID,), -1000.0))
+    return model
+
+
+def build_cause_saturated() -> keras.Model:
+    # Pre-activations = h @ kernel + bias with bias = +-1000 and the seeded
+    # kernel: |pre-activation| ~ 1e3 >> 104, where float32 sigmoid is exactly
+    # 0 or 1 and its derivative y * (1 - y) is exactly 0.
+    _seed()
+    squash = layers.Dense(N_HID, activation="sigmoid", name="squash")
+    model = _chain("cause_saturated", [squash])
+    _set(squash, bias=[1000.0, -1000.0, 1000.0, -1000.0])
+    return model
+
+
+def build_cause_nan_weights() -> keras.Model:
+    _seed()
+    broken = layers.Dense(N_HID, name="broken")
+    model = _chain("cause_nan_weights", [broken])
+    kernel = broken.get_weights()[0].copy()
+    kernel[0, 0] = np.nan
+    _set(broken, kernel=kernel)
+    return model
+
+
+def build_cause_sqrt() -> keras.Model:
+    # Unit 0 of 'dense' has bias -100, so relu output column 0 is exactly 0
+    # for any reasonable input; sqrt'(0) = inf, and ReluGrad's inf * 0 = NaN.
+    _seed()
+    relu = layers.ReLU(name="relu")
+    sqrt = cl.SqrtLayer(name="sqrt")
+    model = _chain("cause_sqrt", [relu, sqrt])
+    _set(model.get_layer("dense"), bias=[-100.0, 0.0, 0.0, 0.0])
+    return model
+
+
+def build_cause_training() -> keras.Model:
+    # With training=True, BN normalises with the batch's own statistics, so
+    # the batch sum of each bn unit is beta * batch, a constant: d sum(bn) /
+    # d dense is exactly 0 when the batch size is a power of two (the mean's
+    # 1/n is exact), ~1e-7 rounding noise otherwise. No 'head': a Dense after
+    # bn mixes units and leaves ~1e-6 noise instead of an exact 0.
+    _seed()
+    return _chain("cause_training", [layers.BatchNormalization(name="bn")], head_units=None)
+
+
+TINY_SCALE = 1e-5  # 'tiny' kernel: float16 subnormal but representable
+HEAD16_SCALE = 1e-4  # 'head' kernel: float16 normal
+
+
+def build_cause_float16() -> keras.Model:
+    # d sum(head) / d dense = tiny.kernel @ head.kernel.sum(1), terms ~1e-9,
+    # below half float16's smallest subnormal (2.98e-8): flushes to 0 in
+    # float16 while each weight is still representable; non-zero in float32.
+    _seed()
+    tiny = layers.Dense(N_HID, name="tiny", dtype="mixed_float16")
+    model = _chain("cause_float16", [tiny], head_units=1, dtype="mixed_float16")
+    tiny_k = tiny.get_weights()[0]
+    _set(
+        tiny, kernel=TINY_SCALE * np.sign(tiny_k) * (1.0 + np.abs(tiny_k)), bias=np.zeros((N_HID,))
+    )
+    head = model.get_layer("head")
+    _set(head, kernel=np.full((N_HID, 1), HEAD16_SCALE), bias=np.zeros((1,)))
+    return model
+
+
+# --------------------------------------------------------------------------- main
+
+PINNED_DATE = "2000-01-01@00:00:00"
+ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+def _renumber_shared_ids(node, ids: dict) -> None:
+    """Replace memory-address shared_object_ids by 1, 2, ... in first-seen order."""
+    if isinstance(node, dict):
+        if "shared_object_id" in node:
+            old = node["shared_object_id"]
+            node["shared_object_id"] = ids.setdefault(old, len(ids) + 1)
+        for value in node.values():
+            _renumber_shared_ids(value, ids)
+    elif isinstance(node, list):
+        for value in node:
+            _renumber_shared_ids(value, ids)
+
+
+def normalise_archive(path: str) -> None:
+    """Make a .keras zip byte-reproducible.
+
+    Keras writes three run-dependent things: ``date_saved`` in metadata.json,
+    ``shared_object_id`` values that are Python object addresses in
+    config.json, and the wall-clock time on the weights zip entry. Pin the
+    date, renumber the ids consistently (1, 2, ...) and give every entry the
+    same timestamp. Nothing Keras reads when loading changes meaning.
+    """
+    with zipfile.ZipFile(path) as zin:
+        entries = [(info, zin.read(info.filename)) for info in zin.infolist()]
+    with zipfile.ZipFile(path, "w") as zout:
+        for info, data in entries:
+            if info.filename == "metadata.json":
+                meta = json.loads(data)
+                meta["date_saved"] = PINNED_DATE
+                data = json.dumps(meta).encode()
+            elif info.filename == "config.json":
+                config = json.loads(data)
+                _renumber_shared_ids(config, {})
+                data = json.dumps(config).encode()
+            new = zipfile.ZipInfo(info.filename, date_time=ZIP_EPOCH)
+            new.compress_type = info.compress_type
+            new.external_attr = info.external_attr
+            new.create_system = info.create_system
+            zout.writestr(new, data)
+
+
+# file name -> builder; seed.h5 is the legacy-format copy of seed.keras.
+BUILDERS = {
+    "seed.keras": build_seed,
+    "seed.h5": build_seed,
+    "sequential_add.keras": build_sequential_add,
+    "residual.keras": build_residual,
+    "nested.keras": build_nested,
+    "shared.keras": build_shared,
+    "two_input.keras": build_two_input,
+    "embedding.keras": build_embedding,
+    "hand_set.keras": build_hand_set,
+    "cause_argmax.keras": build_cause_argmax,
+    "cause_round.keras": build_cause_round,
+    "cause_cast_int.keras": build_cause_cast_int,
+    "cause_stop_gradient.keras": build_cause_stop_gradient,
+    "cause_numpy_function.keras": build_cause_numpy_function,
+    "cause_dead_relu.keras": build_cause_dead_relu,
+    "cause_saturated.keras": build_cause_saturated,
+    "cause_nan_weights.keras": build_cause_nan_weights,
+    "cause_sqrt.keras": build_cause_sqrt,
+    "cause_training.keras": build_cause_training,
+    "cause_float16.keras": build_cause_float16,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) > 1 or (argv and argv[0] in ("-h", "--help")):
+        print(__doc__.strip())
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    outdir = argv[0] if argv else HERE
+    os.makedirs(outdir, exist_ok=True)
+    for filename, build in BUILDERS.items():
+        model = build()
+        path = os.path.join(outdir, filename)
+        model.save(path)
+        if filename.endswith(".keras"):
+            normalise_archive(path)
+        print(f"wrote {filename:28s} {os.path.getsize(path):7d} bytes  ({model.name})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
