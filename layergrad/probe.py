@@ -12,7 +12,6 @@ a Sequential reloaded from a file (stale call records), with no error.
 from __future__ import annotations
 
 import contextlib
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,7 +83,7 @@ def run_probe(
     tape = tf.GradientTape(persistent=len(targets) > 1)
     with tape:
 
-        def on_output(site_key: tuple[str, int], tensor: Any) -> None:
+        def on_output(site_key: tuple[str, int], tensor: Any, _input: Any = None) -> None:
             if site_key in source_keys and tensor.dtype.is_floating:
                 tape.watch(tensor)
             captured[site_key] = tensor
@@ -92,7 +91,7 @@ def run_probe(
         for site in sites:
             if site.input_index is not None:
                 on_output(_key(site), inputs[site.input_index])
-        with _capturing(sites, on_output):
+        with _capturing(_site_groups(sites), on_output):
             _forward(model, inputs, training)
         _check_all_called(sites, captured)
         scalars = [
@@ -106,6 +105,95 @@ def run_probe(
         targets=tuple(_activation(t, captured[_key(t)]) for t in targets),
         gradients=gradients,
     )
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Every leaf-layer call of one forward pass, and d reduce(target) / d each of them.
+
+    `activations` holds the model inputs first, then each call in execution order;
+    `gradients[i]` is the gradient with respect to `activations[i]` (None when the tape
+    found no path, including for calls after the target). `inputs[i]` is the first input
+    tensor's (shape, dtype) of that call, or None for a model input.
+    """
+
+    activations: tuple[Activation, ...]
+    gradients: tuple[np.ndarray | None, ...]
+    inputs: tuple[tuple[tuple[int, ...], str] | None, ...]
+    target: Activation | None
+
+    def index(self, path: str, call: int = 0) -> int | None:
+        """Position of the activation of `path` call `call`, or None if it never ran."""
+        for i, act in enumerate(self.activations):
+            if act.site.path == path and act.site.call == call:
+                return i
+        return None
+
+
+def run_trace(
+    model: Any,
+    batch: ProbeBatch,
+    target: Site | None = None,
+    *,
+    training: bool = False,
+    reduce: str = "sum",
+) -> Trace:
+    """Capture and watch every leaf-layer call; one backward pass from `target` to all of them.
+
+    With `target=None` the target is the sum (or mean) of every floating-point model output.
+    This is the engine of `scan` and of the diagnosis of a failed `inspect`.
+    """
+    from layergrad.select import input_names, iter_layers
+
+    tf, _ = quiet_import()
+    reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
+    tensors = [tf.convert_to_tensor(a) for a in batch.arrays]
+    records: list[tuple[Site, Any, Any]] = []
+    leaves = [(layer, path, None) for path, layer in iter_layers(model) if not _is_model(layer)]
+    tape = tf.GradientTape()
+    with tape:
+
+        def on_call(key: tuple[str, int], tensor: Any, first_input: Any) -> None:
+            if _is_float(tensor):
+                tape.watch(tensor)
+            path, call = key
+            site = Site(ref=f"{path}@{call}" if call else path, path=path, call=call)
+            records.append((site, tensor, first_input))
+
+        for i, (name, tensor) in enumerate(zip(input_names(model), tensors, strict=False)):
+            on_call((name, 0), tensor, None)
+            records[-1] = (Site(ref=name, path=name, call=0, input_index=i), tensor, None)
+        with _capturing(leaves, on_call):
+            outputs = _forward(model, tensors, training)
+        if target is None:
+            floats = [o for o in tf.nest.flatten(outputs) if _is_float(o)]
+            scalar = tf.add_n([reducer(o) for o in floats]) if floats else None
+            target_act = None
+        else:
+            found = [t for s, t, _ in records if s.path == target.path and s.call == target.call]
+            if not found:
+                _check_all_called([target], {})
+            scalar = reducer(found[0]) if _is_float(found[0]) else None
+            target_act = _activation(target, found[0])
+    watched = [t for _, t, _ in records]
+    grads = _gradients(tape, scalar, watched)
+    return Trace(
+        activations=tuple(_activation(s, t) for s, t, _ in records),
+        gradients=grads,
+        inputs=tuple(
+            None if x is None or not hasattr(x, "shape") else (tuple(x.shape), x.dtype.name)
+            for _, _, x in records
+        ),
+        target=target_act,
+    )
+
+
+def _is_model(layer: Any) -> bool:
+    return hasattr(layer, "layers") and isinstance(getattr(layer, "layers", None), list)
+
+
+def _is_float(tensor: Any) -> bool:
+    return getattr(getattr(tensor, "dtype", None), "is_floating", False)
 
 
 def _key(site: Site) -> tuple[str, int]:
@@ -168,22 +256,19 @@ def _check_all_called(sites: Sequence[Site], captured: dict[tuple[str, int], Any
             )
 
 
+Handler = Callable[[tuple[str, int], Any, Any], None]  # (path, call), output, first input
+
+
 @contextlib.contextmanager
 def _capturing(
-    sites: Sequence[Site], on_output: Callable[[tuple[str, int], Any], None]
+    groups: Sequence[tuple[Any, str, set[int] | None]], handle: Handler
 ) -> Iterator[None]:
-    """Wrap `call` of each chosen layer so its K-th output is handed to `on_output`."""
-    by_layer: dict[int, list[Site]] = defaultdict(list)
-    for site in sites:
-        if site.layer is not None:
-            by_layer[id(site.layer)].append(site)
+    """Wrap `call` of each `(layer, path, wanted calls or None for all)` for the block."""
     wrapped: list[tuple[Any, Any]] = []
     try:
-        for group in by_layer.values():
-            layer = group[0].layer
-            wanted = {s.call for s in group}
+        for layer, path, wanted in groups:
             previous = layer.__dict__.get("call")
-            layer.call = _wrap_call(layer.call, group[0].path, wanted, on_output)
+            layer.call = _wrap_call(layer.call, path, wanted, handle)
             wrapped.append((layer, previous))
         yield
     finally:
@@ -193,11 +278,18 @@ def _capturing(
                 layer.call = previous
 
 
+def _site_groups(sites: Sequence[Site]) -> list[tuple[Any, str, set[int] | None]]:
+    by_layer: dict[int, tuple[Any, str, set[int] | None]] = {}
+    for site in sites:
+        if site.layer is not None:
+            entry = by_layer.setdefault(id(site.layer), (site.layer, site.path, set()))
+            assert entry[2] is not None
+            entry[2].add(site.call)
+    return list(by_layer.values())
+
+
 def _wrap_call(
-    call: Callable[..., Any],
-    path: str,
-    wanted: set[int],
-    on_output: Callable[[tuple[str, int], Any], None],
+    call: Callable[..., Any], path: str, wanted: set[int] | None, handle: Handler
 ) -> Callable[..., Any]:
     count = 0
 
@@ -205,19 +297,17 @@ def _wrap_call(
         nonlocal count
         index, count = count, count + 1
         outputs = call(*args, **kwargs)
-        if index in wanted:
-            outputs = _first_tensor_watched(outputs, lambda t: on_output((path, index), t))
+        if wanted is None or index in wanted:
+            handle((path, index), _first_tensor(outputs), _first_tensor(args) if args else None)
         return outputs
 
     return probed_call
 
 
-def _first_tensor_watched(outputs: Any, handle: Callable[[Any], None]) -> Any:
-    """Hand the layer's (first) output tensor to `handle`; multi-output layers use output 0."""
-    first = outputs
-    while isinstance(first, (list, tuple)) and first:
-        first = first[0]
-    if isinstance(first, dict) and first:
-        first = next(iter(first.values()))
-    handle(first)
-    return outputs
+def _first_tensor(value: Any) -> Any:
+    """The first tensor of a (nested) structure; multi-output layers are probed at output 0."""
+    while isinstance(value, (list, tuple)) and value:
+        value = value[0]
+    if isinstance(value, dict) and value:
+        return _first_tensor(next(iter(value.values())))
+    return value
