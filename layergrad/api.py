@@ -55,7 +55,7 @@ def inspect_model(
         raise InputError(f"reduce must be one of {', '.join(REDUCTIONS)}: reduce={reduce!r}")
     if not targets:
         raise InputError("give at least one target layer (--to)")
-    from layergrad import diagnose, inputs, loader, probe, select
+    from layergrad import diagnose, explain, inputs, loader, probe, select
 
     loaded, _ = loader.load_model(path, imports=imports, unsafe=unsafe)
     model = loaded.model
@@ -69,7 +69,8 @@ def inspect_model(
     run = probe.run_probe(
         model, batch, [source_site], target_sites, training=training, reduce=reduce
     )
-    results = diagnose.build_results(run, loaded.info.graph)
+    explainer = explain.Explainer(model, batch, loaded.info.graph, training, reduce)
+    results = diagnose.build_results(run, loaded.info.graph, explainer.causes)
     return InspectReport(
         model=ModelMeta(
             path=os.fspath(path),

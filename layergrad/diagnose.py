@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import numpy as np
+
 from layergrad.graph import ModelGraph
 from layergrad.probe import Activation, ProbeRun
 from layergrad.results import Cause, Endpoint, Result
@@ -13,16 +17,33 @@ def endpoint(act: Activation) -> Endpoint:
     return Endpoint(layer=act.site.ref, shape=act.shape, dtype=act.dtype)
 
 
-def build_results(run: ProbeRun, graph: ModelGraph | None) -> tuple[Result, ...]:
-    """One Result per (target, first source) pair of a probe run, with causes for non-ok ones."""
+Explain = Callable[[str, Activation, Activation], list[Cause]]
+CHECKED = (
+    "graph connectivity, dtypes on the path, the ops of the layer where the gradient is lost, "
+    "ReLU/sigmoid/tanh/softmax activations, forward and backward NaN/Inf, float16, training mode"
+)
+
+
+def build_results(
+    run: ProbeRun, graph: ModelGraph | None, explain: Explain | None = None
+) -> tuple[Result, ...]:
+    """One Result per (target, first source) pair of a probe run, with causes for non-ok ones.
+
+    `explain(status, source, target)` is called for a non-ok result that the graph and dtypes
+    do not already explain (it runs another pass, so the ok path never pays for it).
+    """
     source = run.sources[0]
     results = []
     for target, grads in zip(run.targets, run.gradients, strict=True):
         grad = grads[0]
         status = status_of(grad)
-        causes = () if status == "ok" else static_causes(source, target, graph)
-        if status != "ok" and not causes:
-            causes = (unknown_cause("graph connectivity and dtypes"),)
+        causes: tuple[Cause, ...] = ()
+        if status != "ok":
+            causes = static_causes(source, target, graph)
+            if explain is not None and not any(c.code == "not_downstream" for c in causes):
+                causes = _dedupe([*causes, *explain(status, source, target)])
+            if not causes:
+                causes = (unknown_cause(CHECKED),)
         results.append(
             Result(
                 source=endpoint(source),
@@ -30,6 +51,9 @@ def build_results(run: ProbeRun, graph: ModelGraph | None) -> tuple[Result, ...]
                 status=status,
                 gradient=None if grad is None else gradient_stats(grad),
                 causes=causes,
+                warnings=()
+                if status != "ok" or grad is None
+                else warnings_for(grad, source, target),
                 array=grad,
             )
         )
@@ -98,3 +122,46 @@ def _integer_end(act: Activation) -> Cause:
             "output rather than the integer ids)"
         ),
     )
+
+
+def _dedupe(causes: list[Cause]) -> tuple[Cause, ...]:
+    seen: set[tuple[str, str | None]] = set()
+    out = []
+    for cause in causes:
+        if (cause.code, cause.layer) not in seen:
+            seen.add((cause.code, cause.layer))
+            out.append(cause)
+    return tuple(out)
+
+
+VANISHING, EXPLODING, MOSTLY_ZERO = 1e-6, 1e6, 0.5
+
+
+def warnings_for(grad: np.ndarray, source: Activation, target: Activation) -> tuple[str, ...]:
+    """Warnings for an `ok` gradient that still looks wrong.
+
+    The relative sensitivity sum|g * from| / sum|to| says how far sum(to) moves, relative to
+    its own size, when `from` moves by its own size: tiny is vanishing, huge is exploding.
+    """
+    out = []
+    zeros = float(np.mean(grad == 0))
+    if zeros > MOSTLY_ZERO:
+        out.append(
+            f"{zeros:.0%} of the gradient is exactly zero: dead units or inactive paths "
+            "between the two layers"
+        )
+    scale = float(np.sum(np.abs(target.value.astype(np.float64))))
+    moved = float(np.sum(np.abs(grad.astype(np.float64) * source.value.astype(np.float64))))
+    if scale > 0 and moved > 0:
+        relative = moved / scale
+        if relative < VANISHING:
+            out.append(
+                f"vanishing: relative sensitivity {relative:.1e} (moving {source.site.ref} by its "
+                f"own size moves {target.site.ref} by a {relative:.1e} fraction of its size)"
+            )
+        elif relative > EXPLODING:
+            out.append(
+                f"exploding: relative sensitivity {relative:.1e} (moving {source.site.ref} by "
+                f"its own size moves {target.site.ref} {relative:.1e} times its size)"
+            )
+    return tuple(out)

@@ -39,8 +39,17 @@ def import_modules(specs: Sequence[str]) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _is_path(spec: str) -> bool:
+    return spec.endswith(".py") or os.sep in spec or "/" in spec
+
+
+def module_name(spec: str) -> str:
+    """The module name an `--import` spec defines: the name itself, or a `.py` file's stem."""
+    return Path(spec).stem if _is_path(spec) else spec
+
+
 def _import_one(spec: str) -> str:
-    if spec.endswith(".py") or os.sep in spec or "/" in spec:
+    if _is_path(spec):
         path = Path(spec)
         if not path.is_file():
             raise LoadError(f"--import {spec}: no such file; pass a module name or a .py path")
@@ -96,11 +105,11 @@ def load_model(
         'sequential'
     """
     info = read_file_info(path, read_weights=False)
-    module_names = import_modules(imports)
-    warnings = check_safety(info, module_names, unsafe)
+    warnings = check_safety(info, [module_name(spec) for spec in imports], unsafe)
     from layergrad._tf import quiet_import
 
-    _, keras = quiet_import()
+    _, keras = quiet_import()  # before user modules, which may import TensorFlow noisily
+    import_modules(imports)
     try:
         model = keras.saving.load_model(os.fspath(path), compile=False, safe_mode=not unsafe)
     except Exception as exc:
