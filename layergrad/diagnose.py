@@ -134,14 +134,15 @@ def _dedupe(causes: list[Cause]) -> tuple[Cause, ...]:
     return tuple(out)
 
 
-VANISHING, EXPLODING, MOSTLY_ZERO = 1e-6, 1e6, 0.5
+VANISHING, EXPLODING, MOSTLY_ZERO = 1e-7, 1e6, 0.5
 
 
 def warnings_for(grad: np.ndarray, source: Activation, target: Activation) -> tuple[str, ...]:
     """Warnings for an `ok` gradient that still looks wrong.
 
-    The relative sensitivity sum|g * from| / sum|to| says how far sum(to) moves, relative to
-    its own size, when `from` moves by its own size: tiny is vanishing, huge is exploding.
+    Vanishing: max |g| below 1e-7 per unit of the `from` activation's mean size (a change of
+    `from` by its own size moves sum(to) by less than that). Exploding: above 1e6. Mostly
+    zero: more than half of the values are exactly 0.
     """
     out = []
     zeros = float(np.mean(grad == 0))
@@ -150,18 +151,16 @@ def warnings_for(grad: np.ndarray, source: Activation, target: Activation) -> tu
             f"{zeros:.0%} of the gradient is exactly zero: dead units or inactive paths "
             "between the two layers"
         )
-    scale = float(np.sum(np.abs(target.value.astype(np.float64))))
-    moved = float(np.sum(np.abs(grad.astype(np.float64) * source.value.astype(np.float64))))
-    if scale > 0 and moved > 0:
-        relative = moved / scale
-        if relative < VANISHING:
-            out.append(
-                f"vanishing: relative sensitivity {relative:.1e} (moving {source.site.ref} by its "
-                f"own size moves {target.site.ref} by a {relative:.1e} fraction of its size)"
-            )
-        elif relative > EXPLODING:
-            out.append(
-                f"exploding: relative sensitivity {relative:.1e} (moving {source.site.ref} by "
-                f"its own size moves {target.site.ref} {relative:.1e} times its size)"
-            )
+    size = float(np.mean(np.abs(source.value.astype(np.float64))))
+    gain = float(np.max(np.abs(grad.astype(np.float64)))) * (size if size > 0 else 1.0)
+    if gain < VANISHING:
+        out.append(
+            f"vanishing: max |g| x mean |{source.site.ref}| = {gain:.1e}; moving "
+            f"{source.site.ref} barely moves {target.site.ref}"
+        )
+    elif gain > EXPLODING:
+        out.append(
+            f"exploding: max |g| x mean |{source.site.ref}| = {gain:.1e}; a small change of "
+            f"{source.site.ref} moves {target.site.ref} enormously"
+        )
     return tuple(out)

@@ -85,7 +85,9 @@ def test_save_gradient_npy_and_npz(tmp_path, write_input):
     assert run(*args, "--to", "dense_1", "--save-gradient", str(npy)).exit_code == 0
     np.testing.assert_allclose(np.load(npy), expected, rtol=1e-5, atol=1e-6)
     npz = tmp_path / "g.npz"
-    assert run(*args, "--to", "dense_1", "--to", "dense_2", "--save-gradient", str(npz)).exit_code == 0
+    assert (
+        run(*args, "--to", "dense_1", "--to", "dense_2", "--save-gradient", str(npz)).exit_code == 0
+    )
     with np.load(npz) as data:
         assert sorted(data.files) == ["dense_1", "dense_2"]
         np.testing.assert_allclose(data["dense_1"], expected, rtol=1e-5, atol=1e-6)

@@ -54,7 +54,9 @@ def test_hand_set_weights_give_the_value_on_paper(write_input):
 def test_mean_reduction_divides_by_target_size(write_input):
     x = normal(4, 2)
     res = only(
-        inspect_model(sample("hand_set.keras"), "a", ["b"], input_file=write_input(x), reduce="mean")
+        inspect_model(
+            sample("hand_set.keras"), "a", ["b"], input_file=write_input(x), reduce="mean"
+        )
     )
     np.testing.assert_allclose(res.array, np.tile([5.0, 6.0], (4, 1)) / 4)
 
@@ -85,7 +87,11 @@ def test_nested_model_paths(write_input):
     x = normal(8, 6)
     m = load_sample("nested.keras")
     encoder = m.get_layer("encoder")
-    inner, inner_1, head = encoder.get_layer("dense"), encoder.get_layer("dense_1"), m.get_layer("head")
+    inner, inner_1, head = (
+        encoder.get_layer("dense"),
+        encoder.get_layer("dense_1"),
+        m.get_layer("head"),
+    )
     path = sample("nested.keras")
     res = only(inspect_model(path, "encoder/dense", ["encoder/dense_1"], input_file=write_input(x)))
     np.testing.assert_allclose(res.array, manual_gradient(inner, inner_1, x), rtol=RTOL, atol=ATOL)
@@ -135,7 +141,9 @@ def test_embedding_output_is_differentiable_but_integer_ids_are_not(write_input)
     path = sample("embedding.keras")
     res = only(inspect_model(path, "embedding", ["head"], input_file=write_input(ids)))
     assert res.status == "ok"
-    np.testing.assert_allclose(res.array, manual_gradient(emb, lambda h: head(pool(h)), ids), rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(
+        res.array, manual_gradient(emb, lambda h: head(pool(h)), ids), rtol=RTOL, atol=ATOL
+    )
     res = only(inspect_model(path, "ids", ["head"], input_file=write_input(ids)))
     assert res.status == "none"
     assert res.source.dtype == "int32"
@@ -152,16 +160,22 @@ def test_several_targets_share_one_pass(write_input):
     x = normal(8, 5)
     m = load_sample("seed.keras")
     dense, dense_1, dense_2 = (m.get_layer(n) for n in ("dense", "dense_1", "dense_2"))
-    report = inspect_model(sample("seed.keras"), "dense", ["dense_1", "dense_2"], input_file=write_input(x))
+    report = inspect_model(
+        sample("seed.keras"), "dense", ["dense_1", "dense_2"], input_file=write_input(x)
+    )
     assert [r.target.layer for r in report.results] == ["dense_1", "dense_2"]
-    np.testing.assert_allclose(report.results[0].array, manual_gradient(dense, dense_1, x), rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(
+        report.results[0].array, manual_gradient(dense, dense_1, x), rtol=RTOL, atol=ATOL
+    )
     expected = manual_gradient(dense, lambda h: dense_2(dense_1(h)), x)
     np.testing.assert_allclose(report.results[1].array, expected, rtol=RTOL, atol=ATOL)
 
 
 def test_integer_index_references(write_input):
     x = normal(8, 5)
-    by_name = only(inspect_model(sample("seed.keras"), "dense", ["dense_2"], input_file=write_input(x)))
+    by_name = only(
+        inspect_model(sample("seed.keras"), "dense", ["dense_2"], input_file=write_input(x))
+    )
     by_index = only(inspect_model(sample("seed.keras"), "0", ["-1"], input_file=write_input(x)))
     np.testing.assert_array_equal(by_name.array, by_index.array)
     assert by_index.source.layer == "dense" and by_index.target.layer == "dense_2"
