@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from conftest import (
     finite_difference,
-    keras,
     load_sample,
     manual_gradient,
     normal,
@@ -114,6 +113,9 @@ def test_shared_layer_second_call(write_input):
     np.testing.assert_allclose(res.array, expected, rtol=RTOL, atol=ATOL)
     fd = finite_difference(summed(lambda h: shared(shared(h))), pre(x).numpy())
     np.testing.assert_allclose(res.array, fd, rtol=1e-2, atol=1e-3)
+    res = only(inspect_model(path, "shared@1", ["head"], input_file=write_input(x)))
+    expected = manual_gradient(lambda t: shared(shared(pre(t))), head, x)
+    np.testing.assert_allclose(res.array, expected, rtol=RTOL, atol=ATOL)
     res = only(inspect_model(path, "shared@1", ["shared@0"], input_file=write_input(x)))
     assert res.status == "none" and res.causes[0].code == "not_downstream"
 
