@@ -12,19 +12,33 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from layergrad.errors import InputError
-from layergrad.results import InspectReport, ModelMeta, ProbeMeta
+from layergrad.results import InspectReport, ModelMeta, ProbeMeta, ScanReport
 
 REDUCTIONS = ("sum", "mean")
+PathLike = str | os.PathLike[str]
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """How to make the probe batch and run the model (the options every command shares)."""
+
+    input_file: PathLike | None = None
+    batch_size: int = 8
+    seed: int = 0
+    reduce: str = "sum"
+    training: bool = False
 
 
 def inspect_model(
-    path: str | os.PathLike[str],
+    path: PathLike,
     source: str,
     targets: Sequence[str],
     *,
-    input_file: str | os.PathLike[str] | None = None,
+    input_file: PathLike | None = None,
     batch_size: int = 8,
     seed: int = 0,
     reduce: str = "sum",
@@ -51,45 +65,111 @@ def inspect_model(
     Raises:
         LoadError, LayerNotFound, InputError: user errors (the CLI exits with code 2).
     """
-    if reduce not in REDUCTIONS:
-        raise InputError(f"reduce must be one of {', '.join(REDUCTIONS)}: reduce={reduce!r}")
     if not targets:
         raise InputError("give at least one target layer (--to)")
-    from layergrad import diagnose, explain, inputs, loader, probe, select
+    options = ProbeOptions(input_file, batch_size, seed, reduce, training)
+    from layergrad import diagnose, explain, loader, probe, select
 
     loaded, _ = loader.load_model(path, imports=imports, unsafe=unsafe)
     model = loaded.model
     source_site = select.resolve(model, source)
     target_sites = [select.resolve(model, ref) for ref in targets]
-    specs = inputs.input_specs(model)
-    if input_file is not None:
-        batch = inputs.load_batch(input_file, specs)
-    else:
-        batch = inputs.random_batch(specs, batch_size, seed, inputs.integer_ranges(model))
+    batch = probe_batch(model, options)
     run = probe.run_probe(
         model, batch, [source_site], target_sites, training=training, reduce=reduce
     )
     explainer = explain.Explainer(model, batch, loaded.info.graph, training, reduce)
     results = diagnose.build_results(run, loaded.info.graph, explainer.causes)
     return InspectReport(
-        model=ModelMeta(
-            path=os.fspath(path),
-            format=loaded.info.format,
-            class_name=type(model).__name__,
-            name=model.name,
-        ),
-        probe=ProbeMeta(
-            source=batch.source,
-            seed=batch.seed,
-            batch_size=batch.batch_size,
-            training=training,
-            reduce=reduce,
-        ),
-        results=results,
+        model=model_meta(path, loaded), probe=probe_meta(batch, options), results=results
     )
 
 
-def save_gradients(report: InspectReport, path: str | os.PathLike[str]) -> None:
+def scan_model(
+    path: PathLike,
+    *,
+    target: str | None = None,
+    layers: Sequence[str] = (),
+    input_file: PathLike | None = None,
+    batch_size: int = 8,
+    seed: int = 0,
+    reduce: str = "sum",
+    training: bool = False,
+    imports: Sequence[str] = (),
+    unsafe: bool = False,
+) -> ScanReport:
+    """Gradient of one target with respect to every layer's output, in one backward pass.
+
+    Args:
+        target: a layer reference; None differentiates the sum of the model's outputs.
+        layers: shell globs (`conv*`, `encoder/*`) that keep only matching layers.
+        (the rest as in `inspect_model`)
+
+    Returns:
+        A ScanReport with one row per layer call the target depends on, in execution order.
+
+    Example:
+        >>> rows = scan_model("sample_models/residual.keras").rows
+        >>> [r.layer for r in rows][:2]
+        ['x', 'stem']
+    """
+    options = ProbeOptions(input_file, batch_size, seed, reduce, training)
+    from layergrad import explain, loader, probe, scan, select
+
+    loaded, _ = loader.load_model(path, imports=imports, unsafe=unsafe)
+    model = loaded.model
+    site = None if target is None else select.resolve(model, target)
+    batch = probe_batch(model, options)
+    trace = probe.run_trace(model, batch, site, training=training, reduce=reduce)
+    explainer = explain.Explainer(model, batch, loaded.info.graph, training, reduce)
+    classes = {p: type(layer).__name__ for p, layer in select.iter_layers(model)}
+    rows = scan.scan_rows(trace, loaded.info.graph, explainer, classes, layers)
+    return ScanReport(
+        model=model_meta(path, loaded),
+        probe=probe_meta(batch, options),
+        target=site.ref if site else None,
+        rows=rows,
+    )
+
+
+def probe_batch(model: Any, options: ProbeOptions) -> Any:
+    """The probe batch for `model`: the `--input` file, or random from its input spec."""
+    from layergrad import inputs
+
+    if options.reduce not in REDUCTIONS:
+        raise InputError(
+            f"reduce must be one of {', '.join(REDUCTIONS)}: reduce={options.reduce!r}"
+        )
+    specs = inputs.input_specs(model)
+    if options.input_file is not None:
+        return inputs.load_batch(options.input_file, specs)
+    return inputs.random_batch(
+        specs, options.batch_size, options.seed, inputs.integer_ranges(model)
+    )
+
+
+def model_meta(path: PathLike, loaded: Any) -> ModelMeta:
+    """What the report says about the model file."""
+    return ModelMeta(
+        path=os.fspath(path),
+        format=loaded.info.format,
+        class_name=type(loaded.model).__name__,
+        name=loaded.model.name,
+    )
+
+
+def probe_meta(batch: Any, options: ProbeOptions) -> ProbeMeta:
+    """What the report says about the probe batch and mode."""
+    return ProbeMeta(
+        source=batch.source,
+        seed=batch.seed,
+        batch_size=batch.batch_size,
+        training=options.training,
+        reduce=options.reduce,
+    )
+
+
+def save_gradients(report: InspectReport, path: PathLike) -> None:
     """Write the raw gradient arrays: `.npy` for one result, `.npz` keyed by `--to` reference.
 
     A result whose gradient is None is left out of an `.npz`; a `.npy` of a None gradient is

@@ -35,6 +35,11 @@ class Explainer:
         self.training, self.reduce = training, reduce
         self.layers = dict(iter_layers(model))
         self._traces: dict[Key, Trace] = {}
+        self._ops_cache: dict[Key, list[tuple[str, Any]] | None] = {}
+
+    def adopt(self, target: Site, trace: Trace) -> None:
+        """Use an existing trace for `target` (scan has one already) instead of running one."""
+        self._traces[_key(target)] = trace
 
     def causes(self, status: str, source: Activation, target: Activation) -> list[Cause]:
         """Ranked causes for a `none`, `zero` or `nonfinite` gradient of target wrt source."""
@@ -217,11 +222,15 @@ class Explainer:
         return causes
 
     def _ops(self, trace: Trace, key: Key) -> list[tuple[str, Any]] | None:
-        layer, i = self.layers.get(key[0]), trace.index(*key)
-        if layer is None or i is None or trace.inputs[i] is None:
-            return None
-        shape, dtype = trace.inputs[i]  # type: ignore[misc]
-        return layer_op_types(layer, shape, dtype, self.training)
+        if key not in self._ops_cache:
+            layer, i = self.layers.get(key[0]), trace.index(*key)
+            inputs = None if i is None else trace.inputs[i]
+            self._ops_cache[key] = (
+                None
+                if layer is None or inputs is None
+                else layer_op_types(layer, inputs[0], inputs[1], self.training)
+            )
+        return self._ops_cache[key]
 
 
 class _PathView:

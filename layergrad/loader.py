@@ -89,11 +89,15 @@ def check_safety(info: FileInfo, allowed_modules: Sequence[str], unsafe: bool) -
 
 
 def load_model(
-    path: str | os.PathLike[str], imports: Sequence[str] = (), unsafe: bool = False
+    path: str | os.PathLike[str],
+    imports: Sequence[str] = (),
+    unsafe: bool = False,
+    info: FileInfo | None = None,
 ) -> tuple[LoadedModel, tuple[str, ...]]:
     """Read, audit and load a `.keras` or `.h5` model file (never writes to it).
 
-    Returns the loaded model and the audit warnings accepted by `unsafe=True`.
+    Returns the loaded model and the audit warnings accepted by `unsafe=True`. Pass `info`
+    when the file was read already.
 
     Raises:
         LoadError: the file is unreadable, malformed or fails to load; UnsafeModelError when
@@ -104,7 +108,7 @@ def load_model(
         >>> loaded.model.name
         'sequential'
     """
-    info = read_file_info(path, read_weights=False)
+    info = info or read_file_info(path, read_weights=False)
     warnings = check_safety(info, [module_name(spec) for spec in imports], unsafe)
     from layergrad._tf import quiet_import
 

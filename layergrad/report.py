@@ -15,7 +15,15 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from layergrad.results import Cause, Endpoint, GradientStats, InspectReport, Result
+from layergrad.results import (
+    Cause,
+    Endpoint,
+    GradientStats,
+    InspectReport,
+    ModelMeta,
+    ProbeMeta,
+    Result,
+)
 
 INSPECT_SCHEMA = "layergrad.inspect/1"
 STATUS_STYLE = {
@@ -59,15 +67,22 @@ def inspect_text(report: InspectReport, *, color: bool = False, width: int = 100
     return render(_inspect_renderables(report), color=color, width=width)
 
 
-def _inspect_renderables(report: InspectReport) -> list[RenderableType]:
-    m, p = report.model, report.probe
+def probe_line(p: ProbeMeta, what: str) -> str:
+    """`probe: random (seed 0), batch 8, inference, <what>`."""
     mode = "training" if p.training else "inference"
     source = f"random (seed {p.seed})" if p.source == "random" else p.source
-    header = Text.assemble(
-        (f"{m.path}", "bold"),
-        f"  {m.class_name} {m.name!r}, {m.format}\n",
-        f"probe: {source}, batch {p.batch_size}, {mode}, d {p.reduce}(to) / d from",
+    return f"probe: {source}, batch {p.batch_size}, {mode}, {what}"
+
+
+def model_header(m: ModelMeta, p: ProbeMeta, what: str) -> Text:
+    """Two header lines: the model file, then how it was probed."""
+    return Text.assemble(
+        (m.path, "bold"), f"  {m.class_name} {m.name!r}, {m.format}\n", probe_line(p, what)
     )
+
+
+def _inspect_renderables(report: InspectReport) -> list[RenderableType]:
+    header = model_header(report.model, report.probe, f"d {report.probe.reduce}(to) / d from")
     items: list[RenderableType] = [header, _results_table(report.results)]
     for res in report.results:
         if res.causes:
@@ -97,8 +112,8 @@ def _results_table(results: Iterable[Result]) -> Table:
         table.add_row(
             res.source.layer,
             res.target.layer,
-            _shape(res.source.shape),
-            _shape(res.target.shape),
+            shape_text(res.source.shape),
+            shape_text(res.target.shape),
             Text(res.status, style=STATUS_STYLE.get(res.status, "")),
             *numbers,
         )
@@ -134,16 +149,21 @@ def _units_table(results: list[Result]) -> Table:
     return table
 
 
-def _causes_panel(res: Result) -> Panel:
+def causes_lines(causes: Iterable[Cause]) -> list[Text]:
+    """Numbered causes, each with its evidence and a `fix:` line."""
     lines = []
-    for rank, cause in enumerate(res.causes, 1):
+    for rank, cause in enumerate(causes, 1):
         where = f" at {cause.layer}" if cause.layer else ""
         op = f" (op {cause.op})" if cause.op else ""
         head = (f"{rank}. {cause.code}", "bold")
         lines.append(Text.assemble(head, f"{where}{op}: {cause.message}"))
         lines.append(Text(f"   fix: {cause.hint}", style="cyan"))
+    return lines
+
+
+def _causes_panel(res: Result) -> Panel:
     return Panel(
-        Group(*lines),
+        Group(*causes_lines(res.causes)),
         title=f"{res.status}: d {res.target.layer} / d {res.source.layer}",
         title_align="left",
         border_style=STATUS_STYLE.get(res.status, ""),
@@ -151,7 +171,8 @@ def _causes_panel(res: Result) -> Panel:
     )
 
 
-def _shape(shape: Iterable[int]) -> str:
+def shape_text(shape: Iterable[int]) -> str:
+    """`(8, 4)`."""
     return "(" + ", ".join(str(d) for d in shape) + ")"
 
 
@@ -159,16 +180,23 @@ def inspect_json(report: InspectReport) -> str:
     """The `layergrad.inspect/1` JSON document (one object, keys as documented)."""
     doc = {
         "schema": INSPECT_SCHEMA,
-        "model": {
-            "path": report.model.path,
-            "format": report.model.format,
-            "class": report.model.class_name,
-            "name": report.model.name,
-        },
-        "probe": asdict(report.probe),
+        **meta_json(report.model, report.probe),
         "results": [result_json(r) for r in report.results],
     }
     return json.dumps(doc, indent=2, allow_nan=False)
+
+
+def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
+    """The `model` and `probe` members shared by the JSON documents."""
+    return {
+        "model": {
+            "path": model.path,
+            "format": model.format,
+            "class": model.class_name,
+            "name": model.name,
+        },
+        "probe": asdict(probe),
+    }
 
 
 def result_json(res: Result) -> dict[str, Any]:
@@ -178,7 +206,7 @@ def result_json(res: Result) -> dict[str, Any]:
         "to": _endpoint_json(res.target),
         "status": res.status,
         "gradient": None if res.gradient is None else _gradient_json(res.gradient),
-        "causes": [_cause_json(c) for c in res.causes],
+        "causes": [cause_json(c) for c in res.causes],
     }
 
 
@@ -197,6 +225,41 @@ def _gradient_json(g: GradientStats) -> dict[str, Any]:
     }
 
 
-def _cause_json(c: Cause) -> dict[str, Any]:
+def cause_json(c: Cause) -> dict[str, Any]:
+    """A cause as `{code, layer, message, hint}` (the op, if any, is named in the message)."""
     message = f"{c.message} (op {c.op})" if c.op else c.message
     return {"code": c.code, "layer": c.layer, "message": message, "hint": c.hint}
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub-flavoured markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def inspect_markdown(report: InspectReport) -> str:
+    """The inspect results as markdown, for a pull-request comment."""
+    head = f"**layergrad inspect** `{report.model.path}`: d {report.probe.reduce}(to) / d from\n\n"
+    rows = []
+    for r in report.results:
+        g = r.gradient
+        rows.append(
+            [
+                f"`{r.source.layer}`",
+                f"`{r.target.layer}`",
+                f"**{r.status}**" if r.status != "ok" else "ok",
+                fmt(g.l2) if g else "-",
+                fmt(g.mean_abs) if g else "-",
+                fmt(g.max_abs) if g else "-",
+                f"{g.zero_fraction:.1%}" if g else "-",
+                str(g.nonfinite) if g else "-",
+            ]
+        )
+    header = ["from", "to", "status", "L2", "mean \\|g\\|", "max \\|g\\|", "zeros", "non-finite"]
+    out = head + md_table(header, rows)
+    for r in report.results:
+        for c in r.causes:
+            where = f" at `{c.layer}`" if c.layer else ""
+            out += f"\n- `{r.target.layer}`: **{c.code}**{where}: {c.message} Fix: {c.hint}"
+    return out + ("\n" if any(r.causes for r in report.results) else "")

@@ -97,3 +97,46 @@ class InspectReport:
     model: ModelMeta
     probe: ProbeMeta
     results: tuple[Result, ...]
+
+
+@dataclass(frozen=True)
+class ScanRow:
+    """One layer call in a gradient-flow scan: d target / d this activation."""
+
+    layer: str
+    class_name: str
+    shape: tuple[int, ...]
+    dtype: str
+    status: str  # ok / none / zero / nonfinite, or "integer" for integer-valued activations
+    gradient: GradientStats | None
+    flags: tuple[str, ...] = ()  # blocked, vanishing, exploding, dead, nonfinite
+    causes: tuple[Cause, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScanReport:
+    """Gradient of one target with respect to every layer's output, in execution order."""
+
+    model: ModelMeta
+    probe: ProbeMeta
+    target: str | None  # a layer reference; None for the sum of the model's outputs
+    rows: tuple[ScanRow, ...]
+
+
+@dataclass(frozen=True)
+class CheckItem:
+    """One named check of one model file."""
+
+    name: str
+    passed: bool
+    message: str
+    findings: tuple[str, ...] = ()  # finding kinds seen: unreadable, unsafe, nonfinite, blocked...
+
+
+@dataclass(frozen=True)
+class FileVerdict:
+    """All checks of one model file; `passed` is False when a check failed."""
+
+    path: str
+    passed: bool
+    checks: tuple[CheckItem, ...]

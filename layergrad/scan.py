@@ -1,0 +1,124 @@
+"""Whole-model gradient flow: one target, every layer's output, one forward and backward pass."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from layergrad.explain import Explainer
+from layergrad.graph import ModelGraph
+from layergrad.probe import Activation, Trace
+from layergrad.results import Cause, ScanRow
+from layergrad.stats import gradient_stats, status_of
+
+# A layer's mean |g| this far below (above) the median over all layers is vanishing (exploding).
+VANISHING_RATIO, EXPLODING_RATIO, DEAD_FRACTION = 1e-5, 1e5, 0.5
+
+
+def scan_rows(
+    trace: Trace,
+    graph: ModelGraph | None,
+    explainer: Explainer,
+    classes: dict[str, str],
+    patterns: Sequence[str] = (),
+) -> tuple[ScanRow, ...]:
+    """One row per activation of the trace (inputs, then layer calls in execution order).
+
+    Rows the target does not depend on are left out. `patterns` (shell globs) keep only
+    matching layer references. Blocked and non-finite rows get causes from the explainer.
+    """
+    target = trace.target
+    rows: list[ScanRow] = []
+    for act, grad in zip(trace.activations, trace.gradients, strict=True):
+        ref = act.site.ref
+        if patterns and not any(fnmatch.fnmatchcase(ref, p) for p in patterns):
+            continue
+        if target is not None and not _upstream(graph, act, target):
+            continue
+        rows.append(_row(act, grad, classes.get(act.site.path, "InputLayer")))
+    rows = _flag_scale(rows)
+    return tuple(_with_causes(row, trace, graph, explainer) for row in rows)
+
+
+def _upstream(graph: ModelGraph | None, act: Activation, target: Activation) -> bool:
+    if act.site == target.site or graph is None:
+        return True
+    a, t = act.site, target.site
+    return graph.depends(t.path, a.path, to_call=t.call, frm_call=a.call) is not False
+
+
+def _row(act: Activation, grad: np.ndarray | None, class_name: str) -> ScanRow:
+    status = status_of(grad) if act.is_float else "integer"
+    stats = None if grad is None else gradient_stats(grad, top=0)
+    flags: tuple[str, ...] = {"none": ("blocked",), "nonfinite": ("nonfinite",)}.get(status, ())
+    if stats is not None and status != "nonfinite" and stats.zero_fraction > DEAD_FRACTION:
+        flags += ("dead",)
+    return ScanRow(
+        layer=act.site.ref,
+        class_name=class_name,
+        shape=act.shape,
+        dtype=act.dtype,
+        status=status,
+        gradient=stats,
+        flags=flags,
+    )
+
+
+def _flag_scale(rows: list[ScanRow]) -> list[ScanRow]:
+    """Flag vanishing / exploding rows against the median mean |g| of the healthy rows."""
+    sizes = [r.gradient.mean_abs for r in rows if r.status == "ok" and r.gradient]
+    if not sizes:
+        return rows
+    median = float(np.median(sizes))
+    out = []
+    for row in rows:
+        g = row.gradient
+        if row.status == "ok" and g is not None and median > 0:
+            if g.mean_abs < VANISHING_RATIO * median:
+                row = _replace(row, flags=(*row.flags, "vanishing"))
+            elif g.mean_abs > EXPLODING_RATIO * median:
+                row = _replace(row, flags=(*row.flags, "exploding"))
+        out.append(row)
+    return out
+
+
+def _with_causes(
+    row: ScanRow, trace: Trace, graph: ModelGraph | None, explainer: Explainer
+) -> ScanRow:
+    if row.status not in ("none", "nonfinite", "zero"):
+        return row
+    i = next(i for i, a in enumerate(trace.activations) if a.site.ref == row.layer)
+    source = trace.activations[i]
+    target = trace.target or _reached_output(trace, graph, i)
+    if target is None:
+        cause = Cause(
+            "not_downstream",
+            row.layer,
+            f"{row.layer!r} feeds none of the model's outputs",
+            "remove the unused branch, or add it to the model's outputs",
+        )
+        return _replace(row, causes=(cause,))
+    explainer.adopt(target.site, trace)
+    return _replace(row, causes=tuple(explainer.causes(row.status, source, target)))
+
+
+def _reached_output(trace: Trace, graph: ModelGraph | None, i: int) -> Activation | None:
+    """The last activation after `i` that depends on it and has a gradient (an output end)."""
+    source = trace.activations[i].site
+    for act, grad in reversed(list(zip(trace.activations, trace.gradients, strict=True))):
+        if act.site == source:
+            return None
+        depends = (
+            graph.depends(act.site.path, source.path, act.site.call, source.call) if graph else None
+        )
+        if grad is not None and depends:
+            return act
+    return None
+
+
+def _replace(row: ScanRow, **changes: Any) -> ScanRow:
+    return replace(row, **changes)
