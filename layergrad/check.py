@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from layergrad.errors import LayergradError
 from layergrad.fileinfo import FileInfo, read_file_info
@@ -169,3 +170,23 @@ def _finite(value: object) -> bool:
     import numpy as np
 
     return bool(np.all(np.isfinite(value)))  # type: ignore[call-overload]
+
+
+def expand_paths(paths: Sequence[str]) -> list[str]:
+    """Model files to check: files as given; a directory's .keras / .h5 files, recursively.
+
+    A directory holding `saved_model.pb` is kept as it is, so its check explains SavedModels.
+    """
+    out: list[str] = []
+    for text in paths:
+        p = Path(text)
+        if p.is_dir() and not (p / "saved_model.pb").exists():
+            found = sorted(str(f) for f in p.rglob("*") if f.suffix in (".keras", ".h5"))
+            if not found:
+                raise LayergradError(f"no .keras or .h5 files in directory {text}")
+            out.extend(found)
+        else:
+            out.append(text)
+    if not out:
+        raise LayergradError("give at least one model file to check")
+    return out

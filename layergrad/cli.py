@@ -23,12 +23,26 @@ F = TypeVar("F", bound=Callable[..., Any])
 STATUSES = ("none", "zero", "nonfinite")
 
 
-def _fail_on(_ctx: Any, _param: Any, value: str) -> frozenset[str]:
-    wanted = frozenset(v.strip() for v in value.split(",") if v.strip())
-    unknown = sorted(wanted - set(STATUSES))
-    if unknown:
-        raise click.BadParameter(f"unknown status {', '.join(unknown)}; use {','.join(STATUSES)}")
-    return wanted
+def _choices(allowed: tuple[str, ...], what: str) -> Callable[[Any, Any, str], frozenset[str]]:
+    """A click callback parsing a comma-separated list of `allowed` words."""
+
+    def parse(_ctx: Any, _param: Any, value: str) -> frozenset[str]:
+        wanted = frozenset(v.strip() for v in value.split(",") if v.strip())
+        unknown = sorted(wanted - set(allowed))
+        if unknown:
+            raise click.BadParameter(
+                f"unknown {what} {', '.join(unknown)}; use {','.join(allowed)}"
+            )
+        return wanted
+
+    return parse
+
+
+_statuses = _choices(STATUSES, "status")
+SCAN_FLAGS = ("blocked", "nonfinite", "dead", "vanishing", "exploding")
+CHECK_FINDINGS = ("unreadable", "unsafe", *SCAN_FLAGS)
+_scan_flags = _choices(SCAN_FLAGS, "flag")
+_check_findings = _choices(CHECK_FINDINGS, "finding")
 
 
 def handle_errors(func: F) -> F:
@@ -86,6 +100,77 @@ def load_options(func: F) -> F:
     return func
 
 
+def probe_options(func: F) -> F:
+    """Options that say how to make the probe batch and run the model."""
+    for option in reversed(
+        [
+            click.option(
+                "--input",
+                "input_file",
+                type=click.Path(dir_okay=False, path_type=str),
+                help="Probe batch: .npy (one input) or .npz keyed by input name.",
+            ),
+            click.option(
+                "--batch-size",
+                default=8,
+                show_default=True,
+                type=click.IntRange(min=1),
+                help="Rows of the random probe batch.",
+            ),
+            click.option(
+                "--seed", default=0, show_default=True, type=int, help="Seed of the random batch."
+            ),
+            click.option(
+                "--reduce",
+                type=click.Choice(["sum", "mean"]),
+                default="sum",
+                show_default=True,
+                help="Reduce the target activation to a scalar by sum or mean.",
+            ),
+            click.option(
+                "--training",
+                is_flag=True,
+                help="Run the model in training mode (default: inference).",
+            ),
+        ]
+    ):
+        func = option(func)
+    return func
+
+
+def format_options(func: F) -> F:
+    """`--format table|json|markdown` and its shorthand `--json`."""
+    func = click.option("--json", "as_json", is_flag=True, help="Shorthand for --format json.")(
+        func
+    )
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["table", "json", "markdown"]),
+        default="table",
+        show_default=True,
+        help="Output: a table for people, JSON for programs, markdown for pull-request comments.",
+    )(func)
+
+
+def emit(
+    text_fn: Callable[..., str],
+    json_fn: Callable[[Any], str],
+    md_fn: Callable[[Any], str],
+    value: Any,
+    fmt: str,
+    as_json: bool,
+) -> None:
+    """Print a report in the chosen format (JSON returns before any colour logic)."""
+    if as_json or fmt == "json":
+        click.echo(json_fn(value))
+    elif fmt == "markdown":
+        click.echo(md_fn(value), nl=False)
+    else:
+        color, width = _terminal()
+        click.echo(text_fn(value, color=color, width=width), nl=False)
+
+
 def _terminal() -> tuple[bool, int]:
     """(use colour, width) for stdout."""
     color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
@@ -120,35 +205,8 @@ def main() -> None:
     metavar="REF",
     help="Layer whose output is differentiated. Repeatable.",
 )
-@click.option(
-    "--input",
-    "input_file",
-    type=click.Path(dir_okay=False, path_type=str),
-    help="Probe batch: .npy (one input) or .npz keyed by input name.",
-)
-@click.option(
-    "--batch-size",
-    default=8,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Rows of the random probe batch.",
-)
-@click.option(
-    "--seed", default=0, show_default=True, type=int, help="Seed of the random probe batch."
-)
-@click.option(
-    "--reduce",
-    type=click.Choice(["sum", "mean"]),
-    default="sum",
-    show_default=True,
-    help="Reduce each --to activation to a scalar by sum or mean.",
-)
-@click.option(
-    "--training", is_flag=True, help="Run the model in training mode (default: inference)."
-)
-@click.option(
-    "--json", "as_json", is_flag=True, help="Print one JSON object (schema layergrad.inspect/1)."
-)
+@probe_options
+@format_options
 @click.option(
     "--save-gradient",
     metavar="FILE",
@@ -157,7 +215,7 @@ def main() -> None:
 @click.option(
     "--fail-on",
     default="",
-    callback=_fail_on,
+    callback=_statuses,
     metavar="STATUSES",
     help="Exit 1 when a result has one of these statuses, e.g. none,zero,nonfinite.",
 )
@@ -172,6 +230,7 @@ def inspect(
     seed: int,
     reduce: str,
     training: bool,
+    fmt: str,
     as_json: bool,
     save_gradient: str | None,
     fail_on: frozenset[str],
@@ -217,13 +276,199 @@ def inspect(
     )
     if save_gradient:
         api.save_gradients(result, save_gradient)
-    if as_json:
-        click.echo(report.inspect_json(result))
-    else:
-        color, width = _terminal()
-        click.echo(report.inspect_text(result, color=color, width=width), nl=False)
+    emit(report.inspect_text, report.inspect_json, report.inspect_markdown, result, fmt, as_json)
     if any(r.status in fail_on for r in result.results):
         sys.exit(1)
+
+
+@main.command()
+@click.argument("model", type=click.Path(dir_okay=True, path_type=str))
+@click.option(
+    "--to", "target", metavar="REF", help="Target layer (default: the sum of the model's outputs)."
+)
+@click.option(
+    "--layers",
+    "patterns",
+    multiple=True,
+    metavar="GLOB",
+    help="Only layers matching this shell glob, e.g. 'conv4_*'. Repeatable.",
+)
+@probe_options
+@format_options
+@click.option(
+    "--fail-on",
+    default="",
+    callback=_scan_flags,
+    metavar="FLAGS",
+    help=f"Exit 1 when a layer is flagged with one of: {','.join(SCAN_FLAGS)}.",
+)
+@load_options
+@handle_errors
+def scan(
+    model: str,
+    target: str | None,
+    patterns: tuple[str, ...],
+    input_file: str | None,
+    batch_size: int,
+    seed: int,
+    reduce: str,
+    training: bool,
+    fmt: str,
+    as_json: bool,
+    fail_on: frozenset[str],
+    imports: tuple[str, ...],
+    unsafe: bool,
+    debug: bool,
+) -> None:
+    """Gradient flow through the whole model in one forward and one backward pass.
+
+    Differentiates one target (the sum of the model's outputs, or --to) with
+    respect to every layer's output, and shows them in depth order with a
+    log-scale bar. Flags: blocked (None), nonfinite, dead (mostly exact zeros),
+    vanishing / exploding (far below / above the median layer). Integer-valued
+    layers are shown as not differentiable.
+
+    \b
+    Examples:
+        layergrad scan model.keras
+        layergrad scan model.keras --to dense_1 --layers 'conv*' --json
+        layergrad scan model.keras --fail-on blocked,nonfinite
+    """
+    from layergrad import api, scan_report
+
+    result = api.scan_model(
+        model,
+        target=target,
+        layers=patterns,
+        input_file=input_file,
+        batch_size=batch_size,
+        seed=seed,
+        reduce=reduce,
+        training=training,
+        imports=imports,
+        unsafe=unsafe,
+    )
+    emit(
+        scan_report.scan_text,
+        scan_report.scan_json,
+        scan_report.scan_markdown,
+        result,
+        fmt,
+        as_json,
+    )
+    if any(set(row.flags) & fail_on for row in result.rows):
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("models", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option(
+    "--fail-on",
+    default="unreadable,unsafe,nonfinite,blocked",
+    show_default=True,
+    callback=_check_findings,
+    metavar="FINDINGS",
+    help=f"Findings that fail a file: {','.join(CHECK_FINDINGS)}.",
+)
+@click.option(
+    "--static-only",
+    is_flag=True,
+    help="Stop after reading, the safety audit and weight health; never import TensorFlow.",
+)
+@format_options
+@click.option(
+    "--junit",
+    "junit_file",
+    metavar="FILE",
+    type=click.Path(dir_okay=False, path_type=str),
+    help="Also write JUnit XML (one testcase per file and check).",
+)
+@click.option(
+    "--batch-size",
+    default=2,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Rows of the random probe batch.",
+)
+@click.option(
+    "--seed", default=0, show_default=True, type=int, help="Seed of the random probe batch."
+)
+@load_options
+@handle_errors
+def check(
+    models: tuple[str, ...],
+    fail_on: frozenset[str],
+    static_only: bool,
+    fmt: str,
+    as_json: bool,
+    junit_file: str | None,
+    batch_size: int,
+    seed: int,
+    imports: tuple[str, ...],
+    unsafe: bool,
+    debug: bool,
+) -> None:
+    """Check model files for CI: exit 1 when any file fails.
+
+    Each file gets named checks: readable, safe (static audit), weights (all
+    finite), loads (Keras safe mode), forward (finite on a random batch),
+    gradient (the outputs' gradient reaches every differentiable layer,
+    finite). An unreadable or hostile file fails; it is not a usage error.
+    A directory stands for the .keras / .h5 files under it.
+
+    \b
+    Examples:
+        layergrad check models/*.keras
+        layergrad check models/ --junit layergrad.xml
+        layergrad check model.h5 --static-only --fail-on unreadable,unsafe,nonfinite
+    """
+    from layergrad import check as checks
+    from layergrad import check_report
+
+    paths = checks.expand_paths(models)
+    options = checks.CheckOptions(
+        fail_on=fail_on,
+        static_only=static_only,
+        imports=imports,
+        unsafe=unsafe,
+        batch_size=batch_size,
+        seed=seed,
+    )
+    verdicts = _with_progress(paths, lambda on_file: checks.check_files(paths, options, on_file))
+    if junit_file:
+        with open(junit_file, "w", encoding="utf-8") as out:
+            out.write(check_report.check_junit(verdicts))
+    emit(
+        check_report.check_text,
+        check_report.check_json,
+        check_report.check_markdown,
+        verdicts,
+        fmt,
+        as_json,
+    )
+    if not all(v.passed for v in verdicts):
+        sys.exit(1)
+
+
+def _with_progress(paths: list[str], run: Callable[[Callable[[str], None] | None], Any]) -> Any:
+    """Run with a progress bar on stderr when there are several files."""
+    if len(paths) < 2:
+        return run(None)
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("checking", total=len(paths))
+        started = 0
+
+        def on_file(path: str) -> None:
+            nonlocal started
+            progress.update(task, completed=started, description=f"checking {path}")
+            started += 1
+
+        result = run(on_file)
+        progress.update(task, completed=len(paths))
+    return result
 
 
 if __name__ == "__main__":

@@ -45,9 +45,9 @@ def scan_rows(
 
 
 def _upstream(graph: ModelGraph | None, act: Activation, target: Activation) -> bool:
-    if act.site == target.site or graph is None:
-        return True
     a, t = act.site, target.site
+    if (a.path, a.call) == (t.path, t.call) or graph is None:
+        return True
     return graph.depends(t.path, a.path, to_call=t.call, frm_call=a.call) is not False
 
 

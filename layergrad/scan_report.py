@@ -25,7 +25,7 @@ from layergrad.report import (
 from layergrad.results import ScanReport, ScanRow
 
 SCAN_SCHEMA = "layergrad.scan/1"
-BAR_WIDTH = 24
+BAR_WIDTH = 16
 
 
 def scan_text(report: ScanReport, *, color: bool = False, width: int = 100) -> str:
