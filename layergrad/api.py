@@ -124,11 +124,13 @@ def scan_model(
     explainer = explain.Explainer(model, batch, loaded.info.graph, training, reduce)
     classes = {p: type(layer).__name__ for p, layer in select.iter_layers(model)}
     rows = scan.scan_rows(trace, loaded.info.graph, explainer, classes, layers)
+    note = scan.softmax_note(model, site.layer if site else None)
     return ScanReport(
         model=model_meta(path, loaded),
         probe=probe_meta(batch, options),
         target=site.ref if site else None,
         rows=rows,
+        notes=(note,) if note else (),
     )
 
 

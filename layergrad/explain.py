@@ -148,7 +148,7 @@ class Explainer:
 
     def _zeroed_at(self, path: _PathView, key: Key) -> list[Cause]:
         ref, layer, act = _ref(key), self.layers.get(key[0]), path.activation(key)
-        kind = _activation_name(layer)
+        kind = activation_name(layer)
         causes = []
         if act is not None and "float16" in {act.dtype, *(p.dtype for p in path.inputs_of(key))}:
             causes.append(
@@ -329,7 +329,7 @@ def _integer_path(act: Activation) -> Cause:
     )
 
 
-def _activation_name(layer: Any) -> str | None:
+def activation_name(layer: Any) -> str | None:
     """'relu', 'sigmoid', 'tanh', 'softmax' for layers that apply one, else None."""
     if layer is None:
         return None

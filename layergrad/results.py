@@ -121,6 +121,7 @@ class ScanReport:
     probe: ProbeMeta
     target: str | None  # a layer reference; None for the sum of the model's outputs
     rows: tuple[ScanRow, ...]
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

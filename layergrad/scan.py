@@ -15,8 +15,9 @@ from layergrad.probe import Activation, Trace
 from layergrad.results import Cause, ScanRow
 from layergrad.stats import gradient_stats, status_of
 
-# A layer's mean |g| this far below (above) the median over all layers is vanishing (exploding).
-VANISHING_RATIO, EXPLODING_RATIO, DEAD_FRACTION = 1e-5, 1e5, 0.5
+# A layer whose mean |g| is this far below (above) the target end's is vanishing (exploding);
+# a layer with more than DEAD_FRACTION of its units (last axis) getting exactly zero is dead.
+VANISHING_RATIO, EXPLODING_RATIO, DEAD_FRACTION = 1e-6, 1e6, 0.5
 
 
 def scan_rows(
@@ -55,7 +56,7 @@ def _row(act: Activation, grad: np.ndarray | None, class_name: str) -> ScanRow:
     status = status_of(grad) if act.is_float else "integer"
     stats = None if grad is None else gradient_stats(grad, top=0)
     flags: tuple[str, ...] = {"none": ("blocked",), "nonfinite": ("nonfinite",)}.get(status, ())
-    if stats is not None and status != "nonfinite" and stats.zero_fraction > DEAD_FRACTION:
+    if grad is not None and status != "nonfinite" and dead_units(grad) > DEAD_FRACTION:
         flags += ("dead",)
     return ScanRow(
         layer=act.site.ref,
@@ -68,22 +69,50 @@ def _row(act: Activation, grad: np.ndarray | None, class_name: str) -> ScanRow:
     )
 
 
+def dead_units(grad: np.ndarray) -> float:
+    """Fraction of units (last axis) whose gradient is exactly zero everywhere in the batch."""
+    if grad.ndim == 0 or grad.size == 0:
+        return float(not np.any(grad))
+    return float(np.mean(np.all(grad.reshape(-1, grad.shape[-1]) == 0, axis=0)))
+
+
 def _flag_scale(rows: list[ScanRow]) -> list[ScanRow]:
-    """Flag vanishing / exploding rows against the median mean |g| of the healthy rows."""
-    sizes = [r.gradient.mean_abs for r in rows if r.status == "ok" and r.gradient]
-    if not sizes:
+    """Flag vanishing / exploding rows against the target end (the last row, d t / d t)."""
+    end = rows[-1].gradient if rows else None
+    if end is None or end.mean_abs <= 0:
         return rows
-    median = float(np.median(sizes))
     out = []
     for row in rows:
         g = row.gradient
-        if row.status == "ok" and g is not None and median > 0:
-            if g.mean_abs < VANISHING_RATIO * median:
+        if row.status == "ok" and g is not None:
+            if g.mean_abs < VANISHING_RATIO * end.mean_abs:
                 row = _replace(row, flags=(*row.flags, "vanishing"))
-            elif g.mean_abs > EXPLODING_RATIO * median:
+            elif g.mean_abs > EXPLODING_RATIO * end.mean_abs:
                 row = _replace(row, flags=(*row.flags, "exploding"))
         out.append(row)
     return out
+
+
+def softmax_note(model: Any, target: Any) -> str | None:
+    """A note when the target is a softmax, whose sum is 1 per sample (gradient ~0 everywhere)."""
+    from layergrad.explain import activation_name
+
+    layers = [target] if target is not None else _output_layers(model)
+    names = [getattr(layer, "name", "?") for layer in layers if activation_name(layer) == "softmax"]
+    if not names:
+        return None
+    return (
+        f"{', '.join(names)} ends in softmax: the sum of its outputs is 1 for every sample, so "
+        "the gradient of that sum is zero up to rounding; scan with --to a layer before it, "
+        "or a model saved with classifier_activation=None"
+    )
+
+
+def _output_layers(model: Any) -> list[Any]:
+    try:
+        return [t._keras_history.operation for t in model.outputs]
+    except (AttributeError, ValueError):
+        return list(model.layers[-1:])
 
 
 def _with_causes(

@@ -38,6 +38,7 @@ def scan_text(report: ScanReport, *, color: bool = False, width: int = 100) -> s
         ),
         _table(report),
     ]
+    items += [Text(f"note: {note}", style="yellow") for note in report.notes]
     for row in _distinct_causes([r for r in report.rows if r.causes]):
         title = Text(f"{row.status} at {row.layer} (and the layers before it):", style="bold")
         items.append(Group(title, *causes_lines(row.causes)))
@@ -118,6 +119,7 @@ def scan_json(report: ScanReport) -> str:
         **meta_json(report.model, report.probe),
         "target": report.target,
         "layers": [_row_json(r) for r in report.rows],
+        "notes": list(report.notes),
     }
     return json.dumps(doc, indent=2, allow_nan=False)
 
@@ -162,6 +164,6 @@ def scan_markdown(report: ScanReport) -> str:
         ]
         for r in report.rows
     ]
-    return head + md_table(
-        ["layer", "class", "shape", "status", "mean \\|g\\|", "flags", "causes"], rows
-    )
+    notes = "".join(f"\n> note: {note}\n" for note in report.notes)
+    header = ["layer", "class", "shape", "status", "mean \\|g\\|", "flags", "causes"]
+    return head + md_table(header, rows) + notes
