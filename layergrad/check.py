@@ -21,7 +21,7 @@ from layergrad.errors import LayergradError
 from layergrad.fileinfo import FileInfo, read_file_info
 from layergrad.results import CheckItem, FileVerdict, ScanRow
 
-FINDINGS = ("unreadable", "unsafe", "nonfinite", "blocked", "dead", "vanishing", "exploding")
+FINDINGS = ("unreadable", "unsafe", "blocked", "nonfinite", "dead", "vanishing", "exploding")
 DEFAULT_FAIL_ON = ("unreadable", "unsafe", "nonfinite", "blocked")
 
 
