@@ -1,0 +1,103 @@
+"""Benchmark: `scan` of every ResNet50 layer vs one plain forward+backward pass, and vs a loop.
+
+ResNet50 (weights=None, 64x64 input, batch 2) is saved once to a temp dir. In one process,
+alternating rounds time:
+  baseline   load the model; one forward and one backward pass w.r.t. its weights
+  scan       load the model; layergrad's scan of every layer (one forward, one backward)
+  loop       load the model; one GradientTape per layer (what scan avoids), on --loop-layers
+Printed: the medians and the ratios scan/baseline (goal <= 1.5) and loop/scan.
+
+    python benchmarks/bench_scan.py [--rounds 5] [--loop-layers 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from layergrad._tf import quiet_import
+from layergrad.api import scan_model
+
+tf, keras = quiet_import()
+
+
+def baseline(path: Path, x: np.ndarray) -> None:
+    model = keras.saving.load_model(path, compile=False)
+    with tf.GradientTape() as tape:
+        y = model(x, training=False)
+        loss = tf.reduce_sum(y)
+    tape.gradient(loss, model.trainable_weights)
+
+
+def scan(path: Path, x_file: Path) -> None:
+    scan_model(path, input_file=x_file)
+
+
+def loop(path: Path, x: np.ndarray, layers: int) -> None:
+    """One tape per layer: capture that layer's output, watch it, differentiate the output."""
+    model = keras.saving.load_model(path, compile=False)
+    for layer in model.layers[1 : 1 + layers]:
+        original = layer.call
+        with tf.GradientTape() as tape:
+            seen = {}
+
+            def watched(*a, _call=original, **k):
+                seen["h"] = _call(*a, **k)
+                tape.watch(seen["h"])
+                return seen["h"]
+
+            layer.call = watched
+            try:
+                y = model(x, training=False)
+            finally:
+                del layer.call
+        tape.gradient(y, seen["h"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--loop-layers", type=int, default=40)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "resnet50.keras"
+        keras.applications.ResNet50(
+            weights=None, input_shape=(64, 64, 3), classes=10, classifier_activation=None
+        ).save(path)
+        x = np.random.default_rng(0).standard_normal((2, 64, 64, 3)).astype("float32")
+        x_file = Path(tmp) / "x.npy"
+        np.save(x_file, x)
+        n_layers = len(keras.saving.load_model(path, compile=False).layers)
+        jobs = {
+            "baseline": lambda: baseline(path, x),
+            "scan": lambda: scan(path, x_file),
+            "loop": lambda: loop(path, x, args.loop_layers),
+        }
+        for job in jobs.values():  # warm up: graph tracing, file cache
+            job()
+        times: dict[str, list[float]] = {name: [] for name in jobs}
+        for _ in range(args.rounds):
+            for name, job in jobs.items():
+                start = time.perf_counter()
+                job()
+                times[name].append(time.perf_counter() - start)
+    med = {name: statistics.median(t) for name, t in times.items()}
+    ratio = statistics.median(s / b for s, b in zip(times["scan"], times["baseline"], strict=True))
+    per_layer = med["loop"] / args.loop_layers
+    print(f"ResNet50, {n_layers} layers, 64x64, batch 2; medians of {args.rounds} rounds")
+    for name, value in med.items():
+        print(f"  {name:8s} {value:6.2f} s")
+    print(f"scan / baseline: {ratio:.2f}x  (goal <= 1.5)")
+    print(
+        f"per-layer loop: {per_layer:.2f} s per layer, so ~{per_layer * n_layers:.1f} s for all "
+        f"{n_layers} layers = {per_layer * n_layers / med['scan']:.1f}x the scan"
+    )
+
+
+if __name__ == "__main__":
+    main()
