@@ -120,15 +120,13 @@ def _results_table(results: Iterable[Result]) -> Table:
     return table
 
 
-def _units_table(results: list[Result]) -> Table:
+def _units_table(results: list[Result]) -> Group:
     """Top units of the source activation (mean |g| per unit on its last axis), per target."""
-    table = Table(
-        title=f"most sensitive units of {results[0].source.layer} (mean |g| over all but the "
-        "last axis)",
-        box=box.SIMPLE,
-        title_justify="left",
-        pad_edge=False,
+    title = Text(
+        f"most sensitive units of {results[0].source.layer} (mean |g| per unit of its last axis)",
+        style="bold",
     )
+    table = Table(box=box.SIMPLE, pad_edge=False)
     table.add_column("rank", justify="right")
     for res in results:
         table.add_column(f"→ {res.target.layer}", justify="right")
@@ -146,7 +144,7 @@ def _units_table(results: list[Result]) -> Table:
             else:
                 cells += ["", "", ""]
         table.add_row(*cells)
-    return table
+    return Group(title, table)
 
 
 def causes_lines(causes: Iterable[Cause]) -> list[Text]:
