@@ -17,14 +17,16 @@ CHECK_SCHEMA = "layergrad.check/1"
 
 
 def check_text(verdicts: Sequence[FileVerdict], *, color: bool = False, width: int = 100) -> str:
-    """One row per file: verdict, the checks that ran (✓ / ✗), and what failed or was found."""
+    """One row per file: verdict, checks passed (and which failed), and what was found."""
     table = Table(box=box.SIMPLE_HEAVY, pad_edge=False)
-    table.add_column("file", overflow="fold")
-    table.add_column("verdict")
-    table.add_column("checks")
-    table.add_column("findings", overflow="fold")
+    table.add_column("file", overflow="fold", ratio=2)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("checks", no_wrap=True)
+    table.add_column("findings", overflow="fold", ratio=5)
     for v in verdicts:
-        marks = " ".join(f"{'✓' if c.passed else '✗'} {c.name}" for c in v.checks)
+        failed = [c.name for c in v.checks if not c.passed]
+        marks = f"{len(v.checks) - len(failed)}/{len(v.checks)} ok"
+        marks += f", ✗ {', '.join(failed)}" if failed else ""
         notes = "\n".join(f"{c.name}: {c.message}" for c in v.checks if c.findings or not c.passed)
         table.add_row(
             v.path,

@@ -68,6 +68,27 @@ def summed(fn: Callable[[object], object]) -> Callable[[np.ndarray], float]:
     return lambda h: float(np.sum(np.asarray(fn(tf.constant(h, dtype=tf.float32)), np.float64)))
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--overwrite", action="store_true", help="Rewrite the golden files in tests/golden/."
+    )
+
+
+@pytest.fixture
+def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
+    """Compare rendered text with tests/golden/NAME (or rewrite it with --overwrite)."""
+
+    def check(name: str, text: str) -> None:
+        path = ROOT / "tests" / "golden" / name
+        if request.config.getoption("--overwrite"):
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        assert path.exists(), f"no golden file {path}; run pytest --overwrite and review it"
+        assert text == path.read_text(encoding="utf-8")
+
+    return check
+
+
 @pytest.fixture
 def write_input(tmp_path: Path) -> Callable[..., str]:
     """Save a probe batch to .npy (one array) or .npz (keyword arrays); return its path."""
