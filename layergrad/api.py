@@ -68,13 +68,12 @@ def inspect_model(
     if not targets:
         raise InputError("give at least one target layer (--to)")
     options = ProbeOptions(input_file, batch_size, seed, reduce, training)
-    from layergrad import diagnose, explain, loader, probe, select
+    from layergrad import diagnose, explain, probe, select
 
-    loaded, _ = loader.load_model(path, imports=imports, unsafe=unsafe)
+    loaded, batch = _open(path, options, imports, unsafe)
     model = loaded.model
     source_site = select.resolve(model, source)
     target_sites = [select.resolve(model, ref) for ref in targets]
-    batch = probe_batch(model, options)
     run = probe.run_probe(
         model, batch, [source_site], target_sites, training=training, reduce=reduce
     )
@@ -114,12 +113,11 @@ def scan_model(
         ['x', 'stem']
     """
     options = ProbeOptions(input_file, batch_size, seed, reduce, training)
-    from layergrad import explain, loader, probe, scan, select
+    from layergrad import explain, probe, scan, select
 
-    loaded, _ = loader.load_model(path, imports=imports, unsafe=unsafe)
+    loaded, batch = _open(path, options, imports, unsafe)
     model = loaded.model
     site = None if target is None else select.resolve(model, target)
-    batch = probe_batch(model, options)
     trace = probe.run_trace(model, batch, site, training=training, reduce=reduce)
     explainer = explain.Explainer(model, batch, loaded.info.graph, training, reduce)
     classes = {p: type(layer).__name__ for p, layer in select.iter_layers(model)}
@@ -132,6 +130,16 @@ def scan_model(
         rows=rows,
         notes=(note,) if note else (),
     )
+
+
+def _open(
+    path: PathLike, options: ProbeOptions, imports: Sequence[str], unsafe: bool
+) -> tuple[Any, Any]:
+    """Load the model (audited, safe mode) and make its probe batch."""
+    from layergrad import loader
+
+    loaded, _ = loader.load_model(path, imports=imports, unsafe=unsafe)
+    return loaded, probe_batch(loaded.model, options)
 
 
 def probe_batch(model: Any, options: ProbeOptions) -> Any:
