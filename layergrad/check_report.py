@@ -34,10 +34,10 @@ def check_text(verdicts: Sequence[FileVerdict], *, color: bool = False, width: i
             marks,
             Text(notes, style="" if v.passed else "red"),
         )
-    failed = sum(1 for v in verdicts if not v.passed)
+    n_failed = sum(1 for v in verdicts if not v.passed)
     summary = Text(
-        f"{len(verdicts) - failed} passed, {failed} failed",
-        style="bold red" if failed else "bold green",
+        f"{len(verdicts) - n_failed} passed, {n_failed} failed",
+        style="bold red" if n_failed else "bold green",
     )
     return render([table, summary], color=color, width=width)
 
