@@ -70,7 +70,7 @@ def static_causes(
         causes.append(_not_downstream(source, target, graph))
     for act in (source, target):
         if not act.is_float:
-            causes.append(_integer_end(act))
+            causes.append(integer_cause(act))
     return tuple(causes)
 
 
@@ -109,7 +109,8 @@ def _not_downstream(source: Activation, target: Activation, graph: ModelGraph | 
     return Cause(code="not_downstream", layer=dst, message=message, hint=hint)
 
 
-def _integer_end(act: Activation) -> Cause:
+def integer_cause(act: Activation) -> Cause:
+    """`integer_path` at an activation whose dtype is not floating-point."""
     return Cause(
         code="integer_path",
         layer=act.site.ref,

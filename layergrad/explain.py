@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from layergrad.diagnose import integer_cause
 from layergrad.graph import ModelGraph
 from layergrad.inputs import ProbeBatch
 from layergrad.ops import blocking_ops, layer_op_types, unsafe_backward_ops
@@ -65,7 +66,7 @@ class Explainer:
         for key in path.nodes:
             act = path.activation(key)
             if act is not None and not act.is_float:
-                causes.append(_integer_path(act))
+                causes.append(integer_cause(act))
                 break
         for key in path.blockers(lambda g: g is None, need_all=True):
             causes.extend(self._blocked_at(trace, path, key))
@@ -317,16 +318,6 @@ def _key(site: Site) -> Key:
 
 def _ref(key: Key) -> str:
     return f"{key[0]}@{key[1]}" if key[1] else key[0]
-
-
-def _integer_path(act: Activation) -> Cause:
-    ref = _ref(_key(act.site))
-    return Cause(
-        "integer_path",
-        ref,
-        f"{ref!r} outputs {act.dtype} on the path: gradients do not flow through integers",
-        "differentiate from the first floating-point layer after it (e.g. the Embedding output)",
-    )
 
 
 def activation_name(layer: Any) -> str | None:
