@@ -283,6 +283,51 @@ def inspect(
 
 @main.command()
 @click.argument("model", type=click.Path(dir_okay=True, path_type=str))
+@format_options
+@load_options
+@handle_errors
+def layers(
+    model: str,
+    fmt: str,
+    as_json: bool,
+    imports: tuple[str, ...],
+    unsafe: bool,
+    debug: bool,
+) -> None:
+    """List every layer of a model file: the names --from and --to accept.
+
+    One row per layer (nested models expanded as outer/inner): index, class,
+    inbound layers, stored parameters, dtype policy, trainable, and the health
+    of its stored weights (NaN/Inf values, all-zero tensors). The file is read
+    without TensorFlow and audited first: a file that would run code when
+    loaded is refused unless --unsafe. Here --import only marks a module's
+    classes as trusted; nothing is imported.
+
+    \b
+    Examples:
+        layergrad layers model.keras
+        layergrad layers model.h5 --json
+        layergrad layers custom.keras --import my_layers.py
+    """
+    from layergrad import layer_table, loader
+    from layergrad.fileinfo import read_file_info
+
+    info = read_file_info(model)
+    accepted = loader.check_safety(info, [loader.module_name(s) for s in imports], unsafe)
+    for line in accepted:
+        click.echo(f"warning: {line}; listed anyway because of --unsafe", err=True)
+    emit(
+        layer_table.layers_text,
+        layer_table.layers_json,
+        layer_table.layers_markdown,
+        layer_table.build_listing(info, accepted),
+        fmt,
+        as_json,
+    )
+
+
+@main.command()
+@click.argument("model", type=click.Path(dir_okay=True, path_type=str))
 @click.option(
     "--to", "target", metavar="REF", help="Target layer (default: the sum of the model's outputs)."
 )

@@ -134,7 +134,9 @@ def _explain_keras_error(info: FileInfo, exc: Exception) -> str:
             f"{info.path}: Keras refused to deserialize Python code ({_clip(text)}); "
             "pass --unsafe only if you trust the file"
         )
-    if "shape" in lowered and any(w in lowered for w in ("weight", "variable", "expected")):
+    shapes = "shape" in lowered and any(w in lowered for w in ("weight", "variable", "expected"))
+    counts = "layer count mismatch" in lowered or ("expected" in lowered and "variables" in lowered)
+    if shapes or counts:
         return (
             f"the weights in {info.path} do not match its architecture ({_clip(text)}); "
             "re-save the model from the code that trained it"
