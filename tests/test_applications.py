@@ -27,10 +27,13 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def float64():
-    previous = keras.config.floatx()
+    # Keras caches its global dtype policy from floatx: set and restore both.
+    previous, policy = keras.config.floatx(), keras.config.dtype_policy()
     keras.config.set_floatx("float64")
+    keras.config.set_dtype_policy("float64")
     yield
     keras.config.set_floatx(previous)
+    keras.config.set_dtype_policy(policy)
 
 
 def _captured_sum(model, x, source, target, delta=None):

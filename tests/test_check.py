@@ -43,7 +43,10 @@ def test_healthy_models_pass_every_check(name):
         ("cause_argmax.keras", {"gradient": ("blocked",)}),
         ("cause_stop_gradient.keras", {"gradient": ("blocked",)}),
         ("cause_sqrt.keras", {"gradient": ("nonfinite",)}),
-        ("cause_nan_weights.keras", {"weights": ("nonfinite",), "forward": ("nonfinite",), "gradient": ("nonfinite",)}),
+        (
+            "cause_nan_weights.keras",
+            {"weights": ("nonfinite",), "forward": ("nonfinite",), "gradient": ("nonfinite",)},
+        ),
     ],
 )
 def test_broken_models_fail_the_right_checks(name, failed):
@@ -78,7 +81,11 @@ def test_unreadable_file_is_a_failed_file_not_a_usage_error(tmp_path):
     junk.write_bytes(b"not a model at all")
     result = run("check", str(junk), sample("seed.keras"))
     assert result.exit_code == 1
-    assert "FAIL" in result.output and "PASS" in result.output and "1 passed, 1 failed" in result.output
+    assert (
+        "FAIL" in result.output
+        and "PASS" in result.output
+        and "1 passed, 1 failed" in result.output
+    )
 
 
 def test_exit_codes():
@@ -90,7 +97,9 @@ def test_exit_codes():
 
 def test_json_schema_and_junit(tmp_path):
     junit = tmp_path / "out.xml"
-    result = run("check", sample("seed.keras"), sample("cause_round.keras"), "--json", "--junit", str(junit))
+    result = run(
+        "check", sample("seed.keras"), sample("cause_round.keras"), "--json", "--junit", str(junit)
+    )
     doc = json.loads(result.output)
     assert doc["schema"] == "layergrad.check/1" and doc["passed"] is False
     assert [f["passed"] for f in doc["files"]] == [True, False]
@@ -98,9 +107,13 @@ def test_json_schema_and_junit(tmp_path):
     assert set(doc["files"][0]["checks"][0]) == {"name", "passed", "message", "findings"}
     suite = ET.parse(junit).getroot()
     cases = suite.findall("testcase")
-    assert suite.get("tests") == str(len(cases)) == str(6 + 2)  # seed: 6 checks; round: stops at safe
+    assert (
+        suite.get("tests") == str(len(cases)) == str(6 + 2)
+    )  # seed: 6 checks; round: stops at safe
     failures = [c for c in cases if c.find("failure") is not None]
-    assert [(c.get("classname"), c.get("name")) for c in failures] == [(sample("cause_round.keras"), "safe")]
+    assert [(c.get("classname"), c.get("name")) for c in failures] == [
+        (sample("cause_round.keras"), "safe")
+    ]
     assert suite.get("failures") == "1"
 
 
@@ -112,7 +125,10 @@ def test_markdown_summary():
 def test_directory_stands_for_its_model_files(tmp_path):
     shutil.copy(SAMPLES / "seed.keras", tmp_path / "a.keras")
     shutil.copy(SAMPLES / "seed.h5", tmp_path / "b.h5")
-    assert checks.expand_paths([str(tmp_path)]) == [str(tmp_path / "a.keras"), str(tmp_path / "b.h5")]
+    assert checks.expand_paths([str(tmp_path)]) == [
+        str(tmp_path / "a.keras"),
+        str(tmp_path / "b.h5"),
+    ]
     empty = tmp_path / "empty"
     empty.mkdir()
     assert CliRunner().invoke(cli.main, ["check", str(empty)]).exit_code == 2

@@ -32,7 +32,10 @@ def test_every_option_is_in_the_readme(name):
 
 def test_readme_opens_with_the_two_setup_commands():
     blocks = re.findall(r"```bash\n(.*?)\n```", README, flags=re.S)
-    assert blocks[0] == "pip install . && layergrad inspect sample_models/seed.keras --from dense --to dense_1"
+    assert (
+        blocks[0]
+        == "pip install . && layergrad inspect sample_models/seed.keras --from dense --to dense_1"
+    )
     assert blocks[1] == 'pip install ".[test]" && python -m pytest'
 
 

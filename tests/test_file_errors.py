@@ -8,14 +8,12 @@ Keras, then cut, emptied or rewritten by hand.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import subprocess
 import sys
 import textwrap
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,17 +27,6 @@ from layergrad.cli import main
 
 layers = keras.layers
 INSPECT = ["--from", "dense", "--to", "dense_1"]
-
-
-@contextlib.contextmanager
-def float32_policy() -> Iterator[None]:
-    """Build with float32 layers whatever an earlier test left as Keras's global dtype policy."""
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy("float32")
-    try:
-        yield
-    finally:
-        keras.config.set_dtype_policy(previous)
 
 
 def _model(name: str, widths: tuple[int, ...]) -> Any:
@@ -71,8 +58,7 @@ def _with_weights_of(path: Path, donor: Path, out: Path) -> Path:
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("file_errors")
-    with float32_policy():
-        return _build(root)
+    return _build(root)
 
 
 def _build(root: Path) -> dict[str, Path]:

@@ -7,7 +7,6 @@ graph as it was written in the test (inbound layers, operations, calls).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -15,7 +14,6 @@ import subprocess
 import sys
 import textwrap
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +28,6 @@ from layergrad.layer_table import build_listing, layers_text
 
 layers = keras.layers
 FORMATS = ["keras", "h5"]
-
-
-@contextlib.contextmanager
-def float32_policy() -> Iterator[None]:
-    """Build with float32 layers whatever an earlier test left as Keras's global dtype policy."""
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy("float32")
-    try:
-        yield
-    finally:
-        keras.config.set_dtype_policy(previous)
 
 
 def run(*args: str):
@@ -75,8 +62,7 @@ def _tour() -> Any:
 @pytest.fixture(scope="module")
 def tour(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Path]]:
     root = tmp_path_factory.mktemp("layers_cli")
-    with float32_policy():
-        model = _tour()
+    model = _tour()
     paths = {fmt: root / f"tour.{fmt}" for fmt in FORMATS}
     for path in paths.values():
         model.save(path)

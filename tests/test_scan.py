@@ -29,7 +29,9 @@ def test_sequential_rows_match_manual_tapes(write_input):
     expected = manual_gradient(dense, lambda h: dense_2(dense_1(h)), x)
     assert rows["dense"].gradient.l2 == pytest.approx(float(np.linalg.norm(expected)), rel=RTOL)
     expected = manual_gradient(lambda t: t, lambda t: dense_2(dense_1(dense(t))), x)
-    assert rows["input"].gradient.mean_abs == pytest.approx(float(np.abs(expected).mean()), rel=RTOL)
+    assert rows["input"].gradient.mean_abs == pytest.approx(
+        float(np.abs(expected).mean()), rel=RTOL
+    )
     assert rows["dense_2"].gradient.l2 == pytest.approx(np.sqrt(8))  # d sum(y) / d y = ones
 
 
@@ -45,7 +47,9 @@ def test_default_target_sums_every_output(write_input):
 
 
 def test_to_limits_rows_to_layers_it_depends_on(write_input):
-    report = scan_model(sample("residual.keras"), target="head", input_file=write_input(normal(8, 8)))
+    report = scan_model(
+        sample("residual.keras"), target="head", input_file=write_input(normal(8, 8))
+    )
     assert [r.layer for r in report.rows] == ["x", "stem", "block", "add", "head"]
     assert report.target == "head"
 
@@ -67,7 +71,10 @@ def test_integer_inputs_are_not_differentiable_not_failures():
 def test_blocked_layers_carry_the_cause():
     rows = rows_by_layer(scan_model(sample("cause_round.keras"), imports=[CUSTOM_LAYERS]))
     assert rows["dense"].status == "none" and "blocked" in rows["dense"].flags
-    assert (rows["dense"].causes[0].code, rows["dense"].causes[0].layer) == ("non_differentiable_op", "round")
+    assert (rows["dense"].causes[0].code, rows["dense"].causes[0].layer) == (
+        "non_differentiable_op",
+        "round",
+    )
     assert rows["round"].status == "ok" and rows["round"].flags == ()
 
 
@@ -83,7 +90,16 @@ def test_cli_table_json_markdown_and_fail_on():
     doc = json.loads(runner.invoke(main, ["scan", sample("seed.keras"), "--json"]).output)
     assert doc["schema"] == "layergrad.scan/1" and doc["target"] is None
     assert [r["layer"] for r in doc["layers"]] == ["input", "dense", "dense_1", "dense_2"]
-    assert set(doc["layers"][0]) == {"layer", "class", "shape", "dtype", "status", "gradient", "flags", "causes"}
+    assert set(doc["layers"][0]) == {
+        "layer",
+        "class",
+        "shape",
+        "dtype",
+        "status",
+        "gradient",
+        "flags",
+        "causes",
+    }
     md = runner.invoke(main, ["scan", sample("seed.keras"), "--format", "markdown"]).output
     assert md.startswith("**layergrad scan**") and "| `dense_1` |" in md
     args = ["scan", sample("cause_stop_gradient.keras"), "--import", CUSTOM_LAYERS]
