@@ -86,7 +86,8 @@ def load_options(func: F) -> F:
                 "imports",
                 multiple=True,
                 metavar="MODULE",
-                help="Import a module (name or .py path) that registers custom layers. Repeatable.",
+                help="A module (name or .py path) defining the model's custom layers: trusted "
+                "by the safety audit and imported before loading. Repeatable.",
             ),
             click.option(
                 "--unsafe",
@@ -100,8 +101,23 @@ def load_options(func: F) -> F:
     return func
 
 
+PROBE_KEYS = ("input_file", "batch_size", "seed", "reduce", "training")
+
+
 def probe_options(func: F) -> F:
-    """Options that say how to make the probe batch and run the model."""
+    """Options that say how to make the probe batch and run the model.
+
+    The command receives them as one dict, `probe`, of API keyword arguments.
+    """
+
+    command = func
+
+    @functools.wraps(command)
+    def bundled(*args: Any, **kwargs: Any) -> Any:
+        kwargs["probe"] = {key: kwargs.pop(key) for key in PROBE_KEYS}
+        return command(*args, **kwargs)
+
+    func = bundled  # type: ignore[assignment]
     for option in reversed(
         [
             click.option(
@@ -225,11 +241,7 @@ def inspect(
     model: str,
     source: str,
     targets: tuple[str, ...],
-    input_file: str | None,
-    batch_size: int,
-    seed: int,
-    reduce: str,
-    training: bool,
+    probe: dict[str, Any],
     fmt: str,
     as_json: bool,
     save_gradient: str | None,
@@ -263,16 +275,7 @@ def inspect(
     if save_gradient and save_gradient.endswith(".npy") and len(targets) > 1:
         raise click.BadParameter("several --to layers need a .npz", param_hint="--save-gradient")
     result = api.inspect_model(
-        model,
-        source,
-        list(targets),
-        input_file=input_file,
-        batch_size=batch_size,
-        seed=seed,
-        reduce=reduce,
-        training=training,
-        imports=imports,
-        unsafe=unsafe,
+        model, source, list(targets), imports=imports, unsafe=unsafe, **probe
     )
     if save_gradient:
         api.save_gradients(result, save_gradient)
@@ -353,11 +356,7 @@ def scan(
     model: str,
     target: str | None,
     patterns: tuple[str, ...],
-    input_file: str | None,
-    batch_size: int,
-    seed: int,
-    reduce: str,
-    training: bool,
+    probe: dict[str, Any],
     fmt: str,
     as_json: bool,
     fail_on: frozenset[str],
@@ -370,7 +369,7 @@ def scan(
     Differentiates one target (the sum of the model's outputs, or --to) with
     respect to every layer's output, and shows them in depth order with a
     log-scale bar. Flags: blocked (None), nonfinite, dead (mostly exact zeros),
-    vanishing / exploding (far below / above the median layer). Integer-valued
+    vanishing / exploding (1e6 times below / above the target end). Integer-valued
     layers are shown as not differentiable.
 
     \b
@@ -382,16 +381,7 @@ def scan(
     from layergrad import api, scan_report
 
     result = api.scan_model(
-        model,
-        target=target,
-        layers=patterns,
-        input_file=input_file,
-        batch_size=batch_size,
-        seed=seed,
-        reduce=reduce,
-        training=training,
-        imports=imports,
-        unsafe=unsafe,
+        model, target=target, layers=patterns, imports=imports, unsafe=unsafe, **probe
     )
     emit(
         scan_report.scan_text,

@@ -88,7 +88,10 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec]) -> Prob
     except FileNotFoundError:
         raise InputError(f"--input file not found: {text}") from None
     except (OSError, ValueError) as exc:
-        raise InputError(f"--input {text} is not a readable .npy/.npz file: {exc}") from None
+        raise InputError(
+            f"--input {text} is not a readable .npy/.npz file ({exc}); write it with np.save "
+            "or np.savez"
+        ) from None
     if isinstance(data, np.ndarray):
         if len(specs) != 1:
             raise InputError(
@@ -103,13 +106,17 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec]) -> Prob
             if missing:
                 raise InputError(
                     f"--input {text} has arrays {data.files} but the model's inputs are "
-                    f"{[s.name for s in specs]}; missing: {', '.join(missing)}"
+                    f"{[s.name for s in specs]}; missing: {', '.join(missing)}. Save one array per "
+                    "input name with np.savez(FILE, **{name: array})"
                 )
             arrays = [data[s.name] for s in specs]
     checked = tuple(_fit(a, s, text) for a, s in zip(arrays, specs, strict=True))
     sizes = {a.shape[0] for a in checked}
     if len(sizes) > 1:
-        raise InputError(f"--input {text}: the arrays have different batch sizes {sorted(sizes)}")
+        raise InputError(
+            f"--input {text}: the arrays have different batch sizes {sorted(sizes)}; give every "
+            "input the same number of rows"
+        )
     return ProbeBatch(checked, tuple(s.name for s in specs), text, None)
 
 
@@ -121,7 +128,8 @@ def _fit(array: np.ndarray, spec: InputSpec, source: str) -> np.ndarray:
     ):
         raise InputError(
             f"--input {source}: array for input {spec.name!r} has shape {array.shape}, "
-            f"expected ({', '.join(map(str, expected))})"
+            f"expected ({', '.join(map(str, expected))}); save an array of that shape "
+            "(the first axis is the batch)"
         )
     want = np.dtype(_np_dtype(spec.dtype)).kind
     got = array.dtype.kind
@@ -133,7 +141,7 @@ def _fit(array: np.ndarray, spec: InputSpec, source: str) -> np.ndarray:
         return array
     raise InputError(
         f"--input {source}: array for input {spec.name!r} has dtype {array.dtype}, "
-        f"but the model expects {spec.dtype}"
+        f"but the model expects {spec.dtype}; convert it with array.astype({spec.dtype!r})"
     )
 
 
