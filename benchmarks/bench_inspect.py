@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from timing import timed
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,12 +31,6 @@ with tf.GradientTape() as tape:
 g = tape.gradient(h2, h1).numpy()
 print(float(np.sqrt((g * g).sum())), float(np.abs(g).mean()), float(np.abs(g).max()))
 """
-
-
-def timed(cmd: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
 
 
 def main() -> None:

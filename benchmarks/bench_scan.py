@@ -46,10 +46,10 @@ def loop(path: Path, x: np.ndarray, layers: int) -> None:
         with tf.GradientTape() as tape:
             seen = {}
 
-            def watched(*a, _call=original, **k):
-                seen["h"] = _call(*a, **k)
-                tape.watch(seen["h"])
-                return seen["h"]
+            def watched(*a, _call=original, _seen=seen, _tape=tape, **k):
+                _seen["h"] = _call(*a, **k)
+                _tape.watch(_seen["h"])
+                return _seen["h"]
 
             layer.call = watched
             try:

@@ -16,8 +16,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from timing import timed
 
 GOALS = {"layergrad --help": 0.10, "layergrad layers": 0.20}
 SAVE_RESNET = """
@@ -26,12 +27,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras
 keras.applications.ResNet50(weights=None).save(sys.argv[1])
 """
-
-
-def timed(cmd: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
 
 
 def main() -> None:
