@@ -12,7 +12,8 @@ a Sequential reloaded from a file (stale call records), with no error.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,7 +150,7 @@ def run_trace(
     reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
     tensors = [tf.convert_to_tensor(a) for a in batch.arrays]
     records: list[tuple[Site, Any, Any]] = []
-    leaves = [(layer, path, None) for path, layer in iter_layers(model) if not _is_model(layer)]
+    leaves = _unique_leaves(iter_layers(model))
     tape = tf.GradientTape()
     with tape:
 
@@ -188,6 +189,17 @@ def run_trace(
     )
 
 
+def _unique_leaves(layers: Iterable[tuple[str, Any]]) -> list[tuple[Any, str, None]]:
+    """Every non-model layer once (a layer object reused inside a nested model counts once)."""
+    seen: set[int] = set()
+    out = []
+    for path, layer in layers:
+        if not _is_model(layer) and id(layer) not in seen:
+            seen.add(id(layer))
+            out.append((layer, path, None))
+    return out
+
+
 def _is_model(layer: Any) -> bool:
     return hasattr(layer, "layers") and isinstance(getattr(layer, "layers", None), list)
 
@@ -207,11 +219,24 @@ def _forward(model: Any, inputs: list[Any], training: bool) -> Any:
         args: Any = dict(zip(structure.keys(), inputs, strict=True))
     else:
         args = inputs[0] if len(inputs) == 1 else inputs
+    tf, _ = quiet_import()
     try:
         return model(args, training=training)
-    except (ValueError, TypeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"the model rejected the probe batch: {first}") from exc
+    except (ValueError, TypeError, tf.errors.OpError) as exc:
+        raise InputError(
+            f"the model failed on the probe batch: {_essence(exc)}; check the --input values "
+            "and shapes (ids inside the vocabulary, the shape the model was built for)"
+        ) from exc
+
+
+def _essence(exc: Exception) -> str:
+    """The informative line of a Keras-wrapped error: the layer, and the op's own message."""
+    text = re.sub(r"\x1b\[[0-9;]*m|\{\{function_node [^}]*\}\}\s*", "", str(exc))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    detail = next((ln for ln in lines[1:] if not ln.startswith("Arguments received")), "")
+    return f"{lines[0]} {detail}".strip()
 
 
 def _gradients(tape: Any, scalar: Any, watched: list[Any]) -> tuple[np.ndarray | None, ...]:

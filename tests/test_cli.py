@@ -159,3 +159,14 @@ def test_python_dash_m_runs_the_cli():
         [sys.executable, "-m", "layergrad", "--version"], capture_output=True, text=True, check=True
     )
     assert "layergrad" in out.stdout
+
+
+def test_ids_outside_the_vocabulary_exit_2_with_the_op_message(write_input):
+    ids = np.full((2, 6), 99, dtype="int32")  # embedding.keras has input_dim=20
+    result = CliRunner().invoke(
+        main,
+        ["inspect", sample("embedding.keras"), "--from", "embedding", "--to", "head",
+         "--input", write_input(ids)],
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert "is not in [0, 20)" in result.output and "Traceback" not in result.output
