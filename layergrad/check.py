@@ -17,12 +17,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from layergrad.errors import LayergradError
+from layergrad.errors import LayergradError, describe
 from layergrad.fileinfo import FileInfo, read_file_info
 from layergrad.results import CheckItem, FileVerdict, ScanRow
 
-FINDINGS = ("unreadable", "unsafe", "blocked", "nonfinite", "dead", "vanishing", "exploding")
-DEFAULT_FAIL_ON = ("unreadable", "unsafe", "nonfinite", "blocked")
+FINDINGS = (
+    "unreadable",
+    "unsafe",
+    "error",
+    "blocked",
+    "nonfinite",
+    "dead",
+    "vanishing",
+    "exploding",
+)
+DEFAULT_FAIL_ON = ("unreadable", "unsafe", "error", "nonfinite", "blocked")
 
 
 @dataclass(frozen=True)
@@ -130,9 +139,13 @@ def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions
     )
     try:
         batch = probe_batch(model, ProbeOptions(batch_size=options.batch_size, seed=options.seed))
-        trace = probe.run_trace(model, batch)
-    except LayergradError as exc:
+    except LayergradError as exc:  # e.g. a model that does not declare its inputs
         add("forward", f"not run: {exc}")
+        return
+    try:
+        trace = probe.run_trace(model, batch)
+    except Exception as exc:  # the model's own code failed: the file fails, the run goes on
+        add("forward", f"the forward pass failed: {describe(exc)}", ["error"])
         return
     first_bad = next((a for a in trace.activations if a.is_float and not _finite(a.value)), None)
     if first_bad is not None:
@@ -143,7 +156,11 @@ def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions
         add("forward", f"finite on a random batch of {batch.batch_size}")
     explainer = explain.Explainer(model, batch, info.graph, False, "sum")
     classes = {p: type(layer).__name__ for p, layer in select.iter_layers(model)}
-    rows = scan.scan_rows(trace, info.graph, explainer, classes)
+    try:
+        rows = scan.scan_rows(trace, info.graph, explainer, classes)
+    except Exception as exc:  # diagnosis of an unusual layer failed: report, do not abort
+        add("gradient", f"could not be analysed: {describe(exc)}", ["error"])
+        return
     _gradient(rows, add)
 
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from layergrad import __version__
-from layergrad.errors import LayergradError
+from layergrad.errors import LayergradError, describe
 
 F = TypeVar("F", bound=Callable[..., Any])
 STATUSES = ("none", "zero", "nonfinite")
@@ -40,7 +40,7 @@ def _choices(allowed: tuple[str, ...], what: str) -> Callable[[Any, Any, str], f
 
 _statuses = _choices(STATUSES, "status")
 SCAN_FLAGS = ("blocked", "nonfinite", "dead", "vanishing", "exploding")
-CHECK_FINDINGS = ("unreadable", "unsafe", *SCAN_FLAGS)
+CHECK_FINDINGS = ("unreadable", "unsafe", "error", *SCAN_FLAGS)
 _scan_flags = _choices(SCAN_FLAGS, "flag")
 _check_findings = _choices(CHECK_FINDINGS, "finding")
 
@@ -66,10 +66,9 @@ def handle_errors(func: F) -> F:
         except Exception as exc:  # an unexpected failure still gets one readable line
             if debug:
                 traceback.print_exc()
-            first = (str(exc).strip().splitlines() or [""])[0]
             click.echo(
-                f"error: unexpected {type(exc).__name__}: {first} (run again with --debug "
-                "for the traceback)",
+                f"error: unexpected {type(exc).__name__}: {describe(exc)} (run again with "
+                "--debug for the traceback)",
                 err=True,
             )
             sys.exit(2)
@@ -399,7 +398,7 @@ def scan(
 @click.argument("models", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option(
     "--fail-on",
-    default="unreadable,unsafe,nonfinite,blocked",
+    default="unreadable,unsafe,error,nonfinite,blocked",
     show_default=True,
     callback=_check_findings,
     metavar="FINDINGS",

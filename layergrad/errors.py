@@ -25,3 +25,19 @@ class LayerNotFound(LayergradError):
 
 class InputError(LayergradError):
     """The probe input (`--input` file or random spec) does not fit the model."""
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an exception from Keras or TensorFlow: the layer, and the op's message.
+
+    Keras wraps errors raised inside a layer as "Exception encountered when calling X.call()"
+    followed by the original message and the arguments; keep the first two parts.
+    """
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m|\{\{function_node [^}]*\}\}\s*", "", str(exc))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    detail = next((ln for ln in lines[1:] if not ln.startswith("Arguments received")), "")
+    return f"{lines[0]} {detail}".strip()

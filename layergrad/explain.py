@@ -46,11 +46,29 @@ class Explainer:
         """Ranked causes for a `none`, `zero` or `nonfinite` gradient of target wrt source."""
         trace = self._trace(target.site)
         path = _PathView(trace, self.graph, _key(source.site), _key(target.site))
-        if status == "nonfinite":
-            return self._nonfinite(trace, path)
+        other = self._other_output(trace, source, target)
+        if other:
+            return [other]
+        forward = self._nonfinite_forward(trace, path)
+        if status == "nonfinite" or (forward and status == "zero"):
+            return forward or self._nonfinite_backward(trace, path)
         if status == "none":
             return self._none(trace, path)
         return self._zero(trace, path, source, target)
+
+    def _other_output(self, trace: Trace, source: Activation, target: Activation) -> Cause | None:
+        """The target depends on another output of a multi-output source (LSTM states...)."""
+        i = trace.index(*_key(source.site))
+        if i is None or trace.gradients[i] is None or trace.activations[i].output == source.output:
+            return None
+        k, src, dst = trace.activations[i].output, source.site.ref, target.site.ref
+        return Cause(
+            "not_downstream",
+            src,
+            f"{dst!r} depends on output {k} of {src!r}, not on output {source.output}, the one "
+            "layergrad probes for a layer with several outputs",
+            f"take --from the layer that consumes output {k} of {src!r}",
+        )
 
     def _trace(self, site: Site) -> Trace:
         key = _key(site)
@@ -162,8 +180,8 @@ class Explainer:
                     f"for {ref!r}",
                 )
             )
-        if act is not None and kind == "relu":
-            dead = _dead_fraction(act.value)
+        dead = _dead_fraction(act.value) if act is not None and kind == "relu" else 0.0
+        if dead > 0:
             causes.append(
                 Cause(
                     "dead_relu",
@@ -189,8 +207,11 @@ class Explainer:
         return causes
 
     # --- nonfinite ----------------------------------------------------------------------
-    def _nonfinite(self, trace: Trace, path: _PathView) -> list[Cause]:
+    def _nonfinite_forward(self, trace: Trace, path: _PathView) -> list[Cause]:
+        """The first activation the target depends on whose forward value is NaN/Inf."""
         for act in trace.activations:
+            if not path.feeds_target(_key(act.site)):
+                continue
             if act.is_float and not np.all(np.isfinite(act.value)):
                 ref = _ref(_key(act.site))
                 bad = int(act.value.size - np.count_nonzero(np.isfinite(act.value)))
@@ -204,6 +225,9 @@ class Explainer:
                         "health) and the probe input",
                     )
                 ]
+        return []
+
+    def _nonfinite_backward(self, trace: Trace, path: _PathView) -> list[Cause]:
         causes = []
         for key in path.blockers(lambda g: g is not None and not np.all(np.isfinite(g))):
             ops = self._ops(trace, key)
@@ -256,6 +280,16 @@ class _PathView:
                 reached.add(node)
         on_path = (ancestors | {self.target}) & (reached - {self.source})
         return sorted((n for n in on_path if n in self.index), key=self.index.__getitem__)
+
+    def feeds_target(self, key: Key) -> bool:
+        """Whether the target depends on the call `key` (or is it); by order without a graph."""
+        i, t = self.index.get(key), self.index.get(self.target)
+        if i is None or t is None or i > t:
+            return False
+        if key == self.target or self.graph is None or not self.graph.known:
+            return True
+        depends = self.graph.depends(self.target[0], key[0], self.target[1], key[1])
+        return depends is not False
 
     def activation(self, key: Key) -> Activation | None:
         i = self.index.get(key)

@@ -12,7 +12,6 @@ a Sequential reloaded from a file (stale call records), with no error.
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from layergrad._tf import quiet_import
-from layergrad.errors import InputError, LayerNotFound
+from layergrad.errors import InputError, LayerNotFound, describe
 from layergrad.inputs import ProbeBatch
 from layergrad.select import Site
 
@@ -33,6 +32,7 @@ class Activation:
     shape: tuple[int, ...]
     dtype: str
     value: np.ndarray = field(repr=False, compare=False)
+    output: int = 0  # which output of a multi-output layer (flattened order)
 
     @property
     def is_float(self) -> bool:
@@ -84,17 +84,23 @@ def run_probe(
     tape = tf.GradientTape(persistent=len(targets) > 1)
     with tape:
 
-        def on_output(site_key: tuple[str, int], tensor: Any, _input: Any = None) -> None:
-            if site_key in source_keys and tensor.dtype.is_floating:
-                tape.watch(tensor)
-            captured[site_key] = tensor
+        def on_call(key: tuple[str, int], flat: list[Any], _input: Any = None) -> list[Any]:
+            first = flat[0]
+            if key in source_keys and _is_float(first):
+                first = _fresh(first)  # so paths that bypass this layer do not count
+                tape.watch(first)
+            captured[key] = first
+            return [first, *flat[1:]]
 
         for site in sites:
-            if site.input_index is not None:
-                on_output(_key(site), inputs[site.input_index])
-        with _capturing(_site_groups(sites), on_output):
+            if site.input_index is not None:  # every use of a model input starts from it
+                _check_input_call(site)
+                tensor = captured[_key(site)] = inputs[site.input_index]
+                if _key(site) in source_keys and _is_float(tensor):
+                    tape.watch(tensor)
+        with _capturing(_site_groups(sites), on_call) as calls:
             _forward(model, inputs, training)
-        _check_all_called(sites, captured)
+        _check_all_called(sites, captured, calls)
         scalars = [
             reducer(captured[_key(t)]) if captured[_key(t)].dtype.is_floating else None
             for t in targets
@@ -149,38 +155,46 @@ def run_trace(
     tf, _ = quiet_import()
     reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
     tensors = [tf.convert_to_tensor(a) for a in batch.arrays]
-    records: list[tuple[Site, Any, Any]] = []
-    leaves = _unique_leaves(iter_layers(model))
+    records: list[tuple[Site, list[Any], Any]] = []
     tape = tf.GradientTape()
     with tape:
 
-        def on_call(key: tuple[str, int], tensor: Any, first_input: Any) -> None:
-            if _is_float(tensor):
-                tape.watch(tensor)
+        def on_call(key: tuple[str, int], flat: list[Any], first_input: Any) -> list[Any]:
+            fresh = [_fresh(t) if _is_float(t) else t for t in flat]
+            for t in fresh:
+                if _is_float(t):
+                    tape.watch(t)
             path, call = key
             site = Site(ref=f"{path}@{call}" if call else path, path=path, call=call)
-            records.append((site, tensor, first_input))
+            records.append((site, fresh, first_input))
+            return fresh
 
         for i, (name, tensor) in enumerate(zip(input_names(model), tensors, strict=False)):
-            on_call((name, 0), tensor, None)
-            records[-1] = (Site(ref=name, path=name, call=0, input_index=i), tensor, None)
-        with _capturing(leaves, on_call):
+            if _is_float(tensor):
+                tape.watch(tensor)
+            records.append((Site(ref=name, path=name, call=0, input_index=i), [tensor], None))
+        with _capturing(_unique_leaves(iter_layers(model)), on_call) as calls:
             outputs = _forward(model, tensors, training)
         if target is None:
             floats = [o for o in tf.nest.flatten(outputs) if _is_float(o)]
             scalar = tf.add_n([reducer(o) for o in floats]) if floats else None
             target_act = None
         else:
-            found = [t for s, t, _ in records if s.path == target.path and s.call == target.call]
+            found = [f for s, f, _ in records if _key(s) == _key(target)]
             if not found:
-                _check_all_called([target], {})
-            scalar = reducer(found[0]) if _is_float(found[0]) else None
-            target_act = _activation(target, found[0])
-    watched = [t for _, t, _ in records]
-    grads = _gradients(tape, scalar, watched)
+                _check_all_called([target], {}, calls)
+            scalar = reducer(found[0][0]) if _is_float(found[0][0]) else None
+            target_act = _activation(target, found[0][0])
+    flat_grads = iter(_gradients(tape, scalar, [t for _, flat, _ in records for t in flat]))
+    activations, gradients = [], []
+    for site, flat, _ in records:
+        grads = [next(flat_grads) for _ in flat]
+        k = next((i for i, g in enumerate(grads) if g is not None), 0)  # the connected output
+        activations.append(_activation(site, flat[k], output=k))
+        gradients.append(grads[k])
     return Trace(
-        activations=tuple(_activation(s, t) for s, t, _ in records),
-        gradients=grads,
+        activations=tuple(activations),
+        gradients=tuple(gradients),
         inputs=tuple(
             None if x is None or not hasattr(x, "shape") else (tuple(x.shape), x.dtype.name)
             for _, _, x in records
@@ -214,35 +228,26 @@ def _key(site: Site) -> tuple[str, int]:
 
 def _forward(model: Any, inputs: list[Any], training: bool) -> Any:
     """Call the model the way it was built to be called (one tensor, a list or a dict)."""
+    tf, keras = quiet_import()
     structure = getattr(model, "_inputs_struct", None)
-    if isinstance(structure, dict):
-        args: Any = dict(zip(structure.keys(), inputs, strict=True))
+    if structure is not None and len(keras.tree.flatten(structure)) == len(inputs):
+        # model.inputs is the flattened structure (dict keys sorted), so pack it back
+        args: Any = keras.tree.pack_sequence_as(structure, inputs)
     else:
         args = inputs[0] if len(inputs) == 1 else inputs
-    tf, _ = quiet_import()
     try:
         return model(args, training=training)
-    except (ValueError, TypeError, tf.errors.OpError) as exc:
+    except (ValueError, TypeError, RuntimeError, tf.errors.OpError) as exc:
         raise InputError(
-            f"the model failed on the probe batch: {_essence(exc)}; check the --input values "
+            f"the model failed on the probe batch: {describe(exc)}; check the --input values "
             "and shapes (ids inside the vocabulary, the shape the model was built for)"
         ) from exc
-
-
-def _essence(exc: Exception) -> str:
-    """The informative line of a Keras-wrapped error: the layer, and the op's own message."""
-    text = re.sub(r"\x1b\[[0-9;]*m|\{\{function_node [^}]*\}\}\s*", "", str(exc))
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    if not lines:
-        return type(exc).__name__
-    detail = next((ln for ln in lines[1:] if not ln.startswith("Arguments received")), "")
-    return f"{lines[0]} {detail}".strip()
 
 
 def _gradients(tape: Any, scalar: Any, watched: list[Any]) -> tuple[np.ndarray | None, ...]:
     if scalar is None:
         return tuple(None for _ in watched)
-    floats = [w if w.dtype.is_floating else None for w in watched]
+    floats = [w if _is_float(w) else None for w in watched]
     grads = tape.gradient(scalar, [w for w in floats if w is not None])
     it = iter(grads)
     return tuple(
@@ -257,45 +262,73 @@ def _numpy(tensor: Any) -> np.ndarray:
     return np.asarray(tensor.numpy())
 
 
-def _activation(site: Site, tensor: Any) -> Activation:
+def _activation(site: Site, tensor: Any, output: int = 0) -> Activation:
     return Activation(
         site=site,
         shape=tuple(int(d) for d in tensor.shape),
         dtype=tensor.dtype.name,
         value=_numpy(tensor),
+        output=output,
     )
 
 
-def _check_all_called(sites: Sequence[Site], captured: dict[tuple[str, int], Any]) -> None:
+def _fresh(tensor: Any) -> Any:
+    """A new tensor equal to `tensor`, so that watching it leaves other uses of the original
+    (a skip connection around a layer that returns its input, e.g. Dropout in inference)
+    outside the gradient. The Keras mask travels with it."""
+    tf, _ = quiet_import()
+    out = tf.identity(tensor)
+    mask = getattr(tensor, "_keras_mask", None)
+    if mask is not None:
+        out._keras_mask = mask
+    return out
+
+
+def _check_input_call(site: Site) -> None:
+    if site.call:
+        raise LayerNotFound(
+            f"{site.ref!r}: {site.path!r} is a model input, which has one value; drop @{site.call}"
+        )
+
+
+def _check_all_called(
+    sites: Sequence[Site], captured: dict[tuple[str, int], Any], calls: dict[str, int]
+) -> None:
     for site in sites:
         if _key(site) not in captured:
-            calls = sum(1 for (path, _) in captured if path == site.path)
-            if site.call == 0 and not calls:
+            made = calls.get(site.path, 0)
+            if not made:
                 raise LayerNotFound(
                     f"layer {site.path!r} is not called when the model runs, so it has no "
                     "activation to differentiate; pick a layer on the model's forward path"
                 )
+            valid = f"{site.path}" if made == 1 else f"{site.path}@0 to {site.path}@{made - 1}"
             raise LayerNotFound(
-                f"{site.ref!r} asks for call {site.call} of layer {site.path!r}, which the "
-                f"model does not make; use {site.path}@0 to {site.path}@{site.call - 1}"
+                f"{site.ref!r} asks for call {site.call} of layer {site.path!r}, but the model "
+                f"calls it {made} time{'s' if made > 1 else ''}; use {valid}"
             )
 
 
-Handler = Callable[[tuple[str, int], Any, Any], None]  # (path, call), output, first input
+# (path, call), the call's flattened outputs, its first input -> the outputs to pass on
+Handler = Callable[[tuple[str, int], list[Any], Any], list[Any]]
 
 
 @contextlib.contextmanager
 def _capturing(
     groups: Sequence[tuple[Any, str, set[int] | None]], handle: Handler
-) -> Iterator[None]:
-    """Wrap `call` of each `(layer, path, wanted calls or None for all)` for the block."""
+) -> Iterator[dict[str, int]]:
+    """Wrap `call` of each `(layer, path, wanted calls or None for all)` for the block.
+
+    Yields the number of calls made to each wrapped layer so far.
+    """
     wrapped: list[tuple[Any, Any]] = []
+    calls: dict[str, int] = {}
     try:
         for layer, path, wanted in groups:
             previous = layer.__dict__.get("call")
-            layer.call = _wrap_call(layer.call, path, wanted, handle)
+            layer.call = _wrap_call(layer.call, path, wanted, handle, calls)
             wrapped.append((layer, previous))
-        yield
+        yield calls
     finally:
         for layer, previous in wrapped:
             del layer.call
@@ -314,25 +347,24 @@ def _site_groups(sites: Sequence[Site]) -> list[tuple[Any, str, set[int] | None]
 
 
 def _wrap_call(
-    call: Callable[..., Any], path: str, wanted: set[int] | None, handle: Handler
+    call: Callable[..., Any],
+    path: str,
+    wanted: set[int] | None,
+    handle: Handler,
+    calls: dict[str, int],
 ) -> Callable[..., Any]:
-    count = 0
+    tf, _ = quiet_import()
 
     def probed_call(*args: Any, **kwargs: Any) -> Any:
-        nonlocal count
-        index, count = count, count + 1
+        index = calls.get(path, 0)
+        calls[path] = index + 1
         outputs = call(*args, **kwargs)
         if wanted is None or index in wanted:
-            handle((path, index), _first_tensor(outputs), _first_tensor(args) if args else None)
+            flat = tf.nest.flatten(outputs)
+            first_input = tf.nest.flatten(args)[0] if args else None
+            passed = handle((path, index), flat, first_input)
+            if any(a is not b for a, b in zip(passed, flat, strict=True)):
+                outputs = tf.nest.pack_sequence_as(outputs, passed)
         return outputs
 
     return probed_call
-
-
-def _first_tensor(value: Any) -> Any:
-    """The first tensor of a (nested) structure; multi-output layers are probed at output 0."""
-    while isinstance(value, (list, tuple)) and value:
-        value = value[0]
-    if isinstance(value, dict) and value:
-        return _first_tensor(next(iter(value.values())))
-    return value

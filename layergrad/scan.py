@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from layergrad.errors import LayerNotFound
 from layergrad.explain import Explainer
 from layergrad.graph import ModelGraph
 from layergrad.probe import Activation, Trace
@@ -40,7 +41,15 @@ def scan_rows(
             continue
         if target is not None and not _upstream(graph, act, target):
             continue
-        rows.append(_row(act, grad, classes.get(act.site.path, "InputLayer")))
+        class_name = classes.get(act.site.path, "InputLayer")
+        if act.output:  # a multi-output layer whose output 0 the target does not use
+            class_name += f" (output {act.output})"
+        rows.append(_row(act, grad, class_name))
+    if patterns and not rows:
+        raise LayerNotFound(
+            f"--layers {' '.join(patterns)} matches no layer the target depends on; "
+            "run `layergrad layers MODEL` to list the layer names"
+        )
     rows = _flag_scale(rows)
     return tuple(_with_causes(row, trace, graph, explainer) for row in rows)
 
