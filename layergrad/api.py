@@ -150,9 +150,13 @@ def probe_batch(model: Any, options: ProbeOptions) -> Any:
         raise InputError(
             f"reduce must be one of {', '.join(REDUCTIONS)}: reduce={options.reduce!r}"
         )
-    specs = inputs.input_specs(model)
     if options.input_file is not None:
+        try:
+            specs: Any = inputs.input_specs(model)
+        except InputError:  # a subclassed model: its inputs are whatever the file holds
+            specs = None
         return inputs.load_batch(options.input_file, specs)
+    specs = inputs.input_specs(model)
     return inputs.random_batch(
         specs, options.batch_size, options.seed, inputs.integer_ranges(model)
     )
@@ -188,14 +192,25 @@ def save_gradients(report: InspectReport, path: PathLike) -> None:
     import numpy as np
 
     text = os.fspath(path)
-    arrays = {r.target.layer: r.array for r in report.results if r.array is not None}
+    arrays = {
+        r.target.layer: r.array if r.array.dtype.kind == "f" else r.array.astype(np.float32)
+        for r in report.results
+        if r.array is not None
+    }  # bfloat16 arrays would be saved as opaque void bytes
     if text.endswith(".npy"):
         if len(report.results) != 1:
             raise InputError(f"--save-gradient {text}: several --to layers need a .npz file")
         if not arrays:
             raise InputError(f"--save-gradient {text}: the gradient is None, nothing to save")
-        np.save(text, next(iter(arrays.values())))
+        _write(np.save, text, next(iter(arrays.values())))
     elif text.endswith(".npz"):
-        np.savez(text, **arrays)  # type: ignore[arg-type]
+        _write(np.savez, text, **arrays)
     else:
         raise InputError(f"--save-gradient must end in .npy or .npz: {text}")
+
+
+def _write(save: Any, path: str, *args: Any, **kwargs: Any) -> None:
+    try:
+        save(path, *args, **kwargs)
+    except OSError as exc:
+        raise InputError(f"--save-gradient {path}: cannot write it ({exc.strerror})") from exc

@@ -276,9 +276,9 @@ def inspect(
     result = api.inspect_model(
         model, source, list(targets), imports=imports, unsafe=unsafe, **probe
     )
+    emit(report.inspect_text, report.inspect_json, report.inspect_markdown, result, fmt, as_json)
     if save_gradient:
         api.save_gradients(result, save_gradient)
-    emit(report.inspect_text, report.inspect_json, report.inspect_markdown, result, fmt, as_json)
     if any(r.status in fail_on for r in result.results):
         sys.exit(1)
 

@@ -80,8 +80,12 @@ def random_batch(
     return ProbeBatch(tuple(arrays), tuple(s.name for s in specs), "random", seed)
 
 
-def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec]) -> ProbeBatch:
-    """Read `--input`: a `.npy` (single-input models) or `.npz` keyed by input name."""
+def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) -> ProbeBatch:
+    """Read `--input`: a `.npy` (single-input models) or `.npz` keyed by input name.
+
+    With `specs=None` (a model that does not declare its inputs) the arrays are used as they
+    are: the `.npy` array, or the `.npz` arrays in the order they were saved.
+    """
     text = os.fspath(path)
     try:
         data = np.load(text, allow_pickle=False)
@@ -92,6 +96,8 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec]) -> Prob
             f"--input {text} is not a readable .npy/.npz file ({exc}); write it with np.save "
             "or np.savez"
         ) from None
+    if specs is None:
+        return _unchecked(data, text)
     if isinstance(data, np.ndarray):
         if len(specs) != 1:
             raise InputError(
@@ -118,6 +124,13 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec]) -> Prob
             "input the same number of rows"
         )
     return ProbeBatch(checked, tuple(s.name for s in specs), text, None)
+
+
+def _unchecked(data: Any, source: str) -> ProbeBatch:
+    if isinstance(data, np.ndarray):
+        return ProbeBatch((data,), ("input",), source, None)
+    with data:
+        return ProbeBatch(tuple(data[k] for k in data.files), tuple(data.files), source, None)
 
 
 def _fit(array: np.ndarray, spec: InputSpec, source: str) -> np.ndarray:

@@ -68,7 +68,7 @@ def resolve(model: Any, ref: str) -> Site:
         base, call = match["base"], int(match["call"])
     names = input_names(model)
     if base in names:
-        return Site(ref=text, path=base, call=0, input_index=names.index(base))
+        return Site(ref=text, path=base, call=call, input_index=names.index(base))
     layers = dict(iter_layers(model))
     if base in layers:
         return Site(ref=text, path=base, call=call, layer=layers[base])
@@ -98,6 +98,9 @@ def _by_index(model: Any, index: int, call: int) -> Site:
             f"(valid: {-len(top)} to {len(top) - 1}); run `layergrad layers MODEL` to list them"
         )
     layer = top[index]
+    names = input_names(model)
+    if layer.name in names:  # a Functional model lists its InputLayers: that is an input
+        return Site(ref=layer.name, path=layer.name, call=0, input_index=names.index(layer.name))
     return Site(ref=_with_call(layer.name, call), path=layer.name, call=call, layer=layer)
 
 

@@ -170,3 +170,49 @@ def test_ids_outside_the_vocabulary_exit_2_with_the_op_message(write_input):
     )  # fmt: skip
     assert result.exit_code == 2
     assert "is not in [0, 20)" in result.output and "Traceback" not in result.output
+
+
+def test_an_index_on_an_input_layer_means_that_input():
+    by_index = json.loads(
+        run("inspect", sample("residual.keras"), "--from", "0", "--to", "head", "--json").output
+    )
+    by_name = json.loads(
+        run("inspect", sample("residual.keras"), "--from", "x", "--to", "head", "--json").output
+    )
+    assert by_index["results"] == by_name["results"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--from", "dense@3", "--to", "dense_1"], "calls it 1 time; use dense"),
+        (["--from", "input@2", "--to", "dense_1"], "is a model input"),
+    ],
+)
+def test_call_index_errors_name_the_calls_that_exist(args, message):
+    result = CliRunner().invoke(main, ["inspect", sample("seed.keras"), *args])
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_unwritable_save_gradient_still_shows_the_report(tmp_path):
+    target = tmp_path / "missing_dir" / "g.npy"
+    result = CliRunner().invoke(
+        main,
+        [
+            "inspect",
+            sample("seed.keras"),
+            "--from",
+            "dense",
+            "--to",
+            "dense_1",
+            "--save-gradient",
+            str(target),
+        ],
+    )
+    assert result.exit_code == 2
+    assert "dense_1" in result.output and "cannot write" in result.output
+
+
+def test_scan_layers_glob_that_matches_nothing_exits_2():
+    result = CliRunner().invoke(main, ["scan", sample("seed.keras"), "--layers", "zzz*"])
+    assert result.exit_code == 2 and "matches no layer" in result.output
