@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from layergrad.errors import InputError
@@ -68,7 +68,7 @@ def inspect_model(
     if not targets:
         raise InputError("give at least one target layer (--to)")
     options = ProbeOptions(input_file, batch_size, seed, reduce, training)
-    from layergrad import diagnose, explain, probe, select
+    from layergrad import diagnose, explain, probe, scan, select
 
     loaded, batch = _open(path, options, imports, unsafe)
     model = loaded.model
@@ -79,6 +79,14 @@ def inspect_model(
     )
     explainer = explain.Explainer(model, batch, loaded.info.graph, training, reduce)
     results = diagnose.build_results(run, loaded.info.graph, explainer.causes)
+    notes = [
+        None if site.layer is None else scan.softmax_note(model, site.layer)
+        for site in target_sites
+    ]
+    results = tuple(
+        replace(res, warnings=(*res.warnings, note)) if note else res
+        for res, note in zip(results, notes, strict=True)
+    )
     return InspectReport(
         model=model_meta(path, loaded), probe=probe_meta(batch, options), results=results
     )

@@ -140,3 +140,15 @@ def test_softmax_output_gets_a_note(tmp_path):
     assert report.notes and "probs ends in softmax" in report.notes[0]
     # sum(softmax) is 1 per row, so the true gradient is 0; only rounding noise may remain.
     assert all(r.gradient is None or r.gradient.max_abs < 1e-6 for r in report.rows[:-1])
+
+
+def test_inspect_to_a_softmax_warns_that_its_sum_is_constant(tmp_path):
+    x = keras.Input((4,), name="x")
+    h = keras.layers.Dense(3, name="h")(x)
+    out = keras.layers.Dense(3, activation="softmax", name="probs")(h)
+    path = tmp_path / "softmax.keras"
+    keras.Model(x, out).save(path)
+    from layergrad.api import inspect_model
+
+    (res,) = inspect_model(path, "h", ["probs"]).results
+    assert any("ends in softmax" in w for w in res.warnings)
