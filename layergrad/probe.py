@@ -1,11 +1,11 @@
 """Run the model once under one GradientTape and return the gradients between chosen calls.
 
 The chosen layers' activations are captured *as they are produced*: each layer's `call` is
-wrapped for the duration of the probe (and restored in `finally`), and a source activation is
-`tape.watch`-ed at that moment. Everything downstream of it is then recorded relative to the
-very tensor we watch, so the gradient is right for any graph: branches that bypass the source
-act as constants, residual paths count, nested models and shared layers work because capture
-happens at the call. Building `keras.Model(model.inputs, layer.output)` instead returns None on
+wrapped for the duration of the probe (and restored in `finally`), and a fresh copy of a
+source activation is `tape.watch`-ed and handed on in its place. Everything downstream of the
+layer then reads the very tensor we watch, so the gradient is right for any graph: branches
+that bypass the source act as constants (even around a layer that returns its input), residual
+paths count, nested models and shared layers work because capture happens at the call. Building `keras.Model(model.inputs, layer.output)` instead returns None on
 a Sequential reloaded from a file (stale call records), with no error.
 """
 
@@ -189,7 +189,9 @@ def run_trace(
     activations, gradients = [], []
     for site, flat, _ in records:
         grads = [next(flat_grads) for _ in flat]
-        k = next((i for i, g in enumerate(grads) if g is not None), 0)  # the connected output
+        tensors_at = [i for i, t in enumerate(flat) if hasattr(t, "dtype")]
+        # the first output the target depends on (outputs other than 0: LSTM states...)
+        k = next((i for i in tensors_at if grads[i] is not None), tensors_at[0])
         activations.append(_activation(site, flat[k], output=k))
         gradients.append(grads[k])
     return Trace(
