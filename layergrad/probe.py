@@ -5,8 +5,9 @@ wrapped for the duration of the probe (and restored in `finally`), and a fresh c
 source activation is `tape.watch`-ed and handed on in its place. Everything downstream of the
 layer then reads the very tensor we watch, so the gradient is right for any graph: branches
 that bypass the source act as constants (even around a layer that returns its input), residual
-paths count, nested models and shared layers work because capture happens at the call. Building `keras.Model(model.inputs, layer.output)` instead returns None on
-a Sequential reloaded from a file (stale call records), with no error.
+paths count, nested models and shared layers work because capture happens at the call.
+Building `keras.Model(model.inputs, layer.output)` instead returns None on a Sequential
+reloaded from a file (stale call records), with no error.
 """
 
 from __future__ import annotations
