@@ -40,14 +40,34 @@ def _native_stderr_captured() -> Iterator[None]:
 
 
 def quiet_import() -> tuple[ModuleType, ModuleType]:
-    """Return `(tensorflow, keras)`, importing them without start-up noise on stderr."""
+    """Return `(tensorflow, keras)`, importing them without start-up noise on stderr.
+
+    layergrad differentiates with `tf.GradientTape`, which sees only what Keras runs on the
+    TensorFlow backend, so Keras is made to use TensorFlow whatever `KERAS_BACKEND` or
+    `~/.keras/keras.json` say. A Keras already imported on another backend is an error.
+    """
     if "tensorflow" in sys.modules and "keras" in sys.modules:
+        _require_tensorflow_backend(sys.modules["keras"])
         return sys.modules["tensorflow"], sys.modules["keras"]
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if "keras" not in sys.modules:
+        os.environ["KERAS_BACKEND"] = "tensorflow"
     with _native_stderr_captured(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import keras
         import tensorflow as tf
+    _require_tensorflow_backend(keras)
     tf.get_logger().setLevel(logging.ERROR)
     logging.getLogger("absl").setLevel(logging.ERROR)
     return tf, keras
+
+
+def _require_tensorflow_backend(keras: ModuleType) -> None:
+    from layergrad.errors import LayergradError
+
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        raise LayergradError(
+            f"Keras was imported with the {backend!r} backend before layergrad; layergrad "
+            "needs the TensorFlow backend: set KERAS_BACKEND=tensorflow before importing keras"
+        )

@@ -68,12 +68,12 @@ def inspect_model(
     if not targets:
         raise InputError("give at least one target layer (--to)")
     options = ProbeOptions(input_file, batch_size, seed, reduce, training)
-    from layergrad import diagnose, explain, probe, scan, select
+    from layergrad import diagnose, explain, layer_refs, probe, scan
 
     loaded, batch = _open(path, options, imports, unsafe)
     model = loaded.model
-    source_site = select.resolve(model, source)
-    target_sites = [select.resolve(model, ref) for ref in targets]
+    source_site = layer_refs.resolve(model, source)
+    target_sites = [layer_refs.resolve(model, ref) for ref in targets]
     run = probe.run_probe(
         model, batch, [source_site], target_sites, training=training, reduce=reduce
     )
@@ -121,14 +121,14 @@ def scan_model(
         ['x', 'stem']
     """
     options = ProbeOptions(input_file, batch_size, seed, reduce, training)
-    from layergrad import explain, probe, scan, select
+    from layergrad import explain, layer_refs, probe, scan
 
     loaded, batch = _open(path, options, imports, unsafe)
     model = loaded.model
-    site = None if target is None else select.resolve(model, target)
+    site = None if target is None else layer_refs.resolve(model, target)
     trace = probe.run_trace(model, batch, site, training=training, reduce=reduce)
     explainer = explain.Explainer(model, batch, loaded.info.graph, training, reduce)
-    classes = {p: type(layer).__name__ for p, layer in select.iter_layers(model)}
+    classes = {p: type(layer).__name__ for p, layer in layer_refs.iter_layers(model)}
     rows = scan.scan_rows(trace, loaded.info.graph, explainer, classes, layers)
     note = scan.softmax_note(model, site.layer if site else None)
     return ScanReport(

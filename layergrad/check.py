@@ -122,7 +122,7 @@ def _weights(info: FileInfo, add: Add) -> None:
 
 
 def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions, add: Add) -> None:
-    from layergrad import explain, loader, probe, scan, select
+    from layergrad import explain, layer_refs, loader, probe, scan
     from layergrad.api import ProbeOptions, probe_batch
 
     try:
@@ -155,7 +155,7 @@ def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions
     else:
         add("forward", f"finite on a random batch of {batch.batch_size}")
     explainer = explain.Explainer(model, batch, info.graph, False, "sum")
-    classes = {p: type(layer).__name__ for p, layer in select.iter_layers(model)}
+    classes = {p: type(layer).__name__ for p, layer in layer_refs.iter_layers(model)}
     try:
         rows = scan.scan_rows(trace, info.graph, explainer, classes)
     except Exception as exc:  # diagnosis of an unusual layer failed: report, do not abort

@@ -17,10 +17,10 @@ import numpy as np
 from layergrad.diagnose import integer_cause
 from layergrad.graph import ModelGraph
 from layergrad.inputs import ProbeBatch
-from layergrad.ops import blocking_ops, layer_op_types, unsafe_backward_ops
+from layergrad.layer_refs import Site, iter_layers
 from layergrad.probe import Activation, Trace, run_probe, run_trace
 from layergrad.results import Cause
-from layergrad.select import Site, iter_layers
+from layergrad.tf_ops import blocking_ops, layer_op_types, unsafe_backward_ops
 
 Key = tuple[str, int]
 SATURATION_EPS = 1e-6

@@ -22,7 +22,7 @@ import numpy as np
 from layergrad._tf import quiet_import
 from layergrad.errors import InputError, LayerNotFound, describe
 from layergrad.inputs import ProbeBatch
-from layergrad.select import Site
+from layergrad.layer_refs import Site
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ def run_trace(
     With `target=None` the target is the sum (or mean) of every floating-point model output.
     This is the engine of `scan` and of the diagnosis of a failed `inspect`.
     """
-    from layergrad.select import input_names, iter_layers
+    from layergrad.layer_refs import input_names, iter_layers
 
     tf, _ = quiet_import()
     reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]

@@ -12,8 +12,8 @@ import pytest
 from conftest import keras, tf
 
 from layergrad.inputs import ProbeBatch
+from layergrad.layer_refs import resolve
 from layergrad.probe import run_probe
-from layergrad.select import resolve
 
 pytestmark = pytest.mark.slow
 
