@@ -19,26 +19,15 @@ from pathlib import Path
 
 from layergrad.errors import LayergradError, describe
 from layergrad.fileinfo import FileInfo, read_file_info
-from layergrad.results import CheckItem, FileVerdict, ScanRow
-
-FINDINGS = (
-    "unreadable",
-    "unsafe",
-    "error",
-    "blocked",
-    "nonfinite",
-    "dead",
-    "vanishing",
-    "exploding",
-)
-DEFAULT_FAIL_ON = ("unreadable", "unsafe", "error", "nonfinite", "blocked")
+from layergrad.results import CheckItem, FileVerdict, ScanReport
+from layergrad.vocab import DEFAULT_FAIL_ON, Finding, Status
 
 
 @dataclass(frozen=True)
 class CheckOptions:
     """What a check run looks for and how it probes."""
 
-    fail_on: frozenset[str] = frozenset(DEFAULT_FAIL_ON)
+    fail_on: frozenset[Finding] = frozenset(DEFAULT_FAIL_ON)
     static_only: bool = False
     imports: tuple[str, ...] = ()
     unsafe: bool = False
@@ -52,10 +41,10 @@ def check_files(
     on_file: Callable[[str], None] | None = None,
 ) -> tuple[FileVerdict, ...]:
     """Check each file; `on_file(path)` is called as each one starts (for a progress bar)."""
-    unknown = sorted(options.fail_on - set(FINDINGS))
+    unknown = sorted(set(options.fail_on) - set(Finding.words()))
     if unknown:
         raise LayergradError(
-            f"unknown --fail-on finding {', '.join(unknown)}; use {','.join(FINDINGS)}"
+            f"unknown --fail-on finding {', '.join(unknown)}; use {','.join(Finding.words())}"
         )
     verdicts = []
     for path in paths:
@@ -69,7 +58,7 @@ def check_file(path: str | os.PathLike[str], options: CheckOptions = CheckOption
     """Run the checks on one file, stopping at the first that leaves nothing to check next."""
     items: list[CheckItem] = []
 
-    def add(name: str, message: str, findings: Sequence[str] = ()) -> bool:
+    def add(name: str, message: str, findings: Sequence[Finding] = ()) -> bool:
         passed = not set(findings) & options.fail_on
         items.append(CheckItem(name, passed, message, tuple(findings)))
         return passed
@@ -77,7 +66,7 @@ def check_file(path: str | os.PathLike[str], options: CheckOptions = CheckOption
     try:
         info = read_file_info(path, read_weights=True)
     except LayergradError as exc:
-        add("readable", str(exc), ["unreadable"])
+        add("readable", str(exc), [Finding.UNREADABLE])
         return _verdict(path, items)
     add("readable", f"{info.format} file, {len(info.graph.layers)} layers")
     if not _safe(info, options, add):
@@ -101,7 +90,7 @@ def _safe(info: FileInfo, options: CheckOptions, add: Add) -> bool:
     try:
         accepted = check_safety(info, [module_name(m) for m in options.imports], options.unsafe)
     except LayergradError as exc:
-        add("safe", str(exc), ["unsafe"])
+        add("safe", str(exc), [Finding.UNSAFE])
         return False
     message = (
         f"accepted with --unsafe: {'; '.join(accepted)}"
@@ -115,78 +104,63 @@ def _weights(info: FileInfo, add: Add) -> None:
     bad = [w for w in info.weights if w.nan or w.inf]
     if bad:
         listed = ", ".join(f"{w.layer} ({w.nan} NaN, {w.inf} Inf)" for w in bad[:5])
-        add("weights", f"non-finite weights in {listed}", ["nonfinite"])
+        add("weights", f"non-finite weights in {listed}", [Finding.NONFINITE])
     else:
         params = sum(w.params for w in info.weights)
         add("weights", f"{params:,} stored weights, all finite")
 
 
 def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions, add: Add) -> None:
-    from layergrad import explain, layer_refs, loader, probe, scan
-    from layergrad.api import ProbeOptions, probe_batch
+    from layergrad.loader import load_model
+    from layergrad.pipeline import ProbeOptions, session_for
+    from layergrad.scan import scan_session
 
     try:
-        loaded, _ = loader.load_model(path, options.imports, options.unsafe, info=info)
+        loaded, warnings = load_model(path, options.imports, options.unsafe, info=info)
     except LayergradError as exc:
-        add("loads", str(exc), ["unreadable"])
+        add("loads", str(exc), [Finding.UNREADABLE])
         return
     model = loaded.model
-    add(
-        "loads",
-        f"{type(model).__name__} {model.name!r} loads in safe mode"
-        if not options.unsafe
-        else "loads",
-    )
+    mode = "" if options.unsafe else " in safe mode"
+    add("loads", f"{type(model).__name__} {model.name!r} loads{mode}")
     try:
-        batch = probe_batch(model, ProbeOptions(batch_size=options.batch_size, seed=options.seed))
+        probe = ProbeOptions(batch_size=options.batch_size, seed=options.seed)
+        session = session_for(loaded, probe, warnings)
     except LayergradError as exc:  # e.g. a model that does not declare its inputs
         add("forward", f"not run: {exc}")
         return
     try:
-        trace = probe.run_trace(model, batch)
+        report = scan_session(session)
     except Exception as exc:  # the model's own code failed: the file fails, the run goes on
-        add("forward", f"the forward pass failed: {describe(exc)}", ["error"])
+        add("forward", f"the forward pass failed: {describe(exc)}", [Finding.ERROR])
         return
-    first_bad = next((a for a in trace.activations if a.is_float and not _finite(a.value)), None)
-    if first_bad is not None:
+    if report.first_nonfinite is not None:
         add(
-            "forward", f"non-finite activations from layer {first_bad.site.ref!r} on", ["nonfinite"]
+            "forward",
+            f"activations turn non-finite (NaN/Inf) at layer {report.first_nonfinite!r}",
+            [Finding.NONFINITE],
         )
     else:
-        add("forward", f"finite on a random batch of {batch.batch_size}")
-    explainer = explain.Explainer(model, batch, info.graph, False, "sum")
-    classes = {p: type(layer).__name__ for p, layer in layer_refs.iter_layers(model)}
-    try:
-        rows = scan.scan_rows(trace, info.graph, explainer, classes)
-    except Exception as exc:  # diagnosis of an unusual layer failed: report, do not abort
-        add("gradient", f"could not be analysed: {describe(exc)}", ["error"])
-        return
-    _gradient(rows, add)
+        add("forward", f"finite on a random batch of {session.batch.batch_size}")
+    _gradient(report, add)
 
 
-def _gradient(rows: Sequence[ScanRow], add: Add) -> None:
-    findings = sorted(
-        {f if f != "blocked" else "blocked" for r in rows for f in r.flags}, key=FINDINGS.index
-    )
+def _gradient(report: ScanReport, add: Add) -> None:
+    rows = report.rows
     problems = [r for r in rows if r.flags]
     if not problems:
-        differentiable = sum(1 for r in rows if r.status != "integer")
+        differentiable = sum(1 for r in rows if r.status != Status.INTEGER)
         add("gradient", f"reaches all {differentiable} differentiable layers, finite")
         return
+    findings = [f for f in Finding if any(f.value in r.flags for r in problems)]
     parts = []
-    for flag in findings:
-        layers = [r for r in problems if flag in r.flags]
+    for finding in findings:
+        layers = [r for r in problems if finding.value in r.flags]
         cause = next((c for r in layers for c in r.causes), None)
         why = f" ({cause.code} at {cause.layer})" if cause else ""
         names = ", ".join(r.layer for r in layers[:4]) + ("..." if len(layers) > 4 else "")
-        parts.append(f"{flag}: {names}{why}")
+        parts.append(f"{finding}: {names}{why}")
     add("gradient", "; ".join(parts), findings)
-
-
-def _finite(value: object) -> bool:
-    import numpy as np
-
-    return bool(np.all(np.isfinite(value)))  # type: ignore[call-overload]
 
 
 def expand_paths(paths: Sequence[str]) -> list[str]:

@@ -40,7 +40,7 @@ def test_readme_opens_with_the_two_setup_commands():
 
 
 def test_every_cause_code_is_explained_in_the_readme():
-    from layergrad.results import CAUSE_CODES
+    from layergrad.vocab import CauseCode
 
-    for code in CAUSE_CODES:
+    for code in CauseCode:
         assert f"| `{code}` |" in README

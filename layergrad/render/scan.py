@@ -1,4 +1,4 @@
-"""Render a gradient-flow scan: a table with a log-scale bar, JSON, markdown. Pure functions."""
+"""Render a gradient-flow scan: a table with a log-scale bar, JSON, markdown."""
 
 from __future__ import annotations
 
@@ -6,82 +6,80 @@ import json
 import math
 from typing import Any
 
-from rich import box
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
-from layergrad.report import (
+from layergrad.render.common import (
     STATUS_STYLE,
+    Column,
     cause_json,
     causes_lines,
-    fmt,
+    fitted_table,
+    md_code,
     md_table,
+    md_text,
     meta_json,
-    probe_line,
-    render,
+    model_header,
+    number,
     shape_text,
+    to_text,
 )
 from layergrad.results import ScanReport, ScanRow
+from layergrad.vocab import Status
 
-SCAN_SCHEMA = "layergrad.scan/1"
+SCHEMA = "layergrad.scan/1"
 BAR_WIDTH = 16
+COLUMNS = (
+    Column("layer", name_like=True),
+    Column("class", drop=3),
+    Column("shape", drop=4),
+    Column("status"),
+    Column("L2", "right", drop=5),
+    Column("mean |g|", "right"),
+    Column("zeros", "right", drop=6),
+    Column("log10 mean |g|", drop=2),
+    Column("flags", drop=1),
+)
 
 
-def scan_text(report: ScanReport, *, color: bool = False, width: int = 100) -> str:
-    """The scan table in depth order, then the causes of blocked / non-finite layers."""
+def table(report: ScanReport, *, color: bool = False, width: int | None = 100) -> str:
+    """The scan table in depth order, then notes and the causes of blocked / non-finite rows."""
+    scale = _log_range(report.rows)
     items: list[RenderableType] = [
-        Text.assemble(
-            (report.model.path, "bold"),
-            f"  {report.model.class_name} {report.model.name!r}, {report.model.format}\n",
-            probe_line(report.probe, f"d {report.probe.reduce}({_target(report)}) / d each layer"),
-        ),
-        _table(report),
+        model_header(report.model, report.probe, f"d {_target(report)} / d each layer"),
+        fitted_table(COLUMNS, [_cells(row, scale) for row in report.rows], width),
     ]
     items += [Text(f"note: {note}", style="yellow") for note in report.notes]
     for row in _distinct_causes([r for r in report.rows if r.causes]):
         title = Text(f"{row.status} at {row.layer} (and the layers before it):", style="bold")
         items.append(Group(title, *causes_lines(row.causes)))
-    return render(items, color=color, width=width)
+    return to_text(items, color=color, width=width)
 
 
-def _table(report: ScanReport) -> Table:
-    table = Table(box=box.SIMPLE_HEAVY, pad_edge=False)
-    for name in (
-        "layer",
-        "class",
-        "shape",
-        "status",
-        "L2",
-        "mean |g|",
-        "zeros",
-        "log10 mean |g|",
-        "flags",
-    ):
-        table.add_column(name, justify="right" if name in ("L2", "mean |g|", "zeros") else "left")
-    scale = _log_range(report.rows)
-    for row in report.rows:
-        g = row.gradient
-        table.add_row(
-            row.layer,
-            row.class_name,
-            shape_text(row.shape),
-            Text(_status_label(row), style=STATUS_STYLE.get(row.status, "dim")),
-            fmt(g.l2) if g else "-",
-            fmt(g.mean_abs) if g else "-",
-            f"{g.zero_fraction:.0%}" if g else "-",
-            _bar(row, scale),
-            Text(", ".join(row.flags), style="yellow" if row.flags else ""),
-        )
-    return table
+def _cells(row: ScanRow, scale: tuple[float, float] | None) -> list[RenderableType]:
+    g = row.gradient
+    return [
+        row.layer,
+        row.class_name,
+        shape_text(row.shape),
+        Text(_status_label(row), style=STATUS_STYLE.get(row.status, "")),
+        number(g.l2) if g else "-",
+        number(g.mean_abs) if g else "-",
+        f"{g.zero_fraction:.0%}" if g else "-",
+        _bar(row, scale),
+        Text(", ".join(row.flags), style="yellow" if row.flags else ""),
+    ]
 
 
 def _target(report: ScanReport) -> str:
-    return report.target or "model outputs"
+    """What is differentiated: `sum(dense_1)`, or the projection of the model's outputs."""
+    if report.target is None:
+        return f"{report.probe.reduce}(outputs · R)"
+    return f"{report.probe.reduce}({report.target})"
 
 
 def _status_label(row: ScanRow) -> str:
-    return "not differentiable" if row.status == "integer" else row.status
+    return "not differentiable" if row.status == Status.INTEGER else row.status.value
 
 
 def _log_range(rows: tuple[ScanRow, ...]) -> tuple[float, float] | None:
@@ -105,26 +103,27 @@ def _distinct_causes(rows: list[ScanRow]) -> list[ScanRow]:
     seen: set[tuple[tuple[str, str | None], ...]] = set()
     out = []
     for row in reversed(rows):
-        key = tuple((c.code, c.layer) for c in row.causes)
+        key = tuple((c.code.value, c.layer) for c in row.causes)
         if key not in seen:
             seen.add(key)
             out.append(row)
     return out[::-1]
 
 
-def scan_json(report: ScanReport) -> str:
+def as_json(report: ScanReport, **_: Any) -> str:
     """The `layergrad.scan/1` JSON document."""
     doc = {
-        "schema": SCAN_SCHEMA,
+        "schema": SCHEMA,
         **meta_json(report.model, report.probe),
         "target": report.target,
-        "layers": [_row_json(r) for r in report.rows],
+        "layers": [row_json(r) for r in report.rows],
         "notes": list(report.notes),
     }
     return json.dumps(doc, indent=2, allow_nan=False)
 
 
-def _row_json(row: ScanRow) -> dict[str, Any]:
+def row_json(row: ScanRow) -> dict[str, Any]:
+    """One scan row as a JSON-ready dict."""
     g = row.gradient
     return {
         "layer": row.layer,
@@ -146,24 +145,24 @@ def _row_json(row: ScanRow) -> dict[str, Any]:
     }
 
 
-def scan_markdown(report: ScanReport) -> str:
+def markdown(report: ScanReport, **_: Any) -> str:
     """A markdown table for a pull-request comment."""
     head = (
-        f"**layergrad scan** `{report.model.path}`: "
-        f"d {report.probe.reduce}({_target(report)}) / d each layer\n\n"
+        f"**layergrad scan** {md_code(report.model.path)}: "
+        f"d {md_text(_target(report))} / d each layer\n\n"
     )
     rows = [
         [
-            f"`{r.layer}`",
-            r.class_name,
+            md_code(r.layer),
+            md_code(r.class_name),
             shape_text(r.shape),
             _status_label(r),
-            fmt(r.gradient.mean_abs) if r.gradient else "-",
+            number(r.gradient.mean_abs) if r.gradient else "-",
             ", ".join(r.flags),
-            "; ".join(f"{c.code} at `{c.layer}`" for c in r.causes),
+            "; ".join(f"{c.code} at {md_code(c.layer or '?')}" for c in r.causes),
         ]
         for r in report.rows
     ]
-    notes = "".join(f"\n> note: {note}\n" for note in report.notes)
+    notes = "".join(f"\n> note: {md_text(note)}\n" for note in report.notes)
     header = ["layer", "class", "shape", "status", "mean \\|g\\|", "flags", "causes"]
     return head + md_table(header, rows) + notes
