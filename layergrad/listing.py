@@ -95,6 +95,7 @@ def build_listing(info: FileInfo, warnings: Sequence[str] = ()) -> LayerListing:
     `warnings` are the audit findings accepted with `--unsafe`; they are kept in the JSON.
 
     Example:
+        >>> from layergrad.fileinfo import read_file_info
         >>> listing = build_listing(read_file_info("sample_models/nested.keras"))
         >>> [r.path for r in listing.rows]
         ['x', 'encoder', 'encoder/dense', 'encoder/dense_1', 'head']

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from layergrad.vocab import Flag, Status
 # A layer whose mean |g| is this far below (above) the target end's is vanishing (exploding);
 # a layer with more than DEAD_FRACTION of its units (last axis) getting exactly zero is dead.
 VANISHING_RATIO, EXPLODING_RATIO, DEAD_FRACTION = 1e-6, 1e6, 0.5
+SCALE_FLAGS = (Flag.DEAD, Flag.VANISHING, Flag.EXPLODING)  # flags that depend on magnitudes
 
 
 def scan_session(
@@ -51,6 +53,19 @@ def scan_session(
     )
     if note:
         notes.append(note)
+    untrained = [] if options.training else untrained_batchnorm(model)
+    if untrained and any(set(SCALE_FLAGS) & set(row.flags) for row in rows):
+        rows = tuple(
+            replace(row, flags=tuple(f for f in row.flags if f not in SCALE_FLAGS)) for row in rows
+        )
+        notes.append(
+            f"{len(untrained)} BatchNormalization layers ({', '.join(untrained[:3])}"
+            f"{'...' if len(untrained) > 3 else ''}) hold their initial moving statistics "
+            "(mean 0, variance 1): the model was never trained, so in inference they do not "
+            "normalize and activations shrink or grow through depth in a way training never "
+            "sees. Dead / vanishing / exploding flags are left out; scan with --training to see "
+            "what training sees"
+        )
     bad = first_nonfinite(trace)
     if bad is not None:
         notes.append(
@@ -175,3 +190,15 @@ def _reached_output(trace: Trace, graph: ModelGraph | None, i: int) -> Activatio
         if grad is not None and depends:
             return act
     return None
+
+
+def untrained_batchnorm(model: Any) -> list[str]:
+    """BatchNormalization layers whose moving statistics are still their initial 0 and 1."""
+    found = []
+    for path, layer in iter_layers(model):
+        mean, var = getattr(layer, "moving_mean", None), getattr(layer, "moving_variance", None)
+        if mean is None or var is None or "BatchNormalization" not in type(layer).__name__:
+            continue
+        if not np.any(np.asarray(mean.numpy())) and np.all(np.asarray(var.numpy()) == 1):
+            found.append(path)
+    return found

@@ -168,3 +168,18 @@ def test_keras_applications_pass(arch, tmp_path):
     verdict = check_file(path)
     assert verdict.passed, failed_checks(verdict)
     assert [c.name for c in verdict.checks] == ALL_CHECKS
+    assert not [(c.name, c.message) for c in verdict.checks if c.findings]  # no finding at all
+
+
+def test_a_healthy_softmax_classifier_gets_no_finding(tmp_path):
+    # a softmax sums to 1 for every sample, so a target that sums the outputs would make every
+    # layer look vanishing; the default target must not
+    x = keras.Input((16, 16, 3))
+    h = keras.layers.Conv2D(8, 3, activation="relu")(x)
+    h = keras.layers.Conv2D(8, 3, activation="relu")(h)
+    h = keras.layers.GlobalAveragePooling2D()(h)
+    out = keras.layers.Dense(10, activation="softmax")(h)
+    path = tmp_path / "cnn.keras"
+    keras.Model(x, out).save(path)
+    verdict = check_file(path)
+    assert not [(c.name, c.message) for c in verdict.checks if c.findings or not c.passed]

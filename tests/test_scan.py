@@ -140,7 +140,7 @@ def test_resnet50_scan_is_healthy_and_matches_a_manual_tape(tmp_path):
     model.save(path)
     x = np.random.default_rng(0).standard_normal((2, 64, 64, 3)).astype("float32")
     np.save(tmp_path / "x.npy", x)
-    report = scan_model(path, input_file=tmp_path / "x.npy")
+    report = scan_model(path, input_file=tmp_path / "x.npy", target="predictions")
     assert len(report.rows) == len(model.layers)  # every layer, inputs included
     assert all(r.status == "ok" for r in report.rows)
     assert not any({"blocked", "nonfinite", "exploding"} & set(r.flags) for r in report.rows)
@@ -180,3 +180,15 @@ def test_inspect_to_a_softmax_warns_that_its_sum_is_constant(tmp_path):
     (res,) = inspect_model(path, "h", ["probs"]).results
     (note,) = [w for w in res.warnings if "ends in softmax" in w]
     assert note.endswith("take --to the layer before it") and "scan" not in note
+
+
+def test_untrained_batchnorm_is_recognised(tmp_path):
+    from layergrad.scan import untrained_batchnorm
+
+    x = keras.Input((4,), name="x")
+    out = keras.layers.Dense(2, name="head")(keras.layers.BatchNormalization(name="bn")(x))
+    model = keras.Model(x, out)
+    assert untrained_batchnorm(model) == ["bn"]
+    model.compile(loss="mse", optimizer="sgd")
+    model.fit(normal(16, 4), normal(16, 2), epochs=1, verbose=0)  # moves the moving statistics
+    assert untrained_batchnorm(model) == []

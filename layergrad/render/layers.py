@@ -6,13 +6,12 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rich import box
 from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from layergrad.listing import LayerListing, LayerRow, ModelInput, nonfinite_text
-from layergrad.render.common import md_code, md_table, md_text, to_text
+from layergrad.render.common import Column, fitted_table, md_code, md_table, md_text, to_text
 
 SCHEMA = "layergrad.layers/1"
 COLUMNS = ("#", "layer", "class", "inbound", "params", "dtype", "trainable", "weights")
@@ -22,10 +21,10 @@ ZERO_STYLE = "bold yellow"
 
 def table(listing: LayerListing, *, color: bool = False, width: int | None = 100) -> str:
     """The `layers` table: a header, one row per layer, weight problems, and the totals."""
-    return to_text(_renderables(listing), color=color, width=width)
+    return to_text(_renderables(listing, width), color=color, width=width)
 
 
-def _renderables(listing: LayerListing) -> list[RenderableType]:
+def _renderables(listing: LayerListing, width: int | None) -> list[RenderableType]:
     version = f"Keras {listing.keras_version}" if listing.keras_version else "unknown Keras"
     header = Text.assemble(
         (listing.path, "bold"),
@@ -43,7 +42,7 @@ def _renderables(listing: LayerListing) -> list[RenderableType]:
                 style="yellow",
             )
         )
-    items.append(_table(listing))
+    items.append(_table(listing, width))
     flagged = [r for r in listing.rows if r.problem]
     if flagged:
         items.append(_problems(flagged))
@@ -80,19 +79,24 @@ def _uniform_line(rows: Sequence[LayerRow]) -> str:
     return "\n" + "; ".join(parts) if parts else ""
 
 
-def _table(listing: LayerListing) -> Table:
+COLUMNS_FIT = {
+    "#": Column("#", "right"),
+    "layer": Column("layer", name_like=True),
+    "class": Column("class", drop=2),
+    "inbound": Column("inbound", name_like=True, drop=3),
+    "params": Column("params", "right", drop=4),
+    "dtype": Column("dtype", drop=5),
+    "trainable": Column("trainable", drop=6),
+    "weights": Column("weights", drop=1),
+}
+
+
+def _table(listing: LayerListing, width: int | None) -> Table:
     """The rows; the dtype and trainable columns only when layers differ in them."""
     values = _shared_values(listing.rows)
     columns = [c for c in COLUMNS if len(values.get(c, "many")) > 1]
     ops = {op.path for op in listing.operations}
-    table = Table(box=box.SIMPLE_HEAVY, pad_edge=False, collapse_padding=True)
-    for name in columns:
-        table.add_column(
-            name,
-            justify="right" if name in ("#", "params") else "left",
-            no_wrap=name in ("#", "params", "weights"),
-            overflow="fold",  # a narrow terminal wraps a long name; it never cuts it short
-        )
+    rows = []
     for r in listing.rows:
         cells: dict[str, RenderableType] = {
             "#": _index_text(r),
@@ -104,8 +108,8 @@ def _table(listing: LayerListing) -> Table:
             "trainable": _yes_no(r.trainable),
             "weights": _health_cell(r),
         }
-        table.add_row(*(cells[c] for c in columns))
-    return table
+        rows.append([cells[c] for c in columns])
+    return fitted_table([COLUMNS_FIT[c] for c in columns], rows, width, compact=True)
 
 
 def _inbound_text(r: LayerRow, ops: set[str]) -> str:
