@@ -261,15 +261,8 @@ def test_keras_backend_from_the_environment_is_overridden():
     assert (code, tf_loaded, last) == ("0", "True", "}")
 
 
-def test_each_warning_names_its_result(tmp_path):
-    import keras
-
-    x = keras.Input((4,), name="x")
-    h = keras.layers.Dense(3, name="h")(x)
-    out = keras.layers.Dense(3, activation="softmax", name="probs")(h)
-    path = tmp_path / "softmax.keras"
-    keras.Model(x, out).save(path)
-    result = run("inspect", str(path), "--from", "h", "--to", "probs", "--to", "h")
+def test_each_warning_names_its_result(softmax_head):
+    result = run("inspect", softmax_head, "--from", "h", "--to", "probs", "--to", "h")
     pieces = result.output.split("warning:")[1:]
     assert pieces and all(p.startswith(" d probs / d h: ") for p in pieces)
     assert any("probs ends in softmax" in p for p in pieces)

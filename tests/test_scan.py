@@ -169,15 +169,10 @@ def test_softmax_output_is_not_degenerate_by_default_and_a_note_when_targeted(tm
     assert all(r.gradient is None or r.gradient.max_abs < 1e-6 for r in targeted.rows[:-1])
 
 
-def test_inspect_to_a_softmax_warns_that_its_sum_is_constant(tmp_path):
-    x = keras.Input((4,), name="x")
-    h = keras.layers.Dense(3, name="h")(x)
-    out = keras.layers.Dense(3, activation="softmax", name="probs")(h)
-    path = tmp_path / "softmax.keras"
-    keras.Model(x, out).save(path)
+def test_inspect_to_a_softmax_warns_that_its_sum_is_constant(softmax_head):
     from layergrad.api import inspect_model
 
-    (res,) = inspect_model(path, "h", ["probs"]).results
+    (res,) = inspect_model(softmax_head, "h", ["probs"]).results
     (note,) = [w for w in res.warnings if "ends in softmax" in w]
     assert note.endswith("take --to the layer before it") and "scan" not in note
 
