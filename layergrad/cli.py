@@ -153,7 +153,10 @@ def probe_options(func: F) -> F:
     return func
 
 
-def format_options(func: F) -> F:
+FORMATS = ("table", "json", "markdown")
+
+
+def format_options(func: F, formats: tuple[str, ...] = FORMATS) -> F:
     """`--format table|json|markdown` and its shorthand `--json`."""
     func = click.option("--json", "as_json", is_flag=True, help="Shorthand for --format json.")(
         func
@@ -161,10 +164,28 @@ def format_options(func: F) -> F:
     return click.option(
         "--format",
         "fmt",
-        type=click.Choice(["table", "json", "markdown"]),
+        type=click.Choice(list(formats)),
         default="table",
         show_default=True,
-        help="Output: a table for people, JSON for programs, markdown for pull-request comments.",
+        help="Output: a table for people, JSON for programs, markdown for pull-request comments"
+        + (", html for one self-contained page (> report.html)." if "html" in formats else "."),
+    )(func)
+
+
+def html_format_options(func: F) -> F:
+    """`format_options` with `--format html` too."""
+    return format_options(func, (*FORMATS, "html"))
+
+
+def plot_option(func: F) -> F:
+    """`--plot FILE`: write the command's chart, format from the extension."""
+    return click.option(
+        "--plot",
+        "plot_file",
+        metavar="FILE",
+        type=click.Path(dir_okay=False, path_type=str),
+        help="Also write the chart: .png, .svg or .pdf (gradient flow for scan, unit "
+        "sensitivity for inspect).",
     )(func)
 
 
@@ -175,10 +196,13 @@ def emit(
     value: Any,
     fmt: str,
     as_json: bool,
+    html_fn: Callable[[Any], str] | None = None,
 ) -> None:
     """Print a report in the chosen format (JSON returns before any colour logic)."""
     if as_json or fmt == "json":
         click.echo(json_fn(value))
+    elif fmt == "html" and html_fn is not None:
+        click.echo(html_fn(value), nl=False)
     elif fmt == "markdown":
         click.echo(md_fn(value), nl=False)
     else:
@@ -221,7 +245,8 @@ def main() -> None:
     help="Layer whose output is differentiated. Repeatable.",
 )
 @probe_options
-@format_options
+@html_format_options
+@plot_option
 @click.option(
     "--save-gradient",
     metavar="FILE",
@@ -243,6 +268,7 @@ def inspect(
     probe: dict[str, Any],
     fmt: str,
     as_json: bool,
+    plot_file: str | None,
     save_gradient: str | None,
     fail_on: frozenset[str],
     imports: tuple[str, ...],
@@ -266,17 +292,30 @@ def inspect(
         layergrad inspect model.keras --from dense --to dense_1
         layergrad inspect model.keras --from embedding --to head --to pool --json
         layergrad inspect model.h5 --from 1 --to -1 --input batch.npy --fail-on none,nonfinite
+        layergrad inspect model.keras --from dense --to dense_1 --format html > report.html
     """
-    from layergrad import api, report
+    from layergrad import api, html_report, plot, report
 
     if save_gradient and not save_gradient.endswith((".npy", ".npz")):
         raise click.BadParameter("must end in .npy or .npz", param_hint="--save-gradient")
     if save_gradient and save_gradient.endswith(".npy") and len(targets) > 1:
         raise click.BadParameter("several --to layers need a .npz", param_hint="--save-gradient")
+    if plot_file:
+        plot.check_plot_path(plot_file, [model, probe["input_file"]])
     result = api.inspect_model(
         model, source, list(targets), imports=imports, unsafe=unsafe, **probe
     )
-    emit(report.inspect_text, report.inspect_json, report.inspect_markdown, result, fmt, as_json)
+    emit(
+        report.inspect_text,
+        report.inspect_json,
+        report.inspect_markdown,
+        result,
+        fmt,
+        as_json,
+        html_report.inspect_html,
+    )
+    if plot_file:
+        _write_plot(result, plot_file, "unit-sensitivity")
     if save_gradient:
         api.save_gradients(result, save_gradient)
     if any(r.status in fail_on for r in result.results):
@@ -341,7 +380,8 @@ def layers(
     help="Only layers matching this shell glob, e.g. 'conv4_*'. Repeatable.",
 )
 @probe_options
-@format_options
+@html_format_options
+@plot_option
 @click.option(
     "--fail-on",
     default="",
@@ -358,6 +398,7 @@ def scan(
     probe: dict[str, Any],
     fmt: str,
     as_json: bool,
+    plot_file: str | None,
     fail_on: frozenset[str],
     imports: tuple[str, ...],
     unsafe: bool,
@@ -376,9 +417,12 @@ def scan(
         layergrad scan model.keras
         layergrad scan model.keras --to dense_1 --layers 'conv*' --json
         layergrad scan model.keras --fail-on blocked,nonfinite
+        layergrad scan model.keras --plot flow.png --format html > scan.html
     """
-    from layergrad import api, scan_report
+    from layergrad import api, html_report, plot, scan_report
 
+    if plot_file:
+        plot.check_plot_path(plot_file, [model, probe["input_file"]])
     result = api.scan_model(
         model, target=target, layers=patterns, imports=imports, unsafe=unsafe, **probe
     )
@@ -389,7 +433,10 @@ def scan(
         result,
         fmt,
         as_json,
+        html_report.scan_html,
     )
+    if plot_file:
+        _write_plot(result, plot_file, "gradient-flow")
     if any(set(row.flags) & fail_on for row in result.rows):
         sys.exit(1)
 
@@ -409,7 +456,7 @@ def scan(
     is_flag=True,
     help="Stop after reading, the safety audit and weight health; never import TensorFlow.",
 )
-@format_options
+@html_format_options
 @click.option(
     "--junit",
     "junit_file",
@@ -455,9 +502,10 @@ def check(
         layergrad check models/*.keras
         layergrad check models/ --junit layergrad.xml
         layergrad check model.h5 --static-only --fail-on unreadable,unsafe,nonfinite
+        layergrad check models/ --format html > check.html
     """
     from layergrad import check as checks
-    from layergrad import check_report
+    from layergrad import check_report, html_report
 
     paths = checks.expand_paths(models)
     options = checks.CheckOptions(
@@ -479,9 +527,18 @@ def check(
         verdicts,
         fmt,
         as_json,
+        html_report.check_html,
     )
     if not all(v.passed for v in verdicts):
         sys.exit(1)
+
+
+def _write_plot(result: Any, path: str, kind: str) -> None:
+    """Save the result's chart and say so on stderr."""
+    from layergrad import plot
+
+    written = plot.save_figure(plot.report_figure(result), path)
+    click.echo(f"wrote {kind} chart to {path} ({written})", err=True)
 
 
 def _with_progress(paths: list[str], run: Callable[[Callable[[str], None] | None], Any]) -> Any:

@@ -315,7 +315,8 @@ def check_plot_path(
         The path as a string.
 
     Raises:
-        InputError: an unknown extension, or a path that names a protected file.
+        InputError: an unknown extension, a folder that does not exist, or a path that names
+            a protected file.
     """
     text = os.fspath(path)
     ext = os.path.splitext(text)[1].lower()
@@ -324,6 +325,9 @@ def check_plot_path(
             f"--plot {text}: unknown chart format {ext or '(no extension)'!r}; "
             f"use a file ending in {', '.join(PLOT_FORMATS)}"
         )
+    folder = os.path.dirname(os.path.abspath(text))
+    if not os.path.isdir(folder):
+        raise InputError(f"--plot {text}: no such folder {folder}; create it or choose another")
     for other in protected:
         if other is not None and _same_file(text, os.fspath(other)):
             raise InputError(
