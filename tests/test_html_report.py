@@ -31,7 +31,7 @@ from layergrad.results import (
 
 IMG = "<img src=x onerror=alert(1)>"
 END_SCRIPT = "</script><script>alert(2)</script>"
-MIXED = "a$\\alpha$ & \"q\" 's <b>"  # mathtext, quotes, an ampersand, a tag
+MIXED = 'a$\\alpha$ & "q" \'s <b>'  # mathtext, quotes, an ampersand, a tag
 PROBE = ProbeMeta("random", 0, 8, False, "sum")
 
 
