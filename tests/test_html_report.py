@@ -196,3 +196,16 @@ def test_fail_on_still_sets_the_exit_code_with_html():
 @pytest.mark.parametrize("command", ["inspect", "scan", "check"])
 def test_help_lists_html(command):
     assert "html" in run(command, "--help").stdout
+
+
+@pytest.mark.slow
+def test_resnet50_page_is_small_and_keeps_every_row(tmp_path):
+    path = tmp_path / "resnet50.keras"
+    keras.applications.ResNet50(weights=None, input_shape=(64, 64, 3)).save(path)
+    report = scan_model(path, target="avg_pool")
+    document = html_report.scan_html(report)
+    assert len(document.encode()) < 3_000_000
+    page = assert_well_formed_and_self_contained(document)
+    assert len(report.rows) > 170
+    assert [r[1] for r in page.tables[0]] == [r.layer for r in report.rows]
+    assert len(page.ids("lg-bar-")) + len(page.ids("lg-mark-")) == len(report.rows)
