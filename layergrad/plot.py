@@ -44,11 +44,11 @@ class Mark:
 MARKS: dict[str, Mark] = {
     "blocked": Mark("blocked (None)", "#D55E00", "None"),
     "nonfinite": Mark("non-finite", "#CC79A7", "NaN/Inf"),
-    "dead": Mark("dead", "#E69F00", "0"),
+    "dead": Mark("dead", "#E69F00", "all 0"),
     "vanishing": Mark("vanishing", "#0072B2", ""),
     "exploding": Mark("exploding", "#882255", ""),
-    "zero": Mark("zero", "#E69F00", "0"),
-    "integer": Mark("not differentiable", "#999999", "int"),
+    "zero": Mark("zero", "#E69F00", "all 0"),
+    "integer": Mark("not differentiable", "#999999", "integer"),
     "ok": Mark("ok", "#8FA7BF", ""),
 }
 JACOBIAN_COLOR = "#000000"
@@ -95,7 +95,8 @@ def scan_figure(report: ScanReport) -> Figure:
         width=max(6.4, columns * (2.8 + 0.07 * label_chars) + 0.4),
         height=max(3.2, 1.5 + per_column * ROW_INCHES),
     )
-    axes = fig.subplots(1, columns, squeeze=False, sharex=True)[0]
+    # Columns share limits, not a sharex group: its tick bookkeeping costs seconds on ResNet50.
+    axes = fig.subplots(1, columns, squeeze=False)[0]
     lo, hi = _log_limits(rows)
     for c, ax in enumerate(axes):
         start = c * per_column
@@ -120,13 +121,22 @@ def scan_figure(report: ScanReport) -> Figure:
 def _scan_column(ax: Axes, rows: Sequence[ScanRow], start: int, floor: float) -> None:
     """Draw one column of rows: a bar per positive mean |g|, a word for the others."""
     ys = list(range(len(rows)))
-    for y, row in zip(ys, rows, strict=True):
-        mark = MARKS[mark_of(row)]
-        value = _positive(row.gradient.mean_abs if row.gradient else None)
-        if value is not None:
-            (bar,) = ax.barh(y, value - floor, left=floor, height=0.7, color=mark.color)
+    values = [_positive(r.gradient.mean_abs if r.gradient else None) for r in rows]
+    drawn = [
+        (y, v, MARKS[mark_of(r)].color)
+        for y, v, r in zip(ys, values, rows, strict=True)
+        if v is not None
+    ]
+    if drawn:  # one call for the column: a call per bar is slow on long models
+        bars = ax.barh(
+            [y for y, _, _ in drawn], [v - floor for _, v, _ in drawn], left=floor, height=0.7,
+            color=[c for _, _, c in drawn],
+        )  # fmt: skip
+        for bar, (y, _, _) in zip(bars, drawn, strict=True):
             bar.set_gid(f"lg-bar-{start + y}")
-        else:
+    for y, row, value in zip(ys, rows, values, strict=True):
+        if value is None:
+            mark = MARKS[mark_of(row)]
             word = mark.word or row.status
             text = ax.text(
                 floor * 1.2, y, word, va="center", ha="left", color=mark.color,
@@ -144,11 +154,14 @@ def _scan_column(ax: Axes, rows: Sequence[ScanRow], start: int, floor: float) ->
 
 def _draw_jacobian(ax: Axes, rows: Sequence[ScanRow], start: int) -> None:
     """The Jacobian norm profile: a marker at each row's mean per-sample Frobenius norm."""
+    from matplotlib.lines import Line2D
+
     for y, row in enumerate(rows):
         value = _positive(jacobian_mean(row))
         if value is not None:
-            (point,) = ax.plot([value], [y], "D", color=JACOBIAN_COLOR, markersize=3.5)
-            point.set_gid(f"lg-jac-{start + y}")
+            point = Line2D([value], [y], marker="D", linestyle="", color=JACOBIAN_COLOR,
+                           markersize=3.5, gid=f"lg-jac-{start + y}")  # fmt: skip
+            ax.add_line(point)
 
 
 def jacobian_mean(item: Any) -> float | None:

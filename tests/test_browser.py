@@ -65,7 +65,9 @@ def test_scan_page_renders_to_a_non_blank_screenshot(chromium, tmp_path):
         # Some of the page's own colours: the blocked verdict banner and the chart's bars.
         pixels = {c for _, c in colours}
         assert (255, 235, 233) in pixels  # .verdict.bad background #ffebe9
-        assert any(abs(r - 0x8F) < 4 and abs(g - 0xA7) < 4 and abs(b - 0xBF) < 4 for r, g, b in pixels)
+        assert any(
+            abs(r - 0x8F) < 4 and abs(g - 0xA7) < 4 and abs(b - 0xBF) < 4 for r, g, b in pixels
+        )
 
 
 def test_script_runs_and_a_hostile_name_stays_text_in_the_browser(chromium, tmp_path):

@@ -8,6 +8,7 @@ read back with Pillow (PNG), ElementTree (SVG) and their magic bytes (PDF).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import shutil
@@ -42,7 +43,9 @@ def by_gid(fig, prefix: str) -> dict[str, Any]:
 
 
 def svg_ids(path) -> list[str]:
-    return [e.get("id") for e in ET.parse(path).getroot().iter() if e.get("id", "").startswith("lg-")]
+    return [
+        e.get("id") for e in ET.parse(path).getroot().iter() if e.get("id", "").startswith("lg-")
+    ]
 
 
 def long_scan(n: int = 180) -> ScanReport:
@@ -52,7 +55,11 @@ def long_scan(n: int = 180) -> ScanReport:
         flags = {7: ("blocked",), 8: ("nonfinite",), 50: ("dead",), 90: ("vanishing",)}.get(i, ())
         status = {7: "none", 8: "nonfinite", 3: "integer"}.get(i, "ok")
         mean = 10.0 ** (-(i % 13)) if status == "ok" else 0.0
-        g = None if status in ("none", "integer") else GradientStats((8, 4), mean, mean, mean, 0.0, 0)
+        g = (
+            None
+            if status in ("none", "integer")
+            else GradientStats((8, 4), mean, mean, mean, 0.0, 0)
+        )
         rows.append(ScanRow(f"conv{i // 10}_block{i % 10}_{'x' * (i % 25)}", "Conv2D", (8, 4), "float32", status, g, flags))  # fmt: skip
     return ScanReport(ModelMeta("long.keras", "keras", "Functional", "long"), PROBE, None, tuple(rows))  # fmt: skip
 
@@ -89,7 +96,7 @@ def test_every_kind_of_row_has_its_own_mark():
     (legend,) = fig.legends
     labels = [t.get_text() for t in legend.get_texts()]
     assert labels == ["blocked (None)", "non-finite", "dead", "vanishing", "not differentiable", "ok"]  # fmt: skip
-    assert by_gid(fig, "lg-mark-3")["lg-mark-3"].get_text() == "int"
+    assert by_gid(fig, "lg-mark-3")["lg-mark-3"].get_text() == "integer"
 
 
 def test_a_long_scan_wraps_and_no_label_overlaps_another():
@@ -104,7 +111,7 @@ def test_a_long_scan_wraps_and_no_label_overlaps_another():
         ticks = [t for t in ax.get_yticklabels() if t.get_text()]
         labels += [t.get_text() for t in ticks]
         boxes = sorted((t.get_window_extent(renderer) for t in ticks), key=lambda b: b.y0)
-        for lower, upper in zip(boxes, boxes[1:], strict=False):
+        for lower, upper in itertools.pairwise(boxes):
             assert lower.y1 <= upper.y0, "two layer names overlap"
         for box in boxes:
             assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1  # inside the figure
