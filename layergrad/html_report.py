@@ -51,11 +51,17 @@ def inspect_html(report: InspectReport) -> str:
     """
     results = report.results
     source = results[0].source.layer if results else "?"
-    targets = ", ".join(r.target.layer for r in results)
+    targets = [r.target.layer for r in results]
+    reduce = report.probe.reduce
+    target = (
+        f"d {reduce}({targets[0]}) / d {source}"
+        if len(targets) == 1
+        else f"d {reduce}(to) / d {source}, for to in {', '.join(targets)}"
+    )
     body: list[Html | None] = [
         el("h1", "layergrad inspect"),
         _inspect_verdict(results),
-        _header(report.model, report.probe, f"d {report.probe.reduce}({targets}) / d {source}"),
+        _header(report.model, report.probe, target),
         el("h2", "Results"),
         _results_table(results),
     ]
@@ -107,6 +113,7 @@ def check_html(verdicts: Sequence[FileVerdict]) -> str:
     else:
         verdict = el("p", f"PASS: all {len(verdicts)} files passed", class_="verdict ok")
     rows = [_check_summary_row(i, v) for i, v in enumerate(verdicts)]
+    classes = [None if v.passed else "failed" for v in verdicts]
     order = failed + [i for i, v in enumerate(verdicts) if v.passed]
     body: list[Html | None] = [
         el("h1", "layergrad check"),
@@ -115,7 +122,7 @@ def check_html(verdicts: Sequence[FileVerdict]) -> str:
             [("files", str(len(verdicts))), ("passed", str(passed)), ("failed", str(len(failed)))]
         ),
         el("h2", "Files"),
-        table(["file", "verdict", "checks", "findings"], rows),
+        table(["file", "verdict", "checks", "findings"], rows, row_classes=classes),
     ]
     body += [_file_section(i, verdicts[i]) for i in order]
     return page("layergrad check", body)
@@ -245,7 +252,7 @@ def _units_section(report: InspectReport) -> Html:
     if not ranked:
         return el(
             "p",
-            "no result has a finite, non-zero gradient: no unit sensitivity to show",
+            "no result has status ok: no unit sensitivity to show",
             class_="muted",
         )
     chart = _chart(plot.inspect_figure(report), "unit-sensitivity chart")

@@ -210,7 +210,7 @@ def _scan_legend(rows: Sequence[ScanRow]) -> list[tuple[str, str, str]]:
 def inspect_figure(report: InspectReport) -> Figure:
     """Unit sensitivity: the most sensitive units of the `--from` activation, per `--to`.
 
-    One panel per result with a finite, non-zero gradient: mean |g| per unit of the `--from`
+    One panel per result with status ok: mean |g| per unit of the `--from`
     activation's last axis, largest first (the units of the text report). Without any such
     result the figure says so in words.
 
@@ -236,7 +236,7 @@ def inspect_figure(report: InspectReport) -> Figure:
     _titles(fig, title, subtitle)
     if not ranked:
         fig.text(
-            0.5, 0.45, "no result has a finite, non-zero gradient: nothing to chart",
+            0.5, 0.45, "no result has status ok: nothing to chart",
             ha="center", va="center", fontsize=10, color="#555555",
         )  # fmt: skip
         return fig

@@ -136,6 +136,7 @@ def test_inspect_page_results_chart_units_and_cause_panels():
     report = inspect_model(sample("residual.keras"), "stem", ["head", "side"])
     page = assert_well_formed_and_self_contained(html_report.inspect_html(report))
     assert [r[:2] for r in page.tables[0]] == [["stem", "head"], ["stem", "side"]]
+    assert "d sum(to) / d stem, for to in head, side" in page.text
     assert len(page.ids("lg-unit-")) == 16  # two panels of 8 units (stem is Dense(8))
     assert page.tables[1][0][0] == "1" and len(page.tables[1]) == 8  # the units table
 
@@ -149,6 +150,7 @@ def test_inspect_page_results_chart_units_and_cause_panels():
 def test_inspect_page_for_hand_set_shows_the_paper_values():
     page = read_page(html_report.inspect_html(inspect_model(sample("hand_set.keras"), "a", ["b"])))
     assert page.tables[0][0][5:8] == ["22.09", "5.5", "6"]  # L2 sqrt(8*(25+36)), mean, max
+    assert "target d sum(b) / d a mode inference" in page.text
     assert page.tables[1] == [["1", "unit 1", "6"], ["2", "unit 0", "5"]]
 
 
