@@ -329,9 +329,10 @@ def _scan_table(rows: Sequence[ScanRow]) -> Html:
         if jacobian:
             cells.append(_number(plot.jacobian_mean(row)))
         out.append(cells)
-    numeric = [i for i, h in enumerate(header) if h in ("#", "L2", "mean |g|", "zeros")]
+    numbers = ("#", "L2", "mean |g|", "zeros", "||J||_F mean")
+    numeric = [i for i, h in enumerate(header) if h in numbers]
     classes = ["flagged" if row.flags else None for row in rows]
-    return table(header, out, numeric=numeric + [10] * jacobian, row_classes=classes)
+    return table(header, out, numeric=numeric, row_classes=classes)
 
 
 def _log_mean(row: ScanRow) -> float | None:
@@ -342,12 +343,12 @@ def _log_mean(row: ScanRow) -> float | None:
 
 
 def _log_bar(row: ScanRow, lo: float, hi: float) -> Html:
-    """log10 mean |g| as a CSS bar (1-100% of the column over the scan's range) and a number."""
+    """log10 mean |g| as a CSS bar (1 to 120 px over the scan's range) and the number."""
     value = _log_mean(row)
     if value is None:
         return cell("", sort="-Infinity")
-    width = 100.0 if hi == lo else 1 + 99 * (value - lo) / (hi - lo)
-    bar = el("span", "", class_="bar", style=f"width:{width * 1.2:.0f}px")
+    width = 120.0 if hi == lo else 1 + 119 * (value - lo) / (hi - lo)
+    bar = el("span", "", class_="bar", style=f"width:{width:.0f}px")
     return cell(join([bar, f"{value:+.1f}"]), sort=value, cls="mono")
 
 
