@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from conftest import CUSTOM_LAYERS, sample
+from pagecheck import read_page
 
-from layergrad import plot
+from layergrad import html_report, plot
 from layergrad.api import inspect_model, scan_model
 from layergrad.cli import main
 from layergrad.errors import InputError
@@ -167,7 +168,8 @@ def test_the_jacobian_profile_is_drawn_when_rows_carry_one(tmp_path):
     base = scan_model(sample("hand_set.keras"))
     forms = [SimpleNamespace(frobenius=SimpleNamespace(mean=3.0)), {"frobenius": {"mean": 40.0}}, None]  # fmt: skip
     rows = tuple(JacobianRow(**vars(r), jacobian=j) for r, j in zip(base.rows, forms, strict=True))  # type: ignore[arg-type]
-    fig = plot.scan_figure(ScanReport(base.model, base.probe, None, rows))
+    report = ScanReport(base.model, base.probe, None, rows)
+    fig = plot.scan_figure(report)
     points = by_gid(fig, "lg-jac-")
     assert sorted(points) == ["lg-jac-0", "lg-jac-1"]
     assert [points[f"lg-jac-{i}"].get_xdata()[0] for i in range(2)] == [3.0, 40.0]
@@ -176,6 +178,8 @@ def test_the_jacobian_profile_is_drawn_when_rows_carry_one(tmp_path):
     plot.save_figure(fig, tmp_path / "jac.svg")
     assert sum(i.startswith("lg-jac-") for i in svg_ids(tmp_path / "jac.svg")) == 2
     assert plot.scan_figure(base).findobj(lambda a: (a.get_gid() or "").startswith("lg-jac")) == []
+    page = read_page(html_report.scan_html(report))  # the page gets a column and the markers
+    assert [r[10] for r in page.tables[0]] == ["3", "40", "-"] and len(page.ids("lg-jac-")) == 2
 
 
 def test_names_with_mathtext_and_markup_are_drawn_literally():
