@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 PLOT_FORMATS = (".png", ".svg", ".pdf")
 ROWS_PER_COLUMN = 60  # a longer scan wraps into columns that share the log axis
 ROW_INCHES = 0.17  # about 1.5 lines of 8 pt text per bar: labels never overlap
+MIN_DECADES = 3
 LABEL_CHARS = 40  # longer layer names are shortened in the middle (the table has them whole)
 FONT_SIZE = 8
 TITLE_SIZE = 10
@@ -87,6 +88,8 @@ def scan_figure(report: ScanReport) -> Figure:
     Example:
         >>> save_figure(scan_figure(scan_model("m.keras")), "flow.png")
     """
+    from matplotlib.ticker import NullFormatter
+
     rows = report.rows
     columns = max(1, math.ceil(len(rows) / ROWS_PER_COLUMN))
     per_column = max(1, math.ceil(len(rows) / columns))
@@ -103,6 +106,7 @@ def scan_figure(report: ScanReport) -> Figure:
         _scan_column(ax, rows[start : start + per_column], start, lo)
         ax.set_xscale("log")
         ax.set_xlim(lo, hi)
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_ylim(per_column - 0.5, -0.5)  # first layer at the top, same scale per column
         ax.set_xlabel("mean |g| over the batch (log scale)")
         if columns > 1:
@@ -189,13 +193,14 @@ def _positive(value: float | None) -> float | None:
 
 
 def _log_limits(rows: Sequence[ScanRow]) -> tuple[float, float]:
-    """Axis limits a decade around every drawn value (bars and Jacobian markers)."""
+    """Axis limits a decade around every drawn value (bars and Jacobian markers), spanning at
+    least MIN_DECADES so the axis always has labelled decades (never crowded minor labels)."""
     values = [_positive(r.gradient.mean_abs if r.gradient else None) for r in rows]
     values += [_positive(jacobian_mean(r)) for r in rows]
     drawn = [v for v in values if v is not None] or [1.0]
-    lo = 10.0 ** (math.floor(math.log10(min(drawn))) - 1)
-    hi = 10.0 ** (math.ceil(math.log10(max(drawn))) + 0.3)
-    return lo, hi
+    top = math.ceil(math.log10(max(drawn)))
+    bottom = min(math.floor(math.log10(min(drawn))) - 1, top - MIN_DECADES)
+    return 10.0**bottom, 10.0 ** (top + 0.3)
 
 
 def _scan_legend(rows: Sequence[ScanRow]) -> list[tuple[str, str, str]]:

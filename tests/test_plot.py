@@ -100,6 +100,27 @@ def test_every_kind_of_row_has_its_own_mark():
     assert by_gid(fig, "lg-mark-3")["lg-mark-3"].get_text() == "integer"
 
 
+def labels_overlap(boxes, axis: str) -> bool:
+    """Whether any two of the tick-label boxes overlap along `axis` (x or y)."""
+    lo, hi = f"{axis}0", f"{axis}1"
+    boxes = sorted(boxes, key=lambda b: getattr(b, lo))
+    return any(getattr(a, hi) > getattr(b, lo) for a, b in itertools.pairwise(boxes))
+
+
+@pytest.mark.parametrize("means", [[1.0], [1.0, 0.5], [1e-30, 1e5], [3e-4, 2e-3]])
+def test_the_log_axis_labels_never_crowd_whatever_the_range(means):
+    rows = tuple(ScanRow(f"l{i}", "Dense", (8, 2), "float32", "ok", GradientStats((8, 2), m, m, m, 0, 0)) for i, m in enumerate(means))  # fmt: skip
+    fig = plot.scan_figure(ScanReport(ModelMeta("m.keras", "keras", "Functional", "m"), PROBE, None, rows))  # fmt: skip
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)
+    (ax,) = fig.axes
+    shown = [t for t in ax.get_xticklabels(minor=False) + ax.get_xticklabels(minor=True) if t.get_visible() and t.get_text()]  # fmt: skip
+    lo, hi = ax.get_xlim()
+    assert math.log10(hi) - math.log10(lo) >= 3 and lo < min(means) and hi > max(means)
+    assert len(shown) >= 2
+    assert not labels_overlap([t.get_window_extent(renderer) for t in shown], "x")
+
+
 def test_a_long_scan_wraps_and_no_label_overlaps_another():
     report = long_scan(180)
     fig = plot.scan_figure(report)
@@ -111,9 +132,8 @@ def test_a_long_scan_wraps_and_no_label_overlaps_another():
     for left, ax in zip([None, *fig.axes], fig.axes, strict=False):
         ticks = [t for t in ax.get_yticklabels() if t.get_text()]
         labels += [t.get_text() for t in ticks]
-        boxes = sorted((t.get_window_extent(renderer) for t in ticks), key=lambda b: b.y0)
-        for lower, upper in itertools.pairwise(boxes):
-            assert lower.y1 <= upper.y0, "two layer names overlap"
+        boxes = [t.get_window_extent(renderer) for t in ticks]
+        assert not labels_overlap(boxes, "y"), "two layer names overlap"
         for box in boxes:
             assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1  # inside the figure
             if left is not None:
