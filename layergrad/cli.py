@@ -19,7 +19,9 @@ from layergrad.cli_options import (
     format_options,
     handle_errors,
     load_options,
+    plot_option,
     probe_options,
+    write_plot,
 )
 from layergrad.vocab import DEFAULT_FAIL_ON, FAILING_STATUSES, Finding, Flag, OutputFormat
 
@@ -54,6 +56,7 @@ def main() -> None:
 )
 @probe_options
 @format_options
+@plot_option
 @click.option(
     "--save-gradient",
     metavar="FILE",
@@ -74,6 +77,7 @@ def inspect(
     targets: tuple[str, ...],
     probe: Any,
     fmt: OutputFormat,
+    plot_file: str | None,
     save_gradient: str | None,
     fail_on: frozenset[str],
     imports: tuple[str, ...],
@@ -97,17 +101,22 @@ def inspect(
         layergrad inspect model.keras --from dense --to dense_1
         layergrad inspect model.keras --from embedding --to head --to pool --json
         layergrad inspect model.h5 --from 1 --to -1 --input batch.npy --fail-on none,nonfinite
+        layergrad inspect model.keras --from dense --to dense_1 --format html > report.html
     """
-    from layergrad import api
+    from layergrad import api, plot
 
     if save_gradient and not save_gradient.endswith((".npy", ".npz")):
         raise click.BadParameter("must end in .npy or .npz", param_hint="--save-gradient")
     if save_gradient and save_gradient.endswith(".npy") and len(targets) > 1:
         raise click.BadParameter("several --to layers need a .npz", param_hint="--save-gradient")
+    if plot_file:
+        plot.check_plot_path(plot_file, [model, probe.input_file])
     result = api.inspect_model(
         model, source, list(targets), imports=imports, unsafe=unsafe, options=probe
     )
     emit("inspect", fmt, result, result.model.warnings)
+    if plot_file:
+        write_plot(result, plot_file)
     if save_gradient:
         api.save_gradients(result, save_gradient)
     if any(r.status in fail_on for r in result.results):
@@ -140,6 +149,7 @@ def layers(
         layergrad layers model.keras
         layergrad layers model.h5 --json
         layergrad layers custom.keras --import my_layers.py
+        layergrad layers model.keras --format html > layers.html
     """
     from layergrad.listing import list_layers
 
@@ -164,6 +174,7 @@ def layers(
 )
 @probe_options
 @format_options
+@plot_option
 @click.option(
     "--fail-on",
     default="",
@@ -179,6 +190,7 @@ def scan(
     patterns: tuple[str, ...],
     probe: Any,
     fmt: OutputFormat,
+    plot_file: str | None,
     fail_on: frozenset[str],
     imports: tuple[str, ...],
     unsafe: bool,
@@ -197,13 +209,18 @@ def scan(
         layergrad scan model.keras
         layergrad scan model.keras --to dense_1 --layers 'conv*' --json
         layergrad scan model.keras --fail-on blocked,nonfinite
+        layergrad scan model.keras --plot flow.png --format html > scan.html
     """
-    from layergrad import api
+    from layergrad import api, plot
 
+    if plot_file:
+        plot.check_plot_path(plot_file, [model, probe.input_file])
     result = api.scan_model(
         model, target=target, layers=patterns, imports=imports, unsafe=unsafe, options=probe
     )
     emit("scan", fmt, result, result.model.warnings)
+    if plot_file:
+        write_plot(result, plot_file)
     if any(set(row.flags) & fail_on for row in result.rows):
         sys.exit(1)
 
@@ -268,6 +285,7 @@ def check(
         layergrad check models/*.keras
         layergrad check models/ --junit layergrad.xml
         layergrad check model.h5 --static-only --fail-on unreadable,unsafe,nonfinite
+        layergrad check models/ --format html > check.html
     """
     from layergrad import check as checks
     from layergrad.render.junit import check_junit

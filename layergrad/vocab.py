@@ -93,3 +93,4 @@ class OutputFormat(Word):
     TABLE = "table"  # for people
     JSON = "json"  # for programs
     MARKDOWN = "markdown"  # for pull-request comments
+    HTML = "html"  # one self-contained page, for CI artifacts

@@ -17,6 +17,7 @@ FUNCTIONS = {
     OutputFormat.TABLE: "table",
     OutputFormat.JSON: "as_json",
     OutputFormat.MARKDOWN: "markdown",
+    OutputFormat.HTML: "html",
 }
 
 Renderer = Callable[..., str]
