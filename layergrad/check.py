@@ -3,13 +3,14 @@
 1. readable   the file is a well-formed .keras / .h5 (no TensorFlow)
 2. safe       the static audit finds nothing that would run code on load
 3. weights    every stored weight is finite
-4. loads      Keras loads it in safe mode
-5. forward    a forward pass on a random probe batch is finite
-6. gradient   the gradient of the loss (compiled in the file, or --loss), else of a random
+4. loss       the compiled loss (or --loss) fits each output's activation
+5. loads      Keras loads it in safe mode
+6. forward    a forward pass on a random probe batch is finite, and its outputs vary
+7. gradient   the gradient of the loss (compiled in the file, or --loss), else of a random
               projection of the outputs, reaches every differentiable layer, finite
-7. trainable  every trainable variable gets a gradient from the loss (skipped without one)
+8. trainable  every trainable variable gets a gradient from the loss (skipped without one)
 
-`static_only` stops after 3 and never imports TensorFlow.
+`static_only` stops after 4 and never imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class CheckOptions:
     static_only: bool = False
     imports: tuple[str, ...] = ()
     unsafe: bool = False
-    batch_size: int = 2
+    batch_size: int = 8
     seed: int = 0
     loss: str | None = None  # a keras.losses name overriding the file's compiled loss
 
@@ -75,6 +76,7 @@ def check_file(path: str | os.PathLike[str], options: CheckOptions = CheckOption
     if not _safe(info, options, add):
         return _verdict(path, items)
     _weights(info, add)
+    _loss(info, options, add)
     if not options.static_only:
         _dynamic(path, info, options, add)
     return _verdict(path, items)
@@ -113,11 +115,26 @@ def _weights(info: FileInfo, add: Add) -> None:
         add("weights", f"{params:,} stored weights, all finite")
 
 
+def _loss(info: FileInfo, options: CheckOptions, add: Add) -> None:
+    from layergrad.loss_fit import mismatches
+
+    compiled = {"loss": options.loss} if options.loss else info.compile_config
+    if not compiled.get("loss"):
+        add("loss", "no compiled loss to check")
+        return
+    found = mismatches(info.config, info.graph, compiled)
+    if not found:
+        add("loss", "the compiled loss fits every output")
+        return
+    text = "; ".join(f"{m.message}. Use {m.hint}" for m in found)
+    add("loss", text, [Finding.LOSS_MISMATCH])
+
+
 def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions, add: Add) -> None:
     from layergrad.loader import load_model
     from layergrad.loss import find_loss
     from layergrad.pipeline import ProbeOptions, session_for
-    from layergrad.scan import scan_session
+    from layergrad.scan import scan_session, untrained_batchnorm
     from layergrad.weights import scan_weights
 
     try:
@@ -128,8 +145,11 @@ def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions
     model = loaded.model
     mode = "" if options.unsafe else " in safe mode"
     add("loads", f"{type(model).__name__} {model.name!r} loads{mode}")
+    # A model that was never trained does not normalize in inference (BatchNormalization with
+    # its initial statistics): check it the way training will run it, with batch statistics.
+    training = bool(untrained_batchnorm(model))
     try:
-        probe = ProbeOptions(batch_size=options.batch_size, seed=options.seed)
+        probe = ProbeOptions(batch_size=options.batch_size, seed=options.seed, training=training)
         session = session_for(loaded, probe, warnings)
     except LayergradError as exc:  # e.g. a model that does not declare its inputs
         add("forward", f"not run: {exc}")
@@ -150,8 +170,11 @@ def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions
             f"activations turn non-finite (NaN/Inf) at layer {report.first_nonfinite!r}",
             [Finding.NONFINITE],
         )
+    elif report.constant or report.input_range:
+        _forward_findings(report, add)
     else:
-        add("forward", f"finite on a random batch of {session.batch.batch_size}")
+        mode = " (in training mode: its BatchNormalization was never trained)" if training else ""
+        add("forward", f"finite and varying on a random batch of {session.batch.batch_size}{mode}")
     _gradient(report, add)
     _trainable(weights, add)
 
@@ -172,6 +195,22 @@ def _gradient(report: ScanReport, add: Add) -> None:
         names = ", ".join(r.layer for r in layers[:4]) + ("..." if len(layers) > 4 else "")
         parts.append(f"{finding}: {names}{why}")
     add("gradient", "; ".join(parts), findings)
+
+
+def _forward_findings(report: ScanReport, add: Add) -> None:
+    from layergrad import causes as why
+
+    findings, parts = [], []
+    if report.constant:
+        findings.append(Finding.CONSTANT_OUTPUT)
+        parts += [why.constant_output(c.output, c.layer, c.reason) for c in report.constant]
+    scale = report.input_range
+    if scale is not None:
+        findings.append(Finding.INPUT_RANGE)
+        parts.append(
+            why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
+        )
+    add("forward", "; ".join(f"{c.message}. Fix: {c.hint}" for c in parts), findings)
 
 
 def _trainable(report: WeightScanReport | None, add: Add) -> None:

@@ -283,10 +283,11 @@ def scan(
 )
 @click.option(
     "--batch-size",
-    default=2,
+    default=8,
     show_default=True,
     type=click.IntRange(min=1),
-    help="Rows of the random probe batch.",
+    help="Rows of the random probe batch (an output constant over fewer than 4 rows is not "
+    "reported).",
 )
 @click.option(
     "--seed", default=0, show_default=True, type=int, help="Seed of the random probe batch."

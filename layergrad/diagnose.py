@@ -112,22 +112,42 @@ class Diagnoser:
         return causes
 
     def _ok_in_inference(self, source: Site, target: Site) -> bool:
-        run = run_probe(self.model, self.batch, [source], [target], reduce=self.reduce)
+        from layergrad.layer_refs import resolve
+
+        # sites from a trace name their calls without the layer object run_probe wraps
+        src, dst = (resolve(self.model, s.ref) if s.layer is None else s for s in (source, target))
+        run = run_probe(self.model, self.batch, [src], [dst], reduce=self.reduce)
         return status_of(run.gradients[0][0]) == Status.OK
 
     def _zeroed_at(self, path: PathView, key: CallKey) -> list[Cause]:
+        """Why the gradient is zero below `key`: float16, dead or saturated units, a constant."""
+        from layergrad.forward import is_constant, reason, unscaled_input
+
         ref, act = ref_of(key), path.activation(key)
         if act is None:
             return []
-        kind = activation_name(self.layers.get(key[0]))
+        why_constant = reason(act, self.layers) if is_constant(act) else None
+        if why_constant == "softmax_one_unit":  # not saturation: the function is constant
+            return [why.constant_output(ref, ref, why_constant)]
         causes = []
         if "float16" in {act.dtype, *(p.dtype for p in path.inputs_of(key))}:
             causes.append(why.float16_underflow(ref))
-        dead = dead_fraction(act.value) if kind == "relu" else 0.0
-        if dead > 0:
-            causes.append(why.dead_relu(ref, dead))
-        if kind in ("sigmoid", "tanh", "softmax"):
-            causes.append(why.saturated(ref, kind, saturated_fraction(act.value, kind)))
+        kind = activation_name(self.layers.get(key[0]))
+        pinned = 0.0
+        if kind == "relu":
+            pinned = dead_fraction(act.value)
+            causes += [why.dead_relu(ref, pinned)] if pinned else []
+        elif kind is not None:
+            pinned = saturated_fraction(act.value, kind)
+            causes += [why.saturated(ref, kind, pinned)] if pinned else []
+        if why_constant is not None:
+            causes.append(why.constant_output(ref, ref, why_constant))
+        scale = unscaled_input(path.trace, self.graph, self.layers) if pinned else None
+        if scale is not None:  # the units are pinned because the inputs are not scaled
+            causes.insert(
+                0,
+                why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned),
+            )
         return causes
 
     def _nonfinite_backward(self, trace: Trace, path: PathView) -> list[Cause]:

@@ -121,7 +121,8 @@ class Trace:
     model input; `arg_sources[i]` is the index of the activation each flattened argument is
     (None when it is not a captured activation, e.g. the output of an operation `x + y`).
     `variable_gradients` are the gradients of the target with respect to the variables
-    `run_trace` was given.
+    `run_trace` was given; `outputs` the indices of the activations that are the model's
+    outputs (None for an output no captured call produced).
     """
 
     activations: tuple[Activation, ...]
@@ -130,6 +131,7 @@ class Trace:
     args: tuple[Any, ...] = ()
     arg_sources: tuple[tuple[int | None, ...], ...] = ()
     variable_gradients: tuple[np.ndarray | None, ...] = ()
+    outputs: tuple[int | None, ...] = ()
 
     def index(self, path: str, call: int = 0) -> int | None:
         """Position of the activation of `path` call `call`, or None if it never ran."""
@@ -221,6 +223,7 @@ def run_trace(
         args=tuple(_specs(args) for _, _, args in records),
         arg_sources=tuple(_sources(args, produced) for _, _, args in records),
         variable_gradients=all_grads[len(watched) :],
+        outputs=tuple(produced.get(id(t)) for t in tf.nest.flatten(outputs)),
     )
 
 

@@ -61,6 +61,9 @@ class Finding(Word):
     VANISHING = "vanishing"
     EXPLODING = "exploding"
     NO_GRADIENT = "no_gradient"  # a trainable variable gets no gradient from the loss
+    CONSTANT_OUTPUT = "constant_output"  # an output is the same for every sample
+    LOSS_MISMATCH = "loss_mismatch"  # the compiled loss does not fit the output
+    INPUT_RANGE = "input_range"  # unscaled inputs pin the first activation (with data)
 
 
 DEFAULT_FAIL_ON = (
@@ -70,6 +73,8 @@ DEFAULT_FAIL_ON = (
     Finding.NONFINITE,
     Finding.BLOCKED,
     Finding.NO_GRADIENT,
+    Finding.CONSTANT_OUTPUT,
+    Finding.LOSS_MISMATCH,
 )
 
 
@@ -87,6 +92,9 @@ class CauseCode(Word):
     TRAINING_MODE = "training_mode"
     FLOAT16_UNDERFLOW = "float16_underflow"
     UNUSED_INPUT = "unused_input"
+    CONSTANT_OUTPUT = "constant_output"
+    INPUT_RANGE = "input_range"
+    LOSS_MISMATCH = "loss_mismatch"
     UNKNOWN = "unknown"
 
 
