@@ -96,7 +96,7 @@ def _verdict(path: str | os.PathLike[str], items: list[CheckItem]) -> FileVerdic
 
 
 def _safe(info: FileInfo, options: CheckOptions, add: Add) -> bool:
-    from layergrad.loader import check_safety, module_name
+    from layergrad.audit import check_safety, module_name
 
     try:
         accepted = check_safety(info, [module_name(m) for m in options.imports], options.unsafe)

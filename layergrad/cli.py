@@ -311,11 +311,12 @@ def layers(
         layergrad layers model.h5 --json
         layergrad layers custom.keras --import my_layers.py
     """
-    from layergrad import layer_table, loader
+    from layergrad import layer_table
+    from layergrad.audit import check_safety, module_name
     from layergrad.fileinfo import read_file_info
 
     info = read_file_info(model)
-    accepted = loader.check_safety(info, [loader.module_name(s) for s in imports], unsafe)
+    accepted = check_safety(info, [module_name(s) for s in imports], unsafe)
     for line in accepted:
         click.echo(f"warning: {line}; listed anyway because of --unsafe", err=True)
     emit(

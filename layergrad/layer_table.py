@@ -20,9 +20,10 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from layergrad.fileinfo import FileInfo, WeightHealth
+from layergrad.fileinfo import FileInfo
 from layergrad.graph import LayerEntry, ModelGraph
 from layergrad.report import md_table, render
+from layergrad.weight_health import WeightHealth
 
 LAYERS_SCHEMA = "layergrad.layers/1"
 COLUMNS = ("#", "layer", "class", "inbound", "params", "dtype", "trainable", "weights")

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from layergrad.errors import LayergradError, LoadError, UnsafeModelError
-from layergrad.fileinfo import FileInfo, audit, read_file_info
+from layergrad.audit import check_safety, is_path, module_name
+from layergrad.errors import LayergradError, LoadError
+from layergrad.fileinfo import FileInfo, read_file_info
 
 
 @dataclass(frozen=True)
@@ -39,17 +40,8 @@ def import_modules(specs: Sequence[str]) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _is_path(spec: str) -> bool:
-    return spec.endswith(".py") or os.sep in spec or "/" in spec
-
-
-def module_name(spec: str) -> str:
-    """The module name an `--import` spec defines: the name itself, or a `.py` file's stem."""
-    return Path(spec).stem if _is_path(spec) else spec
-
-
 def _import_one(spec: str) -> str:
-    if _is_path(spec):
+    if is_path(spec):
         path = Path(spec)
         if not path.is_file():
             raise LoadError(f"--import {spec}: no such file; pass a module name or a .py path")
@@ -70,22 +62,6 @@ def _import_one(spec: str) -> str:
             "install it or pass the path to its .py file"
         ) from exc
     return spec
-
-
-def check_safety(info: FileInfo, allowed_modules: Sequence[str], unsafe: bool) -> tuple[str, ...]:
-    """Run the static audit; raise UnsafeModelError unless `unsafe`, else return the warnings."""
-    findings = audit(info, allowed_modules)
-    if not findings:
-        return ()
-    lines = tuple(f"layer {f.layer!r} ({f.class_name}): {f.reason}" for f in findings)
-    if unsafe:
-        return lines
-    more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
-    raise UnsafeModelError(
-        f"refusing to load {info.path}: {lines[0]}{more}. Loading it could run code from the "
-        "file. If you trust it, pass --unsafe; for a custom layer class, pass --import MODULE "
-        "that defines it"
-    )
 
 
 def load_model(
