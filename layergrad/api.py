@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from layergrad.errors import InputError
+from layergrad.limits import DEFAULT_MAX_MEMORY
 from layergrad.results import InspectReport, ModelMeta, ProbeMeta, ScanReport
 
 REDUCTIONS = ("sum", "mean")
@@ -31,6 +32,7 @@ class ProbeOptions:
     seed: int = 0
     reduce: str = "sum"
     training: bool = False
+    max_memory: int = DEFAULT_MAX_MEMORY
 
 
 def inspect_model(
@@ -45,6 +47,7 @@ def inspect_model(
     training: bool = False,
     imports: Sequence[str] = (),
     unsafe: bool = False,
+    max_memory: int = DEFAULT_MAX_MEMORY,
 ) -> InspectReport:
     """Gradient of each target layer's activation with respect to the source layer's.
 
@@ -58,6 +61,8 @@ def inspect_model(
         training: run the model in training mode.
         imports: modules (names or `.py` paths) that register custom layers.
         unsafe: let Keras deserialize Python code in the file.
+        max_memory: budget in bytes for the probe's memory, estimated from the config before
+            Keras builds the model.
 
     Returns:
         An InspectReport with one Result per target, in order.
@@ -67,7 +72,7 @@ def inspect_model(
     """
     if not targets:
         raise InputError("give at least one target layer (--to)")
-    options = ProbeOptions(input_file, batch_size, seed, reduce, training)
+    options = ProbeOptions(input_file, batch_size, seed, reduce, training, max_memory)
     from layergrad import diagnose, explain, layer_refs, probe, scan
 
     loaded, batch = _open(path, options, imports, unsafe)
@@ -104,6 +109,7 @@ def scan_model(
     training: bool = False,
     imports: Sequence[str] = (),
     unsafe: bool = False,
+    max_memory: int = DEFAULT_MAX_MEMORY,
 ) -> ScanReport:
     """Gradient of one target with respect to every layer's output, in one backward pass.
 
@@ -120,7 +126,7 @@ def scan_model(
         >>> [r.layer for r in rows][:2]
         ['x', 'stem']
     """
-    options = ProbeOptions(input_file, batch_size, seed, reduce, training)
+    options = ProbeOptions(input_file, batch_size, seed, reduce, training, max_memory)
     from layergrad import explain, layer_refs, probe, scan
 
     loaded, batch = _open(path, options, imports, unsafe)
@@ -143,10 +149,19 @@ def scan_model(
 def _open(
     path: PathLike, options: ProbeOptions, imports: Sequence[str], unsafe: bool
 ) -> tuple[Any, Any]:
-    """Load the model (audited, safe mode) and make its probe batch."""
-    from layergrad import loader
+    """Load the model (audited, within the memory budget, safe mode) and make its probe batch.
 
-    loaded, _ = loader.load_model(path, imports=imports, unsafe=unsafe)
+    An `--input` file is checked (its headers) before the model is loaded, so a bad one is
+    reported in a second, and its rows are the batch the memory estimate is made for.
+    """
+    from layergrad import inputs, loader
+
+    rows = options.batch_size
+    if options.input_file is not None:
+        rows = inputs.peek_rows(options.input_file)
+    loaded, _ = loader.load_model(
+        path, imports=imports, unsafe=unsafe, batch_rows=rows, max_memory=options.max_memory
+    )
     return loaded, probe_batch(loaded.model, options)
 
 
@@ -166,7 +181,11 @@ def probe_batch(model: Any, options: ProbeOptions) -> Any:
         return inputs.load_batch(options.input_file, specs)
     specs = inputs.input_specs(model)
     return inputs.random_batch(
-        specs, options.batch_size, options.seed, inputs.integer_ranges(model)
+        specs,
+        options.batch_size,
+        options.seed,
+        inputs.integer_ranges(model),
+        max_bytes=options.max_memory,
     )
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from layergrad.errors import LayergradError, describe
 from layergrad.fileinfo import FileInfo, read_file_info
+from layergrad.limits import DEFAULT_MAX_MEMORY
 from layergrad.results import CheckItem, FileVerdict, ScanRow
 
 FINDINGS = (
@@ -44,6 +45,7 @@ class CheckOptions:
     unsafe: bool = False
     batch_size: int = 2
     seed: int = 0
+    max_memory: int = DEFAULT_MAX_MEMORY
 
 
 def check_files(
@@ -126,7 +128,14 @@ def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions
     from layergrad.api import ProbeOptions, probe_batch
 
     try:
-        loaded, _ = loader.load_model(path, options.imports, options.unsafe, info=info)
+        loaded, _ = loader.load_model(
+            path,
+            options.imports,
+            options.unsafe,
+            info=info,
+            batch_rows=options.batch_size,
+            max_memory=options.max_memory,
+        )
     except LayergradError as exc:
         add("loads", str(exc), ["unreadable"])
         return
@@ -138,7 +147,10 @@ def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions
         else "loads",
     )
     try:
-        batch = probe_batch(model, ProbeOptions(batch_size=options.batch_size, seed=options.seed))
+        probe_options = ProbeOptions(
+            batch_size=options.batch_size, seed=options.seed, max_memory=options.max_memory
+        )
+        batch = probe_batch(model, probe_options)
     except LayergradError as exc:  # e.g. a model that does not declare its inputs
         add("forward", f"not run: {exc}")
         return

@@ -100,7 +100,30 @@ def load_options(func: F) -> F:
     return func
 
 
-PROBE_KEYS = ("input_file", "batch_size", "seed", "reduce", "training")
+def _size(_ctx: Any, _param: Any, value: str) -> int:
+    """A click callback parsing a size such as 8GB into bytes."""
+    from layergrad.limits import parse_size
+
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def max_memory_option(func: F) -> F:
+    """`--max-memory SIZE`: the budget for the probe's memory, estimated before loading."""
+    return click.option(
+        "--max-memory",
+        default="8GB",
+        show_default=True,
+        callback=_size,
+        metavar="SIZE",
+        help="Refuse a model whose probe would need more memory than this (estimated from "
+        "the shapes in its config before Keras builds it), e.g. 32GB.",
+    )(func)
+
+
+PROBE_KEYS = ("input_file", "batch_size", "seed", "reduce", "training", "max_memory")
 
 
 def probe_options(func: F) -> F:
@@ -147,6 +170,7 @@ def probe_options(func: F) -> F:
                 is_flag=True,
                 help="Run the model in training mode (default: inference).",
             ),
+            max_memory_option,
         ]
     ):
         func = option(func)
@@ -428,6 +452,7 @@ def scan(
 @click.option(
     "--seed", default=0, show_default=True, type=int, help="Seed of the random probe batch."
 )
+@max_memory_option
 @load_options
 @handle_errors
 def check(
@@ -439,6 +464,7 @@ def check(
     junit_file: str | None,
     batch_size: int,
     seed: int,
+    max_memory: int,
     imports: tuple[str, ...],
     unsafe: bool,
     debug: bool,
@@ -468,6 +494,7 @@ def check(
         unsafe=unsafe,
         batch_size=batch_size,
         seed=seed,
+        max_memory=max_memory,
     )
     verdicts = _with_progress(paths, lambda on_file: checks.check_files(paths, options, on_file))
     if junit_file:
