@@ -32,6 +32,7 @@ FINDINGS = (
     "vanishing",
     "exploding",
 )
+CHECKS = ("readable", "safe", "weights", "loads", "forward", "gradient")
 DEFAULT_FAIL_ON = ("unreadable", "unsafe", "error", "nonfinite", "blocked")
 
 
@@ -68,26 +69,47 @@ def check_files(
 
 
 def check_file(path: str | os.PathLike[str], options: CheckOptions = CheckOptions()) -> FileVerdict:
-    """Run the checks on one file, stopping at the first that leaves nothing to check next."""
+    """Run the checks on one file, stopping at the first that leaves nothing to check next.
+
+    Whatever the file holds, it gets a verdict: a failure nobody foresaw is recorded as an
+    ``error`` finding of the check that was running, and the other files still get theirs.
+    """
     items: list[CheckItem] = []
+    running = ["readable"]
 
     def add(name: str, message: str, findings: Sequence[str] = ()) -> bool:
         passed = not set(findings) & options.fail_on
         items.append(CheckItem(name, passed, message, tuple(findings)))
+        running[0] = CHECKS[min(CHECKS.index(name) + 1, len(CHECKS) - 1)]
         return passed
 
+    try:
+        _run(path, options, add)
+    except Exception as exc:  # one bad file must not sink the run
+        add(running[0], f"failed unexpectedly: {type(exc).__name__}: {describe(exc)}", ["error"])
+    return _verdict(path, items)
+
+
+def _run(path: str | os.PathLike[str], options: CheckOptions, add: Add) -> None:
+    if Path(path).is_dir() and not (Path(path) / "saved_model.pb").exists():
+        add(
+            "readable",
+            f"{os.fspath(path)} is a directory without .keras or .h5 files; expected model "
+            "files; check the path",
+            ["unreadable"],
+        )
+        return
     try:
         info = read_file_info(path, read_weights=True)
     except LayergradError as exc:
         add("readable", str(exc), ["unreadable"])
-        return _verdict(path, items)
+        return
     add("readable", f"{info.format} file, {len(info.graph.layers)} layers")
     if not _safe(info, options, add):
-        return _verdict(path, items)
+        return
     _weights(info, add)
     if not options.static_only:
         _dynamic(path, info, options, add)
-    return _verdict(path, items)
 
 
 Add = Callable[..., bool]
@@ -115,12 +137,14 @@ def _safe(info: FileInfo, options: CheckOptions, add: Add) -> bool:
 
 def _weights(info: FileInfo, add: Add) -> None:
     bad = [w for w in info.weights if w.nan or w.inf]
+    unchecked = sum(w.unchecked for w in info.weights)
+    note = f"; {unchecked} tensors not scanned ({info.notes[0]})" if unchecked else ""
     if bad:
         listed = ", ".join(f"{w.layer} ({w.nan} NaN, {w.inf} Inf)" for w in bad[:5])
-        add("weights", f"non-finite weights in {listed}", ["nonfinite"])
+        add("weights", f"non-finite weights in {listed}{note}", ["nonfinite"])
     else:
         params = sum(w.params for w in info.weights)
-        add("weights", f"{params:,} stored weights, all finite")
+        add("weights", f"{params:,} stored weights, all finite{note}")
 
 
 def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions, add: Add) -> None:
@@ -204,18 +228,22 @@ def _finite(value: object) -> bool:
 def expand_paths(paths: Sequence[str]) -> list[str]:
     """Model files to check: files as given; a directory's .keras / .h5 files, recursively.
 
-    A directory holding `saved_model.pb` is kept as it is, so its check explains SavedModels.
+    A directory holding `saved_model.pb` is kept as it is, so its check explains SavedModels;
+    so is a directory without model files (or one that cannot be listed), so its check says
+    so while the other files are checked. Symbolic links to directories are not followed.
     """
     out: list[str] = []
     for text in paths:
         p = Path(text)
-        if p.is_dir() and not (p / "saved_model.pb").exists():
-            found = sorted(str(f) for f in p.rglob("*") if f.suffix in (".keras", ".h5"))
-            if not found:
-                raise LayergradError(f"no .keras or .h5 files in directory {text}")
-            out.extend(found)
-        else:
-            out.append(text)
+        try:
+            walk = p.is_dir() and not (p / "saved_model.pb").exists()
+        except OSError:
+            walk = False
+        found: list[str] = []
+        if walk:
+            for root, _dirs, files in os.walk(p, onerror=None, followlinks=False):
+                found += [os.path.join(root, f) for f in files if f.endswith((".keras", ".h5"))]
+        out.extend(sorted(found) or [text])
     if not out:
         raise LayergradError("give at least one model file to check")
     return out

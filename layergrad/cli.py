@@ -291,18 +291,21 @@ def inspect(
         layergrad inspect model.keras --from embedding --to head --to pool --json
         layergrad inspect model.h5 --from 1 --to -1 --input batch.npy --fail-on none,nonfinite
     """
-    from layergrad import api, report
+    from layergrad import api, outputs, report
 
     if save_gradient and not save_gradient.endswith((".npy", ".npz")):
         raise click.BadParameter("must end in .npy or .npz", param_hint="--save-gradient")
     if save_gradient and save_gradient.endswith(".npy") and len(targets) > 1:
         raise click.BadParameter("several --to layers need a .npz", param_hint="--save-gradient")
+    reads = [model, probe["input_file"], *imports]
+    if save_gradient:
+        outputs.check_target(save_gradient, "--save-gradient", save_gradient[-3:], reads)
     result = api.inspect_model(
         model, source, list(targets), imports=imports, unsafe=unsafe, **probe
     )
     emit(report.inspect_text, report.inspect_json, report.inspect_markdown, result, fmt, as_json)
     if save_gradient:
-        api.save_gradients(result, save_gradient)
+        click.echo(outputs.save_gradients(result, save_gradient, reads).message, err=True)
     if any(r.status in fail_on for r in result.results):
         sys.exit(1)
 
@@ -484,9 +487,12 @@ def check(
         layergrad check model.h5 --static-only --fail-on unreadable,unsafe,nonfinite
     """
     from layergrad import check as checks
-    from layergrad import check_report
+    from layergrad import check_report, outputs
 
     paths = checks.expand_paths(models)
+    reads = [*models, *paths, *imports]
+    if junit_file:
+        outputs.check_target(junit_file, "--junit", "xml", reads)
     options = checks.CheckOptions(
         fail_on=fail_on,
         static_only=static_only,
@@ -497,9 +503,6 @@ def check(
         max_memory=max_memory,
     )
     verdicts = _with_progress(paths, lambda on_file: checks.check_files(paths, options, on_file))
-    if junit_file:
-        with open(junit_file, "w", encoding="utf-8") as out:
-            out.write(check_report.check_junit(verdicts))
     emit(
         check_report.check_text,
         check_report.check_json,
@@ -508,6 +511,10 @@ def check(
         fmt,
         as_json,
     )
+    if junit_file:
+        xml = check_report.check_junit(verdicts)
+        done = outputs.write_report(junit_file, xml, "--junit", "the JUnit report", reads)
+        click.echo(done.message, err=True)
     if not all(v.passed for v in verdicts):
         sys.exit(1)
 
