@@ -136,6 +136,14 @@ def _safe(info: FileInfo, options: CheckOptions, add: Add) -> bool:
 
 
 def _weights(info: FileInfo, add: Add) -> None:
+    if info.stored.hollow:
+        add(
+            "weights",
+            f"weight {info.stored.hollow[0]} (an HDF5 shape bomb: Keras would allocate the "
+            "declared size)",
+            ["unreadable"],
+        )
+        return
     bad = [w for w in info.weights if w.nan or w.inf]
     unchecked = sum(w.unchecked for w in info.weights)
     note = f"; {unchecked} tensors not scanned ({info.notes[0]})" if unchecked else ""

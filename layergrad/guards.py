@@ -110,32 +110,37 @@ def check_hdf5(h5: Any, where: str, error: ErrorType) -> None:
     """
     import h5py
 
-    def link(name: str, value: Any) -> None:
+    def link(name: str, value: Any) -> str | None:  # a value stops the visit
         if isinstance(value, h5py.ExternalLink):
-            raise error(
+            return (
                 f"{where}: HDF5 external link {name!r} points into {value.filename!r}; a Keras "
                 "file never has one; refusing to follow it (re-save the model)"
             )
         if isinstance(value, h5py.SoftLink):
-            raise error(
+            return (
                 f"{where}: HDF5 soft link {name!r} -> {value.path!r}; a Keras file never has "
                 "one; refusing to follow it (re-save the model)"
             )
+        return None
 
-    def dataset(name: str, obj: Any) -> None:
+    def dataset(name: str, obj: Any) -> str | None:
         if not isinstance(obj, h5py.Dataset):
-            return
+            return None
         if obj.external:
             files = ", ".join(repr(os.fsdecode(e[0])) for e in obj.external[:3])
-            raise error(
+            return (
                 f"{where}: HDF5 dataset {name!r} keeps its data in other files ({files}); a "
                 "Keras file never does; refusing to read it (re-save the model)"
             )
         if obj.is_virtual:
-            raise error(
+            return (
                 f"{where}: HDF5 dataset {name!r} is a virtual dataset mapping other files; a "
                 "Keras file never has one; refusing to read it (re-save the model)"
             )
+        return None
 
-    h5.visititems_links(link)
-    h5.visititems(dataset)
+    # h5py turns an exception raised inside a visitor into a SystemError, so the visitors
+    # return the message and the error is raised here.
+    problem = h5.visititems_links(link) or h5.visititems(dataset)
+    if problem:
+        raise error(problem)

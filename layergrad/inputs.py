@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from layergrad.array_files import read_arrays, read_headers
+from layergrad.array_files import ArrayHeader, read_arrays, read_headers
 from layergrad.errors import InputError
 from layergrad.limits import human
 
@@ -111,14 +111,8 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
     """
     text = os.fspath(path)
     headers, arrays = read_arrays(text)
+    _require_rows(headers, text)
     names = [h.name for h in headers]
-    for header in headers:
-        if not header.shape or header.shape[0] == 0:
-            label = f"array {header.name!r}" if header.name is not None else "its array"
-            raise InputError(
-                f"--input {text}: {label} has shape {header.shape}, a batch of 0 rows; "
-                "expected at least one row (the first axis is the batch)"
-            )
     if specs is None:
         keys = tuple(n or "input" for n in names)
         return ProbeBatch(tuple(arrays), keys, text, None)
@@ -151,9 +145,24 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
 
 
 def peek_rows(path: str | os.PathLike[str]) -> int:
-    """Rows of the `--input` batch, from the headers alone (the file is checked, not read)."""
-    shapes = [h.shape for h in read_headers(os.fspath(path))]
-    return max((s[0] for s in shapes if s), default=1)
+    """Rows of the `--input` batch, from the headers alone (the file is checked, not read).
+
+    Raises InputError for everything the headers show: a missing, special, damaged or
+    forged file, an object array, an empty batch.
+    """
+    headers = read_headers(os.fspath(path))
+    _require_rows(headers, os.fspath(path))
+    return max(h.shape[0] for h in headers)
+
+
+def _require_rows(headers: Sequence[ArrayHeader], source: str) -> None:
+    for header in headers:
+        if not header.shape or header.shape[0] == 0:
+            label = f"array {header.name!r}" if header.name is not None else "its array"
+            raise InputError(
+                f"--input {source}: {label} has shape {header.shape}, a batch of 0 rows; "
+                "expected at least one row (the first axis is the batch)"
+            )
 
 
 def _fit(array: np.ndarray, spec: InputSpec, source: str) -> np.ndarray:

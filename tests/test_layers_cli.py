@@ -135,9 +135,27 @@ def test_inbound_calls_and_operations(fmt: str, tour: tuple[Any, dict[str, Path]
 def test_weight_health_counts_and_flags(fmt: str, tour: tuple[Any, dict[str, Path]]) -> None:
     _, paths = tour
     rows = {r["path"]: r for r in _doc(str(paths[fmt]))["layers"]}
-    assert rows["poisoned"]["weights"] == {"tensors": 2, "nan": 3, "inf": 2, "zero_tensors": 0, "unchecked": 0}
-    assert rows["zeroed"]["weights"] == {"tensors": 2, "nan": 0, "inf": 0, "zero_tensors": 2, "unchecked": 0}
-    assert rows["side"]["weights"] == {"tensors": 2, "nan": 0, "inf": 0, "zero_tensors": 1, "unchecked": 0}
+    assert rows["poisoned"]["weights"] == {
+        "tensors": 2,
+        "nan": 3,
+        "inf": 2,
+        "zero_tensors": 0,
+        "unchecked": 0,
+    }
+    assert rows["zeroed"]["weights"] == {
+        "tensors": 2,
+        "nan": 0,
+        "inf": 0,
+        "zero_tensors": 2,
+        "unchecked": 0,
+    }
+    assert rows["side"]["weights"] == {
+        "tensors": 2,
+        "nan": 0,
+        "inf": 0,
+        "zero_tensors": 1,
+        "unchecked": 0,
+    }
     assert rows["encoder"]["weights"] is None and rows["x"]["weights"] is None
     flagged = {p: r["problem"] for p, r in rows.items() if r["problem"]}
     assert set(flagged) == {"poisoned", "zeroed"}
