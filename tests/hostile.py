@@ -92,6 +92,27 @@ def measure(args: list[str], timeout: float = 120, cwd: Path | None = None) -> M
     )
 
 
+BOUND_MB = 300  # a refusal before TensorFlow; layergrad alone peaks near 60 MB
+TIMEOUT = 60
+INSPECT = ["--from", "dense", "--to", "dense_1"]
+
+
+def refused(args: list[str], *phrases: str, cwd: Path | None = None) -> Measured:
+    """Run a command that must refuse: exit 2, one `error:` line with the phrases, bounded."""
+    m = measure(args, TIMEOUT, cwd)
+    assert m.returncode == 2, (args, m.stdout[-500:], m.stderr[-500:])
+    assert m.stderr.startswith("error: ") and m.stderr.count("\n") == 1, m.stderr
+    for phrase in phrases:
+        assert phrase in m.stderr, (phrase, m.stderr)
+    bounded(m)
+    return m
+
+
+def bounded(m: Measured, mb: float = BOUND_MB) -> None:
+    assert m.seconds < TIMEOUT and m.peak_mb < mb, (m.seconds, m.peak_mb)
+    assert "Traceback" not in m.stderr
+
+
 # ----- zip archives written by hand -------------------------------------------------------------
 
 

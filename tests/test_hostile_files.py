@@ -22,12 +22,9 @@ import hostile as H
 import numpy as np
 import pytest
 from conftest import keras
+from hostile import INSPECT, TIMEOUT, bounded, refused
 
 from layergrad.graph import ModelGraph
-
-BOUND_MB = 300  # a refusal before TensorFlow; layergrad alone peaks near 60 MB
-TIMEOUT = 60
-INSPECT = ["--from", "dense", "--to", "dense_1"]
 
 
 @pytest.fixture(scope="module")
@@ -42,22 +39,6 @@ def base(root: Path) -> dict[str, Path]:
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def refused(args: list[str], *phrases: str, cwd: Path | None = None) -> H.Measured:
-    """Run a command that must refuse: exit 2, one `error:` line with the phrases, bounded."""
-    m = H.measure(args, TIMEOUT, cwd)
-    assert m.returncode == 2, (args, m.stdout[-500:], m.stderr[-500:])
-    assert m.stderr.startswith("error: ") and m.stderr.count("\n") == 1, m.stderr
-    for phrase in phrases:
-        assert phrase in m.stderr, (phrase, m.stderr)
-    bounded(m)
-    return m
-
-
-def bounded(m: H.Measured, mb: float = BOUND_MB) -> None:
-    assert m.seconds < TIMEOUT and m.peak_mb < mb, (m.seconds, m.peak_mb)
-    assert "Traceback" not in m.stderr
 
 
 def check_json(*paths: Path | str, extra: tuple[str, ...] = ()) -> tuple[H.Measured, dict]:
@@ -288,7 +269,9 @@ def test_declared_sizes_are_refused_before_keras_allocates(
     m = refused(["scan", str(wide)], "the probe would need about", "a smaller --batch-size")
     # by hand: the input, 8 rows x 2e8 float32 = 6.4e9 bytes = 6.0 GB, held 4 times
     assert "activations for 8 rows" in m.stderr
-    refused(["inspect", str(units), *INSPECT, "--max-memory", "100TB"], "more than the 100 TB budget")
+    refused(
+        ["inspect", str(units), *INSPECT, "--max-memory", "100TB"], "more than the 100 TB budget"
+    )
     m = H.measure(["check", "--json", str(units), str(base["good.keras"])], 180)
     assert m.returncode == 1 and m.peak_mb < 2000, (m.peak_mb, m.stderr)
     files = {f["path"]: f for f in json.loads(m.stdout)["files"]}
