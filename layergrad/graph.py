@@ -108,16 +108,20 @@ class ModelGraph:
         """Call nodes in one run of the model: the sum of every entry's ``num_calls``."""
         return sum(e.num_calls for e in (*self.layers, *self.unlisted))
 
-    @cached_property
-    def _nodes(self) -> tuple[dict[NodeId, tuple[NodeId, ...]], tuple[NodeId, ...]]:
-        if not self.known:
-            return {}, ()
+    def require_expandable(self) -> None:
+        """Raise LoadError when the call nodes would number more than MAX_GRAPH_CALLS."""
         if self.calls > MAX_GRAPH_CALLS:
             raise LoadError(
                 f"model {self.name!r} runs its layers {self.calls:,} times in one pass (nested "
                 f"models called many times multiply their layers' calls); layergrad follows at "
                 f"most {MAX_GRAPH_CALLS:,} layer calls; expected a model of ordinary size"
             )
+
+    @cached_property
+    def _nodes(self) -> tuple[dict[NodeId, tuple[NodeId, ...]], tuple[NodeId, ...]]:
+        if not self.known:
+            return {}, ()
+        self.require_expandable()
         from layergrad.call_graph import expand
 
         return expand(self.source)

@@ -17,7 +17,7 @@ from layergrad import footprint
 from layergrad.audit import check_safety, is_path, module_name
 from layergrad.errors import LayergradError, LoadError
 from layergrad.fileinfo import FileInfo, read_file_info
-from layergrad.limits import DEFAULT_MAX_MEMORY, MAX_GRAPH_CALLS
+from layergrad.limits import DEFAULT_MAX_MEMORY
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,7 @@ def preflight(info: FileInfo, batch_rows: int, max_memory: int) -> None:
             weight declares far more than it stores (Keras would allocate the declared size);
             or the probe's estimated memory exceeds ``max_memory``.
     """
-    if info.graph.calls > MAX_GRAPH_CALLS:
-        info.graph.preds  # noqa: B018  (raises the graph's own message)
+    info.graph.require_expandable()
     if info.stored.hollow:
         raise LoadError(
             f"refusing to load {info.path}: weight {info.stored.hollow[0]} (an HDF5 shape "

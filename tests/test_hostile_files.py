@@ -312,6 +312,28 @@ def test_one_bad_file_does_not_sink_check(root: Path, base: dict[str, Path]) -> 
     assert files[str(base["good.keras"])]["passed"] and files[str(base["good.h5"])]["passed"]
 
 
+def test_an_unforeseen_failure_is_that_files_error(
+    base: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever goes wrong inside one file's checks is that file's failed check."""
+    from layergrad import check
+
+    real = check.read_file_info
+
+    def flaky(path: Any, **kwargs: Any) -> Any:
+        if str(path).endswith(".h5"):
+            raise RuntimeError("something nobody foresaw")
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(check, "read_file_info", flaky)
+    options = check.CheckOptions(static_only=True)
+    verdicts = check.check_files([base["good.h5"], base["good.keras"]], options)
+    assert [v.passed for v in verdicts] == [False, True]
+    (item,) = verdicts[0].checks
+    assert item.name == "readable" and item.findings == ("error",)
+    assert item.message == "failed unexpectedly: RuntimeError: something nobody foresaw"
+
+
 # 13 ---------------------------------------------------------------------------------------------
 
 

@@ -326,7 +326,8 @@ def test_help_has_examples_and_the_readme_documents_the_command() -> None:
 
 
 def test_no_tensorflow_import(tour: tuple[Any, dict[str, Path]], tmp_path: Path) -> None:
-    """--help, layers (table and JSON, both formats) and a file error, in one fresh process."""
+    """--help, layers (table and JSON, both formats) and a file error, in one fresh process;
+    `layers` does not even import the loader."""
     empty = tmp_path / "empty.keras"
     empty.write_bytes(b"")
     code = textwrap.dedent(
@@ -342,7 +343,8 @@ def test_no_tensorflow_import(tour: tuple[Any, dict[str, Path]], tmp_path: Path)
         ]:
             result = CliRunner().invoke(main, args)
             assert result.exit_code == code, (args, result.output)
-        print(sorted(m for m in ("tensorflow", "keras", "custom_layers") if m in sys.modules))
+        watched = ("tensorflow", "keras", "custom_layers", "layergrad.loader")
+        print(sorted(m for m in watched if m in sys.modules))
         """
     )
     _, paths = tour
