@@ -20,27 +20,15 @@ from pathlib import Path
 from layergrad.errors import LayergradError, describe
 from layergrad.fileinfo import FileInfo, read_file_info
 from layergrad.limits import DEFAULT_MAX_MEMORY
-from layergrad.results import CheckItem, FileVerdict, ScanRow
-
-FINDINGS = (
-    "unreadable",
-    "unsafe",
-    "error",
-    "blocked",
-    "nonfinite",
-    "dead",
-    "vanishing",
-    "exploding",
-)
-CHECKS = ("readable", "safe", "weights", "loads", "forward", "gradient")
-DEFAULT_FAIL_ON = ("unreadable", "unsafe", "error", "nonfinite", "blocked")
+from layergrad.results import CheckItem, FileVerdict, ScanReport
+from layergrad.vocab import DEFAULT_FAIL_ON, Finding, Status
 
 
 @dataclass(frozen=True)
 class CheckOptions:
     """What a check run looks for and how it probes."""
 
-    fail_on: frozenset[str] = frozenset(DEFAULT_FAIL_ON)
+    fail_on: frozenset[Finding] = frozenset(DEFAULT_FAIL_ON)
     static_only: bool = False
     imports: tuple[str, ...] = ()
     unsafe: bool = False
@@ -55,10 +43,10 @@ def check_files(
     on_file: Callable[[str], None] | None = None,
 ) -> tuple[FileVerdict, ...]:
     """Check each file; `on_file(path)` is called as each one starts (for a progress bar)."""
-    unknown = sorted(options.fail_on - set(FINDINGS))
+    unknown = sorted(set(options.fail_on) - set(Finding.words()))
     if unknown:
         raise LayergradError(
-            f"unknown --fail-on finding {', '.join(unknown)}; use {','.join(FINDINGS)}"
+            f"unknown --fail-on finding {', '.join(unknown)}; use {','.join(Finding.words())}"
         )
     verdicts = []
     for path in paths:
@@ -75,9 +63,9 @@ def check_file(path: str | os.PathLike[str], options: CheckOptions = CheckOption
     ``error`` finding of the check that was running, and the other files still get theirs.
     """
     items: list[CheckItem] = []
-    running = ["readable"]
+    running = [CHECKS[0]]
 
-    def add(name: str, message: str, findings: Sequence[str] = ()) -> bool:
+    def add(name: str, message: str, findings: Sequence[Finding] = ()) -> bool:
         passed = not set(findings) & options.fail_on
         items.append(CheckItem(name, passed, message, tuple(findings)))
         running[0] = CHECKS[min(CHECKS.index(name) + 1, len(CHECKS) - 1)]
@@ -86,8 +74,12 @@ def check_file(path: str | os.PathLike[str], options: CheckOptions = CheckOption
     try:
         _run(path, options, add)
     except Exception as exc:  # one bad file must not sink the run
-        add(running[0], f"failed unexpectedly: {type(exc).__name__}: {describe(exc)}", ["error"])
+        message = f"failed unexpectedly: {type(exc).__name__}: {describe(exc)}"
+        add(running[0], message, [Finding.ERROR])
     return _verdict(path, items)
+
+
+CHECKS = ("readable", "safe", "weights", "loads", "forward", "gradient")
 
 
 def _run(path: str | os.PathLike[str], options: CheckOptions, add: Add) -> None:
@@ -96,13 +88,13 @@ def _run(path: str | os.PathLike[str], options: CheckOptions, add: Add) -> None:
             "readable",
             f"{os.fspath(path)} is a directory without .keras or .h5 files; expected model "
             "files; check the path",
-            ["unreadable"],
+            [Finding.UNREADABLE],
         )
         return
     try:
         info = read_file_info(path, read_weights=True)
     except LayergradError as exc:
-        add("readable", str(exc), ["unreadable"])
+        add("readable", str(exc), [Finding.UNREADABLE])
         return
     add("readable", f"{info.format} file, {len(info.graph.layers)} layers")
     if not _safe(info, options, add):
@@ -125,7 +117,7 @@ def _safe(info: FileInfo, options: CheckOptions, add: Add) -> bool:
     try:
         accepted = check_safety(info, [module_name(m) for m in options.imports], options.unsafe)
     except LayergradError as exc:
-        add("safe", str(exc), ["unsafe"])
+        add("safe", str(exc), [Finding.UNSAFE])
         return False
     message = (
         f"accepted with --unsafe: {'; '.join(accepted)}"
@@ -141,7 +133,7 @@ def _weights(info: FileInfo, add: Add) -> None:
             "weights",
             f"weight {info.stored.hollow[0]} (an HDF5 shape bomb: Keras would allocate the "
             "declared size)",
-            ["unreadable"],
+            [Finding.UNREADABLE],
         )
         return
     bad = [w for w in info.weights if w.nan or w.inf]
@@ -149,18 +141,19 @@ def _weights(info: FileInfo, add: Add) -> None:
     note = f"; {unchecked} tensors not scanned ({info.notes[0]})" if unchecked else ""
     if bad:
         listed = ", ".join(f"{w.layer} ({w.nan} NaN, {w.inf} Inf)" for w in bad[:5])
-        add("weights", f"non-finite weights in {listed}{note}", ["nonfinite"])
+        add("weights", f"non-finite weights in {listed}{note}", [Finding.NONFINITE])
     else:
         params = sum(w.params for w in info.weights)
         add("weights", f"{params:,} stored weights, all finite{note}")
 
 
 def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions, add: Add) -> None:
-    from layergrad import explain, layer_refs, loader, probe, scan
-    from layergrad.api import ProbeOptions, probe_batch
+    from layergrad.loader import load_model
+    from layergrad.pipeline import ProbeOptions, session_for
+    from layergrad.scan import scan_session
 
     try:
-        loaded, _ = loader.load_model(
+        loaded, warnings = load_model(
             path,
             options.imports,
             options.unsafe,
@@ -169,68 +162,51 @@ def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions
             max_memory=options.max_memory,
         )
     except LayergradError as exc:
-        add("loads", str(exc), ["unreadable"])
+        add("loads", str(exc), [Finding.UNREADABLE])
         return
     model = loaded.model
-    add(
-        "loads",
-        f"{type(model).__name__} {model.name!r} loads in safe mode"
-        if not options.unsafe
-        else "loads",
-    )
+    mode = "" if options.unsafe else " in safe mode"
+    add("loads", f"{type(model).__name__} {model.name!r} loads{mode}")
     try:
-        probe_options = ProbeOptions(
+        probe = ProbeOptions(
             batch_size=options.batch_size, seed=options.seed, max_memory=options.max_memory
         )
-        batch = probe_batch(model, probe_options)
+        session = session_for(loaded, probe, warnings)
     except LayergradError as exc:  # e.g. a model that does not declare its inputs
         add("forward", f"not run: {exc}")
         return
     try:
-        trace = probe.run_trace(model, batch)
+        report = scan_session(session)
     except Exception as exc:  # the model's own code failed: the file fails, the run goes on
-        add("forward", f"the forward pass failed: {describe(exc)}", ["error"])
+        add("forward", f"the forward pass failed: {describe(exc)}", [Finding.ERROR])
         return
-    first_bad = next((a for a in trace.activations if a.is_float and not _finite(a.value)), None)
-    if first_bad is not None:
+    if report.first_nonfinite is not None:
         add(
-            "forward", f"non-finite activations from layer {first_bad.site.ref!r} on", ["nonfinite"]
+            "forward",
+            f"activations turn non-finite (NaN/Inf) at layer {report.first_nonfinite!r}",
+            [Finding.NONFINITE],
         )
     else:
-        add("forward", f"finite on a random batch of {batch.batch_size}")
-    explainer = explain.Explainer(model, batch, info.graph, False, "sum")
-    classes = {p: type(layer).__name__ for p, layer in layer_refs.iter_layers(model)}
-    try:
-        rows = scan.scan_rows(trace, info.graph, explainer, classes)
-    except Exception as exc:  # diagnosis of an unusual layer failed: report, do not abort
-        add("gradient", f"could not be analysed: {describe(exc)}", ["error"])
-        return
-    _gradient(rows, add)
+        add("forward", f"finite on a random batch of {session.batch.batch_size}")
+    _gradient(report, add)
 
 
-def _gradient(rows: Sequence[ScanRow], add: Add) -> None:
-    findings = sorted(
-        {f if f != "blocked" else "blocked" for r in rows for f in r.flags}, key=FINDINGS.index
-    )
+def _gradient(report: ScanReport, add: Add) -> None:
+    rows = report.rows
     problems = [r for r in rows if r.flags]
     if not problems:
-        differentiable = sum(1 for r in rows if r.status != "integer")
+        differentiable = sum(1 for r in rows if r.status != Status.INTEGER)
         add("gradient", f"reaches all {differentiable} differentiable layers, finite")
         return
+    findings = [f for f in Finding if any(f.value in r.flags for r in problems)]
     parts = []
-    for flag in findings:
-        layers = [r for r in problems if flag in r.flags]
+    for finding in findings:
+        layers = [r for r in problems if finding.value in r.flags]
         cause = next((c for r in layers for c in r.causes), None)
         why = f" ({cause.code} at {cause.layer})" if cause else ""
         names = ", ".join(r.layer for r in layers[:4]) + ("..." if len(layers) > 4 else "")
-        parts.append(f"{flag}: {names}{why}")
+        parts.append(f"{finding}: {names}{why}")
     add("gradient", "; ".join(parts), findings)
-
-
-def _finite(value: object) -> bool:
-    import numpy as np
-
-    return bool(np.all(np.isfinite(value)))  # type: ignore[call-overload]
 
 
 def expand_paths(paths: Sequence[str]) -> list[str]:
@@ -249,7 +225,7 @@ def expand_paths(paths: Sequence[str]) -> list[str]:
             walk = False
         found: list[str] = []
         if walk:
-            for root, _dirs, files in os.walk(p, onerror=None, followlinks=False):
+            for root, _dirs, files in os.walk(p, followlinks=False):
                 found += [os.path.join(root, f) for f in files if f.endswith((".keras", ".h5"))]
         out.extend(sorted(found) or [text])
     if not out:

@@ -1,219 +1,30 @@
 """The `layergrad` command line: parse options, call the API, render, set the exit code.
 
 TensorFlow is imported only inside commands that need it, so `layergrad --help` is instant.
+Shared options, error handling and printing are in `cli_options.py`.
 """
 
 from __future__ import annotations
 
-import functools
-import os
-import shutil
 import sys
-import traceback
-import warnings
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from layergrad import __version__
-from layergrad.errors import LayergradError, describe
-
-F = TypeVar("F", bound=Callable[..., Any])
-STATUSES = ("none", "zero", "nonfinite")
-
-
-def _choices(allowed: tuple[str, ...], what: str) -> Callable[[Any, Any, str], frozenset[str]]:
-    """A click callback parsing a comma-separated list of `allowed` words."""
-
-    def parse(_ctx: Any, _param: Any, value: str) -> frozenset[str]:
-        wanted = frozenset(v.strip() for v in value.split(",") if v.strip())
-        unknown = sorted(wanted - set(allowed))
-        if unknown:
-            raise click.BadParameter(
-                f"unknown {what} {', '.join(unknown)}; use {','.join(allowed)}"
-            )
-        return wanted
-
-    return parse
-
-
-_statuses = _choices(STATUSES, "status")
-SCAN_FLAGS = ("blocked", "nonfinite", "dead", "vanishing", "exploding")
-CHECK_FINDINGS = ("unreadable", "unsafe", "error", *SCAN_FLAGS)
-_scan_flags = _choices(SCAN_FLAGS, "flag")
-_check_findings = _choices(CHECK_FINDINGS, "finding")
-
-
-def handle_errors(func: F) -> F:
-    """Turn API errors into one line on stderr and exit code 2 (a traceback with --debug)."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        debug = kwargs.get("debug", False)
-        try:
-            with warnings.catch_warnings():
-                if not debug:
-                    warnings.simplefilter("ignore")
-                return func(*args, **kwargs)
-        except click.ClickException:
-            raise
-        except LayergradError as exc:
-            if debug:
-                traceback.print_exc()
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(2)
-        except Exception as exc:  # an unexpected failure still gets one readable line
-            if debug:
-                traceback.print_exc()
-            click.echo(
-                f"error: unexpected {type(exc).__name__}: {describe(exc)} (run again with "
-                "--debug for the traceback)",
-                err=True,
-            )
-            sys.exit(2)
-
-    return wrapper  # type: ignore[return-value]
-
-
-def load_options(func: F) -> F:
-    """Options every command that loads a model takes."""
-    for option in reversed(
-        [
-            click.option(
-                "--import",
-                "imports",
-                multiple=True,
-                metavar="MODULE",
-                help="A module (name or .py path) defining the model's custom layers: trusted "
-                "by the safety audit and imported before loading. Repeatable.",
-            ),
-            click.option(
-                "--unsafe",
-                is_flag=True,
-                help="Let Keras deserialize Python code (Lambda bytecode). Only for trusted files.",
-            ),
-            click.option("--debug", is_flag=True, help="Show tracebacks and library warnings."),
-        ]
-    ):
-        func = option(func)
-    return func
-
-
-def _size(_ctx: Any, _param: Any, value: str) -> int:
-    """A click callback parsing a size such as 8GB into bytes."""
-    from layergrad.limits import parse_size
-
-    try:
-        return parse_size(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
-def max_memory_option(func: F) -> F:
-    """`--max-memory SIZE`: the budget for the probe's memory, estimated before loading."""
-    return click.option(
-        "--max-memory",
-        default="8GB",
-        show_default=True,
-        callback=_size,
-        metavar="SIZE",
-        help="Refuse a model whose probe would need more memory than this (estimated from "
-        "the shapes in its config before Keras builds it), e.g. 32GB.",
-    )(func)
-
-
-PROBE_KEYS = ("input_file", "batch_size", "seed", "reduce", "training", "max_memory")
-
-
-def probe_options(func: F) -> F:
-    """Options that say how to make the probe batch and run the model.
-
-    The command receives them as one dict, `probe`, of API keyword arguments.
-    """
-
-    command = func
-
-    @functools.wraps(command)
-    def bundled(*args: Any, **kwargs: Any) -> Any:
-        kwargs["probe"] = {key: kwargs.pop(key) for key in PROBE_KEYS}
-        return command(*args, **kwargs)
-
-    func = bundled  # type: ignore[assignment]
-    for option in reversed(
-        [
-            click.option(
-                "--input",
-                "input_file",
-                type=click.Path(dir_okay=False, path_type=str),
-                help="Probe batch: .npy (one input) or .npz keyed by input name.",
-            ),
-            click.option(
-                "--batch-size",
-                default=8,
-                show_default=True,
-                type=click.IntRange(min=1),
-                help="Rows of the random probe batch.",
-            ),
-            click.option(
-                "--seed", default=0, show_default=True, type=int, help="Seed of the random batch."
-            ),
-            click.option(
-                "--reduce",
-                type=click.Choice(["sum", "mean"]),
-                default="sum",
-                show_default=True,
-                help="Reduce the target activation to a scalar by sum or mean.",
-            ),
-            click.option(
-                "--training",
-                is_flag=True,
-                help="Run the model in training mode (default: inference).",
-            ),
-            max_memory_option,
-        ]
-    ):
-        func = option(func)
-    return func
-
-
-def format_options(func: F) -> F:
-    """`--format table|json|markdown` and its shorthand `--json`."""
-    func = click.option("--json", "as_json", is_flag=True, help="Shorthand for --format json.")(
-        func
-    )
-    return click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(["table", "json", "markdown"]),
-        default="table",
-        show_default=True,
-        help="Output: a table for people, JSON for programs, markdown for pull-request comments.",
-    )(func)
-
-
-def emit(
-    text_fn: Callable[..., str],
-    json_fn: Callable[[Any], str],
-    md_fn: Callable[[Any], str],
-    value: Any,
-    fmt: str,
-    as_json: bool,
-) -> None:
-    """Print a report in the chosen format (JSON returns before any colour logic)."""
-    if as_json or fmt == "json":
-        click.echo(json_fn(value))
-    elif fmt == "markdown":
-        click.echo(md_fn(value), nl=False)
-    else:
-        color, width = _terminal()
-        click.echo(text_fn(value, color=color, width=width), nl=False)
-
-
-def _terminal() -> tuple[bool, int]:
-    """(use colour, width) for stdout."""
-    color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    return color, shutil.get_terminal_size((100, 24)).columns
+from layergrad.cli_options import (
+    comma_list,
+    emit,
+    format_options,
+    handle_errors,
+    load_options,
+    max_memory_option,
+    plot_option,
+    probe_options,
+    write_plot,
+)
+from layergrad.vocab import DEFAULT_FAIL_ON, FAILING_STATUSES, Finding, Flag, OutputFormat
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -246,6 +57,7 @@ def main() -> None:
 )
 @probe_options
 @format_options
+@plot_option
 @click.option(
     "--save-gradient",
     metavar="FILE",
@@ -254,7 +66,7 @@ def main() -> None:
 @click.option(
     "--fail-on",
     default="",
-    callback=_statuses,
+    callback=comma_list(FAILING_STATUSES, "status"),
     metavar="STATUSES",
     help="Exit 1 when a result has one of these statuses, e.g. none,zero,nonfinite.",
 )
@@ -264,9 +76,9 @@ def inspect(
     model: str,
     source: str,
     targets: tuple[str, ...],
-    probe: dict[str, Any],
-    fmt: str,
-    as_json: bool,
+    probe: Any,
+    fmt: OutputFormat,
+    plot_file: str | None,
     save_gradient: str | None,
     fail_on: frozenset[str],
     imports: tuple[str, ...],
@@ -290,22 +102,28 @@ def inspect(
         layergrad inspect model.keras --from dense --to dense_1
         layergrad inspect model.keras --from embedding --to head --to pool --json
         layergrad inspect model.h5 --from 1 --to -1 --input batch.npy --fail-on none,nonfinite
+        layergrad inspect model.keras --from dense --to dense_1 --format html > report.html
     """
-    from layergrad import api, outputs, report
+    from layergrad import api, outputs, plot
 
     if save_gradient and not save_gradient.endswith((".npy", ".npz")):
         raise click.BadParameter("must end in .npy or .npz", param_hint="--save-gradient")
     if save_gradient and save_gradient.endswith(".npy") and len(targets) > 1:
         raise click.BadParameter("several --to layers need a .npz", param_hint="--save-gradient")
-    reads = [model, probe["input_file"], *imports]
+    reads = [model, probe.input_file, *imports]
+    if plot_file:
+        plot.check_plot_path(plot_file, reads)
+        outputs.check_target(plot_file, "--plot", "chart", reads)
     if save_gradient:
         outputs.check_target(save_gradient, "--save-gradient", save_gradient[-3:], reads)
     result = api.inspect_model(
-        model, source, list(targets), imports=imports, unsafe=unsafe, **probe
+        model, source, list(targets), imports=imports, unsafe=unsafe, options=probe
     )
-    emit(report.inspect_text, report.inspect_json, report.inspect_markdown, result, fmt, as_json)
+    emit("inspect", fmt, result, result.model.warnings)
+    if plot_file:
+        write_plot(result, plot_file, reads)
     if save_gradient:
-        click.echo(outputs.save_gradients(result, save_gradient, reads).message, err=True)
+        click.echo(api.save_gradients(result, save_gradient, reads).message, err=True)
     if any(r.status in fail_on for r in result.results):
         sys.exit(1)
 
@@ -317,8 +135,7 @@ def inspect(
 @handle_errors
 def layers(
     model: str,
-    fmt: str,
-    as_json: bool,
+    fmt: OutputFormat,
     imports: tuple[str, ...],
     unsafe: bool,
     debug: bool,
@@ -337,29 +154,21 @@ def layers(
         layergrad layers model.keras
         layergrad layers model.h5 --json
         layergrad layers custom.keras --import my_layers.py
+        layergrad layers model.keras --format html > layers.html
     """
-    from layergrad import layer_table
-    from layergrad.audit import check_safety, module_name
-    from layergrad.fileinfo import read_file_info
+    from layergrad.listing import list_layers
 
-    info = read_file_info(model)
-    accepted = check_safety(info, [module_name(s) for s in imports], unsafe)
-    for line in accepted:
-        click.echo(f"warning: {line}; listed anyway because of --unsafe", err=True)
-    emit(
-        layer_table.layers_text,
-        layer_table.layers_json,
-        layer_table.layers_markdown,
-        layer_table.build_listing(info, accepted),
-        fmt,
-        as_json,
-    )
+    listing = list_layers(model, imports=imports, unsafe=unsafe)
+    emit("layers", fmt, listing, listing.warnings)
 
 
 @main.command()
 @click.argument("model", type=click.Path(dir_okay=True, path_type=str))
 @click.option(
-    "--to", "target", metavar="REF", help="Target layer (default: the sum of the model's outputs)."
+    "--to",
+    "target",
+    metavar="REF",
+    help="Target layer (default: a seeded random projection of the model's outputs).",
 )
 @click.option(
     "--layers",
@@ -370,12 +179,13 @@ def layers(
 )
 @probe_options
 @format_options
+@plot_option
 @click.option(
     "--fail-on",
     default="",
-    callback=_scan_flags,
+    callback=comma_list(Flag, "flag"),
     metavar="FLAGS",
-    help=f"Exit 1 when a layer is flagged with one of: {','.join(SCAN_FLAGS)}.",
+    help=f"Exit 1 when a layer is flagged with one of: {','.join(Flag.words())}.",
 )
 @load_options
 @handle_errors
@@ -383,9 +193,9 @@ def scan(
     model: str,
     target: str | None,
     patterns: tuple[str, ...],
-    probe: dict[str, Any],
-    fmt: str,
-    as_json: bool,
+    probe: Any,
+    fmt: OutputFormat,
+    plot_file: str | None,
     fail_on: frozenset[str],
     imports: tuple[str, ...],
     unsafe: bool,
@@ -393,9 +203,9 @@ def scan(
 ) -> None:
     """Gradient flow through the whole model in one forward and one backward pass.
 
-    Differentiates one target (the sum of the model's outputs, or --to) with
-    respect to every layer's output, and shows them in depth order with a
-    log-scale bar. Flags: blocked (None), nonfinite, dead (mostly exact zeros),
+    Differentiates one target (a seeded random projection of the model's
+    outputs, or --to) with respect to every layer's output, and shows them in
+    depth order with a log-scale bar. Flags: blocked (None), nonfinite, dead (mostly exact zeros),
     vanishing / exploding (1e6 times below / above the target end). Integer-valued
     layers are shown as not differentiable.
 
@@ -404,20 +214,20 @@ def scan(
         layergrad scan model.keras
         layergrad scan model.keras --to dense_1 --layers 'conv*' --json
         layergrad scan model.keras --fail-on blocked,nonfinite
+        layergrad scan model.keras --plot flow.png --format html > scan.html
     """
-    from layergrad import api, scan_report
+    from layergrad import api, outputs, plot
 
+    reads = [model, probe.input_file, *imports]
+    if plot_file:
+        plot.check_plot_path(plot_file, reads)
+        outputs.check_target(plot_file, "--plot", "chart", reads)
     result = api.scan_model(
-        model, target=target, layers=patterns, imports=imports, unsafe=unsafe, **probe
+        model, target=target, layers=patterns, imports=imports, unsafe=unsafe, options=probe
     )
-    emit(
-        scan_report.scan_text,
-        scan_report.scan_json,
-        scan_report.scan_markdown,
-        result,
-        fmt,
-        as_json,
-    )
+    emit("scan", fmt, result, result.model.warnings)
+    if plot_file:
+        write_plot(result, plot_file, reads)
     if any(set(row.flags) & fail_on for row in result.rows):
         sys.exit(1)
 
@@ -426,11 +236,11 @@ def scan(
 @click.argument("models", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option(
     "--fail-on",
-    default="unreadable,unsafe,error,nonfinite,blocked",
+    default=",".join(DEFAULT_FAIL_ON),
     show_default=True,
-    callback=_check_findings,
+    callback=comma_list(Finding, "finding"),
     metavar="FINDINGS",
-    help=f"Findings that fail a file: {','.join(CHECK_FINDINGS)}.",
+    help=f"Findings that fail a file: {','.join(Finding.words())}.",
 )
 @click.option(
     "--static-only",
@@ -460,10 +270,9 @@ def scan(
 @handle_errors
 def check(
     models: tuple[str, ...],
-    fail_on: frozenset[str],
+    fail_on: frozenset[Finding],
     static_only: bool,
-    fmt: str,
-    as_json: bool,
+    fmt: OutputFormat,
     junit_file: str | None,
     batch_size: int,
     seed: int,
@@ -485,9 +294,11 @@ def check(
         layergrad check models/*.keras
         layergrad check models/ --junit layergrad.xml
         layergrad check model.h5 --static-only --fail-on unreadable,unsafe,nonfinite
+        layergrad check models/ --format html > check.html
     """
     from layergrad import check as checks
-    from layergrad import check_report, outputs
+    from layergrad import outputs
+    from layergrad.render.junit import check_junit
 
     paths = checks.expand_paths(models)
     reads = [*models, *paths, *imports]
@@ -503,16 +314,9 @@ def check(
         max_memory=max_memory,
     )
     verdicts = _with_progress(paths, lambda on_file: checks.check_files(paths, options, on_file))
-    emit(
-        check_report.check_text,
-        check_report.check_json,
-        check_report.check_markdown,
-        verdicts,
-        fmt,
-        as_json,
-    )
+    emit("check", fmt, verdicts)
     if junit_file:
-        xml = check_report.check_junit(verdicts)
+        xml = check_junit(verdicts)
         done = outputs.write_report(junit_file, xml, "--junit", "the JUnit report", reads)
         click.echo(done.message, err=True)
     if not all(v.passed for v in verdicts):

@@ -1,15 +1,158 @@
-"""Classify each gradient (ok / none / zero / nonfinite) and name its likely causes."""
+"""Classify each gradient (ok / none / zero / nonfinite) and name its likely causes.
+
+The graph in the file says whether the target depends on the source at all. When it does and
+the gradient is still not ok, one more traced pass (`probe.run_trace`) finds *where* it went
+wrong (`locate.PathView`); the ops, activation values and dtype of that layer say *what* it is
+(`causes.py` puts it into words). The extra pass runs only for non-ok results.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
+from layergrad import causes as why
 from layergrad.graph import ModelGraph
-from layergrad.probe import Activation, ProbeRun
+from layergrad.inputs import ProbeBatch
+from layergrad.layer_refs import CallKey, Site, iter_layers, ref_of
+from layergrad.locate import PathView
+from layergrad.probe import Activation, ProbeRun, Trace, run_probe, run_trace
 from layergrad.results import Cause, Endpoint, Result
 from layergrad.stats import gradient_stats, status_of
+from layergrad.tf_ops import blocking_ops, layer_op_types, unsafe_backward_ops
+from layergrad.vocab import CauseCode, Status
+
+SATURATION_EPS = 1e-6
+VANISHING_GAIN, EXPLODING_GAIN, MOSTLY_ZERO = 1e-7, 1e6, 0.5
+
+
+class Diagnoser:
+    """Causes for non-ok gradients of one model and probe batch (traces are cached)."""
+
+    def __init__(
+        self, model: Any, batch: ProbeBatch, graph: ModelGraph | None, training: bool, reduce: str
+    ) -> None:
+        self.model, self.batch, self.graph = model, batch, graph
+        self.training, self.reduce = training, reduce
+        self.layers = dict(iter_layers(model))
+        self._traces: dict[CallKey, Trace] = {}
+        self._ops_cache: dict[CallKey, list[tuple[str, Any]] | None] = {}
+
+    def adopt(self, target: Site, trace: Trace) -> None:
+        """Use an existing trace for `target` (scan has one already) instead of running one."""
+        self._traces[target.key] = trace
+
+    def causes(self, status: str, source: Activation, target: Activation) -> list[Cause]:
+        """Ranked causes for a `none`, `zero` or `nonfinite` gradient of target wrt source."""
+        trace = self._trace(target.site)
+        path = PathView(trace, self.graph, source.site.key, target.site.key)
+        other = _other_output(trace, source, target)
+        if other:
+            return [other]
+        forward = path.first_nonfinite_forward()
+        if status == Status.NONFINITE or (forward and status == Status.ZERO):
+            if forward is not None:
+                bad = int(forward.value.size - np.count_nonzero(np.isfinite(forward.value)))
+                return [why.nonfinite_forward(forward.site.ref, bad, forward.value.size)]
+            return self._nonfinite_backward(trace, path)
+        if status == Status.NONE:
+            return self._none(trace, path)
+        return self._zero(path, source, target)
+
+    def _trace(self, site: Site) -> Trace:
+        if site.key not in self._traces:
+            self._traces[site.key] = run_trace(
+                self.model, self.batch, site, training=self.training, reduce=self.reduce
+            )
+        return self._traces[site.key]
+
+    def _none(self, trace: Trace, path: PathView) -> list[Cause]:
+        causes = []
+        for key in path.nodes:
+            act = path.activation(key)
+            if act is not None and not act.is_float:
+                causes.append(why.integer_path(act.site.ref, act.dtype))
+                break
+        for key in path.blockers(lambda g: g is None, need_all=True):
+            causes.extend(self._blocked_at(trace, key))
+        return causes
+
+    def _blocked_at(self, trace: Trace, key: CallKey) -> list[Cause]:
+        ref = ref_of(key)
+        ops = self._ops(trace, key)
+        findings = blocking_ops(ops or [])
+        if any(f.op == "StopGradient" for f in findings):
+            return [why.stop_gradient(ref)]
+        causes = [why.non_differentiable_op(ref, f) for f in findings[:1]]
+        if any(f.op.startswith("Cast to") or f.op in ("ArgMax", "ArgMin") for f in findings):
+            causes.append(why.integer_inside(ref))
+        if not causes:
+            causes.append(why.unknown(ref, ", ".join(sorted({t for t, _ in ops or []})) or None))
+        return causes
+
+    def _zero(self, path: PathView, source: Activation, target: Activation) -> list[Cause]:
+        causes: list[Cause] = []
+        if self.training and self._ok_in_inference(source.site, target.site):
+            layer = next(
+                (
+                    ref_of(k)
+                    for k in path.nodes
+                    if type(self.layers.get(k[0])).__name__ in ("BatchNormalization", "Dropout")
+                ),
+                None,
+            )
+            causes.append(why.training_mode(layer))
+        for key in path.blockers(lambda g: g is None or not np.any(g), need_all=True):
+            causes.extend(self._zeroed_at(path, key))
+        return causes
+
+    def _ok_in_inference(self, source: Site, target: Site) -> bool:
+        run = run_probe(self.model, self.batch, [source], [target], reduce=self.reduce)
+        return status_of(run.gradients[0][0]) == Status.OK
+
+    def _zeroed_at(self, path: PathView, key: CallKey) -> list[Cause]:
+        ref, act = ref_of(key), path.activation(key)
+        if act is None:
+            return []
+        kind = activation_name(self.layers.get(key[0]))
+        causes = []
+        if "float16" in {act.dtype, *(p.dtype for p in path.inputs_of(key))}:
+            causes.append(why.float16_underflow(ref))
+        dead = dead_fraction(act.value) if kind == "relu" else 0.0
+        if dead > 0:
+            causes.append(why.dead_relu(ref, dead))
+        if kind in ("sigmoid", "tanh", "softmax"):
+            causes.append(why.saturated(ref, kind, saturated_fraction(act.value, kind)))
+        return causes
+
+    def _nonfinite_backward(self, trace: Trace, path: PathView) -> list[Cause]:
+        out = []
+        for key in path.blockers(lambda g: g is not None and not np.all(np.isfinite(g))):
+            findings = unsafe_backward_ops(self._ops(trace, key) or [])
+            out.append(why.nonfinite_backward(ref_of(key), findings[0] if findings else None))
+        return out
+
+    def _ops(self, trace: Trace, key: CallKey) -> list[tuple[str, Any]] | None:
+        if key not in self._ops_cache:
+            layer, i = self.layers.get(key[0]), trace.index(*key)
+            inputs = None if i is None else trace.inputs[i]
+            self._ops_cache[key] = (
+                None
+                if layer is None or inputs is None
+                else layer_op_types(layer, inputs[0], inputs[1], self.training)
+            )
+        return self._ops_cache[key]
+
+
+def _other_output(trace: Trace, source: Activation, target: Activation) -> Cause | None:
+    """The target depends on another output of a multi-output source (LSTM states...)."""
+    i = trace.index(*source.site.key)
+    if i is None or trace.gradients[i] is None or trace.activations[i].output == source.output:
+        return None
+    return why.other_output(
+        source.site.ref, target.site.ref, trace.activations[i].output, source.output
+    )
 
 
 def endpoint(act: Activation) -> Endpoint:
@@ -17,20 +160,13 @@ def endpoint(act: Activation) -> Endpoint:
     return Endpoint(layer=act.site.ref, shape=act.shape, dtype=act.dtype)
 
 
-Explain = Callable[[str, Activation, Activation], list[Cause]]
-CHECKED = (
-    "graph connectivity, dtypes on the path, the ops of the layer where the gradient is lost, "
-    "ReLU/sigmoid/tanh/softmax activations, forward and backward NaN/Inf, float16, training mode"
-)
-
-
 def build_results(
-    run: ProbeRun, graph: ModelGraph | None, explain: Explain | None = None
+    run: ProbeRun, graph: ModelGraph | None, diagnoser: Diagnoser | None = None
 ) -> tuple[Result, ...]:
     """One Result per (target, first source) pair of a probe run, with causes for non-ok ones.
 
-    `explain(status, source, target)` is called for a non-ok result that the graph and dtypes
-    do not already explain (it runs another pass, so the ok path never pays for it).
+    The diagnoser runs (another pass) only for a non-ok result that the graph and dtypes do
+    not already explain, so the ok path never pays for it.
     """
     source = run.sources[0]
     results = []
@@ -38,12 +174,12 @@ def build_results(
         grad = grads[0]
         status = status_of(grad)
         causes: tuple[Cause, ...] = ()
-        if status != "ok":
+        if status != Status.OK:
             causes = static_causes(source, target, graph)
-            if explain is not None and not any(c.code == "not_downstream" for c in causes):
-                causes = _dedupe([*causes, *explain(status, source, target)])
-            if not causes:
-                causes = (unknown_cause(CHECKED),)
+            downstream = not any(c.code == CauseCode.NOT_DOWNSTREAM for c in causes)
+            if diagnoser is not None and downstream:
+                causes = _dedupe([*causes, *diagnoser.causes(status, source, target)])
+            causes = causes or (why.unknown(),)
         results.append(
             Result(
                 source=endpoint(source),
@@ -51,9 +187,7 @@ def build_results(
                 status=status,
                 gradient=None if grad is None else gradient_stats(grad),
                 causes=causes,
-                warnings=()
-                if status != "ok" or grad is None
-                else warnings_for(grad, source, target),
+                warnings=warnings_for(grad, source, target) if status == Status.OK else (),
                 array=grad,
             )
         )
@@ -65,103 +199,89 @@ def static_causes(
 ) -> tuple[Cause, ...]:
     """Causes visible without another pass: the graph's connectivity and integer dtypes."""
     causes: list[Cause] = []
-    connected = _depends(graph, target, source)
-    if connected is False:
-        causes.append(_not_downstream(source, target, graph))
-    for act in (source, target):
-        if not act.is_float:
-            causes.append(integer_cause(act))
+    if graph is not None:
+        src, dst = source.site, target.site
+        if graph.depends(dst.path, src.path, to_call=dst.call, frm_call=src.call) is False:
+            reverse = graph.depends(src.path, dst.path, to_call=src.call, frm_call=dst.call)
+            causes.append(why.not_downstream(src.ref, dst.ref, reversed_order=bool(reverse)))
+    causes += [why.integer_path(a.site.ref, a.dtype) for a in (source, target) if not a.is_float]
     return tuple(causes)
 
 
-def unknown_cause(checked: str) -> Cause:
-    """The cause to report when no check explains a non-ok result: say what was checked."""
-    return Cause(
-        code="unknown",
-        layer=None,
-        message=f"no known cause found; checked: {checked}",
-        hint="save the gradient with --save-gradient and inspect the layers between the two",
-    )
-
-
-def _depends(graph: ModelGraph | None, target: Activation, source: Activation) -> bool | None:
-    if graph is None:
-        return None
-    return graph.depends(
-        target.site.path, source.site.path, to_call=target.site.call, frm_call=source.site.call
-    )
-
-
-def _not_downstream(source: Activation, target: Activation, graph: ModelGraph | None) -> Cause:
-    src, dst = source.site.ref, target.site.ref
-    if _depends(graph, source, target):
-        message = f"{dst!r} comes before {src!r}: {src!r} depends on {dst!r}, not the reverse"
-        hint = f"swap them: --from {dst} --to {src}"
-    else:
-        message = (
-            f"{dst!r} does not depend on {src!r}: no chain of layers leads from one to the "
-            "other (a sibling branch or an unrelated output)"
-        )
-        hint = (
-            "pick a --to layer after --from on the same path; `layergrad layers MODEL` shows "
-            "each layer's inbound layers"
-        )
-    return Cause(code="not_downstream", layer=dst, message=message, hint=hint)
-
-
-def integer_cause(act: Activation) -> Cause:
-    """`integer_path` at an activation whose dtype is not floating-point."""
-    return Cause(
-        code="integer_path",
-        layer=act.site.ref,
-        message=(
-            f"{act.site.ref!r} is {act.dtype}: gradients are only defined for floating-point "
-            "tensors, so the tape returns None"
-        ),
-        hint=(
-            "take the gradient from the first floating-point layer instead (e.g. the Embedding "
-            "output rather than the integer ids)"
-        ),
-    )
-
-
 def _dedupe(causes: list[Cause]) -> tuple[Cause, ...]:
-    seen: set[tuple[str, str | None]] = set()
-    out = []
+    """The first cause of each (code, layer)."""
+    first: dict[tuple[str, str | None], Cause] = {}
     for cause in causes:
-        if (cause.code, cause.layer) not in seen:
-            seen.add((cause.code, cause.layer))
-            out.append(cause)
-    return tuple(out)
+        first.setdefault((cause.code, cause.layer), cause)
+    return tuple(first.values())
 
 
-VANISHING, EXPLODING, MOSTLY_ZERO = 1e-7, 1e6, 0.5
-
-
-def warnings_for(grad: np.ndarray, source: Activation, target: Activation) -> tuple[str, ...]:
+def warnings_for(
+    grad: np.ndarray | None, source: Activation, target: Activation
+) -> tuple[str, ...]:
     """Warnings for an `ok` gradient that still looks wrong.
 
     Vanishing: max |g| below 1e-7 per unit of the `from` activation's mean size (a change of
     `from` by its own size moves sum(to) by less than that). Exploding: above 1e6. Mostly
     zero: more than half of the values are exactly 0.
     """
+    if grad is None:
+        return ()
     out = []
     zeros = float(np.mean(grad == 0))
+    src, dst = source.site.ref, target.site.ref
     if zeros > MOSTLY_ZERO:
         out.append(
-            f"{zeros:.0%} of the gradient is exactly zero: dead units or inactive paths "
+            f"{zeros:.0%} of d {dst} / d {src} is exactly zero: dead units or inactive paths "
             "between the two layers"
         )
     size = float(np.mean(np.abs(source.value.astype(np.float64))))
     gain = float(np.max(np.abs(grad.astype(np.float64)))) * (size if size > 0 else 1.0)
-    if gain < VANISHING:
+    if gain < VANISHING_GAIN:
         out.append(
-            f"vanishing: max |g| x mean |{source.site.ref}| = {gain:.1e}; moving "
-            f"{source.site.ref} barely moves {target.site.ref}"
+            f"vanishing: max |g| x mean |{src}| = {gain:.1e}; moving {src} barely moves {dst}"
         )
-    elif gain > EXPLODING:
+    elif gain > EXPLODING_GAIN:
         out.append(
-            f"exploding: max |g| x mean |{source.site.ref}| = {gain:.1e}; a small change of "
-            f"{source.site.ref} moves {target.site.ref} enormously"
+            f"exploding: max |g| x mean |{src}| = {gain:.1e}; a small change of {src} moves "
+            f"{dst} enormously"
         )
     return tuple(out)
+
+
+def softmax_target_note(target: Site, fix: str) -> str | None:
+    """A note when the target applies softmax: its sum is 1 per sample, so its gradient is ~0."""
+    if activation_name(target.layer) != "softmax":
+        return None
+    return (
+        f"{target.ref} ends in softmax: the sum of its outputs is 1 for every sample, so the "
+        f"gradient of that sum is zero up to rounding; {fix}"
+    )
+
+
+def activation_name(layer: Any) -> str | None:
+    """'relu', 'sigmoid', 'tanh', 'softmax' for layers that apply one, else None."""
+    if layer is None:
+        return None
+    class_name = type(layer).__name__
+    if class_name in ("ReLU", "Softmax"):
+        return class_name.lower()
+    name = getattr(getattr(layer, "activation", None), "__name__", None)
+    return name if name in ("relu", "sigmoid", "tanh", "softmax") else None
+
+
+def dead_fraction(value: np.ndarray) -> float:
+    """Fraction of units (last axis) that are exactly 0 for every sample."""
+    units = value.reshape(-1, value.shape[-1]) if value.ndim else value.reshape(1, 1)
+    return float(np.mean(np.all(units == 0, axis=0)))
+
+
+def saturated_fraction(value: np.ndarray, kind: str) -> float:
+    """Fraction of sigmoid / tanh outputs (softmax rows) pinned at their bounds."""
+    if kind == "sigmoid":
+        pinned = (value <= SATURATION_EPS) | (value >= 1 - SATURATION_EPS)
+    elif kind == "tanh":
+        pinned = np.abs(value) >= 1 - SATURATION_EPS
+    else:
+        pinned = np.max(value, axis=-1) >= 1 - SATURATION_EPS
+    return float(np.mean(pinned))

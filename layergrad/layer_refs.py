@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,20 @@ class Site:
     call: int
     layer: Any = None
     input_index: int | None = None
+
+    @property
+    def key(self) -> CallKey:
+        """`(path, call)`: how graphs and traces identify a call."""
+        return (self.path, self.call)
+
+
+CallKey = tuple[str, int]
+
+
+def ref_of(key: CallKey) -> str:
+    """The reference that names a call: `path`, or `path@K` for K > 0."""
+    path, call = key
+    return f"{path}@{call}" if call else path
 
 
 def iter_layers(model: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -56,52 +71,100 @@ def resolve(model: Any, ref: str) -> Site:
 
     Raises:
         LayerNotFound: nothing matches; the message lists the closest names.
-
-    Example:
-        >>> resolve(model, "shared@1").call
-        1
     """
-    text = ref.strip()
-    base, call = text, 0
-    match = _CALL_SUFFIX.match(text)
-    if match:
-        base, call = match["base"], int(match["call"])
+    base, call, text = _split(ref)
     names = input_names(model)
     if base in names:
         return Site(ref=text, path=base, call=call, input_index=names.index(base))
     layers = dict(iter_layers(model))
-    if base in layers:
-        return Site(ref=text, path=base, call=call, layer=layers[base])
-    nested = [p for p in layers if p.rsplit("/", 1)[-1] == base]
-    if len(nested) == 1:
-        path = nested[0]
-        return Site(ref=_with_call(path, call), path=path, call=call, layer=layers[path])
-    if len(nested) > 1:
-        raise LayerNotFound(
-            f"layer name {base!r} is ambiguous: it is in {', '.join(nested)}; "
-            "pass the full path, e.g. --from " + nested[0]
-        )
+    path = _by_name(base, list(layers))
+    if path is not None:
+        spelled = text if path == base else ref_of((path, call))
+        return Site(ref=spelled, path=path, call=call, layer=layers[path])
     if _INDEX.match(base):
         return _by_index(model, int(base), call)
     raise LayerNotFound(_not_found_message(base, [*names, *layers]))
 
 
-def _with_call(path: str, call: int) -> str:
-    return f"{path}@{call}" if call else path
+def check_in_graph(graph: Any, refs: Sequence[str], globs: Sequence[str] = ()) -> None:
+    """Check layer references and `--layers` globs against the graph read from the file.
+
+    The same rules as `resolve`, without TensorFlow, so a typo fails before the model loads.
+    Only what surely matches nothing is refused (call counts are checked once loaded); a
+    model whose config has no layer graph (subclassed) is not checked here.
+
+    Raises:
+        LayerNotFound: a reference or glob matches no layer of the file.
+    """
+    if not graph.known:
+        return
+    paths = [e.path for e in graph.layers]
+    known = {*graph.input_names, *paths, *(e.path for e in graph.unlisted)}
+    top = sum(1 for e in graph.layers if e.parent is None)
+    for ref in refs:
+        base, _, _ = _split(ref)
+        if base in known or _by_name(base, paths) is not None:
+            continue
+        if _INDEX.match(base):
+            _check_index(int(base), top)
+        else:
+            raise LayerNotFound(_not_found_message(base, [*graph.input_names, *paths]))
+    if not globs:
+        return
+    calls = [ref_of((e.path, k)) for e in graph.layers for k in range(max(e.num_calls, 1))] + list(
+        graph.input_names
+    )
+    for pattern in globs:
+        if not any(fnmatch.fnmatchcase(ref, pattern) for ref in calls):
+            raise LayerNotFound(no_glob_match_message(globs))
+
+
+def no_glob_match_message(globs: Sequence[str]) -> str:
+    """The error for `--layers` patterns that match nothing."""
+    return (
+        f"--layers {' '.join(globs)} matches no layer the target depends on; "
+        "run `layergrad layers MODEL` to list the layer names"
+    )
+
+
+def _split(ref: str) -> tuple[str, int, str]:
+    """(base, call, stripped text) of a reference: `shared@1` -> ("shared", 1, "shared@1")."""
+    text = ref.strip()
+    match = _CALL_SUFFIX.match(text)
+    if match:
+        return match["base"], int(match["call"]), text
+    return text, 0, text
+
+
+def _by_name(base: str, paths: Sequence[str]) -> str | None:
+    """The path `base` names: itself, or the one nested layer with that name (else None)."""
+    if base in paths:
+        return base
+    nested = [p for p in paths if p.rsplit("/", 1)[-1] == base]
+    if len(nested) > 1:
+        raise LayerNotFound(
+            f"layer name {base!r} is ambiguous: it is in {', '.join(nested)}; "
+            "pass the full path, e.g. --from " + nested[0]
+        )
+    return nested[0] if nested else None
+
+
+def _check_index(index: int, count: int) -> None:
+    if not -count <= index < count:
+        raise LayerNotFound(
+            f"layer index {index} is out of range: the model has {count} top-level layers "
+            f"(valid: {-count} to {count - 1}); run `layergrad layers MODEL` to list them"
+        )
 
 
 def _by_index(model: Any, index: int, call: int) -> Site:
     top = list(model.layers)
-    if not -len(top) <= index < len(top):
-        raise LayerNotFound(
-            f"layer index {index} is out of range: the model has {len(top)} top-level layers "
-            f"(valid: {-len(top)} to {len(top) - 1}); run `layergrad layers MODEL` to list them"
-        )
+    _check_index(index, len(top))
     layer = top[index]
     names = input_names(model)
     if layer.name in names:  # a Functional model lists its InputLayers: that is an input
         return Site(ref=layer.name, path=layer.name, call=0, input_index=names.index(layer.name))
-    return Site(ref=_with_call(layer.name, call), path=layer.name, call=call, layer=layer)
+    return Site(ref=ref_of((layer.name, call)), path=layer.name, call=call, layer=layer)
 
 
 def _not_found_message(name: str, known: list[str]) -> str:

@@ -1,4 +1,5 @@
-"""Write the files a user asked for (`--junit`, `--save-gradient`), never over what they read.
+"""Write the files a user asked for (`--junit`, `--save-gradient`, `--plot`), never over what
+they read.
 
 Every output goes through `check_target` first (run before any work, so a bad target costs
 a second) and is written atomically (a temporary file in the same folder, then a rename), so
@@ -9,7 +10,8 @@ A target is refused (`OutputError`, exit code 2) when it is one of this run's in
 file, the ``--input`` batch, an ``--import`` module), a directory or special file, or an
 existing file of another kind than the one being written: a report replaces only an XML
 file, a ``.npy`` only a ``.npy``, a ``.npz`` only an archive of arrays. Replacing an existing
-file is said in the one line that says what was written.
+file is said in the one line that says what was written. (`--plot` keeps its own checks of
+the extension and the folder, in `plot.check_plot_path`, and writes through `write_file`.)
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class Written:
 def check_target(path: str, option: str, kind: str, inputs: Iterable[str | None] = ()) -> Path:
     """Refuse ``path`` as the target of ``option`` before anything runs (see the module doc).
 
-    ``kind`` is "xml", "npy" or "npz"; ``inputs`` are the files this run reads.
+    ``kind`` is "xml", "npy", "npz" or "chart"; ``inputs`` are the files this run reads.
 
     Raises:
         OutputError: the target is an input, a directory, a special file, or an existing file
@@ -75,7 +77,13 @@ def check_target(path: str, option: str, kind: str, inputs: Iterable[str | None]
     return p
 
 
-_KIND_NAMES = {"xml": "an XML report", "npy": "a .npy array", "npz": "a .npz archive of arrays"}
+_KIND_NAMES = {
+    "xml": "an XML report",
+    "npy": "a .npy array",
+    "npz": "a .npz archive of arrays",
+    "chart": "a chart (PNG, SVG or PDF)",
+}
+_CHART_MAGIC = (b"\x89PNG", b"%PDF", b"<?xml", b"<svg")
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -94,10 +102,23 @@ def _is_kind(p: Path, kind: str) -> bool:
             return head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<")
         if kind == "npy":
             return head.startswith(NPY_MAGIC)
+        if kind == "chart":
+            return head.lstrip().startswith(_CHART_MAGIC)
         with zipfile.ZipFile(p) as zf:
             return all(name.endswith(".npy") for name in zf.namelist())
     except (OSError, zipfile.BadZipFile):
         return False
+
+
+def write_file(
+    path: str, option: str, kind: str, data: bytes, inputs: Iterable[str | None] = ()
+) -> bool:
+    """Write ``data`` to ``path`` through `check_target` and a temporary file; True when it
+    replaced an existing file."""
+    p = check_target(path, option, kind, inputs)
+    existed = p.exists()
+    _atomic_write(p, option, lambda fh: fh.write(data))
+    return existed
 
 
 def write_report(

@@ -70,11 +70,6 @@ def run_probe(
 
     Returns:
         A ProbeRun; a gradient is None where the tape found no differentiable path.
-
-    Example:
-        >>> run = run_probe(model, batch, [resolve(model, "dense")], [resolve(model, "dense_1")])
-        >>> run.gradients[0][0].shape
-        (8, 8)
     """
     tf, _ = quiet_import()
     reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
@@ -145,11 +140,15 @@ def run_trace(
     *,
     training: bool = False,
     reduce: str = "sum",
+    seed: int = 0,
 ) -> Trace:
     """Capture and watch every leaf-layer call; one backward pass from `target` to all of them.
 
-    With `target=None` the target is the sum (or mean) of every floating-point model output.
-    This is the engine of `scan` and of the diagnosis of a failed `inspect`.
+    With `target=None` the target is a random projection of the model's outputs: the sum (or
+    mean) over every floating-point output o of `o * R`, R standard normal seeded by `seed`.
+    Unlike the plain sum it is not constant for normalised outputs (a softmax sums to 1 per
+    sample, so the gradient of its sum is zero everywhere). This is the engine of `scan` and
+    of the diagnosis of a failed `inspect`.
     """
     from layergrad.layer_refs import input_names, iter_layers
 
@@ -178,7 +177,10 @@ def run_trace(
             outputs = _forward(model, tensors, training)
         if target is None:
             floats = [o for o in tf.nest.flatten(outputs) if _is_float(o)]
-            scalar = tf.add_n([reducer(o) for o in floats]) if floats else None
+            rng = np.random.default_rng(seed)
+            projected = [o * tf.cast(rng.standard_normal(o.shape), o.dtype) for o in floats]
+            sums = [tf.cast(reducer(p), tf.float32) for p in projected]
+            scalar = tf.add_n(sums) if sums else None
             target_act = None
         else:
             found = [f for s, f, _ in records if _key(s) == _key(target)]

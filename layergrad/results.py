@@ -6,21 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-STATUSES = ("ok", "none", "zero", "nonfinite")
-
-CAUSE_CODES = (
-    "not_downstream",
-    "integer_path",
-    "non_differentiable_op",
-    "stop_gradient",
-    "dead_relu",
-    "saturated",
-    "nonfinite_forward",
-    "nonfinite_backward",
-    "training_mode",
-    "float16_underflow",
-    "unknown",
-)
+from layergrad.vocab import CauseCode, Finding, Flag, Status
 
 
 @dataclass(frozen=True)
@@ -49,7 +35,7 @@ class GradientStats:
 class Cause:
     """A likely reason for a none / zero / non-finite gradient, with evidence and a fix."""
 
-    code: str
+    code: CauseCode
     layer: str | None
     message: str
     hint: str
@@ -62,7 +48,7 @@ class Result:
 
     source: Endpoint
     target: Endpoint
-    status: str
+    status: Status
     gradient: GradientStats | None
     causes: tuple[Cause, ...] = ()
     warnings: tuple[str, ...] = ()
@@ -77,6 +63,7 @@ class ModelMeta:
     format: str
     class_name: str
     name: str
+    warnings: tuple[str, ...] = ()  # audit findings accepted with --unsafe (stderr, not JSON)
 
 
 @dataclass(frozen=True)
@@ -107,9 +94,9 @@ class ScanRow:
     class_name: str
     shape: tuple[int, ...]
     dtype: str
-    status: str  # ok / none / zero / nonfinite, or "integer" for integer-valued activations
+    status: Status  # Status.INTEGER for an integer-valued activation
     gradient: GradientStats | None
-    flags: tuple[str, ...] = ()  # blocked, vanishing, exploding, dead, nonfinite
+    flags: tuple[Flag, ...] = ()
     causes: tuple[Cause, ...] = ()
 
 
@@ -119,9 +106,10 @@ class ScanReport:
 
     model: ModelMeta
     probe: ProbeMeta
-    target: str | None  # a layer reference; None for the sum of the model's outputs
+    target: str | None  # a layer reference; None for the model's outputs
     rows: tuple[ScanRow, ...]
     notes: tuple[str, ...] = ()
+    first_nonfinite: str | None = None  # the first layer whose forward activation is NaN/Inf
 
 
 @dataclass(frozen=True)
@@ -131,7 +119,7 @@ class CheckItem:
     name: str
     passed: bool
     message: str
-    findings: tuple[str, ...] = ()  # finding kinds seen: unreadable, unsafe, nonfinite, blocked...
+    findings: tuple[Finding, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -9,29 +9,90 @@ from typing import Any
 
 import numpy as np
 
+from layergrad import causes as why
+from layergrad.diagnose import Diagnoser, softmax_target_note
 from layergrad.errors import LayerNotFound
-from layergrad.explain import Explainer
 from layergrad.graph import ModelGraph
-from layergrad.probe import Activation, Trace
-from layergrad.results import Cause, ScanRow
+from layergrad.layer_refs import iter_layers, no_glob_match_message, resolve
+from layergrad.locate import first_nonfinite
+from layergrad.pipeline import Session
+from layergrad.probe import Activation, Trace, run_trace
+from layergrad.results import ScanReport, ScanRow
 from layergrad.stats import gradient_stats, status_of
+from layergrad.vocab import Flag, Status
 
 # A layer whose mean |g| is this far below (above) the target end's is vanishing (exploding);
 # a layer with more than DEAD_FRACTION of its units (last axis) getting exactly zero is dead.
 VANISHING_RATIO, EXPLODING_RATIO, DEAD_FRACTION = 1e-6, 1e6, 0.5
+SCALE_FLAGS = (Flag.DEAD, Flag.VANISHING, Flag.EXPLODING)  # flags that depend on magnitudes
+
+
+def scan_session(
+    session: Session, target: str | None = None, patterns: Sequence[str] = ()
+) -> ScanReport:
+    """Gradient of one target with respect to every layer's output, in one backward pass.
+
+    `target` is a layer reference, or None for a seeded random projection of the model's
+    outputs (see `probe.run_trace`); `patterns` (shell globs) keep only matching rows.
+    """
+    model, options = session.model, session.options
+    site = None if target is None else resolve(model, target)
+    trace = run_trace(
+        model,
+        session.batch,
+        site,
+        training=options.training,
+        reduce=options.reduce,
+        seed=options.seed,
+    )
+    classes = {p: type(layer).__name__ for p, layer in iter_layers(model)}
+    rows = scan_rows(trace, session.info.graph, session.diagnoser, classes, patterns)
+    notes = []
+    note = site and softmax_target_note(
+        site, "scan with --to the layer before it, or without --to (a projection of the outputs)"
+    )
+    if note:
+        notes.append(note)
+    untrained = [] if options.training else untrained_batchnorm(model)
+    if untrained and any(set(SCALE_FLAGS) & set(row.flags) for row in rows):
+        rows = tuple(
+            replace(row, flags=tuple(f for f in row.flags if f not in SCALE_FLAGS)) for row in rows
+        )
+        notes.append(
+            f"{len(untrained)} BatchNormalization layers ({', '.join(untrained[:3])}"
+            f"{'...' if len(untrained) > 3 else ''}) hold their initial moving statistics "
+            "(mean 0, variance 1): the model was never trained, so in inference they do not "
+            "normalize and activations shrink or grow through depth in a way training never "
+            "sees. Dead / vanishing / exploding flags are left out; scan with --training to see "
+            "what training sees"
+        )
+    bad = first_nonfinite(trace)
+    if bad is not None:
+        notes.append(
+            f"the forward pass turns non-finite (NaN/Inf) at layer {bad.site.ref!r}, and so "
+            "is every activation computed from it"
+        )
+    return ScanReport(
+        model=session.model_meta,
+        probe=session.probe_meta,
+        target=site.ref if site else None,
+        rows=rows,
+        notes=tuple(notes),
+        first_nonfinite=None if bad is None else bad.site.ref,
+    )
 
 
 def scan_rows(
     trace: Trace,
     graph: ModelGraph | None,
-    explainer: Explainer,
+    diagnoser: Diagnoser,
     classes: dict[str, str],
     patterns: Sequence[str] = (),
 ) -> tuple[ScanRow, ...]:
     """One row per activation of the trace (inputs, then layer calls in execution order).
 
     Rows the target does not depend on are left out. `patterns` (shell globs) keep only
-    matching layer references. Blocked and non-finite rows get causes from the explainer.
+    matching layer references. Blocked and non-finite rows get causes from the diagnoser.
     """
     target = trace.target
     rows: list[ScanRow] = []
@@ -46,12 +107,9 @@ def scan_rows(
             class_name += f" (output {act.output})"
         rows.append(_row(act, grad, class_name))
     if patterns and not rows:
-        raise LayerNotFound(
-            f"--layers {' '.join(patterns)} matches no layer the target depends on; "
-            "run `layergrad layers MODEL` to list the layer names"
-        )
+        raise LayerNotFound(no_glob_match_message(patterns))
     rows = _flag_scale(rows)
-    return tuple(_with_causes(row, trace, graph, explainer) for row in rows)
+    return tuple(_with_causes(row, trace, graph, diagnoser) for row in rows)
 
 
 def _upstream(graph: ModelGraph | None, act: Activation, target: Activation) -> bool:
@@ -62,11 +120,15 @@ def _upstream(graph: ModelGraph | None, act: Activation, target: Activation) -> 
 
 
 def _row(act: Activation, grad: np.ndarray | None, class_name: str) -> ScanRow:
-    status = status_of(grad) if act.is_float else "integer"
+    status = status_of(grad) if act.is_float else Status.INTEGER
     stats = None if grad is None else gradient_stats(grad, top=0)
-    flags: tuple[str, ...] = {"none": ("blocked",), "nonfinite": ("nonfinite",)}.get(status, ())
-    if grad is not None and status != "nonfinite" and dead_units(grad) > DEAD_FRACTION:
-        flags += ("dead",)
+    flags: tuple[Flag, ...] = ()
+    if status == Status.NONE:
+        flags = (Flag.BLOCKED,)
+    elif status == Status.NONFINITE:
+        flags = (Flag.NONFINITE,)
+    elif grad is not None and dead_units(grad) > DEAD_FRACTION:
+        flags = (Flag.DEAD,)
     return ScanRow(
         layer=act.site.ref,
         class_name=class_name,
@@ -93,55 +155,27 @@ def _flag_scale(rows: list[ScanRow]) -> list[ScanRow]:
     out = []
     for row in rows:
         g = row.gradient
-        if row.status == "ok" and g is not None:
+        if row.status == Status.OK and g is not None:
             if g.mean_abs < VANISHING_RATIO * end.mean_abs:
-                row = _replace(row, flags=(*row.flags, "vanishing"))
+                row = replace(row, flags=(*row.flags, Flag.VANISHING))
             elif g.mean_abs > EXPLODING_RATIO * end.mean_abs:
-                row = _replace(row, flags=(*row.flags, "exploding"))
+                row = replace(row, flags=(*row.flags, Flag.EXPLODING))
         out.append(row)
     return out
 
 
-def softmax_note(model: Any, target: Any) -> str | None:
-    """A note when the target is a softmax, whose sum is 1 per sample (gradient ~0 everywhere)."""
-    from layergrad.explain import activation_name
-
-    layers = [target] if target is not None else _output_layers(model)
-    names = [getattr(layer, "name", "?") for layer in layers if activation_name(layer) == "softmax"]
-    if not names:
-        return None
-    return (
-        f"{', '.join(names)} ends in softmax: the sum of its outputs is 1 for every sample, so "
-        "the gradient of that sum is zero up to rounding; scan with --to a layer before it, "
-        "or a model saved with classifier_activation=None"
-    )
-
-
-def _output_layers(model: Any) -> list[Any]:
-    try:
-        return [t._keras_history.operation for t in model.outputs]
-    except (AttributeError, ValueError):
-        return list(model.layers[-1:])
-
-
 def _with_causes(
-    row: ScanRow, trace: Trace, graph: ModelGraph | None, explainer: Explainer
+    row: ScanRow, trace: Trace, graph: ModelGraph | None, diagnoser: Diagnoser
 ) -> ScanRow:
-    if row.status not in ("none", "nonfinite", "zero"):
+    if row.status not in (Status.NONE, Status.NONFINITE, Status.ZERO):
         return row
     i = next(i for i, a in enumerate(trace.activations) if a.site.ref == row.layer)
     source = trace.activations[i]
     target = trace.target or _reached_output(trace, graph, i)
     if target is None:
-        cause = Cause(
-            "not_downstream",
-            row.layer,
-            f"{row.layer!r} feeds none of the model's outputs",
-            "remove the unused branch, or add it to the model's outputs",
-        )
-        return _replace(row, causes=(cause,))
-    explainer.adopt(target.site, trace)
-    return _replace(row, causes=tuple(explainer.causes(row.status, source, target)))
+        return replace(row, causes=(why.feeds_no_output(row.layer),))
+    diagnoser.adopt(target.site, trace)
+    return replace(row, causes=tuple(diagnoser.causes(row.status, source, target)))
 
 
 def _reached_output(trace: Trace, graph: ModelGraph | None, i: int) -> Activation | None:
@@ -158,5 +192,13 @@ def _reached_output(trace: Trace, graph: ModelGraph | None, i: int) -> Activatio
     return None
 
 
-def _replace(row: ScanRow, **changes: Any) -> ScanRow:
-    return replace(row, **changes)
+def untrained_batchnorm(model: Any) -> list[str]:
+    """BatchNormalization layers whose moving statistics are still their initial 0 and 1."""
+    found = []
+    for path, layer in iter_layers(model):
+        mean, var = getattr(layer, "moving_mean", None), getattr(layer, "moving_variance", None)
+        if mean is None or var is None or "BatchNormalization" not in type(layer).__name__:
+            continue
+        if not np.any(np.asarray(mean.numpy())) and np.all(np.asarray(var.numpy()) == 1):
+            found.append(path)
+    return found

@@ -5,17 +5,18 @@ from __future__ import annotations
 import numpy as np
 
 from layergrad.results import GradientStats
+from layergrad.vocab import Status
 
 
-def status_of(grad: np.ndarray | None) -> str:
+def status_of(grad: np.ndarray | None) -> Status:
     """Classify a gradient: `none` (no gradient), `nonfinite`, `zero` (all exactly 0) or `ok`."""
     if grad is None:
-        return "none"
+        return Status.NONE
     if not np.all(np.isfinite(grad)):
-        return "nonfinite"
+        return Status.NONFINITE
     if not np.any(grad):
-        return "zero"
-    return "ok"
+        return Status.ZERO
+    return Status.OK
 
 
 def gradient_stats(grad: np.ndarray, top: int = 10) -> GradientStats:

@@ -7,7 +7,7 @@ fixed layer names (never Keras' auto-naming counters), after
 ``keras.utils.set_random_seed(0)``, and some weights are then set by hand, so
 re-running reproduces the same architectures and the same weight arrays.
 See README.md in this folder for what each file is for, and
-verify_samples.py for the checks that each one behaves as described.
+tests/test_samples.py for the checks that each one behaves as described.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from conftest import CUSTOM_LAYERS, SAMPLES, keras, sample
 from layergrad import check as checks
 from layergrad import cli
 from layergrad.check import CheckOptions, check_file
+from layergrad.vocab import Finding
 
 ALL_CHECKS = ["readable", "safe", "weights", "loads", "forward", "gradient"]
 HEALTHY = ["seed.keras", "seed.h5", "sequential_add.keras", "residual.keras", "nested.keras",
@@ -73,7 +74,8 @@ def test_dead_units_are_reported_and_fail_only_when_asked():
 def test_custom_layers_without_import_are_unsafe():
     verdict = check_file(sample("cause_round.keras"))
     assert failed_checks(verdict) == {"safe": ("unsafe",)}
-    assert "round" in verdict.checks[-1].message
+    # the message names the layer and its class, not just the file (whose name has "round")
+    assert "layer 'round' (RoundLayer)" in verdict.checks[-1].message
 
 
 def test_unreadable_file_is_a_failed_file_not_a_usage_error(tmp_path):
@@ -151,8 +153,16 @@ def test_static_only_never_imports_tensorflow():
     assert out.stdout.split() == ["1", "False"]
 
 
-def test_cli_findings_list_matches_the_api():
-    assert cli.CHECK_FINDINGS == checks.FINDINGS
+@pytest.mark.parametrize("finding", list(Finding))
+def test_every_finding_is_accepted_by_fail_on(finding):
+    assert run("check", "--static-only", sample("seed.keras"), "--fail-on", finding).exit_code == 0
+
+
+def test_forward_message_names_the_first_nonfinite_layer_in_a_whole_sentence():
+    verdict = check_file(sample("cause_nan_weights.keras"))
+    (forward,) = [c for c in verdict.checks if c.name == "forward"]
+    # make_samples.py puts NaN in the kernel of 'broken', between 'dense' and 'head'
+    assert forward.message == "activations turn non-finite (NaN/Inf) at layer 'broken'"
 
 
 @pytest.mark.slow
@@ -164,3 +174,18 @@ def test_keras_applications_pass(arch, tmp_path):
     verdict = check_file(path)
     assert verdict.passed, failed_checks(verdict)
     assert [c.name for c in verdict.checks] == ALL_CHECKS
+    assert not [(c.name, c.message) for c in verdict.checks if c.findings]  # no finding at all
+
+
+def test_a_healthy_softmax_classifier_gets_no_finding(tmp_path):
+    # a softmax sums to 1 for every sample, so a target that sums the outputs would make every
+    # layer look vanishing; the default target must not
+    x = keras.Input((16, 16, 3))
+    h = keras.layers.Conv2D(8, 3, activation="relu")(x)
+    h = keras.layers.Conv2D(8, 3, activation="relu")(h)
+    h = keras.layers.GlobalAveragePooling2D()(h)
+    out = keras.layers.Dense(10, activation="softmax")(h)
+    path = tmp_path / "cnn.keras"
+    keras.Model(x, out).save(path)
+    verdict = check_file(path)
+    assert not [(c.name, c.message) for c in verdict.checks if c.findings or not c.passed]

@@ -24,7 +24,8 @@ from conftest import CUSTOM_LAYERS, ROOT, SAMPLES, keras, load_sample, sample
 
 from layergrad.cli import main
 from layergrad.fileinfo import read_file_info
-from layergrad.layer_table import build_listing, layers_text
+from layergrad.listing import build_listing
+from layergrad.render.layers import table as layers_text
 
 layers = keras.layers
 FORMATS = ["keras", "h5"]

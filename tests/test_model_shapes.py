@@ -54,7 +54,7 @@ def test_a_layer_that_returns_its_input_excludes_the_skip_path(identity_skip):
     np.testing.assert_allclose(drop.array, np.tile([17.0, 39.0], (8, 1)))
     (d,) = inspect_model(identity_skip, "d", ["head"]).results
     np.testing.assert_allclose(d.array, np.tile([22.0, 45.0], (8, 1)))
-    rows = {r.layer: r for r in scan_model(identity_skip).rows}
+    rows = {r.layer: r for r in scan_model(identity_skip, target="head").rows}
     assert rows["drop"].gradient.mean_abs == pytest.approx(28.0)  # (17 + 39) / 2
     assert rows["d"].gradient.mean_abs == pytest.approx(33.5)  # (22 + 45) / 2
 

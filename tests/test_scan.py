@@ -19,11 +19,17 @@ def rows_by_layer(report):
     return {r.layer: r for r in report.rows}
 
 
+def projections(*shapes, seed=0):
+    """The documented default target's R: standard normal, one per output in order, seeded."""
+    rng = np.random.default_rng(seed)
+    return [tf.constant(rng.standard_normal(shape), tf.float32) for shape in shapes]
+
+
 def test_sequential_rows_match_manual_tapes(write_input):
     x = normal(8, 5)
     m = load_sample("seed.keras")
     dense, dense_1, dense_2 = (m.get_layer(n) for n in ("dense", "dense_1", "dense_2"))
-    report = scan_model(sample("seed.keras"), input_file=write_input(x))
+    report = scan_model(sample("seed.keras"), input_file=write_input(x), target="dense_2")
     assert [r.layer for r in report.rows] == ["input", "dense", "dense_1", "dense_2"]
     rows = rows_by_layer(report)
     expected = manual_gradient(dense, lambda h: dense_2(dense_1(h)), x)
@@ -35,13 +41,30 @@ def test_sequential_rows_match_manual_tapes(write_input):
     assert rows["dense_2"].gradient.l2 == pytest.approx(np.sqrt(8))  # d sum(y) / d y = ones
 
 
-def test_default_target_sums_every_output(write_input):
+def test_default_target_projects_the_output(write_input):
+    x = normal(8, 5)
+    m = load_sample("seed.keras")
+    dense, dense_1, dense_2 = (m.get_layer(n) for n in ("dense", "dense_1", "dense_2"))
+    rows = rows_by_layer(scan_model(sample("seed.keras"), input_file=write_input(x), seed=3))
+    (r,) = projections((8, 1), seed=3)
+    expected = manual_gradient(dense, lambda h: dense_2(dense_1(h)) * r, x)
+    assert rows["dense"].gradient.l2 == pytest.approx(float(np.linalg.norm(expected)), rel=RTOL)
+    assert rows["dense_2"].gradient.l2 == pytest.approx(float(np.linalg.norm(r)), rel=RTOL)
+
+
+def test_default_target_projects_every_output(write_input):
     # residual has two outputs, head(add(stem, block(stem))) and side(stem); both count.
     x = normal(8, 8)
     m = load_sample("residual.keras")
     stem, block, head, side = (m.get_layer(n) for n in ("stem", "block", "head", "side"))
     rows = rows_by_layer(scan_model(sample("residual.keras"), input_file=write_input(x)))
-    both = lambda h: tf.reduce_sum(head(h + block(h))) + tf.reduce_sum(side(h))  # noqa: E731
+    outputs = [t._keras_history.operation.name for t in m.outputs]
+    shapes = {"head": (8, head.units), "side": (8, side.units)}
+    r = dict(zip(outputs, projections(*(shapes[o] for o in outputs)), strict=True))
+
+    def both(h):
+        return tf.reduce_sum(head(h + block(h)) * r["head"]) + tf.reduce_sum(side(h) * r["side"])
+
     expected = manual_gradient(stem, both, x)
     assert rows["stem"].gradient.l2 == pytest.approx(float(np.linalg.norm(expected)), rel=RTOL)
 
@@ -117,7 +140,7 @@ def test_resnet50_scan_is_healthy_and_matches_a_manual_tape(tmp_path):
     model.save(path)
     x = np.random.default_rng(0).standard_normal((2, 64, 64, 3)).astype("float32")
     np.save(tmp_path / "x.npy", x)
-    report = scan_model(path, input_file=tmp_path / "x.npy")
+    report = scan_model(path, input_file=tmp_path / "x.npy", target="predictions")
     assert len(report.rows) == len(model.layers)  # every layer, inputs included
     assert all(r.status == "ok" for r in report.rows)
     assert not any({"blocked", "nonfinite", "exploding"} & set(r.flags) for r in report.rows)
@@ -131,24 +154,36 @@ def test_resnet50_scan_is_healthy_and_matches_a_manual_tape(tmp_path):
     assert row.gradient.l2 == pytest.approx(float(np.linalg.norm(expected)), rel=1e-4)
 
 
-def test_softmax_output_gets_a_note(tmp_path):
+def test_softmax_output_is_not_degenerate_by_default_and_a_note_when_targeted(tmp_path):
     x = keras.Input((4,), name="x")
     out = keras.layers.Dense(3, activation="softmax", name="probs")(x)
     path = tmp_path / "softmax.keras"
     keras.Model(x, out).save(path)
     report = scan_model(path)
-    assert report.notes and "probs ends in softmax" in report.notes[0]
+    assert not report.notes and not any(r.flags for r in report.rows)
+    assert report.rows[0].gradient.max_abs > 1e-3  # the projection of a softmax varies
+    targeted = scan_model(path, target="probs")
+    assert targeted.notes and "probs ends in softmax" in targeted.notes[0]
+    assert "scan with --to the layer before it" in targeted.notes[0]
     # sum(softmax) is 1 per row, so the true gradient is 0; only rounding noise may remain.
-    assert all(r.gradient is None or r.gradient.max_abs < 1e-6 for r in report.rows[:-1])
+    assert all(r.gradient is None or r.gradient.max_abs < 1e-6 for r in targeted.rows[:-1])
 
 
-def test_inspect_to_a_softmax_warns_that_its_sum_is_constant(tmp_path):
-    x = keras.Input((4,), name="x")
-    h = keras.layers.Dense(3, name="h")(x)
-    out = keras.layers.Dense(3, activation="softmax", name="probs")(h)
-    path = tmp_path / "softmax.keras"
-    keras.Model(x, out).save(path)
+def test_inspect_to_a_softmax_warns_that_its_sum_is_constant(softmax_head):
     from layergrad.api import inspect_model
 
-    (res,) = inspect_model(path, "h", ["probs"]).results
-    assert any("ends in softmax" in w for w in res.warnings)
+    (res,) = inspect_model(softmax_head, "h", ["probs"]).results
+    (note,) = [w for w in res.warnings if "ends in softmax" in w]
+    assert note.endswith("take --to the layer before it") and "scan" not in note
+
+
+def test_untrained_batchnorm_is_recognised(tmp_path):
+    from layergrad.scan import untrained_batchnorm
+
+    x = keras.Input((4,), name="x")
+    out = keras.layers.Dense(2, name="head")(keras.layers.BatchNormalization(name="bn")(x))
+    model = keras.Model(x, out)
+    assert untrained_batchnorm(model) == ["bn"]
+    model.compile(loss="mse", optimizer="sgd")
+    model.fit(normal(16, 4), normal(16, 2), epochs=1, verbose=0)  # moves the moving statistics
+    assert untrained_batchnorm(model) == []

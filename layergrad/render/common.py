@@ -1,0 +1,213 @@
+"""What every renderer shares: rich text output, tables that fit, numbers, markdown, causes.
+
+Renderers are pure functions of result objects returning a string. A table renderer takes
+`color` and `width`; `width=None` means as wide as the content needs (output to a pipe or a
+file), so nothing is ever cut.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rich import box
+from rich.console import Console, RenderableType
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
+
+from layergrad.results import Cause, ModelMeta, ProbeMeta
+from layergrad.vocab import Status
+
+MIN_WIDTH = 100  # the narrowest a report is laid out when the width is free
+STATUS_STYLE = {
+    Status.OK: "green",
+    Status.NONE: "bold red",
+    Status.ZERO: "bold yellow",
+    Status.NONFINITE: "bold magenta",
+    Status.INTEGER: "dim",
+}
+
+
+def to_text(renderables: Iterable[RenderableType], *, color: bool, width: int | None) -> str:
+    """Render rich objects to a string (no colour codes unless `color`).
+
+    With `width=None` the page is as wide as its widest table (at least MIN_WIDTH).
+    """
+    items = list(renderables)
+    if width is None:
+        width = max([MIN_WIDTH, *(natural_width(t) for t in items if isinstance(t, Table))])
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=width,
+        color_system="standard" if color else None,
+        force_terminal=color,
+        no_color=not color,
+        highlight=False,
+        emoji=False,
+    )
+    for item in items:
+        console.print(item)
+    return buffer.getvalue()
+
+
+def natural_width(renderable: RenderableType) -> int:
+    """The width a renderable takes when nothing constrains it."""
+    console = Console(width=100_000)
+    return Measurement.get(console, console.options, renderable).maximum
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column. `name_like` columns hold layer names: they wrap, never get cut.
+
+    `drop` ranks optional columns: when the table is wider than the page, the highest rank
+    goes first; 0 is never dropped.
+    """
+
+    header: str
+    justify: str = "left"
+    name_like: bool = False
+    drop: int = 0
+
+
+def fitted_table(
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[RenderableType]],
+    width: int | None,
+    *,
+    compact: bool = False,
+) -> Table:
+    """A table of `rows` that fits `width`: drop optional columns first, then wrap names.
+
+    Numbers and words are never cut or wrapped; layer names wrap as a last resort. `compact`
+    collapses the padding between columns.
+    """
+    keep = list(range(len(columns)))
+
+    def build() -> Table:
+        return _table([columns[i] for i in keep], [[r[i] for i in keep] for r in rows], compact)
+
+    table = build()
+    droppable = sorted((c.drop, i) for i, c in enumerate(columns) if c.drop)
+    while width is not None and droppable and natural_width(table) > width:
+        keep.remove(droppable.pop()[1])
+        table = build()
+    return table
+
+
+def _table(
+    columns: Sequence[Column], rows: Sequence[Sequence[RenderableType]], compact: bool
+) -> Table:
+    table = Table(box=box.SIMPLE_HEAVY, pad_edge=False, collapse_padding=compact)
+    for c in columns:
+        table.add_column(
+            c.header,
+            justify=c.justify,  # type: ignore[arg-type]
+            no_wrap=not c.name_like,
+            overflow="fold",
+        )
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def number(value: float) -> str:
+    """A number in 4 significant digits: fixed for ordinary sizes, scientific otherwise."""
+    if value == 0:
+        return "0"
+    if not math.isfinite(value):
+        return str(value)
+    if 1e-3 <= abs(value) < 1e5:
+        return f"{value:.4g}"
+    return f"{value:.3e}"
+
+
+def shape_text(shape: Iterable[int]) -> str:
+    """`(8, 4)`."""
+    return "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+def probe_line(p: ProbeMeta, what: str) -> str:
+    """`probe: random (seed 0), batch 8, inference, <what>`."""
+    mode = "training" if p.training else "inference"
+    source = f"random (seed {p.seed})" if p.source == "random" else p.source
+    return f"probe: {source}, batch {p.batch_size}, {mode}, {what}"
+
+
+def model_header(m: ModelMeta, p: ProbeMeta, what: str) -> Text:
+    """Two header lines: the model file, then how it was probed."""
+    return Text.assemble(
+        (m.path, "bold"), f"  {m.class_name} {m.name!r}, {m.format}\n", probe_line(p, what)
+    )
+
+
+def causes_lines(causes: Iterable[Cause]) -> list[Text]:
+    """Numbered causes, each with its evidence and a `fix:` line."""
+    lines = []
+    for rank, cause in enumerate(causes, 1):
+        where = f" at {cause.layer}" if cause.layer else ""
+        op = f" (op {cause.op})" if cause.op else ""
+        head = (f"{rank}. {cause.code}", "bold")
+        lines.append(Text.assemble(head, f"{where}{op}: {cause.message}"))
+        lines.append(Text(f"   fix: {cause.hint}", style="cyan"))
+    return lines
+
+
+def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
+    """The `model` and `probe` members shared by the JSON documents."""
+    return {
+        "model": {
+            "path": model.path,
+            "format": model.format,
+            "class": model.class_name,
+            "name": model.name,
+        },
+        "probe": asdict(probe),
+    }
+
+
+def cause_json(c: Cause) -> dict[str, Any]:
+    """A cause as `{code, layer, message, hint}` (the op, if any, is named in the message)."""
+    message = f"{c.message} (op {c.op})" if c.op else c.message
+    return {"code": c.code, "layer": c.layer, "message": message, "hint": c.hint}
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A GitHub-flavoured markdown table (pipes in cells escaped)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def md_code(text: str) -> str:
+    """Inline code for markdown; a name read from a model file never becomes markup."""
+    fence = "``" if "`" in text else "`"
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_text(text: str) -> str:
+    """Plain text for markdown: every character that could become markup is escaped."""
+    out = text.replace("\\", "\\\\").replace("&", "&amp;")
+    for ch in "`*_[]<>|#~":
+        out = out.replace(ch, "\\" + ch)
+    return out
+
+
+def md_cause(c: Cause) -> str:
+    """One cause as a markdown sentence pair: what was found, then the fix."""
+    where = f" at {md_code(c.layer)}" if c.layer else ""
+    op = f" (op {c.op})" if c.op else ""
+    fix = md_text(sentence(c.hint))
+    return f"**{c.code}**{where}{op}: {md_text(sentence(c.message))} Fix: {fix}"
+
+
+def sentence(text: str) -> str:
+    """`text` ending in a full stop (causes are written without one)."""
+    text = text.rstrip()
+    return text if text.endswith((".", "!", "?")) else text + "."

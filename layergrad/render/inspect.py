@@ -1,0 +1,207 @@
+"""Render an `inspect` report: a table for people, JSON for programs, markdown for reviews."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from layergrad.render.common import (
+    STATUS_STYLE,
+    Column,
+    cause_json,
+    causes_lines,
+    fitted_table,
+    md_cause,
+    md_code,
+    md_table,
+    md_text,
+    meta_json,
+    model_header,
+    number,
+    shape_text,
+    to_text,
+)
+from layergrad.results import Endpoint, GradientStats, InspectReport, Result
+from layergrad.vocab import Status
+
+SCHEMA = "layergrad.inspect/1"
+COLUMNS = (
+    Column("from", name_like=True),
+    Column("to", name_like=True),
+    Column("from shape", drop=2),
+    Column("to shape", drop=3),
+    Column("status"),
+    Column("L2", "right", drop=4),
+    Column("mean |g|", "right"),
+    Column("max |g|", "right", drop=5),
+    Column("zeros", "right", drop=6),
+    Column("non-finite", "right", drop=1),
+)
+
+
+def table(report: InspectReport, *, color: bool = False, width: int | None = 100) -> str:
+    """The results table, a panel of causes per non-ok result, warnings, the top units."""
+    items: list[RenderableType] = [
+        model_header(report.model, report.probe, f"d {report.probe.reduce}(to) / d from"),
+        fitted_table(COLUMNS, [_cells(r) for r in report.results], width),
+    ]
+    for res in report.results:
+        if res.causes:
+            items.append(_causes_panel(res))
+        if res.warnings:
+            items.append(
+                Text("\n".join(f"warning: {_pair(res)}: {w}" for w in res.warnings), "yellow")
+            )
+    ranked = [
+        r for r in report.results if r.status == Status.OK and r.gradient and r.gradient.top_units
+    ]
+    if ranked:
+        items.append(_units_table(ranked))
+    return to_text(items, color=color, width=width)
+
+
+def _pair(res: Result) -> str:
+    return f"d {res.target.layer} / d {res.source.layer}"
+
+
+def _cells(res: Result) -> list[RenderableType]:
+    g = res.gradient
+    numbers = ["-"] * 5
+    if g is not None:
+        zeros = f"{g.zero_fraction:.1%}"
+        numbers = [number(g.l2), number(g.mean_abs), number(g.max_abs), zeros, str(g.nonfinite)]
+    l2, mean, top, zeros, nonfinite = numbers
+    return [
+        res.source.layer,
+        res.target.layer,
+        shape_text(res.source.shape),
+        shape_text(res.target.shape),
+        Text(res.status, style=STATUS_STYLE.get(res.status, "")),
+        l2,
+        mean,
+        top,
+        zeros,
+        nonfinite,
+    ]
+
+
+def _units_table(results: Sequence[Result]) -> Group:
+    """Top units of the source activation (mean |g| per unit on its last axis), per target."""
+    title = Text(
+        f"most sensitive units of {results[0].source.layer} (mean |g| per unit of its last axis)",
+        style="bold",
+    )
+    units_table = Table(box=box.SIMPLE, pad_edge=False)
+    units_table.add_column("rank", justify="right")
+    for res in results:
+        units_table.add_column(f"→ {res.target.layer}", justify="right", overflow="fold")
+        units_table.add_column("mean |g|", justify="right", no_wrap=True)
+        units_table.add_column("", justify="left", no_wrap=True)
+    rows = max(len(r.gradient.top_units) for r in results if r.gradient)
+    for rank in range(rows):
+        cells = [str(rank + 1)]
+        for res in results:
+            units = res.gradient.top_units if res.gradient else ()
+            if rank < len(units):
+                unit, value = units[rank]
+                bar = "█" * max(1, round(10 * value / (units[0][1] or 1.0)))
+                cells += [f"unit {unit}", number(value), bar]
+            else:
+                cells += ["", "", ""]
+        units_table.add_row(*cells)
+    return Group(title, units_table)
+
+
+def _causes_panel(res: Result) -> Panel:
+    return Panel(
+        Group(*causes_lines(res.causes)),
+        title=Text(f"{res.status}: {_pair(res)}"),
+        title_align="left",
+        border_style=STATUS_STYLE.get(res.status, ""),
+        box=box.ROUNDED,
+    )
+
+
+def as_json(report: InspectReport, **_: Any) -> str:
+    """The `layergrad.inspect/1` JSON document (one object, keys as documented)."""
+    doc = {
+        "schema": SCHEMA,
+        **meta_json(report.model, report.probe),
+        "results": [result_json(r) for r in report.results],
+    }
+    return json.dumps(doc, indent=2, allow_nan=False)
+
+
+def result_json(res: Result) -> dict[str, Any]:
+    """One result as a JSON-ready dict."""
+    return {
+        "from": _endpoint_json(res.source),
+        "to": _endpoint_json(res.target),
+        "status": res.status,
+        "gradient": None if res.gradient is None else _gradient_json(res.gradient),
+        "causes": [cause_json(c) for c in res.causes],
+    }
+
+
+def _endpoint_json(e: Endpoint) -> dict[str, Any]:
+    return {"layer": e.layer, "shape": list(e.shape), "dtype": e.dtype}
+
+
+def _gradient_json(g: GradientStats) -> dict[str, Any]:
+    return {
+        "shape": list(g.shape),
+        "l2": g.l2,
+        "mean_abs": g.mean_abs,
+        "max_abs": g.max_abs,
+        "zero_fraction": g.zero_fraction,
+        "nonfinite": g.nonfinite,
+    }
+
+
+def markdown(report: InspectReport, **_: Any) -> str:
+    """The results as markdown for a pull-request comment, then causes and warnings."""
+    head = (
+        f"**layergrad inspect** {md_code(report.model.path)}: "
+        f"d {report.probe.reduce}(to) / d from\n\n"
+    )
+    rows = []
+    for r in report.results:
+        g = r.gradient
+        rows.append(
+            [
+                md_code(r.source.layer),
+                md_code(r.target.layer),
+                f"**{r.status}**" if r.status != Status.OK else "ok",
+                number(g.l2) if g else "-",
+                number(g.mean_abs) if g else "-",
+                number(g.max_abs) if g else "-",
+                f"{g.zero_fraction:.1%}" if g else "-",
+                str(g.nonfinite) if g else "-",
+            ]
+        )
+    header = ["from", "to", "status", "L2", "mean \\|g\\|", "max \\|g\\|", "zeros", "non-finite"]
+    notes = [
+        f"- {md_code(r.target.layer)}: {md_cause(c)}" for r in report.results for c in r.causes
+    ]
+    notes += [
+        f"- warning, {md_code(r.target.layer)}: {md_text(w)}"
+        for r in report.results
+        for w in r.warnings
+    ]
+    return (
+        head + md_table(header, rows) + "".join(f"\n{n}" for n in notes) + ("\n" if notes else "")
+    )
+
+
+def html(value: InspectReport, **_: Any) -> str:
+    """One self-contained HTML page (inline style and charts, nothing fetched)."""
+    from layergrad.render.html_report import inspect_html
+
+    return inspect_html(value)

@@ -1,0 +1,277 @@
+"""Render the `layers` listing: a rich table, JSON (`layergrad.layers/1`) or markdown."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from layergrad.listing import LayerListing, LayerRow, ModelInput, nonfinite_text
+from layergrad.render.common import Column, fitted_table, md_code, md_table, md_text, to_text
+
+SCHEMA = "layergrad.layers/1"
+COLUMNS = ("#", "layer", "class", "inbound", "params", "dtype", "trainable", "weights")
+NONFINITE_STYLE = "bold magenta"
+ZERO_STYLE = "bold yellow"
+
+
+def table(listing: LayerListing, *, color: bool = False, width: int | None = 100) -> str:
+    """The `layers` table: a header, one row per layer, weight problems, and the totals."""
+    return to_text(_renderables(listing, width), color=color, width=width)
+
+
+def _renderables(listing: LayerListing, width: int | None) -> list[RenderableType]:
+    version = f"Keras {listing.keras_version}" if listing.keras_version else "unknown Keras"
+    header = Text.assemble(
+        (listing.path, "bold"),
+        f"  {listing.class_name} {listing.name!r}, {listing.format}, saved by {version}",
+    )
+    if listing.inputs:
+        header.append(f"\ninputs: {', '.join(map(_input_text, listing.inputs))}")
+    header.append(_uniform_line(listing.rows))
+    items: list[RenderableType] = [header]
+    if not listing.graph_known:
+        items.append(
+            Text(
+                "the config describes no layer graph (a subclassed model): the rows below are "
+                "the weight file's groups, which --from/--to may not accept",
+                style="yellow",
+            )
+        )
+    items.append(_table(listing, width))
+    flagged = [r for r in listing.rows if r.problem]
+    if flagged:
+        items.append(_problems(flagged))
+    items.append(Text(_footer(listing)))
+    return items
+
+
+def _input_text(i: ModelInput) -> str:
+    """`ids (None, 6) int32`."""
+    parts = [i.name]
+    if i.shape is not None:
+        parts.append("(" + ", ".join("None" if d is None else str(d) for d in i.shape) + ")")
+    if i.dtype:
+        parts.append(i.dtype)
+    return " ".join(parts)
+
+
+def _shared_values(rows: Sequence[LayerRow]) -> dict[str, set[Any]]:
+    """The dtype policies and trainable flags of the layers (an input's dtype is in the header)."""
+    return {
+        "dtype": {r.dtype for r in rows if r.dtype is not None and r.class_name != "InputLayer"},
+        "trainable": {r.trainable for r in rows if r.trainable is not None},
+    }
+
+
+def _uniform_line(rows: Sequence[LayerRow]) -> str:
+    """What the table leaves out because every layer has the same value."""
+    values = _shared_values(rows)
+    parts = []
+    if len(values["dtype"]) == 1:
+        parts.append(f"every layer's dtype policy is {next(iter(values['dtype']))}")
+    if len(values["trainable"]) == 1:
+        parts.append(f"every layer is {'' if values['trainable'] == {True} else 'not '}trainable")
+    return "\n" + "; ".join(parts) if parts else ""
+
+
+COLUMNS_FIT = {
+    "#": Column("#", "right"),
+    "layer": Column("layer", name_like=True),
+    "class": Column("class", drop=2),
+    "inbound": Column("inbound", name_like=True, drop=3),
+    "params": Column("params", "right", drop=4),
+    "dtype": Column("dtype", drop=5),
+    "trainable": Column("trainable", drop=6),
+    "weights": Column("weights", drop=1),
+}
+
+
+def _table(listing: LayerListing, width: int | None) -> Table:
+    """The rows; the dtype and trainable columns only when layers differ in them."""
+    values = _shared_values(listing.rows)
+    columns = [c for c in COLUMNS if len(values.get(c, "many")) > 1]
+    ops = {op.path for op in listing.operations}
+    rows = []
+    for r in listing.rows:
+        cells: dict[str, RenderableType] = {
+            "#": index_text(r),
+            "layer": Text(r.path, style="bold" if r.is_model else ""),
+            "class": Text.assemble(r.class_name, (_calls_text(r), "dim")),
+            "inbound": _inbound_text(r, ops),
+            "params": _params_text(r),
+            "dtype": r.dtype or "",
+            "trainable": _yes_no(r.trainable),
+            "weights": _health_cell(r),
+        }
+        rows.append([cells[c] for c in columns])
+    return fitted_table([COLUMNS_FIT[c] for c in columns], rows, width, compact=True)
+
+
+def _inbound_text(r: LayerRow, ops: set[str]) -> str:
+    return ", ".join(f"{p} (op)" if p in ops else p for p in r.inbound)
+
+
+def index_text(r: LayerRow) -> str:
+    return ".".join(map(str, r.position)) or "?"
+
+
+def _calls_text(r: LayerRow) -> str:
+    return f" ({r.calls} calls)" if r.calls > 1 else ""
+
+
+def _params_text(r: LayerRow) -> str:
+    return f"{r.params:,}" if r.params or r.weights is not None or r.is_model else ""
+
+
+def _yes_no(flag: bool | None) -> str:
+    return "" if flag is None else "yes" if flag else "no"
+
+
+def health_text(r: LayerRow) -> str:
+    """`ok`, `3 NaN, 2 Inf`, `1/2 zero`, or "" for a layer that stores no weights."""
+    return _health_cell(r).plain
+
+
+def _health_cell(r: LayerRow) -> Text:
+    w = r.weights
+    if w is None:
+        return Text("")
+    parts = [nonfinite_text(w)] if w.nan or w.inf else []
+    if w.zero_tensors:
+        parts.append(f"{w.zero_tensors}/{w.tensors} zero")
+    if w.unchecked:
+        parts.append(f"{w.unchecked}/{w.tensors} not scanned")
+    style = ""
+    if w.nan or w.inf:
+        style = NONFINITE_STYLE
+    elif w.tensors and w.zero_tensors == w.tensors:
+        style = ZERO_STYLE
+    return Text(", ".join(parts) or "ok", style=style)
+
+
+def _problems(rows: Iterable[LayerRow]) -> Text:
+    text = Text("weights that need a look:", style="bold")
+    for r in rows:
+        w = r.weights
+        style = NONFINITE_STYLE if w is not None and (w.nan or w.inf) else ZERO_STYLE
+        text.append(f"\n  {r.path}: ")
+        text.append(str(r.problem), style=style)
+    return text
+
+
+def _footer(listing: LayerListing) -> str:
+    stored = sum(1 for r in listing.rows if r.weights is not None)
+    lines = [
+        f"{len(listing.rows)} layers, {stored} with stored weights; "
+        f"total params {listing.total_params:,} (from the stored weight shapes)"
+    ]
+    ops = listing.operations
+    if ops:
+        shown = ", ".join(f"{op.path} ({', '.join(op.inbound)})" for op in ops[:5])
+        more = f" and {len(ops) - 5} more (see --json)" if len(ops) > 5 else ""
+        lines.append(
+            f"{len(ops)} functional operations are not layers, so --from/--to cannot address "
+            f"them; inbound marks them (op). Each with its inputs: {shown}{more}"
+        )
+    lines += [f"weights not scanned: {note}" for note in listing.notes]
+    return "\n".join(lines)
+
+
+def as_json(listing: LayerListing, **_: Any) -> str:
+    """The `layergrad.layers/1` JSON document (one object, keys as in the README)."""
+    doc = {
+        "schema": SCHEMA,
+        "model": {
+            "path": listing.path,
+            "format": listing.format,
+            "class": listing.class_name,
+            "name": listing.name,
+            "keras_version": listing.keras_version,
+            "inputs": [
+                {
+                    "name": i.name,
+                    "shape": None if i.shape is None else list(i.shape),
+                    "dtype": i.dtype,
+                }
+                for i in listing.inputs
+            ],
+            "graph": listing.graph_known,
+        },
+        "total_params": listing.total_params,
+        "layers": [_row_json(r) for r in listing.rows],
+        "operations": [
+            {"path": op.path, "class": op.class_name, "inbound": list(op.inbound)}
+            for op in listing.operations
+        ],
+        "warnings": list(listing.warnings),
+        "notes": list(listing.notes),
+    }
+    return json.dumps(doc, indent=2, allow_nan=False)
+
+
+def _row_json(r: LayerRow) -> dict[str, Any]:
+    w = r.weights
+    return {
+        "index": r.position[-1] if r.position else None,
+        "path": r.path,
+        "parent": r.parent,
+        "class": r.class_name,
+        "inbound": list(r.inbound),
+        "calls": r.calls,
+        "params": r.params,
+        "dtype": r.dtype,
+        "trainable": r.trainable,
+        "is_model": r.is_model,
+        "weights": None
+        if w is None
+        else {
+            "tensors": w.tensors,
+            "nan": w.nan,
+            "inf": w.inf,
+            "zero_tensors": w.zero_tensors,
+            "unchecked": w.unchecked,
+        },
+        "problem": r.problem,
+    }
+
+
+def markdown(listing: LayerListing, **_: Any) -> str:
+    """The listing as a markdown table, for a pull-request comment."""
+    version = listing.keras_version or "unknown"
+    head = (
+        f"**layergrad layers** {md_code(listing.path)}: {md_text(listing.class_name)} "
+        f"{md_code(listing.name)}, {listing.format}, Keras {md_text(version)}\n\n"
+    )
+    ops = {op.path for op in listing.operations}
+    rows = []
+    for r in listing.rows:
+        health = health_text(r)
+        rows.append(
+            [
+                index_text(r),
+                md_code(r.path),
+                md_text(r.class_name) + _calls_text(r),
+                ", ".join(md_code(p) + (" (op)" if p in ops else "") for p in r.inbound),
+                _params_text(r),
+                r.dtype or "",
+                _yes_no(r.trainable),
+                f"**{health}**" if r.problem else health,
+            ]
+        )
+    out = head + md_table(list(COLUMNS), rows) + "\n"
+    out += "".join(
+        f"- {md_code(r.path)}: **{md_text(str(r.problem))}**\n" for r in listing.rows if r.problem
+    )
+    return out + "".join(f"{md_text(line)}\n" for line in _footer(listing).splitlines())
+
+
+def html(value: LayerListing, **_: Any) -> str:
+    """One self-contained HTML page (inline style and charts, nothing fetched)."""
+    from layergrad.render.html_report import layers_html
+
+    return layers_html(value)

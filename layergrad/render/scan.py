@@ -1,0 +1,175 @@
+"""Render a gradient-flow scan: a table with a log-scale bar, JSON, markdown."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from layergrad.render.common import (
+    STATUS_STYLE,
+    Column,
+    cause_json,
+    causes_lines,
+    fitted_table,
+    md_code,
+    md_table,
+    md_text,
+    meta_json,
+    model_header,
+    number,
+    shape_text,
+    to_text,
+)
+from layergrad.results import ScanReport, ScanRow
+from layergrad.vocab import Status
+
+SCHEMA = "layergrad.scan/1"
+BAR_WIDTH = 16
+COLUMNS = (
+    Column("layer", name_like=True),
+    Column("class", drop=3),
+    Column("shape", drop=4),
+    Column("status"),
+    Column("L2", "right", drop=5),
+    Column("mean |g|", "right"),
+    Column("zeros", "right", drop=6),
+    Column("log10 mean |g|", drop=2),
+    Column("flags", drop=1),
+)
+
+
+def table(report: ScanReport, *, color: bool = False, width: int | None = 100) -> str:
+    """The scan table in depth order, then notes and the causes of blocked / non-finite rows."""
+    scale = _log_range(report.rows)
+    items: list[RenderableType] = [
+        model_header(report.model, report.probe, f"d {target_text(report)} / d each layer"),
+        fitted_table(COLUMNS, [_cells(row, scale) for row in report.rows], width),
+    ]
+    items += [Text(f"note: {note}", style="yellow") for note in report.notes]
+    for row in _distinct_causes([r for r in report.rows if r.causes]):
+        title = Text(f"{row.status} at {row.layer} (and the layers before it):", style="bold")
+        items.append(Group(title, *causes_lines(row.causes)))
+    return to_text(items, color=color, width=width)
+
+
+def _cells(row: ScanRow, scale: tuple[float, float] | None) -> list[RenderableType]:
+    g = row.gradient
+    return [
+        row.layer,
+        row.class_name,
+        shape_text(row.shape),
+        Text(_status_label(row), style=STATUS_STYLE.get(row.status, "")),
+        number(g.l2) if g else "-",
+        number(g.mean_abs) if g else "-",
+        f"{g.zero_fraction:.0%}" if g else "-",
+        _bar(row, scale),
+        Text(", ".join(row.flags), style="yellow" if row.flags else ""),
+    ]
+
+
+def target_text(report: ScanReport) -> str:
+    """What is differentiated: `sum(dense_1)`, or the projection of the model's outputs."""
+    if report.target is None:
+        return f"{report.probe.reduce}(outputs · R)"
+    return f"{report.probe.reduce}({report.target})"
+
+
+def _status_label(row: ScanRow) -> str:
+    return "not differentiable" if row.status == Status.INTEGER else row.status.value
+
+
+def _log_range(rows: tuple[ScanRow, ...]) -> tuple[float, float] | None:
+    logs = [math.log10(r.gradient.mean_abs) for r in rows if r.gradient and r.gradient.mean_abs > 0]
+    return (min(logs), max(logs)) if logs else None
+
+
+def _bar(row: ScanRow, scale: tuple[float, float] | None) -> str:
+    g = row.gradient
+    if g is None or scale is None or g.mean_abs <= 0:
+        return ""
+    lo, hi = scale
+    filled = (
+        1 if hi == lo else 1 + round((BAR_WIDTH - 1) * (math.log10(g.mean_abs) - lo) / (hi - lo))
+    )
+    return "█" * filled + f" {math.log10(g.mean_abs):+.1f}"
+
+
+def _distinct_causes(rows: list[ScanRow]) -> list[ScanRow]:
+    """Rows whose causes differ from the row after them (upstream rows often share a cause)."""
+    seen: set[tuple[tuple[str, str | None], ...]] = set()
+    out = []
+    for row in reversed(rows):
+        key = tuple((c.code.value, c.layer) for c in row.causes)
+        if key not in seen:
+            seen.add(key)
+            out.append(row)
+    return out[::-1]
+
+
+def as_json(report: ScanReport, **_: Any) -> str:
+    """The `layergrad.scan/1` JSON document."""
+    doc = {
+        "schema": SCHEMA,
+        **meta_json(report.model, report.probe),
+        "target": report.target,
+        "layers": [row_json(r) for r in report.rows],
+        "notes": list(report.notes),
+    }
+    return json.dumps(doc, indent=2, allow_nan=False)
+
+
+def row_json(row: ScanRow) -> dict[str, Any]:
+    """One scan row as a JSON-ready dict."""
+    g = row.gradient
+    return {
+        "layer": row.layer,
+        "class": row.class_name,
+        "shape": list(row.shape),
+        "dtype": row.dtype,
+        "status": row.status,
+        "gradient": None
+        if g is None
+        else {
+            "l2": g.l2,
+            "mean_abs": g.mean_abs,
+            "max_abs": g.max_abs,
+            "zero_fraction": g.zero_fraction,
+            "nonfinite": g.nonfinite,
+        },
+        "flags": list(row.flags),
+        "causes": [cause_json(c) for c in row.causes],
+    }
+
+
+def markdown(report: ScanReport, **_: Any) -> str:
+    """A markdown table for a pull-request comment."""
+    head = (
+        f"**layergrad scan** {md_code(report.model.path)}: "
+        f"d {md_text(target_text(report))} / d each layer\n\n"
+    )
+    rows = [
+        [
+            md_code(r.layer),
+            md_code(r.class_name),
+            shape_text(r.shape),
+            _status_label(r),
+            number(r.gradient.mean_abs) if r.gradient else "-",
+            ", ".join(r.flags),
+            "; ".join(f"{c.code} at {md_code(c.layer or '?')}" for c in r.causes),
+        ]
+        for r in report.rows
+    ]
+    notes = "".join(f"\n> note: {md_text(note)}\n" for note in report.notes)
+    header = ["layer", "class", "shape", "status", "mean \\|g\\|", "flags", "causes"]
+    return head + md_table(header, rows) + notes
+
+
+def html(value: ScanReport, **_: Any) -> str:
+    """One self-contained HTML page (inline style and charts, nothing fetched)."""
+    from layergrad.render.html_report import scan_html
+
+    return scan_html(value)

@@ -1,0 +1,96 @@
+"""The words layergrad reports with, each defined once: statuses, flags, findings, causes, formats.
+
+Click choices, renderers, the README's tables and the tests all derive from these. Each is a
+`str` enum, so a member compares equal to its word (`Status.OK == "ok"`) and is written as the
+word in JSON and in text.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Word(str, Enum):
+    """A `str` enum whose text is its value (Python 3.10 has no `enum.StrEnum`)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return self.value.__format__(spec)
+
+    @classmethod
+    def words(cls) -> tuple[str, ...]:
+        """Every value, in definition order."""
+        return tuple(member.value for member in cls)
+
+
+class Status(Word):
+    """What one gradient is."""
+
+    OK = "ok"  # finite, at least one non-zero value
+    NONE = "none"  # the tape returned None: no differentiable path
+    ZERO = "zero"  # every value exactly 0
+    NONFINITE = "nonfinite"  # at least one NaN or Inf
+    INTEGER = "integer"  # a scan row whose activation is integer-valued: not differentiable
+
+
+# The statuses `inspect --fail-on` accepts: every status that is not a healthy gradient.
+FAILING_STATUSES = (Status.NONE, Status.ZERO, Status.NONFINITE)
+
+
+class Flag(Word):
+    """What a `scan` row can be flagged with."""
+
+    BLOCKED = "blocked"  # the gradient is None
+    NONFINITE = "nonfinite"  # NaN / Inf in the gradient
+    DEAD = "dead"  # most units get exactly zero gradient for the whole batch
+    VANISHING = "vanishing"  # mean |g| far below the target end's
+    EXPLODING = "exploding"  # mean |g| far above the target end's
+
+
+class Finding(Word):
+    """What a `check` can find in a file; `--fail-on` picks which of them fail it."""
+
+    UNREADABLE = "unreadable"
+    UNSAFE = "unsafe"
+    ERROR = "error"
+    BLOCKED = "blocked"
+    NONFINITE = "nonfinite"
+    DEAD = "dead"
+    VANISHING = "vanishing"
+    EXPLODING = "exploding"
+
+
+DEFAULT_FAIL_ON = (
+    Finding.UNREADABLE,
+    Finding.UNSAFE,
+    Finding.ERROR,
+    Finding.NONFINITE,
+    Finding.BLOCKED,
+)
+
+
+class CauseCode(Word):
+    """Why a gradient is None, zero or non-finite (the first cause is the most likely)."""
+
+    NOT_DOWNSTREAM = "not_downstream"
+    INTEGER_PATH = "integer_path"
+    NON_DIFFERENTIABLE_OP = "non_differentiable_op"
+    STOP_GRADIENT = "stop_gradient"
+    DEAD_RELU = "dead_relu"
+    SATURATED = "saturated"
+    NONFINITE_FORWARD = "nonfinite_forward"
+    NONFINITE_BACKWARD = "nonfinite_backward"
+    TRAINING_MODE = "training_mode"
+    FLOAT16_UNDERFLOW = "float16_underflow"
+    UNKNOWN = "unknown"
+
+
+class OutputFormat(Word):
+    """How a command renders its report on stdout."""
+
+    TABLE = "table"  # for people
+    JSON = "json"  # for programs
+    MARKDOWN = "markdown"  # for pull-request comments
+    HTML = "html"  # one self-contained page, for CI artifacts
