@@ -218,22 +218,23 @@ def open_hdf5(p: Path) -> Iterator[Any]:
         yield h5
 
 
-def hdf5_config(h5: Any, p: Path) -> bytes | str | None:
-    """The ``model_config`` attribute of a legacy `.h5` file, refused beyond MAX_CONFIG_BYTES.
+def hdf5_attribute(h5: Any, p: Path, name: str) -> bytes | str | None:
+    """A text attribute of a legacy `.h5` file (``model_config``, ``training_config``), refused
+    beyond MAX_CONFIG_BYTES; None when absent.
 
     A fixed-size attribute is measured before it is read; a variable-length string (what
     Keras writes) lives in the file's heap, so reading it costs at most what the file holds.
     """
-    if "model_config" not in h5.attrs:
+    if name not in h5.attrs:
         return None
-    size = h5.attrs.get_id("model_config").get_storage_size()
-    value = h5.attrs["model_config"] if size <= MAX_CONFIG_BYTES else None
+    size = h5.attrs.get_id(name).get_storage_size()
+    value = h5.attrs[name] if size <= MAX_CONFIG_BYTES else None
     if value is not None and not isinstance(value, (bytes, str)):
         value = str(value)
     if value is None or len(value) > MAX_CONFIG_BYTES:
         raise LoadError(
-            f"{p}: its model_config attribute holds {human(max(size, len(value or '')))}, more "
-            f"than the {human(MAX_CONFIG_BYTES)} layergrad reads; refusing it; expected a file "
+            f"{p}: its {name} attribute holds {human(max(size, len(value or '')))}, more than "
+            f"the {human(MAX_CONFIG_BYTES)} layergrad reads; refusing it; expected a file "
             "written by Keras"
         )
     return value

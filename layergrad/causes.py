@@ -179,6 +179,33 @@ def float16_underflow(layer: str) -> Cause:
     )
 
 
+def unused_input(layer: str, position: int, feeding: str | None) -> Cause:
+    """A layer that receives an input and never uses it."""
+    what = f"input {position}" + (f" (from {feeding!r})" if feeding else "")
+    return Cause(
+        CauseCode.UNUSED_INPUT,
+        layer,
+        f"{layer!r} receives {what} but never uses it: its call() computes nothing from it, "
+        "so everything that feeds only that input gets no gradient",
+        f"use the input in the call() of {layer!r}, or stop passing it (remove the branch "
+        "that feeds it)",
+    )
+
+
+def variable_not_used(layer: str, variable: str, status: str) -> Cause:
+    """The gradient reaches a layer's output but not one of its own variables."""
+    lost = "none" if status == "none" else status
+    return Cause(
+        CauseCode.UNKNOWN,
+        layer,
+        f"the loss's gradient reaches the output of {layer!r} but is {lost} for its variable "
+        f"{variable!r}: the layer's call() does not use it in a differentiable way (unused, "
+        "behind tf.stop_gradient or a cast), or the layer's inputs are zero",
+        f"read the call() of {layer!r}; a variable that should not train can be made "
+        "non-trainable (trainable=False)",
+    )
+
+
 def unknown(layer: str | None = None, ops: str | None = None) -> Cause:
     """No check explains the result: say what was checked (and where it was lost, if known)."""
     if layer is None:

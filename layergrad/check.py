@@ -5,7 +5,9 @@
 3. weights    every stored weight is finite
 4. loads      Keras loads it in safe mode
 5. forward    a forward pass on a random probe batch is finite
-6. gradient   the gradient of the outputs reaches every differentiable layer, finite
+6. gradient   the gradient of the loss (compiled in the file, or --loss), else of a random
+              projection of the outputs, reaches every differentiable layer, finite
+7. trainable  every trainable variable gets a gradient from the loss (skipped without one)
 
 `static_only` stops after 3 and never imports TensorFlow.
 """
@@ -20,7 +22,7 @@ from pathlib import Path
 from layergrad.errors import LayergradError, describe
 from layergrad.fileinfo import FileInfo, read_file_info
 from layergrad.limits import DEFAULT_MAX_MEMORY
-from layergrad.results import CheckItem, FileVerdict, ScanReport
+from layergrad.results import CheckItem, FileVerdict, ScanReport, WeightScanReport
 from layergrad.vocab import DEFAULT_FAIL_ON, Finding, Status
 
 
@@ -35,6 +37,7 @@ class CheckOptions:
     batch_size: int = 2
     seed: int = 0
     max_memory: int = DEFAULT_MAX_MEMORY
+    loss: str | None = None  # a keras.losses name overriding the file's compiled loss
 
 
 def check_files(
@@ -79,7 +82,7 @@ def check_file(path: str | os.PathLike[str], options: CheckOptions = CheckOption
     return _verdict(path, items)
 
 
-CHECKS = ("readable", "safe", "weights", "loads", "forward", "gradient")
+CHECKS = ("readable", "safe", "weights", "loads", "forward", "gradient", "trainable")
 
 
 def _run(path: str | os.PathLike[str], options: CheckOptions, add: Add) -> None:
@@ -149,8 +152,10 @@ def _weights(info: FileInfo, add: Add) -> None:
 
 def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions, add: Add) -> None:
     from layergrad.loader import load_model
+    from layergrad.loss import find_loss
     from layergrad.pipeline import ProbeOptions, session_for
     from layergrad.scan import scan_session
+    from layergrad.weights import scan_weights
 
     try:
         loaded, warnings = load_model(
@@ -175,8 +180,13 @@ def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions
     except LayergradError as exc:  # e.g. a model that does not declare its inputs
         add("forward", f"not run: {exc}")
         return
+    has_loss = find_loss(info.compile_config, options.loss) is not None
     try:
-        report = scan_session(session)
+        weights = scan_weights(session, options.loss) if has_loss else None
+        report = weights.activations if weights and weights.activations else scan_session(session)
+    except LayergradError as exc:  # e.g. --loss names no Keras loss
+        add("forward", f"not run: {exc}", [Finding.ERROR])
+        return
     except Exception as exc:  # the model's own code failed: the file fails, the run goes on
         add("forward", f"the forward pass failed: {describe(exc)}", [Finding.ERROR])
         return
@@ -189,6 +199,7 @@ def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions
     else:
         add("forward", f"finite on a random batch of {session.batch.batch_size}")
     _gradient(report, add)
+    _trainable(weights, add)
 
 
 def _gradient(report: ScanReport, add: Add) -> None:
@@ -207,6 +218,29 @@ def _gradient(report: ScanReport, add: Add) -> None:
         names = ", ".join(r.layer for r in layers[:4]) + ("..." if len(layers) > 4 else "")
         parts.append(f"{finding}: {names}{why}")
     add("gradient", "; ".join(parts), findings)
+
+
+def _trainable(report: WeightScanReport | None, add: Add) -> None:
+    if report is None:
+        add("trainable", "skipped: no loss (the file was saved without model.compile; --loss)")
+        return
+    findings, parts = [], []
+    for status, finding in (
+        (Status.NONE, Finding.NO_GRADIENT),
+        (Status.NONFINITE, Finding.NONFINITE),
+    ):
+        bad = [v for v in report.variables if v.status == status]
+        if bad:
+            findings.append(finding)
+            cause = next((c for v in bad for c in v.causes), None)
+            why = f" ({cause.code} at {cause.layer})" if cause else ""
+            names = ", ".join(v.variable for v in bad[:4]) + ("..." if len(bad) > 4 else "")
+            parts.append(f"{finding}: {names}{why}")
+    if not findings:
+        count = len(report.variables)
+        add("trainable", f"all {count} trainable variables get a gradient from the loss")
+        return
+    add("trainable", "; ".join(parts), findings)
 
 
 def expand_paths(paths: Sequence[str]) -> list[str]:

@@ -24,7 +24,7 @@ from layergrad.cli_options import (
     probe_options,
     write_plot,
 )
-from layergrad.vocab import DEFAULT_FAIL_ON, FAILING_STATUSES, Finding, Flag, OutputFormat
+from layergrad.vocab import DEFAULT_FAIL_ON, FAILING_STATUSES, Finding, Flag, OutputFormat, Wrt
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -177,6 +177,20 @@ def layers(
     metavar="GLOB",
     help="Only layers matching this shell glob, e.g. 'conv4_*'. Repeatable.",
 )
+@click.option(
+    "--wrt",
+    type=click.Choice(Wrt.words()),
+    default=Wrt.ACTIVATIONS.value,
+    show_default=True,
+    help="Differentiate with respect to every layer's output, or (weights) the training loss "
+    "with respect to every trainable variable.",
+)
+@click.option(
+    "--loss",
+    "loss",
+    metavar="NAME",
+    help="With --wrt weights: a keras.losses name (default: the loss compiled in the file).",
+)
 @probe_options
 @format_options
 @plot_option
@@ -193,6 +207,8 @@ def scan(
     model: str,
     target: str | None,
     patterns: tuple[str, ...],
+    wrt: str,
+    loss: str | None,
     probe: Any,
     fmt: OutputFormat,
     plot_file: str | None,
@@ -205,9 +221,12 @@ def scan(
 
     Differentiates one target (a seeded random projection of the model's
     outputs, or --to) with respect to every layer's output, and shows them in
-    depth order with a log-scale bar. Flags: blocked (None), nonfinite, dead (mostly exact zeros),
-    vanishing / exploding (1e6 times below / above the target end). Integer-valued
-    layers are shown as not differentiable.
+    depth order with a log-scale bar. With --wrt weights: the training loss
+    (compiled in the file, or --loss) with respect to every trainable variable,
+    the answer to Keras's "Gradients do not exist for variables". Flags: blocked
+    (None), nonfinite, dead (mostly exact zeros), vanishing / exploding (1e6
+    times below / above the target end). Integer-valued layers are shown as not
+    differentiable.
 
     \b
     Examples:
@@ -215,20 +234,34 @@ def scan(
         layergrad scan model.keras --to dense_1 --layers 'conv*' --json
         layergrad scan model.keras --fail-on blocked,nonfinite
         layergrad scan model.keras --plot flow.png --format html > scan.html
+        layergrad scan model.keras --wrt weights --loss sparse_categorical_crossentropy
     """
     from layergrad import api, outputs, plot
 
+    if wrt == Wrt.WEIGHTS and (target or patterns):
+        raise click.UsageError("--to and --layers choose activations; drop them with --wrt weights")
+    if loss and wrt != Wrt.WEIGHTS:
+        raise click.UsageError("--loss needs --wrt weights")
     reads = [model, probe.input_file, *imports]
     if plot_file:
         plot.check_plot_path(plot_file, reads)
         outputs.check_target(plot_file, "--plot", "chart", reads)
-    result = api.scan_model(
-        model, target=target, layers=patterns, imports=imports, unsafe=unsafe, options=probe
-    )
-    emit("scan", fmt, result, result.model.warnings)
+    if wrt == Wrt.WEIGHTS:
+        weights = api.scan_weights_model(
+            model, loss=loss, imports=imports, unsafe=unsafe, options=probe
+        )
+        result: Any = weights
+        emit("weights", fmt, weights, weights.model.warnings)
+        rows: Any = weights.variables
+    else:
+        activations = api.scan_model(
+            model, target=target, layers=patterns, imports=imports, unsafe=unsafe, options=probe
+        )
+        result, rows = activations, activations.rows
+        emit("scan", fmt, activations, activations.model.warnings)
     if plot_file:
         write_plot(result, plot_file, reads)
-    if any(set(row.flags) & fail_on for row in result.rows):
+    if any(set(row.flags) & fail_on for row in rows):
         sys.exit(1)
 
 
@@ -266,6 +299,13 @@ def scan(
     "--seed", default=0, show_default=True, type=int, help="Seed of the random probe batch."
 )
 @max_memory_option
+@click.option(
+    "--loss",
+    "loss",
+    metavar="NAME",
+    help="A keras.losses name for the gradient and trainable checks (default: the loss "
+    "compiled in each file; without one, trainable is skipped).",
+)
 @load_options
 @handle_errors
 def check(
@@ -277,6 +317,7 @@ def check(
     batch_size: int,
     seed: int,
     max_memory: int,
+    loss: str | None,
     imports: tuple[str, ...],
     unsafe: bool,
     debug: bool,
@@ -285,8 +326,10 @@ def check(
 
     Each file gets named checks: readable, safe (static audit), weights (all
     finite), loads (Keras safe mode), forward (finite on a random batch),
-    gradient (the outputs' gradient reaches every differentiable layer,
-    finite). An unreadable or hostile file fails; it is not a usage error.
+    gradient (the loss's gradient, or a projection of the outputs', reaches
+    every differentiable layer, finite), trainable (every trainable variable
+    gets a gradient from the loss). An unreadable or hostile file fails; it is
+    not a usage error.
     A directory stands for the .keras / .h5 files under it.
 
     \b
@@ -312,6 +355,7 @@ def check(
         batch_size=batch_size,
         seed=seed,
         max_memory=max_memory,
+        loss=loss,
     )
     verdicts = _with_progress(paths, lambda on_file: checks.check_files(paths, options, on_file))
     emit("check", fmt, verdicts)

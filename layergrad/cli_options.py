@@ -217,7 +217,7 @@ def write_plot(report: Any, path: str, protected: Sequence[str | None] = ()) -> 
     from layergrad import plot
 
     written = plot.save_figure(plot.report_figure(report), path, protected)
-    kind = "gradient-flow" if hasattr(report, "rows") else "unit-sensitivity"
+    kind = "unit-sensitivity" if hasattr(report, "results") else "gradient-flow"
     click.echo(f"wrote {kind} chart to {path} ({written})", err=True)
 
 

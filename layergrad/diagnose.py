@@ -20,7 +20,7 @@ from layergrad.locate import PathView
 from layergrad.probe import Activation, ProbeRun, Trace, run_probe, run_trace
 from layergrad.results import Cause, Endpoint, Result
 from layergrad.stats import gradient_stats, status_of
-from layergrad.tf_ops import blocking_ops, layer_op_types, unsafe_backward_ops
+from layergrad.tf_ops import TracedCall, blocking_ops, trace_call, unsafe_backward_ops
 from layergrad.vocab import CauseCode, Status
 
 SATURATION_EPS = 1e-6
@@ -37,7 +37,7 @@ class Diagnoser:
         self.training, self.reduce = training, reduce
         self.layers = dict(iter_layers(model))
         self._traces: dict[CallKey, Trace] = {}
-        self._ops_cache: dict[CallKey, list[tuple[str, Any]] | None] = {}
+        self._calls: dict[CallKey, TracedCall | None] = {}
 
     def adopt(self, target: Site, trace: Trace) -> None:
         """Use an existing trace for `target` (scan has one already) instead of running one."""
@@ -75,12 +75,16 @@ class Diagnoser:
                 causes.append(why.integer_path(act.site.ref, act.dtype))
                 break
         for key in path.blockers(lambda g: g is None, need_all=True):
-            causes.extend(self._blocked_at(trace, key))
+            causes.extend(self._blocked_at(trace, path, key))
         return causes
 
-    def _blocked_at(self, trace: Trace, key: CallKey) -> list[Cause]:
+    def _blocked_at(self, trace: Trace, path: PathView, key: CallKey) -> list[Cause]:
         ref = ref_of(key)
-        ops = self._ops(trace, key)
+        traced = self._traced(trace, key)
+        unused = _unused_from_source(trace, path, key, traced)
+        if unused is not None:
+            return [unused]
+        ops = traced.ops if traced else None
         findings = blocking_ops(ops or [])
         if any(f.op == "StopGradient" for f in findings):
             return [why.stop_gradient(ref)]
@@ -129,20 +133,35 @@ class Diagnoser:
     def _nonfinite_backward(self, trace: Trace, path: PathView) -> list[Cause]:
         out = []
         for key in path.blockers(lambda g: g is not None and not np.all(np.isfinite(g))):
-            findings = unsafe_backward_ops(self._ops(trace, key) or [])
+            traced = self._traced(trace, key)
+            findings = unsafe_backward_ops(traced.ops if traced else [])
             out.append(why.nonfinite_backward(ref_of(key), findings[0] if findings else None))
         return out
 
-    def _ops(self, trace: Trace, key: CallKey) -> list[tuple[str, Any]] | None:
-        if key not in self._ops_cache:
+    def _traced(self, trace: Trace, key: CallKey) -> TracedCall | None:
+        """The ops of one call of a layer, traced on arguments shaped like that call's."""
+        if key not in self._calls:
             layer, i = self.layers.get(key[0]), trace.index(*key)
-            inputs = None if i is None else trace.inputs[i]
-            self._ops_cache[key] = (
-                None
-                if layer is None or inputs is None
-                else layer_op_types(layer, inputs[0], inputs[1], self.training)
-            )
-        return self._ops_cache[key]
+            args = None if i is None or i >= len(trace.args) else trace.args[i]
+            self._calls[key] = None if layer is None else trace_call(layer, args, self.training)
+        return self._calls[key]
+
+
+def _unused_from_source(
+    trace: Trace, path: PathView, key: CallKey, traced: TracedCall | None
+) -> Cause | None:
+    """`unused_input` when the input of `key` that comes from the source is never used."""
+    i = trace.index(*key)
+    if traced is None or not traced.unused or i is None or i >= len(trace.arg_sources):
+        return None
+    sources = trace.arg_sources[i]
+    on_path = {path.index[n] for n in (path.source, *path.nodes) if n in path.index}
+    for position in traced.unused:
+        feeding = sources[position] if position < len(sources) else None
+        if feeding is not None and feeding in on_path:
+            name = trace.activations[feeding].site.ref
+            return why.unused_input(ref_of(key), position, name)
+    return None
 
 
 def _other_output(trace: Trace, source: Activation, target: Activation) -> Cause | None:

@@ -35,6 +35,9 @@ class FileInfo:
 
     ``stored`` sums what the weight datasets declare (what Keras will allocate when it loads
     them); ``notes`` say which stored tensors weight health did not scan, and why.
+    ``compile_config`` is how the model was compiled: `compile_config` of a .keras file,
+    `training_config` of an .h5 file (its `loss` and `loss_weights` are what `scan --wrt
+    weights` uses); {} if none.
     """
 
     path: str
@@ -45,6 +48,7 @@ class FileInfo:
     weights: tuple[WeightHealth, ...] = ()
     stored: StoredWeights = field(default_factory=StoredWeights)
     notes: tuple[str, ...] = ()
+    compile_config: Mapping[str, Any] = field(default_factory=dict, hash=False, repr=False)
 
 
 def read_file_info(path: str | os.PathLike[str], *, read_weights: bool = True) -> FileInfo:
@@ -100,14 +104,18 @@ def _read_keras(p: Path, read_weights: bool) -> FileInfo:
                 if read_weights:
                     weights, notes = health(keras_weight_groups(h5, graph), graph)
     version = meta.get("keras_version") if isinstance(meta, Mapping) else None
-    return FileInfo(str(p), "keras", _text(version), config, graph, weights, stored, notes)
+    compiled = config.get("compile_config")
+    compiled = compiled if isinstance(compiled, Mapping) else {}
+    return FileInfo(
+        str(p), "keras", _text(version), config, graph, weights, stored, notes, compiled
+    )
 
 
 def _read_h5(p: Path, read_weights: bool) -> FileInfo:
     import h5py
 
     with archive.open_hdf5(p) as h5:
-        raw = archive.hdf5_config(h5, p)
+        raw = archive.hdf5_attribute(h5, p, "model_config")
         if raw is None:
             raise LoadError(
                 f"{p} is an HDF5 file without a model config (a weights-only file?); expected "
@@ -122,7 +130,17 @@ def _read_h5(p: Path, read_weights: bool) -> FileInfo:
         if read_weights and isinstance(group, h5py.Group):
             weights, notes = health(legacy_weight_groups(group, graph), graph)
         version = _text(h5.attrs.get("keras_version") or group.attrs.get("keras_version"))
-    return FileInfo(str(p), "h5", version, config, graph, weights, stored, notes)
+        compiled = _training_config(archive.hdf5_attribute(h5, p, "training_config"))
+    return FileInfo(str(p), "h5", version, config, graph, weights, stored, notes, compiled)
+
+
+def _training_config(raw: Any) -> Mapping[str, Any]:
+    """The JSON `training_config` attribute of a legacy .h5 file ({} when absent or bad)."""
+    try:
+        value = json.loads(_text(raw) or "{}")
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, Mapping) else {}
 
 
 def _text(value: Any) -> str | None:

@@ -35,6 +35,8 @@ class ProbeBatch:
     names: tuple[str, ...]
     source: str  # "random" or the input file path
     seed: int | None
+    # labels from an .npz: `y` (one output) or `y:NAME` per output; None when not given
+    labels: dict[str, np.ndarray] | None = None
 
     @property
     def batch_size(self) -> int:
@@ -116,6 +118,7 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
     if specs is None:
         keys = tuple(n or "input" for n in names)
         return ProbeBatch(tuple(arrays), keys, text, None)
+    labels = None
     if names == [None]:
         if len(specs) != 1:
             raise InputError(
@@ -134,6 +137,9 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
                 "input name with np.savez(FILE, **{name: array})"
             )
         chosen = [by_name[s.name] for s in specs]
+        labels = {
+            k: a for k, a in by_name.items() if k is not None and (k == "y" or k.startswith("y:"))
+        } or None
     checked = tuple(_fit(a, s, text) for a, s in zip(chosen, specs, strict=True))
     sizes = {a.shape[0] for a in checked}
     if len(sizes) > 1:
@@ -141,7 +147,7 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
             f"--input {text}: the arrays have different batch sizes {sorted(sizes)}; give every "
             "input the same number of rows"
         )
-    return ProbeBatch(checked, tuple(s.name for s in specs), text, None)
+    return ProbeBatch(checked, tuple(s.name for s in specs), text, None, labels)
 
 
 def peek_rows(path: str | os.PathLike[str]) -> int:

@@ -86,10 +86,14 @@ class PathView:
         return [a for p in self.preds(key) if (a := self.activation(p)) is not None]
 
     def blockers(self, bad: BadGradient, need_all: bool = False) -> list[CallKey]:
-        """Calls whose output gradient is good while all (or any) of their inputs' are bad."""
+        """Calls whose output gradient is good while all (or any) of their inputs' are bad.
+
+        Only inputs on the path from the source count: a layer that also reads another branch
+        (with a good gradient) still blocks the source's.
+        """
         out = []
         for key in self.nodes:
-            preds = self.preds(key)
+            preds = [p for p in self.preds(key) if p == self.source or p in self.nodes]
             if bad(self.gradient(key)) or not preds:
                 continue
             flags = [bad(self.gradient(p)) for p in preds]

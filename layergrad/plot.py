@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from layergrad.errors import InputError
-from layergrad.results import InspectReport, Result, ScanReport, ScanRow
+from layergrad.results import InspectReport, Result, ScanReport, ScanRow, WeightScanReport
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -63,14 +63,26 @@ def mark_of(row: ScanRow) -> str:
     return row.status if row.status in MARKS else "ok"
 
 
-def report_figure(report: InspectReport | ScanReport) -> Figure:
+def report_figure(report: InspectReport | ScanReport | WeightScanReport) -> Figure:
     """The chart of a report: gradient flow for a scan, unit sensitivity for an inspect."""
     if isinstance(report, ScanReport):
         return scan_figure(report)
+    if isinstance(report, WeightScanReport):
+        return weights_figure(report)
     return inspect_figure(report)
 
 
-def scan_figure(report: ScanReport) -> Figure:
+def weights_figure(report: WeightScanReport) -> Figure:
+    """The loss's gradient flow through the trainable variables, drawn like a scan."""
+    rows = tuple(
+        ScanRow(v.variable, "", v.shape, v.dtype, v.status, v.gradient, v.flags)
+        for v in report.variables
+    )
+    as_scan = ScanReport(report.model, report.probe, "loss", rows)
+    return scan_figure(as_scan, what=f"d {report.loss.name} / d each trainable variable")
+
+
+def scan_figure(report: ScanReport, what: str | None = None) -> Figure:
     """Gradient-flow profile: mean |g| per layer in execution order, on a log axis.
 
     One horizontal bar per row, first layer at the top. Flagged rows are coloured (MARKS,
@@ -115,9 +127,9 @@ def scan_figure(report: ScanReport) -> Figure:
     target = report.target or "model outputs"
     _titles(
         fig,
-        f"Gradient flow: d {report.probe.reduce}({target}) / d each layer",
+        f"Gradient flow: {what or f'd {report.probe.reduce}({target}) / d each layer'}",
         f"{report.model.path} ({report.model.class_name} {report.model.name!r}), "
-        f"{len(rows)} layers in execution order",
+        f"{len(rows)} rows in execution order",
     )
     _legend(fig, _scan_legend(rows))
     return fig

@@ -129,3 +129,47 @@ class FileVerdict:
     path: str
     passed: bool
     checks: tuple[CheckItem, ...]
+
+
+@dataclass(frozen=True)
+class LossMeta:
+    """Which loss a weights scan differentiates: `source` "compiled" or "option", `labels`
+    "data" or "random"."""
+
+    name: str
+    source: str
+    labels: str
+
+
+@dataclass(frozen=True)
+class VariableRow:
+    """d loss / d one trainable variable (`variable` is `layer/name`, e.g. `dense/kernel`).
+
+    `update_ratio` is ||g|| / ||w||: how far one plain gradient step of size 1 would move the
+    variable, relative to its size (None when there is no gradient or the variable is zero).
+    """
+
+    variable: str
+    layer: str
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    status: Status
+    gradient: GradientStats | None
+    update_ratio: float | None
+    flags: tuple[Flag, ...] = ()
+    causes: tuple[Cause, ...] = ()
+
+
+@dataclass(frozen=True)
+class WeightScanReport:
+    """`scan --wrt weights`: the loss's gradient for every trainable variable."""
+
+    model: ModelMeta
+    probe: ProbeMeta
+    loss: LossMeta
+    frozen: int  # non-trainable variables, counted but not listed
+    variables: tuple[VariableRow, ...]
+    notes: tuple[str, ...] = ()
+    # d loss / d every layer's output, from the same pass (check's gradient check reads it)
+    activations: ScanReport | None = field(default=None, repr=False, compare=False)

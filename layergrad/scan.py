@@ -13,7 +13,7 @@ from layergrad import causes as why
 from layergrad.diagnose import Diagnoser, softmax_target_note
 from layergrad.errors import LayerNotFound
 from layergrad.graph import ModelGraph
-from layergrad.layer_refs import iter_layers, no_glob_match_message, resolve
+from layergrad.layer_refs import Site, iter_layers, no_glob_match_message, resolve
 from layergrad.locate import first_nonfinite
 from layergrad.pipeline import Session
 from layergrad.probe import Activation, Trace, run_trace
@@ -45,6 +45,14 @@ def scan_session(
         reduce=options.reduce,
         seed=options.seed,
     )
+    return scan_report(session, trace, site, patterns)
+
+
+def scan_report(
+    session: Session, trace: Trace, site: Site | None, patterns: Sequence[str] = ()
+) -> ScanReport:
+    """The scan rows, flags, causes and notes of a trace of the session's model."""
+    model, options = session.model, session.options
     classes = {p: type(layer).__name__ for p, layer in iter_layers(model)}
     rows = scan_rows(trace, session.info.graph, session.diagnoser, classes, patterns)
     notes = []
@@ -172,6 +180,8 @@ def _with_causes(
     i = next(i for i, a in enumerate(trace.activations) if a.site.ref == row.layer)
     source = trace.activations[i]
     target = trace.target or _reached_output(trace, graph, i)
+    if target is None and trace.gradients[i] is not None:
+        target = source  # a model output: its own gradient comes straight from the target
     if target is None:
         return replace(row, causes=(why.feeds_no_output(row.layer),))
     diagnoser.adopt(target.site, trace)

@@ -60,6 +60,7 @@ class Finding(Word):
     DEAD = "dead"
     VANISHING = "vanishing"
     EXPLODING = "exploding"
+    NO_GRADIENT = "no_gradient"  # a trainable variable gets no gradient from the loss
 
 
 DEFAULT_FAIL_ON = (
@@ -68,6 +69,7 @@ DEFAULT_FAIL_ON = (
     Finding.ERROR,
     Finding.NONFINITE,
     Finding.BLOCKED,
+    Finding.NO_GRADIENT,
 )
 
 
@@ -84,7 +86,15 @@ class CauseCode(Word):
     NONFINITE_BACKWARD = "nonfinite_backward"
     TRAINING_MODE = "training_mode"
     FLOAT16_UNDERFLOW = "float16_underflow"
+    UNUSED_INPUT = "unused_input"
     UNKNOWN = "unknown"
+
+
+class Wrt(Word):
+    """What `scan` differentiates with respect to."""
+
+    ACTIVATIONS = "activations"  # every layer's output
+    WEIGHTS = "weights"  # every trainable variable, from the training loss
 
 
 class OutputFormat(Word):

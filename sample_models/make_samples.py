@@ -313,6 +313,53 @@ def normalise_archive(path: str) -> None:
             zout.writestr(new, data)
 
 
+# --------------------------------------------------------------------------- training
+
+
+def build_train_classifier() -> keras.Model:
+    """A healthy classifier, compiled: x(6) -> 'dense'(8, relu, L2-regularized) -> 'bn'
+    (frozen BatchNormalization) -> 'head'(3, softmax); sparse categorical cross-entropy."""
+    _seed()
+    x = keras.Input((6,), name="x")
+    h = layers.Dense(8, activation="relu", kernel_regularizer="l2", name="dense")(x)
+    bn = layers.BatchNormalization(name="bn")
+    out = layers.Dense(3, activation="softmax", name="head")(bn(h))
+    bn.trainable = False
+    model = keras.Model(x, out, name="train_classifier")
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    return model
+
+
+def build_train_unused_input() -> keras.Model:
+    """x(6) -> 'a'(4) and 'b'(4) -> IgnoreSecond 'mix'([a, b]) -> 'head'(2), compiled with mean
+    squared error: 'b' gets no gradient from the loss (unused_input at mix)."""
+    _seed()
+    x = keras.Input((6,), name="x")
+    a = layers.Dense(4, name="a")(x)
+    b = layers.Dense(4, name="b")(x)
+    out = layers.Dense(2, name="head")(cl.IgnoreSecond(name="mix")([a, b]))
+    model = keras.Model(x, out, name="train_unused_input")
+    model.compile(optimizer="sgd", loss="mse")
+    return model
+
+
+def build_train_two_outputs() -> keras.Model:
+    """x(6) -> 'trunk'(8, relu) -> 'probs'(3, softmax) and 'value'(1), one loss per output:
+    sparse categorical cross-entropy (weight 1) and mean squared error (weight 0.5)."""
+    _seed()
+    x = keras.Input((6,), name="x")
+    trunk = layers.Dense(8, activation="relu", name="trunk")(x)
+    probs = layers.Dense(3, activation="softmax", name="probs")(trunk)
+    value = layers.Dense(1, name="value")(trunk)
+    model = keras.Model(x, [probs, value], name="train_two_outputs")
+    model.compile(
+        optimizer="adam",
+        loss={"probs": "sparse_categorical_crossentropy", "value": "mse"},
+        loss_weights={"probs": 1.0, "value": 0.5},
+    )
+    return model
+
+
 # file name -> builder; seed.h5 is the legacy-format copy of seed.keras.
 BUILDERS = {
     "seed.keras": build_seed,
@@ -335,6 +382,9 @@ BUILDERS = {
     "cause_sqrt.keras": build_cause_sqrt,
     "cause_training.keras": build_cause_training,
     "cause_float16.keras": build_cause_float16,
+    "train_classifier.keras": build_train_classifier,
+    "train_unused_input.keras": build_train_unused_input,
+    "train_two_outputs.keras": build_train_two_outputs,
 }
 
 

@@ -17,7 +17,7 @@ from layergrad import cli
 from layergrad.check import CheckOptions, check_file
 from layergrad.vocab import Finding
 
-ALL_CHECKS = ["readable", "safe", "weights", "loads", "forward", "gradient"]
+ALL_CHECKS = ["readable", "safe", "weights", "loads", "forward", "gradient", "trainable"]
 HEALTHY = ["seed.keras", "seed.h5", "sequential_add.keras", "residual.keras", "nested.keras",
            "shared.keras", "two_input.keras", "embedding.keras", "hand_set.keras"]  # fmt: skip
 WITH_CUSTOM = CheckOptions(imports=(CUSTOM_LAYERS,))
@@ -111,8 +111,8 @@ def test_json_schema_and_junit(tmp_path):
     suite = ET.parse(junit).getroot()
     cases = suite.findall("testcase")
     assert (
-        suite.get("tests") == str(len(cases)) == str(6 + 2)
-    )  # seed: 6 checks; round: stops at safe
+        suite.get("tests") == str(len(cases)) == str(7 + 2)
+    )  # seed: 7 checks; round: stops at safe
     failures = [c for c in cases if c.find("failure") is not None]
     assert [(c.get("classname"), c.get("name")) for c in failures] == [
         (sample("cause_round.keras"), "safe")

@@ -186,7 +186,7 @@ def test_cli_format_html_for_every_rendering_command():
     assert "FAIL: 1 of 2 files failed" in page.text
     # The failed file's section comes first, its failed check (gradient: blocked) on top.
     assert page.tables[1][0][:2] == ["gradient", "fail"] and "blocked" in page.tables[1][0][2]
-    assert [r[0] for r in page.tables[2]] == ["readable", "safe", "weights", "loads", "forward", "gradient"]  # fmt: skip
+    assert [r[0] for r in page.tables[2]] == ["readable", "safe", "weights", "loads", "forward", "gradient", "trainable"]  # fmt: skip
 
 
 def test_fail_on_still_sets_the_exit_code_with_html():

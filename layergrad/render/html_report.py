@@ -35,6 +35,7 @@ from layergrad.results import (
     Result,
     ScanReport,
     ScanRow,
+    WeightScanReport,
 )
 
 if TYPE_CHECKING:
@@ -168,6 +169,56 @@ def layers_html(listing: LayerListing) -> str:
     ]
     body += [el("p", f"{r.path}: {r.problem}", class_="note") for r in flagged]
     return page(f"layergrad layers: {listing.path}", body)
+
+
+def weights_html(report: WeightScanReport) -> str:
+    """The `scan --wrt weights` page: a verdict, every trainable variable, the causes."""
+    from layergrad.render.weights import RATIO_NOTE, _what
+
+    rows = report.variables
+    bad = [r for r in rows if r.status != "ok"]
+    verdict = (
+        el("p", f"{len(bad)} of {len(rows)} variables get no usable gradient", class_="verdict bad")
+        if bad
+        else el("p", f"all {len(rows)} trainable variables get a gradient", class_="verdict ok")
+    )
+    cells = [
+        [
+            cell(el("code", r.variable), sort=r.variable),
+            cell(shape_text(r.shape)),
+            cell(_status(r.status), sort=r.status),
+            _number(r.gradient.l2 if r.gradient else None),
+            _number(r.gradient.mean_abs if r.gradient else None),
+            _number(r.update_ratio),
+            cell(join(badge(f, "bad" if f in SEVERE_FLAGS else "warn") for f in r.flags)),
+        ]
+        for r in rows
+    ]
+    header = ["variable", "shape", "status", "L2", "mean |g|", "||g|| / ||w||", "flags"]
+    body: list[Html | None] = [
+        el("h1", "layergrad scan --wrt weights"),
+        verdict,
+        _header(report.model, report.probe, _what(report)),
+        el("p", f"{report.frozen} non-trainable (frozen) variables are not listed.", class_="note"),
+    ]
+    body += [el("p", "note: ", note, class_="note") for note in (*report.notes, RATIO_NOTE)]
+    body += [
+        el("h2", f"Trainable variables ({len(rows)})"),
+        table(
+            header,
+            cells,
+            numeric=[3, 4, 5],
+            row_classes=["flagged" if r.flags else None for r in rows],
+        ),
+    ]
+    if bad:
+        body.append(el("h2", "Causes"))
+        body += [_causes_panel(f"{r.status}: {r.variable}", r.causes) for r in bad]
+    return page(f"layergrad scan --wrt weights: {report.model.path}", body)
+
+
+def _flagged(flags: Sequence[str]) -> str | None:
+    return "flagged" if flags else None
 
 
 def _header(model: ModelMeta, probe: ProbeMeta, target: str) -> Html:
