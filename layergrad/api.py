@@ -150,34 +150,12 @@ def scan_weights_model(
     return scan_weights(session, loss)
 
 
-def save_gradients(report: InspectReport, path: PathLike) -> None:
-    """Write the raw gradient arrays: `.npy` for one result, `.npz` keyed by `--to` reference.
+def save_gradients(report: InspectReport, path: PathLike, inputs: Sequence[str] = ()) -> Any:
+    """Write the raw gradients: `.npy` for one result, `.npz` keyed by the `--to` reference.
 
-    A result whose gradient is None is left out of an `.npz`; a `.npy` of a None gradient is
-    an error, since there is nothing to write.
+    A None gradient is not written (left out of an `.npz`); `inputs` are files never to write
+    over. Returns an `outputs.Written` whose message says what was written.
     """
-    import numpy as np
+    from layergrad import outputs
 
-    text = os.fspath(path)
-    arrays = {
-        r.target.layer: r.array if r.array.dtype.kind == "f" else r.array.astype(np.float32)
-        for r in report.results
-        if r.array is not None
-    }  # bfloat16 arrays would be saved as opaque void bytes
-    if text.endswith(".npy"):
-        if len(report.results) != 1:
-            raise InputError(f"--save-gradient {text}: several --to layers need a .npz file")
-        if not arrays:
-            raise InputError(f"--save-gradient {text}: the gradient is None, nothing to save")
-        _write(np.save, text, next(iter(arrays.values())))
-    elif text.endswith(".npz"):
-        _write(np.savez, text, **arrays)
-    else:
-        raise InputError(f"--save-gradient must end in .npy or .npz: {text}")
-
-
-def _write(save: Any, path: str, *args: Any, **kwargs: Any) -> None:
-    try:
-        save(path, *args, **kwargs)
-    except OSError as exc:
-        raise InputError(f"--save-gradient {path}: cannot write it ({exc.strerror})") from exc
+    return outputs.save_gradients(report, os.fspath(path), inputs)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from layergrad.errors import LayergradError, describe
 from layergrad.fileinfo import FileInfo, read_file_info
+from layergrad.limits import DEFAULT_MAX_MEMORY
 from layergrad.results import CheckItem, FileVerdict, ScanReport, WeightScanReport
 from layergrad.vocab import DEFAULT_FAIL_ON, Finding, Status
 
@@ -36,6 +37,7 @@ class CheckOptions:
     unsafe: bool = False
     batch_size: int = 8
     seed: int = 0
+    max_memory: int = DEFAULT_MAX_MEMORY
     loss: str | None = None  # a keras.losses name overriding the file's compiled loss
 
 
@@ -59,27 +61,52 @@ def check_files(
 
 
 def check_file(path: str | os.PathLike[str], options: CheckOptions = CheckOptions()) -> FileVerdict:
-    """Run the checks on one file, stopping at the first that leaves nothing to check next."""
+    """Run the checks on one file, stopping at the first that leaves nothing to check next.
+
+    Whatever the file holds, it gets a verdict: a failure nobody foresaw is recorded as an
+    ``error`` finding of the check that was running, and the other files still get theirs.
+    """
     items: list[CheckItem] = []
+    running = [CHECKS[0]]
 
     def add(name: str, message: str, findings: Sequence[Finding] = ()) -> bool:
         passed = not set(findings) & options.fail_on
         items.append(CheckItem(name, passed, message, tuple(findings)))
+        running[0] = CHECKS[min(CHECKS.index(name) + 1, len(CHECKS) - 1)]
         return passed
 
+    try:
+        _run(path, options, add)
+    except Exception as exc:  # one bad file must not sink the run
+        message = f"failed unexpectedly: {type(exc).__name__}: {describe(exc)}"
+        add(running[0], message, [Finding.ERROR])
+    return _verdict(path, items)
+
+
+CHECKS = ("readable", "safe", "weights", "loss", "loads", "forward", "gradient", "trainable")
+
+
+def _run(path: str | os.PathLike[str], options: CheckOptions, add: Add) -> None:
+    if Path(path).is_dir() and not (Path(path) / "saved_model.pb").exists():
+        add(
+            "readable",
+            f"{os.fspath(path)} is a directory without .keras or .h5 files; expected model "
+            "files; check the path",
+            [Finding.UNREADABLE],
+        )
+        return
     try:
         info = read_file_info(path, read_weights=True)
     except LayergradError as exc:
         add("readable", str(exc), [Finding.UNREADABLE])
-        return _verdict(path, items)
+        return
     add("readable", f"{info.format} file, {len(info.graph.layers)} layers")
     if not _safe(info, options, add):
-        return _verdict(path, items)
+        return
     _weights(info, add)
     _loss(info, options, add)
     if not options.static_only:
         _dynamic(path, info, options, add)
-    return _verdict(path, items)
 
 
 Add = Callable[..., bool]
@@ -90,7 +117,7 @@ def _verdict(path: str | os.PathLike[str], items: list[CheckItem]) -> FileVerdic
 
 
 def _safe(info: FileInfo, options: CheckOptions, add: Add) -> bool:
-    from layergrad.loader import check_safety, module_name
+    from layergrad.audit import check_safety, module_name
 
     try:
         accepted = check_safety(info, [module_name(m) for m in options.imports], options.unsafe)
@@ -106,13 +133,23 @@ def _safe(info: FileInfo, options: CheckOptions, add: Add) -> bool:
 
 
 def _weights(info: FileInfo, add: Add) -> None:
+    if info.stored.hollow:
+        add(
+            "weights",
+            f"weight {info.stored.hollow[0]} (an HDF5 shape bomb: Keras would allocate the "
+            "declared size)",
+            [Finding.UNREADABLE],
+        )
+        return
     bad = [w for w in info.weights if w.nan or w.inf]
+    unchecked = sum(w.unchecked for w in info.weights)
+    note = f"; {unchecked} tensors not scanned ({info.notes[0]})" if unchecked else ""
     if bad:
         listed = ", ".join(f"{w.layer} ({w.nan} NaN, {w.inf} Inf)" for w in bad[:5])
-        add("weights", f"non-finite weights in {listed}", [Finding.NONFINITE])
+        add("weights", f"non-finite weights in {listed}{note}", [Finding.NONFINITE])
     else:
         params = sum(w.params for w in info.weights)
-        add("weights", f"{params:,} stored weights, all finite")
+        add("weights", f"{params:,} stored weights, all finite{note}")
 
 
 def _loss(info: FileInfo, options: CheckOptions, add: Add) -> None:
@@ -138,7 +175,14 @@ def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions
     from layergrad.weights import scan_weights
 
     try:
-        loaded, warnings = load_model(path, options.imports, options.unsafe, info=info)
+        loaded, warnings = load_model(
+            path,
+            options.imports,
+            options.unsafe,
+            info=info,
+            batch_rows=options.batch_size,
+            max_memory=options.max_memory,
+        )
     except LayergradError as exc:
         add("loads", str(exc), [Finding.UNREADABLE])
         return
@@ -149,7 +193,12 @@ def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions
     # its initial statistics): check it the way training will run it, with batch statistics.
     training = bool(untrained_batchnorm(model))
     try:
-        probe = ProbeOptions(batch_size=options.batch_size, seed=options.seed, training=training)
+        probe = ProbeOptions(
+            batch_size=options.batch_size,
+            seed=options.seed,
+            training=training,
+            max_memory=options.max_memory,
+        )
         session = session_for(loaded, probe, warnings)
     except LayergradError as exc:  # e.g. a model that does not declare its inputs
         add("forward", f"not run: {exc}")
@@ -239,18 +288,22 @@ def _trainable(report: WeightScanReport | None, add: Add) -> None:
 def expand_paths(paths: Sequence[str]) -> list[str]:
     """Model files to check: files as given; a directory's .keras / .h5 files, recursively.
 
-    A directory holding `saved_model.pb` is kept as it is, so its check explains SavedModels.
+    A directory holding `saved_model.pb` is kept as it is, so its check explains SavedModels;
+    so is a directory without model files (or one that cannot be listed), so its check says
+    so while the other files are checked. Symbolic links to directories are not followed.
     """
     out: list[str] = []
     for text in paths:
         p = Path(text)
-        if p.is_dir() and not (p / "saved_model.pb").exists():
-            found = sorted(str(f) for f in p.rglob("*") if f.suffix in (".keras", ".h5"))
-            if not found:
-                raise LayergradError(f"no .keras or .h5 files in directory {text}")
-            out.extend(found)
-        else:
-            out.append(text)
+        try:
+            walk = p.is_dir() and not (p / "saved_model.pb").exists()
+        except OSError:
+            walk = False
+        found: list[str] = []
+        if walk:
+            for root, _dirs, files in os.walk(p, followlinks=False):
+                found += [os.path.join(root, f) for f in files if f.endswith((".keras", ".h5"))]
+        out.extend(sorted(found) or [text])
     if not out:
         raise LayergradError("give at least one model file to check")
     return out

@@ -19,6 +19,7 @@ from layergrad.cli_options import (
     format_options,
     handle_errors,
     load_options,
+    max_memory_option,
     plot_option,
     probe_options,
     write_plot,
@@ -103,22 +104,26 @@ def inspect(
         layergrad inspect model.h5 --from 1 --to -1 --input batch.npy --fail-on none,nonfinite
         layergrad inspect model.keras --from dense --to dense_1 --format html > report.html
     """
-    from layergrad import api, plot
+    from layergrad import api, outputs, plot
 
     if save_gradient and not save_gradient.endswith((".npy", ".npz")):
         raise click.BadParameter("must end in .npy or .npz", param_hint="--save-gradient")
     if save_gradient and save_gradient.endswith(".npy") and len(targets) > 1:
         raise click.BadParameter("several --to layers need a .npz", param_hint="--save-gradient")
+    reads = [model, probe.input_file, *imports]
     if plot_file:
-        plot.check_plot_path(plot_file, [model, probe.input_file])
+        plot.check_plot_path(plot_file, reads)
+        outputs.check_target(plot_file, "--plot", "chart", reads)
+    if save_gradient:
+        outputs.check_target(save_gradient, "--save-gradient", save_gradient[-3:], reads)
     result = api.inspect_model(
         model, source, list(targets), imports=imports, unsafe=unsafe, options=probe
     )
     emit("inspect", fmt, result, result.model.warnings)
     if plot_file:
-        write_plot(result, plot_file)
+        write_plot(result, plot_file, reads)
     if save_gradient:
-        api.save_gradients(result, save_gradient)
+        click.echo(api.save_gradients(result, save_gradient, reads).message, err=True)
     if any(r.status in fail_on for r in result.results):
         sys.exit(1)
 
@@ -231,14 +236,16 @@ def scan(
         layergrad scan model.keras --plot flow.png --format html > scan.html
         layergrad scan model.keras --wrt weights --loss sparse_categorical_crossentropy
     """
-    from layergrad import api, plot
+    from layergrad import api, outputs, plot
 
     if wrt == Wrt.WEIGHTS and (target or patterns):
         raise click.UsageError("--to and --layers choose activations; drop them with --wrt weights")
     if loss and wrt != Wrt.WEIGHTS:
         raise click.UsageError("--loss needs --wrt weights")
+    reads = [model, probe.input_file, *imports]
     if plot_file:
-        plot.check_plot_path(plot_file, [model, probe.input_file])
+        plot.check_plot_path(plot_file, reads)
+        outputs.check_target(plot_file, "--plot", "chart", reads)
     if wrt == Wrt.WEIGHTS:
         weights = api.scan_weights_model(
             model, loss=loss, imports=imports, unsafe=unsafe, options=probe
@@ -253,7 +260,7 @@ def scan(
         result, rows = activations, activations.rows
         emit("scan", fmt, activations, activations.model.warnings)
     if plot_file:
-        write_plot(result, plot_file)
+        write_plot(result, plot_file, reads)
     if any(set(row.flags) & fail_on for row in rows):
         sys.exit(1)
 
@@ -292,6 +299,7 @@ def scan(
 @click.option(
     "--seed", default=0, show_default=True, type=int, help="Seed of the random probe batch."
 )
+@max_memory_option
 @click.option(
     "--loss",
     "loss",
@@ -309,6 +317,7 @@ def check(
     junit_file: str | None,
     batch_size: int,
     seed: int,
+    max_memory: int,
     loss: str | None,
     imports: tuple[str, ...],
     unsafe: bool,
@@ -332,9 +341,13 @@ def check(
         layergrad check models/ --format html > check.html
     """
     from layergrad import check as checks
+    from layergrad import outputs
     from layergrad.render.junit import check_junit
 
     paths = checks.expand_paths(models)
+    reads = [*models, *paths, *imports]
+    if junit_file:
+        outputs.check_target(junit_file, "--junit", "xml", reads)
     options = checks.CheckOptions(
         fail_on=fail_on,
         static_only=static_only,
@@ -342,13 +355,15 @@ def check(
         unsafe=unsafe,
         batch_size=batch_size,
         seed=seed,
+        max_memory=max_memory,
         loss=loss,
     )
     verdicts = _with_progress(paths, lambda on_file: checks.check_files(paths, options, on_file))
-    if junit_file:
-        with open(junit_file, "w", encoding="utf-8") as out:
-            out.write(check_junit(verdicts))
     emit("check", fmt, verdicts)
+    if junit_file:
+        xml = check_junit(verdicts)
+        done = outputs.write_report(junit_file, xml, "--junit", "the JUnit report", reads)
+        click.echo(done.message, err=True)
     if not all(v.passed for v in verdicts):
         sys.exit(1)
 

@@ -82,6 +82,7 @@ class LayerListing:
     rows: tuple[LayerRow, ...]
     operations: tuple[LayerRow, ...]
     warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # stored tensors weight health did not scan, and why
 
     @property
     def total_params(self) -> int:
@@ -124,6 +125,7 @@ def build_listing(info: FileInfo, warnings: Sequence[str] = ()) -> LayerListing:
         rows=tuple(rows),
         operations=ops,
         warnings=tuple(warnings),
+        notes=info.notes,
     )
 
 
@@ -213,8 +215,8 @@ def list_layers(
         LoadError: the file is unreadable or malformed; UnsafeModelError when the audit
             refuses it (unless `unsafe`, which lists it with the findings as warnings).
     """
+    from layergrad.audit import check_safety, module_name
     from layergrad.fileinfo import read_file_info
-    from layergrad.loader import check_safety, module_name
 
     info = read_file_info(path)
     accepted = check_safety(info, [module_name(spec) for spec in imports], unsafe)

@@ -336,7 +336,8 @@ def _label(name: str) -> str:
 def check_plot_path(
     path: str | os.PathLike[str], protected: Sequence[str | os.PathLike[str] | None] = ()
 ) -> str:
-    """Validate a `--plot` path before any work: a known extension, not one of the inputs.
+    """Validate a `--plot` path before any work: a known extension, a target `outputs` accepts
+    (not an input of this run, a directory or a file of another kind).
 
     Args:
         path: where the chart will go; its extension chooses the format.
@@ -346,9 +347,10 @@ def check_plot_path(
         The path as a string.
 
     Raises:
-        InputError: an unknown extension, a folder that does not exist, or a path that names
-            a protected file.
+        InputError: an unknown extension; OutputError: a target `outputs` refuses.
     """
+    from layergrad.outputs import check_target
+
     text = os.fspath(path)
     ext = os.path.splitext(text)[1].lower()
     if ext not in PLOT_FORMATS:
@@ -356,37 +358,36 @@ def check_plot_path(
             f"--plot {text}: unknown chart format {ext or '(no extension)'!r}; "
             f"use a file ending in {', '.join(PLOT_FORMATS)}"
         )
-    folder = os.path.dirname(os.path.abspath(text))
-    if not os.path.isdir(folder):
-        raise InputError(f"--plot {text}: no such folder {folder}; create it or choose another")
-    for other in protected:
-        if other is not None and _same_file(text, os.fspath(other)):
-            raise InputError(
-                f"--plot {text} is an input file of this run; refusing to write over it; "
-                "choose another file name"
-            )
+    check_target(text, "--plot", "chart", [None if p is None else os.fspath(p) for p in protected])
     return text
 
 
-def _same_file(a: str, b: str) -> bool:
-    if os.path.exists(a) and os.path.exists(b):
-        return os.path.samefile(a, b)
-    return os.path.realpath(a) == os.path.realpath(b)
-
-
-def save_figure(fig: Figure, path: str | os.PathLike[str]) -> str:
+def save_figure(
+    fig: Figure, path: str | os.PathLike[str], protected: Sequence[str | None] = ()
+) -> str:
     """Write a figure; the format follows the extension (.png, .svg, .pdf).
 
-    The output is reproducible: no creation date or software version is written.
+    The output is reproducible: no creation date or software version is written. The file is
+    written by `outputs.write_file` (never over `protected` files or a file that is not a
+    chart, through a temporary file).
 
     Returns:
         The format written ("png", "svg" or "pdf").
 
     Raises:
-        InputError: an unknown extension, or the file cannot be written.
+        InputError: an unknown extension or a missing folder; OutputError: the file cannot or
+            must not be written.
     """
+    from layergrad import outputs
+
     text = check_plot_path(path)
     fmt = os.path.splitext(text)[1].lower().lstrip(".")
+    outputs.write_file(text, "--plot", "chart", figure_bytes(fig, fmt), protected)
+    return fmt
+
+
+def figure_bytes(fig: Figure, fmt: str) -> bytes:
+    """The figure as a reproducible ``png``, ``svg`` or ``pdf`` file (no date, no version)."""
     metadata: dict[str, Any] = {
         "png": {"Software": None},
         "svg": {"Date": None},
@@ -394,12 +395,10 @@ def save_figure(fig: Figure, path: str | os.PathLike[str]) -> str:
     }[fmt]
     import matplotlib
 
-    try:
-        with matplotlib.rc_context({"svg.hashsalt": "layergrad"}):
-            fig.savefig(text, format=fmt, dpi=150, metadata=metadata)
-    except OSError as exc:
-        raise InputError(f"--plot {text}: cannot write it ({exc.strerror or exc})") from exc
-    return fmt
+    buffer = io.BytesIO()
+    with matplotlib.rc_context({"svg.hashsalt": "layergrad"}):
+        fig.savefig(buffer, format=fmt, dpi=150, metadata=metadata)
+    return buffer.getvalue()
 
 
 def figure_svg(fig: Figure) -> str:

@@ -105,7 +105,8 @@ def test_json_schema_and_junit(tmp_path):
     result = run(
         "check", sample("seed.keras"), sample("cause_round.keras"), "--json", "--junit", str(junit)
     )
-    doc = json.loads(result.output)
+    doc = json.loads(result.stdout)
+    assert result.stderr.endswith(f"wrote the JUnit report to {junit}\n")
     assert doc["schema"] == "layergrad.check/1" and doc["passed"] is False
     assert [f["passed"] for f in doc["files"]] == [True, False]
     assert set(doc["files"][0]) == {"path", "passed", "checks"}
@@ -136,7 +137,12 @@ def test_directory_stands_for_its_model_files(tmp_path):
     ]
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert CliRunner().invoke(cli.main, ["check", str(empty)]).exit_code == 2
+    assert checks.expand_paths([str(empty)]) == [str(empty)]
+    result = CliRunner().invoke(cli.main, ["check", str(empty), "--json"])
+    assert result.exit_code == 1  # a failed entry, not a usage error
+    (entry,) = json.loads(result.stdout)["files"]
+    assert entry["path"] == str(empty) and not entry["passed"]
+    assert "is a directory without .keras or .h5 files" in entry["checks"][0]["message"]
 
 
 def test_static_only_never_imports_tensorflow():

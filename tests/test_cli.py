@@ -195,7 +195,8 @@ def test_call_index_errors_name_the_calls_that_exist(args, message):
 
 
 def test_unwritable_save_gradient_still_shows_the_report(tmp_path):
-    target = tmp_path / "missing_dir" / "g.npy"
+    (tmp_path / "a_file").write_text("not a folder")
+    target = tmp_path / "a_file" / "g.npy"  # its folder cannot be created
     result = CliRunner().invoke(
         main,
         [
@@ -210,7 +211,7 @@ def test_unwritable_save_gradient_still_shows_the_report(tmp_path):
         ],
     )
     assert result.exit_code == 2
-    assert "dense_1" in result.output and "cannot write" in result.output
+    assert "dense_1" in result.stdout and "cannot create the folder" in result.stderr
 
 
 def test_scan_layers_glob_that_matches_nothing_exits_2():

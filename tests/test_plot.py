@@ -27,7 +27,7 @@ from pagecheck import read_page
 from layergrad import plot
 from layergrad.api import inspect_model, scan_model
 from layergrad.cli import main
-from layergrad.errors import InputError
+from layergrad.errors import LayergradError
 from layergrad.render import html_report
 from layergrad.results import GradientStats, ModelMeta, ProbeMeta, ScanReport, ScanRow
 
@@ -222,13 +222,14 @@ def test_check_plot_path_refuses_unknown_formats_and_input_files(tmp_path):
     for path, protected, message in [
         (tmp_path / "x.gif", [], "unknown chart format '.gif'"),
         (tmp_path / "x", [], "(no extension)"),
-        (tmp_path / "missing" / "x.png", [], "no such folder"),
-        (model, [str(model), None], "refusing to write over it"),
-        (link, [None, model], "refusing to write over it"),
+        (model, [str(model), None], "which this run reads; refusing to write over it"),
+        (link, [None, model], "which this run reads; refusing to write over it"),
     ]:
-        with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        with pytest.raises(LayergradError, match=message.replace("(", r"\(").replace(")", r"\)")):
             plot.check_plot_path(path, protected)
     assert plot.check_plot_path(tmp_path / "ok.PDF", [model]) == str(tmp_path / "ok.PDF")
+    # a folder that does not exist yet is made, as for --junit and --save-gradient
+    assert plot.check_plot_path(tmp_path / "new" / "x.png") == str(tmp_path / "new" / "x.png")
 
 
 def test_cli_plot_writes_the_file_and_says_so(tmp_path):

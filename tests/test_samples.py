@@ -30,6 +30,7 @@ HERE = str(SAMPLES)
 BATCH = 8
 SEEDS = (0, 1, 2, 3, 4)  # probe seeds; every expectation must hold for all of them
 
+
 def check(ok: bool, label: str, detail: str = "") -> bool:
     assert ok, label + (f"  [{detail}]" if detail else "")
     return True

@@ -144,6 +144,8 @@ def _health_cell(r: LayerRow) -> Text:
     parts = [nonfinite_text(w)] if w.nan or w.inf else []
     if w.zero_tensors:
         parts.append(f"{w.zero_tensors}/{w.tensors} zero")
+    if w.unchecked:
+        parts.append(f"{w.unchecked}/{w.tensors} not scanned")
     style = ""
     if w.nan or w.inf:
         style = NONFINITE_STYLE
@@ -176,6 +178,7 @@ def _footer(listing: LayerListing) -> str:
             f"{len(ops)} functional operations are not layers, so --from/--to cannot address "
             f"them; inbound marks them (op). Each with its inputs: {shown}{more}"
         )
+    lines += [f"weights not scanned: {note}" for note in listing.notes]
     return "\n".join(lines)
 
 
@@ -206,6 +209,7 @@ def as_json(listing: LayerListing, **_: Any) -> str:
             for op in listing.operations
         ],
         "warnings": list(listing.warnings),
+        "notes": list(listing.notes),
     }
     return json.dumps(doc, indent=2, allow_nan=False)
 
@@ -225,7 +229,13 @@ def _row_json(r: LayerRow) -> dict[str, Any]:
         "is_model": r.is_model,
         "weights": None
         if w is None
-        else {"tensors": w.tensors, "nan": w.nan, "inf": w.inf, "zero_tensors": w.zero_tensors},
+        else {
+            "tensors": w.tensors,
+            "nan": w.nan,
+            "inf": w.inf,
+            "zero_tensors": w.zero_tensors,
+            "unchecked": w.unchecked,
+        },
         "problem": r.problem,
     }
 
