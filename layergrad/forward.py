@@ -14,6 +14,7 @@ import numpy as np
 
 from layergrad.graph import ModelGraph
 from layergrad.layer_refs import CallKey
+from layergrad.locate import nearest_preds
 from layergrad.probe import Activation, Trace
 from layergrad.results import ConstantOutput, InputRange
 
@@ -79,17 +80,7 @@ def _captured_preds(key: CallKey, graph: ModelGraph | None, index: dict[CallKey,
     """The captured activations feeding call `key`, looking through uncaptured graph nodes."""
     if graph is None or not graph.preds:
         return []
-    found, stack, seen = [], list(graph.preds.get(key, ())), set()
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        if node in index:
-            found.append(index[node])
-        else:
-            stack.extend(graph.preds.get(node, ()))
-    return found
+    return [index[node] for node in nearest_preds(graph, key, index.__contains__)]
 
 
 def reason(act: Activation, layers: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 from layergrad.fileinfo import FileInfo, WeightHealth
 from layergrad.graph import LayerEntry, ModelGraph
+from layergrad.model_config import serialized_name
 
 
 @dataclass(frozen=True)
@@ -188,14 +189,7 @@ def dtype_policy(value: Any) -> str | None:
     Keras 3 stores a serialized ``DTypePolicy`` (name in its config), input layers and Keras
     2 files a plain dtype string, older mixed-precision files a ``Policy`` object.
     """
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping):
-        inner = value.get("config")
-        if isinstance(inner, Mapping) and isinstance(inner.get("name"), str):
-            return str(inner["name"])
-        return str(value.get("class_name")) if value.get("class_name") else None
-    return None
+    return serialized_name(value)
 
 
 def nonfinite_text(w: WeightHealth) -> str:

@@ -69,17 +69,8 @@ class PathView:
         if graph is None or not graph.preds:
             pos = self.nodes.index(key) if key in self.nodes else 0
             return [self.nodes[pos - 1]] if pos > 0 else [self.source]
-        found, stack, seen = [], list(graph.preds.get(key, ())), set()
-        while stack:
-            node = stack.pop()
-            if node in seen:
-                continue
-            seen.add(node)
-            if node == self.source or node in self.nodes:
-                found.append(node)
-            elif node not in self.index:
-                stack.extend(graph.preds.get(node, ()))
-        return found
+        on_path = {self.source, *self.nodes}
+        return nearest_preds(graph, key, on_path.__contains__, lambda n: n not in self.index)
 
     def inputs_of(self, key: CallKey) -> list[Activation]:
         """The captured activations feeding `key`."""
@@ -116,6 +107,27 @@ class PathView:
 
 def _finite(value: np.ndarray) -> bool:
     return bool(np.all(np.isfinite(value)))
+
+
+def nearest_preds(
+    graph: ModelGraph,
+    key: CallKey,
+    stop: Callable[[CallKey], bool],
+    through: Callable[[CallKey], bool] | None = None,
+) -> list[CallKey]:
+    """The graph predecessors of `key` where `stop` holds, walking on through the nodes where
+    `through` holds (by default every node where `stop` does not)."""
+    found, stack, seen = [], list(graph.preds.get(key, ())), set()
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if stop(node):
+            found.append(node)
+        elif through is None or through(node):
+            stack.extend(graph.preds.get(node, ()))
+    return found
 
 
 def _closure(

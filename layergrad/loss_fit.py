@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layergrad.graph import ModelGraph
+from layergrad.model_config import serialized_name, structure_refs
 
 CROSSENTROPY = ("binary", "categorical")  # losses that read probabilities (or logits)
 
@@ -57,18 +58,11 @@ def output_heads(config: Mapping[str, Any], graph: ModelGraph) -> list[Head]:
     """The layers that make the model's outputs, in output order."""
     inner = config.get("config")
     inner = inner if isinstance(inner, Mapping) else {}
-    names = _output_names(inner.get("output_layers"))
+    names = [ref[0] for ref in structure_refs(inner.get("output_layers"))]
     if not names:  # a Sequential: its last layer
         last = [e for e in graph.layers if e.parent is None and e.class_name != "InputLayer"]
         names = [last[-1].name] if last else []
     return [_head(graph, name) for name in names]
-
-
-def _output_names(refs: Any) -> list[str]:
-    if isinstance(refs, list) and len(refs) >= 1 and isinstance(refs[0], str):
-        return [refs[0]]
-    values = refs.values() if isinstance(refs, Mapping) else refs if isinstance(refs, list) else []
-    return [name for value in values for name in _output_names(value)]
 
 
 def _head(graph: ModelGraph, name: str) -> Head:
@@ -89,14 +83,7 @@ def _head(graph: ModelGraph, name: str) -> Head:
 def _activation_name(value: Any) -> str:
     if value is None:
         return "linear"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping):
-        inner = value.get("config")
-        if isinstance(inner, Mapping) and isinstance(inner.get("name"), str):
-            return str(inner["name"])
-        return str(value.get("class_name", "unknown")).lower()
-    return "unknown"
+    return (serialized_name(value) or "unknown").lower()
 
 
 def _per_output(loss: Any, names: Sequence[str]) -> list[tuple[str, bool] | None]:

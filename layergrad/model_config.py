@@ -80,3 +80,16 @@ def structure_refs(obj: Any) -> list[Ref]:
         return [(obj[0], obj[1], obj[2])]
     values = obj.values() if isinstance(obj, Mapping) else obj if isinstance(obj, list) else []
     return [ref for value in values for ref in structure_refs(value)]
+
+
+def serialized_name(value: Any) -> str | None:
+    """The name in a serialized Keras object: a plain string, its config's `name`, else its
+    class name (a dtype policy, an activation); None when there is none."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        inner = value.get("config")
+        if isinstance(inner, Mapping) and isinstance(inner.get("name"), str):
+            return str(inner["name"])
+        return str(value["class_name"]) if value.get("class_name") else None
+    return None

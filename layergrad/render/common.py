@@ -19,7 +19,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from layergrad.results import Cause, ModelMeta, ProbeMeta
+from layergrad.results import Cause, GradientStats, ModelMeta, ProbeMeta
 from layergrad.vocab import Status
 
 MIN_WIDTH = 100  # the narrowest a report is laid out when the width is free
@@ -169,6 +169,20 @@ def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
         },
         "probe": asdict(probe),
     }
+
+
+def gradient_json(g: GradientStats | None, *, shape: bool = False) -> dict[str, Any] | None:
+    """A gradient's statistics as a JSON-ready dict (with its shape for `inspect`)."""
+    if g is None:
+        return None
+    numbers = {
+        "l2": g.l2,
+        "mean_abs": g.mean_abs,
+        "max_abs": g.max_abs,
+        "zero_fraction": g.zero_fraction,
+        "nonfinite": g.nonfinite,
+    }
+    return {"shape": list(g.shape), **numbers} if shape else numbers
 
 
 def cause_json(c: Cause) -> dict[str, Any]:

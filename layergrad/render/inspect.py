@@ -18,6 +18,7 @@ from layergrad.render.common import (
     cause_json,
     causes_lines,
     fitted_table,
+    gradient_json,
     md_cause,
     md_code,
     md_table,
@@ -28,7 +29,7 @@ from layergrad.render.common import (
     shape_text,
     to_text,
 )
-from layergrad.results import Endpoint, GradientStats, InspectReport, Result
+from layergrad.results import Endpoint, InspectReport, Result
 from layergrad.vocab import Status
 
 SCHEMA = "layergrad.inspect/1"
@@ -145,24 +146,13 @@ def result_json(res: Result) -> dict[str, Any]:
         "from": _endpoint_json(res.source),
         "to": _endpoint_json(res.target),
         "status": res.status,
-        "gradient": None if res.gradient is None else _gradient_json(res.gradient),
+        "gradient": gradient_json(res.gradient, shape=True),
         "causes": [cause_json(c) for c in res.causes],
     }
 
 
 def _endpoint_json(e: Endpoint) -> dict[str, Any]:
     return {"layer": e.layer, "shape": list(e.shape), "dtype": e.dtype}
-
-
-def _gradient_json(g: GradientStats) -> dict[str, Any]:
-    return {
-        "shape": list(g.shape),
-        "l2": g.l2,
-        "mean_abs": g.mean_abs,
-        "max_abs": g.max_abs,
-        "zero_fraction": g.zero_fraction,
-        "nonfinite": g.nonfinite,
-    }
 
 
 def markdown(report: InspectReport, **_: Any) -> str:

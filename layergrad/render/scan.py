@@ -15,6 +15,7 @@ from layergrad.render.common import (
     cause_json,
     causes_lines,
     fitted_table,
+    gradient_json,
     md_code,
     md_table,
     md_text,
@@ -131,15 +132,7 @@ def row_json(row: ScanRow) -> dict[str, Any]:
         "shape": list(row.shape),
         "dtype": row.dtype,
         "status": row.status,
-        "gradient": None
-        if g is None
-        else {
-            "l2": g.l2,
-            "mean_abs": g.mean_abs,
-            "max_abs": g.max_abs,
-            "zero_fraction": g.zero_fraction,
-            "nonfinite": g.nonfinite,
-        },
+        "gradient": gradient_json(g),
         "flags": list(row.flags),
         "causes": [cause_json(c) for c in row.causes],
     }

@@ -14,6 +14,7 @@ from layergrad.render.common import (
     cause_json,
     causes_lines,
     fitted_table,
+    gradient_json,
     md_cause,
     md_code,
     md_table,
@@ -115,15 +116,7 @@ def variable_json(row: VariableRow) -> dict[str, Any]:
         "shape": list(row.shape),
         "dtype": row.dtype,
         "status": row.status,
-        "gradient": None
-        if g is None
-        else {
-            "l2": g.l2,
-            "mean_abs": g.mean_abs,
-            "max_abs": g.max_abs,
-            "zero_fraction": g.zero_fraction,
-            "nonfinite": g.nonfinite,
-        },
+        "gradient": gradient_json(g),
         "update_ratio": row.update_ratio,
         "flags": list(row.flags),
         "causes": [cause_json(c) for c in row.causes],
