@@ -6,6 +6,7 @@
 4. loads      Keras loads it in safe mode
 5. forward    a forward pass on a random probe batch is finite
 6. gradient   the gradient of the outputs reaches every differentiable layer, finite
+7. baseline   with `--baseline`: no regression against a committed scan (see `baseline.py`)
 
 `static_only` stops after 3 and never imports TensorFlow.
 """
@@ -17,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from layergrad.baseline import Baseline, judge, load_baselines, match_baselines, probe_options
+from layergrad.diff import DEFAULT_TOLERANCE
 from layergrad.errors import LayergradError, describe
 from layergrad.fileinfo import FileInfo, read_file_info
 from layergrad.results import CheckItem, FileVerdict, ScanReport
@@ -33,6 +36,9 @@ class CheckOptions:
     unsafe: bool = False
     batch_size: int = 2
     seed: int = 0
+    input_file: str | None = None  # the probe batch of forward and gradient (default random)
+    baselines: tuple[str, ...] = ()  # `layergrad scan --json` files (see baseline.match_baselines)
+    tolerance: float = DEFAULT_TOLERANCE  # decades of mean |g| a baseline allows
 
 
 def check_files(
@@ -40,22 +46,40 @@ def check_files(
     options: CheckOptions = CheckOptions(),
     on_file: Callable[[str], None] | None = None,
 ) -> tuple[FileVerdict, ...]:
-    """Check each file; `on_file(path)` is called as each one starts (for a progress bar)."""
+    """Check each file; `on_file(path)` is called as each one starts (for a progress bar).
+
+    With `options.baselines`, each baseline is matched to a file first (a baseline that
+    matches none, or whose probe cannot be reused, is an InputError before anything loads).
+    """
     unknown = sorted(set(options.fail_on) - set(Finding.words()))
     if unknown:
         raise LayergradError(
             f"unknown --fail-on finding {', '.join(unknown)}; use {','.join(Finding.words())}"
         )
+    baselines: dict[str, Baseline] = {}
+    if options.baselines:
+        if options.static_only:
+            raise LayergradError("--baseline compares a gradient scan; drop --static-only")
+        files = [os.fspath(p) for p in paths]
+        found = load_baselines(options.baselines)
+        baselines = match_baselines(files, found, options.input_file)
     verdicts = []
     for path in paths:
         if on_file is not None:
             on_file(os.fspath(path))
-        verdicts.append(check_file(path, options))
+        verdicts.append(check_file(path, options, baselines.get(os.fspath(path))))
     return tuple(verdicts)
 
 
-def check_file(path: str | os.PathLike[str], options: CheckOptions = CheckOptions()) -> FileVerdict:
-    """Run the checks on one file, stopping at the first that leaves nothing to check next."""
+def check_file(
+    path: str | os.PathLike[str],
+    options: CheckOptions = CheckOptions(),
+    baseline: Baseline | None = None,
+) -> FileVerdict:
+    """Run the checks on one file, stopping at the first that leaves nothing to check next.
+
+    `baseline` adds the `baseline` check, scanning with the baseline's probe.
+    """
     items: list[CheckItem] = []
 
     def add(name: str, message: str, findings: Sequence[Finding] = ()) -> bool:
@@ -73,7 +97,7 @@ def check_file(path: str | os.PathLike[str], options: CheckOptions = CheckOption
         return _verdict(path, items)
     _weights(info, add)
     if not options.static_only:
-        _dynamic(path, info, options, add)
+        _dynamic(path, info, options, add, baseline)
     return _verdict(path, items)
 
 
@@ -110,7 +134,13 @@ def _weights(info: FileInfo, add: Add) -> None:
         add("weights", f"{params:,} stored weights, all finite")
 
 
-def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions, add: Add) -> None:
+def _dynamic(
+    path: str | os.PathLike[str],
+    info: FileInfo,
+    options: CheckOptions,
+    add: Add,
+    baseline: Baseline | None = None,
+) -> None:
     from layergrad.loader import load_model
     from layergrad.pipeline import ProbeOptions, session_for
     from layergrad.scan import scan_session
@@ -124,9 +154,17 @@ def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions
     mode = "" if options.unsafe else " in safe mode"
     add("loads", f"{type(model).__name__} {model.name!r} loads{mode}")
     try:
-        probe = ProbeOptions(batch_size=options.batch_size, seed=options.seed)
+        probe = (
+            probe_options(baseline, options.input_file)
+            if baseline
+            else ProbeOptions(
+                batch_size=options.batch_size, seed=options.seed, input_file=options.input_file
+            )
+        )
         session = session_for(loaded, probe, warnings)
     except LayergradError as exc:  # e.g. a model that does not declare its inputs
+        if baseline is not None or options.input_file is not None:
+            raise  # a batch the user asked for does not fit: a usage error, not a pass
         add("forward", f"not run: {exc}")
         return
     try:
@@ -141,8 +179,14 @@ def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions
             [Finding.NONFINITE],
         )
     else:
-        add("forward", f"finite on a random batch of {session.batch.batch_size}")
+        batch = session.batch
+        source = "a random batch" if batch.source == "random" else f"the batch in {batch.source}"
+        add("forward", f"finite on {source} of {batch.batch_size}")
     _gradient(report, add)
+    if baseline is not None:
+        add("baseline", *judge(report, baseline, options.tolerance))
+    elif options.baselines:
+        add("baseline", "no baseline given for this file")
 
 
 def _gradient(report: ScanReport, add: Add) -> None:

@@ -20,6 +20,7 @@ from layergrad.cli_options import (
     handle_errors,
     load_options,
     probe_options,
+    tolerance_option,
 )
 from layergrad.vocab import DEFAULT_FAIL_ON, FAILING_STATUSES, Finding, Flag, OutputFormat
 
@@ -241,6 +242,22 @@ def scan(
 @click.option(
     "--seed", default=0, show_default=True, type=int, help="Seed of the random probe batch."
 )
+@click.option(
+    "--input",
+    "input_file",
+    type=click.Path(dir_okay=False, path_type=str),
+    help="Probe batch instead of a random one: .npy (one input) or .npz keyed by input name.",
+)
+@click.option(
+    "--baseline",
+    "baselines",
+    multiple=True,
+    metavar="SCAN.json",
+    type=click.Path(path_type=str),
+    help="A committed `layergrad scan --json`: fail on a regression against it, scanning with "
+    "its probe. Repeatable: each applies to the file it was made from.",
+)
+@tolerance_option
 @load_options
 @handle_errors
 def check(
@@ -251,6 +268,9 @@ def check(
     junit_file: str | None,
     batch_size: int,
     seed: int,
+    input_file: str | None,
+    baselines: tuple[str, ...],
+    tolerance: float,
     imports: tuple[str, ...],
     unsafe: bool,
     debug: bool,
@@ -260,7 +280,8 @@ def check(
     Each file gets named checks: readable, safe (static audit), weights (all
     finite), loads (Keras safe mode), forward (finite on a random batch),
     gradient (the outputs' gradient reaches every differentiable layer,
-    finite). An unreadable or hostile file fails; it is not a usage error.
+    finite), and with --baseline, baseline (no regression against a committed
+    scan). An unreadable or hostile file fails; it is not a usage error.
     A directory stands for the .keras / .h5 files under it.
 
     \b
@@ -268,6 +289,8 @@ def check(
         layergrad check models/*.keras
         layergrad check models/ --junit layergrad.xml
         layergrad check model.h5 --static-only --fail-on unreadable,unsafe,nonfinite
+        layergrad scan model.keras --json > baseline.json    # once, then commit it
+        layergrad check model.keras --baseline baseline.json
     """
     from layergrad import check as checks
     from layergrad.render.junit import check_junit
@@ -280,6 +303,9 @@ def check(
         unsafe=unsafe,
         batch_size=batch_size,
         seed=seed,
+        input_file=input_file,
+        baselines=baselines,
+        tolerance=tolerance,
     )
     verdicts = _with_progress(paths, lambda on_file: checks.check_files(paths, options, on_file))
     if junit_file:
@@ -287,6 +313,61 @@ def check(
             out.write(check_junit(verdicts))
     emit("check", fmt, verdicts)
     if not all(v.passed for v in verdicts):
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("base", type=click.Path(dir_okay=True, path_type=str))
+@click.argument("new", type=click.Path(dir_okay=True, path_type=str))
+@click.option(
+    "--to",
+    "target",
+    metavar="REF",
+    help="Target layer, in both models (default: a seeded random projection of the outputs).",
+)
+@probe_options
+@tolerance_option
+@click.option(
+    "--all", "show_all", is_flag=True, help="Show every layer, not only the ones that changed."
+)
+@format_options
+@load_options
+@handle_errors
+def diff(
+    base: str,
+    new: str,
+    target: str | None,
+    probe: Any,
+    tolerance: float,
+    show_all: bool,
+    fmt: OutputFormat,
+    imports: tuple[str, ...],
+    unsafe: bool,
+    debug: bool,
+) -> None:
+    """Compare gradient flow in two model files: exit 1 on a regression.
+
+    Scans BASE and NEW with the same probe (as `scan` does) and compares them
+    layer by layer. A regression: a layer that was ok and is now none, zero
+    or nonfinite; an ok layer newly flagged dead; or mean |g| moved by more
+    than --tolerance decades either way. Layers in one file only are
+    reported as added / removed. The table shows the layers that changed,
+    regressions first; markdown is for pull-request comments.
+
+    \b
+    Examples:
+        layergrad diff model_v1.keras model_v2.keras
+        layergrad diff base.keras new.keras --tolerance 1 --all
+        layergrad diff base.keras new.keras --format markdown > comment.md
+    """
+    from layergrad.diff import diff_models
+
+    report = diff_models(
+        base, new, target=target, tolerance=tolerance, imports=imports, unsafe=unsafe,
+        options=probe,
+    )  # fmt: skip
+    emit("diff", fmt, report, (*report.base.warnings, *report.new.warnings), show_all=show_all)
+    if report.regressions:
         sys.exit(1)
 
 

@@ -60,6 +60,7 @@ class Finding(Word):
     DEAD = "dead"
     VANISHING = "vanishing"
     EXPLODING = "exploding"
+    REGRESSION = "regression"  # gradient flow got worse than the --baseline scan
 
 
 DEFAULT_FAIL_ON = (
@@ -68,7 +69,17 @@ DEFAULT_FAIL_ON = (
     Finding.ERROR,
     Finding.NONFINITE,
     Finding.BLOCKED,
+    Finding.REGRESSION,
 )
+
+
+class Change(Word):
+    """How one row of a `diff` differs between the base and the new scan."""
+
+    SAME = "same"  # same status and flags, mean |g| equal up to rounding
+    CHANGED = "changed"
+    ADDED = "added"  # only in the new scan
+    REMOVED = "removed"  # only in the base scan
 
 
 class CauseCode(Word):

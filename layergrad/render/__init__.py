@@ -12,7 +12,7 @@ from typing import Any
 
 from layergrad.vocab import OutputFormat
 
-COMMANDS = ("inspect", "scan", "check", "layers")
+COMMANDS = ("inspect", "scan", "check", "layers", "diff")
 FUNCTIONS = {
     OutputFormat.TABLE: "table",
     OutputFormat.JSON: "as_json",
@@ -30,7 +30,16 @@ def renderer(command: str, fmt: OutputFormat) -> Renderer:
 
 
 def render(
-    command: str, fmt: OutputFormat, value: Any, *, color: bool = False, width: int | None = 100
+    command: str,
+    fmt: OutputFormat,
+    value: Any,
+    *,
+    color: bool = False,
+    width: int | None = 100,
+    **options: Any,
 ) -> str:
-    """`command`'s report `value` as text in format `fmt` (colour and width for tables)."""
-    return renderer(command, fmt)(value, color=color, width=width)
+    """`command`'s report `value` as text in format `fmt` (colour and width for tables).
+
+    `options` are the command's own rendering options (`show_all` for `diff`).
+    """
+    return renderer(command, fmt)(value, color=color, width=width, **options)
