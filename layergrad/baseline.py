@@ -32,7 +32,7 @@ class Baseline:
 
 def load_baselines(paths: Sequence[str | os.PathLike[str]]) -> tuple[Baseline, ...]:
     """Read each baseline file (see `profile.load_profile`); InputError names a bad one."""
-    return tuple(Baseline(os.fspath(p), load_profile(p)) for p in paths)
+    return tuple(Baseline(os.fspath(p), load_profile(p, f"--baseline {p}")) for p in paths)
 
 
 def match_baselines(

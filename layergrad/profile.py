@@ -103,33 +103,38 @@ def _cause_text(code: str, layer: str | None) -> str:
     return f"{code} at {layer}" if layer else str(code)
 
 
-def load_profile(path: str | os.PathLike[str]) -> Profile:
+def load_profile(path: str | os.PathLike[str], name: str | None = None) -> Profile:
     """Read a `layergrad scan --json` document (at most MAX_PROFILE_BYTES) as a profile.
+
+    `name` is how errors call the file (default: its path), e.g. `--baseline b.json`.
 
     Raises:
         InputError: the file is missing, too large, not JSON, not a `layergrad.scan/1`
             document, or malformed; the message names the file and what is wrong.
     """
     text = os.fspath(path)
+    where = name or text
     try:
         with open(text, "rb") as handle:
             data = handle.read(MAX_PROFILE_BYTES + 1)
     except FileNotFoundError:
-        raise InputError(f"{text}: no such file; {REMAKE}") from None
+        raise InputError(f"{where}: no such file; {REMAKE}") from None
     except IsADirectoryError:
-        raise InputError(f"{text} is a directory; expected a scan JSON file; {REMAKE}") from None
+        raise InputError(f"{where} is a directory; expected a scan JSON file; {REMAKE}") from None
     except OSError as exc:
-        raise InputError(f"{text}: cannot read it ({exc.strerror})") from None
+        raise InputError(f"{where}: cannot read it ({exc.strerror})") from None
     if len(data) > MAX_PROFILE_BYTES:
         raise InputError(
-            f"{text} is larger than {MAX_PROFILE_BYTES // 2**20} MiB, far more than a scan JSON "
+            f"{where} is larger than {MAX_PROFILE_BYTES // 2**20} MiB, far more than a scan JSON "
             f"holds; {REMAKE}"
         )
     try:
         doc = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"{text} is not a JSON document ({exc}); {REMAKE}") from None
-    return profile_from_json(doc, text)
+    except UnicodeDecodeError:
+        raise InputError(f"{where} is not a JSON document (not UTF-8 text); {REMAKE}") from None
+    except ValueError as exc:
+        raise InputError(f"{where} is not a JSON document ({exc}); {REMAKE}") from None
+    return profile_from_json(doc, where)
 
 
 def _no_constant(name: str) -> Any:
@@ -248,14 +253,16 @@ class _Fields:
             layer = first.get("layer")
             cause = _cause_text(first["code"], layer if isinstance(layer, str) else None)
         shape = obj.get("shape")
-        is_input = obj.get("class") == "InputLayer" and isinstance(shape, list)
+        input_shape = None
+        if obj.get("class") == "InputLayer" and isinstance(shape, list):
+            input_shape = tuple(shape) if all(type(d) is int for d in shape) else None
         return ProfileRow(
             name=self.member(obj, key, str, f"{at}.{key}"),
             status=Status(status),
             mean_abs=mean_abs,
             flags=tuple(flags),
             cause=cause,
-            input_shape=tuple(shape) if is_input and shape is not None else None,
+            input_shape=input_shape,
         )
 
 

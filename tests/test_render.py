@@ -27,8 +27,23 @@ def long_names(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def reports(long_names):
+def long_names_changed(long_names, tmp_path_factory):
+    """The same model with the last kernel times 1e-3: every row before it changes."""
+    model = keras.saving.load_model(long_names)
+    out = model.get_layer(LONG + "_out")
+    kernel, bias = out.get_weights()
+    out.set_weights([kernel * 1e-3, bias])
+    path = tmp_path_factory.mktemp("long") / "long_changed.keras"
+    model.save(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def reports(long_names, long_names_changed):
+    from layergrad.diff import diff_models
+
     return {
+        "diff": diff_models(long_names, long_names_changed),
         "inspect": inspect_model(long_names, LONG, [LONG + "_out"]),
         "scan": scan_model(long_names),
         "check": check_files([long_names]),
@@ -43,7 +58,7 @@ def test_every_command_renders_every_format(reports, command, fmt, long_names):
     assert (long_names if command == "check" else LONG) in text
 
 
-@pytest.mark.parametrize("command", ["inspect", "scan", "layers", "check"])
+@pytest.mark.parametrize("command", ["inspect", "scan", "layers", "check", "diff"])
 @pytest.mark.parametrize("width", [50, 80, 100])
 def test_tables_never_cut_anything(reports, command, width):
     text = render(command, OutputFormat.TABLE, reports[command], width=width)
@@ -53,7 +68,14 @@ def test_tables_never_cut_anything(reports, command, width):
 
 @pytest.mark.parametrize(
     ("command", "width"),
-    [("scan", 80), ("scan", 100), ("layers", 100), ("inspect", 140), ("inspect", None)],
+    [
+        ("scan", 80),
+        ("scan", 100),
+        ("layers", 100),
+        ("inspect", 140),
+        ("inspect", None),
+        ("diff", 100),
+    ],
 )
 def test_names_stay_whole_when_dropping_columns_makes_room(reports, command, width):
     text = render(command, OutputFormat.TABLE, reports[command], width=width)

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from rich.console import RenderableType
+from rich.table import Table
 from rich.text import Text
 
 from layergrad.diff import DiffReport, RowDiff
@@ -23,20 +24,23 @@ from layergrad.render.common import (
     md_table,
     md_text,
     meta_json,
+    natural_width,
     number,
     probe_line,
     to_text,
 )
 from layergrad.results import ModelMeta
-from layergrad.vocab import Change
+from layergrad.vocab import Change, Status
 
 SCHEMA = "layergrad.diff/1"
+MIN_WHY = 24  # the narrowest the why column gets before layer names wrap
 COLUMNS = (
     Column(""),
     Column("layer", name_like=True),
-    Column("base"),
-    Column("new"),
-    Column("decades", "right"),
+    # on a narrow page the why sentence, which says what changed, outlasts the numbers
+    Column("base", drop=2),
+    Column("new", drop=1),
+    Column("decades", "right", drop=3),
     Column("why", name_like=True),
 )
 
@@ -48,13 +52,23 @@ def table(
     rows = shown_rows(report, show_all)
     items: list[RenderableType] = [_header(report)]
     if rows:
-        items.append(fitted_table(COLUMNS, [_cells(r) for r in rows], width))
+        items.append(_table(rows, width))
     verdict = Text(verdict_line(report), style="bold red" if report.regressions else "bold green")
     items.append(verdict)
     hidden = len(report.rows) - len(rows)
     if hidden:
         items.append(Text(f"{hidden} unchanged rows not shown; --all shows every row"))
     return to_text(items, color=color, width=width)
+
+
+def _table(rows: list[RowDiff], width: int | None) -> Table:
+    """The rows' table; the why sentences wrap before layer names do (down to MIN_WHY)."""
+    table = fitted_table(COLUMNS, [_cells(r) for r in rows], width)
+    excess = 0 if width is None else natural_width(table) - width
+    if excess > 0:
+        why = table.columns[-1]
+        why.max_width = max(MIN_WHY, max(len(r.why) for r in rows) - excess)
+    return table
 
 
 def shown_rows(report: DiffReport, show_all: bool) -> list[RowDiff]:
@@ -114,8 +128,7 @@ def _cells(row: RowDiff) -> list[RenderableType]:
 def _side(side: ProfileRow | None) -> Text:
     if side is None:
         return Text("-")
-    mean = "" if side.mean_abs is None else f" {number(side.mean_abs)}"
-    return Text.assemble((side.status.value, STATUS_STYLE.get(side.status, "")), mean)
+    return Text.assemble((side.status.value, STATUS_STYLE.get(side.status, "")), _mean(side))
 
 
 def _decades(decades: float | None) -> str:
@@ -187,7 +200,8 @@ def _md_rows(rows: list[RowDiff]) -> str:
             _md_side(r.base),
             _md_side(r.new),
             _decades(r.decades),
-            ("**regression**: " if r.regression else "") + md_text(r.why),
+            # md_table escapes the pipes of "mean |g|"; md_text must not escape them twice
+            ("**regression**: " if r.regression else "") + md_text(r.why).replace("\\|", "|"),
         ]
         for r in rows
     ]
@@ -197,5 +211,11 @@ def _md_rows(rows: list[RowDiff]) -> str:
 def _md_side(side: ProfileRow | None) -> str:
     if side is None:
         return "-"
-    mean = "" if side.mean_abs is None else f" {number(side.mean_abs)}"
-    return f"{side.status}{mean}"
+    return f"{side.status}{_mean(side)}"
+
+
+def _mean(side: ProfileRow) -> str:
+    """` 0.31`: an ok row's mean |g| (a non-finite row's is over its finite part: not shown)."""
+    if side.status != Status.OK or side.mean_abs is None:
+        return ""
+    return f" {number(side.mean_abs)}"
