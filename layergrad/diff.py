@@ -159,7 +159,7 @@ def _same_number(base: ProfileRow, new: ProfileRow) -> bool:
 def _decades_sentence(decades: float, tolerance: float, beyond: bool) -> str:
     direction = "fell" if decades < 0 else "rose"
     size = abs(decades)
-    text = f"{size:.1f}" if size >= 0.1 else f"{size:.2g}"
+    text = f"{size:.1f}" if size >= 0.05 else f"{size:.1g}"
     if beyond and float(text) <= tolerance:  # "fell 2.0 decades (tolerance 2)" would puzzle
         text = f"{size:.3f}"
     bound = "tolerance" if beyond else "within tolerance"
