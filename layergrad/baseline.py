@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from layergrad.diff import DiffReport, compare
 from layergrad.errors import InputError
 from layergrad.pipeline import ProbeOptions
-from layergrad.profile import ACTIVATIONS, Profile, load_profile, profile_of
+from layergrad.profile import ACTIVATIONS, Profile, load_profile, profile_of, recorded_probe
 from layergrad.results import ScanReport
 from layergrad.vocab import Change, Finding
 
@@ -96,30 +96,7 @@ def probe_options(baseline: Baseline, input_file: str | None = None) -> ProbeOpt
             f"{where} was made with --to {profile.target}; check scans the projection of the "
             f"model's outputs; {remake} (without --to)"
         )
-    probe = profile.probe
-    if probe.source == "random" and input_file is not None:
-        raise InputError(
-            f"{where} was probed with a random batch (seed {probe.seed}), but --input "
-            f"{input_file} is given; drop --input, or make the baseline with --input {input_file}"
-        )
-    if probe.source != "random":
-        if input_file is None:
-            raise InputError(
-                f"{where} was probed with --input {probe.source}; pass the same batch: "
-                f"--input {probe.source}"
-            )
-        if os.path.normpath(input_file) != os.path.normpath(probe.source):
-            raise InputError(
-                f"{where} was probed with --input {probe.source}, not {input_file}; pass the "
-                "same file, or make the baseline again with this one"
-            )
-    return ProbeOptions(
-        input_file=input_file,
-        batch_size=probe.batch_size,
-        seed=probe.seed if probe.seed is not None else 0,
-        reduce=probe.reduce,
-        training=probe.training,
-    )
+    return recorded_probe(profile, input_file, where)
 
 
 def judge(

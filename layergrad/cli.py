@@ -352,13 +352,15 @@ def diff(
     or nonfinite; an ok layer newly flagged dead; or mean |g| moved by more
     than --tolerance decades either way. Layers in one file only are
     reported as added / removed. The table shows the layers that changed,
-    regressions first; markdown is for pull-request comments.
+    regressions first; markdown is for pull-request comments. Either file may
+    be a `layergrad scan --json` instead: it is read, not scanned, and its
+    probe is used for the other.
 
     \b
     Examples:
         layergrad diff model_v1.keras model_v2.keras
         layergrad diff base.keras new.keras --tolerance 1 --all
-        layergrad diff base.keras new.keras --format markdown > comment.md
+        layergrad diff baseline.json model.keras --format markdown > comment.md
     """
     from layergrad.diff import diff_models
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from layergrad.errors import InputError
-from layergrad.profile import Profile, ProfileRow, profile_of
+from layergrad.pipeline import ProbeOptions
+from layergrad.profile import Profile, ProfileRow, load_profile, profile_of, recorded_probe
 from layergrad.results import ModelMeta, ProbeMeta
 from layergrad.vocab import Change, Flag, Status
 
@@ -245,37 +246,65 @@ def diff_models(
     tolerance: float = DEFAULT_TOLERANCE,
     imports: Sequence[str] = (),
     unsafe: bool = False,
-    options: Any = None,
+    options: ProbeOptions | None = None,
 ) -> DiffReport:
     """Scan two model files with the same probe and compare them (two scans, no more).
 
+    Either side may instead be a `layergrad scan --json` file: it is read, not scanned, and
+    the model on the other side is scanned with the probe and target recorded in it.
+
     Args:
-        base_path, new_path: `.keras` / `.h5` model files, the reference and the one under test.
+        base_path, new_path: `.keras` / `.h5` model files (or scan `.json` files), the
+            reference and the one under test.
         target: a layer reference both models have; None for the seeded projection of the
-            outputs (as in `scan`).
+            outputs (as in `scan`), or the target recorded in a scan JSON.
         tolerance: the largest change of mean |g|, in decades, that is not a regression.
         imports, unsafe: as for `scan_model`.
-        options: a `pipeline.ProbeOptions` used for both models (default: `ProbeOptions()`).
+        options: the probe for both models (default: `ProbeOptions()`, or the one recorded in
+            a scan JSON, whose `input_file` must then be given again if it had one).
 
     Raises:
         LoadError, LayerNotFound, InputError: user errors, including two models whose inputs
-            differ when no `--input` batch is given.
+            differ when no `--input` batch is given, and options that contradict a scan JSON.
     """
-    from layergrad.pipeline import ProbeOptions, open_session
+    from layergrad.pipeline import open_session
     from layergrad.scan import scan_session
 
-    probe = options or ProbeOptions()
     if not (math.isfinite(tolerance) and tolerance > 0):
         raise InputError(f"--tolerance must be a positive number of decades: {tolerance!r}")
+    paths = [os.fspath(base_path), os.fspath(new_path)]
+    profiles = [load_profile(p) if p.endswith(".json") else None for p in paths]
+    probe = options or ProbeOptions()
+    recorded = next(((p, f) for p, f in zip(paths, profiles, strict=True) if f), None)
+    if recorded is not None:
+        json_path, profile = recorded
+        probe = _recorded_probe(profile, probe, json_path)
+        target = profile.target if target is None else target
     refs = [target] if target is not None else []
     sessions = [
         open_session(path, probe, refs=refs, imports=imports, unsafe=unsafe)
-        for path in (base_path, new_path)
+        for path, read in zip(paths, profiles, strict=True)
+        if read is None
     ]
-    if probe.input_file is None:
+    if len(sessions) == 2 and probe.input_file is None:
         same_random_batch(*sessions)
-    base, new = (profile_of(scan_session(s, target)) for s in sessions)
+    scanned = (profile_of(scan_session(session, target)) for session in sessions)
+    base, new = (read if read is not None else next(scanned) for read in profiles)
     return compare(base, new, tolerance)
+
+
+def _recorded_probe(profile: Profile, given: ProbeOptions, path: str) -> ProbeOptions:
+    """The probe recorded in a scan JSON; options given that contradict it are an error."""
+    input_file = None if given.input_file is None else os.fspath(given.input_file)
+    probe = recorded_probe(profile, input_file, path)
+    if given not in (ProbeOptions(input_file=given.input_file), probe):
+        raise InputError(
+            f"{path} records the probe it was made with ({_source_text(profile.probe)}, batch "
+            f"{profile.probe.batch_size}, {_mode(profile.probe)}, reduce "
+            f"{profile.probe.reduce}); the model is scanned with it, so leave out --seed, "
+            "--batch-size, --reduce and --training, or give the same values"
+        )
+    return probe
 
 
 def same_random_batch(base: Any, new: Any) -> None:

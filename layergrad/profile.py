@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layergrad.errors import InputError
+from layergrad.pipeline import ProbeOptions
 from layergrad.results import Cause, GradientStats, ModelMeta, ProbeMeta, ScanReport
 from layergrad.vocab import Status
 
@@ -101,6 +102,42 @@ def profile_rows(rows: Iterable[Any], name_of: Callable[[Any], str]) -> tuple[Pr
 
 def _cause_text(code: str, layer: str | None) -> str:
     return f"{code} at {layer}" if layer else str(code)
+
+
+def recorded_probe(profile: Profile, input_file: str | None, where: str) -> ProbeOptions:
+    """The probe options that reproduce the probe recorded in `profile`.
+
+    `input_file` is the `--input` given now: a profile probed with an `--input` batch needs
+    the same file again (the JSON records its path, not its contents); a profile probed with a
+    random batch needs none. `where` names the profile in errors.
+
+    Raises:
+        InputError: the recorded probe cannot be reproduced with this `input_file`.
+    """
+    probe = profile.probe
+    if probe.source == "random" and input_file is not None:
+        raise InputError(
+            f"{where} was probed with a random batch (seed {probe.seed}), but --input "
+            f"{input_file} is given; drop --input, or make the scan again with --input {input_file}"
+        )
+    if probe.source != "random":
+        if input_file is None:
+            raise InputError(
+                f"{where} was probed with --input {probe.source}; pass the same batch: "
+                f"--input {probe.source}"
+            )
+        if os.path.normpath(input_file) != os.path.normpath(probe.source):
+            raise InputError(
+                f"{where} was probed with --input {probe.source}, not {input_file}; pass the "
+                "same file, or make the scan again with this one"
+            )
+    return ProbeOptions(
+        input_file=input_file,
+        batch_size=probe.batch_size,
+        seed=probe.seed if probe.seed is not None else 0,
+        reduce=probe.reduce,
+        training=probe.training,
+    )
 
 
 def load_profile(path: str | os.PathLike[str], name: str | None = None) -> Profile:

@@ -249,3 +249,44 @@ def test_markdown_for_a_pull_request(tanh_files):
     assert "<summary>" in text and "| `l2` |" in text.split("<details>")[1]  # the rest folded
     ok = run("diff", tanh_files["base"], tanh_files["base"], "--format", "markdown").output
     assert "✅ no regression" in ok and "|" not in ok
+
+
+def scan_json(tmp_path, model, name, *args):
+    result = run("scan", model, "--json", *args)
+    assert result.exit_code == 0, result.output
+    path = tmp_path / name
+    path.write_text(result.output, encoding="utf-8")
+    return str(path)
+
+
+def test_a_scan_json_stands_for_its_model(tanh_files, tmp_path):
+    base_json = scan_json(tmp_path, tanh_files["base"], "base.json")
+    from_json = diff_models(base_json, tanh_files["scaled"])
+    from_model = diff_models(tanh_files["base"], tanh_files["scaled"])
+    assert from_json.rows == from_model.rows  # the same numbers: the JSON is exact
+    both = diff_models(base_json, base_json)  # nothing to scan
+    assert {r.change for r in both.rows} == {Change.SAME}
+    assert run("diff", base_json, tanh_files["scaled"]).exit_code == 1
+    reverse = diff_models(tanh_files["scaled"], base_json)  # either side
+    assert {r.name for r in reverse.regressions} == set(BEFORE)
+
+
+def test_the_probe_recorded_in_a_scan_json_is_used(tanh_files, tmp_path):
+    args = ["--seed", "3", "--batch-size", "5", "--reduce", "mean", "--training"]
+    recorded = scan_json(tmp_path, tanh_files["base"], "b.json", *args)
+    report = diff_models(recorded, tanh_files["base"])
+    assert {r.change for r in report.rows} == {Change.SAME}  # scanned the same way
+    assert report.probe.seed == 3 and report.probe.batch_size == 5
+    assert run("diff", recorded, tanh_files["base"], *args).exit_code == 0  # the same, said again
+    contradicted = run("diff", recorded, tanh_files["base"], "--seed", "4")
+    assert (
+        contradicted.exit_code == 2 and "records the probe it was made with" in contradicted.output
+    )
+    with_input = scan_json(tmp_path, tanh_files["base"], "i.json", "--input", tanh_files["input"])
+    missing = run("diff", with_input, tanh_files["base"])
+    assert missing.exit_code == 2 and "pass the same batch: --input" in missing.output
+    given = run("diff", with_input, tanh_files["base"], "--input", tanh_files["input"])
+    assert given.exit_code == 0, given.output
+    targeted = scan_json(tmp_path, tanh_files["base"], "t.json", "--to", "l3")
+    report = diff_models(targeted, tanh_files["scaled"])
+    assert report.target == "l3" and [r.name for r in report.rows] == ["x", "l0", "l1", "l2", "l3"]
