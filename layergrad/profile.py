@@ -162,7 +162,7 @@ def load_profile(path: str | os.PathLike[str], name: str | None = None) -> Profi
         raise InputError(f"{where}: cannot read it ({exc.strerror})") from None
     if len(data) > MAX_PROFILE_BYTES:
         raise InputError(
-            f"{where} is larger than {MAX_PROFILE_BYTES // 2**20} MiB, far more than a scan JSON "
+            f"{where} is larger than {MAX_PROFILE_BYTES / 2**20:g} MiB, far more than a scan JSON "
             f"holds; {REMAKE}"
         )
     try:
@@ -171,6 +171,8 @@ def load_profile(path: str | os.PathLike[str], name: str | None = None) -> Profi
         raise InputError(f"{where} is not a JSON document (not UTF-8 text); {REMAKE}") from None
     except ValueError as exc:
         raise InputError(f"{where} is not a JSON document ({exc}); {REMAKE}") from None
+    except RecursionError:  # a scan JSON is 4 levels deep; the parser recurses per level
+        raise InputError(f"{where} is nested too deeply for a scan JSON; {REMAKE}") from None
     return profile_from_json(doc, where)
 
 

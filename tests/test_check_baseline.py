@@ -149,6 +149,7 @@ def test_a_baseline_of_a_model_with_other_inputs_is_refused(files, tmp_path):
         (b'{"schema": "layergrad.inspect/1"}', "is a layergrad inspect document"),
         (b'{"schema": "layergrad.scan/2"}', "this version of layergrad reads layergrad.scan/1"),
         (b'{"schema": "x"}', "is not a layergrad scan document"),
+        (b"[" * 200_000, "nested too deeply"),
     ],
 )
 def test_a_file_that_is_not_a_scan_json_is_refused(tmp_path, files, content, message):

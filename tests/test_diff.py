@@ -290,3 +290,14 @@ def test_the_probe_recorded_in_a_scan_json_is_used(tanh_files, tmp_path):
     targeted = scan_json(tmp_path, tanh_files["base"], "t.json", "--to", "l3")
     report = diff_models(targeted, tanh_files["scaled"])
     assert report.target == "l3" and [r.name for r in report.rows] == ["x", "l0", "l1", "l2", "l3"]
+
+
+def test_names_from_the_file_are_text_not_markup(tmp_path):
+    x = keras.Input((3,), name="x")
+    out = keras.layers.Dense(2, name="y[b]")(keras.layers.Dense(4, name="[red]a")(x))
+    path = tmp_path / "markup.keras"
+    keras.Model(x, out).save(path)
+    table = run("diff", str(path), str(path), "--all").output
+    assert "[red]a" in table and "y[b]" in table
+    markdown = run("diff", str(path), str(path), "--all", "--format", "markdown").output
+    assert "`[red]a`" in markdown

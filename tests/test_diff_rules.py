@@ -150,3 +150,13 @@ def test_a_scan_json_reads_back_as_the_report_it_was_printed_from():
     read = profile_from_json(json.loads(render("scan", OutputFormat.JSON, blocked)))
     assert read == profile_of(blocked)
     assert any(r.cause and r.cause.startswith("stop_gradient at") for r in read.rows)
+
+
+def test_a_scan_json_beyond_the_budget_is_refused_unread(tmp_path, monkeypatch):
+    from layergrad import profile as profiles
+
+    path = tmp_path / "big.json"
+    path.write_text('{"schema": "layergrad.scan/1", "pad": "' + "x" * 2000 + '"}')
+    monkeypatch.setattr(profiles, "MAX_PROFILE_BYTES", 1024)
+    with pytest.raises(InputError, match=r"big\.json is larger than 0\.000976562 MiB"):
+        profiles.load_profile(path)

@@ -117,7 +117,7 @@ def _target(report: DiffReport) -> str:
 def _cells(row: RowDiff) -> list[RenderableType]:
     return [
         Text("✗", style="bold red") if row.regression else "",
-        row.name,
+        Text(row.name),  # a name from a model file is text, never rich markup
         _side(row.base),
         _side(row.new),
         _decades(row.decades),
