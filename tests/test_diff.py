@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from chains import ROWS, chain_weights, gradients, mean_abs, save_chain, scaled, with_nan
 from click.testing import CliRunner
-from conftest import keras, normal, sample
+from conftest import keras, load_sample, normal, sample, tf
 
 from layergrad import cli
 from layergrad.diff import diff_models
@@ -301,3 +301,64 @@ def test_names_from_the_file_are_text_not_markup(tmp_path):
     assert "[red]a" in table and "y[b]" in table
     markdown = run("diff", str(path), str(path), "--all", "--format", "markdown").output
     assert "`[red]a`" in markdown
+
+
+SAMPLES = ["seed.keras", "residual.keras", "nested.keras", "shared.keras", "two_input.keras",
+           "embedding.keras"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_every_kind_of_model_is_the_same_as_itself_and_as_its_scan_json(name, tmp_path):
+    # Sequential, residual branches, nested, shared layers, two inputs, integer inputs
+    path = sample(name)
+    report = diff_models(path, path)
+    assert report.rows and {r.change for r in report.rows} == {Change.SAME}
+    from_json = diff_models(scan_json(tmp_path, path, "scan.json"), path)
+    assert from_json.rows == report.rows
+
+
+def test_a_scaled_head_on_a_residual_model_matches_manual_tapes(tmp_path, write_input):
+    # residual: stem -> block; add = stem + block; outputs head(add) and side(stem). The
+    # default target projects both outputs; only the head path shrinks, so add and block
+    # lose 4 decades while stem, fed by the side path too, loses less.
+    x = normal(8, 8, seed=5)
+    model = load_sample("residual.keras")
+    head = model.get_layer("head")
+    kernel, bias = head.get_weights()
+    head.set_weights([kernel * 1e-4, bias])
+    scaled_path = tmp_path / "residual_scaled.keras"
+    model.save(scaled_path)
+    expected = {}
+    for label, m in (("base", load_sample("residual.keras")), ("new", model)):
+        r_head, r_side = (tf.constant(a, tf.float32) for a in _projections((8, 2), (8, 4)))
+        layer = m.get_layer
+        with tf.GradientTape(persistent=True) as tape:
+            inputs = tf.constant(x)
+            tape.watch(inputs)
+            stem = layer("stem")(inputs)
+            block = layer("block")(stem)
+            add = layer("add")([stem, block])
+            target = tf.reduce_sum(layer("head")(add) * r_head) + tf.reduce_sum(
+                layer("side")(stem) * r_side
+            )
+        acts = {"x": inputs, "stem": stem, "block": block, "add": add}
+        expected[label] = {
+            k: float(np.mean(np.abs(tape.gradient(target, a)))) for k, a in acts.items()
+        }
+    report = diff_models(
+        sample("residual.keras"), str(scaled_path), options=ProbeOptions(input_file=write_input(x))
+    )
+    rows = by_name(report)
+    for name in ("x", "stem", "block", "add"):
+        decades = math.log10(expected["new"][name] / expected["base"][name])
+        assert rows[name].decades == pytest.approx(decades, abs=1e-4), name
+        assert rows[name].regression == (abs(decades) > 2), name
+    assert rows["add"].regression and rows["block"].regression
+    assert rows["add"].decades == pytest.approx(-4, abs=1e-4)  # linear from add to head
+    assert not rows["side"].regression and rows["head"].change == Change.SAME
+
+
+def _projections(*shapes, seed=0):
+    """The documented default target's R: standard normal, one per output in order, seeded."""
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(shape) for shape in shapes]
