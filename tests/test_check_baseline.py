@@ -246,3 +246,15 @@ def test_junit_carries_the_baseline_check(files, tmp_path):
     run("check", files["broken"], "--baseline", files["scan"], "--junit", str(junit))
     cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
     assert cases["baseline"].find("failure") is not None
+
+
+def test_check_input_is_the_probe_batch_and_must_fit(files, tmp_path):
+    result = run("check", files["base"], "--input", files["input"], "--json")
+    assert result.exit_code == 0, result.output
+    assert (
+        checks_of(result)["forward"]["message"] == f"finite on the batch in {files['input']} of 5"
+    )
+    wrong = tmp_path / "wrong.npy"
+    np.save(wrong, normal(5, 7))
+    bad = run("check", files["base"], "--input", str(wrong))
+    assert bad.exit_code == 2 and "has shape (5, 7), expected (batch, 6)" in bad.output
