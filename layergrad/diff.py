@@ -88,8 +88,7 @@ def compare(base: Profile, new: Profile, tolerance: float = DEFAULT_TOLERANCE) -
         InputError: a tolerance that is not a positive number, or profiles made with another
             probe, target or kind of scan.
     """
-    if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance > 0):
-        raise InputError(f"--tolerance must be a positive number of decades: {tolerance!r}")
+    check_tolerance(tolerance)
     comparable(base, new)
     old = {r.name: r for r in base.rows}
     now = {r.name: r for r in new.rows}
@@ -106,6 +105,12 @@ def compare(base: Profile, new: Profile, tolerance: float = DEFAULT_TOLERANCE) -
         rows=rows,
         wrt=new.wrt,
     )
+
+
+def check_tolerance(tolerance: float) -> None:
+    """Raise InputError unless `tolerance` is a positive, finite number of decades."""
+    if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance > 0):
+        raise InputError(f"--tolerance must be a positive number of decades: {tolerance!r}")
 
 
 def compare_row(
@@ -125,12 +130,11 @@ def compare_row(
         reasons.append((broke, f"was {base.status}, now {new.status}{cause}"))
     else:
         reasons += _flag_changes(base, new)
-    if decades is not None and not math.isclose(
-        new.mean_abs or 0, base.mean_abs or 0, rel_tol=SAME_REL
-    ):
+    same_number = _same_number(base, new)
+    if decades is not None and not same_number:
         beyond = abs(decades) > tolerance
         reasons.append((beyond, _decades_sentence(decades, tolerance, beyond)))
-    same = base.status == new.status and base.flags == new.flags and _same_number(base, new)
+    same = base.status == new.status and base.flags == new.flags and same_number
     regression = any(flag for flag, _ in reasons)
     reasons.sort(key=lambda reason: not reason[0])  # the regressions first
     why = "; ".join(text for _, text in reasons) or ("unchanged" if same else "changed")
@@ -270,8 +274,7 @@ def diff_models(
     from layergrad.pipeline import open_session
     from layergrad.scan import scan_session
 
-    if not (math.isfinite(tolerance) and tolerance > 0):
-        raise InputError(f"--tolerance must be a positive number of decades: {tolerance!r}")
+    check_tolerance(tolerance)  # before two scans, not after
     paths = [os.fspath(base_path), os.fspath(new_path)]
     profiles = [load_profile(p) if p.endswith(".json") else None for p in paths]
     probe = options or ProbeOptions()
