@@ -20,9 +20,9 @@ from typing import Any
 
 from layergrad.errors import InputError
 from layergrad.pipeline import PathLike, ProbeOptions, open_session
-from layergrad.results import InspectReport, ScanReport
+from layergrad.results import InspectReport, ScanReport, WeightScanReport
 
-__all__ = ["ProbeOptions", "inspect_model", "save_gradients", "scan_model"]
+__all__ = ["ProbeOptions", "inspect_model", "save_gradients", "scan_model", "scan_weights_model"]
 
 
 def inspect_model(
@@ -101,7 +101,7 @@ def scan_model(
         target: a layer reference; None differentiates a seeded random projection of the
             model's outputs (not degenerate for softmax outputs, unlike their sum).
         layers: shell globs (`conv*`, `encoder/*`) that keep only matching layers.
-        (the rest as in `inspect_model`)
+        (the rest as in `inspect_model`; `scan_weights_model` differentiates the loss instead)
 
     Returns:
         A ScanReport with one row per layer call the target depends on, in execution order.
@@ -121,6 +121,33 @@ def scan_model(
         unsafe=unsafe,
     )
     return scan_session(session, target, layers)
+
+
+def scan_weights_model(
+    path: PathLike,
+    *,
+    loss: str | None = None,
+    imports: Sequence[str] = (),
+    unsafe: bool = False,
+    options: ProbeOptions | None = None,
+    **probe: Any,
+) -> WeightScanReport:
+    """Gradient of the training loss with respect to every trainable variable (one pass).
+
+    Args:
+        loss: a `keras.losses` name; None uses the loss compiled in the file.
+        (the rest as in `inspect_model`; labels are `y` from an `--input` .npz, else random)
+
+    Returns:
+        A WeightScanReport with one row per trainable variable (`layer/name`).
+
+    Raises:
+        InputError: the file has no compiled loss and `loss` is None.
+    """
+    from layergrad.weights import scan_weights
+
+    session = open_session(path, options or ProbeOptions(**probe), imports=imports, unsafe=unsafe)
+    return scan_weights(session, loss)
 
 
 def save_gradients(report: InspectReport, path: PathLike) -> None:

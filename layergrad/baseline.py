@@ -2,8 +2,11 @@
 
 A baseline is matched to the file it was made from, its probe (seed, batch size, reduction,
 mode) is reused for the file's scan, and the scan is compared with it under the rules of
-`diff`. A baseline that cannot be reproduced here (made with `--to`, with an `--input` batch
-not given now, or of another kind of scan) is refused before any model is loaded.
+`diff`. The baseline must be of the scan `check` runs anyway (so there is one scan, not two):
+`scan --wrt weights` (d loss / d every trainable variable) for a file with a loss (compiled,
+or `--loss`), plain `scan` (the projection of the outputs) for a file without. A baseline that
+cannot be reproduced (made with `--to`, with an `--input` batch not given now, of the other
+kind) is refused before the model is loaded.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from layergrad.diff import DiffReport, compare
 from layergrad.errors import InputError
 from layergrad.pipeline import ProbeOptions
 from layergrad.profile import ACTIVATIONS, Profile, load_profile, profile_of, recorded_probe
-from layergrad.results import ScanReport
+from layergrad.results import ScanReport, WeightScanReport
 from layergrad.vocab import Change, Finding
 
 LISTED = 4  # regressions named in a check message; the rest are counted
@@ -86,11 +89,6 @@ def probe_options(baseline: Baseline, input_file: str | None = None) -> ProbeOpt
     """
     profile, where = baseline.profile, f"--baseline {baseline.path}"
     remake = "make the baseline with `layergrad scan MODEL --json > baseline.json`"
-    if profile.wrt != ACTIVATIONS:
-        raise InputError(
-            f"{where} differentiates with respect to {profile.wrt}; check compares the "
-            f"gradient with respect to every layer's output; {remake}"
-        )
     if profile.target is not None:
         raise InputError(
             f"{where} was made with --to {profile.target}; check scans the projection of the "
@@ -99,15 +97,45 @@ def probe_options(baseline: Baseline, input_file: str | None = None) -> ProbeOpt
     return recorded_probe(profile, input_file, where)
 
 
+def fits(baseline: Baseline, has_loss: bool, path: str) -> None:
+    """Raise InputError unless the baseline is of the scan check runs on this file.
+
+    A file with a loss is checked by d loss / d every trainable variable (`scan --wrt
+    weights`); a file without one by the projection of its outputs (plain `scan`).
+    """
+    wrt, where = baseline.profile.wrt, f"--baseline {baseline.path}"
+    if has_loss and wrt == ACTIVATIONS:
+        raise InputError(
+            f"{path} has a loss (compiled in the file, or --loss), so check differentiates the "
+            f"loss, but {where} is a scan of the outputs' projection; make the baseline with "
+            "`layergrad scan MODEL --wrt weights --json > baseline.json`"
+        )
+    if not has_loss and wrt != ACTIVATIONS:
+        raise InputError(
+            f"{where} differentiates a loss ({baseline.profile.loss}), but {path} has none "
+            "compiled; pass the same --loss, or make the baseline with "
+            "`layergrad scan MODEL --json > baseline.json`"
+        )
+
+
 def judge(
-    report: ScanReport, baseline: Baseline, tolerance: float
+    report: ScanReport,
+    weights: WeightScanReport | None,
+    baseline: Baseline,
+    tolerance: float,
 ) -> tuple[str, tuple[Finding, ...]]:
     """The `baseline` check of one file: its message and findings (`regression` or none).
+
+    `report` is check's activation scan, `weights` its scan of the trainable variables (None
+    without a loss); the one of the baseline's kind is compared.
 
     Raises:
         InputError: the scan was not made with the baseline's probe (see `diff.comparable`).
     """
-    diff = compare(baseline.profile, profile_of(report), tolerance)
+    scanned = weights if baseline.profile.wrt != ACTIVATIONS else report
+    if scanned is None:  # `fits` refuses this before the scan; say so rather than pass
+        raise InputError(f"--baseline {baseline.path}: check found no loss to compare with")
+    diff = compare(baseline.profile, profile_of(scanned), tolerance)
     return summary(diff, baseline.path), (Finding.REGRESSION,) if diff.regressions else ()
 
 
@@ -120,7 +148,8 @@ def summary(diff: DiffReport, against: str) -> str:
         plural = "s" if len(bad) > 1 else ""
         return f"{len(bad)} regression{plural} against {against}: {named}{more}"
     compared = len(diff.rows) - diff.count(Change.ADDED) - diff.count(Change.REMOVED)
-    parts = [f"no regression against {against}: {compared} layers compared"]
+    what = "variables" if diff.wrt != ACTIVATIONS else "layers"
+    parts = [f"no regression against {against}: {compared} {what} compared"]
     changes = (Change.CHANGED, Change.ADDED, Change.REMOVED)
     parts += [f"{diff.count(c)} {c}" for c in changes if diff.count(c)]
     return ", ".join(parts)

@@ -3,12 +3,15 @@
 1. readable   the file is a well-formed .keras / .h5 (no TensorFlow)
 2. safe       the static audit finds nothing that would run code on load
 3. weights    every stored weight is finite
-4. loads      Keras loads it in safe mode
-5. forward    a forward pass on a random probe batch is finite
-6. gradient   the gradient of the outputs reaches every differentiable layer, finite
-7. baseline   with `--baseline`: no regression against a committed scan (see `baseline.py`)
+4. loss       the compiled loss (or --loss) fits each output's activation
+5. loads      Keras loads it in safe mode
+6. forward    a forward pass on a random probe batch is finite, and its outputs vary
+7. gradient   the gradient of the loss (compiled in the file, or --loss), else of a random
+              projection of the outputs, reaches every differentiable layer, finite
+8. trainable  every trainable variable gets a gradient from the loss (skipped without one)
+9. baseline   with `--baseline`: no regression against a committed scan (see `baseline.py`)
 
-`static_only` stops after 3 and never imports TensorFlow.
+`static_only` stops after 4 and never imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -18,11 +21,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from layergrad.baseline import Baseline, judge, load_baselines, match_baselines, probe_options
+from layergrad.baseline import (
+    Baseline,
+    fits,
+    judge,
+    load_baselines,
+    match_baselines,
+    probe_options,
+)
 from layergrad.diff import DEFAULT_TOLERANCE
 from layergrad.errors import LayergradError, describe
 from layergrad.fileinfo import FileInfo, read_file_info
-from layergrad.results import CheckItem, FileVerdict, ScanReport
+from layergrad.results import CheckItem, FileVerdict, ScanReport, WeightScanReport
 from layergrad.vocab import DEFAULT_FAIL_ON, Finding, Status
 
 
@@ -34,8 +44,9 @@ class CheckOptions:
     static_only: bool = False
     imports: tuple[str, ...] = ()
     unsafe: bool = False
-    batch_size: int = 2
+    batch_size: int = 8
     seed: int = 0
+    loss: str | None = None  # a keras.losses name overriding the file's compiled loss
     input_file: str | None = None  # the probe batch of forward and gradient (default random)
     baselines: tuple[str, ...] = ()  # `layergrad scan --json` files (see baseline.match_baselines)
     tolerance: float = DEFAULT_TOLERANCE  # decades of mean |g| a baseline allows
@@ -96,6 +107,7 @@ def check_file(
     if not _safe(info, options, add):
         return _verdict(path, items)
     _weights(info, add)
+    _loss(info, options, add)
     if not options.static_only:
         _dynamic(path, info, options, add, baseline)
     return _verdict(path, items)
@@ -134,6 +146,21 @@ def _weights(info: FileInfo, add: Add) -> None:
         add("weights", f"{params:,} stored weights, all finite")
 
 
+def _loss(info: FileInfo, options: CheckOptions, add: Add) -> None:
+    from layergrad.loss_fit import mismatches
+
+    compiled = {"loss": options.loss} if options.loss else info.compile_config
+    if not compiled.get("loss"):
+        add("loss", "no compiled loss to check")
+        return
+    found = mismatches(info.config, info.graph, compiled)
+    if not found:
+        add("loss", "the compiled loss fits every output")
+        return
+    text = "; ".join(f"{m.message}. Use {m.hint}" for m in found)
+    add("loss", text, [Finding.LOSS_MISMATCH])
+
+
 def _dynamic(
     path: str | os.PathLike[str],
     info: FileInfo,
@@ -142,9 +169,14 @@ def _dynamic(
     baseline: Baseline | None = None,
 ) -> None:
     from layergrad.loader import load_model
+    from layergrad.loss import find_loss
     from layergrad.pipeline import ProbeOptions, session_for
-    from layergrad.scan import scan_session
+    from layergrad.scan import scan_session, untrained_batchnorm
+    from layergrad.weights import scan_weights
 
+    has_loss = find_loss(info.compile_config, options.loss) is not None
+    if baseline is not None:
+        fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
     try:
         loaded, warnings = load_model(path, options.imports, options.unsafe, info=info)
     except LayergradError as exc:
@@ -153,12 +185,18 @@ def _dynamic(
     model = loaded.model
     mode = "" if options.unsafe else " in safe mode"
     add("loads", f"{type(model).__name__} {model.name!r} loads{mode}")
+    # A model that was never trained does not normalize in inference (BatchNormalization with
+    # its initial statistics): check it the way training will run it, with batch statistics.
+    training = bool(untrained_batchnorm(model))
     try:
         probe = (
             probe_options(baseline, options.input_file)
             if baseline
             else ProbeOptions(
-                batch_size=options.batch_size, seed=options.seed, input_file=options.input_file
+                batch_size=options.batch_size,
+                seed=options.seed,
+                training=training,
+                input_file=options.input_file,
             )
         )
         session = session_for(loaded, probe, warnings)
@@ -168,7 +206,11 @@ def _dynamic(
         add("forward", f"not run: {exc}")
         return
     try:
-        report = scan_session(session)
+        weights = scan_weights(session, options.loss) if has_loss else None
+        report = weights.activations if weights and weights.activations else scan_session(session)
+    except LayergradError as exc:  # e.g. --loss names no Keras loss
+        add("forward", f"not run: {exc}", [Finding.ERROR])
+        return
     except Exception as exc:  # the model's own code failed: the file fails, the run goes on
         add("forward", f"the forward pass failed: {describe(exc)}", [Finding.ERROR])
         return
@@ -178,13 +220,19 @@ def _dynamic(
             f"activations turn non-finite (NaN/Inf) at layer {report.first_nonfinite!r}",
             [Finding.NONFINITE],
         )
+    elif report.constant or report.input_range:
+        _forward_findings(report, add)
     else:
         batch = session.batch
         source = "a random batch" if batch.source == "random" else f"the batch in {batch.source}"
-        add("forward", f"finite on {source} of {batch.batch_size}")
+        mode = ""
+        if training and session.options.training:
+            mode = " (in training mode: its BatchNormalization was never trained)"
+        add("forward", f"finite and varying on {source} of {batch.batch_size}{mode}")
     _gradient(report, add)
+    _trainable(weights, add)
     if baseline is not None:
-        add("baseline", *judge(report, baseline, options.tolerance))
+        add("baseline", *judge(report, weights, baseline, options.tolerance))
     elif options.baselines:
         add("baseline", "no baseline given for this file")
 
@@ -205,6 +253,45 @@ def _gradient(report: ScanReport, add: Add) -> None:
         names = ", ".join(r.layer for r in layers[:4]) + ("..." if len(layers) > 4 else "")
         parts.append(f"{finding}: {names}{why}")
     add("gradient", "; ".join(parts), findings)
+
+
+def _forward_findings(report: ScanReport, add: Add) -> None:
+    from layergrad import causes as why
+
+    findings, parts = [], []
+    if report.constant:
+        findings.append(Finding.CONSTANT_OUTPUT)
+        parts += [why.constant_output(c.output, c.layer, c.reason) for c in report.constant]
+    scale = report.input_range
+    if scale is not None:
+        findings.append(Finding.INPUT_RANGE)
+        parts.append(
+            why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
+        )
+    add("forward", "; ".join(f"{c.message}. Fix: {c.hint}" for c in parts), findings)
+
+
+def _trainable(report: WeightScanReport | None, add: Add) -> None:
+    if report is None:
+        add("trainable", "skipped: no loss (the file was saved without model.compile; --loss)")
+        return
+    findings, parts = [], []
+    for status, finding in (
+        (Status.NONE, Finding.NO_GRADIENT),
+        (Status.NONFINITE, Finding.NONFINITE),
+    ):
+        bad = [v for v in report.variables if v.status == status]
+        if bad:
+            findings.append(finding)
+            cause = next((c for v in bad for c in v.causes), None)
+            why = f" ({cause.code} at {cause.layer})" if cause else ""
+            names = ", ".join(v.variable for v in bad[:4]) + ("..." if len(bad) > 4 else "")
+            parts.append(f"{finding}: {names}{why}")
+    if not findings:
+        count = len(report.variables)
+        add("trainable", f"all {count} trainable variables get a gradient from the loss")
+        return
+    add("trainable", "; ".join(parts), findings)
 
 
 def expand_paths(paths: Sequence[str]) -> list[str]:

@@ -19,10 +19,12 @@ from layergrad.cli_options import (
     format_options,
     handle_errors,
     load_options,
+    plot_option,
     probe_options,
     tolerance_option,
+    write_plot,
 )
-from layergrad.vocab import DEFAULT_FAIL_ON, FAILING_STATUSES, Finding, Flag, OutputFormat
+from layergrad.vocab import DEFAULT_FAIL_ON, FAILING_STATUSES, Finding, Flag, OutputFormat, Wrt
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -55,6 +57,7 @@ def main() -> None:
 )
 @probe_options
 @format_options
+@plot_option
 @click.option(
     "--save-gradient",
     metavar="FILE",
@@ -75,6 +78,7 @@ def inspect(
     targets: tuple[str, ...],
     probe: Any,
     fmt: OutputFormat,
+    plot_file: str | None,
     save_gradient: str | None,
     fail_on: frozenset[str],
     imports: tuple[str, ...],
@@ -98,17 +102,22 @@ def inspect(
         layergrad inspect model.keras --from dense --to dense_1
         layergrad inspect model.keras --from embedding --to head --to pool --json
         layergrad inspect model.h5 --from 1 --to -1 --input batch.npy --fail-on none,nonfinite
+        layergrad inspect model.keras --from dense --to dense_1 --format html > report.html
     """
-    from layergrad import api
+    from layergrad import api, plot
 
     if save_gradient and not save_gradient.endswith((".npy", ".npz")):
         raise click.BadParameter("must end in .npy or .npz", param_hint="--save-gradient")
     if save_gradient and save_gradient.endswith(".npy") and len(targets) > 1:
         raise click.BadParameter("several --to layers need a .npz", param_hint="--save-gradient")
+    if plot_file:
+        plot.check_plot_path(plot_file, [model, probe.input_file])
     result = api.inspect_model(
         model, source, list(targets), imports=imports, unsafe=unsafe, options=probe
     )
     emit("inspect", fmt, result, result.model.warnings)
+    if plot_file:
+        write_plot(result, plot_file)
     if save_gradient:
         api.save_gradients(result, save_gradient)
     if any(r.status in fail_on for r in result.results):
@@ -141,6 +150,7 @@ def layers(
         layergrad layers model.keras
         layergrad layers model.h5 --json
         layergrad layers custom.keras --import my_layers.py
+        layergrad layers model.keras --format html > layers.html
     """
     from layergrad.listing import list_layers
 
@@ -163,8 +173,23 @@ def layers(
     metavar="GLOB",
     help="Only layers matching this shell glob, e.g. 'conv4_*'. Repeatable.",
 )
+@click.option(
+    "--wrt",
+    type=click.Choice(Wrt.words()),
+    default=Wrt.ACTIVATIONS.value,
+    show_default=True,
+    help="Differentiate with respect to every layer's output, or (weights) the training loss "
+    "with respect to every trainable variable.",
+)
+@click.option(
+    "--loss",
+    "loss",
+    metavar="NAME",
+    help="With --wrt weights: a keras.losses name (default: the loss compiled in the file).",
+)
 @probe_options
 @format_options
+@plot_option
 @click.option(
     "--fail-on",
     default="",
@@ -178,8 +203,11 @@ def scan(
     model: str,
     target: str | None,
     patterns: tuple[str, ...],
+    wrt: str,
+    loss: str | None,
     probe: Any,
     fmt: OutputFormat,
+    plot_file: str | None,
     fail_on: frozenset[str],
     imports: tuple[str, ...],
     unsafe: bool,
@@ -189,23 +217,45 @@ def scan(
 
     Differentiates one target (a seeded random projection of the model's
     outputs, or --to) with respect to every layer's output, and shows them in
-    depth order with a log-scale bar. Flags: blocked (None), nonfinite, dead (mostly exact zeros),
-    vanishing / exploding (1e6 times below / above the target end). Integer-valued
-    layers are shown as not differentiable.
+    depth order with a log-scale bar. With --wrt weights: the training loss
+    (compiled in the file, or --loss) with respect to every trainable variable,
+    the answer to Keras's "Gradients do not exist for variables". Flags: blocked
+    (None), nonfinite, dead (mostly exact zeros), vanishing / exploding (1e6
+    times below / above the target end). Integer-valued layers are shown as not
+    differentiable.
 
     \b
     Examples:
         layergrad scan model.keras
         layergrad scan model.keras --to dense_1 --layers 'conv*' --json
         layergrad scan model.keras --fail-on blocked,nonfinite
+        layergrad scan model.keras --plot flow.png --format html > scan.html
+        layergrad scan model.keras --wrt weights --loss sparse_categorical_crossentropy
     """
-    from layergrad import api
+    from layergrad import api, plot
 
-    result = api.scan_model(
-        model, target=target, layers=patterns, imports=imports, unsafe=unsafe, options=probe
-    )
-    emit("scan", fmt, result, result.model.warnings)
-    if any(set(row.flags) & fail_on for row in result.rows):
+    if wrt == Wrt.WEIGHTS and (target or patterns):
+        raise click.UsageError("--to and --layers choose activations; drop them with --wrt weights")
+    if loss and wrt != Wrt.WEIGHTS:
+        raise click.UsageError("--loss needs --wrt weights")
+    if plot_file:
+        plot.check_plot_path(plot_file, [model, probe.input_file])
+    if wrt == Wrt.WEIGHTS:
+        weights = api.scan_weights_model(
+            model, loss=loss, imports=imports, unsafe=unsafe, options=probe
+        )
+        result: Any = weights
+        emit("weights", fmt, weights, weights.model.warnings)
+        rows: Any = weights.variables
+    else:
+        activations = api.scan_model(
+            model, target=target, layers=patterns, imports=imports, unsafe=unsafe, options=probe
+        )
+        result, rows = activations, activations.rows
+        emit("scan", fmt, activations, activations.model.warnings)
+    if plot_file:
+        write_plot(result, plot_file)
+    if any(set(row.flags) & fail_on for row in rows):
         sys.exit(1)
 
 
@@ -234,13 +284,21 @@ def scan(
 )
 @click.option(
     "--batch-size",
-    default=2,
+    default=8,
     show_default=True,
     type=click.IntRange(min=1),
-    help="Rows of the random probe batch.",
+    help="Rows of the random probe batch (an output constant over fewer than 4 rows is not "
+    "reported).",
 )
 @click.option(
     "--seed", default=0, show_default=True, type=int, help="Seed of the random probe batch."
+)
+@click.option(
+    "--loss",
+    "loss",
+    metavar="NAME",
+    help="A keras.losses name for the gradient and trainable checks (default: the loss "
+    "compiled in each file; without one, trainable is skipped).",
 )
 @click.option(
     "--input",
@@ -268,6 +326,7 @@ def check(
     junit_file: str | None,
     batch_size: int,
     seed: int,
+    loss: str | None,
     input_file: str | None,
     baselines: tuple[str, ...],
     tolerance: float,
@@ -279,9 +338,11 @@ def check(
 
     Each file gets named checks: readable, safe (static audit), weights (all
     finite), loads (Keras safe mode), forward (finite on a random batch),
-    gradient (the outputs' gradient reaches every differentiable layer,
-    finite), and with --baseline, baseline (no regression against a committed
-    scan). An unreadable or hostile file fails; it is not a usage error.
+    gradient (the loss's gradient, or a projection of the outputs', reaches
+    every differentiable layer, finite), trainable (every trainable variable
+    gets a gradient from the loss), and with --baseline, baseline (no
+    regression against a committed scan). An unreadable or hostile file
+    fails; it is not a usage error.
     A directory stands for the .keras / .h5 files under it.
 
     \b
@@ -289,6 +350,7 @@ def check(
         layergrad check models/*.keras
         layergrad check models/ --junit layergrad.xml
         layergrad check model.h5 --static-only --fail-on unreadable,unsafe,nonfinite
+        layergrad check models/ --format html > check.html
         layergrad scan model.keras --json > baseline.json    # once, then commit it
         layergrad check model.keras --baseline baseline.json
     """
@@ -303,6 +365,7 @@ def check(
         unsafe=unsafe,
         batch_size=batch_size,
         seed=seed,
+        loss=loss,
         input_file=input_file,
         baselines=baselines,
         tolerance=tolerance,
@@ -325,6 +388,20 @@ def check(
     metavar="REF",
     help="Target layer, in both models (default: a seeded random projection of the outputs).",
 )
+@click.option(
+    "--wrt",
+    type=click.Choice(Wrt.words()),
+    default=Wrt.ACTIVATIONS.value,
+    show_default=True,
+    help="Compare every layer's output, or (weights) the training loss's gradient for every "
+    "trainable variable.",
+)
+@click.option(
+    "--loss",
+    "loss",
+    metavar="NAME",
+    help="With --wrt weights: a keras.losses name (default: the loss compiled in each file).",
+)
 @probe_options
 @tolerance_option
 @click.option(
@@ -337,6 +414,8 @@ def diff(
     base: str,
     new: str,
     target: str | None,
+    wrt: str,
+    loss: str | None,
     probe: Any,
     tolerance: float,
     show_all: bool,
@@ -352,7 +431,8 @@ def diff(
     or nonfinite; an ok layer newly flagged dead; or mean |g| moved by more
     than --tolerance decades either way. Layers in one file only are
     reported as added / removed. The table shows the layers that changed,
-    regressions first; markdown is for pull-request comments. Either file may
+    regressions first; markdown is for pull-request comments. With --wrt
+    weights the rows are trainable variables (d loss / d each). Either file may
     be a `layergrad scan --json` instead: it is read, not scanned, and its
     probe is used for the other.
 
@@ -361,12 +441,13 @@ def diff(
         layergrad diff model_v1.keras model_v2.keras
         layergrad diff base.keras new.keras --tolerance 1 --all
         layergrad diff baseline.json model.keras --format markdown > comment.md
+        layergrad diff base.keras new.keras --wrt weights --format html > diff.html
     """
     from layergrad.diff import diff_models
 
     report = diff_models(
-        base, new, target=target, tolerance=tolerance, imports=imports, unsafe=unsafe,
-        options=probe,
+        base, new, target=target, wrt=wrt, loss=loss, tolerance=tolerance, imports=imports,
+        unsafe=unsafe, options=probe,
     )  # fmt: skip
     emit("diff", fmt, report, (*report.base.warnings, *report.new.warnings), show_all=show_all)
     if report.regressions:

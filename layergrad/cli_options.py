@@ -181,11 +181,32 @@ def format_options(func: F) -> F:
                 default=OutputFormat.TABLE.value,
                 show_default=True,
                 help="Output: a table for people, JSON for programs, markdown for pull-request "
-                "comments.",
+                "comments, html for one self-contained page (> report.html).",
             ),
             click.option("--json", "as_json", is_flag=True, help="Shorthand for --format json."),
         ],
     )
+
+
+def plot_option(func: F) -> F:
+    """`--plot FILE`: also write the command's chart; the format follows the extension."""
+    return click.option(
+        "--plot",
+        "plot_file",
+        metavar="FILE",
+        type=click.Path(dir_okay=False, path_type=str),
+        help="Also write the chart: .png, .svg or .pdf (gradient flow for scan, unit "
+        "sensitivity for inspect).",
+    )(func)
+
+
+def write_plot(report: Any, path: str) -> None:
+    """Save the report's chart and say so on stderr."""
+    from layergrad import plot
+
+    written = plot.save_figure(plot.report_figure(report), path)
+    kind = "unit-sensitivity" if hasattr(report, "results") else "gradient-flow"
+    click.echo(f"wrote {kind} chart to {path} ({written})", err=True)
 
 
 def emit(

@@ -26,7 +26,7 @@ from layergrad.errors import InputError
 from layergrad.pipeline import ProbeOptions
 from layergrad.profile import Profile, ProfileRow, load_profile, profile_of, recorded_probe
 from layergrad.results import ModelMeta, ProbeMeta
-from layergrad.vocab import Change, Flag, Status
+from layergrad.vocab import Change, Flag, Status, Wrt
 
 DEFAULT_TOLERANCE = 2.0  # decades: a factor of 100 either way
 BROKEN = (Status.NONE, Status.ZERO, Status.NONFINITE)
@@ -60,7 +60,8 @@ class DiffReport:
     target: str | None
     tolerance: float
     rows: tuple[RowDiff, ...]
-    wrt: str = "activations"
+    wrt: str = Wrt.ACTIVATIONS.value  # rows are layer outputs, or trainable variables
+    loss: str | None = None  # the loss differentiated, with wrt "weights"
 
     @property
     def regressions(self) -> tuple[RowDiff, ...]:
@@ -104,6 +105,7 @@ def compare(base: Profile, new: Profile, tolerance: float = DEFAULT_TOLERANCE) -
         tolerance=float(tolerance),
         rows=rows,
         wrt=new.wrt,
+        loss=new.loss,
     )
 
 
@@ -200,6 +202,11 @@ def comparable(base: Profile, new: Profile) -> None:
             f"the base scan differentiates with respect to {base.wrt}, the new one with respect "
             f"to {new.wrt}; compare scans of the same kind"
         )
+    if base.loss != new.loss:
+        raise InputError(
+            f"the base scan differentiates the loss {base.loss}, the new one {new.loss}; scan "
+            "both with the same --loss"
+        )
     if base.target != new.target:
         raise InputError(
             f"the base scan's target is {_target_text(base.target)}, the new one's "
@@ -247,6 +254,8 @@ def diff_models(
     new_path: str | os.PathLike[str],
     *,
     target: str | None = None,
+    wrt: str = Wrt.ACTIVATIONS.value,
+    loss: str | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     imports: Sequence[str] = (),
     unsafe: bool = False,
@@ -255,13 +264,17 @@ def diff_models(
     """Scan two model files with the same probe and compare them (two scans, no more).
 
     Either side may instead be a `layergrad scan --json` file: it is read, not scanned, and
-    the model on the other side is scanned with the probe and target recorded in it.
+    the model on the other side is scanned with the probe, target, `wrt` and loss recorded in
+    it.
 
     Args:
         base_path, new_path: `.keras` / `.h5` model files (or scan `.json` files), the
             reference and the one under test.
         target: a layer reference both models have; None for the seeded projection of the
             outputs (as in `scan`), or the target recorded in a scan JSON.
+        wrt: "activations" (every layer's output) or "weights" (d loss / d every trainable
+            variable, as `scan --wrt weights`).
+        loss: with wrt "weights", a `keras.losses` name instead of the compiled loss.
         tolerance: the largest change of mean |g|, in decades, that is not a regression.
         imports, unsafe: as for `scan_model`.
         options: the probe for both models (default: `ProbeOptions()`, or the one recorded in
@@ -273,6 +286,7 @@ def diff_models(
     """
     from layergrad.pipeline import open_session
     from layergrad.scan import scan_session
+    from layergrad.weights import scan_weights
 
     check_tolerance(tolerance)  # before two scans, not after
     paths = [os.fspath(base_path), os.fspath(new_path)]
@@ -283,6 +297,13 @@ def diff_models(
         json_path, profile = recorded
         probe = _recorded_probe(profile, probe, json_path)
         target = profile.target if target is None else target
+        wrt, loss = profile.wrt, loss or profile.loss
+    if wrt not in (Wrt.ACTIVATIONS, Wrt.WEIGHTS):
+        raise InputError(f"--wrt must be activations or weights: {wrt!r}")
+    if wrt == Wrt.WEIGHTS and target is not None:
+        raise InputError("--to chooses a layer output; drop it with --wrt weights")
+    if wrt != Wrt.WEIGHTS and loss is not None:
+        raise InputError("--loss needs --wrt weights")
     refs = [target] if target is not None else []
     sessions = [
         open_session(path, probe, refs=refs, imports=imports, unsafe=unsafe)
@@ -291,7 +312,10 @@ def diff_models(
     ]
     if len(sessions) == 2 and probe.input_file is None:
         same_random_batch(*sessions)
-    scanned = (profile_of(scan_session(session, target)) for session in sessions)
+    scanned = (
+        profile_of(scan_weights(s, loss) if wrt == Wrt.WEIGHTS else scan_session(s, target))
+        for s in sessions
+    )
     base, new = (read if read is not None else next(scanned) for read in profiles)
     return compare(base, new, tolerance)
 

@@ -68,6 +68,9 @@ class FileInfo:
     config: Mapping[str, Any] = field(hash=False, repr=False)
     graph: ModelGraph = field(hash=False, repr=False)
     weights: tuple[WeightHealth, ...] = ()
+    # how the model was compiled: `compile_config` of a .keras file, `training_config` of an
+    # .h5 file (its `loss` and `loss_weights` are what `scan --wrt weights` uses); {} if none
+    compile_config: Mapping[str, Any] = field(default_factory=dict, hash=False, repr=False)
 
 
 def read_file_info(path: str | os.PathLike[str], *, read_weights: bool = True) -> FileInfo:
@@ -147,7 +150,9 @@ def _read_keras(p: Path, read_weights: bool) -> FileInfo:
             with _member(p, zf, "model.weights.h5") as member, h5py.File(member, "r") as h5:
                 weights = _health(_keras_weight_groups(h5, graph), graph)
     version = meta.get("keras_version") if isinstance(meta, Mapping) else None
-    return FileInfo(str(p), "keras", _text(version), config, graph, weights)
+    compiled = config.get("compile_config")
+    compiled = compiled if isinstance(compiled, Mapping) else {}
+    return FileInfo(str(p), "keras", _text(version), config, graph, weights, compiled)
 
 
 @contextlib.contextmanager
@@ -219,7 +224,17 @@ def _read_h5(p: Path, read_weights: bool) -> FileInfo:
         if read_weights and isinstance(group, h5py.Group):
             weights = _health(_legacy_weight_groups(group, graph), graph)
         version = _text(h5.attrs.get("keras_version") or group.attrs.get("keras_version"))
-    return FileInfo(str(p), "h5", version, config, graph, weights)
+        compiled = _training_config(h5.attrs.get("training_config"))
+    return FileInfo(str(p), "h5", version, config, graph, weights, compiled)
+
+
+def _training_config(raw: Any) -> Mapping[str, Any]:
+    """The JSON `training_config` attribute of a legacy .h5 file ({} when absent or bad)."""
+    try:
+        value = json.loads(_text(raw) or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, Mapping) else {}
 
 
 def _text(value: Any) -> str | None:

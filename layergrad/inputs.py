@@ -32,6 +32,8 @@ class ProbeBatch:
     names: tuple[str, ...]
     source: str  # "random" or the input file path
     seed: int | None
+    # labels from an .npz: `y` (one output) or `y:NAME` per output; None when not given
+    labels: dict[str, np.ndarray] | None = None
 
     @property
     def batch_size(self) -> int:
@@ -98,6 +100,7 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
         ) from None
     if specs is None:
         return _unchecked(data, text)
+    labels = None
     if isinstance(data, np.ndarray):
         if len(specs) != 1:
             raise InputError(
@@ -116,6 +119,7 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
                     "input name with np.savez(FILE, **{name: array})"
                 )
             arrays = [data[s.name] for s in specs]
+            labels = {k: data[k] for k in data.files if k == "y" or k.startswith("y:")} or None
     checked = tuple(_fit(a, s, text) for a, s in zip(arrays, specs, strict=True))
     sizes = {a.shape[0] for a in checked}
     if len(sizes) > 1:
@@ -123,7 +127,7 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
             f"--input {text}: the arrays have different batch sizes {sorted(sizes)}; give every "
             "input the same number of rows"
         )
-    return ProbeBatch(checked, tuple(s.name for s in specs), text, None)
+    return ProbeBatch(checked, tuple(s.name for s in specs), text, None, labels)
 
 
 def _unchecked(data: Any, source: str) -> ProbeBatch:

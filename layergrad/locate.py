@@ -86,10 +86,14 @@ class PathView:
         return [a for p in self.preds(key) if (a := self.activation(p)) is not None]
 
     def blockers(self, bad: BadGradient, need_all: bool = False) -> list[CallKey]:
-        """Calls whose output gradient is good while all (or any) of their inputs' are bad."""
+        """Calls whose output gradient is good while all (or any) of their inputs' are bad.
+
+        Only inputs on the path from the source count: a layer that also reads another branch
+        (with a good gradient) still blocks the source's.
+        """
         out = []
         for key in self.nodes:
-            preds = self.preds(key)
+            preds = [p for p in self.preds(key) if p == self.source or p in self.nodes]
             if bad(self.gradient(key)) or not preds:
                 continue
             flags = [bad(self.gradient(p)) for p in preds]
@@ -110,11 +114,6 @@ class PathView:
         return None
 
 
-def first_nonfinite(trace: Trace) -> Activation | None:
-    """The first floating-point activation of a trace (execution order) that holds NaN / Inf."""
-    return next((a for a in trace.activations if a.is_float and not _finite(a.value)), None)
-
-
 def _finite(value: np.ndarray) -> bool:
     return bool(np.all(np.isfinite(value)))
 
@@ -130,3 +129,28 @@ def _closure(
             seen.add(node)
             stack.extend(step(node))
     return seen
+
+
+def trunk(graph: ModelGraph | None, ends: Iterable[CallKey]) -> set[CallKey] | None:
+    """The calls every path from the model's inputs to `ends` passes through.
+
+    In a residual network these are the stream between blocks, not the layers inside a block:
+    a block's branch may carry a tiny gradient by design (LayerScale, zero-initialised last
+    BatchNormalization) while the skip carries the rest. None when the graph is unknown.
+    Paths are counted exactly (Python integers), in one pass each way: linear in the graph.
+    """
+    if graph is None or not graph.known or not graph.preds:
+        return None
+    ends = set(ends)
+    into: dict[CallKey, int] = {}
+    succ: dict[CallKey, list[CallKey]] = {}
+    for node in graph.order:
+        preds = graph.preds.get(node, ())
+        into[node] = sum(into.get(p, 0) for p in preds) if preds else 1
+        for p in preds:
+            succ.setdefault(p, []).append(node)
+    out: dict[CallKey, int] = {}
+    for node in reversed(graph.order):
+        out[node] = int(node in ends) + sum(out.get(s, 0) for s in succ.get(node, ()))
+    total = sum(into.get(e, 0) for e in ends)
+    return {n for n in graph.order if total and into[n] * out[n] == total}

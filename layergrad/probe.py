@@ -80,7 +80,7 @@ def run_probe(
     tape = tf.GradientTape(persistent=len(targets) > 1)
     with tape:
 
-        def on_call(key: tuple[str, int], flat: list[Any], _input: Any = None) -> list[Any]:
+        def on_call(key: tuple[str, int], flat: list[Any], _args: Any = None) -> list[Any]:
             first = flat[0]
             if key in source_keys and _is_float(first):
                 first = _fresh(first)  # so paths that bypass this layer do not count
@@ -112,18 +112,26 @@ def run_probe(
 
 @dataclass(frozen=True)
 class Trace:
-    """Every leaf-layer call of one forward pass, and d reduce(target) / d each of them.
+    """Every leaf-layer call of one forward pass, and d target / d each of them.
 
     `activations` holds the model inputs first, then each call in execution order;
     `gradients[i]` is the gradient with respect to `activations[i]` (None when the tape
-    found no path, including for calls after the target). `inputs[i]` is the first input
-    tensor's (shape, dtype) of that call, or None for a model input.
+    found no path, including for calls after the target). `args[i]` is the call's positional
+    arguments with every tensor replaced by a `tf.TensorSpec` (batch axis open), None for a
+    model input; `arg_sources[i]` is the index of the activation each flattened argument is
+    (None when it is not a captured activation, e.g. the output of an operation `x + y`).
+    `variable_gradients` are the gradients of the target with respect to the variables
+    `run_trace` was given; `outputs` the indices of the activations that are the model's
+    outputs (None for an output no captured call produced).
     """
 
     activations: tuple[Activation, ...]
     gradients: tuple[np.ndarray | None, ...]
-    inputs: tuple[tuple[tuple[int, ...], str] | None, ...]
     target: Activation | None
+    args: tuple[Any, ...] = ()
+    arg_sources: tuple[tuple[int | None, ...], ...] = ()
+    variable_gradients: tuple[np.ndarray | None, ...] = ()
+    outputs: tuple[int | None, ...] = ()
 
     def index(self, path: str, call: int = 0) -> int | None:
         """Position of the activation of `path` call `call`, or None if it never ran."""
@@ -131,6 +139,9 @@ class Trace:
             if act.site.path == path and act.site.call == call:
                 return i
         return None
+
+
+Objective = Callable[[Any], Any]  # the model's outputs -> the scalar to differentiate
 
 
 def run_trace(
@@ -141,14 +152,17 @@ def run_trace(
     training: bool = False,
     reduce: str = "sum",
     seed: int = 0,
+    objective: Objective | None = None,
+    variables: Sequence[Any] = (),
 ) -> Trace:
     """Capture and watch every leaf-layer call; one backward pass from `target` to all of them.
 
-    With `target=None` the target is a random projection of the model's outputs: the sum (or
-    mean) over every floating-point output o of `o * R`, R standard normal seeded by `seed`.
-    Unlike the plain sum it is not constant for normalised outputs (a softmax sums to 1 per
-    sample, so the gradient of its sum is zero everywhere). This is the engine of `scan` and
-    of the diagnosis of a failed `inspect`.
+    With `target=None` the target is `objective(outputs)` when given (a loss), else a random
+    projection of the model's outputs: the sum (or mean) over every floating-point output o of
+    `o * R`, R standard normal seeded by `seed`. Unlike the plain sum it is not constant for
+    normalised outputs (a softmax sums to 1 per sample, so the gradient of its sum is zero
+    everywhere). The same backward pass gives the gradients of `variables`. This is the
+    engine of `scan` and of the diagnosis of a failed `inspect`.
     """
     from layergrad.layer_refs import input_names, iter_layers
 
@@ -159,14 +173,14 @@ def run_trace(
     tape = tf.GradientTape()
     with tape:
 
-        def on_call(key: tuple[str, int], flat: list[Any], first_input: Any) -> list[Any]:
+        def on_call(key: tuple[str, int], flat: list[Any], args: Any) -> list[Any]:
             fresh = [_fresh(t) if _is_float(t) else t for t in flat]
             for t in fresh:
                 if _is_float(t):
                     tape.watch(t)
             path, call = key
             site = Site(ref=f"{path}@{call}" if call else path, path=path, call=call)
-            records.append((site, fresh, first_input))
+            records.append((site, fresh, args))
             return fresh
 
         for i, (name, tensor) in enumerate(zip(input_names(model), tensors, strict=False)):
@@ -175,20 +189,24 @@ def run_trace(
             records.append((Site(ref=name, path=name, call=0, input_index=i), [tensor], None))
         with _capturing(_unique_leaves(iter_layers(model)), on_call) as calls:
             outputs = _forward(model, tensors, training)
-        if target is None:
-            floats = [o for o in tf.nest.flatten(outputs) if _is_float(o)]
-            rng = np.random.default_rng(seed)
-            projected = [o * tf.cast(rng.standard_normal(o.shape), o.dtype) for o in floats]
-            sums = [tf.cast(reducer(p), tf.float32) for p in projected]
-            scalar = tf.add_n(sums) if sums else None
-            target_act = None
-        else:
+        target_act = None
+        if target is not None:
             found = [f for s, f, _ in records if _key(s) == _key(target)]
             if not found:
                 _check_all_called([target], {}, calls)
             scalar = reducer(found[0][0]) if _is_float(found[0][0]) else None
             target_act = _activation(target, found[0][0])
-    flat_grads = iter(_gradients(tape, scalar, [t for _, flat, _ in records for t in flat]))
+        elif objective is not None:
+            scalar = objective(outputs)
+        else:
+            floats = [o for o in tf.nest.flatten(outputs) if _is_float(o)]
+            rng = np.random.default_rng(seed)
+            projected = [o * tf.cast(rng.standard_normal(o.shape), o.dtype) for o in floats]
+            sums = [tf.cast(reducer(p), tf.float32) for p in projected]
+            scalar = tf.add_n(sums) if sums else None
+    watched = [t for _, flat, _ in records for t in flat]
+    all_grads = _gradients(tape, scalar, [*watched, *variables])
+    flat_grads = iter(all_grads[: len(watched)])
     activations, gradients = [], []
     for site, flat, _ in records:
         grads = [next(flat_grads) for _ in flat]
@@ -197,15 +215,40 @@ def run_trace(
         k = next((i for i in tensors_at if grads[i] is not None), tensors_at[0])
         activations.append(_activation(site, flat[k], output=k))
         gradients.append(grads[k])
+    produced = {id(t): i for i, (_, flat, _) in enumerate(records) for t in flat}
     return Trace(
         activations=tuple(activations),
         gradients=tuple(gradients),
-        inputs=tuple(
-            None if x is None or not hasattr(x, "shape") else (tuple(x.shape), x.dtype.name)
-            for _, _, x in records
-        ),
         target=target_act,
+        args=tuple(_specs(args) for _, _, args in records),
+        arg_sources=tuple(_sources(args, produced) for _, _, args in records),
+        variable_gradients=all_grads[len(watched) :],
+        outputs=tuple(produced.get(id(t)) for t in tf.nest.flatten(outputs)),
     )
+
+
+def _specs(args: Any) -> Any:
+    """The call's arguments with each tensor replaced by a TensorSpec whose batch axis is open."""
+    if args is None:
+        return None
+    tf, _ = quiet_import()
+
+    def spec(t: Any) -> Any:
+        if not _is_tensor(t):
+            return t
+        return tf.TensorSpec((None, *t.shape[1:]) if t.shape.rank else (), t.dtype)
+
+    return tf.nest.map_structure(spec, args)
+
+
+def _sources(args: Any, produced: dict[int, int]) -> tuple[int | None, ...]:
+    """For each tensor among a call's flattened arguments, the activation it is (or None)."""
+    tf, _ = quiet_import()
+    return tuple(produced.get(id(t)) for t in tf.nest.flatten(args or ()) if _is_tensor(t))
+
+
+def _is_tensor(value: Any) -> bool:
+    return hasattr(value, "dtype") and hasattr(value, "shape") and hasattr(value.shape, "rank")
 
 
 def _unique_leaves(layers: Iterable[tuple[str, Any]]) -> list[tuple[Any, str, None]]:
@@ -314,7 +357,7 @@ def _check_all_called(
             )
 
 
-# (path, call), the call's flattened outputs, its first input -> the outputs to pass on
+# (path, call), the call's flattened outputs, its positional arguments -> the outputs to pass on
 Handler = Callable[[tuple[str, int], list[Any], Any], list[Any]]
 
 
@@ -366,8 +409,7 @@ def _wrap_call(
         outputs = call(*args, **kwargs)
         if wanted is None or index in wanted:
             flat = tf.nest.flatten(outputs)
-            first_input = tf.nest.flatten(args)[0] if args else None
-            passed = handle((path, index), flat, first_input)
+            passed = handle((path, index), flat, args)
             if any(a is not b for a, b in zip(passed, flat, strict=True)):
                 outputs = tf.nest.pack_sequence_as(outputs, passed)
         return outputs

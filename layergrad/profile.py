@@ -18,13 +18,20 @@ from typing import Any
 
 from layergrad.errors import InputError
 from layergrad.pipeline import ProbeOptions
-from layergrad.results import Cause, GradientStats, ModelMeta, ProbeMeta, ScanReport
-from layergrad.vocab import Status
+from layergrad.results import (
+    Cause,
+    GradientStats,
+    ModelMeta,
+    ProbeMeta,
+    ScanReport,
+    WeightScanReport,
+)
+from layergrad.vocab import Status, Wrt
 
 SCAN_SCHEMA = "layergrad.scan/1"
-ACTIVATIONS = "activations"
+ACTIVATIONS = Wrt.ACTIVATIONS.value
 # Where each kind of scan keeps its rows in JSON, and the member that names a row.
-ROW_KEYS = {ACTIVATIONS: ("layers", "layer"), "weights": ("variables", "variable")}
+ROW_KEYS = {ACTIVATIONS: ("layers", "layer"), Wrt.WEIGHTS.value: ("variables", "variable")}
 REDUCTIONS = ("sum", "mean")
 # A scan JSON holds a few hundred bytes per layer: 64 MiB is a model of some 100,000 layers.
 MAX_PROFILE_BYTES = 64 * 2**20
@@ -58,17 +65,32 @@ class ProfileRow:
 
 @dataclass(frozen=True)
 class Profile:
-    """One scan as a comparison sees it: the model, the probe, the target and named rows."""
+    """One scan as a comparison sees it: the model, the probe, the target and named rows.
+
+    `wrt` is what the rows differentiate with respect to: "activations" (rows named by layer
+    reference, target a layer or None for the projection of the outputs) or "weights" (rows
+    named `layer/variable`, target the loss named by `loss`).
+    """
 
     model: ModelMeta
     probe: ProbeMeta
-    target: str | None  # a layer reference; None for the projection of the model's outputs
+    target: str | None
     rows: tuple[ProfileRow, ...]
-    wrt: str = ACTIVATIONS  # what the rows differentiate with respect to
+    wrt: str = ACTIVATIONS
+    loss: str | None = None
 
 
-def profile_of(report: ScanReport) -> Profile:
-    """The profile of a scan report (rows named by layer reference)."""
+def profile_of(report: ScanReport | WeightScanReport) -> Profile:
+    """The profile of a scan report, or of a `scan --wrt weights` report."""
+    if isinstance(report, WeightScanReport):
+        return Profile(
+            model=report.model,
+            probe=report.probe,
+            target=None,
+            rows=profile_rows(report.variables, lambda row: row.variable),
+            wrt=Wrt.WEIGHTS.value,
+            loss=report.loss.name,
+        )
     return Profile(
         model=report.model,
         probe=report.probe,
@@ -202,14 +224,23 @@ def profile_from_json(doc: Any, where: str = "scan JSON") -> Profile:
     )
     names = [r.name for r in rows]
     if len(set(names)) != len(names):
-        twice = sorted({n for n in names if names.count(n) > 1})
+        counts: dict[str, int] = {}
+        for n in names:
+            counts[n] = counts.get(n, 0) + 1
+        twice = sorted(n for n, k in counts.items() if k > 1)
         raise InputError(f"{where}: {collection} name {', '.join(twice)} more than once")
+    target, loss = None, None
+    if wrt == ACTIVATIONS:
+        target = fields.member(doc, "target", (str, type(None)))
+    else:
+        loss = fields.member(fields.member(doc, "loss", dict), "name", str, "loss.name")
     return Profile(
         model=fields.model(fields.member(doc, "model", dict)),
         probe=fields.probe(fields.member(doc, "probe", dict)),
-        target=fields.member(doc, "target", (str, type(None))),
+        target=target,
         rows=rows,
         wrt=wrt,
+        loss=loss,
     )
 
 

@@ -110,3 +110,36 @@ def _act_grad(activation: str, z: np.ndarray) -> np.ndarray:
 def mean_abs(grads: dict) -> dict[str, float]:
     """mean |g| of each row (NaN where the gradient has a NaN)."""
     return {name: float(np.mean(np.abs(g))) for name, g in grads.items()}
+
+
+def save_compiled(path: Path, weights: Weights, loss: str = "mse") -> str:
+    """A linear chain compiled with `loss` (so `check` and `scan --wrt weights` use it)."""
+    x = keras.Input((WIDTH,), name="x")
+    h = x
+    layers = []
+    for layer_name, (kernel, _) in weights.items():
+        layer = keras.layers.Dense(kernel.shape[1], name=layer_name)
+        h = layer(h)
+        layers.append(layer)
+    model = keras.Model(x, h, name="compiled")
+    for layer, (kernel, bias) in zip(layers, weights.values(), strict=True):
+        layer.set_weights([kernel, bias])
+    model.compile(optimizer="sgd", loss=loss)
+    model.save(path)
+    return str(path)
+
+
+def mse_weight_gradients(weights: Weights, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """mean |d mse / d v| of every variable `layer/kernel`, `layer/bias` of a linear chain, by
+    hand: mse = mean((pred - y)^2) over every element, then back layer by layer."""
+    hs = [np.asarray(x, np.float64)]
+    for kernel, bias in weights.values():
+        hs.append(hs[-1] @ kernel.astype(np.float64) + bias)
+    g = 2 * (hs[-1] - y) / y.size
+    out = {}
+    for i in range(len(NAMES) - 1, -1, -1):
+        name = NAMES[i]
+        out[f"{name}/kernel"] = float(np.mean(np.abs(hs[i].T @ g)))
+        out[f"{name}/bias"] = float(np.mean(np.abs(g.sum(axis=0))))
+        g = g @ weights[name][0].astype(np.float64).T
+    return out

@@ -17,7 +17,7 @@ from layergrad import cli
 from layergrad.check import CheckOptions, check_file
 from layergrad.vocab import Finding
 
-ALL_CHECKS = ["readable", "safe", "weights", "loads", "forward", "gradient"]
+ALL_CHECKS = ["readable", "safe", "weights", "loss", "loads", "forward", "gradient", "trainable"]
 HEALTHY = ["seed.keras", "seed.h5", "sequential_add.keras", "residual.keras", "nested.keras",
            "shared.keras", "two_input.keras", "embedding.keras", "hand_set.keras"]  # fmt: skip
 WITH_CUSTOM = CheckOptions(imports=(CUSTOM_LAYERS,))
@@ -62,13 +62,16 @@ def test_the_blocking_layer_is_named():
     assert "non_differentiable_op at argmax" in gradient.message
 
 
-def test_dead_units_are_reported_and_fail_only_when_asked():
+def test_a_layer_dead_for_the_whole_batch_makes_the_output_constant():
     verdict = check_file(sample("cause_dead_relu.keras"))
-    assert verdict.passed
+    # every ReLU unit of 'dead' outputs 0 (bias -1000): 'head' outputs its bias for every sample
+    assert failed_checks(verdict) == {"forward": ("constant_output",)}
+    (forward,) = [c for c in verdict.checks if c.name == "forward"]
+    assert "stops varying at 'dead' (its ReLU units output 0 for every sample)" in forward.message
     (gradient,) = [c for c in verdict.checks if c.name == "gradient"]
     assert gradient.findings == ("dead",) and "dead_relu at dead" in gradient.message
-    strict = CheckOptions(fail_on=frozenset({"dead"}))
-    assert not check_file(sample("cause_dead_relu.keras"), strict).passed
+    lenient = CheckOptions(fail_on=frozenset({"unreadable"}))
+    assert check_file(sample("cause_dead_relu.keras"), lenient).passed
 
 
 def test_custom_layers_without_import_are_unsafe():
@@ -110,8 +113,8 @@ def test_json_schema_and_junit(tmp_path):
     suite = ET.parse(junit).getroot()
     cases = suite.findall("testcase")
     assert (
-        suite.get("tests") == str(len(cases)) == str(6 + 2)
-    )  # seed: 6 checks; round: stops at safe
+        suite.get("tests") == str(len(cases)) == str(8 + 2)
+    )  # seed: 8 checks; round: stops at safe
     failures = [c for c in cases if c.find("failure") is not None]
     assert [(c.get("classname"), c.get("name")) for c in failures] == [
         (sample("cause_round.keras"), "safe")

@@ -15,7 +15,17 @@ from conftest import normal
 from layergrad import cli
 from layergrad.check import CheckOptions, check_files
 
-CHECKS = ["readable", "safe", "weights", "loads", "forward", "gradient", "baseline"]
+CHECKS = [
+    "readable",
+    "safe",
+    "weights",
+    "loss",
+    "loads",
+    "forward",
+    "gradient",
+    "trainable",
+    "baseline",
+]
 
 
 def run(*args: str):
@@ -87,7 +97,7 @@ def test_the_baselines_probe_is_reused(files):
     result = run("check", files["base"], "--baseline", files["scan_b3"], "--json")
     assert result.exit_code == 0, result.output
     checks = checks_of(result)
-    assert checks["forward"]["message"] == "finite on a random batch of 3"
+    assert checks["forward"]["message"] == "finite and varying on a random batch of 3"
     assert checks["baseline"]["message"].endswith("7 layers compared")  # identical scans
     with_input = run(
         "check",
@@ -252,9 +262,43 @@ def test_check_input_is_the_probe_batch_and_must_fit(files, tmp_path):
     result = run("check", files["base"], "--input", files["input"], "--json")
     assert result.exit_code == 0, result.output
     assert (
-        checks_of(result)["forward"]["message"] == f"finite on the batch in {files['input']} of 5"
+        checks_of(result)["forward"]["message"]
+        == f"finite and varying on the batch in {files['input']} of 5"
     )
     wrong = tmp_path / "wrong.npy"
     np.save(wrong, normal(5, 7))
     bad = run("check", files["base"], "--input", str(wrong))
     assert bad.exit_code == 2 and "has shape (5, 7), expected (batch, 6)" in bad.output
+
+
+def test_a_file_with_a_loss_is_compared_with_a_weights_baseline(tmp_path):
+    from chains import save_compiled
+
+    w = chain_weights(seed=2)
+    base = save_compiled(tmp_path / "base.keras", w)
+    broken = save_compiled(tmp_path / "broken.keras", scaled(w, "l2", 1e-4))
+    weights_json = baseline(tmp_path / "w.json", base, "--wrt", "weights")
+    ok = run("check", base, "--baseline", weights_json, "--json")
+    assert ok.exit_code == 0, ok.output
+    assert checks_of(ok)["baseline"]["message"] == (
+        f"no regression against {weights_json}: 12 variables compared"
+    )
+    bad = run("check", broken, "--baseline", weights_json, "--json")
+    assert bad.exit_code == 1
+    message = checks_of(bad)["baseline"]["message"]
+    assert "regressions against" in message and "l0/kernel: mean |g| fell" in message
+    # a plain scan is not what check runs on a file with a loss: refused, not compared
+    plain = baseline(tmp_path / "plain.json", base)
+    refused = run("check", base, "--baseline", plain)
+    assert refused.exit_code == 2 and "--wrt weights --json" in refused.output
+    other_loss = run("check", base, "--baseline", weights_json, "--loss", "mae")
+    assert other_loss.exit_code == 2 and "the same --loss" in other_loss.output
+
+
+def test_a_weights_baseline_for_a_file_without_a_loss_is_refused(files, tmp_path):
+    from chains import save_compiled
+
+    compiled = save_compiled(tmp_path / "c.keras", chain_weights(seed=2))
+    weights_json = baseline(tmp_path / "w.json", compiled, "--wrt", "weights")
+    result = run("check", files["base"], "--baseline", weights_json)
+    assert result.exit_code == 2 and "has none compiled" in result.output

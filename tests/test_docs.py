@@ -108,6 +108,20 @@ def test_json_examples_in_the_readme_are_what_the_tool_prints(monkeypatch, comma
 
     assert f"That is `{command}`" in README
     blocks = re.findall(r"```json\n(.*?)```", README, flags=re.S)
-    (shown,) = [json.loads(b) for b in blocks if f'"layergrad.{schema}/1"' in b]
+    (shown,) = [
+        json.loads(b) for b in blocks if f'"layergrad.{schema}/1"' in b and '"wrt"' not in b
+    ]
     actual = json.loads(_run_in_root(monkeypatch, command.split()[1:]))
+    assert _close(shown, actual), json.dumps(actual, indent=1)
+
+
+def test_the_weights_json_example_is_what_the_tool_prints(monkeypatch):
+    import json
+
+    command = "layergrad scan sample_models/train_classifier.keras --wrt weights --json"
+    assert command in " ".join(README.split())
+    blocks = re.findall(r"```json\n(.*?)```", README, flags=re.S)
+    (shown,) = [json.loads(b) for b in blocks if '"wrt": "weights"' in b]
+    actual = json.loads(_run_in_root(monkeypatch, command.split()[1:]))
+    actual["variables"] = actual["variables"][:1]  # the README shows the first of four
     assert _close(shown, actual), json.dumps(actual, indent=1)

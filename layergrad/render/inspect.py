@@ -198,3 +198,10 @@ def markdown(report: InspectReport, **_: Any) -> str:
     return (
         head + md_table(header, rows) + "".join(f"\n{n}" for n in notes) + ("\n" if notes else "")
     )
+
+
+def html(value: InspectReport, **_: Any) -> str:
+    """One self-contained HTML page (inline style and charts, nothing fetched)."""
+    from layergrad.render.html_report import inspect_html
+
+    return inspect_html(value)

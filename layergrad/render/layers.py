@@ -99,7 +99,7 @@ def _table(listing: LayerListing, width: int | None) -> Table:
     rows = []
     for r in listing.rows:
         cells: dict[str, RenderableType] = {
-            "#": _index_text(r),
+            "#": index_text(r),
             "layer": Text(r.path, style="bold" if r.is_model else ""),
             "class": Text.assemble(r.class_name, (_calls_text(r), "dim")),
             "inbound": _inbound_text(r, ops),
@@ -116,7 +116,7 @@ def _inbound_text(r: LayerRow, ops: set[str]) -> str:
     return ", ".join(f"{p} (op)" if p in ops else p for p in r.inbound)
 
 
-def _index_text(r: LayerRow) -> str:
+def index_text(r: LayerRow) -> str:
     return ".".join(map(str, r.position)) or "?"
 
 
@@ -130,6 +130,11 @@ def _params_text(r: LayerRow) -> str:
 
 def _yes_no(flag: bool | None) -> str:
     return "" if flag is None else "yes" if flag else "no"
+
+
+def health_text(r: LayerRow) -> str:
+    """`ok`, `3 NaN, 2 Inf`, `1/2 zero`, or "" for a layer that stores no weights."""
+    return _health_cell(r).plain
 
 
 def _health_cell(r: LayerRow) -> Text:
@@ -235,10 +240,10 @@ def markdown(listing: LayerListing, **_: Any) -> str:
     ops = {op.path for op in listing.operations}
     rows = []
     for r in listing.rows:
-        health = _health_cell(r).plain
+        health = health_text(r)
         rows.append(
             [
-                _index_text(r),
+                index_text(r),
                 md_code(r.path),
                 md_text(r.class_name) + _calls_text(r),
                 ", ".join(md_code(p) + (" (op)" if p in ops else "") for p in r.inbound),
@@ -253,3 +258,10 @@ def markdown(listing: LayerListing, **_: Any) -> str:
         f"- {md_code(r.path)}: **{md_text(str(r.problem))}**\n" for r in listing.rows if r.problem
     )
     return out + "".join(f"{md_text(line)}\n" for line in _footer(listing).splitlines())
+
+
+def html(value: LayerListing, **_: Any) -> str:
+    """One self-contained HTML page (inline style and charts, nothing fetched)."""
+    from layergrad.render.html_report import layers_html
+
+    return layers_html(value)

@@ -46,7 +46,7 @@ def table(report: ScanReport, *, color: bool = False, width: int | None = 100) -
     """The scan table in depth order, then notes and the causes of blocked / non-finite rows."""
     scale = _log_range(report.rows)
     items: list[RenderableType] = [
-        model_header(report.model, report.probe, f"d {_target(report)} / d each layer"),
+        model_header(report.model, report.probe, f"d {target_text(report)} / d each layer"),
         fitted_table(COLUMNS, [_cells(row, scale) for row in report.rows], width),
     ]
     items += [Text(f"note: {note}", style="yellow") for note in report.notes]
@@ -71,7 +71,7 @@ def _cells(row: ScanRow, scale: tuple[float, float] | None) -> list[RenderableTy
     ]
 
 
-def _target(report: ScanReport) -> str:
+def target_text(report: ScanReport) -> str:
     """What is differentiated: `sum(dense_1)`, or the projection of the model's outputs."""
     if report.target is None:
         return f"{report.probe.reduce}(outputs · R)"
@@ -149,7 +149,7 @@ def markdown(report: ScanReport, **_: Any) -> str:
     """A markdown table for a pull-request comment."""
     head = (
         f"**layergrad scan** {md_code(report.model.path)}: "
-        f"d {md_text(_target(report))} / d each layer\n\n"
+        f"d {md_text(target_text(report))} / d each layer\n\n"
     )
     rows = [
         [
@@ -166,3 +166,10 @@ def markdown(report: ScanReport, **_: Any) -> str:
     notes = "".join(f"\n> note: {md_text(note)}\n" for note in report.notes)
     header = ["layer", "class", "shape", "status", "mean \\|g\\|", "flags", "causes"]
     return head + md_table(header, rows) + notes
+
+
+def html(value: ScanReport, **_: Any) -> str:
+    """One self-contained HTML page (inline style and charts, nothing fetched)."""
+    from layergrad.render.html_report import scan_html
+
+    return scan_html(value)
