@@ -51,7 +51,10 @@ def main() -> None:
         np.save(x_file, np.random.default_rng(0).standard_normal((2, 64, 64, 3)).astype("float32"))
         probe = ProbeOptions(input_file=x_file)
         baseline = Path(tmp) / "baseline.json"
-        baseline.write_text(render("scan", OutputFormat.JSON, scan_model(base, options=probe)))
+        # check runs a never-trained BatchNormalization in training mode; so does the baseline,
+        # or check --baseline (which takes the baseline's probe) would time another mode
+        checked = ProbeOptions(input_file=x_file, training=True)
+        baseline.write_text(render("scan", OutputFormat.JSON, scan_model(base, options=checked)))
         plain = CheckOptions(input_file=str(x_file))
         with_base = CheckOptions(input_file=str(x_file), baselines=(str(baseline),))
         jobs = {
