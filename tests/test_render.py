@@ -110,7 +110,14 @@ MARKUP = ("[bold red]loud[/bold red]", "a[/b]", "[link=http://x]y[/link]")
 
 def test_names_that_look_like_rich_markup_print_as_they_are():
     from layergrad.results import (
-        Endpoint, GradientStats, InspectReport, ModelMeta, ProbeMeta, Result, ScanReport, ScanRow,
+        Endpoint,
+        GradientStats,
+        InspectReport,
+        ModelMeta,
+        ProbeMeta,
+        Result,
+        ScanReport,
+        ScanRow,
     )  # fmt: skip
 
     meta, probe = (
