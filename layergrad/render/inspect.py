@@ -107,7 +107,7 @@ def _units_table(results: Sequence[Result]) -> Group:
         units_table.add_column("", justify="left", no_wrap=True)
     rows = max(len(r.gradient.top_units) for r in results if r.gradient)
     for rank in range(rows):
-        cells = [str(rank + 1)]
+        cells: list[RenderableType] = [str(rank + 1)]
         for res in results:
             units = res.gradient.top_units if res.gradient else ()
             if rank < len(units):
