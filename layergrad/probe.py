@@ -373,3 +373,186 @@ def _wrap_call(
         return outputs
 
     return probed_call
+
+
+@dataclass(frozen=True)
+class LiveProbe:
+    """One forward pass kept on its (persistent) tape, for measures beyond one gradient.
+
+    `sources[i]` is the watched tensor of `source_sites[i]` (a fresh copy of the layer's
+    output, so bypass paths do not count), `targets[j]` the captured tensor of
+    `target_sites[j]` and `scalars[j]` its reduction (None for an integer target). Any number
+    of gradients, vector-Jacobian products and Jacobians can be taken from `tape`.
+    """
+
+    tape: Any
+    source_sites: tuple[Site, ...]
+    target_sites: tuple[Site, ...]
+    sources: tuple[Any, ...]
+    targets: tuple[Any, ...]
+    scalars: tuple[Any, ...]
+
+
+def live_probe(
+    model: Any,
+    batch: ProbeBatch,
+    sources: Sequence[Site],
+    targets: Sequence[Site],
+    *,
+    training: bool = False,
+    reduce: str = "sum",
+) -> LiveProbe:
+    """Run `model` on `batch` once under a persistent tape, capturing as `run_probe` does.
+
+    Args and capture rules as in `run_probe`; nothing is differentiated yet.
+
+    Returns:
+        A LiveProbe; `probe_gradients(live)` gives the ProbeRun that `run_probe` would.
+    """
+    tf, _ = quiet_import()
+    reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
+    inputs = [tf.convert_to_tensor(a) for a in batch.arrays]
+    sites = [*sources, *targets]
+    captured: dict[tuple[str, int], Any] = {}
+    source_keys = {_key(s) for s in sources}
+    tape = tf.GradientTape(persistent=True)
+    with tape:
+
+        def on_call(key: tuple[str, int], flat: list[Any], _input: Any = None) -> list[Any]:
+            first = flat[0]
+            if key in source_keys and _is_float(first):
+                first = _fresh(first)
+                tape.watch(first)
+            captured[key] = first
+            return [first, *flat[1:]]
+
+        for site in sites:
+            if site.input_index is not None:
+                _check_input_call(site)
+                tensor = captured[_key(site)] = inputs[site.input_index]
+                if _key(site) in source_keys and _is_float(tensor):
+                    tape.watch(tensor)
+        with _capturing(_site_groups(sites), on_call) as calls:
+            _forward(model, inputs, training)
+        _check_all_called(sites, captured, calls)
+        scalars = tuple(
+            reducer(captured[_key(t)]) if _is_float(captured[_key(t)]) else None
+            for t in targets
+        )
+    return LiveProbe(
+        tape=tape,
+        source_sites=tuple(sources),
+        target_sites=tuple(targets),
+        sources=tuple(captured[_key(s)] for s in sources),
+        targets=tuple(captured[_key(t)] for t in targets),
+        scalars=scalars,
+    )
+
+
+def probe_gradients(live: LiveProbe) -> ProbeRun:
+    """d reduce(target) / d source for every pair of a live probe (what `run_probe` returns)."""
+    watched = list(live.sources)
+    return ProbeRun(
+        sources=tuple(_activation(s, t) for s, t in zip(live.source_sites, watched, strict=True)),
+        targets=tuple(
+            _activation(s, t) for s, t in zip(live.target_sites, live.targets, strict=True)
+        ),
+        gradients=tuple(_gradients(live.tape, scalar, watched) for scalar in live.scalars),
+    )
+
+
+@dataclass(frozen=True)
+class LiveTrace:
+    """A forward pass with every leaf-layer call watched, kept on its (persistent) tape.
+
+    `records` holds (site, the call's flattened outputs as passed on, its first input), model
+    inputs first; `ends` are the tensors the target is made of (every floating-point model
+    output, or the `target` site's tensor) and `scalar` their reduction.
+    """
+
+    tape: Any
+    records: tuple[tuple[Site, tuple[Any, ...], Any], ...]
+    ends: tuple[Any, ...]
+    scalar: Any
+    target: Activation | None
+
+
+def live_trace(
+    model: Any,
+    batch: ProbeBatch,
+    target: Site | None = None,
+    *,
+    training: bool = False,
+    reduce: str = "sum",
+    seed: int = 0,
+) -> LiveTrace:
+    """Capture and watch every leaf-layer call as `run_trace` does, without differentiating.
+
+    The scalar is the one `run_trace` differentiates (with `target=None`, a seeded random
+    projection of the outputs); `ends` are the unprojected target tensors.
+
+    Returns:
+        A LiveTrace; `trace_gradients(live)` gives the Trace that `run_trace` would.
+    """
+    from layergrad.layer_refs import input_names, iter_layers
+
+    tf, _ = quiet_import()
+    reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
+    tensors = [tf.convert_to_tensor(a) for a in batch.arrays]
+    records: list[tuple[Site, tuple[Any, ...], Any]] = []
+    tape = tf.GradientTape(persistent=True)
+    with tape:
+
+        def on_call(key: tuple[str, int], flat: list[Any], first_input: Any) -> list[Any]:
+            fresh = [_fresh(t) if _is_float(t) else t for t in flat]
+            for t in fresh:
+                if _is_float(t):
+                    tape.watch(t)
+            path, call = key
+            site = Site(ref=f"{path}@{call}" if call else path, path=path, call=call)
+            records.append((site, tuple(fresh), first_input))
+            return fresh
+
+        for i, (name, tensor) in enumerate(zip(input_names(model), tensors, strict=False)):
+            if _is_float(tensor):
+                tape.watch(tensor)
+            records.append((Site(ref=name, path=name, call=0, input_index=i), (tensor,), None))
+        with _capturing(_unique_leaves(iter_layers(model)), on_call) as calls:
+            outputs = _forward(model, tensors, training)
+        if target is None:
+            ends = tuple(o for o in tf.nest.flatten(outputs) if _is_float(o))
+            rng = np.random.default_rng(seed)
+            projected = [o * tf.cast(rng.standard_normal(o.shape), o.dtype) for o in ends]
+            sums = [tf.cast(reducer(p), tf.float32) for p in projected]
+            scalar = tf.add_n(sums) if sums else None
+            target_act = None
+        else:
+            found = [f for s, f, _ in records if _key(s) == _key(target)]
+            if not found:
+                _check_all_called([target], {}, calls)
+            ends = (found[0][0],) if _is_float(found[0][0]) else ()
+            scalar = reducer(found[0][0]) if ends else None
+            target_act = _activation(target, found[0][0])
+    return LiveTrace(tape, tuple(records), ends, scalar, target_act)
+
+
+def trace_gradients(live: LiveTrace) -> Trace:
+    """d reduce(target) / d every watched call of a live trace (what `run_trace` returns)."""
+    flat_all = [t for _, flat, _ in live.records for t in flat]
+    flat_grads = iter(_gradients(live.tape, live.scalar, flat_all))
+    activations, gradients = [], []
+    for site, flat, _ in live.records:
+        grads = [next(flat_grads) for _ in flat]
+        tensors_at = [i for i, t in enumerate(flat) if hasattr(t, "dtype")]
+        k = next((i for i in tensors_at if grads[i] is not None), tensors_at[0])
+        activations.append(_activation(site, flat[k], output=k))
+        gradients.append(grads[k])
+    return Trace(
+        activations=tuple(activations),
+        gradients=tuple(gradients),
+        inputs=tuple(
+            None if x is None or not hasattr(x, "shape") else (tuple(x.shape), x.dtype.name)
+            for _, _, x in live.records
+        ),
+        target=live.target,
+    )

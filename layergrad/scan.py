@@ -12,10 +12,12 @@ from layergrad import causes as why
 from layergrad.diagnose import Diagnoser, softmax_target_note
 from layergrad.errors import LayerNotFound
 from layergrad.graph import ModelGraph
+from layergrad.jacobian import JacobianOptions
+from layergrad.jacobian_scan import with_jacobians
 from layergrad.layer_refs import iter_layers, no_glob_match_message, resolve
 from layergrad.locate import first_nonfinite
 from layergrad.pipeline import Session
-from layergrad.probe import Activation, Trace, run_trace
+from layergrad.probe import Activation, Trace, live_trace, run_trace, trace_gradients
 from layergrad.results import ScanReport, ScanRow
 from layergrad.stats import gradient_stats, status_of
 from layergrad.vocab import Flag, Status
@@ -26,26 +28,46 @@ VANISHING_RATIO, EXPLODING_RATIO, DEAD_FRACTION = 1e-6, 1e6, 0.5
 
 
 def scan_session(
-    session: Session, target: str | None = None, patterns: Sequence[str] = ()
+    session: Session,
+    target: str | None = None,
+    patterns: Sequence[str] = (),
+    jacobian: JacobianOptions | None = None,
 ) -> ScanReport:
     """Gradient of one target with respect to every layer's output, in one backward pass.
 
     `target` is a layer reference, or None for a seeded random projection of the model's
     outputs (see `probe.run_trace`); `patterns` (shell globs) keep only matching rows.
+    With `jacobian`, rows also get per-sample Jacobian norms (`jacobian_scan`), from the same
+    forward pass.
     """
     model, options = session.model, session.options
     site = None if target is None else resolve(model, target)
-    trace = run_trace(
-        model,
-        session.batch,
-        site,
-        training=options.training,
-        reduce=options.reduce,
-        seed=options.seed,
-    )
+    live = None
+    if jacobian is not None:
+        live = live_trace(
+            model,
+            session.batch,
+            site,
+            training=options.training,
+            reduce=options.reduce,
+            seed=options.seed,
+        )
+        trace = trace_gradients(live)
+    else:
+        trace = run_trace(
+            model,
+            session.batch,
+            site,
+            training=options.training,
+            reduce=options.reduce,
+            seed=options.seed,
+        )
     classes = {p: type(layer).__name__ for p, layer in iter_layers(model)}
     rows = scan_rows(trace, session.info.graph, session.diagnoser, classes, patterns)
-    notes = []
+    notes: list[str] = []
+    if live is not None and jacobian is not None:
+        rows, jacobian_notes = with_jacobians(rows, trace, live, jacobian)
+        notes += jacobian_notes
     note = site and softmax_target_note(
         site, "scan with --to the layer before it, or without --to (a projection of the outputs)"
     )
