@@ -74,26 +74,30 @@ def scan_frobenius(
     exact = _is_exact(m, options)
     count = m if exact else (options.probes or DEFAULT_PROBES)
     products = _Products(live.tape, ends, [t for _, t in watched], batch, m)
+    mixing = [key for (key, _), mixes in zip(watched, products.mixing(options.seed), strict=True)
+              if mixes]  # fmt: skip
+    products.per_sample = bool(mixing)
     squared = products.run(exact, count, options.seed)  # (count, B) per watched tensor
     norms = {
         key: frobenius(np.sqrt(sq.sum(axis=0))) if exact else estimated_frobenius(sq)
         for (key, _), sq in zip(watched, squared, strict=True)
     }
-    how = (
-        f"exact (the target's {m} entries per sample, one backward pass each)"
-        if exact
-        else f"estimated from {count} random projections of the target (rel_stderr: the "
-        "largest relative standard error of a sample)"
-    )
+    if exact:
+        entries = f"{m} entr{'y' if m == 1 else 'ies'}"
+        how = f"exact (one backward pass per target entry: {entries} per sample)"
+    else:
+        how = (
+            f"estimated from {count} random projections of the target (rel_stderr: the "
+            "largest relative standard error of a sample)"
+        )
     notes = [f"Jacobian norms ||d target[i] / d layer[i]||_F per sample: {how}"]
-    mixing = [key for (key, _), mixes in zip(watched, products.mixing(options.seed), strict=True)
-              if mixes]  # fmt: skip
     if mixing:
         names = ", ".join(dict.fromkeys(path if not call else f"{path}@{call}"
                                         for path, call, _ in mixing))  # fmt: skip
         notes.append(
-            f"the target mixes samples across the batch at {names} (e.g. BatchNorm in training "
-            "mode): their per-sample norms also count other samples' outputs"
+            f"the target mixes samples across the batch (e.g. BatchNorm in training mode): "
+            f"target[i] depends on other samples' outputs of {names}, whose norms are of the "
+            "diagonal blocks d target[i] / d layer[i], other samples' influence left out"
         )
     return norms, tuple(notes)
 
@@ -123,16 +127,21 @@ def _is_exact(m: int, options: JacobianOptions) -> bool:
 
 
 class _Products:
-    """Backward passes from the target's ends to every watched tensor, reduced per sample."""
+    """Backward passes from the target's ends to every watched tensor, reduced per sample.
+
+    With `per_sample` (the target mixes the batch) each cotangent is applied to one sample
+    at a time (vectorized over the batch) and only that sample's gradient is kept: the
+    diagonal blocks, for B times the work.
+    """
 
     def __init__(self, tape: Any, ends: Sequence[Any], watched: list[Any], batch: int, m: int):
         self.tape, self.ends, self.watched = tape, list(ends), watched
         self.batch, self.m = batch, m
-        total = sum(math.prod(int(d) for d in t.shape) for t in watched)
-        self.chunk_size = max(1, CHUNK_ENTRIES // max(total + batch * m, 1))
+        self.per_sample = False
+        self.total = sum(math.prod(int(d) for d in t.shape) for t in watched) + batch * m
 
-    def squared_norms(self, cotangent: Any) -> list[Any]:
-        """(B, m) -> per watched tensor, ||J_i^T v_i||^2 for each sample i, shape (B,)."""
+    def _split(self, cotangent: Any) -> list[Any]:
+        """(B, m) rows -> one cotangent per end, in its shape and dtype."""
         tf, _ = quiet_import()
         parts, start = [], 0
         for end in self.ends:
@@ -140,21 +149,42 @@ class _Products:
             piece = tf.reshape(cotangent[:, start : start + size], tf.shape(end))
             parts.append(tf.cast(piece, end.dtype))
             start += size
-        grads = self.tape.gradient(
+        return parts
+
+    def _gradients(self, cotangent: Any) -> list[Any]:
+        tf, _ = quiet_import()
+        grads: list[Any] = self.tape.gradient(
             self.ends,
             self.watched,
-            output_gradients=parts,
+            output_gradients=self._split(cotangent),
             unconnected_gradients=tf.UnconnectedGradients.ZERO,
         )
-        return [
-            tf.reduce_sum(tf.square(tf.reshape(tf.cast(g, tf.float32), [self.batch, -1])), 1)
-            for g in grads
-        ]
+        return grads
+
+    def squared_norms(self, cotangent: Any) -> list[Any]:
+        """(B, m) -> per watched tensor, ||J_i^T v_i||^2 for each sample i, shape (B,)."""
+        tf, _ = quiet_import()
+
+        def norms(cot: Any) -> list[Any]:
+            return [
+                tf.reduce_sum(tf.square(tf.reshape(tf.cast(g, tf.float32), [self.batch, -1])), 1)
+                for g in self._gradients(cot)
+            ]
+
+        if not self.per_sample:
+            return norms(cotangent)
+
+        def one(i: Any) -> list[Any]:
+            mask = tf.one_hot(i, self.batch, dtype=cotangent.dtype)[:, None]
+            return [tf.gather(n, i) for n in norms(cotangent * mask)]
+
+        return list(tf.vectorized_map(one, tf.range(self.batch), warn=False))
 
     def run(self, exact: bool, count: int, seed: int) -> list[np.ndarray]:
         """Squared norms for `count` cotangents: one-hot rows (exact) or random signs."""
         tf, _ = quiet_import()
-        size = min(count, self.chunk_size)
+        per_product = self.total * (self.batch if self.per_sample else 1)
+        size = max(1, min(count, CHUNK_ENTRIES // per_product))
 
         def make(index: Any, signs: Any) -> Any:
             if exact:
@@ -185,23 +215,13 @@ class _Products:
     def mixing(self, seed: int, tolerance: float = 1e-6) -> list[bool]:
         """Per watched tensor: does a backward pass from sample 0 of the target reach other
         samples? (Exactly zero there in a batch-independent model.)"""
-        tf, _ = quiet_import()
         if self.batch < 2:
             return [False] * len(self.watched)
         u = np.zeros((self.batch, self.m), np.float32)
         u[0] = np.random.default_rng([seed, 4]).standard_normal(self.m)
-        parts, start = [], 0
-        for end in self.ends:
-            size = math.prod(int(d) for d in end.shape[1:])
-            parts.append(tf.cast(tf.reshape(u[:, start : start + size], tf.shape(end)), end.dtype))
-            start += size
-        grads = self.tape.gradient(self.ends, self.watched, output_gradients=parts)
         flags = []
-        for g in grads:
-            if g is None:
-                flags.append(False)
-                continue
-            a = np.abs(np.asarray(tf.convert_to_tensor(g), np.float64)).reshape(self.batch, -1)
+        for g in self._gradients(u):
+            a = np.abs(np.asarray(g, np.float64)).reshape(self.batch, -1)
             own, others = float(a[0].max(initial=0.0)), float(a[1:].max(initial=0.0))
             flags.append(others > tolerance * own if own > 0 else others > 0)
         return flags
