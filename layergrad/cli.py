@@ -19,6 +19,7 @@ from layergrad.cli_options import (
     format_options,
     handle_errors,
     load_options,
+    measure_options,
     probe_options,
 )
 from layergrad.vocab import DEFAULT_FAIL_ON, FAILING_STATUSES, Finding, Flag, OutputFormat
@@ -53,6 +54,7 @@ def main() -> None:
     help="Layer whose output is differentiated. Repeatable.",
 )
 @probe_options
+@measure_options
 @format_options
 @click.option(
     "--save-gradient",
@@ -73,6 +75,7 @@ def inspect(
     source: str,
     targets: tuple[str, ...],
     probe: Any,
+    measure: dict[str, Any],
     fmt: OutputFormat,
     save_gradient: str | None,
     fail_on: frozenset[str],
@@ -84,6 +87,10 @@ def inspect(
 
     Computes d sum(TO) / d FROM over the whole probe batch (what tape.gradient
     returns) and flags None, zero and non-finite results with their causes.
+    With --measure jacobian it also reports, per sample i, the Frobenius and
+    spectral norms of J_i = d TO[i] / d FROM[i] and which FROM units move TO
+    most: exact when one sample's J has at most 2^20 entries, else estimated
+    (--probes K random projections, power iteration) with error bars.
 
     \b
     Layer references (REF):
@@ -97,6 +104,8 @@ def inspect(
         layergrad inspect model.keras --from dense --to dense_1
         layergrad inspect model.keras --from embedding --to head --to pool --json
         layergrad inspect model.h5 --from 1 --to -1 --input batch.npy --fail-on none,nonfinite
+        layergrad inspect model.keras --from dense --to dense_1 --measure jacobian
+        layergrad inspect model.keras --from conv1 --to conv5 --measure jacobian --probes 64
     """
     from layergrad import api
 
@@ -105,7 +114,7 @@ def inspect(
     if save_gradient and save_gradient.endswith(".npy") and len(targets) > 1:
         raise click.BadParameter("several --to layers need a .npz", param_hint="--save-gradient")
     result = api.inspect_model(
-        model, source, list(targets), imports=imports, unsafe=unsafe, options=probe
+        model, source, list(targets), imports=imports, unsafe=unsafe, options=probe, **measure
     )
     emit("inspect", fmt, result, result.model.warnings)
     if save_gradient:
@@ -163,6 +172,7 @@ def layers(
     help="Only layers matching this shell glob, e.g. 'conv4_*'. Repeatable.",
 )
 @probe_options
+@measure_options
 @format_options
 @click.option(
     "--fail-on",
@@ -178,6 +188,7 @@ def scan(
     target: str | None,
     patterns: tuple[str, ...],
     probe: Any,
+    measure: dict[str, Any],
     fmt: OutputFormat,
     fail_on: frozenset[str],
     imports: tuple[str, ...],
@@ -190,18 +201,28 @@ def scan(
     outputs, or --to) with respect to every layer's output, and shows them in
     depth order with a log-scale bar. Flags: blocked (None), nonfinite, dead (mostly exact zeros),
     vanishing / exploding (1e6 times below / above the target end). Integer-valued
-    layers are shown as not differentiable.
+    layers are shown as not differentiable. With --measure jacobian each layer
+    also gets the per-sample Frobenius norm of d target[i] / d layer[i], from K
+    backward passes in all (--probes K), or exact when the target has at most
+    32 entries per sample (--exact forces it).
 
     \b
     Examples:
         layergrad scan model.keras
         layergrad scan model.keras --to dense_1 --layers 'conv*' --json
         layergrad scan model.keras --fail-on blocked,nonfinite
+        layergrad scan model.keras --measure jacobian --probes 16
     """
     from layergrad import api
 
     result = api.scan_model(
-        model, target=target, layers=patterns, imports=imports, unsafe=unsafe, options=probe
+        model,
+        target=target,
+        layers=patterns,
+        imports=imports,
+        unsafe=unsafe,
+        options=probe,
+        **measure,
     )
     emit("scan", fmt, result, result.model.warnings)
     if any(set(row.flags) & fail_on for row in result.rows):

@@ -90,7 +90,8 @@ def scan_frobenius(
             f"estimated from {count} random projections of the target (rel_stderr: the "
             "largest relative standard error of a sample)"
         )
-    notes = [f"Jacobian norms ||d target[i] / d layer[i]||_F per sample: {how}"]
+    target = "outputs" if live.target is None else live.target.site.ref
+    notes = [f"Jacobian norms ||d {target}[i] / d layer[i]||_F per sample: {how}"]
     if mixing:
         names = ", ".join(dict.fromkeys(path if not call else f"{path}@{call}"
                                         for path, call, _ in mixing))  # fmt: skip
