@@ -91,7 +91,7 @@ def scan_frobenius(
             "largest relative standard error of a sample)"
         )
     target = "outputs" if live.target is None else live.target.site.ref
-    notes = [f"Jacobian norms ||d {target}[i] / d layer[i]||_F per sample: {how}"]
+    notes = [f"Jacobian norms ‖d {target}[i] / d layer[i]‖F per sample: {how}"]
     if mixing:
         names = ", ".join(dict.fromkeys(path if not call else f"{path}@{call}"
                                         for path, call, _ in mixing))  # fmt: skip
