@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import keras, load_sample, normal, sample, tf
+from conftest import keras, load_sample, normal, per_sample_jacobians, sample, tf
 
 from layergrad.api import inspect_model
 from layergrad.cli import main
@@ -22,21 +22,6 @@ from layergrad.errors import InputError
 from layergrad.jacobian import EXACT_BUDGET, JacobianOptions, choose_method
 
 RTOL = 1e-5
-
-
-def per_sample_jacobians(first, rest, x):
-    """J_i = d rest(h)[i] / d h[i], h = first(x), one sample at a time, one element at a time."""
-    h_all = np.asarray(first(tf.constant(x)))
-    out = []
-    for i in range(len(x)):
-        h = tf.constant(h_all[i : i + 1])
-        with tf.GradientTape(persistent=True) as tape:
-            tape.watch(h)
-            y = tf.reshape(rest(h), [-1])
-            elements = [y[j] for j in range(int(y.shape[0]))]
-        rows = [np.asarray(tape.gradient(e, h)).reshape(-1) for e in elements]
-        out.append(np.stack(rows))
-    return out
 
 
 def unit_norms(jacobians, units):

@@ -8,14 +8,20 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import keras, load_sample, normal, sample, tf
-from test_jacobian import per_sample_jacobians
+from conftest import keras, load_sample, normal, per_sample_jacobians, sample, tf
 
 from layergrad.api import scan_model
 from layergrad.cli import main
 from layergrad.inputs import ProbeBatch
 from layergrad.layer_refs import resolve
-from layergrad.probe import live_probe, live_trace, probe_gradients, run_probe, run_trace, trace_gradients
+from layergrad.probe import (
+    live_probe,
+    live_trace,
+    probe_gradients,
+    run_probe,
+    run_trace,
+    trace_gradients,
+)
 
 
 def norms(jacobians):
