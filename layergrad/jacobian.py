@@ -7,8 +7,8 @@ J_i's columns for that unit (root-mean-square over samples).
 Two methods, both from the one forward pass of the probe:
 
 - exact: every row of every J_i, m vector-Jacobian products vectorized into one computation
-  (pfor), never a Python loop over rows; then the norms directly, the spectral norm from the
-  largest eigenvalue of the smaller Gram matrix. Used when one sample's J has at most
+  (pfor), never a Python loop over rows; then the norms directly, the spectral norm to float32
+  precision (`lanczos.py`). Used when one sample's J has at most
   EXACT_ENTRIES entries (and the batch's at most EXACT_BUDGET), or with `--exact`.
 - estimate: Frobenius by K random sign vectors v (Hutchinson: E ||J_i^T v||^2 = ||J_i||_F^2),
   the K products vectorized; the spread of the K values gives each sample's standard error.
@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from layergrad import lanczos
 from layergrad._tf import quiet_import
 from layergrad.errors import InputError
 from layergrad.linear_map import LinearMap
@@ -35,6 +36,7 @@ MEASURES = ("gradient", "jacobian")
 EXACT_ENTRIES = 2**20  # exact when one sample's Jacobian has at most this many entries
 EXACT_BUDGET = 2**28  # ... and the whole batch's at most this many (1 GiB in float32)
 CHUNK_ENTRIES = 2**26  # entries one vectorized chunk of products may hold at once
+DIRECT_SIZE = 256  # exact spectral norms of matrices up to this small side: Gram eigenvalues
 DEFAULT_PROBES = 32
 
 
@@ -105,7 +107,7 @@ def measure_jacobian(
         warnings.append(note)
     spec: SpectralNorms | None
     if method == "exact":
-        frob, spec, units = _exact(lin)
+        frob, spec, units = _exact(lin, options.seed)
         probes = None
     else:
         probes = options.probes or DEFAULT_PROBES
@@ -166,25 +168,23 @@ def _stack_chunks(fn: Any, items: np.ndarray, size: int) -> Any:
     return outs[0] if len(outs) == 1 else tf.concat(outs, axis=0)
 
 
-def _exact(lin: LinearMap) -> tuple[FrobeniusNorms, SpectralNorms, np.ndarray]:
+def _exact(lin: LinearMap, seed: int) -> tuple[FrobeniusNorms, SpectralNorms, np.ndarray]:
     """Every row of every J_i (vectorized over rows), then the norms of the dense matrices."""
     tf, _ = quiet_import()
-    jac = exact_jacobians(lin)  # (B, m, n)
-    per_unit = tf.reduce_sum(tf.square(tf.reshape(jac, [lin.batch, lin.m, -1, lin.units])), [1, 2])
+    rows = exact_rows(lin)  # (m, B, n): row j of every J_i
+    per_unit = tf.reduce_sum(tf.square(tf.reshape(rows, [lin.m, lin.batch, -1, lin.units])), [0, 2])
     squared = tf.reduce_sum(per_unit, axis=1)
-    small = (
-        tf.matmul(jac, jac, transpose_b=True)
-        if lin.m <= lin.n
-        else tf.matmul(jac, jac, transpose_a=True)
-    )
-    top = tf.linalg.eigvalsh(small)[:, -1]  # the largest eigenvalue of J J^T is ||J||_2^2
-    sigma = np.sqrt(np.maximum(top.numpy().astype(np.float64), 0.0))
+    sigma = None
+    if min(lin.m, lin.n) > DIRECT_SIZE:  # a Gram eigendecomposition would cost more than J did
+        sigma = _lanczos_spectral(lin, seed)
+    if sigma is None:
+        sigma = lanczos.direct(tf.transpose(rows, [1, 0, 2]))
     frob = frobenius(np.sqrt(squared.numpy().astype(np.float64)))
     return frob, spectral(sigma, None, True), _rms(per_unit.numpy())
 
 
-def exact_jacobians(lin: LinearMap) -> Any:
-    """The (B, m, n) tensor of per-sample Jacobians: m one-hot VJPs, vectorized over rows."""
+def exact_rows(lin: LinearMap) -> Any:
+    """The (m, B, n) tensor of every row of every J_i: m one-hot VJPs, vectorized over rows."""
     tf, _ = quiet_import()
 
     @tf.function
@@ -193,10 +193,23 @@ def exact_jacobians(lin: LinearMap) -> Any:
             onehot = tf.one_hot(j, lin.m, dtype=tf.float32)
             return lin.vjp_blocks(tf.broadcast_to(onehot[None], [lin.batch, lin.m]))
 
-        return tf.vectorized_map(one, index, warn=False)  # (rows, B, n)
+        return tf.vectorized_map(one, index, warn=False)
 
-    stacked = _stack_chunks(rows, np.arange(lin.m, dtype=np.int32), _chunk(lin, lin.m))
-    return tf.transpose(stacked, [1, 0, 2])
+    return _stack_chunks(rows, np.arange(lin.m, dtype=np.int32), _chunk(lin, lin.m))
+
+
+def _lanczos_spectral(lin: LinearMap, seed: int) -> np.ndarray | None:
+    """Lanczos through the model (J^T J v by a JVP and a VJP); None if it cannot finish."""
+    tf, _ = quiet_import()
+
+    @tf.function
+    def gram_step(v: Any) -> Any:
+        return lin.vjp_blocks(lin.jvp_blocks(v))
+
+    try:
+        return lanczos.lanczos_top(gram_step, lin.batch, lin.n, seed)
+    except (LookupError, ValueError, TypeError):  # an op without a second derivative
+        return None
 
 
 def _estimate_frobenius(

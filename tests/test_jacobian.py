@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import keras, load_sample, normal, per_sample_jacobians, sample, tf
 
+from layergrad import lanczos
 from layergrad.api import inspect_model
 from layergrad.cli import main
 from layergrad.errors import InputError
@@ -306,3 +307,19 @@ def test_cli_usage_errors_exit_2(extra, message):
     result = run_cli("inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1", *extra)
     assert result.exit_code == 2
     assert message in result.output and "Traceback" not in result.output
+
+
+def test_large_exact_spectral_norm_by_lanczos_matches_numpy(tmp_path, write_input, monkeypatch):
+    # 300 x 300 per sample: past the direct Gram decomposition, so Lanczos through the model.
+    monkeypatch.setattr(lanczos, "direct", lambda jac: pytest.fail("Lanczos did not converge"))
+    keras.utils.set_random_seed(1)
+    inp = keras.Input((300,), name="x")
+    keras.Model(inp, keras.layers.Dense(300, activation="tanh", name="wide")(inp)).save(tmp_path / "w.keras")
+    x = normal(3, 300)
+    kernel, bias = keras.saving.load_model(tmp_path / "w.keras").get_layer("wide").get_weights()
+    y = np.tanh(x.astype(np.float64) @ kernel + bias)
+    jacobians = [(1 - yi**2)[:, None] * kernel.T for yi in y]  # d tanh(x W + b) / d x, on paper
+    res = only(inspect_model(str(tmp_path / "w.keras"), "x", ["wide"], input_file=write_input(x), measure="jacobian"))
+    assert res.jacobian.method == "exact"
+    np.testing.assert_allclose(res.jacobian.spectral.per_sample, [np.linalg.norm(J, 2) for J in jacobians], rtol=1e-5)
+    np.testing.assert_allclose(res.jacobian.frobenius.per_sample, [np.linalg.norm(J) for J in jacobians], rtol=1e-5)
