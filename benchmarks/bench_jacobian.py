@@ -113,7 +113,8 @@ def main() -> None:
         x = np.load(x_file)
         iterations = ours(path, x_file, args.probes)  # warm up Keras and TensorFlow
         baseline(path, x)
-        times: dict[str, list[float]] = {"exact": [], "baseline": [], "estimate": [], "backward": []}
+        names = ("exact", "baseline", "estimate", "backward")
+        times: dict[str, list[float]] = {name: [] for name in names}
         for _ in range(args.rounds):
             times["exact"].append(timed(lambda: ours(path, x_file, None)))
             times["baseline"].append(timed(lambda: baseline(path, x)))
