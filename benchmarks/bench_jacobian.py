@@ -75,7 +75,9 @@ def svd(path: Path, x: np.ndarray) -> None:
 
 def loop(path: Path, x: np.ndarray) -> None:
     tape, h0, h2 = _tape(path, x)
-    rows = [tape.gradient(h2[:, j], h0) for j in range(WIDTH)]  # the per-row Python loop
+    with tape:  # record the row slices too (one forward pass, as ours)
+        outputs = [h2[:, j] for j in range(WIDTH)]
+    rows = [tape.gradient(y, h0) for y in outputs]  # the per-row Python loop
     jac = tf.stack(rows, axis=1)
     tf.norm(jac, axis=(1, 2)).numpy()
 
