@@ -169,16 +169,29 @@ def _stack_chunks(fn: Any, items: np.ndarray, size: int) -> Any:
 
 
 def _exact(lin: LinearMap, seed: int) -> tuple[FrobeniusNorms, SpectralNorms, np.ndarray]:
-    """Every row of every J_i (vectorized over rows), then the norms of the dense matrices."""
+    """Every entry of every J_i, by rows (m VJPs) or, when J_i has at most half as many
+    columns as rows, by columns (n JVPs); then the norms of the dense matrices."""
     tf, _ = quiet_import()
-    rows = exact_rows(lin)  # (m, B, n): row j of every J_i
-    per_unit = tf.reduce_sum(tf.square(tf.reshape(rows, [lin.m, lin.batch, -1, lin.units])), [0, 2])
+    columns = exact_columns(lin) if 2 * lin.n <= lin.m else None  # (n, B, m)
+    if columns is not None:
+        column_sq = tf.transpose(tf.reduce_sum(tf.square(columns), axis=2))
+
+        def dense() -> Any:
+            return tf.transpose(columns, [1, 2, 0])
+    else:
+        rows = exact_rows(lin)  # (m, B, n)
+        column_sq = tf.reduce_sum(tf.square(rows), axis=0)
+
+        def dense() -> Any:
+            return tf.transpose(rows, [1, 0, 2])
+
+    per_unit = tf.reduce_sum(tf.reshape(column_sq, [lin.batch, -1, lin.units]), axis=1)
     squared = tf.reduce_sum(per_unit, axis=1)
     sigma = None
     if min(lin.m, lin.n) > DIRECT_SIZE:  # a Gram eigendecomposition would cost more than J did
         sigma = _lanczos_spectral(lin, seed)
     if sigma is None:
-        sigma = lanczos.direct(tf.transpose(rows, [1, 0, 2]))
+        sigma = lanczos.direct(dense())
     frob = frobenius(np.sqrt(squared.numpy().astype(np.float64)))
     return frob, spectral(sigma, None, True), _rms(per_unit.numpy())
 
@@ -196,6 +209,25 @@ def exact_rows(lin: LinearMap) -> Any:
         return tf.vectorized_map(one, index, warn=False)
 
     return _stack_chunks(rows, np.arange(lin.m, dtype=np.int32), _chunk(lin, lin.m))
+
+
+def exact_columns(lin: LinearMap) -> Any | None:
+    """The (n, B, m) tensor of every column of every J_i: n one-hot JVPs, vectorized; None
+    when J v cannot be formed (an op on the path has no second derivative)."""
+    tf, _ = quiet_import()
+
+    @tf.function
+    def columns(index: Any) -> Any:
+        def one(k: Any) -> Any:
+            onehot = tf.one_hot(k, lin.n, dtype=tf.float32)
+            return lin.jvp_blocks(tf.broadcast_to(onehot[None], [lin.batch, lin.n]))
+
+        return tf.vectorized_map(one, index, warn=False)
+
+    try:
+        return _stack_chunks(columns, np.arange(lin.n, dtype=np.int32), _chunk(lin, lin.n))
+    except (LookupError, ValueError, TypeError):
+        return None
 
 
 def _lanczos_spectral(lin: LinearMap, seed: int) -> np.ndarray | None:

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import keras, load_sample, normal, per_sample_jacobians, sample, tf
 
-from layergrad import lanczos
+from layergrad import jacobian, lanczos
 from layergrad.api import inspect_model
 from layergrad.cli import main
 from layergrad.errors import InputError
@@ -323,3 +323,45 @@ def test_large_exact_spectral_norm_by_lanczos_matches_numpy(tmp_path, write_inpu
     assert res.jacobian.method == "exact"
     np.testing.assert_allclose(res.jacobian.spectral.per_sample, [np.linalg.norm(J, 2) for J in jacobians], rtol=1e-5)
     np.testing.assert_allclose(res.jacobian.frobenius.per_sample, [np.linalg.norm(J) for J in jacobians], rtol=1e-5)
+
+
+def no_rows(lin):
+    pytest.fail("taken by rows, not by columns")
+
+
+def test_tall_jacobians_are_taken_by_columns(tmp_path, write_input, monkeypatch):
+    # 40 x 3 per sample: three JVPs instead of forty VJPs; d tanh(x W + b) / d x worked out
+    monkeypatch.setattr(jacobian, "exact_rows", no_rows)
+    keras.utils.set_random_seed(2)
+    inp = keras.Input((3,), name="x")
+    keras.Model(inp, keras.layers.Dense(40, activation="tanh", name="up")(inp)).save(tmp_path / "t.keras")
+    x = normal(5, 3)
+    kernel, bias = keras.saving.load_model(tmp_path / "t.keras").get_layer("up").get_weights()
+    y = np.tanh(x.astype(np.float64) @ kernel + bias)
+    jacobians = [(1 - yi**2)[:, None] * kernel.T for yi in y]
+    res = only(inspect_model(str(tmp_path / "t.keras"), "x", ["up"], input_file=write_input(x), measure="jacobian"))
+    assert_exact(res, jacobians, units=3)
+
+
+def test_tall_jacobians_of_a_mixed_batch_by_columns(tmp_path, write_input, monkeypatch):
+    monkeypatch.setattr(jacobian, "exact_rows", no_rows)
+    keras.utils.set_random_seed(2)
+    inp = keras.Input((2,), name="x")
+    h = keras.layers.Dense(2, name="d")(inp)
+    out = keras.layers.BatchNormalization(name="bn")(keras.layers.Dense(8, name="up")(h))
+    keras.Model(inp, out).save(tmp_path / "bn.keras")
+    x = normal(6, 2)
+    m = keras.saving.load_model(tmp_path / "bn.keras")
+    d, up, bn = (m.get_layer(n) for n in ("d", "up", "bn"))
+    h = d(tf.constant(x))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(h)
+        y = bn(up(h), training=True)
+        elements = [[y[i, j] for j in range(8)] for i in range(6)]
+    blocks = [np.stack([np.asarray(tape.gradient(e, h))[i] for e in row]) for i, row in enumerate(elements)]
+    res = only(
+        inspect_model(str(tmp_path / "bn.keras"), "d", ["bn"], input_file=write_input(x), training=True, measure="jacobian")
+    )
+    assert not res.jacobian.batch_independent
+    np.testing.assert_allclose(res.jacobian.frobenius.per_sample, [np.linalg.norm(b) for b in blocks], rtol=1e-4)
+    np.testing.assert_allclose(res.jacobian.spectral.per_sample, [np.linalg.norm(b, 2) for b in blocks], rtol=1e-4)
