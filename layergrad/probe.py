@@ -436,8 +436,7 @@ def live_probe(
             _forward(model, inputs, training)
         _check_all_called(sites, captured, calls)
         scalars = tuple(
-            reducer(captured[_key(t)]) if _is_float(captured[_key(t)]) else None
-            for t in targets
+            reducer(captured[_key(t)]) if _is_float(captured[_key(t)]) else None for t in targets
         )
     return LiveProbe(
         tape=tape,

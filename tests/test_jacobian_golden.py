@@ -56,7 +56,9 @@ def test_inspect_jacobian_markdown_and_json(golden):
     golden("inspect_hand_set_jacobian.md", text)
     doc = json.loads(inspect.as_json(result))
     b = doc["results"][1]["jacobian"]
-    assert b["frobenius"]["mean"] == pytest.approx(X_TO_B) and b["unit_sensitivity"] == pytest.approx([17, 39])
+    assert b["frobenius"]["mean"] == pytest.approx(X_TO_B) and b[
+        "unit_sensitivity"
+    ] == pytest.approx([17, 39])
     # d a / d x = [[1, 3], [2, 4]] (the kernel transposed): singular values of [[1, 2], [3, 4]]
     assert doc["results"][0]["jacobian"]["spectral"]["max"] == pytest.approx(5.4649857, rel=1e-6)
 
@@ -65,7 +67,11 @@ def test_scan_jacobian_table(golden):
     result = scan_model("sample_models/hand_set.keras", measure="jacobian")
     assert [r.jacobian.frobenius.mean for r in result.rows] == pytest.approx([X_TO_B, A_TO_B, 1.0])
     text = scan.table(result, width=WIDTH)
-    assert [_row(text, name)[4] for name in ("x", "a", "b")] == [f"{X_TO_B:.4g}", f"{A_TO_B:.4g}", "1"]
+    assert [_row(text, name)[4] for name in ("x", "a", "b")] == [
+        f"{X_TO_B:.4g}",
+        f"{A_TO_B:.4g}",
+        "1",
+    ]
     golden("scan_hand_set_jacobian.txt", text)
     md = scan.markdown(result)
     assert f"| {X_TO_B:.4g} | - |" in md and "| ‖J‖F mean | ± s.e. |" in md

@@ -41,14 +41,18 @@ def test_default_target_is_every_output_exactly(write_input):
     report = scan_model(sample("residual.keras"), input_file=write_input(x), measure="jacobian")
     rows = rows_by_layer(report)
     np.testing.assert_allclose(
-        rows["stem"].jacobian.frobenius.per_sample, norms(per_sample_jacobians(stem, outputs, x)), rtol=1e-5
+        rows["stem"].jacobian.frobenius.per_sample,
+        norms(per_sample_jacobians(stem, outputs, x)),
+        rtol=1e-5,
     )
     np.testing.assert_allclose(
         rows["x"].jacobian.frobenius.per_sample,
         norms(per_sample_jacobians(lambda t: t, lambda t: outputs(stem(t)), x)),
         rtol=1e-5,
     )
-    assert rows["head"].jacobian.frobenius.per_sample == pytest.approx([np.sqrt(2)] * 8)  # d head / d head
+    assert rows["head"].jacobian.frobenius.per_sample == pytest.approx(
+        [np.sqrt(2)] * 8
+    )  # d head / d head
     assert all(r.jacobian.frobenius.rel_stderr is None for r in report.rows)
     assert any("exact" in n for n in report.notes)
 
@@ -58,11 +62,17 @@ def test_estimate_with_probes_is_within_its_standard_errors(write_input):
     m = load_sample("residual.keras")
     stem, block = m.get_layer("stem"), m.get_layer("block")
     report = scan_model(
-        sample("residual.keras"), target="block", input_file=write_input(x), measure="jacobian", probes=64
+        sample("residual.keras"),
+        target="block",
+        input_file=write_input(x),
+        measure="jacobian",
+        probes=64,
     )
     f = rows_by_layer(report)["stem"].jacobian.frobenius
     assert 0 < f.rel_stderr < 0.2
-    for est, rel, truth in zip(f.per_sample, f.sample_rel_stderr, norms(per_sample_jacobians(stem, block, x)), strict=True):
+    for est, rel, truth in zip(
+        f.per_sample, f.sample_rel_stderr, norms(per_sample_jacobians(stem, block, x)), strict=True
+    ):
         assert abs(est - truth) <= 4 * rel * est
 
 
@@ -73,11 +83,18 @@ def test_softmax_output_is_not_degenerate(tmp_path, write_input):
     probs = keras.layers.Softmax(name="probs")(logits)
     keras.Model(inp, probs).save(tmp_path / "softmax.keras")
     x = normal(6, 4)
-    report = scan_model(str(tmp_path / "softmax.keras"), target="probs", input_file=write_input(x), measure="jacobian")
+    report = scan_model(
+        str(tmp_path / "softmax.keras"),
+        target="probs",
+        input_file=write_input(x),
+        measure="jacobian",
+    )
     row = rows_by_layer(report)["logits"]
     # the gradient of sum(softmax) is zero up to rounding; the Jacobian diag(p) - p p^T is not
     assert row.gradient.mean_abs < 1e-6
-    p = tf.nn.softmax(keras.saving.load_model(tmp_path / "softmax.keras").get_layer("logits")(x)).numpy()
+    p = tf.nn.softmax(
+        keras.saving.load_model(tmp_path / "softmax.keras").get_layer("logits")(x)
+    ).numpy()
     expected = [np.linalg.norm(np.diag(q) - np.outer(q, q)) for q in p]
     np.testing.assert_allclose(row.jacobian.frobenius.per_sample, expected, rtol=1e-4)
 
@@ -91,8 +108,13 @@ def test_batch_mixing_rows_are_diagonal_blocks(write_input):
         tape.watch(h)
         y = bn(h, training=True)
         elements = [[y[i, j] for j in range(4)] for i in range(8)]
-    blocks = [np.stack([np.asarray(tape.gradient(e, h))[i] for e in row]) for i, row in enumerate(elements)]
-    report = scan_model(sample("cause_training.keras"), input_file=write_input(x), training=True, measure="jacobian")
+    blocks = [
+        np.stack([np.asarray(tape.gradient(e, h))[i] for e in row])
+        for i, row in enumerate(elements)
+    ]
+    report = scan_model(
+        sample("cause_training.keras"), input_file=write_input(x), training=True, measure="jacobian"
+    )
     np.testing.assert_allclose(
         rows_by_layer(report)["dense"].jacobian.frobenius.per_sample, norms(blocks), rtol=1e-4
     )
@@ -102,14 +124,18 @@ def test_batch_mixing_rows_are_diagonal_blocks(write_input):
 def test_exact_scan_has_a_budget(tmp_path):
     inp = keras.Input((2,), name="x")
     keras.Model(inp, keras.layers.Dense(5000, name="wide")(inp)).save(tmp_path / "wide.keras")
-    result = CliRunner().invoke(main, ["scan", str(tmp_path / "wide.keras"), "--measure", "jacobian", "--exact"])
+    result = CliRunner().invoke(
+        main, ["scan", str(tmp_path / "wide.keras"), "--measure", "jacobian", "--exact"]
+    )
     assert result.exit_code == 2 and "--exact" in result.output and "5000" in result.output
     report = scan_model(str(tmp_path / "wide.keras"), batch_size=2, measure="jacobian")
     assert all(r.jacobian.frobenius.rel_stderr is not None for r in report.rows)  # estimated
 
 
 def test_scan_json_rows_gain_frobenius_only():
-    result = CliRunner().invoke(main, ["scan", sample("seed.keras"), "--measure", "jacobian", "--json"])
+    result = CliRunner().invoke(
+        main, ["scan", sample("seed.keras"), "--measure", "jacobian", "--json"]
+    )
     assert result.exit_code == 0, result.output
     layers = json.loads(result.output)["layers"]
     assert all(set(row["jacobian"]) == {"frobenius"} for row in layers)
@@ -118,7 +144,9 @@ def test_scan_json_rows_gain_frobenius_only():
     assert all("jacobian" not in row for row in json.loads(plain.output)["layers"])
 
 
-@pytest.mark.parametrize("name", ["seed.keras", "residual.keras", "nested.keras", "shared.keras", "two_input.keras"])
+@pytest.mark.parametrize(
+    "name", ["seed.keras", "residual.keras", "nested.keras", "shared.keras", "two_input.keras"]
+)
 def test_live_trace_gives_what_run_trace_gives(name):
     model = load_sample(name)
     rng = np.random.default_rng(0)
