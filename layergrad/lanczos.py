@@ -19,6 +19,7 @@ from layergrad._tf import quiet_import
 
 MAX_STEPS = 64
 TOLERANCE = 2e-6  # relative residual bound on the largest eigenvalue of J^T J
+DIRECT_FLOAT64 = 256  # Gram matrices up to this size are decomposed in float64
 
 
 def lanczos_top(
@@ -73,8 +74,11 @@ def lanczos_top(
 
 
 def direct(jac: Any) -> np.ndarray:
-    """||J_i||_2 of a (B, m, n) tensor from the largest eigenvalue of the smaller Gram matrix."""
+    """||J_i||_2 of a (B, m, n) tensor from the largest eigenvalue of the smaller Gram matrix
+    (in float64 when that matrix is small, so rounding stays that of the entries)."""
     tf, _ = quiet_import()
+    if min(int(jac.shape[1]), int(jac.shape[2])) <= DIRECT_FLOAT64:
+        jac = tf.cast(jac, tf.float64)
     if jac.shape[1] <= jac.shape[2]:
         gram = tf.matmul(jac, jac, transpose_b=True)
     else:
