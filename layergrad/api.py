@@ -21,6 +21,7 @@ from typing import Any
 from layergrad.errors import InputError
 from layergrad.pipeline import PathLike, ProbeOptions, open_session
 from layergrad.results import InspectReport, ScanReport
+from layergrad.vocab import Measure
 
 __all__ = ["ProbeOptions", "inspect_model", "save_gradients", "scan_model"]
 
@@ -76,7 +77,7 @@ def inspect_model(
     source_site = layer_refs.resolve(model, source)
     target_sites = [layer_refs.resolve(model, ref) for ref in targets]
     live = None
-    if measure == "jacobian":  # one forward pass serves the gradient and the Jacobians
+    if measure == Measure.JACOBIAN:  # one forward pass serves the gradient and the Jacobians
         live = probing.live_probe(
             model,
             session.batch,
@@ -153,7 +154,7 @@ def scan_model(
         unsafe=unsafe,
     )
     how = None
-    if measure == "jacobian":
+    if measure == Measure.JACOBIAN:
         how = JacobianOptions(probes, exact, session.options.seed)
     return scan_session(session, target, layers, jacobian=how)
 

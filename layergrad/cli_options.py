@@ -180,8 +180,9 @@ def measure_options(func: F) -> F:
             click.option(
                 "--exact",
                 is_flag=True,
-                help="Compute every entry of the Jacobians (default when one sample's has at "
-                "most 2^20 entries).",
+                help="Compute the Jacobian norms exactly, from every row of the Jacobians "
+                "(the default for inspect when one sample's has at most 2^20 entries, for scan "
+                "when the target has at most 32 entries per sample).",
             ),
         ],
     )

@@ -30,9 +30,9 @@ from layergrad.linear_map import LinearMap
 from layergrad.power import TOLERANCE, power_iteration
 from layergrad.probe import LiveProbe
 from layergrad.results import FrobeniusNorms, JacobianStats, Result, SpectralNorms
-from layergrad.vocab import Status
+from layergrad.vocab import JacobianMethod, Measure, Status
 
-MEASURES = ("gradient", "jacobian")
+MEASURES = Measure.words()
 EXACT_ENTRIES = 2**20  # exact when one sample's Jacobian has at most this many entries
 EXACT_BUDGET = 2**28  # ... and the whole batch's at most this many (1 GiB in float32)
 CHUNK_ENTRIES = 2**26  # entries one vectorized chunk of products may hold at once
@@ -53,7 +53,7 @@ def check_options(measure: str, probes: int | None, exact: bool) -> None:
     """Raise InputError for a measure or a combination of options that means nothing."""
     if measure not in MEASURES:
         raise InputError(f"measure must be one of {', '.join(MEASURES)}: measure={measure!r}")
-    if measure != "jacobian" and (probes is not None or exact):
+    if measure != Measure.JACOBIAN and (probes is not None or exact):
         raise InputError("--probes and --exact apply to --measure jacobian; add it or drop them")
     if probes is not None and exact:
         raise InputError(
@@ -106,7 +106,7 @@ def measure_jacobian(
     if note:
         warnings.append(note)
     spec: SpectralNorms | None
-    if method == "exact":
+    if method == JacobianMethod.EXACT:
         frob, spec, units = _exact(lin, options.seed)
         probes = None
     else:
@@ -126,8 +126,10 @@ def measure_jacobian(
     return stats, tuple(warnings)
 
 
-def choose_method(lin: LinearMap, options: JacobianOptions) -> tuple[str, str | None]:
-    """("exact" or "estimate", a note when the exact method was too large to choose)."""
+def choose_method(
+    lin: LinearMap, options: JacobianOptions
+) -> tuple[JacobianMethod, str | None]:
+    """The method, and a note when the exact one was chosen against for its size."""
     per_sample = lin.m * lin.n
     total = lin.batch * per_sample
     if options.exact:
@@ -137,15 +139,15 @@ def choose_method(lin: LinearMap, options: JacobianOptions) -> tuple[str, str | 
                 f"entries, more than the {EXACT_BUDGET} (1 GiB) layergrad holds; drop --exact "
                 "to estimate them, or use a smaller --batch-size"
             )
-        return "exact", None
+        return JacobianMethod.EXACT, None
     if options.probes is not None or per_sample > EXACT_ENTRIES:
-        return "estimate", None
+        return JacobianMethod.ESTIMATE, None
     if total > EXACT_BUDGET:
-        return "estimate", (
+        return JacobianMethod.ESTIMATE, (
             f"estimated: the batch's exact Jacobians would have {total} entries (more than "
             f"{EXACT_BUDGET}); a smaller --batch-size gets exact norms"
         )
-    return "exact", None
+    return JacobianMethod.EXACT, None
 
 
 def _chunk(lin: LinearMap, count: int) -> int:
@@ -154,13 +156,16 @@ def _chunk(lin: LinearMap, count: int) -> int:
     return max(1, min(count, CHUNK_ENTRIES // max(per_product, 1)))
 
 
-def _stack_chunks(fn: Any, items: np.ndarray, size: int) -> Any:
-    """fn over `items` in chunks of `size` (the last one padded, so fn is traced once)."""
+def _stack_chunks(fn: Any, count: int, size: int, make: Any = None) -> Any:
+    """fn over items 0..count-1 in chunks of `size`, stacked; `make(start, stop)` builds a
+    chunk's input (default: the indices), so only one chunk's inputs exist at a time. The
+    last chunk is padded to `size`, so fn is traced once."""
     tf, _ = quiet_import()
     outs = []
-    for start in range(0, len(items), size):
-        part = items[start : start + size]
-        short = size - len(part)
+    for start in range(0, count, size):
+        stop = min(start + size, count)
+        part = np.arange(start, stop, dtype=np.int32) if make is None else make(start, stop)
+        short = size - (stop - start)
         if short:
             part = np.concatenate([part, np.repeat(part[-1:], short, axis=0)])
         out = fn(tf.constant(part))
@@ -208,7 +213,7 @@ def exact_rows(lin: LinearMap) -> Any:
 
         return tf.vectorized_map(one, index, warn=False)
 
-    return _stack_chunks(rows, np.arange(lin.m, dtype=np.int32), _chunk(lin, lin.m))
+    return _stack_chunks(rows, lin.m, _chunk(lin, lin.m))
 
 
 def exact_columns(lin: LinearMap) -> Any | None:
@@ -225,7 +230,7 @@ def exact_columns(lin: LinearMap) -> Any | None:
         return tf.vectorized_map(one, index, warn=False)
 
     try:
-        return _stack_chunks(columns, np.arange(lin.n, dtype=np.int32), _chunk(lin, lin.n))
+        return _stack_chunks(columns, lin.n, _chunk(lin, lin.n))
     except (LookupError, ValueError, TypeError):
         return None
 
@@ -259,8 +264,12 @@ def _estimate_frobenius(
         return tf.vectorized_map(one, signs, warn=False)
 
     rng = np.random.default_rng([seed, 1])
-    signs = rng.integers(0, 2, (probes, lin.batch, lin.m)).astype(np.float32) * 2 - 1
-    per_unit = _stack_chunks(project, signs, _chunk(lin, probes)).numpy().astype(np.float64)
+
+    def signs(start: int, stop: int) -> np.ndarray:
+        return rng.integers(0, 2, (stop - start, lin.batch, lin.m)).astype(np.float32) * 2 - 1
+
+    stacked = _stack_chunks(project, probes, _chunk(lin, probes), signs)
+    per_unit = stacked.numpy().astype(np.float64)
     return estimated_frobenius(per_unit.sum(axis=2)), _rms(per_unit.mean(axis=0))
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from layergrad.vocab import CauseCode, Finding, Flag, Status
+from layergrad.vocab import CauseCode, Finding, Flag, JacobianMethod, Status
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class JacobianStats:
     other samples' from[j]; the norms are then those of the diagonal blocks.
     """
 
-    method: str  # "exact" or "estimate"
+    method: JacobianMethod
     probes: int | None  # K random projections (estimate), None when exact
     batch_independent: bool
     frobenius: FrobeniusNorms
