@@ -74,8 +74,8 @@ def scan_frobenius(
     exact = _is_exact(m, options)
     count = m if exact else (options.probes or DEFAULT_PROBES)
     products = _Products(live.tape, ends, [t for _, t in watched], batch, m)
-    mixing = [key for (key, _), mixes in zip(watched, products.mixing(options.seed), strict=True)
-              if mixes]  # fmt: skip
+    flags = products.mixing(options.seed)
+    mixing = [key for (key, _), mixes in zip(watched, flags, strict=True) if mixes]
     products.per_sample = bool(mixing)
     squared = products.run(exact, count, options.seed)  # (count, B) per watched tensor
     norms = {
@@ -93,8 +93,8 @@ def scan_frobenius(
     target = "outputs" if live.target is None else live.target.site.ref
     notes = [f"Jacobian norms ‖d {target}[i] / d layer[i]‖F per sample: {how}"]
     if mixing:
-        names = ", ".join(dict.fromkeys(path if not call else f"{path}@{call}"
-                                        for path, call, _ in mixing))  # fmt: skip
+        refs = (path if not call else f"{path}@{call}" for path, call, _ in mixing)
+        names = ", ".join(dict.fromkeys(refs))
         notes.append(
             f"the target mixes samples across the batch (e.g. BatchNorm in training mode): "
             f"target[i] depends on other samples' outputs of {names}, whose norms are of the "

@@ -26,6 +26,10 @@ from layergrad.results import (
 )
 
 TOP_UNITS = 10
+MD_HEADER = (
+    *("from", "to", "method", "‖J‖F mean", "‖J‖F max", "± s.e.", "‖J‖2 mean", "‖J‖2 max"),
+    *("batch independent", "most sensitive units"),
+)
 BAR_WIDTH = 16
 
 
@@ -238,9 +242,7 @@ def inspect_markdown(results: Sequence[Result]) -> str:
                 _top_units(j.unit_sensitivity),
             ]
         )
-    header = ["from", "to", "method", "‖J‖F mean", "‖J‖F max", "± s.e.", "‖J‖2 mean", "‖J‖2 max",
-              "batch independent", "most sensitive units"]  # fmt: skip
-    return "\nPer-sample Jacobian norms, J_i = d to[i] / d from[i]:\n\n" + md_table(header, rows)
+    return "\nPer-sample Jacobian norms, J_i = d to[i] / d from[i]:\n\n" + md_table(MD_HEADER, rows)
 
 
 def _top_units(values: Sequence[float], top: int = 3) -> str:

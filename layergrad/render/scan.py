@@ -185,6 +185,6 @@ def markdown(report: ScanReport, **_: Any) -> str:
     header = ["layer", "class", "shape", "status", "mean \\|g\\|", "flags", "causes"]
     if any(r.jacobian for r in report.rows):  # --measure jacobian: two more columns
         header[5:5] = ["‖J‖F mean", "± s.e."]
-        rows = [[*c[:5], *jacobian.scan_markdown_cells(r), *c[5:]]
-                for c, r in zip(rows, report.rows, strict=True)]  # fmt: skip
+        extra = [jacobian.scan_markdown_cells(r) for r in report.rows]
+        rows = [[*c[:5], *e, *c[5:]] for c, e in zip(rows, extra, strict=True)]
     return head + md_table(header, rows) + notes
