@@ -20,10 +20,10 @@ from typing import Any
 
 from layergrad.errors import InputError
 from layergrad.pipeline import PathLike, ProbeOptions, open_session
-from layergrad.results import InspectReport, ScanReport
+from layergrad.results import InspectReport, ScanReport, WeightScanReport
 from layergrad.vocab import Measure
 
-__all__ = ["ProbeOptions", "inspect_model", "save_gradients", "scan_model"]
+__all__ = ["ProbeOptions", "inspect_model", "save_gradients", "scan_model", "scan_weights_model"]
 
 
 def inspect_model(
@@ -132,7 +132,7 @@ def scan_model(
         measure: "jacobian" also gives each row the per-sample Frobenius norms of
             d target[i] / d layer[i] (`ScanRow.jacobian`), from K backward passes in all
             (`probes`, or exactly from one pass per target entry: `exact`).
-        (the rest as in `inspect_model`)
+        (the rest as in `inspect_model`; `scan_weights_model` differentiates the loss instead)
 
     Returns:
         A ScanReport with one row per layer call the target depends on, in execution order.
@@ -159,34 +159,39 @@ def scan_model(
     return scan_session(session, target, layers, jacobian=how)
 
 
-def save_gradients(report: InspectReport, path: PathLike) -> None:
-    """Write the raw gradient arrays: `.npy` for one result, `.npz` keyed by `--to` reference.
+def scan_weights_model(
+    path: PathLike,
+    *,
+    loss: str | None = None,
+    imports: Sequence[str] = (),
+    unsafe: bool = False,
+    options: ProbeOptions | None = None,
+    **probe: Any,
+) -> WeightScanReport:
+    """Gradient of the training loss with respect to every trainable variable (one pass).
 
-    A result whose gradient is None is left out of an `.npz`; a `.npy` of a None gradient is
-    an error, since there is nothing to write.
+    Args:
+        loss: a `keras.losses` name; None uses the loss compiled in the file.
+        (the rest as in `inspect_model`; labels are `y` from an `--input` .npz, else random)
+
+    Returns:
+        A WeightScanReport with one row per trainable variable (`layer/name`).
+
+    Raises:
+        InputError: the file has no compiled loss and `loss` is None.
     """
-    import numpy as np
+    from layergrad.weights import scan_weights
 
-    text = os.fspath(path)
-    arrays = {
-        r.target.layer: r.array if r.array.dtype.kind == "f" else r.array.astype(np.float32)
-        for r in report.results
-        if r.array is not None
-    }  # bfloat16 arrays would be saved as opaque void bytes
-    if text.endswith(".npy"):
-        if len(report.results) != 1:
-            raise InputError(f"--save-gradient {text}: several --to layers need a .npz file")
-        if not arrays:
-            raise InputError(f"--save-gradient {text}: the gradient is None, nothing to save")
-        _write(np.save, text, next(iter(arrays.values())))
-    elif text.endswith(".npz"):
-        _write(np.savez, text, **arrays)
-    else:
-        raise InputError(f"--save-gradient must end in .npy or .npz: {text}")
+    session = open_session(path, options or ProbeOptions(**probe), imports=imports, unsafe=unsafe)
+    return scan_weights(session, loss)
 
 
-def _write(save: Any, path: str, *args: Any, **kwargs: Any) -> None:
-    try:
-        save(path, *args, **kwargs)
-    except OSError as exc:
-        raise InputError(f"--save-gradient {path}: cannot write it ({exc.strerror})") from exc
+def save_gradients(report: InspectReport, path: PathLike, inputs: Sequence[str] = ()) -> Any:
+    """Write the raw gradients: `.npy` for one result, `.npz` keyed by the `--to` reference.
+
+    A None gradient is not written (left out of an `.npz`); `inputs` are files never to write
+    over. Returns an `outputs.Written` whose message says what was written.
+    """
+    from layergrad import outputs
+
+    return outputs.save_gradients(report, os.fspath(path), inputs)

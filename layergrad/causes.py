@@ -179,6 +179,71 @@ def float16_underflow(layer: str) -> Cause:
     )
 
 
+def unused_input(layer: str, position: int, feeding: str | None) -> Cause:
+    """A layer that receives an input and never uses it."""
+    what = f"input {position}" + (f" (from {feeding!r})" if feeding else "")
+    return Cause(
+        CauseCode.UNUSED_INPUT,
+        layer,
+        f"{layer!r} receives {what} but never uses it: its call() computes nothing from it, "
+        "so everything that feeds only that input gets no gradient",
+        f"use the input in the call() of {layer!r}, or stop passing it (remove the branch "
+        "that feeds it)",
+    )
+
+
+def variable_not_used(layer: str, variable: str, status: str) -> Cause:
+    """The gradient reaches a layer's output but not one of its own variables."""
+    lost = "none" if status == "none" else status
+    return Cause(
+        CauseCode.UNKNOWN,
+        layer,
+        f"the loss's gradient reaches the output of {layer!r} but is {lost} for its variable "
+        f"{variable!r}: the layer's call() does not use it in a differentiable way (unused, "
+        "behind tf.stop_gradient or a cast), or the layer's inputs are zero",
+        f"read the call() of {layer!r}; a variable that should not train can be made "
+        "non-trainable (trainable=False)",
+    )
+
+
+_CONSTANT_FIX = {
+    "softmax_one_unit": "for a yes/no output use Dense(1, activation='sigmoid') with "
+    "binary_crossentropy, or Dense(2, activation='softmax') with "
+    "sparse_categorical_crossentropy",
+    "saturated": "scale the inputs (a Rescaling or Normalization layer), normalise before this "
+    "layer (BatchNormalization / LayerNormalization) or scale down its weights",
+    "dead": "check the bias and initialisation of the layer before it, or use LeakyReLU / GELU",
+    "zero_weights": "initialise the weights (glorot_uniform / he_normal), not zeros",
+    "constant": "read the call() of this layer: its output should depend on its input",
+}
+
+
+def constant_output(output: str, layer: str, reason: str) -> Cause:
+    """A model output that is the same for every sample, from `layer` on."""
+    from layergrad.forward import REASONS
+
+    return Cause(
+        CauseCode.CONSTANT_OUTPUT,
+        layer,
+        f"the output {output!r} is the same for every sample of the batch: it stops varying at "
+        f"{layer!r} ({REASONS.get(reason, reason)}), so nothing before it can change the output",
+        _CONSTANT_FIX.get(reason, _CONSTANT_FIX["constant"]),
+    )
+
+
+def input_range(name: str, mean_abs: float, layer: str, kind: str, pinned: float) -> Cause:
+    """Inputs far from unit scale that pin the first ReLU / sigmoid / tanh layer."""
+    state = "dead (output 0 for every sample)" if kind == "relu" else "saturated"
+    return Cause(
+        CauseCode.INPUT_RANGE,
+        layer,
+        f"the input {name!r} is not scaled (mean |x| = {mean_abs:.3g}, e.g. pixels in 0-255): "
+        f"{pinned:.0%} of the {kind} units of {layer!r}, the first it feeds, are {state}",
+        "scale the input inside the model: a keras.layers.Rescaling(1 / 255) for pixels, or a "
+        "keras.layers.Normalization adapted to the data, before the first layer",
+    )
+
+
 def unknown(layer: str | None = None, ops: str | None = None) -> Cause:
     """No check explains the result: say what was checked (and where it was lost, if known)."""
     if layer is None:

@@ -3,11 +3,14 @@
 1. readable   the file is a well-formed .keras / .h5 (no TensorFlow)
 2. safe       the static audit finds nothing that would run code on load
 3. weights    every stored weight is finite
-4. loads      Keras loads it in safe mode
-5. forward    a forward pass on a random probe batch is finite
-6. gradient   the gradient of the outputs reaches every differentiable layer, finite
+4. loss       the compiled loss (or --loss) fits each output's activation
+5. loads      Keras loads it in safe mode
+6. forward    a forward pass on a random probe batch is finite, and its outputs vary
+7. gradient   the gradient of the loss (compiled in the file, or --loss), else of a random
+              projection of the outputs, reaches every differentiable layer, finite
+8. trainable  every trainable variable gets a gradient from the loss (skipped without one)
 
-`static_only` stops after 3 and never imports TensorFlow.
+`static_only` stops after 4 and never imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from pathlib import Path
 
 from layergrad.errors import LayergradError, describe
 from layergrad.fileinfo import FileInfo, read_file_info
-from layergrad.results import CheckItem, FileVerdict, ScanReport
+from layergrad.limits import DEFAULT_MAX_MEMORY
+from layergrad.results import CheckItem, FileVerdict, ScanReport, WeightScanReport
 from layergrad.vocab import DEFAULT_FAIL_ON, Finding, Status
 
 
@@ -31,8 +35,10 @@ class CheckOptions:
     static_only: bool = False
     imports: tuple[str, ...] = ()
     unsafe: bool = False
-    batch_size: int = 2
+    batch_size: int = 8
     seed: int = 0
+    max_memory: int = DEFAULT_MAX_MEMORY
+    loss: str | None = None  # a keras.losses name overriding the file's compiled loss
 
 
 def check_files(
@@ -55,26 +61,52 @@ def check_files(
 
 
 def check_file(path: str | os.PathLike[str], options: CheckOptions = CheckOptions()) -> FileVerdict:
-    """Run the checks on one file, stopping at the first that leaves nothing to check next."""
+    """Run the checks on one file, stopping at the first that leaves nothing to check next.
+
+    Whatever the file holds, it gets a verdict: a failure nobody foresaw is recorded as an
+    ``error`` finding of the check that was running, and the other files still get theirs.
+    """
     items: list[CheckItem] = []
+    running = [CHECKS[0]]
 
     def add(name: str, message: str, findings: Sequence[Finding] = ()) -> bool:
         passed = not set(findings) & options.fail_on
         items.append(CheckItem(name, passed, message, tuple(findings)))
+        running[0] = CHECKS[min(CHECKS.index(name) + 1, len(CHECKS) - 1)]
         return passed
 
+    try:
+        _run(path, options, add)
+    except Exception as exc:  # one bad file must not sink the run
+        message = f"failed unexpectedly: {type(exc).__name__}: {describe(exc)}"
+        add(running[0], message, [Finding.ERROR])
+    return _verdict(path, items)
+
+
+CHECKS = ("readable", "safe", "weights", "loss", "loads", "forward", "gradient", "trainable")
+
+
+def _run(path: str | os.PathLike[str], options: CheckOptions, add: Add) -> None:
+    if Path(path).is_dir() and not (Path(path) / "saved_model.pb").exists():
+        add(
+            "readable",
+            f"{os.fspath(path)} is a directory without .keras or .h5 files; expected model "
+            "files; check the path",
+            [Finding.UNREADABLE],
+        )
+        return
     try:
         info = read_file_info(path, read_weights=True)
     except LayergradError as exc:
         add("readable", str(exc), [Finding.UNREADABLE])
-        return _verdict(path, items)
+        return
     add("readable", f"{info.format} file, {len(info.graph.layers)} layers")
     if not _safe(info, options, add):
-        return _verdict(path, items)
+        return
     _weights(info, add)
+    _loss(info, options, add)
     if not options.static_only:
         _dynamic(path, info, options, add)
-    return _verdict(path, items)
 
 
 Add = Callable[..., bool]
@@ -85,7 +117,7 @@ def _verdict(path: str | os.PathLike[str], items: list[CheckItem]) -> FileVerdic
 
 
 def _safe(info: FileInfo, options: CheckOptions, add: Add) -> bool:
-    from layergrad.loader import check_safety, module_name
+    from layergrad.audit import check_safety, module_name
 
     try:
         accepted = check_safety(info, [module_name(m) for m in options.imports], options.unsafe)
@@ -101,36 +133,83 @@ def _safe(info: FileInfo, options: CheckOptions, add: Add) -> bool:
 
 
 def _weights(info: FileInfo, add: Add) -> None:
+    if info.stored.hollow:
+        add(
+            "weights",
+            f"weight {info.stored.hollow[0]} (an HDF5 shape bomb: Keras would allocate the "
+            "declared size)",
+            [Finding.UNREADABLE],
+        )
+        return
     bad = [w for w in info.weights if w.nan or w.inf]
+    unchecked = sum(w.unchecked for w in info.weights)
+    note = f"; {unchecked} tensors not scanned ({info.notes[0]})" if unchecked else ""
     if bad:
         listed = ", ".join(f"{w.layer} ({w.nan} NaN, {w.inf} Inf)" for w in bad[:5])
-        add("weights", f"non-finite weights in {listed}", [Finding.NONFINITE])
+        add("weights", f"non-finite weights in {listed}{note}", [Finding.NONFINITE])
     else:
         params = sum(w.params for w in info.weights)
-        add("weights", f"{params:,} stored weights, all finite")
+        add("weights", f"{params:,} stored weights, all finite{note}")
+
+
+def _loss(info: FileInfo, options: CheckOptions, add: Add) -> None:
+    from layergrad.loss_fit import mismatches
+
+    compiled = {"loss": options.loss} if options.loss else info.compile_config
+    if not compiled.get("loss"):
+        add("loss", "no compiled loss to check")
+        return
+    found = mismatches(info.config, info.graph, compiled)
+    if not found:
+        add("loss", "the compiled loss fits every output")
+        return
+    text = "; ".join(f"{m.message}. Use {m.hint}" for m in found)
+    add("loss", text, [Finding.LOSS_MISMATCH])
 
 
 def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions, add: Add) -> None:
     from layergrad.loader import load_model
+    from layergrad.loss import find_loss
     from layergrad.pipeline import ProbeOptions, session_for
-    from layergrad.scan import scan_session
+    from layergrad.scan import scan_session, untrained_batchnorm
+    from layergrad.weights import scan_weights
 
     try:
-        loaded, warnings = load_model(path, options.imports, options.unsafe, info=info)
+        loaded, warnings = load_model(
+            path,
+            options.imports,
+            options.unsafe,
+            info=info,
+            batch_rows=options.batch_size,
+            max_memory=options.max_memory,
+        )
     except LayergradError as exc:
         add("loads", str(exc), [Finding.UNREADABLE])
         return
     model = loaded.model
     mode = "" if options.unsafe else " in safe mode"
     add("loads", f"{type(model).__name__} {model.name!r} loads{mode}")
+    # A model that was never trained does not normalize in inference (BatchNormalization with
+    # its initial statistics): check it the way training will run it, with batch statistics.
+    training = bool(untrained_batchnorm(model))
     try:
-        probe = ProbeOptions(batch_size=options.batch_size, seed=options.seed)
+        probe = ProbeOptions(
+            batch_size=options.batch_size,
+            seed=options.seed,
+            training=training,
+            max_memory=options.max_memory,
+        )
         session = session_for(loaded, probe, warnings)
     except LayergradError as exc:  # e.g. a model that does not declare its inputs
         add("forward", f"not run: {exc}")
         return
+    has_loss = find_loss(info.compile_config, options.loss) is not None
     try:
-        report = scan_session(session)
+        weights = scan_weights(session, options.loss) if has_loss else None
+        report = weights.activations if weights and weights.activations else scan_session(session)
+    except LayergradError as exc:  # e.g. --loss names no Keras loss
+        add("forward", f"not run: {exc}", [Finding.ERROR])
+        return
     except Exception as exc:  # the model's own code failed: the file fails, the run goes on
         add("forward", f"the forward pass failed: {describe(exc)}", [Finding.ERROR])
         return
@@ -140,9 +219,13 @@ def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions
             f"activations turn non-finite (NaN/Inf) at layer {report.first_nonfinite!r}",
             [Finding.NONFINITE],
         )
+    elif report.constant or report.input_range:
+        _forward_findings(report, add)
     else:
-        add("forward", f"finite on a random batch of {session.batch.batch_size}")
+        mode = " (in training mode: its BatchNormalization was never trained)" if training else ""
+        add("forward", f"finite and varying on a random batch of {session.batch.batch_size}{mode}")
     _gradient(report, add)
+    _trainable(weights, add)
 
 
 def _gradient(report: ScanReport, add: Add) -> None:
@@ -163,21 +246,64 @@ def _gradient(report: ScanReport, add: Add) -> None:
     add("gradient", "; ".join(parts), findings)
 
 
+def _forward_findings(report: ScanReport, add: Add) -> None:
+    from layergrad import causes as why
+
+    findings, parts = [], []
+    if report.constant:
+        findings.append(Finding.CONSTANT_OUTPUT)
+        parts += [why.constant_output(c.output, c.layer, c.reason) for c in report.constant]
+    scale = report.input_range
+    if scale is not None:
+        findings.append(Finding.INPUT_RANGE)
+        parts.append(
+            why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
+        )
+    add("forward", "; ".join(f"{c.message}. Fix: {c.hint}" for c in parts), findings)
+
+
+def _trainable(report: WeightScanReport | None, add: Add) -> None:
+    if report is None:
+        add("trainable", "skipped: no loss (the file was saved without model.compile; --loss)")
+        return
+    findings, parts = [], []
+    for status, finding in (
+        (Status.NONE, Finding.NO_GRADIENT),
+        (Status.NONFINITE, Finding.NONFINITE),
+    ):
+        bad = [v for v in report.variables if v.status == status]
+        if bad:
+            findings.append(finding)
+            cause = next((c for v in bad for c in v.causes), None)
+            why = f" ({cause.code} at {cause.layer})" if cause else ""
+            names = ", ".join(v.variable for v in bad[:4]) + ("..." if len(bad) > 4 else "")
+            parts.append(f"{finding}: {names}{why}")
+    if not findings:
+        count = len(report.variables)
+        add("trainable", f"all {count} trainable variables get a gradient from the loss")
+        return
+    add("trainable", "; ".join(parts), findings)
+
+
 def expand_paths(paths: Sequence[str]) -> list[str]:
     """Model files to check: files as given; a directory's .keras / .h5 files, recursively.
 
-    A directory holding `saved_model.pb` is kept as it is, so its check explains SavedModels.
+    A directory holding `saved_model.pb` is kept as it is, so its check explains SavedModels;
+    so is a directory without model files (or one that cannot be listed), so its check says
+    so while the other files are checked. Symbolic links to directories are not followed.
     """
     out: list[str] = []
     for text in paths:
         p = Path(text)
-        if p.is_dir() and not (p / "saved_model.pb").exists():
-            found = sorted(str(f) for f in p.rglob("*") if f.suffix in (".keras", ".h5"))
-            if not found:
-                raise LayergradError(f"no .keras or .h5 files in directory {text}")
-            out.extend(found)
-        else:
-            out.append(text)
+        try:
+            walk = p.is_dir() and not (p / "saved_model.pb").exists()
+        except OSError:
+            walk = False
+        found: list[str] = []
+        if walk:
+            for root, _dirs, files in os.walk(p, followlinks=False):
+                found += [os.path.join(root, f) for f in files if f.endswith((".keras", ".h5"))]
+        out.extend(sorted(found) or [text])
     if not out:
         raise LayergradError("give at least one model file to check")
     return out

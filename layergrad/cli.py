@@ -19,10 +19,13 @@ from layergrad.cli_options import (
     format_options,
     handle_errors,
     load_options,
+    max_memory_option,
     measure_options,
+    plot_option,
     probe_options,
+    write_plot,
 )
-from layergrad.vocab import DEFAULT_FAIL_ON, FAILING_STATUSES, Finding, Flag, OutputFormat
+from layergrad.vocab import DEFAULT_FAIL_ON, FAILING_STATUSES, Finding, Flag, OutputFormat, Wrt
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -56,6 +59,7 @@ def main() -> None:
 @probe_options
 @measure_options
 @format_options
+@plot_option
 @click.option(
     "--save-gradient",
     metavar="FILE",
@@ -77,6 +81,7 @@ def inspect(
     probe: Any,
     measure: dict[str, Any],
     fmt: OutputFormat,
+    plot_file: str | None,
     save_gradient: str | None,
     fail_on: frozenset[str],
     imports: tuple[str, ...],
@@ -104,21 +109,30 @@ def inspect(
         layergrad inspect model.keras --from dense --to dense_1
         layergrad inspect model.keras --from embedding --to head --to pool --json
         layergrad inspect model.h5 --from 1 --to -1 --input batch.npy --fail-on none,nonfinite
+        layergrad inspect model.keras --from dense --to dense_1 --format html > report.html
         layergrad inspect model.keras --from dense --to dense_1 --measure jacobian
         layergrad inspect model.keras --from conv1 --to conv5 --measure jacobian --probes 64
     """
-    from layergrad import api
+    from layergrad import api, outputs, plot
 
     if save_gradient and not save_gradient.endswith((".npy", ".npz")):
         raise click.BadParameter("must end in .npy or .npz", param_hint="--save-gradient")
     if save_gradient and save_gradient.endswith(".npy") and len(targets) > 1:
         raise click.BadParameter("several --to layers need a .npz", param_hint="--save-gradient")
+    reads = [model, probe.input_file, *imports]
+    if plot_file:
+        plot.check_plot_path(plot_file, reads)
+        outputs.check_target(plot_file, "--plot", "chart", reads)
+    if save_gradient:
+        outputs.check_target(save_gradient, "--save-gradient", save_gradient[-3:], reads)
     result = api.inspect_model(
         model, source, list(targets), imports=imports, unsafe=unsafe, options=probe, **measure
     )
     emit("inspect", fmt, result, result.model.warnings)
+    if plot_file:
+        write_plot(result, plot_file, reads)
     if save_gradient:
-        api.save_gradients(result, save_gradient)
+        click.echo(api.save_gradients(result, save_gradient, reads).message, err=True)
     if any(r.status in fail_on for r in result.results):
         sys.exit(1)
 
@@ -149,6 +163,7 @@ def layers(
         layergrad layers model.keras
         layergrad layers model.h5 --json
         layergrad layers custom.keras --import my_layers.py
+        layergrad layers model.keras --format html > layers.html
     """
     from layergrad.listing import list_layers
 
@@ -171,9 +186,24 @@ def layers(
     metavar="GLOB",
     help="Only layers matching this shell glob, e.g. 'conv4_*'. Repeatable.",
 )
+@click.option(
+    "--wrt",
+    type=click.Choice(Wrt.words()),
+    default=Wrt.ACTIVATIONS.value,
+    show_default=True,
+    help="Differentiate with respect to every layer's output, or (weights) the training loss "
+    "with respect to every trainable variable.",
+)
+@click.option(
+    "--loss",
+    "loss",
+    metavar="NAME",
+    help="With --wrt weights: a keras.losses name (default: the loss compiled in the file).",
+)
 @probe_options
 @measure_options
 @format_options
+@plot_option
 @click.option(
     "--fail-on",
     default="",
@@ -187,9 +217,12 @@ def scan(
     model: str,
     target: str | None,
     patterns: tuple[str, ...],
+    wrt: str,
+    loss: str | None,
     probe: Any,
     measure: dict[str, Any],
     fmt: OutputFormat,
+    plot_file: str | None,
     fail_on: frozenset[str],
     imports: tuple[str, ...],
     unsafe: bool,
@@ -199,33 +232,59 @@ def scan(
 
     Differentiates one target (a seeded random projection of the model's
     outputs, or --to) with respect to every layer's output, and shows them in
-    depth order with a log-scale bar. Flags: blocked (None), nonfinite, dead (mostly exact zeros),
-    vanishing / exploding (1e6 times below / above the target end). Integer-valued
-    layers are shown as not differentiable. With --measure jacobian each layer
-    also gets the per-sample Frobenius norm of d target[i] / d layer[i], from K
-    backward passes in all (--probes K), or exact when the target has at most
-    32 entries per sample (--exact forces it).
+    depth order with a log-scale bar. With --wrt weights: the training loss
+    (compiled in the file, or --loss) with respect to every trainable variable,
+    the answer to Keras's "Gradients do not exist for variables". Flags: blocked
+    (None), nonfinite, dead (mostly exact zeros), vanishing / exploding (1e6
+    times below / above the target end). Integer-valued layers are shown as not
+    differentiable. With --measure jacobian each layer also gets the per-sample
+    Frobenius norm of d target[i] / d layer[i], from K backward passes in all
+    (--probes K), or exact when the target has at most 32 entries per sample
+    (--exact forces it).
 
     \b
     Examples:
         layergrad scan model.keras
         layergrad scan model.keras --to dense_1 --layers 'conv*' --json
         layergrad scan model.keras --fail-on blocked,nonfinite
+        layergrad scan model.keras --plot flow.png --format html > scan.html
+        layergrad scan model.keras --wrt weights --loss sparse_categorical_crossentropy
         layergrad scan model.keras --measure jacobian --probes 16
     """
-    from layergrad import api
+    from layergrad import api, outputs, plot
 
-    result = api.scan_model(
-        model,
-        target=target,
-        layers=patterns,
-        imports=imports,
-        unsafe=unsafe,
-        options=probe,
-        **measure,
-    )
-    emit("scan", fmt, result, result.model.warnings)
-    if any(set(row.flags) & fail_on for row in result.rows):
+    if wrt == Wrt.WEIGHTS and (target or patterns):
+        raise click.UsageError("--to and --layers choose activations; drop them with --wrt weights")
+    if loss and wrt != Wrt.WEIGHTS:
+        raise click.UsageError("--loss needs --wrt weights")
+    if wrt == Wrt.WEIGHTS and measure["measure"] != "gradient":
+        raise click.UsageError("--measure jacobian is for activations; drop it with --wrt weights")
+    reads = [model, probe.input_file, *imports]
+    if plot_file:
+        plot.check_plot_path(plot_file, reads)
+        outputs.check_target(plot_file, "--plot", "chart", reads)
+    if wrt == Wrt.WEIGHTS:
+        weights = api.scan_weights_model(
+            model, loss=loss, imports=imports, unsafe=unsafe, options=probe
+        )
+        result: Any = weights
+        emit("weights", fmt, weights, weights.model.warnings)
+        rows: Any = weights.variables
+    else:
+        activations = api.scan_model(
+            model,
+            target=target,
+            layers=patterns,
+            imports=imports,
+            unsafe=unsafe,
+            options=probe,
+            **measure,
+        )
+        result, rows = activations, activations.rows
+        emit("scan", fmt, activations, activations.model.warnings)
+    if plot_file:
+        write_plot(result, plot_file, reads)
+    if any(set(row.flags) & fail_on for row in rows):
         sys.exit(1)
 
 
@@ -254,13 +313,22 @@ def scan(
 )
 @click.option(
     "--batch-size",
-    default=2,
+    default=8,
     show_default=True,
     type=click.IntRange(min=1),
-    help="Rows of the random probe batch.",
+    help="Rows of the random probe batch (an output constant over fewer than 4 rows is not "
+    "reported).",
 )
 @click.option(
     "--seed", default=0, show_default=True, type=int, help="Seed of the random probe batch."
+)
+@max_memory_option
+@click.option(
+    "--loss",
+    "loss",
+    metavar="NAME",
+    help="A keras.losses name for the gradient and trainable checks (default: the loss "
+    "compiled in each file; without one, trainable is skipped).",
 )
 @load_options
 @handle_errors
@@ -272,6 +340,8 @@ def check(
     junit_file: str | None,
     batch_size: int,
     seed: int,
+    max_memory: int,
+    loss: str | None,
     imports: tuple[str, ...],
     unsafe: bool,
     debug: bool,
@@ -280,8 +350,10 @@ def check(
 
     Each file gets named checks: readable, safe (static audit), weights (all
     finite), loads (Keras safe mode), forward (finite on a random batch),
-    gradient (the outputs' gradient reaches every differentiable layer,
-    finite). An unreadable or hostile file fails; it is not a usage error.
+    gradient (the loss's gradient, or a projection of the outputs', reaches
+    every differentiable layer, finite), trainable (every trainable variable
+    gets a gradient from the loss). An unreadable or hostile file fails; it is
+    not a usage error.
     A directory stands for the .keras / .h5 files under it.
 
     \b
@@ -289,11 +361,16 @@ def check(
         layergrad check models/*.keras
         layergrad check models/ --junit layergrad.xml
         layergrad check model.h5 --static-only --fail-on unreadable,unsafe,nonfinite
+        layergrad check models/ --format html > check.html
     """
     from layergrad import check as checks
+    from layergrad import outputs
     from layergrad.render.junit import check_junit
 
     paths = checks.expand_paths(models)
+    reads = [*models, *paths, *imports]
+    if junit_file:
+        outputs.check_target(junit_file, "--junit", "xml", reads)
     options = checks.CheckOptions(
         fail_on=fail_on,
         static_only=static_only,
@@ -301,12 +378,15 @@ def check(
         unsafe=unsafe,
         batch_size=batch_size,
         seed=seed,
+        max_memory=max_memory,
+        loss=loss,
     )
     verdicts = _with_progress(paths, lambda on_file: checks.check_files(paths, options, on_file))
-    if junit_file:
-        with open(junit_file, "w", encoding="utf-8") as out:
-            out.write(check_junit(verdicts))
     emit("check", fmt, verdicts)
+    if junit_file:
+        xml = check_junit(verdicts)
+        done = outputs.write_report(junit_file, xml, "--junit", "the JUnit report", reads)
+        click.echo(done.message, err=True)
     if not all(v.passed for v in verdicts):
         sys.exit(1)
 

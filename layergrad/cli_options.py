@@ -11,7 +11,7 @@ import shutil
 import sys
 import traceback
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -101,7 +101,30 @@ def load_options(func: F) -> F:
     )
 
 
-PROBE_KEYS = ("input_file", "batch_size", "seed", "reduce", "training")
+def _size(_ctx: Any, _param: Any, value: str) -> int:
+    """A click callback parsing a size such as 8GB into bytes."""
+    from layergrad.limits import parse_size
+
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def max_memory_option(func: F) -> F:
+    """`--max-memory SIZE`: the budget for the probe's memory, estimated before loading."""
+    return click.option(
+        "--max-memory",
+        default="8GB",
+        show_default=True,
+        callback=_size,
+        metavar="SIZE",
+        help="Refuse a model whose probe would need more memory than this (estimated from "
+        "the shapes in its config before Keras builds it), e.g. 32GB.",
+    )(func)
+
+
+PROBE_KEYS = ("input_file", "batch_size", "seed", "reduce", "training", "max_memory")
 
 
 def probe_options(func: F) -> F:
@@ -146,6 +169,7 @@ def probe_options(func: F) -> F:
                 is_flag=True,
                 help="Run the model in training mode (default: inference).",
             ),
+            max_memory_option,
         ],
     )
 
@@ -207,11 +231,32 @@ def format_options(func: F) -> F:
                 default=OutputFormat.TABLE.value,
                 show_default=True,
                 help="Output: a table for people, JSON for programs, markdown for pull-request "
-                "comments.",
+                "comments, html for one self-contained page (> report.html).",
             ),
             click.option("--json", "as_json", is_flag=True, help="Shorthand for --format json."),
         ],
     )
+
+
+def plot_option(func: F) -> F:
+    """`--plot FILE`: also write the command's chart; the format follows the extension."""
+    return click.option(
+        "--plot",
+        "plot_file",
+        metavar="FILE",
+        type=click.Path(dir_okay=False, path_type=str),
+        help="Also write the chart: .png, .svg or .pdf (gradient flow for scan, unit "
+        "sensitivity for inspect).",
+    )(func)
+
+
+def write_plot(report: Any, path: str, protected: Sequence[str | None] = ()) -> None:
+    """Save the report's chart (never over a `protected` file) and say so on stderr."""
+    from layergrad import plot
+
+    written = plot.save_figure(plot.report_figure(report), path, protected)
+    kind = "unit-sensitivity" if hasattr(report, "results") else "gradient-flow"
+    click.echo(f"wrote {kind} chart to {path} ({written})", err=True)
 
 
 def emit(command: str, fmt: OutputFormat, value: Any, accepted: Iterable[str] = ()) -> None:

@@ -20,7 +20,7 @@ from layergrad.locate import PathView
 from layergrad.probe import Activation, ProbeRun, Trace, run_probe, run_trace
 from layergrad.results import Cause, Endpoint, Result
 from layergrad.stats import gradient_stats, status_of
-from layergrad.tf_ops import blocking_ops, layer_op_types, unsafe_backward_ops
+from layergrad.tf_ops import TracedCall, blocking_ops, trace_call, unsafe_backward_ops
 from layergrad.vocab import CauseCode, Status
 
 SATURATION_EPS = 1e-6
@@ -37,7 +37,7 @@ class Diagnoser:
         self.training, self.reduce = training, reduce
         self.layers = dict(iter_layers(model))
         self._traces: dict[CallKey, Trace] = {}
-        self._ops_cache: dict[CallKey, list[tuple[str, Any]] | None] = {}
+        self._calls: dict[CallKey, TracedCall | None] = {}
 
     def adopt(self, target: Site, trace: Trace) -> None:
         """Use an existing trace for `target` (scan has one already) instead of running one."""
@@ -75,12 +75,16 @@ class Diagnoser:
                 causes.append(why.integer_path(act.site.ref, act.dtype))
                 break
         for key in path.blockers(lambda g: g is None, need_all=True):
-            causes.extend(self._blocked_at(trace, key))
+            causes.extend(self._blocked_at(trace, path, key))
         return causes
 
-    def _blocked_at(self, trace: Trace, key: CallKey) -> list[Cause]:
+    def _blocked_at(self, trace: Trace, path: PathView, key: CallKey) -> list[Cause]:
         ref = ref_of(key)
-        ops = self._ops(trace, key)
+        traced = self._traced(trace, key)
+        unused = _unused_from_source(trace, path, key, traced)
+        if unused is not None:
+            return [unused]
+        ops = traced.ops if traced else None
         findings = blocking_ops(ops or [])
         if any(f.op == "StopGradient" for f in findings):
             return [why.stop_gradient(ref)]
@@ -108,41 +112,76 @@ class Diagnoser:
         return causes
 
     def _ok_in_inference(self, source: Site, target: Site) -> bool:
-        run = run_probe(self.model, self.batch, [source], [target], reduce=self.reduce)
+        from layergrad.layer_refs import resolve
+
+        # sites from a trace name their calls without the layer object run_probe wraps
+        src, dst = (resolve(self.model, s.ref) if s.layer is None else s for s in (source, target))
+        run = run_probe(self.model, self.batch, [src], [dst], reduce=self.reduce)
         return status_of(run.gradients[0][0]) == Status.OK
 
     def _zeroed_at(self, path: PathView, key: CallKey) -> list[Cause]:
+        """Why the gradient is zero below `key`: float16, dead or saturated units, a constant."""
+        from layergrad.forward import is_constant, reason, unscaled_input
+
         ref, act = ref_of(key), path.activation(key)
         if act is None:
             return []
-        kind = activation_name(self.layers.get(key[0]))
+        why_constant = reason(act, self.layers) if is_constant(act) else None
+        if why_constant == "softmax_one_unit":  # not saturation: the function is constant
+            return [why.constant_output(ref, ref, why_constant)]
         causes = []
         if "float16" in {act.dtype, *(p.dtype for p in path.inputs_of(key))}:
             causes.append(why.float16_underflow(ref))
-        dead = dead_fraction(act.value) if kind == "relu" else 0.0
-        if dead > 0:
-            causes.append(why.dead_relu(ref, dead))
-        if kind in ("sigmoid", "tanh", "softmax"):
-            causes.append(why.saturated(ref, kind, saturated_fraction(act.value, kind)))
+        kind = activation_name(self.layers.get(key[0]))
+        pinned = 0.0
+        if kind == "relu":
+            pinned = dead_fraction(act.value)
+            causes += [why.dead_relu(ref, pinned)] if pinned else []
+        elif kind is not None:
+            pinned = saturated_fraction(act.value, kind)
+            causes += [why.saturated(ref, kind, pinned)] if pinned else []
+        if why_constant is not None:
+            causes.append(why.constant_output(ref, ref, why_constant))
+        scale = unscaled_input(path.trace, self.graph, self.layers) if pinned else None
+        if scale is not None:  # the units are pinned because the inputs are not scaled
+            causes.insert(
+                0,
+                why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned),
+            )
         return causes
 
     def _nonfinite_backward(self, trace: Trace, path: PathView) -> list[Cause]:
         out = []
         for key in path.blockers(lambda g: g is not None and not np.all(np.isfinite(g))):
-            findings = unsafe_backward_ops(self._ops(trace, key) or [])
+            traced = self._traced(trace, key)
+            findings = unsafe_backward_ops(traced.ops if traced else [])
             out.append(why.nonfinite_backward(ref_of(key), findings[0] if findings else None))
         return out
 
-    def _ops(self, trace: Trace, key: CallKey) -> list[tuple[str, Any]] | None:
-        if key not in self._ops_cache:
+    def _traced(self, trace: Trace, key: CallKey) -> TracedCall | None:
+        """The ops of one call of a layer, traced on arguments shaped like that call's."""
+        if key not in self._calls:
             layer, i = self.layers.get(key[0]), trace.index(*key)
-            inputs = None if i is None else trace.inputs[i]
-            self._ops_cache[key] = (
-                None
-                if layer is None or inputs is None
-                else layer_op_types(layer, inputs[0], inputs[1], self.training)
-            )
-        return self._ops_cache[key]
+            args = None if i is None or i >= len(trace.args) else trace.args[i]
+            self._calls[key] = None if layer is None else trace_call(layer, args, self.training)
+        return self._calls[key]
+
+
+def _unused_from_source(
+    trace: Trace, path: PathView, key: CallKey, traced: TracedCall | None
+) -> Cause | None:
+    """`unused_input` when the input of `key` that comes from the source is never used."""
+    i = trace.index(*key)
+    if traced is None or not traced.unused or i is None or i >= len(trace.arg_sources):
+        return None
+    sources = trace.arg_sources[i]
+    on_path = {path.index[n] for n in (path.source, *path.nodes) if n in path.index}
+    for position in traced.unused:
+        feeding = sources[position] if position < len(sources) else None
+        if feeding is not None and feeding in on_path:
+            name = trace.activations[feeding].site.ref
+            return why.unused_input(ref_of(key), position, name)
+    return None
 
 
 def _other_output(trace: Trace, source: Activation, target: Activation) -> Cause | None:

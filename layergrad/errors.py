@@ -27,6 +27,10 @@ class InputError(LayergradError):
     """The probe input (`--input` file or random spec) does not fit the model."""
 
 
+class OutputError(LayergradError):
+    """An output file (`--junit`, `--save-gradient`) cannot or must not be written there."""
+
+
 def describe(exc: BaseException) -> str:
     """One line for an exception from Keras or TensorFlow: the layer, and the op's message.
 

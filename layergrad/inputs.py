@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -9,7 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from layergrad.array_files import ArrayHeader, read_arrays, read_headers
 from layergrad.errors import InputError
+from layergrad.limits import human
 
 UNKNOWN_DIM = 16  # size used for a non-batch dimension the model leaves open (None)
 DEFAULT_INT_HIGH = 10  # integer inputs that feed no layer with a known vocabulary size
@@ -32,6 +35,8 @@ class ProbeBatch:
     names: tuple[str, ...]
     source: str  # "random" or the input file path
     seed: int | None
+    # labels from an .npz: `y` (one output) or `y:NAME` per output; None when not given
+    labels: dict[str, np.ndarray] | None = None
 
     @property
     def batch_size(self) -> int:
@@ -55,11 +60,29 @@ def input_specs(model: Any) -> tuple[InputSpec, ...]:
 
 
 def random_batch(
-    specs: Sequence[InputSpec], batch_size: int, seed: int, int_high: dict[str, int]
+    specs: Sequence[InputSpec],
+    batch_size: int,
+    seed: int,
+    int_high: dict[str, int],
+    *,
+    max_bytes: int | None = None,
 ) -> ProbeBatch:
-    """Random inputs: float standard normal, integer uniform in [0, int_high[name]), bool 0/1."""
+    """Random inputs: float standard normal, integer uniform in [0, int_high[name]), bool 0/1.
+
+    Raises InputError, before allocating, when the batch (drawn in float64) would take more
+    than ``max_bytes``.
+    """
     if batch_size < 1:
         raise InputError(f"--batch-size must be at least 1: batch_size={batch_size}")
+    shapes = [(batch_size, *(UNKNOWN_DIM if d is None else d for d in s.shape)) for s in specs]
+    need = sum(math.prod(shape) * 8 for shape in shapes)
+    if max_bytes is not None and need > max_bytes:
+        raise InputError(
+            f"a random batch of {batch_size} rows for inputs "
+            f"{', '.join(f'{s.name} {shape[1:]}' for s, shape in zip(specs, shapes, strict=True))}"
+            f" would take {human(need)}, more than the {human(max_bytes)} budget; pass a smaller "
+            "--batch-size or raise --max-memory"
+        )
     rng = np.random.default_rng(seed)
     arrays = []
     for spec in specs:
@@ -84,57 +107,72 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
     """Read `--input`: a `.npy` (single-input models) or `.npz` keyed by input name.
 
     With `specs=None` (a model that does not declare its inputs) the arrays are used as they
-    are: the `.npy` array, or the `.npz` arrays in the order they were saved.
+    are: the `.npy` array, or the `.npz` arrays in the order they were saved. The file is read
+    within what it holds (`array_files`); an empty batch or values that do not fit the
+    input's dtype are refused.
     """
     text = os.fspath(path)
-    try:
-        data = np.load(text, allow_pickle=False)
-    except FileNotFoundError:
-        raise InputError(f"--input file not found: {text}") from None
-    except (OSError, ValueError) as exc:
-        raise InputError(
-            f"--input {text} is not a readable .npy/.npz file ({exc}); write it with np.save "
-            "or np.savez"
-        ) from None
+    headers, arrays = read_arrays(text)
+    _require_rows(headers, text)
+    names = [h.name for h in headers]
     if specs is None:
-        return _unchecked(data, text)
-    if isinstance(data, np.ndarray):
+        keys = tuple(n or "input" for n in names)
+        return ProbeBatch(tuple(arrays), keys, text, None)
+    labels = None
+    if names == [None]:
         if len(specs) != 1:
             raise InputError(
                 f"--input {text} holds one array but the model has {len(specs)} inputs "
                 f"({', '.join(s.name for s in specs)}); save them with "
                 "np.savez(FILE, **{name: array}) and pass the .npz"
             )
-        arrays = [data]
+        chosen = list(arrays)
     else:
-        with data:
-            missing = [s.name for s in specs if s.name not in data.files]
-            if missing:
-                raise InputError(
-                    f"--input {text} has arrays {data.files} but the model's inputs are "
-                    f"{[s.name for s in specs]}; missing: {', '.join(missing)}. Save one array per "
-                    "input name with np.savez(FILE, **{name: array})"
-                )
-            arrays = [data[s.name] for s in specs]
-    checked = tuple(_fit(a, s, text) for a, s in zip(arrays, specs, strict=True))
+        by_name = dict(zip(names, arrays, strict=True))
+        missing = [s.name for s in specs if s.name not in by_name]
+        if missing:
+            raise InputError(
+                f"--input {text} has arrays {names} but the model's inputs are "
+                f"{[s.name for s in specs]}; missing: {', '.join(missing)}. Save one array per "
+                "input name with np.savez(FILE, **{name: array})"
+            )
+        chosen = [by_name[s.name] for s in specs]
+        labels = {
+            k: a for k, a in by_name.items() if k is not None and (k == "y" or k.startswith("y:"))
+        } or None
+    checked = tuple(_fit(a, s, text) for a, s in zip(chosen, specs, strict=True))
     sizes = {a.shape[0] for a in checked}
     if len(sizes) > 1:
         raise InputError(
             f"--input {text}: the arrays have different batch sizes {sorted(sizes)}; give every "
             "input the same number of rows"
         )
-    return ProbeBatch(checked, tuple(s.name for s in specs), text, None)
+    return ProbeBatch(checked, tuple(s.name for s in specs), text, None, labels)
 
 
-def _unchecked(data: Any, source: str) -> ProbeBatch:
-    if isinstance(data, np.ndarray):
-        return ProbeBatch((data,), ("input",), source, None)
-    with data:
-        return ProbeBatch(tuple(data[k] for k in data.files), tuple(data.files), source, None)
+def peek_rows(path: str | os.PathLike[str]) -> int:
+    """Rows of the `--input` batch, from the headers alone (the file is checked, not read).
+
+    Raises InputError for everything the headers show: a missing, special, damaged or
+    forged file, an object array, an empty batch.
+    """
+    headers = read_headers(os.fspath(path))
+    _require_rows(headers, os.fspath(path))
+    return max(h.shape[0] for h in headers)
+
+
+def _require_rows(headers: Sequence[ArrayHeader], source: str) -> None:
+    for header in headers:
+        if not header.shape or header.shape[0] == 0:
+            label = f"array {header.name!r}" if header.name is not None else "its array"
+            raise InputError(
+                f"--input {source}: {label} has shape {header.shape}, a batch of 0 rows; "
+                "expected at least one row (the first axis is the batch)"
+            )
 
 
 def _fit(array: np.ndarray, spec: InputSpec, source: str) -> np.ndarray:
-    """Check an array against an input spec; cast float data to the input's float dtype."""
+    """Check an array against an input spec; cast numbers to the input's dtype when they fit."""
     expected = ("batch", *("any" if d is None else d for d in spec.shape))
     if array.ndim != len(spec.shape) + 1 or any(
         d is not None and d != got for d, got in zip(spec.shape, array.shape[1:], strict=True)
@@ -144,12 +182,28 @@ def _fit(array: np.ndarray, spec: InputSpec, source: str) -> np.ndarray:
             f"expected ({', '.join(map(str, expected))}); save an array of that shape "
             "(the first axis is the batch)"
         )
-    want = np.dtype(_np_dtype(spec.dtype)).kind
-    got = array.dtype.kind
+    target = np.dtype(_np_dtype(spec.dtype))
+    want, got = target.kind, array.dtype.kind
     if want == "f" and got in "fiu":
-        return array.astype(_np_dtype(spec.dtype))
+        with np.errstate(over="ignore"):
+            cast = array.astype(target)
+        if got == "f" and not np.array_equal(np.isfinite(cast), np.isfinite(array)):
+            peak = float(np.max(np.abs(array[np.isfinite(array)])))
+            raise InputError(
+                f"--input {source}: values of input {spec.name!r} reach {peak:.3g}, which "
+                f"overflows {target} (the model's input dtype) to inf; scale the data or "
+                f"save it as {target}"
+            )
+        return cast
     if want in "iu" and got in "iu":
-        return array.astype(spec.dtype)
+        bounds = np.iinfo(target)
+        low, high = (int(array.min()), int(array.max())) if array.size else (0, 0)
+        if low < bounds.min or high > bounds.max:
+            raise InputError(
+                f"--input {source}: values of input {spec.name!r} span [{low}, {high}], "
+                f"outside {target} [{bounds.min}, {bounds.max}]; save values that fit {target}"
+            )
+        return array.astype(target)
     if want == got:
         return array
     raise InputError(

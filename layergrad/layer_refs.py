@@ -109,6 +109,8 @@ def check_in_graph(graph: Any, refs: Sequence[str], globs: Sequence[str] = ()) -
             _check_index(int(base), top)
         else:
             raise LayerNotFound(_not_found_message(base, [*graph.input_names, *paths]))
+    if not globs:
+        return
     calls = [ref_of((e.path, k)) for e in graph.layers for k in range(max(e.num_calls, 1))] + list(
         graph.input_names
     )

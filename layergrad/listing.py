@@ -16,6 +16,7 @@ from typing import Any
 
 from layergrad.fileinfo import FileInfo, WeightHealth
 from layergrad.graph import LayerEntry, ModelGraph
+from layergrad.model_config import serialized_name
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ class LayerListing:
     rows: tuple[LayerRow, ...]
     operations: tuple[LayerRow, ...]
     warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # stored tensors weight health did not scan, and why
 
     @property
     def total_params(self) -> int:
@@ -95,6 +97,7 @@ def build_listing(info: FileInfo, warnings: Sequence[str] = ()) -> LayerListing:
     `warnings` are the audit findings accepted with `--unsafe`; they are kept in the JSON.
 
     Example:
+        >>> from layergrad.fileinfo import read_file_info
         >>> listing = build_listing(read_file_info("sample_models/nested.keras"))
         >>> [r.path for r in listing.rows]
         ['x', 'encoder', 'encoder/dense', 'encoder/dense_1', 'head']
@@ -123,6 +126,7 @@ def build_listing(info: FileInfo, warnings: Sequence[str] = ()) -> LayerListing:
         rows=tuple(rows),
         operations=ops,
         warnings=tuple(warnings),
+        notes=info.notes,
     )
 
 
@@ -185,14 +189,7 @@ def dtype_policy(value: Any) -> str | None:
     Keras 3 stores a serialized ``DTypePolicy`` (name in its config), input layers and Keras
     2 files a plain dtype string, older mixed-precision files a ``Policy`` object.
     """
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping):
-        inner = value.get("config")
-        if isinstance(inner, Mapping) and isinstance(inner.get("name"), str):
-            return str(inner["name"])
-        return str(value.get("class_name")) if value.get("class_name") else None
-    return None
+    return serialized_name(value)
 
 
 def nonfinite_text(w: WeightHealth) -> str:
@@ -212,8 +209,8 @@ def list_layers(
         LoadError: the file is unreadable or malformed; UnsafeModelError when the audit
             refuses it (unless `unsafe`, which lists it with the findings as warnings).
     """
+    from layergrad.audit import check_safety, module_name
     from layergrad.fileinfo import read_file_info
-    from layergrad.loader import check_safety, module_name
 
     info = read_file_info(path)
     accepted = check_safety(info, [module_name(spec) for spec in imports], unsafe)

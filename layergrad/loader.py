@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from layergrad.errors import LayergradError, LoadError, UnsafeModelError
-from layergrad.fileinfo import FileInfo, audit, read_file_info
+from layergrad import footprint
+from layergrad.audit import check_safety, is_path, module_name
+from layergrad.errors import LayergradError, LoadError
+from layergrad.fileinfo import FileInfo, read_file_info
+from layergrad.limits import DEFAULT_MAX_MEMORY
 
 
 @dataclass(frozen=True)
@@ -39,17 +44,8 @@ def import_modules(specs: Sequence[str]) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _is_path(spec: str) -> bool:
-    return spec.endswith(".py") or os.sep in spec or "/" in spec
-
-
-def module_name(spec: str) -> str:
-    """The module name an `--import` spec defines: the name itself, or a `.py` file's stem."""
-    return Path(spec).stem if _is_path(spec) else spec
-
-
 def _import_one(spec: str) -> str:
-    if _is_path(spec):
+    if is_path(spec):
         path = Path(spec)
         if not path.is_file():
             raise LoadError(f"--import {spec}: no such file; pass a module name or a .py path")
@@ -72,36 +68,25 @@ def _import_one(spec: str) -> str:
     return spec
 
 
-def check_safety(info: FileInfo, allowed_modules: Sequence[str], unsafe: bool) -> tuple[str, ...]:
-    """Run the static audit; raise UnsafeModelError unless `unsafe`, else return the warnings."""
-    findings = audit(info, allowed_modules)
-    if not findings:
-        return ()
-    lines = tuple(f"layer {f.layer!r} ({f.class_name}): {f.reason}" for f in findings)
-    if unsafe:
-        return lines
-    more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
-    raise UnsafeModelError(
-        f"refusing to load {info.path}: {lines[0]}{more}. Loading it could run code from the "
-        "file. If you trust it, pass --unsafe; for a custom layer class, pass --import MODULE "
-        "that defines it"
-    )
-
-
 def load_model(
     path: str | os.PathLike[str],
     imports: Sequence[str] = (),
     unsafe: bool = False,
     info: FileInfo | None = None,
+    *,
+    batch_rows: int = 8,
+    max_memory: int = DEFAULT_MAX_MEMORY,
 ) -> tuple[LoadedModel, tuple[str, ...]]:
-    """Read, audit and load a `.keras` or `.h5` model file (never writes to it).
+    """Read, audit and load a `.keras` or `.h5` model file (never writes to it or beside it).
 
-    Returns the loaded model and the audit warnings accepted by `unsafe=True`. Pass `info`
-    when the file was read already.
+    Before TensorFlow is imported, the file must pass the audit and `preflight` (its graph,
+    its stored weights and the probe's estimated memory for ``batch_rows`` rows within
+    ``max_memory``). Returns the loaded model and the audit warnings accepted by
+    `unsafe=True`. Pass `info` when the file was read already.
 
     Raises:
-        LoadError: the file is unreadable, malformed or fails to load; UnsafeModelError when
-            the audit refuses it.
+        LoadError: the file is unreadable, malformed, over a budget or fails to load;
+            UnsafeModelError when the audit refuses it.
 
     Example:
         >>> loaded, _ = load_model("sample_models/seed.keras")
@@ -110,19 +95,58 @@ def load_model(
     """
     info = info or read_file_info(path, read_weights=False)
     warnings = check_safety(info, [module_name(spec) for spec in imports], unsafe)
+    preflight(info, batch_rows, max_memory)
     from layergrad._tf import quiet_import
 
     _, keras = quiet_import()  # before user modules, which may import TensorFlow noisily
     import_modules(imports)
-    try:
-        model = keras.saving.load_model(os.fspath(path), compile=False, safe_mode=not unsafe)
-    except Exception as exc:
-        raise LoadError(_explain_keras_error(info, exc)) from exc
+    with _system_temp_copy(Path(path), info.format) as local:
+        try:
+            model = keras.saving.load_model(local, compile=False, safe_mode=not unsafe)
+        except Exception as exc:
+            raise LoadError(_explain_keras_error(info, exc, local)) from exc
     return LoadedModel(model=model, info=info), warnings
 
 
-def _explain_keras_error(info: FileInfo, exc: Exception) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+def preflight(info: FileInfo, batch_rows: int, max_memory: int) -> None:
+    """Refuse, before Keras builds anything, what would exhaust time or memory while loading.
+
+    Raises:
+        LoadError: the layers run more than MAX_GRAPH_CALLS times in one pass; a stored
+            weight declares far more than it stores (Keras would allocate the declared size);
+            or the probe's estimated memory exceeds ``max_memory``.
+    """
+    info.graph.require_expandable()
+    if info.stored.hollow:
+        raise LoadError(
+            f"refusing to load {info.path}: weight {info.stored.hollow[0]} (an HDF5 shape "
+            "bomb), and Keras would allocate the declared size; expected weights saved by "
+            "Keras; re-save the model"
+        )
+    footprint.require_within(info, batch_rows, max_memory)
+
+
+@contextlib.contextmanager
+def _system_temp_copy(path: Path, fmt: str) -> Iterator[str]:
+    """A path to the model inside a fresh folder of the system temp directory.
+
+    For weights over half the free memory (or 512 MB without psutil) Keras extracts them into
+    a temporary folder *next to the file it is given*, and leaves it behind if interrupted.
+    Giving Keras a symbolic link in the system temp directory keeps that folder there; the
+    link is named for the format, since Keras picks the format from the name.
+    """
+    with tempfile.TemporaryDirectory(prefix="layergrad-") as folder:
+        link = Path(folder) / ("model.keras" if fmt == "keras" else "model.h5")
+        try:
+            link.symlink_to(path.resolve())
+        except OSError:  # no symbolic links here: Keras reads the file where it is
+            yield os.fspath(path)
+            return
+        yield os.fspath(link)
+
+
+def _explain_keras_error(info: FileInfo, exc: Exception, local: str) -> str:
+    text = " ".join(str(exc).replace(local, info.path).split()) or type(exc).__name__
     lowered = text.lower()
     if "could not locate" in lowered or "unknown layer" in lowered:
         return (

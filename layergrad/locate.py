@@ -69,27 +69,22 @@ class PathView:
         if graph is None or not graph.preds:
             pos = self.nodes.index(key) if key in self.nodes else 0
             return [self.nodes[pos - 1]] if pos > 0 else [self.source]
-        found, stack, seen = [], list(graph.preds.get(key, ())), set()
-        while stack:
-            node = stack.pop()
-            if node in seen:
-                continue
-            seen.add(node)
-            if node == self.source or node in self.nodes:
-                found.append(node)
-            elif node not in self.index:
-                stack.extend(graph.preds.get(node, ()))
-        return found
+        on_path = {self.source, *self.nodes}
+        return nearest_preds(graph, key, on_path.__contains__, lambda n: n not in self.index)
 
     def inputs_of(self, key: CallKey) -> list[Activation]:
         """The captured activations feeding `key`."""
         return [a for p in self.preds(key) if (a := self.activation(p)) is not None]
 
     def blockers(self, bad: BadGradient, need_all: bool = False) -> list[CallKey]:
-        """Calls whose output gradient is good while all (or any) of their inputs' are bad."""
+        """Calls whose output gradient is good while all (or any) of their inputs' are bad.
+
+        Only inputs on the path from the source count: a layer that also reads another branch
+        (with a good gradient) still blocks the source's.
+        """
         out = []
         for key in self.nodes:
-            preds = self.preds(key)
+            preds = [p for p in self.preds(key) if p == self.source or p in self.nodes]
             if bad(self.gradient(key)) or not preds:
                 continue
             flags = [bad(self.gradient(p)) for p in preds]
@@ -110,13 +105,29 @@ class PathView:
         return None
 
 
-def first_nonfinite(trace: Trace) -> Activation | None:
-    """The first floating-point activation of a trace (execution order) that holds NaN / Inf."""
-    return next((a for a in trace.activations if a.is_float and not _finite(a.value)), None)
-
-
 def _finite(value: np.ndarray) -> bool:
     return bool(np.all(np.isfinite(value)))
+
+
+def nearest_preds(
+    graph: ModelGraph,
+    key: CallKey,
+    stop: Callable[[CallKey], bool],
+    through: Callable[[CallKey], bool] | None = None,
+) -> list[CallKey]:
+    """The graph predecessors of `key` where `stop` holds, walking on through the nodes where
+    `through` holds (by default every node where `stop` does not)."""
+    found, stack, seen = [], list(graph.preds.get(key, ())), set()
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if stop(node):
+            found.append(node)
+        elif through is None or through(node):
+            stack.extend(graph.preds.get(node, ()))
+    return found
 
 
 def _closure(
@@ -130,3 +141,28 @@ def _closure(
             seen.add(node)
             stack.extend(step(node))
     return seen
+
+
+def trunk(graph: ModelGraph | None, ends: Iterable[CallKey]) -> set[CallKey] | None:
+    """The calls every path from the model's inputs to `ends` passes through.
+
+    In a residual network these are the stream between blocks, not the layers inside a block:
+    a block's branch may carry a tiny gradient by design (LayerScale, zero-initialised last
+    BatchNormalization) while the skip carries the rest. None when the graph is unknown.
+    Paths are counted exactly (Python integers), in one pass each way: linear in the graph.
+    """
+    if graph is None or not graph.known or not graph.preds:
+        return None
+    ends = set(ends)
+    into: dict[CallKey, int] = {}
+    succ: dict[CallKey, list[CallKey]] = {}
+    for node in graph.order:
+        preds = graph.preds.get(node, ())
+        into[node] = sum(into.get(p, 0) for p in preds) if preds else 1
+        for p in preds:
+            succ.setdefault(p, []).append(node)
+    out: dict[CallKey, int] = {}
+    for node in reversed(graph.order):
+        out[node] = int(node in ends) + sum(out.get(s, 0) for s in succ.get(node, ()))
+    total = sum(into.get(e, 0) for e in ends)
+    return {n for n in graph.order if total and into[n] * out[n] == total}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from layergrad.errors import InputError
+from layergrad.limits import DEFAULT_MAX_MEMORY
 from layergrad.results import ModelMeta, ProbeMeta
 
 REDUCTIONS = ("sum", "mean")
@@ -25,7 +26,8 @@ class ProbeOptions:
 
     `input_file` is a `.npy` / `.npz` probe batch; without it the batch is random from the
     model's input spec (`batch_size` rows, seeded by `seed`). `reduce` turns each target into
-    a scalar ("sum" or "mean"); `training` runs the model in training mode.
+    a scalar ("sum" or "mean"); `training` runs the model in training mode. `max_memory` is
+    the budget in bytes for the probe's memory, estimated from the config before loading.
     """
 
     input_file: PathLike | None = None
@@ -33,6 +35,7 @@ class ProbeOptions:
     seed: int = 0
     reduce: str = "sum"
     training: bool = False
+    max_memory: int = DEFAULT_MAX_MEMORY
 
     def __post_init__(self) -> None:
         if self.reduce not in REDUCTIONS:
@@ -100,15 +103,29 @@ def open_session(
         unsafe: let Keras deserialize Python code in the file.
         info: the file as read already by `fileinfo.read_file_info` (check reads it first).
 
+    An `--input` file is checked (its headers) before the model is loaded, so a bad one is
+    reported in a second, and its rows are the batch the memory estimate is made for.
+
     Raises:
         LoadError, LayerNotFound, InputError: user errors (the CLI exits with code 2).
     """
-    from layergrad import layer_refs, loader
+    from layergrad import inputs, layer_refs, loader
     from layergrad.fileinfo import read_file_info
 
     info = info or read_file_info(path, read_weights=False)
+    info.graph.require_expandable()  # before anything walks every call of every layer
     layer_refs.check_in_graph(info.graph, refs, globs)
-    loaded, warnings = loader.load_model(path, imports=imports, unsafe=unsafe, info=info)
+    rows = options.batch_size
+    if options.input_file is not None:
+        rows = inputs.peek_rows(options.input_file)
+    loaded, warnings = loader.load_model(
+        path,
+        imports=imports,
+        unsafe=unsafe,
+        info=info,
+        batch_rows=rows,
+        max_memory=options.max_memory,
+    )
     return session_for(loaded, options, warnings)
 
 
@@ -138,5 +155,9 @@ def probe_batch(model: Any, options: ProbeOptions) -> Any:
         return inputs.load_batch(options.input_file, specs)
     specs = inputs.input_specs(model)
     return inputs.random_batch(
-        specs, options.batch_size, options.seed, inputs.integer_ranges(model)
+        specs,
+        options.batch_size,
+        options.seed,
+        inputs.integer_ranges(model),
+        max_bytes=options.max_memory,
     )

@@ -71,16 +71,57 @@ def run_probe(
     Returns:
         A ProbeRun; a gradient is None where the tape found no differentiable path.
     """
+    live = live_probe(
+        model,
+        batch,
+        sources,
+        targets,
+        training=training,
+        reduce=reduce,
+        persistent=len(targets) > 1,
+    )
+    return probe_gradients(live)
+
+
+@dataclass(frozen=True)
+class LiveProbe:
+    """One forward pass still on its tape: the watched sources and the captured targets.
+
+    `sources[i]` is the watched tensor of `source_sites[i]` (a fresh copy of the layer's
+    output), `targets[j]` the captured tensor of `target_sites[j]` and `scalars[j]` its
+    reduction (None for an integer target). With a persistent tape any number of gradients,
+    vector-Jacobian products and Jacobians can be taken from it (`jacobian.py`).
+    """
+
+    tape: Any
+    source_sites: tuple[Site, ...]
+    target_sites: tuple[Site, ...]
+    sources: tuple[Any, ...]
+    targets: tuple[Any, ...]
+    scalars: tuple[Any, ...]
+
+
+def live_probe(
+    model: Any,
+    batch: ProbeBatch,
+    sources: Sequence[Site],
+    targets: Sequence[Site],
+    *,
+    training: bool = False,
+    reduce: str = "sum",
+    persistent: bool = True,
+) -> LiveProbe:
+    """The forward pass of `run_probe`, with nothing differentiated yet (args as there)."""
     tf, _ = quiet_import()
     reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
     inputs = [tf.convert_to_tensor(a) for a in batch.arrays]
     sites = [*sources, *targets]
     captured: dict[tuple[str, int], Any] = {}
     source_keys = {_key(s) for s in sources}
-    tape = tf.GradientTape(persistent=len(targets) > 1)
+    tape = tf.GradientTape(persistent=persistent)
     with tape:
 
-        def on_call(key: tuple[str, int], flat: list[Any], _input: Any = None) -> list[Any]:
+        def on_call(key: tuple[str, int], flat: list[Any], _args: Any = None) -> list[Any]:
             first = flat[0]
             if key in source_keys and _is_float(first):
                 first = _fresh(first)  # so paths that bypass this layer do not count
@@ -97,33 +138,55 @@ def run_probe(
         with _capturing(_site_groups(sites), on_call) as calls:
             _forward(model, inputs, training)
         _check_all_called(sites, captured, calls)
-        scalars = [
+        scalars = tuple(
             reducer(captured[_key(t)]) if captured[_key(t)].dtype.is_floating else None
             for t in targets
-        ]
-    watched = [captured[_key(s)] for s in sources]
-    gradients = tuple(_gradients(tape, scalar, watched) for scalar in scalars)
+        )
+    return LiveProbe(
+        tape=tape,
+        source_sites=tuple(sources),
+        target_sites=tuple(targets),
+        sources=tuple(captured[_key(s)] for s in sources),
+        targets=tuple(captured[_key(t)] for t in targets),
+        scalars=scalars,
+    )
+
+
+def probe_gradients(live: LiveProbe) -> ProbeRun:
+    """d reduce(target) / d source for every pair of a live probe."""
+    watched = list(live.sources)
+    gradients = tuple(_gradients(live.tape, scalar, watched) for scalar in live.scalars)
     return ProbeRun(
-        sources=tuple(_activation(s, captured[_key(s)]) for s in sources),
-        targets=tuple(_activation(t, captured[_key(t)]) for t in targets),
+        sources=tuple(_activation(s, t) for s, t in zip(live.source_sites, watched, strict=True)),
+        targets=tuple(
+            _activation(s, t) for s, t in zip(live.target_sites, live.targets, strict=True)
+        ),
         gradients=gradients,
     )
 
 
 @dataclass(frozen=True)
 class Trace:
-    """Every leaf-layer call of one forward pass, and d reduce(target) / d each of them.
+    """Every leaf-layer call of one forward pass, and d target / d each of them.
 
     `activations` holds the model inputs first, then each call in execution order;
     `gradients[i]` is the gradient with respect to `activations[i]` (None when the tape
-    found no path, including for calls after the target). `inputs[i]` is the first input
-    tensor's (shape, dtype) of that call, or None for a model input.
+    found no path, including for calls after the target). `args[i]` is the call's positional
+    arguments with every tensor replaced by a `tf.TensorSpec` (batch axis open), None for a
+    model input; `arg_sources[i]` is the index of the activation each flattened argument is
+    (None when it is not a captured activation, e.g. the output of an operation `x + y`).
+    `variable_gradients` are the gradients of the target with respect to the variables
+    `run_trace` was given; `outputs` the indices of the activations that are the model's
+    outputs (None for an output no captured call produced).
     """
 
     activations: tuple[Activation, ...]
     gradients: tuple[np.ndarray | None, ...]
-    inputs: tuple[tuple[tuple[int, ...], str] | None, ...]
     target: Activation | None
+    args: tuple[Any, ...] = ()
+    arg_sources: tuple[tuple[int | None, ...], ...] = ()
+    variable_gradients: tuple[np.ndarray | None, ...] = ()
+    outputs: tuple[int | None, ...] = ()
 
     def index(self, path: str, call: int = 0) -> int | None:
         """Position of the activation of `path` call `call`, or None if it never ran."""
@@ -131,6 +194,9 @@ class Trace:
             if act.site.path == path and act.site.call == call:
                 return i
         return None
+
+
+Objective = Callable[[Any], Any]  # the model's outputs -> the scalar to differentiate
 
 
 def run_trace(
@@ -141,54 +207,113 @@ def run_trace(
     training: bool = False,
     reduce: str = "sum",
     seed: int = 0,
+    objective: Objective | None = None,
+    variables: Sequence[Any] = (),
 ) -> Trace:
     """Capture and watch every leaf-layer call; one backward pass from `target` to all of them.
 
-    With `target=None` the target is a random projection of the model's outputs: the sum (or
-    mean) over every floating-point output o of `o * R`, R standard normal seeded by `seed`.
-    Unlike the plain sum it is not constant for normalised outputs (a softmax sums to 1 per
-    sample, so the gradient of its sum is zero everywhere). This is the engine of `scan` and
-    of the diagnosis of a failed `inspect`.
+    With `target=None` the target is `objective(outputs)` when given (a loss), else a random
+    projection of the model's outputs: the sum (or mean) over every floating-point output o of
+    `o * R`, R standard normal seeded by `seed`. Unlike the plain sum it is not constant for
+    normalised outputs (a softmax sums to 1 per sample, so the gradient of its sum is zero
+    everywhere). The same backward pass gives the gradients of `variables`. This is the
+    engine of `scan` and of the diagnosis of a failed `inspect`.
     """
+    live = live_trace(
+        model,
+        batch,
+        target,
+        training=training,
+        reduce=reduce,
+        seed=seed,
+        objective=objective,
+        persistent=False,
+    )
+    return trace_gradients(live, variables)
+
+
+@dataclass(frozen=True)
+class LiveTrace:
+    """The forward pass of `run_trace` still on its tape, nothing differentiated yet.
+
+    `records` holds (site, the call's flattened outputs as passed on, its positional
+    arguments), model inputs first; `outputs` is what the model returned; `scalar` is the
+    target `run_trace` differentiates; `ends` are the unreduced tensors the target is made
+    of (every floating-point model output, or the target site's tensor), for measures that
+    need more than one gradient (`jacobian_scan.py`).
+    """
+
+    tape: Any
+    records: tuple[tuple[Site, tuple[Any, ...], Any], ...]
+    outputs: Any
+    ends: tuple[Any, ...]
+    scalar: Any
+    target: Activation | None
+
+
+def live_trace(
+    model: Any,
+    batch: ProbeBatch,
+    target: Site | None = None,
+    *,
+    training: bool = False,
+    reduce: str = "sum",
+    seed: int = 0,
+    objective: Objective | None = None,
+    persistent: bool = True,
+) -> LiveTrace:
+    """The forward pass of `run_trace` (args as there), every leaf-layer call watched."""
     from layergrad.layer_refs import input_names, iter_layers
 
     tf, _ = quiet_import()
     reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
     tensors = [tf.convert_to_tensor(a) for a in batch.arrays]
-    records: list[tuple[Site, list[Any], Any]] = []
-    tape = tf.GradientTape()
+    records: list[tuple[Site, tuple[Any, ...], Any]] = []
+    tape = tf.GradientTape(persistent=persistent)
     with tape:
 
-        def on_call(key: tuple[str, int], flat: list[Any], first_input: Any) -> list[Any]:
+        def on_call(key: tuple[str, int], flat: list[Any], args: Any) -> list[Any]:
             fresh = [_fresh(t) if _is_float(t) else t for t in flat]
             for t in fresh:
                 if _is_float(t):
                     tape.watch(t)
             path, call = key
             site = Site(ref=f"{path}@{call}" if call else path, path=path, call=call)
-            records.append((site, fresh, first_input))
+            records.append((site, tuple(fresh), args))
             return fresh
 
         for i, (name, tensor) in enumerate(zip(input_names(model), tensors, strict=False)):
             if _is_float(tensor):
                 tape.watch(tensor)
-            records.append((Site(ref=name, path=name, call=0, input_index=i), [tensor], None))
+            records.append((Site(ref=name, path=name, call=0, input_index=i), (tensor,), None))
         with _capturing(_unique_leaves(iter_layers(model)), on_call) as calls:
             outputs = _forward(model, tensors, training)
-        if target is None:
-            floats = [o for o in tf.nest.flatten(outputs) if _is_float(o)]
-            rng = np.random.default_rng(seed)
-            projected = [o * tf.cast(rng.standard_normal(o.shape), o.dtype) for o in floats]
-            sums = [tf.cast(reducer(p), tf.float32) for p in projected]
-            scalar = tf.add_n(sums) if sums else None
-            target_act = None
-        else:
+        target_act = None
+        ends = tuple(o for o in tf.nest.flatten(outputs) if _is_float(o))
+        if target is not None:
             found = [f for s, f, _ in records if _key(s) == _key(target)]
             if not found:
                 _check_all_called([target], {}, calls)
-            scalar = reducer(found[0][0]) if _is_float(found[0][0]) else None
+            ends = (found[0][0],) if _is_float(found[0][0]) else ()
+            scalar = reducer(found[0][0]) if ends else None
             target_act = _activation(target, found[0][0])
-    flat_grads = iter(_gradients(tape, scalar, [t for _, flat, _ in records for t in flat]))
+        elif objective is not None:
+            scalar = objective(outputs)
+        else:
+            rng = np.random.default_rng(seed)
+            projected = [o * tf.cast(rng.standard_normal(o.shape), o.dtype) for o in ends]
+            sums = [tf.cast(reducer(p), tf.float32) for p in projected]
+            scalar = tf.add_n(sums) if sums else None
+    return LiveTrace(tape, tuple(records), outputs, ends, scalar, target_act)
+
+
+def trace_gradients(live: LiveTrace, variables: Sequence[Any] = ()) -> Trace:
+    """The backward pass of `run_trace`: d target / d every watched call (and `variables`)."""
+    tf, _ = quiet_import()
+    records = live.records
+    watched = [t for _, flat, _ in records for t in flat]
+    all_grads = _gradients(live.tape, live.scalar, [*watched, *variables])
+    flat_grads = iter(all_grads[: len(watched)])
     activations, gradients = [], []
     for site, flat, _ in records:
         grads = [next(flat_grads) for _ in flat]
@@ -197,15 +322,40 @@ def run_trace(
         k = next((i for i in tensors_at if grads[i] is not None), tensors_at[0])
         activations.append(_activation(site, flat[k], output=k))
         gradients.append(grads[k])
+    produced = {id(t): i for i, (_, flat, _) in enumerate(records) for t in flat}
     return Trace(
         activations=tuple(activations),
         gradients=tuple(gradients),
-        inputs=tuple(
-            None if x is None or not hasattr(x, "shape") else (tuple(x.shape), x.dtype.name)
-            for _, _, x in records
-        ),
-        target=target_act,
+        target=live.target,
+        args=tuple(_specs(args) for _, _, args in records),
+        arg_sources=tuple(_sources(args, produced) for _, _, args in records),
+        variable_gradients=all_grads[len(watched) :],
+        outputs=tuple(produced.get(id(t)) for t in tf.nest.flatten(live.outputs)),
     )
+
+
+def _specs(args: Any) -> Any:
+    """The call's arguments with each tensor replaced by a TensorSpec whose batch axis is open."""
+    if args is None:
+        return None
+    tf, _ = quiet_import()
+
+    def spec(t: Any) -> Any:
+        if not _is_tensor(t):
+            return t
+        return tf.TensorSpec((None, *t.shape[1:]) if t.shape.rank else (), t.dtype)
+
+    return tf.nest.map_structure(spec, args)
+
+
+def _sources(args: Any, produced: dict[int, int]) -> tuple[int | None, ...]:
+    """For each tensor among a call's flattened arguments, the activation it is (or None)."""
+    tf, _ = quiet_import()
+    return tuple(produced.get(id(t)) for t in tf.nest.flatten(args or ()) if _is_tensor(t))
+
+
+def _is_tensor(value: Any) -> bool:
+    return hasattr(value, "dtype") and hasattr(value, "shape") and hasattr(value.shape, "rank")
 
 
 def _unique_leaves(layers: Iterable[tuple[str, Any]]) -> list[tuple[Any, str, None]]:
@@ -314,7 +464,7 @@ def _check_all_called(
             )
 
 
-# (path, call), the call's flattened outputs, its first input -> the outputs to pass on
+# (path, call), the call's flattened outputs, its positional arguments -> the outputs to pass on
 Handler = Callable[[tuple[str, int], list[Any], Any], list[Any]]
 
 
@@ -366,192 +516,9 @@ def _wrap_call(
         outputs = call(*args, **kwargs)
         if wanted is None or index in wanted:
             flat = tf.nest.flatten(outputs)
-            first_input = tf.nest.flatten(args)[0] if args else None
-            passed = handle((path, index), flat, first_input)
+            passed = handle((path, index), flat, args)
             if any(a is not b for a, b in zip(passed, flat, strict=True)):
                 outputs = tf.nest.pack_sequence_as(outputs, passed)
         return outputs
 
     return probed_call
-
-
-@dataclass(frozen=True)
-class LiveProbe:
-    """One forward pass kept on its (persistent) tape, for measures beyond one gradient.
-
-    `sources[i]` is the watched tensor of `source_sites[i]` (a fresh copy of the layer's
-    output, so bypass paths do not count), `targets[j]` the captured tensor of
-    `target_sites[j]` and `scalars[j]` its reduction (None for an integer target). Any number
-    of gradients, vector-Jacobian products and Jacobians can be taken from `tape`.
-    """
-
-    tape: Any
-    source_sites: tuple[Site, ...]
-    target_sites: tuple[Site, ...]
-    sources: tuple[Any, ...]
-    targets: tuple[Any, ...]
-    scalars: tuple[Any, ...]
-
-
-def live_probe(
-    model: Any,
-    batch: ProbeBatch,
-    sources: Sequence[Site],
-    targets: Sequence[Site],
-    *,
-    training: bool = False,
-    reduce: str = "sum",
-) -> LiveProbe:
-    """Run `model` on `batch` once under a persistent tape, capturing as `run_probe` does.
-
-    Args and capture rules as in `run_probe`; nothing is differentiated yet.
-
-    Returns:
-        A LiveProbe; `probe_gradients(live)` gives the ProbeRun that `run_probe` would.
-    """
-    tf, _ = quiet_import()
-    reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
-    inputs = [tf.convert_to_tensor(a) for a in batch.arrays]
-    sites = [*sources, *targets]
-    captured: dict[tuple[str, int], Any] = {}
-    source_keys = {_key(s) for s in sources}
-    tape = tf.GradientTape(persistent=True)
-    with tape:
-
-        def on_call(key: tuple[str, int], flat: list[Any], _input: Any = None) -> list[Any]:
-            first = flat[0]
-            if key in source_keys and _is_float(first):
-                first = _fresh(first)
-                tape.watch(first)
-            captured[key] = first
-            return [first, *flat[1:]]
-
-        for site in sites:
-            if site.input_index is not None:
-                _check_input_call(site)
-                tensor = captured[_key(site)] = inputs[site.input_index]
-                if _key(site) in source_keys and _is_float(tensor):
-                    tape.watch(tensor)
-        with _capturing(_site_groups(sites), on_call) as calls:
-            _forward(model, inputs, training)
-        _check_all_called(sites, captured, calls)
-        scalars = tuple(
-            reducer(captured[_key(t)]) if _is_float(captured[_key(t)]) else None for t in targets
-        )
-    return LiveProbe(
-        tape=tape,
-        source_sites=tuple(sources),
-        target_sites=tuple(targets),
-        sources=tuple(captured[_key(s)] for s in sources),
-        targets=tuple(captured[_key(t)] for t in targets),
-        scalars=scalars,
-    )
-
-
-def probe_gradients(live: LiveProbe) -> ProbeRun:
-    """d reduce(target) / d source for every pair of a live probe (what `run_probe` returns)."""
-    watched = list(live.sources)
-    return ProbeRun(
-        sources=tuple(_activation(s, t) for s, t in zip(live.source_sites, watched, strict=True)),
-        targets=tuple(
-            _activation(s, t) for s, t in zip(live.target_sites, live.targets, strict=True)
-        ),
-        gradients=tuple(_gradients(live.tape, scalar, watched) for scalar in live.scalars),
-    )
-
-
-@dataclass(frozen=True)
-class LiveTrace:
-    """A forward pass with every leaf-layer call watched, kept on its (persistent) tape.
-
-    `records` holds (site, the call's flattened outputs as passed on, its first input), model
-    inputs first; `ends` are the tensors the target is made of (every floating-point model
-    output, or the `target` site's tensor) and `scalar` their reduction.
-    """
-
-    tape: Any
-    records: tuple[tuple[Site, tuple[Any, ...], Any], ...]
-    ends: tuple[Any, ...]
-    scalar: Any
-    target: Activation | None
-
-
-def live_trace(
-    model: Any,
-    batch: ProbeBatch,
-    target: Site | None = None,
-    *,
-    training: bool = False,
-    reduce: str = "sum",
-    seed: int = 0,
-) -> LiveTrace:
-    """Capture and watch every leaf-layer call as `run_trace` does, without differentiating.
-
-    The scalar is the one `run_trace` differentiates (with `target=None`, a seeded random
-    projection of the outputs); `ends` are the unprojected target tensors.
-
-    Returns:
-        A LiveTrace; `trace_gradients(live)` gives the Trace that `run_trace` would.
-    """
-    from layergrad.layer_refs import input_names, iter_layers
-
-    tf, _ = quiet_import()
-    reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
-    tensors = [tf.convert_to_tensor(a) for a in batch.arrays]
-    records: list[tuple[Site, tuple[Any, ...], Any]] = []
-    tape = tf.GradientTape(persistent=True)
-    with tape:
-
-        def on_call(key: tuple[str, int], flat: list[Any], first_input: Any) -> list[Any]:
-            fresh = [_fresh(t) if _is_float(t) else t for t in flat]
-            for t in fresh:
-                if _is_float(t):
-                    tape.watch(t)
-            path, call = key
-            site = Site(ref=f"{path}@{call}" if call else path, path=path, call=call)
-            records.append((site, tuple(fresh), first_input))
-            return fresh
-
-        for i, (name, tensor) in enumerate(zip(input_names(model), tensors, strict=False)):
-            if _is_float(tensor):
-                tape.watch(tensor)
-            records.append((Site(ref=name, path=name, call=0, input_index=i), (tensor,), None))
-        with _capturing(_unique_leaves(iter_layers(model)), on_call) as calls:
-            outputs = _forward(model, tensors, training)
-        if target is None:
-            ends = tuple(o for o in tf.nest.flatten(outputs) if _is_float(o))
-            rng = np.random.default_rng(seed)
-            projected = [o * tf.cast(rng.standard_normal(o.shape), o.dtype) for o in ends]
-            sums = [tf.cast(reducer(p), tf.float32) for p in projected]
-            scalar = tf.add_n(sums) if sums else None
-            target_act = None
-        else:
-            found = [f for s, f, _ in records if _key(s) == _key(target)]
-            if not found:
-                _check_all_called([target], {}, calls)
-            ends = (found[0][0],) if _is_float(found[0][0]) else ()
-            scalar = reducer(found[0][0]) if ends else None
-            target_act = _activation(target, found[0][0])
-    return LiveTrace(tape, tuple(records), ends, scalar, target_act)
-
-
-def trace_gradients(live: LiveTrace) -> Trace:
-    """d reduce(target) / d every watched call of a live trace (what `run_trace` returns)."""
-    flat_all = [t for _, flat, _ in live.records for t in flat]
-    flat_grads = iter(_gradients(live.tape, live.scalar, flat_all))
-    activations, gradients = [], []
-    for site, flat, _ in live.records:
-        grads = [next(flat_grads) for _ in flat]
-        tensors_at = [i for i, t in enumerate(flat) if hasattr(t, "dtype")]
-        k = next((i for i in tensors_at if grads[i] is not None), tensors_at[0])
-        activations.append(_activation(site, flat[k], output=k))
-        gradients.append(grads[k])
-    return Trace(
-        activations=tuple(activations),
-        gradients=tuple(gradients),
-        inputs=tuple(
-            None if x is None or not hasattr(x, "shape") else (tuple(x.shape), x.dtype.name)
-            for _, _, x in live.records
-        ),
-        target=live.target,
-    )

@@ -143,6 +143,26 @@ class InspectReport:
 
 
 @dataclass(frozen=True)
+class ConstantOutput:
+    """A model output that is the same for every sample, and where it stopped varying."""
+
+    output: str  # the output's layer reference
+    layer: str  # the first layer (execution order) whose output is constant, on its path
+    reason: str  # softmax_one_unit, saturated, dead, zero_weights, or constant
+
+
+@dataclass(frozen=True)
+class InputRange:
+    """An input far from unit scale that pins the first ReLU / sigmoid / tanh layer it feeds."""
+
+    input: str
+    mean_abs: float  # mean |x| of the input over the batch
+    layer: str
+    kind: str  # relu, sigmoid, tanh or softmax
+    pinned: float  # share of that layer's units dead (ReLU) or saturated
+
+
+@dataclass(frozen=True)
 class ScanRow:
     """One layer call in a gradient-flow scan: d target / d this activation."""
 
@@ -167,6 +187,8 @@ class ScanReport:
     rows: tuple[ScanRow, ...]
     notes: tuple[str, ...] = ()
     first_nonfinite: str | None = None  # the first layer whose forward activation is NaN/Inf
+    constant: tuple[ConstantOutput, ...] = ()  # outputs the same for every sample
+    input_range: InputRange | None = None  # unscaled inputs pinning the first activation
 
 
 @dataclass(frozen=True)
@@ -186,3 +208,47 @@ class FileVerdict:
     path: str
     passed: bool
     checks: tuple[CheckItem, ...]
+
+
+@dataclass(frozen=True)
+class LossMeta:
+    """Which loss a weights scan differentiates: `source` "compiled" or "option", `labels`
+    "data" or "random"."""
+
+    name: str
+    source: str
+    labels: str
+
+
+@dataclass(frozen=True)
+class VariableRow:
+    """d loss / d one trainable variable (`variable` is `layer/name`, e.g. `dense/kernel`).
+
+    `update_ratio` is ||g|| / ||w||: how far one plain gradient step of size 1 would move the
+    variable, relative to its size (None when there is no gradient or the variable is zero).
+    """
+
+    variable: str
+    layer: str
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    status: Status
+    gradient: GradientStats | None
+    update_ratio: float | None
+    flags: tuple[Flag, ...] = ()
+    causes: tuple[Cause, ...] = ()
+
+
+@dataclass(frozen=True)
+class WeightScanReport:
+    """`scan --wrt weights`: the loss's gradient for every trainable variable."""
+
+    model: ModelMeta
+    probe: ProbeMeta
+    loss: LossMeta
+    frozen: int  # non-trainable variables, counted but not listed
+    variables: tuple[VariableRow, ...]
+    notes: tuple[str, ...] = ()
+    # d loss / d every layer's output, from the same pass (check's gradient check reads it)
+    activations: ScanReport | None = field(default=None, repr=False, compare=False)

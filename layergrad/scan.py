@@ -3,28 +3,36 @@
 from __future__ import annotations
 
 import fnmatch
+import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from layergrad import causes as why
 from layergrad.diagnose import Diagnoser, softmax_target_note
 from layergrad.errors import LayerNotFound
+from layergrad.forward import constant_outputs, first_nonfinite, unscaled_input
 from layergrad.graph import ModelGraph
 from layergrad.jacobian import JacobianOptions
 from layergrad.jacobian_scan import with_jacobians
-from layergrad.layer_refs import iter_layers, no_glob_match_message, resolve
-from layergrad.locate import first_nonfinite
+from layergrad.layer_refs import Site, iter_layers, no_glob_match_message, ref_of, resolve
+from layergrad.locate import trunk
 from layergrad.pipeline import Session
 from layergrad.probe import Activation, Trace, live_trace, run_trace, trace_gradients
 from layergrad.results import ScanReport, ScanRow
 from layergrad.stats import gradient_stats, status_of
 from layergrad.vocab import Flag, Status
 
-# A layer whose mean |g| is this far below (above) the target end's is vanishing (exploding);
-# a layer with more than DEAD_FRACTION of its units (last axis) getting exactly zero is dead.
-VANISHING_RATIO, EXPLODING_RATIO, DEAD_FRACTION = 1e-6, 1e6, 0.5
+# Vanishing (exploding): on the trunk, ||g|| at least DECADES below (above) the target end's
+# and falling (rising) by more than RATE decades per layer on average on the way, or EXTREME
+# decades whatever the rate. A layer with more than DEAD_FRACTION of its units (last axis)
+# getting exactly zero is dead. Calibrated on keras.applications models, deep ReLU / tanh
+# MLPs (healthy: at most 0.25 decades per layer) and sigmoid stacks (0.5 and more).
+DECADES, RATE, EXTREME, DEAD_FRACTION = 3.0, 0.4, 8.0, 0.5
+SCALE_FLAGS = (Flag.DEAD, Flag.VANISHING, Flag.EXPLODING)  # flags that depend on magnitudes
+STRUCTURAL = ("softmax_one_unit", "zero_weights")  # constant whatever the mode and the data
 
 
 def scan_session(
@@ -42,8 +50,7 @@ def scan_session(
     """
     model, options = session.model, session.options
     site = None if target is None else resolve(model, target)
-    live = None
-    if jacobian is not None:
+    if jacobian is not None:  # one forward pass serves the gradient and the Jacobians
         live = live_trace(
             model,
             session.batch,
@@ -53,32 +60,61 @@ def scan_session(
             seed=options.seed,
         )
         trace = trace_gradients(live)
-    else:
-        trace = run_trace(
-            model,
-            session.batch,
-            site,
-            training=options.training,
-            reduce=options.reduce,
-            seed=options.seed,
-        )
+        report = scan_report(session, trace, site, patterns)
+        rows, notes = with_jacobians(report.rows, trace, live, jacobian)
+        return replace(report, rows=rows, notes=(*report.notes, *notes))
+    trace = run_trace(
+        model,
+        session.batch,
+        site,
+        training=options.training,
+        reduce=options.reduce,
+        seed=options.seed,
+    )
+    return scan_report(session, trace, site, patterns)
+
+
+def scan_report(
+    session: Session, trace: Trace, site: Site | None, patterns: Sequence[str] = ()
+) -> ScanReport:
+    """The scan rows, flags, causes and notes of a trace of the session's model."""
+    model, options = session.model, session.options
     classes = {p: type(layer).__name__ for p, layer in iter_layers(model)}
     rows = scan_rows(trace, session.info.graph, session.diagnoser, classes, patterns)
-    notes: list[str] = []
-    if live is not None and jacobian is not None:
-        rows, jacobian_notes = with_jacobians(rows, trace, live, jacobian)
-        notes += jacobian_notes
+    notes = []
     note = site and softmax_target_note(
         site, "scan with --to the layer before it, or without --to (a projection of the outputs)"
     )
     if note:
         notes.append(note)
+    layers = dict(iter_layers(model))
+    constant = tuple(constant_outputs(trace, session.info.graph, layers))
+    untrained = [] if options.training else untrained_batchnorm(model)
+    artifacts = [c for c in constant if c.reason not in STRUCTURAL] if untrained else []
+    if untrained and (artifacts or any(set(SCALE_FLAGS) & set(row.flags) for row in rows)):
+        rows = tuple(
+            replace(row, flags=tuple(f for f in row.flags if f not in SCALE_FLAGS)) for row in rows
+        )
+        constant = tuple(c for c in constant if c not in artifacts)
+        notes.append(
+            f"{len(untrained)} BatchNormalization layers ({', '.join(untrained[:3])}"
+            f"{'...' if len(untrained) > 3 else ''}) hold their initial moving statistics "
+            "(mean 0, variance 1): the model was never trained, so in inference they do not "
+            "normalize and activations shrink or grow through depth in a way training never "
+            "sees. Dead / vanishing / exploding flags and outputs that stop varying for that "
+            "reason are left out; scan with --training to see what training sees"
+        )
     bad = first_nonfinite(trace)
     if bad is not None:
         notes.append(
             f"the forward pass turns non-finite (NaN/Inf) at layer {bad.site.ref!r}, and so "
             "is every activation computed from it"
         )
+    notes += [why.constant_output(c.output, c.layer, c.reason).message for c in constant]
+    scale = unscaled_input(trace, session.info.graph, layers)
+    if scale is not None:
+        cause = why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
+        notes.append(f"{cause.message}; {cause.hint}")
     return ScanReport(
         model=session.model_meta,
         probe=session.probe_meta,
@@ -86,6 +122,8 @@ def scan_session(
         rows=rows,
         notes=tuple(notes),
         first_nonfinite=None if bad is None else bad.site.ref,
+        constant=constant,
+        input_range=scale,
     )
 
 
@@ -104,18 +142,23 @@ def scan_rows(
     target = trace.target
     rows: list[ScanRow] = []
     for act, grad in zip(trace.activations, trace.gradients, strict=True):
-        ref = act.site.ref
-        if patterns and not any(fnmatch.fnmatchcase(ref, p) for p in patterns):
-            continue
         if target is not None and not _upstream(graph, act, target):
             continue
         class_name = classes.get(act.site.path, "InputLayer")
         if act.output:  # a multi-output layer whose output 0 the target does not use
             class_name += f" (output {act.output})"
         rows.append(_row(act, grad, class_name))
-    if patterns and not rows:
-        raise LayerNotFound(no_glob_match_message(patterns))
-    rows = _flag_scale(rows)
+    ends = (
+        [target.site.key]
+        if target
+        else [trace.activations[o].site.key for o in trace.outputs if o is not None]
+    )
+    on_trunk = trunk(graph, ends)
+    rows = _flag_scale(rows, None if on_trunk is None else {ref_of(k) for k in on_trunk})
+    if patterns:  # after the flags: they compare each row with the target end
+        rows = [r for r in rows if any(fnmatch.fnmatchcase(r.layer, p) for p in patterns)]
+        if not rows:
+            raise LayerNotFound(no_glob_match_message(patterns))
     return tuple(_with_causes(row, trace, graph, diagnoser) for row in rows)
 
 
@@ -154,18 +197,21 @@ def dead_units(grad: np.ndarray) -> float:
     return float(np.mean(np.all(grad.reshape(-1, grad.shape[-1]) == 0, axis=0)))
 
 
-def _flag_scale(rows: list[ScanRow]) -> list[ScanRow]:
-    """Flag vanishing / exploding rows against the target end (the last row, d t / d t)."""
+def _flag_scale(rows: list[ScanRow], on_trunk: set[str] | None) -> list[ScanRow]:
+    """Flag vanishing / exploding trunk rows against the target end (the last row)."""
     end = rows[-1].gradient if rows else None
-    if end is None or end.mean_abs <= 0:
+    if end is None or end.l2 <= 0:
         return rows
     out = []
-    for row in rows:
-        g = row.gradient
-        if row.status == Status.OK and g is not None:
-            if g.mean_abs < VANISHING_RATIO * end.mean_abs:
+    for i, row in enumerate(rows):
+        g, depth = row.gradient, len(rows) - 1 - i
+        trunk_row = on_trunk is None or row.layer in on_trunk
+        if row.status == Status.OK and g is not None and g.l2 > 0 and depth and trunk_row:
+            decades = math.log10(g.l2 / end.l2)
+            steep = abs(decades) / depth > RATE
+            if decades <= -EXTREME or (decades <= -DECADES and steep):
                 row = replace(row, flags=(*row.flags, Flag.VANISHING))
-            elif g.mean_abs > EXPLODING_RATIO * end.mean_abs:
+            elif decades >= EXTREME or (decades >= DECADES and steep):
                 row = replace(row, flags=(*row.flags, Flag.EXPLODING))
         out.append(row)
     return out
@@ -179,6 +225,8 @@ def _with_causes(
     i = next(i for i, a in enumerate(trace.activations) if a.site.ref == row.layer)
     source = trace.activations[i]
     target = trace.target or _reached_output(trace, graph, i)
+    if target is None and trace.gradients[i] is not None:
+        target = source  # a model output: its own gradient comes straight from the target
     if target is None:
         return replace(row, causes=(why.feeds_no_output(row.layer),))
     diagnoser.adopt(target.site, trace)
@@ -197,3 +245,15 @@ def _reached_output(trace: Trace, graph: ModelGraph | None, i: int) -> Activatio
         if grad is not None and depends:
             return act
     return None
+
+
+def untrained_batchnorm(model: Any) -> list[str]:
+    """BatchNormalization layers whose moving statistics are still their initial 0 and 1."""
+    found = []
+    for path, layer in iter_layers(model):
+        mean, var = getattr(layer, "moving_mean", None), getattr(layer, "moving_variance", None)
+        if mean is None or var is None or "BatchNormalization" not in type(layer).__name__:
+            continue
+        if not np.any(np.asarray(mean.numpy())) and np.all(np.asarray(var.numpy()) == 1):
+            found.append(path)
+    return found

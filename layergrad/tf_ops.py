@@ -55,17 +55,28 @@ class OpFinding:
     reason: str
 
 
-def layer_op_types(
-    layer: Any, input_shape: Sequence[int], input_dtype: str, training: bool
-) -> list[tuple[str, Any]] | None:
-    """Trace `layer` on one input of this shape and dtype; return its ops, None if untraceable."""
+@dataclass(frozen=True)
+class TracedCall:
+    """The ops of one layer call, and which of its (flattened) tensor arguments nothing uses."""
+
+    ops: list[tuple[str, Any]]
+    unused: tuple[int, ...]
+
+
+def trace_call(layer: Any, args: Any, training: bool) -> TracedCall | None:
+    """Trace `layer` on arguments shaped like `args` (TensorSpecs); None if it cannot be traced."""
     tf, _ = quiet_import()
-    spec = tf.TensorSpec((None, *input_shape[1:]), input_dtype)
-    try:
-        graph = tf.function(lambda x: layer(x, training=training)).get_concrete_function(spec).graph
-    except Exception:  # layers with several inputs or unusual signatures: no op evidence
+    if not isinstance(args, (tuple, list)) or not args:
         return None
-    return [(op.type, op) for op in graph.get_operations()]
+    try:
+        function = tf.function(lambda *a: layer(*a, training=training))
+        graph = function.get_concrete_function(*args).graph
+    except Exception:  # unusual signatures (keyword-only tensors...): no op evidence
+        return None
+    specs = [a for a in tf.nest.flatten(args) if isinstance(a, tf.TensorSpec)]
+    placeholders = graph.inputs[: len(specs)]
+    unused = tuple(i for i, t in enumerate(placeholders) if not t.consumers())
+    return TracedCall([(op.type, op) for op in graph.get_operations()], unused)
 
 
 def blocking_ops(ops: Sequence[tuple[str, Any]]) -> list[OpFinding]:

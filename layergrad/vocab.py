@@ -60,6 +60,10 @@ class Finding(Word):
     DEAD = "dead"
     VANISHING = "vanishing"
     EXPLODING = "exploding"
+    NO_GRADIENT = "no_gradient"  # a trainable variable gets no gradient from the loss
+    CONSTANT_OUTPUT = "constant_output"  # an output is the same for every sample
+    LOSS_MISMATCH = "loss_mismatch"  # the compiled loss does not fit the output
+    INPUT_RANGE = "input_range"  # unscaled inputs pin the first activation (with data)
 
 
 DEFAULT_FAIL_ON = (
@@ -68,6 +72,9 @@ DEFAULT_FAIL_ON = (
     Finding.ERROR,
     Finding.NONFINITE,
     Finding.BLOCKED,
+    Finding.NO_GRADIENT,
+    Finding.CONSTANT_OUTPUT,
+    Finding.LOSS_MISMATCH,
 )
 
 
@@ -84,7 +91,18 @@ class CauseCode(Word):
     NONFINITE_BACKWARD = "nonfinite_backward"
     TRAINING_MODE = "training_mode"
     FLOAT16_UNDERFLOW = "float16_underflow"
+    UNUSED_INPUT = "unused_input"
+    CONSTANT_OUTPUT = "constant_output"
+    INPUT_RANGE = "input_range"
+    LOSS_MISMATCH = "loss_mismatch"
     UNKNOWN = "unknown"
+
+
+class Wrt(Word):
+    """What `scan` differentiates with respect to."""
+
+    ACTIVATIONS = "activations"  # every layer's output
+    WEIGHTS = "weights"  # every trainable variable, from the training loss
 
 
 class OutputFormat(Word):
@@ -93,6 +111,7 @@ class OutputFormat(Word):
     TABLE = "table"  # for people
     JSON = "json"  # for programs
     MARKDOWN = "markdown"  # for pull-request comments
+    HTML = "html"  # one self-contained page, for CI artifacts
 
 
 class Measure(Word):

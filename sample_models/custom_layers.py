@@ -16,6 +16,7 @@ CastToInt          cast(cast(x, int32), float32)              None (int cast)
 StopGrad           tf.stop_gradient(x)                        None
 NumpyFunction      tf.numpy_function(numpy copy of x)         None (PyFunc)
 SqrtLayer          tf.sqrt(x + epsilon)                       inf/NaN at x == 0
+IgnoreSecond       [a, b] -> a (b is never used)              None for b
 =================  =========================================  ==================
 """
 
@@ -31,6 +32,7 @@ __all__ = [
     "PACKAGE",
     "ArgMaxOneHot",
     "CastToInt",
+    "IgnoreSecond",
     "NumpyFunction",
     "RoundLayer",
     "SqrtLayer",
@@ -134,3 +136,16 @@ class SqrtLayer(keras.layers.Layer):
         config = super().get_config()
         config.update({"epsilon": self.epsilon})
         return config
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class IgnoreSecond(keras.layers.Layer):
+    """Takes two inputs and returns the first: the second is never used (a classic bug in a
+    custom merge layer), so everything that feeds only it gets no gradient."""
+
+    def call(self, inputs):
+        first, _second = inputs
+        return first
+
+    def compute_output_shape(self, input_shape):
+        return input_shape[0]

@@ -7,7 +7,7 @@ fixed layer names (never Keras' auto-naming counters), after
 ``keras.utils.set_random_seed(0)``, and some weights are then set by hand, so
 re-running reproduces the same architectures and the same weight arrays.
 See README.md in this folder for what each file is for, and
-verify_samples.py for the checks that each one behaves as described.
+tests/test_samples.py for the checks that each one behaves as described.
 """
 
 from __future__ import annotations
@@ -313,6 +313,155 @@ def normalise_archive(path: str) -> None:
             zout.writestr(new, data)
 
 
+# --------------------------------------------------------------------------- training
+
+
+def build_train_classifier() -> keras.Model:
+    """A healthy classifier, compiled: x(6) -> 'dense'(8, relu, L2-regularized) -> 'bn'
+    (frozen BatchNormalization) -> 'head'(3, softmax); sparse categorical cross-entropy."""
+    _seed()
+    x = keras.Input((6,), name="x")
+    h = layers.Dense(8, activation="relu", kernel_regularizer="l2", name="dense")(x)
+    bn = layers.BatchNormalization(name="bn")
+    out = layers.Dense(3, activation="softmax", name="head")(bn(h))
+    bn.trainable = False
+    model = keras.Model(x, out, name="train_classifier")
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    return model
+
+
+def build_train_unused_input() -> keras.Model:
+    """x(6) -> 'a'(4) and 'b'(4) -> IgnoreSecond 'mix'([a, b]) -> 'head'(2), compiled with mean
+    squared error: 'b' gets no gradient from the loss (unused_input at mix)."""
+    _seed()
+    x = keras.Input((6,), name="x")
+    a = layers.Dense(4, name="a")(x)
+    b = layers.Dense(4, name="b")(x)
+    out = layers.Dense(2, name="head")(cl.IgnoreSecond(name="mix")([a, b]))
+    model = keras.Model(x, out, name="train_unused_input")
+    model.compile(optimizer="sgd", loss="mse")
+    return model
+
+
+def build_train_two_outputs() -> keras.Model:
+    """x(6) -> 'trunk'(8, relu) -> 'probs'(3, softmax) and 'value'(1), one loss per output:
+    sparse categorical cross-entropy (weight 1) and mean squared error (weight 0.5)."""
+    _seed()
+    x = keras.Input((6,), name="x")
+    trunk = layers.Dense(8, activation="relu", name="trunk")(x)
+    probs = layers.Dense(3, activation="softmax", name="probs")(trunk)
+    value = layers.Dense(1, name="value")(trunk)
+    model = keras.Model(x, [probs, value], name="train_two_outputs")
+    model.compile(
+        optimizer="adam",
+        loss={"probs": "sparse_categorical_crossentropy", "value": "mse"},
+        loss_weights={"probs": 1.0, "value": 0.5},
+    )
+    return model
+
+
+# --------------------------------------------------------------------------- bugs people post
+# Each bug_* model has a fixed_* twin that must pass check with no finding.
+
+
+def _head_model(name: str, units: int, activation: str | None, loss) -> keras.Model:
+    """x(6) -> 'dense'(8, relu) -> Dense(units, activation) 'head', compiled with `loss`."""
+    _seed()  # before any layer exists: an unseeded initializer draws its seed when created
+    x = keras.Input((6,), name="x")
+    h = layers.Dense(8, activation="relu", name="dense")(x)
+    model = keras.Model(x, layers.Dense(units, activation=activation, name="head")(h), name=name)
+    model.compile(optimizer="adam", loss=loss)
+    return model
+
+
+def build_bug_softmax_one_unit() -> keras.Model:
+    """Dense(1, softmax) with binary cross-entropy: the output is always 1.0."""
+    return _head_model("bug_softmax_one_unit", 1, "softmax", "binary_crossentropy")
+
+
+def build_fixed_sigmoid_head() -> keras.Model:
+    """The yes/no head people mean: Dense(1, sigmoid) with binary cross-entropy."""
+    return _head_model("fixed_sigmoid_head", 1, "sigmoid", "binary_crossentropy")
+
+
+def build_bug_bce_on_softmax() -> keras.Model:
+    """A 3-class softmax head compiled with binary cross-entropy."""
+    return _head_model("bug_bce_on_softmax", 3, "softmax", "binary_crossentropy")
+
+
+def build_fixed_softmax_head() -> keras.Model:
+    """A 3-class softmax head with sparse categorical cross-entropy."""
+    return _head_model("fixed_softmax_head", 3, "softmax", "sparse_categorical_crossentropy")
+
+
+def build_bug_logits_twice() -> keras.Model:
+    """A softmax head with from_logits=True: softmax applied twice."""
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    return _head_model("bug_logits_twice", 3, "softmax", loss)
+
+
+def build_bug_linear_no_logits() -> keras.Model:
+    """A linear head with from_logits=False: Keras clips the logits as probabilities."""
+    return _head_model("bug_linear_no_logits", 3, None, "sparse_categorical_crossentropy")
+
+
+def build_fixed_logits_head() -> keras.Model:
+    """A linear head with from_logits=True: what the loss expects of logits."""
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    return _head_model("fixed_logits_head", 3, None, loss)
+
+
+def build_bug_saturated_head() -> keras.Model:
+    """A sigmoid head whose bias (+1000) pins it at 1.0 for every sample."""
+    model = build_fixed_sigmoid_head()
+    _set(model.get_layer("head"), bias=[1000.0])
+    model.name = "bug_saturated_head"
+    return model
+
+
+def build_bug_unscaled_input() -> keras.Model:
+    """Pixels in 0-255 straight into Dense(16, tanh) 'squash': feed it raw pixel values."""
+    _seed()
+    x = keras.Input((12,), name="pixels")
+    h = layers.Dense(16, activation="tanh", name="squash")(x)
+    out = layers.Dense(3, activation="softmax", name="head")(h)
+    model = keras.Model(x, out, name="bug_unscaled_input")
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    return model
+
+
+def build_fixed_rescaled_input() -> keras.Model:
+    """The same with a Rescaling(1/255) layer in front of 'squash'."""
+    _seed()
+    x = keras.Input((12,), name="pixels")
+    scaled = layers.Rescaling(1 / 255, name="rescale")(x)
+    h = layers.Dense(16, activation="tanh", name="squash")(scaled)
+    out = layers.Dense(3, activation="softmax", name="head")(h)
+    model = keras.Model(x, out, name="fixed_rescaled_input")
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    return model
+
+
+def _stack(name: str, activation: str, initializer: str, depth: int = 8) -> keras.Model:
+    _seed()
+    x = keras.Input((32,), name="x")
+    h = x
+    for i in range(depth):
+        h = layers.Dense(64, activation=activation, kernel_initializer=initializer,
+                         name=f"dense_{i}")(h)  # fmt: skip
+    return keras.Model(x, layers.Dense(10, name="head")(h), name=name)
+
+
+def build_bug_sigmoid_stack() -> keras.Model:
+    """Eight Dense(64, sigmoid) layers: the gradient falls ~0.6 decades per layer."""
+    return _stack("bug_sigmoid_stack", "sigmoid", "glorot_uniform")
+
+
+def build_fixed_relu_stack() -> keras.Model:
+    """Eight Dense(64, relu, he_normal) layers: the gradient keeps its size."""
+    return _stack("fixed_relu_stack", "relu", "he_normal")
+
+
 # file name -> builder; seed.h5 is the legacy-format copy of seed.keras.
 BUILDERS = {
     "seed.keras": build_seed,
@@ -335,6 +484,21 @@ BUILDERS = {
     "cause_sqrt.keras": build_cause_sqrt,
     "cause_training.keras": build_cause_training,
     "cause_float16.keras": build_cause_float16,
+    "train_classifier.keras": build_train_classifier,
+    "train_unused_input.keras": build_train_unused_input,
+    "train_two_outputs.keras": build_train_two_outputs,
+    "bug_softmax_one_unit.keras": build_bug_softmax_one_unit,
+    "bug_bce_on_softmax.keras": build_bug_bce_on_softmax,
+    "bug_logits_twice.keras": build_bug_logits_twice,
+    "bug_linear_no_logits.keras": build_bug_linear_no_logits,
+    "bug_saturated_head.keras": build_bug_saturated_head,
+    "bug_unscaled_input.keras": build_bug_unscaled_input,
+    "bug_sigmoid_stack.keras": build_bug_sigmoid_stack,
+    "fixed_sigmoid_head.keras": build_fixed_sigmoid_head,
+    "fixed_softmax_head.keras": build_fixed_softmax_head,
+    "fixed_logits_head.keras": build_fixed_logits_head,
+    "fixed_rescaled_input.keras": build_fixed_rescaled_input,
+    "fixed_relu_stack.keras": build_fixed_relu_stack,
 }
 
 

@@ -123,3 +123,14 @@ def write_input(tmp_path: Path) -> Callable[..., str]:
 def normal(*shape: int, seed: int = 1) -> np.ndarray:
     """A float32 standard-normal array (test inputs)."""
     return np.random.default_rng(seed).standard_normal(shape).astype("float32")
+
+
+@pytest.fixture
+def softmax_head(tmp_path: Path) -> str:
+    """x(4) -> Dense 'h'(3) -> Dense 'probs'(3, softmax), saved; its path."""
+    x = keras.Input((4,), name="x")
+    h = keras.layers.Dense(3, name="h")(x)
+    out = keras.layers.Dense(3, activation="softmax", name="probs")(h)
+    path = tmp_path / "softmax.keras"
+    keras.Model(x, out).save(path)
+    return str(path)

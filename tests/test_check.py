@@ -17,7 +17,7 @@ from layergrad import cli
 from layergrad.check import CheckOptions, check_file
 from layergrad.vocab import Finding
 
-ALL_CHECKS = ["readable", "safe", "weights", "loads", "forward", "gradient"]
+ALL_CHECKS = ["readable", "safe", "weights", "loss", "loads", "forward", "gradient", "trainable"]
 HEALTHY = ["seed.keras", "seed.h5", "sequential_add.keras", "residual.keras", "nested.keras",
            "shared.keras", "two_input.keras", "embedding.keras", "hand_set.keras"]  # fmt: skip
 WITH_CUSTOM = CheckOptions(imports=(CUSTOM_LAYERS,))
@@ -62,13 +62,16 @@ def test_the_blocking_layer_is_named():
     assert "non_differentiable_op at argmax" in gradient.message
 
 
-def test_dead_units_are_reported_and_fail_only_when_asked():
+def test_a_layer_dead_for_the_whole_batch_makes_the_output_constant():
     verdict = check_file(sample("cause_dead_relu.keras"))
-    assert verdict.passed
+    # every ReLU unit of 'dead' outputs 0 (bias -1000): 'head' outputs its bias for every sample
+    assert failed_checks(verdict) == {"forward": ("constant_output",)}
+    (forward,) = [c for c in verdict.checks if c.name == "forward"]
+    assert "stops varying at 'dead' (its ReLU units output 0 for every sample)" in forward.message
     (gradient,) = [c for c in verdict.checks if c.name == "gradient"]
     assert gradient.findings == ("dead",) and "dead_relu at dead" in gradient.message
-    strict = CheckOptions(fail_on=frozenset({"dead"}))
-    assert not check_file(sample("cause_dead_relu.keras"), strict).passed
+    lenient = CheckOptions(fail_on=frozenset({"unreadable"}))
+    assert check_file(sample("cause_dead_relu.keras"), lenient).passed
 
 
 def test_custom_layers_without_import_are_unsafe():
@@ -102,7 +105,8 @@ def test_json_schema_and_junit(tmp_path):
     result = run(
         "check", sample("seed.keras"), sample("cause_round.keras"), "--json", "--junit", str(junit)
     )
-    doc = json.loads(result.output)
+    doc = json.loads(result.stdout)
+    assert result.stderr.endswith(f"wrote the JUnit report to {junit}\n")
     assert doc["schema"] == "layergrad.check/1" and doc["passed"] is False
     assert [f["passed"] for f in doc["files"]] == [True, False]
     assert set(doc["files"][0]) == {"path", "passed", "checks"}
@@ -110,8 +114,8 @@ def test_json_schema_and_junit(tmp_path):
     suite = ET.parse(junit).getroot()
     cases = suite.findall("testcase")
     assert (
-        suite.get("tests") == str(len(cases)) == str(6 + 2)
-    )  # seed: 6 checks; round: stops at safe
+        suite.get("tests") == str(len(cases)) == str(8 + 2)
+    )  # seed: 8 checks; round: stops at safe
     failures = [c for c in cases if c.find("failure") is not None]
     assert [(c.get("classname"), c.get("name")) for c in failures] == [
         (sample("cause_round.keras"), "safe")
@@ -133,7 +137,12 @@ def test_directory_stands_for_its_model_files(tmp_path):
     ]
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert CliRunner().invoke(cli.main, ["check", str(empty)]).exit_code == 2
+    assert checks.expand_paths([str(empty)]) == [str(empty)]
+    result = CliRunner().invoke(cli.main, ["check", str(empty), "--json"])
+    assert result.exit_code == 1  # a failed entry, not a usage error
+    (entry,) = json.loads(result.stdout)["files"]
+    assert entry["path"] == str(empty) and not entry["passed"]
+    assert "is a directory without .keras or .h5 files" in entry["checks"][0]["message"]
 
 
 def test_static_only_never_imports_tensorflow():
@@ -168,3 +177,18 @@ def test_keras_applications_pass(arch, tmp_path):
     verdict = check_file(path)
     assert verdict.passed, failed_checks(verdict)
     assert [c.name for c in verdict.checks] == ALL_CHECKS
+    assert not [(c.name, c.message) for c in verdict.checks if c.findings]  # no finding at all
+
+
+def test_a_healthy_softmax_classifier_gets_no_finding(tmp_path):
+    # a softmax sums to 1 for every sample, so a target that sums the outputs would make every
+    # layer look vanishing; the default target must not
+    x = keras.Input((16, 16, 3))
+    h = keras.layers.Conv2D(8, 3, activation="relu")(x)
+    h = keras.layers.Conv2D(8, 3, activation="relu")(h)
+    h = keras.layers.GlobalAveragePooling2D()(h)
+    out = keras.layers.Dense(10, activation="softmax")(h)
+    path = tmp_path / "cnn.keras"
+    keras.Model(x, out).save(path)
+    verdict = check_file(path)
+    assert not [(c.name, c.message) for c in verdict.checks if c.findings or not c.passed]

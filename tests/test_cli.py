@@ -195,7 +195,8 @@ def test_call_index_errors_name_the_calls_that_exist(args, message):
 
 
 def test_unwritable_save_gradient_still_shows_the_report(tmp_path):
-    target = tmp_path / "missing_dir" / "g.npy"
+    (tmp_path / "a_file").write_text("not a folder")
+    target = tmp_path / "a_file" / "g.npy"  # its folder cannot be created
     result = CliRunner().invoke(
         main,
         [
@@ -210,9 +211,59 @@ def test_unwritable_save_gradient_still_shows_the_report(tmp_path):
         ],
     )
     assert result.exit_code == 2
-    assert "dense_1" in result.output and "cannot write" in result.output
+    assert "dense_1" in result.stdout and "cannot create the folder" in result.stderr
 
 
 def test_scan_layers_glob_that_matches_nothing_exits_2():
     result = CliRunner().invoke(main, ["scan", sample("seed.keras"), "--layers", "zzz*"])
     assert result.exit_code == 2 and "matches no layer" in result.output
+
+
+def _in_subprocess(args: list[str], env: dict[str, str] | None = None) -> list[str]:
+    """Run the CLI in a fresh interpreter; return [exit code, TF imported?, stderr's last line]."""
+    code = (
+        "import sys\nfrom click.testing import CliRunner\nfrom layergrad.cli import main\n"
+        f"r = CliRunner().invoke(main, {args!r})\n"
+        "print(r.exit_code, 'tensorflow' in sys.modules)\n"
+        "print(r.output.strip().splitlines()[-1])"
+    )
+    import os
+
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **(env or {})},
+    )
+    first, last = out.stdout.strip().splitlines()[:2]
+    return [*first.split(), last]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["inspect", "{seed}", "--from", "dens", "--to", "dense_1"], "did you mean 'dense'"),
+        (["inspect", "{seed}", "--from", "dense", "--to", "7"], "layer index 7 is out of range"),
+        (["scan", "{seed}", "--to", "head"], "no layer named 'head'"),
+        (["scan", "{seed}", "--layers", "conv*"], "--layers conv* matches no layer"),
+    ],
+)
+def test_a_mistyped_layer_fails_before_tensorflow_loads(args, message):
+    args = [a.format(seed=sample("seed.keras")) for a in args]
+    code, tf_loaded, last = _in_subprocess(args)
+    assert (code, tf_loaded) == ("2", "False")
+    assert message in last
+
+
+def test_keras_backend_from_the_environment_is_overridden():
+    args = ["inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1", "--json"]
+    code, tf_loaded, last = _in_subprocess(args, env={"KERAS_BACKEND": "jax"})
+    assert (code, tf_loaded, last) == ("0", "True", "}")
+
+
+def test_each_warning_names_its_result(softmax_head):
+    result = run("inspect", softmax_head, "--from", "h", "--to", "probs", "--to", "h")
+    pieces = result.output.split("warning:")[1:]
+    assert pieces and all(p.startswith(" d probs / d h: ") for p in pieces)
+    assert any("probs ends in softmax" in p for p in pieces)

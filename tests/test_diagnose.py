@@ -70,8 +70,8 @@ def test_after_the_blocking_layer_the_gradient_is_fine():
     assert res.status == "ok" and res.causes == ()
 
 
-def test_no_known_cause_says_what_was_checked(tmp_path):
-    # A Dense layer with an all-zero kernel zeroes the gradient without any named cause.
+def test_zero_weights_make_a_constant_output(tmp_path):
+    # A Dense layer with an all-zero kernel outputs its bias whatever its input.
     x = keras.Input((3,), name="x")
     h = keras.layers.Dense(3, name="h")(x)
     zeroed = keras.layers.Dense(2, name="zeroed", kernel_initializer="zeros")(h)
@@ -79,8 +79,17 @@ def test_no_known_cause_says_what_was_checked(tmp_path):
     keras.Model(x, zeroed).save(path)
     (res,) = inspect_model(path, "h", ["zeroed"]).results
     assert res.status == "zero"
-    assert [c.code for c in res.causes] == ["unknown"]
-    assert "checked" in res.causes[0].message
+    assert [(c.code, c.layer) for c in res.causes] == [("constant_output", "zeroed")]
+    assert "weights are all zero" in res.causes[0].message
+
+
+def test_the_unknown_cause_says_what_was_checked():
+    from layergrad import causes
+
+    cause = causes.unknown()
+    assert cause.code == "unknown" and cause.layer is None
+    for checked in ("graph connectivity", "dtypes", "ops", "NaN/Inf", "float16", "training mode"):
+        assert checked in cause.message
 
 
 HEALTHY = [

@@ -27,8 +27,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 keras = pytest.importorskip("keras")
 layers = keras.layers
 
+from layergrad.audit import audit  # noqa: E402
 from layergrad.errors import LoadError  # noqa: E402
-from layergrad.fileinfo import FileInfo, audit, read_file_info  # noqa: E402
+from layergrad.fileinfo import FileInfo, read_file_info  # noqa: E402
 from layergrad.graph import ModelGraph  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -206,24 +207,36 @@ def test_nan_inf_and_zero_tensors(fmt: str, saved: dict) -> None:
     assert (health["zeroed"].nan, health["zeroed"].inf, health["zeroed"].zero_tensors) == (0, 0, 2)
 
 
-def test_read_weights_false_and_unknown_extension(saved: dict, tmp_path: Path) -> None:
+def test_read_weights_false_and_the_name_decides_the_format(saved: dict, tmp_path: Path) -> None:
+    """Keras picks the format from the name (.keras zip, .h5 HDF5) and refuses anything else;
+    the reader decides the same way and names the rename that fixes a mismatch."""
     keras_path, h5_path = saved["seq"][1]["keras"], saved["seq"][1]["h5"]
     assert read_file_info(keras_path, read_weights=False).weights == ()
-    for src, fmt in ((keras_path, "keras"), (h5_path, "h5")):
-        renamed = tmp_path / f"model_{fmt}.bin"
+    cases = {
+        "model_keras.bin": (keras_path, "rename it to end in .keras"),
+        "model_h5.bin": (h5_path, "rename it to end in .h5"),
+        "really_h5.keras": (h5_path, "rename it to end in .h5"),
+        "really_zip.h5": (keras_path, "rename it to end in .keras"),
+    }
+    for name, (src, phrase) in cases.items():
+        renamed = tmp_path / name
         shutil.copyfile(src, renamed)
-        info = read_file_info(renamed)
-        assert info.format == fmt and [w.layer for w in info.weights] == ["dense", "dense_1"]
-    swapped = tmp_path / "really_h5.keras"
-    shutil.copyfile(h5_path, swapped)
-    assert read_file_info(swapped).format == "h5"
+        with pytest.raises(LoadError, match=phrase):
+            read_file_info(renamed)
+        with pytest.raises(Exception):  # noqa: B017  (Keras refuses it too, in its own words)
+            keras.saving.load_model(renamed)
+    for src, suffix in ((keras_path, ".keras"), (h5_path, ".hdf5")):
+        ok = tmp_path / f"copy{suffix}"
+        shutil.copyfile(src, ok)
+        assert [w.layer for w in read_file_info(ok).weights] == ["dense", "dense_1"]
 
 
 def test_reader_never_imports_tensorflow(saved: dict) -> None:
     code = textwrap.dedent(
         """
         import sys
-        from layergrad.fileinfo import audit, read_file_info
+        from layergrad.audit import audit
+        from layergrad.fileinfo import read_file_info
         for path in sys.argv[1:]:
             info = read_file_info(path)
             audit(info)
@@ -281,7 +294,7 @@ def _broken_files(tmp_path: Path, saved: dict) -> dict[str, tuple[Path, str]]:
         _zip(tmp_path / "badjson.keras", {"config.json": b"{not json"}),
         "not valid JSON",
     )
-    out["zip_as_bin"] = (_zip(tmp_path / "other.bin", {"readme.txt": b"hi"}), "config.json")
+    out["zip_as_bin"] = (_zip(tmp_path / "other.bin", {"readme.txt": b"hi"}), "rename it")
     return out
 
 

@@ -64,7 +64,7 @@ def test_scan_table(golden):
 def test_check_table(golden):
     verdicts = check_files(["sample_models/hand_set.keras", "sample_models/cause_round.keras"])
     text = check.table(verdicts, width=WIDTH)
-    assert _row(text, "sample_models/hand_set.keras")[1:3] == ["PASS", "6/6 ok"]
+    assert _row(text, "sample_models/hand_set.keras")[1:3] == ["PASS", "8/8 ok"]
     assert _row(text, "sample_models/cause_round.keras")[1:3] == ["FAIL", "1/2 ok, ✗ safe"]
     assert text.rstrip().endswith("1 passed, 1 failed")
     golden("check.txt", text)

@@ -136,9 +136,27 @@ def test_inbound_calls_and_operations(fmt: str, tour: tuple[Any, dict[str, Path]
 def test_weight_health_counts_and_flags(fmt: str, tour: tuple[Any, dict[str, Path]]) -> None:
     _, paths = tour
     rows = {r["path"]: r for r in _doc(str(paths[fmt]))["layers"]}
-    assert rows["poisoned"]["weights"] == {"tensors": 2, "nan": 3, "inf": 2, "zero_tensors": 0}
-    assert rows["zeroed"]["weights"] == {"tensors": 2, "nan": 0, "inf": 0, "zero_tensors": 2}
-    assert rows["side"]["weights"] == {"tensors": 2, "nan": 0, "inf": 0, "zero_tensors": 1}
+    assert rows["poisoned"]["weights"] == {
+        "tensors": 2,
+        "nan": 3,
+        "inf": 2,
+        "zero_tensors": 0,
+        "unchecked": 0,
+    }
+    assert rows["zeroed"]["weights"] == {
+        "tensors": 2,
+        "nan": 0,
+        "inf": 0,
+        "zero_tensors": 2,
+        "unchecked": 0,
+    }
+    assert rows["side"]["weights"] == {
+        "tensors": 2,
+        "nan": 0,
+        "inf": 0,
+        "zero_tensors": 1,
+        "unchecked": 0,
+    }
     assert rows["encoder"]["weights"] is None and rows["x"]["weights"] is None
     flagged = {p: r["problem"] for p, r in rows.items() if r["problem"]}
     assert set(flagged) == {"poisoned", "zeroed"}
@@ -309,7 +327,8 @@ def test_help_has_examples_and_the_readme_documents_the_command() -> None:
 
 
 def test_no_tensorflow_import(tour: tuple[Any, dict[str, Path]], tmp_path: Path) -> None:
-    """--help, layers (table and JSON, both formats) and a file error, in one fresh process."""
+    """--help, layers (table and JSON, both formats) and a file error, in one fresh process;
+    `layers` does not even import the loader."""
     empty = tmp_path / "empty.keras"
     empty.write_bytes(b"")
     code = textwrap.dedent(
@@ -325,7 +344,8 @@ def test_no_tensorflow_import(tour: tuple[Any, dict[str, Path]], tmp_path: Path)
         ]:
             result = CliRunner().invoke(main, args)
             assert result.exit_code == code, (args, result.output)
-        print(sorted(m for m in ("tensorflow", "keras", "custom_layers") if m in sys.modules))
+        watched = ("tensorflow", "keras", "custom_layers", "layergrad.loader")
+        print(sorted(m for m in watched if m in sys.modules))
         """
     )
     _, paths = tour

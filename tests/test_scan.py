@@ -140,7 +140,7 @@ def test_resnet50_scan_is_healthy_and_matches_a_manual_tape(tmp_path):
     model.save(path)
     x = np.random.default_rng(0).standard_normal((2, 64, 64, 3)).astype("float32")
     np.save(tmp_path / "x.npy", x)
-    report = scan_model(path, input_file=tmp_path / "x.npy")
+    report = scan_model(path, input_file=tmp_path / "x.npy", target="predictions")
     assert len(report.rows) == len(model.layers)  # every layer, inputs included
     assert all(r.status == "ok" for r in report.rows)
     assert not any({"blocked", "nonfinite", "exploding"} & set(r.flags) for r in report.rows)
@@ -169,14 +169,21 @@ def test_softmax_output_is_not_degenerate_by_default_and_a_note_when_targeted(tm
     assert all(r.gradient is None or r.gradient.max_abs < 1e-6 for r in targeted.rows[:-1])
 
 
-def test_inspect_to_a_softmax_warns_that_its_sum_is_constant(tmp_path):
-    x = keras.Input((4,), name="x")
-    h = keras.layers.Dense(3, name="h")(x)
-    out = keras.layers.Dense(3, activation="softmax", name="probs")(h)
-    path = tmp_path / "softmax.keras"
-    keras.Model(x, out).save(path)
+def test_inspect_to_a_softmax_warns_that_its_sum_is_constant(softmax_head):
     from layergrad.api import inspect_model
 
-    (res,) = inspect_model(path, "h", ["probs"]).results
+    (res,) = inspect_model(softmax_head, "h", ["probs"]).results
     (note,) = [w for w in res.warnings if "ends in softmax" in w]
     assert note.endswith("take --to the layer before it") and "scan" not in note
+
+
+def test_untrained_batchnorm_is_recognised(tmp_path):
+    from layergrad.scan import untrained_batchnorm
+
+    x = keras.Input((4,), name="x")
+    out = keras.layers.Dense(2, name="head")(keras.layers.BatchNormalization(name="bn")(x))
+    model = keras.Model(x, out)
+    assert untrained_batchnorm(model) == ["bn"]
+    model.compile(loss="mse", optimizer="sgd")
+    model.fit(normal(16, 4), normal(16, 2), epochs=1, verbose=0)  # moves the moving statistics
+    assert untrained_batchnorm(model) == []

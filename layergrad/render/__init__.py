@@ -1,7 +1,8 @@
 """Renderers: one module per command, each with one function per output format.
 
-`render(command, fmt, value)` picks the function; adding a format means adding it to
-`vocab.OutputFormat`, to `FUNCTIONS` here, and one function to each command's module.
+`render(report, fmt, value)` picks the function; adding a format means adding it to
+`vocab.OutputFormat`, to `FUNCTIONS` here, and one function to each report's module. A report
+is what a command prints: `scan --wrt weights` prints a `weights` report.
 """
 
 from __future__ import annotations
@@ -12,25 +13,26 @@ from typing import Any
 
 from layergrad.vocab import OutputFormat
 
-COMMANDS = ("inspect", "scan", "check", "layers")
+REPORTS = ("inspect", "scan", "weights", "check", "layers")
 FUNCTIONS = {
     OutputFormat.TABLE: "table",
     OutputFormat.JSON: "as_json",
     OutputFormat.MARKDOWN: "markdown",
+    OutputFormat.HTML: "html",
 }
 
 Renderer = Callable[..., str]
 
 
-def renderer(command: str, fmt: OutputFormat) -> Renderer:
-    """The function that renders `command`'s report in `fmt`."""
-    module = importlib.import_module(f"layergrad.render.{command}")
+def renderer(report: str, fmt: OutputFormat) -> Renderer:
+    """The function that renders a `report` (one of REPORTS) in `fmt`."""
+    module = importlib.import_module(f"layergrad.render.{report}")
     function: Renderer = getattr(module, FUNCTIONS[fmt])
     return function
 
 
 def render(
-    command: str, fmt: OutputFormat, value: Any, *, color: bool = False, width: int | None = 100
+    report: str, fmt: OutputFormat, value: Any, *, color: bool = False, width: int | None = 100
 ) -> str:
-    """`command`'s report `value` as text in format `fmt` (colour and width for tables)."""
-    return renderer(command, fmt)(value, color=color, width=width)
+    """A `report` (one of REPORTS) `value` as text in format `fmt` (colour, width for tables)."""
+    return renderer(report, fmt)(value, color=color, width=width)

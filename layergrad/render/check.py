@@ -89,3 +89,10 @@ def markdown(verdicts: Sequence[FileVerdict], **_: Any) -> str:
         for v in verdicts
     ]
     return head + md_table(["file", "verdict", "findings"], rows)
+
+
+def html(value: Sequence[FileVerdict], **_: Any) -> str:
+    """One self-contained HTML page (inline style and charts, nothing fetched)."""
+    from layergrad.render.html_report import check_html
+
+    return check_html(value)

@@ -19,7 +19,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from layergrad.results import Cause, ModelMeta, ProbeMeta
+from layergrad.results import Cause, GradientStats, ModelMeta, ProbeMeta
 from layergrad.vocab import Status
 
 MIN_WIDTH = 100  # the narrowest a report is laid out when the width is free
@@ -76,23 +76,34 @@ class Column:
 
 
 def fitted_table(
-    columns: Sequence[Column], rows: Sequence[Sequence[RenderableType]], width: int | None
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[RenderableType]],
+    width: int | None,
+    *,
+    compact: bool = False,
 ) -> Table:
     """A table of `rows` that fits `width`: drop optional columns first, then wrap names.
 
-    Numbers and words are never cut or wrapped; layer names wrap as a last resort.
+    Numbers and words are never cut or wrapped; layer names wrap as a last resort. `compact`
+    collapses the padding between columns.
     """
     keep = list(range(len(columns)))
-    table = _table([columns[i] for i in keep], [[r[i] for i in keep] for r in rows])
+
+    def build() -> Table:
+        return _table([columns[i] for i in keep], [[r[i] for i in keep] for r in rows], compact)
+
+    table = build()
     droppable = sorted((c.drop, i) for i, c in enumerate(columns) if c.drop)
     while width is not None and droppable and natural_width(table) > width:
         keep.remove(droppable.pop()[1])
-        table = _table([columns[i] for i in keep], [[r[i] for i in keep] for r in rows])
+        table = build()
     return table
 
 
-def _table(columns: Sequence[Column], rows: Sequence[Sequence[RenderableType]]) -> Table:
-    table = Table(box=box.SIMPLE_HEAVY, pad_edge=False)
+def _table(
+    columns: Sequence[Column], rows: Sequence[Sequence[RenderableType]], compact: bool
+) -> Table:
+    table = Table(box=box.SIMPLE_HEAVY, pad_edge=False, collapse_padding=compact)
     for c in columns:
         table.add_column(
             c.header,
@@ -158,6 +169,20 @@ def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
         },
         "probe": asdict(probe),
     }
+
+
+def gradient_json(g: GradientStats | None, *, shape: bool = False) -> dict[str, Any] | None:
+    """A gradient's statistics as a JSON-ready dict (with its shape for `inspect`)."""
+    if g is None:
+        return None
+    numbers = {
+        "l2": g.l2,
+        "mean_abs": g.mean_abs,
+        "max_abs": g.max_abs,
+        "zero_fraction": g.zero_fraction,
+        "nonfinite": g.nonfinite,
+    }
+    return {"shape": list(g.shape), **numbers} if shape else numbers
 
 
 def cause_json(c: Cause) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from layergrad.render.common import (
     cause_json,
     causes_lines,
     fitted_table,
+    gradient_json,
     md_cause,
     md_code,
     md_table,
@@ -29,7 +30,7 @@ from layergrad.render.common import (
     shape_text,
     to_text,
 )
-from layergrad.results import Endpoint, GradientStats, InspectReport, Result
+from layergrad.results import Endpoint, InspectReport, Result
 from layergrad.vocab import Status
 
 SCHEMA = "layergrad.inspect/1"
@@ -148,7 +149,7 @@ def result_json(res: Result) -> dict[str, Any]:
         "from": _endpoint_json(res.source),
         "to": _endpoint_json(res.target),
         "status": res.status,
-        "gradient": None if res.gradient is None else _gradient_json(res.gradient),
+        "gradient": gradient_json(res.gradient, shape=True),
         "causes": [cause_json(c) for c in res.causes],
     }
     if res.jacobian is not None:
@@ -158,17 +159,6 @@ def result_json(res: Result) -> dict[str, Any]:
 
 def _endpoint_json(e: Endpoint) -> dict[str, Any]:
     return {"layer": e.layer, "shape": list(e.shape), "dtype": e.dtype}
-
-
-def _gradient_json(g: GradientStats) -> dict[str, Any]:
-    return {
-        "shape": list(g.shape),
-        "l2": g.l2,
-        "mean_abs": g.mean_abs,
-        "max_abs": g.max_abs,
-        "zero_fraction": g.zero_fraction,
-        "nonfinite": g.nonfinite,
-    }
 
 
 def markdown(report: InspectReport, **_: Any) -> str:
@@ -208,3 +198,10 @@ def markdown(report: InspectReport, **_: Any) -> str:
         + "".join(f"\n{n}" for n in notes)
         + ("\n" if notes else "")
     )
+
+
+def html(value: InspectReport, **_: Any) -> str:
+    """One self-contained HTML page (inline style and charts, nothing fetched)."""
+    from layergrad.render.html_report import inspect_html
+
+    return inspect_html(value)

@@ -6,13 +6,12 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rich import box
 from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from layergrad.listing import LayerListing, LayerRow, ModelInput, nonfinite_text
-from layergrad.render.common import md_code, md_table, md_text, to_text
+from layergrad.render.common import Column, fitted_table, md_code, md_table, md_text, to_text
 
 SCHEMA = "layergrad.layers/1"
 COLUMNS = ("#", "layer", "class", "inbound", "params", "dtype", "trainable", "weights")
@@ -22,10 +21,10 @@ ZERO_STYLE = "bold yellow"
 
 def table(listing: LayerListing, *, color: bool = False, width: int | None = 100) -> str:
     """The `layers` table: a header, one row per layer, weight problems, and the totals."""
-    return to_text(_renderables(listing), color=color, width=width)
+    return to_text(_renderables(listing, width), color=color, width=width)
 
 
-def _renderables(listing: LayerListing) -> list[RenderableType]:
+def _renderables(listing: LayerListing, width: int | None) -> list[RenderableType]:
     version = f"Keras {listing.keras_version}" if listing.keras_version else "unknown Keras"
     header = Text.assemble(
         (listing.path, "bold"),
@@ -43,7 +42,7 @@ def _renderables(listing: LayerListing) -> list[RenderableType]:
                 style="yellow",
             )
         )
-    items.append(_table(listing))
+    items.append(_table(listing, width))
     flagged = [r for r in listing.rows if r.problem]
     if flagged:
         items.append(_problems(flagged))
@@ -80,22 +79,27 @@ def _uniform_line(rows: Sequence[LayerRow]) -> str:
     return "\n" + "; ".join(parts) if parts else ""
 
 
-def _table(listing: LayerListing) -> Table:
+COLUMNS_FIT = {
+    "#": Column("#", "right"),
+    "layer": Column("layer", name_like=True),
+    "class": Column("class", drop=2),
+    "inbound": Column("inbound", name_like=True, drop=3),
+    "params": Column("params", "right", drop=4),
+    "dtype": Column("dtype", drop=5),
+    "trainable": Column("trainable", drop=6),
+    "weights": Column("weights", drop=1),
+}
+
+
+def _table(listing: LayerListing, width: int | None) -> Table:
     """The rows; the dtype and trainable columns only when layers differ in them."""
     values = _shared_values(listing.rows)
     columns = [c for c in COLUMNS if len(values.get(c, "many")) > 1]
     ops = {op.path for op in listing.operations}
-    table = Table(box=box.SIMPLE_HEAVY, pad_edge=False, collapse_padding=True)
-    for name in columns:
-        table.add_column(
-            name,
-            justify="right" if name in ("#", "params") else "left",
-            no_wrap=name in ("#", "params", "weights"),
-            overflow="fold",  # a narrow terminal wraps a long name; it never cuts it short
-        )
+    rows = []
     for r in listing.rows:
         cells: dict[str, RenderableType] = {
-            "#": _index_text(r),
+            "#": index_text(r),
             "layer": Text(r.path, style="bold" if r.is_model else ""),
             "class": Text.assemble(r.class_name, (_calls_text(r), "dim")),
             "inbound": _inbound_text(r, ops),
@@ -104,15 +108,15 @@ def _table(listing: LayerListing) -> Table:
             "trainable": _yes_no(r.trainable),
             "weights": _health_cell(r),
         }
-        table.add_row(*(cells[c] for c in columns))
-    return table
+        rows.append([cells[c] for c in columns])
+    return fitted_table([COLUMNS_FIT[c] for c in columns], rows, width, compact=True)
 
 
 def _inbound_text(r: LayerRow, ops: set[str]) -> str:
     return ", ".join(f"{p} (op)" if p in ops else p for p in r.inbound)
 
 
-def _index_text(r: LayerRow) -> str:
+def index_text(r: LayerRow) -> str:
     return ".".join(map(str, r.position)) or "?"
 
 
@@ -128,6 +132,11 @@ def _yes_no(flag: bool | None) -> str:
     return "" if flag is None else "yes" if flag else "no"
 
 
+def health_text(r: LayerRow) -> str:
+    """`ok`, `3 NaN, 2 Inf`, `1/2 zero`, or "" for a layer that stores no weights."""
+    return _health_cell(r).plain
+
+
 def _health_cell(r: LayerRow) -> Text:
     w = r.weights
     if w is None:
@@ -135,6 +144,8 @@ def _health_cell(r: LayerRow) -> Text:
     parts = [nonfinite_text(w)] if w.nan or w.inf else []
     if w.zero_tensors:
         parts.append(f"{w.zero_tensors}/{w.tensors} zero")
+    if w.unchecked:
+        parts.append(f"{w.unchecked}/{w.tensors} not scanned")
     style = ""
     if w.nan or w.inf:
         style = NONFINITE_STYLE
@@ -167,6 +178,7 @@ def _footer(listing: LayerListing) -> str:
             f"{len(ops)} functional operations are not layers, so --from/--to cannot address "
             f"them; inbound marks them (op). Each with its inputs: {shown}{more}"
         )
+    lines += [f"weights not scanned: {note}" for note in listing.notes]
     return "\n".join(lines)
 
 
@@ -197,6 +209,7 @@ def as_json(listing: LayerListing, **_: Any) -> str:
             for op in listing.operations
         ],
         "warnings": list(listing.warnings),
+        "notes": list(listing.notes),
     }
     return json.dumps(doc, indent=2, allow_nan=False)
 
@@ -216,7 +229,13 @@ def _row_json(r: LayerRow) -> dict[str, Any]:
         "is_model": r.is_model,
         "weights": None
         if w is None
-        else {"tensors": w.tensors, "nan": w.nan, "inf": w.inf, "zero_tensors": w.zero_tensors},
+        else {
+            "tensors": w.tensors,
+            "nan": w.nan,
+            "inf": w.inf,
+            "zero_tensors": w.zero_tensors,
+            "unchecked": w.unchecked,
+        },
         "problem": r.problem,
     }
 
@@ -231,10 +250,10 @@ def markdown(listing: LayerListing, **_: Any) -> str:
     ops = {op.path for op in listing.operations}
     rows = []
     for r in listing.rows:
-        health = _health_cell(r).plain
+        health = health_text(r)
         rows.append(
             [
-                _index_text(r),
+                index_text(r),
                 md_code(r.path),
                 md_text(r.class_name) + _calls_text(r),
                 ", ".join(md_code(p) + (" (op)" if p in ops else "") for p in r.inbound),
@@ -249,3 +268,10 @@ def markdown(listing: LayerListing, **_: Any) -> str:
         f"- {md_code(r.path)}: **{md_text(str(r.problem))}**\n" for r in listing.rows if r.problem
     )
     return out + "".join(f"{md_text(line)}\n" for line in _footer(listing).splitlines())
+
+
+def html(value: LayerListing, **_: Any) -> str:
+    """One self-contained HTML page (inline style and charts, nothing fetched)."""
+    from layergrad.render.html_report import layers_html
+
+    return layers_html(value)

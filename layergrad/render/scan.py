@@ -16,6 +16,7 @@ from layergrad.render.common import (
     cause_json,
     causes_lines,
     fitted_table,
+    gradient_json,
     md_code,
     md_table,
     md_text,
@@ -53,7 +54,7 @@ def table(report: ScanReport, *, color: bool = False, width: int | None = 100) -
         scale = _log_range(report.rows)
         body = fitted_table(COLUMNS, [_cells(row, scale) for row in report.rows], width)
     items: list[RenderableType] = [
-        model_header(report.model, report.probe, f"d {_target(report)} / d each layer"),
+        model_header(report.model, report.probe, f"d {target_text(report)} / d each layer"),
         body,
     ]
     items += [Text(f"note: {note}", style="yellow") for note in report.notes]
@@ -82,7 +83,7 @@ def _status_cell(row: ScanRow) -> Text:
     return Text(_status_label(row), style=STATUS_STYLE.get(row.status, ""))
 
 
-def _target(report: ScanReport) -> str:
+def target_text(report: ScanReport) -> str:
     """What is differentiated: `sum(dense_1)`, or the projection of the model's outputs."""
     if report.target is None:
         return f"{report.probe.reduce}(outputs · R)"
@@ -149,15 +150,7 @@ def _row_json(row: ScanRow) -> dict[str, Any]:
         "shape": list(row.shape),
         "dtype": row.dtype,
         "status": row.status,
-        "gradient": None
-        if g is None
-        else {
-            "l2": g.l2,
-            "mean_abs": g.mean_abs,
-            "max_abs": g.max_abs,
-            "zero_fraction": g.zero_fraction,
-            "nonfinite": g.nonfinite,
-        },
+        "gradient": gradient_json(g),
         "flags": list(row.flags),
         "causes": [cause_json(c) for c in row.causes],
     }
@@ -167,7 +160,7 @@ def markdown(report: ScanReport, **_: Any) -> str:
     """A markdown table for a pull-request comment."""
     head = (
         f"**layergrad scan** {md_code(report.model.path)}: "
-        f"d {md_text(_target(report))} / d each layer\n\n"
+        f"d {md_text(target_text(report))} / d each layer\n\n"
     )
     rows = [
         [
@@ -188,3 +181,10 @@ def markdown(report: ScanReport, **_: Any) -> str:
         extra = [jacobian.scan_markdown_cells(r) for r in report.rows]
         rows = [[*c[:5], *e, *c[5:]] for c, e in zip(rows, extra, strict=True)]
     return head + md_table(header, rows) + notes
+
+
+def html(value: ScanReport, **_: Any) -> str:
+    """One self-contained HTML page (inline style and charts, nothing fetched)."""
+    from layergrad.render.html_report import scan_html
+
+    return scan_html(value)

@@ -1,15 +1,12 @@
-"""Check that every sample model loads safely and shows the behaviour README.md promises.
+"""Every sample model loads safely and shows the behaviour README.md and sample_models promise.
 
-    python sample_models/verify_samples.py [DIR]
-
-DIR defaults to the folder holding this script. Independent of layergrad: each
-check loads the file with ``keras.saving.load_model(path, safe_mode=True)``
-(after importing custom_layers.py) and runs the seeds' recipe by hand -- call
-the loaded model's layers one by one inside a GradientTape, ``tape.watch`` the
-earlier activation as it is produced, then ``tape.gradient(later, earlier)``
-(d sum(later) / d earlier). Healthy models are also compared with central
-finite differences, and every file is compared with a fresh in-memory rebuild
-from make_samples.py (same weights, bit for bit). Exit code 1 if any check fails.
+Independent of layergrad: each check loads the file with
+``keras.saving.load_model(path, safe_mode=True)`` (after importing custom_layers.py) and runs
+the seeds' recipe by hand -- call the loaded model's layers one by one inside a GradientTape,
+``tape.watch`` the earlier activation as it is produced, then ``tape.gradient(later, earlier)``
+(d sum(later) / d earlier). Healthy models are also compared with central finite differences,
+and every file is compared with a fresh in-memory rebuild from make_samples.py (same weights,
+bit for bit). These are the oracle the other tests and the docs cite.
 """
 
 from __future__ import annotations
@@ -18,29 +15,25 @@ import os
 import sys
 import zipfile
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
 import numpy as np
+import pytest
+from conftest import SAMPLES, keras, tf
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
+if str(SAMPLES) not in sys.path:
+    sys.path.insert(0, str(SAMPLES))
 
-import custom_layers  # noqa: E402, F401  (registers the custom classes)
-import keras  # noqa: E402
-import make_samples  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import custom_layers  # noqa: F401  (registers the custom classes)
+import make_samples
+
+HERE = str(SAMPLES)
 
 BATCH = 8
 SEEDS = (0, 1, 2, 3, 4)  # probe seeds; every expectation must hold for all of them
 
-RESULTS: list[tuple[bool, str]] = []
-
 
 def check(ok: bool, label: str, detail: str = "") -> bool:
-    RESULTS.append((bool(ok), label))
-    print(f"{'PASS' if ok else 'FAIL'}  {label}" + (f"  [{detail}]" if detail else ""))
-    return bool(ok)
+    assert ok, label + (f"  [{detail}]" if detail else "")
+    return True
 
 
 def load(directory: str, filename: str):
@@ -646,20 +639,6 @@ def verify_float16(m) -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    directory = argv[0] if argv else HERE
-    print(
-        f"TensorFlow {tf.__version__}, Keras {keras.__version__}; probe batch {BATCH}, "
-        f"standard-normal inputs, seeds {list(SEEDS)}"
-    )
-    verify_files(directory)
-    verify_healthy(directory)
-    verify_causes(directory)
-    failed = [label for ok, label in RESULTS if not ok]
-    print(f"{len(RESULTS)} checks, {len(failed)} failed")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+@pytest.mark.parametrize("verify", [verify_files, verify_healthy, verify_causes])
+def test_samples(verify):
+    verify(HERE)

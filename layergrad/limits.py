@@ -1,0 +1,65 @@
+"""Every limit layergrad applies to what an untrusted file declares, in one place.
+
+A model or input file is read in time and memory proportional to what it really stores, not
+to what its headers declare. The README's Safety section lists these values; change them
+together.
+"""
+
+from __future__ import annotations
+
+import re
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+MAX_CONFIG_BYTES = 64 * MiB
+"""Largest `config.json` / `metadata.json` member or `.h5` `model_config` attribute read."""
+
+MAX_INFLATION = 100
+"""A zip member that inflates more than this many times its stored size is suspect; Keras
+stores members uncompressed and DEFLATE cannot exceed about 1032x."""
+
+INFLATION_ALLOWANCE = 64 * MiB
+"""Total inflated bytes of suspect members tolerated in one archive before it is refused."""
+
+WEIGHT_SCAN_BUDGET = 4 * GiB
+"""Bytes of weights read per file for weight health; later tensors are listed, not scanned."""
+
+MAX_HDF5_CHUNK_BYTES = 64 * MiB
+"""Largest HDF5 chunk (uncompressed) weight health will decompress."""
+
+MAX_HDF5_CHUNKS = 100_000
+"""Most stored chunks weight health reads from one chunked dataset."""
+
+MAX_GRAPH_CALLS = 1_000_000
+"""Most layer calls in one run of a model (nested models multiply their members' calls)."""
+
+DEFAULT_MAX_MEMORY = 8 * GiB
+"""Default budget for the probe's estimated memory; `--max-memory` raises it."""
+
+MAX_NPY_HEADER = 10_000
+"""Largest `.npy` header read (numpy's own default for safe loading)."""
+
+_UNITS = {"": 1, "B": 1, "K": KiB, "KB": KiB, "KIB": KiB, "M": MiB, "MB": MiB, "MIB": MiB,
+          "G": GiB, "GB": GiB, "GIB": GiB, "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}  # fmt: skip
+
+
+def parse_size(text: str) -> int:
+    """Bytes in a size such as ``8GB``, ``512MiB``, ``1.5G`` or ``1000000`` (units of 1024).
+
+    Raises:
+        ValueError: the text is not a positive size.
+    """
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).upper() if match else ""
+    if not match or unit not in _UNITS or float(match.group(1)) <= 0:
+        raise ValueError(f"expected a size such as 8GB, 512MB or 1.5G, got {text!r}")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def human(n: float) -> str:
+    """A byte count for people: ``6.0 GB``, ``512 KB``, ``17 B`` (units of 1024)."""
+    for unit, size in (("TB", 1 << 40), ("GB", GiB), ("MB", MiB), ("KB", KiB)):
+        if abs(n) >= size:
+            value = n / size
+            return f"{value:.1f} {unit}" if value < 100 else f"{value:,.0f} {unit}"
+    return f"{int(n)} B"

@@ -1,0 +1,95 @@
+"""Reading a Keras model config: which entries are models, operations and tensor references.
+
+Facts about the formats (Keras 3.15): a Functional config lists ``input_layers`` and
+``output_layers``; its operations (``a + b``, ``keras.ops.add``) are entries with module
+``keras.src.ops.*`` (legacy ``.h5``: no module and no ``trainable`` in the config). Keras 3
+inbound nodes are ``{"args", "kwargs"}`` with ``__keras_tensor__`` objects whose
+``keras_history`` is ``[name, node, tensor]``; Keras 2 nodes are lists of
+``[name, node, tensor, kwargs]`` (kwargs may hold more refs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+Ref = tuple[str, int, int]
+
+_OP_MODULES = ("keras.src.ops", "keras.ops")
+
+
+def is_container(cfg: Mapping[str, Any]) -> bool:
+    """Whether a config is a Sequential or Functional model with a list of layers."""
+    inner = cfg.get("config")
+    if not isinstance(inner, Mapping) or not isinstance(inner.get("layers"), list):
+        return False
+    return cfg.get("class_name") == "Sequential" or "input_layers" in inner
+
+
+def is_functional(cfg: Mapping[str, Any]) -> bool:
+    """Whether a config is a Functional model (it lists its input layers)."""
+    return is_container(cfg) and "input_layers" in cfg["config"]
+
+
+def is_operation(cfg: Mapping[str, Any]) -> bool:
+    """Whether an entry is an operation (``keras.ops.*``, ``a + b``) rather than a layer."""
+    module = cfg.get("module")
+    if isinstance(module, str):
+        return module.startswith(_OP_MODULES)
+    inner = cfg.get("config")
+    plain = isinstance(inner, Mapping) and "trainable" not in inner and not is_container(cfg)
+    return plain and cfg.get("class_name") != "InputLayer"
+
+
+def layer_name(cfg: Mapping[str, Any]) -> str:
+    """The name of an entry (its own ``name``, its config's, or its class)."""
+    inner = cfg.get("config")
+    name = cfg.get("name") or (inner.get("name") if isinstance(inner, Mapping) else None)
+    return str(name or cfg.get("class_name", "layer"))
+
+
+def is_ref(obj: Any) -> bool:
+    """Whether ``obj`` is a ``[name, node, tensor(, kwargs)]`` reference."""
+    shape_ok = isinstance(obj, list) and len(obj) in (3, 4) and isinstance(obj[0], str)
+    return shape_ok and isinstance(obj[1], int) and isinstance(obj[2], int)
+
+
+def tensor_refs(obj: Any, legacy: bool) -> Iterator[Ref]:
+    """Tensor references inside a node's args/kwargs, in order."""
+    if isinstance(obj, Mapping):
+        if obj.get("class_name") == "__keras_tensor__":
+            inner = obj.get("config")
+            hist = inner.get("keras_history") if isinstance(inner, Mapping) else None
+            if isinstance(hist, list) and is_ref(hist):
+                yield (hist[0], hist[1], hist[2])
+            return
+        for value in obj.values():
+            yield from tensor_refs(value, legacy)
+    elif legacy and is_ref(obj):
+        yield (obj[0], obj[1], obj[2])
+        if len(obj) == 4:
+            yield from tensor_refs(obj[3], legacy)
+    elif isinstance(obj, list):
+        for value in obj:
+            yield from tensor_refs(value, legacy)
+
+
+def structure_refs(obj: Any) -> list[Ref]:
+    """Flatten ``input_layers``/``output_layers`` (a ref, list or dict of refs)."""
+    if is_ref(obj):
+        return [(obj[0], obj[1], obj[2])]
+    values = obj.values() if isinstance(obj, Mapping) else obj if isinstance(obj, list) else []
+    return [ref for value in values for ref in structure_refs(value)]
+
+
+def serialized_name(value: Any) -> str | None:
+    """The name in a serialized Keras object: a plain string, its config's `name`, else its
+    class name (a dtype policy, an activation); None when there is none."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        inner = value.get("config")
+        if isinstance(inner, Mapping) and isinstance(inner.get("name"), str):
+            return str(inner["name"])
+        return str(value["class_name"]) if value.get("class_name") else None
+    return None

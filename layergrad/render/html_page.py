@@ -1,0 +1,235 @@
+"""Building blocks of layergrad's HTML pages: escaped elements and one self-contained skeleton.
+
+Every string is escaped unless it is `Html` (markup this package built), so a layer or file
+name read from a model can never become markup. The page fetches nothing: the style sheet and
+the table-sorting script are inline, and a Content-Security-Policy forbids every external
+source and every script but this package's own (allowed by its hash).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+from collections.abc import Iterable, Sequence
+
+from layergrad import __version__
+
+
+class Html(str):
+    """Markup built by this module: inserted as is, never escaped again."""
+
+    __slots__ = ()
+
+
+Child = str | Html | None
+
+
+def text(value: object) -> Html:
+    """Escape any value for use as element text or an attribute value."""
+    return value if isinstance(value, Html) else Html(html.escape(str(value), quote=True))
+
+
+def el(tag: str, *children: Child | Iterable[Child], **attrs: object) -> Html:
+    """`<tag attrs>children</tag>`; plain strings are escaped, `Html` is kept.
+
+    Attribute names come from the code (`class_` and `data_sort` become `class` and
+    `data-sort`); a value of None or False leaves the attribute out, True writes it bare.
+    """
+    parts = [f"<{tag}"]
+    for name, value in attrs.items():
+        if value is None or value is False:
+            continue
+        name = name.rstrip("_").replace("_", "-")
+        parts.append(f" {name}" if value is True else f' {name}="{text(value)}"')
+    parts.append(">")
+    parts.extend(text(c) for c in _flatten(children))
+    parts.append(f"</{tag}>")
+    return Html("".join(parts))
+
+
+def join(items: Iterable[Child]) -> Html:
+    """Concatenate elements (plain strings escaped)."""
+    return Html("".join(text(c) for c in items if c is not None))
+
+
+def _flatten(children: tuple[Child | Iterable[Child], ...]) -> list[str]:
+    out: list[str] = []
+    for child in children:
+        if child is None:
+            continue
+        if isinstance(child, str):
+            out.append(child)
+        else:
+            out.extend(c for c in child if c is not None)
+    return out
+
+
+def table(
+    header: list[str],
+    rows: Iterable[list[Html]],
+    *,
+    numeric: Iterable[int] = (),
+    row_classes: Sequence[str | None] = (),
+) -> Html:
+    """A sortable table: header names, rows of cells made with `cell`, a class per row."""
+    right = set(numeric)
+    head = el(
+        "tr", (el("th", h, class_="num" if i in right else None) for i, h in enumerate(header))
+    )
+    body = join(
+        el("tr", row, class_=row_classes[i] if i < len(row_classes) else None)
+        for i, row in enumerate(rows)
+    )
+    return el(
+        "div",
+        el("table", el("thead", head), el("tbody", body), class_="sortable"),
+        class_="table-wrap",
+    )
+
+
+def cell(content: Child, *, sort: object = None, num: bool = False, cls: str = "") -> Html:
+    """A table cell; `sort` is the key the sorting script uses instead of the text."""
+    classes = " ".join(c for c in ("num" if num else "", cls) if c)
+    return el("td", content, data_sort=sort, class_=classes or None)
+
+
+def badge(word: str, kind: str) -> Html:
+    """A coloured word: kind is one of ok, bad, warn, info, muted."""
+    return el("span", word, class_=f"badge {kind}")
+
+
+def definition_list(items: Iterable[tuple[str, Child]]) -> Html:
+    """The header's `name: value` grid."""
+    return el("dl", (join([el("dt", k), el("dd", v)]) for k, v in items))
+
+
+def page(title: str, body: Iterable[Child]) -> str:
+    """A complete self-contained HTML document.
+
+    Args:
+        title: the document title (escaped).
+        body: the elements of `<main>`.
+
+    Returns:
+        The page as one string, `<!DOCTYPE html>` first.
+    """
+    script_hash = base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
+    policy = (
+        "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+        f"script-src 'sha256-{script_hash}'"
+    )
+    head = join(
+        [
+            Html('<meta charset="utf-8">'),
+            Html(f'<meta http-equiv="Content-Security-Policy" content="{policy}">'),
+            Html('<meta name="viewport" content="width=device-width, initial-scale=1">'),
+            Html('<meta name="generator" content="layergrad">'),
+            el("title", title),
+            Html(f"<style>{CSS}</style>"),
+        ]
+    )
+    footer = el("footer", f"layergrad {__version__}")
+    document = join(
+        [
+            Html("<!DOCTYPE html>\n"),
+            Html('<html lang="en">'),
+            el("head", head),
+            el("body", el("main", body), footer, Html(f"<script>{SCRIPT}</script>")),
+            Html("</html>\n"),
+        ]
+    )
+    return str(document)
+
+
+CSS = """
+:root{--ok:#1a7f37;--bad:#c62828;--warn:#9a6700;--info:#0b5cad;--muted:#6e7781;--line:#d8dee4;
+--bg:#ffffff;--soft:#f6f8fa;--text:#1f2328}
+*{box-sizing:border-box}
+body{margin:0;background:var(--bg);color:var(--text);
+font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif}
+main{max-width:1240px;margin:0 auto;padding:24px 20px 8px}
+h1{font-size:1.5rem;margin:0 0 4px}
+h2{font-size:1.15rem;margin:28px 0 8px;padding-bottom:4px;border-bottom:1px solid var(--line)}
+h3{font-size:1rem;margin:0 0 6px}
+code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,"DejaVu Sans Mono",monospace;
+font-size:.9em;overflow-wrap:anywhere}
+.verdict{font-size:1.1rem;font-weight:600;padding:10px 14px;border-radius:6px;margin:12px 0;
+border-left:6px solid}
+.verdict.ok{background:#dafbe1;border-color:var(--ok)}
+.verdict.bad{background:#ffebe9;border-color:var(--bad)}
+.verdict.warn{background:#fff8c5;border-color:var(--warn)}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 16px;margin:8px 0}
+dt{color:var(--muted)}dd{margin:0;overflow-wrap:anywhere}
+.table-wrap{overflow-x:auto}
+table{border-collapse:collapse;width:100%;font-size:.9rem}
+th,td{padding:4px 8px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
+thead th{position:sticky;top:0;background:var(--soft);white-space:nowrap}
+tbody tr:nth-child(even){background:#fbfcfd}
+tbody tr:hover{background:#eef4fb}
+.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+th button{all:unset;cursor:pointer;font-weight:600}
+th button:focus-visible{outline:2px solid var(--info)}
+th[aria-sort=ascending] button::after{content:" \\25B2";font-size:.7em}
+th[aria-sort=descending] button::after{content:" \\25BC";font-size:.7em}
+.badge{display:inline-block;padding:0 7px;border-radius:10px;font-size:.8rem;font-weight:600;
+white-space:nowrap;border:1px solid}
+.badge.ok{color:var(--ok);background:#dafbe1}.badge.bad{color:var(--bad);background:#ffebe9}
+.badge.warn{color:var(--warn);background:#fff8c5}.badge.info{color:var(--info);background:#ddf4ff}
+.badge.muted{color:var(--muted);background:var(--soft)}
+.bar{display:inline-block;height:.7em;background:#8fa7bf;border-radius:2px;margin-right:6px;
+vertical-align:middle}
+tr.flagged td:first-child{box-shadow:inset 4px 0 0 var(--warn)}
+tr.failed td:first-child{box-shadow:inset 4px 0 0 var(--bad)}
+.chart{margin:8px 0;overflow:auto;border:1px solid var(--line);border-radius:6px;padding:8px;
+max-height:90vh;background:#fff}
+.chart svg{display:block;width:100%;height:auto}
+.panel{border:1px solid var(--line);border-left:6px solid var(--bad);border-radius:6px;
+padding:10px 14px;margin:12px 0;background:var(--soft)}
+.panel.warn{border-left-color:var(--warn)}
+.panel ol{margin:4px 0 0;padding-left:22px}.panel li{margin:6px 0}
+.fix{color:var(--info)}
+.note{color:var(--warn)}
+.muted{color:var(--muted)}
+footer{max-width:1240px;margin:0 auto;padding:16px 20px 24px;color:var(--muted);font-size:.8rem}
+@media print{.chart{max-height:none;overflow:visible}thead th{position:static}}
+"""
+
+# Sorts tables by clicking a header; cells may carry data-sort (a number or text). Without
+# script the tables read the same, in execution order.
+SCRIPT = """
+(function () {
+  function key(cell) {
+    var raw = cell.hasAttribute("data-sort") ? cell.getAttribute("data-sort") : cell.textContent;
+    var n = Number(raw);
+    return raw !== "" && !isNaN(n) ? n : raw.trim().toLowerCase();
+  }
+  function compare(a, b) {
+    if (typeof a === typeof b) { return a < b ? -1 : a > b ? 1 : 0; }
+    return typeof a === "number" ? -1 : 1;
+  }
+  document.querySelectorAll("table.sortable").forEach(function (table) {
+    var heads = table.tHead.rows[0].cells;
+    Array.prototype.forEach.call(heads, function (th, column) {
+      var button = document.createElement("button");
+      button.type = "button";
+      button.textContent = th.textContent;
+      button.title = "sort by " + th.textContent;
+      th.textContent = "";
+      th.appendChild(button);
+      button.addEventListener("click", function () {
+        var up = th.getAttribute("aria-sort") !== "ascending";
+        Array.prototype.forEach.call(heads, function (h) { h.removeAttribute("aria-sort"); });
+        th.setAttribute("aria-sort", up ? "ascending" : "descending");
+        var body = table.tBodies[0];
+        var rows = Array.prototype.slice.call(body.rows);
+        rows.sort(function (a, b) {
+          var c = compare(key(a.cells[column]), key(b.cells[column]));
+          return up ? c : -c;
+        });
+        rows.forEach(function (row) { body.appendChild(row); });
+      });
+    });
+  });
+})();
+"""

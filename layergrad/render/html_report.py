@@ -1,0 +1,491 @@
+"""Render results as one self-contained HTML page each: inspect, scan and check. Pure functions.
+
+A page states its verdict first, then the header (model, format, probe, target, mode), the
+chart (matplotlib SVG, inline), and every row of the text report in tables that sort when
+script runs and read the same without it. Names from the model file are always escaped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from layergrad import plot
+from layergrad.listing import LayerListing
+from layergrad.render.common import number as fmt
+from layergrad.render.common import shape_text
+from layergrad.render.html_page import (
+    Html,
+    badge,
+    cell,
+    definition_list,
+    el,
+    join,
+    page,
+    table,
+)
+from layergrad.results import (
+    Cause,
+    CheckItem,
+    FileVerdict,
+    InspectReport,
+    ModelMeta,
+    ProbeMeta,
+    Result,
+    ScanReport,
+    ScanRow,
+    WeightScanReport,
+)
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+STATUS_KIND = {"ok": "ok", "none": "bad", "nonfinite": "bad", "zero": "warn", "integer": "muted"}
+SEVERE_FLAGS = ("blocked", "nonfinite")
+CHART_SCALE = 1.25  # inline charts are drawn up to this times their size in a paper figure
+
+
+def inspect_html(report: InspectReport) -> str:
+    """The `inspect` page: results, unit-sensitivity chart, a cause panel per non-ok result."""
+    results = report.results
+    source = results[0].source.layer if results else "?"
+    targets = [r.target.layer for r in results]
+    reduce = report.probe.reduce
+    target = (
+        f"d {reduce}({targets[0]}) / d {source}"
+        if len(targets) == 1
+        else f"d {reduce}(to) / d {source}, for to in {', '.join(targets)}"
+    )
+    body: list[Html | None] = [
+        el("h1", "layergrad inspect"),
+        _inspect_verdict(results),
+        _header(report.model, report.probe, target),
+        el("h2", "Results"),
+        _results_table(results),
+    ]
+    broken = [r for r in results if r.status != "ok"]
+    if broken or any(r.warnings for r in results):
+        body.append(el("h2", "Causes and warnings"))
+        body += [_result_panel(r) for r in broken]
+        body += [_warnings_panel(r) for r in results if r.warnings]
+    body += [el("h2", f"Unit sensitivity of {source}"), _units_section(report)]
+    return page(f"layergrad inspect: {report.model.path}", body)
+
+
+def scan_html(report: ScanReport) -> str:
+    """The `scan` page: the gradient-flow chart, every layer's row, the causes of broken ones."""
+    from layergrad.render.scan import target_text
+
+    body: list[Html | None] = [
+        el("h1", "layergrad scan"),
+        _scan_verdict(report.rows),
+        _header(report.model, report.probe, f"d {target_text(report)} / d each layer"),
+    ]
+    body += [el("p", "note: ", note, class_="note") for note in report.notes]
+    body += [
+        el("h2", "Gradient flow"),
+        _chart(plot.scan_figure(report), "gradient-flow profile"),
+        el("h2", f"Layers ({len(report.rows)}, in execution order)"),
+        _scan_table(report.rows),
+    ]
+    groups = _cause_groups(report.rows)
+    if groups:
+        body.append(el("h2", "Causes"))
+        body += [
+            _causes_panel(f"{status} at {', '.join(layers)}", causes)
+            for status, layers, causes in groups
+        ]
+    return page(f"layergrad scan: {report.model.path}", body)
+
+
+def check_html(verdicts: Sequence[FileVerdict]) -> str:
+    """The `check` page: the verdict, a summary row per file, then a section per file.
+
+    Failed files come first, and within a file its failed checks come first.
+    """
+    failed = [i for i, v in enumerate(verdicts) if not v.passed]
+    passed = len(verdicts) - len(failed)
+    if failed:
+        verdict = el(
+            "p", f"FAIL: {len(failed)} of {len(verdicts)} files failed", class_="verdict bad"
+        )
+    else:
+        verdict = el("p", f"PASS: all {len(verdicts)} files passed", class_="verdict ok")
+    rows = [_check_summary_row(i, v) for i, v in enumerate(verdicts)]
+    classes = [None if v.passed else "failed" for v in verdicts]
+    order = failed + [i for i, v in enumerate(verdicts) if v.passed]
+    body: list[Html | None] = [
+        el("h1", "layergrad check"),
+        verdict,
+        definition_list(
+            [("files", str(len(verdicts))), ("passed", str(passed)), ("failed", str(len(failed)))]
+        ),
+        el("h2", "Files"),
+        table(["file", "verdict", "checks", "findings"], rows, row_classes=classes),
+    ]
+    body += [_file_section(i, verdicts[i]) for i in order]
+    return page("layergrad check", body)
+
+
+def layers_html(listing: LayerListing) -> str:
+    """The `layers` page: the file's header, then one row per layer and its weight health."""
+    from layergrad.render.layers import health_text, index_text
+
+    head = definition_list(
+        [
+            ("model", join([el("code", listing.path), f"  {listing.class_name} {listing.name!r}"])),
+            ("format", f"{listing.format}, saved by Keras {listing.keras_version or 'unknown'}"),
+            ("inputs", ", ".join(i.name for i in listing.inputs) or "-"),
+            ("layers", f"{len(listing.rows)}, {listing.total_params:,} stored parameters"),
+        ]
+    )
+    flagged = [r for r in listing.rows if r.problem]
+    verdict = (
+        el("p", f"{len(flagged)} layers have weights that need a look", class_="verdict warn")
+        if flagged
+        else el("p", "every stored weight is finite", class_="verdict ok")
+    )
+    rows = [
+        [
+            cell(index_text(r)),
+            cell(el("code", r.path), sort=r.path),
+            cell(r.class_name),
+            cell(", ".join(r.inbound)),
+            cell(f"{r.params:,}", sort=r.params, num=True),
+            cell(r.dtype or ""),
+            cell("" if r.trainable is None else "yes" if r.trainable else "no"),
+            cell(badge(health_text(r), "bad") if r.problem else health_text(r)),
+        ]
+        for r in listing.rows
+    ]
+    header = ["#", "layer", "class", "inbound", "params", "dtype", "trainable", "weights"]
+    body: list[Html | None] = [
+        el("h1", "layergrad layers"),
+        verdict,
+        head,
+        el("h2", "Layers"),
+        table(header, rows, numeric=[4]),
+    ]
+    body += [el("p", f"{r.path}: {r.problem}", class_="note") for r in flagged]
+    return page(f"layergrad layers: {listing.path}", body)
+
+
+def weights_html(report: WeightScanReport) -> str:
+    """The `scan --wrt weights` page: a verdict, every trainable variable, the causes."""
+    from layergrad.render.weights import RATIO_NOTE, _what
+
+    rows = report.variables
+    bad = [r for r in rows if r.status != "ok"]
+    verdict = (
+        el("p", f"{len(bad)} of {len(rows)} variables get no usable gradient", class_="verdict bad")
+        if bad
+        else el("p", f"all {len(rows)} trainable variables get a gradient", class_="verdict ok")
+    )
+    cells = [
+        [
+            cell(el("code", r.variable), sort=r.variable),
+            cell(shape_text(r.shape)),
+            cell(_status(r.status), sort=r.status),
+            _number(r.gradient.l2 if r.gradient else None),
+            _number(r.gradient.mean_abs if r.gradient else None),
+            _number(r.update_ratio),
+            cell(join(badge(f, "bad" if f in SEVERE_FLAGS else "warn") for f in r.flags)),
+        ]
+        for r in rows
+    ]
+    header = ["variable", "shape", "status", "L2", "mean |g|", "||g|| / ||w||", "flags"]
+    body: list[Html | None] = [
+        el("h1", "layergrad scan --wrt weights"),
+        verdict,
+        _header(report.model, report.probe, _what(report)),
+        el("p", f"{report.frozen} non-trainable (frozen) variables are not listed.", class_="note"),
+    ]
+    body += [el("p", "note: ", note, class_="note") for note in (*report.notes, RATIO_NOTE)]
+    body += [
+        el("h2", f"Trainable variables ({len(rows)})"),
+        table(
+            header,
+            cells,
+            numeric=[3, 4, 5],
+            row_classes=["flagged" if r.flags else None for r in rows],
+        ),
+    ]
+    if bad:
+        body.append(el("h2", "Causes"))
+        body += [_causes_panel(f"{r.status}: {r.variable}", r.causes) for r in bad]
+    return page(f"layergrad scan --wrt weights: {report.model.path}", body)
+
+
+def _flagged(flags: Sequence[str]) -> str | None:
+    return "flagged" if flags else None
+
+
+def _header(model: ModelMeta, probe: ProbeMeta, target: str) -> Html:
+    source = f"random (seed {probe.seed})" if probe.source == "random" else f"file {probe.source}"
+    return definition_list(
+        [
+            ("model", join([el("code", model.path), f"  {model.class_name} {model.name!r}"])),
+            ("format", model.format),
+            ("probe", f"{source}, batch {probe.batch_size}"),
+            ("target", target),
+            ("mode", "training" if probe.training else "inference"),
+        ]
+    )
+
+
+def _chart(fig: Figure, label: str) -> Html:
+    """A figure inlined as SVG, drawn a little larger than its natural size where room allows."""
+    width = round(fig.get_figwidth() * 96 * CHART_SCALE)
+    # matplotlib writes the SVG and escapes every text in it; it is inserted as markup.
+    svg = Html(plot.figure_svg(fig))
+    return el(
+        "figure", svg, class_="chart", role="img", aria_label=label, style=f"max-width:{width}px"
+    )
+
+
+def _status(status: str) -> Html:
+    word = "not differentiable" if status == "integer" else status
+    return badge(word, STATUS_KIND.get(status, "muted"))
+
+
+def _number(value: float | None) -> Html:
+    """A right-aligned number cell that sorts by value ('-' sorts below every number)."""
+    if value is None:
+        return cell("-", sort="-Infinity", num=True)
+    return cell(fmt(value), sort=repr(value) if math.isfinite(value) else "Infinity", num=True)
+
+
+def _jacobian_cells(items: Sequence[object]) -> bool:
+    """Whether any row or result carries a Jacobian norm (then the tables get a column)."""
+    return any(plot.jacobian_mean(item) is not None for item in items)
+
+
+def _inspect_verdict(results: Sequence[Result]) -> Html:
+    broken = [r for r in results if r.status != "ok"]
+    if not broken:
+        return el("p", f"all {len(results)} results ok", class_="verdict ok")
+    kind = "bad" if any(r.status in ("none", "nonfinite") for r in broken) else "warn"
+    names = "; ".join(f"{r.status}: d {r.target.layer} / d {r.source.layer}" for r in broken)
+    return el(
+        "p", f"{len(broken)} of {len(results)} results not ok ({names})", class_=f"verdict {kind}"
+    )
+
+
+def _results_table(results: Sequence[Result]) -> Html:
+    header = [
+        "from",
+        "to",
+        "from shape",
+        "to shape",
+        "status",
+        "L2",
+        "mean |g|",
+        "max |g|",
+        "zeros",
+        "non-finite",
+    ]
+    jacobian = _jacobian_cells(results)
+    if jacobian:
+        header.append("||J||_F mean")
+    rows = []
+    for r in results:
+        g = r.gradient
+        row = [
+            cell(el("code", r.source.layer)),
+            cell(el("code", r.target.layer)),
+            cell(shape_text(r.source.shape)),
+            cell(shape_text(r.target.shape)),
+            cell(_status(r.status), sort=r.status),
+            _number(g.l2 if g else None),
+            _number(g.mean_abs if g else None),
+            _number(g.max_abs if g else None),
+            cell(
+                f"{g.zero_fraction:.1%}" if g else "-", sort=g.zero_fraction if g else -1, num=True
+            ),
+            cell(str(g.nonfinite) if g else "-", sort=g.nonfinite if g else -1, num=True),
+        ]
+        if jacobian:
+            row.append(_number(plot.jacobian_mean(r)))
+        rows.append(row)
+    return table(header, rows, numeric=range(5, len(header)))
+
+
+def _result_panel(r: Result) -> Html:
+    return _causes_panel(f"{r.status}: d {r.target.layer} / d {r.source.layer}", r.causes)
+
+
+def _causes_panel(title: str, causes: Sequence[Cause]) -> Html:
+    """Numbered causes with code, layer (and op), evidence and fix."""
+    items = [
+        el(
+            "li",
+            badge(c.code, "bad"),
+            join([" at ", el("code", c.layer)]) if c.layer else None,
+            join([" (op ", el("code", c.op), ")"]) if c.op else None,
+            ": ",
+            c.message,
+            el("div", el("strong", "fix: "), c.hint, class_="fix"),
+        )
+        for c in causes
+    ]
+    content = el("ol", items) if items else el("p", "no cause found", class_="muted")
+    return el("section", el("h3", title), content, class_="panel")
+
+
+def _warnings_panel(r: Result) -> Html:
+    title = f"warnings: d {r.target.layer} / d {r.source.layer}"
+    return el(
+        "section", el("h3", title), el("ul", (el("li", w) for w in r.warnings)), class_="panel warn"
+    )
+
+
+def _units_section(report: InspectReport) -> Html:
+    ranked = [r for r in report.results if r.status == "ok" and r.gradient and r.gradient.top_units]
+    if not ranked:
+        return el(
+            "p",
+            "no result has status ok: no unit sensitivity to show",
+            class_="muted",
+        )
+    chart = _chart(plot.inspect_figure(report), "unit-sensitivity chart")
+    header = ["rank"]
+    for r in ranked:
+        header += [f"-> {r.target.layer}", "mean |g|"]
+    rows = []
+    for rank in range(max(len(r.gradient.top_units) for r in ranked if r.gradient)):
+        row = [cell(str(rank + 1), sort=rank, num=True)]
+        for r in ranked:
+            units = r.gradient.top_units if r.gradient else ()
+            if rank < len(units):
+                row += [
+                    cell(f"unit {units[rank][0]}", sort=units[rank][0]),
+                    _number(units[rank][1]),
+                ]
+            else:
+                row += [cell(""), cell("", sort="-Infinity")]
+        rows.append(row)
+    note = el("p", "mean |g| per unit of the last axis, largest first", class_="muted")
+    return join([chart, note, table(header, rows, numeric=[0, *range(2, len(header), 2)])])
+
+
+def _scan_verdict(rows: Sequence[ScanRow]) -> Html:
+    counts: dict[str, int] = {}
+    for row in rows:
+        for flag in row.flags:
+            counts[flag] = counts.get(flag, 0) + 1
+    if not counts:
+        return el("p", f"{len(rows)} layers: none flagged", class_="verdict ok")
+    kind = "bad" if any(f in counts for f in SEVERE_FLAGS) else "warn"
+    found = ", ".join(f"{n} {flag}" for flag, n in counts.items())
+    return el("p", f"{len(rows)} layers: {found}", class_=f"verdict {kind}")
+
+
+def _scan_table(rows: Sequence[ScanRow]) -> Html:
+    header = [
+        "#",
+        "layer",
+        "class",
+        "shape",
+        "status",
+        "L2",
+        "mean |g|",
+        "zeros",
+        "log10 mean |g|",
+        "flags",
+    ]
+    jacobian = _jacobian_cells(rows)
+    if jacobian:
+        header.append("||J||_F mean")
+    logs = [v for v in (_log_mean(r) for r in rows) if v is not None]
+    lo, hi = (min(logs), max(logs)) if logs else (0.0, 0.0)
+    out = []
+    for i, row in enumerate(rows):
+        g = row.gradient
+        cells = [
+            cell(str(i + 1), sort=i, num=True),
+            cell(el("code", row.layer)),
+            cell(row.class_name),
+            cell(shape_text(row.shape)),
+            cell(_status(row.status), sort=row.status),
+            _number(g.l2 if g else None),
+            _number(g.mean_abs if g else None),
+            cell(
+                f"{g.zero_fraction:.0%}" if g else "-", sort=g.zero_fraction if g else -1, num=True
+            ),
+            _log_bar(row, lo, hi),
+            cell(
+                join(badge(f, "bad" if f in SEVERE_FLAGS else "warn") for f in row.flags),
+                sort=",".join(row.flags),
+            ),
+        ]
+        if jacobian:
+            cells.append(_number(plot.jacobian_mean(row)))
+        out.append(cells)
+    numbers = ("#", "L2", "mean |g|", "zeros", "||J||_F mean")
+    numeric = [i for i, h in enumerate(header) if h in numbers]
+    classes = ["flagged" if row.flags else None for row in rows]
+    return table(header, out, numeric=numeric, row_classes=classes)
+
+
+def _log_mean(row: ScanRow) -> float | None:
+    """log10 of a row's mean |g|, or None when it has no positive finite one."""
+    g = row.gradient
+    ok = g is not None and math.isfinite(g.mean_abs) and g.mean_abs > 0
+    return math.log10(g.mean_abs) if ok and g is not None else None
+
+
+def _log_bar(row: ScanRow, lo: float, hi: float) -> Html:
+    """log10 mean |g| as a CSS bar (1 to 120 px over the scan's range) and the number."""
+    value = _log_mean(row)
+    if value is None:
+        return cell("", sort="-Infinity")
+    width = 120.0 if hi == lo else 1 + 119 * (value - lo) / (hi - lo)
+    bar = el("span", "", class_="bar", style=f"width:{width:.0f}px")
+    return cell(join([bar, f"{value:+.1f}"]), sort=value, cls="mono")
+
+
+def _cause_groups(rows: Sequence[ScanRow]) -> list[tuple[str, list[str], tuple[Cause, ...]]]:
+    """(status, layers, causes) for each distinct set of causes, in the order first seen."""
+    groups: dict[tuple[object, ...], tuple[str, list[str], tuple[Cause, ...]]] = {}
+    for row in rows:
+        if row.causes:
+            key = (row.status, *((c.code, c.layer, c.message) for c in row.causes))
+            groups.setdefault(key, (row.status, [], row.causes))[1].append(row.layer)
+    return list(groups.values())
+
+
+def _check_summary_row(index: int, v: FileVerdict) -> list[Html]:
+    failed = [c.name for c in v.checks if not c.passed]
+    marks = f"{len(v.checks) - len(failed)}/{len(v.checks)} ok"
+    marks += f", failed: {', '.join(failed)}" if failed else ""
+    notes = [el("div", f"{c.name}: {c.message}") for c in v.checks if c.findings or not c.passed]
+    return [
+        cell(el("a", el("code", v.path), href=f"#file-{index}"), sort=v.path),
+        cell(badge("PASS", "ok") if v.passed else badge("FAIL", "bad"), sort=int(v.passed)),
+        cell(marks, sort=len(failed)),
+        cell(join(notes)),
+    ]
+
+
+def _file_section(index: int, v: FileVerdict) -> Html:
+    checks = sorted(v.checks, key=lambda c: c.passed)  # stable: failed first, in check order
+    rows = [_check_row(c) for c in checks]
+    title = el(
+        "h2", badge("PASS", "ok") if v.passed else badge("FAIL", "bad"), " ", el("code", v.path)
+    )
+    return el(
+        "section",
+        title,
+        table(["check", "result", "message", "findings"], rows),
+        id=f"file-{index}",
+    )
+
+
+def _check_row(c: CheckItem) -> list[Html]:
+    return [
+        cell(c.name),
+        cell(badge("pass", "ok") if c.passed else badge("fail", "bad"), sort=int(c.passed)),
+        cell(c.message),
+        cell(join(badge(f, "warn") for f in c.findings)),
+    ]

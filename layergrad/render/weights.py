@@ -1,0 +1,159 @@
+"""Render `scan --wrt weights`: the loss's gradient for every trainable variable."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from layergrad.render.common import (
+    STATUS_STYLE,
+    Column,
+    cause_json,
+    causes_lines,
+    fitted_table,
+    gradient_json,
+    md_cause,
+    md_code,
+    md_table,
+    md_text,
+    meta_json,
+    model_header,
+    number,
+    shape_text,
+    to_text,
+)
+from layergrad.results import VariableRow, WeightScanReport
+
+SCHEMA = "layergrad.scan/1"
+COLUMNS = (
+    Column("variable", name_like=True),
+    Column("shape", drop=3),
+    Column("status"),
+    Column("L2", "right", drop=4),
+    Column("mean |g|", "right"),
+    Column("||g|| / ||w||", "right", drop=2),
+    Column("flags", drop=1),
+)
+RATIO_NOTE = (
+    "||g|| / ||w|| is how far one gradient step of learning rate 1 would move a variable, "
+    "relative to its size: multiply by your learning rate (with plain SGD, a step of about "
+    "1e-3 of the weights is the usual healthy size). It is left out for a variable that is "
+    "all zero (a fresh bias)."
+)
+
+
+def _what(report: WeightScanReport) -> str:
+    loss = report.loss
+    source = "compiled in the file" if loss.source == "compiled" else "from --loss"
+    return f"d loss / d each trainable variable; loss {loss.name} ({source}), {loss.labels} labels"
+
+
+def table(report: WeightScanReport, *, color: bool = False, width: int | None = 100) -> str:
+    """One row per trainable variable, then notes and the causes of non-ok variables."""
+    rows = [_cells(r) for r in report.variables]
+    items: list[RenderableType] = [
+        model_header(report.model, report.probe, _what(report)),
+        fitted_table(COLUMNS, rows, width),
+        Text(_summary(report)),
+    ]
+    items += [Text(f"note: {note}", style="yellow") for note in (*report.notes, RATIO_NOTE)]
+    for row in report.variables:
+        if row.causes:
+            title = Text(f"{row.status}: {row.variable}", style="bold")
+            items.append(Group(title, *causes_lines(row.causes)))
+    return to_text(items, color=color, width=width)
+
+
+def _summary(report: WeightScanReport) -> str:
+    bad = sum(1 for r in report.variables if r.status != "ok")
+    return (
+        f"{len(report.variables)} trainable variables, {bad} without a usable gradient; "
+        f"{report.frozen} non-trainable (frozen) variables not listed"
+    )
+
+
+def _cells(row: VariableRow) -> list[RenderableType]:
+    g = row.gradient
+    return [
+        row.variable,
+        shape_text(row.shape),
+        Text(row.status.value, style=STATUS_STYLE.get(row.status, "")),
+        number(g.l2) if g else "-",
+        number(g.mean_abs) if g else "-",
+        "-" if row.update_ratio is None else number(row.update_ratio),
+        Text(", ".join(row.flags), style="yellow" if row.flags else ""),
+    ]
+
+
+def as_json(report: WeightScanReport, **_: Any) -> str:
+    """The `layergrad.scan/1` document with `"wrt": "weights"`."""
+    doc = {
+        "schema": SCHEMA,
+        **meta_json(report.model, report.probe),
+        "wrt": "weights",
+        "loss": {
+            "name": report.loss.name,
+            "source": report.loss.source,
+            "labels": report.loss.labels,
+        },
+        "frozen": report.frozen,
+        "variables": [variable_json(r) for r in report.variables],
+        "notes": list(report.notes),
+    }
+    return json.dumps(doc, indent=2, allow_nan=False)
+
+
+def variable_json(row: VariableRow) -> dict[str, Any]:
+    """One variable as a JSON-ready dict."""
+    g = row.gradient
+    return {
+        "variable": row.variable,
+        "layer": row.layer,
+        "name": row.name,
+        "shape": list(row.shape),
+        "dtype": row.dtype,
+        "status": row.status,
+        "gradient": gradient_json(g),
+        "update_ratio": row.update_ratio,
+        "flags": list(row.flags),
+        "causes": [cause_json(c) for c in row.causes],
+    }
+
+
+def markdown(report: WeightScanReport, **_: Any) -> str:
+    """A markdown table for a pull-request comment, then the causes."""
+    path = md_code(report.model.path)
+    head = f"**layergrad scan --wrt weights** {path}: {md_text(_what(report))}\n\n"
+    rows = [
+        [
+            md_code(r.variable),
+            shape_text(r.shape),
+            f"**{r.status}**" if r.status != "ok" else "ok",
+            number(r.gradient.mean_abs) if r.gradient else "-",
+            "-" if r.update_ratio is None else number(r.update_ratio),
+            ", ".join(r.flags),
+        ]
+        for r in report.variables
+    ]
+    header = [
+        "variable",
+        "shape",
+        "status",
+        "mean \\|g\\|",
+        "\\|\\|g\\|\\| / \\|\\|w\\|\\|",
+        "flags",
+    ]
+    notes = [f"- {md_code(r.variable)}: {md_cause(c)}" for r in report.variables for c in r.causes]
+    notes += [f"> note: {md_text(n)}" for n in report.notes]
+    tail = "".join(f"\n{n}" for n in notes) + ("\n" if notes else "")
+    return head + md_table(header, rows) + f"\n{md_text(_summary(report))}\n" + tail
+
+
+def html(report: WeightScanReport, **_: Any) -> str:
+    """One self-contained HTML page (inline style, nothing fetched)."""
+    from layergrad.render.html_report import weights_html
+
+    return weights_html(report)
