@@ -75,3 +75,65 @@ def test_scan_jacobian_table(golden):
     golden("scan_hand_set_jacobian.txt", text)
     md = scan.markdown(result)
     assert f"| {X_TO_B:.4g} | - |" in md and "| ‖J‖F mean | ± s.e. |" in md
+
+
+def test_the_readme_worked_example_is_what_the_tool_prints():
+    from click.testing import CliRunner
+
+    from layergrad.cli import main
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    shown = re.search(
+        r"prints, under the gradient table of the first example above:\n\n```\n(.*?)```",
+        readme,
+        flags=re.S,
+    )
+    assert shown, "README.md lost its Jacobian worked example"
+    args = [
+        "inspect",
+        "sample_models/seed.keras",
+        "--from",
+        "dense",
+        "--to",
+        "dense_1",
+        "--measure",
+        "jacobian",
+    ]
+    output = CliRunner().invoke(main, args, env={"COLUMNS": "100"}).output
+    tail = output[output.index("per-sample Jacobian norms") :]
+    assert [ln.rstrip() for ln in shown.group(1).strip().splitlines()] == [
+        ln.rstrip() for ln in tail.strip().splitlines()
+    ]
+
+
+def test_the_readme_worked_example_numbers_hold_on_paper():
+    # dense_1 = relu(h W + b): J_i is the rows of W^T for the units active on sample i
+    import numpy as np
+    from conftest import load_sample
+
+    m = load_sample("seed.keras")
+    x = np.random.default_rng(0).standard_normal((8, 5)).astype("float32")  # the random batch
+    h = m.get_layer("dense")(x).numpy()
+    active = m.get_layer("dense_1")(h).numpy() > 0
+    w = m.get_layer("dense_1").get_weights()[0].astype(np.float64)
+    assert [list(np.flatnonzero(a)) for a in active] == [
+        [3],
+        [2],
+        [2],
+        [1, 3],
+        [3],
+        [3],
+        [1, 3],
+        [1, 3],
+    ]
+    assert np.linalg.norm(w[:, 3]) == pytest.approx(1.2187, abs=1e-4)
+    assert np.linalg.norm(w[:, 2]) == pytest.approx(1.0664, abs=1e-4)
+    assert np.linalg.norm(w[:, [1, 3]]) == pytest.approx(1.612, abs=1e-3)
+    assert np.linalg.norm(w[:, [1, 3]], 2) == pytest.approx(1.2648, abs=1e-4)
+    j = (
+        inspect_model("sample_models/seed.keras", "dense", ["dense_1"], measure="jacobian")
+        .results[0]
+        .jacobian
+    )
+    expected = [np.linalg.norm(w[:, np.flatnonzero(a)]) for a in active]
+    assert j.frobenius.per_sample == pytest.approx(expected, rel=1e-5)
