@@ -9,6 +9,7 @@
 7. gradient   the gradient of the loss (compiled in the file, or --loss), else of a random
               projection of the outputs, reaches every differentiable layer, finite
 8. trainable  every trainable variable gets a gradient from the loss (skipped without one)
+9. baseline   with `--baseline`: no regression against a committed scan (see `baseline.py`)
 
 `static_only` stops after 4 and never imports TensorFlow.
 """
@@ -17,10 +18,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from layergrad.errors import LayergradError, describe
+from layergrad.baseline import (
+    Baseline,
+    fits,
+    judge,
+    load_baselines,
+    match_baselines,
+    probe_options,
+)
+from layergrad.diff import DEFAULT_TOLERANCE
+from layergrad.errors import LayergradError, UsageError, describe
 from layergrad.fileinfo import FileInfo, read_file_info
 from layergrad.limits import DEFAULT_MAX_MEMORY
 from layergrad.results import CheckItem, FileVerdict, ScanReport, WeightScanReport
@@ -39,6 +49,9 @@ class CheckOptions:
     seed: int = 0
     max_memory: int = DEFAULT_MAX_MEMORY
     loss: str | None = None  # a keras.losses name overriding the file's compiled loss
+    input_file: str | None = None  # the probe batch of forward and gradient (default random)
+    baselines: tuple[str, ...] = ()  # `layergrad scan --json` files (see baseline.match_baselines)
+    tolerance: float = DEFAULT_TOLERANCE  # decades of mean |g| a baseline allows
 
 
 def check_files(
@@ -46,25 +59,45 @@ def check_files(
     options: CheckOptions = CheckOptions(),
     on_file: Callable[[str], None] | None = None,
 ) -> tuple[FileVerdict, ...]:
-    """Check each file; `on_file(path)` is called as each one starts (for a progress bar)."""
+    """Check each file; `on_file(path)` is called as each one starts (for a progress bar).
+
+    With `options.baselines`, each baseline is matched to a file first (a baseline that
+    matches none, or whose probe cannot be reused, is an InputError before anything loads).
+    """
     unknown = sorted(set(options.fail_on) - set(Finding.words()))
     if unknown:
         raise LayergradError(
             f"unknown --fail-on finding {', '.join(unknown)}; use {','.join(Finding.words())}"
         )
+    baselines: dict[str, Baseline] = {}
+    if options.baselines:
+        if options.static_only:
+            raise LayergradError("--baseline compares a gradient scan; drop --static-only")
+        files = [os.fspath(p) for p in paths]
+        found = load_baselines(options.baselines)
+        baselines = match_baselines(files, found, options.input_file)
     verdicts = []
     for path in paths:
         if on_file is not None:
             on_file(os.fspath(path))
-        verdicts.append(check_file(path, options))
+        verdicts.append(check_file(path, options, baselines.get(os.fspath(path))))
     return tuple(verdicts)
 
 
-def check_file(path: str | os.PathLike[str], options: CheckOptions = CheckOptions()) -> FileVerdict:
+def check_file(
+    path: str | os.PathLike[str],
+    options: CheckOptions = CheckOptions(),
+    baseline: Baseline | None = None,
+) -> FileVerdict:
     """Run the checks on one file, stopping at the first that leaves nothing to check next.
 
     Whatever the file holds, it gets a verdict: a failure nobody foresaw is recorded as an
     ``error`` finding of the check that was running, and the other files still get theirs.
+    `baseline` adds the `baseline` check, scanning with the baseline's probe.
+
+    Raises:
+        UsageError: the options cannot work with this file (a baseline made with another
+            probe, an `--input` that does not fit): the command, not the file, is wrong.
     """
     items: list[CheckItem] = []
     running = [CHECKS[0]]
@@ -76,17 +109,23 @@ def check_file(path: str | os.PathLike[str], options: CheckOptions = CheckOption
         return passed
 
     try:
-        _run(path, options, add)
+        _run(path, options, add, baseline)
+    except UsageError:
+        raise
     except Exception as exc:  # one bad file must not sink the run
         message = f"failed unexpectedly: {type(exc).__name__}: {describe(exc)}"
         add(running[0], message, [Finding.ERROR])
     return _verdict(path, items)
 
 
-CHECKS = ("readable", "safe", "weights", "loss", "loads", "forward", "gradient", "trainable")
+CHECKS = (
+    "readable", "safe", "weights", "loss", "loads", "forward", "gradient", "trainable", "baseline",
+)  # fmt: skip
 
 
-def _run(path: str | os.PathLike[str], options: CheckOptions, add: Add) -> None:
+def _run(
+    path: str | os.PathLike[str], options: CheckOptions, add: Add, baseline: Baseline | None
+) -> None:
     if Path(path).is_dir() and not (Path(path) / "saved_model.pb").exists():
         add(
             "readable",
@@ -106,7 +145,7 @@ def _run(path: str | os.PathLike[str], options: CheckOptions, add: Add) -> None:
     _weights(info, add)
     _loss(info, options, add)
     if not options.static_only:
-        _dynamic(path, info, options, add)
+        _dynamic(path, info, options, add, baseline)
 
 
 Add = Callable[..., bool]
@@ -167,13 +206,22 @@ def _loss(info: FileInfo, options: CheckOptions, add: Add) -> None:
     add("loss", text, [Finding.LOSS_MISMATCH])
 
 
-def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions, add: Add) -> None:
+def _dynamic(
+    path: str | os.PathLike[str],
+    info: FileInfo,
+    options: CheckOptions,
+    add: Add,
+    baseline: Baseline | None = None,
+) -> None:
     from layergrad.loader import load_model
     from layergrad.loss import find_loss
     from layergrad.pipeline import ProbeOptions, session_for
     from layergrad.scan import scan_session, untrained_batchnorm
     from layergrad.weights import scan_weights
 
+    has_loss = find_loss(info.compile_config, options.loss) is not None
+    if baseline is not None:
+        fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
     try:
         loaded, warnings = load_model(
             path,
@@ -193,17 +241,24 @@ def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions
     # its initial statistics): check it the way training will run it, with batch statistics.
     training = bool(untrained_batchnorm(model))
     try:
-        probe = ProbeOptions(
-            batch_size=options.batch_size,
-            seed=options.seed,
-            training=training,
-            max_memory=options.max_memory,
+        probe = (
+            replace(probe_options(baseline, options.input_file), max_memory=options.max_memory)
+            if baseline
+            else ProbeOptions(
+                batch_size=options.batch_size,
+                seed=options.seed,
+                training=training,
+                input_file=options.input_file,
+                max_memory=options.max_memory,
+            )
         )
         session = session_for(loaded, probe, warnings)
     except LayergradError as exc:  # e.g. a model that does not declare its inputs
+        if baseline is not None or options.input_file is not None:
+            # a batch the user asked for does not fit: the command is wrong, not the file
+            raise UsageError(str(exc)) from exc
         add("forward", f"not run: {exc}")
         return
-    has_loss = find_loss(info.compile_config, options.loss) is not None
     try:
         weights = scan_weights(session, options.loss) if has_loss else None
         report = weights.activations if weights and weights.activations else scan_session(session)
@@ -222,10 +277,18 @@ def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions
     elif report.constant or report.input_range:
         _forward_findings(report, add)
     else:
-        mode = " (in training mode: its BatchNormalization was never trained)" if training else ""
-        add("forward", f"finite and varying on a random batch of {session.batch.batch_size}{mode}")
+        batch = session.batch
+        source = "a random batch" if batch.source == "random" else f"the batch in {batch.source}"
+        mode = ""
+        if training and session.options.training:
+            mode = " (in training mode: its BatchNormalization was never trained)"
+        add("forward", f"finite and varying on {source} of {batch.batch_size}{mode}")
     _gradient(report, add)
     _trainable(weights, add)
+    if baseline is not None:
+        add("baseline", *judge(report, weights, baseline, options.tolerance))
+    elif options.baselines:
+        add("baseline", "no baseline given for this file")
 
 
 def _gradient(report: ScanReport, add: Add) -> None:

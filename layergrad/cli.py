@@ -23,6 +23,7 @@ from layergrad.cli_options import (
     measure_options,
     plot_option,
     probe_options,
+    tolerance_option,
     write_plot,
 )
 from layergrad.vocab import DEFAULT_FAIL_ON, FAILING_STATUSES, Finding, Flag, OutputFormat, Wrt
@@ -330,6 +331,22 @@ def scan(
     help="A keras.losses name for the gradient and trainable checks (default: the loss "
     "compiled in each file; without one, trainable is skipped).",
 )
+@click.option(
+    "--input",
+    "input_file",
+    type=click.Path(dir_okay=False, path_type=str),
+    help="Probe batch instead of a random one: .npy (one input) or .npz keyed by input name.",
+)
+@click.option(
+    "--baseline",
+    "baselines",
+    multiple=True,
+    metavar="SCAN.json",
+    type=click.Path(path_type=str),
+    help="A committed `layergrad scan --json`: fail on a regression against it, scanning with "
+    "its probe. Repeatable: each applies to the file it was made from.",
+)
+@tolerance_option
 @load_options
 @handle_errors
 def check(
@@ -342,6 +359,9 @@ def check(
     seed: int,
     max_memory: int,
     loss: str | None,
+    input_file: str | None,
+    baselines: tuple[str, ...],
+    tolerance: float,
     imports: tuple[str, ...],
     unsafe: bool,
     debug: bool,
@@ -352,8 +372,9 @@ def check(
     finite), loads (Keras safe mode), forward (finite on a random batch),
     gradient (the loss's gradient, or a projection of the outputs', reaches
     every differentiable layer, finite), trainable (every trainable variable
-    gets a gradient from the loss). An unreadable or hostile file fails; it is
-    not a usage error.
+    gets a gradient from the loss), and with --baseline, baseline (no
+    regression against a committed scan). An unreadable or hostile file
+    fails; it is not a usage error.
     A directory stands for the .keras / .h5 files under it.
 
     \b
@@ -362,6 +383,8 @@ def check(
         layergrad check models/ --junit layergrad.xml
         layergrad check model.h5 --static-only --fail-on unreadable,unsafe,nonfinite
         layergrad check models/ --format html > check.html
+        layergrad scan model.keras --json > baseline.json    # once, then commit it
+        layergrad check model.keras --baseline baseline.json
     """
     from layergrad import check as checks
     from layergrad import outputs
@@ -380,6 +403,9 @@ def check(
         seed=seed,
         max_memory=max_memory,
         loss=loss,
+        input_file=input_file,
+        baselines=baselines,
+        tolerance=tolerance,
     )
     verdicts = _with_progress(paths, lambda on_file: checks.check_files(paths, options, on_file))
     emit("check", fmt, verdicts)
@@ -388,6 +414,81 @@ def check(
         done = outputs.write_report(junit_file, xml, "--junit", "the JUnit report", reads)
         click.echo(done.message, err=True)
     if not all(v.passed for v in verdicts):
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("base", type=click.Path(dir_okay=True, path_type=str))
+@click.argument("new", type=click.Path(dir_okay=True, path_type=str))
+@click.option(
+    "--to",
+    "target",
+    metavar="REF",
+    help="Target layer, in both models (default: a seeded random projection of the outputs).",
+)
+@click.option(
+    "--wrt",
+    type=click.Choice(Wrt.words()),
+    default=Wrt.ACTIVATIONS.value,
+    show_default=True,
+    help="Compare every layer's output, or (weights) the training loss's gradient for every "
+    "trainable variable.",
+)
+@click.option(
+    "--loss",
+    "loss",
+    metavar="NAME",
+    help="With --wrt weights: a keras.losses name (default: the loss compiled in each file).",
+)
+@probe_options
+@tolerance_option
+@click.option(
+    "--all", "show_all", is_flag=True, help="Show every layer, not only the ones that changed."
+)
+@format_options
+@load_options
+@handle_errors
+def diff(
+    base: str,
+    new: str,
+    target: str | None,
+    wrt: str,
+    loss: str | None,
+    probe: Any,
+    tolerance: float,
+    show_all: bool,
+    fmt: OutputFormat,
+    imports: tuple[str, ...],
+    unsafe: bool,
+    debug: bool,
+) -> None:
+    """Compare gradient flow in two model files: exit 1 on a regression.
+
+    Scans BASE and NEW with the same probe (as `scan` does) and compares them
+    layer by layer. A regression: a layer that was ok and is now none, zero
+    or nonfinite; an ok layer newly flagged dead; or mean |g| moved by more
+    than --tolerance decades either way. Layers in one file only are
+    reported as added / removed. The table shows the layers that changed,
+    regressions first; markdown is for pull-request comments. With --wrt
+    weights the rows are trainable variables (d loss / d each). Either file may
+    be a `layergrad scan --json` instead: it is read, not scanned, and its
+    probe is used for the other.
+
+    \b
+    Examples:
+        layergrad diff model_v1.keras model_v2.keras
+        layergrad diff base.keras new.keras --tolerance 1 --all
+        layergrad diff baseline.json model.keras --format markdown > comment.md
+        layergrad diff base.keras new.keras --wrt weights --format html > diff.html
+    """
+    from layergrad.diff import diff_models
+
+    report = diff_models(
+        base, new, target=target, wrt=wrt, loss=loss, tolerance=tolerance, imports=imports,
+        unsafe=unsafe, options=probe,
+    )  # fmt: skip
+    emit("diff", fmt, report, (*report.base.warnings, *report.new.warnings), show_all=show_all)
+    if report.regressions:
         sys.exit(1)
 
 

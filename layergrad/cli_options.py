@@ -212,6 +212,18 @@ def measure_options(func: F) -> F:
     )
 
 
+def tolerance_option(func: F) -> F:
+    """`--tolerance DECADES` of `diff` and `check --baseline`; the command receives `tolerance`."""
+    return click.option(
+        "--tolerance",
+        default=2.0,
+        show_default=True,
+        type=click.FloatRange(min=0, min_open=True),
+        metavar="DECADES",
+        help="Largest change of mean |g| in decades (log10), up or down, not a regression.",
+    )(func)
+
+
 def format_options(func: F) -> F:
     """`--format table|json|markdown` and its shorthand `--json`; the command receives `fmt`."""
 
@@ -259,15 +271,17 @@ def write_plot(report: Any, path: str, protected: Sequence[str | None] = ()) -> 
     click.echo(f"wrote {kind} chart to {path} ({written})", err=True)
 
 
-def emit(command: str, fmt: OutputFormat, value: Any, accepted: Iterable[str] = ()) -> None:
+def emit(
+    command: str, fmt: OutputFormat, value: Any, accepted: Iterable[str] = (), **options: Any
+) -> None:
     """Print a report on stdout in the chosen format; the audit findings accepted with
-    --unsafe go to stderr first."""
+    --unsafe go to stderr first. `options` go to the renderer (`show_all` for `diff`)."""
     from layergrad.render import render
 
     for line in accepted:
         click.echo(f"warning: {line}; accepted because of --unsafe", err=True)
     color, width = _terminal()
-    text = render(command, fmt, value, color=color, width=width)
+    text = render(command, fmt, value, color=color, width=width, **options)
     click.echo(text, nl=fmt == OutputFormat.JSON)
 
 

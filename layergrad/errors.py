@@ -45,3 +45,8 @@ def describe(exc: BaseException) -> str:
         return type(exc).__name__
     detail = next((ln for ln in lines[1:] if not ln.startswith("Arguments received")), "")
     return f"{lines[0]} {detail}".strip()
+
+
+class UsageError(InputError):
+    """Options that cannot work with each other or with the files given (a baseline made with
+    another probe): exit 2 even where a bad file would only fail its own check."""

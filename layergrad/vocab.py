@@ -64,6 +64,7 @@ class Finding(Word):
     CONSTANT_OUTPUT = "constant_output"  # an output is the same for every sample
     LOSS_MISMATCH = "loss_mismatch"  # the compiled loss does not fit the output
     INPUT_RANGE = "input_range"  # unscaled inputs pin the first activation (with data)
+    REGRESSION = "regression"  # gradient flow got worse than the --baseline scan
 
 
 DEFAULT_FAIL_ON = (
@@ -75,7 +76,17 @@ DEFAULT_FAIL_ON = (
     Finding.NO_GRADIENT,
     Finding.CONSTANT_OUTPUT,
     Finding.LOSS_MISMATCH,
+    Finding.REGRESSION,
 )
+
+
+class Change(Word):
+    """How one row of a `diff` differs between the base and the new scan."""
+
+    SAME = "same"  # same status and flags, mean |g| equal up to rounding
+    CHANGED = "changed"
+    ADDED = "added"  # only in the new scan
+    REMOVED = "removed"  # only in the base scan
 
 
 class CauseCode(Word):

@@ -137,3 +137,46 @@ def test_the_readme_worked_example_numbers_hold_on_paper():
     )
     expected = [np.linalg.norm(w[:, np.flatnonzero(a)]) for a in active]
     assert j.frobenius.per_sample == pytest.approx(expected, rel=1e-5)
+
+
+def test_names_that_look_like_rich_markup_print_as_they_are_in_jacobian_tables():
+    from layergrad.render import render
+    from layergrad.results import (
+        Endpoint,
+        FrobeniusNorms,
+        InspectReport,
+        JacobianStats,
+        ModelMeta,
+        ProbeMeta,
+        Result,
+        ScanJacobian,
+        ScanReport,
+        ScanRow,
+        SpectralNorms,
+    )
+    from layergrad.vocab import JacobianMethod, OutputFormat, Status
+
+    names = ("[bold red]loud[/bold red]", "a[/b]")
+    meta, probe = (
+        ModelMeta("m.keras", "keras", "Functional", "m"),
+        ProbeMeta("random", 0, 2, False, "sum"),
+    )
+    frob = FrobeniusNorms((1.0, 2.0), 1.5, 2.0)
+    stats = JacobianStats(
+        JacobianMethod.EXACT, None, True, frob, SpectralNorms((1.0, 2.0), 1.5, 2.0), (0.5, 0.25)
+    )
+    result = Result(
+        Endpoint(names[0], (2, 2), "float32"),
+        Endpoint(names[1], (2, 2), "float32"),
+        Status.OK,
+        None,
+        jacobian=stats,
+    )
+    text = render("inspect", OutputFormat.TABLE, InspectReport(meta, probe, (result,)), width=None)
+    assert names[0] in text and f"→ {names[1]}" in text
+    rows = tuple(
+        ScanRow(n, "Dense", (2, 2), "float32", Status.OK, None, jacobian=ScanJacobian(frob))
+        for n in names
+    )
+    text = render("scan", OutputFormat.TABLE, ScanReport(meta, probe, None, rows), width=None)
+    assert all(n in text for n in names)

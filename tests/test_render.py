@@ -10,7 +10,7 @@ from layergrad.api import inspect_model, scan_model
 from layergrad.check import check_files
 from layergrad.listing import list_layers
 from layergrad.render import REPORTS, render
-from layergrad.vocab import OutputFormat
+from layergrad.vocab import OutputFormat, Status
 
 LONG = "block_16_expand_relu_with_a_name_longer_than_any_column"
 
@@ -27,8 +27,23 @@ def long_names(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def reports(long_names):
+def long_names_changed(long_names, tmp_path_factory):
+    """The same model with the last kernel times 1e-3: every row before it changes."""
+    model = keras.saving.load_model(long_names)
+    out = model.get_layer(LONG + "_out")
+    kernel, bias = out.get_weights()
+    out.set_weights([kernel * 1e-3, bias])
+    path = tmp_path_factory.mktemp("long") / "long_changed.keras"
+    model.save(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def reports(long_names, long_names_changed):
+    from layergrad.diff import diff_models
+
     return {
+        "diff": diff_models(long_names, long_names_changed),
         "inspect": inspect_model(long_names, LONG, [LONG + "_out"]),
         "scan": scan_model(long_names),
         "check": check_files([long_names]),
@@ -43,7 +58,7 @@ def test_every_command_renders_every_format(reports, command, fmt, long_names):
     assert (long_names if command == "check" else LONG) in text
 
 
-@pytest.mark.parametrize("command", ["inspect", "scan", "layers", "check"])
+@pytest.mark.parametrize("command", ["inspect", "scan", "layers", "check", "diff"])
 @pytest.mark.parametrize("width", [50, 80, 100])
 def test_tables_never_cut_anything(reports, command, width):
     text = render(command, OutputFormat.TABLE, reports[command], width=width)
@@ -53,7 +68,14 @@ def test_tables_never_cut_anything(reports, command, width):
 
 @pytest.mark.parametrize(
     ("command", "width"),
-    [("scan", 80), ("scan", 100), ("layers", 100), ("inspect", 140), ("inspect", None)],
+    [
+        ("scan", 80),
+        ("scan", 100),
+        ("layers", 100),
+        ("inspect", 140),
+        ("inspect", None),
+        ("diff", 100),
+    ],
 )
 def test_names_stay_whole_when_dropping_columns_makes_room(reports, command, width):
     text = render(command, OutputFormat.TABLE, reports[command], width=width)
@@ -81,3 +103,37 @@ def test_markdown_escapes_names_read_from_the_file():
     assert md_text("<img src=x onerror=alert(1)>") == "\\<img src=x onerror=alert(1)\\>"
     assert md_text("**bold** [link](x)") == "\\*\\*bold\\*\\* \\[link\\](x)"
     assert md_code("a`b") == "``a`b``"
+
+
+MARKUP = ("[bold red]loud[/bold red]", "a[/b]", "[link=http://x]y[/link]")
+
+
+def test_names_that_look_like_rich_markup_print_as_they_are():
+    from layergrad.results import (
+        Endpoint,
+        GradientStats,
+        InspectReport,
+        ModelMeta,
+        ProbeMeta,
+        Result,
+        ScanReport,
+        ScanRow,
+    )  # fmt: skip
+
+    meta, probe = (
+        ModelMeta("[i]m[/i].keras", "keras", "Functional", "[b]m"),
+        ProbeMeta("random", 0, 8, False, "sum"),
+    )
+    stats = GradientStats((8, 2), 1.0, 0.5, 0.9, 0.0, 0, ((0, 0.5), (1, 0.25)))
+    rows = tuple(ScanRow(n, "[u]Dense", (8, 2), "float32", Status.OK, stats) for n in MARKUP)
+    scan_text = render("scan", OutputFormat.TABLE, ScanReport(meta, probe, None, rows), width=None)
+    result = Result(Endpoint(MARKUP[0], (8, 2), "float32"), Endpoint(MARKUP[1], (8, 2), "float32"),
+                    Status.OK, stats)  # fmt: skip
+    inspect_text = render(
+        "inspect", OutputFormat.TABLE, InspectReport(meta, probe, (result,)), width=None
+    )
+    for text in (scan_text, inspect_text):
+        assert "[i]m[/i].keras" in text
+    for name in MARKUP:
+        assert name in scan_text
+    assert MARKUP[0] in inspect_text and f"→ {MARKUP[1]}" in inspect_text

@@ -13,7 +13,7 @@ from typing import Any
 
 from layergrad.vocab import OutputFormat
 
-REPORTS = ("inspect", "scan", "weights", "check", "layers")
+REPORTS = ("inspect", "scan", "weights", "check", "layers", "diff")
 FUNCTIONS = {
     OutputFormat.TABLE: "table",
     OutputFormat.JSON: "as_json",
@@ -32,7 +32,16 @@ def renderer(report: str, fmt: OutputFormat) -> Renderer:
 
 
 def render(
-    report: str, fmt: OutputFormat, value: Any, *, color: bool = False, width: int | None = 100
+    report: str,
+    fmt: OutputFormat,
+    value: Any,
+    *,
+    color: bool = False,
+    width: int | None = 100,
+    **options: Any,
 ) -> str:
-    """A `report` (one of REPORTS) `value` as text in format `fmt` (colour, width for tables)."""
-    return renderer(report, fmt)(value, color=color, width=width)
+    """A `report` (one of REPORTS) `value` as text in format `fmt` (colour, width for tables).
+
+    `options` are the report's own rendering options (`show_all` for `diff`).
+    """
+    return renderer(report, fmt)(value, color=color, width=width, **options)

@@ -106,13 +106,13 @@ def _table(
     table = Table(box=box.SIMPLE_HEAVY, pad_edge=False, collapse_padding=compact)
     for c in columns:
         table.add_column(
-            c.header,
+            Text(c.header),
             justify=c.justify,  # type: ignore[arg-type]
             no_wrap=not c.name_like,
             overflow="fold",
         )
-    for row in rows:
-        table.add_row(*row)
+    for row in rows:  # a plain string would be read as rich markup: names are data
+        table.add_row(*(Text(cell) if isinstance(cell, str) else cell for cell in row))
     return table
 
 

@@ -105,7 +105,7 @@ def _units_table(results: Sequence[Result]) -> Group:
     units_table = Table(box=box.SIMPLE, pad_edge=False)
     units_table.add_column("rank", justify="right")
     for res in results:
-        units_table.add_column(f"→ {res.target.layer}", justify="right", overflow="fold")
+        units_table.add_column(Text(f"→ {res.target.layer}"), justify="right", overflow="fold")
         units_table.add_column("mean |g|", justify="right", no_wrap=True)
         units_table.add_column("", justify="left", no_wrap=True)
     rows = max(len(r.gradient.top_units) for r in results if r.gradient)
@@ -116,7 +116,7 @@ def _units_table(results: Sequence[Result]) -> Group:
             if rank < len(units):
                 unit, value = units[rank]
                 bar = "█" * max(1, round(10 * value / (units[0][1] or 1.0)))
-                cells += [f"unit {unit}", number(value), bar]
+                cells += [Text(f"unit {unit}"), number(value), bar]
             else:
                 cells += ["", "", ""]
         units_table.add_row(*cells)

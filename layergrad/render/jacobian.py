@@ -149,16 +149,16 @@ def _units_table(results: Sequence[tuple[Result, JacobianStats]]) -> Group:
         values = j.unit_sensitivity
         order = sorted(range(len(values)), key=lambda u: (-values[u], u))[:TOP_UNITS]
         ranked.append([(u, values[u]) for u in order])
-        table.add_column(f"→ {res.target.layer}", justify="right", overflow="fold")
+        table.add_column(Text(f"→ {res.target.layer}"), justify="right", overflow="fold")
         table.add_column("column norm", justify="right", no_wrap=True)
         table.add_column("", justify="left", no_wrap=True)
     for rank in range(max(len(r) for r in ranked)):
-        cells = [str(rank + 1)]
+        cells: list[RenderableType] = [str(rank + 1)]
         for units in ranked:
             if rank < len(units):
                 unit, value = units[rank]
                 bar = "█" * max(1, round(10 * value / (units[0][1] or 1.0)))
-                cells += [f"unit {unit}", number(value), bar]
+                cells += [Text(f"unit {unit}"), number(value), bar]
             else:
                 cells += ["", "", ""]
         table.add_row(*cells)

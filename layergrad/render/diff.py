@@ -1,0 +1,288 @@
+"""Render a comparison of two scans: a table with a verdict line, JSON, markdown, HTML.
+
+By default the table shows the rows that changed, regressions first; `show_all=True` shows
+every row in the new scan's order. Rows are layers, or trainable variables with `--wrt
+weights` (then the JSON says `variables` / `variable`, as `scan --wrt weights` does).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, replace
+from typing import Any
+
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from layergrad.diff import DiffReport, RowDiff
+from layergrad.profile import ROW_KEYS, ProfileRow
+from layergrad.render.common import (
+    STATUS_STYLE,
+    Column,
+    fitted_table,
+    md_code,
+    md_table,
+    md_text,
+    meta_json,
+    natural_width,
+    number,
+    probe_line,
+    to_text,
+)
+from layergrad.results import ModelMeta
+from layergrad.vocab import Change, Status
+
+SCHEMA = "layergrad.diff/1"
+MIN_WHY = 24  # the narrowest the why column gets before layer names wrap
+COLUMNS = (
+    Column(""),
+    Column("layer", name_like=True),
+    # on a narrow page the why sentence, which says what changed, outlasts the numbers
+    Column("base", drop=2),
+    Column("new", drop=1),
+    Column("decades", "right", drop=3),
+    Column("why", name_like=True),
+)
+
+
+def table(
+    report: DiffReport, *, color: bool = False, width: int | None = 100, show_all: bool = False
+) -> str:
+    """The header, the rows (changed ones, regressions first, or all), and the verdict."""
+    rows = shown_rows(report, show_all)
+    items: list[RenderableType] = [_header(report)]
+    if rows:
+        items.append(_table(report, rows, width))
+    verdict = Text(verdict_line(report), style="bold red" if report.regressions else "bold green")
+    items.append(verdict)
+    hidden = len(report.rows) - len(rows)
+    if hidden:
+        items.append(Text(f"{hidden} unchanged rows not shown; --all shows every row"))
+    return to_text(items, color=color, width=width)
+
+
+def _table(report: DiffReport, rows: list[RowDiff], width: int | None) -> Table:
+    """The rows' table; the why sentences wrap before layer names do (down to MIN_WHY)."""
+    columns = (COLUMNS[0], replace(COLUMNS[1], header=row_word(report)), *COLUMNS[2:])
+    table = fitted_table(columns, [_cells(r) for r in rows], width)
+    excess = 0 if width is None else natural_width(table) - width
+    if excess > 0:
+        why = table.columns[-1]
+        why.max_width = max(MIN_WHY, max(len(r.why) for r in rows) - excess)
+    return table
+
+
+def shown_rows(report: DiffReport, show_all: bool) -> list[RowDiff]:
+    """Every row in order with `show_all`; else the rows that changed, regressions first."""
+    if show_all:
+        return list(report.rows)
+    changed = [r for r in report.rows if r.change != Change.SAME]
+    return [r for r in changed if r.regression] + [r for r in changed if not r.regression]
+
+
+def row_word(report: DiffReport) -> str:
+    """What a row is: `layer`, or `variable` with `--wrt weights`."""
+    return ROW_KEYS[report.wrt][1]
+
+
+def verdict_line(report: DiffReport) -> str:
+    """`FAIL: 2 regressions in 9 layers compared (tolerance 2 decades); 3 changed, 1 added`."""
+    return ("FAIL: " if report.regressions else "PASS: ") + verdict(report)
+
+
+def verdict(report: DiffReport) -> str:
+    """`2 regressions in 9 layers compared (tolerance 2 decades); 3 changed, 1 added`."""
+    bad = len(report.regressions)
+    compared = len(report.rows) - report.count(Change.ADDED) - report.count(Change.REMOVED)
+    head = (
+        f"{bad} regression{'s' if bad > 1 else ''}" if bad else "no regression"
+    ) + f" in {compared} {row_word(report)}s compared (tolerance {report.tolerance:g} decades)"
+    counts = [
+        f"{report.count(c)} {c}"
+        for c in (Change.CHANGED, Change.ADDED, Change.REMOVED)
+        if report.count(c)
+    ]
+    return head + ("; " + ", ".join(counts) if counts else "; nothing changed")
+
+
+def _header(report: DiffReport) -> Text:
+    def model(label: str, m: ModelMeta) -> Text:
+        return Text.assemble(label, (m.path, "bold"), f"  {m.class_name} {m.name!r}, {m.format}\n")
+
+    return Text.assemble(
+        model("base: ", report.base),
+        model("new:  ", report.new),
+        probe_line(report.probe, _what(report)),
+    )
+
+
+def _what(report: DiffReport) -> str:
+    """`d sum(outputs · R) / d each layer`, or `d loss (mse) / d each trainable variable`."""
+    if report.loss is not None:
+        return f"d loss ({report.loss}) / d each trainable variable"
+    inner = "outputs · R" if report.target is None else report.target
+    return f"d {report.probe.reduce}({inner}) / d each layer"
+
+
+def _cells(row: RowDiff) -> list[RenderableType]:
+    return [
+        Text("✗", style="bold red") if row.regression else "",
+        Text(row.name),  # a name from a model file is text, never rich markup
+        _side(row.base),
+        _side(row.new),
+        _decades(row.decades),
+        Text(row.why, style="red" if row.regression else ""),
+    ]
+
+
+def _side(side: ProfileRow | None) -> Text:
+    if side is None:
+        return Text("-")
+    return Text.assemble((side.status.value, STATUS_STYLE.get(side.status, "")), _mean(side))
+
+
+def _decades(decades: float | None) -> str:
+    return "-" if decades is None else f"{decades:+.2f}"
+
+
+def as_json(report: DiffReport, **_: Any) -> str:
+    """The `layergrad.diff/1` JSON document (every row, in order)."""
+    collection, key = ROW_KEYS[report.wrt]
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "base": meta_json(report.base, report.probe)["model"],
+        "new": meta_json(report.new, report.probe)["model"],
+        "probe": asdict(report.probe),
+    }
+    if report.loss is not None:  # as `scan --wrt weights` says it
+        doc.update(wrt=report.wrt, loss=report.loss)
+    else:
+        doc["target"] = report.target
+    doc.update(
+        tolerance=report.tolerance,
+        **{collection: [row_json(r, key) for r in report.rows]},
+        regressions=len(report.regressions),
+    )
+    return json.dumps(doc, indent=2, allow_nan=False)
+
+
+def row_json(row: RowDiff, key: str = "layer") -> dict[str, Any]:
+    """One row as a JSON-ready dict, named under `key`."""
+    return {
+        key: row.name,
+        "change": row.change,
+        "base": _side_json(row.base),
+        "new": _side_json(row.new),
+        "decades": row.decades,
+        "regression": row.regression,
+        "why": row.why,
+    }
+
+
+def _side_json(side: ProfileRow | None) -> dict[str, Any] | None:
+    if side is None:
+        return None
+    return {"status": side.status, "mean_abs": side.mean_abs, "flags": list(side.flags)}
+
+
+def markdown(report: DiffReport, *, show_all: bool = False, **_: Any) -> str:
+    """For a pull-request comment: the verdict, the regressions, the rest folded away."""
+    said = md_text(verdict(report))
+    what = _what(report)
+    head = (
+        f"**layergrad diff** {md_code(report.base.path)} → {md_code(report.new.path)}: "
+        + (f"❌ **{said}**" if report.regressions else f"✅ {said}")
+        + f"\n\n{md_text(probe_line(report.probe, what))}\n"
+    )
+    rows = shown_rows(report, show_all)
+    bad = [r for r in rows if r.regression]
+    rest = [r for r in rows if not r.regression]
+    out = head
+    if bad:
+        out += "\n" + _md_rows(report, bad)
+    if rest:
+        summary = f"{len(rest)} other {'rows' if show_all else 'changes'}"
+        out += f"\n<details><summary>{summary}</summary>\n\n{_md_rows(report, rest)}\n</details>\n"
+    return out
+
+
+def _md_rows(report: DiffReport, rows: list[RowDiff]) -> str:
+    header = [row_word(report), "base", "new", "decades", "why"]
+    cells = [
+        [
+            md_code(r.name),
+            _md_side(r.base),
+            _md_side(r.new),
+            _decades(r.decades),
+            # md_table escapes the pipes of "mean |g|"; md_text must not escape them twice
+            ("**regression**: " if r.regression else "") + md_text(r.why).replace("\\|", "|"),
+        ]
+        for r in rows
+    ]
+    return md_table(header, cells)
+
+
+def _md_side(side: ProfileRow | None) -> str:
+    if side is None:
+        return "-"
+    return f"{side.status}{_mean(side)}"
+
+
+def _mean(side: ProfileRow) -> str:
+    """` 0.31`: an ok row's mean |g| (a non-finite row's is over its finite part: not shown)."""
+    if side.status != Status.OK or side.mean_abs is None:
+        return ""
+    return f" {number(side.mean_abs)}"
+
+
+def html(report: DiffReport, *, show_all: bool = False, **_: Any) -> str:
+    """One self-contained page: the verdict, both files and the probe, a sortable table of
+    the rows (the changed ones, regressions first, or all with `show_all`)."""
+    from layergrad.render.html_page import badge, cell, definition_list, el, join, page, table
+
+    kinds = {"ok": "ok", "none": "bad", "nonfinite": "bad", "zero": "warn", "integer": "muted"}
+
+    def side(row: ProfileRow | None) -> Any:
+        if row is None:
+            return cell("-", sort="")
+        return cell(join([badge(row.status.value, kinds.get(row.status, "muted")), _mean(row)]))
+
+    def decades(value: float | None) -> Any:
+        return cell(_decades(value), sort="" if value is None else repr(value), num=True)
+
+    rows = shown_rows(report, show_all)
+    hidden = len(report.rows) - len(rows)
+    body = [
+        el("h1", "layergrad diff"),
+        el("p", verdict_line(report), class_=f"verdict {'bad' if report.regressions else 'ok'}"),
+        definition_list(
+            [
+                (label, join([el("code", m.path), f"  {m.class_name} {m.name!r}, {m.format}"]))
+                for label, m in (("base", report.base), ("new", report.new))
+            ]
+            + [("probe", probe_line(report.probe, _what(report)).removeprefix("probe: "))]
+        ),
+        table(
+            ["", row_word(report), "base", "new", "decades", "why"],
+            [
+                [
+                    cell(badge("regression", "bad") if r.regression else ""),
+                    cell(el("code", r.name), sort=r.name),
+                    side(r.base),
+                    side(r.new),
+                    decades(r.decades),
+                    cell(r.why),
+                ]
+                for r in rows
+            ],
+            numeric=[4],
+            row_classes=["failed" if r.regression else None for r in rows],
+        )
+        if rows
+        else None,
+        el("p", f"{hidden} unchanged rows not shown (--all shows every row)", class_="muted")
+        if hidden
+        else None,
+    ]
+    return page("layergrad diff", body)
