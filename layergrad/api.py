@@ -21,6 +21,7 @@ from typing import Any
 from layergrad.errors import InputError
 from layergrad.pipeline import PathLike, ProbeOptions, open_session
 from layergrad.results import InspectReport, ScanReport, WeightScanReport
+from layergrad.vocab import Measure
 
 __all__ = ["ProbeOptions", "inspect_model", "save_gradients", "scan_model", "scan_weights_model"]
 
@@ -33,6 +34,9 @@ def inspect_model(
     imports: Sequence[str] = (),
     unsafe: bool = False,
     options: ProbeOptions | None = None,
+    measure: str = "gradient",
+    probes: int | None = None,
+    exact: bool = False,
     **probe: Any,
 ) -> InspectReport:
     """Gradient of each target layer's activation with respect to the source layer's.
@@ -44,6 +48,10 @@ def inspect_model(
         imports: modules (names or `.py` paths) that register custom layers.
         unsafe: let Keras deserialize Python code in the file.
         options, **probe: how to make the probe batch and run the model (`ProbeOptions`).
+        measure: "gradient" (d reduce(to) / d from), or "jacobian" to also measure the
+            per-sample Jacobians d to[i] / d from[i] (`Result.jacobian`).
+        probes: K random projections; forces the estimated Jacobian norms.
+        exact: forces the exact Jacobian norms (not with `probes`).
 
     Returns:
         An InspectReport with one Result per target, in order.
@@ -53,8 +61,10 @@ def inspect_model(
     """
     if not targets:
         raise InputError("give at least one target layer (--to)")
-    from layergrad import diagnose, layer_refs
+    from layergrad import diagnose, jacobian, layer_refs
     from layergrad import probe as probing
+
+    jacobian.check_options(measure, probes, exact)
 
     session = open_session(
         path,
@@ -66,14 +76,26 @@ def inspect_model(
     model, opts = session.model, session.options
     source_site = layer_refs.resolve(model, source)
     target_sites = [layer_refs.resolve(model, ref) for ref in targets]
-    run = probing.run_probe(
-        model,
-        session.batch,
-        [source_site],
-        target_sites,
-        training=opts.training,
-        reduce=opts.reduce,
-    )
+    live = None
+    if measure == Measure.JACOBIAN:  # one forward pass serves the gradient and the Jacobians
+        live = probing.live_probe(
+            model,
+            session.batch,
+            [source_site],
+            target_sites,
+            training=opts.training,
+            reduce=opts.reduce,
+        )
+        run = probing.probe_gradients(live)
+    else:
+        run = probing.run_probe(
+            model,
+            session.batch,
+            [source_site],
+            target_sites,
+            training=opts.training,
+            reduce=opts.reduce,
+        )
     results = diagnose.build_results(run, session.info.graph, session.diagnoser)
     notes = [
         diagnose.softmax_target_note(site, "take --to the layer before it") for site in target_sites
@@ -82,6 +104,9 @@ def inspect_model(
         replace(res, warnings=(*res.warnings, note)) if note else res
         for res, note in zip(results, notes, strict=True)
     )
+    if live is not None:
+        how = jacobian.JacobianOptions(probes, exact, opts.seed)
+        results = jacobian.with_jacobians(results, live, how)
     return InspectReport(model=session.model_meta, probe=session.probe_meta, results=results)
 
 
@@ -93,6 +118,9 @@ def scan_model(
     imports: Sequence[str] = (),
     unsafe: bool = False,
     options: ProbeOptions | None = None,
+    measure: str = "gradient",
+    probes: int | None = None,
+    exact: bool = False,
     **probe: Any,
 ) -> ScanReport:
     """Gradient of one target with respect to every layer's output, in one backward pass.
@@ -101,6 +129,9 @@ def scan_model(
         target: a layer reference; None differentiates a seeded random projection of the
             model's outputs (not degenerate for softmax outputs, unlike their sum).
         layers: shell globs (`conv*`, `encoder/*`) that keep only matching layers.
+        measure: "jacobian" also gives each row the per-sample Frobenius norms of
+            d target[i] / d layer[i] (`ScanRow.jacobian`), from K backward passes in all
+            (`probes`, or exactly from one pass per target entry: `exact`).
         (the rest as in `inspect_model`; `scan_weights_model` differentiates the loss instead)
 
     Returns:
@@ -110,8 +141,10 @@ def scan_model(
         >>> [r.layer for r in rows][:2]
         ['x', 'stem']
     """
+    from layergrad.jacobian import JacobianOptions, check_options
     from layergrad.scan import scan_session
 
+    check_options(measure, probes, exact)
     session = open_session(
         path,
         options or ProbeOptions(**probe),
@@ -120,7 +153,10 @@ def scan_model(
         imports=imports,
         unsafe=unsafe,
     )
-    return scan_session(session, target, layers)
+    how = None
+    if measure == Measure.JACOBIAN:
+        how = JacobianOptions(probes, exact, session.options.seed)
+    return scan_session(session, target, layers, jacobian=how)
 
 
 def scan_weights_model(

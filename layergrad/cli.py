@@ -20,6 +20,7 @@ from layergrad.cli_options import (
     handle_errors,
     load_options,
     max_memory_option,
+    measure_options,
     plot_option,
     probe_options,
     tolerance_option,
@@ -57,6 +58,7 @@ def main() -> None:
     help="Layer whose output is differentiated. Repeatable.",
 )
 @probe_options
+@measure_options
 @format_options
 @plot_option
 @click.option(
@@ -78,6 +80,7 @@ def inspect(
     source: str,
     targets: tuple[str, ...],
     probe: Any,
+    measure: dict[str, Any],
     fmt: OutputFormat,
     plot_file: str | None,
     save_gradient: str | None,
@@ -90,6 +93,10 @@ def inspect(
 
     Computes d sum(TO) / d FROM over the whole probe batch (what tape.gradient
     returns) and flags None, zero and non-finite results with their causes.
+    With --measure jacobian it also reports, per sample i, the Frobenius and
+    spectral norms of J_i = d TO[i] / d FROM[i] and which FROM units move TO
+    most: exact when one sample's J has at most 2^20 entries, else estimated
+    (--probes K random projections, power iteration) with error bars.
 
     \b
     Layer references (REF):
@@ -104,6 +111,8 @@ def inspect(
         layergrad inspect model.keras --from embedding --to head --to pool --json
         layergrad inspect model.h5 --from 1 --to -1 --input batch.npy --fail-on none,nonfinite
         layergrad inspect model.keras --from dense --to dense_1 --format html > report.html
+        layergrad inspect model.keras --from dense --to dense_1 --measure jacobian
+        layergrad inspect model.keras --from conv1 --to conv5 --measure jacobian --probes 64
     """
     from layergrad import api, outputs, plot
 
@@ -118,7 +127,7 @@ def inspect(
     if save_gradient:
         outputs.check_target(save_gradient, "--save-gradient", save_gradient[-3:], reads)
     result = api.inspect_model(
-        model, source, list(targets), imports=imports, unsafe=unsafe, options=probe
+        model, source, list(targets), imports=imports, unsafe=unsafe, options=probe, **measure
     )
     emit("inspect", fmt, result, result.model.warnings)
     if plot_file:
@@ -193,6 +202,7 @@ def layers(
     help="With --wrt weights: a keras.losses name (default: the loss compiled in the file).",
 )
 @probe_options
+@measure_options
 @format_options
 @plot_option
 @click.option(
@@ -211,6 +221,7 @@ def scan(
     wrt: str,
     loss: str | None,
     probe: Any,
+    measure: dict[str, Any],
     fmt: OutputFormat,
     plot_file: str | None,
     fail_on: frozenset[str],
@@ -227,7 +238,10 @@ def scan(
     the answer to Keras's "Gradients do not exist for variables". Flags: blocked
     (None), nonfinite, dead (mostly exact zeros), vanishing / exploding (1e6
     times below / above the target end). Integer-valued layers are shown as not
-    differentiable.
+    differentiable. With --measure jacobian each layer also gets the per-sample
+    Frobenius norm of d target[i] / d layer[i], from K backward passes in all
+    (--probes K), or exact when the target has at most 32 entries per sample
+    (--exact forces it).
 
     \b
     Examples:
@@ -236,6 +250,7 @@ def scan(
         layergrad scan model.keras --fail-on blocked,nonfinite
         layergrad scan model.keras --plot flow.png --format html > scan.html
         layergrad scan model.keras --wrt weights --loss sparse_categorical_crossentropy
+        layergrad scan model.keras --measure jacobian --probes 16
     """
     from layergrad import api, outputs, plot
 
@@ -243,6 +258,8 @@ def scan(
         raise click.UsageError("--to and --layers choose activations; drop them with --wrt weights")
     if loss and wrt != Wrt.WEIGHTS:
         raise click.UsageError("--loss needs --wrt weights")
+    if wrt == Wrt.WEIGHTS and measure["measure"] != "gradient":
+        raise click.UsageError("--measure jacobian is for activations; drop it with --wrt weights")
     reads = [model, probe.input_file, *imports]
     if plot_file:
         plot.check_plot_path(plot_file, reads)
@@ -256,7 +273,13 @@ def scan(
         rows: Any = weights.variables
     else:
         activations = api.scan_model(
-            model, target=target, layers=patterns, imports=imports, unsafe=unsafe, options=probe
+            model,
+            target=target,
+            layers=patterns,
+            imports=imports,
+            unsafe=unsafe,
+            options=probe,
+            **measure,
         )
         result, rows = activations, activations.rows
         emit("scan", fmt, activations, activations.model.warnings)

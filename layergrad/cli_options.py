@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from layergrad.errors import LayergradError, describe
-from layergrad.vocab import OutputFormat, Word
+from layergrad.vocab import Measure, OutputFormat, Word
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -170,6 +170,44 @@ def probe_options(func: F) -> F:
                 help="Run the model in training mode (default: inference).",
             ),
             max_memory_option,
+        ],
+    )
+
+
+def measure_options(func: F) -> F:
+    """`--measure`, `--probes`, `--exact` (inspect, scan); the command receives `measure`, a
+    dict of the API's keyword arguments of the same names."""
+
+    @functools.wraps(func)
+    def bundled(*args: Any, **kwargs: Any) -> Any:
+        kwargs["measure"] = {key: kwargs.pop(key) for key in ("measure", "probes", "exact")}
+        return func(*args, **kwargs)
+
+    return _stack(
+        bundled,
+        [
+            click.option(
+                "--measure",
+                type=click.Choice(Measure.words()),
+                default=Measure.GRADIENT.value,
+                show_default=True,
+                help="gradient: d reduce(to) / d from. jacobian: also the norms of the "
+                "per-sample Jacobians d to[i] / d from[i] (Frobenius, spectral, per unit).",
+            ),
+            click.option(
+                "--probes",
+                type=int,
+                metavar="K",
+                help="Estimate the Jacobian norms from K random projections (default 32 when "
+                "estimating); forces the estimate.",
+            ),
+            click.option(
+                "--exact",
+                is_flag=True,
+                help="Compute the Jacobian norms exactly, from every row of the Jacobians "
+                "(the default for inspect when one sample's has at most 2^20 entries, for scan "
+                "when the target has at most 32 entries per sample).",
+            ),
         ],
     )
 

@@ -71,13 +71,54 @@ def run_probe(
     Returns:
         A ProbeRun; a gradient is None where the tape found no differentiable path.
     """
+    live = live_probe(
+        model,
+        batch,
+        sources,
+        targets,
+        training=training,
+        reduce=reduce,
+        persistent=len(targets) > 1,
+    )
+    return probe_gradients(live)
+
+
+@dataclass(frozen=True)
+class LiveProbe:
+    """One forward pass still on its tape: the watched sources and the captured targets.
+
+    `sources[i]` is the watched tensor of `source_sites[i]` (a fresh copy of the layer's
+    output), `targets[j]` the captured tensor of `target_sites[j]` and `scalars[j]` its
+    reduction (None for an integer target). With a persistent tape any number of gradients,
+    vector-Jacobian products and Jacobians can be taken from it (`jacobian.py`).
+    """
+
+    tape: Any
+    source_sites: tuple[Site, ...]
+    target_sites: tuple[Site, ...]
+    sources: tuple[Any, ...]
+    targets: tuple[Any, ...]
+    scalars: tuple[Any, ...]
+
+
+def live_probe(
+    model: Any,
+    batch: ProbeBatch,
+    sources: Sequence[Site],
+    targets: Sequence[Site],
+    *,
+    training: bool = False,
+    reduce: str = "sum",
+    persistent: bool = True,
+) -> LiveProbe:
+    """The forward pass of `run_probe`, with nothing differentiated yet (args as there)."""
     tf, _ = quiet_import()
     reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
     inputs = [tf.convert_to_tensor(a) for a in batch.arrays]
     sites = [*sources, *targets]
     captured: dict[tuple[str, int], Any] = {}
     source_keys = {_key(s) for s in sources}
-    tape = tf.GradientTape(persistent=len(targets) > 1)
+    tape = tf.GradientTape(persistent=persistent)
     with tape:
 
         def on_call(key: tuple[str, int], flat: list[Any], _args: Any = None) -> list[Any]:
@@ -97,15 +138,29 @@ def run_probe(
         with _capturing(_site_groups(sites), on_call) as calls:
             _forward(model, inputs, training)
         _check_all_called(sites, captured, calls)
-        scalars = [
+        scalars = tuple(
             reducer(captured[_key(t)]) if captured[_key(t)].dtype.is_floating else None
             for t in targets
-        ]
-    watched = [captured[_key(s)] for s in sources]
-    gradients = tuple(_gradients(tape, scalar, watched) for scalar in scalars)
+        )
+    return LiveProbe(
+        tape=tape,
+        source_sites=tuple(sources),
+        target_sites=tuple(targets),
+        sources=tuple(captured[_key(s)] for s in sources),
+        targets=tuple(captured[_key(t)] for t in targets),
+        scalars=scalars,
+    )
+
+
+def probe_gradients(live: LiveProbe) -> ProbeRun:
+    """d reduce(target) / d source for every pair of a live probe."""
+    watched = list(live.sources)
+    gradients = tuple(_gradients(live.tape, scalar, watched) for scalar in live.scalars)
     return ProbeRun(
-        sources=tuple(_activation(s, captured[_key(s)]) for s in sources),
-        targets=tuple(_activation(t, captured[_key(t)]) for t in targets),
+        sources=tuple(_activation(s, t) for s, t in zip(live.source_sites, watched, strict=True)),
+        targets=tuple(
+            _activation(s, t) for s, t in zip(live.target_sites, live.targets, strict=True)
+        ),
         gradients=gradients,
     )
 
@@ -164,13 +219,57 @@ def run_trace(
     everywhere). The same backward pass gives the gradients of `variables`. This is the
     engine of `scan` and of the diagnosis of a failed `inspect`.
     """
+    live = live_trace(
+        model,
+        batch,
+        target,
+        training=training,
+        reduce=reduce,
+        seed=seed,
+        objective=objective,
+        persistent=False,
+    )
+    return trace_gradients(live, variables)
+
+
+@dataclass(frozen=True)
+class LiveTrace:
+    """The forward pass of `run_trace` still on its tape, nothing differentiated yet.
+
+    `records` holds (site, the call's flattened outputs as passed on, its positional
+    arguments), model inputs first; `outputs` is what the model returned; `scalar` is the
+    target `run_trace` differentiates; `ends` are the unreduced tensors the target is made
+    of (every floating-point model output, or the target site's tensor), for measures that
+    need more than one gradient (`jacobian_scan.py`).
+    """
+
+    tape: Any
+    records: tuple[tuple[Site, tuple[Any, ...], Any], ...]
+    outputs: Any
+    ends: tuple[Any, ...]
+    scalar: Any
+    target: Activation | None
+
+
+def live_trace(
+    model: Any,
+    batch: ProbeBatch,
+    target: Site | None = None,
+    *,
+    training: bool = False,
+    reduce: str = "sum",
+    seed: int = 0,
+    objective: Objective | None = None,
+    persistent: bool = True,
+) -> LiveTrace:
+    """The forward pass of `run_trace` (args as there), every leaf-layer call watched."""
     from layergrad.layer_refs import input_names, iter_layers
 
     tf, _ = quiet_import()
     reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
     tensors = [tf.convert_to_tensor(a) for a in batch.arrays]
-    records: list[tuple[Site, list[Any], Any]] = []
-    tape = tf.GradientTape()
+    records: list[tuple[Site, tuple[Any, ...], Any]] = []
+    tape = tf.GradientTape(persistent=persistent)
     with tape:
 
         def on_call(key: tuple[str, int], flat: list[Any], args: Any) -> list[Any]:
@@ -180,32 +279,40 @@ def run_trace(
                     tape.watch(t)
             path, call = key
             site = Site(ref=f"{path}@{call}" if call else path, path=path, call=call)
-            records.append((site, fresh, args))
+            records.append((site, tuple(fresh), args))
             return fresh
 
         for i, (name, tensor) in enumerate(zip(input_names(model), tensors, strict=False)):
             if _is_float(tensor):
                 tape.watch(tensor)
-            records.append((Site(ref=name, path=name, call=0, input_index=i), [tensor], None))
+            records.append((Site(ref=name, path=name, call=0, input_index=i), (tensor,), None))
         with _capturing(_unique_leaves(iter_layers(model)), on_call) as calls:
             outputs = _forward(model, tensors, training)
         target_act = None
+        ends = tuple(o for o in tf.nest.flatten(outputs) if _is_float(o))
         if target is not None:
             found = [f for s, f, _ in records if _key(s) == _key(target)]
             if not found:
                 _check_all_called([target], {}, calls)
-            scalar = reducer(found[0][0]) if _is_float(found[0][0]) else None
+            ends = (found[0][0],) if _is_float(found[0][0]) else ()
+            scalar = reducer(found[0][0]) if ends else None
             target_act = _activation(target, found[0][0])
         elif objective is not None:
             scalar = objective(outputs)
         else:
-            floats = [o for o in tf.nest.flatten(outputs) if _is_float(o)]
             rng = np.random.default_rng(seed)
-            projected = [o * tf.cast(rng.standard_normal(o.shape), o.dtype) for o in floats]
+            projected = [o * tf.cast(rng.standard_normal(o.shape), o.dtype) for o in ends]
             sums = [tf.cast(reducer(p), tf.float32) for p in projected]
             scalar = tf.add_n(sums) if sums else None
+    return LiveTrace(tape, tuple(records), outputs, ends, scalar, target_act)
+
+
+def trace_gradients(live: LiveTrace, variables: Sequence[Any] = ()) -> Trace:
+    """The backward pass of `run_trace`: d target / d every watched call (and `variables`)."""
+    tf, _ = quiet_import()
+    records = live.records
     watched = [t for _, flat, _ in records for t in flat]
-    all_grads = _gradients(tape, scalar, [*watched, *variables])
+    all_grads = _gradients(live.tape, live.scalar, [*watched, *variables])
     flat_grads = iter(all_grads[: len(watched)])
     activations, gradients = [], []
     for site, flat, _ in records:
@@ -219,11 +326,11 @@ def run_trace(
     return Trace(
         activations=tuple(activations),
         gradients=tuple(gradients),
-        target=target_act,
+        target=live.target,
         args=tuple(_specs(args) for _, _, args in records),
         arg_sources=tuple(_sources(args, produced) for _, _, args in records),
         variable_gradients=all_grads[len(watched) :],
-        outputs=tuple(produced.get(id(t)) for t in tf.nest.flatten(outputs)),
+        outputs=tuple(produced.get(id(t)) for t in tf.nest.flatten(live.outputs)),
     )
 
 

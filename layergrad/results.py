@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from layergrad.vocab import CauseCode, Finding, Flag, Status
+from layergrad.vocab import CauseCode, Finding, Flag, JacobianMethod, Status
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,61 @@ class Cause:
 
 
 @dataclass(frozen=True)
+class FrobeniusNorms:
+    """||J_i||_F for each sample i of the probe batch, exact or estimated.
+
+    `sample_rel_stderr[i]` is the relative standard error of the estimate of sample i (from
+    the spread of its K random projections); `rel_stderr` is the largest of them. Both are
+    empty / None when the norms are exact.
+    """
+
+    per_sample: tuple[float, ...]
+    mean: float
+    max: float
+    rel_stderr: float | None = None
+    sample_rel_stderr: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class SpectralNorms:
+    """||J_i||_2 (largest singular value) for each sample: exact, or by power iteration.
+
+    `iterations` is None when exact; `converged` is False when power iteration stopped at its
+    iteration limit before the relative change fell below its tolerance.
+    """
+
+    per_sample: tuple[float, ...]
+    mean: float
+    max: float
+    iterations: int | None = None
+    converged: bool = True
+
+
+@dataclass(frozen=True)
+class JacobianStats:
+    """Norms of the per-sample Jacobians J_i = d to[i] / d from[i] (batch axis removed).
+
+    `unit_sensitivity[u]` is the norm of J_i's columns for unit u of `from`'s last axis,
+    root-mean-square over samples. `batch_independent` is False when to[i] also depends on
+    other samples' from[j]; the norms are then those of the diagonal blocks.
+    """
+
+    method: JacobianMethod
+    probes: int | None  # K random projections (estimate), None when exact
+    batch_independent: bool
+    frobenius: FrobeniusNorms
+    spectral: SpectralNorms | None  # None when it cannot be computed (see the warnings)
+    unit_sensitivity: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class ScanJacobian:
+    """The per-sample Frobenius norm of d target[i] / d this layer's output[i] (scan rows)."""
+
+    frobenius: FrobeniusNorms
+
+
+@dataclass(frozen=True)
 class Result:
     """The gradient of one `--to` activation with respect to the `--from` activation."""
 
@@ -53,6 +108,7 @@ class Result:
     causes: tuple[Cause, ...] = ()
     warnings: tuple[str, ...] = ()
     array: np.ndarray | None = field(default=None, repr=False, compare=False)
+    jacobian: JacobianStats | None = None  # with --measure jacobian
 
 
 @dataclass(frozen=True)
@@ -118,6 +174,7 @@ class ScanRow:
     gradient: GradientStats | None
     flags: tuple[Flag, ...] = ()
     causes: tuple[Cause, ...] = ()
+    jacobian: ScanJacobian | None = None  # with --measure jacobian
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,12 @@ from layergrad.diagnose import Diagnoser, softmax_target_note
 from layergrad.errors import LayerNotFound
 from layergrad.forward import constant_outputs, first_nonfinite, unscaled_input
 from layergrad.graph import ModelGraph
+from layergrad.jacobian import JacobianOptions
+from layergrad.jacobian_scan import with_jacobians
 from layergrad.layer_refs import Site, iter_layers, no_glob_match_message, ref_of, resolve
 from layergrad.locate import trunk
 from layergrad.pipeline import Session
-from layergrad.probe import Activation, Trace, run_trace
+from layergrad.probe import Activation, Trace, live_trace, run_trace, trace_gradients
 from layergrad.results import ScanReport, ScanRow
 from layergrad.stats import gradient_stats, status_of
 from layergrad.vocab import Flag, Status
@@ -34,15 +36,33 @@ STRUCTURAL = ("softmax_one_unit", "zero_weights")  # constant whatever the mode 
 
 
 def scan_session(
-    session: Session, target: str | None = None, patterns: Sequence[str] = ()
+    session: Session,
+    target: str | None = None,
+    patterns: Sequence[str] = (),
+    jacobian: JacobianOptions | None = None,
 ) -> ScanReport:
     """Gradient of one target with respect to every layer's output, in one backward pass.
 
     `target` is a layer reference, or None for a seeded random projection of the model's
     outputs (see `probe.run_trace`); `patterns` (shell globs) keep only matching rows.
+    With `jacobian`, rows also get per-sample Jacobian norms (`jacobian_scan`), from the same
+    forward pass.
     """
     model, options = session.model, session.options
     site = None if target is None else resolve(model, target)
+    if jacobian is not None:  # one forward pass serves the gradient and the Jacobians
+        live = live_trace(
+            model,
+            session.batch,
+            site,
+            training=options.training,
+            reduce=options.reduce,
+            seed=options.seed,
+        )
+        trace = trace_gradients(live)
+        report = scan_report(session, trace, site, patterns)
+        rows, notes = with_jacobians(report.rows, trace, live, jacobian)
+        return replace(report, rows=rows, notes=(*report.notes, *notes))
     trace = run_trace(
         model,
         session.batch,

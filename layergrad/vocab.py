@@ -123,3 +123,17 @@ class OutputFormat(Word):
     JSON = "json"  # for programs
     MARKDOWN = "markdown"  # for pull-request comments
     HTML = "html"  # one self-contained page, for CI artifacts
+
+
+class Measure(Word):
+    """What `inspect` and `scan` measure between two activations (`--measure`)."""
+
+    GRADIENT = "gradient"  # d reduce(to) / d from: one gradient of a sum
+    JACOBIAN = "jacobian"  # also the norms of the per-sample Jacobians d to[i] / d from[i]
+
+
+class JacobianMethod(Word):
+    """How the Jacobian norms were obtained."""
+
+    EXACT = "exact"  # every entry of every J_i
+    ESTIMATE = "estimate"  # random projections (Frobenius) and power iteration (spectral)

@@ -68,6 +68,21 @@ def summed(fn: Callable[[object], object]) -> Callable[[np.ndarray], float]:
     return lambda h: float(np.sum(np.asarray(fn(tf.constant(h, dtype=tf.float32)), np.float64)))
 
 
+def per_sample_jacobians(first, rest, x):
+    """J_i = d rest(h)[i] / d h[i], h = first(x), one sample at a time, one element at a time."""
+    h_all = np.asarray(first(tf.constant(x)))
+    out = []
+    for i in range(len(x)):
+        h = tf.constant(h_all[i : i + 1])
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(h)
+            y = tf.reshape(rest(h), [-1])
+            elements = [y[j] for j in range(int(y.shape[0]))]
+        rows = [np.asarray(tape.gradient(e, h)).reshape(-1) for e in elements]
+        out.append(np.stack(rows))
+    return out
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--overwrite", action="store_true", help="Rewrite the golden files in tests/golden/."

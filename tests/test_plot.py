@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -178,17 +178,10 @@ def test_inspect_without_a_finite_gradient_says_so_in_words():
     assert fig.axes == [] and "nothing to chart" in " ".join(t.get_text() for t in fig.texts)
 
 
-@dataclass(frozen=True)
-class JacobianRow(ScanRow):
-    """A scan row as `--measure jacobian` makes it (the field another branch adds)."""
-
-    jacobian: Any = None
-
-
 def test_the_jacobian_profile_is_drawn_when_rows_carry_one(tmp_path):
     base = scan_model(sample("hand_set.keras"), target="b")
     forms = [SimpleNamespace(frobenius=SimpleNamespace(mean=3.0)), {"frobenius": {"mean": 40.0}}, None]  # fmt: skip
-    rows = tuple(JacobianRow(**vars(r), jacobian=j) for r, j in zip(base.rows, forms, strict=True))  # type: ignore[arg-type]
+    rows = tuple(replace(r, jacobian=j) for r, j in zip(base.rows, forms, strict=True))
     report = ScanReport(base.model, base.probe, None, rows)
     fig = plot.scan_figure(report)
     points = by_gid(fig, "lg-jac-")

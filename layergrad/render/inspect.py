@@ -12,6 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from layergrad.render import jacobian
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
@@ -63,7 +64,9 @@ def table(report: InspectReport, *, color: bool = False, width: int | None = 100
     ranked = [
         r for r in report.results if r.status == Status.OK and r.gradient and r.gradient.top_units
     ]
-    if ranked:
+    if any(r.jacobian for r in report.results):  # --measure jacobian: its norms and ranking
+        items += jacobian.inspect_items(report.results, width)
+    elif ranked:
         items.append(_units_table(ranked))
     return to_text(items, color=color, width=width)
 
@@ -141,14 +144,17 @@ def as_json(report: InspectReport, **_: Any) -> str:
 
 
 def result_json(res: Result) -> dict[str, Any]:
-    """One result as a JSON-ready dict."""
-    return {
+    """One result as a JSON-ready dict (`jacobian` only with --measure jacobian)."""
+    doc = {
         "from": _endpoint_json(res.source),
         "to": _endpoint_json(res.target),
         "status": res.status,
         "gradient": gradient_json(res.gradient, shape=True),
         "causes": [cause_json(c) for c in res.causes],
     }
+    if res.jacobian is not None:
+        doc["jacobian"] = jacobian.jacobian_json(res.jacobian)
+    return doc
 
 
 def _endpoint_json(e: Endpoint) -> dict[str, Any]:
@@ -186,7 +192,11 @@ def markdown(report: InspectReport, **_: Any) -> str:
         for w in r.warnings
     ]
     return (
-        head + md_table(header, rows) + "".join(f"\n{n}" for n in notes) + ("\n" if notes else "")
+        head
+        + md_table(header, rows)
+        + jacobian.inspect_markdown(report.results)
+        + "".join(f"\n{n}" for n in notes)
+        + ("\n" if notes else "")
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from layergrad.render import jacobian
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
@@ -45,10 +46,16 @@ COLUMNS = (
 
 def table(report: ScanReport, *, color: bool = False, width: int | None = 100) -> str:
     """The scan table in depth order, then notes and the causes of blocked / non-finite rows."""
-    scale = _log_range(report.rows)
+    if any(row.jacobian for row in report.rows):  # --measure jacobian: the ‖J‖F profile
+        scale = jacobian.scan_scale(report.rows)
+        cells = [jacobian.scan_cells(r, _status_cell(r), scale) for r in report.rows]
+        body = fitted_table(jacobian.SCAN_COLUMNS, cells, width)
+    else:
+        scale = _log_range(report.rows)
+        body = fitted_table(COLUMNS, [_cells(row, scale) for row in report.rows], width)
     items: list[RenderableType] = [
         model_header(report.model, report.probe, f"d {target_text(report)} / d each layer"),
-        fitted_table(COLUMNS, [_cells(row, scale) for row in report.rows], width),
+        body,
     ]
     items += [Text(f"note: {note}", style="yellow") for note in report.notes]
     for row in _distinct_causes([r for r in report.rows if r.causes]):
@@ -70,6 +77,10 @@ def _cells(row: ScanRow, scale: tuple[float, float] | None) -> list[RenderableTy
         _bar(row, scale),
         Text(", ".join(row.flags), style="yellow" if row.flags else ""),
     ]
+
+
+def _status_cell(row: ScanRow) -> Text:
+    return Text(_status_label(row), style=STATUS_STYLE.get(row.status, ""))
 
 
 def target_text(report: ScanReport) -> str:
@@ -124,7 +135,14 @@ def as_json(report: ScanReport, **_: Any) -> str:
 
 
 def row_json(row: ScanRow) -> dict[str, Any]:
-    """One scan row as a JSON-ready dict."""
+    """One scan row as a JSON-ready dict (`jacobian` only with --measure jacobian)."""
+    doc = _row_json(row)
+    if row.jacobian is not None:
+        doc["jacobian"] = jacobian.scan_jacobian_json(row.jacobian)
+    return doc
+
+
+def _row_json(row: ScanRow) -> dict[str, Any]:
     g = row.gradient
     return {
         "layer": row.layer,
@@ -158,6 +176,10 @@ def markdown(report: ScanReport, **_: Any) -> str:
     ]
     notes = "".join(f"\n> note: {md_text(note)}\n" for note in report.notes)
     header = ["layer", "class", "shape", "status", "mean \\|g\\|", "flags", "causes"]
+    if any(r.jacobian for r in report.rows):  # --measure jacobian: two more columns
+        header[5:5] = ["‖J‖F mean", "± s.e."]
+        extra = [jacobian.scan_markdown_cells(r) for r in report.rows]
+        rows = [[*c[:5], *e, *c[5:]] for c, e in zip(rows, extra, strict=True)]
     return head + md_table(header, rows) + notes
 
 

@@ -1,0 +1,256 @@
+"""Render per-sample Jacobian norms (`--measure jacobian`) for `inspect` and `scan`.
+
+Pure functions of the result objects, kept apart from the command renderers, which call them
+only when a result carries Jacobian norms (so `--measure gradient` output is unchanged).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from layergrad.render.common import Column, fitted_table, md_code, md_table, number
+from layergrad.results import (
+    FrobeniusNorms,
+    JacobianStats,
+    Result,
+    ScanJacobian,
+    ScanRow,
+    SpectralNorms,
+)
+
+TOP_UNITS = 10
+MD_HEADER = (
+    *("from", "to", "method", "‖J‖F mean", "‖J‖F max", "± s.e.", "‖J‖2 mean", "‖J‖2 max"),
+    *("batch independent", "most sensitive units"),
+)
+BAR_WIDTH = 16
+
+
+# --- JSON -----------------------------------------------------------------------------------
+
+
+def jacobian_json(j: JacobianStats) -> dict[str, Any]:
+    """An inspect result's `jacobian` member."""
+    return {
+        "method": j.method,
+        "probes": j.probes,
+        "batch_independent": j.batch_independent,
+        "frobenius": frobenius_json(j.frobenius),
+        "spectral": None if j.spectral is None else spectral_json(j.spectral),
+        "unit_sensitivity": [_finite(u) for u in j.unit_sensitivity],
+    }
+
+
+def scan_jacobian_json(j: ScanJacobian) -> dict[str, Any]:
+    """A scan row's `jacobian` member."""
+    return {"frobenius": frobenius_json(j.frobenius)}
+
+
+def frobenius_json(f: FrobeniusNorms) -> dict[str, Any]:
+    """`{per_sample, mean, max, rel_stderr}`; rel_stderr is null when exact."""
+    return {
+        "per_sample": [_finite(x) for x in f.per_sample],
+        "mean": _finite(f.mean),
+        "max": _finite(f.max),
+        "rel_stderr": None if f.rel_stderr is None else _finite(f.rel_stderr),
+    }
+
+
+def spectral_json(s: SpectralNorms) -> dict[str, Any]:
+    """`{per_sample, mean, max, iterations}`; iterations is null when exact."""
+    return {
+        "per_sample": [_finite(x) for x in s.per_sample],
+        "mean": _finite(s.mean),
+        "max": _finite(s.max),
+        "iterations": s.iterations,
+    }
+
+
+def _finite(value: float) -> float | None:
+    """JSON has no NaN or Infinity: such a value is written as null."""
+    return value if math.isfinite(value) else None
+
+
+# --- inspect tables -------------------------------------------------------------------------
+
+NORM_COLUMNS = (
+    Column("from", name_like=True),
+    Column("to", name_like=True),
+    Column("method"),
+    Column("‖J‖F mean", "right"),
+    Column("‖J‖F max", "right", drop=5),
+    Column("± s.e.", "right", drop=1),
+    Column("‖J‖2 mean", "right"),
+    Column("‖J‖2 max", "right", drop=4),
+    Column("iterations", "right", drop=2),
+    Column("batch", drop=3),
+)
+
+
+def inspect_items(results: Sequence[Result], width: int | None) -> list[RenderableType]:
+    """The per-sample norms table and the unit-sensitivity ranking, for results that have them."""
+    measured = [(r, r.jacobian) for r in results if r.jacobian is not None]
+    if not measured:
+        return []
+    title = Text("per-sample Jacobian norms, J_i = d to[i] / d from[i]", style="bold")
+    items: list[RenderableType] = [
+        Group(title, fitted_table(NORM_COLUMNS, [_norm_cells(r, j) for r, j in measured], width))
+    ]
+    ranked = [(r, j) for r, j in measured if j.unit_sensitivity]
+    if ranked:
+        items.append(_units_table(ranked))
+    return items
+
+
+def _norm_cells(res: Result, j: JacobianStats) -> list[RenderableType]:
+    f, s = j.frobenius, j.spectral
+    method = _method(j)
+    return [
+        res.source.layer,
+        res.target.layer,
+        method,
+        number(f.mean),
+        number(f.max),
+        stderr_text(f),
+        number(s.mean) if s else "-",
+        number(s.max) if s else "-",
+        "-" if s is None or s.iterations is None else str(s.iterations),
+        "independent" if j.batch_independent else Text("mixed", style="yellow"),
+    ]
+
+
+def _method(j: JacobianStats) -> str:
+    return j.method if j.probes is None else f"{j.method} K={j.probes}"
+
+
+def stderr_text(f: FrobeniusNorms) -> str:
+    """`±1.2%`: the largest relative standard error of a sample; `-` when exact."""
+    return "-" if f.rel_stderr is None else f"±{f.rel_stderr:.1%}"
+
+
+def _units_table(results: Sequence[tuple[Result, JacobianStats]]) -> Group:
+    """Units of the source's last axis ranked by their Jacobian column norm, per target."""
+    title = Text(
+        f"most sensitive units of {results[0][0].source.layer} (norm of J_i's columns for the "
+        "unit, root-mean-square over samples)",
+        style="bold",
+    )
+    table = Table(box=box.SIMPLE, pad_edge=False)
+    table.add_column("rank", justify="right")
+    ranked = []
+    for res, j in results:
+        values = j.unit_sensitivity
+        order = sorted(range(len(values)), key=lambda u: (-values[u], u))[:TOP_UNITS]
+        ranked.append([(u, values[u]) for u in order])
+        table.add_column(Text(f"→ {res.target.layer}"), justify="right", overflow="fold")
+        table.add_column("column norm", justify="right", no_wrap=True)
+        table.add_column("", justify="left", no_wrap=True)
+    for rank in range(max(len(r) for r in ranked)):
+        cells: list[RenderableType] = [str(rank + 1)]
+        for units in ranked:
+            if rank < len(units):
+                unit, value = units[rank]
+                bar = "█" * max(1, round(10 * value / (units[0][1] or 1.0)))
+                cells += [Text(f"unit {unit}"), number(value), bar]
+            else:
+                cells += ["", "", ""]
+        table.add_row(*cells)
+    return Group(title, table)
+
+
+# --- scan table -----------------------------------------------------------------------------
+
+SCAN_COLUMNS = (
+    Column("layer", name_like=True),
+    Column("class", drop=4),
+    Column("shape", drop=5),
+    Column("status"),
+    Column("mean |g|", "right", drop=6),
+    Column("‖J‖F mean", "right"),
+    Column("± s.e.", "right", drop=3),
+    Column("log10 ‖J‖F", drop=2),
+    Column("flags", drop=1),
+)
+
+
+def scan_cells(
+    row: ScanRow, status: RenderableType, scale: tuple[float, float] | None
+) -> list[RenderableType]:
+    """One scan row in Jacobian mode; `status` is the command's own status cell."""
+    g, j = row.gradient, row.jacobian
+    return [
+        row.layer,
+        row.class_name,
+        "(" + ", ".join(str(d) for d in row.shape) + ")",
+        status,
+        number(g.mean_abs) if g else "-",
+        number(j.frobenius.mean) if j else "-",
+        stderr_text(j.frobenius) if j else "",
+        log_bar(j.frobenius.mean if j else 0.0, scale),
+        Text(", ".join(row.flags), style="yellow" if row.flags else ""),
+    ]
+
+
+def scan_scale(rows: Sequence[ScanRow]) -> tuple[float, float] | None:
+    """The log10 range of the rows' mean Frobenius norms (positive ones)."""
+    logs = [
+        math.log10(r.jacobian.frobenius.mean)
+        for r in rows
+        if r.jacobian and r.jacobian.frobenius.mean > 0
+    ]
+    return (min(logs), max(logs)) if logs else None
+
+
+def log_bar(value: float, scale: tuple[float, float] | None) -> str:
+    """A bar whose length is log10(value) placed in `scale`, then the exponent."""
+    if scale is None or not value > 0 or not math.isfinite(value):
+        return ""
+    lo, hi = scale
+    filled = 1 if hi == lo else 1 + round((BAR_WIDTH - 1) * (math.log10(value) - lo) / (hi - lo))
+    return "█" * filled + f" {math.log10(value):+.1f}"
+
+
+# --- markdown -------------------------------------------------------------------------------
+
+
+def inspect_markdown(results: Sequence[Result]) -> str:
+    """A second markdown table with the per-sample norms ('' when none were measured)."""
+    measured = [(r, r.jacobian) for r in results if r.jacobian is not None]
+    if not measured:
+        return ""
+    rows = []
+    for r, j in measured:
+        s = j.spectral
+        rows.append(
+            [
+                md_code(r.source.layer),
+                md_code(r.target.layer),
+                _method(j),
+                number(j.frobenius.mean),
+                number(j.frobenius.max),
+                stderr_text(j.frobenius),
+                number(s.mean) if s else "-",
+                number(s.max) if s else "-",
+                "yes" if j.batch_independent else "**no**",
+                _top_units(j.unit_sensitivity),
+            ]
+        )
+    return "\nPer-sample Jacobian norms, J_i = d to[i] / d from[i]:\n\n" + md_table(MD_HEADER, rows)
+
+
+def _top_units(values: Sequence[float], top: int = 3) -> str:
+    order = sorted(range(len(values)), key=lambda u: (-values[u], u))[:top]
+    return ", ".join(f"{u} ({number(values[u])})" for u in order)
+
+
+def scan_markdown_cells(row: ScanRow) -> list[str]:
+    """The extra markdown cells of a scan row: mean ‖J‖F and its error bar."""
+    j = row.jacobian
+    return [number(j.frobenius.mean), stderr_text(j.frobenius)] if j else ["-", ""]
