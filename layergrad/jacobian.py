@@ -126,9 +126,7 @@ def measure_jacobian(
     return stats, tuple(warnings)
 
 
-def choose_method(
-    lin: LinearMap, options: JacobianOptions
-) -> tuple[JacobianMethod, str | None]:
+def choose_method(lin: LinearMap, options: JacobianOptions) -> tuple[JacobianMethod, str | None]:
     """The method, and a note when the exact one was chosen against for its size."""
     per_sample = lin.m * lin.n
     total = lin.batch * per_sample
