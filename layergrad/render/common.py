@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from rich import box
-from rich.console import Console, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
@@ -39,7 +39,7 @@ def to_text(renderables: Iterable[RenderableType], *, color: bool, width: int | 
     """
     items = list(renderables)
     if width is None:
-        width = max([MIN_WIDTH, *(natural_width(t) for t in items if isinstance(t, Table))])
+        width = max([MIN_WIDTH, *(natural_width(t) for t in _tables(items))])
     buffer = io.StringIO()
     console = Console(
         file=buffer,
@@ -53,6 +53,15 @@ def to_text(renderables: Iterable[RenderableType], *, color: bool, width: int | 
     for item in items:
         console.print(item)
     return buffer.getvalue()
+
+
+def _tables(items: Iterable[RenderableType]) -> Iterator[Table]:
+    """The tables among `items`, inside groups too."""
+    for item in items:
+        if isinstance(item, Table):
+            yield item
+        elif isinstance(item, Group):
+            yield from _tables(item.renderables)
 
 
 def natural_width(renderable: RenderableType) -> int:
