@@ -11,7 +11,7 @@ Nothing here prints. Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -19,7 +19,9 @@ from layergrad.errors import InputError
 from layergrad.results import InspectReport, ModelMeta, ProbeMeta, ScanReport
 
 REDUCTIONS = ("sum", "mean")
+DEFAULT_BATCH_SIZE = 8  # the random probe batch; data_api.DEFAULT_BATCH_SIZE with --data
 PathLike = str | os.PathLike[str]
+Progress = Callable[[int, "int | None"], None]
 
 
 @dataclass(frozen=True)
@@ -39,12 +41,17 @@ def inspect_model(
     targets: Sequence[str],
     *,
     input_file: PathLike | None = None,
-    batch_size: int = 8,
+    batch_size: int | None = None,
     seed: int = 0,
     reduce: str = "sum",
     training: bool = False,
     imports: Sequence[str] = (),
     unsafe: bool = False,
+    data: PathLike | None = None,
+    limit: int | None = None,
+    distribute: str | None = None,
+    cpu_replicas: int | None = None,
+    on_progress: Progress | None = None,
 ) -> InspectReport:
     """Gradient of each target layer's activation with respect to the source layer's.
 
@@ -53,11 +60,15 @@ def inspect_model(
         source: layer reference for `--from` (`dense`, `encoder/dense_1`, `shared@1`, `-2`).
         targets: one or more layer references for `--to`.
         input_file: `.npy` / `.npz` probe batch; random from the input spec when None.
-        batch_size, seed: size and seed of the random probe batch.
+        batch_size, seed: size (default 8, 32 with `data`) and seed of the random probe batch.
         reduce: "sum" or "mean" of each target before differentiating.
         training: run the model in training mode.
         imports: modules (names or `.py` paths) that register custom layers.
         unsafe: let Keras deserialize Python code in the file.
+        data: run over every sample of a data set instead of one batch: `.npy`, `.npz`, an
+            image folder or `FILE.py:function` (see `data_api`); statistics are those of the
+            whole set as one batch, and each result gains `data` (dead units, per-sample L2).
+        limit, distribute, cpu_replicas, on_progress: with `data`, see `data_api.DataOptions`.
 
     Returns:
         An InspectReport with one Result per target, in order.
@@ -67,7 +78,16 @@ def inspect_model(
     """
     if not targets:
         raise InputError("give at least one target layer (--to)")
-    options = ProbeOptions(input_file, batch_size, seed, reduce, training)
+    options = _data_options(input_file, data, limit, distribute, cpu_replicas, on_progress)
+    if options is not None:
+        from layergrad import data_api
+
+        _check_reduce(reduce)
+        return data_api.inspect_data(
+            path, source, targets, options, batch_size=batch_size or data_api.DEFAULT_BATCH_SIZE,
+            reduce=reduce, training=training, imports=imports, unsafe=unsafe,
+        )  # fmt: skip
+    options = ProbeOptions(input_file, batch_size or DEFAULT_BATCH_SIZE, seed, reduce, training)
     from layergrad import diagnose, explain, layer_refs, probe, scan
 
     loaded, batch = _open(path, options, imports, unsafe)
@@ -98,14 +118,22 @@ def scan_model(
     target: str | None = None,
     layers: Sequence[str] = (),
     input_file: PathLike | None = None,
-    batch_size: int = 8,
+    batch_size: int | None = None,
     seed: int = 0,
     reduce: str = "sum",
     training: bool = False,
     imports: Sequence[str] = (),
     unsafe: bool = False,
+    data: PathLike | None = None,
+    limit: int | None = None,
+    distribute: str | None = None,
+    cpu_replicas: int | None = None,
+    on_progress: Progress | None = None,
 ) -> ScanReport:
     """Gradient of one target with respect to every layer's output, in one backward pass.
+
+    The statistics are reduced inside the pass, so no layer's gradient is kept; a row that
+    is not ok gets its causes from one more pass that keeps them.
 
     Args:
         target: a layer reference; None differentiates the sum of the model's outputs.
@@ -120,16 +148,32 @@ def scan_model(
         >>> [r.layer for r in rows][:2]
         ['x', 'stem']
     """
-    options = ProbeOptions(input_file, batch_size, seed, reduce, training)
-    from layergrad import explain, layer_refs, probe, scan
+    data_options = _data_options(input_file, data, limit, distribute, cpu_replicas, on_progress)
+    if data_options is not None:
+        from layergrad import data_api
+
+        _check_reduce(reduce)
+        return data_api.scan_data(
+            path, data_options, target=target, layers=layers,
+            batch_size=batch_size or data_api.DEFAULT_BATCH_SIZE, reduce=reduce,
+            training=training, imports=imports, unsafe=unsafe,
+        )  # fmt: skip
+    options = ProbeOptions(input_file, batch_size or DEFAULT_BATCH_SIZE, seed, reduce, training)
+    from layergrad import explain, layer_refs, probe, scan, stream
 
     loaded, batch = _open(path, options, imports, unsafe)
     model = loaded.model
     site = None if target is None else layer_refs.resolve(model, target)
-    trace = probe.run_trace(model, batch, site, training=training, reduce=reduce)
-    explainer = explain.Explainer(model, batch, loaded.info.graph, training, reduce)
+    plan = stream.Plan(targets=(site,), every_leaf=True, training=training, reduce=reduce)
+    run = stream.run_batch(model, plan, batch.arrays)
+
+    def full_trace() -> tuple[Any, Any]:  # only when a row is not ok
+        trace = probe.run_trace(model, batch, site, training=training, reduce=reduce)
+        return trace, explain.Explainer(model, batch, loaded.info.graph, training, reduce)
+
     classes = {p: type(layer).__name__ for p, layer in layer_refs.iter_layers(model)}
-    rows = scan.scan_rows(trace, loaded.info.graph, explainer, classes, layers)
+    causes = scan.trace_causes(full_trace, loaded.info.graph)
+    rows = scan.summary_rows(run, loaded.info.graph, classes, layers, causes)
     note = scan.softmax_note(model, site.layer if site else None)
     return ScanReport(
         model=model_meta(path, loaded),
@@ -138,6 +182,41 @@ def scan_model(
         rows=rows,
         notes=(note,) if note else (),
     )
+
+
+def _data_options(
+    input_file: PathLike | None,
+    data: PathLike | None,
+    limit: int | None,
+    distribute: str | None,
+    cpu_replicas: int | None,
+    on_progress: Progress | None,
+) -> Any:
+    """The `data_api.DataOptions` for `data`, or None; the data options need `data`."""
+    if data is None:
+        given = [
+            name
+            for name, value in (
+                ("--limit", limit), ("--distribute", distribute), ("--cpu-replicas", cpu_replicas)
+            )
+            if value is not None
+        ]  # fmt: skip
+        if given:
+            raise InputError(f"{', '.join(given)} only apply with --data PATH; add --data")
+        return None
+    if input_file is not None:
+        raise InputError(
+            "--data and --input exclude each other: --input is one probe batch, --data a "
+            "whole data set; pass one of them"
+        )
+    from layergrad.data_api import DataOptions
+
+    return DataOptions(data, limit, distribute, cpu_replicas, on_progress)
+
+
+def _check_reduce(reduce: str) -> None:
+    if reduce not in REDUCTIONS:
+        raise InputError(f"reduce must be one of {', '.join(REDUCTIONS)}: reduce={reduce!r}")
 
 
 def _open(

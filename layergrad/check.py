@@ -16,8 +16,9 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from layergrad.errors import LayergradError, describe
+from layergrad.errors import InputError, LayergradError, describe
 from layergrad.fileinfo import FileInfo, read_file_info
 from layergrad.results import CheckItem, FileVerdict, ScanRow
 
@@ -42,8 +43,28 @@ class CheckOptions:
     static_only: bool = False
     imports: tuple[str, ...] = ()
     unsafe: bool = False
-    batch_size: int = 2
+    batch_size: int | None = 2  # None: 2, or 32 with data
     seed: int = 0
+    data: Any = None  # data_api.DataOptions: forward and gradient checks over a data set
+
+
+def data_options(
+    data: str | None,
+    limit: int | None = None,
+    distribute: str | None = None,
+    cpu_replicas: int | None = None,
+    on_progress: Callable[[int, int | None], None] | None = None,
+) -> Any:
+    """`data_api.DataOptions` for `CheckOptions.data`, or None without a data path."""
+    if data is None:
+        given = [n for n, v in (("--limit", limit), ("--distribute", distribute),
+                                ("--cpu-replicas", cpu_replicas)) if v is not None]  # fmt: skip
+        if given:
+            raise LayergradError(f"{', '.join(given)} only apply with --data PATH; add --data")
+        return None
+    from layergrad.data_api import DataOptions
+
+    return DataOptions(data, limit, distribute, cpu_replicas, on_progress)
 
 
 def check_files(
@@ -125,6 +146,9 @@ def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions
     from layergrad import explain, layer_refs, loader, probe, scan
     from layergrad.api import ProbeOptions, probe_batch
 
+    if options.data is not None:
+        _dynamic_data(path, info, options, add)
+        return
     try:
         loaded, _ = loader.load_model(path, options.imports, options.unsafe, info=info)
     except LayergradError as exc:
@@ -138,7 +162,9 @@ def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions
         else "loads",
     )
     try:
-        batch = probe_batch(model, ProbeOptions(batch_size=options.batch_size, seed=options.seed))
+        batch = probe_batch(
+            model, ProbeOptions(batch_size=options.batch_size or 2, seed=options.seed)
+        )
     except LayergradError as exc:  # e.g. a model that does not declare its inputs
         add("forward", f"not run: {exc}")
         return
@@ -161,6 +187,37 @@ def _dynamic(path: str | os.PathLike[str], info: FileInfo, options: CheckOptions
     except Exception as exc:  # diagnosis of an unusual layer failed: report, do not abort
         add("gradient", f"could not be analysed: {describe(exc)}", ["error"])
         return
+    _gradient(rows, add)
+
+
+def _dynamic_data(
+    path: str | os.PathLike[str], info: FileInfo, options: CheckOptions, add: Add
+) -> None:
+    """The forward and gradient checks over every sample of `options.data` (one pass)."""
+    from layergrad import data_api
+    from layergrad.stream import BatchFailed
+
+    try:
+        loaded, strategy = data_api.open_model(
+            path, options.data, options.imports, options.unsafe, info
+        )
+    except LayergradError as exc:
+        add("loads", str(exc), ["unreadable"])
+        return
+    model = loaded.model
+    safe = f"{type(model).__name__} {model.name!r} loads in safe mode"
+    add("loads", safe if not options.unsafe else "loads")
+    batch_size = options.batch_size or data_api.DEFAULT_BATCH_SIZE
+    try:
+        batches = data_api.open_stream(model, options.data, batch_size)
+    except LayergradError as exc:  # the data does not fit this model: a usage error (exit 2)
+        raise InputError(f"{os.fspath(path)}: {exc}") from exc
+    try:
+        run, rows = data_api.scan_over(loaded, strategy, batches, options.data)
+    except BatchFailed as exc:  # the model's own code failed: the file fails, the run goes on
+        add("forward", str(exc), ["error"])
+        return
+    add("forward", *data_api.forward_check(run))
     _gradient(rows, add)
 
 

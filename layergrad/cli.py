@@ -127,10 +127,9 @@ def probe_options(func: F) -> F:
             ),
             click.option(
                 "--batch-size",
-                default=8,
-                show_default=True,
                 type=click.IntRange(min=1),
-                help="Rows of the random probe batch.",
+                help="Rows of the random probe batch (default 8), or of each batch of --data "
+                "(default 32).",
             ),
             click.option(
                 "--seed", default=0, show_default=True, type=int, help="Seed of the random batch."
@@ -146,6 +145,56 @@ def probe_options(func: F) -> F:
                 "--training",
                 is_flag=True,
                 help="Run the model in training mode (default: inference).",
+            ),
+        ]
+    ):
+        func = option(func)
+    return func
+
+
+DATA_KEYS = ("data", "limit", "distribute", "cpu_replicas")
+
+
+def data_options(func: F) -> F:
+    """Options that run over a whole data set; the command receives them as one dict, `data`
+    (API keyword arguments), and `quiet`."""
+
+    command = func
+
+    @functools.wraps(command)
+    def bundled(*args: Any, **kwargs: Any) -> Any:
+        kwargs["data"] = {key: kwargs.pop(key) for key in DATA_KEYS}
+        return command(*args, **kwargs)
+
+    func = bundled  # type: ignore[assignment]
+    for option in reversed(
+        [
+            click.option(
+                "--data",
+                metavar="PATH",
+                help="Run over a whole data set, streamed: .npy, .npz (keys = input names, "
+                "y = labels), a folder of images, or FILE.py:function / module:function "
+                "returning batches. Statistics are over all samples.",
+            ),
+            click.option(
+                "--limit",
+                type=click.IntRange(min=1),
+                help="With --data: read at most N samples.",
+            ),
+            click.option(
+                "--distribute",
+                type=click.Choice(["mirrored"]),
+                help="With --data: run on every visible GPU (tf.distribute.MirroredStrategy).",
+            ),
+            click.option(
+                "--cpu-replicas",
+                type=click.IntRange(min=1),
+                metavar="N",
+                help="With --data: split the CPU into N devices and mirror over them (a "
+                "testing aid for the distributed path).",
+            ),
+            click.option(
+                "--quiet", is_flag=True, help="No progress bar on stderr (with --data)."
             ),
         ]
     ):
@@ -221,6 +270,7 @@ def main() -> None:
     help="Layer whose output is differentiated. Repeatable.",
 )
 @probe_options
+@data_options
 @format_options
 @click.option(
     "--save-gradient",
@@ -241,6 +291,8 @@ def inspect(
     source: str,
     targets: tuple[str, ...],
     probe: dict[str, Any],
+    data: dict[str, Any],
+    quiet: bool,
     fmt: str,
     as_json: bool,
     save_gradient: str | None,
@@ -266,16 +318,26 @@ def inspect(
         layergrad inspect model.keras --from dense --to dense_1
         layergrad inspect model.keras --from embedding --to head --to pool --json
         layergrad inspect model.h5 --from 1 --to -1 --input batch.npy --fail-on none,nonfinite
+        layergrad inspect model.keras --from conv --to head --data images/ --limit 10000
     """
     from layergrad import api, report
+    from layergrad.progress import sample_progress
 
     if save_gradient and not save_gradient.endswith((".npy", ".npz")):
         raise click.BadParameter("must end in .npy or .npz", param_hint="--save-gradient")
     if save_gradient and save_gradient.endswith(".npy") and len(targets) > 1:
         raise click.BadParameter("several --to layers need a .npz", param_hint="--save-gradient")
-    result = api.inspect_model(
-        model, source, list(targets), imports=imports, unsafe=unsafe, **probe
-    )
+    if save_gradient and data["data"] is not None:
+        raise click.BadParameter(
+            "with --data no gradient array is kept (only its statistics); drop --data, or "
+            "pass one batch with --input",
+            param_hint="--save-gradient",
+        )
+    with sample_progress(data["data"] is not None and not quiet) as on_progress:
+        result = api.inspect_model(
+            model, source, list(targets), imports=imports, unsafe=unsafe,
+            on_progress=on_progress, **probe, **data,
+        )  # fmt: skip
     emit(report.inspect_text, report.inspect_json, report.inspect_markdown, result, fmt, as_json)
     if save_gradient:
         api.save_gradients(result, save_gradient)
@@ -341,6 +403,7 @@ def layers(
     help="Only layers matching this shell glob, e.g. 'conv4_*'. Repeatable.",
 )
 @probe_options
+@data_options
 @format_options
 @click.option(
     "--fail-on",
@@ -356,6 +419,8 @@ def scan(
     target: str | None,
     patterns: tuple[str, ...],
     probe: dict[str, Any],
+    data: dict[str, Any],
+    quiet: bool,
     fmt: str,
     as_json: bool,
     fail_on: frozenset[str],
@@ -376,12 +441,16 @@ def scan(
         layergrad scan model.keras
         layergrad scan model.keras --to dense_1 --layers 'conv*' --json
         layergrad scan model.keras --fail-on blocked,nonfinite
+        layergrad scan model.keras --data x.npz --distribute mirrored --json
     """
     from layergrad import api, scan_report
+    from layergrad.progress import sample_progress
 
-    result = api.scan_model(
-        model, target=target, layers=patterns, imports=imports, unsafe=unsafe, **probe
-    )
+    with sample_progress(data["data"] is not None and not quiet) as on_progress:
+        result = api.scan_model(
+            model, target=target, layers=patterns, imports=imports, unsafe=unsafe,
+            on_progress=on_progress, **probe, **data,
+        )  # fmt: skip
     emit(
         scan_report.scan_text,
         scan_report.scan_json,
@@ -419,14 +488,13 @@ def scan(
 )
 @click.option(
     "--batch-size",
-    default=2,
-    show_default=True,
     type=click.IntRange(min=1),
-    help="Rows of the random probe batch.",
+    help="Rows of the random probe batch (default 2), or of each batch of --data (default 32).",
 )
 @click.option(
     "--seed", default=0, show_default=True, type=int, help="Seed of the random probe batch."
 )
+@data_options
 @load_options
 @handle_errors
 def check(
@@ -436,8 +504,10 @@ def check(
     fmt: str,
     as_json: bool,
     junit_file: str | None,
-    batch_size: int,
+    batch_size: int | None,
     seed: int,
+    data: dict[str, Any],
+    quiet: bool,
     imports: tuple[str, ...],
     unsafe: bool,
     debug: bool,
@@ -455,20 +525,26 @@ def check(
         layergrad check models/*.keras
         layergrad check models/ --junit layergrad.xml
         layergrad check model.h5 --static-only --fail-on unreadable,unsafe,nonfinite
+        layergrad check model.keras --data validation.npz
     """
     from layergrad import check as checks
     from layergrad import check_report
+    from layergrad.progress import sample_progress
 
     paths = checks.expand_paths(models)
-    options = checks.CheckOptions(
-        fail_on=fail_on,
-        static_only=static_only,
-        imports=imports,
-        unsafe=unsafe,
-        batch_size=batch_size,
-        seed=seed,
-    )
-    verdicts = _with_progress(paths, lambda on_file: checks.check_files(paths, options, on_file))
+    with sample_progress(data["data"] is not None and not quiet) as on_progress:
+        options = checks.CheckOptions(
+            fail_on=fail_on,
+            static_only=static_only,
+            imports=imports,
+            unsafe=unsafe,
+            batch_size=batch_size,
+            seed=seed,
+            data=checks.data_options(**data, on_progress=on_progress),
+        )
+        verdicts = _with_progress(
+            paths if on_progress is None else [], lambda on: checks.check_files(paths, options, on)
+        )
     if junit_file:
         with open(junit_file, "w", encoding="utf-8") as out:
             out.write(check_report.check_junit(verdicts))

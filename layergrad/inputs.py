@@ -116,7 +116,7 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
                     "input name with np.savez(FILE, **{name: array})"
                 )
             arrays = [data[s.name] for s in specs]
-    checked = tuple(_fit(a, s, text) for a, s in zip(arrays, specs, strict=True))
+    checked = tuple(fit_array(a, s, f"--input {text}") for a, s in zip(arrays, specs, strict=True))
     sizes = {a.shape[0] for a in checked}
     if len(sizes) > 1:
         raise InputError(
@@ -133,27 +133,45 @@ def _unchecked(data: Any, source: str) -> ProbeBatch:
         return ProbeBatch(tuple(data[k] for k in data.files), tuple(data.files), source, None)
 
 
-def _fit(array: np.ndarray, spec: InputSpec, source: str) -> np.ndarray:
-    """Check an array against an input spec; cast float data to the input's float dtype."""
+def fit_array(array: np.ndarray, spec: InputSpec, where: str) -> np.ndarray:
+    """Check an array against an input spec; cast float data to the input's float dtype.
+
+    `where` starts the error message and says where the array came from
+    (`--input batch.npz`, `--data x.npy: batch 3`).
+    """
+    check_fits(array.shape, array.dtype, spec, where)
+    want = np.dtype(_np_dtype(spec.dtype)).kind
+    if want == "f" and array.dtype.kind in "fiu":
+        return array.astype(_np_dtype(spec.dtype), copy=False)
+    if want in "iu":
+        return array.astype(spec.dtype, copy=False)
+    return array
+
+
+def check_fits(
+    shape: tuple[int | None, ...], dtype: np.dtype, spec: InputSpec, where: str
+) -> None:
+    """Raise InputError unless an array of `shape` and `dtype` can feed the input `spec`.
+
+    A None in `shape` (a size not known yet, as in a tf.data element spec) is not checked.
+    """
     expected = ("batch", *("any" if d is None else d for d in spec.shape))
-    if array.ndim != len(spec.shape) + 1 or any(
-        d is not None and d != got for d, got in zip(spec.shape, array.shape[1:], strict=True)
+    if len(shape) != len(spec.shape) + 1 or any(
+        d is not None and got is not None and d != got
+        for d, got in zip(spec.shape, shape[1:], strict=True)
     ):
+        shown = str(tuple(shape)).replace("None", "?")
         raise InputError(
-            f"--input {source}: array for input {spec.name!r} has shape {array.shape}, "
+            f"{where}: array for input {spec.name!r} has shape {shown}, "
             f"expected ({', '.join(map(str, expected))}); save an array of that shape "
             "(the first axis is the batch)"
         )
     want = np.dtype(_np_dtype(spec.dtype)).kind
-    got = array.dtype.kind
-    if want == "f" and got in "fiu":
-        return array.astype(_np_dtype(spec.dtype))
-    if want in "iu" and got in "iu":
-        return array.astype(spec.dtype)
-    if want == got:
-        return array
+    got = np.dtype(dtype).kind
+    if (want == "f" and got in "fiu") or (want in "iu" and got in "iu") or want == got:
+        return
     raise InputError(
-        f"--input {source}: array for input {spec.name!r} has dtype {array.dtype}, "
+        f"{where}: array for input {spec.name!r} has dtype {np.dtype(dtype)}, "
         f"but the model expects {spec.dtype}; convert it with array.astype({spec.dtype!r})"
     )
 

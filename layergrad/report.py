@@ -17,6 +17,7 @@ from rich.text import Text
 
 from layergrad.results import (
     Cause,
+    DataStats,
     Endpoint,
     GradientStats,
     InspectReport,
@@ -71,7 +72,10 @@ def probe_line(p: ProbeMeta, what: str) -> str:
     """`probe: random (seed 0), batch 8, inference, <what>`."""
     mode = "training" if p.training else "inference"
     source = f"random (seed {p.seed})" if p.source == "random" else p.source
-    return f"probe: {source}, batch {p.batch_size}, {mode}, {what}"
+    if p.samples is not None:  # --data
+        source += f" ({p.samples:,} samples)"
+    replicas = f", {p.replicas} replicas" if p.replicas and p.replicas > 1 else ""
+    return f"probe: {source}, batch {p.batch_size}{replicas}, {mode}, {what}"
 
 
 def model_header(m: ModelMeta, p: ProbeMeta, what: str) -> Text:
@@ -85,6 +89,8 @@ def _inspect_renderables(report: InspectReport) -> list[RenderableType]:
     header = model_header(report.model, report.probe, f"d {report.probe.reduce}(to) / d from")
     items: list[RenderableType] = [header, _results_table(report.results)]
     for res in report.results:
+        many = len(report.results) > 1
+        items += data_lines(res.data, res.source.layer, f"→ {res.target.layer}: " if many else "")
         if res.causes:
             items.append(_causes_panel(res))
         if res.warnings:
@@ -193,19 +199,70 @@ def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
             "class": model.class_name,
             "name": model.name,
         },
-        "probe": asdict(probe),
+        "probe": {
+            key: value
+            for key, value in asdict(probe).items()
+            if value is not None or key not in ("samples", "replicas")  # only with --data
+        },
     }
 
 
 def result_json(res: Result) -> dict[str, Any]:
     """One result as a JSON-ready dict."""
-    return {
+    doc = {
         "from": _endpoint_json(res.source),
         "to": _endpoint_json(res.target),
         "status": res.status,
         "gradient": None if res.gradient is None else _gradient_json(res.gradient),
         "causes": [cause_json(c) for c in res.causes],
     }
+    if res.data is not None:
+        doc.update(data_json(res.data, res.gradient is not None))
+    return doc
+
+
+def data_json(data: DataStats, has_gradient: bool) -> dict[str, Any]:
+    """What a result over a data set adds: dead units, per-sample L2, first non-finite batch."""
+    sample = data.per_sample_l2
+    return {
+        "dead_units": list(data.dead_units) if has_gradient else None,
+        "per_sample_l2": None
+        if sample is None
+        else {k: getattr(sample, k) for k in ("mean", "std", "min", "p50", "p95", "max")},
+        "first_nonfinite_batch": data.first_nonfinite_batch,
+    }
+
+
+def data_lines(data: DataStats | None, source: str, where: str) -> list[Text]:
+    """Text lines for a result over a data set (nothing without one)."""
+    if data is None:
+        return []
+    lines = []
+    s = data.per_sample_l2
+    if s is not None:
+        lines.append(
+            Text(
+                f"{where}per-sample L2 over {s.count:,} samples: mean {fmt(s.mean)}, std "
+                f"{fmt(s.std)}, min {fmt(s.min)}, p50 {fmt(s.p50)}, p95 {fmt(s.p95)}, max "
+                f"{fmt(s.max)}"
+            )
+        )
+    if data.dead_units:
+        shown = ", ".join(map(str, data.dead_units[:12])) + (
+            ", ..." if len(data.dead_units) > 12 else ""
+        )
+        lines.append(
+            Text(
+                f"{where}{len(data.dead_units)} dead units of {source} (zero gradient for every "
+                f"sample): {shown}",
+                style="yellow",
+            )
+        )
+    if data.first_nonfinite_batch is not None:
+        lines.append(
+            Text(f"{where}first non-finite value in batch {data.first_nonfinite_batch}")
+        )
+    return lines
 
 
 def _endpoint_json(e: Endpoint) -> dict[str, Any]:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -13,8 +13,10 @@ from layergrad.errors import LayerNotFound
 from layergrad.explain import Explainer
 from layergrad.graph import ModelGraph
 from layergrad.probe import Activation, Trace
-from layergrad.results import Cause, ScanRow
+from layergrad.results import Cause, DataStats, ScanRow
 from layergrad.stats import gradient_stats, status_of
+from layergrad.stream import Probed, StreamRun
+from layergrad.summaries import GradientTotals
 
 # A layer whose mean |g| is this far below (above) the target end's is vanishing (exploding);
 # a layer with more than DEAD_FRACTION of its units (last axis) getting exactly zero is dead.
@@ -52,6 +54,76 @@ def scan_rows(
         )
     rows = _flag_scale(rows)
     return tuple(_with_causes(row, trace, graph, explainer) for row in rows)
+
+
+def summary_rows(
+    run: StreamRun,
+    graph: ModelGraph | None,
+    classes: dict[str, str],
+    patterns: Sequence[str] = (),
+    causes: Callable[[ScanRow], ScanRow] | None = None,
+) -> tuple[ScanRow, ...]:
+    """`scan_rows` from statistics reduced inside the step (`stream.run_batch` / `run_stream`),
+    without any gradient array. `causes(row)` adds causes to a none / zero / non-finite row
+    (see `trace_causes`). Rows carry `data` when the run went over a data set."""
+    target = run.targets[0]
+    rows: list[ScanRow] = []
+    for act, grad in zip(run.activations, run.gradients[0], strict=True):
+        ref = act.site.ref
+        if patterns and not any(fnmatch.fnmatchcase(ref, p) for p in patterns):
+            continue
+        if target is not None and not _upstream(graph, cast(Any, act), cast(Any, target)):
+            continue
+        class_name = classes.get(act.site.path, "InputLayer")
+        if act.output:
+            class_name += f" (output {act.output})"
+        rows.append(_summary_row(act, grad, class_name, run.data))
+    if patterns and not rows:
+        raise LayerNotFound(
+            f"--layers {' '.join(patterns)} matches no layer the target depends on; "
+            "run `layergrad layers MODEL` to list the layer names"
+        )
+    rows = _flag_scale(rows)
+    if causes is None:
+        return tuple(rows)
+    return tuple(causes(r) if r.status in ("none", "nonfinite", "zero") else r for r in rows)
+
+
+def _summary_row(
+    act: Probed, grad: GradientTotals | None, class_name: str, data: bool
+) -> ScanRow:
+    status = (grad.status if grad is not None else "none") if act.is_float else "integer"
+    flags: tuple[str, ...] = {"none": ("blocked",), "nonfinite": ("nonfinite",)}.get(status, ())
+    if grad is not None and status != "nonfinite" and grad.dead_fraction() > DEAD_FRACTION:
+        flags += ("dead",)
+    return ScanRow(
+        layer=act.site.ref,
+        class_name=class_name,
+        shape=act.shape,
+        dtype=act.dtype,
+        status=status,
+        gradient=None if grad is None else grad.stats(act.shape, top=0),
+        flags=flags,
+        data=None
+        if grad is None or not data
+        else DataStats(grad.dead_units(), grad.per_sample(), grad.first_nonfinite),
+    )
+
+
+def trace_causes(
+    make: Callable[[], tuple[Trace, Explainer]], graph: ModelGraph | None
+) -> Callable[[ScanRow], ScanRow]:
+    """Causes for rows of `summary_rows`, from a full trace and explainer made for the first
+    row that needs them (the one pass that keeps arrays runs only when something is wrong)."""
+    made: list[tuple[Trace, Explainer]] = []
+
+    def add(row: ScanRow) -> ScanRow:
+        if not made:
+            made.append(make())
+        trace, explainer = made[0]
+        return _with_causes(row, trace, graph, explainer)
+
+    return add
 
 
 def _upstream(graph: ModelGraph | None, act: Activation, target: Activation) -> bool:

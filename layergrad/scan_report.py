@@ -15,6 +15,7 @@ from layergrad.report import (
     STATUS_STYLE,
     cause_json,
     causes_lines,
+    data_json,
     fmt,
     md_table,
     meta_json,
@@ -143,6 +144,7 @@ def _row_json(row: ScanRow) -> dict[str, Any]:
         },
         "flags": list(row.flags),
         "causes": [cause_json(c) for c in row.causes],
+        **({} if row.data is None else data_json(row.data, g is not None)),
     }
 
 

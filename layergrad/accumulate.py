@@ -1,0 +1,108 @@
+"""Accumulate the step's summaries over batches, on every replica, as Keras metrics do.
+
+Each summary gets a variable created under the distribution strategy with
+`synchronization=ON_READ`: every replica adds its own share on its own device, with no
+traffic between devices during the run, exactly like the state of `keras.metrics`. Keras
+metrics and `tf.distribute` only reduce by sum or mean, and max |g|, the per-sample minimum
+and the first non-finite batch need max and min, so the replicas' copies are read with
+`experimental_local_results` at the end and combined here, by the kind each field declares
+(`summaries.KINDS`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from layergrad import summaries as sm
+from layergrad._tf import quiet_import
+
+
+class Accumulators:
+    """One variable per summary key (and a first-non-finite-batch index where tracked).
+
+    Args:
+        strategy: the tf.distribute strategy the step runs under (the default one for a
+            single device).
+        example: one step's summaries (tensors or per-replica values), for their shapes.
+    """
+
+    def __init__(self, strategy: Any, example: dict[str, Any]) -> None:
+        tf, _ = quiet_import()
+        self.kinds: dict[str, np.ndarray] = {}
+        self.vars: dict[str, Any] = {}
+        shapes = {
+            key: tuple(strategy.experimental_local_results(value)[0].shape)
+            for key, value in example.items()
+        }
+        with strategy.scope():
+            for key, shape in shapes.items():
+                self._add(tf, key, shape)
+                suffix = key.rsplit("/", 1)[-1]
+                if suffix in sm.NONFINITE_FIELD:
+                    self._add(tf, f"{key}/first", ())
+            self.batches = self._variable(tf, np.zeros((), np.float64), "batches")
+
+    def _add(self, tf: Any, key: str, shape: tuple[int, ...]) -> None:
+        kinds = sm.kinds_of(key, shape)
+        self.kinds[key] = kinds
+        self.vars[key] = self._variable(tf, sm.initial(kinds), key)
+
+    @staticmethod
+    def _variable(tf: Any, value: np.ndarray, name: str) -> Any:
+        return tf.Variable(
+            value,
+            dtype=tf.float64,
+            trainable=False,
+            name=name.replace(":", "_").replace("/", "_").replace(".", "_"),
+            synchronization=tf.VariableSynchronization.ON_READ,
+            aggregation=tf.VariableAggregation.SUM,
+        )
+
+    def update(self, summaries: dict[str, Any]) -> None:
+        """Add one step's summaries (call in replica context, or eagerly on one device)."""
+        tf, _ = quiet_import()
+        index = self.batches.read_value()
+        for key, value in summaries.items():
+            var, kinds = self.vars[key], self.kinds[key]
+            if not kinds.any():
+                var.assign_add(value)
+            else:
+                old = var.read_value()
+                kind = tf.constant(kinds)
+                var.assign(
+                    tf.where(
+                        kind == sm.MAX,
+                        tf.maximum(old, value),
+                        tf.where(kind == sm.MIN, tf.minimum(old, value), old + value),
+                    )
+                )
+            field = sm.NONFINITE_FIELD.get(key.rsplit("/", 1)[-1])
+            if field is not None:
+                first = self.vars[f"{key}/first"]
+                seen = tf.where(value[field] > 0, index, tf.constant(math.inf, tf.float64))
+                first.assign(tf.minimum(first.read_value(), seen))
+        self.batches.assign_add(tf.constant(1.0, tf.float64))
+
+    def totals(self, strategy: Any) -> dict[str, np.ndarray]:
+        """Every summary added up over batches and replicas, as numpy arrays."""
+        return {
+            key: sm.combine(
+                [np.asarray(v.numpy()) for v in strategy.experimental_local_results(var)],
+                self.kinds[key],
+            )
+            for key, var in self.vars.items()
+        }
+
+
+def single_totals(summaries: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The totals of a single batch (no variables): its summaries, and batch 0 as the first
+    non-finite batch where a non-finite value was counted."""
+    out = {key: np.asarray(value.numpy()) for key, value in summaries.items()}
+    for key in list(out):
+        field = sm.NONFINITE_FIELD.get(key.rsplit("/", 1)[-1])
+        if field is not None:
+            out[f"{key}/first"] = np.asarray(0.0 if out[key][field] > 0 else math.inf)
+    return out
