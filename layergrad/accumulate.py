@@ -26,29 +26,24 @@ class Accumulators:
     Args:
         strategy: the tf.distribute strategy the step runs under (the default one for a
             single device).
-        example: one step's summaries (tensors or per-replica values), for their shapes.
+        shapes: the shape of each summary of one step (`summary_shapes`).
     """
 
-    def __init__(self, strategy: Any, example: dict[str, Any]) -> None:
+    def __init__(self, strategy: Any, shapes: dict[str, tuple[int, ...]]) -> None:
         tf, _ = quiet_import()
-        self.kinds: dict[str, np.ndarray] = {}
+        self.kinds: dict[str, int] = {}
         self.vars: dict[str, Any] = {}
-        shapes = {
-            key: tuple(strategy.experimental_local_results(value)[0].shape)
-            for key, value in example.items()
-        }
         with strategy.scope():
             for key, shape in shapes.items():
                 self._add(tf, key, shape)
-                suffix = key.rsplit("/", 1)[-1]
-                if suffix in sm.NONFINITE_FIELD:
+                if key.rsplit("/", 1)[-1] in sm.NONFINITE_FIELD:
                     self._add(tf, f"{key}/first", ())
             self.batches = self._variable(tf, np.zeros((), np.float64), "batches")
 
     def _add(self, tf: Any, key: str, shape: tuple[int, ...]) -> None:
-        kinds = sm.kinds_of(key, shape)
-        self.kinds[key] = kinds
-        self.vars[key] = self._variable(tf, sm.initial(kinds), key)
+        kind = sm.kind_of(key)
+        self.kinds[key] = kind
+        self.vars[key] = self._variable(tf, sm.initial(kind, shape), key)
 
     @staticmethod
     def _variable(tf: Any, value: np.ndarray, name: str) -> Any:
@@ -66,19 +61,11 @@ class Accumulators:
         tf, _ = quiet_import()
         index = self.batches.read_value()
         for key, value in summaries.items():
-            var, kinds = self.vars[key], self.kinds[key]
-            if not kinds.any():
+            var, kind = self.vars[key], self.kinds[key]
+            if kind == sm.SUM:
                 var.assign_add(value)
             else:
-                old = var.read_value()
-                kind = tf.constant(kinds)
-                var.assign(
-                    tf.where(
-                        kind == sm.MAX,
-                        tf.maximum(old, value),
-                        tf.where(kind == sm.MIN, tf.minimum(old, value), old + value),
-                    )
-                )
+                var.assign((tf.maximum if kind == sm.MAX else tf.minimum)(var.read_value(), value))
             field = sm.NONFINITE_FIELD.get(key.rsplit("/", 1)[-1])
             if field is not None:
                 first = self.vars[f"{key}/first"]
@@ -95,6 +82,18 @@ class Accumulators:
             )
             for key, var in self.vars.items()
         }
+
+
+def summary_shapes(strategy: Any, summaries: dict[str, Any]) -> dict[str, tuple[int, ...]] | None:
+    """The shape of each summary (tensors, symbolic or not, or per-replica values), or None
+    when one is not known yet (a summary over an axis the model leaves open)."""
+    shapes = {}
+    for key, value in summaries.items():
+        shape = strategy.experimental_local_results(value)[0].shape
+        if not shape.is_fully_defined():
+            return None
+        shapes[key] = tuple(int(d) for d in shape)
+    return shapes
 
 
 def single_totals(summaries: dict[str, Any]) -> dict[str, np.ndarray]:

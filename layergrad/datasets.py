@@ -29,7 +29,7 @@ import numpy as np
 from layergrad._tf import quiet_import
 from layergrad.errors import InputError
 from layergrad.inputs import InputSpec, ProbeBatch, check_fits, fit_array
-from layergrad.npy_rows import NpyRows, npz_members
+from layergrad.npy_rows import NpyLayout, NpyRows, npy_layout, npz_layouts, npz_members
 
 IMAGE_FORMATS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # what Keras decodes
 _FUNCTION = re.compile(r"^(?P<target>.+):(?P<name>[A-Za-z_]\w*)$")
@@ -128,8 +128,10 @@ def open_data(
     if lowered.endswith((".npy", ".npz")):
         if not os.path.isfile(text):
             raise InputError(f"--data {text}: no such file; expected {KINDS_HELP}")
-        read, rows = (_npy if lowered.endswith(".npy") else _npz)(text, specs, batch_size, limit)
-        dataset = _generated(read, signature, failure, text)
+        if lowered.endswith(".npy"):
+            dataset, rows = _npy(text, specs, batch_size, limit)
+        else:
+            dataset, rows = _npz(text, specs, batch_size, limit, signature, failure)
     elif os.path.isdir(text):
         dataset, rows = _images(text, specs, batch_size, limit)
     elif _is_function(text):
@@ -170,30 +172,27 @@ def _generated(read: Reader, signature: tuple[Any, ...], failure: _Failure, sour
 
 def _npy(
     path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None
-) -> tuple[Reader, int]:
+) -> tuple[Any, int]:
     if len(specs) != 1:
         raise InputError(
             f"--data {path} holds one array but the model has {len(specs)} inputs "
             f"({', '.join(s.name for s in specs)}); save them with "
             "np.savez(FILE, **{name: array}) and pass the .npz"
         )
-    with open(path, "rb") as stream:
-        header = NpyRows(stream, path)
-    check_fits(header.shape, header.dtype, specs[0], f"--data {path}")
-
-    def read() -> Iterator[tuple[np.ndarray, ...]]:
-        with open(path, "rb") as stream:
-            rows = NpyRows(stream, path)
-            for part in _chunks([rows], batch_size, limit):
-                yield (fit_array(part[0], specs[0], f"--data {path}"),)
-
-    return read, header.rows
+    layout = npy_layout(path)
+    check_fits(layout.shape, layout.dtype, specs[0], f"--data {path}")
+    return _records([layout], specs, batch_size, limit), layout.shape[0]
 
 
 def _npz(
-    path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None
-) -> tuple[Reader, int]:
-    def members(archive: zipfile.ZipFile) -> list[NpyRows]:
+    path: str,
+    specs: Sequence[InputSpec],
+    batch_size: int,
+    limit: int | None,
+    signature: tuple[Any, ...],
+    failure: _Failure,
+) -> tuple[Any, int]:
+    def members(archive: zipfile.ZipFile) -> dict[str, str]:
         names = npz_members(archive, path)
         missing = [s.name for s in specs if s.name not in names]
         if missing:
@@ -202,33 +201,86 @@ def _npz(
                 f"{[s.name for s in specs]}; missing: {', '.join(missing)}. Save one array per "
                 "input name with np.savez(FILE, **{name: array}) (labels may go under 'y')"
             )
-        return [NpyRows(archive.open(names[s.name]), f"{path} array {s.name!r}") for s in specs]
+        return {s.name: names[s.name] for s in specs}
+
+    def readers(archive: zipfile.ZipFile) -> list[NpyRows]:
+        return [
+            NpyRows(archive.open(member), f"{path} array {name!r}")
+            for name, member in members(archive).items()
+        ]
 
     try:
         with zipfile.ZipFile(path) as archive:
-            readers = members(archive)
+            headers = readers(archive)
+            layouts = npz_layouts(path, archive, members(archive))
     except (zipfile.BadZipFile, OSError) as exc:
         raise InputError(
             f"--data {path} is not a readable .npz file ({exc}); write it with np.savez"
         ) from None
-    for spec, rows in zip(specs, readers, strict=True):
-        check_fits(rows.shape, rows.dtype, spec, f"--data {path}")
-    counts = {s.name: r.rows for s, r in zip(specs, readers, strict=True)}
+    for spec, rows in zip(specs, headers, strict=True):
+        check_fits(rows.shape, rows.dtype, spec, f"--data {path} array {spec.name!r}")
+    counts = {s.name: r.rows for s, r in zip(specs, headers, strict=True)}
     if len(set(counts.values())) > 1:
         listed = ", ".join(f"{k}: {v}" for k, v in counts.items())
         raise InputError(
             f"--data {path}: the inputs have different numbers of rows ({listed}); give every "
             "input the same number of samples"
         )
+    total = next(iter(counts.values()))
+    stored = [layouts[s.name] for s in specs]
+    if all(stored):  # np.savez: tf.data reads the rows in place
+        return _records(stored, specs, batch_size, limit), total
 
-    def read() -> Iterator[tuple[np.ndarray, ...]]:
+    def read() -> Iterator[tuple[np.ndarray, ...]]:  # np.savez_compressed: inflate as we go
         with zipfile.ZipFile(path) as archive:
-            for part in _chunks(members(archive), batch_size, limit):
+            for part in _chunks(readers(archive), batch_size, limit):
                 yield tuple(
                     fit_array(a, s, f"--data {path}") for a, s in zip(part, specs, strict=True)
                 )
 
-    return read, next(iter(counts.values()))
+    return _generated(read, signature, failure, path), total
+
+
+# numpy kinds and sizes that tf.io.decode_raw reads (bool is read as uint8)
+_RAW = {"f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "b1"}
+
+
+def _records(
+    layouts: Sequence[NpyLayout], specs: Sequence[InputSpec], batch_size: int, limit: int | None
+) -> Any:
+    """Rows read by tf.data as fixed-length records, in batches, decoded and cast."""
+    tf, _ = quiet_import()
+    for layout in layouts:
+        code = f"{layout.dtype.kind}{layout.dtype.itemsize}"
+        if code not in _RAW or not layout.row_bytes:
+            raise InputError(
+                f"--data {layout.path}: arrays of dtype {layout.dtype} and shape "
+                f"{layout.shape} cannot be read; save a numeric array (float, int or bool)"
+            )
+    columns = [
+        tf.data.FixedLengthRecordDataset(
+            lay.path, lay.row_bytes, header_bytes=lay.offset, footer_bytes=lay.footer
+        )
+        for lay in layouts
+    ]
+    dataset = columns[0] if len(columns) == 1 else tf.data.Dataset.zip(tuple(columns))
+    if limit is not None:
+        dataset = dataset.take(limit)
+
+    def decode(*raw: Any) -> tuple[Any, ...]:
+        return tuple(_decode(r, lay, s) for r, lay, s in zip(raw, layouts, specs, strict=True))
+
+    return dataset.batch(batch_size).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _decode(raw: Any, layout: NpyLayout, spec: InputSpec) -> Any:
+    tf, _ = quiet_import()
+    dtype = layout.dtype
+    little = dtype.byteorder == "<" or (dtype.byteorder in "=|" and sys.byteorder == "little")
+    read_as = tf.uint8 if dtype.kind == "b" else tf.as_dtype(dtype.newbyteorder("="))
+    values = tf.io.decode_raw(raw, read_as, little_endian=little)
+    values = tf.reshape(values, [-1, *layout.shape[1:]])
+    return tf.cast(values, _np_dtype(spec.dtype))
 
 
 def _chunks(

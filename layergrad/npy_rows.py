@@ -1,16 +1,20 @@
 """Read a `.npy` array (a file, or a member of a `.npz`) a few rows at a time.
 
 `np.load` reads a whole `.npz` member into memory, and a memory-mapped `.npy` counts every
-page it touches in the process's resident memory; both grow with the number of rows. This
-reader parses the `.npy` header itself and then reads the rows it is asked for with plain
-reads, so memory stays at one batch whatever the file holds. A compressed `.npz` member is
-inflated as it is read.
+page it touches in the process's resident memory; both grow with the number of rows. Here the
+`.npy` header is parsed, and then either `NpyLayout` says where the rows lie in the file (a
+`.npy`, or an uncompressed `.npz` member), so that `tf.data` reads them as fixed-length
+records, or `NpyRows` reads the rows it is asked for with plain reads (a compressed member,
+inflated as it is read). Either way memory stays at a batch whatever the file holds.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import struct
 import zipfile
+from dataclasses import dataclass
 from typing import IO, Any
 
 import numpy as np
@@ -114,3 +118,59 @@ def _no_arrays(archive: zipfile.ZipFile, path: str) -> dict[str, str]:
         f"--data {path} is a zip archive without .npy arrays (it holds {held}); write it "
         "with np.savez(FILE, **{input_name: array})"
     )
+
+
+@dataclass(frozen=True)
+class NpyLayout:
+    """Where the rows of an uncompressed `.npy` array lie in a file, and what they are."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    offset: int  # bytes before the first row
+    footer: int  # bytes after the last row (the rest of a .npz)
+
+    @property
+    def row_bytes(self) -> int:
+        return self.dtype.itemsize * math.prod(self.shape[1:])
+
+
+def npy_layout(path: str) -> NpyLayout:
+    """The layout of a `.npy` file (its header is checked as `NpyRows` checks it)."""
+    with open(path, "rb") as stream:
+        rows = NpyRows(stream, path)
+        offset = stream.tell()
+    return _layout(path, rows, offset, label=path)
+
+
+def npz_layouts(path: str, archive: zipfile.ZipFile, members: dict[str, str]) -> dict[str, Any]:
+    """Array name -> NpyLayout for the members stored without compression (np.savez); a
+    compressed member (np.savez_compressed) maps to None."""
+    out: dict[str, Any] = {}
+    with open(path, "rb") as raw:
+        for name, member in members.items():
+            info = archive.getinfo(member)
+            if info.compress_type != zipfile.ZIP_STORED:
+                out[name] = None
+                continue
+            raw.seek(info.header_offset)
+            local = raw.read(30)  # the local file header: its name and extra field lengths
+            if len(local) < 30 or local[:4] != b"PK\x03\x04":
+                out[name] = None
+                continue
+            name_len, extra_len = struct.unpack("<HH", local[26:30])
+            raw.seek(info.header_offset + 30 + name_len + extra_len)
+            rows = NpyRows(raw, f"{path} array {name!r}")
+            out[name] = _layout(path, rows, raw.tell(), label=f"{path} array {name!r}")
+    return out
+
+
+def _layout(path: str, rows: NpyRows, offset: int, label: str) -> NpyLayout:
+    end = offset + rows.rows * rows.row_bytes
+    size = os.path.getsize(path)
+    if end > size:
+        raise InputError(
+            f"--data {label} is truncated: its header declares {rows.rows} rows of shape "
+            f"{rows.shape[1:]}, but the file ends before them; write it again"
+        )
+    return NpyLayout(path, rows.shape, rows.dtype, offset, size - end)

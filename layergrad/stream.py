@@ -26,7 +26,7 @@ import numpy as np
 
 from layergrad import summaries as sm
 from layergrad._tf import quiet_import
-from layergrad.accumulate import Accumulators, single_totals
+from layergrad.accumulate import Accumulators, single_totals, summary_shapes
 from layergrad.errors import InputError, describe
 from layergrad.layer_refs import Site, input_names, iter_layers
 from layergrad.probe import _check_all_called, _check_input_call, _site_groups, _unique_leaves
@@ -116,7 +116,7 @@ class _Recorder:
     calls: dict[str, int] = field(default_factory=dict)
     records: list[_Record] = field(default_factory=list)
     captured: dict[Key, Any] = field(default_factory=dict)
-    anchors: dict[str, tuple[Any, Any, Any]] = field(default_factory=dict)
+    anchors: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     summaries: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -177,8 +177,9 @@ class _Recorder:
         """Hand `tensor` on through an identity whose gradient is summarised into anchors."""
         tf, _ = quiet_import()
         one_unit = self.plan.data
-        anchors = (
+        anchors = (  # shaped like what gradient_summary returns
             tf.zeros([len(sm.GRAD_FIELDS)], tf.float64),
+            tf.zeros([1], tf.float64),
             tf.zeros(tf.stack([2, sm.unit_width(tensor, one_unit)]), tf.float64),
             tf.zeros(tf.reshape(sm.samples_in(tensor), [1]), tf.float64),
         )
@@ -186,7 +187,7 @@ class _Recorder:
             self.tape.watch(anchor)
 
         @tf.custom_gradient
-        def watched(x: Any, a0: Any, a1: Any, a2: Any) -> Any:
+        def watched(x: Any, *_anchors: Any) -> Any:
             def grad(dy: Any) -> Any:
                 return (dy, *sm.gradient_summary(dy, one_unit))
 
@@ -279,15 +280,17 @@ class Step:
         flat = [a for name in names for a in rec.anchors[name]]
         for t, scalar in enumerate(scalars):
             grads = tape.gradient(scalar, flat) if scalar is not None and flat else []
+            size = len(rec.anchors[names[0]]) if names else 0
             for n, name in enumerate(names):
-                got = grads[3 * n : 3 * n + 3] if grads else [None]
+                got = grads[size * n : size * (n + 1)] if grads else [None]
                 if got[0] is None:
                     continue
                 key = f"g{t}:{name}"
-                rec.summaries[f"{key}/grad"], rec.summaries[f"{key}/units"] = got[0], got[1]
-                if self.plan.data:
-                    dist, hist = sm.distribution_summary(got[2])
-                    rec.summaries[f"{key}/dist"], rec.summaries[f"{key}/hist"] = dist, hist
+                for suffix, value in zip(("grad", "gmax", "units"), got, strict=False):
+                    rec.summaries[f"{key}/{suffix}"] = value
+                if self.plan.data:  # per-sample L2 norms -> their distribution
+                    for suffix, value in sm.distribution_summary(got[3]).items():
+                        rec.summaries[f"{key}/{suffix}"] = value
         rec.summaries["samples"] = tf.reshape(tf.cast(sm.samples_in(inputs[0]), tf.float64), [1])
         self.records = rec.records
         return rec.summaries
@@ -417,14 +420,18 @@ def run_stream(
     dataset = stream.dataset
     if not _is_default(strategy):
         dataset = strategy.experimental_distribute_dataset(dataset)
-    compute = tf.function(
+    signature = [dataset.element_spec]
+    compute = tf.function(  # nothing to convert: autograph would only cost tracing time
         lambda batch: strategy.run(step.compute, args=(batch,)),
-        input_signature=[dataset.element_spec],
+        input_signature=signature,
+        autograph=False,
     )
-    acc: Accumulators | None = None
-    update: Any = None
     done = batches = 0
-    with step.installed():
+    with step.installed():  # the trace happens here, once; the batch axis is None
+        concrete = _guarded(compute.get_concrete_function, "the data", stream.source)
+        shapes = summary_shapes(strategy, concrete.structured_outputs)
+        acc = None if shapes is None else Accumulators(strategy, shapes)
+        fused = None if acc is None else _fused(strategy, concrete, acc, signature)
         iterator = iter(dataset)
         while True:
             try:
@@ -438,11 +445,15 @@ def run_stream(
                 ) from exc
             parts = [strategy.experimental_local_results(t) for t in batch]
             rows = stream.check_batch(batches, parts)
-            summaries = _guarded(partial(compute, batch), f"batch {batches}", stream.source)
-            if acc is None:
-                acc = Accumulators(strategy, summaries)
-                update = tf.function(lambda s, a=acc: strategy.run(a.update, args=(s,)))
-            update(summaries)
+            if fused is not None:
+                _guarded(partial(fused, batch), f"batch {batches}", stream.source)
+            else:  # a summary's size is only known from the first batch (an open last axis)
+                summaries = _guarded(partial(concrete, batch), f"batch {batches}", stream.source)
+                acc = Accumulators(strategy, summary_shapes(strategy, summaries) or {})
+                tf.function(lambda s, a=acc: strategy.run(a.update, args=(s,)), autograph=False)(
+                    summaries
+                )
+                fused = _fused(strategy, concrete, acc, signature)
             done, batches = done + rows, batches + 1
             if on_progress is not None:
                 on_progress(done, stream.samples)
@@ -450,6 +461,17 @@ def run_stream(
     if acc is None or not done:
         raise InputError(f"--data {stream.source} holds no samples; expected at least one row")
     return step.result(acc.totals(strategy), done, batches, replicas)
+
+
+def _fused(strategy: Any, concrete: Any, acc: Accumulators, signature: list[Any]) -> Any:
+    """One compiled call per batch: the traced step, then adding its summaries up (its
+    concrete function: calling it skips the signature matching of each call)."""
+    tf, _ = quiet_import()
+    return tf.function(
+        lambda batch: strategy.run(acc.update, args=(concrete(batch),)),
+        input_signature=signature,
+        autograph=False,
+    ).get_concrete_function()
 
 
 def _is_default(strategy: Any) -> bool:
@@ -490,11 +512,15 @@ def _gradient_totals(
     if f"{key}/grad" not in totals:
         return None
     first = float(totals[f"{key}/grad/first"])
+    dist = None
+    if f"{key}/dist" in totals:
+        dist = np.concatenate([totals[f"{key}/{k}"] for k in ("dist", "dmin", "dmax")])
     return sm.GradientTotals(
         fields=totals[f"{key}/grad"],
+        max_abs=float(totals[f"{key}/gmax"][0]),
         units=totals[f"{key}/units"],
         first_nonfinite=None if np.isinf(first) else int(first),
-        dist=totals.get(f"{key}/dist"),
+        dist=dist,
         hist=totals.get(f"{key}/hist"),
         scale=scale,
     )

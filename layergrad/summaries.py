@@ -25,19 +25,20 @@ import numpy as np
 from layergrad.results import GradientStats, SampleStats
 
 SUM, MAX, MIN = 0, 1, 2
-GRAD_FIELDS = ("sum_sq", "sum_abs", "max_abs", "zeros", "nonfinite", "elements")
-GRAD_KINDS = (SUM, SUM, MAX, SUM, SUM, SUM)
-DIST_FIELDS = ("count", "sum", "sum_sq", "min", "max")
-DIST_KINDS = (SUM, SUM, SUM, MIN, MAX)
+GRAD_FIELDS = ("sum_sq", "sum_abs", "zeros", "nonfinite", "elements")  # max |g| apart
+DIST_FIELDS = ("count", "sum", "sum_sq")  # min and max apart
 FWD_FIELDS = ("nonfinite", "sum_abs", "elements")
 BINS_PER_DECADE = 100
 LOG_LO, LOG_HI = -30, 30
 HIST_BINS = (LOG_HI - LOG_LO) * BINS_PER_DECADE + 3  # [0] zero, [1] below, [-1] above
 # how each summary (by the suffix of its key) adds up; "first" is the first batch index
-KINDS: dict[str, tuple[int, ...] | int] = {
-    "grad": GRAD_KINDS,
+KINDS = {
+    "grad": SUM,
+    "gmax": MAX,
     "units": SUM,
-    "dist": DIST_KINDS,
+    "dist": SUM,
+    "dmin": MIN,
+    "dmax": MAX,
     "hist": SUM,
     "fwd": SUM,
     "dims": MAX,
@@ -48,37 +49,55 @@ KINDS: dict[str, tuple[int, ...] | int] = {
 NONFINITE_FIELD = {"grad": GRAD_FIELDS.index("nonfinite"), "fwd": FWD_FIELDS.index("nonfinite")}
 
 
-def gradient_summary(dy: Any, one_unit: bool) -> tuple[Any, Any, Any]:
-    """Reduce a batch-first gradient to (fields [6], per-unit [2, units], per-sample L2 [batch]).
+def gradient_summary(dy: Any, one_unit: bool) -> tuple[Any, Any, Any, Any]:
+    """Reduce a batch-first gradient to (fields [5], max |g| [1], per-unit [2, units],
+    per-sample L2 [batch]).
 
-    Non-finite values are left out of the sums and counted. Units are the last axis; a
-    gradient with no axis but the batch has one unit when `one_unit`, else one per element
-    (what a single batch reports). Float64, so sums over millions of samples stay exact.
+    Per unit (the last axis; a gradient with no axis but the batch has one unit when
+    `one_unit`, else one per element, as a single batch reports): whether any value was
+    non-zero (1/0), and the sum of |g|. Non-finite values are left out of the sums and
+    counted. The common case takes a short path of a few reductions in the gradient's own
+    precision (float32 at least; the totals add up in float64); the sums say whether there
+    is any NaN/Inf (or an overflow), and only then a float64 pass masks them out.
     """
     from layergrad._tf import quiet_import
 
     tf, _ = quiet_import()
-    g = tf.cast(dy, tf.float64)
-    finite = tf.math.is_finite(g)
-    absg = tf.abs(tf.where(finite, g, tf.zeros_like(g)))
-    rows = tf.reshape(absg, [tf.shape(g)[0], -1]) if g.shape.rank else tf.reshape(absg, [1, 1])
-    per_sample_sq = tf.reduce_sum(tf.square(rows), axis=1)
+    g = dy if dy.dtype in (tf.float32, tf.float64) else tf.cast(dy, tf.float32)
     width = unit_width(g, one_unit)
-    unit_abs = tf.reduce_sum(tf.reshape(absg, [-1, width]), axis=0)
-    nonzero = tf.cast(tf.not_equal(g, 0), tf.float64)  # NaN is not zero: a NaN unit is alive
-    unit_nonzero = tf.reduce_sum(tf.reshape(nonzero, [-1, width]), axis=0)
+    rows = [tf.shape(g)[0], -1] if g.shape.rank else [1, 1]
     elements = tf.cast(tf.size(g), tf.float64)
+    zero = tf.constant(0.0, tf.float64)
+    absg = tf.abs(g)
+    unit_abs = tf.cast(tf.reduce_sum(tf.reshape(absg, [-1, width]), axis=0), tf.float64)
+    norms = tf.cast(tf.math.reduce_euclidean_norm(tf.reshape(g, rows), axis=1), tf.float64)
+    max_abs = tf.maximum(tf.cast(tf.reduce_max(absg), tf.float64), zero)  # 0 for no rows
+    nonzero = tf.cast(tf.math.count_nonzero(g, dtype=tf.int64), tf.float64)
+    finite = tf.math.is_finite(tf.reduce_sum(unit_abs)) & tf.math.is_finite(tf.reduce_sum(norms))
+
+    def fast() -> tuple[Any, ...]:
+        return norms, unit_abs, tf.cast(unit_abs > 0, tf.float64), max_abs, zero
+
+    def masked() -> tuple[Any, ...]:  # NaN/Inf (or float32 overflow): float64, masked
+        wide = tf.cast(g, tf.float64)
+        ok = tf.math.is_finite(wide)
+        clean = tf.abs(tf.where(ok, wide, tf.zeros_like(wide)))
+        units = tf.reshape(clean, [-1, width])
+        alive = tf.math.count_nonzero(tf.reshape(g, [-1, width]), axis=0) > 0  # NaN is alive
+        return (
+            tf.sqrt(tf.reduce_sum(tf.square(tf.reshape(clean, rows)), axis=1)),
+            tf.reduce_sum(units, axis=0),
+            tf.cast(alive, tf.float64),
+            tf.maximum(tf.reduce_max(clean), zero),
+            elements - tf.reduce_sum(tf.cast(ok, tf.float64)),
+        )
+
+    norms, unit_abs, alive, max_abs, nonfinite = tf.cond(finite, fast, masked)
     fields = tf.stack(
-        [
-            tf.reduce_sum(per_sample_sq),
-            tf.reduce_sum(unit_abs),
-            tf.maximum(tf.reduce_max(absg), tf.constant(0.0, tf.float64)),  # 0 for no rows
-            elements - tf.reduce_sum(unit_nonzero),
-            elements - tf.reduce_sum(tf.cast(finite, tf.float64)),
-            elements,
-        ]
-    )
-    return fields, tf.stack([unit_nonzero, unit_abs]), tf.sqrt(per_sample_sq)
+        [tf.reduce_sum(tf.square(norms)), tf.reduce_sum(unit_abs), elements - nonzero, nonfinite,
+         elements]
+    )  # fmt: skip
+    return fields, tf.reshape(max_abs, [1]), tf.stack([alive, unit_abs]), norms
 
 
 def unit_width(x: Any, one_unit: bool) -> Any:
@@ -105,21 +124,14 @@ def samples_in(x: Any) -> Any:
     return x.shape[0] if x.shape[0] is not None else tf.shape(x)[0]
 
 
-def distribution_summary(values: Any) -> tuple[Any, Any]:
-    """Summarise non-negative per-sample values: (count, sum, sum sq, min, max) and histogram."""
+def distribution_summary(values: Any) -> dict[str, Any]:
+    """Summarise non-negative per-sample values: `dist` (count, sum, sum of squares), `dmin`,
+    `dmax` and `hist`, the keys' suffixes in the step's summaries."""
     from layergrad._tf import quiet_import
 
     tf, _ = quiet_import()
     v = tf.cast(tf.reshape(values, [-1]), tf.float64)
-    fields = tf.stack(
-        [
-            tf.cast(tf.size(v), tf.float64),
-            tf.reduce_sum(v),
-            tf.reduce_sum(tf.square(v)),
-            tf.reduce_min(v),  # +inf for an empty batch (a replica's share can be empty)
-            tf.reduce_max(v),
-        ]
-    )
+    fields = tf.stack([tf.cast(tf.size(v), tf.float64), tf.reduce_sum(v), tf.reduce_sum(v * v)])
     logv = tf.math.log(tf.maximum(v, 1e-300)) / math.log(10.0)
     inside = tf.cast(tf.floor((logv - LOG_LO) * BINS_PER_DECADE), tf.int32) + 2
     index = tf.where(
@@ -128,48 +140,54 @@ def distribution_summary(values: Any) -> tuple[Any, Any]:
         tf.where(logv < LOG_LO, 1, tf.where(logv >= LOG_HI, HIST_BINS - 1, inside)),
     )
     hist = tf.math.bincount(index, minlength=HIST_BINS, maxlength=HIST_BINS, dtype=tf.float64)
-    return fields, hist
+    return {
+        "dist": fields,
+        "dmin": tf.reshape(tf.reduce_min(v), [1]),  # +inf for an empty share of a batch
+        "dmax": tf.reshape(tf.reduce_max(v), [1]),
+        "hist": hist,
+    }
 
 
 def forward_summary(x: Any) -> tuple[Any, Any]:
     """(non-finite count, sum of finite |x|, elements) of an activation, and its sizes after
-    the batch axis (the largest seen adds up, for dimensions the model leaves open)."""
+    the batch axis (the largest seen adds up, for dimensions the model leaves open). One
+    reduction when every value is finite (its sum says so)."""
     from layergrad._tf import quiet_import
 
     tf, _ = quiet_import()
-    v = tf.cast(x, tf.float64)
-    finite = tf.math.is_finite(v)
+    v = x if x.dtype in (tf.float32, tf.float64) else tf.cast(x, tf.float32)
+    total = tf.cast(tf.reduce_sum(tf.abs(v)), tf.float64)
     elements = tf.cast(tf.size(v), tf.float64)
-    fields = tf.stack(
-        [
-            elements - tf.reduce_sum(tf.cast(finite, tf.float64)),
-            tf.reduce_sum(tf.abs(tf.where(finite, v, tf.zeros_like(v)))),
-            elements,
-        ]
+
+    def masked() -> tuple[Any, Any]:
+        wide = tf.cast(v, tf.float64)
+        ok = tf.math.is_finite(wide)
+        clean = tf.reduce_sum(tf.abs(tf.where(ok, wide, tf.zeros_like(wide))))
+        return elements - tf.reduce_sum(tf.cast(ok, tf.float64)), clean
+
+    nonfinite, total = tf.cond(
+        tf.math.is_finite(total), lambda: (tf.constant(0.0, tf.float64), total), masked
     )
     dims = tf.cast(tf.shape(v)[1:], tf.float64) if v.shape.rank else tf.zeros([0], tf.float64)
-    return fields, dims
+    return tf.stack([nonfinite, total, elements]), dims
 
 
-def kinds_of(key: str, shape: tuple[int, ...]) -> np.ndarray:
-    """How each element of the summary `key` adds up (SUM / MAX / MIN), shaped like it."""
-    kind = KINDS[key.rsplit("/", 1)[-1]]
-    if isinstance(kind, tuple):
-        return np.array(kind, dtype=np.int8).reshape(shape)
-    return np.full(shape, kind, dtype=np.int8)
+def kind_of(key: str) -> int:
+    """How the summary `key` adds up: SUM, MAX or MIN (by the suffix of the key)."""
+    return KINDS[key.rsplit("/", 1)[-1]]
 
 
-def initial(kinds: np.ndarray) -> np.ndarray:
-    """The identity of each element's reduction: 0, -inf or +inf."""
-    return np.select([kinds == MAX, kinds == MIN], [-np.inf, np.inf], 0.0)
+def initial(kind: int, shape: tuple[int, ...]) -> np.ndarray:
+    """The identity of the reduction: 0, -inf or +inf."""
+    return np.full(shape, {SUM: 0.0, MAX: -np.inf, MIN: np.inf}[kind])
 
 
-def combine(values: list[np.ndarray], kinds: np.ndarray) -> np.ndarray:
+def combine(values: list[np.ndarray], kind: int) -> np.ndarray:
     """Add up the same summary from several replicas."""
     stack = np.stack(values)
-    return np.select(
-        [kinds == MAX, kinds == MIN], [stack.max(axis=0), stack.min(axis=0)], stack.sum(axis=0)
-    )
+    if kind == MAX:
+        return stack.max(axis=0)
+    return stack.min(axis=0) if kind == MIN else stack.sum(axis=0)
 
 
 @dataclass(frozen=True)
@@ -181,9 +199,10 @@ class GradientTotals:
     """
 
     fields: np.ndarray
+    max_abs: float
     units: np.ndarray
     first_nonfinite: int | None
-    dist: np.ndarray | None = None
+    dist: np.ndarray | None = None  # count, sum, sum of squares, min, max
     hist: np.ndarray | None = None
     scale: float = 1.0
 
@@ -207,14 +226,16 @@ class GradientTotals:
             shape=shape,
             l2=math.sqrt(self._field("sum_sq")) * s,
             mean_abs=self._field("sum_abs") * s / elements if elements else 0.0,
-            max_abs=self._field("max_abs") * s,
+            max_abs=self.max_abs * s,
             zero_fraction=self._field("zeros") / elements if elements else 0.0,
             nonfinite=int(self._field("nonfinite")),
             top_units=tuple((int(i), float(per_unit[i])) for i in order),
         )
 
     def dead_units(self) -> tuple[int, ...]:
-        """Units of the last axis whose gradient is exactly zero for every sample."""
+        """Units of the last axis whose gradient is exactly zero for every sample.
+
+        `units[0]` counts the batches where a unit had a non-zero (or NaN) gradient."""
         return tuple(int(i) for i in np.flatnonzero(self.units[0] == 0))
 
     def dead_fraction(self) -> float:
@@ -229,7 +250,8 @@ class GradientTotals:
 
 
 def distribution_stats(dist: np.ndarray, hist: np.ndarray, scale: float = 1.0) -> SampleStats:
-    """Mean, std, min, p50, p95, max of a per-sample quantity from its summed summaries."""
+    """Mean, std, min, p50, p95, max of a per-sample quantity from its summed summaries
+    (`dist`: count, sum, sum of squares, min, max; `hist`: the log histogram)."""
     count, total, total_sq, low, high = (float(v) for v in dist)
     if count == 0:
         return SampleStats(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
