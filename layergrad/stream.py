@@ -85,6 +85,7 @@ class StreamRun:
     batches: int
     replicas: int
     data: bool = False  # went over a data set (per-sample distributions were kept)
+    traces: int = 0  # times the step was traced, per replica (1: the last batch reused it)
 
     def index(self, path: str, call: int = 0) -> int | None:
         """Position of the activation of `path` call `call`, or None if it was not captured."""
@@ -235,6 +236,7 @@ class Step:
     def __init__(self, model: Any, plan: Plan) -> None:
         self.model, self.plan = model, plan
         self.records: list[_Record] = []  # the layout, filled while tracing (or eagerly)
+        self.traces = 0  # calls of `compute` in Python: traces, or eager runs
         if plan.every_leaf:
             self.groups: list[tuple[Any, str]] = [
                 (layer, path) for layer, path, _ in _unique_leaves(iter_layers(model))
@@ -262,6 +264,7 @@ class Step:
     def compute(self, inputs: Sequence[Any]) -> dict[str, Any]:
         """Forward and backward on one batch (a tuple of tensors in the model's input order)."""
         tf, _ = quiet_import()
+        self.traces += 1
         targets = self.plan.targets
         tape = tf.GradientTape(persistent=len(targets) > 1)
         rec = _Recorder(self.plan, tape)
@@ -322,6 +325,7 @@ class Step:
             batches=batches,
             replicas=replicas,
             data=self.plan.data,
+            traces=self.traces // max(replicas, 1),
         )
 
     def _kept(self, rec: _Record) -> bool:
