@@ -16,6 +16,7 @@ partial batch reuses it) and runs under a `tf.distribute` strategy; its summarie
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -495,8 +496,9 @@ def _guarded(run: Callable[[], Any], what: str, source: str | None = None) -> An
     try:
         return run()
     except (tf.errors.OpError, ValueError, TypeError) as exc:
+        detail = re.sub(r"\s*\[\[\{\{node [^]]*\]\]|\s*\[Op:[^]]*\]", "", describe(exc))
         raise BatchFailed(
-            f"{where}the model failed on {what}: {describe(exc)}; check the values and shapes "
+            f"{where}the model failed on {what}: {detail}; check the values and shapes "
             "of the data (ids inside the vocabulary, the shape the model was built for)"
         ) from exc
 
