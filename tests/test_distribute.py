@@ -10,7 +10,10 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, normal, sample
+from conftest import ROOT, normal, sample, tf
+
+from layergrad import devices
+from layergrad.errors import InputError
 
 pytestmark = pytest.mark.slow  # fresh processes: a few seconds each
 
@@ -77,11 +80,6 @@ def test_mirrored_on_a_machine_without_gpus_runs_on_the_cpu(data):
 
 
 def test_cpu_replicas_after_tensorflow_started_is_refused():
-    from layergrad import devices
-    from layergrad.errors import InputError
-
-    from conftest import tf
-
     tf.constant(1.0)  # TensorFlow has started, with one CPU device
     with pytest.raises(InputError, match="can only be set before it starts"):
         devices.strategy_for("mirrored", cpu_replicas=64)
