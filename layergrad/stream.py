@@ -166,7 +166,8 @@ class _Recorder:
             if watch:
                 tensor = self._watch(f"{r}.{i}", tensor)
             if floating and (watch or (i == 0 and key in self.targets)):
-                fields, dims = sm.forward_summary(tensor)
+                with self.tape.stop_recording():  # else the tape would keep |x| for each x
+                    fields, dims = sm.forward_summary(tensor)
                 self.summaries[f"f:{r}.{i}/fwd"], self.summaries[f"f:{r}.{i}/dims"] = fields, dims
             outputs.append(_Output(tensor.dtype.name, tuple(tensor.shape), watch))
             passed.append(tensor)
