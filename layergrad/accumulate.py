@@ -6,7 +6,7 @@ traffic between devices during the run, exactly like the state of `keras.metrics
 metrics and `tf.distribute` only reduce by sum or mean, and max |g|, the per-sample minimum
 and the first non-finite batch need max and min, so the replicas' copies are read with
 `experimental_local_results` at the end and combined here, by the kind each field declares
-(`summaries.KINDS`).
+(`totals.KINDS`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from layergrad import summaries as sm
+from layergrad import totals as tt
 from layergrad._tf import quiet_import
 
 
@@ -36,14 +36,14 @@ class Accumulators:
         with strategy.scope():
             for key, shape in shapes.items():
                 self._add(tf, key, shape)
-                if key.rsplit("/", 1)[-1] in sm.NONFINITE_FIELD:
-                    self._add(tf, f"{key}/first", ())
+                if key.rsplit("/", 1)[-1] in tt.NONFINITE_FIELD:  # one per row of the pack
+                    self._add(tf, f"{key}/first", shape[:-1])
             self.batches = self._variable(tf, np.zeros((), np.float64), "batches")
 
     def _add(self, tf: Any, key: str, shape: tuple[int, ...]) -> None:
-        kind = sm.kind_of(key)
+        kind = tt.kind_of(key)
         self.kinds[key] = kind
-        self.vars[key] = self._variable(tf, sm.initial(kind, shape), key)
+        self.vars[key] = self._variable(tf, tt.initial(kind, shape), key)
 
     @staticmethod
     def _variable(tf: Any, value: np.ndarray, name: str) -> Any:
@@ -62,21 +62,22 @@ class Accumulators:
         index = self.batches.read_value()
         for key, value in summaries.items():
             var, kind = self.vars[key], self.kinds[key]
-            if kind == sm.SUM:
+            if kind == tt.SUM:
                 var.assign_add(value)
             else:
-                var.assign((tf.maximum if kind == sm.MAX else tf.minimum)(var.read_value(), value))
-            field = sm.NONFINITE_FIELD.get(key.rsplit("/", 1)[-1])
+                var.assign((tf.maximum if kind == tt.MAX else tf.minimum)(var.read_value(), value))
+            field = tt.NONFINITE_FIELD.get(key.rsplit("/", 1)[-1])
             if field is not None:
                 first = self.vars[f"{key}/first"]
-                seen = tf.where(value[field] > 0, index, tf.constant(math.inf, tf.float64))
+                inf = tf.constant(math.inf, tf.float64)
+                seen = tf.where(value[..., field] > 0, index, inf)
                 first.assign(tf.minimum(first.read_value(), seen))
         self.batches.assign_add(tf.constant(1.0, tf.float64))
 
     def totals(self, strategy: Any) -> dict[str, np.ndarray]:
         """Every summary added up over batches and replicas, as numpy arrays."""
         return {
-            key: sm.combine(
+            key: tt.combine(
                 [np.asarray(v.numpy()) for v in strategy.experimental_local_results(var)],
                 self.kinds[key],
             )
@@ -101,7 +102,7 @@ def single_totals(summaries: dict[str, Any]) -> dict[str, np.ndarray]:
     non-finite batch where a non-finite value was counted."""
     out = {key: np.asarray(value.numpy()) for key, value in summaries.items()}
     for key in list(out):
-        field = sm.NONFINITE_FIELD.get(key.rsplit("/", 1)[-1])
+        field = tt.NONFINITE_FIELD.get(key.rsplit("/", 1)[-1])
         if field is not None:
-            out[f"{key}/first"] = np.asarray(0.0 if out[key][field] > 0 else math.inf)
+            out[f"{key}/first"] = np.where(out[key][..., field] > 0, 0.0, math.inf)
     return out

@@ -197,7 +197,7 @@ def scan_over(
 def forward_check(run: Any) -> tuple[str, tuple[str, ...]]:
     """`check`'s forward verdict over a data set: (message, findings)."""
     for act, fwd in zip(run.activations, run.forward, strict=True):
-        if fwd is not None and fwd.nonfinite:
+        if fwd is not None and fwd.nonfinite_batches:
             return (
                 f"non-finite activations from layer {act.site.ref!r} on (first at batch "
                 f"{fwd.first_nonfinite})",

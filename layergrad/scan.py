@@ -16,7 +16,7 @@ from layergrad.probe import Activation, Trace
 from layergrad.results import Cause, DataStats, ScanRow
 from layergrad.stats import gradient_stats, status_of
 from layergrad.stream import Probed, StreamRun
-from layergrad.summaries import GradientTotals
+from layergrad.totals import GradientTotals
 
 # A layer whose mean |g| is this far below (above) the target end's is vanishing (exploding);
 # a layer with more than DEAD_FRACTION of its units (last axis) getting exactly zero is dead.

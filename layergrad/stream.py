@@ -1,24 +1,17 @@
 """The per-batch step: forward, capture, watch, backward and statistics, in one function.
 
-Capture works as in `probe`: each chosen layer's `call` is wrapped, and its output is handed
-on through an identity whose gradient is the gradient with respect to that output (a fresh
-copy: paths around the layer do not count). Here the identity also *reduces* that gradient
-where the backward pass produces it (`summaries.gradient_summary`) and hands the result back
-as the gradient of small "anchor" tensors. `tape.gradient(target, anchors)` therefore returns
-a few numbers per layer instead of whole arrays, and no gradient outlives its reduction:
-memory stays that of a plain forward and backward pass. A None gradient still means no path.
-
-Over a data set the step is a `tf.function` traced once (the batch axis is None, so the last
-partial batch reuses it) and runs under a `tf.distribute` strategy; its summaries add up in
-`accumulate.Accumulators` on each replica. For one batch it runs eagerly (no tracing cost).
+`capture` watches the chosen layer calls so that the backward pass reduces each gradient
+where it is produced; the step packs those reductions into a few tensors (`summaries`). For
+one batch it runs eagerly (no tracing cost) and the packs are the totals. Over a data set it
+is a `tf.function` traced once (the batch axis is None, so the last partial batch reuses
+it), run under a `tf.distribute` strategy, one compiled call per batch, and the packs add up
+in `accumulate.Accumulators` on each replica. `Step.result` unpacks the totals per layer.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -28,31 +21,15 @@ import numpy as np
 from layergrad import summaries as sm
 from layergrad._tf import quiet_import
 from layergrad.accumulate import Accumulators, single_totals, summary_shapes
+from layergrad.capture import Plan, Record, Recorder, installed, key, recording
 from layergrad.errors import InputError, describe
-from layergrad.layer_refs import Site, input_names, iter_layers
-from layergrad.probe import _check_all_called, _check_input_call, _site_groups, _unique_leaves
+from layergrad.layer_refs import Site, iter_layers
+from layergrad.probe import _check_all_called, _site_groups, _unique_leaves
+from layergrad.totals import ForwardTotals, GradientTotals, first_batch
 
 Key = tuple[str, int]
 Progress = Callable[[int, "int | None"], None]
-_LOCAL = threading.local()  # the recorder of the forward pass running in this thread
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What one step captures and differentiates.
-
-    `sources` are watched; each of `targets` (None: the sum of the model's float outputs) is
-    reduced and differentiated. With `every_leaf`, every leaf-layer call and model input is
-    watched (scan). `data` marks a run over many batches: per-sample distributions are kept,
-    and `reduce="mean"` means the mean over every sample, applied when the totals are read.
-    """
-
-    sources: tuple[Site, ...] = ()
-    targets: tuple[Site | None, ...] = (None,)
-    every_leaf: bool = False
-    training: bool = False
-    reduce: str = "sum"
-    data: bool = False
+__all__ = ["Plan", "Probed", "StreamRun", "run_batch", "run_stream"]
 
 
 @dataclass(frozen=True)
@@ -79,8 +56,8 @@ class StreamRun:
     """
 
     activations: tuple[Probed, ...]
-    gradients: tuple[tuple[sm.GradientTotals | None, ...], ...]
-    forward: tuple[sm.ForwardTotals | None, ...]
+    gradients: tuple[tuple[GradientTotals | None, ...], ...]
+    forward: tuple[ForwardTotals | None, ...]
     targets: tuple[Probed | None, ...]
     samples: int
     batches: int
@@ -97,135 +74,13 @@ class StreamRun:
 
 
 @dataclass
-class _Output:
-    dtype: str
-    shape: tuple[int | None, ...]
-    watched: bool
+class _Layout:
+    """Where each layer's share is in the packed summaries (known once traced)."""
 
-
-@dataclass
-class _Record:
-    site: Site
-    outputs: list[_Output | None]  # None for an output that is not a tensor
-
-
-@dataclass
-class _Recorder:
-    """The state of one forward pass: the calls seen, the anchors and forward summaries."""
-
-    plan: Plan
-    tape: Any
-    calls: dict[str, int] = field(default_factory=dict)
-    records: list[_Record] = field(default_factory=list)
-    captured: dict[Key, Any] = field(default_factory=dict)
-    anchors: dict[str, tuple[Any, ...]] = field(default_factory=dict)
-    summaries: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.sources = {_key(s): s for s in self.plan.sources}
-        self.targets = {_key(t): t for t in self.plan.targets if t is not None}
-
-    def on_call(self, path: str, index: int, flat: list[Any]) -> list[Any]:
-        key = (path, index)
-        site = self.sources.get(key) or self.targets.get(key)
-        if site is None and not self.plan.every_leaf:
-            return flat
-        if site is None or self.plan.every_leaf:
-            site = Site(ref=f"{path}@{index}" if index else path, path=path, call=index)
-        return self._record(site, flat)
-
-    def inputs(self, model: Any, tensors: list[Any]) -> list[Any]:
-        """Record (and watch, as planned) the model inputs; return what the model is fed."""
-        by_index = {
-            s.input_index: s
-            for s in (*self.plan.sources, *(t for t in self.plan.targets if t is not None))
-            if s.input_index is not None
-        }
-        for planned in by_index.values():
-            _check_input_call(planned)
-        out = list(tensors)
-        for i, name in enumerate(input_names(model)[: len(tensors)]):
-            site = by_index.get(i)
-            if self.plan.every_leaf:
-                site = Site(ref=name, path=name, call=0, input_index=i)
-            if site is not None:
-                out[i] = self._record(site, [tensors[i]])[0]
-        return out
-
-    def _record(self, site: Site, flat: list[Any]) -> list[Any]:
-        r, key = len(self.records), _key(site)
-        outputs: list[_Output | None] = []
-        passed = []
-        for i, tensor in enumerate(flat):
-            if not (hasattr(tensor, "dtype") and hasattr(tensor, "shape")):
-                outputs.append(None)
-                passed.append(tensor)
-                continue
-            floating = _is_float(tensor)
-            watch = floating and (self.plan.every_leaf or (i == 0 and key in self.sources))
-            if watch:
-                tensor = self._watch(f"{r}.{i}", tensor)
-            if floating and (watch or (i == 0 and key in self.targets)):
-                with self.tape.stop_recording():  # else the tape would keep |x| for each x
-                    fields, dims = sm.forward_summary(tensor)
-                self.summaries[f"f:{r}.{i}/fwd"], self.summaries[f"f:{r}.{i}/dims"] = fields, dims
-            outputs.append(_Output(tensor.dtype.name, tuple(tensor.shape), watch))
-            passed.append(tensor)
-        self.records.append(_Record(site, outputs))
-        if key in self.targets or (key in self.sources and not self.plan.every_leaf):
-            self.captured.setdefault(key, passed[0])
-        return passed
-
-    def _watch(self, name: str, tensor: Any) -> Any:
-        """Hand `tensor` on through an identity whose gradient is summarised into anchors."""
-        tf, _ = quiet_import()
-        one_unit = self.plan.data
-        anchors = (  # shaped like what gradient_summary returns
-            tf.zeros([len(sm.GRAD_FIELDS)], tf.float64),
-            tf.zeros([1], tf.float64),
-            tf.zeros(tf.stack([2, sm.unit_width(tensor, one_unit)]), tf.float64),
-            tf.zeros(tf.reshape(sm.samples_in(tensor), [1]), tf.float64),
-        )
-        for anchor in anchors:
-            self.tape.watch(anchor)
-
-        @tf.custom_gradient
-        def watched(x: Any, *_anchors: Any) -> Any:
-            def grad(dy: Any) -> Any:
-                return (dy, *sm.gradient_summary(dy, one_unit))
-
-            return tf.identity(x), grad
-
-        out = watched(tensor, *anchors)
-        mask = getattr(tensor, "_keras_mask", None)
-        if mask is not None:
-            out._keras_mask = mask
-        self.anchors[name] = anchors
-        return out
-
-    def target_scalar(self, target: Site | None, outputs: Any) -> Any:
-        """reduce(target activation), or of every float model output; None if not float."""
-        tf, _ = quiet_import()
-        if target is None:
-            floats = [o for o in tf.nest.flatten(outputs) if _is_float(o)]
-            return tf.add_n([self._reduce(o) for o in floats]) if floats else None
-        if _key(target) not in self.captured:
-            _check_all_called([target], self.captured, self.calls)
-        tensor = self.captured[_key(target)]
-        return self._reduce(tensor) if _is_float(tensor) else None
-
-    def _reduce(self, tensor: Any) -> Any:
-        tf, _ = quiet_import()
-        if self.plan.reduce == "sum":
-            return tf.reduce_sum(tensor)
-        if not self.plan.data:
-            return tf.reduce_mean(tensor)
-        # the mean over all samples is (sum / size per sample) / samples; the division by
-        # the samples of the whole data set is applied to the totals (GradientTotals.scale)
-        per_sample = tf.cast(tf.size(tensor), tensor.dtype) / tf.cast(
-            sm.samples_in(tensor), tensor.dtype
-        )
-        return tf.reduce_sum(tensor) / per_sample
+    records: list[Record] = field(default_factory=list)
+    grads: list[tuple[int, str]] = field(default_factory=list)  # (target, output name)
+    forward: list[str] = field(default_factory=list)
+    open_dims: list[str] = field(default_factory=list)
 
 
 class Step:
@@ -237,7 +92,7 @@ class Step:
 
     def __init__(self, model: Any, plan: Plan) -> None:
         self.model, self.plan = model, plan
-        self.records: list[_Record] = []  # the layout, filled while tracing (or eagerly)
+        self.layout = _Layout()  # filled while tracing (or running eagerly)
         self.traces = 0  # calls of `compute` in Python: traces, or eager runs
         if plan.every_leaf:
             self.groups: list[tuple[Any, str]] = [
@@ -247,77 +102,62 @@ class Step:
             sites = [*plan.sources, *(t for t in plan.targets if t is not None)]
             self.groups = [(layer, path) for layer, path, _ in _site_groups(sites)]
 
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
+    def installed(self) -> Any:
         """Wrap each captured layer's `call` for the block (restored in `finally`)."""
-        wrapped: list[tuple[Any, Any]] = []
-        try:
-            for layer, path in self.groups:
-                previous = layer.__dict__.get("call")
-                layer.call = _dispatching(layer.call, path)
-                wrapped.append((layer, previous))
-            yield
-        finally:
-            for layer, previous in wrapped:
-                del layer.call
-                if previous is not None:
-                    layer.call = previous
+        return installed(self.groups)
 
     def compute(self, inputs: Sequence[Any]) -> dict[str, Any]:
         """Forward and backward on one batch (a tuple of tensors in the model's input order)."""
         tf, _ = quiet_import()
         self.traces += 1
-        targets = self.plan.targets
-        tape = tf.GradientTape(persistent=len(targets) > 1)
-        rec = _Recorder(self.plan, tape)
-        _LOCAL.recorder = rec
-        try:
-            with tape:
-                fed = rec.inputs(self.model, list(inputs))
-                outputs = _call_model(self.model, fed, self.plan.training)
-                for site in self.plan.sources:
-                    if _key(site) not in rec.captured:
-                        _check_all_called([site], rec.captured, rec.calls)
-                scalars = [rec.target_scalar(t, outputs) for t in targets]
-        finally:
-            del _LOCAL.recorder
+        tape = tf.GradientTape(persistent=len(self.plan.targets) > 1)
+        with recording(Recorder(self.plan, tape)) as rec, tape:
+            fed = rec.inputs(self.model, list(inputs))
+            outputs = _call_model(self.model, fed, self.plan.training)
+            for site in self.plan.sources:
+                if key(site) not in rec.captured:
+                    _check_all_called([site], rec.captured, rec.calls)
+            scalars = [rec.target_scalar(t, outputs) for t in self.plan.targets]
         names = list(rec.anchors)
-        flat = [a for name in names for a in rec.anchors[name]]
+        anchors = [rec.anchors[n] for n in names]
+        layout = _Layout(rec.records, forward=list(rec.forward), open_dims=list(rec.open_dims))
+        vectors, widths = [], []
         for t, scalar in enumerate(scalars):
-            grads = tape.gradient(scalar, flat) if scalar is not None and flat else []
-            size = len(rec.anchors[names[0]]) if names else 0
-            for n, name in enumerate(names):
-                got = grads[size * n : size * (n + 1)] if grads else [None]
-                if got[0] is None:
-                    continue
-                key = f"g{t}:{name}"
-                for suffix, value in zip(("grad", "gmax", "units"), got, strict=False):
-                    rec.summaries[f"{key}/{suffix}"] = value
-                if self.plan.data:  # per-sample L2 norms -> their distribution
-                    for suffix, value in sm.distribution_summary(got[3]).items():
-                        rec.summaries[f"{key}/{suffix}"] = value
-        rec.summaries["samples"] = tf.reshape(tf.cast(sm.samples_in(inputs[0]), tf.float64), [1])
-        self.records = rec.records
-        return rec.summaries
+            found = tape.gradient(scalar, anchors) if scalar is not None and anchors else []
+            for name, vector in zip(names, found, strict=True):
+                if vector is not None:
+                    layout.grads.append((t, name))
+                    vectors.append(vector)
+                    widths.append(rec.widths[name])
+        summaries = sm.pack_gradients(vectors, widths, self.plan.data) if vectors else {}
+        if rec.forward:
+            summaries["fwd"] = sm.pack_forward(list(rec.forward.values()))
+        if rec.open_dims:
+            summaries["dims"] = tf.cast(tf.concat(list(rec.open_dims.values()), 0), tf.float64)
+        summaries["samples"] = tf.reshape(tf.cast(sm.samples_in(inputs[0]), tf.float64), [1])
+        self.layout = layout
+        return summaries
 
     def result(
         self, totals: dict[str, np.ndarray], samples: int, batches: int, replicas: int
     ) -> StreamRun:
-        """Build the run's result from the summed summaries."""
+        """Unpack the summed summaries into one entry per captured activation."""
         scale = 1.0 / samples if self.plan.reduce == "mean" and self.plan.data and samples else 1.0
+        unpack = _Unpack(self.layout, totals, scale)
+        records = self.layout.records
         targets: list[Probed | None] = []
         for target in self.plan.targets:
-            r = None if target is None else self._record_of(_key(target))
-            targets.append(None if r is None else self._probed(r, 0, totals, samples, target))
-        keep = [r for r, rec in enumerate(self.records) if self._kept(rec)]
+            r = None if target is None else self._record_of(key(target))
+            targets.append(None if r is None else self._probed(r, 0, unpack, samples, target))
+        keep = [r for r, rec in enumerate(records) if self._kept(rec)]
         activations, forward = [], []
-        gradients: list[list[sm.GradientTotals | None]] = [[] for _ in self.plan.targets]
+        gradients: list[list[GradientTotals | None]] = [[] for _ in self.plan.targets]
         for r in keep:
-            k = self._chosen_output(r, totals)
-            activations.append(self._probed(r, k, totals, samples))
-            forward.append(_forward_totals(totals, f"f:{r}.{k}"))
+            k = self._chosen_output(r, unpack)
+            activations.append(self._probed(r, k, unpack, samples))
+            forward.append(unpack.forward(f"{r}.{k}"))
             for t, column in enumerate(gradients):
-                column.append(_gradient_totals(totals, f"g{t}:{r}.{k}", scale))
+                column.append(unpack.gradient(t, f"{r}.{k}"))
         return StreamRun(
             activations=tuple(activations),
             gradients=tuple(tuple(c) for c in gradients),
@@ -330,34 +170,29 @@ class Step:
             traces=self.traces // max(replicas, 1),
         )
 
-    def _kept(self, rec: _Record) -> bool:
-        return self.plan.every_leaf or _key(rec.site) in {_key(s) for s in self.plan.sources}
+    def _kept(self, rec: Record) -> bool:
+        return self.plan.every_leaf or key(rec.site) in {key(s) for s in self.plan.sources}
 
-    def _record_of(self, key: Key) -> int | None:
-        return next((r for r, rec in enumerate(self.records) if _key(rec.site) == key), None)
+    def _record_of(self, k: Key) -> int | None:
+        return next((r for r, rec in enumerate(self.layout.records) if key(rec.site) == k), None)
 
-    def _chosen_output(self, r: int, totals: dict[str, np.ndarray]) -> int:
+    def _chosen_output(self, r: int, unpack: _Unpack) -> int:
         """The first output the (first) target depends on, else the first tensor output."""
-        outputs = self.records[r].outputs
+        outputs = self.layout.records[r].outputs
         tensors = [i for i, o in enumerate(outputs) if o is not None]
-        found = [i for i in tensors if f"g0:{r}.{i}/grad" in totals]
+        found = [i for i in tensors if unpack.has_gradient(0, f"{r}.{i}")]
         return found[0] if found else (tensors[0] if tensors else 0)
 
     def _probed(
-        self,
-        r: int,
-        k: int,
-        totals: dict[str, np.ndarray],
-        samples: int,
-        site: Site | None = None,
+        self, r: int, k: int, unpack: _Unpack, samples: int, site: Site | None = None
     ) -> Probed:
-        rec = self.records[r]
+        rec = self.layout.records[r]
         out, site = rec.outputs[k], site or rec.site
         if out is None:
             return Probed(site, (), "object", k)
-        dims = totals.get(f"f:{r}.{k}/dims")
+        seen = unpack.dims(f"{r}.{k}")
         rest = tuple(
-            int(d) if d is not None else int(dims[j]) if dims is not None else 0
+            int(d) if d is not None else (seen[j] if j < len(seen) else 0)
             for j, d in enumerate(out.shape[1:])
         )
         batch = samples if self.plan.data or out.shape[:1] == (None,) else out.shape[0]
@@ -365,25 +200,57 @@ class Step:
         return Probed(site, shape, out.dtype, k)
 
 
-def _dispatching(call: Callable[..., Any], path: str) -> Callable[..., Any]:
-    """`call`, handing its outputs to the recorder of the forward pass running in this thread
-    (replicas trace in threads of their own) and counting the calls it makes."""
-    tf, _ = quiet_import()
+class _Unpack:
+    """One layer's share of the packed totals."""
 
-    def probed_call(*args: Any, **kwargs: Any) -> Any:
-        rec: _Recorder | None = getattr(_LOCAL, "recorder", None)
-        if rec is None:
-            return call(*args, **kwargs)
-        index = rec.calls.get(path, 0)
-        rec.calls[path] = index + 1
-        outputs = call(*args, **kwargs)
-        flat = tf.nest.flatten(outputs)
-        passed = rec.on_call(path, index, flat)
-        if any(a is not b for a, b in zip(passed, flat, strict=True)):
-            outputs = tf.nest.pack_sequence_as(outputs, passed)
-        return outputs
+    def __init__(self, layout: _Layout, totals: dict[str, np.ndarray], scale: float) -> None:
+        self.totals, self.scale = totals, scale
+        self.grads = {entry: p for p, entry in enumerate(layout.grads)}
+        self.fwd = {name: q for q, name in enumerate(layout.forward)}
+        widths = [int(w) for w in totals.get("usizes", [])]
+        self.offsets = np.concatenate([[0], np.cumsum([2 * w for w in widths])]).astype(int)
+        self.widths = widths
+        self.open: dict[str, slice] = {}  # where each output's sizes after the batch axis are
+        start = 0
+        for name in layout.open_dims:
+            r, i = (int(part) for part in name.split("."))
+            output = layout.records[r].outputs[i]
+            count = len(output.shape) - 1 if output is not None else 0
+            self.open[name] = slice(start, start + count)
+            start += count
 
-    return probed_call
+    def has_gradient(self, t: int, name: str) -> bool:
+        return (t, name) in self.grads
+
+    def gradient(self, t: int, name: str) -> GradientTotals | None:
+        p = self.grads.get((t, name))
+        if p is None:
+            return None
+        tot, w = self.totals, self.widths[p]
+        dist = None
+        if "dist" in tot:
+            dist = np.concatenate([tot["dist"][p], [tot["dmin"][p], tot["dmax"][p]]])
+        return GradientTotals(
+            fields=tot["grad"][p],
+            max_abs=float(tot["gmax"][p]),
+            units=tot["units"][self.offsets[p] : self.offsets[p] + 2 * w].reshape(2, w),
+            first_nonfinite=first_batch(float(tot["grad/first"][p])),
+            dist=dist,
+            hist=tot["hist"][p] if "hist" in tot else None,
+            scale=self.scale,
+        )
+
+    def forward(self, name: str) -> ForwardTotals | None:
+        q = self.fwd.get(name)
+        if q is None:
+            return None
+        return ForwardTotals.from_totals(self.totals["fwd"][q], float(self.totals["fwd/first"][q]))
+
+    def dims(self, name: str) -> list[int]:
+        """The largest sizes seen after the batch axis of output `name`, when the model
+        leaves some of them open ([] when every size is known)."""
+        where = self.open.get(name)
+        return [] if where is None else [int(d) for d in self.totals["dims"][where]]
 
 
 def run_batch(model: Any, plan: Plan, inputs: Sequence[np.ndarray]) -> StreamRun:
@@ -511,39 +378,3 @@ def _call_model(model: Any, inputs: list[Any], training: bool) -> Any:
     if structure is not None and len(keras.tree.flatten(structure)) == len(inputs):
         return model(keras.tree.pack_sequence_as(structure, inputs), training=training)
     return model(inputs[0] if len(inputs) == 1 else inputs, training=training)
-
-
-def _gradient_totals(
-    totals: dict[str, np.ndarray], key: str, scale: float
-) -> sm.GradientTotals | None:
-    if f"{key}/grad" not in totals:
-        return None
-    first = float(totals[f"{key}/grad/first"])
-    dist = None
-    if f"{key}/dist" in totals:
-        dist = np.concatenate([totals[f"{key}/{k}"] for k in ("dist", "dmin", "dmax")])
-    return sm.GradientTotals(
-        fields=totals[f"{key}/grad"],
-        max_abs=float(totals[f"{key}/gmax"][0]),
-        units=totals[f"{key}/units"],
-        first_nonfinite=None if np.isinf(first) else int(first),
-        dist=dist,
-        hist=totals.get(f"{key}/hist"),
-        scale=scale,
-    )
-
-
-def _forward_totals(totals: dict[str, np.ndarray], key: str) -> sm.ForwardTotals | None:
-    if f"{key}/fwd" not in totals:
-        return None
-    return sm.ForwardTotals.from_totals(
-        totals[f"{key}/fwd"], totals[f"{key}/dims"], float(totals[f"{key}/fwd/first"])
-    )
-
-
-def _is_float(tensor: Any) -> bool:
-    return getattr(getattr(tensor, "dtype", None), "is_floating", False)
-
-
-def _key(site: Site) -> Key:
-    return (site.path, site.call)

@@ -1,67 +1,49 @@
-"""Gradient statistics reduced inside the step, and what they add up to over many batches.
+"""Gradient statistics reduced inside the step: the few numbers that leave it per batch.
 
-Inside the step (TensorFlow, traced once), each gradient is reduced to a few small tensors:
-elementwise sums, per-unit sums over its last axis, and its per-sample L2 norms, summarised
-as a distribution. Only these cross back to Python. Every field has a fixed way of adding up
-across batches and replicas (`SUM`, `MAX` or `MIN`), so the totals are exactly those of one
-big batch, in any order. `GradientTotals` turns the totals into the report's numbers (numpy).
+Each watched gradient is reduced, where the backward pass produces it, to one float64
+vector (`gradient_summary`): five sums, max |g|, two numbers per unit of its last axis, and
+its per-sample L2 norms. The step then packs the vectors of every watched layer into a few
+tensors (`pack_gradients`, `distribution_pack`, `pack_forward`), so the work and the graph
+added per layer stay small and the accumulators are a handful of variables whatever the
+model. `totals` turns what they add up to into the report's numbers.
 
 Per-sample distributions keep count, sum, sum of squares, min and max exactly, and a
 histogram in log space (`BINS_PER_DECADE` bins per decade over [1e-30, 1e30), plus bins for
-0, below and above): p50 and p95 are the value at that rank (the smallest value with at least
-p% of the samples at or below it) to within 1.2%. Memory is fixed whatever the sample count.
-Any per-sample quantity (another measure's norms) can be summarised with
-`distribution_summary` and read back with `SampleStats`-building `distribution_stats`.
+0, below and above), so p50 and p95 are within 1.2% in fixed memory. Any per-sample
+quantity (another measure's norms) can be summarised the same way with `distribution_pack`.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from layergrad.results import GradientStats, SampleStats
+from layergrad._tf import quiet_import
 
-SUM, MAX, MIN = 0, 1, 2
-GRAD_FIELDS = ("sum_sq", "sum_abs", "zeros", "nonfinite", "elements")  # max |g| apart
-DIST_FIELDS = ("count", "sum", "sum_sq")  # min and max apart
-FWD_FIELDS = ("nonfinite", "sum_abs", "elements")
+GRAD_FIELDS = ("sum_sq", "sum_abs", "zeros", "nonfinite", "elements")  # then max |g|
+SCALARS = len(GRAD_FIELDS) + 1
+FWD_FIELDS = ("nonfinite", "sum_abs", "elements")  # nonfinite: 1 for a batch with NaN/Inf
 BINS_PER_DECADE = 100
 LOG_LO, LOG_HI = -30, 30
 HIST_BINS = (LOG_HI - LOG_LO) * BINS_PER_DECADE + 3  # [0] zero, [1] below, [-1] above
-# how each summary (by the suffix of its key) adds up; "first" is the first batch index
-KINDS = {
-    "grad": SUM,
-    "gmax": MAX,
-    "units": SUM,
-    "dist": SUM,
-    "dmin": MIN,
-    "dmax": MAX,
-    "hist": SUM,
-    "fwd": SUM,
-    "dims": MAX,
-    "samples": SUM,
-    "first": MIN,
-}
-# the summaries whose first batch with a non-finite value is tracked, and which field counts
-NONFINITE_FIELD = {"grad": GRAD_FIELDS.index("nonfinite"), "fwd": FWD_FIELDS.index("nonfinite")}
 
 
-def gradient_summary(dy: Any, one_unit: bool) -> tuple[Any, Any, Any, Any]:
-    """Reduce a batch-first gradient to (fields [5], max |g| [1], per-unit [2, units],
-    per-sample L2 [batch]).
+def gradient_summary(dy: Any, one_unit: bool) -> Any:
+    """Reduce a batch-first gradient to one float64 vector:
+    `[L2 per sample, *GRAD_FIELDS, max |g|, alive per unit, sum |g| per unit]` (the part
+    after the per-sample norms has a length known while tracing: `tail_size`).
 
-    Per unit (the last axis; a gradient with no axis but the batch has one unit when
-    `one_unit`, else one per element, as a single batch reports): whether any value was
-    non-zero (1/0), and the sum of |g|. Non-finite values are left out of the sums and
-    counted. The common case takes a short path of a few reductions in the gradient's own
-    precision (float32 at least; the totals add up in float64); the sums say whether there
-    is any NaN/Inf (or an overflow), and only then a float64 pass masks them out.
+    Units are the last axis (a gradient with no axis but the batch has one unit when
+    `one_unit`, else one per element, as a single batch reports); a unit is alive (1) when
+    any of its values is non-zero or NaN. Non-finite values are left out of the sums and
+    counted. The common case is a few reductions in the gradient's own precision (float32 at
+    least; the totals add up in float64); their sums say whether there is a NaN/Inf (or an
+    overflow), and only then does a float64 pass mask them out.
     """
-    from layergrad._tf import quiet_import
-
     tf, _ = quiet_import()
     g = dy if dy.dtype in (tf.float32, tf.float64) else tf.cast(dy, tf.float32)
     width = unit_width(g, one_unit)
@@ -73,38 +55,130 @@ def gradient_summary(dy: Any, one_unit: bool) -> tuple[Any, Any, Any, Any]:
     norms = tf.cast(tf.math.reduce_euclidean_norm(tf.reshape(g, rows), axis=1), tf.float64)
     max_abs = tf.maximum(tf.cast(tf.reduce_max(absg), tf.float64), zero)  # 0 for no rows
     nonzero = tf.cast(tf.math.count_nonzero(g, dtype=tf.int64), tf.float64)
-    finite = tf.math.is_finite(tf.reduce_sum(unit_abs)) & tf.math.is_finite(tf.reduce_sum(norms))
+    finite = tf.math.is_finite(tf.reduce_sum(unit_abs) + tf.reduce_sum(norms))
 
     def fast() -> tuple[Any, ...]:
         return norms, unit_abs, tf.cast(unit_abs > 0, tf.float64), max_abs, zero
 
-    def masked() -> tuple[Any, ...]:  # NaN/Inf (or float32 overflow): float64, masked
+    def masked() -> tuple[Any, ...]:
         wide = tf.cast(g, tf.float64)
         ok = tf.math.is_finite(wide)
         clean = tf.abs(tf.where(ok, wide, tf.zeros_like(wide)))
-        units = tf.reshape(clean, [-1, width])
         alive = tf.math.count_nonzero(tf.reshape(g, [-1, width]), axis=0) > 0  # NaN is alive
         return (
             tf.sqrt(tf.reduce_sum(tf.square(tf.reshape(clean, rows)), axis=1)),
-            tf.reduce_sum(units, axis=0),
+            tf.reduce_sum(tf.reshape(clean, [-1, width]), axis=0),
             tf.cast(alive, tf.float64),
             tf.maximum(tf.reduce_max(clean), zero),
             elements - tf.reduce_sum(tf.cast(ok, tf.float64)),
         )
 
     norms, unit_abs, alive, max_abs, nonfinite = tf.cond(finite, fast, masked)
-    fields = tf.stack(
-        [tf.reduce_sum(tf.square(norms)), tf.reduce_sum(unit_abs), elements - nonzero, nonfinite,
-         elements]
+    total_sq = tf.reduce_sum(tf.square(norms))
+    head = [total_sq, tf.reduce_sum(unit_abs), elements - nonzero, nonfinite, elements, max_abs]
+    return tf.concat([norms, tf.stack(head), alive, unit_abs], axis=0)
+
+
+def tail_size(width: Any) -> Any:
+    """Length of a summary vector after its per-sample norms."""
+    return SCALARS + 2 * width
+
+
+def anchor_for(x: Any, one_unit: bool) -> Any:
+    """Zeros shaped like `gradient_summary` of a gradient shaped like `x`."""
+    tf, _ = quiet_import()
+    size = samples_in(x) + tail_size(unit_width(x, one_unit))
+    return tf.zeros(tf.reshape(size, [1]), tf.float64)
+
+
+def pack_gradients(vectors: Sequence[Any], widths: Sequence[Any], data: bool) -> dict[str, Any]:
+    """The summaries of several gradients as a few tensors: `grad` [n, 5], `gmax` [n],
+    `units` (each one's 2 * width values, one after the other), `usizes` [n] (the widths),
+    and with `data` their per-sample distributions (`distribution_pack`).
+
+    With every width known while tracing, the parts of fixed length are cut out of all the
+    vectors at once (a few operations whatever n is); else one by one.
+    """
+    tf, _ = quiet_import()
+    tails = [v[-tail_size(w) :] for v, w in zip(vectors, widths, strict=True)]
+    out: dict[str, Any] = {"usizes": tf.cast(tf.stack(list(widths)), tf.float64)}
+    if all(isinstance(w, int) for w in widths):
+        whole = tf.concat(tails, axis=0)
+        starts = np.cumsum([0] + [tail_size(w) for w in widths])[:-1]
+        fields = (starts[:, None] + np.arange(SCALARS - 1)).reshape(-1)
+        units = np.concatenate(
+            [s + SCALARS + np.arange(2 * w) for s, w in zip(starts, widths, strict=True)]
+        )
+        out["grad"] = tf.reshape(tf.gather(whole, fields), [len(widths), SCALARS - 1])
+        out["gmax"] = tf.gather(whole, starts + SCALARS - 1)
+        out["units"] = tf.gather(whole, units)
+    else:  # a last axis the model leaves open
+        out["grad"] = tf.stack([t[: SCALARS - 1] for t in tails])
+        out["gmax"] = tf.concat([t[SCALARS - 1 : SCALARS] for t in tails], axis=0)
+        out["units"] = tf.concat([t[SCALARS:] for t in tails], axis=0)
+    if data:
+        norms = [v[: -tail_size(w)] for v, w in zip(vectors, widths, strict=True)]
+        out.update(distribution_pack(norms))
+    return out
+
+
+def distribution_pack(values: Sequence[Any]) -> dict[str, Any]:
+    """Summarise n sets of non-negative per-sample values at once: `dist` [n, 3] (count, sum,
+    sum of squares), `dmin` [n], `dmax` [n] and `hist` [n, HIST_BINS]."""
+    tf, _ = quiet_import()
+    n = len(values)
+    flat = [tf.cast(tf.reshape(v, [-1]), tf.float64) for v in values]
+    sizes = tf.stack([tf.size(v) for v in flat])
+    v = tf.concat(flat, axis=0)
+    segment = tf.repeat(tf.range(n), sizes)
+    dist = tf.stack(
+        [
+            tf.cast(sizes, tf.float64),
+            tf.math.unsorted_segment_sum(v, segment, n),
+            tf.math.unsorted_segment_sum(v * v, segment, n),
+        ],
+        axis=1,
+    )
+    inf = tf.constant(math.inf, tf.float64)
+    counted = sizes > 0  # an empty share of a batch (a replica's) leaves min and max alone
+    low = tf.where(counted, tf.math.unsorted_segment_min(v, segment, n), inf)
+    high = tf.where(counted, tf.math.unsorted_segment_max(v, segment, n), -inf)
+    logv = tf.math.log(tf.maximum(v, 1e-300)) / math.log(10.0)
+    inside = tf.cast(tf.floor((logv - LOG_LO) * BINS_PER_DECADE), tf.int32) + 2
+    index = tf.where(
+        v <= 0, 0, tf.where(logv < LOG_LO, 1, tf.where(logv >= LOG_HI, HIST_BINS - 1, inside))
+    )
+    hist = tf.math.bincount(
+        index + segment * HIST_BINS, minlength=n * HIST_BINS, maxlength=n * HIST_BINS,
+        dtype=tf.float64,
     )  # fmt: skip
-    return fields, tf.reshape(max_abs, [1]), tf.stack([alive, unit_abs]), norms
+    return {"dist": dist, "dmin": low, "dmax": high, "hist": tf.reshape(hist, [n, HIST_BINS])}
+
+
+def forward_summary(x: Any) -> Any:
+    """[sum of |x|, elements] of an activation (float64): one reduction."""
+    tf, _ = quiet_import()
+    v = x if x.dtype in (tf.float32, tf.float64) else tf.cast(x, tf.float32)
+    return tf.stack([tf.cast(tf.reduce_sum(tf.abs(v)), tf.float64), tf.cast(tf.size(v), "float64")])
+
+
+def pack_forward(summaries: Sequence[Any]) -> Any:
+    """`fwd` [n, 3]: per activation, 1 when this batch has a NaN/Inf in it (its sum says so),
+    else the sum of |x| and the number of elements."""
+    tf, _ = quiet_import()
+    both = tf.stack(list(summaries))
+    finite = tf.math.is_finite(both[:, 0])
+    zero = tf.zeros_like(both[:, 0])
+    return tf.stack(
+        [tf.cast(~finite, tf.float64), tf.where(finite, both[:, 0], zero),
+         tf.where(finite, both[:, 1], zero)],
+        axis=1,
+    )  # fmt: skip
 
 
 def unit_width(x: Any, one_unit: bool) -> Any:
     """Units of a batch-first activation: its last axis (one unit, or one per element, when
     it has no axis but the batch). An int when known while tracing, else a scalar tensor."""
-    from layergrad._tf import quiet_import
-
     tf, _ = quiet_import()
     rank = x.shape.rank
     if rank is not None and rank >= 2:
@@ -116,188 +190,31 @@ def unit_width(x: Any, one_unit: bool) -> Any:
 
 def samples_in(x: Any) -> Any:
     """Rows of a batch-first activation (1 for a scalar)."""
-    from layergrad._tf import quiet_import
-
     tf, _ = quiet_import()
     if not x.shape.rank:
         return 1
     return x.shape[0] if x.shape[0] is not None else tf.shape(x)[0]
 
 
-def distribution_summary(values: Any) -> dict[str, Any]:
-    """Summarise non-negative per-sample values: `dist` (count, sum, sum of squares), `dmin`,
-    `dmax` and `hist`, the keys' suffixes in the step's summaries."""
-    from layergrad._tf import quiet_import
+def shared(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` compiled once per rank and dtype (sizes relaxed) and shared by every layer.
 
-    tf, _ = quiet_import()
-    v = tf.cast(tf.reshape(values, [-1]), tf.float64)
-    fields = tf.stack([tf.cast(tf.size(v), tf.float64), tf.reduce_sum(v), tf.reduce_sum(v * v)])
-    logv = tf.math.log(tf.maximum(v, 1e-300)) / math.log(10.0)
-    inside = tf.cast(tf.floor((logv - LOG_LO) * BINS_PER_DECADE), tf.int32) + 2
-    index = tf.where(
-        v <= 0,
-        0,
-        tf.where(logv < LOG_LO, 1, tf.where(logv >= LOG_HI, HIST_BINS - 1, inside)),
-    )
-    hist = tf.math.bincount(index, minlength=HIST_BINS, maxlength=HIST_BINS, dtype=tf.float64)
-    return {
-        "dist": fields,
-        "dmin": tf.reshape(tf.reduce_min(v), [1]),  # +inf for an empty share of a batch
-        "dmax": tf.reshape(tf.reduce_max(v), [1]),
-        "hist": hist,
-    }
-
-
-def forward_summary(x: Any) -> tuple[Any, Any]:
-    """(non-finite count, sum of finite |x|, elements) of an activation, and its sizes after
-    the batch axis (the largest seen adds up, for dimensions the model leaves open). One
-    reduction when every value is finite (its sum says so)."""
-    from layergrad._tf import quiet_import
-
-    tf, _ = quiet_import()
-    v = x if x.dtype in (tf.float32, tf.float64) else tf.cast(x, tf.float32)
-    total = tf.cast(tf.reduce_sum(tf.abs(v)), tf.float64)
-    elements = tf.cast(tf.size(v), tf.float64)
-
-    def masked() -> tuple[Any, Any]:
-        wide = tf.cast(v, tf.float64)
-        ok = tf.math.is_finite(wide)
-        clean = tf.reduce_sum(tf.abs(tf.where(ok, wide, tf.zeros_like(wide))))
-        return elements - tf.reduce_sum(tf.cast(ok, tf.float64)), clean
-
-    nonfinite, total = tf.cond(
-        tf.math.is_finite(total), lambda: (tf.constant(0.0, tf.float64), total), masked
-    )
-    dims = tf.cast(tf.shape(v)[1:], tf.float64) if v.shape.rank else tf.zeros([0], tf.float64)
-    return tf.stack([nonfinite, total, elements]), dims
-
-
-def kind_of(key: str) -> int:
-    """How the summary `key` adds up: SUM, MAX or MIN (by the suffix of the key)."""
-    return KINDS[key.rsplit("/", 1)[-1]]
-
-
-def initial(kind: int, shape: tuple[int, ...]) -> np.ndarray:
-    """The identity of the reduction: 0, -inf or +inf."""
-    return np.full(shape, {SUM: 0.0, MAX: -np.inf, MIN: np.inf}[kind])
-
-
-def combine(values: list[np.ndarray], kind: int) -> np.ndarray:
-    """Add up the same summary from several replicas."""
-    stack = np.stack(values)
-    if kind == MAX:
-        return stack.max(axis=0)
-    return stack.min(axis=0) if kind == MIN else stack.sum(axis=0)
-
-
-@dataclass(frozen=True)
-class GradientTotals:
-    """The summaries of one gradient added up over every batch (see `gradient_summary`).
-
-    `scale` multiplies the gradient (1, or 1/samples for `--reduce mean` over a data set).
-    `dist` and `hist` are None when the per-sample distribution was not collected.
+    Each summary is a few dozen small operations. Run eagerly (one batch), they would be
+    dispatched one by one for every layer; inside the compiled step, they would be traced
+    again for every layer, and a model of a few hundred layers would take minutes to trace.
+    Shared, it is one call per layer either way.
     """
-
-    fields: np.ndarray
-    max_abs: float
-    units: np.ndarray
-    first_nonfinite: int | None
-    dist: np.ndarray | None = None  # count, sum, sum of squares, min, max
-    hist: np.ndarray | None = None
-    scale: float = 1.0
-
-    def _field(self, name: str) -> float:
-        return float(self.fields[GRAD_FIELDS.index(name)])
-
-    @property
-    def status(self) -> str:
-        """`nonfinite`, `zero` (every value exactly 0) or `ok`."""
-        if self._field("nonfinite"):
-            return "nonfinite"
-        return "zero" if self._field("zeros") == self._field("elements") else "ok"
-
-    def stats(self, shape: tuple[int, ...], top: int = 10) -> GradientStats:
-        """The numbers `stats.gradient_stats` gives for the whole gradient as one array."""
-        elements = self._field("elements")
-        s = abs(self.scale)
-        per_unit = self.units[1] * s / max(elements / max(self.units.shape[1], 1), 1.0)
-        order = np.argsort(-per_unit, kind="stable")[:top] if top else np.array([], int)
-        return GradientStats(
-            shape=shape,
-            l2=math.sqrt(self._field("sum_sq")) * s,
-            mean_abs=self._field("sum_abs") * s / elements if elements else 0.0,
-            max_abs=self.max_abs * s,
-            zero_fraction=self._field("zeros") / elements if elements else 0.0,
-            nonfinite=int(self._field("nonfinite")),
-            top_units=tuple((int(i), float(per_unit[i])) for i in order),
-        )
-
-    def dead_units(self) -> tuple[int, ...]:
-        """Units of the last axis whose gradient is exactly zero for every sample.
-
-        `units[0]` counts the batches where a unit had a non-zero (or NaN) gradient."""
-        return tuple(int(i) for i in np.flatnonzero(self.units[0] == 0))
-
-    def dead_fraction(self) -> float:
-        """The fraction of units that are dead."""
-        return float(np.mean(self.units[0] == 0)) if self.units.size else 0.0
-
-    def per_sample(self) -> SampleStats | None:
-        """The distribution of per-sample L2 norms, or None when not collected."""
-        if self.dist is None or self.hist is None:
-            return None
-        return distribution_stats(self.dist, self.hist, abs(self.scale))
+    return lambda x, *args: _compiled(function, x.shape.rank)(x, *args)
 
 
-def distribution_stats(dist: np.ndarray, hist: np.ndarray, scale: float = 1.0) -> SampleStats:
-    """Mean, std, min, p50, p95, max of a per-sample quantity from its summed summaries
-    (`dist`: count, sum, sum of squares, min, max; `hist`: the log histogram)."""
-    count, total, total_sq, low, high = (float(v) for v in dist)
-    if count == 0:
-        return SampleStats(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    mean = total / count
-    std = math.sqrt(max(total_sq / count - mean * mean, 0.0))
-    return SampleStats(
-        count=int(count),
-        mean=mean * scale,
-        std=std * scale,
-        min=low * scale,
-        p50=_rank_value(hist, 0.50, count, low, high) * scale,
-        p95=_rank_value(hist, 0.95, count, low, high) * scale,
-        max=high * scale,
+@functools.cache
+def _compiled(function: Callable[..., Any], rank: int | None) -> Any:
+    """One compiled function per rank: relaxing sizes keeps the rank, which the summaries'
+    shapes depend on."""
+    tf, _ = quiet_import()
+    return tf.function(
+        function,
+        reduce_retracing=True,
+        autograph=False,
+        experimental_attributes={"_noinline": True},
     )
-
-
-def _rank_value(hist: np.ndarray, q: float, count: float, low: float, high: float) -> float:
-    """The smallest value with at least a fraction q of the samples at or below it (its bin's
-    geometric centre, kept within [min, max])."""
-    rank = max(math.ceil(q * count - 1e-9), 1)
-    b = int(np.searchsorted(np.cumsum(hist), rank))
-    if b == 0:
-        return 0.0
-    if b == 1:
-        return low
-    if b >= HIST_BINS - 1:
-        return high
-    centre = 10.0 ** (LOG_LO + (b - 2 + 0.5) / BINS_PER_DECADE)
-    return min(max(centre, low), high)
-
-
-@dataclass(frozen=True)
-class ForwardTotals:
-    """Forward values of one activation over every batch: non-finite count, mean |x|, sizes."""
-
-    nonfinite: int
-    mean_abs: float
-    dims: tuple[int, ...]
-    first_nonfinite: int | None
-
-    @classmethod
-    def from_totals(cls, fields: np.ndarray, dims: np.ndarray, first: float) -> ForwardTotals:
-        nonfinite, sum_abs, elements = (float(v) for v in fields)
-        return cls(
-            nonfinite=int(nonfinite),
-            mean_abs=sum_abs / elements if elements else 0.0,
-            dims=tuple(int(d) for d in dims),
-            first_nonfinite=None if math.isinf(first) else int(first),
-        )
