@@ -179,6 +179,7 @@ def data_options(func: F) -> F:
             click.option(
                 "--limit",
                 type=click.IntRange(min=1),
+                metavar="N",
                 help="With --data: read at most N samples.",
             ),
             click.option(
