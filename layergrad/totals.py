@@ -14,7 +14,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from layergrad.results import GradientStats, SampleStats
-from layergrad.summaries import BINS_PER_DECADE, FWD_FIELDS, GRAD_FIELDS, HIST_BINS, LOG_LO
+from layergrad.summaries import (
+    BINS_PER_DECADE,
+    FWD_FIELDS,
+    GRAD_FIELDS,
+    HIST_BINS,
+    LOG_HI,
+    LOG_LO,
+)
 
 SUM, MAX, MIN = 0, 1, 2
 KINDS = {
@@ -149,6 +156,42 @@ def _rank_value(hist: np.ndarray, q: float, count: float, low: float, high: floa
         return high
     centre = 10.0 ** (LOG_LO + (b - 2 + 0.5) / BINS_PER_DECADE)
     return min(max(centre, low), high)
+
+
+class SampleTotals:
+    """A per-sample quantity added up batch by batch in numpy, with the same exact moments
+    and log histogram as the compiled step keeps: for a measure computed outside it (per-
+    sample Jacobian norms, say) to aggregate over a data set the same way.
+
+    Example:
+        >>> totals = SampleTotals()
+        >>> for batch in batches:
+        ...     totals.add(norms_of(batch))
+        >>> totals.stats().p95
+    """
+
+    def __init__(self) -> None:
+        self.dist = np.array([0.0, 0.0, 0.0, np.inf, -np.inf])  # count, sum, sum sq, min, max
+        self.hist = np.zeros(HIST_BINS)
+
+    def add(self, values: np.ndarray) -> None:
+        """Add one batch of non-negative per-sample values."""
+        v = np.asarray(values, dtype=np.float64).reshape(-1)
+        if not v.size:
+            return
+        self.dist[:3] += (v.size, v.sum(), (v * v).sum())
+        self.dist[3], self.dist[4] = min(self.dist[3], v.min()), max(self.dist[4], v.max())
+        with np.errstate(divide="ignore"):
+            logv = np.log10(np.maximum(v, 1e-300))
+        inside = np.floor((logv - LOG_LO) * BINS_PER_DECADE).astype(np.int64) + 2
+        index = np.where(
+            v <= 0, 0, np.where(logv < LOG_LO, 1, np.where(logv >= LOG_HI, HIST_BINS - 1, inside))
+        )
+        self.hist += np.bincount(index, minlength=HIST_BINS)
+
+    def stats(self, scale: float = 1.0) -> SampleStats:
+        """Mean, std, min, p50, p95, max of everything added (p50 and p95 within 1.2%)."""
+        return distribution_stats(self.dist, self.hist, scale)
 
 
 @dataclass(frozen=True)

@@ -439,3 +439,23 @@ def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path):
     assert out.exit_code == 0 and out.stderr == ""
     assert "/x.npy (20 samples), batch 32" in out.stdout
     assert "per-sample L2 over 20 samples" in out.stdout
+
+
+# ------------------------------------------------------------------ per-sample quantities
+
+
+def test_sample_totals_added_in_batches_match_numpy_over_all_values():
+    from layergrad.totals import SampleTotals
+
+    values = np.abs(np.random.default_rng(3).standard_normal(1003)) * 10.0 ** np.linspace(-5, 5, 1003)
+    values[17] = 0.0
+    totals = SampleTotals()
+    for start in range(0, len(values), 64):
+        totals.add(values[start : start + 64])
+    s = totals.stats()
+    assert s.count == 1003
+    assert (s.mean, s.std, s.min, s.max) == pytest.approx(
+        (values.mean(), values.std(), 0.0, values.max()), rel=1e-12
+    )
+    for q, got in ((50, s.p50), (95, s.p95)):
+        assert got == pytest.approx(np.percentile(values, q, method="inverted_cdf"), rel=0.012)
