@@ -459,3 +459,27 @@ def test_sample_totals_added_in_batches_match_numpy_over_all_values():
     )
     for q, got in ((50, s.p50), (95, s.p95)):
         assert got == pytest.approx(np.percentile(values, q, method="inverted_cdf"), rel=0.012)
+
+
+def test_a_last_axis_the_model_leaves_open(tmp_path):
+    # x (batch, None, 4) -> permute -> (batch, 4, None): the units of 'perm' are only known
+    # once a batch has run, and so is the size reported for its shape.
+    keras.utils.set_random_seed(5)
+    x_in = keras.Input((None, 4), name="x")
+    perm = keras.layers.Permute((2, 1), name="perm")
+    pool = keras.layers.GlobalAveragePooling1D(name="pool")
+    dense = keras.layers.Dense(4, activation="tanh", name="squash")
+    model = keras.Model(x_in, pool(perm(dense(x_in))))
+    model.save(tmp_path / "m.keras")
+    x = normal(21, 6, 4, seed=14)
+    np.save(tmp_path / "x.npy", x)
+    (tmp_path / "rows.py").write_text(
+        "import numpy as np\n\ndef batches():\n"
+        f"    return list(np.load({str(tmp_path / 'x.npy')!r}))\n"
+    )  # samples, read in Python: the length axis stays open in the compiled step
+    expected = manual_gradient(lambda t: perm(dense(t)), pool, x)
+    for data in (tmp_path / "x.npy", f"{tmp_path / 'rows.py'}:batches"):
+        result = inspect_model(tmp_path / "m.keras", "perm", ["pool"], data=data,
+                               batch_size=8).results[0]  # fmt: skip
+        assert result.source.shape == (21, 4, 6)
+        assert_matches(result, reference(expected))
