@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from layergrad.errors import InputError
-from layergrad.pipeline import PathLike, ProbeOptions, open_session
+from layergrad.pipeline import PathLike, ProbeOptions, Progress, open_session
 from layergrad.results import InspectReport, ScanReport, WeightScanReport
 from layergrad.vocab import Measure
 
@@ -37,6 +37,7 @@ def inspect_model(
     measure: str = "gradient",
     probes: int | None = None,
     exact: bool = False,
+    on_progress: Progress | None = None,
     **probe: Any,
 ) -> InspectReport:
     """Gradient of each target layer's activation with respect to the source layer's.
@@ -52,6 +53,11 @@ def inspect_model(
             per-sample Jacobians d to[i] / d from[i] (`Result.jacobian`).
         probes: K random projections; forces the estimated Jacobian norms.
         exact: forces the exact Jacobian norms (not with `probes`).
+        on_progress: with `data`, called after each batch with (samples done, samples
+            expected or None).
+
+    With `data` (see `ProbeOptions`) the statistics are those of every sample of the data set
+    as one batch, and each result gains `data` (dead units, per-sample L2).
 
     Returns:
         An InspectReport with one Result per target, in order.
@@ -65,10 +71,17 @@ def inspect_model(
     from layergrad import probe as probing
 
     jacobian.check_options(measure, probes, exact)
+    options = options or ProbeOptions(**probe)
+    if options.data is not None:
+        from layergrad import data_api
 
+        _no_jacobian_with_data(measure)
+        return data_api.inspect_data(
+            path, source, targets, options, imports=imports, unsafe=unsafe, on_progress=on_progress
+        )
     session = open_session(
         path,
-        options or ProbeOptions(**probe),
+        options,
         refs=[source, *targets],
         imports=imports,
         unsafe=unsafe,
@@ -121,6 +134,7 @@ def scan_model(
     measure: str = "gradient",
     probes: int | None = None,
     exact: bool = False,
+    on_progress: Progress | None = None,
     **probe: Any,
 ) -> ScanReport:
     """Gradient of one target with respect to every layer's output, in one backward pass.
@@ -145,9 +159,23 @@ def scan_model(
     from layergrad.scan import scan_session
 
     check_options(measure, probes, exact)
+    options = options or ProbeOptions(**probe)
+    if options.data is not None:
+        from layergrad import data_api
+
+        _no_jacobian_with_data(measure)
+        return data_api.scan_data(
+            path,
+            options,
+            target=target,
+            layers=layers,
+            imports=imports,
+            unsafe=unsafe,
+            on_progress=on_progress,
+        )
     session = open_session(
         path,
-        options or ProbeOptions(**probe),
+        options,
         refs=[target] if target is not None else [],
         globs=layers,
         imports=imports,
@@ -157,6 +185,14 @@ def scan_model(
     if measure == Measure.JACOBIAN:
         how = JacobianOptions(probes, exact, session.options.seed)
     return scan_session(session, target, layers, jacobian=how)
+
+
+def _no_jacobian_with_data(measure: str) -> None:
+    if measure == Measure.JACOBIAN:
+        raise InputError(
+            "--measure jacobian measures one batch: use --input (or the random batch) with it, "
+            "not --data"
+        )
 
 
 def scan_weights_model(

@@ -33,7 +33,14 @@ from layergrad.diff import DEFAULT_TOLERANCE
 from layergrad.errors import LayergradError, UsageError, describe
 from layergrad.fileinfo import FileInfo, read_file_info
 from layergrad.limits import DEFAULT_MAX_MEMORY
-from layergrad.results import CheckItem, FileVerdict, ScanReport, WeightScanReport
+from layergrad.pipeline import (
+    BATCH_SIZE,
+    DATA_BATCH_SIZE,
+    ProbeOptions,
+    Progress,
+    check_data_options,
+)
+from layergrad.results import CheckItem, FileVerdict, ScanReport, ScanRow, WeightScanReport
 from layergrad.vocab import DEFAULT_FAIL_ON, Finding, Status
 
 
@@ -45,13 +52,45 @@ class CheckOptions:
     static_only: bool = False
     imports: tuple[str, ...] = ()
     unsafe: bool = False
-    batch_size: int = 8
+    batch_size: int | None = None  # 8, or 32 with data
     seed: int = 0
     max_memory: int = DEFAULT_MAX_MEMORY
     loss: str | None = None  # a keras.losses name overriding the file's compiled loss
     input_file: str | None = None  # the probe batch of forward and gradient (default random)
     baselines: tuple[str, ...] = ()  # `layergrad scan --json` files (see baseline.match_baselines)
     tolerance: float = DEFAULT_TOLERANCE  # decades of mean |g| a baseline allows
+    # --data: the forward and gradient checks over every sample (see pipeline.ProbeOptions)
+    data: str | None = None
+    limit: int | None = None
+    distribute: str | None = None
+    cpu_replicas: int | None = None
+    on_progress: Progress | None = None
+
+    def __post_init__(self) -> None:
+        check_data_options(
+            self.data, self.input_file, self.limit, self.distribute, self.cpu_replicas
+        )
+        if self.data is not None and self.baselines:
+            raise UsageError("--baseline compares the scan of one probe batch; drop --data")
+
+    @property
+    def rows(self) -> int:
+        """The batch size, as set or defaulted."""
+        return self.batch_size or (DATA_BATCH_SIZE if self.data is not None else BATCH_SIZE)
+
+    def probe(self, training: bool = False) -> ProbeOptions:
+        """The probe options of the forward and gradient checks."""
+        return ProbeOptions(
+            batch_size=self.rows,
+            seed=self.seed,
+            training=training,
+            input_file=self.input_file,
+            max_memory=self.max_memory,
+            data=self.data,
+            limit=self.limit,
+            distribute=self.distribute,
+            cpu_replicas=self.cpu_replicas,
+        )
 
 
 def check_files(
@@ -191,6 +230,40 @@ def _weights(info: FileInfo, add: Add) -> None:
         add("weights", f"{params:,} stored weights, all finite{note}")
 
 
+def _dynamic_data(
+    path: str | os.PathLike[str], info: FileInfo, options: CheckOptions, add: Add
+) -> None:
+    """The forward and gradient checks over every sample of `options.data` (one pass)."""
+    from layergrad import data_api, pipeline
+    from layergrad.stream import BatchFailed
+
+    probe = options.probe()
+    try:
+        loaded, _, strategy = pipeline.load(
+            path, probe, imports=options.imports, unsafe=options.unsafe, info=info
+        )
+    except LayergradError as exc:
+        add("loads", str(exc), [Finding.UNREADABLE])
+        return
+    model = loaded.model
+    mode = "" if options.unsafe else " in safe mode"
+    add("loads", f"{type(model).__name__} {model.name!r} loads{mode}")
+    try:
+        batches = data_api.open_stream(model, probe)
+    except LayergradError as exc:  # the data does not fit this model: the command is wrong
+        raise UsageError(f"{os.fspath(path)}: {exc}") from exc
+    try:
+        run, rows = data_api.scan_over(
+            loaded, strategy, batches, probe, on_progress=options.on_progress
+        )
+    except BatchFailed as exc:  # the model's own code failed: the file fails, the run goes on
+        add("forward", str(exc), [Finding.ERROR])
+        return
+    message, findings = data_api.forward_check(run)
+    add("forward", message, findings)
+    _gradient(rows, add)
+
+
 def _loss(info: FileInfo, options: CheckOptions, add: Add) -> None:
     from layergrad.loss_fit import mismatches
 
@@ -215,10 +288,13 @@ def _dynamic(
 ) -> None:
     from layergrad.loader import load_model
     from layergrad.loss import find_loss
-    from layergrad.pipeline import ProbeOptions, session_for
+    from layergrad.pipeline import session_for
     from layergrad.scan import scan_session, untrained_batchnorm
     from layergrad.weights import scan_weights
 
+    if options.data is not None:
+        _dynamic_data(path, info, options, add)
+        return
     has_loss = find_loss(info.compile_config, options.loss) is not None
     if baseline is not None:
         fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
@@ -228,7 +304,7 @@ def _dynamic(
             options.imports,
             options.unsafe,
             info=info,
-            batch_rows=options.batch_size,
+            batch_rows=options.rows,
             max_memory=options.max_memory,
         )
     except LayergradError as exc:
@@ -244,13 +320,7 @@ def _dynamic(
         probe = (
             replace(probe_options(baseline, options.input_file), max_memory=options.max_memory)
             if baseline
-            else ProbeOptions(
-                batch_size=options.batch_size,
-                seed=options.seed,
-                training=training,
-                input_file=options.input_file,
-                max_memory=options.max_memory,
-            )
+            else options.probe(training)
         )
         session = session_for(loaded, probe, warnings)
     except LayergradError as exc:  # e.g. a model that does not declare its inputs
@@ -283,7 +353,7 @@ def _dynamic(
         if training and session.options.training:
             mode = " (in training mode: its BatchNormalization was never trained)"
         add("forward", f"finite and varying on {source} of {batch.batch_size}{mode}")
-    _gradient(report, add)
+    _gradient(report.rows, add)
     _trainable(weights, add)
     if baseline is not None:
         add("baseline", *judge(report, weights, baseline, options.tolerance))
@@ -291,8 +361,7 @@ def _dynamic(
         add("baseline", "no baseline given for this file")
 
 
-def _gradient(report: ScanReport, add: Add) -> None:
-    rows = report.rows
+def _gradient(rows: Sequence[ScanRow], add: Add) -> None:
     problems = [r for r in rows if r.flags]
     if not problems:
         differentiable = sum(1 for r in rows if r.status != Status.INTEGER)

@@ -15,6 +15,7 @@ import click
 from layergrad import __version__
 from layergrad.cli_options import (
     comma_list,
+    data_options,
     emit,
     format_options,
     handle_errors,
@@ -58,6 +59,7 @@ def main() -> None:
     help="Layer whose output is differentiated. Repeatable.",
 )
 @probe_options
+@data_options
 @measure_options
 @format_options
 @plot_option
@@ -80,6 +82,7 @@ def inspect(
     source: str,
     targets: tuple[str, ...],
     probe: Any,
+    quiet: bool,
     measure: dict[str, Any],
     fmt: OutputFormat,
     plot_file: str | None,
@@ -113,22 +116,37 @@ def inspect(
         layergrad inspect model.keras --from dense --to dense_1 --format html > report.html
         layergrad inspect model.keras --from dense --to dense_1 --measure jacobian
         layergrad inspect model.keras --from conv1 --to conv5 --measure jacobian --probes 64
+        layergrad inspect model.keras --from conv --to head --data images/ --limit 10000
     """
     from layergrad import api, outputs, plot
+    from layergrad.progress import sample_progress
 
     if save_gradient and not save_gradient.endswith((".npy", ".npz")):
         raise click.BadParameter("must end in .npy or .npz", param_hint="--save-gradient")
     if save_gradient and save_gradient.endswith(".npy") and len(targets) > 1:
         raise click.BadParameter("several --to layers need a .npz", param_hint="--save-gradient")
+    if save_gradient and probe.data is not None:
+        raise click.BadParameter(
+            "with --data no gradient array is kept (only its statistics); drop --data, or "
+            "pass one batch with --input",
+            param_hint="--save-gradient",
+        )
     reads = [model, probe.input_file, *imports]
     if plot_file:
         plot.check_plot_path(plot_file, reads)
-        outputs.check_target(plot_file, "--plot", "chart", reads)
     if save_gradient:
         outputs.check_target(save_gradient, "--save-gradient", save_gradient[-3:], reads)
-    result = api.inspect_model(
-        model, source, list(targets), imports=imports, unsafe=unsafe, options=probe, **measure
-    )
+    with sample_progress(probe.data is not None and not quiet) as on_progress:
+        result = api.inspect_model(
+            model,
+            source,
+            list(targets),
+            imports=imports,
+            unsafe=unsafe,
+            options=probe,
+            on_progress=on_progress,
+            **measure,
+        )
     emit("inspect", fmt, result, result.model.warnings)
     if plot_file:
         write_plot(result, plot_file, reads)
@@ -202,6 +220,7 @@ def layers(
     help="With --wrt weights: a keras.losses name (default: the loss compiled in the file).",
 )
 @probe_options
+@data_options
 @measure_options
 @format_options
 @plot_option
@@ -221,6 +240,7 @@ def scan(
     wrt: str,
     loss: str | None,
     probe: Any,
+    quiet: bool,
     measure: dict[str, Any],
     fmt: OutputFormat,
     plot_file: str | None,
@@ -251,8 +271,10 @@ def scan(
         layergrad scan model.keras --plot flow.png --format html > scan.html
         layergrad scan model.keras --wrt weights --loss sparse_categorical_crossentropy
         layergrad scan model.keras --measure jacobian --probes 16
+        layergrad scan model.keras --data x.npz --distribute mirrored --json
     """
-    from layergrad import api, outputs, plot
+    from layergrad import api, plot
+    from layergrad.progress import sample_progress
 
     if wrt == Wrt.WEIGHTS and (target or patterns):
         raise click.UsageError("--to and --layers choose activations; drop them with --wrt weights")
@@ -260,10 +282,13 @@ def scan(
         raise click.UsageError("--loss needs --wrt weights")
     if wrt == Wrt.WEIGHTS and measure["measure"] != "gradient":
         raise click.UsageError("--measure jacobian is for activations; drop it with --wrt weights")
+    if wrt == Wrt.WEIGHTS and probe.data is not None:
+        raise click.UsageError(
+            "--wrt weights takes one probe batch (--input with `y`); it does not run over --data"
+        )
     reads = [model, probe.input_file, *imports]
     if plot_file:
         plot.check_plot_path(plot_file, reads)
-        outputs.check_target(plot_file, "--plot", "chart", reads)
     if wrt == Wrt.WEIGHTS:
         weights = api.scan_weights_model(
             model, loss=loss, imports=imports, unsafe=unsafe, options=probe
@@ -272,15 +297,17 @@ def scan(
         emit("weights", fmt, weights, weights.model.warnings)
         rows: Any = weights.variables
     else:
-        activations = api.scan_model(
-            model,
-            target=target,
-            layers=patterns,
-            imports=imports,
-            unsafe=unsafe,
-            options=probe,
-            **measure,
-        )
+        with sample_progress(probe.data is not None and not quiet) as on_progress:
+            activations = api.scan_model(
+                model,
+                target=target,
+                layers=patterns,
+                imports=imports,
+                unsafe=unsafe,
+                options=probe,
+                on_progress=on_progress,
+                **measure,
+            )
         result, rows = activations, activations.rows
         emit("scan", fmt, activations, activations.model.warnings)
     if plot_file:
@@ -314,11 +341,9 @@ def scan(
 )
 @click.option(
     "--batch-size",
-    default=8,
-    show_default=True,
     type=click.IntRange(min=1),
-    help="Rows of the random probe batch (an output constant over fewer than 4 rows is not "
-    "reported).",
+    help="Rows of the random probe batch (default 8; an output constant over fewer than 4 "
+    "rows is not reported), or of each batch of --data (default 32).",
 )
 @click.option(
     "--seed", default=0, show_default=True, type=int, help="Seed of the random probe batch."
@@ -347,6 +372,7 @@ def scan(
     "its probe. Repeatable: each applies to the file it was made from.",
 )
 @tolerance_option
+@data_options
 @load_options
 @handle_errors
 def check(
@@ -355,13 +381,18 @@ def check(
     static_only: bool,
     fmt: OutputFormat,
     junit_file: str | None,
-    batch_size: int,
+    batch_size: int | None,
     seed: int,
     max_memory: int,
     loss: str | None,
     input_file: str | None,
     baselines: tuple[str, ...],
     tolerance: float,
+    data: str | None,
+    limit: int | None,
+    distribute: str | None,
+    cpu_replicas: int | None,
+    quiet: bool,
     imports: tuple[str, ...],
     unsafe: bool,
     debug: bool,
@@ -385,29 +416,39 @@ def check(
         layergrad check models/ --format html > check.html
         layergrad scan model.keras --json > baseline.json    # once, then commit it
         layergrad check model.keras --baseline baseline.json
+        layergrad check model.keras --data validation.npz
     """
     from layergrad import check as checks
     from layergrad import outputs
+    from layergrad.progress import sample_progress
     from layergrad.render.junit import check_junit
 
     paths = checks.expand_paths(models)
     reads = [*models, *paths, *imports]
     if junit_file:
         outputs.check_target(junit_file, "--junit", "xml", reads)
-    options = checks.CheckOptions(
-        fail_on=fail_on,
-        static_only=static_only,
-        imports=imports,
-        unsafe=unsafe,
-        batch_size=batch_size,
-        seed=seed,
-        max_memory=max_memory,
-        loss=loss,
-        input_file=input_file,
-        baselines=baselines,
-        tolerance=tolerance,
-    )
-    verdicts = _with_progress(paths, lambda on_file: checks.check_files(paths, options, on_file))
+    with sample_progress(data is not None and not quiet) as on_progress:
+        options = checks.CheckOptions(
+            fail_on=fail_on,
+            static_only=static_only,
+            imports=imports,
+            unsafe=unsafe,
+            batch_size=batch_size,
+            seed=seed,
+            max_memory=max_memory,
+            loss=loss,
+            input_file=input_file,
+            baselines=baselines,
+            tolerance=tolerance,
+            data=data,
+            limit=limit,
+            distribute=distribute,
+            cpu_replicas=cpu_replicas,
+            on_progress=on_progress,
+        )
+        # one bar at a time: the samples' bar when there is one, else the files'
+        listed = paths if on_progress is None else []
+        verdicts = _with_progress(listed, lambda on: checks.check_files(paths, options, on))
     emit("check", fmt, verdicts)
     if junit_file:
         xml = check_junit(verdicts)

@@ -12,7 +12,7 @@ import sys
 import traceback
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -55,10 +55,7 @@ def handle_errors(func: F) -> F:
         except click.ClickException:
             raise
         except LayergradError as exc:
-            if debug:
-                traceback.print_exc()
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(2)
+            usage_error(exc, debug)
         except Exception as exc:  # an unexpected failure still gets one readable line
             if debug:
                 traceback.print_exc()
@@ -70,6 +67,14 @@ def handle_errors(func: F) -> F:
             sys.exit(2)
 
     return wrapper  # type: ignore[return-value]
+
+
+def usage_error(exc: LayergradError, debug: bool = False) -> NoReturn:
+    """One line on stderr (a traceback too with --debug), exit code 2."""
+    if debug:
+        traceback.print_exc()
+    click.echo(f"error: {exc}", err=True)
+    sys.exit(2)
 
 
 def _stack(func: Callable[..., Any], options: list[Callable[[Any], Any]]) -> Any:
@@ -125,6 +130,45 @@ def max_memory_option(func: F) -> F:
 
 
 PROBE_KEYS = ("input_file", "batch_size", "seed", "reduce", "training", "max_memory")
+DATA_KEYS = ("data", "limit", "distribute", "cpu_replicas")
+
+
+def data_options(func: F) -> F:
+    """`--data` and what goes with it (`--limit`, `--distribute`, `--cpu-replicas`, `--quiet`).
+
+    Under `probe_options` they join the `probe` bundle; `check` takes them one by one.
+    """
+    return _stack(
+        func,
+        [
+            click.option(
+                "--data",
+                metavar="PATH",
+                help="Run over a whole data set, streamed: .npy, .npz (keys = input names, "
+                "y = labels), a folder of images, or FILE.py:function / module:function "
+                "returning batches. Statistics are over all samples.",
+            ),
+            click.option(
+                "--limit",
+                type=click.IntRange(min=1),
+                metavar="N",
+                help="With --data: read at most N samples.",
+            ),
+            click.option(
+                "--distribute",
+                type=click.Choice(["mirrored"]),
+                help="With --data: run on every visible GPU (tf.distribute.MirroredStrategy).",
+            ),
+            click.option(
+                "--cpu-replicas",
+                type=click.IntRange(min=1),
+                metavar="N",
+                help="With --data: split the CPU into N devices and mirror over them (a "
+                "testing aid for the distributed path).",
+            ),
+            click.option("--quiet", is_flag=True, help="No progress bar on stderr (with --data)."),
+        ],
+    )
 
 
 def probe_options(func: F) -> F:
@@ -135,7 +179,11 @@ def probe_options(func: F) -> F:
     def bundled(*args: Any, **kwargs: Any) -> Any:
         from layergrad.pipeline import ProbeOptions
 
-        kwargs["probe"] = ProbeOptions(**{key: kwargs.pop(key) for key in PROBE_KEYS})
+        keys = [*PROBE_KEYS, *(k for k in DATA_KEYS if k in kwargs)]
+        try:
+            kwargs["probe"] = ProbeOptions(**{key: kwargs.pop(key) for key in keys})
+        except LayergradError as exc:  # options that do not go together
+            usage_error(exc, kwargs.get("debug", False))
         return func(*args, **kwargs)
 
     return _stack(
@@ -149,10 +197,9 @@ def probe_options(func: F) -> F:
             ),
             click.option(
                 "--batch-size",
-                default=8,
-                show_default=True,
                 type=click.IntRange(min=1),
-                help="Rows of the random probe batch.",
+                help="Rows of the random probe batch (default 8), or of each batch of --data "
+                "(default 32).",
             ),
             click.option(
                 "--seed", default=0, show_default=True, type=int, help="Seed of the random batch."

@@ -217,7 +217,7 @@ def build_results(
             causes = static_causes(source, target, graph)
             downstream = not any(c.code == CauseCode.NOT_DOWNSTREAM for c in causes)
             if diagnoser is not None and downstream:
-                causes = _dedupe([*causes, *diagnoser.causes(status, source, target)])
+                causes = dedupe([*causes, *diagnoser.causes(status, source, target)])
             causes = causes or (why.unknown(),)
         results.append(
             Result(
@@ -247,7 +247,7 @@ def static_causes(
     return tuple(causes)
 
 
-def _dedupe(causes: list[Cause]) -> tuple[Cause, ...]:
+def dedupe(causes: list[Cause]) -> tuple[Cause, ...]:
     """The first cause of each (code, layer)."""
     first: dict[tuple[str, str | None], Cause] = {}
     for cause in causes:

@@ -140,7 +140,7 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
         labels = {
             k: a for k, a in by_name.items() if k is not None and (k == "y" or k.startswith("y:"))
         } or None
-    checked = tuple(_fit(a, s, text) for a, s in zip(chosen, specs, strict=True))
+    checked = tuple(fit_array(a, s, f"--input {text}") for a, s in zip(chosen, specs, strict=True))
     sizes = {a.shape[0] for a in checked}
     if len(sizes) > 1:
         raise InputError(
@@ -171,28 +171,24 @@ def _require_rows(headers: Sequence[ArrayHeader], source: str) -> None:
             )
 
 
-def _fit(array: np.ndarray, spec: InputSpec, source: str) -> np.ndarray:
-    """Check an array against an input spec; cast numbers to the input's dtype when they fit."""
-    expected = ("batch", *("any" if d is None else d for d in spec.shape))
-    if array.ndim != len(spec.shape) + 1 or any(
-        d is not None and d != got for d, got in zip(spec.shape, array.shape[1:], strict=True)
-    ):
-        raise InputError(
-            f"--input {source}: array for input {spec.name!r} has shape {array.shape}, "
-            f"expected ({', '.join(map(str, expected))}); save an array of that shape "
-            "(the first axis is the batch)"
-        )
+def fit_array(array: np.ndarray, spec: InputSpec, where: str) -> np.ndarray:
+    """Check an array against an input spec; cast numbers to the input's dtype when they fit.
+
+    `where` starts the error message and says where the array came from (`--input
+    batch.npz`, `--data x.npy: batch 3`).
+    """
+    check_fits(array.shape, array.dtype, spec, where)
     target = np.dtype(_np_dtype(spec.dtype))
     want, got = target.kind, array.dtype.kind
     if want == "f" and got in "fiu":
         with np.errstate(over="ignore"):
-            cast = array.astype(target)
+            cast = array.astype(target, copy=False)
         if got == "f" and not np.array_equal(np.isfinite(cast), np.isfinite(array)):
             peak = float(np.max(np.abs(array[np.isfinite(array)])))
             raise InputError(
-                f"--input {source}: values of input {spec.name!r} reach {peak:.3g}, which "
-                f"overflows {target} (the model's input dtype) to inf; scale the data or "
-                f"save it as {target}"
+                f"{where}: values of input {spec.name!r} reach {peak:.3g}, which overflows "
+                f"{target} (the model's input dtype) to inf; scale the data or save it as "
+                f"{target}"
             )
         return cast
     if want in "iu" and got in "iu":
@@ -200,15 +196,36 @@ def _fit(array: np.ndarray, spec: InputSpec, source: str) -> np.ndarray:
         low, high = (int(array.min()), int(array.max())) if array.size else (0, 0)
         if low < bounds.min or high > bounds.max:
             raise InputError(
-                f"--input {source}: values of input {spec.name!r} span [{low}, {high}], "
-                f"outside {target} [{bounds.min}, {bounds.max}]; save values that fit {target}"
+                f"{where}: values of input {spec.name!r} span [{low}, {high}], outside "
+                f"{target} [{bounds.min}, {bounds.max}]; save values that fit {target}"
             )
-        return array.astype(target)
-    if want == got:
-        return array
+        return array.astype(target, copy=False)
+    return array
+
+
+def check_fits(shape: tuple[int | None, ...], dtype: Any, spec: InputSpec, where: str) -> None:
+    """Raise InputError unless an array of `shape` and `dtype` can feed the input `spec`.
+
+    A None in `shape` (a size not known yet, as in a tf.data element spec) is not checked.
+    """
+    expected = ("batch", *("any" if d is None else d for d in spec.shape))
+    if len(shape) != len(spec.shape) + 1 or any(
+        d is not None and got is not None and d != got
+        for d, got in zip(spec.shape, shape[1:], strict=True)
+    ):
+        shown = str(tuple(shape)).replace("None", "?")
+        raise InputError(
+            f"{where}: array for input {spec.name!r} has shape {shown}, expected "
+            f"({', '.join(map(str, expected))}); save an array of that shape (the first axis "
+            "is the batch)"
+        )
+    want = np.dtype(_np_dtype(spec.dtype)).kind
+    got = np.dtype(dtype).kind
+    if (want == "f" and got in "fiu") or (want in "iu" and got in "iu") or want == got:
+        return
     raise InputError(
-        f"--input {source}: array for input {spec.name!r} has dtype {array.dtype}, "
-        f"but the model expects {spec.dtype}; convert it with array.astype({spec.dtype!r})"
+        f"{where}: array for input {spec.name!r} has dtype {np.dtype(dtype)}, but the model "
+        f"expects {spec.dtype}; convert it with array.astype({spec.dtype!r})"
     )
 
 

@@ -166,3 +166,11 @@ def trunk(graph: ModelGraph | None, ends: Iterable[CallKey]) -> set[CallKey] | N
         out[node] = int(node in ends) + sum(out.get(s, 0) for s in succ.get(node, ()))
     total = sum(into.get(e, 0) for e in ends)
     return {n for n in graph.order if total and into[n] * out[n] == total}
+
+
+def sinks(graph: ModelGraph | None) -> list[CallKey]:
+    """The calls nothing reads: the model's outputs (and dead ends), from the graph."""
+    if graph is None or not graph.known:
+        return []
+    read = {p for preds in graph.preds.values() for p in preds}
+    return [n for n in graph.order if n not in read]

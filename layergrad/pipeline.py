@@ -7,8 +7,9 @@ makes the probe batch and the diagnoser. `inspect`, `scan` and `check` all start
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from layergrad.results import ModelMeta, ProbeMeta
 
 REDUCTIONS = ("sum", "mean")
 PathLike = str | os.PathLike[str]
+Progress = Callable[[int, "int | None"], None]  # (samples done, samples expected or None)
 
 
 @dataclass(frozen=True)
@@ -28,22 +30,72 @@ class ProbeOptions:
     model's input spec (`batch_size` rows, seeded by `seed`). `reduce` turns each target into
     a scalar ("sum" or "mean"); `training` runs the model in training mode. `max_memory` is
     the budget in bytes for the probe's memory, estimated from the config before loading.
+
+    `data` runs over a whole data set instead of one batch (`.npy`, `.npz`, an image folder,
+    `FILE.py:function`; see `datasets.py`), in batches of `batch_size`, at most `limit`
+    samples, on `distribute` ("mirrored": every GPU) or `cpu_replicas` logical CPU devices.
+    `batch_size` defaults to 8, or 32 with `data`.
     """
 
     input_file: PathLike | None = None
-    batch_size: int = 8
+    batch_size: int | None = None
     seed: int = 0
     reduce: str = "sum"
     training: bool = False
     max_memory: int = DEFAULT_MAX_MEMORY
+    data: PathLike | None = None
+    limit: int | None = None
+    distribute: str | None = None
+    cpu_replicas: int | None = None
 
     def __post_init__(self) -> None:
         if self.reduce not in REDUCTIONS:
             raise InputError(
                 f"reduce must be one of {', '.join(REDUCTIONS)}: reduce={self.reduce!r}"
             )
-        if self.batch_size < 1:
+        if self.batch_size is None:  # frozen: set the default once, here
+            default = DATA_BATCH_SIZE if self.data is not None else BATCH_SIZE
+            object.__setattr__(self, "batch_size", default)
+        if self.rows < 1:
             raise InputError(f"--batch-size must be at least 1: batch_size={self.batch_size}")
+        check_data_options(
+            self.data, self.input_file, self.limit, self.distribute, self.cpu_replicas
+        )
+
+    @property
+    def rows(self) -> int:
+        """The batch size, as set or defaulted."""
+        return int(self.batch_size or BATCH_SIZE)
+
+
+BATCH_SIZE, DATA_BATCH_SIZE = 8, 32
+
+
+def check_data_options(
+    data: PathLike | None,
+    input_file: PathLike | None,
+    limit: int | None,
+    distribute: str | None,
+    cpu_replicas: int | None,
+) -> None:
+    """Raise InputError for data options that cannot go together."""
+    if data is None:
+        given = [
+            name
+            for name, value in (
+                ("--limit", limit), ("--distribute", distribute), ("--cpu-replicas", cpu_replicas)
+            )
+            if value is not None
+        ]  # fmt: skip
+        if given:
+            raise InputError(f"{', '.join(given)} only apply with --data PATH; add --data")
+    elif input_file is not None:
+        raise InputError(
+            "--data and --input exclude each other: --input is one probe batch, --data a "
+            "whole data set; pass one of them"
+        )
+    if limit is not None and limit < 1:
+        raise InputError(f"--limit must be at least 1: limit={limit}")
 
 
 @dataclass(frozen=True)
@@ -109,24 +161,50 @@ def open_session(
     Raises:
         LoadError, LayerNotFound, InputError: user errors (the CLI exits with code 2).
     """
+    loaded, warnings, _ = load(path, options, refs, globs, imports, unsafe, info)
+    return session_for(loaded, options, warnings)
+
+
+def load(
+    path: PathLike,
+    options: ProbeOptions,
+    refs: Sequence[str] = (),
+    globs: Sequence[str] = (),
+    imports: Sequence[str] = (),
+    unsafe: bool = False,
+    info: Any = None,
+) -> tuple[Any, tuple[str, ...], Any]:
+    """Read, audit and load the model: (`loader.LoadedModel`, audit warnings, strategy).
+
+    The references are checked against the file before TensorFlow starts. With `--data` the
+    devices are chosen first (logical CPU devices must be set before TensorFlow uses any) and
+    the model is loaded under that `tf.distribute` strategy, so its variables live on every
+    replica; the strategy is None without `--data`.
+    """
     from layergrad import inputs, layer_refs, loader
     from layergrad.fileinfo import read_file_info
 
     info = info or read_file_info(path, read_weights=False)
     info.graph.require_expandable()  # before anything walks every call of every layer
     layer_refs.check_in_graph(info.graph, refs, globs)
-    rows = options.batch_size
+    rows = options.rows
     if options.input_file is not None:
         rows = inputs.peek_rows(options.input_file)
-    loaded, warnings = loader.load_model(
-        path,
-        imports=imports,
-        unsafe=unsafe,
-        info=info,
-        batch_rows=rows,
-        max_memory=options.max_memory,
-    )
-    return session_for(loaded, options, warnings)
+    strategy = None
+    if options.data is not None:
+        from layergrad import devices
+
+        strategy = devices.strategy_for(options.distribute, options.cpu_replicas)
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        loaded, warnings = loader.load_model(
+            path,
+            imports=imports,
+            unsafe=unsafe,
+            info=info,
+            batch_rows=rows,
+            max_memory=options.max_memory,
+        )
+    return loaded, tuple(warnings), strategy
 
 
 def session_for(loaded: Any, options: ProbeOptions, warnings: Sequence[str] = ()) -> Session:
@@ -156,7 +234,7 @@ def probe_batch(model: Any, options: ProbeOptions) -> Any:
     specs = inputs.input_specs(model)
     return inputs.random_batch(
         specs,
-        options.batch_size,
+        options.rows,
         options.seed,
         inputs.integer_ranges(model),
         max_bytes=options.max_memory,

@@ -300,10 +300,10 @@ def live_trace(
         elif objective is not None:
             scalar = objective(outputs)
         else:
-            rng = np.random.default_rng(seed)
-            projected = [o * tf.cast(rng.standard_normal(o.shape), o.dtype) for o in ends]
-            sums = [tf.cast(reducer(p), tf.float32) for p in projected]
-            scalar = tf.add_n(sums) if sums else None
+            from layergrad.projection import project
+
+            rows = int(ends[0].shape[0]) if ends and ends[0].shape.rank else 1
+            scalar = project(outputs, tf.range(rows), seed, reducer)
     return LiveTrace(tape, tuple(records), outputs, ends, scalar, target_act)
 
 

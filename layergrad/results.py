@@ -32,6 +32,31 @@ class GradientStats:
 
 
 @dataclass(frozen=True)
+class SampleStats:
+    """The distribution of a per-sample quantity over every sample seen.
+
+    count, mean, std, min and max are exact; p50 and p95 are within 1.2% (a log histogram).
+    """
+
+    count: int
+    mean: float
+    std: float
+    min: float
+    p50: float
+    p95: float
+    max: float
+
+
+@dataclass(frozen=True)
+class DataStats:
+    """What a gradient computed over a whole data set (`--data`) adds to its statistics."""
+
+    dead_units: tuple[int, ...]  # units of the last axis with exactly zero gradient everywhere
+    per_sample_l2: SampleStats | None
+    first_nonfinite_batch: int | None  # 0-based index of the first batch with NaN/Inf
+
+
+@dataclass(frozen=True)
 class Cause:
     """A likely reason for a none / zero / non-finite gradient, with evidence and a fix."""
 
@@ -109,6 +134,7 @@ class Result:
     warnings: tuple[str, ...] = ()
     array: np.ndarray | None = field(default=None, repr=False, compare=False)
     jacobian: JacobianStats | None = None  # with --measure jacobian
+    data: DataStats | None = None  # with --data
 
 
 @dataclass(frozen=True)
@@ -131,6 +157,8 @@ class ProbeMeta:
     batch_size: int
     training: bool
     reduce: str
+    samples: int | None = None  # only with --data: samples seen
+    replicas: int | None = None  # only with --data: devices the step ran on
 
 
 @dataclass(frozen=True)
@@ -175,6 +203,7 @@ class ScanRow:
     flags: tuple[Flag, ...] = ()
     causes: tuple[Cause, ...] = ()
     jacobian: ScanJacobian | None = None  # with --measure jacobian
+    data: DataStats | None = None  # with --data
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -18,11 +18,13 @@ from layergrad.graph import ModelGraph
 from layergrad.jacobian import JacobianOptions
 from layergrad.jacobian_scan import with_jacobians
 from layergrad.layer_refs import Site, iter_layers, no_glob_match_message, ref_of, resolve
-from layergrad.locate import trunk
+from layergrad.locate import sinks, trunk
 from layergrad.pipeline import Session
 from layergrad.probe import Activation, Trace, live_trace, run_trace, trace_gradients
-from layergrad.results import ScanReport, ScanRow
+from layergrad.results import DataStats, ScanReport, ScanRow
 from layergrad.stats import gradient_stats, status_of
+from layergrad.stream import Probed, StreamRun
+from layergrad.totals import GradientTotals
 from layergrad.vocab import Flag, Status
 
 # Vanishing (exploding): on the trunk, ||g|| at least DECADES below (above) the target end's
@@ -160,6 +162,77 @@ def scan_rows(
         if not rows:
             raise LayerNotFound(no_glob_match_message(patterns))
     return tuple(_with_causes(row, trace, graph, diagnoser) for row in rows)
+
+
+def summary_rows(
+    run: StreamRun,
+    graph: ModelGraph | None,
+    classes: dict[str, str],
+    patterns: Sequence[str] = (),
+    causes: Callable[[ScanRow], ScanRow] | None = None,
+) -> tuple[ScanRow, ...]:
+    """`scan_rows` from statistics reduced inside the step (`stream.run_stream`), without any
+    gradient array; rows carry `data`. `causes(row)` adds causes to a none / zero / non-finite
+    row (see `trace_causes`)."""
+    target = run.targets[0]
+    rows: list[ScanRow] = []
+    for act, grad in zip(run.activations, run.gradients[0], strict=True):
+        if target is not None and not _upstream(graph, cast(Any, act), cast(Any, target)):
+            continue
+        class_name = classes.get(act.site.path, "InputLayer")
+        if act.output:
+            class_name += f" (output {act.output})"
+        rows.append(_summary_row(act, grad, class_name, run.data))
+    ends = [target.site.key] if target is not None else sinks(graph)
+    on_trunk = trunk(graph, ends)
+    rows = _flag_scale(rows, None if on_trunk is None else {ref_of(k) for k in on_trunk})
+    if patterns:
+        rows = [r for r in rows if any(fnmatch.fnmatchcase(r.layer, p) for p in patterns)]
+        if not rows:
+            raise LayerNotFound(no_glob_match_message(patterns))
+    if causes is None:
+        return tuple(rows)
+    broken = (Status.NONE, Status.NONFINITE, Status.ZERO)
+    return tuple(causes(r) if r.status in broken else r for r in rows)
+
+
+def _summary_row(act: Probed, grad: GradientTotals | None, class_name: str, data: bool) -> ScanRow:
+    status = Status(grad.status if grad is not None else "none") if act.is_float else Status.INTEGER
+    flags: tuple[Flag, ...] = ()
+    if status == Status.NONE:
+        flags = (Flag.BLOCKED,)
+    elif status == Status.NONFINITE:
+        flags = (Flag.NONFINITE,)
+    elif grad is not None and grad.dead_fraction() > DEAD_FRACTION:
+        flags = (Flag.DEAD,)
+    return ScanRow(
+        layer=act.site.ref,
+        class_name=class_name,
+        shape=act.shape,
+        dtype=act.dtype,
+        status=status,
+        gradient=None if grad is None else grad.stats(act.shape, top=0),
+        flags=flags,
+        data=None
+        if grad is None or not data
+        else DataStats(grad.dead_units(), grad.per_sample(), grad.first_nonfinite),
+    )
+
+
+def trace_causes(
+    make: Callable[[], tuple[Trace, Diagnoser]], graph: ModelGraph | None
+) -> Callable[[ScanRow], ScanRow]:
+    """Causes for rows of `summary_rows`, from a full trace and diagnoser made for the first
+    row that needs them (the one pass that keeps arrays runs only when something is wrong)."""
+    made: list[tuple[Trace, Diagnoser]] = []
+
+    def add(row: ScanRow) -> ScanRow:
+        if not made:
+            made.append(make())
+        trace, diagnoser = made[0]
+        return _with_causes(row, trace, graph, diagnoser)
+
+    return add
 
 
 def _upstream(graph: ModelGraph | None, act: Activation, target: Activation) -> bool:

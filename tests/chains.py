@@ -2,7 +2,7 @@
 profile computed by hand in numpy (float64): the independent side of the diff tests.
 
 A chain is x(6) -> l0 .. l4 (Dense 6, one activation) -> head (Dense 3, linear). The default
-scan target is sum(head(x) * R) with R standard normal from `np.random.default_rng(seed)`,
+scan target is sum(head(x) * R) with R as layergrad/projection.py defines it (conftest),
 as documented; the gradient of that with respect to each layer's output is backpropagated here
 layer by layer without TensorFlow.
 """
@@ -75,7 +75,9 @@ def with_nan(weights: Weights, name: str) -> Weights:
 
 def projection(batch: int, seed: int = 0) -> np.ndarray:
     """The documented default scan target's R for one (batch, 3) output."""
-    return np.random.default_rng(seed).standard_normal((batch, OUT))
+    from conftest import projection_r
+
+    return projection_r(seed, 0, (batch, OUT)).numpy().astype(np.float64)
 
 
 def gradients(weights: Weights, x: np.ndarray, activation: str | None = "tanh") -> dict:

@@ -134,3 +134,29 @@ def softmax_head(tmp_path: Path) -> str:
     path = tmp_path / "softmax.keras"
     keras.Model(x, out).save(path)
     return str(path)
+
+
+def _lowbias32(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.uint32)
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> np.uint32(16))
+        x = x * np.uint32(0x7FEB352D)
+        x = x ^ (x >> np.uint32(15))
+        x = x * np.uint32(0x846CA68B)
+        return x ^ (x >> np.uint32(16))
+
+
+def projection_r(seed: int, output: int, shape: tuple[int, ...], first_sample: int = 0):
+    """The default scan target's R for one output, by the formula in layergrad/projection.py,
+    written again in numpy: R[i, j] from (seed, output, sample i, position j) alone."""
+    rows, width = shape[0], int(np.prod(shape[1:], dtype=np.int64))
+    head = _lowbias32(_lowbias32(np.uint32(seed & 0xFFFFFFFF)) ^ np.uint32(output))
+    samples = np.arange(first_sample, first_sample + rows, dtype=np.uint32)
+    base = _lowbias32(head ^ samples)[:, None]
+    j = np.arange(width, dtype=np.uint64)
+    first = _lowbias32((2 * j).astype(np.uint32))[None, :]
+    second = _lowbias32((2 * j + 1).astype(np.uint32))[None, :]
+    u1 = ((_lowbias32(base ^ first) >> np.uint32(8)).astype(np.float64) + 1) / 2**24
+    u2 = (_lowbias32(base ^ second) >> np.uint32(8)).astype(np.float64) / 2**24
+    r = np.sqrt(-2 * np.log(u1)) * np.cos(2 * np.pi * u2)
+    return tf.constant(r.reshape(shape), tf.float32)

@@ -359,9 +359,12 @@ def test_a_scaled_head_on_a_residual_model_matches_manual_tapes(tmp_path, write_
 
 
 def _projections(*shapes, seed=0):
-    """The documented default target's R: standard normal, one per output in order, seeded."""
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(shape) for shape in shapes]
+    """The documented default target's R, one per output in order (see conftest)."""
+    from conftest import projection_r
+
+    return [
+        projection_r(seed, k, shape).numpy().astype(np.float64) for k, shape in enumerate(shapes)
+    ]
 
 
 @pytest.fixture(scope="module")

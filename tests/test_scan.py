@@ -7,7 +7,16 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import CUSTOM_LAYERS, keras, load_sample, manual_gradient, normal, sample, tf
+from conftest import (
+    CUSTOM_LAYERS,
+    keras,
+    load_sample,
+    manual_gradient,
+    normal,
+    projection_r,
+    sample,
+    tf,
+)
 
 from layergrad.api import scan_model
 from layergrad.cli import main
@@ -20,9 +29,8 @@ def rows_by_layer(report):
 
 
 def projections(*shapes, seed=0):
-    """The documented default target's R: standard normal, one per output in order, seeded."""
-    rng = np.random.default_rng(seed)
-    return [tf.constant(rng.standard_normal(shape), tf.float32) for shape in shapes]
+    """The documented default target's R, one per output in order (see conftest)."""
+    return [projection_r(seed, k, shape) for k, shape in enumerate(shapes)]
 
 
 def test_sequential_rows_match_manual_tapes(write_input):

@@ -145,7 +145,10 @@ def probe_line(p: ProbeMeta, what: str) -> str:
     """`probe: random (seed 0), batch 8, inference, <what>`."""
     mode = "training" if p.training else "inference"
     source = f"random (seed {p.seed})" if p.source == "random" else p.source
-    return f"probe: {source}, batch {p.batch_size}, {mode}, {what}"
+    if p.samples is not None:  # --data
+        source += f" ({p.samples:,} samples)"
+    replicas = f", {p.replicas} replicas" if p.replicas and p.replicas > 1 else ""
+    return f"probe: {source}, batch {p.batch_size}{replicas}, {mode}, {what}"
 
 
 def model_header(m: ModelMeta, p: ProbeMeta, what: str) -> Text:
@@ -176,7 +179,11 @@ def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
             "class": model.class_name,
             "name": model.name,
         },
-        "probe": asdict(probe),
+        "probe": {
+            key: value
+            for key, value in asdict(probe).items()
+            if value is not None or key not in ("samples", "replicas")  # only with --data
+        },
     }
 
 

@@ -8,7 +8,7 @@ weights` (then the JSON says `variables` / `variable`, as `scan --wrt weights` d
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
 from rich.console import RenderableType
@@ -153,7 +153,7 @@ def as_json(report: DiffReport, **_: Any) -> str:
         "schema": SCHEMA,
         "base": meta_json(report.base, report.probe)["model"],
         "new": meta_json(report.new, report.probe)["model"],
-        "probe": asdict(report.probe),
+        "probe": meta_json(report.base, report.probe)["probe"],
     }
     if report.loss is not None:  # as `scan --wrt weights` says it
         doc.update(wrt=report.wrt, loss=report.loss)

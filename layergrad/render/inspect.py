@@ -30,6 +30,7 @@ from layergrad.render.common import (
     shape_text,
     to_text,
 )
+from layergrad.render.data import data_json, data_lines
 from layergrad.results import Endpoint, InspectReport, Result
 from layergrad.vocab import Status
 
@@ -54,7 +55,9 @@ def table(report: InspectReport, *, color: bool = False, width: int | None = 100
         model_header(report.model, report.probe, f"d {report.probe.reduce}(to) / d from"),
         fitted_table(COLUMNS, [_cells(r) for r in report.results], width),
     ]
+    many = len(report.results) > 1
     for res in report.results:
+        items += data_lines(res.data, res.source.layer, f"→ {res.target.layer}: " if many else "")
         if res.causes:
             items.append(_causes_panel(res))
         if res.warnings:
@@ -154,6 +157,8 @@ def result_json(res: Result) -> dict[str, Any]:
     }
     if res.jacobian is not None:
         doc["jacobian"] = jacobian.jacobian_json(res.jacobian)
+    if res.data is not None:
+        doc.update(data_json(res.data, res.gradient is not None))
     return doc
 
 

@@ -26,6 +26,7 @@ from layergrad.render.common import (
     shape_text,
     to_text,
 )
+from layergrad.render.data import data_json
 from layergrad.results import ScanReport, ScanRow
 from layergrad.vocab import Status
 
@@ -139,6 +140,8 @@ def row_json(row: ScanRow) -> dict[str, Any]:
     doc = _row_json(row)
     if row.jacobian is not None:
         doc["jacobian"] = jacobian.scan_jacobian_json(row.jacobian)
+    if row.data is not None:
+        doc.update(data_json(row.data, row.gradient is not None))
     return doc
 
 

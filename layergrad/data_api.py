@@ -1,0 +1,292 @@
+"""`--data`: `inspect`, `scan` and `check` over every sample of a data set.
+
+The statistics are those of the whole data set as one batch; they are reduced inside the
+compiled step (`stream.run_stream`), so no gradient is kept. A result that is not ok gets its
+causes from one batch where it shows: the first batch with a non-finite value for a
+non-finite result, else the first batch. That batch is read again and diagnosed exactly as
+`inspect` / `scan` diagnose their probe batch. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from layergrad.errors import InputError
+from layergrad.pipeline import PathLike, ProbeOptions, Progress
+from layergrad.results import (
+    DataStats,
+    Endpoint,
+    GradientStats,
+    InspectReport,
+    ModelMeta,
+    ProbeMeta,
+    Result,
+    ScanReport,
+    ScanRow,
+)
+from layergrad.vocab import Finding, Status
+
+
+def open_stream(model: Any, options: ProbeOptions) -> Any:
+    """The model's batches from `options.data` (a `datasets.DataStream`)."""
+    from layergrad import datasets, inputs
+
+    try:
+        specs = inputs.input_specs(model)
+    except InputError:
+        raise InputError(
+            f"model {model.name!r} ({type(model).__name__}) does not declare its inputs, so "
+            "--data cannot be matched to them; save it as a Functional or Sequential model"
+        ) from None
+    assert options.data is not None
+    return datasets.open_data(options.data, specs, options.rows, options.limit)
+
+
+def inspect_data(
+    path: PathLike,
+    source: str,
+    targets: Sequence[str],
+    options: ProbeOptions,
+    *,
+    imports: Sequence[str] = (),
+    unsafe: bool = False,
+    on_progress: Progress | None = None,
+) -> InspectReport:
+    """`api.inspect_model` over every sample of `options.data`."""
+    from layergrad import diagnose, layer_refs, pipeline, stream
+
+    loaded, warnings, strategy = pipeline.load(
+        path, options, [source, *targets], imports=imports, unsafe=unsafe
+    )
+    model = loaded.model
+    source_site = layer_refs.resolve(model, source)
+    target_sites = [layer_refs.resolve(model, ref) for ref in targets]
+    batches = open_stream(model, options)
+    plan = stream.Plan(
+        sources=(source_site,),
+        targets=tuple(target_sites),
+        training=options.training,
+        reduce=options.reduce,
+        data=True,
+        seed=options.seed,
+    )
+    run = stream.run_stream(model, plan, batches, strategy, on_progress)
+    diagnosis = _Diagnosis(model, batches, loaded.info.graph, options)
+    results = []
+    for t, site in enumerate(target_sites):
+        result = _result(run, t, diagnosis)
+        note = diagnose.softmax_target_note(site, "take --to the layer before it")
+        if note:
+            result = replace(result, warnings=(*result.warnings, note))
+        results.append(result)
+    return InspectReport(
+        model=_model_meta(path, loaded, warnings),
+        probe=_probe_meta(batches.source, run, options),
+        results=tuple(results),
+    )
+
+
+def scan_data(
+    path: PathLike,
+    options: ProbeOptions,
+    *,
+    target: str | None = None,
+    layers: Sequence[str] = (),
+    imports: Sequence[str] = (),
+    unsafe: bool = False,
+    on_progress: Progress | None = None,
+) -> ScanReport:
+    """`api.scan_model` over every sample of `options.data`: each row's statistics over all
+    samples."""
+    from layergrad import diagnose, layer_refs, pipeline
+
+    loaded, warnings, strategy = pipeline.load(
+        path, options, [target] if target else [], layers, imports, unsafe
+    )
+    model = loaded.model
+    site = None if target is None else layer_refs.resolve(model, target)
+    batches = open_stream(model, options)
+    run, rows = scan_over(loaded, strategy, batches, options, site, layers, on_progress)
+    note = site and diagnose.softmax_target_note(
+        site, "scan with --to the layer before it, or without --to (a projection of the outputs)"
+    )
+    return ScanReport(
+        model=_model_meta(path, loaded, warnings),
+        probe=_probe_meta(batches.source, run, options, seeded=site is None),
+        target=site.ref if site else None,
+        rows=rows,
+        notes=(note,) if note else (),
+    )
+
+
+def scan_over(
+    loaded: Any,
+    strategy: Any,
+    batches: Any,
+    options: ProbeOptions,
+    site: Any = None,
+    layers: Sequence[str] = (),
+    on_progress: Progress | None = None,
+) -> tuple[Any, tuple[ScanRow, ...]]:
+    """The scan pass over a data stream: (the StreamRun, one row per layer call)."""
+    from layergrad import layer_refs, probe, scan, stream
+
+    model, graph = loaded.model, loaded.info.graph
+    plan = stream.Plan(
+        targets=(site,),
+        every_leaf=True,
+        training=options.training,
+        reduce=options.reduce,
+        data=True,
+        seed=options.seed,
+    )
+    run = stream.run_stream(model, plan, batches, strategy, on_progress)
+    diagnosis = _Diagnosis(model, batches, graph, options)
+    firsts = [
+        g.first_nonfinite
+        for g in run.gradients[0]
+        if g is not None and g.status == "nonfinite" and g.first_nonfinite is not None
+    ]
+    index = min(firsts, default=0)
+
+    def make() -> tuple[Any, Any]:
+        batch = diagnosis.batch(index)
+        trace = probe.run_trace(
+            model, batch, site, training=options.training, reduce=options.reduce, seed=options.seed
+        )
+        return trace, diagnosis.diagnoser(index)
+
+    classes = {p: type(layer).__name__ for p, layer in layer_refs.iter_layers(model)}
+    rows = scan.summary_rows(run, graph, classes, layers, scan.trace_causes(make, graph))
+    return run, rows
+
+
+def forward_check(run: Any) -> tuple[str, tuple[Finding, ...]]:
+    """`check`'s forward verdict over a data set: (message, findings)."""
+    for act, fwd in zip(run.activations, run.forward, strict=True):
+        if fwd is not None and fwd.nonfinite_batches:
+            return (
+                f"activations turn non-finite (NaN/Inf) at layer {act.site.ref!r} (first in "
+                f"batch {fwd.first_nonfinite})",
+                (Finding.NONFINITE,),
+            )
+    return f"finite over {run.samples:,} samples", ()
+
+
+class _Diagnosis:
+    """One batch of the data read again, and its diagnoser, for results that are not ok."""
+
+    def __init__(self, model: Any, batches: Any, graph: Any, options: ProbeOptions):
+        self.model, self.batches, self.graph = model, batches, graph
+        self.training, self.reduce = options.training, options.reduce
+        self._batches: dict[int, Any] = {}
+        self._diagnosers: dict[int, Any] = {}
+
+    def batch(self, index: int) -> Any:
+        if index not in self._batches:
+            self._batches[index] = self.batches.batch(index)
+        return self._batches[index]
+
+    def diagnoser(self, index: int) -> Any:
+        from layergrad.diagnose import Diagnoser
+
+        if index not in self._diagnosers:
+            self._diagnosers[index] = Diagnoser(
+                self.model, self.batch(index), self.graph, self.training, self.reduce
+            )
+        return self._diagnosers[index]
+
+    def activations(self, index: int, source: Any, target: Any) -> tuple[Any, Any]:
+        """The source and target activations of batch `index` (for the causes)."""
+        from layergrad import probe
+
+        run = probe.run_probe(
+            self.model,
+            self.batch(index),
+            [source],
+            [target],
+            training=self.training,
+            reduce=self.reduce,
+        )
+        return run.sources[0], run.targets[0]
+
+
+def _result(run: Any, t: int, diagnosis: _Diagnosis) -> Result:
+    from layergrad import causes as why
+    from layergrad import diagnose
+
+    source, target, grad = run.activations[0], run.targets[t], run.gradients[t][0]
+    status = Status.NONE if grad is None else Status(grad.status)
+    stats = None if grad is None else grad.stats(source.shape)
+    causes: tuple[Any, ...] = ()
+    if status != "ok":
+        index = grad.first_nonfinite if grad is not None and grad.first_nonfinite else 0
+        src, dst = diagnosis.activations(index, source.site, target.site)
+        causes = diagnose.static_causes(src, dst, diagnosis.graph)
+        if not any(c.code == "not_downstream" for c in causes):
+            found = diagnosis.diagnoser(index).causes(status, src, dst)
+            causes = diagnose.dedupe([*causes, *found])
+        causes = causes or (why.unknown(),)
+    return Result(
+        source=Endpoint(source.site.ref, source.shape, source.dtype),
+        target=Endpoint(target.site.ref, target.shape, target.dtype),
+        status=status,
+        gradient=stats,
+        causes=causes,
+        warnings=_warnings(stats, run.forward[0], source.site.ref, target.site.ref)
+        if status == "ok" and stats is not None
+        else (),
+        data=DataStats((), None, None)
+        if grad is None
+        else DataStats(grad.dead_units(), grad.per_sample(), grad.first_nonfinite),
+    )
+
+
+def _warnings(stats: GradientStats, forward: Any, src: str, dst: str) -> tuple[str, ...]:
+    """`diagnose.warnings_for`, from statistics over all samples instead of arrays."""
+    from layergrad.diagnose import EXPLODING_GAIN, MOSTLY_ZERO, VANISHING_GAIN
+
+    out = []
+    if stats.zero_fraction > MOSTLY_ZERO:
+        out.append(
+            f"{stats.zero_fraction:.0%} of d {dst} / d {src} is exactly zero: dead units or "
+            "inactive paths between the two layers"
+        )
+    size = forward.mean_abs if forward is not None else 0.0
+    gain = stats.max_abs * (size if size > 0 else 1.0)
+    if gain < VANISHING_GAIN:
+        out.append(
+            f"vanishing: max |g| x mean |{src}| = {gain:.1e}; moving {src} barely moves {dst}"
+        )
+    elif gain > EXPLODING_GAIN:
+        out.append(
+            f"exploding: max |g| x mean |{src}| = {gain:.1e}; a small change of {src} moves "
+            f"{dst} enormously"
+        )
+    return tuple(out)
+
+
+def _probe_meta(source: str, run: Any, options: ProbeOptions, seeded: bool = False) -> ProbeMeta:
+    """`seeded`: the seed matters (the default target's projection), so it is reported."""
+    return ProbeMeta(
+        source=source,
+        seed=options.seed if seeded else None,
+        batch_size=options.rows,
+        training=options.training,
+        reduce=options.reduce,
+        samples=run.samples,
+        replicas=run.replicas,
+    )
+
+
+def _model_meta(path: PathLike, loaded: Any, warnings: Sequence[str]) -> ModelMeta:
+    return ModelMeta(
+        path=os.fspath(path),
+        format=loaded.info.format,
+        class_name=type(loaded.model).__name__,
+        name=loaded.model.name,
+        warnings=tuple(warnings),
+    )

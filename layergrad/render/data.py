@@ -1,0 +1,54 @@
+"""What a report over a data set (`--data`) adds: dead units, per-sample L2, the first
+non-finite batch. Shared by the inspect and scan renderers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+
+from layergrad.render.common import number
+from layergrad.results import DataStats
+
+SHOWN_UNITS = 12
+
+
+def data_json(data: DataStats, has_gradient: bool) -> dict[str, Any]:
+    """The JSON members a result over a data set adds."""
+    sample = data.per_sample_l2
+    return {
+        "dead_units": list(data.dead_units) if has_gradient else None,
+        "per_sample_l2": None
+        if sample is None
+        else {k: getattr(sample, k) for k in ("mean", "std", "min", "p50", "p95", "max")},
+        "first_nonfinite_batch": data.first_nonfinite_batch,
+    }
+
+
+def data_lines(data: DataStats | None, source: str, where: str) -> list[Text]:
+    """Text lines for a result over a data set (nothing without one)."""
+    if data is None:
+        return []
+    lines = []
+    s = data.per_sample_l2
+    if s is not None:
+        lines.append(
+            Text(
+                f"{where}per-sample L2 over {s.count:,} samples: mean {number(s.mean)}, std "
+                f"{number(s.std)}, min {number(s.min)}, p50 {number(s.p50)}, p95 "
+                f"{number(s.p95)}, max {number(s.max)}"
+            )
+        )
+    if data.dead_units:
+        shown = ", ".join(map(str, data.dead_units[:SHOWN_UNITS]))
+        more = ", ..." if len(data.dead_units) > SHOWN_UNITS else ""
+        lines.append(
+            Text(
+                f"{where}{len(data.dead_units)} dead units of {source} (zero gradient for every "
+                f"sample): {shown}{more}",
+                style="yellow",
+            )
+        )
+    if data.first_nonfinite_batch is not None:
+        lines.append(Text(f"{where}first non-finite value in batch {data.first_nonfinite_batch}"))
+    return lines
