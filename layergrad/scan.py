@@ -21,7 +21,7 @@ from layergrad.layer_refs import Site, iter_layers, no_glob_match_message, ref_o
 from layergrad.locate import sinks, trunk
 from layergrad.pipeline import Session
 from layergrad.probe import Activation, Trace, live_trace, run_trace, trace_gradients
-from layergrad.results import DataStats, ScanReport, ScanRow
+from layergrad.results import ConstantOutput, DataStats, ScanReport, ScanRow
 from layergrad.stats import gradient_stats, status_of
 from layergrad.stream import Probed, StreamRun
 from layergrad.totals import GradientTotals
@@ -65,6 +65,9 @@ def scan_session(
         report = scan_report(session, trace, site, patterns)
         rows, notes = with_jacobians(report.rows, trace, live, jacobian)
         return replace(report, rows=rows, notes=(*report.notes, *notes))
+    light = _light_scan(session, site, patterns)
+    if light is not None:
+        return light
     trace = run_trace(
         model,
         session.batch,
@@ -76,36 +79,61 @@ def scan_session(
     return scan_report(session, trace, site, patterns)
 
 
+def _light_scan(session: Session, site: Site | None, patterns: Sequence[str]) -> ScanReport | None:
+    """The scan of a model with nothing to diagnose, without keeping any array.
+
+    Each gradient is reduced to its statistics where the backward pass produces it
+    (`stream.run_batch`), so a scan takes about the memory of a plain forward and backward
+    pass. None when a row is not ok, an output is the same for every sample, an activation is
+    non-finite or the inputs are not scaled: then the causes need the full trace.
+    """
+    from layergrad.forward import CONSTANT_RTOL, MIN_BATCH, UNSCALED
+    from layergrad.stream import Plan, run_batch
+
+    model, options, batch = session.model, session.options, session.batch
+    plan = Plan(
+        targets=(site,),
+        every_leaf=True,
+        training=options.training,
+        reduce=options.reduce,
+        seed=options.seed,
+    )
+    run = run_batch(model, plan, batch.arrays)
+    if any(f is not None and f.nonfinite_batches for f in run.forward):
+        return None
+    if batch.batch_size >= MIN_BATCH and any(
+        spread <= CONSTANT_RTOL * max(1.0, top) for spread, top in run.output_spread
+    ):
+        return None
+    floats = [a for a in batch.arrays if a.dtype.kind == "f" and a.size]
+    if any(float(np.mean(np.abs(a.astype(np.float64)))) > UNSCALED for a in floats):
+        return None
+    classes = {p: type(layer).__name__ for p, layer in iter_layers(model)}
+    rows = summary_rows(run, session.info.graph, classes, patterns)
+    if any(r.status not in (Status.OK, Status.INTEGER) for r in rows):
+        return None
+    rows, notes = _mode_notes(session, site, rows, ())
+    return ScanReport(
+        model=session.model_meta,
+        probe=session.probe_meta,
+        target=site.ref if site else None,
+        rows=rows,
+        notes=notes,
+    )
+
+
 def scan_report(
     session: Session, trace: Trace, site: Site | None, patterns: Sequence[str] = ()
 ) -> ScanReport:
     """The scan rows, flags, causes and notes of a trace of the session's model."""
-    model, options = session.model, session.options
+    model = session.model
     classes = {p: type(layer).__name__ for p, layer in iter_layers(model)}
     rows = scan_rows(trace, session.info.graph, session.diagnoser, classes, patterns)
-    notes = []
-    note = site and softmax_target_note(
-        site, "scan with --to the layer before it, or without --to (a projection of the outputs)"
-    )
-    if note:
-        notes.append(note)
     layers = dict(iter_layers(model))
-    constant = tuple(constant_outputs(trace, session.info.graph, layers))
-    untrained = [] if options.training else untrained_batchnorm(model)
-    artifacts = [c for c in constant if c.reason not in STRUCTURAL] if untrained else []
-    if untrained and (artifacts or any(set(SCALE_FLAGS) & set(row.flags) for row in rows)):
-        rows = tuple(
-            replace(row, flags=tuple(f for f in row.flags if f not in SCALE_FLAGS)) for row in rows
-        )
-        constant = tuple(c for c in constant if c not in artifacts)
-        notes.append(
-            f"{len(untrained)} BatchNormalization layers ({', '.join(untrained[:3])}"
-            f"{'...' if len(untrained) > 3 else ''}) hold their initial moving statistics "
-            "(mean 0, variance 1): the model was never trained, so in inference they do not "
-            "normalize and activations shrink or grow through depth in a way training never "
-            "sees. Dead / vanishing / exploding flags and outputs that stop varying for that "
-            "reason are left out; scan with --training to see what training sees"
-        )
+    found = tuple(constant_outputs(trace, session.info.graph, layers))
+    rows, notes_ = _mode_notes(session, site, rows, found)
+    notes = list(notes_)
+    constant = tuple(c for c in found if _kept(session, c))
     bad = first_nonfinite(trace)
     if bad is not None:
         notes.append(
@@ -127,6 +155,43 @@ def scan_report(
         constant=constant,
         input_range=scale,
     )
+
+
+def _mode_notes(
+    session: Session,
+    site: Site | None,
+    rows: Sequence[ScanRow],
+    constant: Sequence[ConstantOutput],
+) -> tuple[tuple[ScanRow, ...], tuple[str, ...]]:
+    """The rows and notes once the target and the mode are taken into account: a softmax
+    target, and never-trained BatchNormalization in inference (whose magnitude flags and
+    constant outputs are artifacts, left out with a note)."""
+    notes = []
+    note = site and softmax_target_note(
+        site, "scan with --to the layer before it, or without --to (a projection of the outputs)"
+    )
+    if note:
+        notes.append(note)
+    untrained = [] if session.options.training else untrained_batchnorm(session.model)
+    artifacts = [c for c in constant if c.reason not in STRUCTURAL] if untrained else []
+    if untrained and (artifacts or any(set(SCALE_FLAGS) & set(row.flags) for row in rows)):
+        rows = [replace(r, flags=tuple(f for f in r.flags if f not in SCALE_FLAGS)) for r in rows]
+        notes.append(
+            f"{len(untrained)} BatchNormalization layers ({', '.join(untrained[:3])}"
+            f"{'...' if len(untrained) > 3 else ''}) hold their initial moving statistics "
+            "(mean 0, variance 1): the model was never trained, so in inference they do not "
+            "normalize and activations shrink or grow through depth in a way training never "
+            "sees. Dead / vanishing / exploding flags and outputs that stop varying for that "
+            "reason are left out; scan with --training to see what training sees"
+        )
+    return tuple(rows), tuple(notes)
+
+
+def _kept(session: Session, constant: ConstantOutput) -> bool:
+    """Whether a constant output is reported (not an artifact of untrained BatchNorm)."""
+    if constant.reason in STRUCTURAL or session.options.training:
+        return True
+    return not untrained_batchnorm(session.model)
 
 
 def scan_rows(

@@ -21,7 +21,7 @@ import numpy as np
 from layergrad import summaries as sm
 from layergrad._tf import quiet_import
 from layergrad.accumulate import Accumulators, single_totals, summary_shapes
-from layergrad.capture import Plan, Record, Recorder, installed, key, recording
+from layergrad.capture import Plan, Record, Recorder, installed, is_float, key, recording
 from layergrad.errors import InputError, describe
 from layergrad.layer_refs import Site, iter_layers
 from layergrad.probe import _check_all_called, _site_groups, _unique_leaves
@@ -64,6 +64,9 @@ class StreamRun:
     replicas: int
     data: bool = False  # went over a data set (per-sample distributions were kept)
     traces: int = 0  # times the step was traced, per replica (1: the last batch reused it)
+    # one batch only: per float model output, (largest spread of a value across the batch,
+    # largest |value|), to tell an output that is the same for every sample
+    output_spread: tuple[tuple[float, float], ...] = ()
 
     def index(self, path: str, call: int = 0) -> int | None:
         """Position of the activation of `path` call `call`, or None if it was not captured."""
@@ -136,6 +139,9 @@ class Step:
         if rec.open_dims:
             summaries["dims"] = tf.cast(tf.concat(list(rec.open_dims.values()), 0), tf.float64)
         summaries["samples"] = tf.reshape(tf.cast(sm.samples_in(inputs[0]), tf.float64), [1])
+        floats = [o for o in tf.nest.flatten(outputs) if is_float(o)]
+        if not self.plan.data and floats:  # one batch: is an output the same for every sample?
+            summaries["spread"] = tf.stack([sm.output_spread(o) for o in floats])
         self.layout = layout
         return summaries
 
@@ -159,7 +165,9 @@ class Step:
             forward.append(unpack.forward(f"{r}.{k}"))
             for t, column in enumerate(gradients):
                 column.append(unpack.gradient(t, f"{r}.{k}"))
+        spread = totals.get("spread")
         return StreamRun(
+            output_spread=() if spread is None else tuple((float(a), float(b)) for a, b in spread),
             activations=tuple(activations),
             gradients=tuple(tuple(c) for c in gradients),
             forward=tuple(forward),

@@ -218,3 +218,11 @@ def _compiled(function: Callable[..., Any], rank: int | None) -> Any:
         autograph=False,
         experimental_attributes={"_noinline": True},
     )
+
+
+def output_spread(x: Any) -> Any:
+    """[largest max - min of a value across the batch, largest |value|] (float64)."""
+    tf, _ = quiet_import()
+    v = tf.reshape(tf.cast(x, tf.float64), [tf.shape(x)[0], -1])
+    spread = tf.reduce_max(tf.reduce_max(v, axis=0) - tf.reduce_min(v, axis=0))
+    return tf.stack([spread, tf.reduce_max(tf.abs(v))])
