@@ -17,7 +17,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from layergrad.errors import LayergradError, describe
-from layergrad.vocab import Measure, OutputFormat, Word
+from layergrad.vocab import Measure, OutputFormat, Word, Wrt
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -293,6 +293,30 @@ def format_options(func: F) -> F:
                 "comments, html for one self-contained page (> report.html).",
             ),
             click.option("--json", "as_json", is_flag=True, help="Shorthand for --format json."),
+        ],
+    )
+
+
+def wrt_options(func: F) -> F:
+    """`--wrt activations|weights` and `--loss NAME` (scan, diff)."""
+    return _stack(
+        func,
+        [
+            click.option(
+                "--wrt",
+                type=click.Choice(Wrt.words()),
+                default=Wrt.ACTIVATIONS.value,
+                show_default=True,
+                help="Every layer's output, or (weights) the training loss's gradient for "
+                "every trainable variable.",
+            ),
+            click.option(
+                "--loss",
+                "loss",
+                metavar="NAME",
+                help="With --wrt weights: a keras.losses name (default: the loss compiled in "
+                "the file).",
+            ),
         ],
     )
 

@@ -247,26 +247,10 @@ def _result(run: Any, t: int, diagnosis: _Diagnosis) -> Result:
 
 def _warnings(stats: GradientStats, forward: Any, src: str, dst: str) -> tuple[str, ...]:
     """`diagnose.warnings_for`, from statistics over all samples instead of arrays."""
-    from layergrad.diagnose import EXPLODING_GAIN, MOSTLY_ZERO, VANISHING_GAIN
+    from layergrad.diagnose import gradient_warnings
 
-    out = []
-    if stats.zero_fraction > MOSTLY_ZERO:
-        out.append(
-            f"{stats.zero_fraction:.0%} of d {dst} / d {src} is exactly zero: dead units or "
-            "inactive paths between the two layers"
-        )
     size = forward.mean_abs if forward is not None else 0.0
-    gain = stats.max_abs * (size if size > 0 else 1.0)
-    if gain < VANISHING_GAIN:
-        out.append(
-            f"vanishing: max |g| x mean |{src}| = {gain:.1e}; moving {src} barely moves {dst}"
-        )
-    elif gain > EXPLODING_GAIN:
-        out.append(
-            f"exploding: max |g| x mean |{src}| = {gain:.1e}; a small change of {src} moves "
-            f"{dst} enormously"
-        )
-    return tuple(out)
+    return gradient_warnings(stats.zero_fraction, stats.max_abs, size, src, dst)
 
 
 def _probe_meta(source: str, run: Any, options: ProbeOptions, seeded: bool = False) -> ProbeMeta:

@@ -258,24 +258,34 @@ def dedupe(causes: list[Cause]) -> tuple[Cause, ...]:
 def warnings_for(
     grad: np.ndarray | None, source: Activation, target: Activation
 ) -> tuple[str, ...]:
-    """Warnings for an `ok` gradient that still looks wrong.
-
-    Vanishing: max |g| below 1e-7 per unit of the `from` activation's mean size (a change of
-    `from` by its own size moves sum(to) by less than that). Exploding: above 1e6. Mostly
-    zero: more than half of the values are exactly 0.
-    """
+    """Warnings for an `ok` gradient that still looks wrong (see `gradient_warnings`)."""
     if grad is None:
         return ()
+    return gradient_warnings(
+        float(np.mean(grad == 0)),
+        float(np.max(np.abs(grad.astype(np.float64)))),
+        float(np.mean(np.abs(source.value.astype(np.float64)))),
+        source.site.ref,
+        target.site.ref,
+    )
+
+
+def gradient_warnings(
+    zero_fraction: float, max_abs: float, source_size: float, src: str, dst: str
+) -> tuple[str, ...]:
+    """Warnings for an `ok` gradient of `dst` with respect to `src` that still looks wrong.
+
+    Vanishing: max |g| below 1e-7 per unit of the `from` activation's mean size
+    (`source_size`: a change of `from` by its own size moves sum(to) by less than that).
+    Exploding: above 1e6. Mostly zero: more than half of the values are exactly 0.
+    """
     out = []
-    zeros = float(np.mean(grad == 0))
-    src, dst = source.site.ref, target.site.ref
-    if zeros > MOSTLY_ZERO:
+    if zero_fraction > MOSTLY_ZERO:
         out.append(
-            f"{zeros:.0%} of d {dst} / d {src} is exactly zero: dead units or inactive paths "
-            "between the two layers"
+            f"{zero_fraction:.0%} of d {dst} / d {src} is exactly zero: dead units or inactive "
+            "paths between the two layers"
         )
-    size = float(np.mean(np.abs(source.value.astype(np.float64))))
-    gain = float(np.max(np.abs(grad.astype(np.float64)))) * (size if size > 0 else 1.0)
+    gain = max_abs * (source_size if source_size > 0 else 1.0)
     if gain < VANISHING_GAIN:
         out.append(
             f"vanishing: max |g| x mean |{src}| = {gain:.1e}; moving {src} barely moves {dst}"
