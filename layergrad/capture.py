@@ -23,8 +23,8 @@ from typing import Any
 
 from layergrad import summaries as sm
 from layergrad._tf import quiet_import
+from layergrad.layer_calls import check_all_called, check_input_call
 from layergrad.layer_refs import Site, input_names
-from layergrad.probe import _check_all_called, _check_input_call
 
 Key = tuple[str, int]
 _LOCAL = threading.local()  # the recorder of the forward pass running in this thread
@@ -108,7 +108,7 @@ class Recorder:
             if s.input_index is not None
         }
         for site in planned.values():
-            _check_input_call(site)
+            check_input_call(site)
         out = list(tensors)
         for i, name in enumerate(input_names(model)[: len(tensors)]):
             chosen = planned.get(i)
@@ -184,7 +184,7 @@ class Recorder:
                 samples = tf.range(tf.shape(floats[0])[0])
             return project(outputs, samples, self.plan.seed, self._reduce)
         if key(target) not in self.captured:
-            _check_all_called([target], self.captured, self.calls)
+            check_all_called([target], self.captured, self.calls)
         tensor = self.captured[key(target)]
         return self._reduce(tensor) if is_float(tensor) else None
 

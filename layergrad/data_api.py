@@ -132,7 +132,8 @@ def scan_over(
     on_progress: Progress | None = None,
 ) -> tuple[Any, tuple[ScanRow, ...]]:
     """The scan pass over a data stream: (the StreamRun, one row per layer call)."""
-    from layergrad import layer_refs, probe, scan, stream
+    from layergrad import layer_refs, scan, stream
+    from layergrad import trace as trace_module
 
     model, graph = loaded.model, loaded.info.graph
     plan = stream.Plan(
@@ -154,7 +155,7 @@ def scan_over(
 
     def make() -> tuple[Any, Any]:
         batch = diagnosis.batch(index)
-        trace = probe.run_trace(
+        trace = trace_module.run_trace(
             model, batch, site, training=options.training, reduce=options.reduce, seed=options.seed
         )
         return trace, diagnosis.diagnoser(index)

@@ -1,7 +1,7 @@
 """Classify each gradient (ok / none / zero / nonfinite) and name its likely causes.
 
 The graph in the file says whether the target depends on the source at all. When it does and
-the gradient is still not ok, one more traced pass (`probe.run_trace`) finds *where* it went
+the gradient is still not ok, one more traced pass (`trace.run_trace`) finds *where* it went
 wrong (`locate.PathView`); the ops, activation values and dtype of that layer say *what* it is
 (`causes.py` puts it into words). The extra pass runs only for non-ok results.
 """
@@ -15,12 +15,14 @@ import numpy as np
 from layergrad import causes as why
 from layergrad.graph import ModelGraph
 from layergrad.inputs import ProbeBatch
+from layergrad.layer_calls import Activation
 from layergrad.layer_refs import CallKey, Site, iter_layers, ref_of
 from layergrad.locate import PathView
-from layergrad.probe import Activation, ProbeRun, Trace, run_probe, run_trace
+from layergrad.probe import ProbeRun, run_probe
 from layergrad.results import Cause, Endpoint, Result
 from layergrad.stats import gradient_stats, status_of
 from layergrad.tf_ops import TracedCall, blocking_ops, trace_call, unsafe_backward_ops
+from layergrad.trace import Trace, run_trace
 from layergrad.vocab import CauseCode, Status
 
 SATURATION_EPS = 1e-6

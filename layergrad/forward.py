@@ -13,10 +13,11 @@ from typing import Any
 import numpy as np
 
 from layergrad.graph import ModelGraph
+from layergrad.layer_calls import Activation
 from layergrad.layer_refs import CallKey
 from layergrad.locate import nearest_preds
-from layergrad.probe import Activation, Trace
 from layergrad.results import ConstantOutput, InputRange
+from layergrad.trace import Trace
 
 CONSTANT_RTOL = 1e-6  # spread across the batch below this (relative to the values): constant
 MIN_BATCH = 4  # fewer samples say too little: discrete layers often agree by chance

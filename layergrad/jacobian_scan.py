@@ -26,8 +26,8 @@ from layergrad.jacobian import (
     estimated_frobenius,
     frobenius,
 )
-from layergrad.probe import LiveTrace, Trace
 from layergrad.results import FrobeniusNorms, ScanJacobian, ScanRow
+from layergrad.trace import LiveTrace, Trace
 from layergrad.vocab import Status
 
 SCAN_EXACT_ROWS = 4096  # --exact: at most this many target entries per sample (backward passes)

@@ -1,6 +1,6 @@
 """Where a gradient is lost, zeroed or broken: the calls between two layers in a full trace.
 
-A trace (`probe.run_trace`) holds every layer call's activation and the gradient of the target
+A trace (`trace.run_trace`) holds every layer call's activation and the gradient of the target
 with respect to it. Walking the calls on the path from the source to the target, the gradient
 is good at the target and bad at the source; a call whose output gradient is good while the
 gradients of all (for none and zero) or any (for non-finite) of its inputs are bad is where it
@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from layergrad.graph import ModelGraph
+from layergrad.layer_calls import Activation
 from layergrad.layer_refs import CallKey
-from layergrad.probe import Activation, Trace
+from layergrad.trace import Trace
 
 BadGradient = Callable[[np.ndarray | None], bool]
 

@@ -17,14 +17,15 @@ from layergrad.forward import constant_outputs, first_nonfinite, unscaled_input
 from layergrad.graph import ModelGraph
 from layergrad.jacobian import JacobianOptions
 from layergrad.jacobian_scan import with_jacobians
+from layergrad.layer_calls import Activation
 from layergrad.layer_refs import Site, iter_layers, no_glob_match_message, ref_of, resolve
 from layergrad.locate import sinks, trunk
 from layergrad.pipeline import Session
-from layergrad.probe import Activation, Trace, live_trace, run_trace, trace_gradients
 from layergrad.results import ConstantOutput, DataStats, ScanReport, ScanRow
 from layergrad.stats import gradient_stats, status_of
 from layergrad.stream import Probed, StreamRun
 from layergrad.totals import GradientTotals
+from layergrad.trace import Trace, live_trace, run_trace, trace_gradients
 from layergrad.vocab import Flag, Status
 
 # Vanishing (exploding): on the trunk, ||g|| at least DECADES below (above) the target end's
@@ -46,7 +47,7 @@ def scan_session(
     """Gradient of one target with respect to every layer's output, in one backward pass.
 
     `target` is a layer reference, or None for a seeded random projection of the model's
-    outputs (see `probe.run_trace`); `patterns` (shell globs) keep only matching rows.
+    outputs (see `trace.run_trace`); `patterns` (shell globs) keep only matching rows.
     With `jacobian`, rows also get per-sample Jacobian norms (`jacobian_scan`), from the same
     forward pass.
     """

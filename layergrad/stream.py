@@ -23,8 +23,8 @@ from layergrad._tf import quiet_import
 from layergrad.accumulate import Accumulators, single_totals, summary_shapes
 from layergrad.capture import Plan, Record, Recorder, installed, is_float, key, recording
 from layergrad.errors import InputError, describe
+from layergrad.layer_calls import check_all_called, site_groups, unique_leaves
 from layergrad.layer_refs import Site, iter_layers
-from layergrad.probe import _check_all_called, _site_groups, _unique_leaves
 from layergrad.totals import ForwardTotals, GradientTotals, first_batch
 
 Key = tuple[str, int]
@@ -99,11 +99,11 @@ class Step:
         self.traces = 0  # calls of `compute` in Python: traces, or eager runs
         if plan.every_leaf:
             self.groups: list[tuple[Any, str]] = [
-                (layer, path) for layer, path, _ in _unique_leaves(iter_layers(model))
+                (layer, path) for layer, path, _ in unique_leaves(iter_layers(model))
             ]
         else:
             sites = [*plan.sources, *(t for t in plan.targets if t is not None)]
-            self.groups = [(layer, path) for layer, path, _ in _site_groups(sites)]
+            self.groups = [(layer, path) for layer, path, _ in site_groups(sites)]
 
     def installed(self) -> Any:
         """Wrap each captured layer's `call` for the block (restored in `finally`)."""
@@ -120,7 +120,7 @@ class Step:
             outputs = _call_model(self.model, fed, self.plan.training)
             for site in self.plan.sources:
                 if key(site) not in rec.captured:
-                    _check_all_called([site], rec.captured, rec.calls)
+                    check_all_called([site], rec.captured, rec.calls)
             scalars = [rec.target_scalar(t, outputs) for t in self.plan.targets]
         names = list(rec.anchors)
         anchors = [rec.anchors[n] for n in names]

@@ -21,9 +21,9 @@ from layergrad.errors import InputError
 from layergrad.layer_refs import iter_layers
 from layergrad.loss import compile_loss, find_loss, label_kind, output_losses, random_labels
 from layergrad.pipeline import Session
-from layergrad.probe import run_trace
 from layergrad.results import Cause, LossMeta, ScanRow, VariableRow, WeightScanReport
 from layergrad.stats import gradient_stats, status_of
+from layergrad.trace import run_trace
 from layergrad.vocab import Flag, Status
 
 DEAD_FRACTION = 0.5  # more than this share of a variable's units get exactly zero: dead
