@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from layergrad import check_steps as steps
 from layergrad.baseline import (
     Baseline,
     fits,
@@ -29,6 +30,7 @@ from layergrad.baseline import (
     match_baselines,
     probe_options,
 )
+from layergrad.check_steps import Add
 from layergrad.diff import DEFAULT_TOLERANCE
 from layergrad.errors import LayergradError, UsageError, describe
 from layergrad.fileinfo import FileInfo, read_file_info
@@ -40,8 +42,8 @@ from layergrad.pipeline import (
     Progress,
     check_data_options,
 )
-from layergrad.results import CheckItem, FileVerdict, ScanReport, ScanRow, WeightScanReport
-from layergrad.vocab import DEFAULT_FAIL_ON, Finding, Status
+from layergrad.results import CheckItem, FileVerdict
+from layergrad.vocab import DEFAULT_FAIL_ON, Finding
 
 
 @dataclass(frozen=True)
@@ -179,55 +181,16 @@ def _run(
         add("readable", str(exc), [Finding.UNREADABLE])
         return
     add("readable", f"{info.format} file, {len(info.graph.layers)} layers")
-    if not _safe(info, options, add):
+    if not steps.safe(info, options.imports, options.unsafe, add):
         return
-    _weights(info, add)
-    _loss(info, options, add)
+    steps.weights(info, add)
+    steps.loss_fits(info, options.loss, add)
     if not options.static_only:
         _dynamic(path, info, options, add, baseline)
 
 
-Add = Callable[..., bool]
-
-
 def _verdict(path: str | os.PathLike[str], items: list[CheckItem]) -> FileVerdict:
     return FileVerdict(os.fspath(path), all(i.passed for i in items), tuple(items))
-
-
-def _safe(info: FileInfo, options: CheckOptions, add: Add) -> bool:
-    from layergrad.audit import check_safety, module_name
-
-    try:
-        accepted = check_safety(info, [module_name(m) for m in options.imports], options.unsafe)
-    except LayergradError as exc:
-        add("safe", str(exc), [Finding.UNSAFE])
-        return False
-    message = (
-        f"accepted with --unsafe: {'; '.join(accepted)}"
-        if accepted
-        else "nothing runs code on load"
-    )
-    return add("safe", message)
-
-
-def _weights(info: FileInfo, add: Add) -> None:
-    if info.stored.hollow:
-        add(
-            "weights",
-            f"weight {info.stored.hollow[0]} (an HDF5 shape bomb: Keras would allocate the "
-            "declared size)",
-            [Finding.UNREADABLE],
-        )
-        return
-    bad = [w for w in info.weights if w.nan or w.inf]
-    unchecked = sum(w.unchecked for w in info.weights)
-    note = f"; {unchecked} tensors not scanned ({info.notes[0]})" if unchecked else ""
-    if bad:
-        listed = ", ".join(f"{w.layer} ({w.nan} NaN, {w.inf} Inf)" for w in bad[:5])
-        add("weights", f"non-finite weights in {listed}{note}", [Finding.NONFINITE])
-    else:
-        params = sum(w.params for w in info.weights)
-        add("weights", f"{params:,} stored weights, all finite{note}")
 
 
 def _dynamic_data(
@@ -261,22 +224,7 @@ def _dynamic_data(
         return
     message, findings = data_api.forward_check(run)
     add("forward", message, findings)
-    _gradient(rows, add)
-
-
-def _loss(info: FileInfo, options: CheckOptions, add: Add) -> None:
-    from layergrad.loss_fit import mismatches
-
-    compiled = {"loss": options.loss} if options.loss else info.compile_config
-    if not compiled.get("loss"):
-        add("loss", "no compiled loss to check")
-        return
-    found = mismatches(info.config, info.graph, compiled)
-    if not found:
-        add("loss", "the compiled loss fits every output")
-        return
-    text = "; ".join(f"{m.message}. Use {m.hint}" for m in found)
-    add("loss", text, [Finding.LOSS_MISMATCH])
+    steps.gradient(rows, add)
 
 
 def _dynamic(
@@ -345,7 +293,7 @@ def _dynamic(
             [Finding.NONFINITE],
         )
     elif report.constant or report.input_range:
-        _forward_findings(report, add)
+        steps.forward_findings(report, add)
     else:
         batch = session.batch
         source = "a random batch" if batch.source == "random" else f"the batch in {batch.source}"
@@ -353,68 +301,12 @@ def _dynamic(
         if training and session.options.training:
             mode = " (in training mode: its BatchNormalization was never trained)"
         add("forward", f"finite and varying on {source} of {batch.batch_size}{mode}")
-    _gradient(report.rows, add)
-    _trainable(weights, add)
+    steps.gradient(report.rows, add)
+    steps.trainable(weights, add)
     if baseline is not None:
         add("baseline", *judge(report, weights, baseline, options.tolerance))
     elif options.baselines:
         add("baseline", "no baseline given for this file")
-
-
-def _gradient(rows: Sequence[ScanRow], add: Add) -> None:
-    problems = [r for r in rows if r.flags]
-    if not problems:
-        differentiable = sum(1 for r in rows if r.status != Status.INTEGER)
-        add("gradient", f"reaches all {differentiable} differentiable layers, finite")
-        return
-    findings = [f for f in Finding if any(f.value in r.flags for r in problems)]
-    parts = []
-    for finding in findings:
-        layers = [r for r in problems if finding.value in r.flags]
-        cause = next((c for r in layers for c in r.causes), None)
-        why = f" ({cause.code} at {cause.layer})" if cause else ""
-        names = ", ".join(r.layer for r in layers[:4]) + ("..." if len(layers) > 4 else "")
-        parts.append(f"{finding}: {names}{why}")
-    add("gradient", "; ".join(parts), findings)
-
-
-def _forward_findings(report: ScanReport, add: Add) -> None:
-    from layergrad import causes as why
-
-    findings, parts = [], []
-    if report.constant:
-        findings.append(Finding.CONSTANT_OUTPUT)
-        parts += [why.constant_output(c.output, c.layer, c.reason) for c in report.constant]
-    scale = report.input_range
-    if scale is not None:
-        findings.append(Finding.INPUT_RANGE)
-        parts.append(
-            why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
-        )
-    add("forward", "; ".join(f"{c.message}. Fix: {c.hint}" for c in parts), findings)
-
-
-def _trainable(report: WeightScanReport | None, add: Add) -> None:
-    if report is None:
-        add("trainable", "skipped: no loss (the file was saved without model.compile; --loss)")
-        return
-    findings, parts = [], []
-    for status, finding in (
-        (Status.NONE, Finding.NO_GRADIENT),
-        (Status.NONFINITE, Finding.NONFINITE),
-    ):
-        bad = [v for v in report.variables if v.status == status]
-        if bad:
-            findings.append(finding)
-            cause = next((c for v in bad for c in v.causes), None)
-            why = f" ({cause.code} at {cause.layer})" if cause else ""
-            names = ", ".join(v.variable for v in bad[:4]) + ("..." if len(bad) > 4 else "")
-            parts.append(f"{finding}: {names}{why}")
-    if not findings:
-        count = len(report.variables)
-        add("trainable", f"all {count} trainable variables get a gradient from the loss")
-        return
-    add("trainable", "; ".join(parts), findings)
 
 
 def expand_paths(paths: Sequence[str]) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import keras
 
-from layergrad.api import inspect_model, scan_model
+from layergrad.api import inspect_model, scan_model, scan_weights_model
 from layergrad.check import check_files
 from layergrad.listing import list_layers
 from layergrad.render import REPORTS, render
@@ -48,10 +48,11 @@ def reports(long_names, long_names_changed):
         "scan": scan_model(long_names),
         "check": check_files([long_names]),
         "layers": list_layers(long_names),
+        "weights": scan_weights_model(long_names, loss="mse"),
     }
 
 
-@pytest.mark.parametrize("command", [r for r in REPORTS if r != "weights"])
+@pytest.mark.parametrize("command", REPORTS)
 @pytest.mark.parametrize("fmt", list(OutputFormat))
 def test_every_command_renders_every_format(reports, command, fmt, long_names):
     text = render(command, fmt, reports[command], width=None)

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from layergrad import plot
-from layergrad.listing import LayerListing
 from layergrad.render.common import number as fmt
 from layergrad.render.common import shape_text
 from layergrad.render.html_page import (
@@ -35,7 +34,6 @@ from layergrad.results import (
     Result,
     ScanReport,
     ScanRow,
-    WeightScanReport,
 )
 
 if TYPE_CHECKING:
@@ -60,7 +58,7 @@ def inspect_html(report: InspectReport) -> str:
     body: list[Html | None] = [
         el("h1", "layergrad inspect"),
         _inspect_verdict(results),
-        _header(report.model, report.probe, target),
+        page_facts(report.model, report.probe, target),
         el("h2", "Results"),
         _results_table(results),
     ]
@@ -80,7 +78,7 @@ def scan_html(report: ScanReport) -> str:
     body: list[Html | None] = [
         el("h1", "layergrad scan"),
         _scan_verdict(report.rows),
-        _header(report.model, report.probe, f"d {target_text(report)} / d each layer"),
+        page_facts(report.model, report.probe, f"d {target_text(report)} / d each layer"),
     ]
     body += [el("p", "note: ", note, class_="note") for note in report.notes]
     body += [
@@ -93,7 +91,7 @@ def scan_html(report: ScanReport) -> str:
     if groups:
         body.append(el("h2", "Causes"))
         body += [
-            _causes_panel(f"{status} at {', '.join(layers)}", causes)
+            causes_panel(f"{status} at {', '.join(layers)}", causes)
             for status, layers, causes in groups
         ]
     return page(f"layergrad scan: {report.model.path}", body)
@@ -128,100 +126,11 @@ def check_html(verdicts: Sequence[FileVerdict]) -> str:
     return page("layergrad check", body)
 
 
-def layers_html(listing: LayerListing) -> str:
-    """The `layers` page: the file's header, then one row per layer and its weight health."""
-    from layergrad.render.layers import health_text, index_text
-
-    head = definition_list(
-        [
-            ("model", join([el("code", listing.path), f"  {listing.class_name} {listing.name!r}"])),
-            ("format", f"{listing.format}, saved by Keras {listing.keras_version or 'unknown'}"),
-            ("inputs", ", ".join(i.name for i in listing.inputs) or "-"),
-            ("layers", f"{len(listing.rows)}, {listing.total_params:,} stored parameters"),
-        ]
-    )
-    flagged = [r for r in listing.rows if r.problem]
-    verdict = (
-        el("p", f"{len(flagged)} layers have weights that need a look", class_="verdict warn")
-        if flagged
-        else el("p", "every stored weight is finite", class_="verdict ok")
-    )
-    rows = [
-        [
-            cell(index_text(r)),
-            cell(el("code", r.path), sort=r.path),
-            cell(r.class_name),
-            cell(", ".join(r.inbound)),
-            cell(f"{r.params:,}", sort=r.params, num=True),
-            cell(r.dtype or ""),
-            cell("" if r.trainable is None else "yes" if r.trainable else "no"),
-            cell(badge(health_text(r), "bad") if r.problem else health_text(r)),
-        ]
-        for r in listing.rows
-    ]
-    header = ["#", "layer", "class", "inbound", "params", "dtype", "trainable", "weights"]
-    body: list[Html | None] = [
-        el("h1", "layergrad layers"),
-        verdict,
-        head,
-        el("h2", "Layers"),
-        table(header, rows, numeric=[4]),
-    ]
-    body += [el("p", f"{r.path}: {r.problem}", class_="note") for r in flagged]
-    return page(f"layergrad layers: {listing.path}", body)
-
-
-def weights_html(report: WeightScanReport) -> str:
-    """The `scan --wrt weights` page: a verdict, every trainable variable, the causes."""
-    from layergrad.render.weights import RATIO_NOTE, _what
-
-    rows = report.variables
-    bad = [r for r in rows if r.status != "ok"]
-    verdict = (
-        el("p", f"{len(bad)} of {len(rows)} variables get no usable gradient", class_="verdict bad")
-        if bad
-        else el("p", f"all {len(rows)} trainable variables get a gradient", class_="verdict ok")
-    )
-    cells = [
-        [
-            cell(el("code", r.variable), sort=r.variable),
-            cell(shape_text(r.shape)),
-            cell(_status(r.status), sort=r.status),
-            _number(r.gradient.l2 if r.gradient else None),
-            _number(r.gradient.mean_abs if r.gradient else None),
-            _number(r.update_ratio),
-            cell(join(badge(f, "bad" if f in SEVERE_FLAGS else "warn") for f in r.flags)),
-        ]
-        for r in rows
-    ]
-    header = ["variable", "shape", "status", "L2", "mean |g|", "||g|| / ||w||", "flags"]
-    body: list[Html | None] = [
-        el("h1", "layergrad scan --wrt weights"),
-        verdict,
-        _header(report.model, report.probe, _what(report)),
-        el("p", f"{report.frozen} non-trainable (frozen) variables are not listed.", class_="note"),
-    ]
-    body += [el("p", "note: ", note, class_="note") for note in (*report.notes, RATIO_NOTE)]
-    body += [
-        el("h2", f"Trainable variables ({len(rows)})"),
-        table(
-            header,
-            cells,
-            numeric=[3, 4, 5],
-            row_classes=["flagged" if r.flags else None for r in rows],
-        ),
-    ]
-    if bad:
-        body.append(el("h2", "Causes"))
-        body += [_causes_panel(f"{r.status}: {r.variable}", r.causes) for r in bad]
-    return page(f"layergrad scan --wrt weights: {report.model.path}", body)
-
-
-def _flagged(flags: Sequence[str]) -> str | None:
+def flagged(flags: Sequence[str]) -> str | None:
     return "flagged" if flags else None
 
 
-def _header(model: ModelMeta, probe: ProbeMeta, target: str) -> Html:
+def page_facts(model: ModelMeta, probe: ProbeMeta, target: str) -> Html:
     source = f"random (seed {probe.seed})" if probe.source == "random" else f"file {probe.source}"
     return definition_list(
         [
@@ -244,12 +153,12 @@ def _chart(fig: Figure, label: str) -> Html:
     )
 
 
-def _status(status: str) -> Html:
+def status_badge(status: str) -> Html:
     word = "not differentiable" if status == "integer" else status
     return badge(word, STATUS_KIND.get(status, "muted"))
 
 
-def _number(value: float | None) -> Html:
+def number_cell(value: float | None) -> Html:
     """A right-aligned number cell that sorts by value ('-' sorts below every number)."""
     if value is None:
         return cell("-", sort="-Infinity", num=True)
@@ -296,26 +205,26 @@ def _results_table(results: Sequence[Result]) -> Html:
             cell(el("code", r.target.layer)),
             cell(shape_text(r.source.shape)),
             cell(shape_text(r.target.shape)),
-            cell(_status(r.status), sort=r.status),
-            _number(g.l2 if g else None),
-            _number(g.mean_abs if g else None),
-            _number(g.max_abs if g else None),
+            cell(status_badge(r.status), sort=r.status),
+            number_cell(g.l2 if g else None),
+            number_cell(g.mean_abs if g else None),
+            number_cell(g.max_abs if g else None),
             cell(
                 f"{g.zero_fraction:.1%}" if g else "-", sort=g.zero_fraction if g else -1, num=True
             ),
             cell(str(g.nonfinite) if g else "-", sort=g.nonfinite if g else -1, num=True),
         ]
         if jacobian:
-            row.append(_number(plot.jacobian_mean(r)))
+            row.append(number_cell(plot.jacobian_mean(r)))
         rows.append(row)
     return table(header, rows, numeric=range(5, len(header)))
 
 
 def _result_panel(r: Result) -> Html:
-    return _causes_panel(f"{r.status}: d {r.target.layer} / d {r.source.layer}", r.causes)
+    return causes_panel(f"{r.status}: d {r.target.layer} / d {r.source.layer}", r.causes)
 
 
-def _causes_panel(title: str, causes: Sequence[Cause]) -> Html:
+def causes_panel(title: str, causes: Sequence[Cause]) -> Html:
     """Numbered causes with code, layer (and op), evidence and fix."""
     items = [
         el(
@@ -360,7 +269,7 @@ def _units_section(report: InspectReport) -> Html:
             if rank < len(units):
                 row += [
                     cell(f"unit {units[rank][0]}", sort=units[rank][0]),
-                    _number(units[rank][1]),
+                    number_cell(units[rank][1]),
                 ]
             else:
                 row += [cell(""), cell("", sort="-Infinity")]
@@ -407,9 +316,9 @@ def _scan_table(rows: Sequence[ScanRow]) -> Html:
             cell(el("code", row.layer)),
             cell(row.class_name),
             cell(shape_text(row.shape)),
-            cell(_status(row.status), sort=row.status),
-            _number(g.l2 if g else None),
-            _number(g.mean_abs if g else None),
+            cell(status_badge(row.status), sort=row.status),
+            number_cell(g.l2 if g else None),
+            number_cell(g.mean_abs if g else None),
             cell(
                 f"{g.zero_fraction:.0%}" if g else "-", sort=g.zero_fraction if g else -1, num=True
             ),
@@ -420,7 +329,7 @@ def _scan_table(rows: Sequence[ScanRow]) -> Html:
             ),
         ]
         if jacobian:
-            cells.append(_number(plot.jacobian_mean(row)))
+            cells.append(number_cell(plot.jacobian_mean(row)))
         out.append(cells)
     numbers = ("#", "L2", "mean |g|", "zeros", "||J||_F mean")
     numeric = [i for i, h in enumerate(header) if h in numbers]

@@ -270,8 +270,44 @@ def markdown(listing: LayerListing, **_: Any) -> str:
     return out + "".join(f"{md_text(line)}\n" for line in _footer(listing).splitlines())
 
 
-def html(value: LayerListing, **_: Any) -> str:
-    """One self-contained HTML page (inline style and charts, nothing fetched)."""
-    from layergrad.render.html_report import layers_html
+def html(listing: LayerListing, **_: Any) -> str:
+    """The `layers` page: the file's header, then one row per layer and its weight health."""
+    from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page, table
 
-    return layers_html(value)
+    head = definition_list(
+        [
+            ("model", join([el("code", listing.path), f"  {listing.class_name} {listing.name!r}"])),
+            ("format", f"{listing.format}, saved by Keras {listing.keras_version or 'unknown'}"),
+            ("inputs", ", ".join(i.name for i in listing.inputs) or "-"),
+            ("layers", f"{len(listing.rows)}, {listing.total_params:,} stored parameters"),
+        ]
+    )
+    flagged = [r for r in listing.rows if r.problem]
+    verdict = (
+        el("p", f"{len(flagged)} layers have weights that need a look", class_="verdict warn")
+        if flagged
+        else el("p", "every stored weight is finite", class_="verdict ok")
+    )
+    rows = [
+        [
+            cell(index_text(r)),
+            cell(el("code", r.path), sort=r.path),
+            cell(r.class_name),
+            cell(", ".join(r.inbound)),
+            cell(f"{r.params:,}", sort=r.params, num=True),
+            cell(r.dtype or ""),
+            cell("" if r.trainable is None else "yes" if r.trainable else "no"),
+            cell(badge(health_text(r), "bad") if r.problem else health_text(r)),
+        ]
+        for r in listing.rows
+    ]
+    header = ["#", "layer", "class", "inbound", "params", "dtype", "trainable", "weights"]
+    body: list[Html | None] = [
+        el("h1", "layergrad layers"),
+        verdict,
+        head,
+        el("h2", "Layers"),
+        table(header, rows, numeric=[4]),
+    ]
+    body += [el("p", f"{r.path}: {r.problem}", class_="note") for r in flagged]
+    return page(f"layergrad layers: {listing.path}", body)

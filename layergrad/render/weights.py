@@ -153,7 +153,53 @@ def markdown(report: WeightScanReport, **_: Any) -> str:
 
 
 def html(report: WeightScanReport, **_: Any) -> str:
-    """One self-contained HTML page (inline style, nothing fetched)."""
-    from layergrad.render.html_report import weights_html
+    """The `scan --wrt weights` page: a verdict, every trainable variable, the causes."""
+    from layergrad.render.html_page import Html, badge, cell, el, join, page, table
+    from layergrad.render.html_report import (
+        SEVERE_FLAGS,
+        causes_panel,
+        number_cell,
+        page_facts,
+        status_badge,
+    )
 
-    return weights_html(report)
+    rows = report.variables
+    bad = [r for r in rows if r.status != "ok"]
+    verdict = (
+        el("p", f"{len(bad)} of {len(rows)} variables get no usable gradient", class_="verdict bad")
+        if bad
+        else el("p", f"all {len(rows)} trainable variables get a gradient", class_="verdict ok")
+    )
+    cells = [
+        [
+            cell(el("code", r.variable), sort=r.variable),
+            cell(shape_text(r.shape)),
+            cell(status_badge(r.status), sort=r.status),
+            number_cell(r.gradient.l2 if r.gradient else None),
+            number_cell(r.gradient.mean_abs if r.gradient else None),
+            number_cell(r.update_ratio),
+            cell(join(badge(f, "bad" if f in SEVERE_FLAGS else "warn") for f in r.flags)),
+        ]
+        for r in rows
+    ]
+    header = ["variable", "shape", "status", "L2", "mean |g|", "||g|| / ||w||", "flags"]
+    body: list[Html | None] = [
+        el("h1", "layergrad scan --wrt weights"),
+        verdict,
+        page_facts(report.model, report.probe, _what(report)),
+        el("p", f"{report.frozen} non-trainable (frozen) variables are not listed.", class_="note"),
+    ]
+    body += [el("p", "note: ", note, class_="note") for note in (*report.notes, RATIO_NOTE)]
+    body += [
+        el("h2", f"Trainable variables ({len(rows)})"),
+        table(
+            header,
+            cells,
+            numeric=[3, 4, 5],
+            row_classes=["flagged" if r.flags else None for r in rows],
+        ),
+    ]
+    if bad:
+        body.append(el("h2", "Causes"))
+        body += [causes_panel(f"{r.status}: {r.variable}", r.causes) for r in bad]
+    return page(f"layergrad scan --wrt weights: {report.model.path}", body)
