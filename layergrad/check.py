@@ -20,6 +20,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from layergrad import check_steps as steps
 from layergrad.baseline import (
@@ -193,26 +194,43 @@ def _verdict(path: str | os.PathLike[str], items: list[CheckItem]) -> FileVerdic
     return FileVerdict(os.fspath(path), all(i.passed for i in items), tuple(items))
 
 
-def _dynamic_data(
-    path: str | os.PathLike[str], info: FileInfo, options: CheckOptions, add: Add
-) -> None:
-    """The forward and gradient checks over every sample of `options.data` (one pass)."""
-    from layergrad import data_api, pipeline
-    from layergrad.stream import BatchFailed
+def _load(
+    path: str | os.PathLike[str],
+    info: FileInfo,
+    options: CheckOptions,
+    probe: ProbeOptions,
+    add: Add,
+) -> tuple[Any, tuple[str, ...], Any] | None:
+    """Load the model (`pipeline.load`) and record the `loads` check; None when it fails."""
+    from layergrad import pipeline
 
-    probe = options.probe()
     try:
-        loaded, _, strategy = pipeline.load(
+        opened = pipeline.load(
             path, probe, imports=options.imports, unsafe=options.unsafe, info=info
         )
     except LayergradError as exc:
         add("loads", str(exc), [Finding.UNREADABLE])
-        return
-    model = loaded.model
+        return None
+    model = opened[0].model
     mode = "" if options.unsafe else " in safe mode"
     add("loads", f"{type(model).__name__} {model.name!r} loads{mode}")
+    return opened
+
+
+def _dynamic_data(
+    path: str | os.PathLike[str], info: FileInfo, options: CheckOptions, add: Add
+) -> None:
+    """The forward and gradient checks over every sample of `options.data` (one pass)."""
+    from layergrad import data_api
+    from layergrad.stream import BatchFailed
+
+    probe = options.probe()
+    opened = _load(path, info, options, probe, add)
+    if opened is None:
+        return
+    loaded, _, strategy = opened
     try:
-        batches = data_api.open_stream(model, probe)
+        batches = data_api.open_stream(loaded.model, probe)
     except LayergradError as exc:  # the data does not fit this model: the command is wrong
         raise UsageError(f"{os.fspath(path)}: {exc}") from exc
     try:
@@ -234,7 +252,6 @@ def _dynamic(
     add: Add,
     baseline: Baseline | None = None,
 ) -> None:
-    from layergrad.loader import load_model
     from layergrad.loss import find_loss
     from layergrad.pipeline import session_for
     from layergrad.scan import scan_session, untrained_batchnorm
@@ -246,21 +263,11 @@ def _dynamic(
     has_loss = find_loss(info.compile_config, options.loss) is not None
     if baseline is not None:
         fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
-    try:
-        loaded, warnings = load_model(
-            path,
-            options.imports,
-            options.unsafe,
-            info=info,
-            batch_rows=options.rows,
-            max_memory=options.max_memory,
-        )
-    except LayergradError as exc:
-        add("loads", str(exc), [Finding.UNREADABLE])
+    opened = _load(path, info, options, options.probe(), add)
+    if opened is None:
         return
+    loaded, warnings, _ = opened
     model = loaded.model
-    mode = "" if options.unsafe else " in safe mode"
-    add("loads", f"{type(model).__name__} {model.name!r} loads{mode}")
     # A model that was never trained does not normalize in inference (BatchNormalization with
     # its initial statistics): check it the way training will run it, with batch statistics.
     training = bool(untrained_batchnorm(model))

@@ -53,15 +53,13 @@ def scan_session(
     """
     model, options = session.model, session.options
     site = None if target is None else resolve(model, target)
+    how: dict[str, Any] = {
+        "training": options.training,
+        "reduce": options.reduce,
+        "seed": options.seed,
+    }
     if jacobian is not None:  # one forward pass serves the gradient and the Jacobians
-        live = live_trace(
-            model,
-            session.batch,
-            site,
-            training=options.training,
-            reduce=options.reduce,
-            seed=options.seed,
-        )
+        live = live_trace(model, session.batch, site, **how)
         trace = trace_gradients(live)
         report = scan_report(session, trace, site, patterns)
         rows, notes = with_jacobians(report.rows, trace, live, jacobian)
@@ -69,15 +67,7 @@ def scan_session(
     light = _light_scan(session, site, patterns)
     if light is not None:
         return light
-    trace = run_trace(
-        model,
-        session.batch,
-        site,
-        training=options.training,
-        reduce=options.reduce,
-        seed=options.seed,
-    )
-    return scan_report(session, trace, site, patterns)
+    return scan_report(session, run_trace(model, session.batch, site, **how), site, patterns)
 
 
 def _light_scan(session: Session, site: Site | None, patterns: Sequence[str]) -> ScanReport | None:
