@@ -106,13 +106,7 @@ def _header(fh: IO[bytes], p: Path, name: str | None, size: int) -> ArrayHeader:
     """Read and check one array header; ``size`` is the bytes the array's file holds."""
     where = f"--input {p}" + (f", array {name!r}," if name is not None else "")
     try:
-        major, _ = np.lib.format.read_magic(fh)
-        reader = (
-            np.lib.format.read_array_header_1_0
-            if major == 1
-            else np.lib.format.read_array_header_2_0
-        )
-        shape, fortran, dtype = reader(fh, max_header_size=MAX_NPY_HEADER)
+        shape, fortran, dtype = npy_header(fh)
     except ValueError as exc:
         text = " ".join(str(exc).split())
         if "max_header_size" in text or "large" in text:
@@ -134,6 +128,21 @@ def _header(fh: IO[bytes], p: Path, name: str | None, size: int) -> ArrayHeader:
             "save it again with np.save"
         )
     return header
+
+
+def npy_header(fh: IO[bytes]) -> tuple[Any, bool, np.dtype]:
+    """(shape, fortran order, dtype) from the magic and header of a `.npy` stream, within
+    MAX_NPY_HEADER bytes (format versions 1, 2 and 3); ValueError when it is not one."""
+    fmt = np.lib.format
+    version = fmt.read_magic(fh)
+    if version == (1, 0):
+        return fmt.read_array_header_1_0(fh, max_header_size=MAX_NPY_HEADER)
+    if version == (2, 0):
+        return fmt.read_array_header_2_0(fh, max_header_size=MAX_NPY_HEADER)
+    read = getattr(fmt, "_read_array_header", None)  # version 3 (utf-8 field names)
+    if read is None:
+        raise ValueError(f".npy format version {version} is not supported")
+    return read(fh, version, max_header_size=MAX_NPY_HEADER)
 
 
 def _data(fh: IO[bytes], p: Path, header: ArrayHeader) -> np.ndarray:

@@ -19,6 +19,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from layergrad.array_files import npy_header
 from layergrad.errors import InputError
 
 
@@ -42,8 +43,7 @@ class NpyRows:
     def __init__(self, stream: IO[bytes], label: str) -> None:
         self.stream, self.label = stream, label
         try:
-            version = np.lib.format.read_magic(stream)
-            shape, fortran, dtype = _read_header(stream, version)
+            shape, fortran, dtype = npy_header(stream)
         except (ValueError, OSError, EOFError) as exc:
             raise InputError(
                 f"--data {label} is not a readable .npy array ({exc}); write it with np.save"
@@ -91,18 +91,6 @@ class NpyRows:
         self.rows_left -= n
         data = b"".join(chunks) if len(chunks) != 1 else chunks[0]
         return np.frombuffer(data, dtype=self.dtype).reshape((n, *self.shape[1:]))
-
-
-def _read_header(stream: IO[bytes], version: tuple[int, int]) -> tuple[Any, bool, np.dtype]:
-    fmt = np.lib.format
-    if version == (1, 0):
-        return fmt.read_array_header_1_0(stream)
-    if version == (2, 0):
-        return fmt.read_array_header_2_0(stream)
-    read = getattr(fmt, "_read_array_header", None)  # version 3 (utf-8 field names)
-    if read is None:
-        raise ValueError(f".npy format version {version} is not supported")
-    return read(stream, version)
 
 
 def npz_members(archive: zipfile.ZipFile, path: str) -> dict[str, str]:
