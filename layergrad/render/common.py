@@ -136,6 +136,29 @@ def number(value: float) -> str:
     return f"{value:.3e}"
 
 
+def ranked_units_table(
+    title: str, value_header: str, columns: Sequence[tuple[str, Sequence[tuple[int, float]]]]
+) -> Group:
+    """Side-by-side rankings of units: per (target label, [(unit, value), ...] best first)."""
+    table = Table(box=box.SIMPLE, pad_edge=False)
+    table.add_column("rank", justify="right")
+    for label, _ in columns:
+        table.add_column(Text(f"→ {label}"), justify="right", overflow="fold")
+        table.add_column(value_header, justify="right", no_wrap=True)
+        table.add_column("", justify="left", no_wrap=True)
+    for rank in range(max((len(units) for _, units in columns), default=0)):
+        cells: list[RenderableType] = [str(rank + 1)]
+        for _, units in columns:
+            if rank < len(units):
+                unit, value = units[rank]
+                bar = "█" * max(1, round(10 * value / (units[0][1] or 1.0)))
+                cells += [Text(f"unit {unit}"), number(value), bar]
+            else:
+                cells += ["", "", ""]
+        table.add_row(*cells)
+    return Group(Text(title, style="bold"), table)
+
+
 def shape_text(shape: Iterable[int]) -> str:
     """`(8, 4)`."""
     return "(" + ", ".join(str(d) for d in shape) + ")"

@@ -9,7 +9,6 @@ from typing import Any
 from rich import box
 from rich.console import Group, RenderableType
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from layergrad.render import jacobian
@@ -27,6 +26,7 @@ from layergrad.render.common import (
     meta_json,
     model_header,
     number,
+    ranked_units_table,
     shape_text,
     to_text,
 )
@@ -101,29 +101,11 @@ def _cells(res: Result) -> list[RenderableType]:
 
 def _units_table(results: Sequence[Result]) -> Group:
     """Top units of the source activation (mean |g| per unit on its last axis), per target."""
-    title = Text(
+    return ranked_units_table(
         f"most sensitive units of {results[0].source.layer} (mean |g| per unit of its last axis)",
-        style="bold",
+        "mean |g|",
+        [(r.target.layer, r.gradient.top_units if r.gradient else ()) for r in results],
     )
-    units_table = Table(box=box.SIMPLE, pad_edge=False)
-    units_table.add_column("rank", justify="right")
-    for res in results:
-        units_table.add_column(Text(f"→ {res.target.layer}"), justify="right", overflow="fold")
-        units_table.add_column("mean |g|", justify="right", no_wrap=True)
-        units_table.add_column("", justify="left", no_wrap=True)
-    rows = max(len(r.gradient.top_units) for r in results if r.gradient)
-    for rank in range(rows):
-        cells: list[RenderableType] = [str(rank + 1)]
-        for res in results:
-            units = res.gradient.top_units if res.gradient else ()
-            if rank < len(units):
-                unit, value = units[rank]
-                bar = "█" * max(1, round(10 * value / (units[0][1] or 1.0)))
-                cells += [Text(f"unit {unit}"), number(value), bar]
-            else:
-                cells += ["", "", ""]
-        units_table.add_row(*cells)
-    return Group(title, units_table)
 
 
 def _causes_panel(res: Result) -> Panel:

@@ -10,12 +10,17 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from rich import box
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
-from layergrad.render.common import Column, fitted_table, md_code, md_table, number
+from layergrad.render.common import (
+    Column,
+    fitted_table,
+    md_code,
+    md_table,
+    number,
+    ranked_units_table,
+)
 from layergrad.results import (
     FrobeniusNorms,
     JacobianStats,
@@ -137,32 +142,17 @@ def stderr_text(f: FrobeniusNorms) -> str:
 
 def _units_table(results: Sequence[tuple[Result, JacobianStats]]) -> Group:
     """Units of the source's last axis ranked by their Jacobian column norm, per target."""
-    title = Text(
-        f"most sensitive units of {results[0][0].source.layer} (norm of J_i's columns for the "
-        "unit, root-mean-square over samples)",
-        style="bold",
-    )
-    table = Table(box=box.SIMPLE, pad_edge=False)
-    table.add_column("rank", justify="right")
-    ranked = []
+    columns = []
     for res, j in results:
         values = j.unit_sensitivity
         order = sorted(range(len(values)), key=lambda u: (-values[u], u))[:TOP_UNITS]
-        ranked.append([(u, values[u]) for u in order])
-        table.add_column(Text(f"→ {res.target.layer}"), justify="right", overflow="fold")
-        table.add_column("column norm", justify="right", no_wrap=True)
-        table.add_column("", justify="left", no_wrap=True)
-    for rank in range(max(len(r) for r in ranked)):
-        cells: list[RenderableType] = [str(rank + 1)]
-        for units in ranked:
-            if rank < len(units):
-                unit, value = units[rank]
-                bar = "█" * max(1, round(10 * value / (units[0][1] or 1.0)))
-                cells += [Text(f"unit {unit}"), number(value), bar]
-            else:
-                cells += ["", "", ""]
-        table.add_row(*cells)
-    return Group(title, table)
+        columns.append((res.target.layer, [(u, values[u]) for u in order]))
+    return ranked_units_table(
+        f"most sensitive units of {results[0][0].source.layer} (norm of J_i's columns for the "
+        "unit, root-mean-square over samples)",
+        "column norm",
+        columns,
+    )
 
 
 # --- scan table -----------------------------------------------------------------------------
