@@ -36,6 +36,11 @@ def only(report):
     return result
 
 
+def measured(path, source, target, **options):
+    """The one result of `inspect --measure jacobian` from `source` to `target`."""
+    return only(inspect_model(path, source, [target], measure="jacobian", **options))
+
+
 def assert_exact(res, jacobians, units):
     j = res.jacobian
     assert j.method == "exact" and j.probes is None and j.batch_independent
@@ -57,15 +62,7 @@ def test_dense_exact_norms_match_element_by_element_tapes(write_input):
     x = normal(8, 5)
     m = load_sample("seed.keras")
     dense, dense_1 = m.get_layer("dense"), m.get_layer("dense_1")
-    res = only(
-        inspect_model(
-            sample("seed.keras"),
-            "dense",
-            ["dense_1"],
-            input_file=write_input(x),
-            measure="jacobian",
-        )
-    )
+    res = measured(sample("seed.keras"), "dense", "dense_1", input_file=write_input(x))
     assert_exact(res, per_sample_jacobians(dense, dense_1, x), units=8)
 
 
@@ -73,15 +70,7 @@ def test_dense_exact_norms_match_finite_differences(write_input):
     x = normal(4, 5)
     m = load_sample("seed.keras")
     dense, dense_1, dense_2 = (m.get_layer(n) for n in ("dense", "dense_1", "dense_2"))
-    res = only(
-        inspect_model(
-            sample("seed.keras"),
-            "dense",
-            ["dense_2"],
-            input_file=write_input(x),
-            measure="jacobian",
-        )
-    )
+    res = measured(sample("seed.keras"), "dense", "dense_2", input_file=write_input(x))
     rest = lambda h: np.asarray(dense_2(dense_1(tf.constant(h, tf.float32))), np.float64)  # noqa: E731
     h_all, eps = np.asarray(dense(x), np.float64), 1e-2
     for i, reported in enumerate(res.jacobian.frobenius.per_sample):
@@ -99,15 +88,7 @@ def test_residual_exact_norms_count_the_skip_path(write_input):
     x = normal(8, 8)
     m = load_sample("residual.keras")
     stem, block, head = (m.get_layer(n) for n in ("stem", "block", "head"))
-    res = only(
-        inspect_model(
-            sample("residual.keras"),
-            "stem",
-            ["head"],
-            input_file=write_input(x),
-            measure="jacobian",
-        )
-    )
+    res = measured(sample("residual.keras"), "stem", "head", input_file=write_input(x))
     assert_exact(res, per_sample_jacobians(stem, lambda h: head(h + block(h)), x), units=8)
 
 
@@ -120,15 +101,7 @@ def test_nested_exact_norms(write_input):
         encoder.get_layer("dense_1"),
         m.get_layer("head"),
     )
-    res = only(
-        inspect_model(
-            sample("nested.keras"),
-            "encoder/dense",
-            ["head"],
-            input_file=write_input(x),
-            measure="jacobian",
-        )
-    )
+    res = measured(sample("nested.keras"), "encoder/dense", "head", input_file=write_input(x))
     assert_exact(res, per_sample_jacobians(first, lambda h: head(second(h)), x), units=8)
 
 
@@ -189,16 +162,7 @@ def test_estimated_spectral_norm_matches_numpy(write_input):
     m = load_sample("residual.keras")
     stem, block = m.get_layer("stem"), m.get_layer("block")
     jacobians = per_sample_jacobians(stem, block, x)
-    res = only(
-        inspect_model(
-            sample("residual.keras"),
-            "stem",
-            ["block"],
-            input_file=write_input(x),
-            measure="jacobian",
-            probes=16,
-        )
-    )
+    res = measured(sample("residual.keras"), "stem", "block", input_file=write_input(x), probes=16)
     s = res.jacobian.spectral
     assert s.converged and 1 < s.iterations <= 200
     np.testing.assert_allclose(s.per_sample, [np.linalg.norm(J, 2) for J in jacobians], rtol=1e-3)
@@ -268,16 +232,13 @@ def test_batch_mixing_is_detected_and_diagonal_blocks_reported(write_input):
         for i, row in enumerate(elements)
     ]
     for probes in (None, 8):
-        res = only(
-            inspect_model(
-                sample("cause_training.keras"),
-                "dense",
-                ["bn"],
-                input_file=write_input(x),
-                training=True,
-                measure="jacobian",
-                probes=probes,
-            )
+        res = measured(
+            sample("cause_training.keras"),
+            "dense",
+            "bn",
+            input_file=write_input(x),
+            training=True,
+            probes=probes,
         )
         j = res.jacobian
         assert not j.batch_independent
@@ -288,15 +249,7 @@ def test_batch_mixing_is_detected_and_diagonal_blocks_reported(write_input):
         np.testing.assert_allclose(
             j.spectral.per_sample, [np.linalg.norm(b, 2) for b in blocks], rtol=1e-3
         )
-    inference = only(
-        inspect_model(
-            sample("cause_training.keras"),
-            "dense",
-            ["bn"],
-            input_file=write_input(x),
-            measure="jacobian",
-        )
-    )
+    inference = measured(sample("cause_training.keras"), "dense", "bn", input_file=write_input(x))
     assert inference.jacobian.batch_independent
     assert not any("mixes" in w for w in inference.warnings)
 
@@ -335,15 +288,7 @@ def test_embedding_units_are_the_embedding_dimensions(write_input):
     ids = np.random.default_rng(0).integers(0, 20, (4, 6)).astype("int32")
     m = load_sample("embedding.keras")
     emb, pool, head = (m.get_layer(n) for n in ("embedding", "pool", "head"))
-    res = only(
-        inspect_model(
-            sample("embedding.keras"),
-            "embedding",
-            ["head"],
-            input_file=write_input(ids),
-            measure="jacobian",
-        )
-    )
+    res = measured(sample("embedding.keras"), "embedding", "head", input_file=write_input(ids))
     assert_exact(res, per_sample_jacobians(emb, lambda h: head(pool(h)), ids), units=4)
 
 
@@ -352,15 +297,7 @@ def test_gradient_mode_has_no_jacobian_and_is_unchanged(write_input):
     plain = only(
         inspect_model(sample("seed.keras"), "dense", ["dense_1"], input_file=write_input(x))
     )
-    both = only(
-        inspect_model(
-            sample("seed.keras"),
-            "dense",
-            ["dense_1"],
-            input_file=write_input(x),
-            measure="jacobian",
-        )
-    )
+    both = measured(sample("seed.keras"), "dense", "dense_1", input_file=write_input(x))
     assert plain.jacobian is None
     np.testing.assert_array_equal(plain.array, both.array)  # the same forward pass serves both
     assert plain.gradient == both.gradient
@@ -500,16 +437,7 @@ def test_tall_jacobians_of_a_mixed_batch_by_columns(tmp_path, write_input, monke
         np.stack([np.asarray(tape.gradient(e, h))[i] for e in row])
         for i, row in enumerate(elements)
     ]
-    res = only(
-        inspect_model(
-            str(tmp_path / "bn.keras"),
-            "d",
-            ["bn"],
-            input_file=write_input(x),
-            training=True,
-            measure="jacobian",
-        )
-    )
+    res = measured(str(tmp_path / "bn.keras"), "d", "bn", input_file=write_input(x), training=True)
     assert not res.jacobian.batch_independent
     np.testing.assert_allclose(
         res.jacobian.frobenius.per_sample, [np.linalg.norm(b) for b in blocks], rtol=1e-4
