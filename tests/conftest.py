@@ -6,6 +6,7 @@ finite differences through hand-written forward functions, and values worked out
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -13,9 +14,45 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from layergrad._tf import quiet_import
-
 ROOT = Path(__file__).resolve().parent.parent
+
+# Subprocesses (`python -c`, `python -m layergrad`) must not put the working directory first on
+# sys.path either, or they would import ./layergrad instead of the installed package.
+os.environ["PYTHONSAFEPATH"] = "1"
+
+
+def _refuse_the_source_tree() -> None:
+    """Stop the run when the tests would exercise ./layergrad instead of the installed package.
+
+    `python -m pytest` from the repository root puts the root on sys.path, which hides a wheel
+    that lacks a module. An editable install is the source tree by design and is allowed, unless
+    LAYERGRAD_REQUIRE_INSTALLED=1 (CI) asks for the package exactly as users get it.
+    """
+    import importlib.metadata
+    import json
+
+    import layergrad
+
+    imported = Path(layergrad.__file__).resolve().parent
+    if imported != ROOT / "layergrad":
+        return
+    try:
+        direct = importlib.metadata.distribution("layergrad").read_text("direct_url.json") or "{}"
+        editable = bool(json.loads(direct).get("dir_info", {}).get("editable"))
+        installed = True
+    except importlib.metadata.PackageNotFoundError:
+        editable = installed = False
+    if os.environ.get("LAYERGRAD_REQUIRE_INSTALLED") == "1" or (installed and not editable):
+        raise pytest.UsageError(
+            f"the tests imported the source tree ({imported}), not the installed package; "
+            "run `pytest` (not `python -m pytest`) after `pip install \".[test]\"`"
+        )
+
+
+_refuse_the_source_tree()
+
+from layergrad._tf import quiet_import  # noqa: E402  (after the check above)
+
 SAMPLES = ROOT / "sample_models"
 CUSTOM_LAYERS = str(SAMPLES / "custom_layers.py")
 

@@ -49,7 +49,7 @@ def test_readme_opens_with_the_two_setup_commands():
         blocks[0]
         == "pip install . && layergrad inspect sample_models/seed.keras --from dense --to dense_1"
     )
-    assert blocks[1] == 'pip install ".[test]" && python -m pytest'
+    assert blocks[1] == 'pip install ".[test]" && pytest'
 
 
 def test_every_cause_code_is_explained_in_the_readme():
