@@ -37,6 +37,7 @@ def inspect_model(
     measure: str = "gradient",
     probes: int | None = None,
     exact: bool = False,
+    top: int = 10,
     on_progress: Progress | None = None,
     **probe: Any,
 ) -> InspectReport:
@@ -53,6 +54,8 @@ def inspect_model(
             per-sample Jacobians d to[i] / d from[i] (`Result.jacobian`).
         probes: K random projections; forces the estimated Jacobian norms.
         exact: forces the exact Jacobian norms (not with `probes`).
+        top: with `data` and measure "jacobian": how many of the most sensitive samples
+            (largest norms) to report.
         on_progress: with `data`, called after each batch with (samples done, samples
             expected or None).
 
@@ -71,13 +74,24 @@ def inspect_model(
     from layergrad import probe as probing
 
     jacobian.check_options(measure, probes, exact)
+    _check_top(top)
     options = options or ProbeOptions(**probe)
     if options.data is not None:
         from layergrad import data_api
 
-        _no_jacobian_with_data(measure)
+        how = None
+        if measure == Measure.JACOBIAN:
+            how = jacobian.JacobianOptions(probes, exact, options.seed)
         return data_api.inspect_data(
-            path, source, targets, options, imports=imports, unsafe=unsafe, on_progress=on_progress
+            path,
+            source,
+            targets,
+            options,
+            imports=imports,
+            unsafe=unsafe,
+            on_progress=on_progress,
+            jacobian=how,
+            top=top,
         )
     session = open_session(
         path,
@@ -134,6 +148,7 @@ def scan_model(
     measure: str = "gradient",
     probes: int | None = None,
     exact: bool = False,
+    top: int = 10,
     on_progress: Progress | None = None,
     **probe: Any,
 ) -> ScanReport:
@@ -159,11 +174,11 @@ def scan_model(
     from layergrad.scan import scan_session
 
     check_options(measure, probes, exact)
+    _check_top(top)
     options = options or ProbeOptions(**probe)
     if options.data is not None:
         from layergrad import data_api
 
-        _no_jacobian_with_data(measure)
         return data_api.scan_data(
             path,
             options,
@@ -172,6 +187,10 @@ def scan_model(
             imports=imports,
             unsafe=unsafe,
             on_progress=on_progress,
+            jacobian=JacobianOptions(probes, exact, options.seed)
+            if measure == Measure.JACOBIAN
+            else None,
+            top=top,
         )
     session = open_session(
         path,
@@ -187,12 +206,9 @@ def scan_model(
     return scan_session(session, target, layers, jacobian=how)
 
 
-def _no_jacobian_with_data(measure: str) -> None:
-    if measure == Measure.JACOBIAN:
-        raise InputError(
-            "--measure jacobian measures one batch: use --input (or the random batch) with it, "
-            "not --data"
-        )
+def _check_top(top: int) -> None:
+    if top < 1:
+        raise InputError(f"--top must be at least 1: top={top}")
 
 
 def scan_weights_model(

@@ -54,8 +54,11 @@ def inspect_data(
     imports: Sequence[str] = (),
     unsafe: bool = False,
     on_progress: Progress | None = None,
+    jacobian: Any = None,
+    top: int = 10,
 ) -> InspectReport:
-    """`api.inspect_model` over every sample of `options.data`."""
+    """`api.inspect_model` over every sample of `options.data`; with `jacobian` (a
+    `jacobian.JacobianOptions`) each result also gets its Jacobian norms over every sample."""
     from layergrad import diagnose, layer_refs, pipeline, stream
 
     loaded, warnings, strategy = pipeline.load(
@@ -82,6 +85,8 @@ def inspect_data(
         if note:
             result = replace(result, warnings=(*result.warnings, note))
         results.append(result)
+    if jacobian is not None:
+        results = _with_jacobians(model, batches, source_site, results, options, jacobian, top)
     return InspectReport(
         model=_model_meta(path, loaded, warnings),
         probe=_probe_meta(batches.source, run, options),
@@ -98,9 +103,11 @@ def scan_data(
     imports: Sequence[str] = (),
     unsafe: bool = False,
     on_progress: Progress | None = None,
+    jacobian: Any = None,
+    top: int = 10,
 ) -> ScanReport:
     """`api.scan_model` over every sample of `options.data`: each row's statistics over all
-    samples."""
+    samples (and with `jacobian`, its Jacobian norms over every sample)."""
     from layergrad import diagnose, layer_refs, pipeline
 
     loaded, warnings, strategy = pipeline.load(
@@ -113,13 +120,79 @@ def scan_data(
     note = site and diagnose.softmax_target_note(
         site, "scan with --to the layer before it, or without --to (a projection of the outputs)"
     )
+    notes: tuple[str, ...] = (note,) if note else ()
+    if jacobian is not None:
+        rows, found = _scan_jacobians(model, batches, site, rows, options, jacobian, top)
+        notes = (*notes, *found)
     return ScanReport(
         model=_model_meta(path, loaded, warnings),
         probe=_probe_meta(batches.source, run, options, seeded=site is None),
         target=site.ref if site else None,
         rows=rows,
-        notes=(note,) if note else (),
+        notes=notes,
     )
+
+
+def _scan_jacobians(
+    model: Any,
+    batches: Any,
+    site: Any,
+    rows: tuple[ScanRow, ...],
+    options: ProbeOptions,
+    how: Any,
+    top: int,
+) -> tuple[tuple[ScanRow, ...], tuple[str, ...]]:
+    """Rows with their per-sample Jacobian norms over every sample, and how they were
+    measured."""
+    from layergrad.engine.jacobian_data import scan_jacobians
+    from layergrad.results import ScanJacobian
+
+    norms, notes = scan_jacobians(
+        model, batches, site, how, training=options.training, reduce=options.reduce, top=top
+    )
+    by_ref: dict[str, Any] = {}
+    for (path, call, _), found in norms.items():
+        by_ref.setdefault(f"{path}@{call}" if call else path, found)
+    out = []
+    for row in rows:
+        found = by_ref.get(row.layer)
+        if found is not None and row.status in (Status.OK, Status.ZERO):
+            row = replace(row, jacobian=ScanJacobian(frobenius=found))
+        out.append(row)
+    return tuple(out), notes
+
+
+def _with_jacobians(
+    model: Any,
+    batches: Any,
+    source: Any,
+    results: list[Result],
+    options: ProbeOptions,
+    how: Any,
+    top: int,
+) -> list[Result]:
+    """Each result whose gradient is ok or zero with its Jacobian norms over the data."""
+    from layergrad import layer_refs
+    from layergrad.engine.jacobian_data import inspect_jacobians
+
+    chosen = [i for i, r in enumerate(results) if r.status in (Status.OK, Status.ZERO)]
+    if not chosen:
+        return results
+    sites = [layer_refs.resolve(model, results[i].target.layer) for i in chosen]
+    found = inspect_jacobians(
+        model,
+        batches,
+        source,
+        sites,
+        how,
+        training=options.training,
+        reduce=options.reduce,
+        top=top,
+    )
+    out = list(results)
+    for i, (stats, warnings) in zip(chosen, found, strict=True):
+        out[i] = replace(out[i], jacobian=stats, warnings=(*out[i].warnings, *warnings))
+    return out
 
 
 def scan_over(

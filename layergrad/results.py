@@ -68,6 +68,51 @@ class Cause:
 
 
 @dataclass(frozen=True)
+class Histogram:
+    """Counts of a non-negative per-sample quantity in log bins of equal width.
+
+    `edges` has one more entry than `counts`; the bins lie on one grid of `bins_per_decade`
+    bins per decade anchored at powers of ten, so histograms of different runs add bin by
+    bin. `zeros` counts the values that are exactly 0 (or below 1e-30).
+    """
+
+    edges: tuple[float, ...]
+    counts: tuple[int, ...]
+    zeros: int = 0
+    bins_per_decade: int = 10
+
+
+@dataclass(frozen=True)
+class RankedSample:
+    """One sample of a data set (its index, from 0 in data order) and its value."""
+
+    sample: int
+    value: float
+    rel_stderr: float | None = None  # of an estimated value
+
+
+@dataclass(frozen=True)
+class NormDistribution:
+    """A per-sample norm over every sample of a data set (`--data`), in fixed memory.
+
+    count, mean, std, min and max are exact, p50 and p95 within 1.2%; `top` holds the
+    largest values, largest first (ties by sample index). `mean_rel_stderr` is the relative
+    standard error of `mean` when the values are estimates (None when exact).
+    """
+
+    count: int
+    mean: float
+    std: float
+    min: float
+    p50: float
+    p95: float
+    max: float
+    histogram: Histogram
+    top: tuple[RankedSample, ...] = ()
+    mean_rel_stderr: float | None = None
+
+
+@dataclass(frozen=True)
 class FrobeniusNorms:
     """||J_i||_F for each sample i of the probe batch, exact or estimated.
 
@@ -81,6 +126,8 @@ class FrobeniusNorms:
     max: float
     rel_stderr: float | None = None
     sample_rel_stderr: tuple[float, ...] = ()
+    # with --data: the distribution over every sample (`per_sample` is then empty)
+    distribution: NormDistribution | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +143,7 @@ class SpectralNorms:
     max: float
     iterations: int | None = None
     converged: bool = True
+    distribution: NormDistribution | None = None  # with --data (`per_sample` is then empty)
 
 
 @dataclass(frozen=True)
