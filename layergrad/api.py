@@ -218,6 +218,7 @@ def scan_weights_model(
     imports: Sequence[str] = (),
     unsafe: bool = False,
     options: ProbeOptions | None = None,
+    on_progress: Progress | None = None,
     **probe: Any,
 ) -> WeightScanReport:
     """Gradient of the training loss with respect to every trainable variable (one pass).
@@ -225,6 +226,10 @@ def scan_weights_model(
     Args:
         loss: a `keras.losses` name; None uses the loss compiled in the file.
         (the rest as in `inspect_model`; labels are `y` from an `--input` .npz, else random)
+
+    With `data` the gradient is that of the loss averaged over every sample of the data set
+    (labels `y` / `y:NAME` in a `.npz`), and the report gains each layer's gradient
+    signal-to-noise ratio across batches (`WeightScanReport.noise`).
 
     Returns:
         A WeightScanReport with one row per trainable variable (`layer/name`).
@@ -234,7 +239,14 @@ def scan_weights_model(
     """
     from layergrad.weights import scan_weights
 
-    session = open_session(path, options or ProbeOptions(**probe), imports=imports, unsafe=unsafe)
+    options = options or ProbeOptions(**probe)
+    if options.data is not None:
+        from layergrad.commands.weights_data import scan_weights_data
+
+        return scan_weights_data(
+            path, options, loss=loss, imports=imports, unsafe=unsafe, on_progress=on_progress
+        )
+    session = open_session(path, options, imports=imports, unsafe=unsafe)
     return scan_weights(session, loss)
 
 

@@ -318,6 +318,23 @@ class VariableRow:
 
 
 @dataclass(frozen=True)
+class GradientNoise:
+    """One layer's training gradient over the batches of a data set (`scan --wrt weights
+    --data`), its trainable variables taken together.
+
+    `signal` is ||mean g||^2 (the full-data gradient's squared norm), `variance` the
+    sample-weighted variance of the batch gradients around it (summed over entries; None
+    with one batch), `snr` their ratio (None when the variance is None or 0).
+    """
+
+    layer: str
+    signal: float
+    variance: float | None
+    snr: float | None
+    batches: int
+
+
+@dataclass(frozen=True)
 class WeightScanReport:
     """`scan --wrt weights`: the loss's gradient for every trainable variable."""
 
@@ -327,5 +344,6 @@ class WeightScanReport:
     frozen: int  # non-trainable variables, counted but not listed
     variables: tuple[VariableRow, ...]
     notes: tuple[str, ...] = ()
+    noise: tuple[GradientNoise, ...] = ()  # with --data: per layer, the gradient's SNR
     # d loss / d every layer's output, from the same pass (check's gradient check reads it)
     activations: ScanReport | None = field(default=None, repr=False, compare=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -25,7 +26,7 @@ from layergrad.render.common import (
     shape_text,
     to_text,
 )
-from layergrad.results import VariableRow, WeightScanReport
+from layergrad.results import GradientNoise, VariableRow, WeightScanReport
 
 SCHEMA = "layergrad.scan/1"
 COLUMNS = (
@@ -59,12 +60,39 @@ def table(report: WeightScanReport, *, color: bool = False, width: int | None = 
         fitted_table(COLUMNS, rows, width),
         Text(_summary(report)),
     ]
+    if report.noise:
+        title = Text(SNR_TITLE, style="bold")
+        items.append(Group(title, fitted_table(SNR_COLUMNS, _noise_cells(report), width)))
     items += [Text(f"note: {note}", style="yellow") for note in (*report.notes, RATIO_NOTE)]
     for row in report.variables:
         if row.causes:
             title = Text(f"{row.status}: {row.variable}", style="bold")
             items.append(Group(title, *causes_lines(row.causes)))
     return to_text(items, color=color, width=width)
+
+
+SNR_TITLE = (
+    "gradient signal-to-noise per layer across batches: ||mean g||^2 / variance of the batch "
+    "gradients"
+)
+SNR_COLUMNS = (
+    Column("layer", name_like=True),
+    Column("||mean g||^2", "right"),
+    Column("variance", "right"),
+    Column("SNR", "right"),
+)
+
+
+def _noise_cells(report: WeightScanReport) -> list[list[RenderableType]]:
+    return [
+        [
+            n.layer,
+            number(n.signal),
+            "-" if n.variance is None else number(n.variance),
+            "-" if n.snr is None else number(n.snr),
+        ]
+        for n in report.noise
+    ]
 
 
 def _summary(report: WeightScanReport) -> str:
@@ -103,7 +131,24 @@ def as_json(report: WeightScanReport, **_: Any) -> str:
         "variables": [variable_json(r) for r in report.variables],
         "notes": list(report.notes),
     }
+    if report.noise:  # --data: per layer, the gradient's signal-to-noise ratio across batches
+        doc["gradient_snr"] = [noise_json(n) for n in report.noise]
     return json.dumps(doc, indent=2, allow_nan=False)
+
+
+def noise_json(n: GradientNoise) -> dict[str, Any]:
+    """One layer's `{layer, signal, variance, snr, batches}` (null where not finite)."""
+    return {
+        "layer": n.layer,
+        "signal": _finite(n.signal),
+        "variance": None if n.variance is None else _finite(n.variance),
+        "snr": None if n.snr is None else _finite(n.snr),
+        "batches": n.batches,
+    }
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def variable_json(row: VariableRow) -> dict[str, Any]:
