@@ -30,6 +30,7 @@ from layergrad.baseline import (
     load_baselines,
     match_baselines,
     probe_options,
+    same_data,
 )
 from layergrad.check_steps import Add
 from layergrad.diff import DEFAULT_TOLERANCE
@@ -68,13 +69,14 @@ class CheckOptions:
     distribute: str | None = None
     cpu_replicas: int | None = None
     on_progress: Progress | None = None
+    allow_other_data: bool = False  # --baseline --data: compare with a baseline of other data
 
     def __post_init__(self) -> None:
         check_data_options(
             self.data, self.input_file, self.limit, self.distribute, self.cpu_replicas
         )
-        if self.data is not None and self.baselines:
-            raise UsageError("--baseline compares the scan of one probe batch; drop --data")
+        if self.allow_other_data and not (self.data is not None and self.baselines):
+            raise UsageError("--allow-other-data goes with --baseline and --data; drop it")
 
     @property
     def rows(self) -> int:
@@ -117,7 +119,7 @@ def check_files(
             raise LayergradError("--baseline compares a gradient scan; drop --static-only")
         files = [os.fspath(p) for p in paths]
         found = load_baselines(options.baselines)
-        baselines = match_baselines(files, found, options.input_file)
+        baselines = match_baselines(files, found, options.input_file, options.data is not None)
     verdicts = []
     for path in paths:
         if on_file is not None:
@@ -218,17 +220,40 @@ def _load(
 
 
 def _dynamic_data(
-    path: str | os.PathLike[str], info: FileInfo, options: CheckOptions, add: Add
+    path: str | os.PathLike[str],
+    info: FileInfo,
+    options: CheckOptions,
+    add: Add,
+    baseline: Baseline | None = None,
+    has_loss: bool = False,
 ) -> None:
-    """The forward and gradient checks over every sample of `options.data` (one pass)."""
+    """The forward and gradient checks over every sample of `options.data` (one pass), and
+    with `baseline` the baseline check over the same data (the loss's gradient over the data
+    for a file with a loss)."""
     from layergrad import data_api
     from layergrad.stream import BatchFailed
 
     probe = options.probe()
+    other, sha = False, ""
+    if baseline is not None:
+        from layergrad.data.fingerprint import data_sha256
+
+        fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
+        assert options.data is not None
+        sha = data_sha256(options.data)
+        other = not same_data(baseline, options.data, sha, None, options.allow_other_data)
+        recorded = probe_options(baseline, None, data=True)
+        probe = replace(
+            options.probe(),
+            batch_size=recorded.batch_size,
+            seed=recorded.seed,
+            reduce=recorded.reduce,
+            training=recorded.training,
+        )
     opened = _load(path, info, options, probe, add)
     if opened is None:
         return
-    loaded, _, strategy = opened
+    loaded, warnings, strategy = opened
     try:
         batches = data_api.open_stream(loaded.model, probe)
     except LayergradError as exc:  # the data does not fit this model: the command is wrong
@@ -243,6 +268,32 @@ def _dynamic_data(
     message, findings = data_api.forward_check(run)
     add("forward", message, findings)
     steps.gradient(rows, add)
+    if baseline is None:
+        return
+    from layergrad.results import ScanReport
+
+    assert options.data is not None
+    samples = run.samples
+    other = other or not same_data(baseline, options.data, sha, samples, options.allow_other_data)
+    weights = None
+    if has_loss:
+        from layergrad.commands.weights_data import weights_over
+
+        try:
+            weights = weights_over(
+                loaded, warnings, strategy, probe, options.loss, options.on_progress, path
+            )
+        except BatchFailed as exc:
+            add("trainable", str(exc), [Finding.ERROR])
+            return
+        steps.trainable(weights, add)
+    report = ScanReport(
+        model=data_api._model_meta(path, loaded, warnings),
+        probe=data_api._probe_meta(batches.source, run, probe, seeded=True),
+        target=None,
+        rows=rows,
+    )
+    add("baseline", *judge(report, weights, baseline, options.tolerance, other))
 
 
 def _dynamic(
@@ -257,10 +308,10 @@ def _dynamic(
     from layergrad.scan import scan_session, untrained_batchnorm
     from layergrad.weights import scan_weights
 
-    if options.data is not None:
-        _dynamic_data(path, info, options, add)
-        return
     has_loss = find_loss(info.compile_config, options.loss) is not None
+    if options.data is not None:
+        _dynamic_data(path, info, options, add, baseline, has_loss)
+        return
     if baseline is not None:
         fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
     opened = _load(path, info, options, options.probe(), add)

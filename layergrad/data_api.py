@@ -329,7 +329,10 @@ def _warnings(stats: GradientStats, forward: Any, src: str, dst: str) -> tuple[s
 
 def _probe_meta(source: str, run: Any, options: ProbeOptions, seeded: bool = False) -> ProbeMeta:
     """`seeded`: the seed matters (the default target's projection), so it is reported."""
+    from layergrad.data.fingerprint import data_sha256
+
     return ProbeMeta(
+        data_sha256=data_sha256(source),
         source=source,
         seed=options.seed if seeded else None,
         batch_size=options.rows,

@@ -207,6 +207,7 @@ class ProbeMeta:
     reduce: str
     samples: int | None = None  # only with --data: samples seen
     replicas: int | None = None  # only with --data: devices the step ran on
+    data_sha256: str | None = None  # only with --data: what identifies it (`data/fingerprint`)
 
 
 @dataclass(frozen=True)

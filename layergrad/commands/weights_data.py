@@ -35,14 +35,31 @@ def scan_weights_data(
     Raises:
         InputError: no loss, labels that do not fit the outputs, a batch the model fails on.
     """
-    from layergrad import data_api, datasets, pipeline, weights
+    from layergrad import pipeline
+
+    loaded, warnings, strategy = pipeline.load(path, options, imports=imports, unsafe=unsafe)
+    return weights_over(loaded, warnings, strategy, options, loss, on_progress, path)
+
+
+def weights_over(
+    loaded: Any,
+    warnings: Sequence[str],
+    strategy: Any,
+    options: ProbeOptions,
+    loss: str | None = None,
+    on_progress: Progress | None = None,
+    path: PathLike | None = None,
+) -> WeightScanReport:
+    """`scan_weights_data` of a model loaded already (`pipeline.load`, under `strategy`)."""
+    from layergrad import data_api, datasets, weights
     from layergrad._tf import quiet_import
+    from layergrad.data.fingerprint import data_sha256
     from layergrad.engine.weight_stream import stream_weight_gradients
     from layergrad.loss import compile_loss, find_loss, label_kind, output_losses
     from layergrad.stream import with_sample_indices
 
     tf, _ = quiet_import()
-    loaded, warnings, strategy = pipeline.load(path, options, imports=imports, unsafe=unsafe)
+    path = loaded.info.path if path is None else path
     model = loaded.model
     spec = find_loss(loaded.info.compile_config, loss)
     if spec is None:
@@ -110,6 +127,7 @@ def scan_weights_data(
             reduce=options.reduce,
             samples=totals.samples,
             replicas=totals.replicas,
+            data_sha256=data_sha256(batches.source),
         ),
         loss=LossMeta(spec.name, spec.source, "random" if labels is None else "data"),
         frozen=len(model.non_trainable_variables),

@@ -205,7 +205,7 @@ def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
         "probe": {
             key: value
             for key, value in asdict(probe).items()
-            if value is not None or key not in ("samples", "replicas")  # only with --data
+            if value is not None or key not in ("samples", "replicas", "data_sha256")  # --data
         },
     }
 
