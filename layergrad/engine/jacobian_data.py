@@ -26,7 +26,8 @@ from layergrad.results import FrobeniusNorms, JacobianStats, SpectralNorms
 from layergrad.vocab import JacobianMethod
 
 Progress = Callable[[int, "int | None"], None]
-Key = tuple[str, int, int]  # (layer path, call, output), as in `jacobian_scan`
+Key = tuple[str, int, int]
+BATCH_SEED_STRIDE = 1_000_003  # batch b draws with seed + b * this (distinct for any seed)  # (layer path, call, output), as in `jacobian_scan`
 
 
 @dataclass
@@ -126,14 +127,15 @@ def inspect_jacobians(
     pairs = [PairTotals(top) for _ in targets]
     missing: dict[int, str] = {}
     done = 0
-    for batch, samples in data_batches(stream):
+    for b, (batch, samples) in enumerate(data_batches(stream)):
         live = live_probe(model, batch, [source], list(targets), training=training, reduce=reduce)
+        drawn = batch_seeded(how, b)
         for t, (pair, target) in enumerate(zip(pairs, live.targets, strict=True)):
             why = no_batch_axis(live.sources[0], target)
             if why:
                 missing[t] = why
                 continue
-            stats, warnings = measure_jacobian(live.tape, live.sources[0], target, how)
+            stats, warnings = measure_jacobian(live.tape, live.sources[0], target, drawn)
             pair.add(stats, samples, warnings)
         if done == 0 and pairs and pairs[0].method is not None:  # the first batch decides
             how = _kept_method(how, pairs[0])
@@ -148,6 +150,12 @@ def inspect_jacobians(
         else:
             out.append((pair.stats(), tuple(pair.warnings)))
     return out
+
+
+def batch_seeded(how: JacobianOptions, index: int) -> JacobianOptions:
+    """The options for batch `index`: its own random draws (independent errors across
+    batches), the first batch's those of one probe batch with the same seed."""
+    return replace(how, seed=how.seed + BATCH_SEED_STRIDE * index)
 
 
 def _kept_method(how: JacobianOptions, pair: PairTotals) -> JacobianOptions:
@@ -178,9 +186,9 @@ def scan_jacobians(
     totals: dict[Key, NormTotals] = {}
     notes: dict[str, None] = {}
     done = 0
-    for batch, samples in data_batches(stream):
+    for b, (batch, samples) in enumerate(data_batches(stream)):
         live = live_trace(model, batch, target, training=training, reduce=reduce, seed=how.seed)
-        norms, found = scan_frobenius(live, how)
+        norms, found = scan_frobenius(live, batch_seeded(how, b))
         notes.update(dict.fromkeys(found))
         for key, f in norms.items():
             acc = totals.setdefault(key, NormTotals(top))
