@@ -82,7 +82,12 @@ def weights_over(
             each = [label_kind(n) for n in output_losses(spec, names or [""] * len(flat))]
             ys = random_labels(flat, each, options.seed, samples)
         y = tf.nest.pack_sequence_as(outputs, ys[: len(flat)])
-        return model.compute_loss(y=y, y_pred=outputs, training=options.training)
+        loss = model.compute_loss(y=y, y_pred=outputs, training=options.training)
+        # under a strategy of R replicas Keras divides each replica's loss by R (its
+        # gradients are summed across replicas by `fit`); the step weights each replica's
+        # gradient by its own samples instead, so it takes the replica's loss unscaled
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        return loss * tf.cast(replicas, loss.dtype) if replicas > 1 else loss
 
     inputs = with_sample_indices(batches.dataset)
     if labels is None:
