@@ -259,3 +259,43 @@ def test_a_baseline_of_one_probe_batch_is_other_data(classifier, tmp_path):
     assert again.exit_code == 2 and "--data" in again.output
     lone = run("check", path, "--allow-other-data")
     assert lone.exit_code == 2
+
+
+@pytest.mark.slow
+def test_two_cpu_replicas_equal_one_device_for_the_weights_and_the_jacobian(classifier):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    path, d, *_ = classifier
+
+    def layergrad(*args: str) -> dict:
+        done = subprocess.run(
+            [sys.executable, "-m", "layergrad", *args, "--data", d, "--batch-size", "16",
+             "--json"],
+            capture_output=True, text=True, cwd=ROOT, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    for command in (
+        ["scan", path, "--wrt", "weights"],
+        ["inspect", path, "--from", "hidden", "--to", "head", "--measure", "jacobian"],
+    ):
+        one, two = layergrad(*command), layergrad(*command, "--cpu-replicas", "2")
+        assert two["probe"]["replicas"] == 2 and two["probe"]["samples"] == SAMPLES
+        assert one["probe"]["data_sha256"] == two["probe"]["data_sha256"]
+        one.pop("probe"), two.pop("probe")
+        assert json.dumps(two) == json.dumps(one) or _close(one, two)
+
+
+def _close(a: object, b: object) -> bool:
+    """Equal up to rtol 1e-5 (only the order of the sums differs between replicas)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, float):
+        return a == pytest.approx(b, rel=1e-5, abs=1e-12)
+    return a == b

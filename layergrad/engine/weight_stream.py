@@ -10,7 +10,10 @@ samples) the step adds
   averaged over every sample, which is one full-batch `tape.gradient` (a partial last
   batch counts for its samples, not as a whole batch);
 - n_b ||g_b,l||^2 per layer l (its trainable variables together), and n_b, n_b^2: the
-  sample-weighted spread of the batch gradients around their mean (`GradientNoise`).
+  sample-weighted spread of the batch gradients around their mean (`GradientNoise`). Under
+  a strategy the batch's gradient is that of all its samples (the replicas' shares added up
+  with one all-reduce per batch, as training does), so the spread is the same on any number
+  of replicas.
 
 Every total is a sum, so replicas, workers and shards combine by adding them.
 """
@@ -89,15 +92,25 @@ def stream_weight_gradients(
             loss = objective(outputs, labels, samples)
         grads = tape.gradient(loss, list(variables))
         connected[:] = [g is not None for g in grads]
-        out: dict[str, Any] = {"n/sum": tf.stack([n, n * n])}
+        kept = [i for i, g in enumerate(grads) if g is not None]
+        weighted = [n * tf.cast(tf.convert_to_tensor(grads[i]), tf.float64) for i in kept]
+        out: dict[str, Any] = {f"{i}/sum": w for i, w in zip(kept, weighted, strict=True)}
+        # the batch's gradient is that of all its samples: with replicas, their shares added
+        # up (n_b g_b = sum_r n_r g_r); each replica then adds 1/R of the batch's numbers
+        total, share = (weighted, n), 1.0
+        context = tf.distribute.get_replica_context()
+        replicas = context.num_replicas_in_sync if context is not None else 1
+        if replicas > 1 and weighted:
+            total = context.all_reduce("SUM", (weighted, n))
+            share = 1.0 / replicas
+        summed, rows_b = total
         squares = [tf.zeros([], tf.float64) for _ in names]
-        for i, g in enumerate(grads):
-            if g is None:
-                continue
-            wide = tf.cast(tf.convert_to_tensor(g), tf.float64)
-            out[f"{i}/sum"] = n * wide
-            squares[owner[i]] = squares[owner[i]] + tf.reduce_sum(tf.square(wide))
-        out["layers/sum"] = n * tf.stack(squares) if names else tf.zeros([0], tf.float64)
+        for i, w in zip(kept, summed, strict=True):
+            squares[owner[i]] = squares[owner[i]] + tf.reduce_sum(tf.square(w))
+        safe = tf.maximum(rows_b, 1.0)
+        out["n/sum"] = tf.stack([n, share * rows_b * rows_b])
+        layer_sq = tf.stack(squares) / safe if names else tf.zeros([0], tf.float64)
+        out["layers/sum"] = share * layer_sq  # n_b ||g_b||^2 per layer
         return out
 
     if not _is_default(strategy):
