@@ -175,7 +175,7 @@ def make_files(folder: Path, samples: int, width: int) -> None:
         h = layers.Dense(width, activation="tanh", name=f"d{i}")(h)
     keras.Model(x, h, name="mlp").save(folder / "mlp.keras")
     rng = np.random.default_rng(0)
-    jac_samples = max(samples // 8, JAC_BATCH + 1)
+    jac_samples = max(samples // 20, JAC_BATCH + 1)
     for suffix, scale in (("", 1), ("10", 10)):
         n = samples * scale
         images = rng.random((n, 28, 28, 1), dtype=np.float32)

@@ -151,7 +151,37 @@ def inspect_items(results: Sequence[Result], width: int | None) -> list[Renderab
     ranked = [(r, j) for r, j in measured if j.unit_sensitivity]
     if ranked:
         items.append(_units_table(ranked))
+    over_data = [(r, j) for r, j in measured if j.frobenius.distribution is not None]
+    if over_data:
+        items.append(_samples_table(over_data))
     return items
+
+
+def _samples_table(results: Sequence[tuple[Result, JacobianStats]]) -> Group:
+    """Over a data set: the distribution of ‖J_i‖F and its most sensitive samples."""
+    lines: list[RenderableType] = []
+    for res, j in results:
+        d = j.frobenius.distribution
+        assert d is not None
+        lines.append(
+            Text(
+                f"‖J‖F over {d.count:,} samples ({res.source.layer} → {res.target.layer}): "
+                f"mean {number(d.mean)}, p50 {number(d.p50)}, p95 {number(d.p95)}, "
+                f"max {number(d.max)}"
+            )
+        )
+    columns = [
+        (res.target.layer, [(r.sample, r.value) for r in j.frobenius.distribution.top])
+        for res, j in results
+        if j.frobenius.distribution is not None
+    ]
+    table = ranked_units_table(
+        "most sensitive samples (largest ‖J_i‖F; index in the data, from 0)",
+        "‖J‖F",
+        columns,
+        item="sample",
+    )
+    return Group(*lines, table)
 
 
 def _norm_cells(res: Result, j: JacobianStats) -> list[RenderableType]:
