@@ -222,8 +222,8 @@ def probe_options(func: F) -> F:
 
 
 def measure_options(func: F) -> F:
-    """`--measure`, `--probes`, `--exact`, `--top` (inspect, scan); the command receives `measure`, a
-    dict of the API's keyword arguments of the same names."""
+    """`--measure`, `--probes`, `--exact`, `--top` (inspect, scan); the command receives
+    `measure`, a dict of the API's keyword arguments of the same names."""
 
     @functools.wraps(func)
     def bundled(*args: Any, **kwargs: Any) -> Any:

@@ -155,9 +155,9 @@ def _scan_jacobians(
         by_ref.setdefault(f"{path}@{call}" if call else path, found)
     out = []
     for row in rows:
-        found = by_ref.get(row.layer)
-        if found is not None and row.status in (Status.OK, Status.ZERO):
-            row = replace(row, jacobian=ScanJacobian(frobenius=found))
+        norm = by_ref.get(row.layer)
+        if norm is not None and row.status in (Status.OK, Status.ZERO):
+            row = replace(row, jacobian=ScanJacobian(frobenius=norm))
         out.append(row)
     return tuple(out), notes
 

@@ -347,9 +347,7 @@ def open_labels(
             }
             rows = {r.rows for r in headers.values()}
             inputs = {
-                NpyRows(archive.open(m), text).rows
-                for k, m in members.items()
-                if k not in held
+                NpyRows(archive.open(m), text).rows for k, m in members.items() if k not in held
             }
     except (zipfile.BadZipFile, OSError) as exc:
         raise InputError(

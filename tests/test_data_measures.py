@@ -59,9 +59,7 @@ def test_exact_jacobian_over_data_equals_batch_jacobian_over_all_samples(residua
     frob = np.sqrt((jac**2).sum(axis=(1, 2)))
     spec = np.array([np.linalg.norm(j, 2) for j in jac])
     units = np.sqrt((jac**2).sum(axis=1).mean(axis=0))  # column norms, rms over samples
-    report = inspect_model(
-        path, "a", ["out"], data=x, batch_size=BATCH, measure="jacobian", top=5
-    )
+    report = inspect_model(path, "a", ["out"], data=x, batch_size=BATCH, measure="jacobian", top=5)
     j = report.results[0].jacobian
     assert j.method == "exact" and j.batch_independent and j.probes is None
     f, s = j.frobenius.distribution, j.spectral.distribution

@@ -43,7 +43,7 @@ def data_sha256(source: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
-def _add_file(digest: "hashlib._Hash", path: str) -> None:
+def _add_file(digest: hashlib._Hash, path: str) -> None:
     with open(path, "rb") as handle:
         while block := handle.read(BLOCK):
             digest.update(block)

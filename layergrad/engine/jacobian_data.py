@@ -26,8 +26,8 @@ from layergrad.results import FrobeniusNorms, JacobianStats, SpectralNorms
 from layergrad.vocab import JacobianMethod
 
 Progress = Callable[[int, "int | None"], None]
-Key = tuple[str, int, int]
-BATCH_SEED_STRIDE = 1_000_003  # batch b draws with seed + b * this (distinct for any seed)  # (layer path, call, output), as in `jacobian_scan`
+Key = tuple[str, int, int]  # (layer path, call, output), as in `jacobian_scan`
+BATCH_SEED_STRIDE = 1_000_003  # batch b draws with seed + b * this (distinct for any seed)
 
 
 @dataclass
