@@ -297,3 +297,16 @@ def _close(a: object, b: object) -> bool:
     if isinstance(a, float) and isinstance(b, float):
         return a == pytest.approx(b, rel=1e-5, abs=1e-12)
     return a == b
+
+
+def test_check_baseline_over_data_for_a_file_without_a_loss(residual, tmp_path):
+    path, x, *_ = residual
+    base = tmp_path / "base.json"
+    base.write_text(run("scan", path, "--data", x, "--batch-size", "16", "--json").output)
+    doc = json.loads(base.read_text())
+    assert doc["probe"]["samples"] == SAMPLES and doc["probe"]["data_sha256"]
+    out = run("check", path, "--data", x, "--baseline", str(base), "--json")
+    assert out.exit_code == 0, out.output
+    checks = {c["name"]: c for c in json.loads(out.output)["files"][0]["checks"]}
+    assert checks["baseline"]["passed"] and "layers compared" in checks["baseline"]["message"]
+    assert checks["forward"]["message"] == f"finite over {SAMPLES} samples"

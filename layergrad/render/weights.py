@@ -194,7 +194,14 @@ def markdown(report: WeightScanReport, **_: Any) -> str:
     notes = [f"- {md_code(r.variable)}: {md_cause(c)}" for r in report.variables for c in r.causes]
     notes += [f"> note: {md_text(n)}" for n in report.notes]
     tail = "".join(f"\n{n}" for n in notes) + ("\n" if notes else "")
-    return head + md_table(header, rows) + f"\n{md_text(_summary(report))}\n" + tail
+    snr = ""
+    if report.noise:
+        cells = [[md_code(n.layer), *map(str, c[1:])] for n, c in zip(
+            report.noise, _noise_cells(report), strict=True)]  # fmt: skip
+        snr = f"\n{md_text(SNR_TITLE)}:\n\n" + md_table(
+            ["layer", "\\|\\|mean g\\|\\|^2", "variance", "SNR"], cells
+        )
+    return head + md_table(header, rows) + f"\n{md_text(_summary(report))}\n" + snr + tail
 
 
 def html(report: WeightScanReport, **_: Any) -> str:
