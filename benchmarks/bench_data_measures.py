@@ -157,7 +157,7 @@ def make_files(folder: Path, samples: int, width: int) -> None:
     layers = keras.layers
     cnn = keras.Sequential(
         [
-            keras.Input((28, 28, 1)),
+            keras.Input((28, 28, 1), name="x"),
             layers.Conv2D(16, 3, activation="relu", name="conv1"),
             layers.MaxPooling2D(name="pool1"),
             layers.Conv2D(32, 3, activation="relu", name="conv2"),

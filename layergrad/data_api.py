@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from layergrad.errors import InputError
 from layergrad.pipeline import PathLike, ProbeOptions, Progress
@@ -28,6 +28,9 @@ from layergrad.results import (
     ScanRow,
 )
 from layergrad.vocab import Finding, Status
+
+if TYPE_CHECKING:
+    from layergrad.jacobian import JacobianOptions
 
 
 def open_stream(model: Any, options: ProbeOptions) -> Any:
@@ -54,7 +57,7 @@ def inspect_data(
     imports: Sequence[str] = (),
     unsafe: bool = False,
     on_progress: Progress | None = None,
-    jacobian: Any = None,
+    jacobian: JacobianOptions | None = None,
     top: int = 10,
 ) -> InspectReport:
     """`api.inspect_model` over every sample of `options.data`; with `jacobian` (a
@@ -103,7 +106,7 @@ def scan_data(
     imports: Sequence[str] = (),
     unsafe: bool = False,
     on_progress: Progress | None = None,
-    jacobian: Any = None,
+    jacobian: JacobianOptions | None = None,
     top: int = 10,
 ) -> ScanReport:
     """`api.scan_model` over every sample of `options.data`: each row's statistics over all
@@ -139,7 +142,7 @@ def _scan_jacobians(
     site: Any,
     rows: tuple[ScanRow, ...],
     options: ProbeOptions,
-    how: Any,
+    how: JacobianOptions,
     top: int,
 ) -> tuple[tuple[ScanRow, ...], tuple[str, ...]]:
     """Rows with their per-sample Jacobian norms over every sample, and how they were
@@ -168,7 +171,7 @@ def _with_jacobians(
     source: Any,
     results: list[Result],
     options: ProbeOptions,
-    how: Any,
+    how: JacobianOptions,
     top: int,
 ) -> list[Result]:
     """Each result whose gradient is ok or zero with its Jacobian norms over the data."""
