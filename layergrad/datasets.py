@@ -316,7 +316,8 @@ def open_labels(
     limit: int | None = None,
 ) -> DataStream | None:
     """The labels stored with `--data` in a `.npz`, batched like its inputs: `y` for a model
-    with one output, `y:NAME` per output name; None when the data holds no labels.
+    with one output (or no output names, as a Sequential model), `y:NAME` per output name;
+    None when the data holds no labels.
 
     Raises:
         InputError: labels that do not match the outputs, or a row count unlike the inputs'.
@@ -330,7 +331,7 @@ def open_labels(
             held = {k: v for k, v in members.items() if k == "y" or k.startswith("y:")}
             if not held:
                 return None
-            if "y" in held and len(outputs) == 1:
+            if "y" in held and len(outputs) <= 1:  # no output names: a Sequential model
                 chosen = {"y": held["y"]}
             else:
                 missing = [n for n in outputs if f"y:{n}" not in held]

@@ -155,7 +155,8 @@ def loss_gradients(model, x, y) -> list[np.ndarray]:
     """tape.gradient of the mean cross-entropy over these samples, plus the regularization."""
     with tf.GradientTape() as tape:
         probs = model(tf.constant(x), training=False)
-        loss = keras.losses.SparseCategoricalCrossentropy()(y, probs) + tf.add_n(model.losses)
+        loss = keras.losses.SparseCategoricalCrossentropy()(y, probs)
+        loss += tf.add_n(model.losses) if model.losses else 0.0
     return [g.numpy().astype(np.float64) for g in tape.gradient(loss, model.trainable_variables)]
 
 
@@ -310,3 +311,18 @@ def test_check_baseline_over_data_for_a_file_without_a_loss(residual, tmp_path):
     checks = {c["name"]: c for c in json.loads(out.output)["files"][0]["checks"]}
     assert checks["baseline"]["passed"] and "layers compared" in checks["baseline"]["message"]
     assert checks["forward"]["message"] == f"finite over {SAMPLES} samples"
+
+
+def test_labels_y_for_a_sequential_model(tmp_path):
+    model = keras.Sequential(
+        [keras.Input((5,), name="x"), keras.layers.Dense(3, activation="softmax", name="head")]
+    )
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    model.save(tmp_path / "seq.keras")
+    data, labels = normal(SAMPLES, 5, seed=6), np.random.default_rng(7).integers(0, 3, SAMPLES)
+    np.savez(tmp_path / "d.npz", x=data, y=labels)
+    report = scan_weights_model(tmp_path / "seq.keras", data=tmp_path / "d.npz", batch_size=BATCH)
+    assert report.loss.labels == "data"
+    full = loss_gradients(model, data, labels)
+    kernel = next(r for r in report.variables if r.variable == "head/kernel")
+    assert kernel.gradient.l2 == pytest.approx(np.linalg.norm(full[0]), rel=RTOL)
