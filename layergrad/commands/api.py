@@ -68,7 +68,7 @@ def inspect_model(
     """
     if not targets:
         raise InputError("give at least one target layer (--to)")
-    from layergrad.diagnose.diagnoser import diagnoser
+    from layergrad.diagnose import diagnoser
     from layergrad.engine import jacobian
     from layergrad.engine import probe as probing
     from layergrad.model import layer_refs

@@ -15,11 +15,11 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from layergrad.commands.diff import DiffReport, compare
 from layergrad.core.errors import UsageError
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import ScanReport, WeightScanReport
 from layergrad.core.vocab import Change, Finding
+from layergrad.diagnose.regressions import DiffReport, compare
 from layergrad.files.gradient_profile import (
     ACTIVATIONS,
     Profile,

@@ -32,7 +32,6 @@ from layergrad.commands.baseline import (
     probe_options,
 )
 from layergrad.commands.check_steps import Add
-from layergrad.commands.diff import DEFAULT_TOLERANCE
 from layergrad.core.errors import LayergradError, UsageError, describe
 from layergrad.core.limits import DEFAULT_MAX_MEMORY
 from layergrad.core.probe_options import (
@@ -44,6 +43,7 @@ from layergrad.core.probe_options import (
 )
 from layergrad.core.results import CheckItem, FileVerdict
 from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding
+from layergrad.diagnose.regressions import DEFAULT_TOLERANCE
 from layergrad.files.file_info import FileInfo, read_file_info
 
 

@@ -57,7 +57,7 @@ def inspect_data(
 ) -> InspectReport:
     """`api.inspect_model` over every sample of `options.data`."""
     from layergrad.commands import session
-    from layergrad.diagnose.diagnoser import diagnoser
+    from layergrad.diagnose import diagnoser
     from layergrad.engine import data_step
     from layergrad.model import layer_refs
 
@@ -105,7 +105,7 @@ def scan_data(
     """`api.scan_model` over every sample of `options.data`: each row's statistics over all
     samples."""
     from layergrad.commands import session
-    from layergrad.diagnose.diagnoser import diagnoser
+    from layergrad.diagnose import diagnoser
     from layergrad.model import layer_refs
 
     loaded, warnings, strategy = session.load(
@@ -224,7 +224,7 @@ class _Diagnosis:
 
 def _result(run: Any, t: int, diagnosis: _Diagnosis) -> Result:
     from layergrad.diagnose import causes as why
-    from layergrad.diagnose.diagnoser import diagnoser
+    from layergrad.diagnose import diagnoser
 
     source, target, grad = run.activations[0], run.targets[t], run.gradients[t][0]
     status = Status.NONE if grad is None else Status(grad.status)

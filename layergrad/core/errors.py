@@ -11,12 +11,18 @@ class LayergradError(Exception):
     """
 
 
+class UsageError(LayergradError):
+    """Options that cannot work: a bad value, options that exclude each other, or a file given
+    for the wrong job (a baseline made with another probe). Exit 2, even inside `check`, where a
+    bad model file would only fail its own check."""
+
+
 class LoadError(LayergradError):
     """The model file cannot be read, is malformed, or failed to load."""
 
 
 class UnsafeModelError(LoadError):
-    """The static audit found something in the file that would run code."""
+    """The file was refused: the static audit found something that would run code on load."""
 
 
 class LayerNotFound(LayergradError):
@@ -24,7 +30,8 @@ class LayerNotFound(LayergradError):
 
 
 class InputError(LayergradError):
-    """The probe input (`--input` file or random spec) does not fit the model."""
+    """The data does not fit the model: a probe batch (`--input`, random from the input spec) or
+    a data set (`--data`) that is unreadable, of the wrong shape, dtype or range."""
 
 
 class OutputError(LayergradError):
@@ -45,8 +52,3 @@ def describe(exc: BaseException) -> str:
         return type(exc).__name__
     detail = next((ln for ln in lines[1:] if not ln.startswith("Arguments received")), "")
     return f"{lines[0]} {detail}".strip()
-
-
-class UsageError(InputError):
-    """Options that cannot work with each other or with the files given (a baseline made with
-    another probe): exit 2 even where a bad file would only fail its own check."""

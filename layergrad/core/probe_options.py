@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from layergrad.core.errors import InputError
+from layergrad.core.errors import UsageError
 from layergrad.core.limits import DEFAULT_MAX_MEMORY
 
 REDUCTIONS = ("sum", "mean")
@@ -46,14 +46,14 @@ class ProbeOptions:
 
     def __post_init__(self) -> None:
         if self.reduce not in REDUCTIONS:
-            raise InputError(
+            raise UsageError(
                 f"reduce must be one of {', '.join(REDUCTIONS)}: reduce={self.reduce!r}"
             )
         if self.batch_size is None:  # frozen: set the default once, here
             default = DATA_BATCH_SIZE if self.data is not None else BATCH_SIZE
             object.__setattr__(self, "batch_size", default)
         if self.rows < 1:
-            raise InputError(f"--batch-size must be at least 1: batch_size={self.batch_size}")
+            raise UsageError(f"--batch-size must be at least 1: batch_size={self.batch_size}")
         check_data_options(
             self.data, self.input_file, self.limit, self.distribute, self.cpu_replicas
         )
@@ -84,11 +84,11 @@ def check_data_options(
             if value is not None
         ]  # fmt: skip
         if given:
-            raise InputError(f"{', '.join(given)} only apply with --data PATH; add --data")
+            raise UsageError(f"{', '.join(given)} only apply with --data PATH; add --data")
     elif input_file is not None:
-        raise InputError(
+        raise UsageError(
             "--data and --input exclude each other: --input is one probe batch, --data a "
             "whole data set; pass one of them"
         )
     if limit is not None and limit < 1:
-        raise InputError(f"--limit must be at least 1: limit={limit}")
+        raise UsageError(f"--limit must be at least 1: limit={limit}")

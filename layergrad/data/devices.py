@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from layergrad.core.errors import InputError
+from layergrad.core.errors import InputError, UsageError
 from layergrad.core.keras_backend import quiet_import
 
 DISTRIBUTIONS = ("mirrored",)
@@ -37,12 +37,12 @@ def strategy_for(distribute: str | None, cpu_replicas: int | None = None) -> Any
     """
     tf, _ = quiet_import()
     if distribute is not None and distribute not in DISTRIBUTIONS:
-        raise InputError(
+        raise UsageError(
             f"--distribute must be one of {', '.join(DISTRIBUTIONS)}: distribute={distribute!r}"
         )
     if cpu_replicas is not None:
         if cpu_replicas < 1:
-            raise InputError(f"--cpu-replicas must be at least 1: cpu_replicas={cpu_replicas}")
+            raise UsageError(f"--cpu-replicas must be at least 1: cpu_replicas={cpu_replicas}")
         names = split_cpu(cpu_replicas)
         return tf.distribute.MirroredStrategy(names[:cpu_replicas])
     if distribute == "mirrored":

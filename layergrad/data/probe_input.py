@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from layergrad.core.errors import InputError
+from layergrad.core.errors import InputError, UsageError
 from layergrad.core.limits import human
 from layergrad.files.array_files import ArrayHeader, read_arrays, read_headers
 
@@ -73,7 +73,7 @@ def random_batch(
     than ``max_bytes``.
     """
     if batch_size < 1:
-        raise InputError(f"--batch-size must be at least 1: batch_size={batch_size}")
+        raise UsageError(f"--batch-size must be at least 1: batch_size={batch_size}")
     shapes = [(batch_size, *(UNKNOWN_DIM if d is None else d for d in s.shape)) for s in specs]
     need = sum(math.prod(shape) * 8 for shape in shapes)
     if max_bytes is not None and need > max_bytes:

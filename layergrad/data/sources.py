@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from layergrad.core.errors import InputError
+from layergrad.core.errors import InputError, UsageError
 from layergrad.core.keras_backend import quiet_import
 from layergrad.data.functions import (
     Failure,
@@ -117,9 +117,9 @@ def open_data(
     """
     text = os.fspath(path)
     if batch_size < 1:
-        raise InputError(f"--batch-size must be at least 1: batch_size={batch_size}")
+        raise UsageError(f"--batch-size must be at least 1: batch_size={batch_size}")
     if limit is not None and limit < 1:
-        raise InputError(f"--limit must be at least 1: limit={limit}")
+        raise UsageError(f"--limit must be at least 1: limit={limit}")
     tf, _ = quiet_import()
     failure = Failure()
     signature = tuple(tf.TensorSpec((None, *s.shape), tf_dtype(s.dtype)) for s in specs)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from layergrad.core.errors import InputError
+from layergrad.core.errors import InputError, UsageError
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.results import FrobeniusNorms, JacobianStats, Result, SpectralNorms
 from layergrad.core.vocab import JacobianMethod, Measure, Status
@@ -50,17 +50,17 @@ class JacobianOptions:
 
 
 def check_options(measure: str, probes: int | None, exact: bool) -> None:
-    """Raise InputError for a measure or a combination of options that means nothing."""
+    """Raise UsageError for a measure or a combination of options that means nothing."""
     if measure not in MEASURES:
-        raise InputError(f"measure must be one of {', '.join(MEASURES)}: measure={measure!r}")
+        raise UsageError(f"measure must be one of {', '.join(MEASURES)}: measure={measure!r}")
     if measure != Measure.JACOBIAN and (probes is not None or exact):
-        raise InputError("--probes and --exact apply to --measure jacobian; add it or drop them")
+        raise UsageError("--probes and --exact apply to --measure jacobian; add it or drop them")
     if probes is not None and exact:
-        raise InputError(
+        raise UsageError(
             "--probes K asks for the estimate and --exact for the exact norms; give only one"
         )
     if probes is not None and probes < 2:
-        raise InputError(
+        raise UsageError(
             f"--probes must be at least 2, so that the spread of the estimates gives an error "
             f"bar: probes={probes}"
         )

@@ -15,9 +15,9 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from layergrad.commands.diff import DiffReport, RowDiff
 from layergrad.core.results import ModelMeta
 from layergrad.core.vocab import Change, Status
+from layergrad.diagnose.regressions import DiffReport, RowDiff
 from layergrad.files.gradient_profile import ROW_KEYS, ProfileRow
 from layergrad.render.common import (
     STATUS_STYLE,

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from layergrad.core.errors import InputError
+from layergrad.core.errors import UsageError
 from layergrad.core.results import InspectReport, Result, ScanReport, ScanRow, WeightScanReport
 
 if TYPE_CHECKING:
@@ -347,14 +347,14 @@ def check_plot_path(
         The path as a string.
 
     Raises:
-        InputError: an unknown extension; OutputError: a target `outputs` refuses.
+        UsageError: an unknown extension; OutputError: a target `outputs` refuses.
     """
     from layergrad.files.outputs import check_target
 
     text = os.fspath(path)
     ext = os.path.splitext(text)[1].lower()
     if ext not in PLOT_FORMATS:
-        raise InputError(
+        raise UsageError(
             f"--plot {text}: unknown chart format {ext or '(no extension)'!r}; "
             f"use a file ending in {', '.join(PLOT_FORMATS)}"
         )
@@ -375,8 +375,8 @@ def save_figure(
         The format written ("png", "svg" or "pdf").
 
     Raises:
-        InputError: an unknown extension or a missing folder; OutputError: the file cannot or
-            must not be written.
+        UsageError: an unknown extension; InputError: a missing folder; OutputError: the
+            file cannot or must not be written.
     """
     from layergrad.files import outputs
 

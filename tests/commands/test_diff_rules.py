@@ -10,10 +10,10 @@ from dataclasses import replace
 import pytest
 from helpers import sample
 
-from layergrad.commands.diff import compare, compare_row, merged_order
 from layergrad.core.errors import InputError
 from layergrad.core.results import ModelMeta, ProbeMeta
 from layergrad.core.vocab import Change, Status
+from layergrad.diagnose.regressions import compare, compare_row, merged_order
 from layergrad.files.gradient_profile import Profile, ProfileRow, profile_from_json, profile_of
 
 MODEL = ModelMeta("m.keras", "keras", "Functional", "m")
