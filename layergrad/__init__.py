@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from layergrad.core.display import install_html_renderer
 from layergrad.core.errors import (
     InputError,
     LayergradError,
@@ -78,6 +79,15 @@ __all__ = [
     "scan_model",
     "scan_weights",
 ]
+
+
+def _notebook_html(report: object) -> str:
+    from layergrad.render.notebook import notebook_html
+
+    return notebook_html(report)
+
+
+install_html_renderer(_notebook_html)  # reports show as HTML in Jupyter (`_repr_html_`)
 
 
 def __getattr__(name: str) -> object:

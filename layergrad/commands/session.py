@@ -10,11 +10,18 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import PathLike, ProbeOptions
 from layergrad.core.results import ModelMeta, ProbeMeta
+from layergrad.core.tf_types import KerasModel, Strategy
+from layergrad.data.probe_input import ProbeBatch
+from layergrad.files.file_info import FileInfo
+
+if TYPE_CHECKING:  # the diagnoser's module imports TensorFlow
+    from layergrad.diagnose.diagnoser import Diagnoser
+    from layergrad.engine.loader import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -22,11 +29,11 @@ class Session:
     """A loaded model with its probe batch, ready to probe and diagnose."""
 
     path: str
-    model: Any
-    info: Any  # fileinfo.FileInfo
-    batch: Any  # probe_input.ProbeBatch
+    model: KerasModel
+    info: FileInfo
+    batch: ProbeBatch
     options: ProbeOptions
-    diagnoser: Any  # diagnose.Diagnoser
+    diagnoser: Diagnoser
     warnings: tuple[str, ...] = field(default=())  # audit findings accepted with --unsafe
 
     @property
@@ -60,7 +67,7 @@ def open_session(
     globs: Sequence[str] = (),
     imports: Sequence[str] = (),
     unsafe: bool = False,
-    info: Any = None,
+    info: FileInfo | None = None,
 ) -> Session:
     """Read, audit and load the model, check `refs` and `globs`, and make the probe batch.
 
@@ -91,8 +98,8 @@ def load(
     globs: Sequence[str] = (),
     imports: Sequence[str] = (),
     unsafe: bool = False,
-    info: Any = None,
-) -> tuple[Any, tuple[str, ...], Any]:
+    info: FileInfo | None = None,
+) -> tuple[LoadedModel, tuple[str, ...], Strategy | None]:
     """Read, audit and load the model: (`loader.LoadedModel`, audit warnings, strategy).
 
     The references are checked against the file before TensorFlow starts. With `--data` the
@@ -128,7 +135,9 @@ def load(
     return loaded, tuple(warnings), strategy
 
 
-def session_for(loaded: Any, options: ProbeOptions, warnings: Sequence[str] = ()) -> Session:
+def session_for(
+    loaded: LoadedModel, options: ProbeOptions, warnings: Sequence[str] = ()
+) -> Session:
     """The session of a model loaded by `loader.load_model`: make its probe batch.
 
     Raises:
@@ -142,13 +151,13 @@ def session_for(loaded: Any, options: ProbeOptions, warnings: Sequence[str] = ()
     return Session(info.path, model, info, batch, options, diagnoser, tuple(warnings))
 
 
-def probe_batch(model: Any, options: ProbeOptions) -> Any:
+def probe_batch(model: KerasModel, options: ProbeOptions) -> ProbeBatch:
     """The probe batch for `model`: the `--input` file, or random from its input spec."""
     from layergrad.data import probe_input
 
     if options.input_file is not None:
         try:
-            specs: Any = probe_input.input_specs(model)
+            specs: tuple[probe_input.InputSpec, ...] | None = probe_input.input_specs(model)
         except InputError:  # a subclassed model: its inputs are whatever the file holds
             specs = None
         return probe_input.load_batch(options.input_file, specs)

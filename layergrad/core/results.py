@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from layergrad.core.display import NotebookDisplay
 from layergrad.core.vocab import CauseCode, Finding, Flag, JacobianMethod, Status
 
 
@@ -162,7 +163,7 @@ class ProbeMeta:
 
 
 @dataclass(frozen=True)
-class InspectReport:
+class InspectReport(NotebookDisplay):
     """Everything `layergrad inspect` found: one result per `--to` reference."""
 
     model: ModelMeta
@@ -207,7 +208,7 @@ class ScanRow:
 
 
 @dataclass(frozen=True)
-class ScanReport:
+class ScanReport(NotebookDisplay):
     """Gradient of one target with respect to every layer's output, in execution order."""
 
     model: ModelMeta
@@ -270,7 +271,7 @@ class VariableRow:
 
 
 @dataclass(frozen=True)
-class WeightScanReport:
+class WeightScanReport(NotebookDisplay):
     """`scan --wrt weights`: the loss's gradient for every trainable variable."""
 
     model: ModelMeta

@@ -14,6 +14,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from layergrad.core.display import NotebookDisplay
 from layergrad.core.errors import UsageError
 from layergrad.core.results import ModelMeta, ProbeMeta
 from layergrad.core.vocab import Change, Flag, Status, Wrt
@@ -45,7 +46,7 @@ class RowDiff:
 
 
 @dataclass(frozen=True)
-class DiffReport:
+class DiffReport(NotebookDisplay):
     """A comparison of two scans made with the same probe, rows in the new scan's order."""
 
     base: ModelMeta

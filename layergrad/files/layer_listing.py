@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from layergrad.core.display import NotebookDisplay
 from layergrad.files.file_info import FileInfo, WeightHealth
 from layergrad.model.config import serialized_name
 from layergrad.model.graph import LayerEntry, ModelGraph
@@ -70,7 +71,7 @@ class ModelInput:
 
 
 @dataclass(frozen=True)
-class LayerListing:
+class LayerListing(NotebookDisplay):
     """Everything `layergrad layers` shows about one model file."""
 
     path: str

@@ -19,7 +19,7 @@ from helpers import keras, load_sample, normal, sample, tf
 
 from layergrad import cli
 from layergrad.commands.diff import diff_models
-from layergrad.core.errors import InputError, LayerNotFound
+from layergrad.core.errors import LayerNotFound, UsageError
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.vocab import Change, Status
 
@@ -168,7 +168,7 @@ def test_models_whose_inputs_differ_need_one_input_batch(tmp_path):
         return str(tmp_path / name)
 
     base, new = save("a.keras", 20), save("b.keras", 30)
-    with pytest.raises(InputError, match=r"ids in \[0, 20\).*ids in \[0, 30\).*--input"):
+    with pytest.raises(UsageError, match=r"ids in \[0, 20\).*ids in \[0, 30\).*--input"):
         diff_models(base, new)
     np.save(tmp_path / "ids.npy", np.arange(40, dtype="int32").reshape(8, 5) % 20)
     report = diff_models(base, new, options=ProbeOptions(input_file=str(tmp_path / "ids.npy")))

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 from helpers import sample
 
-from layergrad.core.errors import InputError
+from layergrad.core.errors import InputError, UsageError
 from layergrad.core.results import ModelMeta, ProbeMeta
 from layergrad.core.vocab import Change, Status
 from layergrad.diagnose.regressions import compare, compare_row, merged_order
@@ -112,7 +112,7 @@ def test_removed_rows_stay_where_they_were():
 def test_profiles_from_different_probes_do_not_compare(change, message):
     base = profile(row())
     new = replace(base, **change)
-    with pytest.raises(InputError, match=message):
+    with pytest.raises(UsageError, match=message):
         compare(base, new)
 
 
@@ -123,13 +123,13 @@ def test_the_same_input_file_by_another_spelling_compares():
 
 
 def test_a_changed_input_shape_does_not_compare():
-    with pytest.raises(InputError, match="model input 'x' was probed with shape"):
+    with pytest.raises(UsageError, match="model input 'x' was probed with shape"):
         compare(profile(row("x", shape=(8, 4))), profile(row("x", shape=(8, 5))))
 
 
 @pytest.mark.parametrize("tolerance", [0, -1, float("nan"), float("inf")])
 def test_the_tolerance_must_be_a_positive_number(tolerance):
-    with pytest.raises(InputError, match="--tolerance"):
+    with pytest.raises(UsageError, match="--tolerance"):
         compare(profile(row()), profile(row()), tolerance)
 
 

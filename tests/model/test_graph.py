@@ -111,6 +111,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, dict
     root = tmp_path_factory.mktemp("graph_models")
     out = {}
     for name, build in BUILDERS.items():
+        keras.backend.clear_session()  # op names ("add", not "add_1") whatever ran before
         model = build()
         paths = {fmt: root / f"{name}.{fmt}" for fmt in ("keras", "h5")}
         for path in paths.values():

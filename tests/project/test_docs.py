@@ -125,3 +125,17 @@ def test_the_weights_json_example_is_what_the_tool_prints(monkeypatch):
     actual = json.loads(_run_in_root(monkeypatch, command.split()[1:]))
     actual["variables"] = actual["variables"][:1]  # the README shows the first of four
     assert _close(shown, actual), json.dumps(actual, indent=1)
+
+
+def test_the_developer_page_maps_every_module():
+    """docs/developer.md is the one map of modules: each is listed under its stage."""
+    page = (ROOT / "docs" / "developer.md").read_text(encoding="utf-8")
+    sections = re.split(r"^### `layergrad/([a-z_]+)/`", page, flags=re.M)
+    listed = {sections[i]: sections[i + 1] for i in range(1, len(sections), 2)}
+    package = ROOT / "layergrad"
+    stages = sorted(p.name for p in package.iterdir() if (p / "__init__.py").exists())
+    assert sorted(listed) == stages
+    for stage in stages:
+        for module in (package / stage).glob("*.py"):
+            if module.name != "__init__.py":
+                assert f"| `{module.name}` |" in listed[stage], f"{stage}/{module.name}"
