@@ -45,7 +45,7 @@ HAND = """
 import numpy as np, tensorflow as tf, keras
 
 def projection(outputs, samples, seed=0):
-    from layergrad.projection import project
+    from layergrad.engine.projection import project
     return project(outputs, samples, seed, tf.reduce_sum)
 
 def stats(g):
@@ -150,7 +150,7 @@ def weights_loop(model_path, data_path, batch_size):
 
 def make_files(folder: Path, samples: int, width: int) -> None:
     """The CNN (compiled), the MLP, and the data at N and 10 N samples."""
-    from layergrad._tf import quiet_import
+    from layergrad.core.keras_backend import quiet_import
 
     _, keras = quiet_import()
     keras.utils.set_random_seed(0)
@@ -271,7 +271,7 @@ Ratios = dict[str, tuple[list[float], tuple[float, float]]]
 
 
 def _times(t: Path, args: argparse.Namespace) -> Ratios:
-    from layergrad.api import inspect_model, scan_model, scan_weights_model
+    from layergrad.commands.api import inspect_model, scan_model, scan_weights_model
 
     hand: dict[str, object] = {"__name__": "hand"}
     exec(HAND, hand)

@@ -2,7 +2,7 @@
 
 The gradient of the loss averaged over all samples (one full-batch `tape.gradient`, streamed:
 `engine/weight_stream.py`), each variable's update ratio and flags exactly as for one probe
-batch (`weights.py`), and per layer the gradient's signal-to-noise ratio across batches.
+batch (`weight_scan.py`), and per layer the gradient's signal-to-noise ratio across batches.
 Labels are the data's own (`y` or `y:NAME` in a `.npz`), else drawn at random per batch to
 fit each output, seeded. A variable that is not ok gets its causes from one batch, the first,
 read again and scanned as `scan --wrt weights` scans its probe batch. Nothing here prints.
@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from layergrad.errors import InputError
-from layergrad.pipeline import PathLike, ProbeOptions, Progress
-from layergrad.results import LossMeta, ProbeMeta, VariableRow, WeightScanReport
-from layergrad.vocab import Status
+from layergrad.core.errors import InputError
+from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
+from layergrad.core.results import LossMeta, ProbeMeta, VariableRow, WeightScanReport
+from layergrad.core.vocab import Status
 
 
 def scan_weights_data(
@@ -35,9 +35,9 @@ def scan_weights_data(
     Raises:
         InputError: no loss, labels that do not fit the outputs, a batch the model fails on.
     """
-    from layergrad import pipeline
+    from layergrad.commands import session
 
-    loaded, warnings, strategy = pipeline.load(path, options, imports=imports, unsafe=unsafe)
+    loaded, warnings, strategy = session.load(path, options, imports=imports, unsafe=unsafe)
     return weights_over(loaded, warnings, strategy, options, loss, on_progress, path)
 
 
@@ -50,13 +50,14 @@ def weights_over(
     on_progress: Progress | None = None,
     path: PathLike | None = None,
 ) -> WeightScanReport:
-    """`scan_weights_data` of a model loaded already (`pipeline.load`, under `strategy`)."""
-    from layergrad import data_api, datasets, weights
-    from layergrad._tf import quiet_import
+    """`scan_weights_data` of a model loaded already (`session.load`, under `strategy`)."""
+    from layergrad.commands import over_data, weight_scan
+    from layergrad.core.keras_backend import quiet_import
+    from layergrad.data import sources
     from layergrad.data.fingerprint import data_sha256
+    from layergrad.engine.compiled_loss import compile_loss, find_loss, label_kind, output_losses
+    from layergrad.engine.data_step import with_sample_indices
     from layergrad.engine.weight_stream import stream_weight_gradients
-    from layergrad.loss import compile_loss, find_loss, label_kind, output_losses
-    from layergrad.stream import with_sample_indices
 
     tf, _ = quiet_import()
     path = loaded.info.path if path is None else path
@@ -70,8 +71,8 @@ def weights_over(
     with strategy.scope():
         compile_loss(model, spec)
     names = list(getattr(model, "output_names", None) or [])
-    batches = data_api.open_stream(model, options)
-    labels = datasets.open_labels(options.data or "", names, options.rows, options.limit)
+    batches = over_data.open_stream(model, options)
+    labels = sources.open_labels(options.data or "", names, options.rows, options.limit)
     kinds = [label_kind(n) for n in output_losses(spec, names or [""])]
 
     def objective(outputs: Any, given: Any, samples: Any) -> Any:
@@ -95,7 +96,7 @@ def weights_over(
     else:
         zipped = tf.data.Dataset.zip((inputs, labels.dataset))
         dataset = zipped.map(lambda x, y: (tuple(x[:-1]), tuple(y), x[-1]))
-    owned = weights._owners(model)
+    owned = weight_scan._owners(model)
     totals = stream_weight_gradients(
         model,
         [getattr(v, "value", v) for v, _ in owned],
@@ -110,7 +111,7 @@ def weights_over(
         source=batches.source,
     )
     rows = [
-        weights._row(v, layer, grad, ())
+        weight_scan._row(v, layer, grad, ())
         for (v, layer), grad in zip(owned, totals.gradients, strict=True)
     ]
     if any(r.status != Status.OK for r in rows):
@@ -123,7 +124,7 @@ def weights_over(
             "`y:NAME` in the .npz for your own"
         )
     return WeightScanReport(
-        model=data_api._model_meta(path, loaded, warnings),
+        model=over_data._model_meta(path, loaded, warnings),
         probe=ProbeMeta(
             source=batches.source,
             seed=options.seed if labels is None else None,
@@ -136,7 +137,7 @@ def weights_over(
         ),
         loss=LossMeta(spec.name, spec.source, "random" if labels is None else "data"),
         frozen=len(model.non_trainable_variables),
-        variables=tuple(weights._flag_scale(rows)),
+        variables=tuple(weight_scan._flag_scale(rows)),
         notes=tuple(notes),
         noise=totals.noise,
     )
@@ -147,7 +148,7 @@ def random_labels(
 ) -> list[Any]:
     """Labels that fit each output and its loss (as `loss.random_labels`), drawn in the graph
     from `seed` and the batch's first sample index, so every batch gets its own."""
-    from layergrad._tf import quiet_import
+    from layergrad.core.keras_backend import quiet_import
 
     tf, _ = quiet_import()
     base = tf.stack([tf.constant(seed + 1, tf.int64), tf.cast(samples[0], tf.int64)])
@@ -181,9 +182,9 @@ def _with_batch_causes(
     rows: list[VariableRow],
 ) -> list[VariableRow]:
     """The causes of the rows that are not ok, from `scan --wrt weights` of the first batch."""
-    from layergrad import weights
-    from layergrad.diagnose import Diagnoser
-    from layergrad.pipeline import Session
+    from layergrad.commands import weight_scan
+    from layergrad.commands.session import Session
+    from layergrad.diagnose.diagnoser import Diagnoser
 
     batch = batches.batch(0)
     if labels is not None:
@@ -194,14 +195,14 @@ def _with_batch_causes(
     session = Session(
         loaded.info.path, loaded.model, loaded.info, batch, one, diagnoser, tuple(warnings)
     )
-    found = {r.variable: r for r in weights.scan_weights(session, loss).variables}
+    found = {r.variable: r for r in weight_scan.scan_weights(session, loss).variables}
     out = []
     for row in rows:
         if row.status != Status.OK:
             seen = found.get(row.variable)
             causes = seen.causes if seen is not None and seen.causes else row.causes
             if not causes:
-                from layergrad import causes as why
+                from layergrad.diagnose import causes as why
 
                 causes = (why.variable_not_used(row.layer, row.name, row.status),)
             row = replace(row, causes=causes)

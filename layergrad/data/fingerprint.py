@@ -14,7 +14,7 @@ import importlib.util
 import os
 
 BLOCK = 1 << 20
-IMAGE_FORMATS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # as `datasets.IMAGE_FORMATS`
+IMAGE_FORMATS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # as `data.sources.IMAGE_FORMATS`
 
 
 def data_sha256(source: str | os.PathLike[str]) -> str:

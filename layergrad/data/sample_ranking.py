@@ -1,7 +1,7 @@
 """A per-sample norm over a data set in fixed memory: its distribution and its k largest.
 
 `NormTotals` adds batches of per-sample values (and, for estimates, their relative standard
-errors) to the exact moments and log histogram of `totals.SampleTotals` and to a `TopK` of
+errors) to the exact moments and log histogram of `data.aggregates.SampleTotals` and to a `TopK` of
 the largest values with their sample indices. Everything in it is reducible: sums add,
 minima and maxima combine, histograms add bin by bin, and the top k of a union is the top k
 of the parts' top k, so totals from replicas, workers or shards `merge` into exactly the
@@ -14,9 +14,9 @@ import math
 
 import numpy as np
 
-from layergrad.results import Histogram, NormDistribution, RankedSample
-from layergrad.summaries import BINS_PER_DECADE, LOG_LO
-from layergrad.totals import SampleTotals
+from layergrad.core.results import Histogram, NormDistribution, RankedSample
+from layergrad.data.aggregates import SampleTotals
+from layergrad.data.reductions import BINS_PER_DECADE, LOG_LO
 
 REPORT_BINS_PER_DECADE = 10  # the reported histogram: the kept one, 10 bins merged into 1
 
@@ -135,7 +135,7 @@ class NormTotals:
 
 
 def report_histogram(hist: np.ndarray) -> Histogram:
-    """The kept log histogram (`summaries.HIST_BINS`) as REPORT_BINS_PER_DECADE bins per
+    """The kept log histogram (`data.reductions.HIST_BINS`) as REPORT_BINS_PER_DECADE bins per
     decade, from the first bin with a value to the last (values below 1e-30 count as 0,
     above 1e30 in the last bin)."""
     merge = BINS_PER_DECADE // REPORT_BINS_PER_DECADE

@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from layergrad.core.results import FrobeniusNorms, JacobianStats, SpectralNorms
+from layergrad.core.vocab import JacobianMethod
+from layergrad.data.probe_input import ProbeBatch
 from layergrad.data.sample_ranking import NormTotals
-from layergrad.inputs import ProbeBatch
-from layergrad.jacobian import JacobianOptions, measure_jacobian, no_batch_axis
-from layergrad.layer_refs import Site
-from layergrad.results import FrobeniusNorms, JacobianStats, SpectralNorms
-from layergrad.vocab import JacobianMethod
+from layergrad.engine.jacobian import JacobianOptions, measure_jacobian, no_batch_axis
+from layergrad.model.layer_refs import Site
 
 Progress = Callable[[int, "int | None"], None]
 Key = tuple[str, int, int]  # (layer path, call, output), as in `jacobian_scan`
@@ -84,7 +84,7 @@ class PairTotals:
 
 
 def data_batches(stream: Any) -> Iterator[tuple[ProbeBatch, np.ndarray]]:
-    """Each batch of a `datasets.DataStream` as a ProbeBatch, with its sample indices."""
+    """Each batch of a `data.sources.DataStream` as a ProbeBatch, with its sample indices."""
     names = tuple(s.name for s in stream.specs)
     offset = 0
     for tensors in stream.dataset:
@@ -112,7 +112,7 @@ def inspect_jacobians(
     """The Jacobian norms of d target[i] / d source[i] over every sample, per target.
 
     Args:
-        model: the loaded model; stream: its `--data` batches (`datasets.DataStream`).
+        model: the loaded model; stream: its `--data` batches (`data.sources.DataStream`).
         source, targets: the pair ends (targets whose gradient was not ok are left out by
             the caller).
         how: probes / exact / seed, as for one batch.
@@ -122,7 +122,7 @@ def inspect_jacobians(
         Per target, (its JacobianStats, warnings); (None, why) when there is no per-sample
         Jacobian (no batch axis).
     """
-    from layergrad.probe import live_probe
+    from layergrad.engine.probe import live_probe
 
     pairs = [PairTotals(top) for _ in targets]
     missing: dict[int, str] = {}
@@ -180,8 +180,8 @@ def scan_jacobians(
 
     Returns the norms by (layer path, call, output), and the notes of how they were measured.
     """
-    from layergrad.jacobian_scan import scan_frobenius
-    from layergrad.trace import live_trace
+    from layergrad.engine.jacobian_scan import scan_frobenius
+    from layergrad.engine.trace import live_trace
 
     totals: dict[Key, NormTotals] = {}
     notes: dict[str, None] = {}

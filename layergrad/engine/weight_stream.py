@@ -2,7 +2,7 @@
 
 One compiled step per batch: forward, the loss (`model.compute_loss`, as `model.fit`
 computes it), `tape.gradient(loss, trainable variables)`, and what adds up over batches,
-in float64 `accumulate.Accumulators` on each replica (nothing crosses back to Python until
+in float64 `data.accumulators.Accumulators` on each replica (nothing crosses back to Python until
 the end). For a batch b of n_b samples with gradient g_b (of the loss averaged over its
 samples) the step adds
 
@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from layergrad._tf import quiet_import
-from layergrad.accumulate import Accumulators, summary_shapes
-from layergrad.errors import InputError
-from layergrad.results import GradientNoise
+from layergrad.core.errors import InputError
+from layergrad.core.keras_backend import quiet_import
+from layergrad.core.results import GradientNoise
+from layergrad.data.accumulators import Accumulators, summary_shapes
 
 Progress = Callable[[int, "int | None"], None]
 Objective = Callable[[Any, Any, Any], Any]  # (outputs, labels or None, sample indices) -> loss
@@ -78,7 +78,7 @@ def stream_weight_gradients(
         InputError: a batch the model fails on, or a data set without samples.
     """
     tf, _ = quiet_import()
-    from layergrad.stream import _call_model, _fused, _guarded, _is_default
+    from layergrad.engine.data_step import _call_model, _fused, _guarded, _is_default
 
     names = list(dict.fromkeys(layers))
     owner = [names.index(layer) for layer in layers]

@@ -13,15 +13,7 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from layergrad.render.common import (
-    Column,
-    fitted_table,
-    md_code,
-    md_table,
-    number,
-    ranked_units_table,
-)
-from layergrad.results import (
+from layergrad.core.results import (
     FrobeniusNorms,
     JacobianStats,
     NormDistribution,
@@ -29,6 +21,14 @@ from layergrad.results import (
     ScanJacobian,
     ScanRow,
     SpectralNorms,
+)
+from layergrad.render.common import (
+    Column,
+    fitted_table,
+    md_code,
+    md_table,
+    number,
+    ranked_units_table,
 )
 
 TOP_UNITS = 10

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from layergrad.core.results import GradientNoise, VariableRow, WeightScanReport
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
@@ -26,7 +27,6 @@ from layergrad.render.common import (
     shape_text,
     to_text,
 )
-from layergrad.results import GradientNoise, VariableRow, WeightScanReport
 
 SCHEMA = "layergrad.scan/1"
 COLUMNS = (
