@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import keras, normal, tf
+from helpers import keras, normal, tf
 
 from layergrad.cli.app import main
 from layergrad.commands.api import inspect_model, scan_model, scan_weights_model
@@ -265,7 +265,7 @@ def test_two_cpu_replicas_equal_one_device_for_the_weights_and_the_jacobian(clas
     import subprocess
     import sys
 
-    from conftest import ROOT
+    from helpers import ROOT
 
     path, d, *_ = classifier
 
