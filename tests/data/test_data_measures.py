@@ -326,3 +326,17 @@ def test_labels_y_for_a_sequential_model(tmp_path):
     full = loss_gradients(model, data, labels)
     kernel = next(r for r in report.variables if r.variable == "head/kernel")
     assert kernel.gradient.l2 == pytest.approx(np.linalg.norm(full[0]), rel=RTOL)
+
+
+def test_a_variable_without_gradient_over_data_gets_its_cause_from_a_batch(tmp_path):
+    from helpers import CUSTOM_LAYERS, sample
+
+    np.savez(tmp_path / "d.npz", x=normal(40, 6, seed=8))
+    report = scan_weights_model(
+        sample("train_unused_input.keras"), data=tmp_path / "d.npz", batch_size=BATCH,
+        imports=[CUSTOM_LAYERS],
+    )  # fmt: skip
+    rows = {r.variable: r for r in report.variables}
+    assert rows["b/kernel"].status == "none" and "blocked" in rows["b/kernel"].flags
+    assert rows["b/kernel"].causes[0].code == "unused_input"
+    assert {n.layer for n in report.noise} == {"a", "head"}  # b has no gradient: no SNR
