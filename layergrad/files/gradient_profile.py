@@ -150,8 +150,9 @@ def recorded_probe(
         )
     if probe.data_sha256 is not None:
         raise InputError(
-            f"{where} was made over --data {probe.source} ({probe.samples} samples); pass the "
-            f"same --data {probe.source}"
+            f"{where} was made over --data {probe.source} ({probe.samples} samples), so it "
+            f"compares only with a run over the same data: `check --data {probe.source}`, or "
+            f"diff it with `layergrad scan MODEL --data {probe.source} --json`"
         )
     if probe.source == "random" and input_file is not None:
         raise InputError(
