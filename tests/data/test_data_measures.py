@@ -340,3 +340,24 @@ def test_a_variable_without_gradient_over_data_gets_its_cause_from_a_batch(tmp_p
     assert rows["b/kernel"].status == "none" and "blocked" in rows["b/kernel"].flags
     assert rows["b/kernel"].causes[0].code == "unused_input"
     assert {n.layer for n in report.noise} == {"a", "head"}  # b has no gradient: no SNR
+
+
+def test_two_outputs_with_labels_y_name_equal_the_full_batch_compiled_loss(tmp_path):
+    from helpers import sample
+
+    path = sample("train_two_outputs.keras")
+    data = normal(50, 6, seed=9)
+    ids = np.random.default_rng(10).integers(0, 3, 50)
+    value = normal(50, 1, seed=11)
+    np.savez(tmp_path / "two.npz", x=data, **{"y:probs": ids, "y:value": value})
+    report = scan_weights_model(path, data=tmp_path / "two.npz", batch_size=BATCH)
+    assert report.loss.labels == "data"
+    model = keras.saving.load_model(path, safe_mode=True)  # compiled as saved: the reference
+    with tf.GradientTape() as tape:
+        outputs = model(tf.constant(data), training=False)
+        loss = model.compute_loss(y={"probs": ids, "value": value}, y_pred=outputs)
+    grads = tape.gradient(loss, model.trainable_variables)
+    rows = {r.variable: r for r in report.variables}
+    for v, g in zip(model.trainable_variables, grads, strict=True):
+        row = rows[f"{v.path.split('/')[0]}/{v.name}"]
+        assert row.gradient.l2 == pytest.approx(float(np.linalg.norm(g.numpy())), rel=RTOL)
