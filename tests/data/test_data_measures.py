@@ -361,3 +361,20 @@ def test_two_outputs_with_labels_y_name_equal_the_full_batch_compiled_loss(tmp_p
     for v, g in zip(model.trainable_variables, grads, strict=True):
         row = rows[f"{v.path.split('/')[0]}/{v.name}"]
         assert row.gradient.l2 == pytest.approx(float(np.linalg.norm(g.numpy())), rel=RTOL)
+
+
+def test_a_target_without_gradient_gets_no_jacobian_over_data(residual):
+    path, x, *_ = residual
+    report = inspect_model(path, "skip", ["b", "out"], data=x, batch_size=BATCH, measure="jacobian")
+    none, ok = report.results
+    assert none.status == "none" and none.jacobian is None and none.causes
+    assert ok.status == "ok" and ok.jacobian.frobenius.distribution.count == SAMPLES
+
+
+def test_scan_jacobian_estimate_over_data(residual):
+    path, x, model, data = residual
+    frob = np.sqrt((all_at_once(model, data) ** 2).sum(axis=(1, 2)))
+    report = scan_model(path, data=x, batch_size=BATCH, measure="jacobian", probes=8)
+    f = next(r for r in report.rows if r.layer == "a").jacobian.frobenius
+    assert f.distribution.count == SAMPLES and f.rel_stderr > 0
+    assert abs(f.mean - frob.mean()) <= 4 * f.distribution.mean_rel_stderr * f.mean
