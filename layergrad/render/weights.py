@@ -251,6 +251,21 @@ def html(report: WeightScanReport, **_: Any) -> str:
             row_classes=["flagged" if r.flags else None for r in rows],
         ),
     ]
+    if report.noise:  # --data: per layer, the gradient's signal-to-noise ratio
+        noise = [
+            [
+                cell(el("code", n.layer), sort=n.layer),
+                number_cell(n.signal),
+                number_cell(n.variance),
+                number_cell(n.snr),
+            ]
+            for n in report.noise
+        ]
+        body += [
+            el("h2", "Gradient signal-to-noise per layer"),
+            el("p", SNR_TITLE, class_="note"),
+            table(["layer", "||mean g||^2", "variance", "SNR"], noise, numeric=[1, 2, 3]),
+        ]
     if bad:
         body.append(el("h2", "Causes"))
         body += [causes_panel(f"{r.status}: {r.variable}", r.causes) for r in bad]

@@ -378,3 +378,16 @@ def test_scan_jacobian_estimate_over_data(residual):
     f = next(r for r in report.rows if r.layer == "a").jacobian.frobenius
     assert f.distribution.count == SAMPLES and f.rel_stderr > 0
     assert abs(f.mean - frob.mean()) <= 4 * f.distribution.mean_rel_stderr * f.mean
+
+
+def test_weights_over_data_render_their_snr_in_every_format(classifier):
+    from pagecheck import external_references, read_page
+
+    path, d, *_ = classifier
+    base = ["scan", path, "--wrt", "weights", "--data", d, "--batch-size", "16", "--format"]
+    for fmt in ("table", "markdown", "html"):
+        out = run(*base, fmt)
+        assert out.exit_code == 0, out.output
+        assert "signal-to-noise" in out.output and "hidden" in out.output
+    page = read_page(run(*base, "html").output)
+    assert not page.errors and not external_references(page)
