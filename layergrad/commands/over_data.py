@@ -92,7 +92,9 @@ def inspect_data(
             result = replace(result, warnings=(*result.warnings, note))
         results.append(result)
     if jacobian is not None:
-        results = _with_jacobians(model, batches, source_site, results, options, jacobian, top)
+        results = _with_jacobians(
+            model, batches, source_site, results, options, jacobian, top, on_progress
+        )
     return InspectReport(
         model=_model_meta(path, loaded, warnings),
         probe=_probe_meta(batches.source, run, options),
@@ -130,7 +132,9 @@ def scan_data(
     )
     notes: tuple[str, ...] = (note,) if note else ()
     if jacobian is not None:
-        rows, found = _scan_jacobians(model, batches, site, rows, options, jacobian, top)
+        rows, found = _scan_jacobians(
+            model, batches, site, rows, options, jacobian, top, on_progress
+        )
         notes = (*notes, *found)
     return ScanReport(
         model=_model_meta(path, loaded, warnings),
@@ -149,6 +153,7 @@ def _scan_jacobians(
     options: ProbeOptions,
     how: JacobianOptions,
     top: int,
+    on_progress: Progress | None = None,
 ) -> tuple[tuple[ScanRow, ...], tuple[str, ...]]:
     """Rows with their per-sample Jacobian norms over every sample, and how they were
     measured."""
@@ -156,7 +161,14 @@ def _scan_jacobians(
     from layergrad.engine.jacobian_data import scan_jacobians
 
     norms, notes = scan_jacobians(
-        model, batches, site, how, training=options.training, reduce=options.reduce, top=top
+        model,
+        batches,
+        site,
+        how,
+        training=options.training,
+        reduce=options.reduce,
+        top=top,
+        on_progress=on_progress,  # a second pass: the bar starts again
     )
     by_ref: dict[str, Any] = {}
     for (path, call, _), found in norms.items():
@@ -178,6 +190,7 @@ def _with_jacobians(
     options: ProbeOptions,
     how: JacobianOptions,
     top: int,
+    on_progress: Progress | None = None,
 ) -> list[Result]:
     """Each result whose gradient is ok or zero with its Jacobian norms over the data."""
     from layergrad.engine.jacobian_data import inspect_jacobians
@@ -196,6 +209,7 @@ def _with_jacobians(
         training=options.training,
         reduce=options.reduce,
         top=top,
+        on_progress=on_progress,  # a second pass: the bar starts again
     )
     out = list(results)
     for i, (stats, warnings) in zip(chosen, found, strict=True):
