@@ -146,7 +146,8 @@ def check_file(
 
     def add(name: str, message: str, findings: Sequence[Finding] = ()) -> bool:
         passed = not set(findings) & options.fail_on
-        items.append(CheckItem(name, passed, message, tuple(findings)))
+        warned = tuple(f for f in findings if f not in options.fail_on)
+        items.append(CheckItem(name, passed, message, tuple(findings), warned))
         running[0] = CHECKS[min(CHECKS.index(name) + 1, len(CHECKS) - 1)]
         return passed
 
@@ -161,7 +162,8 @@ def check_file(
 
 
 CHECKS = (
-    "readable", "safe", "weights", "loss", "loads", "forward", "gradient", "trainable", "baseline",
+    "readable", "safe", "weights", "loss", "loads", "targets", "forward", "gradient", "trainable",
+    "baseline",
 )  # fmt: skip
 
 
@@ -229,6 +231,11 @@ def _dynamic_data(
     if opened is None:
         return
     loaded, _, strategy = opened
+    from layergrad.data.labels import summarise_npz
+
+    names, ranks = _outputs(loaded.model)
+    labels = summarise_npz(os.fspath(options.data or ""), names, ranks, options.limit)
+    steps.targets(info, options.loss, labels, f"--data {options.data}", add)
     try:
         batches = data_api.open_stream(loaded.model, probe)
     except LayergradError as exc:  # the data does not fit this model: the command is wrong
@@ -284,6 +291,12 @@ def _dynamic(
             raise UsageError(str(exc)) from exc
         add("forward", f"not run: {exc}")
         return
+    if session.batch.labels:
+        from layergrad.data.labels import summarise_arrays
+
+        names, ranks = _outputs(model)
+        labels = summarise_arrays(session.batch.labels, names, ranks)
+        steps.targets(info, options.loss, labels, session.batch.source, add)
     try:
         weights = scan_weights(session, options.loss) if has_loss else None
         report = weights.activations if weights and weights.activations else scan_session(session)
@@ -314,6 +327,17 @@ def _dynamic(
         add("baseline", *judge(report, weights, baseline, options.tolerance))
     elif options.baselines:
         add("baseline", "no baseline given for this file")
+
+
+def _outputs(model: Any) -> tuple[list[str], dict[str, int]]:
+    """The model's output names and the rank of each output without the batch axis."""
+    names = list(getattr(model, "output_names", None) or [])
+    try:
+        shapes = [tuple(t.shape) for t in model.outputs]
+    except (AttributeError, ValueError):
+        shapes = []
+    ranks = {n: len(shape) - 1 for n, shape in zip(names, shapes, strict=False)}
+    return names, ranks
 
 
 def expand_paths(paths: Sequence[str]) -> list[str]:

@@ -6,12 +6,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from layergrad.errors import LayergradError
 from layergrad.fileinfo import FileInfo
+from layergrad.model.target_fit import LabelSummary
 from layergrad.results import ScanReport, ScanRow, WeightScanReport
-from layergrad.vocab import Finding, Status
+from layergrad.vocab import Finding, Flag, Status
 
 Add = Callable[..., bool]
 
@@ -70,8 +72,40 @@ def loss_fits(info: FileInfo, loss: str | None, add: Add) -> None:
     add("loss", text, [Finding.LOSS_MISMATCH])
 
 
+# Flags of a layer's output that say training cannot work; the magnitude flags (dead,
+# vanishing, exploding) of check are judged on the layers' weights instead (`trainable`).
+CERTAIN_FLAGS = (Flag.BLOCKED, Flag.NONFINITE)
+
+
+def targets(
+    info: FileInfo, loss: str | None, labels: Mapping[str, LabelSummary], source: str, add: Add
+) -> None:
+    """`targets`: the labels given with the data can be produced by each output and fit the
+    loss (skipped, not recorded, without labels)."""
+    from layergrad.loss_fit import output_heads, per_output
+    from layergrad.model.target_fit import target_mismatches
+
+    if not labels:
+        return
+    compiled = {"loss": loss} if loss else info.compile_config
+    heads = output_heads(info.config, info.graph)
+    if not info.graph.known or not heads:
+        add("targets", "not run: the file does not say which layers make the outputs")
+        return
+    names = [h.name for h in heads]
+    specs = per_output(compiled["loss"], names) if compiled.get("loss") else [None] * len(heads)
+    found = target_mismatches(heads, specs, labels)
+    if not found:
+        held = "; ".join(f"{name}: {s.describe()}" for name, s in labels.items())
+        add("targets", f"the labels in {source} fit every output ({held})")
+        return
+    text = "; ".join(f"{m.message}. Fix: {m.hint}" for m in found)
+    add("targets", text, [Finding.TARGET_MISMATCH])
+
+
 def gradient(rows: Sequence[ScanRow], add: Add) -> None:
-    """`gradient`: the scan's flags, each with its first cause."""
+    """`gradient`: the scan's blocked and non-finite rows, each with its first cause."""
+    rows = [replace(r, flags=tuple(f for f in r.flags if f in CERTAIN_FLAGS)) for r in rows]
     problems = [r for r in rows if r.flags]
     if not problems:
         differentiable = sum(1 for r in rows if r.status != Status.INTEGER)
@@ -106,9 +140,14 @@ def forward_findings(report: ScanReport, add: Add) -> None:
 
 
 def trainable(report: WeightScanReport | None, add: Add) -> None:
-    """`trainable`: every trainable variable gets a gradient from the loss."""
+    """`trainable`: every trainable variable gets a gradient from the loss, and each layer's
+    update ratio fits the others' (dead, vanishing, exploding: warnings by default)."""
     if report is None:
-        add("trainable", "skipped: no loss (the file was saved without model.compile; --loss)")
+        add(
+            "trainable",
+            "skipped: no loss (the file was saved without model.compile; --loss): no trainable, "
+            "dead, vanishing or exploding check",
+        )
         return
     findings, parts = [], []
     for status, finding in (
@@ -122,8 +161,47 @@ def trainable(report: WeightScanReport | None, add: Add) -> None:
             why = f" ({cause.code} at {cause.layer})" if cause else ""
             names = ", ".join(v.variable for v in bad[:4]) + ("..." if len(bad) > 4 else "")
             parts.append(f"{finding}: {names}{why}")
+    scale_findings, scale_parts = _scale(report)
+    findings += scale_findings
+    parts += scale_parts
     if not findings:
         count = len(report.variables)
-        add("trainable", f"all {count} trainable variables get a gradient from the loss")
+        add(
+            "trainable",
+            f"all {count} trainable variables get a gradient from the loss; update ratios of "
+            "the layers fit each other",
+        )
         return
     add("trainable", "; ".join(parts), findings)
+
+
+def _scale(report: WeightScanReport) -> tuple[list[Finding], list[str]]:
+    """Dead, vanishing and exploding layers, judged on their weights' gradients."""
+    from layergrad.weights import scale_flags
+
+    findings: list[Finding] = []
+    parts: list[str] = []
+    dead = list(dict.fromkeys(v.layer for v in report.variables if Flag.DEAD in v.flags))
+    if dead:
+        findings.append(Finding.DEAD)
+        names = ", ".join(dead[:4]) + ("..." if len(dead) > 4 else "")
+        parts.append(
+            f"dead: {names} (most units are zero for every sample of the batch: their weights "
+            "get exactly zero gradient)"
+        )
+    flagged = scale_flags(report.variables)
+    for flag, finding, word in (
+        (Flag.VANISHING, Finding.VANISHING, "below"),
+        (Flag.EXPLODING, Finding.EXPLODING, "above"),
+    ):
+        layers = [(layer, d) for layer, (f, d) in flagged.items() if f == flag]
+        if layers:
+            findings.append(finding)
+            listed = ", ".join(f"{layer} ({abs(d):.1f} decades)" for layer, d in layers[:4])
+            more = "..." if len(layers) > 4 else ""
+            parts.append(
+                f"{finding}: {listed}{more}: the update ratio |dL/dW| / |W| of these layers is "
+                f"that far {word} the layers' near the output, so they "
+                + ("barely learn" if flag == Flag.VANISHING else "take steps far too large")
+            )
+    return findings, parts

@@ -222,12 +222,21 @@ class ScanReport:
 
 @dataclass(frozen=True)
 class CheckItem:
-    """One named check of one model file."""
+    """One named check of one model file.
+
+    `warnings` are the `findings` that do not fail the file (not named by `--fail-on`).
+    """
 
     name: str
     passed: bool
     message: str
     findings: tuple[Finding, ...] = ()
+    warnings: tuple[Finding, ...] = ()
+
+    @property
+    def failures(self) -> tuple[Finding, ...]:
+        """The findings that fail the file."""
+        return tuple(f for f in self.findings if f not in self.warnings)
 
 
 @dataclass(frozen=True)
@@ -237,6 +246,23 @@ class FileVerdict:
     path: str
     passed: bool
     checks: tuple[CheckItem, ...]
+
+    @property
+    def failures(self) -> tuple[Finding, ...]:
+        """Every finding that fails the file, in check order."""
+        return tuple(f for c in self.checks for f in c.failures)
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        """Every finding reported as a warning (the file may still pass), in check order."""
+        return tuple(f for c in self.checks for f in c.warnings)
+
+    @property
+    def verdict(self) -> str:
+        """`PASS`, `PASS, 1 warning`, `FAIL`, `FAIL, 2 warnings`: what the file gets."""
+        word = "PASS" if self.passed else "FAIL"
+        count = len(self.warnings)
+        return f"{word}, {count} warning{'s' if count != 1 else ''}" if count else word
 
 
 @dataclass(frozen=True)

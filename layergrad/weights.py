@@ -11,6 +11,8 @@ gets the causes the diagnosis engine finds on the path from its layer to the los
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -27,7 +29,14 @@ from layergrad.trace import run_trace
 from layergrad.vocab import Flag, Status
 
 DEAD_FRACTION = 0.5  # more than this share of a variable's units get exactly zero: dead
-SCALE_RATIO = 1e6  # an update ratio this far below / above the median: vanishing / exploding
+# Vanishing / exploding: the update ratios of the layers near the input this many decades
+# below / above those near the output (see `scale_flags`). Calibrated on untrained healthy
+# architectures (keras.applications, RNNs, a Transformer, deep He ReLU MLPs), whose trend lies
+# within -1.8 and +0.2 decades; an 8-layer sigmoid stack has +4.6 (docs/verdicts.md).
+TREND_DECADES, MIN_LAYERS = 3.0, 3
+# The variables whose update ratio says how fast a layer learns (biases and normalization
+# scales are left out: they start at 0 or 1 whatever the layer).
+KERNELS = ("kernel", "embeddings", "depthwise_kernel", "pointwise_kernel")
 
 
 def scan_weights(session: Session, loss: str | None = None) -> WeightScanReport:
@@ -172,19 +181,63 @@ def _causes(row: VariableRow, path: str, layer_rows: tuple[ScanRow, ...]) -> tup
     return (why.variable_not_used(path, row.name, row.status),)
 
 
+def layer_ratios(rows: Sequence[VariableRow]) -> dict[str, float]:
+    """Each layer's update ratio: ||d loss / d W|| / ||W|| over all its trainable variables.
+
+    Only layers whose every variable has a finite gradient and that hold a non-zero weight.
+    """
+    grads: dict[str, float] = {}
+    norms: dict[str, float] = {}
+    broken: set[str] = set()
+    for r in rows:
+        if r.status not in (Status.OK, Status.ZERO) or r.gradient is None:
+            broken.add(r.layer)
+            continue
+        ratio = r.update_ratio
+        grads[r.layer] = grads.get(r.layer, 0.0) + r.gradient.l2**2
+        weight = r.gradient.l2 / ratio if ratio else 0.0
+        norms[r.layer] = norms.get(r.layer, 0.0) + weight**2
+    return {
+        layer: math.sqrt(grads[layer] / norms[layer])
+        for layer in grads
+        if layer not in broken and norms[layer] > 0 and grads[layer] > 0
+    }
+
+
+def scale_flags(rows: Sequence[VariableRow]) -> dict[str, tuple[Flag, float]]:
+    """Vanishing / exploding layers: {layer: (flag, decades below / above the output end)}.
+
+    Only layers with a kernel (Dense, Conv, Embedding, recurrent layers...) take part, in
+    execution order; a layer without weights is never flagged. The trend is the median
+    log10 update ratio of the last quarter of them minus that of the first quarter. When it
+    is at least TREND_DECADES (the layers near the input would learn that many decades slower
+    than those near the output), every layer of the first half at least TREND_DECADES below
+    the last quarter's median is vanishing; at most -TREND_DECADES, every layer of the first
+    half that far above it is exploding. Needs MIN_LAYERS such layers.
+    """
+    ratios = layer_ratios([r for r in rows if r.name in KERNELS])
+    if len(ratios) < MIN_LAYERS:
+        return {}
+    logs = [(layer, math.log10(ratio)) for layer, ratio in ratios.items()]
+    quarter = max(1, round(len(logs) / 4))
+    end = float(np.median([v for _, v in logs[-quarter:]]))
+    start = float(np.median([v for _, v in logs[:quarter]]))
+    trend = end - start
+    found: dict[str, tuple[Flag, float]] = {}
+    for layer, value in logs[: max(1, len(logs) // 2)]:
+        if trend >= TREND_DECADES and value <= end - TREND_DECADES:
+            found[layer] = (Flag.VANISHING, value - end)
+        elif trend <= -TREND_DECADES and value >= end + TREND_DECADES:
+            found[layer] = (Flag.EXPLODING, value - end)
+    return found
+
+
 def _flag_scale(rows: list[VariableRow]) -> list[VariableRow]:
-    """Vanishing / exploding: an update ratio 1e6 below / above the median of the model's."""
-    ratios = [r.update_ratio for r in rows if r.update_ratio and r.status == Status.OK]
-    if len(ratios) < 3:
-        return rows
-    median = float(np.median(ratios))
+    """Vanishing / exploding: the variables of a layer flagged by `scale_flags`."""
+    flagged = scale_flags(rows)
     out = []
     for r in rows:
-        ratio = r.update_ratio
-        if ratio and r.status == Status.OK and not r.flags:
-            if ratio < median / SCALE_RATIO:
-                r = replace(r, flags=(Flag.VANISHING,))
-            elif ratio > median * SCALE_RATIO:
-                r = replace(r, flags=(Flag.EXPLODING,))
+        if r.layer in flagged and r.status == Status.OK and not r.flags:
+            r = replace(r, flags=(flagged[r.layer][0],))
         out.append(r)
     return out
