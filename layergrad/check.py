@@ -298,8 +298,9 @@ def _dynamic(
         labels = summarise_arrays(session.batch.labels, names, ranks)
         steps.targets(info, options.loss, labels, session.batch.source, add)
     try:
-        weights = scan_weights(session, options.loss) if has_loss else None
-        report = weights.activations if weights and weights.activations else scan_session(session)
+        # without a loss the update ratios come from a random projection of the outputs
+        weights = scan_weights(session, options.loss, projection=True)
+        report = weights.activations if weights.activations else scan_session(session)
     except LayergradError as exc:  # e.g. --loss names no Keras loss
         add("forward", f"not run: {exc}", [Finding.ERROR])
         return
@@ -322,9 +323,9 @@ def _dynamic(
             mode = " (in training mode: its BatchNormalization was never trained)"
         add("forward", f"finite and varying on {source} of {batch.batch_size}{mode}")
     steps.gradient(report.rows, add)
-    steps.trainable(weights, add)
+    steps.trainable(weights, add, has_loss)
     if baseline is not None:
-        add("baseline", *judge(report, weights, baseline, options.tolerance))
+        add("baseline", *judge(report, weights if has_loss else None, baseline, options.tolerance))
     elif options.baselines:
         add("baseline", "no baseline given for this file")
 

@@ -139,15 +139,28 @@ def forward_findings(report: ScanReport, add: Add) -> None:
     add("forward", "; ".join(f"{c.message}. Fix: {c.hint}" for c in parts), findings)
 
 
-def trainable(report: WeightScanReport | None, add: Add) -> None:
+def trainable(report: WeightScanReport | None, add: Add, has_loss: bool = True) -> None:
     """`trainable`: every trainable variable gets a gradient from the loss, and each layer's
-    update ratio fits the others' (dead, vanishing, exploding: warnings by default)."""
+    update ratio fits the others' (dead, vanishing, exploding: warnings by default).
+
+    Without a loss (`has_loss` False) the report differentiates a random projection of the
+    outputs: only the update ratios are judged.
+    """
     if report is None:
-        add(
-            "trainable",
-            "skipped: no loss (the file was saved without model.compile; --loss): no trainable, "
-            "dead, vanishing or exploding check",
-        )
+        add("trainable", "skipped: no loss (the file was saved without model.compile; --loss)")
+        return
+    if not has_loss:
+        findings, parts = _scale(report)
+        if findings:
+            add("trainable", "; ".join(parts) + " (no loss: judged on a random projection of "
+                "the outputs)", findings)  # fmt: skip
+        else:
+            add(
+                "trainable",
+                "no loss (the file was saved without model.compile; --loss), so no variable "
+                "was checked for a gradient; update ratios of a random projection of the "
+                "outputs fit each other",
+            )
         return
     findings, parts = [], []
     for status, finding in (
@@ -181,13 +194,13 @@ def _scale(report: WeightScanReport) -> tuple[list[Finding], list[str]]:
 
     findings: list[Finding] = []
     parts: list[str] = []
-    dead = list(dict.fromkeys(v.layer for v in report.variables if Flag.DEAD in v.flags))
+    dead = report.dead_layers
     if dead:
         findings.append(Finding.DEAD)
-        names = ", ".join(dead[:4]) + ("..." if len(dead) > 4 else "")
+        names = ", ".join(f"{layer} ({share:.0%} of its units)" for layer, share in dead[:4])
         parts.append(
-            f"dead: {names} (most units are zero for every sample of the batch: their weights "
-            "get exactly zero gradient)"
+            f"dead: {names}{'...' if len(dead) > 4 else ''}: these ReLU units output 0 for "
+            "every sample of the batch, so their weights get no gradient"
         )
     flagged = scale_flags(report.variables)
     for flag, finding, word in (

@@ -278,27 +278,37 @@ WEIGHTED = ("Dense", "EinsumDense", "Conv")
 def _all_linear(
     graph: ModelGraph, heads: Sequence[Head], specs: Sequence[tuple[str, bool] | None]
 ) -> Mismatch | None:
-    """A network of two or more weight layers with no non-linearity anywhere: one linear map."""
-    if not heads or any(h.activation != "linear" for h in heads):
+    """A classifier of two or more weight layers with no non-linearity before its head: a
+    linear map followed by one softmax / sigmoid, however deep (a deep linear regression is
+    left alone: it fits what a single Dense layer fits, and trains)."""
+    if len(heads) != 1:
+        return None
+    head, spec = heads[0], specs[0]
+    classifier = head.activation in ("sigmoid", "softmax") or (
+        spec is not None and ("crossentropy" in spec[0] or "hinge" in spec[0])
+    )
+    if not classifier:
         return None
     weighted = 0
     for entry in graph.layers:
         if entry.is_model:
             continue
-        if entry.class_name not in LINEAR_CLASSES:
-            return None
-        if _activation_name(entry.config.get("activation")) != "linear":
+        own = _activation_name(entry.config.get("activation"))
+        if entry.path == head.layer:
+            weighted += 1
+            continue
+        if entry.class_name not in LINEAR_CLASSES or own != "linear":
             return None
         weighted += entry.class_name.startswith(WEIGHTED)
     if weighted < 2:
         return None
-    head = heads[0]
-    loss = next((s[0] for s in specs if s is not None), "the loss")
+    loss = spec[0] if spec is not None else "the loss"
     return Mismatch(
         head.name,
         loss,
         f"output '{head.name}': the {weighted} layers with weights have no activation between "
-        "them, so the whole network is one linear map, however deep",
+        f"them, so the network is one linear map before the {head.activation} at "
+        f"'{head.layer}', however deep: it can only draw straight class boundaries",
         "an activation on the hidden layers (e.g. activation='relu')",
         head.layer,
     )

@@ -305,5 +305,8 @@ class WeightScanReport:
     frozen: int  # non-trainable variables, counted but not listed
     variables: tuple[VariableRow, ...]
     notes: tuple[str, ...] = ()
+    # (layer reference, share of its units) for ReLU layers whose units are mostly zero for
+    # every sample of the batch
+    dead_layers: tuple[tuple[str, float], ...] = ()
     # d loss / d every layer's output, from the same pass (check's gradient check reads it)
     activations: ScanReport | None = field(default=None, repr=False, compare=False)

@@ -25,7 +25,7 @@ from layergrad.loss import compile_loss, find_loss, label_kind, output_losses, r
 from layergrad.pipeline import Session
 from layergrad.results import Cause, LossMeta, ScanRow, VariableRow, WeightScanReport
 from layergrad.stats import gradient_stats, status_of
-from layergrad.trace import run_trace
+from layergrad.trace import Trace, run_trace
 from layergrad.vocab import Flag, Status
 
 DEAD_FRACTION = 0.5  # more than this share of a variable's units get exactly zero: dead
@@ -39,18 +39,24 @@ TREND_DECADES, MIN_LAYERS = 3.0, 3
 KERNELS = ("kernel", "embeddings", "depthwise_kernel", "pointwise_kernel")
 
 
-def scan_weights(session: Session, loss: str | None = None) -> WeightScanReport:
+def scan_weights(
+    session: Session, loss: str | None = None, projection: bool = False
+) -> WeightScanReport:
     """Gradient of the loss with respect to every trainable variable of the session's model.
 
     Args:
         session: an opened model and probe batch (`pipeline.open_session`).
         loss: a `keras.losses` name overriding the compiled loss; None uses the file's.
+        projection: without any loss, differentiate the seeded random projection of the
+            outputs instead (what `check` judges update ratios on; loss name "projection").
 
     Raises:
         InputError: the file has no compiled loss and `loss` is None, or the loss is unknown.
     """
     model, options = session.model, session.options
     spec = find_loss(session.info.compile_config, loss)
+    if spec is None and projection:
+        return _scan(session, None, None, ())
     if spec is None:
         raise InputError(
             f"{session.path} has no compiled loss (it was saved without model.compile); pass "
@@ -60,6 +66,15 @@ def scan_weights(session: Session, loss: str | None = None) -> WeightScanReport:
     names = list(getattr(model, "output_names", None) or [])
     given = session.batch.labels
     kinds: list[str] = []
+    return _scan(session, spec, given, kinds)
+
+
+def _scan(
+    session: Session, spec: Any, given: dict[str, np.ndarray] | None, kinds: list[str]
+) -> WeightScanReport:
+    """The weight scan of `spec`'s loss, or of the outputs' random projection (spec None)."""
+    model, options = session.model, session.options
+    names = list(getattr(model, "output_names", None) or [])
 
     def objective(outputs: Any) -> Any:
         from layergrad._tf import quiet_import
@@ -78,7 +93,8 @@ def scan_weights(session: Session, loss: str | None = None) -> WeightScanReport:
         session.batch,
         training=options.training,
         reduce=options.reduce,
-        objective=objective,
+        seed=options.seed,
+        objective=objective if spec is not None else None,
         variables=[getattr(v, "value", v) for v, _ in owned],
     )
     from layergrad.scan import scan_report
@@ -89,7 +105,9 @@ def scan_weights(session: Session, loss: str | None = None) -> WeightScanReport:
         for (v, path), grad in zip(owned, trace.variable_gradients, strict=True)
     ]
     notes = []
-    if not given:
+    if spec is None:
+        notes.append("no loss: the gradient is that of a seeded random projection of the outputs")
+    elif not given:
         notes.append(
             f"labels are random ({', '.join(sorted(set(kinds)))}), drawn to fit each output, "
             f"seed {options.seed}: pass --input with a `y` array for your own"
@@ -97,12 +115,32 @@ def scan_weights(session: Session, loss: str | None = None) -> WeightScanReport:
     return WeightScanReport(
         model=session.model_meta,
         probe=session.probe_meta,
-        loss=LossMeta(spec.name, spec.source, "data" if given else "random"),
+        loss=LossMeta("projection", "random", "none")
+        if spec is None
+        else LossMeta(spec.name, spec.source, "data" if given else "random"),
         frozen=len(model.non_trainable_variables),
         variables=tuple(_flag_scale(rows)),
         notes=tuple(notes),
-        activations=replace(activations, target="loss"),
+        dead_layers=dead_layers(trace, dict(iter_layers(model))),
+        activations=replace(activations, target="loss" if spec is not None else None),
     )
+
+
+def dead_layers(trace: Trace, layers: dict[str, Any]) -> tuple[tuple[str, float], ...]:
+    """ReLU layers with more than DEAD_FRACTION of their units (last axis) exactly zero for
+    every sample of the batch: (layer reference, that share)."""
+    from layergrad.diagnose import activation_name, dead_fraction
+
+    found = []
+    for act in trace.activations:
+        if not act.is_float or act.value.size == 0:
+            continue
+        if activation_name(layers.get(act.site.path)) != "relu":
+            continue
+        share = dead_fraction(act.value)
+        if share > DEAD_FRACTION:
+            found.append((act.site.ref, share))
+    return tuple(found)
 
 
 def _owners(model: Any) -> list[tuple[Any, str]]:
