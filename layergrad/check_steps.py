@@ -79,28 +79,29 @@ CERTAIN_FLAGS = (Flag.BLOCKED, Flag.NONFINITE)
 
 def targets(
     info: FileInfo, loss: str | None, labels: Mapping[str, LabelSummary], source: str, add: Add
-) -> None:
+) -> bool:
     """`targets`: the labels given with the data can be produced by each output and fit the
-    loss (skipped, not recorded, without labels)."""
+    loss (skipped, not recorded, without labels). True when they do not."""
     from layergrad.loss_fit import output_heads, per_output
     from layergrad.model.target_fit import target_mismatches
 
     if not labels:
-        return
+        return False
     compiled = {"loss": loss} if loss else info.compile_config
     heads = output_heads(info.config, info.graph)
     if not info.graph.known or not heads:
         add("targets", "not run: the file does not say which layers make the outputs")
-        return
+        return False
     names = [h.name for h in heads]
     specs = per_output(compiled["loss"], names) if compiled.get("loss") else [None] * len(heads)
     found = target_mismatches(heads, specs, labels)
     if not found:
         held = "; ".join(f"{name}: {s.describe()}" for name, s in labels.items())
         add("targets", f"the labels in {source} fit every output ({held})")
-        return
+        return False
     text = "; ".join(f"{m.message}. Fix: {m.hint}" for m in found)
     add("targets", text, [Finding.TARGET_MISMATCH])
+    return True
 
 
 def gradient(rows: Sequence[ScanRow], add: Add) -> None:

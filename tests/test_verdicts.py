@@ -1,0 +1,184 @@
+"""Verdicts a CI gate can trust: each bug class named at its layer, each fixed twin clean,
+failures and warnings told apart. What each sample does is worked out here from its weights,
+labels and config, independently of layergrad (see make_samples.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import keras, load_sample, sample
+
+from layergrad import cli
+from layergrad.check import CheckOptions, check_file
+from layergrad.results import Status, VariableRow
+from layergrad.vocab import Flag
+from layergrad.weights import scale_flags
+
+
+def findings(verdict):
+    return {c.name: tuple(c.findings) for c in verdict.checks if c.findings}
+
+
+def message(verdict, name):
+    return next(c.message for c in verdict.checks if c.name == name)
+
+
+def labels_of(name):
+    with np.load(sample(name)) as data:
+        return data["y"]
+
+
+# (bug, labels, fixed twin, what the message must say)
+TARGETS = [
+    ("bug_target_sigmoid_range.keras", "target_prices.npz", "fixed_linear_regression.keras",
+     "a sigmoid output lies in [0, 1]"),
+    ("bug_target_classes_one_unit.keras", "target_ids5.npz", "fixed_five_classes.keras",
+     "5 classes cannot be told apart by one sigmoid unit"),
+    ("bug_target_ids_one_hot_loss.keras", "target_ids4.npz", "fixed_ids_sparse_loss.keras",
+     "but the labels are class ids"),
+    ("bug_target_one_hot_sparse_loss.keras", "target_one_hot.npz", "fixed_one_hot_loss.keras",
+     "sparse categorical cross-entropy reads one class id per sample, not one-hot rows"),
+    ("bug_target_ids_beyond_units.keras", "target_ids5.npz", "fixed_five_classes.keras",
+     "class ids must lie in 0 to 2 for 3 units"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("bug", "labels", "fixed", "says"), TARGETS)
+def test_labels_the_output_cannot_produce(bug, labels, fixed, says):
+    y = labels_of(labels)
+    head = load_sample(bug).get_layer("head")
+    units, act = head.units, head.activation.__name__
+    # the truth from the labels and the head, by hand
+    if labels == "target_prices.npz":
+        assert act == "sigmoid" and y.min() > 1  # a sigmoid stays below 1
+    elif labels == "target_one_hot.npz":
+        assert y.shape[1] == units and np.all(y.sum(axis=1) == 1)
+    else:
+        assert y.ndim == 1 and set(np.unique(y)) == set(range(int(y.max()) + 1))
+        assert units == 1 or y.max() >= units or units == 4
+    for options in (CheckOptions(input_file=sample(labels)), CheckOptions(data=sample(labels))):
+        verdict = check_file(sample(bug), options)
+        assert not verdict.passed and findings(verdict) == {"targets": ("target_mismatch",)}
+        text = message(verdict, "targets")
+        assert says in text and "output 'head'" in text and "layer 'head'" in text, text
+        clean = check_file(sample(fixed), options)
+        assert clean.passed and findings(clean) == {}, [c.message for c in clean.checks]
+        assert "fit every output" in message(clean, "targets")
+
+
+STATIC = [
+    ("bug_relu_head_bce.keras", "a relu head's outputs outside that range get no gradient",
+     "head"),
+    ("bug_softmax_poisson.keras", "poisson is meant for counts", "head"),
+    ("bug_relu_before_softmax.keras", "layer 'logits' applies ReLU to the logits", "logits"),
+    ("bug_dropout_logits.keras", "Dropout 'drop' comes after the last layer with weights",
+     "drop"),
+    ("bug_all_linear.keras", "the network is one linear map before the softmax", "head"),
+]  # fmt: skip
+TWINS = ["fixed_sigmoid_head.keras", "fixed_softmax_head.keras", "fixed_logits_softmax.keras",
+         "fixed_dropout_hidden.keras", "fixed_relu_stack.keras"]  # fmt: skip
+
+
+@pytest.mark.parametrize(("bug", "says", "layer"), STATIC)
+def test_heads_the_loss_cannot_train_are_read_from_the_file(bug, says, layer):
+    config = load_sample(bug).get_config()
+    assert layer in [entry["config"]["name"] for entry in config["layers"]]
+    verdict = check_file(sample(bug), CheckOptions(static_only=True))  # no TensorFlow
+    assert findings(verdict) == {"loss": ("loss_mismatch",)}
+    assert says in message(verdict, "loss") and f"'{layer}'" in message(verdict, "loss")
+
+
+@pytest.mark.parametrize("name", TWINS)
+def test_static_twins_get_no_finding(name):
+    verdict = check_file(sample(name))
+    assert verdict.passed and findings(verdict) == {}, [c.message for c in verdict.checks]
+
+
+def test_a_dead_layer_is_named_and_is_a_warning():
+    model = load_sample("bug_dead_layer.keras")
+    x = np.random.default_rng(0).standard_normal((8, 6)).astype("float32")
+    hidden = keras.Model(model.inputs, model.get_layer("dense").output)(x).numpy()
+    dead = np.all(hidden == 0, axis=0)
+    assert dead.sum() == 6  # bias -100: six of eight units output 0 for every sample
+    verdict = check_file(sample("bug_dead_layer.keras"))
+    assert verdict.passed and verdict.verdict == "PASS, 1 warning"
+    assert findings(verdict) == {"trainable": ("dead",)}
+    assert "dead: dense (75% of its units)" in message(verdict, "trainable")
+    strict = check_file(sample("bug_dead_layer.keras"), CheckOptions(fail_on=frozenset({"dead"})))
+    assert not strict.passed and strict.verdict == "FAIL"
+    clean = check_file(sample("fixed_softmax_head.keras"))
+    assert clean.verdict == "PASS"
+
+
+def _layer_update_ratio(grad_kernel, kernel):
+    return np.linalg.norm(grad_kernel) / np.linalg.norm(kernel)
+
+
+def test_a_sigmoid_stack_vanishes_at_its_first_dense_layers_not_at_the_input():
+    model = load_sample("bug_sigmoid_stack.keras")
+    x = np.random.default_rng(0).standard_normal((8, 32)).astype("float32")
+    y = np.random.default_rng(0).integers(0, 10, 8)
+    import tensorflow as tf
+
+    kernels = [model.get_layer(f"dense_{i}").kernel for i in range(8)]
+    kernels.append(model.get_layer("head").kernel)
+    with tf.GradientTape() as tape:  # the truth: a manual tape over the compiled loss
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(y, model(x))
+    grads = tape.gradient(loss, kernels)
+    ratios = [math.log10(_layer_update_ratio(g.numpy(), k.numpy())) for g, k in zip(grads, kernels)]
+    assert ratios[-1] - ratios[0] > 4  # the first layer learns 10^4 times slower than the head
+    verdict = check_file(sample("bug_sigmoid_stack.keras"))
+    assert verdict.passed and findings(verdict) == {"trainable": ("vanishing",)}
+    text = message(verdict, "trainable")
+    assert text.startswith("vanishing: dense_0 (") and "x (" not in text
+    clean = check_file(sample("fixed_relu_stack.keras"))
+    assert clean.verdict == "PASS" and findings(clean) == {}
+
+
+def _rows(logs):
+    """Variable rows with the update ratios 10^log given, kernel weights of norm 1."""
+    out = []
+    for i, value in enumerate(logs):
+        g = 10.0**value
+        stats = type("S", (), {"l2": g})()
+        out.append(VariableRow(f"l{i}/kernel", f"l{i}", "kernel", (1,), "float32", Status.OK,
+                               stats, g))  # fmt: skip
+    return out
+
+
+def test_the_scale_rule_compares_the_layers_near_the_input_with_those_near_the_output():
+    # eight layers: quarter = 2; end median = mean of the last two logs; start likewise
+    assert scale_flags(_rows([-4, -3.5, -1, 0, 0, 0, 0, 0])) == {
+        "l0": (Flag.VANISHING, -4.0), "l1": (Flag.VANISHING, -3.5),
+    }  # fmt: skip
+    assert scale_flags(_rows([4, 3.2, 1, 0, 0, 0, 0, 0])) == {
+        "l0": (Flag.EXPLODING, 4.0), "l1": (Flag.EXPLODING, 3.2),
+    }  # fmt: skip
+    # a trend of 2.9 decades (healthy architectures stay within 1.8) is not flagged
+    assert scale_flags(_rows([-2.9, -2.9, -1, 0, 0, 0, 0, 0])) == {}
+    # a single outlier (a layer-scale branch) is not a trend
+    assert scale_flags(_rows([0, 0, -7, 0, 0, 0, 0, 0])) == {}
+
+
+def test_failures_and_warnings_apart_in_every_format(tmp_path):
+    args = ["check", sample("bug_dead_layer.keras"), sample("bug_softmax_poisson.keras")]
+    table = CliRunner().invoke(cli.main, args, env={"COLUMNS": "200"})
+    assert table.exit_code == 1
+    assert "PASS, 1 warning" in table.output and "FAIL" in table.output
+    assert "trainable (warning): dead" in table.output
+    assert "1 passed, 1 failed, 1 warning" in table.output
+    doc = json.loads(CliRunner().invoke(cli.main, [*args, "--json"]).output)
+    first, second = doc["files"]
+    assert (first["verdict"], first["warnings"], first["failures"]) == (
+        "PASS, 1 warning", ["dead"], [],
+    )  # fmt: skip
+    assert (second["verdict"], second["failures"]) == ("FAIL", ["loss_mismatch"])
+    assert doc["summary"] == "1 passed, 1 failed, 1 warning"
+    md = CliRunner().invoke(cli.main, [*args, "--format", "markdown"]).output
+    assert "⚠️ pass, 1 warning" in md and "❌ **fail**" in md
+    page = CliRunner().invoke(cli.main, [*args, "--format", "html"]).output
+    assert "PASS, 1 warning" in page and "dead (warning)" in page
