@@ -53,20 +53,17 @@ def scan_weights(
     Raises:
         InputError: the file has no compiled loss and `loss` is None, or the loss is unknown.
     """
-    model, options = session.model, session.options
+    model = session.model
     spec = find_loss(session.info.compile_config, loss)
     if spec is None and projection:
-        return _scan(session, None, None, ())
+        return _scan(session, None, None, [])
     if spec is None:
         raise InputError(
             f"{session.path} has no compiled loss (it was saved without model.compile); pass "
             "--loss NAME, e.g. --loss sparse_categorical_crossentropy or --loss mse"
         )
     compile_loss(model, spec)
-    names = list(getattr(model, "output_names", None) or [])
-    given = session.batch.labels
-    kinds: list[str] = []
-    return _scan(session, spec, given, kinds)
+    return _scan(session, spec, session.batch.labels, [])
 
 
 def _scan(

@@ -461,12 +461,12 @@ def _stack(name: str, activation: str, initializer: str, depth: int = 8) -> kera
 # its fixed_* twin is checked with the same labels.
 
 
-def _layers_model(name: str, tail: list, loss) -> keras.Model:
-    """x(6) -> 'dense'(8, relu) -> the `tail` layers, compiled with `loss`."""
-    _seed()
+def _layers_model(name: str, make_tail, loss) -> keras.Model:
+    """x(6) -> 'dense'(8, relu) -> the layers `make_tail()` makes, compiled with `loss`."""
+    _seed()  # before any layer exists, the tail's included
     x = keras.Input((6,), name="x")
     h = layers.Dense(8, activation="relu", name="dense")(x)
-    for layer in tail:
+    for layer in make_tail():
         h = layer(h)
     model = keras.Model(x, h, name=name)
     model.compile(optimizer="adam", loss=loss)
@@ -552,7 +552,8 @@ def write_labels(outdir: str) -> None:
             for key, array in (("x", x), ("y", _labels(kind))):
                 buffer = io.BytesIO()
                 np.lib.format.write_array(buffer, array)
-                archive.writestr(zipfile.ZipInfo(f"{key}.npy", (1980, 1, 1, 0, 0, 0)), buffer.getvalue())
+                entry = zipfile.ZipInfo(f"{key}.npy", (1980, 1, 1, 0, 0, 0))
+                archive.writestr(entry, buffer.getvalue())
 
 
 # ------------------------------------------------------ heads the loss cannot train (static)
@@ -570,26 +571,41 @@ def build_bug_softmax_poisson() -> keras.Model:
 
 def build_bug_relu_before_softmax() -> keras.Model:
     """Dense(3, relu) 'logits' -> Softmax 'head': negative logits become 0."""
-    tail = [layers.Dense(3, activation="relu", name="logits"), layers.Softmax(name="head")]
+
+    def tail():
+        return [layers.Dense(3, activation="relu", name="logits"), layers.Softmax(name="head")]
+
     return _layers_model("bug_relu_before_softmax", tail, "sparse_categorical_crossentropy")
 
 
 def build_fixed_logits_softmax() -> keras.Model:
     """Dense(3) 'logits' -> Softmax 'head'."""
-    tail = [layers.Dense(3, name="logits"), layers.Softmax(name="head")]
+
+    def tail():
+        return [layers.Dense(3, name="logits"), layers.Softmax(name="head")]
+
     return _layers_model("fixed_logits_softmax", tail, "sparse_categorical_crossentropy")
 
 
 def build_bug_dropout_logits() -> keras.Model:
     """Dense(3) 'logits' -> Dropout(0.5) 'drop' -> Softmax 'head': dropout on the logits."""
-    tail = [layers.Dense(3, name="logits"), layers.Dropout(0.5, name="drop"),
+
+    def tail():
+        return [layers.Dense(3, name="logits"), layers.Dropout(0.5, name="drop"),
             layers.Softmax(name="head")]  # fmt: skip
+
     return _layers_model("bug_dropout_logits", tail, "sparse_categorical_crossentropy")
 
 
 def build_fixed_dropout_hidden() -> keras.Model:
     """Dropout(0.5) 'drop' before Dense(3, softmax) 'head'."""
-    tail = [layers.Dropout(0.5, name="drop"), layers.Dense(3, activation="softmax", name="head")]
+
+    def tail():
+        return [
+            layers.Dropout(0.5, name="drop"),
+            layers.Dense(3, activation="softmax", name="head"),
+        ]
+
     return _layers_model("fixed_dropout_hidden", tail, "sparse_categorical_crossentropy")
 
 
@@ -598,7 +614,8 @@ def build_bug_all_linear() -> keras.Model:
     _seed()
     x = keras.Input((6,), name="x")
     h = layers.Dense(8, name="dense")(x)
-    model = keras.Model(x, layers.Dense(3, activation="softmax", name="head")(h), name="bug_all_linear")
+    out = layers.Dense(3, activation="softmax", name="head")(h)
+    model = keras.Model(x, out, name="bug_all_linear")
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     return model
 

@@ -129,7 +129,10 @@ def test_a_sigmoid_stack_vanishes_at_its_first_dense_layers_not_at_the_input():
     with tf.GradientTape() as tape:  # the truth: a manual tape over the compiled loss
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(y, model(x))
     grads = tape.gradient(loss, kernels)
-    ratios = [math.log10(_layer_update_ratio(g.numpy(), k.numpy())) for g, k in zip(grads, kernels)]
+    ratios = [
+        math.log10(_layer_update_ratio(g.numpy(), k.numpy()))
+        for g, k in zip(grads, kernels, strict=True)
+    ]
     assert ratios[-1] - ratios[0] > 4  # the first layer learns 10^4 times slower than the head
     verdict = check_file(sample("bug_sigmoid_stack.keras"))
     assert verdict.passed and findings(verdict) == {"trainable": ("vanishing",)}
@@ -182,3 +185,38 @@ def test_failures_and_warnings_apart_in_every_format(tmp_path):
     assert "⚠️ pass, 1 warning" in md and "❌ **fail**" in md
     page = CliRunner().invoke(cli.main, [*args, "--format", "html"]).output
     assert "PASS, 1 warning" in page and "dead (warning)" in page
+
+
+def test_max_pooling_zeros_are_explained_not_called_dead(tmp_path):
+    from layergrad.api import inspect_model
+
+    x = keras.Input((8, 8, 3), name="image")
+    conv = keras.layers.Conv2D(4, 3, padding="same", name="conv")(x)
+    pool = keras.layers.MaxPooling2D(name="pool")(conv)
+    model = keras.Model(x, keras.layers.Dense(2, name="head")(keras.layers.Flatten()(pool)))
+    model.save(tmp_path / "pool.keras")
+    (res,) = inspect_model(tmp_path / "pool.keras", "conv", ["head"]).results
+    # the truth: 2x2 max pooling routes the gradient to 1 of each 4 positions (ties aside)
+    assert res.gradient.zero_fraction == pytest.approx(0.75, abs=0.01)
+    (warning,) = res.warnings
+    assert "exactly zero, by design: max pooling at 'pool'" in warning
+    assert "(75% zeros expected)" in warning and "dead" not in warning
+
+
+def test_units_with_no_gradient_for_any_sample_are_called_dead(tmp_path):
+    from layergrad.api import inspect_model
+
+    x = keras.Input((6,), name="x")
+    pre = keras.layers.Dense(8, name="pre")
+    h = keras.layers.ReLU(name="relu")(pre(x))
+    model = keras.Model(x, keras.layers.Dense(2, name="head")(h))
+    kernel, bias = pre.get_weights()
+    pre.set_weights([kernel * 0.01, np.array([-100.0] * 6 + [1.0] * 2, "float32")])
+    model.save(tmp_path / "dead.keras")
+    # the truth: units 0-5 of 'pre' are below -99 for every row, so ReLU passes them nothing
+    probe = np.random.default_rng(0).standard_normal((8, 6)).astype("float32")
+    assert np.all(pre(probe).numpy()[:, :6] < 0)
+    (res,) = inspect_model(tmp_path / "dead.keras", "pre", ["head"]).results
+    assert res.gradient.zero_fraction == pytest.approx(0.75)
+    (warning,) = res.warnings
+    assert "75% of the units of pre get zero gradient for every sample (dead)" in warning

@@ -26,3 +26,16 @@ def test_small_healthy_models_get_no_finding(tmp_path, name):
 @pytest.mark.parametrize("name", sorted(zoo.APPLICATIONS))
 def test_untrained_applications_get_no_finding(tmp_path, name):
     _check(tmp_path, zoo.APPLICATIONS[name])
+
+
+@pytest.mark.slow
+def test_inspect_probes_an_untrained_mobilenet_as_training_runs_it(tmp_path):
+    from layergrad.api import inspect_model
+
+    path = tmp_path / "mobilenet.keras"
+    zoo.APPLICATIONS["MobileNetV2"]().save(path)
+    report = inspect_model(path, "block_3_expand", ["predictions"])
+    (res,) = report.results
+    assert res.status == "ok" and not res.causes and report.probe.training
+    assert any("probed in training mode (batch statistics): 52 BatchNormalization" in w
+               for w in res.warnings)  # fmt: skip

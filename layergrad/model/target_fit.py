@@ -61,9 +61,7 @@ class LabelSummary:
         self.integers &= bool(np.all(finite == np.round(finite)))
         rows = y.reshape(-1, self.width) if self.width > 1 else None
         self.one_hot &= bool(
-            rows is not None
-            and np.all((rows == 0) | (rows == 1))
-            and np.all(rows.sum(axis=1) == 1)
+            rows is not None and np.all((rows == 0) | (rows == 1)) and np.all(rows.sum(axis=1) == 1)
         )
         if len(self.values) <= MAX_CLASSES:
             self.values.update(np.unique(finite)[: MAX_CLASSES + 1].tolist())
@@ -123,9 +121,7 @@ def target_mismatches(
     return found
 
 
-def _judge(
-    head: Head, spec: tuple[str, bool] | None, y: LabelSummary
-) -> TargetMismatch | None:
+def _judge(head: Head, spec: tuple[str, bool] | None, y: LabelSummary) -> TargetMismatch | None:
     loss, from_logits = spec if spec is not None else ("no loss", False)
     act, units = head.activation, head.units
     sparse = loss.startswith("sparse_categorical")
@@ -169,7 +165,12 @@ def _judge(
             "scale the targets to [0, 1], or a regression loss (mse) with a linear head",
         )
     bounds = RANGES.get(act)
-    if bounds is not None and not sparse and not from_logits and (y.low < bounds[0] or y.high > bounds[1]):
+    if (
+        bounds is not None
+        and not sparse
+        and not from_logits
+        and (y.low < bounds[0] or y.high > bounds[1])
+    ):
         low, high = bounds
         return say(
             f"a {act} output lies in [{_num(low)}, {_num(high)}], so it can never reach them",

@@ -37,9 +37,7 @@ def table(verdicts: Sequence[FileVerdict], *, color: bool = False, width: int | 
             ]
         )
     n_failed = sum(1 for v in verdicts if not v.passed)
-    summary = Text(
-        summary_line(verdicts), style="bold red" if n_failed else _style_ok(verdicts)
-    )
+    summary = Text(summary_line(verdicts), style="bold red" if n_failed else _style_ok(verdicts))
     # the findings column wraps at the page width: it holds sentences, not names
     page = width or 120
     return to_text([fitted_table(COLUMNS, rows, page), summary], color=color, width=page)
