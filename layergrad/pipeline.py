@@ -130,6 +130,7 @@ class Session:
             batch_size=self.batch.batch_size,
             training=self.options.training,
             reduce=self.options.reduce,
+            drawn=self.batch.drawn,
         )
 
 
@@ -238,4 +239,5 @@ def probe_batch(model: Any, options: ProbeOptions) -> Any:
         options.seed,
         inputs.integer_ranges(model),
         max_bytes=options.max_memory,
+        draws=inputs.preprocessing_draws(model),
     )

@@ -159,6 +159,8 @@ class ProbeMeta:
     reduce: str
     samples: int | None = None  # only with --data: samples seen
     replicas: int | None = None  # only with --data: devices the step ran on
+    # only when a random probe follows the model's own preprocessing: what it drew
+    drawn: str | None = None
 
 
 @dataclass(frozen=True)

@@ -220,3 +220,42 @@ def test_units_with_no_gradient_for_any_sample_are_called_dead(tmp_path):
     assert res.gradient.zero_fraction == pytest.approx(0.75)
     (warning,) = res.warnings
     assert "75% of the units of pre get zero gradient for every sample (dead)" in warning
+
+
+def test_the_random_probe_draws_what_the_models_preprocessing_expects(tmp_path):
+    from layergrad.pipeline import ProbeOptions, open_session
+
+    x = keras.Input((4, 4, 3), name="image")
+    h = keras.layers.Rescaling(1 / 127.5, offset=-1, name="scale")(x)
+    keras.Model(x, keras.layers.Dense(2, name="head")(h)).save(tmp_path / "pixels.keras")
+    session = open_session(tmp_path / "pixels.keras", ProbeOptions(batch_size=64))
+    (batch,) = session.batch.arrays
+    # x / 127.5 - 1 spans [-1, 1] exactly when x spans [0, 255]
+    assert batch.min() >= 0 and batch.max() <= 255 and batch.max() > 200
+    assert session.probe_meta.drawn == "image uniform 0-255 (Rescaling 'scale' expects raw values)"
+
+    data = np.random.default_rng(0).normal(50.0, 10.0, (500, 3)).astype("float32")
+    norm = keras.layers.Normalization(name="norm")
+    norm.adapt(data)
+    v = keras.Input((3,), name="v")
+    keras.Model(v, keras.layers.Dense(1, name="head")(norm(v))).save(tmp_path / "norm.keras")
+    session = open_session(tmp_path / "norm.keras", ProbeOptions(batch_size=256))
+    (batch,) = session.batch.arrays
+    assert np.mean(batch) == pytest.approx(np.mean(data), abs=2.0)
+    assert np.std(batch) == pytest.approx(np.std(data), rel=0.2)
+    assert "Normalization 'norm' is adapted to mean" in session.probe_meta.drawn
+    # a model without preprocessing keeps the standard-normal probe, and says nothing
+    plain = open_session(sample("seed.keras"), ProbeOptions())
+    assert plain.probe_meta.drawn is None
+
+
+def test_real_pixels_through_a_rescaling_cnn_get_no_finding(tmp_path):
+    import zoo
+
+    zoo.rescaling_cnn().save(tmp_path / "cnn.keras")
+    pixels = np.random.default_rng(0).integers(0, 256, (16, 32, 32, 3)).astype("float32")
+    np.savez(tmp_path / "pixels.npz", image=pixels, y=np.arange(16) % 10)
+    for options in (CheckOptions(), CheckOptions(input_file=str(tmp_path / "pixels.npz")),
+                    CheckOptions(data=str(tmp_path / "pixels.npz"))):  # fmt: skip
+        verdict = check_file(tmp_path / "cnn.keras", options)
+        assert verdict.verdict == "PASS" and findings(verdict) == {}, findings(verdict)
