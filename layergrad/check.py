@@ -235,7 +235,7 @@ def _dynamic_data(
 
     names, ranks = _outputs(loaded.model)
     labels = summarise_npz(os.fspath(options.data or ""), names, ranks, options.limit)
-    steps.targets(info, options.loss, labels, f"--data {options.data}", add)
+    mismatched = steps.targets(info, options.loss, labels, f"--data {options.data}", add)
     try:
         batches = data_api.open_stream(loaded.model, probe)
     except LayergradError as exc:  # the data does not fit this model: the command is wrong
@@ -248,8 +248,53 @@ def _dynamic_data(
         add("forward", str(exc), [Finding.ERROR])
         return
     message, findings = data_api.forward_check(run)
-    add("forward", message, findings)
+    if findings:
+        add("forward", message, findings)
+        steps.gradient(rows, add)
+        return
+    # the rules that need one batch (outputs that never vary, unscaled inputs, the weights'
+    # gradients) run on the data's first batch, with its labels
+    first = _first_batch(loaded, batches, info, options, None if mismatched else names)
+    weights, has_loss = _weights_of(first, options)
+    report = weights.activations
+    where = f" (on the first batch of {first.batch.batch_size} samples of --data)"
+    found, parts = steps.forward_parts(report) if report is not None else ([], [])
+    if found:
+        add("forward", f"{message}; {'; '.join(parts)}{where}", found)
+    else:
+        add("forward", f"{message}; outputs vary and inputs are in range{where}")
     steps.gradient(rows, add)
+    steps.trainable(weights, add, has_loss, where)
+
+
+def _first_batch(
+    loaded: Any, batches: Any, info: FileInfo, options: CheckOptions, names: list[str] | None
+) -> Any:
+    """A session on the first batch of --data, with its labels when they fit (`names`)."""
+    from layergrad.data.labels import first_labels
+    from layergrad.diagnose import Diagnoser
+    from layergrad.pipeline import Session
+    from layergrad.scan import untrained_batchnorm
+
+    batch = batches.batch(0)
+    if names:
+        given = first_labels(os.fspath(options.data or ""), names, batch.batch_size)
+        batch = replace(batch, labels=given or None)
+    model = loaded.model
+    probe = replace(options.probe(bool(untrained_batchnorm(model))), data=None, limit=None,
+                    distribute=None, cpu_replicas=None)  # fmt: skip
+    diagnoser = Diagnoser(model, batch, info.graph, probe.training, probe.reduce)
+    return Session(info.path, model, info, batch, probe, diagnoser)
+
+
+def _weights_of(session: Any, options: CheckOptions) -> tuple[Any, bool]:
+    """The weight scan of the session (the loss, or the outputs' projection) and whether a
+    loss was found."""
+    from layergrad.loss import find_loss
+    from layergrad.weights import scan_weights
+
+    has_loss = find_loss(session.info.compile_config, options.loss) is not None
+    return scan_weights(session, options.loss, projection=True), has_loss
 
 
 def _dynamic(

@@ -12,7 +12,7 @@ from dataclasses import replace
 from layergrad.errors import LayergradError
 from layergrad.fileinfo import FileInfo
 from layergrad.model.target_fit import LabelSummary
-from layergrad.results import ScanReport, ScanRow, WeightScanReport
+from layergrad.results import Cause, ScanReport, ScanRow, WeightScanReport
 from layergrad.vocab import Finding, Flag, Status
 
 Add = Callable[..., bool]
@@ -125,9 +125,16 @@ def gradient(rows: Sequence[ScanRow], add: Add) -> None:
 
 def forward_findings(report: ScanReport, add: Add) -> None:
     """`forward`: outputs that never vary, unscaled inputs."""
+    findings, parts = forward_parts(report)
+    add("forward", "; ".join(parts), findings)
+
+
+def forward_parts(report: ScanReport) -> tuple[list[Finding], list[str]]:
+    """The constant-output and input-range findings of a scan, and what to say of each."""
     from layergrad import causes as why
 
-    findings, parts = [], []
+    findings: list[Finding] = []
+    parts: list[Cause] = []
     if report.constant:
         findings.append(Finding.CONSTANT_OUTPUT)
         parts += [why.constant_output(c.output, c.layer, c.reason) for c in report.constant]
@@ -137,16 +144,25 @@ def forward_findings(report: ScanReport, add: Add) -> None:
         parts.append(
             why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
         )
-    add("forward", "; ".join(f"{c.message}. Fix: {c.hint}" for c in parts), findings)
+    return findings, [f"{c.message}. Fix: {c.hint}" for c in parts]
 
 
-def trainable(report: WeightScanReport | None, add: Add, has_loss: bool = True) -> None:
+def trainable(
+    report: WeightScanReport | None, add: Add, has_loss: bool = True, where: str = ""
+) -> None:
     """`trainable`: every trainable variable gets a gradient from the loss, and each layer's
     update ratio fits the others' (dead, vanishing, exploding: warnings by default).
 
     Without a loss (`has_loss` False) the report differentiates a random projection of the
-    outputs: only the update ratios are judged.
+    outputs: only the update ratios are judged. `where` is appended to the message (the
+    batch it was judged on, with --data).
     """
+    if where:
+        inner = add
+
+        def add(name: str, message: str, findings: Sequence[Finding] = ()) -> bool:
+            return inner(name, message + where, findings)
+
     if report is None:
         add("trainable", "skipped: no loss (the file was saved without model.compile; --loss)")
         return

@@ -210,7 +210,7 @@ def test_units_with_no_gradient_for_any_sample_are_called_dead(tmp_path):
     pre = keras.layers.Dense(8, name="pre")
     h = keras.layers.ReLU(name="relu")(pre(x))
     model = keras.Model(x, keras.layers.Dense(2, name="head")(h))
-    kernel, bias = pre.get_weights()
+    kernel, _ = pre.get_weights()
     pre.set_weights([kernel * 0.01, np.array([-100.0] * 6 + [1.0] * 2, "float32")])
     model.save(tmp_path / "dead.keras")
     # the truth: units 0-5 of 'pre' are below -99 for every row, so ReLU passes them nothing
@@ -259,3 +259,40 @@ def test_real_pixels_through_a_rescaling_cnn_get_no_finding(tmp_path):
                     CheckOptions(data=str(tmp_path / "pixels.npz"))):  # fmt: skip
         verdict = check_file(tmp_path / "cnn.keras", options)
         assert verdict.verdict == "PASS" and findings(verdict) == {}, findings(verdict)
+
+
+def test_data_names_every_bug_the_one_batch_check_names(tmp_path):
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "x.npy", rng.standard_normal((40, 6)).astype("float32"))
+    pixels = rng.integers(0, 256, (40, 12)).astype("float32")
+    np.save(tmp_path / "pixels.npy", pixels)
+    cases = [
+        ("bug_softmax_one_unit.keras", "x.npy", "forward", "constant_output"),
+        ("bug_unscaled_input.keras", "pixels.npy", "forward", "input_range"),
+        ("bug_dead_layer.keras", "x.npy", "trainable", "dead"),
+    ]
+    for name, data, check, finding in cases:
+        one = check_file(sample(name), CheckOptions(input_file=str(tmp_path / data)))
+        over = check_file(sample(name), CheckOptions(data=str(tmp_path / data)))
+        assert finding in findings(one)[check], findings(one)
+        assert finding in findings(over)[check], findings(over)
+        assert "(on the first batch of 32 samples of --data)" in message(over, check)
+    clean = check_file(
+        sample("fixed_rescaled_input.keras"), CheckOptions(data=str(tmp_path / "pixels.npy"))
+    )
+    assert clean.verdict == "PASS" and findings(clean) == {}
+
+
+def test_data_labels_reach_the_trainable_check(tmp_path):
+    # an output without a loss trains nothing: named with --data as with one batch
+    x = keras.Input((6,), name="x")
+    a = keras.layers.Dense(2, name="a")(x)
+    b = keras.layers.Dense(2, name="b")(keras.layers.Dense(4, name="b_hidden")(x))
+    model = keras.Model(x, {"a": a, "b": b})
+    model.compile(loss={"a": "mse"})
+    model.save(tmp_path / "half.keras")
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", x=rng.standard_normal((40, 6)).astype("float32"))
+    verdict = check_file(tmp_path / "half.keras", CheckOptions(data=str(tmp_path / "d.npz")))
+    assert findings(verdict)["trainable"] == ("no_gradient",)
+    assert "b_hidden/kernel" in message(verdict, "trainable")

@@ -61,3 +61,19 @@ def summarise_npz(
             return out
     except (zipfile.BadZipFile, OSError) as exc:
         raise InputError(f"--data {path}: its labels cannot be read ({exc})") from None
+
+
+def first_labels(path: str, names: Sequence[str], rows: int) -> dict[str, np.ndarray]:
+    """The first `rows` labels of a `.npz` data set, keyed as `--input` keys them."""
+    if not str(path).endswith(".npz"):
+        return {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = npz_members(archive, str(path))
+            keys = label_keys(names, list(members))
+            return {
+                key: NpyRows(archive.open(members[key]), f"{path} array {key!r}").read(rows)
+                for key in keys.values()
+            }
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise InputError(f"--data {path}: its labels cannot be read ({exc})") from None
