@@ -384,6 +384,7 @@ def _outputs(model: Any) -> tuple[list[str], dict[str, int]]:
         shapes = [tuple(t.shape) for t in model.outputs]
     except (AttributeError, ValueError):
         shapes = []
+    names = names or [f"output_{i}" for i in range(max(1, len(shapes)))]
     ranks = {n: len(shape) - 1 for n, shape in zip(names, shapes, strict=False)}
     return names, ranks
 

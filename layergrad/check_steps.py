@@ -93,6 +93,8 @@ def targets(
         add("targets", "not run: the file does not say which layers make the outputs")
         return False
     names = [h.name for h in heads]
+    if len(heads) == 1 and len(labels) == 1:  # `y`: however Keras names the one output
+        labels = {names[0]: next(iter(labels.values()))}
     specs = per_output(compiled["loss"], names) if compiled.get("loss") else [None] * len(heads)
     found = target_mismatches(heads, specs, labels)
     if not found:

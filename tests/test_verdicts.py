@@ -296,3 +296,19 @@ def test_data_labels_reach_the_trainable_check(tmp_path):
     verdict = check_file(tmp_path / "half.keras", CheckOptions(data=str(tmp_path / "d.npz")))
     assert findings(verdict)["trainable"] == ("no_gradient",)
     assert "b_hidden/kernel" in message(verdict, "trainable")
+
+
+def test_labels_of_a_sequential_model_are_read_too(tmp_path):
+    model = keras.Sequential(
+        [keras.Input((5,), name="x"), keras.layers.Dense(8, activation="relu"),
+         keras.layers.Dense(1, activation="tanh", name="out")]
+    )  # fmt: skip
+    model.compile(loss="mse")
+    model.save(tmp_path / "seq.keras")
+    rng = np.random.default_rng(0)
+    y = rng.uniform(10, 1000, (16, 1)).astype("float32")
+    assert np.all(np.abs(y) > 1)  # the truth: tanh never leaves (-1, 1)
+    np.savez(tmp_path / "d.npz", x=rng.standard_normal((16, 5)).astype("float32"), y=y)
+    verdict = check_file(tmp_path / "seq.keras", CheckOptions(input_file=str(tmp_path / "d.npz")))
+    assert findings(verdict) == {"targets": ("target_mismatch",)}
+    assert "a tanh output lies in [-1, 1]" in message(verdict, "targets")
