@@ -231,10 +231,16 @@ def _dynamic_data(
     if opened is None:
         return
     loaded, _, strategy = opened
-    from layergrad.data.labels import summarise_npz
+    from layergrad.data.labels import summarise_function, summarise_npz
+    from layergrad.data_functions import is_function
 
     names, ranks = _outputs(loaded.model)
-    labels = summarise_npz(os.fspath(options.data or ""), names, ranks, options.limit)
+    data = os.fspath(options.data or "")
+    if is_function(data):
+        inputs = len(getattr(loaded.model, "inputs", None) or [None])
+        labels = summarise_function(data, names, ranks, inputs, options.limit)
+    else:
+        labels = summarise_npz(data, names, ranks, options.limit)
     mismatched = steps.targets(info, options.loss, labels, f"--data {options.data}", add)
     try:
         batches = data_api.open_stream(loaded.model, probe)

@@ -312,3 +312,22 @@ def test_labels_of_a_sequential_model_are_read_too(tmp_path):
     verdict = check_file(tmp_path / "seq.keras", CheckOptions(input_file=str(tmp_path / "d.npz")))
     assert findings(verdict) == {"targets": ("target_mismatch",)}
     assert "a tanh output lies in [-1, 1]" in message(verdict, "targets")
+
+
+def test_labels_from_a_data_function_feed_targets(tmp_path):
+    (tmp_path / "source.py").write_text(
+        "import numpy as np\n"
+        "import tensorflow as tf\n"
+        "def batches():\n"
+        "    rng = np.random.default_rng(0)\n"
+        "    x = rng.standard_normal((20, 6)).astype('float32')\n"
+        "    return tf.data.Dataset.from_tensor_slices((x, np.arange(20) % 5)).batch(4)\n"
+    )
+    ref = f"{tmp_path / 'source.py'}:batches"
+    # the truth: ids 0-4, five classes, into one sigmoid unit
+    assert load_sample("bug_target_classes_one_unit.keras").get_layer("head").units == 1
+    bug = check_file(sample("bug_target_classes_one_unit.keras"), CheckOptions(data=ref))
+    assert findings(bug) == {"targets": ("target_mismatch",)}
+    assert "integer class ids 0 to 4 (5 distinct)" in message(bug, "targets")
+    fixed = check_file(sample("fixed_five_classes.keras"), CheckOptions(data=ref))
+    assert fixed.verdict == "PASS" and findings(fixed) == {}

@@ -77,3 +77,19 @@ def first_labels(path: str, names: Sequence[str], rows: int) -> dict[str, np.nda
             }
     except (zipfile.BadZipFile, OSError) as exc:
         raise InputError(f"--data {path}: its labels cannot be read ({exc})") from None
+
+
+def summarise_function(
+    ref: str, names: Sequence[str], ranks: Mapping[str, int], inputs: int, limit: int | None
+) -> dict[str, LabelSummary]:
+    """Summaries of the labels a data function gives with its inputs (`(x, y)` or a dict
+    with `y`; one output's labels, or a dict keyed by output name)."""
+    from layergrad.data_functions import labels_of
+
+    out: dict[str, LabelSummary] = {}
+    for y in labels_of(ref, inputs, limit):
+        parts = y if isinstance(y, Mapping) else {names[0]: y} if len(names) == 1 else {}
+        for name, value in parts.items():
+            if name in names:
+                out.setdefault(name, LabelSummary()).add(np.asarray(value), ranks.get(name))
+    return out
