@@ -331,3 +331,34 @@ def test_labels_from_a_data_function_feed_targets(tmp_path):
     assert "integer class ids 0 to 4 (5 distinct)" in message(bug, "targets")
     fixed = check_file(sample("fixed_five_classes.keras"), CheckOptions(data=ref))
     assert fixed.verdict == "PASS" and findings(fixed) == {}
+
+
+def _saved(tmp_path, layers, loss):
+    model = keras.Sequential([keras.Input((6,), name="x"), *layers])
+    model.compile(loss=loss)
+    path = tmp_path / "m.keras"
+    model.save(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("layers", "loss", "bad"),
+    [
+        ([keras.layers.Dense(8, activation="relu"), keras.layers.Dense(4, activation="softmax")],
+         "squared_hinge", True),
+        ([keras.layers.Dense(8, activation="relu"), keras.layers.Dense(4, activation="relu")],
+         "categorical_crossentropy", True),
+        ([keras.layers.Dense(8), keras.layers.Dense(8), keras.layers.Dense(1)], "mse", False),
+        ([keras.layers.Dense(8), keras.layers.Dense(3), keras.layers.Softmax()],
+         "sparse_categorical_crossentropy", True),
+        ([keras.layers.Dense(8, activation="tanh"), keras.layers.Dropout(0.3),
+          keras.layers.Dense(3, activation="softmax")], "sparse_categorical_crossentropy", False),
+        ([keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1, activation="exponential")],
+         "poisson", False),
+    ],
+)  # fmt: skip
+def test_more_loss_and_head_pairings(tmp_path, layers, loss, bad):
+    # a deep linear regression fits what one Dense fits and trains: not a mismatch; a linear
+    # stack before a softmax is one linear classifier however deep: a mismatch
+    verdict = check_file(_saved(tmp_path, layers, loss), CheckOptions(static_only=True))
+    assert (findings(verdict).get("loss") == ("loss_mismatch",)) == bad, message(verdict, "loss")
