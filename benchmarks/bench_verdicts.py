@@ -28,13 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
-from layergrad._tf import quiet_import
-from layergrad.check import check_file
-from layergrad.loss_fit import mismatches, output_heads, per_output
+from layergrad.commands.check import check_file
+from layergrad.commands.session import open_session, probe_batch
+from layergrad.commands.weight_scan import dead_layers, scale_flags, scan_weights
+from layergrad.core.keras_backend import quiet_import
+from layergrad.core.probe_options import ProbeOptions
+from layergrad.engine.trace import run_trace
+from layergrad.model.loss_fit import mismatches, output_heads, per_output
 from layergrad.model.target_fit import LabelSummary, target_mismatches
-from layergrad.pipeline import ProbeOptions, open_session, probe_batch
-from layergrad.trace import run_trace
-from layergrad.weights import dead_layers, scale_flags, scan_weights
 
 tf, keras = quiet_import()
 

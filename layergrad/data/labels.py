@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from layergrad.errors import InputError
+from layergrad.core.errors import InputError
+from layergrad.files.npy_rows import NpyRows, npz_members
 from layergrad.model.target_fit import LabelSummary
-from layergrad.npy_rows import NpyRows, npz_members
 
 CHUNK = 4096  # rows of labels read at a time
 
@@ -84,7 +84,7 @@ def summarise_function(
 ) -> dict[str, LabelSummary]:
     """Summaries of the labels a data function gives with its inputs (`(x, y)` or a dict
     with `y`; one output's labels, or a dict keyed by output name)."""
-    from layergrad.data_functions import labels_of
+    from layergrad.data.functions import labels_of
 
     out: dict[str, LabelSummary] = {}
     for y in labels_of(ref, inputs, limit):

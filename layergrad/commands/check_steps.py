@@ -1,0 +1,239 @@
+"""The verdict of each named check of one model file: its message and its findings.
+
+`check.py` runs the checks in order; each function here turns what a check found into one
+`add(name, message, findings)` call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+
+from layergrad.core.errors import LayergradError
+from layergrad.core.results import Cause, ScanReport, ScanRow, WeightScanReport
+from layergrad.core.vocab import Finding, Flag, Status
+from layergrad.files.file_info import FileInfo
+from layergrad.model.target_fit import LabelSummary
+
+Add = Callable[..., bool]
+
+
+def safe(info: FileInfo, imports: Sequence[str], unsafe: bool, add: Add) -> bool:
+    """`safe`: the static audit; False when the file must not be loaded."""
+    from layergrad.files.audit import check_safety, module_name
+
+    try:
+        accepted = check_safety(info, [module_name(m) for m in imports], unsafe)
+    except LayergradError as exc:
+        add("safe", str(exc), [Finding.UNSAFE])
+        return False
+    message = (
+        f"accepted with --unsafe: {'; '.join(accepted)}"
+        if accepted
+        else "nothing runs code on load"
+    )
+    return add("safe", message)
+
+
+def weights(info: FileInfo, add: Add) -> None:
+    """`weights`: every stored weight finite (and no shape bomb)."""
+    if info.stored.hollow:
+        add(
+            "weights",
+            f"weight {info.stored.hollow[0]} (an HDF5 shape bomb: Keras would allocate the "
+            "declared size)",
+            [Finding.UNREADABLE],
+        )
+        return
+    bad = [w for w in info.weights if w.nan or w.inf]
+    unchecked = sum(w.unchecked for w in info.weights)
+    note = f"; {unchecked} tensors not scanned ({info.notes[0]})" if unchecked else ""
+    if bad:
+        listed = ", ".join(f"{w.layer} ({w.nan} NaN, {w.inf} Inf)" for w in bad[:5])
+        add("weights", f"non-finite weights in {listed}{note}", [Finding.NONFINITE])
+    else:
+        params = sum(w.params for w in info.weights)
+        add("weights", f"{params:,} stored weights, all finite{note}")
+
+
+def loss_fits(info: FileInfo, loss: str | None, add: Add) -> None:
+    """`loss`: the compiled loss (or `--loss`) fits each output's activation."""
+    from layergrad.model.loss_fit import mismatches
+
+    compiled = {"loss": loss} if loss else info.compile_config
+    if not compiled.get("loss"):
+        add("loss", "no compiled loss to check")
+        return
+    found = mismatches(info.config, info.graph, compiled)
+    if not found:
+        add("loss", "the compiled loss fits every output")
+        return
+    text = "; ".join(f"{m.message}. Use {m.hint}" for m in found)
+    add("loss", text, [Finding.LOSS_MISMATCH])
+
+
+# Flags of a layer's output that say training cannot work; the magnitude flags (dead,
+# vanishing, exploding) of check are judged on the layers' weights instead (`trainable`).
+CERTAIN_FLAGS = (Flag.BLOCKED, Flag.NONFINITE)
+
+
+def targets(
+    info: FileInfo, loss: str | None, labels: Mapping[str, LabelSummary], source: str, add: Add
+) -> bool:
+    """`targets`: the labels given with the data can be produced by each output and fit the
+    loss (skipped, not recorded, without labels). True when they do not."""
+    from layergrad.model.loss_fit import output_heads, per_output
+    from layergrad.model.target_fit import target_mismatches
+
+    if not labels:
+        return False
+    compiled = {"loss": loss} if loss else info.compile_config
+    heads = output_heads(info.config, info.graph)
+    if not info.graph.known or not heads:
+        add("targets", "not run: the file does not say which layers make the outputs")
+        return False
+    names = [h.name for h in heads]
+    if len(heads) == 1 and len(labels) == 1:  # `y`: however Keras names the one output
+        labels = {names[0]: next(iter(labels.values()))}
+    specs = per_output(compiled["loss"], names) if compiled.get("loss") else [None] * len(heads)
+    found = target_mismatches(heads, specs, labels)
+    if not found:
+        held = "; ".join(f"{name}: {s.describe()}" for name, s in labels.items())
+        add("targets", f"the labels in {source} fit every output ({held})")
+        return False
+    text = "; ".join(f"{m.message}. Fix: {m.hint}" for m in found)
+    add("targets", text, [Finding.TARGET_MISMATCH])
+    return True
+
+
+def gradient(rows: Sequence[ScanRow], add: Add) -> None:
+    """`gradient`: the scan's blocked and non-finite rows, each with its first cause."""
+    rows = [replace(r, flags=tuple(f for f in r.flags if f in CERTAIN_FLAGS)) for r in rows]
+    problems = [r for r in rows if r.flags]
+    if not problems:
+        differentiable = sum(1 for r in rows if r.status != Status.INTEGER)
+        add("gradient", f"reaches all {differentiable} differentiable layers, finite")
+        return
+    findings = [f for f in Finding if any(f.value in r.flags for r in problems)]
+    parts = []
+    for finding in findings:
+        layers = [r for r in problems if finding.value in r.flags]
+        cause = next((c for r in layers for c in r.causes), None)
+        why = f" ({cause.code} at {cause.layer})" if cause else ""
+        names = ", ".join(r.layer for r in layers[:4]) + ("..." if len(layers) > 4 else "")
+        parts.append(f"{finding}: {names}{why}")
+    add("gradient", "; ".join(parts), findings)
+
+
+def forward_findings(report: ScanReport, add: Add) -> None:
+    """`forward`: outputs that never vary, unscaled inputs."""
+    findings, parts = forward_parts(report)
+    add("forward", "; ".join(parts), findings)
+
+
+def forward_parts(report: ScanReport) -> tuple[list[Finding], list[str]]:
+    """The constant-output and input-range findings of a scan, and what to say of each."""
+    from layergrad.diagnose import causes as why
+
+    findings: list[Finding] = []
+    parts: list[Cause] = []
+    if report.constant:
+        findings.append(Finding.CONSTANT_OUTPUT)
+        parts += [why.constant_output(c.output, c.layer, c.reason) for c in report.constant]
+    scale = report.input_range
+    if scale is not None:
+        findings.append(Finding.INPUT_RANGE)
+        parts.append(
+            why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
+        )
+    return findings, [f"{c.message}. Fix: {c.hint}" for c in parts]
+
+
+def trainable(
+    report: WeightScanReport | None, add: Add, has_loss: bool = True, where: str = ""
+) -> None:
+    """`trainable`: every trainable variable gets a gradient from the loss, and each layer's
+    update ratio fits the others' (dead, vanishing, exploding: warnings by default).
+
+    Without a loss (`has_loss` False) the report differentiates a random projection of the
+    outputs: only the update ratios are judged. `where` is appended to the message (the
+    batch it was judged on, with --data).
+    """
+    if where:
+        inner = add
+
+        def add(name: str, message: str, findings: Sequence[Finding] = ()) -> bool:
+            return inner(name, message + where, findings)
+
+    if report is None:
+        add("trainable", "skipped: no loss (the file was saved without model.compile; --loss)")
+        return
+    if not has_loss:
+        findings, parts = _scale(report)
+        if findings:
+            add("trainable", "; ".join(parts) + " (no loss: judged on a random projection of "
+                "the outputs)", findings)  # fmt: skip
+        else:
+            add(
+                "trainable",
+                "no loss (the file was saved without model.compile; --loss), so no variable "
+                "was checked for a gradient; update ratios of a random projection of the "
+                "outputs fit each other",
+            )
+        return
+    findings, parts = [], []
+    for status, finding in (
+        (Status.NONE, Finding.NO_GRADIENT),
+        (Status.NONFINITE, Finding.NONFINITE),
+    ):
+        bad = [v for v in report.variables if v.status == status]
+        if bad:
+            findings.append(finding)
+            cause = next((c for v in bad for c in v.causes), None)
+            why = f" ({cause.code} at {cause.layer})" if cause else ""
+            names = ", ".join(v.variable for v in bad[:4]) + ("..." if len(bad) > 4 else "")
+            parts.append(f"{finding}: {names}{why}")
+    scale_findings, scale_parts = _scale(report)
+    findings += scale_findings
+    parts += scale_parts
+    if not findings:
+        count = len(report.variables)
+        add(
+            "trainable",
+            f"all {count} trainable variables get a gradient from the loss; update ratios of "
+            "the layers fit each other",
+        )
+        return
+    add("trainable", "; ".join(parts), findings)
+
+
+def _scale(report: WeightScanReport) -> tuple[list[Finding], list[str]]:
+    """Dead, vanishing and exploding layers, judged on their weights' gradients."""
+    from layergrad.commands.weight_scan import scale_flags
+
+    findings: list[Finding] = []
+    parts: list[str] = []
+    dead = report.dead_layers
+    if dead:
+        findings.append(Finding.DEAD)
+        names = ", ".join(f"{layer} ({share:.0%} of its units)" for layer, share in dead[:4])
+        parts.append(
+            f"dead: {names}{'...' if len(dead) > 4 else ''}: these ReLU units output 0 for "
+            "every sample of the batch, so their weights get no gradient"
+        )
+    flagged = scale_flags(report.variables)
+    for flag, finding, word in (
+        (Flag.VANISHING, Finding.VANISHING, "below"),
+        (Flag.EXPLODING, Finding.EXPLODING, "above"),
+    ):
+        layers = [(layer, d) for layer, (f, d) in flagged.items() if f == flag]
+        if layers:
+            findings.append(finding)
+            listed = ", ".join(f"{layer} ({abs(d):.1f} decades)" for layer, d in layers[:4])
+            more = "..." if len(layers) > 4 else ""
+            parts.append(
+                f"{finding}: {listed}{more}: the update ratio |dL/dW| / |W| of these layers is "
+                f"that far {word} the layers' near the output, so they "
+                + ("barely learn" if flag == Flag.VANISHING else "take steps far too large")
+            )
+    return findings, parts
