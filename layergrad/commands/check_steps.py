@@ -233,7 +233,7 @@ def _scale(report: WeightScanReport) -> tuple[list[Finding], list[str]]:
             more = "..." if len(layers) > 4 else ""
             parts.append(
                 f"{finding}: {listed}{more}: the update ratio |dL/dW| / |W| of these layers is "
-                f"that far {word} the layers' near the output, so they "
+                f"that many decades {word} that of the layers near the output, so they "
                 + ("barely learn" if flag == Flag.VANISHING else "take steps far too large")
             )
     return findings, parts

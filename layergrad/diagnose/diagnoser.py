@@ -8,7 +8,7 @@ wrong (`locate.PathView`); the ops, activation values and dtype of that layer sa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -234,7 +234,16 @@ def build_results(
                 gradient=None if grad is None else gradient_stats(grad),
                 causes=causes,
                 warnings=warnings_for(
-                    grad, source, target, structural_zeros(source, target, graph, diagnoser)
+                    grad,
+                    source,
+                    target,
+                    structural_zeros(
+                        source.site,
+                        target.site,
+                        graph,
+                        diagnoser.layers if diagnoser is not None else {},
+                        diagnoser.training if diagnoser is not None else False,
+                    ),
                 )
                 if status == Status.OK
                 else (),
@@ -288,22 +297,21 @@ def warnings_for(
 
 
 def structural_zeros(
-    source: Activation, target: Activation, graph: ModelGraph | None, diagnoser: Any
+    src: Site, dst: Site, graph: ModelGraph | None, layers: Mapping[str, Any], training: bool
 ) -> tuple[str, ...]:
-    """The layers between source and target that give exact zeros by design, each with the
+    """The layers between `src` and `dst` that give exact zeros by design, each with the
     share of zeros it is expected to give: max pooling, ReLU, masking, Dropout in training."""
-    if graph is None or diagnoser is None:
+    if graph is None:
         return ()
-    src, dst = source.site, target.site
     found = []
     for path in graph.between(src.path, dst.path, src.call, dst.call):
-        layer = diagnoser.layers.get(path)
+        layer = layers.get(path)
         kind = type(layer).__name__
         if kind.startswith("MaxPooling") or kind.startswith("MaxPool"):
             size = np.prod(np.atleast_1d(getattr(layer, "pool_size", 2)))
             found.append(f"max pooling at '{path}' passes the gradient to one position of each "
                          f"window ({1 - 1 / size:.0%} zeros expected)")  # fmt: skip
-        elif kind == "Dropout" and diagnoser.training:
+        elif kind == "Dropout" and training:
             found.append(f"Dropout at '{path}' in training mode zeroes a share of "
                          f"{getattr(layer, 'rate', 0):.0%}")  # fmt: skip
         elif kind == "Masking" or (kind == "Embedding" and getattr(layer, "mask_zero", False)):

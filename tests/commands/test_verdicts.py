@@ -363,3 +363,20 @@ def test_more_loss_and_head_pairings(tmp_path, layers, loss, bad):
     # stack before a softmax is one linear classifier however deep: a mismatch
     verdict = check_file(_saved(tmp_path, layers, loss), CheckOptions(static_only=True))
     assert (findings(verdict).get("loss") == ("loss_mismatch",)) == bad, message(verdict, "loss")
+
+
+def test_max_pooling_zeros_are_explained_over_data_too(tmp_path):
+    from layergrad.commands.api import inspect_model
+
+    x = keras.Input((8, 8, 3), name="image")
+    conv = keras.layers.Conv2D(4, 3, padding="same", name="conv")(x)
+    pool = keras.layers.MaxPooling2D(name="pool")(conv)
+    model = keras.Model(x, keras.layers.Dense(2, name="head")(keras.layers.Flatten()(pool)))
+    model.save(tmp_path / "pool.keras")
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((20, 8, 8, 3)))
+    (res,) = inspect_model(
+        tmp_path / "pool.keras", "conv", ["head"], data=tmp_path / "x.npy"
+    ).results
+    assert res.gradient.zero_fraction == pytest.approx(0.75, abs=0.01)
+    (warning,) = res.warnings
+    assert "by design: max pooling at 'pool'" in warning and "dead" not in warning
