@@ -371,10 +371,11 @@ def _dynamic(
     else:
         batch = session.batch
         source = "a random batch" if batch.source == "random" else f"the batch in {batch.source}"
+        drawn = f" ({batch.drawn})" if batch.drawn else ""
         mode = ""
         if training and session.options.training:
             mode = " (in training mode: its BatchNormalization was never trained)"
-        add("forward", f"finite and varying on {source} of {batch.batch_size}{mode}")
+        add("forward", f"finite and varying on {source} of {batch.batch_size}{drawn}{mode}")
     steps.gradient(report.rows, add)
     steps.trainable(weights, add, has_loss)
     if baseline is not None:

@@ -260,6 +260,8 @@ def test_real_pixels_through_a_rescaling_cnn_get_no_finding(tmp_path):
                     CheckOptions(data=str(tmp_path / "pixels.npz"))):  # fmt: skip
         verdict = check_file(tmp_path / "cnn.keras", options)
         assert verdict.verdict == "PASS" and findings(verdict) == {}, findings(verdict)
+    forward = message(check_file(tmp_path / "cnn.keras"), "forward")
+    assert forward.startswith("finite and varying on a random batch of 8 (image uniform 0-255")
 
 
 def test_data_names_every_bug_the_one_batch_check_names(tmp_path):
