@@ -262,6 +262,7 @@ def _dynamic_data(
     # gradients) run on the data's first batch, with its labels
     first = _first_batch(loaded, batches, info, options, None if mismatched else names)
     weights, has_loss = _weights_of(first, options)
+    weights = _dead_over_data(loaded.model, batches, weights, first.options.training)
     report = weights.activations
     where = f" (on the first batch of {first.batch.batch_size} samples of --data)"
     found, parts = steps.forward_parts(report) if report is not None else ([], [])
@@ -270,7 +271,7 @@ def _dynamic_data(
     else:
         add("forward", f"{message}; outputs vary and inputs are in range{where}")
     steps.gradient(rows, add)
-    steps.trainable(weights, add, has_loss, where)
+    steps.trainable(weights, add, has_loss, where, dead_scope="the data")
 
 
 def _first_batch(
@@ -291,6 +292,37 @@ def _first_batch(
                     distribute=None, cpu_replicas=None)  # fmt: skip
     diagnoser = Diagnoser(model, batch, info.graph, probe.training, probe.reduce)
     return Session(info.path, model, info, batch, probe, diagnoser)
+
+
+def _dead_over_data(model: Any, batches: Any, weights: Any, training: bool) -> Any:
+    """The weight scan with only the dead layers of its batch that are dead for every sample
+    of the data (one more forward pass over the data, only when a layer is dead)."""
+    import numpy as np
+
+    from layergrad.core.gradient_stats import DEAD_FRACTION
+    from layergrad.data.probe_input import ProbeBatch
+    from layergrad.engine.probe import run_probe
+    from layergrad.model.layer_refs import resolve
+
+    if not weights.dead_layers:
+        return weights
+    sites = [resolve(model, ref) for ref, _ in weights.dead_layers]
+    masks: list[Any] = [None] * len(sites)
+    names = tuple(s.name for s in batches.specs)
+    for tensors in batches.dataset:
+        arrays = tuple(np.asarray(t.numpy()) for t in tensors)
+        run = run_probe(model, ProbeBatch(arrays, names, batches.source, None), sites, sites[:1],
+                        training=training)  # fmt: skip
+        for i, act in enumerate(run.sources):
+            value = act.value.reshape(-1, act.value.shape[-1])
+            zero = np.all(value == 0, axis=0)
+            masks[i] = zero if masks[i] is None else masks[i] & zero
+    dead = tuple(
+        (ref, float(np.mean(mask)))
+        for (ref, _), mask in zip(weights.dead_layers, masks, strict=True)
+        if mask is not None and float(np.mean(mask)) > DEAD_FRACTION
+    )
+    return replace(weights, dead_layers=dead)
 
 
 def _weights_of(session: Any, options: CheckOptions) -> tuple[Any, bool]:

@@ -150,14 +150,18 @@ def forward_parts(report: ScanReport) -> tuple[list[Finding], list[str]]:
 
 
 def trainable(
-    report: WeightScanReport | None, add: Add, has_loss: bool = True, where: str = ""
+    report: WeightScanReport | None,
+    add: Add,
+    has_loss: bool = True,
+    where: str = "",
+    dead_scope: str = "the batch",
 ) -> None:
     """`trainable`: every trainable variable gets a gradient from the loss, and each layer's
     update ratio fits the others' (dead, vanishing, exploding: warnings by default).
 
     Without a loss (`has_loss` False) the report differentiates a random projection of the
     outputs: only the update ratios are judged. `where` is appended to the message (the
-    batch it was judged on, with --data).
+    batch it was judged on, with --data); `dead_scope` what the dead units were dead for.
     """
     if where:
         inner = add
@@ -169,7 +173,7 @@ def trainable(
         add("trainable", "skipped: no loss (the file was saved without model.compile; --loss)")
         return
     if not has_loss:
-        findings, parts = _scale(report)
+        findings, parts = _scale(report, dead_scope)
         if findings:
             add("trainable", "; ".join(parts) + " (no loss: judged on a random projection of "
                 "the outputs)", findings)  # fmt: skip
@@ -193,7 +197,7 @@ def trainable(
             why = f" ({cause.code} at {cause.layer})" if cause else ""
             names = ", ".join(v.variable for v in bad[:4]) + ("..." if len(bad) > 4 else "")
             parts.append(f"{finding}: {names}{why}")
-    scale_findings, scale_parts = _scale(report)
+    scale_findings, scale_parts = _scale(report, dead_scope)
     findings += scale_findings
     parts += scale_parts
     if not findings:
@@ -207,7 +211,7 @@ def trainable(
     add("trainable", "; ".join(parts), findings)
 
 
-def _scale(report: WeightScanReport) -> tuple[list[Finding], list[str]]:
+def _scale(report: WeightScanReport, dead_scope: str) -> tuple[list[Finding], list[str]]:
     """Dead, vanishing and exploding layers, judged on their weights' gradients."""
     from layergrad.commands.weight_scan import scale_flags
 
@@ -219,7 +223,7 @@ def _scale(report: WeightScanReport) -> tuple[list[Finding], list[str]]:
         names = ", ".join(f"{layer} ({share:.0%} of its units)" for layer, share in dead[:4])
         parts.append(
             f"dead: {names}{'...' if len(dead) > 4 else ''}: these ReLU units output 0 for "
-            "every sample of the batch, so their weights get no gradient"
+            f"every sample of {dead_scope}, so their weights get no gradient"
         )
     flagged = scale_flags(report.variables)
     for flag, finding, word in (

@@ -382,3 +382,27 @@ def test_max_pooling_zeros_are_explained_over_data_too(tmp_path):
     assert res.gradient.zero_fraction == pytest.approx(0.75, abs=0.01)
     (warning,) = res.warnings
     assert "by design: max pooling at 'pool'" in warning and "dead" not in warning
+
+
+def test_dead_with_data_means_dead_for_every_sample_of_the_data(tmp_path):
+    x = keras.Input((6,), name="x")
+    gate = keras.layers.Dense(4, activation="relu", name="gate")
+    model = keras.Model(x, keras.layers.Dense(3, activation="softmax", name="head")(gate(x)))
+    model.compile(loss="sparse_categorical_crossentropy")
+    kernel = np.zeros((6, 4), "float32")
+    kernel[0, :3] = 1.0  # units 0-2 are x0 - 5: alive only where x0 > 5
+    kernel[1, 3] = 1.0  # unit 3 is x1 + 5: alive for standard-normal x1
+    gate.set_weights([kernel, np.array([-5.0, -5.0, -5.0, 5.0], "float32")])
+    model.save(tmp_path / "gate.keras")
+    rows = np.random.default_rng(0).standard_normal((64, 6)).astype("float32")
+    rows[32:, 0] = 10.0  # the second batch of 32 wakes every unit
+    np.save(tmp_path / "x.npy", rows)
+    np.save(tmp_path / "first.npy", rows[:32])
+    one = check_file(tmp_path / "gate.keras", CheckOptions(input_file=str(tmp_path / "first.npy")))
+    assert findings(one) == {"trainable": ("dead",)}
+    assert "dead: gate (75% of its units)" in message(one, "trainable")
+    over = check_file(tmp_path / "gate.keras", CheckOptions(data=str(tmp_path / "x.npy")))
+    assert over.verdict == "PASS" and findings(over) == {}, findings(over)
+    dead = check_file(sample("bug_dead_layer.keras"), CheckOptions(data=str(tmp_path / "x.npy")))
+    assert findings(dead) == {"trainable": ("dead",)}
+    assert "output 0 for every sample of the data" in message(dead, "trainable")
