@@ -153,6 +153,19 @@ def _judge(head: Head, spec: tuple[str, bool] | None, y: LabelSummary) -> Target
             f"Dense({int(y.high) + 1}) on the head (one unit per class), or relabel the classes "
             f"0 to {units - 1}",
         )
+    if not sparse and units and units > 1 and y.width == 1 and spec is not None:
+        return say(
+            f"one label per sample, but the output has {units} units: each unit is trained "
+            "against the same label (the loss broadcasts it)",
+            "Dense(1, activation='sigmoid') for one yes/no label, Dense(1) for one number, or "
+            f"Dense({units}, activation='softmax') with sparse_categorical_crossentropy for "
+            "class ids",
+        )
+    if not sparse and units and y.width > 1 and y.width != units:
+        return say(
+            f"each sample's labels have width {y.width}, but the output has {units} units",
+            f"Dense({y.width}) on the head, one unit per label column",
+        )
     several = y.classes is not None and y.classes > 2 and y.width == 1 and y.integers
     if units == 1 and several and (act in ("sigmoid", "softmax") or binary):
         return say(

@@ -406,3 +406,31 @@ def test_dead_with_data_means_dead_for_every_sample_of_the_data(tmp_path):
     dead = check_file(sample("bug_dead_layer.keras"), CheckOptions(data=str(tmp_path / "x.npy")))
     assert findings(dead) == {"trainable": ("dead",)}
     assert "output 0 for every sample of the data" in message(dead, "trainable")
+
+
+@pytest.mark.parametrize(
+    ("units", "activation", "loss", "y", "says"),
+    [
+        (2, "sigmoid", "binary_crossentropy", np.arange(16) % 2,
+         "one label per sample, but the output has 2 units"),
+        (4, "softmax", "categorical_crossentropy", np.eye(5)[np.arange(16) % 5],
+         "each sample's labels have width 5, but the output has 4 units"),
+        (1, "sigmoid", "binary_crossentropy", np.arange(16) % 2, None),
+        (5, "softmax", "categorical_crossentropy", np.eye(5)[np.arange(16) % 5], None),
+        (1, None, "mse", np.linspace(-100, 100, 16), None),
+    ],
+)  # fmt: skip
+def test_the_number_of_output_units_against_the_labels(tmp_path, units, activation, loss, y, says):
+    x = keras.Input((6,), name="x")
+    h = keras.layers.Dense(8, activation="relu", name="dense")(x)
+    model = keras.Model(x, keras.layers.Dense(units, activation=activation, name="head")(h))
+    model.compile(loss=loss)
+    model.save(tmp_path / "m.keras")
+    rows = np.random.default_rng(0).standard_normal((16, 6)).astype("float32")
+    np.savez(tmp_path / "d.npz", x=rows, y=y.astype("float32"))
+    verdict = check_file(tmp_path / "m.keras", CheckOptions(input_file=str(tmp_path / "d.npz")))
+    if says is None:
+        assert verdict.verdict == "PASS" and findings(verdict) == {}, findings(verdict)
+    else:
+        assert findings(verdict) == {"targets": ("target_mismatch",)}
+        assert says in message(verdict, "targets")
