@@ -105,7 +105,7 @@ def sigmoid_mlp_3() -> keras.Model:
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
         [
-            keras.Input((8,)),
+            keras.Input((8,), name="x"),
             layers.Dense(12, activation="sigmoid"),
             layers.Dense(8, activation="sigmoid"),
             layers.Dense(1, activation="sigmoid"),
