@@ -185,6 +185,13 @@ def test_failures_and_warnings_apart_in_every_format(tmp_path):
     assert "⚠️ pass, 1 warning" in md and "❌ **fail**" in md
     page = CliRunner().invoke(cli.main, [*args, "--format", "html"]).output
     assert "PASS, 1 warning" in page and "dead (warning)" in page
+    from xml.etree import ElementTree as ET
+
+    CliRunner().invoke(cli.main, [*args, "--junit", str(tmp_path / "out.xml")])
+    cases = {c.get("name"): c for c in ET.parse(tmp_path / "out.xml").getroot()
+             if c.get("classname") == args[1]}  # fmt: skip
+    assert cases["trainable"].find("failure") is None
+    assert cases["trainable"].find("system-out").text.startswith("warning (dead): dead: dense")
 
 
 def test_max_pooling_zeros_are_explained_not_called_dead(tmp_path):
