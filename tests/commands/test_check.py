@@ -110,7 +110,13 @@ def test_json_schema_and_junit(tmp_path):
     assert doc["schema"] == "layergrad.check/1" and doc["passed"] is False
     assert [f["passed"] for f in doc["files"]] == [True, False]
     assert set(doc["files"][0]) == {"path", "passed", "verdict", "failures", "warnings", "checks"}
-    assert set(doc["files"][0]["checks"][0]) == {"name", "passed", "message", "findings", "warnings"}
+    assert set(doc["files"][0]["checks"][0]) == {
+        "name",
+        "passed",
+        "message",
+        "findings",
+        "warnings",
+    }
     suite = ET.parse(junit).getroot()
     cases = suite.findall("testcase")
     assert (
