@@ -310,7 +310,7 @@ def test_check_baseline_over_data_for_a_file_without_a_loss(residual, tmp_path):
     assert out.exit_code == 0, out.output
     checks = {c["name"]: c for c in json.loads(out.output)["files"][0]["checks"]}
     assert checks["baseline"]["passed"] and "layers compared" in checks["baseline"]["message"]
-    assert checks["forward"]["message"] == f"finite over {SAMPLES} samples"
+    assert checks["forward"]["message"].startswith(f"finite over {SAMPLES} samples")
 
 
 def test_labels_y_for_a_sequential_model(tmp_path):
