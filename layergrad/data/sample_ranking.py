@@ -113,6 +113,37 @@ class NormTotals:
     def count(self) -> int:
         return int(self.totals.dist[0])
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Everything kept, as float64 arrays of fixed shapes (for a collective between
+        workers: `from_arrays` of each worker's, then `merge`)."""
+        k = self.top.k
+        top = np.full((3, k), np.nan)
+        n = len(self.top.values)
+        top[:, :n] = np.stack([self.top.values, self.top.samples, self.top.errors])
+        rel = np.nan if self.largest_rel is None else self.largest_rel
+        return {
+            "dist": self.totals.dist.copy(),
+            "hist": self.totals.hist.copy(),
+            "top": top,
+            "extra": np.array([self.nonfinite, self.variance, rel], np.float64),
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> NormTotals:
+        """The NormTotals that `arrays` returned."""
+        top = np.asarray(arrays["top"], np.float64)
+        out = cls(top.shape[1])
+        out.totals.dist = np.asarray(arrays["dist"], np.float64).copy()
+        out.totals.hist = np.asarray(arrays["hist"], np.float64).copy()
+        kept = ~np.isnan(top[0])
+        out.top.values = top[0][kept]
+        out.top.samples = top[1][kept].astype(np.int64)
+        out.top.errors = top[2][kept]
+        nonfinite, variance, rel = (float(v) for v in arrays["extra"])
+        out.nonfinite, out.variance = int(nonfinite), variance
+        out.largest_rel = None if np.isnan(rel) else rel
+        return out
+
     def distribution(self) -> NormDistribution:
         """The distribution of everything added."""
         stats = self.totals.stats()

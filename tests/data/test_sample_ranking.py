@@ -55,3 +55,26 @@ def test_the_reported_histogram_has_bins_of_a_tenth_of_a_decade_on_one_grid():
     assert h.edges[0] == 1.0 and h.edges[-1] == pytest.approx(10**1.1, rel=1e-5)  # 6 digits
     assert len(h.edges) == len(h.counts) + 1 == 12
     assert h.counts[0] == 2 and h.counts[1] == 1 and h.counts[-1] == 1 and sum(h.counts) == 4
+
+
+def test_arrays_of_each_part_merge_into_the_totals_of_the_whole():
+    rng = np.random.default_rng(1)
+    values, rel = np.exp(rng.normal(0, 1, 300)), rng.uniform(0, 0.2, 300)
+    whole, parts = NormTotals(top=5), [NormTotals(top=5) for _ in range(3)]
+    whole.add(values, np.arange(300), rel)
+    for i, part in enumerate(parts):  # three workers, each its own shard
+        part.add(values[i::3], np.arange(300)[i::3], rel[i::3])
+    merged = NormTotals.from_arrays(parts[0].arrays())
+    for part in parts[1:]:
+        merged.merge(NormTotals.from_arrays(part.arrays()))
+    a, b = merged.distribution(), whole.distribution()
+    assert (a.count, a.min, a.max, a.p50, a.p95, a.top) == (
+        b.count,
+        b.min,
+        b.max,
+        b.p50,
+        b.p95,
+        b.top,
+    )
+    assert (a.mean, a.std, a.mean_rel_stderr) == pytest.approx((b.mean, b.std, b.mean_rel_stderr))
+    assert a.histogram == b.histogram
