@@ -65,6 +65,12 @@ class Finding(Word):
     LOSS_MISMATCH = "loss_mismatch"  # the compiled loss does not fit the output
     INPUT_RANGE = "input_range"  # unscaled inputs pin the first activation (with data)
     REGRESSION = "regression"  # gradient flow got worse than the --baseline scan
+    # found while training (`layergrad fit`, `GradientMonitor`); rules in docs/training.md
+    DIVERGING = "diverging"  # the loss grows while update ratios explode
+    NOT_LEARNING = "not_learning"  # the loss does not move, update ratios stay tiny
+    DYING_UNITS = "dying_units"  # a layer's dead-unit fraction grows past a threshold
+    STALLED_LAYER = "stalled_layer"  # one layer's update ratio decades below the others'
+    PLATEAU_AT_CHANCE = "plateau_at_chance"  # the loss settles at the class prior's
 
 
 DEFAULT_FAIL_ON = (
@@ -78,6 +84,18 @@ DEFAULT_FAIL_ON = (
     Finding.LOSS_MISMATCH,
     Finding.REGRESSION,
 )
+
+
+# What `layergrad fit` can find; `nonfinite` is shared with `check`.
+TRAINING_FINDINGS = (
+    Finding.NONFINITE,
+    Finding.DIVERGING,
+    Finding.NOT_LEARNING,
+    Finding.DYING_UNITS,
+    Finding.STALLED_LAYER,
+    Finding.PLATEAU_AT_CHANCE,
+)
+DEFAULT_FIT_FAIL_ON = (Finding.NONFINITE, Finding.DIVERGING, Finding.NOT_LEARNING)
 
 
 class Change(Word):

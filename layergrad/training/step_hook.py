@@ -1,0 +1,262 @@
+"""What the monitored training step computes, inside Keras's compiled `train_function`.
+
+Three wrappers, installed for one `model.fit` and removed after it:
+
+- each layer's `call` counts the non-finite values of its float outputs (a scalar per layer,
+  so no activation is kept);
+- `model.compute_loss` hands the step's loss to the step;
+- the optimizer's `_all_reduce_sum_gradients` (the TensorFlow optimizer's one place where the
+  gradients of every replica have been summed, before any update) reduces the gradients.
+
+The wrappers only act while the monitored `train_step` runs in the same thread, i.e. while
+Keras traces it (once per replica under `MirroredStrategy`); they add graph ops, never Python
+work per step. Every step writes a few scalars (is anything non-finite, the loss); on a
+checkpoint step (`due`, set by the callback) or a non-finite one, a `tf.cond` branch also
+reduces every gradient: L2, non-finite count, dead units, the weight norm, a histogram per
+layer. The results live in sync-on-read variables, the kind Keras metrics use, so
+`tf.distribute` sums (activations, loss) or takes the first replica's value (the gradients,
+already all-reduced) when the callback reads them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from layergrad._tf import quiet_import
+from layergrad.layer_calls import capturing
+
+BINS = 30  # histogram buckets per layer gradient (TensorBoard's default)
+# Columns of the per-variable statistics: squared gradient norm, non-finite gradient values,
+# dead units (last-axis slices whose gradient is exactly 0), units, squared weight norm.
+GRAD_SQ, GRAD_NONFINITE, DEAD, UNITS, WEIGHT_SQ = range(5)
+COLUMNS = 5
+
+_active = threading.local()  # the step being traced in this thread, if any
+
+
+@dataclass(frozen=True)
+class LayerVariables:
+    """A layer the monitor reports on: its path, and the indices of its trainable variables."""
+
+    path: str
+    layer: Any
+    variables: tuple[int, ...]
+
+
+class _Trace:
+    """What one trace of the monitored step collects (per replica thread)."""
+
+    def __init__(self, layers: int) -> None:
+        self.loss: Any = None
+        self.nonfinite: list[Any] = [None] * layers
+        self.order: list[int] = []
+
+
+class StepHook:
+    """The graph side of `GradientMonitor`: variables, wrappers, and the step's reductions."""
+
+    def __init__(
+        self,
+        model: Any,
+        layers: Sequence[LayerVariables],
+        variables: Sequence[Any],
+        histograms: bool,
+    ) -> None:
+        tf, _ = quiet_import()
+        self.model, self.layers, self.variables = model, tuple(layers), tuple(variables)
+        self.histograms = histograms
+        self.forward_order: list[int] = []  # layer indices in the order the trace called them
+        self._keys = {_var_key(model, v): i for i, v in enumerate(variables)}
+        on_read = tf.VariableSynchronization.ON_READ
+        total, first = tf.VariableAggregation.SUM, tf.VariableAggregation.ONLY_FIRST_REPLICA
+        n_layers, n_vars = len(self.layers), len(self.variables)
+        with model.distribute_strategy.scope():
+
+            def state(shape: Sequence[int], aggregation: Any, name: str) -> Any:
+                return tf.Variable(
+                    tf.zeros(shape),
+                    trainable=False,
+                    synchronization=on_read,
+                    aggregation=aggregation,
+                    name=f"layergrad_{name}",
+                )
+
+            self.due = tf.Variable(False, trainable=False, name="layergrad_due")
+            self.step = state([2], total, "step")  # [replicas that saw a NaN/Inf, loss]
+            self.activations = state([n_layers], total, "activation_nonfinite")
+            self.grads = state([n_vars, COLUMNS], first, "gradients")
+            self.learning_rate = state([], first, "learning_rate")
+            self.histogram = state([n_layers, BINS], first, "histogram")
+            self.ranges = state([n_layers, 2], first, "histogram_range")
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """Wrap the model's step, loss, layer calls and optimizer for the block."""
+        model, optimizer = self.model, self.model.optimizer
+        index = {entry.path: i for i, entry in enumerate(self.layers)}
+        groups = [(entry.layer, entry.path, None) for entry in self.layers]
+        saved = {
+            "train_step": model.__dict__.get("train_step"),
+            "compute_loss": model.__dict__.get("compute_loss"),
+        }
+        reduce_saved = optimizer.__dict__.get("_all_reduce_sum_gradients")
+        original_step, original_loss = model.train_step, model.compute_loss
+        original_reduce = optimizer._all_reduce_sum_gradients
+
+        @functools.wraps(original_step)
+        def train_step(data: Any) -> Any:
+            trace = _Trace(len(self.layers))
+            _active.trace = trace
+            try:
+                return original_step(data)
+            finally:
+                _active.trace = None
+                self.forward_order = trace.order
+
+        @functools.wraps(original_loss)
+        def compute_loss(*args: Any, **kwargs: Any) -> Any:
+            loss = original_loss(*args, **kwargs)
+            trace = getattr(_active, "trace", None)
+            if trace is not None:
+                trace.loss = loss
+            return loss
+
+        def all_reduce(grads_and_vars: Any) -> Any:
+            reduced = original_reduce(grads_and_vars)
+            trace = getattr(_active, "trace", None)
+            if trace is None:
+                return reduced
+            done = self._record(trace, list(reduced))
+            tf, _ = quiet_import()
+            with tf.control_dependencies([done]):  # the update waits for the reading
+                return [(None if g is None else tf.identity(g), v) for g, v in reduced]
+
+        def on_outputs(key: tuple[str, int], flat: list[Any], _args: Any) -> list[Any]:
+            trace = getattr(_active, "trace", None)
+            if trace is not None:
+                self._count_nonfinite(trace, index[key[0]], flat)
+            return flat
+
+        with capturing(groups, on_outputs):
+            model.train_step, model.compute_loss = train_step, compute_loss
+            optimizer._all_reduce_sum_gradients = all_reduce
+            try:
+                yield
+            finally:
+                for name, previous in saved.items():
+                    model.__dict__.pop(name, None)
+                    if previous is not None:
+                        setattr(model, name, previous)
+                optimizer.__dict__.pop("_all_reduce_sum_gradients", None)
+                if reduce_saved is not None:
+                    optimizer._all_reduce_sum_gradients = reduce_saved
+                model.train_function = None  # the next fit traces the plain step again
+
+    def _count_nonfinite(self, trace: _Trace, layer: int, outputs: list[Any]) -> None:
+        tf, _ = quiet_import()
+        floats = [t for t in outputs if getattr(getattr(t, "dtype", None), "is_floating", False)]
+        if not floats:
+            return
+        count = tf.add_n(
+            [tf.reduce_sum(tf.cast(~tf.math.is_finite(t), tf.float32)) for t in floats]
+        )
+        previous = trace.nonfinite[layer]
+        trace.nonfinite[layer] = count if previous is None else previous + count
+        if layer not in trace.order:
+            trace.order.append(layer)
+
+    def _record(self, trace: _Trace, reduced: list[tuple[Any, Any]]) -> Any:
+        """The step's writes: the scalars every step, the gradient reductions when due."""
+        tf, _ = quiet_import()
+        grads: list[Any] = [None] * len(self.variables)
+        weights: list[Any] = [None] * len(self.variables)
+        for g, v in reduced:
+            i = self._keys.get(_var_key(self.model, v))
+            if i is not None and g is not None:
+                grads[i] = tf.convert_to_tensor(g)
+                weights[i] = v
+        acts = tf.stack(
+            [tf.constant(0.0) if c is None else tf.cast(c, tf.float32) for c in trace.nonfinite]
+        ) if trace.nonfinite else tf.zeros([0])  # fmt: skip
+        loss = tf.constant(float("nan")) if trace.loss is None else trace.loss
+        loss = tf.cast(tf.reduce_sum(loss), tf.float32)
+        checks = [tf.reduce_any(~tf.math.is_finite(g)) for g in grads if g is not None]
+        checks.append(tf.reduce_sum(acts) > 0)
+        if trace.loss is not None:  # a custom train_step may compute its loss elsewhere
+            checks.append(~tf.math.is_finite(loss))
+        bad = tf.reduce_any(tf.stack(checks))
+        writes = [
+            self.step.assign(tf.stack([tf.cast(bad, tf.float32), loss])),
+            self.activations.assign(acts),
+        ]
+        full = tf.cond(
+            tf.logical_or(self.due, bad),
+            lambda: self._reduce(grads, weights),
+            lambda: tf.constant(False),
+        )
+        return tf.group([*writes, full])
+
+    def _reduce(self, grads: list[Any], weights: list[Any]) -> Any:
+        tf, _ = quiet_import()
+        rows = []
+        for g, v in zip(grads, weights, strict=True):
+            if g is None:
+                rows.append(tf.constant([0.0, 0.0, 0.0, 0.0, -1.0]))  # -1: no gradient
+                continue
+            g32 = tf.cast(g, tf.float32)
+            finite = tf.math.is_finite(g32)
+            clean = tf.where(finite, g32, tf.zeros_like(g32))
+            units = tf.reshape(g32, [-1, g32.shape[-1]]) if g32.shape.rank else tf.reshape(g32, [1, 1])
+            dead = tf.reduce_sum(tf.cast(tf.reduce_all(tf.equal(units, 0.0), axis=0), tf.float32))
+            w = tf.cast(tf.convert_to_tensor(v), tf.float32)
+            rows.append(
+                tf.stack(
+                    [
+                        tf.reduce_sum(tf.square(clean)),
+                        tf.reduce_sum(tf.cast(~finite, tf.float32)),
+                        dead,
+                        tf.cast(tf.shape(units)[1], tf.float32),
+                        tf.reduce_sum(tf.square(w)),
+                    ]
+                )
+            )
+        writes = [
+            self.grads.assign(tf.stack(rows) if rows else tf.zeros([0, COLUMNS])),
+            self.learning_rate.assign(tf.cast(self.model.optimizer.learning_rate, tf.float32)),
+        ]
+        if self.histograms:
+            writes += self._histograms(grads)
+        with tf.control_dependencies(writes):
+            return tf.constant(True)
+
+    def _histograms(self, grads: list[Any]) -> list[Any]:
+        tf, _ = quiet_import()
+        counts, ranges = [], []
+        for entry in self.layers:
+            parts = [tf.reshape(tf.cast(grads[i], tf.float32), [-1]) for i in entry.variables
+                     if grads[i] is not None]  # fmt: skip
+            if not parts:
+                counts.append(tf.zeros([BINS]))
+                ranges.append(tf.zeros([2]))
+                continue
+            values = tf.concat(parts, axis=0)
+            values = tf.boolean_mask(values, tf.math.is_finite(values))
+            low = tf.reduce_min(tf.concat([values, [0.0]], 0))
+            high = tf.reduce_max(tf.concat([values, [0.0]], 0))
+            high = tf.where(high > low, high, low + 1e-12)
+            counts.append(
+                tf.cast(tf.histogram_fixed_width(values, [low, high], nbins=BINS), tf.float32)
+            )
+            ranges.append(tf.stack([low, high]))
+        return [self.histogram.assign(tf.stack(counts)), self.ranges.assign(tf.stack(ranges))]
+
+
+def _var_key(model: Any, variable: Any) -> Any:
+    """The optimizer's own key of a variable (Keras or tf.Variable, mirrored or not)."""
+    key: Callable[[Any], Any] = model.optimizer._var_key
+    return key(variable)
