@@ -98,7 +98,6 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[misc]
         self._reset()
         model = self.model
         self._layers, self._variables = _layers_and_variables(model)
-        self._sizes = [int(np.prod(v.shape)) for v in self._variables]
         self._hook = StepHook(model, self._layers, self._variables, self.log_dir is not None)
         steps, epochs = self.params.get("steps"), self.params.get("epochs") or 1
         self._last = steps * epochs - 1 if steps else None
@@ -159,6 +158,7 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[misc]
         hook = self._hook
         grads = np.asarray(hook.grads.read_value().numpy(), dtype=np.float64)
         acts = np.asarray(hook.activations.read_value().numpy(), dtype=np.float64)
+        dead = np.asarray(hook.dead.read_value().numpy(), dtype=np.float64)
         lr = float(hook.learning_rate.read_value().numpy())
         variables = [
             _variable_row(self._variables[i], self._layer_of[i], grads[i])
@@ -166,7 +166,7 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[misc]
         ]
         by_path = {e.path: e for e in self._layers}
         layers = [
-            _layer_row(by_path[path], grads, self._sizes, int(acts[self._index[path]]), lr)
+            _layer_row(by_path[path], grads, dead[self._index[path]], int(acts[self._index[path]]), lr)
             for path in self._hook_order()
         ]
         return Checkpoint(
@@ -280,20 +280,20 @@ def _variable_row(variable: Any, layer: str, row: np.ndarray) -> VariableStats:
 
 
 def _layer_row(
-    entry: LayerVariables, grads: np.ndarray, sizes: list[int], acts: int, lr: float
+    entry: LayerVariables, grads: np.ndarray, dead: np.ndarray, acts: int, lr: float
 ) -> LayerStats:
+    fraction = float(dead[0] / dead[1]) if dead[1] > 0 else None
     mine = [i for i in entry.variables if grads[i][WEIGHT_SQ] >= 0]
     if not mine:
-        return LayerStats(entry.path, None, None, None, None, 0, acts)
+        return LayerStats(entry.path, None, None, None, fraction, 0, acts)
     grad = math.sqrt(sum(grads[i][GRAD_SQ] for i in mine))
     weight = math.sqrt(sum(grads[i][WEIGHT_SQ] for i in mine))
-    kernel = grads[max(mine, key=lambda i: sizes[i])]
     return LayerStats(
         layer=entry.path,
         grad_l2=grad,
         weight_l2=weight,
         update_ratio=lr * grad / weight if weight > 0 else None,
-        dead_fraction=float(kernel[DEAD] / kernel[UNITS]) if kernel[UNITS] else None,
+        dead_fraction=fraction,
         nonfinite_gradient=int(sum(grads[i][GRAD_NONFINITE] for i in mine)),
         nonfinite_activation=acts,
     )
@@ -320,6 +320,6 @@ def _loss_name_of(loss: Any) -> str:
 
 def _output_units(model: Any) -> list[int]:
     try:
-        return [int(t.shape[-1]) if t.shape.rank else 1 for t in model.outputs]
+        return [int(t.shape[-1]) if len(t.shape) else 1 for t in model.outputs]
     except (AttributeError, ValueError, TypeError):
         return []

@@ -37,8 +37,10 @@ class LayerStats:
     """One layer at one checkpoint (its trainable variables together).
 
     `update_ratio` is learning rate x |grad| / |weights|: the share by which one plain
-    gradient step moves the layer's weights. `dead_fraction` is that of the layer's largest
-    variable (its kernel). `nonfinite_activation` counts NaN/Inf in the layer's outputs.
+    gradient step moves the layer's weights. `dead_fraction` is the share of the units (last
+    axis) of the layer's output that are exactly 0 for every sample of the batch (under a
+    `tf.distribute` strategy: of the first replica's share). `nonfinite_activation` counts
+    NaN/Inf in the layer's outputs, `nonfinite_gradient` in its variables' gradients.
     """
 
     layer: str

@@ -36,10 +36,12 @@ def findings(
 ) -> list[TrainingFinding]:
     """Every finding of a run, in the order of the rules (nonfinite first)."""
     out = [nonfinite] if nonfinite is not None else []
+    stuck = not_learning(losses, checkpoints)
     for found in (
         diverging(losses, checkpoints, nonfinite is not None),
-        not_learning(losses, checkpoints),
-        plateau_at_chance(losses, checkpoints, chance_loss),
+        stuck,
+        # a loss that cannot move sits at chance for that reason: one finding, not two
+        None if stuck else plateau_at_chance(losses, checkpoints, chance_loss),
     ):
         if found is not None:
             out.append(found)

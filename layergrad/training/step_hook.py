@@ -54,6 +54,7 @@ class _Trace:
     def __init__(self, layers: int) -> None:
         self.loss: Any = None
         self.nonfinite: list[Any] = [None] * layers
+        self.dead: list[Any] = [None] * layers  # (dead units, units) of the first call
         self.order: list[int] = []
 
 
@@ -89,6 +90,7 @@ class StepHook:
             self.due = tf.Variable(False, trainable=False, name="layergrad_due")
             self.step = state([2], total, "step")  # [replicas that saw a NaN/Inf, loss]
             self.activations = state([n_layers], total, "activation_nonfinite")
+            self.dead = state([n_layers, 2], first, "dead_units")
             self.grads = state([n_vars, COLUMNS], first, "gradients")
             self.learning_rate = state([], first, "learning_rate")
             self.histogram = state([n_layers, BINS], first, "histogram")
@@ -139,7 +141,7 @@ class StepHook:
         def on_outputs(key: tuple[str, int], flat: list[Any], _args: Any) -> list[Any]:
             trace = getattr(_active, "trace", None)
             if trace is not None:
-                self._count_nonfinite(trace, index[key[0]], flat)
+                self._observe(trace, index[key[0]], flat)
             return flat
 
         with capturing(groups, on_outputs):
@@ -157,11 +159,19 @@ class StepHook:
                     optimizer._all_reduce_sum_gradients = reduce_saved
                 model.train_function = None  # the next fit traces the plain step again
 
-    def _count_nonfinite(self, trace: _Trace, layer: int, outputs: list[Any]) -> None:
+    def _observe(self, trace: _Trace, layer: int, outputs: list[Any]) -> None:
+        """Count a call's NaN/Inf outputs; on its first call, its dead units: last-axis
+        units of its first output that are exactly 0 for every sample."""
         tf, _ = quiet_import()
         floats = [t for t in outputs if getattr(getattr(t, "dtype", None), "is_floating", False)]
         if not floats:
             return
+        first = floats[0]
+        rank = first.shape.rank
+        if trace.dead[layer] is None and rank is not None and rank >= 2:
+            zero = tf.reduce_all(tf.equal(first, 0), axis=list(range(rank - 1)))
+            units = tf.cast(tf.shape(first)[-1], tf.float32)
+            trace.dead[layer] = (tf.reduce_sum(tf.cast(zero, tf.float32)), units)
         count = tf.add_n(
             [tf.reduce_sum(tf.cast(~tf.math.is_finite(t), tf.float32)) for t in floats]
         )
@@ -196,12 +206,12 @@ class StepHook:
         ]
         full = tf.cond(
             tf.logical_or(self.due, bad),
-            lambda: self._reduce(grads, weights),
+            lambda: self._reduce(trace, grads, weights),
             lambda: tf.constant(False),
         )
         return tf.group([*writes, full])
 
-    def _reduce(self, grads: list[Any], weights: list[Any]) -> Any:
+    def _reduce(self, trace: _Trace, grads: list[Any], weights: list[Any]) -> Any:
         tf, _ = quiet_import()
         rows = []
         for g, v in zip(grads, weights, strict=True):
@@ -225,8 +235,10 @@ class StepHook:
                     ]
                 )
             )
+        dead = [tf.stack(d) if d is not None else tf.constant([0.0, 0.0]) for d in trace.dead]
         writes = [
             self.grads.assign(tf.stack(rows) if rows else tf.zeros([0, COLUMNS])),
+            self.dead.assign(tf.stack(dead) if dead else tf.zeros([0, 2])),
             self.learning_rate.assign(tf.cast(self.model.optimizer.learning_rate, tf.float32)),
         ]
         if self.histograms:
