@@ -95,7 +95,13 @@ TRAINING_FINDINGS = (
     Finding.STALLED_LAYER,
     Finding.PLATEAU_AT_CHANCE,
 )
-DEFAULT_FIT_FAIL_ON = (Finding.NONFINITE, Finding.DIVERGING, Finding.NOT_LEARNING)
+# The training findings that say the run learns nothing (the others warn).
+DEFAULT_FIT_FAIL_ON = (
+    Finding.NONFINITE,
+    Finding.DIVERGING,
+    Finding.NOT_LEARNING,
+    Finding.PLATEAU_AT_CHANCE,
+)
 
 
 class Change(Word):

@@ -54,13 +54,18 @@ def _facts(report: FitReport) -> list[tuple[str, str]]:
     if report.data:
         facts.append(("data", report.data))
     facts += [
-        ("training", f"{report.steps} steps, {report.epochs} epochs, checkpoint every {report.every}"),
+        ("training", f"{_count(report.steps, 'step')} in {_count(report.epochs, 'epoch')}, "
+                     f"checkpoint every {_count(report.every, 'step')}"),
         ("loss", report.loss_name or "-"),
         ("optimizer", f"{report.optimizer}, learning rate {lr}"),
     ]
     if report.stopped:
         facts.append(("stopped", f"early, on {report.stopped}"))
     return facts
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _last(report: FitReport) -> Checkpoint | None:
