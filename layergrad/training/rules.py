@@ -24,7 +24,9 @@ DEAD_THRESHOLD = 0.5  # a layer's dead fraction ends at or above this...
 DEAD_GROWTH = 0.2  # ...having grown at least this much since the first checkpoint: dying_units
 STALL_DECADES = 3.0  # a layer's update ratio this many decades below the others' median...
 STALL_CHECKPOINTS = 3  # ...at each of at least this many final checkpoints: stalled_layer
-CHANCE_BAND = 0.05  # the loss's last quarter sits within this share of the chance loss
+CHANCE_BAND = 0.05  # the loss's last quarter sits within this share of the chance loss...
+PLATEAU_STEPS = 100  # ...after at least this many steps (every run starts at chance)...
+PLATEAU_SLOPE = 0.01  # ...no longer falling by this share of it over the last quarter
 
 
 def findings(
@@ -178,14 +180,18 @@ def not_learning(
 def plateau_at_chance(
     losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], chance: float | None
 ) -> TrainingFinding | None:
-    """The last quarter of the smoothed loss sits within `CHANCE_BAND` of the loss of
-    predicting the class prior: the labels or the loss do not fit the task."""
+    """After `PLATEAU_STEPS` steps, the last quarter of the smoothed loss sits within
+    `CHANCE_BAND` of the loss of predicting the class prior and no longer falls: the labels
+    or the loss do not fit the task."""
     curve = smoothed(losses)
-    if chance is None or chance <= 0 or len(curve) < MIN_STEPS or not checkpoints:
+    if chance is None or chance <= 0 or len(curve) < PLATEAU_STEPS or not checkpoints:
         return None
-    tail = curve[-max(1, len(curve) // 4) :]
+    tail = curve[-max(2, len(curve) // 4) :]
     if abs(float(np.median(tail)) - chance) > CHANCE_BAND * chance:
         return None
+    half = len(tail) // 2
+    if float(np.median(tail[:half])) - float(np.median(tail[half:])) > PLATEAU_SLOPE * chance:
+        return None  # still falling: not settled yet
     start = len(curve)
     while start > 0 and abs(curve[start - 1] - chance) <= 2 * CHANCE_BAND * chance:
         start -= 1

@@ -153,5 +153,9 @@ def test_not_learning_and_plateau_need_enough_steps():
     assert rules.not_learning(flat, points) is None
     assert rules.not_learning([*flat, 1.0], points) is not None
     chance = math.log(4)
-    assert rules.plateau_at_chance([chance] * rules.MIN_STEPS, points, chance) is not None
-    assert rules.plateau_at_chance([chance * 0.8] * rules.MIN_STEPS, points, chance) is None
+    steps = rules.PLATEAU_STEPS
+    assert rules.plateau_at_chance([chance] * (steps - 1), points, chance) is None
+    assert rules.plateau_at_chance([chance] * steps, points, chance) is not None
+    assert rules.plateau_at_chance([chance * 0.8] * steps, points, chance) is None
+    falling = list(np.linspace(chance * 1.04, chance * 0.96, steps))  # in the band, still moving
+    assert rules.plateau_at_chance(falling, points, chance) is None
