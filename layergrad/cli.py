@@ -311,18 +311,38 @@ def scan(
 @main.command()
 @click.argument("model", type=click.Path(dir_okay=True, path_type=str))
 @data_options
-@click.option("--steps", type=click.IntRange(min=1), metavar="N",
-              help="Train N steps (default 300; not with --epochs).")  # fmt: skip
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Train N steps (default 300; not with --epochs).",
+)
 @click.option("--epochs", type=click.IntRange(min=1), metavar="E", help="Train E epochs instead.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True,
-              help="Rows per training batch.")  # fmt: skip
-@click.option("--learning-rate", type=float, metavar="LR",
-              help="Learning rate (default: the compiled optimizer's).")  # fmt: skip
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    help="Rows per training batch.",
+)
+@click.option(
+    "--learning-rate",
+    type=float,
+    metavar="LR",
+    help="Learning rate (default: the compiled optimizer's).",
+)
 @click.option("--loss", metavar="NAME", help="A keras.losses name (default: the compiled loss).")
-@click.option("--optimizer", metavar="NAME",
-              help="A keras.optimizers name (default: the compiled optimizer, fresh state).")  # fmt: skip
-@click.option("--every", type=click.IntRange(min=1), metavar="N",
-              help="Reduce the gradients every N steps (default: about 50 checkpoints).")  # fmt: skip
+@click.option(
+    "--optimizer",
+    metavar="NAME",
+    help="A keras.optimizers name (default: the compiled optimizer, fresh state).",
+)
+@click.option(
+    "--every",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Reduce the gradients every N steps (default: about 50 checkpoints).",
+)
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of weights' shuffling.")
 @click.option("--log-dir", metavar="DIR", help="Also write TensorBoard summaries here.")
 @format_options
@@ -383,13 +403,26 @@ def fit(
             "on random labels proves nothing"
         )
     options = FitOptions(
-        steps=steps, epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
-        loss=loss, optimizer=optimizer, every=every, seed=seed, log_dir=log_dir,
-    )  # fmt: skip
+        steps=steps,
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        loss=loss,
+        optimizer=optimizer,
+        every=every,
+        seed=seed,
+        log_dir=log_dir,
+    )
     report = fit_model(
-        model, data, options, limit=limit, distribute=distribute, cpu_replicas=cpu_replicas,
-        imports=imports, unsafe=unsafe,
-    )  # fmt: skip
+        model,
+        data,
+        options,
+        limit=limit,
+        distribute=distribute,
+        cpu_replicas=cpu_replicas,
+        imports=imports,
+        unsafe=unsafe,
+    )
     emit("fit", fmt, report)
     if any(f.finding in fail_on for f in report.findings):
         sys.exit(1)

@@ -15,7 +15,15 @@ from typing import Any
 from rich.console import RenderableType
 from rich.text import Text
 
-from layergrad.render.common import Column, fitted_table, md_code, md_table, md_text, number, to_text
+from layergrad.render.common import (
+    Column,
+    fitted_table,
+    md_code,
+    md_table,
+    md_text,
+    number,
+    to_text,
+)
 from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page
 from layergrad.render.html_page import table as html_table
 from layergrad.training.records import SCHEMA, Checkpoint, FitReport, LayerStats
@@ -54,8 +62,11 @@ def _facts(report: FitReport) -> list[tuple[str, str]]:
     if report.data:
         facts.append(("data", report.data))
     facts += [
-        ("training", f"{_count(report.steps, 'step')} in {_count(report.epochs, 'epoch')}, "
-                     f"checkpoint every {_count(report.every, 'step')}"),
+        (
+            "training",
+            f"{_count(report.steps, 'step')} in {_count(report.epochs, 'epoch')}, "
+            f"checkpoint every {_count(report.every, 'step')}",
+        ),
         ("loss", report.loss_name or "-"),
         ("optimizer", f"{report.optimizer}, learning rate {lr}"),
     ]
@@ -213,8 +224,10 @@ def html(report: FitReport, **_: Any) -> str:
         body.append(
             html_table(
                 [c.header for c in COLUMNS],
-                [[cell(el("code", c[0])), *(cell(v, num=True) for v in c[1:])]
-                 for c in (_cells(r) for r in last.layers)],  # fmt: skip
+                [
+                    [cell(el("code", c[0])), *(cell(v, num=True) for v in c[1:])]
+                    for c in (_cells(r) for r in last.layers)
+                ],
                 numeric=[1, 2, 3, 4],
             )
         )
@@ -241,15 +254,27 @@ def loss_svg(losses: Sequence[float | None], width: int = 720, height: int = 220
         for i, v in enumerate(losses):
             if v is None or not math.isfinite(v):
                 x = pad + (width - 2 * pad) * i / n
-                parts.append(el("line", x1=f"{x:.1f}", x2=f"{x:.1f}", y1=pad, y2=height - pad,
-                                stroke="#c62828"))  # fmt: skip
+                parts.append(
+                    el(
+                        "line",
+                        x1=f"{x:.1f}",
+                        x2=f"{x:.1f}",
+                        y1=pad,
+                        y2=height - pad,
+                        stroke="#c62828",
+                    )
+                )
         parts.append(el("text", f"{number(high)}", x=2, y=pad, font_size=11))
         parts.append(el("text", f"{number(low)}", x=2, y=height - pad, font_size=11))
     parts.append(el("text", f"step 1 .. {len(losses)}", x=pad, y=height - 8, font_size=11))
     return el(
-        "svg", join(parts), xmlns="http://www.w3.org/2000/svg", viewBox=f"0 0 {width} {height}",
-        role="img", aria_label="loss per step",
-    )  # fmt: skip
+        "svg",
+        join(parts),
+        xmlns="http://www.w3.org/2000/svg",
+        viewBox=f"0 0 {width} {height}",
+        role="img",
+        aria_label="loss per step",
+    )
 
 
 def ratio_map_svg(report: FitReport) -> Html:
@@ -267,17 +292,28 @@ def ratio_map_svg(report: FitReport) -> Html:
                 el(
                     "rect",
                     el("title", f"{name}, step {c.step}: {_text(ratio)}"),
-                    x=label + j * cw, y=i * ch, width=cw, height=ch, fill=_colour(ratio),
+                    x=label + j * cw,
+                    y=i * ch,
+                    width=cw,
+                    height=ch,
+                    fill=_colour(ratio),
                 )
-            )  # fmt: skip
-    names = [el("text", name[-28:], x=2, y=i * ch + 12, font_size=11) for i, name in enumerate(layers)]
+            )
+    names = [
+        el("text", name[-28:], x=2, y=i * ch + 12, font_size=11) for i, name in enumerate(layers)
+    ]
     axis = el("text", "checkpoints (step) ->", x=label, y=height - 12, font_size=11)
-    legend = el("text", "blue 1e-7 .. green 1e-3 .. red 1e1", x=label + 160, y=height - 12,
-                font_size=11)  # fmt: skip
+    legend = el(
+        "text", "blue 1e-7 .. green 1e-3 .. red 1e1", x=label + 160, y=height - 12, font_size=11
+    )
     return el(
-        "svg", join([*cells, *names, axis, legend]), xmlns="http://www.w3.org/2000/svg",
-        viewBox=f"0 0 {width} {height}", role="img", aria_label="update ratio per layer and step",
-    )  # fmt: skip
+        "svg",
+        join([*cells, *names, axis, legend]),
+        xmlns="http://www.w3.org/2000/svg",
+        viewBox=f"0 0 {width} {height}",
+        role="img",
+        aria_label="update ratio per layer and step",
+    )
 
 
 def _colour(ratio: float | None) -> str:

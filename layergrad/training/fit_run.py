@@ -118,8 +118,9 @@ def fit_model(
             model.fit(dataset, epochs=options.epochs, verbose=0, callbacks=[monitor])
         else:
             steps = options.steps or DEFAULT_STEPS
-            model.fit(dataset.repeat(), epochs=1, steps_per_epoch=steps, verbose=0,
-                      callbacks=[monitor])  # fmt: skip
+            model.fit(
+                dataset.repeat(), epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[monitor]
+            )
     assert monitor.report is not None
     return replace(monitor.report, path=info.path, data=os.fspath(data))
 
@@ -133,7 +134,7 @@ def _compile(model: Any, compiled: Mapping[str, Any], options: FitOptions) -> st
     spec = find_loss(compiled, options.loss)
     if spec is None:
         raise InputError(
-            f"the model was saved without a loss (no model.compile); pass --loss NAME, e.g. "
+            "the model was saved without a loss (no model.compile); pass --loss NAME, e.g. "
             "--loss sparse_categorical_crossentropy"
         )
     raw = options.optimizer or compiled.get("optimizer")
@@ -144,9 +145,7 @@ def _compile(model: Any, compiled: Mapping[str, Any], options: FitOptions) -> st
         )
     try:
         optimizer = (
-            keras.optimizers.get(raw)
-            if isinstance(raw, str)
-            else keras.optimizers.deserialize(raw)
+            keras.optimizers.get(raw) if isinstance(raw, str) else keras.optimizers.deserialize(raw)
         )
     except (ValueError, TypeError, KeyError) as exc:
         raise InputError(

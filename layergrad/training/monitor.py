@@ -46,7 +46,7 @@ from layergrad.vocab import Finding
 _, _keras = quiet_import()
 
 
-class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[misc]
+class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
     """Watch d loss / d weights during `model.fit`; name the layer where NaN/Inf started.
 
     Args:
@@ -166,7 +166,9 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[misc]
         ]
         by_path = {e.path: e for e in self._layers}
         layers = [
-            _layer_row(by_path[path], grads, dead[self._index[path]], int(acts[self._index[path]]), lr)
+            _layer_row(
+                by_path[path], grads, dead[self._index[path]], int(acts[self._index[path]]), lr
+            )
             for path in self._hook_order()
         ]
         return Checkpoint(
@@ -253,7 +255,9 @@ def _layers_and_variables(model: Any) -> tuple[list[LayerVariables], list[Any]]:
     from layergrad.layer_calls import unique_leaves
     from layergrad.layer_refs import iter_layers
 
-    layers, variables, seen = [], [], set()
+    layers: list[LayerVariables] = []
+    variables: list[Any] = []
+    seen: set[int] = set()
     for layer, path, _ in unique_leaves(iter_layers(model)):
         mine = []
         for v in layer.trainable_variables:

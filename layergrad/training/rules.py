@@ -112,9 +112,8 @@ def smoothed(losses: Sequence[float | None]) -> list[float]:
 
 def _ratios(checkpoint: Checkpoint) -> list[LayerStats]:
     return [
-        r for r in checkpoint.layers
-        if r.update_ratio is not None and math.isfinite(r.update_ratio)
-    ]  # fmt: skip
+        r for r in checkpoint.layers if r.update_ratio is not None and math.isfinite(r.update_ratio)
+    ]
 
 
 def diverging(
@@ -246,7 +245,7 @@ def stalled_layers(checkpoints: Sequence[Checkpoint]) -> list[TrainingFinding]:
     for checkpoint in checkpoints:
         rows = _ratios(checkpoint)
         for row in rows:
-            others = [r.update_ratio for r in rows if r.layer != row.layer]
+            others = [r.update_ratio or 0.0 for r in rows if r.layer != row.layer]
             low = False
             if len(others) >= 2:
                 median = float(np.median(others))

@@ -190,9 +190,13 @@ class StepHook:
             if i is not None and g is not None:
                 grads[i] = tf.convert_to_tensor(g)
                 weights[i] = v
-        acts = tf.stack(
-            [tf.constant(0.0) if c is None else tf.cast(c, tf.float32) for c in trace.nonfinite]
-        ) if trace.nonfinite else tf.zeros([0])  # fmt: skip
+        acts = (
+            tf.stack(
+                [tf.constant(0.0) if c is None else tf.cast(c, tf.float32) for c in trace.nonfinite]
+            )
+            if trace.nonfinite
+            else tf.zeros([0])
+        )
         loss = tf.constant(float("nan")) if trace.loss is None else trace.loss
         loss = tf.cast(tf.reduce_sum(loss), tf.float32)
         checks = [tf.reduce_any(~tf.math.is_finite(g)) for g in grads if g is not None]
@@ -221,7 +225,9 @@ class StepHook:
             g32 = tf.cast(g, tf.float32)
             finite = tf.math.is_finite(g32)
             clean = tf.where(finite, g32, tf.zeros_like(g32))
-            units = tf.reshape(g32, [-1, g32.shape[-1]]) if g32.shape.rank else tf.reshape(g32, [1, 1])
+            units = (
+                tf.reshape(g32, [-1, g32.shape[-1]]) if g32.shape.rank else tf.reshape(g32, [1, 1])
+            )
             dead = tf.reduce_sum(tf.cast(tf.reduce_all(tf.equal(units, 0.0), axis=0), tf.float32))
             w = tf.cast(tf.convert_to_tensor(v), tf.float32)
             rows.append(
@@ -250,8 +256,11 @@ class StepHook:
         tf, _ = quiet_import()
         counts, ranges = [], []
         for entry in self.layers:
-            parts = [tf.reshape(tf.cast(grads[i], tf.float32), [-1]) for i in entry.variables
-                     if grads[i] is not None]  # fmt: skip
+            parts = [
+                tf.reshape(tf.cast(grads[i], tf.float32), [-1])
+                for i in entry.variables
+                if grads[i] is not None
+            ]
             if not parts:
                 counts.append(tf.zeros([BINS]))
                 ranges.append(tf.zeros([2]))

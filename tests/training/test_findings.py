@@ -90,8 +90,9 @@ class KillAt(keras.callbacks.Callback):
 
 def test_a_relu_layer_pushed_dead_during_training_is_dying_units():
     x, y = classification()
-    report = train(mlp(), x, y, keras.optimizers.SGD(0.05), epochs=3,
-                   callbacks=[KillAt("middle", 45)])  # fmt: skip
+    report = train(
+        mlp(), x, y, keras.optimizers.SGD(0.05), epochs=3, callbacks=[KillAt("middle", 45)]
+    )
     dying = found(report)["dying_units"]
     assert [(f.layer, f.step) for f in dying] == [("middle", 51)]  # the first checkpoint after
     dead = [r.dead_fraction for c in report.checkpoints for r in c.layers if r.layer == "middle"]
@@ -112,9 +113,7 @@ def test_shuffled_labels_plateau_at_chance():
 
 
 def checkpoint(step: int, ratios: dict[str, float], dead: float = 0.0, loss: float = 1.0):
-    rows = tuple(
-        LayerStats(name, 1.0, 1.0, ratio, dead, 0, 0) for name, ratio in ratios.items()
-    )
+    rows = tuple(LayerStats(name, 1.0, 1.0, ratio, dead, 0, 0) for name, ratio in ratios.items())
     return Checkpoint(step, 0, step - 1, loss, 0.1, rows, ())
 
 

@@ -51,8 +51,9 @@ def digest(path) -> str:
 
 def test_a_healthy_model_learns_exit_0_and_the_file_is_untouched(files):
     before = digest(files / "m.keras")
-    result = run(str(files / "m.keras"), "--data", str(files / "train.npz"), "--steps", "200",
-                 "--json")  # fmt: skip
+    result = run(
+        str(files / "m.keras"), "--data", str(files / "train.npz"), "--steps", "200", "--json"
+    )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert doc["schema"] == "layergrad.fit/1" and doc["findings"] == []
@@ -66,8 +67,14 @@ def test_a_healthy_model_learns_exit_0_and_the_file_is_untouched(files):
 
 
 def test_shuffled_labels_fail_with_plateau_at_chance(files):
-    result = run(str(files / "m.keras"), "--data", str(files / "shuffled.npz"), "--json",
-                 "--learning-rate", "1e-3")  # fmt: skip
+    result = run(
+        str(files / "m.keras"),
+        "--data",
+        str(files / "shuffled.npz"),
+        "--json",
+        "--learning-rate",
+        "1e-3",
+    )
     assert result.exit_code == 1, result.output
     doc = json.loads(result.output)
     assert [f["finding"] for f in doc["findings"]] == ["plateau_at_chance"]
@@ -79,16 +86,34 @@ def test_shuffled_labels_fail_with_plateau_at_chance(files):
 
 
 def test_fail_on_chooses_which_findings_fail(files):
-    args = [str(files / "m.keras"), "--data", str(files / "shuffled.npz"), "--learning-rate",
-            "1e-3", "--steps", "100"]  # fmt: skip
+    args = [
+        str(files / "m.keras"),
+        "--data",
+        str(files / "shuffled.npz"),
+        "--learning-rate",
+        "1e-3",
+        "--steps",
+        "100",
+    ]
     assert run(*args, "--fail-on", "nonfinite").exit_code == 0
     result = run(*args, "--fail-on", "plateau")
     assert result.exit_code == 2 and "unknown finding plateau" in result.output
 
 
 def test_learning_rate_10_with_sgd_diverges(files):
-    result = run(str(files / "m.keras"), "--data", str(files / "train.npz"), "--optimizer", "sgd",
-                 "--learning-rate", "10", "--steps", "60", "--format", "markdown")  # fmt: skip
+    result = run(
+        str(files / "m.keras"),
+        "--data",
+        str(files / "train.npz"),
+        "--optimizer",
+        "sgd",
+        "--learning-rate",
+        "10",
+        "--steps",
+        "60",
+        "--format",
+        "markdown",
+    )
     assert result.exit_code == 1
     assert "`diverging`" in result.output
 
@@ -124,8 +149,17 @@ def test_an_uncompiled_model_needs_loss_and_optimizer(files):
 def test_epochs_and_html(files):
     from pagecheck import read_page
 
-    result = run(str(files / "m.keras"), "--data", str(files / "train.npz"), "--epochs", "1",
-                 "--batch-size", "64", "--format", "html")  # fmt: skip
+    result = run(
+        str(files / "m.keras"),
+        "--data",
+        str(files / "train.npz"),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "64",
+        "--format",
+        "html",
+    )
     assert result.exit_code == 0, result.output
     page = read_page(result.output)
     assert not page.errors

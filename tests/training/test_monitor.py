@@ -66,8 +66,9 @@ def test_numbers_equal_a_manual_tape_on_the_same_batch_and_weights(step):
     lr = 0.05
     model.compile(optimizer=keras.optimizers.SGD(lr), loss="sparse_categorical_crossentropy")
     snapshot, monitor = WeightsAt(step), GradientMonitor(every=5)
-    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
-              callbacks=[snapshot, monitor])  # fmt: skip
+    model.fit(
+        x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[snapshot, monitor]
+    )
     report = monitor.report
     (checkpoint,) = [c for c in report.checkpoints if c.step == step + 1]
     batch = slice(step * BATCH, (step + 1) * BATCH)
@@ -86,16 +87,16 @@ def test_numbers_equal_a_manual_tape_on_the_same_batch_and_weights(step):
         assert row.nonfinite == 0
     layers = {r.layer: r for r in checkpoint.layers}
     assert list(layers) == ["hidden", "middle", "head"]  # forward order
-    for name, (gk, gb), (wk, wb) in zip(
-        layers, zip(grads[::2], grads[1::2]), zip(snapshot.weights[::2], snapshot.weights[1::2])
-    ):
+    kernels = list(zip(grads[::2], grads[1::2], strict=True))
+    weights = list(zip(snapshot.weights[::2], snapshot.weights[1::2], strict=True))
+    for name, (gk, gb), (wk, wb) in zip(layers, kernels, weights, strict=True):
         grad = math.sqrt(np.sum(gk**2) + np.sum(gb**2))
         weight = math.sqrt(np.sum(wk**2) + np.sum(wb**2))
         assert layers[name].grad_l2 == pytest.approx(grad, rel=1e-5)
         assert layers[name].update_ratio == pytest.approx(lr * grad / weight, rel=1e-5)
     h = x[batch]
-    for name, (wk, wb), act in zip(layers, zip(snapshot.weights[::2], snapshot.weights[1::2]),
-                                   (lambda z: np.maximum(z, 0), np.tanh, None)):  # fmt: skip
+    activations = (lambda z: np.maximum(z, 0), np.tanh, None)
+    for name, (wk, wb), act in zip(layers, weights, activations, strict=True):
         z = h @ wk + wb
         if act is None:  # softmax: never exactly 0
             assert layers[name].dead_fraction == 0.0
@@ -134,12 +135,16 @@ def test_multi_output_functional_model_on_a_dataset_matches_the_tape():
         v.assign(w)
     with tf.GradientTape() as tape:
         out = clone(x[:16], training=True)
-        loss = keras.losses.SparseCategoricalCrossentropy()(y[:16], out["a"]) + keras.losses.MeanSquaredError()(target[:16], out["b"])
+        loss = keras.losses.SparseCategoricalCrossentropy()(
+            y[:16], out["a"]
+        ) + keras.losses.MeanSquaredError()(target[:16], out["b"])
     grads = tape.gradient(loss, clone.trainable_variables)
     assert first.loss == pytest.approx(float(loss), rel=1e-5)
     got = {r.variable: r.grad_l2 for r in first.variables}
     for v, g in zip(clone.trainable_variables, grads, strict=True):
-        owner = next(layer.name for layer in clone.layers if any(w is v for w in layer.trainable_variables))
+        owner = next(
+            layer.name for layer in clone.layers if any(w is v for w in layer.trainable_variables)
+        )
         assert got[f"{owner}/{v.name}"] == pytest.approx(float(np.linalg.norm(g.numpy())), rel=1e-5)
     called = [r.layer for r in first.layers]  # the order the step called them
     assert called[0] == "trunk" and called.index("skip") < called.index("b")
@@ -203,8 +208,10 @@ def test_a_nan_at_a_known_step_stops_training_there_naming_the_layer(tmp_path):
     doc = json.loads(report_file.read_text(), parse_constant=lambda c: pytest.fail(c))
     assert doc["schema"] == "layergrad.fit/1"
     assert doc["losses"][-1] is None  # strict JSON: NaN written as null
-    assert {"finding": "nonfinite", "layer": "poison", "step": 7} == {
-        k: doc["findings"][0][k] for k in ("finding", "layer", "step")
+    assert {k: doc["findings"][0][k] for k in ("finding", "layer", "step")} == {
+        "finding": "nonfinite",
+        "layer": "poison",
+        "step": 7,
     }
     assert [c["step"] for c in doc["checkpoints"]] == [1, 7]
 
@@ -280,8 +287,14 @@ def test_html_report_is_self_contained(tmp_path):
     x, y = data(64)
     model = mlp()
     model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
-    model.fit(x, y, batch_size=16, epochs=2, verbose=0,
-              callbacks=[GradientMonitor(every=2, report=tmp_path / "fit.html")])  # fmt: skip
+    model.fit(
+        x,
+        y,
+        batch_size=16,
+        epochs=2,
+        verbose=0,
+        callbacks=[GradientMonitor(every=2, report=tmp_path / "fit.html")],
+    )
     page = read_page((tmp_path / "fit.html").read_text())
     assert not page.errors
     assert page.count("svg") == 2 and page.count("rect") == 3 * 5  # 3 layers x 5 checkpoints
@@ -302,3 +315,17 @@ def test_bad_arguments_say_what_was_expected():
         GradientMonitor(every=0)
     with pytest.raises(ValueError, match=r"\.json or \.html"):
         GradientMonitor(report="fit.txt")
+
+
+def test_import_layergrad_does_not_import_tensorflow_until_the_monitor_is_used():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, layergrad\n"
+        "before = 'tensorflow' in sys.modules\n"
+        "monitor = layergrad.GradientMonitor\n"
+        "print(before, 'tensorflow' in sys.modules, monitor.__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True", "GradientMonitor"]

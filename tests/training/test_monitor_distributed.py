@@ -51,8 +51,13 @@ def test_two_cpu_replicas_give_the_one_device_gradient():
     rng = np.random.default_rng(1)
     x = rng.standard_normal((64, 6)).astype("float32")
     y = (x[:, 0] > 0).astype("int32")
-    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(12, activation="relu"),
-                              keras.layers.Dense(2, activation="softmax")])  # fmt: skip
+    model = keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Dense(12, activation="relu"),
+            keras.layers.Dense(2, activation="softmax"),
+        ]
+    )
     for v, w in zip(model.trainable_variables, got["weights"], strict=True):
         v.assign(np.asarray(w, "float32"))
     with tf.GradientTape() as tape:
