@@ -1,9 +1,9 @@
 """`GradientMonitor`: a Keras callback that watches the gradient while `model.fit` trains.
 
-    >>> from layergrad import GradientMonitor            # doctest: +SKIP
-    >>> monitor = GradientMonitor(every=100, report="fit.json")
-    >>> model.fit(x, y, epochs=5, callbacks=[monitor])   # doctest: +SKIP
-    >>> monitor.report.findings                           # doctest: +SKIP
+    from layergrad import GradientMonitor
+    monitor = GradientMonitor(every=100, report="fit.json")
+    model.fit(x, y, epochs=5, callbacks=[monitor])
+    monitor.report.findings    # the TrainingFinding of each problem seen
 
 Every `every` steps, and on the first and the last, the step's own batch is reduced inside
 the compiled step (`step_hook.py`): d loss / d every trainable variable, each layer's update
@@ -127,6 +127,8 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             self._checkpoints.append(checkpoint)
             if self._writer is not None:
                 self._write_summaries(checkpoint)
+        if bad and math.isfinite(loss) and not _any_nonfinite(self._checkpoints[-1]):
+            bad = 0.0  # finite values whose sum overflowed: nothing is NaN/Inf
         if bad and self._nonfinite is None:
             self._nonfinite = rules.nonfinite_finding(
                 self._checkpoints[-1], self._hook_order(), self._epoch, batch
@@ -248,6 +250,10 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             if self._nonfinite is not None and self.stop_on_nonfinite
             else None,
         )
+
+
+def _any_nonfinite(checkpoint: Checkpoint) -> bool:
+    return any(r.nonfinite_gradient or r.nonfinite_activation for r in checkpoint.layers)
 
 
 def _layers_and_variables(model: Any) -> tuple[list[LayerVariables], list[Any]]:

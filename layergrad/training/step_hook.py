@@ -2,17 +2,18 @@
 
 Three wrappers, installed for one `model.fit` and removed after it:
 
-- each layer's `call` counts the non-finite values of its float outputs (a scalar per layer,
-  so no activation is kept);
-- `model.compute_loss` hands the step's loss to the step;
+- each layer's `call` hands its float outputs to the step (no op is added);
+- `model.compute_loss` hands the step's loss to the step; there, with the forward pass done,
+  one `tf.cond` measures every layer's NaN/Inf outputs and dead units on a checkpoint step
+  or when the loss is non-finite;
 - the optimizer's `_all_reduce_sum_gradients` (the TensorFlow optimizer's one place where the
   gradients of every replica have been summed, before any update) reduces the gradients.
 
 The wrappers only act while the monitored `train_step` runs in the same thread, i.e. while
 Keras traces it (once per replica under `MirroredStrategy`); they add graph ops, never Python
-work per step. Every step writes a few scalars (is anything non-finite, the loss); on a
-checkpoint step (`due`, set by the callback) or a non-finite one, a `tf.cond` branch also
-reduces every gradient: L2, non-finite count, dead units, the weight norm, a histogram per
+work per step. Every step writes two scalars (is the loss or a gradient non-finite: one sum
+per gradient; the loss); on a checkpoint step (`due`, set by the callback) or a non-finite
+one, a `tf.cond` branch also reduces every gradient: L2, non-finite count, dead units, the weight norm, a histogram per
 layer. The results live in sync-on-read variables, the kind Keras metrics use, so
 `tf.distribute` sums (activations, loss) or takes the first replica's value (the gradients,
 already all-reduced) when the callback reads them.
@@ -53,9 +54,9 @@ class _Trace:
 
     def __init__(self, layers: int) -> None:
         self.loss: Any = None
-        self.nonfinite: list[Any] = [None] * layers
-        self.dead: list[Any] = [None] * layers  # (dead units, units) of the first call
+        self.outputs: list[list[Any]] = [[] for _ in range(layers)]  # float outputs, every call
         self.order: list[int] = []
+        self.forward: Any = None  # the forward statistics' op
 
 
 class StepHook:
@@ -124,8 +125,9 @@ class StepHook:
         def compute_loss(*args: Any, **kwargs: Any) -> Any:
             loss = original_loss(*args, **kwargs)
             trace = getattr(_active, "trace", None)
-            if trace is not None:
+            if trace is not None and trace.loss is None:
                 trace.loss = loss
+                self._forward_stats(trace, loss)
             return loss
 
         def all_reduce(grads_and_vars: Any) -> Any:
@@ -160,25 +162,40 @@ class StepHook:
                 model.train_function = None  # the next fit traces the plain step again
 
     def _observe(self, trace: _Trace, layer: int, outputs: list[Any]) -> None:
-        """Count a call's NaN/Inf outputs; on its first call, its dead units: last-axis
-        units of its first output that are exactly 0 for every sample."""
-        tf, _ = quiet_import()
+        """Keep a call's float outputs for `_forward_stats` (no op is added here)."""
         floats = [t for t in outputs if getattr(getattr(t, "dtype", None), "is_floating", False)]
-        if not floats:
-            return
-        first = floats[0]
-        rank = first.shape.rank
-        if trace.dead[layer] is None and rank is not None and rank >= 2:
-            zero = tf.reduce_all(tf.equal(first, 0), axis=list(range(rank - 1)))
-            units = tf.cast(tf.shape(first)[-1], tf.float32)
-            trace.dead[layer] = (tf.reduce_sum(tf.cast(zero, tf.float32)), units)
-        count = tf.add_n(
-            [tf.reduce_sum(tf.cast(~tf.math.is_finite(t), tf.float32)) for t in floats]
-        )
-        previous = trace.nonfinite[layer]
-        trace.nonfinite[layer] = count if previous is None else previous + count
-        if layer not in trace.order:
+        trace.outputs[layer].extend(floats)
+        if floats and layer not in trace.order:
             trace.order.append(layer)
+
+    def _forward_stats(self, trace: _Trace, loss: Any) -> None:
+        """Once the loss exists (the forward pass is done, its activations all alive): on a
+        checkpoint step or a non-finite loss, each layer's NaN/Inf outputs and dead units.
+
+        One `tf.cond` for the whole forward pass, so an ordinary step pays nothing per layer
+        and no activation outlives the backward pass that needs it anyway."""
+        tf, _ = quiet_import()
+        finite = tf.math.is_finite(tf.reduce_sum(tf.cast(loss, tf.float32)))
+
+        def measure() -> Any:
+            counts, dead = [], []
+            for outputs in trace.outputs:
+                counts.append(
+                    tf.add_n([_nonfinite(t) for t in outputs]) if outputs else tf.constant(0.0)
+                )
+                dead.append(_dead_units(outputs[0]) if outputs else tf.constant([0.0, 0.0]))
+            writes = [
+                self.activations.assign(tf.stack(counts) if counts else tf.zeros([0])),
+                self.dead.assign(tf.stack(dead) if dead else tf.zeros([0, 2])),
+            ]
+            with tf.control_dependencies(writes):
+                return tf.constant(True)
+
+        def clear() -> Any:  # a stale count must not name a layer at a later step
+            with tf.control_dependencies([self.activations.assign(tf.zeros([len(self.layers)]))]):
+                return tf.constant(False)
+
+        trace.forward = tf.cond(tf.logical_or(self.due, ~finite), measure, clear)
 
     def _record(self, trace: _Trace, reduced: list[tuple[Any, Any]]) -> Any:
         """The step's writes: the scalars every step, the gradient reductions when due."""
@@ -190,24 +207,18 @@ class StepHook:
             if i is not None and g is not None:
                 grads[i] = tf.convert_to_tensor(g)
                 weights[i] = v
-        acts = (
-            tf.stack(
-                [tf.constant(0.0) if c is None else tf.cast(c, tf.float32) for c in trace.nonfinite]
-            )
-            if trace.nonfinite
-            else tf.zeros([0])
-        )
         loss = tf.constant(float("nan")) if trace.loss is None else trace.loss
         loss = tf.cast(tf.reduce_sum(loss), tf.float32)
-        checks = [tf.reduce_any(~tf.math.is_finite(g)) for g in grads if g is not None]
-        checks.append(tf.reduce_sum(acts) > 0)
+        # One sum per gradient: a NaN or Inf anywhere makes the total non-finite (an overflow
+        # of huge finite values too: the checkpoint's exact counts then say which).
+        sums = [tf.reduce_sum(tf.cast(g, tf.float32)) for g in grads if g is not None]
+        total = tf.add_n(sums) if sums else tf.constant(0.0)
         if trace.loss is not None:  # a custom train_step may compute its loss elsewhere
-            checks.append(~tf.math.is_finite(loss))
-        bad = tf.reduce_any(tf.stack(checks))
-        writes = [
-            self.step.assign(tf.stack([tf.cast(bad, tf.float32), loss])),
-            self.activations.assign(acts),
-        ]
+            total = total + loss
+        bad = ~tf.math.is_finite(total)
+        writes = [self.step.assign(tf.stack([tf.cast(bad, tf.float32), loss]))]
+        if trace.forward is not None:
+            writes.append(trace.forward)
         full = tf.cond(
             tf.logical_or(self.due, bad),
             lambda: self._reduce(trace, grads, weights),
@@ -241,10 +252,8 @@ class StepHook:
                     ]
                 )
             )
-        dead = [tf.stack(d) if d is not None else tf.constant([0.0, 0.0]) for d in trace.dead]
         writes = [
             self.grads.assign(tf.stack(rows) if rows else tf.zeros([0, COLUMNS])),
-            self.dead.assign(tf.stack(dead) if dead else tf.zeros([0, 2])),
             self.learning_rate.assign(tf.cast(self.model.optimizer.learning_rate, tf.float32)),
         ]
         if self.histograms:
@@ -275,6 +284,22 @@ class StepHook:
             )
             ranges.append(tf.stack([low, high]))
         return [self.histogram.assign(tf.stack(counts)), self.ranges.assign(tf.stack(ranges))]
+
+
+def _nonfinite(tensor: Any) -> Any:
+    tf, _ = quiet_import()
+    return tf.reduce_sum(tf.cast(~tf.math.is_finite(tensor), tf.float32))
+
+
+def _dead_units(tensor: Any) -> Any:
+    """[units of the last axis exactly 0 for every sample, units] (zeros below rank 2)."""
+    tf, _ = quiet_import()
+    rank = tensor.shape.rank
+    if rank is None or rank < 2:
+        return tf.constant([0.0, 0.0])
+    zero = tf.reduce_all(tf.equal(tensor, 0), axis=list(range(rank - 1)))
+    units = tf.cast(tf.shape(tensor)[-1], tf.float32)
+    return tf.stack([tf.reduce_sum(tf.cast(zero, tf.float32)), units])
 
 
 def _var_key(model: Any, variable: Any) -> Any:
