@@ -13,9 +13,9 @@ The wrappers only act while the monitored `train_step` runs in the same thread, 
 Keras traces it (once per replica under `MirroredStrategy`); they add graph ops, never Python
 work per step. Every step writes two scalars (is the loss or a gradient non-finite: one sum
 per gradient; the loss); on a checkpoint step (`due`, set by the callback) or a non-finite
-one, a `tf.cond` branch also reduces every gradient: L2, non-finite count, dead units, the weight norm, a histogram per
-layer. The results live in sync-on-read variables, the kind Keras metrics use, so
-`tf.distribute` sums (activations, loss) or takes the first replica's value (the gradients,
+one, a `tf.cond` branch also reduces every gradient: L2, non-finite count, dead units, the
+weight norm, a histogram per layer. The results live in sync-on-read variables, the kind
+Keras metrics use, so `tf.distribute` sums (activations, loss) or takes the first replica's value (the gradients,
 already all-reduced) when the callback reads them.
 """
 
@@ -100,7 +100,7 @@ class StepHook:
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
         """Wrap the model's step, loss, layer calls and optimizer for the block."""
-        model, optimizer = self.model, self.model.optimizer
+        model, optimizer = self.model, applying_optimizer(self.model)
         index = {entry.path: i for i, entry in enumerate(self.layers)}
         groups = [(entry.layer, entry.path, None) for entry in self.layers]
         saved = {
@@ -286,6 +286,23 @@ class StepHook:
         return [self.histogram.assign(tf.stack(counts)), self.ranges.assign(tf.stack(ranges))]
 
 
+def applying_optimizer(model: Any) -> Any:
+    """The optimizer that applies the gradients: a `LossScaleOptimizer`'s inner one.
+
+    Raises:
+        TypeError: it is not Keras's TensorFlow optimizer (the monitor reads the gradients
+            where that optimizer sums them over replicas).
+    """
+    optimizer = getattr(model, "optimizer", None)
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)
+    if not hasattr(optimizer, "_all_reduce_sum_gradients"):
+        raise TypeError(
+            f"GradientMonitor needs a compiled model with a Keras optimizer on the TensorFlow "
+            f"backend; got optimizer {type(optimizer).__name__}: call model.compile(optimizer=...)"
+        )
+    return optimizer
+
+
 def _nonfinite(tensor: Any) -> Any:
     tf, _ = quiet_import()
     return tf.reduce_sum(tf.cast(~tf.math.is_finite(tensor), tf.float32))
@@ -304,5 +321,5 @@ def _dead_units(tensor: Any) -> Any:
 
 def _var_key(model: Any, variable: Any) -> Any:
     """The optimizer's own key of a variable (Keras or tf.Variable, mirrored or not)."""
-    key: Callable[[Any], Any] = model.optimizer._var_key
+    key: Callable[[Any], Any] = applying_optimizer(model)._var_key
     return key(variable)
