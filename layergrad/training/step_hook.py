@@ -11,12 +11,12 @@ Three wrappers, installed for one `model.fit` and removed after it:
 
 The wrappers only act while the monitored `train_step` runs in the same thread, i.e. while
 Keras traces it (once per replica under `MirroredStrategy`); they add graph ops, never Python
-work per step. Every step writes two scalars (is the loss or a gradient non-finite: one sum
-per gradient; the loss); on a checkpoint step (`due`, set by the callback) or a non-finite
-one, a `tf.cond` branch also reduces every gradient: L2, non-finite count, dead units, the
-weight norm, a histogram per layer. The results live in sync-on-read variables, the kind
-Keras metrics use, so `tf.distribute` sums (activations, loss) or takes the first replica's value (the gradients,
-already all-reduced) when the callback reads them.
+work per step. Every step writes two scalars: whether the loss or a gradient is non-finite
+(one sum per gradient), and the loss. On a checkpoint step (`due`, set by the callback) or a
+non-finite one, a `tf.cond` branch also reduces every gradient: L2, non-finite count, dead
+units, the weight norm, a histogram per layer. The results live in sync-on-read variables,
+the kind Keras metrics use, so `tf.distribute` sums (activations, loss) or takes the first
+replica's value (the gradients, already all-reduced) when the callback reads them.
 """
 
 from __future__ import annotations
