@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import RenderableType
 from rich.text import Text
 
+from layergrad.core.fit_results import SCHEMA, Checkpoint, FitReport, LayerStats
 from layergrad.render.common import (
     Column,
     fitted_table,
@@ -26,7 +27,6 @@ from layergrad.render.common import (
 )
 from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page
 from layergrad.render.html_page import table as html_table
-from layergrad.training.records import SCHEMA, Checkpoint, FitReport, LayerStats
 
 COLUMNS = (
     Column("layer", name_like=True),

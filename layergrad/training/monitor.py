@@ -23,15 +23,16 @@ from typing import Any
 
 import numpy as np
 
-from layergrad._tf import quiet_import
-from layergrad.training import rules
-from layergrad.training.records import (
+from layergrad.core.fit_results import (
     Checkpoint,
     FitReport,
     LayerStats,
     TrainingFinding,
     VariableStats,
 )
+from layergrad.core.keras_backend import quiet_import
+from layergrad.core.vocab import Finding
+from layergrad.training import rules
 from layergrad.training.step_hook import (
     DEAD,
     GRAD_NONFINITE,
@@ -41,7 +42,6 @@ from layergrad.training.step_hook import (
     LayerVariables,
     StepHook,
 )
-from layergrad.vocab import Finding
 
 _, _keras = quiet_import()
 
@@ -258,8 +258,8 @@ def _any_nonfinite(checkpoint: Checkpoint) -> bool:
 
 def _layers_and_variables(model: Any) -> tuple[list[LayerVariables], list[Any]]:
     """Every leaf layer once (nested models expanded), with its trainable variables' indices."""
-    from layergrad.layer_calls import unique_leaves
-    from layergrad.layer_refs import iter_layers
+    from layergrad.engine.layer_calls import unique_leaves
+    from layergrad.model.layer_refs import iter_layers
 
     layers: list[LayerVariables] = []
     variables: list[Any] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from layergrad.training.records import FitReport
+from layergrad.core.fit_results import FitReport
 
 
 def write_report(report: FitReport, path: str | os.PathLike[str]) -> None:

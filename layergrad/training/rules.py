@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from layergrad.training.records import Checkpoint, LayerStats, TrainingFinding
-from layergrad.vocab import Finding
+from layergrad.core.fit_results import Checkpoint, LayerStats, TrainingFinding
+from layergrad.core.vocab import Finding
 
 MIN_STEPS = 20  # fewer steps than this: no rule over the loss curve runs
 DIVERGE_FACTOR = 2.0  # the smoothed loss grows to this times its lowest value so far...

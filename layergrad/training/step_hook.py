@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from layergrad._tf import quiet_import
-from layergrad.layer_calls import capturing
+from layergrad.core.keras_backend import quiet_import
+from layergrad.engine.layer_calls import capturing
 
 BINS = 30  # histogram buckets per layer gradient (TensorBoard's default)
 # Columns of the per-variable statistics: squared gradient norm, non-finite gradient values,

@@ -6,12 +6,12 @@ import math
 
 import numpy as np
 import pytest
-from conftest import keras
+from helpers import keras
 
 from layergrad import GradientMonitor
+from layergrad.core.fit_results import Checkpoint, LayerStats
+from layergrad.core.vocab import Finding
 from layergrad.training import rules
-from layergrad.training.records import Checkpoint, LayerStats
-from layergrad.vocab import Finding
 
 
 def classification(n: int = 1024, classes: int = 4, seed: int = 0):

@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import keras
+from helpers import keras
 
-from layergrad.cli import main
+from layergrad.cli.app import main
 
 
 @pytest.fixture(scope="module")

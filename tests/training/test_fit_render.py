@@ -8,15 +8,15 @@ import re
 
 from pagecheck import read_page
 
-from layergrad.render import render
-from layergrad.training.records import (
+from layergrad.core.fit_results import (
     Checkpoint,
     FitReport,
     LayerStats,
     TrainingFinding,
     VariableStats,
 )
-from layergrad.vocab import Finding, OutputFormat
+from layergrad.core.vocab import Finding, OutputFormat
+from layergrad.render import render
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 

@@ -8,10 +8,10 @@ import math
 
 import numpy as np
 import pytest
-from conftest import keras, tf
+from helpers import keras, tf
 
 from layergrad import GradientMonitor
-from layergrad.vocab import Finding
+from layergrad.core.vocab import Finding
 
 BATCH = 16
 

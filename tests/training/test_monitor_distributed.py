@@ -10,14 +10,14 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, keras, tf
+from helpers import ROOT, keras, tf
 
 pytestmark = pytest.mark.slow  # a fresh process
 
 SCRIPT = """
 import json
 import numpy as np
-from layergrad import devices
+from layergrad.data import devices
 devices.split_cpu(2)
 from layergrad import GradientMonitor
 import keras, tensorflow as tf
