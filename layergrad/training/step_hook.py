@@ -205,13 +205,13 @@ class StepHook:
         for g, v in reduced:
             i = self._keys.get(_var_key(self.model, v))
             if i is not None and g is not None:
-                grads[i] = tf.convert_to_tensor(g)
+                grads[i] = g  # an Embedding's IndexedSlices stay sparse on ordinary steps
                 weights[i] = v
         loss = tf.constant(float("nan")) if trace.loss is None else trace.loss
         loss = tf.cast(tf.reduce_sum(loss), tf.float32)
         # One sum per gradient: a NaN or Inf anywhere makes the total non-finite (an overflow
         # of huge finite values too: the checkpoint's exact counts then say which).
-        sums = [tf.reduce_sum(tf.cast(g, tf.float32)) for g in grads if g is not None]
+        sums = [tf.reduce_sum(tf.cast(_values(g), tf.float32)) for g in grads if g is not None]
         total = tf.add_n(sums) if sums else tf.constant(0.0)
         if trace.loss is not None:  # a custom train_step may compute its loss elsewhere
             total = total + loss
@@ -233,7 +233,7 @@ class StepHook:
             if g is None:
                 rows.append(tf.constant([0.0, 0.0, 0.0, 0.0, -1.0]))  # -1: no gradient
                 continue
-            g32 = tf.cast(g, tf.float32)
+            g32 = tf.cast(tf.convert_to_tensor(g), tf.float32)
             finite = tf.math.is_finite(g32)
             clean = tf.where(finite, g32, tf.zeros_like(g32))
             units = (
@@ -266,7 +266,7 @@ class StepHook:
         counts, ranges = [], []
         for entry in self.layers:
             parts = [
-                tf.reshape(tf.cast(grads[i], tf.float32), [-1])
+                tf.reshape(tf.cast(tf.convert_to_tensor(grads[i]), tf.float32), [-1])
                 for i in entry.variables
                 if grads[i] is not None
             ]
@@ -301,6 +301,11 @@ def applying_optimizer(model: Any) -> Any:
             f"backend; got optimizer {type(optimizer).__name__}: call model.compile(optimizer=...)"
         )
     return optimizer
+
+
+def _values(gradient: Any) -> Any:
+    """The values of a gradient: a tensor, or the rows an IndexedSlices holds."""
+    return gradient.values if hasattr(gradient, "indices") else gradient
 
 
 def _nonfinite(tensor: Any) -> Any:

@@ -329,3 +329,44 @@ def test_import_layergrad_does_not_import_tensorflow_until_the_monitor_is_used()
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True", "GradientMonitor"]
+
+
+def test_nested_shared_multi_input_and_integer_input_models_match_the_tape():
+    keras.utils.set_random_seed(4)
+    ids = keras.Input((5,), dtype="int32", name="ids")
+    feats = keras.Input((4,), name="feats")
+    encoder = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(6, activation="relu", name="inner")], name="encoder"
+    )
+    shared = keras.layers.Dense(6, activation="tanh", name="shared")
+    embedded = keras.layers.GlobalAveragePooling1D(name="pool")(
+        keras.layers.Embedding(20, 4, name="embed")(ids)
+    )
+    a = shared(encoder(feats))
+    b = shared(keras.layers.Dense(6, name="project")(embedded))
+    out = keras.layers.Dense(1, name="head")(keras.layers.Add(name="residual")([a, b, a]))
+    model = keras.Model({"ids": ids, "feats": feats}, out)
+    model.compile(optimizer="sgd", loss="mse")
+    rng = np.random.default_rng(2)
+    x = {"ids": rng.integers(0, 20, (32, 5)).astype("int32"),
+         "feats": rng.standard_normal((32, 4)).astype("float32")}  # fmt: skip
+    y = rng.standard_normal((32, 1)).astype("float32")
+    weights = [v.numpy().copy() for v in model.trainable_variables]
+    monitor = GradientMonitor(every=100)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
+    first = monitor.report.checkpoints[0]
+    clone = keras.models.clone_model(model)
+    for v, w in zip(clone.trainable_variables, weights, strict=True):
+        v.assign(w)
+    batch = {k: v[:16] for k, v in x.items()}
+    with tf.GradientTape() as tape:
+        loss = keras.losses.MeanSquaredError()(y[:16], clone(batch, training=True))
+    grads = tape.gradient(loss, clone.trainable_variables)
+    assert first.loss == pytest.approx(float(loss), rel=1e-5)
+    want = sorted(float(np.linalg.norm(tf.convert_to_tensor(g).numpy())) for g in grads)
+    assert sorted(v.grad_l2 for v in first.variables) == pytest.approx(want, rel=1e-5)
+    layers = [r.layer for r in first.layers]
+    assert "encoder/inner" in layers and layers.count("shared") == 1
+    assert {v.layer for v in first.variables} == {
+        "embed", "project", "encoder/inner", "shared", "head"
+    }  # fmt: skip
