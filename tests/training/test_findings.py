@@ -158,3 +158,18 @@ def test_not_learning_and_plateau_need_enough_steps():
     assert rules.plateau_at_chance([chance * 0.8] * steps, points, chance) is None
     falling = list(np.linspace(chance * 1.04, chance * 0.96, steps))  # in the band, still moving
     assert rules.plateau_at_chance(falling, points, chance) is None
+
+
+def test_a_layer_whose_output_is_scaled_away_is_a_stalled_layer():
+    keras.utils.set_random_seed(0)
+    x_in = keras.Input((8,))
+    main = keras.layers.Dense(16, activation="relu", name="main")(x_in)
+    side = keras.layers.Rescaling(1e-5, name="tiny")(keras.layers.Dense(16, name="stuck")(x_in))
+    out = keras.layers.Dense(4, activation="softmax", name="head")(
+        keras.layers.Add(name="join")([main, side])
+    )
+    x, y = classification()
+    report = train(keras.Model(x_in, out), x, y, keras.optimizers.SGD(0.05), epochs=2)
+    assert [(f.finding, f.layer, f.step) for f in report.findings] == [
+        (Finding.STALLED_LAYER, "stuck", 1)
+    ]
