@@ -34,6 +34,7 @@ from layergrad.core.vocab import DEFAULT_FIT_FAIL_ON, TRAINING_FINDINGS, OutputF
 @click.option(
     "--batch-size",
     type=click.IntRange(min=1),
+    metavar="B",
     default=32,
     show_default=True,
     help="Rows per training batch.",
@@ -56,7 +57,13 @@ from layergrad.core.vocab import DEFAULT_FIT_FAIL_ON, TRAINING_FINDINGS, OutputF
     metavar="N",
     help="Reduce the gradients every N steps (default: about 50 checkpoints).",
 )
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of weights' shuffling.")
+@click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=int,
+    help="Seeds the data shuffling and Keras's random state.",
+)
 @click.option("--log-dir", metavar="DIR", help="Also write TensorBoard summaries here.")
 @format_options
 @click.option(
