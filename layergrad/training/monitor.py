@@ -41,6 +41,7 @@ from layergrad.training.step_hook import (
     WEIGHT_SQ,
     LayerVariables,
     StepHook,
+    applying_optimizer,
 )
 
 _, _keras = quiet_import()
@@ -161,6 +162,9 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         grads = np.asarray(hook.grads.read_value().numpy(), dtype=np.float64)
         acts = np.asarray(hook.activations.read_value().numpy(), dtype=np.float64)
         dead = np.asarray(hook.dead.read_value().numpy(), dtype=np.float64)
+        iteration = int(applying_optimizer(self.model).iterations.numpy()) - 1
+        if int(hook.measured_at.read_value().numpy()) != iteration:  # not measured this step
+            acts, dead = np.zeros_like(acts), np.zeros_like(dead)
         lr = float(hook.learning_rate.read_value().numpy())
         variables = [
             _variable_row(self._variables[i], self._layer_of[i], grads[i])

@@ -158,7 +158,7 @@ def not_learning(
     first, last = curve[len(curve) // 10], curve[-1]
     if abs(last - first) > FLAT_CHANGE * max(abs(first), 1e-12):
         return None
-    rows = [r for c in checkpoints for r in c.layers if r.grad_l2 is not None]
+    rows = [r for c in checkpoints for r in _ratios(c)]
     if not rows:
         return None
     ratios = [r.update_ratio or 0.0 for r in rows]

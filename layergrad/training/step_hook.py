@@ -92,6 +92,13 @@ class StepHook:
             self.step = state([2], total, "step")  # [replicas that saw a NaN/Inf, loss]
             self.activations = state([n_layers], total, "activation_nonfinite")
             self.dead = state([n_layers, 2], first, "dead_units")
+            self.measured_at = tf.Variable(  # the optimizer iteration the two above are from
+                tf.constant(-1.0, tf.float64),
+                trainable=False,
+                synchronization=on_read,
+                aggregation=first,
+                name="layergrad_measured_at",
+            )
             self.grads = state([n_vars, COLUMNS], first, "gradients")
             self.learning_rate = state([], first, "learning_rate")
             self.histogram = state([n_layers, BINS], first, "histogram")
@@ -135,10 +142,10 @@ class StepHook:
             trace = getattr(_active, "trace", None)
             if trace is None:
                 return reduced
-            done = self._record(trace, list(reduced))
-            tf, _ = quiet_import()
-            with tf.control_dependencies([done]):  # the update waits for the reading
-                return [(None if g is None else tf.identity(g), v) for g, v in reduced]
+            # The reading comes first in program order, so TensorFlow's automatic control
+            # dependencies make the update of each variable wait for its read.
+            self._record(trace, list(reduced))
+            return reduced
 
         def on_outputs(key: tuple[str, int], flat: list[Any], _args: Any) -> list[Any]:
             trace = getattr(_active, "trace", None)
@@ -184,18 +191,18 @@ class StepHook:
                     tf.add_n([_nonfinite(t) for t in outputs]) if outputs else tf.constant(0.0)
                 )
                 dead.append(_dead_units(outputs[0]) if outputs else tf.constant([0.0, 0.0]))
+            iteration = tf.convert_to_tensor(applying_optimizer(self.model).iterations)
             writes = [
                 self.activations.assign(tf.stack(counts) if counts else tf.zeros([0])),
                 self.dead.assign(tf.stack(dead) if dead else tf.zeros([0, 2])),
+                self.measured_at.assign(tf.cast(iteration, tf.float64)),  # a stale row is not
             ]
             with tf.control_dependencies(writes):
                 return tf.constant(True)
 
-        def clear() -> Any:  # a stale count must not name a layer at a later step
-            with tf.control_dependencies([self.activations.assign(tf.zeros([len(self.layers)]))]):
-                return tf.constant(False)
-
-        trace.forward = tf.cond(tf.logical_or(self.due, ~finite), measure, clear)
+        trace.forward = tf.cond(
+            tf.logical_or(self.due, ~finite), measure, lambda: tf.constant(False)
+        )
 
     def _record(self, trace: _Trace, reduced: list[tuple[Any, Any]]) -> Any:
         """The step's writes: the scalars every step, the gradient reductions when due."""
@@ -234,8 +241,6 @@ class StepHook:
                 rows.append(tf.constant([0.0, 0.0, 0.0, 0.0, -1.0]))  # -1: no gradient
                 continue
             g32 = tf.cast(tf.convert_to_tensor(g), tf.float32)
-            finite = tf.math.is_finite(g32)
-            clean = tf.where(finite, g32, tf.zeros_like(g32))
             units = (
                 tf.reshape(g32, [-1, g32.shape[-1]]) if g32.shape.rank else tf.reshape(g32, [1, 1])
             )
@@ -244,8 +249,8 @@ class StepHook:
             rows.append(
                 tf.stack(
                     [
-                        tf.reduce_sum(tf.square(clean)),
-                        tf.reduce_sum(tf.cast(~finite, tf.float32)),
+                        tf.reduce_sum(tf.square(g32)),  # NaN/Inf when a value is
+                        _nonfinite(g32),
                         dead,
                         tf.cast(tf.shape(units)[1], tf.float32),
                         tf.reduce_sum(tf.square(w)),
