@@ -99,6 +99,9 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         self._reset()
         model = self.model
         self._layers, self._variables = _layers_and_variables(model)
+        self._index = {e.path: i for i, e in enumerate(self._layers)}
+        owner = {i: e.path for e in self._layers for i in e.variables}
+        self._layer_of = [owner.get(i, "") for i in range(len(self._variables))]
         self._hook = StepHook(model, self._layers, self._variables, self.log_dir is not None)
         steps, epochs = self.params.get("steps"), self.params.get("epochs") or 1
         self._last = steps * epochs - 1 if steps else None
@@ -170,12 +173,10 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             _variable_row(self._variables[i], self._layer_of[i], grads[i])
             for i in range(len(self._variables))
         ]
-        by_path = {e.path: e for e in self._layers}
+        index = self._index
         layers = [
-            _layer_row(
-                by_path[path], grads, dead[self._index[path]], int(acts[self._index[path]]), lr
-            )
-            for path in self._hook_order()
+            _layer_row(self._layers[index[p]], grads, dead[index[p]], int(acts[index[p]]), lr)
+            for p in self._hook_order()
         ]
         return Checkpoint(
             step=step,
@@ -186,18 +187,6 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             layers=tuple(layers),
             variables=tuple(variables),
         )
-
-    @property
-    def _layer_of(self) -> list[str]:
-        owner = {}
-        for entry in self._layers:
-            for i in entry.variables:
-                owner[i] = entry.path
-        return [owner.get(i, "") for i in range(len(self._variables))]
-
-    @property
-    def _index(self) -> dict[str, int]:
-        return {e.path: i for i, e in enumerate(self._layers)}
 
     def _write_summaries(self, checkpoint: Checkpoint) -> None:
         tf, _ = quiet_import()
