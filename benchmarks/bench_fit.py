@@ -7,7 +7,8 @@ of `--steps` steps each, timed from the end of step 10 to the end of the last st
   every=100   GradientMonitor(every=100)      goal <= 1.05x
   every=1     GradientMonitor(every=1)        goal <= 1.5x
 Memory: fresh processes, peak RSS of a plain fit and of a fit with every=1 (goal <= 1.1x).
-Printed: the median per-step time of each and the median of the per-round ratios.
+Printed: the median per-step wall and CPU time of each and the median of the per-round
+ratios (on a shared machine the CPU time, all threads, is the steadier of the two).
 
     python benchmarks/bench_fit.py [--rounds 7] [--steps 100]
 """
@@ -83,33 +84,39 @@ def main() -> None:
     class StepTimer(keras.callbacks.Callback):  # type: ignore[attr-defined, name-defined, misc]
         def on_train_batch_end(self, batch: int, logs: object = None) -> None:
             if batch == 10:
-                self.start = time.perf_counter()
-            self.end = time.perf_counter()
+                self.start = (time.perf_counter(), time.process_time())
+            self.end = (time.perf_counter(), time.process_time())
 
     variants = {"plain": None, "every=100": 100, "every=1": 1}
     models = {name: build() for name in variants}  # type: ignore[operator]
 
-    def fit(name: str) -> float:
+    def fit(name: str) -> tuple[float, float]:
+        """(wall, CPU) seconds per step."""
         every = variants[name]
         timer = StepTimer()
         callbacks = [monitor(every=every)] if every else []  # type: ignore[operator]
         models[name].fit(
             x, y, batch_size=64, epochs=1, verbose=0, shuffle=False, callbacks=[*callbacks, timer]
         )
-        return (timer.end - timer.start) / (args.steps - 11)
+        steps = args.steps - 11
+        return tuple((e - s) / steps for s, e in zip(timer.start, timer.end, strict=True))  # type: ignore[return-value]
 
     for name in variants:
         fit(name)  # warm-up: trace
-    times: dict[str, list[float]] = {name: [] for name in variants}
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     for _ in range(args.rounds):
         for name in variants:
             times[name].append(fit(name))
     for name in variants:
-        ratios = [t / p for t, p in zip(times[name], times["plain"], strict=True)]
-        print(
-            f"{name:10s} {statistics.median(times[name]) * 1e3:8.2f} ms/step   "
-            f"ratio {statistics.median(ratios):.3f}x"
-        )
+        line = [f"{name:10s}"]
+        for k, what in ((0, "wall"), (1, "CPU")):
+            mine = [t[k] for t in times[name]]
+            ratios = [t[k] / p[k] for t, p in zip(times[name], times["plain"], strict=True)]
+            line.append(
+                f"{what} {statistics.median(mine) * 1e3:7.2f} ms/step, ratio "
+                f"{statistics.median(ratios):.3f}x"
+            )
+        print("   ".join(line))
     memory_code = SETUP.replace("STEPS", str(min(args.steps, 100))) + MEMORY
     rounds = min(args.rounds, 3)  # fresh processes: each pays the TensorFlow import
     plain, watched = [], []

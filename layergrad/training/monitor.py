@@ -46,6 +46,10 @@ from layergrad.training.step_hook import (
 
 _, _keras = quiet_import()
 
+# The wrappers installed on each model (by id) until its monitored fit ends: a fit that raised
+# never calls on_train_end, and the next monitored fit of that model closes them first.
+_OPEN: dict[int, contextlib.ExitStack] = {}
+
 
 class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
     """Watch d loss / d weights during `model.fit`; name the layer where NaN/Inf started.
@@ -106,8 +110,12 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         steps, epochs = self.params.get("steps"), self.params.get("epochs") or 1
         self._last = steps * epochs - 1 if steps else None
         self._epochs = epochs
+        stale = _OPEN.pop(id(model), None)
+        if stale is not None:
+            stale.close()
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(self._hook.installed())
+        _OPEN[id(model)] = self._stack
         model.make_train_function(force=True)  # trace the monitored step
         if self.log_dir is not None:
             tf, _ = quiet_import()
@@ -143,6 +151,7 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         if self._stack is not None:
+            _OPEN.pop(id(self.model), None)
             self._stack.close()
             self._stack = None
         if self._writer is not None:

@@ -370,3 +370,20 @@ def test_nested_shared_multi_input_and_integer_input_models_match_the_tape():
     assert {v.layer for v in first.variables} == {
         "embed", "project", "encoder/inner", "shared", "head"
     }  # fmt: skip
+
+
+def test_a_fit_that_raised_leaves_nothing_behind_for_the_next_one():
+    class Boom(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 1:
+                raise RuntimeError("interrupted")
+
+    x, y = data(64)
+    model = mlp()
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    with pytest.raises(RuntimeError, match="interrupted"):
+        model.fit(x, y, batch_size=16, verbose=0, callbacks=[GradientMonitor(every=1), Boom()])
+    monitor = GradientMonitor(every=1)
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[monitor])
+    assert [c.step for c in monitor.report.checkpoints] == [1, 2, 3, 4]
+    assert "train_step" not in model.__dict__
