@@ -109,7 +109,6 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         self._hook = StepHook(model, self._layers, self._variables, self.log_dir is not None)
         steps, epochs = self.params.get("steps"), self.params.get("epochs") or 1
         self._last = steps * epochs - 1 if steps else None
-        self._epochs = epochs
         stale = _OPEN.pop(id(model), None)
         if stale is not None:
             stale.close()
@@ -133,21 +132,22 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         bad, loss = (float(v) for v in self._hook.step.read_value().numpy())
         step = self._step + 1
+        self._step += 1
         self._losses.append(loss)
-        if self._due or bad:
-            checkpoint = self._checkpoint(step, batch, loss)
-            self._checkpoints.append(checkpoint)
-            if self._writer is not None:
-                self._write_summaries(checkpoint)
-        if bad and math.isfinite(loss) and not _any_nonfinite(self._checkpoints[-1]):
-            bad = 0.0  # finite values whose sum overflowed: nothing is NaN/Inf
-        if bad and self._nonfinite is None:
+        first_bad = bool(bad) and self._nonfinite is None
+        if not (self._due or first_bad):
+            return
+        checkpoint = self._checkpoint(step, batch, loss)
+        self._checkpoints.append(checkpoint)
+        if self._writer is not None:
+            self._write_summaries(checkpoint)
+        if first_bad and (not math.isfinite(loss) or _any_nonfinite(checkpoint)):
+            # (else finite values whose sum overflowed: nothing is NaN/Inf)
             self._nonfinite = rules.nonfinite_finding(
-                self._checkpoints[-1], self._hook_order(), self._epoch, batch
+                checkpoint, self._hook_order(), self._epoch, batch
             )
             if self.stop_on_nonfinite:
                 self.model.stop_training = True
-        self._step += 1
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         if self._stack is not None:
