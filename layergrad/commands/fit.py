@@ -184,6 +184,7 @@ def _dataset(
         )
     structure = getattr(model, "_inputs_struct", None)
     names = list(labels)
+    outputs = [n.removeprefix("y:") for n in names]
 
     def pack(inputs: Any, targets: Any) -> Any:
         flat = list(inputs)
@@ -191,7 +192,7 @@ def _dataset(
             x = keras.tree.pack_sequence_as(structure, flat)
         else:
             x = flat[0] if len(flat) == 1 else tuple(flat)
-        y = targets[0] if names == ["y"] else dict(zip(names, targets, strict=True))
+        y = targets[0] if names == ["y"] else dict(zip(outputs, targets, strict=True))
         return x, y
 
     y = tf.data.Dataset.from_tensor_slices(tuple(labels[n] for n in names))

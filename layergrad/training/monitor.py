@@ -167,7 +167,7 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
 
     def _hook_order(self) -> list[str]:
         order = [self._layers[i].path for i in self._hook.forward_order]
-        return order + [e.path for e in self._layers if e.path not in order]
+        return order + [e.path for e in self._layers if e.path not in order and e.variables]
 
     def _checkpoint(self, step: int, batch: int, loss: float) -> Checkpoint:
         hook = self._hook

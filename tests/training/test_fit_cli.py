@@ -172,3 +172,32 @@ def test_table_names_each_layer(files):
     assert result.exit_code == 0, result.output
     assert "hidden" in result.output and "head" in result.output
     assert "no finding in 20 steps" in result.output
+
+
+def test_a_two_input_two_output_model_takes_labels_by_output_name(tmp_path):
+    keras.utils.set_random_seed(0)
+    a, b = keras.Input((4,), name="a"), keras.Input((3,), name="b")
+    h = keras.layers.Dense(8, activation="relu", name="trunk")(
+        keras.layers.Concatenate(name="cat")([a, b])
+    )
+    outputs = {
+        "cls": keras.layers.Dense(3, activation="softmax", name="cls")(h),
+        "reg": keras.layers.Dense(1, name="reg")(h),
+    }
+    model = keras.Model({"a": a, "b": b}, outputs)
+    model.compile(optimizer="adam", loss={"cls": "sparse_categorical_crossentropy", "reg": "mse"})
+    model.save(tmp_path / "two.keras")
+    rng = np.random.default_rng(0)
+    xa, xb = rng.standard_normal((256, 4)), rng.standard_normal((256, 3))
+    labels = {"y:cls": (xa[:, 0] > 0).astype("int32"), "y:reg": xb[:, :1]}
+    np.savez(tmp_path / "two.npz", a=xa.astype("float32"), b=xb.astype("float32"), **labels)
+    result = run(str(tmp_path / "two.keras"), "--data", str(tmp_path / "two.npz"), "--steps",
+                 "40", "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    layers = [r["layer"] for r in doc["checkpoints"][0]["layers"]]
+    assert sorted(layers) == ["cat", "cls", "reg", "trunk"]  # called layers only: no inputs
+    assert layers[:2] == ["cat", "trunk"]  # the graph's order: the heads come after the trunk
+    np.savez(tmp_path / "no_labels.npz", a=xa.astype("float32"), b=xb.astype("float32"))
+    result = run(str(tmp_path / "two.keras"), "--data", str(tmp_path / "no_labels.npz"))
+    assert result.exit_code == 2 and "y:NAME" in result.output
