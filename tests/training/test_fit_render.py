@@ -78,3 +78,10 @@ def test_markdown_escapes_and_table_shows_the_finding():
     assert not re.search(r"(?<![\\`])<img", md)  # elsewhere only inside code spans
     table = render("fit", OutputFormat.TABLE, report(), width=120)
     assert "nonfinite" in table and "stopped: early, on nonfinite" in table
+
+
+def test_a_fit_report_shows_as_html_in_a_notebook():
+    import layergrad  # noqa: F401  (installs the notebook renderer)
+
+    frame = report()._repr_html_()
+    assert frame.startswith("<iframe") and "layergrad fit" in frame
