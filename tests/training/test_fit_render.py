@@ -85,3 +85,9 @@ def test_a_fit_report_shows_as_html_in_a_notebook():
 
     frame = report()._repr_html_()
     assert frame.startswith("<iframe") and "layergrad fit" in frame
+
+
+def test_table_and_markdown_match_their_golden_files(golden):
+    # the hand-made record: update ratio 0.05 = lr 0.1 x |g| 2 / |w| 4; dead 25%
+    golden("fit_hand_made.txt", render("fit", OutputFormat.TABLE, report(), width=100))
+    golden("fit_hand_made.md", render("fit", OutputFormat.MARKDOWN, report()))
