@@ -195,7 +195,7 @@ class StepHook:
             writes = [
                 self.activations.assign(tf.stack(counts) if counts else tf.zeros([0])),
                 self.dead.assign(tf.stack(dead) if dead else tf.zeros([0, 2])),
-                self.measured_at.assign(tf.cast(iteration, tf.float64)),  # a stale row is not
+                self.measured_at.assign(tf.cast(iteration, tf.float64)),  # tells stale rows apart
             ]
             with tf.control_dependencies(writes):
                 return tf.constant(True)
