@@ -168,6 +168,8 @@ def probe_line(p: ProbeMeta, what: str) -> str:
     """`probe: random (seed 0), batch 8, inference, <what>`."""
     mode = "training" if p.training else "inference"
     source = f"random (seed {p.seed})" if p.source == "random" else p.source
+    if p.drawn:
+        source = f"random (seed {p.seed}; {p.drawn})"
     if p.samples is not None:  # --data
         source += f" ({p.samples:,} samples)"
     replicas = f", {p.replicas} replicas" if p.replicas and p.replicas > 1 else ""
@@ -205,7 +207,9 @@ def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
         "probe": {
             key: value
             for key, value in asdict(probe).items()
-            if value is not None or key not in ("samples", "replicas")  # only with --data
+            # samples and replicas only with --data; drawn only when the probe follows the
+            # model's preprocessing
+            if value is not None or key not in ("samples", "replicas", "drawn")
         },
     }
 
