@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from layergrad import __version__
-from layergrad.cli import gate
+from layergrad.cli import fit, gate
 from layergrad.cli.options import (
     comma_list,
     data_options,
@@ -309,6 +309,7 @@ def scan(
 
 main.add_command(gate.check)
 main.add_command(gate.diff)
+main.add_command(fit.fit)
 
 
 if __name__ == "__main__":
