@@ -230,7 +230,7 @@ def _dynamic_data(
         return
     loaded, _, strategy = opened
     try:
-        batches = data_api.open_stream(loaded.model, probe)
+        batches = data_api.open_stream(loaded.model, probe, strategy)
     except LayergradError as exc:  # the data does not fit this model: the command is wrong
         raise UsageError(f"{os.fspath(path)}: {exc}") from exc
     try:

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from layergrad import __version__, cli_gate
+from layergrad.data.cluster import reports_here
 from layergrad.cli_options import (
     comma_list,
     data_options,
@@ -145,6 +146,8 @@ def inspect(
             on_progress=on_progress,
             **measure,
         )
+    if not reports_here(probe.distribute):  # another worker of the cluster writes the report
+        return
     emit("inspect", fmt, result, result.model.warnings)
     if plot_file:
         write_plot(result, plot_file, reads)
@@ -294,6 +297,8 @@ def scan(
                 **measure,
             )
         result, rows = activations, activations.rows
+        if not reports_here(probe.distribute):  # another worker of the cluster writes it
+            return
         emit("scan", fmt, activations, activations.model.warnings)
     if plot_file:
         write_plot(result, plot_file, reads)

@@ -24,6 +24,7 @@ from layergrad.cli_options import (
     tolerance_option,
     wrt_options,
 )
+from layergrad.data.cluster import reports_here
 from layergrad.vocab import DEFAULT_FAIL_ON, Finding, OutputFormat
 
 
@@ -160,6 +161,8 @@ def check(
         # one bar at a time: the samples' bar when there is one, else the files'
         listed = paths if on_progress is None else []
         verdicts = _with_progress(listed, lambda on: checks.check_files(paths, options, on))
+    if not reports_here(distribute):  # another worker of the cluster writes the report
+        return
     emit("check", fmt, verdicts)
     if junit_file:
         xml = check_junit(verdicts)

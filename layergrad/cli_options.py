@@ -156,8 +156,11 @@ def data_options(func: F) -> F:
             ),
             click.option(
                 "--distribute",
-                type=click.Choice(["mirrored"]),
-                help="With --data: run on every visible GPU (tf.distribute.MirroredStrategy).",
+                type=click.Choice(["mirrored", "multi-worker"]),
+                help="With --data: mirrored runs on every visible GPU "
+                "(tf.distribute.MirroredStrategy); multi-worker on every worker of the cluster "
+                "in TF_CONFIG (MultiWorkerMirroredStrategy), each over its shard; only the "
+                "chief prints the report.",
             ),
             click.option(
                 "--cpu-replicas",

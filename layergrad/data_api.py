@@ -30,9 +30,11 @@ from layergrad.results import (
 from layergrad.vocab import Finding, Status
 
 
-def open_stream(model: Any, options: ProbeOptions) -> Any:
-    """The model's batches from `options.data` (a `datasets.DataStream`)."""
+def open_stream(model: Any, options: ProbeOptions, strategy: Any = None) -> Any:
+    """The model's batches from `options.data` (a `datasets.DataStream`): this worker's
+    shard under `--distribute multi-worker`."""
     from layergrad import datasets, inputs
+    from layergrad.data.cluster import cluster_from_env
 
     try:
         specs = inputs.input_specs(model)
@@ -42,7 +44,12 @@ def open_stream(model: Any, options: ProbeOptions) -> Any:
             "--data cannot be matched to them; save it as a Functional or Sequential model"
         ) from None
     assert options.data is not None
-    return datasets.open_data(options.data, specs, options.rows, options.limit)
+    shard = None
+    if options.distribute == "multi-worker":
+        cluster = cluster_from_env()
+        shard = (cluster.index, cluster.workers)
+    replicas = 1 if strategy is None else int(strategy.num_replicas_in_sync)
+    return datasets.open_data(options.data, specs, options.rows, options.limit, shard, replicas)
 
 
 def inspect_data(
@@ -64,7 +71,7 @@ def inspect_data(
     model = loaded.model
     source_site = layer_refs.resolve(model, source)
     target_sites = [layer_refs.resolve(model, ref) for ref in targets]
-    batches = open_stream(model, options)
+    batches = open_stream(model, options, strategy)
     plan = stream.Plan(
         sources=(source_site,),
         targets=tuple(target_sites),
@@ -108,7 +115,7 @@ def scan_data(
     )
     model = loaded.model
     site = None if target is None else layer_refs.resolve(model, target)
-    batches = open_stream(model, options)
+    batches = open_stream(model, options, strategy)
     run, rows = scan_over(loaded, strategy, batches, options, site, layers, on_progress)
     note = site and diagnose.softmax_target_note(
         site, "scan with --to the layer before it, or without --to (a projection of the outputs)"

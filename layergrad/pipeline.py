@@ -33,7 +33,8 @@ class ProbeOptions:
 
     `data` runs over a whole data set instead of one batch (`.npy`, `.npz`, an image folder,
     `FILE.py:function`; see `datasets.py`), in batches of `batch_size`, at most `limit`
-    samples, on `distribute` ("mirrored": every GPU) or `cpu_replicas` logical CPU devices.
+    samples, on `distribute` ("mirrored": every GPU; "multi-worker": every worker of the
+    cluster in TF_CONFIG, each over its shard) or `cpu_replicas` logical CPU devices.
     `batch_size` defaults to 8, or 32 with `data`.
     """
 
@@ -96,6 +97,15 @@ def check_data_options(
         )
     if limit is not None and limit < 1:
         raise InputError(f"--limit must be at least 1: limit={limit}")
+    if distribute == "multi-worker":
+        if cpu_replicas is not None:
+            raise InputError(
+                "--cpu-replicas splits one machine's CPU; with --distribute multi-worker each "
+                "worker mirrors over its own devices: drop --cpu-replicas"
+            )
+        from layergrad.data.cluster import cluster_from_env
+
+        cluster_from_env()  # a missing or malformed TF_CONFIG is one line, before loading
 
 
 @dataclass(frozen=True)

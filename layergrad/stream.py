@@ -10,9 +10,10 @@ in `accumulate.Accumulators` on each replica. `Step.result` unpacks the totals p
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -20,7 +21,7 @@ import numpy as np
 
 from layergrad import summaries as sm
 from layergrad._tf import quiet_import
-from layergrad.accumulate import Accumulators, single_totals, summary_shapes
+from layergrad.accumulate import POSITION, Accumulators, single_totals, summary_shapes
 from layergrad.capture import Plan, Record, Recorder, installed, is_float, key, recording
 from layergrad.errors import InputError, describe
 from layergrad.layer_calls import check_all_called, site_groups, unique_leaves
@@ -296,15 +297,32 @@ def run_stream(
         InputError: a batch that cannot be read or that the model fails on (with its index),
         or a data set without samples.
     """
+    from layergrad.devices import is_multi_worker
+
     tf, _ = quiet_import()
     step = Step(model, plan)
     replicas = int(strategy.num_replicas_in_sync)
-    dataset = with_sample_indices(stream.dataset)
-    if not _is_default(strategy):
-        dataset = strategy.experimental_distribute_dataset(dataset)
+    workers = is_multi_worker(strategy)
+    if workers:  # each worker runs its own shard; its batches go to its replicas in turn
+        dataset = strategy.distribute_datasets_from_function(lambda _: stream.indexed())
+    elif _is_default(strategy):
+        dataset = stream.indexed()
+    else:
+        dataset = strategy.experimental_distribute_dataset(stream.indexed())
     signature = [dataset.element_spec]
+    rows = float(getattr(stream, "batch_size", 0) or 0)
+
+    def replica_step(inputs: Any, samples: Any) -> dict[str, Any]:
+        summaries = step.compute(inputs, samples)
+        if rows:  # the batch's index in the data, from its first sample's (inf: empty)
+            first = tf.cast(tf.reduce_min(samples), tf.float64)
+            empty = tf.equal(tf.size(samples), 0)
+            inf = tf.constant(math.inf, tf.float64)
+            summaries[POSITION] = tf.where(empty, inf, tf.floor(first / rows))
+        return summaries
+
     compute = tf.function(  # nothing to convert: autograph would only cost tracing time
-        lambda batch: strategy.run(step.compute, args=(batch[:-1], batch[-1])),
+        lambda batch: strategy.run(replica_step, args=(batch[:-1], batch[-1])),
         input_signature=signature,
         autograph=False,
     )
@@ -340,21 +358,21 @@ def run_stream(
             if on_progress is not None:
                 on_progress(done, stream.samples)
     stream.raise_failure()
-    if acc is None or not done:
+    totals = None if acc is None else acc.totals(strategy)
+    if workers and totals is not None:  # every worker's samples (this one may have none)
+        done = int(totals["samples"].sum())
+    if totals is None or not done:
         raise InputError(f"--data {stream.source} holds no samples; expected at least one row")
-    return step.result(acc.totals(strategy), done, batches, replicas)
+    local = len(strategy.extended.worker_devices) if workers else replicas
+    run = step.result(totals, done, batches, local)
+    return replace(run, replicas=replicas) if workers else run
 
 
-def with_sample_indices(dataset: Any) -> Any:
-    """Each batch of `dataset` (a tuple of tensors) followed by its samples' indices in the
-    data (int64), whatever the batch sizes."""
-    tf, _ = quiet_import()
+def with_sample_indices(dataset: Any, offset: int = 0) -> Any:
+    """Each batch of `dataset` followed by its samples' indices (`datasets.with_sample_indices`)."""
+    from layergrad.datasets import with_sample_indices as indexed
 
-    def step(offset: Any, batch: Any) -> tuple[Any, Any]:
-        rows = tf.cast(tf.shape(batch[0])[0], tf.int64)
-        return offset + rows, (*batch, offset + tf.range(rows, dtype=tf.int64))
-
-    return dataset.scan(tf.constant(0, tf.int64), step)
+    return indexed(dataset, offset)
 
 
 def _fused(strategy: Any, concrete: Any, acc: Accumulators, signature: list[Any]) -> Any:
