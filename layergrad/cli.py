@@ -308,6 +308,7 @@ def scan(
 
 main.add_command(cli_gate.check)
 main.add_command(cli_gate.diff)
+main.add_command(cli_gate.merge)
 
 
 if __name__ == "__main__":

@@ -234,6 +234,35 @@ def diff(
         sys.exit(1)
 
 
+@click.command()
+@click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=str))
+@format_options
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@handle_errors
+def merge(shards: tuple[str, ...], fmt: OutputFormat, debug: bool) -> None:
+    """Combine inspect or scan JSON reports of runs over shards of a data set.
+
+    For runs split by a scheduler without collectives (a job array, one
+    `--data SHARD` each): the result is the report of one run over every
+    shard, in the order given, of the same schema (so `diff` and `check
+    --baseline` read it). Sums add, extrema combine, means weight by samples,
+    the per-sample std comes from each shard's mean and std; p50 and p95 do
+    not combine and are null. Shards of different models, probes or schemas
+    are refused.
+
+    \b
+    Examples:
+        layergrad scan model.keras --data part0.npy --json > shard0.json    # one per job
+        layergrad merge shard0.json shard1.json --json > scan.json
+        layergrad merge shard*.json
+    """
+    from layergrad.commands.merge import merge_reports
+    from layergrad.results import InspectReport
+
+    report = merge_reports(shards)
+    emit("inspect" if isinstance(report, InspectReport) else "scan", fmt, report)
+
+
 def _with_progress(paths: list[str], run: Callable[[Callable[[str], None] | None], Any]) -> Any:
     """Run with a progress bar on stderr when there are several files."""
     if len(paths) < 2:

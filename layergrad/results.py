@@ -35,15 +35,16 @@ class GradientStats:
 class SampleStats:
     """The distribution of a per-sample quantity over every sample seen.
 
-    count, mean, std, min and max are exact; p50 and p95 are within 1.2% (a log histogram).
+    count, mean, std, min and max are exact; p50 and p95 are within 1.2% (a log histogram),
+    and None in a report merged from shards (percentiles do not combine).
     """
 
     count: int
     mean: float
     std: float
     min: float
-    p50: float
-    p95: float
+    p50: float | None
+    p95: float | None
     max: float
 
 
@@ -159,6 +160,7 @@ class ProbeMeta:
     reduce: str
     samples: int | None = None  # only with --data: samples seen
     replicas: int | None = None  # only with --data: devices the step ran on
+    shards: int | None = None  # only in a report merged from shards (`layergrad merge`)
 
 
 @dataclass(frozen=True)

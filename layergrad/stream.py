@@ -26,6 +26,7 @@ from layergrad.capture import Plan, Record, Recorder, installed, is_float, key, 
 from layergrad.errors import InputError, describe
 from layergrad.layer_calls import check_all_called, site_groups, unique_leaves
 from layergrad.layer_refs import Site, iter_layers
+from layergrad import totals as tt
 from layergrad.totals import ForwardTotals, GradientTotals, first_batch
 
 Key = tuple[str, int]
@@ -312,11 +313,17 @@ def run_stream(
     signature = [dataset.element_spec]
     rows = float(getattr(stream, "batch_size", 0) or 0)
 
+    spread = not _is_default(strategy)  # a replica's share of a batch may be empty
+
     def replica_step(inputs: Any, samples: Any) -> dict[str, Any]:
-        summaries = step.compute(inputs, samples)
+        empty = tf.equal(tf.size(samples), 0)
+        if spread:
+            inputs, fed = _one_row_if_empty(inputs, samples, empty)
+            summaries = _masked(step.compute(inputs, fed), empty)
+        else:
+            summaries = step.compute(inputs, samples)
         if rows:  # the batch's index in the data, from its first sample's (inf: empty)
             first = tf.cast(tf.reduce_min(samples), tf.float64)
-            empty = tf.equal(tf.size(samples), 0)
             inf = tf.constant(math.inf, tf.float64)
             summaries[POSITION] = tf.where(empty, inf, tf.floor(first / rows))
         return summaries
@@ -373,6 +380,29 @@ def with_sample_indices(dataset: Any, offset: int = 0) -> Any:
     from layergrad.datasets import with_sample_indices as indexed
 
     return indexed(dataset, offset)
+
+
+def _one_row_if_empty(inputs: Sequence[Any], samples: Any, empty: Any) -> tuple[Any, Any]:
+    """An empty share of a batch gets one row of zeros, whose summaries `_masked` drops: the
+    model never runs on zero rows (some fused CPU kernels return a wrong shape for them)."""
+    tf, _ = quiet_import()
+    extra = tf.reshape(tf.cast(empty, tf.int32), [1])
+    padded = []
+    for x in inputs:
+        zeros = tf.zeros(tf.concat([extra, tf.shape(x)[1:]], 0), x.dtype)
+        padded.append(tf.ensure_shape(tf.concat([x, zeros], 0), x.shape))
+    return tuple(padded), tf.concat([samples, tf.zeros(extra, samples.dtype)], 0)
+
+
+def _masked(summaries: dict[str, Any], empty: Any) -> dict[str, Any]:
+    """The summaries, or for an empty share what adds nothing: 0 to sums, -inf / +inf to
+    maxima / minima (whatever the row of zeros gave, NaN included)."""
+    tf, _ = quiet_import()
+    out = {}
+    for key, value in summaries.items():
+        identity = tf.constant(tt.initial(tt.kind_of(key), ()), tf.float64)
+        out[key] = tf.where(empty, tf.fill(tf.shape(value), identity), value)
+    return out
 
 
 def _fused(strategy: Any, concrete: Any, acc: Accumulators, signature: list[Any]) -> Any:

@@ -205,7 +205,8 @@ def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
         "probe": {
             key: value
             for key, value in asdict(probe).items()
-            if value is not None or key not in ("samples", "replicas")  # only with --data
+            # only with --data, and shards only in a merged report
+            if value is not None or key not in ("samples", "replicas", "shards")
         },
     }
 
