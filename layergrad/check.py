@@ -67,12 +67,14 @@ class CheckOptions:
     limit: int | None = None
     distribute: str | None = None
     cpu_replicas: int | None = None
+    first_sample: int = 0
     on_progress: Progress | None = None
 
     def __post_init__(self) -> None:
         check_data_options(
-            self.data, self.input_file, self.limit, self.distribute, self.cpu_replicas
-        )
+            self.data, self.input_file, self.limit, self.distribute, self.cpu_replicas,
+            self.first_sample,
+        )  # fmt: skip
         if self.data is not None and self.baselines:
             raise UsageError("--baseline compares the scan of one probe batch; drop --data")
 
@@ -93,6 +95,7 @@ class CheckOptions:
             limit=self.limit,
             distribute=self.distribute,
             cpu_replicas=self.cpu_replicas,
+            first_sample=self.first_sample,
         )
 
 

@@ -12,7 +12,6 @@ from typing import Any
 import click
 
 from layergrad import __version__, cli_gate
-from layergrad.data.cluster import reports_here
 from layergrad.cli_options import (
     comma_list,
     data_options,
@@ -26,6 +25,7 @@ from layergrad.cli_options import (
     write_plot,
     wrt_options,
 )
+from layergrad.data.cluster import reports_here
 from layergrad.vocab import FAILING_STATUSES, Flag, OutputFormat, Wrt
 
 

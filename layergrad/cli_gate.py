@@ -104,6 +104,7 @@ def check(
     limit: int | None,
     distribute: str | None,
     cpu_replicas: int | None,
+    first_sample: int,
     quiet: bool,
     imports: tuple[str, ...],
     unsafe: bool,
@@ -156,6 +157,7 @@ def check(
             limit=limit,
             distribute=distribute,
             cpu_replicas=cpu_replicas,
+            first_sample=first_sample,
             on_progress=on_progress,
         )
         # one bar at a time: the samples' bar when there is one, else the files'

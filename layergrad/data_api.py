@@ -49,7 +49,9 @@ def open_stream(model: Any, options: ProbeOptions, strategy: Any = None) -> Any:
         cluster = cluster_from_env()
         shard = (cluster.index, cluster.workers)
     replicas = 1 if strategy is None else int(strategy.num_replicas_in_sync)
-    return datasets.open_data(options.data, specs, options.rows, options.limit, shard, replicas)
+    return datasets.open_data(
+        options.data, specs, options.rows, options.limit, shard, replicas, options.first_sample
+    )
 
 
 def inspect_data(
@@ -271,6 +273,7 @@ def _probe_meta(source: str, run: Any, options: ProbeOptions, seeded: bool = Fal
         reduce=options.reduce,
         samples=run.samples,
         replicas=run.replicas,
+        first_sample=options.first_sample or None,
     )
 
 

@@ -2,11 +2,12 @@
 
 The function is called with no arguments, or, when it takes one, with a
 `tf.distribute.InputContext` (one input pipeline in a single process; under `--distribute
-multi-worker` the worker's, so that it returns that worker's shard). It returns a `tf.data.Dataset`, whose elements are
-selected and cast in the graph and re-cut into batches of `batch_size` rows, or any other
-iterable of batches (a generator, a list), read in Python, checked batch by batch against the
-model's inputs and re-cut the same way. An element is an array, an `(x, y)` tuple, a list of
-arrays in input order, or a dict keyed by input name; one without the batch axis is a sample.
+multi-worker` the worker's, so that it returns that worker's shard). It returns a
+`tf.data.Dataset`, whose elements are selected and cast in the graph and re-cut into batches
+of `batch_size` rows, or any other iterable of batches (a generator, a list), read in
+Python, checked batch by batch against the model's inputs and re-cut the same way. An
+element is an array, an `(x, y)` tuple, a list of arrays in input order, or a dict keyed by
+input name; one without the batch axis is a sample.
 This is the convention of TensorFlow Lite's `representative_dataset`.
 """
 
@@ -119,8 +120,12 @@ def takes_argument(function: Callable[..., Any]) -> bool:
         parameters = list(inspect.signature(function).parameters.values())
     except (TypeError, ValueError):  # a builtin without a signature: call it without
         return False
-    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return any(p.kind in positional or p.kind == inspect.Parameter.VAR_POSITIONAL for p in parameters)
+    positional = (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.VAR_POSITIONAL,
+    )
+    return any(p.kind in positional for p in parameters)
 
 
 def _load_function(ref: str) -> Callable[[], Any]:

@@ -80,20 +80,24 @@ class DataStream:
         checked: bool = False,
         batch_size: int = 1,
         part: Part | None = None,
+        first_sample: int = 0,
     ) -> None:
         self.source, self.specs, self.whole = source, tuple(specs), dataset
         self.samples, self._failure, self.checked = samples, failure, checked
-        self.batch_size, self.part = batch_size, part
+        self.batch_size, self.part, self.first_sample = batch_size, part, first_sample
         self.dataset = dataset if part is None else part.dataset
         if part is not None:
             self.samples = part.samples
 
     def indexed(self) -> Any:
         """The batches this process runs, each followed by its samples' indices in the data
-        (int64, counted from 0 over the whole source)."""
+        (int64, counted from `first_sample` over the whole source)."""
         if self.part is not None and self.part.indexed is not None:
-            return self.part.indexed
-        return with_sample_indices(self.dataset, 0 if self.part is None else self.part.offset)
+            if not self.first_sample:
+                return self.part.indexed
+            return self.part.indexed.map(lambda *b: (*b[:-1], b[-1] + self.first_sample))
+        offset = 0 if self.part is None else self.part.offset
+        return with_sample_indices(self.dataset, self.first_sample + offset)
 
     def check_batch(self, index: int, parts: Sequence[Sequence[Any]]) -> int:
         """Check batch `index` (per input, its pieces on each replica); return its rows.
@@ -137,6 +141,7 @@ def open_data(
     limit: int | None = None,
     shard: Shard | None = None,
     replicas: int = 1,
+    first_sample: int = 0,
 ) -> DataStream:
     """Open `--data PATH` for a model with inputs `specs`.
 
@@ -147,6 +152,7 @@ def open_data(
         limit: read at most this many samples.
         shard: (this worker, workers): read this worker's part only (see the module).
         replicas: replicas in sync over every worker (for a function's InputContext).
+        first_sample: the index of the data's first sample in a larger data set.
 
     Raises:
         InputError: the source is missing, of an unknown kind, or does not fit the inputs.
@@ -196,7 +202,7 @@ def open_data(
         part = _round_robin(dataset, shard, batch_size)
     return DataStream(
         text, specs, dataset, samples, failure, checked=not is_function(text),
-        batch_size=batch_size, part=part,
+        batch_size=batch_size, part=part, first_sample=first_sample,
     )  # fmt: skip
 
 
@@ -450,7 +456,7 @@ def _images(
     part = None
     if shard is not None:  # by file: this worker decodes its own images only
         start, stop = part_rows(len(paths), batch_size, shard)
-        size, channels = (int(shape[0]), int(shape[1])), int(shape[2])
+        size, channels = (int(shape[0] or 0), int(shape[1] or 0)), int(shape[2] or 0)
         mine = tf.data.Dataset.from_tensor_slices(tf.constant(paths[start:stop], tf.string))
         decoded = mine.map(
             lambda p: _load_image(p, size, channels), num_parallel_calls=tf.data.AUTOTUNE

@@ -161,6 +161,7 @@ class ProbeMeta:
     samples: int | None = None  # only with --data: samples seen
     replicas: int | None = None  # only with --data: devices the step ran on
     shards: int | None = None  # only in a report merged from shards (`layergrad merge`)
+    first_sample: int | None = None  # only with --first-sample N > 0: the data's first index
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,13 @@ from typing import Any
 import numpy as np
 
 from layergrad import summaries as sm
+from layergrad import totals as tt
 from layergrad._tf import quiet_import
 from layergrad.accumulate import POSITION, Accumulators, single_totals, summary_shapes
 from layergrad.capture import Plan, Record, Recorder, installed, is_float, key, recording
 from layergrad.errors import InputError, describe
 from layergrad.layer_calls import check_all_called, site_groups, unique_leaves
 from layergrad.layer_refs import Site, iter_layers
-from layergrad import totals as tt
 from layergrad.totals import ForwardTotals, GradientTotals, first_batch
 
 Key = tuple[str, int]
@@ -312,6 +312,7 @@ def run_stream(
         dataset = strategy.experimental_distribute_dataset(stream.indexed())
     signature = [dataset.element_spec]
     rows = float(getattr(stream, "batch_size", 0) or 0)
+    base = float(getattr(stream, "first_sample", 0) or 0)
 
     spread = not _is_default(strategy)  # a replica's share of a batch may be empty
 
@@ -325,7 +326,7 @@ def run_stream(
         if rows:  # the batch's index in the data, from its first sample's (inf: empty)
             first = tf.cast(tf.reduce_min(samples), tf.float64)
             inf = tf.constant(math.inf, tf.float64)
-            summaries[POSITION] = tf.where(empty, inf, tf.floor(first / rows))
+            summaries[POSITION] = tf.where(empty, inf, tf.floor((first - base) / rows))
         return summaries
 
     compute = tf.function(  # nothing to convert: autograph would only cost tracing time
@@ -399,9 +400,9 @@ def _masked(summaries: dict[str, Any], empty: Any) -> dict[str, Any]:
     maxima / minima (whatever the row of zeros gave, NaN included)."""
     tf, _ = quiet_import()
     out = {}
-    for key, value in summaries.items():
-        identity = tf.constant(tt.initial(tt.kind_of(key), ()), tf.float64)
-        out[key] = tf.where(empty, tf.fill(tf.shape(value), identity), value)
+    for name, value in summaries.items():
+        identity = tf.constant(tt.initial(tt.kind_of(name), ()), tf.float64)
+        out[name] = tf.where(empty, tf.fill(tf.shape(value), identity), value)
     return out
 
 

@@ -7,6 +7,7 @@ collectives at start-up); both are killed in `finally`, and every wait is bounde
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -125,7 +126,7 @@ def assert_same_report(many: dict, one: dict) -> None:
 
 
 def run_both(args: list[str], tmp_path: Path) -> tuple[dict, dict]:
-    many, done = two_workers(args, tmp_path)
+    many, _ = two_workers(args, tmp_path)
     one = one_process(args, tmp_path)
     if "probe" in one:
         assert many["probe"]["replicas"] == 2 and one["probe"]["replicas"] == 1
@@ -178,7 +179,7 @@ def test_image_folder_is_sharded_by_file(tmp_path):
     assert many["probe"]["samples"] == 11
 
 
-FUNCTIONS = '''
+FUNCTIONS = """
 import numpy as np
 
 X = np.random.default_rng(24).standard_normal((30, 5)).astype("float32")
@@ -190,7 +191,7 @@ def sharded(input_context):  # its own shard, through the InputContext
     import tensorflow as tf
     n, i = input_context.num_input_pipelines, input_context.input_pipeline_id
     return tf.data.Dataset.from_tensor_slices(X).shard(n, i).batch(5)
-'''
+"""
 
 
 @pytest.mark.parametrize("function", ["batches", "sharded"])
@@ -271,7 +272,9 @@ def test_workers_are_numbered_chief_first():
     cluster = {"chief": ["c:1"], "worker": ["w:1", "w:2"]}
     number = {}
     for task, index in (("chief", 0), ("worker", 0), ("worker", 1)):
-        env = {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": task, "index": index}})}
+        env = {
+            "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": task, "index": index}})
+        }
         got = cluster_from_env(env)
         number[(task, index)] = (got.index, got.workers, got.is_chief)
         assert reports_here("multi-worker", env) == got.is_chief
@@ -288,5 +291,5 @@ def test_parts_are_whole_batches_and_cover_every_row_once():
         for workers in (1, 2, 3, 5):
             parts = [part_rows(rows, 8, (w, workers)) for w in range(workers)]
             assert parts[0][0] == 0 and parts[-1][1] == rows
-            for (_, stop), (start, _) in zip(parts, parts[1:]):
+            for (_, stop), (start, _) in itertools.pairwise(parts):
                 assert stop == start and start % 8 == 0

@@ -86,11 +86,12 @@ def merge(reports: Sequence[Report], names: Sequence[str]) -> Report:
             )
         _same_run(report, first, name, names[0])
     shares = _Shares(reports)
+    if isinstance(first, ScanReport) and first.target is None:
+        _numbered_in_order(reports, names, shares.samples)
     if isinstance(first, InspectReport):
         inspects = [r for r in reports if isinstance(r, InspectReport)]
         results = tuple(
-            _result([r.results[i] for r in inspects], shares)
-            for i in range(len(first.results))
+            _result([r.results[i] for r in inspects], shares) for i in range(len(first.results))
         )
         return InspectReport(model=first.model, probe=shares.probe(first.probe), results=results)
     scans = [r for r in reports if isinstance(r, ScanReport)]
@@ -118,11 +119,11 @@ def _same_run(report: Report, first: Report, name: str, first_name: str) -> None
         ("model class", a.model.class_name, b.model.class_name),
         ("model name", a.model.name, b.model.name),
         ("model format", a.model.format, b.model.format),
+        ("--to", getattr(a, "target", None), getattr(b, "target", None)),
         ("probe seed", a.probe.seed, b.probe.seed),
         ("--batch-size", a.probe.batch_size, b.probe.batch_size),
         ("--training", a.probe.training, b.probe.training),
         ("--reduce", a.probe.reduce, b.probe.reduce),
-        ("--to", getattr(a, "target", None), getattr(b, "target", None)),
         ("layers", _structure(a), _structure(b)),
     ]
     for what, mine, theirs in differences:
@@ -132,6 +133,22 @@ def _same_run(report: Report, first: Report, name: str, first_name: str) -> None
                 f"{name} does not fit {first_name}: {what} {shown}; merge reports of one model "
                 "made with the same options over shards of its data"
             )
+
+
+def _numbered_in_order(reports: Sequence[Report], names: Sequence[str], samples: list[int]) -> None:
+    """A scan of the default target projects each sample's outputs with a seed of its index:
+    the shards must number their samples as the whole data set does (`--first-sample`)."""
+    expected = reports[0].probe.first_sample or 0
+    for report, name, n in zip(reports, names, samples, strict=True):
+        got = report.probe.first_sample or 0
+        if got != expected:
+            raise InputError(
+                f"{name} numbers its samples from {got}, but the shards before it hold samples "
+                f"up to {expected}: a scan without --to projects each sample with a seed of its "
+                f"index, so scan each shard with --first-sample N (its first sample's index in "
+                "the whole data set), or with --to"
+            )
+        expected += n
 
 
 def _structure(report: Report) -> list[tuple[object, ...]]:

@@ -25,7 +25,9 @@ from layergrad.errors import InputError
 VARIABLE = "TF_CONFIG"
 ROLES = ("chief", "worker")  # the tasks that run the step (an evaluator or ps does not)
 _ADDRESS = re.compile(r"^\S+:\d{1,5}$")
-EXAMPLE = '{"cluster": {"worker": ["host1:2222", "host2:2222"]}, "task": {"type": "worker", "index": 0}}'
+EXAMPLE = (
+    '{"cluster": {"worker": ["host1:2222", "host2:2222"]}, "task": {"type": "worker", "index": 0}}'
+)
 
 
 @dataclass(frozen=True)

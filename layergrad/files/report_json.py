@@ -60,7 +60,9 @@ def read_report(path: str | os.PathLike[str]) -> InspectReport | ScanReport:
         doc = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         detail = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)[:80]
-        raise InputError(f"{where} is not a JSON document ({detail}); expected {EXPECTED}") from None
+        raise InputError(
+            f"{where} is not a JSON document ({detail}); expected {EXPECTED}"
+        ) from None
     return report_from_json(doc, where)
 
 
@@ -163,6 +165,7 @@ class _Reader:
             samples=opt_int("samples"),
             replicas=opt_int("replicas"),
             shards=opt_int("shards"),
+            first_sample=opt_int("first_sample"),
         )
 
     def gradient(self, obj: Any, name: str, shape: tuple[int, ...]) -> GradientStats | None:

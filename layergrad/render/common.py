@@ -206,7 +206,7 @@ def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
             key: value
             for key, value in asdict(probe).items()
             # only with --data, and shards only in a merged report
-            if value is not None or key not in ("samples", "replicas", "shards")
+            if value is not None or key not in ("samples", "replicas", "shards", "first_sample")
         },
     }
 
