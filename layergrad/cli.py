@@ -260,6 +260,7 @@ def scan(
         layergrad scan model.keras --wrt weights --loss sparse_categorical_crossentropy
         layergrad scan model.keras --measure jacobian --probes 16
         layergrad scan model.keras --data x.npz --distribute mirrored --json
+        layergrad scan model.keras --data x.npy --distribute multi-worker --json  # TF_CONFIG
     """
     from layergrad import api, plot
     from layergrad.progress import sample_progress
