@@ -246,8 +246,8 @@ def merge(shards: tuple[str, ...], fmt: OutputFormat, debug: bool) -> None:
 
     For runs split by a scheduler without collectives (a job array, one
     `--data SHARD` each): the result is the report of one run over every
-    shard, in the order given, of the same schema (so `diff` and `check
-    --baseline` read it). Sums add, extrema combine, means weight by samples,
+    shard, in the order given, of the same schema as one run's (`diff` reads
+    it). Sums add, extrema combine, means weight by samples,
     the per-sample std comes from each shard's mean and std; p50 and p95 do
     not combine and are null. Shards of different models, probes or schemas
     are refused.
