@@ -59,6 +59,8 @@ class Part:
     samples: int | None
     offset: int = 0
     indexed: Any = None
+    first_batch: int = 0  # this part's batch k is batch first_batch + k * stride of the whole
+    stride: int = 1
 
 
 class DataStream:
@@ -88,6 +90,12 @@ class DataStream:
         self.dataset = dataset if part is None else part.dataset
         if part is not None:
             self.samples = part.samples
+
+    def batch_index(self, local: int) -> int:
+        """The index among every batch of the data of this process's batch `local`."""
+        if self.part is None:
+            return local
+        return self.part.first_batch + local * self.part.stride
 
     def indexed(self) -> Any:
         """The batches this process runs, each followed by its samples' indices in the data
@@ -252,6 +260,8 @@ def _round_robin(dataset: Any, shard: Shard, batch_size: int) -> Part:
         mine.map(lambda _, batch: batch),
         None,
         indexed=mine.map(indexed).prefetch(tf.data.AUTOTUNE),
+        first_batch=worker,
+        stride=workers,
     )
 
 
@@ -300,7 +310,7 @@ def _records_part(
     ]
     tf, _ = quiet_import()
     dataset = _records(cut, specs, batch_size, None).prefetch(tf.data.AUTOTUNE)
-    return Part(dataset, stop - start, offset=start)
+    return Part(dataset, stop - start, offset=start, first_batch=start // batch_size)
 
 
 def _npz(
@@ -462,7 +472,7 @@ def _images(
             lambda p: _load_image(p, size, channels), num_parallel_calls=tf.data.AUTOTUNE
         ).batch(batch_size)
         cast = decoded.map(lambda x: (tf.cast(x, dtype),)).prefetch(tf.data.AUTOTUNE)
-        part = Part(cast, stop - start, offset=start)
+        part = Part(cast, stop - start, offset=start, first_batch=start // batch_size)
     return dataset.map(lambda x: (tf.cast(x, dtype),)), files, part
 
 

@@ -335,6 +335,7 @@ def run_stream(
         autograph=False,
     )
     done = batches = 0
+    where = getattr(stream, "batch_index", lambda local: local)  # among all the data's batches
     with step.installed():  # the trace happens here, once; the batch axis is None
         concrete = _guarded(compute.get_concrete_function, "the data", stream.source)
         shapes = summary_shapes(strategy, concrete.structured_outputs)
@@ -348,15 +349,23 @@ def run_stream(
                 break
             except tf.errors.OpError as exc:
                 stream.raise_failure()
+                if workers:  # the iterator agrees with the other workers at every step
+                    raise InputError(
+                        f"--data {stream.source}: the run stopped at batch {where(batches)}: "
+                        f"{describe(exc)}; when another worker of the cluster stopped, its "
+                        "error says why"
+                    ) from exc
                 raise InputError(
-                    f"--data {stream.source}: batch {batches} could not be read: {describe(exc)}"
+                    f"--data {stream.source}: batch {where(batches)} could not be read: "
+                    f"{describe(exc)}"
                 ) from exc
             parts = [strategy.experimental_local_results(t) for t in batch[:-1]]
-            rows = stream.check_batch(batches, parts)
+            rows = stream.check_batch(where(batches), parts)
+            name = f"batch {where(batches)}"
             if fused is not None:
-                _guarded(partial(fused, batch), f"batch {batches}", stream.source)
+                _guarded(partial(fused, batch), name, stream.source)
             else:  # a summary's size is only known from the first batch (an open last axis)
-                summaries = _guarded(partial(concrete, batch), f"batch {batches}", stream.source)
+                summaries = _guarded(partial(concrete, batch), name, stream.source)
                 acc = Accumulators(strategy, summary_shapes(strategy, summaries) or {})
                 tf.function(lambda s, a=acc: strategy.run(a.update, args=(s,)), autograph=False)(
                     summaries

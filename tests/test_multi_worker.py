@@ -52,9 +52,8 @@ def environment(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def two_workers(args: list[str], tmp_path: Path) -> tuple[dict, list[subprocess.CompletedProcess]]:
-    """Run `layergrad ARGS --distribute multi-worker --json` as workers 0 and 1: (the
-    chief's report, both processes' outcomes)."""
+def run_workers(args: list[str], tmp_path: Path) -> list[subprocess.CompletedProcess]:
+    """Run `layergrad ARGS --distribute multi-worker --json` as workers 0 and 1."""
     ports = free_ports(2)
     command = [sys.executable, "-m", "layergrad", *args, "--distribute", "multi-worker", "--json"]
     procs, outs = [], []
@@ -75,10 +74,15 @@ def two_workers(args: list[str], tmp_path: Path) -> tuple[dict, list[subprocess.
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=30)
-    done = [
+    return [
         subprocess.CompletedProcess(command, p.returncode, out.read_text(), err.read_text())
         for p, (out, err) in zip(procs, outs, strict=True)
     ]
+
+
+def two_workers(args: list[str], tmp_path: Path) -> tuple[dict, list[subprocess.CompletedProcess]]:
+    """The chief's report of `run_workers`, and both processes' outcomes (checked)."""
+    done = run_workers(args, tmp_path)
     for d in done:
         assert d.returncode in (0, 1), d.stderr[-2000:]
     assert done[1].stdout == "", "a worker that is not the chief printed on stdout"
@@ -220,6 +224,19 @@ def test_check_over_the_data(tmp_path):
                        tmp_path)  # fmt: skip
     forward = [c for c in many["files"][0]["checks"] if c["name"] == "forward"]
     assert forward and "19 samples" in forward[0]["message"]
+
+
+def test_a_bad_batch_on_one_worker_stops_both_with_exit_2(tmp_path):
+    x = np.random.default_rng(26).integers(0, 20, (40, 6)).astype("int32")
+    x[35, 1] = 500  # outside the Embedding's vocabulary, in batch 35 // 8 = 4, on worker 1
+    np.save(tmp_path / "ids.npy", x)
+    done = run_workers(["scan", sample("embedding.keras"), "--data", "ids.npy", "--batch-size",
+                        "8"], tmp_path)  # fmt: skip
+    assert [d.returncode for d in done] == [2, 2]
+    assert all(d.stdout == "" for d in done)
+    assert "the model failed on batch 4: indices[3,1] = 500" in done[1].stderr
+    assert "another worker of the cluster stopped" in done[0].stderr
+    assert "Traceback" not in done[0].stderr + done[1].stderr
 
 
 # ----------------------------------------------------------------------------- TF_CONFIG
