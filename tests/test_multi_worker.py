@@ -52,10 +52,14 @@ def environment(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def run_workers(args: list[str], tmp_path: Path) -> list[subprocess.CompletedProcess]:
-    """Run `layergrad ARGS --distribute multi-worker --json` as workers 0 and 1."""
+def run_workers(
+    args: list[str], tmp_path: Path, command: list[str] | None = None
+) -> list[subprocess.CompletedProcess]:
+    """Run `layergrad ARGS --distribute multi-worker --json` (or `command`) as workers 0, 1."""
     ports = free_ports(2)
-    command = [sys.executable, "-m", "layergrad", *args, "--distribute", "multi-worker", "--json"]
+    if command is None:
+        command = [sys.executable, "-m", "layergrad", *args, "--distribute", "multi-worker",
+                   "--json"]  # fmt: skip
     procs, outs = [], []
     try:
         for index in range(2):
@@ -237,6 +241,37 @@ def test_a_bad_batch_on_one_worker_stops_both_with_exit_2(tmp_path):
     assert "the model failed on batch 4: indices[3,1] = 500" in done[1].stderr
     assert "another worker of the cluster stopped" in done[0].stderr
     assert "Traceback" not in done[0].stderr + done[1].stderr
+
+
+COMBINE = """
+import json
+import numpy as np
+from layergrad import devices, totals
+from layergrad.accumulate import combine_workers
+from layergrad.data.cluster import cluster_from_env
+
+w = cluster_from_env().index
+strategy = devices.strategy_for("multi-worker")
+values = {"sum": np.array([w + 1.0, 2.0]), "max": np.array([w, -w]), "min": np.array([[w]])}
+kinds = {"sum": totals.SUM, "max": totals.MAX, "min": totals.MIN}
+out = combine_workers(strategy, values, kinds)
+print(json.dumps({k: v.tolist() for k, v in out.items()}))
+"""
+
+
+def test_totals_kept_in_numpy_combine_over_the_workers(tmp_path):
+    done = run_workers([], tmp_path, [sys.executable, "-c", COMBINE])
+    assert [d.returncode for d in done] == [0, 0], done[0].stderr[-2000:]
+    want = {"sum": [3.0, 4.0], "max": [1.0, 0.0], "min": [[0.0]]}  # workers 0 and 1, by hand
+    assert [json.loads(d.stdout) for d in done] == [want, want]
+
+
+def test_combine_workers_in_one_process_returns_the_values():
+    from layergrad import totals
+    from layergrad.accumulate import combine_workers
+
+    values = {"sum": np.array([1.0, 2.0])}
+    assert combine_workers(tf.distribute.get_strategy(), values, {"sum": totals.SUM}) is values
 
 
 # ----------------------------------------------------------------------------- TF_CONFIG
