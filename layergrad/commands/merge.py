@@ -24,9 +24,9 @@ import os
 from collections.abc import Sequence
 from dataclasses import replace
 
-from layergrad.errors import InputError
-from layergrad.files.report_json import read_report
-from layergrad.results import (
+from layergrad.core.errors import InputError
+from layergrad.core.gradient_stats import DEAD_FRACTION
+from layergrad.core.results import (
     Cause,
     DataStats,
     Endpoint,
@@ -39,7 +39,8 @@ from layergrad.results import (
     ScanReport,
     ScanRow,
 )
-from layergrad.vocab import Flag, Status
+from layergrad.core.vocab import Flag, Status
+from layergrad.files.report_json import read_report
 
 Report = InspectReport | ScanReport
 SCALE_FLAGS = (Flag.VANISHING, Flag.EXPLODING)
@@ -341,8 +342,6 @@ def _row(items: Sequence[ScanRow], shares: _Shares) -> ScanRow:
     elif status == Status.NONFINITE:
         flags = (Flag.NONFINITE,)
     elif data is not None and gradient is not None:
-        from layergrad.scan import DEAD_FRACTION
-
         units = shape[-1] if len(shape) >= 2 else 1
         if units and len(data.dead_units) / units > DEAD_FRACTION:
             flags = (Flag.DEAD,)
@@ -365,7 +364,7 @@ def _scale_flags(
     """Vanishing / exploding again, from the merged L2s, on the rows of the model's trunk
     (from the model file's graph, read without TensorFlow; when the file cannot be read, the
     rows some shard flagged)."""
-    from layergrad.scan import flag_scale
+    from layergrad.commands.scan import flag_scale
 
     trunk = _trunk(model, scans[0].target)
     if trunk is None:
@@ -374,10 +373,10 @@ def _scale_flags(
 
 
 def _trunk(model: ModelMeta, target: str | None) -> set[str] | None:
-    from layergrad.errors import LayergradError
-    from layergrad.fileinfo import read_file_info
-    from layergrad.layer_refs import ref_of
-    from layergrad.locate import sinks, trunk
+    from layergrad.core.errors import LayergradError
+    from layergrad.diagnose.locate import sinks, trunk
+    from layergrad.files.file_info import read_file_info
+    from layergrad.model.layer_refs import ref_of
 
     try:
         graph = read_file_info(model.path, read_weights=False).graph

@@ -13,9 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from layergrad.errors import InputError
-from layergrad.guards import require_regular
-from layergrad.results import (
+from layergrad.core.errors import InputError
+from layergrad.core.results import (
     Cause,
     DataStats,
     Endpoint,
@@ -28,7 +27,8 @@ from layergrad.results import (
     ScanReport,
     ScanRow,
 )
-from layergrad.vocab import CauseCode, Flag, Status
+from layergrad.core.vocab import CauseCode, Flag, Status
+from layergrad.files.guards import require_regular
 
 INSPECT_SCHEMA, SCAN_SCHEMA = "layergrad.inspect/1", "layergrad.scan/1"
 MAX_REPORT_BYTES = 64 * 2**20  # a few hundred bytes per layer: some 100,000 layers

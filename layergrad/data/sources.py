@@ -1,0 +1,485 @@
+"""Resolve `--data PATH` into batches in the model's input order, read as they are used.
+
+PATH is a `.npy` (one input), a `.npz` (one array per input name; `y`, the labels, is
+ignored), a folder of images, or `FILE.py:function` / `module:function` returning a
+`tf.data.Dataset` or any iterable of batches (`data_functions`). Whatever the source yields is
+cut into batches of `batch_size` rows (the last one partial). Files are read a batch at a time
+and nothing is kept, so memory does not grow with the number of samples.
+
+Files are checked against the model's inputs from their headers; what a function gives is
+checked batch by batch. A bad batch stops the run with an `InputError` that names the batch
+and the input. Errors inside the reading thread of `tf.data` are kept and raised by
+`DataStream.raise_failure` when the stream ends.
+
+With `shard=(worker, workers)` (`--distribute multi-worker`) each worker reads only its part,
+cut on the batches of one process so that every batch, and every sample's index, is the one
+of a single run: files by records (a contiguous range of rows, read in place), image folders
+by file, a function that takes an argument through the `tf.distribute.InputContext` it is
+given (it returns its own shard), and anything else by batch, round robin.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import zipfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from layergrad.core.errors import InputError, UsageError
+from layergrad.core.keras_backend import quiet_import
+from layergrad.data.functions import (
+    Failure,
+    function_source,
+    is_function,
+    python_dataset,
+    tf_dtype,
+)
+from layergrad.data.probe_input import InputSpec, ProbeBatch, check_fits, fit_array
+from layergrad.files.npy_rows import NpyLayout, NpyRows, npy_layout, npz_layouts, npz_members
+
+IMAGE_FORMATS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # what Keras decodes
+KINDS_HELP = "a .npy or .npz file, a folder of images, or FILE.py:function / module:function"
+
+
+Shard = tuple[int, int]  # (this worker, workers)
+
+
+@dataclass(frozen=True)
+class Part:
+    """This worker's part of a sharded source: its batches, and either the index of its first
+    sample in the whole data (a contiguous part) or its batches already followed by their
+    samples' indices (`indexed`)."""
+
+    dataset: Any
+    samples: int | None
+    offset: int = 0
+    indexed: Any = None
+    first_batch: int = 0  # this part's batch k is batch first_batch + k * stride of the whole
+    stride: int = 1
+
+
+class DataStream:
+    """The batches of one `--data` source.
+
+    `dataset` yields tuples of tensors in the model's input order, `batch_size` rows each
+    (the last may be shorter), prefetched: this worker's part when the source is sharded
+    (`whole` is then every batch, read again for a diagnosis). `samples` is how many rows to
+    expect (None when the source does not say).
+    """
+
+    def __init__(
+        self,
+        source: str,
+        specs: Sequence[InputSpec],
+        dataset: Any,
+        samples: int | None,
+        failure: Failure,
+        checked: bool = False,
+        batch_size: int = 1,
+        part: Part | None = None,
+        first_sample: int = 0,
+    ) -> None:
+        self.source, self.specs, self.whole = source, tuple(specs), dataset
+        self.samples, self._failure, self.checked = samples, failure, checked
+        self.batch_size, self.part, self.first_sample = batch_size, part, first_sample
+        self.dataset = dataset if part is None else part.dataset
+        if part is not None:
+            self.samples = part.samples
+
+    def batch_index(self, local: int) -> int:
+        """The index among every batch of the data of this process's batch `local`."""
+        if self.part is None:
+            return local
+        return self.part.first_batch + local * self.part.stride
+
+    def indexed(self) -> Any:
+        """The batches this process runs, each followed by its samples' indices in the data
+        (int64, counted from `first_sample` over the whole source)."""
+        if self.part is not None and self.part.indexed is not None:
+            if not self.first_sample:
+                return self.part.indexed
+            return self.part.indexed.map(lambda *b: (*b[:-1], b[-1] + self.first_sample))
+        offset = 0 if self.part is None else self.part.offset
+        return with_sample_indices(self.dataset, self.first_sample + offset)
+
+    def check_batch(self, index: int, parts: Sequence[Sequence[Any]]) -> int:
+        """Check batch `index` (per input, its pieces on each replica); return its rows.
+
+        A source whose shapes were checked already (a file, an image folder) is only
+        counted."""
+        if self.checked:
+            return sum(int(p.shape[0]) for p in parts[0]) if parts else 0
+        where = f"--data {self.source}: batch {index}"
+        rows = [sum(int(p.shape[0]) for p in pieces) for pieces in parts]
+        if len(set(rows)) > 1:
+            sizes = ", ".join(f"{s.name}: {n}" for s, n in zip(self.specs, rows, strict=True))
+            raise InputError(
+                f"{where}: the inputs have different batch sizes ({sizes}); give every input "
+                "the same number of rows"
+            )
+        for spec, pieces, n in zip(self.specs, parts, rows, strict=True):
+            for piece in pieces:
+                check_fits((n, *piece.shape[1:]), piece.dtype.as_numpy_dtype, spec, where)
+        return rows[0] if rows else 0
+
+    def raise_failure(self) -> None:
+        """Raise the error that stopped a Python reader, if one did."""
+        if self._failure.error is not None:
+            raise self._failure.error
+
+    def batch(self, index: int) -> ProbeBatch:
+        """Batch `index` again, as arrays (the source is read again up to it)."""
+        for i, tensors in enumerate(self.whole):
+            if i == index:
+                arrays = tuple(np.asarray(t.numpy()) for t in tensors)
+                return ProbeBatch(arrays, tuple(s.name for s in self.specs), self.source, None)
+        self.raise_failure()
+        raise InputError(f"--data {self.source} has no batch {index}")
+
+
+def open_data(
+    path: str | os.PathLike[str],
+    specs: Sequence[InputSpec],
+    batch_size: int,
+    limit: int | None = None,
+    shard: Shard | None = None,
+    replicas: int = 1,
+    first_sample: int = 0,
+) -> DataStream:
+    """Open `--data PATH` for a model with inputs `specs`.
+
+    Args:
+        path: `.npy`, `.npz`, an image folder, or `FILE.py:function` / `module:function`.
+        specs: the model's inputs (`inputs.input_specs(model)`).
+        batch_size: rows per batch.
+        limit: read at most this many samples.
+        shard: (this worker, workers): read this worker's part only (see the module).
+        replicas: replicas in sync over every worker (for a function's InputContext).
+        first_sample: the index of the data's first sample in a larger data set.
+
+    Raises:
+        InputError: the source is missing, of an unknown kind, or does not fit the inputs.
+
+    Example (not run)::
+
+        stream = open_data("x.npy", input_specs(model), batch_size=32)
+        stream.samples  # 20000
+    """
+    text = os.fspath(path)
+    if batch_size < 1:
+        raise UsageError(f"--batch-size must be at least 1: batch_size={batch_size}")
+    if limit is not None and limit < 1:
+        raise UsageError(f"--limit must be at least 1: limit={limit}")
+    tf, _ = quiet_import()
+    failure = Failure()
+    signature = tuple(tf.TensorSpec((None, *s.shape), tf_dtype(s.dtype)) for s in specs)
+    lowered = text.lower()
+    rows: int | None
+    part: Part | None = None
+    if lowered.endswith((".npy", ".npz")):
+        if not os.path.isfile(text):
+            raise InputError(f"--data {text}: no such file; expected {KINDS_HELP}")
+        if lowered.endswith(".npy"):
+            dataset, rows, part = _npy(text, specs, batch_size, limit, shard)
+        else:
+            dataset, rows, part = _npz(text, specs, batch_size, limit, signature, failure, shard)
+    elif os.path.isdir(text):
+        dataset, rows, part = _images(text, specs, batch_size, limit, shard)
+    elif is_function(text):
+        dataset, rows, sharded = function_source(
+            text, specs, batch_size, limit, signature, failure, _context(shard, replicas)
+        )
+        if shard is not None and sharded:  # the function returned its own shard
+            part = Part(dataset.prefetch(tf.data.AUTOTUNE), None)
+    elif not os.path.exists(text):
+        raise InputError(f"--data {text}: no such file or folder; expected {KINDS_HELP}")
+    else:
+        raise InputError(
+            f"--data {text}: not a kind of data layergrad reads; expected {KINDS_HELP}"
+        )
+    samples = rows if limit is None or rows is None else min(rows, limit)
+    if samples is None and limit is not None:
+        samples = limit
+    dataset = dataset.prefetch(tf.data.AUTOTUNE)
+    if shard is not None and part is None:
+        part = _round_robin(dataset, shard, batch_size)
+    return DataStream(
+        text, specs, dataset, samples, failure, checked=not is_function(text),
+        batch_size=batch_size, part=part, first_sample=first_sample,
+    )  # fmt: skip
+
+
+def with_sample_indices(dataset: Any, offset: int = 0) -> Any:
+    """Each batch of `dataset` (a tuple of tensors) followed by its samples' indices in the
+    data (int64, from `offset`), whatever the batch sizes."""
+    tf, _ = quiet_import()
+
+    def step(start: Any, batch: Any) -> tuple[Any, Any]:
+        rows = tf.cast(tf.shape(batch[0])[0], tf.int64)
+        return start + rows, (*batch, start + tf.range(rows, dtype=tf.int64))
+
+    return dataset.scan(tf.constant(offset, tf.int64), step)
+
+
+def part_rows(rows: int, batch_size: int, shard: Shard) -> tuple[int, int]:
+    """The rows [start, stop) of worker `shard[0]` of `shard[1]`: whole batches of one
+    process, as evenly as they go (the last worker gets the partial batch)."""
+    worker, workers = shard
+    batches = math.ceil(rows / batch_size)
+    first, last = worker * batches // workers, (worker + 1) * batches // workers
+    return first * batch_size, min(last * batch_size, rows)
+
+
+def _context(shard: Shard | None, replicas: int) -> Any:
+    """The `tf.distribute.InputContext` a function that takes one is called with."""
+    tf, _ = quiet_import()
+    worker, workers = shard if shard is not None else (0, 1)
+    return tf.distribute.InputContext(
+        num_input_pipelines=workers, input_pipeline_id=worker, num_replicas_in_sync=replicas
+    )
+
+
+def _round_robin(dataset: Any, shard: Shard, batch_size: int) -> Part:
+    """Batch j of the whole data goes to worker j % workers (every worker reads everything,
+    as tf.distribute's sharding by data does): for sources that cannot be read in parts."""
+    tf, _ = quiet_import()
+    worker, workers = shard
+    size = tf.constant(batch_size, tf.int64)
+
+    def indexed(j: Any, batch: Any) -> tuple[Any, ...]:
+        rows = tf.cast(tf.shape(batch[0])[0], tf.int64)
+        return (*batch, j * size + tf.range(rows, dtype=tf.int64))
+
+    mine = dataset.enumerate().filter(lambda j, _: j % workers == worker)
+    return Part(
+        mine.map(lambda _, batch: batch),
+        None,
+        indexed=mine.map(indexed).prefetch(tf.data.AUTOTUNE),
+        first_batch=worker,
+        stride=workers,
+    )
+
+
+def _npy(
+    path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None, shard: Shard | None
+) -> tuple[Any, int, Part | None]:
+    if len(specs) != 1:
+        raise InputError(
+            f"--data {path} holds one array but the model has {len(specs)} inputs "
+            f"({', '.join(s.name for s in specs)}); save them with "
+            "np.savez(FILE, **{name: array}) and pass the .npz"
+        )
+    layout = npy_layout(path)
+    check_fits(layout.shape, layout.dtype, specs[0], f"--data {path}")
+    rows = layout.shape[0]
+    return (
+        _records([layout], specs, batch_size, limit),
+        rows,
+        _records_part([layout], specs, batch_size, limit, rows, shard),
+    )
+
+
+def _records_part(
+    layouts: Sequence[NpyLayout],
+    specs: Sequence[InputSpec],
+    batch_size: int,
+    limit: int | None,
+    rows: int,
+    shard: Shard | None,
+) -> Part | None:
+    """This worker's rows of arrays read in place: the records outside them are skipped as
+    header and footer bytes, so nothing else is read."""
+    if shard is None:
+        return None
+    total = rows if limit is None else min(rows, limit)
+    start, stop = part_rows(total, batch_size, shard)
+    cut = [
+        NpyLayout(
+            path=lay.path,
+            shape=(stop - start, *lay.shape[1:]),
+            dtype=lay.dtype,
+            offset=lay.offset + start * lay.row_bytes,
+            footer=lay.footer + (rows - stop) * lay.row_bytes,
+        )
+        for lay in layouts
+    ]
+    tf, _ = quiet_import()
+    dataset = _records(cut, specs, batch_size, None).prefetch(tf.data.AUTOTUNE)
+    return Part(dataset, stop - start, offset=start, first_batch=start // batch_size)
+
+
+def _npz(
+    path: str,
+    specs: Sequence[InputSpec],
+    batch_size: int,
+    limit: int | None,
+    signature: tuple[Any, ...],
+    failure: Failure,
+    shard: Shard | None = None,
+) -> tuple[Any, int, Part | None]:
+    def members(archive: zipfile.ZipFile) -> dict[str, str]:
+        names = npz_members(archive, path)
+        missing = [s.name for s in specs if s.name not in names]
+        if missing:
+            raise InputError(
+                f"--data {path} has arrays {sorted(names)} but the model's inputs are "
+                f"{[s.name for s in specs]}; missing: {', '.join(missing)}. Save one array per "
+                "input name with np.savez(FILE, **{name: array}) (labels may go under 'y')"
+            )
+        return {s.name: names[s.name] for s in specs}
+
+    def readers(archive: zipfile.ZipFile) -> list[NpyRows]:
+        return [
+            NpyRows(archive.open(member), f"{path} array {name!r}")
+            for name, member in members(archive).items()
+        ]
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            headers = readers(archive)
+            layouts = npz_layouts(path, archive, members(archive))
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise InputError(
+            f"--data {path} is not a readable .npz file ({exc}); write it with np.savez"
+        ) from None
+    for spec, rows in zip(specs, headers, strict=True):
+        check_fits(rows.shape, rows.dtype, spec, f"--data {path} array {spec.name!r}")
+    counts = {s.name: r.rows for s, r in zip(specs, headers, strict=True)}
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"{k}: {v}" for k, v in counts.items())
+        raise InputError(
+            f"--data {path}: the inputs have different numbers of rows ({listed}); give every "
+            "input the same number of samples"
+        )
+    total = next(iter(counts.values()))
+    stored = [layouts[s.name] for s in specs]
+    if all(stored):  # np.savez: tf.data reads the rows in place
+        return (
+            _records(stored, specs, batch_size, limit),
+            total,
+            _records_part(stored, specs, batch_size, limit, total, shard),
+        )
+
+    def read() -> Iterator[tuple[np.ndarray, ...]]:  # np.savez_compressed: inflate as we go
+        with zipfile.ZipFile(path) as archive:
+            for part in _chunks(readers(archive), batch_size, limit):
+                yield tuple(
+                    fit_array(a, s, f"--data {path}") for a, s in zip(part, specs, strict=True)
+                )
+
+    return python_dataset(read, signature, failure, path), total, None
+
+
+# numpy kinds and sizes that tf.io.decode_raw reads (bool is read as uint8)
+_RAW = {"f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "b1"}
+
+
+def _records(
+    layouts: Sequence[NpyLayout], specs: Sequence[InputSpec], batch_size: int, limit: int | None
+) -> Any:
+    """Rows read by tf.data as fixed-length records, in batches, decoded and cast."""
+    tf, _ = quiet_import()
+    for layout in layouts:
+        code = f"{layout.dtype.kind}{layout.dtype.itemsize}"
+        if code not in _RAW or not layout.row_bytes:
+            raise InputError(
+                f"--data {layout.path}: arrays of dtype {layout.dtype} and shape "
+                f"{layout.shape} cannot be read; save a numeric array (float, int or bool)"
+            )
+    columns = [
+        tf.data.FixedLengthRecordDataset(
+            lay.path, lay.row_bytes, header_bytes=lay.offset, footer_bytes=lay.footer
+        )
+        for lay in layouts
+    ]
+    dataset = columns[0] if len(columns) == 1 else tf.data.Dataset.zip(tuple(columns))
+    if limit is not None:
+        dataset = dataset.take(limit)
+
+    def decode(*raw: Any) -> tuple[Any, ...]:
+        return tuple(_decode(r, lay, s) for r, lay, s in zip(raw, layouts, specs, strict=True))
+
+    return dataset.batch(batch_size).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _decode(raw: Any, layout: NpyLayout, spec: InputSpec) -> Any:
+    tf, _ = quiet_import()
+    dtype = layout.dtype
+    little = dtype.byteorder == "<" or (dtype.byteorder in "=|" and sys.byteorder == "little")
+    read_as = tf.uint8 if dtype.kind == "b" else tf.as_dtype(dtype.newbyteorder("="))
+    values = tf.io.decode_raw(raw, read_as, little_endian=little)
+    values = tf.reshape(values, [-1, *layout.shape[1:]])
+    return tf.cast(values, tf_dtype(spec.dtype))
+
+
+def _chunks(
+    readers: Sequence[NpyRows], batch_size: int, limit: int | None
+) -> Iterator[list[np.ndarray]]:
+    left = readers[0].rows if limit is None else min(readers[0].rows, limit)
+    while left > 0:
+        n = min(batch_size, left)
+        yield [r.read(n) for r in readers]
+        left -= n
+
+
+def _images(
+    path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None, shard: Shard | None
+) -> tuple[Any, int, Part | None]:
+    """Decode and resize with Keras's `image_dataset_from_directory` (pixels 0-255)."""
+    tf, keras = quiet_import()
+    spec = specs[0] if len(specs) == 1 else None
+    shape = spec.shape if spec is not None else ()
+    if spec is None or len(shape) != 3 or None in shape[:2] or shape[2] not in (1, 3, 4):
+        got = ", ".join(f"{s.name} {s.shape}" for s in specs)
+        raise InputError(
+            f"--data {path} is a folder of images, which needs a model with one image input "
+            f"(height, width, 1, 3 or 4 channels); this model's inputs are {got}; pass the "
+            "images as a .npy or through FILE.py:function instead"
+        )
+    files = sum(
+        1 for _, _, names in os.walk(path) for name in names if name.lower().endswith(IMAGE_FORMATS)
+    )
+    if not files:
+        raise InputError(
+            f"--data {path} is a folder with no images: no {', '.join(IMAGE_FORMATS)} files in "
+            "it or its sub-folders; pass a folder of images, or a .npy / .npz file"
+        )
+    dataset = keras.utils.image_dataset_from_directory(
+        path,
+        labels=None,
+        color_mode={1: "grayscale", 3: "rgb", 4: "rgba"}[int(shape[2])],
+        batch_size=batch_size,
+        image_size=(shape[0], shape[1]),
+        shuffle=False,
+        verbose=False,
+    )
+    paths = list(dataset.file_paths)
+    if limit is not None:
+        dataset = dataset.unbatch().take(limit).batch(batch_size)
+        paths = paths[:limit]
+    dtype = tf_dtype(spec.dtype)
+    part = None
+    if shard is not None:  # by file: this worker decodes its own images only
+        start, stop = part_rows(len(paths), batch_size, shard)
+        size, channels = (int(shape[0] or 0), int(shape[1] or 0)), int(shape[2] or 0)
+        mine = tf.data.Dataset.from_tensor_slices(tf.constant(paths[start:stop], tf.string))
+        decoded = mine.map(
+            lambda p: _load_image(p, size, channels), num_parallel_calls=tf.data.AUTOTUNE
+        ).batch(batch_size)
+        cast = decoded.map(lambda x: (tf.cast(x, dtype),)).prefetch(tf.data.AUTOTUNE)
+        part = Part(cast, stop - start, offset=start, first_batch=start // batch_size)
+    return dataset.map(lambda x: (tf.cast(x, dtype),)), files, part
+
+
+def _load_image(path: Any, size: tuple[int, int], channels: int) -> Any:
+    """One image as `image_dataset_from_directory` decodes it (bilinear resize, float32)."""
+    tf, _ = quiet_import()
+    image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
+    image = tf.image.resize(image, size, method="bilinear")
+    image.set_shape((*size, channels))
+    return image
