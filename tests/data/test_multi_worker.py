@@ -22,7 +22,7 @@ from helpers import keras, normal, sample, tf
 
 from layergrad.cli.app import main
 from layergrad.core.cluster import cluster_from_env, reports_here
-from layergrad.core.errors import InputError
+from layergrad.core.errors import UsageError
 from layergrad.data.sources import part_rows
 
 pytestmark = pytest.mark.slow  # fresh processes: a few seconds each
@@ -334,7 +334,7 @@ def test_workers_are_numbered_chief_first():
     assert number == {("chief", 0): (0, 3, True), ("worker", 0): (1, 3, False),
                       ("worker", 1): (2, 3, False)}  # fmt: skip
     assert reports_here(None, {}) and reports_here("mirrored", {})
-    with pytest.raises(InputError, match="2 chief tasks"):
+    with pytest.raises(UsageError, match="2 chief tasks"):
         cluster_from_env({"TF_CONFIG": json.dumps(
             {"cluster": {"chief": ["a:1", "b:1"]}, "task": {"type": "chief", "index": 0}})})  # fmt: skip
 
