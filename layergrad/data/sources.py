@@ -20,12 +20,10 @@ given (it returns its own shard), and anything else by batch, round robin.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import zipfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,27 +38,19 @@ from layergrad.data.functions import (
     tf_dtype,
 )
 from layergrad.data.probe_input import InputSpec, ProbeBatch, check_fits, fit_array
+from layergrad.data.shards import (
+    Part,
+    Shard,
+    input_context,
+    load_image,
+    part_rows,
+    round_robin,
+    with_sample_indices,
+)
 from layergrad.files.npy_rows import NpyLayout, NpyRows, npy_layout, npz_layouts, npz_members
 
 IMAGE_FORMATS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # what Keras decodes
 KINDS_HELP = "a .npy or .npz file, a folder of images, or FILE.py:function / module:function"
-
-
-Shard = tuple[int, int]  # (this worker, workers)
-
-
-@dataclass(frozen=True)
-class Part:
-    """This worker's part of a sharded source: its batches, and either the index of its first
-    sample in the whole data (a contiguous part) or its batches already followed by their
-    samples' indices (`indexed`)."""
-
-    dataset: Any
-    samples: int | None
-    offset: int = 0
-    indexed: Any = None
-    first_batch: int = 0  # this part's batch k is batch first_batch + k * stride of the whole
-    stride: int = 1
 
 
 class DataStream:
@@ -192,7 +182,7 @@ def open_data(
         dataset, rows, part = _images(text, specs, batch_size, limit, shard)
     elif is_function(text):
         dataset, rows, sharded = function_source(
-            text, specs, batch_size, limit, signature, failure, _context(shard, replicas)
+            text, specs, batch_size, limit, signature, failure, input_context(shard, replicas)
         )
         if shard is not None and sharded:  # the function returned its own shard
             part = Part(dataset.prefetch(tf.data.AUTOTUNE), None)
@@ -207,62 +197,11 @@ def open_data(
         samples = limit
     dataset = dataset.prefetch(tf.data.AUTOTUNE)
     if shard is not None and part is None:
-        part = _round_robin(dataset, shard, batch_size)
+        part = round_robin(dataset, shard, batch_size)
     return DataStream(
         text, specs, dataset, samples, failure, checked=not is_function(text),
         batch_size=batch_size, part=part, first_sample=first_sample,
     )  # fmt: skip
-
-
-def with_sample_indices(dataset: Any, offset: int = 0) -> Any:
-    """Each batch of `dataset` (a tuple of tensors) followed by its samples' indices in the
-    data (int64, from `offset`), whatever the batch sizes."""
-    tf, _ = quiet_import()
-
-    def step(start: Any, batch: Any) -> tuple[Any, Any]:
-        rows = tf.cast(tf.shape(batch[0])[0], tf.int64)
-        return start + rows, (*batch, start + tf.range(rows, dtype=tf.int64))
-
-    return dataset.scan(tf.constant(offset, tf.int64), step)
-
-
-def part_rows(rows: int, batch_size: int, shard: Shard) -> tuple[int, int]:
-    """The rows [start, stop) of worker `shard[0]` of `shard[1]`: whole batches of one
-    process, as evenly as they go (the last worker gets the partial batch)."""
-    worker, workers = shard
-    batches = math.ceil(rows / batch_size)
-    first, last = worker * batches // workers, (worker + 1) * batches // workers
-    return first * batch_size, min(last * batch_size, rows)
-
-
-def _context(shard: Shard | None, replicas: int) -> Any:
-    """The `tf.distribute.InputContext` a function that takes one is called with."""
-    tf, _ = quiet_import()
-    worker, workers = shard if shard is not None else (0, 1)
-    return tf.distribute.InputContext(
-        num_input_pipelines=workers, input_pipeline_id=worker, num_replicas_in_sync=replicas
-    )
-
-
-def _round_robin(dataset: Any, shard: Shard, batch_size: int) -> Part:
-    """Batch j of the whole data goes to worker j % workers (every worker reads everything,
-    as tf.distribute's sharding by data does): for sources that cannot be read in parts."""
-    tf, _ = quiet_import()
-    worker, workers = shard
-    size = tf.constant(batch_size, tf.int64)
-
-    def indexed(j: Any, batch: Any) -> tuple[Any, ...]:
-        rows = tf.cast(tf.shape(batch[0])[0], tf.int64)
-        return (*batch, j * size + tf.range(rows, dtype=tf.int64))
-
-    mine = dataset.enumerate().filter(lambda j, _: j % workers == worker)
-    return Part(
-        mine.map(lambda _, batch: batch),
-        None,
-        indexed=mine.map(indexed).prefetch(tf.data.AUTOTUNE),
-        first_batch=worker,
-        stride=workers,
-    )
 
 
 def _npy(
@@ -469,17 +408,8 @@ def _images(
         size, channels = (int(shape[0] or 0), int(shape[1] or 0)), int(shape[2] or 0)
         mine = tf.data.Dataset.from_tensor_slices(tf.constant(paths[start:stop], tf.string))
         decoded = mine.map(
-            lambda p: _load_image(p, size, channels), num_parallel_calls=tf.data.AUTOTUNE
+            lambda p: load_image(p, size, channels), num_parallel_calls=tf.data.AUTOTUNE
         ).batch(batch_size)
         cast = decoded.map(lambda x: (tf.cast(x, dtype),)).prefetch(tf.data.AUTOTUNE)
         part = Part(cast, stop - start, offset=start, first_batch=start // batch_size)
     return dataset.map(lambda x: (tf.cast(x, dtype),)), files, part
-
-
-def _load_image(path: Any, size: tuple[int, int], channels: int) -> Any:
-    """One image as `image_dataset_from_directory` decodes it (bilinear resize, float32)."""
-    tf, _ = quiet_import()
-    image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
-    image = tf.image.resize(image, size, method="bilinear")
-    image.set_shape((*size, channels))
-    return image

@@ -311,7 +311,7 @@ def run_stream(
     else:
         dataset = strategy.experimental_distribute_dataset(stream.indexed())
     signature = [dataset.element_spec]
-    rows = float(getattr(stream, "batch_size", 0) or 0)
+    size = float(getattr(stream, "batch_size", 0) or 0)
     base = float(getattr(stream, "first_sample", 0) or 0)
 
     spread = not _is_default(strategy)  # a replica's share of a batch may be empty
@@ -323,10 +323,10 @@ def run_stream(
             summaries = _masked(step.compute(inputs, fed), empty)
         else:
             summaries = step.compute(inputs, samples)
-        if rows:  # the batch's index in the data, from its first sample's (inf: empty)
+        if size:  # the batch's index in the data, from its first sample's (inf: empty)
             first = tf.cast(tf.reduce_min(samples), tf.float64)
             inf = tf.constant(math.inf, tf.float64)
-            summaries[POSITION] = tf.where(empty, inf, tf.floor((first - base) / rows))
+            summaries[POSITION] = tf.where(empty, inf, tf.floor((first - base) / size))
         return summaries
 
     compute = tf.function(  # nothing to convert: autograph would only cost tracing time
@@ -386,8 +386,8 @@ def run_stream(
 
 
 def with_sample_indices(dataset: Any, offset: int = 0) -> Any:
-    """Each batch of `dataset` followed by its samples' indices (`datasets.with_sample_indices`)."""
-    from layergrad.data.sources import with_sample_indices as indexed
+    """Each batch of `dataset` followed by its samples' indices (`shards.with_sample_indices`)."""
+    from layergrad.data.shards import with_sample_indices as indexed
 
     return indexed(dataset, offset)
 

@@ -23,7 +23,7 @@ from helpers import keras, normal, sample, tf
 from layergrad.cli.app import main
 from layergrad.core.cluster import cluster_from_env, reports_here
 from layergrad.core.errors import UsageError
-from layergrad.data.sources import part_rows
+from layergrad.data.shards import part_rows
 
 pytestmark = pytest.mark.slow  # fresh processes: a few seconds each
 TIMEOUT = 240  # seconds for one run of both workers
