@@ -24,7 +24,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import replace
 
-from layergrad.core.errors import InputError
+from layergrad.core.errors import UsageError
 from layergrad.core.gradient_stats import DEAD_FRACTION
 from layergrad.core.results import (
     Cause,
@@ -57,7 +57,8 @@ def merge_reports(paths: Sequence[str | os.PathLike[str]]) -> Report:
         An InspectReport or ScanReport of the same schema, over every shard's samples.
 
     Raises:
-        InputError: a file that is not such a report, or shards that do not fit together.
+        InputError: a file that is not such a report.
+        UsageError: shards that do not fit together.
 
     Example (not run)::
 
@@ -65,7 +66,7 @@ def merge_reports(paths: Sequence[str | os.PathLike[str]]) -> Report:
         merged.probe.samples  # the samples of both
     """
     if not paths:
-        raise InputError("merge needs at least one SHARD.json")
+        raise UsageError("merge needs at least one SHARD.json")
     names = [os.fspath(p) for p in paths]
     reports = [read_report(p) for p in names]
     return merge(reports, names)
@@ -76,12 +77,12 @@ def merge(reports: Sequence[Report], names: Sequence[str]) -> Report:
     first = reports[0]
     for report, name in zip(reports, names, strict=True):
         if type(report) is not type(first):
-            raise InputError(
+            raise UsageError(
                 f"{name} is {_kind(report)} report but {names[0]} is {_kind(first)} one; merge "
                 "shards of one command"
             )
         if report.probe.samples is None:
-            raise InputError(
+            raise UsageError(
                 f"{name} is a report of one probe batch, not of --data; merge combines runs "
                 "over shards of a data set (`--data SHARD`)"
             )
@@ -130,7 +131,7 @@ def _same_run(report: Report, first: Report, name: str, first_name: str) -> None
     for what, mine, theirs in differences:
         if mine != theirs:
             shown = "differ" if what == "layers" else f"{mine!r} vs {theirs!r}"
-            raise InputError(
+            raise UsageError(
                 f"{name} does not fit {first_name}: {what} {shown}; merge reports of one model "
                 "made with the same options over shards of its data"
             )
@@ -143,7 +144,7 @@ def _numbered_in_order(reports: Sequence[Report], names: Sequence[str], samples:
     for report, name, n in zip(reports, names, samples, strict=True):
         got = report.probe.first_sample or 0
         if got != expected:
-            raise InputError(
+            raise UsageError(
                 f"{name} numbers its samples from {got}, but the shards before it hold samples "
                 f"up to {expected}: a scan without --to projects each sample with a seed of its "
                 f"index, so scan each shard with --first-sample N (its first sample's index in "
