@@ -168,6 +168,8 @@ def probe_line(p: ProbeMeta, what: str) -> str:
     """`probe: random (seed 0), batch 8, inference, <what>`."""
     mode = "training" if p.training else "inference"
     source = f"random (seed {p.seed})" if p.source == "random" else p.source
+    if p.drawn:
+        source = f"random (seed {p.seed}; {p.drawn})"
     if p.samples is not None:  # --data
         source += f" ({p.samples:,} samples)"
     replicas = f", {p.replicas} replicas" if p.replicas and p.replicas > 1 else ""
@@ -205,8 +207,10 @@ def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
         "probe": {
             key: value
             for key, value in asdict(probe).items()
-            # only with --data, and shards only in a merged report
-            if value is not None or key not in ("samples", "replicas", "shards", "first_sample")
+            # samples and replicas only with --data; drawn only when the probe follows the
+            # model's preprocessing; shards and first_sample only in merged / shard reports
+            if value is not None
+            or key not in ("samples", "replicas", "drawn", "shards", "first_sample")
         },
     }
 
