@@ -120,7 +120,7 @@ def combine_workers(
     strategy: Any, values: dict[str, np.ndarray], kinds: dict[str, int]
 ) -> dict[str, np.ndarray]:
     """Totals each worker kept in numpy (`SampleTotals.dist`, say), combined over the workers
-    by kind (`totals.SUM`, `MAX`, `MIN`) through the strategy's collectives; unchanged in one
+    by kind (`aggregates.SUM`, `MAX`, `MIN`) through the strategy's collectives; unchanged in one
     process. Every worker must call it with the same keys and shapes.
 
     Example (not run)::

@@ -11,7 +11,7 @@ devices can only be configured before TensorFlow initialises its devices, so cal
 `--distribute multi-worker` uses `tf.distribute.MultiWorkerMirroredStrategy` configured from
 `TF_CONFIG` (`data/cluster.py` checks it first): one process per machine, each mirrored over
 its own GPUs (or its CPU), each reading its shard of the data; the statistics combine through
-the strategy's collectives once, at the end (`accumulate.gather`). The strategy is made once
+the strategy's collectives once, at the end (`accumulators.gather`). The strategy is made once
 per process: TensorFlow configures its collectives once, at start-up.
 """
 
