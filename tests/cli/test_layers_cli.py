@@ -324,6 +324,8 @@ def test_help_has_examples_and_the_readme_documents_the_command() -> None:
     assert "layers" in run("--help").stdout
     readme = (ROOT / "README.md").read_text()
     assert "## `layergrad layers`" in readme and "layergrad.layers/1" in readme
+    schemas = (ROOT / "docs" / "json.md").read_text()
+    assert "## `layergrad.layers/1`" in schemas and '"schema": "layergrad.layers/1"' in schemas
 
 
 def test_no_tensorflow_import(tour: tuple[Any, dict[str, Path]], tmp_path: Path) -> None:

@@ -77,18 +77,18 @@ def test_scan_jacobian_table(golden):
     assert f"| {X_TO_B:.4g} | - |" in md and "| ‖J‖F mean | ± s.e. |" in md
 
 
-def test_the_readme_worked_example_is_what_the_tool_prints():
+def test_the_docs_worked_example_is_what_the_tool_prints():
     from click.testing import CliRunner
 
     from layergrad.cli.app import main
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    page = (ROOT / "docs" / "jacobian.md").read_text(encoding="utf-8")
     shown = re.search(
-        r"prints, under the gradient table of the first example above:\n\n```\n(.*?)```",
-        readme,
+        r"prints, under the gradient table of the README's first example:\n\n```\n(.*?)```",
+        page,
         flags=re.S,
     )
-    assert shown, "README.md lost its Jacobian worked example"
+    assert shown, "docs/jacobian.md lost its Jacobian worked example"
     args = [
         "inspect",
         "sample_models/seed.keras",
@@ -106,7 +106,7 @@ def test_the_readme_worked_example_is_what_the_tool_prints():
     ]
 
 
-def test_the_readme_worked_example_numbers_hold_on_paper():
+def test_the_docs_worked_example_numbers_hold_on_paper():
     # dense_1 = relu(h W + b): J_i is the rows of W^T for the units active on sample i
     import numpy as np
     from helpers import load_sample
