@@ -1,4 +1,4 @@
-"""Regenerate the figures the README shows, from the bundled sample models.
+"""Regenerate the figures of docs/reports.md, from the bundled sample models.
 
     python docs/make_figures.py
 

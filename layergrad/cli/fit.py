@@ -82,6 +82,7 @@ def fit(
     limit: int | None,
     distribute: str | None,
     cpu_replicas: int | None,
+    first_sample: int,
     quiet: bool,
     steps: int | None,
     epochs: int | None,
@@ -121,6 +122,11 @@ def fit(
         raise click.UsageError(
             "layergrad fit needs --data with labels (a .npz with the inputs and y): training "
             "on random labels proves nothing"
+        )
+    if first_sample:
+        raise click.UsageError(
+            "--first-sample numbers the samples of a shard for `layergrad merge`; fit trains on "
+            "the data it is given and does not take it"
         )
     options = FitOptions(
         steps=steps,

@@ -1,7 +1,7 @@
 """Every limit layergrad applies to what an untrusted file declares, in one place.
 
 A model or input file is read in time and memory proportional to what it really stores, not
-to what its headers declare. The README's Safety section lists these values; change them
+to what its headers declare. docs/safety.md lists these values; change them
 together.
 """
 

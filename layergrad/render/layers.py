@@ -183,7 +183,7 @@ def _footer(listing: LayerListing) -> str:
 
 
 def as_json(listing: LayerListing, **_: Any) -> str:
-    """The `layergrad.layers/1` JSON document (one object, keys as in the README)."""
+    """The `layergrad.layers/1` JSON document (one object, keys as in docs/json.md)."""
     doc = {
         "schema": SCHEMA,
         "model": {
