@@ -5,14 +5,15 @@ Nothing here imports TensorFlow (or numpy) at import time, so `layergrad --help`
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
 import sys
 import traceback
 import warnings
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NoReturn, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, NoReturn, TextIO, TypeVar
 
 import click
 
@@ -48,7 +49,7 @@ def handle_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         debug = kwargs.get("debug", False)
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), report_stdout():
                 if not debug:
                     warnings.simplefilter("ignore")
                 return func(*args, **kwargs)
@@ -67,6 +68,51 @@ def handle_errors(func: F) -> F:
             sys.exit(2)
 
     return wrapper  # type: ignore[return-value]
+
+
+_REPORT_STREAMS: list[TextIO] = []  # where `emit` writes: the real stdout of each command
+
+
+@contextlib.contextmanager
+def report_stdout() -> Iterator[None]:
+    """While a command runs, send whatever anything prints to stdout to stderr instead.
+
+    Keras (`Found 40 files.`), TensorFlow and a user's data function print while the tool
+    works; stdout must hold exactly one report. `sys.stdout` points at stderr for the duration,
+    and so does file descriptor 1 when stdout is a real file (C code writes to it directly);
+    `emit` writes the report to the real stdout, kept aside.
+    """
+    real = sys.stdout
+    try:
+        descriptor = real.fileno()
+    except (AttributeError, OSError, ValueError):  # click's test runner: an in-memory stream
+        descriptor = -1
+    kept = -1
+    report: TextIO = real
+    if descriptor == 1:
+        real.flush()
+        kept = os.dup(1)
+        os.dup2(2, 1)
+        report = open(  # noqa: SIM115  (closed below, after the command)
+            kept, "w", encoding=real.encoding, errors=real.errors, closefd=False
+        )
+    _REPORT_STREAMS.append(report)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = real
+        _REPORT_STREAMS.pop()
+        if kept >= 0:
+            report.close()
+            real.flush()
+            os.dup2(kept, 1)
+            os.close(kept)
+
+
+def _report_stream() -> TextIO:
+    """The stream a report goes to: the command's real stdout."""
+    return _REPORT_STREAMS[-1] if _REPORT_STREAMS else sys.stdout
 
 
 def usage_error(exc: LayergradError, debug: bool = False) -> NoReturn:
@@ -351,14 +397,23 @@ def emit(
 
     for line in accepted:
         click.echo(f"warning: {line}; accepted because of --unsafe", err=True)
-    color, width = _terminal()
+    stream = _report_stream()
+    color, width = _terminal(stream)
     text = render(command, fmt, value, color=color, width=width, **options)
-    click.echo(text, nl=fmt == OutputFormat.JSON)
+    click.echo(text, file=stream, nl=fmt == OutputFormat.JSON)
+    stream.flush()
 
 
-def _terminal() -> tuple[bool, int | None]:
+def _terminal(stream: TextIO) -> tuple[bool, int | None]:
     """(use colour, width) for stdout; width None (as wide as needed) when it is not a terminal."""
-    if not sys.stdout.isatty():
+    if not stream.isatty():
         columns = os.environ.get("COLUMNS", "")
         return False, int(columns) if columns.isdigit() else None
-    return "NO_COLOR" not in os.environ, shutil.get_terminal_size((100, 24)).columns
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit():
+        return "NO_COLOR" not in os.environ, int(columns)
+    try:
+        width = os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        width = shutil.get_terminal_size((100, 24)).columns
+    return "NO_COLOR" not in os.environ, width

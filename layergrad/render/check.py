@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from rich.console import RenderableType
 from rich.text import Text
 
-from layergrad.render.common import Column, fitted_table, md_code, md_table, md_text, to_text
+from layergrad.render.common import (
+    Column,
+    fitted_table,
+    json_document,
+    md_code,
+    md_table,
+    md_text,
+    to_text,
+)
 from layergrad.results import FileVerdict
 
 SCHEMA = "layergrad.check/1"
@@ -73,7 +80,7 @@ def as_json(verdicts: Sequence[FileVerdict], **_: Any) -> str:
             for v in verdicts
         ],
     }
-    return json.dumps(doc, indent=2)
+    return json_document(doc)
 
 
 def markdown(verdicts: Sequence[FileVerdict], **_: Any) -> str:

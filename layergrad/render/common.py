@@ -8,6 +8,7 @@ file), so nothing is ever cut.
 from __future__ import annotations
 
 import io
+import json
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -208,6 +209,26 @@ def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
             if value is not None or key not in ("samples", "replicas")  # only with --data
         },
     }
+
+
+def json_document(doc: Any) -> str:
+    """Serialise a report as strict JSON: every NaN or infinity becomes `null`.
+
+    One encoding for every schema (see docs/json.md): a number that is not finite is written
+    as `null`, and the counts beside it (`nonfinite`, the status) say that it was. Readers
+    (`diff`, `check --baseline`) take `null` back as "not a finite number".
+    """
+    return json.dumps(_finite_or_null(doc), indent=2, allow_nan=False)
+
+
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_null(item) for item in value]
+    return value
 
 
 def gradient_json(g: GradientStats | None, *, shape: bool = False) -> dict[str, Any] | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +18,7 @@ from layergrad.render.common import (
     causes_lines,
     fitted_table,
     gradient_json,
+    json_document,
     md_cause,
     md_code,
     md_table,
@@ -125,7 +125,7 @@ def as_json(report: InspectReport, **_: Any) -> str:
         **meta_json(report.model, report.probe),
         "results": [result_json(r) for r in report.results],
     }
-    return json.dumps(doc, indent=2, allow_nan=False)
+    return json_document(doc)
 
 
 def result_json(res: Result) -> dict[str, Any]:

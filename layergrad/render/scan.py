@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -17,6 +16,7 @@ from layergrad.render.common import (
     causes_lines,
     fitted_table,
     gradient_json,
+    json_document,
     md_code,
     md_table,
     md_text,
@@ -132,7 +132,7 @@ def as_json(report: ScanReport, **_: Any) -> str:
         "layers": [row_json(r) for r in report.rows],
         "notes": list(report.notes),
     }
-    return json.dumps(doc, indent=2, allow_nan=False)
+    return json_document(doc)
 
 
 def row_json(row: ScanRow) -> dict[str, Any]:

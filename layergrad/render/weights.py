@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -15,6 +14,7 @@ from layergrad.render.common import (
     causes_lines,
     fitted_table,
     gradient_json,
+    json_document,
     md_cause,
     md_code,
     md_table,
@@ -103,7 +103,7 @@ def as_json(report: WeightScanReport, **_: Any) -> str:
         "variables": [variable_json(r) for r in report.variables],
         "notes": list(report.notes),
     }
-    return json.dumps(doc, indent=2, allow_nan=False)
+    return json_document(doc)
 
 
 def variable_json(row: VariableRow) -> dict[str, Any]:
