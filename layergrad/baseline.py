@@ -23,6 +23,7 @@ from layergrad.results import ScanReport, WeightScanReport
 from layergrad.vocab import Change, Finding
 
 LISTED = 4  # regressions named in a check message; the rest are counted
+MIN_SHARED = 0.5  # of a baseline's layers that must be in the model it is checked against
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,28 @@ def judge(
     if scanned is None:  # `fits` refuses this before the scan; say so rather than pass
         raise UsageError(f"--baseline {baseline.path}: check found no loss to compare with")
     diff = compare(baseline.profile, profile_of(scanned), tolerance)
+    _same_model(diff, baseline.path, report.model.path)
     return summary(diff, baseline.path), (Finding.REGRESSION,) if diff.regressions else ()
+
+
+def _same_model(diff: DiffReport, against: str, path: str) -> None:
+    """Raise UsageError when the baseline is of another model: fewer than MIN_SHARED of its
+    layers (variables with --wrt weights) are in the file scanned now.
+
+    A model may grow (added layers are reported, not judged), and some layers may go, but a
+    baseline most of whose layers are gone compares nothing; passing it would hide every
+    regression.
+    """
+    removed = diff.count(Change.REMOVED)
+    shared = len(diff.rows) - diff.count(Change.ADDED) - removed
+    total = shared + removed
+    if total and shared < MIN_SHARED * total:
+        what = "variables" if diff.wrt != ACTIVATIONS else "layers"
+        raise UsageError(
+            f"--baseline {against} is the baseline of another model: {path} has {shared} of "
+            f"the baseline's {total} {what} (at least {MIN_SHARED:.0%} must match by name); "
+            f"make the baseline from this file with `layergrad scan {path} --json`."
+        )
 
 
 def summary(diff: DiffReport, against: str) -> str:
