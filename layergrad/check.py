@@ -252,11 +252,16 @@ def _dynamic(
     add: Add,
     baseline: Baseline | None = None,
 ) -> None:
+    from layergrad.data.preflight import check_before_loading
     from layergrad.loss import find_loss
     from layergrad.pipeline import session_for
     from layergrad.scan import scan_session, untrained_batchnorm
     from layergrad.weights import scan_weights
 
+    try:  # data that cannot feed this model: the command is wrong, not the file
+        check_before_loading(info.graph, options.data, options.input_file)
+    except LayergradError as exc:
+        raise UsageError(f"{os.fspath(path)}: {exc}") from exc
     if options.data is not None:
         _dynamic_data(path, info, options, add)
         return

@@ -1,8 +1,9 @@
 """Resolve `--data PATH` into batches in the model's input order, read as they are used.
 
-PATH is a `.npy` (one input), a `.npz` (one array per input name; `y`, the labels, is
-ignored), a folder of images, or `FILE.py:function` / `module:function` returning a
-`tf.data.Dataset` or any iterable of batches (`data_functions`). Whatever the source yields is
+PATH is a `.npy` (one input), a `.npz` (one array per input name, or `x` for a model with
+one input; `y`, the labels, is ignored; see `data/input_keys.py`), a folder of images, or
+`FILE.py:function` / `module:function` returning a `tf.data.Dataset` or any iterable of
+batches (`data_functions`). Whatever the source yields is
 cut into batches of `batch_size` rows (the last one partial). Files are read a batch at a time
 and nothing is kept, so memory does not grow with the number of samples.
 
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from layergrad._tf import quiet_import
+from layergrad.data.input_keys import input_keys
 from layergrad.data_functions import (
     Failure,
     function_source,
@@ -120,28 +122,19 @@ def open_data(
         raise InputError(f"--batch-size must be at least 1: batch_size={batch_size}")
     if limit is not None and limit < 1:
         raise InputError(f"--limit must be at least 1: limit={limit}")
+    kind = source_kind(text)
     tf, _ = quiet_import()
     failure = Failure()
     signature = tuple(tf.TensorSpec((None, *s.shape), tf_dtype(s.dtype)) for s in specs)
-    lowered = text.lower()
     rows: int | None
-    if lowered.endswith((".npy", ".npz")):
-        if not os.path.isfile(text):
-            raise InputError(f"--data {text}: no such file; expected {KINDS_HELP}")
-        if lowered.endswith(".npy"):
-            dataset, rows = _npy(text, specs, batch_size, limit)
-        else:
-            dataset, rows = _npz(text, specs, batch_size, limit, signature, failure)
-    elif os.path.isdir(text):
+    if kind == "npy":
+        dataset, rows = _npy(text, specs, batch_size, limit)
+    elif kind == "npz":
+        dataset, rows = _npz(text, specs, batch_size, limit, signature, failure)
+    elif kind == "images":
         dataset, rows = _images(text, specs, batch_size, limit)
-    elif is_function(text):
-        dataset, rows = function_source(text, specs, batch_size, limit, signature, failure)
-    elif not os.path.exists(text):
-        raise InputError(f"--data {text}: no such file or folder; expected {KINDS_HELP}")
     else:
-        raise InputError(
-            f"--data {text}: not a kind of data layergrad reads; expected {KINDS_HELP}"
-        )
+        dataset, rows = function_source(text, specs, batch_size, limit, signature, failure)
     samples = rows if limit is None or rows is None else min(rows, limit)
     if samples is None and limit is not None:
         samples = limit
@@ -149,9 +142,55 @@ def open_data(
     return DataStream(text, specs, dataset, samples, failure, checked=not is_function(text))
 
 
+def source_kind(path: str) -> str:
+    """What `--data PATH` is: "npy", "npz", "images" (a folder) or "function".
+
+    Raises:
+        InputError: the file, folder or `FILE.py` does not exist, or is of no kind read here.
+    """
+    lowered = path.lower()
+    if lowered.endswith((".npy", ".npz")):
+        if not os.path.isfile(path):
+            raise InputError(f"--data {path}: no such file; expected {KINDS_HELP}.")
+        return lowered[-3:]
+    if os.path.isdir(path):
+        return "images"
+    if is_function(path):
+        target = path.rsplit(":", 1)[0]
+        if target.endswith(".py") and not os.path.isfile(target):
+            raise InputError(f"--data {path}: no such file {target}; pass FILE.py:function.")
+        return "function"
+    if not os.path.exists(path):
+        raise InputError(f"--data {path}: no such file or folder; expected {KINDS_HELP}.")
+    raise InputError(f"--data {path}: not a kind of data layergrad reads; expected {KINDS_HELP}.")
+
+
+def check_source(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) -> None:
+    """Check `--data PATH` as far as the files' headers go, without TensorFlow: that it
+    exists, and, with the model's inputs `specs` (None: not known yet), that a `.npy` or
+    `.npz` holds an array of the right shape and dtype for every input.
+
+    Raises:
+        InputError: as `open_data` would, for the same fault.
+    """
+    text = os.fspath(path)
+    kind = source_kind(text)
+    if specs is None:
+        return
+    if kind == "npy":
+        _npy_layout(text, specs)
+    elif kind == "npz":
+        _npz_layouts(text, specs)
+
+
 def _npy(
     path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None
 ) -> tuple[Any, int]:
+    layout = _npy_layout(path, specs)
+    return _records([layout], specs, batch_size, limit), layout.shape[0]
+
+
+def _npy_layout(path: str, specs: Sequence[InputSpec]) -> NpyLayout:
     if len(specs) != 1:
         raise InputError(
             f"--data {path} holds one array but the model has {len(specs)} inputs "
@@ -160,7 +199,7 @@ def _npy(
         )
     layout = npy_layout(path)
     check_fits(layout.shape, layout.dtype, specs[0], f"--data {path}")
-    return _records([layout], specs, batch_size, limit), layout.shape[0]
+    return layout
 
 
 def _npz(
@@ -171,27 +210,41 @@ def _npz(
     signature: tuple[Any, ...],
     failure: Failure,
 ) -> tuple[Any, int]:
-    def members(archive: zipfile.ZipFile) -> dict[str, str]:
-        names = npz_members(archive, path)
-        missing = [s.name for s in specs if s.name not in names]
-        if missing:
-            raise InputError(
-                f"--data {path} has arrays {sorted(names)} but the model's inputs are "
-                f"{[s.name for s in specs]}; missing: {', '.join(missing)}. Save one array per "
-                "input name with np.savez(FILE, **{name: array}) (labels may go under 'y')"
-            )
-        return {s.name: names[s.name] for s in specs}
+    stored, total = _npz_layouts(path, specs)
+    if all(stored):  # np.savez: tf.data reads the rows in place
+        return _records([s for s in stored if s], specs, batch_size, limit), total
 
-    def readers(archive: zipfile.ZipFile) -> list[NpyRows]:
-        return [
-            NpyRows(archive.open(member), f"{path} array {name!r}")
-            for name, member in members(archive).items()
-        ]
+    def read() -> Iterator[tuple[np.ndarray, ...]]:  # np.savez_compressed: inflate as we go
+        with zipfile.ZipFile(path) as archive:
+            for part in _chunks(_npz_readers(archive, path, specs), batch_size, limit):
+                yield tuple(
+                    fit_array(a, s, f"--data {path}") for a, s in zip(part, specs, strict=True)
+                )
 
+    return python_dataset(read, signature, failure, path), total
+
+
+def _npz_members(archive: zipfile.ZipFile, path: str, specs: Sequence[InputSpec]) -> dict[str, str]:
+    """Input name -> the archive member holding its array (see `data/input_keys.py`)."""
+    names = npz_members(archive, path)
+    keys = input_keys(names, [s.name for s in specs], f"--data {path}")
+    return {s.name: names[keys[s.name]] for s in specs}
+
+
+def _npz_readers(archive: zipfile.ZipFile, path: str, specs: Sequence[InputSpec]) -> list[NpyRows]:
+    return [
+        NpyRows(archive.open(member), f"{path} array {name!r}")
+        for name, member in _npz_members(archive, path, specs).items()
+    ]
+
+
+def _npz_layouts(path: str, specs: Sequence[InputSpec]) -> tuple[list[NpyLayout | None], int]:
+    """Where each input's rows lie (None: compressed) and how many rows there are, checked
+    against `specs` from the headers."""
     try:
         with zipfile.ZipFile(path) as archive:
-            headers = readers(archive)
-            layouts = npz_layouts(path, archive, members(archive))
+            headers = _npz_readers(archive, path, specs)
+            layouts = npz_layouts(path, archive, _npz_members(archive, path, specs))
     except (zipfile.BadZipFile, OSError) as exc:
         raise InputError(
             f"--data {path} is not a readable .npz file ({exc}); write it with np.savez"
@@ -205,19 +258,7 @@ def _npz(
             f"--data {path}: the inputs have different numbers of rows ({listed}); give every "
             "input the same number of samples"
         )
-    total = next(iter(counts.values()))
-    stored = [layouts[s.name] for s in specs]
-    if all(stored):  # np.savez: tf.data reads the rows in place
-        return _records(stored, specs, batch_size, limit), total
-
-    def read() -> Iterator[tuple[np.ndarray, ...]]:  # np.savez_compressed: inflate as we go
-        with zipfile.ZipFile(path) as archive:
-            for part in _chunks(readers(archive), batch_size, limit):
-                yield tuple(
-                    fit_array(a, s, f"--data {path}") for a, s in zip(part, specs, strict=True)
-                )
-
-    return python_dataset(read, signature, failure, path), total
+    return [layouts[s.name] for s in specs], next(iter(counts.values()))
 
 
 # numpy kinds and sizes that tf.io.decode_raw reads (bool is read as uint8)

@@ -276,7 +276,7 @@ class WeightScanReport:
     model: ModelMeta
     probe: ProbeMeta
     loss: LossMeta
-    frozen: int  # non-trainable variables, counted but not listed
+    frozen: int  # weights of frozen layers (`weights.frozen_variables`), counted, not listed
     variables: tuple[VariableRow, ...]
     notes: tuple[str, ...] = ()
     # d loss / d every layer's output, from the same pass (check's gradient check reads it)

@@ -71,7 +71,7 @@ def _summary(report: WeightScanReport) -> str:
     bad = sum(1 for r in report.variables if r.status != "ok")
     return (
         f"{len(report.variables)} trainable variables, {bad} without a usable gradient; "
-        f"{report.frozen} non-trainable (frozen) variables not listed"
+        f"{report.frozen} frozen variables (of layers with trainable=False) not listed"
     )
 
 
@@ -187,7 +187,11 @@ def html(report: WeightScanReport, **_: Any) -> str:
         el("h1", "layergrad scan --wrt weights"),
         verdict,
         page_facts(report.model, report.probe, _what(report)),
-        el("p", f"{report.frozen} non-trainable (frozen) variables are not listed.", class_="note"),
+        el(
+            "p",
+            f"{report.frozen} frozen variables (of layers with trainable=False) are not listed.",
+            class_="note",
+        ),
     ]
     body += [el("p", "note: ", note, class_="note") for note in (*report.notes, RATIO_NOTE)]
     body += [
