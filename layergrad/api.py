@@ -53,8 +53,8 @@ def inspect_model(
             per-sample Jacobians d to[i] / d from[i] (`Result.jacobian`).
         probes: K random projections; forces the estimated Jacobian norms.
         exact: forces the exact Jacobian norms (not with `probes`).
-        on_progress: with `data`, called after each batch with (samples done, samples
-            expected or None).
+        on_progress: with `data`, called with (0, samples expected or None) before the step
+            is traced, then after each batch with (samples done, samples expected or None).
 
     With `data` (see `ProbeOptions`) the statistics are those of every sample of the data set
     as one batch, and each result gains `data` (dead units, per-sample L2).
