@@ -238,6 +238,12 @@ class FileVerdict:
     passed: bool
     checks: tuple[CheckItem, ...]
 
+    @property
+    def warnings(self) -> tuple[tuple[str, Finding], ...]:
+        """(check, finding) of the findings that do not fail the file: heuristics such as
+        `vanishing` in a check that passed."""
+        return tuple((c.name, f) for c in self.checks if c.passed for f in c.findings)
+
 
 @dataclass(frozen=True)
 class LossMeta:

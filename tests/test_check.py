@@ -109,7 +109,7 @@ def test_json_schema_and_junit(tmp_path):
     assert result.stderr.endswith(f"wrote the JUnit report to {junit}\n")
     assert doc["schema"] == "layergrad.check/1" and doc["passed"] is False
     assert [f["passed"] for f in doc["files"]] == [True, False]
-    assert set(doc["files"][0]) == {"path", "passed", "checks"}
+    assert set(doc["files"][0]) == {"path", "passed", "verdict", "warnings", "checks"}
     assert set(doc["files"][0]["checks"][0]) == {"name", "passed", "message", "findings"}
     suite = ET.parse(junit).getroot()
     cases = suite.findall("testcase")

@@ -97,6 +97,17 @@ def fitted_table(
     Numbers and words are never cut or wrapped; layer names wrap as a last resort. `compact`
     collapses the padding between columns.
     """
+    return fit_table(columns, rows, width, compact=compact)[0]
+
+
+def fit_table(
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[RenderableType]],
+    width: int | None,
+    *,
+    compact: bool = False,
+) -> tuple[Table, tuple[str, ...]]:
+    """`fitted_table`, and the headers of the columns it dropped to fit (in table order)."""
     keep = list(range(len(columns)))
 
     def build() -> Table:
@@ -107,7 +118,25 @@ def fitted_table(
     while width is not None and droppable and natural_width(table) > width:
         keep.remove(droppable.pop()[1])
         table = build()
-    return table
+    dropped = tuple(c.header for i, c in enumerate(columns) if i not in keep)
+    return table, dropped
+
+
+def table_with_note(
+    columns: Sequence[Column], rows: Sequence[Sequence[RenderableType]], width: int | None
+) -> list[RenderableType]:
+    """The fitted table, and a line under it naming the columns left out to fit, if any."""
+    table, dropped = fit_table(columns, rows, width)
+    return [table, *([dropped_line(dropped, width)] if dropped else [])]
+
+
+def dropped_line(dropped: Sequence[str], width: int | None) -> Text:
+    """`columns left out to fit 80 columns: shape, L2; a wider terminal or --json shows them`."""
+    return Text(
+        f"columns left out to fit {width} columns: {', '.join(dropped)}; a wider terminal or "
+        "--json shows them",
+        style="dim",
+    )
 
 
 def _table(

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from layergrad import plot
+from layergrad.render.check import verdict_text
 from layergrad.render.common import number as fmt
 from layergrad.render.common import shape_text
 from layergrad.render.html_page import (
@@ -109,7 +110,13 @@ def check_html(verdicts: Sequence[FileVerdict]) -> str:
             "p", f"FAIL: {len(failed)} of {len(verdicts)} files failed", class_="verdict bad"
         )
     else:
-        verdict = el("p", f"PASS: all {len(verdicts)} files passed", class_="verdict ok")
+        warned = sum(1 for v in verdicts if v.warnings)
+        verdict = el(
+            "p",
+            f"PASS: all {len(verdicts)} files passed"
+            + (f" ({warned} with warnings)" if warned else ""),
+            class_="verdict warn" if warned else "verdict ok",
+        )
     rows = [_check_summary_row(i, v) for i, v in enumerate(verdicts)]
     classes = [None if v.passed else "failed" for v in verdicts]
     order = failed + [i for i, v in enumerate(verdicts) if v.passed]
@@ -368,21 +375,25 @@ def _check_summary_row(index: int, v: FileVerdict) -> list[Html]:
     failed = [c.name for c in v.checks if not c.passed]
     marks = f"{len(v.checks) - len(failed)}/{len(v.checks)} ok"
     marks += f", failed: {', '.join(failed)}" if failed else ""
-    notes = [el("div", f"{c.name}: {c.message}") for c in v.checks if c.findings or not c.passed]
-    return [
-        cell(el("a", el("code", v.path), href=f"#file-{index}"), sort=v.path),
-        cell(badge("PASS", "ok") if v.passed else badge("FAIL", "bad"), sort=int(v.passed)),
+    findings = sorted({f for c in v.checks for f in c.findings})
+    return [  # a file name never breaks; what each finding says is in the file's section
+        cell(el("a", el("code", v.path), href=f"#file-{index}"), sort=v.path, cls="name"),
+        cell(_verdict_badge(v), sort=0 if not v.passed else 1 if v.warnings else 2),
         cell(marks, sort=len(failed)),
-        cell(join(notes)),
+        cell(join(badge(f, "warn") for f in findings)),
     ]
+
+
+def _verdict_badge(v: FileVerdict) -> Html:
+    """PASS (green), PASS with warnings (yellow) or FAIL (red), with the warnings counted."""
+    kind = "bad" if not v.passed else "warn" if v.warnings else "ok"
+    return badge(verdict_text(v), kind)
 
 
 def _file_section(index: int, v: FileVerdict) -> Html:
     checks = sorted(v.checks, key=lambda c: c.passed)  # stable: failed first, in check order
     rows = [_check_row(c) for c in checks]
-    title = el(
-        "h2", badge("PASS", "ok") if v.passed else badge("FAIL", "bad"), " ", el("code", v.path)
-    )
+    title = el("h2", _verdict_badge(v), " ", el("code", v.path, class_="name"))
     return el(
         "section",
         title,
@@ -391,10 +402,16 @@ def _file_section(index: int, v: FileVerdict) -> Html:
     )
 
 
+def _check_badge(c: CheckItem) -> Html:
+    if not c.passed:
+        return badge("fail", "bad")
+    return badge("pass, warning", "warn") if c.findings else badge("pass", "ok")
+
+
 def _check_row(c: CheckItem) -> list[Html]:
     return [
         cell(c.name),
-        cell(badge("pass", "ok") if c.passed else badge("fail", "bad"), sort=int(c.passed)),
+        cell(_check_badge(c), sort=0 if not c.passed else 1 if c.findings else 2),
         cell(c.message),
         cell(join(badge(f, "warn") for f in c.findings)),
     ]

@@ -16,7 +16,6 @@ from layergrad.render.common import (
     Column,
     cause_json,
     causes_lines,
-    fitted_table,
     gradient_json,
     json_document,
     md_cause,
@@ -28,6 +27,7 @@ from layergrad.render.common import (
     number,
     ranked_units_table,
     shape_text,
+    table_with_note,
     to_text,
 )
 from layergrad.render.data import data_json, data_lines
@@ -53,7 +53,7 @@ def table(report: InspectReport, *, color: bool = False, width: int | None = 100
     """The results table, a panel of causes per non-ok result, warnings, the top units."""
     items: list[RenderableType] = [
         model_header(report.model, report.probe, f"d {report.probe.reduce}(to) / d from"),
-        fitted_table(COLUMNS, [_cells(r) for r in report.results], width),
+        *table_with_note(COLUMNS, [_cells(r) for r in report.results], width),
     ]
     many = len(report.results) > 1
     for res in report.results:

@@ -9,7 +9,8 @@ from layergrad.results import FileVerdict
 
 
 def check_junit(verdicts: Sequence[FileVerdict]) -> str:
-    """One testcase per file and check; a failed check carries its message."""
+    """One testcase per file and check; a failed check carries its message, a check that
+    passed with findings says `warning (FINDINGS): message` in its system-out."""
     suite = ET.Element(
         "testsuite",
         name="layergrad.check",
@@ -22,8 +23,9 @@ def check_junit(verdicts: Sequence[FileVerdict]) -> str:
             case = ET.SubElement(suite, "testcase", classname=v.path, name=c.name)
             if not c.passed:
                 ET.SubElement(case, "failure", message=c.message, type=",".join(c.findings))
-            elif c.findings:
-                ET.SubElement(case, "system-out").text = c.message
+            elif c.findings:  # a finding that does not fail the file: a warning
+                warning = f"warning ({', '.join(c.findings)}): {c.message}"
+                ET.SubElement(case, "system-out").text = warning
     ET.indent(suite)
     return (
         '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"

@@ -14,7 +14,6 @@ from layergrad.render.common import (
     Column,
     cause_json,
     causes_lines,
-    fitted_table,
     gradient_json,
     json_document,
     md_code,
@@ -24,6 +23,7 @@ from layergrad.render.common import (
     model_header,
     number,
     shape_text,
+    table_with_note,
     to_text,
 )
 from layergrad.render.data import data_json
@@ -50,13 +50,13 @@ def table(report: ScanReport, *, color: bool = False, width: int | None = 100) -
     if any(row.jacobian for row in report.rows):  # --measure jacobian: the ‖J‖F profile
         scale = jacobian.scan_scale(report.rows)
         cells = [jacobian.scan_cells(r, _status_cell(r), scale) for r in report.rows]
-        body = fitted_table(jacobian.SCAN_COLUMNS, cells, width)
+        body = table_with_note(jacobian.SCAN_COLUMNS, cells, width)
     else:
         scale = _log_range(report.rows)
-        body = fitted_table(COLUMNS, [_cells(row, scale) for row in report.rows], width)
+        body = table_with_note(COLUMNS, [_cells(row, scale) for row in report.rows], width)
     items: list[RenderableType] = [
         model_header(report.model, report.probe, f"d {target_text(report)} / d each layer"),
-        body,
+        *body,
     ]
     items += [Text(f"note: {note}", style="yellow") for note in report.notes]
     for row in _distinct_causes([r for r in report.rows if r.causes]):

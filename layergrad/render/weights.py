@@ -12,7 +12,6 @@ from layergrad.render.common import (
     Column,
     cause_json,
     causes_lines,
-    fitted_table,
     gradient_json,
     json_document,
     md_cause,
@@ -23,6 +22,7 @@ from layergrad.render.common import (
     model_header,
     number,
     shape_text,
+    table_with_note,
     to_text,
 )
 from layergrad.results import VariableRow, WeightScanReport
@@ -56,7 +56,7 @@ def table(report: WeightScanReport, *, color: bool = False, width: int | None = 
     rows = [_cells(r) for r in report.variables]
     items: list[RenderableType] = [
         model_header(report.model, report.probe, _what(report)),
-        fitted_table(COLUMNS, rows, width),
+        *table_with_note(COLUMNS, rows, width),
         Text(_summary(report)),
     ]
     items += [Text(f"note: {note}", style="yellow") for note in (*report.notes, RATIO_NOTE)]
