@@ -29,9 +29,9 @@ __all__ = ["ProbeOptions", "inspect_model", "save_gradients", "scan_model", "sca
 def inspect_model(
     path: PathLike,
     source: str,
-    targets: Sequence[str],
+    targets: str | Sequence[str],
     *,
-    imports: Sequence[str] = (),
+    imports: str | Sequence[str] = (),
     unsafe: bool = False,
     options: ProbeOptions | None = None,
     measure: str = "gradient",
@@ -45,8 +45,8 @@ def inspect_model(
     Args:
         path: a `.keras` or legacy `.h5` model file.
         source: layer reference for `--from` (`dense`, `encoder/dense_1`, `shared@1`, `-2`).
-        targets: one or more layer references for `--to`.
-        imports: modules (names or `.py` paths) that register custom layers.
+        targets: a layer reference for `--to`, or a list of them (one result each, in order).
+        imports: a module (a name or `.py` path) that registers custom layers, or a list.
         unsafe: let Keras deserialize Python code in the file.
         options, **probe: how to make the probe batch and run the model (`ProbeOptions`).
         measure: "gradient" (d reduce(to) / d from), or "jacobian" to also measure the
@@ -65,6 +65,7 @@ def inspect_model(
     Raises:
         LoadError, LayerNotFound, InputError: user errors (the CLI exits with code 2).
     """
+    targets, imports = names(targets), names(imports)
     if not targets:
         raise InputError("give at least one target layer (--to)")
     from layergrad import diagnose, jacobian, layer_refs
@@ -127,8 +128,8 @@ def scan_model(
     path: PathLike,
     *,
     target: str | None = None,
-    layers: Sequence[str] = (),
-    imports: Sequence[str] = (),
+    layers: str | Sequence[str] = (),
+    imports: str | Sequence[str] = (),
     unsafe: bool = False,
     options: ProbeOptions | None = None,
     measure: str = "gradient",
@@ -142,7 +143,7 @@ def scan_model(
     Args:
         target: a layer reference; None differentiates a seeded random projection of the
             model's outputs (not degenerate for softmax outputs, unlike their sum).
-        layers: shell globs (`conv*`, `encoder/*`) that keep only matching layers.
+        layers: a shell glob (`conv*`, `encoder/*`), or a list, keeping only matching layers.
         measure: "jacobian" also gives each row the per-sample Frobenius norms of
             d target[i] / d layer[i] (`ScanRow.jacobian`), from K backward passes in all
             (`probes`, or exactly from one pass per target entry: `exact`).
@@ -159,6 +160,7 @@ def scan_model(
     from layergrad.scan import scan_session
 
     check_options(measure, probes, exact)
+    layers, imports = names(layers), names(imports)
     options = options or ProbeOptions(**probe)
     if options.data is not None:
         from layergrad import data_api
@@ -199,7 +201,7 @@ def scan_weights_model(
     path: PathLike,
     *,
     loss: str | None = None,
-    imports: Sequence[str] = (),
+    imports: str | Sequence[str] = (),
     unsafe: bool = False,
     options: ProbeOptions | None = None,
     **probe: Any,
@@ -218,8 +220,18 @@ def scan_weights_model(
     """
     from layergrad.weights import scan_weights
 
-    session = open_session(path, options or ProbeOptions(**probe), imports=imports, unsafe=unsafe)
+    probe_options = options or ProbeOptions(**probe)
+    session = open_session(path, probe_options, imports=names(imports), unsafe=unsafe)
     return scan_weights(session, loss)
+
+
+def names(value: str | Sequence[str]) -> list[str]:
+    """One reference or several: a string is one name, never a sequence of one-letter names.
+
+    >>> names("dense_1"), names(["dense", "dense_1"])
+    (['dense_1'], ['dense', 'dense_1'])
+    """
+    return [value] if isinstance(value, str) else list(value)
 
 
 def save_gradients(report: InspectReport, path: PathLike, inputs: Sequence[str] = ()) -> Any:

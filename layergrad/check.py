@@ -97,15 +97,18 @@ class CheckOptions:
 
 
 def check_files(
-    paths: Sequence[str | os.PathLike[str]],
+    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     options: CheckOptions = CheckOptions(),
     on_file: Callable[[str], None] | None = None,
 ) -> tuple[FileVerdict, ...]:
     """Check each file; `on_file(path)` is called as each one starts (for a progress bar).
 
-    With `options.baselines`, each baseline is matched to a file first (a baseline that
-    matches none, or whose probe cannot be reused, is an InputError before anything loads).
+    `paths` is one file or a list of them. With `options.baselines`, each baseline is
+    matched to a file first (a baseline that matches none, or whose probe cannot be reused,
+    is an InputError before anything loads).
     """
+    if isinstance(paths, (str, os.PathLike)):  # one file, not a sequence of characters
+        paths = [paths]
     unknown = sorted(set(options.fail_on) - set(Finding.words()))
     if unknown:
         raise LayergradError(

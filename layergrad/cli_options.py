@@ -62,7 +62,7 @@ def handle_errors(func: F) -> F:
                 traceback.print_exc()
             click.echo(
                 f"error: unexpected {type(exc).__name__}: {describe(exc)} (run again with "
-                "--debug for the traceback)",
+                "--debug for the traceback).",
                 err=True,
             )
             sys.exit(2)
