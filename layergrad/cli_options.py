@@ -190,9 +190,9 @@ def data_options(func: F) -> F:
             click.option(
                 "--data",
                 metavar="PATH",
-                help="Run over a whole data set, streamed: .npy, .npz (keys = input names, "
-                "y = labels), a folder of images, or FILE.py:function / module:function "
-                "returning batches. Statistics are over all samples.",
+                help="Run over a whole data set, streamed: .npy, .npz (keys = input names, or x "
+                "for one input; y = labels), a folder of images, or FILE.py:function / "
+                "module:function returning batches. Statistics are over all samples.",
             ),
             click.option(
                 "--limit",
@@ -239,7 +239,8 @@ def probe_options(func: F) -> F:
                 "--input",
                 "input_file",
                 type=click.Path(dir_okay=False, path_type=str),
-                help="Probe batch: .npy (one input) or .npz keyed by input name.",
+                help="Probe batch: .npy (one input) or .npz keyed by input name (x for one "
+                "input; y = labels).",
             ),
             click.option(
                 "--batch-size",
