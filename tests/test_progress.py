@@ -15,15 +15,19 @@ from layergrad.progress import sample_progress
 
 def test_the_total_is_known_before_the_step_is_traced(tmp_path):
     np.save(tmp_path / "x.npy", normal(20, 5))
-    for run in (
-        lambda on: inspect_model(sample("seed.keras"), "dense", ["dense_1"], on_progress=on,
-                                 data=tmp_path / "x.npy", batch_size=8),
-        lambda on: scan_model(sample("seed.keras"), on_progress=on, data=tmp_path / "x.npy",
-                              batch_size=8),
-    ):  # fmt: skip
+    runs = {
+        "inspect": lambda on: inspect_model(
+            sample("seed.keras"), "dense", ["dense_1"], on_progress=on, data=tmp_path / "x.npy",
+            batch_size=8,
+        ),
+        "scan": lambda on: scan_model(
+            sample("seed.keras"), on_progress=on, data=tmp_path / "x.npy", batch_size=8
+        ),
+    }  # fmt: skip
+    for name, run in runs.items():
         calls: list[tuple[int, int | None]] = []
-        run(lambda done, total: calls.append((done, total)))
-        assert calls == [(0, 20), (8, 20), (16, 20), (20, 20)]  # 20 rows in batches of 8
+        run(lambda done, total, got=calls: got.append((done, total)))
+        assert calls == [(0, 20), (8, 20), (16, 20), (20, 20)], name  # 20 rows, batches of 8
 
 
 def last_frame(*updates: tuple[int, int | None]) -> str:
