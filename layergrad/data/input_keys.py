@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from layergrad.errors import InputError
+from layergrad.core.errors import InputError
 
 FIT_INPUT = "x"  # the single input's array under the model.fit(x, y) convention
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from layergrad.core.errors import InputError
 from layergrad.data.input_keys import input_keys
-from layergrad.errors import InputError
-from layergrad.graph import ModelGraph
-from layergrad.inputs import InputSpec, check_fits, peek_rows
-from layergrad.model_config import serialized_name
+from layergrad.data.probe_input import InputSpec, check_fits, peek_rows
+from layergrad.model.config import serialized_name
+from layergrad.model.graph import ModelGraph
 
 PathLike = str | os.PathLike[str]
 
@@ -31,7 +31,7 @@ def check_before_loading(
     Paths are always checked; keys, shapes and dtypes when the config declares every input's
     name, shape and dtype (a Keras 3 file always does).
     """
-    from layergrad.datasets import check_source
+    from layergrad.data.sources import check_source
 
     specs = config_specs(graph)
     if data is not None:
@@ -71,7 +71,7 @@ def _spec(name: str, config: Mapping[str, Any]) -> InputSpec | None:
 
 
 def _check_input_file(path: str, specs: tuple[InputSpec, ...]) -> None:
-    from layergrad.array_files import read_headers
+    from layergrad.files.array_files import read_headers
 
     headers = read_headers(path)
     where = f"--input {path}"

@@ -9,6 +9,7 @@ from rich.console import Group, RenderableType
 from rich.padding import Padding
 from rich.text import Text
 
+from layergrad.core.results import FileVerdict
 from layergrad.render.common import (
     Column,
     dropped_line,
@@ -20,7 +21,6 @@ from layergrad.render.common import (
     natural_width,
     to_text,
 )
-from layergrad.results import FileVerdict
 
 SCHEMA = "layergrad.check/1"
 COLUMNS = (

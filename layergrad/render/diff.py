@@ -14,8 +14,10 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from layergrad.diff import DiffReport, RowDiff
-from layergrad.profile import ROW_KEYS, ProfileRow
+from layergrad.core.results import ModelMeta
+from layergrad.core.vocab import Change, Status
+from layergrad.diagnose.regressions import DiffReport, RowDiff
+from layergrad.files.gradient_profile import ROW_KEYS, ProfileRow
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
@@ -30,8 +32,6 @@ from layergrad.render.common import (
     probe_line,
     to_text,
 )
-from layergrad.results import ModelMeta
-from layergrad.vocab import Change, Status
 
 SCHEMA = "layergrad.diff/1"
 MIN_WHY = 24  # the narrowest the why column gets before layer names wrap

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from xml.etree import ElementTree as ET
 
-from layergrad.results import FileVerdict
+from layergrad.core.results import FileVerdict
 
 
 def check_junit(verdicts: Sequence[FileVerdict]) -> str:
@@ -13,7 +13,7 @@ def check_junit(verdicts: Sequence[FileVerdict]) -> str:
     passed with findings says `warning (FINDINGS): message` in its system-out."""
     suite = ET.Element(
         "testsuite",
-        name="layergrad.check",
+        name="layergrad.commands.check",
         tests=str(sum(len(v.checks) for v in verdicts)),
         failures=str(sum(1 for v in verdicts for c in v.checks if not c.passed)),
         errors="0",

@@ -9,7 +9,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from layergrad.listing import LayerListing, LayerRow, ModelInput, nonfinite_text
+from layergrad.files.layer_listing import LayerListing, LayerRow, ModelInput, nonfinite_text
 from layergrad.render.common import (
     Column,
     fitted_table,

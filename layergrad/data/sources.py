@@ -1,0 +1,350 @@
+"""Resolve `--data PATH` into batches in the model's input order, read as they are used.
+
+PATH is a `.npy` (one input), a `.npz` (one array per input name, or `x` for a model with
+one input; `y`, the labels, is ignored; see `data/input_keys.py`), a folder of images, or
+`FILE.py:function` / `module:function` returning a `tf.data.Dataset` or any iterable of
+batches (`data_functions`). Whatever the source yields is
+cut into batches of `batch_size` rows (the last one partial). Files are read a batch at a time
+and nothing is kept, so memory does not grow with the number of samples.
+
+Files are checked against the model's inputs from their headers; what a function gives is
+checked batch by batch. A bad batch stops the run with an `InputError` that names the batch
+and the input. Errors inside the reading thread of `tf.data` are kept and raised by
+`DataStream.raise_failure` when the stream ends.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import zipfile
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from layergrad.core.errors import InputError, UsageError
+from layergrad.core.keras_backend import quiet_import
+from layergrad.data.functions import (
+    Failure,
+    function_source,
+    is_function,
+    python_dataset,
+    tf_dtype,
+)
+from layergrad.data.input_keys import input_keys
+from layergrad.data.probe_input import InputSpec, ProbeBatch, check_fits, fit_array
+from layergrad.files.npy_rows import NpyLayout, NpyRows, npy_layout, npz_layouts, npz_members
+
+IMAGE_FORMATS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # what Keras decodes
+KINDS_HELP = "a .npy or .npz file, a folder of images, or FILE.py:function / module:function"
+
+
+class DataStream:
+    """The batches of one `--data` source.
+
+    `dataset` yields tuples of tensors in the model's input order, `batch_size` rows each
+    (the last may be shorter), prefetched. `samples` is how many rows to expect (None when
+    the source does not say).
+    """
+
+    def __init__(
+        self,
+        source: str,
+        specs: Sequence[InputSpec],
+        dataset: Any,
+        samples: int | None,
+        failure: Failure,
+        checked: bool = False,
+    ) -> None:
+        self.source, self.specs, self.dataset = source, tuple(specs), dataset
+        self.samples, self._failure, self.checked = samples, failure, checked
+
+    def check_batch(self, index: int, parts: Sequence[Sequence[Any]]) -> int:
+        """Check batch `index` (per input, its pieces on each replica); return its rows.
+
+        A source whose shapes were checked already (a file, an image folder) is only
+        counted."""
+        if self.checked:
+            return sum(int(p.shape[0]) for p in parts[0]) if parts else 0
+        where = f"--data {self.source}: batch {index}"
+        rows = [sum(int(p.shape[0]) for p in pieces) for pieces in parts]
+        if len(set(rows)) > 1:
+            sizes = ", ".join(f"{s.name}: {n}" for s, n in zip(self.specs, rows, strict=True))
+            raise InputError(
+                f"{where}: the inputs have different batch sizes ({sizes}); give every input "
+                "the same number of rows"
+            )
+        for spec, pieces, n in zip(self.specs, parts, rows, strict=True):
+            for piece in pieces:
+                check_fits((n, *piece.shape[1:]), piece.dtype.as_numpy_dtype, spec, where)
+        return rows[0] if rows else 0
+
+    def raise_failure(self) -> None:
+        """Raise the error that stopped a Python reader, if one did."""
+        if self._failure.error is not None:
+            raise self._failure.error
+
+    def batch(self, index: int) -> ProbeBatch:
+        """Batch `index` again, as arrays (the source is read again up to it)."""
+        for i, tensors in enumerate(self.dataset):
+            if i == index:
+                arrays = tuple(np.asarray(t.numpy()) for t in tensors)
+                return ProbeBatch(arrays, tuple(s.name for s in self.specs), self.source, None)
+        self.raise_failure()
+        raise InputError(f"--data {self.source} has no batch {index}")
+
+
+def open_data(
+    path: str | os.PathLike[str],
+    specs: Sequence[InputSpec],
+    batch_size: int,
+    limit: int | None = None,
+) -> DataStream:
+    """Open `--data PATH` for a model with inputs `specs`.
+
+    Args:
+        path: `.npy`, `.npz`, an image folder, or `FILE.py:function` / `module:function`.
+        specs: the model's inputs (`inputs.input_specs(model)`).
+        batch_size: rows per batch.
+        limit: read at most this many samples.
+
+    Raises:
+        InputError: the source is missing, of an unknown kind, or does not fit the inputs.
+
+    Example (not run)::
+
+        stream = open_data("x.npy", input_specs(model), batch_size=32)
+        stream.samples  # 20000
+    """
+    text = os.fspath(path)
+    if batch_size < 1:
+        raise UsageError(f"--batch-size must be at least 1: batch_size={batch_size}")
+    if limit is not None and limit < 1:
+        raise UsageError(f"--limit must be at least 1: limit={limit}")
+    kind = source_kind(text)
+    tf, _ = quiet_import()
+    failure = Failure()
+    signature = tuple(tf.TensorSpec((None, *s.shape), tf_dtype(s.dtype)) for s in specs)
+    rows: int | None
+    if kind == "npy":
+        dataset, rows = _npy(text, specs, batch_size, limit)
+    elif kind == "npz":
+        dataset, rows = _npz(text, specs, batch_size, limit, signature, failure)
+    elif kind == "images":
+        dataset, rows = _images(text, specs, batch_size, limit)
+    else:
+        dataset, rows = function_source(text, specs, batch_size, limit, signature, failure)
+    samples = rows if limit is None or rows is None else min(rows, limit)
+    if samples is None and limit is not None:
+        samples = limit
+    dataset = dataset.prefetch(tf.data.AUTOTUNE)
+    return DataStream(text, specs, dataset, samples, failure, checked=not is_function(text))
+
+
+def source_kind(path: str) -> str:
+    """What `--data PATH` is: "npy", "npz", "images" (a folder) or "function".
+
+    Raises:
+        InputError: the file, folder or `FILE.py` does not exist, or is of no kind read here.
+    """
+    lowered = path.lower()
+    if lowered.endswith((".npy", ".npz")):
+        if not os.path.isfile(path):
+            raise InputError(f"--data {path}: no such file; expected {KINDS_HELP}.")
+        return lowered[-3:]
+    if os.path.isdir(path):
+        return "images"
+    if is_function(path):
+        target = path.rsplit(":", 1)[0]
+        if target.endswith(".py") and not os.path.isfile(target):
+            raise InputError(f"--data {path}: no such file {target}; pass FILE.py:function.")
+        return "function"
+    if not os.path.exists(path):
+        raise InputError(f"--data {path}: no such file or folder; expected {KINDS_HELP}.")
+    raise InputError(f"--data {path}: not a kind of data layergrad reads; expected {KINDS_HELP}.")
+
+
+def check_source(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) -> None:
+    """Check `--data PATH` as far as the files' headers go, without TensorFlow: that it
+    exists, and, with the model's inputs `specs` (None: not known yet), that a `.npy` or
+    `.npz` holds an array of the right shape and dtype for every input.
+
+    Raises:
+        InputError: as `open_data` would, for the same fault.
+    """
+    text = os.fspath(path)
+    kind = source_kind(text)
+    if specs is None:
+        return
+    if kind == "npy":
+        _npy_layout(text, specs)
+    elif kind == "npz":
+        _npz_layouts(text, specs)
+
+
+def _npy(
+    path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None
+) -> tuple[Any, int]:
+    layout = _npy_layout(path, specs)
+    return _records([layout], specs, batch_size, limit), layout.shape[0]
+
+
+def _npy_layout(path: str, specs: Sequence[InputSpec]) -> NpyLayout:
+    if len(specs) != 1:
+        raise InputError(
+            f"--data {path} holds one array but the model has {len(specs)} inputs "
+            f"({', '.join(s.name for s in specs)}); save them with "
+            "np.savez(FILE, **{name: array}) and pass the .npz"
+        )
+    layout = npy_layout(path)
+    check_fits(layout.shape, layout.dtype, specs[0], f"--data {path}")
+    return layout
+
+
+def _npz(
+    path: str,
+    specs: Sequence[InputSpec],
+    batch_size: int,
+    limit: int | None,
+    signature: tuple[Any, ...],
+    failure: Failure,
+) -> tuple[Any, int]:
+    stored, total = _npz_layouts(path, specs)
+    if all(stored):  # np.savez: tf.data reads the rows in place
+        return _records([s for s in stored if s], specs, batch_size, limit), total
+
+    def read() -> Iterator[tuple[np.ndarray, ...]]:  # np.savez_compressed: inflate as we go
+        with zipfile.ZipFile(path) as archive:
+            for part in _chunks(_npz_readers(archive, path, specs), batch_size, limit):
+                yield tuple(
+                    fit_array(a, s, f"--data {path}") for a, s in zip(part, specs, strict=True)
+                )
+
+    return python_dataset(read, signature, failure, path), total
+
+
+def _npz_members(archive: zipfile.ZipFile, path: str, specs: Sequence[InputSpec]) -> dict[str, str]:
+    """Input name -> the archive member holding its array (see `data/input_keys.py`)."""
+    names = npz_members(archive, path)
+    keys = input_keys(names, [s.name for s in specs], f"--data {path}")
+    return {s.name: names[keys[s.name]] for s in specs}
+
+
+def _npz_readers(archive: zipfile.ZipFile, path: str, specs: Sequence[InputSpec]) -> list[NpyRows]:
+    return [
+        NpyRows(archive.open(member), f"{path} array {name!r}")
+        for name, member in _npz_members(archive, path, specs).items()
+    ]
+
+
+def _npz_layouts(path: str, specs: Sequence[InputSpec]) -> tuple[list[NpyLayout | None], int]:
+    """Where each input's rows lie (None: compressed) and how many rows there are, checked
+    against `specs` from the headers."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            headers = _npz_readers(archive, path, specs)
+            layouts = npz_layouts(path, archive, _npz_members(archive, path, specs))
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise InputError(
+            f"--data {path} is not a readable .npz file ({exc}); write it with np.savez"
+        ) from None
+    for spec, rows in zip(specs, headers, strict=True):
+        check_fits(rows.shape, rows.dtype, spec, f"--data {path} array {spec.name!r}")
+    counts = {s.name: r.rows for s, r in zip(specs, headers, strict=True)}
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"{k}: {v}" for k, v in counts.items())
+        raise InputError(
+            f"--data {path}: the inputs have different numbers of rows ({listed}); give every "
+            "input the same number of samples"
+        )
+    return [layouts[s.name] for s in specs], next(iter(counts.values()))
+
+
+# numpy kinds and sizes that tf.io.decode_raw reads (bool is read as uint8)
+_RAW = {"f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "b1"}
+
+
+def _records(
+    layouts: Sequence[NpyLayout], specs: Sequence[InputSpec], batch_size: int, limit: int | None
+) -> Any:
+    """Rows read by tf.data as fixed-length records, in batches, decoded and cast."""
+    tf, _ = quiet_import()
+    for layout in layouts:
+        code = f"{layout.dtype.kind}{layout.dtype.itemsize}"
+        if code not in _RAW or not layout.row_bytes:
+            raise InputError(
+                f"--data {layout.path}: arrays of dtype {layout.dtype} and shape "
+                f"{layout.shape} cannot be read; save a numeric array (float, int or bool)"
+            )
+    columns = [
+        tf.data.FixedLengthRecordDataset(
+            lay.path, lay.row_bytes, header_bytes=lay.offset, footer_bytes=lay.footer
+        )
+        for lay in layouts
+    ]
+    dataset = columns[0] if len(columns) == 1 else tf.data.Dataset.zip(tuple(columns))
+    if limit is not None:
+        dataset = dataset.take(limit)
+
+    def decode(*raw: Any) -> tuple[Any, ...]:
+        return tuple(_decode(r, lay, s) for r, lay, s in zip(raw, layouts, specs, strict=True))
+
+    return dataset.batch(batch_size).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _decode(raw: Any, layout: NpyLayout, spec: InputSpec) -> Any:
+    tf, _ = quiet_import()
+    dtype = layout.dtype
+    little = dtype.byteorder == "<" or (dtype.byteorder in "=|" and sys.byteorder == "little")
+    read_as = tf.uint8 if dtype.kind == "b" else tf.as_dtype(dtype.newbyteorder("="))
+    values = tf.io.decode_raw(raw, read_as, little_endian=little)
+    values = tf.reshape(values, [-1, *layout.shape[1:]])
+    return tf.cast(values, tf_dtype(spec.dtype))
+
+
+def _chunks(
+    readers: Sequence[NpyRows], batch_size: int, limit: int | None
+) -> Iterator[list[np.ndarray]]:
+    left = readers[0].rows if limit is None else min(readers[0].rows, limit)
+    while left > 0:
+        n = min(batch_size, left)
+        yield [r.read(n) for r in readers]
+        left -= n
+
+
+def _images(
+    path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None
+) -> tuple[Any, int]:
+    """Decode and resize with Keras's `image_dataset_from_directory` (pixels 0-255)."""
+    tf, keras = quiet_import()
+    spec = specs[0] if len(specs) == 1 else None
+    shape = spec.shape if spec is not None else ()
+    if spec is None or len(shape) != 3 or None in shape[:2] or shape[2] not in (1, 3, 4):
+        got = ", ".join(f"{s.name} {s.shape}" for s in specs)
+        raise InputError(
+            f"--data {path} is a folder of images, which needs a model with one image input "
+            f"(height, width, 1, 3 or 4 channels); this model's inputs are {got}; pass the "
+            "images as a .npy or through FILE.py:function instead"
+        )
+    files = sum(
+        1 for _, _, names in os.walk(path) for name in names if name.lower().endswith(IMAGE_FORMATS)
+    )
+    if not files:
+        raise InputError(
+            f"--data {path} is a folder with no images: no {', '.join(IMAGE_FORMATS)} files in "
+            "it or its sub-folders; pass a folder of images, or a .npy / .npz file"
+        )
+    dataset = keras.utils.image_dataset_from_directory(
+        path,
+        labels=None,
+        color_mode={1: "grayscale", 3: "rgb", 4: "rgba"}[int(shape[2])],
+        batch_size=batch_size,
+        image_size=(shape[0], shape[1]),
+        shuffle=False,
+        verbose=False,
+    )
+    if limit is not None:
+        dataset = dataset.unbatch().take(limit).batch(batch_size)
+    dtype = tf_dtype(spec.dtype)
+    return dataset.map(lambda x: (tf.cast(x, dtype),)), files

@@ -1,0 +1,354 @@
+"""A gradient profile: a scan reduced to what a comparison needs, from a report or its JSON.
+
+`diff` compares two profiles row by row, matched by name. A profile comes from a `ScanReport`
+(`profile_of`) or from a committed `layergrad scan --json` document (`load_profile`), which is
+checked against the schema and the probe it records, so a malformed or foreign file is a clear
+error and never a false regression. A row only needs a name, a status, a mean |g| and flags, so
+any kind of scan row fits (`profile_rows`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from layergrad.core.errors import InputError
+from layergrad.core.probe_options import ProbeOptions
+from layergrad.core.results import (
+    Cause,
+    GradientStats,
+    ModelMeta,
+    ProbeMeta,
+    ScanReport,
+    WeightScanReport,
+)
+from layergrad.core.vocab import Status, Wrt
+
+SCAN_SCHEMA = "layergrad.scan/1"
+ACTIVATIONS = Wrt.ACTIVATIONS.value
+# Where each kind of scan keeps its rows in JSON, and the member that names a row.
+ROW_KEYS = {ACTIVATIONS: ("layers", "layer"), Wrt.WEIGHTS.value: ("variables", "variable")}
+REDUCTIONS = ("sum", "mean")
+# A scan JSON holds a few hundred bytes per layer: 64 MiB is a model of some 100,000 layers.
+MAX_PROFILE_BYTES = 64 * 2**20
+REMAKE = "make it with `layergrad scan MODEL --json > FILE.json`"
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    """What a comparison needs of one scan row.
+
+    `mean_abs` is None when the row has no gradient or a mean |g| that was not finite (`null`
+    in a scan JSON); `cause` names the most likely cause of a
+    none / zero / non-finite status (`code at layer`); `input_shape` is set on a model input's
+    row: the shape of the probe batch it was fed.
+    """
+
+    name: str
+    status: Status
+    mean_abs: float | None
+    flags: tuple[str, ...] = ()
+    cause: str | None = None
+    input_shape: tuple[int, ...] | None = None
+
+    @property
+    def magnitude(self) -> float | None:
+        """log10 of mean |g| for an `ok` row with a positive, finite mean |g|, else None."""
+        m = self.mean_abs
+        if self.status != Status.OK or m is None or not (math.isfinite(m) and m > 0):
+            return None
+        return math.log10(m)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One scan as a comparison sees it: the model, the probe, the target and named rows.
+
+    `wrt` is what the rows differentiate with respect to: "activations" (rows named by layer
+    reference, target a layer or None for the projection of the outputs) or "weights" (rows
+    named `layer/variable`, target the loss named by `loss`).
+    """
+
+    model: ModelMeta
+    probe: ProbeMeta
+    target: str | None
+    rows: tuple[ProfileRow, ...]
+    wrt: str = ACTIVATIONS
+    loss: str | None = None
+
+
+def profile_of(report: ScanReport | WeightScanReport) -> Profile:
+    """The profile of a scan report, or of a `scan --wrt weights` report."""
+    if isinstance(report, WeightScanReport):
+        return Profile(
+            model=report.model,
+            probe=report.probe,
+            target=None,
+            rows=profile_rows(report.variables, lambda row: row.variable),
+            wrt=Wrt.WEIGHTS.value,
+            loss=report.loss.name,
+        )
+    return Profile(
+        model=report.model,
+        probe=report.probe,
+        target=report.target,
+        rows=profile_rows(report.rows, lambda row: row.layer),
+    )
+
+
+def profile_rows(rows: Iterable[Any], name_of: Callable[[Any], str]) -> tuple[ProfileRow, ...]:
+    """Profile rows of any scan rows with `status`, `gradient` (`mean_abs`), `flags`, `causes`.
+
+    `name_of` gives the name rows are matched by (a layer reference, a `layer/variable`).
+    """
+    out = []
+    for row in rows:
+        gradient: GradientStats | None = row.gradient
+        causes: tuple[Cause, ...] = getattr(row, "causes", ())
+        is_input = getattr(row, "class_name", None) == "InputLayer"
+        out.append(
+            ProfileRow(
+                name=name_of(row),
+                status=Status(row.status),
+                mean_abs=None if gradient is None else float(gradient.mean_abs),
+                flags=tuple(str(f) for f in row.flags),
+                cause=_cause_text(causes[0].code, causes[0].layer) if causes else None,
+                input_shape=tuple(row.shape) if is_input else None,
+            )
+        )
+    return tuple(out)
+
+
+def _cause_text(code: str, layer: str | None) -> str:
+    return f"{code} at {layer}" if layer else str(code)
+
+
+def recorded_probe(profile: Profile, input_file: str | None, where: str) -> ProbeOptions:
+    """The probe options that reproduce the probe recorded in `profile`.
+
+    `input_file` is the `--input` given now: a profile probed with an `--input` batch needs
+    the same file again (the JSON records its path, not its contents); a profile probed with a
+    random batch needs none. `where` names the profile in errors.
+
+    Raises:
+        InputError: the recorded probe cannot be reproduced with this `input_file`.
+    """
+    probe = profile.probe
+    if probe.source == "random" and input_file is not None:
+        raise InputError(
+            f"{where} was probed with a random batch (seed {probe.seed}), but --input "
+            f"{input_file} is given; drop --input, or make the scan again with --input {input_file}"
+        )
+    if probe.source != "random":
+        if input_file is None:
+            raise InputError(
+                f"{where} was probed with --input {probe.source}; pass the same batch: "
+                f"--input {probe.source}"
+            )
+        if os.path.normpath(input_file) != os.path.normpath(probe.source):
+            raise InputError(
+                f"{where} was probed with --input {probe.source}, not {input_file}; pass the "
+                "same file, or make the scan again with this one"
+            )
+    return ProbeOptions(
+        input_file=input_file,
+        batch_size=probe.batch_size,
+        seed=probe.seed if probe.seed is not None else 0,
+        reduce=probe.reduce,
+        training=probe.training,
+    )
+
+
+def load_profile(path: str | os.PathLike[str], name: str | None = None) -> Profile:
+    """Read a `layergrad scan --json` document (at most MAX_PROFILE_BYTES) as a profile.
+
+    `name` is how errors call the file (default: its path), e.g. `--baseline b.json`.
+
+    Raises:
+        InputError: the file is missing, too large, not JSON, not a `layergrad.scan/1`
+            document, or malformed; the message names the file and what is wrong.
+    """
+    text = os.fspath(path)
+    where = name or text
+    try:
+        with open(text, "rb") as handle:
+            data = handle.read(MAX_PROFILE_BYTES + 1)
+    except FileNotFoundError:
+        raise InputError(f"{where}: no such file; {REMAKE}") from None
+    except IsADirectoryError:
+        raise InputError(f"{where} is a directory; expected a scan JSON file; {REMAKE}") from None
+    except OSError as exc:
+        raise InputError(f"{where}: cannot read it ({exc.strerror})") from None
+    if len(data) > MAX_PROFILE_BYTES:
+        raise InputError(
+            f"{where} is larger than {MAX_PROFILE_BYTES / 2**20:g} MiB, far more than a scan JSON "
+            f"holds; {REMAKE}"
+        )
+    try:
+        doc = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+    except UnicodeDecodeError:
+        raise InputError(f"{where} is not a JSON document (not UTF-8 text); {REMAKE}") from None
+    except ValueError as exc:
+        raise InputError(f"{where} is not a JSON document ({exc}); {REMAKE}") from None
+    except RecursionError:  # a scan JSON is 4 levels deep; the parser recurses per level
+        raise InputError(f"{where} is nested too deeply for a scan JSON; {REMAKE}") from None
+    return profile_from_json(doc, where)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def profile_from_json(doc: Any, where: str = "scan JSON") -> Profile:
+    """The profile of a parsed `layergrad.scan/1` document; `where` names it in errors.
+
+    Raises:
+        InputError: another schema, or a member missing or of the wrong type.
+    """
+    fields = _Fields(where)
+    if not isinstance(doc, dict):
+        raise fields.error("the document", "a JSON object", doc)
+    schema = doc.get("schema")
+    if schema != SCAN_SCHEMA:
+        raise InputError(_schema_message(where, schema))
+    wrt = doc.get("wrt", ACTIVATIONS)
+    if wrt not in ROW_KEYS:
+        raise fields.error("wrt", " or ".join(map(repr, ROW_KEYS)), wrt)
+    collection, key = ROW_KEYS[wrt]
+    rows = tuple(
+        fields.row(r, f"{collection}[{i}]", key)
+        for i, r in enumerate(fields.member(doc, collection, list))
+    )
+    names = [r.name for r in rows]
+    if len(set(names)) != len(names):
+        counts: dict[str, int] = {}
+        for n in names:
+            counts[n] = counts.get(n, 0) + 1
+        twice = sorted(n for n, k in counts.items() if k > 1)
+        raise InputError(f"{where}: {collection} name {', '.join(twice)} more than once")
+    target, loss = None, None
+    if wrt == ACTIVATIONS:
+        target = fields.member(doc, "target", (str, type(None)))
+    else:
+        loss = fields.member(fields.member(doc, "loss", dict), "name", str, "loss.name")
+    return Profile(
+        model=fields.model(fields.member(doc, "model", dict)),
+        probe=fields.probe(fields.member(doc, "probe", dict)),
+        target=target,
+        rows=rows,
+        wrt=wrt,
+        loss=loss,
+    )
+
+
+def _schema_message(where: str, schema: Any) -> str:
+    if isinstance(schema, str) and schema.startswith("layergrad."):
+        what = schema.split("/")[0].removeprefix("layergrad.")
+        if what == "scan":
+            return (
+                f"{where} has schema {schema}; this version of layergrad reads {SCAN_SCHEMA}; "
+                "make the baseline again with this version"
+            )
+        return f"{where} is a layergrad {what} document ({schema}), not a scan; {REMAKE}"
+    return f"{where} is not a layergrad scan document (schema {schema!r}); {REMAKE}"
+
+
+class _Fields:
+    """Typed reads of a scan document's members, each error naming the member and the file."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def error(self, name: str, expected: str, got: Any) -> InputError:
+        shown = json.dumps(got)[:60] if _jsonable(got) else type(got).__name__
+        return InputError(f"{self.where}: {name} is {shown}, expected {expected}; {REMAKE}")
+
+    def member(self, obj: dict[str, Any], key: str, kind: Any, name: str = "") -> Any:
+        name = name or key
+        if key not in obj:
+            raise InputError(f"{self.where}: {name} is missing; {REMAKE}")
+        value = obj[key]
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, float)):
+            raise self.error(name, _kind_name(kind), value)
+        return value
+
+    def model(self, obj: dict[str, Any]) -> ModelMeta:
+        get = lambda key: self.member(obj, key, str, f"model.{key}")  # noqa: E731
+        return ModelMeta(
+            path=get("path"), format=get("format"), class_name=get("class"), name=get("name")
+        )
+
+    def probe(self, obj: dict[str, Any]) -> ProbeMeta:
+        batch = self.member(obj, "batch_size", int, "probe.batch_size")
+        if batch < 1:
+            raise self.error("probe.batch_size", "at least 1", batch)
+        seed = self.member(obj, "seed", (int, type(None)), "probe.seed")
+        if isinstance(seed, bool):
+            raise self.error("probe.seed", "an integer or null", seed)
+        reduce = self.member(obj, "reduce", str, "probe.reduce")
+        if reduce not in REDUCTIONS:
+            raise self.error("probe.reduce", " or ".join(map(repr, REDUCTIONS)), reduce)
+        return ProbeMeta(
+            source=self.member(obj, "source", str, "probe.source"),
+            seed=seed,
+            batch_size=batch,
+            training=self.member(obj, "training", bool, "probe.training"),
+            reduce=reduce,
+        )
+
+    def row(self, obj: Any, at: str, key: str) -> ProfileRow:
+        if not isinstance(obj, dict):
+            raise self.error(at, "an object", obj)
+        status = self.member(obj, "status", str, f"{at}.status")
+        if status not in Status.words():
+            raise self.error(f"{at}.status", f"one of {', '.join(Status.words())}", status)
+        gradient = self.member(obj, "gradient", (dict, type(None)), f"{at}.gradient")
+        mean_abs = None
+        if gradient is not None:
+            # null: a number that was not finite (the one encoding of every JSON schema)
+            value = self.member(
+                gradient, "mean_abs", (int, float, type(None)), f"{at}.gradient.mean_abs"
+            )
+            mean_abs = None if value is None else float(value)
+            if mean_abs is not None and mean_abs < 0:
+                raise self.error(f"{at}.gradient.mean_abs", "a number >= 0", mean_abs)
+        flags = self.member(obj, "flags", list, f"{at}.flags")
+        if not all(isinstance(f, str) for f in flags):
+            raise self.error(f"{at}.flags", "a list of strings", flags)
+        causes = obj.get("causes") or []
+        first = causes[0] if isinstance(causes, list) and causes else None
+        cause = None
+        if isinstance(first, dict) and isinstance(first.get("code"), str):
+            layer = first.get("layer")
+            cause = _cause_text(first["code"], layer if isinstance(layer, str) else None)
+        shape = obj.get("shape")
+        input_shape = None
+        if obj.get("class") == "InputLayer" and isinstance(shape, list):
+            input_shape = tuple(shape) if all(type(d) is int for d in shape) else None
+        return ProfileRow(
+            name=self.member(obj, key, str, f"{at}.{key}"),
+            status=Status(status),
+            mean_abs=mean_abs,
+            flags=tuple(flags),
+            cause=cause,
+            input_shape=input_shape,
+        )
+
+
+def _kind_name(kind: Any) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
+             list: "a list", dict: "an object", type(None): "null"}  # fmt: skip
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
