@@ -20,6 +20,7 @@ from layergrad.render.common import (
     md_text,
     natural_width,
     to_text,
+    verdict_text,
 )
 
 SCHEMA = "layergrad.check/1"
@@ -29,14 +30,6 @@ COLUMNS = (
     Column("checks", drop=2),
     Column("findings", drop=1),
 )
-
-
-def verdict_text(v: FileVerdict) -> str:
-    """`PASS`, `PASS, 1 warning`, `FAIL`, `FAIL, 2 warnings`: warnings are the findings that
-    do not fail the file (heuristics such as `vanishing`)."""
-    word = "PASS" if v.passed else "FAIL"
-    n = len(v.warnings)
-    return f"{word}, {n} warning{'s' if n > 1 else ''}" if n else word
 
 
 def summary_text(verdicts: Sequence[FileVerdict]) -> str:

@@ -20,7 +20,14 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from layergrad.core.results import Cause, GradientStats, ModelMeta, ProbeMeta, ScanReport
+from layergrad.core.results import (
+    Cause,
+    FileVerdict,
+    GradientStats,
+    ModelMeta,
+    ProbeMeta,
+    ScanReport,
+)
 from layergrad.core.vocab import Status
 
 MIN_WIDTH = 100  # the narrowest a report is laid out when the width is free
@@ -221,6 +228,14 @@ def causes_lines(causes: Iterable[Cause]) -> list[Text]:
         lines.append(Text.assemble(head, f"{where}{op}: {cause.message}"))
         lines.append(Text(f"   fix: {cause.hint}", style="cyan"))
     return lines
+
+
+def verdict_text(v: FileVerdict) -> str:
+    """`PASS`, `PASS, 1 warning`, `FAIL`, `FAIL, 2 warnings`: warnings are the findings that
+    do not fail the file (heuristics such as `vanishing`)."""
+    word = "PASS" if v.passed else "FAIL"
+    n = len(v.warnings)
+    return f"{word}, {n} warning{'s' if n > 1 else ''}" if n else word
 
 
 def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:

@@ -23,9 +23,8 @@ from layergrad.core.results import (
     ScanRow,
 )
 from layergrad.render import plot
-from layergrad.render.check import verdict_text
 from layergrad.render.common import number as fmt
-from layergrad.render.common import shape_text, target_text
+from layergrad.render.common import shape_text, target_text, verdict_text
 from layergrad.render.html_page import (
     Html,
     badge,
