@@ -66,7 +66,7 @@ def inspect_model(
     Raises:
         LoadError, LayerNotFound, InputError: user errors (the CLI exits with code 2).
     """
-    targets, imports = names(targets), names(imports)
+    targets, imports = _one_or_many(targets), _one_or_many(imports)
     if not targets:
         raise InputError("give at least one target layer (--to)")
     from layergrad.diagnose import diagnoser
@@ -164,7 +164,7 @@ def scan_model(
     from layergrad.engine.jacobian import JacobianOptions, check_options
 
     check_options(measure, probes, exact)
-    layers, imports = names(layers), names(imports)
+    layers, imports = _one_or_many(layers), _one_or_many(imports)
     options = options or ProbeOptions(**probe)
     if options.data is not None:
         from layergrad.commands import over_data
@@ -225,14 +225,14 @@ def scan_weights_model(
     from layergrad.commands.weight_scan import scan_weights
 
     probe_options = options or ProbeOptions(**probe)
-    session = open_session(path, probe_options, imports=names(imports), unsafe=unsafe)
+    session = open_session(path, probe_options, imports=_one_or_many(imports), unsafe=unsafe)
     return scan_weights(session, loss)
 
 
-def names(value: str | Sequence[str]) -> list[str]:
+def _one_or_many(value: str | Sequence[str]) -> list[str]:
     """One reference or several: a string is one name, never a sequence of one-letter names.
 
-    >>> names("dense_1"), names(["dense", "dense_1"])
+    >>> _one_or_many("dense_1"), _one_or_many(["dense", "dense_1"])
     (['dense_1'], ['dense', 'dense_1'])
     """
     return [value] if isinstance(value, str) else list(value)
