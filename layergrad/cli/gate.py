@@ -112,12 +112,15 @@ def check(
     """Check model files for CI: exit 1 when any file fails.
 
     Each file gets named checks: readable, safe (static audit), weights (all
-    finite), loads (Keras safe mode), forward (finite on a random batch),
-    gradient (the loss's gradient, or a projection of the outputs', reaches
-    every differentiable layer, finite), trainable (every trainable variable
-    gets a gradient from the loss), and with --baseline, baseline (no
-    regression against a committed scan). An unreadable or hostile file
-    fails; it is not a usage error.
+    finite), loss (the compiled loss fits each head), loads (Keras safe mode),
+    targets (with labels: each output can produce them), forward (finite and
+    varying on a random batch), gradient (the loss's gradient, or a projection
+    of the outputs', reaches every differentiable layer, finite), trainable
+    (every trainable variable gets a gradient from the loss; dead, vanishing
+    and exploding layers, judged on their weights), and with --baseline,
+    baseline (no regression against a committed scan). Findings not named by
+    --fail-on are warnings: the file passes ("PASS, 1 warning"). An unreadable
+    or hostile file fails; it is not a usage error.
     A directory stands for the .keras / .h5 files under it.
 
     \b

@@ -21,8 +21,8 @@ from typing import Any
 from layergrad.commands.session import open_session
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
-from layergrad.core.results import InspectReport, ScanReport, WeightScanReport
-from layergrad.core.vocab import Measure
+from layergrad.core.results import InspectReport, Result, ScanReport, WeightScanReport
+from layergrad.core.vocab import Measure, Status
 
 __all__ = ["ProbeOptions", "inspect_model", "save_gradients", "scan_model", "scan_weights_model"]
 
@@ -69,10 +69,7 @@ def inspect_model(
     targets, imports = _one_or_many(targets), _one_or_many(imports)
     if not targets:
         raise InputError("give at least one target layer (--to)")
-    from layergrad.diagnose import diagnoser
     from layergrad.engine import jacobian
-    from layergrad.engine import probe as probing
-    from layergrad.model import layer_refs
 
     jacobian.check_options(measure, probes, exact)
     options = options or ProbeOptions(**probe)
@@ -90,6 +87,39 @@ def inspect_model(
         imports=imports,
         unsafe=unsafe,
     )
+    results = _inspect(session, source, targets, measure, probes, exact)
+    trained, untrained = _train_untrained_batchnorm(session)
+    if untrained and any(res.status != Status.OK for res in results):
+        # never-trained BatchNormalization does not normalize in inference: probe as training
+        # runs it (the rule of scan and check), and say so
+        session = trained
+        said = (
+            f"probed in training mode (batch statistics): {len(untrained)} BatchNormalization "
+            f"layers ({', '.join(untrained[:3])}{'...' if len(untrained) > 3 else ''}) hold "
+            "their initial moving statistics, so the model was never trained and inference "
+            "does not normalize; training runs them like this",
+        )
+        results = tuple(
+            replace(res, warnings=(*res.warnings, *said))
+            for res in _inspect(session, source, targets, measure, probes, exact)
+        )
+    return InspectReport(model=session.model_meta, probe=session.probe_meta, results=results)
+
+
+def _inspect(
+    session: Any,
+    source: str,
+    targets: Sequence[str],
+    measure: str,
+    probes: int | None,
+    exact: bool,
+) -> tuple[Result, ...]:
+    """One probe of the session's model: the results of `inspect_model`."""
+    from layergrad.diagnose import diagnoser
+    from layergrad.engine import jacobian
+    from layergrad.engine import probe as probing
+    from layergrad.model import layer_refs
+
     model, opts = session.model, session.options
     source_site = layer_refs.resolve(model, source)
     target_sites = [layer_refs.resolve(model, ref) for ref in targets]
@@ -125,7 +155,23 @@ def inspect_model(
     if live is not None:
         how = jacobian.JacobianOptions(probes, exact, opts.seed)
         results = jacobian.with_jacobians(results, live, how)
-    return InspectReport(model=session.model_meta, probe=session.probe_meta, results=results)
+    return results
+
+
+def _train_untrained_batchnorm(session: Any) -> tuple[Any, list[str]]:
+    """The session in training mode when its model has never-trained BatchNormalization (the
+    rule `scan` and `check` apply), with those layers; unchanged otherwise."""
+    from layergrad.commands.scan import untrained_batchnorm
+    from layergrad.diagnose.diagnoser import Diagnoser
+
+    if session.options.training:
+        return session, []
+    untrained = untrained_batchnorm(session.model)
+    if not untrained:
+        return session, []
+    options = replace(session.options, training=True)
+    diagnoser = Diagnoser(session.model, session.batch, session.info.graph, True, options.reduce)
+    return replace(session, options=options, diagnoser=diagnoser), untrained
 
 
 def scan_model(

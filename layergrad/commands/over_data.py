@@ -244,8 +244,8 @@ def _result(run: Any, t: int, diagnosis: _Diagnosis) -> Result:
         status=status,
         gradient=stats,
         causes=causes,
-        warnings=_warnings(stats, run.forward[0], source.site.ref, target.site.ref)
-        if status == "ok" and stats is not None
+        warnings=_warnings(stats, run.forward[0], source, target, grad, diagnosis)
+        if status == "ok" and stats is not None and grad is not None
         else (),
         data=DataStats((), None, None)
         if grad is None
@@ -253,12 +253,25 @@ def _result(run: Any, t: int, diagnosis: _Diagnosis) -> Result:
     )
 
 
-def _warnings(stats: GradientStats, forward: Any, src: str, dst: str) -> tuple[str, ...]:
-    """`diagnoser.warnings_for`, from statistics over all samples instead of arrays."""
-    from layergrad.diagnose.diagnoser import gradient_warnings
+def _warnings(
+    stats: GradientStats, forward: Any, source: Any, target: Any, grad: Any, diagnosis: _Diagnosis
+) -> tuple[str, ...]:
+    """`diagnoser.warnings_for`, from statistics over all samples instead of arrays: exact
+    zeros by design named, units with no gradient for any sample called dead."""
+    from layergrad.diagnose.diagnoser import gradient_warnings, structural_zeros
+    from layergrad.model.layer_refs import iter_layers
 
     size = forward.mean_abs if forward is not None else 0.0
-    return gradient_warnings(stats.zero_fraction, stats.max_abs, size, src, dst)
+    width = source.shape[-1] if source.shape else 1
+    dead = len(grad.dead_units()) / width if width else None
+    structural: tuple[str, ...] = ()
+    if stats.zero_fraction > 0.5:  # only then is there anything to explain
+        layers = dict(iter_layers(diagnosis.model))
+        structural = structural_zeros(
+            source.site, target.site, diagnosis.graph, layers, diagnosis.training
+        )
+    src, dst = source.site.ref, target.site.ref
+    return gradient_warnings(stats.zero_fraction, stats.max_abs, size, src, dst, structural, dead)
 
 
 def _probe_meta(source: str, run: Any, options: ProbeOptions, seeded: bool = False) -> ProbeMeta:

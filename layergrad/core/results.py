@@ -160,6 +160,8 @@ class ProbeMeta:
     reduce: str
     samples: int | None = None  # only with --data: samples seen
     replicas: int | None = None  # only with --data: devices the step ran on
+    # only when a random probe follows the model's own preprocessing: what it drew
+    drawn: str | None = None
 
 
 @dataclass(frozen=True)
@@ -223,12 +225,21 @@ class ScanReport(NotebookDisplay):
 
 @dataclass(frozen=True)
 class CheckItem:
-    """One named check of one model file."""
+    """One named check of one model file.
+
+    `warnings` are the `findings` that do not fail the file (not named by `--fail-on`).
+    """
 
     name: str
     passed: bool
     message: str
     findings: tuple[Finding, ...] = ()
+    warnings: tuple[Finding, ...] = ()
+
+    @property
+    def failures(self) -> tuple[Finding, ...]:
+        """The findings that fail the file."""
+        return tuple(f for f in self.findings if f not in self.warnings)
 
 
 @dataclass(frozen=True)
@@ -240,10 +251,21 @@ class FileVerdict:
     checks: tuple[CheckItem, ...]
 
     @property
-    def warnings(self) -> tuple[tuple[str, Finding], ...]:
-        """(check, finding) of the findings that do not fail the file: heuristics such as
-        `vanishing` in a check that passed."""
-        return tuple((c.name, f) for c in self.checks if c.passed for f in c.findings)
+    def failures(self) -> tuple[Finding, ...]:
+        """Every finding that fails the file, in check order."""
+        return tuple(f for c in self.checks for f in c.failures)
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        """Every finding reported as a warning (the file may still pass), in check order."""
+        return tuple(f for c in self.checks for f in c.warnings)
+
+    @property
+    def verdict(self) -> str:
+        """`PASS`, `PASS, 1 warning`, `FAIL`, `FAIL, 2 warnings`: what the file gets."""
+        word = "PASS" if self.passed else "FAIL"
+        count = len(self.warnings)
+        return f"{word}, {count} warning{'s' if count != 1 else ''}" if count else word
 
 
 @dataclass(frozen=True)
@@ -286,5 +308,8 @@ class WeightScanReport(NotebookDisplay):
     frozen: int  # weights of frozen layers (`weights.frozen_variables`), counted, not listed
     variables: tuple[VariableRow, ...]
     notes: tuple[str, ...] = ()
+    # (layer reference, share of its units) for ReLU layers whose units are mostly zero for
+    # every sample of the batch
+    dead_layers: tuple[tuple[str, float], ...] = ()
     # d loss / d every layer's output, from the same pass (check's gradient check reads it)
     activations: ScanReport | None = field(default=None, repr=False, compare=False)

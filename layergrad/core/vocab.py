@@ -63,6 +63,7 @@ class Finding(Word):
     NO_GRADIENT = "no_gradient"  # a trainable variable gets no gradient from the loss
     CONSTANT_OUTPUT = "constant_output"  # an output is the same for every sample
     LOSS_MISMATCH = "loss_mismatch"  # the compiled loss does not fit the output
+    TARGET_MISMATCH = "target_mismatch"  # the labels given cannot be produced by the output
     INPUT_RANGE = "input_range"  # unscaled inputs pin the first activation (with data)
     REGRESSION = "regression"  # gradient flow got worse than the --baseline scan
 
@@ -76,8 +77,11 @@ DEFAULT_FAIL_ON = (
     Finding.NO_GRADIENT,
     Finding.CONSTANT_OUTPUT,
     Finding.LOSS_MISMATCH,
+    Finding.TARGET_MISMATCH,
     Finding.REGRESSION,
 )
+# Heuristic findings: reported as warnings (the file passes) unless `--fail-on` names them.
+WARNING_FINDINGS = (Finding.VANISHING, Finding.EXPLODING, Finding.DEAD, Finding.INPUT_RANGE)
 
 
 class Change(Word):
@@ -106,6 +110,7 @@ class CauseCode(Word):
     CONSTANT_OUTPUT = "constant_output"
     INPUT_RANGE = "input_range"
     LOSS_MISMATCH = "loss_mismatch"
+    TARGET_MISMATCH = "target_mismatch"
     UNKNOWN = "unknown"
 
 

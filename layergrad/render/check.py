@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.padding import Padding
 from rich.text import Text
 
-from layergrad.core.results import FileVerdict
+from layergrad.core.results import CheckItem, FileVerdict
 from layergrad.render.common import (
     Column,
     dropped_line,
@@ -20,40 +20,31 @@ from layergrad.render.common import (
     md_text,
     natural_width,
     to_text,
-    verdict_text,
 )
 
 SCHEMA = "layergrad.check/1"
 COLUMNS = (
-    Column("file"),  # a path is never broken: the findings go under the table instead
+    Column("file"),  # a path is never broken: what the findings say goes under the table
     Column("verdict"),
     Column("checks", drop=2),
     Column("findings", drop=1),
 )
 
 
-def summary_text(verdicts: Sequence[FileVerdict]) -> str:
-    """`2 passed (1 with warnings), 1 failed`."""
-    failed = sum(1 for v in verdicts if not v.passed)
-    warned = sum(1 for v in verdicts if v.passed and v.warnings)
-    with_warnings = f" ({warned} with warnings)" if warned else ""
-    return f"{len(verdicts) - failed} passed{with_warnings}, {failed} failed"
-
-
 def table(verdicts: Sequence[FileVerdict], *, color: bool = False, width: int | None = 100) -> str:
-    """One row per file (verdict, checks passed, findings), then what each finding says.
+    """One row per file (verdict, checks passed, the findings' names), then what each says.
 
     File names are never broken: when the table does not fit, the checks and findings
-    columns go (a line says so), and a name longer than the page makes the page wider.
+    columns go (a line under the table says which), and a name longer than the page makes
+    the page wider.
     """
     rows: list[list[RenderableType]] = []
     for v in verdicts:
         failed = [c.name for c in v.checks if not c.passed]
         marks = f"{len(v.checks) - len(failed)}/{len(v.checks)} ok"
         marks += f", ✗ {', '.join(failed)}" if failed else ""
-        style = "green" if v.passed and not v.warnings else "yellow" if v.passed else "bold red"
-        findings = sorted({f for c in v.checks for f in c.findings})
-        rows.append([v.path, Text(verdict_text(v), style=style), marks, ", ".join(findings)])
+        findings = ", ".join(dict.fromkeys(f for c in v.checks for f in c.findings))
+        rows.append([v.path, Text(v.verdict, style=_style(v)), marks, findings])
     fitted, dropped = fit_table(COLUMNS, rows, width)
     items: list[RenderableType] = [fitted]
     if dropped:
@@ -63,7 +54,8 @@ def table(verdicts: Sequence[FileVerdict], *, color: bool = False, width: int | 
         if notes:
             items.append(Group(Text(v.path, style="bold"), *notes))
     n_failed = sum(1 for v in verdicts if not v.passed)
-    items.append(Text(summary_text(verdicts), style="bold red" if n_failed else "bold green"))
+    style = "bold red" if n_failed else _style_ok(verdicts)
+    items.append(Text(summary_line(verdicts), style=style))
     page = None if width is None else max(width, natural_width(fitted))
     return to_text(items, color=color, width=page)
 
@@ -75,20 +67,40 @@ def _note_lines(v: FileVerdict) -> list[RenderableType]:
         if c.passed and not c.findings:
             continue
         mark, style = ("✗", "red") if not c.passed else ("!", "yellow")
-        kind = "" if not c.passed else " (warning)"
-        line = Text(f"{mark} {c.name}{kind}: ", style=style)
+        line = Text(f"{mark} {c.name}{_kind(c)}: ", style=style)
         line.append(c.message, style="")
         lines.append(Padding(line, (0, 0, 0, 2), expand=False))
     return lines
 
 
+def summary_line(verdicts: Sequence[FileVerdict]) -> str:
+    """`3 passed, 1 failed`, with `, 2 warnings` when findings did not fail a file."""
+    failed = sum(1 for v in verdicts if not v.passed)
+    warned = sum(len(v.warnings) for v in verdicts)
+    line = f"{len(verdicts) - failed} passed, {failed} failed"
+    return line + (f", {warned} warning{'s' if warned != 1 else ''}" if warned else "")
+
+
+def _style(v: FileVerdict) -> str:
+    if not v.passed:
+        return "bold red"
+    return "yellow" if v.warnings else "green"
+
+
+def _style_ok(verdicts: Sequence[FileVerdict]) -> str:
+    return "bold yellow" if any(v.warnings for v in verdicts) else "bold green"
+
+
 def _notes(v: FileVerdict, sep: str) -> str:
-    """What the checks that found something or failed say."""
+    """What the checks that found something or failed say; warnings are marked as such."""
     return sep.join(
-        f"{c.name}{'' if not c.passed else ' (warning)'}: {c.message}"
-        for c in v.checks
-        if c.findings or not c.passed
+        f"{c.name}{_kind(c)}: {c.message}" for c in v.checks if c.findings or not c.passed
     )
+
+
+def _kind(c: CheckItem) -> str:
+    """` (warning)` for a check whose every finding is a warning, else nothing."""
+    return " (warning)" if c.findings and not c.failures and c.passed else ""
 
 
 def as_json(verdicts: Sequence[FileVerdict], **_: Any) -> str:
@@ -96,18 +108,21 @@ def as_json(verdicts: Sequence[FileVerdict], **_: Any) -> str:
     doc = {
         "schema": SCHEMA,
         "passed": all(v.passed for v in verdicts),
+        "summary": summary_line(verdicts),
         "files": [
             {
                 "path": v.path,
                 "passed": v.passed,
-                "verdict": verdict_text(v),
-                "warnings": [{"check": name, "finding": f} for name, f in v.warnings],
+                "verdict": v.verdict,
+                "failures": list(v.failures),
+                "warnings": list(v.warnings),
                 "checks": [
                     {
                         "name": c.name,
                         "passed": c.passed,
                         "message": c.message,
                         "findings": list(c.findings),
+                        "warnings": list(c.warnings),
                     }
                     for c in v.checks
                 ],
@@ -120,7 +135,7 @@ def as_json(verdicts: Sequence[FileVerdict], **_: Any) -> str:
 
 def markdown(verdicts: Sequence[FileVerdict], **_: Any) -> str:
     """A markdown summary for a pull-request comment."""
-    head = f"**layergrad check**: {summary_text(verdicts)}\n\n"
+    head = f"**layergrad check**: {summary_line(verdicts)}\n\n"
     rows = [
         [
             md_code(v.path),
@@ -133,9 +148,11 @@ def markdown(verdicts: Sequence[FileVerdict], **_: Any) -> str:
 
 
 def _md_verdict(v: FileVerdict) -> str:
+    count = len(v.warnings)
+    warned = f", {count} warning{'s' if count != 1 else ''}" if count else ""
     if not v.passed:
-        return "❌ **fail**" + verdict_text(v).removeprefix("FAIL")
-    return ("⚠️ " if v.warnings else "✅ ") + verdict_text(v).replace("PASS", "pass")
+        return f"❌ **fail**{warned}"
+    return f"⚠️ pass{warned}" if count else "✅ pass"
 
 
 def html(value: Sequence[FileVerdict], **_: Any) -> str:

@@ -22,7 +22,6 @@ from rich.text import Text
 
 from layergrad.core.results import (
     Cause,
-    FileVerdict,
     GradientStats,
     ModelMeta,
     ProbeMeta,
@@ -205,6 +204,8 @@ def probe_line(p: ProbeMeta, what: str) -> str:
     """`probe: random (seed 0), batch 8, inference, <what>`."""
     mode = "training" if p.training else "inference"
     source = f"random (seed {p.seed})" if p.source == "random" else p.source
+    if p.drawn:
+        source = f"random (seed {p.seed}; {p.drawn})"
     if p.samples is not None:  # --data
         source += f" ({p.samples:,} samples)"
     replicas = f", {p.replicas} replicas" if p.replicas and p.replicas > 1 else ""
@@ -230,14 +231,6 @@ def causes_lines(causes: Iterable[Cause]) -> list[Text]:
     return lines
 
 
-def verdict_text(v: FileVerdict) -> str:
-    """`PASS`, `PASS, 1 warning`, `FAIL`, `FAIL, 2 warnings`: warnings are the findings that
-    do not fail the file (heuristics such as `vanishing`)."""
-    word = "PASS" if v.passed else "FAIL"
-    n = len(v.warnings)
-    return f"{word}, {n} warning{'s' if n > 1 else ''}" if n else word
-
-
 def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
     """The `model` and `probe` members shared by the JSON documents."""
     return {
@@ -250,7 +243,9 @@ def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
         "probe": {
             key: value
             for key, value in asdict(probe).items()
-            if value is not None or key not in ("samples", "replicas")  # only with --data
+            # samples and replicas only with --data; drawn only when the probe follows the
+            # model's preprocessing
+            if value is not None or key not in ("samples", "replicas", "drawn")
         },
     }
 

@@ -24,7 +24,7 @@ from layergrad.core.results import (
 )
 from layergrad.render import plot
 from layergrad.render.common import number as fmt
-from layergrad.render.common import shape_text, target_text, verdict_text
+from layergrad.render.common import shape_text, target_text
 from layergrad.render.html_page import (
     Html,
     badge,
@@ -107,11 +107,11 @@ def check_html(verdicts: Sequence[FileVerdict]) -> str:
             "p", f"FAIL: {len(failed)} of {len(verdicts)} files failed", class_="verdict bad"
         )
     else:
-        warned = sum(1 for v in verdicts if v.warnings)
+        warned = sum(len(v.warnings) for v in verdicts)
+        extra = f", {warned} warning{'s' if warned != 1 else ''}" if warned else ""
         verdict = el(
             "p",
-            f"PASS: all {len(verdicts)} files passed"
-            + (f" ({warned} with warnings)" if warned else ""),
+            f"PASS: all {len(verdicts)} files passed{extra}",
             class_="verdict warn" if warned else "verdict ok",
         )
     rows = [_check_summary_row(i, v) for i, v in enumerate(verdicts)]
@@ -121,7 +121,12 @@ def check_html(verdicts: Sequence[FileVerdict]) -> str:
         el("h1", "layergrad check"),
         verdict,
         definition_list(
-            [("files", str(len(verdicts))), ("passed", str(passed)), ("failed", str(len(failed)))]
+            [
+                ("files", str(len(verdicts))),
+                ("passed", str(passed)),
+                ("failed", str(len(failed))),
+                ("warnings", str(sum(len(v.warnings) for v in verdicts))),
+            ]
         ),
         el("h2", "Files"),
         table(["file", "verdict", "checks", "findings"], rows, row_classes=classes),
@@ -372,19 +377,20 @@ def _check_summary_row(index: int, v: FileVerdict) -> list[Html]:
     failed = [c.name for c in v.checks if not c.passed]
     marks = f"{len(v.checks) - len(failed)}/{len(v.checks)} ok"
     marks += f", failed: {', '.join(failed)}" if failed else ""
-    findings = sorted({f for c in v.checks for f in c.findings})
+    failures = [badge(f, "bad") for f in dict.fromkeys(v.failures)]
+    warnings = [badge(f"{f} (warning)", "warn") for f in dict.fromkeys(v.warnings)]
     return [  # a file name never breaks; what each finding says is in the file's section
         cell(el("a", el("code", v.path), href=f"#file-{index}"), sort=v.path, cls="name"),
         cell(_verdict_badge(v), sort=0 if not v.passed else 1 if v.warnings else 2),
         cell(marks, sort=len(failed)),
-        cell(join(badge(f, "warn") for f in findings)),
+        cell(join([*failures, *warnings])),
     ]
 
 
 def _verdict_badge(v: FileVerdict) -> Html:
     """PASS (green), PASS with warnings (yellow) or FAIL (red), with the warnings counted."""
     kind = "bad" if not v.passed else "warn" if v.warnings else "ok"
-    return badge(verdict_text(v), kind)
+    return badge(v.verdict, kind)
 
 
 def _file_section(index: int, v: FileVerdict) -> Html:
@@ -399,16 +405,12 @@ def _file_section(index: int, v: FileVerdict) -> Html:
     )
 
 
-def _check_badge(c: CheckItem) -> Html:
-    if not c.passed:
-        return badge("fail", "bad")
-    return badge("pass, warning", "warn") if c.findings else badge("pass", "ok")
-
-
 def _check_row(c: CheckItem) -> list[Html]:
+    failures = [badge(f, "bad") for f in c.failures]
+    warnings = [badge(f"{f} (warning)", "warn") for f in c.warnings]
     return [
         cell(c.name),
-        cell(_check_badge(c), sort=0 if not c.passed else 1 if c.findings else 2),
+        cell(badge("pass", "ok") if c.passed else badge("fail", "bad"), sort=int(c.passed)),
         cell(c.message),
-        cell(join(badge(f, "warn") for f in c.findings)),
+        cell(join([*failures, *warnings])),
     ]

@@ -23,9 +23,9 @@ def check_junit(verdicts: Sequence[FileVerdict]) -> str:
             case = ET.SubElement(suite, "testcase", classname=v.path, name=c.name)
             if not c.passed:
                 ET.SubElement(case, "failure", message=c.message, type=",".join(c.findings))
-            elif c.findings:  # a finding that does not fail the file: a warning
-                warning = f"warning ({', '.join(c.findings)}): {c.message}"
-                ET.SubElement(case, "system-out").text = warning
+            elif c.findings:
+                warned = ", ".join(c.warnings)
+                ET.SubElement(case, "system-out").text = f"warning ({warned}): {c.message}"
     ET.indent(suite)
     return (
         '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"

@@ -392,7 +392,11 @@ def test_check_runs_its_forward_and_gradient_checks_over_the_data(tmp_path):
               "--json")  # fmt: skip
     doc = json.loads(out.stdout)
     checks = {c["name"]: c for c in doc["files"][0]["checks"]}
-    assert checks["forward"]["message"] == "finite over 30 samples"
+    # finite over every sample; the one-batch rules run on the first batch, so the saturated
+    # output is named with --data as without it
+    assert checks["forward"]["message"].startswith("finite over 30 samples; the output 'head'")
+    assert checks["forward"]["findings"] == ["constant_output"]
+    assert "(on the first batch of 30 samples of --data)" in checks["forward"]["message"]
     x[17, 0] = np.inf  # batch 17 // 8 = 2
     np.save(tmp_path / "x.npy", x)
     out = run("check", sample("cause_saturated.keras"), "--data", str(tmp_path / "x.npy"),

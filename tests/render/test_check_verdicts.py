@@ -31,15 +31,16 @@ def as_json():
 
 
 def test_the_samples_are_what_the_tests_say(as_json):
-    gradient = {c["name"]: c for c in as_json[STACK]["checks"]}["gradient"]
-    assert as_json[STACK]["passed"] and gradient["passed"] and gradient["findings"] == ["vanishing"]
+    trainable = {c["name"]: c for c in as_json[STACK]["checks"]}["trainable"]
+    assert as_json[STACK]["passed"] and trainable["passed"]
+    assert trainable["findings"] == trainable["warnings"] == ["vanishing"]
     assert not as_json[BCE]["passed"]
     assert all(not c["findings"] for c in as_json[SEED]["checks"])
 
 
 def test_json_counts_the_warnings(as_json):
     assert as_json[STACK]["verdict"] == "PASS, 1 warning"
-    assert as_json[STACK]["warnings"] == [{"check": "gradient", "finding": "vanishing"}]
+    assert as_json[STACK]["warnings"] == ["vanishing"] and as_json[STACK]["failures"] == []
     assert (as_json[SEED]["verdict"], as_json[SEED]["warnings"]) == ("PASS", [])
     assert as_json[BCE]["verdict"].startswith("FAIL")
 
@@ -48,24 +49,26 @@ def test_table_and_markdown_say_pass_with_a_warning():
     table = run(BCE, STACK, SEED).stdout
     line = next(t for t in table.splitlines() if STACK in t)
     assert "PASS, 1 warning" in line
-    assert "! gradient (warning): vanishing: x" in table
-    assert table.rstrip().endswith("2 passed (1 with warnings), 1 failed")
+    assert "! trainable (warning): vanishing: dense_0" in " ".join(table.split())
+    assert "✗ loss: binary_crossentropy on output 'head'" in table
+    assert table.rstrip().endswith("2 passed, 1 failed, 1 warning")
     md = run(BCE, STACK, SEED, "--format", "markdown").stdout
-    assert md.startswith("**layergrad check**: 2 passed (1 with warnings), 1 failed")
-    assert f"| `{STACK}` | ⚠️ pass, 1 warning | gradient (warning): vanishing" in md
+    assert md.startswith("**layergrad check**: 2 passed, 1 failed, 1 warning")
+    assert f"| `{STACK}` | ⚠️ pass, 1 warning | trainable (warning): vanishing" in md
 
 
 def test_html_and_junit_say_pass_with_a_warning(tmp_path):
     page = read_page(run(BCE, STACK, SEED, "--format", "html").stdout)
     summary = page.tables[0]
     row = next(r for r in summary if r[0] == STACK)
-    assert row[1] == "PASS, 1 warning" and row[3] == "vanishing"
+    assert row[1] == "PASS, 1 warning" and row[3] == "vanishing (warning)"
+    assert next(r for r in summary if r[0] == BCE)[3] == "loss_mismatch"  # a name, no sentence
     assert "PASS, 1 warning" not in next(r for r in summary if r[0] == SEED)[1]
     junit = tmp_path / "j.xml"
     run(STACK, "--junit", str(junit))
-    case = next(c for c in ET.parse(junit).getroot() if c.get("name") == "gradient")
+    case = next(c for c in ET.parse(junit).getroot() if c.get("name") == "trainable")
     assert case.find("failure") is None
-    assert case.findtext("system-out").startswith("warning (vanishing): vanishing: x")
+    assert case.findtext("system-out").startswith("warning (vanishing): vanishing: dense_0")
 
 
 RELATIVE = ["sample_models/bug_bce_on_softmax.keras", "sample_models/bug_sigmoid_stack.keras"]
