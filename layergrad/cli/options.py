@@ -67,6 +67,7 @@ def handle_errors(func: F) -> F:
             )
             sys.exit(2)
 
+    wrapper.report_stdout = True  # type: ignore[attr-defined]  # tests find it on every command
     return wrapper  # type: ignore[return-value]
 
 

@@ -72,3 +72,12 @@ def test_c_level_prints_go_to_stderr_in_a_real_process(chatty):
     doc = strict_json(out.stdout)
     assert doc["results"][0]["to"]["layer"] == "dense_1"
     assert "Found 20 files." in out.stderr and "a C library says hello" in out.stderr
+
+
+@pytest.mark.parametrize("name", sorted(main.commands))
+def test_every_command_runs_inside_the_stdout_redirect(name):
+    """The redirect lives in `handle_errors`: every command must be wrapped by it."""
+    func, layers = main.commands[name].callback, 0
+    while func is not None and not getattr(func, "report_stdout", False) and layers < 20:
+        func, layers = getattr(func, "__wrapped__", None), layers + 1
+    assert func is not None and func.report_stdout, f"{name} does not use handle_errors"
