@@ -83,6 +83,12 @@ from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding, OutputFormat
     help="A committed `layergrad scan --json`: fail on a regression against it, scanning with "
     "its probe. Repeatable: each applies to the file it was made from.",
 )
+@click.option(
+    "--allow-other-data",
+    is_flag=True,
+    help="With --baseline and --data: compare with a baseline made over other data (another "
+    "content hash or sample count) instead of refusing.",
+)
 @tolerance_option
 @data_options
 @load_options
@@ -99,6 +105,7 @@ def check(
     loss: str | None,
     input_file: str | None,
     baselines: tuple[str, ...],
+    allow_other_data: bool,
     tolerance: float,
     data: str | None,
     limit: int | None,
@@ -132,6 +139,7 @@ def check(
         layergrad scan model.keras --json > baseline.json    # once, then commit it
         layergrad check model.keras --baseline baseline.json
         layergrad check model.keras --data validation.npz
+        layergrad check model.keras --data val.npz --baseline val.gradients.json
     """
     from layergrad.cli.progress import sample_progress
     from layergrad.commands import check as checks
@@ -160,6 +168,7 @@ def check(
             distribute=distribute,
             cpu_replicas=cpu_replicas,
             on_progress=on_progress,
+            allow_other_data=allow_other_data,
         )
         # one bar at a time: the samples' bar when there is one, else the files'
         listed = paths if on_progress is None else []

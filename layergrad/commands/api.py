@@ -38,6 +38,7 @@ def inspect_model(
     measure: str = "gradient",
     probes: int | None = None,
     exact: bool = False,
+    top: int = 10,
     on_progress: Progress | None = None,
     **probe: Any,
 ) -> InspectReport:
@@ -54,6 +55,8 @@ def inspect_model(
             per-sample Jacobians d to[i] / d from[i] (`Result.jacobian`).
         probes: K random projections; forces the estimated Jacobian norms.
         exact: forces the exact Jacobian norms (not with `probes`).
+        top: with `data` and measure "jacobian": how many of the most sensitive samples
+            (largest norms) to report.
         on_progress: with `data`, called with (0, samples expected or None) before the step
             is traced, then after each batch with (samples done, samples expected or None).
 
@@ -72,13 +75,24 @@ def inspect_model(
     from layergrad.engine import jacobian
 
     jacobian.check_options(measure, probes, exact)
+    _check_top(top)
     options = options or ProbeOptions(**probe)
     if options.data is not None:
         from layergrad.commands import over_data
 
-        _no_jacobian_with_data(measure)
+        how = None
+        if measure == Measure.JACOBIAN:
+            how = jacobian.JacobianOptions(probes, exact, options.seed)
         return over_data.inspect_data(
-            path, source, targets, options, imports=imports, unsafe=unsafe, on_progress=on_progress
+            path,
+            source,
+            targets,
+            options,
+            imports=imports,
+            unsafe=unsafe,
+            on_progress=on_progress,
+            jacobian=how,
+            top=top,
         )
     session = open_session(
         path,
@@ -185,6 +199,7 @@ def scan_model(
     measure: str = "gradient",
     probes: int | None = None,
     exact: bool = False,
+    top: int = 10,
     on_progress: Progress | None = None,
     **probe: Any,
 ) -> ScanReport:
@@ -211,11 +226,11 @@ def scan_model(
 
     check_options(measure, probes, exact)
     layers, imports = _one_or_many(layers), _one_or_many(imports)
+    _check_top(top)
     options = options or ProbeOptions(**probe)
     if options.data is not None:
         from layergrad.commands import over_data
 
-        _no_jacobian_with_data(measure)
         return over_data.scan_data(
             path,
             options,
@@ -224,6 +239,10 @@ def scan_model(
             imports=imports,
             unsafe=unsafe,
             on_progress=on_progress,
+            jacobian=JacobianOptions(probes, exact, options.seed)
+            if measure == Measure.JACOBIAN
+            else None,
+            top=top,
         )
     session = open_session(
         path,
@@ -239,12 +258,9 @@ def scan_model(
     return scan_session(session, target, layers, jacobian=how)
 
 
-def _no_jacobian_with_data(measure: str) -> None:
-    if measure == Measure.JACOBIAN:
-        raise InputError(
-            "--measure jacobian measures one batch: use --input (or the random batch) with it, "
-            "not --data"
-        )
+def _check_top(top: int) -> None:
+    if top < 1:
+        raise InputError(f"--top must be at least 1: top={top}")
 
 
 def scan_weights_model(
@@ -254,6 +270,7 @@ def scan_weights_model(
     imports: str | Sequence[str] = (),
     unsafe: bool = False,
     options: ProbeOptions | None = None,
+    on_progress: Progress | None = None,
     **probe: Any,
 ) -> WeightScanReport:
     """Gradient of the training loss with respect to every trainable variable (one pass).
@@ -261,6 +278,10 @@ def scan_weights_model(
     Args:
         loss: a `keras.losses` name; None uses the loss compiled in the file.
         (the rest as in `inspect_model`; labels are `y` from an `--input` .npz, else random)
+
+    With `data` the gradient is that of the loss averaged over every sample of the data set
+    (labels `y` / `y:NAME` in a `.npz`), and the report gains each layer's gradient
+    signal-to-noise ratio across batches (`WeightScanReport.noise`).
 
     Returns:
         A WeightScanReport with one row per trainable variable (`layer/name`).
@@ -270,8 +291,15 @@ def scan_weights_model(
     """
     from layergrad.commands.weight_scan import scan_weights
 
-    probe_options = options or ProbeOptions(**probe)
-    session = open_session(path, probe_options, imports=_one_or_many(imports), unsafe=unsafe)
+    imports = _one_or_many(imports)
+    options = options or ProbeOptions(**probe)
+    if options.data is not None:
+        from layergrad.commands.weights_data import scan_weights_data
+
+        return scan_weights_data(
+            path, options, loss=loss, imports=imports, unsafe=unsafe, on_progress=on_progress
+        )
+    session = open_session(path, options, imports=imports, unsafe=unsafe)
     return scan_weights(session, loss)
 
 

@@ -30,6 +30,7 @@ from layergrad.commands.baseline import (
     load_baselines,
     match_baselines,
     probe_options,
+    same_data,
 )
 from layergrad.commands.check_steps import Add
 from layergrad.core.errors import LayergradError, UsageError, describe
@@ -68,13 +69,14 @@ class CheckOptions:
     distribute: str | None = None
     cpu_replicas: int | None = None
     on_progress: Progress | None = None
+    allow_other_data: bool = False  # --baseline --data: compare with a baseline of other data
 
     def __post_init__(self) -> None:
         check_data_options(
             self.data, self.input_file, self.limit, self.distribute, self.cpu_replicas
         )
-        if self.data is not None and self.baselines:
-            raise UsageError("--baseline compares the scan of one probe batch; drop --data")
+        if self.allow_other_data and not (self.data is not None and self.baselines):
+            raise UsageError("--allow-other-data goes with --baseline and --data; drop it")
 
     @property
     def rows(self) -> int:
@@ -120,7 +122,7 @@ def check_files(
             raise LayergradError("--baseline compares a gradient scan; drop --static-only")
         files = [os.fspath(p) for p in paths]
         found = load_baselines(options.baselines)
-        baselines = match_baselines(files, found, options.input_file)
+        baselines = match_baselines(files, found, options.input_file, options.data is not None)
     verdicts = []
     for path in paths:
         if on_file is not None:
@@ -223,13 +225,36 @@ def _load(
 
 
 def _dynamic_data(
-    path: str | os.PathLike[str], info: FileInfo, options: CheckOptions, add: Add
+    path: str | os.PathLike[str],
+    info: FileInfo,
+    options: CheckOptions,
+    add: Add,
+    baseline: Baseline | None = None,
+    has_loss: bool = False,
 ) -> None:
-    """The forward and gradient checks over every sample of `options.data` (one pass)."""
+    """The forward and gradient checks over every sample of `options.data` (one pass), and
+    with `baseline` the baseline check over the same data (the loss's gradient over the data
+    for a file with a loss)."""
     from layergrad.commands import over_data
     from layergrad.engine.data_step import BatchFailed
 
     probe = options.probe()
+    other, sha = False, ""
+    if baseline is not None:
+        from layergrad.data.fingerprint import data_sha256
+
+        fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
+        assert options.data is not None
+        sha = data_sha256(options.data)
+        other = not same_data(baseline, options.data, sha, None, options.allow_other_data)
+        recorded = probe_options(baseline, None, data=True)
+        probe = replace(
+            options.probe(),
+            batch_size=recorded.batch_size,
+            seed=recorded.seed,
+            reduce=recorded.reduce,
+            training=recorded.training,
+        )
     opened = _load(path, info, options, probe, add)
     if opened is None:
         return
@@ -275,6 +300,52 @@ def _dynamic_data(
         add("forward", f"{message}; outputs vary and inputs are in range{where}")
     steps.gradient(rows, add)
     steps.trainable(weights, add, has_loss, where, dead_scope="the data")
+    if baseline is not None:  # over the same data: the loss's gradient over every sample
+        data = os.fspath(options.data or "")
+        other = other or not same_data(baseline, data, sha, run.samples, options.allow_other_data)
+        _baseline_over_data(
+            path, opened, batches, run, rows, probe, options, add, baseline, has_loss, other
+        )
+
+
+def _baseline_over_data(
+    path: str | os.PathLike[str],
+    opened: tuple[Any, tuple[str, ...], Any],
+    batches: Any,
+    run: Any,
+    rows: Any,
+    probe: ProbeOptions,
+    options: CheckOptions,
+    add: Add,
+    baseline: Baseline,
+    has_loss: bool,
+    other: bool,
+) -> None:
+    """The `baseline` check over the data: for a file with a loss, the loss's gradient over
+    every sample (`scan --wrt weights --data`), else the rows of the streamed scan."""
+    from layergrad.commands import over_data
+    from layergrad.core.results import ScanReport
+    from layergrad.engine.data_step import BatchFailed
+
+    loaded, warnings, strategy = opened
+    full = None
+    if has_loss:
+        from layergrad.commands.weights_data import weights_over
+
+        try:
+            full = weights_over(
+                loaded, warnings, strategy, probe, options.loss, options.on_progress, path
+            )
+        except BatchFailed as exc:
+            add("baseline", str(exc), [Finding.ERROR])
+            return
+    scanned = ScanReport(
+        model=over_data._model_meta(path, loaded, warnings),
+        probe=over_data._probe_meta(batches.source, run, probe, seeded=True),
+        target=None,
+        rows=rows,
+    )
+    add("baseline", *judge(scanned, full, baseline, options.tolerance, other))
 
 
 def _first_batch(
@@ -355,10 +426,10 @@ def _dynamic(
         check_before_loading(info.graph, options.data, options.input_file)
     except LayergradError as exc:
         raise UsageError(f"{os.fspath(path)}: {exc}") from exc
-    if options.data is not None:
-        _dynamic_data(path, info, options, add)
-        return
     has_loss = find_loss(info.compile_config, options.loss) is not None
+    if options.data is not None:
+        _dynamic_data(path, info, options, add, baseline, has_loss)
+        return
     if baseline is not None:
         fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
     opened = _load(path, info, options, options.probe(), add)

@@ -69,6 +69,51 @@ class Cause:
 
 
 @dataclass(frozen=True)
+class Histogram:
+    """Counts of a non-negative per-sample quantity in log bins of equal width.
+
+    `edges` has one more entry than `counts`; the bins lie on one grid of `bins_per_decade`
+    bins per decade anchored at powers of ten, so histograms of different runs add bin by
+    bin. `zeros` counts the values that are exactly 0 (or below 1e-30).
+    """
+
+    edges: tuple[float, ...]
+    counts: tuple[int, ...]
+    zeros: int = 0
+    bins_per_decade: int = 10
+
+
+@dataclass(frozen=True)
+class RankedSample:
+    """One sample of a data set (its index, from 0 in data order) and its value."""
+
+    sample: int
+    value: float
+    rel_stderr: float | None = None  # of an estimated value
+
+
+@dataclass(frozen=True)
+class NormDistribution:
+    """A per-sample norm over every sample of a data set (`--data`), in fixed memory.
+
+    count, mean, std, min and max are exact, p50 and p95 within 1.2%; `top` holds the
+    largest values, largest first (ties by sample index). `mean_rel_stderr` is the relative
+    standard error of `mean` when the values are estimates (None when exact).
+    """
+
+    count: int
+    mean: float
+    std: float
+    min: float
+    p50: float
+    p95: float
+    max: float
+    histogram: Histogram
+    top: tuple[RankedSample, ...] = ()
+    mean_rel_stderr: float | None = None
+
+
+@dataclass(frozen=True)
 class FrobeniusNorms:
     """||J_i||_F for each sample i of the probe batch, exact or estimated.
 
@@ -82,6 +127,8 @@ class FrobeniusNorms:
     max: float
     rel_stderr: float | None = None
     sample_rel_stderr: tuple[float, ...] = ()
+    # with --data: the distribution over every sample (`per_sample` is then empty)
+    distribution: NormDistribution | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +144,7 @@ class SpectralNorms:
     max: float
     iterations: int | None = None
     converged: bool = True
+    distribution: NormDistribution | None = None  # with --data (`per_sample` is then empty)
 
 
 @dataclass(frozen=True)
@@ -160,6 +208,7 @@ class ProbeMeta:
     reduce: str
     samples: int | None = None  # only with --data: samples seen
     replicas: int | None = None  # only with --data: devices the step ran on
+    data_sha256: str | None = None  # only with --data: what identifies it (`data/fingerprint`)
     # only when a random probe follows the model's own preprocessing: what it drew
     drawn: str | None = None
 
@@ -299,6 +348,23 @@ class VariableRow:
 
 
 @dataclass(frozen=True)
+class GradientNoise:
+    """One layer's training gradient over the batches of a data set (`scan --wrt weights
+    --data`), its trainable variables taken together.
+
+    `signal` is ||mean g||^2 (the full-data gradient's squared norm), `variance` the
+    sample-weighted variance of the batch gradients around it (summed over entries; None
+    with one batch), `snr` their ratio (None when the variance is None or 0).
+    """
+
+    layer: str
+    signal: float
+    variance: float | None
+    snr: float | None
+    batches: int
+
+
+@dataclass(frozen=True)
 class WeightScanReport(NotebookDisplay):
     """`scan --wrt weights`: the loss's gradient for every trainable variable."""
 
@@ -308,6 +374,7 @@ class WeightScanReport(NotebookDisplay):
     frozen: int  # weights of frozen layers (`weights.frozen_variables`), counted, not listed
     variables: tuple[VariableRow, ...]
     notes: tuple[str, ...] = ()
+    noise: tuple[GradientNoise, ...] = ()  # with --data: per layer, the gradient's SNR
     # (layer reference, share of its units) for ReLU layers whose units are mostly zero for
     # every sample of the batch
     dead_layers: tuple[tuple[str, float], ...] = ()

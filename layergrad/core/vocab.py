@@ -66,6 +66,12 @@ class Finding(Word):
     TARGET_MISMATCH = "target_mismatch"  # the labels given cannot be produced by the output
     INPUT_RANGE = "input_range"  # unscaled inputs pin the first activation (with data)
     REGRESSION = "regression"  # gradient flow got worse than the --baseline scan
+    # found while training (`layergrad fit`, `GradientMonitor`); rules in docs/training.md
+    DIVERGING = "diverging"  # the loss grows while update ratios explode
+    NOT_LEARNING = "not_learning"  # the loss does not move, update ratios stay tiny
+    DYING_UNITS = "dying_units"  # a layer's dead-unit fraction grows past a threshold
+    STALLED_LAYER = "stalled_layer"  # one layer's update ratio decades below the others'
+    PLATEAU_AT_CHANCE = "plateau_at_chance"  # the loss settles at the class prior's
 
 
 DEFAULT_FAIL_ON = (
@@ -82,6 +88,24 @@ DEFAULT_FAIL_ON = (
 )
 # Heuristic findings: reported as warnings (the file passes) unless `--fail-on` names them.
 WARNING_FINDINGS = (Finding.VANISHING, Finding.EXPLODING, Finding.DEAD, Finding.INPUT_RANGE)
+
+
+# What `layergrad fit` can find; `nonfinite` is shared with `check`.
+TRAINING_FINDINGS = (
+    Finding.NONFINITE,
+    Finding.DIVERGING,
+    Finding.NOT_LEARNING,
+    Finding.DYING_UNITS,
+    Finding.STALLED_LAYER,
+    Finding.PLATEAU_AT_CHANCE,
+)
+# The training findings that say the run learns nothing (the others warn).
+DEFAULT_FIT_FAIL_ON = (
+    Finding.NONFINITE,
+    Finding.DIVERGING,
+    Finding.NOT_LEARNING,
+    Finding.PLATEAU_AT_CHANCE,
+)
 
 
 class Change(Word):

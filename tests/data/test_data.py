@@ -6,6 +6,7 @@ Every case uses a sample count that leaves a partial last batch.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -108,6 +109,7 @@ def test_json_with_data_has_samples_replicas_and_dead_units(tmp_path):
     assert doc["probe"] == {
         "source": str(tmp_path / "x.npy"), "seed": None, "batch_size": 32, "training": False,
         "reduce": "sum", "samples": 40, "replicas": 1,
+        "data_sha256": hashlib.sha256((tmp_path / "x.npy").read_bytes()).hexdigest(),
     }  # fmt: skip
     res = doc["results"][0]
     assert res["gradient"]["shape"] == [40, 8]

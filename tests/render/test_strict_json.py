@@ -90,3 +90,15 @@ def test_the_encoder_writes_null_for_every_non_finite_number():
 
     doc = {"a": math.nan, "b": [math.inf, -math.inf, 1.5], "c": {"d": np.float64("nan")}}
     assert strict_json(json_document(doc)) == {"a": None, "b": [None, None, 1.5], "c": {"d": None}}
+
+
+def test_fit_json_on_a_nan_kernel_is_strict(tmp_path):
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((32, 6)), rng.standard_normal((32, 2))
+    np.savez(tmp_path / "train.npz", x=x.astype("float32"), y=y.astype("float32"))  # x: one input
+    out = run("fit", NAN_MODEL, "--data", str(tmp_path / "train.npz"), "--loss", "mse",
+              "--optimizer", "sgd", "--steps", "3", "--json")  # fmt: skip
+    assert out.exit_code == 1, out.output  # the NaN is found
+    doc = strict_json(out.stdout)
+    assert doc["schema"] == "layergrad.fit/1"
+    assert "nonfinite" in [f["finding"] for f in doc["findings"]]
