@@ -11,6 +11,12 @@ Files are checked against the model's inputs from their headers; what a function
 checked batch by batch. A bad batch stops the run with an `InputError` that names the batch
 and the input. Errors inside the reading thread of `tf.data` are kept and raised by
 `DataStream.raise_failure` when the stream ends.
+
+With `shard=(worker, workers)` (`--distribute multi-worker`) each worker reads only its part,
+cut on the batches of one process so that every batch, and every sample's index, is the one
+of a single run: files by records (a contiguous range of rows, read in place), image folders
+by file, a function that takes an argument through the `tf.distribute.InputContext` it is
+given (it returns its own shard), and anything else by batch, round robin.
 """
 
 from __future__ import annotations
@@ -34,6 +40,15 @@ from layergrad.data.functions import (
 )
 from layergrad.data.input_keys import input_keys
 from layergrad.data.probe_input import InputSpec, ProbeBatch, check_fits, fit_array
+from layergrad.data.shards import (
+    Part,
+    Shard,
+    input_context,
+    load_image,
+    part_rows,
+    round_robin,
+    with_sample_indices,
+)
 from layergrad.files.npy_rows import NpyLayout, NpyRows, npy_layout, npz_layouts, npz_members
 
 IMAGE_FORMATS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # what Keras decodes
@@ -44,8 +59,9 @@ class DataStream:
     """The batches of one `--data` source.
 
     `dataset` yields tuples of tensors in the model's input order, `batch_size` rows each
-    (the last may be shorter), prefetched. `samples` is how many rows to expect (None when
-    the source does not say).
+    (the last may be shorter), prefetched: this worker's part when the source is sharded
+    (`whole` is then every batch, read again for a diagnosis). `samples` is how many rows to
+    expect (None when the source does not say).
     """
 
     def __init__(
@@ -56,9 +72,32 @@ class DataStream:
         samples: int | None,
         failure: Failure,
         checked: bool = False,
+        batch_size: int = 1,
+        part: Part | None = None,
+        first_sample: int = 0,
     ) -> None:
-        self.source, self.specs, self.dataset = source, tuple(specs), dataset
+        self.source, self.specs, self.whole = source, tuple(specs), dataset
         self.samples, self._failure, self.checked = samples, failure, checked
+        self.batch_size, self.part, self.first_sample = batch_size, part, first_sample
+        self.dataset = dataset if part is None else part.dataset
+        if part is not None:
+            self.samples = part.samples
+
+    def batch_index(self, local: int) -> int:
+        """The index among every batch of the data of this process's batch `local`."""
+        if self.part is None:
+            return local
+        return self.part.first_batch + local * self.part.stride
+
+    def indexed(self) -> Any:
+        """The batches this process runs, each followed by its samples' indices in the data
+        (int64, counted from `first_sample` over the whole source)."""
+        if self.part is not None and self.part.indexed is not None:
+            if not self.first_sample:
+                return self.part.indexed
+            return self.part.indexed.map(lambda *b: (*b[:-1], b[-1] + self.first_sample))
+        offset = 0 if self.part is None else self.part.offset
+        return with_sample_indices(self.dataset, self.first_sample + offset)
 
     def check_batch(self, index: int, parts: Sequence[Sequence[Any]]) -> int:
         """Check batch `index` (per input, its pieces on each replica); return its rows.
@@ -87,7 +126,7 @@ class DataStream:
 
     def batch(self, index: int) -> ProbeBatch:
         """Batch `index` again, as arrays (the source is read again up to it)."""
-        for i, tensors in enumerate(self.dataset):
+        for i, tensors in enumerate(self.whole):
             if i == index:
                 arrays = tuple(np.asarray(t.numpy()) for t in tensors)
                 return ProbeBatch(arrays, tuple(s.name for s in self.specs), self.source, None)
@@ -100,6 +139,9 @@ def open_data(
     specs: Sequence[InputSpec],
     batch_size: int,
     limit: int | None = None,
+    shard: Shard | None = None,
+    replicas: int = 1,
+    first_sample: int = 0,
 ) -> DataStream:
     """Open `--data PATH` for a model with inputs `specs`.
 
@@ -108,6 +150,9 @@ def open_data(
         specs: the model's inputs (`inputs.input_specs(model)`).
         batch_size: rows per batch.
         limit: read at most this many samples.
+        shard: (this worker, workers): read this worker's part only (see the module).
+        replicas: replicas in sync over every worker (for a function's InputContext).
+        first_sample: the index of the data's first sample in a larger data set.
 
     Raises:
         InputError: the source is missing, of an unknown kind, or does not fit the inputs.
@@ -127,19 +172,29 @@ def open_data(
     failure = Failure()
     signature = tuple(tf.TensorSpec((None, *s.shape), tf_dtype(s.dtype)) for s in specs)
     rows: int | None
+    part: Part | None = None
     if kind == "npy":
-        dataset, rows = _npy(text, specs, batch_size, limit)
+        dataset, rows, part = _npy(text, specs, batch_size, limit, shard)
     elif kind == "npz":
-        dataset, rows = _npz(text, specs, batch_size, limit, signature, failure)
+        dataset, rows, part = _npz(text, specs, batch_size, limit, signature, failure, shard)
     elif kind == "images":
-        dataset, rows = _images(text, specs, batch_size, limit)
+        dataset, rows, part = _images(text, specs, batch_size, limit, shard)
     else:
-        dataset, rows = function_source(text, specs, batch_size, limit, signature, failure)
+        dataset, rows, sharded = function_source(
+            text, specs, batch_size, limit, signature, failure, input_context(shard, replicas)
+        )
+        if shard is not None and sharded:  # the function returned its own shard
+            part = Part(dataset.prefetch(tf.data.AUTOTUNE), None)
     samples = rows if limit is None or rows is None else min(rows, limit)
     if samples is None and limit is not None:
         samples = limit
     dataset = dataset.prefetch(tf.data.AUTOTUNE)
-    return DataStream(text, specs, dataset, samples, failure, checked=not is_function(text))
+    if shard is not None and part is None:
+        part = round_robin(dataset, shard, batch_size)
+    return DataStream(
+        text, specs, dataset, samples, failure, checked=not is_function(text),
+        batch_size=batch_size, part=part, first_sample=first_sample,
+    )  # fmt: skip
 
 
 def source_kind(path: str) -> str:
@@ -183,13 +238,6 @@ def check_source(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None
         _npz_layouts(text, specs)
 
 
-def _npy(
-    path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None
-) -> tuple[Any, int]:
-    layout = _npy_layout(path, specs)
-    return _records([layout], specs, batch_size, limit), layout.shape[0]
-
-
 def _npy_layout(path: str, specs: Sequence[InputSpec]) -> NpyLayout:
     if len(specs) != 1:
         raise InputError(
@@ -202,6 +250,47 @@ def _npy_layout(path: str, specs: Sequence[InputSpec]) -> NpyLayout:
     return layout
 
 
+def _npy(
+    path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None, shard: Shard | None
+) -> tuple[Any, int, Part | None]:
+    layout = _npy_layout(path, specs)
+    rows = layout.shape[0]
+    return (
+        _records([layout], specs, batch_size, limit),
+        rows,
+        _records_part([layout], specs, batch_size, limit, rows, shard),
+    )
+
+
+def _records_part(
+    layouts: Sequence[NpyLayout],
+    specs: Sequence[InputSpec],
+    batch_size: int,
+    limit: int | None,
+    rows: int,
+    shard: Shard | None,
+) -> Part | None:
+    """This worker's rows of arrays read in place: the records outside them are skipped as
+    header and footer bytes, so nothing else is read."""
+    if shard is None:
+        return None
+    total = rows if limit is None else min(rows, limit)
+    start, stop = part_rows(total, batch_size, shard)
+    cut = [
+        NpyLayout(
+            path=lay.path,
+            shape=(stop - start, *lay.shape[1:]),
+            dtype=lay.dtype,
+            offset=lay.offset + start * lay.row_bytes,
+            footer=lay.footer + (rows - stop) * lay.row_bytes,
+        )
+        for lay in layouts
+    ]
+    tf, _ = quiet_import()
+    dataset = _records(cut, specs, batch_size, None).prefetch(tf.data.AUTOTUNE)
+    return Part(dataset, stop - start, offset=start, first_batch=start // batch_size)
+
+
 def _npz(
     path: str,
     specs: Sequence[InputSpec],
@@ -209,10 +298,16 @@ def _npz(
     limit: int | None,
     signature: tuple[Any, ...],
     failure: Failure,
-) -> tuple[Any, int]:
+    shard: Shard | None = None,
+) -> tuple[Any, int, Part | None]:
     stored, total = _npz_layouts(path, specs)
-    if all(stored):  # np.savez: tf.data reads the rows in place
-        return _records([s for s in stored if s], specs, batch_size, limit), total
+    in_place = [s for s in stored if s is not None]
+    if len(in_place) == len(stored):  # np.savez: tf.data reads the rows in place
+        return (
+            _records(in_place, specs, batch_size, limit),
+            total,
+            _records_part(in_place, specs, batch_size, limit, total, shard),
+        )
 
     def read() -> Iterator[tuple[np.ndarray, ...]]:  # np.savez_compressed: inflate as we go
         with zipfile.ZipFile(path) as archive:
@@ -221,7 +316,7 @@ def _npz(
                     fit_array(a, s, f"--data {path}") for a, s in zip(part, specs, strict=True)
                 )
 
-    return python_dataset(read, signature, failure, path), total
+    return python_dataset(read, signature, failure, path), total, None
 
 
 def _npz_members(archive: zipfile.ZipFile, path: str, specs: Sequence[InputSpec]) -> dict[str, str]:
@@ -314,8 +409,8 @@ def _chunks(
 
 
 def _images(
-    path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None
-) -> tuple[Any, int]:
+    path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None, shard: Shard | None
+) -> tuple[Any, int, Part | None]:
     """Decode and resize with Keras's `image_dataset_from_directory` (pixels 0-255)."""
     tf, keras = quiet_import()
     spec = specs[0] if len(specs) == 1 else None
@@ -344,10 +439,22 @@ def _images(
         shuffle=False,
         verbose=False,
     )
+    paths = list(dataset.file_paths)
     if limit is not None:
         dataset = dataset.unbatch().take(limit).batch(batch_size)
+        paths = paths[:limit]
     dtype = tf_dtype(spec.dtype)
-    return dataset.map(lambda x: (tf.cast(x, dtype),)), files
+    part = None
+    if shard is not None:  # by file: this worker decodes its own images only
+        start, stop = part_rows(len(paths), batch_size, shard)
+        size, channels = (int(shape[0] or 0), int(shape[1] or 0)), int(shape[2] or 0)
+        mine = tf.data.Dataset.from_tensor_slices(tf.constant(paths[start:stop], tf.string))
+        decoded = mine.map(
+            lambda p: load_image(p, size, channels), num_parallel_calls=tf.data.AUTOTUNE
+        ).batch(batch_size)
+        cast = decoded.map(lambda x: (tf.cast(x, dtype),)).prefetch(tf.data.AUTOTUNE)
+        part = Part(cast, stop - start, offset=start, first_batch=start // batch_size)
+    return dataset.map(lambda x: (tf.cast(x, dtype),)), files, part
 
 
 def open_labels(
