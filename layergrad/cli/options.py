@@ -186,49 +186,57 @@ def data_options(func: F) -> F:
 
     Under `probe_options` they join the `probe` bundle; `check` takes them one by one.
     """
-    return _stack(
-        func,
-        [
-            click.option(
-                "--data",
-                metavar="PATH",
-                help="Run over a whole data set, streamed: .npy, .npz (keys = input names, or x "
-                "for one input; y = labels), a folder of images, or FILE.py:function / "
-                "module:function returning batches. Statistics are over all samples.",
-            ),
-            click.option(
-                "--limit",
-                type=click.IntRange(min=1),
-                metavar="N",
-                help="With --data: read at most N samples.",
-            ),
-            click.option(
-                "--distribute",
-                type=click.Choice(["mirrored", "multi-worker"]),
-                help="With --data: mirrored runs on every visible GPU "
-                "(tf.distribute.MirroredStrategy); multi-worker on every worker of the cluster "
-                "in TF_CONFIG (MultiWorkerMirroredStrategy), each over its shard; only the "
-                "chief prints the report.",
-            ),
-            click.option(
-                "--cpu-replicas",
-                type=click.IntRange(min=1),
-                metavar="N",
-                help="With --data: split the CPU into N devices and mirror over them (a "
-                "testing aid for the distributed path).",
-            ),
-            click.option(
-                "--first-sample",
-                type=click.IntRange(min=0),
-                default=0,
-                metavar="N",
-                help="With --data: PATH is a shard of a larger data set starting at its sample "
-                "N, so the samples are numbered from N (the default scan target's projection "
-                "is seeded per sample): shards then merge exactly (`layergrad merge`).",
-            ),
-            click.option("--quiet", is_flag=True, help="No progress bar on stderr (with --data)."),
-        ],
-    )
+    return _stack(func, [*_data_option_list(), FIRST_SAMPLE_OPTION])
+
+
+def training_data_options(func: F) -> F:
+    """`data_options` without `--first-sample`, for training (`fit`): no shards to number."""
+    return _stack(func, _data_option_list())
+
+
+def _data_option_list() -> list[Callable[[Any], Any]]:
+    return [
+        click.option(
+            "--data",
+            metavar="PATH",
+            help="Run over a whole data set, streamed: .npy, .npz (keys = input names, or x "
+            "for one input; y = labels), a folder of images, or FILE.py:function / "
+            "module:function returning batches. Statistics are over all samples.",
+        ),
+        click.option(
+            "--limit",
+            type=click.IntRange(min=1),
+            metavar="N",
+            help="With --data: read at most N samples.",
+        ),
+        click.option(
+            "--distribute",
+            type=click.Choice(["mirrored", "multi-worker"]),
+            help="With --data: mirrored runs on every visible GPU "
+            "(tf.distribute.MirroredStrategy); multi-worker on every worker of the cluster "
+            "in TF_CONFIG (MultiWorkerMirroredStrategy), each over its shard; only the "
+            "chief prints the report.",
+        ),
+        click.option(
+            "--cpu-replicas",
+            type=click.IntRange(min=1),
+            metavar="N",
+            help="With --data: split the CPU into N devices and mirror over them (a "
+            "testing aid for the distributed path).",
+        ),
+        click.option("--quiet", is_flag=True, help="No progress bar on stderr (with --data)."),
+    ]
+
+
+FIRST_SAMPLE_OPTION = click.option(
+    "--first-sample",
+    type=click.IntRange(min=0),
+    default=0,
+    metavar="N",
+    help="With --data: PATH is a shard of a larger data set starting at its sample "
+    "N, so the samples are numbered from N (the default scan target's projection "
+    "is seeded per sample): shards then merge exactly (`layergrad merge`).",
+)
 
 
 def probe_options(func: F) -> F:
