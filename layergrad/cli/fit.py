@@ -12,18 +12,18 @@ import click
 
 from layergrad.cli.options import (
     comma_list,
-    data_options,
     emit,
     format_options,
     handle_errors,
     load_options,
+    training_data_options,
 )
 from layergrad.core.vocab import DEFAULT_FIT_FAIL_ON, TRAINING_FINDINGS, OutputFormat
 
 
 @click.command()
 @click.argument("model", type=click.Path(dir_okay=True, path_type=str))
-@data_options
+@training_data_options
 @click.option(
     "--steps",
     type=click.IntRange(min=1),
@@ -82,7 +82,6 @@ def fit(
     limit: int | None,
     distribute: str | None,
     cpu_replicas: int | None,
-    first_sample: int,
     quiet: bool,
     steps: int | None,
     epochs: int | None,
@@ -122,11 +121,6 @@ def fit(
         raise click.UsageError(
             "layergrad fit needs --data with labels (a .npz with the inputs and y): training "
             "on random labels proves nothing"
-        )
-    if first_sample:
-        raise click.UsageError(
-            "--first-sample numbers the samples of a shard for `layergrad merge`; fit trains on "
-            "the data it is given and does not take it"
         )
     options = FitOptions(
         steps=steps,

@@ -126,7 +126,6 @@ def test_learning_rate_10_with_sgd_diverges(files):
         (["--data", "train.npz", "--steps", "5", "--epochs", "1"], "exclude each other"),
         (["--data", "train.npz", "--learning-rate", "-1"], "positive number"),
         (["--data", "train.npz", "--optimizer", "nonsense"], "not an optimizer"),
-        (["--data", "train.npz", "--first-sample", "5"], "fit trains on the data it is given"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(files, args, message):
