@@ -55,8 +55,10 @@ def main() -> None:
         # or check --baseline (which takes the baseline's probe) would time another mode
         checked = ProbeOptions(input_file=x_file, training=True)
         baseline.write_text(render("scan", OutputFormat.JSON, scan_model(base, options=checked)))
-        plain = CheckOptions(input_file=str(x_file))
-        with_base = CheckOptions(input_file=str(x_file), baselines=(str(baseline),))
+        plain = CheckOptions(probe=ProbeOptions(input_file=str(x_file)))
+        with_base = CheckOptions(
+            probe=ProbeOptions(input_file=str(x_file)), baselines=(str(baseline),)
+        )
         jobs = {
             "scan x2": lambda: [scan_model(p, options=probe) for p in (base, new)],
             "diff": lambda: diff_models(base, new, options=probe),

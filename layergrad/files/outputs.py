@@ -23,10 +23,13 @@ import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from layergrad.core.errors import OutputError
 from layergrad.files.guards import special_kind
+
+if TYPE_CHECKING:
+    from layergrad.core.results import InspectReport
 
 NPY_MAGIC = b"\x93NUMPY"
 INPUT_SUFFIXES = (".keras", ".h5", ".hdf5", ".npy", ".npz", ".py")
@@ -41,7 +44,9 @@ class Written:
     message: str
 
 
-def check_target(path: str, option: str, kind: str, inputs: Iterable[str | None] = ()) -> Path:
+def check_target(
+    path: str, option: str, kind: str, inputs: Iterable[str | os.PathLike[str] | None] = ()
+) -> Path:
     """Refuse ``path`` as the target of ``option`` before anything runs (see the module doc).
 
     ``kind`` is "xml", "npy", "npz" or "chart"; ``inputs`` are the files this run reads.
@@ -111,7 +116,11 @@ def _is_kind(p: Path, kind: str) -> bool:
 
 
 def write_file(
-    path: str, option: str, kind: str, data: bytes, inputs: Iterable[str | None] = ()
+    path: str,
+    option: str,
+    kind: str,
+    data: bytes,
+    inputs: Iterable[str | os.PathLike[str] | None] = (),
 ) -> bool:
     """Write ``data`` to ``path`` through `check_target` and a temporary file; True when it
     replaced an existing file."""
@@ -122,7 +131,11 @@ def write_file(
 
 
 def write_report(
-    path: str, text: str, option: str, what: str, inputs: Iterable[str | None] = ()
+    path: str,
+    text: str,
+    option: str,
+    what: str,
+    inputs: Iterable[str | os.PathLike[str] | None] = (),
 ) -> Written:
     """Write a text report (JUnit XML) to ``path``; the message says what was written."""
     p = check_target(path, option, "xml", inputs)
@@ -131,7 +144,9 @@ def write_report(
     return Written(path, True, f"wrote {what} to {path}" + (" (replaced it)" if existed else ""))
 
 
-def save_gradients(report: Any, path: str, inputs: Iterable[str | None] = ()) -> Written:
+def save_gradients(
+    report: InspectReport, path: str, inputs: Iterable[str | os.PathLike[str] | None] = ()
+) -> Written:
     """Write the raw gradients of an inspect report: `.npy` for one result, `.npz` keyed by
     the `--to` reference (any name round-trips: ``file``, ``arr_0``, ``a/b``).
 

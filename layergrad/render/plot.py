@@ -363,7 +363,9 @@ def check_plot_path(
 
 
 def save_figure(
-    fig: Figure, path: str | os.PathLike[str], protected: Sequence[str | None] = ()
+    fig: Figure,
+    path: str | os.PathLike[str],
+    protected: Sequence[str | os.PathLike[str] | None] = (),
 ) -> str:
     """Write a figure; the format follows the extension (.png, .svg, .pdf).
 
