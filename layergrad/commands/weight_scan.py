@@ -121,7 +121,7 @@ def _scan(
         if spec is None
         else LossMeta(spec.name, spec.source, "data" if given else "random"),
         frozen=len(model.non_trainable_variables),
-        variables=tuple(_flag_scale(rows)),
+        variables=tuple(flag_update_ratio_trend(rows)),
         notes=tuple(notes),
         dead_layers=dead_layers(trace, dict(iter_layers(model))),
         activations=replace(activations, target="loss" if spec is not None else None),
@@ -267,8 +267,9 @@ def scale_flags(rows: Sequence[VariableRow]) -> dict[str, tuple[Flag, float]]:
     return found
 
 
-def _flag_scale(rows: list[VariableRow]) -> list[VariableRow]:
-    """Vanishing / exploding: the variables of a layer flagged by `scale_flags`."""
+def flag_update_ratio_trend(rows: list[VariableRow]) -> list[VariableRow]:
+    """Vanishing / exploding by the trend of the update ratios from the input end to the output
+    end: the ok, not yet flagged variables of each layer `scale_flags` finds."""
     flagged = scale_flags(rows)
     out = []
     for r in rows:

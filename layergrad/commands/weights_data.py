@@ -137,7 +137,7 @@ def weights_over(
         ),
         loss=LossMeta(spec.name, spec.source, "random" if labels is None else "data"),
         frozen=len(model.non_trainable_variables),
-        variables=tuple(weight_scan._flag_scale(rows)),
+        variables=tuple(weight_scan.flag_update_ratio_trend(rows)),
         notes=tuple(notes),
         noise=totals.noise,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -62,6 +62,14 @@ class Trace:
 
 
 Objective = Callable[[Any], Any]  # the model's outputs -> the scalar to differentiate
+
+
+class TraceMode(TypedDict):
+    """How `run_trace` / `live_trace` run the model and reduce the target (their keywords)."""
+
+    training: bool
+    reduce: str
+    seed: int
 
 
 def run_trace(
