@@ -36,6 +36,7 @@ from layergrad.commands.check_steps import Add
 from layergrad.core.errors import LayergradError, UsageError, describe
 from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
 from layergrad.core.results import CheckItem, FileVerdict
+from layergrad.core.tf_types import KerasModel
 from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding
 from layergrad.diagnose.regressions import DEFAULT_TOLERANCE
 from layergrad.files.file_info import FileInfo, read_file_info
@@ -343,7 +344,7 @@ def _first_batch(
     return Session(info.path, model, info, batch, probe, diagnoser)
 
 
-def _dead_over_data(model: Any, batches: Any, weights: Any, training: bool) -> Any:
+def _dead_over_data(model: KerasModel, batches: Any, weights: Any, training: bool) -> Any:
     """The weight scan with only the dead layers of its batch that are dead for every sample
     of the data (one more forward pass over the data, only when a layer is dead)."""
     import numpy as np
@@ -468,7 +469,7 @@ def _dynamic(
         add("baseline", "no baseline given for this file")
 
 
-def _outputs(model: Any) -> tuple[list[str], dict[str, int]]:
+def _outputs(model: KerasModel) -> tuple[list[str], dict[str, int]]:
     """The model's output names and the rank of each output without the batch axis."""
     names = list(getattr(model, "output_names", None) or [])
     try:

@@ -27,13 +27,14 @@ from layergrad.core.results import (
     ScanReport,
     ScanRow,
 )
+from layergrad.core.tf_types import KerasModel, Strategy
 from layergrad.core.vocab import Finding, Status
 
 if TYPE_CHECKING:
     from layergrad.engine.jacobian import JacobianOptions
 
 
-def open_stream(model: Any, options: ProbeOptions, strategy: Any = None) -> Any:
+def open_stream(model: KerasModel, options: ProbeOptions, strategy: Strategy = None) -> Any:
     """The model's batches from `options.data` (a `sources.DataStream`): this worker's
     shard under `--distribute multi-worker`."""
     from layergrad.core.cluster import cluster_from_env
@@ -155,7 +156,7 @@ def scan_data(
 
 
 def _scan_jacobians(
-    model: Any,
+    model: KerasModel,
     batches: Any,
     site: Any,
     rows: tuple[ScanRow, ...],
@@ -192,7 +193,7 @@ def _scan_jacobians(
 
 
 def _with_jacobians(
-    model: Any,
+    model: KerasModel,
     batches: Any,
     source: Any,
     results: list[Result],
@@ -228,7 +229,7 @@ def _with_jacobians(
 
 def scan_over(
     loaded: Any,
-    strategy: Any,
+    strategy: Strategy,
     batches: Any,
     options: ProbeOptions,
     site: Any = None,
@@ -286,7 +287,7 @@ def forward_check(run: Any) -> tuple[str, tuple[Finding, ...]]:
 class _Diagnosis:
     """One batch of the data read again, and its diagnoser, for results that are not ok."""
 
-    def __init__(self, model: Any, batches: Any, graph: Any, options: ProbeOptions):
+    def __init__(self, model: KerasModel, batches: Any, graph: Any, options: ProbeOptions):
         self.model, self.batches, self.graph = model, batches, graph
         self.training, self.reduce = options.training, options.reduce
         self._batches: dict[int, Any] = {}

@@ -22,6 +22,7 @@ from layergrad.commands.session import Session
 from layergrad.core.errors import InputError
 from layergrad.core.gradient_stats import DEAD_FRACTION, dead_fraction, gradient_stats, status_of
 from layergrad.core.results import Cause, LossMeta, ScanRow, VariableRow, WeightScanReport
+from layergrad.core.tf_types import KerasModel, KerasVariable
 from layergrad.core.vocab import Flag, Status
 from layergrad.diagnose import causes as why
 from layergrad.engine.compiled_loss import (
@@ -145,7 +146,7 @@ def dead_layers(trace: Trace, layers: dict[str, Any]) -> tuple[tuple[str, float]
     return tuple(found)
 
 
-def _owners(model: Any) -> list[tuple[Any, str]]:
+def _owners(model: KerasModel) -> list[tuple[Any, str]]:
     """Each trainable variable once, with the path of the layer that holds it."""
     seen: set[int] = set()
     out = []
@@ -174,7 +175,9 @@ def _labels_from_data(
     return [given[f"y:{n}"] for n in names]
 
 
-def _row(variable: Any, path: str, grad: np.ndarray | None, layer_rows: Any) -> VariableRow:
+def _row(
+    variable: KerasVariable, path: str, grad: np.ndarray | None, layer_rows: Any
+) -> VariableRow:
     status = status_of(grad)
     weight = np.asarray(variable.numpy(), dtype=np.float64)
     stats = None if grad is None else gradient_stats(grad, top=0)

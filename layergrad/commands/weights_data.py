@@ -18,6 +18,7 @@ from typing import Any
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
 from layergrad.core.results import LossMeta, ProbeMeta, VariableRow, WeightScanReport
+from layergrad.core.tf_types import Strategy
 from layergrad.core.vocab import Status
 
 
@@ -44,7 +45,7 @@ def scan_weights_data(
 def weights_over(
     loaded: Any,
     warnings: Sequence[str],
-    strategy: Any,
+    strategy: Strategy,
     options: ProbeOptions,
     loss: str | None = None,
     on_progress: Progress | None = None,

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import Strategy
 from layergrad.data import aggregates as tt
 from layergrad.data.devices import is_multi_worker
 
@@ -35,7 +36,7 @@ class Accumulators:
         shapes: the shape of each summary of one step (`summary_shapes`).
     """
 
-    def __init__(self, strategy: Any, shapes: dict[str, tuple[int, ...]]) -> None:
+    def __init__(self, strategy: Strategy, shapes: dict[str, tuple[int, ...]]) -> None:
         tf, _ = quiet_import()
         self.kinds: dict[str, int] = {}
         self.vars: dict[str, Any] = {}
@@ -89,7 +90,7 @@ class Accumulators:
                 first.assign(tf.minimum(first.read_value(), seen))
         self.batches.assign_add(tf.constant(1.0, tf.float64))
 
-    def totals(self, strategy: Any) -> dict[str, np.ndarray]:
+    def totals(self, strategy: Strategy) -> dict[str, np.ndarray]:
         """Every summary added up over batches and replicas (of every worker), as numpy."""
         if is_multi_worker(strategy):
             everyone = gather(strategy, lambda: {k: v.read_value() for k, v in self.vars.items()})
@@ -103,7 +104,7 @@ class Accumulators:
         }
 
 
-def gather(strategy: Any, local: Any) -> dict[str, np.ndarray]:
+def gather(strategy: Strategy, local: Any) -> dict[str, np.ndarray]:
     """Every replica's values of `local()` (a dict of tensors, read in replica context),
     stacked on a new first axis, on every worker: one collective all-gather per key."""
     tf, _ = quiet_import()
@@ -117,7 +118,7 @@ def gather(strategy: Any, local: Any) -> dict[str, np.ndarray]:
 
 
 def combine_workers(
-    strategy: Any, values: dict[str, np.ndarray], kinds: dict[str, int]
+    strategy: Strategy, values: dict[str, np.ndarray], kinds: dict[str, int]
 ) -> dict[str, np.ndarray]:
     """Totals each worker kept in numpy (`SampleTotals.dist`, say), combined over the workers
     by kind (`aggregates.SUM`, `MAX`, `MIN`) through the strategy's collectives; unchanged in one
@@ -143,7 +144,9 @@ def combine_workers(
     return {k: tt.combine(list(everyone[k]), kinds[k]) for k in values}
 
 
-def summary_shapes(strategy: Any, summaries: dict[str, Any]) -> dict[str, tuple[int, ...]] | None:
+def summary_shapes(
+    strategy: Strategy, summaries: dict[str, Any]
+) -> dict[str, tuple[int, ...]] | None:
     """The shape of each summary (tensors, symbolic or not, or per-replica values), or None
     when one is not known yet (a summary over an axis the model leaves open)."""
     shapes = {}

@@ -23,6 +23,7 @@ from typing import Any
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import Strategy
 
 DISTRIBUTIONS = ("mirrored", "multi-worker")
 MULTI_WORKER = "multi-worker"
@@ -76,7 +77,7 @@ def _multi_worker() -> Any:
     return tf.distribute.MultiWorkerMirroredStrategy()
 
 
-def is_multi_worker(strategy: Any) -> bool:
+def is_multi_worker(strategy: Strategy) -> bool:
     """Whether `strategy` spans several processes (its statistics meet through collectives)."""
     tf, _ = quiet_import()
     return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)

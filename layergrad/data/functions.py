@@ -28,6 +28,7 @@ import numpy as np
 
 from layergrad.core.errors import InputError
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import Dataset
 from layergrad.data.probe_input import InputSpec, check_fits, fit_array
 
 FUNCTION = re.compile(r"^(?P<target>.+):(?P<name>[A-Za-z_]\w*)$")
@@ -278,7 +279,7 @@ def _join(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
 
 
 def _from_tf_dataset(
-    dataset: Any, ref: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None
+    dataset: Dataset, ref: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None
 ) -> tuple[Any, int | None]:
     """Select and cast the inputs of a user's tf.data.Dataset, and cut it into batches."""
     tf, _ = quiet_import()

@@ -12,6 +12,7 @@ import numpy as np
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.limits import human
+from layergrad.core.tf_types import KerasLayer, KerasModel
 from layergrad.files.array_files import ArrayHeader, read_arrays, read_headers
 
 UNKNOWN_DIM = 16  # size used for a non-batch dimension the model leaves open (None)
@@ -64,7 +65,7 @@ class ProbeBatch:
         return int(self.arrays[0].shape[0]) if self.arrays and self.arrays[0].ndim else 1
 
 
-def input_specs(model: Any) -> tuple[InputSpec, ...]:
+def input_specs(model: KerasModel) -> tuple[InputSpec, ...]:
     """Read the model's input specs; raises InputError when the model does not declare them."""
     try:
         tensors = list(model.inputs)
@@ -152,7 +153,7 @@ def _drawn(rng: np.random.Generator, shape: tuple[int, ...], draw: InputDraw) ->
 PIXELS = 255.0  # a Rescaling that maps [0, 255] onto [0, 1] or [-1, 1] expects raw pixels
 
 
-def preprocessing_draws(model: Any) -> dict[str, InputDraw]:
+def preprocessing_draws(model: KerasModel) -> dict[str, InputDraw]:
     """For each float input whose first layer preprocesses it, the range the model expects.
 
     `Rescaling(scale, offset)` with 0 < scale < 1 maps raw x to x * scale + offset; the raw
@@ -330,7 +331,7 @@ def _np_dtype(dtype: str) -> str:
     return "float32" if dtype == "bfloat16" else dtype
 
 
-def integer_ranges(model: Any) -> dict[str, int]:
+def integer_ranges(model: KerasModel) -> dict[str, int]:
     """For each integer input, the exclusive upper bound of valid ids (Embedding `input_dim`).
 
     Looks at the layers that consume each input directly; an input feeding several such
@@ -344,7 +345,7 @@ def integer_ranges(model: Any) -> dict[str, int]:
     return bounds
 
 
-def _input_consumers(model: Any) -> Iterator[tuple[str, Any]]:
+def _input_consumers(model: KerasModel) -> Iterator[tuple[str, Any]]:
     """Yield `(input name, layer)` for each layer whose call takes a model input directly."""
     try:
         inputs = {id(t): t.name for t in model.inputs}
@@ -362,7 +363,7 @@ def _input_consumers(model: Any) -> Iterator[tuple[str, Any]]:
         yield next(iter(inputs.values())), _first_leaf(model.layers[0])
 
 
-def _first_leaf(layer: Any) -> Any:
+def _first_leaf(layer: KerasLayer) -> Any:
     """The first real layer inside a nested model (where its inputs go), else the layer."""
     while hasattr(layer, "layers") and layer.layers:
         layer = layer.layers[0]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import Dataset
 
 Shard = tuple[int, int]  # (this worker, workers)
 
@@ -24,7 +25,7 @@ class Part:
     sample in the whole data (a contiguous part) or its batches already followed by their
     samples' indices (`indexed`)."""
 
-    dataset: Any
+    dataset: Dataset
     samples: int | None
     offset: int = 0
     indexed: Any = None
@@ -32,7 +33,7 @@ class Part:
     stride: int = 1
 
 
-def with_sample_indices(dataset: Any, offset: int = 0) -> Any:
+def with_sample_indices(dataset: Dataset, offset: int = 0) -> Any:
     """Each batch of `dataset` (a tuple of tensors) followed by its samples' indices in the
     data (int64, from `offset`), whatever the batch sizes."""
     tf, _ = quiet_import()
@@ -62,7 +63,7 @@ def input_context(shard: Shard | None, replicas: int) -> Any:
     )
 
 
-def round_robin(dataset: Any, shard: Shard, batch_size: int) -> Part:
+def round_robin(dataset: Dataset, shard: Shard, batch_size: int) -> Part:
     """Batch j of the whole data goes to worker j % workers (every worker reads everything,
     as tf.distribute's sharding by data does): for sources that cannot be read in parts."""
     tf, _ = quiet_import()

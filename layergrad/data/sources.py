@@ -30,6 +30,7 @@ import numpy as np
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import Dataset
 from layergrad.data.functions import (
     Failure,
     function_source,
@@ -66,7 +67,7 @@ class DataStream:
         self,
         source: str,
         specs: Sequence[InputSpec],
-        dataset: Any,
+        dataset: Dataset,
         samples: int | None,
         failure: Failure,
         checked: bool = False,

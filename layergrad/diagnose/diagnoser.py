@@ -15,6 +15,7 @@ import numpy as np
 
 from layergrad.core.gradient_stats import dead_fraction, gradient_stats, status_of
 from layergrad.core.results import Cause, Endpoint, Result
+from layergrad.core.tf_types import KerasModel
 from layergrad.core.vocab import CauseCode, Status
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.diagnose import causes as why
@@ -34,7 +35,12 @@ class Diagnoser:
     """Causes for non-ok gradients of one model and probe batch (traces are cached)."""
 
     def __init__(
-        self, model: Any, batch: ProbeBatch, graph: ModelGraph | None, training: bool, reduce: str
+        self,
+        model: KerasModel,
+        batch: ProbeBatch,
+        graph: ModelGraph | None,
+        training: bool,
+        reduce: str,
     ) -> None:
         self.model, self.batch, self.graph = model, batch, graph
         self.training, self.reduce = training, reduce

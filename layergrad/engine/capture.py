@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import GradientTape, KerasModel, Tensor
 from layergrad.data import reductions as sm
 from layergrad.engine.layer_calls import check_all_called, check_input_call
 from layergrad.model.layer_refs import Site, input_names
@@ -76,7 +77,7 @@ class Recorder:
     """
 
     plan: Plan
-    tape: Any
+    tape: GradientTape
     calls: dict[str, int] = field(default_factory=dict)
     records: list[Record] = field(default_factory=list)
     captured: dict[Key, Any] = field(default_factory=dict)
@@ -100,7 +101,7 @@ class Recorder:
             site = Site(ref=f"{path}@{index}" if index else path, path=path, call=index)
         return self._record(site, flat)
 
-    def inputs(self, model: Any, tensors: list[Any]) -> list[Any]:
+    def inputs(self, model: KerasModel, tensors: list[Any]) -> list[Any]:
         """Record (and watch, as planned) the model inputs; return what the model is fed."""
         planned = {
             s.input_index: s
@@ -141,14 +142,14 @@ class Recorder:
             self.captured.setdefault(k, passed[0])
         return passed
 
-    def _summarise_forward(self, name: str, tensor: Any) -> None:
+    def _summarise_forward(self, name: str, tensor: Tensor) -> None:
         tf, _ = quiet_import()
         with self.tape.stop_recording():  # else the tape would keep |x| of every x
             self.forward[name] = sm.shared(sm.forward_summary)(tensor)
             if None in tuple(tensor.shape)[1:]:
                 self.open_dims[name] = tf.shape(tensor)[1:]
 
-    def _watch(self, name: str, tensor: Any) -> Any:
+    def _watch(self, name: str, tensor: Tensor) -> Any:
         """Hand `tensor` on through an identity whose gradient is summarised into an anchor."""
         tf, _ = quiet_import()
         one_unit = self.plan.data
@@ -188,7 +189,7 @@ class Recorder:
         tensor = self.captured[key(target)]
         return self._reduce(tensor) if is_float(tensor) else None
 
-    def _reduce(self, tensor: Any) -> Any:
+    def _reduce(self, tensor: Tensor) -> Any:
         tf, _ = quiet_import()
         if self.plan.reduce == "sum":
             return tf.reduce_sum(tensor)
@@ -247,7 +248,7 @@ def _dispatching(call: Callable[..., Any], path: str) -> Callable[..., Any]:
     return probed_call
 
 
-def is_float(tensor: Any) -> bool:
+def is_float(tensor: Tensor) -> bool:
     """Whether a tensor is floating-point (differentiable)."""
     return getattr(getattr(tensor, "dtype", None), "is_floating", False)
 

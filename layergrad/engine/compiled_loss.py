@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from layergrad.core.errors import InputError
+from layergrad.core.tf_types import KerasModel
 
 # How random labels are drawn, by a word in the loss's name (first match wins).
 _LABEL_KINDS = (
@@ -66,7 +67,7 @@ def loss_name(loss: Any) -> str:
     return str(loss)
 
 
-def compile_loss(model: Any, spec: LossSpec, optimizer: Any = "sgd") -> None:
+def compile_loss(model: KerasModel, spec: LossSpec, optimizer: Any = "sgd") -> None:
     """Compile `model` with the loss (and loss weights) of `spec` and `optimizer` (only
     `layergrad fit` steps it; the other commands only differentiate).
 

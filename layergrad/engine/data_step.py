@@ -21,6 +21,7 @@ import numpy as np
 
 from layergrad.core.errors import InputError, describe
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import Dataset, KerasModel, Strategy
 from layergrad.data import aggregates as tt
 from layergrad.data import reductions as sm
 from layergrad.data.accumulators import POSITION, Accumulators, single_totals, summary_shapes
@@ -95,7 +96,7 @@ class Step:
     every trace of the compiled step sees them.
     """
 
-    def __init__(self, model: Any, plan: Plan) -> None:
+    def __init__(self, model: KerasModel, plan: Plan) -> None:
         self.model, self.plan = model, plan
         self.layout = _Layout()  # filled while tracing (or running eagerly)
         self.traces = 0  # calls of `compute` in Python: traces, or eager runs
@@ -264,7 +265,7 @@ class _Unpack:
         return [] if where is None else [int(d) for d in self.totals["dims"][where]]
 
 
-def run_batch(model: Any, plan: Plan, inputs: Sequence[np.ndarray]) -> StreamRun:
+def run_batch(model: KerasModel, plan: Plan, inputs: Sequence[np.ndarray]) -> StreamRun:
     """The step on one batch, eagerly: what `scan` needs without keeping any gradient."""
     tf, _ = quiet_import()
     step = Step(model, plan)
@@ -276,10 +277,10 @@ def run_batch(model: Any, plan: Plan, inputs: Sequence[np.ndarray]) -> StreamRun
 
 
 def run_stream(
-    model: Any,
+    model: KerasModel,
     plan: Plan,
     stream: Any,
-    strategy: Any,
+    strategy: Strategy,
     on_progress: Progress | None = None,
 ) -> StreamRun:
     """The compiled step over every batch of a `datasets.DataStream`, under `strategy`.
@@ -385,7 +386,7 @@ def run_stream(
     return replace(run, replicas=replicas) if workers else run
 
 
-def with_sample_indices(dataset: Any, offset: int = 0) -> Any:
+def with_sample_indices(dataset: Dataset, offset: int = 0) -> Any:
     """Each batch of `dataset` followed by its samples' indices (`shards.with_sample_indices`)."""
     from layergrad.data.shards import with_sample_indices as indexed
 
@@ -415,7 +416,7 @@ def _masked(summaries: dict[str, Any], empty: Any) -> dict[str, Any]:
     return out
 
 
-def _fused(strategy: Any, concrete: Any, acc: Accumulators, signature: list[Any]) -> Any:
+def _fused(strategy: Strategy, concrete: Any, acc: Accumulators, signature: list[Any]) -> Any:
     """One compiled call per batch: the traced step, then adding its summaries up (its
     concrete function: calling it skips the signature matching of each call)."""
     tf, _ = quiet_import()
@@ -426,7 +427,7 @@ def _fused(strategy: Any, concrete: Any, acc: Accumulators, signature: list[Any]
     ).get_concrete_function()
 
 
-def _is_default(strategy: Any) -> bool:
+def _is_default(strategy: Strategy) -> bool:
     """Whether `strategy` is TensorFlow's default one (a single device, no distribution)."""
     return type(strategy).__name__ == "_DefaultDistributionStrategy"
 
@@ -450,7 +451,7 @@ def _guarded(run: Callable[[], Any], what: str, source: str | None = None) -> An
         ) from exc
 
 
-def _call_model(model: Any, inputs: list[Any], training: bool) -> Any:
+def _call_model(model: KerasModel, inputs: list[Any], training: bool) -> Any:
     """Call the model the way it was built to be called (one tensor, a list or a dict)."""
     _, keras = quiet_import()
     structure = getattr(model, "_inputs_struct", None)

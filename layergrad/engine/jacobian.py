@@ -26,6 +26,7 @@ import numpy as np
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.results import FrobeniusNorms, JacobianStats, Result, SpectralNorms
+from layergrad.core.tf_types import GradientTape
 from layergrad.core.vocab import JacobianMethod, Measure, Status
 from layergrad.engine import lanczos
 from layergrad.engine.linear_map import LinearMap
@@ -78,7 +79,7 @@ def no_batch_axis(source: Any, target: Any) -> str | None:
 
 
 def measure_jacobian(
-    tape: Any, source: Any, target: Any, options: JacobianOptions
+    tape: GradientTape, source: Any, target: Any, options: JacobianOptions
 ) -> tuple[JacobianStats, tuple[str, ...]]:
     """Norms of d target[i] / d source[i] for every sample, from a live persistent tape.
 

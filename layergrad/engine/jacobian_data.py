@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from layergrad.core.results import FrobeniusNorms, JacobianStats, SpectralNorms
+from layergrad.core.tf_types import KerasModel
 from layergrad.core.vocab import JacobianMethod
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.data.sample_ranking import NormTotals
@@ -98,7 +99,7 @@ def data_batches(stream: Any) -> Iterator[tuple[ProbeBatch, np.ndarray]]:
 
 
 def inspect_jacobians(
-    model: Any,
+    model: KerasModel,
     stream: Any,
     source: Site,
     targets: Sequence[Site],
@@ -166,7 +167,7 @@ def _kept_method(how: JacobianOptions, pair: PairTotals) -> JacobianOptions:
 
 
 def scan_jacobians(
-    model: Any,
+    model: KerasModel,
     stream: Any,
     target: Site | None,
     how: JacobianOptions,

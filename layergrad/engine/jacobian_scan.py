@@ -20,6 +20,7 @@ import numpy as np
 from layergrad.core.errors import InputError
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.results import FrobeniusNorms, ScanJacobian, ScanRow
+from layergrad.core.tf_types import GradientTape, Tensor
 from layergrad.core.vocab import Status
 from layergrad.engine.jacobian import (
     CHUNK_ENTRIES,
@@ -103,7 +104,7 @@ def scan_frobenius(
     return norms, tuple(notes)
 
 
-def _batched(tensor: Any, batch: int) -> bool:
+def _batched(tensor: Tensor, batch: int) -> bool:
     dtype = getattr(tensor, "dtype", None)
     shape = getattr(tensor, "shape", None)
     return (
@@ -135,7 +136,9 @@ class _Products:
     diagonal blocks, for B times the work.
     """
 
-    def __init__(self, tape: Any, ends: Sequence[Any], watched: list[Any], batch: int, m: int):
+    def __init__(
+        self, tape: GradientTape, ends: Sequence[Any], watched: list[Any], batch: int, m: int
+    ):
         self.tape, self.ends, self.watched = tape, list(ends), watched
         self.batch, self.m = batch, m
         self.per_sample = False

@@ -16,6 +16,7 @@ import numpy as np
 
 from layergrad.core.errors import InputError, LayerNotFound, describe
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import GradientTape, KerasLayer, KerasModel, Tensor
 from layergrad.model.layer_refs import Site
 
 
@@ -45,11 +46,11 @@ def unique_leaves(layers: Iterable[tuple[str, Any]]) -> list[tuple[Any, str, Non
     return out
 
 
-def is_model(layer: Any) -> bool:
+def is_model(layer: KerasLayer) -> bool:
     return hasattr(layer, "layers") and isinstance(getattr(layer, "layers", None), list)
 
 
-def is_float(tensor: Any) -> bool:
+def is_float(tensor: Tensor) -> bool:
     return getattr(getattr(tensor, "dtype", None), "is_floating", False)
 
 
@@ -57,7 +58,7 @@ def call_key(site: Site) -> tuple[str, int]:
     return (site.path, site.call)
 
 
-def forward(model: Any, inputs: list[Any], training: bool) -> Any:
+def forward(model: KerasModel, inputs: list[Any], training: bool) -> Any:
     """Call the model the way it was built to be called (one tensor, a list or a dict)."""
     tf, keras = quiet_import()
     structure = getattr(model, "_inputs_struct", None)
@@ -75,7 +76,9 @@ def forward(model: Any, inputs: list[Any], training: bool) -> Any:
         ) from exc
 
 
-def gradients_of(tape: Any, scalar: Any, watched: list[Any]) -> tuple[np.ndarray | None, ...]:
+def gradients_of(
+    tape: GradientTape, scalar: Any, watched: list[Any]
+) -> tuple[np.ndarray | None, ...]:
     if scalar is None:
         return tuple(None for _ in watched)
     floats = [w if is_float(w) else None for w in watched]
@@ -86,14 +89,14 @@ def gradients_of(tape: Any, scalar: Any, watched: list[Any]) -> tuple[np.ndarray
     )
 
 
-def to_numpy(tensor: Any) -> np.ndarray:
+def to_numpy(tensor: Tensor) -> np.ndarray:
     if hasattr(tensor, "values") and hasattr(tensor, "indices"):  # IndexedSlices
         tf, _ = quiet_import()
         tensor = tf.convert_to_tensor(tensor)
     return np.asarray(tensor.numpy())
 
 
-def activation(site: Site, tensor: Any, output: int = 0) -> Activation:
+def activation(site: Site, tensor: Tensor, output: int = 0) -> Activation:
     return Activation(
         site=site,
         shape=tuple(int(d) for d in tensor.shape),
@@ -103,7 +106,7 @@ def activation(site: Site, tensor: Any, output: int = 0) -> Activation:
     )
 
 
-def fresh(tensor: Any) -> Any:
+def fresh(tensor: Tensor) -> Any:
     """A new tensor equal to `tensor`, so that watching it leaves other uses of the original
     (a skip connection around a layer that returns its input, e.g. Dropout in inference)
     outside the gradient. The Keras mask travels with it."""

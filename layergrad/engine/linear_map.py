@@ -18,6 +18,7 @@ import math
 from typing import Any
 
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import GradientTape
 
 
 class LinearMap:
@@ -30,7 +31,7 @@ class LinearMap:
         independent: whether to[i] depends on from[i] alone; the `*_blocks` methods use it.
     """
 
-    def __init__(self, tape: Any, source: Any, target: Any) -> None:
+    def __init__(self, tape: GradientTape, source: Any, target: Any) -> None:
         self.tape, self.source, self.target = tape, source, target
         self.batch = int(source.shape[0])
         self.n = math.prod(int(d) for d in source.shape[1:])

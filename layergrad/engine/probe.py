@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import GradientTape, KerasModel
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.engine.layer_calls import (
     Activation,
@@ -46,7 +47,7 @@ class ProbeRun:
 
 
 def run_probe(
-    model: Any,
+    model: KerasModel,
     batch: ProbeBatch,
     sources: Sequence[Site],
     targets: Sequence[Site],
@@ -89,7 +90,7 @@ class LiveProbe:
     vector-Jacobian products and Jacobians can be taken from it (`jacobian.py`).
     """
 
-    tape: Any
+    tape: GradientTape
     source_sites: tuple[Site, ...]
     target_sites: tuple[Site, ...]
     sources: tuple[Any, ...]
@@ -98,7 +99,7 @@ class LiveProbe:
 
 
 def live_probe(
-    model: Any,
+    model: KerasModel,
     batch: ProbeBatch,
     sources: Sequence[Site],
     targets: Sequence[Site],

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import KerasLayer
 
 # Ops whose gradient is None (or is registered but returns None): a list is needed as well as
 # the registry, because Round, Floor and ArgMax *have* registered gradient functions.
@@ -63,7 +64,7 @@ class TracedCall:
     unused: tuple[int, ...]
 
 
-def trace_call(layer: Any, args: Any, training: bool) -> TracedCall | None:
+def trace_call(layer: KerasLayer, args: Any, training: bool) -> TracedCall | None:
     """Trace `layer` on arguments shaped like `args` (TensorSpecs); None if it cannot be traced."""
     tf, _ = quiet_import()
     if not isinstance(args, (tuple, list)) or not args:

@@ -14,6 +14,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import GradientTape, KerasModel, KerasVariable
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.engine.layer_calls import (
     Activation,
@@ -73,7 +74,7 @@ class TraceMode(TypedDict):
 
 
 def run_trace(
-    model: Any,
+    model: KerasModel,
     batch: ProbeBatch,
     target: Site | None = None,
     *,
@@ -81,7 +82,7 @@ def run_trace(
     reduce: str = "sum",
     seed: int = 0,
     objective: Objective | None = None,
-    variables: Sequence[Any] = (),
+    variables: Sequence[KerasVariable] = (),
 ) -> Trace:
     """Capture and watch every leaf-layer call; one backward pass from `target` to all of them.
 
@@ -116,7 +117,7 @@ class LiveTrace:
     need more than one gradient (`jacobian_scan.py`).
     """
 
-    tape: Any
+    tape: GradientTape
     records: tuple[tuple[Site, tuple[Any, ...], Any], ...]
     outputs: Any
     ends: tuple[Any, ...]
@@ -125,7 +126,7 @@ class LiveTrace:
 
 
 def live_trace(
-    model: Any,
+    model: KerasModel,
     batch: ProbeBatch,
     target: Site | None = None,
     *,
@@ -180,7 +181,7 @@ def live_trace(
     return LiveTrace(tape, tuple(records), outputs, ends, scalar, target_act)
 
 
-def trace_gradients(live: LiveTrace, variables: Sequence[Any] = ()) -> Trace:
+def trace_gradients(live: LiveTrace, variables: Sequence[KerasVariable] = ()) -> Trace:
     """The backward pass of `run_trace`: d target / d every watched call (and `variables`)."""
     tf, _ = quiet_import()
     records = live.records

@@ -30,6 +30,7 @@ import numpy as np
 from layergrad.core.errors import InputError
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.results import GradientNoise
+from layergrad.core.tf_types import Dataset, KerasModel, KerasVariable, Strategy
 from layergrad.data.accumulators import Accumulators, summary_shapes
 
 Progress = Callable[[int, "int | None"], None]
@@ -49,12 +50,12 @@ class WeightTotals:
 
 
 def stream_weight_gradients(
-    model: Any,
-    variables: Sequence[Any],
+    model: KerasModel,
+    variables: Sequence[KerasVariable],
     layers: Sequence[str],
     objective: Objective,
-    dataset: Any,
-    strategy: Any,
+    dataset: Dataset,
+    strategy: Strategy,
     *,
     training: bool = False,
     check_batch: Callable[[int, Any], int] | None = None,

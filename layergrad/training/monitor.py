@@ -31,6 +31,7 @@ from layergrad.core.fit_results import (
     VariableStats,
 )
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import KerasModel, KerasVariable
 from layergrad.core.vocab import Finding
 from layergrad.training import rules
 from layergrad.training.step_hook import (
@@ -258,7 +259,7 @@ def _any_nonfinite(checkpoint: Checkpoint) -> bool:
     return any(r.nonfinite_gradient or r.nonfinite_activation for r in checkpoint.layers)
 
 
-def _layers_and_variables(model: Any) -> tuple[list[LayerVariables], list[Any]]:
+def _layers_and_variables(model: KerasModel) -> tuple[list[LayerVariables], list[Any]]:
     """Every leaf layer once (nested models expanded), with its trainable variables' indices."""
     from layergrad.engine.layer_calls import unique_leaves
     from layergrad.model.layer_refs import iter_layers
@@ -277,7 +278,7 @@ def _layers_and_variables(model: Any) -> tuple[list[LayerVariables], list[Any]]:
     return layers, variables
 
 
-def _variable_row(variable: Any, layer: str, row: np.ndarray) -> VariableStats:
+def _variable_row(variable: KerasVariable, layer: str, row: np.ndarray) -> VariableStats:
     missing = row[WEIGHT_SQ] < 0
     units = row[UNITS]
     return VariableStats(
@@ -311,7 +312,7 @@ def _layer_row(
     )
 
 
-def _loss_name(model: Any) -> str:
+def _loss_name(model: KerasModel) -> str:
     loss = getattr(model, "loss", None)
     if loss is None:
         return ""
@@ -330,7 +331,7 @@ def _loss_name_of(loss: Any) -> str:
     return str(getattr(loss, "name", None) or getattr(loss, "__name__", type(loss).__name__))
 
 
-def _output_units(model: Any) -> list[int]:
+def _output_units(model: KerasModel) -> list[int]:
     try:
         return [int(t.shape[-1]) if len(t.shape) else 1 for t in model.outputs]
     except (AttributeError, ValueError, TypeError):

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import KerasLayer, KerasModel, KerasVariable, Tensor
 from layergrad.engine.layer_calls import capturing
 
 BINS = 30  # histogram buckets per layer gradient (TensorBoard's default)
@@ -45,7 +46,7 @@ class LayerVariables:
     """A layer the monitor reports on: its path, and the indices of its trainable variables."""
 
     path: str
-    layer: Any
+    layer: KerasLayer
     variables: tuple[int, ...]
 
 
@@ -64,9 +65,9 @@ class StepHook:
 
     def __init__(
         self,
-        model: Any,
+        model: KerasModel,
         layers: Sequence[LayerVariables],
-        variables: Sequence[Any],
+        variables: Sequence[KerasVariable],
         histograms: bool,
     ) -> None:
         tf, _ = quiet_import()
@@ -291,7 +292,7 @@ class StepHook:
         return [self.histogram.assign(tf.stack(counts)), self.ranges.assign(tf.stack(ranges))]
 
 
-def applying_optimizer(model: Any) -> Any:
+def applying_optimizer(model: KerasModel) -> Any:
     """The optimizer that applies the gradients: a `LossScaleOptimizer`'s inner one.
 
     Raises:
@@ -313,12 +314,12 @@ def _values(gradient: Any) -> Any:
     return gradient.values if hasattr(gradient, "indices") else gradient
 
 
-def _nonfinite(tensor: Any) -> Any:
+def _nonfinite(tensor: Tensor) -> Any:
     tf, _ = quiet_import()
     return tf.reduce_sum(tf.cast(~tf.math.is_finite(tensor), tf.float32))
 
 
-def _dead_units(tensor: Any) -> Any:
+def _dead_units(tensor: Tensor) -> Any:
     """[units of the last axis exactly 0 for every sample, units] (zeros below rank 2)."""
     tf, _ = quiet_import()
     rank = tensor.shape.rank
@@ -329,7 +330,7 @@ def _dead_units(tensor: Any) -> Any:
     return tf.stack([tf.reduce_sum(tf.cast(zero, tf.float32)), units])
 
 
-def _var_key(model: Any, variable: Any) -> Any:
+def _var_key(model: KerasModel, variable: KerasVariable) -> Any:
     """The optimizer's own key of a variable (Keras or tf.Variable, mirrored or not)."""
     key: Callable[[Any], Any] = applying_optimizer(model)._var_key
     return key(variable)
