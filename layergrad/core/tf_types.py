@@ -20,3 +20,5 @@ TFFunction: TypeAlias = Any  # a tf.function, or one of its concrete functions
 TFOperation: TypeAlias = Any  # tf.Operation: a node of a traced graph
 TFModule: TypeAlias = Any  # the `tensorflow` module itself (imported lazily)
 H5Object: TypeAlias = Any  # an h5py.File, Group or Dataset
+TensorSpec: TypeAlias = Any  # tf.TensorSpec: the shape and dtype of a traced argument
+KerasModule: TypeAlias = Any  # the `keras` module itself (imported lazily)

@@ -9,12 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import numpy as np
 
 from layergrad.core.keras_backend import quiet_import
-from layergrad.core.tf_types import GradientTape, KerasModel, KerasVariable
+from layergrad.core.tf_types import (
+    GradientTape,
+    KerasModel,
+    KerasVariable,
+    Tensor,
+    TensorSpec,
+    TensorTree,
+)
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.engine.layer_calls import (
     Activation,
@@ -49,7 +56,7 @@ class Trace:
     activations: tuple[Activation, ...]
     gradients: tuple[np.ndarray | None, ...]
     target: Activation | None
-    args: tuple[Any, ...] = ()
+    args: tuple[TensorSpec, ...] = ()
     arg_sources: tuple[tuple[int | None, ...], ...] = ()
     variable_gradients: tuple[np.ndarray | None, ...] = ()
     outputs: tuple[int | None, ...] = ()
@@ -62,7 +69,7 @@ class Trace:
         return None
 
 
-Objective = Callable[[Any], Any]  # the model's outputs -> the scalar to differentiate
+Objective = Callable[[TensorTree], Tensor]  # the model's outputs -> the scalar to differentiate
 
 
 class TraceMode(TypedDict):
@@ -118,10 +125,10 @@ class LiveTrace:
     """
 
     tape: GradientTape
-    records: tuple[tuple[Site, tuple[Any, ...], Any], ...]
-    outputs: Any
-    ends: tuple[Any, ...]
-    scalar: Any
+    records: tuple[tuple[Site, tuple[Tensor, ...], TensorTree], ...]
+    outputs: TensorTree
+    ends: tuple[Tensor, ...]
+    scalar: Tensor
     target: Activation | None
 
 
@@ -142,11 +149,11 @@ def live_trace(
     tf, _ = quiet_import()
     reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
     tensors = [tf.convert_to_tensor(a) for a in batch.arrays]
-    records: list[tuple[Site, tuple[Any, ...], Any]] = []
+    records: list[tuple[Site, tuple[Tensor, ...], TensorTree]] = []
     tape = tf.GradientTape(persistent=persistent)
     with tape:
 
-        def on_call(key: tuple[str, int], flat: list[Any], args: Any) -> list[Any]:
+        def on_call(key: tuple[str, int], flat: list[Tensor], args: TensorTree) -> list[Tensor]:
             copies = [fresh(t) if is_float(t) else t for t in flat]
             for t in copies:
                 if is_float(t):
@@ -208,13 +215,13 @@ def trace_gradients(live: LiveTrace, variables: Sequence[KerasVariable] = ()) ->
     )
 
 
-def _specs(args: Any) -> Any:
+def _specs(args: TensorTree) -> TensorTree:
     """The call's arguments with each tensor replaced by a TensorSpec whose batch axis is open."""
     if args is None:
         return None
     tf, _ = quiet_import()
 
-    def spec(t: Any) -> Any:
+    def spec(t: Tensor) -> object:
         if not _is_tensor(t):
             return t
         return tf.TensorSpec((None, *t.shape[1:]) if t.shape.rank else (), t.dtype)
@@ -222,11 +229,11 @@ def _specs(args: Any) -> Any:
     return tf.nest.map_structure(spec, args)
 
 
-def _sources(args: Any, produced: dict[int, int]) -> tuple[int | None, ...]:
+def _sources(args: TensorTree, produced: dict[int, int]) -> tuple[int | None, ...]:
     """For each tensor among a call's flattened arguments, the activation it is (or None)."""
     tf, _ = quiet_import()
     return tuple(produced.get(id(t)) for t in tf.nest.flatten(args or ()) if _is_tensor(t))
 
 
-def _is_tensor(value: Any) -> bool:
+def _is_tensor(value: object) -> bool:
     return hasattr(value, "dtype") and hasattr(value, "shape") and hasattr(value.shape, "rank")
