@@ -22,3 +22,7 @@ TFModule: TypeAlias = Any  # the `tensorflow` module itself (imported lazily)
 H5Object: TypeAlias = Any  # an h5py.File, Group or Dataset
 TensorSpec: TypeAlias = Any  # tf.TensorSpec: the shape and dtype of a traced argument
 KerasModule: TypeAlias = Any  # the `keras` module itself (imported lazily)
+TFVariable: TypeAlias = Any  # tf.Variable: a running total of the compiled step
+InputContext: TypeAlias = Any  # tf.distribute.InputContext: which shard a worker reads
+KerasOptimizer: TypeAlias = Any  # keras.optimizers.Optimizer
+SummaryWriter: TypeAlias = Any  # tf.summary.SummaryWriter: TensorBoard event files

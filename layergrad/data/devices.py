@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.keras_backend import quiet_import
@@ -29,7 +28,7 @@ DISTRIBUTIONS = ("mirrored", "multi-worker")
 MULTI_WORKER = "multi-worker"
 
 
-def strategy_for(distribute: str | None, cpu_replicas: int | None = None) -> Any:
+def strategy_for(distribute: str | None, cpu_replicas: int | None = None) -> Strategy:
     """The tf.distribute strategy for `--distribute` / `--cpu-replicas`.
 
     Args:
@@ -71,7 +70,7 @@ def strategy_for(distribute: str | None, cpu_replicas: int | None = None) -> Any
 
 
 @functools.cache
-def _multi_worker() -> Any:
+def _multi_worker() -> Strategy:
     """The process's one MultiWorkerMirroredStrategy (it connects to the other workers)."""
     tf, _ = quiet_import()
     return tf.distribute.MultiWorkerMirroredStrategy()

@@ -6,9 +6,9 @@ import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.limits import human
@@ -191,7 +191,7 @@ def preprocessing_draws(model: KerasModel) -> dict[str, InputDraw]:
     return out
 
 
-def _scalar(value: Any) -> float | None:
+def _scalar(value: object) -> float | None:
     array = np.asarray(value, dtype=np.float64).reshape(-1)
     return float(array[0]) if array.size and np.all(array == array[0]) else None
 
@@ -301,7 +301,9 @@ def fit_array(array: np.ndarray, spec: InputSpec, where: str) -> np.ndarray:
     return array
 
 
-def check_fits(shape: tuple[int | None, ...], dtype: Any, spec: InputSpec, where: str) -> None:
+def check_fits(
+    shape: tuple[int | None, ...], dtype: DTypeLike, spec: InputSpec, where: str
+) -> None:
     """Raise InputError unless an array of `shape` and `dtype` can feed the input `spec`.
 
     A None in `shape` (a size not known yet, as in a tf.data element spec) is not checked.
@@ -345,7 +347,7 @@ def integer_ranges(model: KerasModel) -> dict[str, int]:
     return bounds
 
 
-def _input_consumers(model: KerasModel) -> Iterator[tuple[str, Any]]:
+def _input_consumers(model: KerasModel) -> Iterator[tuple[str, KerasLayer]]:
     """Yield `(input name, layer)` for each layer whose call takes a model input directly."""
     try:
         inputs = {id(t): t.name for t in model.inputs}
@@ -363,7 +365,7 @@ def _input_consumers(model: KerasModel) -> Iterator[tuple[str, Any]]:
         yield next(iter(inputs.values())), _first_leaf(model.layers[0])
 
 
-def _first_leaf(layer: KerasLayer) -> Any:
+def _first_leaf(layer: KerasLayer) -> KerasLayer:
     """The first real layer inside a nested model (where its inputs go), else the layer."""
     while hasattr(layer, "layers") and layer.layers:
         layer = layer.layers[0]
