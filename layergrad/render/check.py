@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from rich.console import RenderableType
 from rich.text import Text
@@ -73,7 +72,7 @@ def _kind(c: CheckItem) -> str:
     return " (warning)" if c.findings and not c.failures and c.passed else ""
 
 
-def as_json(verdicts: Sequence[FileVerdict], **_: Any) -> str:
+def as_json(verdicts: Sequence[FileVerdict], **_: object) -> str:
     """The `layergrad.check/1` JSON document."""
     doc = {
         "schema": SCHEMA,
@@ -103,7 +102,7 @@ def as_json(verdicts: Sequence[FileVerdict], **_: Any) -> str:
     return json.dumps(doc, indent=2)
 
 
-def markdown(verdicts: Sequence[FileVerdict], **_: Any) -> str:
+def markdown(verdicts: Sequence[FileVerdict], **_: object) -> str:
     """A markdown summary for a pull-request comment."""
     head = f"**layergrad check**: {summary_line(verdicts)}\n\n"
     rows = [
@@ -125,7 +124,7 @@ def _md_verdict(v: FileVerdict) -> str:
     return f"⚠️ pass{warned}" if count else "✅ pass"
 
 
-def html(value: Sequence[FileVerdict], **_: Any) -> str:
+def html(value: Sequence[FileVerdict], **_: object) -> str:
     """One self-contained HTML page (inline style and charts, nothing fetched)."""
     from layergrad.render.html_report import check_html
 

@@ -11,7 +11,6 @@ import io
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -199,7 +198,7 @@ def causes_lines(causes: Iterable[Cause]) -> list[Text]:
     return lines
 
 
-def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
+def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, object]:
     """The `model` and `probe` members shared by the JSON documents."""
     return {
         "model": {
@@ -220,11 +219,11 @@ def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
     }
 
 
-def gradient_json(g: GradientStats | None, *, shape: bool = False) -> dict[str, Any] | None:
+def gradient_json(g: GradientStats | None, *, shape: bool = False) -> dict[str, object] | None:
     """A gradient's statistics as a JSON-ready dict (with its shape for `inspect`)."""
     if g is None:
         return None
-    numbers = {
+    numbers: dict[str, object] = {
         "l2": g.l2,
         "mean_abs": g.mean_abs,
         "max_abs": g.max_abs,
@@ -234,7 +233,7 @@ def gradient_json(g: GradientStats | None, *, shape: bool = False) -> dict[str, 
     return {"shape": list(g.shape), **numbers} if shape else numbers
 
 
-def cause_json(c: Cause) -> dict[str, Any]:
+def cause_json(c: Cause) -> dict[str, object]:
     """A cause as `{code, layer, message, hint}` (the op, if any, is named in the message)."""
     message = f"{c.message} (op {c.op})" if c.op else c.message
     return {"code": c.code, "layer": c.layer, "message": message, "hint": c.hint}
