@@ -296,8 +296,9 @@ def _npz(
             "input the same number of samples"
         )
     total = next(iter(counts.values()))
-    stored = [layouts[s.name] for s in specs]
-    if all(stored):  # np.savez: tf.data reads the rows in place
+    found = [layouts[s.name] for s in specs]
+    stored = [layout for layout in found if layout is not None]
+    if len(stored) == len(found):  # np.savez: tf.data reads the rows in place
         return (
             _records(stored, specs, batch_size, limit),
             total,
