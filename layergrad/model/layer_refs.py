@@ -7,10 +7,13 @@ import fnmatch
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from layergrad.core.errors import LayerNotFound
 from layergrad.core.tf_types import KerasLayer, KerasModel
+
+if TYPE_CHECKING:
+    from layergrad.model.graph import ModelGraph
 
 _CALL_SUFFIX = re.compile(r"^(?P<base>.+)@(?P<call>\d+)$")
 _INDEX = re.compile(r"^-?\d+$")
@@ -46,7 +49,7 @@ def ref_of(key: CallKey) -> str:
     return f"{path}@{call}" if call else path
 
 
-def iter_layers(model: KerasModel, prefix: str = "") -> Iterator[tuple[str, Any]]:
+def iter_layers(model: KerasModel, prefix: str = "") -> Iterator[tuple[str, KerasLayer]]:
     """Yield `(path, layer)` for every layer of `model`, nested models expanded depth-first."""
     for layer in model.layers:
         path = f"{prefix}{layer.name}"
@@ -87,7 +90,7 @@ def resolve(model: KerasModel, ref: str) -> Site:
     raise LayerNotFound(_not_found_message(base, [*names, *layers]))
 
 
-def check_in_graph(graph: Any, refs: Sequence[str], globs: Sequence[str] = ()) -> None:
+def check_in_graph(graph: ModelGraph, refs: Sequence[str], globs: Sequence[str] = ()) -> None:
     """Check layer references and `--layers` globs against the graph read from the file.
 
     The same rules as `resolve`, without TensorFlow, so a typo fails before the model loads.
