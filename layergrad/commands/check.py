@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from layergrad.commands import check_steps as steps
 from layergrad.commands.baseline import (
@@ -40,6 +40,18 @@ from layergrad.core.tf_types import KerasModel
 from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding
 from layergrad.diagnose.regressions import DEFAULT_TOLERANCE
 from layergrad.files.file_info import FileInfo, read_file_info
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from layergrad.commands.session import Session
+    from layergrad.core.results import ScanRow, WeightScanReport
+    from layergrad.core.tf_types import Strategy
+    from layergrad.data.sources import DataStream
+    from layergrad.engine.data_step import StreamRun
+    from layergrad.engine.loader import LoadedModel
+
+    Opened = tuple[LoadedModel, tuple[str, ...], Strategy | None]  # what `session.load` returns
 
 
 @dataclass(frozen=True)
@@ -181,7 +193,7 @@ def _load(
     options: CheckOptions,
     probe: ProbeOptions,
     add: Add,
-) -> tuple[Any, tuple[str, ...], Any] | None:
+) -> Opened | None:
     """Load the model (`session.load`) and record the `loads` check; None when it fails."""
     from layergrad.commands import session
 
@@ -286,10 +298,10 @@ def _dynamic_data(
 
 def _baseline_over_data(
     path: str | os.PathLike[str],
-    opened: tuple[Any, tuple[str, ...], Any],
-    batches: Any,
-    run: Any,
-    rows: Any,
+    opened: Opened,
+    batches: DataStream,
+    run: StreamRun,
+    rows: tuple[ScanRow, ...],
     probe: ProbeOptions,
     options: CheckOptions,
     add: Add,
@@ -325,8 +337,12 @@ def _baseline_over_data(
 
 
 def _first_batch(
-    loaded: Any, batches: Any, info: FileInfo, options: CheckOptions, names: list[str] | None
-) -> Any:
+    loaded: LoadedModel,
+    batches: DataStream,
+    info: FileInfo,
+    options: CheckOptions,
+    names: list[str] | None,
+) -> Session:
     """A session on the first batch of --data, with its labels when they fit (`names`)."""
     from layergrad.commands.scan import untrained_batchnorm
     from layergrad.commands.session import Session
@@ -344,7 +360,9 @@ def _first_batch(
     return Session(info.path, model, info, batch, probe, diagnoser)
 
 
-def _dead_over_data(model: KerasModel, batches: Any, weights: Any, training: bool) -> Any:
+def _dead_over_data(
+    model: KerasModel, batches: DataStream, weights: WeightScanReport, training: bool
+) -> WeightScanReport:
     """The weight scan with only the dead layers of its batch that are dead for every sample
     of the data (one more forward pass over the data, only when a layer is dead)."""
     import numpy as np
@@ -357,7 +375,7 @@ def _dead_over_data(model: KerasModel, batches: Any, weights: Any, training: boo
     if not weights.dead_layers:
         return weights
     sites = [resolve(model, ref) for ref, _ in weights.dead_layers]
-    masks: list[Any] = [None] * len(sites)
+    masks: list[np.ndarray | None] = [None] * len(sites)
     names = tuple(s.name for s in batches.specs)
     for tensors in batches.dataset:
         arrays = tuple(np.asarray(t.numpy()) for t in tensors)
@@ -375,7 +393,7 @@ def _dead_over_data(model: KerasModel, batches: Any, weights: Any, training: boo
     return replace(weights, dead_layers=dead)
 
 
-def _weights_of(session: Any, options: CheckOptions) -> tuple[Any, bool]:
+def _weights_of(session: Session, options: CheckOptions) -> tuple[WeightScanReport, bool]:
     """The weight scan of the session (the loss, or the outputs' projection) and whether a
     loss was found."""
     from layergrad.commands.weight_scan import scan_weights
