@@ -14,7 +14,6 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
@@ -22,7 +21,7 @@ from layergrad.commands.session import load
 from layergrad.core.errors import InputError
 from layergrad.core.fit_results import FitReport
 from layergrad.core.probe_options import PathLike, ProbeOptions
-from layergrad.core.tf_types import KerasModel
+from layergrad.core.tf_types import Dataset, KerasModel, TensorTree
 
 DEFAULT_STEPS = 300
 SHUFFLE_BUFFER = 10_000  # samples held for shuffling: memory stays bounded
@@ -127,7 +126,7 @@ def fit_model(
     return replace(monitor.report, path=info.path, data=os.fspath(data))
 
 
-def _compile(model: KerasModel, compiled: Mapping[str, Any], options: FitOptions) -> str:
+def _compile(model: KerasModel, compiled: Mapping[str, object], options: FitOptions) -> str:
     """Compile with the file's (or the given) optimizer and loss; return the loss's name."""
     from layergrad.core.keras_backend import quiet_import
     from layergrad.engine.compiled_loss import compile_loss, find_loss
@@ -162,7 +161,7 @@ def _compile(model: KerasModel, compiled: Mapping[str, Any], options: FitOptions
 
 def _dataset(
     model: KerasModel, path: str, options: FitOptions, limit: int | None
-) -> tuple[Any, int, dict[str, np.ndarray]]:
+) -> tuple[Dataset, int, dict[str, np.ndarray]]:
     """(x, y) batches, shuffled within a bounded buffer; the number of samples; the labels."""
     from layergrad.core.keras_backend import quiet_import
     from layergrad.data.probe_input import input_specs
@@ -187,7 +186,7 @@ def _dataset(
     names = list(labels)
     outputs = [n.removeprefix("y:") for n in names]
 
-    def pack(inputs: Any, targets: Any) -> Any:
+    def pack(inputs: TensorTree, targets: TensorTree) -> tuple[TensorTree, TensorTree]:
         flat = list(inputs)
         if structure is not None and len(keras.tree.flatten(structure)) == len(flat):
             x = keras.tree.pack_sequence_as(structure, flat)
