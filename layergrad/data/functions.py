@@ -22,13 +22,14 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import cast
 
 import numpy as np
 
 from layergrad.core.errors import InputError
 from layergrad.core.keras_backend import quiet_import
-from layergrad.core.tf_types import Dataset, InputContext, TensorSpec, TensorTree
+from layergrad.core.tf_types import Dataset, InputContext, Tensor, TensorSpec, TensorTree
 from layergrad.data.probe_input import InputSpec, check_fits, fit_array
 
 FUNCTION = re.compile(r"^(?P<target>.+):(?P<name>[A-Za-z_]\w*)$")
@@ -200,7 +201,7 @@ def _load_function(ref: str) -> Callable[[], object]:
     return function
 
 
-def _import_file(path: Path, ref: str) -> TensorTree:
+def _import_file(path: Path, ref: str) -> ModuleType:
     if not path.is_file():
         raise InputError(f"--data {ref}: no such file {path}; pass FILE.py:function")
     spec = importlib.util.spec_from_file_location(f"_layergrad_data_{path.stem}", path)
@@ -310,7 +311,7 @@ def _from_tf_dataset(
     tuple_element = isinstance(element, tuple)
     dtypes = [tf_dtype(s.dtype) for s in specs]
 
-    def select(*args: TensorTree) -> tuple[int | str, ...]:
+    def select(*args: TensorTree) -> tuple[Tensor, ...]:
         value = args if tuple_element else args[0]
         picked = [_pick(value, p) for p in paths]
         if len(picked) > 1:  # unbatch would fail with a message that names no input

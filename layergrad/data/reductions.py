@@ -9,7 +9,7 @@ model. `totals` turns what they add up to into the report's numbers.
 
 Per-sample distributions keep count, sum, sum of squares, min and max exactly, and a
 histogram in log space (`BINS_PER_DECADE` bins per decade over [1e-30, 1e30), plus bins for
-0, below and above), so p50 and p95 are within 1.2% in fixed memory. Tensor per-sample
+0, below and above), so p50 and p95 are within 1.2% in fixed memory. Any per-sample
 quantity (another measure's norms) can be summarised the same way with `distribution_pack`.
 """
 

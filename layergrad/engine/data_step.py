@@ -22,7 +22,15 @@ import numpy as np
 
 from layergrad.core.errors import InputError, describe
 from layergrad.core.keras_backend import quiet_import
-from layergrad.core.tf_types import Dataset, KerasLayer, KerasModel, Strategy, Tensor, TFFunction
+from layergrad.core.tf_types import (
+    Dataset,
+    KerasLayer,
+    KerasModel,
+    Strategy,
+    Tensor,
+    TensorTree,
+    TFFunction,
+)
 from layergrad.data import aggregates as tt
 from layergrad.data import reductions as sm
 from layergrad.data.accumulators import POSITION, Accumulators, single_totals, summary_shapes
@@ -323,7 +331,7 @@ def run_stream(
 
     spread = not _is_default(strategy)  # a replica's share of a batch may be empty
 
-    def replica_step(inputs: Tensor, samples: Tensor) -> dict[str, Tensor]:
+    def replica_step(inputs: Sequence[Tensor], samples: Tensor) -> dict[str, Tensor]:
         empty = tf.equal(tf.size(samples), 0)
         if spread:
             inputs, fed = _one_row_if_empty(inputs, samples, empty)
@@ -392,7 +400,7 @@ def run_stream(
     return replace(run, replicas=replicas) if workers else run
 
 
-def with_sample_indices(dataset: Dataset, offset: int = 0) -> Tensor:
+def with_sample_indices(dataset: Dataset, offset: int = 0) -> Dataset:
     """Each batch of `dataset` followed by its samples' indices (`shards.with_sample_indices`)."""
     from layergrad.data.shards import with_sample_indices as indexed
 
@@ -426,7 +434,7 @@ def _masked(summaries: dict[str, Tensor], empty: Tensor) -> dict[str, Tensor]:
 
 def _fused(
     strategy: Strategy, concrete: TFFunction, acc: Accumulators, signature: list[Tensor]
-) -> Tensor:
+) -> TFFunction:
     """One compiled call per batch: the traced step, then adding its summaries up (its
     concrete function: calling it skips the signature matching of each call)."""
     tf, _ = quiet_import()
@@ -461,7 +469,7 @@ def _guarded(run: Callable[[], T], what: str, source: str | None = None) -> T:
         ) from exc
 
 
-def _call_model(model: KerasModel, inputs: list[Tensor], training: bool) -> Tensor:
+def _call_model(model: KerasModel, inputs: list[Tensor], training: bool) -> TensorTree:
     """Call the model the way it was built to be called (one tensor, a list or a dict)."""
     _, keras = quiet_import()
     structure = getattr(model, "_inputs_struct", None)
