@@ -144,7 +144,7 @@ def data_options(func: F) -> F:
     """`--data` and what goes with it (`--limit`, `--distribute`, `--cpu-replicas`,
     `--first-sample`, `--quiet`).
 
-    Under `probe_options` they join the `probe` bundle; `check` takes them one by one.
+    Under `probe_options` they join the `probe` bundle (every command that takes them).
     """
     return _stack(
         func,
@@ -206,8 +206,8 @@ def probe_options(
     input_help: str = INPUT_HELP,
 ) -> Callable[[F], F]:
     """How to make the probe batch and run the model, declared once for every command; the
-    command receives one `probe` argument, a `ProbeOptions` (with the `data_options` below it,
-    those join the bundle too).
+    command receives one `probe` argument, a `ProbeOptions` (the command's `data_options`, if
+    it has them, join the bundle too).
 
     `run_options=False` leaves out `--reduce` and `--training` (`check` chooses them itself);
     the `*_help` texts let a command say what the option means for it.
