@@ -1,7 +1,8 @@
 """The Python API under the CLI: each function runs the pipeline and returns result objects.
 
 Nothing here prints. Probe options are keyword arguments (`input_file`, `batch_size`, `seed`,
-`reduce`, `training`: see `pipeline.ProbeOptions`), or one `options=ProbeOptions(...)`.
+`reduce`, `training`, ...: the fields of `ProbeOptions`, typed as `ProbeFields`), or one
+`options=ProbeOptions(...)`.
 
     >>> from layergrad.commands.api import inspect_model
     >>> report = inspect_model("sample_models/seed.keras", "dense", ["dense_1"])
