@@ -87,7 +87,8 @@ def _baseline(options: CheckOptions, path: Path):  # type: ignore[no-untyped-def
     from layergrad.commands.baseline import load_baselines, match_baselines
 
     found = load_baselines(options.baselines)
-    return match_baselines([str(path)], found, options.input_file)[str(path)]
+    given = options.probe.input_file
+    return match_baselines([str(path)], found, None if given is None else str(given))[str(path)]
 
 
 def _ratio(times: dict[str, list[float]], a: str, b: str) -> float:
