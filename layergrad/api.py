@@ -222,12 +222,15 @@ def scan_weights_model(
     return scan_weights(session, loss)
 
 
-def save_gradients(report: InspectReport, path: PathLike, inputs: Sequence[str] = ()) -> Any:
+def save_gradients(
+    report: InspectReport, path: PathLike, inputs: Sequence[str] = (), *, force: bool = False
+) -> Any:
     """Write the raw gradients: `.npy` for one result, `.npz` keyed by the `--to` reference.
 
     A None gradient is not written (left out of an `.npz`); `inputs` are files never to write
-    over. Returns an `outputs.Written` whose message says what was written.
+    over; `force` replaces an existing file that is not an array file. Returns an
+    `outputs.Written` whose message says what was written.
     """
     from layergrad import outputs
 
-    return outputs.save_gradients(report, os.fspath(path), inputs)
+    return outputs.save_gradients(report, os.fspath(path), inputs, force=force)

@@ -16,6 +16,7 @@ from layergrad.cli_options import (
     comma_list,
     data_options,
     emit,
+    force_option,
     format_options,
     handle_errors,
     load_options,
@@ -73,6 +74,7 @@ def main() -> None:
     metavar="STATUSES",
     help="Exit 1 when a result has one of these statuses, e.g. none,zero,nonfinite.",
 )
+@force_option
 @load_options
 @handle_errors
 def inspect(
@@ -86,6 +88,7 @@ def inspect(
     plot_file: str | None,
     save_gradient: str | None,
     fail_on: frozenset[str],
+    force: bool,
     imports: tuple[str, ...],
     unsafe: bool,
     debug: bool,
@@ -129,11 +132,13 @@ def inspect(
             "pass one batch with --input",
             param_hint="--save-gradient",
         )
-    reads = [model, probe.input_file, *imports]
+    reads = [model, probe.input_file, *imports, *outputs.data_inputs(probe.data)]
     if plot_file:
-        plot.check_plot_path(plot_file, reads)
+        plot.check_plot_path(plot_file, reads, force=force)
     if save_gradient:
-        outputs.check_target(save_gradient, "--save-gradient", save_gradient[-3:], reads)
+        outputs.check_target(
+            save_gradient, "--save-gradient", save_gradient[-3:], reads, force=force
+        )
     with sample_progress(probe.data is not None and not quiet) as on_progress:
         result = api.inspect_model(
             model,
@@ -147,9 +152,10 @@ def inspect(
         )
     emit("inspect", fmt, result, result.model.warnings)
     if plot_file:
-        write_plot(result, plot_file, reads)
+        write_plot(result, plot_file, reads, force)
     if save_gradient:
-        click.echo(api.save_gradients(result, save_gradient, reads).message, err=True)
+        written = api.save_gradients(result, save_gradient, reads, force=force)
+        click.echo(written.message, err=True)
     if any(r.status in fail_on for r in result.results):
         sys.exit(1)
 
@@ -216,6 +222,7 @@ def layers(
     metavar="FLAGS",
     help=f"Exit 1 when a layer is flagged with one of: {','.join(Flag.words())}.",
 )
+@force_option
 @load_options
 @handle_errors
 def scan(
@@ -230,6 +237,7 @@ def scan(
     fmt: OutputFormat,
     plot_file: str | None,
     fail_on: frozenset[str],
+    force: bool,
     imports: tuple[str, ...],
     unsafe: bool,
     debug: bool,
@@ -258,7 +266,7 @@ def scan(
         layergrad scan model.keras --measure jacobian --probes 16
         layergrad scan model.keras --data x.npz --distribute mirrored --json
     """
-    from layergrad import api, plot
+    from layergrad import api, outputs, plot
     from layergrad.progress import sample_progress
 
     if wrt == Wrt.WEIGHTS and (target or patterns):
@@ -271,9 +279,9 @@ def scan(
         raise click.UsageError(
             "--wrt weights takes one probe batch (--input with `y`); it does not run over --data"
         )
-    reads = [model, probe.input_file, *imports]
+    reads = [model, probe.input_file, *imports, *outputs.data_inputs(probe.data)]
     if plot_file:
-        plot.check_plot_path(plot_file, reads)
+        plot.check_plot_path(plot_file, reads, force=force)
     if wrt == Wrt.WEIGHTS:
         weights = api.scan_weights_model(
             model, loss=loss, imports=imports, unsafe=unsafe, options=probe
@@ -296,7 +304,7 @@ def scan(
         result, rows = activations, activations.rows
         emit("scan", fmt, activations, activations.model.warnings)
     if plot_file:
-        write_plot(result, plot_file, reads)
+        write_plot(result, plot_file, reads, force)
     if any(set(row.flags) & fail_on for row in rows):
         sys.exit(1)
 

@@ -6,6 +6,7 @@ the API, render and set the exit code, nothing more.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +17,7 @@ from layergrad.cli_options import (
     comma_list,
     data_options,
     emit,
+    force_option,
     format_options,
     handle_errors,
     load_options,
@@ -84,6 +86,7 @@ from layergrad.vocab import DEFAULT_FAIL_ON, Finding, OutputFormat
 )
 @tolerance_option
 @data_options
+@force_option
 @load_options
 @handle_errors
 def check(
@@ -104,6 +107,7 @@ def check(
     distribute: str | None,
     cpu_replicas: int | None,
     quiet: bool,
+    force: bool,
     imports: tuple[str, ...],
     unsafe: bool,
     debug: bool,
@@ -135,9 +139,10 @@ def check(
     from layergrad.render.junit import check_junit
 
     paths = checks.expand_paths(models)
-    reads = [*models, *paths, *imports]
+    files = [m for m in models if not os.path.isdir(m)]  # a folder of models may hold the report
+    reads = [*files, *paths, *imports, input_file, *baselines, *outputs.data_inputs(data)]
     if junit_file:
-        outputs.check_target(junit_file, "--junit", "xml", reads)
+        outputs.check_target(junit_file, "--junit", "xml", reads, force=force)
     with sample_progress(data is not None and not quiet) as on_progress:
         options = checks.CheckOptions(
             fail_on=fail_on,
@@ -163,7 +168,9 @@ def check(
     emit("check", fmt, verdicts)
     if junit_file:
         xml = check_junit(verdicts)
-        done = outputs.write_report(junit_file, xml, "--junit", "the JUnit report", reads)
+        done = outputs.write_report(
+            junit_file, xml, "--junit", "the JUnit report", reads, force=force
+        )
         click.echo(done.message, err=True)
     if not all(v.passed for v in verdicts):
         sys.exit(1)

@@ -333,11 +333,23 @@ def plot_option(func: F) -> F:
     )(func)
 
 
-def write_plot(report: Any, path: str, protected: Sequence[str | None] = ()) -> None:
+def force_option(func: F) -> F:
+    """`--force`: let outputs replace an existing file layergrad did not write."""
+    return click.option(
+        "--force",
+        is_flag=True,
+        help="Let --junit, --plot and --save-gradient replace an existing file that layergrad "
+        "did not write (never an input of the run).",
+    )(func)
+
+
+def write_plot(
+    report: Any, path: str, protected: Sequence[str | None] = (), force: bool = False
+) -> None:
     """Save the report's chart (never over a `protected` file) and say so on stderr."""
     from layergrad import plot
 
-    written = plot.save_figure(plot.report_figure(report), path, protected)
+    written = plot.save_figure(plot.report_figure(report), path, protected, force=force)
     kind = "unit-sensitivity" if hasattr(report, "results") else "gradient-flow"
     click.echo(f"wrote {kind} chart to {path} ({written})", err=True)
 
