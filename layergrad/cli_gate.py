@@ -243,7 +243,10 @@ def _with_progress(paths: list[str], run: Callable[[Callable[[str], None] | None
     if len(paths) < 2:
         return run(None)
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import Progress
+
+    from layergrad.render.escape import visible
 
     with Progress(console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task("checking", total=len(paths))
@@ -251,7 +254,8 @@ def _with_progress(paths: list[str], run: Callable[[Callable[[str], None] | None
 
         def on_file(path: str) -> None:
             nonlocal started
-            progress.update(task, completed=started, description=f"checking {path}")
+            shown = escape(visible(path))  # a file name is data, not rich markup
+            progress.update(task, completed=started, description=f"checking {shown}")
             started += 1
 
         result = run(on_file)

@@ -59,9 +59,11 @@ def handle_errors(func: F) -> F:
         except Exception as exc:  # an unexpected failure still gets one readable line
             if debug:
                 traceback.print_exc()
+            from layergrad.render.escape import visible
+
             click.echo(
-                f"error: unexpected {type(exc).__name__}: {describe(exc)} (run again with "
-                "--debug for the traceback)",
+                f"error: unexpected {type(exc).__name__}: {one_line(visible(describe(exc)))} "
+                "(run again with --debug for the traceback)",
                 err=True,
             )
             sys.exit(2)
@@ -71,10 +73,18 @@ def handle_errors(func: F) -> F:
 
 def usage_error(exc: LayergradError, debug: bool = False) -> NoReturn:
     """One line on stderr (a traceback too with --debug), exit code 2."""
+    from layergrad.render.escape import visible
+
     if debug:
         traceback.print_exc()
-    click.echo(f"error: {exc}", err=True)
+    click.echo(f"error: {one_line(visible(str(exc)))}", err=True)
     sys.exit(2)
+
+
+def one_line(text: str) -> str:
+    """A message as one line: a Python traceback quoted in it is cut off, whitespace joined."""
+    text = text.split("Traceback (most recent call last):")[0]
+    return " ".join(text.split()).rstrip(":; ") or "error"
 
 
 def _stack(func: Callable[..., Any], options: list[Callable[[Any], Any]]) -> Any:
@@ -361,8 +371,10 @@ def emit(
     --unsafe go to stderr first. `options` go to the renderer (`show_all` for `diff`)."""
     from layergrad.render import render
 
+    from layergrad.render.escape import visible
+
     for line in accepted:
-        click.echo(f"warning: {line}; accepted because of --unsafe", err=True)
+        click.echo(f"warning: {visible(line)}; accepted because of --unsafe", err=True)
     color, width = _terminal()
     text = render(command, fmt, value, color=color, width=width, **options)
     click.echo(text, nl=fmt == OutputFormat.JSON)

@@ -42,6 +42,12 @@ def render(
 ) -> str:
     """A `report` (one of REPORTS) `value` as text in format `fmt` (colour, width for tables).
 
-    `options` are the report's own rendering options (`show_all` for `diff`).
+    `options` are the report's own rendering options (`show_all` for `diff`). Every text
+    format but JSON (whose encoder escapes strings exactly) sees the report with its strings
+    made `escape.visible`: no name can move the cursor, reorder a line or break markup.
     """
+    if fmt != OutputFormat.JSON:
+        from layergrad.render.escape import scrubbed
+
+        value = scrubbed(value)
     return renderer(report, fmt)(value, color=color, width=width, **options)

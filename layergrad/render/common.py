@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from layergrad.render.escape import visible
 from layergrad.results import Cause, GradientStats, ModelMeta, ProbeMeta
 from layergrad.vocab import Status
 
@@ -238,15 +240,21 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def md_code(text: str) -> str:
-    """Inline code for markdown; a name read from a model file never becomes markup."""
-    fence = "``" if "`" in text else "`"
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    """Inline code for markdown; a name read from a model file never becomes markup.
+
+    The text is made one line (`escape.visible`), and the fence is one backtick longer than
+    the longest run of backticks inside, so no run can close the span early.
+    """
+    text = visible(text)
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith(("`", " ")) or text.endswith(("`", " ")) else ""
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def md_text(text: str) -> str:
     """Plain text for markdown: every character that could become markup is escaped."""
-    out = text.replace("\\", "\\\\").replace("&", "&amp;")
+    out = visible(text).replace("\\", "\\\\").replace("&", "&amp;")
     for ch in "`*_[]<>|#~":
         out = out.replace(ch, "\\" + ch)
     return out

@@ -5,11 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from xml.etree import ElementTree as ET
 
+from layergrad.render.escape import scrubbed
 from layergrad.results import FileVerdict
 
 
 def check_junit(verdicts: Sequence[FileVerdict]) -> str:
-    """One testcase per file and check; a failed check carries its message."""
+    """One testcase per file and check; a failed check carries its message.
+
+    Every string is made `escape.visible` first: raw control characters would make the XML
+    ill-formed, and a CI system would then lose every file's result.
+    """
+    verdicts = scrubbed(tuple(verdicts))
     suite = ET.Element(
         "testsuite",
         name="layergrad.check",
