@@ -370,7 +370,6 @@ def emit(
     """Print a report on stdout in the chosen format; the audit findings accepted with
     --unsafe go to stderr first. `options` go to the renderer (`show_all` for `diff`)."""
     from layergrad.render import render
-
     from layergrad.render.escape import visible
 
     for line in accepted:

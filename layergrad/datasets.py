@@ -15,14 +15,15 @@ and the input. Errors inside the reading thread of `tf.data` are kept and raised
 from __future__ import annotations
 
 import os
-import sys
 import zipfile
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any, TypeVar
 
 import numpy as np
 
 from layergrad._tf import quiet_import
+from layergrad.array_files import DAMAGE, open_checked, open_member, open_zip
 from layergrad.data_functions import (
     Failure,
     function_source,
@@ -32,7 +33,7 @@ from layergrad.data_functions import (
 )
 from layergrad.errors import InputError
 from layergrad.inputs import InputSpec, ProbeBatch, check_fits, fit_array
-from layergrad.npy_rows import NpyLayout, NpyRows, npy_layout, npz_layouts, npz_members
+from layergrad.npy_rows import NpyRows, npz_members
 
 IMAGE_FORMATS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # what Keras decodes
 KINDS_HELP = "a .npy or .npz file, a folder of images, or FILE.py:function / module:function"
@@ -126,10 +127,8 @@ def open_data(
     lowered = text.lower()
     rows: int | None
     if lowered.endswith((".npy", ".npz")):
-        if not os.path.isfile(text):
-            raise InputError(f"--data {text}: no such file; expected {KINDS_HELP}")
         if lowered.endswith(".npy"):
-            dataset, rows = _npy(text, specs, batch_size, limit)
+            dataset, rows = _npy(text, specs, batch_size, limit, signature, failure)
         else:
             dataset, rows = _npz(text, specs, batch_size, limit, signature, failure)
     elif os.path.isdir(text):
@@ -150,7 +149,12 @@ def open_data(
 
 
 def _npy(
-    path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None
+    path: str,
+    specs: Sequence[InputSpec],
+    batch_size: int,
+    limit: int | None,
+    signature: tuple[Any, ...],
+    failure: Failure,
 ) -> tuple[Any, int]:
     if len(specs) != 1:
         raise InputError(
@@ -158,9 +162,20 @@ def _npy(
             f"({', '.join(s.name for s in specs)}); save them with "
             "np.savez(FILE, **{name: array}) and pass the .npz"
         )
-    layout = npy_layout(path)
-    check_fits(layout.shape, layout.dtype, specs[0], f"--data {path}")
-    return _records([layout], specs, batch_size, limit), layout.shape[0]
+    size = open_checked(path, "--data")
+
+    def readers(stream: IO[bytes]) -> list[NpyRows]:
+        return [NpyRows(stream, path, size)]
+
+    with open(path, "rb") as stream:
+        headers = readers(stream)
+    rows = _check_headers(path, specs, headers)
+
+    def read() -> Iterator[tuple[np.ndarray, ...]]:
+        with open(path, "rb") as stream:
+            yield from _fitted(readers(stream), specs, batch_size, limit, path)
+
+    return python_dataset(read, signature, failure, path), rows
 
 
 def _npz(
@@ -171,6 +186,11 @@ def _npz(
     signature: tuple[Any, ...],
     failure: Failure,
 ) -> tuple[Any, int]:
+    """The arrays of a `.npz` keyed by input name, read a batch at a time (stored members
+    and np.savez_compressed members alike), with the checks of `--input`."""
+    size = open_checked(path, "--data")
+    p = Path(path)
+
     def members(archive: zipfile.ZipFile) -> dict[str, str]:
         names = npz_members(archive, path)
         missing = [s.name for s in specs if s.name not in names]
@@ -183,21 +203,31 @@ def _npz(
         return {s.name: names[s.name] for s in specs}
 
     def readers(archive: zipfile.ZipFile) -> list[NpyRows]:
-        return [
-            NpyRows(archive.open(member), f"{path} array {name!r}")
-            for name, member in members(archive).items()
-        ]
+        out = []
+        for name, member in members(archive).items():
+            info = archive.getinfo(member)
+            stream = open_member(archive, info, p, "--data")
+            out.append(NpyRows(stream, f"{path}, array {name!r},", info.file_size))
+        return out
 
-    try:
-        with zipfile.ZipFile(path) as archive:
-            headers = readers(archive)
-            layouts = npz_layouts(path, archive, members(archive))
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise InputError(
-            f"--data {path} is not a readable .npz file ({exc}); write it with np.savez"
-        ) from None
+    with open_zip(p, size, "--data") as archive:
+        rows = _check_headers(path, specs, _guarded(lambda: readers(archive), path))
+
+    def read() -> Iterator[tuple[np.ndarray, ...]]:
+        with open_zip(p, size, "--data") as archive:
+            found = _guarded(lambda: readers(archive), path)
+            yield from _guarded_rows(_fitted(found, specs, batch_size, limit, path), path)
+
+    return python_dataset(read, signature, failure, path), rows
+
+
+def _check_headers(path: str, specs: Sequence[InputSpec], headers: Sequence[NpyRows]) -> int:
+    """Check each array's shape and dtype against its input and that all hold as many rows;
+    return that number."""
     for spec, rows in zip(specs, headers, strict=True):
-        check_fits(rows.shape, rows.dtype, spec, f"--data {path} array {spec.name!r}")
+        where = f"--data {path}" + (f" array {spec.name!r}" if len(specs) > 1 or path.lower(
+        ).endswith(".npz") else "")  # fmt: skip
+        check_fits(rows.shape, rows.dtype, spec, where)
     counts = {s.name: r.rows for s, r in zip(specs, headers, strict=True)}
     if len(set(counts.values())) > 1:
         listed = ", ".join(f"{k}: {v}" for k, v in counts.items())
@@ -205,61 +235,47 @@ def _npz(
             f"--data {path}: the inputs have different numbers of rows ({listed}); give every "
             "input the same number of samples"
         )
-    total = next(iter(counts.values()))
-    stored = [layouts[s.name] for s in specs]
-    if all(stored):  # np.savez: tf.data reads the rows in place
-        return _records(stored, specs, batch_size, limit), total
-
-    def read() -> Iterator[tuple[np.ndarray, ...]]:  # np.savez_compressed: inflate as we go
-        with zipfile.ZipFile(path) as archive:
-            for part in _chunks(readers(archive), batch_size, limit):
-                yield tuple(
-                    fit_array(a, s, f"--data {path}") for a, s in zip(part, specs, strict=True)
-                )
-
-    return python_dataset(read, signature, failure, path), total
+    return next(iter(counts.values()))
 
 
-# numpy kinds and sizes that tf.io.decode_raw reads (bool is read as uint8)
-_RAW = {"f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "b1"}
+T = TypeVar("T")
 
 
-def _records(
-    layouts: Sequence[NpyLayout], specs: Sequence[InputSpec], batch_size: int, limit: int | None
-) -> Any:
-    """Rows read by tf.data as fixed-length records, in batches, decoded and cast."""
-    tf, _ = quiet_import()
-    for layout in layouts:
-        code = f"{layout.dtype.kind}{layout.dtype.itemsize}"
-        if code not in _RAW or not layout.row_bytes:
-            raise InputError(
-                f"--data {layout.path}: arrays of dtype {layout.dtype} and shape "
-                f"{layout.shape} cannot be read; save a numeric array (float, int or bool)"
-            )
-    columns = [
-        tf.data.FixedLengthRecordDataset(
-            lay.path, lay.row_bytes, header_bytes=lay.offset, footer_bytes=lay.footer
-        )
-        for lay in layouts
-    ]
-    dataset = columns[0] if len(columns) == 1 else tf.data.Dataset.zip(tuple(columns))
-    if limit is not None:
-        dataset = dataset.take(limit)
-
-    def decode(*raw: Any) -> tuple[Any, ...]:
-        return tuple(_decode(r, lay, s) for r, lay, s in zip(raw, layouts, specs, strict=True))
-
-    return dataset.batch(batch_size).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+def _guarded(make: Callable[[], T], path: str) -> T:
+    """Run ``make``; a damaged archive (zipfile's many errors) is one InputError."""
+    try:
+        return make()
+    except InputError:
+        raise
+    except DAMAGE as exc:
+        raise InputError(
+            f"--data {path} is not a readable .npz file ({type(exc).__name__}: "
+            f"{' '.join(str(exc).split())[:160]}); write it with np.savez"
+        ) from None
 
 
-def _decode(raw: Any, layout: NpyLayout, spec: InputSpec) -> Any:
-    tf, _ = quiet_import()
-    dtype = layout.dtype
-    little = dtype.byteorder == "<" or (dtype.byteorder in "=|" and sys.byteorder == "little")
-    read_as = tf.uint8 if dtype.kind == "b" else tf.as_dtype(dtype.newbyteorder("="))
-    values = tf.io.decode_raw(raw, read_as, little_endian=little)
-    values = tf.reshape(values, [-1, *layout.shape[1:]])
-    return tf.cast(values, tf_dtype(spec.dtype))
+def _guarded_rows(rows: Iterator[T], path: str) -> Iterator[T]:
+    while True:
+        item = _guarded(lambda: next(rows, None), path)
+        if item is None:
+            return
+        yield item
+
+
+def _fitted(
+    readers: Sequence[NpyRows],
+    specs: Sequence[InputSpec],
+    batch_size: int,
+    limit: int | None,
+    path: str,
+) -> Iterator[tuple[np.ndarray, ...]]:
+    """Batches of rows, each array checked and cast by `inputs.fit_array` as `--input` is:
+    integers outside the input's dtype and floats that overflow it are refused."""
+    done = 0
+    for part in _chunks(readers, batch_size, limit):
+        where = f"--data {path}: rows {done}-{done + len(part[0]) - 1}"
+        yield tuple(fit_array(a, s, where) for a, s in zip(part, specs, strict=True))
+        done += len(part[0])
 
 
 def _chunks(

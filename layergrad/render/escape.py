@@ -38,8 +38,10 @@ def _escape(ch: str) -> str:
 
 def _hidden(ch: str) -> bool:
     code = ord(ch)
-    return unicodedata.category(ch) in _HIDDEN or (code & 0xFFFE) == 0xFFFE or (
-        0xFDD0 <= code <= 0xFDEF
+    return (
+        unicodedata.category(ch) in _HIDDEN
+        or (code & 0xFFFE) == 0xFFFE
+        or (0xFDD0 <= code <= 0xFDEF)
     )  # noncharacters: not allowed in XML either
 
 
