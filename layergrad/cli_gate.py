@@ -23,9 +23,11 @@ from layergrad.cli_options import (
     load_options,
     max_memory_option,
     probe_options,
+    seed_option,
     tolerance_option,
     wrt_options,
 )
+from layergrad.limits import MAX_BATCH_SIZE
 from layergrad.vocab import DEFAULT_FAIL_ON, Finding, OutputFormat
 
 
@@ -54,13 +56,11 @@ from layergrad.vocab import DEFAULT_FAIL_ON, Finding, OutputFormat
 )
 @click.option(
     "--batch-size",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_BATCH_SIZE),
     help="Rows of the random probe batch (default 8; an output constant over fewer than 4 "
     "rows is not reported), or of each batch of --data (default 32).",
 )
-@click.option(
-    "--seed", default=0, show_default=True, type=int, help="Seed of the random probe batch."
-)
+@seed_option
 @max_memory_option
 @click.option(
     "--loss",

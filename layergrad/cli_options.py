@@ -16,7 +16,8 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from layergrad.errors import LayergradError, describe
+from layergrad.errors import LayergradError, describe, one_line
+from layergrad.limits import MAX_BATCH_SIZE, MAX_CPU_REPLICAS, MAX_LIMIT, MAX_PROBES, MAX_SEED
 from layergrad.vocab import Measure, OutputFormat, Word, Wrt
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -81,11 +82,6 @@ def usage_error(exc: LayergradError, debug: bool = False) -> NoReturn:
     sys.exit(2)
 
 
-def one_line(text: str) -> str:
-    """A message as one line: a Python traceback quoted in it is cut off, whitespace joined."""
-    text = text.split("Traceback (most recent call last):")[0]
-    return " ".join(text.split()).rstrip(":; ") or "error"
-
 
 def _stack(func: Callable[..., Any], options: list[Callable[[Any], Any]]) -> Any:
     for option in reversed(options):
@@ -139,6 +135,15 @@ def max_memory_option(func: F) -> F:
     )(func)
 
 
+seed_option = click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0, max=MAX_SEED),
+    help="Seed of the random probe batch (0 to 2**32 - 1).",
+)
+
+
 PROBE_KEYS = ("input_file", "batch_size", "seed", "reduce", "training", "max_memory")
 DATA_KEYS = ("data", "limit", "distribute", "cpu_replicas")
 
@@ -160,7 +165,7 @@ def data_options(func: F) -> F:
             ),
             click.option(
                 "--limit",
-                type=click.IntRange(min=1),
+                type=click.IntRange(min=1, max=MAX_LIMIT),
                 metavar="N",
                 help="With --data: read at most N samples.",
             ),
@@ -171,7 +176,7 @@ def data_options(func: F) -> F:
             ),
             click.option(
                 "--cpu-replicas",
-                type=click.IntRange(min=1),
+                type=click.IntRange(min=1, max=MAX_CPU_REPLICAS),
                 metavar="N",
                 help="With --data: split the CPU into N devices and mirror over them (a "
                 "testing aid for the distributed path).",
@@ -207,13 +212,11 @@ def probe_options(func: F) -> F:
             ),
             click.option(
                 "--batch-size",
-                type=click.IntRange(min=1),
+                type=click.IntRange(min=1, max=MAX_BATCH_SIZE),
                 help="Rows of the random probe batch (default 8), or of each batch of --data "
                 "(default 32).",
             ),
-            click.option(
-                "--seed", default=0, show_default=True, type=int, help="Seed of the random batch."
-            ),
+            seed_option,
             click.option(
                 "--reduce",
                 type=click.Choice(["sum", "mean"]),
@@ -256,7 +259,7 @@ def measure_options(func: F) -> F:
                 type=int,
                 metavar="K",
                 help="Estimate the Jacobian norms from K random projections (default 32 when "
-                "estimating); forces the estimate.",
+                f"estimating, 2 to {MAX_PROBES}); forces the estimate.",
             ),
             click.option(
                 "--exact",

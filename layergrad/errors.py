@@ -50,3 +50,9 @@ def describe(exc: BaseException) -> str:
 class UsageError(InputError):
     """Options that cannot work with each other or with the files given (a baseline made with
     another probe): exit 2 even where a bad file would only fail its own check."""
+
+
+def one_line(text: str) -> str:
+    """A message as one line: a Python traceback quoted in it is cut off, whitespace joined."""
+    text = text.split("Traceback (most recent call last):")[0]
+    return " ".join(text.split()).rstrip(":; ") or "error"

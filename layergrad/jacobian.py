@@ -26,6 +26,7 @@ import numpy as np
 from layergrad import lanczos
 from layergrad._tf import quiet_import
 from layergrad.errors import InputError
+from layergrad.limits import MAX_PROBES
 from layergrad.linear_map import LinearMap
 from layergrad.power import TOLERANCE, power_iteration
 from layergrad.probe import LiveProbe
@@ -63,6 +64,11 @@ def check_options(measure: str, probes: int | None, exact: bool) -> None:
         raise InputError(
             f"--probes must be at least 2, so that the spread of the estimates gives an error "
             f"bar: probes={probes}"
+        )
+    if probes is not None and probes > MAX_PROBES:
+        raise InputError(
+            f"--probes must be at most {MAX_PROBES} (each is a backward pass, and the error "
+            f"bar shrinks as 1/sqrt(K)): probes={probes}; use --exact for exact norms"
         )
 
 

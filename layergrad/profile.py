@@ -14,9 +14,12 @@ import math
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from layergrad.errors import InputError
+from layergrad.errors import InputError, UsageError
+from layergrad.guards import require_regular
+from layergrad.limits import MAX_BATCH_SIZE, MAX_SEED
 from layergrad.pipeline import ProbeOptions
 from layergrad.results import (
     Cause,
@@ -173,6 +176,8 @@ def load_profile(path: str | os.PathLike[str], name: str | None = None) -> Profi
     """
     text = os.fspath(path)
     where = name or text
+    if os.path.exists(text) and not os.path.isdir(text):  # a FIFO would block, /dev/zero never end
+        require_regular(Path(text), "a scan JSON file", lambda m: InputError(f"{where}: {m}"))
     try:
         with open(text, "rb") as handle:
             data = handle.read(MAX_PROFILE_BYTES + 1)
@@ -196,6 +201,17 @@ def load_profile(path: str | os.PathLike[str], name: str | None = None) -> Profi
     except RecursionError:  # a scan JSON is 4 levels deep; the parser recurses per level
         raise InputError(f"{where} is nested too deeply for a scan JSON; {REMAKE}") from None
     return profile_from_json(doc, where)
+
+
+def _unicode_text(value: str, fields: _Fields, name: str) -> str:
+    """A string from the document, refused when it holds a lone surrogate (an escape such as
+    \\ud800 that is not half of a pair): it is not text and cannot be printed."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise fields.error(name, "text (it holds a lone surrogate escape such as \\ud800)",
+                           "a broken string") from None  # fmt: skip
+    return value
 
 
 def _no_constant(name: str) -> Any:
@@ -222,6 +238,11 @@ def profile_from_json(doc: Any, where: str = "scan JSON") -> Profile:
         fields.row(r, f"{collection}[{i}]", key)
         for i, r in enumerate(fields.member(doc, collection, list))
     )
+    if not rows:
+        raise InputError(
+            f"{where} has no {collection}: a scan compares nothing, so it would pass any model; "
+            f"{REMAKE}"
+        )
     names = [r.name for r in rows]
     if len(set(names)) != len(names):
         counts: dict[str, int] = {}
@@ -273,7 +294,20 @@ class _Fields:
         value = obj[key]
         if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, float)):
             raise self.error(name, _kind_name(kind), value)
+        if isinstance(value, str):
+            return _unicode_text(value, self, name)
         return value
+
+    def number(self, obj: dict[str, Any], key: str, name: str) -> float:
+        """A finite number (an integer of 401 digits does not fit a float)."""
+        value = self.member(obj, key, (int, float), name)
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise self.error(name, "a finite number", f"a number of {len(str(value))} digits")
+        return number
 
     def model(self, obj: dict[str, Any]) -> ModelMeta:
         get = lambda key: self.member(obj, key, str, f"model.{key}")  # noqa: E731
@@ -283,11 +317,16 @@ class _Fields:
 
     def probe(self, obj: dict[str, Any]) -> ProbeMeta:
         batch = self.member(obj, "batch_size", int, "probe.batch_size")
-        if batch < 1:
-            raise self.error("probe.batch_size", "at least 1", batch)
+        if not 1 <= batch <= MAX_BATCH_SIZE:
+            raise self.error("probe.batch_size", f"1 to {MAX_BATCH_SIZE:,}", _short_int(batch))
         seed = self.member(obj, "seed", (int, type(None)), "probe.seed")
         if isinstance(seed, bool):
             raise self.error("probe.seed", "an integer or null", seed)
+        if seed is not None and not 0 <= seed <= MAX_SEED:
+            raise UsageError(
+                f"{self.where}: probe.seed is {_short_int(seed)}, but seeds are 0 to "
+                f"{MAX_SEED:,}; {REMAKE}"
+            )
         reduce = self.member(obj, "reduce", str, "probe.reduce")
         if reduce not in REDUCTIONS:
             raise self.error("probe.reduce", " or ".join(map(repr, REDUCTIONS)), reduce)
@@ -308,9 +347,7 @@ class _Fields:
         gradient = self.member(obj, "gradient", (dict, type(None)), f"{at}.gradient")
         mean_abs = None
         if gradient is not None:
-            mean_abs = float(
-                self.member(gradient, "mean_abs", (int, float), f"{at}.gradient.mean_abs")
-            )
+            mean_abs = self.number(gradient, "mean_abs", f"{at}.gradient.mean_abs")
             if mean_abs < 0:
                 raise self.error(f"{at}.gradient.mean_abs", "a number >= 0", mean_abs)
         flags = self.member(obj, "flags", list, f"{at}.flags")
@@ -334,6 +371,11 @@ class _Fields:
             cause=cause,
             input_shape=input_shape,
         )
+
+
+def _short_int(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 20 else f"a number of {len(text)} digits"
 
 
 def _kind_name(kind: Any) -> str:
