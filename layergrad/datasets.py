@@ -24,6 +24,8 @@ import numpy as np
 
 from layergrad._tf import quiet_import
 from layergrad.array_files import DAMAGE, open_checked, open_member, open_zip
+from layergrad.data import images
+from layergrad.data.images import IMAGE_FORMATS
 from layergrad.data_functions import (
     Failure,
     function_source,
@@ -35,7 +37,6 @@ from layergrad.errors import InputError
 from layergrad.inputs import InputSpec, ProbeBatch, check_fits, fit_array
 from layergrad.npy_rows import NpyRows, npz_members
 
-IMAGE_FORMATS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # what Keras decodes
 KINDS_HELP = "a .npy or .npz file, a folder of images, or FILE.py:function / module:function"
 
 
@@ -58,6 +59,8 @@ class DataStream:
     ) -> None:
         self.source, self.specs, self.dataset = source, tuple(specs), dataset
         self.samples, self._failure, self.checked = samples, failure, checked
+        # names what made batch N unreadable (the image that does not decode), if it can
+        self.explain: Callable[[int], str | None] | None = None
 
     def check_batch(self, index: int, parts: Sequence[Sequence[Any]]) -> int:
         """Check batch `index` (per input, its pieces on each replica); return its rows.
@@ -79,10 +82,15 @@ class DataStream:
                 check_fits((n, *piece.shape[1:]), piece.dtype.as_numpy_dtype, spec, where)
         return rows[0] if rows else 0
 
-    def raise_failure(self) -> None:
-        """Raise the error that stopped a Python reader, if one did."""
+    def raise_failure(self, batch: int | None = None) -> None:
+        """Raise the error that stopped a Python reader, if one did; with ``batch``, also the
+        one `explain` finds for that batch."""
         if self._failure.error is not None:
             raise self._failure.error
+        if batch is not None and self.explain is not None:
+            found = self.explain(batch)
+            if found:
+                raise InputError(found)
 
     def batch(self, index: int) -> ProbeBatch:
         """Batch `index` again, as arrays (the source is read again up to it)."""
@@ -123,6 +131,7 @@ def open_data(
         raise InputError(f"--limit must be at least 1: limit={limit}")
     tf, _ = quiet_import()
     failure = Failure()
+    explain: Callable[[int], str | None] | None = None
     signature = tuple(tf.TensorSpec((None, *s.shape), tf_dtype(s.dtype)) for s in specs)
     lowered = text.lower()
     rows: int | None
@@ -132,7 +141,7 @@ def open_data(
         else:
             dataset, rows = _npz(text, specs, batch_size, limit, signature, failure)
     elif os.path.isdir(text):
-        dataset, rows = _images(text, specs, batch_size, limit)
+        dataset, rows, explain = _images(text, specs, batch_size, limit)
     elif is_function(text):
         dataset, rows = function_source(text, specs, batch_size, limit, signature, failure)
     elif not os.path.exists(text):
@@ -145,7 +154,9 @@ def open_data(
     if samples is None and limit is not None:
         samples = limit
     dataset = dataset.prefetch(tf.data.AUTOTUNE)
-    return DataStream(text, specs, dataset, samples, failure, checked=not is_function(text))
+    stream = DataStream(text, specs, dataset, samples, failure, checked=not is_function(text))
+    stream.explain = explain
+    return stream
 
 
 def _npy(
@@ -290,9 +301,9 @@ def _chunks(
 
 def _images(
     path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None
-) -> tuple[Any, int]:
-    """Decode and resize with Keras's `image_dataset_from_directory` (pixels 0-255)."""
-    tf, keras = quiet_import()
+) -> tuple[Any, int, Callable[[int], str | None]]:
+    """Decode and resize as Keras's `image_dataset_from_directory` does (pixels 0-255), each
+    entry checked first (`data/images`); also a function naming the image a batch failed on."""
     spec = specs[0] if len(specs) == 1 else None
     shape = spec.shape if spec is not None else ()
     if spec is None or len(shape) != 3 or None in shape[:2] or shape[2] not in (1, 3, 4):
@@ -302,24 +313,20 @@ def _images(
             f"(height, width, 1, 3 or 4 channels); this model's inputs are {got}; pass the "
             "images as a .npy or through FILE.py:function instead"
         )
-    files = sum(
-        1 for _, _, names in os.walk(path) for name in names if name.lower().endswith(IMAGE_FORMATS)
-    )
+    files = images.list_images(path)
     if not files:
         raise InputError(
             f"--data {path} is a folder with no images: no {', '.join(IMAGE_FORMATS)} files in "
             "it or its sub-folders; pass a folder of images, or a .npy / .npz file"
         )
-    dataset = keras.utils.image_dataset_from_directory(
-        path,
-        labels=None,
-        color_mode={1: "grayscale", 3: "rgb", 4: "rgba"}[int(shape[2])],
-        batch_size=batch_size,
-        image_size=(shape[0], shape[1]),
-        shuffle=False,
-        verbose=False,
-    )
     if limit is not None:
-        dataset = dataset.unbatch().take(limit).batch(batch_size)
-    dtype = tf_dtype(spec.dtype)
-    return dataset.map(lambda x: (tf.cast(x, dtype),)), files
+        files = files[:limit]
+    channels = int(shape[2])
+    size = (int(shape[0]), int(shape[1]))  # type: ignore[arg-type]
+    dataset = images.image_dataset(files, size, channels, tf_dtype(spec.dtype))
+    find = images.locate_failure(path, files, channels)
+
+    def explain(batch: int) -> str | None:
+        return find(batch * batch_size, (batch + 1) * batch_size)
+
+    return dataset.batch(batch_size), len(files), explain

@@ -321,7 +321,7 @@ def run_stream(
             except StopIteration:
                 break
             except tf.errors.OpError as exc:
-                stream.raise_failure()
+                stream.raise_failure(batches)
                 raise InputError(
                     f"--data {stream.source}: batch {batches} could not be read: {describe(exc)}"
                 ) from exc
