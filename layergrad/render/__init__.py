@@ -46,8 +46,10 @@ def render(
     format but JSON (whose encoder escapes strings exactly) sees the report with its strings
     made `escape.visible`: no name can move the cursor, reorder a line or break markup.
     """
-    if fmt != OutputFormat.JSON:
+    function = renderer(report, fmt)
+    module = importlib.import_module(f"layergrad.render.{report}")
+    if fmt != OutputFormat.JSON and not getattr(module, "SCRUBS_ITSELF", False):
         from layergrad.render.escape import scrubbed
 
         value = scrubbed(value)
-    return renderer(report, fmt)(value, color=color, width=width, **options)
+    return function(value, color=color, width=width, **options)
