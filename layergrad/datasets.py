@@ -34,6 +34,7 @@ from layergrad.data_functions import (
     tf_dtype,
 )
 from layergrad.errors import InputError
+from layergrad.guards import require_regular
 from layergrad.inputs import InputSpec, ProbeBatch, check_fits, fit_array
 from layergrad.npy_rows import NpyRows, npz_members
 
@@ -100,6 +101,35 @@ class DataStream:
                 return ProbeBatch(arrays, tuple(s.name for s in self.specs), self.source, None)
         self.raise_failure()
         raise InputError(f"--data {self.source} has no batch {index}")
+
+
+def precheck(path: str | os.PathLike[str]) -> None:
+    """What can be checked of `--data PATH` before TensorFlow starts: each file is a regular
+    file (links followed), headers and archives are sound, each image's size within budget.
+
+    Raises:
+        InputError: as `open_data` would, for everything that does not need the model.
+    """
+    text = os.fspath(path)
+    lowered = text.lower()
+    if lowered.endswith(".npy") and os.path.lexists(text):
+        size = open_checked(text, "--data")
+        with open(text, "rb") as stream:
+            NpyRows(stream, text, size)
+    elif lowered.endswith(".npz") and os.path.lexists(text):
+        size = open_checked(text, "--data")
+        with open_zip(Path(text), size, "--data") as archive:
+            for name, member in _guarded(lambda: npz_members(archive, text), text).items():
+                info = archive.getinfo(member)
+                with open_member(archive, info, Path(text), "--data") as stream:
+                    _guarded(lambda s=stream, n=name, i=info: NpyRows(  # type: ignore[misc]
+                        s, f"{text}, array {n!r},", i.file_size), text)  # fmt: skip
+    elif os.path.isdir(text):
+        images.list_images(text)
+    elif is_function(text):
+        target = text.rpartition(":")[0]
+        if target.endswith(".py") and os.path.lexists(target):
+            require_regular(Path(target), "a Python file", lambda m: InputError(f"--data {m}"))
 
 
 def open_data(

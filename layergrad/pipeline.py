@@ -206,7 +206,9 @@ def load(
         rows = inputs.peek_rows(options.input_file)
     strategy = None
     if options.data is not None:
-        from layergrad import devices
+        from layergrad import datasets, devices
+
+        datasets.precheck(options.data)  # a FIFO, a forged header: refused before TensorFlow
 
         strategy = devices.strategy_for(options.distribute, options.cpu_replicas)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
