@@ -50,6 +50,17 @@ def image_model(root: Path) -> Path:
     return path
 
 
+def refused_late(args: list[str], *phrases: str) -> H.Measured:
+    """`refused`, for a refusal that needs the model loaded (TensorFlow's memory)."""
+    m = measure(args, H.TIMEOUT)
+    assert m.returncode == 2, (args, m.stdout[-500:], m.stderr[-500:])
+    assert m.stderr.startswith("error: ") and m.stderr.count("\n") == 1, m.stderr
+    for phrase in phrases:
+        assert phrase in m.stderr, (phrase, m.stderr)
+    bounded(m, TF_BOUND_MB)
+    return m
+
+
 def _png(path: Path, pixels: np.ndarray) -> Path:
     from PIL import Image
 
@@ -290,7 +301,9 @@ def test_wrong_data_is_refused_through_data_as_through_input(
 
 def test_usage_errors_of_check_exit_2(root: Path, base: dict[str, Path]) -> None:
     good = str(base["good.keras"])
-    refused(["check", good, "--seed", "-1"], "-1 is not in the range")
+    m = measure(["check", good, "--seed", "-1"])  # click's usage error: exit 2, before any work
+    assert m.returncode == 2 and "'--seed': -1 is not in the range" in m.stderr
+    bounded(m)
     seeded = _scan_json(root / "seed_minus_one.json", [_row("dense")], seed=-1)
     refused(["check", good, "--baseline", str(seeded)], "probe.seed is -1")
     empty = _scan_json(root / "no_layers.json", [])
@@ -360,7 +373,7 @@ def test_every_error_is_one_clear_line(
         assert "allow_pickle" not in m.stderr
     refused(["diff", str(digits), good], "expected a finite number")
     refused(["diff", str(surrogate), good], "lone surrogate")
-    refused(["scan", good, "--data", f"{unknown_rank}:batches"], "unknown rank")
+    refused_late(["scan", good, "--data", f"{unknown_rank}:batches"], "unknown rank")
     m = measure(["scan", good, "--data", f"{raising}:batches"])
     assert m.returncode == 2 and "RuntimeError" in m.stderr and m.stderr.count("\n") == 1
     assert "Traceback" not in m.stderr
@@ -390,7 +403,7 @@ def test_grayscale_bmp_feeds_a_one_channel_model(root: Path) -> None:
     """Pixels as PIL reads them: y = sum(dense(x * x)) with ones has d y / d x = 2 x."""
     from PIL import Image
 
-    from layergrad import inspect_model
+    from layergrad.api import inspect_model
 
     folder = root / "gray"
     folder.mkdir()
