@@ -82,7 +82,6 @@ def usage_error(exc: LayergradError, debug: bool = False) -> NoReturn:
     sys.exit(2)
 
 
-
 def _stack(func: Callable[..., Any], options: list[Callable[[Any], Any]]) -> Any:
     for option in reversed(options):
         func = option(func)

@@ -380,7 +380,6 @@ class _Fields:
         )
 
 
-
 def _fast_row(obj: Any, key: str) -> ProfileRow | None:
     """The row when every member is exactly as `scan --json` writes it (ASCII names, a float
     mean |g|); None sends it through the checked path, which names what is wrong."""
