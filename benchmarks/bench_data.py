@@ -64,7 +64,7 @@ if __name__ == "__main__":
 
 
 def make_model(path: Path) -> None:
-    from layergrad._tf import quiet_import
+    from layergrad.core.keras_backend import quiet_import
 
     _, keras = quiet_import()
     keras.utils.set_random_seed(0)
@@ -154,7 +154,7 @@ def _timings(
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Alternating rounds in this process (wall and CPU seconds): the API over the data and
     the hand-written loop, in turn first."""
-    from layergrad.api import inspect_model
+    from layergrad.commands.api import inspect_model
 
     namespace: dict[str, object] = {"__name__": "baseline"}
     exec(BASELINE, namespace)

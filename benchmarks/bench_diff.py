@@ -22,13 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from layergrad._tf import quiet_import
-from layergrad.api import scan_model
-from layergrad.check import CheckOptions, check_file
-from layergrad.diff import diff_models
-from layergrad.pipeline import ProbeOptions
+from layergrad.commands.api import scan_model
+from layergrad.commands.check import CheckOptions, check_file
+from layergrad.commands.diff import diff_models
+from layergrad.core.keras_backend import quiet_import
+from layergrad.core.probe_options import ProbeOptions
+from layergrad.core.vocab import OutputFormat
 from layergrad.render import render
-from layergrad.vocab import OutputFormat
 
 tf, keras = quiet_import()
 
@@ -82,7 +82,7 @@ def main() -> None:
 
 
 def _baseline(options: CheckOptions, path: Path):  # type: ignore[no-untyped-def]
-    from layergrad.baseline import load_baselines, match_baselines
+    from layergrad.commands.baseline import load_baselines, match_baselines
 
     found = load_baselines(options.baselines)
     return match_baselines([str(path)], found, options.input_file)[str(path)]

@@ -26,7 +26,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import hostile as H  # noqa: E402
 
-from layergrad._tf import quiet_import  # noqa: E402
+from layergrad.core.keras_backend import quiet_import  # noqa: E402
 
 INSPECT = ["--from", "dense", "--to", "dense_1"]
 

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from layergrad._tf import quiet_import
-from layergrad.api import inspect_model, scan_model
+from layergrad.commands.api import inspect_model, scan_model
+from layergrad.core.keras_backend import quiet_import
 
 tf, keras = quiet_import()
 WIDTH, BATCH = 1024, 64

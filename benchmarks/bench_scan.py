@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from layergrad._tf import quiet_import
-from layergrad.api import scan_model
+from layergrad.commands.api import scan_model
+from layergrad.core.keras_backend import quiet_import
 
 tf, keras = quiet_import()
 

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from layergrad import plot  # noqa: E402
-from layergrad.api import inspect_model, scan_model  # noqa: E402
+from layergrad.commands.api import inspect_model, scan_model  # noqa: E402
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 """`python -m layergrad` runs the command line."""
 
-from layergrad.cli import main
+from layergrad.cli.app import main
 
 main(prog_name="layergrad")

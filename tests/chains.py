@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from conftest import keras
+from helpers import keras
 
 WIDTH, OUT = 6, 3
 NAMES = ("l0", "l1", "l2", "l3", "l4", "head")
@@ -75,7 +75,7 @@ def with_nan(weights: Weights, name: str) -> Weights:
 
 def projection(batch: int, seed: int = 0) -> np.ndarray:
     """The documented default scan target's R for one (batch, 3) output."""
-    from conftest import projection_r
+    from helpers import projection_r
 
     return projection_r(seed, 0, (batch, OUT)).numpy().astype(np.float64)
 

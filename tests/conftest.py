@@ -1,7 +1,6 @@
-"""Shared fixtures and independent references for gradient tests.
+"""Fixtures shared by the tests, and the check that they exercise the installed package.
 
-The references never use layergrad: the seeds' layer-by-layer GradientTape recipe, central
-finite differences through hand-written forward functions, and values worked out on paper.
+Independent references (manual tapes, finite differences) live in helpers.py.
 """
 
 from __future__ import annotations
@@ -45,79 +44,16 @@ def _refuse_the_source_tree() -> None:
     if os.environ.get("LAYERGRAD_REQUIRE_INSTALLED") == "1" or (installed and not editable):
         raise pytest.UsageError(
             f"the tests imported the source tree ({imported}), not the installed package; "
-            "run `pytest` (not `python -m pytest`) after `pip install \".[test]\"`"
+            'run `pytest` (not `python -m pytest`) after `pip install ".[test]"`'
         )
 
 
 _refuse_the_source_tree()
 
-from layergrad._tf import quiet_import  # noqa: E402  (after the check above)
+# tests/ on sys.path, so that `from helpers import ...` works from every folder of the suite
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SAMPLES = ROOT / "sample_models"
-CUSTOM_LAYERS = str(SAMPLES / "custom_layers.py")
-
-tf, keras = quiet_import()
-
-
-def sample(name: str) -> str:
-    """Path of a committed sample model."""
-    path = SAMPLES / name
-    assert path.exists(), f"missing sample model {path}; run sample_models/make_samples.py"
-    return str(path)
-
-
-def load_sample(name: str):
-    """Load a sample model with Keras directly (the reference side of a comparison)."""
-    if str(SAMPLES) not in sys.path:
-        sys.path.insert(0, str(SAMPLES))
-    import custom_layers  # noqa: F401  (registers the sample custom layers)
-
-    return keras.saving.load_model(sample(name), compile=False, safe_mode=True)
-
-
-def manual_gradient(
-    first: Callable[[object], object], rest: Callable[[object], object], x: np.ndarray
-) -> np.ndarray:
-    """The seeds' recipe: h1 = first(x); tape.watch(h1); h2 = rest(h1); d sum(h2) / d h1."""
-    with tf.GradientTape() as tape:
-        h1 = first(tf.constant(x))
-        tape.watch(h1)
-        h2 = rest(h1)
-    return tape.gradient(h2, h1).numpy()
-
-
-def finite_difference(
-    f: Callable[[np.ndarray], float], h: np.ndarray, eps: float = 1e-3
-) -> np.ndarray:
-    """Central differences of a scalar function at `h`, element by element (float64)."""
-    h = np.asarray(h, dtype=np.float64)
-    grad = np.zeros_like(h)
-    for idx in np.ndindex(h.shape):
-        up, down = h.copy(), h.copy()
-        up[idx] += eps
-        down[idx] -= eps
-        grad[idx] = (f(up) - f(down)) / (2 * eps)
-    return grad
-
-
-def summed(fn: Callable[[object], object]) -> Callable[[np.ndarray], float]:
-    """Wrap a forward function as f(h) = sum(fn(h)) evaluated in float32, returned as float."""
-    return lambda h: float(np.sum(np.asarray(fn(tf.constant(h, dtype=tf.float32)), np.float64)))
-
-
-def per_sample_jacobians(first, rest, x):
-    """J_i = d rest(h)[i] / d h[i], h = first(x), one sample at a time, one element at a time."""
-    h_all = np.asarray(first(tf.constant(x)))
-    out = []
-    for i in range(len(x)):
-        h = tf.constant(h_all[i : i + 1])
-        with tf.GradientTape(persistent=True) as tape:
-            tape.watch(h)
-            y = tf.reshape(rest(h), [-1])
-            elements = [y[j] for j in range(int(y.shape[0]))]
-        rows = [np.asarray(tape.gradient(e, h)).reshape(-1) for e in elements]
-        out.append(np.stack(rows))
-    return out
+from helpers import keras  # noqa: E402  (after the check above)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -157,11 +93,6 @@ def write_input(tmp_path: Path) -> Callable[..., str]:
     return write
 
 
-def normal(*shape: int, seed: int = 1) -> np.ndarray:
-    """A float32 standard-normal array (test inputs)."""
-    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
-
-
 @pytest.fixture
 def softmax_head(tmp_path: Path) -> str:
     """x(4) -> Dense 'h'(3) -> Dense 'probs'(3, softmax), saved; its path."""
@@ -171,29 +102,3 @@ def softmax_head(tmp_path: Path) -> str:
     path = tmp_path / "softmax.keras"
     keras.Model(x, out).save(path)
     return str(path)
-
-
-def _lowbias32(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.uint32)
-    with np.errstate(over="ignore"):
-        x = x ^ (x >> np.uint32(16))
-        x = x * np.uint32(0x7FEB352D)
-        x = x ^ (x >> np.uint32(15))
-        x = x * np.uint32(0x846CA68B)
-        return x ^ (x >> np.uint32(16))
-
-
-def projection_r(seed: int, output: int, shape: tuple[int, ...], first_sample: int = 0):
-    """The default scan target's R for one output, by the formula in layergrad/projection.py,
-    written again in numpy: R[i, j] from (seed, output, sample i, position j) alone."""
-    rows, width = shape[0], int(np.prod(shape[1:], dtype=np.int64))
-    head = _lowbias32(_lowbias32(np.uint32(seed & 0xFFFFFFFF)) ^ np.uint32(output))
-    samples = np.arange(first_sample, first_sample + rows, dtype=np.uint32)
-    base = _lowbias32(head ^ samples)[:, None]
-    j = np.arange(width, dtype=np.uint64)
-    first = _lowbias32((2 * j).astype(np.uint32))[None, :]
-    second = _lowbias32((2 * j + 1).astype(np.uint32))[None, :]
-    u1 = ((_lowbias32(base ^ first) >> np.uint32(8)).astype(np.float64) + 1) / 2**24
-    u2 = (_lowbias32(base ^ second) >> np.uint32(8)).astype(np.float64) / 2**24
-    r = np.sqrt(-2 * np.log(u1)) * np.cos(2 * np.pi * u2)
-    return tf.constant(r.reshape(shape), tf.float32)

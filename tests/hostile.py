@@ -66,7 +66,7 @@ def measure(args: list[str], timeout: float = 120, cwd: Path | None = None) -> M
 
     The peak resident set size is the command's own, in MB (Linux reports KB).
     """
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     with tempfile.TemporaryDirectory() as folder:
         peak_file = Path(folder) / "peak"
         command = [sys.executable, "-m", "layergrad", *args]

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
-from layergrad.errors import InputError, describe
-from layergrad.guards import special_kind
-from layergrad.limits import IMAGE_DECODERS, MAX_IMAGE_PIXELS
+from layergrad.core.errors import InputError, describe
+from layergrad.core.limits import IMAGE_DECODERS, MAX_IMAGE_PIXELS
+from layergrad.files.guards import special_kind
 
 IMAGE_FORMATS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # what Keras decodes
 HEADER_BYTES = 1 << 16  # a JPEG's size may come after its EXIF block; look this far
@@ -147,7 +147,7 @@ def _jpeg_size(fh: IO[bytes]) -> tuple[int, int]:
 
 def image_dataset(images: list[ImageFile], size: tuple[int, int], channels: int, dtype: str) -> Any:
     """A tf.data.Dataset of one image per element, decoded, resized and cast to ``dtype``."""
-    from layergrad._tf import quiet_import
+    from layergrad.core.keras_backend import quiet_import
 
     tf, _ = quiet_import()
     paths = tf.constant([i.path for i in images])
@@ -195,7 +195,7 @@ def locate_failure(
     """A function naming the image that failed in rows [start, end) (decoded one by one)."""
 
     def find(start: int, end: int) -> str | None:
-        from layergrad._tf import quiet_import
+        from layergrad.core.keras_backend import quiet_import
 
         tf, _ = quiet_import()
         for image in images[start:end]:

@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from layergrad.vocab import OutputFormat
+from layergrad.core.vocab import OutputFormat
 
 REPORTS = ("inspect", "scan", "weights", "check", "layers", "diff")
 FUNCTIONS = {

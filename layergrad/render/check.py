@@ -9,8 +9,8 @@ from typing import Any
 from rich.console import RenderableType
 from rich.text import Text
 
+from layergrad.core.results import FileVerdict
 from layergrad.render.common import Column, fitted_table, md_code, md_table, md_text, to_text
-from layergrad.results import FileVerdict
 
 SCHEMA = "layergrad.check/1"
 COLUMNS = (

@@ -20,9 +20,9 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from layergrad.core.results import Cause, GradientStats, ModelMeta, ProbeMeta, ScanReport
+from layergrad.core.vocab import Status
 from layergrad.render.escape import visible
-from layergrad.results import Cause, GradientStats, ModelMeta, ProbeMeta
-from layergrad.vocab import Status
 
 MIN_WIDTH = 100  # the narrowest a report is laid out when the width is free
 STATUS_STYLE = {
@@ -272,3 +272,10 @@ def sentence(text: str) -> str:
     """`text` ending in a full stop (causes are written without one)."""
     text = text.rstrip()
     return text if text.endswith((".", "!", "?")) else text + "."
+
+
+def target_text(report: ScanReport) -> str:
+    """What is differentiated: `sum(dense_1)`, or the projection of the model's outputs."""
+    if report.target is None:
+        return f"{report.probe.reduce}(outputs · R)"
+    return f"{report.probe.reduce}({report.target})"

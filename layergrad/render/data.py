@@ -7,8 +7,8 @@ from typing import Any
 
 from rich.text import Text
 
+from layergrad.core.results import DataStats
 from layergrad.render.common import number
-from layergrad.results import DataStats
 
 SHOWN_UNITS = 12
 

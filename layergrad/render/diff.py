@@ -15,8 +15,10 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from layergrad.diff import DiffReport, RowDiff
-from layergrad.profile import ROW_KEYS, ProfileRow
+from layergrad.core.results import ModelMeta
+from layergrad.core.vocab import Change, Status
+from layergrad.diagnose.regressions import DiffReport, RowDiff
+from layergrad.files.gradient_profile import ROW_KEYS, ProfileRow
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
@@ -31,8 +33,6 @@ from layergrad.render.common import (
     to_text,
 )
 from layergrad.render.escape import scrubbed
-from layergrad.results import ModelMeta
-from layergrad.vocab import Change, Status
 
 SCHEMA = "layergrad.diff/1"
 MAX_SHOWN = 2000  # rows a table, comment or page shows; the JSON holds every row

@@ -11,20 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from layergrad import plot
-from layergrad.render.common import number as fmt
-from layergrad.render.common import shape_text
-from layergrad.render.html_page import (
-    Html,
-    badge,
-    cell,
-    definition_list,
-    el,
-    join,
-    page,
-    table,
-)
-from layergrad.results import (
+from layergrad.core.results import (
     Cause,
     CheckItem,
     FileVerdict,
@@ -34,6 +21,19 @@ from layergrad.results import (
     Result,
     ScanReport,
     ScanRow,
+)
+from layergrad.render import plot
+from layergrad.render.common import number as fmt
+from layergrad.render.common import shape_text, target_text
+from layergrad.render.html_page import (
+    Html,
+    badge,
+    cell,
+    definition_list,
+    el,
+    join,
+    page,
+    table,
 )
 
 if TYPE_CHECKING:
@@ -73,8 +73,6 @@ def inspect_html(report: InspectReport) -> str:
 
 def scan_html(report: ScanReport) -> str:
     """The `scan` page: the gradient-flow chart, every layer's row, the causes of broken ones."""
-    from layergrad.render.scan import target_text
-
     body: list[Html | None] = [
         el("h1", "layergrad scan"),
         _scan_verdict(report.rows),

@@ -11,6 +11,8 @@ from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
+from layergrad.core.results import Endpoint, InspectReport, Result
+from layergrad.core.vocab import Status
 from layergrad.render import jacobian
 from layergrad.render.common import (
     STATUS_STYLE,
@@ -31,8 +33,6 @@ from layergrad.render.common import (
     to_text,
 )
 from layergrad.render.data import data_json, data_lines
-from layergrad.results import Endpoint, InspectReport, Result
-from layergrad.vocab import Status
 
 SCHEMA = "layergrad.inspect/1"
 COLUMNS = (

@@ -13,6 +13,14 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from layergrad.core.results import (
+    FrobeniusNorms,
+    JacobianStats,
+    Result,
+    ScanJacobian,
+    ScanRow,
+    SpectralNorms,
+)
 from layergrad.render.common import (
     Column,
     fitted_table,
@@ -20,14 +28,6 @@ from layergrad.render.common import (
     md_table,
     number,
     ranked_units_table,
-)
-from layergrad.results import (
-    FrobeniusNorms,
-    JacobianStats,
-    Result,
-    ScanJacobian,
-    ScanRow,
-    SpectralNorms,
 )
 
 TOP_UNITS = 10

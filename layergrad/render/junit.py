@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from xml.etree import ElementTree as ET
 
+from layergrad.core.results import FileVerdict
 from layergrad.render.escape import scrubbed
-from layergrad.results import FileVerdict
 
 
 def check_junit(verdicts: Sequence[FileVerdict]) -> str:
@@ -18,7 +18,7 @@ def check_junit(verdicts: Sequence[FileVerdict]) -> str:
     verdicts = scrubbed(tuple(verdicts))
     suite = ET.Element(
         "testsuite",
-        name="layergrad.check",
+        name="layergrad.commands.check",
         tests=str(sum(len(v.checks) for v in verdicts)),
         failures=str(sum(1 for v in verdicts for c in v.checks if not c.passed)),
         errors="0",

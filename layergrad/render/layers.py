@@ -10,7 +10,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from layergrad.listing import LayerListing, LayerRow, ModelInput, nonfinite_text
+from layergrad.files.layer_listing import LayerListing, LayerRow, ModelInput, nonfinite_text
 from layergrad.render.common import Column, fitted_table, md_code, md_table, md_text, to_text
 
 SCHEMA = "layergrad.layers/1"

@@ -9,6 +9,8 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from layergrad.core.results import ScanReport, ScanRow
+from layergrad.core.vocab import Status
 from layergrad.render import jacobian
 from layergrad.render.common import (
     STATUS_STYLE,
@@ -24,11 +26,11 @@ from layergrad.render.common import (
     model_header,
     number,
     shape_text,
+    target_text,
     to_text,
 )
 from layergrad.render.data import data_json
-from layergrad.results import ScanReport, ScanRow
-from layergrad.vocab import Status
+from layergrad.render.html_report import scan_html
 
 SCHEMA = "layergrad.scan/1"
 BAR_WIDTH = 16
@@ -82,13 +84,6 @@ def _cells(row: ScanRow, scale: tuple[float, float] | None) -> list[RenderableTy
 
 def _status_cell(row: ScanRow) -> Text:
     return Text(_status_label(row), style=STATUS_STYLE.get(row.status, ""))
-
-
-def target_text(report: ScanReport) -> str:
-    """What is differentiated: `sum(dense_1)`, or the projection of the model's outputs."""
-    if report.target is None:
-        return f"{report.probe.reduce}(outputs · R)"
-    return f"{report.probe.reduce}({report.target})"
 
 
 def _status_label(row: ScanRow) -> str:
@@ -188,6 +183,4 @@ def markdown(report: ScanReport, **_: Any) -> str:
 
 def html(value: ScanReport, **_: Any) -> str:
     """One self-contained HTML page (inline style and charts, nothing fetched)."""
-    from layergrad.render.html_report import scan_html
-
     return scan_html(value)

@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from layergrad.core.results import VariableRow, WeightScanReport
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
@@ -25,7 +26,6 @@ from layergrad.render.common import (
     shape_text,
     to_text,
 )
-from layergrad.results import VariableRow, WeightScanReport
 
 SCHEMA = "layergrad.scan/1"
 COLUMNS = (

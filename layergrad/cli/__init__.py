@@ -1,0 +1,7 @@
+"""The command line: parse options, call one command function, render, choose the exit code.
+
+May import commands (lazily, inside command bodies) and render; no logic of its own."""
+
+from layergrad.cli.app import main
+
+__all__ = ["main"]

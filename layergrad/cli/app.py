@@ -1,0 +1,322 @@
+"""The `layergrad` command line: parse options, call the API, render, set the exit code.
+
+TensorFlow is imported only inside commands that need it, so `layergrad --help` is instant.
+Shared options, error handling and printing are in `cli_options.py`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from layergrad import __version__
+from layergrad.cli import gate
+from layergrad.cli.options import (
+    comma_list,
+    data_options,
+    emit,
+    force_option,
+    format_options,
+    handle_errors,
+    load_options,
+    measure_options,
+    plot_option,
+    probe_options,
+    write_plot,
+    wrt_options,
+)
+from layergrad.core.vocab import FAILING_STATUSES, Flag, OutputFormat, Wrt
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="layergrad")
+def main() -> None:
+    """How much does one Keras layer's output move when an earlier one moves?
+
+    layergrad runs a saved Keras model once under tf.GradientTape, watches the
+    activation of one layer and differentiates later ones with respect to it.
+    When the gradient is None, zero or NaN it says why and how to fix it.
+
+    \b
+    Example:
+        layergrad inspect model.keras --from dense --to dense_1
+    """
+
+
+@main.command()
+@click.argument("model", type=click.Path(dir_okay=True, path_type=str))
+@click.option(
+    "--from", "source", required=True, metavar="REF", help="Layer to differentiate with respect to."
+)
+@click.option(
+    "--to",
+    "targets",
+    required=True,
+    multiple=True,
+    metavar="REF",
+    help="Layer whose output is differentiated. Repeatable.",
+)
+@probe_options
+@data_options
+@measure_options
+@format_options
+@plot_option
+@click.option(
+    "--save-gradient",
+    metavar="FILE",
+    help="Write raw gradients: .npy (one --to) or .npz keyed by --to.",
+)
+@click.option(
+    "--fail-on",
+    default="",
+    callback=comma_list(FAILING_STATUSES, "status"),
+    metavar="STATUSES",
+    help="Exit 1 when a result has one of these statuses, e.g. none,zero,nonfinite.",
+)
+@force_option
+@load_options
+@handle_errors
+def inspect(
+    model: str,
+    source: str,
+    targets: tuple[str, ...],
+    probe: Any,
+    quiet: bool,
+    measure: dict[str, Any],
+    fmt: OutputFormat,
+    plot_file: str | None,
+    save_gradient: str | None,
+    fail_on: frozenset[str],
+    force: bool,
+    imports: tuple[str, ...],
+    unsafe: bool,
+    debug: bool,
+) -> None:
+    """Gradient of --to layers' outputs with respect to the --from layer's output.
+
+    Computes d sum(TO) / d FROM over the whole probe batch (what tape.gradient
+    returns) and flags None, zero and non-finite results with their causes.
+    With --measure jacobian it also reports, per sample i, the Frobenius and
+    spectral norms of J_i = d TO[i] / d FROM[i] and which FROM units move TO
+    most: exact when one sample's J has at most 2^20 entries, else estimated
+    (--probes K random projections, power iteration) with error bars.
+
+    \b
+    Layer references (REF):
+        dense            a layer name (nested layers by their own name when unique)
+        encoder/dense_1  a path through nested models
+        shared@1         the second call of a layer used twice
+        -2               an index into the top-level layers
+
+    \b
+    Examples:
+        layergrad inspect model.keras --from dense --to dense_1
+        layergrad inspect model.keras --from embedding --to head --to pool --json
+        layergrad inspect model.h5 --from 1 --to -1 --input batch.npy --fail-on none,nonfinite
+        layergrad inspect model.keras --from dense --to dense_1 --format html > report.html
+        layergrad inspect model.keras --from dense --to dense_1 --measure jacobian
+        layergrad inspect model.keras --from conv1 --to conv5 --measure jacobian --probes 64
+        layergrad inspect model.keras --from conv --to head --data images/ --limit 10000
+    """
+    from layergrad.cli.progress import sample_progress
+    from layergrad.commands import api
+    from layergrad.files import outputs
+    from layergrad.render import plot
+
+    if save_gradient and not save_gradient.endswith((".npy", ".npz")):
+        raise click.BadParameter("must end in .npy or .npz", param_hint="--save-gradient")
+    if save_gradient and save_gradient.endswith(".npy") and len(targets) > 1:
+        raise click.BadParameter("several --to layers need a .npz", param_hint="--save-gradient")
+    if save_gradient and probe.data is not None:
+        raise click.BadParameter(
+            "with --data no gradient array is kept (only its statistics); drop --data, or "
+            "pass one batch with --input",
+            param_hint="--save-gradient",
+        )
+    reads = [model, probe.input_file, *imports, *outputs.data_inputs(probe.data)]
+    if plot_file:
+        plot.check_plot_path(plot_file, reads, force=force)
+    if save_gradient:
+        outputs.check_target(
+            save_gradient, "--save-gradient", save_gradient[-3:], reads, force=force
+        )
+    with sample_progress(probe.data is not None and not quiet) as on_progress:
+        result = api.inspect_model(
+            model,
+            source,
+            list(targets),
+            imports=imports,
+            unsafe=unsafe,
+            options=probe,
+            on_progress=on_progress,
+            **measure,
+        )
+    emit("inspect", fmt, result, result.model.warnings)
+    if plot_file:
+        write_plot(result, plot_file, reads, force)
+    if save_gradient:
+        written = api.save_gradients(result, save_gradient, reads, force=force)
+        click.echo(written.message, err=True)
+    if any(r.status in fail_on for r in result.results):
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("model", type=click.Path(dir_okay=True, path_type=str))
+@format_options
+@load_options
+@handle_errors
+def layers(
+    model: str,
+    fmt: OutputFormat,
+    imports: tuple[str, ...],
+    unsafe: bool,
+    debug: bool,
+) -> None:
+    """List every layer of a model file: the names --from and --to accept.
+
+    One row per layer (nested models expanded as outer/inner): index, class,
+    inbound layers, stored parameters, dtype policy, trainable, and the health
+    of its stored weights (NaN/Inf values, all-zero tensors). The file is read
+    without TensorFlow and audited first: a file that would run code when
+    loaded is refused unless --unsafe. Here --import only marks a module's
+    classes as trusted; nothing is imported.
+
+    \b
+    Examples:
+        layergrad layers model.keras
+        layergrad layers model.h5 --json
+        layergrad layers custom.keras --import my_layers.py
+        layergrad layers model.keras --format html > layers.html
+    """
+    from layergrad.files.layer_listing import list_layers
+
+    listing = list_layers(model, imports=imports, unsafe=unsafe)
+    emit("layers", fmt, listing, listing.warnings)
+
+
+@main.command()
+@click.argument("model", type=click.Path(dir_okay=True, path_type=str))
+@click.option(
+    "--to",
+    "target",
+    metavar="REF",
+    help="Target layer (default: a seeded random projection of the model's outputs).",
+)
+@click.option(
+    "--layers",
+    "patterns",
+    multiple=True,
+    metavar="GLOB",
+    help="Only layers matching this shell glob, e.g. 'conv4_*'. Repeatable.",
+)
+@wrt_options
+@probe_options
+@data_options
+@measure_options
+@format_options
+@plot_option
+@click.option(
+    "--fail-on",
+    default="",
+    callback=comma_list(Flag, "flag"),
+    metavar="FLAGS",
+    help=f"Exit 1 when a layer is flagged with one of: {','.join(Flag.words())}.",
+)
+@force_option
+@load_options
+@handle_errors
+def scan(
+    model: str,
+    target: str | None,
+    patterns: tuple[str, ...],
+    wrt: str,
+    loss: str | None,
+    probe: Any,
+    quiet: bool,
+    measure: dict[str, Any],
+    fmt: OutputFormat,
+    plot_file: str | None,
+    fail_on: frozenset[str],
+    force: bool,
+    imports: tuple[str, ...],
+    unsafe: bool,
+    debug: bool,
+) -> None:
+    """Gradient flow through the whole model in one forward and one backward pass.
+
+    Differentiates one target (a seeded random projection of the model's
+    outputs, or --to) with respect to every layer's output, and shows them in
+    depth order with a log-scale bar. With --wrt weights: the training loss
+    (compiled in the file, or --loss) with respect to every trainable variable,
+    the answer to Keras's "Gradients do not exist for variables". Flags: blocked
+    (None), nonfinite, dead (mostly exact zeros), vanishing / exploding (1e6
+    times below / above the target end). Integer-valued layers are shown as not
+    differentiable. With --measure jacobian each layer also gets the per-sample
+    Frobenius norm of d target[i] / d layer[i], from K backward passes in all
+    (--probes K), or exact when the target has at most 32 entries per sample
+    (--exact forces it).
+
+    \b
+    Examples:
+        layergrad scan model.keras
+        layergrad scan model.keras --to dense_1 --layers 'conv*' --json
+        layergrad scan model.keras --fail-on blocked,nonfinite
+        layergrad scan model.keras --plot flow.png --format html > scan.html
+        layergrad scan model.keras --wrt weights --loss sparse_categorical_crossentropy
+        layergrad scan model.keras --measure jacobian --probes 16
+        layergrad scan model.keras --data x.npz --distribute mirrored --json
+    """
+    from layergrad.cli.progress import sample_progress
+    from layergrad.commands import api
+    from layergrad.files import outputs
+    from layergrad.render import plot
+
+    if wrt == Wrt.WEIGHTS and (target or patterns):
+        raise click.UsageError("--to and --layers choose activations; drop them with --wrt weights")
+    if loss and wrt != Wrt.WEIGHTS:
+        raise click.UsageError("--loss needs --wrt weights")
+    if wrt == Wrt.WEIGHTS and measure["measure"] != "gradient":
+        raise click.UsageError("--measure jacobian is for activations; drop it with --wrt weights")
+    if wrt == Wrt.WEIGHTS and probe.data is not None:
+        raise click.UsageError(
+            "--wrt weights takes one probe batch (--input with `y`); it does not run over --data"
+        )
+    reads = [model, probe.input_file, *imports, *outputs.data_inputs(probe.data)]
+    if plot_file:
+        plot.check_plot_path(plot_file, reads, force=force)
+    if wrt == Wrt.WEIGHTS:
+        weights = api.scan_weights_model(
+            model, loss=loss, imports=imports, unsafe=unsafe, options=probe
+        )
+        result: Any = weights
+        emit("weights", fmt, weights, weights.model.warnings)
+        rows: Any = weights.variables
+    else:
+        with sample_progress(probe.data is not None and not quiet) as on_progress:
+            activations = api.scan_model(
+                model,
+                target=target,
+                layers=patterns,
+                imports=imports,
+                unsafe=unsafe,
+                options=probe,
+                on_progress=on_progress,
+                **measure,
+            )
+        result, rows = activations, activations.rows
+        emit("scan", fmt, activations, activations.model.warnings)
+    if plot_file:
+        write_plot(result, plot_file, reads, force)
+    if any(set(row.flags) & fail_on for row in rows):
+        sys.exit(1)
+
+
+main.add_command(gate.check)
+main.add_command(gate.diff)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""The commands for CI: `check` (a gate over model files) and `diff` (a regression gate).
+
+Registered on the `layergrad` group by `cli.py`; like every command here, they parse, call
+the API, render and set the exit code, nothing more.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from layergrad.cli.options import (
+    comma_list,
+    data_options,
+    emit,
+    force_option,
+    format_options,
+    handle_errors,
+    load_options,
+    max_memory_option,
+    probe_options,
+    seed_option,
+    tolerance_option,
+    wrt_options,
+)
+from layergrad.core.limits import MAX_BATCH_SIZE
+from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding, OutputFormat
+
+
+@click.command()
+@click.argument("models", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option(
+    "--fail-on",
+    default=",".join(DEFAULT_FAIL_ON),
+    show_default=True,
+    callback=comma_list(Finding, "finding"),
+    metavar="FINDINGS",
+    help=f"Findings that fail a file: {','.join(Finding.words())}.",
+)
+@click.option(
+    "--static-only",
+    is_flag=True,
+    help="Stop after reading, the safety audit and weight health; never import TensorFlow.",
+)
+@format_options
+@click.option(
+    "--junit",
+    "junit_file",
+    metavar="FILE",
+    type=click.Path(dir_okay=False, path_type=str),
+    help="Also write JUnit XML (one testcase per file and check).",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1, max=MAX_BATCH_SIZE),
+    help="Rows of the random probe batch (default 8; an output constant over fewer than 4 "
+    "rows is not reported), or of each batch of --data (default 32).",
+)
+@seed_option
+@max_memory_option
+@click.option(
+    "--loss",
+    "loss",
+    metavar="NAME",
+    help="A keras.losses name for the gradient and trainable checks (default: the loss "
+    "compiled in each file; without one, trainable is skipped).",
+)
+@click.option(
+    "--input",
+    "input_file",
+    type=click.Path(dir_okay=False, path_type=str),
+    help="Probe batch instead of a random one: .npy (one input) or .npz keyed by input name.",
+)
+@click.option(
+    "--baseline",
+    "baselines",
+    multiple=True,
+    metavar="SCAN.json",
+    type=click.Path(path_type=str),
+    help="A committed `layergrad scan --json`: fail on a regression against it, scanning with "
+    "its probe. Repeatable: each applies to the file it was made from.",
+)
+@tolerance_option
+@data_options
+@force_option
+@load_options
+@handle_errors
+def check(
+    models: tuple[str, ...],
+    fail_on: frozenset[Finding],
+    static_only: bool,
+    fmt: OutputFormat,
+    junit_file: str | None,
+    batch_size: int | None,
+    seed: int,
+    max_memory: int,
+    loss: str | None,
+    input_file: str | None,
+    baselines: tuple[str, ...],
+    tolerance: float,
+    data: str | None,
+    limit: int | None,
+    distribute: str | None,
+    cpu_replicas: int | None,
+    quiet: bool,
+    force: bool,
+    imports: tuple[str, ...],
+    unsafe: bool,
+    debug: bool,
+) -> None:
+    """Check model files for CI: exit 1 when any file fails.
+
+    Each file gets named checks: readable, safe (static audit), weights (all
+    finite), loads (Keras safe mode), forward (finite on a random batch),
+    gradient (the loss's gradient, or a projection of the outputs', reaches
+    every differentiable layer, finite), trainable (every trainable variable
+    gets a gradient from the loss), and with --baseline, baseline (no
+    regression against a committed scan). An unreadable or hostile file
+    fails; it is not a usage error.
+    A directory stands for the .keras / .h5 files under it.
+
+    \b
+    Examples:
+        layergrad check models/*.keras
+        layergrad check models/ --junit layergrad.xml
+        layergrad check model.h5 --static-only --fail-on unreadable,unsafe,nonfinite
+        layergrad check models/ --format html > check.html
+        layergrad scan model.keras --json > baseline.json    # once, then commit it
+        layergrad check model.keras --baseline baseline.json
+        layergrad check model.keras --data validation.npz
+    """
+    from layergrad.cli.progress import sample_progress
+    from layergrad.commands import check as checks
+    from layergrad.files import outputs
+    from layergrad.render.junit import check_junit
+
+    paths = checks.expand_paths(models)
+    files = [m for m in models if not os.path.isdir(m)]  # a folder of models may hold the report
+    reads = [*files, *paths, *imports, input_file, *baselines, *outputs.data_inputs(data)]
+    if junit_file:
+        outputs.check_target(junit_file, "--junit", "xml", reads, force=force)
+    with sample_progress(data is not None and not quiet) as on_progress:
+        options = checks.CheckOptions(
+            fail_on=fail_on,
+            static_only=static_only,
+            imports=imports,
+            unsafe=unsafe,
+            batch_size=batch_size,
+            seed=seed,
+            max_memory=max_memory,
+            loss=loss,
+            input_file=input_file,
+            baselines=baselines,
+            tolerance=tolerance,
+            data=data,
+            limit=limit,
+            distribute=distribute,
+            cpu_replicas=cpu_replicas,
+            on_progress=on_progress,
+        )
+        # one bar at a time: the samples' bar when there is one, else the files'
+        listed = paths if on_progress is None else []
+        verdicts = _with_progress(listed, lambda on: checks.check_files(paths, options, on))
+    emit("check", fmt, verdicts)
+    if junit_file:
+        xml = check_junit(verdicts)
+        done = outputs.write_report(
+            junit_file, xml, "--junit", "the JUnit report", reads, force=force
+        )
+        click.echo(done.message, err=True)
+    if not all(v.passed for v in verdicts):
+        sys.exit(1)
+
+
+@click.command()
+@click.argument("base", type=click.Path(dir_okay=True, path_type=str))
+@click.argument("new", type=click.Path(dir_okay=True, path_type=str))
+@click.option(
+    "--to",
+    "target",
+    metavar="REF",
+    help="Target layer, in both models (default: a seeded random projection of the outputs).",
+)
+@wrt_options
+@probe_options
+@tolerance_option
+@click.option(
+    "--all", "show_all", is_flag=True, help="Show every layer, not only the ones that changed."
+)
+@format_options
+@load_options
+@handle_errors
+def diff(
+    base: str,
+    new: str,
+    target: str | None,
+    wrt: str,
+    loss: str | None,
+    probe: Any,
+    tolerance: float,
+    show_all: bool,
+    fmt: OutputFormat,
+    imports: tuple[str, ...],
+    unsafe: bool,
+    debug: bool,
+) -> None:
+    """Compare gradient flow in two model files: exit 1 on a regression.
+
+    Scans BASE and NEW with the same probe (as `scan` does) and compares them
+    layer by layer. A regression: a layer that was ok and is now none, zero
+    or nonfinite; an ok layer newly flagged dead; or mean |g| moved by more
+    than --tolerance decades either way. Layers in one file only are
+    reported as added / removed. The table shows the layers that changed,
+    regressions first; markdown is for pull-request comments. With --wrt
+    weights the rows are trainable variables (d loss / d each). Either file may
+    be a `layergrad scan --json` instead: it is read, not scanned, and its
+    probe is used for the other.
+
+    \b
+    Examples:
+        layergrad diff model_v1.keras model_v2.keras
+        layergrad diff base.keras new.keras --tolerance 1 --all
+        layergrad diff baseline.json model.keras --format markdown > comment.md
+        layergrad diff base.keras new.keras --wrt weights --format html > diff.html
+    """
+    from layergrad.commands.diff import diff_models
+
+    report = diff_models(
+        base, new, target=target, wrt=wrt, loss=loss, tolerance=tolerance, imports=imports,
+        unsafe=unsafe, options=probe,
+    )  # fmt: skip
+    emit("diff", fmt, report, (*report.base.warnings, *report.new.warnings), show_all=show_all)
+    if report.regressions:
+        sys.exit(1)
+
+
+def _with_progress(paths: list[str], run: Callable[[Callable[[str], None] | None], Any]) -> Any:
+    """Run with a progress bar on stderr when there are several files."""
+    if len(paths) < 2:
+        return run(None)
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.progress import Progress
+
+    from layergrad.render.escape import visible
+
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("checking", total=len(paths))
+        started = 0
+
+        def on_file(path: str) -> None:
+            nonlocal started
+            shown = escape(visible(path))  # a file name is data, not rich markup
+            progress.update(task, completed=started, description=f"checking {shown}")
+            started += 1
+
+        result = run(on_file)
+        progress.update(task, completed=len(paths))
+    return result

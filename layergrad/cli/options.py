@@ -1,0 +1,395 @@
+"""What every `layergrad` command shares: options, error handling, and printing a report.
+
+Nothing here imports TensorFlow (or numpy) at import time, so `layergrad --help` is instant.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import sys
+import traceback
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from layergrad.core.errors import LayergradError, describe, one_line
+from layergrad.core.limits import (
+    MAX_BATCH_SIZE,
+    MAX_CPU_REPLICAS,
+    MAX_LIMIT,
+    MAX_PROBES,
+    MAX_SEED,
+)
+from layergrad.core.vocab import Measure, OutputFormat, Word, Wrt
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+W = TypeVar("W", bound=Word)
+
+
+def comma_list(allowed: Iterable[W], what: str) -> Callable[[Any, Any, str], frozenset[W]]:
+    """A click callback parsing a comma-separated list of `allowed` words into their members."""
+    members = {str(m): m for m in allowed}
+
+    def parse(_ctx: Any, _param: Any, value: str) -> frozenset[W]:
+        wanted = {v.strip() for v in value.split(",") if v.strip()}
+        unknown = sorted(wanted - set(members))
+        if unknown:
+            raise click.BadParameter(
+                f"unknown {what} {', '.join(unknown)}; use {','.join(members)}"
+            )
+        return frozenset(members[w] for w in wanted)
+
+    return parse
+
+
+def handle_errors(func: F) -> F:
+    """Turn API errors into one line on stderr and exit code 2 (a traceback with --debug)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        debug = kwargs.get("debug", False)
+        try:
+            with warnings.catch_warnings():
+                if not debug:
+                    warnings.simplefilter("ignore")
+                return func(*args, **kwargs)
+        except click.ClickException:
+            raise
+        except LayergradError as exc:
+            usage_error(exc, debug)
+        except Exception as exc:  # an unexpected failure still gets one readable line
+            if debug:
+                traceback.print_exc()
+            from layergrad.render.escape import visible
+
+            click.echo(
+                f"error: unexpected {type(exc).__name__}: {one_line(visible(describe(exc)))} "
+                "(run again with --debug for the traceback)",
+                err=True,
+            )
+            sys.exit(2)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def usage_error(exc: LayergradError, debug: bool = False) -> NoReturn:
+    """One line on stderr (a traceback too with --debug), exit code 2."""
+    from layergrad.render.escape import visible
+
+    if debug:
+        traceback.print_exc()
+    click.echo(f"error: {one_line(visible(str(exc)))}", err=True)
+    sys.exit(2)
+
+
+def _stack(func: Callable[..., Any], options: list[Callable[[Any], Any]]) -> Any:
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def load_options(func: F) -> F:
+    """`--import`, `--unsafe`, `--debug`: options of every command that opens a model."""
+    return _stack(
+        func,
+        [
+            click.option(
+                "--import",
+                "imports",
+                multiple=True,
+                metavar="MODULE",
+                help="A module (name or .py path) defining the model's custom layers: trusted "
+                "by the safety audit and imported before loading. Repeatable.",
+            ),
+            click.option(
+                "--unsafe",
+                is_flag=True,
+                help="Let Keras deserialize Python code (Lambda bytecode). Only for trusted files.",
+            ),
+            click.option("--debug", is_flag=True, help="Show tracebacks and library warnings."),
+        ],
+    )
+
+
+def _size(_ctx: Any, _param: Any, value: str) -> int:
+    """A click callback parsing a size such as 8GB into bytes."""
+    from layergrad.core.limits import parse_size
+
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def max_memory_option(func: F) -> F:
+    """`--max-memory SIZE`: the budget for the probe's memory, estimated before loading."""
+    return click.option(
+        "--max-memory",
+        default="8GB",
+        show_default=True,
+        callback=_size,
+        metavar="SIZE",
+        help="Refuse a model whose probe would need more memory than this (estimated from "
+        "the shapes in its config before Keras builds it), e.g. 32GB.",
+    )(func)
+
+
+seed_option = click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0, max=MAX_SEED),
+    help="Seed of the random probe batch (0 to 2**32 - 1).",
+)
+
+
+PROBE_KEYS = ("input_file", "batch_size", "seed", "reduce", "training", "max_memory")
+DATA_KEYS = ("data", "limit", "distribute", "cpu_replicas")
+
+
+def data_options(func: F) -> F:
+    """`--data` and what goes with it (`--limit`, `--distribute`, `--cpu-replicas`, `--quiet`).
+
+    Under `probe_options` they join the `probe` bundle; `check` takes them one by one.
+    """
+    return _stack(
+        func,
+        [
+            click.option(
+                "--data",
+                metavar="PATH",
+                help="Run over a whole data set, streamed: .npy, .npz (keys = input names, "
+                "y = labels), a folder of images, or FILE.py:function / module:function "
+                "returning batches. Statistics are over all samples.",
+            ),
+            click.option(
+                "--limit",
+                type=click.IntRange(min=1, max=MAX_LIMIT),
+                metavar="N",
+                help="With --data: read at most N samples.",
+            ),
+            click.option(
+                "--distribute",
+                type=click.Choice(["mirrored"]),
+                help="With --data: run on every visible GPU (tf.distribute.MirroredStrategy).",
+            ),
+            click.option(
+                "--cpu-replicas",
+                type=click.IntRange(min=1, max=MAX_CPU_REPLICAS),
+                metavar="N",
+                help="With --data: split the CPU into N devices and mirror over them (a "
+                "testing aid for the distributed path).",
+            ),
+            click.option("--quiet", is_flag=True, help="No progress bar on stderr (with --data)."),
+        ],
+    )
+
+
+def probe_options(func: F) -> F:
+    """How to make the probe batch and run the model; the command receives one `probe`
+    argument, a `pipeline.ProbeOptions`."""
+
+    @functools.wraps(func)
+    def bundled(*args: Any, **kwargs: Any) -> Any:
+        from layergrad.core.probe_options import ProbeOptions
+
+        keys = [*PROBE_KEYS, *(k for k in DATA_KEYS if k in kwargs)]
+        try:
+            kwargs["probe"] = ProbeOptions(**{key: kwargs.pop(key) for key in keys})
+        except LayergradError as exc:  # options that do not go together
+            usage_error(exc, kwargs.get("debug", False))
+        return func(*args, **kwargs)
+
+    return _stack(
+        bundled,
+        [
+            click.option(
+                "--input",
+                "input_file",
+                type=click.Path(dir_okay=False, path_type=str),
+                help="Probe batch: .npy (one input) or .npz keyed by input name.",
+            ),
+            click.option(
+                "--batch-size",
+                type=click.IntRange(min=1, max=MAX_BATCH_SIZE),
+                help="Rows of the random probe batch (default 8), or of each batch of --data "
+                "(default 32).",
+            ),
+            seed_option,
+            click.option(
+                "--reduce",
+                type=click.Choice(["sum", "mean"]),
+                default="sum",
+                show_default=True,
+                help="Reduce the target activation to a scalar by sum or mean.",
+            ),
+            click.option(
+                "--training",
+                is_flag=True,
+                help="Run the model in training mode (default: inference).",
+            ),
+            max_memory_option,
+        ],
+    )
+
+
+def measure_options(func: F) -> F:
+    """`--measure`, `--probes`, `--exact` (inspect, scan); the command receives `measure`, a
+    dict of the API's keyword arguments of the same names."""
+
+    @functools.wraps(func)
+    def bundled(*args: Any, **kwargs: Any) -> Any:
+        kwargs["measure"] = {key: kwargs.pop(key) for key in ("measure", "probes", "exact")}
+        return func(*args, **kwargs)
+
+    return _stack(
+        bundled,
+        [
+            click.option(
+                "--measure",
+                type=click.Choice(Measure.words()),
+                default=Measure.GRADIENT.value,
+                show_default=True,
+                help="gradient: d reduce(to) / d from. jacobian: also the norms of the "
+                "per-sample Jacobians d to[i] / d from[i] (Frobenius, spectral, per unit).",
+            ),
+            click.option(
+                "--probes",
+                type=int,
+                metavar="K",
+                help="Estimate the Jacobian norms from K random projections (default 32 when "
+                f"estimating, 2 to {MAX_PROBES}); forces the estimate.",
+            ),
+            click.option(
+                "--exact",
+                is_flag=True,
+                help="Compute the Jacobian norms exactly, from every row of the Jacobians "
+                "(the default for inspect when one sample's has at most 2^20 entries, for scan "
+                "when the target has at most 32 entries per sample).",
+            ),
+        ],
+    )
+
+
+def tolerance_option(func: F) -> F:
+    """`--tolerance DECADES` of `diff` and `check --baseline`; the command receives `tolerance`."""
+    return click.option(
+        "--tolerance",
+        default=2.0,
+        show_default=True,
+        type=click.FloatRange(min=0, min_open=True),
+        metavar="DECADES",
+        help="Largest change of mean |g| in decades (log10), up or down, not a regression.",
+    )(func)
+
+
+def format_options(func: F) -> F:
+    """`--format table|json|markdown` and its shorthand `--json`; the command receives `fmt`."""
+
+    @functools.wraps(func)
+    def merged(*args: Any, **kwargs: Any) -> Any:
+        as_json = kwargs.pop("as_json")
+        kwargs["fmt"] = OutputFormat.JSON if as_json else OutputFormat(kwargs["fmt"])
+        return func(*args, **kwargs)
+
+    return _stack(
+        merged,
+        [
+            click.option(
+                "--format",
+                "fmt",
+                type=click.Choice(OutputFormat.words()),
+                default=OutputFormat.TABLE.value,
+                show_default=True,
+                help="Output: a table for people, JSON for programs, markdown for pull-request "
+                "comments, html for one self-contained page (> report.html).",
+            ),
+            click.option("--json", "as_json", is_flag=True, help="Shorthand for --format json."),
+        ],
+    )
+
+
+def wrt_options(func: F) -> F:
+    """`--wrt activations|weights` and `--loss NAME` (scan, diff)."""
+    return _stack(
+        func,
+        [
+            click.option(
+                "--wrt",
+                type=click.Choice(Wrt.words()),
+                default=Wrt.ACTIVATIONS.value,
+                show_default=True,
+                help="Every layer's output, or (weights) the training loss's gradient for "
+                "every trainable variable.",
+            ),
+            click.option(
+                "--loss",
+                "loss",
+                metavar="NAME",
+                help="With --wrt weights: a keras.losses name (default: the loss compiled in "
+                "the file).",
+            ),
+        ],
+    )
+
+
+def plot_option(func: F) -> F:
+    """`--plot FILE`: also write the command's chart; the format follows the extension."""
+    return click.option(
+        "--plot",
+        "plot_file",
+        metavar="FILE",
+        type=click.Path(dir_okay=False, path_type=str),
+        help="Also write the chart: .png, .svg or .pdf (gradient flow for scan, unit "
+        "sensitivity for inspect).",
+    )(func)
+
+
+def force_option(func: F) -> F:
+    """`--force`: let outputs replace an existing file layergrad did not write."""
+    return click.option(
+        "--force",
+        is_flag=True,
+        help="Let --junit, --plot and --save-gradient replace an existing file that layergrad "
+        "did not write (never an input of the run).",
+    )(func)
+
+
+def write_plot(
+    report: Any, path: str, protected: Sequence[str | None] = (), force: bool = False
+) -> None:
+    """Save the report's chart (never over a `protected` file) and say so on stderr."""
+    from layergrad.render import plot
+
+    written = plot.save_figure(plot.report_figure(report), path, protected, force=force)
+    kind = "unit-sensitivity" if hasattr(report, "results") else "gradient-flow"
+    click.echo(f"wrote {kind} chart to {path} ({written})", err=True)
+
+
+def emit(
+    command: str, fmt: OutputFormat, value: Any, accepted: Iterable[str] = (), **options: Any
+) -> None:
+    """Print a report on stdout in the chosen format; the audit findings accepted with
+    --unsafe go to stderr first. `options` go to the renderer (`show_all` for `diff`)."""
+    from layergrad.render import render
+    from layergrad.render.escape import visible
+
+    for line in accepted:
+        click.echo(f"warning: {visible(line)}; accepted because of --unsafe", err=True)
+    color, width = _terminal()
+    text = render(command, fmt, value, color=color, width=width, **options)
+    click.echo(text, nl=fmt == OutputFormat.JSON)
+
+
+def _terminal() -> tuple[bool, int | None]:
+    """(use colour, width) for stdout; width None (as wide as needed) when it is not a terminal."""
+    if not sys.stdout.isatty():
+        columns = os.environ.get("COLUMNS", "")
+        return False, int(columns) if columns.isdigit() else None
+    return "NO_COLOR" not in os.environ, shutil.get_terminal_size((100, 24)).columns

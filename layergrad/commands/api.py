@@ -1,0 +1,240 @@
+"""The Python API under the CLI: each function runs the pipeline and returns result objects.
+
+Nothing here prints. Probe options are keyword arguments (`input_file`, `batch_size`, `seed`,
+`reduce`, `training`: see `pipeline.ProbeOptions`), or one `options=ProbeOptions(...)`.
+
+    >>> from layergrad.commands.api import inspect_model
+    >>> report = inspect_model("sample_models/seed.keras", "dense", ["dense_1"])
+    >>> report.results[0].status
+    <Status.OK: 'ok'>
+    >>> report.results[0].gradient.shape
+    (8, 8)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from layergrad.commands.session import open_session
+from layergrad.core.errors import InputError
+from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
+from layergrad.core.results import InspectReport, ScanReport, WeightScanReport
+from layergrad.core.vocab import Measure
+
+__all__ = ["ProbeOptions", "inspect_model", "save_gradients", "scan_model", "scan_weights_model"]
+
+
+def inspect_model(
+    path: PathLike,
+    source: str,
+    targets: Sequence[str],
+    *,
+    imports: Sequence[str] = (),
+    unsafe: bool = False,
+    options: ProbeOptions | None = None,
+    measure: str = "gradient",
+    probes: int | None = None,
+    exact: bool = False,
+    on_progress: Progress | None = None,
+    **probe: Any,
+) -> InspectReport:
+    """Gradient of each target layer's activation with respect to the source layer's.
+
+    Args:
+        path: a `.keras` or legacy `.h5` model file.
+        source: layer reference for `--from` (`dense`, `encoder/dense_1`, `shared@1`, `-2`).
+        targets: one or more layer references for `--to`.
+        imports: modules (names or `.py` paths) that register custom layers.
+        unsafe: let Keras deserialize Python code in the file.
+        options, **probe: how to make the probe batch and run the model (`ProbeOptions`).
+        measure: "gradient" (d reduce(to) / d from), or "jacobian" to also measure the
+            per-sample Jacobians d to[i] / d from[i] (`Result.jacobian`).
+        probes: K random projections; forces the estimated Jacobian norms.
+        exact: forces the exact Jacobian norms (not with `probes`).
+        on_progress: with `data`, called after each batch with (samples done, samples
+            expected or None).
+
+    With `data` (see `ProbeOptions`) the statistics are those of every sample of the data set
+    as one batch, and each result gains `data` (dead units, per-sample L2).
+
+    Returns:
+        An InspectReport with one Result per target, in order.
+
+    Raises:
+        LoadError, LayerNotFound, InputError: user errors (the CLI exits with code 2).
+    """
+    if not targets:
+        raise InputError("give at least one target layer (--to)")
+    from layergrad.diagnose import diagnoser
+    from layergrad.engine import jacobian
+    from layergrad.engine import probe as probing
+    from layergrad.model import layer_refs
+
+    jacobian.check_options(measure, probes, exact)
+    options = options or ProbeOptions(**probe)
+    if options.data is not None:
+        from layergrad.commands import over_data
+
+        _no_jacobian_with_data(measure)
+        return over_data.inspect_data(
+            path, source, targets, options, imports=imports, unsafe=unsafe, on_progress=on_progress
+        )
+    session = open_session(
+        path,
+        options,
+        refs=[source, *targets],
+        imports=imports,
+        unsafe=unsafe,
+    )
+    model, opts = session.model, session.options
+    source_site = layer_refs.resolve(model, source)
+    target_sites = [layer_refs.resolve(model, ref) for ref in targets]
+    live = None
+    if measure == Measure.JACOBIAN:  # one forward pass serves the gradient and the Jacobians
+        live = probing.live_probe(
+            model,
+            session.batch,
+            [source_site],
+            target_sites,
+            training=opts.training,
+            reduce=opts.reduce,
+        )
+        run = probing.probe_gradients(live)
+    else:
+        run = probing.run_probe(
+            model,
+            session.batch,
+            [source_site],
+            target_sites,
+            training=opts.training,
+            reduce=opts.reduce,
+        )
+    results = diagnoser.build_results(run, session.info.graph, session.diagnoser)
+    notes = [
+        diagnoser.softmax_target_note(site, "take --to the layer before it")
+        for site in target_sites
+    ]
+    results = tuple(
+        replace(res, warnings=(*res.warnings, note)) if note else res
+        for res, note in zip(results, notes, strict=True)
+    )
+    if live is not None:
+        how = jacobian.JacobianOptions(probes, exact, opts.seed)
+        results = jacobian.with_jacobians(results, live, how)
+    return InspectReport(model=session.model_meta, probe=session.probe_meta, results=results)
+
+
+def scan_model(
+    path: PathLike,
+    *,
+    target: str | None = None,
+    layers: Sequence[str] = (),
+    imports: Sequence[str] = (),
+    unsafe: bool = False,
+    options: ProbeOptions | None = None,
+    measure: str = "gradient",
+    probes: int | None = None,
+    exact: bool = False,
+    on_progress: Progress | None = None,
+    **probe: Any,
+) -> ScanReport:
+    """Gradient of one target with respect to every layer's output, in one backward pass.
+
+    Args:
+        target: a layer reference; None differentiates a seeded random projection of the
+            model's outputs (not degenerate for softmax outputs, unlike their sum).
+        layers: shell globs (`conv*`, `encoder/*`) that keep only matching layers.
+        measure: "jacobian" also gives each row the per-sample Frobenius norms of
+            d target[i] / d layer[i] (`ScanRow.jacobian`), from K backward passes in all
+            (`probes`, or exactly from one pass per target entry: `exact`).
+        (the rest as in `inspect_model`; `scan_weights_model` differentiates the loss instead)
+
+    Returns:
+        A ScanReport with one row per layer call the target depends on, in execution order.
+
+        >>> rows = scan_model("sample_models/residual.keras").rows
+        >>> [r.layer for r in rows][:2]
+        ['x', 'stem']
+    """
+    from layergrad.commands.scan import scan_session
+    from layergrad.engine.jacobian import JacobianOptions, check_options
+
+    check_options(measure, probes, exact)
+    options = options or ProbeOptions(**probe)
+    if options.data is not None:
+        from layergrad.commands import over_data
+
+        _no_jacobian_with_data(measure)
+        return over_data.scan_data(
+            path,
+            options,
+            target=target,
+            layers=layers,
+            imports=imports,
+            unsafe=unsafe,
+            on_progress=on_progress,
+        )
+    session = open_session(
+        path,
+        options,
+        refs=[target] if target is not None else [],
+        globs=layers,
+        imports=imports,
+        unsafe=unsafe,
+    )
+    how = None
+    if measure == Measure.JACOBIAN:
+        how = JacobianOptions(probes, exact, session.options.seed)
+    return scan_session(session, target, layers, jacobian=how)
+
+
+def _no_jacobian_with_data(measure: str) -> None:
+    if measure == Measure.JACOBIAN:
+        raise InputError(
+            "--measure jacobian measures one batch: use --input (or the random batch) with it, "
+            "not --data"
+        )
+
+
+def scan_weights_model(
+    path: PathLike,
+    *,
+    loss: str | None = None,
+    imports: Sequence[str] = (),
+    unsafe: bool = False,
+    options: ProbeOptions | None = None,
+    **probe: Any,
+) -> WeightScanReport:
+    """Gradient of the training loss with respect to every trainable variable (one pass).
+
+    Args:
+        loss: a `keras.losses` name; None uses the loss compiled in the file.
+        (the rest as in `inspect_model`; labels are `y` from an `--input` .npz, else random)
+
+    Returns:
+        A WeightScanReport with one row per trainable variable (`layer/name`).
+
+    Raises:
+        InputError: the file has no compiled loss and `loss` is None.
+    """
+    from layergrad.commands.weight_scan import scan_weights
+
+    session = open_session(path, options or ProbeOptions(**probe), imports=imports, unsafe=unsafe)
+    return scan_weights(session, loss)
+
+
+def save_gradients(
+    report: InspectReport, path: PathLike, inputs: Sequence[str] = (), *, force: bool = False
+) -> Any:
+    """Write the raw gradients: `.npy` for one result, `.npz` keyed by the `--to` reference.
+
+    A None gradient is not written (left out of an `.npz`); `inputs` are files never to write
+    over; `force` replaces an existing file that is not an array file. Returns an
+    `outputs.Written` whose message says what was written.
+    """
+    from layergrad.files import outputs
+
+    return outputs.save_gradients(report, os.fspath(path), inputs, force=force)

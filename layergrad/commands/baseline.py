@@ -1,0 +1,161 @@
+"""`check --baseline`: judge a model file's scan against a committed `layergrad scan --json`.
+
+A baseline is matched to the file it was made from, its probe (seed, batch size, reduction,
+mode) is reused for the file's scan, and the scan is compared with it under the rules of
+`diff`. The baseline must be of the scan `check` runs anyway (so there is one scan, not two):
+`scan --wrt weights` (d loss / d every trainable variable) for a file with a loss (compiled,
+or `--loss`), plain `scan` (the projection of the outputs) for a file without. A baseline that
+cannot be reproduced (made with `--to`, with an `--input` batch not given now, of the other
+kind) is refused before the model is loaded.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from layergrad.core.errors import UsageError
+from layergrad.core.probe_options import ProbeOptions
+from layergrad.core.results import ScanReport, WeightScanReport
+from layergrad.core.vocab import Change, Finding
+from layergrad.diagnose.regressions import DiffReport, compare
+from layergrad.files.gradient_profile import (
+    ACTIVATIONS,
+    Profile,
+    load_profile,
+    profile_of,
+    recorded_probe,
+)
+
+LISTED = 4  # regressions named in a check message; the rest are counted
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A committed scan JSON (`path`) and the profile read from it."""
+
+    path: str
+    profile: Profile
+
+
+def load_baselines(paths: Sequence[str | os.PathLike[str]]) -> tuple[Baseline, ...]:
+    """Read each baseline file (see `profile.load_profile`); UsageError names a bad one."""
+    return tuple(Baseline(os.fspath(p), load_profile(p, f"--baseline {p}")) for p in paths)
+
+
+def match_baselines(
+    files: Sequence[str], baselines: Sequence[Baseline], input_file: str | None = None
+) -> dict[str, Baseline]:
+    """Which baseline applies to which model file, each checked for a reproducible probe.
+
+    One file and one baseline always match. Otherwise each baseline applies to the checked
+    file at the path recorded in it (`model.path`, as it was given to `scan`); a baseline for
+    no checked file, or two for one file, is an error.
+
+    Raises:
+        UsageError: a baseline that matches no file, or whose probe cannot be reused here.
+    """
+    for baseline in baselines:
+        probe_options(baseline, input_file)  # refuse a foreign probe before loading anything
+    if len(files) == 1 and len(baselines) == 1:
+        return {files[0]: baselines[0]}
+    matched: dict[str, Baseline] = {}
+    for baseline in baselines:
+        recorded = baseline.profile.model.path
+        found = [f for f in files if _same_path(f, recorded)]
+        if not found:
+            shown = ", ".join(files[:3]) + (", ..." if len(files) > 3 else "")
+            raise UsageError(
+                f"--baseline {baseline.path} was made from {recorded}, which is not among the "
+                f"files checked ({shown}); check that file, or make the baseline from the path "
+                "you check"
+            )
+        for f in found:
+            if f in matched:
+                raise UsageError(
+                    f"--baseline {matched[f].path} and {baseline.path} are both for {f}; give one"
+                )
+            matched[f] = baseline
+    return matched
+
+
+def _same_path(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def probe_options(baseline: Baseline, input_file: str | None = None) -> ProbeOptions:
+    """The probe the baseline was made with, for this file's scan.
+
+    `input_file` is check's `--input`: a baseline probed with an `--input` batch needs the
+    same file given again; a baseline probed with a random batch needs none.
+
+    Raises:
+        UsageError: the baseline's probe cannot be reproduced by `check`.
+    """
+    profile, where = baseline.profile, f"--baseline {baseline.path}"
+    remake = "make the baseline with `layergrad scan MODEL --json > baseline.json`"
+    if profile.target is not None:
+        raise UsageError(
+            f"{where} was made with --to {profile.target}; check scans the projection of the "
+            f"model's outputs; {remake} (without --to)"
+        )
+    return recorded_probe(profile, input_file, where)
+
+
+def fits(baseline: Baseline, has_loss: bool, path: str) -> None:
+    """Raise UsageError unless the baseline is of the scan check runs on this file.
+
+    A file with a loss is checked by d loss / d every trainable variable (`scan --wrt
+    weights`); a file without one by the projection of its outputs (plain `scan`).
+    """
+    wrt, where = baseline.profile.wrt, f"--baseline {baseline.path}"
+    if has_loss and wrt == ACTIVATIONS:
+        raise UsageError(
+            f"{path} has a loss (compiled in the file, or --loss), so check differentiates the "
+            f"loss, but {where} is a scan of the outputs' projection; make the baseline with "
+            "`layergrad scan MODEL --wrt weights --json > baseline.json`"
+        )
+    if not has_loss and wrt != ACTIVATIONS:
+        raise UsageError(
+            f"{where} differentiates a loss ({baseline.profile.loss}), but {path} has none "
+            "compiled; pass the same --loss, or make the baseline with "
+            "`layergrad scan MODEL --json > baseline.json`"
+        )
+
+
+def judge(
+    report: ScanReport,
+    weights: WeightScanReport | None,
+    baseline: Baseline,
+    tolerance: float,
+) -> tuple[str, tuple[Finding, ...]]:
+    """The `baseline` check of one file: its message and findings (`regression` or none).
+
+    `report` is check's activation scan, `weights` its scan of the trainable variables (None
+    without a loss); the one of the baseline's kind is compared.
+
+    Raises:
+        UsageError: the scan was not made with the baseline's probe (see `diff.comparable`).
+    """
+    scanned = weights if baseline.profile.wrt != ACTIVATIONS else report
+    if scanned is None:  # `fits` refuses this before the scan; say so rather than pass
+        raise UsageError(f"--baseline {baseline.path}: check found no loss to compare with")
+    diff = compare(baseline.profile, profile_of(scanned), tolerance)
+    return summary(diff, baseline.path), (Finding.REGRESSION,) if diff.regressions else ()
+
+
+def summary(diff: DiffReport, against: str) -> str:
+    """One line: the regressions with why (the first few), or what was compared."""
+    bad = diff.regressions
+    if bad:
+        named = "; ".join(f"{r.name}: {r.why}" for r in bad[:LISTED])
+        more = f"; and {len(bad) - LISTED} more" if len(bad) > LISTED else ""
+        plural = "s" if len(bad) > 1 else ""
+        return f"{len(bad)} regression{plural} against {against}: {named}{more}"
+    compared = len(diff.rows) - diff.count(Change.ADDED) - diff.count(Change.REMOVED)
+    what = "variables" if diff.wrt != ACTIVATIONS else "layers"
+    parts = [f"no regression against {against}: {compared} {what} compared"]
+    changes = (Change.CHANGED, Change.ADDED, Change.REMOVED)
+    parts += [f"{diff.count(c)} {c}" for c in changes if diff.count(c)]
+    return ", ".join(parts)

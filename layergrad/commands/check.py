@@ -1,0 +1,340 @@
+"""The CI gate: named checks of one model file, from static reading to gradient flow.
+
+1. readable   the file is a well-formed .keras / .h5 (no TensorFlow)
+2. safe       the static audit finds nothing that would run code on load
+3. weights    every stored weight is finite
+4. loss       the compiled loss (or --loss) fits each output's activation
+5. loads      Keras loads it in safe mode
+6. forward    a forward pass on a random probe batch is finite, and its outputs vary
+7. gradient   the gradient of the loss (compiled in the file, or --loss), else of a random
+              projection of the outputs, reaches every differentiable layer, finite
+8. trainable  every trainable variable gets a gradient from the loss (skipped without one)
+9. baseline   with `--baseline`: no regression against a committed scan (see `baseline.py`)
+
+`static_only` stops after 4 and never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from layergrad.commands import check_steps as steps
+from layergrad.commands.baseline import (
+    Baseline,
+    fits,
+    judge,
+    load_baselines,
+    match_baselines,
+    probe_options,
+)
+from layergrad.commands.check_steps import Add
+from layergrad.core.errors import LayergradError, UsageError, describe
+from layergrad.core.limits import DEFAULT_MAX_MEMORY
+from layergrad.core.probe_options import (
+    BATCH_SIZE,
+    DATA_BATCH_SIZE,
+    ProbeOptions,
+    Progress,
+    check_data_options,
+)
+from layergrad.core.results import CheckItem, FileVerdict
+from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding
+from layergrad.diagnose.regressions import DEFAULT_TOLERANCE
+from layergrad.files.file_info import FileInfo, read_file_info
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """What a check run looks for and how it probes."""
+
+    fail_on: frozenset[Finding] = frozenset(DEFAULT_FAIL_ON)
+    static_only: bool = False
+    imports: tuple[str, ...] = ()
+    unsafe: bool = False
+    batch_size: int | None = None  # 8, or 32 with data
+    seed: int = 0
+    max_memory: int = DEFAULT_MAX_MEMORY
+    loss: str | None = None  # a keras.losses name overriding the file's compiled loss
+    input_file: str | None = None  # the probe batch of forward and gradient (default random)
+    baselines: tuple[str, ...] = ()  # `layergrad scan --json` files (see baseline.match_baselines)
+    tolerance: float = DEFAULT_TOLERANCE  # decades of mean |g| a baseline allows
+    # --data: the forward and gradient checks over every sample (see session.ProbeOptions)
+    data: str | None = None
+    limit: int | None = None
+    distribute: str | None = None
+    cpu_replicas: int | None = None
+    on_progress: Progress | None = None
+
+    def __post_init__(self) -> None:
+        check_data_options(
+            self.data, self.input_file, self.limit, self.distribute, self.cpu_replicas
+        )
+        if self.data is not None and self.baselines:
+            raise UsageError("--baseline compares the scan of one probe batch; drop --data")
+
+    @property
+    def rows(self) -> int:
+        """The batch size, as set or defaulted."""
+        return self.batch_size or (DATA_BATCH_SIZE if self.data is not None else BATCH_SIZE)
+
+    def probe(self, training: bool = False) -> ProbeOptions:
+        """The probe options of the forward and gradient checks."""
+        return ProbeOptions(
+            batch_size=self.rows,
+            seed=self.seed,
+            training=training,
+            input_file=self.input_file,
+            max_memory=self.max_memory,
+            data=self.data,
+            limit=self.limit,
+            distribute=self.distribute,
+            cpu_replicas=self.cpu_replicas,
+        )
+
+
+def check_files(
+    paths: Sequence[str | os.PathLike[str]],
+    options: CheckOptions = CheckOptions(),
+    on_file: Callable[[str], None] | None = None,
+) -> tuple[FileVerdict, ...]:
+    """Check each file; `on_file(path)` is called as each one starts (for a progress bar).
+
+    With `options.baselines`, each baseline is matched to a file first (a baseline that
+    matches none, or whose probe cannot be reused, is an InputError before anything loads).
+    """
+    unknown = sorted(set(options.fail_on) - set(Finding.words()))
+    if unknown:
+        raise LayergradError(
+            f"unknown --fail-on finding {', '.join(unknown)}; use {','.join(Finding.words())}"
+        )
+    baselines: dict[str, Baseline] = {}
+    if options.baselines:
+        if options.static_only:
+            raise LayergradError("--baseline compares a gradient scan; drop --static-only")
+        files = [os.fspath(p) for p in paths]
+        found = load_baselines(options.baselines)
+        baselines = match_baselines(files, found, options.input_file)
+    verdicts = []
+    for path in paths:
+        if on_file is not None:
+            on_file(os.fspath(path))
+        verdicts.append(check_file(path, options, baselines.get(os.fspath(path))))
+    return tuple(verdicts)
+
+
+def check_file(
+    path: str | os.PathLike[str],
+    options: CheckOptions = CheckOptions(),
+    baseline: Baseline | None = None,
+) -> FileVerdict:
+    """Run the checks on one file, stopping at the first that leaves nothing to check next.
+
+    Whatever the file holds, it gets a verdict: a failure nobody foresaw is recorded as an
+    ``error`` finding of the check that was running, and the other files still get theirs.
+    `baseline` adds the `baseline` check, scanning with the baseline's probe.
+
+    Raises:
+        UsageError: the options cannot work with this file (a baseline made with another
+            probe, an `--input` that does not fit): the command, not the file, is wrong.
+    """
+    items: list[CheckItem] = []
+    running = [CHECKS[0]]
+
+    def add(name: str, message: str, findings: Sequence[Finding] = ()) -> bool:
+        passed = not set(findings) & options.fail_on
+        items.append(CheckItem(name, passed, message, tuple(findings)))
+        running[0] = CHECKS[min(CHECKS.index(name) + 1, len(CHECKS) - 1)]
+        return passed
+
+    try:
+        _run(path, options, add, baseline)
+    except UsageError:
+        raise
+    except Exception as exc:  # one bad file must not sink the run
+        message = f"failed unexpectedly: {type(exc).__name__}: {describe(exc)}"
+        add(running[0], message, [Finding.ERROR])
+    return _verdict(path, items)
+
+
+CHECKS = (
+    "readable", "safe", "weights", "loss", "loads", "forward", "gradient", "trainable", "baseline",
+)  # fmt: skip
+
+
+def _run(
+    path: str | os.PathLike[str], options: CheckOptions, add: Add, baseline: Baseline | None
+) -> None:
+    if Path(path).is_dir() and not (Path(path) / "saved_model.pb").exists():
+        add(
+            "readable",
+            f"{os.fspath(path)} is a directory without .keras or .h5 files; expected model "
+            "files; check the path",
+            [Finding.UNREADABLE],
+        )
+        return
+    try:
+        info = read_file_info(path, read_weights=True)
+    except LayergradError as exc:
+        add("readable", str(exc), [Finding.UNREADABLE])
+        return
+    add("readable", f"{info.format} file, {len(info.graph.layers)} layers")
+    if not steps.safe(info, options.imports, options.unsafe, add):
+        return
+    steps.weights(info, add)
+    steps.loss_fits(info, options.loss, add)
+    if not options.static_only:
+        _dynamic(path, info, options, add, baseline)
+
+
+def _verdict(path: str | os.PathLike[str], items: list[CheckItem]) -> FileVerdict:
+    return FileVerdict(os.fspath(path), all(i.passed for i in items), tuple(items))
+
+
+def _load(
+    path: str | os.PathLike[str],
+    info: FileInfo,
+    options: CheckOptions,
+    probe: ProbeOptions,
+    add: Add,
+) -> tuple[Any, tuple[str, ...], Any] | None:
+    """Load the model (`session.load`) and record the `loads` check; None when it fails."""
+    from layergrad.commands import session
+
+    try:
+        opened = session.load(
+            path, probe, imports=options.imports, unsafe=options.unsafe, info=info
+        )
+    except LayergradError as exc:
+        add("loads", str(exc), [Finding.UNREADABLE])
+        return None
+    model = opened[0].model
+    mode = "" if options.unsafe else " in safe mode"
+    add("loads", f"{type(model).__name__} {model.name!r} loads{mode}")
+    return opened
+
+
+def _dynamic_data(
+    path: str | os.PathLike[str], info: FileInfo, options: CheckOptions, add: Add
+) -> None:
+    """The forward and gradient checks over every sample of `options.data` (one pass)."""
+    from layergrad.commands import over_data
+    from layergrad.engine.data_step import BatchFailed
+
+    probe = options.probe()
+    opened = _load(path, info, options, probe, add)
+    if opened is None:
+        return
+    loaded, _, strategy = opened
+    try:
+        batches = over_data.open_stream(loaded.model, probe)
+    except LayergradError as exc:  # the data does not fit this model: the command is wrong
+        raise UsageError(f"{os.fspath(path)}: {exc}") from exc
+    try:
+        run, rows = over_data.scan_over(
+            loaded, strategy, batches, probe, on_progress=options.on_progress
+        )
+    except BatchFailed as exc:  # the model's own code failed: the file fails, the run goes on
+        add("forward", str(exc), [Finding.ERROR])
+        return
+    message, findings = over_data.forward_check(run)
+    add("forward", message, findings)
+    steps.gradient(rows, add)
+
+
+def _dynamic(
+    path: str | os.PathLike[str],
+    info: FileInfo,
+    options: CheckOptions,
+    add: Add,
+    baseline: Baseline | None = None,
+) -> None:
+    from layergrad.commands.scan import scan_session, untrained_batchnorm
+    from layergrad.commands.session import session_for
+    from layergrad.commands.weight_scan import scan_weights
+    from layergrad.engine.compiled_loss import find_loss
+
+    if options.data is not None:
+        _dynamic_data(path, info, options, add)
+        return
+    has_loss = find_loss(info.compile_config, options.loss) is not None
+    if baseline is not None:
+        fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
+    opened = _load(path, info, options, options.probe(), add)
+    if opened is None:
+        return
+    loaded, warnings, _ = opened
+    model = loaded.model
+    # A model that was never trained does not normalize in inference (BatchNormalization with
+    # its initial statistics): check it the way training will run it, with batch statistics.
+    training = bool(untrained_batchnorm(model))
+    try:
+        probe = (
+            replace(probe_options(baseline, options.input_file), max_memory=options.max_memory)
+            if baseline
+            else options.probe(training)
+        )
+        session = session_for(loaded, probe, warnings)
+    except LayergradError as exc:  # e.g. a model that does not declare its inputs
+        if baseline is not None or options.input_file is not None:
+            # a batch the user asked for does not fit: the command is wrong, not the file
+            raise UsageError(str(exc)) from exc
+        add("forward", f"not run: {exc}")
+        return
+    try:
+        weights = scan_weights(session, options.loss) if has_loss else None
+        report = weights.activations if weights and weights.activations else scan_session(session)
+    except LayergradError as exc:  # e.g. --loss names no Keras loss
+        add("forward", f"not run: {exc}", [Finding.ERROR])
+        return
+    except Exception as exc:  # the model's own code failed: the file fails, the run goes on
+        add("forward", f"the forward pass failed: {describe(exc)}", [Finding.ERROR])
+        return
+    if report.first_nonfinite is not None:
+        add(
+            "forward",
+            f"activations turn non-finite (NaN/Inf) at layer {report.first_nonfinite!r}",
+            [Finding.NONFINITE],
+        )
+    elif report.constant or report.input_range:
+        steps.forward_findings(report, add)
+    else:
+        batch = session.batch
+        source = "a random batch" if batch.source == "random" else f"the batch in {batch.source}"
+        mode = ""
+        if training and session.options.training:
+            mode = " (in training mode: its BatchNormalization was never trained)"
+        add("forward", f"finite and varying on {source} of {batch.batch_size}{mode}")
+    steps.gradient(report.rows, add)
+    steps.trainable(weights, add)
+    if baseline is not None:
+        add("baseline", *judge(report, weights, baseline, options.tolerance))
+    elif options.baselines:
+        add("baseline", "no baseline given for this file")
+
+
+def expand_paths(paths: Sequence[str]) -> list[str]:
+    """Model files to check: files as given; a directory's .keras / .h5 files, recursively.
+
+    A directory holding `saved_model.pb` is kept as it is, so its check explains SavedModels;
+    so is a directory without model files (or one that cannot be listed), so its check says
+    so while the other files are checked. Symbolic links to directories are not followed.
+    """
+    out: list[str] = []
+    for text in paths:
+        p = Path(text)
+        try:
+            walk = p.is_dir() and not (p / "saved_model.pb").exists()
+        except OSError:
+            walk = False
+        found: list[str] = []
+        if walk:
+            for root, _dirs, files in os.walk(p, followlinks=False):
+                found += [os.path.join(root, f) for f in files if f.endswith((".keras", ".h5"))]
+        out.extend(sorted(found) or [text])
+    if not out:
+        raise LayergradError("give at least one model file to check")
+    return out

@@ -1,0 +1,284 @@
+"""`--data`: `inspect`, `scan` and `check` over every sample of a data set.
+
+The statistics are those of the whole data set as one batch; they are reduced inside the
+compiled step (`data_step.run_stream`), so no gradient is kept. A result that is not ok gets its
+causes from one batch where it shows: the first batch with a non-finite value for a
+non-finite result, else the first batch. That batch is read again and diagnosed exactly as
+`inspect` / `scan` diagnose their probe batch. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from layergrad.core.errors import InputError
+from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
+from layergrad.core.results import (
+    DataStats,
+    Endpoint,
+    GradientStats,
+    InspectReport,
+    ModelMeta,
+    ProbeMeta,
+    Result,
+    ScanReport,
+    ScanRow,
+)
+from layergrad.core.vocab import Finding, Status
+
+
+def open_stream(model: Any, options: ProbeOptions) -> Any:
+    """The model's batches from `options.data` (a `sources.DataStream`)."""
+    from layergrad.data import probe_input, sources
+
+    try:
+        specs = probe_input.input_specs(model)
+    except InputError:
+        raise InputError(
+            f"model {model.name!r} ({type(model).__name__}) does not declare its inputs, so "
+            "--data cannot be matched to them; save it as a Functional or Sequential model"
+        ) from None
+    assert options.data is not None
+    return sources.open_data(options.data, specs, options.rows, options.limit)
+
+
+def inspect_data(
+    path: PathLike,
+    source: str,
+    targets: Sequence[str],
+    options: ProbeOptions,
+    *,
+    imports: Sequence[str] = (),
+    unsafe: bool = False,
+    on_progress: Progress | None = None,
+) -> InspectReport:
+    """`api.inspect_model` over every sample of `options.data`."""
+    from layergrad.commands import session
+    from layergrad.diagnose import diagnoser
+    from layergrad.engine import data_step
+    from layergrad.model import layer_refs
+
+    loaded, warnings, strategy = session.load(
+        path, options, [source, *targets], imports=imports, unsafe=unsafe
+    )
+    model = loaded.model
+    source_site = layer_refs.resolve(model, source)
+    target_sites = [layer_refs.resolve(model, ref) for ref in targets]
+    batches = open_stream(model, options)
+    plan = data_step.Plan(
+        sources=(source_site,),
+        targets=tuple(target_sites),
+        training=options.training,
+        reduce=options.reduce,
+        data=True,
+        seed=options.seed,
+    )
+    run = data_step.run_stream(model, plan, batches, strategy, on_progress)
+    diagnosis = _Diagnosis(model, batches, loaded.info.graph, options)
+    results = []
+    for t, site in enumerate(target_sites):
+        result = _result(run, t, diagnosis)
+        note = diagnoser.softmax_target_note(site, "take --to the layer before it")
+        if note:
+            result = replace(result, warnings=(*result.warnings, note))
+        results.append(result)
+    return InspectReport(
+        model=_model_meta(path, loaded, warnings),
+        probe=_probe_meta(batches.source, run, options),
+        results=tuple(results),
+    )
+
+
+def scan_data(
+    path: PathLike,
+    options: ProbeOptions,
+    *,
+    target: str | None = None,
+    layers: Sequence[str] = (),
+    imports: Sequence[str] = (),
+    unsafe: bool = False,
+    on_progress: Progress | None = None,
+) -> ScanReport:
+    """`api.scan_model` over every sample of `options.data`: each row's statistics over all
+    samples."""
+    from layergrad.commands import session
+    from layergrad.diagnose import diagnoser
+    from layergrad.model import layer_refs
+
+    loaded, warnings, strategy = session.load(
+        path, options, [target] if target else [], layers, imports, unsafe
+    )
+    model = loaded.model
+    site = None if target is None else layer_refs.resolve(model, target)
+    batches = open_stream(model, options)
+    run, rows = scan_over(loaded, strategy, batches, options, site, layers, on_progress)
+    note = site and diagnoser.softmax_target_note(
+        site, "scan with --to the layer before it, or without --to (a projection of the outputs)"
+    )
+    return ScanReport(
+        model=_model_meta(path, loaded, warnings),
+        probe=_probe_meta(batches.source, run, options, seeded=site is None),
+        target=site.ref if site else None,
+        rows=rows,
+        notes=(note,) if note else (),
+    )
+
+
+def scan_over(
+    loaded: Any,
+    strategy: Any,
+    batches: Any,
+    options: ProbeOptions,
+    site: Any = None,
+    layers: Sequence[str] = (),
+    on_progress: Progress | None = None,
+) -> tuple[Any, tuple[ScanRow, ...]]:
+    """The scan pass over a data stream: (the StreamRun, one row per layer call)."""
+    from layergrad.commands import scan
+    from layergrad.engine import data_step
+    from layergrad.engine import trace as trace_module
+    from layergrad.model import layer_refs
+
+    model, graph = loaded.model, loaded.info.graph
+    plan = data_step.Plan(
+        targets=(site,),
+        every_leaf=True,
+        training=options.training,
+        reduce=options.reduce,
+        data=True,
+        seed=options.seed,
+    )
+    run = data_step.run_stream(model, plan, batches, strategy, on_progress)
+    diagnosis = _Diagnosis(model, batches, graph, options)
+    firsts = [
+        g.first_nonfinite
+        for g in run.gradients[0]
+        if g is not None and g.status == "nonfinite" and g.first_nonfinite is not None
+    ]
+    index = min(firsts, default=0)
+
+    def make() -> tuple[Any, Any]:
+        batch = diagnosis.batch(index)
+        trace = trace_module.run_trace(
+            model, batch, site, training=options.training, reduce=options.reduce, seed=options.seed
+        )
+        return trace, diagnosis.diagnoser(index)
+
+    classes = {p: type(layer).__name__ for p, layer in layer_refs.iter_layers(model)}
+    rows = scan.summary_rows(run, graph, classes, layers, scan.trace_causes(make, graph))
+    return run, rows
+
+
+def forward_check(run: Any) -> tuple[str, tuple[Finding, ...]]:
+    """`check`'s forward verdict over a data set: (message, findings)."""
+    for act, fwd in zip(run.activations, run.forward, strict=True):
+        if fwd is not None and fwd.nonfinite_batches:
+            return (
+                f"activations turn non-finite (NaN/Inf) at layer {act.site.ref!r} (first in "
+                f"batch {fwd.first_nonfinite})",
+                (Finding.NONFINITE,),
+            )
+    return f"finite over {run.samples:,} samples", ()
+
+
+class _Diagnosis:
+    """One batch of the data read again, and its diagnoser, for results that are not ok."""
+
+    def __init__(self, model: Any, batches: Any, graph: Any, options: ProbeOptions):
+        self.model, self.batches, self.graph = model, batches, graph
+        self.training, self.reduce = options.training, options.reduce
+        self._batches: dict[int, Any] = {}
+        self._diagnosers: dict[int, Any] = {}
+
+    def batch(self, index: int) -> Any:
+        if index not in self._batches:
+            self._batches[index] = self.batches.batch(index)
+        return self._batches[index]
+
+    def diagnoser(self, index: int) -> Any:
+        from layergrad.diagnose.diagnoser import Diagnoser
+
+        if index not in self._diagnosers:
+            self._diagnosers[index] = Diagnoser(
+                self.model, self.batch(index), self.graph, self.training, self.reduce
+            )
+        return self._diagnosers[index]
+
+    def activations(self, index: int, source: Any, target: Any) -> tuple[Any, Any]:
+        """The source and target activations of batch `index` (for the causes)."""
+        from layergrad.engine import probe
+
+        run = probe.run_probe(
+            self.model,
+            self.batch(index),
+            [source],
+            [target],
+            training=self.training,
+            reduce=self.reduce,
+        )
+        return run.sources[0], run.targets[0]
+
+
+def _result(run: Any, t: int, diagnosis: _Diagnosis) -> Result:
+    from layergrad.diagnose import causes as why
+    from layergrad.diagnose import diagnoser
+
+    source, target, grad = run.activations[0], run.targets[t], run.gradients[t][0]
+    status = Status.NONE if grad is None else Status(grad.status)
+    stats = None if grad is None else grad.stats(source.shape)
+    causes: tuple[Any, ...] = ()
+    if status != "ok":
+        index = grad.first_nonfinite if grad is not None and grad.first_nonfinite else 0
+        src, dst = diagnosis.activations(index, source.site, target.site)
+        causes = diagnoser.static_causes(src, dst, diagnosis.graph)
+        if not any(c.code == "not_downstream" for c in causes):
+            found = diagnosis.diagnoser(index).causes(status, src, dst)
+            causes = diagnoser.dedupe([*causes, *found])
+        causes = causes or (why.unknown(),)
+    return Result(
+        source=Endpoint(source.site.ref, source.shape, source.dtype),
+        target=Endpoint(target.site.ref, target.shape, target.dtype),
+        status=status,
+        gradient=stats,
+        causes=causes,
+        warnings=_warnings(stats, run.forward[0], source.site.ref, target.site.ref)
+        if status == "ok" and stats is not None
+        else (),
+        data=DataStats((), None, None)
+        if grad is None
+        else DataStats(grad.dead_units(), grad.per_sample(), grad.first_nonfinite),
+    )
+
+
+def _warnings(stats: GradientStats, forward: Any, src: str, dst: str) -> tuple[str, ...]:
+    """`diagnoser.warnings_for`, from statistics over all samples instead of arrays."""
+    from layergrad.diagnose.diagnoser import gradient_warnings
+
+    size = forward.mean_abs if forward is not None else 0.0
+    return gradient_warnings(stats.zero_fraction, stats.max_abs, size, src, dst)
+
+
+def _probe_meta(source: str, run: Any, options: ProbeOptions, seeded: bool = False) -> ProbeMeta:
+    """`seeded`: the seed matters (the default target's projection), so it is reported."""
+    return ProbeMeta(
+        source=source,
+        seed=options.seed if seeded else None,
+        batch_size=options.rows,
+        training=options.training,
+        reduce=options.reduce,
+        samples=run.samples,
+        replicas=run.replicas,
+    )
+
+
+def _model_meta(path: PathLike, loaded: Any, warnings: Sequence[str]) -> ModelMeta:
+    return ModelMeta(
+        path=os.fspath(path),
+        format=loaded.info.format,
+        class_name=type(loaded.model).__name__,
+        name=loaded.model.name,
+        warnings=tuple(warnings),
+    )

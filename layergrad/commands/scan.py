@@ -1,0 +1,385 @@
+"""Whole-model gradient flow: one target, every layer's output, one forward and backward pass."""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, cast
+
+import numpy as np
+
+from layergrad.commands.session import Session
+from layergrad.core.errors import LayerNotFound
+from layergrad.core.gradient_stats import DEAD_FRACTION, dead_fraction, gradient_stats, status_of
+from layergrad.core.results import ConstantOutput, DataStats, ScanReport, ScanRow
+from layergrad.core.vocab import Flag, Status
+from layergrad.data.aggregates import GradientTotals
+from layergrad.diagnose import causes as why
+from layergrad.diagnose.diagnoser import Diagnoser, softmax_target_note
+from layergrad.diagnose.forward_findings import (
+    constant_outputs,
+    first_nonfinite,
+    unscaled_input,
+)
+from layergrad.diagnose.locate import sinks, trunk
+from layergrad.engine.data_step import Probed, StreamRun
+from layergrad.engine.jacobian import JacobianOptions
+from layergrad.engine.jacobian_scan import with_jacobians
+from layergrad.engine.layer_calls import Activation
+from layergrad.engine.trace import Trace, live_trace, run_trace, trace_gradients
+from layergrad.model.graph import ModelGraph
+from layergrad.model.layer_refs import Site, iter_layers, no_glob_match_message, ref_of, resolve
+
+# Vanishing (exploding): on the trunk, ||g|| at least DECADES below (above) the target end's
+# and falling (rising) by more than RATE decades per layer on average on the way, or EXTREME
+# decades whatever the rate. A layer with more than DEAD_FRACTION of its units (last axis)
+# getting exactly zero is dead. Calibrated on keras.applications models, deep ReLU / tanh
+# MLPs (healthy: at most 0.25 decades per layer) and sigmoid stacks (0.5 and more).
+DECADES, RATE, EXTREME = 3.0, 0.4, 8.0
+SCALE_FLAGS = (Flag.DEAD, Flag.VANISHING, Flag.EXPLODING)  # flags that depend on magnitudes
+STRUCTURAL = ("softmax_one_unit", "zero_weights")  # constant whatever the mode and the data
+
+
+def scan_session(
+    session: Session,
+    target: str | None = None,
+    patterns: Sequence[str] = (),
+    jacobian: JacobianOptions | None = None,
+) -> ScanReport:
+    """Gradient of one target with respect to every layer's output, in one backward pass.
+
+    `target` is a layer reference, or None for a seeded random projection of the model's
+    outputs (see `trace.run_trace`); `patterns` (shell globs) keep only matching rows.
+    With `jacobian`, rows also get per-sample Jacobian norms (`jacobian_scan`), from the same
+    forward pass.
+    """
+    model, options = session.model, session.options
+    site = None if target is None else resolve(model, target)
+    how: dict[str, Any] = {
+        "training": options.training,
+        "reduce": options.reduce,
+        "seed": options.seed,
+    }
+    if jacobian is not None:  # one forward pass serves the gradient and the Jacobians
+        live = live_trace(model, session.batch, site, **how)
+        trace = trace_gradients(live)
+        report = scan_report(session, trace, site, patterns)
+        rows, notes = with_jacobians(report.rows, trace, live, jacobian)
+        return replace(report, rows=rows, notes=(*report.notes, *notes))
+    light = _light_scan(session, site, patterns)
+    if light is not None:
+        return light
+    return scan_report(session, run_trace(model, session.batch, site, **how), site, patterns)
+
+
+def _light_scan(session: Session, site: Site | None, patterns: Sequence[str]) -> ScanReport | None:
+    """The scan of a model with nothing to diagnose, without keeping any array.
+
+    Each gradient is reduced to its statistics where the backward pass produces it
+    (`stream.run_batch`), so a scan takes about the memory of a plain forward and backward
+    pass. None when a row is not ok, an output is the same for every sample, an activation is
+    non-finite or the inputs are not scaled: then the causes need the full trace.
+    """
+    from layergrad.diagnose.forward_findings import CONSTANT_RTOL, MIN_BATCH, UNSCALED
+    from layergrad.engine.data_step import Plan, run_batch
+
+    model, options, batch = session.model, session.options, session.batch
+    plan = Plan(
+        targets=(site,),
+        every_leaf=True,
+        training=options.training,
+        reduce=options.reduce,
+        seed=options.seed,
+    )
+    run = run_batch(model, plan, batch.arrays)
+    if any(f is not None and f.nonfinite_batches for f in run.forward):
+        return None
+    if batch.batch_size >= MIN_BATCH and any(
+        spread <= CONSTANT_RTOL * max(1.0, top) for spread, top in run.output_spread
+    ):
+        return None
+    floats = [a for a in batch.arrays if a.dtype.kind == "f" and a.size]
+    if any(float(np.mean(np.abs(a.astype(np.float64)))) > UNSCALED for a in floats):
+        return None
+    classes = {p: type(layer).__name__ for p, layer in iter_layers(model)}
+    rows = summary_rows(run, session.info.graph, classes, patterns)
+    if any(r.status not in (Status.OK, Status.INTEGER) for r in rows):
+        return None
+    rows, notes = _mode_notes(session, site, rows, ())
+    return ScanReport(
+        model=session.model_meta,
+        probe=session.probe_meta,
+        target=site.ref if site else None,
+        rows=rows,
+        notes=notes,
+    )
+
+
+def scan_report(
+    session: Session, trace: Trace, site: Site | None, patterns: Sequence[str] = ()
+) -> ScanReport:
+    """The scan rows, flags, causes and notes of a trace of the session's model."""
+    model = session.model
+    classes = {p: type(layer).__name__ for p, layer in iter_layers(model)}
+    rows = scan_rows(trace, session.info.graph, session.diagnoser, classes, patterns)
+    layers = dict(iter_layers(model))
+    found = tuple(constant_outputs(trace, session.info.graph, layers))
+    rows, notes_ = _mode_notes(session, site, rows, found)
+    notes = list(notes_)
+    constant = tuple(c for c in found if _kept(session, c))
+    bad = first_nonfinite(trace)
+    if bad is not None:
+        notes.append(
+            f"the forward pass turns non-finite (NaN/Inf) at layer {bad.site.ref!r}, and so "
+            "is every activation computed from it"
+        )
+    notes += [why.constant_output(c.output, c.layer, c.reason).message for c in constant]
+    scale = unscaled_input(trace, session.info.graph, layers)
+    if scale is not None:
+        cause = why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
+        notes.append(f"{cause.message}; {cause.hint}")
+    return ScanReport(
+        model=session.model_meta,
+        probe=session.probe_meta,
+        target=site.ref if site else None,
+        rows=rows,
+        notes=tuple(notes),
+        first_nonfinite=None if bad is None else bad.site.ref,
+        constant=constant,
+        input_range=scale,
+    )
+
+
+def _mode_notes(
+    session: Session,
+    site: Site | None,
+    rows: Sequence[ScanRow],
+    constant: Sequence[ConstantOutput],
+) -> tuple[tuple[ScanRow, ...], tuple[str, ...]]:
+    """The rows and notes once the target and the mode are taken into account: a softmax
+    target, and never-trained BatchNormalization in inference (whose magnitude flags and
+    constant outputs are artifacts, left out with a note)."""
+    notes = []
+    note = site and softmax_target_note(
+        site, "scan with --to the layer before it, or without --to (a projection of the outputs)"
+    )
+    if note:
+        notes.append(note)
+    untrained = [] if session.options.training else untrained_batchnorm(session.model)
+    artifacts = [c for c in constant if c.reason not in STRUCTURAL] if untrained else []
+    if untrained and (artifacts or any(set(SCALE_FLAGS) & set(row.flags) for row in rows)):
+        rows = [replace(r, flags=tuple(f for f in r.flags if f not in SCALE_FLAGS)) for r in rows]
+        notes.append(
+            f"{len(untrained)} BatchNormalization layers ({', '.join(untrained[:3])}"
+            f"{'...' if len(untrained) > 3 else ''}) hold their initial moving statistics "
+            "(mean 0, variance 1): the model was never trained, so in inference they do not "
+            "normalize and activations shrink or grow through depth in a way training never "
+            "sees. Dead / vanishing / exploding flags and outputs that stop varying for that "
+            "reason are left out; scan with --training to see what training sees"
+        )
+    return tuple(rows), tuple(notes)
+
+
+def _kept(session: Session, constant: ConstantOutput) -> bool:
+    """Whether a constant output is reported (not an artifact of untrained BatchNorm)."""
+    if constant.reason in STRUCTURAL or session.options.training:
+        return True
+    return not untrained_batchnorm(session.model)
+
+
+def scan_rows(
+    trace: Trace,
+    graph: ModelGraph | None,
+    diagnoser: Diagnoser,
+    classes: dict[str, str],
+    patterns: Sequence[str] = (),
+) -> tuple[ScanRow, ...]:
+    """One row per activation of the trace (inputs, then layer calls in execution order).
+
+    Rows the target does not depend on are left out. `patterns` (shell globs) keep only
+    matching layer references. Blocked and non-finite rows get causes from the diagnoser.
+    """
+    target = trace.target
+    rows: list[ScanRow] = []
+    for act, grad in zip(trace.activations, trace.gradients, strict=True):
+        if target is not None and not _upstream(graph, act, target):
+            continue
+        class_name = classes.get(act.site.path, "InputLayer")
+        if act.output:  # a multi-output layer whose output 0 the target does not use
+            class_name += f" (output {act.output})"
+        rows.append(_row(act, grad, class_name))
+    ends = (
+        [target.site.key]
+        if target
+        else [trace.activations[o].site.key for o in trace.outputs if o is not None]
+    )
+    on_trunk = trunk(graph, ends)
+    rows = _flag_scale(rows, None if on_trunk is None else {ref_of(k) for k in on_trunk})
+    if patterns:  # after the flags: they compare each row with the target end
+        rows = [r for r in rows if any(fnmatch.fnmatchcase(r.layer, p) for p in patterns)]
+        if not rows:
+            raise LayerNotFound(no_glob_match_message(patterns))
+    return tuple(_with_causes(row, trace, graph, diagnoser) for row in rows)
+
+
+def summary_rows(
+    run: StreamRun,
+    graph: ModelGraph | None,
+    classes: dict[str, str],
+    patterns: Sequence[str] = (),
+    causes: Callable[[ScanRow], ScanRow] | None = None,
+) -> tuple[ScanRow, ...]:
+    """`scan_rows` from statistics reduced inside the step (`stream.run_stream`), without any
+    gradient array; rows carry `data`. `causes(row)` adds causes to a none / zero / non-finite
+    row (see `trace_causes`)."""
+    target = run.targets[0]
+    rows: list[ScanRow] = []
+    for act, grad in zip(run.activations, run.gradients[0], strict=True):
+        if target is not None and not _upstream(graph, cast(Any, act), cast(Any, target)):
+            continue
+        class_name = classes.get(act.site.path, "InputLayer")
+        if act.output:
+            class_name += f" (output {act.output})"
+        rows.append(_summary_row(act, grad, class_name, run.data))
+    ends = [target.site.key] if target is not None else sinks(graph)
+    on_trunk = trunk(graph, ends)
+    rows = _flag_scale(rows, None if on_trunk is None else {ref_of(k) for k in on_trunk})
+    if patterns:
+        rows = [r for r in rows if any(fnmatch.fnmatchcase(r.layer, p) for p in patterns)]
+        if not rows:
+            raise LayerNotFound(no_glob_match_message(patterns))
+    if causes is None:
+        return tuple(rows)
+    broken = (Status.NONE, Status.NONFINITE, Status.ZERO)
+    return tuple(causes(r) if r.status in broken else r for r in rows)
+
+
+def _summary_row(act: Probed, grad: GradientTotals | None, class_name: str, data: bool) -> ScanRow:
+    status = Status(grad.status if grad is not None else "none") if act.is_float else Status.INTEGER
+    flags: tuple[Flag, ...] = ()
+    if status == Status.NONE:
+        flags = (Flag.BLOCKED,)
+    elif status == Status.NONFINITE:
+        flags = (Flag.NONFINITE,)
+    elif grad is not None and grad.dead_fraction() > DEAD_FRACTION:
+        flags = (Flag.DEAD,)
+    return ScanRow(
+        layer=act.site.ref,
+        class_name=class_name,
+        shape=act.shape,
+        dtype=act.dtype,
+        status=status,
+        gradient=None if grad is None else grad.stats(act.shape, top=0),
+        flags=flags,
+        data=None
+        if grad is None or not data
+        else DataStats(grad.dead_units(), grad.per_sample(), grad.first_nonfinite),
+    )
+
+
+def trace_causes(
+    make: Callable[[], tuple[Trace, Diagnoser]], graph: ModelGraph | None
+) -> Callable[[ScanRow], ScanRow]:
+    """Causes for rows of `summary_rows`, from a full trace and diagnoser made for the first
+    row that needs them (the one pass that keeps arrays runs only when something is wrong)."""
+    made: list[tuple[Trace, Diagnoser]] = []
+
+    def add(row: ScanRow) -> ScanRow:
+        if not made:
+            made.append(make())
+        trace, diagnoser = made[0]
+        return _with_causes(row, trace, graph, diagnoser)
+
+    return add
+
+
+def _upstream(graph: ModelGraph | None, act: Activation, target: Activation) -> bool:
+    a, t = act.site, target.site
+    if (a.path, a.call) == (t.path, t.call) or graph is None:
+        return True
+    return graph.depends(t.path, a.path, to_call=t.call, frm_call=a.call) is not False
+
+
+def _row(act: Activation, grad: np.ndarray | None, class_name: str) -> ScanRow:
+    status = status_of(grad) if act.is_float else Status.INTEGER
+    stats = None if grad is None else gradient_stats(grad, top=0)
+    flags: tuple[Flag, ...] = ()
+    if status == Status.NONE:
+        flags = (Flag.BLOCKED,)
+    elif status == Status.NONFINITE:
+        flags = (Flag.NONFINITE,)
+    elif grad is not None and dead_fraction(grad) > DEAD_FRACTION:
+        flags = (Flag.DEAD,)
+    return ScanRow(
+        layer=act.site.ref,
+        class_name=class_name,
+        shape=act.shape,
+        dtype=act.dtype,
+        status=status,
+        gradient=stats,
+        flags=flags,
+    )
+
+
+def _flag_scale(rows: list[ScanRow], on_trunk: set[str] | None) -> list[ScanRow]:
+    """Flag vanishing / exploding trunk rows against the target end (the last row)."""
+    end = rows[-1].gradient if rows else None
+    if end is None or end.l2 <= 0:
+        return rows
+    out = []
+    for i, row in enumerate(rows):
+        g, depth = row.gradient, len(rows) - 1 - i
+        trunk_row = on_trunk is None or row.layer in on_trunk
+        if row.status == Status.OK and g is not None and g.l2 > 0 and depth and trunk_row:
+            decades = math.log10(g.l2 / end.l2)
+            steep = abs(decades) / depth > RATE
+            if decades <= -EXTREME or (decades <= -DECADES and steep):
+                row = replace(row, flags=(*row.flags, Flag.VANISHING))
+            elif decades >= EXTREME or (decades >= DECADES and steep):
+                row = replace(row, flags=(*row.flags, Flag.EXPLODING))
+        out.append(row)
+    return out
+
+
+def _with_causes(
+    row: ScanRow, trace: Trace, graph: ModelGraph | None, diagnoser: Diagnoser
+) -> ScanRow:
+    if row.status not in (Status.NONE, Status.NONFINITE, Status.ZERO):
+        return row
+    i = next(i for i, a in enumerate(trace.activations) if a.site.ref == row.layer)
+    source = trace.activations[i]
+    target = trace.target or _reached_output(trace, graph, i)
+    if target is None and trace.gradients[i] is not None:
+        target = source  # a model output: its own gradient comes straight from the target
+    if target is None:
+        return replace(row, causes=(why.feeds_no_output(row.layer),))
+    diagnoser.adopt(target.site, trace)
+    return replace(row, causes=tuple(diagnoser.causes(row.status, source, target)))
+
+
+def _reached_output(trace: Trace, graph: ModelGraph | None, i: int) -> Activation | None:
+    """The last activation after `i` that depends on it and has a gradient (an output end)."""
+    source = trace.activations[i].site
+    for act, grad in reversed(list(zip(trace.activations, trace.gradients, strict=True))):
+        if act.site == source:
+            return None
+        depends = (
+            graph.depends(act.site.path, source.path, act.site.call, source.call) if graph else None
+        )
+        if grad is not None and depends:
+            return act
+    return None
+
+
+def untrained_batchnorm(model: Any) -> list[str]:
+    """BatchNormalization layers whose moving statistics are still their initial 0 and 1."""
+    found = []
+    for path, layer in iter_layers(model):
+        mean, var = getattr(layer, "moving_mean", None), getattr(layer, "moving_variance", None)
+        if mean is None or var is None or "BatchNormalization" not in type(layer).__name__:
+            continue
+        if not np.any(np.asarray(mean.numpy())) and np.all(np.asarray(var.numpy()) == 1):
+            found.append(path)
+    return found

@@ -1,0 +1,173 @@
+"""The front of the pipeline every command shares: open the model, make the probe batch.
+
+`open_session` reads and audits the file, checks the layer references against the graph in
+the file (so a typo fails in a second, before TensorFlow loads), loads the model in safe mode,
+makes the probe batch and the diagnoser. `inspect`, `scan` and `check` all start here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from layergrad.core.errors import InputError
+from layergrad.core.probe_options import PathLike, ProbeOptions
+from layergrad.core.results import ModelMeta, ProbeMeta
+from layergrad.core.tf_types import KerasModel, Strategy
+from layergrad.data.probe_input import ProbeBatch
+from layergrad.files.file_info import FileInfo
+
+if TYPE_CHECKING:  # the diagnoser's module imports TensorFlow
+    from layergrad.diagnose.diagnoser import Diagnoser
+    from layergrad.engine.loader import LoadedModel
+
+
+@dataclass(frozen=True)
+class Session:
+    """A loaded model with its probe batch, ready to probe and diagnose."""
+
+    path: str
+    model: KerasModel
+    info: FileInfo
+    batch: ProbeBatch
+    options: ProbeOptions
+    diagnoser: Diagnoser
+    warnings: tuple[str, ...] = field(default=())  # audit findings accepted with --unsafe
+
+    @property
+    def model_meta(self) -> ModelMeta:
+        """What the report says about the model file."""
+        return ModelMeta(
+            path=self.path,
+            format=self.info.format,
+            class_name=type(self.model).__name__,
+            name=self.model.name,
+            warnings=self.warnings,
+        )
+
+    @property
+    def probe_meta(self) -> ProbeMeta:
+        """What the report says about the probe batch and mode."""
+        return ProbeMeta(
+            source=self.batch.source,
+            seed=self.batch.seed,
+            batch_size=self.batch.batch_size,
+            training=self.options.training,
+            reduce=self.options.reduce,
+        )
+
+
+def open_session(
+    path: PathLike,
+    options: ProbeOptions,
+    *,
+    refs: Sequence[str] = (),
+    globs: Sequence[str] = (),
+    imports: Sequence[str] = (),
+    unsafe: bool = False,
+    info: FileInfo | None = None,
+) -> Session:
+    """Read, audit and load the model, check `refs` and `globs`, and make the probe batch.
+
+    Args:
+        path: a `.keras` or legacy `.h5` model file.
+        options: how to make the probe batch and run the model.
+        refs: layer references the command will resolve (`--from`, `--to`); checked against
+            the file's graph before TensorFlow is imported.
+        globs: `--layers` patterns, checked the same way.
+        imports: modules (names or `.py` paths) that register custom layers.
+        unsafe: let Keras deserialize Python code in the file.
+        info: the file as read already by `fileinfo.read_file_info` (check reads it first).
+
+    An `--input` file is checked (its headers) before the model is loaded, so a bad one is
+    reported in a second, and its rows are the batch the memory estimate is made for.
+
+    Raises:
+        LoadError, LayerNotFound, InputError: user errors (the CLI exits with code 2).
+    """
+    loaded, warnings, _ = load(path, options, refs, globs, imports, unsafe, info)
+    return session_for(loaded, options, warnings)
+
+
+def load(
+    path: PathLike,
+    options: ProbeOptions,
+    refs: Sequence[str] = (),
+    globs: Sequence[str] = (),
+    imports: Sequence[str] = (),
+    unsafe: bool = False,
+    info: FileInfo | None = None,
+) -> tuple[LoadedModel, tuple[str, ...], Strategy | None]:
+    """Read, audit and load the model: (`loader.LoadedModel`, audit warnings, strategy).
+
+    The references are checked against the file before TensorFlow starts. With `--data` the
+    devices are chosen first (logical CPU devices must be set before TensorFlow uses any) and
+    the model is loaded under that `tf.distribute` strategy, so its variables live on every
+    replica; the strategy is None without `--data`.
+    """
+    from layergrad.data import probe_input
+    from layergrad.engine import loader
+    from layergrad.files.file_info import read_file_info
+    from layergrad.model import layer_refs
+
+    info = info or read_file_info(path, read_weights=False)
+    info.graph.require_expandable()  # before anything walks every call of every layer
+    layer_refs.check_in_graph(info.graph, refs, globs)
+    rows = options.rows
+    if options.input_file is not None:
+        rows = probe_input.peek_rows(options.input_file)
+    strategy = None
+    if options.data is not None:
+        from layergrad.data import devices, sources
+
+        sources.precheck(options.data)  # a FIFO, a forged header: refused before TensorFlow
+
+        strategy = devices.strategy_for(options.distribute, options.cpu_replicas)
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        loaded, warnings = loader.load_model(
+            path,
+            imports=imports,
+            unsafe=unsafe,
+            info=info,
+            batch_rows=rows,
+            max_memory=options.max_memory,
+        )
+    return loaded, tuple(warnings), strategy
+
+
+def session_for(
+    loaded: LoadedModel, options: ProbeOptions, warnings: Sequence[str] = ()
+) -> Session:
+    """The session of a model loaded by `loader.load_model`: make its probe batch.
+
+    Raises:
+        InputError: the probe batch cannot be made (a bad `--input`, undeclared inputs).
+    """
+    from layergrad.diagnose.diagnoser import Diagnoser
+
+    model, info = loaded.model, loaded.info
+    batch = probe_batch(model, options)
+    diagnoser = Diagnoser(model, batch, info.graph, options.training, options.reduce)
+    return Session(info.path, model, info, batch, options, diagnoser, tuple(warnings))
+
+
+def probe_batch(model: KerasModel, options: ProbeOptions) -> ProbeBatch:
+    """The probe batch for `model`: the `--input` file, or random from its input spec."""
+    from layergrad.data import probe_input
+
+    if options.input_file is not None:
+        try:
+            specs: tuple[probe_input.InputSpec, ...] | None = probe_input.input_specs(model)
+        except InputError:  # a subclassed model: its inputs are whatever the file holds
+            specs = None
+        return probe_input.load_batch(options.input_file, specs)
+    specs = probe_input.input_specs(model)
+    return probe_input.random_batch(
+        specs,
+        options.rows,
+        options.seed,
+        probe_input.integer_ranges(model),
+        max_bytes=options.max_memory,
+    )

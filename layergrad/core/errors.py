@@ -1,0 +1,60 @@
+"""Exceptions the API raises for user errors; the CLI turns each into exit code 2."""
+
+from __future__ import annotations
+
+
+class LayergradError(Exception):
+    """A problem with what the user gave us (a file, a layer name, an option).
+
+    The message is one line that says what was found, what was expected, and the
+    next step. The CLI prints it without a traceback and exits with code 2.
+    """
+
+
+class UsageError(LayergradError):
+    """Options that cannot work: a bad value, options that exclude each other, or a file given
+    for the wrong job (a baseline made with another probe). Exit 2, even inside `check`, where a
+    bad model file would only fail its own check."""
+
+
+class LoadError(LayergradError):
+    """The model file cannot be read, is malformed, or failed to load."""
+
+
+class UnsafeModelError(LoadError):
+    """The file was refused: the static audit found something that would run code on load."""
+
+
+class LayerNotFound(LayergradError):
+    """A layer reference (`--from`, `--to`, `--layers`) matched nothing."""
+
+
+class InputError(LayergradError):
+    """The data does not fit the model: a probe batch (`--input`, random from the input spec) or
+    a data set (`--data`) that is unreadable, of the wrong shape, dtype or range."""
+
+
+class OutputError(LayergradError):
+    """An output file (`--junit`, `--save-gradient`) cannot or must not be written there."""
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an exception from Keras or TensorFlow: the layer, and the op's message.
+
+    Keras wraps errors raised inside a layer as "Exception encountered when calling X.call()"
+    followed by the original message and the arguments; keep the first two parts.
+    """
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m|\{\{function_node [^}]*\}\}\s*", "", str(exc))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    detail = next((ln for ln in lines[1:] if not ln.startswith("Arguments received")), "")
+    return f"{lines[0]} {detail}".strip()
+
+
+def one_line(text: str) -> str:
+    """A message as one line: a Python traceback quoted in it is cut off, whitespace joined."""
+    text = text.split("Traceback (most recent call last):")[0]
+    return " ".join(text.split()).rstrip(":; ") or "error"

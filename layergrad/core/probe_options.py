@@ -1,0 +1,108 @@
+"""The probe options every command shares, declared once: how to make the batch and run the model.
+
+A frozen, typed bundle that travels from the CLI (or the Python API) to every stage; checking
+its values needs no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from layergrad.core.errors import UsageError
+from layergrad.core.limits import (
+    DEFAULT_MAX_MEMORY,
+    MAX_BATCH_SIZE,
+    MAX_CPU_REPLICAS,
+    MAX_LIMIT,
+    MAX_SEED,
+)
+
+REDUCTIONS = ("sum", "mean")
+PathLike = str | os.PathLike[str]
+Progress = Callable[[int, "int | None"], None]  # (samples done, samples expected or None)
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """How to make the probe batch and run the model (the options every command shares).
+
+    `input_file` is a `.npy` / `.npz` probe batch; without it the batch is random from the
+    model's input spec (`batch_size` rows, seeded by `seed`). `reduce` turns each target into
+    a scalar ("sum" or "mean"); `training` runs the model in training mode. `max_memory` is
+    the budget in bytes for the probe's memory, estimated from the config before loading.
+
+    `data` runs over a whole data set instead of one batch (`.npy`, `.npz`, an image folder,
+    `FILE.py:function`; see `datasets.py`), in batches of `batch_size`, at most `limit`
+    samples, on `distribute` ("mirrored": every GPU) or `cpu_replicas` logical CPU devices.
+    `batch_size` defaults to 8, or 32 with `data`.
+    """
+
+    input_file: PathLike | None = None
+    batch_size: int | None = None
+    seed: int = 0
+    reduce: str = "sum"
+    training: bool = False
+    max_memory: int = DEFAULT_MAX_MEMORY
+    data: PathLike | None = None
+    limit: int | None = None
+    distribute: str | None = None
+    cpu_replicas: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.reduce not in REDUCTIONS:
+            raise UsageError(
+                f"reduce must be one of {', '.join(REDUCTIONS)}: reduce={self.reduce!r}"
+            )
+        if self.batch_size is None:  # frozen: set the default once, here
+            default = DATA_BATCH_SIZE if self.data is not None else BATCH_SIZE
+            object.__setattr__(self, "batch_size", default)
+        if not 1 <= self.rows <= MAX_BATCH_SIZE:
+            raise UsageError(
+                f"--batch-size must be 1 to {MAX_BATCH_SIZE:,}: batch_size={self.batch_size}"
+            )
+        if isinstance(self.seed, bool) or not 0 <= self.seed <= MAX_SEED:
+            raise UsageError(f"--seed must be 0 to {MAX_SEED:,} (2**32 - 1): seed={self.seed}")
+        check_data_options(
+            self.data, self.input_file, self.limit, self.distribute, self.cpu_replicas
+        )
+
+    @property
+    def rows(self) -> int:
+        """The batch size, as set or defaulted."""
+        return int(self.batch_size or BATCH_SIZE)
+
+
+BATCH_SIZE, DATA_BATCH_SIZE = 8, 32
+
+
+def check_data_options(
+    data: PathLike | None,
+    input_file: PathLike | None,
+    limit: int | None,
+    distribute: str | None,
+    cpu_replicas: int | None,
+) -> None:
+    """Raise InputError for data options that cannot go together."""
+    if data is None:
+        given = [
+            name
+            for name, value in (
+                ("--limit", limit), ("--distribute", distribute), ("--cpu-replicas", cpu_replicas)
+            )
+            if value is not None
+        ]  # fmt: skip
+        if given:
+            raise UsageError(f"{', '.join(given)} only apply with --data PATH; add --data")
+    elif input_file is not None:
+        raise UsageError(
+            "--data and --input exclude each other: --input is one probe batch, --data a "
+            "whole data set; pass one of them"
+        )
+    if limit is not None and not 1 <= limit <= MAX_LIMIT:
+        raise UsageError(f"--limit must be 1 to {MAX_LIMIT:,} (2**53): limit={limit}")
+    if cpu_replicas is not None and not 1 <= cpu_replicas <= MAX_CPU_REPLICAS:
+        raise UsageError(
+            f"--cpu-replicas must be 1 to {MAX_CPU_REPLICAS}: cpu_replicas={cpu_replicas}"
+        )

@@ -1,0 +1,284 @@
+"""The frozen result objects that flow from the probe to the reporters (no TensorFlow)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from layergrad.core.display import NotebookDisplay
+from layergrad.core.vocab import CauseCode, Finding, Flag, JacobianMethod, Status
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One end of a gradient: the layer reference and its activation's shape and dtype."""
+
+    layer: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class GradientStats:
+    """Summary numbers of one gradient array; finite values only (see `nonfinite`)."""
+
+    shape: tuple[int, ...]
+    l2: float
+    mean_abs: float
+    max_abs: float
+    zero_fraction: float
+    nonfinite: int
+    top_units: tuple[tuple[int, float], ...] = ()  # (unit on last axis, mean |g|), largest first
+
+
+@dataclass(frozen=True)
+class SampleStats:
+    """The distribution of a per-sample quantity over every sample seen.
+
+    count, mean, std, min and max are exact; p50 and p95 are within 1.2% (a log histogram).
+    """
+
+    count: int
+    mean: float
+    std: float
+    min: float
+    p50: float
+    p95: float
+    max: float
+
+
+@dataclass(frozen=True)
+class DataStats:
+    """What a gradient computed over a whole data set (`--data`) adds to its statistics."""
+
+    dead_units: tuple[int, ...]  # units of the last axis with exactly zero gradient everywhere
+    per_sample_l2: SampleStats | None
+    first_nonfinite_batch: int | None  # 0-based index of the first batch with NaN/Inf
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A likely reason for a none / zero / non-finite gradient, with evidence and a fix."""
+
+    code: CauseCode
+    layer: str | None
+    message: str
+    hint: str
+    op: str | None = None
+
+
+@dataclass(frozen=True)
+class FrobeniusNorms:
+    """||J_i||_F for each sample i of the probe batch, exact or estimated.
+
+    `sample_rel_stderr[i]` is the relative standard error of the estimate of sample i (from
+    the spread of its K random projections); `rel_stderr` is the largest of them. Both are
+    empty / None when the norms are exact.
+    """
+
+    per_sample: tuple[float, ...]
+    mean: float
+    max: float
+    rel_stderr: float | None = None
+    sample_rel_stderr: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class SpectralNorms:
+    """||J_i||_2 (largest singular value) for each sample: exact, or by power iteration.
+
+    `iterations` is None when exact; `converged` is False when power iteration stopped at its
+    iteration limit before the relative change fell below its tolerance.
+    """
+
+    per_sample: tuple[float, ...]
+    mean: float
+    max: float
+    iterations: int | None = None
+    converged: bool = True
+
+
+@dataclass(frozen=True)
+class JacobianStats:
+    """Norms of the per-sample Jacobians J_i = d to[i] / d from[i] (batch axis removed).
+
+    `unit_sensitivity[u]` is the norm of J_i's columns for unit u of `from`'s last axis,
+    root-mean-square over samples. `batch_independent` is False when to[i] also depends on
+    other samples' from[j]; the norms are then those of the diagonal blocks.
+    """
+
+    method: JacobianMethod
+    probes: int | None  # K random projections (estimate), None when exact
+    batch_independent: bool
+    frobenius: FrobeniusNorms
+    spectral: SpectralNorms | None  # None when it cannot be computed (see the warnings)
+    unit_sensitivity: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class ScanJacobian:
+    """The per-sample Frobenius norm of d target[i] / d this layer's output[i] (scan rows)."""
+
+    frobenius: FrobeniusNorms
+
+
+@dataclass(frozen=True)
+class Result:
+    """The gradient of one `--to` activation with respect to the `--from` activation."""
+
+    source: Endpoint
+    target: Endpoint
+    status: Status
+    gradient: GradientStats | None
+    causes: tuple[Cause, ...] = ()
+    warnings: tuple[str, ...] = ()
+    array: np.ndarray | None = field(default=None, repr=False, compare=False)
+    jacobian: JacobianStats | None = None  # with --measure jacobian
+    data: DataStats | None = None  # with --data
+
+
+@dataclass(frozen=True)
+class ModelMeta:
+    """Which model file was probed."""
+
+    path: str
+    format: str
+    class_name: str
+    name: str
+    warnings: tuple[str, ...] = ()  # audit findings accepted with --unsafe (stderr, not JSON)
+
+
+@dataclass(frozen=True)
+class ProbeMeta:
+    """How the probe batch was made and how the model was run."""
+
+    source: str
+    seed: int | None
+    batch_size: int
+    training: bool
+    reduce: str
+    samples: int | None = None  # only with --data: samples seen
+    replicas: int | None = None  # only with --data: devices the step ran on
+
+
+@dataclass(frozen=True)
+class InspectReport(NotebookDisplay):
+    """Everything `layergrad inspect` found: one result per `--to` reference."""
+
+    model: ModelMeta
+    probe: ProbeMeta
+    results: tuple[Result, ...]
+
+
+@dataclass(frozen=True)
+class ConstantOutput:
+    """A model output that is the same for every sample, and where it stopped varying."""
+
+    output: str  # the output's layer reference
+    layer: str  # the first layer (execution order) whose output is constant, on its path
+    reason: str  # softmax_one_unit, saturated, dead, zero_weights, or constant
+
+
+@dataclass(frozen=True)
+class InputRange:
+    """An input far from unit scale that pins the first ReLU / sigmoid / tanh layer it feeds."""
+
+    input: str
+    mean_abs: float  # mean |x| of the input over the batch
+    layer: str
+    kind: str  # relu, sigmoid, tanh or softmax
+    pinned: float  # share of that layer's units dead (ReLU) or saturated
+
+
+@dataclass(frozen=True)
+class ScanRow:
+    """One layer call in a gradient-flow scan: d target / d this activation."""
+
+    layer: str
+    class_name: str
+    shape: tuple[int, ...]
+    dtype: str
+    status: Status  # Status.INTEGER for an integer-valued activation
+    gradient: GradientStats | None
+    flags: tuple[Flag, ...] = ()
+    causes: tuple[Cause, ...] = ()
+    jacobian: ScanJacobian | None = None  # with --measure jacobian
+    data: DataStats | None = None  # with --data
+
+
+@dataclass(frozen=True)
+class ScanReport(NotebookDisplay):
+    """Gradient of one target with respect to every layer's output, in execution order."""
+
+    model: ModelMeta
+    probe: ProbeMeta
+    target: str | None  # a layer reference; None for the model's outputs
+    rows: tuple[ScanRow, ...]
+    notes: tuple[str, ...] = ()
+    first_nonfinite: str | None = None  # the first layer whose forward activation is NaN/Inf
+    constant: tuple[ConstantOutput, ...] = ()  # outputs the same for every sample
+    input_range: InputRange | None = None  # unscaled inputs pinning the first activation
+
+
+@dataclass(frozen=True)
+class CheckItem:
+    """One named check of one model file."""
+
+    name: str
+    passed: bool
+    message: str
+    findings: tuple[Finding, ...] = ()
+
+
+@dataclass(frozen=True)
+class FileVerdict:
+    """All checks of one model file; `passed` is False when a check failed."""
+
+    path: str
+    passed: bool
+    checks: tuple[CheckItem, ...]
+
+
+@dataclass(frozen=True)
+class LossMeta:
+    """Which loss a weights scan differentiates: `source` "compiled" or "option", `labels`
+    "data" or "random"."""
+
+    name: str
+    source: str
+    labels: str
+
+
+@dataclass(frozen=True)
+class VariableRow:
+    """d loss / d one trainable variable (`variable` is `layer/name`, e.g. `dense/kernel`).
+
+    `update_ratio` is ||g|| / ||w||: how far one plain gradient step of size 1 would move the
+    variable, relative to its size (None when there is no gradient or the variable is zero).
+    """
+
+    variable: str
+    layer: str
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    status: Status
+    gradient: GradientStats | None
+    update_ratio: float | None
+    flags: tuple[Flag, ...] = ()
+    causes: tuple[Cause, ...] = ()
+
+
+@dataclass(frozen=True)
+class WeightScanReport(NotebookDisplay):
+    """`scan --wrt weights`: the loss's gradient for every trainable variable."""
+
+    model: ModelMeta
+    probe: ProbeMeta
+    loss: LossMeta
+    frozen: int  # non-trainable variables, counted but not listed
+    variables: tuple[VariableRow, ...]
+    notes: tuple[str, ...] = ()
+    # d loss / d every layer's output, from the same pass (check's gradient check reads it)
+    activations: ScanReport | None = field(default=None, repr=False, compare=False)

@@ -1,0 +1,69 @@
+"""Choose where the step runs: one device, or mirrored over every GPU (or split CPUs).
+
+`--distribute mirrored` uses `tf.distribute.MirroredStrategy` over every visible GPU (the
+CPU when there is none): each global batch is split between the replicas, each replica runs
+the compiled step on its share, and the statistics add up on each device until the end.
+`--cpu-replicas N` splits the CPU into N logical devices and mirrors over them: the same
+code path as several GPUs, on a machine without any, so it can be tested in CI. Logical
+devices can only be configured before TensorFlow initialises its devices, so call
+`strategy_for` before loading the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from layergrad.core.errors import InputError, UsageError
+from layergrad.core.keras_backend import quiet_import
+
+DISTRIBUTIONS = ("mirrored",)
+
+
+def strategy_for(distribute: str | None, cpu_replicas: int | None = None) -> Any:
+    """The tf.distribute strategy for `--distribute` / `--cpu-replicas`.
+
+    Args:
+        distribute: None (one device) or "mirrored".
+        cpu_replicas: split the CPU into this many logical devices and mirror over them
+            (implies "mirrored").
+
+    Returns:
+        TensorFlow's default strategy for one device, else a MirroredStrategy.
+
+    Raises:
+        InputError: an unknown distribution, or logical devices asked for after TensorFlow
+        initialised its devices with fewer.
+    """
+    tf, _ = quiet_import()
+    if distribute is not None and distribute not in DISTRIBUTIONS:
+        raise UsageError(
+            f"--distribute must be one of {', '.join(DISTRIBUTIONS)}: distribute={distribute!r}"
+        )
+    if cpu_replicas is not None:
+        if cpu_replicas < 1:
+            raise UsageError(f"--cpu-replicas must be at least 1: cpu_replicas={cpu_replicas}")
+        names = split_cpu(cpu_replicas)
+        return tf.distribute.MirroredStrategy(names[:cpu_replicas])
+    if distribute == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    return tf.distribute.get_strategy()
+
+
+def split_cpu(count: int) -> list[str]:
+    """Configure `count` logical CPU devices (before TensorFlow starts); return their names."""
+    tf, _ = quiet_import()
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    # RuntimeError: devices are initialised already, which is fine if there are enough
+    with contextlib.suppress(RuntimeError):
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
+        )
+    names = [d.name for d in tf.config.list_logical_devices("CPU")]
+    if len(names) < count:
+        raise InputError(
+            f"--cpu-replicas {count}: TensorFlow started with {len(names)} CPU device(s) "
+            "already, and logical devices can only be set before it starts; pass "
+            "--cpu-replicas on the command line, or call this before any TensorFlow work"
+        )
+    return names

@@ -1,0 +1,272 @@
+"""Build the probe batch: from a `.npy` / `.npz` file, or random from the model's input spec."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from layergrad.core.errors import InputError, UsageError
+from layergrad.core.limits import human
+from layergrad.files.array_files import ArrayHeader, read_arrays, read_headers
+
+UNKNOWN_DIM = 16  # size used for a non-batch dimension the model leaves open (None)
+DEFAULT_INT_HIGH = 10  # integer inputs that feed no layer with a known vocabulary size
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One model input: its name, shape without the batch axis (None = open) and dtype."""
+
+    name: str
+    shape: tuple[int | None, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class ProbeBatch:
+    """The arrays fed to the model, in the model's input order, and where they came from."""
+
+    arrays: tuple[np.ndarray, ...]
+    names: tuple[str, ...]
+    source: str  # "random" or the input file path
+    seed: int | None
+    # labels from an .npz: `y` (one output) or `y:NAME` per output; None when not given
+    labels: dict[str, np.ndarray] | None = None
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.arrays[0].shape[0]) if self.arrays and self.arrays[0].ndim else 1
+
+
+def input_specs(model: Any) -> tuple[InputSpec, ...]:
+    """Read the model's input specs; raises InputError when the model does not declare them."""
+    try:
+        tensors = list(model.inputs)
+    except (AttributeError, ValueError):
+        tensors = []
+    if not tensors:
+        raise InputError(
+            f"model {model.name!r} ({type(model).__name__}) does not declare its inputs, so a "
+            "random probe batch cannot be made; pass one with --input FILE.npy"
+        )
+    return tuple(
+        InputSpec(name=t.name, shape=tuple(t.shape[1:]), dtype=str(t.dtype)) for t in tensors
+    )
+
+
+def random_batch(
+    specs: Sequence[InputSpec],
+    batch_size: int,
+    seed: int,
+    int_high: dict[str, int],
+    *,
+    max_bytes: int | None = None,
+) -> ProbeBatch:
+    """Random inputs: float standard normal, integer uniform in [0, int_high[name]), bool 0/1.
+
+    Raises InputError, before allocating, when the batch (drawn in float64) would take more
+    than ``max_bytes``.
+    """
+    if batch_size < 1:
+        raise UsageError(f"--batch-size must be at least 1: batch_size={batch_size}")
+    shapes = [(batch_size, *(UNKNOWN_DIM if d is None else d for d in s.shape)) for s in specs]
+    need = sum(math.prod(shape) * 8 for shape in shapes)
+    if max_bytes is not None and need > max_bytes:
+        raise InputError(
+            f"a random batch of {batch_size} rows for inputs "
+            f"{', '.join(f'{s.name} {shape[1:]}' for s, shape in zip(specs, shapes, strict=True))}"
+            f" would take {human(need)}, more than the {human(max_bytes)} budget; pass a smaller "
+            "--batch-size or raise --max-memory"
+        )
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for spec in specs:
+        shape = (batch_size, *(UNKNOWN_DIM if d is None else d for d in spec.shape))
+        kind = np.dtype(spec.dtype).kind if spec.dtype != "bfloat16" else "f"
+        if kind == "f":
+            arrays.append(rng.standard_normal(shape).astype(_np_dtype(spec.dtype)))
+        elif kind == "b":
+            arrays.append(rng.integers(0, 2, shape).astype(bool))
+        elif kind in "iu":
+            high = int_high.get(spec.name, DEFAULT_INT_HIGH)
+            arrays.append(rng.integers(0, high, shape).astype(spec.dtype))
+        else:
+            raise InputError(
+                f"input {spec.name!r} has dtype {spec.dtype}, which a random probe cannot make; "
+                "pass the probe batch with --input FILE.npy"
+            )
+    return ProbeBatch(tuple(arrays), tuple(s.name for s in specs), "random", seed)
+
+
+def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) -> ProbeBatch:
+    """Read `--input`: a `.npy` (single-input models) or `.npz` keyed by input name.
+
+    With `specs=None` (a model that does not declare its inputs) the arrays are used as they
+    are: the `.npy` array, or the `.npz` arrays in the order they were saved. The file is read
+    within what it holds (`array_files`); an empty batch or values that do not fit the
+    input's dtype are refused.
+    """
+    text = os.fspath(path)
+    headers, arrays = read_arrays(text)
+    _require_rows(headers, text)
+    names = [h.name for h in headers]
+    if specs is None:
+        keys = tuple(n or "input" for n in names)
+        return ProbeBatch(tuple(arrays), keys, text, None)
+    labels = None
+    if names == [None]:
+        if len(specs) != 1:
+            raise InputError(
+                f"--input {text} holds one array but the model has {len(specs)} inputs "
+                f"({', '.join(s.name for s in specs)}); save them with "
+                "np.savez(FILE, **{name: array}) and pass the .npz"
+            )
+        chosen = list(arrays)
+    else:
+        by_name = dict(zip(names, arrays, strict=True))
+        missing = [s.name for s in specs if s.name not in by_name]
+        if missing:
+            raise InputError(
+                f"--input {text} has arrays {names} but the model's inputs are "
+                f"{[s.name for s in specs]}; missing: {', '.join(missing)}. Save one array per "
+                "input name with np.savez(FILE, **{name: array})"
+            )
+        chosen = [by_name[s.name] for s in specs]
+        labels = {
+            k: a for k, a in by_name.items() if k is not None and (k == "y" or k.startswith("y:"))
+        } or None
+    checked = tuple(fit_array(a, s, f"--input {text}") for a, s in zip(chosen, specs, strict=True))
+    sizes = {a.shape[0] for a in checked}
+    if len(sizes) > 1:
+        raise InputError(
+            f"--input {text}: the arrays have different batch sizes {sorted(sizes)}; give every "
+            "input the same number of rows"
+        )
+    return ProbeBatch(checked, tuple(s.name for s in specs), text, None, labels)
+
+
+def peek_rows(path: str | os.PathLike[str]) -> int:
+    """Rows of the `--input` batch, from the headers alone (the file is checked, not read).
+
+    Raises InputError for everything the headers show: a missing, special, damaged or
+    forged file, an object array, an empty batch.
+    """
+    headers = read_headers(os.fspath(path))
+    _require_rows(headers, os.fspath(path))
+    return max(h.shape[0] for h in headers)
+
+
+def _require_rows(headers: Sequence[ArrayHeader], source: str) -> None:
+    for header in headers:
+        if not header.shape or header.shape[0] == 0:
+            label = f"array {header.name!r}" if header.name is not None else "its array"
+            raise InputError(
+                f"--input {source}: {label} has shape {header.shape}, a batch of 0 rows; "
+                "expected at least one row (the first axis is the batch)"
+            )
+
+
+def fit_array(array: np.ndarray, spec: InputSpec, where: str) -> np.ndarray:
+    """Check an array against an input spec; cast numbers to the input's dtype when they fit.
+
+    `where` starts the error message and says where the array came from (`--input
+    batch.npz`, `--data x.npy: batch 3`).
+    """
+    check_fits(array.shape, array.dtype, spec, where)
+    target = np.dtype(_np_dtype(spec.dtype))
+    want, got = target.kind, array.dtype.kind
+    if want == "f" and got in "fiu":
+        with np.errstate(over="ignore"):
+            cast = array.astype(target, copy=False)
+        if got == "f" and not np.array_equal(np.isfinite(cast), np.isfinite(array)):
+            peak = float(np.max(np.abs(array[np.isfinite(array)])))
+            raise InputError(
+                f"{where}: values of input {spec.name!r} reach {peak:.3g}, which overflows "
+                f"{target} (the model's input dtype) to inf; scale the data or save it as "
+                f"{target}"
+            )
+        return cast
+    if want in "iu" and got in "iu":
+        bounds = np.iinfo(target)
+        low, high = (int(array.min()), int(array.max())) if array.size else (0, 0)
+        if low < bounds.min or high > bounds.max:
+            raise InputError(
+                f"{where}: values of input {spec.name!r} span [{low}, {high}], outside "
+                f"{target} [{bounds.min}, {bounds.max}]; save values that fit {target}"
+            )
+        return array.astype(target, copy=False)
+    return array
+
+
+def check_fits(shape: tuple[int | None, ...], dtype: Any, spec: InputSpec, where: str) -> None:
+    """Raise InputError unless an array of `shape` and `dtype` can feed the input `spec`.
+
+    A None in `shape` (a size not known yet, as in a tf.data element spec) is not checked.
+    """
+    expected = ("batch", *("any" if d is None else d for d in spec.shape))
+    if len(shape) != len(spec.shape) + 1 or any(
+        d is not None and got is not None and d != got
+        for d, got in zip(spec.shape, shape[1:], strict=True)
+    ):
+        shown = str(tuple(shape)).replace("None", "?")
+        raise InputError(
+            f"{where}: array for input {spec.name!r} has shape {shown}, expected "
+            f"({', '.join(map(str, expected))}); save an array of that shape (the first axis "
+            "is the batch)"
+        )
+    want = np.dtype(_np_dtype(spec.dtype)).kind
+    got = np.dtype(dtype).kind
+    if (want == "f" and got in "fiu") or (want in "iu" and got in "iu") or want == got:
+        return
+    raise InputError(
+        f"{where}: array for input {spec.name!r} has dtype {np.dtype(dtype)}, but the model "
+        f"expects {spec.dtype}; convert it with array.astype({spec.dtype!r})"
+    )
+
+
+def _np_dtype(dtype: str) -> str:
+    return "float32" if dtype == "bfloat16" else dtype
+
+
+def integer_ranges(model: Any) -> dict[str, int]:
+    """For each integer input, the exclusive upper bound of valid ids (Embedding `input_dim`).
+
+    Looks at the layers that consume each input directly; an input feeding several such
+    layers gets the smallest bound so every id is valid everywhere.
+    """
+    bounds: dict[str, int] = {}
+    for input_name, layer in _input_consumers(model):
+        size = getattr(layer, "input_dim", None) or getattr(layer, "num_tokens", None)
+        if isinstance(size, int) and size > 0:
+            bounds[input_name] = min(size, bounds.get(input_name, size))
+    return bounds
+
+
+def _input_consumers(model: Any) -> Iterator[tuple[str, Any]]:
+    """Yield `(input name, layer)` for each layer whose call takes a model input directly."""
+    try:
+        inputs = {id(t): t.name for t in model.inputs}
+    except (AttributeError, ValueError):
+        return
+    found = False
+    for layer in model.layers:
+        for node in getattr(layer, "_inbound_nodes", []):
+            for tensor in getattr(node, "input_tensors", ()):
+                if id(tensor) in inputs:
+                    found = True
+                    yield inputs[id(tensor)], _first_leaf(layer)
+    if not found and len(inputs) == 1 and model.layers:
+        # A Sequential reloaded from a file has stale call records: its first layer is the consumer.
+        yield next(iter(inputs.values())), _first_leaf(model.layers[0])
+
+
+def _first_leaf(layer: Any) -> Any:
+    """The first real layer inside a nested model (where its inputs go), else the layer."""
+    while hasattr(layer, "layers") and layer.layers:
+        layer = layer.layers[0]
+    return layer

@@ -1,0 +1,228 @@
+"""Gradient statistics reduced inside the step: the few numbers that leave it per batch.
+
+Each watched gradient is reduced, where the backward pass produces it, to one float64
+vector (`gradient_summary`): five sums, max |g|, two numbers per unit of its last axis, and
+its per-sample L2 norms. The step then packs the vectors of every watched layer into a few
+tensors (`pack_gradients`, `distribution_pack`, `pack_forward`), so the work and the graph
+added per layer stay small and the accumulators are a handful of variables whatever the
+model. `totals` turns what they add up to into the report's numbers.
+
+Per-sample distributions keep count, sum, sum of squares, min and max exactly, and a
+histogram in log space (`BINS_PER_DECADE` bins per decade over [1e-30, 1e30), plus bins for
+0, below and above), so p50 and p95 are within 1.2% in fixed memory. Any per-sample
+quantity (another measure's norms) can be summarised the same way with `distribution_pack`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from layergrad.core.keras_backend import quiet_import
+
+GRAD_FIELDS = ("sum_sq", "sum_abs", "zeros", "nonfinite", "elements")  # then max |g|
+SCALARS = len(GRAD_FIELDS) + 1
+FWD_FIELDS = ("nonfinite", "sum_abs", "elements")  # nonfinite: 1 for a batch with NaN/Inf
+BINS_PER_DECADE = 100
+LOG_LO, LOG_HI = -30, 30
+HIST_BINS = (LOG_HI - LOG_LO) * BINS_PER_DECADE + 3  # [0] zero, [1] below, [-1] above
+
+
+def gradient_summary(dy: Any, one_unit: bool) -> Any:
+    """Reduce a batch-first gradient to one float64 vector:
+    `[L2 per sample, *GRAD_FIELDS, max |g|, alive per unit, sum |g| per unit]` (the part
+    after the per-sample norms has a length known while tracing: `tail_size`).
+
+    Units are the last axis (a gradient with no axis but the batch has one unit when
+    `one_unit`, else one per element, as a single batch reports); a unit is alive (1) when
+    any of its values is non-zero or NaN. Non-finite values are left out of the sums and
+    counted. The common case is a few reductions in the gradient's own precision (float32 at
+    least; the totals add up in float64); their sums say whether there is a NaN/Inf (or an
+    overflow), and only then does a float64 pass mask them out.
+    """
+    tf, _ = quiet_import()
+    g = dy if dy.dtype in (tf.float32, tf.float64) else tf.cast(dy, tf.float32)
+    width = unit_width(g, one_unit)
+    rows = [tf.shape(g)[0], -1] if g.shape.rank else [1, 1]
+    elements = tf.cast(tf.size(g), tf.float64)
+    zero = tf.constant(0.0, tf.float64)
+    absg = tf.abs(g)
+    unit_abs = tf.cast(tf.reduce_sum(tf.reshape(absg, [-1, width]), axis=0), tf.float64)
+    norms = tf.cast(tf.math.reduce_euclidean_norm(tf.reshape(g, rows), axis=1), tf.float64)
+    max_abs = tf.maximum(tf.cast(tf.reduce_max(absg), tf.float64), zero)  # 0 for no rows
+    nonzero = tf.cast(tf.math.count_nonzero(g, dtype=tf.int64), tf.float64)
+    finite = tf.math.is_finite(tf.reduce_sum(unit_abs) + tf.reduce_sum(norms))
+
+    def fast() -> tuple[Any, ...]:
+        return norms, unit_abs, tf.cast(unit_abs > 0, tf.float64), max_abs, zero
+
+    def masked() -> tuple[Any, ...]:
+        wide = tf.cast(g, tf.float64)
+        ok = tf.math.is_finite(wide)
+        clean = tf.abs(tf.where(ok, wide, tf.zeros_like(wide)))
+        alive = tf.math.count_nonzero(tf.reshape(g, [-1, width]), axis=0) > 0  # NaN is alive
+        return (
+            tf.sqrt(tf.reduce_sum(tf.square(tf.reshape(clean, rows)), axis=1)),
+            tf.reduce_sum(tf.reshape(clean, [-1, width]), axis=0),
+            tf.cast(alive, tf.float64),
+            tf.maximum(tf.reduce_max(clean), zero),
+            elements - tf.reduce_sum(tf.cast(ok, tf.float64)),
+        )
+
+    norms, unit_abs, alive, max_abs, nonfinite = tf.cond(finite, fast, masked)
+    total_sq = tf.reduce_sum(tf.square(norms))
+    head = [total_sq, tf.reduce_sum(unit_abs), elements - nonzero, nonfinite, elements, max_abs]
+    return tf.concat([norms, tf.stack(head), alive, unit_abs], axis=0)
+
+
+def tail_size(width: Any) -> Any:
+    """Length of a summary vector after its per-sample norms."""
+    return SCALARS + 2 * width
+
+
+def anchor_for(x: Any, one_unit: bool) -> Any:
+    """Zeros shaped like `gradient_summary` of a gradient shaped like `x`."""
+    tf, _ = quiet_import()
+    size = samples_in(x) + tail_size(unit_width(x, one_unit))
+    return tf.zeros(tf.reshape(size, [1]), tf.float64)
+
+
+def pack_gradients(vectors: Sequence[Any], widths: Sequence[Any], data: bool) -> dict[str, Any]:
+    """The summaries of several gradients as a few tensors: `grad` [n, 5], `gmax` [n],
+    `units` (each one's 2 * width values, one after the other), `usizes` [n] (the widths),
+    and with `data` their per-sample distributions (`distribution_pack`).
+
+    With every width known while tracing, the parts of fixed length are cut out of all the
+    vectors at once (a few operations whatever n is); else one by one.
+    """
+    tf, _ = quiet_import()
+    tails = [v[-tail_size(w) :] for v, w in zip(vectors, widths, strict=True)]
+    out: dict[str, Any] = {"usizes": tf.cast(tf.stack(list(widths)), tf.float64)}
+    if all(isinstance(w, int) for w in widths):
+        whole = tf.concat(tails, axis=0)
+        starts = np.cumsum([0] + [tail_size(w) for w in widths])[:-1]
+        fields = (starts[:, None] + np.arange(SCALARS - 1)).reshape(-1)
+        units = np.concatenate(
+            [s + SCALARS + np.arange(2 * w) for s, w in zip(starts, widths, strict=True)]
+        )
+        out["grad"] = tf.reshape(tf.gather(whole, fields), [len(widths), SCALARS - 1])
+        out["gmax"] = tf.gather(whole, starts + SCALARS - 1)
+        out["units"] = tf.gather(whole, units)
+    else:  # a last axis the model leaves open
+        out["grad"] = tf.stack([t[: SCALARS - 1] for t in tails])
+        out["gmax"] = tf.concat([t[SCALARS - 1 : SCALARS] for t in tails], axis=0)
+        out["units"] = tf.concat([t[SCALARS:] for t in tails], axis=0)
+    if data:
+        norms = [v[: -tail_size(w)] for v, w in zip(vectors, widths, strict=True)]
+        out.update(distribution_pack(norms))
+    return out
+
+
+def distribution_pack(values: Sequence[Any]) -> dict[str, Any]:
+    """Summarise n sets of non-negative per-sample values at once: `dist` [n, 3] (count, sum,
+    sum of squares), `dmin` [n], `dmax` [n] and `hist` [n, HIST_BINS]."""
+    tf, _ = quiet_import()
+    n = len(values)
+    flat = [tf.cast(tf.reshape(v, [-1]), tf.float64) for v in values]
+    sizes = tf.stack([tf.size(v) for v in flat])
+    v = tf.concat(flat, axis=0)
+    segment = tf.repeat(tf.range(n), sizes)
+    dist = tf.stack(
+        [
+            tf.cast(sizes, tf.float64),
+            tf.math.unsorted_segment_sum(v, segment, n),
+            tf.math.unsorted_segment_sum(v * v, segment, n),
+        ],
+        axis=1,
+    )
+    inf = tf.constant(math.inf, tf.float64)
+    counted = sizes > 0  # an empty share of a batch (a replica's) leaves min and max alone
+    low = tf.where(counted, tf.math.unsorted_segment_min(v, segment, n), inf)
+    high = tf.where(counted, tf.math.unsorted_segment_max(v, segment, n), -inf)
+    logv = tf.math.log(tf.maximum(v, 1e-300)) / math.log(10.0)
+    inside = tf.cast(tf.floor((logv - LOG_LO) * BINS_PER_DECADE), tf.int32) + 2
+    index = tf.where(
+        v <= 0, 0, tf.where(logv < LOG_LO, 1, tf.where(logv >= LOG_HI, HIST_BINS - 1, inside))
+    )
+    hist = tf.math.bincount(
+        index + segment * HIST_BINS, minlength=n * HIST_BINS, maxlength=n * HIST_BINS,
+        dtype=tf.float64,
+    )  # fmt: skip
+    return {"dist": dist, "dmin": low, "dmax": high, "hist": tf.reshape(hist, [n, HIST_BINS])}
+
+
+def forward_summary(x: Any) -> Any:
+    """[sum of |x|, elements] of an activation (float64): one reduction."""
+    tf, _ = quiet_import()
+    v = x if x.dtype in (tf.float32, tf.float64) else tf.cast(x, tf.float32)
+    return tf.stack([tf.cast(tf.reduce_sum(tf.abs(v)), tf.float64), tf.cast(tf.size(v), "float64")])
+
+
+def pack_forward(summaries: Sequence[Any]) -> Any:
+    """`fwd` [n, 3]: per activation, 1 when this batch has a NaN/Inf in it (its sum says so),
+    else the sum of |x| and the number of elements."""
+    tf, _ = quiet_import()
+    both = tf.stack(list(summaries))
+    finite = tf.math.is_finite(both[:, 0])
+    zero = tf.zeros_like(both[:, 0])
+    return tf.stack(
+        [tf.cast(~finite, tf.float64), tf.where(finite, both[:, 0], zero),
+         tf.where(finite, both[:, 1], zero)],
+        axis=1,
+    )  # fmt: skip
+
+
+def unit_width(x: Any, one_unit: bool) -> Any:
+    """Units of a batch-first activation: its last axis (one unit, or one per element, when
+    it has no axis but the batch). An int when known while tracing, else a scalar tensor."""
+    tf, _ = quiet_import()
+    rank = x.shape.rank
+    if rank is not None and rank >= 2:
+        return x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
+    if rank == 1 and not one_unit:
+        return x.shape[0] if x.shape[0] is not None else tf.shape(x)[0]
+    return 1
+
+
+def samples_in(x: Any) -> Any:
+    """Rows of a batch-first activation (1 for a scalar)."""
+    tf, _ = quiet_import()
+    if not x.shape.rank:
+        return 1
+    return x.shape[0] if x.shape[0] is not None else tf.shape(x)[0]
+
+
+def shared(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` compiled once per rank and dtype (sizes relaxed) and shared by every layer.
+
+    Each summary is a few dozen small operations. Run eagerly (one batch), they would be
+    dispatched one by one for every layer; inside the compiled step, they would be traced
+    again for every layer, and a model of a few hundred layers would take minutes to trace.
+    Shared, it is one call per layer either way.
+    """
+    return lambda x, *args: _compiled(function, x.shape.rank)(x, *args)
+
+
+@functools.cache
+def _compiled(function: Callable[..., Any], rank: int | None) -> Any:
+    """One compiled function per rank: relaxing sizes keeps the rank, which the summaries'
+    shapes depend on."""
+    tf, _ = quiet_import()
+    return tf.function(
+        function,
+        reduce_retracing=True,
+        autograph=False,
+        experimental_attributes={"_noinline": True},
+    )
+
+
+def output_spread(x: Any) -> Any:
+    """[largest max - min of a value across the batch, largest |value|] (float64)."""
+    tf, _ = quiet_import()
+    v = tf.reshape(tf.cast(x, tf.float64), [tf.shape(x)[0], -1])
+    spread = tf.reduce_max(tf.reduce_max(v, axis=0) - tf.reduce_min(v, axis=0))
+    return tf.stack([spread, tf.reduce_max(tf.abs(v))])

@@ -1,0 +1,314 @@
+"""Classify each gradient (ok / none / zero / nonfinite) and name its likely causes.
+
+The graph in the file says whether the target depends on the source at all. When it does and
+the gradient is still not ok, one more traced pass (`trace.run_trace`) finds *where* it went
+wrong (`locate.PathView`); the ops, activation values and dtype of that layer say *what* it is
+(`causes.py` puts it into words). The extra pass runs only for non-ok results.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from layergrad.core.gradient_stats import dead_fraction, gradient_stats, status_of
+from layergrad.core.results import Cause, Endpoint, Result
+from layergrad.core.vocab import CauseCode, Status
+from layergrad.data.probe_input import ProbeBatch
+from layergrad.diagnose import causes as why
+from layergrad.diagnose.activations import activation_name, saturated_fraction
+from layergrad.diagnose.locate import PathView
+from layergrad.engine.layer_calls import Activation
+from layergrad.engine.probe import ProbeRun, run_probe
+from layergrad.engine.tf_ops import TracedCall, blocking_ops, trace_call, unsafe_backward_ops
+from layergrad.engine.trace import Trace, run_trace
+from layergrad.model.graph import ModelGraph
+from layergrad.model.layer_refs import CallKey, Site, iter_layers, ref_of
+
+VANISHING_GAIN, EXPLODING_GAIN, MOSTLY_ZERO = 1e-7, 1e6, 0.5
+
+
+class Diagnoser:
+    """Causes for non-ok gradients of one model and probe batch (traces are cached)."""
+
+    def __init__(
+        self, model: Any, batch: ProbeBatch, graph: ModelGraph | None, training: bool, reduce: str
+    ) -> None:
+        self.model, self.batch, self.graph = model, batch, graph
+        self.training, self.reduce = training, reduce
+        self.layers = dict(iter_layers(model))
+        self._traces: dict[CallKey, Trace] = {}
+        self._calls: dict[CallKey, TracedCall | None] = {}
+
+    def adopt(self, target: Site, trace: Trace) -> None:
+        """Use an existing trace for `target` (scan has one already) instead of running one."""
+        self._traces[target.key] = trace
+
+    def causes(self, status: str, source: Activation, target: Activation) -> list[Cause]:
+        """Ranked causes for a `none`, `zero` or `nonfinite` gradient of target wrt source."""
+        trace = self._trace(target.site)
+        path = PathView(trace, self.graph, source.site.key, target.site.key)
+        other = _other_output(trace, source, target)
+        if other:
+            return [other]
+        forward = path.first_nonfinite_forward()
+        if status == Status.NONFINITE or (forward and status == Status.ZERO):
+            if forward is not None:
+                bad = int(forward.value.size - np.count_nonzero(np.isfinite(forward.value)))
+                return [why.nonfinite_forward(forward.site.ref, bad, forward.value.size)]
+            return self._nonfinite_backward(trace, path)
+        if status == Status.NONE:
+            return self._none(trace, path)
+        return self._zero(path, source, target)
+
+    def _trace(self, site: Site) -> Trace:
+        if site.key not in self._traces:
+            self._traces[site.key] = run_trace(
+                self.model, self.batch, site, training=self.training, reduce=self.reduce
+            )
+        return self._traces[site.key]
+
+    def _none(self, trace: Trace, path: PathView) -> list[Cause]:
+        causes = []
+        for key in path.nodes:
+            act = path.activation(key)
+            if act is not None and not act.is_float:
+                causes.append(why.integer_path(act.site.ref, act.dtype))
+                break
+        for key in path.blockers(lambda g: g is None, need_all=True):
+            causes.extend(self._blocked_at(trace, path, key))
+        return causes
+
+    def _blocked_at(self, trace: Trace, path: PathView, key: CallKey) -> list[Cause]:
+        ref = ref_of(key)
+        traced = self._traced(trace, key)
+        unused = _unused_from_source(trace, path, key, traced)
+        if unused is not None:
+            return [unused]
+        ops = traced.ops if traced else None
+        findings = blocking_ops(ops or [])
+        if any(f.op == "StopGradient" for f in findings):
+            return [why.stop_gradient(ref)]
+        causes = [why.non_differentiable_op(ref, f) for f in findings[:1]]
+        if any(f.op.startswith("Cast to") or f.op in ("ArgMax", "ArgMin") for f in findings):
+            causes.append(why.integer_inside(ref))
+        if not causes:
+            causes.append(why.unknown(ref, ", ".join(sorted({t for t, _ in ops or []})) or None))
+        return causes
+
+    def _zero(self, path: PathView, source: Activation, target: Activation) -> list[Cause]:
+        causes: list[Cause] = []
+        if self.training and self._ok_in_inference(source.site, target.site):
+            layer = next(
+                (
+                    ref_of(k)
+                    for k in path.nodes
+                    if type(self.layers.get(k[0])).__name__ in ("BatchNormalization", "Dropout")
+                ),
+                None,
+            )
+            causes.append(why.training_mode(layer))
+        for key in path.blockers(lambda g: g is None or not np.any(g), need_all=True):
+            causes.extend(self._zeroed_at(path, key))
+        return causes
+
+    def _ok_in_inference(self, source: Site, target: Site) -> bool:
+        from layergrad.model.layer_refs import resolve
+
+        # sites from a trace name their calls without the layer object run_probe wraps
+        src, dst = (resolve(self.model, s.ref) if s.layer is None else s for s in (source, target))
+        run = run_probe(self.model, self.batch, [src], [dst], reduce=self.reduce)
+        return status_of(run.gradients[0][0]) == Status.OK
+
+    def _zeroed_at(self, path: PathView, key: CallKey) -> list[Cause]:
+        """Why the gradient is zero below `key`: float16, dead or saturated units, a constant."""
+        from layergrad.diagnose.forward_findings import (
+            is_constant,
+            reason,
+            unscaled_input,
+        )
+
+        ref, act = ref_of(key), path.activation(key)
+        if act is None:
+            return []
+        why_constant = reason(act, self.layers) if is_constant(act) else None
+        if why_constant == "softmax_one_unit":  # not saturation: the function is constant
+            return [why.constant_output(ref, ref, why_constant)]
+        causes = []
+        if "float16" in {act.dtype, *(p.dtype for p in path.inputs_of(key))}:
+            causes.append(why.float16_underflow(ref))
+        kind = activation_name(self.layers.get(key[0]))
+        pinned = 0.0
+        if kind == "relu":
+            pinned = dead_fraction(act.value)
+            causes += [why.dead_relu(ref, pinned)] if pinned else []
+        elif kind is not None:
+            pinned = saturated_fraction(act.value, kind)
+            causes += [why.saturated(ref, kind, pinned)] if pinned else []
+        if why_constant is not None:
+            causes.append(why.constant_output(ref, ref, why_constant))
+        scale = unscaled_input(path.trace, self.graph, self.layers) if pinned else None
+        if scale is not None:  # the units are pinned because the inputs are not scaled
+            causes.insert(
+                0,
+                why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned),
+            )
+        return causes
+
+    def _nonfinite_backward(self, trace: Trace, path: PathView) -> list[Cause]:
+        out = []
+        for key in path.blockers(lambda g: g is not None and not np.all(np.isfinite(g))):
+            traced = self._traced(trace, key)
+            findings = unsafe_backward_ops(traced.ops if traced else [])
+            out.append(why.nonfinite_backward(ref_of(key), findings[0] if findings else None))
+        return out
+
+    def _traced(self, trace: Trace, key: CallKey) -> TracedCall | None:
+        """The ops of one call of a layer, traced on arguments shaped like that call's."""
+        if key not in self._calls:
+            layer, i = self.layers.get(key[0]), trace.index(*key)
+            args = None if i is None or i >= len(trace.args) else trace.args[i]
+            self._calls[key] = None if layer is None else trace_call(layer, args, self.training)
+        return self._calls[key]
+
+
+def _unused_from_source(
+    trace: Trace, path: PathView, key: CallKey, traced: TracedCall | None
+) -> Cause | None:
+    """`unused_input` when the input of `key` that comes from the source is never used."""
+    i = trace.index(*key)
+    if traced is None or not traced.unused or i is None or i >= len(trace.arg_sources):
+        return None
+    sources = trace.arg_sources[i]
+    on_path = {path.index[n] for n in (path.source, *path.nodes) if n in path.index}
+    for position in traced.unused:
+        feeding = sources[position] if position < len(sources) else None
+        if feeding is not None and feeding in on_path:
+            name = trace.activations[feeding].site.ref
+            return why.unused_input(ref_of(key), position, name)
+    return None
+
+
+def _other_output(trace: Trace, source: Activation, target: Activation) -> Cause | None:
+    """The target depends on another output of a multi-output source (LSTM states...)."""
+    i = trace.index(*source.site.key)
+    if i is None or trace.gradients[i] is None or trace.activations[i].output == source.output:
+        return None
+    return why.other_output(
+        source.site.ref, target.site.ref, trace.activations[i].output, source.output
+    )
+
+
+def endpoint(act: Activation) -> Endpoint:
+    """The report's view of a captured activation."""
+    return Endpoint(layer=act.site.ref, shape=act.shape, dtype=act.dtype)
+
+
+def build_results(
+    run: ProbeRun, graph: ModelGraph | None, diagnoser: Diagnoser | None = None
+) -> tuple[Result, ...]:
+    """One Result per (target, first source) pair of a probe run, with causes for non-ok ones.
+
+    The diagnoser runs (another pass) only for a non-ok result that the graph and dtypes do
+    not already explain, so the ok path never pays for it.
+    """
+    source = run.sources[0]
+    results = []
+    for target, grads in zip(run.targets, run.gradients, strict=True):
+        grad = grads[0]
+        status = status_of(grad)
+        causes: tuple[Cause, ...] = ()
+        if status != Status.OK:
+            causes = static_causes(source, target, graph)
+            downstream = not any(c.code == CauseCode.NOT_DOWNSTREAM for c in causes)
+            if diagnoser is not None and downstream:
+                causes = dedupe([*causes, *diagnoser.causes(status, source, target)])
+            causes = causes or (why.unknown(),)
+        results.append(
+            Result(
+                source=endpoint(source),
+                target=endpoint(target),
+                status=status,
+                gradient=None if grad is None else gradient_stats(grad),
+                causes=causes,
+                warnings=warnings_for(grad, source, target) if status == Status.OK else (),
+                array=grad,
+            )
+        )
+    return tuple(results)
+
+
+def static_causes(
+    source: Activation, target: Activation, graph: ModelGraph | None
+) -> tuple[Cause, ...]:
+    """Causes visible without another pass: the graph's connectivity and integer dtypes."""
+    causes: list[Cause] = []
+    if graph is not None:
+        src, dst = source.site, target.site
+        if graph.depends(dst.path, src.path, to_call=dst.call, frm_call=src.call) is False:
+            reverse = graph.depends(src.path, dst.path, to_call=src.call, frm_call=dst.call)
+            causes.append(why.not_downstream(src.ref, dst.ref, reversed_order=bool(reverse)))
+    causes += [why.integer_path(a.site.ref, a.dtype) for a in (source, target) if not a.is_float]
+    return tuple(causes)
+
+
+def dedupe(causes: list[Cause]) -> tuple[Cause, ...]:
+    """The first cause of each (code, layer)."""
+    first: dict[tuple[str, str | None], Cause] = {}
+    for cause in causes:
+        first.setdefault((cause.code, cause.layer), cause)
+    return tuple(first.values())
+
+
+def warnings_for(
+    grad: np.ndarray | None, source: Activation, target: Activation
+) -> tuple[str, ...]:
+    """Warnings for an `ok` gradient that still looks wrong (see `gradient_warnings`)."""
+    if grad is None:
+        return ()
+    return gradient_warnings(
+        float(np.mean(grad == 0)),
+        float(np.max(np.abs(grad.astype(np.float64)))),
+        float(np.mean(np.abs(source.value.astype(np.float64)))),
+        source.site.ref,
+        target.site.ref,
+    )
+
+
+def gradient_warnings(
+    zero_fraction: float, max_abs: float, source_size: float, src: str, dst: str
+) -> tuple[str, ...]:
+    """Warnings for an `ok` gradient of `dst` with respect to `src` that still looks wrong.
+
+    Vanishing: max |g| below 1e-7 per unit of the `from` activation's mean size
+    (`source_size`: a change of `from` by its own size moves sum(to) by less than that).
+    Exploding: above 1e6. Mostly zero: more than half of the values are exactly 0.
+    """
+    out = []
+    if zero_fraction > MOSTLY_ZERO:
+        out.append(
+            f"{zero_fraction:.0%} of d {dst} / d {src} is exactly zero: dead units or inactive "
+            "paths between the two layers"
+        )
+    gain = max_abs * (source_size if source_size > 0 else 1.0)
+    if gain < VANISHING_GAIN:
+        out.append(
+            f"vanishing: max |g| x mean |{src}| = {gain:.1e}; moving {src} barely moves {dst}"
+        )
+    elif gain > EXPLODING_GAIN:
+        out.append(
+            f"exploding: max |g| x mean |{src}| = {gain:.1e}; a small change of {src} moves "
+            f"{dst} enormously"
+        )
+    return tuple(out)
+
+
+def softmax_target_note(target: Site, fix: str) -> str | None:
+    """A note when the target applies softmax: its sum is 1 per sample, so its gradient is ~0."""
+    if activation_name(target.layer) != "softmax":
+        return None
+    return (
+        f"{target.ref} ends in softmax: the sum of its outputs is 1 for every sample, so the "
+        f"gradient of that sum is zero up to rounding; {fix}"
+    )

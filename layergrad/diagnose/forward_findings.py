@@ -1,0 +1,133 @@
+"""What the forward pass alone shows: non-finite activations, and outputs that never vary.
+
+A model whose output is the same for every sample of the batch cannot learn anything from its
+inputs: `Dense(1, activation="softmax")` always outputs 1.0, a saturated sigmoid head 0 or 1,
+a ReLU layer dead for the whole batch 0, a layer whose weights are all zero its bias. The
+place to fix is where the output first stops varying, found here from one trace.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from layergrad.core.gradient_stats import dead_fraction
+from layergrad.core.results import ConstantOutput, InputRange
+from layergrad.diagnose.activations import activation_name, saturated_fraction
+from layergrad.diagnose.locate import nearest_preds
+from layergrad.engine.layer_calls import Activation
+from layergrad.engine.trace import Trace
+from layergrad.model.graph import ModelGraph
+from layergrad.model.layer_refs import CallKey
+
+CONSTANT_RTOL = 1e-6  # spread across the batch below this (relative to the values): constant
+MIN_BATCH = 4  # fewer samples say too little: discrete layers often agree by chance
+SATURATED = 0.99  # this share of a sigmoid / tanh layer's outputs pinned: saturated
+UNSCALED = 10.0  # an input whose mean |x| is above this is not scaled (pixels 0-255, raw units)
+PINNED = 0.5  # this share of the first activation's units dead or saturated: out of range
+
+
+def first_nonfinite(trace: Trace) -> Activation | None:
+    """The first floating-point activation of a trace (execution order) that holds NaN / Inf."""
+    return next((a for a in trace.activations if a.is_float and not _finite(a.value)), None)
+
+
+def _finite(value: np.ndarray) -> bool:
+    return bool(np.all(np.isfinite(value)))
+
+
+def is_constant(act: Activation) -> bool:
+    """Whether a floating-point activation is the same for every sample (of at least 4)."""
+    value = act.value
+    if not act.is_float or value.ndim == 0 or value.shape[0] < MIN_BATCH or not _finite(value):
+        return False
+    v = value.astype(np.float64).reshape(value.shape[0], -1)
+    spread = float(np.max(v.max(axis=0) - v.min(axis=0))) if v.size else 0.0
+    return spread <= CONSTANT_RTOL * max(1.0, float(np.max(np.abs(v))) if v.size else 0.0)
+
+
+def constant_outputs(
+    trace: Trace, graph: ModelGraph | None, layers: dict[str, Any]
+) -> list[ConstantOutput]:
+    """Every model output that is constant across the batch, with where and why it stopped."""
+    found = []
+    for i in dict.fromkeys(o for o in trace.outputs if o is not None):
+        if is_constant(trace.activations[i]):
+            start = _start(trace, graph, i)
+            act = trace.activations[start]
+            found.append(
+                ConstantOutput(trace.activations[i].site.ref, act.site.ref, reason(act, layers))
+            )
+    return found
+
+
+def _start(trace: Trace, graph: ModelGraph | None, i: int) -> int:
+    """Walk back from activation `i` while every input is constant; the earliest such call."""
+    index = {a.site.key: k for k, a in enumerate(trace.activations)}
+    frontier, starts, seen = [i], [], set()
+    while frontier:
+        k = frontier.pop()
+        if k in seen:
+            continue
+        seen.add(k)
+        preds = _captured_preds(trace.activations[k].site.key, graph, index)
+        if preds and all(is_constant(trace.activations[p]) for p in preds):
+            frontier.extend(preds)
+        else:
+            starts.append(k)
+    return min(starts)
+
+
+def _captured_preds(key: CallKey, graph: ModelGraph | None, index: dict[CallKey, int]) -> list[int]:
+    """The captured activations feeding call `key`, looking through uncaptured graph nodes."""
+    if graph is None or not graph.preds:
+        return []
+    return [index[node] for node in nearest_preds(graph, key, index.__contains__)]
+
+
+def reason(act: Activation, layers: dict[str, Any]) -> str:
+    """Why a constant activation is constant, when its layer says so."""
+    layer = layers.get(act.site.path)
+    kind = activation_name(layer)
+    value = act.value
+    if kind == "softmax" and value.shape[-1] == 1:
+        return "softmax_one_unit"
+    if kind in ("sigmoid", "tanh") and saturated_fraction(value, kind) >= SATURATED:
+        return "saturated"
+    if kind == "relu" and dead_fraction(value) == 1.0:
+        return "dead"
+    kernel = getattr(layer, "kernel", None)
+    if kernel is not None and not np.any(np.asarray(kernel.numpy())):
+        return "zero_weights"
+    return "constant"
+
+
+def unscaled_input(
+    trace: Trace, graph: ModelGraph | None, layers: dict[str, Any]
+) -> InputRange | None:
+    """Inputs far from unit scale that pin the first ReLU / sigmoid / tanh layer they feed."""
+    inputs = [a for a in trace.activations if a.site.input_index is not None and a.is_float]
+    for inp in inputs:
+        magnitude = float(np.mean(np.abs(inp.value.astype(np.float64)))) if inp.value.size else 0.0
+        if magnitude <= UNSCALED:
+            continue
+        for act in trace.activations:
+            kind = activation_name(layers.get(act.site.path))
+            if kind is None or not _fed_by(graph, act, inp):
+                continue
+            if kind in ("relu",):
+                pinned = dead_fraction(act.value)
+            else:
+                pinned = saturated_fraction(act.value, kind)
+            if pinned >= PINNED:
+                return InputRange(inp.site.ref, magnitude, act.site.ref, kind, pinned)
+            break  # the first activation fed by this input is fine
+    return None
+
+
+def _fed_by(graph: ModelGraph | None, act: Activation, inp: Activation) -> bool:
+    if graph is None:
+        return True
+    a, i = act.site, inp.site
+    return graph.depends(a.path, i.path, to_call=a.call, frm_call=i.call) is not False

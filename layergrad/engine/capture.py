@@ -1,0 +1,257 @@
+"""Capture during one forward pass: which layer calls are seen, watched and summarised.
+
+As in `probe`, each chosen layer's `call` is wrapped, and a watched output is handed on
+through an identity whose gradient is the gradient with respect to that output (a fresh copy:
+paths around the layer do not count). Here the identity also *reduces* that gradient where
+the backward pass produces it (`summaries.gradient_summary`) and returns the result as the
+gradient of a small "anchor" tensor. `tape.gradient(target, anchors)` therefore gives a few
+numbers per layer instead of whole arrays, and no gradient outlives its reduction. A None
+gradient still means that the tape found no path.
+
+The wrappers stay in place for a whole run (`installed`), so every trace of a compiled step
+sees them; each forward pass has its own `Recorder`, found through a thread-local (replicas
+of a distributed step trace in threads of their own).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from layergrad.core.keras_backend import quiet_import
+from layergrad.data import reductions as sm
+from layergrad.engine.layer_calls import check_all_called, check_input_call
+from layergrad.model.layer_refs import Site, input_names
+
+Key = tuple[str, int]
+_LOCAL = threading.local()  # the recorder of the forward pass running in this thread
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one step captures and differentiates.
+
+    `sources` are watched; each of `targets` (None: the seeded projection of the model's
+    outputs, see `projection.py`) is reduced and differentiated. With `every_leaf`, every
+    leaf-layer call and model input is watched (scan). `data` marks a run over many
+    batches: per-sample distributions are kept, and `reduce="mean"` means the mean over
+    every sample, applied when the totals are read.
+    """
+
+    sources: tuple[Site, ...] = ()
+    targets: tuple[Site | None, ...] = (None,)
+    every_leaf: bool = False
+    training: bool = False
+    reduce: str = "sum"
+    data: bool = False
+    seed: int = 0  # of the default target's projection
+
+
+@dataclass
+class Output:
+    """One output of a recorded call, as traced: dtype, static shape, watched or not."""
+
+    dtype: str
+    shape: tuple[int | None, ...]
+    watched: bool
+
+
+@dataclass
+class Record:
+    """One recorded call (or model input) and its outputs (None: not a tensor)."""
+
+    site: Site
+    outputs: list[Output | None]
+
+
+@dataclass
+class Recorder:
+    """One forward pass: the calls seen, the anchors, the forward summaries.
+
+    Names are `"{record}.{output}"`; `anchors`, `widths` (units of the last axis) and
+    `forward` are keyed by them, in the order the outputs were produced.
+    """
+
+    plan: Plan
+    tape: Any
+    calls: dict[str, int] = field(default_factory=dict)
+    records: list[Record] = field(default_factory=list)
+    captured: dict[Key, Any] = field(default_factory=dict)
+    anchors: dict[str, Any] = field(default_factory=dict)
+    widths: dict[str, Any] = field(default_factory=dict)
+    forward: dict[str, Any] = field(default_factory=dict)
+    open_dims: dict[str, Any] = field(default_factory=dict)  # sizes the model leaves open
+    samples: Any = None  # the batch's sample indices in the data (None: 0, 1, ... )
+
+    def __post_init__(self) -> None:
+        self.sources = {key(s): s for s in self.plan.sources}
+        self.targets = {key(t): t for t in self.plan.targets if t is not None}
+
+    def on_call(self, path: str, index: int, flat: list[Any]) -> list[Any]:
+        """A wrapped layer produced `flat`: record it if planned; return what to pass on."""
+        k = (path, index)
+        site = self.sources.get(k) or self.targets.get(k)
+        if site is None and not self.plan.every_leaf:
+            return flat
+        if site is None or self.plan.every_leaf:
+            site = Site(ref=f"{path}@{index}" if index else path, path=path, call=index)
+        return self._record(site, flat)
+
+    def inputs(self, model: Any, tensors: list[Any]) -> list[Any]:
+        """Record (and watch, as planned) the model inputs; return what the model is fed."""
+        planned = {
+            s.input_index: s
+            for s in (*self.plan.sources, *(t for t in self.plan.targets if t is not None))
+            if s.input_index is not None
+        }
+        for site in planned.values():
+            check_input_call(site)
+        out = list(tensors)
+        for i, name in enumerate(input_names(model)[: len(tensors)]):
+            chosen = planned.get(i)
+            if self.plan.every_leaf:
+                chosen = Site(ref=name, path=name, call=0, input_index=i)
+            if chosen is not None:
+                out[i] = self._record(chosen, [tensors[i]])[0]
+        return out
+
+    def _record(self, site: Site, flat: list[Any]) -> list[Any]:
+        r, k = len(self.records), key(site)
+        outputs: list[Output | None] = []
+        passed = []
+        for i, tensor in enumerate(flat):
+            if not (hasattr(tensor, "dtype") and hasattr(tensor, "shape")):
+                outputs.append(None)
+                passed.append(tensor)
+                continue
+            floating = is_float(tensor)
+            watch = floating and (self.plan.every_leaf or (i == 0 and k in self.sources))
+            name = f"{r}.{i}"
+            if watch:
+                tensor = self._watch(name, tensor)
+            if floating and (watch or (i == 0 and k in self.targets)):
+                self._summarise_forward(name, tensor)
+            outputs.append(Output(tensor.dtype.name, tuple(tensor.shape), watch))
+            passed.append(tensor)
+        self.records.append(Record(site, outputs))
+        if k in self.targets or (k in self.sources and not self.plan.every_leaf):
+            self.captured.setdefault(k, passed[0])
+        return passed
+
+    def _summarise_forward(self, name: str, tensor: Any) -> None:
+        tf, _ = quiet_import()
+        with self.tape.stop_recording():  # else the tape would keep |x| of every x
+            self.forward[name] = sm.shared(sm.forward_summary)(tensor)
+            if None in tuple(tensor.shape)[1:]:
+                self.open_dims[name] = tf.shape(tensor)[1:]
+
+    def _watch(self, name: str, tensor: Any) -> Any:
+        """Hand `tensor` on through an identity whose gradient is summarised into an anchor."""
+        tf, _ = quiet_import()
+        one_unit = self.plan.data
+        anchor = sm.anchor_for(tensor, one_unit)
+        self.tape.watch(anchor)
+
+        @tf.custom_gradient
+        def watched(x: Any, _anchor: Any) -> Any:
+            def grad(dy: Any) -> Any:
+                return dy, sm.shared(sm.gradient_summary)(dy, one_unit)
+
+            return tf.identity(x), grad
+
+        out = watched(tensor, anchor)
+        mask = getattr(tensor, "_keras_mask", None)
+        if mask is not None:
+            out._keras_mask = mask
+        self.anchors[name] = anchor
+        self.widths[name] = sm.unit_width(tensor, one_unit)
+        return out
+
+    def target_scalar(self, target: Site | None, outputs: Any) -> Any:
+        """reduce(target activation), or of every float model output; None if not float."""
+        tf, _ = quiet_import()
+        if target is None:
+            from layergrad.engine.projection import project
+
+            floats = [o for o in tf.nest.flatten(outputs) if is_float(o)]
+            if not floats:
+                return None
+            samples = self.samples
+            if samples is None:
+                samples = tf.range(tf.shape(floats[0])[0])
+            return project(outputs, samples, self.plan.seed, self._reduce)
+        if key(target) not in self.captured:
+            check_all_called([target], self.captured, self.calls)
+        tensor = self.captured[key(target)]
+        return self._reduce(tensor) if is_float(tensor) else None
+
+    def _reduce(self, tensor: Any) -> Any:
+        tf, _ = quiet_import()
+        if self.plan.reduce == "sum":
+            return tf.reduce_sum(tensor)
+        if not self.plan.data:
+            return tf.reduce_mean(tensor)
+        # the mean over all samples is (sum / size per sample) / samples; the division by
+        # the samples of the whole data set is applied to the totals (GradientTotals.scale)
+        size = tf.cast(tf.size(tensor), tensor.dtype)
+        return tf.reduce_sum(tensor) * tf.cast(sm.samples_in(tensor), tensor.dtype) / size
+
+
+@contextlib.contextmanager
+def installed(groups: Sequence[tuple[Any, str]]) -> Iterator[None]:
+    """Wrap `call` of each `(layer, path)` for the block (restored in `finally`)."""
+    wrapped: list[tuple[Any, Any]] = []
+    try:
+        for layer, path in groups:
+            previous = layer.__dict__.get("call")
+            layer.call = _dispatching(layer.call, path)
+            wrapped.append((layer, previous))
+        yield
+    finally:
+        for layer, previous in wrapped:
+            del layer.call
+            if previous is not None:
+                layer.call = previous
+
+
+@contextlib.contextmanager
+def recording(recorder: Recorder) -> Iterator[Recorder]:
+    """Make `recorder` the one the wrapped layers report to, in this thread, for the block."""
+    _LOCAL.recorder = recorder
+    try:
+        yield recorder
+    finally:
+        del _LOCAL.recorder
+
+
+def _dispatching(call: Callable[..., Any], path: str) -> Callable[..., Any]:
+    """`call`, handing its outputs to the recorder of this thread, counting its calls."""
+    tf, _ = quiet_import()
+
+    def probed_call(*args: Any, **kwargs: Any) -> Any:
+        rec: Recorder | None = getattr(_LOCAL, "recorder", None)
+        if rec is None:
+            return call(*args, **kwargs)
+        index = rec.calls.get(path, 0)
+        rec.calls[path] = index + 1
+        outputs = call(*args, **kwargs)
+        flat = tf.nest.flatten(outputs)
+        passed = rec.on_call(path, index, flat)
+        if any(a is not b for a, b in zip(passed, flat, strict=True)):
+            outputs = tf.nest.pack_sequence_as(outputs, passed)
+        return outputs
+
+    return probed_call
+
+
+def is_float(tensor: Any) -> bool:
+    """Whether a tensor is floating-point (differentiable)."""
+    return getattr(getattr(tensor, "dtype", None), "is_floating", False)
+
+
+def key(site: Site) -> Key:
+    """(path, call) of a site."""
+    return (site.path, site.call)

@@ -1,0 +1,137 @@
+"""The training loss of a model: from its compile config in the file, or `--loss NAME`.
+
+Also the labels it is computed against: `y` from the probe data, or random labels drawn to
+fit each output and loss (class ids, one-hot rows, 0/1, standard normal), seeded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from layergrad.core.errors import InputError
+
+# How random labels are drawn, by a word in the loss's name (first match wins).
+_LABEL_KINDS = (
+    ("sparse_categorical", "ids"),
+    ("sparsecategorical", "ids"),
+    ("categorical", "one_hot"),
+    ("kl_divergence", "one_hot"),
+    ("kldivergence", "one_hot"),
+    ("binary", "bits"),
+    ("hinge", "bits"),
+    ("poisson", "positive"),
+)
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """Which loss, from where: `source` is "compiled" (the file) or "option" (`--loss`)."""
+
+    name: str
+    source: str
+    compile_args: Mapping[str, Any]  # keyword arguments for `model.compile`
+
+
+def find_loss(config: Mapping[str, Any], option: str | None) -> LossSpec | None:
+    """The loss to differentiate: `--loss` when given, else the one compiled in the file.
+
+    `config` is how the file says the model was compiled (`FileInfo.compile_config`). None
+    when there is no loss to use.
+    """
+    if option:
+        return LossSpec(option, "option", {"loss": option})
+    compiled = config
+    if not compiled.get("loss"):
+        return None
+    args = {k: compiled[k] for k in ("loss", "loss_weights") if compiled.get(k) is not None}
+    return LossSpec(loss_name(compiled["loss"]), "compiled", args)
+
+
+def loss_name(loss: Any) -> str:
+    """A readable name of a serialized loss (a string, a config dict, or one per output)."""
+    if isinstance(loss, str):
+        return loss
+    if isinstance(loss, Mapping) and "class_name" in loss:
+        inner = loss.get("config")
+        name = inner.get("name") if isinstance(inner, Mapping) else None
+        return str(name or loss["class_name"])
+    if isinstance(loss, Mapping):
+        return ", ".join(f"{k}: {loss_name(v)}" for k, v in loss.items())
+    if isinstance(loss, Sequence):
+        return ", ".join(loss_name(v) for v in loss)
+    return str(loss)
+
+
+def compile_loss(model: Any, spec: LossSpec) -> None:
+    """Compile `model` with the loss (and loss weights) of `spec`; nothing else is used.
+
+    Raises:
+        InputError: the loss is not a Keras loss (a custom loss needs `--import`).
+    """
+    from layergrad.core.keras_backend import quiet_import
+
+    _, keras = quiet_import()
+    args = dict(spec.compile_args)
+    try:
+        args["loss"] = _deserialize(keras, args["loss"])
+        model.compile(optimizer="sgd", **args)
+    except (ValueError, TypeError, KeyError) as exc:
+        flag = "--loss" if spec.source == "option" else "the compiled loss"
+        raise InputError(
+            f"{flag} {spec.name!r} is not a loss Keras knows ({exc}); use a keras.losses name "
+            "such as sparse_categorical_crossentropy or mean_squared_error, or --import the "
+            "module that registers a custom one"
+        ) from exc
+
+
+def _deserialize(keras: Any, loss: Any) -> Any:
+    if isinstance(loss, str):
+        return keras.losses.get(loss)
+    if isinstance(loss, Mapping) and "class_name" in loss:
+        return keras.saving.deserialize_keras_object(loss, safe_mode=True)
+    if isinstance(loss, Mapping):
+        return {k: _deserialize(keras, v) for k, v in loss.items()}
+    if isinstance(loss, Sequence):
+        return [_deserialize(keras, v) for v in loss]
+    return loss
+
+
+def label_kind(name: str) -> str:
+    """How to draw random labels for a loss: ids, one_hot, bits, positive or normal."""
+    key = name.lower().replace(" ", "_")
+    return next((kind for word, kind in _LABEL_KINDS if word in key), "normal")
+
+
+def random_labels(outputs: Sequence[Any], kinds: Sequence[str], seed: int) -> list[np.ndarray]:
+    """Labels that fit each output (its shape, and the kind its loss expects), seeded."""
+    rng = np.random.default_rng(seed + 1)  # not the probe batch's own stream
+    labels = []
+    for out, kind in zip(outputs, kinds, strict=True):
+        shape = tuple(int(d) for d in out.shape)
+        classes = shape[-1] if shape else 1
+        if kind == "ids":
+            labels.append(rng.integers(0, max(classes, 1), shape[:-1]).astype("int32"))
+        elif kind == "one_hot":
+            ids = rng.integers(0, max(classes, 1), shape[:-1])
+            labels.append(np.eye(classes, dtype="float32")[ids])
+        elif kind == "bits":
+            labels.append(rng.integers(0, 2, shape).astype("float32"))
+        elif kind == "positive":
+            labels.append(rng.uniform(0, 1, shape).astype("float32"))
+        else:
+            labels.append(rng.standard_normal(shape).astype("float32"))
+    return labels
+
+
+def output_losses(spec: LossSpec, output_names: Sequence[str]) -> list[str]:
+    """The name of the loss applied to each output, in output order."""
+    loss = spec.compile_args["loss"]
+    if isinstance(loss, Mapping) and "class_name" not in loss:
+        return [loss_name(loss.get(n, "")) for n in output_names]
+    if isinstance(loss, Sequence) and not isinstance(loss, str):
+        return [loss_name(v) for v in loss] + [""] * (len(output_names) - len(loss))
+    return [loss_name(loss)] * len(output_names)

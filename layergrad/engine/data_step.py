@@ -1,0 +1,401 @@
+"""The per-batch step: forward, capture, watch, backward and statistics, in one function.
+
+`capture` watches the chosen layer calls so that the backward pass reduces each gradient
+where it is produced; the step packs those reductions into a few tensors (`summaries`). For
+one batch it runs eagerly (no tracing cost) and the packs are the totals. Over a data set it
+is a `tf.function` traced once (the batch axis is None, so the last partial batch reuses
+it), run under a `tf.distribute` strategy, one compiled call per batch, and the packs add up
+in `accumulate.Accumulators` on each replica. `Step.result` unpacks the totals per layer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from layergrad.core.errors import InputError, describe
+from layergrad.core.keras_backend import quiet_import
+from layergrad.data import reductions as sm
+from layergrad.data.accumulators import Accumulators, single_totals, summary_shapes
+from layergrad.data.aggregates import ForwardTotals, GradientTotals, first_batch
+from layergrad.engine.capture import Plan, Record, Recorder, installed, is_float, key, recording
+from layergrad.engine.layer_calls import check_all_called, site_groups, unique_leaves
+from layergrad.model.layer_refs import Site, iter_layers
+
+Key = tuple[str, int]
+Progress = Callable[[int, "int | None"], None]
+__all__ = ["Plan", "Probed", "StreamRun", "run_batch", "run_stream"]
+
+
+@dataclass(frozen=True)
+class Probed:
+    """A captured activation: where it came from, its shape (batch axis = samples), dtype."""
+
+    site: Site
+    shape: tuple[int, ...]
+    dtype: str
+    output: int = 0  # which output of a multi-output layer (flattened order)
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype == "bfloat16" or np.dtype(self.dtype).kind == "f"
+
+
+@dataclass(frozen=True)
+class StreamRun:
+    """What the step found over every batch.
+
+    `activations` are the captured calls in execution order (model inputs first);
+    `gradients[t][i]` is d reduce(target t) / d activations[i] added up over the batches, or
+    None when the tape found no path; `forward[i]` the forward values of activations[i].
+    """
+
+    activations: tuple[Probed, ...]
+    gradients: tuple[tuple[GradientTotals | None, ...], ...]
+    forward: tuple[ForwardTotals | None, ...]
+    targets: tuple[Probed | None, ...]
+    samples: int
+    batches: int
+    replicas: int
+    data: bool = False  # went over a data set (per-sample distributions were kept)
+    traces: int = 0  # times the step was traced, per replica (1: the last batch reused it)
+    # one batch only: per float model output, (largest spread of a value across the batch,
+    # largest |value|), to tell an output that is the same for every sample
+    output_spread: tuple[tuple[float, float], ...] = ()
+
+    def index(self, path: str, call: int = 0) -> int | None:
+        """Position of the activation of `path` call `call`, or None if it was not captured."""
+        for i, act in enumerate(self.activations):
+            if act.site.path == path and act.site.call == call:
+                return i
+        return None
+
+
+@dataclass
+class _Layout:
+    """Where each layer's share is in the packed summaries (known once traced)."""
+
+    records: list[Record] = field(default_factory=list)
+    grads: list[tuple[int, str]] = field(default_factory=list)  # (target, output name)
+    forward: list[str] = field(default_factory=list)
+    open_dims: list[str] = field(default_factory=list)
+
+
+class Step:
+    """The per-batch computation for a model and a plan; `compute(inputs)` returns summaries.
+
+    Use inside `installed()`, which wraps the layers' `call` for the whole run, so that
+    every trace of the compiled step sees them.
+    """
+
+    def __init__(self, model: Any, plan: Plan) -> None:
+        self.model, self.plan = model, plan
+        self.layout = _Layout()  # filled while tracing (or running eagerly)
+        self.traces = 0  # calls of `compute` in Python: traces, or eager runs
+        if plan.every_leaf:
+            self.groups: list[tuple[Any, str]] = [
+                (layer, path) for layer, path, _ in unique_leaves(iter_layers(model))
+            ]
+        else:
+            sites = [*plan.sources, *(t for t in plan.targets if t is not None)]
+            self.groups = [(layer, path) for layer, path, _ in site_groups(sites)]
+
+    def installed(self) -> Any:
+        """Wrap each captured layer's `call` for the block (restored in `finally`)."""
+        return installed(self.groups)
+
+    def compute(self, inputs: Sequence[Any], samples: Any = None) -> dict[str, Any]:
+        """Forward and backward on one batch (a tuple of tensors in the model's input order);
+        `samples` are the batch's sample indices in the data (for the default target)."""
+        tf, _ = quiet_import()
+        self.traces += 1
+        tape = tf.GradientTape(persistent=len(self.plan.targets) > 1)
+        with recording(Recorder(self.plan, tape, samples=samples)) as rec, tape:
+            fed = rec.inputs(self.model, list(inputs))
+            outputs = _call_model(self.model, fed, self.plan.training)
+            for site in self.plan.sources:
+                if key(site) not in rec.captured:
+                    check_all_called([site], rec.captured, rec.calls)
+            scalars = [rec.target_scalar(t, outputs) for t in self.plan.targets]
+        names = list(rec.anchors)
+        anchors = [rec.anchors[n] for n in names]
+        layout = _Layout(rec.records, forward=list(rec.forward), open_dims=list(rec.open_dims))
+        vectors, widths = [], []
+        for t, scalar in enumerate(scalars):
+            found = tape.gradient(scalar, anchors) if scalar is not None and anchors else []
+            for name, vector in zip(names, found, strict=True):
+                if vector is not None:
+                    layout.grads.append((t, name))
+                    vectors.append(vector)
+                    widths.append(rec.widths[name])
+        summaries = sm.pack_gradients(vectors, widths, self.plan.data) if vectors else {}
+        if rec.forward:
+            summaries["fwd"] = sm.pack_forward(list(rec.forward.values()))
+        if rec.open_dims:
+            summaries["dims"] = tf.cast(tf.concat(list(rec.open_dims.values()), 0), tf.float64)
+        summaries["samples"] = tf.reshape(tf.cast(sm.samples_in(inputs[0]), tf.float64), [1])
+        floats = [o for o in tf.nest.flatten(outputs) if is_float(o)]
+        if not self.plan.data and floats:  # one batch: is an output the same for every sample?
+            summaries["spread"] = tf.stack([sm.output_spread(o) for o in floats])
+        self.layout = layout
+        return summaries
+
+    def result(
+        self, totals: dict[str, np.ndarray], samples: int, batches: int, replicas: int
+    ) -> StreamRun:
+        """Unpack the summed summaries into one entry per captured activation."""
+        scale = 1.0 / samples if self.plan.reduce == "mean" and self.plan.data and samples else 1.0
+        unpack = _Unpack(self.layout, totals, scale)
+        records = self.layout.records
+        targets: list[Probed | None] = []
+        for target in self.plan.targets:
+            r = None if target is None else self._record_of(key(target))
+            targets.append(None if r is None else self._probed(r, 0, unpack, samples, target))
+        keep = [r for r, rec in enumerate(records) if self._kept(rec)]
+        activations, forward = [], []
+        gradients: list[list[GradientTotals | None]] = [[] for _ in self.plan.targets]
+        for r in keep:
+            k = self._chosen_output(r, unpack)
+            activations.append(self._probed(r, k, unpack, samples))
+            forward.append(unpack.forward(f"{r}.{k}"))
+            for t, column in enumerate(gradients):
+                column.append(unpack.gradient(t, f"{r}.{k}"))
+        spread = totals.get("spread")
+        return StreamRun(
+            output_spread=() if spread is None else tuple((float(a), float(b)) for a, b in spread),
+            activations=tuple(activations),
+            gradients=tuple(tuple(c) for c in gradients),
+            forward=tuple(forward),
+            targets=tuple(targets),
+            samples=samples,
+            batches=batches,
+            replicas=replicas,
+            data=self.plan.data,
+            traces=self.traces // max(replicas, 1),
+        )
+
+    def _kept(self, rec: Record) -> bool:
+        return self.plan.every_leaf or key(rec.site) in {key(s) for s in self.plan.sources}
+
+    def _record_of(self, k: Key) -> int | None:
+        return next((r for r, rec in enumerate(self.layout.records) if key(rec.site) == k), None)
+
+    def _chosen_output(self, r: int, unpack: _Unpack) -> int:
+        """The first output the (first) target depends on, else the first tensor output."""
+        outputs = self.layout.records[r].outputs
+        tensors = [i for i, o in enumerate(outputs) if o is not None]
+        found = [i for i in tensors if unpack.has_gradient(0, f"{r}.{i}")]
+        return found[0] if found else (tensors[0] if tensors else 0)
+
+    def _probed(
+        self, r: int, k: int, unpack: _Unpack, samples: int, site: Site | None = None
+    ) -> Probed:
+        rec = self.layout.records[r]
+        out, site = rec.outputs[k], site or rec.site
+        if out is None:
+            return Probed(site, (), "object", k)
+        seen = unpack.dims(f"{r}.{k}")
+        rest = tuple(
+            int(d) if d is not None else (seen[j] if j < len(seen) else 0)
+            for j, d in enumerate(out.shape[1:])
+        )
+        batch = samples if self.plan.data or out.shape[:1] == (None,) else out.shape[0]
+        shape = (int(batch or 0), *rest) if out.shape else ()
+        return Probed(site, shape, out.dtype, k)
+
+
+class _Unpack:
+    """One layer's share of the packed totals."""
+
+    def __init__(self, layout: _Layout, totals: dict[str, np.ndarray], scale: float) -> None:
+        self.totals, self.scale = totals, scale
+        self.grads = {entry: p for p, entry in enumerate(layout.grads)}
+        self.fwd = {name: q for q, name in enumerate(layout.forward)}
+        widths = [int(w) for w in totals.get("usizes", [])]
+        self.offsets = np.concatenate([[0], np.cumsum([2 * w for w in widths])]).astype(int)
+        self.widths = widths
+        self.open: dict[str, slice] = {}  # where each output's sizes after the batch axis are
+        start = 0
+        for name in layout.open_dims:
+            r, i = (int(part) for part in name.split("."))
+            output = layout.records[r].outputs[i]
+            count = len(output.shape) - 1 if output is not None else 0
+            self.open[name] = slice(start, start + count)
+            start += count
+
+    def has_gradient(self, t: int, name: str) -> bool:
+        return (t, name) in self.grads
+
+    def gradient(self, t: int, name: str) -> GradientTotals | None:
+        p = self.grads.get((t, name))
+        if p is None:
+            return None
+        tot, w = self.totals, self.widths[p]
+        dist = None
+        if "dist" in tot:
+            dist = np.concatenate([tot["dist"][p], [tot["dmin"][p], tot["dmax"][p]]])
+        return GradientTotals(
+            fields=tot["grad"][p],
+            max_abs=float(tot["gmax"][p]),
+            units=tot["units"][self.offsets[p] : self.offsets[p] + 2 * w].reshape(2, w),
+            first_nonfinite=first_batch(float(tot["grad/first"][p])),
+            dist=dist,
+            hist=tot["hist"][p] if "hist" in tot else None,
+            scale=self.scale,
+        )
+
+    def forward(self, name: str) -> ForwardTotals | None:
+        q = self.fwd.get(name)
+        if q is None:
+            return None
+        return ForwardTotals.from_totals(self.totals["fwd"][q], float(self.totals["fwd/first"][q]))
+
+    def dims(self, name: str) -> list[int]:
+        """The largest sizes seen after the batch axis of output `name`, when the model
+        leaves some of them open ([] when every size is known)."""
+        where = self.open.get(name)
+        return [] if where is None else [int(d) for d in self.totals["dims"][where]]
+
+
+def run_batch(model: Any, plan: Plan, inputs: Sequence[np.ndarray]) -> StreamRun:
+    """The step on one batch, eagerly: what `scan` needs without keeping any gradient."""
+    tf, _ = quiet_import()
+    step = Step(model, plan)
+    tensors = [tf.convert_to_tensor(a) for a in inputs]
+    with step.installed():
+        summaries = _guarded(lambda: step.compute(tensors), "the probe batch")
+    samples = int(sm.samples_in(tensors[0])) if tensors else 0
+    return step.result(single_totals(summaries), samples, batches=1, replicas=1)
+
+
+def run_stream(
+    model: Any,
+    plan: Plan,
+    stream: Any,
+    strategy: Any,
+    on_progress: Progress | None = None,
+) -> StreamRun:
+    """The compiled step over every batch of a `datasets.DataStream`, under `strategy`.
+
+    Args:
+        model: the loaded model (its variables created under `strategy.scope()`).
+        plan: what to capture; `plan.data` should be True.
+        stream: the batches, in the model's input order.
+        strategy: a tf.distribute strategy (`tf.distribute.get_strategy()` for one device).
+        on_progress: called after each batch with (samples done, samples expected or None).
+
+    Returns:
+        A StreamRun over every sample.
+
+    Raises:
+        InputError: a batch that cannot be read or that the model fails on (with its index),
+        or a data set without samples.
+    """
+    tf, _ = quiet_import()
+    step = Step(model, plan)
+    replicas = int(strategy.num_replicas_in_sync)
+    dataset = with_sample_indices(stream.dataset)
+    if not _is_default(strategy):
+        dataset = strategy.experimental_distribute_dataset(dataset)
+    signature = [dataset.element_spec]
+    compute = tf.function(  # nothing to convert: autograph would only cost tracing time
+        lambda batch: strategy.run(step.compute, args=(batch[:-1], batch[-1])),
+        input_signature=signature,
+        autograph=False,
+    )
+    done = batches = 0
+    with step.installed():  # the trace happens here, once; the batch axis is None
+        concrete = _guarded(compute.get_concrete_function, "the data", stream.source)
+        shapes = summary_shapes(strategy, concrete.structured_outputs)
+        acc = None if shapes is None else Accumulators(strategy, shapes)
+        fused = None if acc is None else _fused(strategy, concrete, acc, signature)
+        iterator = iter(dataset)
+        while True:
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                break
+            except tf.errors.OpError as exc:
+                stream.raise_failure(batches)
+                raise InputError(
+                    f"--data {stream.source}: batch {batches} could not be read: {describe(exc)}"
+                ) from exc
+            parts = [strategy.experimental_local_results(t) for t in batch[:-1]]
+            rows = stream.check_batch(batches, parts)
+            if fused is not None:
+                _guarded(partial(fused, batch), f"batch {batches}", stream.source)
+            else:  # a summary's size is only known from the first batch (an open last axis)
+                summaries = _guarded(partial(concrete, batch), f"batch {batches}", stream.source)
+                acc = Accumulators(strategy, summary_shapes(strategy, summaries) or {})
+                tf.function(lambda s, a=acc: strategy.run(a.update, args=(s,)), autograph=False)(
+                    summaries
+                )
+                fused = _fused(strategy, concrete, acc, signature)
+            done, batches = done + rows, batches + 1
+            if on_progress is not None:
+                on_progress(done, stream.samples)
+    stream.raise_failure()
+    if acc is None or not done:
+        raise InputError(f"--data {stream.source} holds no samples; expected at least one row")
+    return step.result(acc.totals(strategy), done, batches, replicas)
+
+
+def with_sample_indices(dataset: Any) -> Any:
+    """Each batch of `dataset` (a tuple of tensors) followed by its samples' indices in the
+    data (int64), whatever the batch sizes."""
+    tf, _ = quiet_import()
+
+    def step(offset: Any, batch: Any) -> tuple[Any, Any]:
+        rows = tf.cast(tf.shape(batch[0])[0], tf.int64)
+        return offset + rows, (*batch, offset + tf.range(rows, dtype=tf.int64))
+
+    return dataset.scan(tf.constant(0, tf.int64), step)
+
+
+def _fused(strategy: Any, concrete: Any, acc: Accumulators, signature: list[Any]) -> Any:
+    """One compiled call per batch: the traced step, then adding its summaries up (its
+    concrete function: calling it skips the signature matching of each call)."""
+    tf, _ = quiet_import()
+    return tf.function(
+        lambda batch: strategy.run(acc.update, args=(concrete(batch),)),
+        input_signature=signature,
+        autograph=False,
+    ).get_concrete_function()
+
+
+def _is_default(strategy: Any) -> bool:
+    """Whether `strategy` is TensorFlow's default one (a single device, no distribution)."""
+    return type(strategy).__name__ == "_DefaultDistributionStrategy"
+
+
+class BatchFailed(InputError):
+    """The model's own code failed on a batch (a shape it was not built for, an id out of
+    range): an input error, which `check` records as the file's `error` finding."""
+
+
+def _guarded(run: Callable[[], Any], what: str, source: str | None = None) -> Any:
+    """Run the step; a failure of the model's own ops names the batch."""
+    tf, _ = quiet_import()
+    where = f"--data {source}: " if source else ""
+    try:
+        return run()
+    except (tf.errors.OpError, ValueError, TypeError) as exc:
+        detail = re.sub(r"\s*\[\[\{\{node [^]]*\]\]|\s*\[Op:[^]]*\]", "", describe(exc))
+        raise BatchFailed(
+            f"{where}the model failed on {what}: {detail}; check the values and shapes "
+            "of the data (ids inside the vocabulary, the shape the model was built for)"
+        ) from exc
+
+
+def _call_model(model: Any, inputs: list[Any], training: bool) -> Any:
+    """Call the model the way it was built to be called (one tensor, a list or a dict)."""
+    _, keras = quiet_import()
+    structure = getattr(model, "_inputs_struct", None)
+    if structure is not None and len(keras.tree.flatten(structure)) == len(inputs):
+        return model(keras.tree.pack_sequence_as(structure, inputs), training=training)
+    return model(inputs[0] if len(inputs) == 1 else inputs, training=training)

@@ -1,0 +1,367 @@
+"""Per-sample Jacobian norms between two captured activations (`inspect --measure jacobian`).
+
+For each sample i, J_i = d to[i] / d from[i], both flattened (m target entries by n source
+entries). Reported: ||J_i||_F, ||J_i||_2 and, per unit of the source's last axis, the norm of
+J_i's columns for that unit (root-mean-square over samples).
+
+Two methods, both from the one forward pass of the probe:
+
+- exact: every row of every J_i, m vector-Jacobian products vectorized into one computation
+  (pfor), never a Python loop over rows; then the norms directly, the spectral norm to float32
+  precision (`lanczos.py`). Used when one sample's J has at most
+  EXACT_ENTRIES entries (and the batch's at most EXACT_BUDGET), or with `--exact`.
+- estimate: Frobenius by K random sign vectors v (Hutchinson: E ||J_i^T v||^2 = ||J_i||_F^2),
+  the K products vectorized; the spread of the K values gives each sample's standard error.
+  Spectral by power iteration on J_i^T J_i (`power.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from layergrad.core.errors import InputError, UsageError
+from layergrad.core.keras_backend import quiet_import
+from layergrad.core.limits import MAX_PROBES
+from layergrad.core.results import FrobeniusNorms, JacobianStats, Result, SpectralNorms
+from layergrad.core.vocab import JacobianMethod, Measure, Status
+from layergrad.engine import lanczos
+from layergrad.engine.linear_map import LinearMap
+from layergrad.engine.power_iteration import TOLERANCE, power_iteration
+from layergrad.engine.probe import LiveProbe
+
+MEASURES = Measure.words()
+EXACT_ENTRIES = 2**20  # exact when one sample's Jacobian has at most this many entries
+EXACT_BUDGET = 2**28  # ... and the whole batch's at most this many (1 GiB in float32)
+CHUNK_ENTRIES = 2**26  # entries one vectorized chunk of products may hold at once
+DIRECT_SIZE = 256  # exact spectral norms of matrices up to this small side: Gram eigenvalues
+DEFAULT_PROBES = 32
+
+
+@dataclass(frozen=True)
+class JacobianOptions:
+    """How to measure: `probes` K forces the estimate, `exact` forces the exact method."""
+
+    probes: int | None = None
+    exact: bool = False
+    seed: int = 0
+
+
+def check_options(measure: str, probes: int | None, exact: bool) -> None:
+    """Raise UsageError for a measure or a combination of options that means nothing."""
+    if measure not in MEASURES:
+        raise UsageError(f"measure must be one of {', '.join(MEASURES)}: measure={measure!r}")
+    if measure != Measure.JACOBIAN and (probes is not None or exact):
+        raise UsageError("--probes and --exact apply to --measure jacobian; add it or drop them")
+    if probes is not None and exact:
+        raise UsageError(
+            "--probes K asks for the estimate and --exact for the exact norms; give only one"
+        )
+    if probes is not None and probes < 2:
+        raise UsageError(
+            f"--probes must be at least 2, so that the spread of the estimates gives an error "
+            f"bar: probes={probes}"
+        )
+    if probes is not None and probes > MAX_PROBES:
+        raise InputError(
+            f"--probes must be at most {MAX_PROBES} (each is a backward pass, and the error "
+            f"bar shrinks as 1/sqrt(K)): probes={probes}; use --exact for exact norms"
+        )
+
+
+def no_batch_axis(source: Any, target: Any) -> str | None:
+    """Why per-sample Jacobians cannot be taken between these tensors, or None if they can."""
+    for what, tensor in (("from", source), ("to", target)):
+        if tensor.shape.rank == 0 or tensor.shape[0] != source.shape[0]:
+            return (
+                f"no per-sample Jacobian: the {what} activation {tuple(tensor.shape)} has no "
+                "batch axis shared with the other end"
+            )
+    return None
+
+
+def measure_jacobian(
+    tape: Any, source: Any, target: Any, options: JacobianOptions
+) -> tuple[JacobianStats, tuple[str, ...]]:
+    """Norms of d target[i] / d source[i] for every sample, from a live persistent tape.
+
+    Args:
+        tape: the persistent GradientTape that recorded the forward pass.
+        source: the watched tensor (batch axis first); target: a tensor computed from it.
+        options: probes / exact / seed.
+
+    Returns:
+        The JacobianStats and the warnings to show with them (batch mixing, no convergence).
+
+    Raises:
+        InputError: `--exact` for Jacobians beyond EXACT_BUDGET entries.
+    """
+    lin = LinearMap(tape, source, target)
+    warnings: list[str] = []
+    lin.independent = not lin.mixes_batch(options.seed)
+    if not lin.independent:
+        warnings.append(
+            "the target mixes samples across the batch (to[i] depends on other samples' from, "
+            "e.g. BatchNorm in training mode): the per-sample norms are those of the diagonal "
+            "blocks d to[i] / d from[i], other samples' influence left out"
+        )
+    method, note = choose_method(lin, options)
+    if note:
+        warnings.append(note)
+    spec: SpectralNorms | None
+    if method == JacobianMethod.EXACT:
+        frob, spec, units = _exact(lin, options.seed)
+        probes = None
+    else:
+        probes = options.probes or DEFAULT_PROBES
+        frob, units = _estimate_frobenius(lin, probes, options.seed)
+        spec, why = _power_spectral(lin, options.seed)
+        if why:
+            warnings.append(why)
+    stats = JacobianStats(
+        method=method,
+        probes=probes,
+        batch_independent=lin.independent,
+        frobenius=frob,
+        spectral=spec,
+        unit_sensitivity=tuple(float(u) for u in units),
+    )
+    return stats, tuple(warnings)
+
+
+def choose_method(lin: LinearMap, options: JacobianOptions) -> tuple[JacobianMethod, str | None]:
+    """The method, and a note when the exact one was chosen against for its size."""
+    per_sample = lin.m * lin.n
+    total = lin.batch * per_sample
+    if options.exact:
+        if total > EXACT_BUDGET:
+            raise InputError(
+                f"--exact: the batch's Jacobians have {lin.batch} x {lin.m} x {lin.n} = {total} "
+                f"entries, more than the {EXACT_BUDGET} (1 GiB) layergrad holds; drop --exact "
+                "to estimate them, or use a smaller --batch-size"
+            )
+        return JacobianMethod.EXACT, None
+    if options.probes is not None or per_sample > EXACT_ENTRIES:
+        return JacobianMethod.ESTIMATE, None
+    if total > EXACT_BUDGET:
+        return JacobianMethod.ESTIMATE, (
+            f"estimated: the batch's exact Jacobians would have {total} entries (more than "
+            f"{EXACT_BUDGET}); a smaller --batch-size gets exact norms"
+        )
+    return JacobianMethod.EXACT, None
+
+
+def _chunk(lin: LinearMap, count: int) -> int:
+    """How many products to vectorize at once so one chunk holds at most CHUNK_ENTRIES."""
+    per_product = lin.batch * max(lin.m, lin.n) * (1 if lin.independent else lin.batch)
+    return max(1, min(count, CHUNK_ENTRIES // max(per_product, 1)))
+
+
+def _stack_chunks(fn: Any, count: int, size: int, make: Any = None) -> Any:
+    """fn over items 0..count-1 in chunks of `size`, stacked; `make(start, stop)` builds a
+    chunk's input (default: the indices), so only one chunk's inputs exist at a time. The
+    last chunk is padded to `size`, so fn is traced once."""
+    tf, _ = quiet_import()
+    outs = []
+    for start in range(0, count, size):
+        stop = min(start + size, count)
+        part = np.arange(start, stop, dtype=np.int32) if make is None else make(start, stop)
+        short = size - (stop - start)
+        if short:
+            part = np.concatenate([part, np.repeat(part[-1:], short, axis=0)])
+        out = fn(tf.constant(part))
+        outs.append(out[: size - short] if short else out)
+    return outs[0] if len(outs) == 1 else tf.concat(outs, axis=0)
+
+
+def _exact(lin: LinearMap, seed: int) -> tuple[FrobeniusNorms, SpectralNorms, np.ndarray]:
+    """Every entry of every J_i, by rows (m VJPs) or, when J_i has at most half as many
+    columns as rows, by columns (n JVPs); then the norms of the dense matrices."""
+    tf, _ = quiet_import()
+    columns = exact_columns(lin) if 2 * lin.n <= lin.m else None  # (n, B, m)
+    if columns is not None:
+        column_sq = tf.transpose(tf.reduce_sum(tf.square(columns), axis=2))
+
+        def dense() -> Any:
+            return tf.transpose(columns, [1, 2, 0])
+    else:
+        rows = exact_rows(lin)  # (m, B, n)
+        column_sq = tf.reduce_sum(tf.square(rows), axis=0)
+
+        def dense() -> Any:
+            return tf.transpose(rows, [1, 0, 2])
+
+    per_unit = tf.reduce_sum(tf.reshape(column_sq, [lin.batch, -1, lin.units]), axis=1)
+    squared = tf.reduce_sum(per_unit, axis=1)
+    sigma = None
+    if min(lin.m, lin.n) > DIRECT_SIZE:  # a Gram eigendecomposition would cost more than J did
+        sigma = _lanczos_spectral(lin, seed)
+    if sigma is None:
+        sigma = lanczos.direct(dense())
+    frob = frobenius(np.sqrt(squared.numpy().astype(np.float64)))
+    return frob, spectral(sigma, None, True), _rms(per_unit.numpy())
+
+
+def exact_rows(lin: LinearMap) -> Any:
+    """The (m, B, n) tensor of every row of every J_i: m one-hot VJPs, vectorized over rows."""
+    tf, _ = quiet_import()
+
+    @tf.function
+    def rows(index: Any) -> Any:
+        def one(j: Any) -> Any:
+            onehot = tf.one_hot(j, lin.m, dtype=tf.float32)
+            return lin.vjp_blocks(tf.broadcast_to(onehot[None], [lin.batch, lin.m]))
+
+        return tf.vectorized_map(one, index, warn=False)
+
+    return _stack_chunks(rows, lin.m, _chunk(lin, lin.m))
+
+
+def exact_columns(lin: LinearMap) -> Any | None:
+    """The (n, B, m) tensor of every column of every J_i: n one-hot JVPs, vectorized; None
+    when J v cannot be formed (an op on the path has no second derivative)."""
+    tf, _ = quiet_import()
+
+    @tf.function
+    def columns(index: Any) -> Any:
+        def one(k: Any) -> Any:
+            onehot = tf.one_hot(k, lin.n, dtype=tf.float32)
+            return lin.jvp_blocks(tf.broadcast_to(onehot[None], [lin.batch, lin.n]))
+
+        return tf.vectorized_map(one, index, warn=False)
+
+    try:
+        return _stack_chunks(columns, lin.n, _chunk(lin, lin.n))
+    except (LookupError, ValueError, TypeError):
+        return None
+
+
+def _lanczos_spectral(lin: LinearMap, seed: int) -> np.ndarray | None:
+    """Lanczos through the model (J^T J v by a JVP and a VJP); None if it cannot finish."""
+    tf, _ = quiet_import()
+
+    @tf.function
+    def gram_step(v: Any) -> Any:
+        return lin.vjp_blocks(lin.jvp_blocks(v))
+
+    try:
+        return lanczos.lanczos_top(gram_step, lin.batch, lin.n, seed)
+    except (LookupError, ValueError, TypeError):  # an op without a second derivative
+        return None
+
+
+def _estimate_frobenius(
+    lin: LinearMap, probes: int, seed: int
+) -> tuple[FrobeniusNorms, np.ndarray]:
+    """Hutchinson: K random-sign projections, per-unit squared norms of J_i^T v, vectorized."""
+    tf, _ = quiet_import()
+
+    @tf.function
+    def project(signs: Any) -> Any:
+        def one(v: Any) -> Any:
+            back = tf.reshape(lin.vjp_blocks(v), [lin.batch, -1, lin.units])
+            return tf.reduce_sum(tf.square(back), axis=1)  # (B, units)
+
+        return tf.vectorized_map(one, signs, warn=False)
+
+    rng = np.random.default_rng([seed, 1])
+
+    def signs(start: int, stop: int) -> np.ndarray:
+        return rng.integers(0, 2, (stop - start, lin.batch, lin.m)).astype(np.float32) * 2 - 1
+
+    stacked = _stack_chunks(project, probes, _chunk(lin, probes), signs)
+    per_unit = stacked.numpy().astype(np.float64)
+    return estimated_frobenius(per_unit.sum(axis=2)), _rms(per_unit.mean(axis=0))
+
+
+def _power_spectral(lin: LinearMap, seed: int) -> tuple[SpectralNorms | None, str | None]:
+    """Power iteration on every J_i^T J_i at once; (None, why) when J v cannot be formed."""
+    tf, _ = quiet_import()
+
+    @tf.function
+    def step(v: Any) -> Any:
+        forward = lin.jvp_blocks(v)
+        back = lin.vjp_blocks(forward)
+        norm = tf.norm(back, axis=1, keepdims=True)
+        unit = tf.where(norm > 0, back / tf.where(norm > 0, norm, 1.0), v)
+        return tf.reduce_sum(tf.square(forward), axis=1), unit
+
+    start = np.random.default_rng([seed, 2]).standard_normal((lin.batch, lin.n))
+    start /= np.maximum(np.linalg.norm(start, axis=1, keepdims=True), 1e-30)
+    try:
+        result = power_iteration(step, tf.constant(start, tf.float32))
+    except (LookupError, ValueError, TypeError) as exc:  # an op without a second derivative
+        return None, f"no spectral norm: J v needs the gradient of a gradient, and {exc}"
+    warning = None
+    if not result.converged:
+        warning = (
+            f"the spectral norm did not settle within {result.iterations} power iterations "
+            f"(relative change still above {TOLERANCE}); treat it as a lower bound"
+        )
+    return spectral(result.sigma, result.iterations, result.converged), warning
+
+
+def frobenius(per_sample: np.ndarray) -> FrobeniusNorms:
+    """Exact per-sample Frobenius norms."""
+    values = tuple(float(x) for x in per_sample)
+    return FrobeniusNorms(values, _mean(values), _max(values))
+
+
+def estimated_frobenius(squared: np.ndarray) -> FrobeniusNorms:
+    """Per-sample Frobenius estimates from K x B squared projections ||J_i^T v_k||^2.
+
+    The estimate of ||J_i||_F^2 is the mean over k; its standard error is the sample standard
+    deviation over k divided by sqrt(K). For the norm (the square root) the relative standard
+    error is half that of the square (first-order error propagation).
+    """
+    k = squared.shape[0]
+    mean_sq = squared.mean(axis=0)
+    stderr_sq = squared.std(axis=0, ddof=1) / np.sqrt(k)
+    rel = np.where(mean_sq > 0, 0.5 * stderr_sq / np.where(mean_sq > 0, mean_sq, 1.0), 0.0)
+    values = tuple(float(x) for x in np.sqrt(mean_sq))
+    rels = tuple(float(r) for r in rel)
+    return FrobeniusNorms(values, _mean(values), _max(values), _max(rels), rels)
+
+
+def spectral(sigma: np.ndarray, iterations: int | None, converged: bool) -> SpectralNorms:
+    """SpectralNorms from per-sample largest singular values."""
+    values = tuple(float(x) for x in sigma)
+    return SpectralNorms(values, _mean(values), _max(values), iterations, converged)
+
+
+def _rms(per_sample_unit: np.ndarray) -> np.ndarray:
+    """(B, units) squared column norms -> per-unit norm, root-mean-square over samples."""
+    return np.sqrt(np.asarray(per_sample_unit, np.float64).mean(axis=0))
+
+
+def _mean(values: tuple[float, ...]) -> float:
+    return float(np.mean(values)) if values else 0.0
+
+
+def _max(values: tuple[float, ...]) -> float:
+    return float(np.max(values)) if values else 0.0
+
+
+def with_jacobians(
+    results: Sequence[Result], live: LiveProbe, options: JacobianOptions
+) -> tuple[Result, ...]:
+    """Each result with its Jacobian norms (and their warnings) where they exist.
+
+    A result whose gradient is None or not finite gets none: its status and causes say why.
+    """
+    out = []
+    source = live.sources[0]
+    for res, target in zip(results, live.targets, strict=True):
+        if res.status not in (Status.OK, Status.ZERO):
+            out.append(res)
+            continue
+        why = no_batch_axis(source, target)
+        if why:
+            out.append(replace(res, warnings=(*res.warnings, why)))
+            continue
+        stats, warnings = measure_jacobian(live.tape, source, target, options)
+        out.append(replace(res, jacobian=stats, warnings=(*res.warnings, *warnings)))
+    return tuple(out)

@@ -1,0 +1,200 @@
+"""Capturing layer calls: wrap each chosen layer's `call` for one forward pass.
+
+Each wrapped call hands its outputs to a handler, which may watch them (a fresh copy, so
+that paths bypassing the layer do not count) and pass something else on. The wrapping is
+undone in `finally`. Also: how a model is called, and checks that the requested calls ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from layergrad.core.errors import InputError, LayerNotFound, describe
+from layergrad.core.keras_backend import quiet_import
+from layergrad.model.layer_refs import Site
+
+
+@dataclass(frozen=True)
+class Activation:
+    """A captured activation: where it came from, its shape, dtype and value."""
+
+    site: Site
+    shape: tuple[int, ...]
+    dtype: str
+    value: np.ndarray = field(repr=False, compare=False)
+    output: int = 0  # which output of a multi-output layer (flattened order)
+
+    @property
+    def is_float(self) -> bool:
+        return np.dtype(self.dtype).kind == "f" if self.dtype != "bfloat16" else True
+
+
+def unique_leaves(layers: Iterable[tuple[str, Any]]) -> list[tuple[Any, str, None]]:
+    """Every non-model layer once (a layer object reused inside a nested model counts once)."""
+    seen: set[int] = set()
+    out = []
+    for path, layer in layers:
+        if not is_model(layer) and id(layer) not in seen:
+            seen.add(id(layer))
+            out.append((layer, path, None))
+    return out
+
+
+def is_model(layer: Any) -> bool:
+    return hasattr(layer, "layers") and isinstance(getattr(layer, "layers", None), list)
+
+
+def is_float(tensor: Any) -> bool:
+    return getattr(getattr(tensor, "dtype", None), "is_floating", False)
+
+
+def call_key(site: Site) -> tuple[str, int]:
+    return (site.path, site.call)
+
+
+def forward(model: Any, inputs: list[Any], training: bool) -> Any:
+    """Call the model the way it was built to be called (one tensor, a list or a dict)."""
+    tf, keras = quiet_import()
+    structure = getattr(model, "_inputs_struct", None)
+    if structure is not None and len(keras.tree.flatten(structure)) == len(inputs):
+        # model.inputs is the flattened structure (dict keys sorted), so pack it back
+        args: Any = keras.tree.pack_sequence_as(structure, inputs)
+    else:
+        args = inputs[0] if len(inputs) == 1 else inputs
+    try:
+        return model(args, training=training)
+    except (ValueError, TypeError, RuntimeError, tf.errors.OpError) as exc:
+        raise InputError(
+            f"the model failed on the probe batch: {describe(exc)}; check the --input values "
+            "and shapes (ids inside the vocabulary, the shape the model was built for)"
+        ) from exc
+
+
+def gradients_of(tape: Any, scalar: Any, watched: list[Any]) -> tuple[np.ndarray | None, ...]:
+    if scalar is None:
+        return tuple(None for _ in watched)
+    floats = [w if is_float(w) else None for w in watched]
+    grads = tape.gradient(scalar, [w for w in floats if w is not None])
+    it = iter(grads)
+    return tuple(
+        None if w is None else (None if (g := next(it)) is None else to_numpy(g)) for w in floats
+    )
+
+
+def to_numpy(tensor: Any) -> np.ndarray:
+    if hasattr(tensor, "values") and hasattr(tensor, "indices"):  # IndexedSlices
+        tf, _ = quiet_import()
+        tensor = tf.convert_to_tensor(tensor)
+    return np.asarray(tensor.numpy())
+
+
+def activation(site: Site, tensor: Any, output: int = 0) -> Activation:
+    return Activation(
+        site=site,
+        shape=tuple(int(d) for d in tensor.shape),
+        dtype=tensor.dtype.name,
+        value=to_numpy(tensor),
+        output=output,
+    )
+
+
+def fresh(tensor: Any) -> Any:
+    """A new tensor equal to `tensor`, so that watching it leaves other uses of the original
+    (a skip connection around a layer that returns its input, e.g. Dropout in inference)
+    outside the gradient. The Keras mask travels with it."""
+    tf, _ = quiet_import()
+    out = tf.identity(tensor)
+    mask = getattr(tensor, "_keras_mask", None)
+    if mask is not None:
+        out._keras_mask = mask
+    return out
+
+
+def check_input_call(site: Site) -> None:
+    if site.call:
+        raise LayerNotFound(
+            f"{site.ref!r}: {site.path!r} is a model input, which has one value; drop @{site.call}"
+        )
+
+
+def check_all_called(
+    sites: Sequence[Site], captured: dict[tuple[str, int], Any], calls: dict[str, int]
+) -> None:
+    for site in sites:
+        if call_key(site) not in captured:
+            made = calls.get(site.path, 0)
+            if not made:
+                raise LayerNotFound(
+                    f"layer {site.path!r} is not called when the model runs, so it has no "
+                    "activation to differentiate; pick a layer on the model's forward path"
+                )
+            valid = f"{site.path}" if made == 1 else f"{site.path}@0 to {site.path}@{made - 1}"
+            raise LayerNotFound(
+                f"{site.ref!r} asks for call {site.call} of layer {site.path!r}, but the model "
+                f"calls it {made} time{'s' if made > 1 else ''}; use {valid}"
+            )
+
+
+# (path, call), the call's flattened outputs, its positional arguments -> the outputs to pass on
+Handler = Callable[[tuple[str, int], list[Any], Any], list[Any]]
+
+
+@contextlib.contextmanager
+def capturing(
+    groups: Sequence[tuple[Any, str, set[int] | None]], handle: Handler
+) -> Iterator[dict[str, int]]:
+    """Wrap `call` of each `(layer, path, wanted calls or None for all)` for the block.
+
+    Yields the number of calls made to each wrapped layer so far.
+    """
+    wrapped: list[tuple[Any, Any]] = []
+    calls: dict[str, int] = {}
+    try:
+        for layer, path, wanted in groups:
+            previous = layer.__dict__.get("call")
+            layer.call = _wrap_call(layer.call, path, wanted, handle, calls)
+            wrapped.append((layer, previous))
+        yield calls
+    finally:
+        for layer, previous in wrapped:
+            del layer.call
+            if previous is not None:
+                layer.call = previous
+
+
+def site_groups(sites: Sequence[Site]) -> list[tuple[Any, str, set[int] | None]]:
+    by_layer: dict[int, tuple[Any, str, set[int] | None]] = {}
+    for site in sites:
+        if site.layer is not None:
+            entry = by_layer.setdefault(id(site.layer), (site.layer, site.path, set()))
+            assert entry[2] is not None
+            entry[2].add(site.call)
+    return list(by_layer.values())
+
+
+def _wrap_call(
+    call: Callable[..., Any],
+    path: str,
+    wanted: set[int] | None,
+    handle: Handler,
+    calls: dict[str, int],
+) -> Callable[..., Any]:
+    tf, _ = quiet_import()
+
+    def probed_call(*args: Any, **kwargs: Any) -> Any:
+        index = calls.get(path, 0)
+        calls[path] = index + 1
+        outputs = call(*args, **kwargs)
+        if wanted is None or index in wanted:
+            flat = tf.nest.flatten(outputs)
+            passed = handle((path, index), flat, args)
+            if any(a is not b for a, b in zip(passed, flat, strict=True)):
+                outputs = tf.nest.pack_sequence_as(outputs, passed)
+        return outputs
+
+    return probed_call

@@ -1,0 +1,172 @@
+"""Open a model file: read and audit it without TensorFlow, then let Keras load it safely."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from layergrad.core.errors import LayergradError, LoadError
+from layergrad.core.limits import DEFAULT_MAX_MEMORY
+from layergrad.files.audit import check_safety, is_path, module_name
+from layergrad.files.file_info import FileInfo, read_file_info
+from layergrad.model import memory_estimate
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A Keras model and what was read from its file before Keras saw it."""
+
+    model: Any
+    info: FileInfo
+
+
+def import_modules(specs: Sequence[str]) -> tuple[str, ...]:
+    """Import each `--import` (a module name or a path to a `.py` file); return module names.
+
+    The user names these modules, so they are trusted; a model file never causes an import.
+    """
+    names = []
+    for spec in specs:
+        try:
+            names.append(_import_one(spec))
+        except LayergradError:
+            raise
+        except Exception as exc:  # the user's module failed while importing
+            raise LoadError(f"--import {spec} failed: {type(exc).__name__}: {exc}") from exc
+    return tuple(names)
+
+
+def _import_one(spec: str) -> str:
+    if is_path(spec):
+        path = Path(spec)
+        if not path.is_file():
+            raise LoadError(f"--import {spec}: no such file; pass a module name or a .py path")
+        name = path.stem
+        if name not in sys.modules:
+            module_spec = importlib.util.spec_from_file_location(name, path)
+            if module_spec is None or module_spec.loader is None:
+                raise LoadError(f"--import {spec}: not an importable Python file")
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[name] = module
+            module_spec.loader.exec_module(module)
+        return name
+    try:
+        importlib.import_module(spec)
+    except ModuleNotFoundError as exc:
+        raise LoadError(
+            f"--import {spec}: no module named {exc.name!r} in this environment; "
+            "install it or pass the path to its .py file"
+        ) from exc
+    return spec
+
+
+def load_model(
+    path: str | os.PathLike[str],
+    imports: Sequence[str] = (),
+    unsafe: bool = False,
+    info: FileInfo | None = None,
+    *,
+    batch_rows: int = 8,
+    max_memory: int = DEFAULT_MAX_MEMORY,
+) -> tuple[LoadedModel, tuple[str, ...]]:
+    """Read, audit and load a `.keras` or `.h5` model file (never writes to it or beside it).
+
+    Before TensorFlow is imported, the file must pass the audit and `preflight` (its graph,
+    its stored weights and the probe's estimated memory for ``batch_rows`` rows within
+    ``max_memory``). Returns the loaded model and the audit warnings accepted by
+    `unsafe=True`. Pass `info` when the file was read already.
+
+    Raises:
+        LoadError: the file is unreadable, malformed, over a budget or fails to load;
+            UnsafeModelError when the audit refuses it.
+
+    Example:
+        >>> loaded, _ = load_model("sample_models/seed.keras")
+        >>> loaded.model.name
+        'sequential'
+    """
+    info = info or read_file_info(path, read_weights=False)
+    warnings = check_safety(info, [module_name(spec) for spec in imports], unsafe)
+    preflight(info, batch_rows, max_memory)
+    from layergrad.core.keras_backend import quiet_import
+
+    _, keras = quiet_import()  # before user modules, which may import TensorFlow noisily
+    import_modules(imports)
+    with _system_temp_copy(Path(path), info.format) as local:
+        try:
+            model = keras.saving.load_model(local, compile=False, safe_mode=not unsafe)
+        except Exception as exc:
+            raise LoadError(_explain_keras_error(info, exc, local)) from exc
+    return LoadedModel(model=model, info=info), warnings
+
+
+def preflight(info: FileInfo, batch_rows: int, max_memory: int) -> None:
+    """Refuse, before Keras builds anything, what would exhaust time or memory while loading.
+
+    Raises:
+        LoadError: the layers run more than MAX_GRAPH_CALLS times in one pass; a stored
+            weight declares far more than it stores (Keras would allocate the declared size);
+            or the probe's estimated memory exceeds ``max_memory``.
+    """
+    info.graph.require_expandable()
+    if info.stored.hollow:
+        raise LoadError(
+            f"refusing to load {info.path}: weight {info.stored.hollow[0]} (an HDF5 shape "
+            "bomb), and Keras would allocate the declared size; expected weights saved by "
+            "Keras; re-save the model"
+        )
+    memory_estimate.require_within(info, batch_rows, max_memory)
+
+
+@contextlib.contextmanager
+def _system_temp_copy(path: Path, fmt: str) -> Iterator[str]:
+    """A path to the model inside a fresh folder of the system temp directory.
+
+    For weights over half the free memory (or 512 MB without psutil) Keras extracts them into
+    a temporary folder *next to the file it is given*, and leaves it behind if interrupted.
+    Giving Keras a symbolic link in the system temp directory keeps that folder there; the
+    link is named for the format, since Keras picks the format from the name.
+    """
+    with tempfile.TemporaryDirectory(prefix="layergrad-") as folder:
+        link = Path(folder) / ("model.keras" if fmt == "keras" else "model.h5")
+        try:
+            link.symlink_to(path.resolve())
+        except OSError:  # no symbolic links here: Keras reads the file where it is
+            yield os.fspath(path)
+            return
+        yield os.fspath(link)
+
+
+def _explain_keras_error(info: FileInfo, exc: Exception, local: str) -> str:
+    text = " ".join(str(exc).replace(local, info.path).split()) or type(exc).__name__
+    lowered = text.lower()
+    if "could not locate" in lowered or "unknown layer" in lowered:
+        return (
+            f"{info.path} uses a custom class that is not registered ({_clip(text)}); pass "
+            "--import MODULE naming the module that defines it"
+        )
+    if "safe_mode" in lowered or "lambda" in lowered:
+        return (
+            f"{info.path}: Keras refused to deserialize Python code ({_clip(text)}); "
+            "pass --unsafe only if you trust the file"
+        )
+    shapes = "shape" in lowered and any(w in lowered for w in ("weight", "variable", "expected"))
+    counts = "layer count mismatch" in lowered or ("expected" in lowered and "variables" in lowered)
+    if shapes or counts:
+        return (
+            f"the weights in {info.path} do not match its architecture ({_clip(text)}); "
+            "re-save the model from the code that trained it"
+        )
+    return f"Keras could not load {info.path}: {_clip(text)}"
+
+
+def _clip(text: str, limit: int = 240) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,161 @@
+"""Run the model once under one GradientTape and return the gradients between chosen calls.
+
+The chosen layers' activations are captured *as they are produced*: each layer's `call` is
+wrapped for the duration of the probe (and restored in `finally`), and a fresh copy of a
+source activation is `tape.watch`-ed and handed on in its place. Everything downstream of the
+layer then reads the very tensor we watch, so the gradient is right for any graph: branches
+that bypass the source act as constants (even around a layer that returns its input), residual
+paths count, nested models and shared layers work because capture happens at the call.
+Building `keras.Model(model.inputs, layer.output)` instead returns None on a Sequential
+reloaded from a file (stale call records), with no error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from layergrad.core.keras_backend import quiet_import
+from layergrad.data.probe_input import ProbeBatch
+from layergrad.engine.layer_calls import (
+    Activation,
+    activation,
+    call_key,
+    capturing,
+    check_all_called,
+    check_input_call,
+    forward,
+    fresh,
+    gradients_of,
+    is_float,
+    site_groups,
+)
+from layergrad.model.layer_refs import Site
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """Raw probe output: `gradients[t][s]` is d reduce(target t) / d source s, or None."""
+
+    sources: tuple[Activation, ...]
+    targets: tuple[Activation, ...]
+    gradients: tuple[tuple[np.ndarray | None, ...], ...]
+
+
+def run_probe(
+    model: Any,
+    batch: ProbeBatch,
+    sources: Sequence[Site],
+    targets: Sequence[Site],
+    *,
+    training: bool = False,
+    reduce: str = "sum",
+) -> ProbeRun:
+    """One forward and (per target) one backward pass of `model` on `batch`.
+
+    Args:
+        model: a loaded Keras model.
+        batch: the probe inputs, in the model's input order.
+        sources: the activations to differentiate with respect to (watched).
+        targets: the activations to differentiate; each is reduced to a scalar by `reduce`.
+        training: run the model in training mode.
+        reduce: "sum" (what `tape.gradient` does with a non-scalar target) or "mean".
+
+    Returns:
+        A ProbeRun; a gradient is None where the tape found no differentiable path.
+    """
+    live = live_probe(
+        model,
+        batch,
+        sources,
+        targets,
+        training=training,
+        reduce=reduce,
+        persistent=len(targets) > 1,
+    )
+    return probe_gradients(live)
+
+
+@dataclass(frozen=True)
+class LiveProbe:
+    """One forward pass still on its tape: the watched sources and the captured targets.
+
+    `sources[i]` is the watched tensor of `source_sites[i]` (a fresh copy of the layer's
+    output), `targets[j]` the captured tensor of `target_sites[j]` and `scalars[j]` its
+    reduction (None for an integer target). With a persistent tape any number of gradients,
+    vector-Jacobian products and Jacobians can be taken from it (`jacobian.py`).
+    """
+
+    tape: Any
+    source_sites: tuple[Site, ...]
+    target_sites: tuple[Site, ...]
+    sources: tuple[Any, ...]
+    targets: tuple[Any, ...]
+    scalars: tuple[Any, ...]
+
+
+def live_probe(
+    model: Any,
+    batch: ProbeBatch,
+    sources: Sequence[Site],
+    targets: Sequence[Site],
+    *,
+    training: bool = False,
+    reduce: str = "sum",
+    persistent: bool = True,
+) -> LiveProbe:
+    """The forward pass of `run_probe`, with nothing differentiated yet (args as there)."""
+    tf, _ = quiet_import()
+    reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
+    inputs = [tf.convert_to_tensor(a) for a in batch.arrays]
+    sites = [*sources, *targets]
+    captured: dict[tuple[str, int], Any] = {}
+    source_keys = {call_key(s) for s in sources}
+    tape = tf.GradientTape(persistent=persistent)
+    with tape:
+
+        def on_call(key: tuple[str, int], flat: list[Any], _args: Any = None) -> list[Any]:
+            first = flat[0]
+            if key in source_keys and is_float(first):
+                first = fresh(first)  # so paths that bypass this layer do not count
+                tape.watch(first)
+            captured[key] = first
+            return [first, *flat[1:]]
+
+        for site in sites:
+            if site.input_index is not None:  # every use of a model input starts from it
+                check_input_call(site)
+                tensor = captured[call_key(site)] = inputs[site.input_index]
+                if call_key(site) in source_keys and is_float(tensor):
+                    tape.watch(tensor)
+        with capturing(site_groups(sites), on_call) as calls:
+            forward(model, inputs, training)
+        check_all_called(sites, captured, calls)
+        scalars = tuple(
+            reducer(captured[call_key(t)]) if captured[call_key(t)].dtype.is_floating else None
+            for t in targets
+        )
+    return LiveProbe(
+        tape=tape,
+        source_sites=tuple(sources),
+        target_sites=tuple(targets),
+        sources=tuple(captured[call_key(s)] for s in sources),
+        targets=tuple(captured[call_key(t)] for t in targets),
+        scalars=scalars,
+    )
+
+
+def probe_gradients(live: LiveProbe) -> ProbeRun:
+    """d reduce(target) / d source for every pair of a live probe."""
+    watched = list(live.sources)
+    gradients = tuple(gradients_of(live.tape, scalar, watched) for scalar in live.scalars)
+    return ProbeRun(
+        sources=tuple(activation(s, t) for s, t in zip(live.source_sites, watched, strict=True)),
+        targets=tuple(
+            activation(s, t) for s, t in zip(live.target_sites, live.targets, strict=True)
+        ),
+        gradients=gradients,
+    )

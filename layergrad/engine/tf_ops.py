@@ -1,0 +1,110 @@
+"""Read the TensorFlow ops inside one layer's call, to name the op that stops a gradient."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from layergrad.core.keras_backend import quiet_import
+
+# Ops whose gradient is None (or is registered but returns None): a list is needed as well as
+# the registry, because Round, Floor and ArgMax *have* registered gradient functions.
+NO_GRADIENT = {
+    "ArgMax": "argmax returns integer indices",
+    "ArgMin": "argmin returns integer indices",
+    "Round": "round has a registered gradient that returns None",
+    "Floor": "floor has a registered gradient that returns None",
+    "Ceil": "ceil has a registered gradient that returns None",
+    "Rint": "rint has a registered gradient that returns None",
+    "Equal": "a comparison returns booleans",
+    "NotEqual": "a comparison returns booleans",
+    "Greater": "a comparison returns booleans",
+    "GreaterEqual": "a comparison returns booleans",
+    "Less": "a comparison returns booleans",
+    "LessEqual": "a comparison returns booleans",
+    "PyFunc": "tf.numpy_function runs Python outside the tape",
+    "PyFuncStateless": "tf.numpy_function runs Python outside the tape",
+    "EagerPyFunc": "tf.py_function without a gradient runs Python outside the tape",
+    "StopGradient": "tf.stop_gradient blocks the gradient on purpose",
+    "Bucketize": "discretization returns integer buckets",
+    "UniqueV2": "unique returns integer indices",
+}
+# Ops whose backward pass turns a finite gradient into Inf/NaN at or near zero inputs.
+UNSAFE_BACKWARD = {
+    "Sqrt": "d sqrt(x)/dx = 1 / (2 sqrt(x)) is Inf at x = 0",
+    "Rsqrt": "d rsqrt(x)/dx is Inf at x = 0",
+    "Log": "d log(x)/dx = 1/x is Inf at x = 0",
+    "Log1p": "d log1p(x)/dx is Inf at x = -1",
+    "Pow": "d x^p/dx is Inf at x = 0 for p < 1",
+    "RealDiv": "a division's gradient is Inf where the divisor is 0",
+    "Div": "a division's gradient is Inf where the divisor is 0",
+    "Reciprocal": "d (1/x)/dx is Inf at x = 0",
+    "Acos": "d acos(x)/dx is Inf at |x| = 1",
+    "Asin": "d asin(x)/dx is Inf at |x| = 1",
+    "Atanh": "d atanh(x)/dx is Inf at |x| = 1",
+    "EuclideanNorm": "a norm's gradient is NaN at the zero vector",
+}
+
+
+@dataclass(frozen=True)
+class OpFinding:
+    """An op inside a layer that explains a lost or non-finite gradient."""
+
+    op: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class TracedCall:
+    """The ops of one layer call, and which of its (flattened) tensor arguments nothing uses."""
+
+    ops: list[tuple[str, Any]]
+    unused: tuple[int, ...]
+
+
+def trace_call(layer: Any, args: Any, training: bool) -> TracedCall | None:
+    """Trace `layer` on arguments shaped like `args` (TensorSpecs); None if it cannot be traced."""
+    tf, _ = quiet_import()
+    if not isinstance(args, (tuple, list)) or not args:
+        return None
+    try:
+        function = tf.function(lambda *a: layer(*a, training=training))
+        graph = function.get_concrete_function(*args).graph
+    except Exception:  # unusual signatures (keyword-only tensors...): no op evidence
+        return None
+    specs = [a for a in tf.nest.flatten(args) if isinstance(a, tf.TensorSpec)]
+    placeholders = graph.inputs[: len(specs)]
+    unused = tuple(i for i, t in enumerate(placeholders) if not t.consumers())
+    return TracedCall([(op.type, op) for op in graph.get_operations()], unused)
+
+
+def blocking_ops(ops: Sequence[tuple[str, Any]]) -> list[OpFinding]:
+    """Ops that give no gradient: the known list, casts to integers, unregistered float ops."""
+    from tensorflow.python.framework import ops as tf_ops
+
+    found = []
+    for op_type, op in ops:
+        if op_type in NO_GRADIENT:
+            found.append(OpFinding(op_type, NO_GRADIENT[op_type]))
+        elif op_type == "Cast" and not op.get_attr("DstT").is_floating:
+            found.append(
+                OpFinding(f"Cast to {op.get_attr('DstT').name}", "a cast to an integer type")
+            )
+        elif _floats_in_and_out(op):
+            try:
+                registered = tf_ops._gradient_registry.lookup(op_type)
+            except LookupError:
+                registered = None
+            if registered is None:
+                found.append(OpFinding(op_type, "the op has no registered gradient"))
+    return found
+
+
+def unsafe_backward_ops(ops: Sequence[tuple[str, Any]]) -> list[OpFinding]:
+    """Ops whose gradient is Inf/NaN at some inputs (sqrt, log, division at 0)."""
+    return [OpFinding(t, UNSAFE_BACKWARD[t]) for t, _ in ops if t in UNSAFE_BACKWARD]
+
+
+def _floats_in_and_out(op: Any) -> bool:
+    return bool(op.inputs) and all(t.dtype.is_floating for t in (*op.inputs, *op.outputs))

@@ -1,0 +1,3 @@
+"""Reading a model file (and array files) without TensorFlow: archive, guards, audit, weights.
+
+May import core and model (the config parser); never TensorFlow."""

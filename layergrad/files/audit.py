@@ -1,0 +1,188 @@
+"""The static safety audit: what in a model's config would run code when Keras deserializes it.
+
+It reads the config only (no TensorFlow, nothing imported) and refuses, at any depth:
+Lambda layers carrying Python bytecode; legacy Lambda layers that name a function in a
+module; ``TFSMLayer``; references to functions outside Keras (``os.system``, ``eval`` from
+``builtins``); classes from ``builtins`` or from modules that are neither Keras nor named
+with ``--import``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from layergrad.core.errors import UnsafeModelError
+
+if TYPE_CHECKING:
+    from layergrad.files.file_info import FileInfo
+
+KERAS_PACKAGES = ("keras", "keras_hub", "keras_cv", "keras_nlp")
+_PYTHON_BUILTINS = frozenset(dir(builtins))
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One static-audit finding: something that would run code when Keras deserializes."""
+
+    layer: str
+    class_name: str
+    reason: str
+
+
+def module_name(spec: str) -> str:
+    """The module name an `--import` spec defines: the name itself, or a `.py` file's stem."""
+    return Path(spec).stem if is_path(spec) else spec
+
+
+def is_path(spec: str) -> bool:
+    """Whether an `--import` spec is a path to a `.py` file rather than a module name."""
+    return spec.endswith(".py") or os.sep in spec or "/" in spec
+
+
+def check_safety(info: FileInfo, allowed_modules: Sequence[str], unsafe: bool) -> tuple[str, ...]:
+    """Run the static audit; raise UnsafeModelError unless `unsafe`, else return the warnings."""
+    findings = audit(info, allowed_modules)
+    if not findings:
+        return ()
+    lines = tuple(f"layer {f.layer!r} ({f.class_name}): {f.reason}" for f in findings)
+    if unsafe:
+        return lines
+    more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+    raise UnsafeModelError(
+        f"refusing to load {info.path}: {lines[0]}{more}. Loading it could run code from the "
+        "file. If you trust it, pass --unsafe; for a custom layer class, pass --import MODULE "
+        "that defines it"
+    )
+
+
+def audit(info: FileInfo, allowed_modules: Sequence[str] = ()) -> tuple[Finding, ...]:
+    """Findings for everything in the config that would run code when Keras deserializes it.
+
+    Looks at every serialized object at any depth (nested models included). ``allowed_modules``
+    are module names, registered packages, or ``.py`` paths whose stem is the module name.
+    """
+    allowed = tuple(module_name(a) for a in allowed_modules)
+    out: list[Finding] = []
+    top = info.config
+    _scan(top, info.graph.name, str(top.get("class_name", "")), "", allowed, out)
+    return tuple(dict.fromkeys(out))
+
+
+def _scan(
+    obj: Any, layer: str, cls: str, prefix: str, allowed: tuple[str, ...], out: list[Finding]
+) -> None:
+    if isinstance(obj, list):
+        for value in obj:
+            _scan(value, layer, cls, prefix, allowed, out)
+        return
+    if not isinstance(obj, Mapping):
+        return
+    out.extend(_check(obj, layer, cls, allowed))
+    for key, value in obj.items():
+        if key == "layers" and isinstance(value, list) and "class_name" not in obj:
+            for member in value:
+                if isinstance(member, Mapping):
+                    path = prefix + _member_name(member)
+                    _scan(member, path, str(member.get("class_name")), path + "/", allowed, out)
+        else:
+            _scan(value, layer, cls, prefix, allowed, out)
+
+
+def _member_name(member: Mapping[str, Any]) -> str:
+    inner = member.get("config")
+    name = member.get("name") or (inner.get("name") if isinstance(inner, Mapping) else None)
+    return str(name or "?")
+
+
+def _check(obj: Mapping[str, Any], layer: str, cls: str, allowed: tuple[str, ...]) -> list[Finding]:
+    name = obj.get("class_name")
+    if not isinstance(name, str):
+        return []
+    inner = obj.get("config")
+    module = obj.get("module")
+    if name == "__lambda__":
+        what = "Lambda layer" if cls == "Lambda" else f"{cls} layer"
+        return [Finding(layer, cls, f"{what} carries Python bytecode (a serialized lambda)")]
+    if name == "Lambda" and isinstance(inner, Mapping):
+        reason = _legacy_lambda(inner, allowed)
+        return [Finding(layer, cls, reason)] if reason else []
+    if name == "TFSMLayer":
+        return [Finding(layer, cls, "TFSMLayer loads and runs a TensorFlow SavedModel")]
+    if name == "function":
+        reason = _function(inner, module, obj.get("registered_name"), allowed)
+        return [Finding(layer, cls, reason)] if reason else []
+    if module == "builtins":
+        return [Finding(layer, cls, f"{name} is a class from module 'builtins', not Keras")]
+    if isinstance(module, str):
+        if _allowed_module(module, obj.get("registered_name"), allowed):
+            return []
+        return [
+            Finding(
+                layer,
+                cls,
+                f"{name} comes from module '{module}', which is neither "
+                "Keras nor named with --import",
+            )
+        ]
+    if ">" in name and name.split(">", 1)[0] not in allowed:
+        return [
+            Finding(
+                layer,
+                cls,
+                f"{name} is a custom class from package "
+                f"'{name.split('>', 1)[0]}', which is not named with --import",
+            )
+        ]
+    return []
+
+
+def _legacy_lambda(config: Mapping[str, Any], allowed: tuple[str, ...]) -> str | None:
+    """Why a Keras 2 Lambda config runs code: bytecode, or a function named in a module."""
+    if config.get("function_type") == "lambda" or isinstance(config.get("function"), list):
+        return "Lambda layer carries Python bytecode (a serialized lambda)"
+    for kind, fn, mod in (
+        ("function_type", "function", "module"),
+        ("output_shape_type", "output_shape", "output_shape_module"),
+    ):
+        module = config.get(mod)
+        if config.get(kind) == "function" and not _allowed_module(str(module), None, allowed):
+            return (
+                f"Lambda layer calls function {config.get(fn)!r} from module {module!r}, "
+                "which is neither Keras nor named with --import"
+            )
+    return None
+
+
+def _function(inner: Any, module: Any, registered: Any, allowed: tuple[str, ...]) -> str | None:
+    """Why a serialized function reference is refused, or None for Keras's own functions.
+
+    Keras resolves a function from ``builtins`` only among its own activations, losses and
+    the like, by name; a Python builtin's name there (``eval``, ``exec``) is never Keras's.
+    """
+    fn = inner if isinstance(inner, str) else repr(inner)
+    if module == "builtins":
+        if isinstance(inner, str) and inner.isidentifier() and inner not in _PYTHON_BUILTINS:
+            return None
+        return f"function reference {fn!r} names a Python builtin, not a Keras function"
+    if isinstance(module, str) and _allowed_module(module, registered, allowed):
+        return None
+    named = registered if isinstance(registered, str) and ">" in registered else fn
+    package = named.split(">", 1)[0] if ">" in named else None
+    if module is None and (package is None or package in allowed):
+        return None  # a bare name resolves only among registered and Keras objects
+    where = f"module {module!r}" if isinstance(module, str) else "no module"
+    return f"function reference {fn!r} from {where}, which is neither Keras nor named with --import"
+
+
+def _allowed_module(module: str, registered: Any, allowed: tuple[str, ...]) -> bool:
+    if module.split(".", 1)[0] in KERAS_PACKAGES:
+        return True
+    package = (
+        registered.split(">", 1)[0] if isinstance(registered, str) and ">" in registered else None
+    )
+    return any(module == a or module.startswith(a + ".") or package == a for a in allowed)

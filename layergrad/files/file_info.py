@@ -1,0 +1,239 @@
+"""What a model file says about itself, read without TensorFlow: config, layer graph, weights.
+
+`read_file_info` opens the file as Keras will (`archive`), parses and checks the config,
+builds the layer graph (`graph`) and reads the stored weights' health (`weight_health`).
+Every failure is a `LoadError` that says what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from layergrad.core.errors import LoadError
+from layergrad.files import archive
+from layergrad.files.weight_health import (
+    StoredWeights,
+    WeightHealth,
+    health,
+    inventory,
+    keras_weight_groups,
+    legacy_weight_groups,
+)
+from layergrad.model.graph import ModelGraph
+
+__all__ = ["FileInfo", "WeightHealth", "read_file_info"]
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """What can be read from a model file without TensorFlow.
+
+    ``stored`` sums what the weight datasets declare (what Keras will allocate when it loads
+    them); ``notes`` say which stored tensors weight health did not scan, and why.
+    ``compile_config`` is how the model was compiled: `compile_config` of a .keras file,
+    `training_config` of an .h5 file (its `loss` and `loss_weights` are what `scan --wrt
+    weights` uses); {} if none.
+    """
+
+    path: str
+    format: str
+    keras_version: str | None
+    config: Mapping[str, Any] = field(hash=False, repr=False)
+    graph: ModelGraph = field(hash=False, repr=False)
+    weights: tuple[WeightHealth, ...] = ()
+    stored: StoredWeights = field(default_factory=StoredWeights)
+    notes: tuple[str, ...] = ()
+    compile_config: Mapping[str, Any] = field(default_factory=dict, hash=False, repr=False)
+
+
+def read_file_info(path: str | os.PathLike[str], *, read_weights: bool = True) -> FileInfo:
+    """Read config, layer graph, the weights' inventory and (optionally) their health.
+
+    Raises:
+        LoadError: the file is missing, special, hostile, damaged or malformed.
+    """
+    p = Path(path)
+    fmt = archive.model_format(p)
+    try:
+        if fmt == "keras":
+            return _read_keras(p, read_weights)
+        return _read_h5(p, read_weights)
+    except LoadError:
+        raise
+    except RecursionError as exc:
+        raise LoadError(
+            f"{p}: its config is nested too deeply to read; expected a Keras model config; "
+            "re-save the model"
+        ) from exc
+    except Exception as exc:  # zip and HDF5 errors of every kind
+        kind = "a .keras zip" if fmt == "keras" else "an HDF5 file"
+        raise LoadError(
+            f"{p} is {kind} but is truncated or damaged ({type(exc).__name__}: {_short(exc)}); "
+            "expected an intact model file; re-save or re-download it"
+        ) from exc
+
+
+def _short(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:160] or type(exc).__name__
+
+
+def _read_keras(p: Path, read_weights: bool) -> FileInfo:
+    with archive.open_zip(p) as zf:
+        raw = archive.member(zf, p, "config.json")
+        if raw is None:
+            names = zf.namelist()
+            found = ", ".join(names[:5]) or "nothing"
+            raise LoadError(
+                f"{p} is a zip archive without config.json (it holds {found}); expected a "
+                '.keras model; save the model with model.save("model.keras")'
+            )
+        config = _parse_config(raw, p, "config.json")
+        meta_raw = archive.member(zf, p, "metadata.json")
+        meta = _parse_json(meta_raw, p, "metadata.json") if meta_raw is not None else {}
+        graph = _graph(config, p, "config.json")
+        weights: tuple[WeightHealth, ...] = ()
+        stored, notes = StoredWeights(), tuple[str, ...]()
+        with archive.open_weights(p, zf) as h5:
+            if h5 is not None:
+                stored = inventory(h5)
+                if read_weights:
+                    weights, notes = health(keras_weight_groups(h5, graph), graph)
+    version = meta.get("keras_version") if isinstance(meta, Mapping) else None
+    compiled = config.get("compile_config")
+    compiled = compiled if isinstance(compiled, Mapping) else {}
+    return FileInfo(
+        str(p), "keras", _text(version), config, graph, weights, stored, notes, compiled
+    )
+
+
+def _read_h5(p: Path, read_weights: bool) -> FileInfo:
+    import h5py
+
+    with archive.open_hdf5(p) as h5:
+        raw = archive.hdf5_attribute(h5, p, "model_config")
+        if raw is None:
+            raise LoadError(
+                f"{p} is an HDF5 file without a model config (a weights-only file?); expected "
+                'a whole model; save it with model.save("model.keras")'
+            )
+        config = _normalise(_parse_config(raw, p, "model_config"))
+        graph = _graph(config, p, "model_config")
+        group = h5.get("model_weights", h5)
+        weights: tuple[WeightHealth, ...] = ()
+        notes: tuple[str, ...] = ()
+        stored = inventory(h5)
+        if read_weights and isinstance(group, h5py.Group):
+            weights, notes = health(legacy_weight_groups(group, graph), graph)
+        version = _text(h5.attrs.get("keras_version") or group.attrs.get("keras_version"))
+        compiled = _training_config(archive.hdf5_attribute(h5, p, "training_config"))
+    return FileInfo(str(p), "h5", version, config, graph, weights, stored, notes, compiled)
+
+
+def _training_config(raw: Any) -> Mapping[str, Any]:
+    """The JSON `training_config` attribute of a legacy .h5 file ({} when absent or bad)."""
+    try:
+        value = json.loads(_text(raw) or "{}")
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _parse_json(raw: bytes | str, p: Path, what: str) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise LoadError(
+            f"{p}: {what} is not valid JSON ({_short(exc)}); expected the model's saved "
+            "config; re-save the model"
+        ) from exc
+
+
+def _parse_config(raw: bytes | str, p: Path, what: str) -> dict[str, Any]:
+    value = _parse_json(raw, p, what)
+    if not (isinstance(value, dict) and isinstance(value.get("class_name"), str)):
+        raise LoadError(
+            f"{p}: {what} holds no model config (no class_name at the top); expected a "
+            "Keras model config; re-save the model"
+        )
+    _check_members(value, p, what, "the model")
+    return value
+
+
+def _normalise(config: dict[str, Any]) -> dict[str, Any]:
+    """Old Keras 2 Sequential configs are a bare list of layers: wrap them in a dict."""
+    inner = config.get("config")
+    if isinstance(inner, list):
+        return {**config, "config": {"name": config.get("name", "sequential"), "layers": inner}}
+    return config
+
+
+def _graph(config: Mapping[str, Any], p: Path, what: str) -> ModelGraph:
+    try:
+        return ModelGraph.from_config(config)
+    except LoadError:
+        raise
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
+        raise _malformed(p, what, f"its layer graph ({type(exc).__name__}: {_short(exc)})") from exc
+
+
+def _malformed(p: Path, what: str, detail: str) -> LoadError:
+    return LoadError(
+        f"{p}: {what} is malformed: {detail}; expected a config written by Keras; re-save the model"
+    )
+
+
+_KINDS = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+          int: "a number", float: "a number", type(None): "null"}  # fmt: skip
+
+
+def _kind(value: Any) -> str:
+    return _KINDS.get(type(value), type(value).__name__)
+
+
+def _check_members(model: Mapping[str, Any], p: Path, what: str, where: str) -> None:
+    """Check the parts of a model config that the graph and the audit walk.
+
+    Each member of a model's ``layers`` must be an object whose ``class_name`` is a string,
+    whose ``config`` (if any) is an object and whose ``inbound_nodes`` (if any) is a list;
+    nested models are checked the same way. The message names the member.
+    """
+    inner = model.get("config")
+    if isinstance(inner, list):  # a Keras 2 Sequential: a bare list of layers
+        inner = {"layers": inner}
+    if not isinstance(inner, Mapping):
+        return
+    members = inner.get("layers")
+    if members is None:
+        return
+    if not isinstance(members, list):
+        raise _malformed(p, what, f"the layers of {where} are {_kind(members)}, not a list")
+    for i, member in enumerate(members):
+        label = f"layer #{i} of {where}"
+        if not isinstance(member, Mapping):
+            raise _malformed(p, what, f"{label} is {_kind(member)}, not an object")
+        name = member.get("name")
+        config = member.get("config")
+        if isinstance(config, Mapping) and name is None:
+            name = config.get("name")
+        label = f"layer {name!r}" if isinstance(name, str) else label
+        if not isinstance(member.get("class_name"), str):
+            raise _malformed(p, what, f"{label} has no class_name string")
+        if config is not None and not isinstance(config, (Mapping, list)):
+            raise _malformed(p, what, f"{label} has a config that is {_kind(config)}")
+        nodes = member.get("inbound_nodes")
+        if nodes is not None and not (
+            isinstance(nodes, list) and all(isinstance(n, (list, Mapping)) for n in nodes)
+        ):
+            raise _malformed(p, what, f"{label} has inbound_nodes that are not a list of calls")
+        _check_members(member, p, what, label)

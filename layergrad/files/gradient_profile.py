@@ -1,0 +1,439 @@
+"""A gradient profile: a scan reduced to what a comparison needs, from a report or its JSON.
+
+`diff` compares two profiles row by row, matched by name. A profile comes from a `ScanReport`
+(`profile_of`) or from a committed `layergrad scan --json` document (`load_profile`), which is
+checked against the schema and the probe it records, so a malformed or foreign file is a clear
+error and never a false regression. A row only needs a name, a status, a mean |g| and flags, so
+any kind of scan row fits (`profile_rows`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from layergrad.core.errors import InputError, UsageError
+from layergrad.core.limits import MAX_BATCH_SIZE, MAX_SEED
+from layergrad.core.probe_options import ProbeOptions
+from layergrad.core.results import (
+    Cause,
+    GradientStats,
+    ModelMeta,
+    ProbeMeta,
+    ScanReport,
+    WeightScanReport,
+)
+from layergrad.core.vocab import Status, Wrt
+from layergrad.files.guards import require_regular
+
+SCAN_SCHEMA = "layergrad.scan/1"
+ACTIVATIONS = Wrt.ACTIVATIONS.value
+# Where each kind of scan keeps its rows in JSON, and the member that names a row.
+ROW_KEYS = {ACTIVATIONS: ("layers", "layer"), Wrt.WEIGHTS.value: ("variables", "variable")}
+REDUCTIONS = ("sum", "mean")
+# A scan JSON holds a few hundred bytes per layer: 16 MiB is a model of some 50,000 layers
+# (or 200,000 minimal rows), which `diff` reads, compares and prints in seconds.
+MAX_PROFILE_BYTES = 16 * 2**20
+REMAKE = "make it with `layergrad scan MODEL --json > FILE.json`"
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    """What a comparison needs of one scan row.
+
+    `mean_abs` is None when the row has no gradient; `cause` names the most likely cause of a
+    none / zero / non-finite status (`code at layer`); `input_shape` is set on a model input's
+    row: the shape of the probe batch it was fed.
+    """
+
+    name: str
+    status: Status
+    mean_abs: float | None
+    flags: tuple[str, ...] = ()
+    cause: str | None = None
+    input_shape: tuple[int, ...] | None = None
+
+    @property
+    def magnitude(self) -> float | None:
+        """log10 of mean |g| for an `ok` row with a positive, finite mean |g|, else None."""
+        m = self.mean_abs
+        if self.status != Status.OK or m is None or not (math.isfinite(m) and m > 0):
+            return None
+        return math.log10(m)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One scan as a comparison sees it: the model, the probe, the target and named rows.
+
+    `wrt` is what the rows differentiate with respect to: "activations" (rows named by layer
+    reference, target a layer or None for the projection of the outputs) or "weights" (rows
+    named `layer/variable`, target the loss named by `loss`).
+    """
+
+    model: ModelMeta
+    probe: ProbeMeta
+    target: str | None
+    rows: tuple[ProfileRow, ...]
+    wrt: str = ACTIVATIONS
+    loss: str | None = None
+
+
+def profile_of(report: ScanReport | WeightScanReport) -> Profile:
+    """The profile of a scan report, or of a `scan --wrt weights` report."""
+    if isinstance(report, WeightScanReport):
+        return Profile(
+            model=report.model,
+            probe=report.probe,
+            target=None,
+            rows=profile_rows(report.variables, lambda row: row.variable),
+            wrt=Wrt.WEIGHTS.value,
+            loss=report.loss.name,
+        )
+    return Profile(
+        model=report.model,
+        probe=report.probe,
+        target=report.target,
+        rows=profile_rows(report.rows, lambda row: row.layer),
+    )
+
+
+def profile_rows(rows: Iterable[Any], name_of: Callable[[Any], str]) -> tuple[ProfileRow, ...]:
+    """Profile rows of any scan rows with `status`, `gradient` (`mean_abs`), `flags`, `causes`.
+
+    `name_of` gives the name rows are matched by (a layer reference, a `layer/variable`).
+    """
+    out = []
+    for row in rows:
+        gradient: GradientStats | None = row.gradient
+        causes: tuple[Cause, ...] = getattr(row, "causes", ())
+        is_input = getattr(row, "class_name", None) == "InputLayer"
+        out.append(
+            ProfileRow(
+                name=name_of(row),
+                status=Status(row.status),
+                mean_abs=None if gradient is None else float(gradient.mean_abs),
+                flags=tuple(str(f) for f in row.flags),
+                cause=_cause_text(causes[0].code, causes[0].layer) if causes else None,
+                input_shape=tuple(row.shape) if is_input else None,
+            )
+        )
+    return tuple(out)
+
+
+def _cause_text(code: str, layer: str | None) -> str:
+    return f"{code} at {layer}" if layer else str(code)
+
+
+def recorded_probe(profile: Profile, input_file: str | None, where: str) -> ProbeOptions:
+    """The probe options that reproduce the probe recorded in `profile`.
+
+    `input_file` is the `--input` given now: a profile probed with an `--input` batch needs
+    the same file again (the JSON records its path, not its contents); a profile probed with a
+    random batch needs none. `where` names the profile in errors.
+
+    Raises:
+        InputError: the recorded probe cannot be reproduced with this `input_file`.
+    """
+    probe = profile.probe
+    if probe.source == "random" and input_file is not None:
+        raise InputError(
+            f"{where} was probed with a random batch (seed {probe.seed}), but --input "
+            f"{input_file} is given; drop --input, or make the scan again with --input {input_file}"
+        )
+    if probe.source != "random":
+        if input_file is None:
+            raise InputError(
+                f"{where} was probed with --input {probe.source}; pass the same batch: "
+                f"--input {probe.source}"
+            )
+        if os.path.normpath(input_file) != os.path.normpath(probe.source):
+            raise InputError(
+                f"{where} was probed with --input {probe.source}, not {input_file}; pass the "
+                "same file, or make the scan again with this one"
+            )
+    return ProbeOptions(
+        input_file=input_file,
+        batch_size=probe.batch_size,
+        seed=probe.seed if probe.seed is not None else 0,
+        reduce=probe.reduce,
+        training=probe.training,
+    )
+
+
+def load_profile(path: str | os.PathLike[str], name: str | None = None) -> Profile:
+    """Read a `layergrad scan --json` document (at most MAX_PROFILE_BYTES) as a profile.
+
+    `name` is how errors call the file (default: its path), e.g. `--baseline b.json`.
+
+    Raises:
+        InputError: the file is missing, too large, not JSON, not a `layergrad.scan/1`
+            document, or malformed; the message names the file and what is wrong.
+    """
+    text = os.fspath(path)
+    where = name or text
+    if os.path.exists(text) and not os.path.isdir(text):  # a FIFO would block, /dev/zero never end
+        require_regular(Path(text), "a scan JSON file", lambda m: InputError(f"{where}: {m}"))
+    try:
+        with open(text, "rb") as handle:
+            data = handle.read(MAX_PROFILE_BYTES + 1)
+    except FileNotFoundError:
+        raise InputError(f"{where}: no such file; {REMAKE}") from None
+    except IsADirectoryError:
+        raise InputError(f"{where} is a directory; expected a scan JSON file; {REMAKE}") from None
+    except OSError as exc:
+        raise InputError(f"{where}: cannot read it ({exc.strerror})") from None
+    if len(data) > MAX_PROFILE_BYTES:
+        raise InputError(
+            f"{where} is larger than {MAX_PROFILE_BYTES / 2**20:g} MiB, far more than a scan JSON "
+            f"holds; {REMAKE}"
+        )
+    try:
+        doc = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+    except UnicodeDecodeError:
+        raise InputError(f"{where} is not a JSON document (not UTF-8 text); {REMAKE}") from None
+    except ValueError as exc:
+        raise InputError(f"{where} is not a JSON document ({exc}); {REMAKE}") from None
+    except RecursionError:  # a scan JSON is 4 levels deep; the parser recurses per level
+        raise InputError(f"{where} is nested too deeply for a scan JSON; {REMAKE}") from None
+    return profile_from_json(doc, where)
+
+
+def _unicode_text(value: str, fields: _Fields, name: str) -> str:
+    """A string from the document, refused when it holds a lone surrogate (an escape such as
+    \\ud800 that is not half of a pair): it is not text and cannot be printed."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise fields.error(name, "text (it holds a lone surrogate escape such as \\ud800)",
+                           "a broken string") from None  # fmt: skip
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def profile_from_json(doc: Any, where: str = "scan JSON") -> Profile:
+    """The profile of a parsed `layergrad.scan/1` document; `where` names it in errors.
+
+    Raises:
+        InputError: another schema, or a member missing or of the wrong type.
+    """
+    fields = _Fields(where)
+    if not isinstance(doc, dict):
+        raise fields.error("the document", "a JSON object", doc)
+    schema = doc.get("schema")
+    if schema != SCAN_SCHEMA:
+        raise InputError(_schema_message(where, schema))
+    wrt = doc.get("wrt", ACTIVATIONS)
+    if wrt not in ROW_KEYS:
+        raise fields.error("wrt", " or ".join(map(repr, ROW_KEYS)), wrt)
+    collection, key = ROW_KEYS[wrt]
+    rows = tuple(
+        fields.row(r, i, collection, key)
+        for i, r in enumerate(fields.member(doc, collection, list))
+    )
+    if not rows:
+        raise InputError(
+            f"{where} has no {collection}: a scan compares nothing, so it would pass any model; "
+            f"{REMAKE}"
+        )
+    names = [r.name for r in rows]
+    if len(set(names)) != len(names):
+        counts: dict[str, int] = {}
+        for n in names:
+            counts[n] = counts.get(n, 0) + 1
+        twice = sorted(n for n, k in counts.items() if k > 1)
+        raise InputError(f"{where}: {collection} name {', '.join(twice)} more than once")
+    target, loss = None, None
+    if wrt == ACTIVATIONS:
+        target = fields.member(doc, "target", (str, type(None)))
+    else:
+        loss = fields.member(fields.member(doc, "loss", dict), "name", str, "loss.name")
+    return Profile(
+        model=fields.model(fields.member(doc, "model", dict)),
+        probe=fields.probe(fields.member(doc, "probe", dict)),
+        target=target,
+        rows=rows,
+        wrt=wrt,
+        loss=loss,
+    )
+
+
+def _schema_message(where: str, schema: Any) -> str:
+    if isinstance(schema, str) and schema.startswith("layergrad."):
+        what = schema.split("/")[0].removeprefix("layergrad.")
+        if what == "scan":
+            return (
+                f"{where} has schema {schema}; this version of layergrad reads {SCAN_SCHEMA}; "
+                "make the baseline again with this version"
+            )
+        return f"{where} is a layergrad {what} document ({schema}), not a scan; {REMAKE}"
+    return f"{where} is not a layergrad scan document (schema {schema!r}); {REMAKE}"
+
+
+class _Fields:
+    """Typed reads of a scan document's members, each error naming the member and the file."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def error(self, name: str, expected: str, got: Any) -> InputError:
+        shown = json.dumps(got)[:60] if _jsonable(got) else type(got).__name__
+        return InputError(f"{self.where}: {name} is {shown}, expected {expected}; {REMAKE}")
+
+    def member(self, obj: dict[str, Any], key: str, kind: Any, name: str = "") -> Any:
+        name = name or key
+        if key not in obj:
+            raise InputError(f"{self.where}: {name} is missing; {REMAKE}")
+        value = obj[key]
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, float)):
+            raise self.error(name, _kind_name(kind), value)
+        if isinstance(value, str):
+            return _unicode_text(value, self, name)
+        return value
+
+    def number(self, obj: dict[str, Any], key: str, name: str) -> float:
+        """A finite number (an integer of 401 digits does not fit a float)."""
+        value = self.member(obj, key, (int, float), name)
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise self.error(name, "a finite number", f"a number of {len(str(value))} digits")
+        return number
+
+    def model(self, obj: dict[str, Any]) -> ModelMeta:
+        get = lambda key: self.member(obj, key, str, f"model.{key}")  # noqa: E731
+        return ModelMeta(
+            path=get("path"), format=get("format"), class_name=get("class"), name=get("name")
+        )
+
+    def probe(self, obj: dict[str, Any]) -> ProbeMeta:
+        batch = self.member(obj, "batch_size", int, "probe.batch_size")
+        if not 1 <= batch <= MAX_BATCH_SIZE:
+            raise self.error("probe.batch_size", f"1 to {MAX_BATCH_SIZE:,}", _short_int(batch))
+        seed = self.member(obj, "seed", (int, type(None)), "probe.seed")
+        if isinstance(seed, bool):
+            raise self.error("probe.seed", "an integer or null", seed)
+        if seed is not None and not 0 <= seed <= MAX_SEED:
+            raise UsageError(
+                f"{self.where}: probe.seed is {_short_int(seed)}, but seeds are 0 to "
+                f"{MAX_SEED:,}; {REMAKE}"
+            )
+        reduce = self.member(obj, "reduce", str, "probe.reduce")
+        if reduce not in REDUCTIONS:
+            raise self.error("probe.reduce", " or ".join(map(repr, REDUCTIONS)), reduce)
+        return ProbeMeta(
+            source=self.member(obj, "source", str, "probe.source"),
+            seed=seed,
+            batch_size=batch,
+            training=self.member(obj, "training", bool, "probe.training"),
+            reduce=reduce,
+        )
+
+    def row(self, obj: Any, index: int, collection: str, key: str) -> ProfileRow:
+        """One row: a fast path for a well-formed row (names built only for errors)."""
+        return _fast_row(obj, key) or self.checked_row(obj, f"{collection}[{index}]", key)
+
+    def checked_row(self, obj: Any, at: str, key: str) -> ProfileRow:
+        if not isinstance(obj, dict):
+            raise self.error(at, "an object", obj)
+        status = self.member(obj, "status", str, f"{at}.status")
+        if status not in _STATUSES:
+            raise self.error(f"{at}.status", f"one of {', '.join(Status.words())}", status)
+        gradient = self.member(obj, "gradient", (dict, type(None)), f"{at}.gradient")
+        mean_abs = None
+        if gradient is not None:
+            mean_abs = self.number(gradient, "mean_abs", f"{at}.gradient.mean_abs")
+            if mean_abs < 0:
+                raise self.error(f"{at}.gradient.mean_abs", "a number >= 0", mean_abs)
+        flags = self.member(obj, "flags", list, f"{at}.flags")
+        if not all(isinstance(f, str) for f in flags):
+            raise self.error(f"{at}.flags", "a list of strings", flags)
+        for flag in flags:
+            _unicode_text(flag, self, f"{at}.flags")
+        causes = obj.get("causes") or []
+        first = causes[0] if isinstance(causes, list) and causes else None
+        cause = None
+        if isinstance(first, dict) and isinstance(first.get("code"), str):
+            layer = first.get("layer")
+            cause = _cause_text(first["code"], layer if isinstance(layer, str) else None)
+        shape = obj.get("shape")
+        input_shape = None
+        if obj.get("class") == "InputLayer" and isinstance(shape, list):
+            input_shape = tuple(shape) if all(type(d) is int for d in shape) else None
+        return ProfileRow(
+            name=self.member(obj, key, str, f"{at}.{key}"),
+            status=_STATUSES[status],
+            mean_abs=mean_abs,
+            flags=tuple(flags),
+            cause=cause,
+            input_shape=input_shape,
+        )
+
+
+def _fast_row(obj: Any, key: str) -> ProfileRow | None:
+    """The row when every member is exactly as `scan --json` writes it (ASCII names, a float
+    mean |g|); None sends it through the checked path, which names what is wrong."""
+    if type(obj) is not dict:
+        return None
+    name, status, flags = obj.get(key), obj.get("status"), obj.get("flags")
+    gradient = obj.get("gradient", obj)  # obj: missing
+    if type(name) is not str or not name.isascii() or type(flags) is not list:
+        return None
+    word = _STATUSES.get(status) if type(status) is str else None
+    if word is None:
+        return None
+    mean_abs = None
+    if gradient is not None:
+        mean = gradient.get("mean_abs") if type(gradient) is dict else None
+        if type(mean) is not float or not (0 <= mean < math.inf):
+            return None
+        mean_abs = mean
+    for flag in flags:
+        if type(flag) is not str or not flag.isascii():
+            return None
+    cause = None
+    causes = obj.get("causes")
+    if causes:
+        first = causes[0] if isinstance(causes, list) else None
+        if isinstance(first, dict) and isinstance(first.get("code"), str):
+            layer = first.get("layer")
+            cause = _cause_text(first["code"], layer if isinstance(layer, str) else None)
+    input_shape = None
+    if obj.get("class") == "InputLayer":
+        shape = obj.get("shape")
+        if isinstance(shape, list) and all(type(d) is int for d in shape):
+            input_shape = tuple(shape)
+    return ProfileRow(name, word, mean_abs, tuple(flags), cause, input_shape)
+
+
+_STATUSES = {word: Status(word) for word in Status.words()}
+
+
+def _short_int(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 20 else f"a number of {len(text)} digits"
+
+
+def _kind_name(kind: Any) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
+             list: "a list", dict: "an object", type(None): "null"}  # fmt: skip
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True

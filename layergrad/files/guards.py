@@ -1,0 +1,146 @@
+"""Guards for reading untrusted files: only regular files, zip members within their declared
+sizes, HDF5 files without links or storage outside themselves.
+
+Each guard raises the error class its caller passes (`LoadError` for a model file,
+`InputError` for an `--input` file), with a message that says what was found, what was
+expected and what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from layergrad.core.errors import LayergradError
+from layergrad.core.limits import INFLATION_ALLOWANCE, MAX_INFLATION, human
+
+ErrorType = Callable[[str], LayergradError]
+
+_SPECIAL = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def special_kind(mode: int) -> str | None:
+    """What a file is when it is neither a regular file nor a directory, else None."""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return next((name for test, name in _SPECIAL if test(mode)), "not a regular file")
+
+
+def require_regular(path: Path, expected: str, error: ErrorType) -> os.stat_result:
+    """Stat ``path`` (following links) and refuse a FIFO, device or socket before opening it.
+
+    Opening a FIFO blocks until a writer comes and ``/dev/zero`` never ends, so anything that
+    is not a regular file or a directory is refused here. Returns the stat result.
+    """
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise error(f"{path}: no such file; expected {expected}; check the path") from None
+    except OSError as exc:
+        raise error(
+            f"{path}: cannot read it ({exc.strerror or exc}); expected {expected}; check the "
+            "path and its permissions"
+        ) from None
+    kind = special_kind(st.st_mode)
+    if kind is not None:
+        raise error(
+            f"{path} is {kind}, not a regular file; expected {expected}; layergrad reads only "
+            "regular files, so copy the data to a file first"
+        )
+    return st
+
+
+def check_zip(zf: zipfile.ZipFile, path: Path, file_size: int, error: ErrorType) -> None:
+    """Refuse a zip whose members claim more than the file holds (a decompression bomb).
+
+    Members may not overlap (their stored sizes add up to at most the file's size), and
+    members that inflate more than MAX_INFLATION times may add up to at most
+    INFLATION_ALLOWANCE bytes. Both read only the central directory.
+    """
+    infos = zf.infolist()
+    stored = sum(i.compress_size for i in infos)
+    if stored > file_size:
+        raise error(
+            f"{path}: its zip members claim {human(stored)} of stored data but the file holds "
+            f"{human(file_size)} (members overlap, a zip bomb); refusing to read it; expected "
+            "an archive written by Keras or numpy"
+        )
+    suspect = [i for i in infos if i.file_size > MAX_INFLATION * max(i.compress_size, 1)]
+    if sum(i.file_size for i in suspect) > INFLATION_ALLOWANCE:
+        worst = max(suspect, key=lambda i: i.file_size)
+        raise error(
+            f"{path}: member {worst.filename!r} declares {human(worst.file_size)} but stores "
+            f"{human(worst.compress_size)} (a decompression bomb: more than {MAX_INFLATION}x); "
+            "refusing to inflate it; expected an archive written by Keras or numpy"
+        )
+
+
+def read_member(
+    zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path, limit: int, error: ErrorType
+) -> bytes:
+    """The bytes of one zip member, refused when it declares or yields more than ``limit``."""
+    too_big = (
+        f"{path}: member {info.filename!r} declares {human(info.file_size)}, more than the "
+        f"{human(limit)} layergrad reads; refusing it; expected a file written by Keras"
+    )
+    if info.file_size > limit:
+        raise error(too_big)
+    with zf.open(info) as member:
+        data = member.read(limit + 1)  # zipfile stops at the declared size; cap it anyway
+    if len(data) > limit:
+        raise error(too_big)
+    return data
+
+
+def check_hdf5(h5: Any, where: str, error: ErrorType) -> None:
+    """Refuse HDF5 links and storage that point outside the file.
+
+    External links, soft links, datasets with external storage and virtual datasets can make
+    a read open ``/etc/passwd`` or a FIFO; Keras never writes them. Visiting links and objects
+    reads only the file's own metadata (hard-link cycles are visited once).
+    """
+    import h5py
+
+    def link(name: str, value: Any) -> str | None:  # a value stops the visit
+        if isinstance(value, h5py.ExternalLink):
+            return (
+                f"{where}: HDF5 external link {name!r} points into {value.filename!r}; a Keras "
+                "file never has one; refusing to follow it (re-save the model)"
+            )
+        if isinstance(value, h5py.SoftLink):
+            return (
+                f"{where}: HDF5 soft link {name!r} -> {value.path!r}; a Keras file never has "
+                "one; refusing to follow it (re-save the model)"
+            )
+        return None
+
+    def dataset(name: str, obj: Any) -> str | None:
+        if not isinstance(obj, h5py.Dataset):
+            return None
+        if obj.external:
+            files = ", ".join(repr(os.fsdecode(e[0])) for e in obj.external[:3])
+            return (
+                f"{where}: HDF5 dataset {name!r} keeps its data in other files ({files}); a "
+                "Keras file never does; refusing to read it (re-save the model)"
+            )
+        if obj.is_virtual:
+            return (
+                f"{where}: HDF5 dataset {name!r} is a virtual dataset mapping other files; a "
+                "Keras file never has one; refusing to read it (re-save the model)"
+            )
+        return None
+
+    # h5py turns an exception raised inside a visitor into a SystemError, so the visitors
+    # return the message and the error is raised here.
+    problem = h5.visititems_links(link) or h5.visititems(dataset)
+    if problem:
+        raise error(problem)

@@ -1,0 +1,301 @@
+"""Write the files a user asked for (`--junit`, `--save-gradient`, `--plot`), never over what
+they read.
+
+Every output goes through `check_target` first (run before any work, so a bad target costs
+a second) and is written atomically (a temporary file in the same folder, then a rename), so
+an interrupted run leaves the old file or the new one, never half of one. Missing parent
+folders are created, as pytest does for ``--junitxml``.
+
+A target is refused (`OutputError`, exit code 2) when it is one of this run's inputs (a model
+file, the ``--input`` batch, an ``--import`` module, the ``--data`` file or function file, or
+anything inside a ``--data`` folder), a directory or special file, in a folder that cannot be
+written (checked before the work), or an existing file layergrad did not write: a report
+replaces only a layergrad JUnit report (recognised by its content), a chart only a PNG, SVG
+or PDF file, a ``.npy`` only a ``.npy``, a ``.npz`` only an archive of arrays. ``force``
+(``--force``) lifts that last rule, never the others. Replacing an existing file is said in
+the one line that says what was written. (`--plot` keeps its own checks of
+the extension and the folder, in `plot.check_plot_path`, and writes through `write_file`.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import zipfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from layergrad.core.errors import OutputError
+from layergrad.files.guards import special_kind
+
+NPY_MAGIC = b"\x93NUMPY"
+INPUT_SUFFIXES = (".keras", ".h5", ".hdf5", ".npy", ".npz", ".py")
+
+
+@dataclass(frozen=True)
+class Written:
+    """What happened to one output: the path, whether a file was written, and one line."""
+
+    path: str
+    wrote: bool
+    message: str
+
+
+def check_target(
+    path: str,
+    option: str,
+    kind: str,
+    inputs: Iterable[str | None] = (),
+    *,
+    force: bool = False,
+) -> Path:
+    """Refuse ``path`` as the target of ``option`` before anything runs (see the module doc).
+
+    ``kind`` is "xml", "npy", "npz" or "chart"; ``inputs`` are the files and folders this run
+    reads (a folder protects everything inside it); ``force`` allows replacing an existing
+    file layergrad did not write.
+
+    Raises:
+        OutputError: the target is an input or inside an input folder, a directory, a special
+            file, in a folder that cannot be written, or an existing file layergrad did not
+            write (unless ``force``).
+    """
+    p = Path(path)
+    for source in inputs:
+        if not source:
+            continue
+        if _same_file(p, Path(source)):
+            raise OutputError(
+                f"{option} {path}: that is {source}, which this run reads; refusing to write "
+                "over it; choose another file name"
+            )
+        if os.path.isdir(source) and _inside(p, Path(source)):
+            raise OutputError(
+                f"{option} {path} is inside {source}, a folder this run reads (--data); "
+                "refusing to write into it; choose a file outside that folder"
+            )
+    if kind == "xml" and p.suffix.lower() in INPUT_SUFFIXES:
+        raise OutputError(
+            f"{option} {path}: a report named like a model or data file ({p.suffix}); refusing "
+            "to write it; name the report .xml"
+        )
+    try:
+        st = p.stat()
+    except OSError:  # absent: the folder must be writable (checked now, not after the work)
+        _require_writable_folder(p, option)
+        return p
+    if os.path.isdir(p) or special_kind(st.st_mode):
+        what = "a directory" if os.path.isdir(p) else special_kind(st.st_mode)
+        raise OutputError(f"{option} {path} is {what}; expected a file name to write")
+    _require_writable_folder(p, option)
+    if not force and not _is_kind(p, kind):
+        raise OutputError(
+            f"{option} {path} exists and is not {_KIND_NAMES[kind]}; refusing to overwrite it; "
+            "delete it, choose another file name, or pass --force"
+        )
+    return p
+
+
+_KIND_NAMES = {
+    "xml": "a JUnit report written by layergrad",
+    "npy": "a .npy array",
+    "npz": "a .npz archive of arrays",
+    "chart": "a chart (PNG, SVG or PDF)",
+}
+_JUNIT_MARK = b'<testsuite name="layergrad.commands.check"'
+_CHART_MAGIC = (b"\x89PNG\r\n\x1a\n", b"%PDF-")
+
+
+def _inside(p: Path, folder: Path) -> bool:
+    """Whether ``p`` (existing or not) would lie inside ``folder``, links resolved."""
+    try:
+        return Path(os.path.realpath(p)).is_relative_to(os.path.realpath(folder))
+    except OSError:
+        return False
+
+
+def _require_writable_folder(p: Path, option: str) -> None:
+    """Refuse a target whose folder (or its nearest existing ancestor) cannot be written."""
+    folder = p.parent if str(p.parent) else Path(".")
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise OutputError(f"{option} {p}: {folder} is not a folder; choose another place")
+    if not os.access(folder, os.W_OK | os.X_OK) or _read_only_mount(folder):
+        raise OutputError(
+            f"{option} {p}: the folder {folder} cannot be written (read-only or no permission); "
+            "choose another place, before any work is done"
+        )
+
+
+def _read_only_mount(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _is_kind(p: Path, kind: str) -> bool:
+    """Whether an existing file holds what layergrad writes for ``kind``."""
+    try:
+        with p.open("rb") as fh:
+            head = fh.read(4096)
+        if kind == "xml":  # what check_junit writes, not any file that begins with "<"
+            body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+            return body.startswith(b"<?xml") and _JUNIT_MARK in body
+        if kind == "npy":
+            return head.startswith(NPY_MAGIC)
+        if kind == "chart":
+            body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+            svg = body.startswith((b"<?xml", b"<svg", b"<!DOCTYPE svg")) and b"<svg" in body
+            return body.startswith(_CHART_MAGIC) or svg
+        with zipfile.ZipFile(p) as zf:
+            return all(name.endswith(".npy") for name in zf.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def write_file(
+    path: str,
+    option: str,
+    kind: str,
+    data: bytes,
+    inputs: Iterable[str | None] = (),
+    *,
+    force: bool = False,
+) -> bool:
+    """Write ``data`` to ``path`` through `check_target` and a temporary file; True when it
+    replaced an existing file."""
+    p = check_target(path, option, kind, inputs, force=force)
+    existed = p.exists()
+    _atomic_write(p, option, lambda fh: fh.write(data))
+    return existed
+
+
+def write_report(
+    path: str,
+    text: str,
+    option: str,
+    what: str,
+    inputs: Iterable[str | None] = (),
+    *,
+    force: bool = False,
+) -> Written:
+    """Write a text report (JUnit XML) to ``path``; the message says what was written."""
+    p = check_target(path, option, "xml", inputs, force=force)
+    existed = p.exists()
+    _atomic_write(p, option, lambda fh: fh.write(text.encode("utf-8")))
+    return Written(path, True, f"wrote {what} to {path}" + (" (replaced it)" if existed else ""))
+
+
+def save_gradients(
+    report: Any, path: str, inputs: Iterable[str | None] = (), *, force: bool = False
+) -> Written:
+    """Write the raw gradients of an inspect report: `.npy` for one result, `.npz` keyed by
+    the `--to` reference (any name round-trips: ``file``, ``arr_0``, ``a/b``).
+
+    A None gradient is not an array: a `.npy` is then not written and an `.npz` leaves it
+    out; the message says so. A result whose gradient exists is always written.
+
+    Raises:
+        OutputError: a target refused by `check_target`, a `.npy` for several results, or a
+            file that cannot be written.
+    """
+    import numpy as np
+
+    option = "--save-gradient"
+    if not path.endswith((".npy", ".npz")):
+        raise OutputError(f"{option} must end in .npy or .npz: {path}")
+    kind = path[-3:]
+    p = check_target(path, option, kind, inputs, force=force)
+    results = list(report.results)
+    if kind == "npy" and len(results) != 1:
+        raise OutputError(f"{option} {path}: several --to layers need a .npz file")
+    arrays: dict[str, Any] = {}
+    for r in results:
+        if r.array is not None and r.target.layer not in arrays:
+            # bfloat16 would be saved as opaque void bytes: store it as float32
+            arrays[r.target.layer] = (
+                r.array if r.array.dtype.kind == "f" else r.array.astype(np.float32)
+            )
+    none = [r.target.layer for r in results if r.array is None]
+    if not arrays:
+        which = ", ".join(none)
+        return Written(
+            path, False, f"{option} {path}: not written, the gradient of {which} is None"
+        )
+    existed = p.exists()
+    if kind == "npy":
+        _atomic_write(
+            p, option, lambda fh: np.lib.format.write_array(fh, next(iter(arrays.values())))
+        )
+    else:
+        _atomic_write(p, option, lambda fh: _write_npz(fh, arrays))
+    names = ", ".join(arrays)
+    message = f"wrote the gradient of {names} to {path}"
+    if none:
+        message += f" (left out {', '.join(none)}: the gradient is None)"
+    return Written(path, True, message + (" (replaced it)" if existed else ""))
+
+
+def _write_npz(fh: IO[bytes], arrays: dict[str, Any]) -> None:
+    """An `.npz` as `np.savez` writes it (stored members ``NAME.npy``), for any key."""
+    import numpy as np
+
+    with zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, array in arrays.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
+
+
+def _atomic_write(p: Path, option: str, write: Callable[[IO[bytes]], Any]) -> None:
+    """Write through a temporary file beside ``p``, then rename it over ``p``."""
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(
+            f"{option} {p}: cannot create the folder {p.parent} ({exc.strerror or exc})"
+        ) from None
+    temp = p.with_name(f".{p.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        os.replace(temp, p)
+    except OSError as exc:
+        raise OutputError(f"{option} {p}: cannot write it ({exc.strerror or exc})") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            temp.unlink()
+
+
+def protected_inputs(*groups: Sequence[str | None] | str | None) -> list[str]:
+    """The files a run reads, flattened: model paths, the `--input` file, `--import` paths."""
+    out: list[str] = []
+    for group in groups:
+        if isinstance(group, str):
+            out.append(group)
+        elif group:
+            out.extend(g for g in group if g)
+    return out
+
+
+def data_inputs(data: str | os.PathLike[str] | None) -> list[str]:
+    """What `--data` reads, for `check_target`: the file or folder, or a function's `.py`."""
+    if data is None:
+        return []
+    text = os.fspath(data)
+    if os.path.exists(text):
+        return [text]
+    target, _, _ = text.rpartition(":")
+    return [target] if target.endswith(".py") else []

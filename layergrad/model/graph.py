@@ -1,0 +1,299 @@
+"""The layer graph of a saved Keras model, built from its config alone (no TensorFlow).
+
+The graph works at *call* granularity: node ``(path, k)`` is call k of the layer
+at ``path`` (its k-th inbound node); `call_graph` expands them. Facts about the
+formats (Keras 3.15): ``model.layers`` of a Sequential model leaves out its
+``InputLayer``; a Functional model lists its input layers but not its
+operations (``a + b``, ``keras.ops.add``). Those are kept in
+:attr:`ModelGraph.unlisted` so that dependency flows through them;
+:attr:`LayerEntry.index` counts only listed layers.
+
+The entries are built in one pass over the config, so reading a file is linear in its
+config's size; the call nodes are expanded only when a query needs them, within
+MAX_GRAPH_CALLS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from layergrad.core.errors import LoadError
+from layergrad.core.limits import MAX_GRAPH_CALLS
+from layergrad.model.config import (
+    is_container,
+    is_functional,
+    is_operation,
+    layer_name,
+    structure_refs,
+    tensor_refs,
+)
+
+NodeId = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class LayerEntry:
+    """One layer (or nested model, or functional operation) of a saved model.
+
+    ``inbound`` is the config-level view: the paths, in the same enclosing
+    model, of the layers whose outputs this layer's calls consume (the previous
+    member for a Sequential member). The input layer (or first member) inside a
+    nested model has no inbound entries: what feeds the nested model is only in
+    the call graph that :meth:`ModelGraph.depends` walks. ``num_calls`` counts calls during one
+    run of the whole model. ``listed`` is False for entries Keras does not report
+    in the parent's ``.layers`` (functional operations, a Sequential's
+    ``InputLayer``); their ``index`` is the position in the parent's config.
+    """
+
+    path: str
+    name: str
+    class_name: str
+    module: str | None
+    registered_name: str | None
+    config: Mapping[str, Any] = field(hash=False, repr=False)
+    parent: str | None
+    index: int
+    depth: int
+    inbound: tuple[str, ...]
+    num_calls: int
+    is_model: bool
+    listed: bool = True
+
+
+@dataclass(frozen=True)
+class ModelGraph:
+    """Layers of a saved model and the call graph between them.
+
+    ``layers`` holds what Keras lists in ``.layers`` (recursively, depth-first,
+    parents before children, config order); ``unlisted`` holds the other graph
+    entries (operations, Sequential input layers). ``known`` is False when the
+    config describes no graph (a subclassed model). ``preds`` maps each call
+    node ``(path, call)`` to the nodes it reads; ``order`` lists every node in
+    execution (topological) order.
+
+    The entries are built in one pass over the config. The call nodes (one per call of
+    each layer in one run; nested models called several times multiply their members'
+    calls) are expanded on first use of ``preds``, ``order`` or a query, and only when they
+    number at most MAX_GRAPH_CALLS.
+    """
+
+    class_name: str
+    name: str
+    layers: tuple[LayerEntry, ...]
+    input_names: tuple[str, ...]
+    known: bool
+    unlisted: tuple[LayerEntry, ...] = ()
+    source: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False, hash=False)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> ModelGraph:
+        """Build the graph from a model config (``config.json`` or h5 ``model_config``)."""
+        inner = config.get("config")
+        inner = inner if isinstance(inner, Mapping) else {}
+        class_name = str(config.get("class_name", ""))
+        name = str(inner.get("name", ""))
+        if not is_container(config):
+            return cls(class_name, name, (), (), known=False)
+        entries: list[LayerEntry] = []
+        _add_entries(entries, config, "", 1)
+        listed = tuple(e for e in entries if e.listed)
+        unlisted = tuple(e for e in entries if not e.listed)
+        return cls(class_name, name, listed, _input_names(config), True, unlisted, config)
+
+    @property
+    def calls(self) -> int:
+        """Call nodes in one run of the model: the sum of every entry's ``num_calls``."""
+        return sum(e.num_calls for e in (*self.layers, *self.unlisted))
+
+    def require_expandable(self) -> None:
+        """Raise LoadError when the call nodes would number more than MAX_GRAPH_CALLS."""
+        if self.calls > MAX_GRAPH_CALLS:
+            raise LoadError(
+                f"model {self.name!r} runs its layers {self.calls:,} times in one pass (nested "
+                f"models called many times multiply their layers' calls); layergrad follows at "
+                f"most {MAX_GRAPH_CALLS:,} layer calls; expected a model of ordinary size"
+            )
+
+    @cached_property
+    def _nodes(self) -> tuple[dict[NodeId, tuple[NodeId, ...]], tuple[NodeId, ...]]:
+        if not self.known:
+            return {}, ()
+        self.require_expandable()
+        from layergrad.model.call_graph import expand
+
+        return expand(self.source)
+
+    @property
+    def preds(self) -> Mapping[NodeId, tuple[NodeId, ...]]:
+        """Each call node ``(path, call)`` -> the nodes it reads (expanded on first use)."""
+        return self._nodes[0]
+
+    @property
+    def order(self) -> tuple[NodeId, ...]:
+        """Every call node in execution (topological) order (expanded on first use)."""
+        return self._nodes[1]
+
+    @cached_property
+    def _by_path(self) -> dict[str, LayerEntry]:
+        return {e.path: e for e in (*self.layers, *self.unlisted)}
+
+    def get(self, path: str) -> LayerEntry | None:
+        """The entry at ``path`` (``"dense"``, ``"encoder/dense_1"``), listed or not."""
+        return self._by_path.get(path)
+
+    def find(self, name: str) -> tuple[LayerEntry, ...]:
+        """Every entry (at any depth) whose own name is ``name``."""
+        return tuple(e for e in (*self.layers, *self.unlisted) if e.name == name)
+
+    def depends(self, to: str, frm: str, to_call: int = 0, frm_call: int = 0) -> bool | None:
+        """Whether call ``to_call`` of ``to`` depends on call ``frm_call`` of ``frm``.
+
+        True when a chain of tensors leads from one to the other (through adds,
+        concatenations, nested models and shared layers). A call does not depend
+        on itself. None when the graph is unknown or a path/call is not in it.
+        """
+        sources = self._sources(frm, frm_call)
+        target = self._node(to, to_call)
+        if sources is None or target is None:
+            return None
+        return bool(self._ancestors(target) & sources)
+
+    def between(
+        self, frm: str, to: str, frm_call: int = 0, to_call: int = 0, *, include_ops: bool = False
+    ) -> tuple[str, ...]:
+        """Leaf layers strictly after ``frm`` and up to ``to`` on any chain, in execution order.
+
+        Each path appears once, at its first call on a chain. Nested-model
+        containers and input layers (which Keras never calls) are left out, and
+        so are operations unless ``include_ops``. Empty when ``to`` does not
+        depend on ``frm``.
+        """
+        if not self.depends(to, frm, to_call, frm_call):
+            return ()
+        sources = self._sources(frm, frm_call) or set()
+        target = self._node(to, to_call)
+        assert target is not None
+        on_path = (self._ancestors(target) | {target}) & self._descendants(sources)
+        out: list[str] = []
+        for node in self.order:
+            entry = self.get(node[0])
+            if node not in on_path or entry is None or entry.is_model or node[0] in out:
+                continue
+            if entry.class_name != "InputLayer" and (entry.listed or include_ops):
+                out.append(node[0])
+        return tuple(out)
+
+    def _node(self, path: str, call: int) -> NodeId | None:
+        entry = self.get(path) if self.known else None
+        if entry is None or not 0 <= call < entry.num_calls:
+            return None
+        return (path, call)
+
+    def _sources(self, path: str, call: int) -> set[NodeId] | None:
+        node = self._node(path, call)
+        if node is None:
+            return None
+        entry = self.get(path)
+        if entry is not None and entry.is_model and self.preds.get(node):
+            return set(self.preds[node])  # a nested model's output = its inner outputs
+        return {node}
+
+    def _ancestors(self, node: NodeId) -> set[NodeId]:
+        seen: set[NodeId] = set()
+        stack = list(self.preds.get(node, ()))
+        while stack:
+            cur = stack.pop()
+            if cur not in seen:
+                seen.add(cur)
+                stack.extend(self.preds.get(cur, ()))
+        return seen
+
+    def _descendants(self, sources: set[NodeId]) -> set[NodeId]:
+        reached: set[NodeId] = set()
+        for node in self.order:
+            if any(p in sources or p in reached for p in self.preds.get(node, ())):
+                reached.add(node)
+        return reached
+
+
+def _input_names(cfg: Mapping[str, Any]) -> tuple[str, ...]:
+    inner = cfg["config"]
+    if is_functional(cfg):
+        return tuple(ref[0] for ref in structure_refs(inner.get("input_layers")))
+    first = inner["layers"][0] if inner["layers"] else {}
+    return (layer_name(first),) if first.get("class_name") == "InputLayer" else ()
+
+
+def _add_entries(out: list[LayerEntry], cfg: Mapping[str, Any], prefix: str, calls: int) -> None:
+    """Append the entries of a model's members (paths start with ``prefix``), depth first.
+
+    One pass over the config: a nested model's members are visited once, their
+    ``num_calls`` multiplied by the nested model's calls rather than expanded.
+    """
+    members = cfg["config"]["layers"]
+    if is_functional(cfg):
+        by_name = {layer_name(m): m for m in members}
+        listed = 0
+        for pos, member in enumerate(members):
+            nodes = member.get("inbound_nodes") or []
+            is_listed = not is_operation(member)
+            own = calls * max(len(nodes), 1)
+            inbound = _functional_inbound(member, prefix, by_name)
+            index = listed if is_listed else pos
+            out.append(_entry(member, prefix, index, inbound, own, is_listed))
+            listed += is_listed
+            if is_container(member) and nodes:
+                _add_entries(out, member, prefix + layer_name(member) + "/", calls * len(nodes))
+        return
+    skip = 1 if members and members[0].get("class_name") == "InputLayer" else 0
+    last: str | None = None
+    for pos, member in enumerate(members):
+        listed = pos >= skip
+        index, inbound = (pos - skip if listed else pos), ((last,) if last else ())
+        out.append(_entry(member, prefix, index, inbound, calls, listed))
+        if is_container(member):
+            _add_entries(out, member, prefix + layer_name(member) + "/", calls)
+        last = prefix + layer_name(member)
+
+
+def _entry(
+    cfg: Mapping[str, Any],
+    prefix: str,
+    index: int,
+    inbound: tuple[str, ...],
+    num_calls: int,
+    listed: bool,
+) -> LayerEntry:
+    """One layer of the model whose members' paths start with ``prefix``."""
+    inner = cfg.get("config")
+    module, registered = cfg.get("module"), cfg.get("registered_name")
+    return LayerEntry(
+        path=prefix + layer_name(cfg),
+        name=layer_name(cfg),
+        class_name=str(cfg.get("class_name", "")),
+        module=module if isinstance(module, str) else None,
+        registered_name=registered if isinstance(registered, str) else None,
+        config=inner if isinstance(inner, Mapping) else {},
+        parent=prefix.rstrip("/") or None,
+        index=index,
+        depth=prefix.count("/"),
+        inbound=inbound,
+        num_calls=num_calls,
+        is_model=is_container(cfg),
+        listed=listed,
+    )
+
+
+def _functional_inbound(
+    member: Mapping[str, Any], prefix: str, by_name: Mapping[str, Any]
+) -> tuple[str, ...]:
+    out: list[str] = []
+    for node in member.get("inbound_nodes") or []:
+        for ref in tensor_refs(node, isinstance(node, list)):
+            path = prefix + ref[0]
+            if ref[0] in by_name and path not in out:
+                out.append(path)
+    return tuple(out)

@@ -1,0 +1,178 @@
+"""Resolve a layer reference (`dense`, `encoder/dense_1`, `shared@1`, `-2`) to a layer call."""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from layergrad.core.errors import LayerNotFound
+
+_CALL_SUFFIX = re.compile(r"^(?P<base>.+)@(?P<call>\d+)$")
+_INDEX = re.compile(r"^-?\d+$")
+
+
+@dataclass(frozen=True)
+class Site:
+    """A resolved reference: one call of one layer, or one model input.
+
+    `ref` is the canonical spelling used in reports (`encoder/dense_1`, `shared@1`).
+    `layer` is the Keras layer object (None for a model input); `input_index` is the
+    position among the model's inputs when the reference names an input.
+    """
+
+    ref: str
+    path: str
+    call: int
+    layer: Any = None
+    input_index: int | None = None
+
+    @property
+    def key(self) -> CallKey:
+        """`(path, call)`: how graphs and traces identify a call."""
+        return (self.path, self.call)
+
+
+CallKey = tuple[str, int]
+
+
+def ref_of(key: CallKey) -> str:
+    """The reference that names a call: `path`, or `path@K` for K > 0."""
+    path, call = key
+    return f"{path}@{call}" if call else path
+
+
+def iter_layers(model: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Yield `(path, layer)` for every layer of `model`, nested models expanded depth-first."""
+    for layer in model.layers:
+        path = f"{prefix}{layer.name}"
+        yield path, layer
+        if hasattr(layer, "layers") and layer is not model:
+            yield from iter_layers(layer, prefix=f"{path}/")
+
+
+def input_names(model: Any) -> list[str]:
+    """The names of the model's inputs, in the order the model takes them ([] if unknown)."""
+    try:
+        return [t.name for t in model.inputs]
+    except (AttributeError, ValueError):
+        return []
+
+
+def resolve(model: Any, ref: str) -> Site:
+    """Resolve one layer reference against a loaded model.
+
+    Rules (first match wins): a model input name; an exact top-level layer name; a path
+    through nested models (`encoder/dense_1`); a name that is unique among nested layers;
+    an integer index into `model.layers` (negative allowed). `@K` selects the K-th call.
+
+    Raises:
+        LayerNotFound: nothing matches; the message lists the closest names.
+    """
+    base, call, text = _split(ref)
+    names = input_names(model)
+    if base in names:
+        return Site(ref=text, path=base, call=call, input_index=names.index(base))
+    layers = dict(iter_layers(model))
+    path = _by_name(base, list(layers))
+    if path is not None:
+        spelled = text if path == base else ref_of((path, call))
+        return Site(ref=spelled, path=path, call=call, layer=layers[path])
+    if _INDEX.match(base):
+        return _by_index(model, int(base), call)
+    raise LayerNotFound(_not_found_message(base, [*names, *layers]))
+
+
+def check_in_graph(graph: Any, refs: Sequence[str], globs: Sequence[str] = ()) -> None:
+    """Check layer references and `--layers` globs against the graph read from the file.
+
+    The same rules as `resolve`, without TensorFlow, so a typo fails before the model loads.
+    Only what surely matches nothing is refused (call counts are checked once loaded); a
+    model whose config has no layer graph (subclassed) is not checked here.
+
+    Raises:
+        LayerNotFound: a reference or glob matches no layer of the file.
+    """
+    if not graph.known:
+        return
+    paths = [e.path for e in graph.layers]
+    known = {*graph.input_names, *paths, *(e.path for e in graph.unlisted)}
+    top = sum(1 for e in graph.layers if e.parent is None)
+    for ref in refs:
+        base, _, _ = _split(ref)
+        if base in known or _by_name(base, paths) is not None:
+            continue
+        if _INDEX.match(base):
+            _check_index(int(base), top)
+        else:
+            raise LayerNotFound(_not_found_message(base, [*graph.input_names, *paths]))
+    if not globs:
+        return
+    calls = [ref_of((e.path, k)) for e in graph.layers for k in range(max(e.num_calls, 1))] + list(
+        graph.input_names
+    )
+    for pattern in globs:
+        if not any(fnmatch.fnmatchcase(ref, pattern) for ref in calls):
+            raise LayerNotFound(no_glob_match_message(globs))
+
+
+def no_glob_match_message(globs: Sequence[str]) -> str:
+    """The error for `--layers` patterns that match nothing."""
+    return (
+        f"--layers {' '.join(globs)} matches no layer the target depends on; "
+        "run `layergrad layers MODEL` to list the layer names"
+    )
+
+
+def _split(ref: str) -> tuple[str, int, str]:
+    """(base, call, stripped text) of a reference: `shared@1` -> ("shared", 1, "shared@1")."""
+    text = ref.strip()
+    match = _CALL_SUFFIX.match(text)
+    if match:
+        return match["base"], int(match["call"]), text
+    return text, 0, text
+
+
+def _by_name(base: str, paths: Sequence[str]) -> str | None:
+    """The path `base` names: itself, or the one nested layer with that name (else None)."""
+    if base in paths:
+        return base
+    nested = [p for p in paths if p.rsplit("/", 1)[-1] == base]
+    if len(nested) > 1:
+        raise LayerNotFound(
+            f"layer name {base!r} is ambiguous: it is in {', '.join(nested)}; "
+            "pass the full path, e.g. --from " + nested[0]
+        )
+    return nested[0] if nested else None
+
+
+def _check_index(index: int, count: int) -> None:
+    if not -count <= index < count:
+        raise LayerNotFound(
+            f"layer index {index} is out of range: the model has {count} top-level layers "
+            f"(valid: {-count} to {count - 1}); run `layergrad layers MODEL` to list them"
+        )
+
+
+def _by_index(model: Any, index: int, call: int) -> Site:
+    top = list(model.layers)
+    _check_index(index, len(top))
+    layer = top[index]
+    names = input_names(model)
+    if layer.name in names:  # a Functional model lists its InputLayers: that is an input
+        return Site(ref=layer.name, path=layer.name, call=0, input_index=names.index(layer.name))
+    return Site(ref=ref_of((layer.name, call)), path=layer.name, call=call, layer=layer)
+
+
+def _not_found_message(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    tail = known if len(known) <= 8 else close
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    listing = f" Layers: {', '.join(tail)}." if tail and not close else ""
+    return (
+        f"no layer named {name!r} in the model{hint}{listing} "
+        "Run `layergrad layers MODEL` to list every layer name."
+    )

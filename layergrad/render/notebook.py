@@ -1,0 +1,43 @@
+"""A report as notebook HTML: its self-contained page, isolated in a sandboxed frame.
+
+The page keeps its own style, script and content security policy inside the frame, so a
+notebook's styles do not reach it and nothing in it reaches the notebook.
+"""
+
+from __future__ import annotations
+
+import html
+
+from layergrad.core.results import InspectReport, ScanReport, WeightScanReport
+from layergrad.core.vocab import OutputFormat
+from layergrad.diagnose.regressions import DiffReport
+from layergrad.files.layer_listing import LayerListing
+from layergrad.render import render
+
+REPORT_OF = {
+    InspectReport: "inspect",
+    ScanReport: "scan",
+    WeightScanReport: "weights",
+    DiffReport: "diff",
+    LayerListing: "layers",
+}
+FRAME_HEIGHT = 480  # pixels; the frame scrolls past it
+
+
+def notebook_html(report: object) -> str:
+    """The report's HTML page inside a sandboxed `<iframe srcdoc>`.
+
+    Example:
+        >>> notebook_html(object())
+        Traceback (most recent call last):
+        ...
+        TypeError: no notebook view for object
+    """
+    name = REPORT_OF.get(type(report))
+    if name is None:
+        raise TypeError(f"no notebook view for {type(report).__name__}")
+    page = render(name, OutputFormat.HTML, report)
+    return (
+        f'<iframe sandbox="allow-scripts" srcdoc="{html.escape(page, quote=True)}" '
+        f'style="width: 100%; height: {FRAME_HEIGHT}px; border: 0"></iframe>'
+    )

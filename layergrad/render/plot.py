@@ -1,0 +1,430 @@
+"""Charts of results with matplotlib: the gradient-flow profile of a scan, the most sensitive
+units of an inspect. One function builds a Figure from a result, another saves it.
+
+matplotlib is imported inside the functions that draw, never at module import, so commands that
+do not plot do not pay for it. Figures are made without pyplot and drawn on an Agg canvas, so
+building one never changes the backend of a notebook or script that calls the API.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from layergrad.core.errors import UsageError
+from layergrad.core.results import InspectReport, Result, ScanReport, ScanRow, WeightScanReport
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+PLOT_FORMATS = (".png", ".svg", ".pdf")
+ROWS_PER_COLUMN = 60  # a longer scan wraps into columns that share the log axis
+ROW_INCHES = 0.17  # about 1.5 lines of 8 pt text per bar: labels never overlap
+MIN_DECADES = 3
+LABEL_CHARS = 40  # longer layer names are shortened in the middle (the table has them whole)
+FONT_SIZE = 8
+TITLE_SIZE = 10
+
+
+@dataclass(frozen=True)
+class Mark:
+    """How a scan row is drawn: its legend entry, colour, and the word shown without a bar."""
+
+    label: str
+    color: str
+    word: str
+
+
+# First match wins; the colours are the Okabe-Ito palette (readable with colour blindness),
+# healthy rows in a quiet grey-blue so the marked ones stand out.
+MARKS: dict[str, Mark] = {
+    "blocked": Mark("blocked (None)", "#D55E00", "None"),
+    "nonfinite": Mark("non-finite", "#CC79A7", "NaN/Inf"),
+    "dead": Mark("dead", "#E69F00", "all 0"),
+    "vanishing": Mark("vanishing", "#0072B2", ""),
+    "exploding": Mark("exploding", "#882255", ""),
+    "zero": Mark("zero", "#E69F00", "all 0"),
+    "integer": Mark("not differentiable", "#999999", "integer"),
+    "ok": Mark("ok", "#8FA7BF", ""),
+}
+JACOBIAN_COLOR = "#000000"
+
+
+def mark_of(row: ScanRow) -> str:
+    """The key in MARKS for a row: its first flag in MARKS order, else its status."""
+    for key in MARKS:
+        if key in row.flags:
+            return key
+    return row.status if row.status in MARKS else "ok"
+
+
+def report_figure(report: InspectReport | ScanReport | WeightScanReport) -> Figure:
+    """The chart of a report: gradient flow for a scan, unit sensitivity for an inspect."""
+    if isinstance(report, ScanReport):
+        return scan_figure(report)
+    if isinstance(report, WeightScanReport):
+        return weights_figure(report)
+    return inspect_figure(report)
+
+
+def weights_figure(report: WeightScanReport) -> Figure:
+    """The loss's gradient flow through the trainable variables, drawn like a scan."""
+    rows = tuple(
+        ScanRow(v.variable, "", v.shape, v.dtype, v.status, v.gradient, v.flags)
+        for v in report.variables
+    )
+    as_scan = ScanReport(report.model, report.probe, "loss", rows)
+    return scan_figure(as_scan, what=f"d {report.loss.name} / d each trainable variable")
+
+
+def scan_figure(report: ScanReport, what: str | None = None) -> Figure:
+    """Gradient-flow profile: mean |g| per layer in execution order, on a log axis.
+
+    One horizontal bar per row, first layer at the top. Flagged rows are coloured (MARKS,
+    with a legend); a row with no positive mean |g| (None, all zero, integer) gets a word
+    instead of a bar. More than ROWS_PER_COLUMN rows wrap into columns sharing one axis.
+    Rows that carry a per-sample Jacobian norm get a marker for it on the same axis.
+
+    Args:
+        report: the result of `api.scan_model`.
+
+    Returns:
+        A matplotlib Figure (Agg canvas). Bars have gid `lg-bar-I`, words `lg-mark-I`,
+        Jacobian markers `lg-jac-I`, for row index I.
+
+    Example (with `layergrad.commands.api.scan_model`)::
+
+        save_figure(scan_figure(scan_model("model.keras")), "flow.png")
+    """
+    from matplotlib.ticker import NullFormatter
+
+    rows = report.rows
+    columns = max(1, math.ceil(len(rows) / ROWS_PER_COLUMN))
+    per_column = max(1, math.ceil(len(rows) / columns))
+    label_chars = max((len(_label(r.layer)) for r in rows), default=8)
+    fig = _new_figure(
+        width=max(6.4, columns * (2.8 + 0.07 * label_chars) + 0.4),
+        height=max(3.2, 1.5 + per_column * ROW_INCHES),
+    )
+    # Columns share limits, not a sharex group: its tick bookkeeping costs seconds on ResNet50.
+    axes = fig.subplots(1, columns, squeeze=False)[0]
+    lo, hi = _log_limits(rows)
+    for c, ax in enumerate(axes):
+        start = c * per_column
+        _scan_column(ax, rows[start : start + per_column], start, lo)
+        ax.set_xscale("log")
+        ax.set_xlim(lo, hi)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylim(per_column - 0.5, -0.5)  # first layer at the top, same scale per column
+        ax.set_xlabel("mean |g| over the batch (log scale)")
+        if columns > 1:
+            ax.set_title(f"layers {start + 1}-{min(start + per_column, len(rows))}", fontsize=9)
+    target = report.target or "model outputs"
+    _titles(
+        fig,
+        f"Gradient flow: {what or f'd {report.probe.reduce}({target}) / d each layer'}",
+        f"{report.model.path} ({report.model.class_name} {report.model.name!r}), "
+        f"{len(rows)} rows in execution order",
+    )
+    _legend(fig, _scan_legend(rows))
+    return fig
+
+
+def _scan_column(ax: Axes, rows: Sequence[ScanRow], start: int, floor: float) -> None:
+    """Draw one column of rows: a bar per positive mean |g|, a word for the others."""
+    ys = list(range(len(rows)))
+    values = [_positive(r.gradient.mean_abs if r.gradient else None) for r in rows]
+    drawn = [
+        (y, v, MARKS[mark_of(r)].color)
+        for y, v, r in zip(ys, values, rows, strict=True)
+        if v is not None
+    ]
+    if drawn:  # one call for the column: a call per bar is slow on long models
+        bars = ax.barh(
+            [y for y, _, _ in drawn], [v - floor for _, v, _ in drawn], left=floor, height=0.7,
+            color=[c for _, _, c in drawn],
+        )  # fmt: skip
+        for bar, (y, _, _) in zip(bars, drawn, strict=True):
+            bar.set_gid(f"lg-bar-{start + y}")
+    for y, row, value in zip(ys, rows, values, strict=True):
+        if value is None:
+            mark = MARKS[mark_of(row)]
+            word = mark.word or row.status
+            text = ax.text(
+                floor * 1.2, y, word, va="center", ha="left", color=mark.color,
+                fontsize=FONT_SIZE - 1, fontweight="bold", parse_math=False,
+            )  # fmt: skip
+            text.set_gid(f"lg-mark-{start + y}")
+    _draw_jacobian(ax, rows, start)
+    ax.set_yticks(ys, [_label(r.layer) for r in rows], fontsize=FONT_SIZE, parse_math=False)
+    ax.tick_params(axis="y", length=0)
+    ax.grid(axis="x", which="major", color="#dddddd", linewidth=0.6)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def _draw_jacobian(ax: Axes, rows: Sequence[ScanRow], start: int) -> None:
+    """The Jacobian norm profile: a marker at each row's mean per-sample Frobenius norm."""
+    from matplotlib.lines import Line2D
+
+    for y, row in enumerate(rows):
+        value = _positive(jacobian_mean(row))
+        if value is not None:
+            point = Line2D([value], [y], marker="D", linestyle="", color=JACOBIAN_COLOR,
+                           markersize=3.5, gid=f"lg-jac-{start + y}")  # fmt: skip
+            ax.add_line(point)
+
+
+def jacobian_mean(item: Any) -> float | None:
+    """Mean per-sample Frobenius norm of a row's or result's `jacobian`, when it has one.
+
+    Accepts the object form (`jacobian.frobenius.mean`) and the JSON form (nested dicts).
+    """
+    jacobian = getattr(item, "jacobian", None)
+    frobenius = _member(jacobian, "frobenius")
+    mean = _member(frobenius, "mean")
+    return float(mean) if isinstance(mean, int | float) else None
+
+
+def _member(value: Any, name: str) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return value.get(name)
+    return getattr(value, name, None)
+
+
+def _positive(value: float | None) -> float | None:
+    """The value if it can sit on a log axis, else None."""
+    return value if value is not None and math.isfinite(value) and value > 0 else None
+
+
+def _log_limits(rows: Sequence[ScanRow]) -> tuple[float, float]:
+    """Axis limits a decade around every drawn value (bars and Jacobian markers), spanning at
+    least MIN_DECADES so the axis always has labelled decades (never crowded minor labels)."""
+    values = [_positive(r.gradient.mean_abs if r.gradient else None) for r in rows]
+    values += [_positive(jacobian_mean(r)) for r in rows]
+    drawn = [v for v in values if v is not None] or [1.0]
+    top = math.ceil(math.log10(max(drawn)))
+    bottom = min(math.floor(math.log10(min(drawn))) - 1, top - MIN_DECADES)
+    return 10.0**bottom, 10.0 ** (top + 0.3)
+
+
+def _scan_legend(rows: Sequence[ScanRow]) -> list[tuple[str, str, str]]:
+    """(label, colour, kind) for each mark present, in MARKS order; kind is patch or marker."""
+    present = {mark_of(r) for r in rows}
+    entries = [(m.label, m.color, "patch") for key, m in MARKS.items() if key in present]
+    if any(_positive(jacobian_mean(r)) is not None for r in rows):
+        entries.append(("Jacobian ||J_i||_F, mean over samples", JACOBIAN_COLOR, "marker"))
+    return entries
+
+
+def inspect_figure(report: InspectReport) -> Figure:
+    """Unit sensitivity: the most sensitive units of the `--from` activation, per `--to`.
+
+    One panel per result with status ok: mean |g| per unit of the `--from`
+    activation's last axis, largest first (the units of the text report). Without any such
+    result the figure says so in words.
+
+    Args:
+        report: the result of `api.inspect_model`.
+
+    Returns:
+        A matplotlib Figure; bars have gid `lg-unit-P-R` (panel P, rank R).
+    """
+    ranked = [r for r in report.results if _units(r)]
+    source = report.results[0].source.layer if report.results else "?"
+    columns = min(3, max(1, len(ranked)))
+    grid_rows = max(1, math.ceil(len(ranked) / columns))
+    longest = max((len(_units(r)) for r in ranked), default=1)
+    fig = _new_figure(
+        width=max(6.4, 3.6 * columns), height=max(3.2, 1.6 + grid_rows * (0.8 + 0.2 * longest))
+    )
+    title = f"Most sensitive units of {source}"
+    subtitle = (
+        f"mean |g| per unit of its last axis, d {report.probe.reduce}(to) / d {source}; "
+        f"{report.model.path}"
+    )
+    _titles(fig, title, subtitle)
+    if not ranked:
+        fig.text(
+            0.5, 0.45, "no result has status ok: nothing to chart",
+            ha="center", va="center", fontsize=10, color="#555555",
+        )  # fmt: skip
+        return fig
+    axes = fig.subplots(grid_rows, columns, squeeze=False).ravel()
+    for p, ax in enumerate(axes):
+        if p < len(ranked):
+            _units_panel(ax, ranked[p], p)
+        else:
+            ax.set_visible(False)
+    return fig
+
+
+def _units(result: Result) -> tuple[tuple[int, float], ...]:
+    g = result.gradient
+    return g.top_units if result.status == "ok" and g is not None else ()
+
+
+def _units_panel(ax: Axes, result: Result, panel: int) -> None:
+    units = _units(result)
+    ys = list(range(len(units)))
+    for y, (_unit, value) in zip(ys, units, strict=True):
+        (bar,) = ax.barh(y, value, height=0.7, color=MARKS["vanishing"].color)
+        bar.set_gid(f"lg-unit-{panel}-{y}")
+    ax.set_yticks(ys, [f"unit {u}" for u, _ in units], fontsize=FONT_SIZE)
+    ax.set_ylim(len(units) - 0.5, -0.5)
+    ax.set_title(f"-> {_label(result.target.layer)}", fontsize=9, parse_math=False)
+    ax.set_xlabel("mean |g| per unit")
+    ax.grid(axis="x", color="#dddddd", linewidth=0.6)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    """A Figure on an Agg canvas (no pyplot: the caller's backend stays as it is)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _titles(fig: Figure, title: str, subtitle: str) -> None:
+    """A title line and a subtitle, wrapped to the figure's width."""
+    import textwrap
+
+    chars = int(fig.get_figwidth() * 72 / (TITLE_SIZE * 0.55))
+    lines = textwrap.wrap(title, chars) + textwrap.wrap(subtitle, chars)
+    # Model and layer names are data: parse_math=False keeps a `$` in a name from being
+    # read as mathtext.
+    fig.suptitle("\n".join(lines), fontsize=TITLE_SIZE, parse_math=False)
+
+
+def _legend(fig: Figure, entries: list[tuple[str, str, str]]) -> None:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles: list[Any] = [
+        Patch(color=color, label=label)
+        if kind == "patch"
+        else Line2D([], [], marker="D", linestyle="", color=color, label=label)
+        for label, color, kind in entries
+    ]
+    fig.legend(
+        handles=handles, loc="outside lower center", ncols=min(len(handles), 5),
+        fontsize=FONT_SIZE, frameon=False,
+    )  # fmt: skip
+
+
+def _label(name: str) -> str:
+    """A layer name short enough for an axis label (middle elided)."""
+    if len(name) <= LABEL_CHARS:
+        return name
+    half = (LABEL_CHARS - 1) // 2
+    return f"{name[:half]}…{name[-half:]}"
+
+
+def check_plot_path(
+    path: str | os.PathLike[str],
+    protected: Sequence[str | os.PathLike[str] | None] = (),
+    *,
+    force: bool = False,
+) -> str:
+    """Validate a `--plot` path before any work: a known extension, a target `outputs` accepts
+    (not an input of this run, a directory or a file of another kind).
+
+    Args:
+        path: where the chart will go; its extension chooses the format.
+        protected: paths that must never be written over (the model file, the `--input` file,
+            the `--data` file or folder).
+        force: replace an existing file even when it is not a chart.
+
+    Returns:
+        The path as a string.
+
+    Raises:
+        UsageError: an unknown extension; OutputError: a target `outputs` refuses.
+    """
+    from layergrad.files.outputs import check_target
+
+    text = os.fspath(path)
+    ext = os.path.splitext(text)[1].lower()
+    if ext not in PLOT_FORMATS:
+        raise UsageError(
+            f"--plot {text}: unknown chart format {ext or '(no extension)'!r}; "
+            f"use a file ending in {', '.join(PLOT_FORMATS)}"
+        )
+    reads = [None if p is None else os.fspath(p) for p in protected]
+    check_target(text, "--plot", "chart", reads, force=force)
+    return text
+
+
+def save_figure(
+    fig: Figure,
+    path: str | os.PathLike[str],
+    protected: Sequence[str | None] = (),
+    *,
+    force: bool = False,
+) -> str:
+    """Write a figure; the format follows the extension (.png, .svg, .pdf).
+
+    The output is reproducible: no creation date or software version is written. The file is
+    written by `outputs.write_file` (never over `protected` files or a file that is not a
+    chart, through a temporary file).
+
+    Returns:
+        The format written ("png", "svg" or "pdf").
+
+    Raises:
+        UsageError: an unknown extension; InputError: a missing folder; OutputError: the
+            file cannot or must not be written.
+    """
+    from layergrad.files import outputs
+
+    text = check_plot_path(path)
+    fmt = os.path.splitext(text)[1].lower().lstrip(".")
+    outputs.write_file(text, "--plot", "chart", figure_bytes(fig, fmt), protected, force=force)
+    return fmt
+
+
+def figure_bytes(fig: Figure, fmt: str) -> bytes:
+    """The figure as a reproducible ``png``, ``svg`` or ``pdf`` file (no date, no version)."""
+    metadata: dict[str, Any] = {
+        "png": {"Software": None},
+        "svg": {"Date": None},
+        "pdf": {"CreationDate": None, "Producer": None},
+    }[fmt]
+    import matplotlib
+
+    buffer = io.BytesIO()
+    with matplotlib.rc_context({"svg.hashsalt": "layergrad"}):
+        fig.savefig(buffer, format=fmt, dpi=150, metadata=metadata)
+    return buffer.getvalue()
+
+
+def figure_svg(fig: Figure) -> str:
+    """The figure as an `<svg>` element for inlining in HTML (text kept as text, no prolog).
+
+    matplotlib escapes text in its SVG output, so names read from a model file stay text.
+    """
+    import matplotlib
+
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "layergrad"}):
+        fig.savefig(buffer, format="svg", metadata={"Date": None})
+    svg = buffer.getvalue()
+    svg = svg[svg.index("<svg") :]
+    # The RDF metadata names matplotlib's web site; a page that fetches nothing carries no URL.
+    start, end = svg.find("<metadata>"), svg.find("</metadata>")
+    if start != -1 and end != -1:
+        svg = svg[:start] + svg[end + len("</metadata>") :]
+    return svg

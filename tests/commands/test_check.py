@@ -1,0 +1,194 @@
+"""`check`: verdicts per file and check, exit codes, JSON, JUnit, static-only without TensorFlow."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from xml.etree import ElementTree as ET
+
+import pytest
+from click.testing import CliRunner
+from helpers import CUSTOM_LAYERS, SAMPLES, keras, sample
+
+from layergrad import cli
+from layergrad.commands import check as checks
+from layergrad.commands.check import CheckOptions, check_file
+from layergrad.core.vocab import Finding
+
+ALL_CHECKS = ["readable", "safe", "weights", "loss", "loads", "forward", "gradient", "trainable"]
+HEALTHY = ["seed.keras", "seed.h5", "sequential_add.keras", "residual.keras", "nested.keras",
+           "shared.keras", "two_input.keras", "embedding.keras", "hand_set.keras"]  # fmt: skip
+WITH_CUSTOM = CheckOptions(imports=(CUSTOM_LAYERS,))
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli.main, list(args), catch_exceptions=False)
+
+
+def failed_checks(verdict):
+    return {c.name: c.findings for c in verdict.checks if not c.passed}
+
+
+@pytest.mark.parametrize("name", HEALTHY)
+def test_healthy_models_pass_every_check(name):
+    verdict = check_file(sample(name))
+    assert verdict.passed
+    assert [c.name for c in verdict.checks] == ALL_CHECKS
+
+
+@pytest.mark.parametrize(
+    ("name", "failed"),
+    [
+        ("cause_argmax.keras", {"gradient": ("blocked",)}),
+        ("cause_stop_gradient.keras", {"gradient": ("blocked",)}),
+        ("cause_sqrt.keras", {"gradient": ("nonfinite",)}),
+        (
+            "cause_nan_weights.keras",
+            {"weights": ("nonfinite",), "forward": ("nonfinite",), "gradient": ("nonfinite",)},
+        ),
+    ],
+)
+def test_broken_models_fail_the_right_checks(name, failed):
+    verdict = check_file(sample(name), WITH_CUSTOM)
+    assert not verdict.passed
+    assert failed_checks(verdict) == failed
+
+
+def test_the_blocking_layer_is_named():
+    verdict = check_file(sample("cause_argmax.keras"), WITH_CUSTOM)
+    (gradient,) = [c for c in verdict.checks if c.name == "gradient"]
+    assert "non_differentiable_op at argmax" in gradient.message
+
+
+def test_a_layer_dead_for_the_whole_batch_makes_the_output_constant():
+    verdict = check_file(sample("cause_dead_relu.keras"))
+    # every ReLU unit of 'dead' outputs 0 (bias -1000): 'head' outputs its bias for every sample
+    assert failed_checks(verdict) == {"forward": ("constant_output",)}
+    (forward,) = [c for c in verdict.checks if c.name == "forward"]
+    assert "stops varying at 'dead' (its ReLU units output 0 for every sample)" in forward.message
+    (gradient,) = [c for c in verdict.checks if c.name == "gradient"]
+    assert gradient.findings == ("dead",) and "dead_relu at dead" in gradient.message
+    lenient = CheckOptions(fail_on=frozenset({"unreadable"}))
+    assert check_file(sample("cause_dead_relu.keras"), lenient).passed
+
+
+def test_custom_layers_without_import_are_unsafe():
+    verdict = check_file(sample("cause_round.keras"))
+    assert failed_checks(verdict) == {"safe": ("unsafe",)}
+    # the message names the layer and its class, not just the file (whose name has "round")
+    assert "layer 'round' (RoundLayer)" in verdict.checks[-1].message
+
+
+def test_unreadable_file_is_a_failed_file_not_a_usage_error(tmp_path):
+    junk = tmp_path / "junk.keras"
+    junk.write_bytes(b"not a model at all")
+    result = run("check", str(junk), sample("seed.keras"))
+    assert result.exit_code == 1
+    assert (
+        "FAIL" in result.output
+        and "PASS" in result.output
+        and "1 passed, 1 failed" in result.output
+    )
+
+
+def test_exit_codes():
+    assert run("check", sample("seed.keras")).exit_code == 0
+    assert run("check", sample("cause_round.keras")).exit_code == 1
+    usage = CliRunner().invoke(cli.main, ["check", sample("seed.keras"), "--fail-on", "bogus"])
+    assert usage.exit_code == 2
+
+
+def test_json_schema_and_junit(tmp_path):
+    junit = tmp_path / "out.xml"
+    result = run(
+        "check", sample("seed.keras"), sample("cause_round.keras"), "--json", "--junit", str(junit)
+    )
+    doc = json.loads(result.stdout)
+    assert result.stderr.endswith(f"wrote the JUnit report to {junit}\n")
+    assert doc["schema"] == "layergrad.check/1" and doc["passed"] is False
+    assert [f["passed"] for f in doc["files"]] == [True, False]
+    assert set(doc["files"][0]) == {"path", "passed", "checks"}
+    assert set(doc["files"][0]["checks"][0]) == {"name", "passed", "message", "findings"}
+    suite = ET.parse(junit).getroot()
+    cases = suite.findall("testcase")
+    assert (
+        suite.get("tests") == str(len(cases)) == str(8 + 2)
+    )  # seed: 8 checks; round: stops at safe
+    failures = [c for c in cases if c.find("failure") is not None]
+    assert [(c.get("classname"), c.get("name")) for c in failures] == [
+        (sample("cause_round.keras"), "safe")
+    ]
+    assert suite.get("failures") == "1"
+
+
+def test_markdown_summary():
+    out = run("check", sample("seed.keras"), "--format", "markdown").output
+    assert out.startswith("**layergrad check**: 1 passed, 0 failed")
+
+
+def test_directory_stands_for_its_model_files(tmp_path):
+    shutil.copy(SAMPLES / "seed.keras", tmp_path / "a.keras")
+    shutil.copy(SAMPLES / "seed.h5", tmp_path / "b.h5")
+    assert checks.expand_paths([str(tmp_path)]) == [
+        str(tmp_path / "a.keras"),
+        str(tmp_path / "b.h5"),
+    ]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert checks.expand_paths([str(empty)]) == [str(empty)]
+    result = CliRunner().invoke(cli.main, ["check", str(empty), "--json"])
+    assert result.exit_code == 1  # a failed entry, not a usage error
+    (entry,) = json.loads(result.stdout)["files"]
+    assert entry["path"] == str(empty) and not entry["passed"]
+    assert "is a directory without .keras or .h5 files" in entry["checks"][0]["message"]
+
+
+def test_static_only_never_imports_tensorflow():
+    code = (
+        "import sys\nfrom click.testing import CliRunner\nfrom layergrad.cli import main\n"
+        f"r = CliRunner().invoke(main, ['check', '--static-only', {sample('seed.keras')!r}, "
+        f"{sample('cause_nan_weights.keras')!r}])\n"
+        "print(r.exit_code, 'tensorflow' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1", "False"]
+
+
+@pytest.mark.parametrize("finding", list(Finding))
+def test_every_finding_is_accepted_by_fail_on(finding):
+    assert run("check", "--static-only", sample("seed.keras"), "--fail-on", finding).exit_code == 0
+
+
+def test_forward_message_names_the_first_nonfinite_layer_in_a_whole_sentence():
+    verdict = check_file(sample("cause_nan_weights.keras"))
+    (forward,) = [c for c in verdict.checks if c.name == "forward"]
+    # make_samples.py puts NaN in the kernel of 'broken', between 'dense' and 'head'
+    assert forward.message == "activations turn non-finite (NaN/Inf) at layer 'broken'"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["ResNet50", "DenseNet121", "MobileNetV2", "EfficientNetB0"])
+def test_keras_applications_pass(arch, tmp_path):
+    model = getattr(keras.applications, arch)(weights=None, input_shape=(32, 32, 3), classes=10)
+    path = tmp_path / f"{arch}.keras"
+    model.save(path)
+    verdict = check_file(path)
+    assert verdict.passed, failed_checks(verdict)
+    assert [c.name for c in verdict.checks] == ALL_CHECKS
+    assert not [(c.name, c.message) for c in verdict.checks if c.findings]  # no finding at all
+
+
+def test_a_healthy_softmax_classifier_gets_no_finding(tmp_path):
+    # a softmax sums to 1 for every sample, so a target that sums the outputs would make every
+    # layer look vanishing; the default target must not
+    x = keras.Input((16, 16, 3))
+    h = keras.layers.Conv2D(8, 3, activation="relu")(x)
+    h = keras.layers.Conv2D(8, 3, activation="relu")(h)
+    h = keras.layers.GlobalAveragePooling2D()(h)
+    out = keras.layers.Dense(10, activation="softmax")(h)
+    path = tmp_path / "cnn.keras"
+    keras.Model(x, out).save(path)
+    verdict = check_file(path)
+    assert not [(c.name, c.message) for c in verdict.checks if c.findings or not c.passed]

@@ -1,0 +1,197 @@
+"""`scan`: every layer's gradient in one pass equals the seeds' recipe for that layer."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from helpers import (
+    CUSTOM_LAYERS,
+    keras,
+    load_sample,
+    manual_gradient,
+    normal,
+    projection_r,
+    sample,
+    tf,
+)
+
+from layergrad.cli.app import main
+from layergrad.commands.api import scan_model
+
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def rows_by_layer(report):
+    return {r.layer: r for r in report.rows}
+
+
+def projections(*shapes, seed=0):
+    """The documented default target's R, one per output in order (see conftest)."""
+    return [projection_r(seed, k, shape) for k, shape in enumerate(shapes)]
+
+
+def test_sequential_rows_match_manual_tapes(write_input):
+    x = normal(8, 5)
+    m = load_sample("seed.keras")
+    dense, dense_1, dense_2 = (m.get_layer(n) for n in ("dense", "dense_1", "dense_2"))
+    report = scan_model(sample("seed.keras"), input_file=write_input(x), target="dense_2")
+    assert [r.layer for r in report.rows] == ["input", "dense", "dense_1", "dense_2"]
+    rows = rows_by_layer(report)
+    expected = manual_gradient(dense, lambda h: dense_2(dense_1(h)), x)
+    assert rows["dense"].gradient.l2 == pytest.approx(float(np.linalg.norm(expected)), rel=RTOL)
+    expected = manual_gradient(lambda t: t, lambda t: dense_2(dense_1(dense(t))), x)
+    assert rows["input"].gradient.mean_abs == pytest.approx(
+        float(np.abs(expected).mean()), rel=RTOL
+    )
+    assert rows["dense_2"].gradient.l2 == pytest.approx(np.sqrt(8))  # d sum(y) / d y = ones
+
+
+def test_default_target_projects_the_output(write_input):
+    x = normal(8, 5)
+    m = load_sample("seed.keras")
+    dense, dense_1, dense_2 = (m.get_layer(n) for n in ("dense", "dense_1", "dense_2"))
+    rows = rows_by_layer(scan_model(sample("seed.keras"), input_file=write_input(x), seed=3))
+    (r,) = projections((8, 1), seed=3)
+    expected = manual_gradient(dense, lambda h: dense_2(dense_1(h)) * r, x)
+    assert rows["dense"].gradient.l2 == pytest.approx(float(np.linalg.norm(expected)), rel=RTOL)
+    assert rows["dense_2"].gradient.l2 == pytest.approx(float(np.linalg.norm(r)), rel=RTOL)
+
+
+def test_default_target_projects_every_output(write_input):
+    # residual has two outputs, head(add(stem, block(stem))) and side(stem); both count.
+    x = normal(8, 8)
+    m = load_sample("residual.keras")
+    stem, block, head, side = (m.get_layer(n) for n in ("stem", "block", "head", "side"))
+    rows = rows_by_layer(scan_model(sample("residual.keras"), input_file=write_input(x)))
+    outputs = [t._keras_history.operation.name for t in m.outputs]
+    shapes = {"head": (8, head.units), "side": (8, side.units)}
+    r = dict(zip(outputs, projections(*(shapes[o] for o in outputs)), strict=True))
+
+    def both(h):
+        return tf.reduce_sum(head(h + block(h)) * r["head"]) + tf.reduce_sum(side(h) * r["side"])
+
+    expected = manual_gradient(stem, both, x)
+    assert rows["stem"].gradient.l2 == pytest.approx(float(np.linalg.norm(expected)), rel=RTOL)
+
+
+def test_to_limits_rows_to_layers_it_depends_on(write_input):
+    report = scan_model(
+        sample("residual.keras"), target="head", input_file=write_input(normal(8, 8))
+    )
+    assert [r.layer for r in report.rows] == ["x", "stem", "block", "add", "head"]
+    assert report.target == "head"
+
+
+def test_nested_and_shared_calls_each_get_a_row():
+    assert [r.layer for r in scan_model(sample("nested.keras")).rows] == [
+        "x", "encoder/dense", "encoder/dense_1", "head",
+    ]  # fmt: skip
+    shared = rows_by_layer(scan_model(sample("shared.keras")))
+    assert {"shared", "shared@1"} <= set(shared)
+
+
+def test_integer_inputs_are_not_differentiable_not_failures():
+    rows = rows_by_layer(scan_model(sample("embedding.keras")))
+    assert rows["ids"].status == "integer" and rows["ids"].flags == ()
+    assert all(r.status == "ok" for name, r in rows.items() if name != "ids")
+
+
+def test_blocked_layers_carry_the_cause():
+    rows = rows_by_layer(scan_model(sample("cause_round.keras"), imports=[CUSTOM_LAYERS]))
+    assert rows["dense"].status == "none" and "blocked" in rows["dense"].flags
+    assert (rows["dense"].causes[0].code, rows["dense"].causes[0].layer) == (
+        "non_differentiable_op",
+        "round",
+    )
+    assert rows["round"].status == "ok" and rows["round"].flags == ()
+
+
+def test_layers_glob_filters_rows():
+    report = scan_model(sample("seed.keras"), layers=["dense_*"])
+    assert [r.layer for r in report.rows] == ["dense_1", "dense_2"]
+
+
+def test_cli_table_json_markdown_and_fail_on():
+    runner = CliRunner()
+    table = runner.invoke(main, ["scan", sample("seed.keras")], catch_exceptions=False)
+    assert table.exit_code == 0 and "log10 mean |g|" in table.output and "dense_1" in table.output
+    doc = json.loads(runner.invoke(main, ["scan", sample("seed.keras"), "--json"]).output)
+    assert doc["schema"] == "layergrad.scan/1" and doc["target"] is None
+    assert [r["layer"] for r in doc["layers"]] == ["input", "dense", "dense_1", "dense_2"]
+    assert set(doc["layers"][0]) == {
+        "layer",
+        "class",
+        "shape",
+        "dtype",
+        "status",
+        "gradient",
+        "flags",
+        "causes",
+    }
+    md = runner.invoke(main, ["scan", sample("seed.keras"), "--format", "markdown"]).output
+    assert md.startswith("**layergrad scan**") and "| `dense_1` |" in md
+    args = ["scan", sample("cause_stop_gradient.keras"), "--import", CUSTOM_LAYERS]
+    assert runner.invoke(main, args).exit_code == 0
+    failed = runner.invoke(main, [*args, "--fail-on", "blocked"])
+    assert failed.exit_code == 1 and "stop_gradient" in failed.output
+
+
+@pytest.mark.slow
+def test_resnet50_scan_is_healthy_and_matches_a_manual_tape(tmp_path):
+    model = keras.applications.ResNet50(
+        weights=None, input_shape=(64, 64, 3), classes=10, classifier_activation=None
+    )
+    path = tmp_path / "resnet50.keras"
+    model.save(path)
+    x = np.random.default_rng(0).standard_normal((2, 64, 64, 3)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    report = scan_model(path, input_file=tmp_path / "x.npy", target="predictions")
+    assert len(report.rows) == len(model.layers)  # every layer, inputs included
+    assert all(r.status == "ok" for r in report.rows)
+    assert not any({"blocked", "nonfinite", "exploding"} & set(r.flags) for r in report.rows)
+    assert report.notes == ()
+    # One row checked against the seed recipe: the last block's output to the classifier.
+    reloaded = keras.saving.load_model(path)
+    pool, head = reloaded.get_layer("avg_pool"), reloaded.get_layer("predictions")
+    features = keras.Model(reloaded.inputs, reloaded.get_layer("conv5_block3_out").output)
+    expected = manual_gradient(features, lambda h: head(pool(h)), x)
+    row = rows_by_layer(report)["conv5_block3_out"]
+    assert row.gradient.l2 == pytest.approx(float(np.linalg.norm(expected)), rel=1e-4)
+
+
+def test_softmax_output_is_not_degenerate_by_default_and_a_note_when_targeted(tmp_path):
+    x = keras.Input((4,), name="x")
+    out = keras.layers.Dense(3, activation="softmax", name="probs")(x)
+    path = tmp_path / "softmax.keras"
+    keras.Model(x, out).save(path)
+    report = scan_model(path)
+    assert not report.notes and not any(r.flags for r in report.rows)
+    assert report.rows[0].gradient.max_abs > 1e-3  # the projection of a softmax varies
+    targeted = scan_model(path, target="probs")
+    assert targeted.notes and "probs ends in softmax" in targeted.notes[0]
+    assert "scan with --to the layer before it" in targeted.notes[0]
+    # sum(softmax) is 1 per row, so the true gradient is 0; only rounding noise may remain.
+    assert all(r.gradient is None or r.gradient.max_abs < 1e-6 for r in targeted.rows[:-1])
+
+
+def test_inspect_to_a_softmax_warns_that_its_sum_is_constant(softmax_head):
+    from layergrad.commands.api import inspect_model
+
+    (res,) = inspect_model(softmax_head, "h", ["probs"]).results
+    (note,) = [w for w in res.warnings if "ends in softmax" in w]
+    assert note.endswith("take --to the layer before it") and "scan" not in note
+
+
+def test_untrained_batchnorm_is_recognised(tmp_path):
+    from layergrad.commands.scan import untrained_batchnorm
+
+    x = keras.Input((4,), name="x")
+    out = keras.layers.Dense(2, name="head")(keras.layers.BatchNormalization(name="bn")(x))
+    model = keras.Model(x, out)
+    assert untrained_batchnorm(model) == ["bn"]
+    model.compile(loss="mse", optimizer="sgd")
+    model.fit(normal(16, 4), normal(16, 2), epochs=1, verbose=0)  # moves the moving statistics
+    assert untrained_batchnorm(model) == []

@@ -1,0 +1,142 @@
+"""Each failure cause: a committed sample model, the status it must give, and the top cause.
+
+The expected cause and layer come from how each model was built (sample_models/README.md);
+the statuses are confirmed there with a manual GradientTape, independently of layergrad.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import CUSTOM_LAYERS, keras, sample
+
+from layergrad.commands.api import inspect_model
+
+CASES = [
+    # model, --from, --to, extra options, status, top cause, its layer, its op (or None)
+    ("cause_argmax.keras", "dense", "head", {}, "none", "non_differentiable_op", "argmax", "ArgMax"),
+    ("cause_round.keras", "dense", "head", {}, "none", "non_differentiable_op", "round", "Round"),
+    ("cause_cast_int.keras", "dense", "head", {}, "none", "non_differentiable_op", "cast", "Cast to int32"),
+    ("cause_numpy_function.keras", "dense", "head", {}, "none", "non_differentiable_op", "numpy_fn", "PyFunc"),
+    ("cause_stop_gradient.keras", "dense", "head", {}, "none", "stop_gradient", "stop", "StopGradient"),
+    ("cause_dead_relu.keras", "dense", "head", {}, "zero", "dead_relu", "dead", None),
+    ("cause_saturated.keras", "dense", "head", {}, "zero", "saturated", "squash", None),
+    ("cause_nan_weights.keras", "dense", "head", {}, "nonfinite", "nonfinite_forward", "broken", None),
+    ("cause_sqrt.keras", "dense", "head", {}, "nonfinite", "nonfinite_backward", "sqrt", "Sqrt"),
+    ("cause_sqrt.keras", "relu", "head", {}, "nonfinite", "nonfinite_backward", "sqrt", "Sqrt"),
+    ("cause_training.keras", "dense", "bn", {"training": True}, "zero", "training_mode", "bn", None),
+    ("cause_float16.keras", "dense", "head", {}, "zero", "float16_underflow", "tiny", None),
+    ("embedding.keras", "ids", "head", {}, "none", "integer_path", "ids", None),
+    ("residual.keras", "side", "head", {}, "none", "not_downstream", "head", None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "target", "options", "status", "code", "layer", "op"), CASES
+)
+def test_cause_is_found(name, source, target, options, status, code, layer, op):
+    report = inspect_model(sample(name), source, [target], imports=[CUSTOM_LAYERS], **options)
+    (res,) = report.results
+    assert res.status == status
+    assert res.causes, "a non-ok result always has at least one cause"
+    top = res.causes[0]
+    assert (top.code, top.layer) == (code, layer)
+    assert top.op == op
+    assert top.message and top.hint
+
+
+def test_cast_to_int_also_names_the_integer_path():
+    (res,) = inspect_model(
+        sample("cause_cast_int.keras"), "dense", ["head"], imports=[CUSTOM_LAYERS]
+    ).results
+    assert [c.code for c in res.causes] == ["non_differentiable_op", "integer_path"]
+
+
+def test_dead_relu_reports_the_fraction_of_dead_units():
+    # Every unit of 'dead' has bias -1000 while |x @ W| is far smaller, so all 4 are dead.
+    (res,) = inspect_model(sample("cause_dead_relu.keras"), "dense", ["head"]).results
+    assert "100% of the ReLU units" in res.causes[0].message
+
+
+def test_training_zero_is_ok_in_inference():
+    (res,) = inspect_model(sample("cause_training.keras"), "dense", ["bn"]).results
+    assert res.status == "ok" and res.causes == ()
+
+
+def test_after_the_blocking_layer_the_gradient_is_fine():
+    (res,) = inspect_model(
+        sample("cause_argmax.keras"), "argmax", ["head"], imports=[CUSTOM_LAYERS]
+    ).results
+    assert res.status == "ok" and res.causes == ()
+
+
+def test_zero_weights_make_a_constant_output(tmp_path):
+    # A Dense layer with an all-zero kernel outputs its bias whatever its input.
+    x = keras.Input((3,), name="x")
+    h = keras.layers.Dense(3, name="h")(x)
+    zeroed = keras.layers.Dense(2, name="zeroed", kernel_initializer="zeros")(h)
+    path = tmp_path / "zeroed.keras"
+    keras.Model(x, zeroed).save(path)
+    (res,) = inspect_model(path, "h", ["zeroed"]).results
+    assert res.status == "zero"
+    assert [(c.code, c.layer) for c in res.causes] == [("constant_output", "zeroed")]
+    assert "weights are all zero" in res.causes[0].message
+
+
+def test_the_unknown_cause_says_what_was_checked():
+    from layergrad.diagnose import causes
+
+    cause = causes.unknown()
+    assert cause.code == "unknown" and cause.layer is None
+    for checked in ("graph connectivity", "dtypes", "ops", "NaN/Inf", "float16", "training mode"):
+        assert checked in cause.message
+
+
+HEALTHY = [
+    ("seed.keras", "dense", "dense_2"),
+    ("seed.h5", "dense", "dense_1"),
+    ("sequential_add.keras", "dense", "dense_2"),
+    ("residual.keras", "stem", "head"),
+    ("nested.keras", "encoder/dense", "head"),
+    ("shared.keras", "shared@0", "head"),
+    ("two_input.keras", "a", "head"),
+    ("embedding.keras", "embedding", "head"),
+    ("hand_set.keras", "a", "b"),
+]
+
+
+@pytest.mark.parametrize(("name", "source", "target"), HEALTHY)
+def test_healthy_models_get_no_causes_or_warnings(name, source, target):
+    (res,) = inspect_model(sample(name), source, [target]).results
+    assert res.status == "ok"
+    assert res.causes == () and res.warnings == ()
+
+
+def test_vanishing_gradient_is_a_warning_not_a_status(tmp_path):
+    # d sum(b) / d a = 1e-9 exactly per element (kernel filled by hand): ok, but vanishing.
+    x = keras.Input((2,), name="x")
+    a = keras.layers.Dense(2, name="a")(x)
+    b_layer = keras.layers.Dense(1, name="b", use_bias=False)
+    model = keras.Model(x, b_layer(a))
+    b_layer.set_weights([np.full((2, 1), 1e-9, "float32")])
+    path = tmp_path / "tiny.keras"
+    model.save(path)
+    (res,) = inspect_model(path, "a", ["b"]).results
+    assert res.status == "ok"
+    np.testing.assert_allclose(res.array, np.full((8, 2), 1e-9), rtol=1e-6)
+    assert res.warnings and res.warnings[0].startswith("vanishing")
+
+
+def test_cause_panel_in_the_table():
+    from click.testing import CliRunner
+
+    from layergrad.cli.app import main
+
+    result = CliRunner().invoke(
+        main,
+        ["inspect", sample("cause_round.keras"), "--import", CUSTOM_LAYERS,
+         "--from", "dense", "--to", "head"],
+    )  # fmt: skip
+    assert result.exit_code == 0
+    assert "non_differentiable_op at round (op Round)" in result.output
+    assert "fix:" in result.output
