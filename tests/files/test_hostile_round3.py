@@ -116,6 +116,9 @@ def test_special_files_are_refused_wherever_a_command_reads(
     refused(["check", good, "--baseline", str(fifo_json)], "fifo.json is a FIFO")
     refused(["inspect", good, *INSPECT, "--data", str(fifo_npz)], "is a FIFO")
     refused(["inspect", good, *INSPECT, "--data", f"{fifo_py}:batches"], "is a FIFO")
+    late = measure(["inspect", good, *INSPECT, "--import", str(fifo_py)], H.TIMEOUT)
+    assert late.returncode == 2 and "--import" in late.stderr and "is a FIFO" in late.stderr
+    bounded(late, TF_BOUND_MB)
     gate = measure(["check", str(image_model), "--data", str(folder)], H.TIMEOUT)
     assert gate.returncode in (1, 2) and "b.png is a FIFO" in gate.stdout + gate.stderr
     bounded(gate, TF_BOUND_MB)
@@ -320,6 +323,26 @@ def test_usage_errors_of_check_exit_2(root: Path, base: dict[str, Path]) -> None
     assert gate.returncode in (1, 2) and "sys.exit(0)" in gate.stdout + gate.stderr
     assert gate.returncode == 2 or "FAIL" in gate.stdout  # never a pass, never no report
     bounded(gate, TF_BOUND_MB)
+    module = root / "quitting_module.py"
+    module.write_text("import sys\nsys.exit(0)\n")
+    gate = measure(["check", good, "--import", str(module)])
+    assert gate.returncode in (1, 2) and "sys.exit(0)" in gate.stdout + gate.stderr
+    bounded(gate, TF_BOUND_MB)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_read_only_output_folder_is_refused_before_the_work(
+    root: Path, base: dict[str, Path]
+) -> None:
+    folder = root / "read_only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        m = refused(["check", "--static-only", str(base["good.keras"]), "--junit",
+                     str(folder / "r.xml")], "cannot be written")  # fmt: skip
+        assert "PASS" not in m.stdout and not list(folder.iterdir())
+    finally:
+        folder.chmod(0o755)
 
 
 # 7: every error is one clear line ---------------------------------------------------------------
