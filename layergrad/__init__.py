@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from layergrad.commands.api import scan_weights_model as scan_weights
     from layergrad.commands.check import check_files
     from layergrad.commands.diff import diff_models
+    from layergrad.training.monitor import GradientMonitor
 
 __version__ = "0.1.0"
 
@@ -52,6 +53,7 @@ _LAZY = {
     "scan_weights": ("layergrad.commands.api", "scan_weights_model"),
     "check_files": ("layergrad.commands.check", "check_files"),
     "diff_models": ("layergrad.commands.diff", "diff_models"),
+    "GradientMonitor": ("layergrad.training.monitor", "GradientMonitor"),
 }
 
 __all__ = [
@@ -59,6 +61,7 @@ __all__ = [
     "Change",
     "Finding",
     "Flag",
+    "GradientMonitor",
     "InputError",
     "JacobianMethod",
     "LayerNotFound",

@@ -449,7 +449,182 @@ def _stack(name: str, activation: str, initializer: str, depth: int = 8) -> kera
     for i in range(depth):
         h = layers.Dense(64, activation=activation, kernel_initializer=initializer,
                          name=f"dense_{i}")(h)  # fmt: skip
-    return keras.Model(x, layers.Dense(10, name="head")(h), name=name)
+    model = keras.Model(x, layers.Dense(10, name="head")(h), name=name)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    # a named optimizer leaves Keras's name counter, hence the later samples, as they were
+    model.compile(optimizer=keras.optimizers.Adam(name=f"adam_{name}"), loss=loss)
+    return model
+
+
+# ------------------------------------------------------ outputs that cannot produce the targets
+# Each bug_target_* model comes with `bug_target_*.npz` (x and the labels y it is trained on);
+# its fixed_* twin is checked with the same labels.
+
+
+def _layers_model(name: str, make_tail, loss) -> keras.Model:
+    """x(6) -> 'dense'(8, relu) -> the layers `make_tail()` makes, compiled with `loss`."""
+    _seed()  # before any layer exists, the tail's included
+    x = keras.Input((6,), name="x")
+    h = layers.Dense(8, activation="relu", name="dense")(x)
+    for layer in make_tail():
+        h = layer(h)
+    model = keras.Model(x, h, name=name)
+    model.compile(optimizer="adam", loss=loss)
+    return model
+
+
+def build_bug_target_sigmoid_range() -> keras.Model:
+    """Dense(1, sigmoid) regressing prices 50-500 with mse: a sigmoid never exceeds 1."""
+    return _head_model("bug_target_sigmoid_range", 1, "sigmoid", "mse")
+
+
+def build_fixed_linear_regression() -> keras.Model:
+    """The same regression with a linear head."""
+    return _head_model("fixed_linear_regression", 1, None, "mse")
+
+
+def build_bug_target_classes_one_unit() -> keras.Model:
+    """Five classes (ids 0-4) into Dense(1, sigmoid) with binary cross-entropy."""
+    return _head_model("bug_target_classes_one_unit", 1, "sigmoid", "binary_crossentropy")
+
+
+def build_fixed_five_classes() -> keras.Model:
+    """Dense(5, softmax) with sparse categorical cross-entropy for ids 0-4."""
+    return _head_model("fixed_five_classes", 5, "softmax", "sparse_categorical_crossentropy")
+
+
+def build_bug_target_ids_one_hot_loss() -> keras.Model:
+    """Class ids 0-3 with categorical cross-entropy (which wants one-hot rows)."""
+    return _head_model("bug_target_ids_one_hot_loss", 4, "softmax", "categorical_crossentropy")
+
+
+def build_fixed_ids_sparse_loss() -> keras.Model:
+    """Class ids 0-3 with sparse categorical cross-entropy."""
+    return _head_model("fixed_ids_sparse_loss", 4, "softmax", "sparse_categorical_crossentropy")
+
+
+def build_bug_target_one_hot_sparse_loss() -> keras.Model:
+    """One-hot rows of width 4 with sparse categorical cross-entropy (which wants ids)."""
+    return _head_model(
+        "bug_target_one_hot_sparse_loss", 4, "softmax", "sparse_categorical_crossentropy"
+    )
+
+
+def build_fixed_one_hot_loss() -> keras.Model:
+    """One-hot rows of width 4 with categorical cross-entropy."""
+    return _head_model("fixed_one_hot_loss", 4, "softmax", "categorical_crossentropy")
+
+
+def build_bug_target_ids_beyond_units() -> keras.Model:
+    """Class ids 0-4 into Dense(3, softmax): ids 3 and 4 have no unit."""
+    return _head_model(
+        "bug_target_ids_beyond_units", 3, "softmax", "sparse_categorical_crossentropy"
+    )
+
+
+def _labels(kind: str) -> np.ndarray:
+    rng = np.random.default_rng(1)
+    if kind == "prices":
+        return rng.uniform(50, 500, (32, 1)).astype("float32")
+    if kind == "one_hot":
+        return np.eye(4, dtype="float32")[rng.integers(0, 4, 32)]
+    high = {"ids5": 5, "ids4": 4}[kind]
+    return rng.integers(0, high, (32,)).astype("int64")
+
+
+# file -> (labels, the models checked with them): bug first, then its fixed twin
+LABELS = {
+    "target_prices.npz": ("prices", "bug_target_sigmoid_range", "fixed_linear_regression"),
+    "target_ids5.npz": ("ids5", "bug_target_classes_one_unit", "fixed_five_classes"),
+    "target_ids4.npz": ("ids4", "bug_target_ids_one_hot_loss", "fixed_ids_sparse_loss"),
+    "target_one_hot.npz": ("one_hot", "bug_target_one_hot_sparse_loss", "fixed_one_hot_loss"),
+}
+
+
+def write_labels(outdir: str) -> None:
+    """The probe batch (x, 32 standard-normal rows) and labels y of the target samples."""
+    import io
+
+    for filename, (kind, *_models) in LABELS.items():
+        x = np.random.default_rng(0).standard_normal((32, 6)).astype("float32")
+        # what np.savez writes, with fixed entry dates so regeneration is byte-identical
+        with zipfile.ZipFile(os.path.join(outdir, filename), "w") as archive:
+            for key, array in (("x", x), ("y", _labels(kind))):
+                buffer = io.BytesIO()
+                np.lib.format.write_array(buffer, array)
+                entry = zipfile.ZipInfo(f"{key}.npy", (1980, 1, 1, 0, 0, 0))
+                archive.writestr(entry, buffer.getvalue())
+
+
+# ------------------------------------------------------ heads the loss cannot train (static)
+
+
+def build_bug_relu_head_bce() -> keras.Model:
+    """Dense(1, relu) with binary cross-entropy: outputs read as probabilities, clipped."""
+    return _head_model("bug_relu_head_bce", 1, "relu", "binary_crossentropy")
+
+
+def build_bug_softmax_poisson() -> keras.Model:
+    """A 3-class softmax head compiled with the Poisson loss."""
+    return _head_model("bug_softmax_poisson", 3, "softmax", "poisson")
+
+
+def build_bug_relu_before_softmax() -> keras.Model:
+    """Dense(3, relu) 'logits' -> Softmax 'head': negative logits become 0."""
+
+    def tail():
+        return [layers.Dense(3, activation="relu", name="logits"), layers.Softmax(name="head")]
+
+    return _layers_model("bug_relu_before_softmax", tail, "sparse_categorical_crossentropy")
+
+
+def build_fixed_logits_softmax() -> keras.Model:
+    """Dense(3) 'logits' -> Softmax 'head'."""
+
+    def tail():
+        return [layers.Dense(3, name="logits"), layers.Softmax(name="head")]
+
+    return _layers_model("fixed_logits_softmax", tail, "sparse_categorical_crossentropy")
+
+
+def build_bug_dropout_logits() -> keras.Model:
+    """Dense(3) 'logits' -> Dropout(0.5) 'drop' -> Softmax 'head': dropout on the logits."""
+
+    def tail():
+        return [layers.Dense(3, name="logits"), layers.Dropout(0.5, name="drop"),
+            layers.Softmax(name="head")]  # fmt: skip
+
+    return _layers_model("bug_dropout_logits", tail, "sparse_categorical_crossentropy")
+
+
+def build_fixed_dropout_hidden() -> keras.Model:
+    """Dropout(0.5) 'drop' before Dense(3, softmax) 'head'."""
+
+    def tail():
+        return [
+            layers.Dropout(0.5, name="drop"),
+            layers.Dense(3, activation="softmax", name="head"),
+        ]
+
+    return _layers_model("fixed_dropout_hidden", tail, "sparse_categorical_crossentropy")
+
+
+def build_bug_all_linear() -> keras.Model:
+    """x(6) -> Dense(8) 'dense' (no activation) -> Dense(3, softmax) 'head'."""
+    _seed()
+    x = keras.Input((6,), name="x")
+    h = layers.Dense(8, name="dense")(x)
+    out = layers.Dense(3, activation="softmax", name="head")(h)
+    model = keras.Model(x, out, name="bug_all_linear")
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    return model
+
+
+def build_bug_dead_layer() -> keras.Model:
+    """A hidden Dense(8, relu) 'dense' whose bias (-100) kills six of its eight units."""
+    model = _head_model("bug_dead_layer", 3, "softmax", "sparse_categorical_crossentropy")
+    _set(model.get_layer("dense"), bias=[-100.0] * 6 + [0.0] * 2)
+    return model
 
 
 def build_bug_sigmoid_stack() -> keras.Model:
@@ -499,6 +674,23 @@ BUILDERS = {
     "fixed_logits_head.keras": build_fixed_logits_head,
     "fixed_rescaled_input.keras": build_fixed_rescaled_input,
     "fixed_relu_stack.keras": build_fixed_relu_stack,
+    "bug_target_sigmoid_range.keras": build_bug_target_sigmoid_range,
+    "fixed_linear_regression.keras": build_fixed_linear_regression,
+    "bug_target_classes_one_unit.keras": build_bug_target_classes_one_unit,
+    "fixed_five_classes.keras": build_fixed_five_classes,
+    "bug_target_ids_one_hot_loss.keras": build_bug_target_ids_one_hot_loss,
+    "fixed_ids_sparse_loss.keras": build_fixed_ids_sparse_loss,
+    "bug_target_one_hot_sparse_loss.keras": build_bug_target_one_hot_sparse_loss,
+    "fixed_one_hot_loss.keras": build_fixed_one_hot_loss,
+    "bug_target_ids_beyond_units.keras": build_bug_target_ids_beyond_units,
+    "bug_relu_head_bce.keras": build_bug_relu_head_bce,
+    "bug_softmax_poisson.keras": build_bug_softmax_poisson,
+    "bug_relu_before_softmax.keras": build_bug_relu_before_softmax,
+    "fixed_logits_softmax.keras": build_fixed_logits_softmax,
+    "bug_dropout_logits.keras": build_bug_dropout_logits,
+    "fixed_dropout_hidden.keras": build_fixed_dropout_hidden,
+    "bug_all_linear.keras": build_bug_all_linear,
+    "bug_dead_layer.keras": build_bug_dead_layer,
 }
 
 
@@ -516,6 +708,7 @@ def main(argv: list[str] | None = None) -> int:
         if filename.endswith(".keras"):
             normalise_archive(path)
         print(f"wrote {filename:28s} {os.path.getsize(path):7d} bytes  ({model.name})")
+    write_labels(outdir)
     return 0
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from layergrad import __version__
-from layergrad.cli import gate
+from layergrad.cli import fit, gate
 from layergrad.cli.options import (
     comma_list,
     data_options,
@@ -280,17 +280,19 @@ def scan(
         raise click.UsageError("--loss needs --wrt weights")
     if wrt == Wrt.WEIGHTS and measure["measure"] != "gradient":
         raise click.UsageError("--measure jacobian is for activations; drop it with --wrt weights")
-    if wrt == Wrt.WEIGHTS and probe.data is not None:
-        raise click.UsageError(
-            "--wrt weights takes one probe batch (--input with `y`); it does not run over --data"
-        )
     reads = [model, probe.input_file, *imports, *outputs.data_inputs(probe.data)]
     if plot_file:
         plot.check_plot_path(plot_file, reads, force=force)
     if wrt == Wrt.WEIGHTS:
-        weights = api.scan_weights_model(
-            model, loss=loss, imports=imports, unsafe=unsafe, options=probe
-        )
+        with sample_progress(probe.data is not None and not quiet) as on_progress:
+            weights = api.scan_weights_model(
+                model,
+                loss=loss,
+                imports=imports,
+                unsafe=unsafe,
+                options=probe,
+                on_progress=on_progress,
+            )
         result: Any = weights
         emit("weights", fmt, weights, weights.model.warnings)
         rows: Any = weights.variables
@@ -316,6 +318,7 @@ def scan(
 
 main.add_command(gate.check)
 main.add_command(gate.diff)
+main.add_command(fit.fit)
 
 
 if __name__ == "__main__":

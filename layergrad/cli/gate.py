@@ -84,6 +84,12 @@ from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding, OutputFormat
     help="A committed `layergrad scan --json`: fail on a regression against it, scanning with "
     "its probe. Repeatable: each applies to the file it was made from.",
 )
+@click.option(
+    "--allow-other-data",
+    is_flag=True,
+    help="With --baseline and --data: compare with a baseline made over other data (another "
+    "content hash or sample count) instead of refusing.",
+)
 @tolerance_option
 @data_options
 @force_option
@@ -101,6 +107,7 @@ def check(
     loss: str | None,
     input_file: str | None,
     baselines: tuple[str, ...],
+    allow_other_data: bool,
     tolerance: float,
     data: str | None,
     limit: int | None,
@@ -115,12 +122,15 @@ def check(
     """Check model files for CI: exit 1 when any file fails.
 
     Each file gets named checks: readable, safe (static audit), weights (all
-    finite), loads (Keras safe mode), forward (finite on a random batch),
-    gradient (the loss's gradient, or a projection of the outputs', reaches
-    every differentiable layer, finite), trainable (every trainable variable
-    gets a gradient from the loss), and with --baseline, baseline (no
-    regression against a committed scan). An unreadable or hostile file
-    fails; it is not a usage error.
+    finite), loss (the compiled loss fits each head), loads (Keras safe mode),
+    targets (with labels: each output can produce them), forward (finite and
+    varying on a random batch), gradient (the loss's gradient, or a projection
+    of the outputs', reaches every differentiable layer, finite), trainable
+    (every trainable variable gets a gradient from the loss; dead, vanishing
+    and exploding layers, judged on their weights), and with --baseline,
+    baseline (no regression against a committed scan). Findings not named by
+    --fail-on are warnings: the file passes ("PASS, 1 warning"). An unreadable
+    or hostile file fails; it is not a usage error.
     A directory stands for the .keras / .h5 files under it.
 
     \b
@@ -132,6 +142,7 @@ def check(
         layergrad scan model.keras --json > baseline.json    # once, then commit it
         layergrad check model.keras --baseline baseline.json
         layergrad check model.keras --data validation.npz
+        layergrad check model.keras --data val.npz --baseline val.gradients.json
     """
     from layergrad.cli.progress import sample_progress
     from layergrad.commands import check as checks
@@ -161,6 +172,7 @@ def check(
             distribute=distribute,
             cpu_replicas=cpu_replicas,
             on_progress=on_progress,
+            allow_other_data=allow_other_data,
         )
         # one bar at a time: the samples' bar when there is one, else the files'
         listed = paths if on_progress is None else []

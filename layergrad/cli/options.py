@@ -240,12 +240,13 @@ def probe_options(func: F) -> F:
 
 
 def measure_options(func: F) -> F:
-    """`--measure`, `--probes`, `--exact` (inspect, scan); the command receives `measure`, a
-    dict of the API's keyword arguments of the same names."""
+    """`--measure`, `--probes`, `--exact`, `--top` (inspect, scan); the command receives
+    `measure`, a dict of the API's keyword arguments of the same names."""
 
     @functools.wraps(func)
     def bundled(*args: Any, **kwargs: Any) -> Any:
-        kwargs["measure"] = {key: kwargs.pop(key) for key in ("measure", "probes", "exact")}
+        keys = ("measure", "probes", "exact", "top")
+        kwargs["measure"] = {key: kwargs.pop(key) for key in keys}
         return func(*args, **kwargs)
 
     return _stack(
@@ -272,6 +273,15 @@ def measure_options(func: F) -> F:
                 help="Compute the Jacobian norms exactly, from every row of the Jacobians "
                 "(the default for inspect when one sample's has at most 2^20 entries, for scan "
                 "when the target has at most 32 entries per sample).",
+            ),
+            click.option(
+                "--top",
+                type=click.IntRange(min=1),
+                default=10,
+                show_default=True,
+                metavar="K",
+                help="With --measure jacobian --data: report the K most sensitive samples "
+                "(largest Jacobian norms), by their index in the data.",
             ),
         ],
     )

@@ -21,8 +21,8 @@ from typing import Any
 from layergrad.commands.session import open_session
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
-from layergrad.core.results import InspectReport, ScanReport, WeightScanReport
-from layergrad.core.vocab import Measure
+from layergrad.core.results import InspectReport, Result, ScanReport, WeightScanReport
+from layergrad.core.vocab import Measure, Status
 
 __all__ = ["ProbeOptions", "inspect_model", "save_gradients", "scan_model", "scan_weights_model"]
 
@@ -38,6 +38,7 @@ def inspect_model(
     measure: str = "gradient",
     probes: int | None = None,
     exact: bool = False,
+    top: int = 10,
     on_progress: Progress | None = None,
     **probe: Any,
 ) -> InspectReport:
@@ -54,6 +55,8 @@ def inspect_model(
             per-sample Jacobians d to[i] / d from[i] (`Result.jacobian`).
         probes: K random projections; forces the estimated Jacobian norms.
         exact: forces the exact Jacobian norms (not with `probes`).
+        top: with `data` and measure "jacobian": how many of the most sensitive samples
+            (largest norms) to report.
         on_progress: with `data`, called after each batch with (samples done, samples
             expected or None).
 
@@ -68,19 +71,27 @@ def inspect_model(
     """
     if not targets:
         raise InputError("give at least one target layer (--to)")
-    from layergrad.diagnose import diagnoser
     from layergrad.engine import jacobian
-    from layergrad.engine import probe as probing
-    from layergrad.model import layer_refs
 
     jacobian.check_options(measure, probes, exact)
+    _check_top(top)
     options = options or ProbeOptions(**probe)
     if options.data is not None:
         from layergrad.commands import over_data
 
-        _no_jacobian_with_data(measure)
+        how = None
+        if measure == Measure.JACOBIAN:
+            how = jacobian.JacobianOptions(probes, exact, options.seed)
         return over_data.inspect_data(
-            path, source, targets, options, imports=imports, unsafe=unsafe, on_progress=on_progress
+            path,
+            source,
+            targets,
+            options,
+            imports=imports,
+            unsafe=unsafe,
+            on_progress=on_progress,
+            jacobian=how,
+            top=top,
         )
     session = open_session(
         path,
@@ -89,6 +100,39 @@ def inspect_model(
         imports=imports,
         unsafe=unsafe,
     )
+    results = _inspect(session, source, targets, measure, probes, exact)
+    trained, untrained = _train_untrained_batchnorm(session)
+    if untrained and any(res.status != Status.OK for res in results):
+        # never-trained BatchNormalization does not normalize in inference: probe as training
+        # runs it (the rule of scan and check), and say so
+        session = trained
+        said = (
+            f"probed in training mode (batch statistics): {len(untrained)} BatchNormalization "
+            f"layers ({', '.join(untrained[:3])}{'...' if len(untrained) > 3 else ''}) hold "
+            "their initial moving statistics, so the model was never trained and inference "
+            "does not normalize; training runs them like this",
+        )
+        results = tuple(
+            replace(res, warnings=(*res.warnings, *said))
+            for res in _inspect(session, source, targets, measure, probes, exact)
+        )
+    return InspectReport(model=session.model_meta, probe=session.probe_meta, results=results)
+
+
+def _inspect(
+    session: Any,
+    source: str,
+    targets: Sequence[str],
+    measure: str,
+    probes: int | None,
+    exact: bool,
+) -> tuple[Result, ...]:
+    """One probe of the session's model: the results of `inspect_model`."""
+    from layergrad.diagnose import diagnoser
+    from layergrad.engine import jacobian
+    from layergrad.engine import probe as probing
+    from layergrad.model import layer_refs
+
     model, opts = session.model, session.options
     source_site = layer_refs.resolve(model, source)
     target_sites = [layer_refs.resolve(model, ref) for ref in targets]
@@ -124,7 +168,23 @@ def inspect_model(
     if live is not None:
         how = jacobian.JacobianOptions(probes, exact, opts.seed)
         results = jacobian.with_jacobians(results, live, how)
-    return InspectReport(model=session.model_meta, probe=session.probe_meta, results=results)
+    return results
+
+
+def _train_untrained_batchnorm(session: Any) -> tuple[Any, list[str]]:
+    """The session in training mode when its model has never-trained BatchNormalization (the
+    rule `scan` and `check` apply), with those layers; unchanged otherwise."""
+    from layergrad.commands.scan import untrained_batchnorm
+    from layergrad.diagnose.diagnoser import Diagnoser
+
+    if session.options.training:
+        return session, []
+    untrained = untrained_batchnorm(session.model)
+    if not untrained:
+        return session, []
+    options = replace(session.options, training=True)
+    diagnoser = Diagnoser(session.model, session.batch, session.info.graph, True, options.reduce)
+    return replace(session, options=options, diagnoser=diagnoser), untrained
 
 
 def scan_model(
@@ -138,6 +198,7 @@ def scan_model(
     measure: str = "gradient",
     probes: int | None = None,
     exact: bool = False,
+    top: int = 10,
     on_progress: Progress | None = None,
     **probe: Any,
 ) -> ScanReport:
@@ -163,11 +224,11 @@ def scan_model(
     from layergrad.engine.jacobian import JacobianOptions, check_options
 
     check_options(measure, probes, exact)
+    _check_top(top)
     options = options or ProbeOptions(**probe)
     if options.data is not None:
         from layergrad.commands import over_data
 
-        _no_jacobian_with_data(measure)
         return over_data.scan_data(
             path,
             options,
@@ -176,6 +237,10 @@ def scan_model(
             imports=imports,
             unsafe=unsafe,
             on_progress=on_progress,
+            jacobian=JacobianOptions(probes, exact, options.seed)
+            if measure == Measure.JACOBIAN
+            else None,
+            top=top,
         )
     session = open_session(
         path,
@@ -191,12 +256,9 @@ def scan_model(
     return scan_session(session, target, layers, jacobian=how)
 
 
-def _no_jacobian_with_data(measure: str) -> None:
-    if measure == Measure.JACOBIAN:
-        raise InputError(
-            "--measure jacobian measures one batch: use --input (or the random batch) with it, "
-            "not --data"
-        )
+def _check_top(top: int) -> None:
+    if top < 1:
+        raise InputError(f"--top must be at least 1: top={top}")
 
 
 def scan_weights_model(
@@ -206,6 +268,7 @@ def scan_weights_model(
     imports: Sequence[str] = (),
     unsafe: bool = False,
     options: ProbeOptions | None = None,
+    on_progress: Progress | None = None,
     **probe: Any,
 ) -> WeightScanReport:
     """Gradient of the training loss with respect to every trainable variable (one pass).
@@ -213,6 +276,10 @@ def scan_weights_model(
     Args:
         loss: a `keras.losses` name; None uses the loss compiled in the file.
         (the rest as in `inspect_model`; labels are `y` from an `--input` .npz, else random)
+
+    With `data` the gradient is that of the loss averaged over every sample of the data set
+    (labels `y` / `y:NAME` in a `.npz`), and the report gains each layer's gradient
+    signal-to-noise ratio across batches (`WeightScanReport.noise`).
 
     Returns:
         A WeightScanReport with one row per trainable variable (`layer/name`).
@@ -222,7 +289,14 @@ def scan_weights_model(
     """
     from layergrad.commands.weight_scan import scan_weights
 
-    session = open_session(path, options or ProbeOptions(**probe), imports=imports, unsafe=unsafe)
+    options = options or ProbeOptions(**probe)
+    if options.data is not None:
+        from layergrad.commands.weights_data import scan_weights_data
+
+        return scan_weights_data(
+            path, options, loss=loss, imports=imports, unsafe=unsafe, on_progress=on_progress
+        )
+    session = open_session(path, options, imports=imports, unsafe=unsafe)
     return scan_weights(session, loss)
 
 

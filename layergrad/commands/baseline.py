@@ -45,7 +45,10 @@ def load_baselines(paths: Sequence[str | os.PathLike[str]]) -> tuple[Baseline, .
 
 
 def match_baselines(
-    files: Sequence[str], baselines: Sequence[Baseline], input_file: str | None = None
+    files: Sequence[str],
+    baselines: Sequence[Baseline],
+    input_file: str | None = None,
+    data: bool = False,
 ) -> dict[str, Baseline]:
     """Which baseline applies to which model file, each checked for a reproducible probe.
 
@@ -57,7 +60,7 @@ def match_baselines(
         UsageError: a baseline that matches no file, or whose probe cannot be reused here.
     """
     for baseline in baselines:
-        probe_options(baseline, input_file)  # refuse a foreign probe before loading anything
+        probe_options(baseline, input_file, data)  # refuse a foreign probe before loading
     if len(files) == 1 and len(baselines) == 1:
         return {files[0]: baselines[0]}
     matched: dict[str, Baseline] = {}
@@ -84,7 +87,9 @@ def _same_path(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def probe_options(baseline: Baseline, input_file: str | None = None) -> ProbeOptions:
+def probe_options(
+    baseline: Baseline, input_file: str | None = None, data: bool = False
+) -> ProbeOptions:
     """The probe the baseline was made with, for this file's scan.
 
     `input_file` is check's `--input`: a baseline probed with an `--input` batch needs the
@@ -100,7 +105,36 @@ def probe_options(baseline: Baseline, input_file: str | None = None) -> ProbeOpt
             f"{where} was made with --to {profile.target}; check scans the projection of the "
             f"model's outputs; {remake} (without --to)"
         )
-    return recorded_probe(profile, input_file, where)
+    return recorded_probe(profile, input_file, where, data)
+
+
+def same_data(
+    baseline: Baseline, source: str, sha256: str, samples: int | None, allow: bool
+) -> bool:
+    """Whether `--data source` (its content hash, and samples once known) is the data the
+    baseline was made over.
+
+    Raises:
+        UsageError: it is other data (another hash, another sample count, or a baseline made
+            on one probe batch) and `allow` (`--allow-other-data`) is False.
+    """
+    probe, where = baseline.profile.probe, f"--baseline {baseline.path}"
+    if probe.data_sha256 is None:
+        made = "a random probe batch" if probe.source == "random" else f"--input {probe.source}"
+        why = f"was made on {made}, not over --data"
+    elif probe.data_sha256 != sha256:
+        why = f"was made over --data {probe.source}, whose content differs from --data {source}"
+    elif samples is not None and probe.samples is not None and samples != probe.samples:
+        why = f"was made over {probe.samples:,} samples of the data, not {samples:,}"
+    else:
+        return True
+    if allow:
+        return False
+    raise UsageError(
+        f"{where} {why}: the gradients would differ for the data's sake, not the model's; "
+        f"make the baseline with `layergrad scan MODEL --data {source} --json`, or pass "
+        "--allow-other-data to compare anyway"
+    )
 
 
 def fits(baseline: Baseline, has_loss: bool, path: str) -> None:
@@ -129,6 +163,7 @@ def judge(
     weights: WeightScanReport | None,
     baseline: Baseline,
     tolerance: float,
+    other_data: bool = False,
 ) -> tuple[str, tuple[Finding, ...]]:
     """The `baseline` check of one file: its message and findings (`regression` or none).
 
@@ -137,12 +172,16 @@ def judge(
 
     Raises:
         UsageError: the scan was not made with the baseline's probe (see `diff.comparable`).
+
+    `other_data`: the scan ran over other data than the baseline (`--allow-other-data`), so
+    the probe's source and the inputs' sample counts are not compared.
     """
     scanned = weights if baseline.profile.wrt != ACTIVATIONS else report
     if scanned is None:  # `fits` refuses this before the scan; say so rather than pass
         raise UsageError(f"--baseline {baseline.path}: check found no loss to compare with")
-    diff = compare(baseline.profile, profile_of(scanned), tolerance)
-    return summary(diff, baseline.path), (Finding.REGRESSION,) if diff.regressions else ()
+    diff = compare(baseline.profile, profile_of(scanned), tolerance, same_data=not other_data)
+    against = baseline.path + (" (over other data)" if other_data else "")
+    return summary(diff, against), (Finding.REGRESSION,) if diff.regressions else ()
 
 
 def summary(diff: DiffReport, against: str) -> str:

@@ -30,6 +30,7 @@ from layergrad.commands.baseline import (
     load_baselines,
     match_baselines,
     probe_options,
+    same_data,
 )
 from layergrad.commands.check_steps import Add
 from layergrad.core.errors import LayergradError, UsageError, describe
@@ -68,13 +69,14 @@ class CheckOptions:
     distribute: str | None = None
     cpu_replicas: int | None = None
     on_progress: Progress | None = None
+    allow_other_data: bool = False  # --baseline --data: compare with a baseline of other data
 
     def __post_init__(self) -> None:
         check_data_options(
             self.data, self.input_file, self.limit, self.distribute, self.cpu_replicas
         )
-        if self.data is not None and self.baselines:
-            raise UsageError("--baseline compares the scan of one probe batch; drop --data")
+        if self.allow_other_data and not (self.data is not None and self.baselines):
+            raise UsageError("--allow-other-data goes with --baseline and --data; drop it")
 
     @property
     def rows(self) -> int:
@@ -117,7 +119,7 @@ def check_files(
             raise LayergradError("--baseline compares a gradient scan; drop --static-only")
         files = [os.fspath(p) for p in paths]
         found = load_baselines(options.baselines)
-        baselines = match_baselines(files, found, options.input_file)
+        baselines = match_baselines(files, found, options.input_file, options.data is not None)
     verdicts = []
     for path in paths:
         if on_file is not None:
@@ -146,7 +148,8 @@ def check_file(
 
     def add(name: str, message: str, findings: Sequence[Finding] = ()) -> bool:
         passed = not set(findings) & options.fail_on
-        items.append(CheckItem(name, passed, message, tuple(findings)))
+        warned = tuple(f for f in findings if f not in options.fail_on)
+        items.append(CheckItem(name, passed, message, tuple(findings), warned))
         running[0] = CHECKS[min(CHECKS.index(name) + 1, len(CHECKS) - 1)]
         return passed
 
@@ -161,7 +164,8 @@ def check_file(
 
 
 CHECKS = (
-    "readable", "safe", "weights", "loss", "loads", "forward", "gradient", "trainable", "baseline",
+    "readable", "safe", "weights", "loss", "loads", "targets", "forward", "gradient", "trainable",
+    "baseline",
 )  # fmt: skip
 
 
@@ -218,17 +222,51 @@ def _load(
 
 
 def _dynamic_data(
-    path: str | os.PathLike[str], info: FileInfo, options: CheckOptions, add: Add
+    path: str | os.PathLike[str],
+    info: FileInfo,
+    options: CheckOptions,
+    add: Add,
+    baseline: Baseline | None = None,
+    has_loss: bool = False,
 ) -> None:
-    """The forward and gradient checks over every sample of `options.data` (one pass)."""
+    """The forward and gradient checks over every sample of `options.data` (one pass), and
+    with `baseline` the baseline check over the same data (the loss's gradient over the data
+    for a file with a loss)."""
     from layergrad.commands import over_data
     from layergrad.engine.data_step import BatchFailed
 
     probe = options.probe()
+    other, sha = False, ""
+    if baseline is not None:
+        from layergrad.data.fingerprint import data_sha256
+
+        fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
+        assert options.data is not None
+        sha = data_sha256(options.data)
+        other = not same_data(baseline, options.data, sha, None, options.allow_other_data)
+        recorded = probe_options(baseline, None, data=True)
+        probe = replace(
+            options.probe(),
+            batch_size=recorded.batch_size,
+            seed=recorded.seed,
+            reduce=recorded.reduce,
+            training=recorded.training,
+        )
     opened = _load(path, info, options, probe, add)
     if opened is None:
         return
     loaded, _, strategy = opened
+    from layergrad.data.functions import is_function
+    from layergrad.data.labels import summarise_function, summarise_npz
+
+    names, ranks = _outputs(loaded.model)
+    data = os.fspath(options.data or "")
+    if is_function(data):
+        inputs = len(getattr(loaded.model, "inputs", None) or [None])
+        labels = summarise_function(data, names, ranks, inputs, options.limit)
+    else:
+        labels = summarise_npz(data, names, ranks, options.limit)
+    mismatched = steps.targets(info, options.loss, labels, f"--data {options.data}", add)
     try:
         batches = over_data.open_stream(loaded.model, probe)
     except LayergradError as exc:  # the data does not fit this model: the command is wrong
@@ -241,8 +279,131 @@ def _dynamic_data(
         add("forward", str(exc), [Finding.ERROR])
         return
     message, findings = over_data.forward_check(run)
-    add("forward", message, findings)
+    if findings:
+        add("forward", message, findings)
+        steps.gradient(rows, add)
+        return
+    # the rules that need one batch (outputs that never vary, unscaled inputs, the weights'
+    # gradients) run on the data's first batch, with its labels
+    first = _first_batch(loaded, batches, info, options, None if mismatched else names)
+    weights, has_loss = _weights_of(first, options)
+    weights = _dead_over_data(loaded.model, batches, weights, first.options.training)
+    report = weights.activations
+    where = f" (on the first batch of {first.batch.batch_size} samples of --data)"
+    found, parts = steps.forward_parts(report) if report is not None else ([], [])
+    if found:
+        add("forward", f"{message}; {'; '.join(parts)}{where}", found)
+    else:
+        add("forward", f"{message}; outputs vary and inputs are in range{where}")
     steps.gradient(rows, add)
+    steps.trainable(weights, add, has_loss, where, dead_scope="the data")
+    if baseline is not None:  # over the same data: the loss's gradient over every sample
+        data = os.fspath(options.data or "")
+        other = other or not same_data(baseline, data, sha, run.samples, options.allow_other_data)
+        _baseline_over_data(
+            path, opened, batches, run, rows, probe, options, add, baseline, has_loss, other
+        )
+
+
+def _baseline_over_data(
+    path: str | os.PathLike[str],
+    opened: tuple[Any, tuple[str, ...], Any],
+    batches: Any,
+    run: Any,
+    rows: Any,
+    probe: ProbeOptions,
+    options: CheckOptions,
+    add: Add,
+    baseline: Baseline,
+    has_loss: bool,
+    other: bool,
+) -> None:
+    """The `baseline` check over the data: for a file with a loss, the loss's gradient over
+    every sample (`scan --wrt weights --data`), else the rows of the streamed scan."""
+    from layergrad.commands import over_data
+    from layergrad.core.results import ScanReport
+    from layergrad.engine.data_step import BatchFailed
+
+    loaded, warnings, strategy = opened
+    full = None
+    if has_loss:
+        from layergrad.commands.weights_data import weights_over
+
+        try:
+            full = weights_over(
+                loaded, warnings, strategy, probe, options.loss, options.on_progress, path
+            )
+        except BatchFailed as exc:
+            add("baseline", str(exc), [Finding.ERROR])
+            return
+    scanned = ScanReport(
+        model=over_data._model_meta(path, loaded, warnings),
+        probe=over_data._probe_meta(batches.source, run, probe, seeded=True),
+        target=None,
+        rows=rows,
+    )
+    add("baseline", *judge(scanned, full, baseline, options.tolerance, other))
+
+
+def _first_batch(
+    loaded: Any, batches: Any, info: FileInfo, options: CheckOptions, names: list[str] | None
+) -> Any:
+    """A session on the first batch of --data, with its labels when they fit (`names`)."""
+    from layergrad.commands.scan import untrained_batchnorm
+    from layergrad.commands.session import Session
+    from layergrad.data.labels import first_labels
+    from layergrad.diagnose.diagnoser import Diagnoser
+
+    batch = batches.batch(0)
+    if names:
+        given = first_labels(os.fspath(options.data or ""), names, batch.batch_size)
+        batch = replace(batch, labels=given or None)
+    model = loaded.model
+    probe = replace(options.probe(bool(untrained_batchnorm(model))), data=None, limit=None,
+                    distribute=None, cpu_replicas=None)  # fmt: skip
+    diagnoser = Diagnoser(model, batch, info.graph, probe.training, probe.reduce)
+    return Session(info.path, model, info, batch, probe, diagnoser)
+
+
+def _dead_over_data(model: Any, batches: Any, weights: Any, training: bool) -> Any:
+    """The weight scan with only the dead layers of its batch that are dead for every sample
+    of the data (one more forward pass over the data, only when a layer is dead)."""
+    import numpy as np
+
+    from layergrad.core.gradient_stats import DEAD_FRACTION
+    from layergrad.data.probe_input import ProbeBatch
+    from layergrad.engine.probe import run_probe
+    from layergrad.model.layer_refs import resolve
+
+    if not weights.dead_layers:
+        return weights
+    sites = [resolve(model, ref) for ref, _ in weights.dead_layers]
+    masks: list[Any] = [None] * len(sites)
+    names = tuple(s.name for s in batches.specs)
+    for tensors in batches.dataset:
+        arrays = tuple(np.asarray(t.numpy()) for t in tensors)
+        run = run_probe(model, ProbeBatch(arrays, names, batches.source, None), sites, sites[:1],
+                        training=training)  # fmt: skip
+        for i, act in enumerate(run.sources):
+            value = act.value.reshape(-1, act.value.shape[-1])
+            zero = np.all(value == 0, axis=0)
+            masks[i] = zero if masks[i] is None else masks[i] & zero
+    dead = tuple(
+        (ref, float(np.mean(mask)))
+        for (ref, _), mask in zip(weights.dead_layers, masks, strict=True)
+        if mask is not None and float(np.mean(mask)) > DEAD_FRACTION
+    )
+    return replace(weights, dead_layers=dead)
+
+
+def _weights_of(session: Any, options: CheckOptions) -> tuple[Any, bool]:
+    """The weight scan of the session (the loss, or the outputs' projection) and whether a
+    loss was found."""
+    from layergrad.commands.weight_scan import scan_weights
+    from layergrad.engine.compiled_loss import find_loss
+
+    has_loss = find_loss(session.info.compile_config, options.loss) is not None
+    return scan_weights(session, options.loss, projection=True), has_loss
 
 
 def _dynamic(
@@ -257,10 +418,10 @@ def _dynamic(
     from layergrad.commands.weight_scan import scan_weights
     from layergrad.engine.compiled_loss import find_loss
 
-    if options.data is not None:
-        _dynamic_data(path, info, options, add)
-        return
     has_loss = find_loss(info.compile_config, options.loss) is not None
+    if options.data is not None:
+        _dynamic_data(path, info, options, add, baseline, has_loss)
+        return
     if baseline is not None:
         fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
     opened = _load(path, info, options, options.probe(), add)
@@ -284,9 +445,18 @@ def _dynamic(
             raise UsageError(str(exc)) from exc
         add("forward", f"not run: {exc}")
         return
+    if session.batch.labels:
+        from layergrad.data.labels import summarise_arrays
+
+        names, ranks = _outputs(model)
+        labels = summarise_arrays(session.batch.labels, names, ranks)
+        if steps.targets(info, options.loss, labels, session.batch.source, add):
+            # the loss cannot take these labels: the gradient checks draw labels that fit
+            session = replace(session, batch=replace(session.batch, labels=None))
     try:
-        weights = scan_weights(session, options.loss) if has_loss else None
-        report = weights.activations if weights and weights.activations else scan_session(session)
+        # without a loss the update ratios come from a random projection of the outputs
+        weights = scan_weights(session, options.loss, projection=True)
+        report = weights.activations if weights.activations else scan_session(session)
     except LayergradError as exc:  # e.g. --loss names no Keras loss
         add("forward", f"not run: {exc}", [Finding.ERROR])
         return
@@ -304,16 +474,29 @@ def _dynamic(
     else:
         batch = session.batch
         source = "a random batch" if batch.source == "random" else f"the batch in {batch.source}"
+        drawn = f" ({batch.drawn})" if batch.drawn else ""
         mode = ""
         if training and session.options.training:
             mode = " (in training mode: its BatchNormalization was never trained)"
-        add("forward", f"finite and varying on {source} of {batch.batch_size}{mode}")
+        add("forward", f"finite and varying on {source} of {batch.batch_size}{drawn}{mode}")
     steps.gradient(report.rows, add)
-    steps.trainable(weights, add)
+    steps.trainable(weights, add, has_loss)
     if baseline is not None:
-        add("baseline", *judge(report, weights, baseline, options.tolerance))
+        add("baseline", *judge(report, weights if has_loss else None, baseline, options.tolerance))
     elif options.baselines:
         add("baseline", "no baseline given for this file")
+
+
+def _outputs(model: Any) -> tuple[list[str], dict[str, int]]:
+    """The model's output names and the rank of each output without the batch axis."""
+    names = list(getattr(model, "output_names", None) or [])
+    try:
+        shapes = [tuple(t.shape) for t in model.outputs]
+    except (AttributeError, ValueError):
+        shapes = []
+    names = names or [f"output_{i}" for i in range(max(1, len(shapes)))]
+    ranks = {n: len(shape) - 1 for n, shape in zip(names, shapes, strict=False)}
+    return names, ranks
 
 
 def expand_paths(paths: Sequence[str]) -> list[str]:

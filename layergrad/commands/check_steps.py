@@ -6,12 +6,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from layergrad.core.errors import LayergradError
-from layergrad.core.results import ScanReport, ScanRow, WeightScanReport
-from layergrad.core.vocab import Finding, Status
+from layergrad.core.results import Cause, ScanReport, ScanRow, WeightScanReport
+from layergrad.core.vocab import Finding, Flag, Status
 from layergrad.files.file_info import FileInfo
+from layergrad.model.target_fit import LabelSummary
 
 Add = Callable[..., bool]
 
@@ -70,8 +72,43 @@ def loss_fits(info: FileInfo, loss: str | None, add: Add) -> None:
     add("loss", text, [Finding.LOSS_MISMATCH])
 
 
+# Flags of a layer's output that say training cannot work; the magnitude flags (dead,
+# vanishing, exploding) of check are judged on the layers' weights instead (`trainable`).
+CERTAIN_FLAGS = (Flag.BLOCKED, Flag.NONFINITE)
+
+
+def targets(
+    info: FileInfo, loss: str | None, labels: Mapping[str, LabelSummary], source: str, add: Add
+) -> bool:
+    """`targets`: the labels given with the data can be produced by each output and fit the
+    loss (skipped, not recorded, without labels). True when they do not."""
+    from layergrad.model.loss_fit import output_heads, per_output
+    from layergrad.model.target_fit import target_mismatches
+
+    if not labels:
+        return False
+    compiled = {"loss": loss} if loss else info.compile_config
+    heads = output_heads(info.config, info.graph)
+    if not info.graph.known or not heads:
+        add("targets", "not run: the file does not say which layers make the outputs")
+        return False
+    names = [h.name for h in heads]
+    if len(heads) == 1 and len(labels) == 1:  # `y`: however Keras names the one output
+        labels = {names[0]: next(iter(labels.values()))}
+    specs = per_output(compiled["loss"], names) if compiled.get("loss") else [None] * len(heads)
+    found = target_mismatches(heads, specs, labels)
+    if not found:
+        held = "; ".join(f"{name}: {s.describe()}" for name, s in labels.items())
+        add("targets", f"the labels in {source} fit every output ({held})")
+        return False
+    text = "; ".join(f"{m.message}. Fix: {m.hint}" for m in found)
+    add("targets", text, [Finding.TARGET_MISMATCH])
+    return True
+
+
 def gradient(rows: Sequence[ScanRow], add: Add) -> None:
-    """`gradient`: the scan's flags, each with its first cause."""
+    """`gradient`: the scan's blocked and non-finite rows, each with its first cause."""
+    rows = [replace(r, flags=tuple(f for f in r.flags if f in CERTAIN_FLAGS)) for r in rows]
     problems = [r for r in rows if r.flags]
     if not problems:
         differentiable = sum(1 for r in rows if r.status != Status.INTEGER)
@@ -90,9 +127,16 @@ def gradient(rows: Sequence[ScanRow], add: Add) -> None:
 
 def forward_findings(report: ScanReport, add: Add) -> None:
     """`forward`: outputs that never vary, unscaled inputs."""
+    findings, parts = forward_parts(report)
+    add("forward", "; ".join(parts), findings)
+
+
+def forward_parts(report: ScanReport) -> tuple[list[Finding], list[str]]:
+    """The constant-output and input-range findings of a scan, and what to say of each."""
     from layergrad.diagnose import causes as why
 
-    findings, parts = [], []
+    findings: list[Finding] = []
+    parts: list[Cause] = []
     if report.constant:
         findings.append(Finding.CONSTANT_OUTPUT)
         parts += [why.constant_output(c.output, c.layer, c.reason) for c in report.constant]
@@ -102,13 +146,44 @@ def forward_findings(report: ScanReport, add: Add) -> None:
         parts.append(
             why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
         )
-    add("forward", "; ".join(f"{c.message}. Fix: {c.hint}" for c in parts), findings)
+    return findings, [f"{c.message}. Fix: {c.hint}" for c in parts]
 
 
-def trainable(report: WeightScanReport | None, add: Add) -> None:
-    """`trainable`: every trainable variable gets a gradient from the loss."""
+def trainable(
+    report: WeightScanReport | None,
+    add: Add,
+    has_loss: bool = True,
+    where: str = "",
+    dead_scope: str = "the batch",
+) -> None:
+    """`trainable`: every trainable variable gets a gradient from the loss, and each layer's
+    update ratio fits the others' (dead, vanishing, exploding: warnings by default).
+
+    Without a loss (`has_loss` False) the report differentiates a random projection of the
+    outputs: only the update ratios are judged. `where` is appended to the message (the
+    batch it was judged on, with --data); `dead_scope` what the dead units were dead for.
+    """
+    if where:
+        inner = add
+
+        def add(name: str, message: str, findings: Sequence[Finding] = ()) -> bool:
+            return inner(name, message + where, findings)
+
     if report is None:
         add("trainable", "skipped: no loss (the file was saved without model.compile; --loss)")
+        return
+    if not has_loss:
+        findings, parts = _scale(report, dead_scope)
+        if findings:
+            add("trainable", "; ".join(parts) + " (no loss: judged on a random projection of "
+                "the outputs)", findings)  # fmt: skip
+        else:
+            add(
+                "trainable",
+                "no loss (the file was saved without model.compile; --loss), so no variable "
+                "was checked for a gradient; update ratios of a random projection of the "
+                "outputs fit each other",
+            )
         return
     findings, parts = [], []
     for status, finding in (
@@ -122,8 +197,47 @@ def trainable(report: WeightScanReport | None, add: Add) -> None:
             why = f" ({cause.code} at {cause.layer})" if cause else ""
             names = ", ".join(v.variable for v in bad[:4]) + ("..." if len(bad) > 4 else "")
             parts.append(f"{finding}: {names}{why}")
+    scale_findings, scale_parts = _scale(report, dead_scope)
+    findings += scale_findings
+    parts += scale_parts
     if not findings:
         count = len(report.variables)
-        add("trainable", f"all {count} trainable variables get a gradient from the loss")
+        add(
+            "trainable",
+            f"all {count} trainable variables get a gradient from the loss; update ratios of "
+            "the layers fit each other",
+        )
         return
     add("trainable", "; ".join(parts), findings)
+
+
+def _scale(report: WeightScanReport, dead_scope: str) -> tuple[list[Finding], list[str]]:
+    """Dead, vanishing and exploding layers, judged on their weights' gradients."""
+    from layergrad.commands.weight_scan import scale_flags
+
+    findings: list[Finding] = []
+    parts: list[str] = []
+    dead = report.dead_layers
+    if dead:
+        findings.append(Finding.DEAD)
+        names = ", ".join(f"{layer} ({share:.0%} of its units)" for layer, share in dead[:4])
+        parts.append(
+            f"dead: {names}{'...' if len(dead) > 4 else ''}: these ReLU units output 0 for "
+            f"every sample of {dead_scope}, so their weights get no gradient"
+        )
+    flagged = scale_flags(report.variables)
+    for flag, finding, word in (
+        (Flag.VANISHING, Finding.VANISHING, "below"),
+        (Flag.EXPLODING, Finding.EXPLODING, "above"),
+    ):
+        layers = [(layer, d) for layer, (f, d) in flagged.items() if f == flag]
+        if layers:
+            findings.append(finding)
+            listed = ", ".join(f"{layer} ({abs(d):.1f} decades)" for layer, d in layers[:4])
+            more = "..." if len(layers) > 4 else ""
+            parts.append(
+                f"{finding}: {listed}{more}: the update ratio |dL/dW| / |W| of these layers is "
+                f"that many decades {word} that of the layers near the output, so they "
+                + ("barely learn" if flag == Flag.VANISHING else "take steps far too large")
+            )
+    return findings, parts

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
@@ -28,6 +28,9 @@ from layergrad.core.results import (
     ScanRow,
 )
 from layergrad.core.vocab import Finding, Status
+
+if TYPE_CHECKING:
+    from layergrad.engine.jacobian import JacobianOptions
 
 
 def open_stream(model: Any, options: ProbeOptions) -> Any:
@@ -54,8 +57,11 @@ def inspect_data(
     imports: Sequence[str] = (),
     unsafe: bool = False,
     on_progress: Progress | None = None,
+    jacobian: JacobianOptions | None = None,
+    top: int = 10,
 ) -> InspectReport:
-    """`api.inspect_model` over every sample of `options.data`."""
+    """`api.inspect_model` over every sample of `options.data`; with `jacobian` (a
+    `jacobian.JacobianOptions`) each result also gets its Jacobian norms over every sample."""
     from layergrad.commands import session
     from layergrad.diagnose import diagnoser
     from layergrad.engine import data_step
@@ -85,6 +91,10 @@ def inspect_data(
         if note:
             result = replace(result, warnings=(*result.warnings, note))
         results.append(result)
+    if jacobian is not None:
+        results = _with_jacobians(
+            model, batches, source_site, results, options, jacobian, top, on_progress
+        )
     return InspectReport(
         model=_model_meta(path, loaded, warnings),
         probe=_probe_meta(batches.source, run, options),
@@ -101,9 +111,11 @@ def scan_data(
     imports: Sequence[str] = (),
     unsafe: bool = False,
     on_progress: Progress | None = None,
+    jacobian: JacobianOptions | None = None,
+    top: int = 10,
 ) -> ScanReport:
     """`api.scan_model` over every sample of `options.data`: each row's statistics over all
-    samples."""
+    samples (and with `jacobian`, its Jacobian norms over every sample)."""
     from layergrad.commands import session
     from layergrad.diagnose import diagnoser
     from layergrad.model import layer_refs
@@ -118,13 +130,91 @@ def scan_data(
     note = site and diagnoser.softmax_target_note(
         site, "scan with --to the layer before it, or without --to (a projection of the outputs)"
     )
+    notes: tuple[str, ...] = (note,) if note else ()
+    if jacobian is not None:
+        rows, found = _scan_jacobians(
+            model, batches, site, rows, options, jacobian, top, on_progress
+        )
+        notes = (*notes, *found)
     return ScanReport(
         model=_model_meta(path, loaded, warnings),
         probe=_probe_meta(batches.source, run, options, seeded=site is None),
         target=site.ref if site else None,
         rows=rows,
-        notes=(note,) if note else (),
+        notes=notes,
     )
+
+
+def _scan_jacobians(
+    model: Any,
+    batches: Any,
+    site: Any,
+    rows: tuple[ScanRow, ...],
+    options: ProbeOptions,
+    how: JacobianOptions,
+    top: int,
+    on_progress: Progress | None = None,
+) -> tuple[tuple[ScanRow, ...], tuple[str, ...]]:
+    """Rows with their per-sample Jacobian norms over every sample, and how they were
+    measured."""
+    from layergrad.core.results import ScanJacobian
+    from layergrad.engine.jacobian_data import scan_jacobians
+
+    norms, notes = scan_jacobians(
+        model,
+        batches,
+        site,
+        how,
+        training=options.training,
+        reduce=options.reduce,
+        top=top,
+        on_progress=on_progress,  # a second pass: the bar starts again
+    )
+    by_ref: dict[str, Any] = {}
+    for (path, call, _), found in norms.items():
+        by_ref.setdefault(f"{path}@{call}" if call else path, found)
+    out = []
+    for row in rows:
+        norm = by_ref.get(row.layer)
+        if norm is not None and row.status in (Status.OK, Status.ZERO):
+            row = replace(row, jacobian=ScanJacobian(frobenius=norm))
+        out.append(row)
+    return tuple(out), notes
+
+
+def _with_jacobians(
+    model: Any,
+    batches: Any,
+    source: Any,
+    results: list[Result],
+    options: ProbeOptions,
+    how: JacobianOptions,
+    top: int,
+    on_progress: Progress | None = None,
+) -> list[Result]:
+    """Each result whose gradient is ok or zero with its Jacobian norms over the data."""
+    from layergrad.engine.jacobian_data import inspect_jacobians
+    from layergrad.model import layer_refs
+
+    chosen = [i for i, r in enumerate(results) if r.status in (Status.OK, Status.ZERO)]
+    if not chosen:
+        return results
+    sites = [layer_refs.resolve(model, results[i].target.layer) for i in chosen]
+    found = inspect_jacobians(
+        model,
+        batches,
+        source,
+        sites,
+        how,
+        training=options.training,
+        reduce=options.reduce,
+        top=top,
+        on_progress=on_progress,  # a second pass: the bar starts again
+    )
+    out = list(results)
+    for i, (stats, warnings) in zip(chosen, found, strict=True):
+        out[i] = replace(out[i], jacobian=stats, warnings=(*out[i].warnings, *warnings))
+    return out
 
 
 def scan_over(
@@ -244,8 +334,8 @@ def _result(run: Any, t: int, diagnosis: _Diagnosis) -> Result:
         status=status,
         gradient=stats,
         causes=causes,
-        warnings=_warnings(stats, run.forward[0], source.site.ref, target.site.ref)
-        if status == "ok" and stats is not None
+        warnings=_warnings(stats, run.forward[0], source, target, grad, diagnosis)
+        if status == "ok" and stats is not None and grad is not None
         else (),
         data=DataStats((), None, None)
         if grad is None
@@ -253,17 +343,33 @@ def _result(run: Any, t: int, diagnosis: _Diagnosis) -> Result:
     )
 
 
-def _warnings(stats: GradientStats, forward: Any, src: str, dst: str) -> tuple[str, ...]:
-    """`diagnoser.warnings_for`, from statistics over all samples instead of arrays."""
-    from layergrad.diagnose.diagnoser import gradient_warnings
+def _warnings(
+    stats: GradientStats, forward: Any, source: Any, target: Any, grad: Any, diagnosis: _Diagnosis
+) -> tuple[str, ...]:
+    """`diagnoser.warnings_for`, from statistics over all samples instead of arrays: exact
+    zeros by design named, units with no gradient for any sample called dead."""
+    from layergrad.diagnose.diagnoser import gradient_warnings, structural_zeros
+    from layergrad.model.layer_refs import iter_layers
 
     size = forward.mean_abs if forward is not None else 0.0
-    return gradient_warnings(stats.zero_fraction, stats.max_abs, size, src, dst)
+    width = source.shape[-1] if source.shape else 1
+    dead = len(grad.dead_units()) / width if width else None
+    structural: tuple[str, ...] = ()
+    if stats.zero_fraction > 0.5:  # only then is there anything to explain
+        layers = dict(iter_layers(diagnosis.model))
+        structural = structural_zeros(
+            source.site, target.site, diagnosis.graph, layers, diagnosis.training
+        )
+    src, dst = source.site.ref, target.site.ref
+    return gradient_warnings(stats.zero_fraction, stats.max_abs, size, src, dst, structural, dead)
 
 
 def _probe_meta(source: str, run: Any, options: ProbeOptions, seeded: bool = False) -> ProbeMeta:
     """`seeded`: the seed matters (the default target's projection), so it is reported."""
+    from layergrad.data.fingerprint import data_sha256
+
     return ProbeMeta(
+        data_sha256=data_sha256(source),
         source=source,
         seed=options.seed if seeded else None,
         batch_size=options.rows,

@@ -56,6 +56,7 @@ class Session:
             batch_size=self.batch.batch_size,
             training=self.options.training,
             reduce=self.options.reduce,
+            drawn=self.batch.drawn,
         )
 
 
@@ -170,4 +171,5 @@ def probe_batch(model: KerasModel, options: ProbeOptions) -> ProbeBatch:
         options.seed,
         probe_input.integer_ranges(model),
         max_bytes=options.max_memory,
+        draws=probe_input.preprocessing_draws(model),
     )

@@ -11,6 +11,8 @@ gets the causes the diagnosis engine finds on the path from its layer to the los
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -29,33 +31,52 @@ from layergrad.engine.compiled_loss import (
     output_losses,
     random_labels,
 )
-from layergrad.engine.trace import run_trace
+from layergrad.engine.trace import Trace, run_trace
 from layergrad.model.layer_refs import iter_layers
 
-SCALE_RATIO = 1e6  # an update ratio this far below / above the median: vanishing / exploding
+# Vanishing / exploding: the update ratios of the layers near the input this many decades
+# below / above those near the output (see `scale_flags`). Calibrated on untrained healthy
+# architectures (keras.applications, RNNs, a Transformer, deep He ReLU MLPs), whose trend lies
+# within -1.8 and +0.2 decades; an 8-layer sigmoid stack has +4.6 (docs/verdicts.md).
+TREND_DECADES, MIN_LAYERS = 3.0, 3
+# The variables whose update ratio says how fast a layer learns (biases and normalization
+# scales are left out: they start at 0 or 1 whatever the layer).
+KERNELS = ("kernel", "embeddings", "depthwise_kernel", "pointwise_kernel")
 
 
-def scan_weights(session: Session, loss: str | None = None) -> WeightScanReport:
+def scan_weights(
+    session: Session, loss: str | None = None, projection: bool = False
+) -> WeightScanReport:
     """Gradient of the loss with respect to every trainable variable of the session's model.
 
     Args:
         session: an opened model and probe batch (`pipeline.open_session`).
         loss: a `keras.losses` name overriding the compiled loss; None uses the file's.
+        projection: without any loss, differentiate the seeded random projection of the
+            outputs instead (what `check` judges update ratios on; loss name "projection").
 
     Raises:
         InputError: the file has no compiled loss and `loss` is None, or the loss is unknown.
     """
-    model, options = session.model, session.options
+    model = session.model
     spec = find_loss(session.info.compile_config, loss)
+    if spec is None and projection:
+        return _scan(session, None, None, [])
     if spec is None:
         raise InputError(
             f"{session.path} has no compiled loss (it was saved without model.compile); pass "
             "--loss NAME, e.g. --loss sparse_categorical_crossentropy or --loss mse"
         )
     compile_loss(model, spec)
+    return _scan(session, spec, session.batch.labels, [])
+
+
+def _scan(
+    session: Session, spec: Any, given: dict[str, np.ndarray] | None, kinds: list[str]
+) -> WeightScanReport:
+    """The weight scan of `spec`'s loss, or of the outputs' random projection (spec None)."""
+    model, options = session.model, session.options
     names = list(getattr(model, "output_names", None) or [])
-    given = session.batch.labels
-    kinds: list[str] = []
 
     def objective(outputs: Any) -> Any:
         from layergrad.core.keras_backend import quiet_import
@@ -74,7 +95,8 @@ def scan_weights(session: Session, loss: str | None = None) -> WeightScanReport:
         session.batch,
         training=options.training,
         reduce=options.reduce,
-        objective=objective,
+        seed=options.seed,
+        objective=objective if spec is not None else None,
         variables=[getattr(v, "value", v) for v, _ in owned],
     )
     from layergrad.commands.scan import scan_report
@@ -85,7 +107,9 @@ def scan_weights(session: Session, loss: str | None = None) -> WeightScanReport:
         for (v, path), grad in zip(owned, trace.variable_gradients, strict=True)
     ]
     notes = []
-    if not given:
+    if spec is None:
+        notes.append("no loss: the gradient is that of a seeded random projection of the outputs")
+    elif not given:
         notes.append(
             f"labels are random ({', '.join(sorted(set(kinds)))}), drawn to fit each output, "
             f"seed {options.seed}: pass --input with a `y` array for your own"
@@ -93,12 +117,32 @@ def scan_weights(session: Session, loss: str | None = None) -> WeightScanReport:
     return WeightScanReport(
         model=session.model_meta,
         probe=session.probe_meta,
-        loss=LossMeta(spec.name, spec.source, "data" if given else "random"),
+        loss=LossMeta("projection", "random", "none")
+        if spec is None
+        else LossMeta(spec.name, spec.source, "data" if given else "random"),
         frozen=len(model.non_trainable_variables),
         variables=tuple(_flag_scale(rows)),
         notes=tuple(notes),
-        activations=replace(activations, target="loss"),
+        dead_layers=dead_layers(trace, dict(iter_layers(model))),
+        activations=replace(activations, target="loss" if spec is not None else None),
     )
+
+
+def dead_layers(trace: Trace, layers: dict[str, Any]) -> tuple[tuple[str, float], ...]:
+    """ReLU layers with more than DEAD_FRACTION of their units (last axis) exactly zero for
+    every sample of the batch: (layer reference, that share)."""
+    from layergrad.diagnose.activations import activation_name
+
+    found = []
+    for act in trace.activations:
+        if not act.is_float or act.value.size == 0:
+            continue
+        if activation_name(layers.get(act.site.path)) != "relu":
+            continue
+        share = dead_fraction(act.value)
+        if share > DEAD_FRACTION:
+            found.append((act.site.ref, share))
+    return tuple(found)
 
 
 def _owners(model: Any) -> list[tuple[Any, str]]:
@@ -172,19 +216,63 @@ def _causes(row: VariableRow, path: str, layer_rows: tuple[ScanRow, ...]) -> tup
     return (why.variable_not_used(path, row.name, row.status),)
 
 
+def layer_ratios(rows: Sequence[VariableRow]) -> dict[str, float]:
+    """Each layer's update ratio: ||d loss / d W|| / ||W|| over all its trainable variables.
+
+    Only layers whose every variable has a finite gradient and that hold a non-zero weight.
+    """
+    grads: dict[str, float] = {}
+    norms: dict[str, float] = {}
+    broken: set[str] = set()
+    for r in rows:
+        if r.status not in (Status.OK, Status.ZERO) or r.gradient is None:
+            broken.add(r.layer)
+            continue
+        ratio = r.update_ratio
+        grads[r.layer] = grads.get(r.layer, 0.0) + r.gradient.l2**2
+        weight = r.gradient.l2 / ratio if ratio else 0.0
+        norms[r.layer] = norms.get(r.layer, 0.0) + weight**2
+    return {
+        layer: math.sqrt(grads[layer] / norms[layer])
+        for layer in grads
+        if layer not in broken and norms[layer] > 0 and grads[layer] > 0
+    }
+
+
+def scale_flags(rows: Sequence[VariableRow]) -> dict[str, tuple[Flag, float]]:
+    """Vanishing / exploding layers: {layer: (flag, decades below / above the output end)}.
+
+    Only layers with a kernel (Dense, Conv, Embedding, recurrent layers...) take part, in
+    execution order; a layer without weights is never flagged. The trend is the median
+    log10 update ratio of the last quarter of them minus that of the first quarter. When it
+    is at least TREND_DECADES (the layers near the input would learn that many decades slower
+    than those near the output), every layer of the first half at least TREND_DECADES below
+    the last quarter's median is vanishing; at most -TREND_DECADES, every layer of the first
+    half that far above it is exploding. Needs MIN_LAYERS such layers.
+    """
+    ratios = layer_ratios([r for r in rows if r.name in KERNELS])
+    if len(ratios) < MIN_LAYERS:
+        return {}
+    logs = [(layer, math.log10(ratio)) for layer, ratio in ratios.items()]
+    quarter = max(1, round(len(logs) / 4))
+    end = float(np.median([v for _, v in logs[-quarter:]]))
+    start = float(np.median([v for _, v in logs[:quarter]]))
+    trend = end - start
+    found: dict[str, tuple[Flag, float]] = {}
+    for layer, value in logs[: max(1, len(logs) // 2)]:
+        if trend >= TREND_DECADES and value <= end - TREND_DECADES:
+            found[layer] = (Flag.VANISHING, value - end)
+        elif trend <= -TREND_DECADES and value >= end + TREND_DECADES:
+            found[layer] = (Flag.EXPLODING, value - end)
+    return found
+
+
 def _flag_scale(rows: list[VariableRow]) -> list[VariableRow]:
-    """Vanishing / exploding: an update ratio 1e6 below / above the median of the model's."""
-    ratios = [r.update_ratio for r in rows if r.update_ratio and r.status == Status.OK]
-    if len(ratios) < 3:
-        return rows
-    median = float(np.median(ratios))
+    """Vanishing / exploding: the variables of a layer flagged by `scale_flags`."""
+    flagged = scale_flags(rows)
     out = []
     for r in rows:
-        ratio = r.update_ratio
-        if ratio and r.status == Status.OK and not r.flags:
-            if ratio < median / SCALE_RATIO:
-                r = replace(r, flags=(Flag.VANISHING,))
-            elif ratio > median * SCALE_RATIO:
-                r = replace(r, flags=(Flag.EXPLODING,))
+        if r.layer in flagged and r.status == Status.OK and not r.flags:
+            r = replace(r, flags=(flagged[r.layer][0],))
         out.append(r)
     return out

@@ -69,6 +69,51 @@ class Cause:
 
 
 @dataclass(frozen=True)
+class Histogram:
+    """Counts of a non-negative per-sample quantity in log bins of equal width.
+
+    `edges` has one more entry than `counts`; the bins lie on one grid of `bins_per_decade`
+    bins per decade anchored at powers of ten, so histograms of different runs add bin by
+    bin. `zeros` counts the values that are exactly 0 (or below 1e-30).
+    """
+
+    edges: tuple[float, ...]
+    counts: tuple[int, ...]
+    zeros: int = 0
+    bins_per_decade: int = 10
+
+
+@dataclass(frozen=True)
+class RankedSample:
+    """One sample of a data set (its index, from 0 in data order) and its value."""
+
+    sample: int
+    value: float
+    rel_stderr: float | None = None  # of an estimated value
+
+
+@dataclass(frozen=True)
+class NormDistribution:
+    """A per-sample norm over every sample of a data set (`--data`), in fixed memory.
+
+    count, mean, std, min and max are exact, p50 and p95 within 1.2%; `top` holds the
+    largest values, largest first (ties by sample index). `mean_rel_stderr` is the relative
+    standard error of `mean` when the values are estimates (None when exact).
+    """
+
+    count: int
+    mean: float
+    std: float
+    min: float
+    p50: float
+    p95: float
+    max: float
+    histogram: Histogram
+    top: tuple[RankedSample, ...] = ()
+    mean_rel_stderr: float | None = None
+
+
+@dataclass(frozen=True)
 class FrobeniusNorms:
     """||J_i||_F for each sample i of the probe batch, exact or estimated.
 
@@ -82,6 +127,8 @@ class FrobeniusNorms:
     max: float
     rel_stderr: float | None = None
     sample_rel_stderr: tuple[float, ...] = ()
+    # with --data: the distribution over every sample (`per_sample` is then empty)
+    distribution: NormDistribution | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +144,7 @@ class SpectralNorms:
     max: float
     iterations: int | None = None
     converged: bool = True
+    distribution: NormDistribution | None = None  # with --data (`per_sample` is then empty)
 
 
 @dataclass(frozen=True)
@@ -160,6 +208,9 @@ class ProbeMeta:
     reduce: str
     samples: int | None = None  # only with --data: samples seen
     replicas: int | None = None  # only with --data: devices the step ran on
+    data_sha256: str | None = None  # only with --data: what identifies it (`data/fingerprint`)
+    # only when a random probe follows the model's own preprocessing: what it drew
+    drawn: str | None = None
 
 
 @dataclass(frozen=True)
@@ -223,12 +274,21 @@ class ScanReport(NotebookDisplay):
 
 @dataclass(frozen=True)
 class CheckItem:
-    """One named check of one model file."""
+    """One named check of one model file.
+
+    `warnings` are the `findings` that do not fail the file (not named by `--fail-on`).
+    """
 
     name: str
     passed: bool
     message: str
     findings: tuple[Finding, ...] = ()
+    warnings: tuple[Finding, ...] = ()
+
+    @property
+    def failures(self) -> tuple[Finding, ...]:
+        """The findings that fail the file."""
+        return tuple(f for f in self.findings if f not in self.warnings)
 
 
 @dataclass(frozen=True)
@@ -238,6 +298,23 @@ class FileVerdict:
     path: str
     passed: bool
     checks: tuple[CheckItem, ...]
+
+    @property
+    def failures(self) -> tuple[Finding, ...]:
+        """Every finding that fails the file, in check order."""
+        return tuple(f for c in self.checks for f in c.failures)
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        """Every finding reported as a warning (the file may still pass), in check order."""
+        return tuple(f for c in self.checks for f in c.warnings)
+
+    @property
+    def verdict(self) -> str:
+        """`PASS`, `PASS, 1 warning`, `FAIL`, `FAIL, 2 warnings`: what the file gets."""
+        word = "PASS" if self.passed else "FAIL"
+        count = len(self.warnings)
+        return f"{word}, {count} warning{'s' if count != 1 else ''}" if count else word
 
 
 @dataclass(frozen=True)
@@ -271,6 +348,23 @@ class VariableRow:
 
 
 @dataclass(frozen=True)
+class GradientNoise:
+    """One layer's training gradient over the batches of a data set (`scan --wrt weights
+    --data`), its trainable variables taken together.
+
+    `signal` is ||mean g||^2 (the full-data gradient's squared norm), `variance` the
+    sample-weighted variance of the batch gradients around it (summed over entries; None
+    with one batch), `snr` their ratio (None when the variance is None or 0).
+    """
+
+    layer: str
+    signal: float
+    variance: float | None
+    snr: float | None
+    batches: int
+
+
+@dataclass(frozen=True)
 class WeightScanReport(NotebookDisplay):
     """`scan --wrt weights`: the loss's gradient for every trainable variable."""
 
@@ -280,5 +374,9 @@ class WeightScanReport(NotebookDisplay):
     frozen: int  # non-trainable variables, counted but not listed
     variables: tuple[VariableRow, ...]
     notes: tuple[str, ...] = ()
+    noise: tuple[GradientNoise, ...] = ()  # with --data: per layer, the gradient's SNR
+    # (layer reference, share of its units) for ReLU layers whose units are mostly zero for
+    # every sample of the batch
+    dead_layers: tuple[tuple[str, float], ...] = ()
     # d loss / d every layer's output, from the same pass (check's gradient check reads it)
     activations: ScanReport | None = field(default=None, repr=False, compare=False)

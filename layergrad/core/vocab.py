@@ -63,8 +63,15 @@ class Finding(Word):
     NO_GRADIENT = "no_gradient"  # a trainable variable gets no gradient from the loss
     CONSTANT_OUTPUT = "constant_output"  # an output is the same for every sample
     LOSS_MISMATCH = "loss_mismatch"  # the compiled loss does not fit the output
+    TARGET_MISMATCH = "target_mismatch"  # the labels given cannot be produced by the output
     INPUT_RANGE = "input_range"  # unscaled inputs pin the first activation (with data)
     REGRESSION = "regression"  # gradient flow got worse than the --baseline scan
+    # found while training (`layergrad fit`, `GradientMonitor`); rules in docs/training.md
+    DIVERGING = "diverging"  # the loss grows while update ratios explode
+    NOT_LEARNING = "not_learning"  # the loss does not move, update ratios stay tiny
+    DYING_UNITS = "dying_units"  # a layer's dead-unit fraction grows past a threshold
+    STALLED_LAYER = "stalled_layer"  # one layer's update ratio decades below the others'
+    PLATEAU_AT_CHANCE = "plateau_at_chance"  # the loss settles at the class prior's
 
 
 DEFAULT_FAIL_ON = (
@@ -76,7 +83,28 @@ DEFAULT_FAIL_ON = (
     Finding.NO_GRADIENT,
     Finding.CONSTANT_OUTPUT,
     Finding.LOSS_MISMATCH,
+    Finding.TARGET_MISMATCH,
     Finding.REGRESSION,
+)
+# Heuristic findings: reported as warnings (the file passes) unless `--fail-on` names them.
+WARNING_FINDINGS = (Finding.VANISHING, Finding.EXPLODING, Finding.DEAD, Finding.INPUT_RANGE)
+
+
+# What `layergrad fit` can find; `nonfinite` is shared with `check`.
+TRAINING_FINDINGS = (
+    Finding.NONFINITE,
+    Finding.DIVERGING,
+    Finding.NOT_LEARNING,
+    Finding.DYING_UNITS,
+    Finding.STALLED_LAYER,
+    Finding.PLATEAU_AT_CHANCE,
+)
+# The training findings that say the run learns nothing (the others warn).
+DEFAULT_FIT_FAIL_ON = (
+    Finding.NONFINITE,
+    Finding.DIVERGING,
+    Finding.NOT_LEARNING,
+    Finding.PLATEAU_AT_CHANCE,
 )
 
 
@@ -106,6 +134,7 @@ class CauseCode(Word):
     CONSTANT_OUTPUT = "constant_output"
     INPUT_RANGE = "input_range"
     LOSS_MISMATCH = "loss_mismatch"
+    TARGET_MISMATCH = "target_mismatch"
     UNKNOWN = "unknown"
 
 

@@ -36,6 +36,7 @@ KINDS = {
     "fwd": SUM,
     "dims": MAX,
     "samples": SUM,
+    "sum": SUM,  # a plain sum (the weight gradients and batch sizes of `scan --wrt weights`)
     "first": MIN,  # the first batch index where a non-finite value was counted
 }
 # the packed summaries whose first non-finite batch is tracked, and the field that counts

@@ -104,6 +104,39 @@ def function_source(
     return python_dataset(read, signature, failure, ref), rows
 
 
+def labels_of(ref: str, inputs: int, limit: int | None) -> Iterator[Any]:
+    """The labels of each element a data function gives (a second call of the function):
+    `y` of `(x, y)` tuples, of dicts keyed `y`, or None; at most `limit` samples."""
+    tf, _ = quiet_import()
+    try:
+        result = _load_function(ref)()
+    except Exception as exc:
+        raise InputError(f"--data {ref}: the function raised {type(exc).__name__}: {exc}") from exc
+    if isinstance(result, tf.data.Dataset):
+        result = result.as_numpy_iterator()
+    if isinstance(result, np.ndarray) or not isinstance(result, Iterable):
+        return
+    seen = 0
+    for element in result:
+        y = _label_of(element, inputs)
+        if y is None:
+            return
+        yield y
+        seen += int(np.shape(y)[0]) if np.ndim(y) else 1
+        if limit is not None and seen >= limit:
+            return
+
+
+def _label_of(element: Any, inputs: int) -> Any:
+    if isinstance(element, dict):
+        return element.get("y")
+    if isinstance(element, (tuple, list)) and len(element) >= 2:
+        first = element[0]
+        if inputs == 1 or isinstance(first, (dict, tuple, list)):
+            return element[1]
+    return None
+
+
 def _load_function(ref: str) -> Callable[[], Any]:
     match = FUNCTION.match(ref)
     if match is None:

@@ -28,6 +28,26 @@ class InputSpec:
 
 
 @dataclass(frozen=True)
+class InputDraw:
+    """How a random float input is drawn when the model preprocesses its own inputs.
+
+    `kind` "uniform" draws from [a, b); "normal" from mean a, standard deviation b (per
+    channel: the last axis). `why` says which layer asked for it.
+    """
+
+    kind: str
+    a: tuple[float, ...]
+    b: tuple[float, ...]
+    why: str
+
+    def describe(self, name: str) -> str:
+        """`image uniform 0-255 (Rescaling 'rescaling' expects raw pixels)`."""
+        if self.kind == "uniform":
+            return f"{name} uniform {self.a[0]:g}-{self.b[0]:g} ({self.why})"
+        return f"{name} normal around the adapted mean ({self.why})"
+
+
+@dataclass(frozen=True)
 class ProbeBatch:
     """The arrays fed to the model, in the model's input order, and where they came from."""
 
@@ -37,6 +57,7 @@ class ProbeBatch:
     seed: int | None
     # labels from an .npz: `y` (one output) or `y:NAME` per output; None when not given
     labels: dict[str, np.ndarray] | None = None
+    drawn: str | None = None  # how random inputs follow the model's preprocessing, if they do
 
     @property
     def batch_size(self) -> int:
@@ -66,8 +87,12 @@ def random_batch(
     int_high: dict[str, int],
     *,
     max_bytes: int | None = None,
+    draws: dict[str, InputDraw] | None = None,
 ) -> ProbeBatch:
     """Random inputs: float standard normal, integer uniform in [0, int_high[name]), bool 0/1.
+
+    A float input named in `draws` (see `preprocessing_draws`) is drawn from the range the
+    model's own preprocessing expects instead.
 
     Raises InputError, before allocating, when the batch (drawn in float64) would take more
     than ``max_bytes``.
@@ -88,7 +113,10 @@ def random_batch(
     for spec in specs:
         shape = (batch_size, *(UNKNOWN_DIM if d is None else d for d in spec.shape))
         kind = np.dtype(spec.dtype).kind if spec.dtype != "bfloat16" else "f"
-        if kind == "f":
+        draw = (draws or {}).get(spec.name)
+        if kind == "f" and draw is not None:
+            arrays.append(_drawn(rng, shape, draw).astype(_np_dtype(spec.dtype)))
+        elif kind == "f":
             arrays.append(rng.standard_normal(shape).astype(_np_dtype(spec.dtype)))
         elif kind == "b":
             arrays.append(rng.integers(0, 2, shape).astype(bool))
@@ -100,7 +128,76 @@ def random_batch(
                 f"input {spec.name!r} has dtype {spec.dtype}, which a random probe cannot make; "
                 "pass the probe batch with --input FILE.npy"
             )
-    return ProbeBatch(tuple(arrays), tuple(s.name for s in specs), "random", seed)
+    used = [
+        draws[s.name].describe(s.name)
+        for s in specs
+        if draws and s.name in draws and np.dtype(_np_dtype(s.dtype)).kind == "f"
+    ]
+    return ProbeBatch(
+        tuple(arrays),
+        tuple(s.name for s in specs),
+        "random",
+        seed,
+        drawn="; ".join(used) or None,
+    )
+
+
+def _drawn(rng: np.random.Generator, shape: tuple[int, ...], draw: InputDraw) -> np.ndarray:
+    a, b = np.asarray(draw.a), np.asarray(draw.b)
+    if draw.kind == "uniform":
+        return a + (b - a) * rng.random(shape)
+    return a + b * rng.standard_normal(shape)
+
+
+PIXELS = 255.0  # a Rescaling that maps [0, 255] onto [0, 1] or [-1, 1] expects raw pixels
+
+
+def preprocessing_draws(model: Any) -> dict[str, InputDraw]:
+    """For each float input whose first layer preprocesses it, the range the model expects.
+
+    `Rescaling(scale, offset)` with 0 < scale < 1 maps raw x to x * scale + offset; the raw
+    range is the one mapped onto [offset, 1] (0-255 for `1/255` and for `1/127.5, -1`). An
+    adapted `Normalization` expects its own mean and variance. keras.applications models
+    that preprocess inside the model start with one of these.
+    """
+    out: dict[str, InputDraw] = {}
+    for input_name, layer in _input_consumers(model):
+        kind = type(layer).__name__
+        ref = f"{kind} '{layer.name}'"
+        if kind == "Rescaling":
+            scale, offset = _scalar(layer.scale), _scalar(layer.offset)
+            if scale is None or offset is None or not 0 < scale < 1 or offset >= 1:
+                continue
+            high = (1 - offset) / scale
+            high = PIXELS if abs(high - PIXELS) < 1 else high
+            out[input_name] = InputDraw(
+                "uniform", (0.0,), (float(high),), f"{ref} expects raw values"
+            )
+        elif kind == "Normalization" and not getattr(layer, "invert", False):
+            mean, variance = getattr(layer, "mean", None), getattr(layer, "variance", None)
+            if mean is None or variance is None:
+                continue
+            m = np.asarray(mean, dtype=np.float64).reshape(-1)
+            v = np.asarray(variance, dtype=np.float64).reshape(-1)
+            if not m.size or (np.all(m == 0) and np.all(v == 1)) or np.any(v < 0):
+                continue
+            out[input_name] = InputDraw(
+                "normal",
+                tuple(float(x) for x in m),
+                tuple(float(x) for x in np.sqrt(v)),
+                f"{ref} is adapted to mean {_short(m)}, std {_short(np.sqrt(v))}",
+            )
+    return out
+
+
+def _scalar(value: Any) -> float | None:
+    array = np.asarray(value, dtype=np.float64).reshape(-1)
+    return float(array[0]) if array.size and np.all(array == array[0]) else None
+
+
+def _short(values: np.ndarray) -> str:
+    shown = ", ".join(f"{x:.3g}" for x in values[:3])
+    return f"[{shown}{', ...' if values.size > 3 else ''}]" if values.size > 1 else shown
 
 
 def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) -> ProbeBatch:

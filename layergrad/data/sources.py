@@ -360,3 +360,63 @@ def _images(
         return find(batch * batch_size, (batch + 1) * batch_size)
 
     return dataset.batch(batch_size), len(files), explain
+
+
+def open_labels(
+    path: str | os.PathLike[str],
+    outputs: Sequence[str],
+    batch_size: int,
+    limit: int | None = None,
+) -> DataStream | None:
+    """The labels stored with `--data` in a `.npz`, batched like its inputs: `y` for a model
+    with one output (or no output names, as a Sequential model), `y:NAME` per output name;
+    None when the data holds no labels.
+
+    Raises:
+        InputError: labels that do not match the outputs, or a row count unlike the inputs'.
+    """
+    text = os.fspath(path)
+    if not text.lower().endswith(".npz") or not os.path.isfile(text):
+        return None
+    try:
+        with zipfile.ZipFile(text) as archive:
+            members = npz_members(archive, text)
+            held = {k: v for k, v in members.items() if k == "y" or k.startswith("y:")}
+            if not held:
+                return None
+            if "y" in held and len(outputs) <= 1:  # no output names: a Sequential model
+                chosen = {"y": held["y"]}
+            else:
+                missing = [n for n in outputs if f"y:{n}" not in held]
+                if missing or not outputs:
+                    raise InputError(
+                        f"the labels in --data {text} are {sorted(held)}, but the model has "
+                        f"{len(outputs)} outputs ({', '.join(outputs)}); save one array per "
+                        "output as `y:NAME` (or `y` for one output)"
+                    )
+                chosen = {f"y:{n}": held[f"y:{n}"] for n in outputs}
+            headers = {
+                name: NpyRows(
+                    archive.open(member),
+                    f"{text} array {name!r}",
+                    archive.getinfo(member).file_size,
+                )
+                for name, member in chosen.items()
+            }
+            rows = {r.rows for r in headers.values()}
+            inputs = {
+                NpyRows(archive.open(m), text, archive.getinfo(m).file_size).rows
+                for k, m in members.items()
+                if k not in held
+            }
+    except DAMAGE as exc:
+        raise InputError(
+            f"--data {text} is not a readable .npz file ({exc}); write it with np.savez"
+        ) from None
+    if len(rows | inputs) > 1:
+        raise InputError(
+            f"--data {text}: the labels and the inputs have different numbers of rows "
+            f"({sorted(rows | inputs)}); give every array the same number of samples"
+        )
+    specs = [InputSpec(n, tuple(r.shape[1:]), str(r.dtype)) for n, r in headers.items()]
+    return open_data(text, specs, batch_size, limit)

@@ -8,6 +8,7 @@ wrong (`locate.PathView`); the ops, activation values and dtype of that layer sa
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -232,7 +233,20 @@ def build_results(
                 status=status,
                 gradient=None if grad is None else gradient_stats(grad),
                 causes=causes,
-                warnings=warnings_for(grad, source, target) if status == Status.OK else (),
+                warnings=warnings_for(
+                    grad,
+                    source,
+                    target,
+                    structural_zeros(
+                        source.site,
+                        target.site,
+                        graph,
+                        diagnoser.layers if diagnoser is not None else {},
+                        diagnoser.training if diagnoser is not None else False,
+                    ),
+                )
+                if status == Status.OK
+                else (),
                 array=grad,
             )
         )
@@ -262,22 +276,60 @@ def dedupe(causes: list[Cause]) -> tuple[Cause, ...]:
 
 
 def warnings_for(
-    grad: np.ndarray | None, source: Activation, target: Activation
+    grad: np.ndarray | None,
+    source: Activation,
+    target: Activation,
+    structural: Sequence[str] = (),
 ) -> tuple[str, ...]:
     """Warnings for an `ok` gradient that still looks wrong (see `gradient_warnings`)."""
     if grad is None:
         return ()
+    units = grad.reshape(-1, grad.shape[-1]) if grad.ndim else grad.reshape(1, 1)
     return gradient_warnings(
         float(np.mean(grad == 0)),
         float(np.max(np.abs(grad.astype(np.float64)))),
         float(np.mean(np.abs(source.value.astype(np.float64)))),
         source.site.ref,
         target.site.ref,
+        structural,
+        float(np.mean(np.all(units == 0, axis=0))),
     )
 
 
+def structural_zeros(
+    src: Site, dst: Site, graph: ModelGraph | None, layers: Mapping[str, Any], training: bool
+) -> tuple[str, ...]:
+    """The layers between `src` and `dst` that give exact zeros by design, each with the
+    share of zeros it is expected to give: max pooling, ReLU, masking, Dropout in training."""
+    if graph is None:
+        return ()
+    found = []
+    for path in graph.between(src.path, dst.path, src.call, dst.call):
+        layer = layers.get(path)
+        kind = type(layer).__name__
+        if kind.startswith("MaxPooling") or kind.startswith("MaxPool"):
+            size = np.prod(np.atleast_1d(getattr(layer, "pool_size", 2)))
+            found.append(f"max pooling at '{path}' passes the gradient to one position of each "
+                         f"window ({1 - 1 / size:.0%} zeros expected)")  # fmt: skip
+        elif kind == "Dropout" and training:
+            found.append(f"Dropout at '{path}' in training mode zeroes a share of "
+                         f"{getattr(layer, 'rate', 0):.0%}")  # fmt: skip
+        elif kind == "Masking" or (kind == "Embedding" and getattr(layer, "mask_zero", False)):
+            found.append(f"masking at '{path}' zeroes the masked time steps")
+        elif activation_name(layer) == "relu":
+            found.append(f"ReLU at '{path}' passes no gradient where its input is negative "
+                         "(about half of the units for a random probe)")  # fmt: skip
+    return tuple(found)
+
+
 def gradient_warnings(
-    zero_fraction: float, max_abs: float, source_size: float, src: str, dst: str
+    zero_fraction: float,
+    max_abs: float,
+    source_size: float,
+    src: str,
+    dst: str,
+    structural: Sequence[str] = (),
+    dead_units: float | None = None,
 ) -> tuple[str, ...]:
     """Warnings for an `ok` gradient of `dst` with respect to `src` that still looks wrong.
 
@@ -286,11 +338,19 @@ def gradient_warnings(
     Exploding: above 1e6. Mostly zero: more than half of the values are exactly 0.
     """
     out = []
-    if zero_fraction > MOSTLY_ZERO:
+    dead = dead_units is not None and dead_units > MOSTLY_ZERO
+    if zero_fraction > MOSTLY_ZERO and structural and not dead:
         out.append(
-            f"{zero_fraction:.0%} of d {dst} / d {src} is exactly zero: dead units or inactive "
-            "paths between the two layers"
+            f"{zero_fraction:.0%} of d {dst} / d {src} is exactly zero, by design: "
+            + "; ".join(structural[:3])
         )
+    elif zero_fraction > MOSTLY_ZERO:
+        what = (
+            f"{dead_units:.0%} of the units of {src} get zero gradient for every sample (dead)"
+            if dead and dead_units is not None
+            else "inactive paths between the two layers"
+        )
+        out.append(f"{zero_fraction:.0%} of d {dst} / d {src} is exactly zero: {what}")
     gain = max_abs * (source_size if source_size > 0 else 1.0)
     if gain < VANISHING_GAIN:
         out.append(

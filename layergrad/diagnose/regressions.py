@@ -68,13 +68,17 @@ class DiffReport(NotebookDisplay):
         return sum(1 for r in self.rows if r.change == change)
 
 
-def compare(base: Profile, new: Profile, tolerance: float = DEFAULT_TOLERANCE) -> DiffReport:
+def compare(
+    base: Profile, new: Profile, tolerance: float = DEFAULT_TOLERANCE, same_data: bool = True
+) -> DiffReport:
     """Compare two profiles row by row (matched by name) under the regression rules.
 
     Args:
         base: the reference scan (the committed baseline, the model before the change).
         new: the scan of the model under test.
         tolerance: the largest change of mean |g|, in decades, that is not a regression.
+        same_data: False to compare scans made over different data on purpose (the probe's
+            source and the inputs' sample counts are then not compared).
 
     Returns:
         A DiffReport: the new scan's rows in order, each removed row after the row that
@@ -85,7 +89,7 @@ def compare(base: Profile, new: Profile, tolerance: float = DEFAULT_TOLERANCE) -
             probe, target or kind of scan.
     """
     check_tolerance(tolerance)
-    comparable(base, new)
+    comparable(base, new, same_data)
     old = {r.name: r for r in base.rows}
     now = {r.name: r for r in new.rows}
     rows = tuple(
@@ -185,7 +189,7 @@ def merged_order(base: Sequence[str], new: Sequence[str]) -> list[str]:
     return out
 
 
-def comparable(base: Profile, new: Profile) -> None:
+def comparable(base: Profile, new: Profile, same_data: bool = True) -> None:
     """Raise UsageError when the two profiles were not made the same way.
 
     Two scans compare only when they differentiate the same target with respect to the same
@@ -208,8 +212,9 @@ def comparable(base: Profile, new: Profile) -> None:
             f"{_target_text(new.target)}; scan both with the same --to"
         )
     p, q = base.probe, new.probe
+    sources = (("probe batch", source_text(p), source_text(q)),) if same_data else ()
     for what, a, b in (
-        ("probe batch", source_text(p), source_text(q)),
+        *sources,
         ("batch size", p.batch_size, q.batch_size),
         ("reduction (--reduce)", p.reduce, q.reduce),
         ("mode", mode_text(p), mode_text(q)),
@@ -221,8 +226,10 @@ def comparable(base: Profile, new: Profile) -> None:
             )
     shapes = {r.name: r.input_shape for r in base.rows if r.input_shape is not None}
     for row in new.rows:
-        was = shapes.get(row.name)
-        if row.input_shape is not None and was is not None and was != row.input_shape:
+        was, now = shapes.get(row.name), row.input_shape
+        if (not same_data or p.samples is not None) and was is not None and now is not None:
+            was, now = was[1:], now[1:]  # over data, axis 0 counts the samples
+        if now is not None and was is not None and was != now:
             raise UsageError(
                 f"model input {row.name!r} was probed with shape {was} in the base scan and "
                 f"{row.input_shape} in the new one: the model's inputs changed, so the "
@@ -235,6 +242,8 @@ def _target_text(target: str | None) -> str:
 
 
 def source_text(p: ProbeMeta) -> str:
+    if p.data_sha256 is not None:
+        return f"--data with SHA-256 {p.data_sha256[:12]}... ({p.samples} samples)"
     if p.source == "random":
         return f"random (seed {p.seed})"
     return f"--input {os.path.normpath(p.source)}"

@@ -66,8 +66,9 @@ def loss_name(loss: Any) -> str:
     return str(loss)
 
 
-def compile_loss(model: Any, spec: LossSpec) -> None:
-    """Compile `model` with the loss (and loss weights) of `spec`; nothing else is used.
+def compile_loss(model: Any, spec: LossSpec, optimizer: Any = "sgd") -> None:
+    """Compile `model` with the loss (and loss weights) of `spec` and `optimizer` (only
+    `layergrad fit` steps it; the other commands only differentiate).
 
     Raises:
         InputError: the loss is not a Keras loss (a custom loss needs `--import`).
@@ -78,7 +79,7 @@ def compile_loss(model: Any, spec: LossSpec) -> None:
     args = dict(spec.compile_args)
     try:
         args["loss"] = _deserialize(keras, args["loss"])
-        model.compile(optimizer="sgd", **args)
+        model.compile(optimizer=optimizer, **args)
     except (ValueError, TypeError, KeyError) as exc:
         flag = "--loss" if spec.source == "option" else "the compiled loss"
         raise InputError(

@@ -130,17 +130,34 @@ def _cause_text(code: str, layer: str | None) -> str:
     return f"{code} at {layer}" if layer else str(code)
 
 
-def recorded_probe(profile: Profile, input_file: str | None, where: str) -> ProbeOptions:
+def recorded_probe(
+    profile: Profile, input_file: str | None, where: str, data: bool = False
+) -> ProbeOptions:
     """The probe options that reproduce the probe recorded in `profile`.
 
     `input_file` is the `--input` given now: a profile probed with an `--input` batch needs
     the same file again (the JSON records its path, not its contents); a profile probed with a
-    random batch needs none. `where` names the profile in errors.
+    random batch needs none. With `data` (`--data` is given now) only the batch size, seed,
+    reduction and mode are taken: which data it was is judged by `baseline.same_data`. A
+    profile made over `--data` needs `--data` again. `where` names the profile in errors.
 
     Raises:
         InputError: the recorded probe cannot be reproduced with this `input_file`.
     """
     probe = profile.probe
+    if data:
+        return ProbeOptions(
+            batch_size=probe.batch_size,
+            seed=probe.seed if probe.seed is not None else 0,
+            reduce=probe.reduce,
+            training=probe.training,
+        )
+    if probe.data_sha256 is not None:
+        raise InputError(
+            f"{where} was made over --data {probe.source} ({probe.samples} samples), so it "
+            f"compares only with a run over the same data: `check --data {probe.source}`, or "
+            f"diff it with `layergrad scan MODEL --data {probe.source} --json`"
+        )
     if probe.source == "random" and input_file is not None:
         raise InputError(
             f"{where} was probed with a random batch (seed {probe.seed}), but --input "
@@ -331,12 +348,20 @@ class _Fields:
         reduce = self.member(obj, "reduce", str, "probe.reduce")
         if reduce not in REDUCTIONS:
             raise self.error("probe.reduce", " or ".join(map(repr, REDUCTIONS)), reduce)
+        samples = obj.get("samples")
+        if samples is not None and (type(samples) is not int or samples < 0):
+            raise self.error("probe.samples", "a count of samples or absent", samples)
+        sha = obj.get("data_sha256")
+        if sha is not None and not (isinstance(sha, str) and len(sha) == 64):
+            raise self.error("probe.data_sha256", "a SHA-256 in hex or absent", sha)
         return ProbeMeta(
             source=self.member(obj, "source", str, "probe.source"),
             seed=seed,
             batch_size=batch,
             training=self.member(obj, "training", bool, "probe.training"),
             reduce=reduce,
+            samples=samples,
+            data_sha256=sha,
         )
 
     def row(self, obj: Any, index: int, collection: str, key: str) -> ProfileRow:

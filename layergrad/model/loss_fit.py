@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layergrad.model.config import serialized_name, structure_refs
-from layergrad.model.graph import ModelGraph
+from layergrad.model.graph import LayerEntry, ModelGraph
 
 CROSSENTROPY = ("binary", "categorical")  # losses that read probabilities (or logits)
 
@@ -25,6 +25,9 @@ class Head:
     layer: str
     activation: str  # softmax, sigmoid, linear, relu, ... ("linear" when none)
     units: int | None
+    dropout: str | None = None  # a Dropout between the last layer with weights and the output
+    before: str | None = None  # the activation of the layer feeding a separate softmax layer
+    before_layer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -35,22 +38,27 @@ class Mismatch:
     loss: str
     message: str
     hint: str
+    layer: str | None = None  # the layer to change (the head's when None)
 
 
 def mismatches(
     config: Mapping[str, Any], graph: ModelGraph, compiled: Mapping[str, Any]
 ) -> list[Mismatch]:
-    """Every output whose compiled loss does not fit its activation (empty without a loss)."""
+    """Every output whose compiled loss does not fit its activation (empty without a loss),
+    and a network with no non-linearity at all."""
     loss = compiled.get("loss")
     if not loss or not graph.known:
         return []
     heads = output_heads(config, graph)
     found = []
-    for head, spec in zip(heads, _per_output(loss, [h.name for h in heads]), strict=True):
+    for head, spec in zip(heads, per_output(loss, [h.name for h in heads]), strict=True):
         if spec is not None:
-            problem = _judge(head, *spec)
+            problem = _judge(head, *spec) or _structure(head, spec[0])
             if problem is not None:
                 found.append(problem)
+    linear = _all_linear(graph, heads, per_output(loss, [h.name for h in heads]))
+    if linear is not None and not found:
+        found.append(linear)
     return found
 
 
@@ -65,19 +73,65 @@ def output_heads(config: Mapping[str, Any], graph: ModelGraph) -> list[Head]:
     return [_head(graph, name) for name in names]
 
 
+PASS_THROUGH = ("Dropout", "AlphaDropout", "GaussianDropout", "GaussianNoise", "Identity",
+                "ActivityRegularization")  # fmt: skip
+
+
 def _head(graph: ModelGraph, name: str) -> Head:
-    entry = graph.get(name)
-    while entry is not None and entry.is_model:  # a nested model's last layer makes its output
-        inner = [e for e in graph.layers if e.parent == entry.path]
-        entry = inner[-1] if inner else None
+    entry = _leaf(graph, graph.get(name))
     if entry is None:
         return Head(name, name, "unknown", None)
-    cfg = entry.config
-    activation = _activation_name(cfg.get("activation"))
-    if entry.class_name == "Softmax":
-        activation = "softmax"
-    units = cfg.get("units")
-    return Head(name, entry.path, activation, units if isinstance(units, int) else None)
+    dropout = None
+    seen = 0
+    while entry is not None and entry.class_name in PASS_THROUGH and seen < 8:
+        dropout = dropout or (entry.path if "Dropout" in entry.class_name else None)
+        entry = _leaf(graph, _single_inbound(graph, entry))
+        seen += 1
+    if entry is None:
+        return Head(name, name, "unknown", None)
+    activation = _activation_of(entry)
+    units = _units_of(graph, entry)
+    before = before_layer = None
+    if activation == "softmax" and entry.class_name in ("Softmax", "Activation"):
+        feeding = _leaf(graph, _single_inbound(graph, entry))
+        if feeding is not None:
+            before, before_layer = _activation_of(feeding), feeding.path
+            if "Dropout" in feeding.class_name:  # Dense -> Dropout -> Softmax: dropped logits
+                dropout = dropout or feeding.path
+    return Head(name, entry.path, activation, units, dropout, before, before_layer)
+
+
+def _leaf(graph: ModelGraph, entry: LayerEntry | None) -> LayerEntry | None:
+    """A nested model's last layer (which makes its output), else the entry itself."""
+    while entry is not None and entry.is_model:
+        inner = [e for e in graph.layers if e.parent == entry.path]
+        entry = inner[-1] if inner else None
+    return entry
+
+
+def _single_inbound(graph: ModelGraph, entry: LayerEntry) -> LayerEntry | None:
+    return graph.get(entry.inbound[0]) if len(entry.inbound) == 1 else None
+
+
+def _activation_of(entry: LayerEntry) -> str:
+    if entry.class_name in ("Softmax", "ReLU"):
+        return entry.class_name.lower()
+    return _activation_name(entry.config.get("activation"))
+
+
+def _units_of(graph: ModelGraph, entry: LayerEntry) -> int | None:
+    """The units of the layer, or of the layer an activation layer is applied to."""
+    for _ in range(4):
+        units = entry.config.get("units", entry.config.get("filters"))
+        if isinstance(units, int):
+            return units
+        if entry.class_name not in ("Softmax", "Activation", "ReLU", *PASS_THROUGH):
+            return None
+        feeding = _leaf(graph, _single_inbound(graph, entry))
+        if feeding is None:
+            return None
+        entry = feeding
+    return None
 
 
 def _activation_name(value: Any) -> str:
@@ -86,7 +140,7 @@ def _activation_name(value: Any) -> str:
     return (serialized_name(value) or "unknown").lower()
 
 
-def _per_output(loss: Any, names: Sequence[str]) -> list[tuple[str, bool] | None]:
+def per_output(loss: Any, names: Sequence[str]) -> list[tuple[str, bool] | None]:
     """(canonical loss name, from_logits) for each output, None where it cannot be read."""
     if isinstance(loss, Mapping) and "class_name" not in loss:
         return [_identify(loss.get(n)) for n in names]
@@ -151,10 +205,10 @@ def _judge(head: Head, loss: str, from_logits: bool) -> Mismatch | None:
             "for one class out of N: Dense(N, activation='softmax') with "
             "sparse_categorical_crossentropy",
         )  # fmt: skip
-    if any(w in loss for w in CROSSENTROPY) and not from_logits and act == "linear":
+    if any(w in loss for w in CROSSENTROPY) and not from_logits and act in ("linear", "relu"):
         return say(
             "with from_logits=False Keras reads the outputs as probabilities and clips them to "
-            "[1e-7, 1 - 1e-7]: a linear head's logits outside that range get no gradient",
+            f"[1e-7, 1 - 1e-7]: a {act} head's outputs outside that range get no gradient",
             f"from_logits=True in the loss (e.g. keras.losses.{_class_name(loss)}"
             "(from_logits=True)), or a softmax / sigmoid on the head",
         )
@@ -169,7 +223,95 @@ def _judge(head: Head, loss: str, from_logits: bool) -> Mismatch | None:
             "categorical_crossentropy (one-hot labels) or sparse_categorical_crossentropy "
             "(class ids) for a softmax classifier",
         )
+    if act == "softmax" and loss in ("poisson", "hinge", "squared_hinge"):
+        return say(
+            f"{loss} is meant for "
+            + ("counts from an exponential or softplus head" if loss == "poisson"
+               else "-1 / +1 targets scored on raw margins")
+            + ", not for class probabilities that sum to 1",
+            "categorical_crossentropy (one-hot labels) or sparse_categorical_crossentropy "
+            "(class ids) for a softmax classifier",
+        )  # fmt: skip
     return None
+
+
+def _structure(head: Head, loss: str) -> Mismatch | None:
+    """A head built so that the loss cannot train it: ReLU before softmax, dropped logits."""
+    if head.before == "relu" and head.before_layer is not None:
+        return Mismatch(
+            head.name,
+            loss,
+            f"output '{head.name}': layer '{head.before_layer}' applies ReLU to the logits "
+            f"before the softmax at '{head.layer}', so every negative logit becomes 0 and "
+            "its class can never win",
+            f"no activation on '{head.before_layer}' (the softmax turns raw logits into "
+            "probabilities)",
+            head.before_layer,
+        )
+    if head.dropout is not None:
+        return Mismatch(
+            head.name,
+            loss,
+            f"output '{head.name}': Dropout '{head.dropout}' comes after the last layer with "
+            "weights, so in training it zeroes whole outputs (the logits) at random",
+            f"move '{head.dropout}' before the last Dense layer",
+            head.dropout,
+        )
+    return None
+
+
+# Layers that compute a linear (affine) map, whatever their weights.
+LINEAR_CLASSES = frozenset(
+    {
+        "InputLayer", "Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose",
+        "Conv2DTranspose", "Conv3DTranspose", "DepthwiseConv2D", "SeparableConv2D", "Flatten",
+        "Reshape", "Permute", "RepeatVector", "Add", "Subtract", "Average", "Concatenate",
+        "AveragePooling1D", "AveragePooling2D", "AveragePooling3D", "GlobalAveragePooling1D",
+        "GlobalAveragePooling2D", "GlobalAveragePooling3D", "ZeroPadding1D", "ZeroPadding2D",
+        "Cropping1D", "Cropping2D", "Rescaling", "Normalization", "Embedding",
+        "BatchNormalization", "Activation", *PASS_THROUGH,
+    }
+)  # fmt: skip
+WEIGHTED = ("Dense", "EinsumDense", "Conv")
+
+
+def _all_linear(
+    graph: ModelGraph, heads: Sequence[Head], specs: Sequence[tuple[str, bool] | None]
+) -> Mismatch | None:
+    """A classifier of two or more weight layers with no non-linearity before its head: a
+    linear map followed by one softmax / sigmoid, however deep (a deep linear regression is
+    left alone: it fits what a single Dense layer fits, and trains)."""
+    if len(heads) != 1:
+        return None
+    head, spec = heads[0], specs[0]
+    classifier = head.activation in ("sigmoid", "softmax") or (
+        spec is not None and ("crossentropy" in spec[0] or "hinge" in spec[0])
+    )
+    if not classifier:
+        return None
+    weighted = 0
+    for entry in graph.layers:
+        if entry.is_model:
+            continue
+        own = _activation_name(entry.config.get("activation"))
+        if entry.path == head.layer:
+            weighted += 1
+            continue
+        if entry.class_name not in LINEAR_CLASSES or own != "linear":
+            return None
+        weighted += entry.class_name.startswith(WEIGHTED)
+    if weighted < 2:
+        return None
+    loss = spec[0] if spec is not None else "the loss"
+    return Mismatch(
+        head.name,
+        loss,
+        f"output '{head.name}': the {weighted} layers with weights have no activation between "
+        f"them, so the network is one linear map before the {head.activation} at "
+        f"'{head.layer}', however deep: it can only draw straight class boundaries",
+        "an activation on the hidden layers (e.g. activation='relu')",
+        head.layer,
+    )
 
 
 def _describe(head: Head) -> str:

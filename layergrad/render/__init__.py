@@ -13,7 +13,7 @@ from typing import Any
 
 from layergrad.core.vocab import OutputFormat
 
-REPORTS = ("inspect", "scan", "weights", "check", "layers", "diff")
+REPORTS = ("inspect", "scan", "weights", "check", "layers", "diff", "fit")
 FUNCTIONS = {
     OutputFormat.TABLE: "table",
     OutputFormat.JSON: "as_json",

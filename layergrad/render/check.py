@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import RenderableType
 from rich.text import Text
 
-from layergrad.core.results import FileVerdict
+from layergrad.core.results import CheckItem, FileVerdict
 from layergrad.render.common import Column, fitted_table, md_code, md_table, md_text, to_text
 
 SCHEMA = "layergrad.check/1"
@@ -31,24 +31,46 @@ def table(verdicts: Sequence[FileVerdict], *, color: bool = False, width: int | 
         rows.append(
             [
                 v.path,
-                Text("PASS" if v.passed else "FAIL", style="green" if v.passed else "bold red"),
+                Text(v.verdict, style=_style(v)),
                 marks,
                 Text(_notes(v, "\n"), style="" if v.passed else "red"),
             ]
         )
     n_failed = sum(1 for v in verdicts if not v.passed)
-    summary = Text(
-        f"{len(verdicts) - n_failed} passed, {n_failed} failed",
-        style="bold red" if n_failed else "bold green",
-    )
+    summary = Text(summary_line(verdicts), style="bold red" if n_failed else _style_ok(verdicts))
     # the findings column wraps at the page width: it holds sentences, not names
     page = width or 120
     return to_text([fitted_table(COLUMNS, rows, page), summary], color=color, width=page)
 
 
+def summary_line(verdicts: Sequence[FileVerdict]) -> str:
+    """`3 passed, 1 failed`, with `, 2 warnings` when findings did not fail a file."""
+    failed = sum(1 for v in verdicts if not v.passed)
+    warned = sum(len(v.warnings) for v in verdicts)
+    line = f"{len(verdicts) - failed} passed, {failed} failed"
+    return line + (f", {warned} warning{'s' if warned != 1 else ''}" if warned else "")
+
+
+def _style(v: FileVerdict) -> str:
+    if not v.passed:
+        return "bold red"
+    return "yellow" if v.warnings else "green"
+
+
+def _style_ok(verdicts: Sequence[FileVerdict]) -> str:
+    return "bold yellow" if any(v.warnings for v in verdicts) else "bold green"
+
+
 def _notes(v: FileVerdict, sep: str) -> str:
-    """What the checks that found something or failed say."""
-    return sep.join(f"{c.name}: {c.message}" for c in v.checks if c.findings or not c.passed)
+    """What the checks that found something or failed say; warnings are marked as such."""
+    return sep.join(
+        f"{c.name}{_kind(c)}: {c.message}" for c in v.checks if c.findings or not c.passed
+    )
+
+
+def _kind(c: CheckItem) -> str:
+    """` (warning)` for a check whose every finding is a warning, else nothing."""
+    return " (warning)" if c.findings and not c.failures and c.passed else ""
 
 
 def as_json(verdicts: Sequence[FileVerdict], **_: Any) -> str:
@@ -56,16 +78,21 @@ def as_json(verdicts: Sequence[FileVerdict], **_: Any) -> str:
     doc = {
         "schema": SCHEMA,
         "passed": all(v.passed for v in verdicts),
+        "summary": summary_line(verdicts),
         "files": [
             {
                 "path": v.path,
                 "passed": v.passed,
+                "verdict": v.verdict,
+                "failures": list(v.failures),
+                "warnings": list(v.warnings),
                 "checks": [
                     {
                         "name": c.name,
                         "passed": c.passed,
                         "message": c.message,
                         "findings": list(c.findings),
+                        "warnings": list(c.warnings),
                     }
                     for c in v.checks
                 ],
@@ -78,17 +105,24 @@ def as_json(verdicts: Sequence[FileVerdict], **_: Any) -> str:
 
 def markdown(verdicts: Sequence[FileVerdict], **_: Any) -> str:
     """A markdown summary for a pull-request comment."""
-    failed = sum(1 for v in verdicts if not v.passed)
-    head = f"**layergrad check**: {len(verdicts) - failed} passed, {failed} failed\n\n"
+    head = f"**layergrad check**: {summary_line(verdicts)}\n\n"
     rows = [
         [
             md_code(v.path),
-            "✅ pass" if v.passed else "❌ **fail**",
+            _md_verdict(v),
             md_text(_notes(v, "; ")),
         ]
         for v in verdicts
     ]
     return head + md_table(["file", "verdict", "findings"], rows)
+
+
+def _md_verdict(v: FileVerdict) -> str:
+    count = len(v.warnings)
+    warned = f", {count} warning{'s' if count != 1 else ''}" if count else ""
+    if not v.passed:
+        return f"❌ **fail**{warned}"
+    return f"⚠️ pass{warned}" if count else "✅ pass"
 
 
 def html(value: Sequence[FileVerdict], **_: Any) -> str:

@@ -139,9 +139,13 @@ def number(value: float) -> str:
 
 
 def ranked_units_table(
-    title: str, value_header: str, columns: Sequence[tuple[str, Sequence[tuple[int, float]]]]
+    title: str,
+    value_header: str,
+    columns: Sequence[tuple[str, Sequence[tuple[int, float]]]],
+    item: str = "unit",
 ) -> Group:
-    """Side-by-side rankings of units: per (target label, [(unit, value), ...] best first)."""
+    """Side-by-side rankings of units (or samples: `item`): per (target label, [(unit,
+    value), ...] best first)."""
     table = Table(box=box.SIMPLE, pad_edge=False)
     table.add_column("rank", justify="right")
     for label, _ in columns:
@@ -154,7 +158,7 @@ def ranked_units_table(
             if rank < len(units):
                 unit, value = units[rank]
                 bar = "█" * max(1, round(10 * value / (units[0][1] or 1.0)))
-                cells += [Text(f"unit {unit}"), number(value), bar]
+                cells += [Text(f"{item} {unit}"), number(value), bar]
             else:
                 cells += ["", "", ""]
         table.add_row(*cells)
@@ -170,6 +174,8 @@ def probe_line(p: ProbeMeta, what: str) -> str:
     """`probe: random (seed 0), batch 8, inference, <what>`."""
     mode = "training" if p.training else "inference"
     source = f"random (seed {p.seed})" if p.source == "random" else p.source
+    if p.drawn:
+        source = f"random (seed {p.seed}; {p.drawn})"
     if p.samples is not None:  # --data
         source += f" ({p.samples:,} samples)"
     replicas = f", {p.replicas} replicas" if p.replicas and p.replicas > 1 else ""
@@ -207,7 +213,9 @@ def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
         "probe": {
             key: value
             for key, value in asdict(probe).items()
-            if value is not None or key not in ("samples", "replicas")  # only with --data
+            # samples, replicas and data_sha256 only with --data; drawn only when the probe
+            # follows the model's preprocessing
+            if value is not None or key not in ("samples", "replicas", "data_sha256", "drawn")
         },
     }
 

@@ -107,7 +107,13 @@ def check_html(verdicts: Sequence[FileVerdict]) -> str:
             "p", f"FAIL: {len(failed)} of {len(verdicts)} files failed", class_="verdict bad"
         )
     else:
-        verdict = el("p", f"PASS: all {len(verdicts)} files passed", class_="verdict ok")
+        warned = sum(len(v.warnings) for v in verdicts)
+        extra = f", {warned} warning{'s' if warned != 1 else ''}" if warned else ""
+        verdict = el(
+            "p",
+            f"PASS: all {len(verdicts)} files passed{extra}",
+            class_="verdict warn" if warned else "verdict ok",
+        )
     rows = [_check_summary_row(i, v) for i, v in enumerate(verdicts)]
     classes = [None if v.passed else "failed" for v in verdicts]
     order = failed + [i for i, v in enumerate(verdicts) if v.passed]
@@ -115,7 +121,12 @@ def check_html(verdicts: Sequence[FileVerdict]) -> str:
         el("h1", "layergrad check"),
         verdict,
         definition_list(
-            [("files", str(len(verdicts))), ("passed", str(passed)), ("failed", str(len(failed)))]
+            [
+                ("files", str(len(verdicts))),
+                ("passed", str(passed)),
+                ("failed", str(len(failed))),
+                ("warnings", str(sum(len(v.warnings) for v in verdicts))),
+            ]
         ),
         el("h2", "Files"),
         table(["file", "verdict", "checks", "findings"], rows, row_classes=classes),
@@ -369,7 +380,7 @@ def _check_summary_row(index: int, v: FileVerdict) -> list[Html]:
     notes = [el("div", f"{c.name}: {c.message}") for c in v.checks if c.findings or not c.passed]
     return [
         cell(el("a", el("code", v.path), href=f"#file-{index}"), sort=v.path),
-        cell(badge("PASS", "ok") if v.passed else badge("FAIL", "bad"), sort=int(v.passed)),
+        cell(_verdict_badge(v), sort=int(v.passed)),
         cell(marks, sort=len(failed)),
         cell(join(notes)),
     ]
@@ -378,9 +389,7 @@ def _check_summary_row(index: int, v: FileVerdict) -> list[Html]:
 def _file_section(index: int, v: FileVerdict) -> Html:
     checks = sorted(v.checks, key=lambda c: c.passed)  # stable: failed first, in check order
     rows = [_check_row(c) for c in checks]
-    title = el(
-        "h2", badge("PASS", "ok") if v.passed else badge("FAIL", "bad"), " ", el("code", v.path)
-    )
+    title = el("h2", _verdict_badge(v), " ", el("code", v.path))
     return el(
         "section",
         title,
@@ -389,10 +398,18 @@ def _file_section(index: int, v: FileVerdict) -> Html:
     )
 
 
+def _verdict_badge(v: FileVerdict) -> Html:
+    """PASS / FAIL, with the number of warnings: `PASS, 1 warning`."""
+    kind = "bad" if not v.passed else "warn" if v.warnings else "ok"
+    return badge(v.verdict, kind)
+
+
 def _check_row(c: CheckItem) -> list[Html]:
+    failures = [badge(f, "bad") for f in c.failures]
+    warnings = [badge(f"{f} (warning)", "warn") for f in c.warnings]
     return [
         cell(c.name),
         cell(badge("pass", "ok") if c.passed else badge("fail", "bad"), sort=int(c.passed)),
         cell(c.message),
-        cell(join(badge(f, "warn") for f in c.findings)),
+        cell(join([*failures, *warnings])),
     ]

@@ -16,6 +16,7 @@ from rich.text import Text
 from layergrad.core.results import (
     FrobeniusNorms,
     JacobianStats,
+    NormDistribution,
     Result,
     ScanJacobian,
     ScanRow,
@@ -59,22 +60,61 @@ def scan_jacobian_json(j: ScanJacobian) -> dict[str, Any]:
 
 
 def frobenius_json(f: FrobeniusNorms) -> dict[str, Any]:
-    """`{per_sample, mean, max, rel_stderr}`; rel_stderr is null when exact."""
-    return {
-        "per_sample": [_finite(x) for x in f.per_sample],
+    """`{per_sample, mean, max, rel_stderr}`; rel_stderr is null when exact. Over a data set
+    `per_sample` is null and the distribution's keys join (`distribution_json`)."""
+    doc = {
+        "per_sample": _per_sample(f.per_sample, f.distribution),
         "mean": _finite(f.mean),
         "max": _finite(f.max),
         "rel_stderr": None if f.rel_stderr is None else _finite(f.rel_stderr),
     }
+    if f.distribution is not None:
+        doc.update(distribution_json(f.distribution))
+    return doc
 
 
 def spectral_json(s: SpectralNorms) -> dict[str, Any]:
-    """`{per_sample, mean, max, iterations}`; iterations is null when exact."""
-    return {
-        "per_sample": [_finite(x) for x in s.per_sample],
+    """`{per_sample, mean, max, iterations}`; iterations is null when exact (over a data set
+    as for `frobenius_json`)."""
+    doc = {
+        "per_sample": _per_sample(s.per_sample, s.distribution),
         "mean": _finite(s.mean),
         "max": _finite(s.max),
         "iterations": s.iterations,
+    }
+    if s.distribution is not None:
+        doc.update(distribution_json(s.distribution))
+    return doc
+
+
+def _per_sample(values: Sequence[float], distribution: object) -> list[float | None] | None:
+    return None if distribution is not None else [_finite(x) for x in values]
+
+
+def distribution_json(d: NormDistribution) -> dict[str, Any]:
+    """`samples`, `std`, `min`, `p50`, `p95`, `histogram`, `top` and `mean_rel_stderr` of a
+    norm over every sample of a data set (`mean` and `max` are the caller's)."""
+    h = d.histogram
+    top = []
+    for r in d.top:
+        item: dict[str, Any] = {"sample": r.sample, "value": _finite(r.value)}
+        if r.rel_stderr is not None:
+            item["rel_stderr"] = _finite(r.rel_stderr)
+        top.append(item)
+    return {
+        "samples": d.count,
+        "std": _finite(d.std),
+        "min": _finite(d.min),
+        "p50": _finite(d.p50),
+        "p95": _finite(d.p95),
+        "histogram": {
+            "bins_per_decade": h.bins_per_decade,
+            "edges": list(h.edges),
+            "counts": list(h.counts),
+            "zeros": h.zeros,
+        },
+        "top": top,
+        "mean_rel_stderr": None if d.mean_rel_stderr is None else _finite(d.mean_rel_stderr),
     }
 
 
@@ -111,7 +151,37 @@ def inspect_items(results: Sequence[Result], width: int | None) -> list[Renderab
     ranked = [(r, j) for r, j in measured if j.unit_sensitivity]
     if ranked:
         items.append(_units_table(ranked))
+    over_data = [(r, j) for r, j in measured if j.frobenius.distribution is not None]
+    if over_data:
+        items.append(_samples_table(over_data))
     return items
+
+
+def _samples_table(results: Sequence[tuple[Result, JacobianStats]]) -> Group:
+    """Over a data set: the distribution of ‖J_i‖F and its most sensitive samples."""
+    lines: list[RenderableType] = []
+    for res, j in results:
+        d = j.frobenius.distribution
+        assert d is not None
+        lines.append(
+            Text(
+                f"‖J‖F over {d.count:,} samples ({res.source.layer} → {res.target.layer}): "
+                f"mean {number(d.mean)}, p50 {number(d.p50)}, p95 {number(d.p95)}, "
+                f"max {number(d.max)}"
+            )
+        )
+    columns = [
+        (res.target.layer, [(r.sample, r.value) for r in j.frobenius.distribution.top])
+        for res, j in results
+        if j.frobenius.distribution is not None
+    ]
+    table = ranked_units_table(
+        "most sensitive samples (largest ‖J_i‖F; index in the data, from 0)",
+        "‖J‖F",
+        columns,
+        item="sample",
+    )
+    return Group(*lines, table)
 
 
 def _norm_cells(res: Result, j: JacobianStats) -> list[RenderableType]:

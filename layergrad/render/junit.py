@@ -29,7 +29,8 @@ def check_junit(verdicts: Sequence[FileVerdict]) -> str:
             if not c.passed:
                 ET.SubElement(case, "failure", message=c.message, type=",".join(c.findings))
             elif c.findings:
-                ET.SubElement(case, "system-out").text = c.message
+                warned = ", ".join(c.warnings)
+                ET.SubElement(case, "system-out").text = f"warning ({warned}): {c.message}"
     ET.indent(suite)
     return (
         '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 
+from layergrad.core.fit_results import FitReport
 from layergrad.core.results import InspectReport, ScanReport, WeightScanReport
 from layergrad.core.vocab import OutputFormat
 from layergrad.diagnose.regressions import DiffReport
@@ -20,6 +21,7 @@ REPORT_OF = {
     WeightScanReport: "weights",
     DiffReport: "diff",
     LayerListing: "layers",
+    FitReport: "fit",
 }
 FRAME_HEIGHT = 480  # pixels; the frame scrolls past it
 

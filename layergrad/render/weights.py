@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from layergrad.core.results import VariableRow, WeightScanReport
+from layergrad.core.results import GradientNoise, VariableRow, WeightScanReport
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
@@ -59,12 +60,39 @@ def table(report: WeightScanReport, *, color: bool = False, width: int | None = 
         fitted_table(COLUMNS, rows, width),
         Text(_summary(report)),
     ]
+    if report.noise:
+        title = Text(SNR_TITLE, style="bold")
+        items.append(Group(title, fitted_table(SNR_COLUMNS, _noise_cells(report), width)))
     items += [Text(f"note: {note}", style="yellow") for note in (*report.notes, RATIO_NOTE)]
     for row in report.variables:
         if row.causes:
             title = Text(f"{row.status}: {row.variable}", style="bold")
             items.append(Group(title, *causes_lines(row.causes)))
     return to_text(items, color=color, width=width)
+
+
+SNR_TITLE = (
+    "gradient signal-to-noise per layer across batches: ||mean g||^2 / variance of the batch "
+    "gradients"
+)
+SNR_COLUMNS = (
+    Column("layer", name_like=True),
+    Column("||mean g||^2", "right"),
+    Column("variance", "right"),
+    Column("SNR", "right"),
+)
+
+
+def _noise_cells(report: WeightScanReport) -> list[list[RenderableType]]:
+    return [
+        [
+            n.layer,
+            number(n.signal),
+            "-" if n.variance is None else number(n.variance),
+            "-" if n.snr is None else number(n.snr),
+        ]
+        for n in report.noise
+    ]
 
 
 def _summary(report: WeightScanReport) -> str:
@@ -103,7 +131,24 @@ def as_json(report: WeightScanReport, **_: Any) -> str:
         "variables": [variable_json(r) for r in report.variables],
         "notes": list(report.notes),
     }
+    if report.noise:  # --data: per layer, the gradient's signal-to-noise ratio across batches
+        doc["gradient_snr"] = [noise_json(n) for n in report.noise]
     return json.dumps(doc, indent=2, allow_nan=False)
+
+
+def noise_json(n: GradientNoise) -> dict[str, Any]:
+    """One layer's `{layer, signal, variance, snr, batches}` (null where not finite)."""
+    return {
+        "layer": n.layer,
+        "signal": _finite(n.signal),
+        "variance": None if n.variance is None else _finite(n.variance),
+        "snr": None if n.snr is None else _finite(n.snr),
+        "batches": n.batches,
+    }
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def variable_json(row: VariableRow) -> dict[str, Any]:
@@ -149,7 +194,14 @@ def markdown(report: WeightScanReport, **_: Any) -> str:
     notes = [f"- {md_code(r.variable)}: {md_cause(c)}" for r in report.variables for c in r.causes]
     notes += [f"> note: {md_text(n)}" for n in report.notes]
     tail = "".join(f"\n{n}" for n in notes) + ("\n" if notes else "")
-    return head + md_table(header, rows) + f"\n{md_text(_summary(report))}\n" + tail
+    snr = ""
+    if report.noise:
+        cells = [[md_code(n.layer), *map(str, c[1:])] for n, c in zip(
+            report.noise, _noise_cells(report), strict=True)]  # fmt: skip
+        snr = f"\n{md_text(SNR_TITLE)}:\n\n" + md_table(
+            ["layer", "\\|\\|mean g\\|\\|^2", "variance", "SNR"], cells
+        )
+    return head + md_table(header, rows) + f"\n{md_text(_summary(report))}\n" + snr + tail
 
 
 def html(report: WeightScanReport, **_: Any) -> str:
@@ -199,6 +251,21 @@ def html(report: WeightScanReport, **_: Any) -> str:
             row_classes=["flagged" if r.flags else None for r in rows],
         ),
     ]
+    if report.noise:  # --data: per layer, the gradient's signal-to-noise ratio
+        noise = [
+            [
+                cell(el("code", n.layer), sort=n.layer),
+                number_cell(n.signal),
+                number_cell(n.variance),
+                number_cell(n.snr),
+            ]
+            for n in report.noise
+        ]
+        body += [
+            el("h2", "Gradient signal-to-noise per layer"),
+            el("p", SNR_TITLE, class_="note"),
+            table(["layer", "||mean g||^2", "variance", "SNR"], noise, numeric=[1, 2, 3]),
+        ]
     if bad:
         body.append(el("h2", "Causes"))
         body += [causes_panel(f"{r.status}: {r.variable}", r.causes) for r in bad]

@@ -68,8 +68,8 @@ def test_a_layer_dead_for_the_whole_batch_makes_the_output_constant():
     assert failed_checks(verdict) == {"forward": ("constant_output",)}
     (forward,) = [c for c in verdict.checks if c.name == "forward"]
     assert "stops varying at 'dead' (its ReLU units output 0 for every sample)" in forward.message
-    (gradient,) = [c for c in verdict.checks if c.name == "gradient"]
-    assert gradient.findings == ("dead",) and "dead_relu at dead" in gradient.message
+    (trainable,) = [c for c in verdict.checks if c.name == "trainable"]
+    assert trainable.findings == ("dead",) and "dead: dead (100% of its units)" in trainable.message
     lenient = CheckOptions(fail_on=frozenset({"unreadable"}))
     assert check_file(sample("cause_dead_relu.keras"), lenient).passed
 
@@ -109,8 +109,14 @@ def test_json_schema_and_junit(tmp_path):
     assert result.stderr.endswith(f"wrote the JUnit report to {junit}\n")
     assert doc["schema"] == "layergrad.check/1" and doc["passed"] is False
     assert [f["passed"] for f in doc["files"]] == [True, False]
-    assert set(doc["files"][0]) == {"path", "passed", "checks"}
-    assert set(doc["files"][0]["checks"][0]) == {"name", "passed", "message", "findings"}
+    assert set(doc["files"][0]) == {"path", "passed", "verdict", "failures", "warnings", "checks"}
+    assert set(doc["files"][0]["checks"][0]) == {
+        "name",
+        "passed",
+        "message",
+        "findings",
+        "warnings",
+    }
     suite = ET.parse(junit).getroot()
     cases = suite.findall("testcase")
     assert (

@@ -6,6 +6,7 @@ Every case uses a sample count that leaves a partial last batch.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -108,6 +109,7 @@ def test_json_with_data_has_samples_replicas_and_dead_units(tmp_path):
     assert doc["probe"] == {
         "source": str(tmp_path / "x.npy"), "seed": None, "batch_size": 32, "training": False,
         "reduce": "sum", "samples": 40, "replicas": 1,
+        "data_sha256": hashlib.sha256((tmp_path / "x.npy").read_bytes()).hexdigest(),
     }  # fmt: skip
     res = doc["results"][0]
     assert res["gradient"]["shape"] == [40, 8]
@@ -392,7 +394,11 @@ def test_check_runs_its_forward_and_gradient_checks_over_the_data(tmp_path):
               "--json")  # fmt: skip
     doc = json.loads(out.stdout)
     checks = {c["name"]: c for c in doc["files"][0]["checks"]}
-    assert checks["forward"]["message"] == "finite over 30 samples"
+    # finite over every sample; the one-batch rules run on the first batch, so the saturated
+    # output is named with --data as without it
+    assert checks["forward"]["message"].startswith("finite over 30 samples; the output 'head'")
+    assert checks["forward"]["findings"] == ["constant_output"]
+    assert "(on the first batch of 30 samples of --data)" in checks["forward"]["message"]
     x[17, 0] = np.inf  # batch 17 // 8 = 2
     np.save(tmp_path / "x.npy", x)
     out = run("check", sample("cause_saturated.keras"), "--data", str(tmp_path / "x.npy"),

@@ -12,7 +12,7 @@ PUBLIC = {
     "LayergradError", "LoadError", "UnsafeModelError", "LayerNotFound", "InputError",
     "OutputError", "UsageError",
     "Status", "Flag", "Finding", "CauseCode", "Change", "Wrt", "OutputFormat", "Measure",
-    "JacobianMethod",
+    "JacobianMethod", "GradientMonitor",
 }  # fmt: skip
 
 

@@ -49,7 +49,21 @@ def reports(long_names, long_names_changed):
         "check": check_files([long_names]),
         "layers": list_layers(long_names),
         "weights": scan_weights_model(long_names, loss="mse"),
+        "fit": _fit_report(long_names),
     }
+
+
+def _fit_report(path):
+    import numpy as np
+
+    from layergrad import GradientMonitor
+
+    model = keras.saving.load_model(path)
+    model.compile(optimizer="sgd", loss="mse")
+    monitor = GradientMonitor(every=1)
+    x = np.ones((8, 3), "float32")
+    model.fit(x, np.zeros((8, 2)), batch_size=4, epochs=1, verbose=0, callbacks=[monitor])
+    return monitor.report
 
 
 @pytest.mark.parametrize("command", REPORTS)

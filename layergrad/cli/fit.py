@@ -1,0 +1,148 @@
+"""`layergrad fit`: train a copy of a model in memory with the gradient monitor on.
+
+Registered on the `layergrad` group by `app.py`; it parses, calls `commands.fit.fit_model`,
+renders and sets the exit code, nothing more.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from layergrad.cli.options import (
+    comma_list,
+    data_options,
+    emit,
+    format_options,
+    handle_errors,
+    load_options,
+)
+from layergrad.core.vocab import DEFAULT_FIT_FAIL_ON, TRAINING_FINDINGS, OutputFormat
+
+
+@click.command()
+@click.argument("model", type=click.Path(dir_okay=True, path_type=str))
+@data_options
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Train N steps (default 300; not with --epochs).",
+)
+@click.option("--epochs", type=click.IntRange(min=1), metavar="E", help="Train E epochs instead.")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    metavar="B",
+    default=32,
+    show_default=True,
+    help="Rows per training batch.",
+)
+@click.option(
+    "--learning-rate",
+    type=float,
+    metavar="LR",
+    help="Learning rate (default: the compiled optimizer's).",
+)
+@click.option("--loss", metavar="NAME", help="A keras.losses name (default: the compiled loss).")
+@click.option(
+    "--optimizer",
+    metavar="NAME",
+    help="A keras.optimizers name (default: the compiled optimizer, fresh state).",
+)
+@click.option(
+    "--every",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Reduce the gradients every N steps (default: about 50 checkpoints).",
+)
+@click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=int,
+    help="Seeds the data shuffling and Keras's random state.",
+)
+@click.option("--log-dir", metavar="DIR", help="Also write TensorBoard summaries here.")
+@format_options
+@click.option(
+    "--fail-on",
+    default=",".join(DEFAULT_FIT_FAIL_ON),
+    show_default=True,
+    callback=comma_list(TRAINING_FINDINGS, "finding"),
+    metavar="FINDINGS",
+    help=f"Exit 1 on one of: {','.join(TRAINING_FINDINGS)}.",
+)
+@load_options
+@handle_errors
+def fit(
+    model: str,
+    data: str | None,
+    limit: int | None,
+    distribute: str | None,
+    cpu_replicas: int | None,
+    quiet: bool,
+    steps: int | None,
+    epochs: int | None,
+    batch_size: int,
+    learning_rate: float | None,
+    loss: str | None,
+    optimizer: str | None,
+    every: int | None,
+    seed: int,
+    log_dir: str | None,
+    fmt: OutputFormat,
+    fail_on: frozenset[str],
+    imports: tuple[str, ...],
+    unsafe: bool,
+    debug: bool,
+) -> None:
+    """Does the model learn at all? Train a copy in memory and watch the gradient.
+
+    Trains the model of the file (never written) on --data with its compiled
+    optimizer and loss (or --optimizer / --loss) for --steps or --epochs, with
+    the gradient monitor on: every few steps d loss / d every trainable variable
+    on that step's batch (update ratio, gradient L2, dead units, NaN/Inf). Finds
+    nonfinite (where the first NaN/Inf appeared), diverging, not_learning,
+    dying_units, stalled_layer and plateau_at_chance. --data must hold labels:
+    a .npz with the inputs by name and y (or y:NAME per output).
+
+    \b
+    Examples:
+        layergrad fit model.keras --data train.npz
+        layergrad fit model.keras --data train.npz --steps 500 --learning-rate 1e-3 --json
+        layergrad fit model.keras --data train.npz --epochs 2 --format html > fit.html
+        layergrad fit model.keras --data train.npz --log-dir logs/ --fail-on nonfinite
+    """
+    from layergrad.commands.fit import FitOptions, fit_model
+
+    if data is None:
+        raise click.UsageError(
+            "layergrad fit needs --data with labels (a .npz with the inputs and y): training "
+            "on random labels proves nothing"
+        )
+    options = FitOptions(
+        steps=steps,
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        loss=loss,
+        optimizer=optimizer,
+        every=every,
+        seed=seed,
+        log_dir=log_dir,
+    )
+    report = fit_model(
+        model,
+        data,
+        options,
+        limit=limit,
+        distribute=distribute,
+        cpu_replicas=cpu_replicas,
+        imports=imports,
+        unsafe=unsafe,
+    )
+    emit("fit", fmt, report)
+    if any(f.finding in fail_on for f in report.findings):
+        sys.exit(1)

@@ -1,0 +1,210 @@
+"""`scan --wrt weights --data`: the training gradient over every sample of a data set.
+
+The gradient of the loss averaged over all samples (one full-batch `tape.gradient`, streamed:
+`engine/weight_stream.py`), each variable's update ratio and flags exactly as for one probe
+batch (`weight_scan.py`), and per layer the gradient's signal-to-noise ratio across batches.
+Labels are the data's own (`y` or `y:NAME` in a `.npz`), else drawn at random per batch to
+fit each output, seeded. A variable that is not ok gets its causes from one batch, the first,
+read again and scanned as `scan --wrt weights` scans its probe batch. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from layergrad.core.errors import InputError
+from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
+from layergrad.core.results import LossMeta, ProbeMeta, VariableRow, WeightScanReport
+from layergrad.core.vocab import Status
+
+
+def scan_weights_data(
+    path: PathLike,
+    options: ProbeOptions,
+    *,
+    loss: str | None = None,
+    imports: Sequence[str] = (),
+    unsafe: bool = False,
+    on_progress: Progress | None = None,
+) -> WeightScanReport:
+    """`api.scan_weights_model` over every sample of `options.data`.
+
+    Raises:
+        InputError: no loss, labels that do not fit the outputs, a batch the model fails on.
+    """
+    from layergrad.commands import session
+
+    loaded, warnings, strategy = session.load(path, options, imports=imports, unsafe=unsafe)
+    return weights_over(loaded, warnings, strategy, options, loss, on_progress, path)
+
+
+def weights_over(
+    loaded: Any,
+    warnings: Sequence[str],
+    strategy: Any,
+    options: ProbeOptions,
+    loss: str | None = None,
+    on_progress: Progress | None = None,
+    path: PathLike | None = None,
+) -> WeightScanReport:
+    """`scan_weights_data` of a model loaded already (`session.load`, under `strategy`)."""
+    from layergrad.commands import over_data, weight_scan
+    from layergrad.core.keras_backend import quiet_import
+    from layergrad.data import sources
+    from layergrad.data.fingerprint import data_sha256
+    from layergrad.engine.compiled_loss import compile_loss, find_loss, label_kind, output_losses
+    from layergrad.engine.data_step import with_sample_indices
+    from layergrad.engine.weight_stream import stream_weight_gradients
+
+    tf, _ = quiet_import()
+    path = loaded.info.path if path is None else path
+    model = loaded.model
+    spec = find_loss(loaded.info.compile_config, loss)
+    if spec is None:
+        raise InputError(
+            f"{os.fspath(path)} has no compiled loss (it was saved without model.compile); pass "
+            "--loss NAME, e.g. --loss sparse_categorical_crossentropy or --loss mse"
+        )
+    with strategy.scope():
+        compile_loss(model, spec)
+    names = list(getattr(model, "output_names", None) or [])
+    batches = over_data.open_stream(model, options)
+    labels = sources.open_labels(options.data or "", names, options.rows, options.limit)
+    kinds = [label_kind(n) for n in output_losses(spec, names or [""])]
+
+    def objective(outputs: Any, given: Any, samples: Any) -> Any:
+        flat = tf.nest.flatten(outputs)
+        if given:
+            ys = list(given)
+        else:
+            each = [label_kind(n) for n in output_losses(spec, names or [""] * len(flat))]
+            ys = random_labels(flat, each, options.seed, samples)
+        y = tf.nest.pack_sequence_as(outputs, ys[: len(flat)])
+        loss = model.compute_loss(y=y, y_pred=outputs, training=options.training)
+        # under a strategy of R replicas Keras divides each replica's loss by R (its
+        # gradients are summed across replicas by `fit`); the step weights each replica's
+        # gradient by its own samples instead, so it takes the replica's loss unscaled
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        return loss * tf.cast(replicas, loss.dtype) if replicas > 1 else loss
+
+    inputs = with_sample_indices(batches.dataset)
+    if labels is None:
+        dataset = inputs.map(lambda *e: (tuple(e[:-1]), (), e[-1]))
+    else:
+        zipped = tf.data.Dataset.zip((inputs, labels.dataset))
+        dataset = zipped.map(lambda x, y: (tuple(x[:-1]), tuple(y), x[-1]))
+    owned = weight_scan._owners(model)
+    totals = stream_weight_gradients(
+        model,
+        [getattr(v, "value", v) for v, _ in owned],
+        [layer for _, layer in owned],
+        objective,
+        dataset,
+        strategy,
+        training=options.training,
+        check_batch=batches.check_batch,
+        expected=batches.samples,
+        on_progress=on_progress,
+        source=batches.source,
+    )
+    rows = [
+        weight_scan._row(v, layer, grad, ())
+        for (v, layer), grad in zip(owned, totals.gradients, strict=True)
+    ]
+    if any(r.status != Status.OK for r in rows):
+        rows = _with_batch_causes(loaded, warnings, batches, labels, options, loss, rows)
+    notes = []
+    if labels is None:
+        notes.append(
+            f"labels are random ({', '.join(sorted(set(kinds)))}), drawn per batch to fit each "
+            f"output, seed {options.seed}: store them with --data as `y` (one output) or "
+            "`y:NAME` in the .npz for your own"
+        )
+    return WeightScanReport(
+        model=over_data._model_meta(path, loaded, warnings),
+        probe=ProbeMeta(
+            source=batches.source,
+            seed=options.seed if labels is None else None,
+            batch_size=options.rows,
+            training=options.training,
+            reduce=options.reduce,
+            samples=totals.samples,
+            replicas=totals.replicas,
+            data_sha256=data_sha256(batches.source),
+        ),
+        loss=LossMeta(spec.name, spec.source, "random" if labels is None else "data"),
+        frozen=len(model.non_trainable_variables),
+        variables=tuple(weight_scan._flag_scale(rows)),
+        notes=tuple(notes),
+        noise=totals.noise,
+    )
+
+
+def random_labels(
+    outputs: Sequence[Any], kinds: Sequence[str], seed: int, samples: Any
+) -> list[Any]:
+    """Labels that fit each output and its loss (as `loss.random_labels`), drawn in the graph
+    from `seed` and the batch's first sample index, so every batch gets its own."""
+    from layergrad.core.keras_backend import quiet_import
+
+    tf, _ = quiet_import()
+    base = tf.stack([tf.constant(seed + 1, tf.int64), tf.cast(samples[0], tf.int64)])
+    labels = []
+    for k, (out, kind) in enumerate(zip(outputs, kinds, strict=True)):
+        key = base + tf.constant([0, 1 << 40], tf.int64) * k
+        shape = tf.shape(out)
+        classes = out.shape[-1] if out.shape.rank and out.shape[-1] is not None else 1
+        if kind in ("ids", "one_hot"):
+            ids = tf.random.stateless_uniform(
+                shape[:-1], key, minval=0, maxval=max(int(classes), 1), dtype=tf.int32
+            )
+            labels.append(ids if kind == "ids" else tf.one_hot(ids, int(classes)))
+        elif kind == "bits":
+            bits = tf.random.stateless_uniform(shape, key, minval=0, maxval=2, dtype=tf.int32)
+            labels.append(tf.cast(bits, tf.float32))
+        elif kind == "positive":
+            labels.append(tf.random.stateless_uniform(shape, key))
+        else:
+            labels.append(tf.random.stateless_normal(shape, key))
+    return labels
+
+
+def _with_batch_causes(
+    loaded: Any,
+    warnings: Sequence[str],
+    batches: Any,
+    labels: Any,
+    options: ProbeOptions,
+    loss: str | None,
+    rows: list[VariableRow],
+) -> list[VariableRow]:
+    """The causes of the rows that are not ok, from `scan --wrt weights` of the first batch."""
+    from layergrad.commands import weight_scan
+    from layergrad.commands.session import Session
+    from layergrad.diagnose.diagnoser import Diagnoser
+
+    batch = batches.batch(0)
+    if labels is not None:
+        given = labels.batch(0)
+        batch = replace(batch, labels=dict(zip(given.names, given.arrays, strict=True)))
+    one = replace(options, data=None, limit=None, distribute=None, cpu_replicas=None)
+    diagnoser = Diagnoser(loaded.model, batch, loaded.info.graph, one.training, one.reduce)
+    session = Session(
+        loaded.info.path, loaded.model, loaded.info, batch, one, diagnoser, tuple(warnings)
+    )
+    found = {r.variable: r for r in weight_scan.scan_weights(session, loss).variables}
+    out = []
+    for row in rows:
+        if row.status != Status.OK:
+            seen = found.get(row.variable)
+            causes = seen.causes if seen is not None and seen.causes else row.causes
+            if not causes:
+                from layergrad.diagnose import causes as why
+
+                causes = (why.variable_not_used(row.layer, row.name, row.status),)
+            row = replace(row, causes=causes)
+        out.append(row)
+    return out

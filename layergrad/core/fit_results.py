@@ -1,0 +1,110 @@
+"""What a monitored training run reports: checkpoints, per-layer and per-variable rows, findings.
+
+Plain frozen dataclasses, no TensorFlow. Steps are counted from 1 (the first step of the run
+is step 1), batches from 0 within their epoch as Keras counts them. A value that was NaN or
+Inf is kept as `math.nan` / `math.inf` here and written as null in JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from layergrad.core.display import NotebookDisplay
+from layergrad.core.vocab import Finding
+
+SCHEMA = "layergrad.fit/1"
+
+
+@dataclass(frozen=True)
+class VariableStats:
+    """d loss / d one trainable variable at one checkpoint.
+
+    `grad_l2` is the L2 norm of the gradient's finite values (None: no gradient reached it),
+    `nonfinite` how many values were NaN or Inf, `dead_fraction` the share of its last-axis
+    units whose gradient is exactly zero for the whole batch.
+    """
+
+    variable: str
+    layer: str
+    shape: tuple[int, ...]
+    grad_l2: float | None
+    weight_l2: float
+    nonfinite: int
+    dead_fraction: float | None
+
+
+@dataclass(frozen=True)
+class LayerStats:
+    """One layer at one checkpoint (its trainable variables together).
+
+    `update_ratio` is learning rate x |grad| / |weights|: the share by which one plain
+    gradient step moves the layer's weights. `dead_fraction` is the share of the units (last
+    axis) of the layer's output that are exactly 0 for every sample of the batch (under a
+    `tf.distribute` strategy: of the first replica's share). `nonfinite_activation` counts
+    NaN/Inf in the layer's outputs, `nonfinite_gradient` in its variables' gradients.
+    """
+
+    layer: str
+    grad_l2: float | None
+    weight_l2: float | None
+    update_ratio: float | None
+    dead_fraction: float | None
+    nonfinite_gradient: int
+    nonfinite_activation: int
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Every reduction of one step's batch: `step` from 1, `epoch` and `batch` from 0."""
+
+    step: int
+    epoch: int
+    batch: int
+    loss: float | None
+    learning_rate: float | None
+    layers: tuple[LayerStats, ...]
+    variables: tuple[VariableStats, ...]
+
+
+@dataclass(frozen=True)
+class TrainingFinding:
+    """A problem seen during training: which, in which layer (None: the model), from which step."""
+
+    finding: Finding
+    layer: str | None
+    step: int
+    message: str
+
+
+@dataclass(frozen=True)
+class FitReport(NotebookDisplay):
+    """A whole monitored run: the loss of every step, the checkpoints, the findings.
+
+    `losses[i]` is the loss of step i + 1 (None when the step did not report one).
+    `stopped` says why the run ended early ("nonfinite"), or None.
+    """
+
+    model: str
+    model_class: str
+    every: int
+    steps: int
+    epochs: int
+    loss_name: str
+    optimizer: str
+    learning_rate: float | None
+    losses: tuple[float | None, ...]
+    checkpoints: tuple[Checkpoint, ...]
+    findings: tuple[TrainingFinding, ...]
+    stopped: str | None = None
+    path: str | None = None  # the model file, for `layergrad fit`
+    data: str | None = None  # the --data source, for `layergrad fit`
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def layer_names(self) -> tuple[str, ...]:
+        """Every layer reported at some checkpoint, in forward order."""
+        seen: dict[str, None] = {}
+        for checkpoint in self.checkpoints:
+            for row in checkpoint.layers:
+                seen.setdefault(row.layer, None)
+        return tuple(seen)

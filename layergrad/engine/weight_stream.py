@@ -1,0 +1,178 @@
+"""The training gradient over a whole data set (`scan --wrt weights --data`), streamed.
+
+One compiled step per batch: forward, the loss (`model.compute_loss`, as `model.fit`
+computes it), `tape.gradient(loss, trainable variables)`, and what adds up over batches,
+in float64 `data.accumulators.Accumulators` on each replica (nothing crosses back to Python until
+the end). For a batch b of n_b samples with gradient g_b (of the loss averaged over its
+samples) the step adds
+
+- n_b g_b for every variable: divided by N = sum n_b at the end, the gradient of the loss
+  averaged over every sample, which is one full-batch `tape.gradient` (a partial last
+  batch counts for its samples, not as a whole batch);
+- n_b ||g_b,l||^2 per layer l (its trainable variables together), and n_b, n_b^2: the
+  sample-weighted spread of the batch gradients around their mean (`GradientNoise`). Under
+  a strategy the batch's gradient is that of all its samples (the replicas' shares added up
+  with one all-reduce per batch, as training does), so the spread is the same on any number
+  of replicas.
+
+Every total is a sum, so replicas, workers and shards combine by adding them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from layergrad.core.errors import InputError
+from layergrad.core.keras_backend import quiet_import
+from layergrad.core.results import GradientNoise
+from layergrad.data.accumulators import Accumulators, summary_shapes
+
+Progress = Callable[[int, "int | None"], None]
+Objective = Callable[[Any, Any, Any], Any]  # (outputs, labels or None, sample indices) -> loss
+
+
+@dataclass(frozen=True)
+class WeightTotals:
+    """What the step added up: the mean gradient per variable (None: no path from the loss),
+    per layer its noise, and the samples, batches and replicas seen."""
+
+    gradients: tuple[np.ndarray | None, ...]
+    noise: tuple[GradientNoise, ...]
+    samples: int
+    batches: int
+    replicas: int
+
+
+def stream_weight_gradients(
+    model: Any,
+    variables: Sequence[Any],
+    layers: Sequence[str],
+    objective: Objective,
+    dataset: Any,
+    strategy: Any,
+    *,
+    training: bool = False,
+    check_batch: Callable[[int, Any], int] | None = None,
+    expected: int | None = None,
+    on_progress: Progress | None = None,
+    source: str = "",
+) -> WeightTotals:
+    """The mean training gradient of every variable over `dataset`, and each layer's noise.
+
+    Args:
+        model: the loaded model (variables created under `strategy.scope()`).
+        variables: the trainable variables (tf.Variables); `layers[i]` owns `variables[i]`.
+        objective: the loss of a batch from (outputs, labels, sample indices).
+        dataset: elements (inputs tuple, labels tuple, sample indices).
+        strategy: a tf.distribute strategy (the default one for one device).
+        check_batch: called with (batch index, per input its pieces) before each batch;
+            returns the batch's rows.
+        expected: samples expected (for the progress), or None.
+
+    Raises:
+        InputError: a batch the model fails on, or a data set without samples.
+    """
+    tf, _ = quiet_import()
+    from layergrad.engine.data_step import _call_model, _fused, _guarded, _is_default
+
+    names = list(dict.fromkeys(layers))
+    owner = [names.index(layer) for layer in layers]
+    connected: list[bool] = []
+
+    def compute(inputs: Any, labels: Any, samples: Any) -> dict[str, Any]:
+        rows = tf.shape(inputs[0])[0]
+        n = tf.cast(rows, tf.float64)
+        with tf.GradientTape() as tape:
+            outputs = _call_model(model, list(inputs), training)
+            loss = objective(outputs, labels, samples)
+        grads = tape.gradient(loss, list(variables))
+        connected[:] = [g is not None for g in grads]
+        kept = [i for i, g in enumerate(grads) if g is not None]
+        weighted = [n * tf.cast(tf.convert_to_tensor(grads[i]), tf.float64) for i in kept]
+        out: dict[str, Any] = {f"{i}/sum": w for i, w in zip(kept, weighted, strict=True)}
+        # the batch's gradient is that of all its samples: with replicas, their shares added
+        # up (n_b g_b = sum_r n_r g_r); each replica then adds 1/R of the batch's numbers
+        total, share = (weighted, n), 1.0
+        context = tf.distribute.get_replica_context()
+        replicas = context.num_replicas_in_sync if context is not None else 1
+        if replicas > 1 and weighted:
+            total = context.all_reduce("SUM", (weighted, n))
+            share = 1.0 / replicas
+        summed, rows_b = total
+        squares = [tf.zeros([], tf.float64) for _ in names]
+        for i, w in zip(kept, summed, strict=True):
+            squares[owner[i]] = squares[owner[i]] + tf.reduce_sum(tf.square(w))
+        safe = tf.maximum(rows_b, 1.0)
+        out["n/sum"] = tf.stack([n, share * rows_b * rows_b])
+        layer_sq = tf.stack(squares) / safe if names else tf.zeros([0], tf.float64)
+        out["layers/sum"] = share * layer_sq  # n_b ||g_b||^2 per layer
+        return out
+
+    if not _is_default(strategy):
+        dataset = strategy.experimental_distribute_dataset(dataset)
+    signature = [dataset.element_spec]
+    step = tf.function(
+        lambda batch: strategy.run(compute, args=batch), input_signature=signature, autograph=False
+    )
+    concrete = _guarded(step.get_concrete_function, "the data", source)
+    shapes = summary_shapes(strategy, concrete.structured_outputs) or {}
+    acc = Accumulators(strategy, shapes)
+    fused = _fused(strategy, concrete, acc, signature)
+    done = batches = 0
+    for batch in dataset:
+        parts = [strategy.experimental_local_results(t) for t in batch[0]]
+        rows = (
+            check_batch(batches, parts) if check_batch else sum(int(p.shape[0]) for p in parts[0])
+        )
+        _guarded(partial(fused, batch), f"batch {batches}", source)
+        done, batches = done + rows, batches + 1
+        if on_progress is not None:
+            on_progress(done, expected)
+    if not done:
+        raise InputError(f"--data {source} holds no samples; expected at least one row")
+    totals = acc.totals(strategy)
+    count, count_sq = (float(v) for v in totals["n/sum"])
+    gradients = tuple(totals[f"{i}/sum"] / count if ok else None for i, ok in enumerate(connected))
+    noise = layer_noise(names, owner, gradients, totals["layers/sum"], count, count_sq, batches)
+    replicas = int(strategy.num_replicas_in_sync)
+    return WeightTotals(gradients, noise, int(count), batches, replicas)
+
+
+def layer_noise(
+    names: Sequence[str],
+    owner: Sequence[int],
+    gradients: Sequence[np.ndarray | None],
+    weighted_sq: np.ndarray,
+    count: float,
+    count_sq: float,
+    batches: int,
+) -> tuple[GradientNoise, ...]:
+    """Per layer: signal ||mean g||^2, the variance of the batch gradients, and their ratio.
+
+    With w_b = n_b / N the variance is sum_b w_b ||g_b - mean g||^2 / (1 - sum_b w_b^2)
+    (the unbiased estimate for batches of equal size: the spread of B batch gradients with
+    B - 1 degrees of freedom), from the totals: (sum n_b ||g_b||^2 / N - ||mean g||^2) /
+    (1 - sum n_b^2 / N^2).
+    """
+    signal = np.zeros(len(names))
+    has = np.zeros(len(names), bool)
+    for i, g in enumerate(gradients):
+        if g is not None:
+            signal[owner[i]] += float(np.sum(g * g))
+            has[owner[i]] = True
+    out = []
+    dof = 1.0 - count_sq / (count * count) if count else 0.0
+    for layer, (name, s) in enumerate(zip(names, signal, strict=True)):
+        if not has[layer]:
+            continue
+        variance = None
+        if dof > 1e-12 and np.isfinite(weighted_sq[layer]) and np.isfinite(s):
+            variance = max(float(weighted_sq[layer]) / count - s, 0.0) / dof
+        snr = s / variance if variance else None
+        out.append(GradientNoise(name, float(s), variance, snr, batches))
+    return tuple(out)

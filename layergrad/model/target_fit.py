@@ -1,0 +1,203 @@
+"""Can the output produce the labels? Labels given with the data against each output's
+activation and compiled loss (the `target_mismatch` finding). NumPy only, no TensorFlow.
+
+The most common bug a built model hides is an output that cannot produce its targets: a
+sigmoid trained on targets outside (0, 1), several classes fed into one unit, class ids with
+a one-hot loss, one-hot rows with the sparse loss, class ids beyond the number of units.
+`LabelSummary` holds what the labels are, accumulated batch by batch over a data set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from layergrad.model.loss_fit import Head
+
+MAX_CLASSES = 1024  # distinct integer values remembered; more is a regression target
+# the range each activation can produce (closed: labels of exactly 0 and 1 are ordinary)
+RANGES = {
+    "sigmoid": (0.0, 1.0),
+    "softmax": (0.0, 1.0),
+    "tanh": (-1.0, 1.0),
+    "relu": (0.0, np.inf),
+    "softplus": (0.0, np.inf),
+    "relu6": (0.0, 6.0),
+    "exponential": (0.0, np.inf),
+}
+
+
+@dataclass
+class LabelSummary:
+    """What the labels of one output hold: range, width, integers, one-hot rows, classes."""
+
+    count: int = 0
+    low: float = np.inf
+    high: float = -np.inf
+    width: int = 1  # the last axis of one sample's label (1 for a scalar label)
+    integers: bool = True  # every value is a whole number
+    one_hot: bool = True  # every row is 0/1 with exactly one 1 (and width > 1)
+    finite: bool = True
+    values: set[float] = field(default_factory=set)  # distinct values, up to MAX_CLASSES + 1
+
+    def add(self, labels: np.ndarray, output_rank: int | None = None) -> None:
+        """Take in one batch of labels (batch axis first)."""
+        y = np.asarray(labels)
+        if y.size == 0 or y.dtype.kind not in "biuf":
+            return
+        y = y.astype(np.float64)
+        sample = y.shape[1:]
+        rank = output_rank if output_rank is not None else len(sample)
+        self.width = int(sample[-1]) if sample and len(sample) >= rank and rank else 1
+        finite = y[np.isfinite(y)]
+        self.finite &= finite.size == y.size
+        self.count += int(y.shape[0])
+        if not finite.size:
+            return
+        self.low = min(self.low, float(finite.min()))
+        self.high = max(self.high, float(finite.max()))
+        self.integers &= bool(np.all(finite == np.round(finite)))
+        rows = y.reshape(-1, self.width) if self.width > 1 else None
+        self.one_hot &= bool(
+            rows is not None and np.all((rows == 0) | (rows == 1)) and np.all(rows.sum(axis=1) == 1)
+        )
+        if len(self.values) <= MAX_CLASSES:
+            self.values.update(np.unique(finite)[: MAX_CLASSES + 1].tolist())
+
+    @property
+    def classes(self) -> int | None:
+        """Distinct class ids of integer labels (the width of one-hot rows); None otherwise."""
+        if self.one_hot:
+            return self.width
+        if self.integers and len(self.values) <= MAX_CLASSES:
+            return len(self.values)
+        return None
+
+    def describe(self) -> str:
+        """What the labels hold, in words."""
+        if not self.count:
+            return "no labels"
+        if self.one_hot:
+            return f"one-hot rows of width {self.width}"
+        span = f"{_num(self.low)} to {_num(self.high)}"
+        if self.integers and self.classes is not None and self.width == 1:
+            return f"integer class ids {span} ({self.classes} distinct)"
+        kind = "integer" if self.integers else "real"
+        width = f", width {self.width}" if self.width > 1 else ""
+        return f"{kind} values {span}{width}"
+
+
+@dataclass(frozen=True)
+class TargetMismatch:
+    """Labels the output cannot produce, or that do not fit the loss, with the fix."""
+
+    output: str
+    layer: str
+    loss: str
+    message: str
+    hint: str
+
+
+def target_mismatches(
+    heads: Sequence[Head],
+    losses: Sequence[tuple[str, bool] | None],
+    labels: Mapping[str, LabelSummary],
+) -> list[TargetMismatch]:
+    """Every output whose labels do not fit its activation or loss.
+
+    `losses[i]` is (canonical loss name, from_logits) of output i (see `loss_fit.per_output`),
+    None when unknown; `labels` maps an output name to its labels' summary.
+    """
+    found = []
+    for head, spec in zip(heads, losses, strict=True):
+        summary = labels.get(head.name)
+        if summary is None or not summary.count or not summary.finite:
+            continue
+        problem = _judge(head, spec, summary)
+        if problem is not None:
+            found.append(problem)
+    return found
+
+
+def _judge(head: Head, spec: tuple[str, bool] | None, y: LabelSummary) -> TargetMismatch | None:
+    loss, from_logits = spec if spec is not None else ("no loss", False)
+    act, units = head.activation, head.units
+    sparse = loss.startswith("sparse_categorical")
+    one_hot_loss = loss.startswith("categorical_") and "hinge" not in loss
+    binary = loss.startswith("binary")
+    held = y.describe()
+
+    def say(message: str, hint: str) -> TargetMismatch:
+        where = f"output '{head.name}' ({_units(units)}{act}, layer '{head.layer}') with {loss}"
+        return TargetMismatch(head.name, head.layer, loss, f"{where}: the labels are {held}: "
+                              f"{message}", hint)  # fmt: skip
+
+    ids = y.integers and y.width == 1 and y.low >= 0
+    if sparse and y.one_hot:
+        return say(
+            "sparse categorical cross-entropy reads one class id per sample, not one-hot rows",
+            "categorical_crossentropy for one-hot labels, or pass the class ids "
+            "(np.argmax(y, axis=-1)) with the sparse loss",
+        )
+    if one_hot_loss and ids and (units or 0) > 1:
+        return say(
+            f"{loss} compares one-hot rows with the {units} outputs, but the labels are class ids",
+            "sparse_categorical_crossentropy for class ids, or one-hot labels "
+            "(keras.utils.to_categorical(y, num_classes))",
+        )
+    if sparse and y.integers and units and (y.high >= units or y.low < 0):
+        return say(
+            f"class ids must lie in 0 to {units - 1} for {units} units",
+            f"Dense({int(y.high) + 1}) on the head (one unit per class), or relabel the classes "
+            f"0 to {units - 1}",
+        )
+    if not sparse and units and units > 1 and y.width == 1 and spec is not None:
+        return say(
+            f"one label per sample, but the output has {units} units: each unit is trained "
+            "against the same label (the loss broadcasts it)",
+            "Dense(1, activation='sigmoid') for one yes/no label, Dense(1) for one number, or "
+            f"Dense({units}, activation='softmax') with sparse_categorical_crossentropy for "
+            "class ids",
+        )
+    if not sparse and units and y.width > 1 and y.width != units:
+        return say(
+            f"each sample's labels have width {y.width}, but the output has {units} units",
+            f"Dense({y.width}) on the head, one unit per label column",
+        )
+    several = y.classes is not None and y.classes > 2 and y.width == 1 and y.integers
+    if units == 1 and several and (act in ("sigmoid", "softmax") or binary):
+        return say(
+            f"{y.classes} classes cannot be told apart by one {act} unit",
+            f"Dense({y.classes}, activation='softmax') with sparse_categorical_crossentropy",
+        )
+    if binary and not from_logits and (y.low < 0 or y.high > 1):
+        return say(
+            "binary cross-entropy needs targets in [0, 1]",
+            "scale the targets to [0, 1], or a regression loss (mse) with a linear head",
+        )
+    bounds = RANGES.get(act)
+    if (
+        bounds is not None
+        and not sparse
+        and not from_logits
+        and (y.low < bounds[0] or y.high > bounds[1])
+    ):
+        low, high = bounds
+        return say(
+            f"a {act} output lies in [{_num(low)}, {_num(high)}], so it can never reach them",
+            "a linear head (Dense with no activation) for unbounded targets, or scale the "
+            f"targets into the {act}'s range",
+        )
+    return None
+
+
+def _units(units: int | None) -> str:
+    return f"{units} unit{'s' if units != 1 else ''}, " if units else ""
+
+
+def _num(value: float) -> str:
+    if value in (np.inf, -np.inf):
+        return "inf" if value > 0 else "-inf"
+    return f"{value:g}"

@@ -1,0 +1,330 @@
+"""Render a monitored training run (`layergrad fit`, `GradientMonitor(report=...)`).
+
+The JSON is `layergrad.fit/1`: every checkpoint's rows and the findings; a NaN or Inf is
+written as null (strict JSON). The page draws the loss curve and a layers x checkpoints map
+of the update ratios as inline SVG, and fetches nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import RenderableType
+from rich.text import Text
+
+from layergrad.core.fit_results import SCHEMA, Checkpoint, FitReport, LayerStats
+from layergrad.render.common import (
+    Column,
+    fitted_table,
+    md_code,
+    md_table,
+    md_text,
+    number,
+    to_text,
+)
+from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page
+from layergrad.render.html_page import table as html_table
+
+COLUMNS = (
+    Column("layer", name_like=True),
+    Column("update ratio", "right"),
+    Column("grad L2", "right", drop=2),
+    Column("dead", "right", drop=1),
+    Column("NaN/Inf", "right", drop=3),
+)
+
+
+def _num(value: float | None) -> float | None:
+    """A value for JSON: None for missing, NaN or Inf."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _text(value: float | None, percent: bool = False) -> str:
+    if value is None or not math.isfinite(value):
+        return "-" if value is None else str(value)
+    return f"{value:.0%}" if percent else number(value)
+
+
+def verdict_line(report: FitReport) -> str:
+    """One sentence: the findings, or that none were found."""
+    if not report.findings:
+        return f"no finding in {report.steps} steps"
+    words = ", ".join(dict.fromkeys(str(f.finding) for f in report.findings))
+    return f"{len(report.findings)} finding{'s' if len(report.findings) > 1 else ''}: {words}"
+
+
+def _facts(report: FitReport) -> list[tuple[str, str]]:
+    lr = "-" if report.learning_rate is None else number(report.learning_rate)
+    facts = [("model", f"{report.path or report.model} ({report.model_class})")]
+    if report.data:
+        facts.append(("data", report.data))
+    facts += [
+        (
+            "training",
+            f"{_count(report.steps, 'step')} in {_count(report.epochs, 'epoch')}, "
+            f"checkpoint every {_count(report.every, 'step')}",
+        ),
+        ("loss", report.loss_name or "-"),
+        ("optimizer", f"{report.optimizer}, learning rate {lr}"),
+    ]
+    if report.stopped:
+        facts.append(("stopped", f"early, on {report.stopped}"))
+    return facts
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _last(report: FitReport) -> Checkpoint | None:
+    return report.checkpoints[-1] if report.checkpoints else None
+
+
+def _cells(row: LayerStats) -> list[str]:
+    bad = row.nonfinite_gradient + row.nonfinite_activation
+    return [
+        row.layer,
+        _text(row.update_ratio),
+        _text(row.grad_l2),
+        _text(row.dead_fraction, percent=True),
+        str(bad) if bad else "0",
+    ]
+
+
+def table(report: FitReport, *, color: bool = False, width: int | None = 100) -> str:
+    """The facts, the last checkpoint's layers, the findings."""
+    items: list[RenderableType] = [Text(f"{k}: {v}") for k, v in _facts(report)]
+    last = _last(report)
+    if last is not None:
+        items.append(Text(f"\nlayers at step {last.step} (loss {_text(last.loss)}):"))
+        items.append(fitted_table(COLUMNS, [_cells(r) for r in last.layers], width))
+    items.append(Text(verdict_line(report), style="bold red" if report.findings else "green"))
+    for f in report.findings:
+        where = f" at {f.layer}" if f.layer else ""
+        items.append(Text(f"  {f.finding}{where} (step {f.step}): {f.message}"))
+    items += [Text(f"note: {n}") for n in report.notes]
+    return to_text(items, color=color, width=width)
+
+
+def as_dict(report: FitReport) -> dict[str, Any]:
+    """The `layergrad.fit/1` object."""
+    return {
+        "schema": SCHEMA,
+        "model": {"path": report.path, "class": report.model_class, "name": report.model},
+        "training": {
+            "data": report.data,
+            "steps": report.steps,
+            "epochs": report.epochs,
+            "every": report.every,
+            "loss": report.loss_name,
+            "optimizer": report.optimizer,
+            "learning_rate": _num(report.learning_rate),
+            "stopped": report.stopped,
+        },
+        "losses": [_num(v) for v in report.losses],
+        "checkpoints": [_checkpoint_json(c) for c in report.checkpoints],
+        "findings": [
+            {"finding": str(f.finding), "layer": f.layer, "step": f.step, "message": f.message}
+            for f in report.findings
+        ],
+        "notes": list(report.notes),
+    }
+
+
+def _checkpoint_json(c: Checkpoint) -> dict[str, Any]:
+    return {
+        "step": c.step,
+        "epoch": c.epoch,
+        "batch": c.batch,
+        "loss": _num(c.loss),
+        "learning_rate": _num(c.learning_rate),
+        "layers": [
+            {
+                "layer": r.layer,
+                "update_ratio": _num(r.update_ratio),
+                "grad_l2": _num(r.grad_l2),
+                "weight_l2": _num(r.weight_l2),
+                "dead_fraction": _num(r.dead_fraction),
+                "nonfinite_gradient": r.nonfinite_gradient,
+                "nonfinite_activation": r.nonfinite_activation,
+            }
+            for r in c.layers
+        ],
+        "variables": [
+            {
+                "variable": v.variable,
+                "layer": v.layer,
+                "shape": list(v.shape),
+                "grad_l2": _num(v.grad_l2),
+                "weight_l2": _num(v.weight_l2),
+                "nonfinite": v.nonfinite,
+                "dead_fraction": _num(v.dead_fraction),
+            }
+            for v in c.variables
+        ],
+    }
+
+
+def as_json(report: FitReport, **_: Any) -> str:
+    """Strict JSON (no NaN literals), indented."""
+    return json.dumps(as_dict(report), indent=2, allow_nan=False)
+
+
+def markdown(report: FitReport, **_: Any) -> str:
+    """A pull-request comment: the verdict, the findings, the last checkpoint's layers."""
+    lines = [f"### layergrad fit: {md_text(verdict_line(report))}", ""]
+    lines += [f"- {k}: {md_text(v)}" for k, v in _facts(report)]
+    lines.append("")
+    if report.findings:
+        rows = [
+            [md_code(str(f.finding)), md_code(f.layer or "-"), str(f.step), md_text(f.message)]
+            for f in report.findings
+        ]
+        lines.append(md_table(["finding", "layer", "step", "message"], rows))
+    last = _last(report)
+    if last is not None:
+        lines.append(f"Layers at step {last.step}:\n")
+        rows = [[md_code(c[0]), *c[1:]] for c in (_cells(r) for r in last.layers)]
+        lines.append(md_table([c.header for c in COLUMNS], rows))
+    return "\n".join(lines)
+
+
+def html(report: FitReport, **_: Any) -> str:
+    """One self-contained page: verdict, facts, findings, loss curve, update-ratio map."""
+    kind = "bad" if report.findings else "ok"
+    body: list[Html | None] = [
+        el("h1", "layergrad fit"),
+        el("div", verdict_line(report), class_=f"verdict {kind}"),
+        definition_list(_facts(report)),
+    ]
+    if report.findings:
+        body.append(el("h2", "Findings"))
+        rows = [
+            [
+                cell(badge(str(f.finding), "bad")),
+                cell(el("code", f.layer or "-")),
+                cell(str(f.step), num=True, sort=f.step),
+                cell(f.message),
+            ]
+            for f in report.findings
+        ]
+        body.append(html_table(["finding", "layer", "step", "message"], rows, numeric=[2]))
+    body += [el("h2", "Loss"), el("div", loss_svg(report.losses), class_="chart")]
+    body += [
+        el("h2", "Update ratio, layers x checkpoints"),
+        el("p", "lr x |grad| / |weights| per step, log scale; grey: no value.", class_="muted"),
+        el("div", ratio_map_svg(report), class_="chart"),
+    ]
+    last = _last(report)
+    if last is not None:
+        body.append(el("h2", f"Layers at step {last.step}"))
+        body.append(
+            html_table(
+                [c.header for c in COLUMNS],
+                [
+                    [cell(el("code", c[0])), *(cell(v, num=True) for v in c[1:])]
+                    for c in (_cells(r) for r in last.layers)
+                ],
+                numeric=[1, 2, 3, 4],
+            )
+        )
+    return page(f"layergrad fit: {report.path or report.model}", body)
+
+
+def loss_svg(losses: Sequence[float | None], width: int = 720, height: int = 220) -> Html:
+    """The loss of every step as a polyline; steps with a NaN/Inf loss as red ticks."""
+    pad = 40
+    finite = [(i, v) for i, v in enumerate(losses) if v is not None and math.isfinite(v)]
+    parts: list[Html] = []
+    if finite:
+        low, high = min(v for _, v in finite), max(v for _, v in finite)
+        span = high - low or 1.0
+        n = max(len(losses) - 1, 1)
+
+        def xy(i: int, v: float) -> str:
+            x = pad + (width - 2 * pad) * i / n
+            y = height - pad - (height - 2 * pad) * (v - low) / span
+            return f"{x:.1f},{y:.1f}"
+
+        points = " ".join(xy(i, v) for i, v in finite)
+        parts.append(el("polyline", points=points, fill="none", stroke="#0b5cad", stroke_width=1.5))
+        for i, v in enumerate(losses):
+            if v is None or not math.isfinite(v):
+                x = pad + (width - 2 * pad) * i / n
+                parts.append(
+                    el(
+                        "line",
+                        x1=f"{x:.1f}",
+                        x2=f"{x:.1f}",
+                        y1=pad,
+                        y2=height - pad,
+                        stroke="#c62828",
+                    )
+                )
+        parts.append(el("text", f"{number(high)}", x=2, y=pad, font_size=11))
+        parts.append(el("text", f"{number(low)}", x=2, y=height - pad, font_size=11))
+    parts.append(el("text", f"step 1 .. {len(losses)}", x=pad, y=height - 8, font_size=11))
+    return el(
+        "svg",
+        join(parts),
+        xmlns="http://www.w3.org/2000/svg",
+        viewBox=f"0 0 {width} {height}",
+        role="img",
+        aria_label="loss per step",
+    )
+
+
+def ratio_map_svg(report: FitReport) -> Html:
+    """A cell per layer and checkpoint, coloured by log10 of its update ratio."""
+    layers, checkpoints = report.layer_names, report.checkpoints
+    label, cw, ch = 180, max(4, min(24, 720 // max(len(checkpoints), 1))), 16
+    width, height = label + cw * len(checkpoints) + 10, ch * len(layers) + 40
+    cells: list[Html] = []
+    for j, c in enumerate(checkpoints):
+        rows = {r.layer: r for r in c.layers}
+        for i, name in enumerate(layers):
+            row = rows.get(name)
+            ratio = row.update_ratio if row is not None else None
+            cells.append(
+                el(
+                    "rect",
+                    el("title", f"{name}, step {c.step}: {_text(ratio)}"),
+                    x=label + j * cw,
+                    y=i * ch,
+                    width=cw,
+                    height=ch,
+                    fill=_colour(ratio),
+                )
+            )
+    names = [
+        el("text", name[-28:], x=2, y=i * ch + 12, font_size=11) for i, name in enumerate(layers)
+    ]
+    axis = el("text", "checkpoints (step) ->", x=label, y=height - 12, font_size=11)
+    legend = el(
+        "text", "blue 1e-7 .. green 1e-3 .. red 1e1", x=label + 160, y=height - 12, font_size=11
+    )
+    return el(
+        "svg",
+        join([*cells, *names, axis, legend]),
+        xmlns="http://www.w3.org/2000/svg",
+        viewBox=f"0 0 {width} {height}",
+        role="img",
+        aria_label="update ratio per layer and step",
+    )
+
+
+def _colour(ratio: float | None) -> str:
+    """log10(ratio) from -7 (blue) through -3 (green) to 1 (red); grey when missing."""
+    if ratio is None or not math.isfinite(ratio) or ratio <= 0:
+        return "#d8dee4"
+    t = min(max((math.log10(ratio) + 7) / 8, 0.0), 1.0)
+    if t < 0.5:
+        a = t / 0.5
+        r, g, b = 30, int(90 + 120 * a), int(200 - 130 * a)
+    else:
+        a = (t - 0.5) / 0.5
+        r, g, b = int(30 + 190 * a), int(210 - 160 * a), int(70 - 30 * a)
+    return f"#{r:02x}{g:02x}{b:02x}"

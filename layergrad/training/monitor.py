@@ -1,0 +1,337 @@
+"""`GradientMonitor`: a Keras callback that watches the gradient while `model.fit` trains.
+
+    from layergrad import GradientMonitor
+    monitor = GradientMonitor(every=100, report="fit.json")
+    model.fit(x, y, epochs=5, callbacks=[monitor])
+    monitor.report.findings    # the TrainingFinding of each problem seen
+
+Every `every` steps, and on the first and the last, the step's own batch is reduced inside
+the compiled step (`step_hook.py`): d loss / d every trainable variable, each layer's update
+ratio, gradient L2, dead-unit fraction and non-finite counts. Every step reports whether
+anything was NaN/Inf and its loss; the first non-finite step is reduced in full, named, and
+(with `stop_on_nonfinite`) ends training. At the end the findings rules (`rules.py`) run over
+the record; `report` writes it as JSON (`.json`) or a page (`.html`), `log_dir` writes
+TensorBoard scalars and histograms as it goes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+from layergrad.core.fit_results import (
+    Checkpoint,
+    FitReport,
+    LayerStats,
+    TrainingFinding,
+    VariableStats,
+)
+from layergrad.core.keras_backend import quiet_import
+from layergrad.core.vocab import Finding
+from layergrad.training import rules
+from layergrad.training.step_hook import (
+    DEAD,
+    GRAD_NONFINITE,
+    GRAD_SQ,
+    UNITS,
+    WEIGHT_SQ,
+    LayerVariables,
+    StepHook,
+    applying_optimizer,
+)
+
+_, _keras = quiet_import()
+
+# The wrappers installed on each model (by id) until its monitored fit ends: a fit that raised
+# never calls on_train_end, and the next monitored fit of that model closes them first.
+_OPEN: dict[int, contextlib.ExitStack] = {}
+
+
+class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
+    """Watch d loss / d weights during `model.fit`; name the layer where NaN/Inf started.
+
+    Args:
+        every: reduce the gradients every this many steps (and on the first and last step).
+        log_dir: also write TensorBoard summaries here (`layergrad/update_ratio/<layer>`,
+            `layergrad/grad_l2/<layer>`, `layergrad/dead_fraction/<layer>`, and a histogram
+            `layergrad/gradient/<layer>`).
+        report: also write the record at the end of training: `.json` (`layergrad.fit/1`)
+            or `.html` (a self-contained page).
+        stop_on_nonfinite: end training on the first step whose loss, a gradient or an
+            activation is NaN or Inf.
+        chance_loss: the loss of predicting the label prior, for `plateau_at_chance`
+            (default: log C for a C-class cross-entropy, log 2 for a binary one).
+
+    After training, `report` (a `FitReport`) holds every checkpoint and the findings.
+    """
+
+    def __init__(
+        self,
+        every: int = 100,
+        log_dir: str | os.PathLike[str] | None = None,
+        report: str | os.PathLike[str] | None = None,
+        stop_on_nonfinite: bool = True,
+        chance_loss: float | None = None,
+    ) -> None:
+        super().__init__()
+        if int(every) < 1:
+            raise ValueError(f"every must be at least 1: every={every}")
+        if report is not None and not os.fspath(report).lower().endswith((".json", ".html")):
+            raise ValueError(f"report must end in .json or .html: report={os.fspath(report)!r}")
+        self.every, self.stop_on_nonfinite = int(every), stop_on_nonfinite
+        self.log_dir = None if log_dir is None else os.fspath(log_dir)
+        self.report_path = None if report is None else os.fspath(report)
+        self.chance_loss = chance_loss
+        self.report: FitReport | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._losses: list[float | None] = []
+        self._checkpoints: list[Checkpoint] = []
+        self._nonfinite: TrainingFinding | None = None
+        self._step, self._epoch, self._due = 0, 0, False
+        self._stack: contextlib.ExitStack | None = None
+        self._writer: Any = None
+
+    # Keras hooks
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        self._reset()
+        model = self.model
+        self._layers, self._variables = _layers_and_variables(model)
+        self._index = {e.path: i for i, e in enumerate(self._layers)}
+        owner = {i: e.path for e in self._layers for i in e.variables}
+        self._layer_of = [owner.get(i, "") for i in range(len(self._variables))]
+        self._hook = StepHook(model, self._layers, self._variables, self.log_dir is not None)
+        steps, epochs = self.params.get("steps"), self.params.get("epochs") or 1
+        self._last = steps * epochs - 1 if steps else None
+        stale = _OPEN.pop(id(model), None)
+        if stale is not None:
+            stale.close()
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(self._hook.installed())
+        _OPEN[id(model)] = self._stack
+        model.make_train_function(force=True)  # trace the monitored step
+        if self.log_dir is not None:
+            tf, _ = quiet_import()
+            self._writer = tf.summary.create_file_writer(self.log_dir)
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._epoch = epoch
+
+    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        due = self._step % self.every == 0 or self._step == self._last
+        if due != self._due:
+            self._hook.due.assign(due)
+            self._due = due
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        bad, loss = (float(v) for v in self._hook.step.read_value().numpy())
+        step = self._step + 1
+        self._step += 1
+        self._losses.append(loss)
+        first_bad = bool(bad) and self._nonfinite is None
+        if not (self._due or first_bad):
+            return
+        checkpoint = self._checkpoint(step, batch, loss)
+        self._checkpoints.append(checkpoint)
+        if self._writer is not None:
+            self._write_summaries(checkpoint)
+        if first_bad and (not math.isfinite(loss) or _any_nonfinite(checkpoint)):
+            # (else finite values whose sum overflowed: nothing is NaN/Inf)
+            self._nonfinite = rules.nonfinite_finding(
+                checkpoint, self._hook_order(), self._epoch, batch
+            )
+            if self.stop_on_nonfinite:
+                self.model.stop_training = True
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        if self._stack is not None:
+            _OPEN.pop(id(self.model), None)
+            self._stack.close()
+            self._stack = None
+        if self._writer is not None:
+            self._writer.flush()
+            self._writer.close()
+        self.report = self._build_report()
+        if self.report_path is not None:
+            from layergrad.training.report_files import write_report
+
+            write_report(self.report, self.report_path)
+
+    # reading the step's variables
+
+    def _hook_order(self) -> list[str]:
+        order = [self._layers[i].path for i in self._hook.forward_order]
+        return order + [e.path for e in self._layers if e.path not in order and e.variables]
+
+    def _checkpoint(self, step: int, batch: int, loss: float) -> Checkpoint:
+        hook = self._hook
+        grads = np.asarray(hook.grads.read_value().numpy(), dtype=np.float64)
+        acts = np.asarray(hook.activations.read_value().numpy(), dtype=np.float64)
+        dead = np.asarray(hook.dead.read_value().numpy(), dtype=np.float64)
+        iteration = int(applying_optimizer(self.model).iterations.numpy()) - 1
+        if int(hook.measured_at.read_value().numpy()) != iteration:  # not measured this step
+            acts, dead = np.zeros_like(acts), np.zeros_like(dead)
+        lr = float(hook.learning_rate.read_value().numpy())
+        variables = [
+            _variable_row(self._variables[i], self._layer_of[i], grads[i])
+            for i in range(len(self._variables))
+        ]
+        index = self._index
+        layers = [
+            _layer_row(self._layers[index[p]], grads, dead[index[p]], int(acts[index[p]]), lr)
+            for p in self._hook_order()
+        ]
+        return Checkpoint(
+            step=step,
+            epoch=self._epoch,
+            batch=batch,
+            loss=loss,
+            learning_rate=lr,
+            layers=tuple(layers),
+            variables=tuple(variables),
+        )
+
+    def _write_summaries(self, checkpoint: Checkpoint) -> None:
+        tf, _ = quiet_import()
+        from tensorboard.plugins.histogram import metadata as histogram_metadata
+
+        counts = self._hook.histogram.read_value().numpy()
+        ranges = self._hook.ranges.read_value().numpy()
+        with self._writer.as_default():
+            for row in checkpoint.layers:
+                for name, value in (
+                    ("update_ratio", row.update_ratio),
+                    ("grad_l2", row.grad_l2),
+                    ("dead_fraction", row.dead_fraction),
+                ):
+                    if value is not None:
+                        tf.summary.scalar(f"layergrad/{name}/{row.layer}", value, checkpoint.step)
+                index = self._index[row.layer]
+                if not self._layers[index].variables:
+                    continue
+                low, high = (float(v) for v in ranges[index])
+                edges = np.linspace(low, high, counts.shape[1] + 1)
+                buckets = np.stack([edges[:-1], edges[1:], counts[index]], axis=1)
+                tag = f"layergrad/gradient/{row.layer}"
+                tf.summary.write(
+                    tag,
+                    tf.constant(buckets, tf.float64),
+                    step=checkpoint.step,
+                    metadata=histogram_metadata.create_summary_metadata(tag, ""),
+                )
+
+    def _build_report(self) -> FitReport:
+        model = self.model
+        optimizer = getattr(model, "optimizer", None)
+        lr = self._checkpoints[0].learning_rate if self._checkpoints else None
+        chance = self.chance_loss
+        if chance is None:
+            chance = rules.chance_loss(_loss_name(model), _output_units(model))
+        findings = rules.findings(
+            self._losses, self._checkpoints, self._nonfinite, chance_loss=chance
+        )
+        return FitReport(
+            model=str(model.name),
+            model_class=type(model).__name__,
+            every=self.every,
+            steps=len(self._losses),
+            epochs=self._epoch + 1 if self._losses else 0,
+            loss_name=_loss_name(model),
+            optimizer=type(optimizer).__name__ if optimizer is not None else "",
+            learning_rate=lr,
+            losses=tuple(self._losses),
+            checkpoints=tuple(self._checkpoints),
+            findings=tuple(findings),
+            stopped=Finding.NONFINITE.value
+            if self._nonfinite is not None and self.stop_on_nonfinite
+            else None,
+        )
+
+
+def _any_nonfinite(checkpoint: Checkpoint) -> bool:
+    return any(r.nonfinite_gradient or r.nonfinite_activation for r in checkpoint.layers)
+
+
+def _layers_and_variables(model: Any) -> tuple[list[LayerVariables], list[Any]]:
+    """Every leaf layer once (nested models expanded), with its trainable variables' indices."""
+    from layergrad.engine.layer_calls import unique_leaves
+    from layergrad.model.layer_refs import iter_layers
+
+    layers: list[LayerVariables] = []
+    variables: list[Any] = []
+    seen: set[int] = set()
+    for layer, path, _ in unique_leaves(iter_layers(model)):
+        mine = []
+        for v in layer.trainable_variables:
+            if id(v) not in seen:
+                seen.add(id(v))
+                mine.append(len(variables))
+                variables.append(v)
+        layers.append(LayerVariables(path, layer, tuple(mine)))
+    return layers, variables
+
+
+def _variable_row(variable: Any, layer: str, row: np.ndarray) -> VariableStats:
+    missing = row[WEIGHT_SQ] < 0
+    units = row[UNITS]
+    return VariableStats(
+        variable=f"{layer}/{variable.name}",
+        layer=layer,
+        shape=tuple(int(d) for d in variable.shape),
+        grad_l2=None if missing else float(math.sqrt(row[GRAD_SQ])),
+        weight_l2=0.0 if missing else float(math.sqrt(row[WEIGHT_SQ])),
+        nonfinite=int(row[GRAD_NONFINITE]),
+        dead_fraction=None if missing or not units else float(row[DEAD] / units),
+    )
+
+
+def _layer_row(
+    entry: LayerVariables, grads: np.ndarray, dead: np.ndarray, acts: int, lr: float
+) -> LayerStats:
+    fraction = float(dead[0] / dead[1]) if dead[1] > 0 else None
+    mine = [i for i in entry.variables if grads[i][WEIGHT_SQ] >= 0]
+    if not mine:
+        return LayerStats(entry.path, None, None, None, fraction, 0, acts)
+    grad = math.sqrt(sum(grads[i][GRAD_SQ] for i in mine))
+    weight = math.sqrt(sum(grads[i][WEIGHT_SQ] for i in mine))
+    return LayerStats(
+        layer=entry.path,
+        grad_l2=grad,
+        weight_l2=weight,
+        update_ratio=lr * grad / weight if weight > 0 else None,
+        dead_fraction=fraction,
+        nonfinite_gradient=int(sum(grads[i][GRAD_NONFINITE] for i in mine)),
+        nonfinite_activation=acts,
+    )
+
+
+def _loss_name(model: Any) -> str:
+    loss = getattr(model, "loss", None)
+    if loss is None:
+        return ""
+    if isinstance(loss, str):
+        return loss
+    if isinstance(loss, (list, tuple)):
+        return ", ".join(_loss_name_of(v) for v in loss)
+    if isinstance(loss, dict):
+        return ", ".join(f"{k}: {_loss_name_of(v)}" for k, v in loss.items())
+    return _loss_name_of(loss)
+
+
+def _loss_name_of(loss: Any) -> str:
+    if isinstance(loss, str):
+        return loss
+    return str(getattr(loss, "name", None) or getattr(loss, "__name__", type(loss).__name__))
+
+
+def _output_units(model: Any) -> list[int]:
+    try:
+        return [int(t.shape[-1]) if len(t.shape) else 1 for t in model.outputs]
+    except (AttributeError, ValueError, TypeError):
+        return []

@@ -1,0 +1,85 @@
+"""A healthy model gets no finding at all, warnings included (the calibration set of the
+verdict rules; see docs/verdicts.md). The keras.applications models are slow."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zoo
+
+from layergrad.commands.check import check_file
+
+
+def _check(tmp_path, build):
+    path = tmp_path / "model.keras"
+    build().save(path)
+    verdict = check_file(path)
+    found = {c.name: c.message for c in verdict.checks if c.findings or not c.passed}
+    assert verdict.verdict == "PASS" and not found, found
+
+
+@pytest.mark.parametrize("name", sorted(zoo.SMALL))
+def test_small_healthy_models_get_no_finding(tmp_path, name):
+    _check(tmp_path, zoo.SMALL[name])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(zoo.APPLICATIONS))
+def test_untrained_applications_get_no_finding(tmp_path, name):
+    _check(tmp_path, zoo.APPLICATIONS[name])
+
+
+@pytest.mark.slow
+def test_inspect_probes_an_untrained_mobilenet_as_training_runs_it(tmp_path):
+    from layergrad.commands.api import inspect_model
+
+    path = tmp_path / "mobilenet.keras"
+    zoo.APPLICATIONS["MobileNetV2"]().save(path)
+    report = inspect_model(path, "block_3_expand", ["predictions"])
+    (res,) = report.results
+    assert res.status == "ok" and not res.causes and report.probe.training
+    assert any("probed in training mode (batch statistics): 52 BatchNormalization" in w
+               for w in res.warnings)  # fmt: skip
+
+
+def _fitting_labels(model, rows, rng):
+    """Labels a healthy model of the zoo is trained on, from its head and loss."""
+    loss = model.loss if isinstance(model.loss, str) else type(model.loss).__name__
+    shape = (rows, *model.outputs[0].shape[1:])
+    if "sparse" in loss:
+        return rng.integers(0, shape[-1], rows)
+    if "binary" in loss:
+        return (rng.random(shape) > 0.5).astype("float32")
+    if "categorical" in loss:
+        return np.eye(shape[-1], dtype="float32")[rng.integers(0, shape[-1], rows)]
+    return rng.standard_normal(shape).astype("float32")
+
+
+@pytest.mark.parametrize("name", sorted(zoo.SMALL))
+def test_small_healthy_models_with_their_labels_get_no_finding(tmp_path, name):
+    from layergrad.commands.check import CheckOptions
+
+    model = zoo.SMALL[name]()
+    model.save(tmp_path / "model.keras")
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for t in model.inputs:
+        shape = (16, *t.shape[1:])
+        if "int" in str(t.dtype):
+            arrays[t.name] = rng.integers(1, 100, shape).astype(str(t.dtype))
+        elif name == "rescaling_cnn":
+            arrays[t.name] = rng.integers(0, 256, shape).astype("float32")
+        else:
+            arrays[t.name] = rng.standard_normal(shape).astype("float32")
+    if name == "conv_autoencoder":  # it reconstructs its input, pixels in [0, 1]
+        arrays["image"] = rng.random((16, 28, 28, 1)).astype("float32")
+        arrays["y"] = arrays["image"]
+    else:
+        arrays["y"] = _fitting_labels(model, 16, rng)
+    np.savez(tmp_path / "data.npz", **arrays)
+    verdict = check_file(
+        tmp_path / "model.keras", CheckOptions(input_file=str(tmp_path / "data.npz"))
+    )
+    found = {c.name: c.message for c in verdict.checks if c.findings or not c.passed}
+    assert verdict.verdict == "PASS" and not found, found
+    assert "fit every output" in next(c.message for c in verdict.checks if c.name == "targets")

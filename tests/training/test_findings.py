@@ -1,0 +1,175 @@
+"""The training findings on real (tiny) training runs, and each rule on a record made by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from helpers import keras
+
+from layergrad import GradientMonitor
+from layergrad.core.fit_results import Checkpoint, LayerStats
+from layergrad.core.vocab import Finding
+from layergrad.training import rules
+
+
+def classification(n: int = 1024, classes: int = 4, seed: int = 0):
+    """Inputs whose class is the quadrant of their first two features: learnable."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 8)).astype("float32")
+    y = ((x[:, 0] > 0).astype("int32") + 2 * (x[:, 1] > 0).astype("int32")) % classes
+    return x, y
+
+
+def mlp(seed: int = 0, classes: int = 4) -> keras.Model:
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential(
+        [
+            keras.Input((8,)),
+            keras.layers.Dense(32, activation="relu", name="hidden"),
+            keras.layers.Dense(16, activation="relu", name="middle"),
+            keras.layers.Dense(classes, activation="softmax", name="head"),
+        ]
+    )
+
+
+def train(model, x, y, optimizer, *, epochs=10, every=10, callbacks=()):
+    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
+    monitor = GradientMonitor(every=every)
+    model.fit(x, y, batch_size=32, epochs=epochs, verbose=0, callbacks=[*callbacks, monitor])
+    return monitor.report
+
+
+def found(report) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for f in report.findings:
+        out.setdefault(str(f.finding), []).append(f)
+    return out
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_healthy_models_trained_a_few_hundred_steps_get_no_finding(optimizer):
+    x, y = classification()
+    opt = keras.optimizers.Adam(1e-3) if optimizer == "adam" else keras.optimizers.SGD(0.05)
+    report = train(mlp(), x, y, opt)
+    assert report.steps == 320
+    assert report.findings == (), [f.message for f in report.findings]
+    assert report.losses[-1] < 0.5 * math.log(4)
+
+
+def test_learning_rate_10_is_diverging():
+    x, y = classification()
+    report = train(mlp(), x, y, keras.optimizers.SGD(10.0), epochs=3)
+    (diverging,) = found(report)["diverging"]
+    assert diverging.layer in ("hidden", "middle", "head") and diverging.step >= 1
+    assert "learning rate is too high" in diverging.message
+
+
+def test_learning_rate_1e_9_is_not_learning():
+    x, y = classification()
+    report = train(mlp(), x, y, keras.optimizers.SGD(1e-9), epochs=3)
+    assert set(found(report)) == {"not_learning"}
+    (finding,) = found(report)["not_learning"]
+    assert finding.step == 1
+
+
+class KillAt(keras.callbacks.Callback):
+    """Pushes every unit of a ReLU layer below zero (a large negative bias) before a step."""
+
+    def __init__(self, layer: str, step: int) -> None:
+        super().__init__()
+        self.layer, self.step, self.seen = layer, step, 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.seen == self.step:
+            bias = self.model.get_layer(self.layer).bias
+            bias.assign(np.full(bias.shape, -100.0, "float32"))
+        self.seen += 1
+
+
+def test_a_relu_layer_pushed_dead_during_training_is_dying_units():
+    x, y = classification()
+    report = train(
+        mlp(), x, y, keras.optimizers.SGD(0.05), epochs=3, callbacks=[KillAt("middle", 45)]
+    )
+    dying = found(report)["dying_units"]
+    assert [(f.layer, f.step) for f in dying] == [("middle", 51)]  # the first checkpoint after
+    dead = [r.dead_fraction for c in report.checkpoints for r in c.layers if r.layer == "middle"]
+    assert max(dead[:5]) < 0.2 and dead[-1] == 1.0
+
+
+def test_shuffled_labels_plateau_at_chance():
+    x, y = classification(n=2048)
+    shuffled = np.random.default_rng(5).permutation(y)
+    report = train(mlp(), x, shuffled, keras.optimizers.Adam(1e-3), epochs=4)
+    (plateau,) = found(report)["plateau_at_chance"]
+    assert plateau.layer == "head"
+    assert f"{math.log(4):.4g}" in plateau.message
+    assert "diverging" not in found(report) and "not_learning" not in found(report)
+
+
+# the rules on records made by hand
+
+
+def checkpoint(step: int, ratios: dict[str, float], dead: float = 0.0, loss: float = 1.0):
+    rows = tuple(LayerStats(name, 1.0, 1.0, ratio, dead, 0, 0) for name, ratio in ratios.items())
+    return Checkpoint(step, 0, step - 1, loss, 0.1, rows, ())
+
+
+def test_stalled_layer_needs_three_final_checkpoints_three_decades_below_the_median():
+    healthy = {"a": 1e-3, "b": 2e-3, "c": 1e-3}
+    stalled = {"a": 1e-3, "b": 2e-3, "c": 1e-7}
+    points = [checkpoint(1, healthy), checkpoint(11, stalled), checkpoint(21, stalled)]
+    assert rules.stalled_layers(points) == []  # two checkpoints are not enough
+    points.append(checkpoint(31, stalled))
+    (finding,) = rules.stalled_layers(points)
+    assert (finding.finding, finding.layer, finding.step) == (Finding.STALLED_LAYER, "c", 11)
+    just_above = {"a": 1e-3, "b": 2e-3, "c": 1.01e-6}  # median 1.5e-3: 1.5e-6 is the line
+    assert rules.stalled_layers([checkpoint(s, just_above) for s in (1, 2, 3)]) != []
+    above = {"a": 1e-3, "b": 2e-3, "c": 1.6e-6}
+    assert rules.stalled_layers([checkpoint(s, above) for s in (1, 2, 3)]) == []
+
+
+def test_dying_units_needs_growth_past_the_threshold():
+    grows = [checkpoint(1, {"a": 1e-3}, dead=0.1), checkpoint(11, {"a": 1e-3}, dead=0.6)]
+    (finding,) = rules.dying_units(grows)
+    assert (finding.layer, finding.step) == ("a", 11)
+    always = [checkpoint(1, {"a": 1e-3}, dead=0.6), checkpoint(11, {"a": 1e-3}, dead=0.7)]
+    assert rules.dying_units(always) == []  # dead from the start is not dying
+
+
+def test_chance_loss_is_log_c_for_categorical_and_log_2_for_binary():
+    assert rules.chance_loss("sparse_categorical_crossentropy", [10]) == pytest.approx(math.log(10))
+    assert rules.chance_loss("binary_crossentropy", [1]) == pytest.approx(math.log(2))
+    assert rules.chance_loss("mean_squared_error", [3]) is None
+    assert rules.chance_loss("categorical_crossentropy", [3, 2]) is None  # two outputs
+
+
+def test_not_learning_and_plateau_need_enough_steps():
+    flat = [1.0] * (rules.MIN_STEPS - 1)
+    points = [checkpoint(1, {"a": 1e-9})]
+    assert rules.not_learning(flat, points) is None
+    assert rules.not_learning([*flat, 1.0], points) is not None
+    chance = math.log(4)
+    steps = rules.PLATEAU_STEPS
+    assert rules.plateau_at_chance([chance] * (steps - 1), points, chance) is None
+    assert rules.plateau_at_chance([chance] * steps, points, chance) is not None
+    assert rules.plateau_at_chance([chance * 0.8] * steps, points, chance) is None
+    falling = list(np.linspace(chance * 1.04, chance * 0.96, steps))  # in the band, still moving
+    assert rules.plateau_at_chance(falling, points, chance) is None
+
+
+def test_a_layer_whose_output_is_scaled_away_is_a_stalled_layer():
+    keras.utils.set_random_seed(0)
+    x_in = keras.Input((8,))
+    main = keras.layers.Dense(16, activation="relu", name="main")(x_in)
+    side = keras.layers.Rescaling(1e-5, name="tiny")(keras.layers.Dense(16, name="stuck")(x_in))
+    out = keras.layers.Dense(4, activation="softmax", name="head")(
+        keras.layers.Add(name="join")([main, side])
+    )
+    x, y = classification()
+    report = train(keras.Model(x_in, out), x, y, keras.optimizers.SGD(0.05), epochs=2)
+    assert [(f.finding, f.layer, f.step) for f in report.findings] == [
+        (Finding.STALLED_LAYER, "stuck", 1)
+    ]

@@ -1,0 +1,68 @@
+"""GradientMonitor under MirroredStrategy over two logical CPUs equals a one-device tape.
+
+Logical CPU devices must be set before TensorFlow initialises its devices: a fresh process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import ROOT, keras, tf
+
+pytestmark = pytest.mark.slow  # a fresh process
+
+SCRIPT = """
+import json
+import numpy as np
+from layergrad.data import devices
+devices.split_cpu(2)
+from layergrad import GradientMonitor
+import keras, tensorflow as tf
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+rng = np.random.default_rng(1)
+x = rng.standard_normal((64, 6)).astype("float32")
+y = (x[:, 0] > 0).astype("int32")
+keras.utils.set_random_seed(0)
+with strategy.scope():
+    model = keras.Sequential([keras.Input((6,)),
+                              keras.layers.Dense(12, activation="relu", name="hidden"),
+                              keras.layers.Dense(2, activation="softmax", name="head")])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+weights = [v.numpy().tolist() for v in model.trainable_variables]
+monitor = GradientMonitor(every=2)
+model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
+first = monitor.report.checkpoints[0]
+print(json.dumps({"replicas": strategy.num_replicas_in_sync, "loss": first.loss,
+                  "grads": [v.grad_l2 for v in first.variables], "weights": weights,
+                  "steps": [c.step for c in monitor.report.checkpoints]}))
+"""
+
+
+def test_two_cpu_replicas_give_the_one_device_gradient():
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["replicas"] == 2 and got["steps"] == [1, 3, 4]
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((64, 6)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32")
+    model = keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Dense(12, activation="relu"),
+            keras.layers.Dense(2, activation="softmax"),
+        ]
+    )
+    for v, w in zip(model.trainable_variables, got["weights"], strict=True):
+        v.assign(np.asarray(w, "float32"))
+    with tf.GradientTape() as tape:
+        loss = keras.losses.SparseCategoricalCrossentropy()(y[:16], model(x[:16], training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    assert got["loss"] == pytest.approx(float(loss), rel=1e-5)
+    want = [float(np.linalg.norm(g.numpy())) for g in grads]
+    assert got["grads"] == pytest.approx(want, rel=1e-5)
