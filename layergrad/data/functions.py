@@ -108,16 +108,17 @@ def labels_of(ref: str, inputs: int, limit: int | None) -> Iterator[Any]:
     """The labels of each element a data function gives (a second call of the function):
     `y` of `(x, y)` tuples, of dicts keyed `y`, or None; at most `limit` samples."""
     tf, _ = quiet_import()
+    function = _load_function(ref)
     try:
-        result = _load_function(ref)()
-    except Exception as exc:
-        raise InputError(f"--data {ref}: the function raised {type(exc).__name__}: {exc}") from exc
+        result = function()
+    except (Exception, SystemExit) as exc:  # a gate must never pass by sys.exit(0)
+        raise InputError(f"--data {ref}: the function raised {_raised(exc)}") from exc
     if isinstance(result, tf.data.Dataset):
         result = result.as_numpy_iterator()
     if isinstance(result, np.ndarray) or not isinstance(result, Iterable):
         return
     seen = 0
-    for element in result:
+    for element in _checked_iteration(result, ref):
         y = _label_of(element, inputs)
         if y is None:
             return
@@ -168,6 +169,19 @@ def _load_function(ref: str) -> Callable[[], Any]:
             f"{', '.join(found[:8]) or 'no public functions'}"
         )
     return function
+
+
+def _checked_iteration(items: Iterable[Any], ref: str) -> Iterator[Any]:
+    """The elements of a user iterable; what its code raises (SystemExit too) is one line."""
+    iterator = iter(items)
+    while True:
+        try:
+            element = next(iterator)
+        except StopIteration:
+            return
+        except (Exception, SystemExit) as exc:
+            raise InputError(f"--data {ref}: the batches raised {_raised(exc)}") from exc
+        yield element
 
 
 def _raised(exc: BaseException) -> str:
