@@ -27,6 +27,7 @@ from layergrad.cli.options import (
     write_plot,
     wrt_options,
 )
+from layergrad.core.cluster import reports_here
 from layergrad.core.vocab import FAILING_STATUSES, Flag, OutputFormat, Wrt
 
 
@@ -153,6 +154,8 @@ def inspect(
             on_progress=on_progress,
             **measure,
         )
+    if not reports_here(probe.distribute):  # another worker of the cluster writes the report
+        return
     emit("inspect", fmt, result, result.model.warnings)
     if plot_file:
         write_plot(result, plot_file, reads, force)
@@ -268,6 +271,7 @@ def scan(
         layergrad scan model.keras --wrt weights --loss sparse_categorical_crossentropy
         layergrad scan model.keras --measure jacobian --probes 16
         layergrad scan model.keras --data x.npz --distribute mirrored --json
+        layergrad scan model.keras --data x.npy --distribute multi-worker --json  # TF_CONFIG
     """
     from layergrad.cli.progress import sample_progress
     from layergrad.commands import api
@@ -309,6 +313,8 @@ def scan(
                 **measure,
             )
         result, rows = activations, activations.rows
+        if not reports_here(probe.distribute):  # another worker of the cluster writes it
+            return
         emit("scan", fmt, activations, activations.model.warnings)
     if plot_file:
         write_plot(result, plot_file, reads, force)
@@ -319,6 +325,7 @@ def scan(
 main.add_command(gate.check)
 main.add_command(gate.diff)
 main.add_command(fit.fit)
+main.add_command(gate.merge)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from layergrad.cli.options import (
     tolerance_option,
     wrt_options,
 )
+from layergrad.core.cluster import reports_here
 from layergrad.core.limits import MAX_BATCH_SIZE
 from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding, OutputFormat
 
@@ -113,6 +114,7 @@ def check(
     limit: int | None,
     distribute: str | None,
     cpu_replicas: int | None,
+    first_sample: int,
     quiet: bool,
     force: bool,
     imports: tuple[str, ...],
@@ -171,12 +173,15 @@ def check(
             limit=limit,
             distribute=distribute,
             cpu_replicas=cpu_replicas,
+            first_sample=first_sample,
             on_progress=on_progress,
             allow_other_data=allow_other_data,
         )
         # one bar at a time: the samples' bar when there is one, else the files'
         listed = paths if on_progress is None else []
         verdicts = _with_progress(listed, lambda on: checks.check_files(paths, options, on))
+    if not reports_here(distribute):  # another worker of the cluster writes the report
+        return
     emit("check", fmt, verdicts)
     if junit_file:
         xml = check_junit(verdicts)
@@ -248,6 +253,35 @@ def diff(
     emit("diff", fmt, report, (*report.base.warnings, *report.new.warnings), show_all=show_all)
     if report.regressions:
         sys.exit(1)
+
+
+@click.command()
+@click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=str))
+@format_options
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@handle_errors
+def merge(shards: tuple[str, ...], fmt: OutputFormat, debug: bool) -> None:
+    """Combine inspect or scan JSON reports of runs over shards of a data set.
+
+    For runs split by a scheduler without collectives (a job array, one
+    `--data SHARD` each): the result is the report of one run over every
+    shard, in the order given, of the same schema as one run's (`diff` reads
+    it). Sums add, extrema combine, means weight by samples,
+    the per-sample std comes from each shard's mean and std; p50 and p95 do
+    not combine and are null. Shards of different models, probes or schemas
+    are refused.
+
+    \b
+    Examples:
+        layergrad scan model.keras --data part0.npy --json > shard0.json    # one per job
+        layergrad merge shard0.json shard1.json --json > scan.json
+        layergrad merge shard*.json
+    """
+    from layergrad.commands.merge import merge_reports
+    from layergrad.core.results import InspectReport
+
+    report = merge_reports(shards)
+    emit("inspect" if isinstance(report, InspectReport) else "scan", fmt, report)
 
 
 def _with_progress(paths: list[str], run: Callable[[Callable[[str], None] | None], Any]) -> Any:

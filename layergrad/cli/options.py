@@ -150,11 +150,12 @@ seed_option = click.option(
 
 
 PROBE_KEYS = ("input_file", "batch_size", "seed", "reduce", "training", "max_memory")
-DATA_KEYS = ("data", "limit", "distribute", "cpu_replicas")
+DATA_KEYS = ("data", "limit", "distribute", "cpu_replicas", "first_sample")
 
 
 def data_options(func: F) -> F:
-    """`--data` and what goes with it (`--limit`, `--distribute`, `--cpu-replicas`, `--quiet`).
+    """`--data` and what goes with it (`--limit`, `--distribute`, `--cpu-replicas`,
+    `--first-sample`, `--quiet`).
 
     Under `probe_options` they join the `probe` bundle; `check` takes them one by one.
     """
@@ -176,8 +177,11 @@ def data_options(func: F) -> F:
             ),
             click.option(
                 "--distribute",
-                type=click.Choice(["mirrored"]),
-                help="With --data: run on every visible GPU (tf.distribute.MirroredStrategy).",
+                type=click.Choice(["mirrored", "multi-worker"]),
+                help="With --data: mirrored runs on every visible GPU "
+                "(tf.distribute.MirroredStrategy); multi-worker on every worker of the cluster "
+                "in TF_CONFIG (MultiWorkerMirroredStrategy), each over its shard; only the "
+                "chief prints the report.",
             ),
             click.option(
                 "--cpu-replicas",
@@ -185,6 +189,15 @@ def data_options(func: F) -> F:
                 metavar="N",
                 help="With --data: split the CPU into N devices and mirror over them (a "
                 "testing aid for the distributed path).",
+            ),
+            click.option(
+                "--first-sample",
+                type=click.IntRange(min=0),
+                default=0,
+                metavar="N",
+                help="With --data: PATH is a shard of a larger data set starting at its sample "
+                "N, so the samples are numbered from N (the default scan target's projection "
+                "is seeded per sample): shards then merge exactly (`layergrad merge`).",
             ),
             click.option("--quiet", is_flag=True, help="No progress bar on stderr (with --data)."),
         ],

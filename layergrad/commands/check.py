@@ -68,13 +68,15 @@ class CheckOptions:
     limit: int | None = None
     distribute: str | None = None
     cpu_replicas: int | None = None
+    first_sample: int = 0
     on_progress: Progress | None = None
     allow_other_data: bool = False  # --baseline --data: compare with a baseline of other data
 
     def __post_init__(self) -> None:
         check_data_options(
-            self.data, self.input_file, self.limit, self.distribute, self.cpu_replicas
-        )
+            self.data, self.input_file, self.limit, self.distribute, self.cpu_replicas,
+            self.first_sample,
+        )  # fmt: skip
         if self.allow_other_data and not (self.data is not None and self.baselines):
             raise UsageError("--allow-other-data goes with --baseline and --data; drop it")
 
@@ -95,6 +97,7 @@ class CheckOptions:
             limit=self.limit,
             distribute=self.distribute,
             cpu_replicas=self.cpu_replicas,
+            first_sample=self.first_sample,
         )
 
 
@@ -268,7 +271,7 @@ def _dynamic_data(
         labels = summarise_npz(data, names, ranks, options.limit)
     mismatched = steps.targets(info, options.loss, labels, f"--data {options.data}", add)
     try:
-        batches = over_data.open_stream(loaded.model, probe)
+        batches = over_data.open_stream(loaded.model, probe, strategy)
     except LayergradError as exc:  # the data does not fit this model: the command is wrong
         raise UsageError(f"{os.fspath(path)}: {exc}") from exc
     try:

@@ -76,7 +76,8 @@ def diff_models(
     recorded = next(((p, f) for p, f in zip(paths, profiles, strict=True) if f), None)
     if recorded is not None:
         json_path, profile = recorded
-        probe = _recorded_probe(profile, probe, json_path)
+        if any(f is None for f in profiles):  # a model to scan the way the JSON was made
+            probe = _recorded_probe(profile, probe, json_path)
         target = profile.target if target is None else target
         wrt, loss = profile.wrt, loss or profile.loss
     if wrt not in (Wrt.ACTIVATIONS, Wrt.WEIGHTS):

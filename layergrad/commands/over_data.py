@@ -33,8 +33,10 @@ if TYPE_CHECKING:
     from layergrad.engine.jacobian import JacobianOptions
 
 
-def open_stream(model: Any, options: ProbeOptions) -> Any:
-    """The model's batches from `options.data` (a `sources.DataStream`)."""
+def open_stream(model: Any, options: ProbeOptions, strategy: Any = None) -> Any:
+    """The model's batches from `options.data` (a `sources.DataStream`): this worker's
+    shard under `--distribute multi-worker`."""
+    from layergrad.core.cluster import cluster_from_env
     from layergrad.data import probe_input, sources
 
     try:
@@ -45,7 +47,14 @@ def open_stream(model: Any, options: ProbeOptions) -> Any:
             "--data cannot be matched to them; save it as a Functional or Sequential model"
         ) from None
     assert options.data is not None
-    return sources.open_data(options.data, specs, options.rows, options.limit)
+    shard = None
+    if options.distribute == "multi-worker":
+        cluster = cluster_from_env()
+        shard = (cluster.index, cluster.workers)
+    replicas = 1 if strategy is None else int(strategy.num_replicas_in_sync)
+    return sources.open_data(
+        options.data, specs, options.rows, options.limit, shard, replicas, options.first_sample
+    )
 
 
 def inspect_data(
@@ -73,7 +82,7 @@ def inspect_data(
     model = loaded.model
     source_site = layer_refs.resolve(model, source)
     target_sites = [layer_refs.resolve(model, ref) for ref in targets]
-    batches = open_stream(model, options)
+    batches = open_stream(model, options, strategy)
     plan = data_step.Plan(
         sources=(source_site,),
         targets=tuple(target_sites),
@@ -125,7 +134,7 @@ def scan_data(
     )
     model = loaded.model
     site = None if target is None else layer_refs.resolve(model, target)
-    batches = open_stream(model, options)
+    batches = open_stream(model, options, strategy)
     run, rows = scan_over(loaded, strategy, batches, options, site, layers, on_progress)
     note = site and diagnoser.softmax_target_note(
         site, "scan with --to the layer before it, or without --to (a projection of the outputs)"
@@ -377,6 +386,7 @@ def _probe_meta(source: str, run: Any, options: ProbeOptions, seeded: bool = Fal
         reduce=options.reduce,
         samples=run.samples,
         replicas=run.replicas,
+        first_sample=options.first_sample or None,
     )
 
 

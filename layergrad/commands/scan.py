@@ -216,7 +216,7 @@ def scan_rows(
         else [trace.activations[o].site.key for o in trace.outputs if o is not None]
     )
     on_trunk = trunk(graph, ends)
-    rows = _flag_scale(rows, None if on_trunk is None else {ref_of(k) for k in on_trunk})
+    rows = flag_scale(rows, None if on_trunk is None else {ref_of(k) for k in on_trunk})
     if patterns:  # after the flags: they compare each row with the target end
         rows = [r for r in rows if any(fnmatch.fnmatchcase(r.layer, p) for p in patterns)]
         if not rows:
@@ -245,7 +245,7 @@ def summary_rows(
         rows.append(_summary_row(act, grad, class_name, run.data))
     ends = [target.site.key] if target is not None else sinks(graph)
     on_trunk = trunk(graph, ends)
-    rows = _flag_scale(rows, None if on_trunk is None else {ref_of(k) for k in on_trunk})
+    rows = flag_scale(rows, None if on_trunk is None else {ref_of(k) for k in on_trunk})
     if patterns:
         rows = [r for r in rows if any(fnmatch.fnmatchcase(r.layer, p) for p in patterns)]
         if not rows:
@@ -323,7 +323,7 @@ def _row(act: Activation, grad: np.ndarray | None, class_name: str) -> ScanRow:
     )
 
 
-def _flag_scale(rows: list[ScanRow], on_trunk: set[str] | None) -> list[ScanRow]:
+def flag_scale(rows: list[ScanRow], on_trunk: set[str] | None) -> list[ScanRow]:
     """Flag vanishing / exploding trunk rows against the target end (the last row)."""
     end = rows[-1].gradient if rows else None
     if end is None or end.l2 <= 0:

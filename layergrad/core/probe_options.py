@@ -35,7 +35,10 @@ class ProbeOptions:
 
     `data` runs over a whole data set instead of one batch (`.npy`, `.npz`, an image folder,
     `FILE.py:function`; see `datasets.py`), in batches of `batch_size`, at most `limit`
-    samples, on `distribute` ("mirrored": every GPU) or `cpu_replicas` logical CPU devices.
+    samples, on `distribute` ("mirrored": every GPU; "multi-worker": every worker of the
+    cluster in TF_CONFIG, each over its shard) or `cpu_replicas` logical CPU devices.
+    `first_sample` is the index of the data's first sample in a larger data set it is a shard
+    of (the default target's projection is seeded per sample index).
     `batch_size` defaults to 8, or 32 with `data`.
     """
 
@@ -49,6 +52,7 @@ class ProbeOptions:
     limit: int | None = None
     distribute: str | None = None
     cpu_replicas: int | None = None
+    first_sample: int = 0
 
     def __post_init__(self) -> None:
         if self.reduce not in REDUCTIONS:
@@ -65,8 +69,9 @@ class ProbeOptions:
         if isinstance(self.seed, bool) or not 0 <= self.seed <= MAX_SEED:
             raise UsageError(f"--seed must be 0 to {MAX_SEED:,} (2**32 - 1): seed={self.seed}")
         check_data_options(
-            self.data, self.input_file, self.limit, self.distribute, self.cpu_replicas
-        )
+            self.data, self.input_file, self.limit, self.distribute, self.cpu_replicas,
+            self.first_sample,
+        )  # fmt: skip
 
     @property
     def rows(self) -> int:
@@ -83,13 +88,18 @@ def check_data_options(
     limit: int | None,
     distribute: str | None,
     cpu_replicas: int | None,
+    first_sample: int = 0,
 ) -> None:
-    """Raise InputError for data options that cannot go together."""
+    """Raise UsageError for data options that cannot go together (and a TF_CONFIG that
+    `--distribute multi-worker` cannot use)."""
+    if first_sample < 0:
+        raise UsageError(f"--first-sample must be at least 0: first_sample={first_sample}")
     if data is None:
         given = [
             name
             for name, value in (
-                ("--limit", limit), ("--distribute", distribute), ("--cpu-replicas", cpu_replicas)
+                ("--limit", limit), ("--distribute", distribute), ("--cpu-replicas", cpu_replicas),
+                ("--first-sample", first_sample or None),
             )
             if value is not None
         ]  # fmt: skip
@@ -106,3 +116,12 @@ def check_data_options(
         raise UsageError(
             f"--cpu-replicas must be 1 to {MAX_CPU_REPLICAS}: cpu_replicas={cpu_replicas}"
         )
+    if distribute == "multi-worker":
+        if cpu_replicas is not None:
+            raise UsageError(
+                "--cpu-replicas splits one machine's CPU; with --distribute multi-worker each "
+                "worker mirrors over its own devices: drop --cpu-replicas"
+            )
+        from layergrad.core.cluster import cluster_from_env
+
+        cluster_from_env()  # a missing or malformed TF_CONFIG is one line, before loading

@@ -36,15 +36,16 @@ class GradientStats:
 class SampleStats:
     """The distribution of a per-sample quantity over every sample seen.
 
-    count, mean, std, min and max are exact; p50 and p95 are within 1.2% (a log histogram).
+    count, mean, std, min and max are exact; p50 and p95 are within 1.2% (a log histogram),
+    and None in a report merged from shards (percentiles do not combine).
     """
 
     count: int
     mean: float
     std: float
     min: float
-    p50: float
-    p95: float
+    p50: float | None
+    p95: float | None
     max: float
 
 
@@ -209,6 +210,8 @@ class ProbeMeta:
     samples: int | None = None  # only with --data: samples seen
     replicas: int | None = None  # only with --data: devices the step ran on
     data_sha256: str | None = None  # only with --data: what identifies it (`data/fingerprint`)
+    shards: int | None = None  # only in a report merged from shards (`layergrad merge`)
+    first_sample: int | None = None  # only with --first-sample N > 0: the data's first index
     # only when a random probe follows the model's own preprocessing: what it drew
     drawn: str | None = None
 

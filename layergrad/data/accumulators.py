@@ -6,7 +6,10 @@ traffic between devices during the run, exactly like the state of `keras.metrics
 metrics and `tf.distribute` only reduce by sum or mean, and max |g|, the per-sample minimum
 and the first non-finite batch need max and min, so the replicas' copies are read with
 `experimental_local_results` at the end and combined here, by the kind each field declares
-(`totals.KINDS`).
+(`totals.KINDS`). Under `--distribute multi-worker` the replicas live in several processes:
+every replica's copy is gathered once, at the end, by the strategy's collective all-gather
+(`gather`), and combined the same way on every worker. `combine_workers` does the same for
+totals a measure kept in numpy on each worker.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ import numpy as np
 
 from layergrad.core.keras_backend import quiet_import
 from layergrad.data import aggregates as tt
+from layergrad.data.devices import is_multi_worker
+
+POSITION = "at"  # a step's output that is not added up: its batch's index in the data
 
 
 class Accumulators:
@@ -35,6 +41,8 @@ class Accumulators:
         self.vars: dict[str, Any] = {}
         with strategy.scope():
             for key, shape in shapes.items():
+                if key == POSITION:
+                    continue
                 self._add(tf, key, shape)
                 if key.rsplit("/", 1)[-1] in tt.NONFINITE_FIELD:  # one per row of the pack
                     self._add(tf, f"{key}/first", shape[:-1])
@@ -57,10 +65,17 @@ class Accumulators:
         )
 
     def update(self, summaries: dict[str, Any]) -> None:
-        """Add one step's summaries (call in replica context, or eagerly on one device)."""
+        """Add one step's summaries (call in replica context, or eagerly on one device).
+
+        The first non-finite batch is the batch's index in the data (`POSITION`, when the
+        step gives it), else the number of steps so far."""
         tf, _ = quiet_import()
-        index = self.batches.read_value()
+        index = summaries.get(POSITION)
+        if index is None:
+            index = self.batches.read_value()
         for key, value in summaries.items():
+            if key == POSITION:
+                continue
             var, kind = self.vars[key], self.kinds[key]
             if kind == tt.SUM:
                 var.assign_add(value)
@@ -75,7 +90,10 @@ class Accumulators:
         self.batches.assign_add(tf.constant(1.0, tf.float64))
 
     def totals(self, strategy: Any) -> dict[str, np.ndarray]:
-        """Every summary added up over batches and replicas, as numpy arrays."""
+        """Every summary added up over batches and replicas (of every worker), as numpy."""
+        if is_multi_worker(strategy):
+            everyone = gather(strategy, lambda: {k: v.read_value() for k, v in self.vars.items()})
+            return {k: tt.combine(list(everyone[k]), self.kinds[k]) for k in self.vars}
         return {
             key: tt.combine(
                 [np.asarray(v.numpy()) for v in strategy.experimental_local_results(var)],
@@ -85,11 +103,53 @@ class Accumulators:
         }
 
 
+def gather(strategy: Any, local: Any) -> dict[str, np.ndarray]:
+    """Every replica's values of `local()` (a dict of tensors, read in replica context),
+    stacked on a new first axis, on every worker: one collective all-gather per key."""
+    tf, _ = quiet_import()
+
+    def replica() -> dict[str, Any]:
+        context = tf.distribute.get_replica_context()
+        return {k: context.all_gather(tf.expand_dims(v, 0), axis=0) for k, v in local().items()}
+
+    out = strategy.run(tf.function(replica, autograph=False))
+    return {k: np.asarray(strategy.experimental_local_results(v)[0]) for k, v in out.items()}
+
+
+def combine_workers(
+    strategy: Any, values: dict[str, np.ndarray], kinds: dict[str, int]
+) -> dict[str, np.ndarray]:
+    """Totals each worker kept in numpy (`SampleTotals.dist`, say), combined over the workers
+    by kind (`aggregates.SUM`, `MAX`, `MIN`) through the strategy's collectives; unchanged in one
+    process. Every worker must call it with the same keys and shapes.
+
+    Example (not run)::
+
+        combined = combine_workers(strategy, {"dist": t.dist[:3]}, {"dist": tt.SUM})
+    """
+    if not is_multi_worker(strategy):
+        return values
+    tf, _ = quiet_import()
+    local = max(len(strategy.extended.worker_devices), 1)
+
+    def mine() -> dict[str, Any]:  # one replica per worker gives the values, the others none
+        first = tf.equal(tf.distribute.get_replica_context().replica_id_in_sync_group % local, 0)
+        return {
+            k: tf.where(first, tf.constant(v, tf.float64), tt.initial(kinds[k], v.shape))
+            for k, v in values.items()
+        }
+
+    everyone = gather(strategy, mine)
+    return {k: tt.combine(list(everyone[k]), kinds[k]) for k in values}
+
+
 def summary_shapes(strategy: Any, summaries: dict[str, Any]) -> dict[str, tuple[int, ...]] | None:
     """The shape of each summary (tensors, symbolic or not, or per-replica values), or None
     when one is not known yet (a summary over an axis the model leaves open)."""
     shapes = {}
     for key, value in summaries.items():
+        if key == POSITION:
+            continue
         shape = strategy.experimental_local_results(value)[0].shape
         if not shape.is_fully_defined():
             return None

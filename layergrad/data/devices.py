@@ -7,39 +7,58 @@ the compiled step on its share, and the statistics add up on each device until t
 code path as several GPUs, on a machine without any, so it can be tested in CI. Logical
 devices can only be configured before TensorFlow initialises its devices, so call
 `strategy_for` before loading the model.
+
+`--distribute multi-worker` uses `tf.distribute.MultiWorkerMirroredStrategy` configured from
+`TF_CONFIG` (`data/cluster.py` checks it first): one process per machine, each mirrored over
+its own GPUs (or its CPU), each reading its shard of the data; the statistics combine through
+the strategy's collectives once, at the end (`accumulators.gather`). The strategy is made once
+per process: TensorFlow configures its collectives once, at start-up.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.keras_backend import quiet_import
 
-DISTRIBUTIONS = ("mirrored",)
+DISTRIBUTIONS = ("mirrored", "multi-worker")
+MULTI_WORKER = "multi-worker"
 
 
 def strategy_for(distribute: str | None, cpu_replicas: int | None = None) -> Any:
     """The tf.distribute strategy for `--distribute` / `--cpu-replicas`.
 
     Args:
-        distribute: None (one device) or "mirrored".
+        distribute: None (one device), "mirrored" or "multi-worker".
         cpu_replicas: split the CPU into this many logical devices and mirror over them
             (implies "mirrored").
 
     Returns:
-        TensorFlow's default strategy for one device, else a MirroredStrategy.
+        TensorFlow's default strategy for one device, a MirroredStrategy, or a
+        MultiWorkerMirroredStrategy from TF_CONFIG.
 
     Raises:
-        InputError: an unknown distribution, or logical devices asked for after TensorFlow
-        initialised its devices with fewer.
+        InputError: an unknown distribution, logical devices asked for after TensorFlow
+        initialised its devices with fewer, or a missing or malformed TF_CONFIG.
     """
     tf, _ = quiet_import()
     if distribute is not None and distribute not in DISTRIBUTIONS:
         raise UsageError(
             f"--distribute must be one of {', '.join(DISTRIBUTIONS)}: distribute={distribute!r}"
         )
+    if distribute == MULTI_WORKER:
+        if cpu_replicas is not None:
+            raise InputError(
+                "--cpu-replicas splits one machine's CPU; with --distribute multi-worker each "
+                "worker mirrors over its own devices: drop --cpu-replicas"
+            )
+        from layergrad.core.cluster import cluster_from_env
+
+        cluster_from_env()  # one clear line for a missing or malformed TF_CONFIG
+        return _multi_worker()
     if cpu_replicas is not None:
         if cpu_replicas < 1:
             raise UsageError(f"--cpu-replicas must be at least 1: cpu_replicas={cpu_replicas}")
@@ -48,6 +67,19 @@ def strategy_for(distribute: str | None, cpu_replicas: int | None = None) -> Any
     if distribute == "mirrored":
         return tf.distribute.MirroredStrategy()
     return tf.distribute.get_strategy()
+
+
+@functools.cache
+def _multi_worker() -> Any:
+    """The process's one MultiWorkerMirroredStrategy (it connects to the other workers)."""
+    tf, _ = quiet_import()
+    return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def is_multi_worker(strategy: Any) -> bool:
+    """Whether `strategy` spans several processes (its statistics meet through collectives)."""
+    tf, _ = quiet_import()
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
 
 def split_cpu(count: int) -> list[str]:

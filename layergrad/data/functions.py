@@ -1,10 +1,13 @@
 """`--data FILE.py:function` / `module:function`: batches from the user's own code.
 
-The function is called with no arguments. It returns a `tf.data.Dataset`, whose elements are
-selected and cast in the graph and re-cut into batches of `batch_size` rows, or any other
-iterable of batches (a generator, a list), read in Python, checked batch by batch against the
-model's inputs and re-cut the same way. An element is an array, an `(x, y)` tuple, a list of
-arrays in input order, or a dict keyed by input name; one without the batch axis is a sample.
+The function is called with no arguments, or, when it takes one, with a
+`tf.distribute.InputContext` (one input pipeline in a single process; under `--distribute
+multi-worker` the worker's, so that it returns that worker's shard). It returns a
+`tf.data.Dataset`, whose elements are selected and cast in the graph and re-cut into batches
+of `batch_size` rows, or any other iterable of batches (a generator, a list), read in
+Python, checked batch by batch against the model's inputs and re-cut the same way. An
+element is an array, an `(x, y)` tuple, a list of arrays in input order, or a dict keyed by
+input name; one without the batch axis is a sample.
 This is the convention of TensorFlow Lite's `representative_dataset`.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import os
 import re
 import sys
@@ -74,21 +78,25 @@ def function_source(
     limit: int | None,
     signature: tuple[Any, ...],
     failure: Failure,
-) -> tuple[Any, int | None]:
-    """Batches from a user function: a tf.data.Dataset, or an iterable read in Python."""
+    context: Any = None,
+) -> tuple[Any, int | None, bool]:
+    """Batches from a user function: a tf.data.Dataset, or an iterable read in Python; and
+    whether the function took `context` (a tf.distribute.InputContext)."""
     tf, _ = quiet_import()
     function = _load_function(ref)
+    sharded = context is not None and takes_argument(function)
+    arguments = (context,) if sharded else ()
 
     def call() -> Any:
         try:
-            return function()
+            return function(*arguments)
         except (Exception, SystemExit) as exc:  # a gate must never pass by sys.exit(0)
             raise InputError(f"--data {ref}: the function raised {_raised(exc)}") from exc
 
     first = [call()]
     result = first[0]
     if isinstance(result, tf.data.Dataset):
-        return _from_tf_dataset(result, ref, specs, batch_size, limit)
+        return (*_from_tf_dataset(result, ref, specs, batch_size, limit), sharded)
     if isinstance(result, (dict, str, bytes)) or not isinstance(result, Iterable):
         raise InputError(
             f"--data {ref}: the function returned {type(result).__name__}, not batches; return "
@@ -101,7 +109,21 @@ def function_source(
         yield from _rebatched(_parts(items, ref, specs), batch_size, limit)
 
     rows = len(result) if isinstance(result, np.ndarray) else None  # an array of samples
-    return python_dataset(read, signature, failure, ref), rows
+    return python_dataset(read, signature, failure, ref), rows, sharded
+
+
+def takes_argument(function: Callable[..., Any]) -> bool:
+    """Whether `function` can be called with one positional argument (the InputContext)."""
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: call it without
+        return False
+    positional = (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.VAR_POSITIONAL,
+    )
+    return any(p.kind in positional for p in parameters)
 
 
 def labels_of(ref: str, inputs: int, limit: int | None) -> Iterator[Any]:

@@ -147,6 +147,7 @@ class NormTotals:
     def distribution(self) -> NormDistribution:
         """The distribution of everything added."""
         stats = self.totals.stats()
+        assert stats.p50 is not None and stats.p95 is not None  # one run's totals: never merged
         mean_rel = None
         if self.largest_rel is not None:
             se_mean = math.sqrt(self.variance) / max(stats.count, 1)

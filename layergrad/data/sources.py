@@ -10,15 +10,22 @@ Files are checked against the model's inputs from their headers; what a function
 checked batch by batch. A bad batch stops the run with an `InputError` that names the batch
 and the input. Errors inside the reading thread of `tf.data` are kept and raised by
 `DataStream.raise_failure` when the stream ends.
+
+With `shard=(worker, workers)` (`--distribute multi-worker`) each worker reads only its part,
+cut on the batches of one process so that every batch, and every sample's index, is the one
+of a single run: files by records (a contiguous range of rows, read in place), image folders
+by file, a function that takes an argument through the `tf.distribute.InputContext` it is
+given (it returns its own shard), and anything else by batch, round robin.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -32,12 +39,20 @@ from layergrad.data.functions import (
     python_dataset,
     tf_dtype,
 )
-from layergrad.data.images import IMAGE_FORMATS
 from layergrad.data.probe_input import InputSpec, ProbeBatch, check_fits, fit_array
+from layergrad.data.shards import (
+    Part,
+    Shard,
+    input_context,
+    part_rows,
+    round_robin,
+    with_sample_indices,
+)
 from layergrad.files.array_files import DAMAGE, open_checked, open_member, open_zip
 from layergrad.files.guards import require_regular
-from layergrad.files.npy_rows import NpyRows, npz_members
+from layergrad.files.npy_rows import NpyLayout, NpyRows, npy_layout, npz_layouts, npz_members
 
+IMAGE_FORMATS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # what Keras decodes
 KINDS_HELP = "a .npy or .npz file, a folder of images, or FILE.py:function / module:function"
 
 
@@ -45,8 +60,9 @@ class DataStream:
     """The batches of one `--data` source.
 
     `dataset` yields tuples of tensors in the model's input order, `batch_size` rows each
-    (the last may be shorter), prefetched. `samples` is how many rows to expect (None when
-    the source does not say).
+    (the last may be shorter), prefetched: this worker's part when the source is sharded
+    (`whole` is then every batch, read again for a diagnosis). `samples` is how many rows to
+    expect (None when the source does not say).
     """
 
     def __init__(
@@ -57,11 +73,34 @@ class DataStream:
         samples: int | None,
         failure: Failure,
         checked: bool = False,
+        batch_size: int = 1,
+        part: Part | None = None,
+        first_sample: int = 0,
     ) -> None:
-        self.source, self.specs, self.dataset = source, tuple(specs), dataset
+        self.source, self.specs, self.whole = source, tuple(specs), dataset
         self.samples, self._failure, self.checked = samples, failure, checked
+        self.batch_size, self.part, self.first_sample = batch_size, part, first_sample
         # names what made batch N unreadable (the image that does not decode), if it can
         self.explain: Callable[[int], str | None] | None = None
+        self.dataset = dataset if part is None else part.dataset
+        if part is not None:
+            self.samples = part.samples
+
+    def batch_index(self, local: int) -> int:
+        """The index among every batch of the data of this process's batch `local`."""
+        if self.part is None:
+            return local
+        return self.part.first_batch + local * self.part.stride
+
+    def indexed(self) -> Any:
+        """The batches this process runs, each followed by its samples' indices in the data
+        (int64, counted from `first_sample` over the whole source)."""
+        if self.part is not None and self.part.indexed is not None:
+            if not self.first_sample:
+                return self.part.indexed
+            return self.part.indexed.map(lambda *b: (*b[:-1], b[-1] + self.first_sample))
+        offset = 0 if self.part is None else self.part.offset
+        return with_sample_indices(self.dataset, self.first_sample + offset)
 
     def check_batch(self, index: int, parts: Sequence[Sequence[Any]]) -> int:
         """Check batch `index` (per input, its pieces on each replica); return its rows.
@@ -85,17 +124,17 @@ class DataStream:
 
     def raise_failure(self, batch: int | None = None) -> None:
         """Raise the error that stopped a Python reader, if one did; with ``batch``, also the
-        one `explain` finds for that batch."""
+        one `explain` finds for that batch (the image that does not decode)."""
         if self._failure.error is not None:
             raise self._failure.error
         if batch is not None and self.explain is not None:
-            found = self.explain(batch)
+            found = self.explain(self.batch_index(batch))
             if found:
                 raise InputError(found)
 
     def batch(self, index: int) -> ProbeBatch:
         """Batch `index` again, as arrays (the source is read again up to it)."""
-        for i, tensors in enumerate(self.dataset):
+        for i, tensors in enumerate(self.whole):
             if i == index:
                 arrays = tuple(np.asarray(t.numpy()) for t in tensors)
                 return ProbeBatch(arrays, tuple(s.name for s in self.specs), self.source, None)
@@ -137,6 +176,9 @@ def open_data(
     specs: Sequence[InputSpec],
     batch_size: int,
     limit: int | None = None,
+    shard: Shard | None = None,
+    replicas: int = 1,
+    first_sample: int = 0,
 ) -> DataStream:
     """Open `--data PATH` for a model with inputs `specs`.
 
@@ -145,6 +187,9 @@ def open_data(
         specs: the model's inputs (`inputs.input_specs(model)`).
         batch_size: rows per batch.
         limit: read at most this many samples.
+        shard: (this worker, workers): read this worker's part only (see the module).
+        replicas: replicas in sync over every worker (for a function's InputContext).
+        first_sample: the index of the data's first sample in a larger data set.
 
     Raises:
         InputError: the source is missing, of an unknown kind, or does not fit the inputs.
@@ -161,19 +206,25 @@ def open_data(
         raise UsageError(f"--limit must be at least 1: limit={limit}")
     tf, _ = quiet_import()
     failure = Failure()
-    explain: Callable[[int], str | None] | None = None
     signature = tuple(tf.TensorSpec((None, *s.shape), tf_dtype(s.dtype)) for s in specs)
     lowered = text.lower()
     rows: int | None
+    part: Part | None = None
     if lowered.endswith((".npy", ".npz")):
+        if not os.path.isfile(text):
+            raise InputError(f"--data {text}: no such file; expected {KINDS_HELP}")
         if lowered.endswith(".npy"):
-            dataset, rows = _npy(text, specs, batch_size, limit, signature, failure)
+            dataset, rows, part = _npy(text, specs, batch_size, limit, shard)
         else:
-            dataset, rows = _npz(text, specs, batch_size, limit, signature, failure)
+            dataset, rows, part = _npz(text, specs, batch_size, limit, signature, failure, shard)
     elif os.path.isdir(text):
-        dataset, rows, explain = _images(text, specs, batch_size, limit)
+        dataset, rows, part = _images(text, specs, batch_size, limit, shard)
     elif is_function(text):
-        dataset, rows = function_source(text, specs, batch_size, limit, signature, failure)
+        dataset, rows, sharded = function_source(
+            text, specs, batch_size, limit, signature, failure, input_context(shard, replicas)
+        )
+        if shard is not None and sharded:  # the function returned its own shard
+            part = Part(dataset.prefetch(tf.data.AUTOTUNE), None)
     elif not os.path.exists(text):
         raise InputError(f"--data {text}: no such file or folder; expected {KINDS_HELP}")
     else:
@@ -184,39 +235,65 @@ def open_data(
     if samples is None and limit is not None:
         samples = limit
     dataset = dataset.prefetch(tf.data.AUTOTUNE)
-    stream = DataStream(text, specs, dataset, samples, failure, checked=not is_function(text))
-    stream.explain = explain
+    if shard is not None and part is None:
+        part = round_robin(dataset, shard, batch_size)
+    stream = DataStream(
+        text, specs, dataset, samples, failure, checked=not is_function(text),
+        batch_size=batch_size, part=part, first_sample=first_sample,
+    )  # fmt: skip
+    if os.path.isdir(text):  # a batch that fails to decode: name its image
+        found = images.list_images(text)
+        find = images.locate_failure(text, found, int(specs[0].shape[2] or 0))
+        stream.explain = lambda b: find(b * batch_size, (b + 1) * batch_size)
     return stream
 
 
 def _npy(
-    path: str,
-    specs: Sequence[InputSpec],
-    batch_size: int,
-    limit: int | None,
-    signature: tuple[Any, ...],
-    failure: Failure,
-) -> tuple[Any, int]:
+    path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None, shard: Shard | None
+) -> tuple[Any, int, Part | None]:
     if len(specs) != 1:
         raise InputError(
             f"--data {path} holds one array but the model has {len(specs)} inputs "
             f"({', '.join(s.name for s in specs)}); save them with "
             "np.savez(FILE, **{name: array}) and pass the .npz"
         )
-    size = open_checked(path, "--data")
+    layout = npy_layout(path)
+    check_fits(layout.shape, layout.dtype, specs[0], f"--data {path}")
+    rows = layout.shape[0]
+    return (
+        _records([layout], specs, batch_size, limit),
+        rows,
+        _records_part([layout], specs, batch_size, limit, rows, shard),
+    )
 
-    def readers(stream: IO[bytes]) -> list[NpyRows]:
-        return [NpyRows(stream, path, size)]
 
-    with open(path, "rb") as stream:
-        headers = readers(stream)
-    rows = _check_headers(path, specs, headers)
-
-    def read() -> Iterator[tuple[np.ndarray, ...]]:
-        with open(path, "rb") as stream:
-            yield from _fitted(readers(stream), specs, batch_size, limit, path)
-
-    return python_dataset(read, signature, failure, path), rows
+def _records_part(
+    layouts: Sequence[NpyLayout],
+    specs: Sequence[InputSpec],
+    batch_size: int,
+    limit: int | None,
+    rows: int,
+    shard: Shard | None,
+) -> Part | None:
+    """This worker's rows of arrays read in place: the records outside them are skipped as
+    header and footer bytes, so nothing else is read."""
+    if shard is None:
+        return None
+    total = rows if limit is None else min(rows, limit)
+    start, stop = part_rows(total, batch_size, shard)
+    cut = [
+        NpyLayout(
+            path=lay.path,
+            shape=(stop - start, *lay.shape[1:]),
+            dtype=lay.dtype,
+            offset=lay.offset + start * lay.row_bytes,
+            footer=lay.footer + (rows - stop) * lay.row_bytes,
+        )
+        for lay in layouts
+    ]
+    tf, _ = quiet_import()
+    dataset = _records(cut, specs, batch_size, None).prefetch(tf.data.AUTOTUNE)
+    return Part(dataset, stop - start, offset=start, first_batch=start // batch_size)
 
 
 def _npz(
@@ -226,12 +303,8 @@ def _npz(
     limit: int | None,
     signature: tuple[Any, ...],
     failure: Failure,
-) -> tuple[Any, int]:
-    """The arrays of a `.npz` keyed by input name, read a batch at a time (stored members
-    and np.savez_compressed members alike), with the checks of `--input`."""
-    size = open_checked(path, "--data")
-    p = Path(path)
-
+    shard: Shard | None = None,
+) -> tuple[Any, int, Part | None]:
     def members(archive: zipfile.ZipFile) -> dict[str, str]:
         names = npz_members(archive, path)
         missing = [s.name for s in specs if s.name not in names]
@@ -244,31 +317,21 @@ def _npz(
         return {s.name: names[s.name] for s in specs}
 
     def readers(archive: zipfile.ZipFile) -> list[NpyRows]:
-        out = []
-        for name, member in members(archive).items():
-            info = archive.getinfo(member)
-            stream = open_member(archive, info, p, "--data")
-            out.append(NpyRows(stream, f"{path}, array {name!r},", info.file_size))
-        return out
+        return [
+            NpyRows(archive.open(member), f"{path} array {name!r}")
+            for name, member in members(archive).items()
+        ]
 
-    with open_zip(p, size, "--data") as archive:
-        rows = _check_headers(path, specs, _guarded(lambda: readers(archive), path))
-
-    def read() -> Iterator[tuple[np.ndarray, ...]]:
-        with open_zip(p, size, "--data") as archive:
-            found = _guarded(lambda: readers(archive), path)
-            yield from _guarded_rows(_fitted(found, specs, batch_size, limit, path), path)
-
-    return python_dataset(read, signature, failure, path), rows
-
-
-def _check_headers(path: str, specs: Sequence[InputSpec], headers: Sequence[NpyRows]) -> int:
-    """Check each array's shape and dtype against its input and that all hold as many rows;
-    return that number."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            headers = readers(archive)
+            layouts = npz_layouts(path, archive, members(archive))
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise InputError(
+            f"--data {path} is not a readable .npz file ({exc}); write it with np.savez"
+        ) from None
     for spec, rows in zip(specs, headers, strict=True):
-        where = f"--data {path}" + (f" array {spec.name!r}" if len(specs) > 1 or path.lower(
-        ).endswith(".npz") else "")  # fmt: skip
-        check_fits(rows.shape, rows.dtype, spec, where)
+        check_fits(rows.shape, rows.dtype, spec, f"--data {path} array {spec.name!r}")
     counts = {s.name: r.rows for s, r in zip(specs, headers, strict=True)}
     if len(set(counts.values())) > 1:
         listed = ", ".join(f"{k}: {v}" for k, v in counts.items())
@@ -276,7 +339,93 @@ def _check_headers(path: str, specs: Sequence[InputSpec], headers: Sequence[NpyR
             f"--data {path}: the inputs have different numbers of rows ({listed}); give every "
             "input the same number of samples"
         )
-    return next(iter(counts.values()))
+    total = next(iter(counts.values()))
+    stored = [layouts[s.name] for s in specs]
+    if all(stored):  # np.savez: tf.data reads the rows in place
+        return (
+            _records(stored, specs, batch_size, limit),
+            total,
+            _records_part(stored, specs, batch_size, limit, total, shard),
+        )
+
+    def read() -> Iterator[tuple[np.ndarray, ...]]:  # np.savez_compressed: inflate as we go
+        with zipfile.ZipFile(path) as archive:
+            for part in _chunks(readers(archive), batch_size, limit):
+                yield tuple(
+                    fit_array(a, s, f"--data {path}") for a, s in zip(part, specs, strict=True)
+                )
+
+    return python_dataset(read, signature, failure, path), total, None
+
+
+# numpy kinds and sizes that tf.io.decode_raw reads (bool is read as uint8)
+_RAW = {"f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "b1"}
+
+
+def _records(
+    layouts: Sequence[NpyLayout], specs: Sequence[InputSpec], batch_size: int, limit: int | None
+) -> Any:
+    """Rows read by tf.data as fixed-length records, in batches, decoded and cast."""
+    tf, _ = quiet_import()
+    for layout in layouts:
+        code = f"{layout.dtype.kind}{layout.dtype.itemsize}"
+        if code not in _RAW or not layout.row_bytes:
+            raise InputError(
+                f"--data {layout.path}: arrays of dtype {layout.dtype} and shape "
+                f"{layout.shape} cannot be read; save a numeric array (float, int or bool)"
+            )
+    columns = [
+        tf.data.FixedLengthRecordDataset(
+            lay.path, lay.row_bytes, header_bytes=lay.offset, footer_bytes=lay.footer
+        )
+        for lay in layouts
+    ]
+    dataset = columns[0] if len(columns) == 1 else tf.data.Dataset.zip(tuple(columns))
+    if limit is not None:
+        dataset = dataset.take(limit)
+
+    def decode(*raw: Any) -> tuple[Any, ...]:
+        return tuple(_decode(r, lay, s) for r, lay, s in zip(raw, layouts, specs, strict=True))
+
+    return dataset.batch(batch_size).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _decode(raw: Any, layout: NpyLayout, spec: InputSpec) -> Any:
+    tf, _ = quiet_import()
+    dtype = layout.dtype
+    little = dtype.byteorder == "<" or (dtype.byteorder in "=|" and sys.byteorder == "little")
+    read_as = tf.uint8 if dtype.kind == "b" else tf.as_dtype(dtype.newbyteorder("="))
+    values = tf.io.decode_raw(raw, read_as, little_endian=little)
+    values = tf.reshape(values, [-1, *layout.shape[1:]])
+    return _fitted_cast(values, layout, spec)
+
+
+def _fitted_cast(values: Any, layout: NpyLayout, spec: InputSpec) -> Any:
+    """Cast to the input's dtype, refusing what `fit_array` refuses for `--input`: integers
+    outside the dtype (int64 ids beyond int32 would wrap) and floats that overflow it."""
+    tf, _ = quiet_import()
+    target = tf.as_dtype(tf_dtype(spec.dtype))
+    cast = tf.cast(values, target)
+    where = f"--data {layout.path}: values of input {spec.name!r}"
+    if target.is_integer and values.dtype.is_integer and values.dtype != target:
+        low, high = int(target.min), int(target.max)
+        wide = tf.cast(values, tf.float64)  # exact enough to compare with the bounds
+        check = tf.debugging.assert_equal(
+            tf.reduce_all((wide >= low) & (wide <= high)), True,
+            message=f"{where} lie outside {target.name} [{low}, {high}]; save values that fit",
+        )  # fmt: skip
+        with tf.control_dependencies([check]):
+            return tf.identity(cast)
+    if target.is_floating and values.dtype.is_floating and values.dtype.size > target.size:
+        check = tf.debugging.assert_equal(
+            tf.reduce_all(tf.math.is_finite(cast) == tf.math.is_finite(values)),
+            True,
+            message=f"{where} overflow {target.name} (the model's input dtype) to inf; scale "
+            f"the data or save it as {target.name}",
+        )
+        with tf.control_dependencies([check]):
+            return tf.identity(cast)
+    return cast
 
 
 T = TypeVar("T")
@@ -295,30 +444,6 @@ def _guarded(make: Callable[[], T], path: str) -> T:
         ) from None
 
 
-def _guarded_rows(rows: Iterator[T], path: str) -> Iterator[T]:
-    while True:
-        item = _guarded(lambda: next(rows, None), path)
-        if item is None:
-            return
-        yield item
-
-
-def _fitted(
-    readers: Sequence[NpyRows],
-    specs: Sequence[InputSpec],
-    batch_size: int,
-    limit: int | None,
-    path: str,
-) -> Iterator[tuple[np.ndarray, ...]]:
-    """Batches of rows, each array checked and cast by `inputs.fit_array` as `--input` is:
-    integers outside the input's dtype and floats that overflow it are refused."""
-    done = 0
-    for part in _chunks(readers, batch_size, limit):
-        where = f"--data {path}: rows {done}-{done + len(part[0]) - 1}"
-        yield tuple(fit_array(a, s, where) for a, s in zip(part, specs, strict=True))
-        done += len(part[0])
-
-
 def _chunks(
     readers: Sequence[NpyRows], batch_size: int, limit: int | None
 ) -> Iterator[list[np.ndarray]]:
@@ -330,10 +455,11 @@ def _chunks(
 
 
 def _images(
-    path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None
-) -> tuple[Any, int, Callable[[int], str | None]]:
+    path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None, shard: Shard | None
+) -> tuple[Any, int, Part | None]:
     """Decode and resize as Keras's `image_dataset_from_directory` does (pixels 0-255), each
-    entry checked first (`data/images`); also a function naming the image a batch failed on."""
+    entry checked first (`data/images`)."""
+    tf, _ = quiet_import()
     spec = specs[0] if len(specs) == 1 else None
     shape = spec.shape if spec is not None else ()
     if spec is None or len(shape) != 3 or None in shape[:2] or shape[2] not in (1, 3, 4):
@@ -343,23 +469,26 @@ def _images(
             f"(height, width, 1, 3 or 4 channels); this model's inputs are {got}; pass the "
             "images as a .npy or through FILE.py:function instead"
         )
-    files = images.list_images(path)
-    if not files:
+    found = images.list_images(path)  # every entry checked, every size within budget
+    if not found:
         raise InputError(
             f"--data {path} is a folder with no images: no {', '.join(IMAGE_FORMATS)} files in "
             "it or its sub-folders; pass a folder of images, or a .npy / .npz file"
         )
     if limit is not None:
-        files = files[:limit]
-    channels = int(shape[2])
-    size = (int(shape[0]), int(shape[1]))  # type: ignore[arg-type]
-    dataset = images.image_dataset(files, size, channels, tf_dtype(spec.dtype))
-    find = images.locate_failure(path, files, channels)
-
-    def explain(batch: int) -> str | None:
-        return find(batch * batch_size, (batch + 1) * batch_size)
-
-    return dataset.batch(batch_size), len(files), explain
+        found = found[:limit]
+    dtype = tf_dtype(spec.dtype)
+    size, channels = (int(shape[0] or 0), int(shape[1] or 0)), int(shape[2] or 0)
+    dataset = images.image_dataset(found, size, channels, dtype).batch(batch_size)
+    part = None
+    if shard is not None:  # by file: this worker decodes its own images only
+        start, stop = part_rows(len(found), batch_size, shard)
+        mine = images.image_dataset(found[start:stop], size, channels, dtype).batch(batch_size)
+        part = Part(
+            mine.prefetch(tf.data.AUTOTUNE), stop - start, offset=start,
+            first_batch=start // batch_size,
+        )  # fmt: skip
+    return dataset, len(found), part
 
 
 def open_labels(
@@ -396,20 +525,14 @@ def open_labels(
                     )
                 chosen = {f"y:{n}": held[f"y:{n}"] for n in outputs}
             headers = {
-                name: NpyRows(
-                    archive.open(member),
-                    f"{text} array {name!r}",
-                    archive.getinfo(member).file_size,
-                )
+                name: NpyRows(archive.open(member), f"{text} array {name!r}")
                 for name, member in chosen.items()
             }
             rows = {r.rows for r in headers.values()}
             inputs = {
-                NpyRows(archive.open(m), text, archive.getinfo(m).file_size).rows
-                for k, m in members.items()
-                if k not in held
+                NpyRows(archive.open(m), text).rows for k, m in members.items() if k not in held
             }
-    except DAMAGE as exc:
+    except (zipfile.BadZipFile, OSError) as exc:
         raise InputError(
             f"--data {text} is not a readable .npz file ({exc}); write it with np.savez"
         ) from None

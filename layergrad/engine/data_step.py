@@ -10,9 +10,10 @@ in `accumulate.Accumulators` on each replica. `Step.result` unpacks the totals p
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -20,8 +21,9 @@ import numpy as np
 
 from layergrad.core.errors import InputError, describe
 from layergrad.core.keras_backend import quiet_import
+from layergrad.data import aggregates as tt
 from layergrad.data import reductions as sm
-from layergrad.data.accumulators import Accumulators, single_totals, summary_shapes
+from layergrad.data.accumulators import POSITION, Accumulators, single_totals, summary_shapes
 from layergrad.data.aggregates import ForwardTotals, GradientTotals, first_batch
 from layergrad.engine.capture import Plan, Record, Recorder, installed, is_float, key, recording
 from layergrad.engine.layer_calls import check_all_called, site_groups, unique_leaves
@@ -296,19 +298,44 @@ def run_stream(
         InputError: a batch that cannot be read or that the model fails on (with its index),
         or a data set without samples.
     """
+    from layergrad.data.devices import is_multi_worker
+
     tf, _ = quiet_import()
     step = Step(model, plan)
     replicas = int(strategy.num_replicas_in_sync)
-    dataset = with_sample_indices(stream.dataset)
-    if not _is_default(strategy):
-        dataset = strategy.experimental_distribute_dataset(dataset)
+    workers = is_multi_worker(strategy)
+    if workers:  # each worker runs its own shard; its batches go to its replicas in turn
+        dataset = strategy.distribute_datasets_from_function(lambda _: stream.indexed())
+    elif _is_default(strategy):
+        dataset = stream.indexed()
+    else:
+        dataset = strategy.experimental_distribute_dataset(stream.indexed())
     signature = [dataset.element_spec]
+    size = float(getattr(stream, "batch_size", 0) or 0)
+    base = float(getattr(stream, "first_sample", 0) or 0)
+
+    spread = not _is_default(strategy)  # a replica's share of a batch may be empty
+
+    def replica_step(inputs: Any, samples: Any) -> dict[str, Any]:
+        empty = tf.equal(tf.size(samples), 0)
+        if spread:
+            inputs, fed = _one_row_if_empty(inputs, samples, empty)
+            summaries = _masked(step.compute(inputs, fed), empty)
+        else:
+            summaries = step.compute(inputs, samples)
+        if size:  # the batch's index in the data, from its first sample's (inf: empty)
+            first = tf.cast(tf.reduce_min(samples), tf.float64)
+            inf = tf.constant(math.inf, tf.float64)
+            summaries[POSITION] = tf.where(empty, inf, tf.floor((first - base) / size))
+        return summaries
+
     compute = tf.function(  # nothing to convert: autograph would only cost tracing time
-        lambda batch: strategy.run(step.compute, args=(batch[:-1], batch[-1])),
+        lambda batch: strategy.run(replica_step, args=(batch[:-1], batch[-1])),
         input_signature=signature,
         autograph=False,
     )
     done = batches = 0
+    where = getattr(stream, "batch_index", lambda local: local)  # among all the data's batches
     with step.installed():  # the trace happens here, once; the batch axis is None
         concrete = _guarded(compute.get_concrete_function, "the data", stream.source)
         shapes = summary_shapes(strategy, concrete.structured_outputs)
@@ -322,15 +349,23 @@ def run_stream(
                 break
             except tf.errors.OpError as exc:
                 stream.raise_failure(batches)
+                if workers:  # the iterator agrees with the other workers at every step
+                    raise InputError(
+                        f"--data {stream.source}: the run stopped at batch {where(batches)}: "
+                        f"{describe(exc)}; when another worker of the cluster stopped, its "
+                        "error says why"
+                    ) from exc
                 raise InputError(
-                    f"--data {stream.source}: batch {batches} could not be read: {describe(exc)}"
+                    f"--data {stream.source}: batch {where(batches)} could not be read: "
+                    f"{describe(exc)}"
                 ) from exc
             parts = [strategy.experimental_local_results(t) for t in batch[:-1]]
-            rows = stream.check_batch(batches, parts)
+            rows = stream.check_batch(where(batches), parts)
+            name = f"batch {where(batches)}"
             if fused is not None:
-                _guarded(partial(fused, batch), f"batch {batches}", stream.source)
+                _guarded(partial(fused, batch), name, stream.source)
             else:  # a summary's size is only known from the first batch (an open last axis)
-                summaries = _guarded(partial(concrete, batch), f"batch {batches}", stream.source)
+                summaries = _guarded(partial(concrete, batch), name, stream.source)
                 acc = Accumulators(strategy, summary_shapes(strategy, summaries) or {})
                 tf.function(lambda s, a=acc: strategy.run(a.update, args=(s,)), autograph=False)(
                     summaries
@@ -340,21 +375,44 @@ def run_stream(
             if on_progress is not None:
                 on_progress(done, stream.samples)
     stream.raise_failure()
-    if acc is None or not done:
+    totals = None if acc is None else acc.totals(strategy)
+    if workers and totals is not None:  # every worker's samples (this one may have none)
+        done = int(totals["samples"].sum())
+    if totals is None or not done:
         raise InputError(f"--data {stream.source} holds no samples; expected at least one row")
-    return step.result(acc.totals(strategy), done, batches, replicas)
+    local = len(strategy.extended.worker_devices) if workers else replicas
+    run = step.result(totals, done, batches, local)
+    return replace(run, replicas=replicas) if workers else run
 
 
-def with_sample_indices(dataset: Any) -> Any:
-    """Each batch of `dataset` (a tuple of tensors) followed by its samples' indices in the
-    data (int64), whatever the batch sizes."""
+def with_sample_indices(dataset: Any, offset: int = 0) -> Any:
+    """Each batch of `dataset` followed by its samples' indices (`shards.with_sample_indices`)."""
+    from layergrad.data.shards import with_sample_indices as indexed
+
+    return indexed(dataset, offset)
+
+
+def _one_row_if_empty(inputs: Sequence[Any], samples: Any, empty: Any) -> tuple[Any, Any]:
+    """An empty share of a batch gets one row of zeros, whose summaries `_masked` drops: the
+    model never runs on zero rows (some fused CPU kernels return a wrong shape for them)."""
     tf, _ = quiet_import()
+    extra = tf.reshape(tf.cast(empty, tf.int32), [1])
+    padded = []
+    for x in inputs:
+        zeros = tf.zeros(tf.concat([extra, tf.shape(x)[1:]], 0), x.dtype)
+        padded.append(tf.ensure_shape(tf.concat([x, zeros], 0), x.shape))
+    return tuple(padded), tf.concat([samples, tf.zeros(extra, samples.dtype)], 0)
 
-    def step(offset: Any, batch: Any) -> tuple[Any, Any]:
-        rows = tf.cast(tf.shape(batch[0])[0], tf.int64)
-        return offset + rows, (*batch, offset + tf.range(rows, dtype=tf.int64))
 
-    return dataset.scan(tf.constant(0, tf.int64), step)
+def _masked(summaries: dict[str, Any], empty: Any) -> dict[str, Any]:
+    """The summaries, or for an empty share what adds nothing: 0 to sums, -inf / +inf to
+    maxima / minima (whatever the row of zeros gave, NaN included)."""
+    tf, _ = quiet_import()
+    out = {}
+    for name, value in summaries.items():
+        identity = tf.constant(tt.initial(tt.kind_of(name), ()), tf.float64)
+        out[name] = tf.where(empty, tf.fill(tf.shape(value), identity), value)
+    return out
 
 
 def _fused(strategy: Any, concrete: Any, acc: Accumulators, signature: list[Any]) -> Any:

@@ -11,8 +11,11 @@ is inflated as it is read). Memory stays at a batch whatever the file holds.
 from __future__ import annotations
 
 import math
+import os
+import struct
 import zipfile
-from typing import IO
+from dataclasses import dataclass
+from typing import IO, Any
 
 import numpy as np
 
@@ -26,7 +29,8 @@ class NpyRows:
     Args:
         stream: a binary file object positioned at the start of the `.npy` data.
         label: how errors name it (`x.npy`, `data.npz, array 'a',`).
-        size: the bytes the stream holds from its start (the file's or the member's size).
+        size: the bytes the stream holds from its start (the file's or the member's size);
+            without it a short stream is found when its rows are read.
 
     Raises:
         InputError: what `array_files.read_header` refuses, Fortran order (rows are not
@@ -38,9 +42,9 @@ class NpyRows:
         rows.read(32).shape  # (32, 28, 28, 1)
     """
 
-    def __init__(self, stream: IO[bytes], label: str, size: int) -> None:
+    def __init__(self, stream: IO[bytes], label: str, size: int | None = None) -> None:
         self.stream, self.label = stream, label
-        header = read_header(stream, f"--data {label}", None, size)
+        header = read_header(stream, f"--data {label}", None, _HUGE if size is None else size)
         if not header.shape:
             raise InputError(
                 f"--data {label} is a single value (shape ()); expected rows = samples"
@@ -94,3 +98,63 @@ def _no_arrays(archive: zipfile.ZipFile, path: str) -> dict[str, str]:
         f"--data {path} is a zip archive without .npy arrays (it holds {held}); write it "
         "with np.savez(FILE, **{input_name: array})"
     )
+
+
+_HUGE = 1 << 62  # no size given: rows are checked as they are read
+
+
+@dataclass(frozen=True)
+class NpyLayout:
+    """Where the rows of an uncompressed `.npy` array lie in a file, and what they are."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    offset: int  # bytes before the first row
+    footer: int  # bytes after the last row (the rest of a .npz)
+
+    @property
+    def row_bytes(self) -> int:
+        return self.dtype.itemsize * math.prod(self.shape[1:])
+
+
+def npy_layout(path: str) -> NpyLayout:
+    """The layout of a `.npy` file (its header is checked as `NpyRows` checks it)."""
+    with open(path, "rb") as stream:
+        rows = NpyRows(stream, path, os.path.getsize(path))
+        offset = stream.tell()
+    return _layout(path, rows, offset, label=path)
+
+
+def npz_layouts(path: str, archive: zipfile.ZipFile, members: dict[str, str]) -> dict[str, Any]:
+    """Array name -> NpyLayout for the members stored without compression (np.savez); a
+    compressed member (np.savez_compressed) maps to None."""
+    out: dict[str, Any] = {}
+    with open(path, "rb") as raw:
+        for name, member in members.items():
+            info = archive.getinfo(member)
+            if info.compress_type != zipfile.ZIP_STORED:
+                out[name] = None
+                continue
+            raw.seek(info.header_offset)
+            local = raw.read(30)  # the local file header: its name and extra field lengths
+            if len(local) < 30 or local[:4] != b"PK\x03\x04":
+                out[name] = None
+                continue
+            name_len, extra_len = struct.unpack("<HH", local[26:30])
+            raw.seek(info.header_offset + 30 + name_len + extra_len)
+            # the member's own size: a header that declares more rows than it holds is refused
+            rows = NpyRows(raw, f"{path} array {name!r}", info.compress_size)
+            out[name] = _layout(path, rows, raw.tell(), label=f"{path} array {name!r}")
+    return out
+
+
+def _layout(path: str, rows: NpyRows, offset: int, label: str) -> NpyLayout:
+    end = offset + rows.rows * rows.row_bytes
+    size = os.path.getsize(path)
+    if end > size:
+        raise InputError(
+            f"--data {label} is truncated: its header declares {rows.rows} rows of shape "
+            f"{rows.shape[1:]}, but the file ends before them; write it again"
+        )
+    return NpyLayout(path, rows.shape, rows.dtype, offset, size - end)

@@ -214,8 +214,10 @@ def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
             key: value
             for key, value in asdict(probe).items()
             # samples, replicas and data_sha256 only with --data; drawn only when the probe
-            # follows the model's preprocessing
-            if value is not None or key not in ("samples", "replicas", "data_sha256", "drawn")
+            # follows the model's preprocessing; shards and first_sample only in merged / shard
+            # reports
+            if value is not None
+            or key not in ("samples", "replicas", "data_sha256", "drawn", "shards", "first_sample")
         },
     }
 

@@ -25,6 +25,11 @@ def data_json(data: DataStats, has_gradient: bool) -> dict[str, Any]:
     }
 
 
+def _rank(value: float | None) -> str:
+    """A percentile, or why there is none (a report merged from shards)."""
+    return "n/a (shards do not combine)" if value is None else number(value)
+
+
 def data_lines(data: DataStats | None, source: str, where: str) -> list[Text]:
     """Text lines for a result over a data set (nothing without one)."""
     if data is None:
@@ -35,8 +40,8 @@ def data_lines(data: DataStats | None, source: str, where: str) -> list[Text]:
         lines.append(
             Text(
                 f"{where}per-sample L2 over {s.count:,} samples: mean {number(s.mean)}, std "
-                f"{number(s.std)}, min {number(s.min)}, p50 {number(s.p50)}, p95 "
-                f"{number(s.p95)}, max {number(s.max)}"
+                f"{number(s.std)}, min {number(s.min)}, p50 {_rank(s.p50)}, p95 "
+                f"{_rank(s.p95)}, max {number(s.max)}"
             )
         )
     if data.dead_units:

@@ -1,0 +1,394 @@
+"""`layergrad merge SHARD.json...`: one report from the reports of runs over shards of a data set.
+
+A scheduler without collectives (a job array) runs `inspect` / `scan --data` once per shard;
+this combines their JSON reports into the report of one run over every shard, in the order
+given, by the rules the statistics obey (docs/distributed.md):
+
+- sums add: L2 is the root of the sum of squares, `nonfinite` adds up;
+- extrema combine: max |g|, the per-sample min and max;
+- means weight by elements or samples: mean |g| and `zeros` by elements, the per-sample mean
+  by samples; the per-sample std from each shard's mean, std and samples;
+- `dead_units` is the intersection; the first non-finite batch is the first shard's that has
+  one, counted in batches of `--batch-size` across the shards before it;
+- p50 and p95 do not combine: they are null, and `probe.shards` says how many were merged.
+
+With `--reduce mean` each shard's gradient is the mean over its own samples, so its numbers
+are first weighted by its share of the samples. Shards of different models, probes (seed,
+batch size, mode, reduction, target) or schemas are refused. Nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+
+from layergrad.core.errors import UsageError
+from layergrad.core.gradient_stats import DEAD_FRACTION
+from layergrad.core.results import (
+    Cause,
+    DataStats,
+    Endpoint,
+    GradientStats,
+    InspectReport,
+    ModelMeta,
+    ProbeMeta,
+    Result,
+    SampleStats,
+    ScanReport,
+    ScanRow,
+)
+from layergrad.core.vocab import Flag, Status
+from layergrad.files.report_json import read_report
+
+Report = InspectReport | ScanReport
+SCALE_FLAGS = (Flag.VANISHING, Flag.EXPLODING)
+
+
+def merge_reports(paths: Sequence[str | os.PathLike[str]]) -> Report:
+    """Read the shard reports at `paths` and combine them into one.
+
+    Args:
+        paths: `layergrad inspect --json` or `scan --json` reports made with `--data` over
+            shards of one data set, with the same model and options.
+
+    Returns:
+        An InspectReport or ScanReport of the same schema, over every shard's samples.
+
+    Raises:
+        InputError: a file that is not such a report.
+        UsageError: shards that do not fit together.
+
+    Example (not run)::
+
+        merged = merge_reports(["shard0.json", "shard1.json"])
+        merged.probe.samples  # the samples of both
+    """
+    if not paths:
+        raise UsageError("merge needs at least one SHARD.json")
+    names = [os.fspath(p) for p in paths]
+    reports = [read_report(p) for p in names]
+    return merge(reports, names)
+
+
+def merge(reports: Sequence[Report], names: Sequence[str]) -> Report:
+    """Combine reports already read (`names` say which file each came from, for errors)."""
+    first = reports[0]
+    for report, name in zip(reports, names, strict=True):
+        if type(report) is not type(first):
+            raise UsageError(
+                f"{name} is {_kind(report)} report but {names[0]} is {_kind(first)} one; merge "
+                "shards of one command"
+            )
+        if report.probe.samples is None:
+            raise UsageError(
+                f"{name} is a report of one probe batch, not of --data; merge combines runs "
+                "over shards of a data set (`--data SHARD`)"
+            )
+        _same_run(report, first, name, names[0])
+    shares = _Shares(reports)
+    if isinstance(first, ScanReport) and first.target is None:
+        _numbered_in_order(reports, names, shares.samples)
+    if isinstance(first, InspectReport):
+        inspects = [r for r in reports if isinstance(r, InspectReport)]
+        results = tuple(
+            _result([r.results[i] for r in inspects], shares) for i in range(len(first.results))
+        )
+        return InspectReport(model=first.model, probe=shares.probe(first.probe), results=results)
+    scans = [r for r in reports if isinstance(r, ScanReport)]
+    rows = [_row([s.rows[i] for s in scans], shares) for i in range(len(first.rows))]
+    rows = _scale_flags(rows, scans, first.model)
+    notes = tuple(dict.fromkeys(n for s in scans for n in s.notes))
+    return ScanReport(
+        model=first.model,
+        probe=shares.probe(first.probe),
+        target=first.target,
+        rows=tuple(rows),
+        notes=notes,
+    )
+
+
+def _kind(report: Report) -> str:
+    return "an inspect" if isinstance(report, InspectReport) else "a scan"
+
+
+def _same_run(report: Report, first: Report, name: str, first_name: str) -> None:
+    """Refuse a shard of another model, probe or layer structure (one line naming it)."""
+    a, b = report, first
+    differences = [
+        ("model file", os.path.basename(a.model.path), os.path.basename(b.model.path)),
+        ("model class", a.model.class_name, b.model.class_name),
+        ("model name", a.model.name, b.model.name),
+        ("model format", a.model.format, b.model.format),
+        ("--to", getattr(a, "target", None), getattr(b, "target", None)),
+        ("probe seed", a.probe.seed, b.probe.seed),
+        ("--batch-size", a.probe.batch_size, b.probe.batch_size),
+        ("--training", a.probe.training, b.probe.training),
+        ("--reduce", a.probe.reduce, b.probe.reduce),
+        ("layers", _structure(a), _structure(b)),
+    ]
+    for what, mine, theirs in differences:
+        if mine != theirs:
+            shown = "differ" if what == "layers" else f"{mine!r} vs {theirs!r}"
+            raise UsageError(
+                f"{name} does not fit {first_name}: {what} {shown}; merge reports of one model "
+                "made with the same options over shards of its data"
+            )
+
+
+def _numbered_in_order(reports: Sequence[Report], names: Sequence[str], samples: list[int]) -> None:
+    """A scan of the default target projects each sample's outputs with a seed of its index:
+    the shards must number their samples as the whole data set does (`--first-sample`)."""
+    expected = reports[0].probe.first_sample or 0
+    for report, name, n in zip(reports, names, samples, strict=True):
+        got = report.probe.first_sample or 0
+        if got != expected:
+            raise UsageError(
+                f"{name} numbers its samples from {got}, but the shards before it hold samples "
+                f"up to {expected}: a scan without --to projects each sample with a seed of its "
+                f"index, so scan each shard with --first-sample N (its first sample's index in "
+                "the whole data set), or with --to"
+            )
+        expected += n
+
+
+def _structure(report: Report) -> list[tuple[object, ...]]:
+    """What must be the same in every shard: each result's or row's layers, shapes after the
+    batch axis and dtypes, and whether it has a gradient at all."""
+    if isinstance(report, InspectReport):
+        return [
+            (r.source.layer, r.source.shape[1:], r.source.dtype, r.target.layer, r.target.dtype,
+             r.gradient is None)
+            for r in report.results
+        ]  # fmt: skip
+    return [
+        (r.layer, r.class_name, r.shape[1:], r.dtype, r.status in (Status.NONE, Status.INTEGER))
+        for r in report.rows
+    ]
+
+
+class _Shares:
+    """Each shard's samples, its weight under --reduce mean, and its first batch's index."""
+
+    def __init__(self, reports: Sequence[Report]) -> None:
+        self.samples = [int(r.probe.samples or 0) for r in reports]
+        self.total = sum(self.samples)
+        mean = reports[0].probe.reduce == "mean"
+        self.weights = [n / self.total if mean and self.total else 1.0 for n in self.samples]
+        size = reports[0].probe.batch_size
+        starts, done = [], 0
+        for n in self.samples:
+            starts.append(done)
+            done += math.ceil(n / size)
+        self.first_batches = starts
+        self.reports = reports
+
+    def probe(self, probe: ProbeMeta) -> ProbeMeta:
+        sources = list(dict.fromkeys(r.probe.source for r in self.reports))
+        return replace(
+            probe,
+            source=" + ".join(sources),
+            samples=self.total,
+            replicas=sum(r.probe.replicas or 1 for r in self.reports),
+            shards=sum(r.probe.shards or 1 for r in self.reports),
+        )
+
+
+def _shape(shapes: Sequence[tuple[int, ...]], samples: int) -> tuple[int, ...]:
+    """The shape over every shard: the samples, then the largest size seen of each axis."""
+    if not shapes[0]:
+        return ()
+    rest = tuple(max(s[j] for s in shapes) for j in range(1, len(shapes[0])))
+    return (samples, *rest)
+
+
+def _elements(shape: tuple[int, ...]) -> int:
+    return math.prod(shape) if shape else 1
+
+
+def merge_gradients(
+    stats: Sequence[GradientStats], weights: Sequence[float], shape: tuple[int, ...]
+) -> GradientStats:
+    """The statistics of the shards' gradients as one array of `shape` (each shard's scaled
+    by its weight: 1, or its share of the samples under --reduce mean)."""
+    elements = [_elements(g.shape) for g in stats]
+    total = sum(elements)
+
+    def by_elements(values: Sequence[float]) -> float:
+        return sum(v * e for v, e in zip(values, elements, strict=True)) / total if total else 0.0
+
+    return GradientStats(
+        shape=shape,
+        l2=math.sqrt(sum((w * g.l2) ** 2 for g, w in zip(stats, weights, strict=True))),
+        mean_abs=by_elements([w * g.mean_abs for g, w in zip(stats, weights, strict=True)]),
+        max_abs=max(w * g.max_abs for g, w in zip(stats, weights, strict=True)),
+        zero_fraction=by_elements([g.zero_fraction for g in stats]),
+        nonfinite=sum(g.nonfinite for g in stats),
+    )
+
+
+def merge_samples(
+    stats: Sequence[SampleStats | None], samples: Sequence[int], weights: Sequence[float]
+) -> SampleStats | None:
+    """A per-sample distribution over every shard: exact moments and extrema, no percentiles
+    (kept only when there is one shard)."""
+    kept = [
+        (s, n, w) for s, n, w in zip(stats, samples, weights, strict=True) if s is not None and n
+    ]
+    if not kept:
+        return None
+    count = sum(n for _, n, _ in kept)
+    mean = sum(n * w * s.mean for s, n, w in kept) / count
+    square = sum(n * ((w * s.std) ** 2 + (w * s.mean) ** 2) for s, n, w in kept) / count
+    one = kept[0][0] if len(kept) == 1 and len(stats) == 1 else None
+    return SampleStats(
+        count=count,
+        mean=mean,
+        std=math.sqrt(max(square - mean * mean, 0.0)),
+        min=min(w * s.min for s, _, w in kept),
+        p50=None if one is None else one.p50,
+        p95=None if one is None else one.p95,
+        max=max(w * s.max for s, _, w in kept),
+    )
+
+
+def _status(statuses: Sequence[Status], gradient: GradientStats | None) -> Status:
+    if gradient is None or statuses[0] in (Status.NONE, Status.INTEGER):
+        return statuses[0]
+    if gradient.nonfinite:
+        return Status.NONFINITE
+    return Status.ZERO if all(s == Status.ZERO for s in statuses) else Status.OK
+
+
+def _data(
+    items: Sequence[DataStats | None], shares: _Shares, has_gradient: bool
+) -> DataStats | None:
+    if all(d is None for d in items):
+        return None
+    dead: set[int] | None = None
+    first = None
+    for d, start in zip(items, shares.first_batches, strict=True):
+        units = set(d.dead_units) if d is not None else set()
+        dead = units if dead is None else dead & units
+        if first is None and d is not None and d.first_nonfinite_batch is not None:
+            first = start + d.first_nonfinite_batch
+    per_sample = merge_samples(
+        [d.per_sample_l2 if d is not None else None for d in items], shares.samples,
+        shares.weights,
+    )  # fmt: skip
+    return DataStats(tuple(sorted(dead or ())) if has_gradient else (), per_sample, first)
+
+
+def _causes(
+    statuses: Sequence[Status],
+    causes: Sequence[tuple[Cause, ...]],
+    merged: Status,
+    data: Sequence[DataStats | None],
+) -> tuple[Cause, ...]:
+    """The causes of the shard that shows the merged status first (for a non-finite result,
+    the shard with the first non-finite batch); none for an ok result."""
+    if merged == Status.OK:
+        return ()
+    order = list(range(len(statuses)))
+    if merged == Status.NONFINITE:
+        shown = [i for i, d in enumerate(data) if d and d.first_nonfinite_batch is not None]
+        order = shown[:1] + order
+    for i in order:
+        if statuses[i] == merged and causes[i]:
+            return causes[i]
+    return next((c for c in causes if c), ())
+
+
+def _result(items: Sequence[Result], shares: _Shares) -> Result:
+    first = items[0]
+    grads = [r.gradient for r in items]
+    source_shape = _shape([r.source.shape for r in items], shares.total)
+    gradient = None
+    if all(g is not None for g in grads):
+        gradient = merge_gradients(
+            [g for g in grads if g is not None], shares.weights,
+            _shape([g.shape for g in grads if g is not None], shares.total),
+        )  # fmt: skip
+    statuses = [r.status for r in items]
+    status = _status(statuses, gradient)
+    data = [r.data for r in items]
+    return Result(
+        source=Endpoint(first.source.layer, source_shape, first.source.dtype),
+        target=Endpoint(
+            first.target.layer,
+            _shape([r.target.shape for r in items], shares.total),
+            first.target.dtype,
+        ),
+        status=status,
+        gradient=gradient,
+        causes=_causes(statuses, [r.causes for r in items], status, data),
+        data=_data(data, shares, gradient is not None),
+    )
+
+
+def _row(items: Sequence[ScanRow], shares: _Shares) -> ScanRow:
+    first = items[0]
+    shape = _shape([r.shape for r in items], shares.total)
+    grads = [r.gradient for r in items]
+    gradient = None
+    if all(g is not None for g in grads):
+        gradient = merge_gradients([g for g in grads if g is not None], shares.weights, shape)
+    statuses = [r.status for r in items]
+    status = _status(statuses, gradient)
+    data = _data([r.data for r in items], shares, gradient is not None)
+    flags: tuple[Flag, ...] = ()
+    if status == Status.NONE:
+        flags = (Flag.BLOCKED,)
+    elif status == Status.NONFINITE:
+        flags = (Flag.NONFINITE,)
+    elif data is not None and gradient is not None:
+        units = shape[-1] if len(shape) >= 2 else 1
+        if units and len(data.dead_units) / units > DEAD_FRACTION:
+            flags = (Flag.DEAD,)
+    return ScanRow(
+        layer=first.layer,
+        class_name=first.class_name,
+        shape=shape,
+        dtype=first.dtype,
+        status=status,
+        gradient=gradient,
+        flags=flags,
+        causes=_causes(statuses, [r.causes for r in items], status, [r.data for r in items]),
+        data=data,
+    )
+
+
+def _scale_flags(
+    rows: list[ScanRow], scans: Sequence[ScanReport], model: ModelMeta
+) -> list[ScanRow]:
+    """Vanishing / exploding again, from the merged L2s, on the rows of the model's trunk
+    (from the model file's graph, read without TensorFlow; when the file cannot be read, the
+    rows some shard flagged)."""
+    from layergrad.commands.scan import flag_scale
+
+    trunk = _trunk(model, scans[0].target)
+    if trunk is None:
+        trunk = {r.layer for s in scans for r in s.rows if set(r.flags) & set(SCALE_FLAGS)}
+    return flag_scale(rows, trunk)
+
+
+def _trunk(model: ModelMeta, target: str | None) -> set[str] | None:
+    from layergrad.core.errors import LayergradError
+    from layergrad.diagnose.locate import sinks, trunk
+    from layergrad.files.file_info import read_file_info
+    from layergrad.model.layer_refs import ref_of
+
+    try:
+        graph = read_file_info(model.path, read_weights=False).graph
+    except (LayergradError, OSError):
+        return None
+    if not graph.known:
+        return None
+    if target is None:
+        ends = sinks(graph)
+    else:
+        path, _, call = target.partition("@")
+        ends = [(path, int(call) if call.isdigit() else 0)]
+    on_trunk = trunk(graph, ends)
+    return None if on_trunk is None else {ref_of(k) for k in on_trunk}

@@ -1,0 +1,114 @@
+"""`--distribute multi-worker`: which worker of which cluster this process is, from TF_CONFIG.
+
+Every TensorFlow cluster manager (Kubernetes operators, Slurm scripts, Vertex AI) describes
+the cluster to each process in the environment variable `TF_CONFIG`, a JSON object::
+
+    {"cluster": {"worker": ["host1:2222", "host2:2222"]}, "task": {"type": "worker", "index": 0}}
+
+(optionally with a `chief` task). It is read and checked here, without TensorFlow, so a
+missing or malformed one is one clear line before anything starts. Workers are numbered as
+`tf.distribute.MultiWorkerMirroredStrategy` numbers them: the chief first (when there is one),
+then the workers by index. The chief (or worker 0 without a chief) writes the report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from layergrad.core.errors import UsageError
+
+VARIABLE = "TF_CONFIG"
+ROLES = ("chief", "worker")  # the tasks that run the step (an evaluator or ps does not)
+_ADDRESS = re.compile(r"^\S+:\d{1,5}$")
+EXAMPLE = (
+    '{"cluster": {"worker": ["host1:2222", "host2:2222"]}, "task": {"type": "worker", "index": 0}}'
+)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """This process's place in the cluster: worker `index` of `workers` (chief first)."""
+
+    workers: int
+    index: int
+    task_type: str
+    task_index: int
+
+    @property
+    def is_chief(self) -> bool:
+        """Whether this worker writes the report (the chief, or worker 0 without one)."""
+        return self.index == 0
+
+
+def cluster_from_env(environ: Mapping[str, str] | None = None) -> Cluster:
+    """Read and check `TF_CONFIG` from `environ` (default: the process's environment).
+
+    Raises:
+        UsageError: TF_CONFIG is missing, not JSON, or does not describe this task in a
+            cluster of chief / worker tasks with host:port addresses.
+    """
+    text = (os.environ if environ is None else environ).get(VARIABLE)
+    where = f"--distribute multi-worker: {VARIABLE}"
+    if text is None or not text.strip():
+        raise UsageError(
+            f"--distribute multi-worker needs the cluster in the environment variable "
+            f"{VARIABLE}, which is not set; set it on every worker, e.g. {VARIABLE}='{EXAMPLE}'"
+        )
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{where} is not JSON ({exc}); expected e.g. {EXAMPLE}") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"{where} is a JSON {type(doc).__name__}, not an object; e.g. {EXAMPLE}")
+    cluster, task = doc.get("cluster"), doc.get("task")
+    if not isinstance(cluster, dict) or not cluster:
+        raise UsageError(f'{where} has no "cluster" object of task lists; e.g. {EXAMPLE}')
+    if not isinstance(task, dict):
+        raise UsageError(f'{where} has no "task" object ({{"type", "index"}}); e.g. {EXAMPLE}')
+    tasks = {role: _addresses(cluster.get(role), role, where) for role in ROLES}
+    if len(tasks["chief"]) > 1:
+        raise UsageError(f"{where} lists {len(tasks['chief'])} chief tasks; a cluster has one")
+    task_type, task_index = task.get("type"), task.get("index", 0)
+    if task_type not in ROLES:
+        raise UsageError(
+            f"{where}: task type {task_type!r} does not run the step; run layergrad on the "
+            f"{' and '.join(ROLES)} tasks only"
+        )
+    if not isinstance(task_index, int) or isinstance(task_index, bool):
+        raise UsageError(f"{where}: task index {task_index!r} is not an integer")
+    if not 0 <= task_index < len(tasks[task_type]):
+        raise UsageError(
+            f"{where}: task {task_type} {task_index} is not in the cluster, which has "
+            f"{len(tasks[task_type])} {task_type} task(s)"
+        )
+    offset = len(tasks["chief"]) if task_type == "worker" else 0
+    return Cluster(
+        workers=len(tasks["chief"]) + len(tasks["worker"]),
+        index=offset + task_index,
+        task_type=task_type,
+        task_index=task_index,
+    )
+
+
+def _addresses(value: Any, role: str, where: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise UsageError(f'{where}: cluster "{role}" must be a list of "host:port" strings')
+    bad = [a for a in value if not _ADDRESS.match(a)]
+    if bad:
+        raise UsageError(f'{where}: cluster "{role}" address {bad[0]!r} is not "host:port"')
+    return value
+
+
+def reports_here(distribute: str | None, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process prints or writes the report: always, except on a worker of a
+    multi-worker run that is not the chief."""
+    if distribute != "multi-worker":
+        return True
+    return cluster_from_env(environ).is_chief

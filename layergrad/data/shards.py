@@ -1,0 +1,92 @@
+"""`--distribute multi-worker`: each worker's part of a `--data` source, cut on whole batches.
+
+A part is a contiguous run of the batches one process would make (worker w of n gets batches
+floor(w*B/n) up to floor((w+1)*B/n)), so every sample keeps its index in the data and every
+batch its index among the batches; a source that cannot be read in parts is shared round
+robin by batch. `sources.open_data` builds the parts; the step numbers the samples with
+`with_sample_indices` (the default target's projection is seeded by them).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from layergrad.core.keras_backend import quiet_import
+
+Shard = tuple[int, int]  # (this worker, workers)
+
+
+@dataclass(frozen=True)
+class Part:
+    """This worker's part of a sharded source: its batches, and either the index of its first
+    sample in the whole data (a contiguous part) or its batches already followed by their
+    samples' indices (`indexed`)."""
+
+    dataset: Any
+    samples: int | None
+    offset: int = 0
+    indexed: Any = None
+    first_batch: int = 0  # this part's batch k is batch first_batch + k * stride of the whole
+    stride: int = 1
+
+
+def with_sample_indices(dataset: Any, offset: int = 0) -> Any:
+    """Each batch of `dataset` (a tuple of tensors) followed by its samples' indices in the
+    data (int64, from `offset`), whatever the batch sizes."""
+    tf, _ = quiet_import()
+
+    def step(start: Any, batch: Any) -> tuple[Any, Any]:
+        rows = tf.cast(tf.shape(batch[0])[0], tf.int64)
+        return start + rows, (*batch, start + tf.range(rows, dtype=tf.int64))
+
+    return dataset.scan(tf.constant(offset, tf.int64), step)
+
+
+def part_rows(rows: int, batch_size: int, shard: Shard) -> tuple[int, int]:
+    """The rows [start, stop) of worker `shard[0]` of `shard[1]`: whole batches of one
+    process, as evenly as they go (the last worker gets the partial batch)."""
+    worker, workers = shard
+    batches = math.ceil(rows / batch_size)
+    first, last = worker * batches // workers, (worker + 1) * batches // workers
+    return first * batch_size, min(last * batch_size, rows)
+
+
+def input_context(shard: Shard | None, replicas: int) -> Any:
+    """The `tf.distribute.InputContext` a function that takes one is called with."""
+    tf, _ = quiet_import()
+    worker, workers = shard if shard is not None else (0, 1)
+    return tf.distribute.InputContext(
+        num_input_pipelines=workers, input_pipeline_id=worker, num_replicas_in_sync=replicas
+    )
+
+
+def round_robin(dataset: Any, shard: Shard, batch_size: int) -> Part:
+    """Batch j of the whole data goes to worker j % workers (every worker reads everything,
+    as tf.distribute's sharding by data does): for sources that cannot be read in parts."""
+    tf, _ = quiet_import()
+    worker, workers = shard
+    size = tf.constant(batch_size, tf.int64)
+
+    def indexed(j: Any, batch: Any) -> tuple[Any, ...]:
+        rows = tf.cast(tf.shape(batch[0])[0], tf.int64)
+        return (*batch, j * size + tf.range(rows, dtype=tf.int64))
+
+    mine = dataset.enumerate().filter(lambda j, _: j % workers == worker)
+    return Part(
+        mine.map(lambda _, batch: batch),
+        None,
+        indexed=mine.map(indexed).prefetch(tf.data.AUTOTUNE),
+        first_batch=worker,
+        stride=workers,
+    )
+
+
+def load_image(path: Any, size: tuple[int, int], channels: int) -> Any:
+    """One image as `image_dataset_from_directory` decodes it (bilinear resize, float32)."""
+    tf, _ = quiet_import()
+    image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
+    image = tf.image.resize(image, size, method="bilinear")
+    image.set_shape((*size, channels))
+    return image

@@ -1,0 +1,291 @@
+"""Read a `layergrad inspect --json` or `scan --json` report back into its result objects.
+
+`merge` reads its shards here. The file is untrusted input like a model file: it must be a
+regular file (a FIFO or a device is refused before it is opened, `guards.require_regular`),
+at most `MAX_REPORT_BYTES`, strict JSON (no NaN / Infinity), and every member is checked for
+its type, so a malformed or foreign file is one clear line that names the member.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from layergrad.core.errors import InputError
+from layergrad.core.results import (
+    Cause,
+    DataStats,
+    Endpoint,
+    GradientStats,
+    InspectReport,
+    ModelMeta,
+    ProbeMeta,
+    Result,
+    SampleStats,
+    ScanReport,
+    ScanRow,
+)
+from layergrad.core.vocab import CauseCode, Flag, Status
+from layergrad.files.guards import require_regular
+
+INSPECT_SCHEMA, SCAN_SCHEMA = "layergrad.inspect/1", "layergrad.scan/1"
+MAX_REPORT_BYTES = 64 * 2**20  # a few hundred bytes per layer: some 100,000 layers
+EXPECTED = "a `layergrad inspect --json` or `scan --json` report"
+NUMBER = (int, float)
+OPTIONAL = type(None)
+
+
+def read_report(path: str | os.PathLike[str]) -> InspectReport | ScanReport:
+    """The report in the JSON file `path` (an inspect or an activations scan).
+
+    Raises:
+        InputError: not a regular file, too large, not strict JSON, another schema, or a
+            member missing or of the wrong type.
+    """
+    where = os.fspath(path)
+    require_regular(Path(where), EXPECTED, InputError)
+    try:
+        with open(where, "rb") as handle:
+            data = handle.read(MAX_REPORT_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    if len(data) > MAX_REPORT_BYTES:
+        raise InputError(
+            f"{where} is larger than {MAX_REPORT_BYTES // 2**20} MiB, far more than a report "
+            f"holds; expected {EXPECTED}"
+        )
+    try:
+        doc = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        detail = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)[:80]
+        raise InputError(
+            f"{where} is not a JSON document ({detail}); expected {EXPECTED}"
+        ) from None
+    return report_from_json(doc, where)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def report_from_json(doc: Any, where: str = "report") -> InspectReport | ScanReport:
+    """The report of a parsed JSON document; `where` names it in errors."""
+    read = _Reader(where)
+    if not isinstance(doc, dict):
+        raise read.error("the document", "a JSON object", doc)
+    schema = doc.get("schema")
+    if schema == INSPECT_SCHEMA:
+        return InspectReport(
+            model=read.model(read.get(doc, "model", dict)),
+            probe=read.probe(read.get(doc, "probe", dict)),
+            results=tuple(
+                read.result(r, f"results[{i}]")
+                for i, r in enumerate(read.get(doc, "results", list))
+            ),
+        )
+    if schema == SCAN_SCHEMA:
+        if doc.get("wrt", "activations") != "activations":
+            raise InputError(
+                f"{where} is a scan of the weights (--wrt weights), which runs on one batch; "
+                "merge combines inspect and scan reports made over --data"
+            )
+        notes = read.get(doc, "notes", list)
+        return ScanReport(
+            model=read.model(read.get(doc, "model", dict)),
+            probe=read.probe(read.get(doc, "probe", dict)),
+            target=read.get(doc, "target", (str, OPTIONAL)),
+            rows=tuple(
+                read.row(r, f"layers[{i}]") for i, r in enumerate(read.get(doc, "layers", list))
+            ),
+            notes=tuple(n for n in notes if isinstance(n, str)),
+        )
+    shown = json.dumps(schema)[:60] if isinstance(schema, (str, type(None))) else "not a string"
+    raise InputError(f"{where} has schema {shown}; expected {EXPECTED} ({INSPECT_SCHEMA} or "
+                     f"{SCAN_SCHEMA})")  # fmt: skip
+
+
+class _Reader:
+    """Typed reads of a report's members; each error names the member and the file."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def error(self, name: str, expected: str, got: Any) -> InputError:
+        try:
+            shown = json.dumps(got)[:60]
+        except (TypeError, ValueError):
+            shown = type(got).__name__
+        return InputError(f"{self.where}: {name} is {shown}, expected {expected}")
+
+    def get(self, obj: dict[str, Any], key: str, kind: Any, name: str = "") -> Any:
+        name = name or key
+        if key not in obj:
+            raise InputError(f"{self.where}: {name} is missing; expected {EXPECTED}")
+        value = obj[key]
+        numeric = kind in (int, float, NUMBER) or (isinstance(kind, tuple) and int in kind)
+        if not isinstance(value, kind) or (isinstance(value, bool) and numeric):
+            raise self.error(name, _kind_name(kind), value)
+        return value
+
+    def word(self, obj: dict[str, Any], key: str, words: Any, name: str) -> Any:
+        value = self.get(obj, key, str, name)
+        if value not in words.words():
+            raise self.error(name, f"one of {', '.join(words.words())}", value)
+        return words(value)
+
+    def shape(self, obj: dict[str, Any], name: str) -> tuple[int, ...]:
+        shape = self.get(obj, "shape", list, f"{name}.shape")
+        if not all(type(d) is int and d >= 0 for d in shape):
+            raise self.error(f"{name}.shape", "a list of sizes", shape)
+        return tuple(shape)
+
+    def model(self, obj: dict[str, Any]) -> ModelMeta:
+        def text(key: str) -> str:
+            return str(self.get(obj, key, str, f"model.{key}"))
+
+        return ModelMeta(
+            path=text("path"), format=text("format"), class_name=text("class"), name=text("name")
+        )
+
+    def probe(self, obj: dict[str, Any]) -> ProbeMeta:
+        def opt_int(key: str) -> int | None:
+            value = obj.get(key)
+            if value is not None and (type(value) is not int or value < 0):
+                raise self.error(f"probe.{key}", "a count or null", value)
+            return value
+
+        return ProbeMeta(
+            source=self.get(obj, "source", str, "probe.source"),
+            seed=opt_int("seed"),
+            batch_size=self.get(obj, "batch_size", int, "probe.batch_size"),
+            training=self.get(obj, "training", bool, "probe.training"),
+            reduce=self.get(obj, "reduce", str, "probe.reduce"),
+            samples=opt_int("samples"),
+            replicas=opt_int("replicas"),
+            shards=opt_int("shards"),
+            first_sample=opt_int("first_sample"),
+        )
+
+    def gradient(self, obj: Any, name: str, shape: tuple[int, ...]) -> GradientStats | None:
+        if obj is None:
+            return None
+        if not isinstance(obj, dict):
+            raise self.error(name, "an object or null", obj)
+
+        def num(key: str) -> float:
+            return float(self.get(obj, key, NUMBER, f"{name}.{key}"))
+
+        return GradientStats(
+            shape=shape,
+            l2=num("l2"),
+            mean_abs=num("mean_abs"),
+            max_abs=num("max_abs"),
+            zero_fraction=num("zero_fraction"),
+            nonfinite=int(num("nonfinite")),
+        )
+
+    def causes(self, obj: dict[str, Any], name: str) -> tuple[Cause, ...]:
+        out = []
+        for i, c in enumerate(self.get(obj, "causes", list, f"{name}.causes")):
+            at = f"{name}.causes[{i}]"
+            if not isinstance(c, dict):
+                raise self.error(at, "an object", c)
+            out.append(
+                Cause(
+                    code=self.word(c, "code", CauseCode, f"{at}.code"),
+                    layer=self.get(c, "layer", (str, OPTIONAL), f"{at}.layer"),
+                    message=self.get(c, "message", str, f"{at}.message"),
+                    hint=self.get(c, "hint", str, f"{at}.hint"),
+                )
+            )
+        return tuple(out)
+
+    def data(self, obj: dict[str, Any], name: str, samples: int | None) -> DataStats | None:
+        if "per_sample_l2" not in obj and "dead_units" not in obj:
+            return None
+        units = self.get(obj, "dead_units", (list, OPTIONAL), f"{name}.dead_units") or []
+        if not all(type(u) is int for u in units):
+            raise self.error(f"{name}.dead_units", "a list of unit indices", units)
+        first = self.get(obj, "first_nonfinite_batch", (int, OPTIONAL),
+                         f"{name}.first_nonfinite_batch")  # fmt: skip
+        stats = self.get(obj, "per_sample_l2", (dict, OPTIONAL), f"{name}.per_sample_l2")
+        per_sample = None
+        if stats is not None:
+
+            def num(key: str, optional: bool = False) -> float | None:
+                kind = (int, float, OPTIONAL) if optional else NUMBER
+                value = self.get(stats, key, kind, f"{name}.per_sample_l2.{key}")
+                return None if value is None else float(value)
+
+            per_sample = SampleStats(
+                count=samples or 0,
+                mean=float(num("mean") or 0.0),
+                std=float(num("std") or 0.0),
+                min=float(num("min") or 0.0),
+                p50=num("p50", optional=True),
+                p95=num("p95", optional=True),
+                max=float(num("max") or 0.0),
+            )
+        return DataStats(tuple(units), per_sample, first)
+
+    def result(self, obj: Any, name: str) -> Result:
+        if not isinstance(obj, dict):
+            raise self.error(name, "an object", obj)
+        if obj.get("jacobian") is not None:
+            raise InputError(
+                f"{self.where}: {name} has a Jacobian measure (--measure jacobian); merge "
+                "combines the gradient statistics of --data runs only"
+            )
+        ends = []
+        for key in ("from", "to"):
+            end = self.get(obj, key, dict, f"{name}.{key}")
+            ends.append(
+                Endpoint(
+                    layer=self.get(end, "layer", str, f"{name}.{key}.layer"),
+                    shape=self.shape(end, f"{name}.{key}"),
+                    dtype=self.get(end, "dtype", str, f"{name}.{key}.dtype"),
+                )
+            )
+        grad = self.get(obj, "gradient", (dict, OPTIONAL), f"{name}.gradient")
+        shape = self.shape(grad, f"{name}.gradient") if grad is not None else ends[0].shape
+        return Result(
+            source=ends[0],
+            target=ends[1],
+            status=self.word(obj, "status", Status, f"{name}.status"),
+            gradient=self.gradient(grad, f"{name}.gradient", shape),
+            causes=self.causes(obj, name),
+            data=self.data(obj, name, ends[0].shape[0] if ends[0].shape else None),
+        )
+
+    def row(self, obj: Any, name: str) -> ScanRow:
+        if not isinstance(obj, dict):
+            raise self.error(name, "an object", obj)
+        if obj.get("jacobian") is not None:
+            raise InputError(
+                f"{self.where}: {name} has a Jacobian measure (--measure jacobian); merge "
+                "combines the gradient statistics of --data runs only"
+            )
+        shape = self.shape(obj, name)
+        flags = self.get(obj, "flags", list, f"{name}.flags")
+        if not all(isinstance(f, str) and f in Flag.words() for f in flags):
+            raise self.error(f"{name}.flags", f"a list of {', '.join(Flag.words())}", flags)
+        return ScanRow(
+            layer=self.get(obj, "layer", str, f"{name}.layer"),
+            class_name=self.get(obj, "class", str, f"{name}.class"),
+            shape=shape,
+            dtype=self.get(obj, "dtype", str, f"{name}.dtype"),
+            status=self.word(obj, "status", Status, f"{name}.status"),
+            gradient=self.gradient(obj.get("gradient"), f"{name}.gradient", shape),
+            flags=tuple(Flag(f) for f in flags),
+            causes=self.causes(obj, name),
+            data=self.data(obj, name, shape[0] if shape else None),
+        )
+
+
+def _kind_name(kind: Any) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
+             list: "a list", dict: "an object", OPTIONAL: "null"}  # fmt: skip
+    return " or ".join(dict.fromkeys(names.get(k, k.__name__) for k in kinds))

@@ -1,0 +1,226 @@
+"""`layergrad merge`: the reports of runs over shards of a data set combine into the report of
+one run over all of it. The truth is an independent run over the concatenated data; p50 and
+p95, which do not combine, are null."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from helpers import keras, normal, sample
+
+from layergrad.cli.app import main
+from layergrad.commands.merge import merge_gradients, merge_samples
+from layergrad.core.results import GradientStats, SampleStats
+
+PERCENTILES = ("p50", "p95")
+
+
+def cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+def report(*args: str) -> dict:
+    quiet = ["--quiet"] if "--data" in args else []
+    code, out = cli(*args, "--json", *quiet)
+    assert code in (0, 1), out
+    return json.loads(out)
+
+
+def shards(tmp_path: Path, x: np.ndarray, cut: int) -> tuple[str, str, str]:
+    """The data whole and in two shards: (whole, first, second) paths."""
+    paths = [str(tmp_path / f"{name}.npy") for name in ("whole", "first", "second")]
+    for path, part in zip(paths, (x, x[:cut], x[cut:]), strict=True):
+        np.save(path, part)
+    return paths[0], paths[1], paths[2]
+
+
+def write(tmp_path: Path, name: str, doc: dict) -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def merged(tmp_path: Path, *docs: dict) -> dict:
+    paths = [write(tmp_path, f"shard{i}.json", d) for i, d in enumerate(docs)]
+    return report("merge", *paths)
+
+
+def assert_equal_but_percentiles(got: object, want: object, where: str = "report") -> None:
+    """Equal, numbers within rtol 1e-9 (float64 sums in another order); p50 / p95 null in
+    `got`; probe.source, replicas and shards are what a merge says about itself."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict), where
+        skip = {"source", "replicas", "shards"} if where.endswith("probe") else set()
+        assert set(got) - skip == set(want) - skip, where
+        for key in set(want) - skip:
+            if key in PERCENTILES:
+                assert got[key] is None, f"{where}.{key}"
+            else:
+                assert_equal_but_percentiles(got[key], want[key], f"{where}.{key}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), where
+        for i, (a, b) in enumerate(zip(got, want, strict=True)):
+            assert_equal_but_percentiles(a, b, f"{where}[{i}]")
+    elif isinstance(want, float):
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-12), where
+    else:
+        assert got == want, where
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_inspect_shards_merge_into_the_run_over_both(reduce, tmp_path):
+    x = normal(45, 6, seed=31)
+    x[:, 0] *= 3.0
+    whole, a, b = shards(tmp_path, x, 24)  # three batches of 8, then 21 rows: a partial batch
+    args = ["inspect", sample("cause_saturated.keras"), "--from", "x", "--to", "squash", "--to",
+            "head", "--batch-size", "8", "--reduce", reduce]  # fmt: skip
+    one = report(*args, "--data", whole)
+    got = merged(tmp_path, report(*args, "--data", a), report(*args, "--data", b))
+    assert got["probe"]["samples"] == 45 and got["probe"]["shards"] == 2
+    assert got["probe"]["source"] == f"{a} + {b}"
+    assert_equal_but_percentiles(got, one)
+
+
+def test_scan_of_the_default_target_merges_when_shards_number_their_samples(tmp_path):
+    whole, a, b = shards(tmp_path, normal(30, 8, seed=32), 16)
+    args = ["scan", sample("residual.keras"), "--batch-size", "8"]
+    one = report(*args, "--data", whole)
+    first = report(*args, "--data", a)
+    second = report(*args, "--data", b, "--first-sample", "16")
+    assert second["probe"]["first_sample"] == 16 and "first_sample" not in one["probe"]
+    assert_equal_but_percentiles(merged(tmp_path, first, second), one)
+    # numbered from 0, the second shard's projection is not the whole run's: refused
+    code, out = cli("merge", write(tmp_path, "a.json", first),
+                    write(tmp_path, "b.json", report(*args, "--data", b)))  # fmt: skip
+    assert code == 2 and "--first-sample" in out and len(out.strip().splitlines()) == 1
+
+
+def test_scan_with_a_target_and_the_first_non_finite_batch(tmp_path):
+    x = normal(40, 6, seed=33)
+    x[29, 2] = np.nan  # in the second shard; batch 29 // 8 = 3 of the whole run
+    whole, a, b = shards(tmp_path, x, 16)
+    args = ["scan", sample("cause_saturated.keras"), "--to", "squash", "--batch-size", "8"]
+    one = report(*args, "--data", whole)
+    got = merged(tmp_path, report(*args, "--data", a), report(*args, "--data", b))
+    bad = [r for r in got["layers"] if r["status"] == "nonfinite"]
+    assert bad and all(r["first_nonfinite_batch"] == 3 and r["causes"] for r in bad)
+    assert_equal_but_percentiles(got, one)
+
+
+def test_dead_units_are_those_dead_in_every_shard(tmp_path):
+    # gate = relu(x0 - 10), relu(x1): units 2, 3 of x feed nothing; unit 0 lives only where
+    # x0 > 10 (one sample of the second shard), unit 1 nowhere (x1 < 0)
+    x_in = keras.Input((4,), name="x")
+    gate, head = keras.layers.Dense(2, activation="relu", name="gate"), keras.layers.Dense(1)
+    model = keras.Model(x_in, head(gate(x_in)))
+    gate.set_weights([np.array([[1, 0], [0, 1], [0, 0], [0, 0]], "float32"),
+                      np.array([-10, 0], "float32")])  # fmt: skip
+    head.set_weights([np.ones((2, 1), "float32"), np.zeros(1, "float32")])
+    model.save(tmp_path / "m.keras")
+    x = normal(30, 4, seed=34) * 0.1
+    x[:, 1] = -1.0
+    x[25, 0] = 12.0
+    whole, a, b = shards(tmp_path, x, 16)
+    args = ["inspect", str(tmp_path / "m.keras"), "--from", "x", "--to", head.name]
+    first, second = report(*args, "--data", a), report(*args, "--data", b)
+    assert first["results"][0]["dead_units"] == [0, 1, 2, 3]
+    assert second["results"][0]["dead_units"] == [1, 2, 3]
+    got = merged(tmp_path, first, second)
+    assert got["results"][0]["dead_units"] == [1, 2, 3]  # worked out above
+    assert_equal_but_percentiles(got, report(*args, "--data", whole))
+    _, table = cli("merge", *(str(tmp_path / f"shard{i}.json") for i in range(2)))
+    assert "p50 n/a (shards do not combine)" in table and "30 samples" in table
+
+
+def test_the_rules_on_numbers_worked_out_by_hand():
+    # two shards of a gradient of shape (n, 2): sum of squares, element-weighted means
+    a = GradientStats((1, 2), l2=3.0, mean_abs=1.0, max_abs=2.0, zero_fraction=0.5, nonfinite=0)
+    b = GradientStats((3, 2), l2=4.0, mean_abs=2.0, max_abs=5.0, zero_fraction=0.0, nonfinite=1)
+    g = merge_gradients([a, b], [1.0, 1.0], (4, 2))
+    assert (g.l2, g.mean_abs, g.max_abs, g.nonfinite) == (5.0, 1.75, 5.0, 1)
+    assert g.zero_fraction == pytest.approx(1 / 8)
+    # per-sample values {1} and {2, 4}: mean 7/3, std sqrt(21/3 - 49/9)
+    s = merge_samples([SampleStats(1, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0),
+                       SampleStats(2, 3.0, 1.0, 2.0, 2.0, 4.0, 4.0)], [1, 2], [1.0, 1.0])  # fmt: skip
+    values = np.array([1.0, 2.0, 4.0])
+    assert s is not None and s.count == 3 and (s.min, s.max) == (1.0, 4.0)
+    assert s.mean == pytest.approx(values.mean()) and s.std == pytest.approx(values.std())
+    assert s.p50 is None and s.p95 is None
+
+
+@pytest.fixture(scope="module")
+def two_shards(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("shards")
+    _, a, b = shards(tmp, normal(20, 5, seed=35), 8)
+    args = ["scan", sample("seed.keras"), "--to", "dense_2", "--batch-size", "8"]
+    docs = [report(*args, "--data", p) for p in (a, b)]
+    return tmp, [write(tmp, f"s{i}.json", d) for i, d in enumerate(docs)], docs
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "html"])
+def test_other_formats(fmt, two_shards):
+    _, paths, _ = two_shards
+    code, out = cli("merge", *paths, "--format", fmt)
+    assert code == 0, out
+    assert "dense_2" in out
+    if fmt == "table":
+        assert "20 samples" in out
+
+
+def test_diff_reads_a_merged_report(two_shards):
+    tmp, paths, _ = two_shards
+    _, out = cli("merge", *paths, "--json")
+    merged_path = write(tmp, "merged.json", json.loads(out))
+    code, out = cli("diff", merged_path, merged_path, "--json")
+    assert code == 0, out
+    assert json.loads(out)["regressions"] == 0 or json.loads(out)["regressions"] == []
+
+
+def refused(*paths: str) -> str:
+    code, out = cli("merge", *paths)
+    lines = out.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in out, out
+    return lines[0]
+
+
+def test_shards_that_do_not_fit_are_refused(two_shards, tmp_path):
+    _, paths, docs = two_shards
+    other = {**docs[1], "probe": {**docs[1]["probe"], "batch_size": 4}}
+    assert "--batch-size 4 vs 8" in refused(paths[0], write(tmp_path, "b.json", other))
+    renamed = {**docs[1], "model": {**docs[1]["model"], "name": "other"}}
+    assert "model name" in refused(paths[0], write(tmp_path, "n.json", renamed))
+    fewer = {**docs[1], "layers": docs[1]["layers"][:-1]}
+    assert "layers differ" in refused(paths[0], write(tmp_path, "l.json", fewer))
+    one_batch = report("scan", sample("seed.keras"), "--to", "dense_2")
+    assert "not of --data" in refused(write(tmp_path, "o.json", one_batch), paths[0])
+    inspect = report("inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1",
+                     "--data", docs[0]["probe"]["source"], "--batch-size", "8")  # fmt: skip
+    assert "is a scan report but" in refused(write(tmp_path, "i.json", inspect), paths[0])
+
+
+def test_first_sample_needs_data():
+    code, out = cli("scan", sample("seed.keras"), "--first-sample", "3")
+    assert code == 2 and "--first-sample only apply with --data PATH" in out
+
+
+def test_files_that_are_not_reports_are_refused(two_shards, tmp_path):
+    _, paths, _ = two_shards
+    (tmp_path / "bad.json").write_text("{not json")
+    assert "is not a JSON document" in refused(str(tmp_path / "bad.json"))
+    (tmp_path / "nan.json").write_text('{"schema": NaN}')
+    assert "is not a JSON document" in refused(str(tmp_path / "nan.json"))
+    diff_doc = write(tmp_path, "d.json", {"schema": "layergrad.diff/1"})
+    assert 'schema "layergrad.diff/1"' in refused(diff_doc)
+    assert "no such file" in refused(str(tmp_path / "missing.json"))
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    assert "not a regular file" in refused(str(fifo))  # refused before it is opened
+    broken = json.loads(Path(paths[0]).read_text())
+    broken["layers"][0]["gradient"]["l2"] = "big"
+    assert 'layers[0].gradient.l2 is "big", expected' in refused(write(tmp_path, "x.json", broken))
