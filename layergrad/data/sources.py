@@ -406,7 +406,7 @@ def _fitted_cast(values: Any, layout: NpyLayout, spec: InputSpec) -> Any:
     tf, _ = quiet_import()
     target = tf.as_dtype(tf_dtype(spec.dtype))
     cast = tf.cast(values, target)
-    where = f"--data {layout.path}: values of input {spec.name!r}"
+    where = f"--data {layout.path} refused: values of input {spec.name!r}"
     if target.is_integer and values.dtype.is_integer and values.dtype != target:
         low, high = int(target.min), int(target.max)
         wide = tf.cast(values, tf.float64)  # exact enough to compare with the bounds
@@ -420,8 +420,8 @@ def _fitted_cast(values: Any, layout: NpyLayout, spec: InputSpec) -> Any:
         check = tf.debugging.assert_equal(
             tf.reduce_all(tf.math.is_finite(cast) == tf.math.is_finite(values)),
             True,
-            message=f"{where} overflow {target.name} (the model's input dtype) to inf; scale "
-            f"the data or save it as {target.name}",
+            message=f"{where} include one that overflows {target.name} (the model's input "
+            f"dtype) to inf; scale the data or save it as {target.name}",
         )
         with tf.control_dependencies([check]):
             return tf.identity(cast)
