@@ -1,7 +1,8 @@
 """The Python API under the CLI: each function runs the pipeline and returns result objects.
 
 Nothing here prints. Probe options are keyword arguments (`input_file`, `batch_size`, `seed`,
-`reduce`, `training`: see `pipeline.ProbeOptions`), or one `options=ProbeOptions(...)`.
+`reduce`, `training`, ...: the fields of `ProbeOptions`, typed as `ProbeFields`), or one
+`options=ProbeOptions(...)`.
 
     >>> from layergrad.commands.api import inspect_model
     >>> report = inspect_model("sample_models/seed.keras", "dense", ["dense_1"])
@@ -16,13 +17,19 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
-from layergrad.commands.session import open_session
+from layergrad.commands.session import Session, open_session
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
 from layergrad.core.results import InspectReport, Result, ScanReport, WeightScanReport
 from layergrad.core.vocab import Measure, Status
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from layergrad.core.probe_options import ProbeFields
+    from layergrad.files.outputs import Written
 
 __all__ = ["ProbeOptions", "inspect_model", "save_gradients", "scan_model", "scan_weights_model"]
 
@@ -30,9 +37,9 @@ __all__ = ["ProbeOptions", "inspect_model", "save_gradients", "scan_model", "sca
 def inspect_model(
     path: PathLike,
     source: str,
-    targets: Sequence[str],
+    targets: str | Sequence[str],
     *,
-    imports: Sequence[str] = (),
+    imports: str | Sequence[str] = (),
     unsafe: bool = False,
     options: ProbeOptions | None = None,
     measure: str = "gradient",
@@ -40,15 +47,15 @@ def inspect_model(
     exact: bool = False,
     top: int = 10,
     on_progress: Progress | None = None,
-    **probe: Any,
+    **probe: Unpack[ProbeFields],
 ) -> InspectReport:
     """Gradient of each target layer's activation with respect to the source layer's.
 
     Args:
         path: a `.keras` or legacy `.h5` model file.
         source: layer reference for `--from` (`dense`, `encoder/dense_1`, `shared@1`, `-2`).
-        targets: one or more layer references for `--to`.
-        imports: modules (names or `.py` paths) that register custom layers.
+        targets: a layer reference for `--to`, or a list of them (one result each, in order).
+        imports: a module (a name or `.py` path) that registers custom layers, or a list.
         unsafe: let Keras deserialize Python code in the file.
         options, **probe: how to make the probe batch and run the model (`ProbeOptions`).
         measure: "gradient" (d reduce(to) / d from), or "jacobian" to also measure the
@@ -57,8 +64,8 @@ def inspect_model(
         exact: forces the exact Jacobian norms (not with `probes`).
         top: with `data` and measure "jacobian": how many of the most sensitive samples
             (largest norms) to report.
-        on_progress: with `data`, called after each batch with (samples done, samples
-            expected or None).
+        on_progress: with `data`, called with (0, samples expected or None) before the step
+            is traced, then after each batch with (samples done, samples expected or None).
 
     With `data` (see `ProbeOptions`) the statistics are those of every sample of the data set
     as one batch, and each result gains `data` (dead units, per-sample L2).
@@ -69,6 +76,7 @@ def inspect_model(
     Raises:
         LoadError, LayerNotFound, InputError: user errors (the CLI exits with code 2).
     """
+    targets, imports = _one_or_many(targets), _one_or_many(imports)
     if not targets:
         raise InputError("give at least one target layer (--to)")
     from layergrad.engine import jacobian
@@ -120,7 +128,7 @@ def inspect_model(
 
 
 def _inspect(
-    session: Any,
+    session: Session,
     source: str,
     targets: Sequence[str],
     measure: str,
@@ -171,7 +179,7 @@ def _inspect(
     return results
 
 
-def _train_untrained_batchnorm(session: Any) -> tuple[Any, list[str]]:
+def _train_untrained_batchnorm(session: Session) -> tuple[Session, list[str]]:
     """The session in training mode when its model has never-trained BatchNormalization (the
     rule `scan` and `check` apply), with those layers; unchanged otherwise."""
     from layergrad.commands.scan import untrained_batchnorm
@@ -191,8 +199,8 @@ def scan_model(
     path: PathLike,
     *,
     target: str | None = None,
-    layers: Sequence[str] = (),
-    imports: Sequence[str] = (),
+    layers: str | Sequence[str] = (),
+    imports: str | Sequence[str] = (),
     unsafe: bool = False,
     options: ProbeOptions | None = None,
     measure: str = "gradient",
@@ -200,14 +208,14 @@ def scan_model(
     exact: bool = False,
     top: int = 10,
     on_progress: Progress | None = None,
-    **probe: Any,
+    **probe: Unpack[ProbeFields],
 ) -> ScanReport:
     """Gradient of one target with respect to every layer's output, in one backward pass.
 
     Args:
         target: a layer reference; None differentiates a seeded random projection of the
             model's outputs (not degenerate for softmax outputs, unlike their sum).
-        layers: shell globs (`conv*`, `encoder/*`) that keep only matching layers.
+        layers: a shell glob (`conv*`, `encoder/*`), or a list, keeping only matching layers.
         measure: "jacobian" also gives each row the per-sample Frobenius norms of
             d target[i] / d layer[i] (`ScanRow.jacobian`), from K backward passes in all
             (`probes`, or exactly from one pass per target entry: `exact`).
@@ -224,6 +232,7 @@ def scan_model(
     from layergrad.engine.jacobian import JacobianOptions, check_options
 
     check_options(measure, probes, exact)
+    layers, imports = _one_or_many(layers), _one_or_many(imports)
     _check_top(top)
     options = options or ProbeOptions(**probe)
     if options.data is not None:
@@ -265,11 +274,11 @@ def scan_weights_model(
     path: PathLike,
     *,
     loss: str | None = None,
-    imports: Sequence[str] = (),
+    imports: str | Sequence[str] = (),
     unsafe: bool = False,
     options: ProbeOptions | None = None,
     on_progress: Progress | None = None,
-    **probe: Any,
+    **probe: Unpack[ProbeFields],
 ) -> WeightScanReport:
     """Gradient of the training loss with respect to every trainable variable (one pass).
 
@@ -289,6 +298,7 @@ def scan_weights_model(
     """
     from layergrad.commands.weight_scan import scan_weights
 
+    imports = _one_or_many(imports)
     options = options or ProbeOptions(**probe)
     if options.data is not None:
         from layergrad.commands.weights_data import scan_weights_data
@@ -300,9 +310,22 @@ def scan_weights_model(
     return scan_weights(session, loss)
 
 
+def _one_or_many(value: str | Sequence[str]) -> list[str]:
+    """One reference or several: a string is one name, never a sequence of one-letter names.
+
+    >>> _one_or_many("dense_1"), _one_or_many(["dense", "dense_1"])
+    (['dense_1'], ['dense', 'dense_1'])
+    """
+    return [value] if isinstance(value, str) else list(value)
+
+
 def save_gradients(
-    report: InspectReport, path: PathLike, inputs: Sequence[str] = (), *, force: bool = False
-) -> Any:
+    report: InspectReport,
+    path: PathLike,
+    inputs: Sequence[PathLike | None] = (),
+    *,
+    force: bool = False,
+) -> Written:
     """Write the raw gradients: `.npy` for one result, `.npz` keyed by the `--to` reference.
 
     A None gradient is not written (left out of an `.npz`); `inputs` are files never to write

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from layergrad.core.errors import UsageError
 from layergrad.core.probe_options import ProbeOptions
@@ -28,6 +29,9 @@ from layergrad.diagnose.regressions import (
     source_text,
 )
 from layergrad.files.gradient_profile import Profile, load_profile, profile_of, recorded_probe
+
+if TYPE_CHECKING:
+    from layergrad.commands.session import Session
 
 
 def diff_models(
@@ -71,7 +75,7 @@ def diff_models(
 
     check_tolerance(tolerance)  # before two scans, not after
     paths = [os.fspath(base_path), os.fspath(new_path)]
-    profiles = [load_profile(p) if p.endswith(".json") else None for p in paths]
+    profiles = [_read_scan(p) if p.endswith(".json") else None for p in paths]
     probe = options or ProbeOptions()
     recorded = next(((p, f) for p, f in zip(paths, profiles, strict=True) if f), None)
     if recorded is not None:
@@ -102,6 +106,13 @@ def diff_models(
     return compare(base, new, tolerance)
 
 
+def _read_scan(path: str) -> Profile:
+    """A scan JSON as one side of the comparison, named by its own file (the model it was
+    made from is in its class and name; its path may not even exist here)."""
+    profile = load_profile(path)
+    return replace(profile, model=replace(profile.model, path=path))
+
+
 def _recorded_probe(profile: Profile, given: ProbeOptions, path: str) -> ProbeOptions:
     """The probe recorded in a scan JSON; options given that contradict it are an error."""
     input_file = None if given.input_file is None else os.fspath(given.input_file)
@@ -116,7 +127,7 @@ def _recorded_probe(profile: Profile, given: ProbeOptions, path: str) -> ProbeOp
     return probe
 
 
-def same_random_batch(base: Any, new: Any) -> None:
+def same_random_batch(base: Session, new: Session) -> None:
     """Raise UsageError unless two sessions' random probe batches are identical.
 
     The same seed draws the same batch only from the same input specs (shapes, dtypes, integer
@@ -137,7 +148,7 @@ def same_random_batch(base: Any, new: Any) -> None:
     )
 
 
-def _inputs_text(session: Any) -> str:
+def _inputs_text(session: Session) -> str:
     from layergrad.data.probe_input import DEFAULT_INT_HIGH, integer_ranges
 
     ranges = integer_ranges(session.model)

@@ -15,11 +15,12 @@ totals a measure kept in numpy on each worker.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import Strategy, Tensor, TFModule, TFVariable
 from layergrad.data import aggregates as tt
 from layergrad.data.devices import is_multi_worker
 
@@ -35,10 +36,10 @@ class Accumulators:
         shapes: the shape of each summary of one step (`summary_shapes`).
     """
 
-    def __init__(self, strategy: Any, shapes: dict[str, tuple[int, ...]]) -> None:
+    def __init__(self, strategy: Strategy, shapes: dict[str, tuple[int, ...]]) -> None:
         tf, _ = quiet_import()
         self.kinds: dict[str, int] = {}
-        self.vars: dict[str, Any] = {}
+        self.vars: dict[str, TFVariable] = {}
         with strategy.scope():
             for key, shape in shapes.items():
                 if key == POSITION:
@@ -48,13 +49,13 @@ class Accumulators:
                     self._add(tf, f"{key}/first", shape[:-1])
             self.batches = self._variable(tf, np.zeros((), np.float64), "batches")
 
-    def _add(self, tf: Any, key: str, shape: tuple[int, ...]) -> None:
+    def _add(self, tf: TFModule, key: str, shape: tuple[int, ...]) -> None:
         kind = tt.kind_of(key)
         self.kinds[key] = kind
         self.vars[key] = self._variable(tf, tt.initial(kind, shape), key)
 
     @staticmethod
-    def _variable(tf: Any, value: np.ndarray, name: str) -> Any:
+    def _variable(tf: TFModule, value: np.ndarray, name: str) -> TFVariable:
         return tf.Variable(
             value,
             dtype=tf.float64,
@@ -64,7 +65,7 @@ class Accumulators:
             aggregation=tf.VariableAggregation.SUM,
         )
 
-    def update(self, summaries: dict[str, Any]) -> None:
+    def update(self, summaries: dict[str, Tensor]) -> None:
         """Add one step's summaries (call in replica context, or eagerly on one device).
 
         The first non-finite batch is the batch's index in the data (`POSITION`, when the
@@ -89,7 +90,7 @@ class Accumulators:
                 first.assign(tf.minimum(first.read_value(), seen))
         self.batches.assign_add(tf.constant(1.0, tf.float64))
 
-    def totals(self, strategy: Any) -> dict[str, np.ndarray]:
+    def totals(self, strategy: Strategy) -> dict[str, np.ndarray]:
         """Every summary added up over batches and replicas (of every worker), as numpy."""
         if is_multi_worker(strategy):
             everyone = gather(strategy, lambda: {k: v.read_value() for k, v in self.vars.items()})
@@ -103,12 +104,12 @@ class Accumulators:
         }
 
 
-def gather(strategy: Any, local: Any) -> dict[str, np.ndarray]:
+def gather(strategy: Strategy, local: Callable[[], dict[str, Tensor]]) -> dict[str, np.ndarray]:
     """Every replica's values of `local()` (a dict of tensors, read in replica context),
     stacked on a new first axis, on every worker: one collective all-gather per key."""
     tf, _ = quiet_import()
 
-    def replica() -> dict[str, Any]:
+    def replica() -> dict[str, Tensor]:
         context = tf.distribute.get_replica_context()
         return {k: context.all_gather(tf.expand_dims(v, 0), axis=0) for k, v in local().items()}
 
@@ -117,7 +118,7 @@ def gather(strategy: Any, local: Any) -> dict[str, np.ndarray]:
 
 
 def combine_workers(
-    strategy: Any, values: dict[str, np.ndarray], kinds: dict[str, int]
+    strategy: Strategy, values: dict[str, np.ndarray], kinds: dict[str, int]
 ) -> dict[str, np.ndarray]:
     """Totals each worker kept in numpy (`SampleTotals.dist`, say), combined over the workers
     by kind (`aggregates.SUM`, `MAX`, `MIN`) through the strategy's collectives; unchanged in one
@@ -132,7 +133,7 @@ def combine_workers(
     tf, _ = quiet_import()
     local = max(len(strategy.extended.worker_devices), 1)
 
-    def mine() -> dict[str, Any]:  # one replica per worker gives the values, the others none
+    def mine() -> dict[str, Tensor]:  # one replica per worker gives the values, the others none
         first = tf.equal(tf.distribute.get_replica_context().replica_id_in_sync_group % local, 0)
         return {
             k: tf.where(first, tf.constant(v, tf.float64), tt.initial(kinds[k], v.shape))
@@ -143,7 +144,9 @@ def combine_workers(
     return {k: tt.combine(list(everyone[k]), kinds[k]) for k in values}
 
 
-def summary_shapes(strategy: Any, summaries: dict[str, Any]) -> dict[str, tuple[int, ...]] | None:
+def summary_shapes(
+    strategy: Strategy, summaries: dict[str, Tensor]
+) -> dict[str, tuple[int, ...]] | None:
     """The shape of each summary (tensors, symbolic or not, or per-replica values), or None
     when one is not known yet (a summary over an axis the model leaves open)."""
     shapes = {}
@@ -157,7 +160,7 @@ def summary_shapes(strategy: Any, summaries: dict[str, Any]) -> dict[str, tuple[
     return shapes
 
 
-def single_totals(summaries: dict[str, Any]) -> dict[str, np.ndarray]:
+def single_totals(summaries: dict[str, Tensor]) -> dict[str, np.ndarray]:
     """The totals of a single batch (no variables): its summaries, and batch 0 as the first
     non-finite batch where a non-finite value was counted."""
     out = {key: np.asarray(value.numpy()) for key, value in summaries.items()}

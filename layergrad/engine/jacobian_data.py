@@ -14,11 +14,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from layergrad.core.results import FrobeniusNorms, JacobianStats, SpectralNorms
+from layergrad.core.tf_types import KerasModel
+
+if TYPE_CHECKING:
+    from layergrad.data.sources import DataStream
 from layergrad.core.vocab import JacobianMethod
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.data.sample_ranking import NormTotals
@@ -83,7 +87,7 @@ class PairTotals:
         return JacobianStats(self.method, self.probes, self.independent, frob, spec, units)
 
 
-def data_batches(stream: Any) -> Iterator[tuple[ProbeBatch, np.ndarray]]:
+def data_batches(stream: DataStream) -> Iterator[tuple[ProbeBatch, np.ndarray]]:
     """Each batch of a `data.sources.DataStream` as a ProbeBatch, with its sample indices."""
     names = tuple(s.name for s in stream.specs)
     offset = 0
@@ -98,8 +102,8 @@ def data_batches(stream: Any) -> Iterator[tuple[ProbeBatch, np.ndarray]]:
 
 
 def inspect_jacobians(
-    model: Any,
-    stream: Any,
+    model: KerasModel,
+    stream: DataStream,
     source: Site,
     targets: Sequence[Site],
     how: JacobianOptions,
@@ -166,8 +170,8 @@ def _kept_method(how: JacobianOptions, pair: PairTotals) -> JacobianOptions:
 
 
 def scan_jacobians(
-    model: Any,
-    stream: Any,
+    model: KerasModel,
+    stream: DataStream,
     target: Site | None,
     how: JacobianOptions,
     *,

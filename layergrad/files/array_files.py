@@ -38,7 +38,7 @@ class ArrayHeader:
 
     name: str | None  # the key in a `.npz`, None for a `.npy`
     shape: tuple[int, ...]
-    dtype: np.dtype[Any]
+    dtype: np.dtype[np.generic]
     fortran_order: bool
 
     @property
@@ -114,7 +114,9 @@ def _read(p: Path, data: bool) -> tuple[list[ArrayHeader], list[np.ndarray]]:
         raise _damaged(p, None, exc) from exc
 
 
-def _read_npz(zf: zipfile.ZipFile, p: Path, data: bool) -> tuple[list[ArrayHeader], list[Any]]:
+def _read_npz(
+    zf: zipfile.ZipFile, p: Path, data: bool
+) -> tuple[list[ArrayHeader], list[np.ndarray]]:
     headers, arrays = [], []
     for info in zf.infolist():
         if not info.filename.endswith(".npy"):

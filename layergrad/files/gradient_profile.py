@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, Protocol, TypeVar, overload
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.limits import MAX_BATCH_SIZE, MAX_SEED
@@ -46,7 +46,8 @@ REMAKE = "make it with `layergrad scan MODEL --json > FILE.json`"
 class ProfileRow:
     """What a comparison needs of one scan row.
 
-    `mean_abs` is None when the row has no gradient; `cause` names the most likely cause of a
+    `mean_abs` is None when the row has no gradient or a mean |g| that was not finite (`null`
+    in a scan JSON); `cause` names the most likely cause of a
     none / zero / non-finite status (`code at layer`); `input_shape` is set on a model input's
     row: the shape of the probe batch it was fed.
     """
@@ -103,7 +104,26 @@ def profile_of(report: ScanReport | WeightScanReport) -> Profile:
     )
 
 
-def profile_rows(rows: Iterable[Any], name_of: Callable[[Any], str]) -> tuple[ProfileRow, ...]:
+class ProfiledRow(Protocol):
+    """What `profile_rows` reads of a row (`ScanRow`, `VariableRow`): `causes` and
+    `class_name` are read when the row has them."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def gradient(self) -> GradientStats | None: ...
+    @property
+    def flags(self) -> Sequence[str]: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+
+R = TypeVar("R", bound=ProfiledRow)
+T = TypeVar("T")
+Kind = type | tuple[type, ...]
+
+
+def profile_rows(rows: Iterable[R], name_of: Callable[[R], str]) -> tuple[ProfileRow, ...]:
     """Profile rows of any scan rows with `status`, `gradient` (`mean_abs`), `flags`, `causes`.
 
     `name_of` gives the name rows are matched by (a layer reference, a `layer/variable`).
@@ -232,11 +252,11 @@ def _unicode_text(value: str, fields: _Fields, name: str) -> str:
     return value
 
 
-def _no_constant(name: str) -> Any:
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def profile_from_json(doc: Any, where: str = "scan JSON") -> Profile:
+def profile_from_json(doc: object, where: str = "scan JSON") -> Profile:
     """The profile of a parsed `layergrad.scan/1` document; `where` names it in errors.
 
     Raises:
@@ -283,7 +303,7 @@ def profile_from_json(doc: Any, where: str = "scan JSON") -> Profile:
     )
 
 
-def _schema_message(where: str, schema: Any) -> str:
+def _schema_message(where: str, schema: object) -> str:
     if isinstance(schema, str) and schema.startswith("layergrad."):
         what = schema.split("/")[0].removeprefix("layergrad.")
         if what == "scan":
@@ -301,11 +321,34 @@ class _Fields:
     def __init__(self, where: str) -> None:
         self.where = where
 
-    def error(self, name: str, expected: str, got: Any) -> InputError:
+    def error(self, name: str, expected: str, got: object) -> InputError:
         shown = json.dumps(got)[:60] if _jsonable(got) else type(got).__name__
         return InputError(f"{self.where}: {name} is {shown}, expected {expected}; {REMAKE}")
 
-    def member(self, obj: dict[str, Any], key: str, kind: Any, name: str = "") -> Any:
+    @overload
+    def member(self, obj: Mapping[str, object], key: str, kind: type[T], name: str = "") -> T: ...
+    @overload
+    def member(
+        self, obj: Mapping[str, object], key: str, kind: tuple[type[T], type[None]], name: str = ""
+    ) -> T | None: ...
+    @overload
+    def member(
+        self,
+        obj: Mapping[str, object],
+        key: str,
+        kind: tuple[type[int], type[float]],
+        name: str = "",
+    ) -> float: ...
+    @overload
+    def member(
+        self,
+        obj: Mapping[str, object],
+        key: str,
+        kind: tuple[type[int], type[float], type[None]],
+        name: str = "",
+    ) -> float | None: ...
+    def member(self, obj: Mapping[str, object], key: str, kind: Kind, name: str = "") -> object:
+        """`obj[key]`, checked to be of `kind` (a bool is not a number)."""
         name = name or key
         if key not in obj:
             raise InputError(f"{self.where}: {name} is missing; {REMAKE}")
@@ -327,13 +370,13 @@ class _Fields:
             raise self.error(name, "a finite number", f"a number of {len(str(value))} digits")
         return number
 
-    def model(self, obj: dict[str, Any]) -> ModelMeta:
+    def model(self, obj: Mapping[str, object]) -> ModelMeta:
         get = lambda key: self.member(obj, key, str, f"model.{key}")  # noqa: E731
         return ModelMeta(
             path=get("path"), format=get("format"), class_name=get("class"), name=get("name")
         )
 
-    def probe(self, obj: dict[str, Any]) -> ProbeMeta:
+    def probe(self, obj: Mapping[str, object]) -> ProbeMeta:
         batch = self.member(obj, "batch_size", int, "probe.batch_size")
         if not 1 <= batch <= MAX_BATCH_SIZE:
             raise self.error("probe.batch_size", f"1 to {MAX_BATCH_SIZE:,}", _short_int(batch))
@@ -368,7 +411,7 @@ class _Fields:
         """One row: a fast path for a well-formed row (names built only for errors)."""
         return _fast_row(obj, key) or self.checked_row(obj, f"{collection}[{index}]", key)
 
-    def checked_row(self, obj: Any, at: str, key: str) -> ProfileRow:
+    def checked_row(self, obj: object, at: str, key: str) -> ProfileRow:
         if not isinstance(obj, dict):
             raise self.error(at, "an object", obj)
         status = self.member(obj, "status", str, f"{at}.status")
@@ -377,8 +420,16 @@ class _Fields:
         gradient = self.member(obj, "gradient", (dict, type(None)), f"{at}.gradient")
         mean_abs = None
         if gradient is not None:
-            mean_abs = self.number(gradient, "mean_abs", f"{at}.gradient.mean_abs")
-            if mean_abs < 0:
+            # null: a number that was not finite (the one encoding of every JSON schema)
+            value = self.member(
+                gradient, "mean_abs", (int, float, type(None)), f"{at}.gradient.mean_abs"
+            )
+            mean_abs = (
+                None
+                if value is None
+                else self.number(gradient, "mean_abs", f"{at}.gradient.mean_abs")
+            )
+            if mean_abs is not None and mean_abs < 0:
                 raise self.error(f"{at}.gradient.mean_abs", "a number >= 0", mean_abs)
         flags = self.member(obj, "flags", list, f"{at}.flags")
         if not all(isinstance(f, str) for f in flags):
@@ -449,14 +500,14 @@ def _short_int(value: int) -> str:
     return text if len(text) <= 20 else f"a number of {len(text)} digits"
 
 
-def _kind_name(kind: Any) -> str:
+def _kind_name(kind: Kind) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
     names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
              list: "a list", dict: "an object", type(None): "null"}  # fmt: skip
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
-def _jsonable(value: Any) -> bool:
+def _jsonable(value: object) -> bool:
     try:
         json.dumps(value)
     except (TypeError, ValueError):

@@ -26,10 +26,15 @@ import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 from layergrad.core.errors import OutputError
 from layergrad.files.guards import special_kind
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from layergrad.core.results import InspectReport
 
 NPY_MAGIC = b"\x93NUMPY"
 INPUT_SUFFIXES = (".keras", ".h5", ".hdf5", ".npy", ".npz", ".py")
@@ -48,7 +53,7 @@ def check_target(
     path: str,
     option: str,
     kind: str,
-    inputs: Iterable[str | None] = (),
+    inputs: Iterable[str | os.PathLike[str] | None] = (),
     *,
     force: bool = False,
 ) -> Path:
@@ -170,7 +175,7 @@ def write_file(
     option: str,
     kind: str,
     data: bytes,
-    inputs: Iterable[str | None] = (),
+    inputs: Iterable[str | os.PathLike[str] | None] = (),
     *,
     force: bool = False,
 ) -> bool:
@@ -187,7 +192,7 @@ def write_report(
     text: str,
     option: str,
     what: str,
-    inputs: Iterable[str | None] = (),
+    inputs: Iterable[str | os.PathLike[str] | None] = (),
     *,
     force: bool = False,
 ) -> Written:
@@ -199,7 +204,11 @@ def write_report(
 
 
 def save_gradients(
-    report: Any, path: str, inputs: Iterable[str | None] = (), *, force: bool = False
+    report: InspectReport,
+    path: str,
+    inputs: Iterable[str | os.PathLike[str] | None] = (),
+    *,
+    force: bool = False,
 ) -> Written:
     """Write the raw gradients of an inspect report: `.npy` for one result, `.npz` keyed by
     the `--to` reference (any name round-trips: ``file``, ``arr_0``, ``a/b``).
@@ -221,7 +230,7 @@ def save_gradients(
     results = list(report.results)
     if kind == "npy" and len(results) != 1:
         raise OutputError(f"{option} {path}: several --to layers need a .npz file")
-    arrays: dict[str, Any] = {}
+    arrays: dict[str, np.ndarray] = {}
     for r in results:
         if r.array is not None and r.target.layer not in arrays:
             # bfloat16 would be saved as opaque void bytes: store it as float32
@@ -248,7 +257,7 @@ def save_gradients(
     return Written(path, True, message + (" (replaced it)" if existed else ""))
 
 
-def _write_npz(fh: IO[bytes], arrays: dict[str, Any]) -> None:
+def _write_npz(fh: IO[bytes], arrays: dict[str, np.ndarray]) -> None:
     """An `.npz` as `np.savez` writes it (stored members ``NAME.npy``), for any key."""
     import numpy as np
 
@@ -258,7 +267,7 @@ def _write_npz(fh: IO[bytes], arrays: dict[str, Any]) -> None:
                 np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
 
 
-def _atomic_write(p: Path, option: str, write: Callable[[IO[bytes]], Any]) -> None:
+def _atomic_write(p: Path, option: str, write: Callable[[IO[bytes]], object]) -> None:
     """Write through a temporary file beside ``p``, then rename it over ``p``."""
     try:
         p.parent.mkdir(parents=True, exist_ok=True)

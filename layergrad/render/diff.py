@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import RenderableType
 from rich.table import Table
@@ -22,7 +22,9 @@ from layergrad.files.gradient_profile import ROW_KEYS, ProfileRow
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
+    _finite_or_null,
     fitted_table,
+    json_document,
     md_code,
     md_table,
     md_text,
@@ -33,6 +35,9 @@ from layergrad.render.common import (
     to_text,
 )
 from layergrad.render.escape import scrubbed
+
+if TYPE_CHECKING:
+    from layergrad.render.html_page import Html
 
 SCHEMA = "layergrad.diff/1"
 MAX_SHOWN = 2000  # rows a table, comment or page shows; the JSON holds every row
@@ -165,10 +170,10 @@ def _decades(decades: float | None) -> str:
     return "-" if decades is None else f"{decades:+.2f}"
 
 
-def as_json(report: DiffReport, **_: Any) -> str:
+def as_json(report: DiffReport, **_: object) -> str:
     """The `layergrad.diff/1` JSON document (every row, in order)."""
     collection, key = ROW_KEYS[report.wrt]
-    doc: dict[str, Any] = {
+    doc: dict[str, object] = {
         "schema": SCHEMA,
         "base": meta_json(report.base, report.probe)["model"],
         "new": meta_json(report.new, report.probe)["model"],
@@ -183,16 +188,17 @@ def as_json(report: DiffReport, **_: Any) -> str:
            "regressions": doc["regressions"]}  # fmt: skip
     # A diff may hold 700,000 rows: json's C encoder writes each row on one line, lazily
     # (the indenting encoder is pure Python, some 10 times slower).
-    head, tail = json.dumps(doc, indent=2, allow_nan=False).split(f'"{_ROWS}"')
+    # strict JSON as `json_document` writes it: a number that is not finite is null
+    head, tail = json_document(doc).split(f'"{_ROWS}"')
     encode = json.JSONEncoder(allow_nan=False).encode
-    rows = ",\n    ".join(encode(row_json(r, key)) for r in report.rows)
+    rows = ",\n    ".join(encode(_finite_or_null(row_json(r, key))) for r in report.rows)
     return f"{head}[\n    {rows}\n  ]{tail}" if rows else f"{head}[]{tail}"
 
 
 _ROWS = "@@layergrad-diff-rows@@"  # where the rows go in the document's text
 
 
-def row_json(row: RowDiff, key: str = "layer") -> dict[str, Any]:
+def row_json(row: RowDiff, key: str = "layer") -> dict[str, object]:
     """One row as a JSON-ready dict, named under `key`."""
     return {
         key: row.name,
@@ -205,13 +211,13 @@ def row_json(row: RowDiff, key: str = "layer") -> dict[str, Any]:
     }
 
 
-def _side_json(side: ProfileRow | None) -> dict[str, Any] | None:
+def _side_json(side: ProfileRow | None) -> dict[str, object] | None:
     if side is None:
         return None
     return {"status": side.status, "mean_abs": side.mean_abs, "flags": list(side.flags)}
 
 
-def markdown(report: DiffReport, *, show_all: bool = False, **_: Any) -> str:
+def markdown(report: DiffReport, *, show_all: bool = False, **_: object) -> str:
     """For a pull-request comment: the verdict, the regressions, the rest folded away."""
     said = md_text(verdict(report))
     safe, rows, cut = _view(report, show_all)
@@ -261,19 +267,19 @@ def _mean(side: ProfileRow) -> str:
     return f" {number(side.mean_abs)}"
 
 
-def html(report: DiffReport, *, show_all: bool = False, **_: Any) -> str:
+def html(report: DiffReport, *, show_all: bool = False, **_: object) -> str:
     """One self-contained page: the verdict, both files and the probe, a sortable table of
     the rows (the changed ones, regressions first, or all with `show_all`)."""
     from layergrad.render.html_page import badge, cell, definition_list, el, join, page, table
 
     kinds = {"ok": "ok", "none": "bad", "nonfinite": "bad", "zero": "warn", "integer": "muted"}
 
-    def side(row: ProfileRow | None) -> Any:
+    def side(row: ProfileRow | None) -> Html:
         if row is None:
             return cell("-", sort="")
         return cell(join([badge(row.status.value, kinds.get(row.status, "muted")), _mean(row)]))
 
-    def decades(value: float | None) -> Any:
+    def decades(value: float | None) -> Html:
         return cell(_decades(value), sort="" if value is None else repr(value), num=True)
 
     safe, rows, cut = _view(report, show_all)

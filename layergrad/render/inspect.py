@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from typing import Any
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -19,8 +17,8 @@ from layergrad.render.common import (
     Column,
     cause_json,
     causes_lines,
-    fitted_table,
     gradient_json,
+    json_document,
     md_cause,
     md_code,
     md_table,
@@ -30,6 +28,7 @@ from layergrad.render.common import (
     number,
     ranked_units_table,
     shape_text,
+    table_with_note,
     to_text,
 )
 from layergrad.render.data import data_json, data_lines
@@ -53,7 +52,7 @@ def table(report: InspectReport, *, color: bool = False, width: int | None = 100
     """The results table, a panel of causes per non-ok result, warnings, the top units."""
     items: list[RenderableType] = [
         model_header(report.model, report.probe, f"d {report.probe.reduce}(to) / d from"),
-        fitted_table(COLUMNS, [_cells(r) for r in report.results], width),
+        *table_with_note(COLUMNS, [_cells(r) for r in report.results], width),
     ]
     many = len(report.results) > 1
     for res in report.results:
@@ -118,19 +117,19 @@ def _causes_panel(res: Result) -> Panel:
     )
 
 
-def as_json(report: InspectReport, **_: Any) -> str:
+def as_json(report: InspectReport, **_: object) -> str:
     """The `layergrad.inspect/1` JSON document (one object, keys as documented)."""
     doc = {
         "schema": SCHEMA,
         **meta_json(report.model, report.probe),
         "results": [result_json(r) for r in report.results],
     }
-    return json.dumps(doc, indent=2, allow_nan=False)
+    return json_document(doc)
 
 
-def result_json(res: Result) -> dict[str, Any]:
+def result_json(res: Result) -> dict[str, object]:
     """One result as a JSON-ready dict (`jacobian` only with --measure jacobian)."""
-    doc = {
+    doc: dict[str, object] = {
         "from": _endpoint_json(res.source),
         "to": _endpoint_json(res.target),
         "status": res.status,
@@ -144,11 +143,11 @@ def result_json(res: Result) -> dict[str, Any]:
     return doc
 
 
-def _endpoint_json(e: Endpoint) -> dict[str, Any]:
+def _endpoint_json(e: Endpoint) -> dict[str, object]:
     return {"layer": e.layer, "shape": list(e.shape), "dtype": e.dtype}
 
 
-def markdown(report: InspectReport, **_: Any) -> str:
+def markdown(report: InspectReport, **_: object) -> str:
     """The results as markdown for a pull-request comment, then causes and warnings."""
     head = (
         f"**layergrad inspect** {md_code(report.model.path)}: "
@@ -187,7 +186,7 @@ def markdown(report: InspectReport, **_: Any) -> str:
     )
 
 
-def html(value: InspectReport, **_: Any) -> str:
+def html(value: InspectReport, **_: object) -> str:
     """One self-contained HTML page (inline style and charts, nothing fetched)."""
     from layergrad.render.html_report import inspect_html
 

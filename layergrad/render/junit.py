@@ -10,7 +10,8 @@ from layergrad.render.escape import scrubbed
 
 
 def check_junit(verdicts: Sequence[FileVerdict]) -> str:
-    """One testcase per file and check; a failed check carries its message.
+    """One testcase per file and check; a failed check carries its message, a check that
+    passed with findings says `warning (FINDINGS): message` in its system-out.
 
     Every string is made `escape.visible` first: raw control characters would make the XML
     ill-formed, and a CI system would then lose every file's result.

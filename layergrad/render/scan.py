@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import math
-from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.text import Text
@@ -17,8 +15,8 @@ from layergrad.render.common import (
     Column,
     cause_json,
     causes_lines,
-    fitted_table,
     gradient_json,
+    json_document,
     md_code,
     md_table,
     md_text,
@@ -26,6 +24,7 @@ from layergrad.render.common import (
     model_header,
     number,
     shape_text,
+    table_with_note,
     target_text,
     to_text,
 )
@@ -52,13 +51,13 @@ def table(report: ScanReport, *, color: bool = False, width: int | None = 100) -
     if any(row.jacobian for row in report.rows):  # --measure jacobian: the ‖J‖F profile
         scale = jacobian.scan_scale(report.rows)
         cells = [jacobian.scan_cells(r, _status_cell(r), scale) for r in report.rows]
-        body = fitted_table(jacobian.SCAN_COLUMNS, cells, width)
+        body = table_with_note(jacobian.SCAN_COLUMNS, cells, width)
     else:
         scale = _log_range(report.rows)
-        body = fitted_table(COLUMNS, [_cells(row, scale) for row in report.rows], width)
+        body = table_with_note(COLUMNS, [_cells(row, scale) for row in report.rows], width)
     items: list[RenderableType] = [
         model_header(report.model, report.probe, f"d {target_text(report)} / d each layer"),
-        body,
+        *body,
     ]
     items += [Text(f"note: {note}", style="yellow") for note in report.notes]
     for row in _distinct_causes([r for r in report.rows if r.causes]):
@@ -118,7 +117,7 @@ def _distinct_causes(rows: list[ScanRow]) -> list[ScanRow]:
     return out[::-1]
 
 
-def as_json(report: ScanReport, **_: Any) -> str:
+def as_json(report: ScanReport, **_: object) -> str:
     """The `layergrad.scan/1` JSON document."""
     doc = {
         "schema": SCHEMA,
@@ -127,10 +126,10 @@ def as_json(report: ScanReport, **_: Any) -> str:
         "layers": [row_json(r) for r in report.rows],
         "notes": list(report.notes),
     }
-    return json.dumps(doc, indent=2, allow_nan=False)
+    return json_document(doc)
 
 
-def row_json(row: ScanRow) -> dict[str, Any]:
+def row_json(row: ScanRow) -> dict[str, object]:
     """One scan row as a JSON-ready dict (`jacobian` only with --measure jacobian)."""
     doc = _row_json(row)
     if row.jacobian is not None:
@@ -140,7 +139,7 @@ def row_json(row: ScanRow) -> dict[str, Any]:
     return doc
 
 
-def _row_json(row: ScanRow) -> dict[str, Any]:
+def _row_json(row: ScanRow) -> dict[str, object]:
     g = row.gradient
     return {
         "layer": row.layer,
@@ -154,7 +153,7 @@ def _row_json(row: ScanRow) -> dict[str, Any]:
     }
 
 
-def markdown(report: ScanReport, **_: Any) -> str:
+def markdown(report: ScanReport, **_: object) -> str:
     """A markdown table for a pull-request comment."""
     head = (
         f"**layergrad scan** {md_code(report.model.path)}: "
@@ -181,6 +180,6 @@ def markdown(report: ScanReport, **_: Any) -> str:
     return head + md_table(header, rows) + notes
 
 
-def html(value: ScanReport, **_: Any) -> str:
+def html(value: ScanReport, **_: object) -> str:
     """One self-contained HTML page (inline style and charts, nothing fetched)."""
     return scan_html(value)

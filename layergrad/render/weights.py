@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import math
-from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.text import Text
@@ -15,8 +13,8 @@ from layergrad.render.common import (
     Column,
     cause_json,
     causes_lines,
-    fitted_table,
     gradient_json,
+    json_document,
     md_cause,
     md_code,
     md_table,
@@ -25,6 +23,7 @@ from layergrad.render.common import (
     model_header,
     number,
     shape_text,
+    table_with_note,
     to_text,
 )
 
@@ -57,12 +56,12 @@ def table(report: WeightScanReport, *, color: bool = False, width: int | None = 
     rows = [_cells(r) for r in report.variables]
     items: list[RenderableType] = [
         model_header(report.model, report.probe, _what(report)),
-        fitted_table(COLUMNS, rows, width),
+        *table_with_note(COLUMNS, rows, width),
         Text(_summary(report)),
     ]
     if report.noise:
         title = Text(SNR_TITLE, style="bold")
-        items.append(Group(title, fitted_table(SNR_COLUMNS, _noise_cells(report), width)))
+        items.append(Group(title, *table_with_note(SNR_COLUMNS, _noise_cells(report), width)))
     items += [Text(f"note: {note}", style="yellow") for note in (*report.notes, RATIO_NOTE)]
     for row in report.variables:
         if row.causes:
@@ -99,7 +98,7 @@ def _summary(report: WeightScanReport) -> str:
     bad = sum(1 for r in report.variables if r.status != "ok")
     return (
         f"{len(report.variables)} trainable variables, {bad} without a usable gradient; "
-        f"{report.frozen} non-trainable (frozen) variables not listed"
+        f"{report.frozen} frozen variables (of layers with trainable=False) not listed"
     )
 
 
@@ -116,7 +115,7 @@ def _cells(row: VariableRow) -> list[RenderableType]:
     ]
 
 
-def as_json(report: WeightScanReport, **_: Any) -> str:
+def as_json(report: WeightScanReport, **_: object) -> str:
     """The `layergrad.scan/1` document with `"wrt": "weights"`."""
     doc = {
         "schema": SCHEMA,
@@ -133,10 +132,10 @@ def as_json(report: WeightScanReport, **_: Any) -> str:
     }
     if report.noise:  # --data: per layer, the gradient's signal-to-noise ratio across batches
         doc["gradient_snr"] = [noise_json(n) for n in report.noise]
-    return json.dumps(doc, indent=2, allow_nan=False)
+    return json_document(doc)
 
 
-def noise_json(n: GradientNoise) -> dict[str, Any]:
+def noise_json(n: GradientNoise) -> dict[str, object]:
     """One layer's `{layer, signal, variance, snr, batches}` (null where not finite)."""
     return {
         "layer": n.layer,
@@ -151,7 +150,7 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def variable_json(row: VariableRow) -> dict[str, Any]:
+def variable_json(row: VariableRow) -> dict[str, object]:
     """One variable as a JSON-ready dict."""
     g = row.gradient
     return {
@@ -168,7 +167,7 @@ def variable_json(row: VariableRow) -> dict[str, Any]:
     }
 
 
-def markdown(report: WeightScanReport, **_: Any) -> str:
+def markdown(report: WeightScanReport, **_: object) -> str:
     """A markdown table for a pull-request comment, then the causes."""
     path = md_code(report.model.path)
     head = f"**layergrad scan --wrt weights** {path}: {md_text(_what(report))}\n\n"
@@ -204,7 +203,7 @@ def markdown(report: WeightScanReport, **_: Any) -> str:
     return head + md_table(header, rows) + f"\n{md_text(_summary(report))}\n" + snr + tail
 
 
-def html(report: WeightScanReport, **_: Any) -> str:
+def html(report: WeightScanReport, **_: object) -> str:
     """The `scan --wrt weights` page: a verdict, every trainable variable, the causes."""
     from layergrad.render.html_page import Html, badge, cell, el, join, page, table
     from layergrad.render.html_report import (
@@ -239,7 +238,11 @@ def html(report: WeightScanReport, **_: Any) -> str:
         el("h1", "layergrad scan --wrt weights"),
         verdict,
         page_facts(report.model, report.probe, _what(report)),
-        el("p", f"{report.frozen} non-trainable (frozen) variables are not listed.", class_="note"),
+        el(
+            "p",
+            f"{report.frozen} frozen variables (of layers with trainable=False) are not listed.",
+            class_="note",
+        ),
     ]
     body += [el("p", "note: ", note, class_="note") for note in (*report.notes, RATIO_NOTE)]
     body += [
