@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 
@@ -198,7 +198,7 @@ def _load_function(ref: str) -> Callable[[], object]:
     return function
 
 
-def _checked_iteration(items: Iterable[Any], ref: str) -> Iterator[Any]:
+def _checked_iteration(items: Iterable[object], ref: str) -> Iterator[object]:
     """The elements of a user iterable; what its code raises (SystemExit too) is one line."""
     iterator = iter(items)
     while True:
@@ -371,7 +371,7 @@ def _from_tf_dataset(
     return out.batch(batch_size), rows
 
 
-def _count_empty(count: Any, batch: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
+def _count_empty(count: Tensor, batch: tuple[Tensor, ...]) -> tuple[Tensor, tuple[Tensor, ...]]:
     """Count empty batches in a row; fail at MAX_EMPTY_BATCHES (unbatch would spin forever
     over a source that yields only empty batches, `--limit` or not)."""
     tf, _ = quiet_import()

@@ -17,10 +17,11 @@ import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO
 
 from layergrad.core.errors import InputError, describe
 from layergrad.core.limits import IMAGE_DECODERS, MAX_IMAGE_PIXELS
+from layergrad.core.tf_types import Dataset, Tensor, TFModule
 from layergrad.files.guards import special_kind
 
 IMAGE_FORMATS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # what Keras decodes
@@ -145,7 +146,9 @@ def _jpeg_size(fh: IO[bytes]) -> tuple[int, int]:
     raise ValueError(f"a JPEG without a frame header in its first {HEADER_BYTES // 1024} KB")
 
 
-def image_dataset(images: list[ImageFile], size: tuple[int, int], channels: int, dtype: str) -> Any:
+def image_dataset(
+    images: list[ImageFile], size: tuple[int, int], channels: int, dtype: str
+) -> Dataset:
     """A tf.data.Dataset of one image per element, decoded, resized and cast to ``dtype``."""
     from layergrad.core.keras_backend import quiet_import
 
@@ -153,7 +156,7 @@ def image_dataset(images: list[ImageFile], size: tuple[int, int], channels: int,
     paths = tf.constant([i.path for i in images])
     bmp = tf.constant([i.kind == "bmp" for i in images])
 
-    def load(path: Any, is_bmp: Any) -> tuple[Any]:
+    def load(path: Tensor, is_bmp: Tensor) -> tuple[Tensor]:
         data = tf.io.read_file(path)
         image = tf.cond(
             is_bmp,
@@ -168,7 +171,7 @@ def image_dataset(images: list[ImageFile], size: tuple[int, int], channels: int,
     return dataset.map(load, num_parallel_calls=IMAGE_DECODERS, deterministic=True)
 
 
-def _bmp_channels(tf: Any, image: Any, channels: int) -> Any:
+def _bmp_channels(tf: TFModule, image: Tensor, channels: int) -> Tensor:
     """A decoded BMP (1, 3 or 4 channels) with ``channels`` channels."""
     have = tf.shape(image)[-1]
     rgb = tf.cond(

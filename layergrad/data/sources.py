@@ -26,7 +26,7 @@ import sys
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
@@ -443,7 +443,7 @@ def _decode(raw: Tensor, layout: NpyLayout, spec: InputSpec) -> Tensor:
     return _fitted_cast(values, layout, spec)
 
 
-def _fitted_cast(values: Any, layout: NpyLayout, spec: InputSpec) -> Any:
+def _fitted_cast(values: Tensor, layout: NpyLayout, spec: InputSpec) -> Tensor:
     """Cast to the input's dtype, refusing what `fit_array` refuses for `--input`: integers
     outside the dtype (int64 ids beyond int32 would wrap) and floats that overflow it."""
     tf, _ = quiet_import()

@@ -16,7 +16,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 
@@ -212,7 +212,7 @@ def npy_header(fh: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
     return shape, fortran, dtype
 
 
-def _npy_header(fh: IO[bytes]) -> tuple[Any, Any, np.dtype]:
+def _npy_header(fh: IO[bytes]) -> tuple[object, object, np.dtype]:
     fmt = np.lib.format
     version = fmt.read_magic(fh)
     if version == (1, 0):

@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, Protocol, TypeVar, overload
+from typing import NoReturn, Protocol, TypeVar, overload
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.limits import MAX_BATCH_SIZE, MAX_SEED
@@ -359,7 +359,7 @@ class _Fields:
             return _unicode_text(value, self, name)
         return value
 
-    def number(self, obj: dict[str, Any], key: str, name: str) -> float:
+    def number(self, obj: Mapping[str, object], key: str, name: str) -> float:
         """A finite number (an integer of 401 digits does not fit a float)."""
         value = self.member(obj, key, (int, float), name)
         try:
@@ -407,7 +407,7 @@ class _Fields:
             data_sha256=sha,
         )
 
-    def row(self, obj: Any, index: int, collection: str, key: str) -> ProfileRow:
+    def row(self, obj: object, index: int, collection: str, key: str) -> ProfileRow:
         """One row: a fast path for a well-formed row (names built only for errors)."""
         return _fast_row(obj, key) or self.checked_row(obj, f"{collection}[{index}]", key)
 
@@ -456,7 +456,7 @@ class _Fields:
         )
 
 
-def _fast_row(obj: Any, key: str) -> ProfileRow | None:
+def _fast_row(obj: object, key: str) -> ProfileRow | None:
     """The row when every member is exactly as `scan --json` writes it (ASCII names, a float
     mean |g|); None sends it through the checked path, which names what is wrong."""
     if type(obj) is not dict:

@@ -15,7 +15,7 @@ import dataclasses
 import enum
 import re
 import unicodedata
-from typing import Any, TypeVar
+from typing import TypeVar, cast
 
 T = TypeVar("T")
 
@@ -61,10 +61,10 @@ def visible(text: str) -> str:
 def scrubbed(value: T) -> T:
     """A copy of a report (dataclasses, tuples, lists, dicts) with `visible` applied to every
     string in it; parts without such characters are returned as they are."""
-    return _scrub(value)
+    return cast(T, _scrub(value))
 
 
-def _scrub(value: Any) -> Any:
+def _scrub(value: object) -> object:
     if isinstance(value, enum.Enum):
         return value
     if isinstance(value, str):
@@ -83,7 +83,8 @@ def _scrub(value: Any) -> Any:
         items = [_scrub(v) for v in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
-        return type(value)(items) if not hasattr(value, "_fields") else type(value)(*items)
+        make = getattr(value, "_make", type(value))  # a named tuple is made from its items
+        return make(items)
     if isinstance(value, dict):
         pairs = [(_scrub(k), _scrub(v)) for k, v in value.items()]
         if all(a is k and b is v for (a, b), (k, v) in zip(pairs, value.items(), strict=True)):
