@@ -274,6 +274,7 @@ def check_source(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None
         InputError: as `open_data` would, for the same fault.
     """
     text = os.fspath(path)
+    precheck(text)  # special files, forged headers, archive members: before anything else
     kind = source_kind(text)
     if specs is None:
         return
