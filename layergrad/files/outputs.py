@@ -110,7 +110,7 @@ _KIND_NAMES = {
     "npz": "a .npz archive of arrays",
     "chart": "a chart (PNG, SVG or PDF)",
 }
-_JUNIT_MARK = b'<testsuite name="layergrad.commands.check"'
+_JUNIT_MARK = b'<testsuite name="layergrad.check"'
 _CHART_MAGIC = (b"\x89PNG\r\n\x1a\n", b"%PDF-")
 
 

@@ -19,7 +19,7 @@ def check_junit(verdicts: Sequence[FileVerdict]) -> str:
     verdicts = scrubbed(tuple(verdicts))
     suite = ET.Element(
         "testsuite",
-        name="layergrad.commands.check",
+        name="layergrad.check",
         tests=str(sum(len(v.checks) for v in verdicts)),
         failures=str(sum(1 for v in verdicts for c in v.checks if not c.passed)),
         errors="0",

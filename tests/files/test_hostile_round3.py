@@ -140,7 +140,7 @@ def test_outputs_never_replace_an_input_or_a_file_layergrad_did_not_write(
     forced = measure(["check", "--static-only", good, "--junit", str(page), "--force"])
     assert (
         forced.returncode == 0
-        and ET.parse(page).getroot().get("name") == "layergrad.commands.check"
+        and ET.parse(page).getroot().get("name") == "layergrad.check"
     )
     again = measure(["check", "--static-only", good, "--junit", str(page)])  # ours now
     assert again.returncode == 0 and "(replaced it)" in again.stderr
