@@ -368,6 +368,26 @@ def _first_batch(
     return Session(info.path, model, info, batch, probe, diagnoser)
 
 
+def _dead_everywhere(masks: list[Any], batches: Any) -> list[Any]:
+    """Under `--distribute multi-worker`, the units dead on every worker's shard (a worker
+    without batches has no say); in one process the masks as they are."""
+    import numpy as np
+
+    from layergrad.data.accumulators import gather_workers
+    from layergrad.data.devices import strategy_for
+
+    if batches.part is None:  # one process read every batch
+        return masks
+    mine = [None if m is None else [bool(v) for v in m] for m in masks]
+    out: list[Any] = [None] * len(masks)
+    for worker in gather_workers(strategy_for("multi-worker"), mine):
+        for i, mask in enumerate(worker):
+            if mask is not None:
+                seen = np.asarray(mask, bool)
+                out[i] = seen if out[i] is None else out[i] & seen
+    return out
+
+
 def _dead_over_data(model: Any, batches: Any, weights: Any, training: bool) -> Any:
     """The weight scan with only the dead layers of its batch that are dead for every sample
     of the data (one more forward pass over the data, only when a layer is dead)."""
@@ -391,6 +411,7 @@ def _dead_over_data(model: Any, batches: Any, weights: Any, training: bool) -> A
             value = act.value.reshape(-1, act.value.shape[-1])
             zero = np.all(value == 0, axis=0)
             masks[i] = zero if masks[i] is None else masks[i] & zero
+    masks = _dead_everywhere(masks, batches)
     dead = tuple(
         (ref, float(np.mean(mask)))
         for (ref, _), mask in zip(weights.dead_layers, masks, strict=True)

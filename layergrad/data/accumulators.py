@@ -14,6 +14,7 @@ totals a measure kept in numpy on each worker.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -141,6 +142,40 @@ def combine_workers(
 
     everyone = gather(strategy, mine)
     return {k: tt.combine(list(everyone[k]), kinds[k]) for k in values}
+
+
+def gather_workers(strategy: Any, payload: Any) -> list[Any]:
+    """Every worker's `payload` (anything JSON holds: numbers, strings, lists, None; floats
+    round-trip exactly, NaN and Inf included), in the order of the workers (the chief
+    first), on every worker; `[payload]` in one process. For totals whose shapes differ
+    between workers or are unknown on a worker without samples (what `combine_workers`
+    cannot take). Two collectives: the lengths, then the padded bytes."""
+    if not is_multi_worker(strategy):
+        return [payload]
+    data = json.dumps(payload, separators=(",", ":")).encode()
+    lengths = _one_per_worker(strategy, np.array([len(data)], np.int64))
+    longest = int(max(int(n[0]) for n in lengths))
+    words = -(-longest // 8)
+    padded = np.frombuffer(data.ljust(words * 8, b" "), np.int64)
+    out = []
+    for n, row in zip(lengths, _one_per_worker(strategy, padded), strict=True):
+        out.append(json.loads(row.astype(np.int64).tobytes()[: int(n[0])].decode()))
+    return out
+
+
+def _one_per_worker(strategy: Any, value: np.ndarray) -> list[np.ndarray]:
+    """`value` (the same shape on every worker) of every worker, chief first: one replica of
+    each worker gives it (the first of its devices), the others are left out."""
+    tf, _ = quiet_import()
+    local = max(len(strategy.extended.worker_devices), 1)
+
+    def mine() -> dict[str, Any]:
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        first = tf.cast(tf.equal(replica % local, 0), tf.int64)
+        return {"v": tf.constant(value, tf.int64), "first": tf.reshape(first, [1])}
+
+    everyone = gather(strategy, mine)
+    return [v for v, first in zip(everyone["v"], everyone["first"], strict=True) if first[0]]
 
 
 def summary_shapes(strategy: Any, summaries: dict[str, Any]) -> dict[str, tuple[int, ...]] | None:
