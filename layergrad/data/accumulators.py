@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from layergrad.core.errors import InputError, describe
 from layergrad.core.keras_backend import quiet_import
 from layergrad.data import aggregates as tt
 from layergrad.data.devices import is_multi_worker
@@ -113,8 +114,14 @@ def gather(strategy: Any, local: Any) -> dict[str, np.ndarray]:
         context = tf.distribute.get_replica_context()
         return {k: context.all_gather(tf.expand_dims(v, 0), axis=0) for k, v in local().items()}
 
-    out = strategy.run(tf.function(replica, autograph=False))
-    return {k: np.asarray(strategy.experimental_local_results(v)[0]) for k, v in out.items()}
+    try:
+        out = strategy.run(tf.function(replica, autograph=False))
+        return {k: np.asarray(strategy.experimental_local_results(v)[0]) for k, v in out.items()}
+    except tf.errors.OpError as exc:  # a worker that stopped (its own error says why)
+        raise InputError(
+            f"the totals could not be combined over the workers ({describe(exc)}); when "
+            "another worker of the cluster stopped, its error says why"
+        ) from exc
 
 
 def combine_workers(

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from layergrad.core.errors import InputError
+from layergrad.core.errors import InputError, describe
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.results import GradientNoise
 from layergrad.data.accumulators import Accumulators, summary_shapes
@@ -148,7 +148,19 @@ def stream_weight_gradients(
     acc = Accumulators(strategy, shapes)
     fused = _fused(strategy, concrete, acc, signature)
     done = batches = 0
-    for batch in dataset:
+    iterator = iter(dataset)
+    while True:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            break
+        except tf.errors.OpError as exc:
+            if not workers:
+                raise
+            raise InputError(  # the iterator agrees with the other workers at every step
+                f"--data {source}: the run stopped at batch {batches}: {describe(exc)}; when "
+                "another worker of the cluster stopped, its error says why"
+            ) from exc
         parts = [strategy.experimental_local_results(t) for t in batch[0]]
         rows = (
             check_batch(batches, parts) if check_batch else sum(int(p.shape[0]) for p in parts[0])
