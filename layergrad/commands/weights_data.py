@@ -106,6 +106,7 @@ def weights_over(
         strategy,
         training=options.training,
         check_batch=batches.check_batch,
+        batch_index=batches.batch_index,
         expected=batches.samples,
         on_progress=on_progress,
         source=batches.source,

@@ -60,6 +60,7 @@ def stream_weight_gradients(
     *,
     training: bool = False,
     check_batch: Callable[[int, Any], int] | None = None,
+    batch_index: Callable[[int], int] | None = None,
     expected: int | None = None,
     on_progress: Progress | None = None,
     source: str = "",
@@ -74,6 +75,8 @@ def stream_weight_gradients(
         strategy: a tf.distribute strategy (the default one for one device).
         check_batch: called with (batch index, per input its pieces) before each batch;
             returns the batch's rows.
+        batch_index: this process's batch k as an index among all the data's batches (its
+            shard's place in the data under `--distribute multi-worker`), for messages.
         expected: samples expected (for the progress), or None.
 
     Raises:
@@ -148,6 +151,7 @@ def stream_weight_gradients(
     acc = Accumulators(strategy, shapes)
     fused = _fused(strategy, concrete, acc, signature)
     done = batches = 0
+    where = batch_index or (lambda local: local)  # its index among all the data's batches
     iterator = iter(dataset)
     while True:
         try:
@@ -158,14 +162,16 @@ def stream_weight_gradients(
             if not workers:
                 raise
             raise InputError(  # the iterator agrees with the other workers at every step
-                f"--data {source}: the run stopped at batch {batches}: {describe(exc)}; when "
-                "another worker of the cluster stopped, its error says why"
+                f"--data {source}: the run stopped at batch {where(batches)}: {describe(exc)}; "
+                "when another worker of the cluster stopped, its error says why"
             ) from exc
         parts = [strategy.experimental_local_results(t) for t in batch[0]]
         rows = (
-            check_batch(batches, parts) if check_batch else sum(int(p.shape[0]) for p in parts[0])
+            check_batch(where(batches), parts)
+            if check_batch
+            else sum(int(p.shape[0]) for p in parts[0])
         )
-        _guarded(partial(fused, batch), f"batch {batches}", source)
+        _guarded(partial(fused, batch), f"batch {where(batches)}", source)
         done, batches = done + rows, batches + 1
         if on_progress is not None:
             on_progress(done, expected)

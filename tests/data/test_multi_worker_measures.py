@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import keras, normal, tf
+from helpers import keras, normal, sample, tf
 from workers import assert_same_report, environment, run_workers
 
 from layergrad.cli.app import main
@@ -31,7 +31,7 @@ extra = sys.argv[2:]  # --distribute multi-worker, or nothing
 out = []
 for args in json.loads(open(sys.argv[1]).read()):
     done = CliRunner().invoke(main, [*args, *extra])
-    out.append({"code": done.exit_code, "stdout": done.stdout})
+    out.append({"code": done.exit_code, "stdout": done.stdout, "stderr": done.stderr[-600:]})
 print(json.dumps(out))
 """
 
@@ -72,7 +72,13 @@ def cluster_runs(tmp_path_factory):
         ["scan", "classifier.keras", "--wrt", "weights", "--data", "d.npz", *batch],
         ["scan", "classifier.keras", "--wrt", "weights", "--data", "x.npy", *batch],
         ["check", "classifier.keras", "--data", "d.npz", "--baseline", "base.json", *batch],
+        # last: a bad batch on worker 1 stops the cluster
+        ["scan", sample("embedding.keras"), "--wrt", "weights", "--loss", "mse", "--data",
+         "ids.npy", *batch],
     ]  # fmt: skip
+    ids = np.random.default_rng(33).integers(0, 20, (40, 6)).astype("int32")
+    ids[35, 1] = 500  # outside the Embedding's vocabulary, in batch 35 // 8 = 4, on worker 1
+    np.save(where / "ids.npy", ids)
     (where / "commands.json").write_text(json.dumps(commands))
     (where / "run.py").write_text(SCRIPT)
     run = [sys.executable, "run.py", "commands.json"]
@@ -93,7 +99,7 @@ def outcome(cluster_runs, index: int) -> tuple[dict, dict]:
     """Command `index`'s reports: the chief's and one process's (checked equal)."""
     _, chief, other, one = cluster_runs
     assert chief[index]["code"] == one[index]["code"] == 0, (chief[index], one[index])
-    assert other[index] == {"code": 0, "stdout": ""}, "a worker that is not the chief printed"
+    assert (other[index]["code"], other[index]["stdout"]) == (0, ""), "the other worker printed"
     many, single = json.loads(chief[index]["stdout"]), json.loads(one[index]["stdout"])
     assert many["probe"]["replicas"] == 2 and single["probe"]["replicas"] == 1
     assert_same_report(many, single)
@@ -133,8 +139,17 @@ def test_weight_gradient_and_snr_over_two_workers(cluster_runs, index, labels):
 def test_check_baseline_over_two_workers(cluster_runs):
     _, chief, other, one = cluster_runs
     assert chief[4]["code"] == one[4]["code"] == 0, chief[4]
-    assert other[4] == {"code": 0, "stdout": ""}
+    assert (other[4]["code"], other[4]["stdout"]) == (0, "")
     many, single = json.loads(chief[4]["stdout"]), json.loads(one[4]["stdout"])
     assert_same_report(many, single)
     checks = {c["name"]: c for c in many["files"][0]["checks"]}
     assert checks["baseline"]["passed"] and "no regression" in checks["baseline"]["message"]
+
+
+def test_a_bad_batch_of_the_weight_scan_on_one_worker_stops_both_with_exit_2(cluster_runs):
+    _, chief, other, one = cluster_runs
+    assert [chief[5]["code"], other[5]["code"], one[5]["code"]] == [2, 2, 2]
+    assert chief[5]["stdout"] == other[5]["stdout"] == ""
+    assert "the model failed on batch 4" in other[5]["stderr"]  # as one process says
+    assert "the model failed on batch 4" in one[5]["stderr"]
+    assert "another worker of the cluster stopped" in chief[5]["stderr"]
