@@ -72,10 +72,12 @@ def cluster_runs(tmp_path_factory):
         ["scan", "classifier.keras", "--wrt", "weights", "--data", "d.npz", *batch],
         ["scan", "classifier.keras", "--wrt", "weights", "--data", "x.npy", *batch],
         ["check", "classifier.keras", "--data", "d.npz", "--baseline", "base.json", *batch],
+        ["check", sample("bug_dead_layer.keras"), "--data", "x6.npy", *batch],
         # last: a bad batch on worker 1 stops the cluster
         ["scan", sample("embedding.keras"), "--wrt", "weights", "--loss", "mse", "--data",
          "ids.npy", *batch],
     ]  # fmt: skip
+    np.save(where / "x6.npy", normal(SAMPLES, 6, seed=34))
     ids = np.random.default_rng(33).integers(0, 20, (40, 6)).astype("int32")
     ids[35, 1] = 500  # outside the Embedding's vocabulary, in batch 35 // 8 = 4, on worker 1
     np.save(where / "ids.npy", ids)
@@ -146,10 +148,20 @@ def test_check_baseline_over_two_workers(cluster_runs):
     assert checks["baseline"]["passed"] and "no regression" in checks["baseline"]["message"]
 
 
+def test_units_dead_for_every_sample_of_every_worker(cluster_runs):
+    _, chief, other, one = cluster_runs
+    assert chief[5]["code"] == one[5]["code"] == 0, chief[5]  # dead warns
+    assert (other[5]["code"], other[5]["stdout"]) == (0, "")
+    many, single = json.loads(chief[5]["stdout"]), json.loads(one[5]["stdout"])
+    assert_same_report(many, single)
+    dead = [c for c in many["files"][0]["checks"] if "dead" in c["findings"]]
+    assert dead and "for every sample of the data" in dead[0]["message"]
+
+
 def test_a_bad_batch_of_the_weight_scan_on_one_worker_stops_both_with_exit_2(cluster_runs):
     _, chief, other, one = cluster_runs
-    assert [chief[5]["code"], other[5]["code"], one[5]["code"]] == [2, 2, 2]
-    assert chief[5]["stdout"] == other[5]["stdout"] == ""
-    assert "the model failed on batch 4" in other[5]["stderr"]  # as one process says
-    assert "the model failed on batch 4" in one[5]["stderr"]
-    assert "another worker of the cluster stopped" in chief[5]["stderr"]
+    assert [chief[6]["code"], other[6]["code"], one[6]["code"]] == [2, 2, 2]
+    assert chief[6]["stdout"] == other[6]["stdout"] == ""
+    assert "the model failed on batch 4" in other[6]["stderr"]  # as one process says
+    assert "the model failed on batch 4" in one[6]["stderr"]
+    assert "another worker of the cluster stopped" in chief[6]["stderr"]
