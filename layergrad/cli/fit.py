@@ -12,18 +12,18 @@ import click
 
 from layergrad.cli.options import (
     comma_list,
-    data_options,
     emit,
     format_options,
     handle_errors,
     load_options,
+    training_data_options,
 )
 from layergrad.core.vocab import DEFAULT_FIT_FAIL_ON, TRAINING_FINDINGS, OutputFormat
 
 
 @click.command()
 @click.argument("model", type=click.Path(dir_okay=True, path_type=str))
-@data_options
+@training_data_options
 @click.option(
     "--steps",
     type=click.IntRange(min=1),

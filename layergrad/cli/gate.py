@@ -72,7 +72,8 @@ from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding, OutputFormat
     "--input",
     "input_file",
     type=click.Path(dir_okay=False, path_type=str),
-    help="Probe batch instead of a random one: .npy (one input) or .npz keyed by input name.",
+    help="Probe batch instead of a random one: .npy (one input) or .npz keyed by input name "
+    "(x for one input; y = labels).",
 )
 @click.option(
     "--baseline",

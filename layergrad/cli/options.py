@@ -5,14 +5,15 @@ Nothing here imports TensorFlow (or numpy) at import time, so `layergrad --help`
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
 import sys
 import traceback
 import warnings
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NoReturn, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, NoReturn, TextIO, TypeVar
 
 import click
 
@@ -48,7 +49,7 @@ def handle_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         debug = kwargs.get("debug", False)
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), report_stdout():
                 if not debug:
                     warnings.simplefilter("ignore")
                 return func(*args, **kwargs)
@@ -61,12 +62,58 @@ def handle_errors(func: F) -> F:
                 traceback.print_exc()
             click.echo(
                 f"error: unexpected {type(exc).__name__}: {describe(exc)} (run again with "
-                "--debug for the traceback)",
+                "--debug for the traceback).",
                 err=True,
             )
             sys.exit(2)
 
+    wrapper.report_stdout = True  # type: ignore[attr-defined]  # tests find it on every command
     return wrapper  # type: ignore[return-value]
+
+
+_REPORT_STREAMS: list[TextIO] = []  # where `emit` writes: the real stdout of each command
+
+
+@contextlib.contextmanager
+def report_stdout() -> Iterator[None]:
+    """While a command runs, send whatever anything prints to stdout to stderr instead.
+
+    Keras (`Found 40 files.`), TensorFlow and a user's data function print while the tool
+    works; stdout must hold exactly one report. `sys.stdout` points at stderr for the duration,
+    and so does file descriptor 1 when stdout is a real file (C code writes to it directly);
+    `emit` writes the report to the real stdout, kept aside.
+    """
+    real = sys.stdout
+    try:
+        descriptor = real.fileno()
+    except (AttributeError, OSError, ValueError):  # click's test runner: an in-memory stream
+        descriptor = -1
+    kept = -1
+    report: TextIO = real
+    if descriptor == 1:
+        real.flush()
+        kept = os.dup(1)
+        os.dup2(2, 1)
+        report = open(  # noqa: SIM115  (closed below, after the command)
+            kept, "w", encoding=real.encoding, errors=real.errors, closefd=False
+        )
+    _REPORT_STREAMS.append(report)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = real
+        _REPORT_STREAMS.pop()
+        if kept >= 0:
+            report.close()
+            real.flush()
+            os.dup2(kept, 1)
+            os.close(kept)
+
+
+def _report_stream() -> TextIO:
+    """The stream a report goes to: the command's real stdout."""
+    return _REPORT_STREAMS[-1] if _REPORT_STREAMS else sys.stdout
 
 
 def usage_error(exc: LayergradError, debug: bool = False) -> NoReturn:
@@ -139,49 +186,57 @@ def data_options(func: F) -> F:
 
     Under `probe_options` they join the `probe` bundle; `check` takes them one by one.
     """
-    return _stack(
-        func,
-        [
-            click.option(
-                "--data",
-                metavar="PATH",
-                help="Run over a whole data set, streamed: .npy, .npz (keys = input names, "
-                "y = labels), a folder of images, or FILE.py:function / module:function "
-                "returning batches. Statistics are over all samples.",
-            ),
-            click.option(
-                "--limit",
-                type=click.IntRange(min=1),
-                metavar="N",
-                help="With --data: read at most N samples.",
-            ),
-            click.option(
-                "--distribute",
-                type=click.Choice(["mirrored", "multi-worker"]),
-                help="With --data: mirrored runs on every visible GPU "
-                "(tf.distribute.MirroredStrategy); multi-worker on every worker of the cluster "
-                "in TF_CONFIG (MultiWorkerMirroredStrategy), each over its shard; only the "
-                "chief prints the report.",
-            ),
-            click.option(
-                "--cpu-replicas",
-                type=click.IntRange(min=1),
-                metavar="N",
-                help="With --data: split the CPU into N devices and mirror over them (a "
-                "testing aid for the distributed path).",
-            ),
-            click.option(
-                "--first-sample",
-                type=click.IntRange(min=0),
-                default=0,
-                metavar="N",
-                help="With --data: PATH is a shard of a larger data set starting at its sample "
-                "N, so the samples are numbered from N (the default scan target's projection "
-                "is seeded per sample): shards then merge exactly (`layergrad merge`).",
-            ),
-            click.option("--quiet", is_flag=True, help="No progress bar on stderr (with --data)."),
-        ],
-    )
+    return _stack(func, [*_data_option_list(), FIRST_SAMPLE_OPTION])
+
+
+def training_data_options(func: F) -> F:
+    """`data_options` without `--first-sample`, for training (`fit`): no shards to number."""
+    return _stack(func, _data_option_list())
+
+
+def _data_option_list() -> list[Callable[[Any], Any]]:
+    return [
+        click.option(
+            "--data",
+            metavar="PATH",
+            help="Run over a whole data set, streamed: .npy, .npz (keys = input names, or x "
+            "for one input; y = labels), a folder of images, or FILE.py:function / "
+            "module:function returning batches. Statistics are over all samples.",
+        ),
+        click.option(
+            "--limit",
+            type=click.IntRange(min=1),
+            metavar="N",
+            help="With --data: read at most N samples.",
+        ),
+        click.option(
+            "--distribute",
+            type=click.Choice(["mirrored", "multi-worker"]),
+            help="With --data: mirrored runs on every visible GPU "
+            "(tf.distribute.MirroredStrategy); multi-worker on every worker of the cluster "
+            "in TF_CONFIG (MultiWorkerMirroredStrategy), each over its shard; only the "
+            "chief prints the report.",
+        ),
+        click.option(
+            "--cpu-replicas",
+            type=click.IntRange(min=1),
+            metavar="N",
+            help="With --data: split the CPU into N devices and mirror over them (a "
+            "testing aid for the distributed path).",
+        ),
+        click.option("--quiet", is_flag=True, help="No progress bar on stderr (with --data)."),
+    ]
+
+
+FIRST_SAMPLE_OPTION = click.option(
+    "--first-sample",
+    type=click.IntRange(min=0),
+    default=0,
+    metavar="N",
+    help="With --data: PATH is a shard of a larger data set starting at its sample "
+    "N, so the samples are numbered from N (the default scan target's projection "
+    "is seeded per sample): shards then merge exactly (`layergrad merge`).",
+)
 
 
 def probe_options(func: F) -> F:
@@ -206,7 +261,8 @@ def probe_options(func: F) -> F:
                 "--input",
                 "input_file",
                 type=click.Path(dir_okay=False, path_type=str),
-                help="Probe batch: .npy (one input) or .npz keyed by input name.",
+                help="Probe batch: .npy (one input) or .npz keyed by input name (x for one "
+                "input; y = labels).",
             ),
             click.option(
                 "--batch-size",
@@ -374,14 +430,23 @@ def emit(
 
     for line in accepted:
         click.echo(f"warning: {line}; accepted because of --unsafe", err=True)
-    color, width = _terminal()
+    stream = _report_stream()
+    color, width = _terminal(stream)
     text = render(command, fmt, value, color=color, width=width, **options)
-    click.echo(text, nl=fmt == OutputFormat.JSON)
+    click.echo(text, file=stream, nl=fmt == OutputFormat.JSON)
+    stream.flush()
 
 
-def _terminal() -> tuple[bool, int | None]:
+def _terminal(stream: TextIO) -> tuple[bool, int | None]:
     """(use colour, width) for stdout; width None (as wide as needed) when it is not a terminal."""
-    if not sys.stdout.isatty():
+    if not stream.isatty():
         columns = os.environ.get("COLUMNS", "")
         return False, int(columns) if columns.isdigit() else None
-    return "NO_COLOR" not in os.environ, shutil.get_terminal_size((100, 24)).columns
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit():
+        return "NO_COLOR" not in os.environ, int(columns)
+    try:
+        width = os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        width = shutil.get_terminal_size((100, 24)).columns
+    return "NO_COLOR" not in os.environ, width

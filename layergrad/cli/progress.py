@@ -2,7 +2,9 @@
 
 Drawn on stderr, and only when stderr is a terminal: piped or redirected output stays clean,
 and the report on stdout is unaffected. The API reports progress through a callback
-`on_progress(done, total)`; this module turns that into a rich progress bar.
+`on_progress(done, total)`, first with `done=0` before the step is traced (the total is known
+then for a `.npy`, `.npz` or image folder); this module turns that into a rich progress bar
+that names the tracing phase and shows the total from the start.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 Progress = Callable[[int, "int | None"], None]
+TRACING = "tracing the step"  # what the bar says before the first batch is done
 
 
 @contextlib.contextmanager
@@ -44,7 +47,7 @@ def sample_progress(enabled: bool, console: Any = None) -> Iterator[Progress | N
             return Text(f"{task.speed:,.0f} samples/s" if task.speed else "", style="cyan")
 
     bar = Bar(
-        TextColumn("samples"),
+        TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         Rate(),
@@ -53,9 +56,11 @@ def sample_progress(enabled: bool, console: Any = None) -> Iterator[Progress | N
         transient=True,
     )
     with bar:
-        task = bar.add_task("samples", total=None)
+        task = bar.add_task(TRACING, total=None)
 
         def update(done: int, total: int | None) -> None:
-            bar.update(task, completed=done, total=total)
+            # nothing done yet: the step is being traced (most of a short run's time)
+            phase = TRACING if done == 0 else "samples"
+            bar.update(task, completed=done, total=total, description=phase)
 
         yield update

@@ -30,9 +30,9 @@ __all__ = ["ProbeOptions", "inspect_model", "save_gradients", "scan_model", "sca
 def inspect_model(
     path: PathLike,
     source: str,
-    targets: Sequence[str],
+    targets: str | Sequence[str],
     *,
-    imports: Sequence[str] = (),
+    imports: str | Sequence[str] = (),
     unsafe: bool = False,
     options: ProbeOptions | None = None,
     measure: str = "gradient",
@@ -47,8 +47,8 @@ def inspect_model(
     Args:
         path: a `.keras` or legacy `.h5` model file.
         source: layer reference for `--from` (`dense`, `encoder/dense_1`, `shared@1`, `-2`).
-        targets: one or more layer references for `--to`.
-        imports: modules (names or `.py` paths) that register custom layers.
+        targets: a layer reference for `--to`, or a list of them (one result each, in order).
+        imports: a module (a name or `.py` path) that registers custom layers, or a list.
         unsafe: let Keras deserialize Python code in the file.
         options, **probe: how to make the probe batch and run the model (`ProbeOptions`).
         measure: "gradient" (d reduce(to) / d from), or "jacobian" to also measure the
@@ -57,8 +57,8 @@ def inspect_model(
         exact: forces the exact Jacobian norms (not with `probes`).
         top: with `data` and measure "jacobian": how many of the most sensitive samples
             (largest norms) to report.
-        on_progress: with `data`, called after each batch with (samples done, samples
-            expected or None).
+        on_progress: with `data`, called with (0, samples expected or None) before the step
+            is traced, then after each batch with (samples done, samples expected or None).
 
     With `data` (see `ProbeOptions`) the statistics are those of every sample of the data set
     as one batch, and each result gains `data` (dead units, per-sample L2).
@@ -69,6 +69,7 @@ def inspect_model(
     Raises:
         LoadError, LayerNotFound, InputError: user errors (the CLI exits with code 2).
     """
+    targets, imports = _one_or_many(targets), _one_or_many(imports)
     if not targets:
         raise InputError("give at least one target layer (--to)")
     from layergrad.engine import jacobian
@@ -191,8 +192,8 @@ def scan_model(
     path: PathLike,
     *,
     target: str | None = None,
-    layers: Sequence[str] = (),
-    imports: Sequence[str] = (),
+    layers: str | Sequence[str] = (),
+    imports: str | Sequence[str] = (),
     unsafe: bool = False,
     options: ProbeOptions | None = None,
     measure: str = "gradient",
@@ -207,7 +208,7 @@ def scan_model(
     Args:
         target: a layer reference; None differentiates a seeded random projection of the
             model's outputs (not degenerate for softmax outputs, unlike their sum).
-        layers: shell globs (`conv*`, `encoder/*`) that keep only matching layers.
+        layers: a shell glob (`conv*`, `encoder/*`), or a list, keeping only matching layers.
         measure: "jacobian" also gives each row the per-sample Frobenius norms of
             d target[i] / d layer[i] (`ScanRow.jacobian`), from K backward passes in all
             (`probes`, or exactly from one pass per target entry: `exact`).
@@ -224,6 +225,7 @@ def scan_model(
     from layergrad.engine.jacobian import JacobianOptions, check_options
 
     check_options(measure, probes, exact)
+    layers, imports = _one_or_many(layers), _one_or_many(imports)
     _check_top(top)
     options = options or ProbeOptions(**probe)
     if options.data is not None:
@@ -265,7 +267,7 @@ def scan_weights_model(
     path: PathLike,
     *,
     loss: str | None = None,
-    imports: Sequence[str] = (),
+    imports: str | Sequence[str] = (),
     unsafe: bool = False,
     options: ProbeOptions | None = None,
     on_progress: Progress | None = None,
@@ -289,6 +291,7 @@ def scan_weights_model(
     """
     from layergrad.commands.weight_scan import scan_weights
 
+    imports = _one_or_many(imports)
     options = options or ProbeOptions(**probe)
     if options.data is not None:
         from layergrad.commands.weights_data import scan_weights_data
@@ -298,6 +301,15 @@ def scan_weights_model(
         )
     session = open_session(path, options, imports=imports, unsafe=unsafe)
     return scan_weights(session, loss)
+
+
+def _one_or_many(value: str | Sequence[str]) -> list[str]:
+    """One reference or several: a string is one name, never a sequence of one-letter names.
+
+    >>> _one_or_many("dense_1"), _one_or_many(["dense", "dense_1"])
+    (['dense_1'], ['dense', 'dense_1'])
+    """
+    return [value] if isinstance(value, str) else list(value)
 
 
 def save_gradients(report: InspectReport, path: PathLike, inputs: Sequence[str] = ()) -> Any:

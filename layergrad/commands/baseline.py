@@ -29,6 +29,7 @@ from layergrad.files.gradient_profile import (
 )
 
 LISTED = 4  # regressions named in a check message; the rest are counted
+MIN_SHARED = 0.5  # of a baseline's layers that must be in the model it is checked against
 
 
 @dataclass(frozen=True)
@@ -180,8 +181,29 @@ def judge(
     if scanned is None:  # `fits` refuses this before the scan; say so rather than pass
         raise UsageError(f"--baseline {baseline.path}: check found no loss to compare with")
     diff = compare(baseline.profile, profile_of(scanned), tolerance, same_data=not other_data)
+    _same_model(diff, baseline.path, report.model.path)
     against = baseline.path + (" (over other data)" if other_data else "")
     return summary(diff, against), (Finding.REGRESSION,) if diff.regressions else ()
+
+
+def _same_model(diff: DiffReport, against: str, path: str) -> None:
+    """Raise UsageError when the baseline is of another model: fewer than MIN_SHARED of its
+    layers (variables with --wrt weights) are in the file scanned now.
+
+    A model may grow (added layers are reported, not judged), and some layers may go, but a
+    baseline most of whose layers are gone compares nothing; passing it would hide every
+    regression.
+    """
+    removed = diff.count(Change.REMOVED)
+    shared = len(diff.rows) - diff.count(Change.ADDED) - removed
+    total = shared + removed
+    if total and shared < MIN_SHARED * total:
+        what = "variables" if diff.wrt != ACTIVATIONS else "layers"
+        raise UsageError(
+            f"--baseline {against} is the baseline of another model: {path} has {shared} of "
+            f"the baseline's {total} {what} (at least {MIN_SHARED:.0%} must match by name); "
+            f"make the baseline from this file with `layergrad scan {path} --json`."
+        )
 
 
 def summary(diff: DiffReport, against: str) -> str:

@@ -102,15 +102,18 @@ class CheckOptions:
 
 
 def check_files(
-    paths: Sequence[str | os.PathLike[str]],
+    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     options: CheckOptions = CheckOptions(),
     on_file: Callable[[str], None] | None = None,
 ) -> tuple[FileVerdict, ...]:
     """Check each file; `on_file(path)` is called as each one starts (for a progress bar).
 
-    With `options.baselines`, each baseline is matched to a file first (a baseline that
-    matches none, or whose probe cannot be reused, is an InputError before anything loads).
+    `paths` is one file or a list of them. With `options.baselines`, each baseline is
+    matched to a file first (a baseline that matches none, or whose probe cannot be reused,
+    is an InputError before anything loads).
     """
+    if isinstance(paths, (str, os.PathLike)):  # one file, not a sequence of characters
+        paths = [paths]
     unknown = sorted(set(options.fail_on) - set(Finding.words()))
     if unknown:
         raise LayergradError(
@@ -440,8 +443,13 @@ def _dynamic(
     from layergrad.commands.scan import scan_session, untrained_batchnorm
     from layergrad.commands.session import session_for
     from layergrad.commands.weight_scan import scan_weights
+    from layergrad.data.preflight import check_before_loading
     from layergrad.engine.compiled_loss import find_loss
 
+    try:  # data that cannot feed this model: the command is wrong, not the file
+        check_before_loading(info.graph, options.data, options.input_file)
+    except LayergradError as exc:
+        raise UsageError(f"{os.fspath(path)}: {exc}") from exc
     has_loss = find_loss(info.compile_config, options.loss) is not None
     if options.data is not None:
         _dynamic_data(path, info, options, add, baseline, has_loss)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from layergrad.core.errors import UsageError
@@ -71,7 +72,7 @@ def diff_models(
 
     check_tolerance(tolerance)  # before two scans, not after
     paths = [os.fspath(base_path), os.fspath(new_path)]
-    profiles = [load_profile(p) if p.endswith(".json") else None for p in paths]
+    profiles = [_read_scan(p) if p.endswith(".json") else None for p in paths]
     probe = options or ProbeOptions()
     recorded = next(((p, f) for p, f in zip(paths, profiles, strict=True) if f), None)
     if recorded is not None:
@@ -100,6 +101,13 @@ def diff_models(
     )
     base, new = (read if read is not None else next(scanned) for read in profiles)
     return compare(base, new, tolerance)
+
+
+def _read_scan(path: str) -> Profile:
+    """A scan JSON as one side of the comparison, named by its own file (the model it was
+    made from is in its class and name; its path may not even exist here)."""
+    profile = load_profile(path)
+    return replace(profile, model=replace(profile.model, path=path))
 
 
 def _recorded_probe(profile: Profile, given: ProbeOptions, path: str) -> ProbeOptions:

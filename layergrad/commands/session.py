@@ -103,12 +103,14 @@ def load(
 ) -> tuple[LoadedModel, tuple[str, ...], Strategy | None]:
     """Read, audit and load the model: (`loader.LoadedModel`, audit warnings, strategy).
 
-    The references are checked against the file before TensorFlow starts. With `--data` the
-    devices are chosen first (logical CPU devices must be set before TensorFlow uses any) and
-    the model is loaded under that `tf.distribute` strategy, so its variables live on every
-    replica; the strategy is None without `--data`.
+    The references, `--data` and `--input` are checked against the file before TensorFlow
+    starts (`data/preflight.py`). With `--data` the devices are chosen first (logical CPU
+    devices must be set before TensorFlow uses any) and the model is loaded under that
+    `tf.distribute` strategy, so its variables live on every replica; the strategy is None
+    without `--data`.
     """
     from layergrad.data import probe_input
+    from layergrad.data.preflight import check_before_loading
     from layergrad.engine import loader
     from layergrad.files.file_info import read_file_info
     from layergrad.model import layer_refs
@@ -116,6 +118,7 @@ def load(
     info = info or read_file_info(path, read_weights=False)
     info.graph.require_expandable()  # before anything walks every call of every layer
     layer_refs.check_in_graph(info.graph, refs, globs)
+    check_before_loading(info.graph, options.data, options.input_file)
     rows = options.rows
     if options.input_file is not None:
         rows = probe_input.peek_rows(options.input_file)

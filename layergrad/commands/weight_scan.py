@@ -120,7 +120,7 @@ def _scan(
         loss=LossMeta("projection", "random", "none")
         if spec is None
         else LossMeta(spec.name, spec.source, "data" if given else "random"),
-        frozen=len(model.non_trainable_variables),
+        frozen=len(frozen_variables(model)),
         variables=tuple(_flag_scale(rows)),
         notes=tuple(notes),
         dead_layers=dead_layers(trace, dict(iter_layers(model))),
@@ -156,6 +156,25 @@ def _owners(model: Any) -> list[tuple[Any, str]]:
             if id(v) not in seen:
                 seen.add(id(v))
                 out.append((v, path))
+    return out
+
+
+def frozen_variables(model: Any) -> list[Any]:
+    """The weights a user froze: variables a layer made to be trained (its kernel, a
+    BatchNormalization's gamma and beta) that are not trainable now (`layer.trainable = False`).
+
+    State that is never trained is not frozen: BatchNormalization's moving mean and variance,
+    the `seed_generator_state` of Dropout, LSTM or a random augmentation layer, a metric's
+    totals. Keras keeps a layer's trainable-by-design variables in `_trainable_variables`
+    whatever its `trainable` flag says (public Keras has no other way to tell them apart).
+    """
+    seen: set[int] = set()
+    out = []
+    for _path, layer in iter_layers(model):
+        for v in getattr(layer, "_trainable_variables", []):
+            if not v.trainable and id(v) not in seen:
+                seen.add(id(v))
+                out.append(v)
     return out
 
 

@@ -7,8 +7,13 @@ class LayergradError(Exception):
     """A problem with what the user gave us (a file, a layer name, an option).
 
     The message is one line that says what was found, what was expected, and the
-    next step. The CLI prints it without a traceback and exits with code 2.
+    next step; it reads as a sentence, with its full stop added when the text lacks one.
+    The CLI prints it without a traceback and exits with code 2.
     """
+
+    def __str__(self) -> str:
+        text = super().__str__().rstrip()
+        return text if not text or text.endswith((".", "!", "?")) else text + "."
 
 
 class UsageError(LayergradError):

@@ -375,7 +375,7 @@ class WeightScanReport(NotebookDisplay):
     model: ModelMeta
     probe: ProbeMeta
     loss: LossMeta
-    frozen: int  # non-trainable variables, counted but not listed
+    frozen: int  # weights of frozen layers (`weights.frozen_variables`), counted, not listed
     variables: tuple[VariableRow, ...]
     notes: tuple[str, ...] = ()
     noise: tuple[GradientNoise, ...] = ()  # with --data: per layer, the gradient's SNR

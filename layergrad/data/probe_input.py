@@ -12,6 +12,7 @@ import numpy as np
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.limits import human
+from layergrad.data.input_keys import input_keys, is_label
 from layergrad.files.array_files import ArrayHeader, read_arrays, read_headers
 
 UNKNOWN_DIM = 16  # size used for a non-batch dimension the model leaves open (None)
@@ -201,7 +202,8 @@ def _short(values: np.ndarray) -> str:
 
 
 def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) -> ProbeBatch:
-    """Read `--input`: a `.npy` (single-input models) or `.npz` keyed by input name.
+    """Read `--input`: a `.npy` (single-input models) or `.npz` keyed by input name (`x` for
+    a model with one input; see `data/input_keys.py`).
 
     With `specs=None` (a model that does not declare its inputs) the arrays are used as they
     are: the `.npy` array, or the `.npz` arrays in the order they were saved. The file is read
@@ -221,22 +223,15 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
             raise InputError(
                 f"--input {text} holds one array but the model has {len(specs)} inputs "
                 f"({', '.join(s.name for s in specs)}); save them with "
-                "np.savez(FILE, **{name: array}) and pass the .npz"
+                "np.savez(FILE, **{name: array}) and pass the .npz."
             )
         chosen = list(arrays)
     else:
         by_name = dict(zip(names, arrays, strict=True))
-        missing = [s.name for s in specs if s.name not in by_name]
-        if missing:
-            raise InputError(
-                f"--input {text} has arrays {names} but the model's inputs are "
-                f"{[s.name for s in specs]}; missing: {', '.join(missing)}. Save one array per "
-                "input name with np.savez(FILE, **{name: array})"
-            )
-        chosen = [by_name[s.name] for s in specs]
-        labels = {
-            k: a for k, a in by_name.items() if k is not None and (k == "y" or k.startswith("y:"))
-        } or None
+        where = f"--input {text}"
+        fed = input_keys([n for n in names if n is not None], [s.name for s in specs], where)
+        chosen = [by_name[fed[s.name]] for s in specs]
+        labels = {k: a for k, a in by_name.items() if k is not None and is_label(k)} or None
     checked = tuple(fit_array(a, s, f"--input {text}") for a, s in zip(chosen, specs, strict=True))
     sizes = {a.shape[0] for a in checked}
     if len(sizes) > 1:

@@ -1,8 +1,9 @@
 """Resolve `--data PATH` into batches in the model's input order, read as they are used.
 
-PATH is a `.npy` (one input), a `.npz` (one array per input name; `y`, the labels, is
-ignored), a folder of images, or `FILE.py:function` / `module:function` returning a
-`tf.data.Dataset` or any iterable of batches (`data_functions`). Whatever the source yields is
+PATH is a `.npy` (one input), a `.npz` (one array per input name, or `x` for a model with
+one input; `y`, the labels, is ignored; see `data/input_keys.py`), a folder of images, or
+`FILE.py:function` / `module:function` returning a `tf.data.Dataset` or any iterable of
+batches (`data_functions`). Whatever the source yields is
 cut into batches of `batch_size` rows (the last one partial). Files are read a batch at a time
 and nothing is kept, so memory does not grow with the number of samples.
 
@@ -37,6 +38,7 @@ from layergrad.data.functions import (
     python_dataset,
     tf_dtype,
 )
+from layergrad.data.input_keys import input_keys
 from layergrad.data.probe_input import InputSpec, ProbeBatch, check_fits, fit_array
 from layergrad.data.shards import (
     Part,
@@ -165,33 +167,24 @@ def open_data(
         raise UsageError(f"--batch-size must be at least 1: batch_size={batch_size}")
     if limit is not None and limit < 1:
         raise UsageError(f"--limit must be at least 1: limit={limit}")
+    kind = source_kind(text)
     tf, _ = quiet_import()
     failure = Failure()
     signature = tuple(tf.TensorSpec((None, *s.shape), tf_dtype(s.dtype)) for s in specs)
-    lowered = text.lower()
     rows: int | None
     part: Part | None = None
-    if lowered.endswith((".npy", ".npz")):
-        if not os.path.isfile(text):
-            raise InputError(f"--data {text}: no such file; expected {KINDS_HELP}")
-        if lowered.endswith(".npy"):
-            dataset, rows, part = _npy(text, specs, batch_size, limit, shard)
-        else:
-            dataset, rows, part = _npz(text, specs, batch_size, limit, signature, failure, shard)
-    elif os.path.isdir(text):
+    if kind == "npy":
+        dataset, rows, part = _npy(text, specs, batch_size, limit, shard)
+    elif kind == "npz":
+        dataset, rows, part = _npz(text, specs, batch_size, limit, signature, failure, shard)
+    elif kind == "images":
         dataset, rows, part = _images(text, specs, batch_size, limit, shard)
-    elif is_function(text):
+    else:
         dataset, rows, sharded = function_source(
             text, specs, batch_size, limit, signature, failure, input_context(shard, replicas)
         )
         if shard is not None and sharded:  # the function returned its own shard
             part = Part(dataset.prefetch(tf.data.AUTOTUNE), None)
-    elif not os.path.exists(text):
-        raise InputError(f"--data {text}: no such file or folder; expected {KINDS_HELP}")
-    else:
-        raise InputError(
-            f"--data {text}: not a kind of data layergrad reads; expected {KINDS_HELP}"
-        )
     samples = rows if limit is None or rows is None else min(rows, limit)
     if samples is None and limit is not None:
         samples = limit
@@ -204,9 +197,48 @@ def open_data(
     )  # fmt: skip
 
 
-def _npy(
-    path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None, shard: Shard | None
-) -> tuple[Any, int, Part | None]:
+def source_kind(path: str) -> str:
+    """What `--data PATH` is: "npy", "npz", "images" (a folder) or "function".
+
+    Raises:
+        InputError: the file, folder or `FILE.py` does not exist, or is of no kind read here.
+    """
+    lowered = path.lower()
+    if lowered.endswith((".npy", ".npz")):
+        if not os.path.isfile(path):
+            raise InputError(f"--data {path}: no such file; expected {KINDS_HELP}.")
+        return lowered[-3:]
+    if os.path.isdir(path):
+        return "images"
+    if is_function(path):
+        target = path.rsplit(":", 1)[0]
+        if target.endswith(".py") and not os.path.isfile(target):
+            raise InputError(f"--data {path}: no such file {target}; pass FILE.py:function.")
+        return "function"
+    if not os.path.exists(path):
+        raise InputError(f"--data {path}: no such file or folder; expected {KINDS_HELP}.")
+    raise InputError(f"--data {path}: not a kind of data layergrad reads; expected {KINDS_HELP}.")
+
+
+def check_source(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) -> None:
+    """Check `--data PATH` as far as the files' headers go, without TensorFlow: that it
+    exists, and, with the model's inputs `specs` (None: not known yet), that a `.npy` or
+    `.npz` holds an array of the right shape and dtype for every input.
+
+    Raises:
+        InputError: as `open_data` would, for the same fault.
+    """
+    text = os.fspath(path)
+    kind = source_kind(text)
+    if specs is None:
+        return
+    if kind == "npy":
+        _npy_layout(text, specs)
+    elif kind == "npz":
+        _npz_layouts(text, specs)
+
+
+def _npy_layout(path: str, specs: Sequence[InputSpec]) -> NpyLayout:
     if len(specs) != 1:
         raise InputError(
             f"--data {path} holds one array but the model has {len(specs)} inputs "
@@ -215,6 +247,13 @@ def _npy(
         )
     layout = npy_layout(path)
     check_fits(layout.shape, layout.dtype, specs[0], f"--data {path}")
+    return layout
+
+
+def _npy(
+    path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None, shard: Shard | None
+) -> tuple[Any, int, Part | None]:
+    layout = _npy_layout(path, specs)
     rows = layout.shape[0]
     return (
         _records([layout], specs, batch_size, limit),
@@ -261,27 +300,46 @@ def _npz(
     failure: Failure,
     shard: Shard | None = None,
 ) -> tuple[Any, int, Part | None]:
-    def members(archive: zipfile.ZipFile) -> dict[str, str]:
-        names = npz_members(archive, path)
-        missing = [s.name for s in specs if s.name not in names]
-        if missing:
-            raise InputError(
-                f"--data {path} has arrays {sorted(names)} but the model's inputs are "
-                f"{[s.name for s in specs]}; missing: {', '.join(missing)}. Save one array per "
-                "input name with np.savez(FILE, **{name: array}) (labels may go under 'y')"
-            )
-        return {s.name: names[s.name] for s in specs}
+    stored, total = _npz_layouts(path, specs)
+    in_place = [s for s in stored if s is not None]
+    if len(in_place) == len(stored):  # np.savez: tf.data reads the rows in place
+        return (
+            _records(in_place, specs, batch_size, limit),
+            total,
+            _records_part(in_place, specs, batch_size, limit, total, shard),
+        )
 
-    def readers(archive: zipfile.ZipFile) -> list[NpyRows]:
-        return [
-            NpyRows(archive.open(member), f"{path} array {name!r}")
-            for name, member in members(archive).items()
-        ]
+    def read() -> Iterator[tuple[np.ndarray, ...]]:  # np.savez_compressed: inflate as we go
+        with zipfile.ZipFile(path) as archive:
+            for part in _chunks(_npz_readers(archive, path, specs), batch_size, limit):
+                yield tuple(
+                    fit_array(a, s, f"--data {path}") for a, s in zip(part, specs, strict=True)
+                )
 
+    return python_dataset(read, signature, failure, path), total, None
+
+
+def _npz_members(archive: zipfile.ZipFile, path: str, specs: Sequence[InputSpec]) -> dict[str, str]:
+    """Input name -> the archive member holding its array (see `data/input_keys.py`)."""
+    names = npz_members(archive, path)
+    keys = input_keys(names, [s.name for s in specs], f"--data {path}")
+    return {s.name: names[keys[s.name]] for s in specs}
+
+
+def _npz_readers(archive: zipfile.ZipFile, path: str, specs: Sequence[InputSpec]) -> list[NpyRows]:
+    return [
+        NpyRows(archive.open(member), f"{path} array {name!r}")
+        for name, member in _npz_members(archive, path, specs).items()
+    ]
+
+
+def _npz_layouts(path: str, specs: Sequence[InputSpec]) -> tuple[list[NpyLayout | None], int]:
+    """Where each input's rows lie (None: compressed) and how many rows there are, checked
+    against `specs` from the headers."""
     try:
         with zipfile.ZipFile(path) as archive:
-            headers = readers(archive)
-            layouts = npz_layouts(path, archive, members(archive))
+            headers = _npz_readers(archive, path, specs)
+            layouts = npz_layouts(path, archive, _npz_members(archive, path, specs))
     except (zipfile.BadZipFile, OSError) as exc:
         raise InputError(
             f"--data {path} is not a readable .npz file ({exc}); write it with np.savez"
@@ -295,23 +353,7 @@ def _npz(
             f"--data {path}: the inputs have different numbers of rows ({listed}); give every "
             "input the same number of samples"
         )
-    total = next(iter(counts.values()))
-    stored = [layouts[s.name] for s in specs]
-    if all(stored):  # np.savez: tf.data reads the rows in place
-        return (
-            _records(stored, specs, batch_size, limit),
-            total,
-            _records_part(stored, specs, batch_size, limit, total, shard),
-        )
-
-    def read() -> Iterator[tuple[np.ndarray, ...]]:  # np.savez_compressed: inflate as we go
-        with zipfile.ZipFile(path) as archive:
-            for part in _chunks(readers(archive), batch_size, limit):
-                yield tuple(
-                    fit_array(a, s, f"--data {path}") for a, s in zip(part, specs, strict=True)
-                )
-
-    return python_dataset(read, signature, failure, path), total, None
+    return [layouts[s.name] for s in specs], next(iter(counts.values()))
 
 
 # numpy kinds and sizes that tf.io.decode_raw reads (bool is read as uint8)

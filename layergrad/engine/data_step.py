@@ -289,7 +289,8 @@ def run_stream(
         plan: what to capture; `plan.data` should be True.
         stream: the batches, in the model's input order.
         strategy: a tf.distribute strategy (`tf.distribute.get_strategy()` for one device).
-        on_progress: called after each batch with (samples done, samples expected or None).
+        on_progress: called with (0, samples expected or None) before the step is traced,
+            then after each batch with (samples done, samples expected or None).
 
     Returns:
         A StreamRun over every sample.
@@ -336,6 +337,8 @@ def run_stream(
     )
     done = batches = 0
     where = getattr(stream, "batch_index", lambda local: local)  # among all the data's batches
+    if on_progress is not None:  # the total is known before the trace, which takes a while
+        on_progress(0, stream.samples)
     with step.installed():  # the trace happens here, once; the batch axis is None
         concrete = _guarded(compute.get_concrete_function, "the data", stream.source)
         shapes = summary_shapes(strategy, concrete.structured_outputs)

@@ -42,7 +42,8 @@ REMAKE = "make it with `layergrad scan MODEL --json > FILE.json`"
 class ProfileRow:
     """What a comparison needs of one scan row.
 
-    `mean_abs` is None when the row has no gradient; `cause` names the most likely cause of a
+    `mean_abs` is None when the row has no gradient or a mean |g| that was not finite (`null`
+    in a scan JSON); `cause` names the most likely cause of a
     none / zero / non-finite status (`code at layer`); `input_shape` is set on a model input's
     row: the shape of the probe batch it was fed.
     """
@@ -333,10 +334,12 @@ class _Fields:
         gradient = self.member(obj, "gradient", (dict, type(None)), f"{at}.gradient")
         mean_abs = None
         if gradient is not None:
-            mean_abs = float(
-                self.member(gradient, "mean_abs", (int, float), f"{at}.gradient.mean_abs")
+            # null: a number that was not finite (the one encoding of every JSON schema)
+            value = self.member(
+                gradient, "mean_abs", (int, float, type(None)), f"{at}.gradient.mean_abs"
             )
-            if mean_abs < 0:
+            mean_abs = None if value is None else float(value)
+            if mean_abs is not None and mean_abs < 0:
                 raise self.error(f"{at}.gradient.mean_abs", "a number >= 0", mean_abs)
         flags = self.member(obj, "flags", list, f"{at}.flags")
         if not all(isinstance(f, str) for f in flags):

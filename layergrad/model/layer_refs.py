@@ -170,7 +170,7 @@ def _by_index(model: Any, index: int, call: int) -> Site:
 def _not_found_message(name: str, known: list[str]) -> str:
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     tail = known if len(known) <= 8 else close
-    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "."
     listing = f" Layers: {', '.join(tail)}." if tail and not close else ""
     return (
         f"no layer named {name!r} in the model{hint}{listing} "

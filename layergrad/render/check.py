@@ -2,45 +2,75 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
+from rich.padding import Padding
 from rich.text import Text
 
 from layergrad.core.results import CheckItem, FileVerdict
-from layergrad.render.common import Column, fitted_table, md_code, md_table, md_text, to_text
+from layergrad.render.common import (
+    Column,
+    dropped_line,
+    fit_table,
+    json_document,
+    md_code,
+    md_table,
+    md_text,
+    natural_width,
+    to_text,
+)
 
 SCHEMA = "layergrad.check/1"
 COLUMNS = (
-    Column("file", name_like=True),
+    Column("file"),  # a path is never broken: what the findings say goes under the table
     Column("verdict"),
-    Column("checks"),
-    Column("findings", name_like=True),
+    Column("checks", drop=2),
+    Column("findings", drop=1),
 )
 
 
 def table(verdicts: Sequence[FileVerdict], *, color: bool = False, width: int | None = 100) -> str:
-    """One row per file: verdict, checks passed (and which failed), and what was found."""
+    """One row per file (verdict, checks passed, the findings' names), then what each says.
+
+    File names are never broken: when the table does not fit, the checks and findings
+    columns go (a line under the table says which), and a name longer than the page makes
+    the page wider.
+    """
     rows: list[list[RenderableType]] = []
     for v in verdicts:
         failed = [c.name for c in v.checks if not c.passed]
         marks = f"{len(v.checks) - len(failed)}/{len(v.checks)} ok"
         marks += f", ✗ {', '.join(failed)}" if failed else ""
-        rows.append(
-            [
-                v.path,
-                Text(v.verdict, style=_style(v)),
-                marks,
-                Text(_notes(v, "\n"), style="" if v.passed else "red"),
-            ]
-        )
+        findings = ", ".join(dict.fromkeys(f for c in v.checks for f in c.findings))
+        rows.append([v.path, Text(v.verdict, style=_style(v)), marks, findings])
+    fitted, dropped = fit_table(COLUMNS, rows, width)
+    items: list[RenderableType] = [fitted]
+    if dropped:
+        items.append(dropped_line(dropped, width))
+    for v in verdicts:
+        notes = _note_lines(v)
+        if notes:
+            items.append(Group(Text(v.path, style="bold"), *notes))
     n_failed = sum(1 for v in verdicts if not v.passed)
-    summary = Text(summary_line(verdicts), style="bold red" if n_failed else _style_ok(verdicts))
-    # the findings column wraps at the page width: it holds sentences, not names
-    page = width or 120
-    return to_text([fitted_table(COLUMNS, rows, page), summary], color=color, width=page)
+    style = "bold red" if n_failed else _style_ok(verdicts)
+    items.append(Text(summary_line(verdicts), style=style))
+    page = None if width is None else max(width, natural_width(fitted))
+    return to_text(items, color=color, width=page)
+
+
+def _note_lines(v: FileVerdict) -> list[RenderableType]:
+    """A paragraph per check that failed (✗) or warns (!), indented under the file's name."""
+    lines: list[RenderableType] = []
+    for c in v.checks:
+        if c.passed and not c.findings:
+            continue
+        mark, style = ("✗", "red") if not c.passed else ("!", "yellow")
+        line = Text(f"{mark} {c.name}{_kind(c)}: ", style=style)
+        line.append(c.message, style="")
+        lines.append(Padding(line, (0, 0, 0, 2), expand=False))
+    return lines
 
 
 def summary_line(verdicts: Sequence[FileVerdict]) -> str:
@@ -100,7 +130,7 @@ def as_json(verdicts: Sequence[FileVerdict], **_: Any) -> str:
             for v in verdicts
         ],
     }
-    return json.dumps(doc, indent=2)
+    return json_document(doc)
 
 
 def markdown(verdicts: Sequence[FileVerdict], **_: Any) -> str:

@@ -8,6 +8,7 @@ file), so nothing is ever cut.
 from __future__ import annotations
 
 import io
+import json
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -19,7 +20,13 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from layergrad.core.results import Cause, GradientStats, ModelMeta, ProbeMeta, ScanReport
+from layergrad.core.results import (
+    Cause,
+    GradientStats,
+    ModelMeta,
+    ProbeMeta,
+    ScanReport,
+)
 from layergrad.core.vocab import Status
 
 MIN_WIDTH = 100  # the narrowest a report is laid out when the width is free
@@ -96,6 +103,17 @@ def fitted_table(
     Numbers and words are never cut or wrapped; layer names wrap as a last resort. `compact`
     collapses the padding between columns.
     """
+    return fit_table(columns, rows, width, compact=compact)[0]
+
+
+def fit_table(
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[RenderableType]],
+    width: int | None,
+    *,
+    compact: bool = False,
+) -> tuple[Table, tuple[str, ...]]:
+    """`fitted_table`, and the headers of the columns it dropped to fit (in table order)."""
     keep = list(range(len(columns)))
 
     def build() -> Table:
@@ -106,7 +124,25 @@ def fitted_table(
     while width is not None and droppable and natural_width(table) > width:
         keep.remove(droppable.pop()[1])
         table = build()
-    return table
+    dropped = tuple(c.header for i, c in enumerate(columns) if i not in keep)
+    return table, dropped
+
+
+def table_with_note(
+    columns: Sequence[Column], rows: Sequence[Sequence[RenderableType]], width: int | None
+) -> list[RenderableType]:
+    """The fitted table, and a line under it naming the columns left out to fit, if any."""
+    table, dropped = fit_table(columns, rows, width)
+    return [table, *([dropped_line(dropped, width)] if dropped else [])]
+
+
+def dropped_line(dropped: Sequence[str], width: int | None) -> Text:
+    """`columns left out to fit 80 columns: shape, L2; a wider terminal or --json shows them`."""
+    return Text(
+        f"columns left out to fit {width} columns: {', '.join(dropped)}; a wider terminal or "
+        "--json shows them",
+        style="dim",
+    )
 
 
 def _table(
@@ -218,6 +254,26 @@ def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
             or key not in ("samples", "replicas", "data_sha256", "drawn", "shards", "first_sample")
         },
     }
+
+
+def json_document(doc: Any) -> str:
+    """Serialise a report as strict JSON: every NaN or infinity becomes `null`.
+
+    One encoding for every schema (see docs/json.md): a number that is not finite is written
+    as `null`, and the counts beside it (`nonfinite`, the status) say that it was. Readers
+    (`diff`, `check --baseline`) take `null` back as "not a finite number".
+    """
+    return json.dumps(_finite_or_null(doc), indent=2, allow_nan=False)
+
+
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_null(item) for item in value]
+    return value
 
 
 def gradient_json(g: GradientStats | None, *, shape: bool = False) -> dict[str, Any] | None:

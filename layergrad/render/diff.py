@@ -7,7 +7,6 @@ weights` (then the JSON says `variables` / `variable`, as `scan --wrt weights` d
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any
 
@@ -23,6 +22,7 @@ from layergrad.render.common import (
     STATUS_STYLE,
     Column,
     fitted_table,
+    json_document,
     md_code,
     md_table,
     md_text,
@@ -164,7 +164,7 @@ def as_json(report: DiffReport, **_: Any) -> str:
         **{collection: [row_json(r, key) for r in report.rows]},
         regressions=len(report.regressions),
     )
-    return json.dumps(doc, indent=2, allow_nan=False)
+    return json_document(doc)
 
 
 def row_json(row: RowDiff, key: str = "layer") -> dict[str, Any]:

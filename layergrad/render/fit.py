@@ -7,7 +7,6 @@ of the update ratios as inline SVG, and fetches nothing.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -19,6 +18,7 @@ from layergrad.core.fit_results import SCHEMA, Checkpoint, FitReport, LayerStats
 from layergrad.render.common import (
     Column,
     fitted_table,
+    json_document,
     md_code,
     md_table,
     md_text,
@@ -170,7 +170,7 @@ def _checkpoint_json(c: Checkpoint) -> dict[str, Any]:
 
 def as_json(report: FitReport, **_: Any) -> str:
     """Strict JSON (no NaN literals), indented."""
-    return json.dumps(as_dict(report), indent=2, allow_nan=False)
+    return json_document(as_dict(report))
 
 
 def markdown(report: FitReport, **_: Any) -> str:

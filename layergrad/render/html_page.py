@@ -168,6 +168,7 @@ thead th{position:sticky;top:0;background:var(--soft);white-space:nowrap}
 tbody tr:nth-child(even){background:#fbfcfd}
 tbody tr:hover{background:#eef4fb}
 .num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.name,.name code{white-space:nowrap;overflow-wrap:normal}
 th button{all:unset;cursor:pointer;font-weight:600}
 th button:focus-visible{outline:2px solid var(--info)}
 th[aria-sort=ascending] button::after{content:" \\25B2";font-size:.7em}

@@ -377,31 +377,32 @@ def _check_summary_row(index: int, v: FileVerdict) -> list[Html]:
     failed = [c.name for c in v.checks if not c.passed]
     marks = f"{len(v.checks) - len(failed)}/{len(v.checks)} ok"
     marks += f", failed: {', '.join(failed)}" if failed else ""
-    notes = [el("div", f"{c.name}: {c.message}") for c in v.checks if c.findings or not c.passed]
-    return [
-        cell(el("a", el("code", v.path), href=f"#file-{index}"), sort=v.path),
-        cell(_verdict_badge(v), sort=int(v.passed)),
+    failures = [badge(f, "bad") for f in dict.fromkeys(v.failures)]
+    warnings = [badge(f"{f} (warning)", "warn") for f in dict.fromkeys(v.warnings)]
+    return [  # a file name never breaks; what each finding says is in the file's section
+        cell(el("a", el("code", v.path), href=f"#file-{index}"), sort=v.path, cls="name"),
+        cell(_verdict_badge(v), sort=0 if not v.passed else 1 if v.warnings else 2),
         cell(marks, sort=len(failed)),
-        cell(join(notes)),
+        cell(join([*failures, *warnings])),
     ]
+
+
+def _verdict_badge(v: FileVerdict) -> Html:
+    """PASS (green), PASS with warnings (yellow) or FAIL (red), with the warnings counted."""
+    kind = "bad" if not v.passed else "warn" if v.warnings else "ok"
+    return badge(v.verdict, kind)
 
 
 def _file_section(index: int, v: FileVerdict) -> Html:
     checks = sorted(v.checks, key=lambda c: c.passed)  # stable: failed first, in check order
     rows = [_check_row(c) for c in checks]
-    title = el("h2", _verdict_badge(v), " ", el("code", v.path))
+    title = el("h2", _verdict_badge(v), " ", el("code", v.path, class_="name"))
     return el(
         "section",
         title,
         table(["check", "result", "message", "findings"], rows),
         id=f"file-{index}",
     )
-
-
-def _verdict_badge(v: FileVerdict) -> Html:
-    """PASS / FAIL, with the number of warnings: `PASS, 1 warning`."""
-    kind = "bad" if not v.passed else "warn" if v.warnings else "ok"
-    return badge(v.verdict, kind)
 
 
 def _check_row(c: CheckItem) -> list[Html]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,8 +18,8 @@ from layergrad.render.common import (
     Column,
     cause_json,
     causes_lines,
-    fitted_table,
     gradient_json,
+    json_document,
     md_cause,
     md_code,
     md_table,
@@ -30,6 +29,7 @@ from layergrad.render.common import (
     number,
     ranked_units_table,
     shape_text,
+    table_with_note,
     to_text,
 )
 from layergrad.render.data import data_json, data_lines
@@ -53,7 +53,7 @@ def table(report: InspectReport, *, color: bool = False, width: int | None = 100
     """The results table, a panel of causes per non-ok result, warnings, the top units."""
     items: list[RenderableType] = [
         model_header(report.model, report.probe, f"d {report.probe.reduce}(to) / d from"),
-        fitted_table(COLUMNS, [_cells(r) for r in report.results], width),
+        *table_with_note(COLUMNS, [_cells(r) for r in report.results], width),
     ]
     many = len(report.results) > 1
     for res in report.results:
@@ -125,7 +125,7 @@ def as_json(report: InspectReport, **_: Any) -> str:
         **meta_json(report.model, report.probe),
         "results": [result_json(r) for r in report.results],
     }
-    return json.dumps(doc, indent=2, allow_nan=False)
+    return json_document(doc)
 
 
 def result_json(res: Result) -> dict[str, Any]:

@@ -24,11 +24,11 @@ from layergrad.core.results import (
 )
 from layergrad.render.common import (
     Column,
-    fitted_table,
     md_code,
     md_table,
     number,
     ranked_units_table,
+    table_with_note,
 )
 from layergrad.render.data import percentile_text as _rank
 
@@ -147,7 +147,9 @@ def inspect_items(results: Sequence[Result], width: int | None) -> list[Renderab
         return []
     title = Text("per-sample Jacobian norms, J_i = d to[i] / d from[i]", style="bold")
     items: list[RenderableType] = [
-        Group(title, fitted_table(NORM_COLUMNS, [_norm_cells(r, j) for r, j in measured], width))
+        Group(
+            title, *table_with_note(NORM_COLUMNS, [_norm_cells(r, j) for r, j in measured], width)
+        )
     ]
     ranked = [(r, j) for r, j in measured if j.unit_sensitivity]
     if ranked:

@@ -9,7 +9,8 @@ from layergrad.core.results import FileVerdict
 
 
 def check_junit(verdicts: Sequence[FileVerdict]) -> str:
-    """One testcase per file and check; a failed check carries its message."""
+    """One testcase per file and check; a failed check carries its message, a check that
+    passed with findings says `warning (FINDINGS): message` in its system-out."""
     suite = ET.Element(
         "testsuite",
         name="layergrad.commands.check",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -11,7 +10,15 @@ from rich.table import Table
 from rich.text import Text
 
 from layergrad.files.layer_listing import LayerListing, LayerRow, ModelInput, nonfinite_text
-from layergrad.render.common import Column, fitted_table, md_code, md_table, md_text, to_text
+from layergrad.render.common import (
+    Column,
+    fitted_table,
+    json_document,
+    md_code,
+    md_table,
+    md_text,
+    to_text,
+)
 
 SCHEMA = "layergrad.layers/1"
 COLUMNS = ("#", "layer", "class", "inbound", "params", "dtype", "trainable", "weights")
@@ -211,7 +218,7 @@ def as_json(listing: LayerListing, **_: Any) -> str:
         "warnings": list(listing.warnings),
         "notes": list(listing.notes),
     }
-    return json.dumps(doc, indent=2, allow_nan=False)
+    return json_document(doc)
 
 
 def _row_json(r: LayerRow) -> dict[str, Any]:

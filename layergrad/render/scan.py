@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -17,8 +16,8 @@ from layergrad.render.common import (
     Column,
     cause_json,
     causes_lines,
-    fitted_table,
     gradient_json,
+    json_document,
     md_code,
     md_table,
     md_text,
@@ -26,6 +25,7 @@ from layergrad.render.common import (
     model_header,
     number,
     shape_text,
+    table_with_note,
     target_text,
     to_text,
 )
@@ -52,13 +52,13 @@ def table(report: ScanReport, *, color: bool = False, width: int | None = 100) -
     if any(row.jacobian for row in report.rows):  # --measure jacobian: the ‖J‖F profile
         scale = jacobian.scan_scale(report.rows)
         cells = [jacobian.scan_cells(r, _status_cell(r), scale) for r in report.rows]
-        body = fitted_table(jacobian.SCAN_COLUMNS, cells, width)
+        body = table_with_note(jacobian.SCAN_COLUMNS, cells, width)
     else:
         scale = _log_range(report.rows)
-        body = fitted_table(COLUMNS, [_cells(row, scale) for row in report.rows], width)
+        body = table_with_note(COLUMNS, [_cells(row, scale) for row in report.rows], width)
     items: list[RenderableType] = [
         model_header(report.model, report.probe, f"d {target_text(report)} / d each layer"),
-        body,
+        *body,
     ]
     items += [Text(f"note: {note}", style="yellow") for note in report.notes]
     for row in _distinct_causes([r for r in report.rows if r.causes]):
@@ -127,7 +127,7 @@ def as_json(report: ScanReport, **_: Any) -> str:
         "layers": [row_json(r) for r in report.rows],
         "notes": list(report.notes),
     }
-    return json.dumps(doc, indent=2, allow_nan=False)
+    return json_document(doc)
 
 
 def row_json(row: ScanRow) -> dict[str, Any]:

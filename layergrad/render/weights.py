@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -15,8 +14,8 @@ from layergrad.render.common import (
     Column,
     cause_json,
     causes_lines,
-    fitted_table,
     gradient_json,
+    json_document,
     md_cause,
     md_code,
     md_table,
@@ -25,6 +24,7 @@ from layergrad.render.common import (
     model_header,
     number,
     shape_text,
+    table_with_note,
     to_text,
 )
 
@@ -57,12 +57,12 @@ def table(report: WeightScanReport, *, color: bool = False, width: int | None = 
     rows = [_cells(r) for r in report.variables]
     items: list[RenderableType] = [
         model_header(report.model, report.probe, _what(report)),
-        fitted_table(COLUMNS, rows, width),
+        *table_with_note(COLUMNS, rows, width),
         Text(_summary(report)),
     ]
     if report.noise:
         title = Text(SNR_TITLE, style="bold")
-        items.append(Group(title, fitted_table(SNR_COLUMNS, _noise_cells(report), width)))
+        items.append(Group(title, *table_with_note(SNR_COLUMNS, _noise_cells(report), width)))
     items += [Text(f"note: {note}", style="yellow") for note in (*report.notes, RATIO_NOTE)]
     for row in report.variables:
         if row.causes:
@@ -99,7 +99,7 @@ def _summary(report: WeightScanReport) -> str:
     bad = sum(1 for r in report.variables if r.status != "ok")
     return (
         f"{len(report.variables)} trainable variables, {bad} without a usable gradient; "
-        f"{report.frozen} non-trainable (frozen) variables not listed"
+        f"{report.frozen} frozen variables (of layers with trainable=False) not listed"
     )
 
 
@@ -133,7 +133,7 @@ def as_json(report: WeightScanReport, **_: Any) -> str:
     }
     if report.noise:  # --data: per layer, the gradient's signal-to-noise ratio across batches
         doc["gradient_snr"] = [noise_json(n) for n in report.noise]
-    return json.dumps(doc, indent=2, allow_nan=False)
+    return json_document(doc)
 
 
 def noise_json(n: GradientNoise) -> dict[str, Any]:
@@ -239,7 +239,11 @@ def html(report: WeightScanReport, **_: Any) -> str:
         el("h1", "layergrad scan --wrt weights"),
         verdict,
         page_facts(report.model, report.probe, _what(report)),
-        el("p", f"{report.frozen} non-trainable (frozen) variables are not listed.", class_="note"),
+        el(
+            "p",
+            f"{report.frozen} frozen variables (of layers with trainable=False) are not listed.",
+            class_="note",
+        ),
     ]
     body += [el("p", "note: ", note, class_="note") for note in (*report.notes, RATIO_NOTE)]
     body += [

@@ -302,3 +302,39 @@ def test_a_weights_baseline_for_a_file_without_a_loss_is_refused(files, tmp_path
     weights_json = baseline(tmp_path / "w.json", compiled, "--wrt", "weights")
     result = run("check", files["base"], "--baseline", weights_json)
     assert result.exit_code == 2 and "has none compiled" in result.output
+
+
+def renamed(weights, names: dict[str, str]):
+    return {names.get(k, k): v for k, v in weights.items()}
+
+
+def test_a_baseline_of_another_model_is_a_usage_error(files, tmp_path):
+    from helpers import sample
+
+    seed = run("scan", sample("seed.keras"), "--json")  # 4 rows: input, dense, dense_1, dense_2
+    (tmp_path / "seed.json").write_text(seed.stdout)
+    residual = sample("residual.keras")
+    out = run("check", residual, "--baseline", str(tmp_path / "seed.json"))
+    assert out.exit_code == 2, out.output
+    assert out.stderr.strip() == (
+        f"error: --baseline {tmp_path / 'seed.json'} is the baseline of another model: "
+        f"{residual} has 0 of the baseline's 4 layers (at least 50% must match by name); make "
+        f"the baseline from this file with `layergrad scan {residual} --json`."
+    )
+
+
+def test_half_of_the_baselines_layers_must_be_in_the_model(files, tmp_path):
+    w = chain_weights()
+    # 7 rows (x, l0..l4, head): with 3 renamed, 4 of 7 remain; with 4 renamed, 3 of 7
+    most = save_chain(tmp_path / "most.keras", renamed(w, {"l0": "a0", "l1": "a1", "l2": "a2"}))
+    few = save_chain(
+        tmp_path / "few.keras", renamed(w, {"l0": "a0", "l1": "a1", "l2": "a2", "l3": "a3"})
+    )
+    kept = run("check", most, "--baseline", files["scan"], "--json")
+    assert kept.exit_code == 0, kept.output
+    assert checks_of(kept)["baseline"]["message"] == (
+        f"no regression against {files['scan']}: 4 layers compared, 3 added, 3 removed"
+    )
+    gone = run("check", few, "--baseline", files["scan"])
+    assert gone.exit_code == 2
+    assert "has 3 of the baseline's 7 layers (at least 50% must match by name)" in gone.stderr

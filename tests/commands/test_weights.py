@@ -64,7 +64,7 @@ def test_healthy_classifier_with_frozen_batchnorm_and_a_regularizer(tmp_path):
     for name, grad in expected.items():
         assert_matches(rows[name], grad)
     assert all(r.status == "ok" and not r.flags and not r.causes for r in report.variables)
-    assert report.frozen == 4  # bn: gamma, beta (frozen) and the moving mean and variance
+    assert report.frozen == 2  # bn (frozen): gamma, beta; its moving statistics are no weights
     assert (report.loss.name, report.loss.source, report.loss.labels) == (
         "sparse_categorical_crossentropy", "compiled", "data",
     )  # fmt: skip
@@ -238,3 +238,27 @@ def test_check_fails_exactly_the_files_with_a_variable_without_gradient():
     assert trainable["seed.keras"].message.startswith("no loss (the file was saved without")
     assert trainable["train_unused_input.keras"].findings == ("no_gradient",)
     assert "unused_input at mix" in trainable["train_unused_input.keras"].message
+
+
+def test_only_weights_of_frozen_layers_count_as_frozen(tmp_path):
+    """Dropout and LSTM keep a seed_generator_state, BatchNormalization its moving statistics:
+    non-trainable variables no one could train. Only the frozen Dense's kernel and bias count."""
+    x = keras.Input((5, 3), name="x")
+    h = keras.layers.LSTM(4, dropout=0.2, name="lstm")(x)
+    h = keras.layers.Dropout(0.5, name="drop")(h)
+    h = keras.layers.BatchNormalization(name="bn")(h)
+    frozen = keras.layers.Dense(4, name="frozen")
+    h = frozen(h)
+    model = keras.Model(x, keras.layers.Dense(1, name="head")(h))
+    frozen.trainable = False
+    model.compile(loss="mse")
+    path = tmp_path / "m.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    seeds = [v.path for v in loaded.non_trainable_variables if "seed_generator" in v.path]
+    assert len(seeds) >= 2 and len(loaded.non_trainable_variables) == len(seeds) + 4
+    report = scan_weights_model(str(path))
+    assert report.frozen == 2  # frozen/kernel, frozen/bias
+    assert "frozen/kernel" not in by_name(report)
+    out = CliRunner().invoke(main, ["scan", str(path), "--wrt", "weights", "--json"])
+    assert json.loads(out.stdout)["frozen"] == 2

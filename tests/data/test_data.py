@@ -149,7 +149,7 @@ def test_the_step_is_traced_once_with_a_partial_last_batch(tmp_path):
     seen: list[tuple[int, int | None]] = []
     run_ = data_step.run_stream(model, plan, batches, strategy, lambda d, t: seen.append((d, t)))
     assert (run_.batches, run_.samples, run_.traces) == (3, 45, 1)
-    assert seen == [(20, 45), (40, 45), (45, 45)]
+    assert seen == [(0, 45), (20, 45), (40, 45), (45, 45)]  # the first before the trace
 
 
 # ---------------------------------------------------------------------------------- .npz

@@ -90,7 +90,7 @@ def test_strings_from_a_function(bad):
 
 def test_a_function_that_raises(bad):
     line = error_of(inspect("seed.keras", "bad.py:raises"))
-    assert line == "error: --data bad.py:raises: the function raised ValueError: no such table"
+    assert line == "error: --data bad.py:raises: the function raised ValueError: no such table."
 
 
 def test_a_function_that_does_not_return_batches(bad):

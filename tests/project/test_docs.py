@@ -3,6 +3,7 @@ options; the README's facts hold."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -125,6 +126,59 @@ def test_the_weights_json_example_is_what_the_tool_prints(monkeypatch):
     actual = json.loads(_run_in_root(monkeypatch, command.split()[1:]))
     actual["variables"] = actual["variables"][:1]  # the README shows the first of four
     assert _close(shown, actual), json.dumps(actual, indent=1)
+
+
+def _block_after(marker: str) -> str:
+    shown = re.search(re.escape(marker) + r"\n\n```\n(.*?)```", README, flags=re.S)
+    assert shown, f"README.md lost the example after {marker!r}"
+    return shown.group(1)
+
+
+def test_the_diff_example_runs_as_written_on_bundled_models(monkeypatch):
+    section_text = section("diff")
+    command = re.search(r"```\n(layergrad diff [^\n]*)\n```\n\nprints:", section_text)
+    assert command, "the diff section lost its example command"
+    args = command.group(1).split()[1:]
+    for path in args[1:]:
+        assert (ROOT / path).is_file(), f"the diff example names {path}, which is not bundled"
+    monkeypatch.chdir(ROOT)
+    result = CliRunner(env={"COLUMNS": None}).invoke(cli.main, args)
+    assert result.exit_code == 1, result.output  # the example shows regressions
+    shown = re.search(r"\nprints:\n\n```\n(.*?)```", section_text, flags=re.S)
+    assert shown
+    assert _stripped(shown.group(1)) == _stripped(result.stdout)
+
+
+def test_the_diff_json_example_is_what_the_tool_prints(monkeypatch):
+    import json
+
+    command = (
+        "layergrad diff sample_models/fixed_relu_stack.keras sample_models/bug_sigmoid_stack.keras "
+        "--json"
+    )
+    assert command in " ".join(section("diff").split())
+    blocks = re.findall(r"```json\n(.*?)```", README, flags=re.S)
+    (shown,) = [json.loads(b) for b in blocks if '"layergrad.diff/1"' in b]
+    monkeypatch.chdir(ROOT)
+    actual = json.loads(CliRunner().invoke(cli.main, command.split()[1:]).stdout)
+    actual["layers"] = actual["layers"][:1]  # the README shows the first row
+    assert _close(shown, actual), json.dumps(actual, indent=1)
+
+
+def test_a_scan_json_side_of_diff_is_named_by_its_file(monkeypatch, tmp_path):
+    monkeypatch.chdir(ROOT)
+    scan = CliRunner().invoke(cli.main, ["scan", "sample_models/seed.keras", "--json"])
+    baseline = tmp_path / "seed.gradients.json"
+    baseline.write_text(scan.stdout)
+    args = ["diff", str(baseline), "sample_models/seed.keras"]
+    table = CliRunner(env={"COLUMNS": "300"}).invoke(cli.main, args).stdout
+    assert table.splitlines()[0].startswith(f"base: {baseline}  Sequential 'sequential'")
+    assert table.splitlines()[1].startswith("new:  sample_models/seed.keras")
+    md = CliRunner().invoke(cli.main, [*args, "--format", "markdown"]).stdout
+    assert md.startswith(f"**layergrad diff** `{baseline}` → `sample_models/seed.keras`")
+    doc = json.loads(CliRunner().invoke(cli.main, [*args, "--json"]).stdout)
+    assert doc["base"]["path"] == str(baseline) and doc["new"]["path"] == "sample_models/seed.keras"
+    assert "base: model.gradients.json" in " ".join(section("diff").split())
 
 
 def test_the_developer_page_maps_every_module():
