@@ -323,6 +323,7 @@ class _Fields:
             reduce=reduce,
             samples=samples,
             data_sha256=sha,
+            shards=obj.get("shards") if type(obj.get("shards")) is int else None,
         )
 
     def row(self, obj: Any, at: str, key: str) -> ProfileRow:

@@ -98,7 +98,16 @@ def test_scan_of_the_default_target_merges_when_shards_number_their_samples(tmp_
     first = report(*args, "--data", a)
     second = report(*args, "--data", b, "--first-sample", "16")
     assert second["probe"]["first_sample"] == 16 and "first_sample" not in one["probe"]
-    assert_equal_but_percentiles(merged(tmp_path, first, second), one)
+    both = merged(tmp_path, first, second)
+    assert_equal_but_percentiles(both, one)
+    # as a baseline over the data: no one file's hash, so other data unless allowed
+    base = write(tmp_path, "base.json", both)
+    check = ["check", sample("residual.keras"), "--data", whole, "--baseline", base]
+    code, out = cli(*check)
+    assert code == 2 and "merged from 2 shards" in out, out
+    code, out = cli(*check, "--allow-other-data", "--json")
+    checks = {c["name"]: c for c in json.loads(out)["files"][0]["checks"]}
+    assert code == 0 and "over other data" in checks["baseline"]["message"], out
     # numbered from 0, the second shard's projection is not the whole run's: refused
     code, out = cli("merge", write(tmp_path, "a.json", first),
                     write(tmp_path, "b.json", report(*args, "--data", b)))  # fmt: skip
