@@ -147,12 +147,18 @@ def norm_from_payload(payload: dict[str, Any]) -> NormTotals:
 def data_batches(stream: Any) -> Iterator[tuple[int, ProbeBatch, np.ndarray]]:
     """Each batch of a `data.sources.DataStream` this process runs (its shard under
     `--distribute multi-worker`): (its index among the data's batches, the ProbeBatch, its
-    samples' indices in the data)."""
+    samples' indices in the data).
+
+    The index is its first sample's index over `--batch-size` (counted from `--first-sample`
+    N): one process's batch index, on any worker, and for a shard numbered with N a multiple
+    of the batch size, the batch's index in the whole data set (so its random draws, seeded by
+    it, are those of one run over the whole)."""
     names = tuple(s.name for s in stream.specs)
+    size = max(int(getattr(stream, "batch_size", 1) or 1), 1)
     for b, tensors in enumerate(stream.indexed()):
         samples = np.asarray(tensors[-1].numpy(), np.int64)
         batch = ProbeBatch(tuple(tensors[:-1]), names, stream.source, None)
-        yield stream.batch_index(b), batch, samples
+        yield (int(samples[0]) // size if samples.size else stream.batch_index(b)), batch, samples
     stream.raise_failure()
 
 

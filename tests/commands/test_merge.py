@@ -266,10 +266,7 @@ def test_jacobian_shards_merge_into_the_run_over_both(numbered, residual_model, 
     first_doc, second_doc = report(*args, "--data", a), report(*args, "--data", b, *second)
     top = second_doc["results"][0]["jacobian"]["frobenius"]["top"]
     assert top[0]["sample"] == (30 if numbered else 14)  # numbered within its shard, or not
-    got = merged(tmp_path, first_doc, second_doc)
-    if numbered:
-        one["probe"]["first_sample"] = None  # the merge's starts where its first shard does
-        got["probe"]["first_sample"] = got["probe"].get("first_sample")
+    got = merged(tmp_path, first_doc, second_doc)  # numbered from its first shard's 0
     assert_equal_but_percentiles(got, one)
     j = got["results"][0]["jacobian"]
     assert j["frobenius"]["top"][0]["sample"] == 30 and j["frobenius"]["samples"] == 37
@@ -286,10 +283,16 @@ def test_scan_jacobian_shards_merge_and_other_measures_are_refused(residual_mode
     assert "--measure 'gradient' vs 'jacobian'" in refused(
         write(tmp_path, "j.json", first), write(tmp_path, "p.json", plain)
     )
-    estimated = report(*args, "--probes", "4", "--data", b)
+    estimated = report(*args, "--probes", "4", "--data", b, "--first-sample", "8")
     assert "by an estimate vs exactly" in refused(
         write(tmp_path, "j.json", first), write(tmp_path, "e.json", estimated)
     )
+    # an estimate draws per batch, seeded by the batch's index in the data: shards cut on a
+    # batch and numbered with --first-sample draw what the run over both draws
+    one = report(*args, "--probes", "4", "--data", whole)
+    got = merged(tmp_path, report(*args, "--probes", "4", "--data", a), estimated)
+    assert_equal_but_percentiles(got, one)
+    assert got["layers"][1]["jacobian"]["frobenius"]["rel_stderr"] is not None
 
 
 def test_weight_scans_are_refused_with_the_reason(tmp_path):
