@@ -9,7 +9,8 @@ and the first non-finite batch need max and min, so the replicas' copies are rea
 (`totals.KINDS`). Under `--distribute multi-worker` the replicas live in several processes:
 every replica's copy is gathered once, at the end, by the strategy's collective all-gather
 (`gather`), and combined the same way on every worker. `combine_workers` does the same for
-totals a measure kept in numpy on each worker.
+totals a measure kept in numpy on each worker, and `gather_workers` hands every worker each
+worker's totals of any shape (as JSON) for the measure to merge itself.
 """
 
 from __future__ import annotations

@@ -245,6 +245,7 @@ def test_files_that_are_not_reports_are_refused(two_shards, tmp_path):
 @pytest.fixture
 def residual_model(tmp_path):
     """x(5) -> a = Dense 6 tanh -> Dense 4 tanh + Dense 4 (a skip), saved."""
+    keras.utils.set_random_seed(39)
     x = keras.Input((5,), name="x")
     a = keras.layers.Dense(6, activation="tanh", name="a")(x)
     out = keras.layers.Add(name="out")(
@@ -257,19 +258,23 @@ def residual_model(tmp_path):
 @pytest.mark.parametrize("numbered", [False, True], ids=["from-0", "first-sample"])
 def test_jacobian_shards_merge_into_the_run_over_both(numbered, residual_model, tmp_path):
     x = normal(37, 5, seed=35)
-    x[30] *= 0.01  # near 0, where tanh is steepest: the most sensitive sample, in shard 2
+    x[30] *= 0.01  # near 0, where tanh is steepest: a sensitive sample in shard 2
     whole, a, b = shards(tmp_path, x, 16)
     args = ["inspect", residual_model, "--from", "a", "--to", "out", "--batch-size", "8",
             "--measure", "jacobian", "--top", "4"]  # fmt: skip
     one = report(*args, "--data", whole)
     second = ["--first-sample", "16"] if numbered else []
     first_doc, second_doc = report(*args, "--data", a), report(*args, "--data", b, *second)
-    top = second_doc["results"][0]["jacobian"]["frobenius"]["top"]
-    assert top[0]["sample"] == (30 if numbered else 14)  # numbered within its shard, or not
+    # the second shard's top: its samples numbered within it, or from --first-sample 16
+    mine = [t["sample"] for t in second_doc["results"][0]["jacobian"]["frobenius"]["top"]]
+    whole_top = [t["sample"] for t in one["results"][0]["jacobian"]["frobenius"]["top"]]
+    later = [i for i in whole_top if i >= 16]
+    assert later and [i + (0 if numbered else 16) for i in mine][: len(later)] == later
     got = merged(tmp_path, first_doc, second_doc)  # numbered from its first shard's 0
     assert_equal_but_percentiles(got, one)
     j = got["results"][0]["jacobian"]
-    assert j["frobenius"]["top"][0]["sample"] == 30 and j["frobenius"]["samples"] == 37
+    assert [t["sample"] for t in j["frobenius"]["top"]] == whole_top
+    assert j["frobenius"]["samples"] == 37
     assert sum(j["frobenius"]["histogram"]["counts"]) == 37
 
 
@@ -305,3 +310,17 @@ def test_weight_scans_are_refused_with_the_reason(tmp_path):
                  str(tmp_path / "x.npy"))  # fmt: skip
     line = refused(write(tmp_path, "w0.json", doc), write(tmp_path, "w1.json", doc))
     assert "cannot combine exactly" in line and "--distribute multi-worker" in line
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "html"])
+def test_a_merged_jacobian_report_renders_without_its_percentiles(fmt, residual_model, tmp_path):
+    _, a, b = shards(tmp_path, normal(20, 5, seed=38), 8)
+    args = ["inspect", residual_model, "--from", "a", "--to", "out", "--batch-size", "8",
+            "--measure", "jacobian"]  # fmt: skip
+    paths = [
+        write(tmp_path, f"s{i}.json", report(*args, "--data", p)) for i, p in enumerate((a, b))
+    ]
+    code, out = cli("merge", *paths, "--format", fmt)
+    assert code == 0 and out.strip(), out
+    if fmt == "table":
+        assert "20 samples" in out and "p50 n/a (shards do not combine)" in out
