@@ -55,8 +55,10 @@ def main() -> None:
         # or check --baseline (which takes the baseline's probe) would time another mode
         checked = ProbeOptions(input_file=x_file, training=True)
         baseline.write_text(render("scan", OutputFormat.JSON, scan_model(base, options=checked)))
-        plain = CheckOptions(input_file=str(x_file))
-        with_base = CheckOptions(input_file=str(x_file), baselines=(str(baseline),))
+        plain = CheckOptions(probe=ProbeOptions(input_file=str(x_file)))
+        with_base = CheckOptions(
+            probe=ProbeOptions(input_file=str(x_file)), baselines=(str(baseline),)
+        )
         jobs = {
             "scan x2": lambda: [scan_model(p, options=probe) for p in (base, new)],
             "diff": lambda: diff_models(base, new, options=probe),
@@ -85,7 +87,8 @@ def _baseline(options: CheckOptions, path: Path):  # type: ignore[no-untyped-def
     from layergrad.commands.baseline import load_baselines, match_baselines
 
     found = load_baselines(options.baselines)
-    return match_baselines([str(path)], found, options.input_file)[str(path)]
+    given = options.probe.input_file
+    return match_baselines([str(path)], found, None if given is None else str(given))[str(path)]
 
 
 def _ratio(times: dict[str, list[float]], a: str, b: str) -> float:

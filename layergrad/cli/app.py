@@ -7,7 +7,8 @@ Shared options, error handling and printing are in `cli_options.py`.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 
@@ -28,6 +29,10 @@ from layergrad.cli.options import (
 )
 from layergrad.core.cluster import reports_here
 from layergrad.core.vocab import FAILING_STATUSES, Flag, OutputFormat, Wrt
+
+if TYPE_CHECKING:
+    from layergrad.core.probe_options import MeasureFields, ProbeOptions
+    from layergrad.core.results import ScanReport, ScanRow, VariableRow, WeightScanReport
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -58,7 +63,7 @@ def main() -> None:
     metavar="REF",
     help="Layer whose output is differentiated. Repeatable.",
 )
-@probe_options
+@probe_options()
 @data_options
 @measure_options
 @format_options
@@ -81,9 +86,9 @@ def inspect(
     model: str,
     source: str,
     targets: tuple[str, ...],
-    probe: Any,
+    probe: ProbeOptions,
     quiet: bool,
-    measure: dict[str, Any],
+    measure: MeasureFields,
     fmt: OutputFormat,
     plot_file: str | None,
     save_gradient: str | None,
@@ -210,7 +215,7 @@ def layers(
     help="Only layers matching this shell glob, e.g. 'conv4_*'. Repeatable.",
 )
 @wrt_options
-@probe_options
+@probe_options()
 @data_options
 @measure_options
 @format_options
@@ -230,9 +235,9 @@ def scan(
     patterns: tuple[str, ...],
     wrt: str,
     loss: str | None,
-    probe: Any,
+    probe: ProbeOptions,
     quiet: bool,
-    measure: dict[str, Any],
+    measure: MeasureFields,
     fmt: OutputFormat,
     plot_file: str | None,
     fail_on: frozenset[str],
@@ -288,8 +293,8 @@ def scan(
                 options=probe,
                 on_progress=on_progress,
             )
-        result: Any = weights
-        rows: Any = weights.variables
+        result: WeightScanReport | ScanReport = weights
+        rows: Sequence[VariableRow] | Sequence[ScanRow] = weights.variables
     else:
         with sample_progress(probe.data is not None and not quiet) as on_progress:
             activations = api.scan_model(

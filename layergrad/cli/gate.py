@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
@@ -19,13 +19,17 @@ from layergrad.cli.options import (
     format_options,
     handle_errors,
     load_options,
-    max_memory_option,
     probe_options,
     tolerance_option,
     wrt_options,
 )
 from layergrad.core.cluster import reports_here
 from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding, OutputFormat
+
+if TYPE_CHECKING:
+    from layergrad.core.probe_options import ProbeOptions
+
+T = TypeVar("T")
 
 
 @click.command()
@@ -51,29 +55,20 @@ from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding, OutputFormat
     type=click.Path(dir_okay=False, path_type=str),
     help="Also write JUnit XML (one testcase per file and check).",
 )
-@click.option(
-    "--batch-size",
-    type=click.IntRange(min=1),
-    help="Rows of the random probe batch (default 8; an output constant over fewer than 4 "
-    "rows is not reported), or of each batch of --data (default 32).",
+@probe_options(
+    run_options=False,
+    batch_size_help="Rows of the random probe batch (default 8; an output constant over fewer "
+    "than 4 rows is not reported), or of each batch of --data (default 32).",
+    seed_help="Seed of the random probe batch.",
+    input_help="Probe batch instead of a random one: .npy (one input) or .npz keyed by input "
+    "name (x for one input; y = labels).",
 )
-@click.option(
-    "--seed", default=0, show_default=True, type=int, help="Seed of the random probe batch."
-)
-@max_memory_option
 @click.option(
     "--loss",
     "loss",
     metavar="NAME",
     help="A keras.losses name for the gradient and trainable checks (default: the loss "
     "compiled in each file; without one, trainable is skipped).",
-)
-@click.option(
-    "--input",
-    "input_file",
-    type=click.Path(dir_okay=False, path_type=str),
-    help="Probe batch instead of a random one: .npy (one input) or .npz keyed by input name "
-    "(x for one input; y = labels).",
 )
 @click.option(
     "--baseline",
@@ -100,19 +95,11 @@ def check(
     static_only: bool,
     fmt: OutputFormat,
     junit_file: str | None,
-    batch_size: int | None,
-    seed: int,
-    max_memory: int,
+    probe: ProbeOptions,
     loss: str | None,
-    input_file: str | None,
     baselines: tuple[str, ...],
     allow_other_data: bool,
     tolerance: float,
-    data: str | None,
-    limit: int | None,
-    distribute: str | None,
-    cpu_replicas: int | None,
-    first_sample: int,
     quiet: bool,
     imports: tuple[str, ...],
     unsafe: bool,
@@ -152,31 +139,23 @@ def check(
     reads = [*models, *paths, *imports]
     if junit_file:
         outputs.check_target(junit_file, "--junit", "xml", reads)
-    with sample_progress(data is not None and not quiet) as on_progress:
+    with sample_progress(probe.data is not None and not quiet) as on_progress:
         options = checks.CheckOptions(
             fail_on=fail_on,
             static_only=static_only,
             imports=imports,
             unsafe=unsafe,
-            batch_size=batch_size,
-            seed=seed,
-            max_memory=max_memory,
+            probe=probe,
             loss=loss,
-            input_file=input_file,
             baselines=baselines,
             tolerance=tolerance,
-            data=data,
-            limit=limit,
-            distribute=distribute,
-            cpu_replicas=cpu_replicas,
-            first_sample=first_sample,
             on_progress=on_progress,
             allow_other_data=allow_other_data,
         )
         # one bar at a time: the samples' bar when there is one, else the files'
         listed = paths if on_progress is None else []
         verdicts = _with_progress(listed, lambda on: checks.check_files(paths, options, on))
-    if not reports_here(distribute):  # another worker of the cluster writes the report
+    if not reports_here(probe.distribute):  # another worker of the cluster writes the report
         return
     emit("check", fmt, verdicts)
     if junit_file:
@@ -197,7 +176,7 @@ def check(
     help="Target layer, in both models (default: a seeded random projection of the outputs).",
 )
 @wrt_options
-@probe_options
+@probe_options()
 @tolerance_option
 @click.option(
     "--all", "show_all", is_flag=True, help="Show every layer, not only the ones that changed."
@@ -211,7 +190,7 @@ def diff(
     target: str | None,
     wrt: str,
     loss: str | None,
-    probe: Any,
+    probe: ProbeOptions,
     tolerance: float,
     show_all: bool,
     fmt: OutputFormat,
@@ -280,7 +259,7 @@ def merge(shards: tuple[str, ...], fmt: OutputFormat, debug: bool) -> None:
     emit("inspect" if isinstance(report, InspectReport) else "scan", fmt, report)
 
 
-def _with_progress(paths: list[str], run: Callable[[Callable[[str], None] | None], Any]) -> Any:
+def _with_progress(paths: list[str], run: Callable[[Callable[[str], None] | None], T]) -> T:
     """Run with a progress bar on stderr when there are several files."""
     if len(paths) < 2:
         return run(None)

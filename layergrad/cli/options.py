@@ -13,24 +13,30 @@ import sys
 import traceback
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, NoReturn, TextIO, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TextIO, TypeVar, cast
 
 import click
 
 from layergrad.core.errors import LayergradError, describe
 from layergrad.core.vocab import Measure, OutputFormat, Word, Wrt
 
-F = TypeVar("F", bound=Callable[..., Any])
+if TYPE_CHECKING:
+    from layergrad.core.probe_options import MeasureFields, ProbeFields
+    from layergrad.core.results import InspectReport, ScanReport, WeightScanReport
+
+F = TypeVar("F", bound=Callable[..., object])
 
 
 W = TypeVar("W", bound=Word)
 
 
-def comma_list(allowed: Iterable[W], what: str) -> Callable[[Any, Any, str], frozenset[W]]:
+def comma_list(
+    allowed: Iterable[W], what: str
+) -> Callable[[click.Context, click.Parameter, str], frozenset[W]]:
     """A click callback parsing a comma-separated list of `allowed` words into their members."""
     members = {str(m): m for m in allowed}
 
-    def parse(_ctx: Any, _param: Any, value: str) -> frozenset[W]:
+    def parse(_ctx: click.Context, _param: click.Parameter, value: str) -> frozenset[W]:
         wanted = {v.strip() for v in value.split(",") if v.strip()}
         unknown = sorted(wanted - set(members))
         if unknown:
@@ -46,7 +52,7 @@ def handle_errors(func: F) -> F:
     """Turn API errors into one line on stderr and exit code 2 (a traceback with --debug)."""
 
     @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: object, **kwargs: object) -> object:
         debug = kwargs.get("debug", False)
         try:
             with warnings.catch_warnings(), report_stdout():
@@ -56,7 +62,7 @@ def handle_errors(func: F) -> F:
         except click.ClickException:
             raise
         except LayergradError as exc:
-            usage_error(exc, debug)
+            usage_error(exc, bool(debug))
         except Exception as exc:  # an unexpected failure still gets one readable line
             if debug:
                 traceback.print_exc()
@@ -68,7 +74,7 @@ def handle_errors(func: F) -> F:
             sys.exit(2)
 
     wrapper.report_stdout = True  # type: ignore[attr-defined]  # tests find it on every command
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)
 
 
 _REPORT_STREAMS: list[TextIO] = []  # where `emit` writes: the real stdout of each command
@@ -124,10 +130,14 @@ def usage_error(exc: LayergradError, debug: bool = False) -> NoReturn:
     sys.exit(2)
 
 
-def _stack(func: Callable[..., Any], options: list[Callable[[Any], Any]]) -> Any:
+Decorator = Callable[[Callable[..., object]], Callable[..., object]]  # click.option(...)
+
+
+def _stack(func: F, options: Sequence[Decorator]) -> F:
+    decorated: Callable[..., object] = func
     for option in reversed(options):
-        func = option(func)
-    return func
+        decorated = option(decorated)
+    return cast(F, decorated)
 
 
 def load_options(func: F) -> F:
@@ -153,7 +163,7 @@ def load_options(func: F) -> F:
     )
 
 
-def _size(_ctx: Any, _param: Any, value: str) -> int:
+def _size(_ctx: click.Context, _param: click.Parameter, value: str) -> int:
     """A click callback parsing a size such as 8GB into bytes."""
     from layergrad.core.limits import parse_size
 
@@ -177,6 +187,7 @@ def max_memory_option(func: F) -> F:
 
 
 PROBE_KEYS = ("input_file", "batch_size", "seed", "reduce", "training", "max_memory")
+RUN_KEYS = ("reduce", "training")  # how the model runs; `check` decides these itself
 DATA_KEYS = ("data", "limit", "distribute", "cpu_replicas", "first_sample")
 
 
@@ -184,7 +195,7 @@ def data_options(func: F) -> F:
     """`--data` and what goes with it (`--limit`, `--distribute`, `--cpu-replicas`,
     `--first-sample`, `--quiet`).
 
-    Under `probe_options` they join the `probe` bundle; `check` takes them one by one.
+    Under `probe_options` they join the `probe` bundle (every command that takes them).
     """
     return _stack(func, [*_data_option_list(), FIRST_SAMPLE_OPTION])
 
@@ -194,7 +205,7 @@ def training_data_options(func: F) -> F:
     return _stack(func, _data_option_list())
 
 
-def _data_option_list() -> list[Callable[[Any], Any]]:
+def _data_option_list() -> list[Decorator]:
     return [
         click.option(
             "--data",
@@ -239,69 +250,86 @@ FIRST_SAMPLE_OPTION = click.option(
 )
 
 
-def probe_options(func: F) -> F:
-    """How to make the probe batch and run the model; the command receives one `probe`
-    argument, a `pipeline.ProbeOptions`."""
+BATCH_SIZE_HELP = (
+    "Rows of the random probe batch (default 8), or of each batch of --data (default 32)."
+)
+SEED_HELP = "Seed of the random batch."
+INPUT_HELP = (
+    "Probe batch: .npy (one input) or .npz keyed by input name (x for one input; y = labels)."
+)
 
-    @functools.wraps(func)
-    def bundled(*args: Any, **kwargs: Any) -> Any:
-        from layergrad.core.probe_options import ProbeOptions
 
-        keys = [*PROBE_KEYS, *(k for k in DATA_KEYS if k in kwargs)]
-        try:
-            kwargs["probe"] = ProbeOptions(**{key: kwargs.pop(key) for key in keys})
-        except LayergradError as exc:  # options that do not go together
-            usage_error(exc, kwargs.get("debug", False))
-        return func(*args, **kwargs)
+def probe_options(
+    *,
+    run_options: bool = True,
+    batch_size_help: str = BATCH_SIZE_HELP,
+    seed_help: str = SEED_HELP,
+    input_help: str = INPUT_HELP,
+) -> Callable[[F], F]:
+    """How to make the probe batch and run the model, declared once for every command; the
+    command receives one `probe` argument, a `ProbeOptions` (the command's `data_options`, if
+    it has them, join the bundle too).
 
-    return _stack(
-        bundled,
-        [
+    `run_options=False` leaves out `--reduce` and `--training` (`check` chooses them itself);
+    the `*_help` texts let a command say what the option means for it.
+    """
+    keys = PROBE_KEYS if run_options else tuple(k for k in PROBE_KEYS if k not in RUN_KEYS)
+
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def bundled(*args: object, **kwargs: object) -> object:
+            from layergrad.core.probe_options import ProbeOptions
+
+            wanted = [*keys, *(k for k in DATA_KEYS if k in kwargs)]
+            given = {key: kwargs.pop(key) for key in wanted}
+            try:
+                kwargs["probe"] = ProbeOptions(**cast("ProbeFields", given))  # click's types
+            except LayergradError as exc:  # options that do not go together
+                usage_error(exc, bool(kwargs.get("debug", False)))
+            return func(*args, **kwargs)
+
+        options = [
             click.option(
                 "--input",
                 "input_file",
                 type=click.Path(dir_okay=False, path_type=str),
-                help="Probe batch: .npy (one input) or .npz keyed by input name (x for one "
-                "input; y = labels).",
+                help=input_help,
             ),
-            click.option(
-                "--batch-size",
-                type=click.IntRange(min=1),
-                help="Rows of the random probe batch (default 8), or of each batch of --data "
-                "(default 32).",
-            ),
-            click.option(
-                "--seed", default=0, show_default=True, type=int, help="Seed of the random batch."
-            ),
-            click.option(
-                "--reduce",
-                type=click.Choice(["sum", "mean"]),
-                default="sum",
-                show_default=True,
-                help="Reduce the target activation to a scalar by sum or mean.",
-            ),
-            click.option(
-                "--training",
-                is_flag=True,
-                help="Run the model in training mode (default: inference).",
-            ),
-            max_memory_option,
-        ],
-    )
+            click.option("--batch-size", type=click.IntRange(min=1), help=batch_size_help),
+            click.option("--seed", default=0, show_default=True, type=int, help=seed_help),
+        ]
+        if run_options:
+            options += [
+                click.option(
+                    "--reduce",
+                    type=click.Choice(["sum", "mean"]),
+                    default="sum",
+                    show_default=True,
+                    help="Reduce the target activation to a scalar by sum or mean.",
+                ),
+                click.option(
+                    "--training",
+                    is_flag=True,
+                    help="Run the model in training mode (default: inference).",
+                ),
+            ]
+        return _stack(cast(F, bundled), [*options, max_memory_option])
+
+    return decorate
 
 
 def measure_options(func: F) -> F:
     """`--measure`, `--probes`, `--exact`, `--top` (inspect, scan); the command receives
-    `measure`, a dict of the API's keyword arguments of the same names."""
+    `measure`, a `MeasureFields`: the API's keyword arguments of the same names."""
 
     @functools.wraps(func)
-    def bundled(*args: Any, **kwargs: Any) -> Any:
+    def bundled(*args: object, **kwargs: object) -> object:
         keys = ("measure", "probes", "exact", "top")
-        kwargs["measure"] = {key: kwargs.pop(key) for key in keys}
+        kwargs["measure"] = cast("MeasureFields", {key: kwargs.pop(key) for key in keys})
         return func(*args, **kwargs)
 
     return _stack(
-        bundled,
+        cast(F, bundled),
         [
             click.option(
                 "--measure",
@@ -354,13 +382,13 @@ def format_options(func: F) -> F:
     """`--format table|json|markdown` and its shorthand `--json`; the command receives `fmt`."""
 
     @functools.wraps(func)
-    def merged(*args: Any, **kwargs: Any) -> Any:
+    def merged(*args: object, **kwargs: object) -> object:
         as_json = kwargs.pop("as_json")
         kwargs["fmt"] = OutputFormat.JSON if as_json else OutputFormat(kwargs["fmt"])
         return func(*args, **kwargs)
 
     return _stack(
-        merged,
+        cast(F, merged),
         [
             click.option(
                 "--format",
@@ -412,7 +440,11 @@ def plot_option(func: F) -> F:
     )(func)
 
 
-def write_plot(report: Any, path: str, protected: Sequence[str | None] = ()) -> None:
+def write_plot(
+    report: InspectReport | ScanReport | WeightScanReport,
+    path: str,
+    protected: Sequence[str | os.PathLike[str] | None] = (),
+) -> None:
     """Save the report's chart (never over a `protected` file) and say so on stderr."""
     from layergrad.render import plot
 
@@ -422,7 +454,7 @@ def write_plot(report: Any, path: str, protected: Sequence[str | None] = ()) -> 
 
 
 def emit(
-    command: str, fmt: OutputFormat, value: Any, accepted: Iterable[str] = (), **options: Any
+    command: str, fmt: OutputFormat, value: object, accepted: Iterable[str] = (), **options: object
 ) -> None:
     """Print a report on stdout in the chosen format; the audit findings accepted with
     --unsafe go to stderr first. `options` go to the renderer (`show_all` for `diff`)."""

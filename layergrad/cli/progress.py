@@ -12,14 +12,18 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Task
 
 Progress = Callable[[int, "int | None"], None]
 TRACING = "tracing the step"  # what the bar says before the first batch is done
 
 
 @contextlib.contextmanager
-def sample_progress(enabled: bool, console: Any = None) -> Iterator[Progress | None]:
+def sample_progress(enabled: bool, console: Console | None = None) -> Iterator[Progress | None]:
     """Yield an `on_progress` callback drawing a bar, or None when not `enabled` or when
     stderr is not a terminal. The bar is removed when the block ends.
 
@@ -43,7 +47,7 @@ def sample_progress(enabled: bool, console: Any = None) -> Iterator[Progress | N
     from rich.text import Text
 
     class Rate(ProgressColumn):
-        def render(self, task: Any) -> Text:
+        def render(self, task: Task) -> Text:
             return Text(f"{task.speed:,.0f} samples/s" if task.speed else "", style="cyan")
 
     bar = Bar(

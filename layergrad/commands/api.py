@@ -1,7 +1,8 @@
 """The Python API under the CLI: each function runs the pipeline and returns result objects.
 
 Nothing here prints. Probe options are keyword arguments (`input_file`, `batch_size`, `seed`,
-`reduce`, `training`: see `pipeline.ProbeOptions`), or one `options=ProbeOptions(...)`.
+`reduce`, `training`, ...: the fields of `ProbeOptions`, typed as `ProbeFields`), or one
+`options=ProbeOptions(...)`.
 
     >>> from layergrad.commands.api import inspect_model
     >>> report = inspect_model("sample_models/seed.keras", "dense", ["dense_1"])
@@ -16,13 +17,19 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
-from layergrad.commands.session import open_session
+from layergrad.commands.session import Session, open_session
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
 from layergrad.core.results import InspectReport, Result, ScanReport, WeightScanReport
 from layergrad.core.vocab import Measure, Status
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from layergrad.core.probe_options import ProbeFields
+    from layergrad.files.outputs import Written
 
 __all__ = ["ProbeOptions", "inspect_model", "save_gradients", "scan_model", "scan_weights_model"]
 
@@ -40,7 +47,7 @@ def inspect_model(
     exact: bool = False,
     top: int = 10,
     on_progress: Progress | None = None,
-    **probe: Any,
+    **probe: Unpack[ProbeFields],
 ) -> InspectReport:
     """Gradient of each target layer's activation with respect to the source layer's.
 
@@ -121,7 +128,7 @@ def inspect_model(
 
 
 def _inspect(
-    session: Any,
+    session: Session,
     source: str,
     targets: Sequence[str],
     measure: str,
@@ -172,7 +179,7 @@ def _inspect(
     return results
 
 
-def _train_untrained_batchnorm(session: Any) -> tuple[Any, list[str]]:
+def _train_untrained_batchnorm(session: Session) -> tuple[Session, list[str]]:
     """The session in training mode when its model has never-trained BatchNormalization (the
     rule `scan` and `check` apply), with those layers; unchanged otherwise."""
     from layergrad.commands.scan import untrained_batchnorm
@@ -201,7 +208,7 @@ def scan_model(
     exact: bool = False,
     top: int = 10,
     on_progress: Progress | None = None,
-    **probe: Any,
+    **probe: Unpack[ProbeFields],
 ) -> ScanReport:
     """Gradient of one target with respect to every layer's output, in one backward pass.
 
@@ -271,7 +278,7 @@ def scan_weights_model(
     unsafe: bool = False,
     options: ProbeOptions | None = None,
     on_progress: Progress | None = None,
-    **probe: Any,
+    **probe: Unpack[ProbeFields],
 ) -> WeightScanReport:
     """Gradient of the training loss with respect to every trainable variable (one pass).
 
@@ -312,7 +319,9 @@ def _one_or_many(value: str | Sequence[str]) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-def save_gradients(report: InspectReport, path: PathLike, inputs: Sequence[str] = ()) -> Any:
+def save_gradients(
+    report: InspectReport, path: PathLike, inputs: Sequence[PathLike | None] = ()
+) -> Written:
     """Write the raw gradients: `.npy` for one result, `.npz` keyed by the `--to` reference.
 
     A None gradient is not written (left out of an `.npz`); `inputs` are files never to write

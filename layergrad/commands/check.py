@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from layergrad.commands import check_steps as steps
 from layergrad.commands.baseline import (
@@ -34,71 +34,56 @@ from layergrad.commands.baseline import (
 )
 from layergrad.commands.check_steps import Add
 from layergrad.core.errors import LayergradError, UsageError, describe
-from layergrad.core.limits import DEFAULT_MAX_MEMORY
-from layergrad.core.probe_options import (
-    BATCH_SIZE,
-    DATA_BATCH_SIZE,
-    ProbeOptions,
-    Progress,
-    check_data_options,
-)
+from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
 from layergrad.core.results import CheckItem, FileVerdict
+from layergrad.core.tf_types import KerasModel
 from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding
 from layergrad.diagnose.regressions import DEFAULT_TOLERANCE
 from layergrad.files.file_info import FileInfo, read_file_info
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    from layergrad.commands.session import Session
+    from layergrad.core.results import ScanRow, WeightScanReport
+    from layergrad.core.tf_types import Strategy
+    from layergrad.data.sources import DataStream
+    from layergrad.engine.data_step import StreamRun
+    from layergrad.engine.loader import LoadedModel
+
+    Opened = tuple[LoadedModel, tuple[str, ...], Strategy | None]  # what `session.load` returns
+
 
 @dataclass(frozen=True)
 class CheckOptions:
-    """What a check run looks for and how it probes."""
+    """What a check run looks for and how it probes.
+
+    `probe` makes the batch of the forward and gradient checks (a random one, `input_file`,
+    or every sample of `data`); its `reduce` and `training` are the check's own choice.
+    """
 
     fail_on: frozenset[Finding] = frozenset(DEFAULT_FAIL_ON)
     static_only: bool = False
     imports: tuple[str, ...] = ()
     unsafe: bool = False
-    batch_size: int | None = None  # 8, or 32 with data
-    seed: int = 0
-    max_memory: int = DEFAULT_MAX_MEMORY
+    probe: ProbeOptions = field(default_factory=ProbeOptions)
     loss: str | None = None  # a keras.losses name overriding the file's compiled loss
-    input_file: str | None = None  # the probe batch of forward and gradient (default random)
     baselines: tuple[str, ...] = ()  # `layergrad scan --json` files (see baseline.match_baselines)
     tolerance: float = DEFAULT_TOLERANCE  # decades of mean |g| a baseline allows
-    # --data: the forward and gradient checks over every sample (see session.ProbeOptions)
-    data: str | None = None
-    limit: int | None = None
-    distribute: str | None = None
-    cpu_replicas: int | None = None
-    first_sample: int = 0
     on_progress: Progress | None = None
     allow_other_data: bool = False  # --baseline --data: compare with a baseline of other data
 
     def __post_init__(self) -> None:
-        check_data_options(
-            self.data, self.input_file, self.limit, self.distribute, self.cpu_replicas,
-            self.first_sample,
-        )  # fmt: skip
-        if self.allow_other_data and not (self.data is not None and self.baselines):
+        if self.allow_other_data and not (self.probe.data is not None and self.baselines):
             raise UsageError("--allow-other-data goes with --baseline and --data; drop it")
 
-    @property
-    def rows(self) -> int:
-        """The batch size, as set or defaulted."""
-        return self.batch_size or (DATA_BATCH_SIZE if self.data is not None else BATCH_SIZE)
+    def probing(self, training: bool = False) -> ProbeOptions:
+        """The probe options of the forward and gradient checks, in training mode or not."""
+        return replace(self.probe, reduce="sum", training=training)
 
-    def probe(self, training: bool = False) -> ProbeOptions:
-        """The probe options of the forward and gradient checks."""
-        return ProbeOptions(
-            batch_size=self.rows,
-            seed=self.seed,
-            training=training,
-            input_file=self.input_file,
-            max_memory=self.max_memory,
-            data=self.data,
-            limit=self.limit,
-            distribute=self.distribute,
-            cpu_replicas=self.cpu_replicas,
-            first_sample=self.first_sample,
-        )
+
+def _text(path: PathLike | None) -> str | None:
+    return None if path is None else os.fspath(path)
 
 
 def check_files(
@@ -125,7 +110,8 @@ def check_files(
             raise LayergradError("--baseline compares a gradient scan; drop --static-only")
         files = [os.fspath(p) for p in paths]
         found = load_baselines(options.baselines)
-        baselines = match_baselines(files, found, options.input_file, options.data is not None)
+        probe = options.probe
+        baselines = match_baselines(files, found, _text(probe.input_file), probe.data is not None)
     verdicts = []
     for path in paths:
         if on_file is not None:
@@ -210,7 +196,7 @@ def _load(
     options: CheckOptions,
     probe: ProbeOptions,
     add: Add,
-) -> tuple[Any, tuple[str, ...], Any] | None:
+) -> Opened | None:
     """Load the model (`session.load`) and record the `loads` check; None when it fails."""
     from layergrad.commands import session
 
@@ -235,24 +221,26 @@ def _dynamic_data(
     baseline: Baseline | None = None,
     has_loss: bool = False,
 ) -> None:
-    """The forward and gradient checks over every sample of `options.data` (one pass), and
+    """The forward and gradient checks over every sample of `options.probe.data` (one pass), and
     with `baseline` the baseline check over the same data (the loss's gradient over the data
     for a file with a loss)."""
     from layergrad.commands import over_data
     from layergrad.engine.data_step import BatchFailed
 
-    probe = options.probe()
+    probe = options.probing()
     other, sha = False, ""
     if baseline is not None:
         from layergrad.data.fingerprint import data_sha256
 
         fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
-        assert options.data is not None
-        sha = data_sha256(options.data)
-        other = not same_data(baseline, options.data, sha, None, options.allow_other_data)
+        assert options.probe.data is not None
+        sha = data_sha256(options.probe.data)
+        other = not same_data(
+            baseline, os.fspath(options.probe.data), sha, None, options.allow_other_data
+        )
         recorded = probe_options(baseline, None, data=True)
         probe = replace(
-            options.probe(),
+            options.probing(),
             batch_size=recorded.batch_size,
             seed=recorded.seed,
             reduce=recorded.reduce,
@@ -266,13 +254,13 @@ def _dynamic_data(
     from layergrad.data.labels import summarise_function, summarise_npz
 
     names, ranks = _outputs(loaded.model)
-    data = os.fspath(options.data or "")
+    data = os.fspath(options.probe.data or "")
     if is_function(data):
         inputs = len(getattr(loaded.model, "inputs", None) or [None])
-        labels = summarise_function(data, names, ranks, inputs, options.limit)
+        labels = summarise_function(data, names, ranks, inputs, options.probe.limit)
     else:
-        labels = summarise_npz(data, names, ranks, options.limit)
-    mismatched = steps.targets(info, options.loss, labels, f"--data {options.data}", add)
+        labels = summarise_npz(data, names, ranks, options.probe.limit)
+    mismatched = steps.targets(info, options.loss, labels, f"--data {options.probe.data}", add)
     try:
         batches = over_data.open_stream(loaded.model, probe, strategy)
     except LayergradError as exc:  # the data does not fit this model: the command is wrong
@@ -304,7 +292,7 @@ def _dynamic_data(
     steps.gradient(rows, add)
     steps.trainable(weights, add, has_loss, where, dead_scope="the data")
     if baseline is not None:  # over the same data: the loss's gradient over every sample
-        data = os.fspath(options.data or "")
+        data = os.fspath(options.probe.data or "")
         other = other or not same_data(baseline, data, sha, run.samples, options.allow_other_data)
         _baseline_over_data(
             path, opened, batches, run, rows, probe, options, add, baseline, has_loss, other
@@ -313,10 +301,10 @@ def _dynamic_data(
 
 def _baseline_over_data(
     path: str | os.PathLike[str],
-    opened: tuple[Any, tuple[str, ...], Any],
-    batches: Any,
-    run: Any,
-    rows: Any,
+    opened: Opened,
+    batches: DataStream,
+    run: StreamRun,
+    rows: tuple[ScanRow, ...],
     probe: ProbeOptions,
     options: CheckOptions,
     add: Add,
@@ -352,8 +340,12 @@ def _baseline_over_data(
 
 
 def _first_batch(
-    loaded: Any, batches: Any, info: FileInfo, options: CheckOptions, names: list[str] | None
-) -> Any:
+    loaded: LoadedModel,
+    batches: DataStream,
+    info: FileInfo,
+    options: CheckOptions,
+    names: list[str] | None,
+) -> Session:
     """A session on the first batch of --data, with its labels when they fit (`names`)."""
     from layergrad.commands.scan import untrained_batchnorm
     from layergrad.commands.session import Session
@@ -362,16 +354,18 @@ def _first_batch(
 
     batch = batches.batch(0)
     if names:
-        given = first_labels(os.fspath(options.data or ""), names, batch.batch_size)
+        given = first_labels(os.fspath(options.probe.data or ""), names, batch.batch_size)
         batch = replace(batch, labels=given or None)
     model = loaded.model
-    probe = replace(options.probe(bool(untrained_batchnorm(model))), data=None, limit=None,
+    probe = replace(options.probing(bool(untrained_batchnorm(model))), data=None, limit=None,
                     distribute=None, cpu_replicas=None)  # fmt: skip
     diagnoser = Diagnoser(model, batch, info.graph, probe.training, probe.reduce)
     return Session(info.path, model, info, batch, probe, diagnoser)
 
 
-def _dead_everywhere(masks: list[Any], batches: Any) -> list[Any]:
+def _dead_everywhere(
+    masks: list[np.ndarray | None], batches: DataStream
+) -> list[np.ndarray | None]:
     """Under `--distribute multi-worker`, the units dead on every worker's shard (a worker
     without batches has no say); in one process the masks as they are."""
     import numpy as np
@@ -382,16 +376,19 @@ def _dead_everywhere(masks: list[Any], batches: Any) -> list[Any]:
     if batches.part is None:  # one process read every batch
         return masks
     mine = [None if m is None else [bool(v) for v in m] for m in masks]
-    out: list[Any] = [None] * len(masks)
+    out: list[np.ndarray | None] = [None] * len(masks)
     for worker in gather_workers(strategy_for("multi-worker"), mine):
         for i, mask in enumerate(worker):
             if mask is not None:
                 seen = np.asarray(mask, bool)
-                out[i] = seen if out[i] is None else out[i] & seen
+                before = out[i]
+                out[i] = seen if before is None else before & seen
     return out
 
 
-def _dead_over_data(model: Any, batches: Any, weights: Any, training: bool) -> Any:
+def _dead_over_data(
+    model: KerasModel, batches: DataStream, weights: WeightScanReport, training: bool
+) -> WeightScanReport:
     """The weight scan with only the dead layers of its batch that are dead for every sample
     of the data (one more forward pass over the data, only when a layer is dead)."""
     import numpy as np
@@ -404,7 +401,7 @@ def _dead_over_data(model: Any, batches: Any, weights: Any, training: bool) -> A
     if not weights.dead_layers:
         return weights
     sites = [resolve(model, ref) for ref, _ in weights.dead_layers]
-    masks: list[Any] = [None] * len(sites)
+    masks: list[np.ndarray | None] = [None] * len(sites)
     names = tuple(s.name for s in batches.specs)
     for tensors in batches.dataset:
         arrays = tuple(np.asarray(t.numpy()) for t in tensors)
@@ -423,7 +420,7 @@ def _dead_over_data(model: Any, batches: Any, weights: Any, training: bool) -> A
     return replace(weights, dead_layers=dead)
 
 
-def _weights_of(session: Any, options: CheckOptions) -> tuple[Any, bool]:
+def _weights_of(session: Session, options: CheckOptions) -> tuple[WeightScanReport, bool]:
     """The weight scan of the session (the loss, or the outputs' projection) and whether a
     loss was found."""
     from layergrad.commands.weight_scan import scan_weights
@@ -447,16 +444,16 @@ def _dynamic(
     from layergrad.engine.compiled_loss import find_loss
 
     try:  # data that cannot feed this model: the command is wrong, not the file
-        check_before_loading(info.graph, options.data, options.input_file)
+        check_before_loading(info.graph, options.probe.data, options.probe.input_file)
     except LayergradError as exc:
         raise UsageError(f"{os.fspath(path)}: {exc}") from exc
     has_loss = find_loss(info.compile_config, options.loss) is not None
-    if options.data is not None:
+    if options.probe.data is not None:
         _dynamic_data(path, info, options, add, baseline, has_loss)
         return
     if baseline is not None:
         fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
-    opened = _load(path, info, options, options.probe(), add)
+    opened = _load(path, info, options, options.probing(), add)
     if opened is None:
         return
     loaded, warnings, _ = opened
@@ -466,13 +463,16 @@ def _dynamic(
     training = bool(untrained_batchnorm(model))
     try:
         probe = (
-            replace(probe_options(baseline, options.input_file), max_memory=options.max_memory)
+            replace(
+                probe_options(baseline, _text(options.probe.input_file)),
+                max_memory=options.probe.max_memory,
+            )
             if baseline
-            else options.probe(training)
+            else options.probing(training)
         )
         session = session_for(loaded, probe, warnings)
     except LayergradError as exc:  # e.g. a model that does not declare its inputs
-        if baseline is not None or options.input_file is not None:
+        if baseline is not None or options.probe.input_file is not None:
             # a batch the user asked for does not fit: the command is wrong, not the file
             raise UsageError(str(exc)) from exc
         add("forward", f"not run: {exc}")
@@ -519,7 +519,7 @@ def _dynamic(
         add("baseline", "no baseline given for this file")
 
 
-def _outputs(model: Any) -> tuple[list[str], dict[str, int]]:
+def _outputs(model: KerasModel) -> tuple[list[str], dict[str, int]]:
     """The model's output names and the rank of each output without the batch axis."""
     names = list(getattr(model, "output_names", None) or [])
     try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from layergrad.core.errors import UsageError
 from layergrad.core.probe_options import ProbeOptions
@@ -29,6 +29,9 @@ from layergrad.diagnose.regressions import (
     source_text,
 )
 from layergrad.files.gradient_profile import Profile, load_profile, profile_of, recorded_probe
+
+if TYPE_CHECKING:
+    from layergrad.commands.session import Session
 
 
 def diff_models(
@@ -124,7 +127,7 @@ def _recorded_probe(profile: Profile, given: ProbeOptions, path: str) -> ProbeOp
     return probe
 
 
-def same_random_batch(base: Any, new: Any) -> None:
+def same_random_batch(base: Session, new: Session) -> None:
     """Raise UsageError unless two sessions' random probe batches are identical.
 
     The same seed draws the same batch only from the same input specs (shapes, dtypes, integer
@@ -145,7 +148,7 @@ def same_random_batch(base: Any, new: Any) -> None:
     )
 
 
-def _inputs_text(session: Any) -> str:
+def _inputs_text(session: Session) -> str:
     from layergrad.data.probe_input import DEFAULT_INT_HIGH, integer_ranges
 
     ranges = integer_ranges(session.model)

@@ -14,7 +14,6 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
@@ -22,6 +21,7 @@ from layergrad.commands.session import load
 from layergrad.core.errors import InputError
 from layergrad.core.fit_results import FitReport
 from layergrad.core.probe_options import PathLike, ProbeOptions
+from layergrad.core.tf_types import Dataset, KerasModel, TensorTree
 
 DEFAULT_STEPS = 300
 SHUFFLE_BUFFER = 10_000  # samples held for shuffling: memory stays bounded
@@ -126,7 +126,7 @@ def fit_model(
     return replace(monitor.report, path=info.path, data=os.fspath(data))
 
 
-def _compile(model: Any, compiled: Mapping[str, Any], options: FitOptions) -> str:
+def _compile(model: KerasModel, compiled: Mapping[str, object], options: FitOptions) -> str:
     """Compile with the file's (or the given) optimizer and loss; return the loss's name."""
     from layergrad.core.keras_backend import quiet_import
     from layergrad.engine.compiled_loss import compile_loss, find_loss
@@ -160,8 +160,8 @@ def _compile(model: Any, compiled: Mapping[str, Any], options: FitOptions) -> st
 
 
 def _dataset(
-    model: Any, path: str, options: FitOptions, limit: int | None
-) -> tuple[Any, int, dict[str, np.ndarray]]:
+    model: KerasModel, path: str, options: FitOptions, limit: int | None
+) -> tuple[Dataset, int, dict[str, np.ndarray]]:
     """(x, y) batches, shuffled within a bounded buffer; the number of samples; the labels."""
     from layergrad.core.keras_backend import quiet_import
     from layergrad.data.probe_input import input_specs
@@ -186,7 +186,7 @@ def _dataset(
     names = list(labels)
     outputs = [n.removeprefix("y:") for n in names]
 
-    def pack(inputs: Any, targets: Any) -> Any:
+    def pack(inputs: TensorTree, targets: TensorTree) -> tuple[TensorTree, TensorTree]:
         flat = list(inputs)
         if structure is not None and len(keras.tree.flatten(structure)) == len(flat):
             x = keras.tree.pack_sequence_as(structure, flat)
@@ -220,7 +220,7 @@ def _labels(path: str, outputs: list[str], limit: int | None) -> dict[str, np.nd
         return {k: np.asarray(archive[k][:limit]) for k in wanted}
 
 
-def _prior_loss(spec: str, labels: dict[str, np.ndarray], model: Any) -> float | None:
+def _prior_loss(spec: str, labels: dict[str, np.ndarray], model: KerasModel) -> float | None:
     """The cross-entropy of predicting the labels' own class frequencies (one output)."""
     name = spec.lower().replace("_", "")
     if len(labels) != 1 or "crossentropy" not in name:
@@ -242,7 +242,7 @@ def _prior_loss(spec: str, labels: dict[str, np.ndarray], model: Any) -> float |
     return entropy if entropy > 0 else None
 
 
-def _units(model: Any) -> list[int]:
+def _units(model: KerasModel) -> list[int]:
     try:
         return [int(t.shape[-1]) if len(t.shape) else 1 for t in model.outputs]
     except (AttributeError, ValueError, TypeError):

@@ -396,12 +396,12 @@ def _scale_flags(
     """Vanishing / exploding again, from the merged L2s, on the rows of the model's trunk
     (from the model file's graph, read without TensorFlow; when the file cannot be read, the
     rows some shard flagged)."""
-    from layergrad.commands.scan import flag_scale
+    from layergrad.commands.scan import flag_against_target_end
 
     trunk = _trunk(model, scans[0].target)
     if trunk is None:
         trunk = {r.layer for s in scans for r in s.rows if set(r.flags) & set(SCALE_FLAGS)}
-    return flag_scale(rows, trunk)
+    return flag_against_target_end(rows, trunk)
 
 
 def _trunk(model: ModelMeta, target: str | None) -> set[str] | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
@@ -27,13 +27,25 @@ from layergrad.core.results import (
     ScanReport,
     ScanRow,
 )
+from layergrad.core.tf_types import KerasModel, Strategy
 from layergrad.core.vocab import Finding, Status
 
 if TYPE_CHECKING:
+    from layergrad.core.results import Cause, FrobeniusNorms
+    from layergrad.data.aggregates import ForwardTotals, GradientTotals
+    from layergrad.data.probe_input import ProbeBatch
+    from layergrad.data.sources import DataStream
+    from layergrad.diagnose.diagnoser import Diagnoser
+    from layergrad.engine.data_step import Probed, StreamRun
     from layergrad.engine.jacobian import JacobianOptions
+    from layergrad.engine.layer_calls import Activation
+    from layergrad.engine.loader import LoadedModel
+    from layergrad.engine.trace import Trace
+    from layergrad.model.graph import ModelGraph
+    from layergrad.model.layer_refs import Site
 
 
-def open_stream(model: Any, options: ProbeOptions, strategy: Any = None) -> Any:
+def open_stream(model: KerasModel, options: ProbeOptions, strategy: Strategy = None) -> DataStream:
     """The model's batches from `options.data` (a `sources.DataStream`): this worker's
     shard under `--distribute multi-worker`."""
     from layergrad.data import probe_input, sources
@@ -161,15 +173,15 @@ def scan_data(
 
 
 def _scan_jacobians(
-    model: Any,
-    batches: Any,
-    site: Any,
+    model: KerasModel,
+    batches: DataStream,
+    site: Site | None,
     rows: tuple[ScanRow, ...],
     options: ProbeOptions,
     how: JacobianOptions,
     top: int,
     on_progress: Progress | None = None,
-    strategy: Any = None,
+    strategy: Strategy | None = None,
 ) -> tuple[tuple[ScanRow, ...], tuple[str, ...]]:
     """Rows with their per-sample Jacobian norms over every sample, and how they were
     measured."""
@@ -187,7 +199,7 @@ def _scan_jacobians(
         on_progress=on_progress,  # a second pass: the bar starts again
         strategy=strategy,  # every worker's shard, combined
     )
-    by_ref: dict[str, Any] = {}
+    by_ref: dict[str, FrobeniusNorms] = {}
     for (path, call, _), found in norms.items():
         by_ref.setdefault(f"{path}@{call}" if call else path, found)
     out = []
@@ -200,15 +212,15 @@ def _scan_jacobians(
 
 
 def _with_jacobians(
-    model: Any,
-    batches: Any,
-    source: Any,
+    model: KerasModel,
+    batches: DataStream,
+    source: Site,
     results: list[Result],
     options: ProbeOptions,
     how: JacobianOptions,
     top: int,
     on_progress: Progress | None = None,
-    strategy: Any = None,
+    strategy: Strategy | None = None,
 ) -> list[Result]:
     """Each result whose gradient is ok or zero with its Jacobian norms over the data."""
     from layergrad.engine.jacobian_data import inspect_jacobians
@@ -237,14 +249,14 @@ def _with_jacobians(
 
 
 def scan_over(
-    loaded: Any,
-    strategy: Any,
-    batches: Any,
+    loaded: LoadedModel,
+    strategy: Strategy,
+    batches: DataStream,
     options: ProbeOptions,
-    site: Any = None,
+    site: Site | None = None,
     layers: Sequence[str] = (),
     on_progress: Progress | None = None,
-) -> tuple[Any, tuple[ScanRow, ...]]:
+) -> tuple[StreamRun, tuple[ScanRow, ...]]:
     """The scan pass over a data stream: (the StreamRun, one row per layer call)."""
     from layergrad.commands import scan
     from layergrad.engine import data_step
@@ -269,7 +281,7 @@ def scan_over(
     ]
     index = min(firsts, default=0)
 
-    def make() -> tuple[Any, Any]:
+    def make() -> tuple[Trace, Diagnoser]:
         batch = diagnosis.batch(index)
         trace = trace_module.run_trace(
             model, batch, site, training=options.training, reduce=options.reduce, seed=options.seed
@@ -281,7 +293,7 @@ def scan_over(
     return run, rows
 
 
-def forward_check(run: Any) -> tuple[str, tuple[Finding, ...]]:
+def forward_check(run: StreamRun) -> tuple[str, tuple[Finding, ...]]:
     """`check`'s forward verdict over a data set: (message, findings)."""
     for act, fwd in zip(run.activations, run.forward, strict=True):
         if fwd is not None and fwd.nonfinite_batches:
@@ -296,18 +308,24 @@ def forward_check(run: Any) -> tuple[str, tuple[Finding, ...]]:
 class _Diagnosis:
     """One batch of the data read again, and its diagnoser, for results that are not ok."""
 
-    def __init__(self, model: Any, batches: Any, graph: Any, options: ProbeOptions):
+    def __init__(
+        self,
+        model: KerasModel,
+        batches: DataStream,
+        graph: ModelGraph | None,
+        options: ProbeOptions,
+    ) -> None:
         self.model, self.batches, self.graph = model, batches, graph
         self.training, self.reduce = options.training, options.reduce
-        self._batches: dict[int, Any] = {}
-        self._diagnosers: dict[int, Any] = {}
+        self._batches: dict[int, ProbeBatch] = {}
+        self._diagnosers: dict[int, Diagnoser] = {}
 
-    def batch(self, index: int) -> Any:
+    def batch(self, index: int) -> ProbeBatch:
         if index not in self._batches:
             self._batches[index] = self.batches.batch(index)
         return self._batches[index]
 
-    def diagnoser(self, index: int) -> Any:
+    def diagnoser(self, index: int) -> Diagnoser:
         from layergrad.diagnose.diagnoser import Diagnoser
 
         if index not in self._diagnosers:
@@ -316,7 +334,7 @@ class _Diagnosis:
             )
         return self._diagnosers[index]
 
-    def activations(self, index: int, source: Any, target: Any) -> tuple[Any, Any]:
+    def activations(self, index: int, source: Site, target: Site) -> tuple[Activation, Activation]:
         """The source and target activations of batch `index` (for the causes)."""
         from layergrad.engine import probe
 
@@ -331,14 +349,15 @@ class _Diagnosis:
         return run.sources[0], run.targets[0]
 
 
-def _result(run: Any, t: int, diagnosis: _Diagnosis) -> Result:
+def _result(run: StreamRun, t: int, diagnosis: _Diagnosis) -> Result:
     from layergrad.diagnose import causes as why
     from layergrad.diagnose import diagnoser
 
     source, target, grad = run.activations[0], run.targets[t], run.gradients[t][0]
+    assert target is not None  # inspect names every target (only scan's may be the projection)
     status = Status.NONE if grad is None else Status(grad.status)
     stats = None if grad is None else grad.stats(source.shape)
-    causes: tuple[Any, ...] = ()
+    causes: tuple[Cause, ...] = ()
     if status != "ok":
         index = grad.first_nonfinite if grad is not None and grad.first_nonfinite else 0
         src, dst = diagnosis.activations(index, source.site, target.site)
@@ -363,7 +382,12 @@ def _result(run: Any, t: int, diagnosis: _Diagnosis) -> Result:
 
 
 def _warnings(
-    stats: GradientStats, forward: Any, source: Any, target: Any, grad: Any, diagnosis: _Diagnosis
+    stats: GradientStats,
+    forward: ForwardTotals | None,
+    source: Probed,
+    target: Probed,
+    grad: GradientTotals,
+    diagnosis: _Diagnosis,
 ) -> tuple[str, ...]:
     """`diagnoser.warnings_for`, from statistics over all samples instead of arrays: exact
     zeros by design named, units with no gradient for any sample called dead."""
@@ -383,7 +407,9 @@ def _warnings(
     return gradient_warnings(stats.zero_fraction, stats.max_abs, size, src, dst, structural, dead)
 
 
-def _probe_meta(source: str, run: Any, options: ProbeOptions, seeded: bool = False) -> ProbeMeta:
+def _probe_meta(
+    source: str, run: StreamRun, options: ProbeOptions, seeded: bool = False
+) -> ProbeMeta:
     """`seeded`: the seed matters (the default target's projection), so it is reported."""
     from layergrad.data.fingerprint import data_sha256
 
@@ -400,7 +426,7 @@ def _probe_meta(source: str, run: Any, options: ProbeOptions, seeded: bool = Fal
     )
 
 
-def _model_meta(path: PathLike, loaded: Any, warnings: Sequence[str]) -> ModelMeta:
+def _model_meta(path: PathLike, loaded: LoadedModel, warnings: Sequence[str]) -> ModelMeta:
     return ModelMeta(
         path=os.fspath(path),
         format=loaded.info.format,

@@ -5,15 +5,16 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import replace
-from typing import Any, cast
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 
 from layergrad.commands.session import Session
 from layergrad.core.errors import LayerNotFound
 from layergrad.core.gradient_stats import DEAD_FRACTION, dead_fraction, gradient_stats, status_of
-from layergrad.core.results import ConstantOutput, DataStats, ScanReport, ScanRow
+from layergrad.core.results import ConstantOutput, DataStats, GradientStats, ScanReport, ScanRow
+from layergrad.core.tf_types import KerasModel
 from layergrad.core.vocab import Flag, Status
 from layergrad.data.aggregates import GradientTotals
 from layergrad.diagnose import causes as why
@@ -28,7 +29,7 @@ from layergrad.engine.data_step import Probed, StreamRun
 from layergrad.engine.jacobian import JacobianOptions
 from layergrad.engine.jacobian_scan import with_jacobians
 from layergrad.engine.layer_calls import Activation
-from layergrad.engine.trace import Trace, live_trace, run_trace, trace_gradients
+from layergrad.engine.trace import Trace, TraceMode, live_trace, run_trace, trace_gradients
 from layergrad.model.graph import ModelGraph
 from layergrad.model.layer_refs import Site, iter_layers, no_glob_match_message, ref_of, resolve
 
@@ -57,11 +58,7 @@ def scan_session(
     """
     model, options = session.model, session.options
     site = None if target is None else resolve(model, target)
-    how: dict[str, Any] = {
-        "training": options.training,
-        "reduce": options.reduce,
-        "seed": options.seed,
-    }
+    how = TraceMode(training=options.training, reduce=options.reduce, seed=options.seed)
     if jacobian is not None:  # one forward pass serves the gradient and the Jacobians
         live = live_trace(model, session.batch, site, **how)
         trace = trace_gradients(live)
@@ -189,6 +186,55 @@ def _kept(session: Session, constant: ConstantOutput) -> bool:
     return not untrained_batchnorm(session.model)
 
 
+@dataclass(frozen=True)
+class RowNumbers:
+    """What one scan row says about its gradient, whichever pass measured it: the trace's
+    gradient array (`traced_numbers`) or the statistics reduced inside the compiled step
+    (`step_numbers`)."""
+
+    status: Status
+    gradient: GradientStats | None = None
+    dead: float = 0.0  # the fraction of units getting exactly zero
+    data: DataStats | None = None  # over a data set: dead units and per-sample L2
+
+
+class _Measured(Protocol):
+    """A captured activation of either pass (`Activation`, `Probed`)."""
+
+    @property
+    def site(self) -> Site: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def output(self) -> int: ...
+    @property
+    def is_float(self) -> bool: ...
+
+
+def traced_numbers(act: Activation, grad: np.ndarray | None) -> RowNumbers:
+    """The numbers of a row from the trace's gradient array."""
+    status = status_of(grad) if act.is_float else Status.INTEGER
+    if grad is None:
+        return RowNumbers(status)
+    return RowNumbers(status, gradient_stats(grad, top=0), dead_fraction(grad))
+
+
+def step_numbers(act: Probed, grad: GradientTotals | None, data: bool) -> RowNumbers:
+    """The numbers of a row from the statistics reduced inside the compiled step; `data`
+    keeps the over-the-data statistics."""
+    status = Status(grad.status if grad is not None else "none") if act.is_float else Status.INTEGER
+    if grad is None:
+        return RowNumbers(status)
+    return RowNumbers(
+        status,
+        grad.stats(act.shape, top=0),
+        grad.dead_fraction(),
+        DataStats(grad.dead_units(), grad.per_sample(), grad.first_nonfinite) if data else None,
+    )
+
+
 def scan_rows(
     trace: Trace,
     graph: ModelGraph | None,
@@ -202,25 +248,16 @@ def scan_rows(
     matching layer references. Blocked and non-finite rows get causes from the diagnoser.
     """
     target = trace.target
-    rows: list[ScanRow] = []
-    for act, grad in zip(trace.activations, trace.gradients, strict=True):
-        if target is not None and not _upstream(graph, act, target):
-            continue
-        class_name = classes.get(act.site.path, "InputLayer")
-        if act.output:  # a multi-output layer whose output 0 the target does not use
-            class_name += f" (output {act.output})"
-        rows.append(_row(act, grad, class_name))
+    measured = [
+        (act, traced_numbers(act, grad))
+        for act, grad in zip(trace.activations, trace.gradients, strict=True)
+    ]
     ends = (
         [target.site.key]
         if target
         else [trace.activations[o].site.key for o in trace.outputs if o is not None]
     )
-    on_trunk = trunk(graph, ends)
-    rows = flag_scale(rows, None if on_trunk is None else {ref_of(k) for k in on_trunk})
-    if patterns:  # after the flags: they compare each row with the target end
-        rows = [r for r in rows if any(fnmatch.fnmatchcase(r.layer, p) for p in patterns)]
-        if not rows:
-            raise LayerNotFound(no_glob_match_message(patterns))
+    rows = build_rows(measured, target, ends, graph, classes, patterns)
     return tuple(_with_causes(row, trace, graph, diagnoser) for row in rows)
 
 
@@ -235,47 +272,66 @@ def summary_rows(
     gradient array; rows carry `data`. `causes(row)` adds causes to a none / zero / non-finite
     row (see `trace_causes`)."""
     target = run.targets[0]
-    rows: list[ScanRow] = []
-    for act, grad in zip(run.activations, run.gradients[0], strict=True):
-        if target is not None and not _upstream(graph, cast(Any, act), cast(Any, target)):
-            continue
-        class_name = classes.get(act.site.path, "InputLayer")
-        if act.output:
-            class_name += f" (output {act.output})"
-        rows.append(_summary_row(act, grad, class_name, run.data))
+    measured = [
+        (act, step_numbers(act, grad, run.data))
+        for act, grad in zip(run.activations, run.gradients[0], strict=True)
+    ]
     ends = [target.site.key] if target is not None else sinks(graph)
-    on_trunk = trunk(graph, ends)
-    rows = flag_scale(rows, None if on_trunk is None else {ref_of(k) for k in on_trunk})
-    if patterns:
-        rows = [r for r in rows if any(fnmatch.fnmatchcase(r.layer, p) for p in patterns)]
-        if not rows:
-            raise LayerNotFound(no_glob_match_message(patterns))
+    rows = build_rows(measured, target, ends, graph, classes, patterns)
     if causes is None:
-        return tuple(rows)
+        return rows
     broken = (Status.NONE, Status.NONFINITE, Status.ZERO)
     return tuple(causes(r) if r.status in broken else r for r in rows)
 
 
-def _summary_row(act: Probed, grad: GradientTotals | None, class_name: str, data: bool) -> ScanRow:
-    status = Status(grad.status if grad is not None else "none") if act.is_float else Status.INTEGER
+def build_rows(
+    measured: Sequence[tuple[_Measured, RowNumbers]],
+    target: _Measured | None,
+    ends: Sequence[tuple[str, int]],
+    graph: ModelGraph | None,
+    classes: dict[str, str],
+    patterns: Sequence[str] = (),
+) -> tuple[ScanRow, ...]:
+    """The scan rows of the activations the target depends on, in order, with their flags:
+    blocked, non-finite, dead from each row's numbers, then vanishing / exploding along the
+    trunk to `ends`; `patterns` keep only matching rows (after the flags, which compare each
+    row with the target end)."""
+    rows: list[ScanRow] = []
+    for act, numbers in measured:
+        if target is not None and not _upstream(graph, act, target):
+            continue
+        class_name = classes.get(act.site.path, "InputLayer")
+        if act.output:  # a multi-output layer whose output 0 the target does not use
+            class_name += f" (output {act.output})"
+        rows.append(_row(act, numbers, class_name))
+    on_trunk = trunk(graph, ends)
+    rows = flag_against_target_end(
+        rows, None if on_trunk is None else {ref_of(k) for k in on_trunk}
+    )
+    if patterns:
+        rows = [r for r in rows if any(fnmatch.fnmatchcase(r.layer, p) for p in patterns)]
+        if not rows:
+            raise LayerNotFound(no_glob_match_message(patterns))
+    return tuple(rows)
+
+
+def _row(act: _Measured, numbers: RowNumbers, class_name: str) -> ScanRow:
     flags: tuple[Flag, ...] = ()
-    if status == Status.NONE:
+    if numbers.status == Status.NONE:
         flags = (Flag.BLOCKED,)
-    elif status == Status.NONFINITE:
+    elif numbers.status == Status.NONFINITE:
         flags = (Flag.NONFINITE,)
-    elif grad is not None and grad.dead_fraction() > DEAD_FRACTION:
+    elif numbers.gradient is not None and numbers.dead > DEAD_FRACTION:
         flags = (Flag.DEAD,)
     return ScanRow(
         layer=act.site.ref,
         class_name=class_name,
         shape=act.shape,
         dtype=act.dtype,
-        status=status,
-        gradient=None if grad is None else grad.stats(act.shape, top=0),
+        status=numbers.status,
+        gradient=numbers.gradient,
         flags=flags,
-        data=None
-        if grad is None or not data
-        else DataStats(grad.dead_units(), grad.per_sample(), grad.first_nonfinite),
+        data=numbers.data,
     )
 
 
@@ -295,36 +351,16 @@ def trace_causes(
     return add
 
 
-def _upstream(graph: ModelGraph | None, act: Activation, target: Activation) -> bool:
+def _upstream(graph: ModelGraph | None, act: _Measured, target: _Measured) -> bool:
     a, t = act.site, target.site
     if (a.path, a.call) == (t.path, t.call) or graph is None:
         return True
     return graph.depends(t.path, a.path, to_call=t.call, frm_call=a.call) is not False
 
 
-def _row(act: Activation, grad: np.ndarray | None, class_name: str) -> ScanRow:
-    status = status_of(grad) if act.is_float else Status.INTEGER
-    stats = None if grad is None else gradient_stats(grad, top=0)
-    flags: tuple[Flag, ...] = ()
-    if status == Status.NONE:
-        flags = (Flag.BLOCKED,)
-    elif status == Status.NONFINITE:
-        flags = (Flag.NONFINITE,)
-    elif grad is not None and dead_fraction(grad) > DEAD_FRACTION:
-        flags = (Flag.DEAD,)
-    return ScanRow(
-        layer=act.site.ref,
-        class_name=class_name,
-        shape=act.shape,
-        dtype=act.dtype,
-        status=status,
-        gradient=stats,
-        flags=flags,
-    )
-
-
-def flag_scale(rows: list[ScanRow], on_trunk: set[str] | None) -> list[ScanRow]:
-    """Flag vanishing / exploding trunk rows against the target end (the last row)."""
+def flag_against_target_end(rows: list[ScanRow], on_trunk: set[str] | None) -> list[ScanRow]:
+    """Vanishing / exploding: trunk rows whose gradient L2 is DECADES (and falling by RATE per
+    layer) or EXTREME decades below / above the target end's (the last row)."""
     end = rows[-1].gradient if rows else None
     if end is None or end.l2 <= 0:
         return rows
@@ -373,7 +409,7 @@ def _reached_output(trace: Trace, graph: ModelGraph | None, i: int) -> Activatio
     return None
 
 
-def untrained_batchnorm(model: Any) -> list[str]:
+def untrained_batchnorm(model: KerasModel) -> list[str]:
     """BatchNormalization layers whose moving statistics are still their initial 0 and 1."""
     found = []
     for path, layer in iter_layers(model):

@@ -12,9 +12,8 @@ gets the causes the diagnosis engine finds on the path from its layer to the los
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
@@ -22,9 +21,11 @@ from layergrad.commands.session import Session
 from layergrad.core.errors import InputError
 from layergrad.core.gradient_stats import DEAD_FRACTION, dead_fraction, gradient_stats, status_of
 from layergrad.core.results import Cause, LossMeta, ScanRow, VariableRow, WeightScanReport
+from layergrad.core.tf_types import KerasLayer, KerasModel, KerasVariable, Tensor, TensorTree
 from layergrad.core.vocab import Flag, Status
 from layergrad.diagnose import causes as why
 from layergrad.engine.compiled_loss import (
+    LossSpec,
     compile_loss,
     find_loss,
     label_kind,
@@ -72,17 +73,18 @@ def scan_weights(
 
 
 def _scan(
-    session: Session, spec: Any, given: dict[str, np.ndarray] | None, kinds: list[str]
+    session: Session, spec: LossSpec | None, given: dict[str, np.ndarray] | None, kinds: list[str]
 ) -> WeightScanReport:
     """The weight scan of `spec`'s loss, or of the outputs' random projection (spec None)."""
     model, options = session.model, session.options
     names = list(getattr(model, "output_names", None) or [])
 
-    def objective(outputs: Any) -> Any:
+    def objective(outputs: TensorTree) -> Tensor:
         from layergrad.core.keras_backend import quiet_import
 
         tf, _ = quiet_import()
         flat = tf.nest.flatten(outputs)
+        assert spec is not None  # the objective only of a scan with a loss
         kinds[:] = [label_kind(n) for n in output_losses(spec, names or [""] * len(flat))]
         labels = _labels_from_data(given, names, len(flat)) if given else None
         labels = labels or random_labels(flat, kinds, options.seed)
@@ -121,14 +123,14 @@ def _scan(
         if spec is None
         else LossMeta(spec.name, spec.source, "data" if given else "random"),
         frozen=len(frozen_variables(model)),
-        variables=tuple(_flag_scale(rows)),
+        variables=tuple(flag_update_ratio_trend(rows)),
         notes=tuple(notes),
         dead_layers=dead_layers(trace, dict(iter_layers(model))),
         activations=replace(activations, target="loss" if spec is not None else None),
     )
 
 
-def dead_layers(trace: Trace, layers: dict[str, Any]) -> tuple[tuple[str, float], ...]:
+def dead_layers(trace: Trace, layers: Mapping[str, KerasLayer]) -> tuple[tuple[str, float], ...]:
     """ReLU layers with more than DEAD_FRACTION of their units (last axis) exactly zero for
     every sample of the batch: (layer reference, that share)."""
     from layergrad.diagnose.activations import activation_name
@@ -145,7 +147,7 @@ def dead_layers(trace: Trace, layers: dict[str, Any]) -> tuple[tuple[str, float]
     return tuple(found)
 
 
-def _owners(model: Any) -> list[tuple[Any, str]]:
+def _owners(model: KerasModel) -> list[tuple[KerasVariable, str]]:
     """Each trainable variable once, with the path of the layer that holds it."""
     seen: set[int] = set()
     out = []
@@ -159,7 +161,7 @@ def _owners(model: Any) -> list[tuple[Any, str]]:
     return out
 
 
-def frozen_variables(model: Any) -> list[Any]:
+def frozen_variables(model: KerasModel) -> list[KerasVariable]:
     """The weights a user froze: variables a layer made to be trained (its kernel, a
     BatchNormalization's gamma and beta) that are not trainable now (`layer.trainable = False`).
 
@@ -193,7 +195,9 @@ def _labels_from_data(
     return [given[f"y:{n}"] for n in names]
 
 
-def _row(variable: Any, path: str, grad: np.ndarray | None, layer_rows: Any) -> VariableRow:
+def _row(
+    variable: KerasVariable, path: str, grad: np.ndarray | None, layer_rows: tuple[ScanRow, ...]
+) -> VariableRow:
     status = status_of(grad)
     weight = np.asarray(variable.numpy(), dtype=np.float64)
     stats = None if grad is None else gradient_stats(grad, top=0)
@@ -286,8 +290,9 @@ def scale_flags(rows: Sequence[VariableRow]) -> dict[str, tuple[Flag, float]]:
     return found
 
 
-def _flag_scale(rows: list[VariableRow]) -> list[VariableRow]:
-    """Vanishing / exploding: the variables of a layer flagged by `scale_flags`."""
+def flag_update_ratio_trend(rows: list[VariableRow]) -> list[VariableRow]:
+    """Vanishing / exploding by the trend of the update ratios from the input end to the output
+    end: the ok, not yet flagged variables of each layer `scale_flags` finds."""
     flagged = scale_flags(rows)
     out = []
     for r in rows:

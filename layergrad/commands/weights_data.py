@@ -13,12 +13,17 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
 from layergrad.core.results import LossMeta, ProbeMeta, VariableRow, WeightScanReport
+from layergrad.core.tf_types import Strategy, Tensor, TensorTree
 from layergrad.core.vocab import Status
+
+if TYPE_CHECKING:
+    from layergrad.data.sources import DataStream
+    from layergrad.engine.loader import LoadedModel
 
 
 def scan_weights_data(
@@ -42,9 +47,9 @@ def scan_weights_data(
 
 
 def weights_over(
-    loaded: Any,
+    loaded: LoadedModel,
     warnings: Sequence[str],
-    strategy: Any,
+    strategy: Strategy,
     options: ProbeOptions,
     loss: str | None = None,
     on_progress: Progress | None = None,
@@ -75,7 +80,7 @@ def weights_over(
     labels = sources.open_labels(options.data or "", names, options.rows, options.limit, shard)
     kinds = [label_kind(n) for n in output_losses(spec, names or [""])]
 
-    def objective(outputs: Any, given: Any, samples: Any) -> Any:
+    def objective(outputs: TensorTree, given: TensorTree | None, samples: Tensor) -> Tensor:
         flat = tf.nest.flatten(outputs)
         if given:
             ys = list(given)
@@ -138,15 +143,15 @@ def weights_over(
         ),
         loss=LossMeta(spec.name, spec.source, "random" if labels is None else "data"),
         frozen=len(model.non_trainable_variables),
-        variables=tuple(weight_scan._flag_scale(rows)),
+        variables=tuple(weight_scan.flag_update_ratio_trend(rows)),
         notes=tuple(notes),
         noise=totals.noise,
     )
 
 
 def random_labels(
-    outputs: Sequence[Any], kinds: Sequence[str], seed: int, samples: Any
-) -> list[Any]:
+    outputs: Sequence[Tensor], kinds: Sequence[str], seed: int, samples: Tensor
+) -> list[Tensor]:
     """Labels that fit each output and its loss (as `loss.random_labels`), drawn in the graph
     from `seed` and the batch's first sample index, so every batch gets its own."""
     from layergrad.core.keras_backend import quiet_import
@@ -174,10 +179,10 @@ def random_labels(
 
 
 def _with_batch_causes(
-    loaded: Any,
+    loaded: LoadedModel,
     warnings: Sequence[str],
-    batches: Any,
-    labels: Any,
+    batches: DataStream,
+    labels: DataStream | None,
     options: ProbeOptions,
     loss: str | None,
     rows: list[VariableRow],

@@ -18,7 +18,6 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from layergrad.core.errors import UsageError
 
@@ -95,7 +94,7 @@ def cluster_from_env(environ: Mapping[str, str] | None = None) -> Cluster:
     )
 
 
-def _addresses(value: Any, role: str, where: str) -> list[str]:
+def _addresses(value: object, role: str, where: str) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(a, str) for a in value):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypedDict
 
 from layergrad.core.errors import UsageError
 from layergrad.core.limits import DEFAULT_MAX_MEMORY
@@ -111,3 +112,29 @@ def check_data_options(
         from layergrad.core.cluster import cluster_from_env
 
         cluster_from_env()  # a missing or malformed TF_CONFIG is one line, before loading
+
+
+class ProbeFields(TypedDict, total=False):
+    """`ProbeOptions`' fields as keyword arguments (the API's `**probe`), each optional."""
+
+    input_file: PathLike | None
+    batch_size: int | None
+    seed: int
+    reduce: str
+    training: bool
+    max_memory: int
+    data: PathLike | None
+    limit: int | None
+    distribute: str | None
+    cpu_replicas: int | None
+    first_sample: int
+
+
+class MeasureFields(TypedDict):
+    """What `inspect` and `scan` measure (the API's keyword arguments of the same names):
+    "gradient" or "jacobian", `probes` random projections or `exact` norms, the `top` samples."""
+
+    measure: str
+    probes: int | None
+    exact: bool
+    top: int

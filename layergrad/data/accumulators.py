@@ -17,14 +17,18 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 
 from layergrad.core.errors import InputError, describe
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import Strategy, Tensor, TFModule, TFVariable
 from layergrad.data import aggregates as tt
 from layergrad.data.devices import is_multi_worker
+
+P = TypeVar("P")  # a JSON payload: dicts, lists, strings, numbers, None
 
 POSITION = "at"  # a step's output that is not added up: its batch's index in the data
 
@@ -38,10 +42,10 @@ class Accumulators:
         shapes: the shape of each summary of one step (`summary_shapes`).
     """
 
-    def __init__(self, strategy: Any, shapes: dict[str, tuple[int, ...]]) -> None:
+    def __init__(self, strategy: Strategy, shapes: dict[str, tuple[int, ...]]) -> None:
         tf, _ = quiet_import()
         self.kinds: dict[str, int] = {}
-        self.vars: dict[str, Any] = {}
+        self.vars: dict[str, TFVariable] = {}
         with strategy.scope():
             for key, shape in shapes.items():
                 if key == POSITION:
@@ -51,13 +55,13 @@ class Accumulators:
                     self._add(tf, f"{key}/first", shape[:-1])
             self.batches = self._variable(tf, np.zeros((), np.float64), "batches")
 
-    def _add(self, tf: Any, key: str, shape: tuple[int, ...]) -> None:
+    def _add(self, tf: TFModule, key: str, shape: tuple[int, ...]) -> None:
         kind = tt.kind_of(key)
         self.kinds[key] = kind
         self.vars[key] = self._variable(tf, tt.initial(kind, shape), key)
 
     @staticmethod
-    def _variable(tf: Any, value: np.ndarray, name: str) -> Any:
+    def _variable(tf: TFModule, value: np.ndarray, name: str) -> TFVariable:
         return tf.Variable(
             value,
             dtype=tf.float64,
@@ -67,7 +71,7 @@ class Accumulators:
             aggregation=tf.VariableAggregation.SUM,
         )
 
-    def update(self, summaries: dict[str, Any]) -> None:
+    def update(self, summaries: dict[str, Tensor]) -> None:
         """Add one step's summaries (call in replica context, or eagerly on one device).
 
         The first non-finite batch is the batch's index in the data (`POSITION`, when the
@@ -92,7 +96,7 @@ class Accumulators:
                 first.assign(tf.minimum(first.read_value(), seen))
         self.batches.assign_add(tf.constant(1.0, tf.float64))
 
-    def totals(self, strategy: Any) -> dict[str, np.ndarray]:
+    def totals(self, strategy: Strategy) -> dict[str, np.ndarray]:
         """Every summary added up over batches and replicas (of every worker), as numpy."""
         if is_multi_worker(strategy):
             everyone = gather(strategy, lambda: {k: v.read_value() for k, v in self.vars.items()})
@@ -106,12 +110,12 @@ class Accumulators:
         }
 
 
-def gather(strategy: Any, local: Any) -> dict[str, np.ndarray]:
+def gather(strategy: Strategy, local: Callable[[], dict[str, Tensor]]) -> dict[str, np.ndarray]:
     """Every replica's values of `local()` (a dict of tensors, read in replica context),
     stacked on a new first axis, on every worker: one collective all-gather per key."""
     tf, _ = quiet_import()
 
-    def replica() -> dict[str, Any]:
+    def replica() -> dict[str, Tensor]:
         context = tf.distribute.get_replica_context()
         return {k: context.all_gather(tf.expand_dims(v, 0), axis=0) for k, v in local().items()}
 
@@ -126,7 +130,7 @@ def gather(strategy: Any, local: Any) -> dict[str, np.ndarray]:
 
 
 def combine_workers(
-    strategy: Any, values: dict[str, np.ndarray], kinds: dict[str, int]
+    strategy: Strategy, values: dict[str, np.ndarray], kinds: dict[str, int]
 ) -> dict[str, np.ndarray]:
     """Totals each worker kept in numpy (`SampleTotals.dist`, say), combined over the workers
     by kind (`aggregates.SUM`, `MAX`, `MIN`) through the strategy's collectives; unchanged in one
@@ -141,7 +145,7 @@ def combine_workers(
     tf, _ = quiet_import()
     local = max(len(strategy.extended.worker_devices), 1)
 
-    def mine() -> dict[str, Any]:  # one replica per worker gives the values, the others none
+    def mine() -> dict[str, Tensor]:  # one replica per worker gives the values, the others none
         first = tf.equal(tf.distribute.get_replica_context().replica_id_in_sync_group % local, 0)
         return {
             k: tf.where(first, tf.constant(v, tf.float64), tt.initial(kinds[k], v.shape))
@@ -152,7 +156,7 @@ def combine_workers(
     return {k: tt.combine(list(everyone[k]), kinds[k]) for k in values}
 
 
-def gather_workers(strategy: Any, payload: Any) -> list[Any]:
+def gather_workers(strategy: Strategy, payload: P) -> list[P]:
     """Every worker's `payload` (anything JSON holds: numbers, strings, lists, None; floats
     round-trip exactly, NaN and Inf included), in the order of the workers (the chief
     first), on every worker; `[payload]` in one process. For totals whose shapes differ
@@ -165,19 +169,19 @@ def gather_workers(strategy: Any, payload: Any) -> list[Any]:
     longest = int(max(int(n[0]) for n in lengths))
     words = -(-longest // 8)
     padded = np.frombuffer(data.ljust(words * 8, b" "), np.int64)
-    out = []
+    out: list[P] = []
     for n, row in zip(lengths, _one_per_worker(strategy, padded), strict=True):
         out.append(json.loads(row.astype(np.int64).tobytes()[: int(n[0])].decode()))
     return out
 
 
-def _one_per_worker(strategy: Any, value: np.ndarray) -> list[np.ndarray]:
+def _one_per_worker(strategy: Strategy, value: np.ndarray) -> list[np.ndarray]:
     """`value` (the same shape on every worker) of every worker, chief first: one replica of
     each worker gives it (the first of its devices), the others are left out."""
     tf, _ = quiet_import()
     local = max(len(strategy.extended.worker_devices), 1)
 
-    def mine() -> dict[str, Any]:
+    def mine() -> dict[str, Tensor]:
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
         first = tf.cast(tf.equal(replica % local, 0), tf.int64)
         return {"v": tf.constant(value, tf.int64), "first": tf.reshape(first, [1])}
@@ -186,7 +190,9 @@ def _one_per_worker(strategy: Any, value: np.ndarray) -> list[np.ndarray]:
     return [v for v, first in zip(everyone["v"], everyone["first"], strict=True) if first[0]]
 
 
-def summary_shapes(strategy: Any, summaries: dict[str, Any]) -> dict[str, tuple[int, ...]] | None:
+def summary_shapes(
+    strategy: Strategy, summaries: dict[str, Tensor]
+) -> dict[str, tuple[int, ...]] | None:
     """The shape of each summary (tensors, symbolic or not, or per-replica values), or None
     when one is not known yet (a summary over an axis the model leaves open)."""
     shapes = {}
@@ -200,7 +206,7 @@ def summary_shapes(strategy: Any, summaries: dict[str, Any]) -> dict[str, tuple[
     return shapes
 
 
-def single_totals(summaries: dict[str, Any]) -> dict[str, np.ndarray]:
+def single_totals(summaries: dict[str, Tensor]) -> dict[str, np.ndarray]:
     """The totals of a single batch (no variables): its summaries, and batch 0 as the first
     non-finite batch where a non-finite value was counted."""
     out = {key: np.asarray(value.numpy()) for key, value in summaries.items()}

@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import Strategy
 
 DISTRIBUTIONS = ("mirrored", "multi-worker")
 MULTI_WORKER = "multi-worker"
 
 
-def strategy_for(distribute: str | None, cpu_replicas: int | None = None) -> Any:
+def strategy_for(distribute: str | None, cpu_replicas: int | None = None) -> Strategy:
     """The tf.distribute strategy for `--distribute` / `--cpu-replicas`.
 
     Args:
@@ -70,13 +70,13 @@ def strategy_for(distribute: str | None, cpu_replicas: int | None = None) -> Any
 
 
 @functools.cache
-def _multi_worker() -> Any:
+def _multi_worker() -> Strategy:
     """The process's one MultiWorkerMirroredStrategy (it connects to the other workers)."""
     tf, _ = quiet_import()
     return tf.distribute.MultiWorkerMirroredStrategy()
 
 
-def is_multi_worker(strategy: Any) -> bool:
+def is_multi_worker(strategy: Strategy) -> bool:
     """Whether `strategy` spans several processes (its statistics meet through collectives)."""
     tf, _ = quiet_import()
     return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)

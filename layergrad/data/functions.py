@@ -22,12 +22,14 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import cast
 
 import numpy as np
 
 from layergrad.core.errors import InputError
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import Dataset, InputContext, Tensor, TensorSpec, TensorTree
 from layergrad.data.probe_input import InputSpec, check_fits, fit_array
 
 FUNCTION = re.compile(r"^(?P<target>.+):(?P<name>[A-Za-z_]\w*)$")
@@ -44,7 +46,9 @@ class Failure:
 Reader = Callable[[], Iterator[tuple[np.ndarray, ...]]]
 
 
-def python_dataset(read: Reader, signature: tuple[Any, ...], failure: Failure, source: str) -> Any:
+def python_dataset(
+    read: Reader, signature: tuple[TensorSpec, ...], failure: Failure, source: str
+) -> Dataset:
     """A tf.data.Dataset pulling from a Python reader; its errors are kept in `failure`
     (TensorFlow would turn them into an error without their type or message)."""
     tf, _ = quiet_import()
@@ -76,10 +80,10 @@ def function_source(
     specs: Sequence[InputSpec],
     batch_size: int,
     limit: int | None,
-    signature: tuple[Any, ...],
+    signature: tuple[TensorSpec, ...],
     failure: Failure,
-    context: Any = None,
-) -> tuple[Any, int | None, bool]:
+    context: InputContext | None = None,
+) -> tuple[Dataset, int | None, bool]:
     """Batches from a user function: a tf.data.Dataset, or an iterable read in Python; and
     whether the function took `context` (a tf.distribute.InputContext)."""
     tf, _ = quiet_import()
@@ -87,7 +91,7 @@ def function_source(
     sharded = context is not None and takes_argument(function)
     arguments = (context,) if sharded else ()
 
-    def call() -> Any:
+    def call() -> object:
         try:
             return function(*arguments)
         except Exception as exc:
@@ -107,14 +111,15 @@ def function_source(
         )
 
     def read() -> Iterator[tuple[np.ndarray, ...]]:
-        items = first.pop() if first else call()  # the first pass uses the first call
+        # the first pass uses the first call; the function returns batches (checked above)
+        items = cast(Iterable[object], first.pop() if first else call())
         yield from _rebatched(_parts(items, ref, specs), batch_size, limit)
 
     rows = len(result) if isinstance(result, np.ndarray) else None  # an array of samples
     return python_dataset(read, signature, failure, ref), rows, sharded
 
 
-def takes_argument(function: Callable[..., Any]) -> bool:
+def takes_argument(function: Callable[..., object]) -> bool:
     """Whether `function` can be called with one positional argument (the InputContext)."""
     try:
         parameters = list(inspect.signature(function).parameters.values())
@@ -128,7 +133,7 @@ def takes_argument(function: Callable[..., Any]) -> bool:
     return any(p.kind in positional for p in parameters)
 
 
-def labels_of(ref: str, inputs: int, limit: int | None) -> Iterator[Any]:
+def labels_of(ref: str, inputs: int, limit: int | None) -> Iterator[TensorTree]:
     """The labels of each element a data function gives (a second call of the function):
     `y` of `(x, y)` tuples, of dicts keyed `y`, or None; at most `limit` samples."""
     tf, _ = quiet_import()
@@ -151,7 +156,7 @@ def labels_of(ref: str, inputs: int, limit: int | None) -> Iterator[Any]:
             return
 
 
-def _label_of(element: Any, inputs: int) -> Any:
+def _label_of(element: TensorTree, inputs: int) -> TensorTree:
     if isinstance(element, dict):
         return element.get("y")
     if isinstance(element, (tuple, list)) and len(element) >= 2:
@@ -161,7 +166,7 @@ def _label_of(element: Any, inputs: int) -> Any:
     return None
 
 
-def _load_function(ref: str) -> Callable[[], Any]:
+def _load_function(ref: str) -> Callable[[], object]:
     match = FUNCTION.match(ref)
     if match is None:
         raise InputError(f"--data {ref}: expected FILE.py:function or module:function")
@@ -196,7 +201,7 @@ def _load_function(ref: str) -> Callable[[], Any]:
     return function
 
 
-def _import_file(path: Path, ref: str) -> Any:
+def _import_file(path: Path, ref: str) -> ModuleType:
     if not path.is_file():
         raise InputError(f"--data {ref}: no such file {path}; pass FILE.py:function")
     spec = importlib.util.spec_from_file_location(f"_layergrad_data_{path.stem}", path)
@@ -213,7 +218,7 @@ def _import_file(path: Path, ref: str) -> Any:
 
 
 def _parts(
-    items: Iterable[Any], ref: str, specs: Sequence[InputSpec]
+    items: Iterable[object], ref: str, specs: Sequence[InputSpec]
 ) -> Iterator[tuple[np.ndarray, ...]]:
     """Each element of a user iterable as checked arrays in input order (samples get a batch
     axis of 1)."""
@@ -278,8 +283,8 @@ def _join(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
 
 
 def _from_tf_dataset(
-    dataset: Any, ref: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None
-) -> tuple[Any, int | None]:
+    dataset: Dataset, ref: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None
+) -> tuple[Dataset, int | None]:
     """Select and cast the inputs of a user's tf.data.Dataset, and cut it into batches."""
     tf, _ = quiet_import()
     where = f"--data {ref}"
@@ -306,7 +311,7 @@ def _from_tf_dataset(
     tuple_element = isinstance(element, tuple)
     dtypes = [tf_dtype(s.dtype) for s in specs]
 
-    def select(*args: Any) -> tuple[Any, ...]:
+    def select(*args: TensorTree) -> tuple[Tensor, ...]:
         value = args if tuple_element else args[0]
         picked = [_pick(value, p) for p in paths]
         if len(picked) > 1:  # unbatch would fail with a message that names no input
@@ -329,7 +334,7 @@ def _from_tf_dataset(
     return out.batch(batch_size), rows
 
 
-def _locate(element: Any, names: list[str], where: str) -> list[tuple[Any, ...]]:
+def _locate(element: TensorTree, names: list[str], where: str) -> list[tuple[int | str, ...]]:
     """Where each model input is inside one element: a dict by input name, `(x, y)` with x
     an array / list / dict, a list of arrays in input order, or one array."""
     if isinstance(element, dict):
@@ -360,8 +365,8 @@ def _locate(element: Any, names: list[str], where: str) -> list[tuple[Any, ...]]
 
 
 def _by_name(
-    mapping: dict[str, Any], names: list[str], prefix: tuple[Any, ...], where: str
-) -> list[tuple[Any, ...]]:
+    mapping: dict[str, TensorTree], names: list[str], prefix: tuple[int | str, ...], where: str
+) -> list[tuple[int | str, ...]]:
     missing = [n for n in names if n not in mapping]
     if missing:
         raise InputError(
@@ -371,7 +376,7 @@ def _by_name(
     return [(*prefix, n) for n in names]
 
 
-def _pick(element: Any, path: tuple[Any, ...]) -> Any:
+def _pick(element: TensorTree, path: tuple[int | str, ...]) -> TensorTree:
     for step in path:
         element = element[step]
     return element

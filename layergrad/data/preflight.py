@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
@@ -56,7 +55,7 @@ def config_specs(graph: ModelGraph) -> tuple[InputSpec, ...] | None:
     return tuple(specs)
 
 
-def _spec(name: str, config: Mapping[str, Any]) -> InputSpec | None:
+def _spec(name: str, config: Mapping[str, object]) -> InputSpec | None:
     shape = config.get("batch_shape", config.get("batch_input_shape"))
     dtype = serialized_name(config.get("dtype"))
     if not isinstance(shape, list) or not shape or not isinstance(dtype, str):

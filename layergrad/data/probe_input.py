@@ -6,12 +6,13 @@ import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.limits import human
+from layergrad.core.tf_types import KerasLayer, KerasModel
 from layergrad.data.input_keys import input_keys, is_label
 from layergrad.files.array_files import ArrayHeader, read_arrays, read_headers
 
@@ -65,7 +66,7 @@ class ProbeBatch:
         return int(self.arrays[0].shape[0]) if self.arrays and self.arrays[0].ndim else 1
 
 
-def input_specs(model: Any) -> tuple[InputSpec, ...]:
+def input_specs(model: KerasModel) -> tuple[InputSpec, ...]:
     """Read the model's input specs; raises InputError when the model does not declare them."""
     try:
         tensors = list(model.inputs)
@@ -153,7 +154,7 @@ def _drawn(rng: np.random.Generator, shape: tuple[int, ...], draw: InputDraw) ->
 PIXELS = 255.0  # a Rescaling that maps [0, 255] onto [0, 1] or [-1, 1] expects raw pixels
 
 
-def preprocessing_draws(model: Any) -> dict[str, InputDraw]:
+def preprocessing_draws(model: KerasModel) -> dict[str, InputDraw]:
     """For each float input whose first layer preprocesses it, the range the model expects.
 
     `Rescaling(scale, offset)` with 0 < scale < 1 maps raw x to x * scale + offset; the raw
@@ -191,7 +192,7 @@ def preprocessing_draws(model: Any) -> dict[str, InputDraw]:
     return out
 
 
-def _scalar(value: Any) -> float | None:
+def _scalar(value: object) -> float | None:
     array = np.asarray(value, dtype=np.float64).reshape(-1)
     return float(array[0]) if array.size and np.all(array == array[0]) else None
 
@@ -295,7 +296,9 @@ def fit_array(array: np.ndarray, spec: InputSpec, where: str) -> np.ndarray:
     return array
 
 
-def check_fits(shape: tuple[int | None, ...], dtype: Any, spec: InputSpec, where: str) -> None:
+def check_fits(
+    shape: tuple[int | None, ...], dtype: DTypeLike, spec: InputSpec, where: str
+) -> None:
     """Raise InputError unless an array of `shape` and `dtype` can feed the input `spec`.
 
     A None in `shape` (a size not known yet, as in a tf.data element spec) is not checked.
@@ -325,7 +328,7 @@ def _np_dtype(dtype: str) -> str:
     return "float32" if dtype == "bfloat16" else dtype
 
 
-def integer_ranges(model: Any) -> dict[str, int]:
+def integer_ranges(model: KerasModel) -> dict[str, int]:
     """For each integer input, the exclusive upper bound of valid ids (Embedding `input_dim`).
 
     Looks at the layers that consume each input directly; an input feeding several such
@@ -339,7 +342,7 @@ def integer_ranges(model: Any) -> dict[str, int]:
     return bounds
 
 
-def _input_consumers(model: Any) -> Iterator[tuple[str, Any]]:
+def _input_consumers(model: KerasModel) -> Iterator[tuple[str, KerasLayer]]:
     """Yield `(input name, layer)` for each layer whose call takes a model input directly."""
     try:
         inputs = {id(t): t.name for t in model.inputs}
@@ -357,7 +360,7 @@ def _input_consumers(model: Any) -> Iterator[tuple[str, Any]]:
         yield next(iter(inputs.values())), _first_leaf(model.layers[0])
 
 
-def _first_leaf(layer: Any) -> Any:
+def _first_leaf(layer: KerasLayer) -> KerasLayer:
     """The first real layer inside a nested model (where its inputs go), else the layer."""
     while hasattr(layer, "layers") and layer.layers:
         layer = layer.layers[0]

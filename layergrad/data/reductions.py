@@ -18,11 +18,11 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import Tensor, TensorTree, TFFunction
 
 GRAD_FIELDS = ("sum_sq", "sum_abs", "zeros", "nonfinite", "elements")  # then max |g|
 SCALARS = len(GRAD_FIELDS) + 1
@@ -32,7 +32,7 @@ LOG_LO, LOG_HI = -30, 30
 HIST_BINS = (LOG_HI - LOG_LO) * BINS_PER_DECADE + 3  # [0] zero, [1] below, [-1] above
 
 
-def gradient_summary(dy: Any, one_unit: bool) -> Any:
+def gradient_summary(dy: Tensor, one_unit: bool) -> Tensor:
     """Reduce a batch-first gradient to one float64 vector:
     `[L2 per sample, *GRAD_FIELDS, max |g|, alive per unit, sum |g| per unit]` (the part
     after the per-sample norms has a length known while tracing: `tail_size`).
@@ -57,10 +57,10 @@ def gradient_summary(dy: Any, one_unit: bool) -> Any:
     nonzero = tf.cast(tf.math.count_nonzero(g, dtype=tf.int64), tf.float64)
     finite = tf.math.is_finite(tf.reduce_sum(unit_abs) + tf.reduce_sum(norms))
 
-    def fast() -> tuple[Any, ...]:
+    def fast() -> tuple[Tensor, ...]:
         return norms, unit_abs, tf.cast(unit_abs > 0, tf.float64), max_abs, zero
 
-    def masked() -> tuple[Any, ...]:
+    def masked() -> tuple[Tensor, ...]:
         wide = tf.cast(g, tf.float64)
         ok = tf.math.is_finite(wide)
         clean = tf.abs(tf.where(ok, wide, tf.zeros_like(wide)))
@@ -79,19 +79,21 @@ def gradient_summary(dy: Any, one_unit: bool) -> Any:
     return tf.concat([norms, tf.stack(head), alive, unit_abs], axis=0)
 
 
-def tail_size(width: Any) -> Any:
+def tail_size(width: Tensor) -> Tensor:
     """Length of a summary vector after its per-sample norms."""
     return SCALARS + 2 * width
 
 
-def anchor_for(x: Any, one_unit: bool) -> Any:
+def anchor_for(x: Tensor, one_unit: bool) -> Tensor:
     """Zeros shaped like `gradient_summary` of a gradient shaped like `x`."""
     tf, _ = quiet_import()
     size = samples_in(x) + tail_size(unit_width(x, one_unit))
     return tf.zeros(tf.reshape(size, [1]), tf.float64)
 
 
-def pack_gradients(vectors: Sequence[Any], widths: Sequence[Any], data: bool) -> dict[str, Any]:
+def pack_gradients(
+    vectors: Sequence[Tensor], widths: Sequence[Tensor], data: bool
+) -> dict[str, Tensor]:
     """The summaries of several gradients as a few tensors: `grad` [n, 5], `gmax` [n],
     `units` (each one's 2 * width values, one after the other), `usizes` [n] (the widths),
     and with `data` their per-sample distributions (`distribution_pack`).
@@ -101,7 +103,7 @@ def pack_gradients(vectors: Sequence[Any], widths: Sequence[Any], data: bool) ->
     """
     tf, _ = quiet_import()
     tails = [v[-tail_size(w) :] for v, w in zip(vectors, widths, strict=True)]
-    out: dict[str, Any] = {"usizes": tf.cast(tf.stack(list(widths)), tf.float64)}
+    out: dict[str, Tensor] = {"usizes": tf.cast(tf.stack(list(widths)), tf.float64)}
     if all(isinstance(w, int) for w in widths):
         whole = tf.concat(tails, axis=0)
         starts = np.cumsum([0] + [tail_size(w) for w in widths])[:-1]
@@ -122,7 +124,7 @@ def pack_gradients(vectors: Sequence[Any], widths: Sequence[Any], data: bool) ->
     return out
 
 
-def distribution_pack(values: Sequence[Any]) -> dict[str, Any]:
+def distribution_pack(values: Sequence[Tensor]) -> dict[str, Tensor]:
     """Summarise n sets of non-negative per-sample values at once: `dist` [n, 3] (count, sum,
     sum of squares), `dmin` [n], `dmax` [n] and `hist` [n, HIST_BINS]."""
     tf, _ = quiet_import()
@@ -155,14 +157,14 @@ def distribution_pack(values: Sequence[Any]) -> dict[str, Any]:
     return {"dist": dist, "dmin": low, "dmax": high, "hist": tf.reshape(hist, [n, HIST_BINS])}
 
 
-def forward_summary(x: Any) -> Any:
+def forward_summary(x: Tensor) -> Tensor:
     """[sum of |x|, elements] of an activation (float64): one reduction."""
     tf, _ = quiet_import()
     v = x if x.dtype in (tf.float32, tf.float64) else tf.cast(x, tf.float32)
     return tf.stack([tf.cast(tf.reduce_sum(tf.abs(v)), tf.float64), tf.cast(tf.size(v), "float64")])
 
 
-def pack_forward(summaries: Sequence[Any]) -> Any:
+def pack_forward(summaries: Sequence[Tensor]) -> Tensor:
     """`fwd` [n, 3]: per activation, 1 when this batch has a NaN/Inf in it (its sum says so),
     else the sum of |x| and the number of elements."""
     tf, _ = quiet_import()
@@ -176,7 +178,7 @@ def pack_forward(summaries: Sequence[Any]) -> Any:
     )  # fmt: skip
 
 
-def unit_width(x: Any, one_unit: bool) -> Any:
+def unit_width(x: Tensor, one_unit: bool) -> Tensor:
     """Units of a batch-first activation: its last axis (one unit, or one per element, when
     it has no axis but the batch). An int when known while tracing, else a scalar tensor."""
     tf, _ = quiet_import()
@@ -188,7 +190,7 @@ def unit_width(x: Any, one_unit: bool) -> Any:
     return 1
 
 
-def samples_in(x: Any) -> Any:
+def samples_in(x: Tensor) -> Tensor:
     """Rows of a batch-first activation (1 for a scalar)."""
     tf, _ = quiet_import()
     if not x.shape.rank:
@@ -196,7 +198,7 @@ def samples_in(x: Any) -> Any:
     return x.shape[0] if x.shape[0] is not None else tf.shape(x)[0]
 
 
-def shared(function: Callable[..., Any]) -> Callable[..., Any]:
+def shared(function: Callable[..., TensorTree]) -> Callable[..., TensorTree]:
     """`function` compiled once per rank and dtype (sizes relaxed) and shared by every layer.
 
     Each summary is a few dozen small operations. Run eagerly (one batch), they would be
@@ -208,7 +210,7 @@ def shared(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @functools.cache
-def _compiled(function: Callable[..., Any], rank: int | None) -> Any:
+def _compiled(function: Callable[..., TensorTree], rank: int | None) -> TFFunction:
     """One compiled function per rank: relaxing sizes keeps the rank, which the summaries'
     shapes depend on."""
     tf, _ = quiet_import()
@@ -220,7 +222,7 @@ def _compiled(function: Callable[..., Any], rank: int | None) -> Any:
     )
 
 
-def output_spread(x: Any) -> Any:
+def output_spread(x: Tensor) -> Tensor:
     """[largest max - min of a value across the batch, largest |value|] (float64)."""
     tf, _ = quiet_import()
     v = tf.reshape(tf.cast(x, tf.float64), [tf.shape(x)[0], -1])

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import Dataset, InputContext, Tensor
 
 Shard = tuple[int, int]  # (this worker, workers)
 
@@ -24,20 +24,20 @@ class Part:
     sample in the whole data (a contiguous part) or its batches already followed by their
     samples' indices (`indexed`)."""
 
-    dataset: Any
+    dataset: Dataset
     samples: int | None
     offset: int = 0
-    indexed: Any = None
+    indexed: Dataset | None = None
     first_batch: int = 0  # this part's batch k is batch first_batch + k * stride of the whole
     stride: int = 1
 
 
-def with_sample_indices(dataset: Any, offset: int = 0) -> Any:
+def with_sample_indices(dataset: Dataset, offset: int = 0) -> Dataset:
     """Each batch of `dataset` (a tuple of tensors) followed by its samples' indices in the
     data (int64, from `offset`), whatever the batch sizes."""
     tf, _ = quiet_import()
 
-    def step(start: Any, batch: Any) -> tuple[Any, Any]:
+    def step(start: Tensor, batch: Tensor) -> tuple[Tensor, Tensor]:
         rows = tf.cast(tf.shape(batch[0])[0], tf.int64)
         return start + rows, (*batch, start + tf.range(rows, dtype=tf.int64))
 
@@ -53,7 +53,7 @@ def part_rows(rows: int, batch_size: int, shard: Shard) -> tuple[int, int]:
     return first * batch_size, min(last * batch_size, rows)
 
 
-def input_context(shard: Shard | None, replicas: int) -> Any:
+def input_context(shard: Shard | None, replicas: int) -> InputContext:
     """The `tf.distribute.InputContext` a function that takes one is called with."""
     tf, _ = quiet_import()
     worker, workers = shard if shard is not None else (0, 1)
@@ -62,14 +62,14 @@ def input_context(shard: Shard | None, replicas: int) -> Any:
     )
 
 
-def round_robin(dataset: Any, shard: Shard, batch_size: int) -> Part:
+def round_robin(dataset: Dataset, shard: Shard, batch_size: int) -> Part:
     """Batch j of the whole data goes to worker j % workers (every worker reads everything,
     as tf.distribute's sharding by data does): for sources that cannot be read in parts."""
     tf, _ = quiet_import()
     worker, workers = shard
     size = tf.constant(batch_size, tf.int64)
 
-    def indexed(j: Any, batch: Any) -> tuple[Any, ...]:
+    def indexed(j: Tensor, batch: Tensor) -> tuple[Tensor, ...]:
         rows = tf.cast(tf.shape(batch[0])[0], tf.int64)
         return (*batch, j * size + tf.range(rows, dtype=tf.int64))
 
@@ -83,7 +83,7 @@ def round_robin(dataset: Any, shard: Shard, batch_size: int) -> Part:
     )
 
 
-def load_image(path: Any, size: tuple[int, int], channels: int) -> Any:
+def load_image(path: Tensor, size: tuple[int, int], channels: int) -> Tensor:
     """One image as `image_dataset_from_directory` decodes it (bilinear resize, float32)."""
     tf, _ = quiet_import()
     image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)

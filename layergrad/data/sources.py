@@ -25,12 +25,12 @@ import os
 import sys
 import zipfile
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import numpy as np
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import Dataset, Tensor, TensorSpec
 from layergrad.data.functions import (
     Failure,
     function_source,
@@ -68,7 +68,7 @@ class DataStream:
         self,
         source: str,
         specs: Sequence[InputSpec],
-        dataset: Any,
+        dataset: Dataset,
         samples: int | None,
         failure: Failure,
         checked: bool = False,
@@ -89,7 +89,7 @@ class DataStream:
             return local
         return self.part.first_batch + local * self.part.stride
 
-    def indexed(self) -> Any:
+    def indexed(self) -> Dataset:
         """The batches this process runs, each followed by its samples' indices in the data
         (int64, counted from `first_sample` over the whole source)."""
         if self.part is not None and self.part.indexed is not None:
@@ -99,7 +99,7 @@ class DataStream:
         offset = 0 if self.part is None else self.part.offset
         return with_sample_indices(self.dataset, self.first_sample + offset)
 
-    def check_batch(self, index: int, parts: Sequence[Sequence[Any]]) -> int:
+    def check_batch(self, index: int, parts: Sequence[Sequence[Tensor]]) -> int:
         """Check batch `index` (per input, its pieces on each replica); return its rows.
 
         A source whose shapes were checked already (a file, an image folder) is only
@@ -252,7 +252,7 @@ def _npy_layout(path: str, specs: Sequence[InputSpec]) -> NpyLayout:
 
 def _npy(
     path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None, shard: Shard | None
-) -> tuple[Any, int, Part | None]:
+) -> tuple[Dataset, int, Part | None]:
     layout = _npy_layout(path, specs)
     rows = layout.shape[0]
     return (
@@ -296,10 +296,10 @@ def _npz(
     specs: Sequence[InputSpec],
     batch_size: int,
     limit: int | None,
-    signature: tuple[Any, ...],
+    signature: tuple[TensorSpec, ...],
     failure: Failure,
     shard: Shard | None = None,
-) -> tuple[Any, int, Part | None]:
+) -> tuple[Dataset, int, Part | None]:
     stored, total = _npz_layouts(path, specs)
     in_place = [s for s in stored if s is not None]
     if len(in_place) == len(stored):  # np.savez: tf.data reads the rows in place
@@ -362,7 +362,7 @@ _RAW = {"f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "b1"}
 
 def _records(
     layouts: Sequence[NpyLayout], specs: Sequence[InputSpec], batch_size: int, limit: int | None
-) -> Any:
+) -> Dataset:
     """Rows read by tf.data as fixed-length records, in batches, decoded and cast."""
     tf, _ = quiet_import()
     for layout in layouts:
@@ -382,13 +382,13 @@ def _records(
     if limit is not None:
         dataset = dataset.take(limit)
 
-    def decode(*raw: Any) -> tuple[Any, ...]:
+    def decode(*raw: Tensor) -> tuple[Tensor, ...]:
         return tuple(_decode(r, lay, s) for r, lay, s in zip(raw, layouts, specs, strict=True))
 
     return dataset.batch(batch_size).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def _decode(raw: Any, layout: NpyLayout, spec: InputSpec) -> Any:
+def _decode(raw: Tensor, layout: NpyLayout, spec: InputSpec) -> Tensor:
     tf, _ = quiet_import()
     dtype = layout.dtype
     little = dtype.byteorder == "<" or (dtype.byteorder in "=|" and sys.byteorder == "little")
@@ -410,7 +410,7 @@ def _chunks(
 
 def _images(
     path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None, shard: Shard | None
-) -> tuple[Any, int, Part | None]:
+) -> tuple[Dataset, int, Part | None]:
     """Decode and resize with Keras's `image_dataset_from_directory` (pixels 0-255)."""
     tf, keras = quiet_import()
     spec = specs[0] if len(specs) == 1 else None

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+
+from layergrad.core.tf_types import KerasLayer
 
 SATURATION_EPS = 1e-6  # a sigmoid / tanh output this close to its bound is pinned
 
 
-def activation_name(layer: Any) -> str | None:
+def activation_name(layer: KerasLayer) -> str | None:
     """'relu', 'sigmoid', 'tanh', 'softmax' for layers that apply one, else None."""
     if layer is None:
         return None

@@ -9,12 +9,12 @@ wrong (`locate.PathView`); the ops, activation values and dtype of that layer sa
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
 from layergrad.core.gradient_stats import dead_fraction, gradient_stats, status_of
 from layergrad.core.results import Cause, Endpoint, Result
+from layergrad.core.tf_types import KerasLayer, KerasModel
 from layergrad.core.vocab import CauseCode, Status
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.diagnose import causes as why
@@ -34,7 +34,12 @@ class Diagnoser:
     """Causes for non-ok gradients of one model and probe batch (traces are cached)."""
 
     def __init__(
-        self, model: Any, batch: ProbeBatch, graph: ModelGraph | None, training: bool, reduce: str
+        self,
+        model: KerasModel,
+        batch: ProbeBatch,
+        graph: ModelGraph | None,
+        training: bool,
+        reduce: str,
     ) -> None:
         self.model, self.batch, self.graph = model, batch, graph
         self.training, self.reduce = training, reduce
@@ -297,7 +302,7 @@ def warnings_for(
 
 
 def structural_zeros(
-    src: Site, dst: Site, graph: ModelGraph | None, layers: Mapping[str, Any], training: bool
+    src: Site, dst: Site, graph: ModelGraph | None, layers: Mapping[str, KerasLayer], training: bool
 ) -> tuple[str, ...]:
     """The layers between `src` and `dst` that give exact zeros by design, each with the
     share of zeros it is expected to give: max pooling, ReLU, masking, Dropout in training."""

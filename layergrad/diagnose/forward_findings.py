@@ -8,12 +8,13 @@ place to fix is where the output first stops varying, found here from one trace.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 
 from layergrad.core.gradient_stats import dead_fraction
 from layergrad.core.results import ConstantOutput, InputRange
+from layergrad.core.tf_types import KerasLayer
 from layergrad.diagnose.activations import activation_name, saturated_fraction
 from layergrad.diagnose.locate import nearest_preds
 from layergrad.engine.layer_calls import Activation
@@ -48,7 +49,7 @@ def is_constant(act: Activation) -> bool:
 
 
 def constant_outputs(
-    trace: Trace, graph: ModelGraph | None, layers: dict[str, Any]
+    trace: Trace, graph: ModelGraph | None, layers: Mapping[str, KerasLayer]
 ) -> list[ConstantOutput]:
     """Every model output that is constant across the batch, with where and why it stopped."""
     found = []
@@ -86,7 +87,7 @@ def _captured_preds(key: CallKey, graph: ModelGraph | None, index: dict[CallKey,
     return [index[node] for node in nearest_preds(graph, key, index.__contains__)]
 
 
-def reason(act: Activation, layers: dict[str, Any]) -> str:
+def reason(act: Activation, layers: Mapping[str, KerasLayer]) -> str:
     """Why a constant activation is constant, when its layer says so."""
     layer = layers.get(act.site.path)
     kind = activation_name(layer)
@@ -104,7 +105,7 @@ def reason(act: Activation, layers: dict[str, Any]) -> str:
 
 
 def unscaled_input(
-    trace: Trace, graph: ModelGraph | None, layers: dict[str, Any]
+    trace: Trace, graph: ModelGraph | None, layers: Mapping[str, KerasLayer]
 ) -> InputRange | None:
     """Inputs far from unit scale that pin the first ReLU / sigmoid / tanh layer they feed."""
     inputs = [a for a in trace.activations if a.site.input_index is not None and a.is_float]

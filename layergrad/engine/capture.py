@@ -19,9 +19,9 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import GradientTape, KerasLayer, KerasModel, Tensor, TensorTree
 from layergrad.data import reductions as sm
 from layergrad.engine.layer_calls import check_all_called, check_input_call
 from layergrad.model.layer_refs import Site, input_names
@@ -76,21 +76,21 @@ class Recorder:
     """
 
     plan: Plan
-    tape: Any
+    tape: GradientTape
     calls: dict[str, int] = field(default_factory=dict)
     records: list[Record] = field(default_factory=list)
-    captured: dict[Key, Any] = field(default_factory=dict)
-    anchors: dict[str, Any] = field(default_factory=dict)
-    widths: dict[str, Any] = field(default_factory=dict)
-    forward: dict[str, Any] = field(default_factory=dict)
-    open_dims: dict[str, Any] = field(default_factory=dict)  # sizes the model leaves open
-    samples: Any = None  # the batch's sample indices in the data (None: 0, 1, ... )
+    captured: dict[Key, Tensor] = field(default_factory=dict)
+    anchors: dict[str, Tensor] = field(default_factory=dict)
+    widths: dict[str, Tensor] = field(default_factory=dict)
+    forward: dict[str, Tensor] = field(default_factory=dict)
+    open_dims: dict[str, Tensor] = field(default_factory=dict)  # sizes the model leaves open
+    samples: Tensor | None = None  # the batch's sample indices in the data (None: 0, 1, ... )
 
     def __post_init__(self) -> None:
         self.sources = {key(s): s for s in self.plan.sources}
         self.targets = {key(t): t for t in self.plan.targets if t is not None}
 
-    def on_call(self, path: str, index: int, flat: list[Any]) -> list[Any]:
+    def on_call(self, path: str, index: int, flat: list[Tensor]) -> list[Tensor]:
         """A wrapped layer produced `flat`: record it if planned; return what to pass on."""
         k = (path, index)
         site = self.sources.get(k) or self.targets.get(k)
@@ -100,7 +100,7 @@ class Recorder:
             site = Site(ref=f"{path}@{index}" if index else path, path=path, call=index)
         return self._record(site, flat)
 
-    def inputs(self, model: Any, tensors: list[Any]) -> list[Any]:
+    def inputs(self, model: KerasModel, tensors: list[Tensor]) -> list[Tensor]:
         """Record (and watch, as planned) the model inputs; return what the model is fed."""
         planned = {
             s.input_index: s
@@ -118,7 +118,7 @@ class Recorder:
                 out[i] = self._record(chosen, [tensors[i]])[0]
         return out
 
-    def _record(self, site: Site, flat: list[Any]) -> list[Any]:
+    def _record(self, site: Site, flat: list[Tensor]) -> list[Tensor]:
         r, k = len(self.records), key(site)
         outputs: list[Output | None] = []
         passed = []
@@ -141,14 +141,14 @@ class Recorder:
             self.captured.setdefault(k, passed[0])
         return passed
 
-    def _summarise_forward(self, name: str, tensor: Any) -> None:
+    def _summarise_forward(self, name: str, tensor: Tensor) -> None:
         tf, _ = quiet_import()
         with self.tape.stop_recording():  # else the tape would keep |x| of every x
             self.forward[name] = sm.shared(sm.forward_summary)(tensor)
             if None in tuple(tensor.shape)[1:]:
                 self.open_dims[name] = tf.shape(tensor)[1:]
 
-    def _watch(self, name: str, tensor: Any) -> Any:
+    def _watch(self, name: str, tensor: Tensor) -> Tensor:
         """Hand `tensor` on through an identity whose gradient is summarised into an anchor."""
         tf, _ = quiet_import()
         one_unit = self.plan.data
@@ -156,8 +156,8 @@ class Recorder:
         self.tape.watch(anchor)
 
         @tf.custom_gradient
-        def watched(x: Any, _anchor: Any) -> Any:
-            def grad(dy: Any) -> Any:
+        def watched(x: Tensor, _anchor: Tensor) -> Tensor:
+            def grad(dy: Tensor) -> Tensor:
                 return dy, sm.shared(sm.gradient_summary)(dy, one_unit)
 
             return tf.identity(x), grad
@@ -170,7 +170,7 @@ class Recorder:
         self.widths[name] = sm.unit_width(tensor, one_unit)
         return out
 
-    def target_scalar(self, target: Site | None, outputs: Any) -> Any:
+    def target_scalar(self, target: Site | None, outputs: TensorTree) -> Tensor:
         """reduce(target activation), or of every float model output; None if not float."""
         tf, _ = quiet_import()
         if target is None:
@@ -188,7 +188,7 @@ class Recorder:
         tensor = self.captured[key(target)]
         return self._reduce(tensor) if is_float(tensor) else None
 
-    def _reduce(self, tensor: Any) -> Any:
+    def _reduce(self, tensor: Tensor) -> Tensor:
         tf, _ = quiet_import()
         if self.plan.reduce == "sum":
             return tf.reduce_sum(tensor)
@@ -201,9 +201,9 @@ class Recorder:
 
 
 @contextlib.contextmanager
-def installed(groups: Sequence[tuple[Any, str]]) -> Iterator[None]:
+def installed(groups: Sequence[tuple[KerasLayer, str]]) -> Iterator[None]:
     """Wrap `call` of each `(layer, path)` for the block (restored in `finally`)."""
-    wrapped: list[tuple[Any, Any]] = []
+    wrapped: list[tuple[KerasLayer, Callable[..., TensorTree] | None]] = []
     try:
         for layer, path in groups:
             previous = layer.__dict__.get("call")
@@ -227,11 +227,11 @@ def recording(recorder: Recorder) -> Iterator[Recorder]:
         del _LOCAL.recorder
 
 
-def _dispatching(call: Callable[..., Any], path: str) -> Callable[..., Any]:
+def _dispatching(call: Callable[..., TensorTree], path: str) -> Callable[..., TensorTree]:
     """`call`, handing its outputs to the recorder of this thread, counting its calls."""
     tf, _ = quiet_import()
 
-    def probed_call(*args: Any, **kwargs: Any) -> Any:
+    def probed_call(*args: object, **kwargs: object) -> TensorTree:
         rec: Recorder | None = getattr(_LOCAL, "recorder", None)
         if rec is None:
             return call(*args, **kwargs)
@@ -247,7 +247,7 @@ def _dispatching(call: Callable[..., Any], path: str) -> Callable[..., Any]:
     return probed_call
 
 
-def is_float(tensor: Any) -> bool:
+def is_float(tensor: Tensor) -> bool:
     """Whether a tensor is floating-point (differentiable)."""
     return getattr(getattr(tensor, "dtype", None), "is_floating", False)
 

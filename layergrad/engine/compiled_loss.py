@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from layergrad.core.errors import InputError
+from layergrad.core.tf_types import KerasModel, KerasModule, Tensor
 
 # How random labels are drawn, by a word in the loss's name (first match wins).
 _LABEL_KINDS = (
@@ -33,10 +33,10 @@ class LossSpec:
 
     name: str
     source: str
-    compile_args: Mapping[str, Any]  # keyword arguments for `model.compile`
+    compile_args: Mapping[str, object]  # keyword arguments for `model.compile`
 
 
-def find_loss(config: Mapping[str, Any], option: str | None) -> LossSpec | None:
+def find_loss(config: Mapping[str, object], option: str | None) -> LossSpec | None:
     """The loss to differentiate: `--loss` when given, else the one compiled in the file.
 
     `config` is how the file says the model was compiled (`FileInfo.compile_config`). None
@@ -51,7 +51,7 @@ def find_loss(config: Mapping[str, Any], option: str | None) -> LossSpec | None:
     return LossSpec(loss_name(compiled["loss"]), "compiled", args)
 
 
-def loss_name(loss: Any) -> str:
+def loss_name(loss: object) -> str:
     """A readable name of a serialized loss (a string, a config dict, or one per output)."""
     if isinstance(loss, str):
         return loss
@@ -66,7 +66,7 @@ def loss_name(loss: Any) -> str:
     return str(loss)
 
 
-def compile_loss(model: Any, spec: LossSpec, optimizer: Any = "sgd") -> None:
+def compile_loss(model: KerasModel, spec: LossSpec, optimizer: object = "sgd") -> None:
     """Compile `model` with the loss (and loss weights) of `spec` and `optimizer` (only
     `layergrad fit` steps it; the other commands only differentiate).
 
@@ -89,7 +89,7 @@ def compile_loss(model: Any, spec: LossSpec, optimizer: Any = "sgd") -> None:
         ) from exc
 
 
-def _deserialize(keras: Any, loss: Any) -> Any:
+def _deserialize(keras: KerasModule, loss: object) -> object:
     if isinstance(loss, str):
         return keras.losses.get(loss)
     if isinstance(loss, Mapping) and "class_name" in loss:
@@ -107,7 +107,7 @@ def label_kind(name: str) -> str:
     return next((kind for word, kind in _LABEL_KINDS if word in key), "normal")
 
 
-def random_labels(outputs: Sequence[Any], kinds: Sequence[str], seed: int) -> list[np.ndarray]:
+def random_labels(outputs: Sequence[Tensor], kinds: Sequence[str], seed: int) -> list[np.ndarray]:
     """Labels that fit each output (its shape, and the kind its loss expects), seeded."""
     rng = np.random.default_rng(seed + 1)  # not the probe batch's own stream
     labels = []

@@ -13,14 +13,24 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
 from layergrad.core.errors import InputError, describe
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import (
+    Dataset,
+    KerasLayer,
+    KerasModel,
+    Strategy,
+    Tensor,
+    TensorTree,
+    TFFunction,
+)
 from layergrad.data import aggregates as tt
 from layergrad.data import reductions as sm
 from layergrad.data.accumulators import POSITION, Accumulators, single_totals, summary_shapes
@@ -28,6 +38,11 @@ from layergrad.data.aggregates import ForwardTotals, GradientTotals, first_batch
 from layergrad.engine.capture import Plan, Record, Recorder, installed, is_float, key, recording
 from layergrad.engine.layer_calls import check_all_called, site_groups, unique_leaves
 from layergrad.model.layer_refs import Site, iter_layers
+
+if TYPE_CHECKING:
+    from layergrad.data.sources import DataStream
+
+T = TypeVar("T")
 
 Key = tuple[str, int]
 Progress = Callable[[int, "int | None"], None]
@@ -95,23 +110,23 @@ class Step:
     every trace of the compiled step sees them.
     """
 
-    def __init__(self, model: Any, plan: Plan) -> None:
+    def __init__(self, model: KerasModel, plan: Plan) -> None:
         self.model, self.plan = model, plan
         self.layout = _Layout()  # filled while tracing (or running eagerly)
         self.traces = 0  # calls of `compute` in Python: traces, or eager runs
         if plan.every_leaf:
-            self.groups: list[tuple[Any, str]] = [
+            self.groups: list[tuple[KerasLayer, str]] = [
                 (layer, path) for layer, path, _ in unique_leaves(iter_layers(model))
             ]
         else:
             sites = [*plan.sources, *(t for t in plan.targets if t is not None)]
             self.groups = [(layer, path) for layer, path, _ in site_groups(sites)]
 
-    def installed(self) -> Any:
+    def installed(self) -> AbstractContextManager[None]:
         """Wrap each captured layer's `call` for the block (restored in `finally`)."""
         return installed(self.groups)
 
-    def compute(self, inputs: Sequence[Any], samples: Any = None) -> dict[str, Any]:
+    def compute(self, inputs: Sequence[Tensor], samples: Tensor | None = None) -> dict[str, Tensor]:
         """Forward and backward on one batch (a tuple of tensors in the model's input order);
         `samples` are the batch's sample indices in the data (for the default target)."""
         tf, _ = quiet_import()
@@ -264,7 +279,7 @@ class _Unpack:
         return [] if where is None else [int(d) for d in self.totals["dims"][where]]
 
 
-def run_batch(model: Any, plan: Plan, inputs: Sequence[np.ndarray]) -> StreamRun:
+def run_batch(model: KerasModel, plan: Plan, inputs: Sequence[np.ndarray]) -> StreamRun:
     """The step on one batch, eagerly: what `scan` needs without keeping any gradient."""
     tf, _ = quiet_import()
     step = Step(model, plan)
@@ -276,10 +291,10 @@ def run_batch(model: Any, plan: Plan, inputs: Sequence[np.ndarray]) -> StreamRun
 
 
 def run_stream(
-    model: Any,
+    model: KerasModel,
     plan: Plan,
-    stream: Any,
-    strategy: Any,
+    stream: DataStream,
+    strategy: Strategy,
     on_progress: Progress | None = None,
 ) -> StreamRun:
     """The compiled step over every batch of a `datasets.DataStream`, under `strategy`.
@@ -317,7 +332,7 @@ def run_stream(
 
     spread = not _is_default(strategy)  # a replica's share of a batch may be empty
 
-    def replica_step(inputs: Any, samples: Any) -> dict[str, Any]:
+    def replica_step(inputs: Sequence[Tensor], samples: Tensor) -> dict[str, Tensor]:
         empty = tf.equal(tf.size(samples), 0)
         if spread:
             inputs, fed = _one_row_if_empty(inputs, samples, empty)
@@ -388,14 +403,16 @@ def run_stream(
     return replace(run, replicas=replicas) if workers else run
 
 
-def with_sample_indices(dataset: Any, offset: int = 0) -> Any:
+def with_sample_indices(dataset: Dataset, offset: int = 0) -> Dataset:
     """Each batch of `dataset` followed by its samples' indices (`shards.with_sample_indices`)."""
     from layergrad.data.shards import with_sample_indices as indexed
 
     return indexed(dataset, offset)
 
 
-def _one_row_if_empty(inputs: Sequence[Any], samples: Any, empty: Any) -> tuple[Any, Any]:
+def _one_row_if_empty(
+    inputs: Sequence[Tensor], samples: Tensor, empty: Tensor
+) -> tuple[Tensor, Tensor]:
     """An empty share of a batch gets one row of zeros, whose summaries `_masked` drops: the
     model never runs on zero rows (some fused CPU kernels return a wrong shape for them)."""
     tf, _ = quiet_import()
@@ -407,7 +424,7 @@ def _one_row_if_empty(inputs: Sequence[Any], samples: Any, empty: Any) -> tuple[
     return tuple(padded), tf.concat([samples, tf.zeros(extra, samples.dtype)], 0)
 
 
-def _masked(summaries: dict[str, Any], empty: Any) -> dict[str, Any]:
+def _masked(summaries: dict[str, Tensor], empty: Tensor) -> dict[str, Tensor]:
     """The summaries, or for an empty share what adds nothing: 0 to sums, -inf / +inf to
     maxima / minima (whatever the row of zeros gave, NaN included)."""
     tf, _ = quiet_import()
@@ -418,7 +435,9 @@ def _masked(summaries: dict[str, Any], empty: Any) -> dict[str, Any]:
     return out
 
 
-def _fused(strategy: Any, concrete: Any, acc: Accumulators, signature: list[Any]) -> Any:
+def _fused(
+    strategy: Strategy, concrete: TFFunction, acc: Accumulators, signature: list[Tensor]
+) -> TFFunction:
     """One compiled call per batch: the traced step, then adding its summaries up (its
     concrete function: calling it skips the signature matching of each call)."""
     tf, _ = quiet_import()
@@ -429,7 +448,7 @@ def _fused(strategy: Any, concrete: Any, acc: Accumulators, signature: list[Any]
     ).get_concrete_function()
 
 
-def _is_default(strategy: Any) -> bool:
+def _is_default(strategy: Strategy) -> bool:
     """Whether `strategy` is TensorFlow's default one (a single device, no distribution)."""
     return type(strategy).__name__ == "_DefaultDistributionStrategy"
 
@@ -439,7 +458,7 @@ class BatchFailed(InputError):
     range): an input error, which `check` records as the file's `error` finding."""
 
 
-def _guarded(run: Callable[[], Any], what: str, source: str | None = None) -> Any:
+def _guarded(run: Callable[[], T], what: str, source: str | None = None) -> T:
     """Run the step; a failure of the model's own ops names the batch."""
     tf, _ = quiet_import()
     where = f"--data {source}: " if source else ""
@@ -453,7 +472,7 @@ def _guarded(run: Callable[[], Any], what: str, source: str | None = None) -> An
         ) from exc
 
 
-def _call_model(model: Any, inputs: list[Any], training: bool) -> Any:
+def _call_model(model: KerasModel, inputs: list[Tensor], training: bool) -> TensorTree:
     """Call the model the way it was built to be called (one tensor, a list or a dict)."""
     _, keras = quiet_import()
     structure = getattr(model, "_inputs_struct", None)

@@ -17,15 +17,15 @@ Two methods, both from the one forward pass of the probe:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.results import FrobeniusNorms, JacobianStats, Result, SpectralNorms
+from layergrad.core.tf_types import GradientTape, Tensor, TFFunction
 from layergrad.core.vocab import JacobianMethod, Measure, Status
 from layergrad.engine import lanczos
 from layergrad.engine.linear_map import LinearMap
@@ -66,7 +66,7 @@ def check_options(measure: str, probes: int | None, exact: bool) -> None:
         )
 
 
-def no_batch_axis(source: Any, target: Any) -> str | None:
+def no_batch_axis(source: Tensor, target: Tensor) -> str | None:
     """Why per-sample Jacobians cannot be taken between these tensors, or None if they can."""
     for what, tensor in (("from", source), ("to", target)):
         if tensor.shape.rank == 0 or tensor.shape[0] != source.shape[0]:
@@ -78,7 +78,7 @@ def no_batch_axis(source: Any, target: Any) -> str | None:
 
 
 def measure_jacobian(
-    tape: Any, source: Any, target: Any, options: JacobianOptions
+    tape: GradientTape, source: Tensor, target: Tensor, options: JacobianOptions
 ) -> tuple[JacobianStats, tuple[str, ...]]:
     """Norms of d target[i] / d source[i] for every sample, from a live persistent tape.
 
@@ -154,7 +154,9 @@ def _chunk(lin: LinearMap, count: int) -> int:
     return max(1, min(count, CHUNK_ENTRIES // max(per_product, 1)))
 
 
-def _stack_chunks(fn: Any, count: int, size: int, make: Any = None) -> Any:
+def _stack_chunks(
+    fn: Callable[[Tensor], Tensor], count: int, size: int, make: TFFunction | None = None
+) -> Tensor:
     """fn over items 0..count-1 in chunks of `size`, stacked; `make(start, stop)` builds a
     chunk's input (default: the indices), so only one chunk's inputs exist at a time. The
     last chunk is padded to `size`, so fn is traced once."""
@@ -179,13 +181,13 @@ def _exact(lin: LinearMap, seed: int) -> tuple[FrobeniusNorms, SpectralNorms, np
     if columns is not None:
         column_sq = tf.transpose(tf.reduce_sum(tf.square(columns), axis=2))
 
-        def dense() -> Any:
+        def dense() -> Tensor:
             return tf.transpose(columns, [1, 2, 0])
     else:
         rows = exact_rows(lin)  # (m, B, n)
         column_sq = tf.reduce_sum(tf.square(rows), axis=0)
 
-        def dense() -> Any:
+        def dense() -> Tensor:
             return tf.transpose(rows, [1, 0, 2])
 
     per_unit = tf.reduce_sum(tf.reshape(column_sq, [lin.batch, -1, lin.units]), axis=1)
@@ -199,13 +201,13 @@ def _exact(lin: LinearMap, seed: int) -> tuple[FrobeniusNorms, SpectralNorms, np
     return frob, spectral(sigma, None, True), _rms(per_unit.numpy())
 
 
-def exact_rows(lin: LinearMap) -> Any:
+def exact_rows(lin: LinearMap) -> Tensor:
     """The (m, B, n) tensor of every row of every J_i: m one-hot VJPs, vectorized over rows."""
     tf, _ = quiet_import()
 
     @tf.function
-    def rows(index: Any) -> Any:
-        def one(j: Any) -> Any:
+    def rows(index: Tensor) -> Tensor:
+        def one(j: Tensor) -> Tensor:
             onehot = tf.one_hot(j, lin.m, dtype=tf.float32)
             return lin.vjp_blocks(tf.broadcast_to(onehot[None], [lin.batch, lin.m]))
 
@@ -214,14 +216,14 @@ def exact_rows(lin: LinearMap) -> Any:
     return _stack_chunks(rows, lin.m, _chunk(lin, lin.m))
 
 
-def exact_columns(lin: LinearMap) -> Any | None:
+def exact_columns(lin: LinearMap) -> Tensor | None:
     """The (n, B, m) tensor of every column of every J_i: n one-hot JVPs, vectorized; None
     when J v cannot be formed (an op on the path has no second derivative)."""
     tf, _ = quiet_import()
 
     @tf.function
-    def columns(index: Any) -> Any:
-        def one(k: Any) -> Any:
+    def columns(index: Tensor) -> Tensor:
+        def one(k: Tensor) -> Tensor:
             onehot = tf.one_hot(k, lin.n, dtype=tf.float32)
             return lin.jvp_blocks(tf.broadcast_to(onehot[None], [lin.batch, lin.n]))
 
@@ -238,7 +240,7 @@ def _lanczos_spectral(lin: LinearMap, seed: int) -> np.ndarray | None:
     tf, _ = quiet_import()
 
     @tf.function
-    def gram_step(v: Any) -> Any:
+    def gram_step(v: Tensor) -> Tensor:
         return lin.vjp_blocks(lin.jvp_blocks(v))
 
     try:
@@ -254,8 +256,8 @@ def _estimate_frobenius(
     tf, _ = quiet_import()
 
     @tf.function
-    def project(signs: Any) -> Any:
-        def one(v: Any) -> Any:
+    def project(signs: Tensor) -> Tensor:
+        def one(v: Tensor) -> Tensor:
             back = tf.reshape(lin.vjp_blocks(v), [lin.batch, -1, lin.units])
             return tf.reduce_sum(tf.square(back), axis=1)  # (B, units)
 
@@ -276,7 +278,7 @@ def _power_spectral(lin: LinearMap, seed: int) -> tuple[SpectralNorms | None, st
     tf, _ = quiet_import()
 
     @tf.function
-    def step(v: Any) -> Any:
+    def step(v: Tensor) -> Tensor:
         forward = lin.jvp_blocks(v)
         back = lin.vjp_blocks(forward)
         norm = tf.norm(back, axis=1, keepdims=True)

@@ -14,11 +14,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
 from layergrad.core.results import FrobeniusNorms, JacobianStats, SpectralNorms
+from layergrad.core.tf_types import KerasModel, Strategy
+
+if TYPE_CHECKING:
+    from layergrad.data.sources import DataStream
 from layergrad.core.vocab import JacobianMethod
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.data.sample_ranking import NormTotals
@@ -28,6 +32,48 @@ from layergrad.model.layer_refs import Site
 Progress = Callable[[int, "int | None"], None]
 Key = tuple[str, int, int]  # (layer path, call, output), as in `jacobian_scan`
 BATCH_SEED_STRIDE = 1_000_003  # batch b draws with seed + b * this (distinct for any seed)
+
+
+class NormPayload(TypedDict):
+    """`NormTotals.arrays` as JSON (`gather_workers` carries it between workers)."""
+
+    dist: list[float]
+    bins: list[int]  # the filled histogram bins, and their counts
+    counts: list[float]
+    size: int
+    top: list[list[float]]
+    extra: list[float]
+
+
+class PairPayload(TypedDict):
+    """A `PairTotals` as JSON."""
+
+    frobenius: NormPayload
+    spectral: NormPayload | None
+    method: str | None
+    probes: int | None
+    independent: bool
+    iterations: int | None
+    converged: bool
+    unit_sq: list[float] | None
+    warnings: list[str]
+
+
+class PairsPayload(TypedDict):
+    pairs: list[PairPayload]
+    missing: dict[str, str]  # target index -> why it has no Jacobian
+
+
+class KeyedNorms(TypedDict):
+    path: str
+    call: int
+    output: int
+    totals: NormPayload
+
+
+class NormsPayload(TypedDict):
+    norms: list[KeyedNorms]
+    notes: list[str]
 
 
 @dataclass
@@ -67,7 +113,7 @@ class PairTotals:
         self.unit_sq = units if self.unit_sq is None else self.unit_sq + units
         self.warnings.update(dict.fromkeys(warnings))
 
-    def payload(self) -> dict[str, Any]:
+    def payload(self) -> PairPayload:
         """Everything added, for `gather_workers` (JSON: `merge_payload` reads it)."""
         return {
             "frobenius": norm_payload(self.frobenius),
@@ -81,9 +127,10 @@ class PairTotals:
             "warnings": list(self.warnings),
         }
 
-    def merge_payload(self, other: dict[str, Any]) -> None:
+    def merge_payload(self, other: PairPayload) -> None:
         """Add the totals of other samples (another worker's `payload`)."""
-        if other["method"] is None:  # that worker had no batch
+        method = other["method"]
+        if method is None:  # that worker had no batch
             return
         self.frobenius.merge(norm_from_payload(other["frobenius"]))
         if other["spectral"] is None:
@@ -93,7 +140,7 @@ class PairTotals:
         if other["iterations"] is not None:
             self.iterations = max(self.iterations or 0, int(other["iterations"]))
         self.converged = self.converged and bool(other["converged"])
-        self.method, self.probes = JacobianMethod(other["method"]), other["probes"]
+        self.method, self.probes = JacobianMethod(method), other["probes"]
         self.independent = self.independent and bool(other["independent"])
         if other["unit_sq"] is not None:
             units = np.asarray(other["unit_sq"], np.float64)
@@ -116,7 +163,7 @@ class PairTotals:
         return JacobianStats(self.method, self.probes, self.independent, frob, spec, units)
 
 
-def norm_payload(totals: NormTotals) -> dict[str, Any]:
+def norm_payload(totals: NormTotals) -> NormPayload:
     """`NormTotals.arrays` as JSON lists (the histogram by its filled bins only)."""
     arrays = totals.arrays()
     filled = np.flatnonzero(arrays["hist"])
@@ -130,7 +177,7 @@ def norm_payload(totals: NormTotals) -> dict[str, Any]:
     }
 
 
-def norm_from_payload(payload: dict[str, Any]) -> NormTotals:
+def norm_from_payload(payload: NormPayload) -> NormTotals:
     """The NormTotals that `norm_payload` wrote."""
     hist = np.zeros(int(payload["size"]), np.float64)
     hist[np.asarray(payload["bins"], np.int64)] = payload["counts"]
@@ -144,7 +191,7 @@ def norm_from_payload(payload: dict[str, Any]) -> NormTotals:
     )
 
 
-def data_batches(stream: Any) -> Iterator[tuple[int, ProbeBatch, np.ndarray]]:
+def data_batches(stream: DataStream) -> Iterator[tuple[int, ProbeBatch, np.ndarray]]:
     """Each batch of a `data.sources.DataStream` this process runs (its shard under
     `--distribute multi-worker`): (its index among the data's batches, the ProbeBatch, its
     samples' indices in the data).
@@ -163,8 +210,8 @@ def data_batches(stream: Any) -> Iterator[tuple[int, ProbeBatch, np.ndarray]]:
 
 
 def inspect_jacobians(
-    model: Any,
-    stream: Any,
+    model: KerasModel,
+    stream: DataStream,
     source: Site,
     targets: Sequence[Site],
     how: JacobianOptions,
@@ -173,7 +220,7 @@ def inspect_jacobians(
     reduce: str = "sum",
     top: int = 10,
     on_progress: Progress | None = None,
-    strategy: Any = None,
+    strategy: Strategy | None = None,
 ) -> list[tuple[JacobianStats | None, tuple[str, ...]]]:
     """The Jacobian norms of d target[i] / d source[i] over every sample, per target.
 
@@ -223,7 +270,7 @@ def inspect_jacobians(
 
 
 def _combined_pairs(
-    strategy: Any, pairs: list[PairTotals], missing: dict[int, str], top: int
+    strategy: Strategy, pairs: list[PairTotals], missing: dict[int, str], top: int
 ) -> tuple[list[PairTotals], dict[int, str]]:
     """Every worker's totals added up, in the order of the workers (one process: as given)."""
     from layergrad.data.accumulators import gather_workers
@@ -231,13 +278,16 @@ def _combined_pairs(
 
     if not is_multi_worker(strategy):
         return pairs, missing
-    mine = {"pairs": [p.payload() for p in pairs], "missing": [[t, w] for t, w in missing.items()]}
+    mine: PairsPayload = {
+        "pairs": [p.payload() for p in pairs],
+        "missing": {str(t): w for t, w in missing.items()},
+    }
     out = [PairTotals(top) for _ in pairs]
     found: dict[int, str] = {}
     for worker in gather_workers(strategy, mine):
         for pair, payload in zip(out, worker["pairs"], strict=True):
             pair.merge_payload(payload)
-        found.update({int(t): str(w) for t, w in worker["missing"]})
+        found.update({int(t): w for t, w in worker["missing"].items()})
     return out, found
 
 
@@ -255,8 +305,8 @@ def _kept_method(how: JacobianOptions, pair: PairTotals) -> JacobianOptions:
 
 
 def scan_jacobians(
-    model: Any,
-    stream: Any,
+    model: KerasModel,
+    stream: DataStream,
     target: Site | None,
     how: JacobianOptions,
     *,
@@ -264,7 +314,7 @@ def scan_jacobians(
     reduce: str = "sum",
     top: int = 10,
     on_progress: Progress | None = None,
-    strategy: Any = None,
+    strategy: Strategy | None = None,
 ) -> tuple[dict[Key, FrobeniusNorms], tuple[str, ...]]:
     """Per watched activation of `scan`, ||d target[i] / d layer[i]||_F over every sample.
 
@@ -299,7 +349,7 @@ def scan_jacobians(
 
 
 def _combined_norms(
-    strategy: Any, totals: dict[Key, NormTotals], notes: dict[str, None], top: int
+    strategy: Strategy, totals: dict[Key, NormTotals], notes: dict[str, None], top: int
 ) -> tuple[dict[Key, NormTotals], dict[str, None]]:
     """`scan_jacobians`' totals and notes over every worker (one process: as given)."""
     from layergrad.data.accumulators import gather_workers
@@ -307,15 +357,18 @@ def _combined_norms(
 
     if not is_multi_worker(strategy):
         return totals, notes
-    mine = {
-        "norms": [[list(key), norm_payload(acc)] for key, acc in totals.items()],
+    mine: NormsPayload = {
+        "norms": [
+            {"path": path, "call": call, "output": output, "totals": norm_payload(acc)}
+            for (path, call, output), acc in totals.items()
+        ],
         "notes": list(notes),
     }
     out: dict[Key, NormTotals] = {}
     found: dict[str, None] = {}
     for worker in gather_workers(strategy, mine):
-        for (path, call, output), payload in worker["norms"]:
-            acc = out.setdefault((str(path), int(call), int(output)), NormTotals(top))
-            acc.merge(norm_from_payload(payload))
+        for item in worker["norms"]:
+            acc = out.setdefault((item["path"], item["call"], item["output"]), NormTotals(top))
+            acc.merge(norm_from_payload(item["totals"]))
         found.update(dict.fromkeys(worker["notes"]))
     return out, found

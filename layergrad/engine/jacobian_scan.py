@@ -13,13 +13,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
 from layergrad.core.errors import InputError
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.results import FrobeniusNorms, ScanJacobian, ScanRow
+from layergrad.core.tf_types import GradientTape, Tensor
 from layergrad.core.vocab import Status
 from layergrad.engine.jacobian import (
     CHUNK_ENTRIES,
@@ -103,7 +103,7 @@ def scan_frobenius(
     return norms, tuple(notes)
 
 
-def _batched(tensor: Any, batch: int) -> bool:
+def _batched(tensor: Tensor, batch: int) -> bool:
     dtype = getattr(tensor, "dtype", None)
     shape = getattr(tensor, "shape", None)
     return (
@@ -135,13 +135,15 @@ class _Products:
     diagonal blocks, for B times the work.
     """
 
-    def __init__(self, tape: Any, ends: Sequence[Any], watched: list[Any], batch: int, m: int):
+    def __init__(
+        self, tape: GradientTape, ends: Sequence[Tensor], watched: list[Tensor], batch: int, m: int
+    ):
         self.tape, self.ends, self.watched = tape, list(ends), watched
         self.batch, self.m = batch, m
         self.per_sample = False
         self.total = sum(math.prod(int(d) for d in t.shape) for t in watched) + batch * m
 
-    def _split(self, cotangent: Any) -> list[Any]:
+    def _split(self, cotangent: Tensor) -> list[Tensor]:
         """(B, m) rows -> one cotangent per end, in its shape and dtype."""
         tf, _ = quiet_import()
         parts, start = [], 0
@@ -152,9 +154,9 @@ class _Products:
             start += size
         return parts
 
-    def _gradients(self, cotangent: Any) -> list[Any]:
+    def _gradients(self, cotangent: Tensor) -> list[Tensor]:
         tf, _ = quiet_import()
-        grads: list[Any] = self.tape.gradient(
+        grads: list[Tensor] = self.tape.gradient(
             self.ends,
             self.watched,
             output_gradients=self._split(cotangent),
@@ -162,11 +164,11 @@ class _Products:
         )
         return grads
 
-    def squared_norms(self, cotangent: Any) -> list[Any]:
+    def squared_norms(self, cotangent: Tensor) -> list[Tensor]:
         """(B, m) -> per watched tensor, ||J_i^T v_i||^2 for each sample i, shape (B,)."""
         tf, _ = quiet_import()
 
-        def norms(cot: Any) -> list[Any]:
+        def norms(cot: Tensor) -> list[Tensor]:
             return [
                 tf.reduce_sum(tf.square(tf.reshape(tf.cast(g, tf.float32), [self.batch, -1])), 1)
                 for g in self._gradients(cot)
@@ -175,7 +177,7 @@ class _Products:
         if not self.per_sample:
             return norms(cotangent)
 
-        def one(i: Any) -> list[Any]:
+        def one(i: Tensor) -> list[Tensor]:
             mask = tf.one_hot(i, self.batch, dtype=cotangent.dtype)[:, None]
             return [tf.gather(n, i) for n in norms(cotangent * mask)]
 
@@ -187,13 +189,13 @@ class _Products:
         per_product = self.total * (self.batch if self.per_sample else 1)
         size = max(1, min(count, CHUNK_ENTRIES // per_product))
 
-        def make(index: Any, signs: Any) -> Any:
+        def make(index: Tensor, signs: Tensor) -> Tensor:
             if exact:
                 return tf.broadcast_to(tf.one_hot(index, self.m)[None], [self.batch, self.m])
             return signs
 
         @tf.function
-        def chunk(index: Any, signs: Any) -> Any:
+        def chunk(index: Tensor, signs: Tensor) -> Tensor:
             if size == 1:  # a plain backward pass: nothing to vectorize
                 return [x[None] for x in self.squared_norms(make(index[0], signs[0]))]
             return tf.vectorized_map(

@@ -11,11 +11,11 @@ matrices and whenever Lanczos cannot finish (no second derivative, MAX_STEPS rea
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import Tensor
 
 MAX_STEPS = 64
 TOLERANCE = 2e-6  # relative residual bound on the largest eigenvalue of J^T J
@@ -23,7 +23,7 @@ DIRECT_FLOAT64 = 256  # Gram matrices up to this size are decomposed in float64
 
 
 def lanczos_top(
-    gram_step: Callable[[Any], Any], batch: int, n: int, seed: int = 0
+    gram_step: Callable[[Tensor], Tensor], batch: int, n: int, seed: int = 0
 ) -> np.ndarray | None:
     """||J_i||_2 for every sample, or None when some sample has not converged in MAX_STEPS.
 
@@ -48,7 +48,7 @@ def lanczos_top(
     state = tf.constant(basis)
 
     @tf.function
-    def step(basis: Any, k: Any) -> Any:
+    def step(basis: Tensor, k: Tensor) -> Tensor:
         v = basis[k]
         w = tf.convert_to_tensor(gram_step(v))
         alpha = tf.reduce_sum(w * v, axis=1)
@@ -73,7 +73,7 @@ def lanczos_top(
     return None
 
 
-def direct(jac: Any) -> np.ndarray:
+def direct(jac: Tensor) -> np.ndarray:
     """||J_i||_2 of a (B, m, n) tensor from the largest eigenvalue of the smaller Gram matrix
     (in float64 when that matrix is small, so rounding stays that of the entries)."""
     tf, _ = quiet_import()

@@ -10,12 +10,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from layergrad.core.errors import InputError, LayerNotFound, describe
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import GradientTape, KerasLayer, KerasModel, Tensor, TensorTree
 from layergrad.model.layer_refs import Site
 
 
@@ -34,7 +34,7 @@ class Activation:
         return np.dtype(self.dtype).kind == "f" if self.dtype != "bfloat16" else True
 
 
-def unique_leaves(layers: Iterable[tuple[str, Any]]) -> list[tuple[Any, str, None]]:
+def unique_leaves(layers: Iterable[tuple[str, KerasLayer]]) -> list[tuple[KerasLayer, str, None]]:
     """Every non-model layer once (a layer object reused inside a nested model counts once)."""
     seen: set[int] = set()
     out = []
@@ -45,11 +45,11 @@ def unique_leaves(layers: Iterable[tuple[str, Any]]) -> list[tuple[Any, str, Non
     return out
 
 
-def is_model(layer: Any) -> bool:
+def is_model(layer: KerasLayer) -> bool:
     return hasattr(layer, "layers") and isinstance(getattr(layer, "layers", None), list)
 
 
-def is_float(tensor: Any) -> bool:
+def is_float(tensor: Tensor) -> bool:
     return getattr(getattr(tensor, "dtype", None), "is_floating", False)
 
 
@@ -57,13 +57,13 @@ def call_key(site: Site) -> tuple[str, int]:
     return (site.path, site.call)
 
 
-def forward(model: Any, inputs: list[Any], training: bool) -> Any:
+def forward(model: KerasModel, inputs: list[Tensor], training: bool) -> TensorTree:
     """Call the model the way it was built to be called (one tensor, a list or a dict)."""
     tf, keras = quiet_import()
     structure = getattr(model, "_inputs_struct", None)
     if structure is not None and len(keras.tree.flatten(structure)) == len(inputs):
         # model.inputs is the flattened structure (dict keys sorted), so pack it back
-        args: Any = keras.tree.pack_sequence_as(structure, inputs)
+        args: TensorTree = keras.tree.pack_sequence_as(structure, inputs)
     else:
         args = inputs[0] if len(inputs) == 1 else inputs
     try:
@@ -75,7 +75,9 @@ def forward(model: Any, inputs: list[Any], training: bool) -> Any:
         ) from exc
 
 
-def gradients_of(tape: Any, scalar: Any, watched: list[Any]) -> tuple[np.ndarray | None, ...]:
+def gradients_of(
+    tape: GradientTape, scalar: Tensor, watched: list[Tensor]
+) -> tuple[np.ndarray | None, ...]:
     if scalar is None:
         return tuple(None for _ in watched)
     floats = [w if is_float(w) else None for w in watched]
@@ -86,14 +88,14 @@ def gradients_of(tape: Any, scalar: Any, watched: list[Any]) -> tuple[np.ndarray
     )
 
 
-def to_numpy(tensor: Any) -> np.ndarray:
+def to_numpy(tensor: Tensor) -> np.ndarray:
     if hasattr(tensor, "values") and hasattr(tensor, "indices"):  # IndexedSlices
         tf, _ = quiet_import()
         tensor = tf.convert_to_tensor(tensor)
     return np.asarray(tensor.numpy())
 
 
-def activation(site: Site, tensor: Any, output: int = 0) -> Activation:
+def activation(site: Site, tensor: Tensor, output: int = 0) -> Activation:
     return Activation(
         site=site,
         shape=tuple(int(d) for d in tensor.shape),
@@ -103,7 +105,7 @@ def activation(site: Site, tensor: Any, output: int = 0) -> Activation:
     )
 
 
-def fresh(tensor: Any) -> Any:
+def fresh(tensor: Tensor) -> Tensor:
     """A new tensor equal to `tensor`, so that watching it leaves other uses of the original
     (a skip connection around a layer that returns its input, e.g. Dropout in inference)
     outside the gradient. The Keras mask travels with it."""
@@ -123,7 +125,7 @@ def check_input_call(site: Site) -> None:
 
 
 def check_all_called(
-    sites: Sequence[Site], captured: dict[tuple[str, int], Any], calls: dict[str, int]
+    sites: Sequence[Site], captured: dict[tuple[str, int], Tensor], calls: dict[str, int]
 ) -> None:
     for site in sites:
         if call_key(site) not in captured:
@@ -141,18 +143,18 @@ def check_all_called(
 
 
 # (path, call), the call's flattened outputs, its positional arguments -> the outputs to pass on
-Handler = Callable[[tuple[str, int], list[Any], Any], list[Any]]
+Handler = Callable[[tuple[str, int], list[Tensor], TensorTree], list[Tensor]]
 
 
 @contextlib.contextmanager
 def capturing(
-    groups: Sequence[tuple[Any, str, set[int] | None]], handle: Handler
+    groups: Sequence[tuple[KerasLayer, str, set[int] | None]], handle: Handler
 ) -> Iterator[dict[str, int]]:
     """Wrap `call` of each `(layer, path, wanted calls or None for all)` for the block.
 
     Yields the number of calls made to each wrapped layer so far.
     """
-    wrapped: list[tuple[Any, Any]] = []
+    wrapped: list[tuple[KerasLayer, Callable[..., TensorTree] | None]] = []
     calls: dict[str, int] = {}
     try:
         for layer, path, wanted in groups:
@@ -167,8 +169,8 @@ def capturing(
                 layer.call = previous
 
 
-def site_groups(sites: Sequence[Site]) -> list[tuple[Any, str, set[int] | None]]:
-    by_layer: dict[int, tuple[Any, str, set[int] | None]] = {}
+def site_groups(sites: Sequence[Site]) -> list[tuple[KerasLayer, str, set[int] | None]]:
+    by_layer: dict[int, tuple[KerasLayer, str, set[int] | None]] = {}
     for site in sites:
         if site.layer is not None:
             entry = by_layer.setdefault(id(site.layer), (site.layer, site.path, set()))
@@ -178,15 +180,15 @@ def site_groups(sites: Sequence[Site]) -> list[tuple[Any, str, set[int] | None]]
 
 
 def _wrap_call(
-    call: Callable[..., Any],
+    call: Callable[..., TensorTree],
     path: str,
     wanted: set[int] | None,
     handle: Handler,
     calls: dict[str, int],
-) -> Callable[..., Any]:
+) -> Callable[..., TensorTree]:
     tf, _ = quiet_import()
 
-    def probed_call(*args: Any, **kwargs: Any) -> Any:
+    def probed_call(*args: object, **kwargs: object) -> TensorTree:
         index = calls.get(path, 0)
         calls[path] = index + 1
         outputs = call(*args, **kwargs)

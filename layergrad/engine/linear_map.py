@@ -15,9 +15,9 @@ sample at a time (vectorized over the batch) and keep that sample's part of the 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import GradientTape, Tensor
 
 
 class LinearMap:
@@ -30,7 +30,7 @@ class LinearMap:
         independent: whether to[i] depends on from[i] alone; the `*_blocks` methods use it.
     """
 
-    def __init__(self, tape: Any, source: Any, target: Any) -> None:
+    def __init__(self, tape: GradientTape, source: Tensor, target: Tensor) -> None:
         self.tape, self.source, self.target = tape, source, target
         self.batch = int(source.shape[0])
         self.n = math.prod(int(d) for d in source.shape[1:])
@@ -38,7 +38,7 @@ class LinearMap:
         self.units = int(source.shape[-1]) if source.shape.rank > 1 else 1
         self.independent = True
 
-    def vjp(self, u: Any) -> Any:
+    def vjp(self, u: Tensor) -> Tensor:
         """(B, m) -> (B, n): J^T u over the whole batch (all blocks, float32)."""
         tf, _ = quiet_import()
         cotangent = tf.reshape(tf.cast(u, self.target.dtype), tf.shape(self.target))
@@ -50,7 +50,7 @@ class LinearMap:
         )
         return tf.reshape(tf.cast(grad, tf.float32), [self.batch, self.n])
 
-    def jvp(self, v: Any) -> Any:
+    def jvp(self, v: Tensor) -> Tensor:
         """(B, n) -> (B, m): J v over the whole batch, as the transpose of `vjp`."""
         tf, _ = quiet_import()
         dummy = tf.zeros([self.batch, self.m], tf.float32)  # vjp is linear: any value will do
@@ -60,19 +60,19 @@ class LinearMap:
         out = inner.gradient(back, dummy, output_gradients=tf.cast(v, tf.float32))
         return tf.zeros_like(dummy) if out is None else out
 
-    def vjp_blocks(self, u: Any) -> Any:
+    def vjp_blocks(self, u: Tensor) -> Tensor:
         """(B, m) -> (B, n): row i is J_ii^T u_i (the diagonal blocks)."""
         return self.vjp(u) if self.independent else self._per_sample(self.vjp, u)
 
-    def jvp_blocks(self, v: Any) -> Any:
+    def jvp_blocks(self, v: Tensor) -> Tensor:
         """(B, n) -> (B, m): row i is J_ii v_i (the diagonal blocks)."""
         return self.jvp(v) if self.independent else self._per_sample(self.jvp, v)
 
-    def _per_sample(self, product: Any, rows: Any) -> Any:
+    def _per_sample(self, product: Tensor, rows: Tensor) -> Tensor:
         """Apply `product` to `rows` masked to one sample at a time; keep that sample's row."""
         tf, _ = quiet_import()
 
-        def one(i: Any) -> Any:
+        def one(i: Tensor) -> Tensor:
             mask = tf.one_hot(i, self.batch, dtype=tf.float32)[:, None]
             return tf.gather(product(rows * mask), i)
 

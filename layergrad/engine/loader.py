@@ -11,10 +11,10 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from layergrad.core.errors import LayergradError, LoadError
 from layergrad.core.limits import DEFAULT_MAX_MEMORY
+from layergrad.core.tf_types import KerasModel
 from layergrad.files.audit import check_safety, is_path, module_name
 from layergrad.files.file_info import FileInfo, read_file_info
 from layergrad.model import memory_estimate
@@ -24,7 +24,7 @@ from layergrad.model import memory_estimate
 class LoadedModel:
     """A Keras model and what was read from its file before Keras saw it."""
 
-    model: Any
+    model: KerasModel
     info: FileInfo
 
 

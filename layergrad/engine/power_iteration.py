@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+
+from layergrad.core.tf_types import Tensor
 
 TOLERANCE = 1e-4  # stop when every sample's estimate changes by less than this, relatively
 MAX_ITERATIONS = 200
 
 # step(v) -> (||J_i v_i||^2 per sample, the next unit vectors J^T J v): v has unit rows
-Step = Callable[[Any], tuple[Any, Any]]
+Step = Callable[[Tensor], tuple[Tensor, Tensor]]
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class PowerResult:
 
 
 def power_iteration(
-    step: Step, start: Any, *, tol: float = TOLERANCE, max_iterations: int = MAX_ITERATIONS
+    step: Step, start: Tensor, *, tol: float = TOLERANCE, max_iterations: int = MAX_ITERATIONS
 ) -> PowerResult:
     """Run `step` from the unit vectors `start` until every estimate settles.
 

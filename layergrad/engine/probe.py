@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import GradientTape, KerasModel, Tensor, TensorTree
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.engine.layer_calls import (
     Activation,
@@ -46,7 +46,7 @@ class ProbeRun:
 
 
 def run_probe(
-    model: Any,
+    model: KerasModel,
     batch: ProbeBatch,
     sources: Sequence[Site],
     targets: Sequence[Site],
@@ -89,16 +89,16 @@ class LiveProbe:
     vector-Jacobian products and Jacobians can be taken from it (`jacobian.py`).
     """
 
-    tape: Any
+    tape: GradientTape
     source_sites: tuple[Site, ...]
     target_sites: tuple[Site, ...]
-    sources: tuple[Any, ...]
-    targets: tuple[Any, ...]
-    scalars: tuple[Any, ...]
+    sources: tuple[Tensor, ...]
+    targets: tuple[Tensor, ...]
+    scalars: tuple[Tensor, ...]
 
 
 def live_probe(
-    model: Any,
+    model: KerasModel,
     batch: ProbeBatch,
     sources: Sequence[Site],
     targets: Sequence[Site],
@@ -112,12 +112,14 @@ def live_probe(
     reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
     inputs = [tf.convert_to_tensor(a) for a in batch.arrays]
     sites = [*sources, *targets]
-    captured: dict[tuple[str, int], Any] = {}
+    captured: dict[tuple[str, int], Tensor] = {}
     source_keys = {call_key(s) for s in sources}
     tape = tf.GradientTape(persistent=persistent)
     with tape:
 
-        def on_call(key: tuple[str, int], flat: list[Any], _args: Any = None) -> list[Any]:
+        def on_call(
+            key: tuple[str, int], flat: list[Tensor], _args: TensorTree = None
+        ) -> list[Tensor]:
             first = flat[0]
             if key in source_keys and is_float(first):
                 first = fresh(first)  # so paths that bypass this layer do not count

@@ -20,14 +20,14 @@ hash) into two uniform numbers, turned into one normal number by Box-Muller:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import Tensor
 
 MASK = 0xFFFFFFFF
 
 
-def _hash(x: Any) -> Any:
+def _hash(x: Tensor) -> Tensor:
     """lowbias32 on a uint32 tensor (wrapping arithmetic)."""
     tf, _ = quiet_import()
     u32 = tf.uint32
@@ -38,7 +38,7 @@ def _hash(x: Any) -> Any:
     return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(16, u32)))
 
 
-def normals(seed: int, output: int, samples: Any, width: Any) -> Any:
+def normals(seed: int, output: int, samples: Tensor, width: Tensor) -> Tensor:
     """R for `samples` (global sample indices, shape (b,)): float32 of shape (b, width)."""
     tf, _ = quiet_import()
     u32 = tf.uint32
@@ -55,7 +55,9 @@ def normals(seed: int, output: int, samples: Any, width: Any) -> Any:
     return tf.sqrt(-2.0 * tf.math.log(u1)) * tf.cos(2.0 * 3.141592653589793 * u2)
 
 
-def project(outputs: Any, samples: Any, seed: int, reduce: Callable[[Any], Any]) -> Any:
+def project(
+    outputs: Tensor, samples: Tensor, seed: int, reduce: Callable[[Tensor], Tensor]
+) -> Tensor:
     """The projection target of the model's `outputs` for the samples with indices `samples`,
     as a float32 scalar; None when no output is floating-point."""
     tf, _ = quiet_import()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import KerasLayer, TensorTree, TFOperation
 
 # Ops whose gradient is None (or is registered but returns None): a list is needed as well as
 # the registry, because Round, Floor and ArgMax *have* registered gradient functions.
@@ -59,11 +59,11 @@ class OpFinding:
 class TracedCall:
     """The ops of one layer call, and which of its (flattened) tensor arguments nothing uses."""
 
-    ops: list[tuple[str, Any]]
+    ops: list[tuple[str, TFOperation]]
     unused: tuple[int, ...]
 
 
-def trace_call(layer: Any, args: Any, training: bool) -> TracedCall | None:
+def trace_call(layer: KerasLayer, args: TensorTree, training: bool) -> TracedCall | None:
     """Trace `layer` on arguments shaped like `args` (TensorSpecs); None if it cannot be traced."""
     tf, _ = quiet_import()
     if not isinstance(args, (tuple, list)) or not args:
@@ -79,7 +79,7 @@ def trace_call(layer: Any, args: Any, training: bool) -> TracedCall | None:
     return TracedCall([(op.type, op) for op in graph.get_operations()], unused)
 
 
-def blocking_ops(ops: Sequence[tuple[str, Any]]) -> list[OpFinding]:
+def blocking_ops(ops: Sequence[tuple[str, TFOperation]]) -> list[OpFinding]:
     """Ops that give no gradient: the known list, casts to integers, unregistered float ops."""
     from tensorflow.python.framework import ops as tf_ops
 
@@ -101,10 +101,10 @@ def blocking_ops(ops: Sequence[tuple[str, Any]]) -> list[OpFinding]:
     return found
 
 
-def unsafe_backward_ops(ops: Sequence[tuple[str, Any]]) -> list[OpFinding]:
+def unsafe_backward_ops(ops: Sequence[tuple[str, TFOperation]]) -> list[OpFinding]:
     """Ops whose gradient is Inf/NaN at some inputs (sqrt, log, division at 0)."""
     return [OpFinding(t, UNSAFE_BACKWARD[t]) for t, _ in ops if t in UNSAFE_BACKWARD]
 
 
-def _floats_in_and_out(op: Any) -> bool:
+def _floats_in_and_out(op: TFOperation) -> bool:
     return bool(op.inputs) and all(t.dtype.is_floating for t in (*op.inputs, *op.outputs))

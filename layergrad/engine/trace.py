@@ -9,11 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import (
+    GradientTape,
+    KerasModel,
+    KerasVariable,
+    Tensor,
+    TensorSpec,
+    TensorTree,
+)
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.engine.layer_calls import (
     Activation,
@@ -48,7 +56,7 @@ class Trace:
     activations: tuple[Activation, ...]
     gradients: tuple[np.ndarray | None, ...]
     target: Activation | None
-    args: tuple[Any, ...] = ()
+    args: tuple[TensorSpec, ...] = ()
     arg_sources: tuple[tuple[int | None, ...], ...] = ()
     variable_gradients: tuple[np.ndarray | None, ...] = ()
     outputs: tuple[int | None, ...] = ()
@@ -61,11 +69,19 @@ class Trace:
         return None
 
 
-Objective = Callable[[Any], Any]  # the model's outputs -> the scalar to differentiate
+Objective = Callable[[TensorTree], Tensor]  # the model's outputs -> the scalar to differentiate
+
+
+class TraceMode(TypedDict):
+    """How `run_trace` / `live_trace` run the model and reduce the target (their keywords)."""
+
+    training: bool
+    reduce: str
+    seed: int
 
 
 def run_trace(
-    model: Any,
+    model: KerasModel,
     batch: ProbeBatch,
     target: Site | None = None,
     *,
@@ -73,7 +89,7 @@ def run_trace(
     reduce: str = "sum",
     seed: int = 0,
     objective: Objective | None = None,
-    variables: Sequence[Any] = (),
+    variables: Sequence[KerasVariable] = (),
 ) -> Trace:
     """Capture and watch every leaf-layer call; one backward pass from `target` to all of them.
 
@@ -108,16 +124,16 @@ class LiveTrace:
     need more than one gradient (`jacobian_scan.py`).
     """
 
-    tape: Any
-    records: tuple[tuple[Site, tuple[Any, ...], Any], ...]
-    outputs: Any
-    ends: tuple[Any, ...]
-    scalar: Any
+    tape: GradientTape
+    records: tuple[tuple[Site, tuple[Tensor, ...], TensorTree], ...]
+    outputs: TensorTree
+    ends: tuple[Tensor, ...]
+    scalar: Tensor
     target: Activation | None
 
 
 def live_trace(
-    model: Any,
+    model: KerasModel,
     batch: ProbeBatch,
     target: Site | None = None,
     *,
@@ -133,11 +149,11 @@ def live_trace(
     tf, _ = quiet_import()
     reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
     tensors = [tf.convert_to_tensor(a) for a in batch.arrays]
-    records: list[tuple[Site, tuple[Any, ...], Any]] = []
+    records: list[tuple[Site, tuple[Tensor, ...], TensorTree]] = []
     tape = tf.GradientTape(persistent=persistent)
     with tape:
 
-        def on_call(key: tuple[str, int], flat: list[Any], args: Any) -> list[Any]:
+        def on_call(key: tuple[str, int], flat: list[Tensor], args: TensorTree) -> list[Tensor]:
             copies = [fresh(t) if is_float(t) else t for t in flat]
             for t in copies:
                 if is_float(t):
@@ -172,7 +188,7 @@ def live_trace(
     return LiveTrace(tape, tuple(records), outputs, ends, scalar, target_act)
 
 
-def trace_gradients(live: LiveTrace, variables: Sequence[Any] = ()) -> Trace:
+def trace_gradients(live: LiveTrace, variables: Sequence[KerasVariable] = ()) -> Trace:
     """The backward pass of `run_trace`: d target / d every watched call (and `variables`)."""
     tf, _ = quiet_import()
     records = live.records
@@ -199,13 +215,13 @@ def trace_gradients(live: LiveTrace, variables: Sequence[Any] = ()) -> Trace:
     )
 
 
-def _specs(args: Any) -> Any:
+def _specs(args: TensorTree) -> TensorTree:
     """The call's arguments with each tensor replaced by a TensorSpec whose batch axis is open."""
     if args is None:
         return None
     tf, _ = quiet_import()
 
-    def spec(t: Any) -> Any:
+    def spec(t: Tensor) -> object:
         if not _is_tensor(t):
             return t
         return tf.TensorSpec((None, *t.shape[1:]) if t.shape.rank else (), t.dtype)
@@ -213,11 +229,11 @@ def _specs(args: Any) -> Any:
     return tf.nest.map_structure(spec, args)
 
 
-def _sources(args: Any, produced: dict[int, int]) -> tuple[int | None, ...]:
+def _sources(args: TensorTree, produced: dict[int, int]) -> tuple[int | None, ...]:
     """For each tensor among a call's flattened arguments, the activation it is (or None)."""
     tf, _ = quiet_import()
     return tuple(produced.get(id(t)) for t in tf.nest.flatten(args or ()) if _is_tensor(t))
 
 
-def _is_tensor(value: Any) -> bool:
+def _is_tensor(value: object) -> bool:
     return hasattr(value, "dtype") and hasattr(value, "shape") and hasattr(value.shape, "rank")

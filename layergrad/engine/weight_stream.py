@@ -25,17 +25,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import numpy as np
 
 from layergrad.core.errors import InputError, describe
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.results import GradientNoise
+from layergrad.core.tf_types import Dataset, KerasModel, KerasVariable, Strategy, Tensor, TensorTree
 from layergrad.data.accumulators import Accumulators, summary_shapes
 
 Progress = Callable[[int, "int | None"], None]
-Objective = Callable[[Any, Any, Any], Any]  # (outputs, labels or None, sample indices) -> loss
+# (outputs, labels or None, sample indices) -> loss
+Objective = Callable[[TensorTree, TensorTree | None, Tensor], Tensor]
 
 
 @dataclass(frozen=True)
@@ -51,15 +52,15 @@ class WeightTotals:
 
 
 def stream_weight_gradients(
-    model: Any,
-    variables: Sequence[Any],
+    model: KerasModel,
+    variables: Sequence[KerasVariable],
     layers: Sequence[str],
     objective: Objective,
-    dataset: Any,
-    strategy: Any,
+    dataset: Dataset,
+    strategy: Strategy,
     *,
     training: bool = False,
-    check_batch: Callable[[int, Any], int] | None = None,
+    check_batch: Callable[[int, Tensor], int] | None = None,
     batch_index: Callable[[int], int] | None = None,
     expected: int | None = None,
     on_progress: Progress | None = None,
@@ -98,17 +99,17 @@ def stream_weight_gradients(
     owner = [names.index(layer) for layer in layers]
     connected: list[bool] = []
 
-    def compute(inputs: Any, labels: Any, samples: Any) -> dict[str, Any]:
+    def compute(inputs: Tensor, labels: TensorTree | None, samples: Tensor) -> dict[str, Tensor]:
         if not workers:
             return summaries(inputs, labels, samples)
         # each worker's replicas take whole batches of its shard in turn; a replica left
         # without one at a step (the workers step together) adds nothing
         empty = tf.equal(tf.size(samples), 0)
         inputs, fed = _one_row_if_empty(inputs, samples, empty)
-        labels, _ = _one_row_if_empty(labels, samples, empty)
+        labels, _ = _one_row_if_empty(labels or (), samples, empty)
         return _masked(summaries(inputs, labels, fed), empty)
 
-    def summaries(inputs: Any, labels: Any, samples: Any) -> dict[str, Any]:
+    def summaries(inputs: Tensor, labels: TensorTree | None, samples: Tensor) -> dict[str, Tensor]:
         rows = tf.shape(inputs[0])[0]
         n = tf.cast(rows, tf.float64)
         with tf.GradientTape() as tape:
@@ -118,7 +119,7 @@ def stream_weight_gradients(
         connected[:] = [g is not None for g in grads]
         kept = [i for i, g in enumerate(grads) if g is not None]
         weighted = [n * tf.cast(tf.convert_to_tensor(grads[i]), tf.float64) for i in kept]
-        out: dict[str, Any] = {f"{i}/sum": w for i, w in zip(kept, weighted, strict=True)}
+        out: dict[str, Tensor] = {f"{i}/sum": w for i, w in zip(kept, weighted, strict=True)}
         # the batch's gradient is that of all its samples: with replicas, their shares added
         # up (n_b g_b = sum_r n_r g_r); each replica then adds 1/R of the batch's numbers
         total, share = (weighted, n), 1.0

@@ -18,11 +18,15 @@ import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING
 
 from layergrad.core.errors import LoadError
 from layergrad.core.limits import MAX_CONFIG_BYTES, human
+from layergrad.core.tf_types import H5Object
 from layergrad.files.guards import check_hdf5, check_zip, read_member, require_regular
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -85,7 +89,7 @@ def model_format(p: Path) -> str:
     )
 
 
-def _has_hdf5_signature(fh: Any, size: int) -> bool:
+def _has_hdf5_signature(fh: IO[bytes], size: int) -> bool:
     """Whether the HDF5 signature is at byte 0 or 512 * 2**k, where h5py looks for it."""
     offset = 0
     while offset + len(HDF5_MAGIC) <= size:
@@ -138,7 +142,7 @@ def member(zf: zipfile.ZipFile, p: Path, name: str) -> bytes | None:
 
 
 @contextlib.contextmanager
-def open_weights(p: Path, zf: zipfile.ZipFile) -> Iterator[Any]:
+def open_weights(p: Path, zf: zipfile.ZipFile) -> Iterator[H5Object]:
     """``model.weights.h5`` of a `.keras` archive as an open h5py File (None when absent).
 
     Keras stores members uncompressed: then h5py reads the member's bytes in place, which for
@@ -155,7 +159,9 @@ def open_weights(p: Path, zf: zipfile.ZipFile) -> Iterator[Any]:
     with contextlib.ExitStack() as stack:
         if info.compress_type == zipfile.ZIP_STORED:
             raw = stack.enter_context(p.open("rb", buffering=0))
-            view: Any = _Window(raw, _data_start(raw, info, p.stat().st_size), info.file_size)
+            view: IO[bytes] | _Window = _Window(
+                raw, _data_start(raw, info, p.stat().st_size), info.file_size
+            )
         else:
             view = stack.enter_context(tempfile.TemporaryFile(prefix="layergrad-"))
             with zf.open(info) as src:
@@ -199,7 +205,7 @@ class _Window(io.RawIOBase):
         self._pos = max(0, base + offset)
         return self._pos
 
-    def readinto(self, buffer: Any) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         view = memoryview(buffer).cast("B")
         want = max(0, min(len(view), self._size - self._pos))
         self._raw.seek(self._start + self._pos)
@@ -209,7 +215,7 @@ class _Window(io.RawIOBase):
 
 
 @contextlib.contextmanager
-def open_hdf5(p: Path) -> Iterator[Any]:
+def open_hdf5(p: Path) -> Iterator[H5Object]:
     """A legacy `.h5` model file as an open h5py File, links and outside storage refused."""
     import h5py
 
@@ -218,7 +224,7 @@ def open_hdf5(p: Path) -> Iterator[Any]:
         yield h5
 
 
-def hdf5_attribute(h5: Any, p: Path, name: str) -> bytes | str | None:
+def hdf5_attribute(h5: H5Object, p: Path, name: str) -> bytes | str | None:
     """A text attribute of a legacy `.h5` file (``model_config``, ``training_config``), refused
     beyond MAX_CONFIG_BYTES; None when absent.
 

@@ -14,7 +14,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 
@@ -33,7 +33,7 @@ class ArrayHeader:
 
     name: str | None  # the key in a `.npz`, None for a `.npy`
     shape: tuple[int, ...]
-    dtype: np.dtype[Any]
+    dtype: np.dtype[np.generic]
     fortran_order: bool
 
     @property
@@ -81,7 +81,9 @@ def _read(p: Path, data: bool) -> tuple[list[ArrayHeader], list[np.ndarray]]:
         raise _damaged(p, None, exc) from exc
 
 
-def _read_npz(zf: zipfile.ZipFile, p: Path, data: bool) -> tuple[list[ArrayHeader], list[Any]]:
+def _read_npz(
+    zf: zipfile.ZipFile, p: Path, data: bool
+) -> tuple[list[ArrayHeader], list[np.ndarray]]:
     headers, arrays = [], []
     for info in zf.infolist():
         if not info.filename.endswith(".npy"):
@@ -130,7 +132,7 @@ def _header(fh: IO[bytes], p: Path, name: str | None, size: int) -> ArrayHeader:
     return header
 
 
-def npy_header(fh: IO[bytes]) -> tuple[Any, bool, np.dtype]:
+def npy_header(fh: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
     """(shape, fortran order, dtype) from the magic and header of a `.npy` stream, within
     MAX_NPY_HEADER bytes (format versions 1, 2 and 3); ValueError when it is not one."""
     fmt = np.lib.format

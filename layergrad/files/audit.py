@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from layergrad.core.errors import UnsafeModelError
 
@@ -74,7 +74,7 @@ def audit(info: FileInfo, allowed_modules: Sequence[str] = ()) -> tuple[Finding,
 
 
 def _scan(
-    obj: Any, layer: str, cls: str, prefix: str, allowed: tuple[str, ...], out: list[Finding]
+    obj: object, layer: str, cls: str, prefix: str, allowed: tuple[str, ...], out: list[Finding]
 ) -> None:
     if isinstance(obj, list):
         for value in obj:
@@ -93,13 +93,15 @@ def _scan(
             _scan(value, layer, cls, prefix, allowed, out)
 
 
-def _member_name(member: Mapping[str, Any]) -> str:
+def _member_name(member: Mapping[str, object]) -> str:
     inner = member.get("config")
     name = member.get("name") or (inner.get("name") if isinstance(inner, Mapping) else None)
     return str(name or "?")
 
 
-def _check(obj: Mapping[str, Any], layer: str, cls: str, allowed: tuple[str, ...]) -> list[Finding]:
+def _check(
+    obj: Mapping[str, object], layer: str, cls: str, allowed: tuple[str, ...]
+) -> list[Finding]:
     name = obj.get("class_name")
     if not isinstance(name, str):
         return []
@@ -141,7 +143,7 @@ def _check(obj: Mapping[str, Any], layer: str, cls: str, allowed: tuple[str, ...
     return []
 
 
-def _legacy_lambda(config: Mapping[str, Any], allowed: tuple[str, ...]) -> str | None:
+def _legacy_lambda(config: Mapping[str, object], allowed: tuple[str, ...]) -> str | None:
     """Why a Keras 2 Lambda config runs code: bytecode, or a function named in a module."""
     if config.get("function_type") == "lambda" or isinstance(config.get("function"), list):
         return "Lambda layer carries Python bytecode (a serialized lambda)"
@@ -158,7 +160,9 @@ def _legacy_lambda(config: Mapping[str, Any], allowed: tuple[str, ...]) -> str |
     return None
 
 
-def _function(inner: Any, module: Any, registered: Any, allowed: tuple[str, ...]) -> str | None:
+def _function(
+    inner: object, module: object, registered: object, allowed: tuple[str, ...]
+) -> str | None:
     """Why a serialized function reference is refused, or None for Keras's own functions.
 
     Keras resolves a function from ``builtins`` only among its own activations, losses and
@@ -179,7 +183,7 @@ def _function(inner: Any, module: Any, registered: Any, allowed: tuple[str, ...]
     return f"function reference {fn!r} from {where}, which is neither Keras nor named with --import"
 
 
-def _allowed_module(module: str, registered: Any, allowed: tuple[str, ...]) -> bool:
+def _allowed_module(module: str, registered: object, allowed: tuple[str, ...]) -> bool:
     if module.split(".", 1)[0] in KERAS_PACKAGES:
         return True
     package = (

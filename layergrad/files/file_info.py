@@ -12,7 +12,6 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from layergrad.core.errors import LoadError
 from layergrad.files import archive
@@ -43,12 +42,12 @@ class FileInfo:
     path: str
     format: str
     keras_version: str | None
-    config: Mapping[str, Any] = field(hash=False, repr=False)
+    config: Mapping[str, object] = field(hash=False, repr=False)
     graph: ModelGraph = field(hash=False, repr=False)
     weights: tuple[WeightHealth, ...] = ()
     stored: StoredWeights = field(default_factory=StoredWeights)
     notes: tuple[str, ...] = ()
-    compile_config: Mapping[str, Any] = field(default_factory=dict, hash=False, repr=False)
+    compile_config: Mapping[str, object] = field(default_factory=dict, hash=False, repr=False)
 
 
 def read_file_info(path: str | os.PathLike[str], *, read_weights: bool = True) -> FileInfo:
@@ -134,7 +133,7 @@ def _read_h5(p: Path, read_weights: bool) -> FileInfo:
     return FileInfo(str(p), "h5", version, config, graph, weights, stored, notes, compiled)
 
 
-def _training_config(raw: Any) -> Mapping[str, Any]:
+def _training_config(raw: object) -> Mapping[str, object]:
     """The JSON `training_config` attribute of a legacy .h5 file ({} when absent or bad)."""
     try:
         value = json.loads(_text(raw) or "{}")
@@ -143,13 +142,13 @@ def _training_config(raw: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     if value is None:
         return None
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _parse_json(raw: bytes | str, p: Path, what: str) -> Any:
+def _parse_json(raw: bytes | str, p: Path, what: str) -> object:
     try:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -159,7 +158,7 @@ def _parse_json(raw: bytes | str, p: Path, what: str) -> Any:
         ) from exc
 
 
-def _parse_config(raw: bytes | str, p: Path, what: str) -> dict[str, Any]:
+def _parse_config(raw: bytes | str, p: Path, what: str) -> dict[str, object]:
     value = _parse_json(raw, p, what)
     if not (isinstance(value, dict) and isinstance(value.get("class_name"), str)):
         raise LoadError(
@@ -170,7 +169,7 @@ def _parse_config(raw: bytes | str, p: Path, what: str) -> dict[str, Any]:
     return value
 
 
-def _normalise(config: dict[str, Any]) -> dict[str, Any]:
+def _normalise(config: dict[str, object]) -> dict[str, object]:
     """Old Keras 2 Sequential configs are a bare list of layers: wrap them in a dict."""
     inner = config.get("config")
     if isinstance(inner, list):
@@ -178,7 +177,7 @@ def _normalise(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def _graph(config: Mapping[str, Any], p: Path, what: str) -> ModelGraph:
+def _graph(config: Mapping[str, object], p: Path, what: str) -> ModelGraph:
     try:
         return ModelGraph.from_config(config)
     except LoadError:
@@ -197,11 +196,11 @@ _KINDS = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
           int: "a number", float: "a number", type(None): "null"}  # fmt: skip
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     return _KINDS.get(type(value), type(value).__name__)
 
 
-def _check_members(model: Mapping[str, Any], p: Path, what: str, where: str) -> None:
+def _check_members(model: Mapping[str, object], p: Path, what: str, where: str) -> None:
     """Check the parts of a model config that the graph and the audit walk.
 
     Each member of a model's ``layers`` must be an object whose ``class_name`` is a string,

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import NoReturn, Protocol, TypeVar, overload
 
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import ProbeOptions
@@ -100,7 +100,26 @@ def profile_of(report: ScanReport | WeightScanReport) -> Profile:
     )
 
 
-def profile_rows(rows: Iterable[Any], name_of: Callable[[Any], str]) -> tuple[ProfileRow, ...]:
+class ProfiledRow(Protocol):
+    """What `profile_rows` reads of a row (`ScanRow`, `VariableRow`): `causes` and
+    `class_name` are read when the row has them."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def gradient(self) -> GradientStats | None: ...
+    @property
+    def flags(self) -> Sequence[str]: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+
+R = TypeVar("R", bound=ProfiledRow)
+T = TypeVar("T")
+Kind = type | tuple[type, ...]
+
+
+def profile_rows(rows: Iterable[R], name_of: Callable[[R], str]) -> tuple[ProfileRow, ...]:
     """Profile rows of any scan rows with `status`, `gradient` (`mean_abs`), `flags`, `causes`.
 
     `name_of` gives the name rows are matched by (a layer reference, a `layer/variable`).
@@ -216,11 +235,11 @@ def load_profile(path: str | os.PathLike[str], name: str | None = None) -> Profi
     return profile_from_json(doc, where)
 
 
-def _no_constant(name: str) -> Any:
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def profile_from_json(doc: Any, where: str = "scan JSON") -> Profile:
+def profile_from_json(doc: object, where: str = "scan JSON") -> Profile:
     """The profile of a parsed `layergrad.scan/1` document; `where` names it in errors.
 
     Raises:
@@ -262,7 +281,7 @@ def profile_from_json(doc: Any, where: str = "scan JSON") -> Profile:
     )
 
 
-def _schema_message(where: str, schema: Any) -> str:
+def _schema_message(where: str, schema: object) -> str:
     if isinstance(schema, str) and schema.startswith("layergrad."):
         what = schema.split("/")[0].removeprefix("layergrad.")
         if what == "scan":
@@ -280,11 +299,34 @@ class _Fields:
     def __init__(self, where: str) -> None:
         self.where = where
 
-    def error(self, name: str, expected: str, got: Any) -> InputError:
+    def error(self, name: str, expected: str, got: object) -> InputError:
         shown = json.dumps(got)[:60] if _jsonable(got) else type(got).__name__
         return InputError(f"{self.where}: {name} is {shown}, expected {expected}; {REMAKE}")
 
-    def member(self, obj: dict[str, Any], key: str, kind: Any, name: str = "") -> Any:
+    @overload
+    def member(self, obj: Mapping[str, object], key: str, kind: type[T], name: str = "") -> T: ...
+    @overload
+    def member(
+        self, obj: Mapping[str, object], key: str, kind: tuple[type[T], type[None]], name: str = ""
+    ) -> T | None: ...
+    @overload
+    def member(
+        self,
+        obj: Mapping[str, object],
+        key: str,
+        kind: tuple[type[int], type[float]],
+        name: str = "",
+    ) -> float: ...
+    @overload
+    def member(
+        self,
+        obj: Mapping[str, object],
+        key: str,
+        kind: tuple[type[int], type[float], type[None]],
+        name: str = "",
+    ) -> float | None: ...
+    def member(self, obj: Mapping[str, object], key: str, kind: Kind, name: str = "") -> object:
+        """`obj[key]`, checked to be of `kind` (a bool is not a number)."""
         name = name or key
         if key not in obj:
             raise InputError(f"{self.where}: {name} is missing; {REMAKE}")
@@ -293,13 +335,13 @@ class _Fields:
             raise self.error(name, _kind_name(kind), value)
         return value
 
-    def model(self, obj: dict[str, Any]) -> ModelMeta:
+    def model(self, obj: Mapping[str, object]) -> ModelMeta:
         get = lambda key: self.member(obj, key, str, f"model.{key}")  # noqa: E731
         return ModelMeta(
             path=get("path"), format=get("format"), class_name=get("class"), name=get("name")
         )
 
-    def probe(self, obj: dict[str, Any]) -> ProbeMeta:
+    def probe(self, obj: Mapping[str, object]) -> ProbeMeta:
         batch = self.member(obj, "batch_size", int, "probe.batch_size")
         if batch < 1:
             raise self.error("probe.batch_size", "at least 1", batch)
@@ -312,6 +354,7 @@ class _Fields:
         samples = obj.get("samples")
         if samples is not None and (type(samples) is not int or samples < 0):
             raise self.error("probe.samples", "a count of samples or absent", samples)
+        shards = obj.get("shards")  # a report merged from shards
         sha = obj.get("data_sha256")
         if sha is not None and not (isinstance(sha, str) and len(sha) == 64):
             raise self.error("probe.data_sha256", "a SHA-256 in hex or absent", sha)
@@ -323,10 +366,10 @@ class _Fields:
             reduce=reduce,
             samples=samples,
             data_sha256=sha,
-            shards=obj.get("shards") if type(obj.get("shards")) is int else None,
+            shards=shards if isinstance(shards, int) and not isinstance(shards, bool) else None,
         )
 
-    def row(self, obj: Any, at: str, key: str) -> ProfileRow:
+    def row(self, obj: object, at: str, key: str) -> ProfileRow:
         if not isinstance(obj, dict):
             raise self.error(at, "an object", obj)
         status = self.member(obj, "status", str, f"{at}.status")
@@ -365,14 +408,14 @@ class _Fields:
         )
 
 
-def _kind_name(kind: Any) -> str:
+def _kind_name(kind: Kind) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
     names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
              list: "a list", dict: "an object", type(None): "null"}  # fmt: skip
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
-def _jsonable(value: Any) -> bool:
+def _jsonable(value: object) -> bool:
     try:
         json.dumps(value)
     except (TypeError, ValueError):

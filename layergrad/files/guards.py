@@ -13,10 +13,10 @@ import stat
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from layergrad.core.errors import LayergradError
 from layergrad.core.limits import INFLATION_ALLOWANCE, MAX_INFLATION, human
+from layergrad.core.tf_types import H5Object
 
 ErrorType = Callable[[str], LayergradError]
 
@@ -101,7 +101,7 @@ def read_member(
     return data
 
 
-def check_hdf5(h5: Any, where: str, error: ErrorType) -> None:
+def check_hdf5(h5: H5Object, where: str, error: ErrorType) -> None:
     """Refuse HDF5 links and storage that point outside the file.
 
     External links, soft links, datasets with external storage and virtual datasets can make
@@ -110,7 +110,7 @@ def check_hdf5(h5: Any, where: str, error: ErrorType) -> None:
     """
     import h5py
 
-    def link(name: str, value: Any) -> str | None:  # a value stops the visit
+    def link(name: str, value: H5Object) -> str | None:  # a value stops the visit
         if isinstance(value, h5py.ExternalLink):
             return (
                 f"{where}: HDF5 external link {name!r} points into {value.filename!r}; a Keras "
@@ -123,7 +123,7 @@ def check_hdf5(h5: Any, where: str, error: ErrorType) -> None:
             )
         return None
 
-    def dataset(name: str, obj: Any) -> str | None:
+    def dataset(name: str, obj: H5Object) -> str | None:
         if not isinstance(obj, h5py.Dataset):
             return None
         if obj.external:

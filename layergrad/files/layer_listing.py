@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from layergrad.core.display import NotebookDisplay
 from layergrad.files.file_info import FileInfo, WeightHealth
@@ -184,7 +183,7 @@ def _inbound(graph: ModelGraph, inbound: Sequence[str]) -> tuple[str, ...]:
     )
 
 
-def dtype_policy(value: Any) -> str | None:
+def dtype_policy(value: object) -> str | None:
     """The dtype policy name in a layer config (`"float32"`, `"mixed_float16"`), or None.
 
     Keras 3 stores a serialized ``DTypePolicy`` (name in its config), input layers and Keras

@@ -15,7 +15,7 @@ import os
 import struct
 import zipfile
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 
@@ -131,10 +131,12 @@ def npy_layout(path: str) -> NpyLayout:
     return _layout(path, rows, offset, label=path)
 
 
-def npz_layouts(path: str, archive: zipfile.ZipFile, members: dict[str, str]) -> dict[str, Any]:
+def npz_layouts(
+    path: str, archive: zipfile.ZipFile, members: dict[str, str]
+) -> dict[str, NpyLayout | None]:
     """Array name -> NpyLayout for the members stored without compression (np.savez); a
     compressed member (np.savez_compressed) maps to None."""
-    out: dict[str, Any] = {}
+    out: dict[str, NpyLayout | None] = {}
     with open(path, "rb") as raw:
         for name, member in members.items():
             info = archive.getinfo(member)

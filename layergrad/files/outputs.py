@@ -23,10 +23,15 @@ import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 from layergrad.core.errors import OutputError
 from layergrad.files.guards import special_kind
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from layergrad.core.results import InspectReport
 
 NPY_MAGIC = b"\x93NUMPY"
 INPUT_SUFFIXES = (".keras", ".h5", ".hdf5", ".npy", ".npz", ".py")
@@ -41,7 +46,9 @@ class Written:
     message: str
 
 
-def check_target(path: str, option: str, kind: str, inputs: Iterable[str | None] = ()) -> Path:
+def check_target(
+    path: str, option: str, kind: str, inputs: Iterable[str | os.PathLike[str] | None] = ()
+) -> Path:
     """Refuse ``path`` as the target of ``option`` before anything runs (see the module doc).
 
     ``kind`` is "xml", "npy", "npz" or "chart"; ``inputs`` are the files this run reads.
@@ -111,7 +118,11 @@ def _is_kind(p: Path, kind: str) -> bool:
 
 
 def write_file(
-    path: str, option: str, kind: str, data: bytes, inputs: Iterable[str | None] = ()
+    path: str,
+    option: str,
+    kind: str,
+    data: bytes,
+    inputs: Iterable[str | os.PathLike[str] | None] = (),
 ) -> bool:
     """Write ``data`` to ``path`` through `check_target` and a temporary file; True when it
     replaced an existing file."""
@@ -122,7 +133,11 @@ def write_file(
 
 
 def write_report(
-    path: str, text: str, option: str, what: str, inputs: Iterable[str | None] = ()
+    path: str,
+    text: str,
+    option: str,
+    what: str,
+    inputs: Iterable[str | os.PathLike[str] | None] = (),
 ) -> Written:
     """Write a text report (JUnit XML) to ``path``; the message says what was written."""
     p = check_target(path, option, "xml", inputs)
@@ -131,7 +146,9 @@ def write_report(
     return Written(path, True, f"wrote {what} to {path}" + (" (replaced it)" if existed else ""))
 
 
-def save_gradients(report: Any, path: str, inputs: Iterable[str | None] = ()) -> Written:
+def save_gradients(
+    report: InspectReport, path: str, inputs: Iterable[str | os.PathLike[str] | None] = ()
+) -> Written:
     """Write the raw gradients of an inspect report: `.npy` for one result, `.npz` keyed by
     the `--to` reference (any name round-trips: ``file``, ``arr_0``, ``a/b``).
 
@@ -152,7 +169,7 @@ def save_gradients(report: Any, path: str, inputs: Iterable[str | None] = ()) ->
     results = list(report.results)
     if kind == "npy" and len(results) != 1:
         raise OutputError(f"{option} {path}: several --to layers need a .npz file")
-    arrays: dict[str, Any] = {}
+    arrays: dict[str, np.ndarray] = {}
     for r in results:
         if r.array is not None and r.target.layer not in arrays:
             # bfloat16 would be saved as opaque void bytes: store it as float32
@@ -179,7 +196,7 @@ def save_gradients(report: Any, path: str, inputs: Iterable[str | None] = ()) ->
     return Written(path, True, message + (" (replaced it)" if existed else ""))
 
 
-def _write_npz(fh: IO[bytes], arrays: dict[str, Any]) -> None:
+def _write_npz(fh: IO[bytes], arrays: dict[str, np.ndarray]) -> None:
     """An `.npz` as `np.savez` writes it (stored members ``NAME.npy``), for any key."""
     import numpy as np
 
@@ -189,7 +206,7 @@ def _write_npz(fh: IO[bytes], arrays: dict[str, Any]) -> None:
                 np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
 
 
-def _atomic_write(p: Path, option: str, write: Callable[[IO[bytes]], Any]) -> None:
+def _atomic_write(p: Path, option: str, write: Callable[[IO[bytes]], object]) -> None:
     """Write through a temporary file beside ``p``, then rename it over ``p``."""
     try:
         p.parent.mkdir(parents=True, exist_ok=True)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import NoReturn, TypeVar, overload
 
 from layergrad.core.errors import InputError
 from layergrad.core.results import (
@@ -34,7 +35,7 @@ from layergrad.core.results import (
     ScanRow,
     SpectralNorms,
 )
-from layergrad.core.vocab import CauseCode, Flag, JacobianMethod, Status
+from layergrad.core.vocab import CauseCode, Flag, JacobianMethod, Status, Word
 from layergrad.files.guards import require_regular
 
 INSPECT_SCHEMA, SCAN_SCHEMA = "layergrad.inspect/1", "layergrad.scan/1"
@@ -42,6 +43,9 @@ MAX_REPORT_BYTES = 64 * 2**20  # a few hundred bytes per layer: some 100,000 lay
 EXPECTED = "a `layergrad inspect --json` or `scan --json` report"
 NUMBER = (int, float)
 OPTIONAL = type(None)
+T = TypeVar("T")
+W = TypeVar("W", bound=Word)
+Kind = type | tuple[type, ...]
 
 
 def read_report(path: str | os.PathLike[str]) -> InspectReport | ScanReport:
@@ -73,11 +77,11 @@ def read_report(path: str | os.PathLike[str]) -> InspectReport | ScanReport:
     return report_from_json(doc, where)
 
 
-def _no_constant(name: str) -> Any:
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def report_from_json(doc: Any, where: str = "report") -> InspectReport | ScanReport:
+def report_from_json(doc: object, where: str = "report") -> InspectReport | ScanReport:
     """The report of a parsed JSON document; `where` names it in errors."""
     read = _Reader(where)
     if not isinstance(doc, dict):
@@ -122,14 +126,37 @@ class _Reader:
     def __init__(self, where: str) -> None:
         self.where = where
 
-    def error(self, name: str, expected: str, got: Any) -> InputError:
+    def error(self, name: str, expected: str, got: object) -> InputError:
         try:
             shown = json.dumps(got)[:60]
         except (TypeError, ValueError):
             shown = type(got).__name__
         return InputError(f"{self.where}: {name} is {shown}, expected {expected}")
 
-    def get(self, obj: dict[str, Any], key: str, kind: Any, name: str = "") -> Any:
+    @overload
+    def get(self, obj: Mapping[str, object], key: str, kind: type[T], name: str = "") -> T: ...
+    @overload
+    def get(
+        self, obj: Mapping[str, object], key: str, kind: tuple[type[T], type[None]], name: str = ""
+    ) -> T | None: ...
+    @overload
+    def get(
+        self,
+        obj: Mapping[str, object],
+        key: str,
+        kind: tuple[type[int], type[float]],
+        name: str = "",
+    ) -> float: ...
+    @overload
+    def get(
+        self,
+        obj: Mapping[str, object],
+        key: str,
+        kind: tuple[type[int], type[float], type[None]],
+        name: str = "",
+    ) -> float | None: ...
+    def get(self, obj: Mapping[str, object], key: str, kind: Kind, name: str = "") -> object:
+        """`obj[key]`, checked to be of `kind` (a bool is not a number)."""
         name = name or key
         if key not in obj:
             raise InputError(f"{self.where}: {name} is missing; expected {EXPECTED}")
@@ -139,19 +166,19 @@ class _Reader:
             raise self.error(name, _kind_name(kind), value)
         return value
 
-    def word(self, obj: dict[str, Any], key: str, words: Any, name: str) -> Any:
+    def word(self, obj: Mapping[str, object], key: str, words: type[W], name: str) -> W:
         value = self.get(obj, key, str, name)
         if value not in words.words():
             raise self.error(name, f"one of {', '.join(words.words())}", value)
         return words(value)
 
-    def shape(self, obj: dict[str, Any], name: str) -> tuple[int, ...]:
+    def shape(self, obj: Mapping[str, object], name: str) -> tuple[int, ...]:
         shape = self.get(obj, "shape", list, f"{name}.shape")
         if not all(type(d) is int and d >= 0 for d in shape):
             raise self.error(f"{name}.shape", "a list of sizes", shape)
         return tuple(shape)
 
-    def model(self, obj: dict[str, Any]) -> ModelMeta:
+    def model(self, obj: Mapping[str, object]) -> ModelMeta:
         def text(key: str) -> str:
             return str(self.get(obj, key, str, f"model.{key}"))
 
@@ -159,7 +186,7 @@ class _Reader:
             path=text("path"), format=text("format"), class_name=text("class"), name=text("name")
         )
 
-    def probe(self, obj: dict[str, Any]) -> ProbeMeta:
+    def probe(self, obj: Mapping[str, object]) -> ProbeMeta:
         def opt_int(key: str) -> int | None:
             value = obj.get(key)
             if value is not None and (type(value) is not int or value < 0):
@@ -181,7 +208,7 @@ class _Reader:
             else None,
         )
 
-    def gradient(self, obj: Any, name: str, shape: tuple[int, ...]) -> GradientStats | None:
+    def gradient(self, obj: object, name: str, shape: tuple[int, ...]) -> GradientStats | None:
         if obj is None:
             return None
         if not isinstance(obj, dict):
@@ -199,7 +226,7 @@ class _Reader:
             nonfinite=int(num("nonfinite")),
         )
 
-    def causes(self, obj: dict[str, Any], name: str) -> tuple[Cause, ...]:
+    def causes(self, obj: Mapping[str, object], name: str) -> tuple[Cause, ...]:
         out = []
         for i, c in enumerate(self.get(obj, "causes", list, f"{name}.causes")):
             at = f"{name}.causes[{i}]"
@@ -215,7 +242,7 @@ class _Reader:
             )
         return tuple(out)
 
-    def data(self, obj: dict[str, Any], name: str, samples: int | None) -> DataStats | None:
+    def data(self, obj: Mapping[str, object], name: str, samples: int | None) -> DataStats | None:
         if "per_sample_l2" not in obj and "dead_units" not in obj:
             return None
         units = self.get(obj, "dead_units", (list, OPTIONAL), f"{name}.dead_units") or []
@@ -243,7 +270,7 @@ class _Reader:
             )
         return DataStats(tuple(units), per_sample, first)
 
-    def result(self, obj: Any, name: str) -> Result:
+    def result(self, obj: object, name: str) -> Result:
         if not isinstance(obj, dict):
             raise self.error(name, "an object", obj)
         ends = []
@@ -268,7 +295,7 @@ class _Reader:
             jacobian=self.jacobian(obj.get("jacobian"), f"{name}.jacobian"),
         )
 
-    def row(self, obj: Any, name: str) -> ScanRow:
+    def row(self, obj: object, name: str) -> ScanRow:
         if not isinstance(obj, dict):
             raise self.error(name, "an object", obj)
         shape = self.shape(obj, name)
@@ -288,7 +315,7 @@ class _Reader:
             jacobian=self.scan_jacobian(obj.get("jacobian"), f"{name}.jacobian"),
         )
 
-    def jacobian(self, obj: Any, name: str) -> JacobianStats | None:
+    def jacobian(self, obj: object, name: str) -> JacobianStats | None:
         """An inspect result's `jacobian` over --data (None when it has none)."""
         if obj is None:
             return None
@@ -316,7 +343,7 @@ class _Reader:
             unit_sensitivity=tuple(float(u) for u in units),
         )
 
-    def scan_jacobian(self, obj: Any, name: str) -> ScanJacobian | None:
+    def scan_jacobian(self, obj: object, name: str) -> ScanJacobian | None:
         if obj is None:
             return None
         if not isinstance(obj, dict):
@@ -324,13 +351,13 @@ class _Reader:
         at = f"{name}.frobenius"
         return ScanJacobian(self.frobenius(self.get(obj, "frobenius", dict, at), at))
 
-    def frobenius(self, obj: dict[str, Any], name: str) -> FrobeniusNorms:
+    def frobenius(self, obj: Mapping[str, object], name: str) -> FrobeniusNorms:
         mean, top, distribution = self.norms(obj, name)
         rel = self.get(obj, "rel_stderr", (int, float, OPTIONAL), f"{name}.rel_stderr")
         rel = None if rel is None else float(rel)
         return FrobeniusNorms((), mean, top, rel, (), distribution)
 
-    def norms(self, obj: dict[str, Any], name: str) -> tuple[float, float, NormDistribution]:
+    def norms(self, obj: Mapping[str, object], name: str) -> tuple[float, float, NormDistribution]:
         """(mean, max, the distribution over the data) of a norm's member."""
         if obj.get("per_sample") is not None:
             raise self.error(f"{name}.per_sample", "null (a report over --data)", "a list")
@@ -380,7 +407,7 @@ class _Reader:
         return distribution.mean, distribution.max, distribution
 
 
-def _kind_name(kind: Any) -> str:
+def _kind_name(kind: Kind) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
     names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
              list: "a list", dict: "an object", OPTIONAL: "null"}  # fmt: skip

@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -36,6 +35,7 @@ from layergrad.core.limits import (
     MiB,
     human,
 )
+from layergrad.core.tf_types import H5Object
 from layergrad.model.graph import LayerEntry, ModelGraph
 
 _SLAB = 1 << 22  # elements per read when scanning a large tensor
@@ -67,17 +67,17 @@ class StoredWeights:
     hollow: tuple[str, ...] = ()
 
 
-def datasets(obj: Any) -> list[Any]:
+def datasets(obj: H5Object) -> list[H5Object]:
     """Every dataset at or below ``obj`` (hard links only; links were refused on open)."""
     import h5py
 
-    found: list[Any] = [obj] if isinstance(obj, h5py.Dataset) else []
+    found: list[H5Object] = [obj] if isinstance(obj, h5py.Dataset) else []
     if isinstance(obj, h5py.Group):
         obj.visititems(lambda _n, o: found.append(o) if isinstance(o, h5py.Dataset) else None)
     return found
 
 
-def inventory(root: Any) -> StoredWeights:
+def inventory(root: H5Object) -> StoredWeights:
     """Declared bytes of every dataset in the file and the hollow ones, from metadata only."""
     total, hollow = 0, []
     for ds in datasets(root):
@@ -90,11 +90,11 @@ def inventory(root: Any) -> StoredWeights:
     return StoredWeights(total, tuple(hollow))
 
 
-def _declared(ds: Any) -> int:
+def _declared(ds: H5Object) -> int:
     return math.prod(ds.shape or ()) * ds.dtype.itemsize if ds.shape is not None else 0
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     if value is None:
         return None
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
@@ -124,11 +124,11 @@ def _group_names(children: list[LayerEntry]) -> dict[str, LayerEntry]:
     return out
 
 
-def keras_weight_groups(h5: Any, graph: ModelGraph) -> dict[str, list[Any]]:
+def keras_weight_groups(h5: H5Object, graph: ModelGraph) -> dict[str, list[H5Object]]:
     """Layer path -> its datasets, in a `.keras` archive's ``model.weights.h5``."""
     import h5py
 
-    found: dict[str, list[Any]] = {}
+    found: dict[str, list[H5Object]] = {}
     layers = h5.get("layers")
     if graph.known and isinstance(layers, h5py.Group):
         _walk_keras(layers, graph, None, "", found)
@@ -141,7 +141,7 @@ def keras_weight_groups(h5: Any, graph: ModelGraph) -> dict[str, list[Any]]:
     return found
 
 
-def _saved_name(group: Any) -> str | None:
+def _saved_name(group: H5Object) -> str | None:
     """The layer name recent Keras versions store on a layer's ``vars`` group."""
     import h5py
 
@@ -150,7 +150,11 @@ def _saved_name(group: Any) -> str | None:
 
 
 def _walk_keras(
-    layers: Any, graph: ModelGraph, parent: str | None, prefix: str, found: dict[str, list[Any]]
+    layers: H5Object,
+    graph: ModelGraph,
+    parent: str | None,
+    prefix: str,
+    found: dict[str, list[H5Object]],
 ) -> None:
     import h5py
 
@@ -172,11 +176,11 @@ def _walk_keras(
             found.setdefault(path, []).extend(own)
 
 
-def legacy_weight_groups(root: Any, graph: ModelGraph) -> dict[str, list[Any]]:
+def legacy_weight_groups(root: H5Object, graph: ModelGraph) -> dict[str, list[H5Object]]:
     """Layer path -> its datasets, in a legacy `.h5` file's ``model_weights`` group."""
     import h5py
 
-    found: dict[str, list[Any]] = {}
+    found: dict[str, list[H5Object]] = {}
     names = [_text(n) or "" for n in root.attrs.get("layer_names", list(root.keys()))]
     for name in names:
         group = root.get(name)
@@ -227,7 +231,7 @@ class _Budget:
 
 
 def health(
-    groups: dict[str, list[Any]], graph: ModelGraph, budget: int = WEIGHT_SCAN_BUDGET
+    groups: dict[str, list[H5Object]], graph: ModelGraph, budget: int = WEIGHT_SCAN_BUDGET
 ) -> tuple[tuple[WeightHealth, ...], tuple[str, ...]]:
     """Weight health per layer in graph order, and notes on the tensors that were not scanned."""
     rank = {e.path: i for i, e in enumerate(graph.layers)}
@@ -243,7 +247,7 @@ def health(
     return out, tuple(notes)
 
 
-def _layer_health(path: str, tensors: list[Any], budget: _Budget) -> WeightHealth:
+def _layer_health(path: str, tensors: list[H5Object], budget: _Budget) -> WeightHealth:
     unique = list({ds.name: ds for ds in tensors}.values())
     nan = inf = zeros = unchecked = 0
     for ds in unique:
@@ -260,7 +264,7 @@ def _layer_health(path: str, tensors: list[Any], budget: _Budget) -> WeightHealt
 Stats = tuple[int, int, bool]  # NaN count, Inf count, any nonzero
 
 
-def _tensor_stats(ds: Any, budget: _Budget) -> Stats | None:
+def _tensor_stats(ds: H5Object, budget: _Budget) -> Stats | None:
     """Health of one dataset, or None when it was not scanned (a note says why)."""
     if ds.dtype.kind not in "biufc" or not ds.size:
         return 0, 0, ds.dtype.kind not in "biufc"
@@ -275,7 +279,7 @@ def _tensor_stats(ds: Any, budget: _Budget) -> Stats | None:
     return _chunked_stats(ds, budget)
 
 
-def _chunked_stats(ds: Any, budget: _Budget) -> Stats | None:
+def _chunked_stats(ds: H5Object, budget: _Budget) -> Stats | None:
     chunk_bytes = math.prod(ds.chunks) * ds.dtype.itemsize
     if chunk_bytes > MAX_HDF5_CHUNK_BYTES:
         budget.notes.append(
@@ -285,7 +289,7 @@ def _chunked_stats(ds: Any, budget: _Budget) -> Stats | None:
         return None
     stored: list[tuple[tuple[int, ...], int]] = []
 
-    def collect(info: Any) -> int | None:
+    def collect(info: H5Object) -> int | None:
         stored.append((tuple(info.chunk_offset), int(info.size)))
         return 1 if len(stored) > MAX_HDF5_CHUNKS else None  # non-None stops the iteration
 
@@ -313,7 +317,7 @@ def _chunked_stats(ds: Any, budget: _Budget) -> Stats | None:
     return _combine(parts)
 
 
-def _slabs(shape: tuple[int, ...], limit: int) -> Iterator[tuple[Any, ...]]:
+def _slabs(shape: tuple[int, ...], limit: int) -> Iterator[tuple[int | slice, ...]]:
     """Index tuples that cover ``shape`` in row-major slabs of at most ``limit`` elements."""
     inner, k = 1, len(shape)
     while k > 0 and inner * shape[k - 1] <= limit:
@@ -328,13 +332,13 @@ def _slabs(shape: tuple[int, ...], limit: int) -> Iterator[tuple[Any, ...]]:
             yield (*outer, slice(start, start + step))
 
 
-def _fill_stats(ds: Any, count: int) -> Stats:
+def _fill_stats(ds: H5Object, count: int) -> Stats:
     fill = np.asarray(ds.fillvalue if ds.fillvalue is not None else 0)
     nan, inf, nonzero = _stats(fill.reshape(1), ds)
     return nan * count, inf * count, nonzero
 
 
-def _combine(parts: Any) -> Stats:
+def _combine(parts: Iterable[Stats]) -> Stats:
     nan = inf = 0
     nonzero = False
     for a, b, c in parts:
@@ -342,7 +346,7 @@ def _combine(parts: Any) -> Stats:
     return nan, inf, nonzero
 
 
-def _stats(arr: Any, ds: Any) -> Stats:
+def _stats(arr: np.ndarray, ds: H5Object) -> Stats:
     """(NaN count, Inf count, any nonzero) of one slab; bfloat16 is stored as uint16 bits."""
     arr = np.asarray(arr)
     if arr.dtype == np.uint16 and _text(ds.attrs.get("dtype")) == "bfloat16":

@@ -14,8 +14,8 @@ The expansion is as large as the number of calls, which nested models multiply; 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
+from layergrad.core import json_types as js
 from layergrad.model.config import (
     Ref,
     is_container,
@@ -31,7 +31,7 @@ Outs = list[list[NodeId]]  # per call: the output nodes
 
 
 def expand(
-    config: Mapping[str, Any],
+    config: Mapping[str, object],
 ) -> tuple[dict[NodeId, tuple[NodeId, ...]], tuple[NodeId, ...]]:
     """The call nodes of a model config: each node's predecessors, and a topological order."""
     builder = _Builder()
@@ -58,7 +58,7 @@ class _Builder:
                 self.preds[node].append(p)
         return node
 
-    def add_model(self, cfg: Mapping[str, Any], prefix: str, calls: int, feeds: Feeds) -> Outs:
+    def add_model(self, cfg: Mapping[str, object], prefix: str, calls: int, feeds: Feeds) -> Outs:
         """Expand a model's members (paths start with ``prefix``); return its outputs per call.
 
         ``feeds[i][j]`` lists the nodes feeding input j during call i of the model.
@@ -67,8 +67,10 @@ class _Builder:
             return _Functional(self, cfg, prefix, calls).expand(feeds)
         return self.add_sequential(cfg, prefix, calls, feeds)
 
-    def add_sequential(self, cfg: Mapping[str, Any], prefix: str, calls: int, feeds: Feeds) -> Outs:
-        members = cfg["config"]["layers"]
+    def add_sequential(
+        self, cfg: Mapping[str, object], prefix: str, calls: int, feeds: Feeds
+    ) -> Outs:
+        members = js.members(js.member(cfg, "config")["layers"], "layers")
         prev = [[n for group in feeds[i] for n in group] for i in range(calls)]
         for member in members:
             path = prefix + layer_name(member)
@@ -83,20 +85,20 @@ class _Builder:
 class _Functional:
     """Expansion of one Functional config (its own scope of layer names)."""
 
-    def __init__(self, b: _Builder, cfg: Mapping[str, Any], prefix: str, calls: int) -> None:
+    def __init__(self, b: _Builder, cfg: Mapping[str, object], prefix: str, calls: int) -> None:
         self.b, self.prefix, self.calls = b, prefix, calls
-        self.inner = cfg["config"]
-        self.by_name = {layer_name(m): m for m in self.inner["layers"]}
+        self.inner = js.member(cfg, "config")
+        self.by_name = {layer_name(m): m for m in js.members(self.inner["layers"], "layers")}
         self.outs: dict[NodeId, list[NodeId]] = {}  # nested-model call -> its inner outputs
         self.nested: dict[str, list[list[NodeId]]] = {}  # nested model -> outputs per call
 
     def n_own(self, name: str) -> int:
         member = self.by_name.get(name, {})
-        return max(len(member.get("inbound_nodes") or []), 1)
+        return max(len(js.listed(member.get("inbound_nodes") or [], "inbound_nodes")), 1)
 
     def expand(self, feeds: Feeds) -> Outs:
         input_refs = structure_refs(self.inner.get("input_layers"))
-        for member in self.inner["layers"]:
+        for member in js.members(self.inner["layers"], "layers"):
             for i in range(self.calls):
                 self.add_calls(member, i, input_refs, feeds[i])
         return [
@@ -109,14 +111,14 @@ class _Functional:
 
     def add_calls(
         self,
-        member: Mapping[str, Any],
+        member: Mapping[str, object],
         i: int,
         input_refs: list[Ref],
         feeds: Sequence[Sequence[NodeId]],
     ) -> None:
         name = layer_name(member)
         path = self.prefix + name
-        nodes = member.get("inbound_nodes") or []
+        nodes = js.listed(member.get("inbound_nodes") or [], "inbound_nodes")
         if not nodes:  # an input layer: fed by what feeds this model
             positions = [p for p, ref in enumerate(input_refs) if ref[0] == name]
             fed = [n for p in positions if p < len(feeds) for n in feeds[p]]
@@ -137,16 +139,16 @@ class _Functional:
                     (path, g), [self.resolve(r, i, legacy) for r in tensor_refs(node, legacy)]
                 )
 
-    def call_feeds(self, member: Mapping[str, Any], g: int) -> list[list[NodeId]]:
+    def call_feeds(self, member: Mapping[str, object], g: int) -> list[list[NodeId]]:
         """The nodes feeding each input of nested model ``member`` during its call ``g``."""
-        nodes = member["inbound_nodes"]
+        nodes = js.listed(member["inbound_nodes"], "inbound_nodes")
         i, k = divmod(g, len(nodes))
         node = nodes[k]
         legacy = isinstance(node, list)
         srcs = [self.resolve(r, i, legacy) for r in tensor_refs(node, legacy)]
         if not is_functional(member):
             return [srcs]
-        inputs = member["config"].get("input_layers")
+        inputs = js.member(member, "config").get("input_layers")
         n_inputs = len(structure_refs(inputs))
         args = node.get("args") if isinstance(node, Mapping) else None
         first = args[0] if isinstance(args, list) and args else None

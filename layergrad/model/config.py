@@ -11,14 +11,13 @@ inbound nodes are ``{"args", "kwargs"}`` with ``__keras_tensor__`` objects whose
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 Ref = tuple[str, int, int]
 
 _OP_MODULES = ("keras.src.ops", "keras.ops")
 
 
-def is_container(cfg: Mapping[str, Any]) -> bool:
+def is_container(cfg: Mapping[str, object]) -> bool:
     """Whether a config is a Sequential or Functional model with a list of layers."""
     inner = cfg.get("config")
     if not isinstance(inner, Mapping) or not isinstance(inner.get("layers"), list):
@@ -26,12 +25,13 @@ def is_container(cfg: Mapping[str, Any]) -> bool:
     return cfg.get("class_name") == "Sequential" or "input_layers" in inner
 
 
-def is_functional(cfg: Mapping[str, Any]) -> bool:
+def is_functional(cfg: Mapping[str, object]) -> bool:
     """Whether a config is a Functional model (it lists its input layers)."""
-    return is_container(cfg) and "input_layers" in cfg["config"]
+    inner = cfg.get("config")
+    return is_container(cfg) and isinstance(inner, Mapping) and "input_layers" in inner
 
 
-def is_operation(cfg: Mapping[str, Any]) -> bool:
+def is_operation(cfg: Mapping[str, object]) -> bool:
     """Whether an entry is an operation (``keras.ops.*``, ``a + b``) rather than a layer."""
     module = cfg.get("module")
     if isinstance(module, str):
@@ -41,32 +41,41 @@ def is_operation(cfg: Mapping[str, Any]) -> bool:
     return plain and cfg.get("class_name") != "InputLayer"
 
 
-def layer_name(cfg: Mapping[str, Any]) -> str:
+def layer_name(cfg: Mapping[str, object]) -> str:
     """The name of an entry (its own ``name``, its config's, or its class)."""
     inner = cfg.get("config")
     name = cfg.get("name") or (inner.get("name") if isinstance(inner, Mapping) else None)
     return str(name or cfg.get("class_name", "layer"))
 
 
-def is_ref(obj: Any) -> bool:
+def is_ref(obj: object) -> bool:
     """Whether ``obj`` is a ``[name, node, tensor(, kwargs)]`` reference."""
-    shape_ok = isinstance(obj, list) and len(obj) in (3, 4) and isinstance(obj[0], str)
-    return shape_ok and isinstance(obj[1], int) and isinstance(obj[2], int)
+    return as_ref(obj) is not None
 
 
-def tensor_refs(obj: Any, legacy: bool) -> Iterator[Ref]:
+def as_ref(obj: object) -> Ref | None:
+    """The (name, node, tensor) of a ``[name, node, tensor(, kwargs)]`` reference, else None."""
+    if not isinstance(obj, list) or len(obj) not in (3, 4):
+        return None
+    name, node, tensor = obj[0], obj[1], obj[2]
+    if isinstance(name, str) and isinstance(node, int) and isinstance(tensor, int):
+        return (name, node, tensor)
+    return None
+
+
+def tensor_refs(obj: object, legacy: bool) -> Iterator[Ref]:
     """Tensor references inside a node's args/kwargs, in order."""
     if isinstance(obj, Mapping):
         if obj.get("class_name") == "__keras_tensor__":
             inner = obj.get("config")
-            hist = inner.get("keras_history") if isinstance(inner, Mapping) else None
-            if isinstance(hist, list) and is_ref(hist):
-                yield (hist[0], hist[1], hist[2])
+            hist = as_ref(inner.get("keras_history")) if isinstance(inner, Mapping) else None
+            if hist is not None:
+                yield hist
             return
         for value in obj.values():
             yield from tensor_refs(value, legacy)
-    elif legacy and is_ref(obj):
-        yield (obj[0], obj[1], obj[2])
+    elif legacy and isinstance(obj, list) and (ref := as_ref(obj)) is not None:
+        yield ref
         if len(obj) == 4:
             yield from tensor_refs(obj[3], legacy)
     elif isinstance(obj, list):
@@ -74,15 +83,16 @@ def tensor_refs(obj: Any, legacy: bool) -> Iterator[Ref]:
             yield from tensor_refs(value, legacy)
 
 
-def structure_refs(obj: Any) -> list[Ref]:
+def structure_refs(obj: object) -> list[Ref]:
     """Flatten ``input_layers``/``output_layers`` (a ref, list or dict of refs)."""
-    if is_ref(obj):
-        return [(obj[0], obj[1], obj[2])]
+    ref = as_ref(obj)
+    if ref is not None:
+        return [ref]
     values = obj.values() if isinstance(obj, Mapping) else obj if isinstance(obj, list) else []
     return [ref for value in values for ref in structure_refs(value)]
 
 
-def serialized_name(value: Any) -> str | None:
+def serialized_name(value: object) -> str | None:
     """The name in a serialized Keras object: a plain string, its config's `name`, else its
     class name (a dtype policy, an activation); None when there is none."""
     if isinstance(value, str):

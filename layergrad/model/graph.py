@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
 
+from layergrad.core import json_types as js
 from layergrad.core.errors import LoadError
 from layergrad.core.limits import MAX_GRAPH_CALLS
 from layergrad.model.config import (
@@ -53,7 +53,7 @@ class LayerEntry:
     class_name: str
     module: str | None
     registered_name: str | None
-    config: Mapping[str, Any] = field(hash=False, repr=False)
+    config: Mapping[str, object] = field(hash=False, repr=False)
     parent: str | None
     index: int
     depth: int
@@ -86,10 +86,12 @@ class ModelGraph:
     input_names: tuple[str, ...]
     known: bool
     unlisted: tuple[LayerEntry, ...] = ()
-    source: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False, hash=False)
+    source: Mapping[str, object] = field(
+        default_factory=dict, repr=False, compare=False, hash=False
+    )
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> ModelGraph:
+    def from_config(cls, config: Mapping[str, object]) -> ModelGraph:
         """Build the graph from a model config (``config.json`` or h5 ``model_config``)."""
         inner = config.get("config")
         inner = inner if isinstance(inner, Mapping) else {}
@@ -219,26 +221,27 @@ class ModelGraph:
         return reached
 
 
-def _input_names(cfg: Mapping[str, Any]) -> tuple[str, ...]:
-    inner = cfg["config"]
+def _input_names(cfg: Mapping[str, object]) -> tuple[str, ...]:
+    inner = js.member(cfg, "config")
     if is_functional(cfg):
         return tuple(ref[0] for ref in structure_refs(inner.get("input_layers")))
-    first = inner["layers"][0] if inner["layers"] else {}
+    layers = js.members(inner["layers"], "layers")
+    first = layers[0] if layers else {}
     return (layer_name(first),) if first.get("class_name") == "InputLayer" else ()
 
 
-def _add_entries(out: list[LayerEntry], cfg: Mapping[str, Any], prefix: str, calls: int) -> None:
+def _add_entries(out: list[LayerEntry], cfg: Mapping[str, object], prefix: str, calls: int) -> None:
     """Append the entries of a model's members (paths start with ``prefix``), depth first.
 
     One pass over the config: a nested model's members are visited once, their
     ``num_calls`` multiplied by the nested model's calls rather than expanded.
     """
-    members = cfg["config"]["layers"]
+    members = js.members(js.member(cfg, "config")["layers"], "layers")
     if is_functional(cfg):
         by_name = {layer_name(m): m for m in members}
         listed = 0
         for pos, member in enumerate(members):
-            nodes = member.get("inbound_nodes") or []
+            nodes = js.listed(member.get("inbound_nodes") or [], "inbound_nodes")
             is_listed = not is_operation(member)
             own = calls * max(len(nodes), 1)
             inbound = _functional_inbound(member, prefix, by_name)
@@ -260,7 +263,7 @@ def _add_entries(out: list[LayerEntry], cfg: Mapping[str, Any], prefix: str, cal
 
 
 def _entry(
-    cfg: Mapping[str, Any],
+    cfg: Mapping[str, object],
     prefix: str,
     index: int,
     inbound: tuple[str, ...],
@@ -288,10 +291,10 @@ def _entry(
 
 
 def _functional_inbound(
-    member: Mapping[str, Any], prefix: str, by_name: Mapping[str, Any]
+    member: Mapping[str, object], prefix: str, by_name: Mapping[str, object]
 ) -> tuple[str, ...]:
     out: list[str] = []
-    for node in member.get("inbound_nodes") or []:
+    for node in js.listed(member.get("inbound_nodes") or [], "inbound_nodes"):
         for ref in tensor_refs(node, isinstance(node, list)):
             path = prefix + ref[0]
             if ref[0] in by_name and path not in out:

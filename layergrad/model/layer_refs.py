@@ -7,9 +7,13 @@ import fnmatch
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from layergrad.core.errors import LayerNotFound
+from layergrad.core.tf_types import KerasLayer, KerasModel
+
+if TYPE_CHECKING:
+    from layergrad.model.graph import ModelGraph
 
 _CALL_SUFFIX = re.compile(r"^(?P<base>.+)@(?P<call>\d+)$")
 _INDEX = re.compile(r"^-?\d+$")
@@ -27,7 +31,7 @@ class Site:
     ref: str
     path: str
     call: int
-    layer: Any = None
+    layer: KerasLayer = None
     input_index: int | None = None
 
     @property
@@ -45,7 +49,7 @@ def ref_of(key: CallKey) -> str:
     return f"{path}@{call}" if call else path
 
 
-def iter_layers(model: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+def iter_layers(model: KerasModel, prefix: str = "") -> Iterator[tuple[str, KerasLayer]]:
     """Yield `(path, layer)` for every layer of `model`, nested models expanded depth-first."""
     for layer in model.layers:
         path = f"{prefix}{layer.name}"
@@ -54,7 +58,7 @@ def iter_layers(model: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield from iter_layers(layer, prefix=f"{path}/")
 
 
-def input_names(model: Any) -> list[str]:
+def input_names(model: KerasModel) -> list[str]:
     """The names of the model's inputs, in the order the model takes them ([] if unknown)."""
     try:
         return [t.name for t in model.inputs]
@@ -62,7 +66,7 @@ def input_names(model: Any) -> list[str]:
         return []
 
 
-def resolve(model: Any, ref: str) -> Site:
+def resolve(model: KerasModel, ref: str) -> Site:
     """Resolve one layer reference against a loaded model.
 
     Rules (first match wins): a model input name; an exact top-level layer name; a path
@@ -86,7 +90,7 @@ def resolve(model: Any, ref: str) -> Site:
     raise LayerNotFound(_not_found_message(base, [*names, *layers]))
 
 
-def check_in_graph(graph: Any, refs: Sequence[str], globs: Sequence[str] = ()) -> None:
+def check_in_graph(graph: ModelGraph, refs: Sequence[str], globs: Sequence[str] = ()) -> None:
     """Check layer references and `--layers` globs against the graph read from the file.
 
     The same rules as `resolve`, without TensorFlow, so a typo fails before the model loads.
@@ -157,7 +161,7 @@ def _check_index(index: int, count: int) -> None:
         )
 
 
-def _by_index(model: Any, index: int, call: int) -> Site:
+def _by_index(model: KerasModel, index: int, call: int) -> Site:
     top = list(model.layers)
     _check_index(index, len(top))
     layer = top[index]

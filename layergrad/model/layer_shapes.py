@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 UNKNOWN_DIM = 16  # what the random probe batch uses for an open dimension
 Shape = tuple[int, ...]  # without the batch axis
@@ -21,7 +20,7 @@ SIZE_KEYS = ("units", "filters", "output_dim", "num_tokens", "max_tokens", "num_
              "intermediate_dim", "hidden_dim", "depth", "n")  # fmt: skip
 
 
-def _int(value: Any, default: int = UNKNOWN_DIM) -> int:
+def _int(value: object, default: int = UNKNOWN_DIM) -> int:
     """A size from the config: ints and whole floats; None and anything else -> default."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return default
@@ -30,7 +29,7 @@ def _int(value: Any, default: int = UNKNOWN_DIM) -> int:
     return max(0, int(value))
 
 
-def _ints(value: Any, n: int, default: int = 1) -> tuple[int, ...]:
+def _ints(value: object, n: int, default: int = 1) -> tuple[int, ...]:
     """A per-axis size (``kernel_size=3`` or ``[3, 3]``) as ``n`` ints."""
     if isinstance(value, (list, tuple)):
         got = tuple(_int(v, default) for v in value[:n])
@@ -38,15 +37,15 @@ def _ints(value: Any, n: int, default: int = 1) -> tuple[int, ...]:
     return (_int(value, default),) * n
 
 
-def _shape(value: Any) -> Shape | None:
+def _shape(value: object) -> Shape | None:
     return tuple(_int(d) for d in value) if isinstance(value, (list, tuple)) else None
 
 
-Rule = Callable[[Mapping[str, Any], Sequence[Shape]], tuple[list[Shape], int]]
+Rule = Callable[[Mapping[str, object], Sequence[Shape]], tuple[list[Shape], int]]
 
 
 def layer_shapes(
-    class_name: str, cfg: Mapping[str, Any], ins: Sequence[Shape]
+    class_name: str, cfg: Mapping[str, object], ins: Sequence[Shape]
 ) -> tuple[list[Shape], int]:
     """Output shapes (batch axis excluded) and weight elements of one layer call."""
     rule = _RULES.get(class_name) or next(
@@ -56,7 +55,7 @@ def layer_shapes(
     return rule(cfg, [first, *ins[1:]])
 
 
-def input_shape(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def input_shape(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     """An input layer's shape from ``batch_shape`` / ``batch_input_shape`` / ``shape``."""
     for key in ("batch_shape", "batch_input_shape"):
         shape = _shape(cfg.get(key))
@@ -66,25 +65,25 @@ def input_shape(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shap
     return [shape if shape is not None else ins[0]], 0
 
 
-def _dense(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _dense(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     x, units = ins[0], _int(cfg.get("units"))
     last = x[-1] if x else 1
     return [(*x[:-1], units)], last * units + units
 
 
-def _einsum(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _einsum(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     out = _shape(cfg.get("output_shape")) or (_int(cfg.get("output_shape")),)
     last = ins[0][-1] if ins[0] else 1
     bias = out[-1] if cfg.get("bias_axes") and out else 0
     return [out], last * math.prod(out) + bias
 
 
-def _embedding(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _embedding(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     dim = _int(cfg.get("output_dim"))
     return [(*ins[0], dim)], _int(cfg.get("input_dim")) * dim
 
 
-def _spatial(x: Shape, cfg: Mapping[str, Any]) -> tuple[Shape, int, bool]:
+def _spatial(x: Shape, cfg: Mapping[str, object]) -> tuple[Shape, int, bool]:
     """(spatial dims, channels, channels_first) of a convolution or pooling input."""
     first = cfg.get("data_format") == "channels_first"
     if not x:
@@ -92,7 +91,7 @@ def _spatial(x: Shape, cfg: Mapping[str, Any]) -> tuple[Shape, int, bool]:
     return (x[1:], x[0], True) if first else (x[:-1], x[-1], False)
 
 
-def _conv(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _conv(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     dims, channels, first = _spatial(ins[0], cfg)
     n = len(dims)
     kernel = math.prod(_ints(cfg.get("kernel_size"), n))
@@ -114,18 +113,18 @@ def _conv(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], in
     return [out], weights
 
 
-def _conv_transpose(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _conv_transpose(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     return _conv({**cfg, "_transpose": True}, ins)
 
 
-def _pool(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _pool(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     dims, channels, first = _spatial(ins[0], cfg)
     strides = _ints(cfg.get("strides") or cfg.get("pool_size"), len(dims), 2)
     out_dims = tuple(-(-d // max(s, 1)) for d, s in zip(dims, strides, strict=False))
     return [(channels, *out_dims) if first else (*out_dims, channels)], 0
 
 
-def _global_pool(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _global_pool(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     _, channels, _ = _spatial(ins[0], cfg)
     return [(channels,)], 0
 
@@ -133,7 +132,7 @@ def _global_pool(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Sha
 def _rnn(gates: int) -> Rule:
     """LSTM (4 gates), GRU (3), SimpleRNN (1): ``gates * units * (features + units + 1)``."""
 
-    def rule(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    def rule(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
         x, units = ins[0], _int(cfg.get("units"))
         cell = cfg.get("cell")
         if isinstance(cell, Mapping) and isinstance(cell.get("config"), Mapping):
@@ -148,7 +147,7 @@ def _rnn(gates: int) -> Rule:
     return rule
 
 
-def _bidirectional(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _bidirectional(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     inner = cfg.get("layer")
     inner_cfg = inner.get("config") if isinstance(inner, Mapping) else None
     name = str(inner.get("class_name", "")) if isinstance(inner, Mapping) else ""
@@ -159,7 +158,7 @@ def _bidirectional(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[S
     return merged, 2 * weights
 
 
-def _time_distributed(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _time_distributed(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     inner = cfg.get("layer")
     if not (isinstance(inner, Mapping) and isinstance(inner.get("config"), Mapping)):
         return [ins[0]], 0
@@ -168,7 +167,7 @@ def _time_distributed(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[lis
     return [(x[0] if x else 1, *s) for s in outs], weights
 
 
-def _attention(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _attention(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     query, key = ins[0], ins[1] if len(ins) > 1 else ins[0]
     heads = _int(cfg.get("num_heads") or cfg.get("num_query_heads"), 1)
     key_dim = _int(cfg.get("key_dim") or cfg.get("head_dim"), query[-1] if query else 1)
@@ -181,21 +180,21 @@ def _attention(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape
     return [query, (heads, steps_q, steps_k)], weights  # the scores are held too
 
 
-def _norm(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _norm(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     """Layer / group normalization: a scale and an offset per feature."""
     return [ins[0]], 2 * (ins[0][-1] if ins[0] else 1)
 
 
-def _batch_norm(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _batch_norm(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     """Scale, offset, moving mean and moving variance per feature."""
     return [ins[0]], 4 * (ins[0][-1] if ins[0] else 1)
 
 
-def _flatten(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _flatten(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     return [(math.prod(ins[0]),)], 0
 
 
-def _reshape(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _reshape(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     target = cfg.get("target_shape")
     if not isinstance(target, (list, tuple)):
         return [ins[0]], 0
@@ -204,11 +203,11 @@ def _reshape(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape],
     return [tuple(rest if d == -1 else _int(d, 1) for d in target)], 0
 
 
-def _repeat(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _repeat(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     return [(_int(cfg.get("n"), 1), *ins[0])], 0
 
 
-def _concat(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _concat(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     widest: Shape = ()
     for shape in ins:
         widest = shape if len(shape) > len(widest) else widest
@@ -221,11 +220,11 @@ def _concat(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], 
     return [tuple(out)], 0
 
 
-def _merge(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _merge(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     return [max(ins, key=lambda s: math.prod(s))], 0
 
 
-def _resample(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _resample(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     """UpSampling (``size``), ZeroPadding (``padding``), Cropping, Resizing."""
     dims, channels, first = _spatial(ins[0], cfg)
     n = len(dims)
@@ -241,14 +240,14 @@ def _resample(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape]
     return [(channels, *out_dims) if first else (*out_dims, channels)], 0
 
 
-def _flat(value: Any) -> Any:
+def _flat(value: object) -> object:
     """``[[1, 1], [2, 2]]`` (before/after per axis) -> ``[1, 2]`` (the larger side)."""
     if isinstance(value, (list, tuple)) and value and isinstance(value[0], (list, tuple)):
         return [max(_int(v, 0) for v in pair) if pair else 0 for pair in value]
     return value
 
 
-def _encoding(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _encoding(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     """CategoryEncoding, lookups and hashing: one column per token when not in "int" mode."""
     mode = cfg.get("output_mode", "int")
     tokens = _int(cfg.get("num_tokens") or cfg.get("max_tokens") or cfg.get("num_bins"), 0)
@@ -258,7 +257,7 @@ def _encoding(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape]
     return [(*x[:-1], tokens) if len(x) > 1 else (tokens,)], 0
 
 
-def _generic(cfg: Mapping[str, Any], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _generic(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     sizes = [_int(cfg.get(k), 0) for k in SIZE_KEYS if k in cfg]
     if not sizes or not max(sizes):
         return [ins[0]], 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from layergrad.model.config import serialized_name, structure_refs
 from layergrad.model.graph import LayerEntry, ModelGraph
@@ -42,7 +41,7 @@ class Mismatch:
 
 
 def mismatches(
-    config: Mapping[str, Any], graph: ModelGraph, compiled: Mapping[str, Any]
+    config: Mapping[str, object], graph: ModelGraph, compiled: Mapping[str, object]
 ) -> list[Mismatch]:
     """Every output whose compiled loss does not fit its activation (empty without a loss),
     and a network with no non-linearity at all."""
@@ -62,7 +61,7 @@ def mismatches(
     return found
 
 
-def output_heads(config: Mapping[str, Any], graph: ModelGraph) -> list[Head]:
+def output_heads(config: Mapping[str, object], graph: ModelGraph) -> list[Head]:
     """The layers that make the model's outputs, in output order."""
     inner = config.get("config")
     inner = inner if isinstance(inner, Mapping) else {}
@@ -134,13 +133,13 @@ def _units_of(graph: ModelGraph, entry: LayerEntry) -> int | None:
     return None
 
 
-def _activation_name(value: Any) -> str:
+def _activation_name(value: object) -> str:
     if value is None:
         return "linear"
     return (serialized_name(value) or "unknown").lower()
 
 
-def per_output(loss: Any, names: Sequence[str]) -> list[tuple[str, bool] | None]:
+def per_output(loss: object, names: Sequence[str]) -> list[tuple[str, bool] | None]:
     """(canonical loss name, from_logits) for each output, None where it cannot be read."""
     if isinstance(loss, Mapping) and "class_name" not in loss:
         return [_identify(loss.get(n)) for n in names]
@@ -162,7 +161,7 @@ _ALIASES = {
 }
 
 
-def _identify(loss: Any) -> tuple[str, bool] | None:
+def _identify(loss: object) -> tuple[str, bool] | None:
     if isinstance(loss, str):
         key = loss.lower()
         return _ALIASES.get(key.replace("_", ""), key), False

@@ -19,8 +19,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from layergrad.core import json_types as js
+from layergrad.core.json_types import Config
 from layergrad.model.config import (
     is_container,
     is_functional,
@@ -86,9 +88,9 @@ class _Walker:
         self.tally, self.batch = tally, batch
 
     def model(
-        self, cfg: Mapping[str, Any], prefix: str, feeds: list[Shape] | None, scale: int
+        self, cfg: Mapping[str, object], prefix: str, feeds: list[Shape] | None, scale: int
     ) -> list[Shape]:
-        members = cfg["config"]["layers"]
+        members = js.members(js.member(cfg, "config")["layers"], "layers")
         if is_functional(cfg):
             return self.functional(cfg, members, prefix, feeds, scale)
         prev = list(feeds or [])
@@ -97,13 +99,14 @@ class _Walker:
         return prev
 
     def functional(
-        self, cfg: Any, members: list[Any], prefix: str, feeds: list[Shape] | None, scale: int
+        self, cfg: Config, members: list[Config], prefix: str, feeds: list[Shape] | None, scale: int
     ) -> list[Shape]:
         outs: dict[str, list[Shape]] = {}
-        inputs = [ref[0] for ref in structure_refs(cfg["config"].get("input_layers"))]
+        inner = js.member(cfg, "config")
+        inputs = [ref[0] for ref in structure_refs(inner.get("input_layers"))]
         for member in members:
             name = layer_name(member)
-            nodes = member.get("inbound_nodes") or []
+            nodes = js.listed(member.get("inbound_nodes") or [], "inbound_nodes")
             if not nodes:  # an input layer, fed by what feeds this model
                 fed = [feeds[inputs.index(name)]] if feeds and name in inputs[: len(feeds)] else []
                 outs[name] = self.member(member, prefix, fed, scale, 1)
@@ -112,11 +115,11 @@ class _Walker:
             refs = tensor_refs(node, isinstance(node, list))
             ins = [_pick(outs.get(r[0]), r[2]) for r in refs]
             outs[name] = self.member(member, prefix, ins, scale, len(nodes))
-        out_refs = structure_refs(cfg["config"].get("output_layers"))
+        out_refs = structure_refs(inner.get("output_layers"))
         return [_pick(outs.get(r[0]), r[2]) for r in out_refs]
 
     def member(
-        self, cfg: Mapping[str, Any], prefix: str, ins: list[Shape], scale: int, calls: int
+        self, cfg: Mapping[str, object], prefix: str, ins: list[Shape], scale: int, calls: int
     ) -> list[Shape]:
         path = prefix + layer_name(cfg)
         if is_container(cfg):
@@ -139,7 +142,7 @@ def _pick(shapes: list[Shape] | None, index: int) -> Shape:
     return shapes[index] if 0 <= index < len(shapes) else shapes[0]
 
 
-def _itemsize(dtype: Any) -> int:
+def _itemsize(dtype: object) -> int:
     text = str(dtype.get("config", dtype) if isinstance(dtype, Mapping) else dtype)
     return 8 if "64" in text else 4
 

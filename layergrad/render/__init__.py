@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
 
 from layergrad.core.vocab import OutputFormat
 
@@ -34,11 +33,11 @@ def renderer(report: str, fmt: OutputFormat) -> Renderer:
 def render(
     report: str,
     fmt: OutputFormat,
-    value: Any,
+    value: object,
     *,
     color: bool = False,
     width: int | None = 100,
-    **options: Any,
+    **options: object,
 ) -> str:
     """A `report` (one of REPORTS) `value` as text in format `fmt` (colour, width for tables).
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.padding import Padding
@@ -103,7 +102,7 @@ def _kind(c: CheckItem) -> str:
     return " (warning)" if c.findings and not c.failures and c.passed else ""
 
 
-def as_json(verdicts: Sequence[FileVerdict], **_: Any) -> str:
+def as_json(verdicts: Sequence[FileVerdict], **_: object) -> str:
     """The `layergrad.check/1` JSON document."""
     doc = {
         "schema": SCHEMA,
@@ -133,7 +132,7 @@ def as_json(verdicts: Sequence[FileVerdict], **_: Any) -> str:
     return json_document(doc)
 
 
-def markdown(verdicts: Sequence[FileVerdict], **_: Any) -> str:
+def markdown(verdicts: Sequence[FileVerdict], **_: object) -> str:
     """A markdown summary for a pull-request comment."""
     head = f"**layergrad check**: {summary_line(verdicts)}\n\n"
     rows = [
@@ -155,7 +154,7 @@ def _md_verdict(v: FileVerdict) -> str:
     return f"⚠️ pass{warned}" if count else "✅ pass"
 
 
-def html(value: Sequence[FileVerdict], **_: Any) -> str:
+def html(value: Sequence[FileVerdict], **_: object) -> str:
     """One self-contained HTML page (inline style and charts, nothing fetched)."""
     from layergrad.render.html_report import check_html
 

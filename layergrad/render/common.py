@@ -12,7 +12,6 @@ import json
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -235,7 +234,7 @@ def causes_lines(causes: Iterable[Cause]) -> list[Text]:
     return lines
 
 
-def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
+def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, object]:
     """The `model` and `probe` members shared by the JSON documents."""
     return {
         "model": {
@@ -256,7 +255,7 @@ def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, Any]:
     }
 
 
-def json_document(doc: Any) -> str:
+def json_document(doc: object) -> str:
     """Serialise a report as strict JSON: every NaN or infinity becomes `null`.
 
     One encoding for every schema (see docs/json.md): a number that is not finite is written
@@ -266,7 +265,7 @@ def json_document(doc: Any) -> str:
     return json.dumps(_finite_or_null(doc), indent=2, allow_nan=False)
 
 
-def _finite_or_null(value: Any) -> Any:
+def _finite_or_null(value: object) -> object:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
@@ -276,11 +275,11 @@ def _finite_or_null(value: Any) -> Any:
     return value
 
 
-def gradient_json(g: GradientStats | None, *, shape: bool = False) -> dict[str, Any] | None:
+def gradient_json(g: GradientStats | None, *, shape: bool = False) -> dict[str, object] | None:
     """A gradient's statistics as a JSON-ready dict (with its shape for `inspect`)."""
     if g is None:
         return None
-    numbers = {
+    numbers: dict[str, object] = {
         "l2": g.l2,
         "mean_abs": g.mean_abs,
         "max_abs": g.max_abs,
@@ -290,7 +289,7 @@ def gradient_json(g: GradientStats | None, *, shape: bool = False) -> dict[str, 
     return {"shape": list(g.shape), **numbers} if shape else numbers
 
 
-def cause_json(c: Cause) -> dict[str, Any]:
+def cause_json(c: Cause) -> dict[str, object]:
     """A cause as `{code, layer, message, hint}` (the op, if any, is named in the message)."""
     message = f"{c.message} (op {c.op})" if c.op else c.message
     return {"code": c.code, "layer": c.layer, "message": message, "hint": c.hint}

@@ -3,8 +3,6 @@ non-finite batch. Shared by the inspect and scan renderers."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
 
 from layergrad.core.results import DataStats
@@ -13,7 +11,7 @@ from layergrad.render.common import number
 SHOWN_UNITS = 12
 
 
-def data_json(data: DataStats, has_gradient: bool) -> dict[str, Any]:
+def data_json(data: DataStats, has_gradient: bool) -> dict[str, object]:
     """The JSON members a result over a data set adds."""
     sample = data.per_sample_l2
     return {

@@ -8,7 +8,7 @@ weights` (then the JSON says `variables` / `variable`, as `scan --wrt weights` d
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import RenderableType
 from rich.table import Table
@@ -32,6 +32,9 @@ from layergrad.render.common import (
     probe_line,
     to_text,
 )
+
+if TYPE_CHECKING:
+    from layergrad.render.html_page import Html
 
 SCHEMA = "layergrad.diff/1"
 MIN_WHY = 24  # the narrowest the why column gets before layer names wrap
@@ -146,10 +149,10 @@ def _decades(decades: float | None) -> str:
     return "-" if decades is None else f"{decades:+.2f}"
 
 
-def as_json(report: DiffReport, **_: Any) -> str:
+def as_json(report: DiffReport, **_: object) -> str:
     """The `layergrad.diff/1` JSON document (every row, in order)."""
     collection, key = ROW_KEYS[report.wrt]
-    doc: dict[str, Any] = {
+    doc: dict[str, object] = {
         "schema": SCHEMA,
         "base": meta_json(report.base, report.probe)["model"],
         "new": meta_json(report.new, report.probe)["model"],
@@ -167,7 +170,7 @@ def as_json(report: DiffReport, **_: Any) -> str:
     return json_document(doc)
 
 
-def row_json(row: RowDiff, key: str = "layer") -> dict[str, Any]:
+def row_json(row: RowDiff, key: str = "layer") -> dict[str, object]:
     """One row as a JSON-ready dict, named under `key`."""
     return {
         key: row.name,
@@ -180,13 +183,13 @@ def row_json(row: RowDiff, key: str = "layer") -> dict[str, Any]:
     }
 
 
-def _side_json(side: ProfileRow | None) -> dict[str, Any] | None:
+def _side_json(side: ProfileRow | None) -> dict[str, object] | None:
     if side is None:
         return None
     return {"status": side.status, "mean_abs": side.mean_abs, "flags": list(side.flags)}
 
 
-def markdown(report: DiffReport, *, show_all: bool = False, **_: Any) -> str:
+def markdown(report: DiffReport, *, show_all: bool = False, **_: object) -> str:
     """For a pull-request comment: the verdict, the regressions, the rest folded away."""
     said = md_text(verdict(report))
     what = _what(report)
@@ -236,19 +239,19 @@ def _mean(side: ProfileRow) -> str:
     return f" {number(side.mean_abs)}"
 
 
-def html(report: DiffReport, *, show_all: bool = False, **_: Any) -> str:
+def html(report: DiffReport, *, show_all: bool = False, **_: object) -> str:
     """One self-contained page: the verdict, both files and the probe, a sortable table of
     the rows (the changed ones, regressions first, or all with `show_all`)."""
     from layergrad.render.html_page import badge, cell, definition_list, el, join, page, table
 
     kinds = {"ok": "ok", "none": "bad", "nonfinite": "bad", "zero": "warn", "integer": "muted"}
 
-    def side(row: ProfileRow | None) -> Any:
+    def side(row: ProfileRow | None) -> Html:
         if row is None:
             return cell("-", sort="")
         return cell(join([badge(row.status.value, kinds.get(row.status, "muted")), _mean(row)]))
 
-    def decades(value: float | None) -> Any:
+    def decades(value: float | None) -> Html:
         return cell(_decades(value), sort="" if value is None else repr(value), num=True)
 
     rows = shown_rows(report, show_all)

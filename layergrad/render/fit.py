@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from rich.console import RenderableType
 from rich.text import Text
@@ -109,7 +108,7 @@ def table(report: FitReport, *, color: bool = False, width: int | None = 100) ->
     return to_text(items, color=color, width=width)
 
 
-def as_dict(report: FitReport) -> dict[str, Any]:
+def as_dict(report: FitReport) -> dict[str, object]:
     """The `layergrad.fit/1` object."""
     return {
         "schema": SCHEMA,
@@ -134,7 +133,7 @@ def as_dict(report: FitReport) -> dict[str, Any]:
     }
 
 
-def _checkpoint_json(c: Checkpoint) -> dict[str, Any]:
+def _checkpoint_json(c: Checkpoint) -> dict[str, object]:
     return {
         "step": c.step,
         "epoch": c.epoch,
@@ -168,12 +167,12 @@ def _checkpoint_json(c: Checkpoint) -> dict[str, Any]:
     }
 
 
-def as_json(report: FitReport, **_: Any) -> str:
+def as_json(report: FitReport, **_: object) -> str:
     """Strict JSON (no NaN literals), indented."""
     return json_document(as_dict(report))
 
 
-def markdown(report: FitReport, **_: Any) -> str:
+def markdown(report: FitReport, **_: object) -> str:
     """A pull-request comment: the verdict, the findings, the last checkpoint's layers."""
     lines = [f"### layergrad fit: {md_text(verdict_line(report))}", ""]
     lines += [f"- {k}: {md_text(v)}" for k, v in _facts(report)]
@@ -192,7 +191,7 @@ def markdown(report: FitReport, **_: Any) -> str:
     return "\n".join(lines)
 
 
-def html(report: FitReport, **_: Any) -> str:
+def html(report: FitReport, **_: object) -> str:
     """One self-contained page: verdict, facts, findings, loss curve, update-ratio map."""
     kind = "bad" if report.findings else "ok"
     body: list[Html | None] = [

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -118,7 +117,7 @@ def _causes_panel(res: Result) -> Panel:
     )
 
 
-def as_json(report: InspectReport, **_: Any) -> str:
+def as_json(report: InspectReport, **_: object) -> str:
     """The `layergrad.inspect/1` JSON document (one object, keys as documented)."""
     doc = {
         "schema": SCHEMA,
@@ -128,9 +127,9 @@ def as_json(report: InspectReport, **_: Any) -> str:
     return json_document(doc)
 
 
-def result_json(res: Result) -> dict[str, Any]:
+def result_json(res: Result) -> dict[str, object]:
     """One result as a JSON-ready dict (`jacobian` only with --measure jacobian)."""
-    doc = {
+    doc: dict[str, object] = {
         "from": _endpoint_json(res.source),
         "to": _endpoint_json(res.target),
         "status": res.status,
@@ -144,11 +143,11 @@ def result_json(res: Result) -> dict[str, Any]:
     return doc
 
 
-def _endpoint_json(e: Endpoint) -> dict[str, Any]:
+def _endpoint_json(e: Endpoint) -> dict[str, object]:
     return {"layer": e.layer, "shape": list(e.shape), "dtype": e.dtype}
 
 
-def markdown(report: InspectReport, **_: Any) -> str:
+def markdown(report: InspectReport, **_: object) -> str:
     """The results as markdown for a pull-request comment, then causes and warnings."""
     head = (
         f"**layergrad inspect** {md_code(report.model.path)}: "
@@ -187,7 +186,7 @@ def markdown(report: InspectReport, **_: Any) -> str:
     )
 
 
-def html(value: InspectReport, **_: Any) -> str:
+def html(value: InspectReport, **_: object) -> str:
     """One self-contained HTML page (inline style and charts, nothing fetched)."""
     from layergrad.render.html_report import inspect_html
 

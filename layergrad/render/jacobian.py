@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.text import Text
@@ -43,7 +42,7 @@ BAR_WIDTH = 16
 # --- JSON -----------------------------------------------------------------------------------
 
 
-def jacobian_json(j: JacobianStats) -> dict[str, Any]:
+def jacobian_json(j: JacobianStats) -> dict[str, object]:
     """An inspect result's `jacobian` member."""
     return {
         "method": j.method,
@@ -55,15 +54,15 @@ def jacobian_json(j: JacobianStats) -> dict[str, Any]:
     }
 
 
-def scan_jacobian_json(j: ScanJacobian) -> dict[str, Any]:
+def scan_jacobian_json(j: ScanJacobian) -> dict[str, object]:
     """A scan row's `jacobian` member."""
     return {"frobenius": frobenius_json(j.frobenius)}
 
 
-def frobenius_json(f: FrobeniusNorms) -> dict[str, Any]:
+def frobenius_json(f: FrobeniusNorms) -> dict[str, object]:
     """`{per_sample, mean, max, rel_stderr}`; rel_stderr is null when exact. Over a data set
     `per_sample` is null and the distribution's keys join (`distribution_json`)."""
-    doc = {
+    doc: dict[str, object] = {
         "per_sample": _per_sample(f.per_sample, f.distribution),
         "mean": _finite(f.mean),
         "max": _finite(f.max),
@@ -74,10 +73,10 @@ def frobenius_json(f: FrobeniusNorms) -> dict[str, Any]:
     return doc
 
 
-def spectral_json(s: SpectralNorms) -> dict[str, Any]:
+def spectral_json(s: SpectralNorms) -> dict[str, object]:
     """`{per_sample, mean, max, iterations}`; iterations is null when exact (over a data set
     as for `frobenius_json`)."""
-    doc = {
+    doc: dict[str, object] = {
         "per_sample": _per_sample(s.per_sample, s.distribution),
         "mean": _finite(s.mean),
         "max": _finite(s.max),
@@ -92,13 +91,13 @@ def _per_sample(values: Sequence[float], distribution: object) -> list[float | N
     return None if distribution is not None else [_finite(x) for x in values]
 
 
-def distribution_json(d: NormDistribution) -> dict[str, Any]:
+def distribution_json(d: NormDistribution) -> dict[str, object]:
     """`samples`, `std`, `min`, `p50`, `p95`, `histogram`, `top` and `mean_rel_stderr` of a
     norm over every sample of a data set (`mean` and `max` are the caller's)."""
     h = d.histogram
     top = []
     for r in d.top:
-        item: dict[str, Any] = {"sample": r.sample, "value": _finite(r.value)}
+        item: dict[str, object] = {"sample": r.sample, "value": _finite(r.value)}
         if r.rel_stderr is not None:
             item["rel_stderr"] = _finite(r.rel_stderr)
         top.append(item)

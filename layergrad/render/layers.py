@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from rich.console import RenderableType
 from rich.table import Table
@@ -67,7 +66,7 @@ def _input_text(i: ModelInput) -> str:
     return " ".join(parts)
 
 
-def _shared_values(rows: Sequence[LayerRow]) -> dict[str, set[Any]]:
+def _shared_values(rows: Sequence[LayerRow]) -> dict[str, set[str | bool]]:
     """The dtype policies and trainable flags of the layers (an input's dtype is in the header)."""
     return {
         "dtype": {r.dtype for r in rows if r.dtype is not None and r.class_name != "InputLayer"},
@@ -189,7 +188,7 @@ def _footer(listing: LayerListing) -> str:
     return "\n".join(lines)
 
 
-def as_json(listing: LayerListing, **_: Any) -> str:
+def as_json(listing: LayerListing, **_: object) -> str:
     """The `layergrad.layers/1` JSON document (one object, keys as in the README)."""
     doc = {
         "schema": SCHEMA,
@@ -221,7 +220,7 @@ def as_json(listing: LayerListing, **_: Any) -> str:
     return json_document(doc)
 
 
-def _row_json(r: LayerRow) -> dict[str, Any]:
+def _row_json(r: LayerRow) -> dict[str, object]:
     w = r.weights
     return {
         "index": r.position[-1] if r.position else None,
@@ -247,7 +246,7 @@ def _row_json(r: LayerRow) -> dict[str, Any]:
     }
 
 
-def markdown(listing: LayerListing, **_: Any) -> str:
+def markdown(listing: LayerListing, **_: object) -> str:
     """The listing as a markdown table, for a pull-request comment."""
     version = listing.keras_version or "unknown"
     head = (
@@ -277,7 +276,7 @@ def markdown(listing: LayerListing, **_: Any) -> str:
     return out + "".join(f"{md_text(line)}\n" for line in _footer(listing).splitlines())
 
 
-def html(listing: LayerListing, **_: Any) -> str:
+def html(listing: LayerListing, **_: object) -> str:
     """The `layers` page: the file's header, then one row per layer and its weight health."""
     from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page, table
 

@@ -13,7 +13,7 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from layergrad.core.errors import UsageError
 from layergrad.core.results import InspectReport, Result, ScanReport, ScanRow, WeightScanReport
@@ -181,7 +181,7 @@ def _draw_jacobian(ax: Axes, rows: Sequence[ScanRow], start: int) -> None:
             ax.add_line(point)
 
 
-def jacobian_mean(item: Any) -> float | None:
+def jacobian_mean(item: object) -> float | None:
     """Mean per-sample Frobenius norm of a row's or result's `jacobian`, when it has one.
 
     Accepts the object form (`jacobian.frobenius.mean`) and the JSON form (nested dicts).
@@ -192,7 +192,7 @@ def jacobian_mean(item: Any) -> float | None:
     return float(mean) if isinstance(mean, int | float) else None
 
 
-def _member(value: Any, name: str) -> Any:
+def _member(value: object, name: str) -> object:
     if value is None:
         return None
     if isinstance(value, dict):
@@ -310,10 +310,11 @@ def _titles(fig: Figure, title: str, subtitle: str) -> None:
 
 
 def _legend(fig: Figure, entries: list[tuple[str, str, str]]) -> None:
+    from matplotlib.artist import Artist
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    handles: list[Any] = [
+    handles: list[Artist] = [
         Patch(color=color, label=label)
         if kind == "patch"
         else Line2D([], [], marker="D", linestyle="", color=color, label=label)
@@ -363,7 +364,9 @@ def check_plot_path(
 
 
 def save_figure(
-    fig: Figure, path: str | os.PathLike[str], protected: Sequence[str | None] = ()
+    fig: Figure,
+    path: str | os.PathLike[str],
+    protected: Sequence[str | os.PathLike[str] | None] = (),
 ) -> str:
     """Write a figure; the format follows the extension (.png, .svg, .pdf).
 
@@ -388,7 +391,7 @@ def save_figure(
 
 def figure_bytes(fig: Figure, fmt: str) -> bytes:
     """The figure as a reproducible ``png``, ``svg`` or ``pdf`` file (no date, no version)."""
-    metadata: dict[str, Any] = {
+    metadata: dict[str, None] = {
         "png": {"Software": None},
         "svg": {"Date": None},
         "pdf": {"CreationDate": None, "Producer": None},

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.text import Text
@@ -118,7 +117,7 @@ def _distinct_causes(rows: list[ScanRow]) -> list[ScanRow]:
     return out[::-1]
 
 
-def as_json(report: ScanReport, **_: Any) -> str:
+def as_json(report: ScanReport, **_: object) -> str:
     """The `layergrad.scan/1` JSON document."""
     doc = {
         "schema": SCHEMA,
@@ -130,7 +129,7 @@ def as_json(report: ScanReport, **_: Any) -> str:
     return json_document(doc)
 
 
-def row_json(row: ScanRow) -> dict[str, Any]:
+def row_json(row: ScanRow) -> dict[str, object]:
     """One scan row as a JSON-ready dict (`jacobian` only with --measure jacobian)."""
     doc = _row_json(row)
     if row.jacobian is not None:
@@ -140,7 +139,7 @@ def row_json(row: ScanRow) -> dict[str, Any]:
     return doc
 
 
-def _row_json(row: ScanRow) -> dict[str, Any]:
+def _row_json(row: ScanRow) -> dict[str, object]:
     g = row.gradient
     return {
         "layer": row.layer,
@@ -154,7 +153,7 @@ def _row_json(row: ScanRow) -> dict[str, Any]:
     }
 
 
-def markdown(report: ScanReport, **_: Any) -> str:
+def markdown(report: ScanReport, **_: object) -> str:
     """A markdown table for a pull-request comment."""
     head = (
         f"**layergrad scan** {md_code(report.model.path)}: "
@@ -181,6 +180,6 @@ def markdown(report: ScanReport, **_: Any) -> str:
     return head + md_table(header, rows) + notes
 
 
-def html(value: ScanReport, **_: Any) -> str:
+def html(value: ScanReport, **_: object) -> str:
     """One self-contained HTML page (inline style and charts, nothing fetched)."""
     return scan_html(value)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.text import Text
@@ -116,7 +115,7 @@ def _cells(row: VariableRow) -> list[RenderableType]:
     ]
 
 
-def as_json(report: WeightScanReport, **_: Any) -> str:
+def as_json(report: WeightScanReport, **_: object) -> str:
     """The `layergrad.scan/1` document with `"wrt": "weights"`."""
     doc = {
         "schema": SCHEMA,
@@ -136,7 +135,7 @@ def as_json(report: WeightScanReport, **_: Any) -> str:
     return json_document(doc)
 
 
-def noise_json(n: GradientNoise) -> dict[str, Any]:
+def noise_json(n: GradientNoise) -> dict[str, object]:
     """One layer's `{layer, signal, variance, snr, batches}` (null where not finite)."""
     return {
         "layer": n.layer,
@@ -151,7 +150,7 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def variable_json(row: VariableRow) -> dict[str, Any]:
+def variable_json(row: VariableRow) -> dict[str, object]:
     """One variable as a JSON-ready dict."""
     g = row.gradient
     return {
@@ -168,7 +167,7 @@ def variable_json(row: VariableRow) -> dict[str, Any]:
     }
 
 
-def markdown(report: WeightScanReport, **_: Any) -> str:
+def markdown(report: WeightScanReport, **_: object) -> str:
     """A markdown table for a pull-request comment, then the causes."""
     path = md_code(report.model.path)
     head = f"**layergrad scan --wrt weights** {path}: {md_text(_what(report))}\n\n"
@@ -204,7 +203,7 @@ def markdown(report: WeightScanReport, **_: Any) -> str:
     return head + md_table(header, rows) + f"\n{md_text(_summary(report))}\n" + snr + tail
 
 
-def html(report: WeightScanReport, **_: Any) -> str:
+def html(report: WeightScanReport, **_: object) -> str:
     """The `scan --wrt weights` page: a verdict, every trainable variable, the causes."""
     from layergrad.render.html_page import Html, badge, cell, el, join, page, table
     from layergrad.render.html_report import (

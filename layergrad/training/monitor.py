@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from typing import Any
 
 import numpy as np
 
@@ -31,6 +30,7 @@ from layergrad.core.fit_results import (
     VariableStats,
 )
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import KerasModel, KerasVariable, SummaryWriter
 from layergrad.core.vocab import Finding
 from layergrad.training import rules
 from layergrad.training.step_hook import (
@@ -95,11 +95,11 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         self._nonfinite: TrainingFinding | None = None
         self._step, self._epoch, self._due = 0, 0, False
         self._stack: contextlib.ExitStack | None = None
-        self._writer: Any = None
+        self._writer: SummaryWriter = None  # opened by on_train_begin
 
     # Keras hooks
 
-    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+    def on_train_begin(self, logs: dict[str, object] | None = None) -> None:
         self._reset()
         model = self.model
         self._layers, self._variables = _layers_and_variables(model)
@@ -120,16 +120,16 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             tf, _ = quiet_import()
             self._writer = tf.summary.create_file_writer(self.log_dir)
 
-    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+    def on_epoch_begin(self, epoch: int, logs: dict[str, object] | None = None) -> None:
         self._epoch = epoch
 
-    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+    def on_train_batch_begin(self, batch: int, logs: dict[str, object] | None = None) -> None:
         due = self._step % self.every == 0 or self._step == self._last
         if due != self._due:
             self._hook.due.assign(due)
             self._due = due
 
-    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+    def on_train_batch_end(self, batch: int, logs: dict[str, object] | None = None) -> None:
         bad, loss = (float(v) for v in self._hook.step.read_value().numpy())
         step = self._step + 1
         self._step += 1
@@ -149,7 +149,7 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             if self.stop_on_nonfinite:
                 self.model.stop_training = True
 
-    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+    def on_train_end(self, logs: dict[str, object] | None = None) -> None:
         if self._stack is not None:
             _OPEN.pop(id(self.model), None)
             self._stack.close()
@@ -258,13 +258,13 @@ def _any_nonfinite(checkpoint: Checkpoint) -> bool:
     return any(r.nonfinite_gradient or r.nonfinite_activation for r in checkpoint.layers)
 
 
-def _layers_and_variables(model: Any) -> tuple[list[LayerVariables], list[Any]]:
+def _layers_and_variables(model: KerasModel) -> tuple[list[LayerVariables], list[KerasVariable]]:
     """Every leaf layer once (nested models expanded), with its trainable variables' indices."""
     from layergrad.engine.layer_calls import unique_leaves
     from layergrad.model.layer_refs import iter_layers
 
     layers: list[LayerVariables] = []
-    variables: list[Any] = []
+    variables: list[KerasVariable] = []
     seen: set[int] = set()
     for layer, path, _ in unique_leaves(iter_layers(model)):
         mine = []
@@ -277,7 +277,7 @@ def _layers_and_variables(model: Any) -> tuple[list[LayerVariables], list[Any]]:
     return layers, variables
 
 
-def _variable_row(variable: Any, layer: str, row: np.ndarray) -> VariableStats:
+def _variable_row(variable: KerasVariable, layer: str, row: np.ndarray) -> VariableStats:
     missing = row[WEIGHT_SQ] < 0
     units = row[UNITS]
     return VariableStats(
@@ -311,7 +311,7 @@ def _layer_row(
     )
 
 
-def _loss_name(model: Any) -> str:
+def _loss_name(model: KerasModel) -> str:
     loss = getattr(model, "loss", None)
     if loss is None:
         return ""
@@ -324,13 +324,13 @@ def _loss_name(model: Any) -> str:
     return _loss_name_of(loss)
 
 
-def _loss_name_of(loss: Any) -> str:
+def _loss_name_of(loss: object) -> str:
     if isinstance(loss, str):
         return loss
     return str(getattr(loss, "name", None) or getattr(loss, "__name__", type(loss).__name__))
 
 
-def _output_units(model: Any) -> list[int]:
+def _output_units(model: KerasModel) -> list[int]:
     try:
         return [int(t.shape[-1]) if len(t.shape) else 1 for t in model.outputs]
     except (AttributeError, ValueError, TypeError):

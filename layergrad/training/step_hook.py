@@ -24,11 +24,20 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import (
+    KerasLayer,
+    KerasModel,
+    KerasOptimizer,
+    KerasVariable,
+    Tensor,
+    TensorTree,
+    TFOperation,
+    TFVariable,
+)
 from layergrad.engine.layer_calls import capturing
 
 BINS = 30  # histogram buckets per layer gradient (TensorBoard's default)
@@ -45,7 +54,7 @@ class LayerVariables:
     """A layer the monitor reports on: its path, and the indices of its trainable variables."""
 
     path: str
-    layer: Any
+    layer: KerasLayer
     variables: tuple[int, ...]
 
 
@@ -53,10 +62,10 @@ class _Trace:
     """What one trace of the monitored step collects (per replica thread)."""
 
     def __init__(self, layers: int) -> None:
-        self.loss: Any = None
-        self.outputs: list[list[Any]] = [[] for _ in range(layers)]  # float outputs, every call
+        self.loss: Tensor = None
+        self.outputs: list[list[Tensor]] = [[] for _ in range(layers)]  # float outputs, every call
         self.order: list[int] = []
-        self.forward: Any = None  # the forward statistics' op
+        self.forward: TFOperation = None  # the forward statistics' op
 
 
 class StepHook:
@@ -64,9 +73,9 @@ class StepHook:
 
     def __init__(
         self,
-        model: Any,
+        model: KerasModel,
         layers: Sequence[LayerVariables],
-        variables: Sequence[Any],
+        variables: Sequence[KerasVariable],
         histograms: bool,
     ) -> None:
         tf, _ = quiet_import()
@@ -79,7 +88,7 @@ class StepHook:
         n_layers, n_vars = len(self.layers), len(self.variables)
         with model.distribute_strategy.scope():
 
-            def state(shape: Sequence[int], aggregation: Any, name: str) -> Any:
+            def state(shape: Sequence[int], aggregation: object, name: str) -> TFVariable:
                 return tf.Variable(
                     tf.zeros(shape),
                     trainable=False,
@@ -119,7 +128,7 @@ class StepHook:
         original_reduce = optimizer._all_reduce_sum_gradients
 
         @functools.wraps(original_step)
-        def train_step(data: Any) -> Any:
+        def train_step(data: TensorTree) -> dict[str, Tensor]:
             trace = _Trace(len(self.layers))
             _active.trace = trace
             try:
@@ -129,7 +138,7 @@ class StepHook:
                 self.forward_order = trace.order
 
         @functools.wraps(original_loss)
-        def compute_loss(*args: Any, **kwargs: Any) -> Any:
+        def compute_loss(*args: object, **kwargs: object) -> Tensor:
             loss = original_loss(*args, **kwargs)
             trace = getattr(_active, "trace", None)
             if trace is not None and trace.loss is None:
@@ -137,7 +146,9 @@ class StepHook:
                 self._forward_stats(trace, loss)
             return loss
 
-        def all_reduce(grads_and_vars: Any) -> Any:
+        def all_reduce(
+            grads_and_vars: list[tuple[Tensor, KerasVariable]],
+        ) -> list[tuple[Tensor, KerasVariable]]:
             reduced = original_reduce(grads_and_vars)
             trace = getattr(_active, "trace", None)
             if trace is None:
@@ -147,7 +158,7 @@ class StepHook:
             self._record(trace, list(reduced))
             return reduced
 
-        def on_outputs(key: tuple[str, int], flat: list[Any], _args: Any) -> list[Any]:
+        def on_outputs(key: tuple[str, int], flat: list[Tensor], _args: TensorTree) -> list[Tensor]:
             trace = getattr(_active, "trace", None)
             if trace is not None:
                 self._observe(trace, index[key[0]], flat)
@@ -168,14 +179,14 @@ class StepHook:
                     optimizer._all_reduce_sum_gradients = reduce_saved
                 model.train_function = None  # the next fit traces the plain step again
 
-    def _observe(self, trace: _Trace, layer: int, outputs: list[Any]) -> None:
+    def _observe(self, trace: _Trace, layer: int, outputs: list[Tensor]) -> None:
         """Keep a call's float outputs for `_forward_stats` (no op is added here)."""
         floats = [t for t in outputs if getattr(getattr(t, "dtype", None), "is_floating", False)]
         trace.outputs[layer].extend(floats)
         if floats and layer not in trace.order:
             trace.order.append(layer)
 
-    def _forward_stats(self, trace: _Trace, loss: Any) -> None:
+    def _forward_stats(self, trace: _Trace, loss: Tensor) -> None:
         """Once the loss exists (the forward pass is done, its activations all alive): on a
         checkpoint step or a non-finite loss, each layer's NaN/Inf outputs and dead units.
 
@@ -184,7 +195,7 @@ class StepHook:
         tf, _ = quiet_import()
         finite = tf.math.is_finite(tf.reduce_sum(tf.cast(loss, tf.float32)))
 
-        def measure() -> Any:
+        def measure() -> TFOperation:
             counts, dead = [], []
             for outputs in trace.outputs:
                 counts.append(
@@ -204,11 +215,11 @@ class StepHook:
             tf.logical_or(self.due, ~finite), measure, lambda: tf.constant(False)
         )
 
-    def _record(self, trace: _Trace, reduced: list[tuple[Any, Any]]) -> Any:
+    def _record(self, trace: _Trace, reduced: list[tuple[Tensor, KerasVariable]]) -> TFOperation:
         """The step's writes: the scalars every step, the gradient reductions when due."""
         tf, _ = quiet_import()
-        grads: list[Any] = [None] * len(self.variables)
-        weights: list[Any] = [None] * len(self.variables)
+        grads: list[Tensor | None] = [None] * len(self.variables)
+        weights: list[Tensor | None] = [None] * len(self.variables)
         for g, v in reduced:
             i = self._keys.get(_var_key(self.model, v))
             if i is not None and g is not None:
@@ -233,7 +244,9 @@ class StepHook:
         )
         return tf.group([*writes, full])
 
-    def _reduce(self, trace: _Trace, grads: list[Any], weights: list[Any]) -> Any:
+    def _reduce(
+        self, trace: _Trace, grads: list[Tensor | None], weights: list[Tensor | None]
+    ) -> TFOperation:
         tf, _ = quiet_import()
         rows = []
         for g, v in zip(grads, weights, strict=True):
@@ -266,7 +279,7 @@ class StepHook:
         with tf.control_dependencies(writes):
             return tf.constant(True)
 
-    def _histograms(self, grads: list[Any]) -> list[Any]:
+    def _histograms(self, grads: list[Tensor | None]) -> list[TFOperation]:
         tf, _ = quiet_import()
         counts, ranges = [], []
         for entry in self.layers:
@@ -291,7 +304,7 @@ class StepHook:
         return [self.histogram.assign(tf.stack(counts)), self.ranges.assign(tf.stack(ranges))]
 
 
-def applying_optimizer(model: Any) -> Any:
+def applying_optimizer(model: KerasModel) -> KerasOptimizer:
     """The optimizer that applies the gradients: a `LossScaleOptimizer`'s inner one.
 
     Raises:
@@ -308,17 +321,17 @@ def applying_optimizer(model: Any) -> Any:
     return optimizer
 
 
-def _values(gradient: Any) -> Any:
+def _values(gradient: Tensor) -> Tensor:
     """The values of a gradient: a tensor, or the rows an IndexedSlices holds."""
     return gradient.values if hasattr(gradient, "indices") else gradient
 
 
-def _nonfinite(tensor: Any) -> Any:
+def _nonfinite(tensor: Tensor) -> Tensor:
     tf, _ = quiet_import()
     return tf.reduce_sum(tf.cast(~tf.math.is_finite(tensor), tf.float32))
 
 
-def _dead_units(tensor: Any) -> Any:
+def _dead_units(tensor: Tensor) -> Tensor:
     """[units of the last axis exactly 0 for every sample, units] (zeros below rank 2)."""
     tf, _ = quiet_import()
     rank = tensor.shape.rank
@@ -329,7 +342,7 @@ def _dead_units(tensor: Any) -> Any:
     return tf.stack([tf.reduce_sum(tf.cast(zero, tf.float32)), units])
 
 
-def _var_key(model: Any, variable: Any) -> Any:
+def _var_key(model: KerasModel, variable: KerasVariable) -> Hashable:
     """The optimizer's own key of a variable (Keras or tf.Variable, mirrored or not)."""
-    key: Callable[[Any], Any] = applying_optimizer(model)._var_key
+    key: Callable[[KerasVariable], Hashable] = applying_optimizer(model)._var_key
     return key(variable)

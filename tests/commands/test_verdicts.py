@@ -15,6 +15,7 @@ from helpers import keras, load_sample, sample
 from layergrad import cli
 from layergrad.commands.check import CheckOptions, check_file
 from layergrad.commands.weight_scan import scale_flags
+from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import Status, VariableRow
 from layergrad.core.vocab import Flag
 
@@ -60,7 +61,10 @@ def test_labels_the_output_cannot_produce(bug, labels, fixed, says):
     else:
         assert y.ndim == 1 and set(np.unique(y)) == set(range(int(y.max()) + 1))
         assert units == 1 or y.max() >= units or units == 4
-    for options in (CheckOptions(input_file=sample(labels)), CheckOptions(data=sample(labels))):
+    for options in (
+        CheckOptions(probe=ProbeOptions(input_file=sample(labels))),
+        CheckOptions(probe=ProbeOptions(data=sample(labels))),
+    ):
         verdict = check_file(sample(bug), options)
         assert not verdict.passed and findings(verdict) == {"targets": ("target_mismatch",)}
         text = message(verdict, "targets")
@@ -231,7 +235,6 @@ def test_units_with_no_gradient_for_any_sample_are_called_dead(tmp_path):
 
 def test_the_random_probe_draws_what_the_models_preprocessing_expects(tmp_path):
     from layergrad.commands.session import open_session
-    from layergrad.core.probe_options import ProbeOptions
 
     x = keras.Input((4, 4, 3), name="image")
     h = keras.layers.Rescaling(1 / 127.5, offset=-1, name="scale")(x)
@@ -263,8 +266,8 @@ def test_real_pixels_through_a_rescaling_cnn_get_no_finding(tmp_path):
     zoo.rescaling_cnn().save(tmp_path / "cnn.keras")
     pixels = np.random.default_rng(0).integers(0, 256, (16, 32, 32, 3)).astype("float32")
     np.savez(tmp_path / "pixels.npz", image=pixels, y=np.arange(16) % 10)
-    for options in (CheckOptions(), CheckOptions(input_file=str(tmp_path / "pixels.npz")),
-                    CheckOptions(data=str(tmp_path / "pixels.npz"))):  # fmt: skip
+    for options in (CheckOptions(), CheckOptions(probe=ProbeOptions(input_file=str(tmp_path / "pixels.npz"))),
+                    CheckOptions(probe=ProbeOptions(data=str(tmp_path / "pixels.npz")))):  # fmt: skip
         verdict = check_file(tmp_path / "cnn.keras", options)
         assert verdict.verdict == "PASS" and findings(verdict) == {}, findings(verdict)
     forward = message(check_file(tmp_path / "cnn.keras"), "forward")
@@ -282,13 +285,16 @@ def test_data_names_every_bug_the_one_batch_check_names(tmp_path):
         ("bug_dead_layer.keras", "x.npy", "trainable", "dead"),
     ]
     for name, data, check, finding in cases:
-        one = check_file(sample(name), CheckOptions(input_file=str(tmp_path / data)))
-        over = check_file(sample(name), CheckOptions(data=str(tmp_path / data)))
+        one = check_file(
+            sample(name), CheckOptions(probe=ProbeOptions(input_file=str(tmp_path / data)))
+        )
+        over = check_file(sample(name), CheckOptions(probe=ProbeOptions(data=str(tmp_path / data))))
         assert finding in findings(one)[check], findings(one)
         assert finding in findings(over)[check], findings(over)
         assert "(on the first batch of 32 samples of --data)" in message(over, check)
     clean = check_file(
-        sample("fixed_rescaled_input.keras"), CheckOptions(data=str(tmp_path / "pixels.npy"))
+        sample("fixed_rescaled_input.keras"),
+        CheckOptions(probe=ProbeOptions(data=str(tmp_path / "pixels.npy"))),
     )
     assert clean.verdict == "PASS" and findings(clean) == {}
 
@@ -303,7 +309,9 @@ def test_data_labels_reach_the_trainable_check(tmp_path):
     model.save(tmp_path / "half.keras")
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "d.npz", x=rng.standard_normal((40, 6)).astype("float32"))
-    verdict = check_file(tmp_path / "half.keras", CheckOptions(data=str(tmp_path / "d.npz")))
+    verdict = check_file(
+        tmp_path / "half.keras", CheckOptions(probe=ProbeOptions(data=str(tmp_path / "d.npz")))
+    )
     assert findings(verdict)["trainable"] == ("no_gradient",)
     assert "b_hidden/kernel" in message(verdict, "trainable")
 
@@ -319,7 +327,9 @@ def test_labels_of_a_sequential_model_are_read_too(tmp_path):
     y = rng.uniform(10, 1000, (16, 1)).astype("float32")
     assert np.all(np.abs(y) > 1)  # the truth: tanh never leaves (-1, 1)
     np.savez(tmp_path / "d.npz", x=rng.standard_normal((16, 5)).astype("float32"), y=y)
-    verdict = check_file(tmp_path / "seq.keras", CheckOptions(input_file=str(tmp_path / "d.npz")))
+    verdict = check_file(
+        tmp_path / "seq.keras", CheckOptions(probe=ProbeOptions(input_file=str(tmp_path / "d.npz")))
+    )
     assert findings(verdict) == {"targets": ("target_mismatch",)}
     assert "a tanh output lies in [-1, 1]" in message(verdict, "targets")
 
@@ -336,10 +346,14 @@ def test_labels_from_a_data_function_feed_targets(tmp_path):
     ref = f"{tmp_path / 'source.py'}:batches"
     # the truth: ids 0-4, five classes, into one sigmoid unit
     assert load_sample("bug_target_classes_one_unit.keras").get_layer("head").units == 1
-    bug = check_file(sample("bug_target_classes_one_unit.keras"), CheckOptions(data=ref))
+    bug = check_file(
+        sample("bug_target_classes_one_unit.keras"), CheckOptions(probe=ProbeOptions(data=ref))
+    )
     assert findings(bug) == {"targets": ("target_mismatch",)}
     assert "integer class ids 0 to 4 (5 distinct)" in message(bug, "targets")
-    fixed = check_file(sample("fixed_five_classes.keras"), CheckOptions(data=ref))
+    fixed = check_file(
+        sample("fixed_five_classes.keras"), CheckOptions(probe=ProbeOptions(data=ref))
+    )
     assert fixed.verdict == "PASS" and findings(fixed) == {}
 
 
@@ -405,12 +419,20 @@ def test_dead_with_data_means_dead_for_every_sample_of_the_data(tmp_path):
     rows[32:, 0] = 10.0  # the second batch of 32 wakes every unit
     np.save(tmp_path / "x.npy", rows)
     np.save(tmp_path / "first.npy", rows[:32])
-    one = check_file(tmp_path / "gate.keras", CheckOptions(input_file=str(tmp_path / "first.npy")))
+    one = check_file(
+        tmp_path / "gate.keras",
+        CheckOptions(probe=ProbeOptions(input_file=str(tmp_path / "first.npy"))),
+    )
     assert findings(one) == {"trainable": ("dead",)}
     assert "dead: gate (75% of its units)" in message(one, "trainable")
-    over = check_file(tmp_path / "gate.keras", CheckOptions(data=str(tmp_path / "x.npy")))
+    over = check_file(
+        tmp_path / "gate.keras", CheckOptions(probe=ProbeOptions(data=str(tmp_path / "x.npy")))
+    )
     assert over.verdict == "PASS" and findings(over) == {}, findings(over)
-    dead = check_file(sample("bug_dead_layer.keras"), CheckOptions(data=str(tmp_path / "x.npy")))
+    dead = check_file(
+        sample("bug_dead_layer.keras"),
+        CheckOptions(probe=ProbeOptions(data=str(tmp_path / "x.npy"))),
+    )
     assert findings(dead) == {"trainable": ("dead",)}
     assert "output 0 for every sample of the data" in message(dead, "trainable")
 
@@ -435,7 +457,9 @@ def test_the_number_of_output_units_against_the_labels(tmp_path, units, activati
     model.save(tmp_path / "m.keras")
     rows = np.random.default_rng(0).standard_normal((16, 6)).astype("float32")
     np.savez(tmp_path / "d.npz", x=rows, y=y.astype("float32"))
-    verdict = check_file(tmp_path / "m.keras", CheckOptions(input_file=str(tmp_path / "d.npz")))
+    verdict = check_file(
+        tmp_path / "m.keras", CheckOptions(probe=ProbeOptions(input_file=str(tmp_path / "d.npz")))
+    )
     if says is None:
         assert verdict.verdict == "PASS" and findings(verdict) == {}, findings(verdict)
     else:

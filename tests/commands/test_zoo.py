@@ -58,6 +58,7 @@ def _fitting_labels(model, rows, rng):
 @pytest.mark.parametrize("name", sorted(zoo.SMALL))
 def test_small_healthy_models_with_their_labels_get_no_finding(tmp_path, name):
     from layergrad.commands.check import CheckOptions
+    from layergrad.core.probe_options import ProbeOptions
 
     model = zoo.SMALL[name]()
     model.save(tmp_path / "model.keras")
@@ -78,7 +79,8 @@ def test_small_healthy_models_with_their_labels_get_no_finding(tmp_path, name):
         arrays["y"] = _fitting_labels(model, 16, rng)
     np.savez(tmp_path / "data.npz", **arrays)
     verdict = check_file(
-        tmp_path / "model.keras", CheckOptions(input_file=str(tmp_path / "data.npz"))
+        tmp_path / "model.keras",
+        CheckOptions(probe=ProbeOptions(input_file=str(tmp_path / "data.npz"))),
     )
     found = {c.name: c.message for c in verdict.checks if c.findings or not c.passed}
     assert verdict.verdict == "PASS" and not found, found
