@@ -18,6 +18,7 @@ from layergrad.cli.options import (
     comma_list,
     data_options,
     emit,
+    force_option,
     format_options,
     handle_errors,
     load_options,
@@ -80,6 +81,7 @@ def main() -> None:
     metavar="STATUSES",
     help="Exit 1 when a result has one of these statuses, e.g. none,zero,nonfinite.",
 )
+@force_option
 @load_options
 @handle_errors
 def inspect(
@@ -93,6 +95,7 @@ def inspect(
     plot_file: str | None,
     save_gradient: str | None,
     fail_on: frozenset[str],
+    force: bool,
     imports: tuple[str, ...],
     unsafe: bool,
     debug: bool,
@@ -138,11 +141,13 @@ def inspect(
             "pass one batch with --input",
             param_hint="--save-gradient",
         )
-    reads = [model, probe.input_file, *imports]
+    reads = [model, probe.input_file, *imports, *outputs.data_inputs(probe.data)]
     if plot_file:
-        plot.check_plot_path(plot_file, reads)
+        plot.check_plot_path(plot_file, reads, force=force)
     if save_gradient:
-        outputs.check_target(save_gradient, "--save-gradient", save_gradient[-3:], reads)
+        outputs.check_target(
+            save_gradient, "--save-gradient", save_gradient[-3:], reads, force=force
+        )
     with sample_progress(probe.data is not None and not quiet) as on_progress:
         result = api.inspect_model(
             model,
@@ -158,9 +163,10 @@ def inspect(
         return
     emit("inspect", fmt, result, result.model.warnings)
     if plot_file:
-        write_plot(result, plot_file, reads)
+        write_plot(result, plot_file, reads, force)
     if save_gradient:
-        click.echo(api.save_gradients(result, save_gradient, reads).message, err=True)
+        written = api.save_gradients(result, save_gradient, reads, force=force)
+        click.echo(written.message, err=True)
     if any(r.status in fail_on for r in result.results):
         sys.exit(1)
 
@@ -227,6 +233,7 @@ def layers(
     metavar="FLAGS",
     help=f"Exit 1 when a layer is flagged with one of: {','.join(Flag.words())}.",
 )
+@force_option
 @load_options
 @handle_errors
 def scan(
@@ -241,6 +248,7 @@ def scan(
     fmt: OutputFormat,
     plot_file: str | None,
     fail_on: frozenset[str],
+    force: bool,
     imports: tuple[str, ...],
     unsafe: bool,
     debug: bool,
@@ -272,6 +280,7 @@ def scan(
     """
     from layergrad.cli.progress import sample_progress
     from layergrad.commands import api
+    from layergrad.files import outputs
     from layergrad.render import plot
 
     if wrt == Wrt.WEIGHTS and (target or patterns):
@@ -280,9 +289,9 @@ def scan(
         raise click.UsageError("--loss needs --wrt weights")
     if wrt == Wrt.WEIGHTS and measure["measure"] != "gradient":
         raise click.UsageError("--measure jacobian is for activations; drop it with --wrt weights")
-    reads = [model, probe.input_file, *imports]
+    reads = [model, probe.input_file, *imports, *outputs.data_inputs(probe.data)]
     if plot_file:
-        plot.check_plot_path(plot_file, reads)
+        plot.check_plot_path(plot_file, reads, force=force)
     if wrt == Wrt.WEIGHTS:
         with sample_progress(probe.data is not None and not quiet) as on_progress:
             weights = api.scan_weights_model(
@@ -315,7 +324,7 @@ def scan(
     else:
         emit("scan", fmt, activations, activations.model.warnings)
     if plot_file:
-        write_plot(result, plot_file, reads)
+        write_plot(result, plot_file, reads, force)
     if any(set(row.flags) & fail_on for row in rows):
         sys.exit(1)
 

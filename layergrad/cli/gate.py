@@ -6,6 +6,7 @@ the API, render and set the exit code, nothing more.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
@@ -16,6 +17,7 @@ from layergrad.cli.options import (
     comma_list,
     data_options,
     emit,
+    force_option,
     format_options,
     handle_errors,
     load_options,
@@ -87,6 +89,7 @@ T = TypeVar("T")
 )
 @tolerance_option
 @data_options
+@force_option
 @load_options
 @handle_errors
 def check(
@@ -101,6 +104,7 @@ def check(
     allow_other_data: bool,
     tolerance: float,
     quiet: bool,
+    force: bool,
     imports: tuple[str, ...],
     unsafe: bool,
     debug: bool,
@@ -136,9 +140,17 @@ def check(
     from layergrad.render.junit import check_junit
 
     paths = checks.expand_paths(models)
-    reads = [*models, *paths, *imports]
+    files = [m for m in models if not os.path.isdir(m)]  # a folder of models may hold the report
+    reads = [
+        *files,
+        *paths,
+        *imports,
+        probe.input_file,
+        *baselines,
+        *outputs.data_inputs(probe.data),
+    ]
     if junit_file:
-        outputs.check_target(junit_file, "--junit", "xml", reads)
+        outputs.check_target(junit_file, "--junit", "xml", reads, force=force)
     with sample_progress(probe.data is not None and not quiet) as on_progress:
         options = checks.CheckOptions(
             fail_on=fail_on,
@@ -160,7 +172,9 @@ def check(
     emit("check", fmt, verdicts)
     if junit_file:
         xml = check_junit(verdicts)
-        done = outputs.write_report(junit_file, xml, "--junit", "the JUnit report", reads)
+        done = outputs.write_report(
+            junit_file, xml, "--junit", "the JUnit report", reads, force=force
+        )
         click.echo(done.message, err=True)
     if not all(v.passed for v in verdicts):
         sys.exit(1)
@@ -264,7 +278,10 @@ def _with_progress(paths: list[str], run: Callable[[Callable[[str], None] | None
     if len(paths) < 2:
         return run(None)
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import Progress
+
+    from layergrad.render.escape import visible
 
     with Progress(console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task("checking", total=len(paths))
@@ -272,7 +289,8 @@ def _with_progress(paths: list[str], run: Callable[[Callable[[str], None] | None
 
         def on_file(path: str) -> None:
             nonlocal started
-            progress.update(task, completed=started, description=f"checking {path}")
+            shown = escape(visible(path))  # a file name is data, not rich markup
+            progress.update(task, completed=started, description=f"checking {shown}")
             started += 1
 
         result = run(on_file)

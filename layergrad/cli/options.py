@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, NoReturn, TextIO, TypeVar, cast
 
 import click
 
-from layergrad.core.errors import LayergradError, describe
+from layergrad.core.errors import LayergradError, describe, one_line
+from layergrad.core.limits import (
+    MAX_BATCH_SIZE,
+    MAX_CPU_REPLICAS,
+    MAX_LIMIT,
+    MAX_PROBES,
+    MAX_SEED,
+)
 from layergrad.core.vocab import Measure, OutputFormat, Word, Wrt
 
 if TYPE_CHECKING:
@@ -66,9 +73,11 @@ def handle_errors(func: F) -> F:
         except Exception as exc:  # an unexpected failure still gets one readable line
             if debug:
                 traceback.print_exc()
+            from layergrad.render.escape import visible
+
             click.echo(
-                f"error: unexpected {type(exc).__name__}: {describe(exc)} (run again with "
-                "--debug for the traceback).",
+                f"error: unexpected {type(exc).__name__}: {one_line(visible(describe(exc)))} "
+                "(run again with --debug for the traceback)",
                 err=True,
             )
             sys.exit(2)
@@ -124,9 +133,11 @@ def _report_stream() -> TextIO:
 
 def usage_error(exc: LayergradError, debug: bool = False) -> NoReturn:
     """One line on stderr (a traceback too with --debug), exit code 2."""
+    from layergrad.render.escape import visible
+
     if debug:
         traceback.print_exc()
-    click.echo(f"error: {exc}", err=True)
+    click.echo(f"error: {one_line(visible(str(exc)))}", err=True)
     sys.exit(2)
 
 
@@ -216,7 +227,7 @@ def _data_option_list() -> list[Decorator]:
         ),
         click.option(
             "--limit",
-            type=click.IntRange(min=1),
+            type=click.IntRange(min=1, max=MAX_LIMIT),
             metavar="N",
             help="With --data: read at most N samples.",
         ),
@@ -230,7 +241,7 @@ def _data_option_list() -> list[Decorator]:
         ),
         click.option(
             "--cpu-replicas",
-            type=click.IntRange(min=1),
+            type=click.IntRange(min=1, max=MAX_CPU_REPLICAS),
             metavar="N",
             help="With --data: split the CPU into N devices and mirror over them (a "
             "testing aid for the distributed path).",
@@ -295,8 +306,18 @@ def probe_options(
                 type=click.Path(dir_okay=False, path_type=str),
                 help=input_help,
             ),
-            click.option("--batch-size", type=click.IntRange(min=1), help=batch_size_help),
-            click.option("--seed", default=0, show_default=True, type=int, help=seed_help),
+            click.option(
+                "--batch-size",
+                type=click.IntRange(min=1, max=MAX_BATCH_SIZE),
+                help=batch_size_help,
+            ),
+            click.option(
+                "--seed",
+                default=0,
+                show_default=True,
+                type=click.IntRange(min=0, max=MAX_SEED),
+                help=seed_help,
+            ),
         ]
         if run_options:
             options += [
@@ -344,7 +365,7 @@ def measure_options(func: F) -> F:
                 type=int,
                 metavar="K",
                 help="Estimate the Jacobian norms from K random projections (default 32 when "
-                "estimating); forces the estimate.",
+                f"estimating, 2 to {MAX_PROBES}); forces the estimate.",
             ),
             click.option(
                 "--exact",
@@ -440,15 +461,26 @@ def plot_option(func: F) -> F:
     )(func)
 
 
+def force_option(func: F) -> F:
+    """`--force`: let outputs replace an existing file layergrad did not write."""
+    return click.option(
+        "--force",
+        is_flag=True,
+        help="Let --junit, --plot and --save-gradient replace an existing file that layergrad "
+        "did not write (never an input of the run).",
+    )(func)
+
+
 def write_plot(
     report: InspectReport | ScanReport | WeightScanReport,
     path: str,
     protected: Sequence[str | os.PathLike[str] | None] = (),
+    force: bool = False,
 ) -> None:
     """Save the report's chart (never over a `protected` file) and say so on stderr."""
     from layergrad.render import plot
 
-    written = plot.save_figure(plot.report_figure(report), path, protected)
+    written = plot.save_figure(plot.report_figure(report), path, protected, force=force)
     kind = "unit-sensitivity" if hasattr(report, "results") else "gradient-flow"
     click.echo(f"wrote {kind} chart to {path} ({written})", err=True)
 
@@ -459,9 +491,10 @@ def emit(
     """Print a report on stdout in the chosen format; the audit findings accepted with
     --unsafe go to stderr first. `options` go to the renderer (`show_all` for `diff`)."""
     from layergrad.render import render
+    from layergrad.render.escape import visible
 
     for line in accepted:
-        click.echo(f"warning: {line}; accepted because of --unsafe", err=True)
+        click.echo(f"warning: {visible(line)}; accepted because of --unsafe", err=True)
     stream = _report_stream()
     color, width = _terminal(stream)
     text = render(command, fmt, value, color=color, width=width, **options)

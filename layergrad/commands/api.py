@@ -320,13 +320,18 @@ def _one_or_many(value: str | Sequence[str]) -> list[str]:
 
 
 def save_gradients(
-    report: InspectReport, path: PathLike, inputs: Sequence[PathLike | None] = ()
+    report: InspectReport,
+    path: PathLike,
+    inputs: Sequence[PathLike | None] = (),
+    *,
+    force: bool = False,
 ) -> Written:
     """Write the raw gradients: `.npy` for one result, `.npz` keyed by the `--to` reference.
 
     A None gradient is not written (left out of an `.npz`); `inputs` are files never to write
-    over. Returns an `outputs.Written` whose message says what was written.
+    over; `force` replaces an existing file that is not an array file. Returns an
+    `outputs.Written` whose message says what was written.
     """
     from layergrad.files import outputs
 
-    return outputs.save_gradients(report, os.fspath(path), inputs)
+    return outputs.save_gradients(report, os.fspath(path), inputs, force=force)

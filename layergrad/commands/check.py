@@ -149,7 +149,7 @@ def check_file(
         _run(path, options, add, baseline)
     except UsageError:
         raise
-    except Exception as exc:  # one bad file must not sink the run
+    except (Exception, SystemExit) as exc:  # one bad file must not sink (or pass) the run
         message = f"failed unexpectedly: {type(exc).__name__}: {describe(exc)}"
         add(running[0], message, [Finding.ERROR])
     return _verdict(path, items)
@@ -492,7 +492,10 @@ def _dynamic(
     except LayergradError as exc:  # e.g. --loss names no Keras loss
         add("forward", f"not run: {exc}", [Finding.ERROR])
         return
-    except Exception as exc:  # the model's own code failed: the file fails, the run goes on
+    except (
+        Exception,
+        SystemExit,
+    ) as exc:  # the model's code failed: the file fails, the run goes on
         add("forward", f"the forward pass failed: {describe(exc)}", [Finding.ERROR])
         return
     if report.first_nonfinite is not None:

@@ -124,7 +124,9 @@ def load(
         rows = probe_input.peek_rows(options.input_file)
     strategy = None
     if options.data is not None:
-        from layergrad.data import devices
+        from layergrad.data import devices, sources
+
+        sources.precheck(options.data)  # a FIFO, a forged header: refused before TensorFlow
 
         strategy = devices.strategy_for(options.distribute, options.cpu_replicas)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():

@@ -57,3 +57,9 @@ def describe(exc: BaseException) -> str:
         return type(exc).__name__
     detail = next((ln for ln in lines[1:] if not ln.startswith("Arguments received")), "")
     return f"{lines[0]} {detail}".strip()
+
+
+def one_line(text: str) -> str:
+    """A message as one line: a Python traceback quoted in it is cut off, whitespace joined."""
+    text = text.split("Traceback (most recent call last):")[0]
+    return " ".join(text.split()).rstrip(":; ") or "error"

@@ -39,6 +39,33 @@ DEFAULT_MAX_MEMORY = 8 * GiB
 MAX_NPY_HEADER = 10_000
 """Largest `.npy` header read (numpy's own default for safe loading)."""
 
+MAX_PROBES = 4096
+"""Most `--probes` (random projections of a Jacobian estimate; each is a backward pass and a
+batch-sized vector kept in memory)."""
+
+MAX_CPU_REPLICAS = 64
+"""Most `--cpu-replicas` (logical CPU devices; each replica holds the model's variables)."""
+
+MAX_BATCH_SIZE = 1 << 20
+"""Largest `--batch-size`; the memory estimate also counts every row of the batch."""
+
+MAX_LIMIT = 1 << 53
+"""Largest `--limit` (TensorFlow counts samples in 64-bit integers)."""
+
+MAX_SEED = 2**32 - 1
+"""Largest `--seed` (seeds are 0 ... 2**32 - 1; a negative seed is a usage error)."""
+
+MAX_IMAGE_PIXELS = 64 * 1024 * 1024
+"""Most pixels (width x height, from the file's header) of one image in a `--data` folder;
+a decoded 64-megapixel RGBA image is 256 MB."""
+
+IMAGE_DECODERS = 2
+"""Images decoded at once from a `--data` folder (with MAX_IMAGE_PIXELS: at most 512 MB)."""
+
+MAX_EMPTY_BATCHES = 10_000
+"""A data source that yields this many empty batches in a row is refused (it would spin
+forever without a sample)."""
+
 _UNITS = {"": 1, "B": 1, "K": KiB, "KB": KiB, "KIB": KiB, "M": MiB, "MB": MiB, "MIB": MiB,
           "G": GiB, "GB": GiB, "GIB": GiB, "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}  # fmt: skip
 

@@ -12,7 +12,13 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 from layergrad.core.errors import UsageError
-from layergrad.core.limits import DEFAULT_MAX_MEMORY
+from layergrad.core.limits import (
+    DEFAULT_MAX_MEMORY,
+    MAX_BATCH_SIZE,
+    MAX_CPU_REPLICAS,
+    MAX_LIMIT,
+    MAX_SEED,
+)
 
 REDUCTIONS = ("sum", "mean")
 PathLike = str | os.PathLike[str]
@@ -57,8 +63,12 @@ class ProbeOptions:
         if self.batch_size is None:  # frozen: set the default once, here
             default = DATA_BATCH_SIZE if self.data is not None else BATCH_SIZE
             object.__setattr__(self, "batch_size", default)
-        if self.rows < 1:
-            raise UsageError(f"--batch-size must be at least 1: batch_size={self.batch_size}")
+        if not 1 <= self.rows <= MAX_BATCH_SIZE:
+            raise UsageError(
+                f"--batch-size must be 1 to {MAX_BATCH_SIZE:,}: batch_size={self.batch_size}"
+            )
+        if isinstance(self.seed, bool) or not 0 <= self.seed <= MAX_SEED:
+            raise UsageError(f"--seed must be 0 to {MAX_SEED:,} (2**32 - 1): seed={self.seed}")
         check_data_options(
             self.data, self.input_file, self.limit, self.distribute, self.cpu_replicas,
             self.first_sample,
@@ -101,8 +111,12 @@ def check_data_options(
             "--data and --input exclude each other: --input is one probe batch, --data a "
             "whole data set; pass one of them"
         )
-    if limit is not None and limit < 1:
-        raise UsageError(f"--limit must be at least 1: limit={limit}")
+    if limit is not None and not 1 <= limit <= MAX_LIMIT:
+        raise UsageError(f"--limit must be 1 to {MAX_LIMIT:,} (2**53): limit={limit}")
+    if cpu_replicas is not None and not 1 <= cpu_replicas <= MAX_CPU_REPLICAS:
+        raise UsageError(
+            f"--cpu-replicas must be 1 to {MAX_CPU_REPLICAS}: cpu_replicas={cpu_replicas}"
+        )
     if distribute == "multi-worker":
         if cpu_replicas is not None:
             raise UsageError(

@@ -27,10 +27,12 @@ from typing import cast
 
 import numpy as np
 
-from layergrad.core.errors import InputError
+from layergrad.core.errors import InputError, one_line
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.limits import MAX_EMPTY_BATCHES
 from layergrad.core.tf_types import Dataset, InputContext, Tensor, TensorSpec, TensorTree
 from layergrad.data.probe_input import InputSpec, check_fits, fit_array
+from layergrad.files.guards import require_regular
 
 FUNCTION = re.compile(r"^(?P<target>.+):(?P<name>[A-Za-z_]\w*)$")
 MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -59,10 +61,8 @@ def python_dataset(
             yield from read()
         except InputError as exc:
             failure.error = exc
-        except Exception as exc:  # reading failed: keep it, TensorFlow would lose its type
-            failure.error = InputError(
-                f"--data {source}: reading failed: {type(exc).__name__}: {exc}"
-            )
+        except (Exception, SystemExit) as exc:  # keep it: TensorFlow would lose its type
+            failure.error = InputError(f"--data {source}: reading failed: {_raised(exc)}")
 
     return tf.data.Dataset.from_generator(generate, output_signature=signature)
 
@@ -94,10 +94,8 @@ def function_source(
     def call() -> object:
         try:
             return function(*arguments)
-        except Exception as exc:
-            raise InputError(
-                f"--data {ref}: the function raised {type(exc).__name__}: {exc}"
-            ) from exc
+        except (Exception, SystemExit) as exc:  # a gate must never pass by sys.exit(0)
+            raise InputError(f"--data {ref}: the function raised {_raised(exc)}") from exc
 
     first = [call()]
     result = first[0]
@@ -137,16 +135,17 @@ def labels_of(ref: str, inputs: int, limit: int | None) -> Iterator[TensorTree]:
     """The labels of each element a data function gives (a second call of the function):
     `y` of `(x, y)` tuples, of dicts keyed `y`, or None; at most `limit` samples."""
     tf, _ = quiet_import()
+    function = _load_function(ref)
     try:
-        result = _load_function(ref)()
-    except Exception as exc:
-        raise InputError(f"--data {ref}: the function raised {type(exc).__name__}: {exc}") from exc
+        result = function()
+    except (Exception, SystemExit) as exc:  # a gate must never pass by sys.exit(0)
+        raise InputError(f"--data {ref}: the function raised {_raised(exc)}") from exc
     if isinstance(result, tf.data.Dataset):
         result = result.as_numpy_iterator()
     if isinstance(result, np.ndarray) or not isinstance(result, Iterable):
         return
     seen = 0
-    for element in result:
+    for element in _checked_iteration(result, ref):
         y = _label_of(element, inputs)
         if y is None:
             return
@@ -187,10 +186,8 @@ def _load_function(ref: str) -> Callable[[], object]:
             f"--data {ref}: no module named {exc.name!r}; pass FILE.py:function with the path "
             "to the file, or install the module"
         ) from exc
-    except Exception as exc:
-        raise InputError(
-            f"--data {ref}: importing {target} raised {type(exc).__name__}: {exc}"
-        ) from exc
+    except (Exception, SystemExit) as exc:
+        raise InputError(f"--data {ref}: importing {target} raised {_raised(exc)}") from exc
     function = getattr(module, name, None)
     if not callable(function):
         found = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
@@ -201,9 +198,34 @@ def _load_function(ref: str) -> Callable[[], object]:
     return function
 
 
+def _checked_iteration(items: Iterable[object], ref: str) -> Iterator[object]:
+    """The elements of a user iterable; what its code raises (SystemExit too) is one line."""
+    iterator = iter(items)
+    while True:
+        try:
+            element = next(iterator)
+        except StopIteration:
+            return
+        except (Exception, SystemExit) as exc:
+            raise InputError(f"--data {ref}: the batches raised {_raised(exc)}") from exc
+        yield element
+
+
+def _raised(exc: BaseException) -> str:
+    """What a user's code raised, in one line; SystemExit is named as the call it was."""
+    if isinstance(exc, SystemExit):
+        return (
+            f"SystemExit (it called sys.exit({exc.code!r})); a data function must return or "
+            "yield batches, not end the program"
+        )
+    text = one_line(str(exc))[:300]
+    return f"{type(exc).__name__}: {text}" if text != "error" else type(exc).__name__
+
+
 def _import_file(path: Path, ref: str) -> ModuleType:
-    if not path.is_file():
+    if not path.exists():
         raise InputError(f"--data {ref}: no such file {path}; pass FILE.py:function")
+    require_regular(path, "a Python file", lambda m: InputError(f"--data {ref}: {m}"))
     spec = importlib.util.spec_from_file_location(f"_layergrad_data_{path.stem}", path)
     if spec is None or spec.loader is None:
         raise InputError(f"--data {ref}: {path} is not an importable Python file")
@@ -230,8 +252,8 @@ def _parts(
             element = next(iterator)
         except StopIteration:
             return
-        except Exception as exc:
-            raise InputError(f"{where}: the batches raised {type(exc).__name__}: {exc}") from exc
+        except (Exception, SystemExit) as exc:
+            raise InputError(f"{where}: the batches raised {_raised(exc)}") from exc
         names = [s.name for s in specs]
         arrays = [np.asarray(_pick(element, p)) for p in _locate(element, names, where)]
         arrays = [
@@ -255,14 +277,18 @@ def _rebatched(
 ) -> Iterator[tuple[np.ndarray, ...]]:
     """Cut a stream of row blocks into batches of `batch_size` rows, up to `limit` rows."""
     pending: list[tuple[np.ndarray, ...]] = []
-    held = emitted = 0
+    held = emitted = empty = 0
     for part in parts:
         if limit is not None:
             part = tuple(a[: limit - emitted - held] for a in part)
         if not len(part[0]):
             if limit is not None and emitted + held >= limit:
                 break
+            empty += 1
+            if empty >= MAX_EMPTY_BATCHES:
+                raise InputError(_EMPTY_FOREVER.format(n=MAX_EMPTY_BATCHES, at=emitted + held))
             continue
+        empty = 0
         pending.append(part)
         held += len(part[0])
         while held >= batch_size:
@@ -274,6 +300,12 @@ def _rebatched(
             break
     if held:
         yield _join(pending)
+
+
+_EMPTY_FOREVER = (
+    "--data: the source yielded {n:,} empty batches in a row after {at:,} samples; a source "
+    "that never yields a sample would run forever; make it end, or yield rows"
+)
 
 
 def _join(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
@@ -299,10 +331,15 @@ def _from_tf_dataset(
                 "tensors (convert ragged or sparse values with .to_tensor())"
             )
         rank = leaf.shape.rank
-        is_batch = rank is None or rank == len(spec.shape) + 1
-        shape = tuple(leaf.shape) if is_batch and rank is not None else (None, *leaf.shape)
-        check_fits(shape if rank is not None else (None,) * (len(spec.shape) + 1),
-                   leaf.dtype.as_numpy_dtype, spec, where)  # fmt: skip
+        if rank is None:
+            raise InputError(
+                f"{where}: input {spec.name!r} has an unknown rank (tf.data does not know how "
+                "many axes its tensors have); give it a shape, e.g. "
+                "dataset.map(lambda x: tf.ensure_shape(x, [None, ...]))"
+            )
+        is_batch = rank == len(spec.shape) + 1
+        shape = tuple(leaf.shape) if is_batch else (None, *leaf.shape)
+        check_fits(shape, leaf.dtype.as_numpy_dtype, spec, where)
         batched.append(is_batch)
     if len(set(batched)) > 1:
         raise InputError(
@@ -324,7 +361,7 @@ def _from_tf_dataset(
 
     out = dataset.map(select)
     if batched and batched[0]:
-        out = out.unbatch()
+        out = out.scan(tf.constant(0, tf.int64), _count_empty).unbatch()
         rows = None
     else:
         cardinality = int(dataset.cardinality())
@@ -332,6 +369,21 @@ def _from_tf_dataset(
     if limit is not None:
         out = out.take(limit)
     return out.batch(batch_size), rows
+
+
+def _count_empty(count: Tensor, batch: tuple[Tensor, ...]) -> tuple[Tensor, tuple[Tensor, ...]]:
+    """Count empty batches in a row; fail at MAX_EMPTY_BATCHES (unbatch would spin forever
+    over a source that yields only empty batches, `--limit` or not)."""
+    tf, _ = quiet_import()
+    rows = tf.shape(batch[0], out_type=tf.int64)[0]
+    count = tf.where(rows == 0, count + 1, tf.constant(0, tf.int64))
+    message = (
+        f"the source yielded {MAX_EMPTY_BATCHES:,} empty batches in a row; a source that "
+        "never yields a sample would run forever; make it end, or yield rows"
+    )
+    check = tf.debugging.assert_less(count, tf.constant(MAX_EMPTY_BATCHES, tf.int64), message)
+    with tf.control_dependencies([check]):
+        return count, tuple(tf.identity(t) for t in batch)
 
 
 def _locate(element: TensorTree, names: list[str], where: str) -> list[tuple[int | str, ...]]:

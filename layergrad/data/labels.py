@@ -48,7 +48,8 @@ def summarise_npz(
             members = npz_members(archive, str(path))
             out = {}
             for name, key in label_keys(names, list(members)).items():
-                rows = NpyRows(archive.open(members[key]), f"{path} array {key!r}")
+                info = archive.getinfo(members[key])
+                rows = NpyRows(archive.open(info), f"{path} array {key!r}", info.file_size)
                 summary = LabelSummary()
                 left = rows.rows if limit is None else min(limit, rows.rows)
                 while left > 0:
@@ -71,9 +72,10 @@ def first_labels(path: str, names: Sequence[str], rows: int) -> dict[str, np.nda
         with zipfile.ZipFile(path) as archive:
             members = npz_members(archive, str(path))
             keys = label_keys(names, list(members))
+            infos = {key: archive.getinfo(members[key]) for key in keys.values()}
             return {
-                key: NpyRows(archive.open(members[key]), f"{path} array {key!r}").read(rows)
-                for key in keys.values()
+                key: NpyRows(archive.open(info), f"{path} array {key!r}", info.file_size).read(rows)
+                for key, info in infos.items()
             }
     except (zipfile.BadZipFile, OSError) as exc:
         raise InputError(f"--data {path}: its labels cannot be read ({exc})") from None

@@ -24,13 +24,16 @@ from __future__ import annotations
 import os
 import sys
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.tf_types import Dataset, Tensor, TensorSpec
+from layergrad.data import images
 from layergrad.data.functions import (
     Failure,
     function_source,
@@ -44,11 +47,12 @@ from layergrad.data.shards import (
     Part,
     Shard,
     input_context,
-    load_image,
     part_rows,
     round_robin,
     with_sample_indices,
 )
+from layergrad.files.array_files import DAMAGE, open_checked, open_member, open_zip
+from layergrad.files.guards import require_regular
 from layergrad.files.npy_rows import NpyLayout, NpyRows, npy_layout, npz_layouts, npz_members
 
 IMAGE_FORMATS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # what Keras decodes
@@ -79,6 +83,8 @@ class DataStream:
         self.source, self.specs, self.whole = source, tuple(specs), dataset
         self.samples, self._failure, self.checked = samples, failure, checked
         self.batch_size, self.part, self.first_sample = batch_size, part, first_sample
+        # names what made batch N unreadable (the image that does not decode), if it can
+        self.explain: Callable[[int], str | None] | None = None
         self.dataset = dataset if part is None else part.dataset
         if part is not None:
             self.samples = part.samples
@@ -119,10 +125,15 @@ class DataStream:
                 check_fits((n, *piece.shape[1:]), piece.dtype.as_numpy_dtype, spec, where)
         return rows[0] if rows else 0
 
-    def raise_failure(self) -> None:
-        """Raise the error that stopped a Python reader, if one did."""
+    def raise_failure(self, batch: int | None = None) -> None:
+        """Raise the error that stopped a Python reader, if one did; with ``batch``, also the
+        one `explain` finds for that batch (the image that does not decode)."""
         if self._failure.error is not None:
             raise self._failure.error
+        if batch is not None and self.explain is not None:
+            found = self.explain(self.batch_index(batch))
+            if found:
+                raise InputError(found)
 
     def batch(self, index: int) -> ProbeBatch:
         """Batch `index` again, as arrays (the source is read again up to it)."""
@@ -132,6 +143,35 @@ class DataStream:
                 return ProbeBatch(arrays, tuple(s.name for s in self.specs), self.source, None)
         self.raise_failure()
         raise InputError(f"--data {self.source} has no batch {index}")
+
+
+def precheck(path: str | os.PathLike[str]) -> None:
+    """What can be checked of `--data PATH` before TensorFlow starts: each file is a regular
+    file (links followed), headers and archives are sound, each image's size within budget.
+
+    Raises:
+        InputError: as `open_data` would, for everything that does not need the model.
+    """
+    text = os.fspath(path)
+    lowered = text.lower()
+    if lowered.endswith(".npy") and os.path.lexists(text):
+        size = open_checked(text, "--data")
+        with open(text, "rb") as stream:
+            NpyRows(stream, text, size)
+    elif lowered.endswith(".npz") and os.path.lexists(text):
+        size = open_checked(text, "--data")
+        with open_zip(Path(text), size, "--data") as archive:
+            for name, member in _guarded(lambda: npz_members(archive, text), text).items():
+                info = archive.getinfo(member)
+                with open_member(archive, info, Path(text), "--data") as stream:
+                    _guarded(lambda s=stream, n=name, i=info: NpyRows(  # type: ignore[misc]
+                        s, f"{text}, array {n!r},", i.file_size), text)  # fmt: skip
+    elif os.path.isdir(text):
+        images.list_images(text)
+    elif is_function(text):
+        target = text.rpartition(":")[0]
+        if target.endswith(".py") and os.path.lexists(target):
+            require_regular(Path(target), "a Python file", lambda m: InputError(f"--data {m}"))
 
 
 def open_data(
@@ -191,10 +231,15 @@ def open_data(
     dataset = dataset.prefetch(tf.data.AUTOTUNE)
     if shard is not None and part is None:
         part = round_robin(dataset, shard, batch_size)
-    return DataStream(
+    stream = DataStream(
         text, specs, dataset, samples, failure, checked=not is_function(text),
         batch_size=batch_size, part=part, first_sample=first_sample,
     )  # fmt: skip
+    if os.path.isdir(text):  # a batch that fails to decode: name its image
+        found = images.list_images(text)
+        find = images.locate_failure(text, found, int(specs[0].shape[2] or 0))
+        stream.explain = lambda b: find(b * batch_size, (b + 1) * batch_size)
+    return stream
 
 
 def source_kind(path: str) -> str:
@@ -229,6 +274,7 @@ def check_source(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None
         InputError: as `open_data` would, for the same fault.
     """
     text = os.fspath(path)
+    precheck(text)  # special files, forged headers, archive members: before anything else
     kind = source_kind(text)
     if specs is None:
         return
@@ -395,7 +441,51 @@ def _decode(raw: Tensor, layout: NpyLayout, spec: InputSpec) -> Tensor:
     read_as = tf.uint8 if dtype.kind == "b" else tf.as_dtype(dtype.newbyteorder("="))
     values = tf.io.decode_raw(raw, read_as, little_endian=little)
     values = tf.reshape(values, [-1, *layout.shape[1:]])
-    return tf.cast(values, tf_dtype(spec.dtype))
+    return _fitted_cast(values, layout, spec)
+
+
+def _fitted_cast(values: Tensor, layout: NpyLayout, spec: InputSpec) -> Tensor:
+    """Cast to the input's dtype, refusing what `fit_array` refuses for `--input`: integers
+    outside the dtype (int64 ids beyond int32 would wrap) and floats that overflow it."""
+    tf, _ = quiet_import()
+    target = tf.as_dtype(tf_dtype(spec.dtype))
+    cast = tf.cast(values, target)
+    where = f"--data {layout.path} refused: values of input {spec.name!r}"
+    if target.is_integer and values.dtype.is_integer and values.dtype != target:
+        low, high = int(target.min), int(target.max)
+        wide = tf.cast(values, tf.float64)  # exact enough to compare with the bounds
+        check = tf.debugging.assert_equal(
+            tf.reduce_all((wide >= low) & (wide <= high)), True,
+            message=f"{where} lie outside {target.name} [{low}, {high}]; save values that fit",
+        )  # fmt: skip
+        with tf.control_dependencies([check]):
+            return tf.identity(cast)
+    if target.is_floating and values.dtype.is_floating and values.dtype.size > target.size:
+        check = tf.debugging.assert_equal(
+            tf.reduce_all(tf.math.is_finite(cast) == tf.math.is_finite(values)),
+            True,
+            message=f"{where} include one that overflows {target.name} (the model's input "
+            f"dtype) to inf; scale the data or save it as {target.name}",
+        )
+        with tf.control_dependencies([check]):
+            return tf.identity(cast)
+    return cast
+
+
+T = TypeVar("T")
+
+
+def _guarded(make: Callable[[], T], path: str) -> T:
+    """Run ``make``; a damaged archive (zipfile's many errors) is one InputError."""
+    try:
+        return make()
+    except InputError:
+        raise
+    except DAMAGE as exc:
+        raise InputError(
+            f"--data {path} is not a readable .npz file ({type(exc).__name__}: "
+            f"{' '.join(str(exc).split())[:160]}); write it with np.savez"
+        ) from None
 
 
 def _chunks(
@@ -411,8 +501,9 @@ def _chunks(
 def _images(
     path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None, shard: Shard | None
 ) -> tuple[Dataset, int, Part | None]:
-    """Decode and resize with Keras's `image_dataset_from_directory` (pixels 0-255)."""
-    tf, keras = quiet_import()
+    """Decode and resize as Keras's `image_dataset_from_directory` does (pixels 0-255), each
+    entry checked first (`data/images`)."""
+    tf, _ = quiet_import()
     spec = specs[0] if len(specs) == 1 else None
     shape = spec.shape if spec is not None else ()
     if spec is None or len(shape) != 3 or None in shape[:2] or shape[2] not in (1, 3, 4):
@@ -422,39 +513,26 @@ def _images(
             f"(height, width, 1, 3 or 4 channels); this model's inputs are {got}; pass the "
             "images as a .npy or through FILE.py:function instead"
         )
-    files = sum(
-        1 for _, _, names in os.walk(path) for name in names if name.lower().endswith(IMAGE_FORMATS)
-    )
-    if not files:
+    found = images.list_images(path)  # every entry checked, every size within budget
+    if not found:
         raise InputError(
             f"--data {path} is a folder with no images: no {', '.join(IMAGE_FORMATS)} files in "
             "it or its sub-folders; pass a folder of images, or a .npy / .npz file"
         )
-    dataset = keras.utils.image_dataset_from_directory(
-        path,
-        labels=None,
-        color_mode={1: "grayscale", 3: "rgb", 4: "rgba"}[int(shape[2])],
-        batch_size=batch_size,
-        image_size=(shape[0], shape[1]),
-        shuffle=False,
-        verbose=False,
-    )
-    paths = list(dataset.file_paths)
     if limit is not None:
-        dataset = dataset.unbatch().take(limit).batch(batch_size)
-        paths = paths[:limit]
+        found = found[:limit]
     dtype = tf_dtype(spec.dtype)
+    size, channels = (int(shape[0] or 0), int(shape[1] or 0)), int(shape[2] or 0)
+    dataset = images.image_dataset(found, size, channels, dtype).batch(batch_size)
     part = None
     if shard is not None:  # by file: this worker decodes its own images only
-        start, stop = part_rows(len(paths), batch_size, shard)
-        size, channels = (int(shape[0] or 0), int(shape[1] or 0)), int(shape[2] or 0)
-        mine = tf.data.Dataset.from_tensor_slices(tf.constant(paths[start:stop], tf.string))
-        decoded = mine.map(
-            lambda p: load_image(p, size, channels), num_parallel_calls=tf.data.AUTOTUNE
-        ).batch(batch_size)
-        cast = decoded.map(lambda x: (tf.cast(x, dtype),)).prefetch(tf.data.AUTOTUNE)
-        part = Part(cast, stop - start, offset=start, first_batch=start // batch_size)
-    return dataset.map(lambda x: (tf.cast(x, dtype),)), files, part
+        start, stop = part_rows(len(found), batch_size, shard)
+        mine = images.image_dataset(found[start:stop], size, channels, dtype).batch(batch_size)
+        part = Part(
+            mine.prefetch(tf.data.AUTOTUNE), stop - start, offset=start,
+            first_batch=start // batch_size,
+        )  # fmt: skip
+    return dataset, len(found), part
 
 
 def open_labels(

@@ -366,7 +366,10 @@ def run_stream(
             except StopIteration:
                 break
             except tf.errors.OpError as exc:
-                stream.raise_failure()
+                stream.raise_failure(batches)
+                refused = re.search(r"\[(--data [^\]]*refused: [^\]]*)\]", str(exc))
+                if refused:  # a check in the reader (values outside the input's dtype)
+                    raise InputError(refused.group(1).replace(" refused: ", ": ", 1)) from exc
                 if workers:  # the iterator agrees with the other workers at every step
                     raise InputError(
                         f"--data {stream.source}: the run stopped at batch {where(batches)}: "

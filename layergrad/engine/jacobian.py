@@ -24,6 +24,7 @@ import numpy as np
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.limits import MAX_PROBES
 from layergrad.core.results import FrobeniusNorms, JacobianStats, Result, SpectralNorms
 from layergrad.core.tf_types import GradientTape, Tensor, TFFunction
 from layergrad.core.vocab import JacobianMethod, Measure, Status
@@ -63,6 +64,11 @@ def check_options(measure: str, probes: int | None, exact: bool) -> None:
         raise UsageError(
             f"--probes must be at least 2, so that the spread of the estimates gives an error "
             f"bar: probes={probes}"
+        )
+    if probes is not None and probes > MAX_PROBES:
+        raise InputError(
+            f"--probes must be at most {MAX_PROBES} (each is a backward pass, and the error "
+            f"bar shrinks as 1/sqrt(K)): probes={probes}; use --exact for exact norms"
         )
 
 

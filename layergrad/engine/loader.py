@@ -12,11 +12,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from layergrad.core.errors import LayergradError, LoadError
+from layergrad.core.errors import LayergradError, LoadError, one_line
 from layergrad.core.limits import DEFAULT_MAX_MEMORY
 from layergrad.core.tf_types import KerasModel
 from layergrad.files.audit import check_safety, is_path, module_name
 from layergrad.files.file_info import FileInfo, read_file_info
+from layergrad.files.guards import require_regular
 from layergrad.model import memory_estimate
 
 
@@ -39,16 +40,23 @@ def import_modules(specs: Sequence[str]) -> tuple[str, ...]:
             names.append(_import_one(spec))
         except LayergradError:
             raise
-        except Exception as exc:  # the user's module failed while importing
-            raise LoadError(f"--import {spec} failed: {type(exc).__name__}: {exc}") from exc
+        except (Exception, SystemExit) as exc:  # the user's module failed while importing
+            what = (
+                f"it called sys.exit({exc.code!r})"
+                if isinstance(exc, SystemExit)
+                else f"{type(exc).__name__}: {one_line(str(exc))}"
+            )  # a gate must never pass because a module ended the program
+            raise LoadError(f"--import {spec} failed: {what}") from exc
     return tuple(names)
 
 
 def _import_one(spec: str) -> str:
     if is_path(spec):
         path = Path(spec)
-        if not path.is_file():
+        if not path.exists():
             raise LoadError(f"--import {spec}: no such file; pass a module name or a .py path")
+        # a FIFO would block the import
+        require_regular(path, "a Python file", lambda m: LoadError(f"--import {m}"))
         name = path.stem
         if name not in sys.modules:
             module_spec = importlib.util.spec_from_file_location(name, path)

@@ -14,9 +14,11 @@ import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NoReturn, Protocol, TypeVar, overload
 
-from layergrad.core.errors import InputError
+from layergrad.core.errors import InputError, UsageError
+from layergrad.core.limits import MAX_BATCH_SIZE, MAX_SEED
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import (
     Cause,
@@ -27,14 +29,16 @@ from layergrad.core.results import (
     WeightScanReport,
 )
 from layergrad.core.vocab import Status, Wrt
+from layergrad.files.guards import require_regular
 
 SCAN_SCHEMA = "layergrad.scan/1"
 ACTIVATIONS = Wrt.ACTIVATIONS.value
 # Where each kind of scan keeps its rows in JSON, and the member that names a row.
 ROW_KEYS = {ACTIVATIONS: ("layers", "layer"), Wrt.WEIGHTS.value: ("variables", "variable")}
 REDUCTIONS = ("sum", "mean")
-# A scan JSON holds a few hundred bytes per layer: 64 MiB is a model of some 100,000 layers.
-MAX_PROFILE_BYTES = 64 * 2**20
+# A scan JSON holds a few hundred bytes per layer: 16 MiB is a model of some 50,000 layers
+# (or 200,000 minimal rows), which `diff` reads, compares and prints in seconds.
+MAX_PROFILE_BYTES = 16 * 2**20
 REMAKE = "make it with `layergrad scan MODEL --json > FILE.json`"
 
 
@@ -210,6 +214,8 @@ def load_profile(path: str | os.PathLike[str], name: str | None = None) -> Profi
     """
     text = os.fspath(path)
     where = name or text
+    if os.path.exists(text) and not os.path.isdir(text):  # a FIFO would block, /dev/zero never end
+        require_regular(Path(text), "a scan JSON file", lambda m: InputError(f"{where}: {m}"))
     try:
         with open(text, "rb") as handle:
             data = handle.read(MAX_PROFILE_BYTES + 1)
@@ -235,6 +241,17 @@ def load_profile(path: str | os.PathLike[str], name: str | None = None) -> Profi
     return profile_from_json(doc, where)
 
 
+def _unicode_text(value: str, fields: _Fields, name: str) -> str:
+    """A string from the document, refused when it holds a lone surrogate (an escape such as
+    \\ud800 that is not half of a pair): it is not text and cannot be printed."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise fields.error(name, "text (it holds a lone surrogate escape such as \\ud800)",
+                           "a broken string") from None  # fmt: skip
+    return value
+
+
 def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
@@ -256,9 +273,14 @@ def profile_from_json(doc: object, where: str = "scan JSON") -> Profile:
         raise fields.error("wrt", " or ".join(map(repr, ROW_KEYS)), wrt)
     collection, key = ROW_KEYS[wrt]
     rows = tuple(
-        fields.row(r, f"{collection}[{i}]", key)
+        fields.row(r, i, collection, key)
         for i, r in enumerate(fields.member(doc, collection, list))
     )
+    if not rows:
+        raise InputError(
+            f"{where} has no {collection}: a scan compares nothing, so it would pass any model; "
+            f"{REMAKE}"
+        )
     names = [r.name for r in rows]
     if len(set(names)) != len(names):
         counts: dict[str, int] = {}
@@ -333,7 +355,20 @@ class _Fields:
         value = obj[key]
         if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, float)):
             raise self.error(name, _kind_name(kind), value)
+        if isinstance(value, str):
+            return _unicode_text(value, self, name)
         return value
+
+    def number(self, obj: Mapping[str, object], key: str, name: str) -> float:
+        """A finite number (an integer of 401 digits does not fit a float)."""
+        value = self.member(obj, key, (int, float), name)
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise self.error(name, "a finite number", f"a number of {len(str(value))} digits")
+        return number
 
     def model(self, obj: Mapping[str, object]) -> ModelMeta:
         get = lambda key: self.member(obj, key, str, f"model.{key}")  # noqa: E731
@@ -343,11 +378,16 @@ class _Fields:
 
     def probe(self, obj: Mapping[str, object]) -> ProbeMeta:
         batch = self.member(obj, "batch_size", int, "probe.batch_size")
-        if batch < 1:
-            raise self.error("probe.batch_size", "at least 1", batch)
+        if not 1 <= batch <= MAX_BATCH_SIZE:
+            raise self.error("probe.batch_size", f"1 to {MAX_BATCH_SIZE:,}", _short_int(batch))
         seed = self.member(obj, "seed", (int, type(None)), "probe.seed")
         if isinstance(seed, bool):
             raise self.error("probe.seed", "an integer or null", seed)
+        if seed is not None and not 0 <= seed <= MAX_SEED:
+            raise UsageError(
+                f"{self.where}: probe.seed is {_short_int(seed)}, but seeds are 0 to "
+                f"{MAX_SEED:,}; {REMAKE}"
+            )
         reduce = self.member(obj, "reduce", str, "probe.reduce")
         if reduce not in REDUCTIONS:
             raise self.error("probe.reduce", " or ".join(map(repr, REDUCTIONS)), reduce)
@@ -369,11 +409,15 @@ class _Fields:
             shards=shards if isinstance(shards, int) and not isinstance(shards, bool) else None,
         )
 
-    def row(self, obj: object, at: str, key: str) -> ProfileRow:
+    def row(self, obj: object, index: int, collection: str, key: str) -> ProfileRow:
+        """One row: a fast path for a well-formed row (names built only for errors)."""
+        return _fast_row(obj, key) or self.checked_row(obj, f"{collection}[{index}]", key)
+
+    def checked_row(self, obj: object, at: str, key: str) -> ProfileRow:
         if not isinstance(obj, dict):
             raise self.error(at, "an object", obj)
         status = self.member(obj, "status", str, f"{at}.status")
-        if status not in Status.words():
+        if status not in _STATUSES:
             raise self.error(f"{at}.status", f"one of {', '.join(Status.words())}", status)
         gradient = self.member(obj, "gradient", (dict, type(None)), f"{at}.gradient")
         mean_abs = None
@@ -382,12 +426,18 @@ class _Fields:
             value = self.member(
                 gradient, "mean_abs", (int, float, type(None)), f"{at}.gradient.mean_abs"
             )
-            mean_abs = None if value is None else float(value)
+            mean_abs = (
+                None
+                if value is None
+                else self.number(gradient, "mean_abs", f"{at}.gradient.mean_abs")
+            )
             if mean_abs is not None and mean_abs < 0:
                 raise self.error(f"{at}.gradient.mean_abs", "a number >= 0", mean_abs)
         flags = self.member(obj, "flags", list, f"{at}.flags")
         if not all(isinstance(f, str) for f in flags):
             raise self.error(f"{at}.flags", "a list of strings", flags)
+        for flag in flags:
+            _unicode_text(flag, self, f"{at}.flags")
         causes = obj.get("causes") or []
         first = causes[0] if isinstance(causes, list) and causes else None
         cause = None
@@ -400,12 +450,56 @@ class _Fields:
             input_shape = tuple(shape) if all(type(d) is int for d in shape) else None
         return ProfileRow(
             name=self.member(obj, key, str, f"{at}.{key}"),
-            status=Status(status),
+            status=_STATUSES[status],
             mean_abs=mean_abs,
             flags=tuple(flags),
             cause=cause,
             input_shape=input_shape,
         )
+
+
+def _fast_row(obj: object, key: str) -> ProfileRow | None:
+    """The row when every member is exactly as `scan --json` writes it (ASCII names, a float
+    mean |g|); None sends it through the checked path, which names what is wrong."""
+    if type(obj) is not dict:
+        return None
+    name, status, flags = obj.get(key), obj.get("status"), obj.get("flags")
+    gradient = obj.get("gradient", obj)  # obj: missing
+    if type(name) is not str or not name.isascii() or type(flags) is not list:
+        return None
+    word = _STATUSES.get(status) if type(status) is str else None
+    if word is None:
+        return None
+    mean_abs = None
+    if gradient is not None:
+        mean = gradient.get("mean_abs") if type(gradient) is dict else None
+        if type(mean) is not float or not (0 <= mean < math.inf):
+            return None
+        mean_abs = mean
+    for flag in flags:
+        if type(flag) is not str or not flag.isascii():
+            return None
+    cause = None
+    causes = obj.get("causes")
+    if causes:
+        first = causes[0] if isinstance(causes, list) else None
+        if isinstance(first, dict) and isinstance(first.get("code"), str):
+            layer = first.get("layer")
+            cause = _cause_text(first["code"], layer if isinstance(layer, str) else None)
+    input_shape = None
+    if obj.get("class") == "InputLayer":
+        shape = obj.get("shape")
+        if isinstance(shape, list) and all(type(d) is int for d in shape):
+            input_shape = tuple(shape)
+    return ProfileRow(name, word, mean_abs, tuple(flags), cause, input_shape)
+
+
+_STATUSES = {word: Status(word) for word in Status.words()}
+
+
+def _short_int(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 20 else f"a number of {len(text)} digits"
 
 
 def _kind_name(kind: Kind) -> str:

@@ -1,11 +1,11 @@
-"""Read a `.npy` array (a file, or a member of a `.npz`) a few rows at a time.
+"""Read a `.npy` array (a file, or a member of a `.npz`) a few rows at a time, for `--data`.
 
 `np.load` reads a whole `.npz` member into memory, and a memory-mapped `.npy` counts every
-page it touches in the process's resident memory; both grow with the number of rows. Here the
-`.npy` header is parsed, and then either `NpyLayout` says where the rows lie in the file (a
-`.npy`, or an uncompressed `.npz` member), so that `tf.data` reads them as fixed-length
-records, or `NpyRows` reads the rows it is asked for with plain reads (a compressed member,
-inflated as it is read). Either way memory stays at a batch whatever the file holds.
+page it touches in the process's resident memory; both grow with the number of rows. Here
+the header is read and checked by `array_files.read_header` (the same checks as `--input`:
+its size, its shape, its dtype, the bytes it declares against the bytes the file or member
+holds), then `NpyRows` reads the rows it is asked for with plain reads (a compressed member
+is inflated as it is read). Memory stays at a batch whatever the file holds.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import IO
 import numpy as np
 
 from layergrad.core.errors import InputError
-from layergrad.files.array_files import npy_header
+from layergrad.files.array_files import read_header
 
 
 class NpyRows:
@@ -28,43 +28,35 @@ class NpyRows:
 
     Args:
         stream: a binary file object positioned at the start of the `.npy` data.
-        label: how errors name it (`x.npy`, `data.npz member 'a'`).
+        label: how errors name it (`x.npy`, `data.npz, array 'a',`).
+        size: the bytes the stream holds from its start (the file's or the member's size);
+            without it a short stream is found when its rows are read.
 
     Raises:
-        InputError: not a `.npy` stream, object arrays (they need pickle), Fortran order
-        (rows are not contiguous), or a 0-d array (no rows).
+        InputError: what `array_files.read_header` refuses, Fortran order (rows are not
+        contiguous), or a 0-d array (no rows).
 
     Example (not run)::
 
-        rows = NpyRows(open("x.npy", "rb"), "x.npy")
+        rows = NpyRows(open("x.npy", "rb"), "x.npy", os.path.getsize("x.npy"))
         rows.read(32).shape  # (32, 28, 28, 1)
     """
 
-    def __init__(self, stream: IO[bytes], label: str) -> None:
+    def __init__(self, stream: IO[bytes], label: str, size: int | None = None) -> None:
         self.stream, self.label = stream, label
-        try:
-            shape, fortran, dtype = npy_header(stream)
-        except (ValueError, OSError, EOFError) as exc:
-            raise InputError(
-                f"--data {label} is not a readable .npy array ({exc}); write it with np.save"
-            ) from None
-        if dtype.hasobject:
-            raise InputError(
-                f"--data {label} holds Python objects (dtype {dtype}), which need pickle to "
-                "read; save a numeric array"
-            )
-        if not shape:
+        header = read_header(stream, f"--data {label}", None, _HUGE if size is None else size)
+        if not header.shape:
             raise InputError(
                 f"--data {label} is a single value (shape ()); expected rows = samples"
             )
-        if fortran and len(shape) > 1:
+        if header.fortran_order and len(header.shape) > 1:
             raise InputError(
                 f"--data {label} is saved in Fortran order, so its rows cannot be read one "
                 "batch at a time; save np.ascontiguousarray(array) instead"
             )
-        self.shape: tuple[int, ...] = tuple(shape)
-        self.dtype = dtype
-        self.row_bytes = dtype.itemsize * math.prod(self.shape[1:])
+        self.shape: tuple[int, ...] = header.shape
+        self.dtype = header.dtype
+        self.row_bytes = self.dtype.itemsize * math.prod(self.shape[1:])
         self.rows_left = self.shape[0]
 
     @property
@@ -108,6 +100,9 @@ def _no_arrays(archive: zipfile.ZipFile, path: str) -> dict[str, str]:
     )
 
 
+_HUGE = 1 << 62  # no size given: rows are checked as they are read
+
+
 @dataclass(frozen=True)
 class NpyLayout:
     """Where the rows of an uncompressed `.npy` array lie in a file, and what they are."""
@@ -126,7 +121,7 @@ class NpyLayout:
 def npy_layout(path: str) -> NpyLayout:
     """The layout of a `.npy` file (its header is checked as `NpyRows` checks it)."""
     with open(path, "rb") as stream:
-        rows = NpyRows(stream, path)
+        rows = NpyRows(stream, path, os.path.getsize(path))
         offset = stream.tell()
     return _layout(path, rows, offset, label=path)
 
@@ -150,7 +145,8 @@ def npz_layouts(
                 continue
             name_len, extra_len = struct.unpack("<HH", local[26:30])
             raw.seek(info.header_offset + 30 + name_len + extra_len)
-            rows = NpyRows(raw, f"{path} array {name!r}")
+            # the member's own size: a header that declares more rows than it holds is refused
+            rows = NpyRows(raw, f"{path} array {name!r}", info.compress_size)
             out[name] = _layout(path, rows, raw.tell(), label=f"{path} array {name!r}")
     return out
 

@@ -7,10 +7,13 @@ an interrupted run leaves the old file or the new one, never half of one. Missin
 folders are created, as pytest does for ``--junitxml``.
 
 A target is refused (`OutputError`, exit code 2) when it is one of this run's inputs (a model
-file, the ``--input`` batch, an ``--import`` module), a directory or special file, or an
-existing file of another kind than the one being written: a report replaces only an XML
-file, a ``.npy`` only a ``.npy``, a ``.npz`` only an archive of arrays. Replacing an existing
-file is said in the one line that says what was written. (`--plot` keeps its own checks of
+file, the ``--input`` batch, an ``--import`` module, the ``--data`` file or function file, or
+anything inside a ``--data`` folder), a directory or special file, in a folder that cannot be
+written (checked before the work), or an existing file layergrad did not write: a report
+replaces only a layergrad JUnit report (recognised by its content), a chart only a PNG, SVG
+or PDF file, a ``.npy`` only a ``.npy``, a ``.npz`` only an archive of arrays. ``force``
+(``--force``) lifts that last rule, never the others. Replacing an existing file is said in
+the one line that says what was written. (`--plot` keeps its own checks of
 the extension and the folder, in `plot.check_plot_path`, and writes through `write_file`.)
 """
 
@@ -47,22 +50,37 @@ class Written:
 
 
 def check_target(
-    path: str, option: str, kind: str, inputs: Iterable[str | os.PathLike[str] | None] = ()
+    path: str,
+    option: str,
+    kind: str,
+    inputs: Iterable[str | os.PathLike[str] | None] = (),
+    *,
+    force: bool = False,
 ) -> Path:
     """Refuse ``path`` as the target of ``option`` before anything runs (see the module doc).
 
-    ``kind`` is "xml", "npy", "npz" or "chart"; ``inputs`` are the files this run reads.
+    ``kind`` is "xml", "npy", "npz" or "chart"; ``inputs`` are the files and folders this run
+    reads (a folder protects everything inside it); ``force`` allows replacing an existing
+    file layergrad did not write.
 
     Raises:
-        OutputError: the target is an input, a directory, a special file, or an existing file
-            of another kind.
+        OutputError: the target is an input or inside an input folder, a directory, a special
+            file, in a folder that cannot be written, or an existing file layergrad did not
+            write (unless ``force``).
     """
     p = Path(path)
     for source in inputs:
-        if source and _same_file(p, Path(source)):
+        if not source:
+            continue
+        if _same_file(p, Path(source)):
             raise OutputError(
                 f"{option} {path}: that is {source}, which this run reads; refusing to write "
                 "over it; choose another file name"
+            )
+        if os.path.isdir(source) and _inside(p, Path(source)):
+            raise OutputError(
+                f"{option} {path} is inside {source}, a folder this run reads (--data); "
+                "refusing to write into it; choose a file outside that folder"
             )
     if kind == "xml" and p.suffix.lower() in INPUT_SUFFIXES:
         raise OutputError(
@@ -71,26 +89,58 @@ def check_target(
         )
     try:
         st = p.stat()
-    except OSError:  # absent, or its folder cannot be reached: writing will say why
+    except OSError:  # absent: the folder must be writable (checked now, not after the work)
+        _require_writable_folder(p, option)
         return p
     if os.path.isdir(p) or special_kind(st.st_mode):
         what = "a directory" if os.path.isdir(p) else special_kind(st.st_mode)
         raise OutputError(f"{option} {path} is {what}; expected a file name to write")
-    if not _is_kind(p, kind):
+    _require_writable_folder(p, option)
+    if not force and not _is_kind(p, kind):
         raise OutputError(
             f"{option} {path} exists and is not {_KIND_NAMES[kind]}; refusing to overwrite it; "
-            "delete it or choose another file name"
+            "delete it, choose another file name, or pass --force"
         )
     return p
 
 
 _KIND_NAMES = {
-    "xml": "an XML report",
+    "xml": "a JUnit report written by layergrad",
     "npy": "a .npy array",
     "npz": "a .npz archive of arrays",
     "chart": "a chart (PNG, SVG or PDF)",
 }
-_CHART_MAGIC = (b"\x89PNG", b"%PDF", b"<?xml", b"<svg")
+_JUNIT_MARK = b'<testsuite name="layergrad.check"'
+_CHART_MAGIC = (b"\x89PNG\r\n\x1a\n", b"%PDF-")
+
+
+def _inside(p: Path, folder: Path) -> bool:
+    """Whether ``p`` (existing or not) would lie inside ``folder``, links resolved."""
+    try:
+        return Path(os.path.realpath(p)).is_relative_to(os.path.realpath(folder))
+    except OSError:
+        return False
+
+
+def _require_writable_folder(p: Path, option: str) -> None:
+    """Refuse a target whose folder (or its nearest existing ancestor) cannot be written."""
+    folder = p.parent if str(p.parent) else Path(".")
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise OutputError(f"{option} {p}: {folder} is not a folder; choose another place")
+    if not os.access(folder, os.W_OK | os.X_OK) or _read_only_mount(folder):
+        raise OutputError(
+            f"{option} {p}: the folder {folder} cannot be written (read-only or no permission); "
+            "choose another place, before any work is done"
+        )
+
+
+def _read_only_mount(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -104,13 +154,16 @@ def _is_kind(p: Path, kind: str) -> bool:
     """Whether an existing file holds what layergrad writes for ``kind``."""
     try:
         with p.open("rb") as fh:
-            head = fh.read(64)
-        if kind == "xml":
-            return head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<")
+            head = fh.read(4096)
+        if kind == "xml":  # what check_junit writes, not any file that begins with "<"
+            body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+            return body.startswith(b"<?xml") and _JUNIT_MARK in body
         if kind == "npy":
             return head.startswith(NPY_MAGIC)
         if kind == "chart":
-            return head.lstrip().startswith(_CHART_MAGIC)
+            body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+            svg = body.startswith((b"<?xml", b"<svg", b"<!DOCTYPE svg")) and b"<svg" in body
+            return body.startswith(_CHART_MAGIC) or svg
         with zipfile.ZipFile(p) as zf:
             return all(name.endswith(".npy") for name in zf.namelist())
     except (OSError, zipfile.BadZipFile):
@@ -123,10 +176,12 @@ def write_file(
     kind: str,
     data: bytes,
     inputs: Iterable[str | os.PathLike[str] | None] = (),
+    *,
+    force: bool = False,
 ) -> bool:
     """Write ``data`` to ``path`` through `check_target` and a temporary file; True when it
     replaced an existing file."""
-    p = check_target(path, option, kind, inputs)
+    p = check_target(path, option, kind, inputs, force=force)
     existed = p.exists()
     _atomic_write(p, option, lambda fh: fh.write(data))
     return existed
@@ -138,16 +193,22 @@ def write_report(
     option: str,
     what: str,
     inputs: Iterable[str | os.PathLike[str] | None] = (),
+    *,
+    force: bool = False,
 ) -> Written:
     """Write a text report (JUnit XML) to ``path``; the message says what was written."""
-    p = check_target(path, option, "xml", inputs)
+    p = check_target(path, option, "xml", inputs, force=force)
     existed = p.exists()
     _atomic_write(p, option, lambda fh: fh.write(text.encode("utf-8")))
     return Written(path, True, f"wrote {what} to {path}" + (" (replaced it)" if existed else ""))
 
 
 def save_gradients(
-    report: InspectReport, path: str, inputs: Iterable[str | os.PathLike[str] | None] = ()
+    report: InspectReport,
+    path: str,
+    inputs: Iterable[str | os.PathLike[str] | None] = (),
+    *,
+    force: bool = False,
 ) -> Written:
     """Write the raw gradients of an inspect report: `.npy` for one result, `.npz` keyed by
     the `--to` reference (any name round-trips: ``file``, ``arr_0``, ``a/b``).
@@ -165,7 +226,7 @@ def save_gradients(
     if not path.endswith((".npy", ".npz")):
         raise OutputError(f"{option} must end in .npy or .npz: {path}")
     kind = path[-3:]
-    p = check_target(path, option, kind, inputs)
+    p = check_target(path, option, kind, inputs, force=force)
     results = list(report.results)
     if kind == "npy" and len(results) != 1:
         raise OutputError(f"{option} {path}: several --to layers need a .npz file")
@@ -236,3 +297,14 @@ def protected_inputs(*groups: Sequence[str | None] | str | None) -> list[str]:
         elif group:
             out.extend(g for g in group if g)
     return out
+
+
+def data_inputs(data: str | os.PathLike[str] | None) -> list[str]:
+    """What `--data` reads, for `check_target`: the file or folder, or a function's `.py`."""
+    if data is None:
+        return []
+    text = os.fspath(data)
+    if os.path.exists(text):
+        return [text]
+    target, _, _ = text.rpartition(":")
+    return [target] if target.endswith(".py") else []

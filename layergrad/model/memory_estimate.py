@@ -9,7 +9,10 @@ embedding, recurrent, attention, reshaping, merging, pooling, normalization) and
 * weights: the variables the config implies, or what the weight file declares if larger;
 * activations: every layer's output for the probe batch, inputs included, times the number
   of calls; the probe holds about ACTIVATION_COPIES of them (values, copies, gradients, and
-  TensorFlow's own buffers: a ResNet50 scan at batch 8 peaks near this estimate).
+  TensorFlow's own buffers: a ResNet50 scan at batch 8 peaks near this estimate);
+* the largest single output once more LARGEST_COPIES times: its gradient is summarised in
+  numpy (float64 temporaries, absolute values, masks) and the random batch is drawn in
+  float64, which dominates a small model probed with a huge `--batch-size`.
 
 The shapes and weight counts of each layer come from `layer_shapes`.
 """
@@ -36,26 +39,35 @@ if TYPE_CHECKING:
     from layergrad.files.file_info import FileInfo
 
 ACTIVATION_COPIES = 4
+LARGEST_COPIES = 10
 
 
 @dataclass(frozen=True)
 class Footprint:
-    """Estimated bytes: ``weights``, ``activations`` for the batch, and the biggest part."""
+    """Estimated bytes: ``weights``, ``activations`` for the batch, and the biggest part.
+
+    ``largest_output`` is the largest single layer output (one call) for the batch."""
 
     weights: int
     activations: int
     largest: str
+    largest_output: int = 0
 
     @property
     def total(self) -> int:
         """Bytes the probe is expected to hold at its peak."""
-        return self.weights + ACTIVATION_COPIES * self.activations
+        return (
+            self.weights
+            + ACTIVATION_COPIES * self.activations
+            + LARGEST_COPIES * self.largest_output
+        )
 
 
 @dataclass
 class _Tally:
     weights: int = 0
     activations: int = 0
+    largest_output: int = 0
     parts: dict[str, int] = field(default_factory=dict)
 
     def add(self, path: str, what: str, elements: int, itemsize: int, copies: int = 1) -> None:
@@ -78,7 +90,7 @@ def estimate(info: FileInfo, batch_size: int) -> Footprint:
     candidates = dict(tally.parts)
     candidates["the weight file"] = stored
     largest = max(candidates, key=lambda k: candidates[k]) if candidates else "nothing"
-    return Footprint(weights, tally.activations, largest)
+    return Footprint(weights, tally.activations, largest, tally.largest_output)
 
 
 class _Walker:
@@ -133,6 +145,7 @@ class _Walker:
         self.tally.add(path, "weights", weights, size)
         rows = sum(math.prod(s) for s in outs) * self.batch
         self.tally.add(path, "outputs", rows, size, scale * calls)
+        self.tally.largest_output = max(self.tally.largest_output, rows * size)
         return outs
 
 
@@ -159,7 +172,9 @@ def require_within(info: FileInfo, batch_size: int, max_memory: int) -> Footprin
     raise LoadError(
         f"refusing to run {info.path}: the probe would need about {human(found.total)} "
         f"(weights {human(found.weights)}, activations for {batch_size} rows "
-        f"{human(found.activations)} x{ACTIVATION_COPIES}; the largest part is {found.largest}), "
+        f"{human(found.activations)} x{ACTIVATION_COPIES}, the largest output "
+        f"{human(found.largest_output)} x{LARGEST_COPIES} more; the largest part is "
+        f"{found.largest}), "
         f"more than the {human(max_memory)} budget; if the model really is this large, pass "
         f"--max-memory {_round_up(found.total)}{smaller}"
     )

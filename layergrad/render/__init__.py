@@ -41,6 +41,14 @@ def render(
 ) -> str:
     """A `report` (one of REPORTS) `value` as text in format `fmt` (colour, width for tables).
 
-    `options` are the report's own rendering options (`show_all` for `diff`).
+    `options` are the report's own rendering options (`show_all` for `diff`). Every text
+    format but JSON (whose encoder escapes strings exactly) sees the report with its strings
+    made `escape.visible`: no name can move the cursor, reorder a line or break markup.
     """
-    return renderer(report, fmt)(value, color=color, width=width, **options)
+    function = renderer(report, fmt)
+    module = importlib.import_module(f"layergrad.render.{report}")
+    if fmt != OutputFormat.JSON and not getattr(module, "SCRUBS_ITSELF", False):
+        from layergrad.render.escape import scrubbed
+
+        value = scrubbed(value)
+    return function(value, color=color, width=width, **options)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
@@ -27,6 +28,7 @@ from layergrad.core.results import (
     ScanReport,
 )
 from layergrad.core.vocab import Status
+from layergrad.render.escape import visible
 
 MIN_WIDTH = 100  # the narrowest a report is laid out when the width is free
 STATUS_STYLE = {
@@ -303,15 +305,21 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def md_code(text: str) -> str:
-    """Inline code for markdown; a name read from a model file never becomes markup."""
-    fence = "``" if "`" in text else "`"
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    """Inline code for markdown; a name read from a model file never becomes markup.
+
+    The text is made one line (`escape.visible`), and the fence is one backtick longer than
+    the longest run of backticks inside, so no run can close the span early.
+    """
+    text = visible(text)
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith(("`", " ")) or text.endswith(("`", " ")) else ""
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def md_text(text: str) -> str:
     """Plain text for markdown: every character that could become markup is escaped."""
-    out = text.replace("\\", "\\\\").replace("&", "&amp;")
+    out = visible(text).replace("\\", "\\\\").replace("&", "&amp;")
     for ch in "`*_[]<>|#~":
         out = out.replace(ch, "\\" + ch)
     return out

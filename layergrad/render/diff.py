@@ -7,6 +7,7 @@ weights` (then the JSON says `variables` / `variable`, as `scan --wrt weights` d
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from layergrad.files.gradient_profile import ROW_KEYS, ProfileRow
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
+    _finite_or_null,
     fitted_table,
     json_document,
     md_code,
@@ -32,11 +34,16 @@ from layergrad.render.common import (
     probe_line,
     to_text,
 )
+from layergrad.render.escape import scrubbed
 
 if TYPE_CHECKING:
     from layergrad.render.html_page import Html
 
 SCHEMA = "layergrad.diff/1"
+MAX_SHOWN = 2000  # rows a table, comment or page shows; the JSON holds every row
+# The text formats escape names themselves (`escape.scrubbed`), on the rows they show: a diff
+# may hold 700,000 rows.
+SCRUBS_ITSELF = True
 MIN_WHY = 24  # the narrowest the why column gets before layer names wrap
 COLUMNS = (
     Column(""),
@@ -53,16 +60,30 @@ def table(
     report: DiffReport, *, color: bool = False, width: int | None = 100, show_all: bool = False
 ) -> str:
     """The header, the rows (changed ones, regressions first, or all), and the verdict."""
-    rows = shown_rows(report, show_all)
-    items: list[RenderableType] = [_header(report)]
+    safe, rows, cut = _view(report, show_all)
+    items: list[RenderableType] = [_header(safe)]
     if rows:
-        items.append(_table(report, rows, width))
+        items.append(_table(safe, rows, width))
     verdict = Text(verdict_line(report), style="bold red" if report.regressions else "bold green")
     items.append(verdict)
-    hidden = len(report.rows) - len(rows)
+    hidden = len(report.rows) - len(rows) - cut
     if hidden:
         items.append(Text(f"{hidden} unchanged rows not shown; --all shows every row"))
+    if cut:
+        items.append(Text(_cut_line(cut)))
     return to_text(items, color=color, width=width)
+
+
+def _view(report: DiffReport, show_all: bool) -> tuple[DiffReport, list[RowDiff], int]:
+    """What a text format shows: the report's names escaped (without its rows), the rows
+    shown (at most MAX_SHOWN, escaped), and how many more were cut."""
+    rows = shown_rows(report, show_all)
+    safe = scrubbed(replace(report, rows=()))
+    return safe, scrubbed(rows[:MAX_SHOWN]), max(0, len(rows) - MAX_SHOWN)
+
+
+def _cut_line(cut: int) -> str:
+    return f"{cut} more rows not shown (at most {MAX_SHOWN} are); --json has every row"
 
 
 def _table(report: DiffReport, rows: list[RowDiff], width: int | None) -> Table:
@@ -162,12 +183,19 @@ def as_json(report: DiffReport, **_: object) -> str:
         doc.update(wrt=report.wrt, loss=report.loss)
     else:
         doc["target"] = report.target
-    doc.update(
-        tolerance=report.tolerance,
-        **{collection: [row_json(r, key) for r in report.rows]},
-        regressions=len(report.regressions),
-    )
-    return json_document(doc)
+    doc.update(tolerance=report.tolerance, regressions=len(report.regressions))
+    doc = {**{k: v for k, v in doc.items() if k != "regressions"}, collection: _ROWS,
+           "regressions": doc["regressions"]}  # fmt: skip
+    # A diff may hold 700,000 rows: json's C encoder writes each row on one line, lazily
+    # (the indenting encoder is pure Python, some 10 times slower).
+    # strict JSON as `json_document` writes it: a number that is not finite is null
+    head, tail = json_document(doc).split(f'"{_ROWS}"')
+    encode = json.JSONEncoder(allow_nan=False).encode
+    rows = ",\n    ".join(encode(_finite_or_null(row_json(r, key))) for r in report.rows)
+    return f"{head}[\n    {rows}\n  ]{tail}" if rows else f"{head}[]{tail}"
+
+
+_ROWS = "@@layergrad-diff-rows@@"  # where the rows go in the document's text
 
 
 def row_json(row: RowDiff, key: str = "layer") -> dict[str, object]:
@@ -192,16 +220,16 @@ def _side_json(side: ProfileRow | None) -> dict[str, object] | None:
 def markdown(report: DiffReport, *, show_all: bool = False, **_: object) -> str:
     """For a pull-request comment: the verdict, the regressions, the rest folded away."""
     said = md_text(verdict(report))
-    what = _what(report)
+    safe, rows, cut = _view(report, show_all)
+    what = _what(safe)
     head = (
-        f"**layergrad diff** {md_code(report.base.path)} → {md_code(report.new.path)}: "
+        f"**layergrad diff** {md_code(safe.base.path)} → {md_code(safe.new.path)}: "
         + (f"❌ **{said}**" if report.regressions else f"✅ {said}")
-        + f"\n\n{md_text(probe_line(report.probe, what))}\n"
+        + f"\n\n{md_text(probe_line(safe.probe, what))}\n"
     )
-    rows = shown_rows(report, show_all)
     bad = [r for r in rows if r.regression]
     rest = [r for r in rows if not r.regression]
-    out = head
+    out = head + (f"\n{md_text(_cut_line(cut))}\n" if cut else "")
     if bad:
         out += "\n" + _md_rows(report, bad)
     if rest:
@@ -254,17 +282,17 @@ def html(report: DiffReport, *, show_all: bool = False, **_: object) -> str:
     def decades(value: float | None) -> Html:
         return cell(_decades(value), sort="" if value is None else repr(value), num=True)
 
-    rows = shown_rows(report, show_all)
-    hidden = len(report.rows) - len(rows)
+    safe, rows, cut = _view(report, show_all)
+    hidden = len(report.rows) - len(rows) - cut
     body = [
         el("h1", "layergrad diff"),
         el("p", verdict_line(report), class_=f"verdict {'bad' if report.regressions else 'ok'}"),
         definition_list(
             [
                 (label, join([el("code", m.path), f"  {m.class_name} {m.name!r}, {m.format}"]))
-                for label, m in (("base", report.base), ("new", report.new))
+                for label, m in (("base", safe.base), ("new", safe.new))
             ]
-            + [("probe", probe_line(report.probe, _what(report)).removeprefix("probe: "))]
+            + [("probe", probe_line(safe.probe, _what(safe)).removeprefix("probe: "))]
         ),
         table(
             ["", row_word(report), "base", "new", "decades", "why"],
@@ -287,5 +315,6 @@ def html(report: DiffReport, *, show_all: bool = False, **_: object) -> str:
         el("p", f"{hidden} unchanged rows not shown (--all shows every row)", class_="muted")
         if hidden
         else None,
+        el("p", _cut_line(cut), class_="muted") if cut else None,
     ]
     return page("layergrad diff", body)

@@ -117,7 +117,7 @@ def page(title: str, body: Iterable[Child]) -> str:
     script_hash = base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
     policy = (
         "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
-        f"script-src 'sha256-{script_hash}'"
+        f"script-src 'sha256-{script_hash}'; base-uri 'none'; form-action 'none'"
     )
     head = join(
         [

@@ -335,14 +335,19 @@ def _label(name: str) -> str:
 
 
 def check_plot_path(
-    path: str | os.PathLike[str], protected: Sequence[str | os.PathLike[str] | None] = ()
+    path: str | os.PathLike[str],
+    protected: Sequence[str | os.PathLike[str] | None] = (),
+    *,
+    force: bool = False,
 ) -> str:
     """Validate a `--plot` path before any work: a known extension, a target `outputs` accepts
     (not an input of this run, a directory or a file of another kind).
 
     Args:
         path: where the chart will go; its extension chooses the format.
-        protected: paths that must never be written over (the model file, the `--input` file).
+        protected: paths that must never be written over (the model file, the `--input` file,
+            the `--data` file or folder).
+        force: replace an existing file even when it is not a chart.
 
     Returns:
         The path as a string.
@@ -359,7 +364,8 @@ def check_plot_path(
             f"--plot {text}: unknown chart format {ext or '(no extension)'!r}; "
             f"use a file ending in {', '.join(PLOT_FORMATS)}"
         )
-    check_target(text, "--plot", "chart", [None if p is None else os.fspath(p) for p in protected])
+    reads = [None if p is None else os.fspath(p) for p in protected]
+    check_target(text, "--plot", "chart", reads, force=force)
     return text
 
 
@@ -367,6 +373,8 @@ def save_figure(
     fig: Figure,
     path: str | os.PathLike[str],
     protected: Sequence[str | os.PathLike[str] | None] = (),
+    *,
+    force: bool = False,
 ) -> str:
     """Write a figure; the format follows the extension (.png, .svg, .pdf).
 
@@ -385,7 +393,7 @@ def save_figure(
 
     text = check_plot_path(path)
     fmt = os.path.splitext(text)[1].lower().lstrip(".")
-    outputs.write_file(text, "--plot", "chart", figure_bytes(fig, fmt), protected)
+    outputs.write_file(text, "--plot", "chart", figure_bytes(fig, fmt), protected, force=force)
     return fmt
 
 

@@ -194,7 +194,7 @@ def test_call_index_errors_name_the_calls_that_exist(args, message):
     assert result.exit_code == 2 and message in result.output
 
 
-def test_unwritable_save_gradient_still_shows_the_report(tmp_path):
+def test_unwritable_save_gradient_is_refused_before_the_work(tmp_path):
     (tmp_path / "a_file").write_text("not a folder")
     target = tmp_path / "a_file" / "g.npy"  # its folder cannot be created
     result = CliRunner().invoke(
@@ -211,7 +211,7 @@ def test_unwritable_save_gradient_still_shows_the_report(tmp_path):
         ],
     )
     assert result.exit_code == 2
-    assert "dense_1" in result.stdout and "cannot create the folder" in result.stderr
+    assert "dense_1" not in result.stdout and "is not a folder" in result.stderr
 
 
 def test_scan_layers_glob_that_matches_nothing_exits_2():

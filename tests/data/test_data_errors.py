@@ -156,7 +156,7 @@ def test_a_truncated_npy(tmp_path):
     np.save(tmp_path / "x.npy", normal(100, 5))
     data = (tmp_path / "x.npy").read_bytes()
     (tmp_path / "x.npy").write_bytes(data[: len(data) // 2])
-    assert "is truncated" in error_of(inspect("seed.keras", str(tmp_path / "x.npy")))
+    assert "the file is cut short" in error_of(inspect("seed.keras", str(tmp_path / "x.npy")))
 
 
 def test_data_and_input_exclude_each_other(tmp_path):

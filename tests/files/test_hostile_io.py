@@ -130,7 +130,7 @@ def test_junit_never_lands_on_a_model_or_another_file(root: Path, base: dict[str
     notes = root / "notes.txt"
     notes.write_text("my notes\n")
     one_line_error(invoke("check", "--static-only", "--junit", notes, base["good.keras"]),
-                   "exists and is not an XML report")  # fmt: skip
+                   "exists and is not a JUnit report written by layergrad")  # fmt: skip
     assert notes.read_text() == "my notes\n"
     linked = root / "linked.xml"
     linked.symlink_to(base["good.h5"])
@@ -151,15 +151,13 @@ def test_junit_creates_its_folder_and_replaces_an_old_report(
     assert not [p for p in target.parent.iterdir() if p.name != target.name]  # no temp left
 
 
-def test_unwritable_junit_still_prints_the_report_first(root: Path, base: dict[str, Path]) -> None:
+def test_unwritable_junit_is_refused_before_the_work(root: Path, base: dict[str, Path]) -> None:
     blocker = root / "blocker"
     blocker.write_text("a file where a folder should be")
     result = invoke("check", "--static-only", "--junit", blocker / "x.xml", base["good.keras"])
     assert result.exit_code == 2
-    assert "PASS" in result.stdout  # the whole report, then one clear line
-    assert (
-        result.stderr.startswith("error: --junit") and "cannot create the folder" in result.stderr
-    )
+    assert "PASS" not in result.stdout  # refused before any file was checked
+    assert result.stderr.startswith("error: --junit") and "is not a folder" in result.stderr
     assert result.stderr.count("\n") == 1 and "unexpected" not in result.stderr
 
 

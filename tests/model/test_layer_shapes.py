@@ -15,7 +15,12 @@ from helpers import keras
 from layergrad.core.errors import LoadError
 from layergrad.files.file_info import read_file_info
 from layergrad.model.layer_shapes import layer_shapes
-from layergrad.model.memory_estimate import ACTIVATION_COPIES, estimate, require_within
+from layergrad.model.memory_estimate import (
+    ACTIVATION_COPIES,
+    LARGEST_COPIES,
+    estimate,
+    require_within,
+)
 
 layers = keras.layers
 
@@ -78,6 +83,11 @@ def test_model_estimate_matches_keras_bytes(tmp_path: Any) -> None:
     assert found.weights == 4 * model.count_params()
     # by hand, float32, 4 rows: input 16*16*3, conv 16*16*8, pool 8, head 10
     assert found.activations == 4 * 4 * (16 * 16 * 3 + 16 * 16 * 8 + 8 + 10)
-    assert found.total == found.weights + ACTIVATION_COPIES * found.activations
+    assert found.largest_output == 4 * 4 * 16 * 16 * 8  # the conv's output
+    assert found.total == (
+        found.weights
+        + ACTIVATION_COPIES * found.activations
+        + LARGEST_COPIES * found.largest_output
+    )
     with pytest.raises(LoadError, match="pass --max-memory 1MB"):
         require_within(read_file_info(path), 4, max_memory=found.total - 1)

@@ -1,0 +1,215 @@
+"""A `--data` folder of images: every entry checked before it is opened, every size checked
+before it is decoded.
+
+The folder is listed the way Keras's `image_dataset_from_directory` lists it (sub-folders by
+path, files sorted in each), but each image is first `os.stat`-ed with links followed (a FIFO
+would block the reader, a link to `/dev/zero` never ends) and its header read: the width and
+height of a PNG, JPEG, GIF or BMP are in its first bytes, so an image that would decode to more
+than MAX_IMAGE_PIXELS pixels (a 1.6 MB PNG can declare 2 GB of pixels) is refused by name
+before anything is decoded. Decoding then happens in tf.data, IMAGE_DECODERS at a time, resized
+as Keras does (bilinear, pixels 0-255). A BMP is decoded with its own channels and converted,
+since TensorFlow decodes no BMP straight to one channel.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO
+
+from layergrad.core.errors import InputError, describe
+from layergrad.core.limits import IMAGE_DECODERS, MAX_IMAGE_PIXELS
+from layergrad.core.tf_types import Dataset, Tensor, TFModule
+from layergrad.files.guards import special_kind
+
+IMAGE_FORMATS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # what Keras decodes
+HEADER_BYTES = 1 << 16  # a JPEG's size may come after its EXIF block; look this far
+_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+
+
+@dataclass(frozen=True)
+class ImageFile:
+    """One checked image: its path, format and size from its header."""
+
+    path: str
+    kind: str  # "png", "jpeg", "gif", "bmp"
+    width: int
+    height: int
+
+
+def list_images(folder: str) -> list[ImageFile]:
+    """The images under ``folder`` in Keras's order, each checked (see the module doc).
+
+    Raises:
+        InputError: an entry that is not a regular file, a header that is not an image of
+            its kind, or an image over MAX_IMAGE_PIXELS; the message names the file.
+    """
+    found = []
+    for root, _, names in sorted(os.walk(folder), key=lambda entry: entry[0]):
+        for name in sorted(names):
+            if name.lower().endswith(IMAGE_FORMATS):
+                found.append(check_image(os.path.join(root, name), folder))
+    return found
+
+
+def check_image(path: str, folder: str) -> ImageFile:
+    """Stat (links followed), then read and check the header of one image."""
+    where = f"--data {folder}: image {path}"
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise InputError(f"{where} cannot be read ({exc.strerror or exc})") from None
+    kind = special_kind(st.st_mode)
+    if kind is not None or not os.path.isfile(path):
+        what = kind or "a directory"
+        raise InputError(
+            f"{where} is {what}, not a regular file (reading it would block or never end); "
+            "remove it from the folder"
+        )
+    try:
+        with open(path, "rb") as fh:
+            kind_, width, height = image_size(fh)
+    except ValueError as exc:
+        raise InputError(f"{where} is not a readable image ({exc}); remove or re-save it") from None
+    except OSError as exc:
+        raise InputError(f"{where} cannot be read ({exc.strerror or exc})") from None
+    if width < 1 or height < 1:
+        raise InputError(f"{where} declares {width} x {height} pixels; re-save it")
+    if width * height > MAX_IMAGE_PIXELS:
+        raise InputError(
+            f"{where} declares {width:,} x {height:,} pixels, more than the "
+            f"{MAX_IMAGE_PIXELS:,} layergrad decodes (decoded it would take "
+            f"{width * height * 4 / 2**30:.1f} GB); resize it first"
+        )
+    return ImageFile(path, kind_, width, height)
+
+
+def image_size(fh: IO[bytes]) -> tuple[str, int, int]:
+    """(format, width, height) from the first bytes of a PNG, JPEG, GIF or BMP file.
+
+    Raises:
+        ValueError: not one of them, or a header cut short.
+    """
+    head = fh.read(32)
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        if len(head) < 24 or head[12:16] != b"IHDR":
+            raise ValueError("a PNG without its IHDR header")
+        width, height = struct.unpack(">II", head[16:24])
+        return "png", width, height
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        if len(head) < 10:
+            raise ValueError("a GIF cut short")
+        width, height = struct.unpack("<HH", head[6:10])
+        return "gif", width, height
+    if head.startswith(b"BM"):
+        if len(head) < 26:
+            raise ValueError("a BMP cut short")
+        (dib,) = struct.unpack("<I", head[14:18])
+        if dib == 12:
+            width, height = struct.unpack("<HH", head[18:22])
+        else:
+            width, height = struct.unpack("<ii", head[18:26])
+        return "bmp", abs(width), abs(height)
+    if head.startswith(b"\xff\xd8"):
+        return ("jpeg", *_jpeg_size(fh))
+    raise ValueError(f"starts with {head[:8]!r}, not PNG, JPEG, GIF or BMP")
+
+
+def _jpeg_size(fh: IO[bytes]) -> tuple[int, int]:
+    """Width and height from a JPEG's start-of-frame segment, walking the segments."""
+    fh.seek(2)
+    while fh.tell() < HEADER_BYTES:
+        marker = fh.read(2)
+        if len(marker) < 2 or marker[0] != 0xFF:
+            break
+        code = marker[1]
+        if code == 0xFF:  # fill byte
+            fh.seek(-1, os.SEEK_CUR)
+            continue
+        if code in (0xD8, 0x01) or 0xD0 <= code <= 0xD7:  # markers without a length
+            continue
+        size = fh.read(2)
+        if len(size) < 2:
+            break
+        (length,) = struct.unpack(">H", size)
+        if code in _SOF:
+            frame = fh.read(5)
+            if len(frame) < 5:
+                break
+            height, width = struct.unpack(">HH", frame[1:5])
+            return width, height
+        if length < 2:
+            break
+        fh.seek(length - 2, os.SEEK_CUR)
+    raise ValueError(f"a JPEG without a frame header in its first {HEADER_BYTES // 1024} KB")
+
+
+def image_dataset(
+    images: list[ImageFile], size: tuple[int, int], channels: int, dtype: str
+) -> Dataset:
+    """A tf.data.Dataset of one image per element, decoded, resized and cast to ``dtype``."""
+    from layergrad.core.keras_backend import quiet_import
+
+    tf, _ = quiet_import()
+    paths = tf.constant([i.path for i in images])
+    bmp = tf.constant([i.kind == "bmp" for i in images])
+
+    def load(path: Tensor, is_bmp: Tensor) -> tuple[Tensor]:
+        data = tf.io.read_file(path)
+        image = tf.cond(
+            is_bmp,
+            lambda: _bmp_channels(tf, tf.io.decode_bmp(data, channels=0), channels),
+            lambda: tf.io.decode_image(data, channels=channels, expand_animations=False),
+        )
+        image = tf.image.resize(image, size, method="bilinear")
+        image.set_shape((*size, channels))
+        return (tf.cast(image, dtype),)
+
+    dataset = tf.data.Dataset.from_tensor_slices((paths, bmp))
+    return dataset.map(load, num_parallel_calls=IMAGE_DECODERS, deterministic=True)
+
+
+def _bmp_channels(tf: TFModule, image: Tensor, channels: int) -> Tensor:
+    """A decoded BMP (1, 3 or 4 channels) with ``channels`` channels."""
+    have = tf.shape(image)[-1]
+    rgb = tf.cond(
+        have == 1,
+        lambda: tf.image.grayscale_to_rgb(image[..., :1]),
+        lambda: image[..., :3],
+    )
+    if channels == 1:
+        return tf.cond(
+            have == 1, lambda: image[..., :1], lambda: tf.cast(
+                tf.round(tf.image.rgb_to_grayscale(tf.cast(rgb, tf.float32))), tf.uint8)
+        )  # fmt: skip
+    if channels == 3:
+        return rgb
+    alpha = tf.cond(
+        have == 4, lambda: image[..., 3:4], lambda: tf.fill(tf.shape(image[..., :1]), tf.uint8.max)
+    )
+    return tf.concat([rgb, alpha], axis=-1)
+
+
+def locate_failure(
+    folder: str, images: list[ImageFile], channels: int
+) -> Callable[[int, int], str | None]:
+    """A function naming the image that failed in rows [start, end) (decoded one by one)."""
+
+    def find(start: int, end: int) -> str | None:
+        from layergrad.core.keras_backend import quiet_import
+
+        tf, _ = quiet_import()
+        for image in images[start:end]:
+            try:
+                data = tf.io.read_file(image.path)
+                if image.kind == "bmp":
+                    tf.io.decode_bmp(data, channels=0)
+                else:
+                    tf.io.decode_image(data, channels=channels, expand_animations=False)
+            except Exception as exc:
+                return f"--data {folder}: image {image.path} cannot be decoded ({describe(exc)})"
+        return None
+
+    return find
