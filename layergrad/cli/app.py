@@ -303,7 +303,6 @@ def scan(
                 on_progress=on_progress,
             )
         result: WeightScanReport | ScanReport = weights
-        emit("weights", fmt, weights, weights.model.warnings)
         rows: Sequence[VariableRow] | Sequence[ScanRow] = weights.variables
     else:
         with sample_progress(probe.data is not None and not quiet) as on_progress:
@@ -318,8 +317,11 @@ def scan(
                 **measure,
             )
         result, rows = activations, activations.rows
-        if not reports_here(probe.distribute):  # another worker of the cluster writes it
-            return
+    if not reports_here(probe.distribute):  # another worker of the cluster writes it
+        return
+    if wrt == Wrt.WEIGHTS:
+        emit("weights", fmt, weights, weights.model.warnings)
+    else:
         emit("scan", fmt, activations, activations.model.warnings)
     if plot_file:
         write_plot(result, plot_file, reads, force)

@@ -255,8 +255,10 @@ def merge(shards: tuple[str, ...], fmt: OutputFormat, debug: bool) -> None:
     shard, in the order given, of the same schema as one run's (`diff` reads
     it). Sums add, extrema combine, means weight by samples,
     the per-sample std comes from each shard's mean and std; p50 and p95 do
-    not combine and are null. Shards of different models, probes or schemas
-    are refused.
+    not combine and are null. Jacobian reports (--measure jacobian) merge
+    too: histograms add, the top samples are numbered as in the whole data.
+    Shards of different models, probes or schemas, and weight scans (their
+    gradient norms do not combine), are refused.
 
     \b
     Examples:

@@ -120,7 +120,12 @@ def same_data(
             on one probe batch) and `allow` (`--allow-other-data`) is False.
     """
     probe, where = baseline.profile.probe, f"--baseline {baseline.path}"
-    if probe.data_sha256 is None:
+    if probe.data_sha256 is None and probe.shards:
+        why = (
+            f"was merged from {probe.shards} shards (layergrad merge), which carry no content "
+            "hash of one data file"
+        )
+    elif probe.data_sha256 is None:
         made = "a random probe batch" if probe.source == "random" else f"--input {probe.source}"
         why = f"was made on {made}, not over --data"
     elif probe.data_sha256 != sha256:

@@ -363,6 +363,29 @@ def _first_batch(
     return Session(info.path, model, info, batch, probe, diagnoser)
 
 
+def _dead_everywhere(
+    masks: list[np.ndarray | None], batches: DataStream
+) -> list[np.ndarray | None]:
+    """Under `--distribute multi-worker`, the units dead on every worker's shard (a worker
+    without batches has no say); in one process the masks as they are."""
+    import numpy as np
+
+    from layergrad.data.accumulators import gather_workers
+    from layergrad.data.devices import strategy_for
+
+    if batches.part is None:  # one process read every batch
+        return masks
+    mine = [None if m is None else [bool(v) for v in m] for m in masks]
+    out: list[np.ndarray | None] = [None] * len(masks)
+    for worker in gather_workers(strategy_for("multi-worker"), mine):
+        for i, mask in enumerate(worker):
+            if mask is not None:
+                seen = np.asarray(mask, bool)
+                before = out[i]
+                out[i] = seen if before is None else before & seen
+    return out
+
+
 def _dead_over_data(
     model: KerasModel, batches: DataStream, weights: WeightScanReport, training: bool
 ) -> WeightScanReport:
@@ -388,6 +411,7 @@ def _dead_over_data(
             value = act.value.reshape(-1, act.value.shape[-1])
             zero = np.all(value == 0, axis=0)
             masks[i] = zero if masks[i] is None else masks[i] & zero
+    masks = _dead_everywhere(masks, batches)
     dead = tuple(
         (ref, float(np.mean(mask)))
         for (ref, _), mask in zip(weights.dead_layers, masks, strict=True)

@@ -10,7 +10,8 @@ given, by the rules the statistics obey (docs/distributed.md):
   by samples; the per-sample std from each shard's mean, std and samples;
 - `dead_units` is the intersection; the first non-finite batch is the first shard's that has
   one, counted in batches of `--batch-size` across the shards before it;
-- p50 and p95 do not combine: they are null, and `probe.shards` says how many were merged.
+- p50 and p95 do not combine: they are null, and `probe.shards` says how many were merged;
+- the Jacobian norms of `--measure jacobian` by the rules of `merge_jacobian.py`.
 
 With `--reduce mean` each shard's gradient is the mean over its own samples, so its numbers
 are first weighted by its share of the samples. Shards of different models, probes (seed,
@@ -24,6 +25,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import replace
 
+from layergrad.commands.merge_jacobian import merge_jacobians, merge_scan_jacobians
 from layergrad.core.errors import UsageError
 from layergrad.core.gradient_stats import DEAD_FRACTION
 from layergrad.core.results import (
@@ -93,11 +95,25 @@ def merge(reports: Sequence[Report], names: Sequence[str]) -> Report:
     if isinstance(first, InspectReport):
         inspects = [r for r in reports if isinstance(r, InspectReport)]
         results = tuple(
-            _result([r.results[i] for r in inspects], shares) for i in range(len(first.results))
+            replace(
+                _result([r.results[i] for r in inspects], shares),
+                jacobian=merge_jacobians(
+                    [r.results[i].jacobian for r in inspects], shares.offsets, names
+                ),
+            )
+            for i in range(len(first.results))
         )
         return InspectReport(model=first.model, probe=shares.probe(first.probe), results=results)
     scans = [r for r in reports if isinstance(r, ScanReport)]
-    rows = [_row([s.rows[i] for s in scans], shares) for i in range(len(first.rows))]
+    rows = [
+        replace(
+            _row([s.rows[i] for s in scans], shares),
+            jacobian=merge_scan_jacobians(
+                [s.rows[i].jacobian for s in scans], shares.offsets, names
+            ),
+        )
+        for i in range(len(first.rows))
+    ]
     rows = _scale_flags(rows, scans, first.model)
     notes = tuple(dict.fromkeys(n for s in scans for n in s.notes))
     return ScanReport(
@@ -127,6 +143,7 @@ def _same_run(report: Report, first: Report, name: str, first_name: str) -> None
         ("--training", a.probe.training, b.probe.training),
         ("--reduce", a.probe.reduce, b.probe.reduce),
         ("layers", _structure(a), _structure(b)),
+        ("--measure", _measure(a), _measure(b)),
     ]
     for what, mine, theirs in differences:
         if mine != theirs:
@@ -151,6 +168,11 @@ def _numbered_in_order(reports: Sequence[Report], names: Sequence[str], samples:
                 "the whole data set), or with --to"
             )
         expected += n
+
+
+def _measure(report: Report) -> str:
+    items = report.results if isinstance(report, InspectReport) else report.rows
+    return "jacobian" if any(item.jacobian is not None for item in items) else "gradient"
 
 
 def _structure(report: Report) -> list[tuple[object, ...]]:
@@ -183,6 +205,13 @@ class _Shares:
             done += math.ceil(n / size)
         self.first_batches = starts
         self.reports = reports
+        # a sample's index in shard k (from its --first-sample) plus offsets[k]: its index in
+        # the whole data, the shards following one another from the first one's first sample
+        start = reports[0].probe.first_sample or 0
+        self.offsets = []
+        for r, n in zip(reports, self.samples, strict=True):
+            self.offsets.append(start - (r.probe.first_sample or 0))
+            start += n
 
     def probe(self, probe: ProbeMeta) -> ProbeMeta:
         sources = list(dict.fromkeys(r.probe.source for r in self.reports))
@@ -192,6 +221,8 @@ class _Shares:
             samples=self.total,
             replicas=sum(r.probe.replicas or 1 for r in self.reports),
             shards=sum(r.probe.shards or 1 for r in self.reports),
+            # the content hash of one file: a merge over several has none
+            data_sha256=probe.data_sha256 if len(self.reports) == 1 else None,
         )
 
 

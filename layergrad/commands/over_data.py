@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 def open_stream(model: KerasModel, options: ProbeOptions, strategy: Strategy = None) -> DataStream:
     """The model's batches from `options.data` (a `sources.DataStream`): this worker's
     shard under `--distribute multi-worker`."""
-    from layergrad.core.cluster import cluster_from_env
     from layergrad.data import probe_input, sources
 
     try:
@@ -59,14 +58,21 @@ def open_stream(model: KerasModel, options: ProbeOptions, strategy: Strategy = N
             "--data cannot be matched to them; save it as a Functional or Sequential model"
         ) from None
     assert options.data is not None
-    shard = None
-    if options.distribute == "multi-worker":
-        cluster = cluster_from_env()
-        shard = (cluster.index, cluster.workers)
+    shard = shard_of(options)
     replicas = 1 if strategy is None else int(strategy.num_replicas_in_sync)
     return sources.open_data(
         options.data, specs, options.rows, options.limit, shard, replicas, options.first_sample
     )
+
+
+def shard_of(options: ProbeOptions) -> tuple[int, int] | None:
+    """(this worker, workers) under `--distribute multi-worker`, else None."""
+    from layergrad.core.cluster import cluster_from_env
+
+    if options.distribute != "multi-worker":
+        return None
+    cluster = cluster_from_env()
+    return cluster.index, cluster.workers
 
 
 def inspect_data(
@@ -114,7 +120,7 @@ def inspect_data(
         results.append(result)
     if jacobian is not None:
         results = _with_jacobians(
-            model, batches, source_site, results, options, jacobian, top, on_progress
+            model, batches, source_site, results, options, jacobian, top, on_progress, strategy
         )
     return InspectReport(
         model=_model_meta(path, loaded, warnings),
@@ -154,7 +160,7 @@ def scan_data(
     notes: tuple[str, ...] = (note,) if note else ()
     if jacobian is not None:
         rows, found = _scan_jacobians(
-            model, batches, site, rows, options, jacobian, top, on_progress
+            model, batches, site, rows, options, jacobian, top, on_progress, strategy
         )
         notes = (*notes, *found)
     return ScanReport(
@@ -175,6 +181,7 @@ def _scan_jacobians(
     how: JacobianOptions,
     top: int,
     on_progress: Progress | None = None,
+    strategy: Strategy | None = None,
 ) -> tuple[tuple[ScanRow, ...], tuple[str, ...]]:
     """Rows with their per-sample Jacobian norms over every sample, and how they were
     measured."""
@@ -190,6 +197,7 @@ def _scan_jacobians(
         reduce=options.reduce,
         top=top,
         on_progress=on_progress,  # a second pass: the bar starts again
+        strategy=strategy,  # every worker's shard, combined
     )
     by_ref: dict[str, FrobeniusNorms] = {}
     for (path, call, _), found in norms.items():
@@ -212,6 +220,7 @@ def _with_jacobians(
     how: JacobianOptions,
     top: int,
     on_progress: Progress | None = None,
+    strategy: Strategy | None = None,
 ) -> list[Result]:
     """Each result whose gradient is ok or zero with its Jacobian norms over the data."""
     from layergrad.engine.jacobian_data import inspect_jacobians
@@ -231,6 +240,7 @@ def _with_jacobians(
         reduce=options.reduce,
         top=top,
         on_progress=on_progress,  # a second pass: the bar starts again
+        strategy=strategy,  # every worker's shard, combined
     )
     out = list(results)
     for i, (stats, warnings) in zip(chosen, found, strict=True):

@@ -61,7 +61,6 @@ def weights_over(
     from layergrad.data import sources
     from layergrad.data.fingerprint import data_sha256
     from layergrad.engine.compiled_loss import compile_loss, find_loss, label_kind, output_losses
-    from layergrad.engine.data_step import with_sample_indices
     from layergrad.engine.weight_stream import stream_weight_gradients
 
     tf, _ = quiet_import()
@@ -77,7 +76,8 @@ def weights_over(
         compile_loss(model, spec)
     names = list(getattr(model, "output_names", None) or [])
     batches = over_data.open_stream(model, options)
-    labels = sources.open_labels(options.data or "", names, options.rows, options.limit)
+    shard = over_data.shard_of(options)  # the labels' part is cut as the inputs' part
+    labels = sources.open_labels(options.data or "", names, options.rows, options.limit, shard)
     kinds = [label_kind(n) for n in output_losses(spec, names or [""])]
 
     def objective(outputs: TensorTree, given: TensorTree | None, samples: Tensor) -> Tensor:
@@ -95,7 +95,7 @@ def weights_over(
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
         return loss * tf.cast(replicas, loss.dtype) if replicas > 1 else loss
 
-    inputs = with_sample_indices(batches.dataset)
+    inputs = batches.indexed()  # each sample's index in the data seeds its random labels
     if labels is None:
         dataset = inputs.map(lambda *e: (tuple(e[:-1]), (), e[-1]))
     else:
@@ -111,6 +111,7 @@ def weights_over(
         strategy,
         training=options.training,
         check_batch=batches.check_batch,
+        batch_index=batches.batch_index,
         expected=batches.samples,
         on_progress=on_progress,
         source=batches.source,

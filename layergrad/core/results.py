@@ -97,17 +97,18 @@ class RankedSample:
 class NormDistribution:
     """A per-sample norm over every sample of a data set (`--data`), in fixed memory.
 
-    count, mean, std, min and max are exact, p50 and p95 within 1.2%; `top` holds the
-    largest values, largest first (ties by sample index). `mean_rel_stderr` is the relative
-    standard error of `mean` when the values are estimates (None when exact).
+    count, mean, std, min and max are exact, p50 and p95 within 1.2% (None in a report
+    merged from shards: percentiles do not combine); `top` holds the largest values, largest
+    first (ties by sample index). `mean_rel_stderr` is the relative standard error of `mean`
+    when the values are estimates (None when exact).
     """
 
     count: int
     mean: float
     std: float
     min: float
-    p50: float
-    p95: float
+    p50: float | None
+    p95: float | None
     max: float
     histogram: Histogram
     top: tuple[RankedSample, ...] = ()

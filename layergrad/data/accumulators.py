@@ -9,20 +9,26 @@ and the first non-finite batch need max and min, so the replicas' copies are rea
 (`totals.KINDS`). Under `--distribute multi-worker` the replicas live in several processes:
 every replica's copy is gathered once, at the end, by the strategy's collective all-gather
 (`gather`), and combined the same way on every worker. `combine_workers` does the same for
-totals a measure kept in numpy on each worker.
+totals a measure kept in numpy on each worker, and `gather_workers` hands every worker each
+worker's totals of any shape (as JSON) for the measure to merge itself.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 
+from layergrad.core.errors import InputError, describe
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.tf_types import Strategy, Tensor, TFModule, TFVariable
 from layergrad.data import aggregates as tt
 from layergrad.data.devices import is_multi_worker
+
+P = TypeVar("P")  # a JSON payload: dicts, lists, strings, numbers, None
 
 POSITION = "at"  # a step's output that is not added up: its batch's index in the data
 
@@ -113,8 +119,14 @@ def gather(strategy: Strategy, local: Callable[[], dict[str, Tensor]]) -> dict[s
         context = tf.distribute.get_replica_context()
         return {k: context.all_gather(tf.expand_dims(v, 0), axis=0) for k, v in local().items()}
 
-    out = strategy.run(tf.function(replica, autograph=False))
-    return {k: np.asarray(strategy.experimental_local_results(v)[0]) for k, v in out.items()}
+    try:
+        out = strategy.run(tf.function(replica, autograph=False))
+        return {k: np.asarray(strategy.experimental_local_results(v)[0]) for k, v in out.items()}
+    except tf.errors.OpError as exc:  # a worker that stopped (its own error says why)
+        raise InputError(
+            f"the totals could not be combined over the workers ({describe(exc)}); when "
+            "another worker of the cluster stopped, its error says why"
+        ) from exc
 
 
 def combine_workers(
@@ -142,6 +154,40 @@ def combine_workers(
 
     everyone = gather(strategy, mine)
     return {k: tt.combine(list(everyone[k]), kinds[k]) for k in values}
+
+
+def gather_workers(strategy: Strategy, payload: P) -> list[P]:
+    """Every worker's `payload` (anything JSON holds: numbers, strings, lists, None; floats
+    round-trip exactly, NaN and Inf included), in the order of the workers (the chief
+    first), on every worker; `[payload]` in one process. For totals whose shapes differ
+    between workers or are unknown on a worker without samples (what `combine_workers`
+    cannot take). Two collectives: the lengths, then the padded bytes."""
+    if not is_multi_worker(strategy):
+        return [payload]
+    data = json.dumps(payload, separators=(",", ":")).encode()
+    lengths = _one_per_worker(strategy, np.array([len(data)], np.int64))
+    longest = int(max(int(n[0]) for n in lengths))
+    words = -(-longest // 8)
+    padded = np.frombuffer(data.ljust(words * 8, b" "), np.int64)
+    out: list[P] = []
+    for n, row in zip(lengths, _one_per_worker(strategy, padded), strict=True):
+        out.append(json.loads(row.astype(np.int64).tobytes()[: int(n[0])].decode()))
+    return out
+
+
+def _one_per_worker(strategy: Strategy, value: np.ndarray) -> list[np.ndarray]:
+    """`value` (the same shape on every worker) of every worker, chief first: one replica of
+    each worker gives it (the first of its devices), the others are left out."""
+    tf, _ = quiet_import()
+    local = max(len(strategy.extended.worker_devices), 1)
+
+    def mine() -> dict[str, Tensor]:
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        first = tf.cast(tf.equal(replica % local, 0), tf.int64)
+        return {"v": tf.constant(value, tf.int64), "first": tf.reshape(first, [1])}
+
+    everyone = gather(strategy, mine)
+    return [v for v, first in zip(everyone["v"], everyone["first"], strict=True) if first[0]]
 
 
 def summary_shapes(

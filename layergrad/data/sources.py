@@ -540,10 +540,12 @@ def open_labels(
     outputs: Sequence[str],
     batch_size: int,
     limit: int | None = None,
+    shard: Shard | None = None,
 ) -> DataStream | None:
     """The labels stored with `--data` in a `.npz`, batched like its inputs: `y` for a model
     with one output (or no output names, as a Sequential model), `y:NAME` per output name;
-    None when the data holds no labels.
+    None when the data holds no labels. With `shard`, `dataset` is this worker's part, cut
+    as the inputs' part is.
 
     Raises:
         InputError: labels that do not match the outputs, or a row count unlike the inputs'.
@@ -586,4 +588,4 @@ def open_labels(
             f"({sorted(rows | inputs)}); give every array the same number of samples"
         )
     specs = [InputSpec(n, tuple(r.shape[1:]), str(r.dtype)) for n, r in headers.items()]
-    return open_data(text, specs, batch_size, limit)
+    return open_data(text, specs, batch_size, limit, shard)

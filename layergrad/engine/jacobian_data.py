@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
 from layergrad.core.results import FrobeniusNorms, JacobianStats, SpectralNorms
-from layergrad.core.tf_types import KerasModel
+from layergrad.core.tf_types import KerasModel, Strategy
 
 if TYPE_CHECKING:
     from layergrad.data.sources import DataStream
@@ -32,6 +32,48 @@ from layergrad.model.layer_refs import Site
 Progress = Callable[[int, "int | None"], None]
 Key = tuple[str, int, int]  # (layer path, call, output), as in `jacobian_scan`
 BATCH_SEED_STRIDE = 1_000_003  # batch b draws with seed + b * this (distinct for any seed)
+
+
+class NormPayload(TypedDict):
+    """`NormTotals.arrays` as JSON (`gather_workers` carries it between workers)."""
+
+    dist: list[float]
+    bins: list[int]  # the filled histogram bins, and their counts
+    counts: list[float]
+    size: int
+    top: list[list[float]]
+    extra: list[float]
+
+
+class PairPayload(TypedDict):
+    """A `PairTotals` as JSON."""
+
+    frobenius: NormPayload
+    spectral: NormPayload | None
+    method: str | None
+    probes: int | None
+    independent: bool
+    iterations: int | None
+    converged: bool
+    unit_sq: list[float] | None
+    warnings: list[str]
+
+
+class PairsPayload(TypedDict):
+    pairs: list[PairPayload]
+    missing: dict[str, str]  # target index -> why it has no Jacobian
+
+
+class KeyedNorms(TypedDict):
+    path: str
+    call: int
+    output: int
+    totals: NormPayload
+
+
+class NormsPayload(TypedDict):
+    norms: list[KeyedNorms]
+    notes: list[str]
 
 
 @dataclass
@@ -71,6 +113,40 @@ class PairTotals:
         self.unit_sq = units if self.unit_sq is None else self.unit_sq + units
         self.warnings.update(dict.fromkeys(warnings))
 
+    def payload(self) -> PairPayload:
+        """Everything added, for `gather_workers` (JSON: `merge_payload` reads it)."""
+        return {
+            "frobenius": norm_payload(self.frobenius),
+            "spectral": None if self.spectral is None else norm_payload(self.spectral),
+            "method": None if self.method is None else self.method.value,
+            "probes": self.probes,
+            "independent": self.independent,
+            "iterations": self.iterations,
+            "converged": self.converged,
+            "unit_sq": None if self.unit_sq is None else self.unit_sq.tolist(),
+            "warnings": list(self.warnings),
+        }
+
+    def merge_payload(self, other: PairPayload) -> None:
+        """Add the totals of other samples (another worker's `payload`)."""
+        method = other["method"]
+        if method is None:  # that worker had no batch
+            return
+        self.frobenius.merge(norm_from_payload(other["frobenius"]))
+        if other["spectral"] is None:
+            self.spectral = None
+        elif self.spectral is not None:
+            self.spectral.merge(norm_from_payload(other["spectral"]))
+        if other["iterations"] is not None:
+            self.iterations = max(self.iterations or 0, int(other["iterations"]))
+        self.converged = self.converged and bool(other["converged"])
+        self.method, self.probes = JacobianMethod(method), other["probes"]
+        self.independent = self.independent and bool(other["independent"])
+        if other["unit_sq"] is not None:
+            units = np.asarray(other["unit_sq"], np.float64)
+            self.unit_sq = units if self.unit_sq is None else self.unit_sq + units
+        self.warnings.update(dict.fromkeys(other["warnings"]))
+
     def stats(self) -> JacobianStats:
         """The JacobianStats over every sample added."""
         f = self.frobenius.distribution()
@@ -87,17 +163,49 @@ class PairTotals:
         return JacobianStats(self.method, self.probes, self.independent, frob, spec, units)
 
 
-def data_batches(stream: DataStream) -> Iterator[tuple[ProbeBatch, np.ndarray]]:
-    """Each batch of a `data.sources.DataStream` as a ProbeBatch, with its sample indices."""
+def norm_payload(totals: NormTotals) -> NormPayload:
+    """`NormTotals.arrays` as JSON lists (the histogram by its filled bins only)."""
+    arrays = totals.arrays()
+    filled = np.flatnonzero(arrays["hist"])
+    return {
+        "dist": arrays["dist"].tolist(),
+        "bins": [int(i) for i in filled],
+        "counts": arrays["hist"][filled].tolist(),
+        "size": int(arrays["hist"].size),
+        "top": arrays["top"].tolist(),
+        "extra": arrays["extra"].tolist(),
+    }
+
+
+def norm_from_payload(payload: NormPayload) -> NormTotals:
+    """The NormTotals that `norm_payload` wrote."""
+    hist = np.zeros(int(payload["size"]), np.float64)
+    hist[np.asarray(payload["bins"], np.int64)] = payload["counts"]
+    return NormTotals.from_arrays(
+        {
+            "dist": np.asarray(payload["dist"], np.float64),
+            "hist": hist,
+            "top": np.asarray(payload["top"], np.float64).reshape(3, -1),
+            "extra": np.asarray(payload["extra"], np.float64),
+        }
+    )
+
+
+def data_batches(stream: DataStream) -> Iterator[tuple[int, ProbeBatch, np.ndarray]]:
+    """Each batch of a `data.sources.DataStream` this process runs (its shard under
+    `--distribute multi-worker`): (its index among the data's batches, the ProbeBatch, its
+    samples' indices in the data).
+
+    The index is its first sample's index over `--batch-size` (counted from `--first-sample`
+    N): one process's batch index, on any worker, and for a shard numbered with N a multiple
+    of the batch size, the batch's index in the whole data set (so its random draws, seeded by
+    it, are those of one run over the whole)."""
     names = tuple(s.name for s in stream.specs)
-    offset = 0
-    for tensors in stream.dataset:
-        rows = int(tensors[0].shape[0]) if tensors[0].shape.rank else 1
-        yield (
-            ProbeBatch(tuple(tensors), names, stream.source, None),
-            np.arange(offset, offset + rows),
-        )
-        offset += rows
+    size = max(int(getattr(stream, "batch_size", 1) or 1), 1)
+    for b, tensors in enumerate(stream.indexed()):
+        samples = np.asarray(tensors[-1].numpy(), np.int64)
+        batch = ProbeBatch(tuple(tensors[:-1]), names, stream.source, None)
+        yield (int(samples[0]) // size if samples.size else stream.batch_index(b)), batch, samples
     stream.raise_failure()
 
 
@@ -112,6 +220,7 @@ def inspect_jacobians(
     reduce: str = "sum",
     top: int = 10,
     on_progress: Progress | None = None,
+    strategy: Strategy | None = None,
 ) -> list[tuple[JacobianStats | None, tuple[str, ...]]]:
     """The Jacobian norms of d target[i] / d source[i] over every sample, per target.
 
@@ -121,6 +230,8 @@ def inspect_jacobians(
             the caller).
         how: probes / exact / seed, as for one batch.
         top: how many of the most sensitive samples to keep.
+        strategy: under `--distribute multi-worker` each worker measures its shard and the
+            totals combine over the workers (`gather_workers`), the same on every worker.
 
     Returns:
         Per target, (its JacobianStats, warnings); (None, why) when there is no per-sample
@@ -131,7 +242,7 @@ def inspect_jacobians(
     pairs = [PairTotals(top) for _ in targets]
     missing: dict[int, str] = {}
     done = 0
-    for b, (batch, samples) in enumerate(data_batches(stream)):
+    for b, batch, samples in data_batches(stream):
         live = live_probe(model, batch, [source], list(targets), training=training, reduce=reduce)
         drawn = batch_seeded(how, b)
         for t, (pair, target) in enumerate(zip(pairs, live.targets, strict=True)):
@@ -147,6 +258,8 @@ def inspect_jacobians(
         done += len(samples)
         if on_progress is not None:
             on_progress(done, stream.samples)
+    if strategy is not None:
+        pairs, missing = _combined_pairs(strategy, pairs, missing, top)
     out: list[tuple[JacobianStats | None, tuple[str, ...]]] = []
     for t, pair in enumerate(pairs):
         if t in missing or pair.method is None:
@@ -154,6 +267,28 @@ def inspect_jacobians(
         else:
             out.append((pair.stats(), tuple(pair.warnings)))
     return out
+
+
+def _combined_pairs(
+    strategy: Strategy, pairs: list[PairTotals], missing: dict[int, str], top: int
+) -> tuple[list[PairTotals], dict[int, str]]:
+    """Every worker's totals added up, in the order of the workers (one process: as given)."""
+    from layergrad.data.accumulators import gather_workers
+    from layergrad.data.devices import is_multi_worker
+
+    if not is_multi_worker(strategy):
+        return pairs, missing
+    mine: PairsPayload = {
+        "pairs": [p.payload() for p in pairs],
+        "missing": {str(t): w for t, w in missing.items()},
+    }
+    out = [PairTotals(top) for _ in pairs]
+    found: dict[int, str] = {}
+    for worker in gather_workers(strategy, mine):
+        for pair, payload in zip(out, worker["pairs"], strict=True):
+            pair.merge_payload(payload)
+        found.update({int(t): w for t, w in worker["missing"].items()})
+    return out, found
 
 
 def batch_seeded(how: JacobianOptions, index: int) -> JacobianOptions:
@@ -179,10 +314,12 @@ def scan_jacobians(
     reduce: str = "sum",
     top: int = 10,
     on_progress: Progress | None = None,
+    strategy: Strategy | None = None,
 ) -> tuple[dict[Key, FrobeniusNorms], tuple[str, ...]]:
     """Per watched activation of `scan`, ||d target[i] / d layer[i]||_F over every sample.
 
-    Returns the norms by (layer path, call, output), and the notes of how they were measured.
+    Returns the norms by (layer path, call, output), and the notes of how they were measured
+    (over every worker's shard under `--distribute multi-worker`, as `inspect_jacobians`).
     """
     from layergrad.engine.jacobian_scan import scan_frobenius
     from layergrad.engine.trace import live_trace
@@ -190,7 +327,7 @@ def scan_jacobians(
     totals: dict[Key, NormTotals] = {}
     notes: dict[str, None] = {}
     done = 0
-    for b, (batch, samples) in enumerate(data_batches(stream)):
+    for b, batch, samples in data_batches(stream):
         live = live_trace(model, batch, target, training=training, reduce=reduce, seed=how.seed)
         norms, found = scan_frobenius(live, batch_seeded(how, b))
         notes.update(dict.fromkeys(found))
@@ -202,8 +339,36 @@ def scan_jacobians(
         done += len(samples)
         if on_progress is not None:
             on_progress(done, stream.samples)
+    if strategy is not None:
+        totals, notes = _combined_norms(strategy, totals, notes, top)
     out = {}
     for key, acc in totals.items():
         d = acc.distribution()
         out[key] = FrobeniusNorms((), d.mean, d.max, acc.largest_rel, (), d)
     return out, tuple(notes)
+
+
+def _combined_norms(
+    strategy: Strategy, totals: dict[Key, NormTotals], notes: dict[str, None], top: int
+) -> tuple[dict[Key, NormTotals], dict[str, None]]:
+    """`scan_jacobians`' totals and notes over every worker (one process: as given)."""
+    from layergrad.data.accumulators import gather_workers
+    from layergrad.data.devices import is_multi_worker
+
+    if not is_multi_worker(strategy):
+        return totals, notes
+    mine: NormsPayload = {
+        "norms": [
+            {"path": path, "call": call, "output": output, "totals": norm_payload(acc)}
+            for (path, call, output), acc in totals.items()
+        ],
+        "notes": list(notes),
+    }
+    out: dict[Key, NormTotals] = {}
+    found: dict[str, None] = {}
+    for worker in gather_workers(strategy, mine):
+        for item in worker["norms"]:
+            acc = out.setdefault((item["path"], item["call"], item["output"]), NormTotals(top))
+            acc.merge(norm_from_payload(item["totals"]))
+        found.update(dict.fromkeys(worker["notes"]))
+    return out, found

@@ -13,7 +13,9 @@ samples) the step adds
   sample-weighted spread of the batch gradients around their mean (`GradientNoise`). Under
   a strategy the batch's gradient is that of all its samples (the replicas' shares added up
   with one all-reduce per batch, as training does), so the spread is the same on any number
-  of replicas.
+  of replicas. Under `--distribute multi-worker` each replica takes whole batches of its
+  worker's shard in turn, so its batch is its own (no all-reduce), and a replica left
+  without a batch at a step (the workers step together) adds nothing.
 
 Every total is a sum, so replicas, workers and shards combine by adding them.
 """
@@ -26,7 +28,7 @@ from functools import partial
 
 import numpy as np
 
-from layergrad.core.errors import InputError
+from layergrad.core.errors import InputError, describe
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.results import GradientNoise
 from layergrad.core.tf_types import Dataset, KerasModel, KerasVariable, Strategy, Tensor, TensorTree
@@ -59,6 +61,7 @@ def stream_weight_gradients(
     *,
     training: bool = False,
     check_batch: Callable[[int, Tensor], int] | None = None,
+    batch_index: Callable[[int], int] | None = None,
     expected: int | None = None,
     on_progress: Progress | None = None,
     source: str = "",
@@ -73,19 +76,40 @@ def stream_weight_gradients(
         strategy: a tf.distribute strategy (the default one for one device).
         check_batch: called with (batch index, per input its pieces) before each batch;
             returns the batch's rows.
+        batch_index: this process's batch k as an index among all the data's batches (its
+            shard's place in the data under `--distribute multi-worker`), for messages.
         expected: samples expected (for the progress), or None.
 
     Raises:
         InputError: a batch the model fails on, or a data set without samples.
     """
     tf, _ = quiet_import()
-    from layergrad.engine.data_step import _call_model, _fused, _guarded, _is_default
+    from layergrad.data.devices import is_multi_worker
+    from layergrad.engine.data_step import (
+        _call_model,
+        _fused,
+        _guarded,
+        _is_default,
+        _masked,
+        _one_row_if_empty,
+    )
 
+    workers = is_multi_worker(strategy)
     names = list(dict.fromkeys(layers))
     owner = [names.index(layer) for layer in layers]
     connected: list[bool] = []
 
     def compute(inputs: Tensor, labels: TensorTree | None, samples: Tensor) -> dict[str, Tensor]:
+        if not workers:
+            return summaries(inputs, labels, samples)
+        # each worker's replicas take whole batches of its shard in turn; a replica left
+        # without one at a step (the workers step together) adds nothing
+        empty = tf.equal(tf.size(samples), 0)
+        inputs, fed = _one_row_if_empty(inputs, samples, empty)
+        labels, _ = _one_row_if_empty(labels or (), samples, empty)
+        return _masked(summaries(inputs, labels, fed), empty)
+
+    def summaries(inputs: Tensor, labels: TensorTree | None, samples: Tensor) -> dict[str, Tensor]:
         rows = tf.shape(inputs[0])[0]
         n = tf.cast(rows, tf.float64)
         with tf.GradientTape() as tape:
@@ -101,7 +125,7 @@ def stream_weight_gradients(
         total, share = (weighted, n), 1.0
         context = tf.distribute.get_replica_context()
         replicas = context.num_replicas_in_sync if context is not None else 1
-        if replicas > 1 and weighted:
+        if replicas > 1 and weighted and not workers:  # one batch split between replicas
             total = context.all_reduce("SUM", (weighted, n))
             share = 1.0 / replicas
         summed, rows_b = total
@@ -109,12 +133,15 @@ def stream_weight_gradients(
         for i, w in zip(kept, summed, strict=True):
             squares[owner[i]] = squares[owner[i]] + tf.reduce_sum(tf.square(w))
         safe = tf.maximum(rows_b, 1.0)
-        out["n/sum"] = tf.stack([n, share * rows_b * rows_b])
+        out["n/sum"] = tf.stack([n, share * rows_b * rows_b, tf.constant(share, tf.float64)])
         layer_sq = tf.stack(squares) / safe if names else tf.zeros([0], tf.float64)
         out["layers/sum"] = share * layer_sq  # n_b ||g_b||^2 per layer
         return out
 
-    if not _is_default(strategy):
+    if workers:  # each worker runs its own shard
+        local = dataset
+        dataset = strategy.distribute_datasets_from_function(lambda _: local)
+    elif not _is_default(strategy):
         dataset = strategy.experimental_distribute_dataset(dataset)
     signature = [dataset.element_spec]
     step = tf.function(
@@ -125,19 +152,35 @@ def stream_weight_gradients(
     acc = Accumulators(strategy, shapes)
     fused = _fused(strategy, concrete, acc, signature)
     done = batches = 0
-    for batch in dataset:
+    where = batch_index or (lambda local: local)  # its index among all the data's batches
+    iterator = iter(dataset)
+    while True:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            break
+        except tf.errors.OpError as exc:
+            if not workers:
+                raise
+            raise InputError(  # the iterator agrees with the other workers at every step
+                f"--data {source}: the run stopped at batch {where(batches)}: {describe(exc)}; "
+                "when another worker of the cluster stopped, its error says why"
+            ) from exc
         parts = [strategy.experimental_local_results(t) for t in batch[0]]
         rows = (
-            check_batch(batches, parts) if check_batch else sum(int(p.shape[0]) for p in parts[0])
+            check_batch(where(batches), parts)
+            if check_batch
+            else sum(int(p.shape[0]) for p in parts[0])
         )
-        _guarded(partial(fused, batch), f"batch {batches}", source)
+        _guarded(partial(fused, batch), f"batch {where(batches)}", source)
         done, batches = done + rows, batches + 1
         if on_progress is not None:
             on_progress(done, expected)
-    if not done:
-        raise InputError(f"--data {source} holds no samples; expected at least one row")
     totals = acc.totals(strategy)
-    count, count_sq = (float(v) for v in totals["n/sum"])
+    count, count_sq, steps = (float(v) for v in totals["n/sum"])
+    if not count:  # every worker's samples
+        raise InputError(f"--data {source} holds no samples; expected at least one row")
+    batches = round(steps)  # every worker's batches
     gradients = tuple(totals[f"{i}/sum"] / count if ok else None for i, ok in enumerate(connected))
     noise = layer_noise(names, owner, gradients, totals["layers/sum"], count, count_sq, batches)
     replicas = int(strategy.num_replicas_in_sync)

@@ -394,6 +394,7 @@ class _Fields:
         samples = obj.get("samples")
         if samples is not None and (type(samples) is not int or samples < 0):
             raise self.error("probe.samples", "a count of samples or absent", samples)
+        shards = obj.get("shards")  # a report merged from shards
         sha = obj.get("data_sha256")
         if sha is not None and not (isinstance(sha, str) and len(sha) == 64):
             raise self.error("probe.data_sha256", "a SHA-256 in hex or absent", sha)
@@ -405,6 +406,7 @@ class _Fields:
             reduce=reduce,
             samples=samples,
             data_sha256=sha,
+            shards=shards if isinstance(shards, int) and not isinstance(shards, bool) else None,
         )
 
     def row(self, obj: object, index: int, collection: str, key: str) -> ProfileRow:

@@ -19,16 +19,23 @@ from layergrad.core.results import (
     Cause,
     DataStats,
     Endpoint,
+    FrobeniusNorms,
     GradientStats,
+    Histogram,
     InspectReport,
+    JacobianStats,
     ModelMeta,
+    NormDistribution,
     ProbeMeta,
+    RankedSample,
     Result,
     SampleStats,
+    ScanJacobian,
     ScanReport,
     ScanRow,
+    SpectralNorms,
 )
-from layergrad.core.vocab import CauseCode, Flag, Status, Word
+from layergrad.core.vocab import CauseCode, Flag, JacobianMethod, Status, Word
 from layergrad.files.guards import require_regular
 
 INSPECT_SCHEMA, SCAN_SCHEMA = "layergrad.inspect/1", "layergrad.scan/1"
@@ -92,8 +99,11 @@ def report_from_json(doc: object, where: str = "report") -> InspectReport | Scan
     if schema == SCAN_SCHEMA:
         if doc.get("wrt", "activations") != "activations":
             raise InputError(
-                f"{where} is a scan of the weights (--wrt weights), which runs on one batch; "
-                "merge combines inspect and scan reports made over --data"
+                f"{where} is a scan of the weights (--wrt weights), which merge cannot combine "
+                "exactly: it holds each variable's gradient norms, not the gradient, and the "
+                "norm of the whole data's gradient (the shards' gradients weighted by samples) "
+                "does not follow from the shards' norms; run scan --wrt weights --data over the "
+                "whole data set, on several machines with --distribute multi-worker"
             )
         notes = read.get(doc, "notes", list)
         return ScanReport(
@@ -193,6 +203,9 @@ class _Reader:
             replicas=opt_int("replicas"),
             shards=opt_int("shards"),
             first_sample=opt_int("first_sample"),
+            data_sha256=self.get(obj, "data_sha256", (str, OPTIONAL), "probe.data_sha256")
+            if "data_sha256" in obj
+            else None,
         )
 
     def gradient(self, obj: object, name: str, shape: tuple[int, ...]) -> GradientStats | None:
@@ -260,11 +273,6 @@ class _Reader:
     def result(self, obj: object, name: str) -> Result:
         if not isinstance(obj, dict):
             raise self.error(name, "an object", obj)
-        if obj.get("jacobian") is not None:
-            raise InputError(
-                f"{self.where}: {name} has a Jacobian measure (--measure jacobian); merge "
-                "combines the gradient statistics of --data runs only"
-            )
         ends = []
         for key in ("from", "to"):
             end = self.get(obj, key, dict, f"{name}.{key}")
@@ -284,16 +292,12 @@ class _Reader:
             gradient=self.gradient(grad, f"{name}.gradient", shape),
             causes=self.causes(obj, name),
             data=self.data(obj, name, ends[0].shape[0] if ends[0].shape else None),
+            jacobian=self.jacobian(obj.get("jacobian"), f"{name}.jacobian"),
         )
 
     def row(self, obj: object, name: str) -> ScanRow:
         if not isinstance(obj, dict):
             raise self.error(name, "an object", obj)
-        if obj.get("jacobian") is not None:
-            raise InputError(
-                f"{self.where}: {name} has a Jacobian measure (--measure jacobian); merge "
-                "combines the gradient statistics of --data runs only"
-            )
         shape = self.shape(obj, name)
         flags = self.get(obj, "flags", list, f"{name}.flags")
         if not all(isinstance(f, str) and f in Flag.words() for f in flags):
@@ -308,7 +312,99 @@ class _Reader:
             flags=tuple(Flag(f) for f in flags),
             causes=self.causes(obj, name),
             data=self.data(obj, name, shape[0] if shape else None),
+            jacobian=self.scan_jacobian(obj.get("jacobian"), f"{name}.jacobian"),
         )
+
+    def jacobian(self, obj: object, name: str) -> JacobianStats | None:
+        """An inspect result's `jacobian` over --data (None when it has none)."""
+        if obj is None:
+            return None
+        if not isinstance(obj, dict):
+            raise self.error(name, "an object or null", obj)
+        probes = self.get(obj, "probes", (int, OPTIONAL), f"{name}.probes")
+        spectral = self.get(obj, "spectral", (dict, OPTIONAL), f"{name}.spectral")
+        units = self.get(obj, "unit_sensitivity", list, f"{name}.unit_sensitivity")
+        if not all(isinstance(u, NUMBER) and not isinstance(u, bool) for u in units):
+            raise self.error(f"{name}.unit_sensitivity", "a list of numbers", units)
+        spec = None
+        if spectral is not None:
+            at = f"{name}.spectral"
+            mean, top, distribution = self.norms(spectral, at)
+            steps = self.get(spectral, "iterations", (int, OPTIONAL), f"{at}.iterations")
+            spec = SpectralNorms((), mean, top, steps, distribution=distribution)
+        independent = self.get(obj, "batch_independent", bool, f"{name}.batch_independent")
+        frobenius = self.get(obj, "frobenius", dict, f"{name}.frobenius")
+        return JacobianStats(
+            method=self.word(obj, "method", JacobianMethod, f"{name}.method"),
+            probes=probes,
+            batch_independent=independent,
+            frobenius=self.frobenius(frobenius, f"{name}.frobenius"),
+            spectral=spec,
+            unit_sensitivity=tuple(float(u) for u in units),
+        )
+
+    def scan_jacobian(self, obj: object, name: str) -> ScanJacobian | None:
+        if obj is None:
+            return None
+        if not isinstance(obj, dict):
+            raise self.error(name, "an object or null", obj)
+        at = f"{name}.frobenius"
+        return ScanJacobian(self.frobenius(self.get(obj, "frobenius", dict, at), at))
+
+    def frobenius(self, obj: Mapping[str, object], name: str) -> FrobeniusNorms:
+        mean, top, distribution = self.norms(obj, name)
+        rel = self.get(obj, "rel_stderr", (int, float, OPTIONAL), f"{name}.rel_stderr")
+        rel = None if rel is None else float(rel)
+        return FrobeniusNorms((), mean, top, rel, (), distribution)
+
+    def norms(self, obj: Mapping[str, object], name: str) -> tuple[float, float, NormDistribution]:
+        """(mean, max, the distribution over the data) of a norm's member."""
+        if obj.get("per_sample") is not None:
+            raise self.error(f"{name}.per_sample", "null (a report over --data)", "a list")
+
+        def num(key: str, optional: bool = False) -> float | None:
+            kind = (int, float, OPTIONAL) if optional else NUMBER
+            value = self.get(obj, key, kind, f"{name}.{key}")
+            return None if value is None else float(value)
+
+        hist = self.get(obj, "histogram", dict, f"{name}.histogram")
+        edges = self.get(hist, "edges", list, f"{name}.histogram.edges")
+        counts = self.get(hist, "counts", list, f"{name}.histogram.counts")
+        if not all(isinstance(e, NUMBER) and not isinstance(e, bool) and e > 0 for e in edges):
+            raise self.error(f"{name}.histogram.edges", "a list of positive numbers", edges)
+        if not all(type(c) is int and c >= 0 for c in counts) or (
+            edges and len(edges) != len(counts) + 1
+        ):
+            raise self.error(f"{name}.histogram.counts", "a count per bin", counts)
+        top = []
+        for i, item in enumerate(self.get(obj, "top", list, f"{name}.top")):
+            at = f"{name}.top[{i}]"
+            if not isinstance(item, dict):
+                raise self.error(at, "an object", item)
+            rel = self.get(item, "rel_stderr", (int, float, OPTIONAL), f"{at}.rel_stderr") \
+                if "rel_stderr" in item else None  # fmt: skip
+            sample = self.get(item, "sample", int, f"{at}.sample")
+            value = self.get(item, "value", NUMBER, f"{at}.value")
+            top.append(RankedSample(sample, float(value), None if rel is None else float(rel)))
+        samples = self.get(obj, "samples", int, f"{name}.samples")
+        distribution = NormDistribution(
+            count=samples,
+            mean=float(num("mean") or 0.0),
+            std=float(num("std") or 0.0),
+            min=float(num("min") or 0.0),
+            p50=num("p50", optional=True),
+            p95=num("p95", optional=True),
+            max=float(num("max") or 0.0),
+            histogram=Histogram(
+                tuple(float(e) for e in edges),
+                tuple(counts),
+                self.get(hist, "zeros", int, f"{name}.histogram.zeros"),
+                self.get(hist, "bins_per_decade", int, f"{name}.histogram.bins_per_decade"),
+            ),
+            top=tuple(top),
+            mean_rel_stderr=num("mean_rel_stderr", optional=True),
+        )
+        return distribution.mean, distribution.max, distribution
 
 
 def _kind_name(kind: Kind) -> str:

@@ -23,9 +23,12 @@ def data_json(data: DataStats, has_gradient: bool) -> dict[str, object]:
     }
 
 
-def _rank(value: float | None) -> str:
+def percentile_text(value: float | None) -> str:
     """A percentile, or why there is none (a report merged from shards)."""
     return "n/a (shards do not combine)" if value is None else number(value)
+
+
+_rank = percentile_text
 
 
 def data_lines(data: DataStats | None, source: str, where: str) -> list[Text]:

@@ -29,6 +29,7 @@ from layergrad.render.common import (
     ranked_units_table,
     table_with_note,
 )
+from layergrad.render.data import percentile_text as _rank
 
 TOP_UNITS = 10
 MD_HEADER = (
@@ -104,8 +105,8 @@ def distribution_json(d: NormDistribution) -> dict[str, object]:
         "samples": d.count,
         "std": _finite(d.std),
         "min": _finite(d.min),
-        "p50": _finite(d.p50),
-        "p95": _finite(d.p95),
+        "p50": None if d.p50 is None else _finite(d.p50),
+        "p95": None if d.p95 is None else _finite(d.p95),
         "histogram": {
             "bins_per_decade": h.bins_per_decade,
             "edges": list(h.edges),
@@ -167,7 +168,7 @@ def _samples_table(results: Sequence[tuple[Result, JacobianStats]]) -> Group:
         lines.append(
             Text(
                 f"‖J‖F over {d.count:,} samples ({res.source.layer} → {res.target.layer}): "
-                f"mean {number(d.mean)}, p50 {number(d.p50)}, p95 {number(d.p95)}, "
+                f"mean {number(d.mean)}, p50 {_rank(d.p50)}, p95 {_rank(d.p95)}, "
                 f"max {number(d.max)}"
             )
         )

@@ -119,9 +119,8 @@ def test_json_schema_and_junit(tmp_path):
     }
     suite = ET.parse(junit).getroot()
     cases = suite.findall("testcase")
-    assert (
-        suite.get("name") == "layergrad.check"
-        and suite.get("tests") == str(len(cases)) == str(8 + 2)
+    assert suite.get("name") == "layergrad.check" and suite.get("tests") == str(len(cases)) == str(
+        8 + 2
     )  # seed: 8 checks; round: stops at safe
     failures = [c for c in cases if c.find("failure") is not None]
     assert [(c.get("classname"), c.get("name")) for c in failures] == [

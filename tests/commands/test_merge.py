@@ -53,10 +53,14 @@ def merged(tmp_path: Path, *docs: dict) -> dict:
 
 def assert_equal_but_percentiles(got: object, want: object, where: str = "report") -> None:
     """Equal, numbers within rtol 1e-9 (float64 sums in another order); p50 / p95 null in
-    `got`; probe.source, replicas and shards are what a merge says about itself."""
+    `got`; probe.source, replicas and shards are what a merge says about itself, and it has
+    no data_sha256 (the content hash of one file)."""
     if isinstance(want, dict):
         assert isinstance(got, dict), where
-        skip = {"source", "replicas", "shards"} if where.endswith("probe") else set()
+        skip = set()
+        if where.endswith("probe"):
+            skip = {"source", "replicas", "shards", "data_sha256"}
+            assert "data_sha256" not in got, where
         assert set(got) - skip == set(want) - skip, where
         for key in set(want) - skip:
             if key in PERCENTILES:
@@ -94,7 +98,16 @@ def test_scan_of_the_default_target_merges_when_shards_number_their_samples(tmp_
     first = report(*args, "--data", a)
     second = report(*args, "--data", b, "--first-sample", "16")
     assert second["probe"]["first_sample"] == 16 and "first_sample" not in one["probe"]
-    assert_equal_but_percentiles(merged(tmp_path, first, second), one)
+    both = merged(tmp_path, first, second)
+    assert_equal_but_percentiles(both, one)
+    # as a baseline over the data: no one file's hash, so other data unless allowed
+    base = write(tmp_path, "base.json", both)
+    check = ["check", sample("residual.keras"), "--data", whole, "--baseline", base]
+    code, out = cli(*check)
+    assert code == 2 and "merged from 2 shards" in out, out
+    code, out = cli(*check, "--allow-other-data", "--json")
+    checks = {c["name"]: c for c in json.loads(out)["files"][0]["checks"]}
+    assert code == 0 and "over other data" in checks["baseline"]["message"], out
     # numbered from 0, the second shard's projection is not the whole run's: refused
     code, out = cli("merge", write(tmp_path, "a.json", first),
                     write(tmp_path, "b.json", report(*args, "--data", b)))  # fmt: skip
@@ -224,3 +237,90 @@ def test_files_that_are_not_reports_are_refused(two_shards, tmp_path):
     broken = json.loads(Path(paths[0]).read_text())
     broken["layers"][0]["gradient"]["l2"] = "big"
     assert 'layers[0].gradient.l2 is "big", expected' in refused(write(tmp_path, "x.json", broken))
+
+
+# ------------------------------------------------------------------ --measure jacobian
+
+
+@pytest.fixture
+def residual_model(tmp_path):
+    """x(5) -> a = Dense 6 tanh -> Dense 4 tanh + Dense 4 (a skip), saved."""
+    keras.utils.set_random_seed(39)
+    x = keras.Input((5,), name="x")
+    a = keras.layers.Dense(6, activation="tanh", name="a")(x)
+    out = keras.layers.Add(name="out")(
+        [keras.layers.Dense(4, activation="tanh", name="b")(a), keras.layers.Dense(4)(a)]
+    )
+    keras.Model(x, out).save(tmp_path / "r.keras")
+    return str(tmp_path / "r.keras")
+
+
+@pytest.mark.parametrize("numbered", [False, True], ids=["from-0", "first-sample"])
+def test_jacobian_shards_merge_into_the_run_over_both(numbered, residual_model, tmp_path):
+    x = normal(37, 5, seed=35)
+    x[30] *= 0.01  # near 0, where tanh is steepest: a sensitive sample in shard 2
+    whole, a, b = shards(tmp_path, x, 16)
+    args = ["inspect", residual_model, "--from", "a", "--to", "out", "--batch-size", "8",
+            "--measure", "jacobian", "--top", "4"]  # fmt: skip
+    one = report(*args, "--data", whole)
+    second = ["--first-sample", "16"] if numbered else []
+    first_doc, second_doc = report(*args, "--data", a), report(*args, "--data", b, *second)
+    # the second shard's top: its samples numbered within it, or from --first-sample 16
+    mine = [t["sample"] for t in second_doc["results"][0]["jacobian"]["frobenius"]["top"]]
+    whole_top = [t["sample"] for t in one["results"][0]["jacobian"]["frobenius"]["top"]]
+    later = [i for i in whole_top if i >= 16]
+    assert later and [i + (0 if numbered else 16) for i in mine][: len(later)] == later
+    got = merged(tmp_path, first_doc, second_doc)  # numbered from its first shard's 0
+    assert_equal_but_percentiles(got, one)
+    j = got["results"][0]["jacobian"]
+    assert [t["sample"] for t in j["frobenius"]["top"]] == whole_top
+    assert j["frobenius"]["samples"] == 37
+    assert sum(j["frobenius"]["histogram"]["counts"]) == 37
+
+
+def test_scan_jacobian_shards_merge_and_other_measures_are_refused(residual_model, tmp_path):
+    whole, a, b = shards(tmp_path, normal(29, 5, seed=36), 8)
+    args = ["scan", residual_model, "--to", "out", "--batch-size", "8", "--measure", "jacobian"]
+    one = report(*args, "--data", whole)
+    first, second = report(*args, "--data", a), report(*args, "--data", b)
+    assert_equal_but_percentiles(merged(tmp_path, first, second), one)
+    plain = report("scan", residual_model, "--to", "out", "--batch-size", "8", "--data", b)
+    assert "--measure 'gradient' vs 'jacobian'" in refused(
+        write(tmp_path, "j.json", first), write(tmp_path, "p.json", plain)
+    )
+    estimated = report(*args, "--probes", "4", "--data", b, "--first-sample", "8")
+    assert "by an estimate vs exactly" in refused(
+        write(tmp_path, "j.json", first), write(tmp_path, "e.json", estimated)
+    )
+    # an estimate draws per batch, seeded by the batch's index in the data: shards cut on a
+    # batch and numbered with --first-sample draw what the run over both draws
+    one = report(*args, "--probes", "4", "--data", whole)
+    got = merged(tmp_path, report(*args, "--probes", "4", "--data", a), estimated)
+    assert_equal_but_percentiles(got, one)
+    assert got["layers"][1]["jacobian"]["frobenius"]["rel_stderr"] is not None
+
+
+def test_weight_scans_are_refused_with_the_reason(tmp_path):
+    x = keras.Input((3,), name="x")
+    model = keras.Model(x, keras.layers.Dense(2, name="head")(x))
+    model.compile(loss="mse")
+    model.save(tmp_path / "m.keras")
+    np.save(tmp_path / "x.npy", normal(10, 3, seed=37))
+    doc = report("scan", str(tmp_path / "m.keras"), "--wrt", "weights", "--data",
+                 str(tmp_path / "x.npy"))  # fmt: skip
+    line = refused(write(tmp_path, "w0.json", doc), write(tmp_path, "w1.json", doc))
+    assert "cannot combine exactly" in line and "--distribute multi-worker" in line
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "html"])
+def test_a_merged_jacobian_report_renders_without_its_percentiles(fmt, residual_model, tmp_path):
+    _, a, b = shards(tmp_path, normal(20, 5, seed=38), 8)
+    args = ["inspect", residual_model, "--from", "a", "--to", "out", "--batch-size", "8",
+            "--measure", "jacobian"]  # fmt: skip
+    paths = [
+        write(tmp_path, f"s{i}.json", report(*args, "--data", p)) for i, p in enumerate((a, b))
+    ]
+    code, out = cli("merge", *paths, "--format", fmt)
+    assert code == 0 and out.strip(), out
+    if fmt == "table":
+        assert "20 samples" in out and "p50 n/a (shards do not combine)" in out

@@ -138,10 +138,7 @@ def test_outputs_never_replace_an_input_or_a_file_layergrad_did_not_write(
             "is not a JUnit report written by layergrad", "--force")  # fmt: skip
     assert _digest(page) == before
     forced = measure(["check", "--static-only", good, "--junit", str(page), "--force"])
-    assert (
-        forced.returncode == 0
-        and ET.parse(page).getroot().get("name") == "layergrad.check"
-    )
+    assert forced.returncode == 0 and ET.parse(page).getroot().get("name") == "layergrad.check"
     again = measure(["check", "--static-only", good, "--junit", str(page)])  # ours now
     assert again.returncode == 0 and "(replaced it)" in again.stderr
     folder = root / "data_images"

@@ -1,0 +1,168 @@
+"""`--distribute multi-worker` for the measures over data that keep their totals in numpy or
+per batch: `--measure jacobian --data` (`inspect`, `scan`), `scan --wrt weights --data` (the
+gradient SNR included) and `check --baseline --data`. Two worker processes on localhost run
+every command once in one cluster (a script that invokes the command line several times),
+one process runs the same commands, and each report of the chief equals the one process's
+(rtol 1e-5); the other worker prints nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from helpers import keras, normal, sample, tf
+from workers import assert_same_report, environment, run_workers
+
+from layergrad.cli.app import main
+
+pytestmark = pytest.mark.slow  # fresh processes: a few seconds each
+SAMPLES = 37  # batches of 8: 0-1 on worker 0, 2-4 (the partial one) on worker 1
+
+SCRIPT = """
+import json, sys
+from click.testing import CliRunner
+from layergrad.cli.app import main
+
+extra = sys.argv[2:]  # --distribute multi-worker, or nothing
+out = []
+for args in json.loads(open(sys.argv[1]).read()):
+    done = CliRunner().invoke(main, [*args, *extra])
+    out.append({"code": done.exit_code, "stdout": done.stdout, "stderr": done.stderr[-600:]})
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster_runs(tmp_path_factory):
+    """(the folder, the chief's outcomes, the other worker's, one process's), each
+    outcome {"code", "stdout"}."""
+    where = tmp_path_factory.mktemp("measures")
+    keras.utils.set_random_seed(40)
+    x = keras.Input((5,), name="x")
+    a = keras.layers.Dense(6, activation="tanh", name="a")(x)
+    b = keras.layers.Dense(4, activation="tanh", name="b")(a)
+    skip = keras.layers.Dense(4, name="skip")(a)
+    keras.Model(x, keras.layers.Add(name="out")([b, skip])).save(where / "residual.keras")
+    h = keras.layers.Dense(6, activation="relu", name="hidden")(x)
+    head = keras.layers.Dense(3, activation="softmax", name="head")(h)
+    classifier = keras.Model(x, head)
+    classifier.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    classifier.save(where / "classifier.keras")
+    data = normal(SAMPLES, 5, seed=31)
+    data[30] *= 0.01  # near 0, where tanh is steepest: a sensitive sample, on worker 1
+    np.save(where / "x.npy", data)
+    labels = np.random.default_rng(32).integers(0, 3, SAMPLES)
+    np.savez_compressed(where / "d.npz", x=data, y=labels)  # read round robin, labels too
+    base = CliRunner().invoke(
+        main,
+        ["scan", str(where / "classifier.keras"), "--wrt", "weights", "--data",
+         str(where / "d.npz"), "--batch-size", "8", "--json"],
+    )  # fmt: skip
+    assert base.exit_code == 0, base.output
+    (where / "base.json").write_text(base.stdout)
+    batch = ["--batch-size", "8", "--json", "--quiet"]
+    commands = [
+        ["inspect", "residual.keras", "--from", "a", "--to", "out", "--data", "x.npy",
+         "--measure", "jacobian", "--top", "5", *batch],
+        ["scan", "residual.keras", "--to", "out", "--data", "x.npy", "--measure", "jacobian",
+         "--probes", "4", "--top", "4", *batch],
+        ["scan", "classifier.keras", "--wrt", "weights", "--data", "d.npz", *batch],
+        ["scan", "classifier.keras", "--wrt", "weights", "--data", "x.npy", *batch],
+        ["check", "classifier.keras", "--data", "d.npz", "--baseline", "base.json", *batch],
+        ["check", sample("bug_dead_layer.keras"), "--data", "x6.npy", *batch],
+        # last: a bad batch on worker 1 stops the cluster
+        ["scan", sample("embedding.keras"), "--wrt", "weights", "--loss", "mse", "--data",
+         "ids.npy", *batch],
+    ]  # fmt: skip
+    np.save(where / "x6.npy", normal(SAMPLES, 6, seed=34))
+    ids = np.random.default_rng(33).integers(0, 20, (40, 6)).astype("int32")
+    ids[35, 1] = 500  # outside the Embedding's vocabulary, in batch 35 // 8 = 4, on worker 1
+    np.save(where / "ids.npy", ids)
+    (where / "commands.json").write_text(json.dumps(commands))
+    (where / "run.py").write_text(SCRIPT)
+    run = [sys.executable, "run.py", "commands.json"]
+    many = run_workers([], where, [*run, "--distribute", "multi-worker"])
+    for d in many:
+        assert d.returncode == 0, d.stderr[-3000:]
+    import subprocess
+
+    one = subprocess.run(
+        run, capture_output=True, text=True, cwd=where, timeout=240, env=environment()
+    )
+    assert one.returncode == 0, one.stderr[-3000:]
+    chief, other = (json.loads(d.stdout) for d in many)
+    return where, chief, other, json.loads(one.stdout)
+
+
+def outcome(cluster_runs, index: int) -> tuple[dict, dict]:
+    """Command `index`'s reports: the chief's and one process's (checked equal)."""
+    _, chief, other, one = cluster_runs
+    assert chief[index]["code"] == one[index]["code"] == 0, (chief[index], one[index])
+    assert (other[index]["code"], other[index]["stdout"]) == (0, ""), "the other worker printed"
+    many, single = json.loads(chief[index]["stdout"]), json.loads(one[index]["stdout"])
+    assert many["probe"]["replicas"] == 2 and single["probe"]["replicas"] == 1
+    assert_same_report(many, single)
+    return many, single
+
+
+def test_exact_jacobian_over_two_workers_with_global_top_samples(cluster_runs):
+    many, _ = outcome(cluster_runs, 0)
+    j = many["results"][0]["jacobian"]
+    assert j["method"] == "exact" and j["frobenius"]["samples"] == SAMPLES
+    where = cluster_runs[0]
+    model = keras.models.load_model(where / "residual.keras")
+    h = tf.constant(model.get_layer("a")(tf.constant(np.load(where / "x.npy"))))
+    with tf.GradientTape() as tape:  # every J_i at once, by hand
+        tape.watch(h)
+        out = model.get_layer("b")(h) + model.get_layer("skip")(h)
+    frob = np.sqrt((tape.batch_jacobian(out, h).numpy().astype(np.float64) ** 2).sum((1, 2)))
+    ranked = [int(i) for i in np.lexsort((np.arange(SAMPLES), -frob))[:5]]
+    assert [t["sample"] for t in j["frobenius"]["top"]] == ranked
+    assert max(ranked) >= 16  # read by worker 1: its indices are those of the whole data
+
+
+def test_estimated_scan_jacobian_over_two_workers_draws_as_one_process(cluster_runs):
+    many, _ = outcome(cluster_runs, 1)
+    rows = [r for r in many["layers"] if r.get("jacobian")]
+    assert rows and all(r["jacobian"]["frobenius"]["samples"] == SAMPLES for r in rows)
+
+
+@pytest.mark.parametrize(("index", "labels"), [(2, "data"), (3, "random")])
+def test_weight_gradient_and_snr_over_two_workers(cluster_runs, index, labels):
+    many, _ = outcome(cluster_runs, index)
+    assert many["loss"]["labels"] == labels and many["probe"]["samples"] == SAMPLES
+    assert [n["layer"] for n in many["gradient_snr"]] == ["hidden", "head"]
+    assert all(n["batches"] == 5 and n["snr"] > 0 for n in many["gradient_snr"])
+
+
+def test_check_baseline_over_two_workers(cluster_runs):
+    _, chief, other, one = cluster_runs
+    assert chief[4]["code"] == one[4]["code"] == 0, chief[4]
+    assert (other[4]["code"], other[4]["stdout"]) == (0, "")
+    many, single = json.loads(chief[4]["stdout"]), json.loads(one[4]["stdout"])
+    assert_same_report(many, single)
+    checks = {c["name"]: c for c in many["files"][0]["checks"]}
+    assert checks["baseline"]["passed"] and "no regression" in checks["baseline"]["message"]
+
+
+def test_units_dead_for_every_sample_of_every_worker(cluster_runs):
+    _, chief, other, one = cluster_runs
+    assert chief[5]["code"] == one[5]["code"] == 0, chief[5]  # dead warns
+    assert (other[5]["code"], other[5]["stdout"]) == (0, "")
+    many, single = json.loads(chief[5]["stdout"]), json.loads(one[5]["stdout"])
+    assert_same_report(many, single)
+    dead = [c for c in many["files"][0]["checks"] if "dead" in c["findings"]]
+    assert dead and "for every sample of the data" in dead[0]["message"]
+
+
+def test_a_bad_batch_of_the_weight_scan_on_one_worker_stops_both_with_exit_2(cluster_runs):
+    _, chief, other, one = cluster_runs
+    assert [chief[6]["code"], other[6]["code"], one[6]["code"]] == [2, 2, 2]
+    assert chief[6]["stdout"] == other[6]["stdout"] == ""
+    assert "the model failed on batch 4" in other[6]["stderr"]  # as one process says
+    assert "the model failed on batch 4" in one[6]["stderr"]
+    assert "another worker of the cluster stopped" in chief[6]["stderr"]
