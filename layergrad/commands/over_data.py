@@ -95,7 +95,7 @@ def inspect_data(
     from layergrad.model import layer_refs
 
     loaded, warnings, strategy = session.load(
-        path, options, [source, *targets], imports=imports, unsafe=unsafe
+        path, options, refs=[source, *targets], imports=imports, unsafe=unsafe
     )
     model = loaded.model
     source_site = layer_refs.resolve(model, source)
@@ -148,7 +148,12 @@ def scan_data(
     from layergrad.model import layer_refs
 
     loaded, warnings, strategy = session.load(
-        path, options, [target] if target else [], layers, imports, unsafe
+        path,
+        options,
+        refs=[target] if target else [],
+        globs=layers,
+        imports=imports,
+        unsafe=unsafe,
     )
     model = loaded.model
     site = None if target is None else layer_refs.resolve(model, target)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import PathLike, ProbeOptions
@@ -19,7 +19,10 @@ from layergrad.core.tf_types import KerasModel, Strategy
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.files.file_info import FileInfo
 
-if TYPE_CHECKING:  # the diagnoser's module imports TensorFlow
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    # the diagnoser's module imports TensorFlow
     from layergrad.diagnose.diagnoser import Diagnoser
     from layergrad.engine.loader import LoadedModel
 
@@ -60,7 +63,30 @@ class Session:
         )
 
 
-def open_session(
+def open_session(path: PathLike, options: ProbeOptions, **opening: Unpack[Opening]) -> Session:
+    """Read, audit and load the model (see `load` for `opening`), and make the probe batch.
+
+    An `--input` file is checked (its headers) before the model is loaded, so a bad one is
+    reported in a second, and its rows are the batch the memory estimate is made for.
+
+    Raises:
+        LoadError, LayerNotFound, InputError: user errors (the CLI exits with code 2).
+    """
+    loaded, warnings, _ = load(path, options, **opening)
+    return session_for(loaded, options, warnings)
+
+
+class Opening(TypedDict, total=False):
+    """How `open_session` and `load` open a file: the keywords of `load`."""
+
+    refs: Sequence[str]
+    globs: Sequence[str]
+    imports: Sequence[str]
+    unsafe: bool
+    info: FileInfo | None
+
+
+def load(
     path: PathLike,
     options: ProbeOptions,
     *,
@@ -69,8 +95,8 @@ def open_session(
     imports: Sequence[str] = (),
     unsafe: bool = False,
     info: FileInfo | None = None,
-) -> Session:
-    """Read, audit and load the model, check `refs` and `globs`, and make the probe batch.
+) -> tuple[LoadedModel, tuple[str, ...], Strategy | None]:
+    """Read, audit and load the model: (`loader.LoadedModel`, audit warnings, strategy).
 
     Args:
         path: a `.keras` or legacy `.h5` model file.
@@ -81,27 +107,6 @@ def open_session(
         imports: modules (names or `.py` paths) that register custom layers.
         unsafe: let Keras deserialize Python code in the file.
         info: the file as read already by `fileinfo.read_file_info` (check reads it first).
-
-    An `--input` file is checked (its headers) before the model is loaded, so a bad one is
-    reported in a second, and its rows are the batch the memory estimate is made for.
-
-    Raises:
-        LoadError, LayerNotFound, InputError: user errors (the CLI exits with code 2).
-    """
-    loaded, warnings, _ = load(path, options, refs, globs, imports, unsafe, info)
-    return session_for(loaded, options, warnings)
-
-
-def load(
-    path: PathLike,
-    options: ProbeOptions,
-    refs: Sequence[str] = (),
-    globs: Sequence[str] = (),
-    imports: Sequence[str] = (),
-    unsafe: bool = False,
-    info: FileInfo | None = None,
-) -> tuple[LoadedModel, tuple[str, ...], Strategy | None]:
-    """Read, audit and load the model: (`loader.LoadedModel`, audit warnings, strategy).
 
     The references, `--data` and `--input` are checked against the file before TensorFlow
     starts (`data/preflight.py`). With `--data` the devices are chosen first (logical CPU

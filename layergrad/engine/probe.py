@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -35,6 +36,9 @@ from layergrad.engine.layer_calls import (
 )
 from layergrad.model.layer_refs import Site
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 
 @dataclass(frozen=True)
 class ProbeRun:
@@ -45,14 +49,19 @@ class ProbeRun:
     gradients: tuple[tuple[np.ndarray | None, ...], ...]
 
 
+class ProbeKeywords(TypedDict, total=False):
+    """The keywords `run_probe` passes on to `live_probe`."""
+
+    training: bool
+    reduce: str
+
+
 def run_probe(
     model: KerasModel,
     batch: ProbeBatch,
     sources: Sequence[Site],
     targets: Sequence[Site],
-    *,
-    training: bool = False,
-    reduce: str = "sum",
+    **how: Unpack[ProbeKeywords],
 ) -> ProbeRun:
     """One forward and (per target) one backward pass of `model` on `batch`.
 
@@ -61,21 +70,13 @@ def run_probe(
         batch: the probe inputs, in the model's input order.
         sources: the activations to differentiate with respect to (watched).
         targets: the activations to differentiate; each is reduced to a scalar by `reduce`.
-        training: run the model in training mode.
-        reduce: "sum" (what `tape.gradient` does with a non-scalar target) or "mean".
+        how: `training` runs the model in training mode; `reduce` is "sum" (what
+            `tape.gradient` does with a non-scalar target, the default) or "mean".
 
     Returns:
         A ProbeRun; a gradient is None where the tape found no differentiable path.
     """
-    live = live_probe(
-        model,
-        batch,
-        sources,
-        targets,
-        training=training,
-        reduce=reduce,
-        persistent=len(targets) > 1,
-    )
+    live = live_probe(model, batch, sources, targets, persistent=len(targets) > 1, **how)
     return probe_gradients(live)
 
 

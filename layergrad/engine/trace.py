@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from layergrad.engine.layer_calls import (
     unique_leaves,
 )
 from layergrad.model.layer_refs import Site
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 @dataclass(frozen=True)
@@ -80,18 +83,27 @@ class TraceMode(TypedDict):
     seed: int
 
 
+class TraceKeywords(TypedDict, total=False):
+    """The keywords `run_trace` passes on to `live_trace`."""
+
+    training: bool
+    reduce: str
+    seed: int
+    objective: Objective | None
+
+
 def run_trace(
     model: KerasModel,
     batch: ProbeBatch,
     target: Site | None = None,
     *,
-    training: bool = False,
-    reduce: str = "sum",
-    seed: int = 0,
-    objective: Objective | None = None,
     variables: Sequence[KerasVariable] = (),
+    **how: Unpack[TraceKeywords],
 ) -> Trace:
     """Capture and watch every leaf-layer call; one backward pass from `target` to all of them.
+
+    `how` runs the model in training mode (`training`), reduces the target by `reduce` ("sum"
+    or "mean"), seeds the projection (`seed`) or replaces it by `objective` (see `live_trace`).
 
     With `target=None` the target is `objective(outputs)` when given (a loss), else a random
     projection of the model's outputs: the sum (or mean) over every floating-point output o of
@@ -100,16 +112,7 @@ def run_trace(
     everywhere). The same backward pass gives the gradients of `variables`. This is the
     engine of `scan` and of the diagnosis of a failed `inspect`.
     """
-    live = live_trace(
-        model,
-        batch,
-        target,
-        training=training,
-        reduce=reduce,
-        seed=seed,
-        objective=objective,
-        persistent=False,
-    )
+    live = live_trace(model, batch, target, persistent=False, **how)
     return trace_gradients(live, variables)
 
 
