@@ -27,7 +27,7 @@ from dataclasses import replace
 
 from layergrad.commands.merge_jacobian import merge_jacobians, merge_scan_jacobians
 from layergrad.core.errors import UsageError
-from layergrad.core.gradient_stats import DEAD_FRACTION
+from layergrad.core.gradient_stats import status_flags
 from layergrad.core.results import (
     Cause,
     DataStats,
@@ -368,15 +368,11 @@ def _row(items: Sequence[ScanRow], shares: _Shares) -> ScanRow:
     statuses = [r.status for r in items]
     status = _status(statuses, gradient)
     data = _data([r.data for r in items], shares, gradient is not None)
-    flags: tuple[Flag, ...] = ()
-    if status == Status.NONE:
-        flags = (Flag.BLOCKED,)
-    elif status == Status.NONFINITE:
-        flags = (Flag.NONFINITE,)
-    elif data is not None and gradient is not None:
+    dead = None
+    if data is not None and gradient is not None:
         units = shape[-1] if len(shape) >= 2 else 1
-        if units and len(data.dead_units) / units > DEAD_FRACTION:
-            flags = (Flag.DEAD,)
+        dead = len(data.dead_units) / units if units else None
+    flags = status_flags(status, dead)
     return ScanRow(
         layer=first.layer,
         class_name=first.class_name,

@@ -12,7 +12,12 @@ import numpy as np
 
 from layergrad.commands.session import Session
 from layergrad.core.errors import LayerNotFound
-from layergrad.core.gradient_stats import DEAD_FRACTION, dead_fraction, gradient_stats, status_of
+from layergrad.core.gradient_stats import (
+    dead_fraction,
+    gradient_stats,
+    status_flags,
+    status_of,
+)
 from layergrad.core.results import ConstantOutput, DataStats, GradientStats, ScanReport, ScanRow
 from layergrad.core.tf_types import KerasModel
 from layergrad.core.vocab import Flag, Status
@@ -316,13 +321,7 @@ def build_rows(
 
 
 def _row(act: _Measured, numbers: RowNumbers, class_name: str) -> ScanRow:
-    flags: tuple[Flag, ...] = ()
-    if numbers.status == Status.NONE:
-        flags = (Flag.BLOCKED,)
-    elif numbers.status == Status.NONFINITE:
-        flags = (Flag.NONFINITE,)
-    elif numbers.gradient is not None and numbers.dead > DEAD_FRACTION:
-        flags = (Flag.DEAD,)
+    flags = status_flags(numbers.status, numbers.dead if numbers.gradient is not None else None)
     return ScanRow(
         layer=act.site.ref,
         class_name=class_name,

@@ -19,7 +19,13 @@ import numpy as np
 
 from layergrad.commands.session import Session
 from layergrad.core.errors import InputError
-from layergrad.core.gradient_stats import DEAD_FRACTION, dead_fraction, gradient_stats, status_of
+from layergrad.core.gradient_stats import (
+    DEAD_FRACTION,
+    dead_fraction,
+    gradient_stats,
+    status_flags,
+    status_of,
+)
 from layergrad.core.results import Cause, LossMeta, ScanRow, VariableRow, WeightScanReport
 from layergrad.core.tf_types import KerasLayer, KerasModel, KerasVariable, Tensor, TensorTree
 from layergrad.core.vocab import Flag, Status
@@ -203,13 +209,7 @@ def _row(
     stats = None if grad is None else gradient_stats(grad, top=0)
     norm = float(np.sqrt(np.sum(weight * weight)))
     ratio = None if stats is None or not norm else stats.l2 / norm
-    flags: tuple[Flag, ...] = ()
-    if status == Status.NONE:
-        flags = (Flag.BLOCKED,)
-    elif status == Status.NONFINITE:
-        flags = (Flag.NONFINITE,)
-    elif grad is not None and grad.ndim and dead_fraction(grad) > DEAD_FRACTION:
-        flags = (Flag.DEAD,)
+    flags = status_flags(status, dead_fraction(grad) if grad is not None and grad.ndim else None)
     name = variable.name
     row = VariableRow(
         variable=f"{path}/{name}",
