@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn, Protocol, TypeVar, overload
+from typing import NoReturn, Protocol, TypeVar
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.limits import MAX_BATCH_SIZE, MAX_SEED
@@ -30,6 +30,7 @@ from layergrad.core.results import (
 )
 from layergrad.core.vocab import Status, Wrt
 from layergrad.files.guards import require_regular
+from layergrad.files.json_fields import JsonFields
 
 SCAN_SCHEMA = "layergrad.scan/1"
 ACTIVATIONS = Wrt.ACTIVATIONS.value
@@ -119,8 +120,6 @@ class ProfiledRow(Protocol):
 
 
 R = TypeVar("R", bound=ProfiledRow)
-T = TypeVar("T")
-Kind = type | tuple[type, ...]
 
 
 def profile_rows(rows: Iterable[R], name_of: Callable[[R], str]) -> tuple[ProfileRow, ...]:
@@ -273,8 +272,7 @@ def profile_from_json(doc: object, where: str = "scan JSON") -> Profile:
         raise fields.error("wrt", " or ".join(map(repr, ROW_KEYS)), wrt)
     collection, key = ROW_KEYS[wrt]
     rows = tuple(
-        fields.row(r, i, collection, key)
-        for i, r in enumerate(fields.member(doc, collection, list))
+        fields.row(r, i, collection, key) for i, r in enumerate(fields.get(doc, collection, list))
     )
     if not rows:
         raise InputError(
@@ -290,12 +288,12 @@ def profile_from_json(doc: object, where: str = "scan JSON") -> Profile:
         raise InputError(f"{where}: {collection} name {', '.join(twice)} more than once")
     target, loss = None, None
     if wrt == ACTIVATIONS:
-        target = fields.member(doc, "target", (str, type(None)))
+        target = fields.get(doc, "target", (str, type(None)))
     else:
-        loss = fields.member(fields.member(doc, "loss", dict), "name", str, "loss.name")
+        loss = fields.get(fields.get(doc, "loss", dict), "name", str, "loss.name")
     return Profile(
-        model=fields.model(fields.member(doc, "model", dict)),
-        probe=fields.probe(fields.member(doc, "probe", dict)),
+        model=fields.model(fields.get(doc, "model", dict)),
+        probe=fields.probe(fields.get(doc, "probe", dict)),
         target=target,
         rows=rows,
         wrt=wrt,
@@ -315,53 +313,18 @@ def _schema_message(where: str, schema: object) -> str:
     return f"{where} is not a layergrad scan document (schema {schema!r}); {REMAKE}"
 
 
-class _Fields:
+class _Fields(JsonFields):
     """Typed reads of a scan document's members, each error naming the member and the file."""
 
     def __init__(self, where: str) -> None:
-        self.where = where
+        super().__init__(where, REMAKE, f"; {REMAKE}")
 
-    def error(self, name: str, expected: str, got: object) -> InputError:
-        shown = json.dumps(got)[:60] if _jsonable(got) else type(got).__name__
-        return InputError(f"{self.where}: {name} is {shown}, expected {expected}; {REMAKE}")
-
-    @overload
-    def member(self, obj: Mapping[str, object], key: str, kind: type[T], name: str = "") -> T: ...
-    @overload
-    def member(
-        self, obj: Mapping[str, object], key: str, kind: tuple[type[T], type[None]], name: str = ""
-    ) -> T | None: ...
-    @overload
-    def member(
-        self,
-        obj: Mapping[str, object],
-        key: str,
-        kind: tuple[type[int], type[float]],
-        name: str = "",
-    ) -> float: ...
-    @overload
-    def member(
-        self,
-        obj: Mapping[str, object],
-        key: str,
-        kind: tuple[type[int], type[float], type[None]],
-        name: str = "",
-    ) -> float | None: ...
-    def member(self, obj: Mapping[str, object], key: str, kind: Kind, name: str = "") -> object:
-        """`obj[key]`, checked to be of `kind` (a bool is not a number)."""
-        name = name or key
-        if key not in obj:
-            raise InputError(f"{self.where}: {name} is missing; {REMAKE}")
-        value = obj[key]
-        if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, float)):
-            raise self.error(name, _kind_name(kind), value)
-        if isinstance(value, str):
-            return _unicode_text(value, self, name)
-        return value
+    def text(self, value: str, name: str) -> str:
+        return _unicode_text(value, self, name)
 
     def number(self, obj: Mapping[str, object], key: str, name: str) -> float:
         """A finite number (an integer of 401 digits does not fit a float)."""
-        value = self.member(obj, key, (int, float), name)
+        value = self.get(obj, key, (int, float), name)
         try:
             number = float(value)
         except OverflowError:
@@ -371,16 +334,16 @@ class _Fields:
         return number
 
     def model(self, obj: Mapping[str, object]) -> ModelMeta:
-        get = lambda key: self.member(obj, key, str, f"model.{key}")  # noqa: E731
+        get = lambda key: self.get(obj, key, str, f"model.{key}")  # noqa: E731
         return ModelMeta(
             path=get("path"), format=get("format"), class_name=get("class"), name=get("name")
         )
 
     def probe(self, obj: Mapping[str, object]) -> ProbeMeta:
-        batch = self.member(obj, "batch_size", int, "probe.batch_size")
+        batch = self.get(obj, "batch_size", int, "probe.batch_size")
         if not 1 <= batch <= MAX_BATCH_SIZE:
             raise self.error("probe.batch_size", f"1 to {MAX_BATCH_SIZE:,}", _short_int(batch))
-        seed = self.member(obj, "seed", (int, type(None)), "probe.seed")
+        seed = self.get(obj, "seed", (int, type(None)), "probe.seed")
         if isinstance(seed, bool):
             raise self.error("probe.seed", "an integer or null", seed)
         if seed is not None and not 0 <= seed <= MAX_SEED:
@@ -388,7 +351,7 @@ class _Fields:
                 f"{self.where}: probe.seed is {_short_int(seed)}, but seeds are 0 to "
                 f"{MAX_SEED:,}; {REMAKE}"
             )
-        reduce = self.member(obj, "reduce", str, "probe.reduce")
+        reduce = self.get(obj, "reduce", str, "probe.reduce")
         if reduce not in REDUCTIONS:
             raise self.error("probe.reduce", " or ".join(map(repr, REDUCTIONS)), reduce)
         samples = obj.get("samples")
@@ -399,10 +362,10 @@ class _Fields:
         if sha is not None and not (isinstance(sha, str) and len(sha) == 64):
             raise self.error("probe.data_sha256", "a SHA-256 in hex or absent", sha)
         return ProbeMeta(
-            source=self.member(obj, "source", str, "probe.source"),
+            source=self.get(obj, "source", str, "probe.source"),
             seed=seed,
             batch_size=batch,
-            training=self.member(obj, "training", bool, "probe.training"),
+            training=self.get(obj, "training", bool, "probe.training"),
             reduce=reduce,
             samples=samples,
             data_sha256=sha,
@@ -416,14 +379,14 @@ class _Fields:
     def checked_row(self, obj: object, at: str, key: str) -> ProfileRow:
         if not isinstance(obj, dict):
             raise self.error(at, "an object", obj)
-        status = self.member(obj, "status", str, f"{at}.status")
+        status = self.get(obj, "status", str, f"{at}.status")
         if status not in _STATUSES:
             raise self.error(f"{at}.status", f"one of {', '.join(Status.words())}", status)
-        gradient = self.member(obj, "gradient", (dict, type(None)), f"{at}.gradient")
+        gradient = self.get(obj, "gradient", (dict, type(None)), f"{at}.gradient")
         mean_abs = None
         if gradient is not None:
             # null: a number that was not finite (the one encoding of every JSON schema)
-            value = self.member(
+            value = self.get(
                 gradient, "mean_abs", (int, float, type(None)), f"{at}.gradient.mean_abs"
             )
             mean_abs = (
@@ -433,7 +396,7 @@ class _Fields:
             )
             if mean_abs is not None and mean_abs < 0:
                 raise self.error(f"{at}.gradient.mean_abs", "a number >= 0", mean_abs)
-        flags = self.member(obj, "flags", list, f"{at}.flags")
+        flags = self.get(obj, "flags", list, f"{at}.flags")
         if not all(isinstance(f, str) for f in flags):
             raise self.error(f"{at}.flags", "a list of strings", flags)
         for flag in flags:
@@ -449,7 +412,7 @@ class _Fields:
         if obj.get("class") == "InputLayer" and isinstance(shape, list):
             input_shape = tuple(shape) if all(type(d) is int for d in shape) else None
         return ProfileRow(
-            name=self.member(obj, key, str, f"{at}.{key}"),
+            name=self.get(obj, key, str, f"{at}.{key}"),
             status=_STATUSES[status],
             mean_abs=mean_abs,
             flags=tuple(flags),
@@ -500,18 +463,3 @@ _STATUSES = {word: Status(word) for word in Status.words()}
 def _short_int(value: int) -> str:
     text = str(value)
     return text if len(text) <= 20 else f"a number of {len(text)} digits"
-
-
-def _kind_name(kind: Kind) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
-             list: "a list", dict: "an object", type(None): "null"}  # fmt: skip
-    return " or ".join(names.get(k, k.__name__) for k in kinds)
-
-
-def _jsonable(value: object) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True

@@ -12,7 +12,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NoReturn, TypeVar, overload
+from typing import NoReturn, TypeVar
 
 from layergrad.core.errors import InputError
 from layergrad.core.results import (
@@ -37,15 +37,13 @@ from layergrad.core.results import (
 )
 from layergrad.core.vocab import CauseCode, Flag, JacobianMethod, Status, Word
 from layergrad.files.guards import require_regular
+from layergrad.files.json_fields import NUMBER, OPTIONAL, JsonFields
 
 INSPECT_SCHEMA, SCAN_SCHEMA = "layergrad.inspect/1", "layergrad.scan/1"
 MAX_REPORT_BYTES = 64 * 2**20  # a few hundred bytes per layer: some 100,000 layers
 EXPECTED = "a `layergrad inspect --json` or `scan --json` report"
-NUMBER = (int, float)
-OPTIONAL = type(None)
 T = TypeVar("T")
 W = TypeVar("W", bound=Word)
-Kind = type | tuple[type, ...]
 
 
 def read_report(path: str | os.PathLike[str]) -> InspectReport | ScanReport:
@@ -120,51 +118,11 @@ def report_from_json(doc: object, where: str = "report") -> InspectReport | Scan
                      f"{SCAN_SCHEMA})")  # fmt: skip
 
 
-class _Reader:
+class _Reader(JsonFields):
     """Typed reads of a report's members; each error names the member and the file."""
 
     def __init__(self, where: str) -> None:
-        self.where = where
-
-    def error(self, name: str, expected: str, got: object) -> InputError:
-        try:
-            shown = json.dumps(got)[:60]
-        except (TypeError, ValueError):
-            shown = type(got).__name__
-        return InputError(f"{self.where}: {name} is {shown}, expected {expected}")
-
-    @overload
-    def get(self, obj: Mapping[str, object], key: str, kind: type[T], name: str = "") -> T: ...
-    @overload
-    def get(
-        self, obj: Mapping[str, object], key: str, kind: tuple[type[T], type[None]], name: str = ""
-    ) -> T | None: ...
-    @overload
-    def get(
-        self,
-        obj: Mapping[str, object],
-        key: str,
-        kind: tuple[type[int], type[float]],
-        name: str = "",
-    ) -> float: ...
-    @overload
-    def get(
-        self,
-        obj: Mapping[str, object],
-        key: str,
-        kind: tuple[type[int], type[float], type[None]],
-        name: str = "",
-    ) -> float | None: ...
-    def get(self, obj: Mapping[str, object], key: str, kind: Kind, name: str = "") -> object:
-        """`obj[key]`, checked to be of `kind` (a bool is not a number)."""
-        name = name or key
-        if key not in obj:
-            raise InputError(f"{self.where}: {name} is missing; expected {EXPECTED}")
-        value = obj[key]
-        numeric = kind in (int, float, NUMBER) or (isinstance(kind, tuple) and int in kind)
-        if not isinstance(value, kind) or (isinstance(value, bool) and numeric):
-            raise self.error(name, _kind_name(kind), value)
-        return value
+        super().__init__(where, f"expected {EXPECTED}")
 
     def word(self, obj: Mapping[str, object], key: str, words: type[W], name: str) -> W:
         value = self.get(obj, key, str, name)
@@ -405,10 +363,3 @@ class _Reader:
             mean_rel_stderr=num("mean_rel_stderr", optional=True),
         )
         return distribution.mean, distribution.max, distribution
-
-
-def _kind_name(kind: Kind) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
-             list: "a list", dict: "an object", OPTIONAL: "null"}  # fmt: skip
-    return " or ".join(dict.fromkeys(names.get(k, k.__name__) for k in kinds))
