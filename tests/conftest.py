@@ -36,9 +36,11 @@ def _refuse_the_source_tree() -> None:
     if imported != ROOT / "layergrad":
         return
     try:
-        direct = importlib.metadata.distribution("layergrad").read_text("direct_url.json") or "{}"
+        found = importlib.metadata.distribution("layergrad")
+        direct = found.read_text("direct_url.json") or "{}"
         editable = bool(json.loads(direct).get("dir_info", {}).get("editable"))
-        installed = True
+        # a build's `layergrad.egg-info` in the root is metadata beside the source, no install
+        installed = Path(str(found.locate_file(""))).resolve() != ROOT
     except importlib.metadata.PackageNotFoundError:
         editable = installed = False
     if os.environ.get("LAYERGRAD_REQUIRE_INSTALLED") == "1" or (installed and not editable):

@@ -6,14 +6,26 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
+from layergrad.commands.check_options import CheckOptions
 from layergrad.core.errors import LayergradError
+from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import Cause, ScanReport, ScanRow, WeightScanReport
+from layergrad.core.tf_types import KerasModel
 from layergrad.core.vocab import Finding, Flag, Status
 from layergrad.files.file_info import FileInfo
 from layergrad.model.target_fit import LabelSummary
+
+if TYPE_CHECKING:
+    from layergrad.commands.session import Session
+    from layergrad.core.tf_types import Strategy
+    from layergrad.engine.loader import LoadedModel
+
+    Opened = tuple[LoadedModel, tuple[str, ...], Strategy | None]  # what `session.load` returns
 
 Add = Callable[..., bool]
 
@@ -33,6 +45,29 @@ def safe(info: FileInfo, imports: Sequence[str], unsafe: bool, add: Add) -> bool
         else "nothing runs code on load"
     )
     return add("safe", message)
+
+
+def loads(
+    path: str | os.PathLike[str],
+    info: FileInfo,
+    options: CheckOptions,
+    probe: ProbeOptions,
+    add: Add,
+) -> Opened | None:
+    """Load the model (`session.load`) and record the `loads` check; None when it fails."""
+    from layergrad.commands import session
+
+    try:
+        opened = session.load(
+            path, probe, imports=options.imports, unsafe=options.unsafe, info=info
+        )
+    except LayergradError as exc:
+        add("loads", str(exc), [Finding.UNREADABLE])
+        return None
+    model = opened[0].model
+    mode = "" if options.unsafe else " in safe mode"
+    add("loads", f"{type(model).__name__} {model.name!r} loads{mode}")
+    return opened
 
 
 def weights(info: FileInfo, add: Add) -> None:
@@ -241,3 +276,25 @@ def _scale(report: WeightScanReport, dead_scope: str) -> tuple[list[Finding], li
                 + ("barely learn" if flag == Flag.VANISHING else "take steps far too large")
             )
     return findings, parts
+
+
+def weight_scan(session: Session, options: CheckOptions) -> tuple[WeightScanReport, bool]:
+    """The weight scan of the session (the loss, or the outputs' projection) and whether a
+    loss was found."""
+    from layergrad.commands.weight_scan import scan_weights
+    from layergrad.engine.compiled_loss import find_loss
+
+    has_loss = find_loss(session.info.compile_config, options.loss) is not None
+    return scan_weights(session, options.loss, projection=True), has_loss
+
+
+def output_ranks(model: KerasModel) -> tuple[list[str], dict[str, int]]:
+    """The model's output names and the rank of each output without the batch axis."""
+    names = list(getattr(model, "output_names", None) or [])
+    try:
+        shapes = [tuple(t.shape) for t in model.outputs]
+    except (AttributeError, ValueError):
+        shapes = []
+    names = names or [f"output_{i}" for i in range(max(1, len(shapes)))]
+    ranks = {n: len(shape) - 1 for n, shape in zip(names, shapes, strict=False)}
+    return names, ranks
