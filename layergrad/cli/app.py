@@ -1,7 +1,7 @@
 """The `layergrad` command line: parse options, call the API, render, set the exit code.
 
 TensorFlow is imported only inside commands that need it, so `layergrad --help` is instant.
-Shared options, error handling and printing are in `cli_options.py`.
+Shared options are in `cli/options.py`; error handling and printing in `cli/running.py`.
 """
 
 from __future__ import annotations
@@ -17,17 +17,15 @@ from layergrad.cli import fit, gate
 from layergrad.cli.options import (
     comma_list,
     data_options,
-    emit,
     force_option,
     format_options,
-    handle_errors,
     load_options,
     measure_options,
     plot_option,
     probe_options,
-    write_plot,
     wrt_options,
 )
+from layergrad.cli.running import emit, handle_errors, write_plot
 from layergrad.core.cluster import reports_here
 from layergrad.core.vocab import FAILING_STATUSES, Flag, OutputFormat, Wrt
 

@@ -12,12 +12,11 @@ import click
 
 from layergrad.cli.options import (
     comma_list,
-    emit,
     format_options,
-    handle_errors,
     load_options,
     training_data_options,
 )
+from layergrad.cli.running import emit, handle_errors
 from layergrad.core.vocab import DEFAULT_FIT_FAIL_ON, TRAINING_FINDINGS, OutputFormat
 
 

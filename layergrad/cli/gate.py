@@ -16,15 +16,14 @@ import click
 from layergrad.cli.options import (
     comma_list,
     data_options,
-    emit,
     force_option,
     format_options,
-    handle_errors,
     load_options,
     probe_options,
     tolerance_option,
     wrt_options,
 )
+from layergrad.cli.running import emit, handle_errors
 from layergrad.core.cluster import reports_here
 from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding, OutputFormat
 

@@ -1,0 +1,159 @@
+"""Running a command: its errors as one line and exit code 2, stdout holding only the report,
+and printing the report (or its chart).
+
+Nothing here imports TensorFlow (or numpy) at import time, so `layergrad --help` is instant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import sys
+import traceback
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, NoReturn, TextIO, TypeVar, cast
+
+import click
+
+from layergrad.core.errors import LayergradError, describe, one_line
+from layergrad.core.vocab import OutputFormat
+
+if TYPE_CHECKING:
+    from layergrad.core.results import InspectReport, ScanReport, WeightScanReport
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def handle_errors(func: F) -> F:
+    """Turn API errors into one line on stderr and exit code 2 (a traceback with --debug)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: object, **kwargs: object) -> object:
+        debug = kwargs.get("debug", False)
+        try:
+            with warnings.catch_warnings(), report_stdout():
+                if not debug:
+                    warnings.simplefilter("ignore")
+                return func(*args, **kwargs)
+        except click.ClickException:
+            raise
+        except LayergradError as exc:
+            usage_error(exc, bool(debug))
+        except Exception as exc:  # an unexpected failure still gets one readable line
+            if debug:
+                traceback.print_exc()
+            from layergrad.render.escape import visible
+
+            click.echo(
+                f"error: unexpected {type(exc).__name__}: {one_line(visible(describe(exc)))} "
+                "(run again with --debug for the traceback)",
+                err=True,
+            )
+            sys.exit(2)
+
+    wrapper.report_stdout = True  # type: ignore[attr-defined]  # tests find it on every command
+    return cast(F, wrapper)
+
+
+_REPORT_STREAMS: list[TextIO] = []  # where `emit` writes: the real stdout of each command
+
+
+@contextlib.contextmanager
+def report_stdout() -> Iterator[None]:
+    """While a command runs, send whatever anything prints to stdout to stderr instead.
+
+    Keras (`Found 40 files.`), TensorFlow and a user's data function print while the tool
+    works; stdout must hold exactly one report. `sys.stdout` points at stderr for the duration,
+    and so does file descriptor 1 when stdout is a real file (C code writes to it directly);
+    `emit` writes the report to the real stdout, kept aside.
+    """
+    real = sys.stdout
+    try:
+        descriptor = real.fileno()
+    except (AttributeError, OSError, ValueError):  # click's test runner: an in-memory stream
+        descriptor = -1
+    kept = -1
+    report: TextIO = real
+    if descriptor == 1:
+        real.flush()
+        kept = os.dup(1)
+        os.dup2(2, 1)
+        report = open(  # noqa: SIM115  (closed below, after the command)
+            kept, "w", encoding=real.encoding, errors=real.errors, closefd=False
+        )
+    _REPORT_STREAMS.append(report)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = real
+        _REPORT_STREAMS.pop()
+        if kept >= 0:
+            report.close()
+            real.flush()
+            os.dup2(kept, 1)
+            os.close(kept)
+
+
+def _report_stream() -> TextIO:
+    """The stream a report goes to: the command's real stdout."""
+    return _REPORT_STREAMS[-1] if _REPORT_STREAMS else sys.stdout
+
+
+def usage_error(exc: LayergradError, debug: bool = False) -> NoReturn:
+    """One line on stderr (a traceback too with --debug), exit code 2."""
+    from layergrad.render.escape import visible
+
+    if debug:
+        traceback.print_exc()
+    click.echo(f"error: {one_line(visible(str(exc)))}", err=True)
+    sys.exit(2)
+
+
+def write_plot(
+    report: InspectReport | ScanReport | WeightScanReport,
+    path: str,
+    protected: Sequence[str | os.PathLike[str] | None] = (),
+    force: bool = False,
+) -> None:
+    """Save the report's chart (never over a `protected` file) and say so on stderr."""
+    from layergrad.render import plot
+
+    written = plot.save_figure(plot.report_figure(report), path, protected, force=force)
+    kind = "unit-sensitivity" if hasattr(report, "results") else "gradient-flow"
+    click.echo(f"wrote {kind} chart to {path} ({written})", err=True)
+
+
+def emit(
+    command: str, fmt: OutputFormat, value: object, accepted: Iterable[str] = (), **options: object
+) -> None:
+    """Print a report on stdout in the chosen format; the audit findings accepted with
+    --unsafe go to stderr first. `options` go to the renderer (`show_all` for `diff`)."""
+    from layergrad.render import render
+    from layergrad.render.escape import visible
+
+    for line in accepted:
+        click.echo(f"warning: {visible(line)}; accepted because of --unsafe", err=True)
+    stream = _report_stream()
+    color, width = _terminal(stream)
+    text = render(command, fmt, value, color=color, width=width, **options)
+    click.echo(text, file=stream, nl=fmt == OutputFormat.JSON)
+    stream.flush()
+
+
+def _terminal(stream: TextIO) -> tuple[bool, int | None]:
+    """(use colour, width) for stdout; width None (as wide as needed) when it is not a terminal."""
+    if not stream.isatty():
+        columns = os.environ.get("COLUMNS", "")
+        return False, int(columns) if columns.isdigit() else None
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit():
+        return "NO_COLOR" not in os.environ, int(columns)
+    try:
+        width = os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        width = shutil.get_terminal_size((100, 24)).columns
+    return "NO_COLOR" not in os.environ, width
