@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from layergrad.commands.session import Session, open_session
-from layergrad.core.errors import InputError
+from layergrad.core.errors import InputError, UsageError
 from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
 from layergrad.core.results import InspectReport, Result, ScanReport, WeightScanReport
 from layergrad.core.vocab import Measure, Status
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from layergrad.core.probe_options import ProbeFields
+    from layergrad.engine.jacobian import JacobianOptions
     from layergrad.files.outputs import Written
 
 __all__ = ["ProbeOptions", "inspect_model", "save_gradients", "scan_model", "scan_weights_model"]
@@ -79,17 +80,11 @@ def inspect_model(
     targets, imports = _one_or_many(targets), _one_or_many(imports)
     if not targets:
         raise InputError("give at least one target layer (--to)")
-    from layergrad.engine import jacobian
-
-    jacobian.check_options(measure, probes, exact)
-    _check_top(top)
     options = options or ProbeOptions(**probe)
+    how = _jacobian_options(measure, probes, exact, top, options.seed)
     if options.data is not None:
         from layergrad.commands import over_data
 
-        how = None
-        if measure == Measure.JACOBIAN:
-            how = jacobian.JacobianOptions(probes, exact, options.seed)
         return over_data.inspect_data(
             path,
             source,
@@ -108,7 +103,7 @@ def inspect_model(
         imports=imports,
         unsafe=unsafe,
     )
-    results = _inspect(session, source, targets, measure, probes, exact)
+    results = _inspect(session, source, targets, how)
     trained, untrained = _train_untrained_batchnorm(session)
     if untrained and any(res.status != Status.OK for res in results):
         # never-trained BatchNormalization does not normalize in inference: probe as training
@@ -122,20 +117,16 @@ def inspect_model(
         )
         results = tuple(
             replace(res, warnings=(*res.warnings, *said))
-            for res in _inspect(session, source, targets, measure, probes, exact)
+            for res in _inspect(session, source, targets, how)
         )
     return InspectReport(model=session.model_meta, probe=session.probe_meta, results=results)
 
 
 def _inspect(
-    session: Session,
-    source: str,
-    targets: Sequence[str],
-    measure: str,
-    probes: int | None,
-    exact: bool,
+    session: Session, source: str, targets: Sequence[str], how: JacobianOptions | None
 ) -> tuple[Result, ...]:
-    """One probe of the session's model: the results of `inspect_model`."""
+    """One probe of the session's model: the results of `inspect_model` (with their Jacobian
+    norms when `how` says how to measure them)."""
     from layergrad.diagnose import diagnoser
     from layergrad.engine import jacobian
     from layergrad.engine import probe as probing
@@ -145,7 +136,7 @@ def _inspect(
     source_site = layer_refs.resolve(model, source)
     target_sites = [layer_refs.resolve(model, ref) for ref in targets]
     live = None
-    if measure == Measure.JACOBIAN:  # one forward pass serves the gradient and the Jacobians
+    if how is not None:  # one forward pass serves the gradient and the Jacobians
         live = probing.live_probe(
             model,
             session.batch,
@@ -173,8 +164,7 @@ def _inspect(
         replace(res, warnings=(*res.warnings, note)) if note else res
         for res, note in zip(results, notes, strict=True)
     )
-    if live is not None:
-        how = jacobian.JacobianOptions(probes, exact, opts.seed)
+    if live is not None and how is not None:
         results = jacobian.with_jacobians(results, live, how)
     return results
 
@@ -229,12 +219,10 @@ def scan_model(
         ['x', 'stem']
     """
     from layergrad.commands.scan import scan_session
-    from layergrad.engine.jacobian import JacobianOptions, check_options
 
-    check_options(measure, probes, exact)
     layers, imports = _one_or_many(layers), _one_or_many(imports)
-    _check_top(top)
     options = options or ProbeOptions(**probe)
+    how = _jacobian_options(measure, probes, exact, top, options.seed)
     if options.data is not None:
         from layergrad.commands import over_data
 
@@ -246,9 +234,7 @@ def scan_model(
             imports=imports,
             unsafe=unsafe,
             on_progress=on_progress,
-            jacobian=JacobianOptions(probes, exact, options.seed)
-            if measure == Measure.JACOBIAN
-            else None,
+            jacobian=how,
             top=top,
         )
     session = open_session(
@@ -259,15 +245,20 @@ def scan_model(
         imports=imports,
         unsafe=unsafe,
     )
-    how = None
-    if measure == Measure.JACOBIAN:
-        how = JacobianOptions(probes, exact, session.options.seed)
     return scan_session(session, target, layers, jacobian=how)
 
 
-def _check_top(top: int) -> None:
+def _jacobian_options(
+    measure: str, probes: int | None, exact: bool, top: int, seed: int
+) -> JacobianOptions | None:
+    """The measure keywords of `inspect_model` and `scan_model`, checked: how to measure the
+    Jacobian norms, or None for the gradient alone."""
+    from layergrad.engine.jacobian import JacobianOptions, check_options
+
+    check_options(measure, probes, exact)
     if top < 1:
-        raise InputError(f"--top must be at least 1: top={top}")
+        raise UsageError(f"--top must be at least 1: top={top}")
+    return JacobianOptions(probes, exact, seed) if measure == Measure.JACOBIAN else None
 
 
 def scan_weights_model(
