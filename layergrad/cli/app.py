@@ -127,7 +127,7 @@ def inspect(
     from layergrad.cli.progress import sample_progress
     from layergrad.commands import api
     from layergrad.files import outputs
-    from layergrad.render import plot
+    from layergrad.render import chart_files
 
     if save_gradient and not save_gradient.endswith((".npy", ".npz")):
         raise click.BadParameter("must end in .npy or .npz", param_hint="--save-gradient")
@@ -141,7 +141,7 @@ def inspect(
         )
     reads = [model, probe.input_file, *imports, *outputs.data_inputs(probe.data)]
     if plot_file:
-        plot.check_plot_path(plot_file, reads, force=force)
+        chart_files.check_plot_path(plot_file, reads, force=force)
     if save_gradient:
         outputs.check_target(
             save_gradient, "--save-gradient", save_gradient[-3:], reads, force=force
@@ -279,7 +279,7 @@ def scan(
     from layergrad.cli.progress import sample_progress
     from layergrad.commands import api
     from layergrad.files import outputs
-    from layergrad.render import plot
+    from layergrad.render import chart_files
 
     if wrt == Wrt.WEIGHTS and (target or patterns):
         raise click.UsageError("--to and --layers choose activations; drop them with --wrt weights")
@@ -289,7 +289,7 @@ def scan(
         raise click.UsageError("--measure jacobian is for activations; drop it with --wrt weights")
     reads = [model, probe.input_file, *imports, *outputs.data_inputs(probe.data)]
     if plot_file:
-        plot.check_plot_path(plot_file, reads, force=force)
+        chart_files.check_plot_path(plot_file, reads, force=force)
     if wrt == Wrt.WEIGHTS:
         with sample_progress(probe.data is not None and not quiet) as on_progress:
             weights = api.scan_weights_model(

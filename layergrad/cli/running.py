@@ -120,9 +120,9 @@ def write_plot(
     force: bool = False,
 ) -> None:
     """Save the report's chart (never over a `protected` file) and say so on stderr."""
-    from layergrad.render import plot
+    from layergrad.render import chart_files, plot
 
-    written = plot.save_figure(plot.report_figure(report), path, protected, force=force)
+    written = chart_files.save_figure(plot.report_figure(report), path, protected, force=force)
     kind = "unit-sensitivity" if hasattr(report, "results") else "gradient-flow"
     click.echo(f"wrote {kind} chart to {path} ({written})", err=True)
 

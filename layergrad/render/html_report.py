@@ -22,7 +22,7 @@ from layergrad.core.results import (
     ScanReport,
     ScanRow,
 )
-from layergrad.render import plot
+from layergrad.render import chart_files, plot
 from layergrad.render.common import number as fmt
 from layergrad.render.common import shape_text, target_text
 from layergrad.render.html_page import (
@@ -156,7 +156,7 @@ def _chart(fig: Figure, label: str) -> Html:
     """A figure inlined as SVG, drawn a little larger than its natural size where room allows."""
     width = round(fig.get_figwidth() * 96 * CHART_SCALE)
     # matplotlib writes the SVG and escapes every text in it; it is inserted as markup.
-    svg = Html(plot.figure_svg(fig))
+    svg = Html(chart_files.figure_svg(fig))
     return el(
         "figure", svg, class_="chart", role="img", aria_label=label, style=f"max-width:{width}px"
     )

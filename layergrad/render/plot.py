@@ -1,5 +1,5 @@
 """Charts of results with matplotlib: the gradient-flow profile of a scan, the most sensitive
-units of an inspect. One function builds a Figure from a result, another saves it.
+units of an inspect: a Figure from a result (`chart_files.py` writes it).
 
 matplotlib is imported inside the functions that draw, never at module import, so commands that
 do not plot do not pay for it. Figures are made without pyplot and drawn on an Agg canvas, so
@@ -8,21 +8,17 @@ building one never changes the backend of a notebook or script that calls the AP
 
 from __future__ import annotations
 
-import io
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from layergrad.core.errors import UsageError
 from layergrad.core.results import InspectReport, Result, ScanReport, ScanRow, WeightScanReport
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-PLOT_FORMATS = (".png", ".svg", ".pdf")
 ROWS_PER_COLUMN = 60  # a longer scan wraps into columns that share the log axis
 ROW_INCHES = 0.17  # about 1.5 lines of 8 pt text per bar: labels never overlap
 MIN_DECADES = 3
@@ -332,100 +328,3 @@ def _label(name: str) -> str:
         return name
     half = (LABEL_CHARS - 1) // 2
     return f"{name[:half]}…{name[-half:]}"
-
-
-def check_plot_path(
-    path: str | os.PathLike[str],
-    protected: Sequence[str | os.PathLike[str] | None] = (),
-    *,
-    force: bool = False,
-) -> str:
-    """Validate a `--plot` path before any work: a known extension, a target `outputs` accepts
-    (not an input of this run, a directory or a file of another kind).
-
-    Args:
-        path: where the chart will go; its extension chooses the format.
-        protected: paths that must never be written over (the model file, the `--input` file,
-            the `--data` file or folder).
-        force: replace an existing file even when it is not a chart.
-
-    Returns:
-        The path as a string.
-
-    Raises:
-        UsageError: an unknown extension; OutputError: a target `outputs` refuses.
-    """
-    from layergrad.files.outputs import check_target
-
-    text = os.fspath(path)
-    ext = os.path.splitext(text)[1].lower()
-    if ext not in PLOT_FORMATS:
-        raise UsageError(
-            f"--plot {text}: unknown chart format {ext or '(no extension)'!r}; "
-            f"use a file ending in {', '.join(PLOT_FORMATS)}"
-        )
-    reads = [None if p is None else os.fspath(p) for p in protected]
-    check_target(text, "--plot", "chart", reads, force=force)
-    return text
-
-
-def save_figure(
-    fig: Figure,
-    path: str | os.PathLike[str],
-    protected: Sequence[str | os.PathLike[str] | None] = (),
-    *,
-    force: bool = False,
-) -> str:
-    """Write a figure; the format follows the extension (.png, .svg, .pdf).
-
-    The output is reproducible: no creation date or software version is written. The file is
-    written by `outputs.write_file` (never over `protected` files or a file that is not a
-    chart, through a temporary file).
-
-    Returns:
-        The format written ("png", "svg" or "pdf").
-
-    Raises:
-        UsageError: an unknown extension; InputError: a missing folder; OutputError: the
-            file cannot or must not be written.
-    """
-    from layergrad.files import outputs
-
-    text = check_plot_path(path)
-    fmt = os.path.splitext(text)[1].lower().lstrip(".")
-    outputs.write_file(text, "--plot", "chart", figure_bytes(fig, fmt), protected, force=force)
-    return fmt
-
-
-def figure_bytes(fig: Figure, fmt: str) -> bytes:
-    """The figure as a reproducible ``png``, ``svg`` or ``pdf`` file (no date, no version)."""
-    metadata: dict[str, None] = {
-        "png": {"Software": None},
-        "svg": {"Date": None},
-        "pdf": {"CreationDate": None, "Producer": None},
-    }[fmt]
-    import matplotlib
-
-    buffer = io.BytesIO()
-    with matplotlib.rc_context({"svg.hashsalt": "layergrad"}):
-        fig.savefig(buffer, format=fmt, dpi=150, metadata=metadata)
-    return buffer.getvalue()
-
-
-def figure_svg(fig: Figure) -> str:
-    """The figure as an `<svg>` element for inlining in HTML (text kept as text, no prolog).
-
-    matplotlib escapes text in its SVG output, so names read from a model file stay text.
-    """
-    import matplotlib
-
-    buffer = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "layergrad"}):
-        fig.savefig(buffer, format="svg", metadata={"Date": None})
-    svg = buffer.getvalue()
-    svg = svg[svg.index("<svg") :]
-    # The RDF metadata names matplotlib's web site; a page that fetches nothing carries no URL.
-    start, end = svg.find("<metadata>"), svg.find("</metadata>")
-    if start != -1 and end != -1:
-        svg = svg[:start] + svg[end + len("</metadata>") :]
-    return svg

@@ -28,7 +28,7 @@ from layergrad.cli.app import main
 from layergrad.commands.api import inspect_model, scan_model
 from layergrad.core.errors import LayergradError
 from layergrad.core.results import GradientStats, ModelMeta, ProbeMeta, ScanReport, ScanRow
-from layergrad.render import html_report, plot
+from layergrad.render import chart_files, html_report, plot
 
 PROBE = ProbeMeta("random", 0, 8, False, "sum")
 
@@ -146,18 +146,18 @@ def test_png_svg_and_pdf_files_are_valid_with_one_bar_per_row(tmp_path):
 
     report = scan_model(sample("hand_set.keras"), target="b")
     fig = plot.scan_figure(report)
-    assert plot.save_figure(fig, tmp_path / "flow.png") == "png"
+    assert chart_files.save_figure(fig, tmp_path / "flow.png") == "png"
     with Image.open(tmp_path / "flow.png") as image:
         assert image.format == "PNG"
         assert image.size == (round(fig.get_figwidth() * 150), round(fig.get_figheight() * 150))
         assert len(image.convert("RGB").getcolors(1 << 20)) > 10
-    plot.save_figure(fig, tmp_path / "flow.svg")
+    chart_files.save_figure(fig, tmp_path / "flow.svg")
     assert svg_ids(tmp_path / "flow.svg") == ["lg-bar-0", "lg-bar-1", "lg-bar-2"]
-    plot.save_figure(fig, tmp_path / "flow.pdf")
+    chart_files.save_figure(fig, tmp_path / "flow.pdf")
     data = (tmp_path / "flow.pdf").read_bytes()
     assert data.startswith(b"%PDF-") and b"%%EOF" in data[-32:]
     # Reproducible: the same figure saves to the same bytes (no date, no version).
-    plot.save_figure(fig, tmp_path / "again.png")
+    chart_files.save_figure(fig, tmp_path / "again.png")
     assert (tmp_path / "again.png").read_bytes() == (tmp_path / "flow.png").read_bytes()
 
 
@@ -188,7 +188,7 @@ def test_the_jacobian_profile_is_drawn_when_rows_carry_one(tmp_path):
     assert [points[f"lg-jac-{i}"].get_xdata()[0] for i in range(2)] == [3.0, 40.0]
     assert fig.axes[0].get_xlim()[1] > 40.0
     assert "Jacobian" in fig.legends[0].get_texts()[-1].get_text()
-    plot.save_figure(fig, tmp_path / "jac.svg")
+    chart_files.save_figure(fig, tmp_path / "jac.svg")
     assert sum(i.startswith("lg-jac-") for i in svg_ids(tmp_path / "jac.svg")) == 2
     assert plot.scan_figure(base).findobj(lambda a: (a.get_gid() or "").startswith("lg-jac")) == []
     page = read_page(html_report.scan_html(report))  # the page gets a column and the markers
@@ -202,7 +202,7 @@ def test_names_with_mathtext_and_markup_are_drawn_literally():
     fig = plot.scan_figure(report)
     fig.canvas.draw()  # mathtext would fail on the last name
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == names
-    svg = plot.figure_svg(fig)
+    svg = chart_files.figure_svg(fig)
     assert "&lt;img src=x onerror=alert(1)&gt;" in svg and "<img" not in svg
 
 
@@ -218,10 +218,12 @@ def test_check_plot_path_refuses_unknown_formats_and_input_files(tmp_path):
         (link, [None, model], "which this run reads; refusing to write over it"),
     ]:
         with pytest.raises(LayergradError, match=message.replace("(", r"\(").replace(")", r"\)")):
-            plot.check_plot_path(path, protected)
-    assert plot.check_plot_path(tmp_path / "ok.PDF", [model]) == str(tmp_path / "ok.PDF")
+            chart_files.check_plot_path(path, protected)
+    assert chart_files.check_plot_path(tmp_path / "ok.PDF", [model]) == str(tmp_path / "ok.PDF")
     # a folder that does not exist yet is made, as for --junit and --save-gradient
-    assert plot.check_plot_path(tmp_path / "new" / "x.png") == str(tmp_path / "new" / "x.png")
+    assert chart_files.check_plot_path(tmp_path / "new" / "x.png") == str(
+        tmp_path / "new" / "x.png"
+    )
 
 
 def test_cli_plot_writes_the_file_and_says_so(tmp_path):
