@@ -156,6 +156,6 @@ def _md_verdict(v: FileVerdict) -> str:
 
 def html(value: Sequence[FileVerdict], **_: object) -> str:
     """One self-contained HTML page (inline style and charts, nothing fetched)."""
-    from layergrad.render.html_report import check_html
+    from layergrad.render.check_page import check_html
 
     return check_html(value)

@@ -1,4 +1,5 @@
-"""Render results as one self-contained HTML page each: inspect, scan and check. Pure functions.
+"""Render results as one self-contained HTML page each: inspect and scan (check: `check_page.py`).
+Pure functions.
 
 A page states its verdict first, then the header (model, format, probe, target, mode), the
 chart (matplotlib SVG, inline), and every row of the text report in tables that sort when
@@ -13,8 +14,6 @@ from typing import TYPE_CHECKING
 
 from layergrad.core.results import (
     Cause,
-    CheckItem,
-    FileVerdict,
     InspectReport,
     ModelMeta,
     ProbeMeta,
@@ -93,46 +92,6 @@ def scan_html(report: ScanReport) -> str:
             for status, layers, causes in groups
         ]
     return page(f"layergrad scan: {report.model.path}", body)
-
-
-def check_html(verdicts: Sequence[FileVerdict]) -> str:
-    """The `check` page: the verdict, a summary row per file, then a section per file.
-
-    Failed files come first, and within a file its failed checks come first.
-    """
-    failed = [i for i, v in enumerate(verdicts) if not v.passed]
-    passed = len(verdicts) - len(failed)
-    if failed:
-        verdict = el(
-            "p", f"FAIL: {len(failed)} of {len(verdicts)} files failed", class_="verdict bad"
-        )
-    else:
-        warned = sum(len(v.warnings) for v in verdicts)
-        extra = f", {warned} warning{'s' if warned != 1 else ''}" if warned else ""
-        verdict = el(
-            "p",
-            f"PASS: all {len(verdicts)} files passed{extra}",
-            class_="verdict warn" if warned else "verdict ok",
-        )
-    rows = [_check_summary_row(i, v) for i, v in enumerate(verdicts)]
-    classes = [None if v.passed else "failed" for v in verdicts]
-    order = failed + [i for i, v in enumerate(verdicts) if v.passed]
-    body: list[Html | None] = [
-        el("h1", "layergrad check"),
-        verdict,
-        definition_list(
-            [
-                ("files", str(len(verdicts))),
-                ("passed", str(passed)),
-                ("failed", str(len(failed))),
-                ("warnings", str(sum(len(v.warnings) for v in verdicts))),
-            ]
-        ),
-        el("h2", "Files"),
-        table(["file", "verdict", "checks", "findings"], rows, row_classes=classes),
-    ]
-    body += [_file_section(i, verdicts[i]) for i in order]
-    return page("layergrad check", body)
 
 
 def flagged(flags: Sequence[str]) -> str | None:
@@ -371,46 +330,3 @@ def _cause_groups(rows: Sequence[ScanRow]) -> list[tuple[str, list[str], tuple[C
             key = (row.status, *((c.code, c.layer, c.message) for c in row.causes))
             groups.setdefault(key, (row.status, [], row.causes))[1].append(row.layer)
     return list(groups.values())
-
-
-def _check_summary_row(index: int, v: FileVerdict) -> list[Html]:
-    failed = [c.name for c in v.checks if not c.passed]
-    marks = f"{len(v.checks) - len(failed)}/{len(v.checks)} ok"
-    marks += f", failed: {', '.join(failed)}" if failed else ""
-    failures = [badge(f, "bad") for f in dict.fromkeys(v.failures)]
-    warnings = [badge(f"{f} (warning)", "warn") for f in dict.fromkeys(v.warnings)]
-    return [  # a file name never breaks; what each finding says is in the file's section
-        cell(el("a", el("code", v.path), href=f"#file-{index}"), sort=v.path, cls="name"),
-        cell(_verdict_badge(v), sort=0 if not v.passed else 1 if v.warnings else 2),
-        cell(marks, sort=len(failed)),
-        cell(join([*failures, *warnings])),
-    ]
-
-
-def _verdict_badge(v: FileVerdict) -> Html:
-    """PASS (green), PASS with warnings (yellow) or FAIL (red), with the warnings counted."""
-    kind = "bad" if not v.passed else "warn" if v.warnings else "ok"
-    return badge(v.verdict, kind)
-
-
-def _file_section(index: int, v: FileVerdict) -> Html:
-    checks = sorted(v.checks, key=lambda c: c.passed)  # stable: failed first, in check order
-    rows = [_check_row(c) for c in checks]
-    title = el("h2", _verdict_badge(v), " ", el("code", v.path, class_="name"))
-    return el(
-        "section",
-        title,
-        table(["check", "result", "message", "findings"], rows),
-        id=f"file-{index}",
-    )
-
-
-def _check_row(c: CheckItem) -> list[Html]:
-    failures = [badge(f, "bad") for f in c.failures]
-    warnings = [badge(f"{f} (warning)", "warn") for f in c.warnings]
-    return [
-        cell(c.name),
-        cell(badge("pass", "ok") if c.passed else badge("fail", "bad"), sort=int(c.passed)),
-        cell(c.message),
-        cell(join([*failures, *warnings])),
-    ]
