@@ -44,7 +44,7 @@ def dynamic_data(
     with `baseline` the baseline check over the same data (the loss's gradient over the data
     for a file with a loss)."""
     from layergrad.commands import over_data
-    from layergrad.engine.data_step import BatchFailed
+    from layergrad.engine.step_calls import BatchFailed
 
     probe = options.probing()
     other, sha = False, ""
@@ -135,7 +135,7 @@ def _baseline_over_data(
     every sample (`scan --wrt weights --data`), else the rows of the streamed scan."""
     from layergrad.commands import over_data
     from layergrad.core.results import ScanReport
-    from layergrad.engine.data_step import BatchFailed
+    from layergrad.engine.step_calls import BatchFailed
 
     loaded, warnings, strategy = opened
     full = None

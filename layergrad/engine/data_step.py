@@ -5,7 +5,8 @@ where it is produced; the step packs those reductions into a few tensors (`summa
 one batch it runs eagerly (no tracing cost) and the packs are the totals. Over a data set it
 is a `tf.function` traced once (the batch axis is None, so the last partial batch reuses
 it), run under a `tf.distribute` strategy, one compiled call per batch, and the packs add up
-in `accumulate.Accumulators` on each replica. `Step.result` unpacks the totals per layer.
+in `accumulators.Accumulators` on each replica. `Step.result` unpacks the totals per layer
+(`packed_totals.py`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
@@ -28,15 +29,21 @@ from layergrad.core.tf_types import (
     KerasModel,
     Strategy,
     Tensor,
-    TensorTree,
-    TFFunction,
 )
-from layergrad.data import aggregates as tt
 from layergrad.data import reductions as sm
 from layergrad.data.accumulators import POSITION, Accumulators, single_totals, summary_shapes
-from layergrad.data.aggregates import ForwardTotals, GradientTotals, first_batch
+from layergrad.data.aggregates import ForwardTotals, GradientTotals
 from layergrad.engine.capture import Plan, Record, Recorder, installed, is_float, key, recording
 from layergrad.engine.layer_calls import check_all_called, site_groups, unique_leaves
+from layergrad.engine.packed_totals import Layout, Unpack
+from layergrad.engine.step_calls import (
+    call_model,
+    fused_step,
+    guarded,
+    is_default,
+    masked,
+    pad_if_empty,
+)
 from layergrad.model.layer_refs import Site, iter_layers
 
 if TYPE_CHECKING:
@@ -93,16 +100,6 @@ class StreamRun:
         return None
 
 
-@dataclass
-class _Layout:
-    """Where each layer's share is in the packed summaries (known once traced)."""
-
-    records: list[Record] = field(default_factory=list)
-    grads: list[tuple[int, str]] = field(default_factory=list)  # (target, output name)
-    forward: list[str] = field(default_factory=list)
-    open_dims: list[str] = field(default_factory=list)
-
-
 class Step:
     """The per-batch computation for a model and a plan; `compute(inputs)` returns summaries.
 
@@ -112,7 +109,7 @@ class Step:
 
     def __init__(self, model: KerasModel, plan: Plan) -> None:
         self.model, self.plan = model, plan
-        self.layout = _Layout()  # filled while tracing (or running eagerly)
+        self.layout = Layout()  # filled while tracing (or running eagerly)
         self.traces = 0  # calls of `compute` in Python: traces, or eager runs
         if plan.every_leaf:
             self.groups: list[tuple[KerasLayer, str]] = [
@@ -134,14 +131,14 @@ class Step:
         tape = tf.GradientTape(persistent=len(self.plan.targets) > 1)
         with recording(Recorder(self.plan, tape, samples=samples)) as rec, tape:
             fed = rec.inputs(self.model, list(inputs))
-            outputs = _call_model(self.model, fed, self.plan.training)
+            outputs = call_model(self.model, fed, self.plan.training)
             for site in self.plan.sources:
                 if key(site) not in rec.captured:
                     check_all_called([site], rec.captured, rec.calls)
             scalars = [rec.target_scalar(t, outputs) for t in self.plan.targets]
         names = list(rec.anchors)
         anchors = [rec.anchors[n] for n in names]
-        layout = _Layout(rec.records, forward=list(rec.forward), open_dims=list(rec.open_dims))
+        layout = Layout(rec.records, forward=list(rec.forward), open_dims=list(rec.open_dims))
         vectors, widths = [], []
         for t, scalar in enumerate(scalars):
             found = tape.gradient(scalar, anchors) if scalar is not None and anchors else []
@@ -167,7 +164,7 @@ class Step:
     ) -> StreamRun:
         """Unpack the summed summaries into one entry per captured activation."""
         scale = 1.0 / samples if self.plan.reduce == "mean" and self.plan.data and samples else 1.0
-        unpack = _Unpack(self.layout, totals, scale)
+        unpack = Unpack(self.layout, totals, scale)
         records = self.layout.records
         targets: list[Probed | None] = []
         for target in self.plan.targets:
@@ -202,7 +199,7 @@ class Step:
     def _record_of(self, k: Key) -> int | None:
         return next((r for r, rec in enumerate(self.layout.records) if key(rec.site) == k), None)
 
-    def _chosen_output(self, r: int, unpack: _Unpack) -> int:
+    def _chosen_output(self, r: int, unpack: Unpack) -> int:
         """The first output the (first) target depends on, else the first tensor output."""
         outputs = self.layout.records[r].outputs
         tensors = [i for i, o in enumerate(outputs) if o is not None]
@@ -210,7 +207,7 @@ class Step:
         return found[0] if found else (tensors[0] if tensors else 0)
 
     def _probed(
-        self, r: int, k: int, unpack: _Unpack, samples: int, site: Site | None = None
+        self, r: int, k: int, unpack: Unpack, samples: int, site: Site | None = None
     ) -> Probed:
         rec = self.layout.records[r]
         out, site = rec.outputs[k], site or rec.site
@@ -226,66 +223,13 @@ class Step:
         return Probed(site, shape, out.dtype, k)
 
 
-class _Unpack:
-    """One layer's share of the packed totals."""
-
-    def __init__(self, layout: _Layout, totals: dict[str, np.ndarray], scale: float) -> None:
-        self.totals, self.scale = totals, scale
-        self.grads = {entry: p for p, entry in enumerate(layout.grads)}
-        self.fwd = {name: q for q, name in enumerate(layout.forward)}
-        widths = [int(w) for w in totals.get("usizes", [])]
-        self.offsets = np.concatenate([[0], np.cumsum([2 * w for w in widths])]).astype(int)
-        self.widths = widths
-        self.open: dict[str, slice] = {}  # where each output's sizes after the batch axis are
-        start = 0
-        for name in layout.open_dims:
-            r, i = (int(part) for part in name.split("."))
-            output = layout.records[r].outputs[i]
-            count = len(output.shape) - 1 if output is not None else 0
-            self.open[name] = slice(start, start + count)
-            start += count
-
-    def has_gradient(self, t: int, name: str) -> bool:
-        return (t, name) in self.grads
-
-    def gradient(self, t: int, name: str) -> GradientTotals | None:
-        p = self.grads.get((t, name))
-        if p is None:
-            return None
-        tot, w = self.totals, self.widths[p]
-        dist = None
-        if "dist" in tot:
-            dist = np.concatenate([tot["dist"][p], [tot["dmin"][p], tot["dmax"][p]]])
-        return GradientTotals(
-            fields=tot["grad"][p],
-            max_abs=float(tot["gmax"][p]),
-            units=tot["units"][self.offsets[p] : self.offsets[p] + 2 * w].reshape(2, w),
-            first_nonfinite=first_batch(float(tot["grad/first"][p])),
-            dist=dist,
-            hist=tot["hist"][p] if "hist" in tot else None,
-            scale=self.scale,
-        )
-
-    def forward(self, name: str) -> ForwardTotals | None:
-        q = self.fwd.get(name)
-        if q is None:
-            return None
-        return ForwardTotals.from_totals(self.totals["fwd"][q], float(self.totals["fwd/first"][q]))
-
-    def dims(self, name: str) -> list[int]:
-        """The largest sizes seen after the batch axis of output `name`, when the model
-        leaves some of them open ([] when every size is known)."""
-        where = self.open.get(name)
-        return [] if where is None else [int(d) for d in self.totals["dims"][where]]
-
-
 def run_batch(model: KerasModel, plan: Plan, inputs: Sequence[np.ndarray]) -> StreamRun:
     """The step on one batch, eagerly: what `scan` needs without keeping any gradient."""
     tf, _ = quiet_import()
     step = Step(model, plan)
     tensors = [tf.convert_to_tensor(a) for a in inputs]
     with step.installed():
-        summaries = _guarded(lambda: step.compute(tensors), "the probe batch")
+        summaries = guarded(lambda: step.compute(tensors), "the probe batch")
     samples = int(sm.samples_in(tensors[0])) if tensors else 0
     return step.result(single_totals(summaries), samples, batches=1, replicas=1)
 
@@ -322,7 +266,7 @@ def run_stream(
     workers = is_multi_worker(strategy)
     if workers:  # each worker runs its own shard; its batches go to its replicas in turn
         dataset = strategy.distribute_datasets_from_function(lambda _: stream.indexed())
-    elif _is_default(strategy):
+    elif is_default(strategy):
         dataset = stream.indexed()
     else:
         dataset = strategy.experimental_distribute_dataset(stream.indexed())
@@ -330,13 +274,13 @@ def run_stream(
     size = float(getattr(stream, "batch_size", 0) or 0)
     base = float(getattr(stream, "first_sample", 0) or 0)
 
-    spread = not _is_default(strategy)  # a replica's share of a batch may be empty
+    spread = not is_default(strategy)  # a replica's share of a batch may be empty
 
     def replica_step(inputs: Sequence[Tensor], samples: Tensor) -> dict[str, Tensor]:
         empty = tf.equal(tf.size(samples), 0)
         if spread:
-            inputs, fed = _one_row_if_empty(inputs, samples, empty)
-            summaries = _masked(step.compute(inputs, fed), empty)
+            inputs, fed = pad_if_empty(inputs, samples, empty)
+            summaries = masked(step.compute(inputs, fed), empty)
         else:
             summaries = step.compute(inputs, samples)
         if size:  # the batch's index in the data, from its first sample's (inf: empty)
@@ -355,10 +299,10 @@ def run_stream(
     if on_progress is not None:  # the total is known before the trace, which takes a while
         on_progress(0, stream.samples)
     with step.installed():  # the trace happens here, once; the batch axis is None
-        concrete = _guarded(compute.get_concrete_function, "the data", stream.source)
+        concrete = guarded(compute.get_concrete_function, "the data", stream.source)
         shapes = summary_shapes(strategy, concrete.structured_outputs)
         acc = None if shapes is None else Accumulators(strategy, shapes)
-        fused = None if acc is None else _fused(strategy, concrete, acc, signature)
+        fused = None if acc is None else fused_step(strategy, concrete, acc, signature)
         iterator = iter(dataset)
         while True:
             try:
@@ -384,14 +328,14 @@ def run_stream(
             rows = stream.check_batch(where(batches), parts)
             name = f"batch {where(batches)}"
             if fused is not None:
-                _guarded(partial(fused, batch), name, stream.source)
+                guarded(partial(fused, batch), name, stream.source)
             else:  # a summary's size is only known from the first batch (an open last axis)
-                summaries = _guarded(partial(concrete, batch), name, stream.source)
+                summaries = guarded(partial(concrete, batch), name, stream.source)
                 acc = Accumulators(strategy, summary_shapes(strategy, summaries) or {})
                 tf.function(lambda s, a=acc: strategy.run(a.update, args=(s,)), autograph=False)(
                     summaries
                 )
-                fused = _fused(strategy, concrete, acc, signature)
+                fused = fused_step(strategy, concrete, acc, signature)
             done, batches = done + rows, batches + 1
             if on_progress is not None:
                 on_progress(done, stream.samples)
@@ -411,74 +355,3 @@ def with_sample_indices(dataset: Dataset, offset: int = 0) -> Dataset:
     from layergrad.data.shards import with_sample_indices as indexed
 
     return indexed(dataset, offset)
-
-
-def _one_row_if_empty(
-    inputs: Sequence[Tensor], samples: Tensor, empty: Tensor
-) -> tuple[Tensor, Tensor]:
-    """An empty share of a batch gets one row of zeros, whose summaries `_masked` drops: the
-    model never runs on zero rows (some fused CPU kernels return a wrong shape for them)."""
-    tf, _ = quiet_import()
-    extra = tf.reshape(tf.cast(empty, tf.int32), [1])
-    padded = []
-    for x in inputs:
-        zeros = tf.zeros(tf.concat([extra, tf.shape(x)[1:]], 0), x.dtype)
-        padded.append(tf.ensure_shape(tf.concat([x, zeros], 0), x.shape))
-    return tuple(padded), tf.concat([samples, tf.zeros(extra, samples.dtype)], 0)
-
-
-def _masked(summaries: dict[str, Tensor], empty: Tensor) -> dict[str, Tensor]:
-    """The summaries, or for an empty share what adds nothing: 0 to sums, -inf / +inf to
-    maxima / minima (whatever the row of zeros gave, NaN included)."""
-    tf, _ = quiet_import()
-    out = {}
-    for name, value in summaries.items():
-        identity = tf.constant(tt.initial(tt.kind_of(name), ()), tf.float64)
-        out[name] = tf.where(empty, tf.fill(tf.shape(value), identity), value)
-    return out
-
-
-def _fused(
-    strategy: Strategy, concrete: TFFunction, acc: Accumulators, signature: list[Tensor]
-) -> TFFunction:
-    """One compiled call per batch: the traced step, then adding its summaries up (its
-    concrete function: calling it skips the signature matching of each call)."""
-    tf, _ = quiet_import()
-    return tf.function(
-        lambda batch: strategy.run(acc.update, args=(concrete(batch),)),
-        input_signature=signature,
-        autograph=False,
-    ).get_concrete_function()
-
-
-def _is_default(strategy: Strategy) -> bool:
-    """Whether `strategy` is TensorFlow's default one (a single device, no distribution)."""
-    return type(strategy).__name__ == "_DefaultDistributionStrategy"
-
-
-class BatchFailed(InputError):
-    """The model's own code failed on a batch (a shape it was not built for, an id out of
-    range): an input error, which `check` records as the file's `error` finding."""
-
-
-def _guarded(run: Callable[[], T], what: str, source: str | None = None) -> T:
-    """Run the step; a failure of the model's own ops names the batch."""
-    tf, _ = quiet_import()
-    where = f"--data {source}: " if source else ""
-    try:
-        return run()
-    except (tf.errors.OpError, ValueError, TypeError) as exc:
-        detail = re.sub(r"\s*\[\[\{\{node [^]]*\]\]|\s*\[Op:[^]]*\]", "", describe(exc))
-        raise BatchFailed(
-            f"{where}the model failed on {what}: {detail}; check the values and shapes "
-            "of the data (ids inside the vocabulary, the shape the model was built for)"
-        ) from exc
-
-
-def _call_model(model: KerasModel, inputs: list[Tensor], training: bool) -> TensorTree:
-    """Call the model the way it was built to be called (one tensor, a list or a dict)."""
-    _, keras = quiet_import()
-    structure = getattr(model, "_inputs_struct", None)
-    if structure is not None and len(keras.tree.flatten(structure)) == len(inputs):
-        return model(keras.tree.pack_sequence_as(structure, inputs), training=training)
-    return model(inputs[0] if len(inputs) == 1 else inputs, training=training)

@@ -85,13 +85,13 @@ def stream_weight_gradients(
     """
     tf, _ = quiet_import()
     from layergrad.data.devices import is_multi_worker
-    from layergrad.engine.data_step import (
-        _call_model,
-        _fused,
-        _guarded,
-        _is_default,
-        _masked,
-        _one_row_if_empty,
+    from layergrad.engine.step_calls import (
+        call_model,
+        fused_step,
+        guarded,
+        is_default,
+        masked,
+        pad_if_empty,
     )
 
     workers = is_multi_worker(strategy)
@@ -105,15 +105,15 @@ def stream_weight_gradients(
         # each worker's replicas take whole batches of its shard in turn; a replica left
         # without one at a step (the workers step together) adds nothing
         empty = tf.equal(tf.size(samples), 0)
-        inputs, fed = _one_row_if_empty(inputs, samples, empty)
-        labels, _ = _one_row_if_empty(labels or (), samples, empty)
-        return _masked(summaries(inputs, labels, fed), empty)
+        inputs, fed = pad_if_empty(inputs, samples, empty)
+        labels, _ = pad_if_empty(labels or (), samples, empty)
+        return masked(summaries(inputs, labels, fed), empty)
 
     def summaries(inputs: Tensor, labels: TensorTree | None, samples: Tensor) -> dict[str, Tensor]:
         rows = tf.shape(inputs[0])[0]
         n = tf.cast(rows, tf.float64)
         with tf.GradientTape() as tape:
-            outputs = _call_model(model, list(inputs), training)
+            outputs = call_model(model, list(inputs), training)
             loss = objective(outputs, labels, samples)
         grads = tape.gradient(loss, list(variables))
         connected[:] = [g is not None for g in grads]
@@ -141,16 +141,16 @@ def stream_weight_gradients(
     if workers:  # each worker runs its own shard
         local = dataset
         dataset = strategy.distribute_datasets_from_function(lambda _: local)
-    elif not _is_default(strategy):
+    elif not is_default(strategy):
         dataset = strategy.experimental_distribute_dataset(dataset)
     signature = [dataset.element_spec]
     step = tf.function(
         lambda batch: strategy.run(compute, args=batch), input_signature=signature, autograph=False
     )
-    concrete = _guarded(step.get_concrete_function, "the data", source)
+    concrete = guarded(step.get_concrete_function, "the data", source)
     shapes = summary_shapes(strategy, concrete.structured_outputs) or {}
     acc = Accumulators(strategy, shapes)
-    fused = _fused(strategy, concrete, acc, signature)
+    fused = fused_step(strategy, concrete, acc, signature)
     done = batches = 0
     where = batch_index or (lambda local: local)  # its index among all the data's batches
     iterator = iter(dataset)
@@ -172,7 +172,7 @@ def stream_weight_gradients(
             if check_batch
             else sum(int(p.shape[0]) for p in parts[0])
         )
-        _guarded(partial(fused, batch), f"batch {where(batches)}", source)
+        guarded(partial(fused, batch), f"batch {where(batches)}", source)
         done, batches = done + rows, batches + 1
         if on_progress is not None:
             on_progress(done, expected)
