@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from layergrad.commands.merge_jacobian import merge_jacobians, merge_scan_jacobians
+from layergrad.commands.merge_stats import merge_gradients, merge_samples, merged_shape
 from layergrad.core.errors import UsageError
 from layergrad.core.gradient_stats import status_flags
 from layergrad.core.results import (
@@ -37,7 +38,6 @@ from layergrad.core.results import (
     ModelMeta,
     ProbeMeta,
     Result,
-    SampleStats,
     ScanReport,
     ScanRow,
 )
@@ -226,64 +226,6 @@ class _Shares:
         )
 
 
-def _shape(shapes: Sequence[tuple[int, ...]], samples: int) -> tuple[int, ...]:
-    """The shape over every shard: the samples, then the largest size seen of each axis."""
-    if not shapes[0]:
-        return ()
-    rest = tuple(max(s[j] for s in shapes) for j in range(1, len(shapes[0])))
-    return (samples, *rest)
-
-
-def _elements(shape: tuple[int, ...]) -> int:
-    return math.prod(shape) if shape else 1
-
-
-def merge_gradients(
-    stats: Sequence[GradientStats], weights: Sequence[float], shape: tuple[int, ...]
-) -> GradientStats:
-    """The statistics of the shards' gradients as one array of `shape` (each shard's scaled
-    by its weight: 1, or its share of the samples under --reduce mean)."""
-    elements = [_elements(g.shape) for g in stats]
-    total = sum(elements)
-
-    def by_elements(values: Sequence[float]) -> float:
-        return sum(v * e for v, e in zip(values, elements, strict=True)) / total if total else 0.0
-
-    return GradientStats(
-        shape=shape,
-        l2=math.sqrt(sum((w * g.l2) ** 2 for g, w in zip(stats, weights, strict=True))),
-        mean_abs=by_elements([w * g.mean_abs for g, w in zip(stats, weights, strict=True)]),
-        max_abs=max(w * g.max_abs for g, w in zip(stats, weights, strict=True)),
-        zero_fraction=by_elements([g.zero_fraction for g in stats]),
-        nonfinite=sum(g.nonfinite for g in stats),
-    )
-
-
-def merge_samples(
-    stats: Sequence[SampleStats | None], samples: Sequence[int], weights: Sequence[float]
-) -> SampleStats | None:
-    """A per-sample distribution over every shard: exact moments and extrema, no percentiles
-    (kept only when there is one shard)."""
-    kept = [
-        (s, n, w) for s, n, w in zip(stats, samples, weights, strict=True) if s is not None and n
-    ]
-    if not kept:
-        return None
-    count = sum(n for _, n, _ in kept)
-    mean = sum(n * w * s.mean for s, n, w in kept) / count
-    square = sum(n * ((w * s.std) ** 2 + (w * s.mean) ** 2) for s, n, w in kept) / count
-    one = kept[0][0] if len(kept) == 1 and len(stats) == 1 else None
-    return SampleStats(
-        count=count,
-        mean=mean,
-        std=math.sqrt(max(square - mean * mean, 0.0)),
-        min=min(w * s.min for s, _, w in kept),
-        p50=None if one is None else one.p50,
-        p95=None if one is None else one.p95,
-        max=max(w * s.max for s, _, w in kept),
-    )
-
-
 def _status(statuses: Sequence[Status], gradient: GradientStats | None) -> Status:
     if gradient is None or statuses[0] in (Status.NONE, Status.INTEGER):
         return statuses[0]
@@ -334,12 +276,12 @@ def _causes(
 def _result(items: Sequence[Result], shares: _Shares) -> Result:
     first = items[0]
     grads = [r.gradient for r in items]
-    source_shape = _shape([r.source.shape for r in items], shares.total)
+    source_shape = merged_shape([r.source.shape for r in items], shares.total)
     gradient = None
     if all(g is not None for g in grads):
         gradient = merge_gradients(
             [g for g in grads if g is not None], shares.weights,
-            _shape([g.shape for g in grads if g is not None], shares.total),
+            merged_shape([g.shape for g in grads if g is not None], shares.total),
         )  # fmt: skip
     statuses = [r.status for r in items]
     status = _status(statuses, gradient)
@@ -348,7 +290,7 @@ def _result(items: Sequence[Result], shares: _Shares) -> Result:
         source=Endpoint(first.source.layer, source_shape, first.source.dtype),
         target=Endpoint(
             first.target.layer,
-            _shape([r.target.shape for r in items], shares.total),
+            merged_shape([r.target.shape for r in items], shares.total),
             first.target.dtype,
         ),
         status=status,
@@ -360,7 +302,7 @@ def _result(items: Sequence[Result], shares: _Shares) -> Result:
 
 def _row(items: Sequence[ScanRow], shares: _Shares) -> ScanRow:
     first = items[0]
-    shape = _shape([r.shape for r in items], shares.total)
+    shape = merged_shape([r.shape for r in items], shares.total)
     grads = [r.gradient for r in items]
     gradient = None
     if all(g is not None for g in grads):
