@@ -442,12 +442,14 @@ def build_fixed_rescaled_input() -> keras.Model:
     return model
 
 
-def _stack(name: str, activation: str, initializer: str, depth: int = 8) -> keras.Model:
+def _stack(
+    name: str, activation: str, initializer: str | dict, depth: int = 8, width: int = 64
+) -> keras.Model:
     _seed()
     x = keras.Input((32,), name="x")
     h = x
     for i in range(depth):
-        h = layers.Dense(64, activation=activation, kernel_initializer=initializer,
+        h = layers.Dense(width, activation=activation, kernel_initializer=initializer,
                          name=f"dense_{i}")(h)  # fmt: skip
     model = keras.Model(x, layers.Dense(10, name="head")(h), name=name)
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -637,6 +639,21 @@ def build_fixed_relu_stack() -> keras.Model:
     return _stack("fixed_relu_stack", "relu", "he_normal")
 
 
+def build_bug_large_init_stack() -> keras.Model:
+    """20 Dense(32, tanh) layers with kernels drawn from N(0, 2^2), about 11 times the Glorot
+    scale: tanh saturates forward while the backward signal grows layer after layer, so the
+    first layers' update ratios sit about 5 decades above the last layers'."""
+    # a config, not an instance: each layer makes its own initializer (one shared unseeded
+    # instance would give every layer of the same shape the same kernel)
+    normal = {"class_name": "RandomNormal", "config": {"stddev": 2.0}}
+    return _stack("bug_large_init_stack", "tanh", normal, depth=20, width=32)
+
+
+def build_fixed_glorot_stack() -> keras.Model:
+    """The same 20 Dense(32, tanh) layers with Glorot-uniform kernels (Keras' default)."""
+    return _stack("fixed_glorot_stack", "tanh", "glorot_uniform", depth=20, width=32)
+
+
 # file name -> builder; seed.h5 is the legacy-format copy of seed.keras.
 BUILDERS = {
     "seed.keras": build_seed,
@@ -691,6 +708,8 @@ BUILDERS = {
     "fixed_dropout_hidden.keras": build_fixed_dropout_hidden,
     "bug_all_linear.keras": build_bug_all_linear,
     "bug_dead_layer.keras": build_bug_dead_layer,
+    "bug_large_init_stack.keras": build_bug_large_init_stack,
+    "fixed_glorot_stack.keras": build_fixed_glorot_stack,
 }
 
 

@@ -108,15 +108,11 @@ def inspect_model(
     if untrained and any(res.status != Status.OK for res in results):
         # never-trained BatchNormalization does not normalize in inference: probe as training
         # runs it (the rule of scan and check), and say so
-        session = trained
-        said = (
-            f"probed in training mode (batch statistics): {len(untrained)} BatchNormalization "
-            f"layers ({', '.join(untrained[:3])}{'...' if len(untrained) > 3 else ''}) hold "
-            "their initial moving statistics, so the model was never trained and inference "
-            "does not normalize; training runs them like this",
-        )
+        from layergrad.commands.scan import training_mode_note
+
+        session, said = trained, training_mode_note(untrained)
         results = tuple(
-            replace(res, warnings=(*res.warnings, *said))
+            replace(res, warnings=(*res.warnings, said))
             for res in _inspect(session, source, targets, how)
         )
     return InspectReport(model=session.model_meta, probe=session.probe_meta, results=results)

@@ -90,8 +90,7 @@ def inspect_data(
     """`api.inspect_model` over every sample of `options.data`; with `jacobian` (a
     `jacobian.JacobianOptions`) each result also gets its Jacobian norms over every sample."""
     from layergrad.commands import session
-    from layergrad.diagnose import diagnoser
-    from layergrad.engine import data_step
+    from layergrad.commands.scan import training_mode_note, untrained_batchnorm
     from layergrad.model import layer_refs
 
     loaded, warnings, strategy = session.load(
@@ -101,6 +100,41 @@ def inspect_data(
     source_site = layer_refs.resolve(model, source)
     target_sites = [layer_refs.resolve(model, ref) for ref in targets]
     batches = open_stream(model, options, strategy)
+    sites = (source_site, target_sites)
+    run, results = _inspect_pass(loaded, batches, strategy, sites, options, on_progress)
+    untrained = [] if options.training else untrained_batchnorm(model)
+    if untrained and any(res.status != Status.OK for res in results):
+        # never-trained BatchNormalization does not normalize in inference: stream again as
+        # training runs it (the rule of one-batch inspect, scan and check), and say so
+        options = replace(options, training=True)
+        run, results = _inspect_pass(loaded, batches, strategy, sites, options, on_progress)
+        said = training_mode_note(untrained)
+        results = [replace(res, warnings=(*res.warnings, said)) for res in results]
+    if jacobian is not None:
+        results = _with_jacobians(
+            model, batches, source_site, results, options, jacobian, top, on_progress, strategy
+        )
+    return InspectReport(
+        model=_model_meta(path, loaded, warnings),
+        probe=_probe_meta(batches.source, run, options),
+        results=tuple(results),
+    )
+
+
+def _inspect_pass(
+    loaded: LoadedModel,
+    batches: DataStream,
+    strategy: Strategy,
+    sites: tuple[Site, Sequence[Site]],
+    options: ProbeOptions,
+    on_progress: Progress | None = None,
+) -> tuple[StreamRun, list[Result]]:
+    """One pass of `inspect_data` over the stream in `options`' mode: the run, and one result
+    per target of `sites` (the source, the targets)."""
+    from layergrad.diagnose import diagnoser
+    from layergrad.engine import data_step
+
+    model, (source_site, target_sites) = loaded.model, sites
     plan = data_step.Plan(
         sources=(source_site,),
         targets=tuple(target_sites),
@@ -118,15 +152,7 @@ def inspect_data(
         if note:
             result = replace(result, warnings=(*result.warnings, note))
         results.append(result)
-    if jacobian is not None:
-        results = _with_jacobians(
-            model, batches, source_site, results, options, jacobian, top, on_progress, strategy
-        )
-    return InspectReport(
-        model=_model_meta(path, loaded, warnings),
-        probe=_probe_meta(batches.source, run, options),
-        results=tuple(results),
-    )
+    return run, results
 
 
 def scan_data(
@@ -144,6 +170,7 @@ def scan_data(
     """`api.scan_model` over every sample of `options.data`: each row's statistics over all
     samples (and with `jacobian`, its Jacobian norms over every sample)."""
     from layergrad.commands import session
+    from layergrad.commands.scan import untrained_rows
     from layergrad.diagnose import diagnoser
     from layergrad.model import layer_refs
 
@@ -162,7 +189,10 @@ def scan_data(
     note = site and diagnoser.softmax_target_note(
         site, "scan with --to the layer before it, or without --to (a projection of the outputs)"
     )
-    notes: tuple[str, ...] = (note,) if note else ()
+    # never-trained BatchNormalization in inference: its magnitude flags are left out, with a
+    # note (one-batch scan's rule)
+    rows, said = untrained_rows(model, options.training, rows)
+    notes: tuple[str, ...] = (*((note,) if note else ()), *said)
     if jacobian is not None:
         rows, found = _scan_jacobians(
             model, batches, site, rows, options, jacobian, top, on_progress, strategy

@@ -161,27 +161,40 @@ def _mode_notes(
     constant: Sequence[ConstantOutput],
 ) -> tuple[tuple[ScanRow, ...], tuple[str, ...]]:
     """The rows and notes once the target and the mode are taken into account: a softmax
-    target, and never-trained BatchNormalization in inference (whose magnitude flags and
-    constant outputs are artifacts, left out with a note)."""
+    target, and never-trained BatchNormalization in inference (`untrained_rows`)."""
     notes = []
     note = site and softmax_target_note(
         site, "scan with --to the layer before it, or without --to (a projection of the outputs)"
     )
     if note:
         notes.append(note)
-    untrained = [] if session.options.training else untrained_batchnorm(session.model)
+    out, said = untrained_rows(session.model, session.options.training, rows, constant)
+    return out, (*notes, *said)
+
+
+def untrained_rows(
+    model: KerasModel,
+    training: bool,
+    rows: Sequence[ScanRow],
+    constant: Sequence[ConstantOutput] = (),
+) -> tuple[tuple[ScanRow, ...], tuple[str, ...]]:
+    """The rows without the magnitude flags of never-trained BatchNormalization in inference
+    (artifacts, as its constant outputs are), and the note that says so; as they are (and no
+    note) in training mode, for a trained model, or when nothing is left out."""
+    untrained = [] if training else untrained_batchnorm(model)
     artifacts = [c for c in constant if c.reason not in STRUCTURAL] if untrained else []
-    if untrained and (artifacts or any(set(SCALE_FLAGS) & set(row.flags) for row in rows)):
-        rows = [replace(r, flags=tuple(f for f in r.flags if f not in SCALE_FLAGS)) for r in rows]
-        notes.append(
-            f"{len(untrained)} BatchNormalization layers ({', '.join(untrained[:3])}"
-            f"{'...' if len(untrained) > 3 else ''}) hold their initial moving statistics "
-            "(mean 0, variance 1): the model was never trained, so in inference they do not "
-            "normalize and activations shrink or grow through depth in a way training never "
-            "sees. Dead / vanishing / exploding flags and outputs that stop varying for that "
-            "reason are left out; scan with --training to see what training sees"
-        )
-    return tuple(rows), tuple(notes)
+    if not untrained or not (artifacts or any(set(SCALE_FLAGS) & set(r.flags) for r in rows)):
+        return tuple(rows), ()
+    rows = [replace(r, flags=tuple(f for f in r.flags if f not in SCALE_FLAGS)) for r in rows]
+    note = (
+        f"{len(untrained)} BatchNormalization layers ({', '.join(untrained[:3])}"
+        f"{'...' if len(untrained) > 3 else ''}) hold their initial moving statistics "
+        "(mean 0, variance 1): the model was never trained, so in inference they do not "
+        "normalize and activations shrink or grow through depth in a way training never "
+        "sees. Dead / vanishing / exploding flags and outputs that stop varying for that "
+        "reason are left out; scan with --training to see what training sees"
+    )
+    return tuple(rows), (note,)
 
 
 def _kept(session: Session, constant: ConstantOutput) -> bool:
@@ -406,6 +419,18 @@ def _reached_output(trace: Trace, graph: ModelGraph | None, i: int) -> Activatio
         if grad is not None and depends:
             return act
     return None
+
+
+def training_mode_note(untrained: Sequence[str]) -> str:
+    """What `inspect` says in each result's warnings when it probed the model in training mode
+    because of its never-trained BatchNormalization layers (`untrained_batchnorm`)."""
+    more = "..." if len(untrained) > 3 else ""
+    return (
+        f"probed in training mode (batch statistics): {len(untrained)} BatchNormalization "
+        f"layers ({', '.join(untrained[:3])}{more}) hold their initial moving statistics, so "
+        "the model was never trained and inference does not normalize; training runs them "
+        "like this"
+    )
 
 
 def untrained_batchnorm(model: KerasModel) -> list[str]:

@@ -84,7 +84,8 @@ STATIC = [
     ("bug_all_linear.keras", "the network is one linear map before the softmax", "head"),
 ]  # fmt: skip
 TWINS = ["fixed_sigmoid_head.keras", "fixed_softmax_head.keras", "fixed_logits_softmax.keras",
-         "fixed_dropout_hidden.keras", "fixed_relu_stack.keras"]  # fmt: skip
+         "fixed_dropout_hidden.keras", "fixed_relu_stack.keras",
+         "fixed_glorot_stack.keras"]  # fmt: skip
 
 
 @pytest.mark.parametrize(("bug", "says", "layer"), STATIC)
@@ -143,6 +144,52 @@ def test_a_sigmoid_stack_vanishes_at_its_first_dense_layers_not_at_the_input():
     text = message(verdict, "trainable")
     assert text.startswith("vanishing: dense_0 (") and "x (" not in text
     clean = check_file(sample("fixed_relu_stack.keras"))
+    assert clean.verdict == "PASS" and findings(clean) == {}
+
+
+def _tape_log_ratios(name, depth, seed):
+    """log10 |dL/dW| / |W| of each kernel of a `_stack` sample, from a manual tape over its
+    compiled loss (sparse categorical cross-entropy from logits) on a normal batch."""
+    import tensorflow as tf
+
+    model = load_sample(name)
+    x = np.random.default_rng(seed).standard_normal((8, 32)).astype("float32")
+    y = np.random.default_rng(seed).integers(0, 10, 8)
+    kernels = [model.get_layer(f"dense_{i}").kernel for i in range(depth)]
+    kernels.append(model.get_layer("head").kernel)
+    with tf.GradientTape() as tape:
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(y, model(x))
+    grads = tape.gradient(loss, kernels)
+    return [
+        math.log10(_layer_update_ratio(g.numpy(), k.numpy()))
+        for g, k in zip(grads, kernels, strict=True)
+    ]
+
+
+def test_a_large_init_tanh_stack_explodes_at_its_first_dense_layers():
+    # the truth from the weights: kernels drawn with stddev 2 (Glorot's is 0.18 for 32 x 32)
+    model = load_sample("bug_large_init_stack.keras")
+    kernels = [model.get_layer(f"dense_{i}").get_weights()[0] for i in range(20)]
+    assert all(1.8 < k.std() < 2.2 for k in kernels)
+    assert not np.array_equal(kernels[1], kernels[2])  # one draw per layer, not one shared
+    for seed in (0, 1, 2):
+        logs = _tape_log_ratios("bug_large_init_stack.keras", 20, seed)
+        assert len(logs) == 21  # 20 hidden kernels and the head's: quarters of 5
+        end, start = np.median(logs[-5:]), np.median(logs[:5])
+        assert end - start < -3.5  # the input end learns > 10^3.5 times faster than the output
+        assert logs[0] - end > 4  # the first layer most of all
+    verdict = check_file(sample("bug_large_init_stack.keras"))
+    assert verdict.passed and findings(verdict) == {"trainable": ("exploding",)}
+    text = message(verdict, "trainable")
+    assert text.startswith("exploding: dense_0 (") and "x (" not in text
+    assert all(f"dense_{i} (" in text for i in range(4)) and "head" not in text
+    assert "decades above that of the layers near the output" in text
+    strict = CheckOptions(fail_on=frozenset({"exploding"}))
+    assert check_file(sample("bug_large_init_stack.keras"), strict).verdict == "FAIL"
+    # the twin: the same layers with Glorot-uniform kernels keep their update ratios level
+    twin = _tape_log_ratios("fixed_glorot_stack.keras", 20, 0)
+    assert abs(np.median(twin[-5:]) - np.median(twin[:5])) < 1
+    clean = check_file(sample("fixed_glorot_stack.keras"))
     assert clean.verdict == "PASS" and findings(clean) == {}
 
 

@@ -355,6 +355,101 @@ def test_a_zero_result_over_the_data_gets_its_cause(tmp_path):
     assert result.causes[0].code == "dead_relu" and result.causes[0].layer == "dead"
 
 
+def _untrained_bn_net(path: Path) -> None:
+    """conv (bias +50) -> BatchNormalization 'bn', never trained -> ReLU(6) -> pool -> head.
+
+    In inference the untrained bn divides by sqrt(1 + 0.001) and nothing more, so every unit
+    stays near 50, past ReLU6's cap: d head / d conv is exactly zero. With batch statistics
+    (training) bn subtracts each channel's mean and the gradient flows."""
+    keras.utils.set_random_seed(0)
+    x = keras.Input((8, 8, 3), name="x")
+    h = keras.layers.Conv2D(8, 3, padding="same", name="conv",
+                            bias_initializer=keras.initializers.Constant(50.0))(x)  # fmt: skip
+    h = keras.layers.BatchNormalization(name="bn")(h)
+    h = keras.layers.ReLU(6.0, name="act")(h)
+    h = keras.layers.GlobalAveragePooling2D(name="pool")(h)
+    keras.Model(x, keras.layers.Dense(3, name="head")(h), name="bn_net").save(path)
+
+
+def _tape_per_batch(path: Path, x: np.ndarray, rows: int, training: bool) -> np.ndarray:
+    """d sum(head) / d conv, batch by batch of `rows` as --data streams them, with bn called
+    in the mode given (a fresh copy of the model: training mode moves bn's statistics)."""
+    m = keras.saving.load_model(path)
+    layers = [m.get_layer(n) for n in ("bn", "act", "pool", "head")]
+
+    def rest(h):
+        for layer in layers:
+            h = layer(h, training=training) if layer.name == "bn" else layer(h)
+        return h
+
+    parts = [manual_gradient(m.get_layer("conv"), rest, x[i : i + rows])
+             for i in range(0, len(x), rows)]  # fmt: skip
+    return np.concatenate(parts)
+
+
+def test_untrained_batchnorm_is_probed_over_the_data_as_training_runs_it(tmp_path):
+    path = tmp_path / "bn_net.keras"
+    _untrained_bn_net(path)
+    bn = keras.saving.load_model(path).get_layer("bn")
+    assert not np.any(bn.moving_mean.numpy()) and np.all(bn.moving_variance.numpy() == 1)
+    x = normal(20, 8, 8, 3, seed=3)  # batches of 8, 8 and 4
+    np.savez(tmp_path / "x.npz", x=x)
+    assert not np.any(_tape_per_batch(path, x, 8, training=False))  # inference: all zero
+    expected = _tape_per_batch(path, x, 8, training=True)
+    assert np.count_nonzero(expected) == expected.size
+    said = "probed in training mode (batch statistics): 1 BatchNormalization layers (bn) hold"
+    report = inspect_model(path, "conv", ["head"], data=tmp_path / "x.npz", batch_size=8)
+    (result,) = report.results
+    assert report.probe.training and report.probe.samples == 20
+    assert result.status == "ok" and not result.causes
+    assert any(w.startswith(said) for w in result.warnings), result.warnings
+    assert_matches(result, reference(expected))
+    # one batch of the same 8 samples: --input and --data agree, both in training mode
+    np.save(tmp_path / "first.npy", x[:8])
+    np.savez(tmp_path / "first.npz", x=x[:8])
+    one = inspect_model(path, "conv", ["head"], input_file=tmp_path / "first.npy")
+    data = inspect_model(path, "conv", ["head"], data=tmp_path / "first.npz", batch_size=8)
+    for got in (one, data):
+        assert got.probe.training and got.results[0].status == "ok"
+        assert [w for w in got.results[0].warnings if w.startswith(said)]
+    assert one.results[0].warnings == data.results[0].warnings
+    assert_matches(data.results[0], reference(_tape_per_batch(path, x[:8], 8, training=True)))
+    # said the same way in the table and the JSON
+    args = ["inspect", str(path), "--from", "conv", "--to", "head"]
+    for extra in (["--input", str(tmp_path / "first.npy")],
+                  ["--data", str(tmp_path / "x.npz"), "--batch-size", "8"]):  # fmt: skip
+        table = " ".join(run(*args, *extra).output.split())  # as one line, however wrapped
+        assert ", batch 8, training, d sum(to) / d from" in table and said in table, table
+        doc = json.loads(run(*args, *extra, "--json").output)
+        assert doc["probe"]["training"] is True and doc["results"][0]["status"] == "ok"
+    # a model whose bn was trained (statistics moved off 0 and 1) is judged as it is
+    m = keras.saving.load_model(path)
+    m.get_layer("bn").moving_mean.assign(np.full(8, 1e-3, "float32"))
+    m.save(tmp_path / "trained.keras")
+    kept = inspect_model(tmp_path / "trained.keras", "conv", ["head"], data=tmp_path / "x.npz",
+                         batch_size=8)  # fmt: skip
+    assert not kept.probe.training and kept.results[0].status == "zero"
+    assert not any(w.startswith("probed in training mode") for w in kept.results[0].warnings)
+
+
+def test_scan_over_the_data_leaves_out_untrained_batchnorm_flags_as_one_batch_does(tmp_path):
+    path = tmp_path / "bn_net.keras"
+    _untrained_bn_net(path)
+    x = normal(20, 8, 8, 3, seed=3)
+    np.savez(tmp_path / "x.npz", x=x)
+    np.save(tmp_path / "first.npy", x[:8])
+    # in inference every unit of conv gets exactly zero for every sample: "dead" by magnitude
+    assert not np.any(_tape_per_batch(path, x, 8, training=False))
+    over = scan_model(path, data=tmp_path / "x.npz", batch_size=8)
+    one = scan_model(path, input_file=tmp_path / "first.npy")
+    for report in (over, one):
+        rows = {r.layer: r for r in report.rows}
+        assert not report.probe.training and rows["conv"].status == "zero"
+        assert not any(r.flags for r in report.rows), [(r.layer, r.flags) for r in report.rows]
+    said = [n for n in over.notes if "BatchNormalization layers (bn) hold their initial" in n]
+    assert said and said == [n for n in one.notes if "BatchNormalization" in n]
+
+
 # ----------------------------------------------------------------------------------- scan
 
 
