@@ -108,7 +108,7 @@ def inspect_model(
     if untrained and any(res.status != Status.OK for res in results):
         # never-trained BatchNormalization does not normalize in inference: probe as training
         # runs it (the rule of scan and check), and say so
-        from layergrad.commands.scan import training_mode_note
+        from layergrad.commands.untrained_batchnorm import training_mode_note
 
         session, said = trained, training_mode_note(untrained)
         results = tuple(
@@ -168,7 +168,7 @@ def _inspect(
 def _train_untrained_batchnorm(session: Session) -> tuple[Session, list[str]]:
     """The session in training mode when its model has never-trained BatchNormalization (the
     rule `scan` and `check` apply), with those layers; unchanged otherwise."""
-    from layergrad.commands.scan import untrained_batchnorm
+    from layergrad.commands.untrained_batchnorm import untrained_batchnorm
     from layergrad.diagnose.diagnoser import Diagnoser
 
     if session.options.training:

@@ -156,8 +156,9 @@ def _dynamic(
     add: Add,
     baseline: Baseline | None = None,
 ) -> None:
-    from layergrad.commands.scan import scan_session, untrained_batchnorm
+    from layergrad.commands.scan import scan_session
     from layergrad.commands.session import session_for
+    from layergrad.commands.untrained_batchnorm import untrained_batchnorm
     from layergrad.commands.weight_scan import scan_weights
     from layergrad.data.preflight import check_before_loading
     from layergrad.engine.compiled_loss import find_loss

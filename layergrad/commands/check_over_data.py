@@ -133,7 +133,7 @@ def _baseline_over_data(
 ) -> None:
     """The `baseline` check over the data: for a file with a loss, the loss's gradient over
     every sample (`scan --wrt weights --data`), else the rows of the streamed scan."""
-    from layergrad.commands import over_data
+    from layergrad.commands import data_meta
     from layergrad.core.results import ScanReport
     from layergrad.engine.step_calls import BatchFailed
 
@@ -150,8 +150,8 @@ def _baseline_over_data(
             add("baseline", str(exc), [Finding.ERROR])
             return
     scanned = ScanReport(
-        model=over_data._model_meta(path, loaded, warnings),
-        probe=over_data._probe_meta(batches.source, run, probe, seeded=True),
+        model=data_meta.model_meta(path, loaded, warnings),
+        probe=data_meta.probe_meta(batches.source, run, probe, seeded=True),
         target=None,
         rows=rows,
     )
@@ -166,8 +166,8 @@ def _first_batch(
     names: list[str] | None,
 ) -> Session:
     """A session on the first batch of --data, with its labels when they fit (`names`)."""
-    from layergrad.commands.scan import untrained_batchnorm
     from layergrad.commands.session import Session
+    from layergrad.commands.untrained_batchnorm import untrained_batchnorm
     from layergrad.data.labels import first_labels
     from layergrad.diagnose.diagnoser import Diagnoser
 

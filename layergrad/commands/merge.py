@@ -334,7 +334,7 @@ def _scale_flags(
     """Vanishing / exploding again, from the merged L2s, on the rows of the model's trunk
     (from the model file's graph, read without TensorFlow; when the file cannot be read, the
     rows some shard flagged)."""
-    from layergrad.commands.scan import flag_against_target_end
+    from layergrad.commands.scan_rows import flag_against_target_end
 
     trunk = _trunk(model, scans[0].target)
     if trunk is None:

@@ -9,11 +9,12 @@ non-finite result, else the first batch. That batch is read again and diagnosed 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from layergrad.commands import over_data_jacobians
+from layergrad.commands.data_meta import model_meta, probe_meta
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
 from layergrad.core.results import (
@@ -21,8 +22,6 @@ from layergrad.core.results import (
     Endpoint,
     GradientStats,
     InspectReport,
-    ModelMeta,
-    ProbeMeta,
     Result,
     ScanReport,
     ScanRow,
@@ -31,7 +30,7 @@ from layergrad.core.tf_types import KerasModel, Strategy
 from layergrad.core.vocab import Finding, Status
 
 if TYPE_CHECKING:
-    from layergrad.core.results import Cause, FrobeniusNorms
+    from layergrad.core.results import Cause
     from layergrad.data.aggregates import ForwardTotals, GradientTotals
     from layergrad.data.probe_input import ProbeBatch
     from layergrad.data.sources import DataStream
@@ -90,7 +89,7 @@ def inspect_data(
     """`api.inspect_model` over every sample of `options.data`; with `jacobian` (a
     `jacobian.JacobianOptions`) each result also gets its Jacobian norms over every sample."""
     from layergrad.commands import session
-    from layergrad.commands.scan import training_mode_note, untrained_batchnorm
+    from layergrad.commands.untrained_batchnorm import training_mode_note, untrained_batchnorm
     from layergrad.model import layer_refs
 
     loaded, warnings, strategy = session.load(
@@ -111,12 +110,12 @@ def inspect_data(
         said = training_mode_note(untrained)
         results = [replace(res, warnings=(*res.warnings, said)) for res in results]
     if jacobian is not None:
-        results = _with_jacobians(
+        results = over_data_jacobians.inspect_jacobians_over(
             model, batches, source_site, results, options, jacobian, top, on_progress, strategy
         )
     return InspectReport(
-        model=_model_meta(path, loaded, warnings),
-        probe=_probe_meta(batches.source, run, options),
+        model=model_meta(path, loaded, warnings),
+        probe=probe_meta(batches.source, run, options),
         results=tuple(results),
     )
 
@@ -170,7 +169,7 @@ def scan_data(
     """`api.scan_model` over every sample of `options.data`: each row's statistics over all
     samples (and with `jacobian`, its Jacobian norms over every sample)."""
     from layergrad.commands import session
-    from layergrad.commands.scan import untrained_rows
+    from layergrad.commands.untrained_batchnorm import untrained_rows
     from layergrad.diagnose import diagnoser
     from layergrad.model import layer_refs
 
@@ -194,93 +193,17 @@ def scan_data(
     rows, said = untrained_rows(model, options.training, rows)
     notes: tuple[str, ...] = (*((note,) if note else ()), *said)
     if jacobian is not None:
-        rows, found = _scan_jacobians(
+        rows, found = over_data_jacobians.scan_jacobians_over(
             model, batches, site, rows, options, jacobian, top, on_progress, strategy
         )
         notes = (*notes, *found)
     return ScanReport(
-        model=_model_meta(path, loaded, warnings),
-        probe=_probe_meta(batches.source, run, options, seeded=site is None),
+        model=model_meta(path, loaded, warnings),
+        probe=probe_meta(batches.source, run, options, seeded=site is None),
         target=site.ref if site else None,
         rows=rows,
         notes=notes,
     )
-
-
-def _scan_jacobians(
-    model: KerasModel,
-    batches: DataStream,
-    site: Site | None,
-    rows: tuple[ScanRow, ...],
-    options: ProbeOptions,
-    how: JacobianOptions,
-    top: int,
-    on_progress: Progress | None = None,
-    strategy: Strategy | None = None,
-) -> tuple[tuple[ScanRow, ...], tuple[str, ...]]:
-    """Rows with their per-sample Jacobian norms over every sample, and how they were
-    measured."""
-    from layergrad.core.results import ScanJacobian
-    from layergrad.engine.jacobian_data import scan_jacobians
-
-    norms, notes = scan_jacobians(
-        model,
-        batches,
-        site,
-        how,
-        training=options.training,
-        reduce=options.reduce,
-        top=top,
-        on_progress=on_progress,  # a second pass: the bar starts again
-        strategy=strategy,  # every worker's shard, combined
-    )
-    by_ref: dict[str, FrobeniusNorms] = {}
-    for (path, call, _), found in norms.items():
-        by_ref.setdefault(f"{path}@{call}" if call else path, found)
-    out = []
-    for row in rows:
-        norm = by_ref.get(row.layer)
-        if norm is not None and row.status in (Status.OK, Status.ZERO):
-            row = replace(row, jacobian=ScanJacobian(frobenius=norm))
-        out.append(row)
-    return tuple(out), notes
-
-
-def _with_jacobians(
-    model: KerasModel,
-    batches: DataStream,
-    source: Site,
-    results: list[Result],
-    options: ProbeOptions,
-    how: JacobianOptions,
-    top: int,
-    on_progress: Progress | None = None,
-    strategy: Strategy | None = None,
-) -> list[Result]:
-    """Each result whose gradient is ok or zero with its Jacobian norms over the data."""
-    from layergrad.engine.jacobian_data import inspect_jacobians
-    from layergrad.model import layer_refs
-
-    chosen = [i for i, r in enumerate(results) if r.status in (Status.OK, Status.ZERO)]
-    if not chosen:
-        return results
-    sites = [layer_refs.resolve(model, results[i].target.layer) for i in chosen]
-    found = inspect_jacobians(
-        model,
-        batches,
-        source,
-        sites,
-        how,
-        training=options.training,
-        reduce=options.reduce,
-        top=top,
-        on_progress=on_progress,  # a second pass: the bar starts again
-        strategy=strategy,  # every worker's shard, combined
-    )
-    out = list(results)
-    for i, (stats, warnings) in zip(chosen, found, strict=True):
-        out[i] = replace(out[i], jacobian=stats, warnings=(*out[i].warnings, *warnings))
-    return out
 
 
 def scan_over(
@@ -293,7 +216,7 @@ def scan_over(
     on_progress: Progress | None = None,
 ) -> tuple[StreamRun, tuple[ScanRow, ...]]:
     """The scan pass over a data stream: (the StreamRun, one row per layer call)."""
-    from layergrad.commands import scan
+    from layergrad.commands import scan_rows
     from layergrad.engine import data_step
     from layergrad.engine import trace as trace_module
     from layergrad.model import layer_refs
@@ -324,7 +247,7 @@ def scan_over(
         return trace, diagnosis.diagnoser(index)
 
     classes = {p: type(layer).__name__ for p, layer in layer_refs.iter_layers(model)}
-    rows = scan.summary_rows(run, graph, classes, layers, scan.trace_causes(make, graph))
+    rows = scan_rows.summary_rows(run, graph, classes, layers, scan_rows.trace_causes(make, graph))
     return run, rows
 
 
@@ -440,32 +363,3 @@ def _warnings(
         )
     src, dst = source.site.ref, target.site.ref
     return gradient_warnings(stats.zero_fraction, stats.max_abs, size, src, dst, structural, dead)
-
-
-def _probe_meta(
-    source: str, run: StreamRun, options: ProbeOptions, seeded: bool = False
-) -> ProbeMeta:
-    """`seeded`: the seed matters (the default target's projection), so it is reported."""
-    from layergrad.data.fingerprint import data_sha256
-
-    return ProbeMeta(
-        data_sha256=data_sha256(source),
-        source=source,
-        seed=options.seed if seeded else None,
-        batch_size=options.rows,
-        training=options.training,
-        reduce=options.reduce,
-        samples=run.samples,
-        replicas=run.replicas,
-        first_sample=options.first_sample or None,
-    )
-
-
-def _model_meta(path: PathLike, loaded: LoadedModel, warnings: Sequence[str]) -> ModelMeta:
-    return ModelMeta(
-        path=os.fspath(path),
-        format=loaded.info.format,
-        class_name=type(loaded.model).__name__,
-        name=loaded.model.name,
-        warnings=tuple(warnings),
-    )

@@ -2,50 +2,27 @@
 
 from __future__ import annotations
 
-import fnmatch
-import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Protocol
+from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
+from layergrad.commands.scan_rows import scan_rows, summary_rows
 from layergrad.commands.session import Session
-from layergrad.core.errors import LayerNotFound
-from layergrad.core.gradient_stats import (
-    dead_fraction,
-    gradient_stats,
-    status_flags,
-    status_of,
-)
-from layergrad.core.results import ConstantOutput, DataStats, GradientStats, ScanReport, ScanRow
-from layergrad.core.tf_types import KerasModel
-from layergrad.core.vocab import Flag, Status
-from layergrad.data.aggregates import GradientTotals
+from layergrad.commands.untrained_batchnorm import STRUCTURAL, untrained_batchnorm, untrained_rows
+from layergrad.core.results import ConstantOutput, ScanReport, ScanRow
+from layergrad.core.vocab import Status
 from layergrad.diagnose import causes as why
-from layergrad.diagnose.diagnoser import Diagnoser, softmax_target_note
+from layergrad.diagnose.diagnoser import softmax_target_note
 from layergrad.diagnose.forward_findings import (
     constant_outputs,
     first_nonfinite,
     unscaled_input,
 )
-from layergrad.diagnose.locate import sinks, trunk
-from layergrad.engine.data_step import Probed, StreamRun
 from layergrad.engine.jacobian import JacobianOptions
 from layergrad.engine.jacobian_scan import with_jacobians
-from layergrad.engine.layer_calls import Activation
 from layergrad.engine.trace import Trace, TraceMode, live_trace, run_trace, trace_gradients
-from layergrad.model.graph import ModelGraph
-from layergrad.model.layer_refs import Site, iter_layers, no_glob_match_message, ref_of, resolve
-
-# Vanishing (exploding): on the trunk, ||g|| at least DECADES below (above) the target end's
-# and falling (rising) by more than RATE decades per layer on average on the way, or EXTREME
-# decades whatever the rate. A layer with more than DEAD_FRACTION of its units (last axis)
-# getting exactly zero is dead. Calibrated on keras.applications models, deep ReLU / tanh
-# MLPs (healthy: at most 0.25 decades per layer) and sigmoid stacks (0.5 and more).
-DECADES, RATE, EXTREME = 3.0, 0.4, 8.0
-SCALE_FLAGS = (Flag.DEAD, Flag.VANISHING, Flag.EXPLODING)  # flags that depend on magnitudes
-STRUCTURAL = ("softmax_one_unit", "zero_weights")  # constant whatever the mode and the data
+from layergrad.model.layer_refs import Site, iter_layers, resolve
 
 
 def scan_session(
@@ -172,274 +149,8 @@ def _mode_notes(
     return out, (*notes, *said)
 
 
-def untrained_rows(
-    model: KerasModel,
-    training: bool,
-    rows: Sequence[ScanRow],
-    constant: Sequence[ConstantOutput] = (),
-) -> tuple[tuple[ScanRow, ...], tuple[str, ...]]:
-    """The rows without the magnitude flags of never-trained BatchNormalization in inference
-    (artifacts, as its constant outputs are), and the note that says so; as they are (and no
-    note) in training mode, for a trained model, or when nothing is left out."""
-    untrained = [] if training else untrained_batchnorm(model)
-    artifacts = [c for c in constant if c.reason not in STRUCTURAL] if untrained else []
-    if not untrained or not (artifacts or any(set(SCALE_FLAGS) & set(r.flags) for r in rows)):
-        return tuple(rows), ()
-    rows = [replace(r, flags=tuple(f for f in r.flags if f not in SCALE_FLAGS)) for r in rows]
-    note = (
-        f"{len(untrained)} BatchNormalization layers ({', '.join(untrained[:3])}"
-        f"{'...' if len(untrained) > 3 else ''}) hold their initial moving statistics "
-        "(mean 0, variance 1): the model was never trained, so in inference they do not "
-        "normalize and activations shrink or grow through depth in a way training never "
-        "sees. Dead / vanishing / exploding flags and outputs that stop varying for that "
-        "reason are left out; scan with --training to see what training sees"
-    )
-    return tuple(rows), (note,)
-
-
 def _kept(session: Session, constant: ConstantOutput) -> bool:
     """Whether a constant output is reported (not an artifact of untrained BatchNorm)."""
     if constant.reason in STRUCTURAL or session.options.training:
         return True
     return not untrained_batchnorm(session.model)
-
-
-@dataclass(frozen=True)
-class RowNumbers:
-    """What one scan row says about its gradient, whichever pass measured it: the trace's
-    gradient array (`traced_numbers`) or the statistics reduced inside the compiled step
-    (`step_numbers`)."""
-
-    status: Status
-    gradient: GradientStats | None = None
-    dead: float = 0.0  # the fraction of units getting exactly zero
-    data: DataStats | None = None  # over a data set: dead units and per-sample L2
-
-
-class _Measured(Protocol):
-    """A captured activation of either pass (`Activation`, `Probed`)."""
-
-    @property
-    def site(self) -> Site: ...
-    @property
-    def shape(self) -> tuple[int, ...]: ...
-    @property
-    def dtype(self) -> str: ...
-    @property
-    def output(self) -> int: ...
-    @property
-    def is_float(self) -> bool: ...
-
-
-def traced_numbers(act: Activation, grad: np.ndarray | None) -> RowNumbers:
-    """The numbers of a row from the trace's gradient array."""
-    status = status_of(grad) if act.is_float else Status.INTEGER
-    if grad is None:
-        return RowNumbers(status)
-    return RowNumbers(status, gradient_stats(grad, top=0), dead_fraction(grad))
-
-
-def step_numbers(act: Probed, grad: GradientTotals | None, data: bool) -> RowNumbers:
-    """The numbers of a row from the statistics reduced inside the compiled step; `data`
-    keeps the over-the-data statistics."""
-    status = Status(grad.status if grad is not None else "none") if act.is_float else Status.INTEGER
-    if grad is None:
-        return RowNumbers(status)
-    return RowNumbers(
-        status,
-        grad.stats(act.shape, top=0),
-        grad.dead_fraction(),
-        DataStats(grad.dead_units(), grad.per_sample(), grad.first_nonfinite) if data else None,
-    )
-
-
-def scan_rows(
-    trace: Trace,
-    graph: ModelGraph | None,
-    diagnoser: Diagnoser,
-    classes: dict[str, str],
-    patterns: Sequence[str] = (),
-) -> tuple[ScanRow, ...]:
-    """One row per activation of the trace (inputs, then layer calls in execution order).
-
-    Rows the target does not depend on are left out. `patterns` (shell globs) keep only
-    matching layer references. Blocked and non-finite rows get causes from the diagnoser.
-    """
-    target = trace.target
-    measured = [
-        (act, traced_numbers(act, grad))
-        for act, grad in zip(trace.activations, trace.gradients, strict=True)
-    ]
-    ends = (
-        [target.site.key]
-        if target
-        else [trace.activations[o].site.key for o in trace.outputs if o is not None]
-    )
-    rows = build_rows(measured, target, ends, graph, classes, patterns)
-    return tuple(_with_causes(row, trace, graph, diagnoser) for row in rows)
-
-
-def summary_rows(
-    run: StreamRun,
-    graph: ModelGraph | None,
-    classes: dict[str, str],
-    patterns: Sequence[str] = (),
-    causes: Callable[[ScanRow], ScanRow] | None = None,
-) -> tuple[ScanRow, ...]:
-    """`scan_rows` from statistics reduced inside the step (`stream.run_stream`), without any
-    gradient array; rows carry `data`. `causes(row)` adds causes to a none / zero / non-finite
-    row (see `trace_causes`)."""
-    target = run.targets[0]
-    measured = [
-        (act, step_numbers(act, grad, run.data))
-        for act, grad in zip(run.activations, run.gradients[0], strict=True)
-    ]
-    ends = [target.site.key] if target is not None else sinks(graph)
-    rows = build_rows(measured, target, ends, graph, classes, patterns)
-    if causes is None:
-        return rows
-    broken = (Status.NONE, Status.NONFINITE, Status.ZERO)
-    return tuple(causes(r) if r.status in broken else r for r in rows)
-
-
-def build_rows(
-    measured: Sequence[tuple[_Measured, RowNumbers]],
-    target: _Measured | None,
-    ends: Sequence[tuple[str, int]],
-    graph: ModelGraph | None,
-    classes: dict[str, str],
-    patterns: Sequence[str] = (),
-) -> tuple[ScanRow, ...]:
-    """The scan rows of the activations the target depends on, in order, with their flags:
-    blocked, non-finite, dead from each row's numbers, then vanishing / exploding along the
-    trunk to `ends`; `patterns` keep only matching rows (after the flags, which compare each
-    row with the target end)."""
-    rows: list[ScanRow] = []
-    for act, numbers in measured:
-        if target is not None and not _upstream(graph, act, target):
-            continue
-        class_name = classes.get(act.site.path, "InputLayer")
-        if act.output:  # a multi-output layer whose output 0 the target does not use
-            class_name += f" (output {act.output})"
-        rows.append(_row(act, numbers, class_name))
-    on_trunk = trunk(graph, ends)
-    rows = flag_against_target_end(
-        rows, None if on_trunk is None else {ref_of(k) for k in on_trunk}
-    )
-    if patterns:
-        rows = [r for r in rows if any(fnmatch.fnmatchcase(r.layer, p) for p in patterns)]
-        if not rows:
-            raise LayerNotFound(no_glob_match_message(patterns))
-    return tuple(rows)
-
-
-def _row(act: _Measured, numbers: RowNumbers, class_name: str) -> ScanRow:
-    flags = status_flags(numbers.status, numbers.dead if numbers.gradient is not None else None)
-    return ScanRow(
-        layer=act.site.ref,
-        class_name=class_name,
-        shape=act.shape,
-        dtype=act.dtype,
-        status=numbers.status,
-        gradient=numbers.gradient,
-        flags=flags,
-        data=numbers.data,
-    )
-
-
-def trace_causes(
-    make: Callable[[], tuple[Trace, Diagnoser]], graph: ModelGraph | None
-) -> Callable[[ScanRow], ScanRow]:
-    """Causes for rows of `summary_rows`, from a full trace and diagnoser made for the first
-    row that needs them (the one pass that keeps arrays runs only when something is wrong)."""
-    made: list[tuple[Trace, Diagnoser]] = []
-
-    def add(row: ScanRow) -> ScanRow:
-        if not made:
-            made.append(make())
-        trace, diagnoser = made[0]
-        return _with_causes(row, trace, graph, diagnoser)
-
-    return add
-
-
-def _upstream(graph: ModelGraph | None, act: _Measured, target: _Measured) -> bool:
-    a, t = act.site, target.site
-    if (a.path, a.call) == (t.path, t.call) or graph is None:
-        return True
-    return graph.depends(t.path, a.path, to_call=t.call, frm_call=a.call) is not False
-
-
-def flag_against_target_end(rows: list[ScanRow], on_trunk: set[str] | None) -> list[ScanRow]:
-    """Vanishing / exploding: trunk rows whose gradient L2 is DECADES (and falling by RATE per
-    layer) or EXTREME decades below / above the target end's (the last row)."""
-    end = rows[-1].gradient if rows else None
-    if end is None or end.l2 <= 0:
-        return rows
-    out = []
-    for i, row in enumerate(rows):
-        g, depth = row.gradient, len(rows) - 1 - i
-        trunk_row = on_trunk is None or row.layer in on_trunk
-        if row.status == Status.OK and g is not None and g.l2 > 0 and depth and trunk_row:
-            decades = math.log10(g.l2 / end.l2)
-            steep = abs(decades) / depth > RATE
-            if decades <= -EXTREME or (decades <= -DECADES and steep):
-                row = replace(row, flags=(*row.flags, Flag.VANISHING))
-            elif decades >= EXTREME or (decades >= DECADES and steep):
-                row = replace(row, flags=(*row.flags, Flag.EXPLODING))
-        out.append(row)
-    return out
-
-
-def _with_causes(
-    row: ScanRow, trace: Trace, graph: ModelGraph | None, diagnoser: Diagnoser
-) -> ScanRow:
-    if row.status not in (Status.NONE, Status.NONFINITE, Status.ZERO):
-        return row
-    i = next(i for i, a in enumerate(trace.activations) if a.site.ref == row.layer)
-    source = trace.activations[i]
-    target = trace.target or _reached_output(trace, graph, i)
-    if target is None and trace.gradients[i] is not None:
-        target = source  # a model output: its own gradient comes straight from the target
-    if target is None:
-        return replace(row, causes=(why.feeds_no_output(row.layer),))
-    diagnoser.adopt(target.site, trace)
-    return replace(row, causes=tuple(diagnoser.causes(row.status, source, target)))
-
-
-def _reached_output(trace: Trace, graph: ModelGraph | None, i: int) -> Activation | None:
-    """The last activation after `i` that depends on it and has a gradient (an output end)."""
-    source = trace.activations[i].site
-    for act, grad in reversed(list(zip(trace.activations, trace.gradients, strict=True))):
-        if act.site == source:
-            return None
-        depends = (
-            graph.depends(act.site.path, source.path, act.site.call, source.call) if graph else None
-        )
-        if grad is not None and depends:
-            return act
-    return None
-
-
-def training_mode_note(untrained: Sequence[str]) -> str:
-    """What `inspect` says in each result's warnings when it probed the model in training mode
-    because of its never-trained BatchNormalization layers (`untrained_batchnorm`)."""
-    more = "..." if len(untrained) > 3 else ""
-    return (
-        f"probed in training mode (batch statistics): {len(untrained)} BatchNormalization "
-        f"layers ({', '.join(untrained[:3])}{more}) hold their initial moving statistics, so "
-        "the model was never trained and inference does not normalize; training runs them "
-        "like this"
-    )
-
-
-def untrained_batchnorm(model: KerasModel) -> list[str]:
-    """BatchNormalization layers whose moving statistics are still their initial 0 and 1."""
-    found = []
-    for path, layer in iter_layers(model):
-        mean, var = getattr(layer, "moving_mean", None), getattr(layer, "moving_variance", None)
-        if mean is None or var is None or "BatchNormalization" not in type(layer).__name__:
-            continue
-        if not np.any(np.asarray(mean.numpy())) and np.all(np.asarray(var.numpy()) == 1):
-            found.append(path)
-    return found

@@ -56,7 +56,7 @@ def weights_over(
     path: PathLike | None = None,
 ) -> WeightScanReport:
     """`scan_weights_data` of a model loaded already (`session.load`, under `strategy`)."""
-    from layergrad.commands import over_data, weight_scan
+    from layergrad.commands import data_meta, over_data, weight_scan
     from layergrad.core.keras_backend import quiet_import
     from layergrad.data import sources
     from layergrad.data.fingerprint import data_sha256
@@ -130,7 +130,7 @@ def weights_over(
             "`y:NAME` in the .npz for your own"
         )
     return WeightScanReport(
-        model=over_data._model_meta(path, loaded, warnings),
+        model=data_meta.model_meta(path, loaded, warnings),
         probe=ProbeMeta(
             source=batches.source,
             seed=options.seed if labels is None else None,

@@ -186,7 +186,7 @@ def test_inspect_to_a_softmax_warns_that_its_sum_is_constant(softmax_head):
 
 
 def test_untrained_batchnorm_is_recognised(tmp_path):
-    from layergrad.commands.scan import untrained_batchnorm
+    from layergrad.commands.untrained_batchnorm import untrained_batchnorm
 
     x = keras.Input((4,), name="x")
     out = keras.layers.Dense(2, name="head")(keras.layers.BatchNormalization(name="bn")(x))
