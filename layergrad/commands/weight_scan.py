@@ -98,7 +98,7 @@ def _scan(
         y = tf.nest.pack_sequence_as(outputs, [tf.convert_to_tensor(a) for a in labels])
         return model.compute_loss(y=y, y_pred=outputs, training=options.training)
 
-    owned = _owners(model)
+    owned = variable_owners(model)
     trace = run_trace(
         model,
         session.batch,
@@ -112,7 +112,7 @@ def _scan(
 
     activations = scan_report(session, trace, None)
     rows = [
-        _row(v, path, grad, activations.rows)
+        variable_row(v, path, grad, activations.rows)
         for (v, path), grad in zip(owned, trace.variable_gradients, strict=True)
     ]
     notes = []
@@ -154,7 +154,7 @@ def dead_layers(trace: Trace, layers: Mapping[str, KerasLayer]) -> tuple[tuple[s
     return tuple(found)
 
 
-def _owners(model: KerasModel) -> list[tuple[KerasVariable, str]]:
+def variable_owners(model: KerasModel) -> list[tuple[KerasVariable, str]]:
     """Each trainable variable once, with the path of the layer that holds it."""
     seen: set[int] = set()
     out = []
@@ -202,7 +202,7 @@ def _labels_from_data(
     return [given[f"y:{n}"] for n in names]
 
 
-def _row(
+def variable_row(
     variable: KerasVariable, path: str, grad: np.ndarray | None, layer_rows: tuple[ScanRow, ...]
 ) -> VariableRow:
     status = status_of(grad)

@@ -101,7 +101,7 @@ def weights_over(
     else:
         zipped = tf.data.Dataset.zip((inputs, labels.dataset))
         dataset = zipped.map(lambda x, y: (tuple(x[:-1]), tuple(y), x[-1]))
-    owned = weight_scan._owners(model)
+    owned = weight_scan.variable_owners(model)
     totals = stream_weight_gradients(
         model,
         [getattr(v, "value", v) for v, _ in owned],
@@ -117,7 +117,7 @@ def weights_over(
         source=batches.source,
     )
     rows = [
-        weight_scan._row(v, layer, grad, ())
+        weight_scan.variable_row(v, layer, grad, ())
         for (v, layer), grad in zip(owned, totals.gradients, strict=True)
     ]
     if any(r.status != Status.OK for r in rows):
