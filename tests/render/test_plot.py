@@ -138,7 +138,19 @@ def test_a_long_scan_wraps_and_no_label_overlaps_another():
             assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1  # inside the figure
             if left is not None:
                 assert box.x0 >= left.get_window_extent(renderer).x1  # clear of the column before
-    assert labels == [plot._label(r.layer) for r in report.rows]  # execution order, all rows
+    assert all(len(r.layer) <= 40 for r in report.rows)  # short enough to be shown whole
+    assert labels == [r.layer for r in report.rows]  # execution order, all rows
+
+
+def test_a_long_layer_name_is_shortened_in_the_middle_on_its_axis():
+    name = "encoder_" + "a" * 30 + "_tail_end_of_the_name"  # 59 characters
+    g = GradientStats((8, 4), 1.0, 1.0, 1.0, 0.0, 0)
+    rows = (ScanRow(name, "Dense", (8, 4), "float32", "ok", g, ()),
+            ScanRow("out", "Dense", (8, 4), "float32", "ok", g, ()))  # fmt: skip
+    fig = plot.scan_figure(ScanReport(ModelMeta("m.keras", "keras", "Functional", "m"), PROBE, None, rows))  # fmt: skip
+    shown = [t.get_text() for t in fig.axes[0].get_yticklabels() if t.get_text()]
+    # 40 characters at most: the first 19, an ellipsis, the last 19 (the table has it whole)
+    assert shown == ["encoder_aaaaaaaaaaa…ail_end_of_the_name", "out"]
 
 
 def test_png_svg_and_pdf_files_are_valid_with_one_bar_per_row(tmp_path):
@@ -271,6 +283,8 @@ print(codes, sorted(m for m in ("matplotlib", "tensorflow") if m in sys.modules)
 
 
 def test_log_limits_leave_a_decade_below_the_smallest_bar():
-    lo, hi = plot._log_limits(long_scan(40).rows)
+    ax = plot.scan_figure(long_scan(40)).axes[0]
+    assert ax.get_xscale() == "log"
+    lo, hi = ax.get_xlim()
     smallest = min(r.gradient.mean_abs for r in long_scan(40).rows if r.gradient and r.gradient.mean_abs > 0)  # fmt: skip
     assert lo < smallest / 9 and math.isclose(math.log10(lo) % 1, 0, abs_tol=1e-9) and hi > 1.0
