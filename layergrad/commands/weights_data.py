@@ -58,8 +58,8 @@ def weights_over(
     """`scan_weights_data` of a model loaded already (`session.load`, under `strategy`)."""
     from layergrad.commands import over_data, weight_scan
     from layergrad.core.keras_backend import quiet_import
-    from layergrad.data import sources
     from layergrad.data.fingerprint import data_sha256
+    from layergrad.data.labels import open_labels
     from layergrad.engine.compiled_loss import compile_loss, find_loss, label_kind, output_losses
     from layergrad.engine.weight_stream import stream_weight_gradients
 
@@ -77,7 +77,7 @@ def weights_over(
     names = list(getattr(model, "output_names", None) or [])
     batches = over_data.open_stream(model, options)
     shard = over_data.shard_of(options)  # the labels' part is cut as the inputs' part
-    labels = sources.open_labels(options.data or "", names, options.rows, options.limit, shard)
+    labels = open_labels(options.data or "", names, options.rows, options.limit, shard)
     kinds = [label_kind(n) for n in output_losses(spec, names or [""])]
 
     def objective(outputs: TensorTree, given: TensorTree | None, samples: Tensor) -> Tensor:

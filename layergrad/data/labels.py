@@ -1,4 +1,5 @@
-"""The labels that come with the data, summarised per output (`target_fit.LabelSummary`).
+"""The labels that come with the data: summarised per output (`target_fit.LabelSummary`), and
+read as batches beside the inputs (`open_labels`).
 
 `y` (one output) or `y:NAME` (one per output) in an `--input` `.npz` or a `--data` `.npz`;
 a `.npz` data set is read a chunk of rows at a time, so memory does not grow with its size.
@@ -6,12 +7,16 @@ a `.npz` data set is read a chunk of rows at a time, so memory does not grow wit
 
 from __future__ import annotations
 
+import os
 import zipfile
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from layergrad.core.errors import InputError
+from layergrad.data.probe_input import InputSpec
+from layergrad.data.shards import Shard
+from layergrad.data.sources import DataStream, open_data
 from layergrad.files.npy_rows import NpyRows, npz_members
 from layergrad.model.target_fit import LabelSummary
 
@@ -95,3 +100,59 @@ def summarise_function(
             if name in names:
                 out.setdefault(name, LabelSummary()).add(np.asarray(value), ranks.get(name))
     return out
+
+
+def open_labels(
+    path: str | os.PathLike[str],
+    outputs: Sequence[str],
+    batch_size: int,
+    limit: int | None = None,
+    shard: Shard | None = None,
+) -> DataStream | None:
+    """The labels stored with `--data` in a `.npz`, batched like its inputs: `y` for a model
+    with one output (or no output names, as a Sequential model), `y:NAME` per output name;
+    None when the data holds no labels. With `shard`, `dataset` is this worker's part, cut
+    as the inputs' part is.
+
+    Raises:
+        InputError: labels that do not match the outputs, or a row count unlike the inputs'.
+    """
+    text = os.fspath(path)
+    if not text.lower().endswith(".npz") or not os.path.isfile(text):
+        return None
+    try:
+        with zipfile.ZipFile(text) as archive:
+            members = npz_members(archive, text)
+            held = {k: v for k, v in members.items() if k == "y" or k.startswith("y:")}
+            if not held:
+                return None
+            if "y" in held and len(outputs) <= 1:  # no output names: a Sequential model
+                chosen = {"y": held["y"]}
+            else:
+                missing = [n for n in outputs if f"y:{n}" not in held]
+                if missing or not outputs:
+                    raise InputError(
+                        f"the labels in --data {text} are {sorted(held)}, but the model has "
+                        f"{len(outputs)} outputs ({', '.join(outputs)}); save one array per "
+                        "output as `y:NAME` (or `y` for one output)"
+                    )
+                chosen = {f"y:{n}": held[f"y:{n}"] for n in outputs}
+            headers = {
+                name: NpyRows(archive.open(member), f"{text} array {name!r}")
+                for name, member in chosen.items()
+            }
+            rows = {r.rows for r in headers.values()}
+            inputs = {
+                NpyRows(archive.open(m), text).rows for k, m in members.items() if k not in held
+            }
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise InputError(
+            f"--data {text} is not a readable .npz file ({exc}); write it with np.savez"
+        ) from None
+    if len(rows | inputs) > 1:
+        raise InputError(
+            f"--data {text}: the labels and the inputs have different numbers of rows "
+            f"({sorted(rows | inputs)}); give every array the same number of samples"
+        )
+    specs = [InputSpec(n, tuple(r.shape[1:]), str(r.dtype)) for n, r in headers.items()]
+    return open_data(text, specs, batch_size, limit, shard)
