@@ -90,21 +90,36 @@ def npz_batches(
     signature: tuple[TensorSpec, ...],
     failure: Failure,
     shard: Shard | None = None,
+    labels: Sequence[InputSpec] = (),
 ) -> tuple[Dataset, int, Part | None]:
+    """The inputs' rows of a `.npz` in batches; with `labels` (specs named by their keys,
+    `y` or `y:NAME`), each batch followed by the labels of the same rows. `signature` covers
+    both."""
     stored, total = input_layouts(path, specs)
+    if labels:
+        held, rows = input_layouts(path, labels)
+        if rows != total:
+            raise InputError(
+                f"--data {path}: the labels and the inputs have different numbers of rows "
+                f"({sorted({rows, total})}); give every array the same number of samples"
+            )
+        stored = [*stored, *held]
+    columns = [*specs, *labels]
     in_place = [s for s in stored if s is not None]
     if len(in_place) == len(stored):  # np.savez: tf.data reads the rows in place
         return (
-            records(in_place, specs, batch_size, limit),
+            records(in_place, columns, batch_size, limit),
             total,
-            records_part(in_place, specs, batch_size, limit, total, shard),
+            records_part(in_place, columns, batch_size, limit, total, shard),
         )
 
     def read() -> Iterator[tuple[np.ndarray, ...]]:  # np.savez_compressed: inflate as we go
         with zipfile.ZipFile(path) as archive:
-            for part in _chunks(input_readers(archive, path, specs), batch_size, limit):
+            readers = input_readers(archive, path, specs)
+            readers += input_readers(archive, path, labels) if labels else []
+            for part in _chunks(readers, batch_size, limit):
                 yield tuple(
-                    fit_array(a, s, f"--data {path}") for a, s in zip(part, specs, strict=True)
+                    fit_array(a, s, f"--data {path}") for a, s in zip(part, columns, strict=True)
                 )
 
     return python_dataset(read, signature, failure, path), total, None

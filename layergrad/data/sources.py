@@ -1,11 +1,12 @@
 """Resolve `--data PATH` into batches in the model's input order, read as they are used.
 
 PATH is a `.npy` (one input), a `.npz` (one array per input name, or `x` for a model with
-one input; `y`, the labels, is ignored; see `data/input_keys.py`), a folder of images, or
-`FILE.py:function` / `module:function` returning a `tf.data.Dataset` or any iterable of
-batches (`data_functions`). Whatever the source yields is
-cut into batches of `batch_size` rows (the last one partial). Files are read a batch at a time
-and nothing is kept, so memory does not grow with the number of samples.
+one input; `y`, the labels, is read by `data/label_stream.py`; see `data/input_keys.py`), a
+folder of images, or `FILE.py:function` / `module:function` returning a `tf.data.Dataset` or
+any iterable of batches (`data/functions.py`). Whatever the source yields is cut into batches
+of `batch_size` rows (the last one partial). Files are read a batch at a time
+(`data/array_records.py`) and nothing is kept, so memory does not grow with the number of
+samples.
 
 Files are checked against the model's inputs from their headers; what a function gives is
 checked batch by batch. A bad batch stops the run with an `InputError` that names the batch
@@ -38,12 +39,7 @@ from layergrad.data.array_records import (
     npy_input_layout,
     npz_batches,
 )
-from layergrad.data.functions import (
-    Failure,
-    function_source,
-    is_function,
-    tf_dtype,
-)
+from layergrad.data.functions import Failure, function_source, tf_dtype
 from layergrad.data.probe_input import InputSpec, ProbeBatch, check_fits
 from layergrad.data.shards import (
     Part,
@@ -53,6 +49,7 @@ from layergrad.data.shards import (
     round_robin,
     with_sample_indices,
 )
+from layergrad.data.user_code import is_function
 from layergrad.files.array_files import open_checked, open_member, open_zip
 from layergrad.files.guards import require_regular
 from layergrad.files.npy_rows import NpyRows, npz_members
@@ -67,7 +64,9 @@ class DataStream:
     `dataset` yields tuples of tensors in the model's input order, `batch_size` rows each
     (the last may be shorter), prefetched: this worker's part when the source is sharded
     (`whole` is then every batch, read again for a diagnosis). `samples` is how many rows to
-    expect (None when the source does not say).
+    expect (None when the source does not say). A stream opened with its labels
+    (`data/label_stream.py`) has each batch's labels after its inputs, one tensor per key of
+    `labels` (`y`, or `y:NAME` per output), from the same rows.
     """
 
     def __init__(
@@ -81,8 +80,10 @@ class DataStream:
         batch_size: int = 1,
         part: Part | None = None,
         first_sample: int = 0,
+        labels: Sequence[str] = (),
     ) -> None:
         self.source, self.specs, self.whole = source, tuple(specs), dataset
+        self.labels = tuple(labels)
         self.samples, self._failure, self.checked = samples, failure, checked
         self.batch_size, self.part, self.first_sample = batch_size, part, first_sample
         # names what made batch N unreadable (the image that does not decode), if it can
@@ -138,11 +139,15 @@ class DataStream:
                 raise InputError(found)
 
     def batch(self, index: int) -> ProbeBatch:
-        """Batch `index` again, as arrays (the source is read again up to it)."""
+        """Batch `index` again, as arrays (the source is read again up to it), with its
+        labels when the stream has them."""
+        n = len(self.specs)
         for i, tensors in enumerate(self.whole):
             if i == index:
                 arrays = tuple(np.asarray(t.numpy()) for t in tensors)
-                return ProbeBatch(arrays, tuple(s.name for s in self.specs), self.source, None)
+                labels = dict(zip(self.labels, arrays[n:], strict=True)) or None
+                names = tuple(s.name for s in self.specs)
+                return ProbeBatch(arrays[:n], names, self.source, None, labels=labels)
         self.raise_failure()
         raise InputError(f"--data {self.source} has no batch {index}")
 
@@ -205,28 +210,58 @@ def open_data(
         stream.samples  # 20000
     """
     text = os.fspath(path)
-    if batch_size < 1:
-        raise UsageError(f"--batch-size must be at least 1: batch_size={batch_size}")
-    if limit is not None and limit < 1:
-        raise UsageError(f"--limit must be at least 1: limit={limit}")
+    check_sizes(batch_size, limit)
     kind = source_kind(text)
     tf, _ = quiet_import()
     failure = Failure()
     signature = tuple(tf.TensorSpec((None, *s.shape), tf_dtype(s.dtype)) for s in specs)
     rows: int | None
     part: Part | None = None
+    found = None
     if kind == "npy":
         dataset, rows, part = npy_batches(text, specs, batch_size, limit, shard)
     elif kind == "npz":
         dataset, rows, part = npz_batches(text, specs, batch_size, limit, signature, failure, shard)
     elif kind == "images":
-        dataset, rows, part = _images(text, specs, batch_size, limit, shard)
+        found = images.list_images(text)  # every entry checked, every size within budget
+        dataset, rows, part = image_batches(text, specs, batch_size, limit, shard, found)
     else:
-        dataset, rows, sharded = function_source(
+        batches = function_source(
             text, specs, batch_size, limit, signature, failure, input_context(shard, replicas)
         )
-        if shard is not None and sharded:  # the function returned its own shard
+        dataset, rows = batches.dataset, batches.rows
+        if shard is not None and batches.sharded:  # the function returned its own shard
             part = Part(dataset.prefetch(tf.data.AUTOTUNE), None)
+    return finish_stream(text, specs, dataset, rows, part, failure, batch_size, limit, shard,
+                         first_sample, found=found)  # fmt: skip
+
+
+def check_sizes(batch_size: int, limit: int | None) -> None:
+    """Refuse a batch size or a limit below 1 (`UsageError`)."""
+    if batch_size < 1:
+        raise UsageError(f"--batch-size must be at least 1: batch_size={batch_size}")
+    if limit is not None and limit < 1:
+        raise UsageError(f"--limit must be at least 1: limit={limit}")
+
+
+def finish_stream(
+    text: str,
+    specs: Sequence[InputSpec],
+    dataset: Dataset,
+    rows: int | None,
+    part: Part | None,
+    failure: Failure,
+    batch_size: int,
+    limit: int | None,
+    shard: Shard | None,
+    first_sample: int,
+    labels: Sequence[str] = (),
+    found: Sequence[images.ImageFile] | None = None,
+) -> DataStream:
+    """The `DataStream` of a source's batches: prefetched, shared round robin under a shard
+    when the source has no parts of its own; with `found` (an image folder's images, in the
+    order read) a batch that fails to decode names its image."""
+    tf, _ = quiet_import()
     samples = rows if limit is None or rows is None else min(rows, limit)
     if samples is None and limit is not None:
         samples = limit
@@ -235,11 +270,10 @@ def open_data(
         part = round_robin(dataset, shard, batch_size)
     stream = DataStream(
         text, specs, dataset, samples, failure, checked=not is_function(text),
-        batch_size=batch_size, part=part, first_sample=first_sample,
+        batch_size=batch_size, part=part, first_sample=first_sample, labels=labels,
     )  # fmt: skip
-    if os.path.isdir(text):  # a batch that fails to decode: name its image
-        found = images.list_images(text)
-        find = images.locate_failure(text, found, int(specs[0].shape[2] or 0))
+    if found is not None:  # a batch that fails to decode: name its image
+        find = images.locate_failure(text, list(found), int(specs[0].shape[2] or 0))
         stream.explain = lambda b: find(b * batch_size, (b + 1) * batch_size)
     return stream
 
@@ -286,11 +320,18 @@ def check_source(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None
         input_layouts(text, specs)
 
 
-def _images(
-    path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None, shard: Shard | None
+def image_batches(
+    path: str,
+    specs: Sequence[InputSpec],
+    batch_size: int,
+    limit: int | None,
+    shard: Shard | None,
+    found: Sequence[images.ImageFile],
+    column: Callable[[int, int], Dataset] | None = None,
 ) -> tuple[Dataset, int, Part | None]:
-    """Decode and resize as Keras's `image_dataset_from_directory` does (pixels 0-255), each
-    entry checked first (`data/images`)."""
+    """The images `found`, decoded and resized as Keras's `image_dataset_from_directory` does
+    (pixels 0-255), each entry checked first (`data/images`); with `column`, each image
+    followed by its label (`column(start, stop)`: the labels of images start to stop)."""
     tf, _ = quiet_import()
     spec = specs[0] if len(specs) == 1 else None
     shape = spec.shape if spec is not None else ()
@@ -301,23 +342,27 @@ def _images(
             f"(height, width, 1, 3 or 4 channels); this model's inputs are {got}; pass the "
             "images as a .npy or through FILE.py:function instead"
         )
-    found = images.list_images(path)  # every entry checked, every size within budget
     if not found:
         raise InputError(
             f"--data {path} is a folder with no images: no {', '.join(IMAGE_FORMATS)} files in "
             "it or its sub-folders; pass a folder of images, or a .npy / .npz file"
         )
-    if limit is not None:
-        found = found[:limit]
+    found = list(found if limit is None else found[:limit])
     dtype = tf_dtype(spec.dtype)
     size, channels = (int(shape[0] or 0), int(shape[1] or 0)), int(shape[2] or 0)
-    dataset = images.image_dataset(found, size, channels, dtype).batch(batch_size)
+
+    def read(start: int, stop: int) -> Dataset:
+        pictures = images.image_dataset(found[start:stop], size, channels, dtype)
+        if column is not None:
+            both = tf.data.Dataset.zip((pictures, column(start, stop)))
+            pictures = both.map(lambda picture, y: (*picture, y))
+        return pictures.batch(batch_size)
+
     part = None
     if shard is not None:  # by file: this worker decodes its own images only
         start, stop = part_rows(len(found), batch_size, shard)
-        mine = images.image_dataset(found[start:stop], size, channels, dtype).batch(batch_size)
         part = Part(
-            mine.prefetch(tf.data.AUTOTUNE), stop - start, offset=start,
+            read(start, stop).prefetch(tf.data.AUTOTUNE), stop - start, offset=start,
             first_batch=start // batch_size,
         )  # fmt: skip
-    return dataset, len(found), part
+    return read(0, len(found)), len(found), part
