@@ -114,3 +114,17 @@ def projection_r(seed: int, output: int, shape: tuple[int, ...], first_sample: i
     u2 = (_lowbias32(base ^ second) >> np.uint32(8)).astype(np.float64) / 2**24
     r = np.sqrt(-2 * np.log(u1)) * np.cos(2 * np.pi * u2)
     return tf.constant(r.reshape(shape), tf.float32)
+
+
+def image_folder(root: Path, counts: dict[str, int], size: int = 8, seed: int = 0) -> Path:
+    """Write a folder of small RGB PNGs, `counts[name]` of them in sub-folder `name` (the last
+    one of each in a nested `name/more/`; an empty name puts them in `root` itself), each
+    class's pixels in its own range; return `root`."""
+    rng = np.random.default_rng(seed)
+    for c, (name, count) in enumerate(counts.items()):
+        for i in range(count):
+            where = root / name / "more" if name and i == count - 1 else root / name
+            where.mkdir(parents=True, exist_ok=True)
+            pixels = rng.integers(0, 120, (size, size, 3)) + 40 * (c % 4)
+            (where / f"{i:02d}.png").write_bytes(tf.io.encode_png(pixels.astype(np.uint8)).numpy())
+    return root

@@ -105,21 +105,23 @@ def fit(
     on that step's batch (update ratio, gradient L2, dead units, NaN/Inf). Finds
     nonfinite (where the first NaN/Inf appeared), diverging, not_learning,
     dying_units, stalled_layer and plateau_at_chance. --data must hold labels:
-    a .npz with the inputs by name and y (or y:NAME per output).
+    a .npz with the inputs by name and y (or y:NAME per output), a folder of
+    images in class sub-folders, or FILE.py:function yielding (x, y).
 
     \b
     Examples:
         layergrad fit model.keras --data train.npz
-        layergrad fit model.keras --data train.npz --steps 500 --learning-rate 1e-3 --json
-        layergrad fit model.keras --data train.npz --epochs 2 --format html > fit.html
+        layergrad fit model.keras --data images/ --steps 500 --learning-rate 1e-3 --json
+        layergrad fit model.keras --data train.py:batches --epochs 2 --format html > fit.html
         layergrad fit model.keras --data train.npz --log-dir logs/ --fail-on nonfinite
     """
     from layergrad.commands.fit import FitOptions, fit_model
 
     if data is None:
         raise click.UsageError(
-            "layergrad fit needs --data with labels (a .npz with the inputs and y): training "
-            "on random labels proves nothing"
+            "layergrad fit needs --data with labels (a .npz with the inputs and y, a folder "
+            "of class sub-folders, or a function yielding (x, y)): training on random labels "
+            "proves nothing"
         )
     options = FitOptions(
         steps=steps,

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from layergrad.commands.check_steps import Opened
     from layergrad.commands.session import Session
     from layergrad.core.results import ScanRow, WeightScanReport
+    from layergrad.data.label_stream import Labelled
     from layergrad.data.sources import DataStream
     from layergrad.engine.data_step import StreamRun
     from layergrad.engine.loader import LoadedModel
@@ -69,17 +70,15 @@ def dynamic_data(
     if opened is None:
         return
     loaded, _, strategy = opened
-    from layergrad.data.functions import is_function
-    from layergrad.data.labels import summarise_function, summarise_npz
-
+    labelled = _labels(loaded, info, options, probe)
     names, ranks = steps.output_ranks(loaded.model)
-    data = os.fspath(options.probe.data or "")
-    if is_function(data):
-        inputs = len(getattr(loaded.model, "inputs", None) or [None])
-        labels = summarise_function(data, names, ranks, inputs, options.probe.limit)
-    else:
-        labels = summarise_npz(data, names, ranks, options.probe.limit)
-    mismatched = steps.targets(info, options.loss, labels, f"--data {options.probe.data}", add)
+    from layergrad.data.labels import summarise_batches
+
+    labels = summarise_batches(labelled.label_batches(), names, ranks) if labelled else {}
+    source = f"--data {options.probe.data}"
+    if labelled is not None and labelled.classes:
+        source += f" (the class sub-folders {labelled.describe_classes()})"
+    mismatched = steps.targets(info, options.loss, labels, source, add)
     try:
         batches = over_data.open_stream(loaded.model, probe, strategy)
     except LayergradError as exc:  # the data does not fit this model: the command is wrong
@@ -98,7 +97,8 @@ def dynamic_data(
         return
     # the rules that need one batch (outputs that never vary, unscaled inputs, the weights'
     # gradients) run on the data's first batch, with its labels
-    first = _first_batch(loaded, batches, info, options, None if mismatched else names)
+    given = labelled if labelled is not None and not mismatched else None
+    first = _first_batch(loaded, batches, info, options, given)
     weights, has_loss = steps.weight_scan(first, options)
     weights = _dead_over_data(loaded.model, batches, weights, first.options.training)
     report = weights.activations
@@ -158,23 +158,43 @@ def _baseline_over_data(
     add("baseline", *judge(scanned, full, baseline, options.tolerance, other))
 
 
+def _labels(
+    loaded: LoadedModel, info: FileInfo, options: CheckOptions, probe: ProbeOptions
+) -> Labelled | None:
+    """The data's labels with its inputs (`data/label_stream.py`), in the form the loss in
+    the file (or `--loss`) takes; None when the data has none or they do not match the
+    outputs (the `targets` check is then not run)."""
+    from layergrad.commands.over_data import data_specs
+    from layergrad.data.label_stream import open_labelled
+    from layergrad.engine.compiled_loss import find_loss, label_request
+
+    model = loaded.model
+    request = label_request(model, find_loss(info.compile_config, options.loss))
+    data = os.fspath(options.probe.data or "")
+    try:
+        found = open_labelled(
+            data, data_specs(model), request, probe.rows, probe.limit, strict=False
+        )
+    except LayergradError as exc:  # the data does not fit this model: the command is wrong
+        raise UsageError(f"{os.fspath(info.path)}: {exc}") from exc
+    return found if found.stream is not None else None
+
+
 def _first_batch(
     loaded: LoadedModel,
     batches: DataStream,
     info: FileInfo,
     options: CheckOptions,
-    names: list[str] | None,
+    labelled: Labelled | None,
 ) -> Session:
-    """A session on the first batch of --data, with its labels when they fit (`names`)."""
+    """A session on the first batch of --data, with its labels when they fit (`labelled`:
+    the data read with its labels, from the same rows)."""
     from layergrad.commands.session import Session
     from layergrad.commands.untrained_batchnorm import untrained_batchnorm
-    from layergrad.data.labels import first_labels
     from layergrad.diagnose.diagnoser import Diagnoser
 
-    batch = batches.batch(0)
-    if names:
-        given = first_labels(os.fspath(options.probe.data or ""), names, batch.batch_size)
-        batch = replace(batch, labels=given or None)
+    stream = batches if labelled is None or labelled.stream is None else labelled.stream
+    batch = stream.batch(0)
     model = loaded.model
     probe = replace(options.probing(bool(untrained_batchnorm(model))), data=None, limit=None,
                     distribute=None, cpu_replicas=None)  # fmt: skip

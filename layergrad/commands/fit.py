@@ -3,8 +3,11 @@
 The file is read, audited and loaded in safe mode like every command; the loaded model is the
 copy that trains (nothing is ever written back). It is compiled with the optimizer and loss
 of its file (a fresh optimizer state, from the compiled config) or `--optimizer` / `--loss`,
-and trained on `--data` for `--steps` or `--epochs`. The labels come with the data: a `.npz`
-holding the inputs by name and `y` (one output) or `y:NAME` per output.
+and trained on `--data` for `--steps` or `--epochs`. The labels come with the data, read
+with the inputs from the same rows (`data/label_stream.py`): `y` (one output) or `y:NAME`
+per output in a `.npz`, the class sub-folders of an image folder (in the form the loss takes),
+or `y` of the `(x, y)` elements a data function yields. Samples are shuffled within a buffer
+of at most SHUFFLE_BUFFER samples and SHUFFLE_BYTES of inputs, so memory stays bounded.
 """
 
 from __future__ import annotations
@@ -14,17 +17,24 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from layergrad.commands.session import load
-from layergrad.core.errors import InputError
+from layergrad.core.errors import InputError, describe
 from layergrad.core.fit_results import FitReport
 from layergrad.core.probe_options import PathLike, ProbeOptions
 from layergrad.core.tf_types import Dataset, KerasModel, TensorTree
 
+if TYPE_CHECKING:
+    from layergrad.data.label_stream import Labelled
+    from layergrad.data.sources import DataStream
+    from layergrad.engine.compiled_loss import LossSpec
+
 DEFAULT_STEPS = 300
-SHUFFLE_BUFFER = 10_000  # samples held for shuffling: memory stays bounded
+SHUFFLE_BUFFER = 10_000  # samples held for shuffling at most: memory stays bounded
+SHUFFLE_BYTES = 64 << 20  # and at most this many bytes of inputs (64 MiB: images are large)
 
 
 @dataclass(frozen=True)
@@ -71,7 +81,9 @@ def fit_model(
 
     Args:
         path: a `.keras` or `.h5` model file (never written).
-        data: a `.npz` with the model's inputs by name and `y` (or `y:NAME` per output).
+        data: data with labels (`data/label_stream.py`): a `.npz` with the model's inputs by
+            name and `y` (or `y:NAME` per output), a folder of images in class sub-folders,
+            or `FILE.py:function` / `module:function` yielding `(x, y)`.
         options: steps or epochs, batch size, learning rate, loss, optimizer.
         limit: read at most this many samples.
         distribute, cpu_replicas: train under `MirroredStrategy` (see `ProbeOptions`).
@@ -81,14 +93,15 @@ def fit_model(
         The `FitReport`: every step's loss, the checkpoints, the findings.
 
     Raises:
-        InputError: no `--data` (training on random labels proves nothing), labels missing,
-            no loss or optimizer to train with.
+        InputError: no `--data` (training on random labels proves nothing), data without
+            labels or with labels the outputs cannot take, no loss or optimizer to train with.
     """
     options = options or FitOptions()
     if data is None:
         raise InputError(
-            "layergrad fit needs --data with labels (a .npz with the inputs and `y`): "
-            "training on random labels proves nothing"
+            "layergrad fit needs --data with labels (a .npz with the inputs and `y`, a folder "
+            "of class sub-folders, or a function yielding (x, y)): training on random labels "
+            "proves nothing"
         )
     probe = ProbeOptions(
         batch_size=options.batch_size,
@@ -102,32 +115,48 @@ def fit_model(
     model, info = loaded.model, loaded.info
     from layergrad.core.keras_backend import quiet_import
 
-    _, keras = quiet_import()
+    tf, keras = quiet_import()
     keras.utils.set_random_seed(options.seed)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         spec = _compile(model, info.compile_config, options)
-        dataset, samples, labels = _dataset(model, os.fspath(data), options, limit)
+        labelled = _labelled(model, os.fspath(data), options, limit, spec)
+        stream = labelled.stream
+        assert stream is not None
+        prior, samples = _prior_and_samples(labelled, spec.name, options, _units(model))
+        dataset = _dataset(model, stream, options, samples)
         batches = max(1, math.ceil(samples / options.batch_size))
         total = batches * options.epochs if options.epochs else options.steps or DEFAULT_STEPS
         every = options.every or max(1, total // 50)
         from layergrad.training.monitor import GradientMonitor
         from layergrad.training.rules import chance_loss
 
-        chance = _prior_loss(spec, labels, model) or chance_loss(spec, _units(model))
+        chance = prior or chance_loss(spec.name, _units(model))
         monitor = GradientMonitor(every=every, log_dir=options.log_dir, chance_loss=chance)
-        if options.epochs is not None:
-            model.fit(dataset, epochs=options.epochs, verbose=0, callbacks=[monitor])
-        else:
-            steps = options.steps or DEFAULT_STEPS
-            model.fit(
-                dataset.repeat(), epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[monitor]
-            )
+        try:
+            if options.epochs is not None:
+                model.fit(dataset, epochs=options.epochs, verbose=0, callbacks=[monitor])
+            else:
+                steps = options.steps or DEFAULT_STEPS
+                model.fit(dataset.repeat(), epochs=1, steps_per_epoch=steps, verbose=0,
+                          callbacks=[monitor])  # fmt: skip
+        except tf.errors.InvalidArgumentError as exc:  # a batch tf.data could not make
+            stream.raise_failure()
+            raise InputError(
+                f"--data {os.fspath(data)}: training stopped: {describe(exc)}"
+            ) from exc
+        stream.raise_failure()  # a Python reader that failed ended the data early
     assert monitor.report is not None
-    return replace(monitor.report, path=info.path, data=os.fspath(data))
+    notes = monitor.report.notes
+    if labelled.classes:
+        notes += (
+            f"labels from the class sub-folders of {os.fspath(data)}, as "
+            f"keras.utils.image_dataset_from_directory infers them: {labelled.describe_classes()}",
+        )
+    return replace(monitor.report, path=info.path, data=os.fspath(data), notes=notes)
 
 
-def _compile(model: KerasModel, compiled: Mapping[str, object], options: FitOptions) -> str:
-    """Compile with the file's (or the given) optimizer and loss; return the loss's name."""
+def _compile(model: KerasModel, compiled: Mapping[str, object], options: FitOptions) -> LossSpec:
+    """Compile with the file's (or the given) optimizer and loss; return the loss."""
     from layergrad.core.keras_backend import quiet_import
     from layergrad.engine.compiled_loss import compile_loss, find_loss
 
@@ -156,90 +185,82 @@ def _compile(model: KerasModel, compiled: Mapping[str, object], options: FitOpti
     if options.learning_rate is not None:
         optimizer.learning_rate = options.learning_rate
     compile_loss(model, spec, optimizer=optimizer)
-    return spec.name
+    return spec
 
 
-def _dataset(
-    model: KerasModel, path: str, options: FitOptions, limit: int | None
-) -> tuple[Dataset, int, dict[str, np.ndarray]]:
-    """(x, y) batches, shuffled within a bounded buffer; the number of samples; the labels."""
-    from layergrad.core.keras_backend import quiet_import
+def _labelled(
+    model: KerasModel, path: str, options: FitOptions, limit: int | None, spec: LossSpec
+) -> Labelled:
+    """The inputs and labels of `--data`, read together (refused when it has no labels)."""
+    from layergrad.data.label_stream import open_labelled
     from layergrad.data.probe_input import input_specs
-    from layergrad.data.sources import open_data
+    from layergrad.engine.compiled_loss import label_request
+
+    request = label_request(model, spec)
+    labelled = open_labelled(path, input_specs(model), request, options.batch_size, limit)
+    if labelled.stream is None:
+        raise InputError(f"layergrad fit needs labels: {labelled.missing}")
+    return labelled
+
+
+def _prior_and_samples(
+    labelled: Labelled, loss: str, options: FitOptions, units: list[int]
+) -> tuple[float | None, int]:
+    """The chance loss of the labels' own class frequencies (one output, a cross-entropy),
+    and the samples in the data. Read from the labels alone, in one pass when either is
+    needed: over the whole data, or the samples `--steps` trains on when the source does
+    not say how many it has."""
+    from layergrad.data.labels import ClassPrior
+
+    stream = labelled.stream
+    assert stream is not None
+    prior = ClassPrior(loss, units[0] if units else 0) if len(stream.labels) == 1 else None
+    samples = stream.samples
+    if (prior is None or not prior.kind) and samples is not None:
+        return None, samples
+    bound = None
+    if samples is None and options.epochs is None:
+        bound = (options.steps or DEFAULT_STEPS) * options.batch_size
+    seen = 0
+    for batch in labelled.label_batches():
+        y = next(iter(batch.values()))
+        if prior is not None:
+            prior.add(y)
+        seen += len(y)
+        if bound is not None and seen >= bound:
+            break
+    return (prior.entropy() if prior is not None else None), (samples or seen)
+
+
+def _dataset(model: KerasModel, stream: DataStream, options: FitOptions, samples: int) -> Dataset:
+    """(x, y) batches, shuffled within a bounded buffer."""
+    from layergrad.core.keras_backend import quiet_import
 
     tf, keras = quiet_import()
-    if not path.lower().endswith(".npz"):
-        raise InputError(
-            f"--data {path}: layergrad fit needs labels, so --data must be a .npz with the "
-            "inputs by name and `y` (one output) or `y:NAME` per output"
-        )
-    specs = input_specs(model)
-    labels = _labels(path, list(getattr(model, "output_names", None) or []), limit)
-    stream = open_data(path, specs, options.batch_size, limit)
-    rows = len(next(iter(labels.values())))
-    if stream.samples is not None and stream.samples != rows:
-        raise InputError(
-            f"--data {path}: {stream.samples} input rows but {rows} labels; give every array "
-            "the same number of samples"
-        )
     structure = getattr(model, "_inputs_struct", None)
-    names = list(labels)
-    outputs = [n.removeprefix("y:") for n in names]
+    n, keys = len(stream.specs), stream.labels
+    outputs = [k.removeprefix("y:") for k in keys]
 
-    def pack(inputs: TensorTree, targets: TensorTree) -> tuple[TensorTree, TensorTree]:
-        flat = list(inputs)
+    def pack(*batch: TensorTree) -> tuple[TensorTree, TensorTree]:
+        flat, targets = list(batch[:n]), batch[n:]
         if structure is not None and len(keras.tree.flatten(structure)) == len(flat):
             x = keras.tree.pack_sequence_as(structure, flat)
         else:
             x = flat[0] if len(flat) == 1 else tuple(flat)
-        y = targets[0] if names == ["y"] else dict(zip(outputs, targets, strict=True))
+        y = targets[0] if keys == ("y",) else dict(zip(outputs, targets, strict=True))
         return x, y
 
-    y = tf.data.Dataset.from_tensor_slices(tuple(labels[n] for n in names))
-    x = stream.dataset.unbatch()
-    dataset = tf.data.Dataset.zip((x, y))
-    dataset = dataset.shuffle(min(rows, SHUFFLE_BUFFER), seed=options.seed)
-    dataset = dataset.batch(options.batch_size).map(pack).prefetch(tf.data.AUTOTUNE)
-    return dataset, rows, {("y" if n == "y" else n[2:]): labels[n] for n in names}
+    row_bytes = sum(
+        math.prod(int(d or 1) for d in s.shape) * np.dtype(_numpy_dtype(s.dtype)).itemsize
+        for s in stream.specs
+    )
+    buffer = max(1, min(samples or SHUFFLE_BUFFER, SHUFFLE_BUFFER, SHUFFLE_BYTES // row_bytes))
+    dataset = stream.dataset.unbatch().shuffle(buffer, seed=options.seed)
+    return dataset.batch(options.batch_size).map(pack).prefetch(tf.data.AUTOTUNE)
 
 
-def _labels(path: str, outputs: list[str], limit: int | None) -> dict[str, np.ndarray]:
-    """`y` (one output) or `y:NAME` for each output, read from the .npz."""
-    with np.load(path, allow_pickle=False) as archive:
-        keys = set(archive.files)
-        if len(outputs) <= 1 and "y" in keys:
-            wanted = ["y"]
-        else:
-            wanted = [f"y:{n}" for n in outputs]
-            missing = [k for k in wanted if k not in keys]
-            if missing or not wanted:
-                raise InputError(
-                    f"--data {path} has arrays {sorted(keys)}; layergrad fit needs the labels "
-                    f"as `y` (one output) or `y:NAME` for each output ({', '.join(outputs)})"
-                )
-        return {k: np.asarray(archive[k][:limit]) for k in wanted}
-
-
-def _prior_loss(spec: str, labels: dict[str, np.ndarray], model: KerasModel) -> float | None:
-    """The cross-entropy of predicting the labels' own class frequencies (one output)."""
-    name = spec.lower().replace("_", "")
-    if len(labels) != 1 or "crossentropy" not in name:
-        return None
-    (y,) = labels.values()
-    if "sparse" in name:
-        units = _units(model)
-        counts = np.bincount(y.astype(np.int64).reshape(-1), minlength=units[0] if units else 0)
-        p = counts / max(counts.sum(), 1)
-    elif "binary" in name:
-        q = float(np.mean(y))
-        p = np.array([q, 1 - q])
-    else:  # one-hot (or soft) labels
-        p = y.reshape(-1, y.shape[-1]).mean(axis=0)
-    p = p[p > 0]
-    entropy = float(-(p * np.log(p)).sum())
-    if "binary" in name and y.ndim > 1 and y.shape[-1] > 1:
-        return None  # several independent binary outputs: no single prior
-    return entropy if entropy > 0 else None
+def _numpy_dtype(dtype: str) -> str:
+    return "float32" if dtype == "bfloat16" else dtype
 
 
 def _units(model: KerasModel) -> list[int]:

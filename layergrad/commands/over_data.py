@@ -32,7 +32,7 @@ from layergrad.core.vocab import Finding, Status
 if TYPE_CHECKING:
     from layergrad.core.results import Cause
     from layergrad.data.aggregates import ForwardTotals, GradientTotals
-    from layergrad.data.probe_input import ProbeBatch
+    from layergrad.data.probe_input import InputSpec, ProbeBatch
     from layergrad.data.sources import DataStream
     from layergrad.diagnose.diagnoser import Diagnoser
     from layergrad.engine.data_step import Probed, StreamRun
@@ -47,21 +47,28 @@ if TYPE_CHECKING:
 def open_stream(model: KerasModel, options: ProbeOptions, strategy: Strategy = None) -> DataStream:
     """The model's batches from `options.data` (a `sources.DataStream`): this worker's
     shard under `--distribute multi-worker`."""
-    from layergrad.data import probe_input, sources
+    from layergrad.data import sources
+
+    assert options.data is not None
+    shard = shard_of(options)
+    replicas = 1 if strategy is None else int(strategy.num_replicas_in_sync)
+    return sources.open_data(
+        options.data, data_specs(model), options.rows, options.limit, shard, replicas,
+        options.first_sample,
+    )  # fmt: skip
+
+
+def data_specs(model: KerasModel) -> tuple[InputSpec, ...]:
+    """The model's inputs, for `--data` (refused when the model does not declare them)."""
+    from layergrad.data import probe_input
 
     try:
-        specs = probe_input.input_specs(model)
+        return probe_input.input_specs(model)
     except InputError:
         raise InputError(
             f"model {model.name!r} ({type(model).__name__}) does not declare its inputs, so "
             "--data cannot be matched to them; save it as a Functional or Sequential model"
         ) from None
-    assert options.data is not None
-    shard = shard_of(options)
-    replicas = 1 if strategy is None else int(strategy.num_replicas_in_sync)
-    return sources.open_data(
-        options.data, specs, options.rows, options.limit, shard, replicas, options.first_sample
-    )
 
 
 def shard_of(options: ProbeOptions) -> tuple[int, int] | None:

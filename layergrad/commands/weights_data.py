@@ -3,9 +3,11 @@
 The gradient of the loss averaged over all samples (one full-batch `tape.gradient`, streamed:
 `engine/weight_stream.py`), each variable's update ratio and flags exactly as for one probe
 batch (`weight_scan.py`), and per layer the gradient's signal-to-noise ratio across batches.
-Labels are the data's own (`y` or `y:NAME` in a `.npz`), else drawn at random per batch to
-fit each output, seeded. A variable that is not ok gets its causes from one batch, the first,
-read again and scanned as `scan --wrt weights` scans its probe batch. Nothing here prints.
+Labels are the data's own, read with the inputs from the same rows (`data/label_stream.py`:
+`y` or `y:NAME` in a `.npz`, an image folder's class sub-folders, `y` of a data function's
+`(x, y)`), else drawn at random per batch to fit each output, seeded. A variable that is
+not ok gets its causes from one batch, the first, read again (with its labels) and scanned
+as `scan --wrt weights` scans its probe batch. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -58,9 +60,15 @@ def weights_over(
     """`scan_weights_data` of a model loaded already (`session.load`, under `strategy`)."""
     from layergrad.commands import data_meta, over_data, weight_scan
     from layergrad.core.keras_backend import quiet_import
-    from layergrad.data import sources
     from layergrad.data.fingerprint import data_sha256
-    from layergrad.engine.compiled_loss import compile_loss, find_loss, label_kind, output_losses
+    from layergrad.data.label_stream import open_labelled
+    from layergrad.engine.compiled_loss import (
+        compile_loss,
+        find_loss,
+        label_kind,
+        label_request,
+        output_losses,
+    )
     from layergrad.engine.weight_stream import stream_weight_gradients
 
     tf, _ = quiet_import()
@@ -75,9 +83,14 @@ def weights_over(
     with strategy.scope():
         compile_loss(model, spec)
     names = list(getattr(model, "output_names", None) or [])
-    batches = over_data.open_stream(model, options)
-    shard = over_data.shard_of(options)  # the labels' part is cut as the inputs' part
-    labels = sources.open_labels(options.data or "", names, options.rows, options.limit, shard)
+    # the labels come with the inputs from the same rows, cut into the same shard
+    request = label_request(model, spec)
+    labelled = open_labelled(
+        options.data or "", over_data.data_specs(model), request, options.rows, options.limit,
+        over_data.shard_of(options), first_sample=options.first_sample,
+    )  # fmt: skip
+    labels = labelled.stream is not None
+    batches = labelled.stream or over_data.open_stream(model, options)
     kinds = [label_kind(n) for n in output_losses(spec, names or [""])]
 
     def objective(outputs: TensorTree, given: TensorTree | None, samples: Tensor) -> Tensor:
@@ -95,12 +108,9 @@ def weights_over(
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
         return loss * tf.cast(replicas, loss.dtype) if replicas > 1 else loss
 
-    inputs = batches.indexed()  # each sample's index in the data seeds its random labels
-    if labels is None:
-        dataset = inputs.map(lambda *e: (tuple(e[:-1]), (), e[-1]))
-    else:
-        zipped = tf.data.Dataset.zip((inputs, labels.dataset))
-        dataset = zipped.map(lambda x, y: (tuple(x[:-1]), tuple(y), x[-1]))
+    # each sample's index in the data seeds its random labels; the labels follow the inputs
+    n = len(batches.specs)
+    dataset = batches.indexed().map(lambda *e: (tuple(e[:n]), tuple(e[n:-1]), e[-1]))
     owned = weight_scan.variable_owners(model)
     totals = stream_weight_gradients(
         model,
@@ -121,19 +131,25 @@ def weights_over(
         for (v, layer), grad in zip(owned, totals.gradients, strict=True)
     ]
     if any(r.status != Status.OK for r in rows):
-        rows = _with_batch_causes(loaded, warnings, batches, labels, options, loss, rows)
+        rows = _with_batch_causes(loaded, warnings, batches, options, loss, rows)
     notes = []
-    if labels is None:
+    if not labels:
         notes.append(
             f"labels are random ({', '.join(sorted(set(kinds)))}), drawn per batch to fit each "
-            f"output, seed {options.seed}: store them with --data as `y` (one output) or "
-            "`y:NAME` in the .npz for your own"
+            f"output, seed {options.seed}: give your own with --data as `y` (one output) or "
+            "`y:NAME` in a .npz, class sub-folders of an image folder, or (x, y) from a data "
+            "function"
+        )
+    if labelled.classes:
+        notes.append(
+            f"labels from the class sub-folders of {batches.source}, as "
+            f"keras.utils.image_dataset_from_directory infers them: {labelled.describe_classes()}"
         )
     return WeightScanReport(
         model=data_meta.model_meta(path, loaded, warnings),
         probe=ProbeMeta(
             source=batches.source,
-            seed=options.seed if labels is None else None,
+            seed=None if labels else options.seed,
             batch_size=options.rows,
             training=options.training,
             reduce=options.reduce,
@@ -141,7 +157,7 @@ def weights_over(
             replicas=totals.replicas,
             data_sha256=data_sha256(batches.source),
         ),
-        loss=LossMeta(spec.name, spec.source, "random" if labels is None else "data"),
+        loss=LossMeta(spec.name, spec.source, "data" if labels else "random"),
         frozen=len(model.non_trainable_variables),
         variables=tuple(weight_scan.flag_update_ratio_trend(rows)),
         notes=tuple(notes),
@@ -182,7 +198,6 @@ def _with_batch_causes(
     loaded: LoadedModel,
     warnings: Sequence[str],
     batches: DataStream,
-    labels: DataStream | None,
     options: ProbeOptions,
     loss: str | None,
     rows: list[VariableRow],
@@ -192,10 +207,7 @@ def _with_batch_causes(
     from layergrad.commands.session import Session
     from layergrad.diagnose.diagnoser import Diagnoser
 
-    batch = batches.batch(0)
-    if labels is not None:
-        given = labels.batch(0)
-        batch = replace(batch, labels=dict(zip(given.names, given.arrays, strict=True)))
+    batch = batches.batch(0)  # with its labels when the stream has them
     one = replace(options, data=None, limit=None, distribute=None, cpu_replicas=None)
     diagnoser = Diagnoser(loaded.model, batch, loaded.info.graph, one.training, one.reduce)
     session = Session(

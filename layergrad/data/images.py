@@ -2,13 +2,14 @@
 before it is decoded.
 
 The folder is listed the way Keras's `image_dataset_from_directory` lists it (sub-folders by
-path, files sorted in each), but each image is first `os.stat`-ed with links followed (a FIFO
-would block the reader, a link to `/dev/zero` never ends) and its header read: the width and
-height of a PNG, JPEG, GIF or BMP are in its first bytes, so an image that would decode to more
-than MAX_IMAGE_PIXELS pixels (a 1.6 MB PNG can declare 2 GB of pixels) is refused by name
-before anything is decoded. Decoding then happens in tf.data, IMAGE_DECODERS at a time, resized
-as Keras does (bilinear, pixels 0-255). A BMP is decoded with its own channels and converted,
-since TensorFlow decodes no BMP straight to one channel.
+path, files sorted in each; for labels, class by class: `class_listing`), but each image is
+first `os.stat`-ed with links followed (a FIFO would block the reader, a link to `/dev/zero`
+never ends) and its header read: the width and height of a PNG, JPEG, GIF or BMP are in its
+first bytes, so an image that would decode to more than MAX_IMAGE_PIXELS pixels (a 1.6 MB PNG
+can declare 2 GB of pixels) is refused by name before anything is decoded. Decoding then
+happens in tf.data, IMAGE_DECODERS at a time, resized as Keras does (bilinear, pixels 0-255).
+A BMP is decoded with its own channels and converted, since TensorFlow decodes no BMP
+straight to one channel.
 """
 
 from __future__ import annotations
@@ -52,6 +53,47 @@ def list_images(folder: str) -> list[ImageFile]:
             if name.lower().endswith(IMAGE_FORMATS):
                 found.append(check_image(os.path.join(root, name), folder))
     return found
+
+
+@dataclass(frozen=True)
+class ClassListing:
+    """A folder's images with their classes, as Keras infers them: `images[i]` is of class
+    `ids[i]`, named `classes[ids[i]]`; `loose` are the images directly in the folder."""
+
+    images: tuple[ImageFile, ...]
+    ids: tuple[int, ...]
+    classes: tuple[str, ...]
+    loose: tuple[str, ...]
+
+
+def class_listing(folder: str) -> ClassListing:
+    """The images under ``folder`` with the class of each, as
+    `keras.utils.image_dataset_from_directory(labels="inferred")` infers it: each immediate
+    sub-folder whose name does not start with "." is a class, numbered in sorted name order;
+    a class holds the images at any depth below its sub-folder, listed class by class as
+    Keras lists them (sub-folders by path, files sorted). Images directly in ``folder`` are
+    of no class (Keras skips them). Each image is checked as `list_images` checks it.
+    """
+    entries = sorted(os.listdir(folder))
+    classes = tuple(
+        name
+        for name in entries
+        if os.path.isdir(os.path.join(folder, name)) and not name.startswith(".")
+    )
+    found, ids = [], []
+    for index, name in enumerate(classes):
+        top = os.path.join(folder, name)
+        for root, _, names in sorted(os.walk(top), key=lambda entry: entry[0]):
+            for file in sorted(names):
+                if file.lower().endswith(IMAGE_FORMATS):
+                    found.append(check_image(os.path.join(root, file), folder))
+                    ids.append(index)
+    loose = tuple(
+        name
+        for name in entries
+        if name.lower().endswith(IMAGE_FORMATS) and not os.path.isdir(os.path.join(folder, name))
+    )
+    return ClassListing(tuple(found), tuple(ids), classes, loose)
 
 
 def check_image(path: str, folder: str) -> ImageFile:

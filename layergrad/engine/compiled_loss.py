@@ -13,6 +13,7 @@ import numpy as np
 
 from layergrad.core.errors import InputError
 from layergrad.core.tf_types import KerasModel, KerasModule, Tensor
+from layergrad.data.label_stream import LabelRequest
 
 # How random labels are drawn, by a word in the loss's name (first match wins).
 _LABEL_KINDS = (
@@ -126,6 +127,27 @@ def random_labels(outputs: Sequence[Tensor], kinds: Sequence[str], seed: int) ->
         else:
             labels.append(rng.standard_normal(shape).astype("float32"))
     return labels
+
+
+def label_request(model: KerasModel, spec: LossSpec | None) -> LabelRequest:
+    """The labels `model` takes under the loss `spec` (None: no loss), output by output: the
+    kind its loss reads, the loss's name and the output's units (`--data` reads them so)."""
+    names = list(getattr(model, "output_names", None) or [])
+    try:
+        shapes = [tuple(t.shape) for t in model.outputs]
+    except (AttributeError, ValueError, TypeError):
+        shapes = []
+    units = tuple(
+        int(s[-1]) if len(s) > 1 and s[-1] is not None else 1 if len(s) == 1 else None
+        for s in shapes
+    )
+    count = max(len(names), len(units), 1)
+    layers = getattr(model, "layers", None) or []
+    if not names and count == 1 and layers:  # a Sequential model: its last layer makes it
+        names = [str(layers[-1].name)]
+    losses = output_losses(spec, names or [""] * count) if spec is not None else [""] * count
+    kinds = tuple(label_kind(loss) if loss else "" for loss in losses)
+    return LabelRequest(tuple(names), kinds, tuple(losses), units)
 
 
 def output_losses(spec: LossSpec, output_names: Sequence[str]) -> list[str]:

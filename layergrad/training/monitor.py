@@ -8,7 +8,9 @@
 Every `every` steps, and on the first and the last, the step's own batch is reduced inside
 the compiled step (`step_hook.py`): d loss / d every trainable variable, each layer's update
 ratio, gradient L2, dead-unit fraction and non-finite counts. Every step reports whether
-anything was NaN/Inf and its loss; the first non-finite step is reduced in full, named, and
+anything was NaN/Inf and its loss (with `steps_per_execution > 1` too: each step of an
+execution has its own row, so a step is one optimizer step and a checkpoint is its own
+step's gradient); the first non-finite step is reduced in full, named, and
 (with `stop_on_nonfinite`) ends training. At the end the findings rules (`rules.py`) run over
 the record; `report` writes it as JSON (`.json`) or a page (`.html`), `log_dir` writes
 TensorBoard scalars and histograms as it goes.
@@ -41,7 +43,6 @@ from layergrad.training.step_hook import (
     WEIGHT_SQ,
     LayerVariables,
     StepHook,
-    applying_optimizer,
 )
 
 _, _keras = quiet_import()
@@ -93,7 +94,8 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         self._losses: list[float | None] = []
         self._checkpoints: list[Checkpoint] = []
         self._nonfinite: TrainingFinding | None = None
-        self._step, self._epoch, self._due = 0, 0, False
+        self._step, self._epoch, self._first_batch = 0, 0, 0
+        self._due: tuple[bool, ...] = ()
         self._stack: contextlib.ExitStack | None = None
         self._writer: SummaryWriter = None  # opened by on_train_begin
 
@@ -106,7 +108,10 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         self._index = {e.path: i for i, e in enumerate(self._layers)}
         owner = {i: e.path for e in self._layers for i in e.variables}
         self._layer_of = [owner.get(i, "") for i in range(len(self._variables))]
-        self._hook = StepHook(model, self._layers, self._variables, self.log_dir is not None)
+        rows = int(getattr(model, "steps_per_execution", 1) or 1)
+        self._hook = StepHook(
+            model, self._layers, self._variables, self.log_dir is not None, rows=rows
+        )
         steps, epochs = self.params.get("steps"), self.params.get("epochs") or 1
         self._last = steps * epochs - 1 if steps else None
         stale = _OPEN.pop(id(model), None)
@@ -124,30 +129,41 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         self._epoch = epoch
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, object] | None = None) -> None:
-        due = self._step % self.every == 0 or self._step == self._last
-        if due != self._due:
+        # the steps of this execution are the next `rows`; step s writes row s % rows
+        rows = self._hook.rows
+        due = [False] * rows
+        for s in range(self._step, self._step + rows):
+            due[s % rows] = s % self.every == 0 or s == self._last
+        if tuple(due) != self._due:
             self._hook.due.assign(due)
-            self._due = due
+            self._due = tuple(due)
+        self._first_batch = batch
 
     def on_train_batch_end(self, batch: int, logs: dict[str, object] | None = None) -> None:
-        bad, loss = (float(v) for v in self._hook.step.read_value().numpy())
-        step = self._step + 1
-        self._step += 1
-        self._losses.append(loss)
-        first_bad = bool(bad) and self._nonfinite is None
-        if not (self._due or first_bad):
-            return
-        checkpoint = self._checkpoint(step, batch, loss)
-        self._checkpoints.append(checkpoint)
-        if self._writer is not None:
-            self._write_summaries(checkpoint)
-        if first_bad and (not math.isfinite(loss) or _any_nonfinite(checkpoint)):
-            # (else finite values whose sum overflowed: nothing is NaN/Inf)
-            self._nonfinite = rules.nonfinite_finding(
-                checkpoint, self._hook_order(), self._epoch, batch
-            )
-            if self.stop_on_nonfinite:
-                self.model.stop_training = True
+        hook, rows = self._hook, self._hook.rows
+        ran = 1 if rows == 1 else int(hook.steps.read_value().numpy()) - self._step
+        scalars = hook.step.read_value().numpy()
+        read: dict[str, np.ndarray] = {}  # the rows of the checkpoints, read once
+        for j in range(ran):
+            step, row = self._step + j, (self._step + j) % rows
+            bad, loss = (float(v) for v in scalars[row])
+            self._losses.append(loss)
+            first_bad = bool(bad) and self._nonfinite is None
+            if not (self._due[row] or first_bad):
+                continue
+            read = read or self._read_rows()
+            checkpoint = self._checkpoint(read, row, step, self._first_batch + j, loss)
+            self._checkpoints.append(checkpoint)
+            if self._writer is not None:
+                self._write_summaries(checkpoint, read, row)
+            if first_bad and (not math.isfinite(loss) or _any_nonfinite(checkpoint)):
+                # (else finite values whose sum overflowed: nothing is NaN/Inf)
+                self._nonfinite = rules.nonfinite_finding(
+                    checkpoint, self._hook_order(), self._epoch, self._first_batch + j
+                )
+                if self.stop_on_nonfinite:
+                    self.model.stop_training = True  # after this execution's steps
+        self._step += ran
 
     def on_train_end(self, logs: dict[str, object] | None = None) -> None:
         if self._stack is not None:
@@ -169,15 +185,28 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         order = [self._layers[i].path for i in self._hook.forward_order]
         return order + [e.path for e in self._layers if e.path not in order and e.variables]
 
-    def _checkpoint(self, step: int, batch: int, loss: float) -> Checkpoint:
+    def _read_rows(self) -> dict[str, np.ndarray]:
+        """Every row of the step's results (one read of each variable)."""
         hook = self._hook
-        grads = np.asarray(hook.grads.read_value().numpy(), dtype=np.float64)
-        acts = np.asarray(hook.activations.read_value().numpy(), dtype=np.float64)
-        dead = np.asarray(hook.dead.read_value().numpy(), dtype=np.float64)
-        iteration = int(applying_optimizer(self.model).iterations.numpy()) - 1
-        if int(hook.measured_at.read_value().numpy()) != iteration:  # not measured this step
+        found = {
+            "grads": hook.grads,
+            "activations": hook.activations,
+            "dead": hook.dead,
+            "measured_at": hook.measured_at,
+            "learning_rate": hook.learning_rate,
+        }
+        if self._writer is not None:
+            found |= {"histogram": hook.histogram, "ranges": hook.ranges}
+        return {k: np.asarray(v.read_value().numpy(), np.float64) for k, v in found.items()}
+
+    def _checkpoint(
+        self, read: dict[str, np.ndarray], row: int, step: int, batch: int, loss: float
+    ) -> Checkpoint:
+        """The checkpoint of step `step` (from 0), from its row of the results."""
+        grads, acts, dead = read["grads"][row], read["activations"][row], read["dead"][row]
+        if int(read["measured_at"][row]) != step:  # not measured this step
             acts, dead = np.zeros_like(acts), np.zeros_like(dead)
-        lr = float(hook.learning_rate.read_value().numpy())
+        lr = float(read["learning_rate"][row])
         variables = [
             _variable_row(self._variables[i], self._layer_of[i], grads[i])
             for i in range(len(self._variables))
@@ -188,7 +217,7 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             for p in self._hook_order()
         ]
         return Checkpoint(
-            step=step,
+            step=step + 1,
             epoch=self._epoch,
             batch=batch,
             loss=loss,
@@ -197,12 +226,13 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             variables=tuple(variables),
         )
 
-    def _write_summaries(self, checkpoint: Checkpoint) -> None:
+    def _write_summaries(
+        self, checkpoint: Checkpoint, read: dict[str, np.ndarray], at: int
+    ) -> None:
         tf, _ = quiet_import()
         from tensorboard.plugins.histogram import metadata as histogram_metadata
 
-        counts = self._hook.histogram.read_value().numpy()
-        ranges = self._hook.ranges.read_value().numpy()
+        counts, ranges = read["histogram"][at], read["ranges"][at]
         with self._writer.as_default():
             for row in checkpoint.layers:
                 for name, value in (

@@ -17,6 +17,11 @@ non-finite one, a `tf.cond` branch also reduces every gradient: L2, non-finite c
 units, the weight norm, a histogram per layer. The results live in sync-on-read variables,
 the kind Keras metrics use, so `tf.distribute` sums (activations, loss) or takes the first
 replica's value (the gradients, already all-reduced) when the callback reads them.
+
+With `steps_per_execution = k` Keras runs k steps in one call and calls the callback once
+after them, so every result has k rows: step number s of the fit (counted by the step itself,
+in `steps`) writes row s mod k, and `due` holds k flags, one per row. The callback reads the
+rows of every step of the execution: each step's loss and its own gradients.
 """
 
 from __future__ import annotations
@@ -63,6 +68,8 @@ class _Trace:
 
     def __init__(self, layers: int) -> None:
         self.loss: Tensor = None
+        self.count: Tensor = None  # the step's number in this fit (from 0), and its row
+        self.row: Tensor = None
         self.outputs: list[list[Tensor]] = [[] for _ in range(layers)]  # float outputs, every call
         self.order: list[int] = []
         self.forward: TFOperation = None  # the forward statistics' op
@@ -77,10 +84,11 @@ class StepHook:
         layers: Sequence[LayerVariables],
         variables: Sequence[KerasVariable],
         histograms: bool,
+        rows: int = 1,
     ) -> None:
         tf, _ = quiet_import()
         self.model, self.layers, self.variables = model, tuple(layers), tuple(variables)
-        self.histograms = histograms
+        self.histograms, self.rows = histograms, max(1, int(rows))  # rows: steps per execution
         self.forward_order: list[int] = []  # layer indices in the order the trace called them
         self._keys = {_var_key(model, v): i for i, v in enumerate(variables)}
         on_read = tf.VariableSynchronization.ON_READ
@@ -88,30 +96,36 @@ class StepHook:
         n_layers, n_vars = len(self.layers), len(self.variables)
         with model.distribute_strategy.scope():
 
-            def state(shape: Sequence[int], aggregation: object, name: str) -> TFVariable:
+            def state(
+                shape: Sequence[int], aggregation: object, name: str, fill: float = 0.0
+            ) -> TFVariable:
+                dtype = tf.float64 if fill else tf.float32  # step numbers: exact in float64
                 return tf.Variable(
-                    tf.zeros(shape),
+                    tf.fill([self.rows, *shape], tf.constant(fill, dtype)),
                     trainable=False,
                     synchronization=on_read,
                     aggregation=aggregation,
                     name=f"layergrad_{name}",
                 )
 
-            self.due = tf.Variable(False, trainable=False, name="layergrad_due")
+            self.due = tf.Variable(tf.zeros([self.rows], tf.bool), trainable=False,
+                                   name="layergrad_due")  # fmt: skip
             self.step = state([2], total, "step")  # [replicas that saw a NaN/Inf, loss]
             self.activations = state([n_layers], total, "activation_nonfinite")
             self.dead = state([n_layers, 2], first, "dead_units")
-            self.measured_at = tf.Variable(  # the optimizer iteration the two above are from
-                tf.constant(-1.0, tf.float64),
-                trainable=False,
-                synchronization=on_read,
-                aggregation=first,
-                name="layergrad_measured_at",
-            )
+            # the step number the two above are from (-1: none yet)
+            self.measured_at = state([], first, "measured_at", fill=-1.0)
             self.grads = state([n_vars, COLUMNS], first, "gradients")
             self.learning_rate = state([], first, "learning_rate")
             self.histogram = state([n_layers, BINS], first, "histogram")
             self.ranges = state([n_layers, 2], first, "histogram_range")
+            self.steps = tf.Variable(  # the steps this fit has run (each counts itself)
+                tf.constant(0.0, tf.float64),
+                trainable=False,
+                synchronization=on_read,
+                aggregation=first,
+                name="layergrad_steps",
+            )
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -194,6 +208,7 @@ class StepHook:
         and no activation outlives the backward pass that needs it anyway."""
         tf, _ = quiet_import()
         finite = tf.math.is_finite(tf.reduce_sum(tf.cast(loss, tf.float32)))
+        row = self._row(trace)
 
         def measure() -> TFOperation:
             counts, dead = [], []
@@ -202,18 +217,35 @@ class StepHook:
                     tf.add_n([_nonfinite(t) for t in outputs]) if outputs else tf.constant(0.0)
                 )
                 dead.append(_dead_units(outputs[0]) if outputs else tf.constant([0.0, 0.0]))
-            iteration = tf.convert_to_tensor(applying_optimizer(self.model).iterations)
             writes = [
-                self.activations.assign(tf.stack(counts) if counts else tf.zeros([0])),
-                self.dead.assign(tf.stack(dead) if dead else tf.zeros([0, 2])),
-                self.measured_at.assign(tf.cast(iteration, tf.float64)),  # tells stale rows apart
+                self._put(self.activations, row, tf.stack(counts) if counts else tf.zeros([0])),
+                self._put(self.dead, row, tf.stack(dead) if dead else tf.zeros([0, 2])),
+                self._put(self.measured_at, row, trace.count),  # tells stale rows apart
             ]
             with tf.control_dependencies(writes):
                 return tf.constant(True)
 
         trace.forward = tf.cond(
-            tf.logical_or(self.due, ~finite), measure, lambda: tf.constant(False)
+            tf.logical_or(self.due[row], ~finite), measure, lambda: tf.constant(False)
         )
+
+    def _row(self, trace: _Trace) -> Tensor:
+        """The step's row in the results: its number in this fit modulo the rows (read once
+        per step, before the step counts itself)."""
+        tf, _ = quiet_import()
+        if trace.row is None:
+            trace.count = tf.identity(self.steps.read_value())
+            trace.row = tf.math.floormod(tf.cast(trace.count, tf.int32), self.rows)
+        return trace.row
+
+    def _put(self, variable: TFVariable, row: Tensor, value: Tensor) -> TFOperation:
+        """Write `value` into row `row` of a result variable."""
+        tf, _ = quiet_import()
+        value = tf.cast(value, variable.dtype)
+        if self.rows == 1:
+            return variable.assign(tf.expand_dims(value, 0))
+        rows = tf.tensor_scatter_nd_update(variable.read_value(), [[row]], value[None])
+        return variable.assign(rows)
 
     def _record(self, trace: _Trace, reduced: list[tuple[Tensor, KerasVariable]]) -> TFOperation:
         """The step's writes: the scalars every step, the gradient reductions when due."""
@@ -234,18 +266,20 @@ class StepHook:
         if trace.loss is not None:  # a custom train_step may compute its loss elsewhere
             total = total + loss
         bad = ~tf.math.is_finite(total)
-        writes = [self.step.assign(tf.stack([tf.cast(bad, tf.float32), loss]))]
+        row = self._row(trace)
+        writes = [self._put(self.step, row, tf.stack([tf.cast(bad, tf.float32), loss]))]
         if trace.forward is not None:
             writes.append(trace.forward)
         full = tf.cond(
-            tf.logical_or(self.due, bad),
-            lambda: self._reduce(trace, grads, weights),
+            tf.logical_or(self.due[row], bad),
+            lambda: self._reduce(row, grads, weights),
             lambda: tf.constant(False),
         )
-        return tf.group([*writes, full])
+        with tf.control_dependencies([*writes, full]):  # the step counts itself, last
+            return self.steps.assign_add(tf.constant(1.0, tf.float64))
 
     def _reduce(
-        self, trace: _Trace, grads: list[Tensor | None], weights: list[Tensor | None]
+        self, row: Tensor, grads: list[Tensor | None], weights: list[Tensor | None]
     ) -> TFOperation:
         tf, _ = quiet_import()
         rows = []
@@ -271,15 +305,15 @@ class StepHook:
                 )
             )
         writes = [
-            self.grads.assign(tf.stack(rows) if rows else tf.zeros([0, COLUMNS])),
-            self.learning_rate.assign(tf.cast(self.model.optimizer.learning_rate, tf.float32)),
+            self._put(self.grads, row, tf.stack(rows) if rows else tf.zeros([0, COLUMNS])),
+            self._put(self.learning_rate, row, self.model.optimizer.learning_rate),
         ]
         if self.histograms:
-            writes += self._histograms(grads)
+            writes += self._histograms(row, grads)
         with tf.control_dependencies(writes):
             return tf.constant(True)
 
-    def _histograms(self, grads: list[Tensor | None]) -> list[TFOperation]:
+    def _histograms(self, row: Tensor, grads: list[Tensor | None]) -> list[TFOperation]:
         tf, _ = quiet_import()
         counts, ranges = [], []
         for entry in self.layers:
@@ -301,7 +335,10 @@ class StepHook:
                 tf.cast(tf.histogram_fixed_width(values, [low, high], nbins=BINS), tf.float32)
             )
             ranges.append(tf.stack([low, high]))
-        return [self.histogram.assign(tf.stack(counts)), self.ranges.assign(tf.stack(ranges))]
+        return [
+            self._put(self.histogram, row, tf.stack(counts)),
+            self._put(self.ranges, row, tf.stack(ranges)),
+        ]
 
 
 def applying_optimizer(model: KerasModel) -> KerasOptimizer:

@@ -1,6 +1,7 @@
 """`--distribute multi-worker` for the measures over data that keep their totals in numpy or
 per batch: `--measure jacobian --data` (`inspect`, `scan`), `scan --wrt weights --data` (the
-gradient SNR included) and `check --baseline --data`. Two worker processes on localhost run
+gradient SNR included; labels from a `.npz`, an image folder's classes and a function's
+`(x, y)`, each worker's with its own rows) and `check --baseline --data`. Two worker processes on localhost run
 every command once in one cluster (a script that invokes the command line several times),
 one process runs the same commands, and each report of the chief equals the one process's
 (rtol 1e-5); the other worker prints nothing.
@@ -14,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import keras, normal, sample, tf
+from helpers import image_folder, keras, normal, sample, tf
 from workers import assert_same_report, environment, run_workers
 
 from layergrad.cli.app import main
@@ -74,11 +75,29 @@ def cluster_runs(tmp_path_factory):
         ["scan", "classifier.keras", "--wrt", "weights", "--data", "x.npy", *batch],
         ["check", "classifier.keras", "--data", "d.npz", "--baseline", "base.json", *batch],
         ["check", sample("bug_dead_layer.keras"), "--data", "x6.npy", *batch],
+        # labels with the inputs: by file from class sub-folders, by batch from a function
+        ["scan", "image.keras", "--wrt", "weights", "--data", "images", "--batch-size", "4",
+         "--json", "--quiet"],
+        ["scan", "classifier.keras", "--wrt", "weights", "--data", "pairs.py:pairs", *batch],
         # last: a bad batch on worker 1 stops the cluster
         ["scan", sample("embedding.keras"), "--wrt", "weights", "--loss", "mse", "--data",
          "ids.npy", *batch],
     ]  # fmt: skip
     np.save(where / "x6.npy", normal(SAMPLES, 6, seed=34))
+    image_folder(where / "images", {"cat": 4, "dog": 3, "fish": 4}, seed=35)  # 11: batches 0 | 1-2
+    image = keras.Sequential(
+        [keras.Input((8, 8, 3)), keras.layers.Rescaling(1 / 255), keras.layers.Flatten(),
+         keras.layers.Dense(3, activation="softmax", name="head")]
+    )  # fmt: skip
+    image.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    image.save(where / "image.keras")
+    (where / "pairs.py").write_text(
+        "import numpy as np\n"
+        "X = np.load('x.npy')\n"
+        "Y = np.random.default_rng(32).integers(0, 3, len(X))\n"
+        "def pairs():\n"
+        "    return [(X[i : i + 7], Y[i : i + 7]) for i in range(0, len(X), 7)]\n"
+    )
     ids = np.random.default_rng(33).integers(0, 20, (40, 6)).astype("int32")
     ids[35, 1] = 500  # outside the Embedding's vocabulary, in batch 35 // 8 = 4, on worker 1
     np.save(where / "ids.npy", ids)
@@ -159,10 +178,17 @@ def test_units_dead_for_every_sample_of_every_worker(cluster_runs):
     assert dead and "for every sample of the data" in dead[0]["message"]
 
 
+@pytest.mark.parametrize(("index", "samples", "batches"), [(6, 11, 3), (7, SAMPLES, 5)])
+def test_labels_of_a_folder_and_a_function_over_two_workers(cluster_runs, index, samples, batches):
+    many, _ = outcome(cluster_runs, index)
+    assert many["loss"]["labels"] == "data" and many["probe"]["samples"] == samples
+    assert all(n["batches"] == batches for n in many["gradient_snr"])
+
+
 def test_a_bad_batch_of_the_weight_scan_on_one_worker_stops_both_with_exit_2(cluster_runs):
     _, chief, other, one = cluster_runs
-    assert [chief[6]["code"], other[6]["code"], one[6]["code"]] == [2, 2, 2]
-    assert chief[6]["stdout"] == other[6]["stdout"] == ""
-    assert "the model failed on batch 4" in other[6]["stderr"]  # as one process says
-    assert "the model failed on batch 4" in one[6]["stderr"]
-    assert "another worker of the cluster stopped" in chief[6]["stderr"]
+    assert [chief[8]["code"], other[8]["code"], one[8]["code"]] == [2, 2, 2]
+    assert chief[8]["stdout"] == other[8]["stdout"] == ""
+    assert "the model failed on batch 4" in other[8]["stderr"]  # as one process says
+    assert "the model failed on batch 4" in one[8]["stderr"]
+    assert "another worker of the cluster stopped" in chief[8]["stderr"]

@@ -122,7 +122,7 @@ def test_learning_rate_10_with_sgd_diverges(files):
     ("args", "message"),
     [
         ([], "needs --data with labels"),
-        (["--data", "x.npy"], "must be a .npz"),
+        (["--data", "x.npy"], "holds the inputs alone; save the labels beside them in a .npz"),
         (["--data", "train.npz", "--steps", "5", "--epochs", "1"], "exclude each other"),
         (["--data", "train.npz", "--learning-rate", "-1"], "positive number"),
         (["--data", "train.npz", "--optimizer", "nonsense"], "not an optimizer"),

@@ -1,0 +1,260 @@
+"""`.npy` and `.npz` files as `--data`: rows read in place by tf.data, a batch at a time.
+
+A `.npy`, and a `.npz` written with `np.savez`, hold their rows as fixed-length records:
+`tf.data.FixedLengthRecordDataset` reads them straight from the file, skipping the header and
+footer bytes, and each batch is decoded and cast to the input's dtype in the graph (integers
+outside the dtype, floats that overflow it, are refused as `--input` refuses them). Members of
+`np.savez_compressed` are inflated as they are read, a batch at a time. Under `--distribute
+multi-worker` a worker's part is a contiguous range of rows, cut as header and footer bytes
+(`records_part`). Every array is checked against the inputs from its header first.
+"""
+
+from __future__ import annotations
+
+import sys
+import zipfile
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
+
+import numpy as np
+
+from layergrad.core.errors import InputError
+from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import Dataset, Tensor, TensorSpec
+from layergrad.data.functions import Failure, python_dataset, tf_dtype
+from layergrad.data.input_keys import input_keys
+from layergrad.data.probe_input import InputSpec, check_fits, fit_array
+from layergrad.data.shards import Part, Shard, part_rows
+from layergrad.files.array_files import DAMAGE
+from layergrad.files.npy_rows import NpyLayout, NpyRows, npy_layout, npz_layouts, npz_members
+
+
+def npy_input_layout(path: str, specs: Sequence[InputSpec]) -> NpyLayout:
+    if len(specs) != 1:
+        raise InputError(
+            f"--data {path} holds one array but the model has {len(specs)} inputs "
+            f"({', '.join(s.name for s in specs)}); save them with "
+            "np.savez(FILE, **{name: array}) and pass the .npz"
+        )
+    layout = npy_layout(path)
+    check_fits(layout.shape, layout.dtype, specs[0], f"--data {path}")
+    return layout
+
+
+def npy_batches(
+    path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None, shard: Shard | None
+) -> tuple[Dataset, int, Part | None]:
+    layout = npy_input_layout(path, specs)
+    rows = layout.shape[0]
+    return (
+        records([layout], specs, batch_size, limit),
+        rows,
+        records_part([layout], specs, batch_size, limit, rows, shard),
+    )
+
+
+def records_part(
+    layouts: Sequence[NpyLayout],
+    specs: Sequence[InputSpec],
+    batch_size: int,
+    limit: int | None,
+    rows: int,
+    shard: Shard | None,
+) -> Part | None:
+    """This worker's rows of arrays read in place: the records outside them are skipped as
+    header and footer bytes, so nothing else is read."""
+    if shard is None:
+        return None
+    total = rows if limit is None else min(rows, limit)
+    start, stop = part_rows(total, batch_size, shard)
+    cut = [
+        NpyLayout(
+            path=lay.path,
+            shape=(stop - start, *lay.shape[1:]),
+            dtype=lay.dtype,
+            offset=lay.offset + start * lay.row_bytes,
+            footer=lay.footer + (rows - stop) * lay.row_bytes,
+        )
+        for lay in layouts
+    ]
+    tf, _ = quiet_import()
+    dataset = records(cut, specs, batch_size, None).prefetch(tf.data.AUTOTUNE)
+    return Part(dataset, stop - start, offset=start, first_batch=start // batch_size)
+
+
+def npz_batches(
+    path: str,
+    specs: Sequence[InputSpec],
+    batch_size: int,
+    limit: int | None,
+    signature: tuple[TensorSpec, ...],
+    failure: Failure,
+    shard: Shard | None = None,
+    labels: Sequence[InputSpec] = (),
+) -> tuple[Dataset, int, Part | None]:
+    """The inputs' rows of a `.npz` in batches; with `labels` (specs named by their keys,
+    `y` or `y:NAME`), each batch followed by the labels of the same rows. `signature` covers
+    both."""
+    stored, total = input_layouts(path, specs)
+    if labels:
+        held, rows = input_layouts(path, labels)
+        if rows != total:
+            raise InputError(
+                f"--data {path}: the labels and the inputs have different numbers of rows "
+                f"({sorted({rows, total})}); give every array the same number of samples"
+            )
+        stored = [*stored, *held]
+    columns = [*specs, *labels]
+    in_place = [s for s in stored if s is not None]
+    if len(in_place) == len(stored):  # np.savez: tf.data reads the rows in place
+        return (
+            records(in_place, columns, batch_size, limit),
+            total,
+            records_part(in_place, columns, batch_size, limit, total, shard),
+        )
+
+    def read() -> Iterator[tuple[np.ndarray, ...]]:  # np.savez_compressed: inflate as we go
+        with zipfile.ZipFile(path) as archive:
+            readers = input_readers(archive, path, specs)
+            readers += input_readers(archive, path, labels) if labels else []
+            for part in _chunks(readers, batch_size, limit):
+                yield tuple(
+                    fit_array(a, s, f"--data {path}") for a, s in zip(part, columns, strict=True)
+                )
+
+    return python_dataset(read, signature, failure, path), total, None
+
+
+def input_members(
+    archive: zipfile.ZipFile, path: str, specs: Sequence[InputSpec]
+) -> dict[str, str]:
+    """Input name -> the archive member holding its array (see `data/input_keys.py`)."""
+    names = npz_members(archive, path)
+    keys = input_keys(names, [s.name for s in specs], f"--data {path}")
+    return {s.name: names[keys[s.name]] for s in specs}
+
+
+def input_readers(archive: zipfile.ZipFile, path: str, specs: Sequence[InputSpec]) -> list[NpyRows]:
+    return [
+        NpyRows(archive.open(member), f"{path} array {name!r}")
+        for name, member in input_members(archive, path, specs).items()
+    ]
+
+
+def input_layouts(path: str, specs: Sequence[InputSpec]) -> tuple[list[NpyLayout | None], int]:
+    """Where each input's rows lie (None: compressed) and how many rows there are, checked
+    against `specs` from the headers."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            headers = input_readers(archive, path, specs)
+            layouts = npz_layouts(path, archive, input_members(archive, path, specs))
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise InputError(
+            f"--data {path} is not a readable .npz file ({exc}); write it with np.savez"
+        ) from None
+    for spec, rows in zip(specs, headers, strict=True):
+        check_fits(rows.shape, rows.dtype, spec, f"--data {path} array {spec.name!r}")
+    counts = {s.name: r.rows for s, r in zip(specs, headers, strict=True)}
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"{k}: {v}" for k, v in counts.items())
+        raise InputError(
+            f"--data {path}: the inputs have different numbers of rows ({listed}); give every "
+            "input the same number of samples"
+        )
+    return [layouts[s.name] for s in specs], next(iter(counts.values()))
+
+
+# numpy kinds and sizes that tf.io.decode_raw reads (bool is read as uint8)
+_RAW = {"f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "b1"}
+
+
+def records(
+    layouts: Sequence[NpyLayout], specs: Sequence[InputSpec], batch_size: int, limit: int | None
+) -> Dataset:
+    """Rows read by tf.data as fixed-length records, in batches, decoded and cast."""
+    tf, _ = quiet_import()
+    for layout in layouts:
+        code = f"{layout.dtype.kind}{layout.dtype.itemsize}"
+        if code not in _RAW or not layout.row_bytes:
+            raise InputError(
+                f"--data {layout.path}: arrays of dtype {layout.dtype} and shape "
+                f"{layout.shape} cannot be read; save a numeric array (float, int or bool)"
+            )
+    columns = [
+        tf.data.FixedLengthRecordDataset(
+            lay.path, lay.row_bytes, header_bytes=lay.offset, footer_bytes=lay.footer
+        )
+        for lay in layouts
+    ]
+    dataset = columns[0] if len(columns) == 1 else tf.data.Dataset.zip(tuple(columns))
+    if limit is not None:
+        dataset = dataset.take(limit)
+
+    def decode(*raw: Tensor) -> tuple[Tensor, ...]:
+        return tuple(_decode(r, lay, s) for r, lay, s in zip(raw, layouts, specs, strict=True))
+
+    return dataset.batch(batch_size).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _decode(raw: Tensor, layout: NpyLayout, spec: InputSpec) -> Tensor:
+    tf, _ = quiet_import()
+    dtype = layout.dtype
+    little = dtype.byteorder == "<" or (dtype.byteorder in "=|" and sys.byteorder == "little")
+    read_as = tf.uint8 if dtype.kind == "b" else tf.as_dtype(dtype.newbyteorder("="))
+    values = tf.io.decode_raw(raw, read_as, little_endian=little)
+    values = tf.reshape(values, [-1, *layout.shape[1:]])
+    return _fitted_cast(values, layout, spec)
+
+
+def _fitted_cast(values: Tensor, layout: NpyLayout, spec: InputSpec) -> Tensor:
+    """Cast to the input's dtype, refusing what `fit_array` refuses for `--input`: integers
+    outside the dtype (int64 ids beyond int32 would wrap) and floats that overflow it."""
+    tf, _ = quiet_import()
+    target = tf.as_dtype(tf_dtype(spec.dtype))
+    cast = tf.cast(values, target)
+    where = f"--data {layout.path} refused: values of input {spec.name!r}"
+    if target.is_integer and values.dtype.is_integer and values.dtype != target:
+        low, high = int(target.min), int(target.max)
+        wide = tf.cast(values, tf.float64)  # exact enough to compare with the bounds
+        check = tf.debugging.assert_equal(
+            tf.reduce_all((wide >= low) & (wide <= high)), True,
+            message=f"{where} lie outside {target.name} [{low}, {high}]; save values that fit",
+        )  # fmt: skip
+        with tf.control_dependencies([check]):
+            return tf.identity(cast)
+    if target.is_floating and values.dtype.is_floating and values.dtype.size > target.size:
+        check = tf.debugging.assert_equal(
+            tf.reduce_all(tf.math.is_finite(cast) == tf.math.is_finite(values)),
+            True,
+            message=f"{where} include one that overflows {target.name} (the model's input "
+            f"dtype) to inf; scale the data or save it as {target.name}",
+        )
+        with tf.control_dependencies([check]):
+            return tf.identity(cast)
+    return cast
+
+
+T = TypeVar("T")
+
+
+def guarded(make: Callable[[], T], path: str) -> T:
+    """Run ``make``; a damaged archive (zipfile's many errors) is one InputError."""
+    try:
+        return make()
+    except InputError:
+        raise
+    except DAMAGE as exc:
+        raise InputError(
+            f"--data {path} is not a readable .npz file ({type(exc).__name__}: "
+            f"{' '.join(str(exc).split())[:160]}); write it with np.savez"
+        ) from None
+
+
+def _chunks(
+    readers: Sequence[NpyRows], batch_size: int, limit: int | None
+) -> Iterator[list[np.ndarray]]:
+    left = readers[0].rows if limit is None else min(readers[0].rows, limit)
+    while left > 0:
+        n = min(batch_size, left)
+        yield [r.read(n) for r in readers]
+        left -= n

@@ -1,0 +1,343 @@
+"""The labels of `--data`, read with its inputs from the same rows: the one label reader of
+`fit`, `scan --wrt weights --data` and `check --data`.
+
+- a `.npz`: `y` (one output) or `y:NAME` per output, read as records beside the inputs;
+- a folder of images: the class of each image, from its class sub-folder, as
+  `keras.utils.image_dataset_from_directory(labels="inferred")` infers it (`images.
+  class_listing`), in the form the output's loss takes, as Keras's `label_mode` gives it:
+  class ids (`int`), one-hot rows as wide as the output (`categorical`), or 0/1 for one
+  binary unit (`binary`);
+- a data function: `y` of each `(x, y)` element (`data/elements.py`), from the same element
+  as its x: one call of the function per pass.
+
+Each batch of the stream holds the inputs, then the labels (`DataStream.labels` names them
+`y`, or `y:NAME` per output). Under `--distribute multi-worker` a worker's part is cut from
+those batches, so it holds its own rows' labels. `Labelled.label_batches` reads the labels
+alone over the whole data (no image decoded, no input array read), for the label summaries
+of `check` and the class prior of `fit`.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from layergrad.core.errors import InputError, describe
+from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import Dataset, Tensor, TensorSpec
+from layergrad.data import images
+from layergrad.data.array_records import npz_batches
+from layergrad.data.functions import Failure, function_source, tf_dtype
+from layergrad.data.input_keys import is_label
+from layergrad.data.probe_input import InputSpec
+from layergrad.data.shards import Part, Shard, input_context
+from layergrad.data.sources import (
+    DataStream,
+    check_sizes,
+    finish_stream,
+    image_batches,
+    source_kind,
+)
+from layergrad.files.npy_rows import NpyRows, npz_members
+
+
+@dataclass(frozen=True)
+class LabelRequest:
+    """The labels a model takes: per output (in output order) its name, the kind of labels
+    its loss reads (`engine.compiled_loss.label_kind`: ids, one_hot, bits, positive,
+    normal), its loss's name and the units of its last axis (None: unknown)."""
+
+    outputs: tuple[str, ...]
+    kinds: tuple[str, ...] = ()
+    losses: tuple[str, ...] = ()
+    units: tuple[int | None, ...] = ()
+
+    def keys(self) -> tuple[str, ...]:
+        """How the labels are keyed: `y` for one output, `y:NAME` for each of several."""
+        return ("y",) if len(self.outputs) <= 1 else tuple(f"y:{n}" for n in self.outputs)
+
+
+class Labelled:
+    """What `open_labelled` found: the stream of inputs and labels, or why there is none
+    (`missing`, a message naming the fix), and an image folder's class names by id."""
+
+    def __init__(
+        self,
+        stream: DataStream | None,
+        missing: str = "",
+        labels: Dataset | None = None,
+        failure: Failure | None = None,
+        classes: tuple[str, ...] = (),
+    ) -> None:
+        self.stream, self.missing, self.classes = stream, missing, classes
+        self._labels, self._failure = labels, failure
+
+    def label_batches(self) -> Iterator[dict[str, np.ndarray]]:
+        """The labels alone over the whole data, a batch at a time, keyed as the stream's.
+
+        Raises:
+            InputError: the labels cannot be read (the message names the source).
+        """
+        if self.stream is None or self._labels is None:
+            return
+        tf, _ = quiet_import()
+        keys = self.stream.labels
+        try:
+            for batch in self._labels:
+                yield dict(zip(keys, (np.asarray(t.numpy()) for t in batch), strict=True))
+        except tf.errors.OpError as exc:
+            raise InputError(
+                f"--data {self.stream.source}: its labels cannot be read ({describe(exc)})"
+            ) from None
+        if self._failure is not None and self._failure.error is not None:
+            raise self._failure.error
+
+    def describe_classes(self, shown: int = 20) -> str:
+        """`0 cat, 1 dog, ...`: the class of each id (the first `shown`)."""
+        named = [f"{i} {name}" for i, name in enumerate(self.classes[:shown])]
+        more = len(self.classes) - shown
+        return ", ".join(named) + (f" and {more} more" if more > 0 else "")
+
+
+def open_labelled(
+    path: str | os.PathLike[str],
+    specs: Sequence[InputSpec],
+    request: LabelRequest,
+    batch_size: int,
+    limit: int | None = None,
+    shard: Shard | None = None,
+    replicas: int = 1,
+    first_sample: int = 0,
+    strict: bool = True,
+) -> Labelled:
+    """Open `--data PATH` with its labels, for a model with inputs `specs` and outputs as
+    `request` says (arguments as for `sources.open_data`).
+
+    `strict` (fit, the weight scan): labels that cannot be the outputs' targets are refused
+    (an image folder with more classes than the output has units, or more than two for one
+    binary unit). Without it (check), they are read in Keras's own form, for the
+    `target_mismatch` rules to judge.
+
+    Raises:
+        InputError: the data does not fit the inputs; the labels do not fit the outputs (a
+            `.npz` without one array per output; with `strict`, see above); images lie both
+            in the folder and in class sub-folders.
+    """
+    text = os.fspath(path)
+    check_sizes(batch_size, limit)
+    kind = source_kind(text)
+    if kind == "npy":
+        return Labelled(
+            None,
+            f"--data {text} holds the inputs alone; save the labels beside them in a .npz "
+            "(np.savez(FILE, x=x, y=y))",
+        )
+    if kind == "npz":
+        return _npz(text, specs, request, batch_size, limit, shard, first_sample, strict)
+    if kind == "images":
+        return _folder(text, specs, request, batch_size, limit, shard, first_sample, strict)
+    return _function(text, specs, request, batch_size, limit, shard, replicas, first_sample)
+
+
+def _signature(specs: Sequence[InputSpec]) -> tuple[TensorSpec, ...]:
+    tf, _ = quiet_import()
+    return tuple(tf.TensorSpec((None, *s.shape), tf_dtype(s.dtype)) for s in specs)
+
+
+def _npz(
+    text: str,
+    specs: Sequence[InputSpec],
+    request: LabelRequest,
+    batch_size: int,
+    limit: int | None,
+    shard: Shard | None,
+    first_sample: int,
+    strict: bool,
+) -> Labelled:
+    chosen = _npz_labels(text, request.outputs, strict)
+    if not chosen:
+        return Labelled(
+            None,
+            f"--data {text} holds no labels; save them in it as `y` (one output) or `y:NAME` "
+            "per output",
+        )
+    failure, alone = Failure(), Failure()
+    signature = (*_signature(specs), *_signature(chosen))
+    dataset, rows, part = npz_batches(
+        text, specs, batch_size, limit, signature, failure, shard, labels=chosen
+    )
+    stream = finish_stream(text, specs, dataset, rows, part, failure, batch_size, limit, shard,
+                           first_sample, labels=[s.name for s in chosen])  # fmt: skip
+    only, _, _ = npz_batches(text, chosen, batch_size, limit, _signature(chosen), alone)
+    return Labelled(stream, labels=only, failure=alone)
+
+
+def _npz_labels(text: str, outputs: Sequence[str], strict: bool) -> list[InputSpec]:
+    """The label arrays of a `.npz` as specs named by their keys, in output order: `y` for a
+    model with one output (or no output names, as a Sequential model), `y:NAME` per output
+    name. Without `strict`, those of the outputs that have some."""
+    try:
+        with zipfile.ZipFile(text) as archive:
+            members = npz_members(archive, text)
+            held = {k: v for k, v in members.items() if is_label(k)}
+            if not held:
+                return []
+            if "y" in held and len(outputs) <= 1:
+                chosen = {"y": held["y"]}
+            else:
+                missing = [n for n in outputs if f"y:{n}" not in held]
+                if strict and (missing or not outputs):
+                    raise InputError(
+                        f"the labels in --data {text} are {sorted(held)}, but the model has "
+                        f"{len(outputs)} outputs ({', '.join(outputs)}); save one array per "
+                        "output as `y:NAME` (or `y` for one output)"
+                    )
+                chosen = {f"y:{n}": held[f"y:{n}"] for n in outputs if n not in missing}
+            headers = {
+                name: NpyRows(archive.open(member), f"{text} array {name!r}")
+                for name, member in chosen.items()
+            }
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise InputError(
+            f"--data {text} is not a readable .npz file ({exc}); write it with np.savez"
+        ) from None
+    return [InputSpec(n, tuple(r.shape[1:]), str(r.dtype)) for n, r in headers.items()]
+
+
+@dataclass(frozen=True)
+class FolderForm:
+    """How an image folder's class ids become one output's labels, as Keras's `label_mode`
+    would: `int` (the ids), `categorical` (one-hot rows `depth` wide) or `binary` (0.0 / 1.0,
+    one per image); `problem` says why they cannot be that output's targets."""
+
+    mode: str
+    depth: int = 0
+    problem: str | None = None
+
+    def encode(self, ids: Tensor) -> Tensor:
+        """The labels of images of class `ids` (int32, one per image)."""
+        tf, _ = quiet_import()
+        if self.mode == "categorical":
+            return tf.one_hot(ids, self.depth, dtype=tf.float32)
+        if self.mode == "binary":
+            return tf.expand_dims(tf.cast(ids, tf.float32), -1)
+        return ids
+
+
+def folder_form(request: LabelRequest, classes: int, where: str) -> FolderForm:
+    """The form the one output's loss takes its labels in (sparse: ids; categorical: one-hot
+    of the output's units; binary with one unit: 0/1; any other loss: ids, Keras's default)."""
+    kind = request.kinds[0] if request.kinds else ""
+    units = request.units[0] if request.units else None
+    loss = request.losses[0] if request.losses else "its loss"
+    output = f"output '{request.outputs[0]}'" if request.outputs else "the output"
+    several = f"{where} has {classes} classes (one per sub-folder)"
+    if kind == "one_hot" or (kind == "bits" and units is not None and units > 1):
+        if units is not None and classes > units:
+            return FolderForm("categorical", classes, f"{several}, but {output} has {units} units "
+                              f"for one-hot rows ({loss}); give it one unit per class, "
+                              f"Dense({classes})")  # fmt: skip
+        return FolderForm("categorical", units or classes)
+    if kind == "bits":
+        if classes > 2:
+            return FolderForm("int", 0, f"{several}, but {output} is one unit with {loss}, "
+                              f"which tells two apart; use Dense({classes}, activation="
+                              "'softmax') with sparse_categorical_crossentropy")  # fmt: skip
+        return FolderForm("binary")
+    if kind == "ids" and units is not None and classes > units:
+        return FolderForm("int", 0, f"{several}, but {output} has {units} units: class ids "
+                          f"must lie in 0 to {units - 1}; give it one unit per class, "
+                          f"Dense({classes})")  # fmt: skip
+    return FolderForm("int")
+
+
+def _folder(
+    text: str,
+    specs: Sequence[InputSpec],
+    request: LabelRequest,
+    batch_size: int,
+    limit: int | None,
+    shard: Shard | None,
+    first_sample: int,
+    strict: bool,
+) -> Labelled:
+    tf, _ = quiet_import()
+    where = f"--data {text}"
+    listing = images.class_listing(text)
+    if not listing.classes:
+        return Labelled(
+            None,
+            f"{where} has its images directly in the folder, with no class sub-folders, so "
+            f"they have no labels; put each class's images in a sub-folder of its own "
+            f"({os.path.join(text, 'cat')}, {os.path.join(text, 'dog')}, ...), as "
+            "keras.utils.image_dataset_from_directory reads them",
+        )
+    if listing.loose:
+        loose = f"{listing.loose[0]}{', ...' if len(listing.loose) > 1 else ''}"
+        count = len(listing.loose)
+        message = (
+            f"{where}: {count} image{'s lie' if count > 1 else ' lies'} directly in the folder, "
+            f"outside its class sub-folders ({loose}), and Keras's image_dataset_from_directory "
+            "would skip them; move each into the sub-folder of its class"
+        )
+        if strict:
+            raise InputError(message)
+        return Labelled(None, message)
+    if len(request.outputs) > 1:
+        return Labelled(
+            None,
+            f"{where} gives one label per image (its class sub-folder), but the model has "
+            f"{len(request.outputs)} outputs ({', '.join(request.outputs)}); give the labels "
+            "through FILE.py:function",
+        )
+    form = folder_form(request, len(listing.classes), where)
+    if form.problem is not None and strict:
+        raise InputError(form.problem)
+    ids = np.asarray(listing.ids, np.int32)
+
+    def column(start: int, stop: int) -> Dataset:
+        return tf.data.Dataset.from_tensor_slices(ids[start:stop]).map(form.encode)
+
+    dataset, rows, part = image_batches(
+        text, specs, batch_size, limit, shard, listing.images, column
+    )
+    stream = finish_stream(text, specs, dataset, rows, part, Failure(), batch_size, limit,
+                           shard, first_sample, labels=["y"], found=listing.images)  # fmt: skip
+    only = column(0, len(ids) if limit is None else limit).batch(batch_size)
+    return Labelled(stream, labels=only.map(lambda y: (y,)), classes=listing.classes)
+
+
+def _function(
+    text: str,
+    specs: Sequence[InputSpec],
+    request: LabelRequest,
+    batch_size: int,
+    limit: int | None,
+    shard: Shard | None,
+    replicas: int,
+    first_sample: int,
+) -> Labelled:
+    tf, _ = quiet_import()
+    failure = Failure()
+    context = input_context(shard, replicas)
+    batches = function_source(text, specs, batch_size, limit, _signature(specs), failure,
+                              context, outputs=request.outputs)  # fmt: skip
+    if not batches.labelled:
+        return Labelled(
+            None,
+            f"--data {text} gives inputs without labels; yield (x, y) batches (or dicts with "
+            "the inputs and `y`) to give them",
+        )
+    part = None
+    if shard is not None and batches.sharded:  # the function returned its own shard
+        part = Part(batches.dataset.prefetch(tf.data.AUTOTUNE), None)
+    stream = finish_stream(
+        text, specs, batches.dataset, batches.rows, part, failure, batch_size, limit, shard,
+        first_sample, labels=request.keys(),
+    )  # fmt: skip
+    n = len(specs)
+    return Labelled(stream, labels=stream.whole.map(lambda *b: b[n:]), failure=failure)

@@ -1,0 +1,128 @@
+"""Load the function of `--data FILE.py:function` / `module:function`, and call it safely.
+
+`FILE.py` is imported from its path (its folder first on `sys.path`, so it can import its
+neighbours), after a check that it is a regular file; `module` is imported from the working
+directory as `python -m` would. Whatever the user's code raises while it is imported, called
+or iterated, `SystemExit` included (a gate must never pass by `sys.exit(0)`), becomes one
+`InputError` line that names it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from types import ModuleType
+
+from layergrad.core.errors import InputError, one_line
+from layergrad.files.guards import require_regular
+
+FUNCTION = re.compile(r"^(?P<target>.+):(?P<name>[A-Za-z_]\w*)$")
+MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def is_function(text: str) -> bool:
+    """Whether `--data TEXT` names a function: `FILE.py:function` or `module:function`."""
+    match = FUNCTION.match(text)
+    if match is None:
+        return False
+    target = match["target"]
+    return target.endswith(".py") or bool(MODULE.match(target))
+
+
+def takes_argument(function: Callable[..., object]) -> bool:
+    """Whether `function` can be called with one positional argument (the InputContext)."""
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: call it without
+        return False
+    positional = (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.VAR_POSITIONAL,
+    )
+    return any(p.kind in positional for p in parameters)
+
+
+def load_function(ref: str) -> Callable[[], object]:
+    """The function `ref` names, its file or module imported.
+
+    Raises:
+        InputError: no such file or module, its import raised, or it has no such function.
+    """
+    match = FUNCTION.match(ref)
+    if match is None:
+        raise InputError(f"--data {ref}: expected FILE.py:function or module:function")
+    target, name = match["target"], match["name"]
+    try:
+        if target.endswith(".py"):
+            module = _import_file(Path(target), ref)
+        else:
+            sys.path.insert(0, os.getcwd())  # as `python -m` would, for a module beside the data
+            try:
+                module = importlib.import_module(target)
+            finally:
+                sys.path.remove(os.getcwd())
+    except InputError:
+        raise
+    except ModuleNotFoundError as exc:
+        raise InputError(
+            f"--data {ref}: no module named {exc.name!r}; pass FILE.py:function with the path "
+            "to the file, or install the module"
+        ) from exc
+    except (Exception, SystemExit) as exc:
+        raise InputError(f"--data {ref}: importing {target} raised {raised(exc)}") from exc
+    function = getattr(module, name, None)
+    if not callable(function):
+        found = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
+        raise InputError(
+            f"--data {ref}: {target} has no function {name!r}; it defines "
+            f"{', '.join(found[:8]) or 'no public functions'}"
+        )
+    return function
+
+
+def checked_iteration(items: Iterable[object], ref: str) -> Iterator[object]:
+    """The elements of a user iterable; what its code raises (SystemExit too) is one line."""
+    iterator = iter(items)
+    while True:
+        try:
+            element = next(iterator)
+        except StopIteration:
+            return
+        except (Exception, SystemExit) as exc:
+            raise InputError(f"--data {ref}: the batches raised {raised(exc)}") from exc
+        yield element
+
+
+def raised(exc: BaseException) -> str:
+    """What a user's code raised, in one line; SystemExit is named as the call it was."""
+    if isinstance(exc, SystemExit):
+        return (
+            f"SystemExit (it called sys.exit({exc.code!r})); a data function must return or "
+            "yield batches, not end the program"
+        )
+    text = one_line(str(exc))[:300]
+    return f"{type(exc).__name__}: {text}" if text != "error" else type(exc).__name__
+
+
+def _import_file(path: Path, ref: str) -> ModuleType:
+    if not path.exists():
+        raise InputError(f"--data {ref}: no such file {path}; pass FILE.py:function")
+    require_regular(path, "a Python file", lambda m: InputError(f"--data {ref}: {m}"))
+    spec = importlib.util.spec_from_file_location(f"_layergrad_data_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise InputError(f"--data {ref}: {path} is not an importable Python file")
+    module = importlib.util.module_from_spec(spec)
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)  # so the file can import its neighbours
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(folder)
+    return module

@@ -1,0 +1,141 @@
+"""The labels of every `--data` source in `scan --wrt weights --data` and `check --data`: an
+image folder's classes and a data function's `(x, y)`, read by the one label reader `fit`
+uses. The weight gradient equals one full-batch `tape.gradient` of the compiled loss with the
+labels Keras's `image_dataset_from_directory` infers; `check` judges the folder's classes
+against the head (`target_mismatch`)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from helpers import image_folder, keras, tf
+
+from layergrad.cli.app import main
+from layergrad.commands.api import scan_weights_model
+
+CLASSES = {"cat": 5, "dog": 4, "fish": 6}  # 15 images
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return image_folder(tmp_path_factory.mktemp("labelled") / "images", CLASSES, seed=3)
+
+
+def classifier(path, units: int, loss: str = "sparse_categorical_crossentropy") -> str:
+    keras.utils.set_random_seed(2)
+    model = keras.Sequential(
+        [
+            keras.Input((8, 8, 3)),
+            keras.layers.Rescaling(1 / 255, name="scale"),
+            keras.layers.Conv2D(4, 3, activation="relu", name="conv"),
+            keras.layers.Flatten(name="flat"),
+            keras.layers.Dense(units, activation="softmax", name="head"),
+        ]
+    )
+    model.compile(optimizer="sgd", loss=loss)
+    model.save(path)
+    return str(path)
+
+
+def full_batch_gradients(path: str, x, y) -> dict[str, np.ndarray]:
+    """d loss / d every variable, the compiled loss over all samples at once, by hand."""
+    model = keras.saving.load_model(path, safe_mode=True)
+    with tf.GradientTape() as tape:
+        loss = model.compute_loss(y=y, y_pred=model(tf.constant(x), training=False))
+    grads = tape.gradient(loss, model.trainable_variables)
+    return {
+        f"{v.path.split('/')[0]}/{v.name}": g.numpy()
+        for v, g in zip(model.trainable_variables, grads, strict=True)
+    }
+
+
+def keras_images(root, mode: str = "int"):
+    ds = keras.utils.image_dataset_from_directory(
+        root, label_mode=mode, image_size=(8, 8), shuffle=False, batch_size=64, verbose=False
+    )
+    ((x, y),) = list(ds)
+    return x.numpy(), y.numpy()
+
+
+@pytest.mark.parametrize(("loss", "mode"), [("sparse_categorical_crossentropy", "int"),
+                                            ("categorical_crossentropy", "categorical")])  # fmt: skip
+def test_weight_gradient_over_an_image_folder_uses_its_classes(tmp_path, folder, loss, mode):
+    path = classifier(tmp_path / "m.keras", 3, loss)
+    report = scan_weights_model(path, data=folder, batch_size=4)  # 4 batches, the last of 3
+    assert report.loss.labels == "data" and report.probe.samples == 15
+    assert report.probe.seed is None  # nothing random
+    assert any("0 cat, 1 dog, 2 fish" in n for n in report.notes)
+    x, y = keras_images(folder, mode)
+    want = full_batch_gradients(path, x, y)
+    rows = {r.variable: r for r in report.variables}
+    assert sorted(rows) == sorted(want)
+    for name, g in want.items():
+        assert rows[name].gradient.l2 == pytest.approx(float(np.linalg.norm(g)), rel=1e-5)
+        assert rows[name].gradient.max_abs == pytest.approx(float(np.abs(g).max()), rel=1e-5)
+
+
+def test_weight_gradient_over_a_data_function_uses_its_y(tmp_path):
+    (tmp_path / "pairs.py").write_text(
+        "import numpy as np\n"
+        "def pairs():\n"
+        "    rng = np.random.default_rng(8)\n"
+        "    for _ in range(4):\n"
+        "        x = rng.uniform(0, 255, (5, 8, 8, 3)).astype('float32')\n"
+        "        yield x, rng.integers(0, 3, 5)\n"
+    )
+    path = classifier(tmp_path / "m.keras", 3)
+    out = run("scan", path, "--wrt", "weights", "--data", f"{tmp_path / 'pairs.py'}:pairs",
+              "--batch-size", "6", "--json")  # fmt: skip
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert doc["loss"]["labels"] == "data" and doc["probe"]["samples"] == 20
+    rng = np.random.default_rng(8)
+    parts = [(rng.uniform(0, 255, (5, 8, 8, 3)).astype("float32"), rng.integers(0, 3, 5))
+             for _ in range(4)]  # fmt: skip
+    x = np.concatenate([p[0] for p in parts])
+    y = np.concatenate([p[1] for p in parts])
+    want = full_batch_gradients(path, x, y)
+    for row in doc["variables"]:
+        g = want[row["variable"]]
+        assert row["gradient"]["l2"] == pytest.approx(float(np.linalg.norm(g)), rel=1e-5)
+
+
+def test_a_folder_of_images_without_classes_still_draws_random_labels(tmp_path):
+    flat = image_folder(tmp_path / "flat", {"": 6})
+    report = scan_weights_model(classifier(tmp_path / "m.keras", 3), data=flat, batch_size=4)
+    assert report.loss.labels == "random" and report.probe.seed == 0
+    assert "class sub-folders of an image folder" in report.notes[0]
+
+
+def test_check_reports_more_classes_than_the_softmax_head_has_units(tmp_path, folder):
+    two = classifier(tmp_path / "two.keras", 2)
+    out = run("check", two, "--data", str(folder), "--json")
+    assert out.exit_code == 1, out.output
+    (result,) = json.loads(out.stdout)["files"]
+    targets = next(c for c in result["checks"] if c["name"] == "targets")
+    assert targets["findings"] == ["target_mismatch"]
+    assert "integer class ids 0 to 2 (3 distinct)" in targets["message"]
+    assert "class ids must lie in 0 to 1 for 2 units" in targets["message"]
+    three = classifier(tmp_path / "three.keras", 3)
+    out = run("check", three, "--data", str(folder), "--json")
+    (result,) = json.loads(out.stdout)["files"]
+    targets = next(c for c in result["checks"] if c["name"] == "targets")
+    assert targets["findings"] == []
+    assert "(the class sub-folders 0 cat, 1 dog, 2 fish) fit every output" in targets["message"]
+    assert "target_mismatch" not in out.stdout
+
+
+def test_check_judges_one_hot_rows_of_the_folder_against_the_units(tmp_path, folder):
+    path = classifier(tmp_path / "cce.keras", 2, "categorical_crossentropy")
+    out = run("check", path, "--data", str(folder), "--json")
+    (result,) = json.loads(out.stdout)["files"]
+    targets = next(c for c in result["checks"] if c["name"] == "targets")
+    assert targets["findings"] == ["target_mismatch"]
+    assert "one-hot rows of width 3" in targets["message"] and "2 units" in targets["message"]
