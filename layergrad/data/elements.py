@@ -5,7 +5,8 @@ of arrays in input order, a dict keyed by input name, or `(x, y)` with x any of 
 `model.fit` takes them. The same rules read a Python element and a `tf.data` element spec.
 The labels are `y` of `(x, y)` (or of a dict element, under the key `y`): one array for a
 model with one output, else a dict keyed by output name or a tuple in output order.
-`(x, y, sample_weight)` is refused where labels are read: every sample weighs the same.
+`(x, y, sample_weight)` is read as `(x, y)` where only the labels' values matter (`check`),
+and refused where they make a gradient (`fit`, the weight scan: every sample weighs the same).
 """
 
 from __future__ import annotations
@@ -52,13 +53,19 @@ def locate_inputs(element: TensorTree, names: list[str], where: str) -> list[Pat
 
 
 def locate_labels(
-    element: TensorTree, inputs: Sequence[Path], outputs: Sequence[str], where: str
+    element: TensorTree,
+    inputs: Sequence[Path],
+    outputs: Sequence[str],
+    where: str,
+    weights_ignored: bool = False,
 ) -> list[Path] | None:
     """Where each output's labels are inside one element whose inputs are at `inputs`; None
-    when the element holds no labels (x alone, or a tuple of inputs).
+    when the element holds no labels (x alone, or a tuple of inputs). `weights_ignored`
+    reads `(x, y, sample_weight)` as `(x, y)`.
 
     Raises:
-        InputError: `(x, y, sample_weight)`, or labels that do not match the outputs.
+        InputError: `(x, y, sample_weight)` (without `weights_ignored`), more values, or
+            labels that do not match the outputs.
     """
     if isinstance(element, dict):
         if "y" not in element:
@@ -69,7 +76,7 @@ def locate_labels(
         and len(element) >= 2
         and all(p and p[0] == 0 for p in inputs)
     ):
-        if len(element) > 2:
+        if len(element) > 3 or (len(element) == 3 and not weights_ignored):
             shown = "(x, y, sample_weight)" if len(element) == 3 else f"{len(element)} values"
             raise InputError(
                 f"{where} is {shown}; layergrad weighs every sample alike, so it reads (x, y): "

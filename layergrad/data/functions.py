@@ -89,10 +89,12 @@ def function_source(
     failure: Failure,
     context: InputContext | None = None,
     outputs: Sequence[str] | None = None,
+    weights_ignored: bool = False,
 ) -> FunctionBatches:
     """Batches from a user function: a tf.data.Dataset, or an iterable read in Python. With
     `outputs` (the model's output names), each batch also holds the labels `y` of the same
-    elements as its inputs, when the elements have labels (`data/elements.py`)."""
+    elements as its inputs, when the elements have labels (`data/elements.py`);
+    `weights_ignored` reads `(x, y, sample_weight)` elements as `(x, y)`."""
     tf, _ = quiet_import()
     function = load_function(ref)
     sharded = context is not None and takes_argument(function)
@@ -106,7 +108,9 @@ def function_source(
 
     result = call()
     if isinstance(result, tf.data.Dataset):
-        dataset, rows, labelled = _from_tf_dataset(result, ref, specs, batch_size, limit, outputs)
+        dataset, rows, labelled = _from_tf_dataset(
+            result, ref, specs, batch_size, limit, outputs, weights_ignored
+        )
         return FunctionBatches(dataset, rows, sharded, labelled)
     if isinstance(result, (dict, str, bytes)) or not isinstance(result, Iterable):
         raise InputError(
@@ -122,7 +126,9 @@ def function_source(
         head = list(itertools.islice(checked_iteration(iterator, ref), 1))
         first = [itertools.chain(head, iterator)]
         if head:
-            columns = _label_columns(head[0], specs, outputs, f"--data {ref}: batch 0")
+            columns = _label_columns(
+                head[0], specs, outputs, f"--data {ref}: batch 0", weights_ignored
+            )
             signature = (*signature, *(tf.TensorSpec((None, *c.shape), c.dtype) for c in columns))
 
     def read() -> Iterator[tuple[np.ndarray, ...]]:
@@ -136,11 +142,15 @@ def function_source(
 
 
 def _label_columns(
-    element: TensorTree, specs: Sequence[InputSpec], outputs: Sequence[str], where: str
+    element: TensorTree,
+    specs: Sequence[InputSpec],
+    outputs: Sequence[str],
+    where: str,
+    weights_ignored: bool = False,
 ) -> list[LabelColumn]:
     """Where the labels of the first element are and what one sample's label is like."""
     paths = locate_inputs(element, [s.name for s in specs], where)
-    found = locate_labels(element, paths, outputs, where)
+    found = locate_labels(element, paths, outputs, where, weights_ignored)
     if found is None:
         return []
     sample = np.ndim(pick(element, paths[0])) == len(specs[0].shape)
@@ -233,6 +243,7 @@ def _from_tf_dataset(
     batch_size: int,
     limit: int | None,
     outputs: Sequence[str] | None = None,
+    weights_ignored: bool = False,
 ) -> tuple[Dataset, int | None, bool]:
     """Select and cast the inputs of a user's tf.data.Dataset (and with `outputs` its labels,
     as they are), cut into batches; the rows when known; whether it has labels."""
@@ -252,7 +263,9 @@ def _from_tf_dataset(
         raise InputError(
             f"{where}: some inputs have a batch axis and some do not; give them all one"
         )
-    labels = locate_labels(element, paths, outputs, where) if outputs is not None else None
+    labels = (
+        None if outputs is None else locate_labels(element, paths, outputs, where, weights_ignored)
+    )
     for path in labels or []:
         if batched[0] and not _dense_rank(pick(element, path), "the labels", where):
             raise InputError(f"{where}: the labels have no batch axis; give one label per row")

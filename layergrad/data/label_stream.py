@@ -140,7 +140,7 @@ def open_labelled(
         return _npz(text, specs, request, batch_size, limit, shard, first_sample, strict)
     if kind == "images":
         return _folder(text, specs, request, batch_size, limit, shard, first_sample, strict)
-    return _function(text, specs, request, batch_size, limit, shard, replicas, first_sample)
+    return _function(text, specs, request, batch_size, limit, shard, replicas, first_sample, strict)
 
 
 def _signature(specs: Sequence[InputSpec]) -> tuple[TensorSpec, ...]:
@@ -320,12 +320,14 @@ def _function(
     shard: Shard | None,
     replicas: int,
     first_sample: int,
+    strict: bool,
 ) -> Labelled:
     tf, _ = quiet_import()
     failure = Failure()
     context = input_context(shard, replicas)
     batches = function_source(text, specs, batch_size, limit, _signature(specs), failure,
-                              context, outputs=request.outputs)  # fmt: skip
+                              context, outputs=request.outputs,
+                              weights_ignored=not strict)  # fmt: skip
     if not batches.labelled:
         return Labelled(
             None,

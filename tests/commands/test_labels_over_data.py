@@ -132,6 +132,28 @@ def test_check_reports_more_classes_than_the_softmax_head_has_units(tmp_path, fo
     assert "target_mismatch" not in out.stdout
 
 
+def test_check_judges_the_labels_of_weighted_batches_and_fit_refuses_them(tmp_path):
+    (tmp_path / "weighted.py").write_text(
+        "import numpy as np\n"
+        "def batches():\n"
+        "    rng = np.random.default_rng(4)\n"
+        "    for _ in range(3):\n"
+        "        x = rng.uniform(0, 255, (4, 8, 8, 3)).astype('float32')\n"
+        "        yield x, np.full(4, 5), np.ones(4)\n"  # class id 5 for a 3-unit head
+    )
+    path = classifier(tmp_path / "m.keras", 3)
+    data = f"{tmp_path / 'weighted.py'}:batches"
+    out = run("check", path, "--data", data, "--json")
+    assert out.exit_code == 1, out.output
+    (result,) = json.loads(out.stdout)["files"]
+    targets = next(c for c in result["checks"] if c["name"] == "targets")
+    assert targets["findings"] == ["target_mismatch"]
+    assert "class ids must lie in 0 to 2 for 3 units" in targets["message"]
+    out = run("fit", path, "--data", data, "--steps", "1")
+    assert out.exit_code == 2 and "(x, y, sample_weight)" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
 def test_check_judges_one_hot_rows_of_the_folder_against_the_units(tmp_path, folder):
     path = classifier(tmp_path / "cce.keras", 2, "categorical_crossentropy")
     out = run("check", path, "--data", str(folder), "--json")

@@ -172,6 +172,14 @@ def test_a_function_whose_labels_cannot_be_read_is_one_line(functions, name, say
         open_labelled(f"{functions}:{name}", VECTOR, LabelRequest(("out",)), 4)
 
 
+def test_check_reads_x_y_and_sample_weight_as_x_and_y(functions):
+    """Without `strict` (check: only the labels' values are judged) the weights are dropped."""
+    found = open_labelled(f"{functions}:weighted", VECTOR, LabelRequest(("out",)), 4, strict=False)
+    x, y = read(found)
+    np.testing.assert_array_equal(x, np.zeros((4, 5), "float32"))
+    np.testing.assert_array_equal(y, np.zeros(4))  # the labels, not the weights (ones)
+
+
 def test_a_function_yielding_x_only_has_no_labels(functions):
     found = open_labelled(f"{functions}:x_only", VECTOR, LabelRequest(("out",)), 4)
     assert found.stream is None and "gives inputs without labels; yield (x, y)" in found.missing
