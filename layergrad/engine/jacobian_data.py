@@ -237,24 +237,33 @@ def inspect_jacobians(
         Per target, (its JacobianStats, warnings); (None, why) when there is no per-sample
         Jacobian (no batch axis).
     """
-    from layergrad.engine.probe import live_probe
+    from layergrad.engine.jacobian_step import EstimateStep, estimate_step
 
     pairs = [PairTotals(top) for _ in targets]
     missing: dict[int, str] = {}
     done = 0
+    step: EstimateStep | None = None
     for b, batch, samples in data_batches(stream):
-        live = live_probe(model, batch, [source], list(targets), training=training, reduce=reduce)
         drawn = batch_seeded(how, b)
-        for t, (pair, target) in enumerate(zip(pairs, live.targets, strict=True)):
-            why = no_batch_axis(live.sources[0], target)
-            if why:
-                missing[t] = why
-                continue
-            stats, warnings = measure_jacobian(live.tape, live.sources[0], target, drawn)
-            pair.add(stats, samples, warnings)
+        found = None
+        if done == 0:  # the first batch decides: the compiled step, or eager tapes throughout
+            first = estimate_step(
+                model, batch, source, targets, drawn, training=training, reduce=reduce
+            )
+            step, found = (None, None) if first is None else first
+        elif step is not None:
+            found = step.run(batch, drawn.seed)
+            step = step if found is not None else None  # it mixes samples: eager from here on
+        if step is not None and found is not None:
+            missing.update(step.missing)
+            for t, stats, warnings in found:
+                pairs[t].add(stats, samples, warnings)
+        else:
+            _measure_eagerly(
+                model, batch, source, targets, drawn, training, reduce, pairs, samples, missing
+            )
         if done == 0 and pairs and pairs[0].method is not None:  # the first batch decides
             how = _kept_method(how, pairs[0])
-        del live
         done += len(samples)
         if on_progress is not None:
             on_progress(done, stream.samples)
@@ -267,6 +276,31 @@ def inspect_jacobians(
         else:
             out.append((pair.stats(), tuple(pair.warnings)))
     return out
+
+
+def _measure_eagerly(
+    model: KerasModel,
+    batch: ProbeBatch,
+    source: Site,
+    targets: Sequence[Site],
+    drawn: JacobianOptions,
+    training: bool,
+    reduce: str,
+    pairs: list[PairTotals],
+    samples: np.ndarray,
+    missing: dict[int, str],
+) -> None:
+    """One batch's norms on its own eager tape, added to `pairs` (`missing`: no batch axis)."""
+    from layergrad.engine.probe import live_probe
+
+    live = live_probe(model, batch, [source], list(targets), training=training, reduce=reduce)
+    for t, (pair, target) in enumerate(zip(pairs, live.targets, strict=True)):
+        why = no_batch_axis(live.sources[0], target)
+        if why:
+            missing[t] = why
+            continue
+        stats, warnings = measure_jacobian(live.tape, live.sources[0], target, drawn)
+        pair.add(stats, samples, warnings)
 
 
 def _combined_pairs(
