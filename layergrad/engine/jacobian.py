@@ -265,7 +265,8 @@ def _estimate_frobenius(
     project = tf.function(
         lambda s: jacobian_estimate.probe_norms(lin, probes, s, chunk), autograph=False
     )
-    return probe_stats(project(tf.constant(seed, tf.int64)).numpy())
+    found = project(tf.constant(seed, tf.int64))
+    return probe_stats(found.squared.numpy(), found.units.numpy())
 
 
 def _estimate_spectral(lin: LinearMap, seed: int) -> tuple[SpectralNorms | None, str | None]:
@@ -285,11 +286,10 @@ def no_spectral(exc: Exception) -> str:
     return f"no spectral norm: J v needs the gradient of a gradient, and {exc}"
 
 
-def probe_stats(per_unit: np.ndarray) -> tuple[FrobeniusNorms, np.ndarray]:
-    """The Frobenius estimates and per-unit norms from the (K, B, units) squared norms of
-    the probes' products (`jacobian_estimate.probe_norms`)."""
-    per_unit = np.asarray(per_unit, np.float64)
-    return estimated_frobenius(per_unit.sum(axis=2)), _rms(per_unit.mean(axis=0))
+def probe_stats(squared: np.ndarray, units: np.ndarray) -> tuple[FrobeniusNorms, np.ndarray]:
+    """The Frobenius estimates and per-unit norms from the probes' (K, B) squared norms and
+    (B, units) mean per-unit squared norms (`jacobian_estimate.probe_norms`)."""
+    return estimated_frobenius(np.asarray(squared, np.float64)), _rms(units)
 
 
 def estimated_spectral(

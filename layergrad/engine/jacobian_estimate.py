@@ -49,9 +49,17 @@ def seed_pair(seed: Tensor, stream: int) -> Tensor:
     return tf.stack([tf.cast(seed, tf.int64), tf.constant(stream, tf.int64)])
 
 
-def probe_norms(lin: LinearMap, probes: int, seed: Tensor, chunk: int) -> Tensor:
-    """(K, B, units): per probe k, sample i and unit u, the squared norm of J_i^T v_ik's entries
-    for unit u, for random sign vectors v_ik, `chunk` probes vectorized at a time."""
+class ProbeNorms(NamedTuple):
+    """What the K probes give: `squared[k, i]` = ||J_i^T v_ik||^2, and `units[i, u]` the mean
+    over k of the squared norm of J_i^T v_ik's entries for unit u (float64)."""
+
+    squared: Tensor
+    units: Tensor
+
+
+def probe_norms(lin: LinearMap, probes: int, seed: Tensor, chunk: int) -> ProbeNorms:
+    """The products J_i^T v_ik for K random sign vectors v_ik, `chunk` probes vectorized at a
+    time, reduced to their squared norms (per probe) and per-unit squared norms (mean)."""
     tf, _ = quiet_import()
 
     def one(v: Tensor) -> Tensor:
@@ -62,12 +70,21 @@ def probe_norms(lin: LinearMap, probes: int, seed: Tensor, chunk: int) -> Tensor
     for start in range(0, probes, chunk):
         size = min(chunk, probes - start)
         key = tf.random.experimental.stateless_fold_in(seed_pair(seed, SIGNS), start)
-        bits = tf.random.stateless_uniform(
-            [size, lin.batch, lin.m], key, minval=0, maxval=2, dtype=tf.int32
-        )
-        signs = tf.cast(2 * bits - 1, tf.float32)
-        parts.append(tf.vectorized_map(one, signs, warn=False))
-    return parts[0] if len(parts) == 1 else tf.concat(parts, axis=0)
+        parts.append(tf.vectorized_map(one, signs([size, lin.batch, lin.m], key), warn=False))
+    per_unit = tf.cast(parts[0] if len(parts) == 1 else tf.concat(parts, axis=0), tf.float64)
+    return ProbeNorms(tf.reduce_sum(per_unit, axis=2), tf.reduce_mean(per_unit, axis=0))
+
+
+def signs(shape: list[int], key: Tensor) -> Tensor:
+    """Random +-1.0 (float32) of `shape`: 32 signs from the bits of each random int32."""
+    tf, _ = quiet_import()
+    *outer, last = shape
+    words = tf.random.stateless_uniform(
+        [*outer, -(-last // 32)], key, minval=None, maxval=None, dtype=tf.int32
+    )
+    bits = tf.bitwise.bitwise_and(tf.bitwise.right_shift(words[..., None], tf.range(32)), 1)
+    flat = tf.reshape(bits, [*outer, -1])[..., :last]
+    return tf.cast(2 * flat - 1, tf.float32)
 
 
 def spectral_estimate(lin: LinearMap, seed: Tensor) -> SpectralEstimate:
@@ -90,9 +107,9 @@ def lanczos_steps(gram: Callable[[Tensor], Tensor], start: Tensor, steps: int) -
     before it only: no basis is kept, so a step costs one `gram` and a few (B, n) operations.
     Orthogonality to older directions fades once a Ritz value has converged, which delays
     the others but not the largest (Paige: in floating point the Ritz values stay within a
-    small multiple of the rounding error of the spectrum's interval). A direction whose norm falls below
-    BREAKDOWN of the largest diagonal entry so far ends the Krylov space of that sample (an
-    invariant subspace: its Ritz values are then exact); its later steps add zeros.
+    small multiple of the rounding error of the spectrum's interval). A direction whose norm
+    falls below BREAKDOWN of the largest diagonal entry so far ends the Krylov space of that
+    sample (an invariant subspace: its Ritz values are then exact); its later steps add zeros.
 
     Example:
         >>> import tensorflow as tf

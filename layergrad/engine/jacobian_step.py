@@ -70,12 +70,12 @@ class EstimateStep:
             inputs = [tf.concat([a, tf.repeat(a[-1:], short, axis=0)], axis=0) for a in inputs]
         outs = self.function(inputs, tf.constant(seed, tf.int64))
         out: Measured = []
-        for t, n, note, (mixes, norms, sigma, residual) in zip(
+        for t, n, note, (mixes, squared, per_unit, sigma, residual) in zip(
             self.targets, self.columns, self.notes, outs, strict=True
         ):
             if bool(mixes):
                 return None
-            frob, units = probe_stats(norms.numpy()[:, :count])
+            frob, units = probe_stats(squared.numpy()[:, :count], per_unit.numpy()[:count])
             warnings = list(note)
             spec = None
             if self.spectral:
@@ -148,7 +148,7 @@ def estimate_step(
                     sigma, residual = found.sigma, found.residual
                 else:
                     sigma = residual = tf.zeros([lin.batch], tf.float64)
-                out.append((lin.mixing(first), norms, sigma, residual))
+                out.append((lin.mixing(first), *norms, sigma, residual))
             return out
 
         return step
