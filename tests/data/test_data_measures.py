@@ -161,6 +161,19 @@ def test_estimated_spectral_norm_over_data_is_a_lower_bound_from_one_trace(tmp_p
     assert step.function.experimental_get_tracing_count() == 1
 
 
+def test_an_estimate_over_one_batch_of_data_draws_as_that_batch_given_with_input(residual):
+    path, x, *_ = residual
+    one = inspect_model(path, "a", ["out"], input_file=x, measure="jacobian", probes=8, seed=3)
+    over = inspect_model(
+        path, "a", ["out"], data=x, batch_size=SAMPLES, measure="jacobian", probes=8, seed=3,
+        top=SAMPLES,
+    )  # fmt: skip
+    j, d = one.results[0].jacobian, over.results[0].jacobian
+    for norms, totals in ((j.frobenius, d.frobenius), (j.spectral, d.spectral)):
+        by_sample = {r.sample: r.value for r in totals.distribution.top}
+        assert [by_sample[i] for i in range(SAMPLES)] == pytest.approx(norms.per_sample, rel=1e-6)
+
+
 def test_estimate_over_data_of_batches_that_mix_samples_takes_the_diagonal_blocks(tmp_path):
     m = load_sample("cause_training.keras")
     dense, bn = m.get_layer("dense"), m.get_layer("bn")

@@ -52,6 +52,10 @@ def cluster_runs(tmp_path_factory):
     classifier = keras.Model(x, head)
     classifier.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
     classifier.save(where / "classifier.keras")
+    a = keras.layers.Dense(24, activation="tanh", name="a")(x)  # 20 x 24: past the Lanczos steps
+    keras.Model(x, keras.layers.Dense(20, activation="tanh", name="out")(a)).save(
+        where / "wide.keras"
+    )
     data = normal(SAMPLES, 5, seed=31)
     data[30] *= 0.01  # near 0, where tanh is steepest: a sensitive sample, on worker 1
     np.save(where / "x.npy", data)
@@ -74,6 +78,8 @@ def cluster_runs(tmp_path_factory):
         ["scan", "classifier.keras", "--wrt", "weights", "--data", "x.npy", *batch],
         ["check", "classifier.keras", "--data", "d.npz", "--baseline", "base.json", *batch],
         ["check", sample("bug_dead_layer.keras"), "--data", "x6.npy", *batch],
+        ["inspect", "wide.keras", "--from", "a", "--to", "out", "--data", "x.npy",
+         "--measure", "jacobian", "--probes", "4", "--top", "5", *batch],
         # last: a bad batch on worker 1 stops the cluster
         ["scan", sample("embedding.keras"), "--wrt", "weights", "--loss", "mse", "--data",
          "ids.npy", *batch],
@@ -159,10 +165,17 @@ def test_units_dead_for_every_sample_of_every_worker(cluster_runs):
     assert dead and "for every sample of the data" in dead[0]["message"]
 
 
+def test_estimated_jacobian_over_two_workers_draws_as_one_process(cluster_runs):
+    many, _ = outcome(cluster_runs, 6)  # the compiled step on each worker, seeded per batch
+    j = many["results"][0]["jacobian"]
+    assert j["method"] == "estimate" and j["spectral"]["samples"] == SAMPLES
+    assert j["frobenius"]["rel_stderr"] > 0 and j["spectral"]["iterations"] == 16
+
+
 def test_a_bad_batch_of_the_weight_scan_on_one_worker_stops_both_with_exit_2(cluster_runs):
     _, chief, other, one = cluster_runs
-    assert [chief[6]["code"], other[6]["code"], one[6]["code"]] == [2, 2, 2]
-    assert chief[6]["stdout"] == other[6]["stdout"] == ""
-    assert "the model failed on batch 4" in other[6]["stderr"]  # as one process says
-    assert "the model failed on batch 4" in one[6]["stderr"]
-    assert "another worker of the cluster stopped" in chief[6]["stderr"]
+    assert [chief[7]["code"], other[7]["code"], one[7]["code"]] == [2, 2, 2]
+    assert chief[7]["stdout"] == other[7]["stdout"] == ""
+    assert "the model failed on batch 4" in other[7]["stderr"]  # as one process says
+    assert "the model failed on batch 4" in one[7]["stderr"]
+    assert "another worker of the cluster stopped" in chief[7]["stderr"]
