@@ -302,10 +302,10 @@ def estimated_spectral(
     warning = None
     if not settled:
         warning = (
-            f"the spectral norm of some samples has not settled in {steps} Lanczos steps "
-            f"(residual bound above {jacobian_estimate.SETTLED} of it: close largest singular "
-            "values); an estimate is a lower bound of ||J||_2, here possibly by more; "
-            "--exact computes it exactly"
+            f"the estimated spectral norm of some samples has not settled in {steps} Lanczos "
+            f"steps (a residual bound above {jacobian_estimate.SETTLED} of the value: close "
+            "largest singular values); it is a lower bound of ||J||_2, here possibly by more "
+            "than that; --exact computes it exactly"
         )
     return spectral(np.asarray(sigma, np.float64), steps, settled), warning
 
