@@ -7,7 +7,7 @@ exact method). In one process, alternating rounds time:
   exact      layergrad, exact: Frobenius, spectral and per-unit norms
   baseline   hand-written: tape.batch_jacobian for the pair, then the Frobenius and per-unit
              norms (the Jacobian alone: no spectral norm)
-  estimate   layergrad with --probes K: Frobenius by K projections, spectral by power iteration
+  estimate   layergrad with --probes K: Frobenius by K projections, spectral by Lanczos steps
   backward   hand-written: one forward pass and K plain backward passes (random cotangents)
   scan       layergrad scan --measure jacobian --probes K: every layer's norms at once
   scan_base  hand-written: one forward pass, K backward passes to every layer's output
@@ -157,7 +157,7 @@ def main() -> None:
         print(f"exact / baseline   : {ratio('exact', 'baseline'):.2f}  (goal <= 1.3)")
         print(
             f"estimate / backward: {ratio('estimate', 'backward'):.2f}  "
-            f"(K={args.probes}; power iteration ran {iterations} steps of J^T J)"
+            f"(K={args.probes}; the spectral estimate ran {iterations} Lanczos steps of J^T J)"
         )
         print(f"scan / scan_base   : {ratio('scan', 'scan_base'):.2f}  (K={args.probes})")
         base = statistics.median(times["baseline"])

@@ -105,7 +105,7 @@ def inspect(
     With --measure jacobian it also reports, per sample i, the Frobenius and
     spectral norms of J_i = d TO[i] / d FROM[i] and which FROM units move TO
     most: exact when one sample's J has at most 2^20 entries, else estimated
-    (--probes K random projections, power iteration) with error bars.
+    (--probes K random projections, Lanczos steps) with error bars.
 
     \b
     Layer references (REF):

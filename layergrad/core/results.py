@@ -135,10 +135,11 @@ class FrobeniusNorms:
 
 @dataclass(frozen=True)
 class SpectralNorms:
-    """||J_i||_2 (largest singular value) for each sample: exact, or by power iteration.
+    """||J_i||_2 (largest singular value) for each sample: exact, or estimated.
 
-    `iterations` is None when exact; `converged` is False when power iteration stopped at its
-    iteration limit before the relative change fell below its tolerance.
+    The estimate is a lower bound of ||J_i||_2; `iterations` is its number of Lanczos steps
+    (None when exact), and `converged` is False when some sample's estimate had not settled
+    in them (its residual bound above `engine.jacobian_estimate.SETTLED` of its value).
     """
 
     per_sample: tuple[float, ...]

@@ -165,4 +165,4 @@ class JacobianMethod(Word):
     """How the Jacobian norms were obtained."""
 
     EXACT = "exact"  # every entry of every J_i
-    ESTIMATE = "estimate"  # random projections (Frobenius) and power iteration (spectral)
+    ESTIMATE = "estimate"  # random projections (Frobenius), Lanczos steps (spectral: a lower bound)

@@ -12,7 +12,9 @@ Two methods, both from the one forward pass of the probe:
   EXACT_ENTRIES entries (and the batch's at most EXACT_BUDGET), or with `--exact`.
 - estimate: Frobenius by K random sign vectors v (Hutchinson: E ||J_i^T v||^2 = ||J_i||_F^2),
   the K products vectorized; the spread of the K values gives each sample's standard error.
-  Spectral by power iteration on J_i^T J_i (`power.py`).
+  Spectral by a fixed number of Lanczos steps on J_i^T J_i, a lower bound
+  (`jacobian_estimate.py`). Over `--data` the same ops run in one compiled step per batch
+  (`jacobian_step.py`).
 """
 
 from __future__ import annotations
@@ -28,9 +30,8 @@ from layergrad.core.limits import MAX_PROBES
 from layergrad.core.results import FrobeniusNorms, JacobianStats, Result, SpectralNorms
 from layergrad.core.tf_types import GradientTape, Tensor, TFFunction
 from layergrad.core.vocab import JacobianMethod, Measure, Status
-from layergrad.engine import lanczos
+from layergrad.engine import jacobian_estimate, lanczos
 from layergrad.engine.linear_map import LinearMap
-from layergrad.engine.power_iteration import TOLERANCE, power_iteration
 from layergrad.engine.probe import LiveProbe
 
 MEASURES = Measure.words()
@@ -118,7 +119,7 @@ def measure_jacobian(
     else:
         probes = options.probes or DEFAULT_PROBES
         frob, units = _estimate_frobenius(lin, probes, options.seed)
-        spec, why = _power_spectral(lin, options.seed)
+        spec, why = _estimate_spectral(lin, options.seed)
         if why:
             warnings.append(why)
     stats = JacobianStats(
@@ -154,7 +155,7 @@ def choose_method(lin: LinearMap, options: JacobianOptions) -> tuple[JacobianMet
     return JacobianMethod.EXACT, None
 
 
-def _chunk(lin: LinearMap, count: int) -> int:
+def chunk_size(lin: LinearMap, count: int) -> int:
     """How many products to vectorize at once so one chunk holds at most CHUNK_ENTRIES."""
     per_product = lin.batch * max(lin.m, lin.n) * (1 if lin.independent else lin.batch)
     return max(1, min(count, CHUNK_ENTRIES // max(per_product, 1)))
@@ -219,7 +220,7 @@ def exact_rows(lin: LinearMap) -> Tensor:
 
         return tf.vectorized_map(one, index, warn=False)
 
-    return _stack_chunks(rows, lin.m, _chunk(lin, lin.m))
+    return _stack_chunks(rows, lin.m, chunk_size(lin, lin.m))
 
 
 def exact_columns(lin: LinearMap) -> Tensor | None:
@@ -236,7 +237,7 @@ def exact_columns(lin: LinearMap) -> Tensor | None:
         return tf.vectorized_map(one, index, warn=False)
 
     try:
-        return _stack_chunks(columns, lin.n, _chunk(lin, lin.n))
+        return _stack_chunks(columns, lin.n, chunk_size(lin, lin.n))
     except (LookupError, ValueError, TypeError):
         return None
 
@@ -260,50 +261,53 @@ def _estimate_frobenius(
 ) -> tuple[FrobeniusNorms, np.ndarray]:
     """Hutchinson: K random-sign projections, per-unit squared norms of J_i^T v, vectorized."""
     tf, _ = quiet_import()
-
-    @tf.function
-    def project(signs: Tensor) -> Tensor:
-        def one(v: Tensor) -> Tensor:
-            back = tf.reshape(lin.vjp_blocks(v), [lin.batch, -1, lin.units])
-            return tf.reduce_sum(tf.square(back), axis=1)  # (B, units)
-
-        return tf.vectorized_map(one, signs, warn=False)
-
-    rng = np.random.default_rng([seed, 1])
-
-    def signs(start: int, stop: int) -> np.ndarray:
-        return rng.integers(0, 2, (stop - start, lin.batch, lin.m)).astype(np.float32) * 2 - 1
-
-    stacked = _stack_chunks(project, probes, _chunk(lin, probes), signs)
-    per_unit = stacked.numpy().astype(np.float64)
-    return estimated_frobenius(per_unit.sum(axis=2)), _rms(per_unit.mean(axis=0))
+    chunk = chunk_size(lin, probes)
+    project = tf.function(
+        lambda s: jacobian_estimate.probe_norms(lin, probes, s, chunk), autograph=False
+    )
+    found = project(tf.constant(seed, tf.int64))
+    return probe_stats(found.squared.numpy(), found.units.numpy())
 
 
-def _power_spectral(lin: LinearMap, seed: int) -> tuple[SpectralNorms | None, str | None]:
-    """Power iteration on every J_i^T J_i at once; (None, why) when J v cannot be formed."""
+def _estimate_spectral(lin: LinearMap, seed: int) -> tuple[SpectralNorms | None, str | None]:
+    """A fixed number of Lanczos steps on every J_i^T J_i at once (`jacobian_estimate`);
+    (None, why) when J v cannot be formed."""
     tf, _ = quiet_import()
-
-    @tf.function
-    def step(v: Tensor) -> Tensor:
-        forward = lin.jvp_blocks(v)
-        back = lin.vjp_blocks(forward)
-        norm = tf.norm(back, axis=1, keepdims=True)
-        unit = tf.where(norm > 0, back / tf.where(norm > 0, norm, 1.0), v)
-        return tf.reduce_sum(tf.square(forward), axis=1), unit
-
-    start = np.random.default_rng([seed, 2]).standard_normal((lin.batch, lin.n))
-    start /= np.maximum(np.linalg.norm(start, axis=1, keepdims=True), 1e-30)
+    run = tf.function(lambda s: jacobian_estimate.spectral_estimate(lin, s), autograph=False)
     try:
-        result = power_iteration(step, tf.constant(start, tf.float32))
+        found = run(tf.constant(seed, tf.int64))
     except (LookupError, ValueError, TypeError) as exc:  # an op without a second derivative
-        return None, f"no spectral norm: J v needs the gradient of a gradient, and {exc}"
+        return None, no_spectral(exc)
+    return estimated_spectral(found.sigma.numpy(), found.residual.numpy(), lin.n)
+
+
+def no_spectral(exc: Exception) -> str:
+    """The warning for an estimate without a spectral norm."""
+    return f"no spectral norm: J v needs the gradient of a gradient, and {exc}"
+
+
+def probe_stats(squared: np.ndarray, units: np.ndarray) -> tuple[FrobeniusNorms, np.ndarray]:
+    """The Frobenius estimates and per-unit norms from the probes' (K, B) squared norms and
+    (B, units) mean per-unit squared norms (`jacobian_estimate.probe_norms`)."""
+    return estimated_frobenius(np.asarray(squared, np.float64)), _rms(units)
+
+
+def estimated_spectral(
+    sigma: np.ndarray, residual: np.ndarray, n: int
+) -> tuple[SpectralNorms, str | None]:
+    """SpectralNorms of the Lanczos estimate, and a warning when some sample's has not
+    settled (its residual bound above SETTLED of its value)."""
+    steps = jacobian_estimate.steps_for(n)
+    settled = bool(np.all(np.asarray(residual) <= jacobian_estimate.SETTLED))
     warning = None
-    if not result.converged:
+    if not settled:
         warning = (
-            f"the spectral norm did not settle within {result.iterations} power iterations "
-            f"(relative change still above {TOLERANCE}); treat it as a lower bound"
+            f"the estimated spectral norm of some samples has not settled in {steps} Lanczos "
+            f"steps (a residual bound above {jacobian_estimate.SETTLED} of the value: close "
+            "largest singular values); it is a lower bound of ||J||_2, here possibly by more "
+            "than that; --exact computes it exactly"
         )
-    return spectral(result.sigma, result.iterations, result.converged), warning
+    return spectral(np.asarray(sigma, np.float64), steps, settled), warning
 
 
 def frobenius(per_sample: np.ndarray) -> FrobeniusNorms:

@@ -1,7 +1,8 @@
 """Per-sample Jacobian norms over every sample of a data set (`--measure jacobian --data`).
 
 Batch by batch, the same measurement as for one probe batch (`jacobian.measure_jacobian` for
-`inspect`, `jacobian_scan.scan_frobenius` for `scan`), from one forward pass per batch; each
+`inspect`, `jacobian_scan.scan_frobenius` for `scan`), from one forward pass per batch (for
+`inspect`'s estimate, one compiled step traced once: `jacobian_step`); each
 batch's per-sample norms go into `NormTotals` (moments, log histogram, the k largest with
 their sample indices) and are dropped, so memory is one batch's whatever the number of
 samples. The method is chosen on the first batch and kept for the others (a partial last
@@ -237,24 +238,41 @@ def inspect_jacobians(
         Per target, (its JacobianStats, warnings); (None, why) when there is no per-sample
         Jacobian (no batch axis).
     """
+    from layergrad.engine.jacobian_step import EstimateStep, estimate_step
     from layergrad.engine.probe import live_probe
 
+    sites = list(targets)
     pairs = [PairTotals(top) for _ in targets]
     missing: dict[int, str] = {}
     done = 0
+    step: EstimateStep | None = None
     for b, batch, samples in data_batches(stream):
-        live = live_probe(model, batch, [source], list(targets), training=training, reduce=reduce)
         drawn = batch_seeded(how, b)
-        for t, (pair, target) in enumerate(zip(pairs, live.targets, strict=True)):
-            why = no_batch_axis(live.sources[0], target)
-            if why:
-                missing[t] = why
-                continue
-            stats, warnings = measure_jacobian(live.tape, live.sources[0], target, drawn)
-            pair.add(stats, samples, warnings)
+        found = None
+        if done == 0:  # the first batch decides: the compiled step, or eager tapes throughout
+            first = estimate_step(
+                model, batch, source, sites, drawn, training=training, reduce=reduce
+            )
+            step, found = (None, None) if first is None else first
+        elif step is not None:
+            found = step.run(batch, drawn.seed)
+            step = step if found is not None else None  # it mixes samples: eager from here on
+        if step is not None and found is not None:
+            missing.update(step.missing)
+            for t, stats, warnings in found:
+                pairs[t].add(stats, samples, warnings)
+        else:  # on the batch's own eager tape
+            live = live_probe(model, batch, [source], sites, training=training, reduce=reduce)
+            for t, (pair, target) in enumerate(zip(pairs, live.targets, strict=True)):
+                why = no_batch_axis(live.sources[0], target)
+                if why:
+                    missing[t] = why
+                    continue
+                stats, warnings = measure_jacobian(live.tape, live.sources[0], target, drawn)
+                pair.add(stats, samples, warnings)
+            del live
         if done == 0 and pairs and pairs[0].method is not None:  # the first batch decides
             how = _kept_method(how, pairs[0])
-        del live
         done += len(samples)
         if on_progress is not None:
             on_progress(done, stream.samples)

@@ -89,8 +89,18 @@ class LinearMap:
 
         if self.batch < 2:
             return False
-        u = np.zeros((self.batch, self.m), np.float32)
-        u[0] = np.random.default_rng([seed, 0]).standard_normal(self.m)
-        grad = np.abs(self.vjp(u).numpy())
-        own, others = float(grad[0].max(initial=0.0)), float(grad[1:].max(initial=0.0))
-        return others > tolerance * own if own > 0 else others > 0
+        u = np.random.default_rng([seed, 0]).standard_normal(self.m).astype(np.float32)
+        return bool(self.mixing(u, tolerance))
+
+    def mixing(self, first: Tensor, tolerance: float = 1e-6) -> Tensor:
+        """`mixes_batch` for the cotangent `first` (m entries) on sample 0, as a boolean
+        tensor (so a tf.function can run it)."""
+        tf, _ = quiet_import()
+        if self.batch < 2:
+            return tf.constant(False)
+        u = tf.pad(
+            tf.reshape(tf.cast(first, tf.float32), [1, self.m]), [[0, self.batch - 1], [0, 0]]
+        )
+        grad = tf.cast(tf.abs(self.vjp(u)), tf.float64)
+        own, others = tf.reduce_max(grad[0]), tf.reduce_max(grad[1:])
+        return tf.where(own > 0, others > tolerance * own, others > 0)

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import keras, normal, tf
+from helpers import keras, load_sample, normal, sample, tf
 
 from layergrad.cli.app import main
 from layergrad.commands.api import inspect_model, scan_model, scan_weights_model
@@ -115,6 +115,90 @@ def test_estimated_jacobian_over_data_carries_its_standard_errors(residual):
     assert abs(f.mean - frob.mean()) <= 4 * f.mean_rel_stderr * f.mean
     for r in f.top:  # each sample's estimate within four of its own standard errors
         assert abs(r.value - frob[r.sample]) <= 4 * r.rel_stderr * r.value + 1e-6
+
+
+def test_estimated_spectral_norm_over_data_is_a_lower_bound_from_one_trace(tmp_path, monkeypatch):
+    from layergrad.engine import jacobian_estimate, jacobian_step
+
+    keras.utils.set_random_seed(4)
+    x = keras.Input((24,), name="x")
+    a = keras.layers.Dense(40, activation="tanh", name="a")(x)
+    keras.Model(x, keras.layers.Dense(32, activation="tanh", name="out")(a)).save(
+        tmp_path / "m.keras"
+    )
+    model = keras.saving.load_model(tmp_path / "m.keras")
+    data = normal(SAMPLES, 24, seed=5)
+    np.save(tmp_path / "x.npy", data)
+    h = tf.constant(model.get_layer("a")(tf.constant(data)))
+    with tf.GradientTape() as tape:
+        tape.watch(h)
+        out = model.get_layer("out")(h)
+    jac = tape.batch_jacobian(out, h).numpy().astype(np.float64)  # (N, 32, 40)
+    spec = np.linalg.norm(jac, 2, axis=(1, 2))
+    made, runs = [], []
+    real, run = jacobian_step.estimate_step, jacobian_step.EstimateStep.run
+    monkeypatch.setattr(
+        jacobian_step, "estimate_step", lambda *a, **k: made.append(real(*a, **k)) or made[-1]
+    )
+    monkeypatch.setattr(
+        jacobian_step.EstimateStep, "run", lambda *a: runs.append(run(*a)) or runs[-1]
+    )
+    report = inspect_model(
+        str(tmp_path / "m.keras"), "a", ["out"], data=str(tmp_path / "x.npy"),
+        batch_size=BATCH, measure="jacobian", probes=8, top=SAMPLES,
+    )  # fmt: skip
+    j = report.results[0].jacobian
+    assert j.method == "estimate" and j.batch_independent
+    s = j.spectral
+    assert s.distribution.count == SAMPLES and s.iterations == jacobian_estimate.STEPS
+    assert sorted(r.sample for r in s.distribution.top) == list(range(SAMPLES))
+    for r in s.distribution.top:  # a lower bound of numpy's norm, and within 1% of it
+        assert spec[r.sample] * 0.99 <= r.value <= spec[r.sample] * (1 + 1e-5)
+    assert spec.mean() * 0.99 <= s.mean <= spec.mean() * (1 + 1e-5)
+    # one compiled step for all five batches, the partial last one (6 samples) padded
+    (step, _), *_ = made
+    assert len(runs) == 5 and all(r is not None for r in runs)
+    assert step.function.experimental_get_tracing_count() == 1
+
+
+def test_an_estimate_over_one_batch_of_data_draws_as_that_batch_given_with_input(residual):
+    path, x, *_ = residual
+    one = inspect_model(path, "a", ["out"], input_file=x, measure="jacobian", probes=8, seed=3)
+    over = inspect_model(
+        path, "a", ["out"], data=x, batch_size=SAMPLES, measure="jacobian", probes=8, seed=3,
+        top=SAMPLES,
+    )  # fmt: skip
+    j, d = one.results[0].jacobian, over.results[0].jacobian
+    for norms, totals in ((j.frobenius, d.frobenius), (j.spectral, d.spectral)):
+        by_sample = {r.sample: r.value for r in totals.distribution.top}
+        assert [by_sample[i] for i in range(SAMPLES)] == pytest.approx(norms.per_sample, rel=1e-6)
+
+
+def test_estimate_over_data_of_batches_that_mix_samples_takes_the_diagonal_blocks(tmp_path):
+    m = load_sample("cause_training.keras")
+    dense, bn = m.get_layer("dense"), m.get_layer("bn")
+    data = normal(20, 6, seed=6)
+    np.save(tmp_path / "x.npy", data)
+    blocks = []
+    for start in range(0, 20, 8):  # BatchNorm in training mode: each batch's own statistics
+        h = dense(tf.constant(data[start : start + 8]))
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(h)
+            y = bn(h, training=True)
+            rows = [[y[i, j] for j in range(4)] for i in range(len(h))]
+        blocks += [
+            np.stack([np.asarray(tape.gradient(e, h))[i] for e in row])
+            for i, row in enumerate(rows)
+        ]
+    report = inspect_model(
+        sample("cause_training.keras"), "dense", ["bn"], data=str(tmp_path / "x.npy"),
+        batch_size=8, measure="jacobian", probes=8, training=True, top=20,
+    )  # fmt: skip
+    res = report.results[0]
+    assert not res.jacobian.batch_independent
+    assert any("mixes samples across the batch" in w for w in res.warnings)
+    for r in res.jacobian.spectral.distribution.top:  # 4 columns: the Lanczos steps span them
+        assert r.value == pytest.approx(np.linalg.norm(blocks[r.sample], 2), rel=1e-3)
 
 
 def test_scan_jacobian_over_data_equals_batch_jacobian_of_the_outputs(residual):

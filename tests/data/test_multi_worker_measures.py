@@ -53,6 +53,10 @@ def cluster_runs(tmp_path_factory):
     classifier = keras.Model(x, head)
     classifier.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
     classifier.save(where / "classifier.keras")
+    a = keras.layers.Dense(24, activation="tanh", name="a")(x)  # 20 x 24: past the Lanczos steps
+    keras.Model(x, keras.layers.Dense(20, activation="tanh", name="out")(a)).save(
+        where / "wide.keras"
+    )
     data = normal(SAMPLES, 5, seed=31)
     data[30] *= 0.01  # near 0, where tanh is steepest: a sensitive sample, on worker 1
     np.save(where / "x.npy", data)
@@ -79,6 +83,8 @@ def cluster_runs(tmp_path_factory):
         ["scan", "image.keras", "--wrt", "weights", "--data", "images", "--batch-size", "4",
          "--json", "--quiet"],
         ["scan", "classifier.keras", "--wrt", "weights", "--data", "pairs.py:pairs", *batch],
+        ["inspect", "wide.keras", "--from", "a", "--to", "out", "--data", "x.npy",
+         "--measure", "jacobian", "--probes", "4", "--top", "5", *batch],
         # last: a bad batch on worker 1 stops the cluster
         ["scan", sample("embedding.keras"), "--wrt", "weights", "--loss", "mse", "--data",
          "ids.npy", *batch],
@@ -185,10 +191,17 @@ def test_labels_of_a_folder_and_a_function_over_two_workers(cluster_runs, index,
     assert all(n["batches"] == batches for n in many["gradient_snr"])
 
 
+def test_estimated_jacobian_over_two_workers_draws_as_one_process(cluster_runs):
+    many, _ = outcome(cluster_runs, 8)  # the compiled step on each worker, seeded per batch
+    j = many["results"][0]["jacobian"]
+    assert j["method"] == "estimate" and j["spectral"]["samples"] == SAMPLES
+    assert j["frobenius"]["rel_stderr"] > 0 and j["spectral"]["iterations"] == 16
+
+
 def test_a_bad_batch_of_the_weight_scan_on_one_worker_stops_both_with_exit_2(cluster_runs):
     _, chief, other, one = cluster_runs
-    assert [chief[8]["code"], other[8]["code"], one[8]["code"]] == [2, 2, 2]
-    assert chief[8]["stdout"] == other[8]["stdout"] == ""
-    assert "the model failed on batch 4" in other[8]["stderr"]  # as one process says
-    assert "the model failed on batch 4" in one[8]["stderr"]
-    assert "another worker of the cluster stopped" in chief[8]["stderr"]
+    assert [chief[9]["code"], other[9]["code"], one[9]["code"]] == [2, 2, 2]
+    assert chief[9]["stdout"] == other[9]["stdout"] == ""
+    assert "the model failed on batch 4" in other[9]["stderr"]  # as one process says
+    assert "the model failed on batch 4" in one[9]["stderr"]
+    assert "another worker of the cluster stopped" in chief[9]["stderr"]
