@@ -267,8 +267,15 @@ def _from_tf_dataset(
         None if outputs is None else locate_labels(element, paths, outputs, where, weights_ignored)
     )
     for path in labels or []:
-        if batched[0] and not _dense_rank(pick(element, path), "the labels", where):
+        leaf = pick(element, path)
+        if batched[0] and not _dense_rank(leaf, "the labels", where):
             raise InputError(f"{where}: the labels have no batch axis; give one label per row")
+        kind = getattr(getattr(leaf, "dtype", None), "as_numpy_dtype", None)
+        if kind is None or np.dtype(kind).kind not in "biuf":
+            raise InputError(
+                f"{where}: the labels are {getattr(leaf, 'dtype', type(leaf).__name__)}, not "
+                "numbers; give class ids, one-hot rows or numeric targets"
+            )
     tuple_element = isinstance(element, tuple)
     dtypes = [tf_dtype(s.dtype) for s in specs]
 
@@ -276,7 +283,7 @@ def _from_tf_dataset(
         value = args if tuple_element else args[0]
         picked = [pick(value, p) for p in paths]
         ys = [pick(value, p) for p in labels or []]
-        if len(picked) + len(ys) > 1:  # unbatch would fail with a message that names no input
+        if batched[0] and len(picked) + len(ys) > 1:  # unbatch would fail naming no input
             rows = [tf.shape(t)[0] for t in picked + ys]
             for t in rows[1:]:
                 tf.debugging.assert_equal(

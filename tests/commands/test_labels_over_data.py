@@ -107,6 +107,37 @@ def test_weight_gradient_over_a_data_function_uses_its_y(tmp_path):
         assert row["gradient"]["l2"] == pytest.approx(float(np.linalg.norm(g)), rel=1e-5)
 
 
+def test_an_unbatched_dataset_of_samples_and_scalar_ids_gives_its_labels(tmp_path):
+    """`Dataset.from_tensor_slices((x, y))` without `.batch()`: one sample and one id each."""
+    (tmp_path / "slices.py").write_text(
+        "import numpy as np, tensorflow as tf\n"
+        "X = np.random.default_rng(5).uniform(0, 255, (10, 8, 8, 3)).astype('float32')\n"
+        "Y = np.arange(10) % 3\n"
+        "def samples():\n"
+        "    return tf.data.Dataset.from_tensor_slices((X, Y))\n"
+        "def words():\n"
+        "    return tf.data.Dataset.from_tensor_slices((X, np.array(['a'] * 10)))\n"
+    )
+    path = classifier(tmp_path / "m.keras", 3)
+    out = run("scan", path, "--wrt", "weights", "--data", f"{tmp_path / 'slices.py'}:samples",
+              "--batch-size", "4", "--json")  # fmt: skip
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert doc["loss"]["labels"] == "data" and doc["probe"]["samples"] == 10
+    x = np.random.default_rng(5).uniform(0, 255, (10, 8, 8, 3)).astype("float32")
+    want = full_batch_gradients(path, x, np.arange(10) % 3)
+    for row in doc["variables"]:
+        g = want[row["variable"]]
+        assert row["gradient"]["l2"] == pytest.approx(float(np.linalg.norm(g)), rel=1e-5)
+    out = run("check", path, "--data", f"{tmp_path / 'slices.py'}:samples", "--json")
+    (result,) = json.loads(out.stdout)["files"]
+    targets = next(c for c in result["checks"] if c["name"] == "targets")
+    assert targets["findings"] == [], targets
+    out = run("fit", path, "--data", f"{tmp_path / 'slices.py'}:words", "--steps", "1")
+    assert out.exit_code == 2 and "not numbers" in out.stderr, out.output
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
 def test_a_folder_of_images_without_classes_still_draws_random_labels(tmp_path):
     flat = image_folder(tmp_path / "flat", {"": 6})
     report = scan_weights_model(classifier(tmp_path / "m.keras", 3), data=flat, batch_size=4)
