@@ -114,8 +114,9 @@ def dynamic_data(
         data = os.fspath(options.probe.data or "")
         other = other or not same_data(baseline, data, sha, run.samples, options.allow_other_data)
         _baseline_over_data(
-            path, opened, batches, run, rows, probe, options, add, baseline, has_loss, other
-        )
+            path, opened, batches, run, rows, probe, options, add, baseline, has_loss, other,
+            given,
+        )  # fmt: skip
 
 
 def _baseline_over_data(
@@ -130,6 +131,7 @@ def _baseline_over_data(
     baseline: Baseline,
     has_loss: bool,
     other: bool,
+    given: Labelled | None,
 ) -> None:
     """The `baseline` check over the data: for a file with a loss, the loss's gradient over
     every sample (`scan --wrt weights --data`), else the rows of the streamed scan."""
@@ -143,9 +145,10 @@ def _baseline_over_data(
         from layergrad.commands.weights_data import weights_over
 
         try:
-            full = weights_over(
-                loaded, warnings, strategy, probe, options.loss, options.on_progress, path
-            )
+            full = weights_over(  # the labels as check read them, or random ones
+                loaded, warnings, strategy, probe, options.loss, options.on_progress, path,
+                given,
+            )  # fmt: skip
         except BatchFailed as exc:
             add("baseline", str(exc), [Finding.ERROR])
             return
@@ -164,7 +167,7 @@ def _labels(
     """The data's labels with its inputs (`data/label_stream.py`), in the form the loss in
     the file (or `--loss`) takes; None when the data has none or they do not match the
     outputs (the `targets` check is then not run)."""
-    from layergrad.commands.over_data import data_specs
+    from layergrad.commands.over_data import data_specs, shard_of
     from layergrad.data.label_stream import open_labelled
     from layergrad.engine.compiled_loss import find_loss, label_request
 
@@ -172,9 +175,10 @@ def _labels(
     request = label_request(model, find_loss(info.compile_config, options.loss))
     data = os.fspath(options.probe.data or "")
     try:
-        found = open_labelled(
-            data, data_specs(model), request, probe.rows, probe.limit, strict=False
-        )
+        found = open_labelled(  # this worker's part, as the inputs' (for the weight pass)
+            data, data_specs(model), request, probe.rows, probe.limit, shard_of(probe),
+            first_sample=probe.first_sample, strict=False,
+        )  # fmt: skip
     except LayergradError as exc:  # the data does not fit this model: the command is wrong
         raise UsageError(f"{os.fspath(info.path)}: {exc}") from exc
     return found if found.stream is not None else None

@@ -185,6 +185,32 @@ def test_check_judges_the_labels_of_weighted_batches_and_fit_refuses_them(tmp_pa
     assert len(out.stderr.strip().splitlines()) == 1
 
 
+def test_check_baseline_over_weighted_batches_uses_the_labels_check_read(tmp_path):
+    """`check --baseline --data` takes the labels as check reads them ((x, y) of a weighted
+    batch): its weight gradient equals the baseline's made from the same x and y."""
+    x = np.random.default_rng(6).uniform(0, 255, (12, 8, 8, 3)).astype("float32")
+    y = np.arange(12) % 3
+    np.save(tmp_path / "x.npy", x)
+    np.savez(tmp_path / "d.npz", x=x, y=y)
+    (tmp_path / "weighted.py").write_text(
+        "import numpy as np, pathlib\n"
+        "X = np.load(pathlib.Path(__file__).with_name('x.npy'))\n"
+        "def batches():\n"
+        "    for i in range(0, 12, 4):\n"
+        "        yield X[i : i + 4], np.arange(i, i + 4) % 3, np.ones(4)\n"
+    )
+    path = classifier(tmp_path / "m.keras", 3)
+    base = run("scan", path, "--wrt", "weights", "--data", str(tmp_path / "d.npz"), "--json")
+    assert base.exit_code == 0, base.output
+    (tmp_path / "base.json").write_text(base.stdout)
+    out = run("check", path, "--data", f"{tmp_path / 'weighted.py'}:batches", "--baseline",
+              str(tmp_path / "base.json"), "--allow-other-data", "--json")  # fmt: skip
+    assert out.exit_code == 0, out.output
+    (result,) = json.loads(out.stdout)["files"]
+    checked = next(c for c in result["checks"] if c["name"] == "baseline")
+    assert checked["passed"] and checked["findings"] == [], checked
+
+
 def test_check_judges_one_hot_rows_of_the_folder_against_the_units(tmp_path, folder):
     path = classifier(tmp_path / "cce.keras", 2, "categorical_crossentropy")
     out = run("check", path, "--data", str(folder), "--json")
