@@ -250,9 +250,11 @@ def inspect_jacobians(
         drawn = batch_seeded(how, b)
         found = None
         if done == 0:  # the first batch decides: the compiled step, or eager tapes throughout
-            first = estimate_step(
-                model, batch, source, sites, drawn, training=training, reduce=reduce
-            )
+            sharded = stream.part is not None or stream.first_sample > 0
+            first = estimate_step(  # a shard traces for a whole batch, as one run does
+                model, batch, source, sites, drawn, training=training, reduce=reduce,
+                size=stream.batch_size if sharded else None,
+            )  # fmt: skip
             step, found = (None, None) if first is None else first
         elif step is not None:
             found = step.run(batch, drawn.seed)

@@ -103,11 +103,16 @@ def estimate_step(
     *,
     training: bool = False,
     reduce: str = "sum",
+    size: int | None = None,
 ) -> tuple[EstimateStep, Measured] | None:
     """The compiled step for `batch` (drawn from `how.seed`) and the batches after it, with
     its measurement of `batch`; None when the batches are to be measured on their eager
     tapes: some target is measured exactly, the batch mixes samples, or the step cannot be
-    traced (the eager measurement of the batch then says why)."""
+    traced (the eager measurement of the batch then says why).
+
+    `size` is the batch size to trace for (default: `batch`'s): a shard whose first batch
+    is shorter (the last of the whole run) is padded to it, so that its draws are those of
+    one run over the whole data."""
     tf, _ = quiet_import()
     live = live_probe(model, batch, [source], list(targets), training=training, reduce=reduce)
     measured, columns, notes = [], [], []
@@ -153,7 +158,7 @@ def estimate_step(
 
         return step
 
-    size = int(np.shape(batch.arrays[0])[0])
+    size = max(size or 0, int(np.shape(batch.arrays[0])[0]))
     step = EstimateStep(
         build(True), size, probes, tuple(measured), tuple(columns), tuple(notes), missing
     )

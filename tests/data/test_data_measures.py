@@ -479,3 +479,20 @@ def test_weights_over_data_render_their_snr_in_every_format(classifier):
         assert "signal-to-noise" in out.output and "hidden" in out.output
     page = read_page(run(*base, "html").output)
     assert not page.errors and not external_references(page)
+
+
+def test_a_shard_of_one_short_batch_draws_what_the_whole_run_draws(residual, tmp_path):
+    """70 samples in batches of 16: the last batch holds 6. A shard of just those 6
+    (`--first-sample 64`) is traced for a whole batch and padded, as the whole run pads its
+    last batch, so the estimate of each of its samples is the whole run's."""
+    path, x, _, data = residual
+    np.save(tmp_path / "tail.npy", data[64:])
+    whole = inspect_model(path, "a", ["out"], data=x, batch_size=BATCH, measure="jacobian",
+                          probes=8, top=SAMPLES)  # fmt: skip
+    tail = inspect_model(path, "a", ["out"], data=str(tmp_path / "tail.npy"), batch_size=BATCH,
+                         first_sample=64, measure="jacobian", probes=8, top=6)  # fmt: skip
+    by_sample = {r.sample: r.value for r in whole.results[0].jacobian.frobenius.distribution.top}
+    shard = tail.results[0].jacobian.frobenius.distribution.top
+    assert sorted(r.sample for r in shard) == list(range(64, 70))
+    for r in shard:
+        assert r.value == pytest.approx(by_sample[r.sample], rel=1e-6)
