@@ -43,6 +43,7 @@ from layergrad.engine.step_calls import (
     is_default,
     masked,
     pad_if_empty,
+    statistics_kept,
 )
 from layergrad.model.layer_refs import Site, iter_layers
 
@@ -234,6 +235,7 @@ def run_batch(model: KerasModel, plan: Plan, inputs: Sequence[np.ndarray]) -> St
     return step.result(single_totals(summaries), samples, batches=1, replicas=1)
 
 
+@statistics_kept
 def run_stream(
     model: KerasModel,
     plan: Plan,

@@ -28,6 +28,7 @@ from layergrad.core.vocab import JacobianMethod
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.data.sample_ranking import NormTotals
 from layergrad.engine.jacobian import JacobianOptions, measure_jacobian, no_batch_axis
+from layergrad.engine.step_calls import statistics_kept
 from layergrad.model.layer_refs import Site
 
 Progress = Callable[[int, "int | None"], None]
@@ -210,6 +211,7 @@ def data_batches(stream: DataStream) -> Iterator[tuple[int, ProbeBatch, np.ndarr
     stream.raise_failure()
 
 
+@statistics_kept
 def inspect_jacobians(
     model: KerasModel,
     stream: DataStream,
@@ -324,6 +326,7 @@ def _kept_method(how: JacobianOptions, pair: PairTotals) -> JacobianOptions:
     return replace(how, exact=False, probes=pair.probes)
 
 
+@statistics_kept
 def scan_jacobians(
     model: KerasModel,
     stream: DataStream,

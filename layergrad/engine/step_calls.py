@@ -1,21 +1,59 @@
 """What every compiled step over data shares: the model called as it was built, a failure of
 the model's own ops named by its batch (`BatchFailed`), a replica's empty share of a batch
-padded and masked so that it adds nothing, and one fused call per batch.
+padded and masked so that it adds nothing, one fused call per batch, and the model's
+BatchNormalization statistics left as the file has them after a pass in training mode.
 """
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar, cast
 
 from layergrad.core.errors import InputError, describe
 from layergrad.core.keras_backend import quiet_import
-from layergrad.core.tf_types import KerasModel, Strategy, Tensor, TensorTree, TFFunction
+from layergrad.core.tf_types import (
+    KerasModel,
+    KerasVariable,
+    Strategy,
+    Tensor,
+    TensorTree,
+    TFFunction,
+)
 from layergrad.data import aggregates as tt
 from layergrad.data.accumulators import Accumulators
+from layergrad.model.layer_refs import iter_layers
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def statistics_kept(func: F) -> F:
+    """Run a pass over data, whose first argument is the model, and put every
+    BatchNormalization's moving statistics back as they were: in training mode Keras updates
+    them at each batch, and a rule judged after the pass (a never-trained BatchNormalization)
+    or a pass in inference after it must see the model as the file has it."""
+
+    @functools.wraps(func)
+    def kept(model: KerasModel, *args: object, **kwargs: object) -> object:
+        saved = [(v, v.numpy()) for v in _moving_statistics(model)]
+        try:
+            return func(model, *args, **kwargs)
+        finally:
+            for variable, value in saved:
+                variable.assign(value)
+
+    return cast(F, kept)
+
+
+def _moving_statistics(model: KerasModel) -> Iterator[KerasVariable]:
+    for _, layer in iter_layers(model):
+        if "BatchNormalization" in type(layer).__name__:
+            for name in ("moving_mean", "moving_variance"):
+                variable = getattr(layer, name, None)
+                if variable is not None:
+                    yield variable
 
 
 def pad_if_empty(inputs: Sequence[Tensor], samples: Tensor, empty: Tensor) -> tuple[Tensor, Tensor]:

@@ -33,6 +33,7 @@ from layergrad.core.keras_backend import quiet_import
 from layergrad.core.results import GradientNoise
 from layergrad.core.tf_types import Dataset, KerasModel, KerasVariable, Strategy, Tensor, TensorTree
 from layergrad.data.accumulators import Accumulators, summary_shapes
+from layergrad.engine.step_calls import statistics_kept
 
 Progress = Callable[[int, "int | None"], None]
 # (outputs, labels or None, sample indices) -> loss
@@ -51,6 +52,7 @@ class WeightTotals:
     replicas: int
 
 
+@statistics_kept
 def stream_weight_gradients(
     model: KerasModel,
     variables: Sequence[KerasVariable],

@@ -152,6 +152,37 @@ def test_the_step_is_traced_once_with_a_partial_last_batch(tmp_path):
     assert seen == [(0, 45), (20, 45), (40, 45), (45, 45)]  # the first before the trace
 
 
+def test_a_pass_in_training_mode_leaves_the_batchnorm_statistics_as_the_file_has_them(tmp_path):
+    """Keras updates BatchNormalization's moving statistics at every training-mode call; the
+    streamed pass puts them back, so rules judged after it see the model as saved."""
+    from layergrad.commands import over_data, session
+    from layergrad.engine import data_step
+    from layergrad.model import layer_refs
+
+    keras.utils.set_random_seed(3)
+    inputs = keras.Input((5,), name="x")
+    h = keras.layers.Dense(4, name="d")(inputs)
+    out = keras.layers.BatchNormalization(name="bn")(h)
+    keras.Model(inputs, out).save(tmp_path / "bn.keras")
+    np.save(tmp_path / "x.npy", normal(40, 5) * 3 + 2)
+    options = session.ProbeOptions(data=tmp_path / "x.npy", batch_size=16, training=True)
+    loaded, _, strategy = session.load(tmp_path / "bn.keras", options)
+    model = loaded.model
+    bn = model.get_layer("bn")
+    before = (bn.moving_mean.numpy().copy(), bn.moving_variance.numpy().copy())
+    # the truth from outside: one training-mode call by hand moves them
+    probe = keras.models.clone_model(model)
+    probe.set_weights(model.get_weights())
+    probe(tf.constant(normal(16, 5) * 3 + 2), training=True)
+    assert not np.allclose(probe.get_layer("bn").moving_mean.numpy(), before[0])
+    plan = data_step.Plan(targets=(layer_refs.resolve(model, "bn"),), every_leaf=True,
+                          training=True, data=True)  # fmt: skip
+    run_ = data_step.run_stream(model, plan, over_data.open_stream(model, options), strategy)
+    assert run_.samples == 40
+    np.testing.assert_array_equal(bn.moving_mean.numpy(), before[0])
+    np.testing.assert_array_equal(bn.moving_variance.numpy(), before[1])
+
+
 # ---------------------------------------------------------------------------------- .npz
 
 
