@@ -20,17 +20,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from layergrad import plot  # noqa: E402
 from layergrad.commands.api import inspect_model, scan_model  # noqa: E402
+from layergrad.render import chart_files, plot  # noqa: E402
 
 
 def main() -> None:
     os.chdir(ROOT)  # the charts show the model path as given: keep it relative
     out = Path("docs")
     scan = scan_model("sample_models/cause_float16.keras")
-    plot.save_figure(plot.scan_figure(scan), out / "gradient_flow.png")
+    chart_files.save_figure(plot.scan_figure(scan), out / "gradient_flow.png")
     units = inspect_model("sample_models/residual.keras", "stem", ["head", "side"])
-    plot.save_figure(plot.inspect_figure(units), out / "unit_sensitivity.png")
+    chart_files.save_figure(plot.inspect_figure(units), out / "unit_sensitivity.png")
     for name in ("gradient_flow.png", "unit_sensitivity.png"):
         print(f"wrote {out / name}")
 

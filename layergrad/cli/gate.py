@@ -1,6 +1,6 @@
 """The commands for CI: `check` (a gate over model files) and `diff` (a regression gate).
 
-Registered on the `layergrad` group by `cli.py`; like every command here, they parse, call
+Registered on the `layergrad` group by `cli/app.py`; like every command here, they parse, call
 the API, render and set the exit code, nothing more.
 """
 

@@ -36,7 +36,7 @@ class Baseline:
 
 
 def load_baselines(paths: Sequence[str | os.PathLike[str]]) -> tuple[Baseline, ...]:
-    """Read each baseline file (see `profile.load_profile`); UsageError names a bad one."""
+    """Read each baseline file (see `profile_json.load_profile`); UsageError names a bad one."""
     return tuple(Baseline(os.fspath(p), load_profile(p, f"--baseline {p}")) for p in paths)
 
 

@@ -57,7 +57,7 @@ def _light_scan(session: Session, site: Site | None, patterns: Sequence[str]) ->
     """The scan of a model with nothing to diagnose, without keeping any array.
 
     Each gradient is reduced to its statistics where the backward pass produces it
-    (`stream.run_batch`), so a scan takes about the memory of a plain forward and backward
+    (`data_step.run_batch`), so a scan takes about the memory of a plain forward and backward
     pass. None when a row is not ok, an output is the same for every sample, an activation is
     non-finite or the inputs are not scaled: then the causes need the full trace.
     """

@@ -117,7 +117,7 @@ def summary_rows(
     patterns: Sequence[str] = (),
     causes: Callable[[ScanRow], ScanRow] | None = None,
 ) -> tuple[ScanRow, ...]:
-    """`scan_rows` from statistics reduced inside the step (`stream.run_stream`), without any
+    """`scan_rows` from statistics reduced inside the step (`data_step.run_stream`), without any
     gradient array; rows carry `data`. `causes(row)` adds causes to a none / zero / non-finite
     row (see `trace_causes`)."""
     target = run.targets[0]

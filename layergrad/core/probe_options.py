@@ -35,7 +35,7 @@ class ProbeOptions:
     the budget in bytes for the probe's memory, estimated from the config before loading.
 
     `data` runs over a whole data set instead of one batch (`.npy`, `.npz`, an image folder,
-    `FILE.py:function`; see `datasets.py`), in batches of `batch_size`, at most `limit`
+    `FILE.py:function`; see `data/sources.py`), in batches of `batch_size`, at most `limit`
     samples, on `distribute` ("mirrored": every GPU; "multi-worker": every worker of the
     cluster in TF_CONFIG, each over its shard) or `cpu_replicas` logical CPU devices.
     `first_sample` is the index of the data's first sample in a larger data set it is a shard

@@ -2,7 +2,7 @@
 
 A cause says what was found (`message`, with the evidence), where (`layer`, a layer
 reference, or None) and what to do about it (`hint`). Finding the evidence is the job of
-`diagnose.py`; these functions only put it into words.
+`diagnoser.py`; these functions only put it into words.
 """
 
 from __future__ import annotations

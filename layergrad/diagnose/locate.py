@@ -4,7 +4,7 @@ A trace (`trace.run_trace`) holds every layer call's activation and the gradient
 with respect to it. Walking the calls on the path from the source to the target, the gradient
 is good at the target and bad at the source; a call whose output gradient is good while the
 gradients of all (for none and zero) or any (for non-finite) of its inputs are bad is where it
-went wrong. *What* to call it is `diagnose.py`'s job.
+went wrong. *What* to call it is `diagnoser.py`'s job.
 """
 
 from __future__ import annotations

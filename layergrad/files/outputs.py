@@ -13,8 +13,8 @@ written (checked before the work), or an existing file layergrad did not write: 
 replaces only a layergrad JUnit report (recognised by its content), a chart only a PNG, SVG
 or PDF file, a ``.npy`` only a ``.npy``, a ``.npz`` only an archive of arrays. ``force``
 (``--force``) lifts that last rule, never the others. Replacing an existing file is said in
-the one line that says what was written. (`--plot` keeps its own checks of
-the extension and the folder, in `plot.check_plot_path`, and writes through `write_file`.)
+the one line that says what was written. (`--plot` keeps its own checks of the extension
+and the folder, in `render/chart_files.check_plot_path`, and writes through `write_file`.)
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ def scan_figure(report: ScanReport, what: str | None = None) -> Figure:
         A matplotlib Figure (Agg canvas). Bars have gid `lg-bar-I`, words `lg-mark-I`,
         Jacobian markers `lg-jac-I`, for row index I.
 
-    Example (with `layergrad.commands.api.scan_model`)::
+    Example (with `layergrad.commands.api.scan_model` and `chart_files.save_figure`)::
 
         save_figure(scan_figure(scan_model("model.keras")), "flow.png")
     """
