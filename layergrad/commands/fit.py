@@ -148,10 +148,7 @@ def fit_model(
     assert monitor.report is not None
     notes = monitor.report.notes
     if labelled.classes:
-        notes += (
-            f"labels from the class sub-folders of {os.fspath(data)}, as "
-            f"keras.utils.image_dataset_from_directory infers them: {labelled.describe_classes()}",
-        )
+        notes += (labelled.classes_note(),)
     return replace(monitor.report, path=info.path, data=os.fspath(data), notes=notes)
 
 
@@ -235,6 +232,7 @@ def _prior_and_samples(
 def _dataset(model: KerasModel, stream: DataStream, options: FitOptions, samples: int) -> Dataset:
     """(x, y) batches, shuffled within a bounded buffer."""
     from layergrad.core.keras_backend import quiet_import
+    from layergrad.data.functions import tf_dtype
 
     tf, keras = quiet_import()
     structure = getattr(model, "_inputs_struct", None)
@@ -251,16 +249,12 @@ def _dataset(model: KerasModel, stream: DataStream, options: FitOptions, samples
         return x, y
 
     row_bytes = sum(
-        math.prod(int(d or 1) for d in s.shape) * np.dtype(_numpy_dtype(s.dtype)).itemsize
+        math.prod(int(d or 1) for d in s.shape) * np.dtype(tf_dtype(s.dtype)).itemsize
         for s in stream.specs
     )
     buffer = max(1, min(samples or SHUFFLE_BUFFER, SHUFFLE_BUFFER, SHUFFLE_BYTES // row_bytes))
     dataset = stream.dataset.unbatch().shuffle(buffer, seed=options.seed)
     return dataset.batch(options.batch_size).map(pack).prefetch(tf.data.AUTOTUNE)
-
-
-def _numpy_dtype(dtype: str) -> str:
-    return "float32" if dtype == "bfloat16" else dtype
 
 
 def _units(model: KerasModel) -> list[int]:

@@ -151,10 +151,7 @@ def weights_over(
             "function"
         )
     if labelled.classes:
-        notes.append(
-            f"labels from the class sub-folders of {batches.source}, as "
-            f"keras.utils.image_dataset_from_directory infers them: {labelled.describe_classes()}"
-        )
+        notes.append(labelled.classes_note())
     return WeightScanReport(
         model=data_meta.model_meta(path, loaded, warnings),
         probe=ProbeMeta(

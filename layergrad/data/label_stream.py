@@ -42,6 +42,7 @@ from layergrad.data.sources import (
     image_batches,
     source_kind,
 )
+from layergrad.files.array_files import DAMAGE
 from layergrad.files.npy_rows import NpyRows, npz_members
 
 
@@ -95,6 +96,14 @@ class Labelled:
             ) from None
         if self._failure is not None and self._failure.error is not None:
             raise self._failure.error
+
+    def classes_note(self) -> str:
+        """What a report says of an image folder's labels: where they come from, by class."""
+        source = self.stream.source if self.stream is not None else "the folder"
+        return (
+            f"labels from the class sub-folders of {source}, as "
+            f"keras.utils.image_dataset_from_directory infers them: {self.describe_classes()}"
+        )
 
     def describe_classes(self, shown: int = 20) -> str:
         """`0 cat, 1 dog, ...`: the class of each id (the first `shown`)."""
@@ -201,7 +210,9 @@ def _npz_labels(text: str, outputs: Sequence[str], strict: bool) -> list[InputSp
                 name: NpyRows(archive.open(member), f"{text} array {name!r}")
                 for name, member in chosen.items()
             }
-    except (zipfile.BadZipFile, OSError) as exc:
+    except InputError:
+        raise
+    except DAMAGE as exc:  # zipfile's many errors of a damaged archive
         raise InputError(
             f"--data {text} is not a readable .npz file ({exc}); write it with np.savez"
         ) from None
