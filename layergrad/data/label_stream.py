@@ -13,8 +13,9 @@
 Each batch of the stream holds the inputs, then the labels (`DataStream.labels` names them
 `y`, or `y:NAME` per output). Under `--distribute multi-worker` a worker's part is cut from
 those batches, so it holds its own rows' labels. `Labelled.label_batches` reads the labels
-alone over the whole data (no image decoded, no input array read), for the label summaries
-of `check` and the class prior of `fit`.
+over the whole data, for the label summaries of `check` and the class prior of `fit`: alone
+from a file or a folder (no image decoded, no input array read); a data function runs whole
+(its elements hold both).
 """
 
 from __future__ import annotations
