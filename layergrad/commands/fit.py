@@ -122,7 +122,7 @@ def fit_model(
         labelled = _labelled(model, os.fspath(data), options, limit, spec)
         stream = labelled.stream
         assert stream is not None
-        prior, samples = _prior_and_samples(labelled, spec.name, options, _units(model))
+        prior, samples = _prior_and_samples(labelled, spec.name, options, _units(model, spec))
         dataset = _dataset(model, stream, options, samples)
         batches = max(1, math.ceil(samples / options.batch_size))
         total = batches * options.epochs if options.epochs else options.steps or DEFAULT_STEPS
@@ -130,7 +130,7 @@ def fit_model(
         from layergrad.training.monitor import GradientMonitor
         from layergrad.training.rules import chance_loss
 
-        chance = prior or chance_loss(spec.name, _units(model))
+        chance = prior or chance_loss(spec.name, _units(model, spec))
         monitor = GradientMonitor(every=every, log_dir=options.log_dir, chance_loss=chance)
         try:
             if options.epochs is not None:
@@ -257,8 +257,9 @@ def _dataset(model: KerasModel, stream: DataStream, options: FitOptions, samples
     return dataset.batch(options.batch_size).map(pack).prefetch(tf.data.AUTOTUNE)
 
 
-def _units(model: KerasModel) -> list[int]:
-    try:
-        return [int(t.shape[-1]) if len(t.shape) else 1 for t in model.outputs]
-    except (AttributeError, ValueError, TypeError):
-        return []
+def _units(model: KerasModel, spec: LossSpec) -> list[int]:
+    """The units of each output's last axis (0: not known), by the rule the labels are read
+    with (`compiled_loss.label_request`: a rank-1 output has one unit)."""
+    from layergrad.engine.compiled_loss import label_request
+
+    return [u or 0 for u in label_request(model, spec).units]
