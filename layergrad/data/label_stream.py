@@ -29,15 +29,16 @@ import numpy as np
 
 from layergrad.core.errors import InputError, describe
 from layergrad.core.keras_backend import quiet_import
-from layergrad.core.tf_types import Dataset, Tensor, TensorSpec
+from layergrad.core.tf_types import Dataset, Tensor
 from layergrad.data import images
 from layergrad.data.array_records import npz_batches
-from layergrad.data.functions import Failure, function_source, tf_dtype
+from layergrad.data.functions import Failure, function_source
 from layergrad.data.input_keys import is_label
 from layergrad.data.probe_input import InputSpec
 from layergrad.data.shards import Part, Shard, input_context
 from layergrad.data.sources import (
     DataStream,
+    batch_signature,
     check_sizes,
     finish_stream,
     image_batches,
@@ -153,11 +154,6 @@ def open_labelled(
     return _function(text, specs, request, batch_size, limit, shard, replicas, first_sample, strict)
 
 
-def _signature(specs: Sequence[InputSpec]) -> tuple[TensorSpec, ...]:
-    tf, _ = quiet_import()
-    return tuple(tf.TensorSpec((None, *s.shape), tf_dtype(s.dtype)) for s in specs)
-
-
 def _npz(
     text: str,
     specs: Sequence[InputSpec],
@@ -176,13 +172,13 @@ def _npz(
             "per output",
         )
     failure, alone = Failure(), Failure()
-    signature = (*_signature(specs), *_signature(chosen))
+    signature = (*batch_signature(specs), *batch_signature(chosen))
     dataset, rows, part = npz_batches(
         text, specs, batch_size, limit, signature, failure, shard, labels=chosen
     )
     stream = finish_stream(text, specs, dataset, rows, part, failure, batch_size, limit, shard,
                            first_sample, labels=[s.name for s in chosen])  # fmt: skip
-    only, _, _ = npz_batches(text, chosen, batch_size, limit, _signature(chosen), alone)
+    only, _, _ = npz_batches(text, chosen, batch_size, limit, batch_signature(chosen), alone)
     return Labelled(stream, labels=only, failure=alone)
 
 
@@ -337,7 +333,7 @@ def _function(
     tf, _ = quiet_import()
     failure = Failure()
     context = input_context(shard, replicas)
-    batches = function_source(text, specs, batch_size, limit, _signature(specs), failure,
+    batches = function_source(text, specs, batch_size, limit, batch_signature(specs), failure,
                               context, outputs=request.outputs,
                               weights_ignored=not strict)  # fmt: skip
     if not batches.labelled:

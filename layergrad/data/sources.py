@@ -30,7 +30,7 @@ import numpy as np
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.keras_backend import quiet_import
-from layergrad.core.tf_types import Dataset, Tensor
+from layergrad.core.tf_types import Dataset, Tensor, TensorSpec
 from layergrad.data import images
 from layergrad.data.array_records import (
     guarded,
@@ -181,6 +181,12 @@ def precheck(path: str | os.PathLike[str]) -> None:
             require_regular(Path(target), "a Python file", lambda m: InputError(f"--data {m}"))
 
 
+def batch_signature(specs: Sequence[InputSpec]) -> tuple[TensorSpec, ...]:
+    """The tf.data signature of batches of the inputs `specs` (any number of rows)."""
+    tf, _ = quiet_import()
+    return tuple(tf.TensorSpec((None, *s.shape), tf_dtype(s.dtype)) for s in specs)
+
+
 def open_data(
     path: str | os.PathLike[str],
     specs: Sequence[InputSpec],
@@ -214,7 +220,7 @@ def open_data(
     kind = source_kind(text)
     tf, _ = quiet_import()
     failure = Failure()
-    signature = tuple(tf.TensorSpec((None, *s.shape), tf_dtype(s.dtype)) for s in specs)
+    signature = batch_signature(specs)
     rows: int | None
     part: Part | None = None
     found = None
