@@ -128,3 +128,19 @@ def image_folder(root: Path, counts: dict[str, int], size: int = 8, seed: int = 
             pixels = rng.integers(0, 120, (size, size, 3)) + 40 * (c % 4)
             (where / f"{i:02d}.png").write_bytes(tf.io.encode_png(pixels.astype(np.uint8)).numpy())
     return root
+
+
+class NanAt(keras.layers.Layer):
+    """Passes its input through, and puts a NaN into it on the given training call (0-based)."""
+
+    def __init__(self, at: int, **kwargs):
+        super().__init__(**kwargs)
+        self.at = at
+        self.calls = self.add_weight(shape=(), initializer="zeros", trainable=False, name="calls")
+
+    def call(self, x, training=None):
+        if not training:
+            return x
+        self.calls.assign_add(1.0)
+        poison = tf.where(tf.equal(self.calls, float(self.at + 1)), float("nan"), 0.0)
+        return x + poison * tf.one_hot(0, tf.shape(x)[-1])

@@ -145,9 +145,11 @@ def _baseline_over_data(
         from layergrad.commands.weights_data import weights_over
 
         try:
+            from layergrad.data.label_stream import Labelled
+
             full = weights_over(  # the labels as check read them, or random ones
                 loaded, warnings, strategy, probe, options.loss, options.on_progress, path,
-                given,
+                given or Labelled(None),
             )  # fmt: skip
         except BatchFailed as exc:
             add("baseline", str(exc), [Finding.ERROR])

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
@@ -57,17 +57,17 @@ def weights_over(
     loss: str | None = None,
     on_progress: Progress | None = None,
     path: PathLike | None = None,
-    given: Labelled | Literal["read"] | None = "read",
+    given: Labelled | None = None,
 ) -> WeightScanReport:
     """`scan_weights_data` of a model loaded already (`session.load`, under `strategy`).
 
     `given` is the data as `check` read it with its labels (`open_labelled` without
-    `strict`), or None for random labels (labels the outputs cannot take); by default the
-    labels are read here, strictly."""
+    `strict`; `Labelled(None)` for random labels, which the outputs can take); without it
+    the labels are read here, strictly."""
     from layergrad.commands import data_meta, over_data, weight_scan
     from layergrad.core.keras_backend import quiet_import
     from layergrad.data.fingerprint import data_sha256
-    from layergrad.data.label_stream import Labelled, open_labelled
+    from layergrad.data.label_stream import open_labelled
     from layergrad.engine.compiled_loss import (
         compile_loss,
         find_loss,
@@ -91,13 +91,9 @@ def weights_over(
     names = list(getattr(model, "output_names", None) or [])
     # the labels come with the inputs from the same rows, cut into the same shard
     request = label_request(model, spec)
-    labelled = (
-        open_labelled(
-            options.data or "", over_data.data_specs(model), request, options.rows,
-            options.limit, over_data.shard_of(options), first_sample=options.first_sample,
-        )
-        if given == "read"
-        else given or Labelled(None)
+    labelled = given or open_labelled(
+        options.data or "", over_data.data_specs(model), request, options.rows, options.limit,
+        over_data.shard_of(options), first_sample=options.first_sample,
     )  # fmt: skip
     labels = labelled.stream is not None
     batches = labelled.stream or over_data.open_stream(model, options)

@@ -56,6 +56,13 @@ def full_batch_gradients(path: str, x, y) -> dict[str, np.ndarray]:
     }
 
 
+def assert_json_gradients(doc: dict, want: dict[str, np.ndarray]) -> None:
+    """Each variable's gradient L2 in a `scan --wrt weights --json` report is the reference's."""
+    for row in doc["variables"]:
+        g = want[row["variable"]]
+        assert row["gradient"]["l2"] == pytest.approx(float(np.linalg.norm(g)), rel=1e-5)
+
+
 def keras_images(root, mode: str = "int"):
     ds = keras.utils.image_dataset_from_directory(
         root, label_mode=mode, image_size=(8, 8), shuffle=False, batch_size=64, verbose=False
@@ -102,9 +109,7 @@ def test_weight_gradient_over_a_data_function_uses_its_y(tmp_path):
     x = np.concatenate([p[0] for p in parts])
     y = np.concatenate([p[1] for p in parts])
     want = full_batch_gradients(path, x, y)
-    for row in doc["variables"]:
-        g = want[row["variable"]]
-        assert row["gradient"]["l2"] == pytest.approx(float(np.linalg.norm(g)), rel=1e-5)
+    assert_json_gradients(doc, want)
 
 
 def test_an_unbatched_dataset_of_samples_and_scalar_ids_gives_its_labels(tmp_path):
@@ -126,9 +131,7 @@ def test_an_unbatched_dataset_of_samples_and_scalar_ids_gives_its_labels(tmp_pat
     assert doc["loss"]["labels"] == "data" and doc["probe"]["samples"] == 10
     x = np.random.default_rng(5).uniform(0, 255, (10, 8, 8, 3)).astype("float32")
     want = full_batch_gradients(path, x, np.arange(10) % 3)
-    for row in doc["variables"]:
-        g = want[row["variable"]]
-        assert row["gradient"]["l2"] == pytest.approx(float(np.linalg.norm(g)), rel=1e-5)
+    assert_json_gradients(doc, want)
     out = run("check", path, "--data", f"{tmp_path / 'slices.py'}:samples", "--json")
     (result,) = json.loads(out.stdout)["files"]
     targets = next(c for c in result["checks"] if c["name"] == "targets")

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import keras, tf
+from helpers import NanAt, keras, tf
 
 from layergrad import GradientMonitor
 from layergrad.core.vocab import Finding
@@ -165,22 +165,6 @@ def test_a_generator_is_monitored():
     model.fit(batches(), steps_per_epoch=4, epochs=2, verbose=0, callbacks=[monitor])
     assert [c.step for c in monitor.report.checkpoints] == [1, 4, 7, 8]
     assert all(c.layers[0].grad_l2 > 0 for c in monitor.report.checkpoints)
-
-
-class NanAt(keras.layers.Layer):
-    """Passes its input through, and puts a NaN into it on the given training call (0-based)."""
-
-    def __init__(self, at: int, **kwargs):
-        super().__init__(**kwargs)
-        self.at = at
-        self.calls = self.add_weight(shape=(), initializer="zeros", trainable=False, name="calls")
-
-    def call(self, x, training=None):
-        if not training:
-            return x
-        self.calls.assign_add(1.0)
-        poison = tf.where(tf.equal(self.calls, float(self.at + 1)), float("nan"), 0.0)
-        return x + poison * tf.one_hot(0, tf.shape(x)[-1])
 
 
 def test_a_nan_at_a_known_step_stops_training_there_naming_the_layer(tmp_path):

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import keras, tf
+from helpers import NanAt, keras, tf
 
 from layergrad import GradientMonitor
 from layergrad.core.vocab import Finding
@@ -109,22 +109,6 @@ def test_tensorboard_steps_are_optimizer_steps(tmp_path):
         assert float(tf.make_ndarray(event.tensor_proto)) == pytest.approx(want, rel=1e-6)
     counts = tf.make_ndarray(acc.Tensors("layergrad/gradient/hidden")[1].tensor_proto)
     assert counts[:, 2].sum() == 6 * 10 + 10  # step 6's histogram: every gradient value once
-
-
-class NanAt(keras.layers.Layer):
-    """Passes its input through, and puts a NaN into it on the given training call (0-based)."""
-
-    def __init__(self, at: int, **kwargs):
-        super().__init__(**kwargs)
-        self.at = at
-        self.calls = self.add_weight(shape=(), initializer="zeros", trainable=False, name="calls")
-
-    def call(self, x, training=None):
-        if not training:
-            return x
-        self.calls.assign_add(1.0)
-        poison = tf.where(tf.equal(self.calls, float(self.at + 1)), float("nan"), 0.0)
-        return x + poison * tf.one_hot(0, tf.shape(x)[-1])
 
 
 def test_a_nan_inside_an_execution_is_named_at_its_own_step():
