@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,21 +36,15 @@ from layergrad.core.keras_backend import quiet_import
 from layergrad.core.tf_types import KerasModel, KerasVariable, SummaryWriter
 from layergrad.core.vocab import Finding
 from layergrad.training import rules
-from layergrad.training.step_hook import (
-    DEAD,
-    GRAD_NONFINITE,
-    GRAD_SQ,
-    UNITS,
-    WEIGHT_SQ,
-    LayerVariables,
-    StepHook,
-)
+from layergrad.training.step_hook import LayerVariables, StepHook, TrainFunction, trace_key
+from layergrad.training.step_reductions import DEAD, GRAD_NONFINITE, GRAD_SQ, UNITS, WEIGHT_SQ
 
 _, _keras = quiet_import()
 
 # The wrappers installed on each model (by id) until its monitored fit ends: a fit that raised
 # never calls on_train_end, and the next monitored fit of that model closes them first.
 _OPEN: dict[int, contextlib.ExitStack] = {}
+_NOT_REDUCED = np.array([0.0, 0.0, 0.0, 0.0, -1.0])  # a variable row read as "no gradient"
 
 
 class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
@@ -88,6 +83,8 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         self.report_path = None if report is None else os.fspath(report)
         self.chance_loss = chance_loss
         self.report: FitReport | None = None
+        # the key, hook and train functions of the last fit (`trace_key`)
+        self._traced: tuple[object, StepHook, tuple[TrainFunction, TrainFunction]] | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -95,7 +92,8 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         self._checkpoints: list[Checkpoint] = []
         self._nonfinite: TrainingFinding | None = None
         self._step, self._epoch, self._first_batch = 0, 0, 0
-        self._due: tuple[bool, ...] = ()
+        self._measuring = False  # whether the running execution measures every step
+        self._unread: list[_Execution] = []  # executions whose losses are still in the ring
         self._stack: contextlib.ExitStack | None = None
         self._writer: SummaryWriter = None  # opened by on_train_begin
 
@@ -109,9 +107,14 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         owner = {i: e.path for e in self._layers for i in e.variables}
         self._layer_of = [owner.get(i, "") for i in range(len(self._variables))]
         rows = int(getattr(model, "steps_per_execution", 1) or 1)
-        self._hook = StepHook(
-            model, self._layers, self._variables, self.log_dir is not None, rows=rows
-        )
+        histograms = self.log_dir is not None
+        key = trace_key(model, self._variables, rows, histograms)
+        traced = self._traced if self._traced is not None and self._traced[0] == key else None
+        if traced is None:
+            self._hook = StepHook(model, self._layers, self._variables, histograms, rows=rows)
+        else:  # the same model, compiled alike: run the steps an earlier fit traced again
+            self._hook = traced[1]
+            self._hook.reset()
         steps, epochs = self.params.get("steps"), self.params.get("epochs") or 1
         self._last = steps * epochs - 1 if steps else None
         stale = _OPEN.pop(id(model), None)
@@ -120,7 +123,9 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(self._hook.installed())
         _OPEN[id(model)] = self._stack
-        model.make_train_function(force=True)  # trace the monitored step
+        if traced is None:
+            traced = self._traced = (key, self._hook, self._hook.train_functions())
+        self._functions = traced[2]  # (measuring, ordinary)
         if self.log_dir is not None:
             tf, _ = quiet_import()
             self._writer = tf.summary.create_file_writer(self.log_dir)
@@ -129,43 +134,28 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         self._epoch = epoch
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, object] | None = None) -> None:
-        # the steps of this execution are the next `rows`; step s writes row s % rows
-        rows = self._hook.rows
-        due = [False] * rows
-        for s in range(self._step, self._step + rows):
-            due[s % rows] = s % self.every == 0 or s == self._last
-        if tuple(due) != self._due:
-            self._hook.due.assign(due)
-            self._due = tuple(due)
+        # the next execution runs steps [s, s + rows): measure them all if one is a checkpoint
+        s, rows, last = self._step, self._hook.rows, self._last
+        self._measuring = (-s) % self.every < rows or (last is not None and s <= last < s + rows)
+        self.model.train_function = self._functions[0 if self._measuring else 1]
         self._first_batch = batch
 
     def on_train_batch_end(self, batch: int, logs: dict[str, object] | None = None) -> None:
         hook, rows = self._hook, self._hook.rows
-        ran = 1 if rows == 1 else int(hook.steps.read_value().numpy()) - self._step
-        scalars = hook.step.read_value().numpy()
-        read: dict[str, np.ndarray] = {}  # the rows of the checkpoints, read once
-        for j in range(ran):
-            step, row = self._step + j, (self._step + j) % rows
-            bad, loss = (float(v) for v in scalars[row])
-            self._losses.append(loss)
-            first_bad = bool(bad) and self._nonfinite is None
-            if not (self._due[row] or first_bad):
-                continue
-            read = read or self._read_rows()
-            checkpoint = self._checkpoint(read, row, step, self._first_batch + j, loss)
-            self._checkpoints.append(checkpoint)
-            if self._writer is not None:
-                self._write_summaries(checkpoint, read, row)
-            if first_bad and (not math.isfinite(loss) or _any_nonfinite(checkpoint)):
-                # (else finite values whose sum overflowed: nothing is NaN/Inf)
-                self._nonfinite = rules.nonfinite_finding(
-                    checkpoint, self._hook_order(), self._epoch, self._first_batch + j
-                )
-                if self.stop_on_nonfinite:
-                    self.model.stop_training = True  # after this execution's steps
+        ran = 1 if rows == 1 else int(hook.counts.read_value().numpy()[0]) - self._step
+        self._unread.append(
+            _Execution(self._step, ran, self._epoch, self._first_batch, self._measuring)
+        )
         self._step += ran
+        # Read the ring after a checkpoint, when Keras's logs (its running mean loss) show a
+        # NaN/Inf, and before the next execution would write over an unread row.
+        pending = self._step - self._unread[0].first
+        if self._measuring or not _finite(logs) or pending + rows > hook.ring:
+            self._read()
 
     def on_train_end(self, logs: dict[str, object] | None = None) -> None:
+        if self._unread:
+            self._read()
         if self._stack is not None:
             _OPEN.pop(id(self.model), None)
             self._stack.close()
@@ -181,6 +171,36 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
 
     # reading the step's variables
 
+    def _read(self) -> None:
+        """Record the unread steps' losses, and the checkpoints among them."""
+        hook = self._hook
+        ring = hook.losses.read_value().numpy()
+        read: dict[str, np.ndarray] = {}  # the rows of the reductions, read once
+        for execution in self._unread:
+            for j in range(execution.ran):
+                step = execution.first + j
+                bad, loss = (float(v) for v in ring[step % hook.ring])
+                self._losses.append(loss)
+                first_bad = bool(bad) and self._nonfinite is None
+                due = execution.measuring and (step % self.every == 0 or step == self._last)
+                if not (due or first_bad):
+                    continue
+                row = step % hook.rows if execution.measuring else hook.spare
+                read = read or self._read_rows()
+                batch = execution.batch + j
+                checkpoint = self._checkpoint(read, row, step, execution.epoch, batch, loss)
+                self._checkpoints.append(checkpoint)
+                if self._writer is not None:
+                    self._write_summaries(checkpoint, read, row)
+                if first_bad and (not math.isfinite(loss) or _any_nonfinite(checkpoint)):
+                    # (else finite values whose sum overflowed: nothing is NaN/Inf)
+                    self._nonfinite = rules.nonfinite_finding(
+                        checkpoint, self._hook_order(), execution.epoch, batch
+                    )
+                    if self.stop_on_nonfinite:
+                        self.model.stop_training = True  # after this execution's steps
+        self._unread = []
+
     def _hook_order(self) -> list[str]:
         order = [self._layers[i].path for i in self._hook.forward_order]
         return order + [e.path for e in self._layers if e.path not in order and e.variables]
@@ -192,7 +212,8 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             "grads": hook.grads,
             "activations": hook.activations,
             "dead": hook.dead,
-            "measured_at": hook.measured_at,
+            "forward_at": hook.forward_at,
+            "reduced_at": hook.reduced_at,
             "learning_rate": hook.learning_rate,
         }
         if self._writer is not None:
@@ -200,12 +221,14 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         return {k: np.asarray(v.read_value().numpy(), np.float64) for k, v in found.items()}
 
     def _checkpoint(
-        self, read: dict[str, np.ndarray], row: int, step: int, batch: int, loss: float
+        self, read: dict[str, np.ndarray], row: int, step: int, epoch: int, batch: int, loss: float
     ) -> Checkpoint:
         """The checkpoint of step `step` (from 0), from its row of the results."""
         grads, acts, dead = read["grads"][row], read["activations"][row], read["dead"][row]
-        if int(read["measured_at"][row]) != step:  # not measured this step
+        if int(read["forward_at"][row]) != step:  # the forward pass was finite: not measured
             acts, dead = np.zeros_like(acts), np.zeros_like(dead)
+        if int(read["reduced_at"][row]) != step:  # not reduced (an earlier sum overflowed)
+            grads = np.tile(_NOT_REDUCED, (len(grads), 1))
         lr = float(read["learning_rate"][row])
         variables = [
             _variable_row(self._variables[i], self._layer_of[i], grads[i])
@@ -218,7 +241,7 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         ]
         return Checkpoint(
             step=step + 1,
-            epoch=self._epoch,
+            epoch=epoch,
             batch=batch,
             loss=loss,
             learning_rate=lr,
@@ -282,6 +305,25 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             if self._nonfinite is not None and self.stop_on_nonfinite
             else None,
         )
+
+
+@dataclass(frozen=True)
+class _Execution:
+    """One call of Keras's train function: its first step (from 0), the steps it ran, the
+    epoch and batch it started at, and whether it measured every step."""
+
+    first: int
+    ran: int
+    epoch: int
+    batch: int
+    measuring: bool
+
+
+def _finite(logs: dict[str, object] | None) -> bool:
+    """Keras's logs hold numbers, and all are finite (its running mean of the loss turns
+    NaN/Inf with the first step whose loss is). No number: the step cannot tell."""
+    found = [v for v in (logs or {}).values() if isinstance(v, (int, float))]
+    return bool(found) and all(math.isfinite(v) for v in found)
 
 
 def _any_nonfinite(checkpoint: Checkpoint) -> bool:

@@ -3,25 +3,30 @@
 Three wrappers, installed for one `model.fit` and removed after it:
 
 - each layer's `call` hands its float outputs to the step (no op is added);
-- `model.compute_loss` hands the step's loss to the step; there, with the forward pass done,
-  one `tf.cond` measures every layer's NaN/Inf outputs and dead units on a checkpoint step
-  or when the loss is non-finite;
+- `model.compute_loss` hands the step's loss to the step, and there, with the forward pass
+  done, the step measures every layer's NaN/Inf outputs and dead units;
 - the optimizer's `_all_reduce_sum_gradients` (the TensorFlow optimizer's one place where the
   gradients of every replica have been summed, before any update) reduces the gradients.
 
-The wrappers only act while the monitored `train_step` runs in the same thread, i.e. while
+The wrappers only act while a monitored `train_step` runs in the same thread, i.e. while
 Keras traces it (once per replica under `MirroredStrategy`); they add graph ops, never Python
-work per step. Every step writes two scalars: whether the loss or a gradient is non-finite
-(one sum per gradient), and the loss. On a checkpoint step (`due`, set by the callback) or a
-non-finite one, a `tf.cond` branch also reduces every gradient: L2, non-finite count, dead
-units, the weight norm, a histogram per layer. The results live in sync-on-read variables,
-the kind Keras metrics use, so `tf.distribute` sums (activations, loss) or takes the first
-replica's value (the gradients, already all-reduced) when the callback reads them.
+work per step. The step is traced twice (`train_functions`), and the callback picks the one
+to run before each execution:
+
+- **measuring** (a checkpoint is due): every reduction, unconditionally: per layer NaN/Inf
+  outputs, dead units and a gradient histogram; per variable gradient L2, NaN/Inf count, dead
+  units and the weight norm; the learning rate.
+- **ordinary**: one sum per gradient, so a NaN or Inf anywhere makes the total non-finite; the
+  full reductions run (as an `unlowered_cond`) only on the fit's first non-finite step.
+
+Both write each step's loss and NaN/Inf flag into a ring of `ring` rows, which the callback
+reads only every so often, and count the step (`steps`). The results live in sync-on-read
+variables, the kind Keras metrics use, so `tf.distribute` sums (activations, loss) or takes
+the first replica's value (the gradients, already all-reduced) when the callback reads them.
 
 With `steps_per_execution = k` Keras runs k steps in one call and calls the callback once
-after them, so every result has k rows: step number s of the fit (counted by the step itself,
-in `steps`) writes row s mod k, and `due` holds k flags, one per row. The callback reads the
-rows of every step of the execution: each step's loss and its own gradients.
+after them: step number s of the fit writes its reductions into row s mod k (`rows` = k), and
+the first non-finite step of an ordinary execution into the extra row k (`spare`).
 """
 
 from __future__ import annotations
@@ -44,12 +49,12 @@ from layergrad.core.tf_types import (
     TFVariable,
 )
 from layergrad.engine.layer_calls import capturing
+from layergrad.training import step_reductions as reductions
+from layergrad.training.step_reductions import BINS, COLUMNS, unlowered_cond
 
-BINS = 30  # histogram buckets per layer gradient (TensorBoard's default)
-# Columns of the per-variable statistics: squared gradient norm, non-finite gradient values,
-# dead units (last-axis slices whose gradient is exactly 0), units, squared weight norm.
-GRAD_SQ, GRAD_NONFINITE, DEAD, UNITS, WEIGHT_SQ = range(5)
-COLUMNS = 5
+RING = 64  # loss rows per step of an execution: the callback reads them at least this often
+
+TrainFunction = Callable[[object], object]
 
 _active = threading.local()  # the step being traced in this thread, if any
 
@@ -66,10 +71,11 @@ class LayerVariables:
 class _Trace:
     """What one trace of the monitored step collects (per replica thread)."""
 
-    def __init__(self, layers: int) -> None:
+    def __init__(self, layers: int, measuring: bool) -> None:
+        self.measuring = measuring  # the step that reduces everything, or the ordinary one
         self.loss: Tensor = None
-        self.count: Tensor = None  # the step's number in this fit (from 0), and its row
-        self.row: Tensor = None
+        self.counts: Tensor = None  # the fit's counts before the step (`StepHook.counts`)
+        self.count: Tensor = None  # the step's number in this fit, from 0
         self.outputs: list[list[Tensor]] = [[] for _ in range(layers)]  # float outputs, every call
         self.order: list[int] = []
         self.forward: TFOperation = None  # the forward statistics' op
@@ -89,43 +95,48 @@ class StepHook:
         tf, _ = quiet_import()
         self.model, self.layers, self.variables = model, tuple(layers), tuple(variables)
         self.histograms, self.rows = histograms, max(1, int(rows))  # rows: steps per execution
+        self.spare = self.rows  # the row of an ordinary execution's first non-finite step
+        self.ring = RING * self.rows  # the rows of per-step losses
         self.forward_order: list[int] = []  # layer indices in the order the trace called them
         self._keys = {_var_key(model, v): i for i, v in enumerate(variables)}
+        self._train_steps: dict[bool, Callable[[TensorTree], dict[str, Tensor]]] = {}
         on_read = tf.VariableSynchronization.ON_READ
         total, first = tf.VariableAggregation.SUM, tf.VariableAggregation.ONLY_FIRST_REPLICA
-        n_layers, n_vars = len(self.layers), len(self.variables)
+        n_layers, n_vars, slots = len(self.layers), len(self.variables), self.rows + 1
         with model.distribute_strategy.scope():
 
             def state(
-                shape: Sequence[int], aggregation: object, name: str, fill: float = 0.0
+                shape: Sequence[int], aggregation: object, name: str, fill: float | None = None
             ) -> TFVariable:
-                dtype = tf.float64 if fill else tf.float32  # step numbers: exact in float64
+                dtype = tf.float32 if fill is None else tf.float64  # step numbers: exact
                 return tf.Variable(
-                    tf.fill([self.rows, *shape], tf.constant(fill, dtype)),
+                    tf.fill(list(shape), tf.constant(fill or 0.0, dtype)),
                     trainable=False,
                     synchronization=on_read,
                     aggregation=aggregation,
                     name=f"layergrad_{name}",
                 )
 
-            self.due = tf.Variable(tf.zeros([self.rows], tf.bool), trainable=False,
-                                   name="layergrad_due")  # fmt: skip
-            self.step = state([2], total, "step")  # [replicas that saw a NaN/Inf, loss]
-            self.activations = state([n_layers], total, "activation_nonfinite")
-            self.dead = state([n_layers, 2], first, "dead_units")
-            # the step number the two above are from (-1: none yet)
-            self.measured_at = state([], first, "measured_at", fill=-1.0)
-            self.grads = state([n_vars, COLUMNS], first, "gradients")
-            self.learning_rate = state([], first, "learning_rate")
-            self.histogram = state([n_layers, BINS], first, "histogram")
-            self.ranges = state([n_layers, 2], first, "histogram_range")
-            self.steps = tf.Variable(  # the steps this fit has run (each counts itself)
-                tf.constant(0.0, tf.float64),
-                trainable=False,
-                synchronization=on_read,
-                aggregation=first,
-                name="layergrad_steps",
-            )
+            # per step: [replicas that saw a NaN/Inf, loss], in row s mod ring
+            self.losses = state([self.ring, 2], total, "losses")
+            self.activations = state([slots, n_layers], total, "activation_nonfinite")
+            self.dead = state([slots, n_layers, 2], first, "dead_units")
+            self.grads = state([slots, n_vars, COLUMNS], first, "gradients")
+            self.learning_rate = state([slots], first, "learning_rate")
+            self.histogram = state([slots, n_layers, BINS], first, "histogram")
+            self.ranges = state([slots, n_layers, 2], first, "histogram_range")
+            # the steps the rows of the forward and of the gradient statistics are from
+            self.forward_at = state([slots], first, "forward_at", fill=-1.0)
+            self.reduced_at = state([slots], first, "reduced_at", fill=-1.0)
+            # [steps this fit has run, of them non-finite]: each step counts itself, last
+            self.counts = state([2], first, "counts", fill=0.0)
+
+    def reset(self) -> None:
+        """Start a new fit: no step run, nothing non-finite seen, no row measured."""
+        tf, _ = quiet_import()
+        self.counts.assign(tf.zeros([2], tf.float64))
+        for at in (self.forward_at, self.reduced_at):
+            at.assign(tf.fill(at.shape, tf.constant(-1.0, tf.float64)))
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -141,15 +152,18 @@ class StepHook:
         original_step, original_loss = model.train_step, model.compute_loss
         original_reduce = optimizer._all_reduce_sum_gradients
 
-        @functools.wraps(original_step)
-        def train_step(data: TensorTree) -> dict[str, Tensor]:
-            trace = _Trace(len(self.layers))
-            _active.trace = trace
-            try:
-                return original_step(data)
-            finally:
-                _active.trace = None
-                self.forward_order = trace.order
+        def traced(measuring: bool) -> Callable[[TensorTree], dict[str, Tensor]]:
+            @functools.wraps(original_step)
+            def train_step(data: TensorTree) -> dict[str, Tensor]:
+                trace = _Trace(len(self.layers), measuring)
+                _active.trace = trace
+                try:
+                    return original_step(data)
+                finally:
+                    _active.trace = None
+                    self.forward_order = trace.order
+
+            return train_step
 
         @functools.wraps(original_loss)
         def compute_loss(*args: object, **kwargs: object) -> Tensor:
@@ -157,7 +171,8 @@ class StepHook:
             trace = getattr(_active, "trace", None)
             if trace is not None and trace.loss is None:
                 trace.loss = loss
-                self._forward_stats(trace, loss)
+                if trace.measuring:  # the forward pass is done, its activations all alive
+                    trace.forward = self._forward_stats(trace, self._row(trace))
             return loss
 
         def all_reduce(
@@ -178,8 +193,9 @@ class StepHook:
                 self._observe(trace, index[key[0]], flat)
             return flat
 
+        self._train_steps = {True: traced(True), False: traced(False)}
         with capturing(groups, on_outputs):
-            model.train_step, model.compute_loss = train_step, compute_loss
+            model.train_step, model.compute_loss = self._train_steps[False], compute_loss
             optimizer._all_reduce_sum_gradients = all_reduce
             try:
                 yield
@@ -193,6 +209,16 @@ class StepHook:
                     optimizer._all_reduce_sum_gradients = reduce_saved
                 model.train_function = None  # the next fit traces the plain step again
 
+    def train_functions(self) -> tuple[TrainFunction, TrainFunction]:
+        """Keras's train function of the monitored step: (measuring, ordinary), each traced
+        on its first call. Only inside `installed()`."""
+        made = []
+        for measuring in (True, False):
+            self.model.train_step = self._train_steps[measuring]
+            self.model.make_train_function(force=True)
+            made.append(self.model.train_function)
+        return made[0], made[1]
+
     def _observe(self, trace: _Trace, layer: int, outputs: list[Tensor]) -> None:
         """Keep a call's float outputs for `_forward_stats` (no op is added here)."""
         floats = [t for t in outputs if getattr(getattr(t, "dtype", None), "is_floating", False)]
@@ -200,55 +226,46 @@ class StepHook:
         if floats and layer not in trace.order:
             trace.order.append(layer)
 
-    def _forward_stats(self, trace: _Trace, loss: Tensor) -> None:
-        """Once the loss exists (the forward pass is done, its activations all alive): on a
-        checkpoint step or a non-finite loss, each layer's NaN/Inf outputs and dead units.
-
-        One `tf.cond` for the whole forward pass, so an ordinary step pays nothing per layer
-        and no activation outlives the backward pass that needs it anyway."""
+    def _forward_stats(self, trace: _Trace, row: Tensor | int) -> TFOperation:
+        """Each layer's NaN/Inf outputs and dead units, into row `row`."""
         tf, _ = quiet_import()
-        finite = tf.math.is_finite(tf.reduce_sum(tf.cast(loss, tf.float32)))
-        row = self._row(trace)
+        counts, dead = reductions.forward_stats(trace.outputs)
+        writes = [
+            self._put(self.activations, row, counts),
+            self._put(self.dead, row, dead),
+            self._put(self.forward_at, row, self._count(trace)),
+        ]
+        with tf.control_dependencies(writes):
+            return tf.constant(True)
 
-        def measure() -> TFOperation:
-            counts, dead = [], []
-            for outputs in trace.outputs:
-                counts.append(
-                    tf.add_n([_nonfinite(t) for t in outputs]) if outputs else tf.constant(0.0)
-                )
-                dead.append(_dead_units(outputs[0]) if outputs else tf.constant([0.0, 0.0]))
-            writes = [
-                self._put(self.activations, row, tf.stack(counts) if counts else tf.zeros([0])),
-                self._put(self.dead, row, tf.stack(dead) if dead else tf.zeros([0, 2])),
-                self._put(self.measured_at, row, trace.count),  # tells stale rows apart
-            ]
-            with tf.control_dependencies(writes):
-                return tf.constant(True)
+    def _count(self, trace: _Trace) -> Tensor:
+        """The step's number in this fit (read once per step, before the step counts itself)."""
+        if trace.count is None:
+            trace.counts = self.counts.read_value()
+            trace.count = trace.counts[0]
+        return trace.count
 
-        trace.forward = tf.cond(
-            tf.logical_or(self.due[row], ~finite), measure, lambda: tf.constant(False)
-        )
-
-    def _row(self, trace: _Trace) -> Tensor:
-        """The step's row in the results: its number in this fit modulo the rows (read once
-        per step, before the step counts itself)."""
+    def _row(self, trace: _Trace) -> Tensor | int:
+        """The row of a measuring step's results: its number modulo the rows."""
         tf, _ = quiet_import()
-        if trace.row is None:
-            trace.count = tf.identity(self.steps.read_value())
-            trace.row = tf.math.floormod(tf.cast(trace.count, tf.int32), self.rows)
-        return trace.row
+        if self.rows == 1:
+            return 0
+        return tf.math.floormod(tf.cast(self._count(trace), tf.int32), self.rows)
 
-    def _put(self, variable: TFVariable, row: Tensor, value: Tensor) -> TFOperation:
+    def _put(self, variable: TFVariable, row: Tensor | int, value: Tensor) -> TFOperation:
         """Write `value` into row `row` of a result variable."""
         tf, _ = quiet_import()
         value = tf.cast(value, variable.dtype)
-        if self.rows == 1:
-            return variable.assign(tf.expand_dims(value, 0))
-        rows = tf.tensor_scatter_nd_update(variable.read_value(), [[row]], value[None])
-        return variable.assign(rows)
+        index = tf.reshape(tf.cast(row, tf.int32), [1, 1])
+        try:
+            return variable.scatter_nd_update(index, value[None])  # in place
+        except NotImplementedError:  # a strategy's sync-on-read variable: write it whole
+            return variable.assign(
+                tf.tensor_scatter_nd_update(variable.read_value(), index, value[None])
+            )
 
     def _record(self, trace: _Trace, reduced: list[tuple[Tensor, KerasVariable]]) -> TFOperation:
-        """The step's writes: the scalars every step, the gradient reductions when due."""
+        """The step's writes: its loss and NaN/Inf flag, and the gradient reductions."""
         tf, _ = quiet_import()
         grads: list[Tensor | None] = [None] * len(self.variables)
         weights: list[Tensor | None] = [None] * len(self.variables)
@@ -260,85 +277,67 @@ class StepHook:
         loss = tf.constant(float("nan")) if trace.loss is None else trace.loss
         loss = tf.cast(tf.reduce_sum(loss), tf.float32)
         # One sum per gradient: a NaN or Inf anywhere makes the total non-finite (an overflow
-        # of huge finite values too: the checkpoint's exact counts then say which).
-        sums = [tf.reduce_sum(tf.cast(_values(g), tf.float32)) for g in grads if g is not None]
+        # of huge finite values too: the full reductions' exact counts then say which).
+        sums = [
+            tf.reduce_sum(tf.cast(reductions.values(g), tf.float32)) for g in grads if g is not None
+        ]
         total = tf.add_n(sums) if sums else tf.constant(0.0)
         if trace.loss is not None:  # a custom train_step may compute its loss elsewhere
             total = total + loss
+        if trace.measuring and trace.forward is None:  # no loss: measure the outputs here
+            trace.forward = self._forward_stats(trace, self._row(trace))
         bad = ~tf.math.is_finite(total)
-        row = self._row(trace)
-        writes = [self._put(self.step, row, tf.stack([tf.cast(bad, tf.float32), loss]))]
-        if trace.forward is not None:
-            writes.append(trace.forward)
-        full = tf.cond(
-            tf.logical_or(self.due[row], bad),
-            lambda: self._reduce(row, grads, weights),
-            lambda: tf.constant(False),
-        )
-        with tf.control_dependencies([*writes, full]):  # the step counts itself, last
-            return self.steps.assign_add(tf.constant(1.0, tf.float64))
-
-    def _reduce(
-        self, row: Tensor, grads: list[Tensor | None], weights: list[Tensor | None]
-    ) -> TFOperation:
-        tf, _ = quiet_import()
-        rows = []
-        for g, v in zip(grads, weights, strict=True):
-            if g is None:
-                rows.append(tf.constant([0.0, 0.0, 0.0, 0.0, -1.0]))  # -1: no gradient
-                continue
-            g32 = tf.cast(tf.convert_to_tensor(g), tf.float32)
-            units = (
-                tf.reshape(g32, [-1, g32.shape[-1]]) if g32.shape.rank else tf.reshape(g32, [1, 1])
-            )
-            dead = tf.reduce_sum(tf.cast(tf.reduce_all(tf.equal(units, 0.0), axis=0), tf.float32))
-            w = tf.cast(tf.convert_to_tensor(v), tf.float32)
-            rows.append(
-                tf.stack(
-                    [
-                        tf.reduce_sum(tf.square(g32)),  # NaN/Inf when a value is
-                        _nonfinite(g32),
-                        dead,
-                        tf.cast(tf.shape(units)[1], tf.float32),
-                        tf.reduce_sum(tf.square(w)),
-                    ]
+        count = self._count(trace)
+        ring_row = tf.math.floormod(count, self.ring)
+        writes = [self._put(self.losses, ring_row, tf.stack([tf.cast(bad, tf.float32), loss]))]
+        if trace.measuring:
+            writes += [trace.forward, self._reduce(self._row(trace), count, grads, weights)]
+        else:  # everything, into the spare row, on the fit's first non-finite step only
+            writes.append(
+                unlowered_cond(
+                    tf.logical_and(bad, tf.equal(trace.counts[1], 0.0)),
+                    lambda: self._first_nonfinite(trace, count, grads, weights),
+                    lambda: tf.constant(False),
                 )
             )
+        with tf.control_dependencies(writes):  # the step counts itself, last
+            return self.counts.assign_add(tf.stack([1.0, tf.cast(bad, tf.float64)]))
+
+    def _first_nonfinite(
+        self,
+        trace: _Trace,
+        count: Tensor,
+        grads: list[Tensor | None],
+        weights: list[Tensor | None],
+    ) -> Tensor:
+        """The reductions of an ordinary step, into the spare row (the activations are kept
+        for it until the backward pass is done, as it would hold most of them anyway)."""
+        tf, _ = quiet_import()
         writes = [
-            self._put(self.grads, row, tf.stack(rows) if rows else tf.zeros([0, COLUMNS])),
-            self._put(self.learning_rate, row, self.model.optimizer.learning_rate),
+            self._forward_stats(trace, self.spare),
+            self._reduce(self.spare, count, grads, weights),
         ]
-        if self.histograms:
-            writes += self._histograms(row, grads)
         with tf.control_dependencies(writes):
             return tf.constant(True)
 
-    def _histograms(self, row: Tensor, grads: list[Tensor | None]) -> list[TFOperation]:
+    def _reduce(
+        self,
+        row: Tensor | int,
+        count: Tensor,
+        grads: list[Tensor | None],
+        weights: list[Tensor | None],
+    ) -> Tensor:
         tf, _ = quiet_import()
-        counts, ranges = [], []
-        for entry in self.layers:
-            parts = [
-                tf.reshape(tf.cast(tf.convert_to_tensor(grads[i]), tf.float32), [-1])
-                for i in entry.variables
-                if grads[i] is not None
-            ]
-            if not parts:
-                counts.append(tf.zeros([BINS]))
-                ranges.append(tf.zeros([2]))
-                continue
-            values = tf.concat(parts, axis=0)
-            values = tf.boolean_mask(values, tf.math.is_finite(values))
-            low = tf.reduce_min(tf.concat([values, [0.0]], 0))
-            high = tf.reduce_max(tf.concat([values, [0.0]], 0))
-            high = tf.where(high > low, high, low + 1e-12)
-            counts.append(
-                tf.cast(tf.histogram_fixed_width(values, [low, high], nbins=BINS), tf.float32)
-            )
-            ranges.append(tf.stack([low, high]))
-        return [
-            self._put(self.histogram, row, tf.stack(counts)),
-            self._put(self.ranges, row, tf.stack(ranges)),
+        writes = [
+            self._put(self.grads, row, reductions.gradient_rows(grads, weights)),
+            self._put(self.learning_rate, row, self.model.optimizer.learning_rate),
+            self._put(self.reduced_at, row, count),
         ]
+        if self.histograms:
+            counts, ranges = reductions.histograms([e.variables for e in self.layers], grads)
+            writes += [self._put(self.histogram, row, counts), self._put(self.ranges, row, ranges)]
+        with tf.control_dependencies(writes):
+            return tf.constant(True)
 
 
 def applying_optimizer(model: KerasModel) -> KerasOptimizer:
@@ -358,25 +357,22 @@ def applying_optimizer(model: KerasModel) -> KerasOptimizer:
     return optimizer
 
 
-def _values(gradient: Tensor) -> Tensor:
-    """The values of a gradient: a tensor, or the rows an IndexedSlices holds."""
-    return gradient.values if hasattr(gradient, "indices") else gradient
-
-
-def _nonfinite(tensor: Tensor) -> Tensor:
-    tf, _ = quiet_import()
-    return tf.reduce_sum(tf.cast(~tf.math.is_finite(tensor), tf.float32))
-
-
-def _dead_units(tensor: Tensor) -> Tensor:
-    """[units of the last axis exactly 0 for every sample, units] (zeros below rank 2)."""
-    tf, _ = quiet_import()
-    rank = tensor.shape.rank
-    if rank is None or rank < 2:
-        return tf.constant([0.0, 0.0])
-    zero = tf.reduce_all(tf.equal(tensor, 0), axis=list(range(rank - 1)))
-    units = tf.cast(tf.shape(tensor)[-1], tf.float32)
-    return tf.stack([tf.reduce_sum(tf.cast(zero, tf.float32)), units])
+def trace_key(
+    model: KerasModel, variables: Sequence[KerasVariable], rows: int, histograms: bool
+) -> tuple[object, ...]:
+    """The model's compilation (Keras makes a new config at each `compile`), the variables
+    watched, the steps per execution and whether histograms are written."""
+    compiled = getattr(model, "_compile_config", None)
+    return (
+        id(model),
+        id(compiled),
+        id(model.optimizer),
+        tuple(id(v) for v in variables),
+        rows,
+        histograms,
+        bool(getattr(model, "run_eagerly", False)),
+        getattr(model, "jit_compile", None),
+    )
 
 
 def _var_key(model: KerasModel, variable: KerasVariable) -> Hashable:

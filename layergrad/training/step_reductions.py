@@ -1,0 +1,129 @@
+"""The reductions a monitored training step writes: graph code, called while Keras traces it.
+
+Per layer output: NaN/Inf values and dead units. Per trainable variable: squared gradient
+norm, NaN/Inf gradient values, dead units, units and squared weight norm (`COLUMNS`). Per
+layer: a histogram of its gradient values. And `unlowered_cond`, the branch an ordinary step
+takes only when something is non-finite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import Tensor
+
+BINS = 30  # histogram buckets per layer gradient (TensorBoard's default)
+# Columns of the per-variable statistics: squared gradient norm, non-finite gradient values,
+# dead units (last-axis slices whose gradient is exactly 0), units, squared weight norm.
+GRAD_SQ, GRAD_NONFINITE, DEAD, UNITS, WEIGHT_SQ = range(5)
+COLUMNS = 5
+
+
+def unlowered_cond(
+    predicate: Tensor, true_fn: Callable[[], Tensor], false_fn: Callable[[], Tensor]
+) -> Tensor:
+    """`tf.cond`, kept as one `If` op that runs only the branch it takes.
+
+    TensorFlow lowers a `tf.cond` to switch and merge nodes, and then every op of the branch
+    not taken is still visited on every run to pass its deadness on: a few hundred
+    microseconds a step for a branch that reduces every gradient. An `If` op left as it is
+    runs the other branch as a function call, so a step that skips it pays one op."""
+    tf, _ = quiet_import()
+    from tensorflow.core.framework import attr_value_pb2
+
+    result = tf.cond(predicate, true_fn, false_fn)
+    if tf.executing_eagerly():  # `model.compile(run_eagerly=True)`: the branch has run
+        return result
+    op = result.op
+    while op.type not in ("If", "StatelessIf") and op.inputs:
+        op = op.inputs[0].op  # the cond's output passes through an identity
+    if op.type in ("If", "StatelessIf"):
+        op._set_attr("_lower_using_switch_merge", attr_value_pb2.AttrValue(b=False))
+    return result
+
+
+def values(gradient: Tensor) -> Tensor:
+    """The values of a gradient: a tensor, or the rows an IndexedSlices holds."""
+    return gradient.values if hasattr(gradient, "indices") else gradient
+
+
+def nonfinite(tensor: Tensor) -> Tensor:
+    tf, _ = quiet_import()
+    return tf.reduce_sum(tf.cast(~tf.math.is_finite(tensor), tf.float32))
+
+
+def forward_stats(outputs: Sequence[Sequence[Tensor]]) -> tuple[Tensor, Tensor]:
+    """Per layer, from its float outputs (every call): ([NaN/Inf values], [[dead, units]])."""
+    tf, _ = quiet_import()
+    counts, dead = [], []
+    for layer in outputs:
+        counts.append(tf.add_n([nonfinite(t) for t in layer]) if layer else tf.constant(0.0))
+        dead.append(dead_units(layer[0]) if layer else tf.constant([0.0, 0.0]))
+    if not counts:
+        return tf.zeros([0]), tf.zeros([0, 2])
+    return tf.stack(counts), tf.stack(dead)
+
+
+def dead_units(tensor: Tensor) -> Tensor:
+    """[units of the last axis exactly 0 for every sample, units] (zeros below rank 2)."""
+    tf, _ = quiet_import()
+    rank = tensor.shape.rank
+    if rank is None or rank < 2:
+        return tf.constant([0.0, 0.0])
+    zero = tf.reduce_all(tf.equal(tensor, 0), axis=list(range(rank - 1)))
+    units = tf.cast(tf.shape(tensor)[-1], tf.float32)
+    return tf.stack([tf.reduce_sum(tf.cast(zero, tf.float32)), units])
+
+
+def gradient_rows(grads: Sequence[Tensor | None], weights: Sequence[Tensor | None]) -> Tensor:
+    """[variables, COLUMNS]: each variable's statistics (-1 weight norm: no gradient)."""
+    tf, _ = quiet_import()
+    rows = []
+    for g, v in zip(grads, weights, strict=True):
+        if g is None:
+            rows.append(tf.constant([0.0, 0.0, 0.0, 0.0, -1.0]))
+            continue
+        g32 = tf.cast(tf.convert_to_tensor(g), tf.float32)
+        units = tf.reshape(g32, [-1, g32.shape[-1]]) if g32.shape.rank else tf.reshape(g32, [1, 1])
+        dead = tf.reduce_sum(tf.cast(tf.reduce_all(tf.equal(units, 0.0), axis=0), tf.float32))
+        w = tf.cast(tf.convert_to_tensor(v), tf.float32)
+        rows.append(
+            tf.stack(
+                [
+                    tf.reduce_sum(tf.square(g32)),  # NaN/Inf when a value is
+                    nonfinite(g32),
+                    dead,
+                    tf.cast(tf.shape(units)[1], tf.float32),
+                    tf.reduce_sum(tf.square(w)),
+                ]
+            )
+        )
+    return tf.stack(rows) if rows else tf.zeros([0, COLUMNS])
+
+
+def histograms(
+    layers: Sequence[Sequence[int]], grads: Sequence[Tensor | None]
+) -> tuple[Tensor, Tensor]:
+    """Per layer (the indices of its variables): ([BINS] counts of its finite gradient
+    values, [low, high] of their range)."""
+    tf, _ = quiet_import()
+    counts, ranges = [], []
+    for indices in layers:
+        parts = [
+            tf.reshape(tf.cast(tf.convert_to_tensor(grads[i]), tf.float32), [-1])
+            for i in indices
+            if grads[i] is not None
+        ]
+        if not parts:
+            counts.append(tf.zeros([BINS]))
+            ranges.append(tf.zeros([2]))
+            continue
+        found = tf.concat(parts, axis=0)
+        found = tf.boolean_mask(found, tf.math.is_finite(found))
+        low = tf.reduce_min(tf.concat([found, [0.0]], 0))
+        high = tf.reduce_max(tf.concat([found, [0.0]], 0))
+        high = tf.where(high > low, high, low + 1e-12)
+        counts.append(tf.cast(tf.histogram_fixed_width(found, [low, high], nbins=BINS), tf.float32))
+        ranges.append(tf.stack([low, high]))
+    return tf.stack(counts), tf.stack(ranges)
