@@ -81,6 +81,16 @@ def test_every_step_is_an_optimizer_step_with_its_own_gradient():
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("k", [1, 3])
+def test_every_loss_of_a_fit_longer_than_the_ring_is_its_own_step(k):
+    # 80 steps: the callback reads the losses every 64 steps of one execution and at the
+    # checkpoints, so with k = 1 the ring of losses wraps round between reads
+    losses, _, _ = by_hand(epochs=8)
+    report = monitored(k, every=1000, epochs=8)
+    assert report.steps == 80 and report.losses == pytest.approx(losses, rel=1e-5)
+    assert [c.step for c in report.checkpoints] == [1, 80]
+
+
 def test_the_same_record_as_one_step_per_execution():
     one, four = monitored(1, every=2), monitored(4, every=2)
     assert four.steps == one.steps and four.losses == pytest.approx(one.losses, rel=1e-6)

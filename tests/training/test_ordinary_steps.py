@@ -1,0 +1,138 @@
+"""GradientMonitor between checkpoints: an ordinary step reduces nothing unless it is the fit's
+first non-finite one, which is still named at its own step; the callback's next fit of the
+same compiled model runs the steps it traced again, with nothing left over from the last."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from helpers import NanAt, keras, tf
+
+from layergrad import GradientMonitor
+from layergrad.core.vocab import Finding
+
+
+class NanGradientAt(keras.layers.Layer):
+    """Passes its input through; on the given training call (0-based) the output is
+    x + sqrt(0 * x): the same values, and a gradient of Inf * 0 = NaN for every input."""
+
+    def __init__(self, at: int, **kwargs):
+        super().__init__(**kwargs)
+        self.at = at
+        self.calls = self.add_weight(shape=(), initializer="zeros", trainable=False, name="calls")
+
+    def call(self, x, training=None):
+        if not training:
+            return x
+        self.calls.assign_add(1.0)
+        return tf.cond(
+            tf.equal(self.calls, float(self.at + 1)),
+            lambda: x + tf.sqrt(x * 0.0),
+            lambda: tf.identity(x),
+        )
+
+
+def data(n: int = 160, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 6)).astype("float32")
+    return x, (x[:, 0] > 0).astype("int32")
+
+
+def classifier(middle: keras.layers.Layer, seed: int = 0) -> keras.Model:
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Dense(8, name="first"),
+            middle,
+            keras.layers.Dense(2, activation="softmax", name="head"),
+        ]
+    )
+
+
+def test_a_nan_only_in_the_gradient_between_checkpoints_is_named_at_its_own_step():
+    model = classifier(NanGradientAt(5, name="root"))
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    x, y = data()
+    monitor = GradientMonitor(every=100)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
+    report = monitor.report
+    (nonfinite,) = [f for f in report.findings if f.finding == Finding.NONFINITE]
+    assert (nonfinite.layer, nonfinite.step) == ("first", 6) and "batch 5" in nonfinite.message
+    assert "forward pass is finite" in nonfinite.message
+    # Step 6's loss is finite, so Keras's logs do not show it: its update makes first's
+    # weights NaN, step 7's loss is NaN, and training stops after step 7.
+    assert report.stopped == "nonfinite" and report.steps == 7
+    assert math.isfinite(report.losses[5]) and math.isnan(report.losses[6])
+    checkpoint = next(c for c in report.checkpoints if c.step == 6)
+    rows = {r.layer: r for r in checkpoint.layers}
+    assert rows["first"].nonfinite_gradient == 6 * 8 + 8  # every value of kernel and bias
+    assert rows["head"].nonfinite_gradient == 0 and rows["root"].nonfinite_activation == 0
+    assert [c.step for c in report.checkpoints] == [1, 6]
+
+
+def test_a_second_fit_reuses_the_steps_and_starts_afresh():
+    model = classifier(NanAt(2, name="poison"))
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="sparse_categorical_crossentropy")
+    x, y = data(16 * 6)
+    start = [v.numpy().copy() for v in model.weights]
+    monitor = GradientMonitor(every=4, stop_on_nonfinite=False)
+    reports = []
+    for _ in range(2):
+        model.set_weights(start)  # the poison's call counter too: NaN again at call 2
+        model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
+        reports.append(monitor.report)
+    first, second = reports
+    assert second.steps == first.steps == 6
+    assert (
+        [c.step for c in second.checkpoints] == [c.step for c in first.checkpoints] == [1, 3, 5, 6]
+    )
+    assert [
+        (f.finding, f.layer, f.step) for f in second.findings if f.finding == Finding.NONFINITE
+    ] == [("nonfinite", "poison", 3)]
+    assert second.losses[:2] == pytest.approx(first.losses[:2], rel=1e-6)
+    # the second fit's first checkpoint is the tape's gradient at the starting weights
+    model.set_weights(start)
+    with tf.GradientTape() as tape:
+        loss = keras.losses.SparseCategoricalCrossentropy()(y[:16], model(x[:16]))
+    grads = tape.gradient(loss, model.trainable_variables)
+    got = [v.grad_l2 for v in second.checkpoints[0].variables]
+    np.testing.assert_allclose(got, [float(np.linalg.norm(g)) for g in grads], rtol=1e-5)
+
+
+def test_a_recompiled_model_is_traced_again():
+    model = classifier(keras.layers.Activation("relu", name="relu"))
+    x, y = data(64)
+    start = [v.numpy().copy() for v in model.weights]
+    monitor, optimizer = GradientMonitor(every=100), keras.optimizers.SGD()
+    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
+    plain = monitor.report.losses[0]
+
+    def doubled(y_true, y_pred):
+        return 2.0 * keras.losses.sparse_categorical_crossentropy(y_true, y_pred)
+
+    model.set_weights(start)
+    model.compile(optimizer=optimizer, loss=doubled)  # the same optimizer, another loss
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
+    assert monitor.report.losses[0] == pytest.approx(2 * plain, rel=1e-5)
+
+
+def test_a_model_run_eagerly_is_monitored_alike():
+    x, y = data(64)
+    records = []
+    for eager in (False, True):
+        model = classifier(keras.layers.Activation("relu", name="relu"))
+        model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", run_eagerly=eager)
+        monitor = GradientMonitor(every=2)
+        model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
+        records.append(monitor.report)
+    graph, eager = records
+    assert eager.losses == pytest.approx(graph.losses, rel=1e-5)
+    assert [c.step for c in eager.checkpoints] == [c.step for c in graph.checkpoints] == [1, 3, 4]
+    for a, b in zip(graph.checkpoints, eager.checkpoints, strict=True):
+        np.testing.assert_allclose(
+            [v.grad_l2 for v in b.variables], [v.grad_l2 for v in a.variables], rtol=1e-5
+        )
