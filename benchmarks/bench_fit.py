@@ -3,8 +3,8 @@
 A small convolutional classifier (16x16x3 inputs, batch 64, 0.1 M weights) trains on
 random data. Time: in one process, after one warm-up fit each (tracing: each variant keeps
 one callback, which runs the steps it traced again in later fits of the same model, as Keras
-does the plain step), alternating rounds of `--steps` steps each, timed from the end of step
-10 to the end of the last step:
+does the plain step), alternating rounds of `--steps` steps each (the order reversed every
+other round), timed from the end of step 10 to the end of the last step:
   plain       model.fit without the callback
   every=100   GradientMonitor(every=100)      goal <= 1.05x
   every=1     GradientMonitor(every=1)        goal <= 1.5x
@@ -12,7 +12,7 @@ Memory: fresh processes, peak RSS of a plain fit and of a fit with every=1 (goal
 Printed: the median per-step wall and CPU time of each and the median of the per-round
 ratios (on a shared machine the CPU time, all threads, is the steadier of the two).
 
-    python benchmarks/bench_fit.py [--rounds 7] [--steps 100]
+    python benchmarks/bench_fit.py [--rounds 15] [--steps 200]
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ def peak_rss_mb(code: str, *args: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
     namespace: dict[str, object] = {}
     exec(SETUP.replace("STEPS", str(args.steps)), namespace)  # the same code as the memory runs
@@ -114,8 +114,9 @@ def main() -> None:
     for name in variants:
         fit(name)  # warm-up: trace
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
-    for _ in range(args.rounds):
-        for name in variants:
+    order = list(variants)
+    for r in range(args.rounds):
+        for name in order if r % 2 == 0 else order[::-1]:  # drift falls on each alike
             times[name].append(fit(name))
     for name in variants:
         line = [f"{name:10s}"]

@@ -171,8 +171,7 @@ class StepHook:
             trace = getattr(_active, "trace", None)
             if trace is not None and trace.loss is None:
                 trace.loss = loss
-                if trace.measuring:  # the forward pass is done, its activations all alive
-                    trace.forward = self._forward_stats(trace, self._row(trace))
+                self._forward(trace, loss)
             return loss
 
         def all_reduce(
@@ -226,6 +225,21 @@ class StepHook:
         if floats and layer not in trace.order:
             trace.order.append(layer)
 
+    def _forward(self, trace: _Trace, loss: Tensor) -> None:
+        """Once the loss exists (the forward pass is done, its activations all alive): the
+        forward statistics of a measuring step, or of an ordinary step's first non-finite
+        loss. (Measured later, the activations would live on through the backward pass.)"""
+        tf, _ = quiet_import()
+        if trace.measuring:
+            trace.forward = self._forward_stats(trace, self._row(trace))
+            return
+        finite = tf.math.is_finite(tf.reduce_sum(tf.cast(loss, tf.float32)))
+        trace.forward = unlowered_cond(
+            tf.logical_and(~finite, self._clean(trace)),
+            lambda: self._forward_stats(trace, self.spare),
+            lambda: tf.constant(False),
+        )
+
     def _forward_stats(self, trace: _Trace, row: Tensor | int) -> TFOperation:
         """Each layer's NaN/Inf outputs and dead units, into row `row`."""
         tf, _ = quiet_import()
@@ -237,6 +251,12 @@ class StepHook:
         ]
         with tf.control_dependencies(writes):
             return tf.constant(True)
+
+    def _clean(self, trace: _Trace) -> Tensor:
+        """Whether no step of this fit before this one was non-finite."""
+        tf, _ = quiet_import()
+        self._count(trace)
+        return tf.equal(trace.counts[1], 0.0)
 
     def _count(self, trace: _Trace) -> Tensor:
         """The step's number in this fit (read once per step, before the step counts itself)."""
@@ -290,35 +310,20 @@ class StepHook:
         count = self._count(trace)
         ring_row = tf.math.floormod(count, self.ring)
         writes = [self._put(self.losses, ring_row, tf.stack([tf.cast(bad, tf.float32), loss]))]
+        if trace.forward is not None:
+            writes.append(trace.forward)
         if trace.measuring:
-            writes += [trace.forward, self._reduce(self._row(trace), count, grads, weights)]
-        else:  # everything, into the spare row, on the fit's first non-finite step only
+            writes.append(self._reduce(self._row(trace), count, grads, weights))
+        else:  # the gradients, into the spare row, on the fit's first non-finite step only
             writes.append(
                 unlowered_cond(
-                    tf.logical_and(bad, tf.equal(trace.counts[1], 0.0)),
-                    lambda: self._first_nonfinite(trace, count, grads, weights),
+                    tf.logical_and(bad, self._clean(trace)),
+                    lambda: self._reduce(self.spare, count, grads, weights),
                     lambda: tf.constant(False),
                 )
             )
         with tf.control_dependencies(writes):  # the step counts itself, last
             return self.counts.assign_add(tf.stack([1.0, tf.cast(bad, tf.float64)]))
-
-    def _first_nonfinite(
-        self,
-        trace: _Trace,
-        count: Tensor,
-        grads: list[Tensor | None],
-        weights: list[Tensor | None],
-    ) -> Tensor:
-        """The reductions of an ordinary step, into the spare row (the activations are kept
-        for it until the backward pass is done, as it would hold most of them anyway)."""
-        tf, _ = quiet_import()
-        writes = [
-            self._forward_stats(trace, self.spare),
-            self._reduce(self.spare, count, grads, weights),
-        ]
-        with tf.control_dependencies(writes):
-            return tf.constant(True)
 
     def _reduce(
         self,
