@@ -7,10 +7,11 @@
 
 Every `every` steps, and on the first and the last, the step's own batch is reduced inside
 the compiled step (`step_hook.py`): d loss / d every trainable variable, each layer's update
-ratio, gradient L2, dead-unit fraction and non-finite counts. Every step reports whether
+ratio, gradient L2, dead-unit fraction and non-finite counts. Every step records whether
 anything was NaN/Inf and its loss (with `steps_per_execution > 1` too: each step of an
 execution has its own row, so a step is one optimizer step and a checkpoint is its own
-step's gradient); the first non-finite step is reduced in full, named, and
+step's gradient), in a ring the callback reads at checkpoints, when Keras's logs turn
+NaN/Inf and before it wraps round; the first non-finite step is reduced in full, named, and
 (with `stop_on_nonfinite`) ends training. At the end the findings rules (`rules.py`) run over
 the record; `report` writes it as JSON (`.json`) or a page (`.html`), `log_dir` writes
 TensorBoard scalars and histograms as it goes.
@@ -137,7 +138,9 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         # the next execution runs steps [s, s + rows): measure them all if one is a checkpoint
         s, rows, last = self._step, self._hook.rows, self._last
         self._measuring = (-s) % self.every < rows or (last is not None and s <= last < s + rows)
-        self.model.train_function = self._functions[0 if self._measuring else 1]
+        function = self._functions[0 if self._measuring else 1]
+        if self.model.train_function is not function:  # (Keras tracks what a model is set)
+            self.model.train_function = function
         self._first_batch = batch
 
     def on_train_batch_end(self, batch: int, logs: dict[str, object] | None = None) -> None:

@@ -17,10 +17,12 @@ to run before each execution:
   outputs, dead units and a gradient histogram; per variable gradient L2, NaN/Inf count, dead
   units and the weight norm; the learning rate.
 - **ordinary**: one sum per gradient, so a NaN or Inf anywhere makes the total non-finite; the
-  full reductions run (as an `unlowered_cond`) only on the fit's first non-finite step.
+  reductions run only on the fit's first non-finite step, each as an `unlowered_cond` (one
+  for the forward pass, with its activations; one for the gradients, which would otherwise
+  hold every activation until the gradients exist: 4% a step).
 
 Both write each step's loss and NaN/Inf flag into a ring of `ring` rows, which the callback
-reads only every so often, and count the step (`steps`). The results live in sync-on-read
+reads only every so often, and count the step and the non-finite steps (`counts`). The results live in sync-on-read
 variables, the kind Keras metrics use, so `tf.distribute` sums (activations, loss) or takes
 the first replica's value (the gradients, already all-reduced) when the callback reads them.
 

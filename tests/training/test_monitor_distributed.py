@@ -33,11 +33,18 @@ with strategy.scope():
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
 weights = [v.numpy().tolist() for v in model.trainable_variables]
 monitor = GradientMonitor(every=2)
-model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
-first = monitor.report.checkpoints[0]
+reports = []
+for _ in range(2):  # the second fit runs the steps the first traced, afresh
+    for v, w in zip(model.trainable_variables, weights):
+        v.assign(np.asarray(w, "float32"))
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
+    reports.append(monitor.report)
+first = reports[0].checkpoints[0]
 print(json.dumps({"replicas": strategy.num_replicas_in_sync, "loss": first.loss,
                   "grads": [v.grad_l2 for v in first.variables], "weights": weights,
-                  "steps": [c.step for c in monitor.report.checkpoints]}))
+                  "steps": [c.step for c in reports[0].checkpoints],
+                  "again": [[v.grad_l2 for v in c.variables] for c in reports[1].checkpoints],
+                  "losses": [r.losses for r in reports]}))
 """
 
 
@@ -48,6 +55,8 @@ def test_two_cpu_replicas_give_the_one_device_gradient():
     assert done.returncode == 0, done.stderr[-2000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["replicas"] == 2 and got["steps"] == [1, 3, 4]
+    assert len(got["again"]) == 3 and got["again"][0] == pytest.approx(got["grads"], rel=1e-6)
+    assert got["losses"][1] == pytest.approx(got["losses"][0], rel=1e-6)
     rng = np.random.default_rng(1)
     x = rng.standard_normal((64, 6)).astype("float32")
     y = (x[:, 0] > 0).astype("int32")
