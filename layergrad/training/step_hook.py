@@ -22,9 +22,10 @@ to run before each execution:
   hold every activation until the gradients exist: 4% a step).
 
 Both write each step's loss and NaN/Inf flag into a ring of `ring` rows, which the callback
-reads only every so often, and count the step and the non-finite steps (`counts`). The results live in sync-on-read
-variables, the kind Keras metrics use, so `tf.distribute` sums (activations, loss) or takes
-the first replica's value (the gradients, already all-reduced) when the callback reads them.
+reads only every so often, and count the step and the non-finite steps (`counts`). The
+results live in sync-on-read variables, the kind Keras metrics use, so `tf.distribute` sums
+(activations, loss) or takes the first replica's value (the gradients, already all-reduced)
+when the callback reads them.
 
 With `steps_per_execution = k` Keras runs k steps in one call and calls the callback once
 after them: step number s of the fit writes its reductions into row s mod k (`rows` = k), and
