@@ -130,8 +130,9 @@ def image_folder(root: Path, counts: dict[str, int], size: int = 8, seed: int = 
     return root
 
 
-class NanAt(keras.layers.Layer):
-    """Passes its input through, and puts a NaN into it on the given training call (0-based)."""
+class _OnTrainingCall(keras.layers.Layer):
+    """Passes its input through, but for what `poisoned` makes of it on the given training
+    call (0-based)."""
 
     def __init__(self, at: int, **kwargs):
         super().__init__(**kwargs)
@@ -142,5 +143,20 @@ class NanAt(keras.layers.Layer):
         if not training:
             return x
         self.calls.assign_add(1.0)
-        poison = tf.where(tf.equal(self.calls, float(self.at + 1)), float("nan"), 0.0)
+        return self.poisoned(x, tf.equal(self.calls, float(self.at + 1)))
+
+
+class NanAt(_OnTrainingCall):
+    """Puts a NaN into its output on the given training call."""
+
+    def poisoned(self, x, now):
+        poison = tf.where(now, float("nan"), 0.0)
         return x + poison * tf.one_hot(0, tf.shape(x)[-1])
+
+
+class NanGradientAt(_OnTrainingCall):
+    """On the given training call the output is x + sqrt(0 * x): the same values, and a
+    gradient of Inf * 0 = NaN for every input."""
+
+    def poisoned(self, x, now):
+        return tf.cond(now, lambda: x + tf.sqrt(x * 0.0), lambda: tf.identity(x))

@@ -258,11 +258,12 @@ class StepHook:
     def _clean(self, trace: _Trace) -> Tensor:
         """Whether no step of this fit before this one was non-finite."""
         tf, _ = quiet_import()
-        self._count(trace)
+        self._count(trace)  # reads the counts
         return tf.equal(trace.counts[1], 0.0)
 
     def _count(self, trace: _Trace) -> Tensor:
-        """The step's number in this fit (read once per step, before the step counts itself)."""
+        """The step's number in this fit. `counts` is read once per step, before the step
+        counts itself, and outside any branch (a tensor made in one stays there)."""
         if trace.count is None:
             trace.counts = self.counts.read_value()
             trace.count = trace.counts[0]

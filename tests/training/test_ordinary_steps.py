@@ -8,30 +8,10 @@ import math
 
 import numpy as np
 import pytest
-from helpers import NanAt, keras, tf
+from helpers import NanAt, NanGradientAt, keras, tf
 
 from layergrad import GradientMonitor
 from layergrad.core.vocab import Finding
-
-
-class NanGradientAt(keras.layers.Layer):
-    """Passes its input through; on the given training call (0-based) the output is
-    x + sqrt(0 * x): the same values, and a gradient of Inf * 0 = NaN for every input."""
-
-    def __init__(self, at: int, **kwargs):
-        super().__init__(**kwargs)
-        self.at = at
-        self.calls = self.add_weight(shape=(), initializer="zeros", trainable=False, name="calls")
-
-    def call(self, x, training=None):
-        if not training:
-            return x
-        self.calls.assign_add(1.0)
-        return tf.cond(
-            tf.equal(self.calls, float(self.at + 1)),
-            lambda: x + tf.sqrt(x * 0.0),
-            lambda: tf.identity(x),
-        )
 
 
 def data(n: int = 160, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
