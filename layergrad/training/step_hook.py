@@ -22,7 +22,9 @@ to run before each execution:
   hold every activation until the gradients exist: 4% a step).
 
 Both write each step's loss and NaN/Inf flag into a ring of `ring` rows, which the callback
-reads only every so often, and count the step and the non-finite steps (`counts`). The
+reads only every so often, and count the step and the non-finite steps (`counts`). The loss
+is written, and the step counted, outside the optimizer: a `LossScaleOptimizer` skips the
+gradients' part on a step whose scaled gradients overflow. The
 results live in sync-on-read variables, the kind Keras metrics use, so `tf.distribute` sums
 (activations, loss) or takes the first replica's value (the gradients, already all-reduced)
 when the callback reads them.
@@ -79,6 +81,9 @@ class _Trace:
         self.loss: Tensor = None
         self.counts: Tensor = None  # the fit's counts before the step (`StepHook.counts`)
         self.count: Tensor = None  # the step's number in this fit, from 0
+        self.ring_row: Tensor = None  # its row in the ring of losses
+        self.loss_bad: Tensor = None  # whether its loss is NaN/Inf
+        self.written: TFOperation = None  # the ring's write of its loss
         self.outputs: list[list[Tensor]] = [[] for _ in range(layers)]  # float outputs, every call
         self.order: list[int] = []
         self.forward: TFOperation = None  # the forward statistics' op
@@ -161,7 +166,9 @@ class StepHook:
                 trace = _Trace(len(self.layers), measuring)
                 _active.trace = trace
                 try:
-                    return original_step(data)
+                    logs = original_step(data)
+                    self._count_step(trace)
+                    return logs
                 finally:
                     _active.trace = None
                     self.forward_order = trace.order
@@ -233,12 +240,17 @@ class StepHook:
         forward statistics of a measuring step, or of an ordinary step's first non-finite
         loss. (Measured later, the activations would live on through the backward pass.)"""
         tf, _ = quiet_import()
+        # the step's loss into the ring now: an optimizer may skip the gradients' part (a
+        # LossScaleOptimizer does when the scaled gradients overflow)
+        total = tf.cast(tf.reduce_sum(loss), tf.float32)
+        trace.loss_bad = ~tf.math.is_finite(total)
+        flag = tf.cast(trace.loss_bad, tf.float32)
+        trace.written = self._put(self.losses, self._ring_row(trace), tf.stack([flag, total]))
         if trace.measuring:
             trace.forward = self._forward_stats(trace, self._row(trace))
             return
-        finite = tf.math.is_finite(tf.reduce_sum(tf.cast(loss, tf.float32)))
         trace.forward = unlowered_cond(
-            tf.logical_and(~finite, self._clean(trace)),
+            tf.logical_and(trace.loss_bad, self._clean(trace)),
             lambda: self._forward_stats(trace, self.spare),
             lambda: tf.constant(False),
         )
@@ -268,6 +280,19 @@ class StepHook:
             trace.counts = self.counts.read_value()
             trace.count = trace.counts[0]
         return trace.count
+
+    def _ring_row(self, trace: _Trace) -> Tensor:
+        """The step's row in the ring of losses."""
+        tf, _ = quiet_import()
+        if trace.ring_row is None:
+            trace.ring_row = tf.math.floormod(self._count(trace), self.ring)
+        return trace.ring_row
+
+    def _count_step(self, trace: _Trace) -> TFOperation:
+        """The step counts itself (and a NaN/Inf loss), last, whatever the optimizer did."""
+        tf, _ = quiet_import()
+        bad = tf.constant(False) if trace.loss_bad is None else trace.loss_bad
+        return self.counts.assign_add(tf.stack([1.0, tf.cast(bad, tf.float64)]))
 
     def _row(self, trace: _Trace) -> Tensor | int:
         """The row of a measuring step's results: its number modulo the rows."""
@@ -312,10 +337,9 @@ class StepHook:
             trace.forward = self._forward_stats(trace, self._row(trace))
         bad = ~tf.math.is_finite(total)
         count = self._count(trace)
-        ring_row = tf.math.floormod(count, self.ring)
-        writes = [self._put(self.losses, ring_row, tf.stack([tf.cast(bad, tf.float32), loss]))]
-        if trace.forward is not None:
-            writes.append(trace.forward)
+        flag = tf.stack([tf.cast(bad, tf.float32), loss])
+        writes = [self._put(self.losses, self._ring_row(trace), flag)]
+        writes += [op for op in (trace.written, trace.forward) if op is not None]
         if trace.measuring:
             writes.append(self._reduce(self._row(trace), count, grads, weights))
         else:  # the gradients, into the spare row, on the fit's first non-finite step only
@@ -326,8 +350,8 @@ class StepHook:
                     lambda: tf.constant(False),
                 )
             )
-        with tf.control_dependencies(writes):  # the step counts itself, last
-            return self.counts.assign_add(tf.stack([1.0, tf.cast(bad, tf.float64)]))
+        with tf.control_dependencies(writes):  # a NaN/Inf gradient counts too
+            return self.counts.assign_add(tf.stack([0.0, tf.cast(bad, tf.float64)]))
 
     def _reduce(
         self,

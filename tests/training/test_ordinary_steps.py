@@ -116,3 +116,31 @@ def test_a_model_run_eagerly_is_monitored_alike():
         np.testing.assert_allclose(
             [v.grad_l2 for v in b.variables], [v.grad_l2 for v in a.variables], rtol=1e-5
         )
+
+
+def test_steps_a_loss_scale_optimizer_skips_record_their_loss_and_no_finding():
+    # mixed float16 with inputs of size 1000: the scaled float16 gradients overflow on the
+    # first steps, and the LossScaleOptimizer skips those updates (halving its scale)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Dense(16, activation="relu", dtype="mixed_float16", name="hidden"),
+            keras.layers.Dense(2, activation="softmax", dtype="float32", name="head"),
+        ]
+    )
+    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(1e-6))
+    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
+    x, y = data(16 * 20)
+    x = x * 1000.0
+    loss = float(keras.losses.SparseCategoricalCrossentropy()(y[:16], model(x[:16])))
+    monitor = GradientMonitor(every=3)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
+    report = monitor.report
+    skipped = 20 - int(optimizer.iterations.numpy())
+    assert 0 < skipped < 19 and report.steps == 20 and report.findings == ()
+    assert report.losses[0] == pytest.approx(loss, rel=1e-3)  # float16 layers
+    assert all(math.isfinite(v) for v in report.losses)
+    for c in report.checkpoints:  # the first `skipped` steps applied no gradient
+        grads = [r.grad_l2 for r in c.layers]
+        assert (grads == [None, None]) if c.step <= skipped else all(g > 0 for g in grads)
