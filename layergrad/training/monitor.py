@@ -192,11 +192,13 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
                 read = read or self._read_rows()
                 batch = execution.batch + j
                 checkpoint = self._checkpoint(read, row, step, execution.epoch, batch, loss)
-                self._checkpoints.append(checkpoint)
-                if self._writer is not None:
-                    self._write_summaries(checkpoint, read, row)
-                if first_bad and (not math.isfinite(loss) or _any_nonfinite(checkpoint)):
-                    # (else finite values whose sum overflowed: nothing is NaN/Inf)
+                # (a flag without a NaN/Inf: finite values whose sum overflowed)
+                real = first_bad and (not math.isfinite(loss) or _any_nonfinite(checkpoint))
+                if due or real:
+                    self._checkpoints.append(checkpoint)
+                    if self._writer is not None:
+                        self._write_summaries(checkpoint, read, row)
+                if real:
                     self._nonfinite = rules.nonfinite_finding(
                         checkpoint, self._hook_order(), execution.epoch, batch
                     )

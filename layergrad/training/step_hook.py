@@ -55,7 +55,7 @@ from layergrad.core.tf_types import (
 )
 from layergrad.engine.layer_calls import capturing
 from layergrad.training import step_reductions as reductions
-from layergrad.training.step_reductions import BINS, COLUMNS, unlowered_cond
+from layergrad.training.step_reductions import BINS, COLUMNS, GRAD_NONFINITE, unlowered_cond
 
 RING = 64  # loss rows per step of an execution: the callback reads them at least this often
 
@@ -256,12 +256,14 @@ class StepHook:
         )
 
     def _forward_stats(self, trace: _Trace, row: Tensor | int) -> TFOperation:
-        """Each layer's NaN/Inf outputs and dead units, into row `row`."""
+        """Each layer's NaN/Inf outputs and dead units, and the learning rate, into `row`."""
         tf, _ = quiet_import()
         counts, dead = reductions.forward_stats(trace.outputs)
         writes = [
             self._put(self.activations, row, counts),
             self._put(self.dead, row, dead),
+            # here, not with the gradients, which an optimizer may skip
+            self._put(self.learning_rate, row, self.model.optimizer.learning_rate),
             self._put(self.forward_at, row, self._count(trace)),
         ]
         with tf.control_dependencies(writes):
@@ -340,18 +342,18 @@ class StepHook:
         flag = tf.stack([tf.cast(bad, tf.float32), loss])
         writes = [self._put(self.losses, self._ring_row(trace), flag)]
         writes += [op for op in (trace.written, trace.forward) if op is not None]
+        # Whether a gradient value is NaN/Inf: the sum's word, unless the step counted them
+        # (a sum of huge finite values can overflow; the next NaN must still be measured).
         if trace.measuring:
-            writes.append(self._reduce(self._row(trace), count, grads, weights))
+            found = self._reduce(self._row(trace), count, grads, weights)
         else:  # the gradients, into the spare row, on the fit's first non-finite step only
-            writes.append(
-                unlowered_cond(
-                    tf.logical_and(bad, self._clean(trace)),
-                    lambda: self._reduce(self.spare, count, grads, weights),
-                    lambda: tf.constant(False),
-                )
+            found = unlowered_cond(
+                tf.logical_and(bad, self._clean(trace)),
+                lambda: self._reduce(self.spare, count, grads, weights),
+                lambda: tf.identity(bad),
             )
-        with tf.control_dependencies(writes):  # a NaN/Inf gradient counts too
-            return self.counts.assign_add(tf.stack([0.0, tf.cast(bad, tf.float64)]))
+        with tf.control_dependencies(writes):
+            return self.counts.assign_add(tf.stack([0.0, tf.cast(found, tf.float64)]))
 
     def _reduce(
         self,
@@ -360,17 +362,16 @@ class StepHook:
         grads: list[Tensor | None],
         weights: list[Tensor | None],
     ) -> Tensor:
+        """Write the gradient rows (and histograms) into `row`; whether a gradient value is
+        NaN/Inf."""
         tf, _ = quiet_import()
-        writes = [
-            self._put(self.grads, row, reductions.gradient_rows(grads, weights)),
-            self._put(self.learning_rate, row, self.model.optimizer.learning_rate),
-            self._put(self.reduced_at, row, count),
-        ]
+        rows = reductions.gradient_rows(grads, weights)
+        writes = [self._put(self.grads, row, rows), self._put(self.reduced_at, row, count)]
         if self.histograms:
             counts, ranges = reductions.histograms([e.variables for e in self.layers], grads)
             writes += [self._put(self.histogram, row, counts), self._put(self.ranges, row, ranges)]
         with tf.control_dependencies(writes):
-            return tf.constant(True)
+            return tf.reduce_any(rows[:, GRAD_NONFINITE] > 0)
 
 
 def applying_optimizer(model: KerasModel) -> KerasOptimizer:

@@ -141,6 +141,38 @@ def test_steps_a_loss_scale_optimizer_skips_record_their_loss_and_no_finding():
     assert 0 < skipped < 19 and report.steps == 20 and report.findings == ()
     assert report.losses[0] == pytest.approx(loss, rel=1e-3)  # float16 layers
     assert all(math.isfinite(v) for v in report.losses)
+    assert report.learning_rate == pytest.approx(1e-6)
+    assert all(c.learning_rate == pytest.approx(1e-6) for c in report.checkpoints)
     for c in report.checkpoints:  # the first `skipped` steps applied no gradient
         grads = [r.grad_l2 for r in c.layers]
         assert (grads == [None, None]) if c.step <= skipped else all(g > 0 for g in grads)
+
+
+def test_gradients_whose_sum_overflows_are_no_finding_and_a_later_nan_is_still_named():
+    # loss = 3e38 * mean(x @ w) on inputs of ones: every step's kernel gradient is 3e38 per
+    # entry, finite, but the six sum to Inf; with a learning rate of 0 nothing changes, until
+    # the poison's NaN on call 4
+    model = keras.Sequential(
+        [
+            keras.Input((6,)),
+            NanAt(4, name="poison"),
+            keras.layers.Dense(
+                1, use_bias=False, kernel_initializer=keras.initializers.Constant(0.01), name="big"
+            ),
+        ]
+    )
+
+    def huge(y_true, y_pred):
+        return 3e38 * keras.ops.mean(y_pred)
+
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss=huge)
+    monitor = GradientMonitor(every=100)
+    x = np.ones((16 * 8, 6), "float32")
+    model.fit(x, np.zeros(16 * 8), batch_size=16, verbose=0, callbacks=[monitor])
+    report = monitor.report
+    assert report.losses[:4] == pytest.approx([3e38 * 0.06] * 4, rel=1e-5)
+    (nonfinite,) = report.findings
+    assert (nonfinite.finding, nonfinite.layer, nonfinite.step) == ("nonfinite", "poison", 5)
+    assert report.steps == 5 and [c.step for c in report.checkpoints] == [1, 5]
+    first = report.checkpoints[0].variables[0]
+    assert first.nonfinite == 0 and first.grad_l2 is not None and math.isinf(first.grad_l2)
