@@ -29,23 +29,20 @@ import numpy as np
 from layergrad.core.fit_results import (
     Checkpoint,
     FitReport,
-    LayerStats,
     TrainingFinding,
-    VariableStats,
 )
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.tf_types import KerasModel, KerasVariable, SummaryWriter
 from layergrad.core.vocab import Finding
 from layergrad.training import rules
+from layergrad.training.checkpoint_rows import checkpoint_from_rows
 from layergrad.training.step_hook import LayerVariables, StepHook, TrainFunction, trace_key
-from layergrad.training.step_reductions import DEAD, GRAD_NONFINITE, GRAD_SQ, UNITS, WEIGHT_SQ
 
 _, _keras = quiet_import()
 
 # The wrappers installed on each model (by id) until its monitored fit ends: a fit that raised
 # never calls on_train_end, and the next monitored fit of that model closes them first.
 _OPEN: dict[int, contextlib.ExitStack] = {}
-_NOT_REDUCED = np.array([0.0, 0.0, 0.0, 0.0, -1.0])  # a variable row read as "no gradient"
 
 
 class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
@@ -105,8 +102,6 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         model = self.model
         self._layers, self._variables = _layers_and_variables(model)
         self._index = {e.path: i for i, e in enumerate(self._layers)}
-        owner = {i: e.path for e in self._layers for i in e.variables}
-        self._layer_of = [owner.get(i, "") for i in range(len(self._variables))]
         rows = int(getattr(model, "steps_per_execution", 1) or 1)
         histograms = self.log_dir is not None
         key = trace_key(model, self._variables, rows, histograms)
@@ -115,7 +110,7 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             self._hook = StepHook(model, self._layers, self._variables, histograms, rows=rows)
         else:  # the same model, compiled alike: run the steps an earlier fit traced again
             self._hook = traced[1]
-            self._hook.reset()
+            self._hook.results.reset()
         steps, epochs = self.params.get("steps"), self.params.get("epochs") or 1
         self._last = steps * epochs - 1 if steps else None
         stale = _OPEN.pop(id(model), None)
@@ -145,7 +140,7 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
 
     def on_train_batch_end(self, batch: int, logs: dict[str, object] | None = None) -> None:
         hook, rows = self._hook, self._hook.rows
-        ran = 1 if rows == 1 else int(hook.counts.read_value().numpy()[0]) - self._step
+        ran = 1 if rows == 1 else hook.results.steps_run() - self._step
         self._unread.append(
             _Execution(self._step, ran, self._epoch, self._first_batch, self._measuring)
         )
@@ -153,7 +148,7 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         # Read the ring after a checkpoint, when Keras's logs (its running mean loss) show a
         # NaN/Inf, and before the next execution would write over an unread row.
         pending = self._step - self._unread[0].first
-        if self._measuring or not _finite(logs) or pending + rows > hook.ring:
+        if self._measuring or not _finite(logs) or pending + rows > hook.results.ring:
             self._read()
 
     def on_train_end(self, logs: dict[str, object] | None = None) -> None:
@@ -177,21 +172,31 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
     def _read(self) -> None:
         """Record the unread steps' losses, and the checkpoints among them."""
         hook = self._hook
-        ring = hook.losses.read_value().numpy()
+        ring = hook.results.read_losses()
         read: dict[str, np.ndarray] = {}  # the rows of the reductions, read once
         for execution in self._unread:
             for j in range(execution.ran):
                 step = execution.first + j
-                bad, loss = (float(v) for v in ring[step % hook.ring])
+                bad, loss = (float(v) for v in ring[step % hook.results.ring])
                 self._losses.append(loss)
                 first_bad = bool(bad) and self._nonfinite is None
                 due = execution.measuring and (step % self.every == 0 or step == self._last)
                 if not (due or first_bad):
                     continue
-                row = step % hook.rows if execution.measuring else hook.spare
-                read = read or self._read_rows()
+                row = step % hook.rows if execution.measuring else hook.results.spare
+                read = read or hook.results.read_rows(self._writer is not None)
                 batch = execution.batch + j
-                checkpoint = self._checkpoint(read, row, step, execution.epoch, batch, loss)
+                checkpoint = checkpoint_from_rows(
+                    read,
+                    row,
+                    step,
+                    epoch=execution.epoch,
+                    batch=batch,
+                    loss=loss,
+                    layers=self._layers,
+                    variables=self._variables,
+                    order=self._hook_order(),
+                )
                 # (a flag without a NaN/Inf: finite values whose sum overflowed)
                 real = first_bad and (not math.isfinite(loss) or _any_nonfinite(checkpoint))
                 if due or real:
@@ -209,50 +214,6 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
     def _hook_order(self) -> list[str]:
         order = [self._layers[i].path for i in self._hook.forward_order]
         return order + [e.path for e in self._layers if e.path not in order and e.variables]
-
-    def _read_rows(self) -> dict[str, np.ndarray]:
-        """Every row of the step's results (one read of each variable)."""
-        hook = self._hook
-        found = {
-            "grads": hook.grads,
-            "activations": hook.activations,
-            "dead": hook.dead,
-            "forward_at": hook.forward_at,
-            "reduced_at": hook.reduced_at,
-            "learning_rate": hook.learning_rate,
-        }
-        if self._writer is not None:
-            found |= {"histogram": hook.histogram, "ranges": hook.ranges}
-        return {k: np.asarray(v.read_value().numpy(), np.float64) for k, v in found.items()}
-
-    def _checkpoint(
-        self, read: dict[str, np.ndarray], row: int, step: int, epoch: int, batch: int, loss: float
-    ) -> Checkpoint:
-        """The checkpoint of step `step` (from 0), from its row of the results."""
-        grads, acts, dead = read["grads"][row], read["activations"][row], read["dead"][row]
-        if int(read["forward_at"][row]) != step:  # the forward pass was finite: not measured
-            acts, dead = np.zeros_like(acts), np.zeros_like(dead)
-        if int(read["reduced_at"][row]) != step:  # not reduced (an earlier sum overflowed)
-            grads = np.tile(_NOT_REDUCED, (len(grads), 1))
-        lr = float(read["learning_rate"][row])
-        variables = [
-            _variable_row(self._variables[i], self._layer_of[i], grads[i])
-            for i in range(len(self._variables))
-        ]
-        index = self._index
-        layers = [
-            _layer_row(self._layers[index[p]], grads, dead[index[p]], int(acts[index[p]]), lr)
-            for p in self._hook_order()
-        ]
-        return Checkpoint(
-            step=step + 1,
-            epoch=epoch,
-            batch=batch,
-            loss=loss,
-            learning_rate=lr,
-            layers=tuple(layers),
-            variables=tuple(variables),
-        )
 
     def _write_summaries(
         self, checkpoint: Checkpoint, read: dict[str, np.ndarray], at: int
@@ -352,40 +313,6 @@ def _layers_and_variables(model: KerasModel) -> tuple[list[LayerVariables], list
                 variables.append(v)
         layers.append(LayerVariables(path, layer, tuple(mine)))
     return layers, variables
-
-
-def _variable_row(variable: KerasVariable, layer: str, row: np.ndarray) -> VariableStats:
-    missing = row[WEIGHT_SQ] < 0
-    units = row[UNITS]
-    return VariableStats(
-        variable=f"{layer}/{variable.name}",
-        layer=layer,
-        shape=tuple(int(d) for d in variable.shape),
-        grad_l2=None if missing else float(math.sqrt(row[GRAD_SQ])),
-        weight_l2=0.0 if missing else float(math.sqrt(row[WEIGHT_SQ])),
-        nonfinite=int(row[GRAD_NONFINITE]),
-        dead_fraction=None if missing or not units else float(row[DEAD] / units),
-    )
-
-
-def _layer_row(
-    entry: LayerVariables, grads: np.ndarray, dead: np.ndarray, acts: int, lr: float
-) -> LayerStats:
-    fraction = float(dead[0] / dead[1]) if dead[1] > 0 else None
-    mine = [i for i in entry.variables if grads[i][WEIGHT_SQ] >= 0]
-    if not mine:
-        return LayerStats(entry.path, None, None, None, fraction, 0, acts)
-    grad = math.sqrt(sum(grads[i][GRAD_SQ] for i in mine))
-    weight = math.sqrt(sum(grads[i][WEIGHT_SQ] for i in mine))
-    return LayerStats(
-        layer=entry.path,
-        grad_l2=grad,
-        weight_l2=weight,
-        update_ratio=lr * grad / weight if weight > 0 else None,
-        dead_fraction=fraction,
-        nonfinite_gradient=int(sum(grads[i][GRAD_NONFINITE] for i in mine)),
-        nonfinite_activation=acts,
-    )
 
 
 def _loss_name(model: KerasModel) -> str:

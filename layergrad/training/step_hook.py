@@ -21,17 +21,10 @@ to run before each execution:
   for the forward pass, with its activations; one for the gradients, which would otherwise
   hold every activation until the gradients exist: 4% a step).
 
-Both write each step's loss and NaN/Inf flag into a ring of `ring` rows, which the callback
-reads only every so often, and count the step and the non-finite steps (`counts`). The loss
-is written, and the step counted, outside the optimizer: a `LossScaleOptimizer` skips the
-gradients' part on a step whose scaled gradients overflow. The
-results live in sync-on-read variables, the kind Keras metrics use, so `tf.distribute` sums
-(activations, loss) or takes the first replica's value (the gradients, already all-reduced)
-when the callback reads them.
-
-With `steps_per_execution = k` Keras runs k steps in one call and calls the callback once
-after them: step number s of the fit writes its reductions into row s mod k (`rows` = k), and
-the first non-finite step of an ordinary execution into the extra row k (`spare`).
+Both write each step's loss and NaN/Inf flag into the ring of losses and count the step and
+the non-finite steps, into `StepResults` (`step_results.py`). The loss is written, and the
+step counted, outside the optimizer: a `LossScaleOptimizer` skips the gradients' part on a
+step whose scaled gradients overflow.
 """
 
 from __future__ import annotations
@@ -51,13 +44,11 @@ from layergrad.core.tf_types import (
     Tensor,
     TensorTree,
     TFOperation,
-    TFVariable,
 )
 from layergrad.engine.layer_calls import capturing
 from layergrad.training import step_reductions as reductions
-from layergrad.training.step_reductions import BINS, COLUMNS, GRAD_NONFINITE, unlowered_cond
-
-RING = 64  # loss rows per step of an execution: the callback reads them at least this often
+from layergrad.training.step_reductions import GRAD_NONFINITE, unlowered_cond
+from layergrad.training.step_results import StepResults, put
 
 TrainFunction = Callable[[object], object]
 
@@ -79,7 +70,7 @@ class _Trace:
     def __init__(self, layers: int, measuring: bool) -> None:
         self.measuring = measuring  # the step that reduces everything, or the ordinary one
         self.loss: Tensor = None
-        self.counts: Tensor = None  # the fit's counts before the step (`StepHook.counts`)
+        self.counts: Tensor = None  # the fit's counts before the step (`StepResults.counts`)
         self.count: Tensor = None  # the step's number in this fit, from 0
         self.ring_row: Tensor = None  # its row in the ring of losses
         self.loss_bad: Tensor = None  # whether its loss is NaN/Inf
@@ -100,51 +91,12 @@ class StepHook:
         histograms: bool,
         rows: int = 1,
     ) -> None:
-        tf, _ = quiet_import()
         self.model, self.layers, self.variables = model, tuple(layers), tuple(variables)
         self.histograms, self.rows = histograms, max(1, int(rows))  # rows: steps per execution
-        self.spare = self.rows  # the row of an ordinary execution's first non-finite step
-        self.ring = RING * self.rows  # the rows of per-step losses
         self.forward_order: list[int] = []  # layer indices in the order the trace called them
         self._keys = {_var_key(model, v): i for i, v in enumerate(variables)}
         self._train_steps: dict[bool, Callable[[TensorTree], dict[str, Tensor]]] = {}
-        on_read = tf.VariableSynchronization.ON_READ
-        total, first = tf.VariableAggregation.SUM, tf.VariableAggregation.ONLY_FIRST_REPLICA
-        n_layers, n_vars, slots = len(self.layers), len(self.variables), self.rows + 1
-        with model.distribute_strategy.scope():
-
-            def state(
-                shape: Sequence[int], aggregation: object, name: str, fill: float | None = None
-            ) -> TFVariable:
-                dtype = tf.float32 if fill is None else tf.float64  # step numbers: exact
-                return tf.Variable(
-                    tf.fill(list(shape), tf.constant(fill or 0.0, dtype)),
-                    trainable=False,
-                    synchronization=on_read,
-                    aggregation=aggregation,
-                    name=f"layergrad_{name}",
-                )
-
-            # per step: [replicas that saw a NaN/Inf, loss], in row s mod ring
-            self.losses = state([self.ring, 2], total, "losses")
-            self.activations = state([slots, n_layers], total, "activation_nonfinite")
-            self.dead = state([slots, n_layers, 2], first, "dead_units")
-            self.grads = state([slots, n_vars, COLUMNS], first, "gradients")
-            self.learning_rate = state([slots], first, "learning_rate")
-            self.histogram = state([slots, n_layers, BINS], first, "histogram")
-            self.ranges = state([slots, n_layers, 2], first, "histogram_range")
-            # the steps the rows of the forward and of the gradient statistics are from
-            self.forward_at = state([slots], first, "forward_at", fill=-1.0)
-            self.reduced_at = state([slots], first, "reduced_at", fill=-1.0)
-            # [steps this fit has run, of them non-finite]: each step counts itself, last
-            self.counts = state([2], first, "counts", fill=0.0)
-
-    def reset(self) -> None:
-        """Start a new fit: no step run, nothing non-finite seen, no row measured."""
-        tf, _ = quiet_import()
-        self.counts.assign(tf.zeros([2], tf.float64))
-        for at in (self.forward_at, self.reduced_at):
-            at.assign(tf.fill(at.shape, tf.constant(-1.0, tf.float64)))
+        self.results = StepResults(model, len(self.layers), len(self.variables), self.rows)
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -245,13 +197,13 @@ class StepHook:
         total = tf.cast(tf.reduce_sum(loss), tf.float32)
         trace.loss_bad = ~tf.math.is_finite(total)
         flag = tf.cast(trace.loss_bad, tf.float32)
-        trace.written = self._put(self.losses, self._ring_row(trace), tf.stack([flag, total]))
+        trace.written = put(self.results.losses, self._ring_row(trace), tf.stack([flag, total]))
         if trace.measuring:
             trace.forward = self._forward_stats(trace, self._row(trace))
             return
         trace.forward = unlowered_cond(
             tf.logical_and(trace.loss_bad, self._clean(trace)),
-            lambda: self._forward_stats(trace, self.spare),
+            lambda: self._forward_stats(trace, self.results.spare),
             lambda: tf.constant(False),
         )
 
@@ -260,11 +212,11 @@ class StepHook:
         tf, _ = quiet_import()
         counts, dead = reductions.forward_stats(trace.outputs)
         writes = [
-            self._put(self.activations, row, counts),
-            self._put(self.dead, row, dead),
+            put(self.results.activations, row, counts),
+            put(self.results.dead, row, dead),
             # here, not with the gradients, which an optimizer may skip
-            self._put(self.learning_rate, row, self.model.optimizer.learning_rate),
-            self._put(self.forward_at, row, self._count(trace)),
+            put(self.results.learning_rate, row, self.model.optimizer.learning_rate),
+            put(self.results.forward_at, row, self._count(trace)),
         ]
         with tf.control_dependencies(writes):
             return tf.constant(True)
@@ -279,7 +231,7 @@ class StepHook:
         """The step's number in this fit. `counts` is read once per step, before the step
         counts itself, and outside any branch (a tensor made in one stays there)."""
         if trace.count is None:
-            trace.counts = self.counts.read_value()
+            trace.counts = self.results.counts.read_value()
             trace.count = trace.counts[0]
         return trace.count
 
@@ -287,14 +239,14 @@ class StepHook:
         """The step's row in the ring of losses."""
         tf, _ = quiet_import()
         if trace.ring_row is None:
-            trace.ring_row = tf.math.floormod(self._count(trace), self.ring)
+            trace.ring_row = tf.math.floormod(self._count(trace), self.results.ring)
         return trace.ring_row
 
     def _count_step(self, trace: _Trace) -> TFOperation:
         """The step counts itself (and a NaN/Inf loss), last, whatever the optimizer did."""
         tf, _ = quiet_import()
         bad = tf.constant(False) if trace.loss_bad is None else trace.loss_bad
-        return self.counts.assign_add(tf.stack([1.0, tf.cast(bad, tf.float64)]))
+        return self.results.counts.assign_add(tf.stack([1.0, tf.cast(bad, tf.float64)]))
 
     def _row(self, trace: _Trace) -> Tensor | int:
         """The row of a measuring step's results: its number modulo the rows."""
@@ -302,18 +254,6 @@ class StepHook:
         if self.rows == 1:
             return 0
         return tf.math.floormod(tf.cast(self._count(trace), tf.int32), self.rows)
-
-    def _put(self, variable: TFVariable, row: Tensor | int, value: Tensor) -> TFOperation:
-        """Write `value` into row `row` of a result variable."""
-        tf, _ = quiet_import()
-        value = tf.cast(value, variable.dtype)
-        index = tf.reshape(tf.cast(row, tf.int32), [1, 1])
-        try:
-            return variable.scatter_nd_update(index, value[None])  # in place
-        except NotImplementedError:  # a strategy's sync-on-read variable: write it whole
-            return variable.assign(
-                tf.tensor_scatter_nd_update(variable.read_value(), index, value[None])
-            )
 
     def _record(self, trace: _Trace, reduced: list[tuple[Tensor, KerasVariable]]) -> TFOperation:
         """The step's writes: its loss and NaN/Inf flag, and the gradient reductions."""
@@ -340,7 +280,7 @@ class StepHook:
         bad = ~tf.math.is_finite(total)
         count = self._count(trace)
         flag = tf.stack([tf.cast(bad, tf.float32), loss])
-        writes = [self._put(self.losses, self._ring_row(trace), flag)]
+        writes = [put(self.results.losses, self._ring_row(trace), flag)]
         writes += [op for op in (trace.written, trace.forward) if op is not None]
         # Whether a gradient value is NaN/Inf: the sum's word, unless the step counted them
         # (a sum of huge finite values can overflow; the next NaN must still be measured).
@@ -349,11 +289,11 @@ class StepHook:
         else:  # the gradients, into the spare row, on the fit's first non-finite step only
             found = unlowered_cond(
                 tf.logical_and(bad, self._clean(trace)),
-                lambda: self._reduce(self.spare, count, grads, weights),
+                lambda: self._reduce(self.results.spare, count, grads, weights),
                 lambda: tf.identity(bad),
             )
         with tf.control_dependencies(writes):
-            return self.counts.assign_add(tf.stack([0.0, tf.cast(found, tf.float64)]))
+            return self.results.counts.assign_add(tf.stack([0.0, tf.cast(found, tf.float64)]))
 
     def _reduce(
         self,
@@ -366,10 +306,13 @@ class StepHook:
         NaN/Inf."""
         tf, _ = quiet_import()
         rows = reductions.gradient_rows(grads, weights)
-        writes = [self._put(self.grads, row, rows), self._put(self.reduced_at, row, count)]
+        writes = [put(self.results.grads, row, rows), put(self.results.reduced_at, row, count)]
         if self.histograms:
             counts, ranges = reductions.histograms([e.variables for e in self.layers], grads)
-            writes += [self._put(self.histogram, row, counts), self._put(self.ranges, row, ranges)]
+            writes += [
+                put(self.results.histogram, row, counts),
+                put(self.results.ranges, row, ranges),
+            ]
         with tf.control_dependencies(writes):
             return tf.reduce_any(rows[:, GRAD_NONFINITE] > 0)
 

@@ -1,0 +1,87 @@
+"""A checkpoint of a monitored fit, from the rows of the step's results (`StepResults`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from layergrad.core.fit_results import Checkpoint, LayerStats, VariableStats
+from layergrad.core.tf_types import KerasVariable
+from layergrad.training.step_hook import LayerVariables
+from layergrad.training.step_reductions import DEAD, GRAD_NONFINITE, GRAD_SQ, UNITS, WEIGHT_SQ
+
+_NOT_REDUCED = np.array([0.0, 0.0, 0.0, 0.0, -1.0])  # a variable row read as "no gradient"
+
+
+def checkpoint_from_rows(
+    read: dict[str, np.ndarray],
+    row: int,
+    step: int,
+    *,
+    epoch: int,
+    batch: int,
+    loss: float,
+    layers: Sequence[LayerVariables],
+    variables: Sequence[KerasVariable],
+    order: Sequence[str],
+) -> Checkpoint:
+    """The checkpoint of step `step` (from 0), from row `row` of the results `read`; its
+    layers in `order` (their paths)."""
+    grads, acts, dead = read["grads"][row], read["activations"][row], read["dead"][row]
+    if int(read["forward_at"][row]) != step:  # the forward pass was finite: not measured
+        acts, dead = np.zeros_like(acts), np.zeros_like(dead)
+    if int(read["reduced_at"][row]) != step:  # the optimizer skipped the step's update
+        grads = np.tile(_NOT_REDUCED, (len(grads), 1))
+    lr = float(read["learning_rate"][row])
+    owner = {i: e.path for e in layers for i in e.variables}
+    index = {e.path: i for i, e in enumerate(layers)}
+    return Checkpoint(
+        step=step + 1,
+        epoch=epoch,
+        batch=batch,
+        loss=loss,
+        learning_rate=lr,
+        layers=tuple(
+            _layer_row(layers[index[p]], grads, dead[index[p]], int(acts[index[p]]), lr)
+            for p in order
+        ),
+        variables=tuple(
+            _variable_row(v, owner.get(i, ""), grads[i]) for i, v in enumerate(variables)
+        ),
+    )
+
+
+def _variable_row(variable: KerasVariable, layer: str, row: np.ndarray) -> VariableStats:
+    missing = row[WEIGHT_SQ] < 0
+    units = row[UNITS]
+    return VariableStats(
+        variable=f"{layer}/{variable.name}",
+        layer=layer,
+        shape=tuple(int(d) for d in variable.shape),
+        grad_l2=None if missing else float(math.sqrt(row[GRAD_SQ])),
+        weight_l2=0.0 if missing else float(math.sqrt(row[WEIGHT_SQ])),
+        nonfinite=int(row[GRAD_NONFINITE]),
+        dead_fraction=None if missing or not units else float(row[DEAD] / units),
+    )
+
+
+def _layer_row(
+    entry: LayerVariables, grads: np.ndarray, dead: np.ndarray, acts: int, lr: float
+) -> LayerStats:
+    fraction = float(dead[0] / dead[1]) if dead[1] > 0 else None
+    mine = [i for i in entry.variables if grads[i][WEIGHT_SQ] >= 0]
+    if not mine:
+        return LayerStats(entry.path, None, None, None, fraction, 0, acts)
+    grad = math.sqrt(sum(grads[i][GRAD_SQ] for i in mine))
+    weight = math.sqrt(sum(grads[i][WEIGHT_SQ] for i in mine))
+    return LayerStats(
+        layer=entry.path,
+        grad_l2=grad,
+        weight_l2=weight,
+        update_ratio=lr * grad / weight if weight > 0 else None,
+        dead_fraction=fraction,
+        nonfinite_gradient=int(sum(grads[i][GRAD_NONFINITE] for i in mine)),
+        nonfinite_activation=acts,
+    )

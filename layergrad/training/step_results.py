@@ -1,0 +1,103 @@
+"""Where the monitored training step leaves its results, and how the callback reads them.
+
+Sync-on-read variables, the kind Keras metrics use, so `tf.distribute` sums (activations,
+loss) or takes the first replica's value (the gradients, already all-reduced) when the
+callback reads them. With `steps_per_execution = k` (`rows` = k) a measuring step s writes
+its reductions into row s mod k, and an ordinary execution's first non-finite step into the
+extra row k (`spare`); every step writes its loss and NaN/Inf flag into row s mod `ring` of
+`losses`, which the callback reads only every so often.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_types import KerasModel, Tensor, TFOperation, TFVariable
+from layergrad.training.step_reductions import BINS, COLUMNS
+
+RING = 64  # loss rows per step of an execution: the callback reads them at least this often
+
+
+class StepResults:
+    """The variables one monitored fit writes (made in the model's distribution strategy)."""
+
+    def __init__(self, model: KerasModel, layers: int, variables: int, rows: int = 1) -> None:
+        tf, _ = quiet_import()
+        self.rows = max(1, int(rows))  # steps per execution
+        self.spare = self.rows  # the row of an ordinary execution's first non-finite step
+        self.ring = RING * self.rows  # the rows of per-step losses
+        on_read = tf.VariableSynchronization.ON_READ
+        total, first = tf.VariableAggregation.SUM, tf.VariableAggregation.ONLY_FIRST_REPLICA
+        slots = self.rows + 1
+        with model.distribute_strategy.scope():
+
+            def state(
+                shape: Sequence[int], aggregation: object, name: str, fill: float | None = None
+            ) -> TFVariable:
+                dtype = tf.float32 if fill is None else tf.float64  # step numbers: exact
+                return tf.Variable(
+                    tf.fill(list(shape), tf.constant(fill or 0.0, dtype)),
+                    trainable=False,
+                    synchronization=on_read,
+                    aggregation=aggregation,
+                    name=f"layergrad_{name}",
+                )
+
+            # per step: [replicas that saw a NaN/Inf, loss], in row s mod ring
+            self.losses = state([self.ring, 2], total, "losses")
+            self.activations = state([slots, layers], total, "activation_nonfinite")
+            self.dead = state([slots, layers, 2], first, "dead_units")
+            self.grads = state([slots, variables, COLUMNS], first, "gradients")
+            self.learning_rate = state([slots], first, "learning_rate")
+            self.histogram = state([slots, layers, BINS], first, "histogram")
+            self.ranges = state([slots, layers, 2], first, "histogram_range")
+            # the steps the rows of the forward and of the gradient statistics are from
+            self.forward_at = state([slots], first, "forward_at", fill=-1.0)
+            self.reduced_at = state([slots], first, "reduced_at", fill=-1.0)
+            # [steps this fit has run, of them non-finite]: each step counts itself, last
+            self.counts = state([2], first, "counts", fill=0.0)
+
+    def reset(self) -> None:
+        """Start a new fit: no step run, nothing non-finite seen, no row measured."""
+        tf, _ = quiet_import()
+        self.counts.assign(tf.zeros([2], tf.float64))
+        for at in (self.forward_at, self.reduced_at):
+            at.assign(tf.fill(at.shape, tf.constant(-1.0, tf.float64)))
+
+    def steps_run(self) -> int:
+        """The steps this fit has run (one read)."""
+        return int(self.counts.read_value().numpy()[0])
+
+    def read_losses(self) -> np.ndarray:
+        """[ring, 2]: each row's NaN/Inf flag and loss (one read)."""
+        return np.asarray(self.losses.read_value().numpy())
+
+    def read_rows(self, histograms: bool) -> dict[str, np.ndarray]:
+        """Every row of the reductions (one read of each variable)."""
+        found = {
+            "grads": self.grads,
+            "activations": self.activations,
+            "dead": self.dead,
+            "forward_at": self.forward_at,
+            "reduced_at": self.reduced_at,
+            "learning_rate": self.learning_rate,
+        }
+        if histograms:
+            found |= {"histogram": self.histogram, "ranges": self.ranges}
+        return {k: np.asarray(v.read_value().numpy(), np.float64) for k, v in found.items()}
+
+
+def put(variable: TFVariable, row: Tensor | int, value: Tensor) -> TFOperation:
+    """Write `value` into row `row` of a result variable (graph code)."""
+    tf, _ = quiet_import()
+    value = tf.cast(value, variable.dtype)
+    index = tf.reshape(tf.cast(row, tf.int32), [1, 1])
+    try:
+        return variable.scatter_nd_update(index, value[None])  # in place
+    except NotImplementedError:  # a strategy's sync-on-read variable: write it whole
+        return variable.assign(
+            tf.tensor_scatter_nd_update(variable.read_value(), index, value[None])
+        )
