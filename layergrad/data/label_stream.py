@@ -147,24 +147,46 @@ def open_labelled(
             f"--data {text} holds the inputs alone; save the labels beside them in a .npz "
             "(np.savez(FILE, x=x, y=y))",
         )
+    how = _Opening(text, tuple(specs), request, batch_size, limit, shard, replicas, first_sample,
+                   strict)  # fmt: skip
     if kind == "npz":
-        return _npz(text, specs, request, batch_size, limit, shard, first_sample, strict)
-    if kind == "images":
-        return _folder(text, specs, request, batch_size, limit, shard, first_sample, strict)
-    return _function(text, specs, request, batch_size, limit, shard, replicas, first_sample, strict)
+        return _npz(how)
+    return _folder(how) if kind == "images" else _function(how)
 
 
-def _npz(
-    text: str,
-    specs: Sequence[InputSpec],
-    request: LabelRequest,
-    batch_size: int,
-    limit: int | None,
-    shard: Shard | None,
-    first_sample: int,
-    strict: bool,
-) -> Labelled:
-    chosen = _npz_labels(text, request.outputs, strict)
+@dataclass(frozen=True)
+class _Opening:
+    """What `open_labelled` was asked: each reader's arguments."""
+
+    text: str
+    specs: tuple[InputSpec, ...]
+    request: LabelRequest
+    batch_size: int
+    limit: int | None
+    shard: Shard | None
+    replicas: int
+    first_sample: int
+    strict: bool
+
+    def stream(
+        self,
+        dataset: Dataset,
+        rows: int | None,
+        part: Part | None,
+        failure: Failure,
+        labels: Sequence[str],
+        found: Sequence[images.ImageFile] | None = None,
+    ) -> DataStream:
+        """The source's `DataStream` of these batches (`sources.finish_stream`)."""
+        return finish_stream(
+            self.text, self.specs, dataset, rows, part, failure, self.batch_size, self.limit,
+            self.shard, self.first_sample, labels=labels, found=found,
+        )  # fmt: skip
+
+
+def _npz(how: _Opening) -> Labelled:
+    text, specs, batch_size, limit = how.text, how.specs, how.batch_size, how.limit
+    chosen = _npz_labels(text, how.request.outputs, how.strict)
     if not chosen:
         return Labelled(
             None,
@@ -174,10 +196,9 @@ def _npz(
     failure, alone = Failure(), Failure()
     signature = (*batch_signature(specs), *batch_signature(chosen))
     dataset, rows, part = npz_batches(
-        text, specs, batch_size, limit, signature, failure, shard, labels=chosen
+        text, specs, batch_size, limit, signature, failure, how.shard, labels=chosen
     )
-    stream = finish_stream(text, specs, dataset, rows, part, failure, batch_size, limit, shard,
-                           first_sample, labels=[s.name for s in chosen])  # fmt: skip
+    stream = how.stream(dataset, rows, part, failure, labels=[s.name for s in chosen])
     only, _, _ = npz_batches(text, chosen, batch_size, limit, batch_signature(chosen), alone)
     return Labelled(stream, labels=only, failure=alone)
 
@@ -263,17 +284,9 @@ def folder_form(request: LabelRequest, classes: int, where: str) -> FolderForm:
     return FolderForm("int")
 
 
-def _folder(
-    text: str,
-    specs: Sequence[InputSpec],
-    request: LabelRequest,
-    batch_size: int,
-    limit: int | None,
-    shard: Shard | None,
-    first_sample: int,
-    strict: bool,
-) -> Labelled:
+def _folder(how: _Opening) -> Labelled:
     tf, _ = quiet_import()
+    text, request, strict, limit = how.text, how.request, how.strict, how.limit
     where = f"--data {text}"
     listing = images.class_listing(text)
     if not listing.classes:
@@ -311,31 +324,21 @@ def _folder(
         return tf.data.Dataset.from_tensor_slices(ids[start:stop]).map(form.encode)
 
     dataset, rows, part = image_batches(
-        text, specs, batch_size, limit, shard, listing.images, column
+        text, how.specs, how.batch_size, limit, how.shard, listing.images, column
     )
-    stream = finish_stream(text, specs, dataset, rows, part, Failure(), batch_size, limit,
-                           shard, first_sample, labels=["y"], found=listing.images)  # fmt: skip
-    only = column(0, len(ids) if limit is None else limit).batch(batch_size)
+    stream = how.stream(dataset, rows, part, Failure(), labels=["y"], found=listing.images)
+    only = column(0, len(ids) if limit is None else limit).batch(how.batch_size)
     return Labelled(stream, labels=only.map(lambda y: (y,)), classes=listing.classes)
 
 
-def _function(
-    text: str,
-    specs: Sequence[InputSpec],
-    request: LabelRequest,
-    batch_size: int,
-    limit: int | None,
-    shard: Shard | None,
-    replicas: int,
-    first_sample: int,
-    strict: bool,
-) -> Labelled:
+def _function(how: _Opening) -> Labelled:
     tf, _ = quiet_import()
+    text, specs, shard = how.text, how.specs, how.shard
     failure = Failure()
-    context = input_context(shard, replicas)
-    batches = function_source(text, specs, batch_size, limit, batch_signature(specs), failure,
-                              context, outputs=request.outputs,
-                              weights_ignored=not strict)  # fmt: skip
+    context = input_context(shard, how.replicas)
+    batches = function_source(text, specs, how.batch_size, how.limit, batch_signature(specs),
+                              failure, context, outputs=how.request.outputs,
+                              weights_ignored=not how.strict)  # fmt: skip
     if not batches.labelled:
         return Labelled(
             None,
@@ -345,9 +348,6 @@ def _function(
     part = None
     if shard is not None and batches.sharded:  # the function returned its own shard
         part = Part(batches.dataset.prefetch(tf.data.AUTOTUNE), None)
-    stream = finish_stream(
-        text, specs, batches.dataset, batches.rows, part, failure, batch_size, limit, shard,
-        first_sample, labels=request.keys(),
-    )  # fmt: skip
+    stream = how.stream(batches.dataset, batches.rows, part, failure, labels=how.request.keys())
     n = len(specs)
     return Labelled(stream, labels=stream.whole.map(lambda *b: b[n:]), failure=failure)
