@@ -97,13 +97,7 @@ def locate_labels(
             f"one output{f' ({names[0]})' if names else ''}; give y as one array"
         )
     if isinstance(y, dict):
-        missing = [n for n in names if n not in y]
-        if missing:
-            raise InputError(
-                f"{where}: the labels are keyed {sorted(map(str, y))} but the model's outputs "
-                f"are {names}; missing: {', '.join(missing)}"
-            )
-        return [(*base, n) for n in names]
+        return _by_name(y, names, base, f"{where}: the labels dict", "outputs")
     if isinstance(y, (tuple, list)) and len(y) == len(names):
         return [(*base, i) for i in range(len(names))]
     raise InputError(
@@ -171,12 +165,17 @@ def read_labels(
 
 
 def _by_name(
-    mapping: dict[str, TensorTree], names: list[str], prefix: Path, where: str
+    mapping: dict[str, TensorTree],
+    names: list[str],
+    prefix: Path,
+    where: str,
+    what: str = "inputs",
 ) -> list[Path]:
+    """The path of each of the model's `what` (its names) in a dict keyed by them."""
     missing = [n for n in names if n not in mapping]
     if missing:
         raise InputError(
-            f"{where} has keys {sorted(map(str, mapping))} but the model's inputs are {names}; "
+            f"{where} has keys {sorted(map(str, mapping))} but the model's {what} are {names}; "
             f"missing: {', '.join(missing)}"
         )
     return [(*prefix, n) for n in names]
