@@ -5,12 +5,9 @@ is a clear error and never a false regression.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping
-from pathlib import Path
-from typing import NoReturn
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.limits import MAX_BATCH_SIZE, MAX_SEED
@@ -23,7 +20,7 @@ from layergrad.files.gradient_profile import (
     ProfileRow,
     cause_text,
 )
-from layergrad.files.guards import require_regular
+from layergrad.files.json_document import read_json_document
 from layergrad.files.json_fields import JsonFields
 
 SCAN_SCHEMA = "layergrad.scan/1"
@@ -43,32 +40,8 @@ def load_profile(path: str | os.PathLike[str], name: str | None = None) -> Profi
         InputError: the file is missing, too large, not JSON, not a `layergrad.scan/1`
             document, or malformed; the message names the file and what is wrong.
     """
-    text = os.fspath(path)
-    where = name or text
-    if os.path.exists(text) and not os.path.isdir(text):  # a FIFO would block, /dev/zero never end
-        require_regular(Path(text), "a scan JSON file", lambda m: InputError(f"{where}: {m}"))
-    try:
-        with open(text, "rb") as handle:
-            data = handle.read(MAX_PROFILE_BYTES + 1)
-    except FileNotFoundError:
-        raise InputError(f"{where}: no such file; {REMAKE}") from None
-    except IsADirectoryError:
-        raise InputError(f"{where} is a directory; expected a scan JSON file; {REMAKE}") from None
-    except OSError as exc:
-        raise InputError(f"{where}: cannot read it ({exc.strerror})") from None
-    if len(data) > MAX_PROFILE_BYTES:
-        raise InputError(
-            f"{where} is larger than {MAX_PROFILE_BYTES / 2**20:g} MiB, far more than a scan JSON "
-            f"holds; {REMAKE}"
-        )
-    try:
-        doc = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
-    except UnicodeDecodeError:
-        raise InputError(f"{where} is not a JSON document (not UTF-8 text); {REMAKE}") from None
-    except ValueError as exc:
-        raise InputError(f"{where} is not a JSON document ({exc}); {REMAKE}") from None
-    except RecursionError:  # a scan JSON is 4 levels deep; the parser recurses per level
-        raise InputError(f"{where} is nested too deeply for a scan JSON; {REMAKE}") from None
+    where = name or os.fspath(path)
+    doc = read_json_document(path, where, MAX_PROFILE_BYTES, "a scan JSON", REMAKE)
     return profile_from_json(doc, where)
 
 
@@ -81,10 +54,6 @@ def _unicode_text(value: str, fields: _Fields, name: str) -> str:
         raise fields.error(name, "text (it holds a lone surrogate escape such as \\ud800)",
                            "a broken string") from None  # fmt: skip
     return value
-
-
-def _no_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not valid JSON")
 
 
 def profile_from_json(doc: object, where: str = "scan JSON") -> Profile:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from pathlib import Path
-from typing import NoReturn, TypeVar
+from typing import TypeVar
 
 from layergrad.core.errors import InputError
 from layergrad.core.results import (
@@ -36,7 +35,7 @@ from layergrad.core.results import (
     SpectralNorms,
 )
 from layergrad.core.vocab import CauseCode, Flag, JacobianMethod, Status, Word
-from layergrad.files.guards import require_regular
+from layergrad.files.json_document import read_json_document
 from layergrad.files.json_fields import NUMBER, OPTIONAL, JsonFields
 
 INSPECT_SCHEMA, SCAN_SCHEMA = "layergrad.inspect/1", "layergrad.scan/1"
@@ -54,29 +53,8 @@ def read_report(path: str | os.PathLike[str]) -> InspectReport | ScanReport:
             member missing or of the wrong type.
     """
     where = os.fspath(path)
-    require_regular(Path(where), EXPECTED, InputError)
-    try:
-        with open(where, "rb") as handle:
-            data = handle.read(MAX_REPORT_BYTES + 1)
-    except OSError as exc:
-        raise InputError(f"{where}: cannot read it ({exc.strerror or exc})") from None
-    if len(data) > MAX_REPORT_BYTES:
-        raise InputError(
-            f"{where} is larger than {MAX_REPORT_BYTES // 2**20} MiB, far more than a report "
-            f"holds; expected {EXPECTED}"
-        )
-    try:
-        doc = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        detail = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)[:80]
-        raise InputError(
-            f"{where} is not a JSON document ({detail}); expected {EXPECTED}"
-        ) from None
+    doc = read_json_document(path, where, MAX_REPORT_BYTES, "a report", f"expected {EXPECTED}")
     return report_from_json(doc, where)
-
-
-def _no_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not valid JSON")
 
 
 def report_from_json(doc: object, where: str = "report") -> InspectReport | ScanReport:
