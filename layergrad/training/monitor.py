@@ -253,7 +253,11 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         if chance is None:
             chance = rules.chance_loss(_loss_name(model), _output_units(model))
         findings = rules.findings(
-            self._losses, self._checkpoints, self._nonfinite, chance_loss=chance
+            self._losses,
+            self._checkpoints,
+            self._nonfinite,
+            chance_loss=chance,
+            heads=_heads(model, self._layers),
         )
         return FitReport(
             model=str(model.name),
@@ -313,6 +317,17 @@ def _layers_and_variables(model: KerasModel) -> tuple[list[LayerVariables], list
                 variables.append(v)
         layers.append(LayerVariables(path, layer, tuple(mine)))
     return layers, variables
+
+
+def _heads(model: KerasModel, layers: list[LayerVariables]) -> list[str]:
+    """The paths of the layers that make the model's outputs (empty: not known)."""
+    paths = {id(e.layer): e.path for e in layers}
+    try:
+        made = [getattr(t, "_keras_history", None) for t in model.outputs]
+    except (AttributeError, ValueError, TypeError):
+        return []
+    found = [paths.get(id(h[0])) for h in made if h is not None]
+    return [p for p in found if p is not None] if all(found) and found else []
 
 
 def _loss_name(model: KerasModel) -> str:
