@@ -39,6 +39,7 @@ from layergrad.core.vocab import Finding
 from layergrad.training import rules
 from layergrad.training.checkpoint_rows import checkpoint_from_rows
 from layergrad.training.model_facts import (
+    heads,
     is_built,
     layers_and_variables,
     loss_name,
@@ -334,7 +335,11 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             self._last is None or self._stopped_at <= self._last
         )
         findings = rules.findings(
-            self._losses, self._checkpoints, self._nonfinite, chance_loss=chance
+            self._losses,
+            self._checkpoints,
+            self._nonfinite,
+            chance_loss=chance,
+            heads=heads(model, self._layers),
         )
         return FitReport(
             model=str(model.name),
