@@ -6,8 +6,9 @@ every op that reads its values casts them to integers, directly or through ops t
 values (reshape, slice, identity, a cast to another float type); reading only its shape
 (`tf.shape(x)` for positions) or comparing it (`x != 0` for a padding mask) does not count.
 Any other use (arithmetic, a matmul, a call the trace does not show) keeps it a float input.
-The valid ids are those of the smallest table the integers index (`GatherV2` params): the
-first axis of the Embedding's weights.
+The integers must index something (a gather, a one-hot, a lookup table): integers used as
+numbers are not ids. The valid ids are those of the smallest table they index (`GatherV2`
+params: the first axis of the Embedding's weights; a one-hot's depth).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ MOVES = {
 }  # fmt: skip
 VALUE_FREE = {"Shape", "ShapeN", "Size", "Rank"}
 COMPARES = {"Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual", "IsNan"}
+INDEXING = {"GatherV2", "Gather", "ResourceGather"}  # the ids are input 1
 SEARCH_DEPTH = 12  # ops between the cast to integers and the table it indexes
 
 _FOUND: weakref.WeakKeyDictionary[KerasModel, dict[str, int | None]] = weakref.WeakKeyDictionary()
@@ -62,9 +64,10 @@ def _trace(model: KerasModel) -> dict[str, int | None]:
         if not placeholder.dtype.is_floating:
             continue
         casts = _integer_casts(placeholder)
-        if casts:
-            bounds = [b for b in (_table_size(c) for c in casts) if b is not None]
-            out[tensor.name] = min(bounds) if bounds else None
+        tables = [_tables(c) for c in casts or []]
+        if any(t is not None for t in tables):
+            sizes = [size for t in tables if t for size in t]
+            out[tensor.name] = min(sizes) if sizes else None
     return out
 
 
@@ -89,19 +92,38 @@ def _integer_casts(placeholder: Tensor) -> list[Tensor] | None:
     return casts or None
 
 
-def _table_size(ids: Tensor) -> int | None:
-    """The rows of the smallest table `ids` index (a gather's params), following integer ops."""
+def _tables(ids: Tensor) -> list[int] | None:
+    """The rows of the tables `ids` index (a gather's params; a one-hot's depth), following
+    integer ops; None when they index nothing (integers used as numbers are not ids)."""
     sizes: list[int] = []
+    indexed = False
     todo, seen = deque([(ids, 0)]), set()
     while todo:
         tensor, depth = todo.popleft()
         for op in tensor.consumers():
-            if op.type in ("GatherV2", "Gather") and len(op.inputs) > 1 and op.inputs[1] is tensor:
+            if op.type in INDEXING and len(op.inputs) > 1 and op.inputs[1] is tensor:
+                indexed = True
                 rows = op.inputs[0].shape[0] if op.inputs[0].shape.rank else None
                 if rows:
                     sizes.append(int(rows))
                 continue
+            if op.type in ("OneHot", "LookupTableFindV2", "DenseBincount", "Bincount"):
+                indexed = True
+                if op.type == "OneHot":
+                    sizes += _constant(op.inputs[1])
+                continue
             if depth < SEARCH_DEPTH and op.name not in seen:
                 seen.add(op.name)
                 todo.extend((o, depth + 1) for o in op.outputs if o.dtype.is_integer)
-    return min(sizes) if sizes else None
+    return sizes if indexed else None
+
+
+def _constant(tensor: Tensor) -> list[int]:
+    """The value of a scalar integer constant, as a list of one; else empty."""
+    if tensor.op.type != "Const":
+        return []
+    try:
+        value = tensor.op.get_attr("value")
+        return [int(value.int_val[0])] if value.int_val and int(value.int_val[0]) > 0 else []
+    except (ValueError, IndexError, AttributeError):
+        return []
