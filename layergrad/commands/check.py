@@ -199,6 +199,9 @@ def _dynamic(
             raise UsageError(str(exc)) from exc
         add("forward", f"not run: {exc}")
         return
+    except Exception as exc:  # no labels are read yet: a failure here is the forward check's
+        add("forward", f"the probe batch could not be made: {describe(exc)}", [Finding.ERROR])
+        return
     if session.batch.labels:
         from layergrad.data.labels import summarise_arrays
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 DEFAULT_STEPS = 300
 SHUFFLE_BUFFER = 10_000  # samples held for shuffling at most: memory stays bounded
 SHUFFLE_BYTES = 64 << 20  # and at most this many bytes of inputs (64 MiB: images are large)
+TEXT_ITEM_BYTES = 256  # a string in the shuffle buffer, counted generously (a sentence)
 
 
 @dataclass(frozen=True)
@@ -246,7 +247,8 @@ def _dataset(model: KerasModel, stream: DataStream, options: FitOptions, samples
         return x, model_targets(model, batch[n:])
 
     row_bytes = sum(
-        math.prod(int(d or 1) for d in s.shape) * np.dtype(tf_dtype(s.dtype)).itemsize
+        math.prod(int(d or 1) for d in s.shape)
+        * (TEXT_ITEM_BYTES if s.dtype == "string" else np.dtype(tf_dtype(s.dtype)).itemsize)
         for s in stream.specs
     )
     buffer = max(1, min(samples or SHUFFLE_BUFFER, SHUFFLE_BUFFER, SHUFFLE_BYTES // row_bytes))
