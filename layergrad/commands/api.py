@@ -103,14 +103,13 @@ def inspect_model(
         imports=imports,
         unsafe=unsafe,
     )
-    results = _inspect(session, source, targets, how)
-    trained, untrained = _train_untrained_batchnorm(session)
-    if untrained and any(res.status != Status.OK for res in results):
-        # never-trained BatchNormalization does not normalize in inference: probe as training
-        # runs it (the rule of scan and check), and say so
-        from layergrad.commands.untrained_batchnorm import training_mode_note
+    from layergrad.commands.untrained_batchnorm import in_training, probe_in_training
 
-        session, said = trained, training_mode_note(untrained)
+    results = _inspect(session, source, targets, how)
+    wrong = any(res.status != Status.OK for res in results)
+    said = probe_in_training(session.model, session.options.training, wrong)
+    if said:  # never-trained BatchNormalization: probe again as training runs it
+        session = in_training(session)
         results = tuple(
             replace(res, warnings=(*res.warnings, said))
             for res in _inspect(session, source, targets, how)
@@ -163,22 +162,6 @@ def _inspect(
     if live is not None and how is not None:
         results = jacobian.with_jacobians(results, live, how)
     return results
-
-
-def _train_untrained_batchnorm(session: Session) -> tuple[Session, list[str]]:
-    """The session in training mode when its model has never-trained BatchNormalization (the
-    rule `scan` and `check` apply), with those layers; unchanged otherwise."""
-    from layergrad.commands.untrained_batchnorm import untrained_batchnorm
-    from layergrad.diagnose.diagnoser import Diagnoser
-
-    if session.options.training:
-        return session, []
-    untrained = untrained_batchnorm(session.model)
-    if not untrained:
-        return session, []
-    options = replace(session.options, training=True)
-    diagnoser = Diagnoser(session.model, session.batch, session.info.graph, True, options.reduce)
-    return replace(session, options=options, diagnoser=diagnoser), untrained
 
 
 def scan_model(
