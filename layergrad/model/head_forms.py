@@ -191,7 +191,7 @@ def _head(graph: ModelGraph, name: str) -> Head:
             if "Dropout" in feeding.class_name:  # Dense -> Dropout -> Softmax: dropped logits
                 dropout = dropout or feeding.path
     return Head(name, entry.path, activation, units, dropout, before, before_layer,
-                entry.class_name)  # fmt: skip
+                entry.class_name.split(">")[-1])  # fmt: skip
 
 
 def _has_own_weights(entry: LayerEntry) -> bool:
