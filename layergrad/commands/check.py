@@ -209,6 +209,9 @@ def _dynamic(
         judge_on_probe(model, None, info, options.loss, add)
         add("forward", f"not run: {exc}")
         return
+    except Exception as exc:  # no labels are read yet: a failure here is the forward check's
+        add("forward", f"the probe batch could not be made: {describe(exc)}", [Finding.ERROR])
+        return
     judge_on_probe(model, session.batch.arrays, info, options.loss, add)
     if session.batch.labels:
         from layergrad.data.labels import summarise_arrays
