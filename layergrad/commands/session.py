@@ -172,7 +172,10 @@ def probe_batch(model: KerasModel, options: ProbeOptions) -> ProbeBatch:
         except InputError:  # a subclassed model: its inputs are whatever the file holds
             specs = None
         return probe_input.load_batch(options.input_file, specs)
-    specs = probe_input.input_specs(model)
+    try:
+        specs = probe_input.input_specs(model)
+    except InputError:  # a subclassed model: the shape it was built with, if its file says
+        specs = probe_input.built_input_specs(model) or probe_input.input_specs(model)
     return probe_input.random_batch(
         specs,
         options.rows,

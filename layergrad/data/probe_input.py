@@ -80,6 +80,26 @@ def input_specs(model: KerasModel) -> tuple[InputSpec, ...]:
     )
 
 
+def _label(name: str | None) -> bool:
+    return name is not None and is_label(name)
+
+
+def built_input_specs(model: KerasModel) -> tuple[InputSpec, ...] | None:
+    """The input of a model that declares none (a subclassed model) from the shape it was
+    built with (`build_config.input_shape` in its file); None when that is not one shape."""
+    try:
+        shape = (model.get_build_config() or {}).get("input_shape")
+    except (AttributeError, TypeError, ValueError):
+        return None
+    sizes = list(shape) if isinstance(shape, (list, tuple)) else []
+    if len(sizes) < 2 or not all(d is None or (type(d) is int and d > 0) for d in sizes):
+        return None
+    dtype = str(getattr(model, "compute_dtype", None) or "float32")
+    if np.dtype(_np_dtype(dtype)).kind != "f":
+        dtype = "float32"
+    return (InputSpec("input", tuple(sizes[1:]), dtype),)
+
+
 def random_batch(
     specs: Sequence[InputSpec],
     batch_size: int,
@@ -178,9 +198,16 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
     headers, arrays = read_arrays(text)
     _require_rows(headers, text)
     names = [h.name for h in headers]
-    if specs is None:
-        keys = tuple(n or "input" for n in names)
-        return ProbeBatch(tuple(arrays), keys, text, None)
+    if specs is None:  # the inputs are the arrays but the labels (`y`, `y:NAME`)
+        kept = [(n or "input", a) for n, a in zip(names, arrays, strict=True) if not _label(n)]
+        given = {n: a for n, a in zip(names, arrays, strict=True) if n and _label(n)}
+        if not kept:
+            raise InputError(
+                f"--input {text} holds only labels ({', '.join(given)}); save the inputs "
+                "beside them (`x`)"
+            )
+        keys = tuple(n for n, _ in kept)
+        return ProbeBatch(tuple(a for _, a in kept), keys, text, None, given or None)
     labels = None
     if names == [None]:
         if len(specs) != 1:
