@@ -11,6 +11,7 @@ multi-worker` a worker's part is a contiguous range of rows, cut as header and f
 
 from __future__ import annotations
 
+import os
 import sys
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
@@ -42,10 +43,27 @@ def npy_input_layout(path: str, specs: Sequence[InputSpec]) -> NpyLayout:
 
 
 def npy_batches(
-    path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None, shard: Shard | None
+    path: str,
+    specs: Sequence[InputSpec],
+    batch_size: int,
+    limit: int | None,
+    shard: Shard | None,
+    signature: tuple[TensorSpec, ...] = (),
+    failure: Failure | None = None,
 ) -> tuple[Dataset, int, Part | None]:
+    """The rows of a `.npy` in batches: read in place by tf.data, or (saved in Fortran order,
+    its rows not records) by `NpyRows` under `signature`, errors kept in `failure`."""
     layout = npy_input_layout(path, specs)
     rows = layout.shape[0]
+    if layout.fortran:
+
+        def read() -> Iterator[tuple[np.ndarray, ...]]:
+            with open(path, "rb") as stream:
+                reader = NpyRows(stream, path, os.path.getsize(path))
+                for part in _chunks([reader], batch_size, limit):
+                    yield (fit_array(part[0], specs[0], f"--data {path}"),)
+
+        return python_dataset(read, signature, failure or Failure(), path), rows, None
     return (
         records([layout], specs, batch_size, limit),
         rows,
