@@ -103,7 +103,7 @@ def loss_fits(info: FileInfo, loss: str | None, add: Add) -> None:
     if not found:
         add("loss", "the compiled loss fits every output")
         return
-    text = "; ".join(f"{m.message}. Use {m.hint}" for m in found)
+    text = "; ".join(f"{m.message}. Fix: {m.hint}" for m in found)
     add("loss", text, [Finding.LOSS_MISMATCH])
 
 
