@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -33,7 +34,7 @@ from layergrad.commands.baseline import (
 )
 from layergrad.commands.check_options import CheckOptions
 from layergrad.commands.check_steps import Add
-from layergrad.core.errors import LayergradError, UsageError, describe
+from layergrad.core.errors import LayergradError, UsageError, describe, one_line
 from layergrad.core.probe_options import PathLike
 from layergrad.core.results import CheckItem, FileVerdict, ScanReport, WeightScanReport
 from layergrad.core.vocab import Finding
@@ -116,14 +117,26 @@ def check_file(
         running[0] = CHECKS[min(CHECKS.index(name) + 1, len(CHECKS) - 1)]
         return passed
 
-    try:
-        _run(path, options, add, baseline)
-    except UsageError:
-        raise
-    except (Exception, SystemExit) as exc:  # one bad file must not sink (or pass) the run
-        message = f"failed unexpectedly: {type(exc).__name__}: {describe(exc)}"
-        add(running[0], message, [Finding.ERROR])
+    # the API never prints: a warning Keras (or a custom layer) gives while the file loads or
+    # runs is recorded at the end of the file's last check message, not left to the caller
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            _run(path, options, add, baseline)
+        except UsageError:
+            raise
+        except (Exception, SystemExit) as exc:  # one bad file must not sink (or pass) the run
+            message = f"failed unexpectedly: {type(exc).__name__}: {describe(exc)}"
+            add(running[0], message, [Finding.ERROR])
+    said = list(dict.fromkeys(one_line(str(w.message))[:200] for w in caught))[:MAX_WARNINGS]
+    if said and items:
+        last = items[-1]
+        text = "; ".join(said)
+        items[-1] = replace(last, message=f"{last.message} (warned while checking: {text})")
     return _verdict(path, items)
+
+
+MAX_WARNINGS = 3  # distinct warnings recorded per file
 
 
 CHECKS = (
