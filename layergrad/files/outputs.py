@@ -59,7 +59,8 @@ def check_target(
 ) -> Path:
     """Refuse ``path`` as the target of ``option`` before anything runs (see the module doc).
 
-    ``kind`` is "xml", "npy", "npz" or "chart"; ``inputs`` are the files and folders this run
+    ``kind`` is "xml", "npy", "npz", "chart" or "keras" (`fix --output`: an existing
+    model file is replaced only with ``force``); ``inputs`` are the files and folders this run
     reads (a folder protects everything inside it); ``force`` allows replacing an existing
     file layergrad did not write.
 
@@ -109,6 +110,7 @@ _KIND_NAMES = {
     "npy": "a .npy array",
     "npz": "a .npz archive of arrays",
     "chart": "a chart (PNG, SVG or PDF)",
+    "keras": "to be replaced (a model file is replaced only with --force)",
 }
 _JUNIT_MARK = b'<testsuite name="layergrad.check"'
 _CHART_MAGIC = (b"\x89PNG\r\n\x1a\n", b"%PDF-")
@@ -164,6 +166,8 @@ def _is_kind(p: Path, kind: str) -> bool:
             body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
             svg = body.startswith((b"<?xml", b"<svg", b"<!DOCTYPE svg")) and b"<svg" in body
             return body.startswith(_CHART_MAGIC) or svg
+        if kind == "keras":
+            return False
         with zipfile.ZipFile(p) as zf:
             return all(name.endswith(".npy") for name in zf.namelist())
     except (OSError, zipfile.BadZipFile):
