@@ -48,30 +48,25 @@ def train(
     found: Sequence[str] = (),
 ) -> tuple[Run, FitReport | None]:
     """Train the model in `path` (never written) and summarise the run; `found` are its
-    check findings, joined by the training findings."""
-    from layergrad.commands.fit import FitOptions, fit_model
-    from layergrad.files.file_info import read_file_info
-    from layergrad.model.loss_fit import output_heads
-    from layergrad.training.rules import chance_loss
+    check findings, joined by the training findings. `final` is the loss of the trained
+    model's predictions (`fix_training`), else the last tenth of the training losses."""
+    from layergrad.commands.fit import FitOptions
+    from layergrad.commands.fix_training import train_and_score
 
     assert isinstance(fit_options, FitOptions)
     try:
-        report = fit_model(path, data, fit_options, limit=limit, imports=imports, unsafe=unsafe)
+        report, served, chance = train_and_score(
+            path, data, fit_options, limit=limit, imports=list(imports), unsafe=unsafe
+        )
     except LayergradError as exc:
         return Run("-", findings=tuple(found), error=str(exc)), None
     except Exception as exc:
         return Run("-", findings=tuple(found), error=describe(exc)), None
-    info = read_file_info(path, read_weights=False)
-    heads = output_heads(info.config, info.graph) if info.graph.known else []
-    units = [h.units or 1 for h in heads]
-    trivial = chance_loss(report.loss_name, units)
     findings = dict.fromkeys(found)
     for f in report.findings:
         findings.setdefault(str(f.finding), None)
-    return (
-        Run(report.loss_name, report.losses, trivial, _final(report.losses), tuple(findings)),
-        report,
-    )
+    final = served if served is not None else _final(report.losses)
+    return Run(report.loss_name, report.losses, chance, final, tuple(findings)), report
 
 
 def _final(losses: Sequence[float | None]) -> float | None:

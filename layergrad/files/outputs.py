@@ -98,8 +98,9 @@ def check_target(
         raise OutputError(f"{option} {path} is {what}; expected a file name to write")
     _require_writable_folder(p, option)
     if not force and not _is_kind(p, kind):
+        what = f" and is not {_KIND_NAMES[kind]}" if kind in _KIND_NAMES else ""
         raise OutputError(
-            f"{option} {path} exists and is not {_KIND_NAMES[kind]}; refusing to overwrite it; "
+            f"{option} {path} exists{what}; refusing to overwrite it; "
             "delete it, choose another file name, or pass --force"
         )
     return p
@@ -110,7 +111,6 @@ _KIND_NAMES = {
     "npy": "a .npy array",
     "npz": "a .npz archive of arrays",
     "chart": "a chart (PNG, SVG or PDF)",
-    "keras": "to be replaced (a model file is replaced only with --force)",
 }
 _JUNIT_MARK = b'<testsuite name="layergrad.check"'
 _CHART_MAGIC = (b"\x89PNG\r\n\x1a\n", b"%PDF-")
