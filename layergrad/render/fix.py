@@ -73,6 +73,8 @@ def table(report: FixReport, *, color: bool = False, width: int | None = 100) ->
         items.append(Text("\nverdicts:", style="bold"))
         for r in report.repairs:
             why = f": {r.why}" if r.why else ""
+            if not why and r.verdict == "not run":
+                why = ": no --data, nothing was trained"
             items.append(Text(f"  {r.verdict:<13} {r.finding}{why}", style=_style(r)))
     for u in report.unrepaired:
         hint = f" Fix by hand: {u.hint}" if u.hint else ""
