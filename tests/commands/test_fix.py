@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import zipfile
 
@@ -256,17 +257,27 @@ def test_with_data_the_head_gets_the_units_the_labels_need(tmp_path):
     assert repair.verdict == "verified", repair.why
 
 
-def test_every_format_renders_and_escapes(tmp_path):
+def test_every_format_renders_and_escapes_names_from_the_file(tmp_path):
+    import keras
+
     from layergrad.render import render
 
-    report = fix_model(
-        sample("bug_relu_before_softmax.keras"),
-        options=FixOptions(output=str(tmp_path / "o.keras")),
-    )
+    name = "h<i>x<i>`"
+    inputs = keras.Input((4,), name="x")
+    hidden = keras.layers.Dense(4, activation="relu", name="dense")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(1, activation="relu", name=name)(hidden))
+    model.compile(optimizer="adam", loss="binary_crossentropy")
+    path = tmp_path / "m.keras"
+    model.save(path)
+    report = fix_model(path, options=FixOptions(output=str(tmp_path / "o.keras")))
+    (repair,) = report.repairs
+    assert repair.layer == name
     markdown = render("fix", "markdown", report)
-    assert '```suggestion\nDense(3, activation="linear")  # logits\n' in markdown
+    assert '```suggestion\nDense(1, activation="sigmoid")  # h<i>x<i>`\n```\n' in markdown
+    prose = re.sub(r"(`+) .*? \1|(`+)[^`]*?\2", "", markdown.split("```suggestion")[0])
+    assert "<i>" not in prose  # outside code spans and the block, the name is escaped
     page = render("fix", "html", report)
-    assert "<script" not in page and "http" not in page.replace("http://www.w3.org", "")
+    assert "<i>x<i>" not in page and "h&lt;i&gt;x&lt;i&gt;" in page
     table = render("fix", "table", report)
     assert table.index("changes:") < table.index("verdicts:")
-    assert json.loads(render("fix", "json", report))["repairs"][0]["layer"] == "logits"
+    assert json.loads(render("fix", "json", report))["repairs"][0]["layer"] == name
