@@ -9,6 +9,7 @@ own message and hint. One plan that fixes two findings (a softmax over one unit 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -50,7 +51,8 @@ def plan_repairs(
                     done.update(plan.covers)
             continue
         unrepaired.append(_unrepaired(finding, verdict, fit))
-    return plans, unrepaired
+    covered = {c for p in plans for c in p.covers}
+    return plans, [u for u in unrepaired if u.finding not in covered]
 
 
 def _plans(
@@ -81,6 +83,8 @@ def _plans(
         return [plan] if plan else []
     if finding in (F.DIVERGING, F.NOT_LEARNING) and fit is not None:
         plan = rw.learning_rate(fit, finding)
+        if plan is not None and finding == F.DIVERGING and fit.stopped == F.NONFINITE:
+            plan = replace(plan, covers=(F.NONFINITE,))  # the NaN the divergence ended in
         return [plan] if plan else []
     return []
 
@@ -91,8 +95,6 @@ def _one_unit_softmax(plan: Plan) -> bool:
 
 def _covering(plan: Plan, heads: HeadRules) -> Plan:
     """A head repair that also makes a constant output vary covers `constant_output`."""
-    from dataclasses import replace
-
     if _one_unit_softmax(plan):
         return replace(plan, covers=(F.CONSTANT_OUTPUT,))
     return plan

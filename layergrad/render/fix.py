@@ -78,7 +78,8 @@ def table(report: FixReport, *, color: bool = False, width: int | None = 100) ->
             items.append(Text(f"  {r.verdict:<13} {r.finding}{why}", style=_style(r)))
     for u in report.unrepaired:
         hint = f" Fix by hand: {u.hint}" if u.hint else ""
-        items.append(Text(f"no mechanical repair for {u.finding}: {u.message}.{hint}"))
+        gone = " (gone after the repairs)" if u.finding not in report.after else ""
+        items.append(Text(f"no mechanical repair for {u.finding}{gone}: {u.message}.{hint}"))
     ok = report.ok
     items.append(Text(verdict_line(report), style="green" if ok else "bold red"))
     items += [Text(f"note: {n}") for n in report.notes]

@@ -281,3 +281,56 @@ def test_every_format_renders_and_escapes_names_from_the_file(tmp_path):
     table = render("fix", "table", report)
     assert table.index("changes:") < table.index("verdicts:")
     assert json.loads(render("fix", "json", report))["repairs"][0]["layer"] == name
+
+
+@pytest.mark.slow
+def test_raw_pixels_get_a_rescaling_layer_in_front(tmp_path):
+    import keras
+
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, size=(1024, 12)).astype("float32")
+    y = (pixels[:, 0] > 85).astype("int64") + (pixels[:, 0] > 170)  # learnable from pixel 0
+    data = tmp_path / "pixels.npz"
+    np.savez(data, pixels=pixels, y=y)
+    out = tmp_path / "o.keras"
+    report = fix_model(sample("bug_unscaled_input.keras"), data,
+                       FixOptions(output=str(out), steps=300))  # fmt: skip
+    (repair,) = [r for r in report.repairs if r.finding == "input_range"]
+    assert repair.layer == "pixels"
+    copy = keras.saving.load_model(out, compile=False)
+    rescaling = copy.get_layer("rescaling")
+    assert abs(rescaling.scale - 1 / 255) < 1e-9
+    # the copy computes what the original computes on pixels / 255 (weights kept)
+    original = keras.saving.load_model(sample("bug_unscaled_input.keras"), compile=False)
+    np.testing.assert_allclose(
+        copy.predict(pixels[:8], verbose=0), original.predict(pixels[:8] / 255, verbose=0),
+        rtol=1e-5, atol=1e-6,
+    )  # fmt: skip
+    assert "input_range" not in report.after
+    assert repair.verdict == "verified", repair.why
+
+
+@pytest.mark.slow
+def test_a_diverging_learning_rate_is_scaled_to_the_update_ratio(tmp_path):
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((6,), name="x")
+    hidden = keras.layers.Dense(16, activation="relu", name="dense")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(5, activation="softmax", name="head")(hidden))
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=30.0),
+                  loss="sparse_categorical_crossentropy")  # fmt: skip
+    path = tmp_path / "m.keras"
+    model.save(path)
+    out = tmp_path / "o.keras"
+    report = fix_model(path, _learnable(tmp_path, "ids"), FixOptions(output=str(out), steps=200))
+    (repair,) = report.repairs
+    assert repair.finding == "diverging" and repair.layer is None
+    rate = _config(out)["compile_config"]["optimizer"]["config"]["learning_rate"]
+    assert 1e-4 < rate < 0.3  # brought from 30 to where an update moves weights ~1e-3
+    assert repair.code == (
+        f"optimizer=SGD(learning_rate=30) -> optimizer=SGD(learning_rate={rate:g})",
+    )
+    assert not report.unrepaired  # the NaN it ended in is covered by the same repair
+    assert repair.verdict == "verified", repair.why
+    assert report.ok
