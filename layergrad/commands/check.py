@@ -97,10 +97,18 @@ def check_file(
     items: list[CheckItem] = []
     running = [CHECKS[0]]
 
-    def add(name: str, message: str, findings: Sequence[Finding] = ()) -> bool:
+    def add(
+        name: str, message: str, findings: Sequence[Finding] = (), replace: bool = False
+    ) -> bool:
+        """Record a check's verdict; `replace` completes the verdict of a check run before."""
         passed = not set(findings) & options.fail_on
         warned = tuple(f for f in findings if f not in options.fail_on)
-        items.append(CheckItem(name, passed, message, tuple(findings), warned))
+        item = CheckItem(name, passed, message, tuple(findings), warned)
+        earlier = [i for i, c in enumerate(items) if c.name == name]
+        if replace and earlier:
+            items[earlier[-1]] = item
+            return passed
+        items.append(item)
         running[0] = CHECKS[min(CHECKS.index(name) + 1, len(CHECKS) - 1)]
         return passed
 
@@ -140,7 +148,7 @@ def _run(
     if not steps.safe(info, options.imports, options.unsafe, add):
         return
     steps.weights(info, add)
-    steps.loss_fits(info, options.loss, add)
+    steps.loss_fits(info, options.loss, add, probe_follows=not options.static_only)
     if not options.static_only:
         _dynamic(path, info, options, add, baseline)
 
@@ -156,6 +164,7 @@ def _dynamic(
     add: Add,
     baseline: Baseline | None = None,
 ) -> None:
+    from layergrad.commands.check_heads import judge_on_probe
     from layergrad.commands.scan import scan_session
     from layergrad.commands.session import session_for
     from layergrad.commands.untrained_batchnorm import untrained_batchnorm
@@ -197,8 +206,13 @@ def _dynamic(
         if baseline is not None or options.probe.input_file is not None:
             # a batch the user asked for does not fit: the command is wrong, not the file
             raise UsageError(str(exc)) from exc
+        judge_on_probe(model, None, info, options.loss, add)
         add("forward", f"not run: {exc}")
         return
+    except Exception as exc:  # no labels are read yet: a failure here is the forward check's
+        add("forward", f"the probe batch could not be made: {describe(exc)}", [Finding.ERROR])
+        return
+    judge_on_probe(model, session.batch.arrays, info, options.loss, add)
     if session.batch.labels:
         from layergrad.data.labels import summarise_arrays
 

@@ -211,9 +211,12 @@ def probe_line(p: ProbeMeta, what: str) -> str:
     source = f"random (seed {p.seed})" if p.source == "random" else p.source
     if p.drawn:
         source = f"random (seed {p.seed}; {p.drawn})"
+    shards = p.shards or 1
     if p.samples is not None:  # --data
-        source += f" ({p.samples:,} samples)"
-    replicas = f", {p.replicas} replicas" if p.replicas and p.replicas > 1 else ""
+        merged = f" in {shards} shards" if shards > 1 else ""
+        source += f" ({p.samples:,} samples{merged})"
+    # a merge sums its shards' devices: one each is no more than its shards
+    replicas = f", {p.replicas} replicas" if p.replicas and p.replicas > shards else ""
     return f"probe: {source}, batch {p.batch_size}{replicas}, {mode}, {what}"
 
 

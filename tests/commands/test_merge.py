@@ -324,3 +324,58 @@ def test_a_merged_jacobian_report_renders_without_its_percentiles(fmt, residual_
     assert code == 0 and out.strip(), out
     if fmt == "table":
         assert "20 samples" in out and "p50 n/a (shards do not combine)" in out
+
+
+# ------------------------------------------------------------------ shards given twice, edited
+
+
+def test_a_shard_given_twice_is_refused(two_shards, tmp_path):
+    _, paths, docs = two_shards
+    assert "same file as" in refused(paths[0], paths[1], paths[0])
+    link = tmp_path / "link.json"
+    link.symlink_to(paths[1])
+    assert "same file as" in refused(paths[0], paths[1], str(link))
+    copy = write(tmp_path, "copy.json", docs[0])
+    line = refused(paths[0], copy)
+    assert "copy.json" in line and "twice" in line
+    # the same data under two reports (another run over one shard's file)
+    again = {
+        **docs[1],
+        "probe": {**docs[1]["probe"], "data_sha256": docs[0]["probe"]["data_sha256"]},
+    }
+    assert docs[0]["probe"]["data_sha256"]
+    assert "same data" in refused(paths[0], write(tmp_path, "again.json", again))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("l2", 1.7e308, "gradient.l2 is 1.7e+308"),
+        ("l2", "1e999", "gradient.l2 is Infinity"),
+        ("mean_abs", -0.5, "gradient.mean_abs is -0.5"),
+        ("zero_fraction", 5, "gradient.zero_fraction is 5"),
+        ("nonfinite", -1, "gradient.nonfinite is -1"),
+        ("max_abs", 1e6, "gradient.max_abs is 1000000.0, expected a number at most l2"),
+    ],
+)
+def test_numbers_out_of_range_are_refused_naming_shard_and_field(
+    field, value, said, two_shards, tmp_path
+):
+    _, paths, docs = two_shards
+    doc = json.loads(json.dumps(docs[1]))
+    row = next(i for i, r in enumerate(doc["layers"]) if r.get("gradient"))
+    doc["layers"][row]["gradient"][field] = 0.0 if value == "1e999" else value
+    text = json.dumps(doc)
+    if value == "1e999":  # Python's json writes no such number: put it in by hand
+        text = text.replace('"l2": 0.0', '"l2": 1e999', 1)
+    (tmp_path / "edited.json").write_text(text)
+    line = refused(paths[0], str(tmp_path / "edited.json"))
+    assert line.startswith("error: ") and "edited.json" in line, line
+    assert f"layers[{row}].{said}" in line, line
+
+
+def test_merged_table_says_shards_not_replicas(two_shards):
+    _, paths, _ = two_shards
+    code, out = cli("merge", *paths)
+    assert code == 0 and "(20 samples in 2 shards)" in out, out
+    assert "replicas" not in out
