@@ -24,8 +24,9 @@ from layergrad.commands.repair_plan import (
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
 from layergrad.model import config_edit as ed
-from layergrad.model.loss_fit import LINEAR_CLASSES, WEIGHTED, Head, output_heads
-from layergrad.model.loss_fit import per_output as loss_specs
+from layergrad.model.head_forms import Head, output_heads
+from layergrad.model.linear_stacks import whole_network
+from layergrad.model.loss_forms import per_output as loss_specs
 from layergrad.model.target_fit import LabelSummary
 
 CHANGES_LOSS = "the loss changes"
@@ -141,7 +142,7 @@ class HeadRules:
         if spec is None:
             return self._all_linear(head)
         loss, logits = spec
-        act, units = head.activation, head.units or 0
+        act, units = _activation(head), head.units or 0
         probs = act in ("softmax", "sigmoid")
         ids = y is not None and y.integers and y.width == 1 and not y.one_hot
         multi_hot = y is not None and y.width > 1 and not y.one_hot and y.low >= 0 and y.high <= 1
@@ -247,12 +248,9 @@ class HeadRules:
         """Every weight layer but the head linear: an activation on the hidden ones."""
         if len(self.heads) != 1:
             return None
-        hidden = [
-            e for e in self.info.graph.layers
-            if not e.is_model and e.path != head.layer and e.class_name.startswith(WEIGHTED)
-            and e.class_name in LINEAR_CLASSES
-            and str(e.config.get("activation") or "linear") == "linear"
-        ]  # fmt: skip
+        stack = whole_network(self.info.graph, head.layer)
+        entries = [self.info.graph.get(p) for p in (stack.layers if stack else ())]
+        hidden = [e for e in entries if e is not None and e.path != head.layer]
         if not hidden:
             return None
         code = tuple(
@@ -274,7 +272,7 @@ class HeadRules:
         if y is None or not y.count:
             return None
         loss = spec[0] if spec else ""
-        act, units = head.activation, head.units or 0
+        act, units = _activation(head), head.units or 0
         sparse = loss.startswith("sparse_categorical")
         one_hot_loss = loss.startswith("categorical_")
         ids = y.integers and y.width == 1 and y.low >= 0
@@ -381,3 +379,9 @@ def _move_before(moved: str, before: str) -> Any:
         ed.insert_before(c, before, entry)
 
     return edit
+
+
+def _activation(head: Head) -> str:
+    """What the head applies last: from the file, else what its values showed on the probe."""
+    observed = getattr(head, "observed", None)
+    return head.activation if head.known or not observed else str(observed)

@@ -111,9 +111,7 @@ def _layer_activation(class_name: str, config: Mapping[str, object], module: obj
     return UNKNOWN
 
 
-def _builtin_with_activation(
-    class_name: str, config: Mapping[str, object], module: object
-) -> bool:
+def _builtin_with_activation(class_name: str, config: Mapping[str, object], module: object) -> bool:
     """A Keras layer (convolutions, recurrent layers...) whose config names its activation."""
     keras_module = module is None or (isinstance(module, str) and module.startswith("keras"))
     return keras_module and "activation" in config and ">" not in class_name

@@ -50,9 +50,10 @@ def _run_text(run: Run | None) -> str:
 
 def _facts(report: FixReport) -> list[tuple[str, str]]:
     facts = [("model", f"{report.path} ({report.model_class})")]
-    facts.append(("findings", ", ".join(report.before) or "none"))
+    found = ", ".join(report.before) or "none"
     if report.repairs:
-        facts.append(("after the repairs", ", ".join(report.after) or "none"))
+        found += f"; after the repairs: {', '.join(report.after) or 'none'}"
+    facts.append(("findings", found))
     facts.append(("repaired copy", report.output or "not written"))
     if report.data:
         facts.append(("trained", f"{report.steps} steps on {report.data}, same batches"))
@@ -65,12 +66,12 @@ def table(report: FixReport, *, color: bool = False, width: int | None = 100) ->
     """The facts, the changes (code lines), then the verdicts."""
     items: list[RenderableType] = [Text(f"{k}: {v}") for k, v in _facts(report)]
     if report.repairs:
-        items.append(Text("\nchanges:", style="bold"))
+        items.append(Text("changes:", style="bold"))
         for r in report.repairs:
             where = f" at {r.layer}" if r.layer else ""
             items.append(Text(f"  {r.finding}{where}: {r.change}"))
             items += [Text(f"    {line}", style="cyan") for line in r.code]
-        items.append(Text("\nverdicts:", style="bold"))
+        items.append(Text("verdicts:", style="bold"))
         for r in report.repairs:
             why = f": {r.why}" if r.why else ""
             if not why and r.verdict == "not run":
