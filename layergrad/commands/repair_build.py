@@ -107,12 +107,22 @@ def build(
 
 
 def _normalise_optimizer(keras: Any, compiled: dict[str, Any]) -> None:
-    """An optimizer saved as a name (`"adam"`) becomes its full config, so its learning rate
-    can be edited."""
+    """The optimizer as a full Keras 3 config, so its learning rate can be edited and the copy
+    compiled: a name (`"adam"`) or a legacy `.h5` `optimizer_config` (no module) is turned
+    into one."""
+    if "optimizer" not in compiled and "optimizer_config" in compiled:
+        compiled["optimizer"] = compiled.pop("optimizer_config")
+    compiled.pop("optimizer_config", None)
     optimizer = compiled.get("optimizer")
-    if isinstance(optimizer, str):
+    legacy = isinstance(optimizer, dict) and "module" not in optimizer
+    if isinstance(optimizer, str) or legacy:
         with contextlib.suppress(ValueError, TypeError):  # unknown: compile refuses it later
-            compiled["optimizer"] = keras.optimizers.serialize(keras.optimizers.get(optimizer))
+            made = (
+                keras.optimizers.get(optimizer)
+                if isinstance(optimizer, str)
+                else keras.optimizers.deserialize(optimizer)
+            )
+            compiled["optimizer"] = keras.optimizers.serialize(made)
 
 
 def _carry_weights(old: KerasModel, new: KerasModel, fresh: set[tuple[str, str]]) -> None:

@@ -10,6 +10,7 @@ head's activation already says it. No TensorFlow.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from layergrad.commands.repair_plan import (
@@ -126,6 +127,8 @@ class HeadRules:
             y = self.labels.get(head.name)
             rule = self._targets if finding == Finding.TARGET_MISMATCH else self._head
             plan = rule(head, spec, y)
+            if plan is not None and _activation(head) == "softmax" and head.units == 1:
+                plan = replace(plan, covers=(Finding.CONSTANT_OUTPUT,))  # always 1.0 before
             if plan is not None:
                 found.append(plan)
             elif wanted:

@@ -64,12 +64,10 @@ def _plans(
     fit: FitReport | None,
 ) -> list[Plan]:
     if finding in (F.LOSS_MISMATCH, F.TARGET_MISMATCH):
-        found, _ = heads.plans(finding, set())
-        return [_covering(p, heads) for p in found]
+        return heads.plans(finding, set())[0]
     if finding == F.CONSTANT_OUTPUT:
-        found = [p for p in heads.plans(F.LOSS_MISMATCH, set())[0] if _one_unit_softmax(p)]
-        if found:
-            return []  # the loss_mismatch repair covers it (planned there)
+        if any(F.CONSTANT_OUTPUT in p.covers for p in heads.plans(F.LOSS_MISMATCH, set())[0]):
+            return []  # the head's repair (planned for loss_mismatch) makes it vary
         plan = rw.biases(info, weights, finding)
         return [plan] if plan else []
     if finding == F.DEAD:
@@ -89,29 +87,35 @@ def _plans(
     return []
 
 
-def _one_unit_softmax(plan: Plan) -> bool:
-    return any("softmax" in line and "(1," in line for line in plan.code)
-
-
-def _covering(plan: Plan, heads: HeadRules) -> Plan:
-    """A head repair that also makes a constant output vary covers `constant_output`."""
-    if _one_unit_softmax(plan):
-        return replace(plan, covers=(F.CONSTANT_OUTPUT,))
-    return plan
-
-
 def _unrepaired(finding: str, verdict: FileVerdict, fit: FitReport | None) -> Unrepaired:
     """A finding without a mechanical repair: check's (or training's) message and hint."""
     for item in verdict.checks:
         if finding in item.findings:
             message, hint = _split(item.message)
-            return Unrepaired(finding, None, message, hint)
+            return Unrepaired(finding, None, message, _hint(finding, hint))
     if fit is not None:
         for f in fit.findings:
             if str(f.finding) == finding:
                 message, hint = _split(f.message)
-                return Unrepaired(finding, f.layer, message, hint)
-    return Unrepaired(finding, None, "", "")
+                return Unrepaired(finding, f.layer, message, _hint(finding, hint))
+    return Unrepaired(finding, None, "", _hint(finding, ""))
+
+
+# What to do by hand when the finding's own message carries no hint.
+HINTS = {
+    F.VANISHING: "ReLU-family activations with he_normal kernels in the deep stack, or "
+    "BatchNormalization / residual connections between its layers",
+    F.EXPLODING: "smaller initial kernels (glorot_uniform; he_normal for ReLU), gradient "
+    "clipping (clipnorm=1.0), or BatchNormalization",
+    F.DEAD: "a smaller learning rate, LeakyReLU, or he_normal kernels with zero biases",
+    F.BLOCKED: "remove the non-differentiable operation or stop_gradient on the path (see the "
+    "cause in check's message)",
+    F.NO_GRADIENT: "connect the variable's layer to the output, or freeze it (trainable=False)",
+}
+
+
+def _hint(finding: str, hint: str) -> str:
+    return hint or HINTS.get(finding, "")  # type: ignore[call-overload]
 
 
 def _split(message: str) -> tuple[str, str]:

@@ -334,3 +334,60 @@ def test_a_diverging_learning_rate_is_scaled_to_the_update_ratio(tmp_path):
     assert not report.unrepaired  # the NaN it ended in is covered by the same repair
     assert repair.verdict == "verified", repair.why
     assert report.ok
+
+
+def test_two_heads_each_repair_alone_and_together(tmp_path):
+    """Two outputs, each with its own wrong loss (a dict of losses): two repairs, each copy
+    with one of them still has the other's finding, the copy with both is clean."""
+    import keras
+
+    inputs = keras.Input((6,), name="x")
+    trunk = keras.layers.Dense(8, activation="relu", name="trunk")(inputs)
+    yes = keras.layers.Dense(1, activation="softmax", name="yes")(trunk)
+    kind = keras.layers.Dense(3, activation="softmax", name="kind")(trunk)
+    model = keras.Model(inputs, {"yes": yes, "kind": kind})
+    model.compile(optimizer="adam", loss={"yes": "binary_crossentropy", "kind": "mse"})
+    path = tmp_path / "two.keras"
+    model.save(path)
+    out = tmp_path / "o.keras"
+    report = fix_model(path, options=FixOptions(output=str(out)))
+    codes = {r.layer: r.code for r in report.repairs}
+    assert codes["yes"] == (
+        'Dense(1, activation="softmax") -> Dense(1, activation="sigmoid") at yes',
+    )
+    assert codes["kind"] == ('loss={"kind": "mse"} -> loss={"kind": "categorical_crossentropy"}',)
+    for repair in report.repairs:  # alone, the other head's mismatch remains
+        assert "loss_mismatch" not in repair.gone
+    assert "loss_mismatch" not in report.after and "constant_output" not in report.after
+    config = _config(out)
+    assert config["compile_config"]["loss"] == {
+        "yes": "binary_crossentropy", "kind": "categorical_crossentropy"
+    }  # fmt: skip
+    assert _layer(config, "yes")["activation"] == "sigmoid"
+    assert _findings(out) == set()
+
+
+def test_a_legacy_h5_model_is_repaired_into_a_keras_copy(tmp_path):
+    import keras
+
+    inputs = keras.Input((6,), name="x")
+    hidden = keras.layers.Dense(8, activation="relu", name="dense")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(1, activation="relu", name="head")(hidden))
+    model.compile(optimizer="adam", loss="binary_crossentropy")
+    path = tmp_path / "legacy.h5"
+    model.save(path)
+    out = tmp_path / "o.keras"
+    report = fix_model(path, options=FixOptions(output=str(out)))
+    assert [r.layer for r in report.repairs] == ["head"]
+    assert _layer(_config(out), "head")["activation"] == "sigmoid"
+    assert "loss_mismatch" not in _findings(out)
+
+
+def test_the_default_output_is_named_after_the_model_in_the_working_directory(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli.main, ["fix", sample("bug_logits_twice.keras")])
+    assert result.exit_code == 1, result.output
+    assert (tmp_path / "bug_logits_twice.fixed.keras").is_file()
+    assert "loss_mismatch" not in _findings(tmp_path / "bug_logits_twice.fixed.keras")
