@@ -17,16 +17,26 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
-from timing import timed
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = str(ROOT / "sample_models" / "bug_softmax_one_unit.keras")
 CLI = [sys.executable, "-m", "layergrad"]
+
+
+def timed(cmd: list[str]) -> float:
+    """Wall-clock seconds of one run of `cmd` (exit 0 or 1: the bug model fails check)."""
+    start = time.perf_counter()
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}")
+    return time.perf_counter() - start
 
 
 def main() -> None:

@@ -233,17 +233,16 @@ class HeadRules:
             weighted = None
             if drop is not None and len(drop.inbound) == 1:
                 weighted = drop.inbound[0]
-                w = self.info.graph.get(weighted)
-                if w is not None and w.class_name in ("Softmax", "Activation", "ReLU"):
+                found = self.info.graph.get(weighted)
+                if found is not None and found.class_name in ("Softmax", "Activation", "ReLU"):
                     weighted = self._units_layer(weighted)
             if weighted is None:
                 return None
             moved = head.dropout
-            rate = (drop.config.get("rate") if drop else None) or 0.5
+            dense, dropout = layer_code(self._entry(weighted)), layer_code(self._entry(moved))
             return Plan(f, moved, f"Dropout '{moved}' moves before '{weighted}': dropout "
                         "regularises the features, never the logits", (
-                            f"{weighted} -> Dropout -> ... becomes Dropout({rate:g}) -> "
-                            f"{weighted}: move {moved} before {weighted}",),
+                            f"{dense}, {dropout} -> {dropout}, {dense} at {weighted}, {moved}",),
                         (_move_before(moved, weighted),))  # fmt: skip
         return None
 

@@ -123,23 +123,21 @@ def scale_inputs(info: FileInfo, stats: Sequence[InputStats], finding: str) -> P
         if pixels:
             name = "rescaling"
             options: dict[str, Any] = {"scale": 1 / 255, "offset": 0.0}
-            code.append(f"{s.name} -> Rescaling(1/255) -> the layers that read {s.name} "
-                        f"(values {s.low:g} to {s.high:g}: 8-bit pixels)")  # fmt: skip
+            code.append(f"x = {s.name} -> x = Rescaling(1/255)({s.name}) at {s.name}")
             cls = "Rescaling"
         else:
             name = "normalization"
             options = {"axis": -1, "mean": list(s.mean), "variance": list(s.variance)}
-            code.append(
-                f"{s.name} -> Normalization() adapted on the data (norm.adapt(x)) -> "
-                f"the layers that read {s.name} (values {s.low:g} to {s.high:g})"
-            )
+            code.append(f"x = {s.name} -> x = norm({s.name}) at {s.name} (norm = "
+                        "Normalization(); norm.adapt(x_train))")  # fmt: skip
             cls = "Normalization"
         edits.append(_insert_input(s.name, cls, name, options))
     names = [s.name for s in raw]
     why = (
         f"the inputs {listing(names)} are scaled in the model: values of mean |x| "
-        f"{raw[0].mean_abs:.3g} pin the first layer's units; a scaling layer first keeps "
-        "them near [0, 1] (unit variance), and the saved model scales its own inputs"
+        f"{raw[0].mean_abs:.3g} (from {raw[0].low:g} to {raw[0].high:g}) pin the first "
+        "layer's units; a scaling layer first brings them to [0, 1] (8-bit pixels) or unit "
+        "variance, and the saved model scales its own inputs"
     )
     return Plan(finding, names[0], why, tuple(code), tuple(edits))
 
