@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from layergrad.commands.api import scan_weights_model as scan_weights
     from layergrad.commands.check import check_files
     from layergrad.commands.diff import diff_models
+    from layergrad.commands.fix import FixOptions, fix_model
     from layergrad.training.monitor import GradientMonitor
 
 __version__ = "0.1.0"
@@ -53,6 +54,8 @@ _LAZY = {
     "scan_weights": ("layergrad.commands.api", "scan_weights_model"),
     "check_files": ("layergrad.commands.check", "check_files"),
     "diff_models": ("layergrad.commands.diff", "diff_models"),
+    "fix_model": ("layergrad.commands.fix", "fix_model"),
+    "FixOptions": ("layergrad.commands.fix", "FixOptions"),
     "GradientMonitor": ("layergrad.training.monitor", "GradientMonitor"),
 }
 
@@ -60,6 +63,7 @@ __all__ = [
     "CauseCode",
     "Change",
     "Finding",
+    "FixOptions",
     "Flag",
     "GradientMonitor",
     "InputError",
@@ -78,6 +82,7 @@ __all__ = [
     "__version__",
     "check_files",
     "diff_models",
+    "fix_model",
     "inspect_model",
     "scan_model",
     "scan_weights",

@@ -12,7 +12,7 @@ PUBLIC = {
     "LayergradError", "LoadError", "UnsafeModelError", "LayerNotFound", "InputError",
     "OutputError", "UsageError",
     "Status", "Flag", "Finding", "CauseCode", "Change", "Wrt", "OutputFormat", "Measure",
-    "JacobianMethod", "GradientMonitor",
+    "JacobianMethod", "GradientMonitor", "fix_model", "FixOptions",
 }  # fmt: skip
 
 
@@ -25,6 +25,7 @@ def test_the_public_names_are_pinned():
 def test_importing_the_api_does_not_import_tensorflow():
     code = (
         "import sys\nfrom layergrad import inspect_model, scan_model, ProbeOptions, Status\n"
+        "from layergrad import fix_model, FixOptions\n"
         "import layergrad.cli\n"
         "print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))"
     )
