@@ -90,7 +90,7 @@ def read_file(
         if problem is not None:
             found.append(problem)
     stacks: list[Mismatch] = []
-    linear = _linear_network(graph, judged, specs)
+    linear = _linear_network(graph, judged, specs) if all(h.known for h in heads) else None
     if linear is not None and linear[1] and not found:
         found.append(linear[0])
     elif linear is not None and not linear[1]:

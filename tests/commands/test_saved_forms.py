@@ -295,3 +295,16 @@ def test_a_nested_model_head_is_read_through(tmp_path):
             saved,
             item.message,
         )
+
+
+def test_outputs_in_the_unit_range_fail_no_rule(tmp_path):
+    # logits that happen to lie in [0, 1] on the probe: with from_logits=True this is healthy;
+    # values in [0, 1] do not prove a sigmoid, so no rule may fail on them
+    x = keras.Input((6,), name="x")
+    h = layers.Dense(16, activation="relu", name="hidden")(x)
+    model = keras.Model(x, head_layers.SmallLogits(3, name="logits")(h))
+    model.compile(optimizer="adam", loss=keras.losses.CategoricalCrossentropy(from_logits=True))
+    model.save(tmp_path / "m.keras")
+    item, verdict = loss_item(tmp_path / "m.keras", FULL)
+    assert item.findings == () and verdict.passed, item.message
+    assert "lie in [0, 1]" in item.message
