@@ -31,7 +31,7 @@ def loss_verdict(
     parts: list[str] = []
     if reading.mismatches:
         findings.append(Finding.LOSS_MISMATCH)
-        parts += [f"{m.message}. Use {m.hint}" for m in reading.mismatches]
+        parts += [f"{m.message}. Fix: {m.hint}" for m in reading.mismatches]
     if reading.stacks:
         findings.append(Finding.LINEAR_STACK)
         parts += [f"{m.message}. Fix: {m.hint}" for m in reading.stacks]
