@@ -151,11 +151,14 @@ def integer_ranges(model: KerasModel) -> dict[str, int]:
     ids: the smallest bound of the id layers that take it directly, else of the ids the traced
     graph gathers with (`id_trace`), so every id is valid everywhere."""
     bounds: dict[str, int] = {}
+    inside: set[str] = set()  # integer inputs that a custom layer holding an id layer takes
     for input_name, layer in input_consumers(model):
         size = id_bound(layer) if is_id_layer(layer) else None
         if size is not None:
             bounds[input_name] = min(size, bounds.get(input_name, size))
-    hidden = [n for n in id_inputs(model) if n not in bounds]
+        elif not is_id_layer(layer) and any(is_id_layer(i) for i in _inner_layers(layer)):
+            inside.add(input_name)
+    hidden = [n for n in {*id_inputs(model), *inside} if n not in bounds]
     if hidden:
         from layergrad.data.id_trace import hidden_ids
 

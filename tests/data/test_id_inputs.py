@@ -208,3 +208,12 @@ def test_float_ids_over_data_and_bad_ids(tmp_path):
     result = CliRunner().invoke(main, ["scan", path, "--input", str(tmp_path / "bad.npy")])
     assert result.exit_code == 2
     assert "holds ids" in result.output and "Traceback" not in result.output
+
+
+def test_an_integer_input_into_a_custom_embedding_is_drawn_below_its_table():
+    x = keras.Input((MAXLEN,), dtype="int32", name="tokens")
+    h = custom_layers.TokenAndPositionEmbedding(MAXLEN, VOCAB, 6, name="embed")(x)
+    model = keras.Model(x, layers.Dense(1)(layers.GlobalAveragePooling1D()(h)))
+    assert integer_ranges(model) == {"tokens": VOCAB}  # was the default 10
+    (spec,) = input_specs(model)
+    assert (spec.dtype, spec.ids) == ("int32", None)
