@@ -203,6 +203,11 @@ def _legacy_lambda(config: Mapping[str, object], allowed: tuple[str, ...]) -> st
     return None
 
 
+def _registered_name(name: str) -> bool:
+    parts = name.split(">")
+    return len(parts) == 2 and all(p.replace(".", "_").isidentifier() for p in parts)
+
+
 def _function(
     inner: object, module: object, registered: object, allowed: tuple[str, ...]
 ) -> str | None:
@@ -214,6 +219,10 @@ def _function(
     fn = inner if isinstance(inner, str) else repr(inner)
     if module == "builtins":
         if isinstance(inner, str) and inner.isidentifier() and inner not in _PYTHON_BUILTINS:
+            return None
+        if allowed and isinstance(inner, str) and _registered_name(inner):
+            # `package>name`: Keras finds it only among the objects a module registered (a
+            # module the user named with --import), never by importing anything
             return None
         return f"function reference {fn!r} names a Python builtin, not a Keras function"
     if isinstance(module, str) and _allowed_module(module, registered, allowed):

@@ -85,9 +85,10 @@ def whole_network(graph: ModelGraph, head_layer: str) -> LinearStack | None:
 
 
 def _linear_activation_layer(entry: LayerEntry) -> bool:
-    return entry.class_name == "Activation" and activation_from(
-        entry.config.get("activation")
-    ) == "linear"
+    return (
+        entry.class_name == "Activation"
+        and activation_from(entry.config.get("activation")) == "linear"
+    )
 
 
 def redundant_pairs(graph: ModelGraph) -> list[LinearStack]:

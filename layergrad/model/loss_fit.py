@@ -51,6 +51,7 @@ class LossReading:
     unknown_losses: tuple[str, ...] = ()
     unread: tuple[Head, ...] = ()
     judged: int = 0  # outputs whose loss the rules know
+    observed: tuple[Head, ...] = ()  # heads judged on their outputs on the probe
 
 
 def mismatches(
@@ -98,7 +99,8 @@ def read_file(
         stacks += [_pair(p) for p in redundant_pairs(graph)]
     unread = tuple(h for h in judged if not h.known)
     known = sum(spec is not None for spec in specs)
-    return LossReading(tuple(found), tuple(stacks), unknown, unread, known)
+    looked = tuple(h for h in judged if h.observed is not None)
+    return LossReading(tuple(found), tuple(stacks), unknown, unread, known, looked)
 
 
 def _as_observed(head: Head, seen: Observed | None) -> Head:

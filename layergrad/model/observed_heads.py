@@ -32,6 +32,8 @@ class Observed:
             "linear": "take either sign, like a linear layer",
         }[self.kind]
         who = f"custom layer {self.layer_class}" if self.layer_class else "a layer"
+        if self.layer_class in ("Lambda", "TFOpLambda"):
+            who = "Lambda layer"
         return (
             f"{who} that does not say its activation; on the probe its outputs "
             f"{seen} ({self.low:.3g} to {self.high:.3g})"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -24,6 +25,7 @@ FLAT = 3.0  # no change of this many standard errors: the loss does not move
 RATIO_TINY = 1e-5  # not_learning: no layer's update ratio ever reaches this
 RATIO_HIGH = 1e-1  # diverging: some layer's update ratio reaches this...
 DIVERGE_FACTOR = 2.0  # ...or the loss grows to this times its lowest (and above its start)
+START_STEPS = 3  # the loss the run starts at: the mean of its first steps
 DIVERGE_SHARE = 0.1  # and the growth is at least this share of the lowest window mean
 PLATEAU_STEPS = 100  # plateau_at_chance: at least this many steps (every run starts there)
 CHANCE_ALLOWANCE = 0.03  # the fitted prior costs a little more than the prior itself
@@ -31,7 +33,7 @@ FALL_SHARE = 0.01  # a tail that falls less than this share of the trivial loss 
 OSCILLATION_STEPS = 50  # oscillating, slow_convergence: at least this many steps
 SWINGS = 4  # oscillating: this many significant reversals of the windows' means...
 NOISE_SHARE = 0.5  # ...or a batch-to-batch spread of this share of the trivial loss
-MARGIN = 0.1  # slow_convergence: a learning run gets this share below the trivial loss
+MARGIN = 0.5  # slow_convergence: a learning run gets this share below the trivial loss
 
 
 def ratios(checkpoint: Checkpoint) -> list[LayerStats]:
@@ -64,13 +66,17 @@ def diverging(
     if not len(curve):
         return None
     spread = trends.noise(curve)
-    parts = trends.windows(curve, max(2, min(20, len(curve) // 5)), spread)
+    first = min(START_STEPS, len(curve))
+    start = trends.Window(0, first, float(np.mean(curve[:first])), spread / math.sqrt(first))
+    parts = [start, *trends.windows(curve[first:], max(1, min(40, len(curve) // 5)), spread)]
+    parts = [replace(w, start=w.start + first, stop=w.stop + first) if i else w
+             for i, w in enumerate(parts)]  # fmt: skip
     grew: trends.Window | None = None
-    lowest = parts[0]
+    lowest = start
     for window in parts[1:]:
         if (
             trends.differ(lowest, window, SIGNIFICANT) >= SIGNIFICANT
-            and trends.differ(parts[0], window, SIGNIFICANT) >= SIGNIFICANT
+            and trends.differ(start, window, SIGNIFICANT) >= SIGNIFICANT
             and window.mean - lowest.mean >= DIVERGE_SHARE * abs(lowest.mean)
         ):
             grew = window
@@ -184,9 +190,12 @@ def oscillating(
     gap = SIGNIFICANT * math.sqrt(2.0) * parts[0].error
     reversals, amplitude = _reversals([w.mean for w in parts], gap)
     net = parts[0].mean - parts[-1].mean
-    level = float(np.median(curve[len(curve) // 2 :]))
-    reference = chance if chance is not None and chance > 0 else abs(level)
-    noisy = reference > 0 and spread >= NOISE_SHARE * reference
+    # heavy-tailed batch losses (a batch of one sample) hide from the robust spread: the
+    # plain standard deviation of the differences here, against the trivial loss (or the
+    # loss the run starts at)
+    jumps = float(np.std(np.diff(curve))) / math.sqrt(2.0)
+    reference = chance if chance is not None and chance > 0 else abs(parts[0].mean)
+    noisy = reference > 0 and jumps >= NOISE_SHARE * reference
     swinging = reversals >= SWINGS and amplitude > abs(net)
     if not (noisy or swinging):
         return None
@@ -195,7 +204,8 @@ def oscillating(
     what = (
         f"the loss swings {reversals} times by up to {amplitude:.3g} without a trend"
         if swinging
-        else f"the loss jumps by {spread:.3g} from batch to batch (its level is {reference:.3g})"
+        else f"the loss jumps by {jumps:.3g} from batch to batch (the trivial loss is "
+        f"{reference:.3g})"
     )
     return TrainingFinding(
         Finding.OSCILLATING,
