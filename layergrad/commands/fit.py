@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 DEFAULT_STEPS = 300
 SHUFFLE_BUFFER = 10_000  # samples held for shuffling at most: memory stays bounded
 SHUFFLE_BYTES = 64 << 20  # and at most this many bytes of inputs (64 MiB: images are large)
+TEXT_ITEM_BYTES = 256  # a string in the shuffle buffer, counted generously (a sentence)
 
 
 @dataclass(frozen=True)
@@ -211,23 +212,21 @@ def _dataset(model: KerasModel, stream: DataStream, options: FitOptions, samples
     """(x, y) batches, shuffled within a bounded buffer."""
     from layergrad.core.keras_backend import quiet_import
     from layergrad.data.functions import tf_dtype
+    from layergrad.engine.layer_calls import model_args, model_targets
 
     tf, keras = quiet_import()
-    structure = getattr(model, "_inputs_struct", None)
-    n, keys = len(stream.specs), stream.labels
-    outputs = [k.removeprefix("y:") for k in keys]
+    n = len(stream.specs)
 
     def pack(*batch: TensorTree) -> tuple[TensorTree, TensorTree]:
-        flat, targets = list(batch[:n]), batch[n:]
-        if structure is not None and len(keras.tree.flatten(structure)) == len(flat):
-            x = keras.tree.pack_sequence_as(structure, flat)
-        else:
-            x = flat[0] if len(flat) == 1 else tuple(flat)
-        y = targets[0] if keys == ("y",) else dict(zip(outputs, targets, strict=True))
-        return x, y
+        # the inputs as every command calls the model, lists as tuples (as Keras's data
+        # adapters give them: tf.data would stack a list of same-shaped inputs into one);
+        # the labels (in output order) as the outputs are
+        x = keras.tree.lists_to_tuples(model_args(model, batch[:n]))
+        return x, model_targets(model, batch[n:])
 
     row_bytes = sum(
-        math.prod(int(d or 1) for d in s.shape) * np.dtype(tf_dtype(s.dtype)).itemsize
+        math.prod(int(d or 1) for d in s.shape)
+        * (TEXT_ITEM_BYTES if s.dtype == "string" else np.dtype(tf_dtype(s.dtype)).itemsize)
         for s in stream.specs
     )
     buffer = max(1, min(samples or SHUFFLE_BUFFER, SHUFFLE_BUFFER, SHUFFLE_BYTES // row_bytes))

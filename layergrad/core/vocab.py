@@ -63,6 +63,7 @@ class Finding(Word):
     NO_GRADIENT = "no_gradient"  # a trainable variable gets no gradient from the loss
     CONSTANT_OUTPUT = "constant_output"  # an output is the same for every sample
     LOSS_MISMATCH = "loss_mismatch"  # the compiled loss does not fit the output
+    LINEAR_STACK = "linear_stack"  # weight layers with no non-linearity between them
     TARGET_MISMATCH = "target_mismatch"  # the labels given cannot be produced by the output
     INPUT_RANGE = "input_range"  # unscaled inputs pin the first activation (with data)
     REGRESSION = "regression"  # gradient flow got worse than the --baseline scan
@@ -90,7 +91,13 @@ DEFAULT_FAIL_ON = (
     Finding.REGRESSION,
 )
 # Heuristic findings: reported as warnings (the file passes) unless `--fail-on` names them.
-WARNING_FINDINGS = (Finding.VANISHING, Finding.EXPLODING, Finding.DEAD, Finding.INPUT_RANGE)
+WARNING_FINDINGS = (
+    Finding.VANISHING,
+    Finding.EXPLODING,
+    Finding.DEAD,
+    Finding.INPUT_RANGE,
+    Finding.LINEAR_STACK,
+)
 
 
 # What `layergrad fit` can find; `nonfinite` is shared with `check`.

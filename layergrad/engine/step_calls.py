@@ -23,6 +23,7 @@ from layergrad.core.tf_types import (
 )
 from layergrad.data import aggregates as tt
 from layergrad.data.accumulators import Accumulators
+from layergrad.engine.layer_calls import model_args
 from layergrad.model.layer_refs import iter_layers
 
 T = TypeVar("T")
@@ -118,8 +119,4 @@ def guarded(run: Callable[[], T], what: str, source: str | None = None) -> T:
 
 def call_model(model: KerasModel, inputs: list[Tensor], training: bool) -> TensorTree:
     """Call the model the way it was built to be called (one tensor, a list or a dict)."""
-    _, keras = quiet_import()
-    structure = getattr(model, "_inputs_struct", None)
-    if structure is not None and len(keras.tree.flatten(structure)) == len(inputs):
-        return model(keras.tree.pack_sequence_as(structure, inputs), training=training)
-    return model(inputs[0] if len(inputs) == 1 else inputs, training=training)
+    return model(model_args(model, inputs), training=training)

@@ -22,17 +22,20 @@ def checkpoint_from_rows(
     *,
     epoch: int,
     batch: int,
-    loss: float,
+    loss: float | None,
     layers: Sequence[LayerVariables],
     variables: Sequence[KerasVariable],
     order: Sequence[str],
+    counted: int | None = None,
 ) -> Checkpoint:
     """The checkpoint of step `step` (from 0), from row `row` of the results `read`; its
-    layers in `order` (their paths)."""
+    layers in `order` (their paths). `counted`: the step's number as the monitored step
+    counts it (default `step`; less when Keras's own first step built the model)."""
+    counted = step if counted is None else counted
     grads, acts, dead = read["grads"][row], read["activations"][row], read["dead"][row]
-    if int(read["forward_at"][row]) != step:  # the forward pass was finite: not measured
+    if int(read["forward_at"][row]) != counted:  # the forward pass was finite: not measured
         acts, dead = np.zeros_like(acts), np.zeros_like(dead)
-    if int(read["reduced_at"][row]) != step:  # the optimizer skipped the step's update
+    if int(read["reduced_at"][row]) != counted:  # the optimizer skipped the step's update
         grads = np.tile(_NOT_REDUCED, (len(grads), 1))
     lr = float(read["learning_rate"][row])
     owner = {i: e.path for e in layers for i in e.variables}
