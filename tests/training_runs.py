@@ -201,7 +201,7 @@ def sigmoid_stack(seed: int) -> tuple[object, ...]:
 
 
 def init_up(seed: int) -> tuple[object, ...]:
-    init = keras.initializers.RandomNormal(stddev=3.0)
+    init = keras.initializers.RandomNormal(stddev=8.0)
     return _mlp_run(lambda: keras.optimizers.SGD(0.01), depth=3, init=init)(seed)
 
 
@@ -268,7 +268,7 @@ RUNS: tuple[Run, ...] = (
     Run("lr_low", "SGD learning rate 2e-3 (no momentum)", lr_low, "slow_convergence"),
     Run("sgd_deep", "plain SGD (2e-3) on a 10-layer tanh net", sgd_deep, "slow_convergence"),
     Run("sigmoid_stack", "8 sigmoid layers", sigmoid_stack, "vanishing"),
-    Run("init_up", "initialisation scaled up (stddev 3)", init_up, "exploding"),
+    Run("init_up", "initialisation scaled up (normal, stddev 8)", init_up, "exploding"),
     Run("init_zero", "initialisation all zeros", init_zero, "constant_predictions", "head"),
     Run(
         "constant_head",

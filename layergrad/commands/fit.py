@@ -208,6 +208,35 @@ def _labelled(
     return labelled
 
 
+def _prior_and_samples(
+    labelled: Labelled, loss: str, options: FitOptions, units: list[int]
+) -> tuple[float | None, int]:
+    """The trivial loss of the labels (one output: `data/labels.py` `TrivialLoss`) and the
+    samples in the data, read from the labels alone in one pass when either is needed: over
+    the whole data, or the samples `--steps` trains on when the source does not say how many
+    it has. (`fit_model` reads them with `fit_labels.read_labels`, which judges them too.)"""
+    from layergrad.data.labels import TrivialLoss
+
+    stream = labelled.stream
+    assert stream is not None
+    trivial = TrivialLoss(loss, units[0] if units else 0) if len(stream.labels) == 1 else None
+    samples = stream.samples
+    if (trivial is None or not trivial.known) and samples is not None:
+        return None, samples
+    bound = None
+    if samples is None and options.epochs is None:
+        bound = (options.steps or DEFAULT_STEPS) * options.batch_size
+    seen = 0
+    for batch in labelled.label_batches():
+        y = next(iter(batch.values()))
+        if trivial is not None:
+            trivial.add(y)
+        seen += len(y)
+        if bound is not None and seen >= bound:
+            break
+    return (trivial.value() if trivial is not None else None), (samples or seen)
+
+
 def _dataset(model: KerasModel, stream: DataStream, options: FitOptions, samples: int) -> Dataset:
     """(x, y) batches, shuffled within a bounded buffer."""
     from layergrad.core.keras_backend import quiet_import

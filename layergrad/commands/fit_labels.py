@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from layergrad.engine.compiled_loss import LossSpec
 
 
+UNKNOWN_READ = 1_000_000  # labels read at most from a source of unknown length (--epochs)
+
+
 @dataclass(frozen=True)
 class LabelCheck:
     """What the labels hold: the outputs they do not fit, the trivial loss, the samples."""
@@ -62,8 +65,8 @@ def read_labels(
         if trivial is not None:
             trivial.add(y)
         seen += len(y) if getattr(y, "ndim", 0) else 1
-        if known is None and bound is not None and seen >= bound:
-            break
+        if known is None and seen >= (bound or UNKNOWN_READ):
+            break  # a source that does not say how many samples it has may have no end
     found = _mismatches(info, names, units, summaries, spec, loss)
     return LabelCheck(tuple(found), trivial.value() if trivial else None, known or seen)
 

@@ -29,7 +29,7 @@ START_STEPS = 3  # the loss the run starts at: the mean of its first steps
 DIVERGE_SHARE = 0.1  # and the growth is at least this share of the lowest window mean
 PLATEAU_STEPS = 100  # plateau_at_chance: at least this many steps (every run starts there)
 CHANCE_ALLOWANCE = 0.03  # the fitted prior costs a little more than the prior itself
-FALL_SHARE = 0.01  # a tail that falls less than this share of the trivial loss has settled
+FALL_SHARE = 0.02  # a last half that falls less than this share of the trivial loss settled
 OSCILLATION_STEPS = 50  # oscillating, slow_convergence: at least this many steps
 SWINGS = 4  # oscillating: this many significant reversals of the windows' means...
 NOISE_SHARE = 0.5  # ...or a batch-to-batch spread of this share of the trivial loss
@@ -144,9 +144,9 @@ def plateau_at_chance(
     losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], chance: float | None
 ) -> TrainingFinding | None:
     """After `PLATEAU_STEPS` steps the last quarter's mean lies within `FLAT` standard errors
-    (plus `CHANCE_ALLOWANCE` of it) of the trivial loss and no longer falls (not by
-    `SIGNIFICANT` standard errors, or by less than `FALL_SHARE` of it): the model predicts
-    the labels' prior, whatever the inputs."""
+    (plus `CHANCE_ALLOWANCE` of it) of the trivial loss and the last half no longer falls
+    (not by `FLAT` standard errors, or by less than `FALL_SHARE` of it): the model
+    predicts the labels' prior, whatever the inputs."""
     curve = trends.finite_prefix(losses)
     if chance is None or chance <= 0 or len(curve) < PLATEAU_STEPS or not checkpoints:
         return None
@@ -156,9 +156,10 @@ def plateau_at_chance(
     band = FLAT * spread / math.sqrt(len(tail)) + CHANCE_ALLOWANCE * chance
     if abs(level - chance) > band:
         return None
-    line = trends.slope(tail, spread)
-    if line.z() <= -SIGNIFICANT and -line.per_step * len(tail) >= FALL_SHARE * chance:
-        return None  # still falling: not settled yet
+    half = curve[len(curve) // 2 :]  # (a half has the power a quarter lacks)
+    line = trends.slope(half, spread)
+    if line.z() <= -FLAT and -line.per_step * len(half) >= FALL_SHARE * chance:
+        return None  # still falling: not settled yet (slow, perhaps)
     parts = trends.windows(curve, max(2, min(20, len(curve) // 10)), spread)
     start = len(parts)
     while start > 0 and abs(parts[start - 1].mean - chance) <= band + FLAT * parts[0].error:
@@ -238,7 +239,7 @@ def _reversals(means: Sequence[float], gap: float) -> tuple[int, float]:
 def slow_convergence(
     losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], chance: float | None
 ) -> TrainingFinding | None:
-    """The loss falls (its last half's slope `SIGNIFICANT` standard errors below 0) but ends
+    """The loss falls (its last half's slope `FLAT` standard errors below 0) but ends
     above the trivial loss less `MARGIN` of it, at a rate that would need more steps than the
     run has had to get there: say how many."""
     curve = trends.finite_prefix(losses)
@@ -249,7 +250,7 @@ def slow_convergence(
     line = trends.slope(half, spread)
     end = float(np.mean(curve[-max(2, len(curve) // 10) :]))
     target = (1.0 - MARGIN) * chance
-    if line.z() > -SIGNIFICANT or end <= target:
+    if line.z() > -FLAT or end <= target:
         return None
     needed = math.ceil((end - target) / -line.per_step)
     if needed <= len(curve):
