@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 from layergrad import __version__
-from layergrad.cli import fit, gate
+from layergrad.cli import fit, fix, gate
 from layergrad.cli.options import (
     comma_list,
     data_options,
@@ -139,7 +139,9 @@ def inspect(
             "pass one batch with --input",
             param_hint="--save-gradient",
         )
-    reads = [model, probe.input_file, *imports, *outputs.data_inputs(probe.data)]
+    reads = outputs.protected_inputs(
+        model, probe.input_file, imports, outputs.data_inputs(probe.data)
+    )
     if plot_file:
         chart_files.check_plot_path(plot_file, reads, force=force)
     if save_gradient:
@@ -287,7 +289,9 @@ def scan(
         raise click.UsageError("--loss needs --wrt weights")
     if wrt == Wrt.WEIGHTS and measure["measure"] != "gradient":
         raise click.UsageError("--measure jacobian is for activations; drop it with --wrt weights")
-    reads = [model, probe.input_file, *imports, *outputs.data_inputs(probe.data)]
+    reads = outputs.protected_inputs(
+        model, probe.input_file, imports, outputs.data_inputs(probe.data)
+    )
     if plot_file:
         chart_files.check_plot_path(plot_file, reads, force=force)
     if wrt == Wrt.WEIGHTS:
@@ -330,6 +334,7 @@ def scan(
 main.add_command(gate.check)
 main.add_command(gate.diff)
 main.add_command(fit.fit)
+main.add_command(fix.fix)
 main.add_command(gate.merge)
 
 

@@ -145,5 +145,5 @@ def fit(
         unsafe=unsafe,
     )
     emit("fit", fmt, report)
-    if any(f.finding in fail_on for f in report.findings):
+    if report.stopped == "target_mismatch" or any(f.finding in fail_on for f in report.findings):
         sys.exit(1)

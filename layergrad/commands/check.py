@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -33,7 +34,7 @@ from layergrad.commands.baseline import (
 )
 from layergrad.commands.check_options import CheckOptions
 from layergrad.commands.check_steps import Add
-from layergrad.core.errors import LayergradError, UsageError, describe
+from layergrad.core.errors import LayergradError, UsageError, describe, one_line
 from layergrad.core.probe_options import PathLike
 from layergrad.core.results import CheckItem, FileVerdict, ScanReport, WeightScanReport
 from layergrad.core.vocab import Finding
@@ -101,21 +102,41 @@ def check_file(
     items: list[CheckItem] = []
     running = [CHECKS[0]]
 
-    def add(name: str, message: str, findings: Sequence[Finding] = ()) -> bool:
+    def add(
+        name: str, message: str, findings: Sequence[Finding] = (), replace: bool = False
+    ) -> bool:
+        """Record a check's verdict; `replace` completes the verdict of a check run before."""
         passed = not set(findings) & options.fail_on
         warned = tuple(f for f in findings if f not in options.fail_on)
-        items.append(CheckItem(name, passed, message, tuple(findings), warned))
+        item = CheckItem(name, passed, message, tuple(findings), warned)
+        earlier = [i for i, c in enumerate(items) if c.name == name]
+        if replace and earlier:
+            items[earlier[-1]] = item
+            return passed
+        items.append(item)
         running[0] = CHECKS[min(CHECKS.index(name) + 1, len(CHECKS) - 1)]
         return passed
 
-    try:
-        _run(path, options, add, baseline)
-    except UsageError:
-        raise
-    except (Exception, SystemExit) as exc:  # one bad file must not sink (or pass) the run
-        message = f"failed unexpectedly: {type(exc).__name__}: {describe(exc)}"
-        add(running[0], message, [Finding.ERROR])
+    # the API never prints: a warning Keras (or a custom layer) gives while the file loads or
+    # runs is recorded at the end of the file's last check message, not left to the caller
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            _run(path, options, add, baseline)
+        except UsageError:
+            raise
+        except (Exception, SystemExit) as exc:  # one bad file must not sink (or pass) the run
+            message = f"failed unexpectedly: {type(exc).__name__}: {describe(exc)}"
+            add(running[0], message, [Finding.ERROR])
+    said = list(dict.fromkeys(one_line(str(w.message))[:200] for w in caught))[:MAX_WARNINGS]
+    if said and items:
+        last = items[-1]
+        text = "; ".join(said)
+        items[-1] = replace(last, message=f"{last.message} (warned while checking: {text})")
     return _verdict(path, items)
+
+
+MAX_WARNINGS = 3  # distinct warnings recorded per file
 
 
 CHECKS = (
@@ -144,7 +165,7 @@ def _run(
     if not steps.safe(info, options.imports, options.unsafe, add):
         return
     steps.weights(info, add)
-    steps.loss_fits(info, options.loss, add)
+    steps.loss_fits(info, options.loss, add, probe_follows=not options.static_only)
     if not options.static_only:
         _dynamic(path, info, options, add, baseline)
 
@@ -160,6 +181,7 @@ def _dynamic(
     add: Add,
     baseline: Baseline | None = None,
 ) -> None:
+    from layergrad.commands.check_heads import judge_on_probe
     from layergrad.commands.session import session_for
     from layergrad.commands.untrained_batchnorm import in_training, probe_in_training, scan_wrong
     from layergrad.data.preflight import check_before_loading
@@ -196,8 +218,13 @@ def _dynamic(
         if baseline is not None or options.probe.input_file is not None:
             # a batch the user asked for does not fit: the command is wrong, not the file
             raise UsageError(str(exc)) from exc
+        judge_on_probe(model, None, info, options.loss, add)
         add("forward", f"not run: {exc}")
         return
+    except Exception as exc:  # no labels are read yet: a failure here is the forward check's
+        add("forward", f"the probe batch could not be made: {describe(exc)}", [Finding.ERROR])
+        return
+    judge_on_probe(model, session.batch.arrays, info, options.loss, add)
     if session.batch.labels:
         from layergrad.data.labels import summarise_arrays
 

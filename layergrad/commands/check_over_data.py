@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from layergrad.commands import check_steps as steps
 from layergrad.commands.baseline import Baseline, fits, judge, probe_options, same_data
+from layergrad.commands.check_heads import judge_on_random_probe
 from layergrad.commands.check_options import CheckOptions
 from layergrad.commands.check_steps import Add
 from layergrad.core.errors import LayergradError, UsageError
@@ -71,6 +72,7 @@ def dynamic_data(
     if opened is None:
         return
     loaded, _, strategy = opened
+    judge_on_random_probe(loaded.model, info, options, add)
     labelled = _labels(loaded, info, options, probe)
     names, ranks = steps.output_ranks(loaded.model)
     from layergrad.data.labels import summarise_batches

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 DEFAULT_STEPS = 300
 SHUFFLE_BUFFER = 10_000  # samples held for shuffling at most: memory stays bounded
 SHUFFLE_BYTES = 64 << 20  # and at most this many bytes of inputs (64 MiB: images are large)
+TEXT_ITEM_BYTES = 256  # a string in the shuffle buffer, counted generously (a sentence)
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,14 @@ def fit_model(
         labelled = _labelled(model, os.fspath(data), options, limit, spec)
         stream = labelled.stream
         assert stream is not None
-        prior, samples = _prior_and_samples(labelled, spec.name, options, _units(model, spec))
+        from layergrad.commands.fit_labels import read_labels, refused
+
+        bound = None if options.epochs else (options.steps or DEFAULT_STEPS) * options.batch_size
+        labels = read_labels(model, info, labelled, spec, options.loss, bound)
+        if labels.mismatches:  # before the first step, as `check --data` says it
+            report = refused(model, spec.name, labels.mismatches)
+            return replace(report, path=info.path, data=os.fspath(data))
+        prior, samples = labels.trivial, labels.samples
         dataset = _dataset(model, stream, options, samples)
         batches = max(1, math.ceil(samples / options.batch_size))
         total = batches * options.epochs if options.epochs else options.steps or DEFAULT_STEPS
@@ -200,35 +208,6 @@ def _labelled(
     return labelled
 
 
-def _prior_and_samples(
-    labelled: Labelled, loss: str, options: FitOptions, units: list[int]
-) -> tuple[float | None, int]:
-    """The chance loss of the labels' own class frequencies (one output, a cross-entropy),
-    and the samples in the data. Read from the labels alone, in one pass when either is
-    needed: over the whole data, or the samples `--steps` trains on when the source does
-    not say how many it has."""
-    from layergrad.data.labels import ClassPrior
-
-    stream = labelled.stream
-    assert stream is not None
-    prior = ClassPrior(loss, units[0] if units else 0) if len(stream.labels) == 1 else None
-    samples = stream.samples
-    if (prior is None or not prior.kind) and samples is not None:
-        return None, samples
-    bound = None
-    if samples is None and options.epochs is None:
-        bound = (options.steps or DEFAULT_STEPS) * options.batch_size
-    seen = 0
-    for batch in labelled.label_batches():
-        y = next(iter(batch.values()))
-        if prior is not None:
-            prior.add(y)
-        seen += len(y)
-        if bound is not None and seen >= bound:
-            break
-    return (prior.entropy() if prior is not None else None), (samples or seen)
-
-
 def _dataset(model: KerasModel, stream: DataStream, options: FitOptions, samples: int) -> Dataset:
     """(x, y) batches, shuffled within a bounded buffer."""
     from layergrad.core.keras_backend import quiet_import
@@ -246,7 +225,8 @@ def _dataset(model: KerasModel, stream: DataStream, options: FitOptions, samples
         return x, model_targets(model, batch[n:])
 
     row_bytes = sum(
-        math.prod(int(d or 1) for d in s.shape) * np.dtype(tf_dtype(s.dtype)).itemsize
+        math.prod(int(d or 1) for d in s.shape)
+        * (TEXT_ITEM_BYTES if s.dtype == "string" else np.dtype(tf_dtype(s.dtype)).itemsize)
         for s in stream.specs
     )
     buffer = max(1, min(samples or SHUFFLE_BUFFER, SHUFFLE_BUFFER, SHUFFLE_BYTES // row_bytes))

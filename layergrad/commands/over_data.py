@@ -154,7 +154,7 @@ def _inspect_pass(
         result = _result(run, t, diagnosis)
         note = diagnoser.softmax_target_note(site, "take --to the layer before it")
         if note:
-            result = replace(result, warnings=(*result.warnings, note))
+            result = replace(result, warnings=(note, *result.warnings))  # the strongest first
         results.append(result)
     return run, results
 

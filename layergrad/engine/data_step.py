@@ -34,7 +34,12 @@ from layergrad.data import reductions
 from layergrad.data.accumulators import POSITION, Accumulators, single_totals, summary_shapes
 from layergrad.data.aggregates import ForwardTotals, GradientTotals
 from layergrad.engine.capture import Plan, Record, Recorder, installed, is_float, key, recording
-from layergrad.engine.layer_calls import check_all_called, site_groups, unique_leaves
+from layergrad.engine.layer_calls import (
+    check_all_called,
+    float_dtype,
+    site_groups,
+    unique_leaves,
+)
 from layergrad.engine.packed_totals import Layout, Unpack
 from layergrad.engine.step_calls import (
     call_model,
@@ -68,7 +73,7 @@ class Probed:
 
     @property
     def is_float(self) -> bool:
-        return self.dtype == "bfloat16" or np.dtype(self.dtype).kind == "f"
+        return float_dtype(self.dtype)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ class Activation:
 
     @property
     def is_float(self) -> bool:
-        return np.dtype(self.dtype).kind == "f" if self.dtype != "bfloat16" else True
+        return float_dtype(self.dtype)
 
 
 def unique_leaves(layers: Iterable[tuple[str, KerasLayer]]) -> list[tuple[KerasLayer, str, None]]:
@@ -48,6 +48,11 @@ def unique_leaves(layers: Iterable[tuple[str, KerasLayer]]) -> list[tuple[KerasL
 
 def is_model(layer: KerasLayer) -> bool:
     return hasattr(layer, "layers") and isinstance(getattr(layer, "layers", None), list)
+
+
+def float_dtype(dtype: str) -> bool:
+    """Whether a dtype name is floating-point (bfloat16 too; "string" is not)."""
+    return dtype == "bfloat16" or (dtype != "string" and np.dtype(dtype).kind == "f")
 
 
 def is_float(tensor: Tensor) -> bool:

@@ -59,7 +59,8 @@ def check_target(
 ) -> Path:
     """Refuse ``path`` as the target of ``option`` before anything runs (see the module doc).
 
-    ``kind`` is "xml", "npy", "npz" or "chart"; ``inputs`` are the files and folders this run
+    ``kind`` is "xml", "npy", "npz", "chart" or "keras" (`fix --output`: an existing
+    model file is replaced only with ``force``); ``inputs`` are the files and folders this run
     reads (a folder protects everything inside it); ``force`` allows replacing an existing
     file layergrad did not write.
 
@@ -97,8 +98,9 @@ def check_target(
         raise OutputError(f"{option} {path} is {what}; expected a file name to write")
     _require_writable_folder(p, option)
     if not force and not _is_kind(p, kind):
+        what = f" and is not {_KIND_NAMES[kind]}" if kind in _KIND_NAMES else ""
         raise OutputError(
-            f"{option} {path} exists and is not {_KIND_NAMES[kind]}; refusing to overwrite it; "
+            f"{option} {path} exists{what}; refusing to overwrite it; "
             "delete it, choose another file name, or pass --force"
         )
     return p
@@ -106,12 +108,15 @@ def check_target(
 
 _KIND_NAMES = {
     "xml": "a JUnit report written by layergrad",
+    "fit": "a training report written by layergrad (layergrad.fit/1 JSON or its HTML page)",
     "npy": "a .npy array",
     "npz": "a .npz archive of arrays",
     "chart": "a chart (PNG, SVG or PDF)",
 }
 _JUNIT_MARK = b'<testsuite name="layergrad.check"'
 _CHART_MAGIC = (b"\x89PNG\r\n\x1a\n", b"%PDF-")
+_FIT_JSON_MARK = b'"schema": "layergrad.fit/1"'
+_HTML_MARK = b'<meta name="generator" content="layergrad">'
 
 
 def _inside(p: Path, folder: Path) -> bool:
@@ -160,10 +165,16 @@ def _is_kind(p: Path, kind: str) -> bool:
             return body.startswith(b"<?xml") and _JUNIT_MARK in body
         if kind == "npy":
             return head.startswith(NPY_MAGIC)
+        if kind == "fit":  # what a monitored run writes: its JSON object or its HTML page
+            body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+            json_report = body.startswith(b"{") and _FIT_JSON_MARK in body
+            return json_report or (body.startswith(b"<!") and _HTML_MARK in body)
         if kind == "chart":
             body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
             svg = body.startswith((b"<?xml", b"<svg", b"<!DOCTYPE svg")) and b"<svg" in body
             return body.startswith(_CHART_MAGIC) or svg
+        if kind == "keras":
+            return False
         with zipfile.ZipFile(p) as zf:
             return all(name.endswith(".npy") for name in zf.namelist())
     except (OSError, zipfile.BadZipFile):
@@ -288,6 +299,21 @@ def _atomic_write(p: Path, option: str, write: Callable[[IO[bytes]], object]) ->
             temp.unlink()
 
 
+PathText = str | os.PathLike[str]
+
+
+def protected_inputs(*groups: Iterable[PathText | None] | PathText | None) -> list[str]:
+    """The files a run reads, flattened for `check_target`: model paths, the `--input` file,
+    `--import` paths, baselines, what `--data` reads (`data_inputs`)."""
+    out: list[str] = []
+    for group in groups:
+        if isinstance(group, (str, os.PathLike)):
+            out.append(os.fspath(group))
+        elif group:
+            out.extend(os.fspath(g) for g in group if g)
+    return out
+
+
 def data_inputs(data: str | os.PathLike[str] | None) -> list[str]:
     """What `--data` reads, for `check_target`: the file or folder, or a function's `.py`."""
     if data is None:
@@ -297,3 +323,52 @@ def data_inputs(data: str | os.PathLike[str] | None) -> list[str]:
         return [text]
     target, _, _ = text.rpartition(":")
     return [target] if target.endswith(".py") else []
+
+
+def check_folder_target(
+    path: str | os.PathLike[str],
+    option: str,
+    inputs: Iterable[str | os.PathLike[str] | None] = (),
+) -> Path:
+    """Refuse ``path`` as a folder to write new files into (TensorBoard's ``--log-dir``)
+    before anything runs: it must be a folder (or a link to one) that can be written, or be
+    absent with a writable folder above it. A file, ``/dev/null``, a FIFO, a link to
+    anything but a folder (or to nothing), an input of this run or a folder inside a
+    ``--data`` folder is refused.
+
+    Raises:
+        OutputError: the target cannot be a folder of new files.
+    """
+    text = os.fspath(path)
+    p = Path(text)
+    if not text.strip():
+        raise OutputError(f"{option} is empty; expected a folder to write into")
+    for source in inputs:
+        if source and (
+            _same_file(p, Path(source)) or (os.path.isdir(source) and _inside(p, Path(source)))
+        ):
+            raise OutputError(
+                f"{option} {text}: that is or is inside {source}, which this run reads; "
+                "choose a folder elsewhere"
+            )
+    if os.path.islink(p) and not os.path.isdir(p):
+        raise OutputError(
+            f"{option} {text} is a link to {os.readlink(p)}, which is not a folder; "
+            "expected a folder to write into"
+        )
+    try:
+        st = p.stat()
+    except OSError:  # absent: the nearest existing folder above it must be writable
+        _require_writable_folder(p, option)
+        return p
+    if not os.path.isdir(p):
+        what = special_kind(st.st_mode) or "a file"
+        raise OutputError(
+            f"{option} {text} is {what}, not a folder; expected a folder to write into"
+        )
+    if not os.access(p, os.W_OK | os.X_OK) or _read_only_mount(p):
+        raise OutputError(
+            f"{option} {text}: the folder cannot be written (read-only or no permission); "
+            "choose another place"
+        )
+    return p

@@ -22,17 +22,20 @@ def checkpoint_from_rows(
     *,
     epoch: int,
     batch: int,
-    loss: float,
+    loss: float | None,
     layers: Sequence[LayerVariables],
     variables: Sequence[KerasVariable],
     order: Sequence[str],
+    counted: int | None = None,
 ) -> Checkpoint:
     """The checkpoint of step `step` (from 0), from row `row` of the results `read`; its
-    layers in `order` (their paths)."""
+    layers in `order` (their paths). `counted`: the step's number as the monitored step
+    counts it (default `step`; less when Keras's own first step built the model)."""
+    counted = step if counted is None else counted
     grads, acts, dead = read["grads"][row], read["activations"][row], read["dead"][row]
-    if int(read["forward_at"][row]) != step:  # the forward pass was finite: not measured
+    if int(read["forward_at"][row]) != counted:  # the forward pass was finite: not measured
         acts, dead = np.zeros_like(acts), np.zeros_like(dead)
-    if int(read["reduced_at"][row]) != step:  # the optimizer skipped the step's update
+    if int(read["reduced_at"][row]) != counted:  # the optimizer skipped the step's update
         grads = np.tile(_NOT_REDUCED, (len(grads), 1))
     lr = float(read["learning_rate"][row])
     owner = {i: e.path for e in layers for i in e.variables}
@@ -71,9 +74,10 @@ def _layer_row(
     entry: LayerVariables, grads: np.ndarray, dead: np.ndarray, acts: int, lr: float
 ) -> LayerStats:
     fraction = float(dead[0] / dead[1]) if dead[1] > 0 else None
+    constant = float(dead[2] / dead[1]) if dead[1] > 0 else None
     mine = [i for i in entry.variables if grads[i][WEIGHT_SQ] >= 0]
     if not mine:
-        return LayerStats(entry.path, None, None, None, fraction, 0, acts)
+        return LayerStats(entry.path, None, None, None, fraction, 0, acts, constant)
     grad = math.sqrt(sum(grads[i][GRAD_SQ] for i in mine))
     weight = math.sqrt(sum(grads[i][WEIGHT_SQ] for i in mine))
     return LayerStats(
@@ -84,4 +88,5 @@ def _layer_row(
         dead_fraction=fraction,
         nonfinite_gradient=int(sum(grads[i][GRAD_NONFINITE] for i in mine)),
         nonfinite_activation=acts,
+        constant_fraction=constant,
     )

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import os
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,11 +34,19 @@ from layergrad.core.fit_results import (
     TrainingFinding,
 )
 from layergrad.core.keras_backend import quiet_import
-from layergrad.core.tf_types import KerasModel, KerasVariable, SummaryWriter
+from layergrad.core.tf_types import SummaryWriter
 from layergrad.core.vocab import Finding
 from layergrad.training import rules
 from layergrad.training.checkpoint_rows import checkpoint_from_rows
-from layergrad.training.step_hook import LayerVariables, StepHook, TrainFunction, trace_key
+from layergrad.training.model_facts import (
+    heads,
+    is_built,
+    layers_and_variables,
+    loss_name,
+    output_units,
+)
+from layergrad.training.report_files import check_log_dir, check_report_path
+from layergrad.training.step_hook import StepHook, TrainFunction, trace_key
 
 _, _keras = quiet_import()
 
@@ -61,6 +71,16 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             (default: log C for a C-class cross-entropy, log 2 for a binary one).
 
     After training, `report` (a `FitReport`) holds every checkpoint and the findings.
+
+    `report` and `log_dir` are checked when the callback is made and again when training
+    begins, before any step (`OutputError`): a report replaces only a report layergrad
+    wrote, never through a link, never a directory or special file; `log_dir` must be a
+    folder that can be written, and TensorBoard must be installed. The monitor never stops a
+    `model.fit` that works without it: a model Keras builds at its first step (subclassed,
+    or a Sequential without an `Input`) is monitored from its second step; a custom
+    `train_step` whose loss or gradients it cannot see (not through `compute_loss`, not
+    applied by `model.optimizer`) is recorded from Keras's logs, said once as a
+    `UserWarning` and in `report.notes`.
     """
 
     def __init__(
@@ -72,13 +92,9 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         chance_loss: float | None = None,
     ) -> None:
         super().__init__()
-        if int(every) < 1:
-            raise ValueError(f"every must be at least 1: every={every}")
-        if report is not None and not os.fspath(report).lower().endswith((".json", ".html")):
-            raise ValueError(f"report must end in .json or .html: report={os.fspath(report)!r}")
-        self.every, self.stop_on_nonfinite = int(every), stop_on_nonfinite
-        self.log_dir = None if log_dir is None else os.fspath(log_dir)
-        self.report_path = None if report is None else os.fspath(report)
+        self.every, self.stop_on_nonfinite = _whole_steps(every), stop_on_nonfinite
+        self.log_dir = None if log_dir is None else check_log_dir(log_dir)
+        self.report_path = None if report is None else check_report_path(report)
         self.chance_loss = chance_loss
         self.report: FitReport | None = None
         # the key, hook and train functions of the last fit (`trace_key`)
@@ -94,13 +110,31 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         self._unread: list[_Execution] = []  # executions whose losses are still in the ring
         self._stack: contextlib.ExitStack | None = None
         self._writer: SummaryWriter = None  # opened by on_train_begin
+        self._begun: int | None = None  # the first monitored step (1 when Keras built the model)
+        self._notes: list[str] = []
+        self._stopped_at: int | None = None  # the step after which the monitor ended training
 
     # Keras hooks
 
     def on_train_begin(self, logs: dict[str, object] | None = None) -> None:
         self._reset()
+        # checked again before any step: the file may have appeared since
+        if self.log_dir is not None:
+            check_log_dir(self.log_dir)
+        if self.report_path is not None:
+            check_report_path(self.report_path)
+        steps, epochs = self.params.get("steps"), self.params.get("epochs") or 1
+        self._last = steps * epochs - 1 if steps else None
+        if is_built(self.model):
+            self._start()
+        else:
+            self._notes.append(_BUILT_AT_FIRST_STEP)
+
+    def _start(self) -> None:
+        """Install the monitored step (on a built model), from step `self._step`."""
         model = self.model
-        self._layers, self._variables = _layers_and_variables(model)
+        self._begun = self._step
+        self._layers, self._variables = layers_and_variables(model)
         self._index = {e.path: i for i, e in enumerate(self._layers)}
         rows = int(getattr(model, "steps_per_execution", 1) or 1)
         histograms = self.log_dir is not None
@@ -111,8 +145,6 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         else:  # the same model, compiled alike: run the steps an earlier fit traced again
             self._hook = traced[1]
             self._hook.results.reset()
-        steps, epochs = self.params.get("steps"), self.params.get("epochs") or 1
-        self._last = steps * epochs - 1 if steps else None
         stale = _OPEN.pop(id(model), None)
         if stale is not None:
             stale.close()
@@ -130,26 +162,49 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         self._epoch = epoch
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, object] | None = None) -> None:
+        self._first_batch = batch
+        if self._begun is None:  # Keras builds the model in this execution: Keras's own step
+            return
         # the next execution runs steps [s, s + rows): measure them all if one is a checkpoint
         s, rows, last = self._step, self._hook.rows, self._last
-        self._measuring = (-s) % self.every < rows or (last is not None and s <= last < s + rows)
+        self._measuring = (
+            (-s) % self.every < rows
+            or (last is not None and s <= last < s + rows)
+            or (s == self._begun and s > 0)
+        )
         function = self._functions[0 if self._measuring else 1]
         if self.model.train_function is not function:  # (Keras tracks what a model is set)
             self.model.train_function = function
-        self._first_batch = batch
 
     def on_train_batch_end(self, batch: int, logs: dict[str, object] | None = None) -> None:
+        logged = _logged_loss(logs)
+        if self._begun is None:  # Keras's own step built the model: its loss from the logs
+            ran = max(1, batch - self._first_batch + 1)
+            self._losses += [None] * (ran - 1) + [logged]
+            self._step += ran
+            if is_built(self.model):
+                self._start()
+            return
         hook, rows = self._hook, self._hook.rows
-        ran = 1 if rows == 1 else hook.results.steps_run() - self._step
+        ran = 1 if rows == 1 else hook.results.steps_run() - (self._step - self._begun)
         self._unread.append(
-            _Execution(self._step, ran, self._epoch, self._first_batch, self._measuring)
+            _Execution(self._step, ran, self._epoch, self._first_batch, self._measuring, logged)
         )
         self._step += ran
+        if not hook.sees_loss or not hook.sees_gradients:
+            self._blind_once()
         # Read the ring after a checkpoint, when Keras's logs (its running mean loss) show a
         # NaN/Inf, and before the next execution would write over an unread row.
         pending = self._step - self._unread[0].first
         if self._measuring or not _finite(logs) or pending + rows > hook.results.ring:
             self._read()
+
+    def _blind_once(self) -> None:
+        """Say once what this train_step hides from the monitor."""
+        note = _blind_note(self.model, self._hook.sees_loss, self._hook.sees_gradients)
+        if note not in self._notes:
+            self._notes.append(note)
+            warnings.warn(f"GradientMonitor: {note}", UserWarning, stacklevel=2)
 
     def on_train_end(self, logs: dict[str, object] | None = None) -> None:
         if self._unread:
@@ -171,45 +226,67 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
 
     def _read(self) -> None:
         """Record the unread steps' losses, and the checkpoints among them."""
-        hook = self._hook
+        hook, begun = self._hook, self._begun or 0
         ring = hook.results.read_losses()
         read: dict[str, np.ndarray] = {}  # the rows of the reductions, read once
         for execution in self._unread:
             for j in range(execution.ran):
                 step = execution.first + j
-                bad, loss = (float(v) for v in ring[step % hook.results.ring])
-                self._losses.append(loss)
+                counted = step - begun  # the step's number for the hook
+                bad, loss = (float(v) for v in ring[counted % hook.results.ring])
+                value: float | None = loss
+                if not hook.sees_loss:  # the step's own loss: Keras's logs of the execution
+                    value = execution.logged if j == execution.ran - 1 else None
+                    bad = float(bad or (value is not None and not math.isfinite(value)))
+                self._losses.append(value)
                 first_bad = bool(bad) and self._nonfinite is None
-                due = execution.measuring and (step % self.every == 0 or step == self._last)
+                due = execution.measuring and (
+                    step % self.every == 0 or step == self._last or step == begun
+                )
+                if not hook.sees_gradients:  # nothing to read but the loss
+                    if first_bad:
+                        self._stop(_loss_only_nonfinite(step, execution, j))
+                    continue
                 if not (due or first_bad):
                     continue
-                row = step % hook.rows if execution.measuring else hook.results.spare
+                row = counted % hook.rows if execution.measuring else hook.results.spare
                 read = read or hook.results.read_rows(self._writer is not None)
                 batch = execution.batch + j
                 checkpoint = checkpoint_from_rows(
                     read,
                     row,
                     step,
+                    counted=counted,
                     epoch=execution.epoch,
                     batch=batch,
-                    loss=loss,
+                    loss=value,
                     layers=self._layers,
                     variables=self._variables,
                     order=self._hook_order(),
                 )
                 # (a flag without a NaN/Inf: finite values whose sum overflowed)
-                real = first_bad and (not math.isfinite(loss) or _any_nonfinite(checkpoint))
+                real = first_bad and (
+                    (value is not None and not math.isfinite(value)) or _any_nonfinite(checkpoint)
+                )
                 if due or real:
                     self._checkpoints.append(checkpoint)
                     if self._writer is not None:
                         self._write_summaries(checkpoint, read, row)
                 if real:
-                    self._nonfinite = rules.nonfinite_finding(
-                        checkpoint, self._hook_order(), execution.epoch, batch
+                    self._stop(
+                        rules.nonfinite_finding(
+                            checkpoint, self._hook_order(), execution.epoch, batch
+                        )
                     )
-                    if self.stop_on_nonfinite:
-                        self.model.stop_training = True  # after this execution's steps
         self._unread = []
+
+    def _stop(self, finding: TrainingFinding) -> None:
+        """Record the first NaN/Inf; with `stop_on_nonfinite`, end training after this
+        execution's steps."""
+        self._nonfinite = finding
+        if self.stop_on_nonfinite:
+            self.model.stop_training = True
+            self._stopped_at = finding.step
 
     def _hook_order(self) -> list[str]:
         order = [self._layers[i].path for i in self._hook.forward_order]
@@ -251,9 +328,18 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         lr = self._checkpoints[0].learning_rate if self._checkpoints else None
         chance = self.chance_loss
         if chance is None:
-            chance = rules.chance_loss(_loss_name(model), _output_units(model))
+            chance = rules.chance_loss(loss_name(model), output_units(model))
+        # stopped: the monitor ended the run before its last step (a run it stopped at its
+        # last step, or one whose length Keras did not know, ran every step it had)
+        stopped = self._stopped_at is not None and (
+            self._last is None or self._stopped_at <= self._last
+        )
         findings = rules.findings(
-            self._losses, self._checkpoints, self._nonfinite, chance_loss=chance
+            self._losses,
+            self._checkpoints,
+            self._nonfinite,
+            chance_loss=chance,
+            heads=heads(model, self._layers),
         )
         return FitReport(
             model=str(model.name),
@@ -261,15 +347,14 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             every=self.every,
             steps=len(self._losses),
             epochs=self._epoch + 1 if self._losses else 0,
-            loss_name=_loss_name(model),
+            loss_name=loss_name(model),
             optimizer=type(optimizer).__name__ if optimizer is not None else "",
             learning_rate=lr,
             losses=tuple(self._losses),
             checkpoints=tuple(self._checkpoints),
             findings=tuple(findings),
-            stopped=Finding.NONFINITE.value
-            if self._nonfinite is not None and self.stop_on_nonfinite
-            else None,
+            stopped=Finding.NONFINITE.value if stopped else None,
+            notes=tuple(self._notes),
         )
 
 
@@ -283,6 +368,59 @@ class _Execution:
     epoch: int
     batch: int
     measuring: bool
+    logged: float | None = None  # the loss in Keras's logs after it
+
+
+_BUILT_AT_FIRST_STEP = (
+    "Keras built the model during its first training step (a subclassed model, or a "
+    "Sequential without an Input): step 1 ran unmonitored, its loss is Keras's; "
+    "the monitor starts at step 2"
+)
+
+
+def _blind_note(model: object, sees_loss: bool | None, sees_gradients: bool | None) -> str:
+    """Why the record of a custom train_step is partial."""
+    name = type(model).__name__
+    if not sees_gradients:
+        return (
+            f"loss-only: the train_step of {name} applies its gradients where the monitor "
+            "cannot see them (not through model.optimizer's apply or apply_gradients); only "
+            "the loss Keras logs was recorded, no gradient, no checkpoint"
+        )
+    return (
+        f"the train_step of {name} computes its loss without model.compute_loss: the loss "
+        "of each step is the one Keras logs (with steps_per_execution > 1, only the last "
+        "step of each execution has one)"
+    )
+
+
+def _loss_only_nonfinite(step: int, execution: _Execution, j: int) -> TrainingFinding:
+    return TrainingFinding(
+        Finding.NONFINITE,
+        None,
+        step + 1,
+        f"step {step + 1} (epoch {execution.epoch}, batch {execution.batch + j}): the loss is "
+        "NaN/Inf; the monitor cannot see this train_step's gradients, so it cannot name "
+        "the layer",
+    )
+
+
+def _logged_loss(logs: dict[str, object] | None) -> float | None:
+    value = (logs or {}).get("loss")
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def _whole_steps(every: object) -> int:
+    """`every` as a whole number of steps, at least 1 (never rounded)."""
+    ok = isinstance(every, numbers.Integral) and not isinstance(every, bool)
+    if not ok and isinstance(every, float) and math.isfinite(every) and every == int(every):
+        ok = True
+    if not ok or int(every) < 1:  # type: ignore[call-overload]
+        raise ValueError(f"every must be at least 1, a whole number of steps: every={every!r}")
+    return int(every)  # type: ignore[call-overload]
 
 
 def _finite(logs: dict[str, object] | None) -> bool:
@@ -294,48 +432,3 @@ def _finite(logs: dict[str, object] | None) -> bool:
 
 def _any_nonfinite(checkpoint: Checkpoint) -> bool:
     return any(r.nonfinite_gradient or r.nonfinite_activation for r in checkpoint.layers)
-
-
-def _layers_and_variables(model: KerasModel) -> tuple[list[LayerVariables], list[KerasVariable]]:
-    """Every leaf layer once (nested models expanded), with its trainable variables' indices."""
-    from layergrad.engine.layer_calls import unique_leaves
-    from layergrad.model.layer_refs import iter_layers
-
-    layers: list[LayerVariables] = []
-    variables: list[KerasVariable] = []
-    seen: set[int] = set()
-    for layer, path, _ in unique_leaves(iter_layers(model)):
-        mine = []
-        for v in layer.trainable_variables:
-            if id(v) not in seen:
-                seen.add(id(v))
-                mine.append(len(variables))
-                variables.append(v)
-        layers.append(LayerVariables(path, layer, tuple(mine)))
-    return layers, variables
-
-
-def _loss_name(model: KerasModel) -> str:
-    loss = getattr(model, "loss", None)
-    if loss is None:
-        return ""
-    if isinstance(loss, str):
-        return loss
-    if isinstance(loss, (list, tuple)):
-        return ", ".join(_loss_name_of(v) for v in loss)
-    if isinstance(loss, dict):
-        return ", ".join(f"{k}: {_loss_name_of(v)}" for k, v in loss.items())
-    return _loss_name_of(loss)
-
-
-def _loss_name_of(loss: object) -> str:
-    if isinstance(loss, str):
-        return loss
-    return str(getattr(loss, "name", None) or getattr(loss, "__name__", type(loss).__name__))
-
-
-def _output_units(model: KerasModel) -> list[int]:
-    try:
-        return [int(t.shape[-1]) if len(t.shape) else 1 for t in model.outputs]
-    except (AttributeError, ValueError, TypeError):
-        return []

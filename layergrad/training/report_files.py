@@ -1,20 +1,66 @@
-"""Write a monitored run's record to the file `GradientMonitor(report=...)` names."""
+"""The files `GradientMonitor(report=..., log_dir=...)` writes, under the CLI's output rules.
+
+Both are checked when the callback is made and again at `on_train_begin`, before any step
+(`files/outputs.py`): a report replaces only a report layergrad wrote (its `layergrad.fit/1`
+JSON or its HTML page), never a directory, a FIFO or another special file, never a file
+reached through a link that is not such a report; it is written to a temporary file beside
+it and renamed over it, so a link is replaced, never written through. `log_dir` must be a
+folder that can be written (or be absent below one), and TensorBoard must be installed.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
+from layergrad.core.errors import OutputError
 from layergrad.core.fit_results import FitReport
 
+REPORT_SUFFIXES = (".json", ".html")
 
-def write_report(report: FitReport, path: str | os.PathLike[str]) -> None:
-    """`.json`: the `layergrad.fit/1` object; `.html`: the self-contained page."""
+
+def check_report_path(path: str | os.PathLike[str], option: str = "report") -> str:
+    """The report's path, refused where writing it could destroy a file (`OutputError`), or
+    named neither `.json` nor `.html` (`ValueError`)."""
+    from layergrad.files.outputs import check_target
+
+    text = os.fspath(path)
+    if not text.lower().endswith(REPORT_SUFFIXES):
+        raise ValueError(f"{option} must end in .json or .html: {option}={text!r}")
+    check_target(text, option, "fit")
+    return text
+
+
+def check_log_dir(path: str | os.PathLike[str], option: str = "log_dir") -> str:
+    """The TensorBoard folder, refused (`OutputError`) when it is not a writable folder or
+    TensorBoard, which writes it, is not installed."""
+    from layergrad.files.outputs import check_folder_target
+
+    text = os.fspath(path)
+    check_folder_target(text, option)
+    require_tensorboard(option)
+    return text
+
+
+def require_tensorboard(option: str) -> None:
+    """Refuse `option` when the tensorboard package is missing (before any training)."""
+    try:
+        found = importlib.util.find_spec("tensorboard") is not None
+    except (ImportError, ValueError):  # a broken or blocked install
+        found = False
+    if not found:
+        raise OutputError(
+            f"{option} writes TensorBoard summaries, and the tensorboard package is not "
+            "installed; install it with: pip install tensorboard"
+        )
+
+
+def write_report(report: FitReport, path: str | os.PathLike[str], option: str = "report") -> None:
+    """`.json`: the `layergrad.fit/1` object; `.html`: the self-contained page. Checked again,
+    then written atomically (`outputs.write_file`)."""
+    from layergrad.files.outputs import write_file
     from layergrad.render import fit
 
     text = os.fspath(path)
     body = fit.as_json(report) + "\n" if text.lower().endswith(".json") else fit.html(report)
-    folder = os.path.dirname(text)
-    if folder:
-        os.makedirs(folder, exist_ok=True)
-    with open(text, "w", encoding="utf-8") as handle:
-        handle.write(body)
+    write_file(text, option, "fit", body.encode("utf-8"))

@@ -78,6 +78,7 @@ class _Trace:
         self.outputs: list[list[Tensor]] = [[] for _ in range(layers)]  # float outputs, every call
         self.order: list[int] = []
         self.forward: TFOperation = None  # the forward statistics' op
+        self.recorded = False  # whether the optimizer handed the step's gradients over
 
 
 class StepHook:
@@ -96,6 +97,9 @@ class StepHook:
         self.forward_order: list[int] = []  # layer indices in the order the trace called them
         self._keys = {_var_key(model, v): i for i, v in enumerate(variables)}
         self._train_steps: dict[bool, Callable[[TensorTree], dict[str, Tensor]]] = {}
+        # what the traced train_step let the monitor see (True until a trace says otherwise):
+        # its loss through model.compute_loss, its gradients through the optimizer
+        self.sees_loss = self.sees_gradients = True
         self.results = StepResults(model, len(self.layers), len(self.variables), self.rows)
 
     @contextlib.contextmanager
@@ -120,6 +124,7 @@ class StepHook:
                 try:
                     logs = original_step(data)
                     self._count_step(trace)
+                    self.sees_loss, self.sees_gradients = trace.loss is not None, trace.recorded
                     return logs
                 finally:
                     _active.trace = None
@@ -145,6 +150,7 @@ class StepHook:
                 return reduced
             # The reading comes first in program order, so TensorFlow's automatic control
             # dependencies make the update of each variable wait for its read.
+            trace.recorded = True
             self._record(trace, list(reduced))
             return reduced
 

@@ -1,0 +1,73 @@
+"""What the monitor reads off the model it watches: its layers and trainable variables, its
+loss's name and outputs' units, and whether Keras has built it yet."""
+
+from __future__ import annotations
+
+from layergrad.core.tf_types import KerasModel, KerasVariable
+from layergrad.training.step_hook import LayerVariables
+
+
+def is_built(model: KerasModel) -> bool:
+    """Whether the model and every layer in it have their variables (a subclassed model or a
+    Sequential without an `Input` is built by its first training step)."""
+    from layergrad.model.layer_refs import iter_layers
+
+    if not getattr(model, "built", False):
+        return False
+    return all(getattr(layer, "built", True) for _, layer in iter_layers(model))
+
+
+def layers_and_variables(model: KerasModel) -> tuple[list[LayerVariables], list[KerasVariable]]:
+    """Every leaf layer once (nested models expanded), with its trainable variables' indices."""
+    from layergrad.engine.layer_calls import unique_leaves
+    from layergrad.model.layer_refs import iter_layers
+
+    layers: list[LayerVariables] = []
+    variables: list[KerasVariable] = []
+    seen: set[int] = set()
+    for layer, path, _ in unique_leaves(iter_layers(model)):
+        mine = []
+        for v in layer.trainable_variables:
+            if id(v) not in seen:
+                seen.add(id(v))
+                mine.append(len(variables))
+                variables.append(v)
+        layers.append(LayerVariables(path, layer, tuple(mine)))
+    return layers, variables
+
+
+def loss_name(model: KerasModel) -> str:
+    loss = getattr(model, "loss", None)
+    if loss is None:
+        return ""
+    if isinstance(loss, str):
+        return loss
+    if isinstance(loss, (list, tuple)):
+        return ", ".join(loss_name_of(v) for v in loss)
+    if isinstance(loss, dict):
+        return ", ".join(f"{k}: {loss_name_of(v)}" for k, v in loss.items())
+    return loss_name_of(loss)
+
+
+def loss_name_of(loss: object) -> str:
+    if isinstance(loss, str):
+        return loss
+    return str(getattr(loss, "name", None) or getattr(loss, "__name__", type(loss).__name__))
+
+
+def output_units(model: KerasModel) -> list[int]:
+    try:
+        return [int(t.shape[-1]) if len(t.shape) else 1 for t in model.outputs]
+    except (AttributeError, ValueError, TypeError):
+        return []
+
+
+def heads(model: KerasModel, layers: list[LayerVariables]) -> list[str]:
+    """The paths of the layers that make the model's outputs (empty: not known)."""
+    paths = {id(e.layer): e.path for e in layers}
+    try:
+        made = [getattr(t, "_keras_history", None) for t in model.outputs]
+    except (AttributeError, ValueError, TypeError):
+        return []
+    found = [paths.get(id(h[0])) for h in made if h is not None]
+    return [p for p in found if p is not None] if all(found) and found else []

@@ -1,0 +1,257 @@
+"""GradientMonitor's files follow the command line's output rules, and the callback never
+breaks a `model.fit` that works without it (subclassed models, custom train steps, models
+Keras builds at their first step)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+from helpers import keras, tf
+
+from layergrad import GradientMonitor
+from layergrad.core.errors import OutputError
+
+
+def data(n: int = 64, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 4)).astype("float32")
+    return x, (x[:, 0] > 0).astype("int32")
+
+
+def small(input_layer: bool = True) -> keras.Model:
+    keras.utils.set_random_seed(0)
+    layers = [keras.layers.Dense(6, activation="relu"), keras.layers.Dense(2)]
+    return keras.Sequential(([keras.Input((4,))] if input_layer else []) + layers)
+
+
+def compiled(model: keras.Model) -> keras.Model:
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def digest(path) -> str:
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+class Steps(keras.callbacks.Callback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ran = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.ran += 1
+
+
+# 1. the report and log_dir
+
+
+@pytest.fixture
+def model_file(tmp_path):
+    path = tmp_path / "model.keras"
+    compiled(small()).save(path)
+    return path
+
+
+def test_a_report_linked_to_the_model_file_is_refused_when_the_callback_is_made(
+    tmp_path, model_file
+):
+    link = tmp_path / "fit.json"
+    link.symlink_to(model_file)
+    before = digest(model_file)
+    with pytest.raises(OutputError, match="refusing to overwrite"):
+        GradientMonitor(report=link)
+    assert digest(model_file) == before
+
+
+@pytest.mark.parametrize("content", [b"my notes\n", b'{"schema": "other/1"}'])
+def test_a_file_layergrad_did_not_write_is_never_replaced(tmp_path, content):
+    path = tmp_path / "fit.json"
+    path.write_bytes(content)
+    with pytest.raises(OutputError, match="not a training report written by layergrad"):
+        GradientMonitor(report=path)
+    assert path.read_bytes() == content
+
+
+def test_a_fifo_and_a_directory_are_refused_at_once(tmp_path):
+    fifo = tmp_path / "fit.json"
+    os.mkfifo(fifo)
+    with pytest.raises(OutputError, match="FIFO"):
+        GradientMonitor(report=fifo)  # never opened: this would block
+    folder = tmp_path / "report.html"
+    folder.mkdir()
+    with pytest.raises(OutputError, match="a directory"):
+        GradientMonitor(report=folder)
+
+
+def test_a_file_that_appears_before_fit_is_refused_before_any_step(tmp_path):
+    path = tmp_path / "fit.json"
+    monitor = GradientMonitor(every=1, report=path)
+    path.write_text("written by someone else\n")
+    model, steps = compiled(small()), Steps()
+    before = [v.numpy().copy() for v in model.trainable_variables]
+    x, y = data()
+    with pytest.raises(OutputError):
+        model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[monitor, steps])
+    assert steps.ran == 0
+    assert path.read_text() == "written by someone else\n"
+    for v, w in zip(model.trainable_variables, before, strict=True):
+        np.testing.assert_array_equal(v.numpy(), w)
+
+
+def test_its_own_report_is_replaced_atomically_and_a_link_is_replaced_not_followed(tmp_path):
+    x, y = data()
+    first = tmp_path / "fit.json"
+    model = compiled(small())
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0,
+              callbacks=[GradientMonitor(every=1, report=first)])  # fmt: skip
+    assert json.loads(first.read_text())["schema"] == "layergrad.fit/1"
+    kept = first.read_bytes()
+    link = tmp_path / "again.json"
+    link.symlink_to(first)  # a link onto a report layergrad wrote may be replaced
+    model.fit(x, y, batch_size=16, epochs=2, verbose=0,
+              callbacks=[GradientMonitor(every=1, report=link)])  # fmt: skip
+    assert not link.is_symlink()
+    assert json.loads(link.read_text())["training"]["epochs"] == 2
+    assert first.read_bytes() == kept  # the link was replaced, never written through
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0,
+              callbacks=[GradientMonitor(every=1, report=tmp_path / "fit.html")])  # fmt: skip
+    GradientMonitor(report=tmp_path / "fit.html")  # its own page may be replaced too
+
+
+def test_log_dir_naming_a_file_a_fifo_or_dev_null_is_refused(tmp_path, model_file):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for target, says in [
+        (model_file, "is a file, not a folder"),
+        (fifo, "FIFO"),
+        ("/dev/null", "not a folder"),
+        (model_file / "logs", "is not a folder"),
+    ]:
+        with pytest.raises(OutputError, match=says):
+            GradientMonitor(log_dir=target)
+    dangling = tmp_path / "logs"
+    dangling.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(OutputError, match="not a folder"):
+        GradientMonitor(log_dir=dangling)
+
+
+def test_log_dir_without_tensorboard_is_refused_with_the_install_command(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorboard", None)
+    with pytest.raises(OutputError, match="pip install tensorboard"):
+        GradientMonitor(log_dir=tmp_path / "logs")
+
+
+def test_tensorboard_is_a_dependency_of_the_package():
+    import tomllib
+    from pathlib import Path
+
+    pyproject = Path(__file__).parents[2] / "pyproject.toml"
+    deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    assert any(d.startswith("tensorboard") for d in deps)
+
+
+@pytest.mark.parametrize("every", [2.7, "3", None, math.nan, True, 0, -1])
+def test_every_must_be_a_whole_number_of_steps(every):
+    with pytest.raises(ValueError, match="every must be at least 1, a whole number"):
+        GradientMonitor(every=every)
+
+
+def test_every_accepts_numpy_integers_and_whole_floats():
+    assert GradientMonitor(every=np.int64(3)).every == 3
+    assert GradientMonitor(every=4.0).every == 4
+
+
+# 2. never break a fit that works without the monitor
+
+
+class Subclassed(keras.Model):
+    def __init__(self) -> None:
+        super().__init__()
+        keras.utils.set_random_seed(0)
+        self.hidden = keras.layers.Dense(6, activation="relu")
+        self.head = keras.layers.Dense(2)
+
+    def call(self, x):
+        return self.head(self.hidden(x))
+
+
+class CustomStep(Subclassed):
+    """A custom train_step through compute_loss and the optimizer: fully visible."""
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        return {"loss": loss}
+
+
+class HandMade(Subclassed):
+    """Its own loss and its own update: the monitor can see neither."""
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            logits = self(x, training=True)
+            loss = tf.reduce_mean(
+                keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+            )
+        grads = tape.gradient(loss, self.trainable_variables)
+        for g, v in zip(grads, self.trainable_variables, strict=True):
+            v.assign_sub(0.1 * g)
+        return {"loss": loss}
+
+
+def losses_without_monitor(make, x, y):
+    """Every step's loss, from a run without the monitor (the truth)."""
+
+    class Record(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.losses = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.losses.append(float(logs["loss"]))
+
+    record = Record()
+    compiled(make()).fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0,
+                         callbacks=[record])  # fmt: skip
+    return record.losses
+
+
+@pytest.mark.parametrize("make", [Subclassed, CustomStep, lambda: small(input_layer=False)])
+def test_models_keras_builds_at_the_first_step_train_and_are_monitored_from_step_2(make):
+    x, y = data()
+    monitor = GradientMonitor(every=2)
+    model = compiled(make())
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
+    report = monitor.report
+    assert report.steps == 4
+    assert [c.step for c in report.checkpoints] == [2, 3, 4]
+    assert all(r.grad_l2 and r.grad_l2 > 0 for c in report.checkpoints for r in c.layers)
+    assert any("first training step" in n for n in report.notes)
+    # the first step's loss is the one Keras saw; the same run without the monitor agrees
+    truth = losses_without_monitor(make, x, y)
+    assert report.losses[0] == pytest.approx(truth[0], rel=1e-5)
+
+
+def test_a_train_step_the_monitor_cannot_see_is_loss_only_said_once():
+    x, y = data()
+    model = compiled(HandMade())
+    model(x[:1])
+    monitor = GradientMonitor(every=1)
+    with pytest.warns(UserWarning, match="loss-only") as caught:
+        model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, callbacks=[monitor])
+    assert len([w for w in caught if "loss-only" in str(w.message)]) == 1
+    report = monitor.report
+    assert report.steps == 8 and report.checkpoints == ()
+    assert all(v is not None and math.isfinite(v) and v > 0 for v in report.losses)
+    assert any(n.startswith("loss-only") for n in report.notes)
+    assert report.findings == ()
