@@ -132,7 +132,11 @@ def test_vanishing_and_exploding_gradients_toward_the_input():
     found = rules.exploding([point(s, names, grads=grow) for s in (1, 11)])
     assert found is not None and found.layer == "mid"
     huge = [point(1, names), point(11, {**names, "top": 3.0}), point(21, names)]
-    found = rules.exploding(huge)
+    assert rules.exploding(huge) is None  # one large step of a loss that trains well
+    found = rules.exploding(huge, unstable=True)  # one, as the loss blew up
+    assert found is not None and (found.layer, found.step) == ("top", 11)
+    twice = [point(1, names), *(point(s, {**names, "top": 3.0}) for s in (11, 21))]
+    found = rules.exploding(twice)
     assert found is not None and (found.layer, found.step) == ("top", 11)
     assert rules.exploding([point(s, names) for s in (1, 11)]) is None
 
