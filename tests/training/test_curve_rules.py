@@ -81,6 +81,10 @@ def test_a_loss_swinging_without_trend_oscillates_and_a_falling_one_does_not():
     found = rules.oscillating(noisy(swing, 0.05), HEALTHY, CHANCE)
     assert found is not None and found.finding == Finding.OSCILLATING and found.layer == "head"
     assert rules.oscillating(noisy(np.linspace(1.4, 0.3, 400), 0.1), HEALTHY, CHANCE) is None
+    # a converged loss with a few spiky batches swings by little: no oscillation
+    spiky = np.array(noisy([0.05] * 400, 0.01))
+    spiky[[37, 120, 211, 290, 350]] += 1.0
+    assert rules.oscillating(list(spiky), HEALTHY, CHANCE) is None
     # a batch of one sample: each step's loss jumps by about the trivial loss
     jumpy = np.abs(noisy([0.8] * 400, 1.0))
     assert rules.oscillating(list(jumpy), HEALTHY, CHANCE) is not None
