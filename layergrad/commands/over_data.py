@@ -65,6 +65,9 @@ def data_specs(model: KerasModel) -> tuple[InputSpec, ...]:
     try:
         return probe_input.input_specs(model)
     except InputError:
+        built = probe_input.built_input_specs(model)  # a subclassed model built on one shape
+        if built is not None:
+            return built
         raise InputError(
             f"model {model.name!r} ({type(model).__name__}) does not declare its inputs, so "
             "--data cannot be matched to them; save it as a Functional or Sequential model"

@@ -65,6 +65,10 @@ def check_import_specs(specs: Sequence[str], find: bool = True) -> None:
                     f"--import {spec} is a directory; pass the .py file that defines the "
                     "layers, or the package's module name"
                 )
+            from layergrad.files.guards import require_regular
+
+            # a FIFO would block the import, a device never end it
+            require_regular(Path(spec), "a Python file", lambda m: UsageError(f"--import {m}"))
             continue
         parts = spec.split(".")
         if not spec or not all(p.isidentifier() for p in parts):

@@ -93,21 +93,6 @@ class Column:
     drop: int = 0
 
 
-def fitted_table(
-    columns: Sequence[Column],
-    rows: Sequence[Sequence[RenderableType]],
-    width: int | None,
-    *,
-    compact: bool = False,
-) -> Table:
-    """A table of `rows` that fits `width`: drop optional columns first, then wrap names.
-
-    Numbers and words are never cut or wrapped; layer names wrap as a last resort. `compact`
-    collapses the padding between columns.
-    """
-    return fit_table(columns, rows, width, compact=compact)[0]
-
-
 def fit_table(
     columns: Sequence[Column],
     rows: Sequence[Sequence[RenderableType]],
@@ -115,7 +100,12 @@ def fit_table(
     *,
     compact: bool = False,
 ) -> tuple[Table, tuple[str, ...]]:
-    """`fitted_table`, and the headers of the columns it dropped to fit (in table order)."""
+    """A table of `rows` that fits `width`, and the headers of the columns it dropped to fit
+    (in table order): optional columns go first, then names wrap.
+
+    Numbers and words are never cut or wrapped; layer names wrap as a last resort. `compact`
+    collapses the padding between columns.
+    """
     keep = list(range(len(columns)))
 
     def build() -> Table:

@@ -16,7 +16,7 @@ from rich.text import Text
 from layergrad.core.fit_results import SCHEMA, Checkpoint, FitReport, LayerStats
 from layergrad.render.common import (
     Column,
-    fitted_table,
+    fit_table,
     json_document,
     md_code,
     md_table,
@@ -102,7 +102,7 @@ def table(report: FitReport, *, color: bool = False, width: int | None = 100) ->
     last = _last(report)
     if last is not None:
         items.append(Text(f"\nlayers at step {last.step} (loss {_text(last.loss)}):"))
-        items.append(fitted_table(COLUMNS, [_cells(r) for r in last.layers], width))
+        items.append(fit_table(COLUMNS, [_cells(r) for r in last.layers], width)[0])
     items.append(Text(verdict_line(report), style="bold red" if report.findings else "green"))
     for f in report.findings:
         where = f" at {f.layer}" if f.layer else ""

@@ -45,3 +45,20 @@ class FocalLoss(keras.losses.Loss):
 
     def get_config(self) -> dict[str, object]:
         return {**super().get_config(), "gamma": self.gamma}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class SmallLogits(keras.layers.Layer):
+    """Raw logits scaled into [0, 1] on a random batch (0.5 + 0.01 * Dense): a linear head
+    whose outputs look like probabilities on the probe."""
+
+    def __init__(self, units: int, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.units = units
+        self.dense = keras.layers.Dense(units)
+
+    def call(self, x):  # type: ignore[no-untyped-def]
+        return 0.5 + 0.01 * self.dense(x)
+
+    def get_config(self) -> dict[str, object]:
+        return {**super().get_config(), "units": self.units}

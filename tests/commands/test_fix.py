@@ -391,3 +391,65 @@ def test_the_default_output_is_named_after_the_model_in_the_working_directory(
     assert result.exit_code == 1, result.output
     assert (tmp_path / "bug_logits_twice.fixed.keras").is_file()
     assert "loss_mismatch" not in _findings(tmp_path / "bug_logits_twice.fixed.keras")
+
+
+def _nested(keras):
+    inner = keras.Sequential(
+        [keras.Input((6,)), keras.layers.Dense(8, activation="relu", name="dense"),
+         keras.layers.Dense(1, activation="relu", name="out")], name="encoder",
+    )  # fmt: skip
+    x = keras.Input((6,), name="x")
+    return keras.Model(x, inner(x)), "encoder/out"
+
+
+def _two_inputs(keras):
+    a, b = keras.Input((4,), name="a"), keras.Input((3,), name="b")
+    joined = keras.layers.Concatenate(name="concat")(
+        [keras.layers.Dense(5, activation="relu", name="da")(a),
+         keras.layers.Dense(5, activation="tanh", name="db")(b)]
+    )  # fmt: skip
+    return keras.Model(
+        [a, b], keras.layers.Dense(1, activation="relu", name="head")(joined)
+    ), "head"
+
+
+def _integer_ids(keras):
+    ids = keras.Input((6,), dtype="int32", name="ids")
+    pooled = keras.layers.GlobalAveragePooling1D(name="pool")(
+        keras.layers.Embedding(20, 4, name="embedding")(ids)
+    )
+    return keras.Model(ids, keras.layers.Dense(1, activation="relu", name="head")(pooled)), "head"
+
+
+def _shared(keras):
+    x = keras.Input((6,), name="x")
+    shared = keras.layers.Dense(6, activation="tanh", name="shared")
+    out = keras.layers.Dense(1, activation="relu", name="head")(shared(shared(x)))
+    return keras.Model(x, out), "head"
+
+
+@pytest.mark.parametrize("build", [_nested, _two_inputs, _integer_ids, _shared])
+def test_nested_multi_input_integer_and_shared_models(tmp_path, build):
+    import keras
+
+    model, head = build(keras)
+    model.compile(optimizer="adam", loss="binary_crossentropy")  # a ReLU head: loss_mismatch
+    path = tmp_path / "m.keras"
+    model.save(path)
+    out = tmp_path / "o.keras"
+    report = fix_model(path, options=FixOptions(output=str(out)))
+    (repair,) = report.repairs
+    assert repair.layer == head
+    assert repair.code == (
+        f'Dense(1, activation="relu") -> Dense(1, activation="sigmoid") at {head}',
+    )
+    copy = keras.saving.load_model(out, compile=False)
+    layer = copy.get_layer(head.split("/")[0])
+    if "/" in head:
+        layer = layer.get_layer(head.split("/")[1])
+    assert layer.activation.__name__ == "sigmoid"
+    np.testing.assert_array_equal(  # the head's weights are kept
+        layer.get_weights()[0], model.get_layer(head.split("/")[0]).get_weights()[0]
+        if "/" not in head else model.get_layer("encoder").get_layer("out").get_weights()[0]
+    )  # fmt: skip
+    assert "loss_mismatch" not in _findings(out)

@@ -128,7 +128,28 @@ def _separable():
     return keras.Model(x, layers.Dense(5, activation="softmax")(layers.GlobalAveragePooling2D()(h)))
 
 
+def _decoder():
+    x = keras.Input((8,), name="code")
+    h = layers.Reshape((2, 2, 2))(layers.Dense(8, activation="relu")(x))
+    h = layers.Conv2DTranspose(16, 2, strides=2, name="upsample")(h)  # learned upsampling
+    h = layers.Conv2D(16, 3, padding="same", activation="relu")(h)
+    return keras.Model(x, layers.Conv2D(1, 1, activation="sigmoid")(h))
+
+
+def _text_lstm():
+    return keras.Sequential(
+        [keras.Input((20,), dtype="int32"), layers.Embedding(500, 16),
+         layers.Bidirectional(layers.LSTM(8, return_sequences=True)),
+         layers.TimeDistributed(layers.Dense(8)), layers.GlobalMaxPooling1D(),
+         layers.Dense(1, activation="sigmoid")]
+    )  # fmt: skip
+
+
 HEALTHY = {
+    "learned upsampling": (_decoder, "binary_crossentropy"),
+    "text LSTM": (_text_lstm, "binary_crossentropy"),
+    "GRU regressor": (lambda: keras.Sequential([keras.Input((10, 3)), layers.GRU(16),
+                                                layers.Dense(1)]), "mse"),
     "relu MLP, linear regression head": (
         lambda: _seq(layers.Dense(32, activation="relu"), layers.Dense(16, activation="relu"),
                      layers.Dense(1)), "mse"),

@@ -103,6 +103,10 @@ def test_binary_crossentropy_on_a_softmax_fails_in_every_form(tmp_path, form):
         (SOFTMAX10, "mse", True),
         ([layers.Dense(1, name="head")], keras.losses.Huber(delta=2.0), False),
         ([layers.Dense(1, name="head")], "mae", False),
+        ([layers.Dense(1, name="head")], keras.losses.Poisson(), True),
+        ([layers.Dense(1, activation="exponential", name="head")], "poisson", False),
+        (LINEAR10, keras.losses.KLDivergence(), True),
+        (SOFTMAX10, "kld", False),
     ],
 )  # fmt: skip
 def test_loss_and_head_pairings_in_every_saved_form(tmp_path, head, loss, bad):
@@ -295,3 +299,34 @@ def test_a_nested_model_head_is_read_through(tmp_path):
             saved,
             item.message,
         )
+
+
+def test_outputs_in_the_unit_range_fail_no_rule(tmp_path):
+    # logits that happen to lie in [0, 1] on the probe: with from_logits=True this is healthy;
+    # values in [0, 1] do not prove a sigmoid, so no rule may fail on them
+    x = keras.Input((6,), name="x")
+    h = layers.Dense(16, activation="relu", name="hidden")(x)
+    model = keras.Model(x, head_layers.SmallLogits(3, name="logits")(h))
+    model.compile(optimizer="adam", loss=keras.losses.CategoricalCrossentropy(from_logits=True))
+    model.save(tmp_path / "m.keras")
+    item, verdict = loss_item(tmp_path / "m.keras", FULL)
+    assert item.findings == () and verdict.passed, item.message
+    assert "lie in [0, 1]" in item.message
+
+
+def test_a_custom_head_is_judged_with_data_too(tmp_path):
+    import numpy as np
+
+    from layergrad.core.probe_options import ProbeOptions
+
+    model = _custom_head("softmax", 4)
+    model.compile(optimizer="adam", loss=keras.losses.binary_crossentropy)
+    model.save(tmp_path / "m.keras")
+    rng = np.random.default_rng(0)
+    data = tmp_path / "d.npz"
+    np.savez(data, x=rng.standard_normal((16, 6)).astype("float32"),
+             y=np.eye(4, dtype="float32")[rng.integers(0, 4, 16)])  # fmt: skip
+    options = CheckOptions(imports=(HEADS,), probe=ProbeOptions(data=str(data)))
+    item, verdict = loss_item(tmp_path / "m.keras", options)
+    assert item.findings == ("loss_mismatch",) and "like a softmax" in item.message, item.message
+    assert [c.name for c in verdict.checks].count("loss") == 1
