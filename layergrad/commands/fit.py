@@ -15,12 +15,21 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from layergrad.commands.fit_guards import (
+    Notice,
+    beating,
+    check_before_loading,
+    check_options,
+    check_unsized,
+    require_samples,
+    unsized_epoch_notice,
+)
 from layergrad.commands.session import load
 from layergrad.core.errors import InputError, describe
 from layergrad.core.fit_results import FitReport
@@ -60,10 +69,7 @@ class FitOptions:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be at least 1: {name}={value}")
-        if self.learning_rate is not None and not self.learning_rate > 0:
-            raise InputError(
-                f"--learning-rate must be a positive number: learning_rate={self.learning_rate}"
-            )
+        check_options(self.learning_rate, self.optimizer, self.loss)
 
 
 def fit_model(
@@ -76,6 +82,9 @@ def fit_model(
     cpu_replicas: int | None = None,
     imports: Sequence[str] = (),
     unsafe: bool = False,
+    stall_timeout: float | None = None,
+    on_stall: Notice | None = None,
+    on_notice: Notice | None = None,
 ) -> FitReport:
     """Train a copy of the model in `path` on `data` with the gradient monitor on.
 
@@ -88,6 +97,10 @@ def fit_model(
         limit: read at most this many samples.
         distribute, cpu_replicas: train under `MirroredStrategy` (see `ProbeOptions`).
         imports, unsafe: as for every command.
+        stall_timeout, on_stall: call `on_stall(message)` (from another thread) when no
+            batch has come for this many seconds (`data/stall.py`); none by default.
+        on_notice: called with what the run should say while it works (a source that does
+            not say its size, under `--epochs`); the API never prints.
 
     Returns:
         The `FitReport`: every step's loss, the checkpoints, the findings.
@@ -103,6 +116,7 @@ def fit_model(
             "of class sub-folders, or a function yielding (x, y)): training on random labels "
             "proves nothing"
         )
+    check_before_loading(options.log_dir, data, distribute)
     probe = ProbeOptions(
         batch_size=options.batch_size,
         seed=options.seed,
@@ -114,15 +128,25 @@ def fit_model(
     loaded, _warnings, strategy = load(path, probe, imports=imports, unsafe=unsafe)
     model, info = loaded.model, loaded.info
     from layergrad.core.keras_backend import quiet_import
+    from layergrad.data.stall import stall_watch
 
     tf, keras = quiet_import()
     keras.utils.set_random_seed(options.seed)
-    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+    with (
+        strategy.scope() if strategy is not None else contextlib.nullcontext(),
+        stall_watch(stall_timeout, on_stall, os.fspath(data)) as watch,
+    ):
         spec = _compile(model, info.compile_config, options)
         labelled = _labelled(model, os.fspath(data), options, limit, spec)
         stream = labelled.stream
         assert stream is not None
-        prior, samples = _prior_and_samples(labelled, spec.name, options, _units(model, spec))
+        if stream.samples is None and options.epochs is not None and on_notice is not None:
+            on_notice(unsized_epoch_notice(data, limit))
+        beat = watch.beat if watch is not None else (lambda _: None)
+        prior, samples = _prior_and_samples(
+            labelled, spec.name, options, _units(model, spec), data, beat
+        )
+        require_samples(samples, data)
         dataset = _dataset(model, stream, options, samples)
         batches = max(1, math.ceil(samples / options.batch_size))
         total = batches * options.epochs if options.epochs else options.steps or DEFAULT_STEPS
@@ -132,13 +156,14 @@ def fit_model(
 
         chance = prior or chance_loss(spec.name, _units(model, spec))
         monitor = GradientMonitor(every=every, log_dir=options.log_dir, chance_loss=chance)
+        callbacks = [monitor, beating(beat)]
         try:
             if options.epochs is not None:
-                model.fit(dataset, epochs=options.epochs, verbose=0, callbacks=[monitor])
+                model.fit(dataset, epochs=options.epochs, verbose=0, callbacks=callbacks)
             else:
                 steps = options.steps or DEFAULT_STEPS
                 model.fit(dataset.repeat(), epochs=1, steps_per_epoch=steps, verbose=0,
-                          callbacks=[monitor])  # fmt: skip
+                          callbacks=callbacks)  # fmt: skip
         except tf.errors.InvalidArgumentError as exc:  # a batch tf.data could not make
             stream.raise_failure()
             raise InputError(
@@ -175,9 +200,14 @@ def _compile(model: KerasModel, compiled: Mapping[str, object], options: FitOpti
             keras.optimizers.get(raw) if isinstance(raw, str) else keras.optimizers.deserialize(raw)
         )
     except (ValueError, TypeError, KeyError) as exc:
+        why = (  # a class that needs arguments a name cannot give (LossScaleOptimizer)
+            f"it needs the argument {exc.args[0]!r}, which a name cannot give"
+            if isinstance(exc, KeyError) and exc.args
+            else str(exc)
+        )
         raise InputError(
             f"--optimizer {raw if isinstance(raw, str) else 'in the file'} is not an optimizer "
-            f"Keras knows ({exc}); use a keras.optimizers name such as adam or sgd"
+            f"Keras can make from a name ({why}); use a keras.optimizers name such as adam or sgd"
         ) from exc
     if options.learning_rate is not None:
         optimizer.learning_rate = options.learning_rate
@@ -201,12 +231,17 @@ def _labelled(
 
 
 def _prior_and_samples(
-    labelled: Labelled, loss: str, options: FitOptions, units: list[int]
+    labelled: Labelled,
+    loss: str,
+    options: FitOptions,
+    units: list[int],
+    data: PathLike = "",
+    beat: Callable[[int], None] = lambda _: None,
 ) -> tuple[float | None, int]:
     """The chance loss of the labels' own class frequencies (one output, a cross-entropy),
     and the samples in the data. Read from the labels alone, in one pass when either is
     needed: over the whole data, or the samples `--steps` trains on when the source does
-    not say how many it has."""
+    not say how many it has (refused past MAX_UNSIZED_EPOCH samples under `--epochs`)."""
     from layergrad.data.labels import ClassPrior
 
     stream = labelled.stream
@@ -224,8 +259,11 @@ def _prior_and_samples(
         if prior is not None:
             prior.add(y)
         seen += len(y)
+        beat(1)
         if bound is not None and seen >= bound:
             break
+        if samples is None and bound is None:
+            check_unsized(seen, data)
     return (prior.entropy() if prior is not None else None), (samples or seen)
 
 
