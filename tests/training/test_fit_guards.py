@@ -18,7 +18,7 @@ from helpers import keras
 
 from layergrad.cli.app import main
 
-FUNCTIONS = '''
+FUNCTIONS = """
 import os, time
 import numpy as np
 
@@ -42,7 +42,7 @@ def dies():
 
 def dies_at_once():
     os._exit(0)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
