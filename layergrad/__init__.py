@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from layergrad.core.display import install_html_renderer
+from layergrad.core.display import install_html_renderer, install_text_renderer
 from layergrad.core.errors import (
     InputError,
     LayergradError,
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from layergrad.commands.api import scan_weights_model as scan_weights
     from layergrad.commands.check import check_files
     from layergrad.commands.diff import diff_models
+    from layergrad.commands.fix import FixOptions, fix_model
     from layergrad.training.monitor import GradientMonitor
 
 __version__ = "0.1.0"
@@ -53,6 +54,8 @@ _LAZY = {
     "scan_weights": ("layergrad.commands.api", "scan_weights_model"),
     "check_files": ("layergrad.commands.check", "check_files"),
     "diff_models": ("layergrad.commands.diff", "diff_models"),
+    "fix_model": ("layergrad.commands.fix", "fix_model"),
+    "FixOptions": ("layergrad.commands.fix", "FixOptions"),
     "GradientMonitor": ("layergrad.training.monitor", "GradientMonitor"),
 }
 
@@ -60,6 +63,7 @@ __all__ = [
     "CauseCode",
     "Change",
     "Finding",
+    "FixOptions",
     "Flag",
     "GradientMonitor",
     "InputError",
@@ -78,6 +82,7 @@ __all__ = [
     "__version__",
     "check_files",
     "diff_models",
+    "fix_model",
     "inspect_model",
     "scan_model",
     "scan_weights",
@@ -90,7 +95,14 @@ def _notebook_html(report: object) -> str:
     return notebook_html(report)
 
 
+def _short_text(report: object) -> str:
+    from layergrad.render.notebook import short_text
+
+    return short_text(report)
+
+
 install_html_renderer(_notebook_html)  # reports show as HTML in Jupyter (`_repr_html_`)
+install_text_renderer(_short_text)  # and print(report) as the first lines of their table
 
 
 def __getattr__(name: str) -> object:

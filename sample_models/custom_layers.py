@@ -18,6 +18,10 @@ NumpyFunction      tf.numpy_function(numpy copy of x)         None (PyFunc)
 SqrtLayer          tf.sqrt(x + epsilon)                       inf/NaN at x == 0
 IgnoreSecond       [a, b] -> a (b is never used)              None for b
 =================  =========================================  ==================
+
+One is healthy: ``TokenAndPositionEmbedding`` (token ids plus their positions, each through
+an ``Embedding``, as in Keras's transformer text classifier). Its config shows neither
+embedding, so a float input that feeds it carries ids only its traced graph can show.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ __all__ = [
     "RoundLayer",
     "SqrtLayer",
     "StopGrad",
+    "TokenAndPositionEmbedding",
 ]
 
 
@@ -149,3 +154,34 @@ class IgnoreSecond(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return input_shape[0]
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class TokenAndPositionEmbedding(keras.layers.Layer):
+    """Embed token ids and their positions (0 ... maxlen - 1) and add them; the ids may come
+    in a float tensor (the Embedding casts them)."""
+
+    def __init__(self, maxlen: int, vocab_size: int, embed_dim: int, **kwargs):
+        super().__init__(**kwargs)
+        self.maxlen, self.vocab_size, self.embed_dim = int(maxlen), int(vocab_size), int(embed_dim)
+        self.token_emb = keras.layers.Embedding(self.vocab_size, self.embed_dim)
+        self.pos_emb = keras.layers.Embedding(self.maxlen, self.embed_dim)
+
+    def build(self, input_shape):
+        self.token_emb.build(input_shape)
+        self.pos_emb.build((self.maxlen,))
+        self.built = True
+
+    def call(self, x):
+        positions = tf.range(start=0, limit=tf.shape(x)[-1], delta=1)
+        return self.token_emb(x) + self.pos_emb(positions)
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape, self.embed_dim)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {"maxlen": self.maxlen, "vocab_size": self.vocab_size, "embed_dim": self.embed_dim}
+        )
+        return config

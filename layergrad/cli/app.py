@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 from layergrad import __version__
-from layergrad.cli import fit, gate
+from layergrad.cli import fit, fix, gate
 from layergrad.cli.options import (
     comma_list,
     data_options,
@@ -330,6 +330,7 @@ def scan(
 main.add_command(gate.check)
 main.add_command(gate.diff)
 main.add_command(fit.fit)
+main.add_command(fix.fix)
 main.add_command(gate.merge)
 
 

@@ -70,6 +70,7 @@ def load_options(func: F) -> F:
                 "imports",
                 multiple=True,
                 metavar="MODULE",
+                callback=_imports,
                 help="A module (name or .py path) defining the model's custom layers: trusted "
                 "by the safety audit and imported before loading. Repeatable.",
             ),
@@ -81,6 +82,23 @@ def load_options(func: F) -> F:
             click.option("--debug", is_flag=True, help="Show tracebacks and library warnings."),
         ],
     )
+
+
+def _imports(
+    ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    """A click callback: each `--import` can be imported (checked before anything loads;
+    `layers` imports nothing, it only trusts the names)."""
+    from layergrad.core.errors import UsageError
+    from layergrad.files.audit import check_import_specs
+
+    try:
+        check_import_specs(value, find=ctx.info_name != "layers")
+    except UsageError as exc:
+        raise click.BadParameter(
+            str(exc).removeprefix("--import "), param_hint="--import"
+        ) from None
+    return value
 
 
 def _size(_ctx: click.Context, _param: click.Parameter, value: str) -> int:

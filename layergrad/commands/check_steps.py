@@ -91,20 +91,16 @@ def weights(info: FileInfo, add: Add) -> None:
         add("weights", f"{params:,} stored weights, all finite{note}")
 
 
-def loss_fits(info: FileInfo, loss: str | None, add: Add) -> None:
-    """`loss`: the compiled loss (or `--loss`) fits each output's activation."""
-    from layergrad.model.loss_fit import mismatches
+def loss_fits(info: FileInfo, loss: str | None, add: Add, probe_follows: bool = False) -> None:
+    """`loss`: the compiled loss (or `--loss`) fits each output's activation, and no weight
+    layers stack into one linear map. With `probe_follows`, a head whose activation the file
+    does not show is left to `check_heads.judge_on_probe`, which completes this check."""
+    from layergrad.commands.check_heads import loss_verdict
+    from layergrad.model.loss_fit import read_file
 
     compiled = {"loss": loss} if loss else info.compile_config
-    if not compiled.get("loss"):
-        add("loss", "no compiled loss to check")
-        return
-    found = mismatches(info.config, info.graph, compiled)
-    if not found:
-        add("loss", "the compiled loss fits every output")
-        return
-    text = "; ".join(f"{m.message}. Use {m.hint}" for m in found)
-    add("loss", text, [Finding.LOSS_MISMATCH])
+    reading = read_file(info.config, info.graph, compiled)
+    add("loss", *loss_verdict(reading, bool(compiled.get("loss")), probe_follows))
 
 
 # Flags of a layer's output that say training cannot work; the magnitude flags (dead,
@@ -117,7 +113,8 @@ def targets(
 ) -> bool:
     """`targets`: the labels given with the data can be produced by each output and fit the
     loss (skipped, not recorded, without labels). True when they do not."""
-    from layergrad.model.loss_fit import output_heads, per_output
+    from layergrad.model.head_forms import output_heads
+    from layergrad.model.loss_forms import per_output
     from layergrad.model.target_fit import target_mismatches
 
     if not labels:

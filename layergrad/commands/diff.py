@@ -150,7 +150,8 @@ def same_random_batch(base: Session, new: Session) -> None:
 
 
 def _inputs_text(session: Session) -> str:
-    from layergrad.data.probe_input import DEFAULT_INT_HIGH, integer_ranges
+    from layergrad.data.input_kinds import integer_ranges
+    from layergrad.data.probe_input import DEFAULT_INT_HIGH
 
     ranges = integer_ranges(session.model)
     parts = []

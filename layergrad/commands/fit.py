@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 DEFAULT_STEPS = 300
 SHUFFLE_BUFFER = 10_000  # samples held for shuffling at most: memory stays bounded
 SHUFFLE_BYTES = 64 << 20  # and at most this many bytes of inputs (64 MiB: images are large)
+TEXT_ITEM_BYTES = 256  # a string in the shuffle buffer, counted generously (a sentence)
 
 
 @dataclass(frozen=True)
@@ -143,9 +144,21 @@ def fit_model(
         if stream.samples is None and options.epochs is not None and on_notice is not None:
             on_notice(unsized_epoch_notice(data, limit))
         beat = watch.beat if watch is not None else (lambda _: None)
-        prior, samples = _prior_and_samples(
-            labelled, spec.name, options, _units(model, spec), data, beat
-        )
+        from layergrad.commands.fit_labels import read_labels, refused
+
+        bound = None if options.epochs else (options.steps or DEFAULT_STEPS) * options.batch_size
+        unsized = stream.samples is None and bound is None
+
+        def on_batch(seen: int) -> None:
+            beat(1)
+            if unsized:
+                check_unsized(seen, data)
+
+        labels = read_labels(model, info, labelled, spec, options.loss, bound, on_batch)
+        if labels.mismatches:  # before the first step, as `check --data` says it
+            report = refused(model, spec.name, labels.mismatches)
+            return replace(report, path=info.path, data=os.fspath(data))
+        prior, samples = labels.trivial, labels.samples
         require_samples(samples, data)
         dataset = _dataset(model, stream, options, samples)
         batches = max(1, math.ceil(samples / options.batch_size))
@@ -231,24 +244,19 @@ def _labelled(
 
 
 def _prior_and_samples(
-    labelled: Labelled,
-    loss: str,
-    options: FitOptions,
-    units: list[int],
-    data: PathLike = "",
-    beat: Callable[[int], None] = lambda _: None,
+    labelled: Labelled, loss: str, options: FitOptions, units: list[int]
 ) -> tuple[float | None, int]:
-    """The chance loss of the labels' own class frequencies (one output, a cross-entropy),
-    and the samples in the data. Read from the labels alone, in one pass when either is
-    needed: over the whole data, or the samples `--steps` trains on when the source does
-    not say how many it has (refused past MAX_UNSIZED_EPOCH samples under `--epochs`)."""
-    from layergrad.data.labels import ClassPrior
+    """The trivial loss of the labels (one output: `data/labels.py` `TrivialLoss`) and the
+    samples in the data, read from the labels alone in one pass when either is needed: over
+    the whole data, or the samples `--steps` trains on when the source does not say how many
+    it has. (`fit_model` reads them with `fit_labels.read_labels`, which judges them too.)"""
+    from layergrad.data.labels import TrivialLoss
 
     stream = labelled.stream
     assert stream is not None
-    prior = ClassPrior(loss, units[0] if units else 0) if len(stream.labels) == 1 else None
+    trivial = TrivialLoss(loss, units[0] if units else 0) if len(stream.labels) == 1 else None
     samples = stream.samples
-    if (prior is None or not prior.kind) and samples is not None:
+    if (trivial is None or not trivial.known) and samples is not None:
         return None, samples
     bound = None
     if samples is None and options.epochs is None:
@@ -256,38 +264,33 @@ def _prior_and_samples(
     seen = 0
     for batch in labelled.label_batches():
         y = next(iter(batch.values()))
-        if prior is not None:
-            prior.add(y)
+        if trivial is not None:
+            trivial.add(y)
         seen += len(y)
-        beat(1)
         if bound is not None and seen >= bound:
             break
-        if samples is None and bound is None:
-            check_unsized(seen, data)
-    return (prior.entropy() if prior is not None else None), (samples or seen)
+    return (trivial.value() if trivial is not None else None), (samples or seen)
 
 
 def _dataset(model: KerasModel, stream: DataStream, options: FitOptions, samples: int) -> Dataset:
     """(x, y) batches, shuffled within a bounded buffer."""
     from layergrad.core.keras_backend import quiet_import
     from layergrad.data.functions import tf_dtype
+    from layergrad.engine.layer_calls import model_args, model_targets
 
     tf, keras = quiet_import()
-    structure = getattr(model, "_inputs_struct", None)
-    n, keys = len(stream.specs), stream.labels
-    outputs = [k.removeprefix("y:") for k in keys]
+    n = len(stream.specs)
 
     def pack(*batch: TensorTree) -> tuple[TensorTree, TensorTree]:
-        flat, targets = list(batch[:n]), batch[n:]
-        if structure is not None and len(keras.tree.flatten(structure)) == len(flat):
-            x = keras.tree.pack_sequence_as(structure, flat)
-        else:
-            x = flat[0] if len(flat) == 1 else tuple(flat)
-        y = targets[0] if keys == ("y",) else dict(zip(outputs, targets, strict=True))
-        return x, y
+        # the inputs as every command calls the model, lists as tuples (as Keras's data
+        # adapters give them: tf.data would stack a list of same-shaped inputs into one);
+        # the labels (in output order) as the outputs are
+        x = keras.tree.lists_to_tuples(model_args(model, batch[:n]))
+        return x, model_targets(model, batch[n:])
 
     row_bytes = sum(
-        math.prod(int(d or 1) for d in s.shape) * np.dtype(tf_dtype(s.dtype)).itemsize
+        math.prod(int(d or 1) for d in s.shape)
+        * (TEXT_ITEM_BYTES if s.dtype == "string" else np.dtype(tf_dtype(s.dtype)).itemsize)
         for s in stream.specs
     )
     buffer = max(1, min(samples or SHUFFLE_BUFFER, SHUFFLE_BUFFER, SHUFFLE_BYTES // row_bytes))

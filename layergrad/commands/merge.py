@@ -70,8 +70,44 @@ def merge_reports(paths: Sequence[str | os.PathLike[str]]) -> Report:
     if not paths:
         raise UsageError("merge needs at least one SHARD.json")
     names = [os.fspath(p) for p in paths]
+    _not_twice(names)
     reports = [read_report(p) for p in names]
     return merge(reports, names)
+
+
+def _not_twice(names: Sequence[str]) -> None:
+    """Refuse one file given twice (also by another name or through a link): its samples would
+    count twice."""
+    seen: dict[tuple[int, int] | str, str] = {}
+    for name in names:
+        try:
+            stat = os.stat(name)
+            key: tuple[int, int] | str = (stat.st_dev, stat.st_ino)
+        except OSError:  # missing or unreadable: read_report says so
+            key = os.path.realpath(name)
+        if key in seen:
+            raise UsageError(
+                f"{name} is the same file as {seen[key]}: a shard given twice would count its "
+                "samples twice; give each shard once"
+            )
+        seen[key] = name
+
+
+def _not_repeated(reports: Sequence[Report], names: Sequence[str]) -> None:
+    """Refuse two shards of the same data (a copy of one report, or two runs over one file)."""
+    for j, report in enumerate(reports):
+        for i in range(j):
+            sha = report.probe.data_sha256
+            if sha is not None and sha == reports[i].probe.data_sha256:
+                why = f"was made over the same data (data_sha256 {sha[:12]}...) as"
+            elif report == reports[i]:
+                why = "is a copy of"
+            else:
+                continue
+            raise UsageError(
+                f"{names[j]} {why} {names[i]}: a shard given twice would count its samples "
+                "twice; give each shard once"
+            )
 
 
 def merge(reports: Sequence[Report], names: Sequence[str]) -> Report:
@@ -89,6 +125,7 @@ def merge(reports: Sequence[Report], names: Sequence[str]) -> Report:
                 "over shards of a data set (`--data SHARD`)"
             )
         _same_run(report, first, name, names[0])
+    _not_repeated(reports, names)
     shares = _Shares(reports)
     if isinstance(first, ScanReport) and first.target is None:
         _numbered_in_order(reports, names, shares.samples)

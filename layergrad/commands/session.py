@@ -166,7 +166,7 @@ def session_for(
 
 def probe_batch(model: KerasModel, options: ProbeOptions) -> ProbeBatch:
     """The probe batch for `model`: the `--input` file, or random from its input spec."""
-    from layergrad.data import probe_input
+    from layergrad.data import input_draws, input_kinds, probe_input
 
     if options.input_file is not None:
         try:
@@ -174,12 +174,16 @@ def probe_batch(model: KerasModel, options: ProbeOptions) -> ProbeBatch:
         except InputError:  # a subclassed model: its inputs are whatever the file holds
             specs = None
         return probe_input.load_batch(options.input_file, specs)
-    specs = probe_input.input_specs(model)
+    try:
+        specs = probe_input.input_specs(model)
+    except InputError:  # a subclassed model: the shape it was built with, if its file says
+        specs = probe_input.built_input_specs(model) or probe_input.input_specs(model)
     return probe_input.random_batch(
         specs,
         options.rows,
         options.seed,
-        probe_input.integer_ranges(model),
+        input_kinds.integer_ranges(model),
         max_bytes=options.max_memory,
-        draws=probe_input.preprocessing_draws(model),
+        draws=input_draws.preprocessing_draws(model),
+        texts=input_kinds.text_draws(model),
     )

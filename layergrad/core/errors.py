@@ -56,6 +56,9 @@ def describe(exc: BaseException) -> str:
     if not lines:
         return type(exc).__name__
     detail = next((ln for ln in lines[1:] if not ln.startswith("Arguments received")), "")
+    # the tensors Keras appends print their values over many lines: the first would end the
+    # message mid-array (`Inputs received: [<tf.Tensor: shape=(6, 5), ..., numpy=`)
+    detail = re.split(r"\s*(?:Inputs received|Received: inputs=|Arguments received)", detail)[0]
     return f"{lines[0]} {detail}".strip()
 
 

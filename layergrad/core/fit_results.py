@@ -42,6 +42,8 @@ class LayerStats:
     axis) of the layer's output that are exactly 0 for every sample of the batch (under a
     `tf.distribute` strategy: of the first replica's share). `nonfinite_activation` counts
     NaN/Inf in the layer's outputs, `nonfinite_gradient` in its variables' gradients.
+    `constant_fraction` is the share of those units whose value is the same for every sample
+    of the batch (None: not measured, or a batch of one sample).
     """
 
     layer: str
@@ -51,6 +53,7 @@ class LayerStats:
     dead_fraction: float | None
     nonfinite_gradient: int
     nonfinite_activation: int
+    constant_fraction: float | None = None
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ class TrainingFinding:
     message: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class FitReport(NotebookDisplay):
     """A whole monitored run: the loss of every step, the checkpoints, the findings.
 

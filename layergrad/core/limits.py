@@ -36,6 +36,10 @@ MAX_GRAPH_CALLS = 1_000_000
 DEFAULT_MAX_MEMORY = 8 * GiB
 """Default budget for the probe's estimated memory; `--max-memory` raises it."""
 
+MAX_FORTRAN_BYTES = 512 * MiB
+"""Largest `--data` array saved in Fortran order read: its rows are not contiguous, so it is
+read whole and turned into row order (C order arrays are read a batch at a time)."""
+
 MAX_NPY_HEADER = 10_000
 """Largest `.npy` header read (numpy's own default for safe loading)."""
 
@@ -61,6 +65,11 @@ a decoded 64-megapixel RGBA image is 256 MB."""
 
 IMAGE_DECODERS = 2
 """Images decoded at once from a `--data` folder (with MAX_IMAGE_PIXELS: at most 512 MB)."""
+
+MAX_TEXT_BATCH_BYTES = 256 * MiB
+"""Most bytes of one batch of a string input (`--input`, each `--data` batch): numpy keeps
+fixed-width text at 4 bytes a character of the longest string, so a few long strings make a
+wide array; a wider batch is refused with the batch size that fits."""
 
 MAX_EMPTY_BATCHES = 10_000
 """A data source that yields this many empty batches in a row is refused (it would spin

@@ -63,6 +63,7 @@ class Finding(Word):
     NO_GRADIENT = "no_gradient"  # a trainable variable gets no gradient from the loss
     CONSTANT_OUTPUT = "constant_output"  # an output is the same for every sample
     LOSS_MISMATCH = "loss_mismatch"  # the compiled loss does not fit the output
+    LINEAR_STACK = "linear_stack"  # weight layers with no non-linearity between them
     TARGET_MISMATCH = "target_mismatch"  # the labels given cannot be produced by the output
     INPUT_RANGE = "input_range"  # unscaled inputs pin the first activation (with data)
     REGRESSION = "regression"  # gradient flow got worse than the --baseline scan
@@ -71,7 +72,10 @@ class Finding(Word):
     NOT_LEARNING = "not_learning"  # the loss does not move, update ratios stay tiny
     DYING_UNITS = "dying_units"  # a layer's dead-unit fraction grows past a threshold
     STALLED_LAYER = "stalled_layer"  # one layer's update ratio decades below the others'
-    PLATEAU_AT_CHANCE = "plateau_at_chance"  # the loss settles at the class prior's
+    PLATEAU_AT_CHANCE = "plateau_at_chance"  # the loss settles at the trivial (prior's) loss
+    CONSTANT_PREDICTIONS = "constant_predictions"  # the head's output ignores the batch
+    OSCILLATING = "oscillating"  # the loss swings without a trend
+    SLOW_CONVERGENCE = "slow_convergence"  # the loss falls too slowly to learn in the run
 
 
 DEFAULT_FAIL_ON = (
@@ -86,8 +90,6 @@ DEFAULT_FAIL_ON = (
     Finding.TARGET_MISMATCH,
     Finding.REGRESSION,
 )
-# Heuristic findings: reported as warnings (the file passes) unless `--fail-on` names them.
-WARNING_FINDINGS = (Finding.VANISHING, Finding.EXPLODING, Finding.DEAD, Finding.INPUT_RANGE)
 
 
 # What `layergrad fit` can find; `nonfinite` is shared with `check`.
@@ -98,6 +100,12 @@ TRAINING_FINDINGS = (
     Finding.DYING_UNITS,
     Finding.STALLED_LAYER,
     Finding.PLATEAU_AT_CHANCE,
+    Finding.CONSTANT_PREDICTIONS,
+    Finding.OSCILLATING,
+    Finding.SLOW_CONVERGENCE,
+    Finding.VANISHING,
+    Finding.EXPLODING,
+    Finding.TARGET_MISMATCH,
 )
 # The training findings that say the run learns nothing (the others warn).
 DEFAULT_FIT_FAIL_ON = (
@@ -105,6 +113,8 @@ DEFAULT_FIT_FAIL_ON = (
     Finding.DIVERGING,
     Finding.NOT_LEARNING,
     Finding.PLATEAU_AT_CHANCE,
+    Finding.CONSTANT_PREDICTIONS,
+    Finding.TARGET_MISMATCH,
 )
 
 

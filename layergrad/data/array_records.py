@@ -20,6 +20,7 @@ import numpy as np
 
 from layergrad.core.errors import InputError
 from layergrad.core.keras_backend import quiet_import
+from layergrad.core.limits import MAX_TEXT_BATCH_BYTES, human
 from layergrad.core.tf_types import Dataset, Tensor, TensorSpec
 from layergrad.data.functions import Failure, python_dataset, tf_dtype
 from layergrad.data.input_keys import input_keys
@@ -42,10 +43,28 @@ def npy_input_layout(path: str, specs: Sequence[InputSpec]) -> NpyLayout:
 
 
 def npy_batches(
-    path: str, specs: Sequence[InputSpec], batch_size: int, limit: int | None, shard: Shard | None
+    path: str,
+    specs: Sequence[InputSpec],
+    batch_size: int,
+    limit: int | None,
+    shard: Shard | None,
+    signature: tuple[TensorSpec, ...] = (),
+    failure: Failure | None = None,
 ) -> tuple[Dataset, int, Part | None]:
+    """The rows of a `.npy` in batches: read in place by tf.data, or, for text and for an
+    array saved in Fortran order (its rows not records), a batch at a time in Python by
+    `NpyRows` (`signature` and `failure` are then those of the stream)."""
     layout = npy_input_layout(path, specs)
     rows = layout.shape[0]
+    if layout.dtype.kind in TEXT or layout.fortran:
+
+        def read() -> Iterator[tuple[np.ndarray, ...]]:
+            with open(path, "rb") as stream:
+                reader = NpyRows(stream, path, layout.offset + rows * layout.row_bytes)
+                for (part,) in _chunks([reader], batch_size, limit):
+                    yield (fit_array(part, specs[0], f"--data {path}"),)
+
+        return python_dataset(read, signature, failure or Failure(), path), rows, None
     return (
         records([layout], specs, batch_size, limit),
         rows,
@@ -105,7 +124,7 @@ def npz_batches(
             )
         stored = [*stored, *held]
     columns = [*specs, *labels]
-    in_place = [s for s in stored if s is not None]
+    in_place = [s for s in stored if s is not None and s.dtype.kind not in TEXT]
     if len(in_place) == len(stored):  # np.savez: tf.data reads the rows in place
         return (
             records(in_place, columns, batch_size, limit),
@@ -164,6 +183,7 @@ def input_layouts(path: str, specs: Sequence[InputSpec]) -> tuple[list[NpyLayout
     return [layouts[s.name] for s in specs], next(iter(counts.values()))
 
 
+TEXT = "US"  # numpy kinds of text: read in Python, a batch at a time (tf.data cannot decode them)
 # numpy kinds and sizes that tf.io.decode_raw reads (bool is read as uint8)
 _RAW = {"f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "b1"}
 
@@ -256,5 +276,14 @@ def _chunks(
     left = readers[0].rows if limit is None else min(readers[0].rows, limit)
     while left > 0:
         n = min(batch_size, left)
+        for r in readers:
+            if r.dtype.kind in TEXT and n * r.row_bytes > MAX_TEXT_BATCH_BYTES:
+                raise InputError(
+                    f"--data {r.label}: a batch of {n} rows of text takes "
+                    f"{human(n * r.row_bytes)} ({r.dtype}: numpy keeps every string as wide as "
+                    f"the longest), more than the {human(MAX_TEXT_BATCH_BYTES)} a batch of text "
+                    f"may take; pass --batch-size {max(1, MAX_TEXT_BATCH_BYTES // r.row_bytes)} "
+                    "or less, or shorten the longest strings"
+                )
         yield [r.read(n) for r in readers]
         left -= n

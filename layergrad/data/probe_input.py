@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import DTypeLike
 
 from layergrad.core.errors import InputError, UsageError
-from layergrad.core.limits import human
-from layergrad.core.tf_types import KerasLayer, KerasModel
+from layergrad.core.limits import MAX_TEXT_BATCH_BYTES, human
+from layergrad.core.tf_types import KerasModel
+from layergrad.data.input_draws import InputDraw, drawn
 from layergrad.data.input_keys import input_keys, is_label
+from layergrad.data.input_kinds import (
+    SIMPLE_TOKENS,
+    TextDraw,
+    draw_text,
+    id_inputs,
+    text_bytes,
+)
 from layergrad.files.array_files import ArrayHeader, read_arrays, read_headers
 
 UNKNOWN_DIM = 16  # size used for a non-batch dimension the model leaves open (None)
@@ -22,31 +30,14 @@ DEFAULT_INT_HIGH = 10  # integer inputs that feed no layer with a known vocabula
 
 @dataclass(frozen=True)
 class InputSpec:
-    """One model input: its name, shape without the batch axis (None = open) and dtype."""
+    """One model input: its name, shape without the batch axis (None = open) and the dtype it
+    is fed as: the declared one, or int32 for a float input that carries ids (`ids` names the
+    layer that takes them, see `data/input_kinds.py`); "string" for text."""
 
     name: str
     shape: tuple[int | None, ...]
     dtype: str
-
-
-@dataclass(frozen=True)
-class InputDraw:
-    """How a random float input is drawn when the model preprocesses its own inputs.
-
-    `kind` "uniform" draws from [a, b); "normal" from mean a, standard deviation b (per
-    channel: the last axis). `why` says which layer asked for it.
-    """
-
-    kind: str
-    a: tuple[float, ...]
-    b: tuple[float, ...]
-    why: str
-
-    def describe(self, name: str) -> str:
-        """`image uniform 0-255 (Rescaling 'rescaling' expects raw pixels)`."""
-        if self.kind == "uniform":
-            return f"{name} uniform {self.a[0]:g}-{self.b[0]:g} ({self.why})"
-        return f"{name} normal around the adapted mean ({self.why})"
+    ids: str | None = None
 
 
 @dataclass(frozen=True)
@@ -77,9 +68,36 @@ def input_specs(model: KerasModel) -> tuple[InputSpec, ...]:
             f"model {model.name!r} ({type(model).__name__}) does not declare its inputs, so a "
             "random probe batch cannot be made; pass one with --input FILE.npy"
         )
+    ids = id_inputs(model)
     return tuple(
-        InputSpec(name=t.name, shape=tuple(t.shape[1:]), dtype=str(t.dtype)) for t in tensors
+        InputSpec(
+            name=t.name,
+            shape=tuple(t.shape[1:]),
+            dtype="int32" if t.name in ids else str(t.dtype),
+            ids=ids.get(t.name),
+        )
+        for t in tensors
     )
+
+
+def _label(name: str | None) -> bool:
+    return name is not None and is_label(name)
+
+
+def built_input_specs(model: KerasModel) -> tuple[InputSpec, ...] | None:
+    """The input of a model that declares none (a subclassed model) from the shape it was
+    built with (`build_config.input_shape` in its file); None when that is not one shape."""
+    try:
+        shape = (model.get_build_config() or {}).get("input_shape")
+    except (AttributeError, TypeError, ValueError):
+        return None
+    sizes = list(shape) if isinstance(shape, (list, tuple)) else []
+    if len(sizes) < 2 or not all(d is None or (type(d) is int and d > 0) for d in sizes):
+        return None
+    dtype = str(getattr(model, "compute_dtype", None) or "float32")
+    if np.dtype(_np_dtype(dtype)).kind != "f":
+        dtype = "float32"
+    return (InputSpec("input", tuple(sizes[1:]), dtype),)
 
 
 def random_batch(
@@ -90,8 +108,10 @@ def random_batch(
     *,
     max_bytes: int | None = None,
     draws: dict[str, InputDraw] | None = None,
+    texts: dict[str, TextDraw] | None = None,
 ) -> ProbeBatch:
-    """Random inputs: float standard normal, integer uniform in [0, int_high[name]), bool 0/1.
+    """Random inputs: float standard normal, integer (and ids in a float input) uniform in
+    [0, int_high[name]), bool 0/1, strings drawn as `texts` says (`input_kinds.text_draws`).
 
     A float input named in `draws` (see `preprocessing_draws`) is drawn from the range the
     model's own preprocessing expects instead.
@@ -101,8 +121,12 @@ def random_batch(
     """
     if batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1: batch_size={batch_size}")
+    texts = {s.name: (texts or {}).get(s.name) or _SIMPLE for s in specs if s.dtype == "string"}
     shapes = [(batch_size, *(UNKNOWN_DIM if d is None else d for d in s.shape)) for s in specs]
-    need = sum(math.prod(shape) * 8 for shape in shapes)
+    need = sum(
+        text_bytes(shape, texts[s.name]) if s.name in texts else math.prod(shape) * 8
+        for s, shape in zip(specs, shapes, strict=True)
+    )
     if max_bytes is not None and need > max_bytes:
         raise InputError(
             f"a random batch of {batch_size} rows for inputs "
@@ -112,12 +136,13 @@ def random_batch(
         )
     rng = np.random.default_rng(seed)
     arrays = []
-    for spec in specs:
-        shape = (batch_size, *(UNKNOWN_DIM if d is None else d for d in spec.shape))
-        kind = np.dtype(spec.dtype).kind if spec.dtype != "bfloat16" else "f"
+    for spec, shape in zip(specs, shapes, strict=True):
+        kind = _kind(spec.dtype)
         draw = (draws or {}).get(spec.name)
-        if kind == "f" and draw is not None:
-            arrays.append(_drawn(rng, shape, draw).astype(_np_dtype(spec.dtype)))
+        if spec.name in texts:
+            arrays.append(draw_text(rng, shape, texts[spec.name]))
+        elif kind == "f" and draw is not None:
+            arrays.append(drawn(rng, shape, draw).astype(_np_dtype(spec.dtype)))
         elif kind == "f":
             arrays.append(rng.standard_normal(shape).astype(_np_dtype(spec.dtype)))
         elif kind == "b":
@@ -133,8 +158,14 @@ def random_batch(
     used = [
         draws[s.name].describe(s.name)
         for s in specs
-        if draws and s.name in draws and np.dtype(_np_dtype(s.dtype)).kind == "f"
+        if draws and s.name in draws and _kind(s.dtype) == "f"
     ]
+    used += [
+        f"{s.name}: ids 0-{int_high.get(s.name, DEFAULT_INT_HIGH) - 1} ({s.ids} takes ids)"
+        for s in specs
+        if s.ids
+    ]
+    used += [f"{name}: {draw.why}" for name, draw in texts.items()]
     return ProbeBatch(
         tuple(arrays),
         tuple(s.name for s in specs),
@@ -144,62 +175,14 @@ def random_batch(
     )
 
 
-def _drawn(rng: np.random.Generator, shape: tuple[int, ...], draw: InputDraw) -> np.ndarray:
-    a, b = np.asarray(draw.a), np.asarray(draw.b)
-    if draw.kind == "uniform":
-        return a + (b - a) * rng.random(shape)
-    return a + b * rng.standard_normal(shape)
+_SIMPLE = TextDraw(SIMPLE_TOKENS, 1, "simple tokens: no layer that reads it is known")
 
 
-PIXELS = 255.0  # a Rescaling that maps [0, 255] onto [0, 1] or [-1, 1] expects raw pixels
-
-
-def preprocessing_draws(model: KerasModel) -> dict[str, InputDraw]:
-    """For each float input whose first layer preprocesses it, the range the model expects.
-
-    `Rescaling(scale, offset)` with 0 < scale < 1 maps raw x to x * scale + offset; the raw
-    range is the one mapped onto [offset, 1] (0-255 for `1/255` and for `1/127.5, -1`). An
-    adapted `Normalization` expects its own mean and variance. keras.applications models
-    that preprocess inside the model start with one of these.
-    """
-    out: dict[str, InputDraw] = {}
-    for input_name, layer in _input_consumers(model):
-        kind = type(layer).__name__
-        ref = f"{kind} '{layer.name}'"
-        if kind == "Rescaling":
-            scale, offset = _scalar(layer.scale), _scalar(layer.offset)
-            if scale is None or offset is None or not 0 < scale < 1 or offset >= 1:
-                continue
-            high = (1 - offset) / scale
-            high = PIXELS if abs(high - PIXELS) < 1 else high
-            out[input_name] = InputDraw(
-                "uniform", (0.0,), (float(high),), f"{ref} expects raw values"
-            )
-        elif kind == "Normalization" and not getattr(layer, "invert", False):
-            mean, variance = getattr(layer, "mean", None), getattr(layer, "variance", None)
-            if mean is None or variance is None:
-                continue
-            m = np.asarray(mean, dtype=np.float64).reshape(-1)
-            v = np.asarray(variance, dtype=np.float64).reshape(-1)
-            if not m.size or (np.all(m == 0) and np.all(v == 1)) or np.any(v < 0):
-                continue
-            out[input_name] = InputDraw(
-                "normal",
-                tuple(float(x) for x in m),
-                tuple(float(x) for x in np.sqrt(v)),
-                f"{ref} is adapted to mean {_short(m)}, std {_short(np.sqrt(v))}",
-            )
-    return out
-
-
-def _scalar(value: object) -> float | None:
-    array = np.asarray(value, dtype=np.float64).reshape(-1)
-    return float(array[0]) if array.size and np.all(array == array[0]) else None
-
-
-def _short(values: np.ndarray) -> str:
-    shown = ", ".join(f"{x:.3g}" for x in values[:3])
-    return f"[{shown}{', ...' if values.size > 3 else ''}]" if values.size > 1 else shown
+def _kind(dtype: str) -> str:
+    """The numpy kind of an input dtype: "f", "i", "u", "b", or "U" for strings."""
+    if dtype == "string":
+        return "U"
+    return np.dtype(_np_dtype(dtype)).kind
 
 
 def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) -> ProbeBatch:
@@ -215,9 +198,16 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
     headers, arrays = read_arrays(text)
     _require_rows(headers, text)
     names = [h.name for h in headers]
-    if specs is None:
-        keys = tuple(n or "input" for n in names)
-        return ProbeBatch(tuple(arrays), keys, text, None)
+    if specs is None:  # the inputs are the arrays but the labels (`y`, `y:NAME`)
+        kept = [(n or "input", a) for n, a in zip(names, arrays, strict=True) if not _label(n)]
+        given = {n: a for n, a in zip(names, arrays, strict=True) if n and _label(n)}
+        if not kept:
+            raise InputError(
+                f"--input {text} holds only labels ({', '.join(given)}); save the inputs "
+                "beside them (`x`)"
+            )
+        keys = tuple(n for n, _ in kept)
+        return ProbeBatch(tuple(a for _, a in kept), keys, text, None, given or None)
     labels = None
     if names == [None]:
         if len(specs) != 1:
@@ -268,11 +258,24 @@ def fit_array(array: np.ndarray, spec: InputSpec, where: str) -> np.ndarray:
     """Check an array against an input spec; cast numbers to the input's dtype when they fit.
 
     `where` starts the error message and says where the array came from (`--input
-    batch.npz`, `--data x.npy: batch 3`).
+    batch.npz`, `--data x.npy: batch 3`). Ids saved as floats, for a float input that carries
+    ids, are cast to int32 as the layer that takes them would; text stays text.
     """
     check_fits(array.shape, array.dtype, spec, where)
+    if spec.dtype == "string":
+        return fit_text(array, spec, where)
     target = np.dtype(_np_dtype(spec.dtype))
     want, got = target.kind, array.dtype.kind
+    if spec.ids and got == "f":
+        finite = array[np.isfinite(array)] if array.size else array
+        if finite.size != array.size or (
+            finite.size and (finite.min() < -(2**31) or finite.max() >= 2**31)
+        ):
+            raise InputError(
+                f"{where}: input {spec.name!r} holds ids ({spec.ids} takes them) but some of its "
+                "values are not finite or do not fit int32; save the ids as integers"
+            )
+        return array.astype(np.int32)
     if want == "f" and got in "fiu":
         with np.errstate(over="ignore"):
             cast = array.astype(target, copy=False)
@@ -296,12 +299,35 @@ def fit_array(array: np.ndarray, spec: InputSpec, where: str) -> np.ndarray:
     return array
 
 
+def fit_text(array: np.ndarray, spec: InputSpec, where: str) -> np.ndarray:
+    """A batch of text for a string input: unicode or bytes arrays as they are, an object
+    array of Python strings as unicode; within MAX_TEXT_BATCH_BYTES."""
+    if array.dtype.kind == "O":
+        if not all(isinstance(v, (str, bytes)) for v in array.flat):
+            raise InputError(
+                f"{where}: array for input {spec.name!r} holds Python objects that are not "
+                "strings; give text as an array of str"
+            )
+        array = array.astype(str)
+    if array.nbytes > MAX_TEXT_BATCH_BYTES:
+        rows = max(1, MAX_TEXT_BATCH_BYTES // max(1, array.nbytes // max(1, len(array))))
+        raise InputError(
+            f"{where}: the text of input {spec.name!r} takes {human(array.nbytes)} for "
+            f"{len(array)} rows ({array.dtype}: numpy keeps every string as wide as the "
+            f"longest), more than the {human(MAX_TEXT_BATCH_BYTES)} a batch of text may take; "
+            f"pass --batch-size {rows} or less, or shorten the longest strings"
+        )
+    return array
+
+
 def check_fits(
     shape: tuple[int | None, ...], dtype: DTypeLike, spec: InputSpec, where: str
 ) -> None:
     """Raise InputError unless an array of `shape` and `dtype` can feed the input `spec`.
 
     A None in `shape` (a size not known yet, as in a tf.data element spec) is not checked.
+    Text (unicode, bytes, or the objects tf.data reports for strings) feeds a string input;
+    floats feed an input that carries ids.
     """
     expected = ("batch", *("any" if d is None else d for d in spec.shape))
     if len(shape) != len(spec.shape) + 1 or any(
@@ -314,54 +340,26 @@ def check_fits(
             f"({', '.join(map(str, expected))}); save an array of that shape (the first axis "
             "is the batch)"
         )
-    want = np.dtype(_np_dtype(spec.dtype)).kind
+    want = _kind(spec.dtype)
     got = np.dtype(dtype).kind
+    if want == "U":
+        if got in "USO":
+            return
+        raise InputError(
+            f"{where}: array for input {spec.name!r} has dtype {np.dtype(dtype)}, but the model "
+            "expects text (dtype string); save an array of str (np.array(texts))"
+        )
     if (want == "f" and got in "fiu") or (want in "iu" and got in "iu") or want == got:
         return
+    if spec.ids and got == "f":
+        return
+    expects = f"ids ({spec.ids} takes them)" if spec.ids else spec.dtype
+    fix = "astype('int32')" if spec.ids else f"astype({spec.dtype!r})"
     raise InputError(
         f"{where}: array for input {spec.name!r} has dtype {np.dtype(dtype)}, but the model "
-        f"expects {spec.dtype}; convert it with array.astype({spec.dtype!r})"
+        f"expects {expects}; convert it with array.{fix}"
     )
 
 
 def _np_dtype(dtype: str) -> str:
     return "float32" if dtype == "bfloat16" else dtype
-
-
-def integer_ranges(model: KerasModel) -> dict[str, int]:
-    """For each integer input, the exclusive upper bound of valid ids (Embedding `input_dim`).
-
-    Looks at the layers that consume each input directly; an input feeding several such
-    layers gets the smallest bound so every id is valid everywhere.
-    """
-    bounds: dict[str, int] = {}
-    for input_name, layer in _input_consumers(model):
-        size = getattr(layer, "input_dim", None) or getattr(layer, "num_tokens", None)
-        if isinstance(size, int) and size > 0:
-            bounds[input_name] = min(size, bounds.get(input_name, size))
-    return bounds
-
-
-def _input_consumers(model: KerasModel) -> Iterator[tuple[str, KerasLayer]]:
-    """Yield `(input name, layer)` for each layer whose call takes a model input directly."""
-    try:
-        inputs = {id(t): t.name for t in model.inputs}
-    except (AttributeError, ValueError):
-        return
-    found = False
-    for layer in model.layers:
-        for node in getattr(layer, "_inbound_nodes", []):
-            for tensor in getattr(node, "input_tensors", ()):
-                if id(tensor) in inputs:
-                    found = True
-                    yield inputs[id(tensor)], _first_leaf(layer)
-    if not found and len(inputs) == 1 and model.layers:
-        # A Sequential reloaded from a file has stale call records: its first layer is the consumer.
-        yield next(iter(inputs.values())), _first_leaf(model.layers[0])
-
-
-def _first_leaf(layer: KerasLayer) -> KerasLayer:
-    """The first real layer inside a nested model (where its inputs go), else the layer."""
-    while hasattr(layer, "layers") and layer.layers:
-        layer = layer.layers[0]
-    return layer

@@ -225,7 +225,7 @@ def open_data(
     part: Part | None = None
     found = None
     if kind == "npy":
-        dataset, rows, part = npy_batches(text, specs, batch_size, limit, shard)
+        dataset, rows, part = npy_batches(text, specs, batch_size, limit, shard, signature, failure)
     elif kind == "npz":
         dataset, rows, part = npz_batches(text, specs, batch_size, limit, signature, failure, shard)
     elif kind == "images":

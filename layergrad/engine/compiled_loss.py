@@ -14,6 +14,7 @@ import numpy as np
 from layergrad.core.errors import InputError
 from layergrad.core.tf_types import KerasModel, KerasModule, Tensor
 from layergrad.data.label_stream import LabelRequest
+from layergrad.model.loss_forms import read_loss
 
 # How random labels are drawn, by a word in the loss's name (first match wins).
 _LABEL_KINDS = (
@@ -56,6 +57,8 @@ def loss_name(loss: object) -> str:
     """A readable name of a serialized loss (a string, a config dict, or one per output)."""
     if isinstance(loss, str):
         return loss
+    if isinstance(loss, Mapping) and loss.get("class_name") == "function":  # a function object
+        return str(loss.get("config"))
     if isinstance(loss, Mapping) and "class_name" in loss:
         inner = loss.get("config")
         name = inner.get("name") if isinstance(inner, Mapping) else None
@@ -104,7 +107,8 @@ def _deserialize(keras: KerasModule, loss: object) -> object:
 
 def label_kind(name: str) -> str:
     """How to draw random labels for a loss: ids, one_hot, bits, positive or normal."""
-    key = name.lower().replace(" ", "_")
+    read = read_loss(name)
+    key = (read.name if read is not None and read.known else name).lower().replace(" ", "_")
     return next((kind for word, kind in _LABEL_KINDS if word in key), "normal")
 
 

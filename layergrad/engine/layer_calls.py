@@ -2,7 +2,8 @@
 
 Each wrapped call hands its outputs to a handler, which may watch them (a fresh copy, so
 that paths bypassing the layer do not count) and pass something else on. The wrapping is
-undone in `finally`. Also: how a model is called, and checks that the requested calls ran.
+undone in `finally`. Also: how a model is called (its inputs and labels packed as it was built,
+for every command and `fit`), and checks that the requested calls ran.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class Activation:
 
     @property
     def is_float(self) -> bool:
-        return np.dtype(self.dtype).kind == "f" if self.dtype != "bfloat16" else True
+        return float_dtype(self.dtype)
 
 
 def unique_leaves(layers: Iterable[tuple[str, KerasLayer]]) -> list[tuple[KerasLayer, str, None]]:
@@ -49,6 +50,11 @@ def is_model(layer: KerasLayer) -> bool:
     return hasattr(layer, "layers") and isinstance(getattr(layer, "layers", None), list)
 
 
+def float_dtype(dtype: str) -> bool:
+    """Whether a dtype name is floating-point (bfloat16 too; "string" is not)."""
+    return dtype == "bfloat16" or (dtype != "string" and np.dtype(dtype).kind == "f")
+
+
 def is_float(tensor: Tensor) -> bool:
     return getattr(getattr(tensor, "dtype", None), "is_floating", False)
 
@@ -57,15 +63,37 @@ def call_key(site: Site) -> tuple[str, int]:
     return (site.path, site.call)
 
 
-def forward(model: KerasModel, inputs: list[Tensor], training: bool) -> TensorTree:
-    """Call the model the way it was built to be called (one tensor, a list or a dict)."""
-    tf, keras = quiet_import()
+def model_args(model: KerasModel, inputs: Sequence[TensorTree]) -> TensorTree:
+    """The model's inputs (in input order) packed as the model was built to be called: one
+    tensor, a list, or a dict by input name. (`tf.data` takes the lists as tuples,
+    `keras.tree.lists_to_tuples`, as Keras's own data adapters give them: it would stack a
+    list of same-shaped tensors into one.)"""
+    _, keras = quiet_import()
     structure = getattr(model, "_inputs_struct", None)
     if structure is not None and len(keras.tree.flatten(structure)) == len(inputs):
         # model.inputs is the flattened structure (dict keys sorted), so pack it back
-        args: TensorTree = keras.tree.pack_sequence_as(structure, inputs)
-    else:
-        args = inputs[0] if len(inputs) == 1 else inputs
+        return keras.tree.pack_sequence_as(structure, list(inputs))
+    return inputs[0] if len(inputs) == 1 else list(inputs)
+
+
+def model_targets(model: KerasModel, labels: Sequence[TensorTree]) -> TensorTree:
+    """The labels of each output (in output order, as `output_names`) packed as the model's
+    outputs are (a dict by its own keys, lists as tuples), as `model.fit` takes `y`; one
+    output's labels alone."""
+    _, keras = quiet_import()
+    if len(labels) == 1:
+        return labels[0]
+    structure = getattr(model, "_outputs_struct", None)
+    if structure is not None and len(keras.tree.flatten(structure)) == len(labels):
+        return keras.tree.lists_to_tuples(keras.tree.pack_sequence_as(structure, list(labels)))
+    names = list(getattr(model, "output_names", None) or range(len(labels)))
+    return dict(zip(names, labels, strict=True))
+
+
+def forward(model: KerasModel, inputs: list[Tensor], training: bool) -> TensorTree:
+    """Call the model the way it was built to be called (one tensor, a list or a dict)."""
+    tf, _ = quiet_import()
+    args = model_args(model, inputs)
     try:
         return model(args, training=training)
     except (ValueError, TypeError, RuntimeError, tf.errors.OpError) as exc:

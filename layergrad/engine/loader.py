@@ -12,10 +12,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from layergrad.core.errors import LayergradError, LoadError, one_line
+from layergrad.core.errors import LayergradError, LoadError, UsageError, one_line
 from layergrad.core.limits import DEFAULT_MAX_MEMORY
 from layergrad.core.tf_types import KerasModel
-from layergrad.files.audit import check_safety, is_path, module_name
+from layergrad.files.audit import check_import_specs, check_safety, is_path, module_name
 from layergrad.files.file_info import FileInfo, read_file_info
 from layergrad.files.guards import require_regular
 from layergrad.model import memory_estimate
@@ -34,6 +34,7 @@ def import_modules(specs: Sequence[str]) -> tuple[str, ...]:
 
     The user names these modules, so they are trusted; a model file never causes an import.
     """
+    check_import_specs(specs)
     names = []
     for spec in specs:
         try:
@@ -53,8 +54,6 @@ def import_modules(specs: Sequence[str]) -> tuple[str, ...]:
 def _import_one(spec: str) -> str:
     if is_path(spec):
         path = Path(spec)
-        if not path.exists():
-            raise LoadError(f"--import {spec}: no such file; pass a module name or a .py path")
         # a FIFO would block the import
         require_regular(path, "a Python file", lambda m: LoadError(f"--import {m}"))
         name = path.stem
@@ -69,7 +68,7 @@ def _import_one(spec: str) -> str:
     try:
         importlib.import_module(spec)
     except ModuleNotFoundError as exc:
-        raise LoadError(
+        raise UsageError(
             f"--import {spec}: no module named {exc.name!r} in this environment; "
             "install it or pass the path to its .py file"
         ) from exc
@@ -101,6 +100,7 @@ def load_model(
         >>> loaded.model.name
         'sequential'
     """
+    check_import_specs(imports)
     info = info or read_file_info(path, read_weights=False)
     warnings = check_safety(info, [module_name(spec) for spec in imports], unsafe)
     preflight(info, batch_rows, max_memory)

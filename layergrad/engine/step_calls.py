@@ -21,8 +21,9 @@ from layergrad.core.tf_types import (
     TensorTree,
     TFFunction,
 )
-from layergrad.data import aggregates as tt
+from layergrad.data import aggregates
 from layergrad.data.accumulators import Accumulators
+from layergrad.engine.layer_calls import model_args
 from layergrad.model.layer_refs import iter_layers
 
 T = TypeVar("T")
@@ -74,7 +75,7 @@ def masked(summaries: dict[str, Tensor], empty: Tensor) -> dict[str, Tensor]:
     tf, _ = quiet_import()
     out = {}
     for name, value in summaries.items():
-        identity = tf.constant(tt.initial(tt.kind_of(name), ()), tf.float64)
+        identity = tf.constant(aggregates.initial(aggregates.kind_of(name), ()), tf.float64)
         out[name] = tf.where(empty, tf.fill(tf.shape(value), identity), value)
     return out
 
@@ -118,8 +119,4 @@ def guarded(run: Callable[[], T], what: str, source: str | None = None) -> T:
 
 def call_model(model: KerasModel, inputs: list[Tensor], training: bool) -> TensorTree:
     """Call the model the way it was built to be called (one tensor, a list or a dict)."""
-    _, keras = quiet_import()
-    structure = getattr(model, "_inputs_struct", None)
-    if structure is not None and len(keras.tree.flatten(structure)) == len(inputs):
-        return model(keras.tree.pack_sequence_as(structure, inputs), training=training)
-    return model(inputs[0] if len(inputs) == 1 else inputs, training=training)
+    return model(model_args(model, inputs), training=training)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from layergrad.core.errors import UnsafeModelError
+from layergrad.core.errors import UnsafeModelError, UsageError
 
 if TYPE_CHECKING:
     from layergrad.files.file_info import FileInfo
@@ -42,6 +42,53 @@ def module_name(spec: str) -> str:
 def is_path(spec: str) -> bool:
     """Whether an `--import` spec is a path to a `.py` file rather than a module name."""
     return spec.endswith(".py") or os.sep in spec or "/" in spec
+
+
+def check_import_specs(specs: Sequence[str], find: bool = True) -> None:
+    """Refuse an `--import` that cannot be imported, before anything is loaded: a path that is
+    no file, a name that is not a module name, or a module this Python cannot find (a `.py`
+    file in the working directory is not on the path of the installed `layergrad`: the error
+    says to pass its path). Finding a top-level module imports nothing; `find=False` (for a
+    command that only trusts the names, `layers`) leaves module names unlooked-up.
+
+    Raises:
+        UsageError: the first spec that cannot be imported.
+    """
+    import importlib.util
+
+    for spec in specs:
+        if is_path(spec):
+            if not os.path.exists(spec):
+                raise UsageError(f"--import {spec}: no such file; pass a module name or a .py path")
+            if os.path.isdir(spec):
+                raise UsageError(
+                    f"--import {spec} is a directory; pass the .py file that defines the "
+                    "layers, or the package's module name"
+                )
+            from layergrad.files.guards import require_regular
+
+            # a FIFO would block the import, a device never end it
+            require_regular(Path(spec), "a Python file", lambda m: UsageError(f"--import {m}"))
+            continue
+        parts = spec.split(".")
+        if not spec or not all(p.isidentifier() for p in parts):
+            raise UsageError(f"--import {spec!r} is neither a module name nor a path to a .py file")
+        if not find:
+            continue
+        try:
+            found = importlib.util.find_spec(parts[0]) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            here = f"{parts[0]}.py"
+            hint = (
+                f"; {here} in the working directory is not on the module path: pass --import {here}"
+                if len(parts) == 1 and os.path.isfile(here)
+                else "; install it or pass the path to its .py file"
+            )
+            raise UsageError(
+                f"--import {spec}: no module named {parts[0]!r} in this environment{hint}"
+            )
 
 
 def check_safety(info: FileInfo, allowed_modules: Sequence[str], unsafe: bool) -> tuple[str, ...]:
@@ -160,6 +207,11 @@ def _legacy_lambda(config: Mapping[str, object], allowed: tuple[str, ...]) -> st
     return None
 
 
+def _registered_name(name: str) -> bool:
+    parts = name.split(">")
+    return len(parts) == 2 and all(p.replace(".", "_").isidentifier() for p in parts)
+
+
 def _function(
     inner: object, module: object, registered: object, allowed: tuple[str, ...]
 ) -> str | None:
@@ -171,6 +223,10 @@ def _function(
     fn = inner if isinstance(inner, str) else repr(inner)
     if module == "builtins":
         if isinstance(inner, str) and inner.isidentifier() and inner not in _PYTHON_BUILTINS:
+            return None
+        if allowed and isinstance(inner, str) and _registered_name(inner):
+            # `package>name`: Keras finds it only among the objects a module registered (a
+            # module the user named with --import), never by importing anything
             return None
         return f"function reference {fn!r} names a Python builtin, not a Keras function"
     if isinstance(module, str) and _allowed_module(module, registered, allowed):

@@ -23,7 +23,7 @@ import contextlib
 import os
 import secrets
 import zipfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -59,7 +59,8 @@ def check_target(
 ) -> Path:
     """Refuse ``path`` as the target of ``option`` before anything runs (see the module doc).
 
-    ``kind`` is "xml", "npy", "npz" or "chart"; ``inputs`` are the files and folders this run
+    ``kind`` is "xml", "npy", "npz", "chart" or "keras" (`fix --output`: an existing
+    model file is replaced only with ``force``); ``inputs`` are the files and folders this run
     reads (a folder protects everything inside it); ``force`` allows replacing an existing
     file layergrad did not write.
 
@@ -97,8 +98,9 @@ def check_target(
         raise OutputError(f"{option} {path} is {what}; expected a file name to write")
     _require_writable_folder(p, option)
     if not force and not _is_kind(p, kind):
+        what = f" and is not {_KIND_NAMES[kind]}" if kind in _KIND_NAMES else ""
         raise OutputError(
-            f"{option} {path} exists and is not {_KIND_NAMES[kind]}; refusing to overwrite it; "
+            f"{option} {path} exists{what}; refusing to overwrite it; "
             "delete it, choose another file name, or pass --force"
         )
     return p
@@ -171,6 +173,8 @@ def _is_kind(p: Path, kind: str) -> bool:
             body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
             svg = body.startswith((b"<?xml", b"<svg", b"<!DOCTYPE svg")) and b"<svg" in body
             return body.startswith(_CHART_MAGIC) or svg
+        if kind == "keras":
+            return False
         with zipfile.ZipFile(p) as zf:
             return all(name.endswith(".npy") for name in zf.namelist())
     except (OSError, zipfile.BadZipFile):
@@ -293,17 +297,6 @@ def _atomic_write(p: Path, option: str, write: Callable[[IO[bytes]], object]) ->
     finally:
         with contextlib.suppress(FileNotFoundError):
             temp.unlink()
-
-
-def protected_inputs(*groups: Sequence[str | None] | str | None) -> list[str]:
-    """The files a run reads, flattened: model paths, the `--input` file, `--import` paths."""
-    out: list[str] = []
-    for group in groups:
-        if isinstance(group, str):
-            out.append(group)
-        elif group:
-            out.extend(g for g in group if g)
-    return out
 
 
 def data_inputs(data: str | os.PathLike[str] | None) -> list[str]:

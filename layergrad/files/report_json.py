@@ -9,6 +9,7 @@ its type, so a malformed or foreign file is one clear line that names the member
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from typing import TypeVar
@@ -40,6 +41,10 @@ from layergrad.files.json_fields import NUMBER, OPTIONAL, JsonFields
 
 INSPECT_SCHEMA, SCAN_SCHEMA = "layergrad.inspect/1", "layergrad.scan/1"
 MAX_REPORT_BYTES = 64 * 2**20  # a few hundred bytes per layer: some 100,000 layers
+# no gradient of float32 values summed over any data set comes near 1e100 (float32 ends at
+# 3.4e38): a larger number was edited by hand, and the shards' numbers combined (the root of
+# the sum of their squares, weighted by counts) would overflow a float64
+MAX_MEASURE = 1e100
 EXPECTED = "a `layergrad inspect --json` or `scan --json` report"
 T = TypeVar("T")
 W = TypeVar("W", bound=Word)
@@ -150,17 +155,46 @@ class _Reader(JsonFields):
         if not isinstance(obj, dict):
             raise self.error(name, "an object or null", obj)
 
-        def num(key: str) -> float:
-            return float(self.get(obj, key, NUMBER, f"{name}.{key}"))
+        def num(key: str, top: float = MAX_MEASURE) -> float:
+            return self.measure(obj, key, f"{name}.{key}", top)
 
+        l2, mean_abs, max_abs = num("l2"), num("mean_abs"), num("max_abs")
+        nonfinite = self.get(obj, "nonfinite", int, f"{name}.nonfinite")
+        elements = math.prod(shape) if shape else 1
+        if not 0 <= nonfinite <= elements:
+            raise self.error(f"{name}.nonfinite", f"a count from 0 to {elements}", nonfinite)
+        # |g| at any element is at most the L2 of all, and their mean at most their largest
+        for low, high, what in ((max_abs, l2, "l2"), (mean_abs, max_abs, "max_abs")):
+            if low > high * (1 + 1e-4) + 1e-30:
+                raise self.error(
+                    f"{name}.{'max_abs' if what == 'l2' else 'mean_abs'}",
+                    f"a number at most {what} ({high:.6g})",
+                    low,
+                )
         return GradientStats(
             shape=shape,
-            l2=num("l2"),
-            mean_abs=num("mean_abs"),
-            max_abs=num("max_abs"),
-            zero_fraction=num("zero_fraction"),
-            nonfinite=int(num("nonfinite")),
+            l2=l2,
+            mean_abs=mean_abs,
+            max_abs=max_abs,
+            zero_fraction=num("zero_fraction", top=1.0),
+            nonfinite=nonfinite,
         )
+
+    def measure(
+        self, obj: Mapping[str, object], key: str, name: str, top: float = MAX_MEASURE
+    ) -> float:
+        """A norm, a mean |g| or a fraction: a finite number from 0 to `top` (a number edited
+        by hand past that, `1e999` read as infinity or a negative norm, is refused)."""
+        value = float(self.get(obj, key, NUMBER, name))
+        if not 0.0 <= value <= top:  # also NaN
+            raise self.error(name, f"a finite number from 0 to {top:g}", value)
+        return value
+
+    def optional_measure(self, obj: Mapping[str, object], key: str, name: str) -> float | None:
+        """`measure`, or None for a member that is null."""
+        if self.get(obj, key, (int, float, OPTIONAL), name) is None:
+            return None
+        return self.measure(obj, key, name)
 
     def causes(self, obj: Mapping[str, object], name: str) -> tuple[Cause, ...]:
         out = []
@@ -191,9 +225,9 @@ class _Reader(JsonFields):
         if stats is not None:
 
             def num(key: str, optional: bool = False) -> float | None:
-                kind = (int, float, OPTIONAL) if optional else NUMBER
-                value = self.get(stats, key, kind, f"{name}.per_sample_l2.{key}")
-                return None if value is None else float(value)
+                at = f"{name}.per_sample_l2.{key}"
+                read = self.optional_measure if optional else self.measure
+                return read(stats, key, at)
 
             per_sample = SampleStats(
                 count=samples or 0,
@@ -260,8 +294,11 @@ class _Reader(JsonFields):
         probes = self.get(obj, "probes", (int, OPTIONAL), f"{name}.probes")
         spectral = self.get(obj, "spectral", (dict, OPTIONAL), f"{name}.spectral")
         units = self.get(obj, "unit_sensitivity", list, f"{name}.unit_sensitivity")
-        if not all(isinstance(u, NUMBER) and not isinstance(u, bool) for u in units):
-            raise self.error(f"{name}.unit_sensitivity", "a list of numbers", units)
+        if not all(
+            isinstance(u, NUMBER) and not isinstance(u, bool) and 0 <= u <= MAX_MEASURE
+            for u in units
+        ):
+            raise self.error(f"{name}.unit_sensitivity", "a list of finite numbers >= 0", units)
         spec = None
         if spectral is not None:
             at = f"{name}.spectral"
@@ -289,8 +326,7 @@ class _Reader(JsonFields):
 
     def frobenius(self, obj: Mapping[str, object], name: str) -> FrobeniusNorms:
         mean, top, distribution = self.norms(obj, name)
-        rel = self.get(obj, "rel_stderr", (int, float, OPTIONAL), f"{name}.rel_stderr")
-        rel = None if rel is None else float(rel)
+        rel = self.optional_measure(obj, "rel_stderr", f"{name}.rel_stderr")
         return FrobeniusNorms((), mean, top, rel, (), distribution)
 
     def norms(self, obj: Mapping[str, object], name: str) -> tuple[float, float, NormDistribution]:
@@ -299,9 +335,8 @@ class _Reader(JsonFields):
             raise self.error(f"{name}.per_sample", "null (a report over --data)", "a list")
 
         def num(key: str, optional: bool = False) -> float | None:
-            kind = (int, float, OPTIONAL) if optional else NUMBER
-            value = self.get(obj, key, kind, f"{name}.{key}")
-            return None if value is None else float(value)
+            read = self.optional_measure if optional else self.measure
+            return read(obj, key, f"{name}.{key}")
 
         hist = self.get(obj, "histogram", dict, f"{name}.histogram")
         edges = self.get(hist, "edges", list, f"{name}.histogram.edges")
@@ -317,11 +352,11 @@ class _Reader(JsonFields):
             at = f"{name}.top[{i}]"
             if not isinstance(item, dict):
                 raise self.error(at, "an object", item)
-            rel = self.get(item, "rel_stderr", (int, float, OPTIONAL), f"{at}.rel_stderr") \
+            rel = self.optional_measure(item, "rel_stderr", f"{at}.rel_stderr") \
                 if "rel_stderr" in item else None  # fmt: skip
             sample = self.get(item, "sample", int, f"{at}.sample")
-            value = self.get(item, "value", NUMBER, f"{at}.value")
-            top.append(RankedSample(sample, float(value), None if rel is None else float(rel)))
+            value = self.measure(item, "value", f"{at}.value")
+            top.append(RankedSample(sample, value, rel))
         samples = self.get(obj, "samples", int, f"{name}.samples")
         distribution = NormDistribution(
             count=samples,

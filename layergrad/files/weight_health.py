@@ -135,10 +135,27 @@ def keras_weight_groups(h5: H5Object, graph: ModelGraph) -> dict[str, list[H5Obj
         return found
     for key, group in h5.items():  # subclassed model: one group per layer attribute
         if isinstance(group, h5py.Group) and key not in ("vars", "optimizer"):
-            own = datasets(group)
-            if own:
-                found.setdefault(_saved_name(group) or key, []).extend(own)
+            _walk_attributes(key, group, "", found)
     return found
+
+
+def _walk_attributes(
+    key: str, group: H5Object, prefix: str, found: dict[str, list[H5Object]]
+) -> None:
+    """A subclassed model's attribute: a layer (its own ``vars``, named by their ``name``
+    attribute, then the layers it holds), or a container of layers (a list such as
+    ``layers``, its items named after their class: ``layers/dense_1``), walked through."""
+    import h5py
+
+    own_vars = group.get("vars")
+    own = datasets(own_vars) if isinstance(own_vars, h5py.Group) else []
+    name = _saved_name(group) or prefix + key
+    if own:
+        found.setdefault(name, []).extend(own)
+    inner = prefix + key + "/" if not own else name + "/"
+    for child_key, child in group.items():
+        if isinstance(child, h5py.Group) and child_key != "vars":
+            _walk_attributes(child_key, child, inner, found)
 
 
 def _saved_name(group: H5Object) -> str | None:

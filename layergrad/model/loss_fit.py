@@ -8,25 +8,29 @@ a head that already applies softmax. Each pairing below names what Keras users m
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from layergrad.model.config import serialized_name, structure_refs
-from layergrad.model.graph import LayerEntry, ModelGraph
+from layergrad.model.graph import ModelGraph
+from layergrad.model.head_forms import Head, output_heads
+from layergrad.model.linear_stacks import LinearStack, redundant_pairs, whole_network
+from layergrad.model.loss_forms import REGRESSION_LOSSES, per_output, unknown_losses
+from layergrad.model.observed_heads import Observed
 
 CROSSENTROPY = ("binary", "categorical")  # losses that read probabilities (or logits)
-
-
-@dataclass(frozen=True)
-class Head:
-    """One model output: its name, the layer that makes it, its activation and width."""
-
-    name: str
-    layer: str
-    activation: str  # softmax, sigmoid, linear, relu, ... ("linear" when none)
-    units: int | None
-    dropout: str | None = None  # a Dropout between the last layer with weights and the output
-    before: str | None = None  # the activation of the layer feeding a separate softmax layer
-    before_layer: str | None = None
+# activations whose outputs can be negative
+NEGATIVE = frozenset({"linear", "tanh", "leaky_relu", "elu", "selu", "softsign", "prelu",
+                      "log_softmax", "log_sigmoid", "hard_tanh", "celu", "tanh_shrink",
+                      "soft_shrink", "hard_shrink"})  # fmt: skip
+PROBABILITIES = ("softmax", "sigmoid", "hard_sigmoid", "sparsemax", "sparse_sigmoid")
+# activations whose outputs leave [0, 1]: never probabilities
+NOT_PROBABILITIES = frozenset(
+    {
+        "linear", "relu", "relu6", "leaky_relu", "elu", "selu", "gelu", "silu", "swish",
+        "softplus", "exponential", "tanh", "softsign", "prelu", "mish", "celu", "hard_silu",
+        "hard_swish", "hard_tanh", "log_softmax", "log_sigmoid", "squareplus", "sparse_plus",
+        "tanh_shrink", "soft_shrink", "hard_shrink", "threshold", "glu",
+    }
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -40,142 +44,78 @@ class Mismatch:
     layer: str | None = None  # the layer to change (the head's when None)
 
 
+@dataclass(frozen=True)
+class LossReading:
+    """What the `loss` check reads in a file: the failures (`mismatches`), the linear stacks
+    that only warn, the losses no rule knows and the heads whose activation the file does not
+    show (judged on the probe's outputs when there is one)."""
+
+    mismatches: tuple[Mismatch, ...] = ()
+    stacks: tuple[Mismatch, ...] = ()
+    unknown_losses: tuple[str, ...] = ()
+    unread: tuple[Head, ...] = ()
+    judged: int = 0  # outputs whose loss the rules know
+    observed: tuple[Head, ...] = ()  # heads judged on their outputs on the probe
+
+
 def mismatches(
     config: Mapping[str, object], graph: ModelGraph, compiled: Mapping[str, object]
 ) -> list[Mismatch]:
     """Every output whose compiled loss does not fit its activation (empty without a loss),
-    and a network with no non-linearity at all."""
+    and a classifier with no non-linearity at all."""
+    return list(read_file(config, graph, compiled).mismatches)
+
+
+def read_file(
+    config: Mapping[str, object],
+    graph: ModelGraph,
+    compiled: Mapping[str, object],
+    observed: Mapping[str, Observed] | None = None,
+) -> LossReading:
+    """Judge each output's head against its compiled loss, and the network for linear stacks.
+
+    `observed` maps an output name to what its values did on the probe batch: a head whose
+    activation the file does not show is judged as that; without it, such a head is listed
+    in `unread` and no rule judges it.
+    """
+    if not graph.known:
+        return LossReading()
     loss = compiled.get("loss")
-    if not loss or not graph.known:
-        return []
     heads = output_heads(config, graph)
-    found = []
-    for head, spec in zip(heads, per_output(loss, [h.name for h in heads]), strict=True):
-        if spec is not None:
-            problem = _judge(head, *spec) or _structure(head, spec[0])
-            if problem is not None:
-                found.append(problem)
-    linear = _all_linear(graph, heads, per_output(loss, [h.name for h in heads]))
-    if linear is not None and not found:
-        found.append(linear)
-    return found
+    names = [h.name for h in heads]
+    specs = per_output(loss, names) if loss else [None] * len(heads)
+    unknown = tuple(unknown_losses(loss, names)) if loss else ()
+    seen = observed or {}
+    judged = [_as_observed(h, seen.get(h.name)) for h in heads]
+    found: list[Mismatch] = []
+    for head, spec in zip(judged, specs, strict=True):
+        problem = _judge(head, *spec) if spec is not None else None
+        problem = problem or _structure(head, spec[0] if spec else "the loss")
+        if problem is not None:
+            found.append(problem)
+    stacks: list[Mismatch] = []
+    linear = _linear_network(graph, judged, specs) if all(h.known for h in heads) else None
+    if linear is not None and linear[1] and not found:
+        found.append(linear[0])
+    elif linear is not None and not linear[1]:
+        stacks.append(linear[0])
+    elif linear is None:
+        stacks += [_pair(p) for p in redundant_pairs(graph)]
+    unread = tuple(h for h in judged if not h.known)
+    known = sum(spec is not None for spec in specs)
+    looked = tuple(h for h in judged if h.observed is not None)
+    return LossReading(tuple(found), tuple(stacks), unknown, unread, known, looked)
 
 
-def output_heads(config: Mapping[str, object], graph: ModelGraph) -> list[Head]:
-    """The layers that make the model's outputs, in output order."""
-    inner = config.get("config")
-    inner = inner if isinstance(inner, Mapping) else {}
-    names = [ref[0] for ref in structure_refs(inner.get("output_layers"))]
-    if not names:  # a Sequential: its last layer
-        last = [e for e in graph.layers if e.parent is None and e.class_name != "InputLayer"]
-        names = [last[-1].name] if last else []
-    return [_head(graph, name) for name in names]
-
-
-PASS_THROUGH = ("Dropout", "AlphaDropout", "GaussianDropout", "GaussianNoise", "Identity",
-                "ActivityRegularization")  # fmt: skip
-
-
-def _head(graph: ModelGraph, name: str) -> Head:
-    entry = _leaf(graph, graph.get(name))
-    if entry is None:
-        return Head(name, name, "unknown", None)
-    dropout = None
-    seen = 0
-    while entry is not None and entry.class_name in PASS_THROUGH and seen < 8:
-        dropout = dropout or (entry.path if "Dropout" in entry.class_name else None)
-        entry = _leaf(graph, _single_inbound(graph, entry))
-        seen += 1
-    if entry is None:
-        return Head(name, name, "unknown", None)
-    activation = _activation_of(entry)
-    units = _units_of(graph, entry)
-    before = before_layer = None
-    if activation == "softmax" and entry.class_name in ("Softmax", "Activation"):
-        feeding = _leaf(graph, _single_inbound(graph, entry))
-        if feeding is not None:
-            before, before_layer = _activation_of(feeding), feeding.path
-            if "Dropout" in feeding.class_name:  # Dense -> Dropout -> Softmax: dropped logits
-                dropout = dropout or feeding.path
-    return Head(name, entry.path, activation, units, dropout, before, before_layer)
-
-
-def _leaf(graph: ModelGraph, entry: LayerEntry | None) -> LayerEntry | None:
-    """A nested model's last layer (which makes its output), else the entry itself."""
-    while entry is not None and entry.is_model:
-        inner = [e for e in graph.layers if e.parent == entry.path]
-        entry = inner[-1] if inner else None
-    return entry
-
-
-def _single_inbound(graph: ModelGraph, entry: LayerEntry) -> LayerEntry | None:
-    return graph.get(entry.inbound[0]) if len(entry.inbound) == 1 else None
-
-
-def _activation_of(entry: LayerEntry) -> str:
-    if entry.class_name in ("Softmax", "ReLU"):
-        return entry.class_name.lower()
-    return _activation_name(entry.config.get("activation"))
-
-
-def _units_of(graph: ModelGraph, entry: LayerEntry) -> int | None:
-    """The units of the layer, or of the layer an activation layer is applied to."""
-    for _ in range(4):
-        units = entry.config.get("units", entry.config.get("filters"))
-        if isinstance(units, int):
-            return units
-        if entry.class_name not in ("Softmax", "Activation", "ReLU", *PASS_THROUGH):
-            return None
-        feeding = _leaf(graph, _single_inbound(graph, entry))
-        if feeding is None:
-            return None
-        entry = feeding
-    return None
-
-
-def _activation_name(value: object) -> str:
-    if value is None:
-        return "linear"
-    return (serialized_name(value) or "unknown").lower()
-
-
-def per_output(loss: object, names: Sequence[str]) -> list[tuple[str, bool] | None]:
-    """(canonical loss name, from_logits) for each output, None where it cannot be read."""
-    if isinstance(loss, Mapping) and "class_name" not in loss:
-        return [_identify(loss.get(n)) for n in names]
-    if isinstance(loss, list):
-        return [_identify(v) for v in loss] + [None] * (len(names) - len(loss))
-    return [_identify(loss)] * len(names)
-
-
-_ALIASES = {
-    "mse": "mean_squared_error",
-    "mae": "mean_absolute_error",
-    "meansquarederror": "mean_squared_error",
-    "meanabsoluteerror": "mean_absolute_error",
-    "binarycrossentropy": "binary_crossentropy",
-    "binaryfocalcrossentropy": "binary_focal_crossentropy",
-    "categoricalcrossentropy": "categorical_crossentropy",
-    "categoricalfocalcrossentropy": "categorical_focal_crossentropy",
-    "sparsecategoricalcrossentropy": "sparse_categorical_crossentropy",
-}
-
-
-def _identify(loss: object) -> tuple[str, bool] | None:
-    if isinstance(loss, str):
-        key = loss.lower()
-        return _ALIASES.get(key.replace("_", ""), key), False
-    if isinstance(loss, Mapping) and isinstance(loss.get("class_name"), str):
-        config = loss.get("config")
-        inner = config if isinstance(config, Mapping) else {}
-        key = str(loss["class_name"]).lower().replace("_", "")
-        return _ALIASES.get(key, key), bool(inner.get("from_logits", False))
-    return None
+def _as_observed(head: Head, seen: Observed | None) -> Head:
+    if head.known or seen is None:
+        return head
+    return replace(head, activation=seen.kind, observed=seen.describe())
 
 
 def _judge(head: Head, loss: str, from_logits: bool) -> Mismatch | None:
     act, units, out = head.activation, head.units, head.name
-    probabilities = act in ("softmax", "sigmoid")
+    probabilities = act in PROBABILITIES
 
     def say(message: str, hint: str) -> Mismatch:
         return Mismatch(out, loss, f"{loss} on {_describe(head)}: {message}", hint)
@@ -195,7 +135,7 @@ def _judge(head: Head, loss: str, from_logits: bool) -> Mismatch | None:
             "sparse_categorical_crossentropy (class ids); for yes/no or multi-label outputs a "
             "sigmoid head with binary_crossentropy",
         )
-    if "categorical" in loss and (units == 1 or act == "sigmoid"):
+    if "categorical_" in loss and "crossentropy" in loss and (units == 1 or act == "sigmoid"):
         return say(
             "categorical cross-entropy compares a distribution over classes, but "
             + ("one unit holds no distribution (the loss is constant)" if units == 1
@@ -204,12 +144,25 @@ def _judge(head: Head, loss: str, from_logits: bool) -> Mismatch | None:
             "for one class out of N: Dense(N, activation='softmax') with "
             "sparse_categorical_crossentropy",
         )  # fmt: skip
-    if any(w in loss for w in CROSSENTROPY) and not from_logits and act in ("linear", "relu"):
+    crossentropy = "crossentropy" in loss and any(w in loss for w in CROSSENTROPY)
+    if crossentropy and not from_logits and act in NOT_PROBABILITIES:
         return say(
             "with from_logits=False Keras reads the outputs as probabilities and clips them to "
             f"[1e-7, 1 - 1e-7]: a {act} head's outputs outside that range get no gradient",
             f"from_logits=True in the loss (e.g. keras.losses.{_class_name(loss)}"
             "(from_logits=True)), or a softmax / sigmoid on the head",
+        )
+    if loss == "kl_divergence" and act in NOT_PROBABILITIES:
+        return say(
+            "KL divergence reads the outputs as a distribution and clips them to [1e-7, 1]: "
+            f"a {act} head's outputs outside that range get no gradient",
+            "a softmax on the head (the targets are distributions)",
+        )
+    if loss == "poisson" and act in NEGATIVE:
+        return say(
+            f"the Poisson loss takes the log of the predicted rate, but a {act} head's "
+            "outputs go negative (log of a negative number: NaN)",
+            "activation='exponential' or 'softplus' on the head (a positive rate)",
         )
     if (
         loss in ("mean_squared_error", "mean_absolute_error")
@@ -236,7 +189,7 @@ def _judge(head: Head, loss: str, from_logits: bool) -> Mismatch | None:
 
 def _structure(head: Head, loss: str) -> Mismatch | None:
     """A head built so that the loss cannot train it: ReLU before softmax, dropped logits."""
-    if head.before == "relu" and head.before_layer is not None:
+    if head.before in ("relu", "relu6") and head.before_layer is not None:
         return Mismatch(
             head.name,
             loss,
@@ -259,62 +212,71 @@ def _structure(head: Head, loss: str) -> Mismatch | None:
     return None
 
 
-# Layers that compute a linear (affine) map, whatever their weights.
-LINEAR_CLASSES = frozenset(
-    {
-        "InputLayer", "Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose",
-        "Conv2DTranspose", "Conv3DTranspose", "DepthwiseConv2D", "SeparableConv2D", "Flatten",
-        "Reshape", "Permute", "RepeatVector", "Add", "Subtract", "Average", "Concatenate",
-        "AveragePooling1D", "AveragePooling2D", "AveragePooling3D", "GlobalAveragePooling1D",
-        "GlobalAveragePooling2D", "GlobalAveragePooling3D", "ZeroPadding1D", "ZeroPadding2D",
-        "Cropping1D", "Cropping2D", "Rescaling", "Normalization", "Embedding",
-        "BatchNormalization", "Activation", *PASS_THROUGH,
-    }
-)  # fmt: skip
-WEIGHTED = ("Dense", "EinsumDense", "Conv")
-
-
-def _all_linear(
+def _linear_network(
     graph: ModelGraph, heads: Sequence[Head], specs: Sequence[tuple[str, bool] | None]
-) -> Mismatch | None:
-    """A classifier of two or more weight layers with no non-linearity before its head: a
-    linear map followed by one softmax / sigmoid, however deep (a deep linear regression is
-    left alone: it fits what a single Dense layer fits, and trains)."""
+) -> tuple[Mismatch, bool] | None:
+    """A network of two or more weight layers with no non-linearity before its one head:
+    (the mismatch, True) before a classifier's head, (the warning, False) before a regression
+    head (it fits what one Dense layer fits, and trains)."""
     if len(heads) != 1:
         return None
     head, spec = heads[0], specs[0]
+    stack = whole_network(graph, head.layer)
+    if stack is None:
+        return None
     classifier = head.activation in ("sigmoid", "softmax") or (
         spec is not None and ("crossentropy" in spec[0] or "hinge" in spec[0])
     )
-    if not classifier:
+    regression = head.activation in ("linear", "relu", "softplus", "exponential") and (
+        spec is None or spec[0] in REGRESSION_LOSSES
+    )
+    if not classifier and not regression:
         return None
-    weighted = 0
-    for entry in graph.layers:
-        if entry.is_model:
-            continue
-        own = _activation_name(entry.config.get("activation"))
-        if entry.path == head.layer:
-            weighted += 1
-            continue
-        if entry.class_name not in LINEAR_CLASSES or own != "linear":
-            return None
-        weighted += entry.class_name.startswith(WEIGHTED)
-    if weighted < 2:
-        return None
-    loss = spec[0] if spec is not None else "the loss"
+    count = len(stack.layers)
+    if classifier:
+        return Mismatch(
+            head.name,
+            spec[0] if spec is not None else "the loss",
+            f"output '{head.name}': the {count} layers with weights have no activation between "
+            f"them, so the network is one linear map before the {head.activation} at "
+            f"'{head.layer}', however deep: it can only draw straight class boundaries",
+            "an activation on the hidden layers (e.g. activation='relu')",
+            head.layer,
+        ), True
+    first = stack.layers[0]
     return Mismatch(
         head.name,
-        loss,
-        f"output '{head.name}': the {weighted} layers with weights have no activation between "
-        f"them, so the network is one linear map before the {head.activation} at "
-        f"'{head.layer}', however deep: it can only draw straight class boundaries",
-        "an activation on the hidden layers (e.g. activation='relu')",
-        head.layer,
+        spec[0] if spec is not None else "the loss",
+        f"layer '{first}': the {count} layers with weights ({_listed(stack)}) have no "
+        f"activation between them, so output '{head.name}' is one linear map of the inputs, "
+        "however deep: it fits what a single Dense layer fits",
+        "an activation on the hidden layers (e.g. activation='relu'), or one Dense layer if "
+        "a linear model is meant",
+        first,
+    ), False
+
+
+def _pair(stack: LinearStack) -> Mismatch:
+    first, second = stack.layers[0], stack.layers[-1]
+    return Mismatch(
+        "",
+        "",
+        f"layer '{first}' has no activation and feeds '{second}' directly, so the two compute "
+        f"one linear map: '{first}' adds weights but nothing one layer could not do",
+        f"an activation on '{first}' (e.g. activation='relu'), or drop it",
+        first,
     )
+
+
+def _listed(stack: LinearStack) -> str:
+    names = [f"'{n}'" for n in stack.layers[:4]]
+    return ", ".join(names) + (", ..." if len(stack.layers) > 4 else "")
 
 
 def _describe(head: Head) -> str:
     units = f"{head.units} unit{'s' if head.units != 1 else ''}, " if head.units else ""
+    if head.observed is not None:
+        return f"output '{head.name}' ({units}{head.observed})"
     return f"output '{head.name}' ({units}{head.activation})"
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from layergrad.core.vocab import OutputFormat
 
-REPORTS = ("inspect", "scan", "weights", "check", "layers", "diff", "fit")
+REPORTS = ("inspect", "scan", "weights", "check", "layers", "diff", "fit", "fix")
 FUNCTIONS = {
     OutputFormat.TABLE: "table",
     OutputFormat.JSON: "as_json",

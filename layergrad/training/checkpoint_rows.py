@@ -74,9 +74,10 @@ def _layer_row(
     entry: LayerVariables, grads: np.ndarray, dead: np.ndarray, acts: int, lr: float
 ) -> LayerStats:
     fraction = float(dead[0] / dead[1]) if dead[1] > 0 else None
+    constant = float(dead[2] / dead[1]) if dead[1] > 0 else None
     mine = [i for i in entry.variables if grads[i][WEIGHT_SQ] >= 0]
     if not mine:
-        return LayerStats(entry.path, None, None, None, fraction, 0, acts)
+        return LayerStats(entry.path, None, None, None, fraction, 0, acts, constant)
     grad = math.sqrt(sum(grads[i][GRAD_SQ] for i in mine))
     weight = math.sqrt(sum(grads[i][WEIGHT_SQ] for i in mine))
     return LayerStats(
@@ -87,4 +88,5 @@ def _layer_row(
         dead_fraction=fraction,
         nonfinite_gradient=int(sum(grads[i][GRAD_NONFINITE] for i in mine)),
         nonfinite_activation=acts,
+        constant_fraction=constant,
     )

@@ -60,3 +60,14 @@ def output_units(model: KerasModel) -> list[int]:
         return [int(t.shape[-1]) if len(t.shape) else 1 for t in model.outputs]
     except (AttributeError, ValueError, TypeError):
         return []
+
+
+def heads(model: KerasModel, layers: list[LayerVariables]) -> list[str]:
+    """The paths of the layers that make the model's outputs (empty: not known)."""
+    paths = {id(e.layer): e.path for e in layers}
+    try:
+        made = [getattr(t, "_keras_history", None) for t in model.outputs]
+    except (AttributeError, ValueError, TypeError):
+        return []
+    found = [paths.get(id(h[0])) for h in made if h is not None]
+    return [p for p in found if p is not None] if all(found) and found else []

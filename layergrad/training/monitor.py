@@ -39,6 +39,7 @@ from layergrad.core.vocab import Finding
 from layergrad.training import rules
 from layergrad.training.checkpoint_rows import checkpoint_from_rows
 from layergrad.training.model_facts import (
+    heads,
     is_built,
     layers_and_variables,
     loss_name,
@@ -66,8 +67,10 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             or `.html` (a self-contained page).
         stop_on_nonfinite: end training on the first step whose loss, a gradient or an
             activation is NaN or Inf.
-        chance_loss: the loss of predicting the label prior, for `plateau_at_chance`
-            (default: log C for a C-class cross-entropy, log 2 for a binary one).
+        chance_loss: the trivial loss (of predicting the labels' prior), for
+            `plateau_at_chance`, `oscillating` and `slow_convergence` (default: log C for a
+            C-class cross-entropy, log 2 for a binary one; none for other losses: pass the
+            targets' variance for mse).
 
     After training, `report` (a `FitReport`) holds every checkpoint and the findings.
 
@@ -334,7 +337,11 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             self._last is None or self._stopped_at <= self._last
         )
         findings = rules.findings(
-            self._losses, self._checkpoints, self._nonfinite, chance_loss=chance
+            self._losses,
+            self._checkpoints,
+            self._nonfinite,
+            chance_loss=chance,
+            heads=heads(model, self._layers),
         )
         return FitReport(
             model=str(model.name),

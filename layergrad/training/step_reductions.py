@@ -18,6 +18,7 @@ BINS = 30  # histogram buckets per layer gradient (TensorBoard's default)
 # dead units (last-axis slices whose gradient is exactly 0), units, squared weight norm.
 GRAD_SQ, GRAD_NONFINITE, DEAD, UNITS, WEIGHT_SQ = range(5)
 COLUMNS = 5
+CONSTANT_SPREAD = 1e-6  # a unit whose values spread less than this share of their size
 
 
 def unlowered_cond(
@@ -54,26 +55,34 @@ def nonfinite(tensor: Tensor) -> Tensor:
 
 
 def forward_stats(outputs: Sequence[Sequence[Tensor]]) -> tuple[Tensor, Tensor]:
-    """Per layer, from its float outputs (every call): ([NaN/Inf values], [[dead, units]])."""
+    """Per layer, from its float outputs (every call): ([NaN/Inf values], [[dead, units,
+    constant]])."""
     tf, _ = quiet_import()
     counts, dead = [], []
     for layer in outputs:
         counts.append(tf.add_n([nonfinite(t) for t in layer]) if layer else tf.constant(0.0))
-        dead.append(dead_units(layer[0]) if layer else tf.constant([0.0, 0.0]))
+        dead.append(dead_units(layer[0]) if layer else tf.constant([0.0, 0.0, 0.0]))
     if not counts:
-        return tf.zeros([0]), tf.zeros([0, 2])
+        return tf.zeros([0]), tf.zeros([0, 3])
     return tf.stack(counts), tf.stack(dead)
 
 
 def dead_units(tensor: Tensor) -> Tensor:
-    """[units of the last axis exactly 0 for every sample, units] (zeros below rank 2)."""
+    """[units of the last axis exactly 0 for every sample, units, units whose value is the
+    same for every sample] (zeros below rank 2; no constant unit in a batch of one)."""
     tf, _ = quiet_import()
     rank = tensor.shape.rank
     if rank is None or rank < 2:
-        return tf.constant([0.0, 0.0])
-    zero = tf.reduce_all(tf.equal(tensor, 0), axis=list(range(rank - 1)))
+        return tf.constant([0.0, 0.0, 0.0])
+    axes = list(range(rank - 1))
+    zero = tf.reduce_all(tf.equal(tensor, 0), axis=axes)
     units = tf.cast(tf.shape(tensor)[-1], tf.float32)
-    return tf.stack([tf.reduce_sum(tf.cast(zero, tf.float32)), units])
+    spread = tf.reduce_max(tensor, axis=axes) - tf.reduce_min(tensor, axis=axes)
+    size = tf.reduce_max(tf.abs(tensor), axis=axes)
+    same = tf.logical_or(tf.equal(spread, 0), spread <= CONSTANT_SPREAD * size)
+    rows = tf.reduce_prod(tf.shape(tensor)[:-1])
+    constant = tf.reduce_sum(tf.cast(same, tf.float32)) * tf.cast(rows > 1, tf.float32)
+    return tf.stack([tf.reduce_sum(tf.cast(zero, tf.float32)), units, constant])
 
 
 def gradient_rows(grads: Sequence[Tensor | None], weights: Sequence[Tensor | None]) -> Tensor:

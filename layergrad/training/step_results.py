@@ -49,7 +49,7 @@ class StepResults:
             # per step: [replicas that saw a NaN/Inf, loss], in row s mod ring
             self.losses = state([self.ring, 2], total, "losses")
             self.activations = state([slots, layers], total, "activation_nonfinite")
-            self.dead = state([slots, layers, 2], first, "dead_units")
+            self.dead = state([slots, layers, 3], first, "dead_units")
             self.grads = state([slots, variables, COLUMNS], first, "gradients")
             self.learning_rate = state([slots], first, "learning_rate")
             self.histogram = state([slots, layers, BINS], first, "histogram")

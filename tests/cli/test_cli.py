@@ -267,3 +267,41 @@ def test_each_warning_names_its_result(softmax_head):
     pieces = result.output.split("warning:")[1:]
     assert pieces and all(p.startswith(" d probs / d h: ") for p in pieces)
     assert any("probs ends in softmax" in p for p in pieces)
+
+
+@pytest.mark.parametrize("command", ["check", "inspect", "layers"])
+def test_an_import_that_cannot_be_imported_is_a_usage_error_before_tensorflow(command, tmp_path):
+    """`--import mylayers` for ./mylayers.py (the installed script has no working directory on
+    its path) and a missing path: exit 2 and one reason, before TensorFlow is imported."""
+    import os
+    import shutil
+
+    shutil.copy(sample("custom_layers.py"), tmp_path / "mylayers.py")
+    model = sample("seed.keras")
+    cases = [
+        ("mylayers", "pass --import mylayers.py"),
+        (str(tmp_path / "gone.py"), "no such file"),
+        ("no_such_module_here", "no module named 'no_such_module_here'"),
+        ("not-a-name", "neither a module name nor a path"),
+        (str(tmp_path / "pipe.py"), "is a FIFO"),
+    ]
+    os.mkfifo(tmp_path / "pipe.py")
+    if command == "layers":  # it imports nothing: only paths and names are checked
+        cases = [cases[1], cases[3], cases[4]]
+    for spec, said in cases:
+        code = (
+            "import sys\nfrom click.testing import CliRunner\nfrom layergrad.cli import main\n"
+            f"r = CliRunner().invoke(main, {[command, model, '--import', spec]!r})\n"
+            "print(r.exit_code, 'tensorflow' in sys.modules)\nprint(repr(r.output))"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True, cwd=tmp_path, env={**os.environ, "PYTHONSAFEPATH": "1"})  # fmt: skip
+        first, output = out.stdout.strip().splitlines()[:2]
+        assert first == "2 False", (spec, out.stdout)
+        assert said in output and "Traceback" not in output, (spec, output)
+    # the API says the same (a usage error, not an unreadable file)
+    from layergrad.core.errors import UsageError
+    from layergrad.engine.loader import import_modules
+
+    with pytest.raises(UsageError, match="no such file"):
+        import_modules([str(tmp_path / "gone.py")])

@@ -324,3 +324,89 @@ def test_a_merged_jacobian_report_renders_without_its_percentiles(fmt, residual_
     assert code == 0 and out.strip(), out
     if fmt == "table":
         assert "20 samples" in out and "p50 n/a (shards do not combine)" in out
+
+
+# ------------------------------------------------------------------ shards given twice, edited
+
+
+def test_a_shard_given_twice_is_refused(two_shards, tmp_path):
+    _, paths, docs = two_shards
+    assert "same file as" in refused(paths[0], paths[1], paths[0])
+    link = tmp_path / "link.json"
+    link.symlink_to(paths[1])
+    assert "same file as" in refused(paths[0], paths[1], str(link))
+    copy = write(tmp_path, "copy.json", docs[0])
+    line = refused(paths[0], copy)
+    assert "copy.json" in line and "twice" in line
+    # the same data under two reports (another run over one shard's file)
+    again = {
+        **docs[1],
+        "probe": {**docs[1]["probe"], "data_sha256": docs[0]["probe"]["data_sha256"]},
+    }
+    assert docs[0]["probe"]["data_sha256"]
+    assert "same data" in refused(paths[0], write(tmp_path, "again.json", again))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("l2", 1.7e308, "gradient.l2 is 1.7e+308"),
+        ("l2", "1e999", "gradient.l2 is Infinity"),
+        ("mean_abs", -0.5, "gradient.mean_abs is -0.5"),
+        ("zero_fraction", 5, "gradient.zero_fraction is 5"),
+        ("nonfinite", -1, "gradient.nonfinite is -1"),
+        ("max_abs", 1e6, "gradient.max_abs is 1000000.0, expected a number at most l2"),
+    ],
+)
+def test_numbers_out_of_range_are_refused_naming_shard_and_field(
+    field, value, said, two_shards, tmp_path
+):
+    _, paths, docs = two_shards
+    doc = json.loads(json.dumps(docs[1]))
+    row = next(i for i, r in enumerate(doc["layers"]) if r.get("gradient"))
+    doc["layers"][row]["gradient"][field] = 0.0 if value == "1e999" else value
+    text = json.dumps(doc)
+    if value == "1e999":  # Python's json writes no such number: put it in by hand
+        text = text.replace('"l2": 0.0', '"l2": 1e999', 1)
+    (tmp_path / "edited.json").write_text(text)
+    line = refused(paths[0], str(tmp_path / "edited.json"))
+    assert line.startswith("error: ") and "edited.json" in line, line
+    assert f"layers[{row}].{said}" in line, line
+
+
+def test_merged_table_says_shards_not_replicas(two_shards):
+    _, paths, _ = two_shards
+    code, out = cli("merge", *paths)
+    assert code == 0 and "(20 samples in 2 shards)" in out, out
+    assert "replicas" not in out
+
+
+def test_diff_of_a_merge_and_a_model_suggests_commands_that_run(two_shards, tmp_path):
+    """`diff merged.json model.keras` suggested `--input a.npy + b.npy`, which no shell runs."""
+    import re
+    import shlex
+
+    _, paths, _ = two_shards
+    _, out = cli("merge", *paths, "--json")
+    merged_path = write(tmp_path, "merged.json", json.loads(out))
+    code, out = cli("diff", merged_path, sample("seed.keras"))
+    lines = out.strip().splitlines()
+    assert code == 2 and len(lines) == 1, out
+    assert " + " not in out.split("(", 1)[1].split(")", 1)[1], out  # only inside the source
+    commands = re.findall(r"`(layergrad [^`]*)`", out)
+    assert [c.split()[1] for c in commands] == ["scan", "scan", "merge", "diff"], out
+    # run them, MODEL being the model and with the shards' options, from the tmp folder
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for command in commands:
+            argv = shlex.split(command.split(">")[0].replace("MODEL", sample("seed.keras")))[1:]
+            if argv[0] == "scan":
+                argv += ["--to", "dense_2", "--batch-size", "8", "--quiet"]
+            code, text = cli(*argv)
+            assert code in (0, 1), (command, text)
+            if ">" in command:
+                Path(command.split(">")[1].strip()).write_text(text)
+    finally:
+        os.chdir(cwd)
+    assert code == 0, text  # the same model over the same shards: no regression

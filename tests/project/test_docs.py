@@ -322,3 +322,19 @@ def test_the_readme_python_imports_only_from_layergrad():
         if line.startswith("from"):
             for name in line.split(" import ")[1].split(","):
                 assert name.strip() in layergrad.__all__, name
+
+
+def test_the_fix_example_runs_as_written_on_a_bundled_model(monkeypatch, tmp_path):
+    """The README's `fix` example, run in an empty folder that sees the bundled samples."""
+    section_text = section("fix")
+    command = re.search(r"```\n(layergrad fix [^\n]*)\n```\n\nprints", section_text)
+    assert command, "the fix section lost its example command"
+    args = command.group(1).split()[1:]
+    (tmp_path / "sample_models").symlink_to(ROOT / "sample_models")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner(env={"COLUMNS": "100"}).invoke(cli.main, args)
+    assert result.exit_code == 1, result.output  # repaired, not verified without --data
+    shown = re.search(r"\):\n\n```\n(.*?)```", section_text, flags=re.S)
+    assert shown
+    assert _stripped(shown.group(1)) == _stripped(result.stdout)
+    assert (tmp_path / "bug_relu_before_softmax.fixed.keras").is_file()

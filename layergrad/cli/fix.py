@@ -1,0 +1,104 @@
+"""`layergrad fix`: the repair of each finding, as code and in a copy, with the evidence.
+
+Registered on the `layergrad` group by `app.py`; it parses, calls `commands.fix.fix_model`,
+renders and sets the exit code, nothing more.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from layergrad.cli.options import format_options, load_options
+from layergrad.cli.running import emit, handle_errors
+from layergrad.core.vocab import OutputFormat
+
+
+@click.command()
+@click.argument("model", type=click.Path(dir_okay=True, path_type=str))
+@click.option(
+    "--data",
+    metavar="PATH",
+    help="Labelled data as for fit (.npz with y, a folder of class sub-folders, or "
+    "FILE.py:function yielding (x, y)): train the original and each repaired copy on it "
+    "and judge each repair.",
+)
+@click.option(
+    "--output",
+    metavar="FILE",
+    help="Where the repaired copy goes (default: MODEL.fixed.keras in the working directory).",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    default=300,
+    show_default=True,
+    metavar="N",
+    help="With --data: train each model N steps (the same batches for all).",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    metavar="B",
+    help="With --data: rows per training batch.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="With --data: read at most N samples.",
+)
+@click.option(
+    "--seed", default=0, show_default=True, type=int, help="Seeds shuffling and new weights."
+)
+@click.option(
+    "--force", is_flag=True, help="Let --output replace an existing file (never the model)."
+)
+@format_options
+@load_options
+@handle_errors
+def fix(
+    model: str,
+    data: str | None,
+    output: str | None,
+    steps: int,
+    batch_size: int,
+    limit: int | None,
+    seed: int,
+    force: bool,
+    fmt: OutputFormat,
+    imports: tuple[str, ...],
+    unsafe: bool,
+    debug: bool,
+) -> None:
+    """What to change, as code, in a repaired copy, with the evidence that it trains.
+
+    Checks the model (never written), plans a repair for every finding that has a
+    mechanical one (the activation or loss of a head, from_logits, the head's
+    units, a ReLU before a softmax, a Dropout after the logits, a linear stack,
+    raw inputs, kernels or biases far off their initialiser, the learning
+    rate), writes the code lines and a copy with every repair. With --data the
+    original and each copy train on the same batches for --steps and each
+    repair is verified or not. Exit 0 when every failing finding has a
+    verified repair (or nothing to fix), 1 otherwise.
+
+    \b
+    Examples:
+        layergrad fix model.keras
+        layergrad fix model.keras --data train.npz --steps 300
+        layergrad fix model.keras --data train.npz --format markdown > comment.md
+    """
+    from layergrad.commands.fix import FixOptions, fix_model
+
+    options = FixOptions(
+        output=output, force=force, steps=steps, batch_size=batch_size, seed=seed, limit=limit
+    )
+    report = fix_model(model, data, options, imports=imports, unsafe=unsafe)
+    if report.output:
+        click.echo(f"wrote the repaired copy to {report.output}", err=True)
+    emit("fix", fmt, report)
+    if not report.ok:
+        sys.exit(1)

@@ -1,0 +1,151 @@
+"""The `loss` check's words, and its second look at heads the file does not describe.
+
+A head whose activation the file cannot show (a custom layer, a `Lambda`, an operation no rule
+knows) is never taken for linear: once the model loads, its outputs on the probe batch say
+what it applies (they sum to one per sample, lie in [0, 1], are non-negative, or take either
+sign), and the loss rules judge that. What neither the file nor the probe decides is said, and
+never fails the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from layergrad.commands.check_options import CheckOptions
+from layergrad.commands.check_steps import Add
+from layergrad.core.tf_types import KerasModel
+from layergrad.core.vocab import Finding
+from layergrad.files.file_info import FileInfo
+from layergrad.model.config import as_ref, layer_name, structure_refs
+from layergrad.model.loss_fit import LossReading, read_file
+from layergrad.model.observed_heads import Observed, observe
+
+
+def loss_verdict(
+    reading: LossReading, has_loss: bool, probe_follows: bool
+) -> tuple[str, list[Finding]]:
+    """The `loss` check's message and findings for what was read."""
+    findings: list[Finding] = []
+    parts: list[str] = []
+    if reading.mismatches:
+        findings.append(Finding.LOSS_MISMATCH)
+        parts += [f"{m.message}. Fix: {m.hint}" for m in reading.mismatches]
+    if reading.stacks:
+        findings.append(Finding.LINEAR_STACK)
+        parts += [f"{m.message}. Fix: {m.hint}" for m in reading.stacks]
+    if not parts and not has_loss:
+        parts.append("no compiled loss to check")
+    elif not parts and reading.judged:
+        others = " it names" if reading.unknown_losses else ""
+        parts.append(f"the compiled loss fits every output{others}")
+    elif not parts and not reading.unknown_losses:
+        parts.append("the compiled loss names none of the outputs")
+    parts += [f"unknown loss `{name}`, loss rules skipped" for name in reading.unknown_losses]
+    parts += [
+        f"output '{h.name}': layer '{h.layer}' is a {h.observed}"
+        for h in reading.observed
+        if not any(m.output == h.name for m in reading.mismatches)
+    ]
+    for head in reading.unread:
+        what = _what(head.layer_class)
+        then = (
+            "judged on its outputs on the probe once the model runs"
+            if probe_follows
+            else "not judged (no probe ran: the file alone cannot decide)"
+        )
+        parts.append(
+            f"output '{head.name}': layer '{head.layer}' ({what}) does not show its "
+            f"activation in the file; {then}"
+        )
+    return "; ".join(parts), findings
+
+
+def _what(layer_class: str) -> str:
+    if layer_class in ("Lambda", "TFOpLambda"):
+        return "a Lambda layer"
+    return f"custom layer `{layer_class}`" if layer_class else "an unknown layer"
+
+
+def judge_on_probe(
+    model: KerasModel,
+    arrays: Sequence[np.ndarray] | None,
+    info: FileInfo,
+    loss: str | None,
+    add: Add,
+) -> None:
+    """Complete the `loss` check for the heads the file does not describe, from the model's
+    outputs on `arrays` (the probe batch; None when none could be made): `add` replaces the
+    check's first verdict."""
+    compiled = {"loss": loss} if loss else info.compile_config
+    first = read_file(info.config, info.graph, compiled)
+    if not first.unread:
+        return
+    values = _outputs(model, arrays) if arrays is not None else None
+    names = _flat_output_names(info.config)
+    observed: dict[str, Observed] = {}
+    if values is not None and len(values) == len(names):
+        classes = {h.name: h.layer_class for h in first.unread}
+        for name, value in zip(names, values, strict=True):
+            if name in classes:
+                seen = observe(value, classes[name])
+                if seen is not None:
+                    observed[name] = seen
+    reading = read_file(info.config, info.graph, compiled, observed)
+    message, findings = loss_verdict(reading, bool(compiled.get("loss")), False)
+    add("loss", message, findings, replace=True)
+
+
+def judge_on_random_probe(
+    model: KerasModel, info: FileInfo, options: CheckOptions, add: Add
+) -> None:
+    """`judge_on_probe` on a random probe batch (`check --data` streams its data later)."""
+    from layergrad.commands.session import probe_batch
+    from layergrad.core.errors import LayergradError
+
+    compiled = {"loss": options.loss} if options.loss else info.compile_config
+    if not read_file(info.config, info.graph, compiled).unread:
+        return
+    try:
+        arrays: Sequence[np.ndarray] | None = probe_batch(model, options.probing()).arrays
+    except LayergradError:
+        arrays = None
+    judge_on_probe(model, arrays, info, options.loss, add)
+
+
+def _outputs(model: KerasModel, arrays: Sequence[np.ndarray]) -> list[np.ndarray] | None:
+    """The model's outputs on the batch, flattened the way Keras flattens them; None when the
+    model fails on it (the forward check says why)."""
+    from layergrad.core.keras_backend import quiet_import
+    from layergrad.engine.layer_calls import forward
+
+    tf, keras = quiet_import()
+    try:
+        out = forward(model, [tf.constant(a) for a in arrays], training=False)
+        return [np.asarray(v) for v in keras.tree.flatten(out)]
+    except Exception:
+        return None
+
+
+def _flat_output_names(config: Mapping[str, object]) -> list[str]:
+    """The layer making each output, in the order Keras flattens the outputs (dict keys
+    sorted); a Sequential's last layer."""
+    inner = config.get("config")
+    inner = inner if isinstance(inner, Mapping) else {}
+    outputs = inner.get("output_layers")
+    if outputs is None:
+        layers = inner.get("layers")
+        last = layers[-1] if isinstance(layers, list) and layers else None
+        if isinstance(last, Mapping):
+            return [layer_name(last)]
+        return []
+    return [ref[0] for ref in structure_refs(_sorted(outputs))]
+
+
+def _sorted(obj: object) -> object:
+    if isinstance(obj, Mapping):
+        return {k: _sorted(obj[k]) for k in sorted(obj)}
+    if isinstance(obj, list) and as_ref(obj) is None:
+        return [_sorted(v) for v in obj]
+    return obj

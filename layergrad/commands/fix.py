@@ -1,0 +1,217 @@
+"""`layergrad fix`: the repair of each finding, applied to a copy, and the evidence it trains.
+
+1. check the file (and with `--data`, train it: `fit`) for its findings;
+2. plan a repair for each finding that has a mechanical one (`repair_heads`,
+   `repair_weights`), from the finding's own facts: the head, the loss, the labels, the
+   weights, the inputs, the update ratios;
+3. apply each repair alone and all together to the model's config and rebuild it
+   (`repair_build`); check each copy (the same audit as any file);
+4. with `--data`: train the original and each copy for the same steps on the same batches
+   and judge each repair (`fix_evidence.judge`);
+5. write the copy with every repair to `--output` (never over the model file, never over an
+   existing file without `--force`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from layergrad.commands.check import check_file
+from layergrad.commands.check_options import CheckOptions
+from layergrad.commands.fix_evidence import check_findings, checked, judge, train
+from layergrad.commands.repair_plan import Plan
+from layergrad.core.errors import InputError, OutputError
+from layergrad.core.fix_results import FixReport, Repair, Run, Verdict
+from layergrad.core.probe_options import PathLike, ProbeOptions
+from layergrad.core.results import FileVerdict
+from layergrad.core.vocab import Finding
+
+if TYPE_CHECKING:
+    from layergrad.commands.repair_weights import InputStats
+    from layergrad.model.target_fit import LabelSummary
+
+DEFAULT_STEPS = 300
+
+
+@dataclass(frozen=True)
+class FixOptions:
+    """How `fix` works: where the copy goes, how long each model trains and on what."""
+
+    output: str | None = None  # default: MODEL.fixed.keras in the working directory
+    force: bool = False
+    steps: int = DEFAULT_STEPS
+    batch_size: int = 32
+    seed: int = 0
+    limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1:
+            raise InputError("--steps and --batch-size must be at least 1")
+
+
+def default_output(path: PathLike) -> str:
+    """`MODEL.fixed.keras`, named after the model, in the working directory."""
+    stem = Path(os.fspath(path).rstrip("/\\")).name
+    for suffix in (".keras", ".h5", ".hdf5"):
+        stem = stem.removesuffix(suffix)
+    return f"{stem or 'model'}.fixed.keras"
+
+
+def fix_model(
+    path: PathLike,
+    data: PathLike | None = None,
+    options: FixOptions | None = None,
+    *,
+    imports: Sequence[str] = (),
+    unsafe: bool = False,
+) -> FixReport:
+    """Repair the model in `path` (never written): each finding's repair, as code, in a copy.
+
+    Args:
+        path: a `.keras` or `.h5` model file.
+        data: labelled data as for `fit` (a `.npz` with `y`, a folder of class sub-folders,
+            `FILE.py:function`); with it each repair is trained and judged.
+        options: the output file, `force`, steps, batch size, seed, limit.
+        imports, unsafe: as for every command.
+
+    Returns:
+        The `FixReport`: each repair, its code lines and verdict; the copy's path.
+
+    Raises:
+        InputError, LoadError, UnsafeModelError, OutputError: a file that cannot be read or
+            loaded, data that does not fit, an output that must not be written.
+    """
+    from layergrad.files.outputs import check_target, data_inputs, protected_inputs
+
+    options = options or FixOptions()
+    output = options.output or default_output(path)
+    if not output.endswith(".keras"):
+        raise OutputError(f"--output {output}: the repaired copy is a .keras file; name it so")
+    inputs = protected_inputs(os.fspath(path), list(imports), data_inputs(data))
+    check_target(output, "--output", "keras", inputs, force=options.force)
+    probe = ProbeOptions(data=data, limit=options.limit)
+    check = CheckOptions(imports=tuple(imports), unsafe=unsafe, probe=probe)
+    verdict = check_file(path, check)
+    _refuse_unreadable(verdict)
+    before = list(check_findings(verdict))
+    from layergrad.commands.repair_build import BuildError, model_config, weights_by_layer
+    from layergrad.engine.loader import load_model
+
+    loaded, _ = load_model(path, imports, unsafe)
+    model, info = loaded.model, loaded.info
+    labels: dict[str, LabelSummary] = {}
+    stats: list[InputStats] = []
+    original: Run | None = None
+    fit_report = None
+    fitting = None
+    if data is not None:
+        from layergrad.commands.fit import FitOptions
+        from layergrad.commands.fix_data import data_facts
+
+        labels, stats = data_facts(model, info, data, options.limit, options.batch_size)
+        fitting = FitOptions(steps=options.steps, batch_size=options.batch_size, seed=options.seed)
+        original, fit_report = train(path, data, fitting, limit=options.limit, imports=imports,
+                                     unsafe=unsafe, found=before)  # fmt: skip
+        before = list(original.findings)
+    from layergrad.commands.repair_rules import plan_repairs
+
+    plans, unrepaired = plan_repairs(info, before, verdict, labels, stats,
+                                     weights_by_layer(model), fit_report)  # fmt: skip
+    notes: list[str] = []
+    base = dict(path=info.path, model_class=type(model).__name__, before=tuple(before),
+                data=None if data is None else os.fspath(data),
+                steps=options.steps if data is not None else None, original=original)  # fmt: skip
+    if not plans:
+        return FixReport(repairs=(), unrepaired=tuple(unrepaired), after=tuple(before),
+                         output=None, notes=("nothing to fix",) if not before else (),
+                         **base)  # type: ignore[arg-type]  # fmt: skip
+    try:
+        config = model_config(model)
+    except BuildError as exc:
+        unapplied = tuple(_repair(p, why=f"not applied: {exc}", applied=False) for p in plans)
+        return FixReport(repairs=unapplied, unrepaired=tuple(unrepaired), after=tuple(before),
+                         output=None, notes=(f"no copy written: {exc}",),
+                         **base)  # type: ignore[arg-type]  # fmt: skip
+
+    def make(chosen: Sequence[Plan], folder: str, name: str) -> str:
+        from layergrad.commands.repair_build import build
+
+        copy = build(model, config, info.compile_config, chosen, unsafe=unsafe, seed=options.seed)
+        target = os.path.join(folder, name)
+        copy.save(target)
+        return target
+
+    def evidence(target: str) -> tuple[tuple[str, ...], Run | None]:
+        found = checked(target, check)
+        if data is None or fitting is None:
+            return found, None
+        run, _ = train(target, data, fitting, limit=options.limit, imports=imports,
+                       unsafe=unsafe, found=found)  # fmt: skip
+        return run.findings, run
+
+    repairs: list[Repair] = []
+    together: Run | None = None
+    after: tuple[str, ...] = tuple(before)
+    written: str | None = None
+    with tempfile.TemporaryDirectory(prefix="layergrad-fix-") as folder:
+        usable: list[Plan] = []
+        alone: dict[int, tuple[tuple[str, ...], Run | None]] = {}
+        for i, plan in enumerate(plans):
+            try:
+                target = make([plan], folder, f"alone_{i}.keras")
+            except BuildError as exc:
+                repairs.append(_repair(plan, why=f"not applied: {exc}", applied=False))
+                continue
+            usable.append(plan)
+            alone[i] = evidence(target) if len(plans) > 1 else ((), None)
+            repairs.append(_repair(plan))
+        if usable:
+            try:
+                target = make(usable, folder, "together.keras")
+                after, together = evidence(target)
+                written = _write(target, output, inputs, options.force)
+            except BuildError as exc:
+                notes.append(f"no copy written: the repairs together cannot be applied: {exc}")
+        for i, plan in enumerate(plans):
+            if i not in alone:
+                continue
+            found, run = alone[i] if len(plans) > 1 else (after, together)
+            index = next(k for k, r in enumerate(repairs) if r.change == plan.change)
+            gone = tuple(f for f in before if f not in found)
+            verdict_, why = Verdict.NOT_RUN, ""
+            if original is not None and run is not None:
+                verdict_, why = judge(plan.finding, original, run)
+            elif plan.finding in found:
+                why = f"the copy with this repair still has {plan.finding}"
+            repairs[index] = replace(repairs[index], gone=gone, verdict=verdict_, why=why,
+                                     repaired=run)  # fmt: skip
+    return FixReport(repairs=tuple(repairs), unrepaired=tuple(unrepaired), after=after,
+                     output=written, together=together, notes=tuple(notes),
+                     **base)  # type: ignore[arg-type]  # fmt: skip
+
+
+def _repair(plan: Plan, why: str = "", applied: bool = True) -> Repair:
+    return Repair(plan.finding, plan.layer, plan.change, plan.code, why=why, applied=applied)
+
+
+def _refuse_unreadable(verdict: FileVerdict) -> None:
+    """A file check cannot read or must not load is bad input (exit 2), not a repair."""
+    for item in verdict.checks:
+        for finding in item.findings:
+            if finding in (Finding.UNREADABLE, Finding.UNSAFE):
+                raise InputError(f"{verdict.path}: {item.message}")
+
+
+def _write(source: str, output: str, inputs: Sequence[str], force: bool) -> str:
+    """Copy the checked copy's bytes to `output` (atomically, by the output rules)."""
+    from layergrad.files.outputs import write_file
+
+    with open(source, "rb") as fh:
+        data = fh.read()
+    write_file(output, "--output", "keras", data, inputs, force=force)
+    return output

@@ -1,0 +1,116 @@
+"""The evidence of `fix`: a model file checked and trained, and the verdict of one repair.
+
+The original and each repaired copy are trained by `fit_model` with the same options (seed,
+batch size, steps, data), so the shuffled batches are the same and the copy starts from the
+original's weights wherever the repair kept them. Each run is then judged against its own
+trivial loss (the loss of predicting a uniform class prior), since a repair may change the
+loss itself.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from layergrad.commands.check import check_file
+from layergrad.commands.check_options import CheckOptions
+from layergrad.core.errors import LayergradError, describe
+from layergrad.core.fit_results import FitReport
+from layergrad.core.fix_results import Run, Verdict
+from layergrad.core.probe_options import PathLike
+from layergrad.core.results import FileVerdict
+
+CLEARLY = 0.9  # a loss "clearly below" another: at most this share of it
+
+
+def check_findings(verdict: FileVerdict) -> tuple[str, ...]:
+    """Every finding of a check (failures and warnings), once each, in check order."""
+    seen: dict[str, None] = {}
+    for item in verdict.checks:
+        for finding in item.findings:
+            seen.setdefault(str(finding), None)
+    return tuple(seen)
+
+
+def checked(path: PathLike, options: CheckOptions) -> tuple[str, ...]:
+    """The findings of `check` on a model file (a copy: the same audit as the original)."""
+    return check_findings(check_file(path, options))
+
+
+def train(
+    path: PathLike,
+    data: PathLike,
+    fit_options: object,
+    *,
+    limit: int | None,
+    imports: Sequence[str],
+    unsafe: bool,
+    found: Sequence[str] = (),
+) -> tuple[Run, FitReport | None]:
+    """Train the model in `path` (never written) and summarise the run; `found` are its
+    check findings, joined by the training findings. `final` is the loss of the trained
+    model's predictions (`fix_training`), else the last tenth of the training losses."""
+    from layergrad.commands.fit import FitOptions
+    from layergrad.commands.fix_training import train_and_score
+
+    assert isinstance(fit_options, FitOptions)
+    try:
+        report, served, chance = train_and_score(
+            path, data, fit_options, limit=limit, imports=list(imports), unsafe=unsafe
+        )
+    except LayergradError as exc:
+        return Run("-", findings=tuple(found), error=str(exc)), None
+    except Exception as exc:
+        return Run("-", findings=tuple(found), error=describe(exc)), None
+    findings = dict.fromkeys(found)
+    for f in report.findings:
+        findings.setdefault(str(f.finding), None)
+    final = served if served is not None else _final(report.losses)
+    return Run(report.loss_name, report.losses, chance, final, tuple(findings)), report
+
+
+def _final(losses: Sequence[float | None]) -> float | None:
+    """The mean of the last tenth of the losses (None when one of them is NaN/Inf)."""
+    if not losses:
+        return None
+    tail = losses[-max(1, len(losses) // 10) :]
+    values = [v for v in tail if v is not None]
+    if len(values) < len(tail) or not all(math.isfinite(v) for v in values):
+        return None
+    return sum(values) / len(values)
+
+
+def judge(finding: str, original: Run, repaired: Run) -> tuple[Verdict, str]:
+    """`verified` when the finding is gone and the loss falls clearly below the original's;
+    else `not verified` and why."""
+    if repaired.error is not None:
+        return Verdict.NOT_VERIFIED, f"the repaired copy could not be trained: {repaired.error}"
+    if finding in repaired.findings:
+        return Verdict.NOT_VERIFIED, f"the repaired copy still has {finding}"
+    if repaired.final is None:
+        return Verdict.NOT_VERIFIED, "the repaired copy's loss turned NaN/Inf"
+    if original.error is not None or original.final is None:
+        if repaired.trivial is None or repaired.final < CLEARLY * repaired.trivial:
+            return Verdict.VERIFIED, ""
+        return Verdict.NOT_VERIFIED, (
+            "the original could not be trained and the copy's loss stays at the trivial loss"
+        )
+    mine, theirs = repaired.relative, original.relative
+    if mine is not None and theirs is not None:
+        if mine <= CLEARLY * theirs:
+            return Verdict.VERIFIED, ""
+        return Verdict.NOT_VERIFIED, (
+            f"the loss ends at {mine:.3g} of the trivial loss, the original's at {theirs:.3g}: "
+            "not clearly below"
+        )
+    if repaired.loss_name == original.loss_name:
+        if repaired.final <= CLEARLY * original.final:
+            return Verdict.VERIFIED, ""
+        return Verdict.NOT_VERIFIED, (
+            f"the loss ends at {repaired.final:.4g}, the original's at {original.final:.4g}: "
+            "not clearly below"
+        )
+    return Verdict.NOT_VERIFIED, (
+        f"the losses differ ({original.loss_name}, {repaired.loss_name}) and have no trivial "
+        "loss to compare them by"
+    )

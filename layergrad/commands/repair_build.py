@@ -1,0 +1,158 @@
+"""Make the repaired copy: the model's config edited, rebuilt with Keras, weights carried over.
+
+The loaded model is serialized (`keras.saving.serialize_keras_object`, the same config a
+`.keras` file holds), each plan's edits are applied to a copy of that config and of the
+compile config, and Keras rebuilds the model from it in safe mode (unless `--unsafe`). Every
+weight whose layer (by path) and name still exist with the same shape is copied from the
+original; the rest keep what Keras's initialisers drew (seeded). The copy is compiled from
+the edited compile config, so it saves with its loss and optimizer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from layergrad.commands.repair_plan import Plan
+from layergrad.core.errors import LayergradError, describe
+from layergrad.core.tf_types import KerasModel
+from layergrad.model.config import is_container
+from layergrad.model.config_edit import EditError
+
+
+class BuildError(LayergradError):
+    """The repair cannot be applied to this model (a subclassed model, a shared layer)."""
+
+
+def model_config(model: KerasModel) -> dict[str, Any]:
+    """The model's full serialized config (class, module, config, build config).
+
+    Raises:
+        BuildError: a model Keras cannot rebuild from its config (a subclassed model).
+    """
+    from layergrad.core.keras_backend import quiet_import
+
+    _, keras = quiet_import()
+    try:
+        config = keras.saving.serialize_keras_object(model)
+    except Exception as exc:
+        raise BuildError(f"its config cannot be read ({describe(exc)})") from exc
+    if not isinstance(config, dict) or not is_container(config):
+        raise BuildError(
+            f"a subclassed model ({type(model).__name__}) has no layer graph in its config: "
+            "change the code as shown; no copy can be made"
+        )
+    try:  # as a .keras file holds it: lists, not tuples
+        return dict(json.loads(json.dumps(config)))
+    except (TypeError, ValueError) as exc:
+        raise BuildError(f"its config is not plain data ({describe(exc)})") from exc
+
+
+def weights_by_layer(model: KerasModel) -> dict[str, dict[str, np.ndarray]]:
+    """Every layer's weights by path and weight name (`kernel`, `bias`, ...), as NumPy."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for path, layer in _layers(model):
+        arrays = {_short(v): np.asarray(v.numpy()) for v in layer.weights}
+        if arrays and not hasattr(layer, "layers"):
+            out[path] = arrays
+    return out
+
+
+def build(
+    model: KerasModel,
+    config: Mapping[str, Any],
+    compile_config: Mapping[str, Any],
+    plans: Sequence[Plan],
+    *,
+    unsafe: bool = False,
+    seed: int = 0,
+) -> KerasModel:
+    """The model rebuilt with every plan's edits, its weights carried over, compiled.
+
+    Raises:
+        BuildError: an edit cannot be made, or Keras cannot rebuild or compile the result.
+    """
+    from layergrad.core.keras_backend import quiet_import
+
+    _, keras = quiet_import()
+    edited = copy.deepcopy(dict(config))
+    compiled = copy.deepcopy(dict(compile_config))
+    _normalise_optimizer(keras, compiled)
+    try:
+        for plan in plans:
+            for edit in plan.model_edits:
+                edit(edited)
+            for edit in plan.compile_edits:
+                edit(compiled)
+    except EditError as exc:
+        raise BuildError(str(exc)) from exc
+    keras.utils.set_random_seed(seed)
+    try:
+        new = keras.saving.deserialize_keras_object(edited, safe_mode=not unsafe)
+    except Exception as exc:
+        raise BuildError(f"Keras cannot rebuild the edited model ({describe(exc)})") from exc
+    fresh = {(path, name) for plan in plans for path, name in plan.fresh}
+    _carry_weights(model, new, fresh)
+    if compiled:
+        try:
+            new.compile_from_config(compiled)
+        except Exception as exc:
+            raise BuildError(f"the copy cannot be compiled ({describe(exc)})") from exc
+    return new
+
+
+def _normalise_optimizer(keras: Any, compiled: dict[str, Any]) -> None:
+    """The optimizer as a full Keras 3 config, so its learning rate can be edited and the copy
+    compiled: a name (`"adam"`) or a legacy `.h5` `optimizer_config` (no module) is turned
+    into one."""
+    if "optimizer" not in compiled and "optimizer_config" in compiled:
+        compiled["optimizer"] = compiled.pop("optimizer_config")
+    compiled.pop("optimizer_config", None)
+    optimizer = compiled.get("optimizer")
+    legacy = isinstance(optimizer, dict) and "module" not in optimizer
+    if isinstance(optimizer, str) or legacy:
+        with contextlib.suppress(ValueError, TypeError):  # unknown: compile refuses it later
+            made = (
+                keras.optimizers.get(optimizer)
+                if isinstance(optimizer, str)
+                else keras.optimizers.deserialize(optimizer)
+            )
+            compiled["optimizer"] = keras.optimizers.serialize(made)
+
+
+def _carry_weights(old: KerasModel, new: KerasModel, fresh: set[tuple[str, str]]) -> None:
+    """Copy each weight that exists in both models with the same shape (by layer path and
+    weight name), except those left `fresh`."""
+    before = dict(_layers(old))
+    for path, layer in _layers(new):
+        if hasattr(layer, "layers"):
+            continue
+        source = before.get(path)
+        if source is None or (path, "*") in fresh:
+            continue
+        values = {_short(v): v for v in source.weights}
+        for variable in layer.weights:
+            name = _short(variable)
+            if (path, name) in fresh:
+                continue
+            found = values.get(name)
+            if found is not None and tuple(found.shape) == tuple(variable.shape):
+                variable.assign(found.numpy())
+
+
+def _layers(model: KerasModel, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for layer in getattr(model, "layers", []):
+        path = f"{prefix}{layer.name}"
+        yield path, layer
+        if hasattr(layer, "layers"):
+            yield from _layers(layer, f"{path}/")
+
+
+def _short(variable: Any) -> str:
+    """A variable's own name (`kernel`) without its layer's path."""
+    return str(getattr(variable, "name", "")).split("/")[-1].split(":")[0]

@@ -1,0 +1,389 @@
+"""Repairs of an output head and its loss: `loss_mismatch` and `target_mismatch`.
+
+Each rule reads the head (`loss_fit.output_heads`: activation, units, the layer before a
+softmax, a Dropout after the logits), the compiled loss and, with data, what the labels
+hold (`target_fit.LabelSummary`), and says which side changes and why: the activation when
+the loss says what the output means (one yes/no answer, one class of N), the loss when the
+head's activation already says it. No TensorFlow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from layergrad.commands.repair_plan import (
+    Plan,
+    layer_code,
+    listing,
+    loss_code,
+    loss_of,
+    loss_with,
+    set_loss,
+)
+from layergrad.core.vocab import Finding
+from layergrad.files.file_info import FileInfo
+from layergrad.model import config_edit as ed
+from layergrad.model.head_forms import Head, output_heads
+from layergrad.model.linear_stacks import whole_network
+from layergrad.model.loss_forms import per_output as loss_specs
+from layergrad.model.target_fit import LabelSummary
+
+CHANGES_LOSS = "the loss changes"
+
+
+class HeadRules:
+    """The repairs of each head of one model (see the module doc)."""
+
+    def __init__(
+        self, info: FileInfo, compiled: Mapping[str, Any], labels: Mapping[str, LabelSummary]
+    ) -> None:
+        self.info = info
+        self.compiled = compiled
+        self.heads = output_heads(info.config, info.graph) if info.graph.known else []
+        names = [h.name for h in self.heads]
+        self.specs = loss_specs(compiled["loss"], names) if compiled.get("loss") else []
+        if len(self.heads) == 1 and len(labels) == 1:
+            labels = {names[0]: next(iter(labels.values()))}
+        self.labels = labels
+
+    # -- the pieces of one plan -------------------------------------------------------------
+
+    def _entry(self, path: str) -> Mapping[str, Any]:
+        entry = self.info.graph.get(path)
+        return {"class_name": entry.class_name, "config": entry.config} if entry else {}
+
+    def _units_layer(self, path: str) -> str:
+        """The layer holding the head's units (the Dense before a Softmax / Activation)."""
+        graph = self.info.graph
+        entry = graph.get(path)
+        for _ in range(4):
+            if entry is None or isinstance(entry.config.get("units"), int):
+                break
+            nxt = graph.get(entry.inbound[0]) if len(entry.inbound) == 1 else None
+            if nxt is None:
+                break
+            entry = nxt
+        return entry.path if entry is not None else path
+
+    def activation(self, head: Head, act: str, why: str, finding: str, **more: Any) -> Plan:
+        """The head's activation (and `units`, when given) changes; the loss stays."""
+        layer = head.layer
+        entry = self._entry(layer)
+        edits = []
+        fresh: list[tuple[str, str]] = []
+        code = []
+        if entry.get("class_name") in ("Softmax", "Activation"):  # a separate activation layer
+            units_at = self._units_layer(layer)
+            new = ed.new_layer("Activation", head.layer.split("/")[-1], {"activation": act})
+            edits.append(_replace(layer, new))
+            code.append(f'{layer_code(entry)} -> Activation("{act}") at {layer}')
+        else:
+            units_at = layer
+            edits.append(_option(layer, "activation", act))
+        units = more.get("units")
+        if units is not None:
+            edits.append(_option(units_at, "units", units))
+            fresh += [(units_at, "*")]
+        if entry.get("class_name") not in ("Softmax", "Activation"):
+            code.append(f"{layer_code(entry)} -> {layer_code(entry, activation=act, **more)} "
+                        f"at {layer}")  # fmt: skip
+        elif units is not None:
+            dense = self._entry(units_at)
+            code.append(f"{layer_code(dense)} -> {layer_code(dense, units=units)} at {units_at}")
+        loss = more.get("loss")
+        compile_edits = []
+        if loss is not None:
+            compile_edits.append(self._loss_edit(head, loss, False, code))
+        return Plan(finding, layer, why, tuple(code), tuple(edits), tuple(compile_edits),
+                    tuple(fresh))  # fmt: skip
+
+    def loss(self, head: Head, name: str, from_logits: bool, why: str, finding: str) -> Plan:
+        """The head's loss changes; the model stays."""
+        code: list[str] = []
+        edit = self._loss_edit(head, name, from_logits, code)
+        return Plan(finding, head.layer, why, tuple(code), (), (edit,))
+
+    def _loss_edit(self, head: Head, name: str, from_logits: bool, code: list[str]) -> Any:
+        i = self.heads.index(head)
+        outputs = len(self.heads)
+        old = loss_of(self.compiled, head.name, i, outputs)
+        new = loss_with(name, from_logits)
+        output = head.name if outputs > 1 else None
+        code.append(f"{loss_code(old, output)} -> {loss_code(new, output)}")
+        return set_loss(head.name, i, new)
+
+    # -- the rules --------------------------------------------------------------------------
+
+    def plans(self, finding: str, wanted: set[str]) -> tuple[list[Plan], list[str]]:
+        """Repairs for the heads named in `wanted` (output names; empty: every head with a
+        problem these rules know); the heads none of them fits."""
+        found: list[Plan] = []
+        left: list[str] = []
+        for head, spec in zip(self.heads, self.specs or [None] * len(self.heads), strict=True):
+            if wanted and head.name not in wanted:
+                continue
+            y = self.labels.get(head.name)
+            rule = self._targets if finding == Finding.TARGET_MISMATCH else self._head
+            plan = rule(head, spec, y)
+            if plan is not None and _activation(head) == "softmax" and head.units == 1:
+                plan = replace(plan, covers=(Finding.CONSTANT_OUTPUT,))  # always 1.0 before
+            if plan is not None:
+                found.append(plan)
+            elif wanted:
+                left.append(head.name)
+        return found, left
+
+    def _head(
+        self, head: Head, spec: tuple[str, bool] | None, y: LabelSummary | None
+    ) -> Plan | None:
+        f = Finding.LOSS_MISMATCH
+        structural = self._structure(head)
+        if structural is not None:
+            return structural
+        if spec is None:
+            return self._all_linear(head)
+        loss, logits = spec
+        act, units = _activation(head), head.units or 0
+        probs = act in ("softmax", "sigmoid")
+        ids = y is not None and y.integers and y.width == 1 and not y.one_hot
+        multi_hot = y is not None and y.width > 1 and not y.one_hot and y.low >= 0 and y.high <= 1
+        if logits and probs:
+            return self.loss(head, loss, False, f"from_logits=False: the head keeps its {act}, "
+                             "so predictions stay probabilities; the loss must then read "
+                             "probabilities, not logits", f)  # fmt: skip
+        if "binary" in loss and act == "softmax":
+            if units == 1:
+                return self.activation(head, "sigmoid", "the activation changes: a softmax over "
+                                       "one unit is always 1.0; binary_crossentropy asks for "
+                                       "one yes/no probability, which a sigmoid gives", f,
+                                       )  # fmt: skip
+            if multi_hot:
+                return self.activation(head, "sigmoid", "the activation changes: the labels "
+                                       "hold several 1s per row (multi-label), which independent "
+                                       "sigmoids give and a softmax cannot", f)  # fmt: skip
+            name = "sparse_categorical_crossentropy" if ids else "categorical_crossentropy"
+            return self.loss(head, name, False, f"{CHANGES_LOSS}: the softmax over {units} units "
+                             f"says one class per sample; {name} scores exactly that "
+                             + ("(the labels are class ids)" if ids else "and takes the "
+                                "one-column-per-unit labels binary_crossentropy took"),
+                             f)  # fmt: skip
+        if "categorical" in loss and (units == 1 or act == "sigmoid"):
+            if units == 1:
+                if act == "linear":
+                    return self.loss(
+                        head,
+                        "binary_crossentropy",
+                        True,
+                        f"{CHANGES_LOSS}: one unit holds one yes/no answer, not a distribution",
+                        f,
+                    )
+                plan = self.activation(head, "sigmoid", "the loss and activation change: one "
+                                       "unit holds one yes/no answer, not a distribution over "
+                                       "classes", f, loss="binary_crossentropy")  # fmt: skip
+                return plan
+            return self.activation(head, "softmax", f"the activation changes: {loss} takes one "
+                                   "class per sample, so the units must form one distribution "
+                                   "(a softmax), not independent sigmoids", f)  # fmt: skip
+        if "crossentropy" in loss and not logits and act in ("linear", "relu"):
+            if act == "linear":
+                return self.loss(head, loss, True, f"{CHANGES_LOSS}: from_logits=True, the head "
+                                 "stays linear and the loss applies the softmax / sigmoid "
+                                 "itself (also stabler)", f)  # fmt: skip
+            target = "sigmoid" if "binary" in loss or units == 1 else "softmax"
+            return self.activation(head, target, f"the activation changes: a ReLU head gives "
+                                   f"no probabilities (and no gradient below 0); {loss} reads "
+                                   f"probabilities, which a {target} gives", f)  # fmt: skip
+        if act == "softmax" and units > 1 and (
+            loss in ("mean_squared_error", "mean_absolute_error", "poisson", "hinge",
+                     "squared_hinge")
+        ):  # fmt: skip
+            name = "sparse_categorical_crossentropy" if ids else "categorical_crossentropy"
+            return self.loss(
+                head,
+                name,
+                False,
+                f"{CHANGES_LOSS}: the softmax says one class "
+                f"of {units}; {name} is the loss for class probabilities",
+                f,
+            )
+        return self._all_linear(head)
+
+    def _structure(self, head: Head) -> Plan | None:
+        f = Finding.LOSS_MISMATCH
+        if head.before == "relu" and head.before_layer is not None:
+            at = head.before_layer
+            entry = self._entry(at)
+            if entry.get("class_name") in ("ReLU", "Activation"):
+                return Plan(
+                    f,
+                    at,
+                    f"'{at}' is removed: the softmax at '{head.layer}' must see "
+                    "raw logits, negative ones included",
+                    (f"{layer_code(entry)} at {at} -> (removed)",),
+                    (lambda c: ed.remove_layer(c, at),),
+                )
+            return Plan(f, at, f"the activation of '{at}' is removed: the softmax at "
+                        f"'{head.layer}' must see raw logits, negative ones included",
+                        (f"{layer_code(entry)} -> {layer_code(entry, activation='linear')} "
+                         f"at {at}",), (_option(at, "activation", "linear"),))  # fmt: skip
+        if head.dropout is not None:
+            drop = self.info.graph.get(head.dropout)
+            weighted = None
+            if drop is not None and len(drop.inbound) == 1:
+                weighted = drop.inbound[0]
+                found = self.info.graph.get(weighted)
+                if found is not None and found.class_name in ("Softmax", "Activation", "ReLU"):
+                    weighted = self._units_layer(weighted)
+            if weighted is None:
+                return None
+            moved = head.dropout
+            dense, dropout = layer_code(self._entry(weighted)), layer_code(self._entry(moved))
+            return Plan(f, moved, f"Dropout '{moved}' moves before '{weighted}': dropout "
+                        "regularises the features, never the logits", (
+                            f"{dense}, {dropout} -> {dropout}, {dense} at {weighted}, {moved}",),
+                        (_move_before(moved, weighted),))  # fmt: skip
+        return None
+
+    def _all_linear(self, head: Head) -> Plan | None:
+        """Every weight layer but the head linear: an activation on the hidden ones."""
+        if len(self.heads) != 1:
+            return None
+        stack = whole_network(self.info.graph, head.layer)
+        entries = [self.info.graph.get(p) for p in (stack.layers if stack else ())]
+        hidden = [e for e in entries if e is not None and e.path != head.layer]
+        if not hidden:
+            return None
+        code = tuple(
+            f"{layer_code({'class_name': e.class_name, 'config': e.config})} -> "
+            f"{layer_code({'class_name': e.class_name, 'config': e.config}, activation='relu')} "
+            f"at {e.path}"
+            for e in hidden
+        )
+        edits = tuple(_option(e.path, "activation", "relu") for e in hidden)
+        names = [e.path for e in hidden]
+        return Plan(Finding.LOSS_MISMATCH, names[0], f"activation='relu' on {listing(names)}: "
+                    "a non-linearity between the weight layers lets the network draw curved "
+                    "boundaries", code, edits)  # fmt: skip
+
+    def _targets(
+        self, head: Head, spec: tuple[str, bool] | None, y: LabelSummary | None
+    ) -> Plan | None:
+        f = Finding.TARGET_MISMATCH
+        if y is None or not y.count:
+            return None
+        loss = spec[0] if spec else ""
+        act, units = _activation(head), head.units or 0
+        sparse = loss.startswith("sparse_categorical")
+        one_hot_loss = loss.startswith("categorical_")
+        ids = y.integers and y.width == 1 and y.low >= 0
+        if sparse and y.one_hot:
+            return self.loss(
+                head,
+                "categorical_crossentropy",
+                False,
+                f"{CHANGES_LOSS}: the "
+                "labels are one-hot rows, which categorical_crossentropy reads",
+                f,
+            )
+        if one_hot_loss and ids and units > 1:
+            return self.loss(
+                head,
+                "sparse_categorical_crossentropy",
+                False,
+                f"{CHANGES_LOSS}: the labels are class ids, which the sparse loss reads",
+                f,
+            )
+        classes = int(y.high) + 1 if ids else 0
+        if sparse and ids and units and classes > units:
+            return self.activation(head, act if act != "linear" else "softmax", f"the head's "
+                                   f"units change: class ids run to {int(y.high)}, so the head "
+                                   f"needs {classes} units", f, units=classes)  # fmt: skip
+        if units <= 1 and ids and classes > 2 and y.classes is not None and y.classes > 2:
+            return self.activation(
+                head,
+                "softmax",
+                f"the head changes: {classes} classes need "
+                f"{classes} softmax units and the sparse loss",
+                f,
+                units=classes,
+                loss="sparse_categorical_crossentropy",
+            )
+        if units > 1 and y.width > 1 and y.width != units:
+            return self.activation(head, act, f"the head's units change: each label row has "
+                                   f"{y.width} columns", f, units=y.width)  # fmt: skip
+        if units > 1 and y.width == 1 and not sparse:
+            if ids and classes > 2:
+                return self.activation(
+                    head,
+                    "softmax",
+                    "the head and loss change: the labels are class ids",
+                    f,
+                    loss="sparse_categorical_crossentropy",
+                )
+            if ids:
+                return self.activation(head, "sigmoid", "the head changes: one yes/no label per "
+                                       "sample needs one sigmoid unit", f, units=1,
+                                       loss="binary_crossentropy")  # fmt: skip
+            return self.activation(head, "linear", "the head changes: one number per sample "
+                                   "needs one linear unit", f, units=1)  # fmt: skip
+        if "binary" in loss and (y.low < 0 or y.high > 1):
+            return self.activation(
+                head,
+                "linear",
+                "the head and loss change: the targets lie "
+                "outside [0, 1], a regression: a linear head with "
+                "mean_squared_error",
+                f,
+                loss="mean_squared_error",
+            )
+        bounded = {"sigmoid": (0, 1), "softmax": (0, 1), "tanh": (-1, 1), "relu": (0, None)}
+        bounds = bounded.get(act)
+        if bounds is not None and not sparse:
+            low, high = bounds
+            if y.low < low or (high is not None and y.high > high):
+                return self.activation(
+                    head,
+                    "linear",
+                    f"the activation changes: the targets "
+                    f"run from {y.low:g} to {y.high:g}, beyond what a {act} "
+                    "can output; a linear head can reach them",
+                    f,
+                )
+        return None
+
+
+def _option(path: str, key: str, value: object) -> Any:
+    return lambda c: ed.set_option(c, path, key, value)
+
+
+def _replace(path: str, new: Any) -> Any:
+    def edit(c: Any) -> None:
+        entry = ed.layer_entry(c, path)
+        nodes = entry.get("inbound_nodes")
+        entry.clear()
+        entry.update(new)
+        if nodes is not None:
+            entry["inbound_nodes"] = nodes
+
+    return edit
+
+
+def _move_before(moved: str, before: str) -> Any:
+    def edit(c: Any) -> None:
+        import copy
+
+        entry = copy.deepcopy(ed.layer_entry(c, moved))
+        entry.pop("inbound_nodes", None)
+        entry.pop("build_config", None)
+        ed.remove_layer(c, moved)
+        ed.insert_before(c, before, entry)
+
+    return edit
+
+
+def _activation(head: Head) -> str:
+    """What the head applies last: from the file, else what its values showed on the probe."""
+    observed = getattr(head, "observed", None)
+    return head.activation if head.known or not observed else str(observed)

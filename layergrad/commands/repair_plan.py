@@ -1,0 +1,163 @@
+"""A planned repair and the words it is written in: the change as the user writes it.
+
+A `Plan` holds the edits of the model's config (`model/config_edit.py`) and of its compile
+config that make one repair, the weights left to Keras's initialisers, and the code line
+`before -> after` in the model's own terms (`Dense(1, activation="softmax")` ->
+`Dense(1, activation="sigmoid")`). No TensorFlow.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from layergrad.model.config import serialized_name
+
+Edit = Callable[[MutableMapping[str, Any]], None]
+
+# the Keras class of a loss by its name, for a loss written with options
+LOSS_CLASSES = {
+    "binary_crossentropy": "BinaryCrossentropy",
+    "categorical_crossentropy": "CategoricalCrossentropy",
+    "sparse_categorical_crossentropy": "SparseCategoricalCrossentropy",
+    "mean_squared_error": "MeanSquaredError",
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One repair: its finding and layer, the change and why, the code lines, the edits.
+
+    `model_edits` change the model's config, `compile_edits` its compile config; `fresh`
+    lists (layer path, weight name or "*") left to Keras's initialisers in the copy; `covers`
+    are the other findings this repair should make go away (one wrong head can make two).
+    """
+
+    finding: str
+    layer: str | None
+    change: str
+    code: tuple[str, ...]
+    model_edits: tuple[Edit, ...] = ()
+    compile_edits: tuple[Edit, ...] = ()
+    fresh: tuple[tuple[str, str], ...] = ()
+    covers: tuple[str, ...] = field(default=())
+
+
+def layer_code(entry: Mapping[str, Any], **changes: object) -> str:
+    """A layer as written in code: `Dense(3, activation="softmax")`, with `changes` applied."""
+    options = dict(entry.get("config") or {})
+    options.update(changes)
+    cls = str(entry.get("class_name", "Layer"))
+    args: list[str] = []
+    for key in ("units", "filters", "rate"):
+        if options.get(key) is not None:
+            args.append(_value(options[key]))
+            break
+    if cls == "Rescaling" and "scale" in options:
+        args.append(_value(options["scale"]))
+    for key in ("activation", "kernel_initializer"):
+        value = options.get(key)
+        name = serialized_name(value)
+        if name is None:
+            continue
+        name = _snake(name) if key == "kernel_initializer" else name
+        if key == "activation" and name == "linear" and "activation" not in changes:
+            continue
+        if key == "kernel_initializer" and key not in changes:
+            continue
+        args.append(f'{key}="{name}"')
+    return f"{cls}({', '.join(args)})"
+
+
+def _value(value: object) -> str:
+    return repr(value) if not isinstance(value, float) else f"{value:g}"
+
+
+def _snake(name: str) -> str:
+    """`GlorotUniform` -> `glorot_uniform` (the string Keras takes)."""
+    if "_" in name or name.islower():
+        return name
+    out = [name[0].lower()]
+    for ch in name[1:]:
+        out.append(f"_{ch.lower()}" if ch.isupper() else ch)
+    return "".join(out)
+
+
+def loss_code(loss: object, output: str | None = None) -> str:
+    """A loss as written in `model.compile`: `loss="mse"` or
+    `loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)`; `output` names the
+    output of a loss given per output."""
+    text = _one_loss(loss)
+    return f'loss={{"{output}": {text}}}' if output else f"loss={text}"
+
+
+def _one_loss(loss: object) -> str:
+    if isinstance(loss, str):
+        return f'"{loss}"'
+    if isinstance(loss, Mapping) and isinstance(loss.get("class_name"), str):
+        inner = loss.get("config")
+        logits = isinstance(inner, Mapping) and bool(inner.get("from_logits"))
+        args = "from_logits=True" if logits else ""
+        return f"keras.losses.{loss['class_name']}({args})"
+    return repr(loss)
+
+
+def loss_with(name: str, from_logits: bool) -> object:
+    """A loss to compile with: its name, or its class with `from_logits=True`."""
+    if not from_logits:
+        return name
+    return {
+        "module": "keras.losses",
+        "class_name": LOSS_CLASSES.get(name, name),
+        "config": {"name": name, "reduction": "sum_over_batch_size", "from_logits": True},
+        "registered_name": None,
+    }
+
+
+def loss_of(compiled: Mapping[str, Any], output: str, index: int, outputs: int) -> object:
+    """The compiled loss of one output (as stored)."""
+    loss = compiled.get("loss")
+    if isinstance(loss, Mapping) and "class_name" not in loss:
+        return loss.get(output)
+    if isinstance(loss, list):
+        return loss[index] if index < len(loss) else None
+    return loss
+
+
+def per_output(output: str, index: int, outputs: int) -> str | None:
+    """The output name the code line needs (None for a model with one output)."""
+    return output if outputs > 1 else None
+
+
+def set_loss(output: str, index: int, new: object) -> Edit:
+    """An edit of the compile config: output `output`'s loss becomes `new`."""
+
+    def edit(compiled: MutableMapping[str, Any]) -> None:
+        loss = compiled.get("loss")
+        if isinstance(loss, MutableMapping) and "class_name" not in loss:
+            loss[output] = copy.deepcopy(new)
+        elif isinstance(loss, list) and index < len(loss):
+            loss[index] = copy.deepcopy(new)
+        else:
+            compiled["loss"] = copy.deepcopy(new)
+
+    return edit
+
+
+def set_learning_rate(rate: float) -> Edit:
+    """An edit of the compile config: the optimizer's learning rate."""
+
+    def edit(compiled: MutableMapping[str, Any]) -> None:
+        optimizer = compiled.get("optimizer")
+        if isinstance(optimizer, MutableMapping):
+            optimizer.setdefault("config", {})["learning_rate"] = rate
+
+    return edit
+
+
+def listing(names: Sequence[str], shown: int = 4) -> str:
+    """`a, b, c, d and 3 more`."""
+    head = ", ".join(names[:shown])
+    return head + (f" and {len(names) - shown} more" if len(names) > shown else "")

@@ -1,0 +1,126 @@
+"""Which repair each finding gets: the rules of `fix`, one per finding (docs/fix.md).
+
+`plan_repairs` walks the original's findings (check's, and training's with data) and asks the
+rule for each one for a `Plan`; a finding no rule can repair is `Unrepaired`, with check's
+own message and hint. One plan that fixes two findings (a softmax over one unit makes both
+`loss_mismatch` and `constant_output`) is planned once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from layergrad.commands import repair_weights as rw
+from layergrad.commands.repair_heads import HeadRules
+from layergrad.commands.repair_plan import Plan
+from layergrad.core.fit_results import FitReport
+from layergrad.core.fix_results import Unrepaired
+from layergrad.core.results import FileVerdict
+from layergrad.core.vocab import Finding
+from layergrad.files.file_info import FileInfo
+from layergrad.model.target_fit import LabelSummary
+
+F = Finding
+
+
+def plan_repairs(
+    info: FileInfo,
+    findings: Sequence[str],
+    verdict: FileVerdict,
+    labels: Mapping[str, LabelSummary],
+    stats: Sequence[rw.InputStats],
+    weights: Mapping[str, Mapping[str, np.ndarray]],
+    fit: FitReport | None,
+) -> tuple[list[Plan], list[Unrepaired]]:
+    """A plan for each finding with a mechanical repair; the others, unrepaired."""
+    heads = HeadRules(info, info.compile_config, labels)
+    plans: list[Plan] = []
+    unrepaired: list[Unrepaired] = []
+    done: set[str] = set()
+    for finding in dict.fromkeys(findings):
+        if finding in done:
+            continue
+        found = _plans(finding, heads, info, stats, weights, fit)
+        if found:
+            for plan in found:
+                if plan.change not in {p.change for p in plans}:
+                    plans.append(plan)
+                    done.update(plan.covers)
+            continue
+        unrepaired.append(_unrepaired(finding, verdict, fit))
+    covered = {c for p in plans for c in p.covers}
+    return plans, [u for u in unrepaired if u.finding not in covered]
+
+
+def _plans(
+    finding: str,
+    heads: HeadRules,
+    info: FileInfo,
+    stats: Sequence[rw.InputStats],
+    weights: Mapping[str, Mapping[str, np.ndarray]],
+    fit: FitReport | None,
+) -> list[Plan]:
+    if finding in (F.LOSS_MISMATCH, F.TARGET_MISMATCH):
+        return heads.plans(finding, set())[0]
+    if finding == F.CONSTANT_OUTPUT:
+        if any(F.CONSTANT_OUTPUT in p.covers for p in heads.plans(F.LOSS_MISMATCH, set())[0]):
+            return []  # the head's repair (planned for loss_mismatch) makes it vary
+        plan = rw.biases(info, weights, finding)
+        return [plan] if plan else []
+    if finding == F.DEAD:
+        plan = rw.biases(info, weights, finding)
+        return [plan] if plan else []
+    if finding in (F.EXPLODING, F.VANISHING):
+        plan = rw.kernels(info, weights, finding)
+        return [plan] if plan else []
+    if finding == F.INPUT_RANGE:
+        plan = rw.scale_inputs(info, stats, finding)
+        return [plan] if plan else []
+    if finding in (F.DIVERGING, F.NOT_LEARNING) and fit is not None:
+        plan = rw.learning_rate(fit, finding)
+        if plan is not None and finding == F.DIVERGING and fit.stopped == F.NONFINITE:
+            plan = replace(plan, covers=(F.NONFINITE,))  # the NaN the divergence ended in
+        return [plan] if plan else []
+    return []
+
+
+def _unrepaired(finding: str, verdict: FileVerdict, fit: FitReport | None) -> Unrepaired:
+    """A finding without a mechanical repair: check's (or training's) message and hint."""
+    for item in verdict.checks:
+        if finding in item.findings:
+            message, hint = _split(item.message)
+            return Unrepaired(finding, None, message, _hint(finding, hint))
+    if fit is not None:
+        for f in fit.findings:
+            if str(f.finding) == finding:
+                message, hint = _split(f.message)
+                return Unrepaired(finding, f.layer, message, _hint(finding, hint))
+    return Unrepaired(finding, None, "", _hint(finding, ""))
+
+
+# What to do by hand when the finding's own message carries no hint.
+HINTS = {
+    F.VANISHING: "ReLU-family activations with he_normal kernels in the deep stack, or "
+    "BatchNormalization / residual connections between its layers",
+    F.EXPLODING: "smaller initial kernels (glorot_uniform; he_normal for ReLU), gradient "
+    "clipping (clipnorm=1.0), or BatchNormalization",
+    F.DEAD: "a smaller learning rate, LeakyReLU, or he_normal kernels with zero biases",
+    F.BLOCKED: "remove the non-differentiable operation or stop_gradient on the path (see the "
+    "cause in check's message)",
+    F.NO_GRADIENT: "connect the variable's layer to the output, or freeze it (trainable=False)",
+}
+
+
+def _hint(finding: str, hint: str) -> str:
+    return hint or HINTS.get(finding, "")  # type: ignore[call-overload]
+
+
+def _split(message: str) -> tuple[str, str]:
+    for mark in (". Fix: ", ". Use ", "; fix: ", " Fix: "):
+        if mark in message:
+            text, _, hint = message.partition(mark)
+            return text, hint
+    return message, ""

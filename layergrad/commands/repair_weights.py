@@ -1,0 +1,181 @@
+"""Repairs of weights, inputs and the learning rate: kernels scaled far off their initialiser's
+scale, biases far off zero, raw inputs, a learning rate that diverges or does not learn.
+
+Each rule reads numbers (the loaded model's weights as NumPy arrays, the data's input
+statistics, the update ratios of the original's training run) and plans the change. No
+TensorFlow.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from layergrad.commands.repair_plan import Plan, layer_code, listing, set_learning_rate
+from layergrad.core.fit_results import FitReport
+from layergrad.files.file_info import FileInfo
+from layergrad.model import config_edit as ed
+
+KERNEL_FACTOR = 4.0  # a kernel whose std is this many times off its initialiser's: far off
+BIAS_LIMIT = 10.0  # a bias entry beyond this (in |value|): far off (Keras starts at 0)
+TARGET_RATIO = 1e-3  # the update ratio a healthy step has (lr x |grad| / |W|)
+UNSCALED = 10.0  # an input whose mean |x| is above this is raw (as diagnose/forward_findings)
+RELU_LIKE = ("relu", "relu6", "elu", "selu", "gelu", "leaky_relu", "silu", "swish")
+
+
+@dataclass(frozen=True)
+class InputStats:
+    """One float input over the data: min, max, mean |x|, per-feature mean and variance."""
+
+    name: str
+    low: float
+    high: float
+    mean_abs: float
+    mean: tuple[float, ...]
+    variance: tuple[float, ...]
+
+
+def expected_std(kernel_shape: Sequence[int], activation: str) -> float | None:
+    """The std Keras's default for this layer draws (Glorot), or He's for ReLU layers."""
+    if len(kernel_shape) < 2:
+        return None
+    receptive = math.prod(kernel_shape[:-2]) if len(kernel_shape) > 2 else 1
+    fan_in, fan_out = kernel_shape[-2] * receptive, kernel_shape[-1] * receptive
+    if activation in RELU_LIKE:
+        return math.sqrt(2.0 / fan_in)
+    return math.sqrt(2.0 / (fan_in + fan_out))
+
+
+def kernels(
+    info: FileInfo, weights: Mapping[str, Mapping[str, np.ndarray]], finding: str
+) -> Plan | None:
+    """Kernels whose spread is far off the Glorot (He, for ReLU) scale: re-initialised."""
+    far: list[tuple[str, float, str]] = []
+    for path, arrays in weights.items():
+        kernel = arrays.get("kernel")
+        entry = info.graph.get(path)
+        if kernel is None or entry is None or kernel.size < 4:
+            continue
+        act = str(entry.config.get("activation") or "linear")
+        want = expected_std(kernel.shape, act)
+        std = float(np.std(kernel))
+        if want and std > 0 and max(std / want, want / std) >= KERNEL_FACTOR:
+            far.append((path, std / want, "he_normal" if act in RELU_LIKE else "glorot_uniform"))
+    if not far:
+        return None
+    names = [p for p, _, _ in far]
+    code = []
+    edits = []
+    for path, _, init in far:
+        entry = info.graph.get(path)
+        assert entry is not None
+        old = {"class_name": entry.class_name, "config": entry.config}
+        code.append(f"{layer_code(old)} -> {layer_code(old, kernel_initializer=init)} at {path}")
+        edits.append(_option(path, "kernel_initializer", init))
+    factors = sorted(f for _, f, _ in far)
+    span = f"{factors[0]:.2g}x" if len(factors) == 1 else f"{factors[0]:.2g}x to {factors[-1]:.2g}x"
+    why = (
+        f"the kernels of {listing(names)} are re-initialised: their spread is {span} the scale "
+        "of Keras's initialiser for their activation (Glorot; He for ReLU), so the signal "
+        + ("grows" if factors[-1] > 1 else "shrinks")
+        + " layer after layer"
+    )
+    fresh = tuple((p, "kernel") for p in names)
+    return Plan(finding, names[0], why, tuple(code), tuple(edits), (), fresh)
+
+
+def biases(
+    info: FileInfo, weights: Mapping[str, Mapping[str, np.ndarray]], finding: str
+) -> Plan | None:
+    """Biases far off zero (a layer pinned dead or saturated): re-initialised as Keras would."""
+    far = []
+    for path, arrays in weights.items():
+        bias = arrays.get("bias")
+        if bias is not None and bias.size and float(np.max(np.abs(bias))) > BIAS_LIMIT:
+            far.append((path, float(bias[np.argmax(np.abs(bias))])))
+    if not far:
+        return None
+    names = [p for p, _ in far]
+    code = tuple(
+        f'bias of {p} (up to {v:+g}) -> bias_initializer="zeros" (layer.bias.assign(zeros))'
+        for p, v in far
+    )
+    why = (
+        f"the biases of {listing(names)} are re-initialised to zero: a bias of "
+        f"{far[0][1]:+g} pins the layer's units (dead or saturated) for every input"
+    )
+    return Plan(finding, names[0], why, code, (), (), tuple((p, "bias") for p in names))
+
+
+def scale_inputs(info: FileInfo, stats: Sequence[InputStats], finding: str) -> Plan | None:
+    """Raw inputs: Rescaling(1/255) for 8-bit values, else an adapted Normalization."""
+    raw = [s for s in stats if s.mean_abs > UNSCALED]
+    if not raw:
+        return None
+    code = []
+    edits = []
+    for s in raw:
+        pixels = s.low >= 0 and s.high <= 255
+        if pixels:
+            name = "rescaling"
+            options: dict[str, Any] = {"scale": 1 / 255, "offset": 0.0}
+            code.append(f"x = {s.name} -> x = Rescaling(1/255)({s.name}) at {s.name}")
+            cls = "Rescaling"
+        else:
+            name = "normalization"
+            options = {"axis": -1, "mean": list(s.mean), "variance": list(s.variance)}
+            code.append(f"x = {s.name} -> x = norm({s.name}) at {s.name} (norm = "
+                        "Normalization(); norm.adapt(x_train))")  # fmt: skip
+            cls = "Normalization"
+        edits.append(_insert_input(s.name, cls, name, options))
+    names = [s.name for s in raw]
+    why = (
+        f"the inputs {listing(names)} are scaled in the model: values of mean |x| "
+        f"{raw[0].mean_abs:.3g} (from {raw[0].low:g} to {raw[0].high:g}) pin the first "
+        "layer's units; a scaling layer first brings them to [0, 1] (8-bit pixels) or unit "
+        "variance, and the saved model scales its own inputs"
+    )
+    return Plan(finding, names[0], why, tuple(code), tuple(edits))
+
+
+def learning_rate(fit: FitReport, finding: str) -> Plan | None:
+    """`diverging` / `not_learning`: the learning rate times the factor that brings the median
+    update ratio to about TARGET_RATIO."""
+    ratios = [
+        row.update_ratio
+        for checkpoint in fit.checkpoints[: max(1, len(fit.checkpoints) // 2)]
+        for row in checkpoint.layers
+        if row.update_ratio is not None and math.isfinite(row.update_ratio)
+        and row.update_ratio > 0
+    ]  # fmt: skip
+    lr = fit.learning_rate
+    if not ratios or lr is None or not lr > 0:
+        return None
+    median = float(np.median(ratios))
+    factor = TARGET_RATIO / median
+    if 0.3 <= factor <= 3:  # the rate is not what is wrong
+        return None
+    new = float(f"{lr * factor:.2g}")
+    why = (
+        f"the learning rate changes from {lr:g} to {new:g}: the median update ratio "
+        f"(lr x |grad| / |W|) in the first half of the run is {median:.2g}; x{factor:.2g} "
+        f"brings it to about {TARGET_RATIO:g}"
+    )
+    code = (f"optimizer={fit.optimizer}(learning_rate={lr:g}) -> "
+            f"optimizer={fit.optimizer}(learning_rate={new:g})",)  # fmt: skip
+    return Plan(finding, None, why, code, (), (set_learning_rate(new),))
+
+
+def _option(path: str, key: str, value: object) -> Any:
+    return lambda c: ed.set_option(c, path, key, value)
+
+
+def _insert_input(source: str, cls: str, base: str, options: dict[str, Any]) -> Any:
+    def edit(c: Any) -> None:
+        ed.insert_after_input(c, source, ed.new_layer(cls, ed.fresh_name(c, base), options))
+
+    return edit

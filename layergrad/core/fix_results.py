@@ -1,0 +1,128 @@
+"""What `layergrad fix` reports: each repair, its code line, its verdict and the evidence.
+
+Plain frozen dataclasses, no TensorFlow. A `Run` is one model trained on the data (the
+original, one repair alone, or every repair together); without `--data` there is none and
+every verdict is `not run`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from layergrad.core.display import NotebookDisplay
+from layergrad.core.vocab import DEFAULT_FAIL_ON, DEFAULT_FIT_FAIL_ON, Word
+
+SCHEMA = "layergrad.fix/1"
+FAILING = frozenset(str(f) for f in (*DEFAULT_FAIL_ON, *DEFAULT_FIT_FAIL_ON))
+
+
+class Verdict(Word):
+    """Whether a repair was shown to work."""
+
+    VERIFIED = "verified"  # the finding is gone and the loss falls clearly below the original's
+    NOT_VERIFIED = "not verified"  # trained, but one of the two did not happen (`why` says)
+    NOT_RUN = "not run"  # no --data: nothing was trained
+
+
+@dataclass(frozen=True)
+class Run:
+    """One model trained on the data for the same steps from the same weights.
+
+    `losses[i]` is the loss of step i + 1; `trivial` the loss of predicting the class prior
+    (None when the loss has none, e.g. a regression); `final` the mean of the last tenth of
+    the finite losses; `findings` every finding of check and training on this model;
+    `error` why it could not be trained (then `losses` is empty).
+    """
+
+    loss_name: str
+    losses: tuple[float | None, ...] = ()
+    trivial: float | None = None
+    final: float | None = None
+    findings: tuple[str, ...] = ()
+    error: str | None = None
+
+    @property
+    def relative(self) -> float | None:
+        """`final` over `trivial` (a loss of a different kind compares this way)."""
+        if self.final is None or not self.trivial:
+            return None
+        return self.final / self.trivial
+
+
+@dataclass(frozen=True)
+class Repair:
+    """One mechanical repair of one finding: what changes, as the user writes it, and whether
+    it was shown to work.
+
+    `code` holds one line per change, `before -> after` in the model's own terms. `verdict`
+    is `not run` without data; `why` says why a repair is not verified (or was not applied);
+    `repaired` is the run of this repair alone (None without data).
+    """
+
+    finding: str
+    layer: str | None
+    change: str
+    code: tuple[str, ...]
+    verdict: Verdict = Verdict.NOT_RUN
+    why: str = ""
+    repaired: Run | None = None
+    gone: tuple[str, ...] = ()  # findings of the original that the copy with it alone lost
+    applied: bool = True  # False: the config edit could not be made on this model
+
+
+@dataclass(frozen=True)
+class Unrepaired:
+    """A finding with no mechanical repair: what it says and how to fix it by hand."""
+
+    finding: str
+    layer: str | None
+    message: str
+    hint: str
+
+
+@dataclass(frozen=True)
+class FixReport(NotebookDisplay):
+    """Every repair of one model file, the repaired copy and the evidence.
+
+    `before` are the findings of the original (check, and training with data), `after` those
+    of the copy with every repair together (read back from `output` through the same audit),
+    `original` / `together` the two training runs (None without data). `output` is the copy's
+    path, None when no copy was written (`notes` say why).
+    """
+
+    path: str
+    model_class: str
+    repairs: tuple[Repair, ...]
+    unrepaired: tuple[Unrepaired, ...]
+    before: tuple[str, ...]
+    after: tuple[str, ...]
+    output: str | None
+    data: str | None = None
+    steps: int | None = None
+    original: Run | None = None
+    together: Run | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def failing(self) -> tuple[str, ...]:
+        """The original's findings that fail a file or a run by default."""
+        return tuple(f for f in self.before if f in FAILING)
+
+    @property
+    def gone(self) -> tuple[str, ...]:
+        """The original's findings the repaired copy no longer has."""
+        return tuple(f for f in self.before if f not in self.after)
+
+    @property
+    def remaining(self) -> tuple[str, ...]:
+        """The original's findings the repaired copy still has."""
+        return tuple(f for f in self.before if f in self.after)
+
+    @property
+    def ok(self) -> bool:
+        """Every failing finding has a verified repair (exit 0); nothing to fix is ok too."""
+        for finding in self.failing:
+            mine = [r for r in self.repairs if r.finding == finding or finding in r.gone]
+            if not any(r.verdict == Verdict.VERIFIED for r in mine):
+                return False
+        return True

@@ -1,0 +1,241 @@
+"""What each model input carries: values, ids (an integer input, or a float input whose only
+consumers take ids) or text (a string input), read from the layers that consume it.
+
+A float input whose every consumer is an `Embedding` or a lookup layer (`IntegerLookup`,
+`CategoryEncoding`, `Hashing`) holds ids, however it was declared: `Input(shape=(maxlen,))`
+in front of an `Embedding` is the standard Keras text classifier. Such an input is fed as
+int32 (the layers cast it to integers anyway, so the model computes the same thing) and is
+probed over its valid ids, as an integer input is. A consumer that is a nested model is
+looked into; a custom layer (its own class, or one holding an id layer) is decided from the
+traced graph (`id_trace.py`: the values are only cast to integers that index a table);
+anything else, and anything that cannot be decided, keeps the input a float input.
+
+A string input is probed with text drawn from the vocabulary of the layer that reads it
+(`TextVectorization`, `StringLookup`), read from the loaded layer (the `.keras` archive keeps
+it in its assets, the config when the vocabulary was given as a list).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from layergrad.core.tf_types import KerasLayer, KerasModel
+
+# Layers whose input is ids (cast to integers inside the layer); their bound, when they have one.
+ID_LAYERS = ("Embedding", "IntegerLookup", "CategoryEncoding", "Hashing")
+TEXT_LAYERS = ("TextVectorization", "StringLookup")
+MAX_TOKENS_DRAWN = 20_000  # of a vocabulary: a random probe needs variety, not every word
+DEFAULT_WORDS = 8  # words per sample for a TextVectorization without a sequence length
+FLOATS = ("float16", "float32", "float64", "bfloat16")
+SIMPLE_TOKENS = tuple(f"token{i}" for i in range(10))
+
+
+@dataclass(frozen=True)
+class TextDraw:
+    """How the random probe draws a string input: `words` tokens per sample (1 for a lookup)
+    from `tokens`; `why` says where the tokens came from."""
+
+    tokens: tuple[str, ...]
+    words: int
+    why: str
+
+
+def class_names(layer: KerasLayer) -> tuple[str, ...]:
+    """The class names of a layer and its bases (a subclass of Embedding takes ids too)."""
+    return tuple(c.__name__ for c in type(layer).__mro__)
+
+
+def is_id_layer(layer: KerasLayer) -> bool:
+    return any(name in ID_LAYERS for name in class_names(layer))
+
+
+def input_consumers(model: KerasModel) -> Iterator[tuple[str, KerasLayer]]:
+    """Yield `(input name, layer)` for each layer whose call takes a model input directly;
+    a nested model's consumers stand for it."""
+    try:
+        inputs = {id(t): t.name for t in model.inputs}
+    except (AttributeError, ValueError):
+        return
+    found = False
+    for layer in model.layers:
+        if type(layer).__name__ == "InputLayer":
+            continue
+        for node in getattr(layer, "_inbound_nodes", []):
+            for tensor in getattr(node, "input_tensors", ()):
+                if id(tensor) in inputs:
+                    found = True
+                    for leaf in _leaves(layer):
+                        yield inputs[id(tensor)], leaf
+    real = [la for la in model.layers if type(la).__name__ != "InputLayer"]
+    if not found and len(inputs) == 1 and real:
+        # A Sequential reloaded from a file has stale call records: its first layer is the consumer.
+        for leaf in _leaves(real[0]):
+            yield next(iter(inputs.values())), leaf
+
+
+def _leaves(layer: KerasLayer) -> Iterator[KerasLayer]:
+    """The layers that take a nested model's inputs (its own consumers), else the layer."""
+    if hasattr(layer, "layers") and layer.layers:
+        inner = [leaf for _, leaf in input_consumers(layer)]
+        if inner:
+            yield from inner
+            return
+        yield from _leaves(next(la for la in layer.layers if type(la).__name__ != "InputLayer"))
+        return
+    yield layer
+
+
+def id_bound(layer: KerasLayer) -> int | None:
+    """The exclusive bound of valid ids of an id layer (Embedding `input_dim`, ...)."""
+    size = getattr(layer, "input_dim", None) or getattr(layer, "num_tokens", None)
+    if not isinstance(size, int) and "Hashing" in class_names(layer):
+        size = getattr(layer, "num_bins", None)
+    return size if isinstance(size, int) and size > 0 else None
+
+
+_DECIDED: weakref.WeakKeyDictionary[KerasModel, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def id_inputs(model: KerasModel) -> dict[str, str]:
+    """Float inputs that carry ids -> the layer that takes them (`Embedding 'embedding'`).
+
+    Decided once per model: from the consumers' classes, or, for a custom layer (or one holding
+    an id layer), from the model's traced graph (`id_trace.hidden_ids`).
+    """
+    if model in _DECIDED:
+        return _DECIDED[model]
+    try:
+        floats = {t.name for t in model.inputs if str(t.dtype) in FLOATS}
+    except (AttributeError, ValueError):
+        return {}
+    verdict: dict[str, str | None] = {}
+    hidden: set[str] = set()
+    for name, layer in input_consumers(model):
+        if name not in floats or verdict.get(name, "") is None:
+            continue
+        if is_id_layer(layer):
+            verdict.setdefault(name, f"{type(layer).__name__} {layer.name!r}")
+        elif _custom(layer) or any(is_id_layer(inner) for inner in _inner_layers(layer)):
+            hidden.add(name)
+            verdict.setdefault(name, f"{type(layer).__name__} {layer.name!r}")
+        else:
+            verdict[name] = None
+    if hidden & {n for n, v in verdict.items() if v is not None}:
+        from layergrad.data.id_trace import hidden_ids
+
+        decided = hidden_ids(model)
+        for name in hidden:
+            if verdict.get(name) is not None and name not in decided:
+                verdict[name] = None
+    found = {n: v for n, v in verdict.items() if v is not None}
+    _DECIDED[model] = found
+    return found
+
+
+def _custom(layer: KerasLayer) -> bool:
+    """A layer class from outside Keras: what it does with its input only its graph shows."""
+    return not str(type(layer).__module__).startswith(("keras.", "tf_keras."))
+
+
+def _inner_layers(layer: KerasLayer) -> list[KerasLayer]:
+    flatten = getattr(layer, "_flatten_layers", None)
+    if flatten is None:
+        return []
+    try:
+        return list(flatten(include_self=False, recursive=True))
+    except TypeError:
+        return []
+
+
+def integer_ranges(model: KerasModel) -> dict[str, int]:
+    """For each id input (integer, or float carrying ids), the exclusive upper bound of valid
+    ids: the smallest bound of the id layers that take it directly, else of the ids the traced
+    graph gathers with (`id_trace`), so every id is valid everywhere."""
+    bounds: dict[str, int] = {}
+    inside: set[str] = set()  # integer inputs that a custom layer holding an id layer takes
+    for input_name, layer in input_consumers(model):
+        size = id_bound(layer) if is_id_layer(layer) else None
+        if size is not None:
+            bounds[input_name] = min(size, bounds.get(input_name, size))
+        elif not is_id_layer(layer) and any(is_id_layer(i) for i in _inner_layers(layer)):
+            inside.add(input_name)
+    hidden = [n for n in {*id_inputs(model), *inside} if n not in bounds]
+    if hidden:
+        from layergrad.data.id_trace import hidden_ids
+
+        for name, size in hidden_ids(model).items():
+            if name in hidden and size is not None:
+                bounds[name] = size
+    return bounds
+
+
+def text_draws(model: KerasModel) -> dict[str, TextDraw]:
+    """For each string input, the tokens a random probe draws (see the module)."""
+    try:
+        strings = {t.name for t in model.inputs if str(getattr(t, "dtype", "")) == "string"}
+    except (AttributeError, ValueError):
+        return {}
+    out: dict[str, TextDraw] = {}
+    for name, layer in input_consumers(model):
+        if name not in strings or name in out:
+            continue
+        kind = next((k for k in class_names(layer) if k in TEXT_LAYERS), None)
+        tokens = _vocabulary(layer) if kind else ()
+        ref = f"{type(layer).__name__} {layer.name!r}"
+        words = _words(layer) if kind == "TextVectorization" else 1
+        if tokens:
+            why = f"text drawn from the {len(tokens):,}-token vocabulary of {ref}"
+            out[name] = TextDraw(tokens, words, why)
+        else:
+            why = f"simple tokens: {ref} holds no vocabulary that could be read"
+            out[name] = TextDraw(SIMPLE_TOKENS, words, why)
+    for name in strings - set(out):
+        out[name] = TextDraw(SIMPLE_TOKENS, 1, "simple tokens: no layer that reads it is known")
+    return out
+
+
+def _vocabulary(layer: KerasLayer) -> tuple[str, ...]:
+    """The layer's real tokens: its vocabulary without the mask and out-of-vocabulary tokens."""
+    get = getattr(layer, "get_vocabulary", None)
+    try:
+        vocabulary = list(get()) if get is not None else []
+    except Exception:  # a layer that was never adapted, a vocabulary file that was not kept
+        return ()
+    skip = {getattr(layer, "mask_token", None), getattr(layer, "oov_token", None), "", "[UNK]"}
+    tokens = []
+    for token in vocabulary[: MAX_TOKENS_DRAWN + len(skip)]:
+        text = token.decode("utf-8", "replace") if isinstance(token, bytes) else str(token)
+        if text not in skip and not text.isspace():
+            tokens.append(text)
+    return tuple(tokens[:MAX_TOKENS_DRAWN])
+
+
+def _words(layer: KerasLayer) -> int:
+    length = getattr(layer, "output_sequence_length", None)
+    if not isinstance(length, int) or length < 1:
+        config: object = getattr(layer, "get_config", dict)()
+        length = config.get("output_sequence_length") if isinstance(config, dict) else None
+    return int(length) if isinstance(length, int) and length > 0 else DEFAULT_WORDS
+
+
+def draw_text(rng: np.random.Generator, shape: tuple[int, ...], draw: TextDraw) -> np.ndarray:
+    """A unicode array of `shape`: each element `1..words` tokens from `draw.tokens`."""
+    count = int(np.prod(shape))
+    tokens = np.asarray(draw.tokens)
+    if draw.words == 1:
+        return tokens[rng.integers(0, len(tokens), count)].reshape(shape)
+    lengths = rng.integers(1, draw.words + 1, count)
+    picks = tokens[rng.integers(0, len(tokens), int(lengths.sum()))]
+    ends = np.cumsum(lengths)
+    texts = [" ".join(picks[e - n : e]) for e, n in zip(ends, lengths, strict=True)]
+    return np.asarray(texts, dtype=str).reshape(shape)
+
+
+def text_bytes(shape: tuple[int, ...], draw: TextDraw) -> int:
+    """An upper bound of the bytes `draw_text` takes (4 bytes a character, plus the tensor)."""
+    longest = max((len(t) for t in draw.tokens), default=1) + 1
+    return int(np.prod(shape)) * (longest * draw.words * 8 + 32)

@@ -1,0 +1,203 @@
+"""Edits of a Keras 3 model config (what `keras.saving.serialize_keras_object(model)` gives):
+set a layer's option, remove a layer, insert a new layer before another or after an input.
+
+The repairs of `layergrad fix` are written as these edits and the model is rebuilt from the
+edited config. Each edit works on a Sequential (its `layers` list) and on a Functional model
+(its layers' `inbound_nodes` and `output_layers`), also inside a nested model (a layer path
+`encoder/dense`). A layer called more than once (shared) is not moved or removed: the edit
+raises `EditError`, and the repair says it cannot be applied. No TensorFlow.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+from layergrad.model.config import as_ref, is_container, is_functional, layer_name
+
+Config = MutableMapping[str, Any]
+
+
+class EditError(ValueError):
+    """An edit that cannot be made on this config (a shared layer, a layer not found)."""
+
+
+def container_of(model: Config, path: str) -> tuple[Config, Config]:
+    """(the config of the model holding the layer at `path`, the layer's entry)."""
+    parts = path.split("/")
+    holder = model
+    for depth, part in enumerate(parts):
+        entries = _layers(holder)
+        found = next((e for e in entries if layer_name(e) == part), None)
+        if found is None:
+            raise EditError(f"no layer {path!r} in the model's config")
+        if depth == len(parts) - 1:
+            return holder, found
+        if not is_container(found):
+            raise EditError(f"{'/'.join(parts[: depth + 1])!r} is not a nested model")
+        holder = found
+    raise EditError(f"no layer {path!r} in the model's config")  # pragma: no cover
+
+
+def layer_entry(model: Config, path: str) -> Config:
+    """The entry of the layer at `path` (its `config` holds the options)."""
+    return container_of(model, path)[1]
+
+
+def set_option(model: Config, path: str, key: str, value: object) -> None:
+    """Set one option of a layer's config (`activation`, `units`, `kernel_initializer`)."""
+    entry = layer_entry(model, path)
+    entry.setdefault("config", {})[key] = value
+
+
+def all_names(model: Config) -> set[str]:
+    """Every layer name at every depth (a new layer's name must differ from all of them)."""
+    names: set[str] = set()
+    for entry in _layers(model):
+        names.add(layer_name(entry))
+        if is_container(entry):
+            names |= all_names(entry)
+    return names
+
+
+def fresh_name(model: Config, base: str) -> str:
+    """`base`, or `base_1`, `base_2`, ...: a layer name the model does not use yet."""
+    taken = all_names(model)
+    if base not in taken:
+        return base
+    n = 1
+    while f"{base}_{n}" in taken:
+        n += 1
+    return f"{base}_{n}"
+
+
+def new_layer(class_name: str, name: str, options: dict[str, Any]) -> Config:
+    """A config entry for a built-in Keras layer (`keras.layers`)."""
+    return {
+        "module": "keras.layers",
+        "class_name": class_name,
+        "config": {"name": name, "trainable": True, **options},
+        "registered_name": None,
+        "name": name,
+    }
+
+
+def remove_layer(model: Config, path: str) -> None:
+    """Take a one-input layer out: what read its output reads its input instead."""
+    holder, entry = container_of(model, path)
+    name = layer_name(entry)
+    entries = _layers(holder)
+    if not is_functional(holder):
+        entries.remove(entry)
+        return
+    nodes = entry.get("inbound_nodes") or []
+    if len(nodes) != 1:
+        raise EditError(f"layer {path!r} is called {len(nodes)} times; it cannot be removed")
+    source = _single_source(nodes[0], path)
+    entries.remove(entry)
+    _rewire(holder, name, source)
+
+
+def insert_before(model: Config, path: str, new: Config) -> None:
+    """Put `new` (a layer that keeps the shape) right before the layer at `path`."""
+    holder, entry = container_of(model, path)
+    entries = _layers(holder)
+    index = entries.index(entry)
+    if not is_functional(holder):
+        entries.insert(index, new)
+        return
+    nodes = entry.get("inbound_nodes") or []
+    if len(nodes) != 1:
+        raise EditError(f"layer {path!r} is called {len(nodes)} times; nothing can go before it")
+    _single_source(nodes[0], path)
+    new["inbound_nodes"] = copy.deepcopy(nodes)
+    name = layer_name(new)
+    for tensor in _tensors(nodes[0]):
+        tensor["config"]["keras_history"] = [name, 0, 0]
+    entries.insert(index, new)
+
+
+def insert_after_input(model: Config, input_name: str, new: Config) -> None:
+    """Put `new` (a layer that keeps the shape) between a model input and all its readers."""
+    entries = _layers(model)
+    if not is_functional(model):
+        first = 1 if entries and entries[0].get("class_name") == "InputLayer" else 0
+        entries.insert(first, new)
+        return
+    source = next((e for e in entries if layer_name(e) == input_name), None)
+    if source is None:
+        raise EditError(f"no input {input_name!r} in the model's config")
+    name = layer_name(new)
+    shape = (source.get("config") or {}).get("batch_shape")
+    dtype = (source.get("config") or {}).get("dtype", "float32")
+    if not isinstance(dtype, str):
+        dtype = "float32"
+    new["inbound_nodes"] = [
+        {"args": [_tensor(input_name, shape, dtype)], "kwargs": {}},
+    ]
+    _rewire(model, input_name, (name, 0, 0), skip=new)
+    entries.insert(entries.index(source) + 1, new)
+
+
+def _tensor(name: str, shape: object, dtype: str) -> dict[str, Any]:
+    return {
+        "class_name": "__keras_tensor__",
+        "config": {"shape": shape, "dtype": dtype, "keras_history": [name, 0, 0]},
+    }
+
+
+def _single_source(node: object, path: str) -> tuple[str, int, int]:
+    refs = {tuple(t["config"]["keras_history"]) for t in _tensors(node)}
+    if len(refs) != 1:
+        raise EditError(f"layer {path!r} reads {len(refs)} tensors; expected exactly one")
+    ref = as_ref(list(next(iter(refs))))
+    if ref is None:
+        raise EditError(f"layer {path!r} has an inbound node this edit cannot read")
+    return ref
+
+
+def _rewire(holder: Config, old: str, source: tuple[str, int, int], skip: object = None) -> None:
+    """Every reference to layer `old` (in inbound nodes and outputs) points at `source`."""
+    for entry in _layers(holder):
+        if entry is skip:
+            continue
+        for tensor in _tensors(entry.get("inbound_nodes")):
+            history = tensor["config"]["keras_history"]
+            if history and history[0] == old:
+                tensor["config"]["keras_history"] = list(source)
+    inner = holder["config"]
+    inner["output_layers"] = _replace_refs(inner.get("output_layers"), old, source)
+
+
+def _replace_refs(obj: Any, old: str, source: tuple[str, int, int]) -> Any:
+    ref = as_ref(obj)
+    if ref is not None:
+        return list(source) if ref[0] == old else obj
+    if isinstance(obj, dict):
+        return {k: _replace_refs(v, old, source) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_replace_refs(v, old, source) for v in obj]
+    return obj
+
+
+def _tensors(obj: object) -> Iterator[dict[str, Any]]:
+    """The `__keras_tensor__` objects inside inbound nodes (args and kwargs)."""
+    if isinstance(obj, dict):
+        if obj.get("class_name") == "__keras_tensor__" and isinstance(obj.get("config"), dict):
+            if isinstance(obj["config"].get("keras_history"), list):
+                yield obj
+            return
+        for value in obj.values():
+            yield from _tensors(value)
+    elif isinstance(obj, list):
+        for value in obj:
+            yield from _tensors(value)
+
+
+def _layers(holder: Config) -> list[Config]:
+    inner = holder.get("config")
+    layers = inner.get("layers") if isinstance(inner, MutableMapping) else None
+    if not isinstance(layers, list):
+        raise EditError("the model's config lists no layers (a subclassed model?)")
+    return layers

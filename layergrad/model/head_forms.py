@@ -1,0 +1,241 @@
+"""What each output of a saved model applies last, read from every form Keras saves. No TF.
+
+Facts about the formats (Keras 3.15, and Keras 2 ``.h5`` files): a layer's ``activation`` is
+saved as the function's name (``"sigmoid"`` for ``"sigmoid"``, ``keras.activations.sigmoid``
+and ``tf.math.sigmoid``), as a function object ``{"class_name": "function", "config":
+"softmax_v2"}`` (``tf.nn.softmax``; the TensorFlow names end ``_v2``), or as a layer instance
+``{"module": "keras.layers", "class_name": "ReLU", "config": {...}}``. Activation layers
+(``Softmax``, ``ReLU`` with ``max_value`` / ``negative_slope``, ``LeakyReLU``, ``ELU``,
+``PReLU``, ``Activation``) and operations (``keras.ops.sigmoid(x)``: an entry of class
+``Sigmoid``) say what they apply by their class. A custom layer, a ``Lambda`` or an unknown
+function does not say: its activation is ``"unknown"``, never taken for linear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from layergrad.model.config import structure_refs
+from layergrad.model.graph import LayerEntry, ModelGraph
+
+UNKNOWN = "unknown"
+# Keras' activation functions, their TensorFlow and operation spellings, by a key: the name
+# lower-cased without underscores (the `_v2` of tf.nn names dropped).
+_NAMES = {
+    key.replace("_", ""): key
+    for key in (
+        "linear", "relu", "relu6", "sigmoid", "softmax", "tanh", "elu", "selu", "gelu",
+        "silu", "swish", "softplus", "softsign", "exponential", "hard_sigmoid", "hard_silu",
+        "hard_swish", "hard_tanh", "leaky_relu", "log_softmax", "log_sigmoid", "mish", "celu",
+        "glu", "sparsemax", "sparse_plus", "sparse_sigmoid", "squareplus", "tanh_shrink",
+        "threshold", "soft_shrink", "hard_shrink", "prelu",
+    )
+} | {"identity": "linear", "exp": "exponential", "logistic": "sigmoid"}  # fmt: skip
+# Activation layers: what they apply.
+_LAYERS = {"Softmax": "softmax", "LeakyReLU": "leaky_relu", "ELU": "elu", "PReLU": "prelu",
+           "ThresholdedReLU": "relu"}  # fmt: skip
+# Built-in layers with no activation of their own: what comes out is what came in, mixed
+# linearly (or normalised, pooled, reshaped): unbounded reals.
+NO_ACTIVATION = frozenset(
+    {
+        "InputLayer", "Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose",
+        "Conv2DTranspose", "Conv3DTranspose", "DepthwiseConv1D", "DepthwiseConv2D",
+        "SeparableConv1D", "SeparableConv2D", "Flatten", "Reshape", "Permute",
+        "RepeatVector", "Add", "Subtract", "Average", "Concatenate", "Multiply", "Dot",
+        "Maximum", "Minimum", "AveragePooling1D", "AveragePooling2D", "AveragePooling3D",
+        "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalAveragePooling3D",
+        "MaxPooling1D", "MaxPooling2D", "MaxPooling3D", "GlobalMaxPooling1D",
+        "GlobalMaxPooling2D", "GlobalMaxPooling3D", "ZeroPadding1D", "ZeroPadding2D",
+        "ZeroPadding3D", "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D",
+        "UpSampling2D", "UpSampling3D", "Rescaling", "Normalization", "Embedding",
+        "BatchNormalization", "LayerNormalization", "GroupNormalization",
+        "UnitNormalization", "RMSNormalization", "MultiHeadAttention", "GroupedQueryAttention",
+        "Attention", "AdditiveAttention", "Masking", "SpatialDropout1D", "SpatialDropout2D",
+        "SpatialDropout3D", "Dropout", "AlphaDropout", "GaussianDropout", "GaussianNoise",
+        "Identity", "ActivityRegularization",
+    }
+)  # fmt: skip
+_WRAPPERS = ("TimeDistributed", "Bidirectional")  # their config's `layer` makes the output
+
+
+def activation_from(value: object) -> str:
+    """The activation a serialized ``activation`` value names ("linear" for None, "unknown"
+    for a function or object no rule knows)."""
+    if value is None:
+        return "linear"
+    if isinstance(value, str):
+        return _by_name(value)
+    if isinstance(value, Mapping):
+        class_name, config = value.get("class_name"), value.get("config")
+        if class_name == "function" and isinstance(config, str):
+            return _by_name(config)
+        if isinstance(class_name, str):
+            inner = config if isinstance(config, Mapping) else {}
+            return _layer_activation(class_name, inner, value.get("module"))
+    return UNKNOWN
+
+
+def activation_named(name: str) -> str:
+    """The canonical activation a function's name (``softmax_v2``, ``leaky_relu``) or an
+    activation layer's class (``ReLU``, ``Softmax``) stands for; "unknown" for others."""
+    if name in _LAYERS or name == "ReLU":
+        return _layer_activation(name, {}, None)
+    return _by_name(name)
+
+
+def _by_name(name: str) -> str:
+    key = name.strip().lower().replace("_", "").removesuffix("v2")
+    if ">" in name:  # a registered custom function
+        return UNKNOWN
+    return _NAMES.get(key, UNKNOWN)
+
+
+def _layer_activation(class_name: str, config: Mapping[str, object], module: object) -> str:
+    """What a layer (or operation) of this class and config applies to its output."""
+    if class_name == "ReLU":
+        slope, top = config.get("negative_slope"), config.get("max_value")
+        if isinstance(slope, (int, float)) and slope:
+            return "leaky_relu"
+        return "relu6" if top == 6 else "relu"
+    if class_name in _LAYERS:
+        return _LAYERS[class_name]
+    if class_name == "Activation":
+        return activation_from(config.get("activation"))
+    if isinstance(module, str) and module.startswith(("keras.src.ops", "keras.ops")):
+        return _by_name(class_name)  # keras.ops.sigmoid(x) is an entry of class Sigmoid
+    if class_name in _WRAPPERS:
+        inner = config.get("layer")
+        if isinstance(inner, Mapping) and isinstance(inner.get("class_name"), str):
+            layer_config = inner.get("config")
+            return _layer_activation(
+                str(inner["class_name"]),
+                layer_config if isinstance(layer_config, Mapping) else {},
+                inner.get("module"),
+            )
+        return UNKNOWN
+    if class_name in NO_ACTIVATION or _builtin_with_activation(class_name, config, module):
+        return activation_from(config.get("activation"))
+    return UNKNOWN
+
+
+def _builtin_with_activation(class_name: str, config: Mapping[str, object], module: object) -> bool:
+    """A Keras layer (convolutions, recurrent layers...) whose config names its activation."""
+    keras_module = module is None or (isinstance(module, str) and module.startswith("keras"))
+    return keras_module and "activation" in config and ">" not in class_name
+
+
+def activation_of(entry: LayerEntry) -> str:
+    """What `entry` applies last: an activation name, "linear", or "unknown" (a custom layer,
+    a Lambda, a nested model, an operation no rule knows)."""
+    if entry.is_model or ">" in (entry.registered_name or "") or ">" in entry.class_name:
+        return UNKNOWN
+    module = entry.module
+    if module is None and _is_op(entry):  # a legacy .h5 operation has no module
+        module = "keras.src.ops"
+    return _layer_activation(entry.class_name, entry.config, module)
+
+
+def _is_op(entry: LayerEntry) -> bool:
+    return not entry.listed and entry.class_name != "InputLayer"
+
+
+@dataclass(frozen=True)
+class Head:
+    """One model output: its name, the layer that makes it, its activation and width."""
+
+    name: str
+    layer: str
+    activation: str  # softmax, sigmoid, linear, relu, ... ("unknown" when the file does not say)
+    units: int | None
+    dropout: str | None = None  # a Dropout between the last layer with weights and the output
+    before: str | None = None  # the activation of the layer feeding a separate softmax layer
+    before_layer: str | None = None
+    layer_class: str = ""  # the class of the layer that makes the output
+    observed: str | None = None  # what its values did on the probe, when the file did not say
+
+    @property
+    def known(self) -> bool:
+        """Whether the file says what the output applies last."""
+        return self.activation != UNKNOWN
+
+
+def output_heads(config: Mapping[str, object], graph: ModelGraph) -> list[Head]:
+    """The layers that make the model's outputs, in output order."""
+    inner = config.get("config")
+    inner = inner if isinstance(inner, Mapping) else {}
+    names = [ref[0] for ref in structure_refs(inner.get("output_layers"))]
+    if not names:  # a Sequential: its last layer
+        last = [e for e in graph.layers if e.parent is None and e.class_name != "InputLayer"]
+        names = [last[-1].name] if last else []
+    return [_head(graph, name) for name in names]
+
+
+PASS_THROUGH = ("Dropout", "AlphaDropout", "GaussianDropout", "GaussianNoise", "Identity",
+                "ActivityRegularization")  # fmt: skip
+
+
+def _head(graph: ModelGraph, name: str) -> Head:
+    entry = leaf(graph, graph.get(name))
+    if entry is None:
+        return Head(name, name, UNKNOWN, None)
+    dropout = None
+    seen = 0
+    while entry is not None and entry.class_name in PASS_THROUGH and seen < 8:
+        dropout = dropout or (entry.path if "Dropout" in entry.class_name else None)
+        entry = leaf(graph, single_inbound(graph, entry))
+        seen += 1
+    if entry is None:
+        return Head(name, name, UNKNOWN, None)
+    activation = activation_of(entry)
+    units = _units_of(graph, entry)
+    before = before_layer = None
+    if activation == "softmax" and not _has_own_weights(entry):
+        feeding = leaf(graph, single_inbound(graph, entry))
+        if feeding is not None:
+            before, before_layer = activation_of(feeding), feeding.path
+            if "Dropout" in feeding.class_name:  # Dense -> Dropout -> Softmax: dropped logits
+                dropout = dropout or feeding.path
+    return Head(name, entry.path, activation, units, dropout, before, before_layer,
+                entry.class_name.split(">")[-1])  # fmt: skip
+
+
+def _has_own_weights(entry: LayerEntry) -> bool:
+    return any(k in entry.config for k in ("units", "filters", "kernel_initializer"))
+
+
+def leaf(graph: ModelGraph, entry: LayerEntry | None) -> LayerEntry | None:
+    """The layer that makes a nested model's output (its output layer), else the entry."""
+    seen = 0
+    while entry is not None and entry.is_model and seen < 32:
+        outputs = [ref[0] for ref in structure_refs(entry.config.get("output_layers"))]
+        if len(outputs) > 1:
+            return None  # a nested model with several outputs: which one is not known here
+        inner = [e for e in graph.layers if e.parent == entry.path]
+        named = graph.get(f"{entry.path}/{outputs[0]}") if outputs else None
+        entry = named or (inner[-1] if inner else None)
+        seen += 1
+    return entry
+
+
+def single_inbound(graph: ModelGraph, entry: LayerEntry) -> LayerEntry | None:
+    """The one layer feeding `entry` (None when it has none or several)."""
+    return graph.get(entry.inbound[0]) if len(entry.inbound) == 1 else None
+
+
+_APPLIERS = ("Activation", "ReLU", *_LAYERS, *PASS_THROUGH)  # layers that keep the width
+
+
+def _units_of(graph: ModelGraph, entry: LayerEntry) -> int | None:
+    """The units of the layer, or of the layer an activation layer is applied to."""
+    for _ in range(4):
+        units = entry.config.get("units", entry.config.get("filters"))
+        if isinstance(units, int) and not isinstance(units, bool):
+            return units
+        if entry.class_name not in _APPLIERS and not _is_op(entry):
+            return None
+        feeding = leaf(graph, single_inbound(graph, entry))
+        if feeding is None:
+            return None
+        entry = feeding
+    return None

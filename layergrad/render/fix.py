@@ -1,0 +1,271 @@
+"""Render a `layergrad fix` report: the changes, then the verdicts.
+
+The JSON is `layergrad.fix/1`; the markdown is a pull-request comment whose code changes are a
+```suggestion block; the page draws the original's and the repaired copy's loss curves
+against the trivial loss as inline SVG, and fetches nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+from rich.console import RenderableType
+from rich.text import Text
+
+from layergrad.core.fix_results import SCHEMA, FixReport, Repair, Run
+from layergrad.render.common import json_document, md_code, md_table, md_text, number, to_text
+from layergrad.render.escape import visible
+from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page
+from layergrad.render.html_page import table as html_table
+
+
+def verdict_line(report: FixReport) -> str:
+    """One sentence: nothing to fix, or how many repairs and how many verified."""
+    if not report.before:
+        return "nothing to fix: check finds nothing" + (" and training finds nothing"
+                                                         if report.data else "")  # fmt: skip
+    done = sum(r.verdict == "verified" for r in report.repairs)
+    word = "repair" if len(report.repairs) == 1 else "repairs"
+    text = f"{len(report.repairs)} {word} for {len(report.before)} finding" + (
+        "s" if len(report.before) != 1 else ""
+    )
+    if report.data:
+        text += f", {done} verified"
+    if report.unrepaired:
+        text += f"; {len(report.unrepaired)} without a mechanical repair"
+    return text
+
+
+def _run_text(run: Run | None) -> str:
+    if run is None:
+        return "-"
+    if run.error is not None:
+        return f"not trained: {run.error}"
+    final = "NaN/Inf" if run.final is None else number(run.final)
+    trivial = "" if run.trivial is None else f" (trivial {number(run.trivial)})"
+    return f"{run.loss_name} ends at {final}{trivial}"
+
+
+def _facts(report: FixReport) -> list[tuple[str, str]]:
+    facts = [("model", f"{report.path} ({report.model_class})")]
+    found = ", ".join(report.before) or "none"
+    if report.repairs:
+        found += f"; after the repairs: {', '.join(report.after) or 'none'}"
+    facts.append(("findings", found))
+    facts.append(("repaired copy", report.output or "not written"))
+    if report.data:
+        facts.append(("trained", f"{report.steps} steps on {report.data}, same batches"))
+        facts.append(("original", _run_text(report.original)))
+        facts.append(("repaired", _run_text(report.together)))
+    return facts
+
+
+def table(report: FixReport, *, color: bool = False, width: int | None = 100) -> str:
+    """The facts, the changes (code lines), then the verdicts."""
+    items: list[RenderableType] = [Text(f"{k}: {v}") for k, v in _facts(report)]
+    if report.repairs:
+        items.append(Text("changes:", style="bold"))
+        for r in report.repairs:
+            where = f" at {r.layer}" if r.layer else ""
+            items.append(Text(f"  {r.finding}{where}: {r.change}"))
+            items += [Text(f"    {line}", style="cyan") for line in r.code]
+        items.append(Text("verdicts:", style="bold"))
+        for r in report.repairs:
+            why = f": {r.why}" if r.why else ""
+            if not why and r.verdict == "not run":
+                why = ": no --data, nothing was trained"
+            items.append(Text(f"  {r.verdict:<13} {r.finding}{why}", style=_style(r)))
+    for u in report.unrepaired:
+        hint = f" Fix by hand: {u.hint}" if u.hint else ""
+        gone = " (gone after the repairs)" if u.finding not in report.after else ""
+        items.append(Text(f"no mechanical repair for {u.finding}{gone}: {u.message}.{hint}"))
+    ok = report.ok
+    items.append(Text(verdict_line(report), style="green" if ok else "bold red"))
+    items += [Text(f"note: {n}") for n in report.notes]
+    return to_text(items, color=color, width=width)
+
+
+def _style(r: Repair) -> str:
+    return {"verified": "green", "not verified": "red"}.get(str(r.verdict), "yellow")
+
+
+def _num(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def run_json(run: Run | None) -> dict[str, object] | None:
+    """One training run: its loss curve, trivial loss and findings."""
+    if run is None:
+        return None
+    return {
+        "loss": run.loss_name,
+        "losses": [_num(v) for v in run.losses],
+        "trivial_loss": _num(run.trivial),
+        "final_loss": _num(run.final),
+        "findings": list(run.findings),
+        "error": run.error,
+    }
+
+
+def as_dict(report: FixReport) -> dict[str, object]:
+    """The `layergrad.fix/1` object."""
+    return {
+        "schema": SCHEMA,
+        "model": {"path": report.path, "class": report.model_class},
+        "data": report.data,
+        "steps": report.steps,
+        "findings": {
+            "before": list(report.before),
+            "after": list(report.after),
+            "gone": list(report.gone),
+            "remaining": list(report.remaining),
+        },
+        "repairs": [
+            {
+                "finding": r.finding,
+                "layer": r.layer,
+                "change": r.change,
+                "code": "\n".join(r.code),
+                "verdict": str(r.verdict),
+                "why": r.why or None,
+                "applied": r.applied,
+                "gone": list(r.gone),
+                "original": run_json(report.original),
+                "repaired": run_json(r.repaired),
+            }
+            for r in report.repairs
+        ],
+        "unrepaired": [
+            {"finding": u.finding, "layer": u.layer, "message": u.message, "hint": u.hint}
+            for u in report.unrepaired
+        ],
+        "together": run_json(report.together),
+        "output": report.output,
+        "passed": report.ok,
+        "notes": list(report.notes),
+    }
+
+
+def as_json(report: FixReport, **_: object) -> str:
+    """Strict JSON (no NaN literals), indented."""
+    return json_document(as_dict(report))
+
+
+def _fence(lines: Sequence[str]) -> str:
+    longest = max((len(run) for line in lines for run in re.findall(r"`+", line)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def _after(line: str) -> str:
+    """The new code of a `before -> after at LAYER` line: `after  # LAYER`."""
+    after = line.split(" -> ", 1)[-1]
+    code, at, layer = after.rpartition(" at ")
+    return f"{code}  # {layer}" if at and "(" in code else after
+
+
+def markdown(report: FixReport, **_: object) -> str:
+    """A pull-request comment: the verdict, the changes as a suggestion block, the verdicts."""
+    lines = [f"### layergrad fix: {md_text(verdict_line(report))}", ""]
+    lines += [f"- {k}: {md_text(v)}" for k, v in _facts(report)]
+    lines.append("")
+    for r in report.repairs:
+        where = f" at {md_code(r.layer)}" if r.layer else ""
+        lines.append(f"**{md_text(r.finding)}**{where}: {md_text(r.change)}")
+        lines.append("")
+        if r.code:
+            lines += [f"- {md_code(line)}" for line in r.code] + [""]
+        code = [_after(visible(line)) for line in r.code]
+        fence = _fence(code)
+        lines += [f"{fence}suggestion", *code, fence, ""]
+    if report.repairs:
+        rows = [[md_code(r.finding), md_code(r.layer or "-"), md_text(str(r.verdict)),
+                 md_text(r.why or "-")] for r in report.repairs]  # fmt: skip
+        lines.append(md_table(["finding", "layer", "verdict", "why"], rows))
+    for u in report.unrepaired:
+        hint = f" Fix by hand: {md_text(u.hint)}" if u.hint else ""
+        lines.append(
+            f"- no mechanical repair for {md_code(u.finding)}: {md_text(u.message)}.{hint}"
+        )
+    lines += [f"- note: {md_text(n)}" for n in report.notes]
+    return "\n".join(lines)
+
+
+def html(report: FixReport, **_: object) -> str:
+    """One self-contained page: verdict, facts, changes, verdicts, the two loss curves."""
+    kind = "ok" if report.ok else "bad"
+    body: list[Html | None] = [
+        el("h1", "layergrad fix"),
+        el("div", verdict_line(report), class_=f"verdict {kind}"),
+        definition_list(_facts(report)),
+    ]
+    if report.repairs:
+        body.append(el("h2", "Changes"))
+        for r in report.repairs:
+            body.append(el("p", el("strong", r.finding), " at ", el("code", r.layer or "-"),
+                           ": ", r.change))  # fmt: skip
+            body.append(el("pre", el("code", "\n".join(r.code))))
+        body.append(el("h2", "Verdicts"))
+        rows = [
+            [cell(badge(str(r.verdict), "ok" if r.verdict == "verified" else "bad")),
+             cell(el("code", r.finding)), cell(el("code", r.layer or "-")), cell(r.why or "-")]
+            for r in report.repairs
+        ]  # fmt: skip
+        body.append(html_table(["verdict", "finding", "layer", "why"], rows))
+    if report.unrepaired:
+        body.append(el("h2", "No mechanical repair"))
+        body += [el("p", el("code", u.finding), ": ", u.message, ". ", u.hint)
+                 for u in report.unrepaired]  # fmt: skip
+    if report.original is not None or report.together is not None:
+        body.append(el("h2", "Loss, original (red) and repaired (blue)"))
+        body.append(el("p", "each divided by its trivial loss (dashed line at 1) when it has "
+                       "one", class_="muted"))  # fmt: skip
+        body.append(el("div", curves_svg(report.original, report.together), class_="chart"))
+    body += [el("p", n, class_="muted") for n in report.notes]
+    return page(f"layergrad fix: {report.path}", body)
+
+
+def _scaled(run: Run | None) -> list[float]:
+    if run is None:
+        return []
+    scale = run.trivial or 1.0
+    return [v / scale if v is not None and math.isfinite(v) else math.nan for v in run.losses]
+
+
+def curves_svg(original: Run | None, repaired: Run | None) -> Html:
+    """Both loss curves on one chart (relative to the trivial loss), with the trivial line."""
+    width, height, pad = 720, 240, 40
+    curves = [(_scaled(original), "#c62828"), (_scaled(repaired), "#0b5cad")]
+    values = [v for c, _ in curves for v in c if math.isfinite(v)]
+    parts: list[Html] = []
+    if values:
+        low, high = min([*values, 0.0]), max([*values, 1.0])
+        span = high - low or 1.0
+        n = max(max(len(c) for c, _ in curves) - 1, 1)
+
+        def y(v: float) -> float:
+            return height - pad - (height - 2 * pad) * (v - low) / span
+
+        for curve, colour in curves:
+            points = " ".join(
+                f"{pad + (width - 2 * pad) * i / n:.1f},{y(v):.1f}"
+                for i, v in enumerate(curve)
+                if math.isfinite(v)
+            )
+            if points:
+                parts.append(el("polyline", points=points, fill="none", stroke=colour,
+                                stroke_width=1.5))  # fmt: skip
+        parts.append(el("line", x1=pad, x2=width - pad, y1=f"{y(1.0):.1f}", y2=f"{y(1.0):.1f}",
+                        stroke="#888", stroke_dasharray="4 4"))  # fmt: skip
+        parts.append(el("text", number(high), x=2, y=pad, font_size=11))
+        parts.append(el("text", number(low), x=2, y=height - pad, font_size=11))
+    parts.append(el("text", "steps", x=pad, y=height - 8, font_size=11))
+    return el(
+        "svg",
+        join(parts),
+        xmlns="http://www.w3.org/2000/svg",
+        viewBox=f"0 0 {width} {height}",
+        role="img",
+        aria_label="loss per step, original and repaired",
+    )

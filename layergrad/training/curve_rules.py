@@ -1,0 +1,266 @@
+"""The findings read off the loss curve, each a test against the curve's own noise.
+
+`trends.py` gives the batch-to-batch spread; a change counts when it is `SIGNIFICANT`
+standard errors or more (a window mean's, or a fitted slope's), and "flat" means no change
+reaches `FLAT` of them. The trivial loss is the loss of predicting the labels' prior: the
+class frequencies for a cross-entropy, the targets' mean for squared error, their median for
+absolute error (None when unknown). Pure functions of the recorded losses and checkpoints.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from layergrad.core.fit_results import Checkpoint, LayerStats, TrainingFinding
+from layergrad.core.vocab import Finding
+from layergrad.training import trends
+
+MIN_STEPS = 20  # fewer steps than this: no rule over the loss curve runs
+SIGNIFICANT = 4.0  # a change of this many standard errors is real
+FLAT = 3.0  # no change of this many standard errors: the loss does not move
+RATIO_TINY = 1e-5  # not_learning: no layer's update ratio ever reaches this
+RATIO_HIGH = 1e-1  # diverging: some layer's update ratio reaches this...
+DIVERGE_FACTOR = 2.0  # ...or the loss grows to this times its lowest (and above its start)
+START_STEPS = 3  # the loss the run starts at: the mean of its first steps
+DIVERGE_SHARE = 0.1  # and the growth is at least this share of the lowest window mean
+PLATEAU_STEPS = 100  # plateau_at_chance: at least this many steps (every run starts there)
+CHANCE_ALLOWANCE = 0.03  # the fitted prior costs a little more than the prior itself
+FALL_SHARE = 0.02  # a last half that falls less than this share of the trivial loss settled
+OSCILLATION_STEPS = 50  # oscillating, slow_convergence: at least this many steps
+SWINGS = 4  # oscillating: this many significant reversals of the windows' means...
+NOISE_SHARE = 0.5  # ...or a batch-to-batch spread of this share of the trivial loss
+MARGIN = 0.5  # slow_convergence: a learning run gets this share below the trivial loss
+
+
+def ratios(checkpoint: Checkpoint) -> list[LayerStats]:
+    return [
+        r for r in checkpoint.layers if r.update_ratio is not None and math.isfinite(r.update_ratio)
+    ]
+
+
+def _top_layer(checkpoints: Sequence[Checkpoint]) -> tuple[LayerStats | None, int]:
+    """The layer row with the largest update ratio over the run, and its step."""
+    found = [(r, c.step) for c in checkpoints for r in ratios(c)]
+    if not found:
+        return None, 0
+    return max(found, key=lambda rs: rs[0].update_ratio or 0.0)
+
+
+def _head(checkpoints: Sequence[Checkpoint]) -> str | None:
+    return checkpoints[-1].layers[-1].layer if checkpoints and checkpoints[-1].layers else None
+
+
+def diverging(
+    losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], blew_up: bool
+) -> TrainingFinding | None:
+    """The loss grows: a window's mean lies `SIGNIFICANT` standard errors (and
+    `DIVERGE_SHARE`) above the lowest window before it and above the first window, while a
+    layer's update ratio reaches `RATIO_HIGH` or the loss doubles; or the run ends in NaN/Inf
+    with such an update ratio."""
+    curve = trends.finite_prefix(losses)
+    top, top_step = _top_layer(checkpoints)
+    if not len(curve):
+        return None
+    spread = trends.noise(curve)
+    first = min(START_STEPS, len(curve))
+    start = trends.Window(0, first, float(np.mean(curve[:first])), spread / math.sqrt(first))
+    parts = [start, *trends.windows(curve[first:], max(1, min(40, len(curve) // 5)), spread)]
+    parts = [replace(w, start=w.start + first, stop=w.stop + first) if i else w
+             for i, w in enumerate(parts)]  # fmt: skip
+    grew: trends.Window | None = None
+    lowest = start
+    for window in parts[1:]:
+        if (
+            trends.differ(lowest, window, SIGNIFICANT) >= SIGNIFICANT
+            and trends.differ(start, window, SIGNIFICANT) >= SIGNIFICANT
+            and window.mean - lowest.mean >= DIVERGE_SHARE * abs(lowest.mean)
+        ):
+            grew = window
+            break
+        if window.mean < lowest.mean:
+            lowest = window
+    high = top is not None and (top.update_ratio or 0.0) >= RATIO_HIGH
+    if grew is not None:
+        doubled = grew.mean >= DIVERGE_FACTOR * lowest.mean > 0
+        if not (high or doubled):
+            return None
+    elif not (blew_up and high):
+        return None
+    layer = top.layer if top is not None else _head(checkpoints)
+    step = grew.start + 1 if grew is not None else len(curve) + 1
+    end = "NaN/Inf" if grew is None else f"{grew.mean:.4g}"
+    why = (
+        f" while {top.layer}'s update ratio reaches {top.update_ratio:.3g} per step (step "
+        f"{top_step}; healthy is about 1e-3)"
+        if top is not None and high
+        else ""
+    )
+    return TrainingFinding(
+        Finding.DIVERGING,
+        layer,
+        step,
+        f"the loss grows from {lowest.mean:.4g} to {end} by step {step}{why}: the learning "
+        "rate is too high",
+    )
+
+
+def not_learning(
+    losses: Sequence[float | None], checkpoints: Sequence[Checkpoint]
+) -> TrainingFinding | None:
+    """The loss does not move (neither its fitted slope nor its last quarter's mean against
+    its first quarter's reaches `FLAT` standard errors) and every layer's update ratio stays
+    below `RATIO_TINY`: the learning rate is too low, or the net is dead."""
+    curve = trends.finite_prefix(losses)
+    if len(curve) < MIN_STEPS or not checkpoints:
+        return None
+    spread = trends.noise(curve)
+    parts = trends.windows(curve, 4, spread)
+    moved = trends.differ(parts[0], parts[-1], FLAT)
+    line = trends.slope(curve, spread)
+    if abs(moved) >= FLAT or abs(line.z()) >= FLAT:
+        return None
+    rows = [r for c in checkpoints for r in ratios(c)]
+    if not rows or max(r.update_ratio or 0.0 for r in rows) >= RATIO_TINY:
+        return None
+    top = max(rows, key=lambda r: r.update_ratio or 0.0)
+    change = parts[-1].mean - parts[0].mean
+    return TrainingFinding(
+        Finding.NOT_LEARNING,
+        top.layer,
+        checkpoints[0].step,
+        f"the loss stays at {parts[-1].mean:.4g} over {len(curve)} steps (it moved "
+        f"{change:+.3g}, {abs(moved):.1f} standard errors of its batch-to-batch spread "
+        f"{spread:.3g}) and no layer's update ratio exceeds {top.update_ratio or 0.0:.3g} per "
+        f"step ({top.layer}; healthy is about 1e-3): raise the learning rate, or look for a "
+        "dead network (layergrad scan --wrt weights)",
+    )
+
+
+def plateau_at_chance(
+    losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], chance: float | None
+) -> TrainingFinding | None:
+    """After `PLATEAU_STEPS` steps the last quarter's mean lies within `FLAT` standard errors
+    (plus `CHANCE_ALLOWANCE` of it) of the trivial loss and the last half no longer falls
+    (not by `FLAT` standard errors, or by less than `FALL_SHARE` of it): the model
+    predicts the labels' prior, whatever the inputs."""
+    curve = trends.finite_prefix(losses)
+    if chance is None or chance <= 0 or len(curve) < PLATEAU_STEPS or not checkpoints:
+        return None
+    spread = trends.noise(curve)
+    tail = curve[-max(2, len(curve) // 4) :]
+    level = float(np.mean(tail))
+    band = FLAT * spread / math.sqrt(len(tail)) + CHANCE_ALLOWANCE * chance
+    if abs(level - chance) > band:
+        return None
+    half = curve[len(curve) // 2 :]  # (a half has the power a quarter lacks)
+    line = trends.slope(half, spread)
+    if line.z() <= -FLAT and -line.per_step * len(half) >= FALL_SHARE * chance:
+        return None  # still falling: not settled yet (slow, perhaps)
+    parts = trends.windows(curve, max(2, min(20, len(curve) // 10)), spread)
+    start = len(parts)
+    while start > 0 and abs(parts[start - 1].mean - chance) <= band + FLAT * parts[0].error:
+        start -= 1
+    step = parts[min(start, len(parts) - 1)].start + 1
+    return TrainingFinding(
+        Finding.PLATEAU_AT_CHANCE,
+        _head(checkpoints),
+        step,
+        f"from step {step} the loss sits at {level:.4g}, the trivial loss of predicting the "
+        f"labels' prior ({chance:.4g}; the class frequencies, or the targets' mean or "
+        "median): the model learns nothing from the inputs; check that the labels match the "
+        "inputs and the loss fits the outputs",
+    )
+
+
+def oscillating(
+    losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], chance: float | None
+) -> TrainingFinding | None:
+    """The loss swings without a trend: the means of ~20 windows reverse direction by
+    `SIGNIFICANT` standard errors at least `SWINGS` times with a swing larger than the net
+    fall, or the batch-to-batch spread is `NOISE_SHARE` of the trivial loss: the learning
+    rate is too high for the batch size (or the batch too small)."""
+    curve = trends.finite_prefix(losses)
+    if len(curve) < OSCILLATION_STEPS or not checkpoints:
+        return None
+    spread = trends.noise(curve)
+    parts = trends.windows(curve, max(10, min(25, len(curve) // 10)), spread)
+    gap = SIGNIFICANT * math.sqrt(2.0) * parts[0].error
+    reversals, amplitude = _reversals([w.mean for w in parts], gap)
+    net = parts[0].mean - parts[-1].mean
+    # heavy-tailed batch losses (a batch of one sample) hide from the robust spread: the
+    # plain standard deviation of the differences here, against the trivial loss (or the
+    # loss the run starts at)
+    jumps = float(np.std(np.diff(curve))) / math.sqrt(2.0)
+    reference = chance if chance is not None and chance > 0 else abs(parts[0].mean)
+    noisy = reference > 0 and jumps >= NOISE_SHARE * reference
+    swinging = reversals >= SWINGS and amplitude > abs(net)
+    if not (noisy or swinging):
+        return None
+    top, _ = _top_layer(checkpoints)
+    layer = top.layer if top is not None else _head(checkpoints)
+    what = (
+        f"the loss swings {reversals} times by up to {amplitude:.3g} without a trend"
+        if swinging
+        else f"the loss jumps by {jumps:.3g} from batch to batch (the trivial loss is "
+        f"{reference:.3g})"
+    )
+    return TrainingFinding(
+        Finding.OSCILLATING,
+        layer,
+        parts[0].start + 1,
+        f"{what} over {len(curve)} steps: the learning rate is too high for the batch size; "
+        "lower it, or train on larger batches",
+    )
+
+
+def _reversals(means: Sequence[float], gap: float) -> tuple[int, float]:
+    """How often a sequence changes direction by more than `gap` (a zig-zag with that
+    hysteresis), and the largest such swing."""
+    if gap <= 0 or len(means) < 3:
+        return 0, 0.0
+    direction, pivot, extreme = 0, means[0], means[0]
+    count, largest = 0, 0.0
+    for value in means[1:]:
+        if direction == 0:
+            if abs(value - pivot) > gap:
+                direction, extreme = (1 if value > pivot else -1), value
+        elif direction * (value - extreme) > 0:
+            extreme = value  # further the same way
+        elif abs(extreme - value) > gap:  # turned round by more than the gap
+            count, largest = count + 1, max(largest, abs(extreme - pivot))
+            direction, pivot, extreme = -direction, extreme, value
+    return count, largest
+
+
+def slow_convergence(
+    losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], chance: float | None
+) -> TrainingFinding | None:
+    """The loss falls (its last half's slope `FLAT` standard errors below 0) but ends
+    above the trivial loss less `MARGIN` of it, at a rate that would need more steps than the
+    run has had to get there: say how many."""
+    curve = trends.finite_prefix(losses)
+    if chance is None or chance <= 0 or len(curve) < OSCILLATION_STEPS or not checkpoints:
+        return None
+    spread = trends.noise(curve)
+    half = curve[len(curve) // 2 :]
+    line = trends.slope(half, spread)
+    end = float(np.mean(curve[-max(2, len(curve) // 10) :]))
+    target = (1.0 - MARGIN) * chance
+    if line.z() > -FLAT or end <= target:
+        return None
+    needed = math.ceil((end - target) / -line.per_step)
+    if needed <= len(curve):
+        return None
+    return TrainingFinding(
+        Finding.SLOW_CONVERGENCE,
+        _head(checkpoints),
+        len(curve) // 2 + 1,
+        f"the loss falls by {-line.per_step:.3g} per step, and ends at {end:.4g}: at that "
+        f"rate it needs about {needed:,} more steps to get {MARGIN:.0%} below the trivial "
+        f"loss ({chance:.4g}), {needed / len(curve):.0f}x this run: raise the learning rate "
+        "(or train that much longer)",
+    )

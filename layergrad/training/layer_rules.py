@@ -1,0 +1,244 @@
+"""The findings read off the per-layer numbers of the checkpoints: dead units, stalled,
+vanishing and exploding gradients, a head whose output does not vary across the batch.
+
+Each is a run of checkpoints ending at the last one (a state the run ends in, not a moment
+of it); the step is where that run starts. Pure functions of the checkpoints.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from layergrad.core.fit_results import Checkpoint, LayerStats, TrainingFinding
+from layergrad.core.vocab import Finding
+from layergrad.training.curve_rules import ratios
+
+DEAD_THRESHOLD = 0.5  # a layer's dead fraction ends at or above this...
+DEAD_GROWTH = 0.2  # ...having grown at least this much since the first checkpoint: dying_units
+STALL_DECADES = 3.0  # a layer's update ratio this many decades below the others' median...
+STALL_CHECKPOINTS = 3  # ...at each of at least this many final checkpoints: stalled_layer
+VANISH_DECADES = 3.0  # the relative gradient of the first layers this many decades below the
+EXPLODE_DECADES = 3.0  # head's (vanishing), or above it (exploding)...
+DEPTH_LAYERS = 2  # ...for at least this many layers from the input...
+FINAL_CHECKPOINTS = 2  # ...at each of at least this many final checkpoints
+EXPLODE_RATIO = 1.0  # exploding too: one step moves a layer's weights by their own size
+CONSTANT_CHECKPOINTS = 2  # constant_predictions: the head constant at this many final ones
+
+
+def _final_run(marks: Sequence[tuple[int, bool]]) -> tuple[int, int]:
+    """(length of the run of True marks ending at the last one, step where it starts)."""
+    run = 0
+    while run < len(marks) and marks[len(marks) - 1 - run][1]:
+        run += 1
+    return run, (marks[len(marks) - run][0] if run else 0)
+
+
+def constant_predictions(
+    checkpoints: Sequence[Checkpoint], heads: Sequence[str] = ()
+) -> list[TrainingFinding]:
+    """An output layer (`heads`; default the last layer called) whose every unit has the same
+    value for every sample of the batch at each of the last `CONSTANT_CHECKPOINTS`
+    checkpoints or more: its predictions ignore the inputs."""
+    if not checkpoints:
+        return []
+    names = list(heads) or ([checkpoints[-1].layers[-1].layer] if checkpoints[-1].layers else [])
+    out = []
+    for head in names:
+        marks = []
+        for c in checkpoints:
+            row = _row(c, head)
+            marks.append((c.step, row is not None and row.constant_fraction == 1.0))
+        run, step = _final_run(marks)
+        if run < min(CONSTANT_CHECKPOINTS, len(checkpoints)) or run < 2:
+            continue
+        out.append(
+            TrainingFinding(
+                Finding.CONSTANT_PREDICTIONS,
+                head,
+                step,
+                f"{head}: every unit of the output is the same for every sample of the batch "
+                f"from step {step} to the end ({run} checkpoints): the predictions ignore the "
+                "inputs (a softmax over one unit is always 1.0; a dead, saturated or "
+                "zero-initialised head); use sigmoid for one unit, one unit per class for "
+                "softmax, or check the head's initialisation",
+            )
+        )
+    return out
+
+
+def relative_gradients(checkpoint: Checkpoint) -> list[tuple[str, float]]:
+    """(layer, |grad| / |weights|) of each layer with weights, in forward order."""
+    out = []
+    for row in checkpoint.layers:
+        if row.grad_l2 is None or not row.weight_l2 or not math.isfinite(row.grad_l2):
+            continue
+        out.append((row.layer, row.grad_l2 / row.weight_l2))
+    return out
+
+
+def _depth_marks(
+    checkpoints: Sequence[Checkpoint], decades: float, below: bool
+) -> dict[str, list[tuple[int, bool]]]:
+    """Per layer, per checkpoint: whether it is one of the first layers (from the input, at
+    least `DEPTH_LAYERS`) whose relative gradient is `decades` below (or above) the head's."""
+    marks: dict[str, list[tuple[int, bool]]] = {}
+    for c in checkpoints:
+        rows = relative_gradients(c)
+        if len(rows) < DEPTH_LAYERS + 1:
+            continue
+        head = rows[-1][1]
+        if head <= 0:
+            continue
+        line = head / 10**decades if below else head * 10**decades
+        prefix = 0
+        while prefix < len(rows) - 1 and (
+            rows[prefix][1] < line if below else rows[prefix][1] > line
+        ):
+            prefix += 1
+        for i, (layer, _) in enumerate(rows):
+            marks.setdefault(layer, []).append((c.step, prefix >= DEPTH_LAYERS and i < prefix))
+    return marks
+
+
+def _depth_finding(
+    checkpoints: Sequence[Checkpoint], finding: Finding, decades: float, below: bool
+) -> TrainingFinding | None:
+    marks = _depth_marks(checkpoints, decades, below)
+    if not checkpoints:
+        return None
+    found = []
+    for layer, series in marks.items():
+        run, step = _final_run(series)
+        if run >= FINAL_CHECKPOINTS:
+            found.append((layer, step))
+    if not found:
+        return None
+    top, step = found[-1]  # the layer nearest the output of the first layers
+    where = "below" if below else "above"
+    fix = (
+        "use ReLU-family activations instead of sigmoid/tanh stacks, residual connections, "
+        "batch normalisation or a better initialisation (He/Glorot)"
+        if below
+        else "clip the gradients (clipnorm=1.0), lower the learning rate, or scale the "
+        "initialisation down"
+    )
+    return TrainingFinding(
+        finding,
+        top,
+        step,
+        f"from step {step} the gradient of the first {len(found)} layers, up to {top}, is "
+        f"more than {decades:g} decades {where} the head's (relative to their weights): "
+        f"{'they barely learn' if below else 'they take huge steps'}; {fix}",
+    )
+
+
+def vanishing(checkpoints: Sequence[Checkpoint]) -> TrainingFinding | None:
+    """The first `DEPTH_LAYERS` or more layers' relative gradient `VANISH_DECADES` below the
+    head's, at the last `FINAL_CHECKPOINTS` checkpoints or more."""
+    return _depth_finding(checkpoints, Finding.VANISHING, VANISH_DECADES, below=True)
+
+
+def exploding(checkpoints: Sequence[Checkpoint]) -> TrainingFinding | None:
+    """The first layers' relative gradient `EXPLODE_DECADES` above the head's at the last
+    `FINAL_CHECKPOINTS` or more; or, at any checkpoint, one step that moves a layer's weights
+    by `EXPLODE_RATIO` of their own size (healthy steps move them by about 1e-3)."""
+    found = _depth_finding(checkpoints, Finding.EXPLODING, EXPLODE_DECADES, below=False)
+    if found is not None:
+        return found
+    for c in checkpoints:
+        huge = [r for r in ratios(c) if (r.update_ratio or 0.0) >= EXPLODE_RATIO]
+        if not huge:
+            continue
+        row = max(huge, key=lambda r: r.update_ratio or 0.0)
+        return TrainingFinding(
+            Finding.EXPLODING,
+            row.layer,
+            c.step,
+            f"{row.layer}: at step {c.step} one step moves its weights by "
+            f"{row.update_ratio:.3g}x their own size (healthy is about 1e-3): the gradient "
+            "explodes; clip the gradients (clipnorm=1.0), lower the learning rate, scale the "
+            "initialisation down or the inputs into about [-1, 1]",
+        )
+    return None
+
+
+def dying_units(checkpoints: Sequence[Checkpoint]) -> list[TrainingFinding]:
+    """A layer's dead fraction ends at `DEAD_THRESHOLD` or more, up `DEAD_GROWTH` since the
+    first checkpoint; the step is where it crossed the threshold for good."""
+    out = []
+    for layer in _layer_names(checkpoints):
+        series = [(c.step, _row(c, layer)) for c in checkpoints]
+        fractions = [(s, r.dead_fraction) for s, r in series if r and r.dead_fraction is not None]
+        if len(fractions) < 2:
+            continue
+        first, last = fractions[0][1], fractions[-1][1]
+        if last is None or first is None:
+            continue
+        if last < DEAD_THRESHOLD or last - first < DEAD_GROWTH:
+            continue
+        index = len(fractions)
+        while index > 0 and (fractions[index - 1][1] or 0.0) >= DEAD_THRESHOLD:
+            index -= 1
+        step = fractions[index][0]
+        out.append(
+            TrainingFinding(
+                Finding.DYING_UNITS,
+                layer,
+                step,
+                f"{layer}: {last:.0%} of its units get no gradient for a whole batch (was "
+                f"{first:.0%} at step {fractions[0][0]}), dead from step {step}: lower the "
+                "learning rate, or use LeakyReLU / better initialisation",
+            )
+        )
+    return out
+
+
+def stalled_layers(
+    checkpoints: Sequence[Checkpoint], skip: Sequence[str] = ()
+) -> list[TrainingFinding]:
+    """A layer's update ratio stays `STALL_DECADES` decades below the median of the other
+    layers' at each of the last `STALL_CHECKPOINTS` checkpoints (or more, back to its start);
+    layers in `skip` (already named by another finding) are left out."""
+    if len(checkpoints) < STALL_CHECKPOINTS:
+        return []
+    stalled: dict[str, list[tuple[int, bool]]] = {}
+    for checkpoint in checkpoints:
+        rows = ratios(checkpoint)
+        for row in rows:
+            others = [r.update_ratio or 0.0 for r in rows if r.layer != row.layer]
+            low = False
+            if len(others) >= 2:
+                median = float(np.median(others))
+                low = median > 0 and (row.update_ratio or 0.0) < median / 10**STALL_DECADES
+            stalled.setdefault(row.layer, []).append((checkpoint.step, low))
+    out = []
+    for layer, marks in stalled.items():
+        run, step = _final_run(marks)
+        if run < STALL_CHECKPOINTS or layer in skip:
+            continue
+        out.append(
+            TrainingFinding(
+                Finding.STALLED_LAYER,
+                layer,
+                step,
+                f"{layer}: from step {step} its update ratio stays more than "
+                f"{STALL_DECADES:g} decades below the other layers' median: it has stopped "
+                "learning (a saturated or dead layer, or a learning rate too small for it)",
+            )
+        )
+    return out
+
+
+def _layer_names(checkpoints: Sequence[Checkpoint]) -> list[str]:
+    names: dict[str, None] = {}
+    for checkpoint in checkpoints:
+        for row in checkpoint.layers:
+            names.setdefault(row.layer, None)
+    return list(names)
+
+
+def _row(checkpoint: Checkpoint, layer: str) -> LayerStats | None:
+    return next((r for r in checkpoint.layers if r.layer == layer), None)

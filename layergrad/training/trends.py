@@ -1,0 +1,117 @@
+"""The statistics the training rules judge a loss curve by: its trend against its own noise.
+
+A mini-batch loss jumps from batch to batch; a rule that compares two values of the curve
+by a fixed share fires on that noise or never. Here every change is measured in units of
+the curve's own spread: `noise` is the batch-to-batch standard deviation (from the
+differences of neighbouring steps, so a trend does not inflate it), a window's mean has
+standard error noise / sqrt(steps in it), and a fitted slope has its standard error. Pure
+NumPy on the recorded losses; nothing runs during training.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+MAD_TO_SD = 1.4826  # the median absolute deviation of a normal sample times this is its SD
+
+
+def finite_prefix(losses: Sequence[float | None]) -> np.ndarray:
+    """The losses up to the first missing or non-finite one."""
+    values: list[float] = []
+    for loss in losses:
+        if loss is None or not math.isfinite(loss):
+            break
+        values.append(float(loss))
+    return np.asarray(values, np.float64)
+
+
+def noise(curve: np.ndarray) -> float:
+    """The batch-to-batch standard deviation of the loss: a robust spread of the differences
+    of neighbouring steps over sqrt(2) (a slow trend adds almost nothing to them)."""
+    if len(curve) < 3:
+        return 0.0
+    diffs = np.diff(curve)
+    mad = float(np.median(np.abs(diffs - np.median(diffs))))
+    spread = MAD_TO_SD * mad / math.sqrt(2.0)
+    if spread == 0.0:  # more than half the differences are exactly equal: use them all
+        spread = float(np.std(diffs)) / math.sqrt(2.0)
+    return spread
+
+
+@dataclass(frozen=True)
+class Window:
+    """A stretch of steps [start, stop) of the curve: its mean and that mean's standard error."""
+
+    start: int
+    stop: int
+    mean: float
+    error: float
+
+
+def windows(curve: np.ndarray, count: int, spread: float | None = None) -> list[Window]:
+    """The curve cut into `count` windows of (nearly) equal length."""
+    spread = noise(curve) if spread is None else spread
+    edges = np.linspace(0, len(curve), min(count, len(curve)) + 1).astype(int)
+    out = []
+    for a, b in itertools.pairwise(edges):
+        if b > a:
+            out.append(
+                Window(int(a), int(b), float(np.mean(curve[a:b])), spread / math.sqrt(b - a))
+            )
+    return out
+
+
+def differ(a: Window, b: Window, k: float) -> float:
+    """b's mean minus a's in standard errors of the difference (positive: b is higher)."""
+    error = math.hypot(a.error, b.error)
+    delta = b.mean - a.mean
+    if error == 0.0:
+        return 0.0 if delta == 0.0 else math.copysign(math.inf, delta)
+    return delta / error
+
+
+@dataclass(frozen=True)
+class Slope:
+    """A straight line fitted to a stretch of the curve: change per step and its standard error."""
+
+    per_step: float
+    error: float
+
+    def z(self) -> float:
+        """The slope in standard errors (0 for a line through noise-free flat values)."""
+        if self.error == 0.0:
+            return 0.0 if self.per_step == 0.0 else math.copysign(math.inf, self.per_step)
+        return self.per_step / self.error
+
+
+def slope(curve: np.ndarray, spread: float | None = None) -> Slope:
+    """The least-squares slope of the curve against the step, with the standard error the
+    batch-to-batch noise gives it."""
+    n = len(curve)
+    if n < 3:
+        return Slope(0.0, math.inf)
+    t = np.arange(n, dtype=np.float64)
+    t -= t.mean()
+    sxx = float(np.sum(t * t))
+    per_step = float(np.sum(t * (curve - curve.mean())) / sxx)
+    spread = noise(curve) if spread is None else spread
+    return Slope(per_step, spread / math.sqrt(sxx))
+
+
+def decreasing_fit(values: np.ndarray) -> np.ndarray:
+    """The closest non-increasing sequence in least squares (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, count]
+    for v in values:
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] < blocks[-1][0]:
+            mean, count = blocks.pop()
+            prev = blocks[-1]
+            total = prev[1] + count
+            prev[0] = (prev[0] * prev[1] + mean * count) / total
+            prev[1] = total
+    return np.concatenate([np.full(int(c), m) for m, c in blocks]) if blocks else values

@@ -1,0 +1,455 @@
+"""`layergrad fix`: each repair applied to a real saved model, the copy read back and checked,
+the change written as code, the evidence with data, and the safety rules of the output.
+
+Truth from outside `fix`: the code lines are written here by hand; the copy is loaded with plain
+Keras and its layers, loss and weights compared with the original's; the copy's findings come
+from `check_file`; the input file's bytes are hashed before and after.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import zipfile
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from helpers import sample
+
+from layergrad import cli
+from layergrad.commands.check import check_file
+from layergrad.commands.fix import FixOptions, fix_model
+
+
+def _findings(path) -> set[str]:
+    return {str(f) for c in check_file(path).checks for f in c.findings}
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def _config(path) -> dict:
+    with zipfile.ZipFile(path) as zf:
+        return json.loads(zf.read("config.json"))
+
+
+def _layer(config: dict, name: str) -> dict:
+    return next(e for e in config["config"]["layers"] if e["config"]["name"] == name)["config"]
+
+
+# model, the finding, its layer, the code line (written by hand), what the copy's config holds
+STATIC = [
+    ("bug_softmax_one_unit", "loss_mismatch", "head",
+     'Dense(1, activation="softmax") -> Dense(1, activation="sigmoid") at head',
+     ("head", "activation", "sigmoid")),
+    ("bug_bce_on_softmax", "loss_mismatch", "head",
+     'loss="binary_crossentropy" -> loss="categorical_crossentropy"', ("loss", "categorical_crossentropy")),
+    ("bug_logits_twice", "loss_mismatch", "head",
+     'loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True) -> '
+     'loss="sparse_categorical_crossentropy"', ("loss", "sparse_categorical_crossentropy")),
+    ("bug_linear_no_logits", "loss_mismatch", "head",
+     'loss="sparse_categorical_crossentropy" -> '
+     "loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)", ("from_logits", True)),
+    ("bug_relu_head_bce", "loss_mismatch", "head",
+     'Dense(1, activation="relu") -> Dense(1, activation="sigmoid") at head',
+     ("head", "activation", "sigmoid")),
+    ("bug_softmax_poisson", "loss_mismatch", "head",
+     'loss="poisson" -> loss="categorical_crossentropy"', ("loss", "categorical_crossentropy")),
+    ("bug_relu_before_softmax", "loss_mismatch", "logits",
+     'Dense(3, activation="relu") -> Dense(3, activation="linear") at logits',
+     ("logits", "activation", "linear")),
+    ("bug_all_linear", "loss_mismatch", "dense",
+     'Dense(8) -> Dense(8, activation="relu") at dense', ("dense", "activation", "relu")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "finding", "layer", "code", "expect"), STATIC)
+def test_each_static_repair_is_applied_and_the_copy_checks_clean(
+    tmp_path, name, finding, layer, code, expect
+):
+    source = sample(f"{name}.keras")
+    before = _digest(source)
+    out = tmp_path / "copy.keras"
+    report = fix_model(source, options=FixOptions(output=str(out)))
+    assert _digest(source) == before  # the input is never written
+    (repair,) = [r for r in report.repairs if r.finding == finding]
+    assert repair.layer == layer
+    assert code in repair.code
+    assert repair.verdict == "not run"  # no data
+    assert report.output == str(out)
+    assert finding not in _findings(out)  # read back through the same audit and checks
+    config = _config(out)
+    if expect[0] == "loss":
+        assert config["compile_config"]["loss"] == expect[1]
+    elif expect[0] == "from_logits":
+        assert config["compile_config"]["loss"]["config"]["from_logits"] is True
+    else:
+        assert _layer(config, expect[0])[expect[1]] == expect[2]
+    assert not report.ok  # a failing finding without a verified repair: exit 1
+
+
+def test_weights_are_kept_where_the_shapes_allow(tmp_path):
+    import keras
+
+    out = tmp_path / "copy.keras"
+    fix_model(sample("bug_softmax_one_unit.keras"), options=FixOptions(output=str(out)))
+    old = keras.saving.load_model(sample("bug_softmax_one_unit.keras"), compile=False)
+    new = keras.saving.load_model(out, compile=False)
+    for name in ("dense", "head"):
+        pairs = zip(
+            old.get_layer(name).get_weights(), new.get_layer(name).get_weights(), strict=True
+        )
+        for a, b in pairs:
+            np.testing.assert_array_equal(a, b)
+
+
+def test_dropout_after_the_logits_moves_before_the_last_weight_layer(tmp_path):
+    out = tmp_path / "copy.keras"
+    report = fix_model(sample("bug_dropout_logits.keras"), options=FixOptions(output=str(out)))
+    (repair,) = report.repairs
+    assert repair.layer == "drop"
+    layers = _config(out)["config"]["layers"]
+    order = [e["config"]["name"] for e in layers]
+    assert order.index("drop") < order.index("logits")
+    logits = next(e for e in layers if e["config"]["name"] == "logits")
+    assert logits["inbound_nodes"][0]["args"][0]["config"]["keras_history"][0] == "drop"
+    assert "loss_mismatch" not in _findings(out)
+
+
+def test_a_sequential_model_is_repaired_too(tmp_path):
+    import keras
+
+    model = keras.Sequential(
+        [keras.Input((5,)), keras.layers.Dense(4, activation="relu", name="hidden"),
+         keras.layers.Dense(3, name="logits"), keras.layers.Dropout(0.5, name="drop"),
+         keras.layers.Softmax(name="probs")], name="seq",
+    )  # fmt: skip
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    path = tmp_path / "seq.keras"
+    model.save(path)
+    out = tmp_path / "seq.fixed.keras"
+    report = fix_model(path, options=FixOptions(output=str(out)))
+    assert [r.layer for r in report.repairs] == ["drop"]
+    copy = keras.saving.load_model(out, compile=False)
+    assert [layer.name for layer in copy.layers] == ["hidden", "drop", "logits", "probs"]
+    np.testing.assert_array_equal(
+        copy.get_layer("logits").get_weights()[0], model.get_layer("logits").get_weights()[0]
+    )
+    assert "loss_mismatch" not in _findings(out)
+
+
+def test_kernels_far_off_their_scale_are_reinitialised(tmp_path):
+    import keras
+
+    out = tmp_path / "copy.keras"
+    report = fix_model(sample("bug_large_init_stack.keras"), options=FixOptions(output=str(out)))
+    (repair,) = report.repairs
+    assert repair.finding == "exploding" and repair.layer == "dense_0"
+    copy = keras.saving.load_model(out, compile=False)
+    kernel = copy.get_layer("dense_0").get_weights()[0]
+    glorot = np.sqrt(2.0 / (32 + 32))  # the std Keras's default initialiser draws, by hand
+    assert 0.7 < np.std(kernel) / glorot < 1.3
+    assert "exploding" not in _findings(out)
+
+
+def test_a_bias_far_off_is_reset(tmp_path):
+    out = tmp_path / "copy.keras"
+    report = fix_model(sample("bug_saturated_head.keras"), options=FixOptions(output=str(out)))
+    (repair,) = report.repairs
+    assert repair.finding == "constant_output" and repair.layer == "head"
+    assert "constant_output" not in _findings(out)
+
+
+def test_a_finding_without_a_mechanical_repair_says_so():
+    report = fix_model(sample("bug_sigmoid_stack.keras"), options=FixOptions(output="unused.keras"))
+    assert not report.repairs and report.output is None
+    assert [u.finding for u in report.unrepaired] == ["vanishing"]
+
+
+def test_a_healthy_model_has_nothing_to_fix(tmp_path):
+    result = CliRunner().invoke(
+        cli.main, ["fix", sample("fixed_softmax_head.keras"), "--output", str(tmp_path / "o.keras")]
+    )
+    assert result.exit_code == 0, result.output
+    assert "nothing to fix" in result.stdout
+    assert not (tmp_path / "o.keras").exists()
+
+
+def test_an_existing_output_is_refused_without_force(tmp_path):
+    out = tmp_path / "o.keras"
+    out.write_bytes(b"mine")
+    args = ["fix", sample("bug_relu_head_bce.keras"), "--output", str(out)]
+    result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == 2
+    assert "--force" in result.stderr and out.read_bytes() == b"mine"
+    result = CliRunner().invoke(cli.main, [*args, "--force"])
+    assert result.exit_code == 1, result.output  # repaired, but not verified without data
+    assert "loss_mismatch" not in _findings(out)
+
+
+def test_the_model_itself_is_never_the_output(tmp_path):
+    model = tmp_path / "m.keras"
+    shutil.copy(sample("bug_relu_head_bce.keras"), model)
+    before = _digest(model)
+    result = CliRunner().invoke(cli.main, ["fix", str(model), "--output", str(model), "--force"])
+    assert result.exit_code == 2 and _digest(model) == before
+
+
+def test_bad_input_is_exit_2(tmp_path):
+    bad = tmp_path / "bad.keras"
+    bad.write_bytes(b"not a zip")
+    result = CliRunner().invoke(cli.main, ["fix", str(bad), "--output", str(tmp_path / "o.keras")])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error:") and "Traceback" not in result.stderr
+
+
+def _learnable(tmp_path, kind: str):
+    """Labels a model can learn: a fixed rule of the inputs (not random)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(512, 6)).astype("float32")
+    if kind == "binary":
+        y = (x[:, 0] + x[:, 1] > 0).astype("float32")[:, None]
+    else:
+        y = np.argmax(x @ rng.normal(size=(6, 5)), axis=1)
+    path = tmp_path / f"{kind}.npz"
+    np.savez(path, x=x, y=y)
+    return str(path)
+
+
+@pytest.mark.slow
+def test_with_data_the_repair_is_verified_and_exit_is_0(tmp_path):
+    data = _learnable(tmp_path, "binary")
+    out = tmp_path / "o.keras"
+    args = ["fix", sample("bug_softmax_one_unit.keras"), "--data", data, "--steps", "150",
+            "--output", str(out), "--json"]  # fmt: skip
+    result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["schema"] == "layergrad.fix/1"
+    (repair,) = doc["repairs"]
+    assert repair["verdict"] == "verified"
+    assert len(repair["original"]["losses"]) == len(repair["repaired"]["losses"]) == 150
+    # the original's sigmoid-less head outputs 1.0: its served loss stays far above chance
+    assert repair["original"]["final_loss"] > repair["original"]["trivial_loss"]
+    assert repair["repaired"]["final_loss"] < 0.9 * repair["repaired"]["trivial_loss"]
+    assert doc["output"] == str(out)
+
+
+@pytest.mark.slow
+def test_with_data_the_head_gets_the_units_the_labels_need(tmp_path):
+    import keras
+
+    data = _learnable(tmp_path, "ids")  # ids 0-4 for a 3-unit head
+    out = tmp_path / "o.keras"
+    report = fix_model(
+        sample("bug_target_ids_beyond_units.keras"), data,
+        FixOptions(output=str(out), steps=300),
+    )  # fmt: skip
+    (repair,) = report.repairs
+    assert repair.finding == "target_mismatch"
+    assert 'Dense(3, activation="softmax") -> Dense(5, activation="softmax") at head' in repair.code
+    assert keras.saving.load_model(out, compile=False).get_layer("head").units == 5
+    assert "target_mismatch" not in report.after
+    assert repair.verdict == "verified", repair.why
+
+
+def test_every_format_renders_and_escapes_names_from_the_file(tmp_path):
+    import keras
+
+    from layergrad.render import render
+
+    name = "h<i>x<i>`"
+    inputs = keras.Input((4,), name="x")
+    hidden = keras.layers.Dense(4, activation="relu", name="dense")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(1, activation="relu", name=name)(hidden))
+    model.compile(optimizer="adam", loss="binary_crossentropy")
+    path = tmp_path / "m.keras"
+    model.save(path)
+    report = fix_model(path, options=FixOptions(output=str(tmp_path / "o.keras")))
+    (repair,) = report.repairs
+    assert repair.layer == name
+    markdown = render("fix", "markdown", report)
+    assert '```suggestion\nDense(1, activation="sigmoid")  # h<i>x<i>`\n```\n' in markdown
+    prose = re.sub(r"(`+) .*? \1|(`+)[^`]*?\2", "", markdown.split("```suggestion")[0])
+    assert "<i>" not in prose  # outside code spans and the block, the name is escaped
+    page = render("fix", "html", report)
+    assert "<i>x<i>" not in page and "h&lt;i&gt;x&lt;i&gt;" in page
+    table = render("fix", "table", report)
+    assert table.index("changes:") < table.index("verdicts:")
+    assert json.loads(render("fix", "json", report))["repairs"][0]["layer"] == name
+
+
+@pytest.mark.slow
+def test_raw_pixels_get_a_rescaling_layer_in_front(tmp_path):
+    import keras
+
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, size=(1024, 12)).astype("float32")
+    y = (pixels[:, 0] > 85).astype("int64") + (pixels[:, 0] > 170)  # learnable from pixel 0
+    data = tmp_path / "pixels.npz"
+    np.savez(data, pixels=pixels, y=y)
+    out = tmp_path / "o.keras"
+    report = fix_model(sample("bug_unscaled_input.keras"), data,
+                       FixOptions(output=str(out), steps=300))  # fmt: skip
+    (repair,) = [r for r in report.repairs if r.finding == "input_range"]
+    assert repair.layer == "pixels"
+    copy = keras.saving.load_model(out, compile=False)
+    rescaling = copy.get_layer("rescaling")
+    assert abs(rescaling.scale - 1 / 255) < 1e-9
+    # the copy computes what the original computes on pixels / 255 (weights kept)
+    original = keras.saving.load_model(sample("bug_unscaled_input.keras"), compile=False)
+    np.testing.assert_allclose(
+        copy.predict(pixels[:8], verbose=0), original.predict(pixels[:8] / 255, verbose=0),
+        rtol=1e-5, atol=1e-6,
+    )  # fmt: skip
+    assert "input_range" not in report.after
+    assert repair.verdict == "verified", repair.why
+
+
+@pytest.mark.slow
+def test_a_diverging_learning_rate_is_scaled_to_the_update_ratio(tmp_path):
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((6,), name="x")
+    hidden = keras.layers.Dense(16, activation="relu", name="dense")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(5, activation="softmax", name="head")(hidden))
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=30.0),
+                  loss="sparse_categorical_crossentropy")  # fmt: skip
+    path = tmp_path / "m.keras"
+    model.save(path)
+    out = tmp_path / "o.keras"
+    report = fix_model(path, _learnable(tmp_path, "ids"), FixOptions(output=str(out), steps=200))
+    (repair,) = report.repairs
+    assert repair.finding == "diverging" and repair.layer is None
+    rate = _config(out)["compile_config"]["optimizer"]["config"]["learning_rate"]
+    assert 1e-4 < rate < 0.3  # brought from 30 to where an update moves weights ~1e-3
+    assert repair.code == (
+        f"optimizer=SGD(learning_rate=30) -> optimizer=SGD(learning_rate={rate:g})",
+    )
+    assert not report.unrepaired  # the NaN it ended in is covered by the same repair
+    assert repair.verdict == "verified", repair.why
+    assert report.ok
+
+
+def test_two_heads_each_repair_alone_and_together(tmp_path):
+    """Two outputs, each with its own wrong loss (a dict of losses): two repairs, each copy
+    with one of them still has the other's finding, the copy with both is clean."""
+    import keras
+
+    inputs = keras.Input((6,), name="x")
+    trunk = keras.layers.Dense(8, activation="relu", name="trunk")(inputs)
+    yes = keras.layers.Dense(1, activation="softmax", name="yes")(trunk)
+    kind = keras.layers.Dense(3, activation="softmax", name="kind")(trunk)
+    model = keras.Model(inputs, {"yes": yes, "kind": kind})
+    model.compile(optimizer="adam", loss={"yes": "binary_crossentropy", "kind": "mse"})
+    path = tmp_path / "two.keras"
+    model.save(path)
+    out = tmp_path / "o.keras"
+    report = fix_model(path, options=FixOptions(output=str(out)))
+    codes = {r.layer: r.code for r in report.repairs}
+    assert codes["yes"] == (
+        'Dense(1, activation="softmax") -> Dense(1, activation="sigmoid") at yes',
+    )
+    assert codes["kind"] == ('loss={"kind": "mse"} -> loss={"kind": "categorical_crossentropy"}',)
+    for repair in report.repairs:  # alone, the other head's mismatch remains
+        assert "loss_mismatch" not in repair.gone
+    assert "loss_mismatch" not in report.after and "constant_output" not in report.after
+    config = _config(out)
+    assert config["compile_config"]["loss"] == {
+        "yes": "binary_crossentropy", "kind": "categorical_crossentropy"
+    }  # fmt: skip
+    assert _layer(config, "yes")["activation"] == "sigmoid"
+    assert _findings(out) == set()
+
+
+def test_a_legacy_h5_model_is_repaired_into_a_keras_copy(tmp_path):
+    import keras
+
+    inputs = keras.Input((6,), name="x")
+    hidden = keras.layers.Dense(8, activation="relu", name="dense")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(1, activation="relu", name="head")(hidden))
+    model.compile(optimizer="adam", loss="binary_crossentropy")
+    path = tmp_path / "legacy.h5"
+    model.save(path)
+    out = tmp_path / "o.keras"
+    report = fix_model(path, options=FixOptions(output=str(out)))
+    assert [r.layer for r in report.repairs] == ["head"]
+    assert _layer(_config(out), "head")["activation"] == "sigmoid"
+    assert "loss_mismatch" not in _findings(out)
+
+
+def test_the_default_output_is_named_after_the_model_in_the_working_directory(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli.main, ["fix", sample("bug_logits_twice.keras")])
+    assert result.exit_code == 1, result.output
+    assert (tmp_path / "bug_logits_twice.fixed.keras").is_file()
+    assert "loss_mismatch" not in _findings(tmp_path / "bug_logits_twice.fixed.keras")
+
+
+def _nested(keras):
+    inner = keras.Sequential(
+        [keras.Input((6,)), keras.layers.Dense(8, activation="relu", name="dense"),
+         keras.layers.Dense(1, activation="relu", name="out")], name="encoder",
+    )  # fmt: skip
+    x = keras.Input((6,), name="x")
+    return keras.Model(x, inner(x)), "encoder/out"
+
+
+def _two_inputs(keras):
+    a, b = keras.Input((4,), name="a"), keras.Input((3,), name="b")
+    joined = keras.layers.Concatenate(name="concat")(
+        [keras.layers.Dense(5, activation="relu", name="da")(a),
+         keras.layers.Dense(5, activation="tanh", name="db")(b)]
+    )  # fmt: skip
+    return keras.Model(
+        [a, b], keras.layers.Dense(1, activation="relu", name="head")(joined)
+    ), "head"
+
+
+def _integer_ids(keras):
+    ids = keras.Input((6,), dtype="int32", name="ids")
+    pooled = keras.layers.GlobalAveragePooling1D(name="pool")(
+        keras.layers.Embedding(20, 4, name="embedding")(ids)
+    )
+    return keras.Model(ids, keras.layers.Dense(1, activation="relu", name="head")(pooled)), "head"
+
+
+def _shared(keras):
+    x = keras.Input((6,), name="x")
+    shared = keras.layers.Dense(6, activation="tanh", name="shared")
+    out = keras.layers.Dense(1, activation="relu", name="head")(shared(shared(x)))
+    return keras.Model(x, out), "head"
+
+
+@pytest.mark.parametrize("build", [_nested, _two_inputs, _integer_ids, _shared])
+def test_nested_multi_input_integer_and_shared_models(tmp_path, build):
+    import keras
+
+    model, head = build(keras)
+    model.compile(optimizer="adam", loss="binary_crossentropy")  # a ReLU head: loss_mismatch
+    path = tmp_path / "m.keras"
+    model.save(path)
+    out = tmp_path / "o.keras"
+    report = fix_model(path, options=FixOptions(output=str(out)))
+    (repair,) = report.repairs
+    assert repair.layer == head
+    assert repair.code == (
+        f'Dense(1, activation="relu") -> Dense(1, activation="sigmoid") at {head}',
+    )
+    copy = keras.saving.load_model(out, compile=False)
+    layer = copy.get_layer(head.split("/")[0])
+    if "/" in head:
+        layer = layer.get_layer(head.split("/")[1])
+    assert layer.activation.__name__ == "sigmoid"
+    np.testing.assert_array_equal(  # the head's weights are kept
+        layer.get_weights()[0], model.get_layer(head.split("/")[0]).get_weights()[0]
+        if "/" not in head else model.get_layer("encoder").get_layer("out").get_weights()[0]
+    )  # fmt: skip
+    assert "loss_mismatch" not in _findings(out)
