@@ -8,11 +8,14 @@ other round), timed from the end of step 10 to the end of the last step:
   plain       model.fit without the callback
   every=100   GradientMonitor(every=100)      goal <= 1.05x
   every=1     GradientMonitor(every=1)        goal <= 1.5x
+First fit: `--first-rounds` times, a fresh model's first fit of 20 steps with and without
+GradientMonitor(every=100), alternating; the median difference is what tracing the monitored
+steps adds once.
 Memory: fresh processes, peak RSS of a plain fit and of a fit with every=1 (goal <= 1.1x).
 Printed: the median per-step wall and CPU time of each and the median of the per-round
 ratios (on a shared machine the CPU time, all threads, is the steadier of the two).
 
-    python benchmarks/bench_fit.py [--rounds 15] [--steps 200]
+    python benchmarks/bench_fit.py [--rounds 15] [--steps 200] [--first-rounds 5]
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--first-rounds", type=int, default=5)
     args = parser.parse_args()
     namespace: dict[str, object] = {}
     exec(SETUP.replace("STEPS", str(args.steps)), namespace)  # the same code as the memory runs
@@ -128,6 +132,23 @@ def main() -> None:
                 f"{statistics.median(ratios):.3f}x"
             )
         print("   ".join(line))
+    first: dict[str, list[float]] = {"plain": [], "every=100": []}
+    for r in range(args.first_rounds):
+        names = ["plain", "every=100"] if r % 2 == 0 else ["every=100", "plain"]
+        for name in names:
+            model = build()  # type: ignore[operator]
+            extra = [monitor(every=100)] if name != "plain" else []  # type: ignore[operator]
+            start = time.perf_counter()
+            model.fit(x[: 64 * 20], y[: 64 * 20], batch_size=64, epochs=1, verbose=0,
+                      shuffle=False, callbacks=extra)  # fmt: skip
+            first[name].append(time.perf_counter() - start)
+    if args.first_rounds:
+        added = [m - p for m, p in zip(first["every=100"], first["plain"], strict=True)]
+        print(
+            f"first fit  plain {statistics.median(first['plain']):.2f} s, every=100 "
+            f"{statistics.median(first['every=100']):.2f} s   the monitor adds "
+            f"{statistics.median(added):.2f} s (min {min(added):.2f}, max {max(added):.2f})"
+        )
     memory_code = SETUP.replace("STEPS", str(min(args.steps, 100))) + MEMORY
     rounds = min(args.rounds, 3)  # fresh processes: each pays the TensorFlow import
     plain, watched = [], []

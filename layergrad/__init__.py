@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from layergrad.core.display import install_html_renderer
+from layergrad.core.display import install_html_renderer, install_text_renderer
 from layergrad.core.errors import (
     InputError,
     LayergradError,
@@ -95,7 +95,14 @@ def _notebook_html(report: object) -> str:
     return notebook_html(report)
 
 
+def _short_text(report: object) -> str:
+    from layergrad.render.notebook import short_text
+
+    return short_text(report)
+
+
 install_html_renderer(_notebook_html)  # reports show as HTML in Jupyter (`_repr_html_`)
+install_text_renderer(_short_text)  # and print(report) as the first lines of their table
 
 
 def __getattr__(name: str) -> object:

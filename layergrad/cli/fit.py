@@ -104,7 +104,9 @@ def fit(
     the gradient monitor on: every few steps d loss / d every trainable variable
     on that step's batch (update ratio, gradient L2, dead units, NaN/Inf). Finds
     nonfinite (where the first NaN/Inf appeared), diverging, not_learning,
-    dying_units, stalled_layer and plateau_at_chance. --data must hold labels:
+    plateau_at_chance, constant_predictions, oscillating, slow_convergence,
+    vanishing, exploding, dying_units and stalled_layer; labels that do not fit
+    an output are target_mismatch before the first step. --data must hold labels:
     a .npz with the inputs by name and y (or y:NAME per output), a folder of
     images in class sub-folders, or FILE.py:function yielding (x, y).
 
@@ -145,5 +147,5 @@ def fit(
         unsafe=unsafe,
     )
     emit("fit", fmt, report)
-    if any(f.finding in fail_on for f in report.findings):
+    if report.stopped == "target_mismatch" or any(f.finding in fail_on for f in report.findings):
         sys.exit(1)

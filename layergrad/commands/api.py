@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from layergrad.core.probe_options import ProbeFields
     from layergrad.engine.jacobian import JacobianOptions
     from layergrad.files.outputs import Written
+    from layergrad.model.graph import ModelGraph
+    from layergrad.model.layer_refs import Site
 
 __all__ = ["ProbeOptions", "inspect_model", "save_gradients", "scan_model", "scan_weights_model"]
 
@@ -103,14 +105,13 @@ def inspect_model(
         imports=imports,
         unsafe=unsafe,
     )
-    results = _inspect(session, source, targets, how)
-    trained, untrained = _train_untrained_batchnorm(session)
-    if untrained and any(res.status != Status.OK for res in results):
-        # never-trained BatchNormalization does not normalize in inference: probe as training
-        # runs it (the rule of scan and check), and say so
-        from layergrad.commands.untrained_batchnorm import training_mode_note
+    from layergrad.commands.untrained_batchnorm import in_training, probe_in_training
 
-        session, said = trained, training_mode_note(untrained)
+    results = _inspect(session, source, targets, how)
+    wrong = any(res.status != Status.OK for res in results)
+    said = probe_in_training(session.model, session.options.training, wrong)
+    if said:  # never-trained BatchNormalization: probe again as training runs it
+        session = in_training(session)
         results = tuple(
             replace(res, warnings=(*res.warnings, said))
             for res in _inspect(session, source, targets, how)
@@ -157,28 +158,34 @@ def _inspect(
         for site in target_sites
     ]
     results = tuple(
-        replace(res, warnings=(*res.warnings, note)) if note else res
+        replace(res, warnings=(note, *res.warnings)) if note else res  # the strongest first
         for res, note in zip(results, notes, strict=True)
+    )
+    graph = session.info.graph
+    first = [_first_call_note(graph, source, source_site, "--from")]
+    results = tuple(
+        replace(res, warnings=(*res.warnings, *(n for n in said if n)))
+        for res, said in (
+            (res, [*first, _first_call_note(graph, ref, site, "--to")])
+            for res, ref, site in zip(results, targets, target_sites, strict=True)
+        )
     )
     if live is not None and how is not None:
         results = jacobian.with_jacobians(results, live, how)
     return results
 
 
-def _train_untrained_batchnorm(session: Session) -> tuple[Session, list[str]]:
-    """The session in training mode when its model has never-trained BatchNormalization (the
-    rule `scan` and `check` apply), with those layers; unchanged otherwise."""
-    from layergrad.commands.untrained_batchnorm import untrained_batchnorm
-    from layergrad.diagnose.diagnoser import Diagnoser
-
-    if session.options.training:
-        return session, []
-    untrained = untrained_batchnorm(session.model)
-    if not untrained:
-        return session, []
-    options = replace(session.options, training=True)
-    diagnoser = Diagnoser(session.model, session.batch, session.info.graph, True, options.reduce)
-    return replace(session, options=options, diagnoser=diagnoser), untrained
+def _first_call_note(graph: ModelGraph, ref: str, site: Site, option: str) -> str | None:
+    """A note when `ref` names a layer called several times without `@K`: it means call 0."""
+    entry = graph.get(site.path) if site.input_index is None else None
+    if entry is None or entry.num_calls < 2 or "@" in ref:
+        return None
+    last = entry.num_calls - 1
+    others = f"{site.path}@1" if last == 1 else f"{site.path}@1 to {site.path}@{last}"
+    return (
+        f"{option} {ref}: '{site.path}' is called {entry.num_calls} times (a shared layer) and "
+        f"{ref} means its first call, {site.path}@0; name the other calls {others}"
+    )
 
 
 def scan_model(

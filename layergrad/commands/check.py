@@ -17,9 +17,11 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from layergrad.commands import check_steps as steps
 from layergrad.commands.baseline import (
@@ -32,11 +34,14 @@ from layergrad.commands.baseline import (
 )
 from layergrad.commands.check_options import CheckOptions
 from layergrad.commands.check_steps import Add
-from layergrad.core.errors import LayergradError, UsageError, describe
+from layergrad.core.errors import LayergradError, UsageError, describe, one_line
 from layergrad.core.probe_options import PathLike
-from layergrad.core.results import CheckItem, FileVerdict
+from layergrad.core.results import CheckItem, FileVerdict, ScanReport, WeightScanReport
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo, read_file_info
+
+if TYPE_CHECKING:
+    from layergrad.commands.session import Session
 
 __all__ = ["CHECKS", "CheckOptions", "check_file", "check_files", "expand_paths"]
 
@@ -112,14 +117,26 @@ def check_file(
         running[0] = CHECKS[min(CHECKS.index(name) + 1, len(CHECKS) - 1)]
         return passed
 
-    try:
-        _run(path, options, add, baseline)
-    except UsageError:
-        raise
-    except (Exception, SystemExit) as exc:  # one bad file must not sink (or pass) the run
-        message = f"failed unexpectedly: {type(exc).__name__}: {describe(exc)}"
-        add(running[0], message, [Finding.ERROR])
+    # the API never prints: a warning Keras (or a custom layer) gives while the file loads or
+    # runs is recorded at the end of the file's last check message, not left to the caller
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            _run(path, options, add, baseline)
+        except UsageError:
+            raise
+        except (Exception, SystemExit) as exc:  # one bad file must not sink (or pass) the run
+            message = f"failed unexpectedly: {type(exc).__name__}: {describe(exc)}"
+            add(running[0], message, [Finding.ERROR])
+    said = list(dict.fromkeys(one_line(str(w.message))[:200] for w in caught))[:MAX_WARNINGS]
+    if said and items:
+        last = items[-1]
+        text = "; ".join(said)
+        items[-1] = replace(last, message=f"{last.message} (warned while checking: {text})")
     return _verdict(path, items)
+
+
+MAX_WARNINGS = 3  # distinct warnings recorded per file
 
 
 CHECKS = (
@@ -165,10 +182,8 @@ def _dynamic(
     baseline: Baseline | None = None,
 ) -> None:
     from layergrad.commands.check_heads import judge_on_probe
-    from layergrad.commands.scan import scan_session
     from layergrad.commands.session import session_for
-    from layergrad.commands.untrained_batchnorm import untrained_batchnorm
-    from layergrad.commands.weight_scan import scan_weights
+    from layergrad.commands.untrained_batchnorm import in_training, probe_in_training, scan_wrong
     from layergrad.data.preflight import check_before_loading
     from layergrad.engine.compiled_loss import find_loss
 
@@ -189,9 +204,6 @@ def _dynamic(
         return
     loaded, warnings, _ = opened
     model = loaded.model
-    # A model that was never trained does not normalize in inference (BatchNormalization with
-    # its initial statistics): check it the way training will run it, with batch statistics.
-    training = bool(untrained_batchnorm(model))
     try:
         probe = (
             replace(
@@ -199,7 +211,7 @@ def _dynamic(
                 max_memory=options.probe.max_memory,
             )
             if baseline
-            else options.probing(training)
+            else options.probing()
         )
         session = session_for(loaded, probe, warnings)
     except LayergradError as exc:  # e.g. a model that does not declare its inputs
@@ -221,10 +233,16 @@ def _dynamic(
         if steps.targets(info, options.loss, labels, session.batch.source, add):
             # the loss cannot take these labels: the gradient checks draw labels that fit
             session = replace(session, batch=replace(session.batch, labels=None))
+    said = None
     try:
         # without a loss the update ratios come from a random projection of the outputs
-        weights = scan_weights(session, options.loss, projection=True)
-        report = weights.activations if weights.activations else scan_session(session)
+        weights, report = _scans(session, options.loss)
+        if baseline is None:  # a baseline's own mode is kept
+            wrong = scan_wrong(report.rows, report.constant)
+            said = probe_in_training(model, session.options.training, wrong)
+        if said:  # never-trained BatchNormalization: probe again as training runs it
+            session = in_training(session)
+            weights, report = _scans(session, options.loss)
     except LayergradError as exc:  # e.g. --loss names no Keras loss
         add("forward", f"not run: {exc}", [Finding.ERROR])
         return
@@ -246,9 +264,7 @@ def _dynamic(
         batch = session.batch
         source = "a random batch" if batch.source == "random" else f"the batch in {batch.source}"
         drawn = f" ({batch.drawn})" if batch.drawn else ""
-        mode = ""
-        if training and session.options.training:
-            mode = " (in training mode: its BatchNormalization was never trained)"
+        mode = f"; {said}" if said else ""
         add("forward", f"finite and varying on {source} of {batch.batch_size}{drawn}{mode}")
     steps.gradient(report.rows, add)
     steps.trainable(weights, add, has_loss)
@@ -256,6 +272,16 @@ def _dynamic(
         add("baseline", *judge(report, weights if has_loss else None, baseline, options.tolerance))
     elif options.baselines:
         add("baseline", "no baseline given for this file")
+
+
+def _scans(session: Session, loss: str | None) -> tuple[WeightScanReport, ScanReport]:
+    """The weight scan of the session's batch (of `loss`, or of a random projection of the
+    outputs) and its activations' scan, from the same pass when the weight scan has them."""
+    from layergrad.commands.scan import scan_session
+    from layergrad.commands.weight_scan import scan_weights
+
+    weights = scan_weights(session, loss, projection=True)
+    return weights, weights.activations or scan_session(session)
 
 
 def expand_paths(paths: Sequence[str]) -> list[str]:

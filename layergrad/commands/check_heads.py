@@ -31,7 +31,7 @@ def loss_verdict(
     parts: list[str] = []
     if reading.mismatches:
         findings.append(Finding.LOSS_MISMATCH)
-        parts += [f"{m.message}. Use {m.hint}" for m in reading.mismatches]
+        parts += [f"{m.message}. Fix: {m.hint}" for m in reading.mismatches]
     if reading.stacks:
         findings.append(Finding.LINEAR_STACK)
         parts += [f"{m.message}. Fix: {m.hint}" for m in reading.stacks]
@@ -43,8 +43,13 @@ def loss_verdict(
     elif not parts and not reading.unknown_losses:
         parts.append("the compiled loss names none of the outputs")
     parts += [f"unknown loss `{name}`, loss rules skipped" for name in reading.unknown_losses]
+    parts += [
+        f"output '{h.name}': layer '{h.layer}' is a {h.observed}"
+        for h in reading.observed
+        if not any(m.output == h.name for m in reading.mismatches)
+    ]
     for head in reading.unread:
-        what = f"custom layer `{head.layer_class}`" if head.layer_class else "unknown layer"
+        what = _what(head.layer_class)
         then = (
             "judged on its outputs on the probe once the model runs"
             if probe_follows
@@ -55,6 +60,12 @@ def loss_verdict(
             f"activation in the file; {then}"
         )
     return "; ".join(parts), findings
+
+
+def _what(layer_class: str) -> str:
+    if layer_class in ("Lambda", "TFOpLambda"):
+        return "a Lambda layer"
+    return f"custom layer `{layer_class}`" if layer_class else "an unknown layer"
 
 
 def judge_on_probe(

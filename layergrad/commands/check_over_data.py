@@ -46,6 +46,7 @@ def dynamic_data(
     with `baseline` the baseline check over the same data (the loss's gradient over the data
     for a file with a loss)."""
     from layergrad.commands import over_data
+    from layergrad.commands.untrained_batchnorm import probe_in_training, scan_wrong
     from layergrad.engine.step_calls import BatchFailed
 
     probe = options.probing()
@@ -89,6 +90,13 @@ def dynamic_data(
         run, rows = over_data.scan_over(
             loaded, strategy, batches, probe, on_progress=options.on_progress
         )
+        wrong = baseline is None and scan_wrong(rows)  # a baseline's own mode is kept
+        said = probe_in_training(loaded.model, probe.training, wrong)
+        if said:  # never-trained BatchNormalization: stream again as training runs it
+            probe = replace(probe, training=True)
+            run, rows = over_data.scan_over(
+                loaded, strategy, batches, probe, on_progress=options.on_progress
+            )
     except BatchFailed as exc:  # the model's own code failed: the file fails, the run goes on
         add("forward", str(exc), [Finding.ERROR])
         return
@@ -100,16 +108,17 @@ def dynamic_data(
     # the rules that need one batch (outputs that never vary, unscaled inputs, the weights'
     # gradients) run on the data's first batch, with its labels
     given = labelled if labelled is not None and not mismatched else None
-    first = _first_batch(loaded, batches, info, options, given)
+    first = _first_batch(loaded, batches, info, options.probing(probe.training), given)
     weights, has_loss = steps.weight_scan(first, options)
     weights = _dead_over_data(loaded.model, batches, weights, first.options.training)
     report = weights.activations
     where = f" (on the first batch of {first.batch.batch_size} samples of --data)"
+    mode = f"; {said}" if said else ""
     found, parts = steps.forward_parts(report) if report is not None else ([], [])
     if found:
-        add("forward", f"{message}; {'; '.join(parts)}{where}", found)
+        add("forward", f"{message}; {'; '.join(parts)}{where}{mode}", found)
     else:
-        add("forward", f"{message}; outputs vary and inputs are in range{where}")
+        add("forward", f"{message}; outputs vary and inputs are in range{where}{mode}")
     steps.gradient(rows, add)
     steps.trainable(weights, add, has_loss, where, dead_scope="the data")
     if baseline is not None:  # over the same data: the loss's gradient over every sample
@@ -192,20 +201,19 @@ def _first_batch(
     loaded: LoadedModel,
     batches: DataStream,
     info: FileInfo,
-    options: CheckOptions,
+    probe: ProbeOptions,
     labelled: Labelled | None,
 ) -> Session:
-    """A session on the first batch of --data, with its labels when they fit (`labelled`:
-    the data read with its labels, from the same rows)."""
+    """A session on the first batch of --data with `probe` (the check's, in the mode of the
+    pass over the data), with its labels when they fit (`labelled`: the data read with its
+    labels, from the same rows)."""
     from layergrad.commands.session import Session
-    from layergrad.commands.untrained_batchnorm import untrained_batchnorm
     from layergrad.diagnose.diagnoser import Diagnoser
 
     stream = batches if labelled is None or labelled.stream is None else labelled.stream
     batch = stream.batch(0)
     model = loaded.model
-    probe = replace(options.probing(bool(untrained_batchnorm(model))), data=None, limit=None,
-                    distribute=None, cpu_replicas=None)  # fmt: skip
+    probe = replace(probe, data=None, limit=None, distribute=None, cpu_replicas=None)
     diagnoser = Diagnoser(model, batch, info.graph, probe.training, probe.reduce)
     return Session(info.path, model, info, batch, probe, diagnoser)
 

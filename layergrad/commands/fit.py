@@ -123,7 +123,14 @@ def fit_model(
         labelled = _labelled(model, os.fspath(data), options, limit, spec)
         stream = labelled.stream
         assert stream is not None
-        prior, samples = _prior_and_samples(labelled, spec.name, options, _units(model, spec))
+        from layergrad.commands.fit_labels import read_labels, refused
+
+        bound = None if options.epochs else (options.steps or DEFAULT_STEPS) * options.batch_size
+        labels = read_labels(model, info, labelled, spec, options.loss, bound)
+        if labels.mismatches:  # before the first step, as `check --data` says it
+            report = refused(model, spec.name, labels.mismatches)
+            return replace(report, path=info.path, data=os.fspath(data))
+        prior, samples = labels.trivial, labels.samples
         dataset = _dataset(model, stream, options, samples)
         batches = max(1, math.ceil(samples / options.batch_size))
         total = batches * options.epochs if options.epochs else options.steps or DEFAULT_STEPS
@@ -204,17 +211,17 @@ def _labelled(
 def _prior_and_samples(
     labelled: Labelled, loss: str, options: FitOptions, units: list[int]
 ) -> tuple[float | None, int]:
-    """The chance loss of the labels' own class frequencies (one output, a cross-entropy),
-    and the samples in the data. Read from the labels alone, in one pass when either is
-    needed: over the whole data, or the samples `--steps` trains on when the source does
-    not say how many it has."""
-    from layergrad.data.labels import ClassPrior
+    """The trivial loss of the labels (one output: `data/labels.py` `TrivialLoss`) and the
+    samples in the data, read from the labels alone in one pass when either is needed: over
+    the whole data, or the samples `--steps` trains on when the source does not say how many
+    it has. (`fit_model` reads them with `fit_labels.read_labels`, which judges them too.)"""
+    from layergrad.data.labels import TrivialLoss
 
     stream = labelled.stream
     assert stream is not None
-    prior = ClassPrior(loss, units[0] if units else 0) if len(stream.labels) == 1 else None
+    trivial = TrivialLoss(loss, units[0] if units else 0) if len(stream.labels) == 1 else None
     samples = stream.samples
-    if (prior is None or not prior.kind) and samples is not None:
+    if (trivial is None or not trivial.known) and samples is not None:
         return None, samples
     bound = None
     if samples is None and options.epochs is None:
@@ -222,12 +229,12 @@ def _prior_and_samples(
     seen = 0
     for batch in labelled.label_batches():
         y = next(iter(batch.values()))
-        if prior is not None:
-            prior.add(y)
+        if trivial is not None:
+            trivial.add(y)
         seen += len(y)
         if bound is not None and seen >= bound:
             break
-    return (prior.entropy() if prior is not None else None), (samples or seen)
+    return (trivial.value() if trivial is not None else None), (samples or seen)
 
 
 def _dataset(model: KerasModel, stream: DataStream, options: FitOptions, samples: int) -> Dataset:

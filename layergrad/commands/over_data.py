@@ -65,6 +65,9 @@ def data_specs(model: KerasModel) -> tuple[InputSpec, ...]:
     try:
         return probe_input.input_specs(model)
     except InputError:
+        built = probe_input.built_input_specs(model)  # a subclassed model built on one shape
+        if built is not None:
+            return built
         raise InputError(
             f"model {model.name!r} ({type(model).__name__}) does not declare its inputs, so "
             "--data cannot be matched to them; save it as a Functional or Sequential model"
@@ -96,7 +99,7 @@ def inspect_data(
     """`api.inspect_model` over every sample of `options.data`; with `jacobian` (a
     `jacobian.JacobianOptions`) each result also gets its Jacobian norms over every sample."""
     from layergrad.commands import session
-    from layergrad.commands.untrained_batchnorm import training_mode_note, untrained_batchnorm
+    from layergrad.commands.untrained_batchnorm import probe_in_training
     from layergrad.model import layer_refs
 
     loaded, warnings, strategy = session.load(
@@ -108,13 +111,11 @@ def inspect_data(
     batches = open_stream(model, options, strategy)
     sites = (source_site, target_sites)
     run, results = _inspect_pass(loaded, batches, strategy, sites, options, on_progress)
-    untrained = [] if options.training else untrained_batchnorm(model)
-    if untrained and any(res.status != Status.OK for res in results):
-        # never-trained BatchNormalization does not normalize in inference: stream again as
-        # training runs it (the rule of one-batch inspect, scan and check), and say so
+    wrong = any(res.status != Status.OK for res in results)
+    said = probe_in_training(model, options.training, wrong)
+    if said:  # never-trained BatchNormalization: stream again as training runs it
         options = replace(options, training=True)
         run, results = _inspect_pass(loaded, batches, strategy, sites, options, on_progress)
-        said = training_mode_note(untrained)
         results = [replace(res, warnings=(*res.warnings, said)) for res in results]
     if jacobian is not None:
         results = over_data_jacobians.inspect_jacobians_over(
@@ -156,7 +157,7 @@ def _inspect_pass(
         result = _result(run, t, diagnosis)
         note = diagnoser.softmax_target_note(site, "take --to the layer before it")
         if note:
-            result = replace(result, warnings=(*result.warnings, note))
+            result = replace(result, warnings=(note, *result.warnings))  # the strongest first
         results.append(result)
     return run, results
 
@@ -176,7 +177,7 @@ def scan_data(
     """`api.scan_model` over every sample of `options.data`: each row's statistics over all
     samples (and with `jacobian`, its Jacobian norms over every sample)."""
     from layergrad.commands import session
-    from layergrad.commands.untrained_batchnorm import untrained_rows
+    from layergrad.commands.untrained_batchnorm import probe_in_training, scan_wrong
     from layergrad.diagnose import diagnoser
     from layergrad.model import layer_refs
 
@@ -192,13 +193,14 @@ def scan_data(
     site = None if target is None else layer_refs.resolve(model, target)
     batches = open_stream(model, options, strategy)
     run, rows = scan_over(loaded, strategy, batches, options, site, layers, on_progress)
+    said = probe_in_training(model, options.training, scan_wrong(rows))
+    if said:  # never-trained BatchNormalization: stream again as training runs it
+        options = replace(options, training=True)
+        run, rows = scan_over(loaded, strategy, batches, options, site, layers, on_progress)
     note = site and diagnoser.softmax_target_note(
         site, "scan with --to the layer before it, or without --to (a projection of the outputs)"
     )
-    # never-trained BatchNormalization in inference: its magnitude flags are left out, with a
-    # note (one-batch scan's rule)
-    rows, said = untrained_rows(model, options.training, rows)
-    notes: tuple[str, ...] = (*((note,) if note else ()), *said)
+    notes: tuple[str, ...] = tuple(n for n in (note, said) if n)
     if jacobian is not None:
         rows, found = over_data_jacobians.scan_jacobians_over(
             model, batches, site, rows, options, jacobian, top, on_progress, strategy

@@ -9,8 +9,8 @@ import numpy as np
 
 from layergrad.commands.scan_rows import scan_rows, summary_rows
 from layergrad.commands.session import Session
-from layergrad.commands.untrained_batchnorm import STRUCTURAL, untrained_batchnorm, untrained_rows
-from layergrad.core.results import ConstantOutput, ScanReport, ScanRow
+from layergrad.commands.untrained_batchnorm import in_training, probe_in_training, scan_wrong
+from layergrad.core.results import ScanReport
 from layergrad.core.vocab import Status
 from layergrad.diagnose import causes as why
 from layergrad.diagnose.diagnoser import softmax_target_note
@@ -36,8 +36,22 @@ def scan_session(
     `target` is a layer reference, or None for a seeded random projection of the model's
     outputs (see `trace.run_trace`); `patterns` (shell globs) keep only matching rows.
     With `jacobian`, rows also get per-sample Jacobian norms (`jacobian_scan`), from the same
-    forward pass.
+    forward pass. A model whose BatchNormalization was never trained is scanned again in
+    training mode when the scan in inference finds what it makes (`untrained_batchnorm`).
     """
+    report = _scan(session, target, patterns, jacobian)
+    wrong = scan_wrong(report.rows, report.constant)
+    said = probe_in_training(session.model, session.options.training, wrong)
+    if said:  # never-trained BatchNormalization: probe again as training runs it
+        report = _scan(in_training(session), target, patterns, jacobian)
+        report = replace(report, notes=(*report.notes, said))
+    return report
+
+
+def _scan(
+    session: Session, target: str | None, patterns: Sequence[str], jacobian: JacobianOptions | None
+) -> ScanReport:
+    """`scan_session` in the session's mode."""
     model, options = session.model, session.options
     site = None if target is None else resolve(model, target)
     how = TraceMode(training=options.training, reduce=options.reduce, seed=options.seed)
@@ -86,13 +100,12 @@ def _light_scan(session: Session, site: Site | None, patterns: Sequence[str]) ->
     rows = summary_rows(run, session.info.graph, classes, patterns)
     if any(r.status not in (Status.OK, Status.INTEGER) for r in rows):
         return None
-    rows, notes = _mode_notes(session, site, rows, ())
     return ScanReport(
         model=session.model_meta,
         probe=session.probe_meta,
         target=site.ref if site else None,
         rows=rows,
-        notes=notes,
+        notes=_target_notes(site),
     )
 
 
@@ -105,9 +118,8 @@ def scan_report(
     rows = scan_rows(trace, session.info.graph, session.diagnoser, classes, patterns)
     layers = dict(iter_layers(model))
     found = tuple(constant_outputs(trace, session.info.graph, layers))
-    rows, notes_ = _mode_notes(session, site, rows, found)
-    notes = list(notes_)
-    constant = tuple(c for c in found if _kept(session, c))
+    notes = list(_target_notes(site))
+    constant = tuple(found)
     bad = first_nonfinite(trace)
     if bad is not None:
         notes.append(
@@ -131,26 +143,9 @@ def scan_report(
     )
 
 
-def _mode_notes(
-    session: Session,
-    site: Site | None,
-    rows: Sequence[ScanRow],
-    constant: Sequence[ConstantOutput],
-) -> tuple[tuple[ScanRow, ...], tuple[str, ...]]:
-    """The rows and notes once the target and the mode are taken into account: a softmax
-    target, and never-trained BatchNormalization in inference (`untrained_rows`)."""
-    notes = []
+def _target_notes(site: Site | None) -> tuple[str, ...]:
+    """What a softmax target does not say (its outputs sum to one)."""
     note = site and softmax_target_note(
         site, "scan with --to the layer before it, or without --to (a projection of the outputs)"
     )
-    if note:
-        notes.append(note)
-    out, said = untrained_rows(session.model, session.options.training, rows, constant)
-    return out, (*notes, *said)
-
-
-def _kept(session: Session, constant: ConstantOutput) -> bool:
-    """Whether a constant output is reported (not an artifact of untrained BatchNorm)."""
-    if constant.reason in STRUCTURAL or session.options.training:
-        return True
-    return not untrained_batchnorm(session.model)
+    return (note,) if note else ()

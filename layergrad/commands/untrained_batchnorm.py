@@ -1,12 +1,21 @@
 """Never-trained BatchNormalization: its moving statistics are still the initial 0 and 1, so
-in inference it does not normalize. The rule every command applies: `inspect` probes such a
-model in training mode (and says so), `scan` leaves out the magnitude flags it causes.
+in inference it does not normalize, and what a probe in inference finds is not what training
+will see.
+
+The rule, written once for every command (`inspect`, `scan`, `check`, each on one batch or
+over `--data`): a model probed in inference whose BatchNormalization was never trained is
+probed again in training mode (batch statistics, as training runs it) when the probe in
+inference finds something wrong (`probe_in_training`: a result that is not ok, a magnitude
+flag, an output that stops varying), and the result says so in the same words everywhere
+(`training_mode_note`). A model that was trained, or a probe that found nothing wrong, is
+judged as it is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,20 +24,11 @@ from layergrad.core.tf_types import KerasModel
 from layergrad.core.vocab import Flag
 from layergrad.model.layer_refs import iter_layers
 
+if TYPE_CHECKING:
+    from layergrad.commands.session import Session
+
 SCALE_FLAGS = (Flag.DEAD, Flag.VANISHING, Flag.EXPLODING)  # flags that depend on magnitudes
 STRUCTURAL = ("softmax_one_unit", "zero_weights")  # constant whatever the mode and the data
-
-
-def training_mode_note(untrained: Sequence[str]) -> str:
-    """What `inspect` says in each result's warnings when it probed the model in training mode
-    because of its never-trained BatchNormalization layers (`untrained_batchnorm`)."""
-    more = "..." if len(untrained) > 3 else ""
-    return (
-        f"probed in training mode (batch statistics): {len(untrained)} BatchNormalization "
-        f"layers ({', '.join(untrained[:3])}{more}) hold their initial moving statistics, so "
-        "the model was never trained and inference does not normalize; training runs them "
-        "like this"
-    )
 
 
 def untrained_batchnorm(model: KerasModel) -> list[str]:
@@ -43,26 +43,40 @@ def untrained_batchnorm(model: KerasModel) -> list[str]:
     return found
 
 
-def untrained_rows(
-    model: KerasModel,
-    training: bool,
-    rows: Sequence[ScanRow],
-    constant: Sequence[ConstantOutput] = (),
-) -> tuple[tuple[ScanRow, ...], tuple[str, ...]]:
-    """The rows without the magnitude flags of never-trained BatchNormalization in inference
-    (artifacts, as its constant outputs are), and the note that says so; as they are (and no
-    note) in training mode, for a trained model, or when nothing is left out."""
-    untrained = [] if training else untrained_batchnorm(model)
-    artifacts = [c for c in constant if c.reason not in STRUCTURAL] if untrained else []
-    if not untrained or not (artifacts or any(set(SCALE_FLAGS) & set(r.flags) for r in rows)):
-        return tuple(rows), ()
-    rows = [replace(r, flags=tuple(f for f in r.flags if f not in SCALE_FLAGS)) for r in rows]
-    note = (
-        f"{len(untrained)} BatchNormalization layers ({', '.join(untrained[:3])}"
-        f"{'...' if len(untrained) > 3 else ''}) hold their initial moving statistics "
-        "(mean 0, variance 1): the model was never trained, so in inference they do not "
-        "normalize and activations shrink or grow through depth in a way training never "
-        "sees. Dead / vanishing / exploding flags and outputs that stop varying for that "
-        "reason are left out; scan with --training to see what training sees"
+def training_mode_note(untrained: Sequence[str]) -> str:
+    """What every command says when it probed the model in training mode because of its
+    never-trained BatchNormalization layers (`untrained`)."""
+    more = "..." if len(untrained) > 3 else ""
+    return (
+        f"probed in training mode (batch statistics): {len(untrained)} BatchNormalization "
+        f"layers ({', '.join(untrained[:3])}{more}) hold their initial moving statistics, so "
+        "the model was never trained and inference does not normalize; training runs them "
+        "like this"
     )
-    return tuple(rows), (note,)
+
+
+def probe_in_training(model: KerasModel, training: bool, wrong: bool) -> str | None:
+    """The rule: the note to say when a probe of `model` in inference (`training` False) that
+    found something `wrong` must be made again in training mode, because its
+    BatchNormalization was never trained; None: keep what the probe found."""
+    if training or not wrong:
+        return None
+    untrained = untrained_batchnorm(model)
+    return training_mode_note(untrained) if untrained else None
+
+
+def scan_wrong(rows: Sequence[ScanRow], constant: Sequence[ConstantOutput] = ()) -> bool:
+    """Whether a scan found what a never-trained BatchNormalization makes in inference: a
+    magnitude flag (dead, vanishing, exploding), or an output that stops varying for a reason
+    other than the layer's own structure."""
+    flagged = any(set(SCALE_FLAGS) & set(r.flags) for r in rows)
+    return flagged or any(c.reason not in STRUCTURAL for c in constant)
+
+
+def in_training(session: Session) -> Session:
+    """The session in training mode (its diagnoser too)."""
+    from layergrad.diagnose.diagnoser import Diagnoser
+
+    options = replace(session.options, training=True)
+    diagnoser = Diagnoser(session.model, session.batch, session.info.graph, True, options.reduce)
+    return replace(session, options=options, diagnoser=diagnoser)

@@ -1,7 +1,8 @@
-"""Reports that show themselves in a notebook: `_repr_html_` on every report dataclass.
+"""Reports that show themselves: `_repr_html_` in a notebook, a short text for `print`.
 
-The HTML comes from the render stage, which sits above this one; the package installs the
-renderer when it is imported (`layergrad/__init__.py`), so no stage imports upwards.
+The HTML and the text come from the render stage, which sits above this one; the package
+installs the renderers when it is imported (`layergrad/__init__.py`), so no stage imports
+upwards.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 _html: list[Callable[[object], str]] = []
+_text: list[Callable[[object], str]] = []
 
 
 def install_html_renderer(render: Callable[[object], str]) -> None:
@@ -16,10 +18,28 @@ def install_html_renderer(render: Callable[[object], str]) -> None:
     _html[:] = [render]
 
 
+def install_text_renderer(render: Callable[[object], str]) -> None:
+    """Set the function that turns a report into its short text (`str`, `repr`)."""
+    _text[:] = [render]
+
+
 class NotebookDisplay:
-    """Mixin: Jupyter and IPython call `_repr_html_` to show a report as its HTML page."""
+    """Mixin: Jupyter and IPython call `_repr_html_` to show a report as its HTML page;
+    `print(report)` and the REPL show the first lines of its table (plain text, no colour),
+    not the fields of the dataclass (a subclass is declared with `repr=False`)."""
 
     __slots__ = ()
 
     def _repr_html_(self) -> str | None:
         return _html[0](self) if _html else None
+
+    def __str__(self) -> str:
+        if _text:
+            try:
+                return _text[0](self)
+            except Exception:  # showing a report must never raise
+                pass
+        return f"<{type(self).__name__}>"
+
+    def __repr__(self) -> str:
+        return str(self)

@@ -79,7 +79,7 @@ class TrainingFinding:
     message: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class FitReport(NotebookDisplay):
     """A whole monitored run: the loss of every step, the checkpoints, the findings.
 

@@ -36,6 +36,10 @@ MAX_GRAPH_CALLS = 1_000_000
 DEFAULT_MAX_MEMORY = 8 * GiB
 """Default budget for the probe's estimated memory; `--max-memory` raises it."""
 
+MAX_FORTRAN_BYTES = 512 * MiB
+"""Largest `--data` array saved in Fortran order read: its rows are not contiguous, so it is
+read whole and turned into row order (C order arrays are read a batch at a time)."""
+
 MAX_NPY_HEADER = 10_000
 """Largest `.npy` header read (numpy's own default for safe loading)."""
 

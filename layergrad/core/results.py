@@ -218,7 +218,7 @@ class ProbeMeta:
     drawn: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class InspectReport(NotebookDisplay):
     """Everything `layergrad inspect` found: one result per `--to` reference."""
 
@@ -263,7 +263,7 @@ class ScanRow:
     data: DataStats | None = None  # with --data
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ScanReport(NotebookDisplay):
     """Gradient of one target with respect to every layer's output, in execution order."""
 
@@ -369,7 +369,7 @@ class GradientNoise:
     batches: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class WeightScanReport(NotebookDisplay):
     """`scan --wrt weights`: the loss's gradient for every trainable variable."""
 

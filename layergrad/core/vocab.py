@@ -90,14 +90,6 @@ DEFAULT_FAIL_ON = (
     Finding.TARGET_MISMATCH,
     Finding.REGRESSION,
 )
-# Heuristic findings: reported as warnings (the file passes) unless `--fail-on` names them.
-WARNING_FINDINGS = (
-    Finding.VANISHING,
-    Finding.EXPLODING,
-    Finding.DEAD,
-    Finding.INPUT_RANGE,
-    Finding.LINEAR_STACK,
-)
 
 
 # What `layergrad fit` can find; `nonfinite` is shared with `check`.

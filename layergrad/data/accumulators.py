@@ -25,7 +25,7 @@ import numpy as np
 from layergrad.core.errors import InputError, describe
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.tf_types import Strategy, Tensor, TFModule, TFVariable
-from layergrad.data import aggregates as tt
+from layergrad.data import aggregates
 from layergrad.data.devices import is_multi_worker
 
 P = TypeVar("P")  # a JSON payload: dicts, lists, strings, numbers, None
@@ -51,14 +51,14 @@ class Accumulators:
                 if key == POSITION:
                     continue
                 self._add(tf, key, shape)
-                if key.rsplit("/", 1)[-1] in tt.NONFINITE_FIELD:  # one per row of the pack
+                if key.rsplit("/", 1)[-1] in aggregates.NONFINITE_FIELD:  # one per row of the pack
                     self._add(tf, f"{key}/first", shape[:-1])
             self.batches = self._variable(tf, np.zeros((), np.float64), "batches")
 
     def _add(self, tf: TFModule, key: str, shape: tuple[int, ...]) -> None:
-        kind = tt.kind_of(key)
+        kind = aggregates.kind_of(key)
         self.kinds[key] = kind
-        self.vars[key] = self._variable(tf, tt.initial(kind, shape), key)
+        self.vars[key] = self._variable(tf, aggregates.initial(kind, shape), key)
 
     @staticmethod
     def _variable(tf: TFModule, value: np.ndarray, name: str) -> TFVariable:
@@ -84,11 +84,13 @@ class Accumulators:
             if key == POSITION:
                 continue
             var, kind = self.vars[key], self.kinds[key]
-            if kind == tt.SUM:
+            if kind == aggregates.SUM:
                 var.assign_add(value)
             else:
-                var.assign((tf.maximum if kind == tt.MAX else tf.minimum)(var.read_value(), value))
-            field = tt.NONFINITE_FIELD.get(key.rsplit("/", 1)[-1])
+                var.assign(
+                    (tf.maximum if kind == aggregates.MAX else tf.minimum)(var.read_value(), value)
+                )
+            field = aggregates.NONFINITE_FIELD.get(key.rsplit("/", 1)[-1])
             if field is not None:
                 first = self.vars[f"{key}/first"]
                 inf = tf.constant(math.inf, tf.float64)
@@ -100,9 +102,9 @@ class Accumulators:
         """Every summary added up over batches and replicas (of every worker), as numpy."""
         if is_multi_worker(strategy):
             everyone = gather(strategy, lambda: {k: v.read_value() for k, v in self.vars.items()})
-            return {k: tt.combine(list(everyone[k]), self.kinds[k]) for k in self.vars}
+            return {k: aggregates.combine(list(everyone[k]), self.kinds[k]) for k in self.vars}
         return {
-            key: tt.combine(
+            key: aggregates.combine(
                 [np.asarray(v.numpy()) for v in strategy.experimental_local_results(var)],
                 self.kinds[key],
             )
@@ -138,7 +140,7 @@ def combine_workers(
 
     Example (not run)::
 
-        combined = combine_workers(strategy, {"dist": t.dist[:3]}, {"dist": tt.SUM})
+        combined = combine_workers(strategy, {"dist": t.dist[:3]}, {"dist": aggregates.SUM})
     """
     if not is_multi_worker(strategy):
         return values
@@ -148,12 +150,12 @@ def combine_workers(
     def mine() -> dict[str, Tensor]:  # one replica per worker gives the values, the others none
         first = tf.equal(tf.distribute.get_replica_context().replica_id_in_sync_group % local, 0)
         return {
-            k: tf.where(first, tf.constant(v, tf.float64), tt.initial(kinds[k], v.shape))
+            k: tf.where(first, tf.constant(v, tf.float64), aggregates.initial(kinds[k], v.shape))
             for k, v in values.items()
         }
 
     everyone = gather(strategy, mine)
-    return {k: tt.combine(list(everyone[k]), kinds[k]) for k in values}
+    return {k: aggregates.combine(list(everyone[k]), kinds[k]) for k in values}
 
 
 def gather_workers(strategy: Strategy, payload: P) -> list[P]:
@@ -211,7 +213,7 @@ def single_totals(summaries: dict[str, Tensor]) -> dict[str, np.ndarray]:
     non-finite batch where a non-finite value was counted."""
     out = {key: np.asarray(value.numpy()) for key, value in summaries.items()}
     for key in list(out):
-        field = tt.NONFINITE_FIELD.get(key.rsplit("/", 1)[-1])
+        field = aggregates.NONFINITE_FIELD.get(key.rsplit("/", 1)[-1])
         if field is not None:
             out[f"{key}/first"] = np.where(out[key][..., field] > 0, 0.0, math.inf)
     return out

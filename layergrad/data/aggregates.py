@@ -68,7 +68,7 @@ def first_batch(value: float) -> int | None:
 
 @dataclass(frozen=True)
 class GradientTotals:
-    """One gradient's summaries added up over every batch (see `summaries.gradient_summary`).
+    """One gradient's summaries added up over every batch (see `reductions.gradient_summary`).
 
     `fields` follow GRAD_FIELDS; `units` is [2, units]: the number of batches in which each
     unit was alive (non-zero or NaN somewhere), and its sum of |g|. `scale` multiplies the

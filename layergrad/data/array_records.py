@@ -51,11 +51,12 @@ def npy_batches(
     signature: tuple[TensorSpec, ...] = (),
     failure: Failure | None = None,
 ) -> tuple[Dataset, int, Part | None]:
-    """The rows of a `.npy` in batches: read in place, or, for text, a batch at a time in
-    Python (`signature` and `failure` are then those of the stream)."""
+    """The rows of a `.npy` in batches: read in place by tf.data, or, for text and for an
+    array saved in Fortran order (its rows not records), a batch at a time in Python by
+    `NpyRows` (`signature` and `failure` are then those of the stream)."""
     layout = npy_input_layout(path, specs)
     rows = layout.shape[0]
-    if layout.dtype.kind in TEXT:
+    if layout.dtype.kind in TEXT or layout.fortran:
 
         def read() -> Iterator[tuple[np.ndarray, ...]]:
             with open(path, "rb") as stream:

@@ -32,8 +32,9 @@ _FOUND: weakref.WeakKeyDictionary[KerasModel, dict[str, int | None]] = weakref.W
 
 
 def hidden_ids(model: KerasModel) -> dict[str, int | None]:
-    """Float inputs whose values the traced graph only uses as ids -> the exclusive bound of
-    valid ids (None: no table found). Empty when the model cannot be traced."""
+    """Float inputs whose values the traced graph only uses as ids, and integer inputs that
+    index a table -> the exclusive bound of valid ids (None: no table found). Empty when the
+    model cannot be traced."""
     if model not in _FOUND:
         try:
             _FOUND[model] = _trace(model)
@@ -61,6 +62,11 @@ def _trace(model: KerasModel) -> dict[str, int | None]:
     placeholders = graph.inputs[: len(tensors)]
     out: dict[str, int | None] = {}
     for tensor, placeholder in zip(tensors, placeholders, strict=True):
+        if placeholder.dtype.is_integer:  # ids already: which tables do they index?
+            found = _tables(placeholder)
+            if found is not None:
+                out[tensor.name] = min(found) if found else None
+            continue
         if not placeholder.dtype.is_floating:
             continue
         casts = _integer_casts(placeholder)
@@ -112,8 +118,8 @@ def _tables(ids: Tensor) -> list[int] | None:
                 if op.type == "OneHot":
                     sizes += _constant(op.inputs[1])
                 continue
-            if depth < SEARCH_DEPTH and op.name not in seen:
-                seen.add(op.name)
+            if depth < SEARCH_DEPTH and op.name not in seen and op.type not in VALUE_FREE:
+                seen.add(op.name)  # (the shape of the ids is no id: positions come from it)
                 todo.extend((o, depth + 1) for o in op.outputs if o.dtype.is_integer)
     return sizes if indexed else None
 

@@ -6,9 +6,9 @@ A float input whose every consumer is an `Embedding` or a lookup layer (`Integer
 in front of an `Embedding` is the standard Keras text classifier. Such an input is fed as
 int32 (the layers cast it to integers anyway, so the model computes the same thing) and is
 probed over its valid ids, as an integer input is. A consumer that is a nested model is
-looked into; a custom layer that holds one of those layers is decided from its traced graph
-(`id_trace.py`); anything else, and anything that cannot be decided, keeps the input a float
-input.
+looked into; a custom layer (its own class, or one holding an id layer) is decided from the
+traced graph (`id_trace.py`: the values are only cast to integers that index a table);
+anything else, and anything that cannot be decided, keeps the input a float input.
 
 A string input is probed with text drawn from the vocabulary of the layer that reads it
 (`TextVectorization`, `StringLookup`), read from the loaded layer (the `.keras` archive keeps
@@ -103,8 +103,8 @@ _DECIDED: weakref.WeakKeyDictionary[KerasModel, dict[str, str]] = weakref.WeakKe
 def id_inputs(model: KerasModel) -> dict[str, str]:
     """Float inputs that carry ids -> the layer that takes them (`Embedding 'embedding'`).
 
-    Decided once per model: from the consumers' classes, or, for a custom layer holding an id
-    layer, from the model's traced graph (`id_trace.hidden_ids`).
+    Decided once per model: from the consumers' classes, or, for a custom layer (or one holding
+    an id layer), from the model's traced graph (`id_trace.hidden_ids`).
     """
     if model in _DECIDED:
         return _DECIDED[model]
@@ -119,7 +119,7 @@ def id_inputs(model: KerasModel) -> dict[str, str]:
             continue
         if is_id_layer(layer):
             verdict.setdefault(name, f"{type(layer).__name__} {layer.name!r}")
-        elif any(is_id_layer(inner) for inner in _inner_layers(layer)):
+        elif _custom(layer) or any(is_id_layer(inner) for inner in _inner_layers(layer)):
             hidden.add(name)
             verdict.setdefault(name, f"{type(layer).__name__} {layer.name!r}")
         else:
@@ -134,6 +134,11 @@ def id_inputs(model: KerasModel) -> dict[str, str]:
     found = {n: v for n, v in verdict.items() if v is not None}
     _DECIDED[model] = found
     return found
+
+
+def _custom(layer: KerasLayer) -> bool:
+    """A layer class from outside Keras: what it does with its input only its graph shows."""
+    return not str(type(layer).__module__).startswith(("keras.", "tf_keras."))
 
 
 def _inner_layers(layer: KerasLayer) -> list[KerasLayer]:
@@ -151,11 +156,14 @@ def integer_ranges(model: KerasModel) -> dict[str, int]:
     ids: the smallest bound of the id layers that take it directly, else of the ids the traced
     graph gathers with (`id_trace`), so every id is valid everywhere."""
     bounds: dict[str, int] = {}
+    inside: set[str] = set()  # integer inputs that a custom layer holding an id layer takes
     for input_name, layer in input_consumers(model):
         size = id_bound(layer) if is_id_layer(layer) else None
         if size is not None:
             bounds[input_name] = min(size, bounds.get(input_name, size))
-    hidden = [n for n in id_inputs(model) if n not in bounds]
+        elif not is_id_layer(layer) and any(is_id_layer(i) for i in _inner_layers(layer)):
+            inside.add(input_name)
+    hidden = [n for n in {*id_inputs(model), *inside} if n not in bounds]
     if hidden:
         from layergrad.data.id_trace import hidden_ids
 

@@ -234,6 +234,13 @@ def _npz_labels(text: str, outputs: Sequence[str], strict: bool) -> list[InputSp
         raise InputError(
             f"--data {text} is not a readable .npz file ({exc}); write it with np.savez"
         ) from None
+    for name, rows in headers.items():
+        if rows.dtype.kind not in "biuf":  # strings, objects: no loss reads them
+            raise InputError(
+                f"--data {text}: the labels {name!r} are not numbers (dtype {rows.dtype}, shape "
+                f"{rows.shape}); save class ids or numeric targets, e.g. "
+                "`classes, y = np.unique(labels, return_inverse=True)`"
+            )
     return [InputSpec(n, tuple(r.shape[1:]), str(r.dtype)) for n, r in headers.items()]
 
 

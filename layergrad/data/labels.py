@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from layergrad.model.target_fit import LabelSummary
+from layergrad.model.target_fit import MAX_CLASSES, LabelSummary
 
 
 def label_keys(names: Sequence[str], keys: Sequence[str]) -> dict[str, str]:
@@ -52,6 +52,7 @@ class ClassPrior:
             else "binary" if "binary" in name
             else "rows"
         )  # fmt: skip
+        self.units = units
         size = {"sparse": units, "binary": 2}.get(self.kind, 0)
         self.counts = np.zeros(size, np.float64)
         self.seen = 0
@@ -63,19 +64,32 @@ class ClassPrior:
         if not self.kind or self.bad or not y.size:
             return
         if self.kind == "sparse":
-            ids = y.astype(np.int64).reshape(-1)
-            if ids.min() < 0:
+            flat = y.reshape(-1)
+            if y.dtype.kind not in "biuf" or not np.all(np.isfinite(flat)):
                 self.bad = True
                 return
+            ids = flat.astype(np.int64)
+            size = self.units or MAX_CLASSES
+            if ids.min() < 0 or ids.max() >= size or np.any(ids != flat):
+                self.bad = True  # (not class ids of this output: `target_fit` says so)
+                return
+            # counted within the units only: one huge id must not allocate its size
             found = np.bincount(ids, minlength=len(self.counts)).astype(np.float64)
             found[: len(self.counts)] += self.counts
             self.counts = found
+        elif y.dtype.kind not in "biuf":
+            self.bad = True
+            return
         elif self.kind == "binary":
-            if y.ndim > 1 and y.shape[-1] > 1:
+            if (y.ndim > 1 and y.shape[-1] > 1) or not np.all(np.isfinite(y)):
                 self.bad = True
                 return
             self.counts += [float(np.sum(y)), float(y.size - np.sum(y))]
-        else:
+        else:  # one-hot (or soft) rows, one per sample, as wide as the units
+            width = len(self.counts) or self.units
+            if y.ndim < 2 or (width and y.shape[-1] != width) or not np.all(np.isfinite(y)):
+                self.bad = True  # (not rows of this output: `target_fit` says so)
+                return
             rows = y.reshape(-1, y.shape[-1]).astype(np.float64)
             self.counts = rows.sum(axis=0) + (self.counts if len(self.counts) else 0)
         self.seen += int(y.shape[0]) if y.ndim else 1
@@ -89,3 +103,76 @@ class ClassPrior:
         p = p[p > 0]
         entropy = float(-(p * np.log(p)).sum())
         return entropy if entropy > 0 else None
+
+
+class TrivialLoss:
+    """The loss of a model that ignores its inputs and predicts the labels' prior, batch by
+    batch: the class frequencies' cross-entropy (`ClassPrior`), the targets' variance for
+    squared error (predicting their mean), their mean absolute deviation from the median
+    for absolute error (predicting the median; from the first `SAMPLE_VALUES` values)."""
+
+    SAMPLE_VALUES = 1_000_000
+
+    def __init__(self, loss: str, units: int = 0) -> None:
+        key = loss.lower().replace("_", "").replace(" ", "")
+        self.prior = ClassPrior(loss, units)
+        self.kind = (
+            "squared" if key in ("mse", "meansquarederror")
+            else "absolute" if key in ("mae", "meanabsoluteerror")
+            else ""
+        )  # fmt: skip
+        self.total: np.ndarray | None = None  # per column, float64
+        self.squares: np.ndarray | None = None
+        self.rows = 0
+        self.kept: list[np.ndarray] = []
+        self.kept_values = 0
+        self.bad = False
+
+    @property
+    def known(self) -> bool:
+        """Whether the loss has a trivial value here (a cross-entropy, mse or mae)."""
+        return bool(self.prior.kind or self.kind)
+
+    def add(self, y: np.ndarray) -> None:
+        """Take in one batch of labels."""
+        y = np.asarray(y)
+        if self.prior.kind:
+            self.prior.add(y)
+            return
+        if not self.kind or self.bad or not y.size:
+            return
+        if y.dtype.kind not in "biuf" or y.ndim == 0:
+            self.bad = True
+            return
+        rows = y.reshape(len(y), -1).astype(np.float64)
+        if not np.all(np.isfinite(rows)):
+            self.bad = True
+            return
+        if self.total is not None and self.total.shape != rows.shape[1:]:
+            self.bad = True
+            return
+        if self.kind == "squared":
+            self.total = rows.sum(axis=0) + (0 if self.total is None else self.total)
+            self.squares = (rows * rows).sum(axis=0) + (0 if self.squares is None else self.squares)
+        elif self.kept_values < self.SAMPLE_VALUES:
+            self.kept.append(rows)
+            self.kept_values += rows.size
+            self.total = np.zeros(rows.shape[1:])
+        self.rows += len(rows)
+
+    def value(self) -> float | None:
+        """The trivial loss (None: unknown, or 0: the labels never vary)."""
+        if self.prior.kind:
+            return self.prior.entropy()
+        if self.bad or not self.rows:
+            return None
+        if self.kind == "squared" and self.total is not None and self.squares is not None:
+            mean = self.total / self.rows
+            variance = np.maximum(self.squares / self.rows - mean * mean, 0.0)
+            found = float(np.mean(variance))
+        elif self.kept:
+            held = np.concatenate(self.kept)
+            found = float(np.mean(np.abs(held - np.median(held, axis=0))))
+        else:
+            return None
+        return found if found > 0 else None

@@ -63,7 +63,8 @@ def _spec(name: str, config: Mapping[str, object]) -> InputSpec | None:
     if not all(d is None or (type(d) is int and d >= 0) for d in shape):
         return None
     try:
-        np.dtype("float32" if dtype == "bfloat16" else dtype)
+        if dtype != "string":  # text: unicode or bytes arrays (`probe_input.check_fits`)
+            np.dtype("float32" if dtype == "bfloat16" else dtype)
     except TypeError:
         return None
     return InputSpec(name=name, shape=tuple(shape[1:]), dtype=dtype)

@@ -81,12 +81,3 @@ def round_robin(dataset: Dataset, shard: Shard, batch_size: int) -> Part:
         first_batch=worker,
         stride=workers,
     )
-
-
-def load_image(path: Tensor, size: tuple[int, int], channels: int) -> Tensor:
-    """One image as `image_dataset_from_directory` decodes it (bilinear resize, float32)."""
-    tf, _ = quiet_import()
-    image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
-    image = tf.image.resize(image, size, method="bilinear")
-    image.set_shape((*size, channels))
-    return image

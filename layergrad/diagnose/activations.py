@@ -5,18 +5,30 @@ from __future__ import annotations
 import numpy as np
 
 from layergrad.core.tf_types import KerasLayer
+from layergrad.model.head_forms import activation_named
 
 SATURATION_EPS = 1e-6  # a sigmoid / tanh output this close to its bound is pinned
 
 
 def activation_name(layer: KerasLayer) -> str | None:
-    """'relu', 'sigmoid', 'tanh', 'softmax' for layers that apply one, else None."""
+    """'relu', 'sigmoid', 'tanh', 'softmax' for layers that apply one, else None: an
+    activation layer (``ReLU``, ``Softmax``), or a layer's ``activation`` given by name, as a
+    function (``keras.activations.relu``, ``tf.nn.softmax``) or as a layer instance."""
     if layer is None:
         return None
     class_name = type(layer).__name__
     if class_name in ("ReLU", "Softmax"):
-        return class_name.lower()
-    name = getattr(getattr(layer, "activation", None), "__name__", None)
+        return _kept(activation_named(class_name))
+    function = getattr(layer, "activation", None)
+    if function is None:
+        return None
+    name = getattr(function, "__name__", None) or type(function).__name__
+    if class_name == "ReLU" or type(function).__name__ == "ReLU":
+        return "relu"
+    return _kept(activation_named(str(name)))
+
+
+def _kept(name: str) -> str | None:
     return name if name in ("relu", "sigmoid", "tanh", "softmax") else None
 
 

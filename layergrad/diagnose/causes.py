@@ -24,6 +24,7 @@ REASONS = {
     "dead": "its ReLU units output 0 for every sample",
     "zero_weights": "its weights are all zero, so it outputs its bias",
     "constant": "its output does not depend on the batch",
+    "float16_underflow": "it computes in float16, where outputs this small round to 0",
 }
 
 
@@ -223,7 +224,11 @@ _CONSTANT_FIX = {
     "layer (BatchNormalization / LayerNormalization) or scale down its weights",
     "dead": "check the bias and initialisation of the layer before it, or use LeakyReLU / GELU",
     "zero_weights": "initialise the weights (glorot_uniform / he_normal), not zeros",
-    "constant": "read the call() of this layer: its output should depend on its input",
+    "constant": "look at the weights of this layer and of the layers before it (`layergrad "
+    "layers MODEL` shows weight health); a custom layer's call() should compute its output from "
+    "its input",
+    "float16_underflow": "compute this layer in float32 (dtype='float32' on the layer under a "
+    "mixed_float16 policy), or scale its inputs or weights up",
 }
 
 

@@ -83,6 +83,12 @@ class Diagnoser:
                 causes.append(why.integer_path(act.site.ref, act.dtype))
                 break
         for key in path.blockers(lambda g: g is None, need_all=True):
+            inputs = path.inputs_of(key)
+            if inputs and not any(a.is_float for a in inputs):
+                # integer inputs (ids into an Embedding) have no gradient: the integer path is
+                # the cause, not the layer's own index ops (a comparison, a gather)
+                causes.append(why.integer_path(inputs[0].site.ref, inputs[0].dtype))
+                continue
             causes.extend(self._blocked_at(trace, path, key))
         return causes
 

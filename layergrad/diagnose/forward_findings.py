@@ -26,6 +26,7 @@ CONSTANT_RTOL = 1e-6  # spread across the batch below this (relative to the valu
 MIN_BATCH = 4  # fewer samples say too little: discrete layers often agree by chance
 SATURATED = 0.99  # this share of a sigmoid / tanh layer's outputs pinned: saturated
 UNSCALED = 10.0  # an input whose mean |x| is above this is not scaled (pixels 0-255, raw units)
+FLOAT16_NORMAL = 6.1e-5  # float16's smallest normal number: below it, values lose their digits
 PINNED = 0.5  # this share of the first activation's units dead or saturated: out of range
 
 
@@ -101,6 +102,8 @@ def reason(act: Activation, layers: Mapping[str, KerasLayer]) -> str:
     kernel = getattr(layer, "kernel", None)
     if kernel is not None and not np.any(np.asarray(kernel.numpy())):
         return "zero_weights"
+    if act.dtype == "float16" and value.size and np.all(np.abs(value) < FLOAT16_NORMAL):
+        return "float16_underflow"  # its sums are below what float16 holds: rounded to 0
     return "constant"
 
 

@@ -45,7 +45,7 @@ class RowDiff:
     why: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class DiffReport(NotebookDisplay):
     """A comparison of two scans made with the same probe, rows in the new scan's order."""
 

@@ -3,7 +3,7 @@
 As in `probe`, each chosen layer's `call` is wrapped, and a watched output is handed on
 through an identity whose gradient is the gradient with respect to that output (a fresh copy:
 paths around the layer do not count). Here the identity also *reduces* that gradient where
-the backward pass produces it (`summaries.gradient_summary`) and returns the result as the
+the backward pass produces it (`reductions.gradient_summary`) and returns the result as the
 gradient of a small "anchor" tensor. `tape.gradient(target, anchors)` therefore gives a few
 numbers per layer instead of whole arrays, and no gradient outlives its reduction. A None
 gradient still means that the tape found no path.
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.tf_types import GradientTape, KerasLayer, KerasModel, Tensor, TensorTree
-from layergrad.data import reductions as sm
+from layergrad.data import reductions
 from layergrad.engine.layer_calls import check_all_called, check_input_call
 from layergrad.model.layer_refs import Site, input_names
 
@@ -144,7 +144,7 @@ class Recorder:
     def _summarise_forward(self, name: str, tensor: Tensor) -> None:
         tf, _ = quiet_import()
         with self.tape.stop_recording():  # else the tape would keep |x| of every x
-            self.forward[name] = sm.shared(sm.forward_summary)(tensor)
+            self.forward[name] = reductions.shared(reductions.forward_summary)(tensor)
             if None in tuple(tensor.shape)[1:]:
                 self.open_dims[name] = tf.shape(tensor)[1:]
 
@@ -152,13 +152,13 @@ class Recorder:
         """Hand `tensor` on through an identity whose gradient is summarised into an anchor."""
         tf, _ = quiet_import()
         one_unit = self.plan.data
-        anchor = sm.anchor_for(tensor, one_unit)
+        anchor = reductions.anchor_for(tensor, one_unit)
         self.tape.watch(anchor)
 
         @tf.custom_gradient
         def watched(x: Tensor, _anchor: Tensor) -> Tensor:
             def grad(dy: Tensor) -> Tensor:
-                return dy, sm.shared(sm.gradient_summary)(dy, one_unit)
+                return dy, reductions.shared(reductions.gradient_summary)(dy, one_unit)
 
             return tf.identity(x), grad
 
@@ -167,7 +167,7 @@ class Recorder:
         if mask is not None:
             out._keras_mask = mask
         self.anchors[name] = anchor
-        self.widths[name] = sm.unit_width(tensor, one_unit)
+        self.widths[name] = reductions.unit_width(tensor, one_unit)
         return out
 
     def target_scalar(self, target: Site | None, outputs: TensorTree) -> Tensor:
@@ -197,7 +197,7 @@ class Recorder:
         # the mean over all samples is (sum / size per sample) / samples; the division by
         # the samples of the whole data set is applied to the totals (GradientTotals.scale)
         size = tf.cast(tf.size(tensor), tensor.dtype)
-        return tf.reduce_sum(tensor) * tf.cast(sm.samples_in(tensor), tensor.dtype) / size
+        return tf.reduce_sum(tensor) * tf.cast(reductions.samples_in(tensor), tensor.dtype) / size
 
 
 @contextlib.contextmanager

@@ -30,7 +30,7 @@ from layergrad.core.tf_types import (
     Strategy,
     Tensor,
 )
-from layergrad.data import reductions as sm
+from layergrad.data import reductions
 from layergrad.data.accumulators import POSITION, Accumulators, single_totals, summary_shapes
 from layergrad.data.aggregates import ForwardTotals, GradientTotals
 from layergrad.engine.capture import Plan, Record, Recorder, installed, is_float, key, recording
@@ -153,15 +153,17 @@ class Step:
                     layout.grads.append((t, name))
                     vectors.append(vector)
                     widths.append(rec.widths[name])
-        summaries = sm.pack_gradients(vectors, widths, self.plan.data) if vectors else {}
+        summaries = reductions.pack_gradients(vectors, widths, self.plan.data) if vectors else {}
         if rec.forward:
-            summaries["fwd"] = sm.pack_forward(list(rec.forward.values()))
+            summaries["fwd"] = reductions.pack_forward(list(rec.forward.values()))
         if rec.open_dims:
             summaries["dims"] = tf.cast(tf.concat(list(rec.open_dims.values()), 0), tf.float64)
-        summaries["samples"] = tf.reshape(tf.cast(sm.samples_in(inputs[0]), tf.float64), [1])
+        summaries["samples"] = tf.reshape(
+            tf.cast(reductions.samples_in(inputs[0]), tf.float64), [1]
+        )
         floats = [o for o in tf.nest.flatten(outputs) if is_float(o)]
         if not self.plan.data and floats:  # one batch: is an output the same for every sample?
-            summaries["spread"] = tf.stack([sm.output_spread(o) for o in floats])
+            summaries["spread"] = tf.stack([reductions.output_spread(o) for o in floats])
         self.layout = layout
         return summaries
 
@@ -236,7 +238,7 @@ def run_batch(model: KerasModel, plan: Plan, inputs: Sequence[np.ndarray]) -> St
     tensors = [tf.convert_to_tensor(a) for a in inputs]
     with step.installed():
         summaries = guarded(lambda: step.compute(tensors), "the probe batch")
-    samples = int(sm.samples_in(tensors[0])) if tensors else 0
+    samples = int(reductions.samples_in(tensors[0])) if tensors else 0
     return step.result(single_totals(summaries), samples, batches=1, replicas=1)
 
 

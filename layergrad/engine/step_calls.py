@@ -21,7 +21,7 @@ from layergrad.core.tf_types import (
     TensorTree,
     TFFunction,
 )
-from layergrad.data import aggregates as tt
+from layergrad.data import aggregates
 from layergrad.data.accumulators import Accumulators
 from layergrad.engine.layer_calls import model_args
 from layergrad.model.layer_refs import iter_layers
@@ -75,7 +75,7 @@ def masked(summaries: dict[str, Tensor], empty: Tensor) -> dict[str, Tensor]:
     tf, _ = quiet_import()
     out = {}
     for name, value in summaries.items():
-        identity = tf.constant(tt.initial(tt.kind_of(name), ()), tf.float64)
+        identity = tf.constant(aggregates.initial(aggregates.kind_of(name), ()), tf.float64)
         out[name] = tf.where(empty, tf.fill(tf.shape(value), identity), value)
     return out
 

@@ -65,6 +65,10 @@ def check_import_specs(specs: Sequence[str], find: bool = True) -> None:
                     f"--import {spec} is a directory; pass the .py file that defines the "
                     "layers, or the package's module name"
                 )
+            from layergrad.files.guards import require_regular
+
+            # a FIFO would block the import, a device never end it
+            require_regular(Path(spec), "a Python file", lambda m: UsageError(f"--import {m}"))
             continue
         parts = spec.split(".")
         if not spec or not all(p.isidentifier() for p in parts):
@@ -203,6 +207,11 @@ def _legacy_lambda(config: Mapping[str, object], allowed: tuple[str, ...]) -> st
     return None
 
 
+def _registered_name(name: str) -> bool:
+    parts = name.split(">")
+    return len(parts) == 2 and all(p.replace(".", "_").isidentifier() for p in parts)
+
+
 def _function(
     inner: object, module: object, registered: object, allowed: tuple[str, ...]
 ) -> str | None:
@@ -214,6 +223,10 @@ def _function(
     fn = inner if isinstance(inner, str) else repr(inner)
     if module == "builtins":
         if isinstance(inner, str) and inner.isidentifier() and inner not in _PYTHON_BUILTINS:
+            return None
+        if allowed and isinstance(inner, str) and _registered_name(inner):
+            # `package>name`: Keras finds it only among the objects a module registered (a
+            # module the user named with --import), never by importing anything
             return None
         return f"function reference {fn!r} names a Python builtin, not a Keras function"
     if isinstance(module, str) and _allowed_module(module, registered, allowed):

@@ -165,6 +165,25 @@ def recorded_probe(
             f"compares only with a run over the same data: `check --data {probe.source}`, or "
             f"diff it with `layergrad scan MODEL --data {probe.source} --json`"
         )
+    if probe.samples is not None and probe.shards:  # merged: its source is several files
+        shards = probe.source.split(" + ")
+        scans = " and ".join(
+            f"`layergrad scan MODEL --data {shard} --json > new{i}.json`"
+            for i, shard in enumerate(shards[:2])
+        ) + (" (and so on for each shard)" if len(shards) > 2 else "")
+        news = " ".join(f"new{i}.json" for i in range(min(len(shards), 2)))
+        raise InputError(
+            f"{where} was merged from {probe.shards} shards of --data ({probe.source}), so it "
+            f"compares only with a merge over the same shards: {scans} (with the options of "
+            f"the shards' scans), `layergrad merge {news}{' ...' if len(shards) > 2 else ''} "
+            f"--json > new.json`, then `layergrad diff {where.split()[-1]} new.json`"
+        )
+    if probe.samples is not None:  # over --data without one file's hash (a data function)
+        raise InputError(
+            f"{where} was made over --data {probe.source} ({probe.samples} samples), so it "
+            f"compares only with a run over the same data: diff it with `layergrad scan MODEL "
+            f"--data {probe.source} --json`"
+        )
     if probe.source == "random" and input_file is not None:
         raise InputError(
             f"{where} was probed with a random batch (seed {probe.seed}), but --input "

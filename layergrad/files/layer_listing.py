@@ -69,7 +69,7 @@ class ModelInput:
     dtype: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class LayerListing(NotebookDisplay):
     """Everything `layergrad layers` shows about one model file."""
 

@@ -20,6 +20,7 @@ from typing import IO
 import numpy as np
 
 from layergrad.core.errors import InputError
+from layergrad.core.limits import MAX_FORTRAN_BYTES, human
 from layergrad.files.array_files import read_header
 
 
@@ -32,9 +33,12 @@ class NpyRows:
         size: the bytes the stream holds from its start (the file's or the member's size);
             without it a short stream is found when its rows are read.
 
+    An array saved in Fortran order (its rows are not contiguous) is read whole at the
+    first `read`, up to `MAX_FORTRAN_BYTES`, and served in row order from memory.
+
     Raises:
-        InputError: what `array_files.read_header` refuses, Fortran order (rows are not
-        contiguous), or a 0-d array (no rows).
+        InputError: what `array_files.read_header` refuses, a Fortran-order array over
+        `MAX_FORTRAN_BYTES`, or a 0-d array (no rows).
 
     Example (not run)::
 
@@ -49,15 +53,19 @@ class NpyRows:
             raise InputError(
                 f"--data {label} is a single value (shape ()); expected rows = samples"
             )
-        if header.fortran_order and len(header.shape) > 1:
-            raise InputError(
-                f"--data {label} is saved in Fortran order, so its rows cannot be read one "
-                "batch at a time; save np.ascontiguousarray(array) instead"
-            )
         self.shape: tuple[int, ...] = header.shape
         self.dtype = header.dtype
         self.row_bytes = self.dtype.itemsize * math.prod(self.shape[1:])
         self.rows_left = self.shape[0]
+        self.fortran = bool(header.fortran_order) and len(header.shape) > 1
+        self._whole: np.ndarray | None = None  # a Fortran-order array, in row order
+        if self.fortran and self.rows * self.row_bytes > MAX_FORTRAN_BYTES:
+            raise InputError(
+                f"--data {label} is saved in Fortran order and holds "
+                f"{human(self.rows * self.row_bytes)}: its rows are not contiguous, so it is "
+                f"read whole, up to {human(MAX_FORTRAN_BYTES)}; save "
+                "np.ascontiguousarray(array) instead"
+            )
 
     @property
     def rows(self) -> int:
@@ -67,7 +75,20 @@ class NpyRows:
     def read(self, n: int) -> np.ndarray:
         """The next `min(n, rows left)` rows; an empty array at the end."""
         n = min(n, self.rows_left)
-        want = n * self.row_bytes
+        if self.fortran:
+            if self._whole is None:
+                flat = self._take(self.rows * self.row_bytes)
+                data = np.frombuffer(flat, dtype=self.dtype).reshape(self.shape, order="F")
+                self._whole = np.ascontiguousarray(data)
+            start = self.rows - self.rows_left
+            self.rows_left -= n
+            return self._whole[start : start + n]
+        raw = self._take(n * self.row_bytes)
+        self.rows_left -= n
+        return np.frombuffer(raw, dtype=self.dtype).reshape((n, *self.shape[1:]))
+
+    def _take(self, want: int) -> bytes:
+        """The next `want` bytes of the stream (refused when it ends before them)."""
         chunks, got = [], 0
         while got < want:  # a zip member may return less than asked
             chunk = self.stream.read(want - got)
@@ -75,14 +96,16 @@ class NpyRows:
                 raise InputError(
                     f"--data {self.label} is truncated: its header declares {self.rows} rows "
                     f"of shape {self.shape[1:]}, but the data ends after "
-                    f"{self.rows - self.rows_left + got // max(self.row_bytes, 1)} rows; "
-                    "write it again"
+                    f"{self._rows_held(got)} rows; write it again"
                 )
             chunks.append(chunk)
             got += len(chunk)
-        self.rows_left -= n
-        data = b"".join(chunks) if len(chunks) != 1 else chunks[0]
-        return np.frombuffer(data, dtype=self.dtype).reshape((n, *self.shape[1:]))
+        return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+
+    def _rows_held(self, got: int) -> int:
+        if self.fortran:  # column after column: no whole row before the end
+            return 0
+        return self.rows - self.rows_left + got // max(self.row_bytes, 1)
 
 
 def npz_members(archive: zipfile.ZipFile, path: str) -> dict[str, str]:
@@ -112,6 +135,7 @@ class NpyLayout:
     dtype: np.dtype
     offset: int  # bytes before the first row
     footer: int  # bytes after the last row (the rest of a .npz)
+    fortran: bool = False  # saved in Fortran order: its rows are not records
 
     @property
     def row_bytes(self) -> int:
@@ -147,7 +171,8 @@ def npz_layouts(
             raw.seek(info.header_offset + 30 + name_len + extra_len)
             # the member's own size: a header that declares more rows than it holds is refused
             rows = NpyRows(raw, f"{path} array {name!r}", info.compress_size)
-            out[name] = _layout(path, rows, raw.tell(), label=f"{path} array {name!r}")
+            layout = _layout(path, rows, raw.tell(), label=f"{path} array {name!r}")
+            out[name] = None if rows.fortran else layout  # read by NpyRows, not as records
     return out
 
 
@@ -159,4 +184,4 @@ def _layout(path: str, rows: NpyRows, offset: int, label: str) -> NpyLayout:
             f"--data {label} is truncated: its header declares {rows.rows} rows of shape "
             f"{rows.shape[1:]}, but the file ends before them; write it again"
         )
-    return NpyLayout(path, rows.shape, rows.dtype, offset, size - end)
+    return NpyLayout(path, rows.shape, rows.dtype, offset, size - end, rows.fortran)

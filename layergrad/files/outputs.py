@@ -23,7 +23,7 @@ import contextlib
 import os
 import secrets
 import zipfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -297,17 +297,6 @@ def _atomic_write(p: Path, option: str, write: Callable[[IO[bytes]], object]) ->
     finally:
         with contextlib.suppress(FileNotFoundError):
             temp.unlink()
-
-
-def protected_inputs(*groups: Sequence[str | None] | str | None) -> list[str]:
-    """The files a run reads, flattened: model paths, the `--input` file, `--import` paths."""
-    out: list[str] = []
-    for group in groups:
-        if isinstance(group, str):
-            out.append(group)
-        elif group:
-            out.extend(g for g in group if g)
-    return out
 
 
 def data_inputs(data: str | os.PathLike[str] | None) -> list[str]:

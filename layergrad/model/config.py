@@ -48,11 +48,6 @@ def layer_name(cfg: Mapping[str, object]) -> str:
     return str(name or cfg.get("class_name", "layer"))
 
 
-def is_ref(obj: object) -> bool:
-    """Whether ``obj`` is a ``[name, node, tensor(, kwargs)]`` reference."""
-    return as_ref(obj) is not None
-
-
 def as_ref(obj: object) -> Ref | None:
     """The (name, node, tensor) of a ``[name, node, tensor(, kwargs)]`` reference, else None."""
     if not isinstance(obj, list) or len(obj) not in (3, 4):

@@ -76,6 +76,14 @@ def activation_from(value: object) -> str:
     return UNKNOWN
 
 
+def activation_named(name: str) -> str:
+    """The canonical activation a function's name (``softmax_v2``, ``leaky_relu``) or an
+    activation layer's class (``ReLU``, ``Softmax``) stands for; "unknown" for others."""
+    if name in _LAYERS or name == "ReLU":
+        return _layer_activation(name, {}, None)
+    return _by_name(name)
+
+
 def _by_name(name: str) -> str:
     key = name.strip().lower().replace("_", "").removesuffix("v2")
     if ">" in name:  # a registered custom function
@@ -189,7 +197,7 @@ def _head(graph: ModelGraph, name: str) -> Head:
             if "Dropout" in feeding.class_name:  # Dense -> Dropout -> Softmax: dropped logits
                 dropout = dropout or feeding.path
     return Head(name, entry.path, activation, units, dropout, before, before_layer,
-                entry.class_name)  # fmt: skip
+                entry.class_name.split(">")[-1])  # fmt: skip
 
 
 def _has_own_weights(entry: LayerEntry) -> bool:

@@ -13,8 +13,9 @@ Two rules, read from the config:
   middle is a bottleneck on purpose (an autoencoder's code, MobileNetV2's linear
   bottlenecks, a low-rank factorisation) and is left alone, and so are an Embedding (a table,
   not a map), a depthwise convolution (a spatial filter meant for the pointwise one after
-  it), joins (a residual add mixes in another path) and layers several others read
-  (attention's query / key / value projections of one input).
+  it), a transposed convolution (a learned upsampling), joins (a residual add mixes in
+  another path) and layers several others read (attention's query / key / value projections
+  of one input).
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ THROUGH = frozenset(
 )  # fmt: skip
 JOINS = frozenset({"Add", "Subtract", "Average", "Concatenate"})
 _EXCLUDED_FIRST = ("DepthwiseConv1D", "DepthwiseConv2D")
+# a transposed convolution without activation is a learned upsampling, as linear by design as
+# the `UpSampling2D` it replaces
+_UPSAMPLING = ("Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose")
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,9 @@ def redundant_pairs(graph: ModelGraph) -> list[LinearStack]:
             consumers.setdefault(src, []).append(entry.path)
     found = []
     for entry in graph.layers:
-        if not _is_weighted(entry) or not _linear(entry) or entry.class_name in _EXCLUDED_FIRST:
+        if not _is_weighted(entry) or not _linear(entry):
+            continue
+        if entry.class_name in _EXCLUDED_FIRST + _UPSAMPLING:
             continue
         second = _next_weighted(graph, entry, consumers)
         if second is None or second.class_name in _EXCLUDED_FIRST:

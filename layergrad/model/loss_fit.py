@@ -17,6 +17,10 @@ from layergrad.model.loss_forms import REGRESSION_LOSSES, per_output, unknown_lo
 from layergrad.model.observed_heads import Observed
 
 CROSSENTROPY = ("binary", "categorical")  # losses that read probabilities (or logits)
+# activations whose outputs can be negative
+NEGATIVE = frozenset({"linear", "tanh", "leaky_relu", "elu", "selu", "softsign", "prelu",
+                      "log_softmax", "log_sigmoid", "hard_tanh", "celu", "tanh_shrink",
+                      "soft_shrink", "hard_shrink"})  # fmt: skip
 PROBABILITIES = ("softmax", "sigmoid", "hard_sigmoid", "sparsemax", "sparse_sigmoid")
 # activations whose outputs leave [0, 1]: never probabilities
 NOT_PROBABILITIES = frozenset(
@@ -51,6 +55,7 @@ class LossReading:
     unknown_losses: tuple[str, ...] = ()
     unread: tuple[Head, ...] = ()
     judged: int = 0  # outputs whose loss the rules know
+    observed: tuple[Head, ...] = ()  # heads judged on their outputs on the probe
 
 
 def mismatches(
@@ -89,7 +94,7 @@ def read_file(
         if problem is not None:
             found.append(problem)
     stacks: list[Mismatch] = []
-    linear = _linear_network(graph, judged, specs)
+    linear = _linear_network(graph, judged, specs) if all(h.known for h in heads) else None
     if linear is not None and linear[1] and not found:
         found.append(linear[0])
     elif linear is not None and not linear[1]:
@@ -98,7 +103,8 @@ def read_file(
         stacks += [_pair(p) for p in redundant_pairs(graph)]
     unread = tuple(h for h in judged if not h.known)
     known = sum(spec is not None for spec in specs)
-    return LossReading(tuple(found), tuple(stacks), unknown, unread, known)
+    looked = tuple(h for h in judged if h.observed is not None)
+    return LossReading(tuple(found), tuple(stacks), unknown, unread, known, looked)
 
 
 def _as_observed(head: Head, seen: Observed | None) -> Head:
@@ -145,6 +151,18 @@ def _judge(head: Head, loss: str, from_logits: bool) -> Mismatch | None:
             f"[1e-7, 1 - 1e-7]: a {act} head's outputs outside that range get no gradient",
             f"from_logits=True in the loss (e.g. keras.losses.{_class_name(loss)}"
             "(from_logits=True)), or a softmax / sigmoid on the head",
+        )
+    if loss == "kl_divergence" and act in NOT_PROBABILITIES:
+        return say(
+            "KL divergence reads the outputs as a distribution and clips them to [1e-7, 1]: "
+            f"a {act} head's outputs outside that range get no gradient",
+            "a softmax on the head (the targets are distributions)",
+        )
+    if loss == "poisson" and act in NEGATIVE:
+        return say(
+            f"the Poisson loss takes the log of the predicted rate, but a {act} head's "
+            "outputs go negative (log of a negative number: NaN)",
+            "activation='exponential' or 'softplus' on the head (a positive rate)",
         )
     if (
         loss in ("mean_squared_error", "mean_absolute_error")

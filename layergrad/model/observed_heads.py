@@ -15,8 +15,11 @@ MIN_VALUES = 4  # fewer values say too little about a range
 
 @dataclass(frozen=True)
 class Observed:
-    """The kind of values one output produced (`kind`: softmax, sigmoid, relu or linear, the
-    activation that produces such values) and their range."""
+    """The kind of values one output produced and their range. `kind` is what the loss rules
+    judge: "softmax" (rows that sum to one: no linear head does that by chance), "relu" and
+    "linear" (values outside [0, 1]: certainly not probabilities), or "unit_range" (values in
+    [0, 1]: a sigmoid, or a linear head whose few outputs happen to fall there; no rule fails
+    on it)."""
 
     kind: str
     low: float
@@ -27,11 +30,13 @@ class Observed:
         """In words, for the messages: what the file does not say and what the probe saw."""
         seen = {
             "softmax": "sum to 1 per sample, like a softmax",
-            "sigmoid": "lie in [0, 1], like a sigmoid",
+            "unit_range": "lie in [0, 1], like a sigmoid",
             "relu": "are non-negative and reach above 1, like a ReLU",
             "linear": "take either sign, like a linear layer",
         }[self.kind]
         who = f"custom layer {self.layer_class}" if self.layer_class else "a layer"
+        if self.layer_class in ("Lambda", "TFOpLambda"):
+            who = "Lambda layer"
         return (
             f"{who} that does not say its activation; on the probe its outputs "
             f"{seen} ({self.low:.3g} to {self.high:.3g})"
@@ -53,5 +58,5 @@ def observe(values: np.ndarray, layer_class: str = "") -> Observed | None:
     elif v.ndim >= 2 and v.shape[-1] > 1 and np.all(np.abs(v.sum(axis=-1) - 1) <= SUM_TOLERANCE):
         kind = "softmax"
     else:
-        kind = "sigmoid"
+        kind = "unit_range"
     return Observed(kind, low, high, layer_class)

@@ -9,7 +9,7 @@ a one-hot loss, one-hot rows with the sparse loss, class ids beyond the number o
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,18 +41,29 @@ class LabelSummary:
     one_hot: bool = True  # every row is 0/1 with exactly one 1 (and width > 1)
     finite: bool = True
     values: set[float] = field(default_factory=set)  # distinct values, up to MAX_CLASSES + 1
+    nonfinite: int = 0  # NaN/Inf label values
+    text: str = ""  # the dtype of labels that are not numbers (strings, objects)
+    shape: tuple[int, ...] = ()  # one sample's label shape (the last batch's)
+    output_rank: int | None = None  # the output's rank without the batch axis, when known
 
     def add(self, labels: np.ndarray, output_rank: int | None = None) -> None:
         """Take in one batch of labels (batch axis first)."""
         y = np.asarray(labels)
-        if y.size == 0 or y.dtype.kind not in "biuf":
+        self.output_rank = output_rank if output_rank is not None else self.output_rank
+        if y.size and y.dtype.kind not in "biuf":
+            self.text = self.text or str(y.dtype)
+            self.count += int(y.shape[0]) if y.ndim else 1
+            return
+        if y.size == 0:
             return
         y = y.astype(np.float64)
         sample = y.shape[1:]
+        self.shape = tuple(int(d) for d in sample)
         rank = output_rank if output_rank is not None else len(sample)
         self.width = int(sample[-1]) if sample and len(sample) >= rank and rank else 1
         finite = y[np.isfinite(y)]
         self.finite &= finite.size == y.size
+        self.nonfinite += int(y.size - finite.size)
         self.count += int(y.shape[0])
         if not finite.size:
             return
@@ -79,6 +90,8 @@ class LabelSummary:
         """What the labels hold, in words."""
         if not self.count:
             return "no labels"
+        if self.text:
+            return f"not numbers (dtype {self.text})"
         if self.one_hot:
             return f"one-hot rows of width {self.width}"
         span = f"{_num(self.low)} to {_num(self.high)}"
@@ -86,7 +99,8 @@ class LabelSummary:
             return f"integer class ids {span} ({self.classes} distinct)"
         kind = "integer" if self.integers else "real"
         width = f", width {self.width}" if self.width > 1 else ""
-        return f"{kind} values {span}{width}"
+        bad = f", {self.nonfinite:,} NaN/Inf" if self.nonfinite else ""
+        return f"{kind} values {span}{width}{bad}"
 
 
 @dataclass(frozen=True)
@@ -113,7 +127,7 @@ def target_mismatches(
     found = []
     for head, spec in zip(heads, losses, strict=True):
         summary = labels.get(head.name)
-        if summary is None or not summary.count or not summary.finite:
+        if summary is None or not summary.count:
             continue
         problem = _judge(head, spec, summary)
         if problem is not None:
@@ -135,12 +149,15 @@ def _judge(head: Head, spec: tuple[str, bool] | None, y: LabelSummary) -> Target
                               f"{message}", hint)  # fmt: skip
 
     ids = y.integers and y.width == 1 and y.low >= 0
-    if sparse and y.one_hot:
+    if sparse and y.one_hot and y.finite:
         return say(
             "sparse categorical cross-entropy reads one class id per sample, not one-hot rows",
             "categorical_crossentropy for one-hot labels, or pass the class ids "
             "(np.argmax(y, axis=-1)) with the sparse loss",
         )
+    problem = _values(say, y, sparse, units)
+    if problem is not None:
+        return problem
     if one_hot_loss and ids and (units or 0) > 1:
         return say(
             f"{loss} compares one-hot rows with the {units} outputs, but the labels are class ids",
@@ -148,10 +165,14 @@ def _judge(head: Head, spec: tuple[str, bool] | None, y: LabelSummary) -> Target
             "(keras.utils.to_categorical(y, num_classes))",
         )
     if sparse and y.integers and units and (y.high >= units or y.low < 0):
+        wider = (
+            f"Dense({int(y.high) + 1}) on the head (one unit per class), or "
+            if (y.low >= 0 and y.high < MAX_CLASSES)
+            else ""
+        )
         return say(
             f"class ids must lie in 0 to {units - 1} for {units} units",
-            f"Dense({int(y.high) + 1}) on the head (one unit per class), or relabel the classes "
-            f"0 to {units - 1}",
+            f"{wider}relabel the classes 0 to {units - 1}",
         )
     if not sparse and units and units > 1 and y.width == 1 and spec is not None:
         return say(
@@ -191,6 +212,50 @@ def _judge(head: Head, spec: tuple[str, bool] | None, y: LabelSummary) -> Target
             f"targets into the {act}'s range",
         )
     return None
+
+
+def _values(
+    say: Callable[[str, str], TargetMismatch], y: LabelSummary, sparse: bool, units: int | None
+) -> TargetMismatch | None:
+    """Labels no loss can train on (not numbers, NaN/Inf), and what a sparse loss cannot
+    read as class ids (a rank beyond the output's, fractions, negative ids; ids beyond the
+    units are `_judge`'s)."""
+    if y.text:
+        return say(
+            "a loss needs numbers",
+            "map the labels to class ids first, e.g. "
+            "`classes, y = np.unique(labels, return_inverse=True)`",
+        )
+    if not y.finite:
+        return say(
+            f"{y.nonfinite:,} label value{'s' if y.nonfinite != 1 else ''} NaN or Inf, and one "
+            "makes the loss NaN",
+            "drop or fill the samples whose labels are NaN/Inf",
+        )
+    if not sparse:
+        return None
+    rank = y.output_rank
+    trailing_one = rank is not None and len(y.shape) == rank and y.shape[-1:] == (1,)
+    if rank is not None and rank >= 1 and len(y.shape) > rank - 1 and not trailing_one:
+        return say(
+            f"sparse categorical cross-entropy reads one class id per sample (labels of "
+            f"shape {_shape(y.shape[: rank - 1])} per sample), but each sample's labels "
+            f"have shape {_shape(y.shape)}",
+            "one class id per sample (np.argmax(y, axis=-1) of one-hot rows), or "
+            "categorical_crossentropy for rows",
+        )
+    if not y.integers:
+        return say(
+            "class ids must be whole numbers (a fraction would be cut to the id below it)",
+            "pass integer class ids, or a regression loss (mse) for real-valued targets",
+        )
+    if y.low < 0:
+        return say("class ids must be 0 or more", "relabel the classes from 0")
+    return None
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def _units(units: int | None) -> str:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.measure import Measurement
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -92,21 +93,6 @@ class Column:
     drop: int = 0
 
 
-def fitted_table(
-    columns: Sequence[Column],
-    rows: Sequence[Sequence[RenderableType]],
-    width: int | None,
-    *,
-    compact: bool = False,
-) -> Table:
-    """A table of `rows` that fits `width`: drop optional columns first, then wrap names.
-
-    Numbers and words are never cut or wrapped; layer names wrap as a last resort. `compact`
-    collapses the padding between columns.
-    """
-    return fit_table(columns, rows, width, compact=compact)[0]
-
-
 def fit_table(
     columns: Sequence[Column],
     rows: Sequence[Sequence[RenderableType]],
@@ -114,7 +100,12 @@ def fit_table(
     *,
     compact: bool = False,
 ) -> tuple[Table, tuple[str, ...]]:
-    """`fitted_table`, and the headers of the columns it dropped to fit (in table order)."""
+    """A table of `rows` that fits `width`, and the headers of the columns it dropped to fit
+    (in table order): optional columns go first, then names wrap.
+
+    Numbers and words are never cut or wrapped; layer names wrap as a last resort. `compact`
+    collapses the padding between columns.
+    """
     keep = list(range(len(columns)))
 
     def build() -> Table:
@@ -200,6 +191,26 @@ def ranked_units_table(
     return Group(Text(title, style="bold"), table)
 
 
+BAR_DECADES = 6  # a log10 bar spans at least this many decades below the top one
+
+
+def log_scale(logs: Sequence[float]) -> tuple[float, float] | None:
+    """The (bottom, top) of the log10 bars of `logs`: from the whole decade at or above the
+    largest down at least BAR_DECADES, and below the smallest. Fixed decades, not the rows'
+    min and max, so equal values get equal bars and a small spread gives no long bars."""
+    finite = [v for v in logs if math.isfinite(v)]
+    if not finite:
+        return None
+    top = math.ceil(max(finite) + 1e-9)
+    return min(math.floor(min(finite)), top - BAR_DECADES), float(top)
+
+
+def bar_blocks(log_value: float, scale: tuple[float, float], width: int) -> int:
+    """How many of `width` blocks a log10 value fills on `scale` (at least 1)."""
+    lo, hi = scale
+    return max(1, min(width, round(width * (log_value - lo) / (hi - lo))))
+
+
 def shape_text(shape: Iterable[int]) -> str:
     """`(8, 4)`."""
     return "(" + ", ".join(str(d) for d in shape) + ")"
@@ -227,15 +238,16 @@ def model_header(m: ModelMeta, p: ProbeMeta, what: str) -> Text:
     )
 
 
-def causes_lines(causes: Iterable[Cause]) -> list[Text]:
-    """Numbered causes, each with its evidence and a `fix:` line."""
-    lines = []
+def causes_lines(causes: Iterable[Cause]) -> list[RenderableType]:
+    """Numbered causes, each with its evidence and a `fix:` line (indented, wrapped lines
+    too)."""
+    lines: list[RenderableType] = []
     for rank, cause in enumerate(causes, 1):
         where = f" at {cause.layer}" if cause.layer else ""
         op = f" (op {cause.op})" if cause.op else ""
         head = (f"{rank}. {cause.code}", "bold")
         lines.append(Text.assemble(head, f"{where}{op}: {cause.message}"))
-        lines.append(Text(f"   fix: {cause.hint}", style="cyan"))
+        lines.append(Padding(Text(f"fix: {cause.hint}", style="cyan"), (0, 0, 0, 3), expand=False))
     return lines
 
 

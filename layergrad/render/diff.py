@@ -23,7 +23,7 @@ from layergrad.render.common import (
     STATUS_STYLE,
     Column,
     _finite_or_null,
-    fitted_table,
+    fit_table,
     json_document,
     md_code,
     md_table,
@@ -89,7 +89,7 @@ def _cut_line(cut: int) -> str:
 def _table(report: DiffReport, rows: list[RowDiff], width: int | None) -> Table:
     """The rows' table; the why sentences wrap before layer names do (down to MIN_WHY)."""
     columns = (COLUMNS[0], replace(COLUMNS[1], header=row_word(report)), *COLUMNS[2:])
-    table = fitted_table(columns, [_cells(r) for r in rows], width)
+    table = fit_table(columns, [_cells(r) for r in rows], width)[0]
     excess = 0 if width is None else natural_width(table) - width
     if excess > 0:
         why = table.columns[-1]

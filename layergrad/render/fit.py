@@ -16,7 +16,7 @@ from rich.text import Text
 from layergrad.core.fit_results import SCHEMA, Checkpoint, FitReport, LayerStats
 from layergrad.render.common import (
     Column,
-    fitted_table,
+    fit_table,
     json_document,
     md_code,
     md_table,
@@ -60,16 +60,19 @@ def _facts(report: FitReport) -> list[tuple[str, str]]:
     facts = [("model", f"{report.path or report.model} ({report.model_class})")]
     if report.data:
         facts.append(("data", report.data))
+    started = report.stopped != "target_mismatch"
     facts += [
         (
             "training",
             f"{_count(report.steps, 'step')} in {_count(report.epochs, 'epoch')}, "
-            f"checkpoint every {_count(report.every, 'step')}",
+            f"checkpoint every {_count(report.every, 'step')}"
+            if started
+            else "not started: the labels do not fit the outputs (before the first step)",
         ),
         ("loss", report.loss_name or "-"),
         ("optimizer", f"{report.optimizer}, learning rate {lr}"),
     ]
-    if report.stopped:
+    if report.stopped and started:
         facts.append(("stopped", f"early, on {report.stopped}"))
     return facts
 
@@ -99,7 +102,7 @@ def table(report: FitReport, *, color: bool = False, width: int | None = 100) ->
     last = _last(report)
     if last is not None:
         items.append(Text(f"\nlayers at step {last.step} (loss {_text(last.loss)}):"))
-        items.append(fitted_table(COLUMNS, [_cells(r) for r in last.layers], width))
+        items.append(fit_table(COLUMNS, [_cells(r) for r in last.layers], width)[0])
     items.append(Text(verdict_line(report), style="bold red" if report.findings else "green"))
     for f in report.findings:
         where = f" at {f.layer}" if f.layer else ""
@@ -147,6 +150,7 @@ def _checkpoint_json(c: Checkpoint) -> dict[str, object]:
                 "grad_l2": _num(r.grad_l2),
                 "weight_l2": _num(r.weight_l2),
                 "dead_fraction": _num(r.dead_fraction),
+                "constant_fraction": _num(r.constant_fraction),
                 "nonfinite_gradient": r.nonfinite_gradient,
                 "nonfinite_activation": r.nonfinite_activation,
             }

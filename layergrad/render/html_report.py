@@ -22,8 +22,8 @@ from layergrad.core.results import (
     ScanRow,
 )
 from layergrad.render import chart_files, plot
+from layergrad.render.common import log_scale, shape_text, target_text
 from layergrad.render.common import number as fmt
-from layergrad.render.common import shape_text, target_text
 from layergrad.render.html_page import (
     Html,
     badge,
@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 
 STATUS_KIND = {"ok": "ok", "none": "bad", "nonfinite": "bad", "zero": "warn", "integer": "muted"}
 SEVERE_FLAGS = ("blocked", "nonfinite")
+# the page scrolls: a long scan's chart grows in height, one column of rows at the labels'
+# own size, instead of wrapping into columns that a browser shrinks to fit its width
+PAGE_ROWS_PER_COLUMN = 400
 CHART_SCALE = 1.25  # inline charts are drawn up to this times their size in a paper figure
 
 
@@ -80,7 +83,10 @@ def scan_html(report: ScanReport) -> str:
     body += [el("p", "note: ", note, class_="note") for note in report.notes]
     body += [
         el("h2", "Gradient flow"),
-        _chart(plot.scan_figure(report), "gradient-flow profile"),
+        _chart(
+            plot.scan_figure(report, rows_per_column=PAGE_ROWS_PER_COLUMN),
+            "gradient-flow profile",
+        ),
         el("h2", f"Layers ({len(report.rows)}, in execution order)"),
         _scan_table(report.rows),
     ]
@@ -122,8 +128,7 @@ def _chart(fig: Figure, label: str) -> Html:
 
 
 def status_badge(status: str) -> Html:
-    word = "not differentiable" if status == "integer" else status
-    return badge(word, STATUS_KIND.get(status, "muted"))
+    return badge(status, STATUS_KIND.get(status, "muted"))
 
 
 def number_cell(value: float | None) -> Html:
@@ -275,7 +280,7 @@ def _scan_table(rows: Sequence[ScanRow]) -> Html:
     if jacobian:
         header.append("||J||_F mean")
     logs = [v for v in (_log_mean(r) for r in rows) if v is not None]
-    lo, hi = (min(logs), max(logs)) if logs else (0.0, 0.0)
+    lo, hi = log_scale(logs) or (0.0, 1.0)
     out = []
     for i, row in enumerate(rows):
         g = row.gradient
@@ -313,11 +318,12 @@ def _log_mean(row: ScanRow) -> float | None:
 
 
 def _log_bar(row: ScanRow, lo: float, hi: float) -> Html:
-    """log10 mean |g| as a CSS bar (1 to 120 px over the scan's range) and the number."""
+    """log10 mean |g| as a CSS bar (1 to 120 px over the decades of `log_scale`) and the
+    number."""
     value = _log_mean(row)
     if value is None:
         return cell("", sort="-Infinity")
-    width = 120.0 if hi == lo else 1 + 119 * (value - lo) / (hi - lo)
+    width = max(1.0, min(120.0, 120 * (value - lo) / (hi - lo)))
     bar = el("span", "", class_="bar", style=f"width:{width:.0f}px")
     return cell(join([bar, f"{value:+.1f}"]), sort=value, cls="mono")
 

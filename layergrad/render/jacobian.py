@@ -23,6 +23,8 @@ from layergrad.core.results import (
 )
 from layergrad.render.common import (
     Column,
+    bar_blocks,
+    log_scale,
     md_code,
     md_table,
     number,
@@ -267,15 +269,14 @@ def scan_scale(rows: Sequence[ScanRow]) -> tuple[float, float] | None:
         for r in rows
         if r.jacobian and r.jacobian.frobenius.mean > 0
     ]
-    return (min(logs), max(logs)) if logs else None
+    return log_scale(logs)
 
 
 def log_bar(value: float, scale: tuple[float, float] | None) -> str:
     """A bar whose length is log10(value) placed in `scale`, then the exponent."""
     if scale is None or not value > 0 or not math.isfinite(value):
         return ""
-    lo, hi = scale
-    filled = 1 if hi == lo else 1 + round((BAR_WIDTH - 1) * (math.log10(value) - lo) / (hi - lo))
+    filled = bar_blocks(math.log10(value), scale, BAR_WIDTH)
     return "█" * filled + f" {math.log10(value):+.1f}"
 
 

@@ -11,7 +11,7 @@ from rich.text import Text
 from layergrad.files.layer_listing import LayerListing, LayerRow, ModelInput, nonfinite_text
 from layergrad.render.common import (
     Column,
-    fitted_table,
+    fit_table,
     json_document,
     md_code,
     md_table,
@@ -115,7 +115,7 @@ def _table(listing: LayerListing, width: int | None) -> Table:
             "weights": _health_cell(r),
         }
         rows.append([cells[c] for c in columns])
-    return fitted_table([COLUMNS_FIT[c] for c in columns], rows, width, compact=True)
+    return fit_table([COLUMNS_FIT[c] for c in columns], rows, width, compact=True)[0]
 
 
 def _inbound_text(r: LayerRow, ops: set[str]) -> str:

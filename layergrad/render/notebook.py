@@ -24,6 +24,7 @@ REPORT_OF = {
     FitReport: "fit",
 }
 FRAME_HEIGHT = 480  # pixels; the frame scrolls past it
+TEXT_LINES = 12  # `print(report)` shows the table's first lines
 
 
 def notebook_html(report: object) -> str:
@@ -43,3 +44,24 @@ def notebook_html(report: object) -> str:
         f'<iframe sandbox="allow-scripts" srcdoc="{html.escape(page, quote=True)}" '
         f'style="width: 100%; height: {FRAME_HEIGHT}px; border: 0"></iframe>'
     )
+
+
+def short_text(report: object) -> str:
+    """The first lines of the report's table, plain text (what `print(report)` shows); the
+    CLI's `--format` or `layergrad.render.render` gives the whole report.
+
+    Example:
+        >>> short_text(object())
+        Traceback (most recent call last):
+        ...
+        TypeError: no text view for object
+    """
+    name = REPORT_OF.get(type(report))
+    if name is None:
+        raise TypeError(f"no text view for {type(report).__name__}")
+    lines = [ln.rstrip() for ln in render(name, OutputFormat.TABLE, report).splitlines()]
+    lines = [ln for ln in lines if ln.strip()]
+    if len(lines) <= TEXT_LINES:
+        return "\n".join(lines)
+    more = len(lines) - TEXT_LINES
+    return "\n".join([*lines[:TEXT_LINES], f"... {more} more line{'s' if more > 1 else ''}"])

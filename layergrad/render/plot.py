@@ -78,12 +78,15 @@ def weights_figure(report: WeightScanReport) -> Figure:
     return scan_figure(as_scan, what=f"d {report.loss.name} / d each trainable variable")
 
 
-def scan_figure(report: ScanReport, what: str | None = None) -> Figure:
+def scan_figure(
+    report: ScanReport, what: str | None = None, rows_per_column: int = ROWS_PER_COLUMN
+) -> Figure:
     """Gradient-flow profile: mean |g| per layer in execution order, on a log axis.
 
     One horizontal bar per row, first layer at the top. Flagged rows are coloured (MARKS,
     with a legend); a row with no positive mean |g| (None, all zero, integer) gets a word
-    instead of a bar. More than ROWS_PER_COLUMN rows wrap into columns sharing one axis.
+    instead of a bar. More than `rows_per_column` rows wrap into columns sharing one axis (a
+    page that scrolls passes more: one tall column keeps its labels at their size).
     Rows that carry a per-sample Jacobian norm get a marker for it on the same axis.
 
     Args:
@@ -100,7 +103,7 @@ def scan_figure(report: ScanReport, what: str | None = None) -> Figure:
     from matplotlib.ticker import NullFormatter
 
     rows = report.rows
-    columns = max(1, math.ceil(len(rows) / ROWS_PER_COLUMN))
+    columns = max(1, math.ceil(len(rows) / max(rows_per_column, 1)))
     per_column = max(1, math.ceil(len(rows) / columns))
     label_chars = max((len(_label(r.layer)) for r in rows), default=8)
     fig = _new_figure(

@@ -8,15 +8,16 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from layergrad.core.results import ScanReport, ScanRow
-from layergrad.core.vocab import Status
 from layergrad.render import jacobian
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
+    bar_blocks,
     cause_json,
     causes_lines,
     gradient_json,
     json_document,
+    log_scale,
     md_code,
     md_table,
     md_text,
@@ -86,22 +87,19 @@ def _status_cell(row: ScanRow) -> Text:
 
 
 def _status_label(row: ScanRow) -> str:
-    return "not differentiable" if row.status == Status.INTEGER else row.status.value
+    return row.status.value  # `integer` as in the JSON and the README: not a failure
 
 
 def _log_range(rows: tuple[ScanRow, ...]) -> tuple[float, float] | None:
     logs = [math.log10(r.gradient.mean_abs) for r in rows if r.gradient and r.gradient.mean_abs > 0]
-    return (min(logs), max(logs)) if logs else None
+    return log_scale(logs)
 
 
 def _bar(row: ScanRow, scale: tuple[float, float] | None) -> str:
     g = row.gradient
     if g is None or scale is None or g.mean_abs <= 0:
         return ""
-    lo, hi = scale
-    filled = (
-        1 if hi == lo else 1 + round((BAR_WIDTH - 1) * (math.log10(g.mean_abs) - lo) / (hi - lo))
-    )
+    filled = bar_blocks(math.log10(g.mean_abs), scale, BAR_WIDTH)
     return "█" * filled + f" {math.log10(g.mean_abs):+.1f}"
 
 

@@ -7,7 +7,7 @@ import math
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from layergrad.core.results import GradientNoise, VariableRow, WeightScanReport
+from layergrad.core.results import Cause, GradientNoise, VariableRow, WeightScanReport
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
@@ -63,10 +63,15 @@ def table(report: WeightScanReport, *, color: bool = False, width: int | None = 
         title = Text(SNR_TITLE, style="bold")
         items.append(Group(title, *table_with_note(SNR_COLUMNS, _noise_cells(report), width)))
     items += [Text(f"note: {note}", style="yellow") for note in (*report.notes, RATIO_NOTE)]
+    # the variables of one layer share its causes (an unused input blocks the kernel and the
+    # bias alike): one block per layer and causes, naming its variables
+    blocks: dict[tuple[str, str, tuple[Cause, ...]], list[str]] = {}
     for row in report.variables:
         if row.causes:
-            title = Text(f"{row.status}: {row.variable}", style="bold")
-            items.append(Group(title, *causes_lines(row.causes)))
+            blocks.setdefault((row.status, row.layer, row.causes), []).append(row.variable)
+    for (status, _, causes), names in blocks.items():
+        title = Text(f"{status}: {', '.join(names)}", style="bold")
+        items.append(Group(title, *causes_lines(causes)))
     return to_text(items, color=color, width=width)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -24,14 +25,15 @@ FLAT = 3.0  # no change of this many standard errors: the loss does not move
 RATIO_TINY = 1e-5  # not_learning: no layer's update ratio ever reaches this
 RATIO_HIGH = 1e-1  # diverging: some layer's update ratio reaches this...
 DIVERGE_FACTOR = 2.0  # ...or the loss grows to this times its lowest (and above its start)
+START_STEPS = 3  # the loss the run starts at: the mean of its first steps
 DIVERGE_SHARE = 0.1  # and the growth is at least this share of the lowest window mean
 PLATEAU_STEPS = 100  # plateau_at_chance: at least this many steps (every run starts there)
 CHANCE_ALLOWANCE = 0.03  # the fitted prior costs a little more than the prior itself
-FALL_SHARE = 0.01  # a tail that falls less than this share of the trivial loss has settled
+FALL_SHARE = 0.02  # a last half that falls less than this share of the trivial loss settled
 OSCILLATION_STEPS = 50  # oscillating, slow_convergence: at least this many steps
 SWINGS = 4  # oscillating: this many significant reversals of the windows' means...
 NOISE_SHARE = 0.5  # ...or a batch-to-batch spread of this share of the trivial loss
-MARGIN = 0.1  # slow_convergence: a learning run gets this share below the trivial loss
+MARGIN = 0.5  # slow_convergence: a learning run gets this share below the trivial loss
 
 
 def ratios(checkpoint: Checkpoint) -> list[LayerStats]:
@@ -64,13 +66,17 @@ def diverging(
     if not len(curve):
         return None
     spread = trends.noise(curve)
-    parts = trends.windows(curve, max(2, min(20, len(curve) // 5)), spread)
+    first = min(START_STEPS, len(curve))
+    start = trends.Window(0, first, float(np.mean(curve[:first])), spread / math.sqrt(first))
+    parts = [start, *trends.windows(curve[first:], max(1, min(40, len(curve) // 5)), spread)]
+    parts = [replace(w, start=w.start + first, stop=w.stop + first) if i else w
+             for i, w in enumerate(parts)]  # fmt: skip
     grew: trends.Window | None = None
-    lowest = parts[0]
+    lowest = start
     for window in parts[1:]:
         if (
             trends.differ(lowest, window, SIGNIFICANT) >= SIGNIFICANT
-            and trends.differ(parts[0], window, SIGNIFICANT) >= SIGNIFICANT
+            and trends.differ(start, window, SIGNIFICANT) >= SIGNIFICANT
             and window.mean - lowest.mean >= DIVERGE_SHARE * abs(lowest.mean)
         ):
             grew = window
@@ -138,9 +144,9 @@ def plateau_at_chance(
     losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], chance: float | None
 ) -> TrainingFinding | None:
     """After `PLATEAU_STEPS` steps the last quarter's mean lies within `FLAT` standard errors
-    (plus `CHANCE_ALLOWANCE` of it) of the trivial loss and no longer falls (not by
-    `SIGNIFICANT` standard errors, or by less than `FALL_SHARE` of it): the model predicts
-    the labels' prior, whatever the inputs."""
+    (plus `CHANCE_ALLOWANCE` of it) of the trivial loss and the last half no longer falls
+    (not by `FLAT` standard errors, or by less than `FALL_SHARE` of it): the model
+    predicts the labels' prior, whatever the inputs."""
     curve = trends.finite_prefix(losses)
     if chance is None or chance <= 0 or len(curve) < PLATEAU_STEPS or not checkpoints:
         return None
@@ -150,9 +156,10 @@ def plateau_at_chance(
     band = FLAT * spread / math.sqrt(len(tail)) + CHANCE_ALLOWANCE * chance
     if abs(level - chance) > band:
         return None
-    line = trends.slope(tail, spread)
-    if line.z() <= -SIGNIFICANT and -line.per_step * len(tail) >= FALL_SHARE * chance:
-        return None  # still falling: not settled yet
+    half = curve[len(curve) // 2 :]  # (a half has the power a quarter lacks)
+    line = trends.slope(half, spread)
+    if line.z() <= -FLAT and -line.per_step * len(half) >= FALL_SHARE * chance:
+        return None  # still falling: not settled yet (slow, perhaps)
     parts = trends.windows(curve, max(2, min(20, len(curve) // 10)), spread)
     start = len(parts)
     while start > 0 and abs(parts[start - 1].mean - chance) <= band + FLAT * parts[0].error:
@@ -184,9 +191,12 @@ def oscillating(
     gap = SIGNIFICANT * math.sqrt(2.0) * parts[0].error
     reversals, amplitude = _reversals([w.mean for w in parts], gap)
     net = parts[0].mean - parts[-1].mean
-    level = float(np.median(curve[len(curve) // 2 :]))
-    reference = chance if chance is not None and chance > 0 else abs(level)
-    noisy = reference > 0 and spread >= NOISE_SHARE * reference
+    # heavy-tailed batch losses (a batch of one sample) hide from the robust spread: the
+    # plain standard deviation of the differences here, against the trivial loss (or the
+    # loss the run starts at)
+    jumps = float(np.std(np.diff(curve))) / math.sqrt(2.0)
+    reference = chance if chance is not None and chance > 0 else abs(parts[0].mean)
+    noisy = reference > 0 and jumps >= NOISE_SHARE * reference
     swinging = reversals >= SWINGS and amplitude > abs(net)
     if not (noisy or swinging):
         return None
@@ -195,7 +205,8 @@ def oscillating(
     what = (
         f"the loss swings {reversals} times by up to {amplitude:.3g} without a trend"
         if swinging
-        else f"the loss jumps by {spread:.3g} from batch to batch (its level is {reference:.3g})"
+        else f"the loss jumps by {jumps:.3g} from batch to batch (the trivial loss is "
+        f"{reference:.3g})"
     )
     return TrainingFinding(
         Finding.OSCILLATING,
@@ -228,7 +239,7 @@ def _reversals(means: Sequence[float], gap: float) -> tuple[int, float]:
 def slow_convergence(
     losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], chance: float | None
 ) -> TrainingFinding | None:
-    """The loss falls (its last half's slope `SIGNIFICANT` standard errors below 0) but ends
+    """The loss falls (its last half's slope `FLAT` standard errors below 0) but ends
     above the trivial loss less `MARGIN` of it, at a rate that would need more steps than the
     run has had to get there: say how many."""
     curve = trends.finite_prefix(losses)
@@ -239,7 +250,7 @@ def slow_convergence(
     line = trends.slope(half, spread)
     end = float(np.mean(curve[-max(2, len(curve) // 10) :]))
     target = (1.0 - MARGIN) * chance
-    if line.z() > -SIGNIFICANT or end <= target:
+    if line.z() > -FLAT or end <= target:
         return None
     needed = math.ceil((end - target) / -line.per_step)
     if needed <= len(curve):

@@ -142,33 +142,27 @@ def vanishing(checkpoints: Sequence[Checkpoint]) -> TrainingFinding | None:
 
 
 def exploding(checkpoints: Sequence[Checkpoint]) -> TrainingFinding | None:
-    """The first layers' relative gradient `EXPLODE_DECADES` above the head's, or a layer
-    whose update ratio reaches `EXPLODE_RATIO`, at the last `FINAL_CHECKPOINTS` or more."""
+    """The first layers' relative gradient `EXPLODE_DECADES` above the head's at the last
+    `FINAL_CHECKPOINTS` or more; or, at any checkpoint, one step that moves a layer's weights
+    by `EXPLODE_RATIO` of their own size (healthy steps move them by about 1e-3)."""
     found = _depth_finding(checkpoints, Finding.EXPLODING, EXPLODE_DECADES, below=False)
     if found is not None:
         return found
-    marks: dict[str, list[tuple[int, bool]]] = {}
     for c in checkpoints:
-        for row in ratios(c):
-            marks.setdefault(row.layer, []).append(
-                (c.step, (row.update_ratio or 0.0) >= EXPLODE_RATIO)
-            )
-    best: tuple[str, int, int] | None = None
-    for layer, series in marks.items():
-        run, step = _final_run(series)
-        if run >= FINAL_CHECKPOINTS and (best is None or step < best[2]):
-            best = (layer, run, step)
-    if best is None:
-        return None
-    layer, run, step = best
-    return TrainingFinding(
-        Finding.EXPLODING,
-        layer,
-        step,
-        f"{layer}: from step {step} one step moves its weights by {EXPLODE_RATIO:g}x their "
-        f"own size or more ({run} checkpoints): the gradient explodes; clip the gradients "
-        "(clipnorm=1.0), lower the learning rate, or scale the initialisation down",
-    )
+        huge = [r for r in ratios(c) if (r.update_ratio or 0.0) >= EXPLODE_RATIO]
+        if not huge:
+            continue
+        row = max(huge, key=lambda r: r.update_ratio or 0.0)
+        return TrainingFinding(
+            Finding.EXPLODING,
+            row.layer,
+            c.step,
+            f"{row.layer}: at step {c.step} one step moves its weights by "
+            f"{row.update_ratio:.3g}x their own size (healthy is about 1e-3): the gradient "
+            "explodes; clip the gradients (clipnorm=1.0), lower the learning rate, scale the "
+            "initialisation down or the inputs into about [-1, 1]",
+        )
+    return None
 
 
 def dying_units(checkpoints: Sequence[Checkpoint]) -> list[TrainingFinding]:

@@ -67,8 +67,10 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             or `.html` (a self-contained page).
         stop_on_nonfinite: end training on the first step whose loss, a gradient or an
             activation is NaN or Inf.
-        chance_loss: the loss of predicting the label prior, for `plateau_at_chance`
-            (default: log C for a C-class cross-entropy, log 2 for a binary one).
+        chance_loss: the trivial loss (of predicting the labels' prior), for
+            `plateau_at_chance`, `oscillating` and `slow_convergence` (default: log C for a
+            C-class cross-entropy, log 2 for a binary one; none for other losses: pass the
+            targets' variance for mse).
 
     After training, `report` (a `FitReport`) holds every checkpoint and the findings.
 

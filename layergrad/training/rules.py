@@ -65,7 +65,7 @@ def findings(
     """
     out = [nonfinite] if nonfinite is not None else []
     grows = diverging(losses, checkpoints, nonfinite is not None)
-    constant = constant_predictions(checkpoints, heads)
+    constant = constant_predictions([c for c in checkpoints if _finite(c)], heads)
     curve: list[TrainingFinding] = []
     if grows is not None:
         curve.append(grows)
@@ -81,6 +81,8 @@ def findings(
                 curve.append(found)
                 break
     out += curve + constant
+    # the per-layer numbers of a step with NaN/Inf (and after it) say nothing of the layers
+    checkpoints = [c for c in checkpoints if _finite(c)]
     out += dying_units(checkpoints)
     gone = vanishing(checkpoints)
     skip: list[str] = []
@@ -90,6 +92,13 @@ def findings(
     out += stalled_layers(checkpoints, skip)
     out += [f for f in (gone, exploding(checkpoints)) if f is not None]
     return out
+
+
+def _finite(checkpoint: Checkpoint) -> bool:
+    loss = checkpoint.loss
+    return (loss is None or math.isfinite(loss)) and not any(
+        r.nonfinite_gradient or r.nonfinite_activation for r in checkpoint.layers
+    )
 
 
 def nonfinite_finding(

@@ -283,9 +283,11 @@ def test_an_import_that_cannot_be_imported_is_a_usage_error_before_tensorflow(co
         (str(tmp_path / "gone.py"), "no such file"),
         ("no_such_module_here", "no module named 'no_such_module_here'"),
         ("not-a-name", "neither a module name nor a path"),
+        (str(tmp_path / "pipe.py"), "is a FIFO"),
     ]
+    os.mkfifo(tmp_path / "pipe.py")
     if command == "layers":  # it imports nothing: only paths and names are checked
-        cases = [cases[1], cases[3]]
+        cases = [cases[1], cases[3], cases[4]]
     for spec, said in cases:
         code = (
             "import sys\nfrom click.testing import CliRunner\nfrom layergrad.cli import main\n"

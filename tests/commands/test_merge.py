@@ -379,3 +379,34 @@ def test_merged_table_says_shards_not_replicas(two_shards):
     code, out = cli("merge", *paths)
     assert code == 0 and "(20 samples in 2 shards)" in out, out
     assert "replicas" not in out
+
+
+def test_diff_of_a_merge_and_a_model_suggests_commands_that_run(two_shards, tmp_path):
+    """`diff merged.json model.keras` suggested `--input a.npy + b.npy`, which no shell runs."""
+    import re
+    import shlex
+
+    _, paths, _ = two_shards
+    _, out = cli("merge", *paths, "--json")
+    merged_path = write(tmp_path, "merged.json", json.loads(out))
+    code, out = cli("diff", merged_path, sample("seed.keras"))
+    lines = out.strip().splitlines()
+    assert code == 2 and len(lines) == 1, out
+    assert " + " not in out.split("(", 1)[1].split(")", 1)[1], out  # only inside the source
+    commands = re.findall(r"`(layergrad [^`]*)`", out)
+    assert [c.split()[1] for c in commands] == ["scan", "scan", "merge", "diff"], out
+    # run them, MODEL being the model and with the shards' options, from the tmp folder
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for command in commands:
+            argv = shlex.split(command.split(">")[0].replace("MODEL", sample("seed.keras")))[1:]
+            if argv[0] == "scan":
+                argv += ["--to", "dense_2", "--batch-size", "8", "--quiet"]
+            code, text = cli(*argv)
+            assert code in (0, 1), (command, text)
+            if ">" in command:
+                Path(command.split(">")[1].strip()).write_text(text)
+    finally:
+        os.chdir(cwd)
+    assert code == 0, text  # the same model over the same shards: no regression

@@ -107,3 +107,15 @@ def test_a_random_probe_at_the_shape_the_file_records(subclassed):
     assert result["from"]["shape"] == [7, 4] and result["to"]["shape"] == [7, 3]
     x = np.random.default_rng(2).standard_normal((7, 5)).astype("float32")
     assert result["gradient"]["l2"] == pytest.approx(tape_l2(model, x), rel=1e-5)
+
+
+def test_data_streams_into_the_shape_the_file_records(subclassed, tmp_path):
+    path, module, model = subclassed
+    x = normal(21, 5, seed=6).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    code, out = cli("inspect", path, "--import", module, "--from", "hidden", "--to", "logits",
+                    "--data", str(tmp_path / "x.npy"), "--batch-size", "8", "--json", "--quiet")  # fmt: skip
+    assert code == 0, out
+    result = json.loads(out)["results"][0]
+    assert json.loads(out)["probe"]["samples"] == 21
+    assert result["gradient"]["l2"] == pytest.approx(tape_l2(model, x), rel=1e-5)

@@ -463,7 +463,9 @@ def test_untrained_batchnorm_is_probed_over_the_data_as_training_runs_it(tmp_pat
     assert not any(w.startswith("probed in training mode") for w in kept.results[0].warnings)
 
 
-def test_scan_over_the_data_leaves_out_untrained_batchnorm_flags_as_one_batch_does(tmp_path):
+def test_scan_over_the_data_probes_untrained_batchnorm_as_training_runs_it_as_one_batch_does(
+    tmp_path,
+):
     path = tmp_path / "bn_net.keras"
     _untrained_bn_net(path)
     x = normal(20, 8, 8, 3, seed=3)
@@ -471,14 +473,17 @@ def test_scan_over_the_data_leaves_out_untrained_batchnorm_flags_as_one_batch_do
     np.save(tmp_path / "first.npy", x[:8])
     # in inference every unit of conv gets exactly zero for every sample: "dead" by magnitude
     assert not np.any(_tape_per_batch(path, x, 8, training=False))
-    over = scan_model(path, data=tmp_path / "x.npz", batch_size=8)
-    one = scan_model(path, input_file=tmp_path / "first.npy")
-    for report in (over, one):
+    said = "probed in training mode (batch statistics): 1 BatchNormalization layers (bn) hold"
+    over = scan_model(path, data=tmp_path / "x.npz", batch_size=8, target="head")
+    one = scan_model(path, input_file=tmp_path / "first.npy", target="head")
+    for report, samples in ((over, x), (one, x[:8])):
         rows = {r.layer: r for r in report.rows}
-        assert not report.probe.training and rows["conv"].status == "zero"
+        assert report.probe.training and rows["conv"].status == "ok"
         assert not any(r.flags for r in report.rows), [(r.layer, r.flags) for r in report.rows]
-    said = [n for n in over.notes if "BatchNormalization layers (bn) hold their initial" in n]
-    assert said and said == [n for n in one.notes if "BatchNormalization" in n]
+        expected = _tape_per_batch(path, samples, 8, training=True)
+        np.testing.assert_allclose(rows["conv"].gradient.l2, np.linalg.norm(expected), rtol=1e-4)
+    notes = [[n for n in r.notes if "BatchNormalization" in n] for r in (over, one)]
+    assert notes[0] == notes[1] and len(notes[0]) == 1 and notes[0][0].startswith(said)
 
 
 # ----------------------------------------------------------------------------------- scan

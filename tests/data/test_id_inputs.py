@@ -208,3 +208,35 @@ def test_float_ids_over_data_and_bad_ids(tmp_path):
     result = CliRunner().invoke(main, ["scan", path, "--input", str(tmp_path / "bad.npy")])
     assert result.exit_code == 2
     assert "holds ids" in result.output and "Traceback" not in result.output
+
+
+def test_an_integer_input_into_a_custom_embedding_is_drawn_below_its_table():
+    x = keras.Input((MAXLEN,), dtype="int32", name="tokens")
+    h = custom_layers.TokenAndPositionEmbedding(MAXLEN, VOCAB, 6, name="embed")(x)
+    model = keras.Model(x, layers.Dense(1)(layers.GlobalAveragePooling1D()(h)))
+    assert integer_ranges(model) == {"tokens": VOCAB}  # was the default 10
+    (spec,) = input_specs(model)
+    assert (spec.dtype, spec.ids) == ("int32", None)
+
+
+def test_a_custom_lookup_on_its_own_weight_table_takes_ids():
+    class Lookup(layers.Layer):  # no Embedding: indexes its own table
+        def build(self, input_shape):
+            self.table = self.add_weight(shape=(VOCAB, 3), initializer="random_normal")
+
+        def call(self, x):
+            return keras.ops.take(self.table, keras.ops.cast(x, "int32"), axis=0)
+
+    x = keras.Input((MAXLEN,), name="tokens")
+    model = keras.Model(x, layers.Dense(1)(layers.Flatten()(Lookup(name="lookup")(x))))
+    assert hidden_ids(model) == {"tokens": VOCAB}
+    (spec,) = input_specs(model)
+    assert (spec.dtype, spec.ids) == ("int32", "Lookup 'lookup'")
+    assert integer_ranges(model) == {"tokens": VOCAB}
+
+
+def test_a_custom_layer_that_casts_to_integers_and_back_keeps_a_float_input():
+    x = keras.Input((6,), name="x")  # CastToInt: cast(cast(x, int32), float32), no table
+    model = keras.Model(x, layers.Dense(1)(custom_layers.CastToInt(name="cast")(x)))
+    assert hidden_ids(model) == {}
+    assert input_specs(model)[0].dtype == "float32"

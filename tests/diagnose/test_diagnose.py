@@ -140,3 +140,29 @@ def test_cause_panel_in_the_table():
     assert result.exit_code == 0
     assert "non_differentiable_op at round (op Round)" in result.output
     assert "fix:" in result.output
+
+
+def test_integer_ids_give_the_integer_path_alone(tmp_path):
+    """ids -> Embedding -> LSTM -> softmax: the ids have no gradient because they are integers;
+    the Embedding's own index ops (a comparison) are not a second, misleading cause."""
+    tokens = keras.Input((7,), dtype="int32", name="tokens")
+    emb = keras.layers.Embedding(20, 8, name="emb")(tokens)
+    out = keras.layers.Dense(3, activation="softmax", name="out")(
+        keras.layers.LSTM(6, name="lstm")(emb)
+    )
+    keras.Model(tokens, out).save(tmp_path / "text.keras")
+    (res,) = inspect_model(str(tmp_path / "text.keras"), "tokens", ["out"]).results
+    assert res.status == "none"
+    assert [(c.code, c.layer) for c in res.causes] == [("integer_path", "tokens")]
+
+
+def test_check_names_the_float16_underflow_of_a_stock_layer():
+    """cause_float16: 'head' sums values of about 1e-9 in float16, which rounds them to 0, so
+    its output is the same for every sample. check says float16, not 'read the call()' of a
+    Dense."""
+    from layergrad import check_files
+
+    (verdict,) = check_files([sample("cause_float16.keras")])
+    (forward,) = [c for c in verdict.checks if c.name == "forward"]
+    assert "float16" in forward.message and "call()" not in forward.message
+    assert "dtype='float32'" in forward.message

@@ -59,3 +59,53 @@ def test_a_report_shows_as_html_in_a_notebook():
     assert page.startswith("<iframe") and 'sandbox="allow-scripts"' in page
     assert "&lt;!DOCTYPE html&gt;" in page  # the whole page, escaped into srcdoc
     assert "dense_1" in page
+
+
+def test_print_shows_the_first_lines_of_the_table_not_the_dataclass():
+    from helpers import sample
+
+    report = layergrad.scan_model(sample("residual.keras"))
+    text = str(report)
+    lines = text.splitlines()
+    assert lines[0].startswith(f"{sample('residual.keras')}  Functional"), text
+    assert lines[1].startswith("probe: random (seed 0)"), text
+    assert "ScanRow(" not in text and "GradientStats(" not in text and "\x1b[" not in text
+    assert 3 <= len(lines) <= 13 and len(text) < 2000, text
+    assert repr(report) == text
+    # every row but those past the first lines, in table order
+    shown = [r.layer for r in report.rows if any(line.split()[:1] == [r.layer] for line in lines)]
+    assert shown == [r.layer for r in report.rows][: len(shown)] and shown
+    inspect = layergrad.inspect_model(sample("seed.keras"), "dense", ["dense_1"])
+    assert "dense_1" in str(inspect) and "Result(" not in repr(inspect)
+
+
+def test_check_files_records_a_warning_instead_of_letting_it_through(tmp_path, recwarn):
+    """A layer that warns while it is built (as Keras does on odd files): check_files, an API
+    that never prints, records the warning in the verdict instead of raising it in the
+    caller's script."""
+    import importlib.util
+
+    module = tmp_path / "lg_warning_layer.py"
+    module.write_text(
+        "import warnings\nimport keras\n\n\n"
+        '@keras.saving.register_keras_serializable(package="lg_warning_tests")\n'
+        "class Noisy(keras.layers.Dense):\n"
+        "    def build(self, input_shape):\n"
+        '        warnings.warn("Noisy was built from a config it does not know", UserWarning)\n'
+        "        super().build(input_shape)\n"
+    )
+    spec = importlib.util.spec_from_file_location(module.stem, module)
+    loaded = importlib.util.module_from_spec(spec)
+    sys.modules[module.stem] = loaded
+    spec.loader.exec_module(loaded)
+    from helpers import keras
+
+    x = keras.Input((3,), name="x")
+    keras.Model(x, loaded.Noisy(2, name="noisy")(x)).save(tmp_path / "noisy.keras")
+    recwarn.clear()
+    from layergrad.commands.check import CheckOptions
+
+    options = CheckOptions(imports=(str(module),))
+    (verdict,) = layergrad.check_files([str(tmp_path / "noisy.keras")], options)
+    assert not [w for w in recwarn if "Noisy was built" in str(w.message)], list(recwarn)
+    assert any("Noisy was built from a config" in c.message for c in verdict.checks), verdict

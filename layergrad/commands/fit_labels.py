@@ -1,0 +1,125 @@
+"""The labels of `layergrad fit`, read once before the first step.
+
+Whether each output can take its labels is the `target_mismatch` rule of `check --data`
+(`model/target_fit.py`), so a label problem is a finding before training, never a failure
+inside TensorFlow's graph; the same pass gives the trivial loss (`data/labels.py`
+`TrivialLoss`: the loss of predicting the labels' prior) and the samples the data holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from layergrad.core.fit_results import FitReport, TrainingFinding
+from layergrad.core.tf_types import KerasModel
+from layergrad.core.vocab import Finding
+from layergrad.files.file_info import FileInfo
+from layergrad.model.target_fit import LabelSummary, TargetMismatch
+
+if TYPE_CHECKING:
+    from layergrad.data.label_stream import Labelled
+    from layergrad.engine.compiled_loss import LossSpec
+
+
+UNKNOWN_READ = 1_000_000  # labels read at most from a source of unknown length (--epochs)
+
+
+@dataclass(frozen=True)
+class LabelCheck:
+    """What the labels hold: the outputs they do not fit, the trivial loss, the samples."""
+
+    mismatches: tuple[TargetMismatch, ...]
+    trivial: float | None
+    samples: int
+
+
+def read_labels(
+    model: KerasModel,
+    info: FileInfo,
+    labelled: Labelled,
+    spec: LossSpec,
+    loss: str | None,
+    bound: int | None,
+) -> LabelCheck:
+    """Read the labels of `labelled` once (at most `bound` samples when the source does not
+    say how many it has) and judge them against each output and `spec` (`loss`: --loss)."""
+    from layergrad.commands.check_steps import output_ranks
+    from layergrad.data.labels import TrivialLoss, label_keys
+    from layergrad.engine.compiled_loss import label_request
+
+    stream = labelled.stream
+    assert stream is not None
+    names, ranks = output_ranks(model)
+    request = label_request(model, spec)
+    units = [u or 0 for u in request.units]
+    trivial = TrivialLoss(spec.name, units[0] if units else 0) if len(stream.labels) == 1 else None
+    summaries: dict[str, LabelSummary] = {}
+    seen = 0
+    known = stream.samples
+    for batch in labelled.label_batches():
+        for name, key in label_keys(names, list(batch)).items():
+            summaries.setdefault(name, LabelSummary()).add(batch[key], ranks.get(name))
+        y = next(iter(batch.values()))
+        if trivial is not None:
+            trivial.add(y)
+        seen += len(y) if getattr(y, "ndim", 0) else 1
+        if known is None and seen >= (bound or UNKNOWN_READ):
+            break  # a source that does not say how many samples it has may have no end
+    found = _mismatches(info, names, units, summaries, spec, loss)
+    return LabelCheck(tuple(found), trivial.value() if trivial else None, known or seen)
+
+
+def _mismatches(
+    info: FileInfo,
+    names: list[str],
+    units: list[int],
+    labels: Mapping[str, LabelSummary],
+    spec: LossSpec,
+    loss: str | None,
+) -> list[TargetMismatch]:
+    """`target_mismatches` with the file's output heads (the rule of `check --data`), or,
+    when the file does not say which layers make the outputs, heads of unknown activation
+    with the model's output widths."""
+    from layergrad.model.loss_fit import Head, output_heads, per_output
+    from layergrad.model.target_fit import target_mismatches
+
+    if not labels:
+        return []
+    heads = output_heads(info.config, info.graph) if info.graph.known else []
+    if not heads or len(heads) != len(names):
+        heads = [Head(n, n, "unknown", u or None) for n, u in zip(names, units, strict=False)]
+    if len(heads) == 1 and len(labels) == 1:  # `y`: however Keras names the one output
+        labels = {heads[0].name: next(iter(labels.values()))}
+    else:
+        labels = {h.name: labels[n] for h, n in zip(heads, names, strict=False) if n in labels}
+    compiled = {"loss": loss} if loss else info.compile_config
+    specs = per_output(compiled["loss"], [h.name for h in heads]) if compiled.get("loss") else []
+    if not specs or all(s is None for s in specs):
+        specs = per_output(spec.name, [h.name for h in heads])
+    return target_mismatches(heads, specs, labels)
+
+
+def refused(model: KerasModel, loss: str, mismatches: tuple[TargetMismatch, ...]) -> FitReport:
+    """The report of a run that never started: each mismatch a `target_mismatch` finding at
+    step 0 (before the first step)."""
+    optimizer = getattr(model, "optimizer", None)
+    findings = tuple(
+        TrainingFinding(Finding.TARGET_MISMATCH, m.layer, 0, f"{m.message}. Fix: {m.hint}")
+        for m in mismatches
+    )
+    return FitReport(
+        model=str(model.name),
+        model_class=type(model).__name__,
+        every=0,
+        steps=0,
+        epochs=0,
+        loss_name=loss,
+        optimizer=type(optimizer).__name__ if optimizer is not None else "",
+        learning_rate=None,
+        losses=(),
+        checkpoints=(),
+        findings=findings,
+        stopped=Finding.TARGET_MISMATCH.value,
+    )

@@ -1,0 +1,29 @@
+"""The floors of the training corpus (tests/training_runs.py): on one seed, every healthy
+run gets no finding and every injected problem gets its finding (on its layer, where it has
+one). benchmarks/bench_training_corpus.py measures the same runs over five seeds; the table
+is in docs/training.md."""
+
+from __future__ import annotations
+
+import pytest
+import training_runs as T
+
+SEED = 3  # not one the rules were tuned on (0 and 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", T.RUNS, ids=[r.name for r in T.RUNS])
+def test_the_corpus_run_gets_its_finding_and_healthy_runs_none(run):
+    outcome = T.train(run, SEED)
+    if run.expected is None:
+        assert outcome.findings == (), outcome.findings
+    else:
+        assert outcome.named, (run.expected, run.layer, outcome.findings)
+
+
+@pytest.mark.slow
+def test_the_nan_op_is_named_at_its_step():
+    run = next(r for r in T.RUNS if r.name == "nan_op")
+    outcome = T.train(run, 0)
+    first = outcome.findings[0]
+    assert first == ("nonfinite", "head", T.NAN_STEP)

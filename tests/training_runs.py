@@ -1,0 +1,333 @@
+"""A corpus of small training runs, healthy and with one known problem injected each.
+
+Shared by tests/training/test_training_corpus.py (the floors) and
+benchmarks/bench_training_corpus.py (recall and false alarms over seeds, the table of
+docs/training.md). Every run is a real `model.fit` with `GradientMonitor` on data made here
+(learnable tasks, so a healthy run learns); `RUNS` names each run, what it injects and the
+finding (and layer, when the problem has one) it must get.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from layergrad import GradientMonitor
+from layergrad.core.keras_backend import quiet_import
+
+_, keras = quiet_import()
+layers = keras.layers
+
+N = 2048  # samples per task
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run: `expected` is the finding it must get (None: healthy, no finding at
+    all); `layer` the layer that finding must name (None: any); `steps` optimizer steps."""
+
+    name: str
+    injected: str
+    build: Callable[[int], tuple[object, ...]]  # seed -> (model, x, y, batch size)
+    expected: str | None
+    layer: str | None = None
+    steps: int = 300
+    every: int = 10
+    callbacks: Callable[[], list[object]] = list
+
+
+# tasks
+
+
+def quadrants(seed: int, features: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """4 classes: the signs of the first two features."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((N, features)).astype("float32")
+    y = (x[:, 0] > 0).astype("int64") + 2 * (x[:, 1] > 0).astype("int64")
+    return x, y
+
+
+def regression(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((N, 8)).astype("float32")
+    y = (np.sin(x[:, 0]) + x[:, 1] * x[:, 2] + 0.5 * x[:, 3]).astype("float32")[:, None]
+    return x, y
+
+
+def images(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """8x8 images, 4 classes: the quadrant holding a bright 3x3 blob."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 0.3, (N, 8, 8, 1)).astype("float32")
+    y = rng.integers(0, 4, N)
+    for i, c in enumerate(y):
+        r, q = divmod(int(c), 2)
+        a, b = 4 * r + rng.integers(0, 2), 4 * q + rng.integers(0, 2)
+        x[i, a : a + 3, b : b + 3, 0] += 1.5
+    return x, y.astype("int64")
+
+
+def sequences(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sequences of 12 steps, 2 classes: whether the first feature sums above 0."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((N, 12, 3)).astype("float32")
+    return x, (x[:, :, 0].sum(axis=1) > 0).astype("int64")
+
+
+# models
+
+
+def mlp(
+    features: int = 10,
+    classes: int = 4,
+    *,
+    depth: int = 2,
+    width: int = 32,
+    activation: str = "relu",
+    head: str = "softmax",
+    init: object = "glorot_uniform",
+) -> object:
+    model = keras.Sequential([keras.Input((features,))])
+    for i in range(depth):
+        model.add(
+            layers.Dense(width, activation=activation, kernel_initializer=init, name=f"dense_{i}")
+        )
+    model.add(layers.Dense(classes, activation=head, kernel_initializer=init, name="head"))
+    return model
+
+
+def _compiled(model: object, optimizer: object, loss: str) -> object:
+    model.compile(optimizer=optimizer, loss=loss)  # type: ignore[attr-defined]
+    return model
+
+
+def _seeded(seed: int) -> None:
+    keras.utils.set_random_seed(seed)
+
+
+def healthy_mlp(seed: int) -> tuple[object, ...]:
+    _seeded(seed)
+    x, y = quadrants(seed)
+    model = _compiled(mlp(), keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy")
+    return model, x, y, 32
+
+
+def healthy_regression(seed: int) -> tuple[object, ...]:
+    _seeded(seed)
+    x, y = regression(seed)
+    model = _compiled(mlp(8, 1, head="linear", width=64), keras.optimizers.Adam(3e-3), "mse")
+    return model, x, y, 32
+
+
+def healthy_conv(seed: int) -> tuple[object, ...]:
+    _seeded(seed)
+    x, y = images(seed)
+    model = keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            layers.Conv2D(8, 3, activation="relu", padding="same", name="conv_0"),
+            layers.MaxPooling2D(2, name="pool"),
+            layers.Conv2D(16, 3, activation="relu", padding="same", name="conv_1"),
+            layers.Flatten(name="flat"),
+            layers.Dense(4, activation="softmax", name="head"),
+        ]
+    )
+    return (
+        _compiled(model, keras.optimizers.Adam(3e-3), "sparse_categorical_crossentropy"),
+        x,
+        y,
+        32,
+    )
+
+
+def healthy_lstm(seed: int) -> tuple[object, ...]:
+    _seeded(seed)
+    x, y = sequences(seed)
+    model = keras.Sequential(
+        [
+            keras.Input((12, 3)),
+            layers.LSTM(16, name="lstm"),
+            layers.Dense(2, activation="softmax", name="head"),
+        ]
+    )
+    return (
+        _compiled(model, keras.optimizers.Adam(1e-2), "sparse_categorical_crossentropy"),
+        x,
+        y,
+        32,
+    )
+
+
+def healthy_binary(seed: int) -> tuple[object, ...]:
+    _seeded(seed)
+    x, y = quadrants(seed)
+    target = (y % 2).astype("float32")  # the sign of the first feature
+    model = _compiled(
+        mlp(classes=1, head="sigmoid"), keras.optimizers.Adam(1e-3), "binary_crossentropy"
+    )
+    return model, x, target, 32
+
+
+def _mlp_run(optimizer: object, **kw: object) -> Callable[[int], tuple[object, ...]]:
+    def build(seed: int) -> tuple[object, ...]:
+        _seeded(seed)
+        x, y = quadrants(seed)
+        model = mlp(**kw)  # type: ignore[arg-type]
+        opt = optimizer() if callable(optimizer) else optimizer
+        return _compiled(model, opt, "sparse_categorical_crossentropy"), x, y, 32
+
+    return build
+
+
+def lr_high(seed: int) -> tuple[object, ...]:
+    return _mlp_run(lambda: keras.optimizers.SGD(20.0))(seed)
+
+
+def lr_tiny(seed: int) -> tuple[object, ...]:
+    return _mlp_run(lambda: keras.optimizers.SGD(1e-9))(seed)
+
+
+def lr_low(seed: int) -> tuple[object, ...]:
+    return _mlp_run(lambda: keras.optimizers.SGD(2e-3))(seed)
+
+
+def sgd_deep(seed: int) -> tuple[object, ...]:
+    return _mlp_run(lambda: keras.optimizers.SGD(2e-3), depth=10, width=16, activation="tanh")(seed)
+
+
+def sigmoid_stack(seed: int) -> tuple[object, ...]:
+    return _mlp_run(lambda: keras.optimizers.Adam(1e-3), depth=8, activation="sigmoid")(seed)
+
+
+def init_up(seed: int) -> tuple[object, ...]:
+    init = keras.initializers.RandomNormal(stddev=8.0)
+    return _mlp_run(lambda: keras.optimizers.SGD(0.01), depth=3, init=init)(seed)
+
+
+def init_zero(seed: int) -> tuple[object, ...]:
+    return _mlp_run(lambda: keras.optimizers.Adam(1e-3), init="zeros")(seed)
+
+
+def constant_head(seed: int) -> tuple[object, ...]:
+    _seeded(seed)
+    x, y = quadrants(seed)
+    model = _compiled(
+        mlp(classes=1, head="softmax"), keras.optimizers.Adam(1e-3), "binary_crossentropy"
+    )
+    return model, x, (y % 2).astype("float32"), 32
+
+
+def shuffled_labels(seed: int) -> tuple[object, ...]:
+    model, x, y, batch = healthy_mlp(seed)
+    return model, x, np.random.default_rng(seed + 99).permutation(y), batch
+
+
+def unscaled_inputs(seed: int) -> tuple[object, ...]:
+    model, x, y, batch = _mlp_run(lambda: keras.optimizers.SGD(0.01))(seed)
+    return model, x * 1000.0, y, batch
+
+
+def batch_of_one(seed: int) -> tuple[object, ...]:
+    model, x, y, _ = _mlp_run(lambda: keras.optimizers.SGD(0.1))(seed)
+    return model, x, y, 1
+
+
+NAN_STEP = 150  # the step (from 1) whose forward pass first gives NaN in `head`
+
+
+class NanAt(keras.callbacks.Callback):  # type: ignore[misc,name-defined]
+    """Before step `NAN_STEP`, one bias of `head` becomes NaN: a NaN-producing op at a
+    known step and layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = 0
+
+    def on_train_batch_begin(self, batch: int, logs: object = None) -> None:
+        self.seen += 1
+        if self.seen == NAN_STEP:
+            bias = self.model.get_layer("head").bias
+            values = np.array(bias.numpy())
+            values[0] = np.nan
+            bias.assign(values)
+
+
+def nan_at_step(seed: int) -> tuple[object, ...]:
+    return _mlp_run(lambda: keras.optimizers.Adam(1e-3))(seed)
+
+
+RUNS: tuple[Run, ...] = (
+    Run("mlp", "healthy 4-class MLP (Adam)", healthy_mlp, None),
+    Run("regression", "healthy MLP regression (mse)", healthy_regression, None),
+    Run("conv", "healthy small conv net", healthy_conv, None),
+    Run("lstm", "healthy small LSTM", healthy_lstm, None),
+    Run("binary", "healthy binary MLP (sigmoid)", healthy_binary, None),
+    Run("lr_high", "SGD learning rate 20", lr_high, "diverging"),
+    Run("lr_tiny", "SGD learning rate 1e-9", lr_tiny, "not_learning"),
+    Run("lr_low", "SGD learning rate 2e-3 (no momentum)", lr_low, "slow_convergence"),
+    Run("sgd_deep", "plain SGD (2e-3) on a 10-layer tanh net", sgd_deep, "slow_convergence"),
+    Run("sigmoid_stack", "8 sigmoid layers", sigmoid_stack, "vanishing"),
+    Run("init_up", "initialisation scaled up (normal, stddev 8)", init_up, "exploding"),
+    Run("init_zero", "initialisation all zeros", init_zero, "constant_predictions", "head"),
+    Run(
+        "constant_head",
+        "Dense(1, softmax) with binary cross-entropy",
+        constant_head,
+        "constant_predictions",
+        "head",
+    ),
+    Run("shuffled", "labels shuffled", shuffled_labels, "plateau_at_chance", "head"),
+    Run("unscaled", "inputs x1000", unscaled_inputs, "exploding"),
+    Run("batch_1", "a batch of 1 sample (SGD 0.1)", batch_of_one, "oscillating"),
+    Run(
+        "nan_op",
+        f"a NaN bias in the head before step {NAN_STEP}",
+        nan_at_step,
+        "nonfinite",
+        "head",
+        callbacks=lambda: [NanAt()],
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one run of the corpus got."""
+
+    run: Run
+    seed: int
+    findings: tuple[tuple[str, str | None, int], ...]  # (finding, layer, step)
+
+    @property
+    def named(self) -> bool:
+        """The expected finding is there (on the expected layer, when it has one)."""
+        return any(
+            f == self.run.expected and (self.run.layer is None or layer == self.run.layer)
+            for f, layer, _ in self.findings
+        )
+
+    @property
+    def false_alarm(self) -> bool:
+        """A healthy run got a finding."""
+        return self.run.expected is None and bool(self.findings)
+
+
+def train(run: Run, seed: int) -> Outcome:
+    """Train `run` with seed `seed` and the monitor on."""
+    model, x, y, batch = run.build(seed)
+    monitor = GradientMonitor(every=run.every)
+    epochs = max(1, -(-run.steps * batch // N))
+    model.fit(  # type: ignore[attr-defined]
+        x,
+        y,
+        batch_size=batch,
+        epochs=epochs,
+        steps_per_epoch=min(run.steps, -(-N // batch)),
+        verbose=0,
+        callbacks=[*run.callbacks(), monitor],
+    )
+    report = monitor.report
+    assert report is not None
+    found = tuple((str(f.finding), f.layer, f.step) for f in report.findings)
+    return Outcome(run, seed, found)
