@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from layergrad.model import config_edit as ed
 from layergrad.model.config import serialized_name
 
 Edit = Callable[[MutableMapping[str, Any]], None]
@@ -161,3 +162,35 @@ def listing(names: Sequence[str], shown: int = 4) -> str:
     """`a, b, c, d and 3 more`."""
     head = ", ".join(names[:shown])
     return head + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def option_edit(path: str, key: str, value: object) -> Any:
+    """An edit: one option of a layer's config."""
+    return lambda c: ed.set_option(c, path, key, value)
+
+
+def replace_edit(path: str, new: Any) -> Any:
+    """An edit: the layer at `path` becomes `new`, reading what it read."""
+
+    def edit(c: Any) -> None:
+        entry = ed.layer_entry(c, path)
+        nodes = entry.get("inbound_nodes")
+        entry.clear()
+        entry.update(new)
+        if nodes is not None:
+            entry["inbound_nodes"] = nodes
+
+    return edit
+
+
+def move_before_edit(moved: str, before: str) -> Any:
+    """An edit: the layer `moved` taken out and put right before `before`."""
+
+    def edit(c: Any) -> None:
+        entry = copy.deepcopy(ed.layer_entry(c, moved))
+        entry.pop("inbound_nodes", None)
+        entry.pop("build_config", None)
+        ed.remove_layer(c, moved)
+        ed.insert_before(c, before, entry)
+
+    return edit

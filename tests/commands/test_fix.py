@@ -453,3 +453,25 @@ def test_nested_multi_input_integer_and_shared_models(tmp_path, build):
         if "/" not in head else model.get_layer("encoder").get_layer("out").get_weights()[0]
     )  # fmt: skip
     assert "loss_mismatch" not in _findings(out)
+
+
+def test_a_linear_regression_stack_gets_an_activation(tmp_path):
+    import keras
+
+    model = keras.Sequential(
+        [keras.Input((6,)), keras.layers.Dense(8, name="a"), keras.layers.Dense(8, name="b"),
+         keras.layers.Dense(1, name="out")], name="stack",
+    )  # fmt: skip
+    model.compile(optimizer="adam", loss="mse")
+    path = tmp_path / "m.keras"
+    model.save(path)
+    out = tmp_path / "o.keras"
+    report = fix_model(path, options=FixOptions(output=str(out)))
+    (repair,) = report.repairs
+    assert repair.finding == "linear_stack" and repair.layer == "a"
+    assert repair.code == (
+        'Dense(8) -> Dense(8, activation="relu") at a',
+        'Dense(8) -> Dense(8, activation="relu") at b',
+    )
+    assert "linear_stack" not in _findings(out)
+    assert report.ok  # a warning: nothing failing, exit 0
