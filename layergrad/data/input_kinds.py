@@ -61,7 +61,7 @@ def input_consumers(model: KerasModel) -> Iterator[tuple[str, KerasLayer]]:
     except (AttributeError, ValueError):
         return
     found = False
-    for layer in model.layers:
+    for layer in getattr(model, "_operations", None) or model.layers:  # `ops.cast(x)` too
         if type(layer).__name__ == "InputLayer":
             continue
         for node in getattr(layer, "_inbound_nodes", []):
@@ -137,8 +137,10 @@ def id_inputs(model: KerasModel) -> dict[str, str]:
 
 
 def _custom(layer: KerasLayer) -> bool:
-    """A layer class from outside Keras: what it does with its input only its graph shows."""
-    return not str(type(layer).__module__).startswith(("keras.", "tf_keras."))
+    """A layer class from outside Keras, or an operation on tensors (`keras.ops.cast(x)` in a
+    functional model): what it does with its input only the graph shows."""
+    keras_class = str(type(layer).__module__).startswith(("keras.", "tf_keras."))
+    return not keras_class or "Layer" not in class_names(layer)
 
 
 def _inner_layers(layer: KerasLayer) -> list[KerasLayer]:

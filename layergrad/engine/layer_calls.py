@@ -98,8 +98,8 @@ def forward(model: KerasModel, inputs: list[Tensor], training: bool) -> TensorTr
         return model(args, training=training)
     except (ValueError, TypeError, RuntimeError, tf.errors.OpError) as exc:
         raise InputError(
-            f"the model failed on the probe batch: {describe(exc)}; check the --input values "
-            "and shapes (ids inside the vocabulary, the shape the model was built for)"
+            f"the model failed on the probe batch: {describe(exc).rstrip('.')}; check the --input "
+            "values and shapes (ids inside the vocabulary, the shape the model was built for)"
         ) from exc
 
 

@@ -141,23 +141,29 @@ def vanishing(checkpoints: Sequence[Checkpoint]) -> TrainingFinding | None:
     return _depth_finding(checkpoints, Finding.VANISHING, VANISH_DECADES, below=True)
 
 
-def exploding(checkpoints: Sequence[Checkpoint]) -> TrainingFinding | None:
+def exploding(checkpoints: Sequence[Checkpoint], unstable: bool = False) -> TrainingFinding | None:
     """The first layers' relative gradient `EXPLODE_DECADES` above the head's at the last
-    `FINAL_CHECKPOINTS` or more; or, at any checkpoint, one step that moves a layer's weights
-    by `EXPLODE_RATIO` of their own size (healthy steps move them by about 1e-3)."""
+    `FINAL_CHECKPOINTS` or more; or one step that moves a layer's weights by `EXPLODE_RATIO`
+    of their own size (healthy steps move them by about 1e-3) at `FINAL_CHECKPOINTS`
+    checkpoints in a row, or at one when the loss blew up (`unstable`: it diverged or turned
+    NaN/Inf). (An adaptive optimizer's real step is bounded by its learning rate: a large
+    gradient alone, with a loss that trains well, is no explosion.)"""
     found = _depth_finding(checkpoints, Finding.EXPLODING, EXPLODE_DECADES, below=False)
     if found is not None:
         return found
+    need = 1 if unstable else FINAL_CHECKPOINTS
+    run: list[tuple[Checkpoint, LayerStats]] = []
     for c in checkpoints:
         huge = [r for r in ratios(c) if (r.update_ratio or 0.0) >= EXPLODE_RATIO]
-        if not huge:
+        run = [*run, (c, max(huge, key=lambda r: r.update_ratio or 0.0))] if huge else []
+        if len(run) < need:
             continue
-        row = max(huge, key=lambda r: r.update_ratio or 0.0)
+        first, row = run[0]
         return TrainingFinding(
             Finding.EXPLODING,
             row.layer,
-            c.step,
-            f"{row.layer}: at step {c.step} one step moves its weights by "
+            first.step,
+            f"{row.layer}: at step {first.step} one step moves its weights by "
             f"{row.update_ratio:.3g}x their own size (healthy is about 1e-3): the gradient "
             "explodes; clip the gradients (clipnorm=1.0), lower the learning rate, scale the "
             "initialisation down or the inputs into about [-1, 1]",

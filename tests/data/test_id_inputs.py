@@ -240,3 +240,15 @@ def test_a_custom_layer_that_casts_to_integers_and_back_keeps_a_float_input():
     model = keras.Model(x, layers.Dense(1)(custom_layers.CastToInt(name="cast")(x)))
     assert hidden_ids(model) == {}
     assert input_specs(model)[0].dtype == "float32"
+
+
+def test_ids_cast_by_an_operation_of_the_functional_model(tmp_path):
+    x = keras.Input((MAXLEN,), name="tokens")  # keras.ops.cast is an operation, not a layer
+    h = layers.Embedding(VOCAB, 4, name="embedding")(keras.ops.cast(x, "int32"))
+    model = keras.Model(x, layers.Dense(1, name="head")(layers.Flatten()(h)))
+    path = tmp_path / "op_cast.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path, compile=False)
+    assert input_specs(loaded)[0].dtype == "int32"
+    assert integer_ranges(loaded) == {"tokens": VOCAB}
+    assert scan_model(str(path)).rows[0].status == "integer"
