@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 from layergrad.commands.repair_plan import (
+    Edit,
     Plan,
     layer_code,
     listing,
@@ -28,6 +28,7 @@ from layergrad.commands.repair_plan import (
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
 from layergrad.model import config_edit as ed
+from layergrad.model.graph import LayerEntry
 from layergrad.model.head_forms import Head, output_heads
 from layergrad.model.linear_stacks import redundant_pairs, whole_network
 from layergrad.model.loss_forms import per_output as loss_specs
@@ -40,7 +41,7 @@ class HeadRules:
     """The repairs of each head of one model (see the module doc)."""
 
     def __init__(
-        self, info: FileInfo, compiled: Mapping[str, Any], labels: Mapping[str, LabelSummary]
+        self, info: FileInfo, compiled: Mapping[str, object], labels: Mapping[str, LabelSummary]
     ) -> None:
         self.info = info
         self.compiled = compiled
@@ -53,7 +54,7 @@ class HeadRules:
 
     # -- the pieces of one plan -------------------------------------------------------------
 
-    def _entry(self, path: str) -> Mapping[str, Any]:
+    def _entry(self, path: str) -> dict[str, object]:
         entry = self.info.graph.get(path)
         return {"class_name": entry.class_name, "config": entry.config} if entry else {}
 
@@ -70,11 +71,19 @@ class HeadRules:
             entry = nxt
         return entry.path if entry is not None else path
 
-    def activation(self, head: Head, act: str, why: str, finding: str, **more: Any) -> Plan:
+    def activation(
+        self,
+        head: Head,
+        act: str,
+        why: str,
+        finding: str,
+        units: int | None = None,
+        loss: str | None = None,
+    ) -> Plan:
         """The head's activation (and `units`, when given) changes; the loss stays."""
         layer = head.layer
         entry = self._entry(layer)
-        edits = []
+        edits: list[Edit] = []
         fresh: list[tuple[str, str]] = []
         code = []
         if entry.get("class_name") in ("Softmax", "Activation"):  # a separate activation layer
@@ -85,18 +94,17 @@ class HeadRules:
         else:
             units_at = layer
             edits.append(option_edit(layer, "activation", act))
-        units = more.get("units")
         if units is not None:
             edits.append(option_edit(units_at, "units", units))
             fresh += [(units_at, "*")]
         if entry.get("class_name") not in ("Softmax", "Activation"):
+            more: dict[str, object] = {} if units is None else {"units": units}
             code.append(f"{layer_code(entry)} -> {layer_code(entry, activation=act, **more)} "
                         f"at {layer}")  # fmt: skip
         elif units is not None:
             dense = self._entry(units_at)
             code.append(f"{layer_code(dense)} -> {layer_code(dense, units=units)} at {units_at}")
-        loss = more.get("loss")
-        compile_edits = []
+        compile_edits: list[Edit] = []
         if loss is not None:
             compile_edits.append(self._loss_edit(head, loss, False, code))
         return Plan(finding, layer, why, tuple(code), tuple(edits), tuple(compile_edits),
@@ -108,7 +116,7 @@ class HeadRules:
         edit = self._loss_edit(head, name, from_logits, code)
         return Plan(finding, head.layer, why, tuple(code), (), (edit,))
 
-    def _loss_edit(self, head: Head, name: str, from_logits: bool, code: list[str]) -> Any:
+    def _loss_edit(self, head: Head, name: str, from_logits: bool, code: list[str]) -> Edit:
         i = self.heads.index(head)
         outputs = len(self.heads)
         old = loss_of(self.compiled, head.name, i, outputs)
@@ -276,7 +284,7 @@ class HeadRules:
         plan = self._relu_on(hidden, "linear_stack")
         return replace(plan, change=plan.change + " (or one Dense layer, if a linear map is meant)")
 
-    def _relu_on(self, hidden: list[Any], finding: str) -> Plan:
+    def _relu_on(self, hidden: list[LayerEntry], finding: str) -> Plan:
         code = tuple(
             f"{layer_code({'class_name': e.class_name, 'config': e.config})} -> "
             f"{layer_code({'class_name': e.class_name, 'config': e.config}, activation='relu')} "
