@@ -475,3 +475,23 @@ def test_a_linear_regression_stack_gets_an_activation(tmp_path):
     )
     assert "linear_stack" not in _findings(out)
     assert report.ok  # a warning: nothing failing, exit 0
+
+
+def test_a_model_that_needs_unsafe_needs_it_here_too(tmp_path):
+    import keras
+
+    inputs = keras.Input((6,), name="x")
+    doubled = keras.layers.Lambda(lambda t: t * 2.0, name="double")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(1, activation="relu", name="head")(doubled))
+    model.compile(optimizer="adam", loss="binary_crossentropy")
+    path = tmp_path / "lambda.keras"
+    model.save(path)
+    before = _digest(path)
+    out = tmp_path / "o.keras"
+    result = CliRunner().invoke(cli.main, ["fix", str(path), "--output", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "--unsafe" in result.stderr and not out.exists()
+    result = CliRunner().invoke(cli.main, ["fix", str(path), "--output", str(out), "--unsafe"])
+    assert result.exit_code == 1, result.output  # repaired (not verified without data)
+    assert _digest(path) == before
+    assert _layer(_config(out), "head")["activation"] == "sigmoid"
