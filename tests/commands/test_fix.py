@@ -62,7 +62,7 @@ STATIC = [
     ("bug_relu_before_softmax", "loss_mismatch", "logits",
      'Dense(3, activation="relu") -> Dense(3, activation="linear") at logits',
      ("logits", "activation", "linear")),
-    ("bug_all_linear", "loss_mismatch", "dense",
+    ("bug_all_linear", "loss_mismatch", "head",
      'Dense(8) -> Dense(8, activation="relu") at dense', ("dense", "activation", "relu")),
 ]  # fmt: skip
 
