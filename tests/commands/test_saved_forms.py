@@ -377,3 +377,34 @@ def test_legacy_keras2_files_are_read(tmp_path, head, loss, bad):
     item, _ = loss_item(_keras2_h5(tmp_path / "old.h5", head, loss))
     assert (item.findings == ("loss_mismatch",)) == bad, item.message
     assert bad or item.findings == (), item.message
+
+
+def test_every_loss_name_keras_accepts_is_read_as_keras_resolves_it():
+    from keras.src.losses import ALL_OBJECTS_DICT
+
+    from layergrad.model.loss_forms import read_loss
+
+    skip = {"Loss", "LossFunctionWrapper"}
+    for key, obj in ALL_OBJECTS_DICT.items():
+        if key in skip:
+            continue
+        # what Keras itself resolves the name to: a function, or a class wrapping one
+        expected = (obj().fn if isinstance(obj, type) else obj).__name__
+        read = read_loss(key)
+        assert read is not None and read.known and read.name == expected, (key, read, expected)
+
+
+def test_every_activation_keras_or_tf_nn_names_is_read():
+    from keras.src.activations import ALL_OBJECTS_DICT
+
+    from layergrad.model.head_forms import activation_from
+
+    for key, fn in ALL_OBJECTS_DICT.items():
+        assert activation_from(key) != "unknown", key
+        assert activation_from({"class_name": "function", "config": fn.__name__}) != "unknown"
+    # how a tf.nn function is saved: its __name__ (softmax_v2) as a function object
+    for fn, expected in ((tf.nn.softmax, "softmax"), (tf.nn.log_softmax, "log_softmax"),
+                         (tf.nn.sigmoid, "sigmoid"), (tf.nn.relu, "relu"), (tf.nn.tanh, "tanh"),
+                         (tf.nn.relu6, "relu6"), (tf.nn.softplus, "softplus")):  # fmt: skip
+        saved = {"module": "builtins", "class_name": "function", "config": fn.__name__}
+        assert activation_from(saved) == expected, fn.__name__
