@@ -128,7 +128,7 @@ def fix_model(
                 steps=options.steps if data is not None else None, original=original)  # fmt: skip
     if not plans:
         return FixReport(repairs=(), unrepaired=tuple(unrepaired), after=tuple(before),
-                         output=None, notes=("nothing to fix",) if not before else (),
+                         output=None,
                          **base)  # type: ignore[arg-type]  # fmt: skip
     try:
         config = model_config(model)

@@ -130,6 +130,11 @@ def test_vanishing_and_exploding_gradients_toward_the_input():
     found = rules.vanishing(gone)
     assert found is not None and (found.layer, found.step) == ("mid", 1)
     assert rules.vanishing(gone[:1]) is None  # one checkpoint is not a run
+    # the first layer recovering while the next ones stay down: still a vanished stack
+    names5 = {"in": 1e-3, "a": 1e-3, "b": 1e-3, "top": 1e-3, "head": 1e-3}
+    recovered = {"in": 3e-3, "a": 4e-4, "b": 4e-4, "top": 1e-1, "head": 1.0}
+    found = rules.vanishing([point(s, names5, grads=recovered) for s in (1, 11)])
+    assert found is not None and found.layer == "b"
     one = {"in": 1e-7, "mid": 1e-1, "top": 1e-1, "head": 1.0}  # one layer: stalled, not depth
     assert rules.vanishing([point(s, names, grads=one) for s in (1, 11)]) is None
     grow = {"in": 1e5, "mid": 1e4, "top": 1.0, "head": 1.0}
