@@ -29,6 +29,8 @@ from layergrad.training.layer_rules import (
     vanishing,
 )
 
+BLOWN_UP = 10.0  # a loss this many times the trivial loss has blown up
+
 __all__ = [
     "MIN_STEPS",
     "PLATEAU_STEPS",
@@ -90,7 +92,11 @@ def findings(
         order = [r.layer for r in checkpoints[-1].layers]
         skip = order[: order.index(gone.layer) + 1] if gone.layer in order else [str(gone.layer)]
     out += stalled_layers(checkpoints, skip)
-    unstable = grows is not None or nonfinite is not None
+    # the loss blew up: it grew, turned NaN/Inf, or reached BLOWN_UP times the trivial loss
+    # (unscaled inputs or a scaled-up initialisation start there)
+    seen = [v for v in losses if v is not None and math.isfinite(v)]
+    blown = chance_loss is not None and bool(seen) and max(seen) >= BLOWN_UP * chance_loss
+    unstable = grows is not None or nonfinite is not None or blown
     out += [f for f in (gone, exploding(checkpoints, unstable)) if f is not None]
     return out
 

@@ -144,6 +144,11 @@ def test_vanishing_and_exploding_gradients_toward_the_input():
     assert rules.exploding(huge) is None  # one large step of a loss that trains well
     found = rules.exploding(huge, unstable=True)  # one, as the loss blew up
     assert found is not None and (found.layer, found.step) == ("top", 11)
+    first = [point(1, {**names, "top": 3.0}), point(11, names), point(21, names)]
+    blown = [50.0 * CHANCE, *([CHANCE] * 99)]  # a first loss 50 times the trivial one
+    found = rules.findings(blown, first, None, chance_loss=CHANCE)
+    assert (Finding.EXPLODING, "top", 1) in [(f.finding, f.layer, f.step) for f in found]
+    assert Finding.EXPLODING not in [f.finding for f in rules.findings([CHANCE] * 100, first, None)]
     twice = [point(1, names), *(point(s, {**names, "top": 3.0}) for s in (11, 21))]
     found = rules.exploding(twice)
     assert found is not None and (found.layer, found.step) == ("top", 11)
