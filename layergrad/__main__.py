@@ -1,5 +1,5 @@
 """`python -m layergrad` runs the command line."""
 
-from layergrad.cli.app import main
+from layergrad.cli import run
 
-main(prog_name="layergrad")
+run()

@@ -4,4 +4,12 @@ May import commands (lazily, inside command bodies) and render; no logic of its 
 
 from layergrad.cli.app import main
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
+
+
+def run() -> None:
+    """The console script: stop cleanly on SIGINT / SIGTERM (`stopping.py`), then run."""
+    from layergrad.cli import stopping
+
+    stopping.install()
+    main(prog_name="layergrad")

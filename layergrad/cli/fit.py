@@ -16,8 +16,9 @@ from layergrad.cli.options import (
     load_options,
     training_data_options,
 )
-from layergrad.cli.running import emit, handle_errors
+from layergrad.cli.running import abort_now, emit, handle_errors, note
 from layergrad.core.vocab import DEFAULT_FIT_FAIL_ON, TRAINING_FINDINGS, OutputFormat
+from layergrad.data.stall import DEFAULT_STALL_SECONDS
 
 
 @click.command()
@@ -64,6 +65,14 @@ from layergrad.core.vocab import DEFAULT_FIT_FAIL_ON, TRAINING_FINDINGS, OutputF
     help="Seeds the data shuffling and Keras's random state.",
 )
 @click.option("--log-dir", metavar="DIR", help="Also write TensorBoard summaries here.")
+@click.option(
+    "--stall-timeout",
+    type=click.FloatRange(min=0, max=1e9),
+    default=DEFAULT_STALL_SECONDS,
+    show_default=True,
+    metavar="SECONDS",
+    help="Stop with an error when --data gives no batch for this long (0: wait forever).",
+)
 @format_options
 @click.option(
     "--fail-on",
@@ -91,6 +100,7 @@ def fit(
     every: int | None,
     seed: int,
     log_dir: str | None,
+    stall_timeout: float,
     fmt: OutputFormat,
     fail_on: frozenset[str],
     imports: tuple[str, ...],
@@ -145,6 +155,9 @@ def fit(
         cpu_replicas=cpu_replicas,
         imports=imports,
         unsafe=unsafe,
+        stall_timeout=stall_timeout,
+        on_stall=abort_now,
+        on_notice=note,
     )
     emit("fit", fmt, report)
     if report.stopped == "target_mismatch" or any(f.finding in fail_on for f in report.findings):

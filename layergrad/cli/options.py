@@ -126,7 +126,7 @@ def max_memory_option(func: F) -> F:
 
 PROBE_KEYS = ("input_file", "batch_size", "seed", "reduce", "training", "max_memory")
 RUN_KEYS = ("reduce", "training")  # how the model runs; `check` decides these itself
-DATA_KEYS = ("data", "limit", "distribute", "cpu_replicas", "first_sample")
+DATA_KEYS = ("data", "limit", "distribute", "cpu_replicas", "first_sample", "peer_timeout")
 
 
 def data_options(func: F) -> F:
@@ -135,7 +135,7 @@ def data_options(func: F) -> F:
 
     Under `probe_options` they join the `probe` bundle (every command that takes them).
     """
-    return _stack(func, [*_data_option_list(), FIRST_SAMPLE_OPTION])
+    return _stack(func, [*_data_option_list(), FIRST_SAMPLE_OPTION, PEER_TIMEOUT_OPTION])
 
 
 def training_data_options(func: F) -> F:
@@ -185,6 +185,15 @@ FIRST_SAMPLE_OPTION = click.option(
     help="With --data: PATH is a shard of a larger data set starting at its sample "
     "N, so the samples are numbered from N (the default scan target's projection "
     "is seeded per sample): shards then merge exactly (`layergrad merge`).",
+)
+
+
+PEER_TIMEOUT_OPTION = click.option(
+    "--peer-timeout",
+    type=float,
+    metavar="SECONDS",
+    help="With --distribute multi-worker: wait at most this long for the other workers "
+    "of TF_CONFIG to start (default 300), then stop with an error.",
 )
 
 

@@ -40,6 +40,10 @@ def handle_errors(func: F) -> F:
                 return func(*args, **kwargs)
         except click.ClickException:
             raise
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: not a finding (1), not a pass
+            code = int(getattr(exc, "exit_code", INTERRUPTED))
+            click.echo(f"error: stopped by {_signal_name(code)}; nothing was written", err=True)
+            sys.exit(code)
         except LayergradError as exc:
             usage_error(exc, bool(debug))
         except Exception as exc:  # an unexpected failure still gets one readable line
@@ -56,6 +60,45 @@ def handle_errors(func: F) -> F:
 
     wrapper.report_stdout = True  # type: ignore[attr-defined]  # tests find it on every command
     return cast(F, wrapper)
+
+
+INTERRUPTED = 130  # the exit code of a run stopped by Ctrl-C (SIGINT), as shells use
+
+
+def _signal_name(code: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(code - 128).name
+    except ValueError:
+        return "an interrupt"
+
+
+def note(message: str) -> None:
+    """What a command says while it works: one `note:` line on stderr."""
+    from layergrad.render.escape import visible
+
+    click.echo(f"note: {one_line(visible(message))}", err=True)
+
+
+def abort_now(message: str) -> NoReturn:
+    """End the process at once with one `error:` line and exit code 2, from any thread
+    (a stalled data source blocks the main thread in code that cannot be interrupted)."""
+    from layergrad.render.escape import visible
+
+    sys.stderr.write(f"error: {one_line(visible(message))}\n")
+    sys.stderr.flush()
+    hard_exit(2)
+
+
+def hard_exit(code: int) -> NoReturn:
+    """End the process now: the operating system's `_exit`, which a data function's guard
+    (`data/user_code.py` turns `os._exit` into an exception while user code runs) cannot
+    catch."""
+    import posix
+
+    posix._exit(code)
+    raise AssertionError("unreachable")  # (for the type checker)
 
 
 _REPORT_STREAMS: list[TextIO] = []  # where `emit` writes: the real stdout of each command

@@ -21,6 +21,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from layergrad.commands.fit_guards import (
+    Notice,
+    beating,
+    check_before_loading,
+    check_options,
+    check_unsized,
+    require_samples,
+    unsized_epoch_notice,
+)
 from layergrad.commands.session import load
 from layergrad.core.errors import InputError, describe
 from layergrad.core.fit_results import FitReport
@@ -61,10 +70,7 @@ class FitOptions:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be at least 1: {name}={value}")
-        if self.learning_rate is not None and not self.learning_rate > 0:
-            raise InputError(
-                f"--learning-rate must be a positive number: learning_rate={self.learning_rate}"
-            )
+        check_options(self.learning_rate, self.optimizer, self.loss)
 
 
 def fit_model(
@@ -77,6 +83,9 @@ def fit_model(
     cpu_replicas: int | None = None,
     imports: Sequence[str] = (),
     unsafe: bool = False,
+    stall_timeout: float | None = None,
+    on_stall: Notice | None = None,
+    on_notice: Notice | None = None,
 ) -> FitReport:
     """Train a copy of the model in `path` on `data` with the gradient monitor on.
 
@@ -89,6 +98,10 @@ def fit_model(
         limit: read at most this many samples.
         distribute, cpu_replicas: train under `MirroredStrategy` (see `ProbeOptions`).
         imports, unsafe: as for every command.
+        stall_timeout, on_stall: call `on_stall(message)` (from another thread) when no
+            batch has come for this many seconds (`data/stall.py`); none by default.
+        on_notice: called with what the run should say while it works (a source that does
+            not say its size, under `--epochs`); the API never prints.
 
     Returns:
         The `FitReport`: every step's loss, the checkpoints, the findings.
@@ -104,6 +117,7 @@ def fit_model(
             "of class sub-folders, or a function yielding (x, y)): training on random labels "
             "proves nothing"
         )
+    check_before_loading(options.log_dir, data, distribute)
     probe = ProbeOptions(
         batch_size=options.batch_size,
         seed=options.seed,
@@ -115,22 +129,37 @@ def fit_model(
     loaded, _warnings, strategy = load(path, probe, imports=imports, unsafe=unsafe)
     model, info = loaded.model, loaded.info
     from layergrad.core.keras_backend import quiet_import
+    from layergrad.data.stall import stall_watch
 
     tf, keras = quiet_import()
     keras.utils.set_random_seed(options.seed)
-    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+    with (
+        strategy.scope() if strategy is not None else contextlib.nullcontext(),
+        stall_watch(stall_timeout, on_stall, os.fspath(data)) as watch,
+    ):
         spec = _compile(model, info.compile_config, options)
         labelled = _labelled(model, os.fspath(data), options, limit, spec)
         stream = labelled.stream
         assert stream is not None
+        if stream.samples is None and options.epochs is not None and on_notice is not None:
+            on_notice(unsized_epoch_notice(data, limit))
+        beat = watch.beat if watch is not None else (lambda _: None)
         from layergrad.commands.fit_labels import read_labels, refused
 
         bound = None if options.epochs else (options.steps or DEFAULT_STEPS) * options.batch_size
-        labels = read_labels(model, info, labelled, spec, options.loss, bound)
+        unsized = stream.samples is None and bound is None
+
+        def on_batch(seen: int) -> None:
+            beat(1)
+            if unsized:
+                check_unsized(seen, data)
+
+        labels = read_labels(model, info, labelled, spec, options.loss, bound, on_batch)
         if labels.mismatches:  # before the first step, as `check --data` says it
             report = refused(model, spec.name, labels.mismatches)
             return replace(report, path=info.path, data=os.fspath(data))
         prior, samples = labels.trivial, labels.samples
+        require_samples(samples, data)
         dataset = _dataset(model, stream, options, samples)
         batches = max(1, math.ceil(samples / options.batch_size))
         total = batches * options.epochs if options.epochs else options.steps or DEFAULT_STEPS
@@ -140,13 +169,14 @@ def fit_model(
 
         chance = prior or chance_loss(spec.name, _units(model, spec))
         monitor = GradientMonitor(every=every, log_dir=options.log_dir, chance_loss=chance)
+        callbacks = [monitor, beating(beat)]
         try:
             if options.epochs is not None:
-                model.fit(dataset, epochs=options.epochs, verbose=0, callbacks=[monitor])
+                model.fit(dataset, epochs=options.epochs, verbose=0, callbacks=callbacks)
             else:
                 steps = options.steps or DEFAULT_STEPS
                 model.fit(dataset.repeat(), epochs=1, steps_per_epoch=steps, verbose=0,
-                          callbacks=[monitor])  # fmt: skip
+                          callbacks=callbacks)  # fmt: skip
         except tf.errors.InvalidArgumentError as exc:  # a batch tf.data could not make
             stream.raise_failure()
             raise InputError(
@@ -183,9 +213,14 @@ def _compile(model: KerasModel, compiled: Mapping[str, object], options: FitOpti
             keras.optimizers.get(raw) if isinstance(raw, str) else keras.optimizers.deserialize(raw)
         )
     except (ValueError, TypeError, KeyError) as exc:
+        why = (  # a class that needs arguments a name cannot give (LossScaleOptimizer)
+            f"it needs the argument {exc.args[0]!r}, which a name cannot give"
+            if isinstance(exc, KeyError) and exc.args
+            else str(exc)
+        )
         raise InputError(
             f"--optimizer {raw if isinstance(raw, str) else 'in the file'} is not an optimizer "
-            f"Keras knows ({exc}); use a keras.optimizers name such as adam or sgd"
+            f"Keras can make from a name ({why}); use a keras.optimizers name such as adam or sgd"
         ) from exc
     if options.learning_rate is not None:
         optimizer.learning_rate = options.learning_rate

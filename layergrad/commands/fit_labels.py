@@ -8,7 +8,7 @@ inside TensorFlow's graph; the same pass gives the trivial loss (`data/labels.py
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,9 +42,11 @@ def read_labels(
     spec: LossSpec,
     loss: str | None,
     bound: int | None,
+    on_batch: Callable[[int], None] | None = None,
 ) -> LabelCheck:
     """Read the labels of `labelled` once (at most `bound` samples when the source does not
-    say how many it has) and judge them against each output and `spec` (`loss`: --loss)."""
+    say how many it has) and judge them against each output and `spec` (`loss`: --loss).
+    `on_batch(seen)` is called after each batch with the samples read so far."""
     from layergrad.commands.check_steps import output_ranks
     from layergrad.data.labels import TrivialLoss, label_keys
     from layergrad.engine.compiled_loss import label_request
@@ -65,6 +67,8 @@ def read_labels(
         if trivial is not None:
             trivial.add(y)
         seen += len(y) if getattr(y, "ndim", 0) else 1
+        if on_batch is not None:
+            on_batch(seen)
         if known is None and seen >= (bound or UNKNOWN_READ):
             break  # a source that does not say how many samples it has may have no end
     found = _mismatches(info, names, units, summaries, spec, loss)
@@ -92,6 +96,8 @@ def _mismatches(
         heads = [Head(n, n, "unknown", u or None) for n, u in zip(names, units, strict=False)]
     if len(heads) == 1 and len(labels) == 1:  # `y`: however Keras names the one output
         labels = {heads[0].name: next(iter(labels.values()))}
+    elif {h.name for h in heads} == set(names):  # by name: the heads' order may differ
+        labels = {h.name: labels[h.name] for h in heads if h.name in labels}
     else:
         labels = {h.name: labels[n] for h, n in zip(heads, names, strict=False) if n in labels}
     compiled = {"loss": loss} if loss else info.compile_config

@@ -133,7 +133,9 @@ def load(
 
         sources.precheck(options.data)  # a FIFO, a forged header: refused before TensorFlow
 
-        strategy = devices.strategy_for(options.distribute, options.cpu_replicas)
+        strategy = devices.strategy_for(
+            options.distribute, options.cpu_replicas, options.peer_timeout
+        )
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         loaded, warnings = loader.load_model(
             path,

@@ -9,21 +9,31 @@ the cluster to each process in the environment variable `TF_CONFIG`, a JSON obje
 missing or malformed one is one clear line before anything starts. Workers are numbered as
 `tf.distribute.MultiWorkerMirroredStrategy` numbers them: the chief first (when there is one),
 then the workers by index. The chief (or worker 0 without a chief) writes the report.
+
+Before TensorFlow connects the workers (it would wait for a missing one forever, deaf to
+SIGTERM), `wait_for_peers` waits a bounded time (`--peer-timeout`, DEFAULT_PEER_TIMEOUT
+seconds) until every other worker's address accepts a connection, each worker answering on
+its own address meanwhile; a worker that never comes is one error line, exit code 2.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 
 from layergrad.core.errors import UsageError
 
 VARIABLE = "TF_CONFIG"
 ROLES = ("chief", "worker")  # the tasks that run the step (an evaluator or ps does not)
 _ADDRESS = re.compile(r"^\S+:\d{1,5}$")
+DEFAULT_PEER_TIMEOUT = 300.0  # seconds to wait for every other worker to start
 EXAMPLE = (
     '{"cluster": {"worker": ["host1:2222", "host2:2222"]}, "task": {"type": "worker", "index": 0}}'
 )
@@ -37,6 +47,7 @@ class Cluster:
     index: int
     task_type: str
     task_index: int
+    addresses: tuple[str, ...] = field(default=())  # "host:port" of every worker, chief first
 
     @property
     def is_chief(self) -> bool:
@@ -91,7 +102,79 @@ def cluster_from_env(environ: Mapping[str, str] | None = None) -> Cluster:
         index=offset + task_index,
         task_type=task_type,
         task_index=task_index,
+        addresses=(*tasks["chief"], *tasks["worker"]),
     )
+
+
+def wait_for_peers(cluster: Cluster, timeout: float, poll: float = 0.2) -> None:
+    """Wait until every other worker's address accepts a connection, at most `timeout` s,
+    answering on this worker's own port meanwhile (see the module doc).
+
+    Raises:
+        UsageError: a worker did not answer in time (its address, and `--peer-timeout`).
+    """
+    if not cluster.addresses:
+        return
+    own = cluster.addresses[cluster.index]
+    peers = [a for i, a in enumerate(cluster.addresses) if i != cluster.index]
+    deadline = time.monotonic() + timeout
+    with _answering(int(own.rpartition(":")[2])):
+        while True:
+            peers = [a for a in peers if not _answers(a)]
+            if not peers or time.monotonic() >= deadline:
+                break
+            time.sleep(poll)
+    if peers:
+        raise UsageError(
+            f"--distribute multi-worker: worker {', '.join(peers)} of {VARIABLE} did not "
+            f"answer within {timeout:g} s (--peer-timeout); start every worker the cluster "
+            "lists, check the addresses, or wait longer with --peer-timeout SECONDS"
+        )
+
+
+def _answers(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def _answering(port: int) -> Iterator[None]:
+    """Accept (and close) connections on `port` for the block, so that the other workers
+    see this one; nothing when the port is taken (whatever holds it answers)."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        server.bind(("", port))
+        server.listen(16)
+        server.settimeout(0.2)
+    except OSError:
+        server.close()
+        yield
+        return
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                connection, _ = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            connection.close()
+
+    thread = threading.Thread(target=serve, name="layergrad-peers", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=2.0)
+        server.close()
 
 
 def _addresses(value: object, role: str, where: str) -> list[str]:

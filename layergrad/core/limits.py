@@ -99,3 +99,8 @@ def human(n: float) -> str:
             value = n / size
             return f"{value:.1f} {unit}" if value < 100 else f"{value:,.0f} {unit}"
     return f"{int(n)} B"
+
+
+MAX_UNSIZED_EPOCH = 1_000_000
+"""`fit --epochs` over a source that does not say how many samples it holds (a data
+function) and without `--limit`: an epoch longer than this is refused as endless."""

@@ -40,7 +40,8 @@ class ProbeOptions:
     cluster in TF_CONFIG, each over its shard) or `cpu_replicas` logical CPU devices.
     `first_sample` is the index of the data's first sample in a larger data set it is a shard
     of (the default target's projection is seeded per sample index).
-    `batch_size` defaults to 8, or 32 with `data`.
+    `batch_size` defaults to 8, or 32 with `data`. `peer_timeout` is how long a
+    multi-worker run waits for the other workers (None: `cluster.DEFAULT_PEER_TIMEOUT`).
     """
 
     input_file: PathLike | None = None
@@ -54,6 +55,7 @@ class ProbeOptions:
     distribute: str | None = None
     cpu_replicas: int | None = None
     first_sample: int = 0
+    peer_timeout: float | None = None
 
     def __post_init__(self) -> None:
         if self.reduce not in REDUCTIONS:
@@ -69,6 +71,13 @@ class ProbeOptions:
             )
         if isinstance(self.seed, bool) or not 0 <= self.seed <= MAX_SEED:
             raise UsageError(f"--seed must be 0 to {MAX_SEED:,} (2**32 - 1): seed={self.seed}")
+        if self.peer_timeout is not None and (
+            self.distribute != "multi-worker" or not 0 < self.peer_timeout <= 1e9
+        ):
+            raise UsageError(
+                "--peer-timeout is the wait for the other workers of --distribute "
+                f"multi-worker, in seconds above 0: peer_timeout={self.peer_timeout}"
+            )
         check_data_options(
             self.data, self.input_file, self.limit, self.distribute, self.cpu_replicas,
             self.first_sample,
@@ -142,6 +151,7 @@ class ProbeFields(TypedDict, total=False):
     distribute: str | None
     cpu_replicas: int | None
     first_sample: int
+    peer_timeout: float | None
 
 
 class MeasureFields(TypedDict):

@@ -25,4 +25,5 @@ KerasModule: TypeAlias = Any  # the `keras` module itself (imported lazily)
 TFVariable: TypeAlias = Any  # tf.Variable: a running total of the compiled step
 InputContext: TypeAlias = Any  # tf.distribute.InputContext: which shard a worker reads
 KerasOptimizer: TypeAlias = Any  # keras.optimizers.Optimizer
+KerasCallback: TypeAlias = Any  # keras.callbacks.Callback
 SummaryWriter: TypeAlias = Any  # tf.summary.SummaryWriter: TensorBoard event files

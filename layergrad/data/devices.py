@@ -18,23 +18,30 @@ per process: TensorFlow configures its collectives once, at start-up.
 from __future__ import annotations
 
 import contextlib
-import functools
+from typing import TYPE_CHECKING
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.tf_types import Strategy
 
+if TYPE_CHECKING:
+    from layergrad.core.cluster import Cluster
+
 DISTRIBUTIONS = ("mirrored", "multi-worker")
 MULTI_WORKER = "multi-worker"
 
 
-def strategy_for(distribute: str | None, cpu_replicas: int | None = None) -> Strategy:
+def strategy_for(
+    distribute: str | None, cpu_replicas: int | None = None, peer_timeout: float | None = None
+) -> Strategy:
     """The tf.distribute strategy for `--distribute` / `--cpu-replicas`.
 
     Args:
         distribute: None (one device), "mirrored" or "multi-worker".
         cpu_replicas: split the CPU into this many logical devices and mirror over them
             (implies "mirrored").
+        peer_timeout: with "multi-worker", seconds to wait for the other workers before the
+            strategy connects them (`cluster.wait_for_peers`; default DEFAULT_PEER_TIMEOUT).
 
     Returns:
         TensorFlow's default strategy for one device, a MirroredStrategy, or a
@@ -55,10 +62,12 @@ def strategy_for(distribute: str | None, cpu_replicas: int | None = None) -> Str
                 "--cpu-replicas splits one machine's CPU; with --distribute multi-worker each "
                 "worker mirrors over its own devices: drop --cpu-replicas"
             )
-        from layergrad.core.cluster import cluster_from_env
+        from layergrad.core.cluster import DEFAULT_PEER_TIMEOUT, cluster_from_env
 
-        cluster_from_env()  # one clear line for a missing or malformed TF_CONFIG
-        return _multi_worker()
+        cluster = cluster_from_env()  # one clear line for a missing or malformed TF_CONFIG
+        return _multi_worker(
+            cluster, DEFAULT_PEER_TIMEOUT if peer_timeout is None else peer_timeout
+        )
     if cpu_replicas is not None:
         if cpu_replicas < 1:
             raise UsageError(f"--cpu-replicas must be at least 1: cpu_replicas={cpu_replicas}")
@@ -69,11 +78,28 @@ def strategy_for(distribute: str | None, cpu_replicas: int | None = None) -> Str
     return tf.distribute.get_strategy()
 
 
-@functools.cache
-def _multi_worker() -> Strategy:
-    """The process's one MultiWorkerMirroredStrategy (it connects to the other workers)."""
+_MADE: dict[str, Strategy] = {}
+
+
+def _multi_worker(cluster: Cluster, peer_timeout: float) -> Strategy:
+    """The process's one MultiWorkerMirroredStrategy (it connects to the other workers),
+    made once the other workers answer."""
+    import signal
+    import threading
+
+    if "strategy" in _MADE:
+        return _MADE["strategy"]
+    from layergrad.core.cluster import wait_for_peers
+
+    wait_for_peers(cluster, peer_timeout)
     tf, _ = quiet_import()
-    return tf.distribute.MultiWorkerMirroredStrategy()
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    if previous is not None:  # TensorFlow's runtime took SIGTERM (its preemption notice)
+        signal.signal(signal.SIGTERM, previous)
+    _MADE["strategy"] = strategy
+    return strategy
 
 
 def is_multi_worker(strategy: Strategy) -> bool:

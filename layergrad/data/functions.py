@@ -36,7 +36,13 @@ from layergrad.data.elements import (
     read_labels,
 )
 from layergrad.data.probe_input import InputSpec, check_fits, fit_array
-from layergrad.data.user_code import checked_iteration, load_function, raised, takes_argument
+from layergrad.data.user_code import (
+    checked_iteration,
+    load_function,
+    raised,
+    running_user_code,
+    takes_argument,
+)
 
 
 @dataclass
@@ -102,7 +108,8 @@ def function_source(
 
     def call() -> object:
         try:
-            return function(*arguments)
+            with running_user_code():
+                return function(*arguments)
         except (Exception, SystemExit) as exc:  # a gate must never pass by sys.exit(0)
             raise InputError(f"--data {ref}: the function raised {raised(exc)}") from exc
 
@@ -170,7 +177,8 @@ def _parts(
     while True:
         where = f"--data {ref}: batch {index}"
         try:
-            element = next(iterator)
+            with running_user_code():
+                element = next(iterator)
         except StopIteration:
             return
         except (Exception, SystemExit) as exc:

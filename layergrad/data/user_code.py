@@ -5,16 +5,24 @@ neighbours), after a check that it is a regular file; `module` is imported from 
 directory as `python -m` would. Whatever the user's code raises while it is imported, called
 or iterated, `SystemExit` included (a gate must never pass by `sys.exit(0)`), becomes one
 `InputError` line that names it.
+
+`os._exit` ends a process without raising anything, so while the user's code runs
+(`running_user_code`, in any thread of this process) `os._exit` raises `UserExit` instead:
+a data function that calls `os._exit(0)` mid-iteration is layergrad's error (exit 2), never
+a run that ends with exit 0 and no report. Outside the user's code, and in a process it
+forked, `os._exit` is the real one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -24,6 +32,36 @@ from layergrad.files.guards import require_regular
 
 FUNCTION = re.compile(r"^(?P<target>.+):(?P<name>[A-Za-z_]\w*)$")
 MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+class UserExit(SystemExit):
+    """The user's code called `os._exit(code)` (caught as the `SystemExit` it would be)."""
+
+
+_REAL_EXIT = os._exit
+_guard = {"depth": 0, "pid": -1}
+_lock = threading.Lock()
+
+
+def _exit_from_user_code(code: int) -> None:
+    if _guard["depth"] > 0 and os.getpid() == _guard["pid"]:
+        raise UserExit(code)
+    _REAL_EXIT(code)
+
+
+@contextlib.contextmanager
+def running_user_code() -> Iterator[None]:
+    """While the block runs, `os._exit` raises `UserExit` (see the module doc)."""
+    with _lock:
+        if _guard["depth"] == 0:
+            _guard["pid"] = os.getpid()
+        _guard["depth"] += 1
+        os._exit = _exit_from_user_code  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        with _lock:
+            _guard["depth"] -= 1
 
 
 def is_function(text: str) -> bool:
@@ -61,11 +99,13 @@ def load_function(ref: str) -> Callable[[], object]:
     target, name = match["target"], match["name"]
     try:
         if target.endswith(".py"):
-            module = _import_file(Path(target), ref)
+            with running_user_code():
+                module = _import_file(Path(target), ref)
         else:
             sys.path.insert(0, os.getcwd())  # as `python -m` would, for a module beside the data
             try:
-                module = importlib.import_module(target)
+                with running_user_code():
+                    module = importlib.import_module(target)
             finally:
                 sys.path.remove(os.getcwd())
     except InputError:
@@ -92,7 +132,8 @@ def checked_iteration(items: Iterable[object], ref: str) -> Iterator[object]:
     iterator = iter(items)
     while True:
         try:
-            element = next(iterator)
+            with running_user_code():
+                element = next(iterator)
         except StopIteration:
             return
         except (Exception, SystemExit) as exc:
@@ -102,6 +143,11 @@ def checked_iteration(items: Iterable[object], ref: str) -> Iterator[object]:
 
 def raised(exc: BaseException) -> str:
     """What a user's code raised, in one line; SystemExit is named as the call it was."""
+    if isinstance(exc, UserExit):
+        return (
+            f"os._exit({exc.code!r}) (it tried to end the process); a data function must "
+            "return or yield batches, not end the program"
+        )
     if isinstance(exc, SystemExit):
         return (
             f"SystemExit (it called sys.exit({exc.code!r})); a data function must return or "

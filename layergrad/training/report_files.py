@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Iterable
 
 from layergrad.core.errors import OutputError
 from layergrad.core.fit_results import FitReport
@@ -31,13 +32,17 @@ def check_report_path(path: str | os.PathLike[str], option: str = "report") -> s
     return text
 
 
-def check_log_dir(path: str | os.PathLike[str], option: str = "log_dir") -> str:
-    """The TensorBoard folder, refused (`OutputError`) when it is not a writable folder or
-    TensorBoard, which writes it, is not installed."""
+def check_log_dir(
+    path: str | os.PathLike[str],
+    option: str = "log_dir",
+    inputs: Iterable[str | os.PathLike[str] | None] = (),
+) -> str:
+    """The TensorBoard folder, refused (`OutputError`) when it is not a writable folder (or
+    is one of `inputs`, or inside one) or TensorBoard, which writes it, is not installed."""
     from layergrad.files.outputs import check_folder_target
 
     text = os.fspath(path)
-    check_folder_target(text, option)
+    check_folder_target(text, option, inputs)
     require_tensorboard(option)
     return text
 

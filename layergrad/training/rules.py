@@ -111,9 +111,20 @@ def _finite(checkpoint: Checkpoint) -> bool:
 def nonfinite_finding(
     checkpoint: Checkpoint, order: Sequence[str], epoch: int, batch: int
 ) -> TrainingFinding:
-    """Where the first NaN/Inf came from: the first layer whose output has one, else (the
-    forward pass being finite) the layer nearest the loss whose gradient has one."""
+    """Where the first NaN/Inf came from: an input of the step's batch that holds one (the
+    data), else the first layer whose output has one, else (the forward pass being finite)
+    the layer nearest the loss whose gradient has one."""
     where = f"step {checkpoint.step} (epoch {epoch}, batch {batch})"
+    if checkpoint.nonfinite_inputs:  # the data, before any layer
+        name, count, row = checkpoint.nonfinite_inputs[0]
+        return TrainingFinding(
+            Finding.NONFINITE,
+            name,
+            checkpoint.step,
+            f"{where}: the training data holds NaN/Inf: input {name!r} of the step's batch has "
+            f"{count} NaN/Inf values, the first in sample {row} of the batch; clean the data "
+            "(the model is not at fault)",
+        )
     rows = {r.layer: r for r in checkpoint.layers}
     ordered = [rows[p] for p in order if p in rows]
     forward = next((r for r in ordered if r.nonfinite_activation), None)

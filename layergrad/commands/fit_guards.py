@@ -1,0 +1,97 @@
+"""What `layergrad fit` checks around training: outputs before the model loads, an empty or
+endless data source, a stalled one, and the options the API takes as plain values.
+
+Kept apart from `fit.py`, which trains, so each stays one concept.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+
+from layergrad.core.errors import InputError, UsageError
+from layergrad.core.limits import MAX_UNSIZED_EPOCH
+from layergrad.core.probe_options import PathLike
+from layergrad.core.tf_types import KerasCallback
+
+Notice = Callable[[str], None]
+
+
+def check_options(learning_rate: float | None, optimizer: str | None, loss: str | None) -> None:
+    """Refuse a learning rate that is not a positive finite number and an empty name."""
+    if learning_rate is not None and not (
+        isinstance(learning_rate, (int, float)) and 0 < learning_rate < math.inf
+    ):
+        raise UsageError(
+            f"--learning-rate must be a positive number, finite: learning_rate={learning_rate}"
+        )
+    for option, name in (("--optimizer", optimizer), ("--loss", loss)):
+        if name is not None and not name.strip():
+            raise UsageError(
+                f"{option} is empty; give a name (e.g. --optimizer adam, --loss mse), or leave "
+                "the option out to use the file's"
+            )
+
+
+def check_before_loading(
+    log_dir: str | None, data: PathLike | None, distribute: str | None
+) -> None:
+    """Before the model loads: `fit` trains on one machine (`--distribute mirrored` at
+    most), and `--log-dir` must be a folder that can be written."""
+    if distribute == "multi-worker":
+        raise UsageError(
+            "fit trains on one machine: --distribute mirrored (every GPU) or none; "
+            "--distribute multi-worker is for inspect, scan and check; drop it"
+        )
+    if log_dir is None:
+        return
+    from layergrad.files.outputs import data_inputs
+    from layergrad.training.report_files import check_log_dir
+
+    check_log_dir(log_dir, "--log-dir", inputs=data_inputs(data))
+
+
+def require_samples(samples: int | None, data: PathLike) -> None:
+    """Refuse data without a sample: training on nothing proves nothing."""
+    if samples == 0:
+        raise InputError(
+            f"--data {os.fspath(data)}: no samples (0 rows); fit needs data to train on"
+        )
+
+
+def unsized_epoch_notice(data: PathLike, limit: int | None) -> str:
+    """What `fit --epochs` says over a source that does not say its size."""
+    return (
+        f"--data {os.fspath(data)} does not say how many samples it holds: an epoch ends when "
+        f"it stops yielding, so an endless source never ends one; it is counted first, and "
+        f"refused past {MAX_UNSIZED_EPOCH:,} samples"
+        + ("" if limit is None else f" (--limit {limit:,} bounds it)")
+        + "; --steps N or --limit N bound the run"
+    )
+
+
+def check_unsized(seen: int, data: PathLike) -> None:
+    """Refuse an epoch of an unsized source that runs past MAX_UNSIZED_EPOCH samples."""
+    if seen > MAX_UNSIZED_EPOCH:
+        raise InputError(
+            f"--data {os.fspath(data)}: more than {MAX_UNSIZED_EPOCH:,} samples and no end of "
+            "the epoch yet; a source without a length (a generator) may never end one; pass "
+            "--steps N to train N steps, or --limit N to read N samples per epoch"
+        )
+
+
+def beating(beat: Callable[[int], None]) -> KerasCallback:
+    """A Keras callback that tells the stall watch of every batch (and of the start)."""
+    from layergrad.core.keras_backend import quiet_import
+
+    _, keras = quiet_import()
+
+    class Beat(keras.callbacks.Callback):  # type: ignore[name-defined]
+        def on_train_begin(self, logs: object = None) -> None:
+            beat(0)
+
+        def on_train_batch_end(self, batch: int, logs: object = None) -> None:
+            beat(1)
+
+    return Beat()
