@@ -62,8 +62,8 @@ def findings(
 
     One cause, one finding: a head whose predictions are constant explains a loss that does
     not move or sits at the trivial loss; a loss that grows, or cannot move, explains one
-    that swings, sits at the trivial loss or converges slowly; layers whose gradient has
-    vanished are not also stalled.
+    that sits at the trivial loss or converges slowly (a growing loss may swing as well);
+    layers whose gradient has vanished are not also stalled.
     """
     out = [nonfinite] if nonfinite is not None else []
     grows = diverging(losses, checkpoints, nonfinite is not None)
@@ -71,6 +71,9 @@ def findings(
     curve: list[TrainingFinding] = []
     if grows is not None:
         curve.append(grows)
+        # a loss that also jumps from batch to batch: the batch is too small for the rate
+        swings = oscillating(losses, checkpoints, chance_loss)
+        curve += [swings] if swings is not None else []
     elif not constant:
         for rule in (
             lambda: not_learning(losses, checkpoints),

@@ -161,3 +161,13 @@ def test_findings_of_a_vanished_stack_do_not_also_call_its_layers_stalled():
     points = [point(s, names, grads=shrink) for s in (1, 11, 21, 31)]
     found = rules.findings(noisy(np.linspace(1.4, 0.3, 40), 0.01), points, None)
     assert [(f.finding, f.layer) for f in found] == [(Finding.VANISHING, "mid")]
+
+
+def test_a_growing_loss_that_jumps_from_batch_to_batch_diverges_and_oscillates():
+    high = [point(s, {"a": 0.5, "head": 0.2}) for s in (1, 150, 300)]
+    grows = np.abs(noisy(np.linspace(1.0, 3.0, 300), 1.0))  # a batch of one sample
+    found = [f.finding for f in rules.findings(list(grows), high, None, chance_loss=CHANCE)]
+    assert Finding.DIVERGING in found and Finding.OSCILLATING in found
+    smooth = noisy(np.linspace(1.0, 3.0, 300), 0.05)
+    found = [f.finding for f in rules.findings(smooth, high, None, chance_loss=CHANCE)]
+    assert Finding.DIVERGING in found and Finding.OSCILLATING not in found
