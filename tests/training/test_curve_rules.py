@@ -165,7 +165,7 @@ def test_findings_of_a_vanished_stack_do_not_also_call_its_layers_stalled():
 
 def test_a_growing_loss_that_jumps_from_batch_to_batch_diverges_and_oscillates():
     high = [point(s, {"a": 0.5, "head": 0.2}) for s in (1, 150, 300)]
-    grows = np.abs(noisy(np.linspace(1.0, 3.0, 300), 1.0))  # a batch of one sample
+    grows = np.abs(noisy(np.linspace(1.0, 8.0, 300), 1.0))  # a batch of one sample
     found = [f.finding for f in rules.findings(list(grows), high, None, chance_loss=CHANCE)]
     assert Finding.DIVERGING in found and Finding.OSCILLATING in found
     smooth = noisy(np.linspace(1.0, 3.0, 300), 0.05)
