@@ -14,18 +14,29 @@ prints markdown tables:
 then every miss and every false alarm, one line each.
 
     nice python benchmarks/bench_verdict_corpus.py [--fit-mutants] [--archs A,B] [--ops X,Y]
+        [--dir DIR]   (keep the corpus in DIR; run again to re-check it without building)
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterable
+from pathlib import Path
 
-from verdict_corpus import FORMS, SAVES, Outcome, build_corpus, run_case
+from verdict_corpus import (
+    FORMS,
+    SAVES,
+    Outcome,
+    build_corpus,
+    load_manifest,
+    run_case,
+    save_manifest,
+)
 
 HEALTHY = ("healthy", "learning_rate_huge", "sgd_learning_rate_tiny")
 
@@ -115,17 +126,31 @@ def main() -> None:
     parser.add_argument("--archs", help="comma-separated architecture names (default: all)")
     parser.add_argument("--ops", help="comma-separated operator names (default: all)")
     parser.add_argument(
+        "--dir",
+        help="build the corpus here and keep it; a folder that holds one already (its "
+        "cases.json) is checked again without building",
+    )
+    parser.add_argument(
         "--fit-mutants", action="store_true", help="write every mutant after a fit too (slow)"
     )
     args = parser.parse_args()
     archs = args.archs.split(",") if args.archs else None
     operators = args.ops.split(",") if args.ops else None
     with tempfile.TemporaryDirectory() as tmp:
+        root = Path(args.dir or tmp)
         start = time.perf_counter()
-        cases = build_corpus(tmp, archs, operators, fit_mutants=args.fit_mutants)
+        if (root / "cases.json").exists():
+            cases = load_manifest(root)
+        else:
+            cases = build_corpus(root, archs, operators, fit_mutants=args.fit_mutants)
+            save_manifest(cases, root)
         built = time.perf_counter() - start
         skipped = [c for c in cases if c.path is None]
-        outcomes = [run_case(c) for c in cases if c.path is not None]
+        outcomes = []
+        for i, case in enumerate(c for c in cases if c.path is not None):
+            outcomes.append(run_case(case))
+            if i % 100 == 99:
+                print(f"checked {i + 1}", file=sys.stderr, flush=True)
         checked = time.perf_counter() - start - built
     models = len({(c.arch, c.op, c.form) for c in cases})
     print(

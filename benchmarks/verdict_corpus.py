@@ -106,6 +106,7 @@ def _model(arch: Arch, mutant: Mutant) -> keras.Model:
 
 
 def _fit(model: keras.Model, x: dict[str, np.ndarray], y: Any, steps: int | None = None) -> None:
+    x = {k: v.astype(object) if v.dtype.kind == "U" else v for k, v in x.items()}  # tf.string
     inputs: Any = x if len(x) > 1 else next(iter(x.values()))
     model.fit(inputs, y, epochs=1, batch_size=16, verbose=0, steps_per_epoch=steps)
 
@@ -216,6 +217,40 @@ def plan(
             for mutant in mutants(arch, arch.spec(form), operators):
                 if ops is None or mutant.op in ops:
                     out.append((arch, form, mutant))
+    return out
+
+
+def save_manifest(cases: list[Case], root: str | Path) -> Path:
+    """Write `cases.json` beside the corpus, so a later run checks it again without building."""
+    import json
+
+    rows = [
+        {**c.__dict__, "path": c.path and str(c.path), "data": c.data and str(c.data)}
+        for c in cases
+    ]
+    path = Path(root) / "cases.json"
+    path.write_text(json.dumps(rows), encoding="utf-8")
+    return path
+
+
+def load_manifest(root: str | Path) -> list[Case]:
+    import json
+
+    rows = json.loads((Path(root) / "cases.json").read_text(encoding="utf-8"))
+    out = []
+    for row in rows:
+        expect = row["expect"] and (row["expect"][0], tuple(row["expect"][1]))
+        out.append(
+            Case(
+                **{
+                    **row,
+                    "path": row["path"] and Path(row["path"]),
+                    "data": row["data"] and Path(row["data"]),
+                    "expect": expect,
+                    "imports": tuple(row["imports"]),
+                }
+            )
+        )
     return out
 
 

@@ -139,7 +139,9 @@ def inspect(
             "pass one batch with --input",
             param_hint="--save-gradient",
         )
-    reads = [model, probe.input_file, *imports, *outputs.data_inputs(probe.data)]
+    reads = outputs.protected_inputs(
+        model, probe.input_file, imports, outputs.data_inputs(probe.data)
+    )
     if plot_file:
         chart_files.check_plot_path(plot_file, reads, force=force)
     if save_gradient:
@@ -287,7 +289,9 @@ def scan(
         raise click.UsageError("--loss needs --wrt weights")
     if wrt == Wrt.WEIGHTS and measure["measure"] != "gradient":
         raise click.UsageError("--measure jacobian is for activations; drop it with --wrt weights")
-    reads = [model, probe.input_file, *imports, *outputs.data_inputs(probe.data)]
+    reads = outputs.protected_inputs(
+        model, probe.input_file, imports, outputs.data_inputs(probe.data)
+    )
     if plot_file:
         chart_files.check_plot_path(plot_file, reads, force=force)
     if wrt == Wrt.WEIGHTS:

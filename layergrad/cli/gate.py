@@ -140,14 +140,9 @@ def check(
 
     paths = checks.expand_paths(models)
     files = [m for m in models if not os.path.isdir(m)]  # a folder of models may hold the report
-    reads = [
-        *files,
-        *paths,
-        *imports,
-        probe.input_file,
-        *baselines,
-        *outputs.data_inputs(probe.data),
-    ]
+    reads = outputs.protected_inputs(
+        files, paths, imports, probe.input_file, baselines, outputs.data_inputs(probe.data)
+    )
     if junit_file:
         outputs.check_target(junit_file, "--junit", "xml", reads, force=force)
     with sample_progress(probe.data is not None and not quiet) as on_progress:

@@ -128,7 +128,11 @@ def check_file(
         except (Exception, SystemExit) as exc:  # one bad file must not sink (or pass) the run
             message = f"failed unexpectedly: {type(exc).__name__}: {describe(exc)}"
             add(running[0], message, [Finding.ERROR])
-    said = list(dict.fromkeys(one_line(str(w.message))[:200] for w in caught))[:MAX_WARNINGS]
+    said = list(
+        dict.fromkeys(
+            one_line(str(w.message))[:200] for w in caught if issubclass(w.category, UserWarning)
+        )
+    )[:MAX_WARNINGS]  # what a library tells the user (not its deprecations)
     if said and items:
         last = items[-1]
         text = "; ".join(said)

@@ -35,7 +35,14 @@ def loss_verdict(
     if reading.stacks:
         findings.append(Finding.LINEAR_STACK)
         parts += [f"{m.message}. Fix: {m.hint}" for m in reading.stacks]
-    if not parts and not has_loss:
+    if not reading.described:
+        parts.append(
+            "the file describes no layers (a subclassed model), so no output's head can be "
+            "read: loss rules skipped"
+            if has_loss
+            else "no compiled loss to check"
+        )
+    elif not parts and not has_loss:
         parts.append("no compiled loss to check")
     elif not parts and reading.judged:
         others = " it names" if reading.unknown_losses else ""

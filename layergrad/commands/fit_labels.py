@@ -96,6 +96,8 @@ def _mismatches(
         heads = [Head(n, n, "unknown", u or None) for n, u in zip(names, units, strict=False)]
     if len(heads) == 1 and len(labels) == 1:  # `y`: however Keras names the one output
         labels = {heads[0].name: next(iter(labels.values()))}
+    elif {h.name for h in heads} == set(names):  # by name: the heads' order may differ
+        labels = {h.name: labels[h.name] for h in heads if h.name in labels}
     else:
         labels = {h.name: labels[n] for h, n in zip(heads, names, strict=False) if n in labels}
     compiled = {"loss": loss} if loss else info.compile_config

@@ -86,13 +86,13 @@ def fix_model(
         InputError, LoadError, UnsafeModelError, OutputError: a file that cannot be read or
             loaded, data that does not fit, an output that must not be written.
     """
-    from layergrad.files.outputs import check_target, data_inputs, protected_inputs
+    from layergrad.files.outputs import check_target, data_inputs
 
     options = options or FixOptions()
     output = options.output or default_output(path)
     if not output.endswith(".keras"):
         raise OutputError(f"--output {output}: the repaired copy is a .keras file; name it so")
-    inputs = protected_inputs(os.fspath(path), list(imports), data_inputs(data))
+    inputs = [os.fspath(path), *imports, *data_inputs(data)]
     check_target(output, "--output", "keras", inputs, force=options.force)
     probe = ProbeOptions(data=data, limit=options.limit)
     check = CheckOptions(imports=tuple(imports), unsafe=unsafe, probe=probe)
@@ -128,7 +128,7 @@ def fix_model(
                 steps=options.steps if data is not None else None, original=original)  # fmt: skip
     if not plans:
         return FixReport(repairs=(), unrepaired=tuple(unrepaired), after=tuple(before),
-                         output=None, notes=("nothing to fix",) if not before else (),
+                         output=None,
                          **base)  # type: ignore[arg-type]  # fmt: skip
     try:
         config = model_config(model)

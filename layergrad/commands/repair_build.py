@@ -14,22 +14,21 @@ import contextlib
 import copy
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
 from layergrad.commands.repair_plan import Plan
 from layergrad.core.errors import LayergradError, describe
-from layergrad.core.tf_types import KerasModel
+from layergrad.core.tf_types import KerasLayer, KerasModel, KerasModule, KerasVariable
 from layergrad.model.config import is_container
-from layergrad.model.config_edit import EditError
+from layergrad.model.config_edit import Config, EditError
 
 
 class BuildError(LayergradError):
     """The repair cannot be applied to this model (a subclassed model, a shared layer)."""
 
 
-def model_config(model: KerasModel) -> dict[str, Any]:
+def model_config(model: KerasModel) -> Config:
     """The model's full serialized config (class, module, config, build config).
 
     Raises:
@@ -65,8 +64,8 @@ def weights_by_layer(model: KerasModel) -> dict[str, dict[str, np.ndarray]]:
 
 def build(
     model: KerasModel,
-    config: Mapping[str, Any],
-    compile_config: Mapping[str, Any],
+    config: Mapping[str, object],
+    compile_config: Mapping[str, object],
     plans: Sequence[Plan],
     *,
     unsafe: bool = False,
@@ -106,7 +105,7 @@ def build(
     return new
 
 
-def _normalise_optimizer(keras: Any, compiled: dict[str, Any]) -> None:
+def _normalise_optimizer(keras: KerasModule, compiled: Config) -> None:
     """The optimizer as a full Keras 3 config, so its learning rate can be edited and the copy
     compiled: a name (`"adam"`) or a legacy `.h5` `optimizer_config` (no module) is turned
     into one."""
@@ -145,7 +144,7 @@ def _carry_weights(old: KerasModel, new: KerasModel, fresh: set[tuple[str, str]]
                 variable.assign(found.numpy())
 
 
-def _layers(model: KerasModel, prefix: str = "") -> Iterator[tuple[str, Any]]:
+def _layers(model: KerasModel, prefix: str = "") -> Iterator[tuple[str, KerasLayer]]:
     for layer in getattr(model, "layers", []):
         path = f"{prefix}{layer.name}"
         yield path, layer
@@ -153,6 +152,6 @@ def _layers(model: KerasModel, prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield from _layers(layer, f"{path}/")
 
 
-def _short(variable: Any) -> str:
+def _short(variable: KerasVariable) -> str:
     """A variable's own name (`kernel`) without its layer's path."""
     return str(getattr(variable, "name", "")).split("/")[-1].split(":")[0]

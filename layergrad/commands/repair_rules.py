@@ -70,6 +70,9 @@ def _plans(
             return []  # the head's repair (planned for loss_mismatch) makes it vary
         plan = rw.biases(info, weights, finding)
         return [plan] if plan else []
+    if finding == F.LINEAR_STACK:
+        plan = heads.linear_stacks()
+        return [plan] if plan else []
     if finding == F.DEAD:
         plan = rw.biases(info, weights, finding)
         return [plan] if plan else []
@@ -79,11 +82,16 @@ def _plans(
     if finding == F.INPUT_RANGE:
         plan = rw.scale_inputs(info, stats, finding)
         return [plan] if plan else []
-    if finding in (F.DIVERGING, F.NOT_LEARNING) and fit is not None:
+    if finding in (*rw.LOWER, *rw.RAISE) and fit is not None:
         plan = rw.learning_rate(fit, finding)
-        if plan is not None and finding == F.DIVERGING and fit.stopped == F.NONFINITE:
-            plan = replace(plan, covers=(F.NONFINITE,))  # the NaN the divergence ended in
-        return [plan] if plan else []
+        if plan is None:
+            return []
+        # what the rate also causes in training: the NaN a divergence ends in, the layers whose
+        # steps are too large (diverging) or too small (not learning)
+        lower = finding in rw.LOWER
+        caused = (F.NONFINITE, F.EXPLODING, *rw.LOWER) if lower else (F.VANISHING, *rw.RAISE)
+        seen = {str(f.finding) for f in fit.findings}
+        return [replace(plan, covers=tuple(str(c) for c in caused if str(c) in seen))]
     return []
 
 

@@ -61,7 +61,7 @@ def input_consumers(model: KerasModel) -> Iterator[tuple[str, KerasLayer]]:
     except (AttributeError, ValueError):
         return
     found = False
-    for layer in model.layers:
+    for layer in getattr(model, "_operations", None) or model.layers:  # `ops.cast(x)` too
         if type(layer).__name__ == "InputLayer":
             continue
         for node in getattr(layer, "_inbound_nodes", []):
@@ -127,7 +127,7 @@ def id_inputs(model: KerasModel) -> dict[str, str]:
     if hidden & {n for n, v in verdict.items() if v is not None}:
         from layergrad.data.id_trace import hidden_ids
 
-        decided = hidden_ids(model)
+        decided = hidden_ids(model) if _may_take_ids(model) else {}
         for name in hidden:
             if verdict.get(name) is not None and name not in decided:
                 verdict[name] = None
@@ -136,9 +136,18 @@ def id_inputs(model: KerasModel) -> dict[str, str]:
     return found
 
 
+def _may_take_ids(model: KerasModel) -> bool:
+    """Whether the model holds an id layer or a custom layer: else nothing in it takes ids,
+    and it is not traced (`x / 255` before a ResNet is an operation on a float input)."""
+    inner = _inner_layers(model)
+    return any(is_id_layer(la) or not str(type(la).__module__).startswith("keras.") for la in inner)
+
+
 def _custom(layer: KerasLayer) -> bool:
-    """A layer class from outside Keras: what it does with its input only its graph shows."""
-    return not str(type(layer).__module__).startswith(("keras.", "tf_keras."))
+    """A layer class from outside Keras, or an operation on tensors (`keras.ops.cast(x)` in a
+    functional model): what it does with its input only the graph shows."""
+    keras_class = str(type(layer).__module__).startswith(("keras.", "tf_keras."))
+    return not keras_class or "Layer" not in class_names(layer)
 
 
 def _inner_layers(layer: KerasLayer) -> list[KerasLayer]:

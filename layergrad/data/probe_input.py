@@ -195,6 +195,7 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
     input's dtype are refused.
     """
     text = os.fspath(path)
+    _text_within_budget(read_headers(text), text)  # before a wide text array is read
     headers, arrays = read_arrays(text)
     _require_rows(headers, text)
     names = [h.name for h in headers]
@@ -242,6 +243,20 @@ def peek_rows(path: str | os.PathLike[str]) -> int:
     headers = read_headers(os.fspath(path))
     _require_rows(headers, os.fspath(path))
     return max(h.shape[0] for h in headers)
+
+
+def _text_within_budget(headers: Sequence[ArrayHeader], source: str) -> None:
+    for header in headers:
+        if header.dtype.kind in "US" and header.nbytes > MAX_TEXT_BATCH_BYTES:
+            label = f"array {header.name!r}" if header.name is not None else "its text"
+            row = max(1, header.nbytes // max(1, header.shape[0] if header.shape else 1))
+            raise InputError(
+                f"--input {source}: {label} takes {human(header.nbytes)} ({header.dtype}: "
+                "numpy keeps every string as wide as the longest), more than the "
+                f"{human(MAX_TEXT_BATCH_BYTES)} a batch of text may take; save "
+                f"{max(1, MAX_TEXT_BATCH_BYTES // row)} rows or fewer, or shorten the longest "
+                "strings"
+            )
 
 
 def _require_rows(headers: Sequence[ArrayHeader], source: str) -> None:

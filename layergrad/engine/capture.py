@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.tf_types import GradientTape, KerasLayer, KerasModel, Tensor, TensorTree
 from layergrad.data import reductions
-from layergrad.engine.layer_calls import check_all_called, check_input_call
-from layergrad.model.layer_refs import Site, input_names
+from layergrad.engine.layer_calls import check_all_called, check_input_call, is_float
+from layergrad.model.layer_refs import CallKey, Site, input_names
 
-Key = tuple[str, int]
 _LOCAL = threading.local()  # the recorder of the forward pass running in this thread
 
 
@@ -79,7 +78,7 @@ class Recorder:
     tape: GradientTape
     calls: dict[str, int] = field(default_factory=dict)
     records: list[Record] = field(default_factory=list)
-    captured: dict[Key, Tensor] = field(default_factory=dict)
+    captured: dict[CallKey, Tensor] = field(default_factory=dict)
     anchors: dict[str, Tensor] = field(default_factory=dict)
     widths: dict[str, Tensor] = field(default_factory=dict)
     forward: dict[str, Tensor] = field(default_factory=dict)
@@ -87,8 +86,8 @@ class Recorder:
     samples: Tensor | None = None  # the batch's sample indices in the data (None: 0, 1, ... )
 
     def __post_init__(self) -> None:
-        self.sources = {key(s): s for s in self.plan.sources}
-        self.targets = {key(t): t for t in self.plan.targets if t is not None}
+        self.sources = {s.key: s for s in self.plan.sources}
+        self.targets = {t.key: t for t in self.plan.targets if t is not None}
 
     def on_call(self, path: str, index: int, flat: list[Tensor]) -> list[Tensor]:
         """A wrapped layer produced `flat`: record it if planned; return what to pass on."""
@@ -119,7 +118,7 @@ class Recorder:
         return out
 
     def _record(self, site: Site, flat: list[Tensor]) -> list[Tensor]:
-        r, k = len(self.records), key(site)
+        r, k = len(self.records), site.key
         outputs: list[Output | None] = []
         passed = []
         for i, tensor in enumerate(flat):
@@ -183,9 +182,9 @@ class Recorder:
             if samples is None:
                 samples = tf.range(tf.shape(floats[0])[0])
             return project(outputs, samples, self.plan.seed, self._reduce)
-        if key(target) not in self.captured:
+        if target.key not in self.captured:
             check_all_called([target], self.captured, self.calls)
-        tensor = self.captured[key(target)]
+        tensor = self.captured[target.key]
         return self._reduce(tensor) if is_float(tensor) else None
 
     def _reduce(self, tensor: Tensor) -> Tensor:
@@ -245,13 +244,3 @@ def _dispatching(call: Callable[..., TensorTree], path: str) -> Callable[..., Te
         return outputs
 
     return probed_call
-
-
-def is_float(tensor: Tensor) -> bool:
-    """Whether a tensor is floating-point (differentiable)."""
-    return getattr(getattr(tensor, "dtype", None), "is_floating", False)
-
-
-def key(site: Site) -> Key:
-    """(path, call) of a site."""
-    return (site.path, site.call)

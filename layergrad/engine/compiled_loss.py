@@ -97,7 +97,13 @@ def _deserialize(keras: KerasModule, loss: object) -> object:
     if isinstance(loss, str):
         return keras.losses.get(loss)
     if isinstance(loss, Mapping) and "class_name" in loss:
-        return keras.saving.deserialize_keras_object(loss, safe_mode=True)
+        try:
+            return keras.saving.deserialize_keras_object(loss, safe_mode=True)
+        except (ValueError, TypeError):
+            if "module" in loss:
+                raise
+            # legacy .h5 writes a loss instance without its module: look among the losses
+            return keras.losses.deserialize(dict(loss))
     if isinstance(loss, Mapping):
         return {k: _deserialize(keras, v) for k, v in loss.items()}
     if isinstance(loss, Sequence):

@@ -56,11 +56,8 @@ def float_dtype(dtype: str) -> bool:
 
 
 def is_float(tensor: Tensor) -> bool:
+    """Whether a tensor is floating-point (differentiable)."""
     return getattr(getattr(tensor, "dtype", None), "is_floating", False)
-
-
-def call_key(site: Site) -> tuple[str, int]:
-    return (site.path, site.call)
 
 
 def model_args(model: KerasModel, inputs: Sequence[TensorTree]) -> TensorTree:
@@ -98,8 +95,8 @@ def forward(model: KerasModel, inputs: list[Tensor], training: bool) -> TensorTr
         return model(args, training=training)
     except (ValueError, TypeError, RuntimeError, tf.errors.OpError) as exc:
         raise InputError(
-            f"the model failed on the probe batch: {describe(exc)}; check the --input values "
-            "and shapes (ids inside the vocabulary, the shape the model was built for)"
+            f"the model failed on the probe batch: {describe(exc).rstrip('.')}; check the --input "
+            "values and shapes (ids inside the vocabulary, the shape the model was built for)"
         ) from exc
 
 
@@ -156,7 +153,7 @@ def check_all_called(
     sites: Sequence[Site], captured: dict[tuple[str, int], Tensor], calls: dict[str, int]
 ) -> None:
     for site in sites:
-        if call_key(site) not in captured:
+        if site.key not in captured:
             made = calls.get(site.path, 0)
             if not made:
                 raise LayerNotFound(

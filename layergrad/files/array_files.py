@@ -186,7 +186,8 @@ def read_header(fh: IO[bytes], where: str, name: str | None, size: int) -> Array
     if dtype.hasobject:
         raise InputError(
             f"{where} holds Python objects (dtype {dtype}), which could run code when "
-            "unpickled; expected numbers; save a numeric array (array.astype('float32'))"
+            "unpickled; expected numbers or text; save a numeric array "
+            "(array.astype('float32')), or text as str (array.astype(str))"
         )
     held = size - (fh.tell() - start)
     if header.nbytes > held:

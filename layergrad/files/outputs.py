@@ -299,6 +299,21 @@ def _atomic_write(p: Path, option: str, write: Callable[[IO[bytes]], object]) ->
             temp.unlink()
 
 
+PathText = str | os.PathLike[str]
+
+
+def protected_inputs(*groups: Iterable[PathText | None] | PathText | None) -> list[str]:
+    """The files a run reads, flattened for `check_target`: model paths, the `--input` file,
+    `--import` paths, baselines, what `--data` reads (`data_inputs`)."""
+    out: list[str] = []
+    for group in groups:
+        if isinstance(group, (str, os.PathLike)):
+            out.append(os.fspath(group))
+        elif group:
+            out.extend(os.fspath(g) for g in group if g)
+    return out
+
+
 def data_inputs(data: str | os.PathLike[str] | None) -> list[str]:
     """What `--data` reads, for `check_target`: the file or folder, or a function's `.py`."""
     if data is None:

@@ -238,6 +238,13 @@ class _Reader(JsonFields):
                 p95=num("p95", optional=True),
                 max=float(num("max") or 0.0),
             )
+            lo, mean, hi = per_sample.min, per_sample.mean, per_sample.max
+            if not lo <= mean * (1 + 1e-6) + 1e-30 <= hi * (1 + 2e-6) + 2e-30:
+                raise self.error(
+                    f"{name}.per_sample_l2.mean",
+                    f"a number from min {lo:.6g} to max {hi:.6g}",
+                    mean,
+                )
         return DataStats(tuple(units), per_sample, first)
 
     def result(self, obj: object, name: str) -> Result:

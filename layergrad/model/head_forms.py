@@ -102,6 +102,9 @@ def _layer_activation(class_name: str, config: Mapping[str, object], module: obj
         return _LAYERS[class_name]
     if class_name == "Activation":
         return activation_from(config.get("activation"))
+    if class_name == "TFOpLambda":  # Keras 2: tf.nn.softmax(x) in a functional model
+        function = config.get("function")
+        return _by_name(function.rsplit(".", 1)[-1]) if isinstance(function, str) else UNKNOWN
     if isinstance(module, str) and module.startswith(("keras.src.ops", "keras.ops")):
         return _by_name(class_name)  # keras.ops.sigmoid(x) is an entry of class Sigmoid
     if class_name in _WRAPPERS:

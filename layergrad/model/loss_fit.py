@@ -56,6 +56,7 @@ class LossReading:
     unread: tuple[Head, ...] = ()
     judged: int = 0  # outputs whose loss the rules know
     observed: tuple[Head, ...] = ()  # heads judged on their outputs on the probe
+    described: bool = True  # False: the file describes no layers (a subclassed model)
 
 
 def mismatches(
@@ -79,7 +80,7 @@ def read_file(
     in `unread` and no rule judges it.
     """
     if not graph.known:
-        return LossReading()
+        return LossReading(described=False)
     loss = compiled.get("loss")
     heads = output_heads(config, graph)
     names = [h.name for h in heads]
@@ -94,6 +95,8 @@ def read_file(
         if problem is not None:
             found.append(problem)
     stacks: list[Mismatch] = []
+    if not loss:  # a model saved for inference only: its stacks are not judged
+        return LossReading(tuple(found), (), unknown, (), 0, (), True)
     linear = _linear_network(graph, judged, specs) if all(h.known for h in heads) else None
     if linear is not None and linear[1] and not found:
         found.append(linear[0])
@@ -228,7 +231,7 @@ def _linear_network(
         spec is not None and ("crossentropy" in spec[0] or "hinge" in spec[0])
     )
     regression = head.activation in ("linear", "relu", "softplus", "exponential") and (
-        spec is None or spec[0] in REGRESSION_LOSSES
+        spec is not None and spec[0] in REGRESSION_LOSSES
     )
     if not classifier and not regression:
         return None

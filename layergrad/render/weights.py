@@ -63,16 +63,20 @@ def table(report: WeightScanReport, *, color: bool = False, width: int | None = 
         title = Text(SNR_TITLE, style="bold")
         items.append(Group(title, *table_with_note(SNR_COLUMNS, _noise_cells(report), width)))
     items += [Text(f"note: {note}", style="yellow") for note in (*report.notes, RATIO_NOTE)]
-    # the variables of one layer share its causes (an unused input blocks the kernel and the
-    # bias alike): one block per layer and causes, naming its variables
+    for (status, _, causes), names in _cause_blocks(report).items():
+        title = Text(f"{status}: {', '.join(names)}", style="bold")
+        items.append(Group(title, *causes_lines(causes)))
+    return to_text(items, color=color, width=width)
+
+
+def _cause_blocks(report: WeightScanReport) -> dict[tuple[str, str, tuple[Cause, ...]], list[str]]:
+    """The variables of one layer share its causes (an unused input blocks the kernel and the
+    bias alike): (status, layer, causes) -> the variables, to say each cause once per layer."""
     blocks: dict[tuple[str, str, tuple[Cause, ...]], list[str]] = {}
     for row in report.variables:
         if row.causes:
             blocks.setdefault((row.status, row.layer, row.causes), []).append(row.variable)
-    for (status, _, causes), names in blocks.items():
-        title = Text(f"{status}: {', '.join(names)}", style="bold")
-        items.append(Group(title, *causes_lines(causes)))
-    return to_text(items, color=color, width=width)
+    return blocks
 
 
 SNR_TITLE = (
@@ -195,7 +199,11 @@ def markdown(report: WeightScanReport, **_: object) -> str:
         "\\|\\|g\\|\\| / \\|\\|w\\|\\|",
         "flags",
     ]
-    notes = [f"- {md_code(r.variable)}: {md_cause(c)}" for r in report.variables for c in r.causes]
+    notes = [
+        f"- {', '.join(md_code(n) for n in names)}: {md_cause(c)}"
+        for (_, _, causes), names in _cause_blocks(report).items()
+        for c in causes
+    ]
     notes += [f"> note: {md_text(n)}" for n in report.notes]
     tail = "".join(f"\n{n}" for n in notes) + ("\n" if notes else "")
     snr = ""
@@ -276,5 +284,9 @@ def html(report: WeightScanReport, **_: object) -> str:
         ]
     if bad:
         body.append(el("h2", "Causes"))
-        body += [causes_panel(f"{r.status}: {r.variable}", r.causes) for r in bad]
+        body += [
+            causes_panel(f"{status}: {', '.join(names)}", causes)
+            for (status, _, causes), names in _cause_blocks(report).items()
+        ]
+        body += [causes_panel(f"{r.status}: {r.variable}", ()) for r in bad if not r.causes]
     return page(f"layergrad scan --wrt weights: {report.model.path}", body)

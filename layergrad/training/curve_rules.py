@@ -32,6 +32,7 @@ CHANCE_ALLOWANCE = 0.03  # the fitted prior costs a little more than the prior i
 FALL_SHARE = 0.02  # a last half that falls less than this share of the trivial loss settled
 OSCILLATION_STEPS = 50  # oscillating, slow_convergence: at least this many steps
 SWINGS = 4  # oscillating: this many significant reversals of the windows' means...
+SWING_SHARE = 0.1  # ...by at least this share of the trivial loss (or the starting loss)...
 NOISE_SHARE = 0.5  # ...or a batch-to-batch spread of this share of the trivial loss
 MARGIN = 0.5  # slow_convergence: a learning run gets this share below the trivial loss
 
@@ -197,7 +198,11 @@ def oscillating(
     jumps = float(np.std(np.diff(curve))) / math.sqrt(2.0)
     reference = chance if chance is not None and chance > 0 else abs(parts[0].mean)
     noisy = reference > 0 and jumps >= NOISE_SHARE * reference
-    swinging = reversals >= SWINGS and amplitude > abs(net)
+    swinging = (
+        reversals >= SWINGS
+        and amplitude > abs(net)
+        and amplitude >= SWING_SHARE * reference  # not the spikes of a converged loss
+    )
     if not (noisy or swinging):
         return None
     top, _ = _top_layer(checkpoints)

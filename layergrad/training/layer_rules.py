@@ -83,7 +83,8 @@ def _depth_marks(
     checkpoints: Sequence[Checkpoint], decades: float, below: bool
 ) -> dict[str, list[tuple[int, bool]]]:
     """Per layer, per checkpoint: whether it is one of the first layers (from the input, at
-    least `DEPTH_LAYERS`) whose relative gradient is `decades` below (or above) the head's."""
+    least `DEPTH_LAYERS` and half of those up to the deepest) whose relative gradient is
+    `decades` below (or above) the head's."""
     marks: dict[str, list[tuple[int, bool]]] = {}
     for c in checkpoints:
         rows = relative_gradients(c)
@@ -93,13 +94,15 @@ def _depth_marks(
         if head <= 0:
             continue
         line = head / 10**decades if below else head * 10**decades
-        prefix = 0
-        while prefix < len(rows) - 1 and (
-            rows[prefix][1] < line if below else rows[prefix][1] > line
-        ):
-            prefix += 1
+        beyond = [(v < line) if below else (v > line) for _, v in rows[:-1]]
+        # the first layers: those beyond the line up to the deepest one, at least
+        # DEPTH_LAYERS of them and at least half the layers before it (a first layer that
+        # recovers while its successors stay down is still a vanished stack)
+        last = max((i for i, b in enumerate(beyond) if b), default=-1)
+        count = sum(beyond[: last + 1])
+        deep = last >= 0 and count >= DEPTH_LAYERS and 2 * count >= last + 1
         for i, (layer, _) in enumerate(rows):
-            marks.setdefault(layer, []).append((c.step, prefix >= DEPTH_LAYERS and i < prefix))
+            marks.setdefault(layer, []).append((c.step, deep and i <= last and beyond[i]))
     return marks
 
 
@@ -141,23 +144,29 @@ def vanishing(checkpoints: Sequence[Checkpoint]) -> TrainingFinding | None:
     return _depth_finding(checkpoints, Finding.VANISHING, VANISH_DECADES, below=True)
 
 
-def exploding(checkpoints: Sequence[Checkpoint]) -> TrainingFinding | None:
+def exploding(checkpoints: Sequence[Checkpoint], unstable: bool = False) -> TrainingFinding | None:
     """The first layers' relative gradient `EXPLODE_DECADES` above the head's at the last
-    `FINAL_CHECKPOINTS` or more; or, at any checkpoint, one step that moves a layer's weights
-    by `EXPLODE_RATIO` of their own size (healthy steps move them by about 1e-3)."""
+    `FINAL_CHECKPOINTS` or more; or one step that moves a layer's weights by `EXPLODE_RATIO`
+    of their own size (healthy steps move them by about 1e-3) at `FINAL_CHECKPOINTS`
+    checkpoints in a row, or at one when the loss blew up (`unstable`: it diverged or turned
+    NaN/Inf). (An adaptive optimizer's real step is bounded by its learning rate: a large
+    gradient alone, with a loss that trains well, is no explosion.)"""
     found = _depth_finding(checkpoints, Finding.EXPLODING, EXPLODE_DECADES, below=False)
     if found is not None:
         return found
+    need = 1 if unstable else FINAL_CHECKPOINTS
+    run: list[tuple[Checkpoint, LayerStats]] = []
     for c in checkpoints:
         huge = [r for r in ratios(c) if (r.update_ratio or 0.0) >= EXPLODE_RATIO]
-        if not huge:
+        run = [*run, (c, max(huge, key=lambda r: r.update_ratio or 0.0))] if huge else []
+        if len(run) < need:
             continue
-        row = max(huge, key=lambda r: r.update_ratio or 0.0)
+        first, row = run[0]
         return TrainingFinding(
             Finding.EXPLODING,
             row.layer,
-            c.step,
-            f"{row.layer}: at step {c.step} one step moves its weights by "
+            first.step,
+            f"{row.layer}: at step {first.step} one step moves its weights by "
             f"{row.update_ratio:.3g}x their own size (healthy is about 1e-3): the gradient "
             "explodes; clip the gradients (clipnorm=1.0), lower the learning rate, scale the "
             "initialisation down or the inputs into about [-1, 1]",

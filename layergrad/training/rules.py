@@ -90,7 +90,8 @@ def findings(
         order = [r.layer for r in checkpoints[-1].layers]
         skip = order[: order.index(gone.layer) + 1] if gone.layer in order else [str(gone.layer)]
     out += stalled_layers(checkpoints, skip)
-    out += [f for f in (gone, exploding(checkpoints)) if f is not None]
+    unstable = grows is not None or nonfinite is not None
+    out += [f for f in (gone, exploding(checkpoints, unstable)) if f is not None]
     return out
 
 

@@ -453,3 +453,45 @@ def test_nested_multi_input_integer_and_shared_models(tmp_path, build):
         if "/" not in head else model.get_layer("encoder").get_layer("out").get_weights()[0]
     )  # fmt: skip
     assert "loss_mismatch" not in _findings(out)
+
+
+def test_a_linear_regression_stack_gets_an_activation(tmp_path):
+    import keras
+
+    model = keras.Sequential(
+        [keras.Input((6,)), keras.layers.Dense(8, name="a"), keras.layers.Dense(8, name="b"),
+         keras.layers.Dense(1, name="out")], name="stack",
+    )  # fmt: skip
+    model.compile(optimizer="adam", loss="mse")
+    path = tmp_path / "m.keras"
+    model.save(path)
+    out = tmp_path / "o.keras"
+    report = fix_model(path, options=FixOptions(output=str(out)))
+    (repair,) = report.repairs
+    assert repair.finding == "linear_stack" and repair.layer == "a"
+    assert repair.code == (
+        'Dense(8) -> Dense(8, activation="relu") at a',
+        'Dense(8) -> Dense(8, activation="relu") at b',
+    )
+    assert "linear_stack" not in _findings(out)
+    assert report.ok  # a warning: nothing failing, exit 0
+
+
+def test_a_model_that_needs_unsafe_needs_it_here_too(tmp_path):
+    import keras
+
+    inputs = keras.Input((6,), name="x")
+    doubled = keras.layers.Lambda(lambda t: t * 2.0, name="double")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(1, activation="relu", name="head")(doubled))
+    model.compile(optimizer="adam", loss="binary_crossentropy")
+    path = tmp_path / "lambda.keras"
+    model.save(path)
+    before = _digest(path)
+    out = tmp_path / "o.keras"
+    result = CliRunner().invoke(cli.main, ["fix", str(path), "--output", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "--unsafe" in result.stderr and not out.exists()
+    result = CliRunner().invoke(cli.main, ["fix", str(path), "--output", str(out), "--unsafe"])
+    assert result.exit_code == 1, result.output  # repaired (not verified without data)
+    assert _digest(path) == before
+    assert _layer(_config(out), "head")["activation"] == "sigmoid"

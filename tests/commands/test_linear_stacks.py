@@ -34,7 +34,7 @@ def _seq(*stack, width=6):
 
 
 @pytest.mark.parametrize(
-    "loss", ["mse", keras.losses.mean_squared_error, keras.losses.Huber(), None]
+    "loss", ["mse", keras.losses.mean_squared_error, keras.losses.Huber(), "mae"]
 )
 def test_a_deep_linear_regression_warns_at_its_first_layer(tmp_path, loss):
     model = _seq(layers.Dense(32, name="d0"), layers.Dense(16, name="d1"),
@@ -46,6 +46,13 @@ def test_a_deep_linear_regression_warns_at_its_first_layer(tmp_path, loss):
         )
         assert verdict.passed, saved  # a warning: the file passes
         assert item.message.startswith("layer 'd0': the 3 layers with weights"), item.message
+
+
+def test_a_linear_network_saved_without_a_loss_is_not_judged(tmp_path):
+    # no compile: an inference-only or hand-built model; nothing says it is meant to train
+    model = _seq(layers.Dense(32, name="d0"), layers.Dense(1, name="out"))
+    for saved, _, item in _checked(model, tmp_path, None):
+        assert item.findings == () and item.message == "no compiled loss to check", saved
 
 
 def test_a_deep_linear_classifier_fails(tmp_path):

@@ -410,3 +410,15 @@ def test_diff_of_a_merge_and_a_model_suggests_commands_that_run(two_shards, tmp_
     finally:
         os.chdir(cwd)
     assert code == 0, text  # the same model over the same shards: no regression
+
+
+def test_a_per_sample_mean_outside_its_min_and_max_is_refused(two_shards, tmp_path):
+    _, paths, docs = two_shards
+    doc = json.loads(json.dumps(docs[1]))
+    row = next(i for i, r in enumerate(doc["layers"]) if r.get("per_sample_l2"))
+    stats = doc["layers"][row]["per_sample_l2"]
+    stats["mean"] = stats["max"] * 3 + 1
+    line = refused(paths[0], write(tmp_path, "mean.json", doc))
+    assert f"layers[{row}].per_sample_l2.mean is" in line and "mean.json" in line, line
+    stats["mean"], stats["std"] = (stats["min"] + stats["max"]) / 2, -1.0
+    assert "per_sample_l2.std is -1.0" in refused(paths[0], write(tmp_path, "std.json", doc))

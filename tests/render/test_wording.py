@@ -54,6 +54,10 @@ def test_a_cause_of_a_layer_is_said_once_for_all_its_variables():
     assert code in (0, 1), out
     assert out.count("1. unused_input") == 1, out
     assert "none: b/kernel, b/bias" in out
+    for fmt, code_text in (("markdown", "**unused_input**"), ("html", ">unused_input<")):
+        code, out = run("scan", sample("train_unused_input.keras"), "--wrt", "weights",
+                        "--import", CUSTOM_LAYERS, "--format", fmt)  # fmt: skip
+        assert out.count(code_text) == 1, (fmt, out)
 
 
 def _bars(text: str) -> dict[str, tuple[int, float]]:

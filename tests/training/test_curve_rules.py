@@ -81,6 +81,10 @@ def test_a_loss_swinging_without_trend_oscillates_and_a_falling_one_does_not():
     found = rules.oscillating(noisy(swing, 0.05), HEALTHY, CHANCE)
     assert found is not None and found.finding == Finding.OSCILLATING and found.layer == "head"
     assert rules.oscillating(noisy(np.linspace(1.4, 0.3, 400), 0.1), HEALTHY, CHANCE) is None
+    # a converged loss with a few spiky batches swings by little: no oscillation
+    spiky = np.array(noisy([0.05] * 400, 0.01))
+    spiky[[37, 120, 211, 290, 350]] += 1.0
+    assert rules.oscillating(list(spiky), HEALTHY, CHANCE) is None
     # a batch of one sample: each step's loss jumps by about the trivial loss
     jumpy = np.abs(noisy([0.8] * 400, 1.0))
     assert rules.oscillating(list(jumpy), HEALTHY, CHANCE) is not None
@@ -126,13 +130,22 @@ def test_vanishing_and_exploding_gradients_toward_the_input():
     found = rules.vanishing(gone)
     assert found is not None and (found.layer, found.step) == ("mid", 1)
     assert rules.vanishing(gone[:1]) is None  # one checkpoint is not a run
+    # the first layer recovering while the next ones stay down: still a vanished stack
+    names5 = {"in": 1e-3, "a": 1e-3, "b": 1e-3, "top": 1e-3, "head": 1e-3}
+    recovered = {"in": 3e-3, "a": 4e-4, "b": 4e-4, "top": 1e-1, "head": 1.0}
+    found = rules.vanishing([point(s, names5, grads=recovered) for s in (1, 11)])
+    assert found is not None and found.layer == "b"
     one = {"in": 1e-7, "mid": 1e-1, "top": 1e-1, "head": 1.0}  # one layer: stalled, not depth
     assert rules.vanishing([point(s, names, grads=one) for s in (1, 11)]) is None
     grow = {"in": 1e5, "mid": 1e4, "top": 1.0, "head": 1.0}
     found = rules.exploding([point(s, names, grads=grow) for s in (1, 11)])
     assert found is not None and found.layer == "mid"
     huge = [point(1, names), point(11, {**names, "top": 3.0}), point(21, names)]
-    found = rules.exploding(huge)
+    assert rules.exploding(huge) is None  # one large step of a loss that trains well
+    found = rules.exploding(huge, unstable=True)  # one, as the loss blew up
+    assert found is not None and (found.layer, found.step) == ("top", 11)
+    twice = [point(1, names), *(point(s, {**names, "top": 3.0}) for s in (11, 21))]
+    found = rules.exploding(twice)
     assert found is not None and (found.layer, found.step) == ("top", 11)
     assert rules.exploding([point(s, names) for s in (1, 11)]) is None
 
