@@ -32,8 +32,7 @@ from layergrad.commands.baseline import (
     match_baselines,
     probe_options,
 )
-from layergrad.commands.check_options import CheckOptions
-from layergrad.commands.check_steps import Add
+from layergrad.commands.check_options import Add, CheckOptions
 from layergrad.core.errors import LayergradError, UsageError, describe, one_line
 from layergrad.core.probe_options import PathLike
 from layergrad.core.results import CheckItem, FileVerdict, ScanReport, WeightScanReport
