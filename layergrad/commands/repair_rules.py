@@ -68,7 +68,7 @@ def _plans(
     if finding == F.CONSTANT_OUTPUT:
         if any(F.CONSTANT_OUTPUT in p.covers for p in heads.plans(F.LOSS_MISMATCH, set())[0]):
             return []  # the head's repair (planned for loss_mismatch) makes it vary
-        plan = rw.biases(info, weights, finding)
+        plan = rw.biases(info, weights, finding) or rw.kernels(info, weights, finding)
         return [plan] if plan else []
     if finding == F.LINEAR_STACK:
         plan = heads.linear_stacks()
