@@ -519,3 +519,24 @@ def test_a_relu_layer_head_is_replaced_and_zero_kernels_are_redrawn(tmp_path):
     assert np.any(copy.get_layer("h1").get_weights()[0])  # redrawn, not kept at zero
     assert copy.get_layer("head_act").activation.__name__ == "sigmoid"
     assert not {"loss_mismatch", "constant_output"} & _findings(out)
+
+
+@pytest.mark.slow
+def test_the_labels_decide_a_head_both_the_file_and_the_data_fault(tmp_path):
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((6,), name="x")
+    hidden = keras.layers.Dense(16, activation="relu", name="dense")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(1, activation="softmax", name="head")(hidden))
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    path = tmp_path / "m.keras"
+    model.save(path)
+    out = tmp_path / "o.keras"
+    report = fix_model(path, _learnable(tmp_path, "ids"), FixOptions(output=str(out), steps=300))
+    assert {"loss_mismatch", "target_mismatch"} <= set(report.before)
+    (repair,) = report.repairs  # one repair of the head, from the labels (ids 0-4)
+    assert repair.finding == "target_mismatch"
+    assert 'Dense(1, activation="softmax") -> Dense(5, activation="softmax") at head' in repair.code
+    assert keras.saving.load_model(out, compile=False).get_layer("head").units == 5
+    assert not {"loss_mismatch", "target_mismatch", "constant_output"} & set(report.after)
