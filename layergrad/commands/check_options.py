@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from layergrad.core.errors import UsageError
 from layergrad.core.probe_options import ProbeOptions, Progress
 from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding
 from layergrad.diagnose.regressions import DEFAULT_TOLERANCE
+
+# How a check step records one check: add(check, message, findings=(), ...) -> passed
+Add = Callable[..., bool]
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 from layergrad.commands import check_steps as steps
 from layergrad.commands.baseline import Baseline, fits, judge, probe_options, same_data
 from layergrad.commands.check_heads import judge_on_random_probe
-from layergrad.commands.check_options import CheckOptions
-from layergrad.commands.check_steps import Add
+from layergrad.commands.check_options import Add, CheckOptions
 from layergrad.core.errors import LayergradError, UsageError
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.tf_types import KerasModel

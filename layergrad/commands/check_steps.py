@@ -7,11 +7,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from layergrad.commands.check_options import CheckOptions
+from layergrad.commands.check_options import Add, CheckOptions
 from layergrad.core.errors import LayergradError
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import Cause, ScanReport, ScanRow, WeightScanReport
@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from layergrad.engine.loader import LoadedModel
 
     Opened = tuple[LoadedModel, tuple[str, ...], Strategy | None]  # what `session.load` returns
-
-Add = Callable[..., bool]
 
 
 def safe(info: FileInfo, imports: Sequence[str], unsafe: bool, add: Add) -> bool:

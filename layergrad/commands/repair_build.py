@@ -14,22 +14,21 @@ import contextlib
 import copy
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
 from layergrad.commands.repair_plan import Plan
 from layergrad.core.errors import LayergradError, describe
-from layergrad.core.tf_types import KerasModel
+from layergrad.core.tf_types import KerasLayer, KerasModel, KerasModule, KerasVariable
 from layergrad.model.config import is_container
-from layergrad.model.config_edit import EditError
+from layergrad.model.config_edit import Config, EditError
 
 
 class BuildError(LayergradError):
     """The repair cannot be applied to this model (a subclassed model, a shared layer)."""
 
 
-def model_config(model: KerasModel) -> dict[str, Any]:
+def model_config(model: KerasModel) -> Config:
     """The model's full serialized config (class, module, config, build config).
 
     Raises:
@@ -65,8 +64,8 @@ def weights_by_layer(model: KerasModel) -> dict[str, dict[str, np.ndarray]]:
 
 def build(
     model: KerasModel,
-    config: Mapping[str, Any],
-    compile_config: Mapping[str, Any],
+    config: Mapping[str, object],
+    compile_config: Mapping[str, object],
     plans: Sequence[Plan],
     *,
     unsafe: bool = False,
@@ -106,13 +105,14 @@ def build(
     return new
 
 
-def _normalise_optimizer(keras: Any, compiled: dict[str, Any]) -> None:
+def _normalise_optimizer(keras: KerasModule, compiled: Config) -> None:
     """The optimizer as a full Keras 3 config, so its learning rate can be edited and the copy
     compiled: a name (`"adam"`) or a legacy `.h5` `optimizer_config` (no module) is turned
     into one."""
     if "optimizer" not in compiled and "optimizer_config" in compiled:
         compiled["optimizer"] = compiled.pop("optimizer_config")
     compiled.pop("optimizer_config", None)
+    compiled["loss"] = _modern_loss(keras, compiled.get("loss"))
     optimizer = compiled.get("optimizer")
     legacy = isinstance(optimizer, dict) and "module" not in optimizer
     if isinstance(optimizer, str) or legacy:
@@ -123,6 +123,23 @@ def _normalise_optimizer(keras: Any, compiled: dict[str, Any]) -> None:
                 else keras.optimizers.deserialize(optimizer)
             )
             compiled["optimizer"] = keras.optimizers.serialize(made)
+
+
+def _modern_loss(keras: KerasModule, loss: object) -> object:
+    """A loss object a legacy `.h5` wrote without its module, as Keras 3 serializes it (per
+    output too); anything else as it is."""
+    if isinstance(loss, dict) and "class_name" in loss:
+        if "module" in loss:
+            return loss
+        try:
+            return keras.losses.serialize(keras.losses.deserialize(loss))
+        except (ValueError, TypeError):
+            return loss
+    if isinstance(loss, dict):
+        return {k: _modern_loss(keras, v) for k, v in loss.items()}
+    if isinstance(loss, list):
+        return [_modern_loss(keras, v) for v in loss]
+    return loss
 
 
 def _carry_weights(old: KerasModel, new: KerasModel, fresh: set[tuple[str, str]]) -> None:
@@ -145,7 +162,7 @@ def _carry_weights(old: KerasModel, new: KerasModel, fresh: set[tuple[str, str]]
                 variable.assign(found.numpy())
 
 
-def _layers(model: KerasModel, prefix: str = "") -> Iterator[tuple[str, Any]]:
+def _layers(model: KerasModel, prefix: str = "") -> Iterator[tuple[str, KerasLayer]]:
     for layer in getattr(model, "layers", []):
         path = f"{prefix}{layer.name}"
         yield path, layer
@@ -153,6 +170,6 @@ def _layers(model: KerasModel, prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield from _layers(layer, f"{path}/")
 
 
-def _short(variable: Any) -> str:
+def _short(variable: KerasVariable) -> str:
     """A variable's own name (`kernel`) without its layer's path."""
     return str(getattr(variable, "name", "")).split("/")[-1].split(":")[0]

@@ -11,22 +11,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 from layergrad.commands.repair_plan import (
+    Edit,
     Plan,
     layer_code,
     listing,
     loss_code,
     loss_of,
     loss_with,
+    move_before_edit,
+    option_edit,
+    replace_edit,
     set_loss,
 )
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
 from layergrad.model import config_edit as ed
+from layergrad.model.graph import LayerEntry
 from layergrad.model.head_forms import Head, output_heads
-from layergrad.model.linear_stacks import whole_network
+from layergrad.model.linear_stacks import redundant_pairs, whole_network
 from layergrad.model.loss_forms import per_output as loss_specs
 from layergrad.model.target_fit import LabelSummary
 
@@ -37,7 +41,7 @@ class HeadRules:
     """The repairs of each head of one model (see the module doc)."""
 
     def __init__(
-        self, info: FileInfo, compiled: Mapping[str, Any], labels: Mapping[str, LabelSummary]
+        self, info: FileInfo, compiled: Mapping[str, object], labels: Mapping[str, LabelSummary]
     ) -> None:
         self.info = info
         self.compiled = compiled
@@ -50,7 +54,7 @@ class HeadRules:
 
     # -- the pieces of one plan -------------------------------------------------------------
 
-    def _entry(self, path: str) -> Mapping[str, Any]:
+    def _entry(self, path: str) -> dict[str, object]:
         entry = self.info.graph.get(path)
         return {"class_name": entry.class_name, "config": entry.config} if entry else {}
 
@@ -67,33 +71,42 @@ class HeadRules:
             entry = nxt
         return entry.path if entry is not None else path
 
-    def activation(self, head: Head, act: str, why: str, finding: str, **more: Any) -> Plan:
+    def activation(
+        self,
+        head: Head,
+        act: str,
+        why: str,
+        finding: str,
+        units: int | None = None,
+        loss: str | None = None,
+    ) -> Plan:
         """The head's activation (and `units`, when given) changes; the loss stays."""
         layer = head.layer
         entry = self._entry(layer)
-        edits = []
+        edits: list[Edit] = []
         fresh: list[tuple[str, str]] = []
         code = []
-        if entry.get("class_name") in ("Softmax", "Activation"):  # a separate activation layer
+        config = entry.get("config")
+        separate = not (isinstance(config, dict) and "activation" in config)
+        if separate:  # an activation layer of its own (Softmax, ReLU, Activation): replaced
             units_at = self._units_layer(layer)
             new = ed.new_layer("Activation", head.layer.split("/")[-1], {"activation": act})
-            edits.append(_replace(layer, new))
+            edits.append(replace_edit(layer, new))
             code.append(f'{layer_code(entry)} -> Activation("{act}") at {layer}')
         else:
             units_at = layer
-            edits.append(_option(layer, "activation", act))
-        units = more.get("units")
+            edits.append(option_edit(layer, "activation", act))
         if units is not None:
-            edits.append(_option(units_at, "units", units))
+            edits.append(option_edit(units_at, "units", units))
             fresh += [(units_at, "*")]
-        if entry.get("class_name") not in ("Softmax", "Activation"):
+        if not separate:
+            more: dict[str, object] = {} if units is None else {"units": units}
             code.append(f"{layer_code(entry)} -> {layer_code(entry, activation=act, **more)} "
                         f"at {layer}")  # fmt: skip
         elif units is not None:
             dense = self._entry(units_at)
             code.append(f"{layer_code(dense)} -> {layer_code(dense, units=units)} at {units_at}")
-        loss = more.get("loss")
-        compile_edits = []
+        compile_edits: list[Edit] = []
         if loss is not None:
             compile_edits.append(self._loss_edit(head, loss, False, code))
         return Plan(finding, layer, why, tuple(code), tuple(edits), tuple(compile_edits),
@@ -105,7 +118,7 @@ class HeadRules:
         edit = self._loss_edit(head, name, from_logits, code)
         return Plan(finding, head.layer, why, tuple(code), (), (edit,))
 
-    def _loss_edit(self, head: Head, name: str, from_logits: bool, code: list[str]) -> Any:
+    def _loss_edit(self, head: Head, name: str, from_logits: bool, code: list[str]) -> Edit:
         i = self.heads.index(head)
         outputs = len(self.heads)
         old = loss_of(self.compiled, head.name, i, outputs)
@@ -227,7 +240,7 @@ class HeadRules:
             return Plan(f, at, f"the activation of '{at}' is removed: the softmax at "
                         f"'{head.layer}' must see raw logits, negative ones included",
                         (f"{layer_code(entry)} -> {layer_code(entry, activation='linear')} "
-                         f"at {at}",), (_option(at, "activation", "linear"),))  # fmt: skip
+                         f"at {at}",), (option_edit(at, "activation", "linear"),))  # fmt: skip
         if head.dropout is not None:
             drop = self.info.graph.get(head.dropout)
             weighted = None
@@ -243,7 +256,7 @@ class HeadRules:
             return Plan(f, moved, f"Dropout '{moved}' moves before '{weighted}': dropout "
                         "regularises the features, never the logits", (
                             f"{dense}, {dropout} -> {dropout}, {dense} at {weighted}, {moved}",),
-                        (_move_before(moved, weighted),))  # fmt: skip
+                        (move_before_edit(moved, weighted),))  # fmt: skip
         return None
 
     def _all_linear(self, head: Head) -> Plan | None:
@@ -252,20 +265,41 @@ class HeadRules:
             return None
         stack = whole_network(self.info.graph, head.layer)
         entries = [self.info.graph.get(p) for p in (stack.layers if stack else ())]
-        hidden = [e for e in entries if e is not None and e.path != head.layer]
+        own = (head.layer, self._units_layer(head.layer))  # the head, and its Dense
+        hidden = [e for e in entries if e is not None and e.path not in own]
         if not hidden:
             return None
+        return replace(self._relu_on(hidden, Finding.LOSS_MISMATCH), layer=head.layer)
+
+    def linear_stacks(self) -> Plan | None:
+        """`linear_stack`: activation='relu' on each weight layer that is linear with the next
+        one (the hidden layers of a linear network, the first layer of a redundant pair)."""
+        graph = self.info.graph
+        paths: list[str] = []
+        if len(self.heads) == 1:
+            stack = whole_network(graph, self.heads[0].layer)
+            own = (self.heads[0].layer, self._units_layer(self.heads[0].layer))
+            paths += [p for p in (stack.layers if stack else ()) if p not in own]
+        paths += [pair.layers[0] for pair in redundant_pairs(graph)]
+        entries = [graph.get(p) for p in dict.fromkeys(paths)]
+        hidden = [e for e in entries if e is not None]
+        if not hidden:
+            return None
+        plan = self._relu_on(hidden, "linear_stack")
+        return replace(plan, change=plan.change + " (or one Dense layer, if a linear map is meant)")
+
+    def _relu_on(self, hidden: list[LayerEntry], finding: str) -> Plan:
         code = tuple(
             f"{layer_code({'class_name': e.class_name, 'config': e.config})} -> "
             f"{layer_code({'class_name': e.class_name, 'config': e.config}, activation='relu')} "
             f"at {e.path}"
             for e in hidden
         )
-        edits = tuple(_option(e.path, "activation", "relu") for e in hidden)
+        edits = tuple(option_edit(e.path, "activation", "relu") for e in hidden)
         names = [e.path for e in hidden]
-        return Plan(Finding.LOSS_MISMATCH, names[0], f"activation='relu' on {listing(names)}: "
-                    "a non-linearity between the weight layers lets the network draw curved "
-                    "boundaries", code, edits)  # fmt: skip
+        return Plan(finding, names[0], f"activation='relu' on {listing(names)}: a "
+                    "non-linearity between the weight layers lets the network fit more than "
+                    "one linear map", code, edits)  # fmt: skip
 
     def _targets(
         self, head: Head, spec: tuple[str, bool] | None, y: LabelSummary | None
@@ -352,35 +386,6 @@ class HeadRules:
                     f,
                 )
         return None
-
-
-def _option(path: str, key: str, value: object) -> Any:
-    return lambda c: ed.set_option(c, path, key, value)
-
-
-def _replace(path: str, new: Any) -> Any:
-    def edit(c: Any) -> None:
-        entry = ed.layer_entry(c, path)
-        nodes = entry.get("inbound_nodes")
-        entry.clear()
-        entry.update(new)
-        if nodes is not None:
-            entry["inbound_nodes"] = nodes
-
-    return edit
-
-
-def _move_before(moved: str, before: str) -> Any:
-    def edit(c: Any) -> None:
-        import copy
-
-        entry = copy.deepcopy(ed.layer_entry(c, moved))
-        entry.pop("inbound_nodes", None)
-        entry.pop("build_config", None)
-        ed.remove_layer(c, moved)
-        ed.insert_before(c, before, entry)
-
-    return edit
 
 
 def _activation(head: Head) -> str:

@@ -9,13 +9,14 @@ config that make one repair, the weights left to Keras's initialisers, and the c
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from layergrad.model import config_edit as ed
 from layergrad.model.config import serialized_name
+from layergrad.model.config_edit import Config, as_object
 
-Edit = Callable[[MutableMapping[str, Any]], None]
+Edit = Callable[[Config], None]  # an edit of the model's config or of its compile config
 
 # the Keras class of a loss by its name, for a loss written with options
 LOSS_CLASSES = {
@@ -45,9 +46,10 @@ class Plan:
     covers: tuple[str, ...] = field(default=())
 
 
-def layer_code(entry: Mapping[str, Any], **changes: object) -> str:
+def layer_code(entry: Mapping[str, object], **changes: object) -> str:
     """A layer as written in code: `Dense(3, activation="softmax")`, with `changes` applied."""
-    options = dict(entry.get("config") or {})
+    found = entry.get("config")
+    options = dict(found) if isinstance(found, Mapping) else {}
     options.update(changes)
     cls = str(entry.get("class_name", "Layer"))
     args: list[str] = []
@@ -116,7 +118,7 @@ def loss_with(name: str, from_logits: bool) -> object:
     }
 
 
-def loss_of(compiled: Mapping[str, Any], output: str, index: int, outputs: int) -> object:
+def loss_of(compiled: Mapping[str, object], output: str, index: int, outputs: int) -> object:
     """The compiled loss of one output (as stored)."""
     loss = compiled.get("loss")
     if isinstance(loss, Mapping) and "class_name" not in loss:
@@ -134,9 +136,9 @@ def per_output(output: str, index: int, outputs: int) -> str | None:
 def set_loss(output: str, index: int, new: object) -> Edit:
     """An edit of the compile config: output `output`'s loss becomes `new`."""
 
-    def edit(compiled: MutableMapping[str, Any]) -> None:
+    def edit(compiled: Config) -> None:
         loss = compiled.get("loss")
-        if isinstance(loss, MutableMapping) and "class_name" not in loss:
+        if isinstance(loss, dict) and "class_name" not in loss:
             loss[output] = copy.deepcopy(new)
         elif isinstance(loss, list) and index < len(loss):
             loss[index] = copy.deepcopy(new)
@@ -149,10 +151,10 @@ def set_loss(output: str, index: int, new: object) -> Edit:
 def set_learning_rate(rate: float) -> Edit:
     """An edit of the compile config: the optimizer's learning rate."""
 
-    def edit(compiled: MutableMapping[str, Any]) -> None:
+    def edit(compiled: Config) -> None:
         optimizer = compiled.get("optimizer")
-        if isinstance(optimizer, MutableMapping):
-            optimizer.setdefault("config", {})["learning_rate"] = rate
+        if isinstance(optimizer, dict):
+            as_object(optimizer.setdefault("config", {}))["learning_rate"] = rate
 
     return edit
 
@@ -161,3 +163,37 @@ def listing(names: Sequence[str], shown: int = 4) -> str:
     """`a, b, c, d and 3 more`."""
     head = ", ".join(names[:shown])
     return head + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def option_edit(path: str, key: str, value: object) -> Edit:
+    """An edit: one option of a layer's config."""
+    return lambda c: ed.set_option(c, path, key, value)
+
+
+def replace_edit(path: str, new: Config) -> Edit:
+    """An edit: the layer at `path` becomes `new`, reading what it read."""
+
+    def edit(c: Config) -> None:
+        entry = ed.layer_entry(c, path)
+        nodes = entry.get("inbound_nodes")
+        entry.clear()
+        entry.update(new)
+        if isinstance(nodes, list):  # the tensors it read; not the old call's keywords (mask)
+            entry["inbound_nodes"] = [
+                {**node, "kwargs": {}} if isinstance(node, dict) else node for node in nodes
+            ]
+
+    return edit
+
+
+def move_before_edit(moved: str, before: str) -> Edit:
+    """An edit: the layer `moved` taken out and put right before `before`."""
+
+    def edit(c: Config) -> None:
+        entry = copy.deepcopy(ed.layer_entry(c, moved))
+        entry.pop("inbound_nodes", None)
+        entry.pop("build_config", None)
+        ed.remove_layer(c, moved)
+        ed.insert_before(c, before, entry)
+
+    return edit

@@ -11,11 +11,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from layergrad.commands.repair_plan import Plan, layer_code, listing, set_learning_rate
+from layergrad.commands.repair_plan import (
+    Edit,
+    Plan,
+    layer_code,
+    listing,
+    option_edit,
+    set_learning_rate,
+)
 from layergrad.core.fit_results import FitReport
 from layergrad.files.file_info import FileInfo
 from layergrad.model import config_edit as ed
@@ -63,8 +69,11 @@ def kernels(
         act = str(entry.config.get("activation") or "linear")
         want = expected_std(kernel.shape, act)
         std = float(np.std(kernel))
-        if want and std > 0 and max(std / want, want / std) >= KERNEL_FACTOR:
-            far.append((path, std / want, "he_normal" if act in RELU_LIKE else "glorot_uniform"))
+        init = "he_normal" if act in RELU_LIKE else "glorot_uniform"
+        if want and not np.any(kernel):  # all zero: every unit the same, no signal
+            far.append((path, 0.0, init))
+        elif want and std > 0 and max(std / want, want / std) >= KERNEL_FACTOR:
+            far.append((path, std / want, init))
     if not far:
         return None
     names = [p for p, _, _ in far]
@@ -75,9 +84,10 @@ def kernels(
         assert entry is not None
         old = {"class_name": entry.class_name, "config": entry.config}
         code.append(f"{layer_code(old)} -> {layer_code(old, kernel_initializer=init)} at {path}")
-        edits.append(_option(path, "kernel_initializer", init))
+        edits.append(option_edit(path, "kernel_initializer", init))
     factors = sorted(f for _, f, _ in far)
     span = f"{factors[0]:.2g}x" if len(factors) == 1 else f"{factors[0]:.2g}x to {factors[-1]:.2g}x"
+    span = "0x (all zero)" if factors[-1] == 0 else span
     why = (
         f"the kernels of {listing(names)} are re-initialised: their spread is {span} the scale "
         "of Keras's initialiser for their activation (Glorot; He for ReLU), so the signal "
@@ -122,7 +132,7 @@ def scale_inputs(info: FileInfo, stats: Sequence[InputStats], finding: str) -> P
         pixels = s.low >= 0 and s.high <= 255
         if pixels:
             name = "rescaling"
-            options: dict[str, Any] = {"scale": 1 / 255, "offset": 0.0}
+            options: ed.Config = {"scale": 1 / 255, "offset": 0.0}
             code.append(f"x = {s.name} -> x = Rescaling(1/255)({s.name}) at {s.name}")
             cls = "Rescaling"
         else:
@@ -142,9 +152,14 @@ def scale_inputs(info: FileInfo, stats: Sequence[InputStats], finding: str) -> P
     return Plan(finding, names[0], why, tuple(code), tuple(edits))
 
 
+LOWER = ("diverging", "oscillating")  # the findings of a rate too high
+RAISE = ("not_learning", "slow_convergence")  # ... and too low
+
+
 def learning_rate(fit: FitReport, finding: str) -> Plan | None:
-    """`diverging` / `not_learning`: the learning rate times the factor that brings the median
-    update ratio to about TARGET_RATIO."""
+    """`diverging` / `oscillating` (too high), `not_learning` / `slow_convergence` (too low):
+    the learning rate times the factor that brings the median update ratio of the first half
+    of the run to about TARGET_RATIO, and at least 3x down (or up) as the finding says."""
     ratios = [
         row.update_ratio
         for checkpoint in fit.checkpoints[: max(1, len(fit.checkpoints) // 2)]
@@ -157,25 +172,21 @@ def learning_rate(fit: FitReport, finding: str) -> Plan | None:
         return None
     median = float(np.median(ratios))
     factor = TARGET_RATIO / median
-    if 0.3 <= factor <= 3:  # the rate is not what is wrong
-        return None
+    # the finding says which way the rate must go: at least 3x that way
+    factor = min(factor, 1 / 3) if finding in LOWER else max(factor, 3.0)
     new = float(f"{lr * factor:.2g}")
     why = (
         f"the learning rate changes from {lr:g} to {new:g}: the median update ratio "
         f"(lr x |grad| / |W|) in the first half of the run is {median:.2g}; x{factor:.2g} "
-        f"brings it to about {TARGET_RATIO:g}"
+        f"brings it toward {TARGET_RATIO:g}"
     )
     code = (f"optimizer={fit.optimizer}(learning_rate={lr:g}) -> "
             f"optimizer={fit.optimizer}(learning_rate={new:g})",)  # fmt: skip
     return Plan(finding, None, why, code, (), (set_learning_rate(new),))
 
 
-def _option(path: str, key: str, value: object) -> Any:
-    return lambda c: ed.set_option(c, path, key, value)
-
-
-def _insert_input(source: str, cls: str, base: str, options: dict[str, Any]) -> Any:
-    def edit(c: Any) -> None:
+def _insert_input(source: str, cls: str, base: str, options: ed.Config) -> Edit:
+    def edit(c: ed.Config) -> None:
         ed.insert_after_input(c, source, ed.new_layer(cls, ed.fresh_name(c, base), options))
 
     return edit

@@ -67,6 +67,8 @@ class Checkpoint:
     learning_rate: float | None
     layers: tuple[LayerStats, ...]
     variables: tuple[VariableStats, ...]
+    # per model input whose batch held NaN/Inf: (input name, NaN/Inf values, first row)
+    nonfinite_inputs: tuple[tuple[str, int, int], ...] = ()
 
 
 @dataclass(frozen=True)

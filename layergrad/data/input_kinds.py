@@ -127,13 +127,20 @@ def id_inputs(model: KerasModel) -> dict[str, str]:
     if hidden & {n for n, v in verdict.items() if v is not None}:
         from layergrad.data.id_trace import hidden_ids
 
-        decided = hidden_ids(model)
+        decided = hidden_ids(model) if _may_take_ids(model) else {}
         for name in hidden:
             if verdict.get(name) is not None and name not in decided:
                 verdict[name] = None
     found = {n: v for n, v in verdict.items() if v is not None}
     _DECIDED[model] = found
     return found
+
+
+def _may_take_ids(model: KerasModel) -> bool:
+    """Whether the model holds an id layer or a custom layer: else nothing in it takes ids,
+    and it is not traced (`x / 255` before a ResNet is an operation on a float input)."""
+    inner = _inner_layers(model)
+    return any(is_id_layer(la) or not str(type(la).__module__).startswith("keras.") for la in inner)
 
 
 def _custom(layer: KerasLayer) -> bool:

@@ -33,10 +33,11 @@ from layergrad.core.tf_types import (
 from layergrad.data import reductions
 from layergrad.data.accumulators import POSITION, Accumulators, single_totals, summary_shapes
 from layergrad.data.aggregates import ForwardTotals, GradientTotals
-from layergrad.engine.capture import Plan, Record, Recorder, installed, is_float, key, recording
+from layergrad.engine.capture import Plan, Record, Recorder, installed, recording
 from layergrad.engine.layer_calls import (
     check_all_called,
     float_dtype,
+    is_float,
     site_groups,
     unique_leaves,
 )
@@ -50,14 +51,13 @@ from layergrad.engine.step_calls import (
     pad_if_empty,
     statistics_kept,
 )
-from layergrad.model.layer_refs import Site, iter_layers
+from layergrad.model.layer_refs import CallKey, Site, iter_layers
 
 if TYPE_CHECKING:
     from layergrad.data.sources import DataStream
 
 T = TypeVar("T")
 
-Key = tuple[str, int]
 Progress = Callable[[int, "int | None"], None]
 __all__ = ["Plan", "Probed", "StreamRun", "run_batch", "run_stream"]
 
@@ -139,7 +139,7 @@ class Step:
             fed = rec.inputs(self.model, list(inputs))
             outputs = call_model(self.model, fed, self.plan.training)
             for site in self.plan.sources:
-                if key(site) not in rec.captured:
+                if site.key not in rec.captured:
                     check_all_called([site], rec.captured, rec.calls)
             scalars = [rec.target_scalar(t, outputs) for t in self.plan.targets]
         names = list(rec.anchors)
@@ -176,7 +176,7 @@ class Step:
         records = self.layout.records
         targets: list[Probed | None] = []
         for target in self.plan.targets:
-            r = None if target is None else self._record_of(key(target))
+            r = None if target is None else self._record_of(target.key)
             targets.append(None if r is None else self._probed(r, 0, unpack, samples, target))
         keep = [r for r, rec in enumerate(records) if self._kept(rec)]
         activations, forward = [], []
@@ -202,10 +202,10 @@ class Step:
         )
 
     def _kept(self, rec: Record) -> bool:
-        return self.plan.every_leaf or key(rec.site) in {key(s) for s in self.plan.sources}
+        return self.plan.every_leaf or rec.site.key in {s.key for s in self.plan.sources}
 
-    def _record_of(self, k: Key) -> int | None:
-        return next((r for r, rec in enumerate(self.layout.records) if key(rec.site) == k), None)
+    def _record_of(self, k: CallKey) -> int | None:
+        return next((r for r, rec in enumerate(self.layout.records) if rec.site.key == k), None)
 
     def _chosen_output(self, r: int, unpack: Unpack) -> int:
         """The first output the (first) target depends on, else the first tensor output."""

@@ -24,7 +24,6 @@ from layergrad.data.probe_input import ProbeBatch
 from layergrad.engine.layer_calls import (
     Activation,
     activation,
-    call_key,
     capturing,
     check_all_called,
     check_input_call,
@@ -114,7 +113,7 @@ def live_probe(
     inputs = [tf.convert_to_tensor(a) for a in batch.arrays]
     sites = [*sources, *targets]
     captured: dict[tuple[str, int], Tensor] = {}
-    source_keys = {call_key(s) for s in sources}
+    source_keys = {s.key for s in sources}
     tape = tf.GradientTape(persistent=persistent)
     with tape:
 
@@ -131,22 +130,21 @@ def live_probe(
         for site in sites:
             if site.input_index is not None:  # every use of a model input starts from it
                 check_input_call(site)
-                tensor = captured[call_key(site)] = inputs[site.input_index]
-                if call_key(site) in source_keys and is_float(tensor):
+                tensor = captured[site.key] = inputs[site.input_index]
+                if site.key in source_keys and is_float(tensor):
                     tape.watch(tensor)
         with capturing(site_groups(sites), on_call) as calls:
             forward(model, inputs, training)
         check_all_called(sites, captured, calls)
         scalars = tuple(
-            reducer(captured[call_key(t)]) if captured[call_key(t)].dtype.is_floating else None
-            for t in targets
+            reducer(captured[t.key]) if captured[t.key].dtype.is_floating else None for t in targets
         )
     return LiveProbe(
         tape=tape,
         source_sites=tuple(sources),
         target_sites=tuple(targets),
-        sources=tuple(captured[call_key(s)] for s in sources),
-        targets=tuple(captured[call_key(t)] for t in targets),
+        sources=tuple(captured[s.key] for s in sources),
+        targets=tuple(captured[t.key] for t in targets),
         scalars=scalars,
     )
 

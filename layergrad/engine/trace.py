@@ -26,7 +26,6 @@ from layergrad.data.probe_input import ProbeBatch
 from layergrad.engine.layer_calls import (
     Activation,
     activation,
-    call_key,
     capturing,
     check_all_called,
     forward,
@@ -175,7 +174,7 @@ def live_trace(
         target_act = None
         ends = tuple(o for o in tf.nest.flatten(outputs) if is_float(o))
         if target is not None:
-            found = [f for s, f, _ in records if call_key(s) == call_key(target)]
+            found = [f for s, f, _ in records if s.key == target.key]
             if not found:
                 check_all_called([target], {}, calls)
             ends = (found[0][0],) if is_float(found[0][0]) else ()

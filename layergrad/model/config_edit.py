@@ -11,12 +11,18 @@ raises `EditError`, and the repair says it cannot be applied. No TensorFlow.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, MutableMapping
-from typing import Any
+from collections.abc import Iterator
 
 from layergrad.model.config import as_ref, is_container, is_functional, layer_name
 
-Config = MutableMapping[str, Any]
+Config = dict[str, object]  # a JSON object of the config being edited (values narrowed on use)
+
+
+def as_object(value: object, what: str = "an entry") -> Config:
+    """`value` as a JSON object of the config; EditError when it is something else."""
+    if not isinstance(value, dict):
+        raise EditError(f"{what} is not an object in the model's config")
+    return value
 
 
 class EditError(ValueError):
@@ -48,7 +54,7 @@ def layer_entry(model: Config, path: str) -> Config:
 def set_option(model: Config, path: str, key: str, value: object) -> None:
     """Set one option of a layer's config (`activation`, `units`, `kernel_initializer`)."""
     entry = layer_entry(model, path)
-    entry.setdefault("config", {})[key] = value
+    as_object(entry.setdefault("config", {}), "a layer's config")[key] = value
 
 
 def all_names(model: Config) -> set[str]:
@@ -72,7 +78,7 @@ def fresh_name(model: Config, base: str) -> str:
     return f"{base}_{n}"
 
 
-def new_layer(class_name: str, name: str, options: dict[str, Any]) -> Config:
+def new_layer(class_name: str, name: str, options: Config) -> Config:
     """A config entry for a built-in Keras layer (`keras.layers`)."""
     return {
         "module": "keras.layers",
@@ -91,7 +97,7 @@ def remove_layer(model: Config, path: str) -> None:
     if not is_functional(holder):
         entries.remove(entry)
         return
-    nodes = entry.get("inbound_nodes") or []
+    nodes = _nodes(entry)
     if len(nodes) != 1:
         raise EditError(f"layer {path!r} is called {len(nodes)} times; it cannot be removed")
     source = _single_source(nodes[0], path)
@@ -107,14 +113,14 @@ def insert_before(model: Config, path: str, new: Config) -> None:
     if not is_functional(holder):
         entries.insert(index, new)
         return
-    nodes = entry.get("inbound_nodes") or []
+    nodes = _nodes(entry)
     if len(nodes) != 1:
         raise EditError(f"layer {path!r} is called {len(nodes)} times; nothing can go before it")
     _single_source(nodes[0], path)
     new["inbound_nodes"] = copy.deepcopy(nodes)
     name = layer_name(new)
     for tensor in _tensors(nodes[0]):
-        tensor["config"]["keras_history"] = [name, 0, 0]
+        as_object(tensor["config"])["keras_history"] = [name, 0, 0]
     entries.insert(index, new)
 
 
@@ -129,8 +135,9 @@ def insert_after_input(model: Config, input_name: str, new: Config) -> None:
     if source is None:
         raise EditError(f"no input {input_name!r} in the model's config")
     name = layer_name(new)
-    shape = (source.get("config") or {}).get("batch_shape")
-    dtype = (source.get("config") or {}).get("dtype", "float32")
+    options = as_object(source.get("config") or {}, "an input's config")
+    shape = options.get("batch_shape")
+    dtype = options.get("dtype", "float32")
     if not isinstance(dtype, str):
         dtype = "float32"
     new["inbound_nodes"] = [
@@ -140,7 +147,7 @@ def insert_after_input(model: Config, input_name: str, new: Config) -> None:
     entries.insert(entries.index(source) + 1, new)
 
 
-def _tensor(name: str, shape: object, dtype: str) -> dict[str, Any]:
+def _tensor(name: str, shape: object, dtype: str) -> Config:
     return {
         "class_name": "__keras_tensor__",
         "config": {"shape": shape, "dtype": dtype, "keras_history": [name, 0, 0]},
@@ -148,7 +155,7 @@ def _tensor(name: str, shape: object, dtype: str) -> dict[str, Any]:
 
 
 def _single_source(node: object, path: str) -> tuple[str, int, int]:
-    refs = {tuple(t["config"]["keras_history"]) for t in _tensors(node)}
+    refs = {_history(t) for t in _tensors(node)}
     if len(refs) != 1:
         raise EditError(f"layer {path!r} reads {len(refs)} tensors; expected exactly one")
     ref = as_ref(list(next(iter(refs))))
@@ -163,14 +170,14 @@ def _rewire(holder: Config, old: str, source: tuple[str, int, int], skip: object
         if entry is skip:
             continue
         for tensor in _tensors(entry.get("inbound_nodes")):
-            history = tensor["config"]["keras_history"]
+            history = _history(tensor)
             if history and history[0] == old:
-                tensor["config"]["keras_history"] = list(source)
-    inner = holder["config"]
+                as_object(tensor["config"])["keras_history"] = list(source)
+    inner = as_object(holder["config"], "a model's config")
     inner["output_layers"] = _replace_refs(inner.get("output_layers"), old, source)
 
 
-def _replace_refs(obj: Any, old: str, source: tuple[str, int, int]) -> Any:
+def _replace_refs(obj: object, old: str, source: tuple[str, int, int]) -> object:
     ref = as_ref(obj)
     if ref is not None:
         return list(source) if ref[0] == old else obj
@@ -181,11 +188,12 @@ def _replace_refs(obj: Any, old: str, source: tuple[str, int, int]) -> Any:
     return obj
 
 
-def _tensors(obj: object) -> Iterator[dict[str, Any]]:
+def _tensors(obj: object) -> Iterator[Config]:
     """The `__keras_tensor__` objects inside inbound nodes (args and kwargs)."""
     if isinstance(obj, dict):
-        if obj.get("class_name") == "__keras_tensor__" and isinstance(obj.get("config"), dict):
-            if isinstance(obj["config"].get("keras_history"), list):
+        inner = obj.get("config")
+        if obj.get("class_name") == "__keras_tensor__" and isinstance(inner, dict):
+            if isinstance(inner.get("keras_history"), list):
                 yield obj
             return
         for value in obj.values():
@@ -197,7 +205,19 @@ def _tensors(obj: object) -> Iterator[dict[str, Any]]:
 
 def _layers(holder: Config) -> list[Config]:
     inner = holder.get("config")
-    layers = inner.get("layers") if isinstance(inner, MutableMapping) else None
+    layers = inner.get("layers") if isinstance(inner, dict) else None
     if not isinstance(layers, list):
         raise EditError("the model's config lists no layers (a subclassed model?)")
-    return layers
+    if not all(isinstance(e, dict) for e in layers):
+        raise EditError("a layer entry is not an object in the model's config")
+    return layers  # the config's own list: edits change it in place
+
+
+def _nodes(entry: Config) -> list[object]:
+    nodes = entry.get("inbound_nodes") or []
+    return nodes if isinstance(nodes, list) else []
+
+
+def _history(tensor: Config) -> tuple[object, ...]:
+    history = as_object(tensor["config"]).get("keras_history")
+    return tuple(history) if isinstance(history, list) else ()

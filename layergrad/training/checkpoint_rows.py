@@ -27,6 +27,7 @@ def checkpoint_from_rows(
     variables: Sequence[KerasVariable],
     order: Sequence[str],
     counted: int | None = None,
+    input_names: Sequence[str] = (),
 ) -> Checkpoint:
     """The checkpoint of step `step` (from 0), from row `row` of the results `read`; its
     layers in `order` (their paths). `counted`: the step's number as the monitored step
@@ -38,6 +39,14 @@ def checkpoint_from_rows(
     if int(read["reduced_at"][row]) != counted:  # the optimizer skipped the step's update
         grads = np.tile(_NOT_REDUCED, (len(grads), 1))
     lr = float(read["learning_rate"][row])
+    inputs: tuple[tuple[str, int, int], ...] = ()
+    if counted in (int(read["forward_at"][row]), int(read["reduced_at"][row])):
+        found = read["inputs"][row]
+        inputs = tuple(
+            (name, int(found[i][0]), int(found[i][1]))
+            for i, name in enumerate(input_names[: len(found)])
+            if found[i][0] > 0
+        )
     owner = {i: e.path for e in layers for i in e.variables}
     index = {e.path: i for i, e in enumerate(layers)}
     return Checkpoint(
@@ -53,6 +62,7 @@ def checkpoint_from_rows(
         variables=tuple(
             _variable_row(v, owner.get(i, ""), grads[i]) for i, v in enumerate(variables)
         ),
+        nonfinite_inputs=inputs,
     )
 
 

@@ -83,7 +83,8 @@ def _depth_marks(
     checkpoints: Sequence[Checkpoint], decades: float, below: bool
 ) -> dict[str, list[tuple[int, bool]]]:
     """Per layer, per checkpoint: whether it is one of the first layers (from the input, at
-    least `DEPTH_LAYERS`) whose relative gradient is `decades` below (or above) the head's."""
+    least `DEPTH_LAYERS` and half of those up to the deepest) whose relative gradient is
+    `decades` below (or above) the head's."""
     marks: dict[str, list[tuple[int, bool]]] = {}
     for c in checkpoints:
         rows = relative_gradients(c)
@@ -93,13 +94,15 @@ def _depth_marks(
         if head <= 0:
             continue
         line = head / 10**decades if below else head * 10**decades
-        prefix = 0
-        while prefix < len(rows) - 1 and (
-            rows[prefix][1] < line if below else rows[prefix][1] > line
-        ):
-            prefix += 1
+        beyond = [(v < line) if below else (v > line) for _, v in rows[:-1]]
+        # the first layers: those beyond the line up to the deepest one, at least
+        # DEPTH_LAYERS of them and at least half the layers before it (a first layer that
+        # recovers while its successors stay down is still a vanished stack)
+        last = max((i for i, b in enumerate(beyond) if b), default=-1)
+        count = sum(beyond[: last + 1])
+        deep = last >= 0 and count >= DEPTH_LAYERS and 2 * count >= last + 1
         for i, (layer, _) in enumerate(rows):
-            marks.setdefault(layer, []).append((c.step, prefix >= DEPTH_LAYERS and i < prefix))
+            marks.setdefault(layer, []).append((c.step, deep and i <= last and beyond[i]))
     return marks
 
 

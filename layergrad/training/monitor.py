@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import numbers
 import os
 import warnings
 from dataclasses import dataclass
@@ -46,7 +45,15 @@ from layergrad.training.model_facts import (
     output_units,
 )
 from layergrad.training.report_files import check_log_dir, check_report_path
+from layergrad.training.run_notes import (
+    blind_note,
+    built_note,
+    logged_loss,
+    loss_only_nonfinite,
+    whole_steps,
+)
 from layergrad.training.step_hook import StepHook, TrainFunction, trace_key
+from layergrad.training.summaries import write_summaries
 
 _, _keras = quiet_import()
 
@@ -94,7 +101,7 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         chance_loss: float | None = None,
     ) -> None:
         super().__init__()
-        self.every, self.stop_on_nonfinite = _whole_steps(every), stop_on_nonfinite
+        self.every, self.stop_on_nonfinite = whole_steps(every), stop_on_nonfinite
         self.log_dir = None if log_dir is None else check_log_dir(log_dir)
         self.report_path = None if report is None else check_report_path(report)
         self.chance_loss = chance_loss
@@ -127,17 +134,14 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             check_report_path(self.report_path)
         steps, epochs = self.params.get("steps"), self.params.get("epochs") or 1
         self._last = steps * epochs - 1 if steps else None
-        if is_built(self.model):
+        if is_built(self.model):  # else Keras's first step builds it (on_train_batch_end)
             self._start()
-        else:
-            self._notes.append(_BUILT_AT_FIRST_STEP)
 
     def _start(self) -> None:
         """Install the monitored step (on a built model), from step `self._step`."""
         model = self.model
         self._begun = self._step
         self._layers, self._variables = layers_and_variables(model)
-        self._index = {e.path: i for i, e in enumerate(self._layers)}
         rows = int(getattr(model, "steps_per_execution", 1) or 1)
         histograms = self.log_dir is not None
         key = trace_key(model, self._variables, rows, histograms)
@@ -179,12 +183,13 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             self.model.train_function = function
 
     def on_train_batch_end(self, batch: int, logs: dict[str, object] | None = None) -> None:
-        logged = _logged_loss(logs)
+        logged = logged_loss(logs)
         if self._begun is None:  # Keras's own step built the model: its loss from the logs
             ran = max(1, batch - self._first_batch + 1)
             self._losses += [None] * (ran - 1) + [logged]
             self._step += ran
             if is_built(self.model):
+                self._notes.append(built_note(self._step))
                 self._start()
             return
         hook, rows = self._hook, self._hook.rows
@@ -203,7 +208,7 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
 
     def _blind_once(self) -> None:
         """Say once what this train_step hides from the monitor."""
-        note = _blind_note(self.model, self._hook.sees_loss, self._hook.sees_gradients)
+        note = blind_note(self.model, self._hook.sees_gradients)
         if note not in self._notes:
             self._notes.append(note)
             warnings.warn(f"GradientMonitor: {note}", UserWarning, stacklevel=2)
@@ -247,7 +252,7 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
                 )
                 if not hook.sees_gradients:  # nothing to read but the loss
                     if first_bad:
-                        self._stop(_loss_only_nonfinite(step, execution, j))
+                        self._stop(loss_only_nonfinite(step, execution.epoch, execution.batch + j))
                     continue
                 if not (due or first_bad):
                     continue
@@ -259,6 +264,7 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
                     row,
                     step,
                     counted=counted,
+                    input_names=hook.input_names,
                     epoch=execution.epoch,
                     batch=batch,
                     loss=value,
@@ -268,12 +274,14 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
                 )
                 # (a flag without a NaN/Inf: finite values whose sum overflowed)
                 real = first_bad and (
-                    (value is not None and not math.isfinite(value)) or _any_nonfinite(checkpoint)
+                    (value is not None and not math.isfinite(value))
+                    or _any_nonfinite(checkpoint)
+                    or bool(checkpoint.nonfinite_inputs)
                 )
                 if due or real:
                     self._checkpoints.append(checkpoint)
                     if self._writer is not None:
-                        self._write_summaries(checkpoint, read, row)
+                        write_summaries(self._writer, checkpoint, read, row, self._layers)
                 if real:
                     self._stop(
                         rules.nonfinite_finding(
@@ -293,36 +301,6 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
     def _hook_order(self) -> list[str]:
         order = [self._layers[i].path for i in self._hook.forward_order]
         return order + [e.path for e in self._layers if e.path not in order and e.variables]
-
-    def _write_summaries(
-        self, checkpoint: Checkpoint, read: dict[str, np.ndarray], at: int
-    ) -> None:
-        tf, _ = quiet_import()
-        from tensorboard.plugins.histogram import metadata as histogram_metadata
-
-        counts, ranges = read["histogram"][at], read["ranges"][at]
-        with self._writer.as_default():
-            for row in checkpoint.layers:
-                for name, value in (
-                    ("update_ratio", row.update_ratio),
-                    ("grad_l2", row.grad_l2),
-                    ("dead_fraction", row.dead_fraction),
-                ):
-                    if value is not None:
-                        tf.summary.scalar(f"layergrad/{name}/{row.layer}", value, checkpoint.step)
-                index = self._index[row.layer]
-                if not self._layers[index].variables:
-                    continue
-                low, high = (float(v) for v in ranges[index])
-                edges = np.linspace(low, high, counts.shape[1] + 1)
-                buckets = np.stack([edges[:-1], edges[1:], counts[index]], axis=1)
-                tag = f"layergrad/gradient/{row.layer}"
-                tf.summary.write(
-                    tag,
-                    tf.constant(buckets, tf.float64),
-                    step=checkpoint.step,
-                    metadata=histogram_metadata.create_summary_metadata(tag, ""),
-                )
 
     def _build_report(self) -> FitReport:
         model = self.model
@@ -371,58 +349,6 @@ class _Execution:
     batch: int
     measuring: bool
     logged: float | None = None  # the loss in Keras's logs after it
-
-
-_BUILT_AT_FIRST_STEP = (
-    "Keras built the model during its first training step (a subclassed model, or a "
-    "Sequential without an Input): step 1 ran unmonitored, its loss is Keras's; "
-    "the monitor starts at step 2"
-)
-
-
-def _blind_note(model: object, sees_loss: bool | None, sees_gradients: bool | None) -> str:
-    """Why the record of a custom train_step is partial."""
-    name = type(model).__name__
-    if not sees_gradients:
-        return (
-            f"loss-only: the train_step of {name} applies its gradients where the monitor "
-            "cannot see them (not through model.optimizer's apply or apply_gradients); only "
-            "the loss Keras logs was recorded, no gradient, no checkpoint"
-        )
-    return (
-        f"the train_step of {name} computes its loss without model.compute_loss: the loss "
-        "of each step is the one Keras logs (with steps_per_execution > 1, only the last "
-        "step of each execution has one)"
-    )
-
-
-def _loss_only_nonfinite(step: int, execution: _Execution, j: int) -> TrainingFinding:
-    return TrainingFinding(
-        Finding.NONFINITE,
-        None,
-        step + 1,
-        f"step {step + 1} (epoch {execution.epoch}, batch {execution.batch + j}): the loss is "
-        "NaN/Inf; the monitor cannot see this train_step's gradients, so it cannot name "
-        "the layer",
-    )
-
-
-def _logged_loss(logs: dict[str, object] | None) -> float | None:
-    value = (logs or {}).get("loss")
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-
-
-def _whole_steps(every: object) -> int:
-    """`every` as a whole number of steps, at least 1 (never rounded)."""
-    ok = isinstance(every, numbers.Integral) and not isinstance(every, bool)
-    if not ok and isinstance(every, float) and math.isfinite(every) and every == int(every):
-        ok = True
-    if not ok or int(every) < 1:  # type: ignore[call-overload]
-        raise ValueError(f"every must be at least 1, a whole number of steps: every={every!r}")
-    return int(every)  # type: ignore[call-overload]
 
 
 def _finite(logs: dict[str, object] | None) -> bool:

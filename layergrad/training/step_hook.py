@@ -79,6 +79,7 @@ class _Trace:
         self.order: list[int] = []
         self.forward: TFOperation = None  # the forward statistics' op
         self.recorded = False  # whether the optimizer handed the step's gradients over
+        self.inputs: list[Tensor] = []  # the float inputs of the step's batch
 
 
 class StepHook:
@@ -100,6 +101,7 @@ class StepHook:
         # what the traced train_step let the monitor see (True until a trace says otherwise):
         # its loss through model.compute_loss, its gradients through the optimizer
         self.sees_loss = self.sees_gradients = True
+        self.input_names: list[str] = []  # the float inputs' names, as the trace found them
         self.results = StepResults(model, len(self.layers), len(self.variables), self.rows)
 
     @contextlib.contextmanager
@@ -120,6 +122,7 @@ class StepHook:
             @functools.wraps(original_step)
             def train_step(data: TensorTree) -> dict[str, Tensor]:
                 trace = _Trace(len(self.layers), measuring)
+                trace.inputs, self.input_names = _float_inputs(model, data)
                 _active.trace = trace
                 try:
                     logs = original_step(data)
@@ -223,6 +226,7 @@ class StepHook:
             # here, not with the gradients, which an optimizer may skip
             put(self.results.learning_rate, row, self.model.optimizer.learning_rate),
             put(self.results.forward_at, row, self._count(trace)),
+            put(self.results.inputs, row, reductions.input_stats(trace.inputs)),
         ]
         with tf.control_dependencies(writes):
             return tf.constant(True)
@@ -295,7 +299,7 @@ class StepHook:
         else:  # the gradients, into the spare row, on the fit's first non-finite step only
             found = unlowered_cond(
                 tf.logical_and(bad, self._clean(trace)),
-                lambda: self._reduce(self.results.spare, count, grads, weights),
+                lambda: self._reduce(self.results.spare, count, grads, weights, trace.inputs),
                 lambda: tf.identity(bad),
             )
         with tf.control_dependencies(writes):
@@ -307,12 +311,15 @@ class StepHook:
         count: Tensor,
         grads: list[Tensor | None],
         weights: list[Tensor | None],
+        inputs: list[Tensor] | None = None,
     ) -> Tensor:
-        """Write the gradient rows (and histograms) into `row`; whether a gradient value is
-        NaN/Inf."""
+        """Write the gradient rows (and histograms), and the `inputs`' NaN/Inf counts, into
+        `row`; whether a gradient value is NaN/Inf."""
         tf, _ = quiet_import()
         rows = reductions.gradient_rows(grads, weights)
         writes = [put(self.results.grads, row, rows), put(self.results.reduced_at, row, count)]
+        if inputs is not None:  # an ordinary step's first non-finite one: was it the data?
+            writes.append(put(self.results.inputs, row, reductions.input_stats(inputs)))
         if self.histograms:
             counts, ranges = reductions.histograms([e.variables for e in self.layers], grads)
             writes += [
@@ -338,6 +345,27 @@ def applying_optimizer(model: KerasModel) -> KerasOptimizer:
             f"backend; got optimizer {type(optimizer).__name__}: call model.compile(optimizer=...)"
         )
     return optimizer
+
+
+def _float_inputs(model: KerasModel, data: TensorTree) -> tuple[list[Tensor], list[str]]:
+    """The float tensors of a batch's inputs, and their names (the model's input names, a
+    dict's keys, else `input N`)."""
+    _, keras = quiet_import()
+    from layergrad.model.layer_refs import input_names
+
+    x = keras.utils.unpack_x_y_sample_weight(data)[0] if isinstance(data, tuple) else data
+    flat = keras.tree.flatten(x)
+    if isinstance(x, dict):
+        names = sorted(str(k) for k in x)
+    else:
+        names = input_names(model)
+        if len(names) != len(flat):
+            names = [f"input {i}" for i in range(len(flat))]
+    pairs = [
+        (t, n) for t, n in zip(flat, names, strict=False)
+        if getattr(getattr(t, "dtype", None), "is_floating", False)
+    ]  # fmt: skip
+    return [t for t, _ in pairs], [n for _, n in pairs]
 
 
 def trace_key(

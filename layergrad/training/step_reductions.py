@@ -67,6 +67,23 @@ def forward_stats(outputs: Sequence[Sequence[Tensor]]) -> tuple[Tensor, Tensor]:
     return tf.stack(counts), tf.stack(dead)
 
 
+MAX_INPUTS = 32  # model inputs whose NaN/Inf values a step counts (the first ones)
+
+
+def input_stats(inputs: Sequence[Tensor]) -> Tensor:
+    """[MAX_INPUTS, 2]: per float input of the step's batch, [NaN/Inf values, the first row
+    holding one] (zeros for the rest)."""
+    tf, _ = quiet_import()
+    rows = []
+    for t in list(inputs)[:MAX_INPUTS]:
+        bad = ~tf.math.is_finite(t)
+        per_row = tf.reduce_any(tf.reshape(bad, [tf.shape(t)[0], -1]), axis=1)
+        first = tf.argmax(tf.cast(per_row, tf.int32), output_type=tf.int32)
+        rows.append(tf.stack([tf.reduce_sum(tf.cast(bad, tf.float32)), tf.cast(first, tf.float32)]))
+    rows += [tf.zeros([2])] * (MAX_INPUTS - len(rows))
+    return tf.stack(rows)
+
+
 def dead_units(tensor: Tensor) -> Tensor:
     """[units of the last axis exactly 0 for every sample, units, units whose value is the
     same for every sample] (zeros below rank 2; no constant unit in a batch of one)."""

@@ -16,7 +16,7 @@ import numpy as np
 
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.tf_types import KerasModel, Tensor, TFOperation, TFVariable
-from layergrad.training.step_reductions import BINS, COLUMNS
+from layergrad.training.step_reductions import BINS, COLUMNS, MAX_INPUTS
 
 RING = 64  # loss rows per step of an execution: the callback reads them at least this often
 
@@ -54,6 +54,8 @@ class StepResults:
             self.learning_rate = state([slots], first, "learning_rate")
             self.histogram = state([slots, layers, BINS], first, "histogram")
             self.ranges = state([slots, layers, 2], first, "histogram_range")
+            # per model input: [NaN/Inf values in the step's batch, the first row with one]
+            self.inputs = state([slots, MAX_INPUTS, 2], first, "inputs_nonfinite")
             # the steps the rows of the forward and of the gradient statistics are from
             self.forward_at = state([slots], first, "forward_at", fill=-1.0)
             self.reduced_at = state([slots], first, "reduced_at", fill=-1.0)
@@ -84,6 +86,7 @@ class StepResults:
             "forward_at": self.forward_at,
             "reduced_at": self.reduced_at,
             "learning_rate": self.learning_rate,
+            "inputs": self.inputs,
         }
         if histograms:
             found |= {"histogram": self.histogram, "ranges": self.ranges}

@@ -16,6 +16,7 @@ from layergrad.cli.app import main
 from layergrad.commands.api import inspect_model, scan_model
 from layergrad.commands.check import CheckOptions, check_file
 from layergrad.core.probe_options import ProbeOptions
+from layergrad.data import id_trace
 from layergrad.data.id_trace import hidden_ids
 from layergrad.data.input_kinds import integer_ranges
 from layergrad.data.probe_input import input_specs, random_batch
@@ -252,3 +253,11 @@ def test_ids_cast_by_an_operation_of_the_functional_model(tmp_path):
     assert input_specs(loaded)[0].dtype == "int32"
     assert integer_ranges(loaded) == {"tokens": VOCAB}
     assert scan_model(str(path)).rows[0].status == "integer"
+
+
+def test_a_float_input_scaled_by_an_operation_stays_float_and_is_not_traced():
+    x = keras.Input((8, 8, 3), name="image")  # x / 255 is an operation; nothing takes ids
+    h = layers.Conv2D(2, 3, name="conv")(x / 255.0)
+    model = keras.Model(x, layers.Dense(1)(layers.Flatten()(h)))
+    assert input_specs(model)[0].dtype == "float32" and not input_specs(model)[0].ids
+    assert model not in id_trace._FOUND  # no trace: the model holds no layer that takes ids

@@ -233,7 +233,7 @@ def test_models_keras_builds_at_the_first_step_train_and_are_monitored_from_step
     assert report.steps == 4
     assert [c.step for c in report.checkpoints] == [2, 3, 4]
     assert all(r.grad_l2 and r.grad_l2 > 0 for c in report.checkpoints for r in c.layers)
-    assert any("first training step" in n for n in report.notes)
+    assert any("step 1 ran unmonitored" in n and "starts at step 2" in n for n in report.notes)
     # the first step's loss is the one Keras saw; the same run without the monitor agrees
     truth = losses_without_monitor(make, x, y)
     assert report.losses[0] == pytest.approx(truth[0], rel=1e-5)
@@ -252,3 +252,71 @@ def test_a_train_step_the_monitor_cannot_see_is_loss_only_said_once():
     assert all(v is not None and math.isfinite(v) and v > 0 for v in report.losses)
     assert any(n.startswith("loss-only") for n in report.notes)
     assert report.findings == ()
+
+
+# 8. NaN in the training data: the input, the sample and the step
+
+
+@pytest.mark.parametrize("where", ["forward", "gradient_only"])
+def test_a_nan_in_the_inputs_names_the_input_the_sample_and_the_step(where):
+    """A NaN in sample 37 (step 3, row 5 of batches of 16, unshuffled). Through relu the
+    forward pass may stay finite (only the first kernel's gradient is NaN): the data is
+    named, never a layer."""
+    keras.utils.set_random_seed(0)
+    first = keras.layers.Dense(6, activation="relu" if where == "gradient_only" else None)
+    inputs = keras.Input((4,), name="pixels")
+    model = keras.Model(inputs, keras.layers.Dense(2)(first(inputs)))
+    compiled(model)
+    x, y = data()
+    x[37, 2] = np.nan
+    monitor = GradientMonitor(every=100)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
+    (nonfinite,) = [f for f in monitor.report.findings if f.finding == "nonfinite"]
+    assert nonfinite.step == 3 and nonfinite.layer == "pixels"
+    assert "input 'pixels'" in nonfinite.message and "sample 5 of the batch" in nonfinite.message
+    assert "1 NaN/Inf values" in nonfinite.message
+
+
+def test_a_dict_of_inputs_names_the_key_that_holds_the_nan():
+    keras.utils.set_random_seed(0)
+    a, b = keras.Input((3,), name="a"), keras.Input((2,), name="b")
+    out = keras.layers.Dense(2)(keras.layers.Concatenate()([a, b]))
+    model = compiled(keras.Model({"a": a, "b": b}, out))
+    rng = np.random.default_rng(0)
+    xa, xb = rng.random((32, 3)).astype("float32"), rng.random((32, 2)).astype("float32")
+    xb[20, 1] = np.inf
+    monitor = GradientMonitor(every=100)
+    model.fit({"a": xa, "b": xb}, np.zeros(32, "int32"), batch_size=16, shuffle=False,
+              verbose=0, callbacks=[monitor])  # fmt: skip
+    (nonfinite,) = [f for f in monitor.report.findings if f.finding == "nonfinite"]
+    assert (nonfinite.layer, nonfinite.step) == ("b", 2) and "sample 4" in nonfinite.message
+
+
+def test_a_run_that_ran_every_step_is_not_stopped():
+    """A NaN found at the last step: the run was not cut short (`stopped` is None)."""
+    from helpers import NanGradientAt
+
+    keras.utils.set_random_seed(0)
+    model = compiled(keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(6), NanGradientAt(3, name="root"),
+         keras.layers.Dense(2)]
+    ))  # fmt: skip
+    x, y = data()
+    monitor = GradientMonitor(every=100)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
+    assert monitor.report.steps == 4
+    assert [f.step for f in monitor.report.findings if f.finding == "nonfinite"] == [4]
+    assert monitor.report.stopped is None
+
+
+def test_a_model_built_by_a_first_execution_of_several_steps_starts_after_it():
+    x, y = data(96)
+    model = small(input_layer=False)
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  steps_per_execution=2)  # fmt: skip
+    monitor = GradientMonitor(every=2)
+    model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[monitor])
+    report = monitor.report
+    assert report.steps == 12 and report.losses[0] is None and report.losses[1] is not None
+    assert [c.step for c in report.checkpoints] == [3, 5, 7, 9, 11, 12]
+    assert any("steps 1-2 ran unmonitored" in n for n in report.notes)
