@@ -72,7 +72,7 @@ def recall_table(outcomes: list[Outcome]) -> list[str]:
             by_op[o.case.op].append(o)
     for op in sorted(by_op):
         cols = _columns(by_op[op])
-        finding = by_op[op][0].case.expect[0]  # type: ignore[index]
+        finding = " / ".join(sorted({o.case.expect[0] for o in by_op[op] if o.case.expect}))
         cells = [_rate(cols.get(h, []), True) for h in heads]
         lines.append(
             f"| {op} | {finding} | " + " | ".join(cells) + f" | {_rate(by_op[op], True)} |"

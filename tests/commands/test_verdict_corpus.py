@@ -10,7 +10,7 @@ all. The full measurement (every architecture, operator and saved form) is
   the fn form also loaded and saved again and saved after a fit; each once with its own data;
 - faults (`FAULTS`): every operator on a Sequential binary classifier, a functional softmax
   classifier, a logits head, a regression and a custom head, in every written form, saved as
-  .keras and .h5; the image and optimizer operators on the BatchNormalization conv net, the
+  .keras and .h5; the image operators on the conv nets, the
   initialisation and linear-stack operators on the deep tanh stack, saved as .keras.
 
 Known misses are marked `xfail` with the reason (`KNOWN_MISSES`), never left out.
@@ -38,14 +38,25 @@ FAULTS = [
         ALL,
         ("keras", "h5"),
     ),
-    (["conv_bn"], ["raw_pixels", "relu_before_softmax", "training_only"], ("keras",)),
+    (["conv_bn"], ["relu_before_softmax", "labels_wrong_form"], ("keras",)),
+    (["conv"], ["raw_pixels"], ("keras",)),
     (["deep_tanh_regressor"], ["initialisation", "hidden_linear"], ("keras",)),
 ]
 HEALTHY_SAVES = ("keras", "h5")
 FN_SAVES = ("resaved", "fitted")
 
 # "arch/op/form" patterns -> why `check` misses them today (the measured floor)
-KNOWN_MISSES: dict[str, str] = {}
+KNOWN_MISSES: dict[str, str] = {
+    "custom_head/output_relu/*": "a custom head whose inner Dense applies ReLU under binary "
+    "cross-entropy: the activation read from the probe's output does not tell ReLU apart",
+    "deep_tanh_regressor/init_large/*": "an 8-layer tanh stack with N(0, 4^2) kernels: the "
+    "update-ratio trend stays under the 3 decades of the exploding rule",
+    "conv/raw_pixels_data/*": "0-255 pixels into a ReLU convolution without Rescaling: ReLU "
+    "does not saturate, so the input_range rule (the first activation pinned) does not fire",
+    "multi_output/healthy/obj": "a dict output whose key ('head') is not its layer's name "
+    "('head_act'): the random labels are drawn per layer name, so the sparse loss gets "
+    "one-hot-shaped labels and the forward check errors",
+}
 
 
 def _known(name: str) -> str | None:
