@@ -48,3 +48,23 @@ def test_check_passes_a_dict_output_model(tmp_path):
     errors = [c for c in verdict.checks if Finding.ERROR in c.findings]
     assert not errors, [c.message for c in errors]
     assert verdict.passed, [c.message for c in verdict.checks if not c.passed]
+
+
+def test_the_loss_check_judges_each_head_by_its_key(tmp_path):
+    # "alpha" makes one sigmoid unit: categorical cross-entropy over one unit is always 0,
+    # so the loss cannot fit that head (a mismatch worked out from how the model is built)
+    x = keras.Input((4,), name="x")
+    h = layers.Dense(8, activation="relu", name="hidden")(x)
+    kind = layers.Dense(3, activation="softmax", name="a_kind")(h)
+    flag = layers.Dense(1, activation="sigmoid", name="b_flag")(h)
+    model = keras.Model(x, {"zeta": kind, "alpha": flag})
+    model.compile(
+        "adam",
+        loss={"zeta": "sparse_categorical_crossentropy", "alpha": "categorical_crossentropy"},
+    )
+    path = tmp_path / "mismatch.keras"
+    model.save(path)
+    verdict = check_file(path, CheckOptions(static_only=True))
+    loss = next(c for c in verdict.checks if c.name == "loss")
+    assert Finding.LOSS_MISMATCH in loss.findings, loss.message
+    assert "b_flag" in loss.message and "a_kind" not in loss.message, loss.message
