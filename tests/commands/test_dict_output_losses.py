@@ -68,3 +68,27 @@ def test_the_loss_check_judges_each_head_by_its_key(tmp_path):
     loss = next(c for c in verdict.checks if c.name == "loss")
     assert Finding.LOSS_MISMATCH in loss.findings, loss.message
     assert "b_flag" in loss.message and "a_kind" not in loss.message, loss.message
+
+
+def test_fit_takes_labels_that_fit_each_keyed_loss(tmp_path):
+    # class ids 0..2 for the 3-unit softmax under sparse cross-entropy, 0/1 for the sigmoid
+    # under binary cross-entropy: labels that fit, so fit runs (no target_mismatch)
+    import numpy as np
+
+    from layergrad.commands.fit import FitOptions, fit_model
+
+    path = tmp_path / "dict.keras"
+    _dict_model().save(path)
+    rng = np.random.default_rng(0)
+    data = tmp_path / "d.npz"
+    np.savez(
+        data,
+        x=rng.normal(size=(32, 4)).astype("float32"),
+        **{
+            "y:b_flag": rng.integers(0, 2, (32, 1)).astype("float32"),
+            "y:a_kind": rng.integers(0, 3, (32,)).astype("int64"),
+        },
+    )
+    report = fit_model(path, data, FitOptions(steps=2, batch_size=8))
+    assert Finding.TARGET_MISMATCH.value not in [f.finding.value for f in report.findings]
+    assert report.steps == 2
