@@ -137,8 +137,8 @@ def fit_model(
         strategy.scope() if strategy is not None else contextlib.nullcontext(),
         stall_watch(stall_timeout, on_stall, os.fspath(data)) as watch,
     ):
-        spec = _compile(model, info.compile_config, options)
-        labelled = _labelled(model, os.fspath(data), options, limit, spec)
+        spec = compile_for_fit(model, info.compile_config, options)
+        labelled = read_labelled(model, os.fspath(data), options, limit, spec)
         stream = labelled.stream
         assert stream is not None
         if stream.samples is None and options.epochs is not None and on_notice is not None:
@@ -160,14 +160,14 @@ def fit_model(
             return replace(report, path=info.path, data=os.fspath(data))
         prior, samples = labels.trivial, labels.samples
         require_samples(samples, data)
-        dataset = _dataset(model, stream, options, samples)
+        dataset = training_batches(model, stream, options, samples)
         batches = max(1, math.ceil(samples / options.batch_size))
         total = batches * options.epochs if options.epochs else options.steps or DEFAULT_STEPS
         every = options.every or max(1, total // 50)
         from layergrad.training.monitor import GradientMonitor
         from layergrad.training.rules import chance_loss
 
-        chance = prior or chance_loss(spec.name, _units(model, spec))
+        chance = prior or chance_loss(spec.name, output_units_of(model, spec))
         monitor = GradientMonitor(every=every, log_dir=options.log_dir, chance_loss=chance)
         callbacks = [monitor, beating(beat)]
         try:
@@ -190,7 +190,9 @@ def fit_model(
     return replace(monitor.report, path=info.path, data=os.fspath(data), notes=notes)
 
 
-def _compile(model: KerasModel, compiled: Mapping[str, object], options: FitOptions) -> LossSpec:
+def compile_for_fit(
+    model: KerasModel, compiled: Mapping[str, object], options: FitOptions
+) -> LossSpec:
     """Compile with the file's (or the given) optimizer and loss; return the loss."""
     from layergrad.core.keras_backend import quiet_import
     from layergrad.engine.compiled_loss import compile_loss, find_loss
@@ -228,7 +230,7 @@ def _compile(model: KerasModel, compiled: Mapping[str, object], options: FitOpti
     return spec
 
 
-def _labelled(
+def read_labelled(
     model: KerasModel, path: str, options: FitOptions, limit: int | None, spec: LossSpec
 ) -> Labelled:
     """The inputs and labels of `--data`, read together (refused when it has no labels)."""
@@ -243,7 +245,7 @@ def _labelled(
     return labelled
 
 
-def _prior_and_samples(
+def prior_and_samples(
     labelled: Labelled, loss: str, options: FitOptions, units: list[int]
 ) -> tuple[float | None, int]:
     """The trivial loss of the labels (one output: `data/labels.py` `TrivialLoss`) and the
@@ -272,7 +274,9 @@ def _prior_and_samples(
     return (trivial.value() if trivial is not None else None), (samples or seen)
 
 
-def _dataset(model: KerasModel, stream: DataStream, options: FitOptions, samples: int) -> Dataset:
+def training_batches(
+    model: KerasModel, stream: DataStream, options: FitOptions, samples: int
+) -> Dataset:
     """(x, y) batches, shuffled within a bounded buffer."""
     from layergrad.core.keras_backend import quiet_import
     from layergrad.data.functions import tf_dtype
@@ -298,7 +302,7 @@ def _dataset(model: KerasModel, stream: DataStream, options: FitOptions, samples
     return dataset.batch(options.batch_size).map(pack).prefetch(tf.data.AUTOTUNE)
 
 
-def _units(model: KerasModel, spec: LossSpec) -> list[int]:
+def output_units_of(model: KerasModel, spec: LossSpec) -> list[int]:
     """The units of each output's last axis (0: not known), by the rule the labels are read
     with (`compiled_loss.label_request`: a rank-1 output has one unit)."""
     from layergrad.engine.compiled_loss import label_request

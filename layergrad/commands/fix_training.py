@@ -19,11 +19,11 @@ import numpy as np
 from layergrad.commands.fit import (
     DEFAULT_STEPS,
     FitOptions,
-    _compile,
-    _dataset,
-    _labelled,
-    _prior_and_samples,
-    _units,
+    compile_for_fit,
+    output_units_of,
+    prior_and_samples,
+    read_labelled,
+    training_batches,
 )
 from layergrad.commands.session import load
 from layergrad.core.errors import InputError, describe
@@ -57,14 +57,14 @@ def train_and_score(
 
     tf, keras = quiet_import()
     keras.utils.set_random_seed(options.seed)
-    spec = _compile(model, info.compile_config, options)
-    labelled = _labelled(model, os.fspath(data), options, limit, spec)
+    spec = compile_for_fit(model, info.compile_config, options)
+    labelled = read_labelled(model, os.fspath(data), options, limit, spec)
     stream = labelled.stream
     assert stream is not None
-    prior, samples = _prior_and_samples(labelled, spec.name, options, _units(model, spec))
-    dataset = _dataset(model, stream, options, samples)
+    prior, samples = prior_and_samples(labelled, spec.name, options, output_units_of(model, spec))
+    dataset = training_batches(model, stream, options, samples)
     steps = options.steps or DEFAULT_STEPS
-    chance = prior or chance_loss(spec.name, _units(model, spec))
+    chance = prior or chance_loss(spec.name, output_units_of(model, spec))
     monitor = GradientMonitor(every=max(1, steps // 50), chance_loss=chance)
     try:
         model.fit(dataset.repeat(), epochs=1, steps_per_epoch=steps, verbose=0,
