@@ -111,7 +111,7 @@ def targets(
 ) -> bool:
     """`targets`: the labels given with the data can be produced by each output and fit the
     loss (skipped, not recorded, without labels). True when they do not."""
-    from layergrad.model.head_forms import output_heads
+    from layergrad.model.head_forms import keyed_by_head, output_heads
     from layergrad.model.loss_forms import per_output
     from layergrad.model.target_fit import target_mismatches
 
@@ -125,7 +125,8 @@ def targets(
     names = [h.name for h in heads]
     if len(heads) == 1 and len(labels) == 1:  # `y`: however Keras names the one output
         labels = {names[0]: next(iter(labels.values()))}
-    specs = per_output(compiled["loss"], names) if compiled.get("loss") else [None] * len(heads)
+    compiled_loss = keyed_by_head(compiled.get("loss"), info.config)
+    specs = per_output(compiled_loss, names) if compiled_loss else [None] * len(heads)
     found = target_mismatches(heads, specs, labels)
     if not found:
         held = "; ".join(f"{name}: {s.describe()}" for name, s in labels.items())

@@ -86,6 +86,7 @@ def _mismatches(
     """`target_mismatches` with the file's output heads (the rule of `check --data`), or,
     when the file does not say which layers make the outputs, heads of unknown activation
     with the model's output widths."""
+    from layergrad.model.head_forms import keyed_by_head
     from layergrad.model.loss_fit import Head, output_heads, per_output
     from layergrad.model.target_fit import target_mismatches
 
@@ -101,7 +102,8 @@ def _mismatches(
     else:
         labels = {h.name: labels[n] for h, n in zip(heads, names, strict=False) if n in labels}
     compiled = {"loss": loss} if loss else info.compile_config
-    specs = per_output(compiled["loss"], [h.name for h in heads]) if compiled.get("loss") else []
+    given = keyed_by_head(compiled.get("loss"), info.config)
+    specs = per_output(given, [h.name for h in heads]) if given else []
     if not specs or all(s is None for s in specs):
         specs = per_output(spec.name, [h.name for h in heads])
     return target_mismatches(heads, specs, labels)

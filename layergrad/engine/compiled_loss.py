@@ -183,9 +183,15 @@ def label_request(model: KerasModel, spec: LossSpec | None) -> LabelRequest:
 
 
 def output_losses(spec: LossSpec, output_names: Sequence[str]) -> list[str]:
-    """The name of the loss applied to each output, in output order."""
+    """The name of the loss applied to each output, in output order.
+
+    A dict of losses is keyed by output name, or by the keys of a model whose outputs are a
+    dict (`Model(x, {"price": a, "kind": b})`, its layers named otherwise): Keras flattens
+    such outputs in sorted key order, the order of `output_names`."""
     loss = spec.compile_args["loss"]
     if isinstance(loss, Mapping) and "class_name" not in loss:
+        if not set(output_names) & set(loss) and len(loss) == len(output_names):
+            return [loss_name(loss[k]) for k in sorted(loss, key=str)]
         return [loss_name(loss.get(n, "")) for n in output_names]
     if isinstance(loss, Sequence) and not isinstance(loss, str):
         return [loss_name(v) for v in loss] + [""] * (len(output_names) - len(loss))

@@ -181,6 +181,22 @@ def output_heads(config: Mapping[str, object], graph: ModelGraph) -> list[Head]:
     return [_head(graph, name) for name in names]
 
 
+def keyed_by_head(loss: object, config: Mapping[str, object]) -> object:
+    """`loss` with a dict of losses keyed by the outputs' dict keys (`Model(x, {"price": a})`,
+    compiled with `loss={"price": ...}`) also keyed by the layer that makes each output, the
+    name `output_heads` gives it; any other loss as it is."""
+    inner = config.get("config")
+    outputs = inner.get("output_layers") if isinstance(inner, Mapping) else None
+    if not isinstance(loss, Mapping) or "class_name" in loss or not isinstance(outputs, Mapping):
+        return loss
+    by_layer = {}
+    for key, ref in outputs.items():
+        refs = structure_refs(ref)
+        if key in loss and len(refs) == 1 and refs[0][0] not in loss:
+            by_layer[refs[0][0]] = loss[key]
+    return {**loss, **by_layer}
+
+
 PASS_THROUGH = ("Dropout", "AlphaDropout", "GaussianDropout", "GaussianNoise", "Identity",
                 "ActivityRegularization")  # fmt: skip
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from layergrad.model.graph import ModelGraph
-from layergrad.model.head_forms import Head, output_heads
+from layergrad.model.head_forms import Head, keyed_by_head, output_heads
 from layergrad.model.linear_stacks import LinearStack, redundant_pairs, whole_network
 from layergrad.model.loss_forms import REGRESSION_LOSSES, per_output, unknown_losses
 from layergrad.model.observed_heads import Observed
@@ -81,7 +81,7 @@ def read_file(
     """
     if not graph.known:
         return LossReading(described=False)
-    loss = compiled.get("loss")
+    loss = keyed_by_head(compiled.get("loss"), config)
     heads = output_heads(config, graph)
     names = [h.name for h in heads]
     specs = per_output(loss, names) if loss else [None] * len(heads)
