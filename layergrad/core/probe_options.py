@@ -50,19 +50,24 @@ class Cli:
     words: type[Word] | None = None
 
 
-def cli(
+T = TypeVar("T")
+
+
+def option(
+    default: T,
     flag: str,
-    help: str,
     group: str,
+    kind: str,
     *,
-    kind: str = "text",
+    help: str,
     metavar: str | None = None,
     low: int | None = None,
     high: int | None = None,
     words: type[Word] | None = None,
-) -> dict[str, Cli]:
-    """A field's metadata: its command-line spelling (see `Cli`)."""
-    return {"cli": Cli(flag, help, group, kind, metavar, low, high, words)}
+) -> T:
+    """A `ProbeOptions` field with its `default` and its command-line spelling (a `Cli`)."""
+    how = Cli(flag, help, group, kind, metavar, low, high, words)
+    return cast(T, field(default=default, metadata={"cli": how}))
 
 
 @dataclass(frozen=True)
@@ -87,128 +92,43 @@ class ProbeOptions:
     words too ("mean", "multi-worker") and hold them as `Reduce` / `Distribute`.
     """
 
-    input_file: PathLike | None = field(
-        default=None,
-        metadata=cli(
-            "--input",
-            "Probe batch: .npy (one input) or .npz keyed by input name (x for one input; "
-            "y = labels).",
-            "probe",
-            kind="path",
-        ),
-    )
-    batch_size: int | None = field(
-        default=None,
-        metadata=cli(
-            "--batch-size",
-            "Rows of the random probe batch (default 8), or of each batch of --data (default 32).",
-            "probe",
-            kind="int",
-            low=1,
-            high=MAX_BATCH_SIZE,
-        ),
-    )
-    seed: int = field(
-        default=0,
-        metadata=cli("--seed", "Seed of the random batch.", "probe", kind="int", high=MAX_SEED),
-    )
-    reduce: Reduce = field(
-        default=Reduce.SUM,
-        metadata=cli(
-            "--reduce",
-            "Reduce the target activation to a scalar by sum or mean.",
-            "run",
-            kind="word",
-            words=Reduce,
-        ),
-    )
-    training: bool = field(
-        default=False,
-        metadata=cli(
-            "--training", "Run the model in training mode (default: inference).", "run",
-            kind="flag",
-        ),
-    )  # fmt: skip
-    max_memory: int = field(
-        default=DEFAULT_MAX_MEMORY,
-        metadata=cli(
-            "--max-memory",
-            "Refuse a model whose probe would need more memory than this (estimated from "
-            "the shapes in its config before Keras builds it), e.g. 32GB.",
-            "probe",
-            kind="size",
-            metavar="SIZE",
-        ),
-    )
-    data: PathLike | None = field(
-        default=None,
-        metadata=cli(
-            "--data",
-            "Run over a whole data set, streamed: .npy, .npz (keys = input names, or x for "
-            "one input; y = labels), a folder of images, or FILE.py:function / "
-            "module:function returning batches. Statistics are over all samples.",
-            "data",
-            metavar="PATH",
-        ),
-    )
-    limit: int | None = field(
-        default=None,
-        metadata=cli(
-            "--limit", "With --data: read at most N samples.", "data",
-            kind="int", metavar="N", low=1, high=MAX_LIMIT,
-        ),
-    )  # fmt: skip
-    distribute: Distribute | None = field(
-        default=None,
-        metadata=cli(
-            "--distribute",
-            "With --data: mirrored runs on every visible GPU (tf.distribute.MirroredStrategy); "
-            "multi-worker on every worker of the cluster in TF_CONFIG "
-            "(MultiWorkerMirroredStrategy), each over its shard; only the chief prints the "
-            "report.",
-            "data",
-            kind="word",
-            words=Distribute,
-        ),
-    )
-    cpu_replicas: int | None = field(
-        default=None,
-        metadata=cli(
-            "--cpu-replicas",
-            "With --data: split the CPU into N devices and mirror over them (a testing aid "
-            "for the distributed path).",
-            "data",
-            kind="int",
-            metavar="N",
-            low=1,
-            high=MAX_CPU_REPLICAS,
-        ),
-    )
-    first_sample: int = field(
-        default=0,
-        metadata=cli(
-            "--first-sample",
-            "With --data: PATH is a shard of a larger data set starting at its sample N, so "
-            "the samples are numbered from N (the default scan target's projection is seeded "
-            "per sample): shards then merge exactly (`layergrad merge`).",
-            "shard",
-            kind="int",
-            metavar="N",
-            low=0,
-        ),
-    )
-    peer_timeout: float | None = field(
-        default=None,
-        metadata=cli(
-            "--peer-timeout",
-            "With --distribute multi-worker: wait at most this long for the other workers of "
-            "TF_CONFIG to start (default 300), then stop with an error.",
-            "shard",
-            kind="float",
-            metavar="SECONDS",
-        ),
-    )
+    # fmt: off
+    input_file: PathLike | None = option(None, "--input", "probe", "path", help=(
+        "Probe batch: .npy (one input) or .npz keyed by input name (x for one input; y = labels)."))
+    batch_size: int | None = option(None, "--batch-size", "probe", "int", low=1,
+        high=MAX_BATCH_SIZE, help="Rows of the random probe batch (default 8), or of each batch "
+        "of --data (default 32).")
+    seed: int = option(0, "--seed", "probe", "int", low=0, high=MAX_SEED,
+        help="Seed of the random batch.")
+    reduce: Reduce = option(Reduce.SUM, "--reduce", "run", "word", words=Reduce,
+        help="Reduce the target activation to a scalar by sum or mean.")
+    training: bool = option(False, "--training", "run", "flag",
+        help="Run the model in training mode (default: inference).")
+    max_memory: int = option(DEFAULT_MAX_MEMORY, "--max-memory", "probe", "size", metavar="SIZE",
+        help="Refuse a model whose probe would need more memory than this (estimated from the "
+        "shapes in its config before Keras builds it), e.g. 32GB.")
+    data: PathLike | None = option(None, "--data", "data", "text", metavar="PATH",
+        help="Run over a whole data set, streamed: .npy, .npz (keys = input names, or x for one "
+        "input; y = labels), a folder of images, or FILE.py:function / module:function "
+        "returning batches. Statistics are over all samples.")
+    limit: int | None = option(None, "--limit", "data", "int", metavar="N", low=1, high=MAX_LIMIT,
+        help="With --data: read at most N samples.")
+    distribute: Distribute | None = option(None, "--distribute", "data", "word", words=Distribute,
+        help="With --data: mirrored runs on every visible GPU (tf.distribute.MirroredStrategy); "
+        "multi-worker on every worker of the cluster in TF_CONFIG (MultiWorkerMirroredStrategy), "
+        "each over its shard; only the chief prints the report.")
+    cpu_replicas: int | None = option(None, "--cpu-replicas", "data", "int", metavar="N", low=1,
+        high=MAX_CPU_REPLICAS, help="With --data: split the CPU into N devices and mirror over "
+        "them (a testing aid for the distributed path).")
+    first_sample: int = option(0, "--first-sample", "shard", "int", metavar="N", low=0,
+        help="With --data: PATH is a shard of a larger data set starting at its sample N, so the "
+        "samples are numbered from N (the default scan target's projection is seeded per "
+        "sample): shards then merge exactly (`layergrad merge`).")
+    peer_timeout: float | None = option(None, "--peer-timeout", "shard", "float",
+        metavar="SECONDS", help="With --distribute multi-worker: wait at most this long for the "
+        "other workers of TF_CONFIG to start (default 300), then stop with an error.")
     cluster: Cluster | None = None  # not an option: from TF_CONFIG, by `with_cluster`
+    # fmt: on
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reduce", _word(Reduce, self.reduce, "reduce"))
