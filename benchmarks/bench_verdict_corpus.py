@@ -14,14 +14,15 @@ prints markdown tables:
 then every miss and every false alarm, one line each.
 
     nice python benchmarks/bench_verdict_corpus.py [--fit-mutants] [--archs A,B] [--ops X,Y]
+        [--saves keras,h5] [--jobs 2]
         [--dir DIR]   (keep the corpus in DIR; run again to re-check it without building)
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import statistics
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -124,6 +125,8 @@ def details(outcomes: Iterable[Outcome]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--archs", help="comma-separated architecture names (default: all)")
+    parser.add_argument("--saves", help="the saved forms of the mutants (default: all but fitted)")
+    parser.add_argument("--jobs", type=int, default=1, help="check in this many processes")
     parser.add_argument("--ops", help="comma-separated operator names (default: all)")
     parser.add_argument(
         "--dir",
@@ -142,15 +145,19 @@ def main() -> None:
         if (root / "cases.json").exists():
             cases = load_manifest(root)
         else:
-            cases = build_corpus(root, archs, operators, fit_mutants=args.fit_mutants)
+            saves = tuple(args.saves.split(",")) if args.saves else None
+            cases = build_corpus(
+                root, archs, operators, fit_mutants=args.fit_mutants, mutant_saves=saves
+            )
             save_manifest(cases, root)
         built = time.perf_counter() - start
         skipped = [c for c in cases if c.path is None]
-        outcomes = []
-        for i, case in enumerate(c for c in cases if c.path is not None):
-            outcomes.append(run_case(case))
-            if i % 100 == 99:
-                print(f"checked {i + 1}", file=sys.stderr, flush=True)
+        todo = [c for c in cases if c.path is not None]
+        if args.jobs > 1:
+            with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+                outcomes = pool.map(run_case, todo, chunksize=8)
+        else:
+            outcomes = [run_case(c) for c in todo]
         checked = time.perf_counter() - start - built
     models = len({(c.arch, c.op, c.form) for c in cases})
     print(

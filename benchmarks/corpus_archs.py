@@ -291,6 +291,15 @@ def _conv1d(b: Build) -> keras.Model:
     return keras.Model(x, b.head(h))
 
 
+def standardized(width: int) -> Callable[[np.random.Generator, int], Inputs]:
+    """Features already scaled to z-scores (as a tanh stack's inputs should be)."""
+
+    def draw(rng: np.random.Generator, n: int) -> Inputs:
+        return {"features": rng.standard_normal((n, width)).astype("float32")}
+
+    return draw
+
+
 def _deep(b: Build) -> keras.Model:
     x = keras.Input((8,), name="features")
     h = x
@@ -345,6 +354,6 @@ ARCHS = [
     Arch("conv", lambda b: _conv(b, False), CATEGORICAL, _pixels, frozenset({"image"})),
     Arch("autoencoder", _autoencoder, AE, _unit_signal, MLP),
     Arch("conv1d_text", _conv1d, BINARY, ids(16, 100)),
-    Arch("deep_tanh_regressor", _deep, MAE, tabular(8), DEEP, hidden="tanh"),
+    Arch("deep_tanh_regressor", _deep, MAE, standardized(8), DEEP, hidden="tanh"),
 ]
 BY_NAME = {a.name: a for a in ARCHS}

@@ -56,10 +56,14 @@ def _mut(op: str, spec: Spec, finding: str | None, where: tuple[str, ...] = HEAD
 
 
 def hidden_linear(arch: Arch, spec: Spec) -> list[Mutant]:
-    """Every hidden activation removed: the stack collapses into one linear map."""
+    """Every hidden activation removed: the stack collapses into one linear map (a failure
+    before a classifier's head, a `linear_stack` warning before a regression's)."""
     if "mlp" not in arch.tags:
         return []
-    return [_mut("hidden_linear", replace(spec, hidden=None), "loss_mismatch")]
+    head = spec.head
+    classifier = head.activation in ("sigmoid", "softmax") or head.loss in CROSS_ENTROPY
+    finding = "loss_mismatch" if classifier else "linear_stack"
+    return [_mut("hidden_linear", replace(spec, hidden=None), finding)]
 
 
 def output_activation(arch: Arch, spec: Spec) -> list[Mutant]:
@@ -165,8 +169,8 @@ def initialisation(arch: Arch, spec: Spec) -> list[Mutant]:
 
 def training_only(arch: Arch, spec: Spec) -> list[Mutant]:
     """What only training shows (the optimizer, its learning rate): never fails the file."""
-    if arch.name not in ("mlp_sparse", "conv_bn", "lstm", "mlp_mse"):
-        return []
+    if arch.name not in ("mlp_sparse", "transformer", "lstm", "mlp_mse"):
+        return []  # never a BatchNormalization model: its one step would train with it
     return [
         _mut("learning_rate_huge", replace(spec, optimizer=keras.optimizers.Adam(10.0)), None),
         _mut("sgd_learning_rate_tiny", replace(spec, optimizer=keras.optimizers.SGD(1e-9)), None),
@@ -174,7 +178,7 @@ def training_only(arch: Arch, spec: Spec) -> list[Mutant]:
 
 
 def raw_pixels(arch: Arch, spec: Spec) -> list[Mutant]:
-    if "image" not in arch.tags:
+    if "image" not in arch.tags or "bn" in arch.tags:  # BatchNormalization rescales them
         return []
     m = _mut("raw_pixels_data", replace(spec, rescale=False), "input_range", ("conv1",))
     return [replace(m, data=True)]

@@ -130,11 +130,22 @@ def _save_all(
                 if save == "fitted":
                     _fit(model, x, y)
                 model.save(path)
+                if save == "h5":  # Keras cannot load every .h5 it writes (masking ops)
+                    keras.models.load_model(path, safe_mode=True)
             out[save] = (path, "")
         except Exception as exc:  # e.g. a subclassed model in .h5, a loss that cannot take y
             text = str(exc).splitlines()[0][:120] if str(exc) else ""
             out[save] = (path, f"{type(exc).__name__}: {text}")
     return out
+
+
+def _write(arch: Arch, mutant: Mutant, stem: Path, saves: tuple[str, ...]) -> dict[str, Any]:
+    fit_x, fit_y = _arrays(arch, arch.head, seed=2)  # the data it is trained on
+    model = _model(arch, mutant)
+    if "bn" in arch.tags:  # BatchNormalization statistics trained for at least a step
+        with contextlib.suppress(Exception):  # a loss that cannot take y: left untrained
+            _fit(model, fit_x, fit_y, steps=1)
+    return _save_all(model, stem, saves, fit_x, fit_y)
 
 
 def _cases_of(
@@ -155,17 +166,19 @@ def _cases_of(
     if mutant.data or (mutant.op == "healthy" and healthy_data and form == arch.forms[0]):
         x, y = _arrays(arch, mutant.labels or arch.head, seed=1)
         data = _write_data(stem.with_suffix(".npz"), x, y)
-    fit_x, fit_y = _arrays(arch, arch.head, seed=2)  # the data it is trained on
-    model = _model(arch, mutant)
-    if "bn" in arch.tags:  # BatchNormalization statistics trained for at least a step
-        with contextlib.suppress(Exception):  # a loss that cannot take y: left untrained
-            _fit(model, fit_x, fit_y, steps=1)
     if "no_h5" in arch.tags:
         saves = tuple(s for s in saves if s != "h5")
-    if mutant.op != "healthy" and not fit_mutants:
-        saves = tuple(s for s in saves if s != "fitted")
+    if mutant.op != "healthy":
+        saves = tuple(s for s in saves if s != "fitted" or fit_mutants)
+    written = {
+        s: stem.with_name(f"{stem.name}__{s}.{'h5' if s == 'h5' else 'keras'}") for s in saves
+    }
+    if all(p.exists() for p in written.values()):  # written by an earlier run: kept
+        saved = {s: (p, "") for s, p in written.items()}
+    else:
+        saved = _write(arch, mutant, stem, saves)
     out = []
-    for save, (path, skipped) in _save_all(model, stem, saves, fit_x, fit_y).items():
+    for save, (path, skipped) in saved.items():
         keep = None if skipped else path
         if not mutant.data:  # a data fault's file alone is the healthy model's twin
             out.append(
@@ -187,18 +200,21 @@ def build_corpus(
     healthy_data: bool = True,
     ops: list[str] | None = None,
     fit_mutants: bool = False,
+    mutant_saves: tuple[str, ...] | None = None,
 ) -> list[Case]:
     """Write the corpus to `root`; one Case per file (and per file + data).
 
     `ops` keeps only the mutants of those names (e.g. "loss_bce"), after `operators` made
     them. The healthy models are written in every saved form of `saves`; the mutants in every
-    one but `fitted` unless `fit_mutants` (one epoch of fit each: the slowest form to write).
+    one of `mutant_saves` (default: `saves`) but `fitted` unless `fit_mutants` (one epoch of
+    fit each: the slowest form to write).
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     cases = []
     for arch, form, mutant in plan(archs, operators, forms, ops):
-        cases.extend(_cases_of(arch, form, mutant, saves, root, healthy_data, fit_mutants))
+        kept = saves if mutant.op == "healthy" or mutant_saves is None else mutant_saves
+        cases.extend(_cases_of(arch, form, mutant, kept, root, healthy_data, fit_mutants))
     return cases
 
 

@@ -184,7 +184,7 @@ def _dynamic(
     add: Add,
     baseline: Baseline | None = None,
 ) -> None:
-    from layergrad.commands.check_heads import judge_on_probe
+    from layergrad.commands.check_heads import judge_on_probe, without_unbuildable_loss
     from layergrad.commands.session import session_for
     from layergrad.commands.untrained_batchnorm import in_training, probe_in_training, scan_wrong
     from layergrad.data.preflight import check_before_loading
@@ -194,6 +194,7 @@ def _dynamic(
         check_before_loading(info.graph, options.probe.data, options.probe.input_file)
     except LayergradError as exc:
         raise UsageError(f"{os.fspath(path)}: {exc}") from exc
+    info = without_unbuildable_loss(info, options, add)
     has_loss = find_loss(info.compile_config, options.loss) is not None
     if options.probe.data is not None:
         from layergrad.commands.check_over_data import dynamic_data

@@ -68,6 +68,39 @@ def loss_verdict(
     return "; ".join(parts), findings
 
 
+def without_unbuildable_loss(info: FileInfo, options: CheckOptions, add: Add) -> FileInfo:
+    """The file's info without its compiled loss when Keras cannot build that loss (a custom
+    loss whose module was not named with --import): the gradient checks then differentiate the
+    outputs' projection, as for a file saved without a loss, and the `loss` check says so. A
+    loss the rules do not know never fails the file."""
+    from dataclasses import replace
+
+    from layergrad.core.errors import LayergradError
+    from layergrad.engine.compiled_loss import loss_error
+    from layergrad.engine.loader import import_modules
+
+    loss = info.compile_config.get("loss")
+    if options.loss or not loss:
+        return info
+    try:
+        import_modules(options.imports)
+    except LayergradError:  # the loads check says why
+        return info
+    error = loss_error(loss)
+    if error is None:
+        return info
+    reading = read_file(info.config, info.graph, info.compile_config)
+    message, findings = loss_verdict(reading, True, not options.static_only)
+    add(
+        "loss",
+        f"{message}; Keras cannot build the compiled loss without the module that defines it "
+        "(--import MODULE), so the gradient checks use a random projection of the outputs",
+        findings,
+        replace=True,
+    )
+    return replace(info, compile_config={})
+
+
 def _what(layer_class: str) -> str:
     if layer_class in ("Lambda", "TFOpLambda"):
         return "a Lambda layer"

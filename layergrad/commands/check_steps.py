@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     Opened = tuple[LoadedModel, tuple[str, ...], Strategy | None]  # what `session.load` returns
 
+
 def safe(info: FileInfo, imports: Sequence[str], unsafe: bool, add: Add) -> bool:
     """`safe`: the static audit; False when the file must not be loaded."""
     from layergrad.files.audit import check_safety, module_name

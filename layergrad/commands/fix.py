@@ -25,7 +25,7 @@ from layergrad.commands.check import check_file
 from layergrad.commands.check_options import CheckOptions
 from layergrad.commands.fix_evidence import check_findings, checked, judge, train
 from layergrad.commands.repair_plan import Plan
-from layergrad.core.errors import InputError, OutputError
+from layergrad.core.errors import InputError, OutputError, describe
 from layergrad.core.fix_results import FixReport, Repair, Run, Verdict
 from layergrad.core.probe_options import PathLike, ProbeOptions
 from layergrad.core.results import FileVerdict
@@ -143,7 +143,10 @@ def fix_model(
 
         copy = build(model, config, info.compile_config, chosen, unsafe=unsafe, seed=options.seed)
         target = os.path.join(folder, name)
-        copy.save(target)
+        try:
+            copy.save(target)
+        except Exception as exc:  # Keras cannot write this model
+            raise BuildError(f"Keras cannot save the copy ({describe(exc)})") from exc
         return target
 
     def evidence(target: str) -> tuple[tuple[str, ...], Run | None]:

@@ -112,6 +112,7 @@ def _normalise_optimizer(keras: KerasModule, compiled: Config) -> None:
     if "optimizer" not in compiled and "optimizer_config" in compiled:
         compiled["optimizer"] = compiled.pop("optimizer_config")
     compiled.pop("optimizer_config", None)
+    compiled["loss"] = _modern_loss(keras, compiled.get("loss"))
     optimizer = compiled.get("optimizer")
     legacy = isinstance(optimizer, dict) and "module" not in optimizer
     if isinstance(optimizer, str) or legacy:
@@ -122,6 +123,23 @@ def _normalise_optimizer(keras: KerasModule, compiled: Config) -> None:
                 else keras.optimizers.deserialize(optimizer)
             )
             compiled["optimizer"] = keras.optimizers.serialize(made)
+
+
+def _modern_loss(keras: KerasModule, loss: object) -> object:
+    """A loss object a legacy `.h5` wrote without its module, as Keras 3 serializes it (per
+    output too); anything else as it is."""
+    if isinstance(loss, dict) and "class_name" in loss:
+        if "module" in loss:
+            return loss
+        try:
+            return keras.losses.serialize(keras.losses.deserialize(loss))
+        except (ValueError, TypeError):
+            return loss
+    if isinstance(loss, dict):
+        return {k: _modern_loss(keras, v) for k, v in loss.items()}
+    if isinstance(loss, list):
+        return [_modern_loss(keras, v) for v in loss]
+    return loss
 
 
 def _carry_weights(old: KerasModel, new: KerasModel, fresh: set[tuple[str, str]]) -> None:

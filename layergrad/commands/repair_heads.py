@@ -86,7 +86,9 @@ class HeadRules:
         edits: list[Edit] = []
         fresh: list[tuple[str, str]] = []
         code = []
-        if entry.get("class_name") in ("Softmax", "Activation"):  # a separate activation layer
+        config = entry.get("config")
+        separate = not (isinstance(config, dict) and "activation" in config)
+        if separate:  # an activation layer of its own (Softmax, ReLU, Activation): replaced
             units_at = self._units_layer(layer)
             new = ed.new_layer("Activation", head.layer.split("/")[-1], {"activation": act})
             edits.append(replace_edit(layer, new))
@@ -97,7 +99,7 @@ class HeadRules:
         if units is not None:
             edits.append(option_edit(units_at, "units", units))
             fresh += [(units_at, "*")]
-        if entry.get("class_name") not in ("Softmax", "Activation"):
+        if not separate:
             more: dict[str, object] = {} if units is None else {"units": units}
             code.append(f"{layer_code(entry)} -> {layer_code(entry, activation=act, **more)} "
                         f"at {layer}")  # fmt: skip
@@ -263,10 +265,11 @@ class HeadRules:
             return None
         stack = whole_network(self.info.graph, head.layer)
         entries = [self.info.graph.get(p) for p in (stack.layers if stack else ())]
-        hidden = [e for e in entries if e is not None and e.path != head.layer]
+        own = (head.layer, self._units_layer(head.layer))  # the head, and its Dense
+        hidden = [e for e in entries if e is not None and e.path not in own]
         if not hidden:
             return None
-        return self._relu_on(hidden, Finding.LOSS_MISMATCH)
+        return replace(self._relu_on(hidden, Finding.LOSS_MISMATCH), layer=head.layer)
 
     def linear_stacks(self) -> Plan | None:
         """`linear_stack`: activation='relu' on each weight layer that is linear with the next
@@ -275,7 +278,8 @@ class HeadRules:
         paths: list[str] = []
         if len(self.heads) == 1:
             stack = whole_network(graph, self.heads[0].layer)
-            paths += [p for p in (stack.layers if stack else ()) if p != self.heads[0].layer]
+            own = (self.heads[0].layer, self._units_layer(self.heads[0].layer))
+            paths += [p for p in (stack.layers if stack else ()) if p not in own]
         paths += [pair.layers[0] for pair in redundant_pairs(graph)]
         entries = [graph.get(p) for p in dict.fromkeys(paths)]
         hidden = [e for e in entries if e is not None]

@@ -178,8 +178,10 @@ def replace_edit(path: str, new: Config) -> Edit:
         nodes = entry.get("inbound_nodes")
         entry.clear()
         entry.update(new)
-        if nodes is not None:
-            entry["inbound_nodes"] = nodes
+        if isinstance(nodes, list):  # the tensors it read; not the old call's keywords (mask)
+            entry["inbound_nodes"] = [
+                {**node, "kwargs": {}} if isinstance(node, dict) else node for node in nodes
+            ]
 
     return edit
 

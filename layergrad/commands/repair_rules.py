@@ -51,6 +51,7 @@ def plan_repairs(
                     done.update(plan.covers)
             continue
         unrepaired.append(_unrepaired(finding, verdict, fit))
+    plans = _labels_win(plans)
     covered = {c for p in plans for c in p.covers}
     return plans, [u for u in unrepaired if u.finding not in covered]
 
@@ -68,7 +69,7 @@ def _plans(
     if finding == F.CONSTANT_OUTPUT:
         if any(F.CONSTANT_OUTPUT in p.covers for p in heads.plans(F.LOSS_MISMATCH, set())[0]):
             return []  # the head's repair (planned for loss_mismatch) makes it vary
-        plan = rw.biases(info, weights, finding)
+        plan = rw.biases(info, weights, finding) or rw.kernels(info, weights, finding)
         return [plan] if plan else []
     if finding == F.LINEAR_STACK:
         plan = heads.linear_stacks()
@@ -93,6 +94,21 @@ def _plans(
         seen = {str(f.finding) for f in fit.findings}
         return [replace(plan, covers=tuple(str(c) for c in caused if str(c) in seen))]
     return []
+
+
+def _labels_win(plans: list[Plan]) -> list[Plan]:
+    """A head with both a loss repair (from the file) and a label repair (from the data): the
+    labels say what the head must produce, so their repair stands for both."""
+    by_labels = {p.layer for p in plans if p.finding == F.TARGET_MISMATCH}
+    kept = [p for p in plans if not (p.finding == F.LOSS_MISMATCH and p.layer in by_labels)]
+    if len(kept) == len(plans):
+        return plans
+    return [
+        replace(p, covers=(*p.covers, str(F.LOSS_MISMATCH)))
+        if p.finding == F.TARGET_MISMATCH and p.layer in by_labels
+        else p
+        for p in kept
+    ]
 
 
 def _unrepaired(finding: str, verdict: FileVerdict, fit: FitReport | None) -> Unrepaired:

@@ -69,8 +69,11 @@ def kernels(
         act = str(entry.config.get("activation") or "linear")
         want = expected_std(kernel.shape, act)
         std = float(np.std(kernel))
-        if want and std > 0 and max(std / want, want / std) >= KERNEL_FACTOR:
-            far.append((path, std / want, "he_normal" if act in RELU_LIKE else "glorot_uniform"))
+        init = "he_normal" if act in RELU_LIKE else "glorot_uniform"
+        if want and not np.any(kernel):  # all zero: every unit the same, no signal
+            far.append((path, 0.0, init))
+        elif want and std > 0 and max(std / want, want / std) >= KERNEL_FACTOR:
+            far.append((path, std / want, init))
     if not far:
         return None
     names = [p for p, _, _ in far]
@@ -84,6 +87,7 @@ def kernels(
         edits.append(option_edit(path, "kernel_initializer", init))
     factors = sorted(f for _, f, _ in far)
     span = f"{factors[0]:.2g}x" if len(factors) == 1 else f"{factors[0]:.2g}x to {factors[-1]:.2g}x"
+    span = "0x (all zero)" if factors[-1] == 0 else span
     why = (
         f"the kernels of {listing(names)} are re-initialised: their spread is {span} the scale "
         "of Keras's initialiser for their activation (Glorot; He for ReLU), so the signal "

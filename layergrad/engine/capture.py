@@ -17,13 +17,19 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.tf_types import GradientTape, KerasLayer, KerasModel, Tensor, TensorTree
 from layergrad.data import reductions
-from layergrad.engine.layer_calls import check_all_called, check_input_call, is_float
+from layergrad.engine.layer_calls import (
+    Handler,
+    check_all_called,
+    check_input_call,
+    is_float,
+    wrapped,
+)
 from layergrad.model.layer_refs import CallKey, Site, input_names
 
 _LOCAL = threading.local()  # the recorder of the forward pass running in this thread
@@ -89,9 +95,10 @@ class Recorder:
         self.sources = {s.key: s for s in self.plan.sources}
         self.targets = {t.key: t for t in self.plan.targets if t is not None}
 
-    def on_call(self, path: str, index: int, flat: list[Tensor]) -> list[Tensor]:
-        """A wrapped layer produced `flat`: record it if planned; return what to pass on."""
-        k = (path, index)
+    def on_call(self, k: CallKey, flat: list[Tensor], _args: TensorTree = ()) -> list[Tensor]:
+        """A wrapped layer produced `flat` on call `k` (path, index): record it if planned;
+        return what to pass on."""
+        path, index = k
         site = self.sources.get(k) or self.targets.get(k)
         if site is None and not self.plan.every_leaf:
             return flat
@@ -199,21 +206,15 @@ class Recorder:
         return tf.reduce_sum(tensor) * tf.cast(reductions.samples_in(tensor), tensor.dtype) / size
 
 
-@contextlib.contextmanager
-def installed(groups: Sequence[tuple[KerasLayer, str]]) -> Iterator[None]:
-    """Wrap `call` of each `(layer, path)` for the block (restored in `finally`)."""
-    wrapped: list[tuple[KerasLayer, Callable[..., TensorTree] | None]] = []
-    try:
-        for layer, path in groups:
-            previous = layer.__dict__.get("call")
-            layer.call = _dispatching(layer.call, path)
-            wrapped.append((layer, previous))
-        yield
-    finally:
-        for layer, previous in wrapped:
-            del layer.call
-            if previous is not None:
-                layer.call = previous
+def installed(groups: Sequence[tuple[KerasLayer, str]]) -> contextlib.AbstractContextManager[None]:
+    """Wrap `call` of each `(layer, path)` for the block (`layer_calls.wrapped`): each call
+    reports to the recorder of this thread (`recording`), if any."""
+    return wrapped([(layer, path, None) for layer, path in groups], _recorder_route)
+
+
+def _recorder_route() -> tuple[Handler, dict[str, int]] | None:
+    rec: Recorder | None = getattr(_LOCAL, "recorder", None)
+    return None if rec is None else (rec.on_call, rec.calls)
 
 
 @contextlib.contextmanager
@@ -224,23 +225,3 @@ def recording(recorder: Recorder) -> Iterator[Recorder]:
         yield recorder
     finally:
         del _LOCAL.recorder
-
-
-def _dispatching(call: Callable[..., TensorTree], path: str) -> Callable[..., TensorTree]:
-    """`call`, handing its outputs to the recorder of this thread, counting its calls."""
-    tf, _ = quiet_import()
-
-    def probed_call(*args: object, **kwargs: object) -> TensorTree:
-        rec: Recorder | None = getattr(_LOCAL, "recorder", None)
-        if rec is None:
-            return call(*args, **kwargs)
-        index = rec.calls.get(path, 0)
-        rec.calls[path] = index + 1
-        outputs = call(*args, **kwargs)
-        flat = tf.nest.flatten(outputs)
-        passed = rec.on_call(path, index, flat)
-        if any(a is not b for a, b in zip(passed, flat, strict=True)):
-            outputs = tf.nest.pack_sequence_as(outputs, passed)
-        return outputs
-
-    return probed_call

@@ -93,6 +93,28 @@ def compile_loss(model: KerasModel, spec: LossSpec, optimizer: object = "sgd") -
         ) from exc
 
 
+def loss_error(loss: object) -> str | None:
+    """Why Keras cannot build the serialized loss (a custom loss whose module was not
+    imported), or None when it can."""
+    from layergrad.core.errors import describe
+    from layergrad.core.keras_backend import quiet_import
+
+    _, keras = quiet_import()
+    try:
+        built = _deserialize(keras, loss)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        return describe(exc)
+    leaves: list[object] = (
+        list(built.values())
+        if isinstance(built, Mapping)
+        else list(built)
+        if isinstance(built, (list, tuple))
+        else [built]
+    )
+    bad = [leaf for leaf in leaves if leaf is not None and not callable(leaf)]
+    return f"cannot interpret loss {loss_name(bad[0])!r}" if bad else None
+
+
 def _deserialize(keras: KerasModule, loss: object) -> object:
     if isinstance(loss, str):
         return keras.losses.get(loss)

@@ -169,29 +169,41 @@ def check_all_called(
 
 # (path, call), the call's flattened outputs, its positional arguments -> the outputs to pass on
 Handler = Callable[[tuple[str, int], list[Tensor], TensorTree], list[Tensor]]
+# what a wrapped call reports to, looked up at each call: the handler and the count of calls
+# per layer path; None: run the call untouched (and uncounted)
+Route = Callable[[], tuple[Handler, dict[str, int]] | None]
+
+
+@contextlib.contextmanager
+def wrapped(
+    groups: Sequence[tuple[KerasLayer, str, set[int] | None]], route: Route
+) -> Iterator[None]:
+    """Wrap `call` of each `(layer, path, wanted calls or None for all)` for the block: each
+    call is counted and its outputs (of a wanted call) handed to the handler `route` gives.
+    The one way layergrad wraps layer calls; undone in `finally`."""
+    done: list[tuple[KerasLayer, Callable[..., TensorTree] | None]] = []
+    try:
+        for layer, path, wanted in groups:
+            previous = layer.__dict__.get("call")
+            layer.call = _wrap_call(layer.call, path, wanted, route)
+            done.append((layer, previous))
+        yield
+    finally:
+        for layer, previous in done:
+            del layer.call
+            if previous is not None:
+                layer.call = previous
 
 
 @contextlib.contextmanager
 def capturing(
     groups: Sequence[tuple[KerasLayer, str, set[int] | None]], handle: Handler
 ) -> Iterator[dict[str, int]]:
-    """Wrap `call` of each `(layer, path, wanted calls or None for all)` for the block.
-
-    Yields the number of calls made to each wrapped layer so far.
-    """
-    wrapped: list[tuple[KerasLayer, Callable[..., TensorTree] | None]] = []
+    """`wrapped`, every call handed to `handle`. Yields the number of calls made to each
+    wrapped layer so far."""
     calls: dict[str, int] = {}
-    try:
-        for layer, path, wanted in groups:
-            previous = layer.__dict__.get("call")
-            layer.call = _wrap_call(layer.call, path, wanted, handle, calls)
-            wrapped.append((layer, previous))
+    with wrapped(groups, lambda: (handle, calls)):
         yield calls
-    finally:
-        for layer, previous in wrapped:
-            del layer.call
-            if previous is not None:
-                layer.call = previous
 
 
 def site_groups(sites: Sequence[Site]) -> list[tuple[KerasLayer, str, set[int] | None]]:
@@ -205,15 +217,15 @@ def site_groups(sites: Sequence[Site]) -> list[tuple[KerasLayer, str, set[int] |
 
 
 def _wrap_call(
-    call: Callable[..., TensorTree],
-    path: str,
-    wanted: set[int] | None,
-    handle: Handler,
-    calls: dict[str, int],
+    call: Callable[..., TensorTree], path: str, wanted: set[int] | None, route: Route
 ) -> Callable[..., TensorTree]:
     tf, _ = quiet_import()
 
     def probed_call(*args: object, **kwargs: object) -> TensorTree:
+        routed = route()
+        if routed is None:
+            return call(*args, **kwargs)
+        handle, calls = routed
         index = calls.get(path, 0)
         calls[path] = index + 1
         outputs = call(*args, **kwargs)

@@ -124,7 +124,7 @@ def _layer_activation(class_name: str, config: Mapping[str, object], module: obj
 
 def _builtin_with_activation(class_name: str, config: Mapping[str, object], module: object) -> bool:
     """A Keras layer (convolutions, recurrent layers...) whose config names its activation."""
-    keras_module = module is None or (isinstance(module, str) and module.startswith("keras"))
+    keras_module = module is None or (isinstance(module, str) and _is_keras(module))
     return keras_module and "activation" in config and ">" not in class_name
 
 
@@ -133,10 +133,17 @@ def activation_of(entry: LayerEntry) -> str:
     a Lambda, a nested model, an operation no rule knows)."""
     if entry.is_model or ">" in (entry.registered_name or "") or ">" in entry.class_name:
         return UNKNOWN
+    if entry.module is not None and not _is_keras(entry.module):  # a class of another package
+        return UNKNOWN
     module = entry.module
     if module is None and _is_op(entry):  # a legacy .h5 operation has no module
         module = "keras.src.ops"
     return _layer_activation(entry.class_name, entry.config, module)
+
+
+def _is_keras(module: str) -> bool:
+    """Keras' own module (``keras.layers``, ``keras.src.ops.nn``), not ``keras_hub``."""
+    return module == "keras" or module.startswith("keras.")
 
 
 def _is_op(entry: LayerEntry) -> bool:

@@ -46,8 +46,8 @@ from layergrad.training.model_facts import (
 )
 from layergrad.training.report_files import check_log_dir, check_report_path
 from layergrad.training.run_notes import (
-    BUILT_AT_FIRST_STEP,
     blind_note,
+    built_note,
     logged_loss,
     loss_only_nonfinite,
     whole_steps,
@@ -134,10 +134,8 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             check_report_path(self.report_path)
         steps, epochs = self.params.get("steps"), self.params.get("epochs") or 1
         self._last = steps * epochs - 1 if steps else None
-        if is_built(self.model):
+        if is_built(self.model):  # else Keras's first step builds it (on_train_batch_end)
             self._start()
-        else:
-            self._notes.append(BUILT_AT_FIRST_STEP)
 
     def _start(self) -> None:
         """Install the monitored step (on a built model), from step `self._step`."""
@@ -191,6 +189,7 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             self._losses += [None] * (ran - 1) + [logged]
             self._step += ran
             if is_built(self.model):
+                self._notes.append(built_note(self._step))
                 self._start()
             return
         hook, rows = self._hook, self._hook.rows

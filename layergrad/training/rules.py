@@ -29,6 +29,8 @@ from layergrad.training.layer_rules import (
     vanishing,
 )
 
+BLOWN_UP = 10.0  # a loss this many times the trivial loss has blown up
+
 __all__ = [
     "MIN_STEPS",
     "PLATEAU_STEPS",
@@ -60,8 +62,8 @@ def findings(
 
     One cause, one finding: a head whose predictions are constant explains a loss that does
     not move or sits at the trivial loss; a loss that grows, or cannot move, explains one
-    that swings, sits at the trivial loss or converges slowly; layers whose gradient has
-    vanished are not also stalled.
+    that sits at the trivial loss or converges slowly (a growing loss may swing as well);
+    layers whose gradient has vanished are not also stalled.
     """
     out = [nonfinite] if nonfinite is not None else []
     grows = diverging(losses, checkpoints, nonfinite is not None)
@@ -69,6 +71,9 @@ def findings(
     curve: list[TrainingFinding] = []
     if grows is not None:
         curve.append(grows)
+        # a loss that also jumps from batch to batch: the batch is too small for the rate
+        swings = oscillating(losses, checkpoints, chance_loss)
+        curve += [swings] if swings is not None else []
     elif not constant:
         for rule in (
             lambda: not_learning(losses, checkpoints),
@@ -90,7 +95,11 @@ def findings(
         order = [r.layer for r in checkpoints[-1].layers]
         skip = order[: order.index(gone.layer) + 1] if gone.layer in order else [str(gone.layer)]
     out += stalled_layers(checkpoints, skip)
-    unstable = grows is not None or nonfinite is not None
+    # the loss blew up: it grew, turned NaN/Inf, or reached BLOWN_UP times the trivial loss
+    # (unscaled inputs or a scaled-up initialisation start there)
+    seen = [v for v in losses if v is not None and math.isfinite(v)]
+    blown = chance_loss is not None and bool(seen) and max(seen) >= BLOWN_UP * chance_loss
+    unstable = grows is not None or nonfinite is not None or blown
     out += [f for f in (gone, exploding(checkpoints, unstable)) if f is not None]
     return out
 

@@ -10,11 +10,16 @@ import numbers
 from layergrad.core.fit_results import TrainingFinding
 from layergrad.core.vocab import Finding
 
-BUILT_AT_FIRST_STEP = (
-    "Keras built the model during its first training step (a subclassed model, or a "
-    "Sequential without an Input): step 1 ran unmonitored, its loss is Keras's; "
-    "the monitor starts at step 2"
-)
+
+def built_note(unmonitored: int) -> str:
+    """What the report says when Keras's own first execution (`unmonitored` steps) built
+    the model."""
+    steps = "step 1" if unmonitored == 1 else f"steps 1-{unmonitored}"
+    return (
+        "Keras built the model during its first training step (a subclassed model, or a "
+        f"Sequential without an Input): {steps} ran unmonitored, with Keras's logged loss; "
+        f"the monitor starts at step {unmonitored + 1}"
+    )
 
 
 def blind_note(model: object, sees_gradients: bool | None) -> str:

@@ -62,7 +62,7 @@ STATIC = [
     ("bug_relu_before_softmax", "loss_mismatch", "logits",
      'Dense(3, activation="relu") -> Dense(3, activation="linear") at logits',
      ("logits", "activation", "linear")),
-    ("bug_all_linear", "loss_mismatch", "dense",
+    ("bug_all_linear", "loss_mismatch", "head",
      'Dense(8) -> Dense(8, activation="relu") at dense', ("dense", "activation", "relu")),
 ]  # fmt: skip
 
@@ -495,3 +495,48 @@ def test_a_model_that_needs_unsafe_needs_it_here_too(tmp_path):
     assert result.exit_code == 1, result.output  # repaired (not verified without data)
     assert _digest(path) == before
     assert _layer(_config(out), "head")["activation"] == "sigmoid"
+
+
+def test_a_relu_layer_head_is_replaced_and_zero_kernels_are_redrawn(tmp_path):
+    import keras
+
+    inputs = keras.Input((6,), name="x")
+    hidden = keras.layers.Dense(8, activation="relu", kernel_initializer="zeros", name="h1")(inputs)
+    logits = keras.layers.Dense(1, name="head")(hidden)
+    model = keras.Model(inputs, keras.layers.ReLU(name="head_act")(logits))
+    model.compile(optimizer="adam", loss="binary_crossentropy")
+    path = tmp_path / "m.keras"
+    model.save(path)
+    out = tmp_path / "o.keras"
+    report = fix_model(path, options=FixOptions(output=str(out)))
+    codes = {r.finding: r.code for r in report.repairs}
+    assert codes["loss_mismatch"] == ('ReLU() -> Activation("sigmoid") at head_act',)
+    assert codes["constant_output"] == (
+        'Dense(8, activation="relu") -> Dense(8, activation="relu", '
+        'kernel_initializer="he_normal") at h1',
+    )
+    copy = keras.saving.load_model(out, compile=False)
+    assert np.any(copy.get_layer("h1").get_weights()[0])  # redrawn, not kept at zero
+    assert copy.get_layer("head_act").activation.__name__ == "sigmoid"
+    assert not {"loss_mismatch", "constant_output"} & _findings(out)
+
+
+@pytest.mark.slow
+def test_the_labels_decide_a_head_both_the_file_and_the_data_fault(tmp_path):
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((6,), name="x")
+    hidden = keras.layers.Dense(16, activation="relu", name="dense")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(1, activation="softmax", name="head")(hidden))
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    path = tmp_path / "m.keras"
+    model.save(path)
+    out = tmp_path / "o.keras"
+    report = fix_model(path, _learnable(tmp_path, "ids"), FixOptions(output=str(out), steps=300))
+    assert {"loss_mismatch", "target_mismatch"} <= set(report.before)
+    (repair,) = report.repairs  # one repair of the head, from the labels (ids 0-4)
+    assert repair.finding == "target_mismatch"
+    assert 'Dense(1, activation="softmax") -> Dense(5, activation="softmax") at head' in repair.code
+    assert keras.saving.load_model(out, compile=False).get_layer("head").units == 5
+    assert not {"loss_mismatch", "target_mismatch", "constant_output"} & set(report.after)

@@ -330,3 +330,23 @@ def test_a_custom_head_is_judged_with_data_too(tmp_path):
     item, verdict = loss_item(tmp_path / "m.keras", options)
     assert item.findings == ("loss_mismatch",) and "like a softmax" in item.message, item.message
     assert [c.name for c in verdict.checks].count("loss") == 1
+
+
+def test_a_custom_loss_keras_cannot_build_never_fails_the_file(tmp_path):
+    # a registered loss class whose module is not at hand: the gradient checks fall back to
+    # the outputs' projection and the loss check says so
+    import json
+
+    import h5py
+
+    model = mlp(SOFTMAX10)
+    model.compile(optimizer="adam", loss="categorical_crossentropy")
+    model.save(tmp_path / "m.h5")
+    with h5py.File(tmp_path / "m.h5", "r+") as h5:
+        config = json.loads(h5.attrs["training_config"])
+        config["loss"] = {"class_name": "elsewhere>MissingLoss", "config": {"name": "missing"}}
+        h5.attrs["training_config"] = json.dumps(config)
+    item, verdict = loss_item(tmp_path / "m.h5", FULL)
+    assert verdict.passed, [(c.name, c.message) for c in verdict.checks]
+    assert "unknown loss `elsewhere>MissingLoss`, loss rules skipped" in item.message
+    assert "Keras cannot build the compiled loss" in item.message

@@ -144,6 +144,11 @@ def test_vanishing_and_exploding_gradients_toward_the_input():
     assert rules.exploding(huge) is None  # one large step of a loss that trains well
     found = rules.exploding(huge, unstable=True)  # one, as the loss blew up
     assert found is not None and (found.layer, found.step) == ("top", 11)
+    first = [point(1, {**names, "top": 3.0}), point(11, names), point(21, names)]
+    blown = [50.0 * CHANCE, *([CHANCE] * 99)]  # a first loss 50 times the trivial one
+    found = rules.findings(blown, first, None, chance_loss=CHANCE)
+    assert (Finding.EXPLODING, "top", 1) in [(f.finding, f.layer, f.step) for f in found]
+    assert Finding.EXPLODING not in [f.finding for f in rules.findings([CHANCE] * 100, first, None)]
     twice = [point(1, names), *(point(s, {**names, "top": 3.0}) for s in (11, 21))]
     found = rules.exploding(twice)
     assert found is not None and (found.layer, found.step) == ("top", 11)
@@ -156,3 +161,13 @@ def test_findings_of_a_vanished_stack_do_not_also_call_its_layers_stalled():
     points = [point(s, names, grads=shrink) for s in (1, 11, 21, 31)]
     found = rules.findings(noisy(np.linspace(1.4, 0.3, 40), 0.01), points, None)
     assert [(f.finding, f.layer) for f in found] == [(Finding.VANISHING, "mid")]
+
+
+def test_a_growing_loss_that_jumps_from_batch_to_batch_diverges_and_oscillates():
+    high = [point(s, {"a": 0.5, "head": 0.2}) for s in (1, 150, 300)]
+    grows = np.abs(noisy(np.linspace(1.0, 8.0, 300), 1.0))  # a batch of one sample
+    found = [f.finding for f in rules.findings(list(grows), high, None, chance_loss=CHANCE)]
+    assert Finding.DIVERGING in found and Finding.OSCILLATING in found
+    smooth = noisy(np.linspace(1.0, 3.0, 300), 0.05)
+    found = [f.finding for f in rules.findings(smooth, high, None, chance_loss=CHANCE)]
+    assert Finding.DIVERGING in found and Finding.OSCILLATING not in found

@@ -233,7 +233,7 @@ def test_models_keras_builds_at_the_first_step_train_and_are_monitored_from_step
     assert report.steps == 4
     assert [c.step for c in report.checkpoints] == [2, 3, 4]
     assert all(r.grad_l2 and r.grad_l2 > 0 for c in report.checkpoints for r in c.layers)
-    assert any("first training step" in n for n in report.notes)
+    assert any("step 1 ran unmonitored" in n and "starts at step 2" in n for n in report.notes)
     # the first step's loss is the one Keras saw; the same run without the monitor agrees
     truth = losses_without_monitor(make, x, y)
     assert report.losses[0] == pytest.approx(truth[0], rel=1e-5)
@@ -307,3 +307,16 @@ def test_a_run_that_ran_every_step_is_not_stopped():
     assert monitor.report.steps == 4
     assert [f.step for f in monitor.report.findings if f.finding == "nonfinite"] == [4]
     assert monitor.report.stopped is None
+
+
+def test_a_model_built_by_a_first_execution_of_several_steps_starts_after_it():
+    x, y = data(96)
+    model = small(input_layer=False)
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  steps_per_execution=2)  # fmt: skip
+    monitor = GradientMonitor(every=2)
+    model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[monitor])
+    report = monitor.report
+    assert report.steps == 12 and report.losses[0] is None and report.losses[1] is not None
+    assert [c.step for c in report.checkpoints] == [3, 5, 7, 9, 11, 12]
+    assert any("steps 1-2 ran unmonitored" in n for n in report.notes)
