@@ -26,7 +26,6 @@ from layergrad.cli.options import (
     wrt_options,
 )
 from layergrad.cli.running import emit, handle_errors, write_plot
-from layergrad.core.cluster import reports_here
 from layergrad.core.vocab import FAILING_STATUSES, Flag, OutputFormat, Wrt
 
 if TYPE_CHECKING:
@@ -159,7 +158,7 @@ def inspect(
             on_progress=on_progress,
             **measure,
         )
-    if not reports_here(probe.distribute):  # another worker of the cluster writes the report
+    if not probe.reports_here:  # another worker of the cluster writes the report
         return
     emit("inspect", fmt, result, result.model.warnings)
     if plot_file:
@@ -319,7 +318,7 @@ def scan(
                 **measure,
             )
         result, rows = activations, activations.rows
-    if not reports_here(probe.distribute):  # another worker of the cluster writes it
+    if not probe.reports_here:  # another worker of the cluster writes it
         return
     if wrt == Wrt.WEIGHTS:
         emit("weights", fmt, weights, weights.model.warnings)

@@ -24,7 +24,6 @@ from layergrad.cli.options import (
     wrt_options,
 )
 from layergrad.cli.running import emit, handle_errors
-from layergrad.core.cluster import reports_here
 from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding, OutputFormat
 
 if TYPE_CHECKING:
@@ -161,7 +160,7 @@ def check(
         # one bar at a time: the samples' bar when there is one, else the files'
         listed = paths if on_progress is None else []
         verdicts = _with_progress(listed, lambda on: checks.check_files(paths, options, on))
-    if not reports_here(probe.distribute):  # another worker of the cluster writes the report
+    if not probe.reports_here:  # another worker of the cluster writes the report
         return
     emit("check", fmt, verdicts)
     if junit_file:

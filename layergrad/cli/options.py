@@ -6,25 +6,21 @@ Nothing here imports TensorFlow (or numpy) at import time, so `layergrad --help`
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar, cast
 
 import click
 
 from layergrad.cli.running import usage_error
 from layergrad.core.errors import LayergradError
-from layergrad.core.limits import (
-    MAX_BATCH_SIZE,
-    MAX_CPU_REPLICAS,
-    MAX_LIMIT,
-    MAX_PROBES,
-    MAX_SEED,
-)
+from layergrad.core.limits import MAX_PROBES
+from layergrad.core.probe_options import Cli, cli_fields
 from layergrad.core.vocab import Measure, OutputFormat, Word, Wrt
 
 if TYPE_CHECKING:
-    from layergrad.core.probe_options import MeasureFields, ProbeFields
+    from layergrad.core.probe_options import MeasureFields
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -111,166 +107,107 @@ def _size(_ctx: click.Context, _param: click.Parameter, value: str) -> int:
         raise click.BadParameter(str(exc)) from None
 
 
-def max_memory_option(func: F) -> F:
-    """`--max-memory SIZE`: the budget for the probe's memory, estimated before loading."""
+def _size_text(n: int) -> str:
+    """A byte count as `--max-memory` reads it back: 8GB, 512MB, or the bytes."""
+    for unit, size in (("TB", 1 << 40), ("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+def _option(spec: dataclasses.Field[object], help_text: str | None = None) -> Decorator:
+    """The click option of one `ProbeOptions` field: its `Cli` metadata and its default."""
+    how: Cli = spec.metadata["cli"]
+    text = help_text or how.help
+    if how.kind == "flag":
+        return click.option(how.flag, spec.name, is_flag=True, help=text)
+    types: dict[str, object] = {
+        "text": None,
+        "size": None,
+        "path": click.Path(dir_okay=False, path_type=str),
+        "int": click.IntRange(min=how.low, max=how.high),
+        "float": float,
+        "word": click.Choice(how.words.words()) if how.words else None,
+    }
+    default = spec.default
+    if how.kind == "size":
+        default = _size_text(cast(int, default))
+    elif isinstance(default, Word):
+        default = default.value
     return click.option(
-        "--max-memory",
-        default="8GB",
-        show_default=True,
-        callback=_size,
-        metavar="SIZE",
-        help="Refuse a model whose probe would need more memory than this (estimated from "
-        "the shapes in its config before Keras builds it), e.g. 32GB.",
-    )(func)
+        how.flag,
+        spec.name,
+        type=types[how.kind],
+        default=default,
+        show_default=default is not None,
+        metavar=how.metavar,
+        callback=_size if how.kind == "size" else None,
+        help=text,
+    )
 
 
-PROBE_KEYS = ("input_file", "batch_size", "seed", "reduce", "training", "max_memory")
-RUN_KEYS = ("reduce", "training")  # how the model runs; `check` decides these itself
-DATA_KEYS = ("data", "limit", "distribute", "cpu_replicas", "first_sample", "peer_timeout")
-
-
-def data_options(func: F) -> F:
-    """`--data` and what goes with it (`--limit`, `--distribute`, `--cpu-replicas`,
-    `--first-sample`, `--quiet`).
-
-    Under `probe_options` they join the `probe` bundle (every command that takes them).
-    """
-    return _stack(func, [*_data_option_list(), FIRST_SAMPLE_OPTION, PEER_TIMEOUT_OPTION])
-
-
-def training_data_options(func: F) -> F:
-    """`data_options` without `--first-sample`, for training (`fit`): no shards to number."""
-    return _stack(func, _data_option_list())
-
-
-def _data_option_list() -> list[Decorator]:
+def _options(
+    groups: Sequence[str], helps: Mapping[str, str | None] | None = None
+) -> list[Decorator]:
+    """The click options of the `ProbeOptions` fields of `groups`, in declaration order."""
     return [
-        click.option(
-            "--data",
-            metavar="PATH",
-            help="Run over a whole data set, streamed: .npy, .npz (keys = input names, or x "
-            "for one input; y = labels), a folder of images, or FILE.py:function / "
-            "module:function returning batches. Statistics are over all samples.",
-        ),
-        click.option(
-            "--limit",
-            type=click.IntRange(min=1, max=MAX_LIMIT),
-            metavar="N",
-            help="With --data: read at most N samples.",
-        ),
-        click.option(
-            "--distribute",
-            type=click.Choice(["mirrored", "multi-worker"]),
-            help="With --data: mirrored runs on every visible GPU "
-            "(tf.distribute.MirroredStrategy); multi-worker on every worker of the cluster "
-            "in TF_CONFIG (MultiWorkerMirroredStrategy), each over its shard; only the "
-            "chief prints the report.",
-        ),
-        click.option(
-            "--cpu-replicas",
-            type=click.IntRange(min=1, max=MAX_CPU_REPLICAS),
-            metavar="N",
-            help="With --data: split the CPU into N devices and mirror over them (a "
-            "testing aid for the distributed path).",
-        ),
-        click.option("--quiet", is_flag=True, help="No progress bar on stderr (with --data)."),
+        _option(spec, (helps or {}).get(spec.name))
+        for spec in cli_fields()
+        if spec.metadata["cli"].group in groups
     ]
 
 
-FIRST_SAMPLE_OPTION = click.option(
-    "--first-sample",
-    type=click.IntRange(min=0),
-    default=0,
-    metavar="N",
-    help="With --data: PATH is a shard of a larger data set starting at its sample "
-    "N, so the samples are numbered from N (the default scan target's projection "
-    "is seeded per sample): shards then merge exactly (`layergrad merge`).",
+QUIET_OPTION = click.option(
+    "--quiet", is_flag=True, help="No progress bar on stderr (with --data)."
 )
 
 
-PEER_TIMEOUT_OPTION = click.option(
-    "--peer-timeout",
-    type=float,
-    metavar="SECONDS",
-    help="With --distribute multi-worker: wait at most this long for the other workers "
-    "of TF_CONFIG to start (default 300), then stop with an error.",
-)
+def data_options(func: F) -> F:
+    """`--data` and what goes with it (`--limit`, `--distribute`, `--cpu-replicas`, `--quiet`,
+    `--first-sample`, `--peer-timeout`).
+
+    Under `probe_options` they join the `probe` bundle (every command that takes them).
+    """
+    return _stack(func, [*_options(["data"]), QUIET_OPTION, *_options(["shard"])])
 
 
-BATCH_SIZE_HELP = (
-    "Rows of the random probe batch (default 8), or of each batch of --data (default 32)."
-)
-SEED_HELP = "Seed of the random batch."
-INPUT_HELP = (
-    "Probe batch: .npy (one input) or .npz keyed by input name (x for one input; y = labels)."
-)
+def training_data_options(func: F) -> F:
+    """`data_options` without `--first-sample` and `--peer-timeout`, for training (`fit`)."""
+    return _stack(func, [*_options(["data"]), QUIET_OPTION])
 
 
 def probe_options(
     *,
     run_options: bool = True,
-    batch_size_help: str = BATCH_SIZE_HELP,
-    seed_help: str = SEED_HELP,
-    input_help: str = INPUT_HELP,
+    batch_size_help: str | None = None,
+    seed_help: str | None = None,
+    input_help: str | None = None,
 ) -> Callable[[F], F]:
-    """How to make the probe batch and run the model, declared once for every command; the
+    """How to make the probe batch and run the model, made from `ProbeOptions`' fields; the
     command receives one `probe` argument, a `ProbeOptions` (the command's `data_options`, if
-    it has them, join the bundle too).
+    it has them, join the bundle too), with its cluster read from TF_CONFIG here, once.
 
     `run_options=False` leaves out `--reduce` and `--training` (`check` chooses them itself);
     the `*_help` texts let a command say what the option means for it.
     """
-    keys = PROBE_KEYS if run_options else tuple(k for k in PROBE_KEYS if k not in RUN_KEYS)
+    helps = {"batch_size": batch_size_help, "seed": seed_help, "input_file": input_help}
+    groups = ["probe", "run"] if run_options else ["probe"]
 
     def decorate(func: F) -> F:
         @functools.wraps(func)
         def bundled(*args: object, **kwargs: object) -> object:
-            from layergrad.core.probe_options import ProbeOptions
+            from layergrad.core.probe_options import probe_from
 
-            wanted = [*keys, *(k for k in DATA_KEYS if k in kwargs)]
-            given = {key: kwargs.pop(key) for key in wanted}
+            given = {
+                spec.name: kwargs.pop(spec.name) for spec in cli_fields() if spec.name in kwargs
+            }
             try:
-                kwargs["probe"] = ProbeOptions(**cast("ProbeFields", given))  # click's types
+                kwargs["probe"] = probe_from(None, given)
             except LayergradError as exc:  # options that do not go together
                 usage_error(exc, bool(kwargs.get("debug", False)))
             return func(*args, **kwargs)
 
-        options = [
-            click.option(
-                "--input",
-                "input_file",
-                type=click.Path(dir_okay=False, path_type=str),
-                help=input_help,
-            ),
-            click.option(
-                "--batch-size",
-                type=click.IntRange(min=1, max=MAX_BATCH_SIZE),
-                help=batch_size_help,
-            ),
-            click.option(
-                "--seed",
-                default=0,
-                show_default=True,
-                type=click.IntRange(min=0, max=MAX_SEED),
-                help=seed_help,
-            ),
-        ]
-        if run_options:
-            options += [
-                click.option(
-                    "--reduce",
-                    type=click.Choice(["sum", "mean"]),
-                    default="sum",
-                    show_default=True,
-                    help="Reduce the target activation to a scalar by sum or mean.",
-                ),
-                click.option(
-                    "--training",
-                    is_flag=True,
-                    help="Run the model in training mode (default: inference).",
-                ),
-            ]
-        return _stack(cast(F, bundled), [*options, max_memory_option])
+        return _stack(cast(F, bundled), _options(groups, helps))
 
     return decorate
 
@@ -282,7 +219,9 @@ def measure_options(func: F) -> F:
     @functools.wraps(func)
     def bundled(*args: object, **kwargs: object) -> object:
         keys = ("measure", "probes", "exact", "top")
-        kwargs["measure"] = cast("MeasureFields", {key: kwargs.pop(key) for key in keys})
+        given = {key: kwargs.pop(key) for key in keys}
+        given["measure"] = Measure(given["measure"])
+        kwargs["measure"] = cast("MeasureFields", given)
         return func(*args, **kwargs)
 
     return _stack(

@@ -1,7 +1,7 @@
 """The Python API under the CLI: each function runs the pipeline and returns result objects.
 
 Nothing here prints. Probe options are keyword arguments (`input_file`, `batch_size`, `seed`,
-`reduce`, `training`, ...: the fields of `ProbeOptions`, typed as `ProbeFields`), or one
+`reduce`, `training`, ...: the fields of `ProbeOptions`, by their names), or one
 `options=ProbeOptions(...)`.
 
     >>> from layergrad.commands.api import inspect_model
@@ -21,14 +21,11 @@ from typing import TYPE_CHECKING
 
 from layergrad.commands.session import Session, open_session
 from layergrad.core.errors import InputError, UsageError
-from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
+from layergrad.core.probe_options import PathLike, ProbeOptions, Progress, probe_from
 from layergrad.core.results import InspectReport, Result, ScanReport, WeightScanReport
 from layergrad.core.vocab import Measure, Status
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from layergrad.core.probe_options import ProbeFields
     from layergrad.engine.jacobian import JacobianOptions
     from layergrad.files.outputs import Written
     from layergrad.model.graph import ModelGraph
@@ -45,12 +42,12 @@ def inspect_model(
     imports: str | Sequence[str] = (),
     unsafe: bool = False,
     options: ProbeOptions | None = None,
-    measure: str = "gradient",
+    measure: Measure | str = Measure.GRADIENT,
     probes: int | None = None,
     exact: bool = False,
     top: int = 10,
     on_progress: Progress | None = None,
-    **probe: Unpack[ProbeFields],
+    **probe: object,
 ) -> InspectReport:
     """Gradient of each target layer's activation with respect to the source layer's.
 
@@ -82,7 +79,7 @@ def inspect_model(
     targets, imports = _one_or_many(targets), _one_or_many(imports)
     if not targets:
         raise InputError("give at least one target layer (--to)")
-    options = options or ProbeOptions(**probe)
+    options = probe_from(options, probe)
     how = _jacobian_options(measure, probes, exact, top, options.seed)
     if options.data is not None:
         from layergrad.commands import over_data
@@ -196,12 +193,12 @@ def scan_model(
     imports: str | Sequence[str] = (),
     unsafe: bool = False,
     options: ProbeOptions | None = None,
-    measure: str = "gradient",
+    measure: Measure | str = Measure.GRADIENT,
     probes: int | None = None,
     exact: bool = False,
     top: int = 10,
     on_progress: Progress | None = None,
-    **probe: Unpack[ProbeFields],
+    **probe: object,
 ) -> ScanReport:
     """Gradient of one target with respect to every layer's output, in one backward pass.
 
@@ -224,7 +221,7 @@ def scan_model(
     from layergrad.commands.scan import scan_session
 
     layers, imports = _one_or_many(layers), _one_or_many(imports)
-    options = options or ProbeOptions(**probe)
+    options = probe_from(options, probe)
     how = _jacobian_options(measure, probes, exact, top, options.seed)
     if options.data is not None:
         from layergrad.commands import over_data
@@ -252,7 +249,7 @@ def scan_model(
 
 
 def _jacobian_options(
-    measure: str, probes: int | None, exact: bool, top: int, seed: int
+    measure: Measure | str, probes: int | None, exact: bool, top: int, seed: int
 ) -> JacobianOptions | None:
     """The measure keywords of `inspect_model` and `scan_model`, checked: how to measure the
     Jacobian norms, or None for the gradient alone."""
@@ -272,7 +269,7 @@ def scan_weights_model(
     unsafe: bool = False,
     options: ProbeOptions | None = None,
     on_progress: Progress | None = None,
-    **probe: Unpack[ProbeFields],
+    **probe: object,
 ) -> WeightScanReport:
     """Gradient of the training loss with respect to every trainable variable (one pass).
 
@@ -293,7 +290,7 @@ def scan_weights_model(
     from layergrad.commands.weight_scan import scan_weights
 
     imports = _one_or_many(imports)
-    options = options or ProbeOptions(**probe)
+    options = probe_from(options, probe)
     if options.data is not None:
         from layergrad.commands.weights_data import scan_weights_data
 

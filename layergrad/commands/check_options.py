@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 
 from layergrad.core.errors import UsageError
 from layergrad.core.probe_options import ProbeOptions, Progress
-from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding
+from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding, Reduce
 from layergrad.diagnose.regressions import DEFAULT_TOLERANCE
 
 # How a check step records one check: add(check, message, findings=(), ...) -> passed
@@ -39,4 +39,4 @@ class CheckOptions:
 
     def probing(self, training: bool = False) -> ProbeOptions:
         """The probe options of the forward and gradient checks, in training mode or not."""
-        return replace(self.probe, reduce="sum", training=training)
+        return replace(self.probe, reduce=Reduce.SUM, training=training)

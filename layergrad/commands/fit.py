@@ -17,7 +17,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from layergrad.core.probe_options import PathLike, ProbeOptions
 from layergrad.core.tf_types import Dataset, KerasModel, TensorTree
 
 if TYPE_CHECKING:
+    from layergrad.core.vocab import Distribute
     from layergrad.data.label_stream import Labelled
     from layergrad.data.sources import DataStream
     from layergrad.engine.compiled_loss import LossSpec
@@ -123,7 +124,7 @@ def fit_model(
         seed=options.seed,
         data=data,
         limit=limit,
-        distribute=distribute,
+        distribute=cast("Distribute | None", distribute),  # its word: ProbeOptions checks it
         cpu_replicas=cpu_replicas,
     )
     loaded, _warnings, strategy = load(path, probe, imports=imports, unsafe=unsafe)

@@ -178,7 +178,7 @@ def _same_run(report: Report, first: Report, name: str, first_name: str) -> None
         ("probe seed", a.probe.seed, b.probe.seed),
         ("--batch-size", a.probe.batch_size, b.probe.batch_size),
         ("--training", a.probe.training, b.probe.training),
-        ("--reduce", a.probe.reduce, b.probe.reduce),
+        ("--reduce", str(a.probe.reduce), str(b.probe.reduce)),  # as written
         ("layers", _structure(a), _structure(b)),
         ("--measure", _measure(a), _measure(b)),
     ]

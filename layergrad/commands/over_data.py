@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from layergrad.commands import over_data_jacobians
 from layergrad.commands.data_meta import model_meta, probe_meta
 from layergrad.core.errors import InputError
-from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
+from layergrad.core.probe_options import PathLike, ProbeOptions, Progress, with_cluster
 from layergrad.core.results import (
     DataStats,
     Endpoint,
@@ -76,12 +76,8 @@ def data_specs(model: KerasModel) -> tuple[InputSpec, ...]:
 
 def shard_of(options: ProbeOptions) -> tuple[int, int] | None:
     """(this worker, workers) under `--distribute multi-worker`, else None."""
-    from layergrad.core.cluster import cluster_from_env
-
-    if options.distribute != "multi-worker":
-        return None
-    cluster = cluster_from_env()
-    return cluster.index, cluster.workers
+    cluster = with_cluster(options).cluster  # read where the command started (the API, the CLI)
+    return None if cluster is None else (cluster.index, cluster.workers)
 
 
 def inspect_data(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict
 
 from layergrad.core.errors import InputError
-from layergrad.core.probe_options import PathLike, ProbeOptions
+from layergrad.core.probe_options import PathLike, ProbeOptions, with_cluster
 from layergrad.core.results import ModelMeta, ProbeMeta
 from layergrad.core.tf_types import KerasModel, Strategy
 from layergrad.data.probe_input import ProbeBatch
@@ -134,8 +134,9 @@ def load(
         sources.precheck(options.data)  # a FIFO, a forged header: refused before TensorFlow
 
         strategy = devices.strategy_for(
-            options.distribute, options.cpu_replicas, options.peer_timeout
-        )
+            options.distribute, options.cpu_replicas, options.peer_timeout,
+            with_cluster(options).cluster,
+        )  # fmt: skip
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         loaded, warnings = loader.load_model(
             path,

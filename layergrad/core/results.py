@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from layergrad.core.display import NotebookDisplay
-from layergrad.core.vocab import CauseCode, Finding, Flag, JacobianMethod, Status
+from layergrad.core.vocab import CauseCode, Finding, Flag, JacobianMethod, Reduce, Status
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ class ProbeMeta:
     seed: int | None
     batch_size: int
     training: bool
-    reduce: str
+    reduce: Reduce
     samples: int | None = None  # only with --data: samples seen
     replicas: int | None = None  # only with --data: devices the step ran on
     data_sha256: str | None = None  # only with --data: what identifies it (`data/fingerprint`)

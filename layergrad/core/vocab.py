@@ -171,6 +171,20 @@ class Measure(Word):
     JACOBIAN = "jacobian"  # also the norms of the per-sample Jacobians d to[i] / d from[i]
 
 
+class Reduce(Word):
+    """How the target activation becomes one scalar (`--reduce`)."""
+
+    SUM = "sum"
+    MEAN = "mean"
+
+
+class Distribute(Word):
+    """How `--data` runs over several devices (`--distribute`)."""
+
+    MIRRORED = "mirrored"  # every visible GPU of this machine
+    MULTI_WORKER = "multi-worker"  # every worker of the cluster in TF_CONFIG, each its shard
+
+
 class JacobianMethod(Word):
     """How the Jacobian norms were obtained."""
 

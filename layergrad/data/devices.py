@@ -32,7 +32,10 @@ MULTI_WORKER = "multi-worker"
 
 
 def strategy_for(
-    distribute: str | None, cpu_replicas: int | None = None, peer_timeout: float | None = None
+    distribute: str | None,
+    cpu_replicas: int | None = None,
+    peer_timeout: float | None = None,
+    cluster: Cluster | None = None,
 ) -> Strategy:
     """The tf.distribute strategy for `--distribute` / `--cpu-replicas`.
 
@@ -40,6 +43,8 @@ def strategy_for(
         distribute: None (one device), "mirrored" or "multi-worker".
         cpu_replicas: split the CPU into this many logical devices and mirror over them
             (implies "mirrored").
+        cluster: with "multi-worker", the cluster as the command read it from TF_CONFIG
+            when it started (`probe_options.with_cluster`; None: read it now).
         peer_timeout: with "multi-worker", seconds to wait for the other workers before the
             strategy connects them (`cluster.wait_for_peers`; default DEFAULT_PEER_TIMEOUT).
 
@@ -64,7 +69,8 @@ def strategy_for(
             )
         from layergrad.core.cluster import DEFAULT_PEER_TIMEOUT, cluster_from_env
 
-        cluster = cluster_from_env()  # one clear line for a missing or malformed TF_CONFIG
+        if cluster is None:  # one clear line for a missing or malformed TF_CONFIG
+            cluster = cluster_from_env()
         return _multi_worker(
             cluster, DEFAULT_PEER_TIMEOUT if peer_timeout is None else peer_timeout
         )

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.limits import MAX_BATCH_SIZE, MAX_SEED
 from layergrad.core.results import ModelMeta, ProbeMeta
-from layergrad.core.vocab import Status
+from layergrad.core.vocab import Reduce, Status
 from layergrad.files.gradient_profile import (
     ACTIVATIONS,
     ROW_KEYS,
@@ -24,7 +24,6 @@ from layergrad.files.json_document import read_json_document
 from layergrad.files.json_fields import JsonFields
 
 SCAN_SCHEMA = "layergrad.scan/1"
-REDUCTIONS = ("sum", "mean")
 # A scan JSON holds a few hundred bytes per layer: 16 MiB is a model of some 50,000 layers
 # (or 200,000 minimal rows), which `diff` reads, compares and prints in seconds.
 MAX_PROFILE_BYTES = 16 * 2**20
@@ -153,8 +152,8 @@ class _Fields(JsonFields):
                 f"{MAX_SEED:,}; {REMAKE}"
             )
         reduce = self.get(obj, "reduce", str, "probe.reduce")
-        if reduce not in REDUCTIONS:
-            raise self.error("probe.reduce", " or ".join(map(repr, REDUCTIONS)), reduce)
+        if reduce not in Reduce.words():
+            raise self.error("probe.reduce", " or ".join(map(repr, Reduce.words())), reduce)
         samples = obj.get("samples")
         if samples is not None and (type(samples) is not int or samples < 0):
             raise self.error("probe.samples", "a count of samples or absent", samples)
@@ -167,7 +166,7 @@ class _Fields(JsonFields):
             seed=seed,
             batch_size=batch,
             training=self.get(obj, "training", bool, "probe.training"),
-            reduce=reduce,
+            reduce=Reduce(reduce),
             samples=samples,
             data_sha256=sha,
             shards=shards if isinstance(shards, int) and not isinstance(shards, bool) else None,

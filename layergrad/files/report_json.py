@@ -35,7 +35,7 @@ from layergrad.core.results import (
     ScanRow,
     SpectralNorms,
 )
-from layergrad.core.vocab import CauseCode, Flag, JacobianMethod, Status, Word
+from layergrad.core.vocab import CauseCode, Flag, JacobianMethod, Reduce, Status, Word
 from layergrad.files.json_document import read_json_document
 from layergrad.files.json_fields import NUMBER, OPTIONAL, JsonFields
 
@@ -139,7 +139,7 @@ class _Reader(JsonFields):
             seed=opt_int("seed"),
             batch_size=self.get(obj, "batch_size", int, "probe.batch_size"),
             training=self.get(obj, "training", bool, "probe.training"),
-            reduce=self.get(obj, "reduce", str, "probe.reduce"),
+            reduce=self.word(obj, "reduce", Reduce, "probe.reduce"),
             samples=opt_int("samples"),
             replicas=opt_int("replicas"),
             shards=opt_int("shards"),

@@ -31,7 +31,7 @@ TF_BOUND_MB = 1500  # a run that loads TensorFlow and a small model
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("round3")
+    return tmp_path_factory.mktemp("hostile_commands")
 
 
 @pytest.fixture(scope="module")
