@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from layergrad.core.fit_results import Checkpoint, TrainingFinding
 from layergrad.core.vocab import Finding
+from layergrad.model.loss_forms import read_loss
 from layergrad.training.curve_rules import (
     MIN_STEPS,
     PLATEAU_STEPS,
@@ -159,8 +160,11 @@ def nonfinite_finding(
 
 
 def chance_loss(loss_name: str, output_units: Sequence[int]) -> float | None:
-    """The cross-entropy of predicting a uniform class prior: log C, or log 2 for binary."""
-    name = loss_name.lower().replace(" ", "_")
+    """The cross-entropy of predicting a uniform class prior: log C, or log 2 for binary.
+    The name may be any alias Keras accepts (`"bce"`, `"BinaryCrossentropy"`)."""
+    read = read_loss(loss_name.strip())
+    name = (read.name if read is not None and read.known else loss_name).lower()
+    name = name.replace(" ", "_")
     if len(output_units) != 1 or "crossentropy" not in name.replace("_", ""):
         return None
     if "binary" in name:

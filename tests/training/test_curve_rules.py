@@ -171,3 +171,22 @@ def test_a_growing_loss_that_jumps_from_batch_to_batch_diverges_and_oscillates()
     smooth = noisy(np.linspace(1.0, 3.0, 300), 0.05)
     found = [f.finding for f in rules.findings(smooth, high, None, chance_loss=CHANCE)]
     assert Finding.DIVERGING in found and Finding.OSCILLATING not in found
+
+
+@pytest.mark.parametrize(
+    ("name", "units", "expected"),
+    [
+        ("bce", [1], math.log(2)),
+        ("BinaryCrossentropy", [1], math.log(2)),
+        ("binary_crossentropy", [1], math.log(2)),
+        ("categorical_crossentropy", [4], math.log(4)),
+        ("sparse_categorical_crossentropy", [7], math.log(7)),
+        ("mse", [1], None),
+        ("my_package>focal", [3], None),
+    ],
+)
+def test_chance_loss_reads_every_name_keras_accepts(name, units, expected):
+    from layergrad.training.rules import chance_loss
+
+    got = chance_loss(name, units)
+    assert got == pytest.approx(expected) if expected is not None else got is None
