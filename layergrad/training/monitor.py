@@ -22,11 +22,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
+from layergrad.core.errors import OutputError
 from layergrad.core.fit_results import (
     Checkpoint,
     FitReport,
@@ -162,7 +164,16 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
         self._functions = traced[2]  # (measuring, ordinary)
         if self.log_dir is not None:
             tf, _ = quiet_import()
-            self._writer = tf.summary.create_file_writer(self.log_dir)
+            try:
+                self._writer = tf.summary.create_file_writer(self.log_dir)
+            except (tf.errors.OpError, OSError) as exc:  # e.g. a folder no one can create
+                self._stack.close()
+                _OPEN.pop(id(model), None)
+                said = str(getattr(exc, "message", exc)).splitlines()[0]
+                first = re.sub(r"\{\{.*?\}\}\s*|\s*\[Op:.*$", "", said)[:200]
+                raise OutputError(
+                    f"log_dir {self.log_dir}: TensorBoard cannot write there ({first})"
+                ) from exc
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, object] | None = None) -> None:
         self._epoch = epoch

@@ -141,6 +141,17 @@ def test_log_dir_naming_a_file_a_fifo_or_dev_null_is_refused(tmp_path, model_fil
         GradientMonitor(log_dir=dangling)
 
 
+def test_log_dir_tensorboard_cannot_create_is_one_output_error_before_any_step(tmp_path):
+    """A folder the checks cannot rule out (root may write anywhere, but not under /proc)."""
+    x, y = data()
+    model = compiled(small())
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(OutputError, match=r"TensorBoard cannot write there \(/proc/"):
+        model.fit(x, y, epochs=1, verbose=0, callbacks=[GradientMonitor(log_dir="/proc/no/logs")])
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights(), strict=True))
+    model.fit(x, y, epochs=1, verbose=0)  # the model trains afterwards: nothing left installed
+
+
 def test_log_dir_without_tensorboard_is_refused_with_the_install_command(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorboard", None)
     with pytest.raises(OutputError, match="pip install tensorboard"):
