@@ -39,7 +39,7 @@ def long_names_changed(long_names, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def reports(long_names, long_names_changed):
+def reports(long_names, long_names_changed, tmp_path_factory):
     from layergrad.commands.diff import diff_models
 
     return {
@@ -50,7 +50,23 @@ def reports(long_names, long_names_changed):
         "layers": list_layers(long_names),
         "weights": scan_weights_model(long_names, loss="mse"),
         "fit": _fit_report(long_names),
+        "fix": _fix_report(tmp_path_factory),
     }
+
+
+def _fix_report(tmp_path_factory):
+    """A one-unit softmax head (always 1.0) under binary cross-entropy, repaired."""
+    from layergrad import FixOptions, fix_model
+
+    folder = tmp_path_factory.mktemp("fix")
+    x = keras.Input((3,), name="x")
+    h = keras.layers.Dense(4, activation="relu", name=LONG)(x)
+    out = keras.layers.Dense(1, activation="softmax", name=LONG + "_out")(h)
+    model = keras.Model(x, out, name="long")
+    model.compile(optimizer="adam", loss="binary_crossentropy")
+    model.save(folder / "long.keras")
+    options = FixOptions(output=str(folder / "long.fixed.keras"))
+    return fix_model(folder / "long.keras", options=options)
 
 
 def _fit_report(path):
