@@ -31,6 +31,11 @@ def sample(name: str) -> str:
     return str(path)
 
 
+def seed_inspect(*options: str) -> list[str]:
+    """The README's first example, `inspect seed.keras --from dense --to dense_1`, then `options`."""
+    return ["inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1", *options]
+
+
 def load_sample(name: str):
     """Load a sample model with Keras directly (the reference side of a comparison)."""
     if str(SAMPLES) not in sys.path:
@@ -88,6 +93,19 @@ def per_sample_jacobians(first, rest, x):
 def normal(*shape: int, seed: int = 1) -> np.ndarray:
     """A float32 standard-normal array (test inputs)."""
     return np.random.default_rng(seed).standard_normal(shape).astype("float32")
+
+
+def diagonal_blocks(forward: Callable[[object], object], h) -> list[np.ndarray]:
+    """Per-sample diagonal blocks d forward(h)[i] / d h[i] of a 2-D `forward`, element by
+    element on one tape over the whole batch (right where `forward` mixes samples)."""
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(h)
+        y = forward(h)
+        elements = [[y[i, j] for j in range(y.shape[1])] for i in range(y.shape[0])]
+    return [
+        np.stack([np.asarray(tape.gradient(e, h))[i] for e in row])
+        for i, row in enumerate(elements)
+    ]
 
 
 def _lowbias32(x: np.ndarray) -> np.ndarray:

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import load_sample, manual_gradient, normal, sample
+from helpers import load_sample, manual_gradient, normal, sample, seed_inspect
 
 from layergrad.cli.app import main
 
@@ -19,7 +19,7 @@ def run(*args: str):
 
 
 def test_table_shows_layers_shapes_status_and_stats():
-    result = run("inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1")
+    result = run(*seed_inspect())
     assert result.exit_code == 0, result.output
     out = result.output
     for text in ("dense_1", "(8, 8)", "(8, 4)", "ok", "L2", "mean |g|", "max |g|", "zeros",
@@ -30,10 +30,7 @@ def test_table_shows_layers_shapes_status_and_stats():
 
 def test_json_follows_the_documented_schema(write_input):
     x = normal(8, 5)
-    result = run(
-        "inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1", "--json",
-        "--input", write_input(x),
-    )  # fmt: skip
+    result = run(*seed_inspect("--json", "--input", write_input(x)))
     assert result.exit_code == 0
     doc = json.loads(result.output)
     assert set(doc) == {"schema", "model", "probe", "results"}
@@ -111,11 +108,7 @@ def test_usage_errors_exit_2_with_one_line(args, message):
 
 
 def test_bad_input_shape_exits_2(write_input):
-    result = CliRunner().invoke(
-        main,
-        ["inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1",
-         "--input", write_input(normal(8, 7))],
-    )  # fmt: skip
+    result = CliRunner().invoke(main, seed_inspect("--input", write_input(normal(8, 7))))
     assert result.exit_code == 2
     assert "shape (8, 7)" in result.output and "expected (batch, 5)" in result.output
 
@@ -197,19 +190,7 @@ def test_call_index_errors_name_the_calls_that_exist(args, message):
 def test_unwritable_save_gradient_is_refused_before_the_work(tmp_path):
     (tmp_path / "a_file").write_text("not a folder")
     target = tmp_path / "a_file" / "g.npy"  # its folder cannot be created
-    result = CliRunner().invoke(
-        main,
-        [
-            "inspect",
-            sample("seed.keras"),
-            "--from",
-            "dense",
-            "--to",
-            "dense_1",
-            "--save-gradient",
-            str(target),
-        ],
-    )
+    result = CliRunner().invoke(main, seed_inspect("--save-gradient", str(target)))
     assert result.exit_code == 2
     assert "dense_1" not in result.stdout and "is not a folder" in result.stderr
 

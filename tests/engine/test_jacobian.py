@@ -14,7 +14,16 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import keras, load_sample, normal, per_sample_jacobians, sample, tf
+from helpers import (
+    diagonal_blocks,
+    keras,
+    load_sample,
+    normal,
+    per_sample_jacobians,
+    sample,
+    seed_inspect,
+    tf,
+)
 
 from layergrad.cli.app import main
 from layergrad.commands.api import inspect_model
@@ -256,15 +265,7 @@ def test_batch_mixing_is_detected_and_diagonal_blocks_reported(write_input):
     x = normal(8, 6)
     m = load_sample("cause_training.keras")
     dense, bn = m.get_layer("dense"), m.get_layer("bn")
-    h = dense(tf.constant(x))
-    with tf.GradientTape(persistent=True) as tape:  # the whole batch: BatchNorm mixes it
-        tape.watch(h)
-        y = bn(h, training=True)
-        elements = [[y[i, j] for j in range(4)] for i in range(8)]
-    blocks = [
-        np.stack([np.asarray(tape.gradient(e, h))[i] for e in row])
-        for i, row in enumerate(elements)
-    ]
+    blocks = diagonal_blocks(lambda h: bn(h, training=True), dense(tf.constant(x)))
     for probes in (None, 8):
         res = measured(
             sample("cause_training.keras"),
@@ -342,17 +343,7 @@ def run_cli(*args):
 
 
 def test_cli_json_has_the_documented_members():
-    result = run_cli(
-        "inspect",
-        sample("seed.keras"),
-        "--from",
-        "dense",
-        "--to",
-        "dense_1",
-        "--measure",
-        "jacobian",
-        "--json",
-    )
+    result = run_cli(*seed_inspect("--measure", "jacobian", "--json"))
     assert result.exit_code == 0, result.output
     j = json.loads(result.output)["results"][0]["jacobian"]
     assert set(j) == {
@@ -367,23 +358,11 @@ def test_cli_json_has_the_documented_members():
     assert set(j["spectral"]) == {"per_sample", "mean", "max", "iterations"}
     assert j["method"] == "exact" and j["probes"] is None and j["frobenius"]["rel_stderr"] is None
     assert len(j["frobenius"]["per_sample"]) == 8 and len(j["unit_sensitivity"]) == 8
-    result = run_cli(
-        "inspect",
-        sample("seed.keras"),
-        "--from",
-        "dense",
-        "--to",
-        "dense_1",
-        "--measure",
-        "jacobian",
-        "--probes",
-        "4",
-        "--json",
-    )
+    result = run_cli(*seed_inspect("--measure", "jacobian", "--probes", "4", "--json"))
     j = json.loads(result.output)["results"][0]["jacobian"]
     assert j["method"] == "estimate" and j["probes"] == 4 and j["frobenius"]["rel_stderr"] > 0
     assert isinstance(j["spectral"]["iterations"], int)
-    plain = run_cli("inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1", "--json")
+    plain = run_cli(*seed_inspect("--json"))
     assert "jacobian" not in json.loads(plain.output)["results"][0]
 
 
@@ -397,7 +376,7 @@ def test_cli_json_has_the_documented_members():
     ],
 )
 def test_cli_usage_errors_exit_2(extra, message):
-    result = run_cli("inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1", *extra)
+    result = run_cli(*seed_inspect(*extra))
     assert result.exit_code == 2
     assert message in result.output and "Traceback" not in result.output
 
@@ -462,15 +441,7 @@ def test_tall_jacobians_of_a_mixed_batch_by_columns(tmp_path, write_input, monke
     x = normal(6, 2)
     m = keras.saving.load_model(tmp_path / "bn.keras")
     d, up, bn = (m.get_layer(n) for n in ("d", "up", "bn"))
-    h = d(tf.constant(x))
-    with tf.GradientTape(persistent=True) as tape:
-        tape.watch(h)
-        y = bn(up(h), training=True)
-        elements = [[y[i, j] for j in range(8)] for i in range(6)]
-    blocks = [
-        np.stack([np.asarray(tape.gradient(e, h))[i] for e in row])
-        for i, row in enumerate(elements)
-    ]
+    blocks = diagonal_blocks(lambda h: bn(up(h), training=True), d(tf.constant(x)))
     res = measured(str(tmp_path / "bn.keras"), "d", "bn", input_file=write_input(x), training=True)
     assert not res.jacobian.batch_independent
     np.testing.assert_allclose(
