@@ -108,6 +108,34 @@ def diagonal_blocks(forward: Callable[[object], object], h) -> list[np.ndarray]:
     ]
 
 
+def untrained_bn_net(path: Path):
+    """Save and return conv (bias +50) -> BatchNormalization 'bn', never trained -> ReLU(6)
+    -> pool -> head, on 8x8x3 inputs 'x'.
+
+    In inference the untrained bn divides by sqrt(1 + 0.001) and nothing more, so every unit
+    stays near 50, past ReLU6's cap: d head / d conv is exactly zero. With batch statistics
+    (training) bn subtracts each channel's mean and the gradient flows."""
+    keras.utils.set_random_seed(0)
+    x = keras.Input((8, 8, 3), name="x")
+    h = keras.layers.Conv2D(8, 3, padding="same", name="conv",
+                            bias_initializer=keras.initializers.Constant(50.0))(x)  # fmt: skip
+    h = keras.layers.BatchNormalization(name="bn")(h)
+    h = keras.layers.ReLU(6.0, name="act")(h)
+    h = keras.layers.GlobalAveragePooling2D(name="pool")(h)
+    model = keras.Model(x, keras.layers.Dense(3, name="head")(h), name="bn_net")
+    model.save(path)
+    return model
+
+
+def small_conv_net(path: Path) -> None:
+    """Save conv (4 filters, ReLU) -> flatten -> head (3 units) on 8x8x3 images."""
+    keras.utils.set_random_seed(4)
+    keras.Sequential(
+        [keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, activation="relu", name="conv"),
+         keras.layers.Flatten(name="flat"), keras.layers.Dense(3, name="head")]
+    ).save(path)  # fmt: skip
+
+
 def _lowbias32(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.uint32)
     with np.errstate(over="ignore"):
