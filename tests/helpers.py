@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -106,6 +107,14 @@ def diagonal_blocks(forward: Callable[[object], object], h) -> list[np.ndarray]:
         np.stack([np.asarray(tape.gradient(e, h))[i] for e in row])
         for i, row in enumerate(elements)
     ]
+
+
+def save_built(built: tuple[Any, str], path: Path) -> str:
+    """Compile a (model, loss) pair that a test builds with adam, save it at `path`."""
+    model, loss = built
+    model.compile("adam", loss)
+    model.save(path)
+    return str(path)
 
 
 def untrained_bn_net(path: Path):
