@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from layergrad.core.keras_backend import quiet_import
 
@@ -143,6 +144,17 @@ def small_conv_net(path: Path) -> None:
         [keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, activation="relu", name="conv"),
          keras.layers.Flatten(name="flat"), keras.layers.Dense(3, name="head")]
     ).save(path)  # fmt: skip
+
+
+def assert_stats_match(stats, values: np.ndarray) -> None:
+    """Statistics added up in parts against numpy over every value: count, moments and extremes
+    to rounding, p50 and p95 within the log histogram's 1.2%."""
+    assert stats.count == len(values)
+    assert (stats.mean, stats.std, stats.min, stats.max) == pytest.approx(
+        (values.mean(), values.std(), values.min(), values.max()), rel=1e-12
+    )
+    for q, got in ((50, stats.p50), (95, stats.p95)):
+        assert got == pytest.approx(np.percentile(values, q, method="inverted_cdf"), rel=0.012)
 
 
 def _lowbias32(x: np.ndarray) -> np.ndarray:
