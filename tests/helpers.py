@@ -7,6 +7,7 @@ Tests import them with `from helpers import ...`; fixtures live in conftest.py.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,14 @@ SAMPLES = ROOT / "sample_models"
 CUSTOM_LAYERS = str(SAMPLES / "custom_layers.py")
 
 tf, keras = quiet_import()
+
+
+def fresh_python(*args: str, **run: Any) -> str:
+    """stdout of `python ARGS` in a new interpreter: what it imports is its own."""
+    done = subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, check=True, **run
+    )
+    return done.stdout
 
 
 def sample(name: str) -> str:

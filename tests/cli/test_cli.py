@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import load_sample, manual_gradient, normal, sample, seed_inspect
+from helpers import fresh_python, load_sample, manual_gradient, normal, sample, seed_inspect
 
 from layergrad.cli.app import main
 
@@ -143,15 +141,11 @@ def test_help_does_not_import_tensorflow():
         "r = CliRunner().invoke(main, ['inspect', '--help'])\nassert r.exit_code == 0\n"
         "print('tensorflow' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert fresh_python("-c", code).strip() == "False"
 
 
 def test_python_dash_m_runs_the_cli():
-    out = subprocess.run(
-        [sys.executable, "-m", "layergrad", "--version"], capture_output=True, text=True, check=True
-    )
-    assert "layergrad" in out.stdout
+    assert "layergrad" in fresh_python("-m", "layergrad", "--version")
 
 
 def test_ids_outside_the_vocabulary_exit_2_with_the_op_message(write_input):
@@ -210,14 +204,8 @@ def _in_subprocess(args: list[str], env: dict[str, str] | None = None) -> list[s
     )
     import os
 
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, **(env or {})},
-    )
-    first, last = out.stdout.strip().splitlines()[:2]
+    out = fresh_python("-c", code, env={**os.environ, **(env or {})})
+    first, last = out.strip().splitlines()[:2]
     return [*first.split(), last]
 
 
@@ -275,10 +263,9 @@ def test_an_import_that_cannot_be_imported_is_a_usage_error_before_tensorflow(co
             f"r = CliRunner().invoke(main, {[command, model, '--import', spec]!r})\n"
             "print(r.exit_code, 'tensorflow' in sys.modules)\nprint(repr(r.output))"
         )
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             check=True, cwd=tmp_path, env={**os.environ, "PYTHONSAFEPATH": "1"})  # fmt: skip
-        first, output = out.stdout.strip().splitlines()[:2]
-        assert first == "2 False", (spec, out.stdout)
+        out = fresh_python("-c", code, cwd=tmp_path, env={**os.environ, "PYTHONSAFEPATH": "1"})
+        first, output = out.strip().splitlines()[:2]
+        assert first == "2 False", (spec, out)
         assert said in output and "Traceback" not in output, (spec, output)
     # the API says the same (a usage error, not an unreadable file)
     from layergrad.core.errors import UsageError
