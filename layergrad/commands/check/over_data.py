@@ -224,8 +224,8 @@ def _dead_everywhere(
     without batches has no say); in one process the masks as they are."""
     import numpy as np
 
-    from layergrad.data.accumulators import gather_workers
     from layergrad.data.devices import strategy_for
+    from layergrad.data.stats.accumulators import gather_workers
 
     if batches.part is None:  # one process read every batch
         return masks
