@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from helpers import keras
 
-from layergrad.commands.check import CheckOptions, check_file
+from layergrad.commands.check.gate import CheckOptions, check_file
 from layergrad.core.vocab import Finding
 from layergrad.engine.compiled_loss import find_loss, label_request
 
@@ -64,7 +64,7 @@ def test_fit_takes_labels_that_fit_each_keyed_loss(tmp_path):
     # under binary cross-entropy: labels that fit, so fit runs (no target_mismatch)
     import numpy as np
 
-    from layergrad.commands.fit import FitOptions, fit_model
+    from layergrad.commands.fit.train import FitOptions, fit_model
 
     path = tmp_path / "dict.keras"
     _dict_model().save(path)

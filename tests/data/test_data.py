@@ -568,7 +568,7 @@ def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path):
 
 
 def test_sample_totals_added_in_batches_match_numpy_over_all_values():
-    from layergrad.data.aggregates import SampleTotals
+    from layergrad.data.stats.aggregates import SampleTotals
 
     values = np.abs(np.random.default_rng(3).standard_normal(1003)) * 10.0 ** np.linspace(
         -5, 5, 1003

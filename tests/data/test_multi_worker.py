@@ -125,8 +125,8 @@ COMBINE = """
 import json
 import numpy as np
 from layergrad.data import devices
-from layergrad.data import aggregates
-from layergrad.data.accumulators import combine_workers
+from layergrad.data.stats import aggregates
+from layergrad.data.stats.accumulators import combine_workers
 from layergrad.core.cluster import cluster_from_env
 
 w = cluster_from_env().index
@@ -146,8 +146,8 @@ def test_totals_kept_in_numpy_combine_over_the_workers(tmp_path):
 
 
 def test_combine_workers_in_one_process_returns_the_values():
-    from layergrad.data import aggregates
-    from layergrad.data.accumulators import combine_workers
+    from layergrad.data.stats import aggregates
+    from layergrad.data.stats.accumulators import combine_workers
 
     values = {"sum": np.array([1.0, 2.0])}
     assert combine_workers(tf.distribute.get_strategy(), values, {"sum": aggregates.SUM}) is values

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from helpers import assert_stats_match
 
-from layergrad.data.sample_ranking import NormTotals, report_histogram
+from layergrad.data.stats.sample_ranking import NormTotals, report_histogram
 
 
 def test_batches_and_merged_parts_equal_numpy_over_every_value():

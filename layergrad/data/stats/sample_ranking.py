@@ -16,8 +16,8 @@ from dataclasses import asdict
 import numpy as np
 
 from layergrad.core.results import Histogram, NormDistribution, RankedSample
-from layergrad.data.aggregates import SampleTotals
-from layergrad.data.reductions import BINS_PER_DECADE, LOG_LO
+from layergrad.data.stats.aggregates import SampleTotals
+from layergrad.data.stats.reductions import BINS_PER_DECADE, LOG_LO
 
 REPORT_BINS_PER_DECADE = 10  # the reported histogram: the kept one, 10 bins merged into 1
 
