@@ -241,19 +241,25 @@ def test_an_unsettled_estimate_says_it_is_a_lower_bound(tmp_path):
     assert_lower_bound(s.per_sample, 4.0, within=1e-2)
 
 
-def test_estimate_on_a_wide_tanh_layer_is_a_lower_bound_within_two_percent(tmp_path, write_input):
-    # 300 x 300 per sample, d tanh(x W + b) / d x on paper: close largest singular values
+def wide_tanh(tmp_path, x):
+    """Save x(300) -> Dense(300, tanh) 'wide'; its path and, worked out on paper, each
+    sample's Jacobian d tanh(x W + b) / d x."""
     keras.utils.set_random_seed(1)
     inp = keras.Input((300,), name="x")
-    keras.Model(inp, keras.layers.Dense(300, activation="tanh", name="wide")(inp)).save(
-        tmp_path / "w.keras"
-    )
-    x = normal(6, 300)
-    kernel, bias = keras.saving.load_model(tmp_path / "w.keras").get_layer("wide").get_weights()
+    path = tmp_path / "w.keras"
+    keras.Model(inp, keras.layers.Dense(300, activation="tanh", name="wide")(inp)).save(path)
+    kernel, bias = keras.saving.load_model(path).get_layer("wide").get_weights()
     y = np.tanh(x.astype(np.float64) @ kernel + bias)
-    true = np.array([np.linalg.norm((1 - yi**2)[:, None] * kernel.T, 2) for yi in y])
+    return str(path), [(1 - yi**2)[:, None] * kernel.T for yi in y]
+
+
+def test_estimate_on_a_wide_tanh_layer_is_a_lower_bound_within_two_percent(tmp_path, write_input):
+    # 300 x 300 per sample, on paper: close largest singular values
+    x = normal(6, 300)
+    path, jacobians = wide_tanh(tmp_path, x)
+    true = np.array([np.linalg.norm(J, 2) for J in jacobians])
     report = inspect_model(
-        str(tmp_path / "w.keras"), "x", ["wide"], input_file=write_input(x),
+        path, "x", ["wide"], input_file=write_input(x),
         measure="jacobian", probes=8,
     )  # fmt: skip
     res = only(report)
@@ -384,20 +390,9 @@ def test_cli_usage_errors_exit_2(extra, message):
 def test_large_exact_spectral_norm_by_lanczos_matches_numpy(tmp_path, write_input, monkeypatch):
     # 300 x 300 per sample: past the direct Gram decomposition, so Lanczos through the model.
     monkeypatch.setattr(lanczos, "direct", lambda jac: pytest.fail("Lanczos did not converge"))
-    keras.utils.set_random_seed(1)
-    inp = keras.Input((300,), name="x")
-    keras.Model(inp, keras.layers.Dense(300, activation="tanh", name="wide")(inp)).save(
-        tmp_path / "w.keras"
-    )
     x = normal(3, 300)
-    kernel, bias = keras.saving.load_model(tmp_path / "w.keras").get_layer("wide").get_weights()
-    y = np.tanh(x.astype(np.float64) @ kernel + bias)
-    jacobians = [(1 - yi**2)[:, None] * kernel.T for yi in y]  # d tanh(x W + b) / d x, on paper
-    res = only(
-        inspect_model(
-            str(tmp_path / "w.keras"), "x", ["wide"], input_file=write_input(x), measure="jacobian"
-        )
-    )
+    path, jacobians = wide_tanh(tmp_path, x)
+    res = only(inspect_model(path, "x", ["wide"], input_file=write_input(x), measure="jacobian"))
     assert res.jacobian.method == "exact"
     np.testing.assert_allclose(
         res.jacobian.spectral.per_sample, [np.linalg.norm(J, 2) for J in jacobians], rtol=1e-5
