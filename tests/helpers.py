@@ -56,6 +56,13 @@ def load_sample(name: str):
     return keras.saving.load_model(sample(name), compile=False, safe_mode=True)
 
 
+def nested_layers() -> tuple:
+    """encoder/dense, encoder/dense_1 and head of nested.keras, loaded by Keras directly."""
+    m = load_sample("nested.keras")
+    encoder = m.get_layer("encoder")
+    return encoder.get_layer("dense"), encoder.get_layer("dense_1"), m.get_layer("head")
+
+
 def manual_gradient(
     first: Callable[[object], object], rest: Callable[[object], object], x: np.ndarray
 ) -> np.ndarray:

@@ -18,6 +18,7 @@ from helpers import (
     diagonal_blocks,
     keras,
     load_sample,
+    nested_layers,
     normal,
     per_sample_jacobians,
     sample,
@@ -103,13 +104,7 @@ def test_residual_exact_norms_count_the_skip_path(write_input):
 
 def test_nested_exact_norms(write_input):
     x = normal(8, 6)
-    m = load_sample("nested.keras")
-    encoder = m.get_layer("encoder")
-    first, second, head = (
-        encoder.get_layer("dense"),
-        encoder.get_layer("dense_1"),
-        m.get_layer("head"),
-    )
+    first, second, head = nested_layers()
     res = measured(sample("nested.keras"), "encoder/dense", "head", input_file=write_input(x))
     assert_exact(res, per_sample_jacobians(first, lambda h: head(second(h)), x), units=8)
 
