@@ -53,9 +53,6 @@ KNOWN_MISSES: dict[str, str] = {
     "update-ratio trend stays under the 3 decades of the exploding rule",
     "conv/raw_pixels_data/*": "0-255 pixels into a ReLU convolution without Rescaling: ReLU "
     "does not saturate, so the input_range rule (the first activation pinned) does not fire",
-    "multi_output/healthy/obj": "a dict output whose key ('head') is not its layer's name "
-    "('head_act'): the random labels are drawn per layer name, so the sparse loss gets "
-    "one-hot-shaped labels and the forward check errors",
 }
 
 
