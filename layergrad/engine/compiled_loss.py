@@ -180,7 +180,7 @@ def label_request(model: KerasModel, spec: LossSpec | None) -> LabelRequest:
     keys = output_keys(model, count)
     losses = output_losses(spec, names or [""] * count, keys) if spec is not None else [""] * count
     kinds = tuple(label_kind(loss) if loss else "" for loss in losses)
-    return LabelRequest(tuple(names), kinds, tuple(losses), units)
+    return LabelRequest(tuple(names), kinds, tuple(losses), units, tuple(keys or ()))
 
 
 def output_keys(model: KerasModel, count: int) -> list[str] | None:

@@ -116,3 +116,27 @@ def test_outputs_keyed_partly_by_layer_name_get_their_own_loss(tmp_path):
     assert label_request(loaded, spec).losses == ("sparse_categorical_crossentropy", "mse")
     verdict = check_file(path, CheckOptions())
     assert verdict.passed, [c.message for c in verdict.checks if not c.passed]
+
+
+def test_check_data_reads_labels_keyed_by_the_dict_key(tmp_path):
+    """`y:kind` names the output keyed "kind" (layer "kind_act"): its labels are read. Class
+    ids up to 4 for a 3-unit softmax cannot be its targets (worked out from the model)."""
+    import numpy as np
+
+    path = tmp_path / "partly.keras"
+    _partly_keyed().save(path)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 4)).astype("float32")
+    value = rng.standard_normal((32, 1)).astype("float32")
+    good, bad = tmp_path / "good.npz", tmp_path / "bad.npz"
+    np.savez(good, x=x, **{"y:kind": rng.integers(0, 3, 32), "y:value": value})
+    np.savez(bad, x=x, **{"y:kind": np.arange(32) % 5, "y:value": value})
+    from layergrad.core.probe_options import ProbeOptions
+
+    verdict = check_file(path, CheckOptions(probe=ProbeOptions(data=str(good))))
+    assert verdict.passed, [c.message for c in verdict.checks if not c.passed]
+    verdict = check_file(path, CheckOptions(probe=ProbeOptions(data=str(bad))))
+    found = {f for c in verdict.checks for f in c.findings}
+    assert Finding.TARGET_MISMATCH in found, [c.message for c in verdict.checks]
+    said = " ".join(c.message for c in verdict.checks)
+    assert "kind" in said
