@@ -49,8 +49,6 @@ FN_SAVES = ("resaved", "fitted")
 KNOWN_MISSES: dict[str, str] = {
     "deep_tanh_regressor/init_large/*": "an 8-layer tanh stack with N(0, 4^2) kernels: the "
     "update-ratio trend stays under the 3 decades of the exploding rule",
-    "conv/raw_pixels_data/*": "0-255 pixels into a ReLU convolution without Rescaling: ReLU "
-    "does not saturate, so the input_range rule (the first activation pinned) does not fire",
 }
 
 
