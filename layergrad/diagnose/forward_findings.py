@@ -161,13 +161,13 @@ def raw_pixels(
                 for k in nearest_preds(graph, act.site.key, index.__contains__)
             ]
             conv = "Conv" in type(layer).__name__
-            if conv and preds and all(_pixels(p.value) for p in preds):
-                if not _normalized_next(graph, act.site.key, layers):
-                    value = inp.value.astype(np.float64)
-                    return InputRange(
-                        inp.site.ref, float(np.mean(np.abs(value))), act.site.ref, "pixels",
-                        float(value.max()),
-                    )  # fmt: skip
+            raw = conv and bool(preds) and all(_pixels(p.value) for p in preds)
+            if raw and not _normalized_next(graph, act.site.key, layers):
+                value = inp.value.astype(np.float64)
+                return InputRange(
+                    inp.site.ref, float(np.mean(np.abs(value))), act.site.ref, "pixels",
+                    float(value.max()),
+                )  # fmt: skip
             break  # the first layer with weights the input reaches decides
     return None
 
