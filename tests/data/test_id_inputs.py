@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import CUSTOM_LAYERS, SAMPLES, keras, manual_gradient, tf
+from helpers import CUSTOM_LAYERS, SAMPLES, keras, manual_gradient, save_built, tf
 
 from layergrad.cli.app import main
 from layergrad.commands.api import inspect_model, scan_model
@@ -79,11 +79,7 @@ BUILDERS = {"sequential": _sequential, "lstm": _lstm, "nested": _nested, "custom
 
 def _saved(tmp_path, kind: str, suffix: str = ".keras") -> str:
     keras.utils.set_random_seed(0)
-    model, loss = BUILDERS[kind]()
-    model.compile("adam", loss)
-    path = tmp_path / f"{kind}{suffix}"
-    model.save(path)
-    return str(path)
+    return save_built(BUILDERS[kind](), tmp_path / f"{kind}{suffix}")
 
 
 @pytest.mark.parametrize(

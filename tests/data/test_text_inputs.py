@@ -11,7 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import keras, manual_gradient, tf
+from helpers import keras, manual_gradient, save_built, tf
 
 from layergrad.cli.app import main
 from layergrad.commands.api import scan_model
@@ -86,11 +86,7 @@ BUILDERS = {
 
 
 def _saved(tmp_path, kind: str, suffix: str = ".keras") -> str:
-    model, loss = BUILDERS[kind]()
-    model.compile("adam", loss)
-    path = tmp_path / f"{kind}{suffix}"
-    model.save(path)
-    return str(path)
+    return save_built(BUILDERS[kind](), tmp_path / f"{kind}{suffix}")
 
 
 @pytest.mark.parametrize(

@@ -229,7 +229,9 @@ def test_the_developer_page_maps_every_module():
     for stage in stages:
         for module in (package / stage).rglob("*.py"):
             if module.name != "__init__.py":
-                name = module.relative_to(package / stage).as_posix()  # `check/gate.py` in a package
+                name = module.relative_to(
+                    package / stage
+                ).as_posix()  # `check/gate.py` in a package
                 assert f"| `{name}` |" in listed[stage], f"{stage}/{name}"
 
 

@@ -11,6 +11,7 @@ totals of one run over all their samples.
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 
 import numpy as np
 
@@ -153,13 +154,7 @@ class NormTotals:
             se_mean = math.sqrt(self.variance) / max(stats.count, 1)
             mean_rel = se_mean / stats.mean if stats.mean > 0 else 0.0
         return NormDistribution(
-            count=stats.count,
-            mean=stats.mean,
-            std=stats.std,
-            min=stats.min,
-            p50=stats.p50,
-            p95=stats.p95,
-            max=stats.max,
+            **asdict(stats),
             histogram=report_histogram(self.totals.hist),
             top=self.top.ranked(),
             mean_rel_stderr=mean_rel,
