@@ -257,3 +257,26 @@ def test_a_float_input_scaled_by_an_operation_stays_float_and_is_not_traced():
     model = keras.Model(x, layers.Dense(1)(layers.Flatten()(h)))
     assert input_specs(model)[0].dtype == "float32" and not input_specs(model)[0].ids
     assert model not in id_trace._FOUND  # no trace: the model holds no layer that takes ids
+
+
+@pytest.mark.parametrize("dtype", ["int64", "float32"])
+def test_integer_lookup_ids_are_drawn_from_its_vocabulary(tmp_path, dtype):
+    """Years through an IntegerLookup with no out-of-vocabulary index: ids from a numeric
+    range (0-9) are all out of vocabulary and the layer raises; the probe draws the years."""
+    years = [1990, 2001, 2010, 2020]
+    x = keras.Input((1,), dtype=dtype, name="year")
+    ids = layers.IntegerLookup(vocabulary=years, num_oov_indices=0, name="lookup")(x)
+    h = layers.Flatten(name="flat")(layers.Embedding(len(years), 4, name="embedding")(ids))
+    model = keras.Model(x, layers.Dense(1, activation="sigmoid", name="head")(h))
+    model.compile("adam", "binary_crossentropy")
+    path = str(tmp_path / "years.keras")
+    model.save(path)
+    verdict = check_file(path)
+    assert verdict.passed, [(c.name, c.message) for c in verdict.checks]
+    loaded = keras.models.load_model(path)
+    from layergrad.commands.session import probe_batch
+
+    batch = probe_batch(loaded, ProbeOptions(batch_size=64, seed=3))
+    drawn = set(np.asarray(batch.arrays[0]).ravel().tolist())
+    assert drawn <= set(years) and len(drawn) > 1, drawn
+    assert "vocabulary of IntegerLookup 'lookup'" in (batch.drawn or "")

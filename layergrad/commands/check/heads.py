@@ -18,8 +18,8 @@ from layergrad.core.tf_types import KerasModel
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
 from layergrad.model.config import as_ref, layer_name, structure_refs
-from layergrad.model.loss_fit import LossReading, read_file
-from layergrad.model.observed_heads import Observed, observe
+from layergrad.model.loss_fit import LossReading, read_file, read_observed
+from layergrad.model.observed_heads import SUBCLASSED, Observed, observe
 
 
 def loss_verdict(
@@ -34,7 +34,12 @@ def loss_verdict(
     if reading.stacks:
         findings.append(Finding.LINEAR_STACK)
         parts += [f"{m.message}. Fix: {m.hint}" for m in reading.stacks]
-    if not reading.described:
+    if not reading.described and reading.observed and not parts:
+        parts.append(
+            "the file describes no layers (a subclassed model): its outputs were judged on the "
+            "probe, and the compiled loss fits them"
+        )
+    elif not reading.described and not reading.observed:
         parts.append(
             "the file describes no layers (a subclassed model), so no output's head can be "
             "read: loss rules skipped"
@@ -119,6 +124,9 @@ def judge_on_probe(
     check's first verdict."""
     compiled = {"loss": loss} if loss else info.compile_config
     first = read_file(info.config, info.graph, compiled)
+    if not first.described and compiled.get("loss") and arrays is not None:
+        judge_undescribed(model, arrays, compiled, add)
+        return
     if not first.unread:
         return
     values = _outputs(model, arrays) if arrays is not None else None
@@ -144,13 +152,68 @@ def judge_on_random_probe(
     from layergrad.core.errors import LayergradError
 
     compiled = {"loss": options.loss} if options.loss else info.compile_config
-    if not read_file(info.config, info.graph, compiled).unread:
+    first = read_file(info.config, info.graph, compiled)
+    if not first.unread and (first.described or not compiled.get("loss")):
         return
     try:
         arrays: Sequence[np.ndarray] | None = probe_batch(model, options.probing()).arrays
     except LayergradError:
         arrays = None
     judge_on_probe(model, arrays, info, options.loss, add)
+
+
+def judge_undescribed(
+    model: KerasModel, arrays: Sequence[np.ndarray], compiled: Mapping[str, object], add: Add
+) -> None:
+    """The `loss` check of a model whose file describes no layers (a subclassed model): each
+    output is judged on what its values do on the probe, named by the layer whose call made it
+    (when one did). What the probe cannot decide is said, never failed."""
+    made = _outputs_by_layer(model, arrays)
+    if made is None:
+        return
+    seen = []
+    for i, (layer, value) in enumerate(made):
+        name = layer or (f"output_{i}" if len(made) > 1 else "output")
+        units = int(value.shape[-1]) if value.ndim >= 2 else 1
+        seen.append((name, layer, units, observe(value, SUBCLASSED)))
+    reading = read_observed(compiled, seen)
+    message, findings = loss_verdict(reading, True, False)
+    undecided = [name for name, _, _, o in seen if o is None]
+    if undecided:
+        message += "; " + "; ".join(
+            f"output '{n}': unknown (its values on the probe say too little)" for n in undecided
+        )
+    add("loss", message, findings, replace=True)
+
+
+def _outputs_by_layer(
+    model: KerasModel, arrays: Sequence[np.ndarray]
+) -> list[tuple[str, np.ndarray]] | None:
+    """The model's outputs on the batch (flattened), each with the name of the layer whose call
+    returned it ("" when none did: an operation in the model's own call); None when the model
+    fails on it."""
+    from layergrad.core.keras_backend import quiet_import
+    from layergrad.engine.layer_calls import capturing, forward, unique_leaves
+    from layergrad.model.layer_refs import iter_layers
+
+    tf, keras = quiet_import()
+    made: dict[int, str] = {}
+    kept: list[object] = []  # every tensor stays alive, so no id is reused during the call
+
+    def handle(key: tuple[str, int], flat: list[object], args: object) -> list[object]:
+        kept.extend(flat)
+        for tensor in flat:
+            made[id(tensor)] = key[0].split("/")[-1]
+        return flat
+
+    groups = unique_leaves(iter_layers(model))
+    try:
+        with capturing(groups, handle):
+            out = forward(model, [tf.constant(a) for a in arrays], training=False)
+        flat = keras.tree.flatten(out)
+        return [(made.get(id(v), ""), np.asarray(v)) for v in flat]
+    except Exception:
+        return None
 
 
 def _outputs(model: KerasModel, arrays: Sequence[np.ndarray]) -> list[np.ndarray] | None:
