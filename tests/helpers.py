@@ -43,7 +43,7 @@ def sample(name: str) -> str:
 
 
 def seed_inspect(*options: str) -> list[str]:
-    """The README's first example, `inspect seed.keras --from dense --to dense_1`, then `options`."""
+    """The README's first call, `inspect seed.keras --from dense --to dense_1`, then `options`."""
     return ["inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1", *options]
 
 
@@ -184,7 +184,7 @@ def _lowbias32(x: np.ndarray) -> np.ndarray:
 
 
 def projection_r(seed: int, output: int, shape: tuple[int, ...], first_sample: int = 0):
-    """The default scan target's R for one output, by the formula in layergrad/projection.py,
+    """The default scan target's R for one output, by the formula in engine/projection.py,
     written again in numpy: R[i, j] from (seed, output, sample i, position j) alone."""
     rows, width = shape[0], int(np.prod(shape[1:], dtype=np.int64))
     head = _lowbias32(_lowbias32(np.uint32(seed & 0xFFFFFFFF)) ^ np.uint32(output))

@@ -17,3 +17,9 @@ def root(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReques
 @pytest.fixture(scope="module")
 def base(root: Path) -> dict[str, Path]:
     return H.base_models(root, keras)
+
+
+@pytest.fixture(scope="module")
+def good(base: dict[str, Path]) -> str:
+    """The healthy .keras file among the base models, as a command's argument."""
+    return str(base["good.keras"])

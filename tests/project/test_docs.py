@@ -166,12 +166,6 @@ def test_every_schema_has_a_json_example_in_the_json_page():
         assert f"layergrad.{schema}/1" in shown, schema
 
 
-def _block_after(marker: str) -> str:
-    shown = re.search(re.escape(marker) + r"\n\n```\n(.*?)```", README, flags=re.S)
-    assert shown, f"README.md lost the example after {marker!r}"
-    return shown.group(1)
-
-
 def test_the_diff_example_runs_as_written_on_bundled_models(monkeypatch):
     section_text = section("diff")
     command = re.search(r"```\n(layergrad diff [^\n]*)\n```\n\nprints:", section_text)
