@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from helpers import keras
 
-from layergrad.commands.check import CheckOptions, check_file
+from layergrad.commands.check.gate import CheckOptions, check_file
 from layergrad.core.vocab import Finding
 from layergrad.engine.compiled_loss import find_loss, label_request
 
 layers = keras.layers
 
 
-def _dict_model() -> keras.Model:
+def _dict_model(alpha_loss: str = "binary_crossentropy") -> keras.Model:
     # keys sort as (alpha, zeta): opposite to the order the outputs are given and to the
     # layers' names, so neither insertion order nor layer names can line them up by chance
     x = keras.Input((4,), name="x")
@@ -22,9 +22,7 @@ def _dict_model() -> keras.Model:
     kind = layers.Dense(3, activation="softmax", name="a_kind")(h)
     flag = layers.Dense(1, activation="sigmoid", name="b_flag")(h)
     model = keras.Model(x, {"zeta": kind, "alpha": flag})
-    model.compile(
-        "adam", loss={"zeta": "sparse_categorical_crossentropy", "alpha": "binary_crossentropy"}
-    )
+    model.compile("adam", loss={"zeta": "sparse_categorical_crossentropy", "alpha": alpha_loss})
     return model
 
 
@@ -53,17 +51,8 @@ def test_check_passes_a_dict_output_model(tmp_path):
 def test_the_loss_check_judges_each_head_by_its_key(tmp_path):
     # "alpha" makes one sigmoid unit: categorical cross-entropy over one unit is always 0,
     # so the loss cannot fit that head (a mismatch worked out from how the model is built)
-    x = keras.Input((4,), name="x")
-    h = layers.Dense(8, activation="relu", name="hidden")(x)
-    kind = layers.Dense(3, activation="softmax", name="a_kind")(h)
-    flag = layers.Dense(1, activation="sigmoid", name="b_flag")(h)
-    model = keras.Model(x, {"zeta": kind, "alpha": flag})
-    model.compile(
-        "adam",
-        loss={"zeta": "sparse_categorical_crossentropy", "alpha": "categorical_crossentropy"},
-    )
     path = tmp_path / "mismatch.keras"
-    model.save(path)
+    _dict_model(alpha_loss="categorical_crossentropy").save(path)
     verdict = check_file(path, CheckOptions(static_only=True))
     loss = next(c for c in verdict.checks if c.name == "loss")
     assert Finding.LOSS_MISMATCH in loss.findings, loss.message
@@ -75,7 +64,7 @@ def test_fit_takes_labels_that_fit_each_keyed_loss(tmp_path):
     # under binary cross-entropy: labels that fit, so fit runs (no target_mismatch)
     import numpy as np
 
-    from layergrad.commands.fit import FitOptions, fit_model
+    from layergrad.commands.fit.train import FitOptions, fit_model
 
     path = tmp_path / "dict.keras"
     _dict_model().save(path)

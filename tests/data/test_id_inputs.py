@@ -10,11 +10,11 @@ import sys
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import CUSTOM_LAYERS, SAMPLES, keras, manual_gradient, tf
+from helpers import CUSTOM_LAYERS, SAMPLES, keras, manual_gradient, save_built, tf
 
 from layergrad.cli.app import main
 from layergrad.commands.api import inspect_model, scan_model
-from layergrad.commands.check import CheckOptions, check_file
+from layergrad.commands.check.gate import CheckOptions, check_file
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.data import id_trace
 from layergrad.data.id_trace import hidden_ids
@@ -79,11 +79,7 @@ BUILDERS = {"sequential": _sequential, "lstm": _lstm, "nested": _nested, "custom
 
 def _saved(tmp_path, kind: str, suffix: str = ".keras") -> str:
     keras.utils.set_random_seed(0)
-    model, loss = BUILDERS[kind]()
-    model.compile("adam", loss)
-    path = tmp_path / f"{kind}{suffix}"
-    model.save(path)
-    return str(path)
+    return save_built(BUILDERS[kind](), tmp_path / f"{kind}{suffix}")
 
 
 @pytest.mark.parametrize(

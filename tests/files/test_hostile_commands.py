@@ -9,7 +9,6 @@ process's own peak memory against the estimate.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
@@ -27,16 +26,6 @@ from hostile import INSPECT, bounded, measure, refused
 
 layers = keras.layers
 TF_BOUND_MB = 1500  # a run that loads TensorFlow and a small model
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("hostile_commands")
-
-
-@pytest.fixture(scope="module")
-def base(root: Path) -> dict[str, Path]:
-    return H.base_models(root, keras)
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +55,6 @@ def _png(path: Path, pixels: np.ndarray) -> Path:
 
     Image.fromarray(pixels).save(path)
     return path
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _scan_json(path: Path, rows: list[dict[str, Any]], **probe: Any) -> Path:
@@ -133,10 +118,10 @@ def test_outputs_never_replace_an_input_or_a_file_layergrad_did_not_write(
     good = str(base["good.keras"])
     page = root / "index.html"
     page.write_text("<html><body>my page</body></html>\n")
-    before = _digest(page)
+    before = H.digest(page)
     refused(["check", "--static-only", good, "--junit", str(page)],
             "is not a JUnit report written by layergrad", "--force")  # fmt: skip
-    assert _digest(page) == before
+    assert H.digest(page) == before
     forced = measure(["check", "--static-only", good, "--junit", str(page), "--force"])
     assert forced.returncode == 0 and ET.parse(page).getroot().get("name") == "layergrad.check"
     again = measure(["check", "--static-only", good, "--junit", str(page)])  # ours now
@@ -144,11 +129,11 @@ def test_outputs_never_replace_an_input_or_a_file_layergrad_did_not_write(
     folder = root / "data_images"
     folder.mkdir()
     logo = _png(folder / "logo.png", np.full((8, 8, 3), 7, np.uint8))
-    kept = _digest(logo)
+    kept = H.digest(logo)
     img = ["scan", str(image_model), "--data", str(folder)]
     refused([*img, "--plot", str(logo)], "a folder this run reads")
     refused([*img, "--plot", str(folder / "new.png")], "inside", "a folder this run reads")
-    assert _digest(logo) == kept and sorted(os.listdir(folder)) == ["logo.png"]
+    assert H.digest(logo) == kept and sorted(os.listdir(folder)) == ["logo.png"]
     data = root / "x.npy"
     np.save(data, np.ones((4, 5), "float32"))
     link = root / "chart.png"

@@ -227,9 +227,12 @@ def test_the_developer_page_maps_every_module():
     stages = sorted(p.name for p in package.iterdir() if (p / "__init__.py").exists())
     assert sorted(listed) == stages
     for stage in stages:
-        for module in (package / stage).glob("*.py"):
+        for module in (package / stage).rglob("*.py"):
             if module.name != "__init__.py":
-                assert f"| `{module.name}` |" in listed[stage], f"{stage}/{module.name}"
+                name = module.relative_to(
+                    package / stage
+                ).as_posix()  # `check/gate.py` in a package
+                assert f"| `{name}` |" in listed[stage], f"{stage}/{name}"
 
 
 def _outside_code(text: str) -> str:

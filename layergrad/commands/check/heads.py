@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from layergrad.commands.check_options import Add, CheckOptions
+from layergrad.commands.check.options import Add, CheckOptions
 from layergrad.core.tf_types import KerasModel
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from layergrad.commands.check_options import Add, CheckOptions
+from layergrad.commands.check.options import Add, CheckOptions
 from layergrad.core.errors import LayergradError
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import Cause, ScanReport, ScanRow, WeightScanReport
@@ -93,8 +93,8 @@ def weights(info: FileInfo, add: Add) -> None:
 def loss_fits(info: FileInfo, loss: str | None, add: Add, probe_follows: bool = False) -> None:
     """`loss`: the compiled loss (or `--loss`) fits each output's activation, and no weight
     layers stack into one linear map. With `probe_follows`, a head whose activation the file
-    does not show is left to `check_heads.judge_on_probe`, which completes this check."""
-    from layergrad.commands.check_heads import loss_verdict
+    does not show is left to `heads.judge_on_probe`, which completes this check."""
+    from layergrad.commands.check.heads import loss_verdict
     from layergrad.model.loss_fit import read_file
 
     compiled = {"loss": loss} if loss else info.compile_config

@@ -1,0 +1,19 @@
+"""Fixtures of the hostile-file tests: a folder per test module and the base models in it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hostile as H
+import pytest
+from helpers import keras
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    return tmp_path_factory.mktemp(request.module.__name__)
+
+
+@pytest.fixture(scope="module")
+def base(root: Path) -> dict[str, Path]:
+    return H.base_models(root, keras)
