@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from helpers import keras
 
-from layergrad.commands.check import CheckOptions, check_file
+from layergrad.commands.check.gate import CheckOptions, check_file
 from layergrad.diagnose.saturation import glorot_std
 from layergrad.files.training_state import training_steps
 
@@ -43,8 +43,7 @@ def _trainable(path):
 LARGE = keras.initializers.RandomNormal(stddev=4.0, seed=0)
 
 
-@pytest.mark.parametrize("suffix", [".keras", ".h5"])
-@pytest.mark.parametrize("separate", [False, True])
+@pytest.mark.parametrize(("separate", "suffix"), [(False, ".keras"), (True, ".h5")])
 def test_kernels_scaled_far_up_warn_exploding_at_the_first_layer(tmp_path, separate, suffix):
     path = tmp_path / f"large{suffix}"
     _tanh_stack(LARGE, separate).save(path)
