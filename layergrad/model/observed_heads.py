@@ -34,6 +34,7 @@ class Observed:
     layer_class: str = ""
     zeros: float = 0.0  # the share of the values that are exactly 0
     units: int = 1  # the width of the last axis
+    inner: str = ""  # the layer inside that returned the values and says `kind` itself
 
     def describe(self) -> str:
         """In words, for the messages: what the file does not say and what the probe saw."""
@@ -48,13 +49,20 @@ class Observed:
                 else f"are non-negative and {self.zeros:.0%} of them exactly 0, like a ReLU"
             ),
             "linear": "take either sign, like a linear layer",
-        }[self.kind]
+        }.get(self.kind, f"look like a {self.kind}")
         span = f"{self.low:.3g} to {self.high:.3g}"
         who = f"custom layer {self.layer_class}" if self.layer_class else "a layer"
         if self.layer_class in ("Lambda", "TFOpLambda"):
             who = "Lambda layer"
+        if self.inner and self.layer_class == SUBCLASSED:
+            return f"layer of a subclassed model that applies {self.kind} (probe: {span})"
+        if self.inner:
+            return (
+                f"{who} whose output comes from its inner layer {self.inner}, which applies "
+                f"{self.kind} (probe: {span})"
+            )
         if self.layer_class == SUBCLASSED:
-            return f"a subclassed model's output; on the probe its values {seen} ({span})"
+            return f"output of a subclassed model; on the probe its values {seen} ({span})"
         return f"{who} that does not say its activation; on the probe its outputs {seen} ({span})"
 
 

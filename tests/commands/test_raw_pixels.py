@@ -7,10 +7,9 @@ whose convolution feeds a BatchNormalization, and tabular data of legitimate who
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from helpers import keras
 
-from layergrad.commands.check import CheckOptions, check_file
+from layergrad.commands.check.gate import CheckOptions, check_file
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.diagnose.forward_findings import _pixels
 
@@ -45,8 +44,7 @@ def _check(tmp_path, model, x, y, name):
     return {f for c in verdict.checks for f in c.findings}, verdict
 
 
-@pytest.mark.parametrize("channels", [1, 3])
-def test_raw_pixels_into_a_convolution_warn_at_it(tmp_path, channels):
+def test_raw_pixels_into_a_convolution_warn_at_it(tmp_path, channels=3):
     rng = np.random.default_rng(0)
     x, y = _images(rng, channels=channels), rng.integers(0, 3, 32)
     found, verdict = _check(tmp_path, _conv(channels=channels), x, y, "raw")

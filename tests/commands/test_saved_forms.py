@@ -236,11 +236,12 @@ def _custom_head(final, units):
 @pytest.mark.parametrize(
     ("final", "units", "loss", "bad", "seen"),
     [
-        ("sigmoid", 1, "binary_crossentropy", False, "like a sigmoid"),
-        ("softmax", 4, "categorical_crossentropy", False, "like a softmax"),
-        ("softmax", 4, keras.losses.binary_crossentropy, True, "like a softmax"),
-        (None, 4, "categorical_crossentropy", True, "either sign"),
-        (None, 4, keras.losses.CategoricalCrossentropy(from_logits=True), False, "either sign"),
+        # the Dense inside that returns the values says its activation: read from it
+        ("sigmoid", 1, "binary_crossentropy", False, "applies sigmoid"),
+        ("softmax", 4, "categorical_crossentropy", False, "applies softmax"),
+        ("softmax", 4, keras.losses.binary_crossentropy, True, "applies softmax"),
+        (None, 4, "categorical_crossentropy", True, "applies linear"),
+        (None, 4, keras.losses.CategoricalCrossentropy(from_logits=True), False, "applies linear"),
     ],
 )
 def test_a_custom_head_is_judged_on_its_outputs_never_assumed_linear(
@@ -319,7 +320,7 @@ def test_a_custom_head_is_judged_with_data_too(tmp_path):
              y=np.eye(4, dtype="float32")[rng.integers(0, 4, 16)])  # fmt: skip
     options = CheckOptions(imports=(HEADS,), probe=ProbeOptions(data=str(data)))
     item, verdict = loss_item(tmp_path / "m.keras", options)
-    assert item.findings == ("loss_mismatch",) and "like a softmax" in item.message, item.message
+    assert item.findings == ("loss_mismatch",) and "applies softmax" in item.message, item.message
     assert [c.name for c in verdict.checks].count("loss") == 1
 
 

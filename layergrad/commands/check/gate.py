@@ -271,7 +271,8 @@ def _dynamic(
         mode = f"; {said}" if said else ""
         add("forward", f"finite and varying on {source} of {batch.batch_size}{drawn}{mode}")
     steps.gradient(report.rows, add)
-    steps.trainable(weights, add, has_loss)
+    init = steps.init_scale(path, model, session.batch.arrays)
+    steps.trainable(weights, add, has_loss, init=init)
     if baseline is not None:
         add("baseline", *judge(report, weights if has_loss else None, baseline, options.tolerance))
     elif options.baselines:

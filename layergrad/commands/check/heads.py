@@ -129,14 +129,14 @@ def judge_on_probe(
         return
     if not first.unread:
         return
-    values = _outputs(model, arrays) if arrays is not None else None
+    made = _outputs_by_layer(model, arrays) if arrays is not None else None
     names = _flat_output_names(info.config)
     observed: dict[str, Observed] = {}
-    if values is not None and len(values) == len(names):
+    if made is not None and len(made) == len(names):
         classes = {h.name: h.layer_class for h in first.unread}
-        for name, value in zip(names, values, strict=True):
+        for name, (_, value, layer) in zip(names, made, strict=True):
             if name in classes:
-                seen = observe(value, classes[name])
+                seen = _declared(observe(value, classes[name]), layer, name)
                 if seen is not None:
                     observed[name] = seen
     reading = read_file(info.config, info.graph, compiled, observed)
@@ -172,10 +172,10 @@ def judge_undescribed(
     if made is None:
         return
     seen = []
-    for i, (layer, value) in enumerate(made):
+    for i, (layer, value, obj) in enumerate(made):
         name = layer or (f"output_{i}" if len(made) > 1 else "output")
         units = int(value.shape[-1]) if value.ndim >= 2 else 1
-        seen.append((name, layer, units, observe(value, SUBCLASSED)))
+        seen.append((name, layer, units, _declared(observe(value, SUBCLASSED), obj, "")))
     reading = read_observed(compiled, seen)
     message, findings = loss_verdict(reading, True, False)
     undecided = [name for name, _, _, o in seen if o is None]
@@ -186,12 +186,31 @@ def judge_undescribed(
     add("loss", message, findings, replace=True)
 
 
+def _declared(seen: Observed | None, layer: object, outer: str) -> Observed | None:
+    """What the values did, with the activation the layer that returned them applies when it
+    says one (the inner `Dense(..., activation="relu")` of a custom head): a ReLU whose few
+    probe outputs all came out positive is still a ReLU."""
+    from dataclasses import replace
+
+    from layergrad.diagnose.activations import activation_name
+
+    if seen is None or layer is None or getattr(layer, "name", outer) == outer:
+        return seen
+    kind = activation_name(layer)
+    own = getattr(layer, "activation", None)
+    if kind is None and own is not None and getattr(own, "__name__", "") == "linear":
+        kind = "linear"
+    if kind is None or kind == "tanh":
+        return seen
+    return replace(seen, kind=kind, inner=f"'{layer.name}'")  # type: ignore[attr-defined]
+
+
 def _outputs_by_layer(
     model: KerasModel, arrays: Sequence[np.ndarray]
-) -> list[tuple[str, np.ndarray]] | None:
-    """The model's outputs on the batch (flattened), each with the name of the layer whose call
-    returned it ("" when none did: an operation in the model's own call); None when the model
-    fails on it."""
+) -> list[tuple[str, np.ndarray, object]] | None:
+    """The model's outputs on the batch (flattened), each with the name of the innermost layer
+    whose call returned it ("" when none did: an operation in the model's own call) and that
+    layer; None when the model fails on it. The layers inside custom layers are watched too."""
     from layergrad.core.keras_backend import quiet_import
     from layergrad.engine.layer_calls import capturing, forward, unique_leaves
     from layergrad.model.layer_refs import iter_layers
@@ -202,32 +221,28 @@ def _outputs_by_layer(
 
     def handle(key: tuple[str, int], flat: list[object], args: object) -> list[object]:
         kept.extend(flat)
-        for tensor in flat:
-            made[id(tensor)] = key[0].split("/")[-1]
+        for tensor in flat:  # an inner layer's call ends first: the innermost is kept
+            made.setdefault(id(tensor), key[0])
         return flat
 
     groups = unique_leaves(iter_layers(model))
+    inner = []
+    for layer, path, _ in groups:
+        flatten = getattr(layer, "_flatten_layers", None)
+        subs = list(flatten(include_self=False, recursive=True)) if flatten else []
+        inner += [(sub, f"{path}/{sub.name}") for sub in subs]
+    groups = unique_leaves([*((p, la) for la, p, _ in groups), *((p, la) for la, p in inner)])
+    by_path = {path: layer for layer, path, _ in groups}
     try:
         with capturing(groups, handle):
             out = forward(model, [tf.constant(a) for a in arrays], training=False)
         flat = keras.tree.flatten(out)
-        return [(made.get(id(v), ""), np.asarray(v)) for v in flat]
     except Exception:
         return None
-
-
-def _outputs(model: KerasModel, arrays: Sequence[np.ndarray]) -> list[np.ndarray] | None:
-    """The model's outputs on the batch, flattened the way Keras flattens them; None when the
-    model fails on it (the forward check says why)."""
-    from layergrad.core.keras_backend import quiet_import
-    from layergrad.engine.layer_calls import forward
-
-    tf, keras = quiet_import()
-    try:
-        out = forward(model, [tf.constant(a) for a in arrays], training=False)
-        return [np.asarray(v) for v in keras.tree.flatten(out)]
-    except Exception:
-        return None
+    paths = [made.get(id(v), "") for v in flat]
+    return [
+        (p.split("/")[-1], np.asarray(v), by_path.get(p)) for p, v in zip(paths, flat, strict=True)
+    ]
 
 
 def _flat_output_names(config: Mapping[str, object]) -> list[str]:

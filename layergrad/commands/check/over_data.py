@@ -119,7 +119,8 @@ def dynamic_data(
     else:
         add("forward", f"{message}; outputs vary and inputs are in range{where}{mode}")
     steps.gradient(rows, add)
-    steps.trainable(weights, add, has_loss, where, dead_scope="the data")
+    init = steps.init_scale(path, loaded.model, first.batch.arrays)
+    steps.trainable(weights, add, has_loss, where, dead_scope="the data", init=init)
     if baseline is not None:  # over the same data: the loss's gradient over every sample
         data = os.fspath(options.probe.data or "")
         other = other or not same_data(baseline, data, sha, run.samples, options.allow_other_data)
