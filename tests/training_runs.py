@@ -193,6 +193,7 @@ def sigmoid_stack(seed: int) -> tuple[object, ...]:
 
 
 def init_up(seed: int) -> tuple[object, ...]:
+    _seeded(seed)  # an unseeded initializer takes its seed when made: make it after seeding
     init = keras.initializers.RandomNormal(stddev=8.0)
     return _mlp_run(lambda: keras.optimizers.SGD(0.01), depth=3, init=init)(seed)
 
