@@ -28,7 +28,7 @@ from pathlib import Path
 
 from verdict_corpus import BY_NAME, Case, _arrays, _write_data, build_corpus
 
-from layergrad.commands.fix import FixOptions, fix_model
+from layergrad.commands.fix.repair import FixOptions, fix_model
 from layergrad.core.fix_results import FixReport, Verdict
 
 DEFAULT_ARCHS = "seq_mlp_binary,mlp_sparse,nested,multi_input,multi_output,residual,conv"

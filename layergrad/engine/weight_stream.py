@@ -32,7 +32,7 @@ from layergrad.core.errors import InputError, describe
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.results import GradientNoise
 from layergrad.core.tf_types import Dataset, KerasModel, KerasVariable, Strategy, Tensor, TensorTree
-from layergrad.data.accumulators import Accumulators, summary_shapes
+from layergrad.data.stats.accumulators import Accumulators, summary_shapes
 from layergrad.engine.step_calls import statistics_kept
 
 Progress = Callable[[int, "int | None"], None]

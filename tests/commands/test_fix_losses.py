@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from layergrad.commands.fix import FixOptions, fix_model
+from layergrad.commands.fix.repair import FixOptions, fix_model
 from layergrad.core.keras_backend import quiet_import
 
 tf, keras = quiet_import()

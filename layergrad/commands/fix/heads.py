@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from layergrad.commands.repair_plan import (
+from layergrad.commands.fix.plan import (
     Edit,
     Plan,
     layer_code,
@@ -25,7 +25,7 @@ from layergrad.commands.repair_plan import (
     replace_edit,
     set_loss,
 )
-from layergrad.commands.repair_targets import CHANGES_LOSS, head_activation, target_plan
+from layergrad.commands.fix.targets import CHANGES_LOSS, head_activation, target_plan
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
 from layergrad.model import config_edit as ed

@@ -22,7 +22,7 @@ from layergrad.core.tf_types import KerasModel
 from layergrad.files.file_info import FileInfo
 
 if TYPE_CHECKING:
-    from layergrad.commands.check_steps import Opened
+    from layergrad.commands.check.steps import Opened
 
 
 class OpenedFile:

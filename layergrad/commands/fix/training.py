@@ -1,7 +1,7 @@
 """Train one model file for `fix` as `fit` does, and score what the trained model outputs.
 
 The run is `fit`'s (the same compile, labels, shuffled batches and `GradientMonitor`, from
-`commands/fit.py`); what `fix` adds is the loss of the trained model's *predictions*: Keras on
+`commands/fit/train.py`); what `fix` adds is the loss of the trained model's *predictions*: Keras on
 TensorFlow trains a softmax or sigmoid head through the logits it keeps beside the output, so
 a head whose outputs are useless (a softmax over one unit is always 1.0) can show a training
 loss as good as the repaired one. The served loss is computed from the predictions as plain
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layergrad.commands.fit import (
+from layergrad.commands.fit.train import (
     DEFAULT_STEPS,
     FitOptions,
     compile_for_fit,
@@ -32,7 +32,7 @@ from layergrad.core.fit_results import FitReport
 from layergrad.core.probe_options import PathLike
 
 if TYPE_CHECKING:
-    from layergrad.commands.check_steps import Opened
+    from layergrad.commands.check.steps import Opened
 
 SCORED_BATCHES = 32  # batches of the data the trained model's predictions are scored on
 

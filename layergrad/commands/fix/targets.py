@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from layergrad.commands.repair_plan import Plan
+from layergrad.commands.fix.plan import Plan
 from layergrad.core.vocab import Finding
 from layergrad.model.head_forms import Head
 from layergrad.model.target_fit import LabelSummary
 
 if TYPE_CHECKING:
-    from layergrad.commands.repair_heads import HeadRules
+    from layergrad.commands.fix.heads import HeadRules
 
 CHANGES_LOSS = "the loss changes"
 

@@ -20,8 +20,8 @@ from layergrad.core.probe_options import PathLike
 from layergrad.core.results import FileVerdict
 
 if TYPE_CHECKING:
-    from layergrad.commands.check_steps import Opened
-    from layergrad.commands.fit import FitOptions
+    from layergrad.commands.check.steps import Opened
+    from layergrad.commands.fit.train import FitOptions
 
 CLEARLY = 0.9  # a loss "clearly below" another: at most this share of it
 
@@ -46,9 +46,9 @@ def train(
     """Train the model `model()` gives (as `session.load` returns it; trained in place) and
     summarise the run (a model that cannot be opened or trained: a run with its error);
     `found` are its check findings, joined by the training findings. `final` is the loss of
-    the trained model's predictions (`fix_training`), else the last tenth of the training
+    the trained model's predictions (`training`), else the last tenth of the training
     losses."""
-    from layergrad.commands.fix_training import train_and_score
+    from layergrad.commands.fix.training import train_and_score
 
     try:
         report, served, chance = train_and_score(model(), data, fit_options, limit=limit)
