@@ -1,16 +1,21 @@
-"""Measure `fix` on the verdict corpus: is each fault with a mechanical repair repaired?
+"""Measure `fix` on the verdict corpus: is each fault with a mechanical repair repaired, and
+with data, verified?
 
 Builds part of the verdict corpus (verdict_corpus.py: healthy architectures times fault
-operators, saved as .keras and .h5) in a temp dir and runs `fix_model` on each file, without
-data (the faults `check` finds from the file and a random probe). Per operator it prints:
-  faults    files whose injected finding `check` reports
+operators, saved as .keras and .h5) in a temp dir and runs `fix_model` on each file. Per
+operator it prints:
+  faults    files whose injected finding `fix` reports (check, and with data training)
   repaired  of those, files where a repair is planned for that finding and the repaired copy
             (read back and checked) no longer has it
   at layer  of those, the repair names one of the fault's layers
-Healthy files must get "nothing to fix" (false repairs are counted). With `--data` the
-faults that need data are included and each repair is trained (slow).
+  verified  with --data: of the repaired, files whose repair of that finding is `verified`
+            (the finding gone from the trained copy and its loss clearly below the original's)
+Healthy files must get "nothing to fix" (false repairs are counted). With `--data` every file
+is trained on labelled data: the faults that need data on their own labels, the static faults
+and the healthy files on the healthy architecture's labels (the model is wrong, not the data).
 
     python benchmarks/bench_fix_corpus.py [--archs seq_mlp_binary,mlp_sparse] [--saves keras,h5]
+        [--forms str,obj] [--ops units_one,loss_bce] [--data --steps 100]
 """
 
 from __future__ import annotations
@@ -21,62 +26,96 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from verdict_corpus import build_corpus
+from verdict_corpus import BY_NAME, Case, _arrays, _write_data, build_corpus
 
 from layergrad.commands.fix.repair import FixOptions, fix_model
+from layergrad.core.fix_results import FixReport, Verdict
 
 DEFAULT_ARCHS = "seq_mlp_binary,mlp_sparse,nested,multi_input,multi_output,residual,conv"
+COLUMNS = ("faults", "repaired", "at layer", "verified")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--archs", default=DEFAULT_ARCHS)
     parser.add_argument("--saves", default="keras,h5")
-    parser.add_argument("--data", action="store_true", help="also the faults that need data")
+    parser.add_argument("--forms", default=None, help="written forms (str,fn,obj); all if unset")
+    parser.add_argument("--ops", default=None, help="mutant names (e.g. units_one); all if unset")
+    parser.add_argument("--data", action="store_true", help="train every file: verdicts")
     parser.add_argument("--steps", type=int, default=100)
     args = parser.parse_args()
-    rows: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    rows: dict[str, list[int]] = defaultdict(lambda: [0] * len(COLUMNS))
+    healthy = [0, 0]  # files, of which "nothing to fix"
     false_repairs: list[str] = []
     misses: list[str] = []
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
-        cases = build_corpus(folder, archs=args.archs.split(","),
+        ops = None if args.ops is None else ["healthy", *args.ops.split(",")]
+        forms = None if args.forms is None else tuple(args.forms.split(","))
+        cases = build_corpus(folder, archs=args.archs.split(","), forms=forms, ops=ops,
                              saves=tuple(args.saves.split(",")), healthy_data=False)  # fmt: skip
+        labelled: dict[str, Path] = {}
         for case in cases:
             if case.path is None or (case.data is not None and not args.data):
                 continue
+            data = case.data
+            if args.data and data is None:  # a static fault (or healthy) on the right labels
+                data = labelled.get(case.arch) or _healthy_data(case, Path(folder), labelled)
             out = Path(folder) / "copy.keras"
             options = FixOptions(output=str(out), force=True, steps=args.steps)
             try:
-                report = fix_model(case.path, case.data, options, imports=case.imports)
+                report = fix_model(case.path, data, options, imports=case.imports)
             except Exception as exc:  # a refused file is a miss, not a crash
                 misses.append(f"{case.name}: {type(exc).__name__}: {exc}"[:200])
                 continue
             if case.expect is None:
+                healthy[0] += 1
                 if report.repairs:
                     false_repairs.append(f"{case.name}: {report.repairs[0].code}")
+                else:
+                    healthy[1] += 1
                 continue
-            finding, where = case.expect
-            row = rows[case.op]
-            if finding not in report.before:
-                continue  # check does not find it: not fix's to repair
-            row[0] += 1
-            mine = [r for r in report.repairs if r.finding == finding or finding in r.gone]
-            if mine and report.output and finding not in report.after:
-                row[1] += 1
-                row[2] += any(r.layer in where or r.layer is None for r in mine)
-            else:
-                why = mine[0].why if mine else "no repair planned"
-                misses.append(f"{case.name}: {finding}: {why}"[:200])
-    print(f"{'operator':<28} {'faults':>6} {'repaired':>8} {'at layer':>8}")
-    for op, (faults, repaired, at_layer, _) in sorted(rows.items()):
-        print(f"{op:<28} {faults:>6} {repaired:>8} {at_layer:>8}")
-    total = [sum(r[i] for r in rows.values()) for i in range(3)]
-    print(f"{'all':<28} {total[0]:>6} {total[1]:>8} {total[2]:>8}")
-    print(f"false repairs on healthy files: {len(false_repairs)}")
-    for line in false_repairs[:10] + misses[:30]:
+            _count(rows[case.op], case, report, misses, trained=args.data)
+    print(f"{'operator':<28} " + " ".join(f"{c:>8}" for c in COLUMNS))
+    for op, counts in sorted(rows.items()):
+        print(f"{op:<28} " + " ".join(f"{n:>8}" for n in counts))
+    total = [sum(r[i] for r in rows.values()) for i in range(len(COLUMNS))]
+    print(f"{'all':<28} " + " ".join(f"{n:>8}" for n in total))
+    print(f"healthy files: {healthy[0]}, nothing to fix: {healthy[1]}, "
+          f"false repairs: {len(false_repairs)}")  # fmt: skip
+    for line in false_repairs[:20] + misses[:60]:
         print("  " + line)
     print(f"{time.perf_counter() - start:.0f} s")
+
+
+def _healthy_data(case: Case, folder: Path, labelled: dict[str, Path]) -> Path:
+    """The healthy architecture's labelled data (the labels its head is meant for)."""
+    arch = BY_NAME[case.arch]
+    x, y = _arrays(arch, arch.head, seed=1)
+    labelled[case.arch] = _write_data(folder / f"{case.arch}__labels.npz", x, y)
+    return labelled[case.arch]
+
+
+def _count(row: list[int], case: Case, report: FixReport, misses: list[str], trained: bool) -> None:
+    assert case.expect is not None
+    finding, where = case.expect
+    if finding not in report.before:
+        return  # the fault is not found: not fix's to repair
+    row[0] += 1
+    mine = [r for r in report.repairs if r.finding == finding or finding in r.gone]
+    if not (mine and report.output and finding not in report.after):
+        why = mine[0].why if mine else "no repair planned"
+        misses.append(f"{case.name}: {finding}: {why}"[:240])
+        return
+    row[1] += 1
+    row[2] += any(r.layer in where or r.layer is None for r in mine)
+    if not trained:
+        return
+    if any(r.verdict == Verdict.VERIFIED for r in mine):
+        row[3] += 1
+    else:
+        why = "; ".join(f"{r.finding}: {r.why}" for r in mine)
+        misses.append(f"{case.name}: not verified: {why}"[:300])
 
 
 if __name__ == "__main__":

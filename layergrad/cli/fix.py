@@ -7,12 +7,22 @@ renders and sets the exit code, nothing more.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 
 from layergrad.cli.options import format_options, load_options
 from layergrad.cli.running import emit, handle_errors
 from layergrad.core.vocab import OutputFormat
+
+Decorator = Callable[[Any], Any]
+
+
+def _count(flag: str, metavar: str, text: str, default: int | None = None) -> Decorator:
+    """An option taking a whole number of at least 1 (its default shown when it has one)."""
+    return click.option(flag, type=click.IntRange(min=1), default=default, metavar=metavar,
+                        show_default=default is not None, help=text)  # fmt: skip
 
 
 @click.command()
@@ -29,28 +39,9 @@ from layergrad.core.vocab import OutputFormat
     metavar="FILE",
     help="Where the repaired copy goes (default: MODEL.fixed.keras in the working directory).",
 )
-@click.option(
-    "--steps",
-    type=click.IntRange(min=1),
-    default=300,
-    show_default=True,
-    metavar="N",
-    help="With --data: train each model N steps (the same batches for all).",
-)
-@click.option(
-    "--batch-size",
-    type=click.IntRange(min=1),
-    default=32,
-    show_default=True,
-    metavar="B",
-    help="With --data: rows per training batch.",
-)
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    metavar="N",
-    help="With --data: read at most N samples.",
-)
+@_count("--steps", "N", "With --data: train each model N steps (the same batches for all).", 300)
+@_count("--batch-size", "B", "With --data: rows per training batch.", 32)
+@_count("--limit", "N", "With --data: read at most N samples.")
 @click.option(
     "--seed", default=0, show_default=True, type=int, help="Seeds shuffling and new weights."
 )

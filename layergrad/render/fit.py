@@ -24,8 +24,9 @@ from layergrad.render.common import (
     number,
     to_text,
 )
-from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page
+from layergrad.render.html_page import Html, badge, cell, el, join, page, report_head
 from layergrad.render.html_page import table as html_table
+from layergrad.render.loss_chart import BLUE, loss_chart
 
 COLUMNS = (
     Column("layer", name_like=True),
@@ -197,12 +198,8 @@ def markdown(report: FitReport, **_: object) -> str:
 
 def html(report: FitReport, **_: object) -> str:
     """One self-contained page: verdict, facts, findings, loss curve, update-ratio map."""
-    kind = "bad" if report.findings else "ok"
-    body: list[Html | None] = [
-        el("h1", "layergrad fit"),
-        el("div", verdict_line(report), class_=f"verdict {kind}"),
-        definition_list(_facts(report)),
-    ]
+    ok = not report.findings
+    body: list[Html | None] = [*report_head("fit", verdict_line(report), ok, _facts(report))]
     if report.findings:
         body.append(el("h2", "Findings"))
         rows = [
@@ -237,47 +234,9 @@ def html(report: FitReport, **_: object) -> str:
     return page(f"layergrad fit: {report.path or report.model}", body)
 
 
-def loss_svg(losses: Sequence[float | None], width: int = 720, height: int = 220) -> Html:
+def loss_svg(losses: Sequence[float | None]) -> Html:
     """The loss of every step as a polyline; steps with a NaN/Inf loss as red ticks."""
-    pad = 40
-    finite = [(i, v) for i, v in enumerate(losses) if v is not None and math.isfinite(v)]
-    parts: list[Html] = []
-    if finite:
-        low, high = min(v for _, v in finite), max(v for _, v in finite)
-        span = high - low or 1.0
-        n = max(len(losses) - 1, 1)
-
-        def xy(i: int, v: float) -> str:
-            x = pad + (width - 2 * pad) * i / n
-            y = height - pad - (height - 2 * pad) * (v - low) / span
-            return f"{x:.1f},{y:.1f}"
-
-        points = " ".join(xy(i, v) for i, v in finite)
-        parts.append(el("polyline", points=points, fill="none", stroke="#0b5cad", stroke_width=1.5))
-        for i, v in enumerate(losses):
-            if v is None or not math.isfinite(v):
-                x = pad + (width - 2 * pad) * i / n
-                parts.append(
-                    el(
-                        "line",
-                        x1=f"{x:.1f}",
-                        x2=f"{x:.1f}",
-                        y1=pad,
-                        y2=height - pad,
-                        stroke="#c62828",
-                    )
-                )
-        parts.append(el("text", f"{number(high)}", x=2, y=pad, font_size=11))
-        parts.append(el("text", f"{number(low)}", x=2, y=height - pad, font_size=11))
-    parts.append(el("text", f"step 1 .. {len(losses)}", x=pad, y=height - 8, font_size=11))
-    return el(
-        "svg",
-        join(parts),
-        xmlns="http://www.w3.org/2000/svg",
-        viewBox=f"0 0 {width} {height}",
-        role="img",
-        aria_label="loss per step",
-    )
+    return loss_chart([(losses, BLUE)], nan_ticks=True)
 
 
 def ratio_map_svg(report: FitReport) -> Html:

@@ -17,8 +17,9 @@ from rich.text import Text
 from layergrad.core.fix_results import SCHEMA, FixReport, Repair, Run
 from layergrad.render.common import json_document, md_code, md_table, md_text, number, to_text
 from layergrad.render.escape import visible
-from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page
+from layergrad.render.html_page import Html, badge, cell, el, page, report_head
 from layergrad.render.html_page import table as html_table
+from layergrad.render.loss_chart import BLUE, RED, loss_chart
 
 
 def verdict_line(report: FixReport) -> str:
@@ -194,12 +195,7 @@ def markdown(report: FixReport, **_: object) -> str:
 
 def html(report: FixReport, **_: object) -> str:
     """One self-contained page: verdict, facts, changes, verdicts, the two loss curves."""
-    kind = "ok" if report.ok else "bad"
-    body: list[Html | None] = [
-        el("h1", "layergrad fix"),
-        el("div", verdict_line(report), class_=f"verdict {kind}"),
-        definition_list(_facts(report)),
-    ]
+    body: list[Html | None] = [*report_head("fix", verdict_line(report), report.ok, _facts(report))]
     if report.repairs:
         body.append(el("h2", "Changes"))
         for r in report.repairs:
@@ -226,46 +222,15 @@ def html(report: FixReport, **_: object) -> str:
     return page(f"layergrad fix: {report.path}", body)
 
 
-def _scaled(run: Run | None) -> list[float]:
+def _scaled(run: Run | None) -> list[float | None]:
     if run is None:
         return []
     scale = run.trivial or 1.0
-    return [v / scale if v is not None and math.isfinite(v) else math.nan for v in run.losses]
+    return [v / scale if v is not None else None for v in run.losses]
 
 
 def curves_svg(original: Run | None, repaired: Run | None) -> Html:
     """Both loss curves on one chart (relative to the trivial loss), with the trivial line."""
-    width, height, pad = 720, 240, 40
-    curves = [(_scaled(original), "#c62828"), (_scaled(repaired), "#0b5cad")]
-    values = [v for c, _ in curves for v in c if math.isfinite(v)]
-    parts: list[Html] = []
-    if values:
-        low, high = min([*values, 0.0]), max([*values, 1.0])
-        span = high - low or 1.0
-        n = max(max(len(c) for c, _ in curves) - 1, 1)
-
-        def y(v: float) -> float:
-            return height - pad - (height - 2 * pad) * (v - low) / span
-
-        for curve, colour in curves:
-            points = " ".join(
-                f"{pad + (width - 2 * pad) * i / n:.1f},{y(v):.1f}"
-                for i, v in enumerate(curve)
-                if math.isfinite(v)
-            )
-            if points:
-                parts.append(el("polyline", points=points, fill="none", stroke=colour,
-                                stroke_width=1.5))  # fmt: skip
-        parts.append(el("line", x1=pad, x2=width - pad, y1=f"{y(1.0):.1f}", y2=f"{y(1.0):.1f}",
-                        stroke="#888", stroke_dasharray="4 4"))  # fmt: skip
-        parts.append(el("text", number(high), x=2, y=pad, font_size=11))
-        parts.append(el("text", number(low), x=2, y=height - pad, font_size=11))
-    parts.append(el("text", "steps", x=pad, y=height - 8, font_size=11))
-    return el(
-        "svg",
-        join(parts),
-        xmlns="http://www.w3.org/2000/svg",
-        viewBox=f"0 0 {width} {height}",
-        role="img",
-        aria_label="loss per step, original and repaired",
-    )
+    curves = [(_scaled(original), RED), (_scaled(repaired), BLUE)]
+    return loss_chart(curves, label="loss per step, original and repaired", reference=1.0,
+                      height=240)  # fmt: skip

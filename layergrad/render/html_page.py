@@ -104,6 +104,17 @@ def definition_list(items: Iterable[tuple[str, Child]]) -> Html:
     return el("dl", (join([el("dt", k), el("dd", v)]) for k, v in items))
 
 
+def report_head(
+    command: str, verdict: str, ok: bool, facts: Iterable[tuple[str, Child]]
+) -> list[Html]:
+    """The opening of a report page: `layergrad COMMAND`, its verdict line, its facts."""
+    return [
+        el("h1", f"layergrad {command}"),
+        el("div", verdict, class_=f"verdict {'ok' if ok else 'bad'}"),
+        definition_list(facts),
+    ]
+
+
 def page(title: str, body: Iterable[Child]) -> str:
     """A complete self-contained HTML document.
 

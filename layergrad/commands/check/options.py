@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from layergrad.core.errors import UsageError
 from layergrad.core.probe_options import ProbeOptions, Progress
 from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding, Reduce
 from layergrad.diagnose.regressions import DEFAULT_TOLERANCE
 
+if TYPE_CHECKING:
+    from layergrad.core.probe_options import PathLike
+    from layergrad.files.file_info import FileInfo
+
 # How a check step records one check: add(check, message, findings=(), ...) -> passed
 Add = Callable[..., bool]
+# How the `loads` check opens the file: opener(path, probe, info) -> what `session.load` returns
+Opener = Callable[["PathLike", ProbeOptions, "FileInfo"], Any]
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,8 @@ class CheckOptions:
     tolerance: float = DEFAULT_TOLERANCE  # decades of mean |g| a baseline allows
     on_progress: Progress | None = None
     allow_other_data: bool = False  # --baseline --data: compare with a baseline of other data
+    # a caller that keeps the loaded model (`fix`); None: `session.load`
+    opener: Opener | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.allow_other_data and not (self.probe.data is not None and self.baselines):

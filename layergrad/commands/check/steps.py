@@ -53,13 +53,17 @@ def loads(
     probe: ProbeOptions,
     add: Add,
 ) -> Opened | None:
-    """Load the model (`session.load`) and record the `loads` check; None when it fails."""
+    """Load the model (`session.load`, or the caller's `options.opener`) and record the
+    `loads` check; None when it fails."""
     from layergrad.commands import session
 
     try:
-        opened = session.load(
-            path, probe, imports=options.imports, unsafe=options.unsafe, info=info
-        )
+        if options.opener is not None:
+            opened: Opened = options.opener(path, probe, info)
+        else:
+            opened = session.load(
+                path, probe, imports=options.imports, unsafe=options.unsafe, info=info
+            )
     except LayergradError as exc:
         add("loads", str(exc), [Finding.UNREADABLE])
         return None

@@ -10,15 +10,18 @@ loss itself.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from layergrad.commands.check.gate import check_file
-from layergrad.commands.check.options import CheckOptions
 from layergrad.core.errors import LayergradError, describe
 from layergrad.core.fit_results import FitReport
 from layergrad.core.fix_results import Run, Verdict
 from layergrad.core.probe_options import PathLike
 from layergrad.core.results import FileVerdict
+
+if TYPE_CHECKING:
+    from layergrad.commands.check.steps import Opened
+    from layergrad.commands.fit.train import FitOptions
 
 CLEARLY = 0.9  # a loss "clearly below" another: at most this share of it
 
@@ -32,32 +35,23 @@ def check_findings(verdict: FileVerdict) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def checked(path: PathLike, options: CheckOptions) -> tuple[str, ...]:
-    """The findings of `check` on a model file (a copy: the same audit as the original)."""
-    return check_findings(check_file(path, options))
-
-
 def train(
-    path: PathLike,
+    model: Callable[[], Opened],
     data: PathLike,
-    fit_options: object,
+    fit_options: FitOptions,
     *,
     limit: int | None,
-    imports: Sequence[str],
-    unsafe: bool,
     found: Sequence[str] = (),
 ) -> tuple[Run, FitReport | None]:
-    """Train the model in `path` (never written) and summarise the run; `found` are its
-    check findings, joined by the training findings. `final` is the loss of the trained
-    model's predictions (`training`), else the last tenth of the training losses."""
-    from layergrad.commands.fit.train import FitOptions
+    """Train the model `model()` gives (as `session.load` returns it; trained in place) and
+    summarise the run (a model that cannot be opened or trained: a run with its error);
+    `found` are its check findings, joined by the training findings. `final` is the loss of
+    the trained model's predictions (`training`), else the last tenth of the training
+    losses."""
     from layergrad.commands.fix.training import train_and_score
 
-    assert isinstance(fit_options, FitOptions)
     try:
-        report, served, chance = train_and_score(
-            path, data, fit_options, limit=limit, imports=list(imports), unsafe=unsafe
-        )
+        report, served, chance = train_and_score(model(), data, fit_options, limit=limit)
     except LayergradError as exc:
         return Run("-", findings=tuple(found), error=str(exc)), None
     except Exception as exc:

@@ -25,16 +25,16 @@ from layergrad.commands.fix.plan import (
     replace_edit,
     set_loss,
 )
+from layergrad.commands.fix.targets import CHANGES_LOSS, head_activation, target_plan
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
 from layergrad.model import config_edit as ed
+from layergrad.model.config import structure_refs
 from layergrad.model.graph import LayerEntry
-from layergrad.model.head_forms import Head, output_heads
+from layergrad.model.head_forms import Head, keyed_by_head, output_heads
 from layergrad.model.linear_stacks import redundant_pairs, whole_network
 from layergrad.model.loss_forms import per_output as loss_specs
 from layergrad.model.target_fit import LabelSummary
-
-CHANGES_LOSS = "the loss changes"
 
 
 class HeadRules:
@@ -47,7 +47,8 @@ class HeadRules:
         self.compiled = compiled
         self.heads = output_heads(info.config, info.graph) if info.graph.known else []
         names = [h.name for h in self.heads]
-        self.specs = loss_specs(compiled["loss"], names) if compiled.get("loss") else []
+        loss = keyed_by_head(compiled.get("loss"), info.config)
+        self.specs = loss_specs(loss, names) if loss else []
         if len(self.heads) == 1 and len(labels) == 1:
             labels = {names[0]: next(iter(labels.values()))}
         self.labels = labels
@@ -87,19 +88,24 @@ class HeadRules:
         fresh: list[tuple[str, str]] = []
         code = []
         config = entry.get("config")
+        # the layer holding the units: the head itself, or the Dense before an activation layer
+        units_at = self._units_layer(layer) if units is not None else layer
         separate = not (isinstance(config, dict) and "activation" in config)
-        if separate:  # an activation layer of its own (Softmax, ReLU, Activation): replaced
-            units_at = self._units_layer(layer)
+        if separate:  # an activation layer without options (Softmax, ReLU): replaced
             new = ed.new_layer("Activation", head.layer.split("/")[-1], {"activation": act})
             edits.append(replace_edit(layer, new))
             code.append(f'{layer_code(entry)} -> Activation("{act}") at {layer}')
+        elif units_at != layer:  # an Activation layer: its option, the units on the Dense
+            if head_activation(head) != act or entry.get("class_name") != "Activation":
+                edits.append(option_edit(layer, "activation", act))
+                code.append(f"{layer_code(entry)} -> {layer_code(entry, activation=act)} "
+                            f"at {layer}")  # fmt: skip
         else:
-            units_at = layer
             edits.append(option_edit(layer, "activation", act))
         if units is not None:
             edits.append(option_edit(units_at, "units", units))
             fresh += [(units_at, "*")]
-        if not separate:
+        if not separate and units_at == layer:
             more: dict[str, object] = {} if units is None else {"units": units}
             code.append(f"{layer_code(entry)} -> {layer_code(entry, activation=act, **more)} "
                         f"at {layer}")  # fmt: skip
@@ -107,7 +113,7 @@ class HeadRules:
             dense = self._entry(units_at)
             code.append(f"{layer_code(dense)} -> {layer_code(dense, units=units)} at {units_at}")
         compile_edits: list[Edit] = []
-        if loss is not None:
+        if loss is not None and self._loss_name(head) != (loss, False):
             compile_edits.append(self._loss_edit(head, loss, False, code))
         return Plan(finding, layer, why, tuple(code), tuple(edits), tuple(compile_edits),
                     tuple(fresh))  # fmt: skip
@@ -121,11 +127,31 @@ class HeadRules:
     def _loss_edit(self, head: Head, name: str, from_logits: bool, code: list[str]) -> Edit:
         i = self.heads.index(head)
         outputs = len(self.heads)
-        old = loss_of(self.compiled, head.name, i, outputs)
+        key = self._loss_key(head)
+        old = loss_of(self.compiled, key, i, outputs)
         new = loss_with(name, from_logits)
-        output = head.name if outputs > 1 else None
+        output = key if outputs > 1 else None
         code.append(f"{loss_code(old, output)} -> {loss_code(new, output)}")
-        return set_loss(head.name, i, new)
+        return set_loss(key, i, new)
+
+    def _loss_name(self, head: Head) -> tuple[str, bool] | None:
+        """(the head's loss by its canonical name, from_logits), None when unknown."""
+        specs = self.specs or [None] * len(self.heads)
+        return specs[self.heads.index(head)]
+
+    def _loss_key(self, head: Head) -> str:
+        """The key of the head's loss in a dict of losses: its output's dict key when the
+        model's outputs are a dict keyed that way (`Model(x, {"price": ...})`), else the
+        name of the layer that makes it."""
+        loss = self.compiled.get("loss")
+        inner = self.info.config.get("config")
+        outputs = inner.get("output_layers") if isinstance(inner, Mapping) else None
+        if isinstance(loss, Mapping) and head.name not in loss and isinstance(outputs, Mapping):
+            for key, ref in outputs.items():
+                refs = structure_refs(ref)
+                if key in loss and len(refs) == 1 and refs[0][0] == head.name:
+                    return str(key)
+        return head.name
 
     # -- the rules --------------------------------------------------------------------------
 
@@ -140,7 +166,7 @@ class HeadRules:
             y = self.labels.get(head.name)
             rule = self._targets if finding == Finding.TARGET_MISMATCH else self._head
             plan = rule(head, spec, y)
-            if plan is not None and _activation(head) == "softmax" and head.units == 1:
+            if plan is not None and head_activation(head) == "softmax" and head.units == 1:
                 plan = replace(plan, covers=(Finding.CONSTANT_OUTPUT,))  # always 1.0 before
             if plan is not None:
                 found.append(plan)
@@ -158,7 +184,7 @@ class HeadRules:
         if spec is None:
             return self._all_linear(head)
         loss, logits = spec
-        act, units = _activation(head), head.units or 0
+        act, units = head_activation(head), head.units or 0
         probs = act in ("softmax", "sigmoid")
         ids = y is not None and y.integers and y.width == 1 and not y.one_hot
         multi_hot = y is not None and y.width > 1 and not y.one_hot and y.low >= 0 and y.high <= 1
@@ -304,91 +330,4 @@ class HeadRules:
     def _targets(
         self, head: Head, spec: tuple[str, bool] | None, y: LabelSummary | None
     ) -> Plan | None:
-        f = Finding.TARGET_MISMATCH
-        if y is None or not y.count:
-            return None
-        loss = spec[0] if spec else ""
-        act, units = _activation(head), head.units or 0
-        sparse = loss.startswith("sparse_categorical")
-        one_hot_loss = loss.startswith("categorical_")
-        ids = y.integers and y.width == 1 and y.low >= 0
-        if sparse and y.one_hot:
-            return self.loss(
-                head,
-                "categorical_crossentropy",
-                False,
-                f"{CHANGES_LOSS}: the "
-                "labels are one-hot rows, which categorical_crossentropy reads",
-                f,
-            )
-        if one_hot_loss and ids and units > 1:
-            return self.loss(
-                head,
-                "sparse_categorical_crossentropy",
-                False,
-                f"{CHANGES_LOSS}: the labels are class ids, which the sparse loss reads",
-                f,
-            )
-        classes = int(y.high) + 1 if ids else 0
-        if sparse and ids and units and classes > units:
-            return self.activation(head, act if act != "linear" else "softmax", f"the head's "
-                                   f"units change: class ids run to {int(y.high)}, so the head "
-                                   f"needs {classes} units", f, units=classes)  # fmt: skip
-        if units <= 1 and ids and classes > 2 and y.classes is not None and y.classes > 2:
-            return self.activation(
-                head,
-                "softmax",
-                f"the head changes: {classes} classes need "
-                f"{classes} softmax units and the sparse loss",
-                f,
-                units=classes,
-                loss="sparse_categorical_crossentropy",
-            )
-        if units > 1 and y.width > 1 and y.width != units:
-            return self.activation(head, act, f"the head's units change: each label row has "
-                                   f"{y.width} columns", f, units=y.width)  # fmt: skip
-        if units > 1 and y.width == 1 and not sparse:
-            if ids and classes > 2:
-                return self.activation(
-                    head,
-                    "softmax",
-                    "the head and loss change: the labels are class ids",
-                    f,
-                    loss="sparse_categorical_crossentropy",
-                )
-            if ids:
-                return self.activation(head, "sigmoid", "the head changes: one yes/no label per "
-                                       "sample needs one sigmoid unit", f, units=1,
-                                       loss="binary_crossentropy")  # fmt: skip
-            return self.activation(head, "linear", "the head changes: one number per sample "
-                                   "needs one linear unit", f, units=1)  # fmt: skip
-        if "binary" in loss and (y.low < 0 or y.high > 1):
-            return self.activation(
-                head,
-                "linear",
-                "the head and loss change: the targets lie "
-                "outside [0, 1], a regression: a linear head with "
-                "mean_squared_error",
-                f,
-                loss="mean_squared_error",
-            )
-        bounded = {"sigmoid": (0, 1), "softmax": (0, 1), "tanh": (-1, 1), "relu": (0, None)}
-        bounds = bounded.get(act)
-        if bounds is not None and not sparse:
-            low, high = bounds
-            if y.low < low or (high is not None and y.high > high):
-                return self.activation(
-                    head,
-                    "linear",
-                    f"the activation changes: the targets "
-                    f"run from {y.low:g} to {y.high:g}, beyond what a {act} "
-                    "can output; a linear head can reach them",
-                    f,
-                )
-        return None
-
-
-def _activation(head: Head) -> str:
-    """What the head applies last: from the file, else what its values showed on the probe."""
-    observed = getattr(head, "observed", None)
-    return head.activation if head.known or not observed else str(observed)
+        return target_plan(self, head, spec, y)

@@ -57,6 +57,8 @@ def layer_code(entry: Mapping[str, object], **changes: object) -> str:
         if options.get(key) is not None:
             args.append(_value(options[key]))
             break
+    if cls == "Activation" and serialized_name(options.get("activation")) is not None:
+        return f'Activation("{serialized_name(options["activation"])}")'
     if cls == "Rescaling" and "scale" in options:
         args.append(_value(options["scale"]))
     for key in ("activation", "kernel_initializer"):
@@ -96,13 +98,21 @@ def loss_code(loss: object, output: str | None = None) -> str:
 
 
 def _one_loss(loss: object) -> str:
+    """One loss as written: a name (`"mse"`), a function (`keras.losses.mse`), or a class
+    with the options that differ from Keras's defaults (`from_logits`, `label_smoothing`)."""
     if isinstance(loss, str):
         return f'"{loss}"'
     if isinstance(loss, Mapping) and isinstance(loss.get("class_name"), str):
         inner = loss.get("config")
-        logits = isinstance(inner, Mapping) and bool(inner.get("from_logits"))
-        args = "from_logits=True" if logits else ""
-        return f"keras.losses.{loss['class_name']}({args})"
+        if loss["class_name"] == "function" and isinstance(inner, str):
+            return f"keras.losses.{inner}"
+        options = inner if isinstance(inner, Mapping) else {}
+        args = []
+        if options.get("from_logits"):
+            args.append("from_logits=True")
+        if options.get("label_smoothing"):
+            args.append(f"label_smoothing={_value(options['label_smoothing'])}")
+        return f"keras.losses.{loss['class_name']}({', '.join(args)})"
     return repr(loss)
 
 

@@ -1,11 +1,12 @@
 """`layergrad fix`: the repair of each finding, applied to a copy, and the evidence it trains.
 
-1. check the file (and with `--data`, train it: `fit`) for its findings;
+1. check the file (and with `--data`, train it: `fit`) for its findings; the file is loaded
+   once (`opened.OpenedFile`): the check, the repairs and a clone for the training share it;
 2. plan a repair for each finding that has a mechanical one (`heads`,
    `weights`), from the finding's own facts: the head, the loss, the labels, the
    weights, the inputs, the update ratios;
 3. apply each repair alone and all together to the model's config and rebuild it
-   (`build`); check each copy (the same audit as any file);
+   (`build`); read each copy back once (the same audit as any file) and check it;
 4. with `--data`: train the original and each copy for the same steps on the same batches
    and judge each repair (`evidence.judge`);
 5. write the copy with every repair to `--output` (never over the model file, never over an
@@ -23,7 +24,8 @@ from typing import TYPE_CHECKING
 
 from layergrad.commands.check.gate import check_file
 from layergrad.commands.check.options import CheckOptions
-from layergrad.commands.fix.evidence import check_findings, checked, judge, train
+from layergrad.commands.fix.evidence import check_findings, judge, train
+from layergrad.commands.fix.opened import OpenedFile
 from layergrad.commands.fix.plan import Plan
 from layergrad.core.errors import InputError, OutputError, describe
 from layergrad.core.fix_results import FixReport, Repair, Run, Verdict
@@ -95,15 +97,15 @@ def fix_model(
     inputs = [os.fspath(path), *imports, *data_inputs(data)]
     check_target(output, "--output", "keras", inputs, force=options.force)
     probe = ProbeOptions(data=data, limit=options.limit)
+    original_file = OpenedFile(path, imports, unsafe)  # loaded once: checked, repaired, trained
     check = CheckOptions(imports=tuple(imports), unsafe=unsafe, probe=probe)
-    verdict = check_file(path, check)
+    verdict = check_file(path, replace(check, opener=original_file))
     _refuse_unreadable(verdict)
     before = list(check_findings(verdict))
     from layergrad.commands.fix.build import BuildError, model_config, weights_by_layer
-    from layergrad.engine.loader import load_model
 
-    loaded, _ = load_model(path, imports, unsafe)
-    model, info = loaded.model, loaded.info
+    opened = original_file.get(probe)
+    model, info = opened[0].model, opened[0].info
     labels: dict[str, LabelSummary] = {}
     stats: list[InputStats] = []
     original: Run | None = None
@@ -115,8 +117,8 @@ def fix_model(
 
         labels, stats = data_facts(model, info, data, options.limit, options.batch_size)
         fitting = FitOptions(steps=options.steps, batch_size=options.batch_size, seed=options.seed)
-        original, fit_report = train(path, data, fitting, limit=options.limit, imports=imports,
-                                     unsafe=unsafe, found=before)  # fmt: skip
+        original, fit_report = train(lambda: original_file.twin(probe), data, fitting,
+                                     limit=options.limit, found=before)  # fmt: skip
         before = list(original.findings)
     from layergrad.commands.fix.rules import plan_repairs
 
@@ -150,11 +152,12 @@ def fix_model(
         return target
 
     def evidence(target: str) -> tuple[tuple[str, ...], Run | None]:
-        found = checked(target, check)
+        copy_file = OpenedFile(target, imports, unsafe)  # read back once: checked, trained
+        found = check_findings(check_file(target, replace(check, opener=copy_file)))
         if data is None or fitting is None:
             return found, None
-        run, _ = train(target, data, fitting, limit=options.limit, imports=imports,
-                       unsafe=unsafe, found=found)  # fmt: skip
+        run, _ = train(lambda: copy_file.get(probe), data, fitting, limit=options.limit,
+                       found=found)  # fmt: skip
         return run.findings, run
 
     repairs: list[Repair] = []

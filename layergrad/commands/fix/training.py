@@ -11,8 +11,10 @@ arrays, the way a user of the model sees them.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,31 +27,26 @@ from layergrad.commands.fit.train import (
     read_labelled,
     training_batches,
 )
-from layergrad.commands.session import load
 from layergrad.core.errors import InputError, describe
 from layergrad.core.fit_results import FitReport
-from layergrad.core.probe_options import PathLike, ProbeOptions
+from layergrad.core.probe_options import PathLike
+
+if TYPE_CHECKING:
+    from layergrad.commands.check.steps import Opened
 
 SCORED_BATCHES = 32  # batches of the data the trained model's predictions are scored on
 
 
 def train_and_score(
-    path: PathLike,
-    data: PathLike,
-    options: FitOptions,
-    *,
-    limit: int | None = None,
-    imports: tuple[str, ...] | list[str] = (),
-    unsafe: bool = False,
+    opened: Opened, data: PathLike, options: FitOptions, *, limit: int | None = None
 ) -> tuple[FitReport, float | None, float | None]:
-    """(the fit report, the served loss of the trained model, the chance loss of the labels).
+    """(the fit report, the served loss of the trained model, the chance loss of the labels)
+    of the model `opened` (as `session.load` returns it), which is trained in place.
 
     Raises:
         InputError: as `fit_model` (data without labels, no loss or optimizer, ...).
     """
-    probe = ProbeOptions(batch_size=options.batch_size, seed=options.seed, data=data,
-                         limit=limit)  # fmt: skip
-    loaded, _warnings, _ = load(path, probe, imports=tuple(imports), unsafe=unsafe)
+    loaded, _warnings, strategy = opened
     model, info = loaded.model, loaded.info
     from layergrad.core.keras_backend import quiet_import
     from layergrad.training.monitor import GradientMonitor
@@ -57,22 +54,27 @@ def train_and_score(
 
     tf, keras = quiet_import()
     keras.utils.set_random_seed(options.seed)
-    spec = compile_for_fit(model, info.compile_config, options)
-    labelled = read_labelled(model, os.fspath(data), options, limit, spec)
-    stream = labelled.stream
-    assert stream is not None
-    prior, samples = prior_and_samples(labelled, spec.name, options, output_units_of(model, spec))
-    dataset = training_batches(model, stream, options, samples)
-    steps = options.steps or DEFAULT_STEPS
-    chance = prior or chance_loss(spec.name, output_units_of(model, spec))
-    monitor = GradientMonitor(every=max(1, steps // 50), chance_loss=chance)
-    try:
-        model.fit(dataset.repeat(), epochs=1, steps_per_epoch=steps, verbose=0,
-                  callbacks=[monitor])  # fmt: skip
-    except tf.errors.InvalidArgumentError as exc:
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        # Keras's deserialize edits the config it reads: the file's (shared) stays as read
+        spec = compile_for_fit(model, copy.deepcopy(info.compile_config), options)
+        labelled = read_labelled(model, os.fspath(data), options, limit, spec)
+        stream = labelled.stream
+        assert stream is not None
+        units = output_units_of(model, spec)
+        prior, samples = prior_and_samples(labelled, spec.name, options, units)
+        dataset = training_batches(model, stream, options, samples)
+        steps = options.steps or DEFAULT_STEPS
+        chance = prior or chance_loss(spec.name, units)
+        monitor = GradientMonitor(every=max(1, steps // 50), chance_loss=chance)
+        try:
+            model.fit(dataset.repeat(), epochs=1, steps_per_epoch=steps, verbose=0,
+                      callbacks=[monitor])  # fmt: skip
+        except tf.errors.InvalidArgumentError as exc:
+            stream.raise_failure()
+            raise InputError(
+                f"--data {os.fspath(data)}: training stopped: {describe(exc)}"
+            ) from exc
         stream.raise_failure()
-        raise InputError(f"--data {os.fspath(data)}: training stopped: {describe(exc)}") from exc
-    stream.raise_failure()
     assert monitor.report is not None
     return monitor.report, _served_loss(model, dataset), chance
 

@@ -1,0 +1,113 @@
+"""The repairs of `target_mismatch`: the head and its loss for what the labels hold.
+
+With `--data` the labels are summarised (`target_fit.LabelSummary`: their form, range and
+width); the rule changes the loss for the label form (one-hot rows: categorical; class ids:
+sparse), the head's units for the class ids or the columns, the head for a regression, or
+the activation for targets beyond its range. No TensorFlow.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from layergrad.commands.fix.plan import Plan
+from layergrad.core.vocab import Finding
+from layergrad.model.head_forms import Head
+from layergrad.model.target_fit import LabelSummary
+
+if TYPE_CHECKING:
+    from layergrad.commands.fix.heads import HeadRules
+
+CHANGES_LOSS = "the loss changes"
+
+
+def target_plan(
+    rules: HeadRules, head: Head, spec: tuple[str, bool] | None, y: LabelSummary | None
+) -> Plan | None:
+    """The repair of a head whose labels do not fit it or its loss; None when none fits."""
+    f = Finding.TARGET_MISMATCH
+    if y is None or not y.count:
+        return None
+    loss = spec[0] if spec else ""
+    act, units = head_activation(head), head.units or 0
+    sparse = loss.startswith("sparse_categorical")
+    one_hot_loss = loss.startswith("categorical_")
+    ids = y.integers and y.width == 1 and y.low >= 0
+    if sparse and y.one_hot:
+        return rules.loss(
+            head,
+            "categorical_crossentropy",
+            False,
+            f"{CHANGES_LOSS}: the labels are one-hot rows, which categorical_crossentropy reads",
+            f,
+        )
+    if one_hot_loss and ids and units > 1:
+        return rules.loss(
+            head,
+            "sparse_categorical_crossentropy",
+            False,
+            f"{CHANGES_LOSS}: the labels are class ids, which the sparse loss reads",
+            f,
+        )
+    classes = int(y.high) + 1 if ids else 0
+    if sparse and ids and units and classes > units:
+        return rules.activation(head, act if act != "linear" else "softmax", f"the head's "
+                               f"units change: class ids run to {int(y.high)}, so the head "
+                               f"needs {classes} units", f, units=classes)  # fmt: skip
+    if units <= 1 and ids and classes > 2 and y.classes is not None and y.classes > 2:
+        return rules.activation(
+            head,
+            "softmax",
+            f"the head changes: {classes} classes need {classes} softmax units and the sparse loss",
+            f,
+            units=classes,
+            loss="sparse_categorical_crossentropy",
+        )
+    if units > 1 and y.width > 1 and y.width != units:
+        return rules.activation(head, act, f"the head's units change: each label row has "
+                               f"{y.width} columns", f, units=y.width)  # fmt: skip
+    if units > 1 and y.width == 1 and not sparse:
+        if ids and classes > 2:
+            return rules.activation(
+                head,
+                "softmax",
+                "the head and loss change: the labels are class ids",
+                f,
+                loss="sparse_categorical_crossentropy",
+            )
+        if ids:
+            return rules.activation(head, "sigmoid", "the head changes: one yes/no label per "
+                                   "sample needs one sigmoid unit", f, units=1,
+                                   loss="binary_crossentropy")  # fmt: skip
+        return rules.activation(head, "linear", "the head changes: one number per sample "
+                               "needs one linear unit", f, units=1)  # fmt: skip
+    if "binary" in loss and (y.low < 0 or y.high > 1):
+        return rules.activation(
+            head,
+            "linear",
+            "the head and loss change: the targets lie "
+            "outside [0, 1], a regression: a linear head with "
+            "mean_squared_error",
+            f,
+            loss="mean_squared_error",
+        )
+    bounded = {"sigmoid": (0, 1), "softmax": (0, 1), "tanh": (-1, 1), "relu": (0, None)}
+    bounds = bounded.get(act)
+    if bounds is not None and not sparse:
+        low, high = bounds
+        if y.low < low or (high is not None and y.high > high):
+            return rules.activation(
+                head,
+                "linear",
+                f"the activation changes: the targets "
+                f"run from {y.low:g} to {y.high:g}, beyond what a {act} "
+                "can output; a linear head can reach them",
+                f,
+            )
+    return None
+
+
+def head_activation(head: Head) -> str:
+    """What the head applies last: from the file, else what its values showed on the probe."""
+    observed = getattr(head, "observed", None)
+    return head.activation if head.known or not observed else str(observed)
