@@ -156,9 +156,9 @@ def initialisation(arch: Arch, spec: Spec) -> list[Mutant]:
     """Hidden kernels (and biases, at their default) zero, or drawn far too large."""
     if "mlp" not in arch.tags:
         return []
-    out = [
-        _mut("init_zero", replace(spec, kernel_init="zeros"), "constant_output", ("h1", "h1_act"))
-    ]
+    # The layer where the output stops varying is a first hidden layer: `branches` has two.
+    first = ("h1", "h1_act", "h2", "h2_act") if arch.name == "branches" else ("h1", "h1_act")
+    out = [_mut("init_zero", replace(spec, kernel_init="zeros"), "constant_output", first)]
     if "deep" in arch.tags:
         large = keras.initializers.RandomNormal(stddev=4.0, seed=0)
         out.append(
