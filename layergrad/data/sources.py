@@ -86,6 +86,7 @@ class DataStream:
         self.labels = tuple(labels)
         self.samples, self._failure, self.checked = samples, failure, checked
         self.batch_size, self.part, self.first_sample = batch_size, part, first_sample
+        self.probe = False  # the probe batch: a source of one batch (`probe_stream`)
         # names what made batch N unreadable (the image that does not decode), if it can
         self.explain: Callable[[int], str | None] | None = None
         self.dataset = dataset if part is None else part.dataset
@@ -150,6 +151,17 @@ class DataStream:
                 return ProbeBatch(arrays[:n], names, self.source, None, labels=labels)
         self.raise_failure()
         raise InputError(f"--data {self.source} has no batch {index}")
+
+
+def probe_stream(arrays: Sequence[np.ndarray]) -> DataStream:
+    """The probe batch (in the model's input order) as a data source of one batch."""
+    tf, _ = quiet_import()
+    rows = int(arrays[0].shape[0]) if arrays and arrays[0].ndim else 1
+    specs = [InputSpec(f"input_{i}", a.shape[1:], str(a.dtype)) for i, a in enumerate(arrays)]
+    dataset = tf.data.Dataset.from_tensors(tuple(tf.convert_to_tensor(a) for a in arrays))
+    stream = DataStream("the probe batch", specs, dataset, rows, Failure(), True, rows)
+    stream.probe = True
+    return stream
 
 
 def precheck(path: str | os.PathLike[str]) -> None:

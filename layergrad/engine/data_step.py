@@ -2,7 +2,7 @@
 
 `capture` watches the chosen layer calls so that the backward pass reduces each gradient
 where it is produced; the step packs those reductions into a few tensors (`summaries`). For
-one batch it runs eagerly (no tracing cost) and the packs are the totals. Over a data set it
+the probe batch (a source of one batch) it runs eagerly (no tracing cost). Over a data set it
 is a `tf.function` traced once (the batch axis is None, so the last partial batch reuses
 it), run by the one loop over batches (`step_calls.over_batches`) under a `tf.distribute`
 strategy, one compiled call per batch, and the packs add up in `accumulators.Accumulators`
@@ -29,7 +29,7 @@ from layergrad.core.tf_types import (
     Tensor,
 )
 from layergrad.data import reductions
-from layergrad.data.accumulators import POSITION, single_totals
+from layergrad.data.accumulators import POSITION
 from layergrad.data.aggregates import ForwardTotals, GradientTotals
 from layergrad.engine import step_calls
 from layergrad.engine.capture import Plan, Record, Recorder, installed, recording
@@ -41,14 +41,14 @@ from layergrad.engine.layer_calls import (
     unique_leaves,
 )
 from layergrad.engine.packed_totals import Layout, Unpack
-from layergrad.engine.step_calls import call_model, guarded, statistics_kept
+from layergrad.engine.step_calls import call_model, statistics_kept
 from layergrad.model.layer_refs import CallKey, Site, iter_layers
 
 if TYPE_CHECKING:
     from layergrad.data.sources import DataStream
 
 Progress = step_calls.Progress
-__all__ = ["Plan", "Probed", "StreamRun", "run_batch", "run_stream"]
+__all__ = ["Plan", "Probed", "StreamRun", "run_stream"]
 
 
 @dataclass(frozen=True)
@@ -220,23 +220,12 @@ class Step:
         return Probed(site, shape, out.dtype, k)
 
 
-def run_batch(model: KerasModel, plan: Plan, inputs: Sequence[np.ndarray]) -> StreamRun:
-    """The step on one batch, eagerly: what `scan` needs without keeping any gradient."""
-    tf, _ = quiet_import()
-    step = Step(model, plan)
-    tensors = [tf.convert_to_tensor(a) for a in inputs]
-    with step.installed():
-        summaries = guarded(lambda: step.compute(tensors), "the probe batch")
-    samples = int(reductions.samples_in(tensors[0])) if tensors else 0
-    return step.result(single_totals(summaries), samples, batches=1, replicas=1)
-
-
 @statistics_kept
 def run_stream(
     model: KerasModel,
     plan: Plan,
     stream: DataStream,
-    strategy: Strategy,
+    strategy: Strategy | None = None,
     on_progress: Progress | None = None,
 ) -> StreamRun:
     """The compiled step over every batch of a `datasets.DataStream`, under `strategy`
@@ -246,7 +235,7 @@ def run_stream(
         model: the loaded model (its variables created under `strategy.scope()`).
         plan: what to capture; `plan.data` should be True.
         stream: the batches, in the model's input order.
-        strategy: a tf.distribute strategy (`tf.distribute.get_strategy()` for one device).
+        strategy: a tf.distribute strategy; None: the default one (one device).
 
     Returns:
         A StreamRun over every sample.
@@ -254,6 +243,7 @@ def run_stream(
     from layergrad.data.devices import is_multi_worker
 
     tf, _ = quiet_import()
+    strategy = strategy or tf.distribute.get_strategy()
     step = Step(model, plan)
     size = float(getattr(stream, "batch_size", 0) or 0)
     base = float(getattr(stream, "first_sample", 0) or 0)

@@ -66,9 +66,10 @@ def over_batches(
     """Run `replica_step` on every batch of `stream` (`stream.indexed()`) under `strategy`.
 
     Under `--distribute multi-worker` each worker runs its own shard; under another
-    strategy each batch is split between the replicas. `on_progress` is called with (0,
-    samples expected or None) before the step is traced, then after each batch with
-    (samples done, samples expected or None).
+    strategy each batch is split between the replicas. A probe batch (`stream.probe`, one
+    batch) runs eagerly: tracing a large model costs many times its one eager pass.
+    `on_progress` is called with (0, samples expected or None) before the step is traced,
+    then after each batch with (samples done, samples expected or None).
 
     Raises:
         InputError: a batch that cannot be read or that the model fails on (with its index),
@@ -90,15 +91,19 @@ def over_batches(
         input_signature=signature,
         autograph=False,
     )
+    source = None if stream.probe else stream.source
     done = batches = 0
     where = stream.batch_index  # among all the data's batches
     inputs = len(stream.specs)
     if on_progress is not None:  # the total is known before the trace, which takes a while
         on_progress(0, stream.samples)
-    concrete = guarded(compute.get_concrete_function, "the data", stream.source)
-    shapes = summary_shapes(strategy, concrete.structured_outputs)
-    acc = None if shapes is None else Accumulators(strategy, shapes)
-    fused = None if acc is None else _fused_step(strategy, concrete, acc, signature)
+    if stream.probe:
+        concrete, acc, fused = replica_step, None, None
+    else:
+        concrete = guarded(compute.get_concrete_function, "the data", source)
+        shapes = summary_shapes(strategy, concrete.structured_outputs)
+        acc = None if shapes is None else Accumulators(strategy, shapes)
+        fused = None if acc is None else _fused_step(strategy, concrete, acc, signature)
     iterator = iter(dataset)
     while True:
         try:
@@ -110,11 +115,15 @@ def over_batches(
             raise _unreadable(exc, stream.source, where(batches), workers) from exc
         parts = [strategy.experimental_local_results(t) for t in batch[:inputs]]
         rows = stream.check_batch(where(batches), parts)
-        name = f"batch {where(batches)}"
+        name = "the probe batch" if stream.probe else f"batch {where(batches)}"
         if fused is not None:
-            guarded(partial(fused, batch), name, stream.source)
+            guarded(partial(fused, batch), name, source)
+        elif stream.probe:
+            summaries = guarded(partial(concrete, batch), name)
+            acc = Accumulators(strategy, summary_shapes(strategy, summaries) or {})
+            acc.update(summaries)
         else:  # a summary's size is only known from the first batch (an open last axis)
-            summaries = guarded(partial(concrete, batch), name, stream.source)
+            summaries = guarded(partial(concrete, batch), name, source)
             acc = Accumulators(strategy, summary_shapes(strategy, summaries) or {})
             tf.function(lambda s, a=acc: strategy.run(a.update, args=(s,)), autograph=False)(
                 summaries

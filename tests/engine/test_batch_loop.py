@@ -1,5 +1,6 @@
 """One loop over batches on a `tf.distribute` strategy (`step_calls.over_batches`): every
-command over `--data` runs its batches through it, and it adds up every sample once."""
+command over `--data` runs its batches through it, and `scan` its probe batch as a data
+source of one batch; it adds up every sample once."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from layergrad.engine import step_calls
 ROWS, BATCH = 10, 4  # three batches, the last one partial
 
 
-def test_scan_weights_and_check_over_data_all_run_the_one_loop(tmp_path, monkeypatch):
+def test_scan_of_the_probe_batch_and_every_command_over_data_run_the_one_loop(
+    tmp_path, monkeypatch
+):
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
         [
@@ -29,6 +32,7 @@ def test_scan_weights_and_check_over_data_all_run_the_one_loop(tmp_path, monkeyp
     data = tmp_path / "d.npz"
     x = rng.standard_normal((ROWS, 3)).astype("float32")
     np.savez(data, x=x, y=rng.standard_normal((ROWS, 2)).astype("float32"))
+    np.save(tmp_path / "x.npy", x[:BATCH])
     seen: list[tuple[int, int]] = []
     loop = step_calls.over_batches
 
@@ -38,14 +42,16 @@ def test_scan_weights_and_check_over_data_all_run_the_one_loop(tmp_path, monkeyp
         return summed
 
     monkeypatch.setattr(step_calls, "over_batches", counted)
+    over_data = ["--data", str(data), "--batch-size", str(BATCH)]
     commands = {
-        "scan": ["scan", path],
-        "scan --wrt weights": ["scan", path, "--wrt", "weights"],
-        "check": ["check", path],
+        "scan --data": (["scan", path, *over_data], (ROWS, 3)),
+        "scan --wrt weights --data": (["scan", path, "--wrt", "weights", *over_data], (ROWS, 3)),
+        "check --data": (["check", path, *over_data], (ROWS, 3)),
+        "scan": (["scan", path, "--input", str(tmp_path / "x.npy")], (BATCH, 1)),
     }
-    for name, args in commands.items():
+    for name, (args, expected) in commands.items():
         seen.clear()
-        out = CliRunner().invoke(main, [*args, "--data", str(data), "--batch-size", str(BATCH)])
+        out = CliRunner().invoke(main, args)
         assert out.exit_code in (0, 1), (name, out.output)
-        assert seen, f"{name} --data did not run the loop over batches"
-        assert set(seen) == {(ROWS, 3)}, (name, seen)
+        assert seen, f"{name} did not run the loop over batches"
+        assert set(seen) == {expected}, (name, seen)
