@@ -22,7 +22,6 @@ import numpy as np
 
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.tf_types import (
-    Dataset,
     KerasLayer,
     KerasModel,
     Strategy,
@@ -41,7 +40,7 @@ from layergrad.engine.layer_calls import (
     unique_leaves,
 )
 from layergrad.engine.packed_totals import Layout, Unpack
-from layergrad.engine.step_calls import call_model, statistics_kept
+from layergrad.engine.step_calls import call_model
 from layergrad.model.layer_refs import CallKey, Site, iter_layers
 
 if TYPE_CHECKING:
@@ -220,7 +219,6 @@ class Step:
         return Probed(site, shape, out.dtype, k)
 
 
-@statistics_kept
 def run_stream(
     model: KerasModel,
     plan: Plan,
@@ -263,18 +261,10 @@ def run_stream(
             summaries[POSITION] = tf.where(empty, inf, tf.floor((first - base) / size))
         return summaries
 
-    with step.installed():  # the trace happens here, once; the batch axis is None
+    kept = step_calls.moving_statistics_kept(model, plan.training)
+    with kept, step.installed():  # the trace happens here, once; the batch axis is None
         summed = step_calls.over_batches(stream, strategy, replica_step, on_progress)
-    replicas = int(strategy.num_replicas_in_sync)
-    if not is_multi_worker(strategy):
-        return step.result(summed.totals, summed.samples, summed.batches, replicas)
-    local = len(strategy.extended.worker_devices)
+    replicas, workers = int(strategy.num_replicas_in_sync), is_multi_worker(strategy)
+    local = len(strategy.extended.worker_devices) if workers else replicas  # this worker's
     run = step.result(summed.totals, summed.samples, summed.batches, local)
-    return replace(run, replicas=replicas)
-
-
-def with_sample_indices(dataset: Dataset, offset: int = 0) -> Dataset:
-    """Each batch of `dataset` followed by its samples' indices (`shards.with_sample_indices`)."""
-    from layergrad.data.shards import with_sample_indices as indexed
-
-    return indexed(dataset, offset)
+    return replace(run, replicas=replicas) if workers else run

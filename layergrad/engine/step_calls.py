@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar, cast
@@ -85,12 +86,7 @@ def over_batches(
         dataset = stream.indexed()
     else:
         dataset = strategy.experimental_distribute_dataset(stream.indexed())
-    signature = [dataset.element_spec]
-    compute = tf.function(  # nothing to convert: autograph would only cost tracing time
-        lambda batch: strategy.run(replica_step, args=(batch,)),
-        input_signature=signature,
-        autograph=False,
-    )
+    signature = [] if stream.probe else [dataset.element_spec]
     source = None if stream.probe else stream.source
     done = batches = 0
     where = stream.batch_index  # among all the data's batches
@@ -100,6 +96,11 @@ def over_batches(
     if stream.probe:
         concrete, acc, fused = replica_step, None, None
     else:
+        compute = tf.function(  # nothing to convert: autograph would only cost tracing time
+            lambda batch: strategy.run(replica_step, args=(batch,)),
+            input_signature=signature,
+            autograph=False,
+        )
         concrete = guarded(compute.get_concrete_function, "the data", source)
         shapes = summary_shapes(strategy, concrete.structured_outputs)
         acc = None if shapes is None else Accumulators(strategy, shapes)
@@ -162,14 +163,21 @@ def statistics_kept(func: F) -> F:
 
     @functools.wraps(func)
     def kept(model: KerasModel, *args: object, **kwargs: object) -> object:
-        saved = [(v, v.numpy()) for v in _moving_statistics(model)]
-        try:
+        with moving_statistics_kept(model):
             return func(model, *args, **kwargs)
-        finally:
-            for variable, value in saved:
-                variable.assign(value)
 
     return cast(F, kept)
+
+
+@contextmanager
+def moving_statistics_kept(model: KerasModel, training: bool = True) -> Iterator[None]:
+    """`statistics_kept` for a block (nothing to keep for a pass in inference)."""
+    saved = [(v, v.numpy()) for v in _moving_statistics(model)] if training else []
+    try:
+        yield
+    finally:
+        for variable, value in saved:
+            variable.assign(value)
 
 
 def _moving_statistics(model: KerasModel) -> Iterator[KerasVariable]:
