@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from layergrad.commands.api import scan_model
-from layergrad.commands.check import CheckOptions, check_file
+from layergrad.commands.check.gate import CheckOptions, check_file
 from layergrad.commands.diff import diff_models
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.probe_options import ProbeOptions
@@ -84,7 +84,7 @@ def main() -> None:
 
 
 def _baseline(options: CheckOptions, path: Path):  # type: ignore[no-untyped-def]
-    from layergrad.commands.baseline import load_baselines, match_baselines
+    from layergrad.commands.check.baseline import load_baselines, match_baselines
 
     found = load_baselines(options.baselines)
     given = options.probe.input_file

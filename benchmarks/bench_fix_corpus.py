@@ -23,7 +23,7 @@ from pathlib import Path
 
 from verdict_corpus import build_corpus
 
-from layergrad.commands.fix import FixOptions, fix_model
+from layergrad.commands.fix.repair import FixOptions, fix_model
 
 DEFAULT_ARCHS = "seq_mlp_binary,mlp_sparse,nested,multi_input,multi_output,residual,conv"
 

@@ -13,7 +13,7 @@ prints markdown tables:
 
 then every miss and every false alarm, one line each.
 
-    nice python benchmarks/bench_verdict_corpus.py [--fit-mutants] [--archs A,B] [--ops X,Y]
+    nice python benchmarks/bench_verdict_corpus.py [--fit-mutants] [--archs A,B] [--ops X,Y|healthy]
         [--saves keras,h5] [--jobs 2]
         [--dir DIR]   (keep the corpus in DIR; run again to re-check it without building)
 """
@@ -127,7 +127,9 @@ def main() -> None:
     parser.add_argument("--archs", help="comma-separated architecture names (default: all)")
     parser.add_argument("--saves", help="the saved forms of the mutants (default: all but fitted)")
     parser.add_argument("--jobs", type=int, default=1, help="check in this many processes")
-    parser.add_argument("--ops", help="comma-separated operator names (default: all)")
+    parser.add_argument(
+        "--ops", help="comma-separated operator names (default: all; healthy: none)"
+    )
     parser.add_argument(
         "--dir",
         help="build the corpus here and keep it; a folder that holds one already (its "
@@ -138,7 +140,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     archs = args.archs.split(",") if args.archs else None
-    operators = args.ops.split(",") if args.ops else None
+    # `--ops healthy`: the healthy originals only
+    operators = [o for o in args.ops.split(",") if o != "healthy"] if args.ops else None
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.dir or tmp)
         start = time.perf_counter()

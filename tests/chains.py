@@ -2,7 +2,7 @@
 profile computed by hand in numpy (float64): the independent side of the diff tests.
 
 A chain is x(6) -> l0 .. l4 (Dense 6, one activation) -> head (Dense 3, linear). The default
-scan target is sum(head(x) * R) with R as layergrad/projection.py defines it (conftest),
+scan target is sum(head(x) * R) with R as layergrad/engine/projection.py defines it (helpers),
 as documented; the gradient of that with respect to each layer's output is backpropagated here
 layer by layer without TensorFlow.
 """

@@ -7,11 +7,14 @@ Tests import them with `from helpers import ...`; fixtures live in conftest.py.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 
 from layergrad.core.keras_backend import quiet_import
 
@@ -24,11 +27,24 @@ CUSTOM_LAYERS = str(SAMPLES / "custom_layers.py")
 tf, keras = quiet_import()
 
 
+def fresh_python(*args: str, **run: Any) -> str:
+    """stdout of `python ARGS` in a new interpreter: what it imports is its own."""
+    done = subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, check=True, **run
+    )
+    return done.stdout
+
+
 def sample(name: str) -> str:
     """Path of a committed sample model."""
     path = SAMPLES / name
     assert path.exists(), f"missing sample model {path}; run sample_models/make_samples.py"
     return str(path)
+
+
+def seed_inspect(*options: str) -> list[str]:
+    """The README's first call, `inspect seed.keras --from dense --to dense_1`, then `options`."""
+    return ["inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1", *options]
 
 
 def load_sample(name: str):
@@ -38,6 +54,13 @@ def load_sample(name: str):
     import custom_layers  # noqa: F401  (registers the sample custom layers)
 
     return keras.saving.load_model(sample(name), compile=False, safe_mode=True)
+
+
+def nested_layers() -> tuple:
+    """encoder/dense, encoder/dense_1 and head of nested.keras, loaded by Keras directly."""
+    m = load_sample("nested.keras")
+    encoder = m.get_layer("encoder")
+    return encoder.get_layer("dense"), encoder.get_layer("dense_1"), m.get_layer("head")
 
 
 def manual_gradient(
@@ -90,6 +113,66 @@ def normal(*shape: int, seed: int = 1) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype("float32")
 
 
+def diagonal_blocks(forward: Callable[[object], object], h) -> list[np.ndarray]:
+    """Per-sample diagonal blocks d forward(h)[i] / d h[i] of a 2-D `forward`, element by
+    element on one tape over the whole batch (right where `forward` mixes samples)."""
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(h)
+        y = forward(h)
+        elements = [[y[i, j] for j in range(y.shape[1])] for i in range(y.shape[0])]
+    return [
+        np.stack([np.asarray(tape.gradient(e, h))[i] for e in row])
+        for i, row in enumerate(elements)
+    ]
+
+
+def save_built(built: tuple[Any, str], path: Path) -> str:
+    """Compile a (model, loss) pair that a test builds with adam, save it at `path`."""
+    model, loss = built
+    model.compile("adam", loss)
+    model.save(path)
+    return str(path)
+
+
+def untrained_bn_net(path: Path):
+    """Save and return conv (bias +50) -> BatchNormalization 'bn', never trained -> ReLU(6)
+    -> pool -> head, on 8x8x3 inputs 'x'.
+
+    In inference the untrained bn divides by sqrt(1 + 0.001) and nothing more, so every unit
+    stays near 50, past ReLU6's cap: d head / d conv is exactly zero. With batch statistics
+    (training) bn subtracts each channel's mean and the gradient flows."""
+    keras.utils.set_random_seed(0)
+    x = keras.Input((8, 8, 3), name="x")
+    h = keras.layers.Conv2D(8, 3, padding="same", name="conv",
+                            bias_initializer=keras.initializers.Constant(50.0))(x)  # fmt: skip
+    h = keras.layers.BatchNormalization(name="bn")(h)
+    h = keras.layers.ReLU(6.0, name="act")(h)
+    h = keras.layers.GlobalAveragePooling2D(name="pool")(h)
+    model = keras.Model(x, keras.layers.Dense(3, name="head")(h), name="bn_net")
+    model.save(path)
+    return model
+
+
+def small_conv_net(path: Path) -> None:
+    """Save conv (4 filters, ReLU) -> flatten -> head (3 units) on 8x8x3 images."""
+    keras.utils.set_random_seed(4)
+    keras.Sequential(
+        [keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, activation="relu", name="conv"),
+         keras.layers.Flatten(name="flat"), keras.layers.Dense(3, name="head")]
+    ).save(path)  # fmt: skip
+
+
+def assert_stats_match(stats, values: np.ndarray) -> None:
+    """Statistics added up in parts against numpy over every value: count, moments and extremes
+    to rounding, p50 and p95 within the log histogram's 1.2%."""
+    assert stats.count == len(values)
+    assert (stats.mean, stats.std, stats.min, stats.max) == pytest.approx(
+        (values.mean(), values.std(), values.min(), values.max()), rel=1e-12
+    )
+    for q, got in ((50, stats.p50), (95, stats.p95)):
+        assert got == pytest.approx(np.percentile(values, q, method="inverted_cdf"), rel=0.012)
+
+
 def _lowbias32(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.uint32)
     with np.errstate(over="ignore"):
@@ -101,7 +184,7 @@ def _lowbias32(x: np.ndarray) -> np.ndarray:
 
 
 def projection_r(seed: int, output: int, shape: tuple[int, ...], first_sample: int = 0):
-    """The default scan target's R for one output, by the formula in layergrad/projection.py,
+    """The default scan target's R for one output, by the formula in engine/projection.py,
     written again in numpy: R[i, j] from (seed, output, sample i, position j) alone."""
     rows, width = shape[0], int(np.prod(shape[1:], dtype=np.int64))
     head = _lowbias32(_lowbias32(np.uint32(seed & 0xFFFFFFFF)) ^ np.uint32(output))

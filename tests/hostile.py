@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import os
 import signal
@@ -179,6 +180,11 @@ def write_zip(path: Path, members: list[Member], prefix: bytes = b"", aliases: i
     end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count, count, len(central), len(body), 0)
     path.write_bytes(bytes(body + central + end))
     return path
+
+
+def digest(path: Path) -> str:
+    """The SHA-256 of a file's bytes: a file a refused command must leave as it was."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def members_of(path: Path) -> dict[str, bytes]:

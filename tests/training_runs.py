@@ -97,9 +97,10 @@ def mlp(
     return model
 
 
-def _compiled(model: object, optimizer: object, loss: str) -> object:
+def _run(model: object, optimizer: object, loss: str, x: object, y: object) -> tuple[object, ...]:
+    """What a run's build returns: the compiled model, x, y and the batch size."""
     model.compile(optimizer=optimizer, loss=loss)  # type: ignore[attr-defined]
-    return model
+    return model, x, y, 32
 
 
 def _seeded(seed: int) -> None:
@@ -109,15 +110,13 @@ def _seeded(seed: int) -> None:
 def healthy_mlp(seed: int) -> tuple[object, ...]:
     _seeded(seed)
     x, y = quadrants(seed)
-    model = _compiled(mlp(), keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy")
-    return model, x, y, 32
+    return _run(mlp(), keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy", x, y)
 
 
 def healthy_regression(seed: int) -> tuple[object, ...]:
     _seeded(seed)
     x, y = regression(seed)
-    model = _compiled(mlp(8, 1, head="linear", width=64), keras.optimizers.Adam(3e-3), "mse")
-    return model, x, y, 32
+    return _run(mlp(8, 1, head="linear", width=64), keras.optimizers.Adam(3e-3), "mse", x, y)
 
 
 def healthy_conv(seed: int) -> tuple[object, ...]:
@@ -133,12 +132,7 @@ def healthy_conv(seed: int) -> tuple[object, ...]:
             layers.Dense(4, activation="softmax", name="head"),
         ]
     )
-    return (
-        _compiled(model, keras.optimizers.Adam(3e-3), "sparse_categorical_crossentropy"),
-        x,
-        y,
-        32,
-    )
+    return _run(model, keras.optimizers.Adam(3e-3), "sparse_categorical_crossentropy", x, y)
 
 
 def healthy_lstm(seed: int) -> tuple[object, ...]:
@@ -151,22 +145,20 @@ def healthy_lstm(seed: int) -> tuple[object, ...]:
             layers.Dense(2, activation="softmax", name="head"),
         ]
     )
-    return (
-        _compiled(model, keras.optimizers.Adam(1e-2), "sparse_categorical_crossentropy"),
-        x,
-        y,
-        32,
-    )
+    return _run(model, keras.optimizers.Adam(1e-2), "sparse_categorical_crossentropy", x, y)
 
 
 def healthy_binary(seed: int) -> tuple[object, ...]:
     _seeded(seed)
     x, y = quadrants(seed)
     target = (y % 2).astype("float32")  # the sign of the first feature
-    model = _compiled(
-        mlp(classes=1, head="sigmoid"), keras.optimizers.Adam(1e-3), "binary_crossentropy"
+    return _run(
+        mlp(classes=1, head="sigmoid"),
+        keras.optimizers.Adam(1e-3),
+        "binary_crossentropy",
+        x,
+        target,
     )
-    return model, x, target, 32
 
 
 def _mlp_run(optimizer: object, **kw: object) -> Callable[[int], tuple[object, ...]]:
@@ -175,7 +167,7 @@ def _mlp_run(optimizer: object, **kw: object) -> Callable[[int], tuple[object, .
         x, y = quadrants(seed)
         model = mlp(**kw)  # type: ignore[arg-type]
         opt = optimizer() if callable(optimizer) else optimizer
-        return _compiled(model, opt, "sparse_categorical_crossentropy"), x, y, 32
+        return _run(model, opt, "sparse_categorical_crossentropy", x, y)
 
     return build
 
@@ -201,6 +193,7 @@ def sigmoid_stack(seed: int) -> tuple[object, ...]:
 
 
 def init_up(seed: int) -> tuple[object, ...]:
+    _seeded(seed)  # an unseeded initializer takes its seed when made: make it after seeding
     init = keras.initializers.RandomNormal(stddev=8.0)
     return _mlp_run(lambda: keras.optimizers.SGD(0.01), depth=3, init=init)(seed)
 
@@ -212,10 +205,13 @@ def init_zero(seed: int) -> tuple[object, ...]:
 def constant_head(seed: int) -> tuple[object, ...]:
     _seeded(seed)
     x, y = quadrants(seed)
-    model = _compiled(
-        mlp(classes=1, head="softmax"), keras.optimizers.Adam(1e-3), "binary_crossentropy"
+    return _run(
+        mlp(classes=1, head="softmax"),
+        keras.optimizers.Adam(1e-3),
+        "binary_crossentropy",
+        x,
+        (y % 2).astype("float32"),
     )
-    return model, x, (y % 2).astype("float32"), 32
 
 
 def shuffled_labels(seed: int) -> tuple[object, ...]:

@@ -127,7 +127,7 @@ def fit(
         layergrad fit model.keras --data train.py:batches --epochs 2 --format html > fit.html
         layergrad fit model.keras --data train.npz --log-dir logs/ --fail-on nonfinite
     """
-    from layergrad.commands.fit import FitOptions, fit_model
+    from layergrad.commands.fit.train import FitOptions, fit_model
 
     if data is None:
         raise click.UsageError(

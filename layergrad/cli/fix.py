@@ -91,7 +91,7 @@ def fix(
         layergrad fix model.keras --data train.npz --steps 300
         layergrad fix model.keras --data train.npz --format markdown > comment.md
     """
-    from layergrad.commands.fix import FixOptions, fix_model
+    from layergrad.commands.fix.repair import FixOptions, fix_model
 
     options = FixOptions(
         output=output, force=force, steps=steps, batch_size=batch_size, seed=seed, limit=limit

@@ -133,7 +133,7 @@ def check(
         layergrad check model.keras --data val.npz --baseline val.gradients.json
     """
     from layergrad.cli.progress import sample_progress
-    from layergrad.commands import check as checks
+    from layergrad.commands.check import gate as checks
     from layergrad.files import outputs
     from layergrad.render.junit import check_junit
 
@@ -259,7 +259,7 @@ def merge(shards: tuple[str, ...], fmt: OutputFormat, debug: bool) -> None:
         layergrad merge shard0.json shard1.json --json > scan.json
         layergrad merge shard*.json
     """
-    from layergrad.commands.merge import merge_reports
+    from layergrad.commands.merge.reports import merge_reports
     from layergrad.core.results import InspectReport
 
     report = merge_reports(shards)

@@ -31,9 +31,9 @@ from layergrad.core.vocab import Finding, Status
 
 if TYPE_CHECKING:
     from layergrad.core.results import Cause
-    from layergrad.data.aggregates import ForwardTotals, GradientTotals
     from layergrad.data.probe_input import InputSpec, ProbeBatch
     from layergrad.data.sources import DataStream
+    from layergrad.data.stats.aggregates import ForwardTotals, GradientTotals
     from layergrad.diagnose.diagnoser import Diagnoser
     from layergrad.engine.data_step import Probed, StreamRun
     from layergrad.engine.jacobian import JacobianOptions

@@ -17,7 +17,7 @@ from layergrad.core.errors import LayerNotFound
 from layergrad.core.gradient_stats import dead_fraction, gradient_stats, status_flags, status_of
 from layergrad.core.results import DataStats, GradientStats, ScanRow
 from layergrad.core.vocab import Flag, Status
-from layergrad.data.aggregates import GradientTotals
+from layergrad.data.stats.aggregates import GradientTotals
 from layergrad.diagnose import causes as why
 from layergrad.diagnose.diagnoser import Diagnoser
 from layergrad.diagnose.locate import sinks, trunk

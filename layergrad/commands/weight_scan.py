@@ -35,6 +35,7 @@ from layergrad.engine.compiled_loss import (
     compile_loss,
     find_loss,
     label_kind,
+    output_keys,
     output_losses,
     random_labels,
 )
@@ -92,7 +93,10 @@ def _scan(
         tf, _ = quiet_import()
         flat = tf.nest.flatten(outputs)
         assert spec is not None  # the objective only of a scan with a loss
-        kinds[:] = [label_kind(n) for n in output_losses(spec, names or [""] * len(flat))]
+        kinds[:] = [
+            label_kind(n)
+            for n in output_losses(spec, names or [""] * len(flat), output_keys(model, len(flat)))
+        ]
         labels = _labels_from_data(given, names, len(flat)) if given else None
         labels = labels or random_labels(flat, kinds, options.seed)
         y = tf.nest.pack_sequence_as(outputs, [tf.convert_to_tensor(a) for a in labels])

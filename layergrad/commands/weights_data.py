@@ -73,6 +73,7 @@ def weights_over(
         find_loss,
         label_kind,
         label_request,
+        output_keys,
         output_losses,
     )
     from layergrad.engine.weight_stream import stream_weight_gradients
@@ -97,14 +98,21 @@ def weights_over(
     )  # fmt: skip
     labels = labelled.stream is not None
     batches = labelled.stream or over_data.open_stream(model, options)
-    kinds = [label_kind(n) for n in output_losses(spec, names or [""])]
+    kinds = [
+        label_kind(n) for n in output_losses(spec, names or [""], output_keys(model, len(names)))
+    ]
 
     def objective(outputs: TensorTree, given: TensorTree | None, samples: Tensor) -> Tensor:
         flat = tf.nest.flatten(outputs)
         if given:
             ys = list(given)
         else:
-            each = [label_kind(n) for n in output_losses(spec, names or [""] * len(flat))]
+            each = [
+                label_kind(n)
+                for n in output_losses(
+                    spec, names or [""] * len(flat), output_keys(model, len(flat))
+                )
+            ]
             ys = random_labels(flat, each, options.seed, samples)
         y = tf.nest.pack_sequence_as(outputs, ys[: len(flat)])
         loss = model.compute_loss(y=y, y_pred=outputs, training=options.training)

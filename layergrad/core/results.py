@@ -94,22 +94,14 @@ class RankedSample:
 
 
 @dataclass(frozen=True)
-class NormDistribution:
+class NormDistribution(SampleStats):
     """A per-sample norm over every sample of a data set (`--data`), in fixed memory.
 
-    count, mean, std, min and max are exact, p50 and p95 within 1.2% (None in a report
-    merged from shards: percentiles do not combine); `top` holds the largest values, largest
-    first (ties by sample index). `mean_rel_stderr` is the relative standard error of `mean`
-    when the values are estimates (None when exact).
+    The statistics of `SampleStats`, with the histogram they come from; `top` holds the
+    largest values, largest first (ties by sample index). `mean_rel_stderr` is the relative
+    standard error of `mean` when the values are estimates (None when exact).
     """
 
-    count: int
-    mean: float
-    std: float
-    min: float
-    p50: float | None
-    p95: float | None
-    max: float
     histogram: Histogram
     top: tuple[RankedSample, ...] = ()
     mean_rel_stderr: float | None = None

@@ -58,6 +58,8 @@ class LabelRequest:
     kinds: tuple[str, ...] = ()
     losses: tuple[str, ...] = ()
     units: tuple[int | None, ...] = ()
+    # a model whose outputs are a dict keyed apart from its layers: each output's key
+    output_keys: tuple[str, ...] = ()
 
     def keys(self) -> tuple[str, ...]:
         """How the labels are keyed: `y` for one output, `y:NAME` for each of several."""
@@ -186,7 +188,8 @@ class _Opening:
 
 def _npz(how: _Opening) -> Labelled:
     text, specs, batch_size, limit = how.text, how.specs, how.batch_size, how.limit
-    chosen = _npz_labels(text, how.request.outputs, how.strict)
+    request = how.request
+    chosen, named = _npz_labels(text, request.outputs, how.strict, request.output_keys)
     if not chosen:
         return Labelled(
             None,
@@ -198,32 +201,44 @@ def _npz(how: _Opening) -> Labelled:
     dataset, rows, part = npz_batches(
         text, specs, batch_size, limit, signature, failure, how.shard, labels=chosen
     )
-    stream = how.stream(dataset, rows, part, failure, labels=[s.name for s in chosen])
+    stream = how.stream(dataset, rows, part, failure, labels=named)
     only, _, _ = npz_batches(text, chosen, batch_size, limit, batch_signature(chosen), alone)
     return Labelled(stream, labels=only, failure=alone)
 
 
-def _npz_labels(text: str, outputs: Sequence[str], strict: bool) -> list[InputSpec]:
+def _npz_labels(
+    text: str, outputs: Sequence[str], strict: bool, keys: Sequence[str] = ()
+) -> tuple[list[InputSpec], list[str]]:
     """The label arrays of a `.npz` as specs named by their keys, in output order: `y` for a
     model with one output (or no output names, as a Sequential model), `y:NAME` per output
-    name. Without `strict`, those of the outputs that have some."""
+    name, or `y:KEY` for an output of a dict keyed apart from its layer (`keys`, in output
+    order). Without `strict`, those of the outputs that have some. With them, how the stream
+    names each (`y`, or `y:NAME` by the output's name)."""
+    aliases = dict(zip(outputs, keys, strict=True)) if len(keys) == len(outputs) else {}
     try:
         with zipfile.ZipFile(text) as archive:
             members = npz_members(archive, text)
             held = {k: v for k, v in members.items() if is_label(k)}
             if not held:
-                return []
+                return [], []
             if "y" in held and len(outputs) <= 1:
                 chosen = {"y": held["y"]}
+                named = ["y"]
             else:
-                missing = [n for n in outputs if f"y:{n}" not in held]
+                key_of = {
+                    n: f"y:{n}" if f"y:{n}" in held or n not in aliases else f"y:{aliases[n]}"
+                    for n in outputs
+                }
+                missing = [n for n in outputs if key_of[n] not in held]
                 if strict and (missing or not outputs):
                     raise InputError(
                         f"the labels in --data {text} are {sorted(held)}, but the model has "
                         f"{len(outputs)} outputs ({', '.join(outputs)}); save one array per "
-                        "output as `y:NAME` (or `y` for one output)"
+                        "output as `y:NAME` (or `y` for one output, `y:KEY` for an output of a "
+                        "dict)"
                     )
-                chosen = {f"y:{n}": held[f"y:{n}"] for n in outputs if n not in missing}
+                chosen = {key_of[n]: held[key_of[n]] for n in outputs if n not in missing}
+                named = [f"y:{n}" for n in outputs if n not in missing]
             headers = {
                 name: NpyRows(archive.open(member), f"{text} array {name!r}")
                 for name, member in chosen.items()
@@ -241,7 +256,7 @@ def _npz_labels(text: str, outputs: Sequence[str], strict: bool) -> list[InputSp
                 f"{rows.shape}); save class ids or numeric targets, e.g. "
                 "`classes, y = np.unique(labels, return_inverse=True)`"
             )
-    return [InputSpec(n, tuple(r.shape[1:]), str(r.dtype)) for n, r in headers.items()]
+    return [InputSpec(n, tuple(r.shape[1:]), str(r.dtype)) for n, r in headers.items()], named
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,8 @@ def random_batch(
     [0, int_high[name]), bool 0/1, strings drawn as `texts` says (`input_kinds.text_draws`).
 
     A float input named in `draws` (see `preprocessing_draws`) is drawn from the range the
-    model's own preprocessing expects instead.
+    model's own preprocessing expects instead; an integer (or id) input read by an
+    `IntegerLookup` from the ids of its vocabulary.
 
     Raises InputError, before allocating, when the batch (drawn in float64) would take more
     than ``max_bytes``.
@@ -147,6 +148,8 @@ def random_batch(
             arrays.append(rng.standard_normal(shape).astype(_np_dtype(spec.dtype)))
         elif kind == "b":
             arrays.append(rng.integers(0, 2, shape).astype(bool))
+        elif kind in "iu" and draw is not None and draw.kind == "choice":
+            arrays.append(drawn(rng, shape, draw).astype(spec.dtype))  # a lookup's vocabulary
         elif kind in "iu":
             high = int_high.get(spec.name, DEFAULT_INT_HIGH)
             arrays.append(rng.integers(0, high, shape).astype(spec.dtype))
@@ -155,15 +158,16 @@ def random_batch(
                 f"input {spec.name!r} has dtype {spec.dtype}, which a random probe cannot make; "
                 "pass the probe batch with --input FILE.npy"
             )
+    chosen = {n for n, d in (draws or {}).items() if d.kind == "choice"}
     used = [
         draws[s.name].describe(s.name)
         for s in specs
-        if draws and s.name in draws and _kind(s.dtype) == "f"
+        if draws and s.name in draws and (_kind(s.dtype) == "f" or s.name in chosen)
     ]
     used += [
         f"{s.name}: ids 0-{int_high.get(s.name, DEFAULT_INT_HIGH) - 1} ({s.ids} takes ids)"
         for s in specs
-        if s.ids
+        if s.ids and s.name not in chosen
     ]
     used += [f"{name}: {draw.why}" for name, draw in texts.items()]
     return ProbeBatch(

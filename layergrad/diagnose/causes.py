@@ -244,7 +244,19 @@ def constant_output(output: str, layer: str, reason: str) -> Cause:
 
 
 def input_range(name: str, mean_abs: float, layer: str, kind: str, pinned: float) -> Cause:
-    """Inputs far from unit scale that pin the first ReLU / sigmoid / tanh layer."""
+    """Inputs far from unit scale that pin the first ReLU / sigmoid / tanh layer, or raw
+    pixels (`kind` "pixels", `pinned` their largest value) reaching the first convolution."""
+    if kind == "pixels":
+        return Cause(
+            CauseCode.INPUT_RANGE,
+            layer,
+            f"the input {name!r} holds raw pixel values (whole numbers up to {pinned:.0f}, "
+            f"mean |x| = {mean_abs:.3g}) and reaches the convolution {layer!r} unscaled: its "
+            "kernels are initialised for inputs near unit scale, so its activations and "
+            "gradients start ~255 times too large",
+            "scale the pixels inside the model: keras.layers.Rescaling(1 / 255) before "
+            f"{layer!r} (or a keras.layers.Normalization adapted to the images)",
+        )
     state = "dead (output 0 for every sample)" if kind == "relu" else "saturated"
     return Cause(
         CauseCode.INPUT_RANGE,

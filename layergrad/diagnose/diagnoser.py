@@ -160,7 +160,7 @@ class Diagnoser:
             causes += [why.saturated(ref, kind, pinned)] if pinned else []
         if why_constant is not None:
             causes.append(why.constant_output(ref, ref, why_constant))
-        scale = unscaled_input(path.trace, self.graph, self.layers) if pinned else None
+        scale = unscaled_input(path.trace, self.graph, self.layers, False) if pinned else None
         if scale is not None:  # the units are pinned because the inputs are not scaled
             causes.insert(
                 0,

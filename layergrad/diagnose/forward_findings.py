@@ -28,6 +28,9 @@ SATURATED = 0.99  # this share of a sigmoid / tanh layer's outputs pinned: satur
 UNSCALED = 10.0  # an input whose mean |x| is above this is not scaled (pixels 0-255, raw units)
 FLOAT16_NORMAL = 6.1e-5  # float16's smallest normal number: below it, values lose their digits
 PINNED = 0.5  # this share of the first activation's units dead or saturated: out of range
+PIXEL_MAX = 16.0  # whole-number image values reaching above this: raw pixels (0-255, 0-65535)
+IMAGE_CHANNELS = (1, 3, 4)  # grey, RGB, RGBA
+NORMALIZING = ("BatchNormalization", "LayerNormalization", "GroupNormalization")
 
 
 def first_nonfinite(trace: Trace) -> Activation | None:
@@ -108,9 +111,13 @@ def reason(act: Activation, layers: Mapping[str, KerasLayer]) -> str:
 
 
 def unscaled_input(
-    trace: Trace, graph: ModelGraph | None, layers: Mapping[str, KerasLayer]
+    trace: Trace,
+    graph: ModelGraph | None,
+    layers: Mapping[str, KerasLayer],
+    pixels: bool = True,
 ) -> InputRange | None:
-    """Inputs far from unit scale that pin the first ReLU / sigmoid / tanh layer they feed."""
+    """Inputs far from unit scale that pin the first ReLU / sigmoid / tanh layer they feed;
+    else (with `pixels`) raw pixels that reach the first convolution unscaled (`raw_pixels`)."""
     inputs = [a for a in trace.activations if a.site.input_index is not None and a.is_float]
     for inp in inputs:
         magnitude = float(np.mean(np.abs(inp.value.astype(np.float64)))) if inp.value.size else 0.0
@@ -127,7 +134,63 @@ def unscaled_input(
             if pinned >= PINNED:
                 return InputRange(inp.site.ref, magnitude, act.site.ref, kind, pinned)
             break  # the first activation fed by this input is fine
+    return raw_pixels(trace, graph, layers) if pixels else None
+
+
+def raw_pixels(
+    trace: Trace, graph: ModelGraph | None, layers: Mapping[str, KerasLayer]
+) -> InputRange | None:
+    """An image input (rank 4, 1 / 3 / 4 channels) of whole numbers reaching well above 1 (raw
+    0-255 pixels) that reaches the first layer with weights, a convolution, unscaled: no
+    `Rescaling`, `Normalization` or operation turned it into fractions first. A ReLU does not
+    saturate, so `unscaled_input` cannot see it; the convolution's kernels then see inputs
+    ~255 times larger than their initialisation is scaled for. A convolution whose output goes
+    straight into a normalization layer is left alone (that layer divides the scale out)."""
+    if graph is None or not graph.preds:
+        return None
+    index = {a.site.key: k for k, a in enumerate(trace.activations)}
+    for inp in trace.activations:
+        if inp.site.input_index is None or not inp.is_float or not _pixels(inp.value):
+            continue
+        for act in trace.activations:
+            layer = layers.get(act.site.path)
+            if getattr(layer, "kernel", None) is None or not _fed_by(graph, act, inp):
+                continue
+            preds = [
+                trace.activations[index[k]]
+                for k in nearest_preds(graph, act.site.key, index.__contains__)
+            ]
+            conv = "Conv" in type(layer).__name__
+            raw = conv and bool(preds) and all(_pixels(p.value) for p in preds)
+            if raw and not _normalized_next(graph, act.site.key, layers):
+                value = inp.value.astype(np.float64)
+                return InputRange(
+                    inp.site.ref, float(np.mean(np.abs(value))), act.site.ref, "pixels",
+                    float(value.max()),
+                )  # fmt: skip
+            break  # the first layer with weights the input reaches decides
     return None
+
+
+def _pixels(value: np.ndarray) -> bool:
+    """Whether `value` is a batch of images of raw pixel values: rank 4 with 1, 3 or 4
+    channels (last or first axis), non-negative whole numbers reaching above `PIXEL_MAX`."""
+    if value.ndim != 4 or value.dtype.kind != "f" or not value.size:
+        return False
+    if value.shape[-1] not in IMAGE_CHANNELS and value.shape[1] not in IMAGE_CHANNELS:
+        return False
+    v = value.astype(np.float64)
+    if not np.all(np.isfinite(v)) or v.min() < 0 or v.max() < PIXEL_MAX:
+        return False
+    return bool(np.all(v == np.round(v)))
+
+
+def _normalized_next(graph: ModelGraph, key: CallKey, layers: Mapping[str, KerasLayer]) -> bool:
+    """Whether every layer call that takes the output of call `key` normalizes it."""
+    users = [node for node, preds in graph.preds.items() if key in preds]
+    return bool(users) and all(
+        any(n in type(layers.get(path)).__name__ for n in NORMALIZING) for path, _ in users
+    )
 
 
 def _fed_by(graph: ModelGraph | None, act: Activation, inp: Activation) -> bool:

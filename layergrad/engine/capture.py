@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.tf_types import GradientTape, KerasLayer, KerasModel, Tensor, TensorTree
-from layergrad.data import reductions
+from layergrad.data.stats import reductions
 from layergrad.engine.layer_calls import (
     Handler,
     check_all_called,

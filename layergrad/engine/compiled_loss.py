@@ -177,19 +177,37 @@ def label_request(model: KerasModel, spec: LossSpec | None) -> LabelRequest:
     layers = getattr(model, "layers", None) or []
     if not names and count == 1 and layers:  # a Sequential model: its last layer makes it
         names = [str(layers[-1].name)]
-    losses = output_losses(spec, names or [""] * count) if spec is not None else [""] * count
+    keys = output_keys(model, count)
+    losses = output_losses(spec, names or [""] * count, keys) if spec is not None else [""] * count
     kinds = tuple(label_kind(loss) if loss else "" for loss in losses)
-    return LabelRequest(tuple(names), kinds, tuple(losses), units)
+    return LabelRequest(tuple(names), kinds, tuple(losses), units, tuple(keys or ()))
 
 
-def output_losses(spec: LossSpec, output_names: Sequence[str]) -> list[str]:
+def output_keys(model: KerasModel, count: int) -> list[str] | None:
+    """The dict keys of a model whose outputs are a dict (`Model(x, {"price": a})`), in the
+    order Keras flattens them (sorted), the order of `output_names`; None otherwise."""
+    struct = getattr(model, "_outputs_struct", None)
+    if not isinstance(struct, Mapping) or len(struct) != count:
+        return None
+    return [str(k) for k in sorted(struct, key=str)]
+
+
+def output_losses(
+    spec: LossSpec, output_names: Sequence[str], keys: Sequence[str] | None = None
+) -> list[str]:
     """The name of the loss applied to each output, in output order.
 
     A dict of losses is keyed by output name, or by the keys of a model whose outputs are a
-    dict (`Model(x, {"price": a, "kind": b})`, its layers named otherwise): Keras flattens
-    such outputs in sorted key order, the order of `output_names`."""
+    dict (`Model(x, {"price": a, "kind": b})`, its layers named otherwise; `keys`, in output
+    order, when known): Keras flattens such outputs in sorted key order, the order of
+    `output_names`. Each output takes the loss keyed by its name, else by its key."""
     loss = spec.compile_args["loss"]
     if isinstance(loss, Mapping) and "class_name" not in loss:
+        if keys is not None and len(keys) == len(output_names):
+            return [
+                loss_name(loss[n] if n in loss else loss.get(k, ""))
+                for n, k in zip(output_names, keys, strict=True)
+            ]
         if not set(output_names) & set(loss) and len(loss) == len(output_names):
             return [loss_name(loss[k]) for k in sorted(loss, key=str)]
         return [loss_name(loss.get(n, "")) for n in output_names]

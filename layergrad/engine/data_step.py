@@ -27,9 +27,9 @@ from layergrad.core.tf_types import (
     Strategy,
     Tensor,
 )
-from layergrad.data import reductions
-from layergrad.data.accumulators import POSITION
-from layergrad.data.aggregates import ForwardTotals, GradientTotals
+from layergrad.data.stats import reductions
+from layergrad.data.stats.accumulators import POSITION
+from layergrad.data.stats.aggregates import ForwardTotals, GradientTotals
 from layergrad.engine import step_calls
 from layergrad.engine.capture import Plan, Record, Recorder, installed, recording
 from layergrad.engine.layer_calls import (

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from layergrad.data.sources import DataStream
 from layergrad.core.vocab import JacobianMethod
 from layergrad.data.probe_input import ProbeBatch
-from layergrad.data.sample_ranking import NormTotals
+from layergrad.data.stats.sample_ranking import NormTotals
 from layergrad.engine.jacobian import JacobianOptions, measure_jacobian, no_batch_axis
 from layergrad.engine.step_calls import statistics_kept
 from layergrad.model.layer_refs import Site
@@ -295,8 +295,8 @@ def _combined_pairs(
     strategy: Strategy, pairs: list[PairTotals], missing: dict[int, str], top: int
 ) -> tuple[list[PairTotals], dict[int, str]]:
     """Every worker's totals added up, in the order of the workers (one process: as given)."""
-    from layergrad.data.accumulators import gather_workers
     from layergrad.data.devices import is_multi_worker
+    from layergrad.data.stats.accumulators import gather_workers
 
     if not is_multi_worker(strategy):
         return pairs, missing
@@ -375,8 +375,8 @@ def _combined_norms(
     strategy: Strategy, totals: dict[Key, NormTotals], notes: dict[str, None], top: int
 ) -> tuple[dict[Key, NormTotals], dict[str, None]]:
     """`scan_jacobians`' totals and notes over every worker (one process: as given)."""
-    from layergrad.data.accumulators import gather_workers
     from layergrad.data.devices import is_multi_worker
+    from layergrad.data.stats.accumulators import gather_workers
 
     if not is_multi_worker(strategy):
         return totals, notes

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from layergrad.data.aggregates import ForwardTotals, GradientTotals, first_batch
+from layergrad.data.stats.aggregates import ForwardTotals, GradientTotals, first_batch
 from layergrad.engine.capture import Record
 
 

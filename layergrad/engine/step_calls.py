@@ -32,8 +32,8 @@ from layergrad.core.tf_types import (
     TensorTree,
     TFFunction,
 )
-from layergrad.data import aggregates
-from layergrad.data.accumulators import Accumulators, summary_shapes
+from layergrad.data.stats import aggregates
+from layergrad.data.stats.accumulators import Accumulators, summary_shapes
 from layergrad.engine.layer_calls import model_args
 from layergrad.model.layer_refs import iter_layers
 

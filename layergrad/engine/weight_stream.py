@@ -1,9 +1,9 @@
 """The training gradient over a whole data set (`scan --wrt weights --data`), streamed.
 
 One compiled step per batch, run by the one loop over batches (`step_calls.over_batches`):
-forward, the loss (`model.compute_loss`, as `model.fit`
-computes it), `tape.gradient(loss, trainable variables)`, and what adds up over batches,
-in float64 `data.accumulators.Accumulators` on each replica (nothing crosses back to Python until
+forward, the loss (`model.compute_loss`, as `model.fit` computes it), `tape.gradient(loss,
+trainable variables)`, and what adds up over batches, in float64
+`data.stats.accumulators.Accumulators` on each replica (nothing crosses back to Python until
 the end). For a batch b of n_b samples with gradient g_b (of the loss averaged over its
 samples) the step adds
 

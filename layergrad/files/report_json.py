@@ -12,6 +12,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import TypeVar
 
 from layergrad.core.errors import InputError
@@ -223,21 +224,7 @@ class _Reader(JsonFields):
         stats = self.get(obj, "per_sample_l2", (dict, OPTIONAL), f"{name}.per_sample_l2")
         per_sample = None
         if stats is not None:
-
-            def num(key: str, optional: bool = False) -> float | None:
-                at = f"{name}.per_sample_l2.{key}"
-                read = self.optional_measure if optional else self.measure
-                return read(stats, key, at)
-
-            per_sample = SampleStats(
-                count=samples or 0,
-                mean=float(num("mean") or 0.0),
-                std=float(num("std") or 0.0),
-                min=float(num("min") or 0.0),
-                p50=num("p50", optional=True),
-                p95=num("p95", optional=True),
-                max=float(num("max") or 0.0),
-            )
+            per_sample = self.sample_stats(stats, samples or 0, f"{name}.per_sample_l2")
             lo, mean, hi = per_sample.min, per_sample.mean, per_sample.max
             if not lo <= mean * (1 + 1e-6) + 1e-30 <= hi * (1 + 2e-6) + 2e-30:
                 raise self.error(
@@ -336,14 +323,27 @@ class _Reader(JsonFields):
         rel = self.optional_measure(obj, "rel_stderr", f"{name}.rel_stderr")
         return FrobeniusNorms((), mean, top, rel, (), distribution)
 
-    def norms(self, obj: Mapping[str, object], name: str) -> tuple[float, float, NormDistribution]:
-        """(mean, max, the distribution over the data) of a norm's member."""
-        if obj.get("per_sample") is not None:
-            raise self.error(f"{name}.per_sample", "null (a report over --data)", "a list")
+    def sample_stats(self, obj: Mapping[str, object], count: int, name: str) -> SampleStats:
+        """`mean`, `std`, `min`, `max` and the optional `p50`, `p95` of a distribution."""
 
         def num(key: str, optional: bool = False) -> float | None:
             read = self.optional_measure if optional else self.measure
             return read(obj, key, f"{name}.{key}")
+
+        return SampleStats(
+            count=count,
+            mean=float(num("mean") or 0.0),
+            std=float(num("std") or 0.0),
+            min=float(num("min") or 0.0),
+            p50=num("p50", optional=True),
+            p95=num("p95", optional=True),
+            max=float(num("max") or 0.0),
+        )
+
+    def norms(self, obj: Mapping[str, object], name: str) -> tuple[float, float, NormDistribution]:
+        """(mean, max, the distribution over the data) of a norm's member."""
+        if obj.get("per_sample") is not None:
+            raise self.error(f"{name}.per_sample", "null (a report over --data)", "a list")
 
         hist = self.get(obj, "histogram", dict, f"{name}.histogram")
         edges = self.get(hist, "edges", list, f"{name}.histogram.edges")
@@ -366,13 +366,7 @@ class _Reader(JsonFields):
             top.append(RankedSample(sample, value, rel))
         samples = self.get(obj, "samples", int, f"{name}.samples")
         distribution = NormDistribution(
-            count=samples,
-            mean=float(num("mean") or 0.0),
-            std=float(num("std") or 0.0),
-            min=float(num("min") or 0.0),
-            p50=num("p50", optional=True),
-            p95=num("p95", optional=True),
-            max=float(num("max") or 0.0),
+            **asdict(self.sample_stats(obj, samples, name)),
             histogram=Histogram(
                 tuple(float(e) for e in edges),
                 tuple(counts),
@@ -380,6 +374,8 @@ class _Reader(JsonFields):
                 self.get(hist, "bins_per_decade", int, f"{name}.histogram.bins_per_decade"),
             ),
             top=tuple(top),
-            mean_rel_stderr=num("mean_rel_stderr", optional=True),
+            mean_rel_stderr=self.optional_measure(
+                obj, "mean_rel_stderr", f"{name}.mean_rel_stderr"
+            ),
         )
         return distribution.mean, distribution.max, distribution

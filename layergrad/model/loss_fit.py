@@ -110,10 +110,39 @@ def read_file(
     return LossReading(tuple(found), tuple(stacks), unknown, unread, known, looked)
 
 
+def read_observed(
+    compiled: Mapping[str, object], seen: Sequence[tuple[str, str, int | None, Observed | None]]
+) -> LossReading:
+    """Judge the outputs of a model whose file describes no layers (a subclassed model) from
+    what each did on the probe: `seen` holds, per output in output order, its name, the layer
+    that made it (its name, or "" when none is known), its units and what its values did
+    (None: they said too little, and it is not judged)."""
+    loss = compiled.get("loss")
+    names = [name for name, _, _, _ in seen]
+    if not loss or not names:
+        return LossReading(described=False)
+    specs = per_output(loss, names)
+    unknown = tuple(unknown_losses(loss, names))
+    found: list[Mismatch] = []
+    looked: list[Head] = []
+    for (name, layer, units, observed), spec in zip(seen, specs, strict=True):
+        if observed is None:
+            continue
+        head = Head(name, layer or name, observed.kind, units, layer_class=observed.layer_class,
+                    observed=observed.describe())  # fmt: skip
+        looked.append(head)
+        problem = _judge(head, *spec) if spec is not None else None
+        if problem is not None:
+            found.append(problem)
+    judged = sum(spec is not None for spec in specs)
+    return LossReading(tuple(found), (), unknown, (), judged, tuple(looked), False)
+
+
 def _as_observed(head: Head, seen: Observed | None) -> Head:
     if head.known or seen is None:
         return head
-    return replace(head, activation=seen.kind, observed=seen.describe())
+    units = head.units or seen.units
+    return replace(head, activation=seen.kind, units=units, observed=seen.describe())
 
 
 def _judge(head: Head, loss: str, from_logits: bool) -> Mismatch | None:
@@ -137,6 +166,20 @@ def _judge(head: Head, loss: str, from_logits: bool) -> Mismatch | None:
             "a softmax head with categorical_crossentropy (one-hot labels) or "
             "sparse_categorical_crossentropy (class ids); for yes/no or multi-label outputs a "
             "sigmoid head with binary_crossentropy",
+        )
+    if (
+        "categorical_" in loss
+        and "crossentropy" in loss
+        and not from_logits
+        and act == "unit_range"
+        and (units or 0) > 1
+    ):
+        return say(
+            "categorical cross-entropy reads each sample's outputs as a distribution over the "
+            "classes, but these do not sum to 1 (independent values in [0, 1], as a sigmoid "
+            "makes)",
+            "a softmax on the head (one class out of N), or a sigmoid head with "
+            "binary_crossentropy for independent yes/no outputs",
         )
     if "categorical_" in loss and "crossentropy" in loss and (units == 1 or act == "sigmoid"):
         return say(

@@ -22,8 +22,7 @@ from layergrad.core.results import (
     ScanRow,
 )
 from layergrad.render import chart_files, plot
-from layergrad.render.common import log_scale, shape_text, target_text
-from layergrad.render.common import number as fmt
+from layergrad.render.common import log_scale, number, shape_text, target_text
 from layergrad.render.html_page import (
     Html,
     badge,
@@ -135,7 +134,7 @@ def number_cell(value: float | None) -> Html:
     """A right-aligned number cell that sorts by value ('-' sorts below every number)."""
     if value is None:
         return cell("-", sort="-Infinity", num=True)
-    return cell(fmt(value), sort=repr(value) if math.isfinite(value) else "Infinity", num=True)
+    return cell(number(value), sort=repr(value) if math.isfinite(value) else "Infinity", num=True)
 
 
 def _jacobian_cells(items: Sequence[object]) -> bool:

@@ -27,6 +27,14 @@ FRAME_HEIGHT = 480  # pixels; the frame scrolls past it
 TEXT_LINES = 12  # `print(report)` shows the table's first lines
 
 
+def _render(report: object, fmt: OutputFormat, view: str) -> str:
+    """The report in `fmt`; a TypeError naming the `view` for an object that is no report."""
+    name = REPORT_OF.get(type(report))
+    if name is None:
+        raise TypeError(f"no {view} view for {type(report).__name__}")
+    return render(name, fmt, report)
+
+
 def notebook_html(report: object) -> str:
     """The report's HTML page inside a sandboxed `<iframe srcdoc>`.
 
@@ -36,10 +44,7 @@ def notebook_html(report: object) -> str:
         ...
         TypeError: no notebook view for object
     """
-    name = REPORT_OF.get(type(report))
-    if name is None:
-        raise TypeError(f"no notebook view for {type(report).__name__}")
-    page = render(name, OutputFormat.HTML, report)
+    page = _render(report, OutputFormat.HTML, "notebook")
     return (
         f'<iframe sandbox="allow-scripts" srcdoc="{html.escape(page, quote=True)}" '
         f'style="width: 100%; height: {FRAME_HEIGHT}px; border: 0"></iframe>'
@@ -56,10 +61,7 @@ def short_text(report: object) -> str:
         ...
         TypeError: no text view for object
     """
-    name = REPORT_OF.get(type(report))
-    if name is None:
-        raise TypeError(f"no text view for {type(report).__name__}")
-    lines = [ln.rstrip() for ln in render(name, OutputFormat.TABLE, report).splitlines()]
+    lines = [ln.rstrip() for ln in _render(report, OutputFormat.TABLE, "text").splitlines()]
     lines = [ln for ln in lines if ln.strip()]
     if len(lines) <= TEXT_LINES:
         return "\n".join(lines)

@@ -34,7 +34,7 @@ from layergrad.core.fit_results import (
     FitReport,
     TrainingFinding,
 )
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import SummaryWriter
 from layergrad.core.vocab import Finding
 from layergrad.training import rules
@@ -57,14 +57,12 @@ from layergrad.training.run_notes import (
 from layergrad.training.step_hook import StepHook, TrainFunction, trace_key
 from layergrad.training.summaries import write_summaries
 
-_, _keras = quiet_import()
-
 # The wrappers installed on each model (by id) until its monitored fit ends: a fit that raised
 # never calls on_train_end, and the next monitored fit of that model closes them first.
 _OPEN: dict[int, contextlib.ExitStack] = {}
 
 
-class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
+class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
     """Watch d loss / d weights during `model.fit`; name the layer where NaN/Inf started.
 
     Args:
@@ -163,7 +161,6 @@ class GradientMonitor(_keras.callbacks.Callback):  # type: ignore[name-defined]
             traced = self._traced = (key, self._hook, self._hook.train_functions())
         self._functions = traced[2]  # (measuring, ordinary)
         if self.log_dir is not None:
-            tf, _ = quiet_import()
             try:
                 self._writer = tf.summary.create_file_writer(self.log_dir)
             except (tf.errors.OpError, OSError) as exc:  # e.g. a folder no one can create

@@ -35,7 +35,7 @@ import threading
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import (
     KerasLayer,
     KerasModel,
@@ -200,7 +200,6 @@ class StepHook:
         """Once the loss exists (the forward pass is done, its activations all alive): the
         forward statistics of a measuring step, or of an ordinary step's first non-finite
         loss. (Measured later, the activations would live on through the backward pass.)"""
-        tf, _ = quiet_import()
         # the step's loss into the ring now: an optimizer may skip the gradients' part (a
         # LossScaleOptimizer does when the scaled gradients overflow)
         total = tf.cast(tf.reduce_sum(loss), tf.float32)
@@ -218,7 +217,6 @@ class StepHook:
 
     def _forward_stats(self, trace: _Trace, row: Tensor | int) -> TFOperation:
         """Each layer's NaN/Inf outputs and dead units, and the learning rate, into `row`."""
-        tf, _ = quiet_import()
         counts, dead = reductions.forward_stats(trace.outputs)
         writes = [
             put(self.results.activations, row, counts),
@@ -233,7 +231,6 @@ class StepHook:
 
     def _clean(self, trace: _Trace) -> Tensor:
         """Whether no step of this fit before this one was non-finite."""
-        tf, _ = quiet_import()
         self._count(trace)  # reads the counts
         return tf.equal(trace.counts[1], 0.0)
 
@@ -247,27 +244,23 @@ class StepHook:
 
     def _ring_row(self, trace: _Trace) -> Tensor:
         """The step's row in the ring of losses."""
-        tf, _ = quiet_import()
         if trace.ring_row is None:
             trace.ring_row = tf.math.floormod(self._count(trace), self.results.ring)
         return trace.ring_row
 
     def _count_step(self, trace: _Trace) -> TFOperation:
         """The step counts itself (and a NaN/Inf loss), last, whatever the optimizer did."""
-        tf, _ = quiet_import()
         bad = tf.constant(False) if trace.loss_bad is None else trace.loss_bad
         return self.results.counts.assign_add(tf.stack([1.0, tf.cast(bad, tf.float64)]))
 
     def _row(self, trace: _Trace) -> Tensor | int:
         """The row of a measuring step's results: its number modulo the rows."""
-        tf, _ = quiet_import()
         if self.rows == 1:
             return 0
         return tf.math.floormod(tf.cast(self._count(trace), tf.int32), self.rows)
 
     def _record(self, trace: _Trace, reduced: list[tuple[Tensor, KerasVariable]]) -> TFOperation:
         """The step's writes: its loss and NaN/Inf flag, and the gradient reductions."""
-        tf, _ = quiet_import()
         grads: list[Tensor | None] = [None] * len(self.variables)
         weights: list[Tensor | None] = [None] * len(self.variables)
         for g, v in reduced:
@@ -315,7 +308,6 @@ class StepHook:
     ) -> Tensor:
         """Write the gradient rows (and histograms), and the `inputs`' NaN/Inf counts, into
         `row`; whether a gradient value is NaN/Inf."""
-        tf, _ = quiet_import()
         rows = reductions.gradient_rows(grads, weights)
         writes = [put(self.results.grads, row, rows), put(self.results.reduced_at, row, count)]
         if inputs is not None:  # an ordinary step's first non-finite one: was it the data?
@@ -350,7 +342,6 @@ def applying_optimizer(model: KerasModel) -> KerasOptimizer:
 def _float_inputs(model: KerasModel, data: TensorTree) -> tuple[list[Tensor], list[str]]:
     """The float tensors of a batch's inputs, and their names (the model's input names, a
     dict's keys, else `input N`)."""
-    _, keras = quiet_import()
     from layergrad.model.layer_refs import input_names
 
     x = keras.utils.unpack_x_y_sample_weight(data)[0] if isinstance(data, tuple) else data

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Tensor
 
 BINS = 30  # histogram buckets per layer gradient (TensorBoard's default)
@@ -30,7 +30,6 @@ def unlowered_cond(
     not taken is still visited on every run to pass its deadness on: a few hundred
     microseconds a step for a branch that reduces every gradient. An `If` op left as it is
     runs the other branch as a function call, so a step that skips it pays one op."""
-    tf, _ = quiet_import()
     from tensorflow.core.framework import attr_value_pb2
 
     result = tf.cond(predicate, true_fn, false_fn)
@@ -50,14 +49,12 @@ def values(gradient: Tensor) -> Tensor:
 
 
 def nonfinite(tensor: Tensor) -> Tensor:
-    tf, _ = quiet_import()
     return tf.reduce_sum(tf.cast(~tf.math.is_finite(tensor), tf.float32))
 
 
 def forward_stats(outputs: Sequence[Sequence[Tensor]]) -> tuple[Tensor, Tensor]:
     """Per layer, from its float outputs (every call): ([NaN/Inf values], [[dead, units,
     constant]])."""
-    tf, _ = quiet_import()
     counts, dead = [], []
     for layer in outputs:
         counts.append(tf.add_n([nonfinite(t) for t in layer]) if layer else tf.constant(0.0))
@@ -73,7 +70,6 @@ MAX_INPUTS = 32  # model inputs whose NaN/Inf values a step counts (the first on
 def input_stats(inputs: Sequence[Tensor]) -> Tensor:
     """[MAX_INPUTS, 2]: per float input of the step's batch, [NaN/Inf values, the first row
     holding one] (zeros for the rest)."""
-    tf, _ = quiet_import()
     rows = []
     for t in list(inputs)[:MAX_INPUTS]:
         bad = ~tf.math.is_finite(t)
@@ -87,7 +83,6 @@ def input_stats(inputs: Sequence[Tensor]) -> Tensor:
 def dead_units(tensor: Tensor) -> Tensor:
     """[units of the last axis exactly 0 for every sample, units, units whose value is the
     same for every sample] (zeros below rank 2; no constant unit in a batch of one)."""
-    tf, _ = quiet_import()
     rank = tensor.shape.rank
     if rank is None or rank < 2:
         return tf.constant([0.0, 0.0, 0.0])
@@ -104,7 +99,6 @@ def dead_units(tensor: Tensor) -> Tensor:
 
 def gradient_rows(grads: Sequence[Tensor | None], weights: Sequence[Tensor | None]) -> Tensor:
     """[variables, COLUMNS]: each variable's statistics (-1 weight norm: no gradient)."""
-    tf, _ = quiet_import()
     rows = []
     for g, v in zip(grads, weights, strict=True):
         if g is None:
@@ -133,7 +127,6 @@ def histograms(
 ) -> tuple[Tensor, Tensor]:
     """Per layer (the indices of its variables): ([BINS] counts of its finite gradient
     values, [low, high] of their range)."""
-    tf, _ = quiet_import()
     counts, ranges = [], []
     for indices in layers:
         parts = [

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import KerasModel, Tensor, TFOperation, TFVariable
 from layergrad.training.step_reductions import BINS, COLUMNS, MAX_INPUTS
 
@@ -25,7 +25,6 @@ class StepResults:
     """The variables one monitored fit writes (made in the model's distribution strategy)."""
 
     def __init__(self, model: KerasModel, layers: int, variables: int, rows: int = 1) -> None:
-        tf, _ = quiet_import()
         self.rows = max(1, int(rows))  # steps per execution
         self.spare = self.rows  # the row of an ordinary execution's first non-finite step
         self.ring = RING * self.rows  # the rows of per-step losses
@@ -64,7 +63,6 @@ class StepResults:
 
     def reset(self) -> None:
         """Start a new fit: no step run, nothing non-finite seen, no row measured."""
-        tf, _ = quiet_import()
         self.counts.assign(tf.zeros([2], tf.float64))
         for at in (self.forward_at, self.reduced_at):
             at.assign(tf.fill(at.shape, tf.constant(-1.0, tf.float64)))
@@ -95,7 +93,6 @@ class StepResults:
 
 def put(variable: TFVariable, row: Tensor | int, value: Tensor) -> TFOperation:
     """Write `value` into row `row` of a result variable (graph code)."""
-    tf, _ = quiet_import()
     value = tf.cast(value, variable.dtype)
     index = tf.reshape(tf.cast(row, tf.int32), [1, 1])
     try:

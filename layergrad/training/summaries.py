@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from layergrad.core.fit_results import Checkpoint
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import SummaryWriter
 from layergrad.training.step_hook import LayerVariables
 
@@ -22,7 +22,6 @@ def write_summaries(
     layers: Sequence[LayerVariables],
 ) -> None:
     """Write one checkpoint's scalars and gradient histograms (row `at` of `read`)."""
-    tf, _ = quiet_import()
     from tensorboard.plugins.histogram import metadata as histogram_metadata
 
     counts, ranges = read["histogram"][at], read["ranges"][at]

@@ -101,17 +101,3 @@ def slope(curve: np.ndarray, spread: float | None = None) -> Slope:
     per_step = float(np.sum(t * (curve - curve.mean())) / sxx)
     spread = noise(curve) if spread is None else spread
     return Slope(per_step, spread / math.sqrt(sxx))
-
-
-def decreasing_fit(values: np.ndarray) -> np.ndarray:
-    """The closest non-increasing sequence in least squares (pool adjacent violators)."""
-    blocks: list[list[float]] = []  # [mean, count]
-    for v in values:
-        blocks.append([float(v), 1.0])
-        while len(blocks) > 1 and blocks[-2][0] < blocks[-1][0]:
-            mean, count = blocks.pop()
-            prev = blocks[-1]
-            total = prev[1] + count
-            prev[0] = (prev[0] * prev[1] + mean * count) / total
-            prev[1] = total
-    return np.concatenate([np.full(int(c), m) for m, c in blocks]) if blocks else values

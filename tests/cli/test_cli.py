@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import load_sample, manual_gradient, normal, sample
+from helpers import fresh_python, load_sample, manual_gradient, normal, sample, seed_inspect
 
 from layergrad.cli.app import main
 
@@ -19,7 +17,7 @@ def run(*args: str):
 
 
 def test_table_shows_layers_shapes_status_and_stats():
-    result = run("inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1")
+    result = run(*seed_inspect())
     assert result.exit_code == 0, result.output
     out = result.output
     for text in ("dense_1", "(8, 8)", "(8, 4)", "ok", "L2", "mean |g|", "max |g|", "zeros",
@@ -30,10 +28,7 @@ def test_table_shows_layers_shapes_status_and_stats():
 
 def test_json_follows_the_documented_schema(write_input):
     x = normal(8, 5)
-    result = run(
-        "inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1", "--json",
-        "--input", write_input(x),
-    )  # fmt: skip
+    result = run(*seed_inspect("--json", "--input", write_input(x)))
     assert result.exit_code == 0
     doc = json.loads(result.output)
     assert set(doc) == {"schema", "model", "probe", "results"}
@@ -111,11 +106,7 @@ def test_usage_errors_exit_2_with_one_line(args, message):
 
 
 def test_bad_input_shape_exits_2(write_input):
-    result = CliRunner().invoke(
-        main,
-        ["inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1",
-         "--input", write_input(normal(8, 7))],
-    )  # fmt: skip
+    result = CliRunner().invoke(main, seed_inspect("--input", write_input(normal(8, 7))))
     assert result.exit_code == 2
     assert "shape (8, 7)" in result.output and "expected (batch, 5)" in result.output
 
@@ -150,15 +141,11 @@ def test_help_does_not_import_tensorflow():
         "r = CliRunner().invoke(main, ['inspect', '--help'])\nassert r.exit_code == 0\n"
         "print('tensorflow' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert fresh_python("-c", code).strip() == "False"
 
 
 def test_python_dash_m_runs_the_cli():
-    out = subprocess.run(
-        [sys.executable, "-m", "layergrad", "--version"], capture_output=True, text=True, check=True
-    )
-    assert "layergrad" in out.stdout
+    assert "layergrad" in fresh_python("-m", "layergrad", "--version")
 
 
 def test_ids_outside_the_vocabulary_exit_2_with_the_op_message(write_input):
@@ -197,19 +184,7 @@ def test_call_index_errors_name_the_calls_that_exist(args, message):
 def test_unwritable_save_gradient_is_refused_before_the_work(tmp_path):
     (tmp_path / "a_file").write_text("not a folder")
     target = tmp_path / "a_file" / "g.npy"  # its folder cannot be created
-    result = CliRunner().invoke(
-        main,
-        [
-            "inspect",
-            sample("seed.keras"),
-            "--from",
-            "dense",
-            "--to",
-            "dense_1",
-            "--save-gradient",
-            str(target),
-        ],
-    )
+    result = CliRunner().invoke(main, seed_inspect("--save-gradient", str(target)))
     assert result.exit_code == 2
     assert "dense_1" not in result.stdout and "is not a folder" in result.stderr
 
@@ -229,14 +204,8 @@ def _in_subprocess(args: list[str], env: dict[str, str] | None = None) -> list[s
     )
     import os
 
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, **(env or {})},
-    )
-    first, last = out.stdout.strip().splitlines()[:2]
+    out = fresh_python("-c", code, env={**os.environ, **(env or {})})
+    first, last = out.strip().splitlines()[:2]
     return [*first.split(), last]
 
 
@@ -294,10 +263,9 @@ def test_an_import_that_cannot_be_imported_is_a_usage_error_before_tensorflow(co
             f"r = CliRunner().invoke(main, {[command, model, '--import', spec]!r})\n"
             "print(r.exit_code, 'tensorflow' in sys.modules)\nprint(repr(r.output))"
         )
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             check=True, cwd=tmp_path, env={**os.environ, "PYTHONSAFEPATH": "1"})  # fmt: skip
-        first, output = out.stdout.strip().splitlines()[:2]
-        assert first == "2 False", (spec, out.stdout)
+        out = fresh_python("-c", code, cwd=tmp_path, env={**os.environ, "PYTHONSAFEPATH": "1"})
+        first, output = out.strip().splitlines()[:2]
+        assert first == "2 False", (spec, out)
         assert said in output and "Traceback" not in output, (spec, output)
     # the API says the same (a usage error, not an unreadable file)
     from layergrad.core.errors import UsageError

@@ -62,3 +62,23 @@ class SmallLogits(keras.layers.Layer):
 
     def get_config(self) -> dict[str, object]:
         return {**super().get_config(), "units": self.units}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class Classifier(keras.Model):
+    """A subclassed model as users write one: its config shows `units` and `final`, no layer.
+    `final="ops_softmax"` applies the softmax as an operation in `call`, after the layer."""
+
+    def __init__(self, units: int = 4, final: str | None = "softmax", **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.units, self.final = units, final
+        self.hidden = keras.layers.Dense(16, activation="relu", name="hidden")
+        op = final == "ops_softmax"
+        self.head = keras.layers.Dense(units, activation=None if op else final, name="head")
+
+    def call(self, x):  # type: ignore[no-untyped-def]
+        out = self.head(self.hidden(x))
+        return keras.ops.softmax(out) if self.final == "ops_softmax" else out
+
+    def get_config(self) -> dict[str, object]:
+        return {"name": self.name, "units": self.units, "final": self.final}

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from helpers import CUSTOM_LAYERS, SAMPLES, keras, sample
 
 from layergrad import cli
-from layergrad.commands import check as checks
-from layergrad.commands.check import CheckOptions, check_file
+from layergrad.commands.check import gate as checks
+from layergrad.commands.check.gate import CheckOptions, check_file
 from layergrad.core.vocab import Finding
 
 ALL_CHECKS = ["readable", "safe", "weights", "loss", "loads", "forward", "gradient", "trainable"]

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from helpers import keras
 
-from layergrad.commands.check import CheckOptions, check_file
+from layergrad.commands.check.gate import CheckOptions, check_file
 from layergrad.core.vocab import Finding
 from layergrad.engine.compiled_loss import find_loss, label_request
 
 layers = keras.layers
 
 
-def _dict_model() -> keras.Model:
+def _dict_model(alpha_loss: str = "binary_crossentropy") -> keras.Model:
     # keys sort as (alpha, zeta): opposite to the order the outputs are given and to the
     # layers' names, so neither insertion order nor layer names can line them up by chance
     x = keras.Input((4,), name="x")
@@ -22,9 +22,7 @@ def _dict_model() -> keras.Model:
     kind = layers.Dense(3, activation="softmax", name="a_kind")(h)
     flag = layers.Dense(1, activation="sigmoid", name="b_flag")(h)
     model = keras.Model(x, {"zeta": kind, "alpha": flag})
-    model.compile(
-        "adam", loss={"zeta": "sparse_categorical_crossentropy", "alpha": "binary_crossentropy"}
-    )
+    model.compile("adam", loss={"zeta": "sparse_categorical_crossentropy", "alpha": alpha_loss})
     return model
 
 
@@ -53,17 +51,8 @@ def test_check_passes_a_dict_output_model(tmp_path):
 def test_the_loss_check_judges_each_head_by_its_key(tmp_path):
     # "alpha" makes one sigmoid unit: categorical cross-entropy over one unit is always 0,
     # so the loss cannot fit that head (a mismatch worked out from how the model is built)
-    x = keras.Input((4,), name="x")
-    h = layers.Dense(8, activation="relu", name="hidden")(x)
-    kind = layers.Dense(3, activation="softmax", name="a_kind")(h)
-    flag = layers.Dense(1, activation="sigmoid", name="b_flag")(h)
-    model = keras.Model(x, {"zeta": kind, "alpha": flag})
-    model.compile(
-        "adam",
-        loss={"zeta": "sparse_categorical_crossentropy", "alpha": "categorical_crossentropy"},
-    )
     path = tmp_path / "mismatch.keras"
-    model.save(path)
+    _dict_model(alpha_loss="categorical_crossentropy").save(path)
     verdict = check_file(path, CheckOptions(static_only=True))
     loss = next(c for c in verdict.checks if c.name == "loss")
     assert Finding.LOSS_MISMATCH in loss.findings, loss.message
@@ -75,7 +64,7 @@ def test_fit_takes_labels_that_fit_each_keyed_loss(tmp_path):
     # under binary cross-entropy: labels that fit, so fit runs (no target_mismatch)
     import numpy as np
 
-    from layergrad.commands.fit import FitOptions, fit_model
+    from layergrad.commands.fit.train import FitOptions, fit_model
 
     path = tmp_path / "dict.keras"
     _dict_model().save(path)
@@ -92,3 +81,51 @@ def test_fit_takes_labels_that_fit_each_keyed_loss(tmp_path):
     report = fit_model(path, data, FitOptions(steps=2, batch_size=8))
     assert Finding.TARGET_MISMATCH.value not in [f.finding.value for f in report.findings]
     assert report.steps == 2
+
+
+def _partly_keyed() -> keras.Model:
+    # one key is its layer's name ("value"), the other is not ("kind" -> layer "kind_act"): the
+    # loss dict names one output both ways, the other only by its key
+    x = keras.Input((4,), name="x")
+    h = layers.Dense(8, activation="relu", name="hidden")(x)
+    kind = layers.Activation("softmax", name="kind_act")(layers.Dense(3, name="kind_logits")(h))
+    value = layers.Dense(1, name="value")(h)
+    model = keras.Model(x, {"kind": kind, "value": value})
+    model.compile("adam", loss={"kind": "sparse_categorical_crossentropy", "value": "mse"})
+    return model
+
+
+def test_outputs_keyed_partly_by_layer_name_get_their_own_loss(tmp_path):
+    path = tmp_path / "partly.keras"
+    _partly_keyed().save(path)
+    loaded = keras.models.load_model(path)
+    assert list(loaded.output_names) == ["kind_act", "value"]  # sorted keys: kind, value
+    spec = find_loss(loaded.get_compile_config(), None)
+    assert spec is not None
+    assert label_request(loaded, spec).losses == ("sparse_categorical_crossentropy", "mse")
+    verdict = check_file(path, CheckOptions())
+    assert verdict.passed, [c.message for c in verdict.checks if not c.passed]
+
+
+def test_check_data_reads_labels_keyed_by_the_dict_key(tmp_path):
+    """`y:kind` names the output keyed "kind" (layer "kind_act"): its labels are read. Class
+    ids up to 4 for a 3-unit softmax cannot be its targets (worked out from the model)."""
+    import numpy as np
+
+    path = tmp_path / "partly.keras"
+    _partly_keyed().save(path)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 4)).astype("float32")
+    value = rng.standard_normal((32, 1)).astype("float32")
+    good, bad = tmp_path / "good.npz", tmp_path / "bad.npz"
+    np.savez(good, x=x, **{"y:kind": rng.integers(0, 3, 32), "y:value": value})
+    np.savez(bad, x=x, **{"y:kind": np.arange(32) % 5, "y:value": value})
+    from layergrad.core.probe_options import ProbeOptions
+
+    verdict = check_file(path, CheckOptions(probe=ProbeOptions(data=str(good))))
+    assert verdict.passed, [c.message for c in verdict.checks if not c.passed]
+    verdict = check_file(path, CheckOptions(probe=ProbeOptions(data=str(bad))))
+    found = {f for c in verdict.checks for f in c.findings}
+    assert Finding.TARGET_MISMATCH in found, [c.message for c in verdict.checks]
+    said = " ".join(c.message for c in verdict.checks)
+    assert "kind" in said

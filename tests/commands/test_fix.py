@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from helpers import sample
 
 from layergrad import cli
-from layergrad.commands.check import check_file
-from layergrad.commands.fix import FixOptions, fix_model
+from layergrad.commands.check.gate import check_file
+from layergrad.commands.fix.repair import FixOptions, fix_model
 
 
 def _findings(path) -> set[str]:

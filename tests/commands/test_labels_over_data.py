@@ -23,6 +23,13 @@ def run(*args: str):
     return CliRunner().invoke(main, list(args))
 
 
+def weight_scan(path: str, data: str, *options: str) -> dict:
+    """The report of `scan --wrt weights --data DATA --json`, which must exit 0."""
+    out = run("scan", path, "--wrt", "weights", "--data", data, *options, "--json")
+    assert out.exit_code == 0, out.output
+    return json.loads(out.stdout)
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     return image_folder(tmp_path_factory.mktemp("labelled") / "images", CLASSES, seed=3)
@@ -98,10 +105,7 @@ def test_weight_gradient_over_a_data_function_uses_its_y(tmp_path):
         "        yield x, rng.integers(0, 3, 5)\n"
     )
     path = classifier(tmp_path / "m.keras", 3)
-    out = run("scan", path, "--wrt", "weights", "--data", f"{tmp_path / 'pairs.py'}:pairs",
-              "--batch-size", "6", "--json")  # fmt: skip
-    assert out.exit_code == 0, out.output
-    doc = json.loads(out.stdout)
+    doc = weight_scan(path, f"{tmp_path / 'pairs.py'}:pairs", "--batch-size", "6")
     assert doc["loss"]["labels"] == "data" and doc["probe"]["samples"] == 20
     rng = np.random.default_rng(8)
     parts = [(rng.uniform(0, 255, (5, 8, 8, 3)).astype("float32"), rng.integers(0, 3, 5))
@@ -124,10 +128,7 @@ def test_an_unbatched_dataset_of_samples_and_scalar_ids_gives_its_labels(tmp_pat
         "    return tf.data.Dataset.from_tensor_slices((X, np.array(['a'] * 10)))\n"
     )
     path = classifier(tmp_path / "m.keras", 3)
-    out = run("scan", path, "--wrt", "weights", "--data", f"{tmp_path / 'slices.py'}:samples",
-              "--batch-size", "4", "--json")  # fmt: skip
-    assert out.exit_code == 0, out.output
-    doc = json.loads(out.stdout)
+    doc = weight_scan(path, f"{tmp_path / 'slices.py'}:samples", "--batch-size", "4")
     assert doc["loss"]["labels"] == "data" and doc["probe"]["samples"] == 10
     x = np.random.default_rng(5).uniform(0, 255, (10, 8, 8, 3)).astype("float32")
     want = full_batch_gradients(path, x, np.arange(10) % 3)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import keras, tf
 
-from layergrad.commands.check import CheckOptions, check_file
+from layergrad.commands.check.gate import CheckOptions, check_file
 
 HEADS = str(Path(__file__).with_name("head_layers.py"))
 if "head_layers" not in sys.modules:  # the module layergrad imports with --import HEADS
@@ -53,6 +53,13 @@ def loss_item(path: Path, options: CheckOptions = STATIC):
     return next(c for c in verdict.checks if c.name == "loss"), verdict
 
 
+def loss_items(model, loss, tmp_path: Path):
+    """`model` compiled with `loss`, in every saved form: (form, its loss check, its verdict)."""
+    model.compile(optimizer="adam", loss=loss)
+    for saved, path in saved_forms(model, tmp_path).items():
+        yield saved, *loss_item(path)
+
+
 def mlp(head, width: int = 6):
     return keras.Sequential(
         [keras.Input((width,), name="x"), layers.Dense(16, activation="relu", name="hidden"),
@@ -79,9 +86,7 @@ def _losses():
 @pytest.mark.parametrize("form", list(_losses()))
 def test_binary_crossentropy_on_a_softmax_fails_in_every_form(tmp_path, form):
     model = mlp([layers.Dense(10, activation="softmax", name="head")])
-    model.compile(optimizer="adam", loss=_losses()[form])
-    for saved, path in saved_forms(model, tmp_path).items():
-        item, _ = loss_item(path)
+    for saved, item, _ in loss_items(model, _losses()[form], tmp_path):
         assert item.findings == ("loss_mismatch",), (form, saved, item.message)
         assert "binary_crossentropy on output 'head' (10 units, softmax)" in item.message
 
@@ -111,9 +116,7 @@ def test_binary_crossentropy_on_a_softmax_fails_in_every_form(tmp_path, form):
 )  # fmt: skip
 def test_loss_and_head_pairings_in_every_saved_form(tmp_path, head, loss, bad):
     model = mlp([keras.layers.deserialize(keras.layers.serialize(head[0]))])
-    model.compile(optimizer="adam", loss=loss)
-    for saved, path in saved_forms(model, tmp_path).items():
-        item, _ = loss_item(path)
+    for saved, item, _ in loss_items(model, loss, tmp_path):
         assert (item.findings == ("loss_mismatch",)) == bad, (saved, item.message)
         assert bad or item.findings == (), (saved, item.message)
 
@@ -135,9 +138,7 @@ def _two_outputs():
 )
 def test_a_loss_per_output_names_the_output_it_does_not_fit(tmp_path, loss):
     model = _two_outputs()
-    model.compile(optimizer="adam", loss=loss)
-    for saved, path in saved_forms(model, tmp_path).items():
-        item, _ = loss_item(path)
+    for saved, item, _ in loss_items(model, loss, tmp_path):
         assert item.findings == ("loss_mismatch",), (saved, item.message)
         assert "output 'cls'" in item.message and "output 'reg'" not in item.message
 
@@ -148,10 +149,8 @@ def test_a_list_of_losses_is_read_in_output_order(tmp_path):
     model = keras.Model(
         x, [layers.Dense(4, activation="softmax", name="cls")(h), layers.Dense(1, name="reg")(h)]
     )
-    model.compile(optimizer="adam", loss=[keras.losses.SparseCategoricalCrossentropy(),
-                                          keras.losses.mean_absolute_error])  # fmt: skip
-    for saved, path in saved_forms(model, tmp_path).items():
-        item, _ = loss_item(path)
+    losses = [keras.losses.SparseCategoricalCrossentropy(), keras.losses.mean_absolute_error]
+    for saved, item, _ in loss_items(model, losses, tmp_path):
         assert item.findings == (), (saved, item.message)
         assert "fits every output" in item.message
 
@@ -166,9 +165,7 @@ def test_a_list_of_losses_is_read_in_output_order(tmp_path):
 def test_a_custom_loss_is_said_unknown_and_never_fails(tmp_path, loss, name):
     # a softmax head: had the rules guessed from the name, nothing here says it is wrong
     model = mlp(SOFTMAX10)
-    model.compile(optimizer="adam", loss=loss)
-    for saved, path in saved_forms(model, tmp_path).items():
-        item, verdict = loss_item(path)
+    for saved, item, verdict in loss_items(model, loss, tmp_path):
         assert item.findings == () and verdict.passed, (saved, item.message)
         assert f"unknown loss `{name}`, loss rules skipped" in item.message, (saved, item.message)
 
@@ -213,9 +210,7 @@ def test_an_unregistered_function_loss_is_said_unknown(tmp_path):
 )  # fmt: skip
 def test_activations_in_every_form(tmp_path, head, loss, bad, says):
     model = mlp(head)
-    model.compile(optimizer="adam", loss=loss)
-    for saved, path in saved_forms(model, tmp_path).items():
-        item, _ = loss_item(path)
+    for saved, item, _ in loss_items(model, loss, tmp_path):
         assert (item.findings == ("loss_mismatch",)) == bad, (saved, item.message)
         assert says in item.message, (saved, item.message)
 
@@ -225,9 +220,7 @@ def test_an_operation_head_is_read(tmp_path):
     h = layers.Dense(16, activation="relu", name="hidden")(x)
     out = keras.ops.softmax(layers.Dense(5, name="logits")(h))
     model = keras.Model(x, out)
-    model.compile(optimizer="adam", loss=keras.losses.binary_crossentropy)
-    for saved, path in saved_forms(model, tmp_path).items():
-        item, _ = loss_item(path)
+    for saved, item, _ in loss_items(model, keras.losses.binary_crossentropy, tmp_path):
         assert item.findings == ("loss_mismatch",) and "5 units, softmax" in item.message, (
             saved,
             item.message,
@@ -243,11 +236,12 @@ def _custom_head(final, units):
 @pytest.mark.parametrize(
     ("final", "units", "loss", "bad", "seen"),
     [
-        ("sigmoid", 1, "binary_crossentropy", False, "like a sigmoid"),
-        ("softmax", 4, "categorical_crossentropy", False, "like a softmax"),
-        ("softmax", 4, keras.losses.binary_crossentropy, True, "like a softmax"),
-        (None, 4, "categorical_crossentropy", True, "either sign"),
-        (None, 4, keras.losses.CategoricalCrossentropy(from_logits=True), False, "either sign"),
+        # the Dense inside that returns the values says its activation: read from it
+        ("sigmoid", 1, "binary_crossentropy", False, "applies sigmoid"),
+        ("softmax", 4, "categorical_crossentropy", False, "applies softmax"),
+        ("softmax", 4, keras.losses.binary_crossentropy, True, "applies softmax"),
+        (None, 4, "categorical_crossentropy", True, "applies linear"),
+        (None, 4, keras.losses.CategoricalCrossentropy(from_logits=True), False, "applies linear"),
     ],
 )
 def test_a_custom_head_is_judged_on_its_outputs_never_assumed_linear(
@@ -292,9 +286,7 @@ def test_a_nested_model_head_is_read_through(tmp_path):
     )  # fmt: skip
     x = keras.Input((6,), name="x")
     model = keras.Model(x, inner(layers.Dense(16, activation="relu", name="hidden")(x)))
-    model.compile(optimizer="adam", loss=keras.losses.binary_crossentropy)
-    for saved, path in saved_forms(model, tmp_path).items():
-        item, _ = loss_item(path)
+    for saved, item, _ in loss_items(model, keras.losses.binary_crossentropy, tmp_path):
         assert item.findings == ("loss_mismatch",) and "softmax" in item.message, (
             saved,
             item.message,
@@ -328,7 +320,7 @@ def test_a_custom_head_is_judged_with_data_too(tmp_path):
              y=np.eye(4, dtype="float32")[rng.integers(0, 4, 16)])  # fmt: skip
     options = CheckOptions(imports=(HEADS,), probe=ProbeOptions(data=str(data)))
     item, verdict = loss_item(tmp_path / "m.keras", options)
-    assert item.findings == ("loss_mismatch",) and "like a softmax" in item.message, item.message
+    assert item.findings == ("loss_mismatch",) and "applies softmax" in item.message, item.message
     assert [c.name for c in verdict.checks].count("loss") == 1
 
 

@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import keras, manual_gradient, normal, sample
+from helpers import manual_gradient, normal, sample, untrained_bn_net
 
 from layergrad.cli.app import main
 
@@ -29,15 +29,7 @@ SAID = (
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("untrained_bn")
-    keras.utils.set_random_seed(0)
-    x = keras.Input((8, 8, 3), name="x")
-    h = keras.layers.Conv2D(8, 3, padding="same", name="conv",
-                            bias_initializer=keras.initializers.Constant(50.0))(x)  # fmt: skip
-    h = keras.layers.BatchNormalization(name="bn")(h)
-    h = keras.layers.ReLU(6.0, name="act")(h)
-    h = keras.layers.GlobalAveragePooling2D(name="pool")(h)
-    model = keras.Model(x, keras.layers.Dense(3, name="head")(h), name="bn_net")
-    model.save(folder / "bn.keras")
+    model = untrained_bn_net(folder / "bn.keras")
     data = normal(20, 8, 8, 3, seed=3)
     np.savez(folder / "x.npz", x=data)
     rest = [model.get_layer(n) for n in ("bn", "act", "pool", "head")]

@@ -46,17 +46,7 @@ HEALTHY_SAVES = ("keras", "h5")
 FN_SAVES = ("resaved", "fitted")
 
 # "arch/op/form" patterns -> why `check` misses them today (the measured floor)
-KNOWN_MISSES: dict[str, str] = {
-    "custom_head/output_relu/*": "a custom head whose inner Dense applies ReLU under binary "
-    "cross-entropy: the activation read from the probe's output does not tell ReLU apart",
-    "deep_tanh_regressor/init_large/*": "an 8-layer tanh stack with N(0, 4^2) kernels: the "
-    "update-ratio trend stays under the 3 decades of the exploding rule",
-    "conv/raw_pixels_data/*": "0-255 pixels into a ReLU convolution without Rescaling: ReLU "
-    "does not saturate, so the input_range rule (the first activation pinned) does not fire",
-    "multi_output/healthy/obj": "a dict output whose key ('head') is not its layer's name "
-    "('head_act'): the random labels are drawn per layer name, so the sparse loss gets "
-    "one-hot-shaped labels and the forward check errors",
-}
+KNOWN_MISSES: dict[str, str] = {}
 
 
 def _known(name: str) -> str | None:

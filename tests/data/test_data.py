@@ -14,7 +14,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import keras, load_sample, manual_gradient, normal, projection_r, sample, tf
+from helpers import (
+    assert_stats_match,
+    keras,
+    load_sample,
+    manual_gradient,
+    normal,
+    projection_r,
+    sample,
+    tf,
+    untrained_bn_net,
+)
 
 from layergrad.cli.app import main
 from layergrad.commands.api import inspect_model, scan_model
@@ -386,22 +396,6 @@ def test_a_zero_result_over_the_data_gets_its_cause(tmp_path):
     assert result.causes[0].code == "dead_relu" and result.causes[0].layer == "dead"
 
 
-def _untrained_bn_net(path: Path) -> None:
-    """conv (bias +50) -> BatchNormalization 'bn', never trained -> ReLU(6) -> pool -> head.
-
-    In inference the untrained bn divides by sqrt(1 + 0.001) and nothing more, so every unit
-    stays near 50, past ReLU6's cap: d head / d conv is exactly zero. With batch statistics
-    (training) bn subtracts each channel's mean and the gradient flows."""
-    keras.utils.set_random_seed(0)
-    x = keras.Input((8, 8, 3), name="x")
-    h = keras.layers.Conv2D(8, 3, padding="same", name="conv",
-                            bias_initializer=keras.initializers.Constant(50.0))(x)  # fmt: skip
-    h = keras.layers.BatchNormalization(name="bn")(h)
-    h = keras.layers.ReLU(6.0, name="act")(h)
-    h = keras.layers.GlobalAveragePooling2D(name="pool")(h)
-    keras.Model(x, keras.layers.Dense(3, name="head")(h), name="bn_net").save(path)
-
-
 def _tape_per_batch(path: Path, x: np.ndarray, rows: int, training: bool) -> np.ndarray:
     """d sum(head) / d conv, batch by batch of `rows` as --data streams them, with bn called
     in the mode given (a fresh copy of the model: training mode moves bn's statistics)."""
@@ -420,7 +414,7 @@ def _tape_per_batch(path: Path, x: np.ndarray, rows: int, training: bool) -> np.
 
 def test_untrained_batchnorm_is_probed_over_the_data_as_training_runs_it(tmp_path):
     path = tmp_path / "bn_net.keras"
-    _untrained_bn_net(path)
+    untrained_bn_net(path)
     bn = keras.saving.load_model(path).get_layer("bn")
     assert not np.any(bn.moving_mean.numpy()) and np.all(bn.moving_variance.numpy() == 1)
     x = normal(20, 8, 8, 3, seed=3)  # batches of 8, 8 and 4
@@ -467,7 +461,7 @@ def test_scan_over_the_data_probes_untrained_batchnorm_as_training_runs_it_as_on
     tmp_path,
 ):
     path = tmp_path / "bn_net.keras"
-    _untrained_bn_net(path)
+    untrained_bn_net(path)
     x = normal(20, 8, 8, 3, seed=3)
     np.savez(tmp_path / "x.npz", x=x)
     np.save(tmp_path / "first.npy", x[:8])
@@ -574,7 +568,7 @@ def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path):
 
 
 def test_sample_totals_added_in_batches_match_numpy_over_all_values():
-    from layergrad.data.aggregates import SampleTotals
+    from layergrad.data.stats.aggregates import SampleTotals
 
     values = np.abs(np.random.default_rng(3).standard_normal(1003)) * 10.0 ** np.linspace(
         -5, 5, 1003
@@ -583,13 +577,7 @@ def test_sample_totals_added_in_batches_match_numpy_over_all_values():
     totals = SampleTotals()
     for start in range(0, len(values), 64):
         totals.add(values[start : start + 64])
-    s = totals.stats()
-    assert s.count == 1003
-    assert (s.mean, s.std, s.min, s.max) == pytest.approx(
-        (values.mean(), values.std(), 0.0, values.max()), rel=1e-12
-    )
-    for q, got in ((50, s.p50), (95, s.p95)):
-        assert got == pytest.approx(np.percentile(values, q, method="inverted_cdf"), rel=0.012)
+    assert_stats_match(totals.stats(), values)
 
 
 def test_a_last_axis_the_model_leaves_open(tmp_path):

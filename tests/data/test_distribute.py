@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT, keras, normal, sample, tf
+from helpers import ROOT, normal, sample, small_conv_net, tf
 
 from layergrad.core.errors import InputError
 from layergrad.data import devices
@@ -75,12 +75,7 @@ def test_two_cpu_replicas_equal_one_device(command, data, tmp_path):
 def test_a_conv_net_with_an_empty_replica_share(tmp_path):
     # 9 rows in batches of 4: the last batch's one row leaves replica 1 nothing; the model is
     # never run on zero rows (a fused CPU convolution returns its input's shape for them)
-    keras.utils.set_random_seed(4)
-    model = keras.Sequential(
-        [keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, activation="relu", name="conv"),
-         keras.layers.Flatten(name="flat"), keras.layers.Dense(3, name="head")]
-    )  # fmt: skip
-    model.save(tmp_path / "m.keras")
+    small_conv_net(tmp_path / "m.keras")
     np.save(tmp_path / "x.npy", normal(9, 8, 8, 3, seed=24))
     args = ["scan", str(tmp_path / "m.keras"), "--data", str(tmp_path / "x.npy"),
             "--batch-size", "4"]  # fmt: skip

@@ -10,11 +10,11 @@ import sys
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import CUSTOM_LAYERS, SAMPLES, keras, manual_gradient, tf
+from helpers import CUSTOM_LAYERS, SAMPLES, keras, manual_gradient, save_built, tf
 
 from layergrad.cli.app import main
 from layergrad.commands.api import inspect_model, scan_model
-from layergrad.commands.check import CheckOptions, check_file
+from layergrad.commands.check.gate import CheckOptions, check_file
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.data import id_trace
 from layergrad.data.id_trace import hidden_ids
@@ -79,11 +79,7 @@ BUILDERS = {"sequential": _sequential, "lstm": _lstm, "nested": _nested, "custom
 
 def _saved(tmp_path, kind: str, suffix: str = ".keras") -> str:
     keras.utils.set_random_seed(0)
-    model, loss = BUILDERS[kind]()
-    model.compile("adam", loss)
-    path = tmp_path / f"{kind}{suffix}"
-    model.save(path)
-    return str(path)
+    return save_built(BUILDERS[kind](), tmp_path / f"{kind}{suffix}")
 
 
 @pytest.mark.parametrize(
@@ -261,3 +257,26 @@ def test_a_float_input_scaled_by_an_operation_stays_float_and_is_not_traced():
     model = keras.Model(x, layers.Dense(1)(layers.Flatten()(h)))
     assert input_specs(model)[0].dtype == "float32" and not input_specs(model)[0].ids
     assert model not in id_trace._FOUND  # no trace: the model holds no layer that takes ids
+
+
+@pytest.mark.parametrize("dtype", ["int64", "float32"])
+def test_integer_lookup_ids_are_drawn_from_its_vocabulary(tmp_path, dtype):
+    """Years through an IntegerLookup with no out-of-vocabulary index: ids from a numeric
+    range (0-9) are all out of vocabulary and the layer raises; the probe draws the years."""
+    years = [1990, 2001, 2010, 2020]
+    x = keras.Input((1,), dtype=dtype, name="year")
+    ids = layers.IntegerLookup(vocabulary=years, num_oov_indices=0, name="lookup")(x)
+    h = layers.Flatten(name="flat")(layers.Embedding(len(years), 4, name="embedding")(ids))
+    model = keras.Model(x, layers.Dense(1, activation="sigmoid", name="head")(h))
+    model.compile("adam", "binary_crossentropy")
+    path = str(tmp_path / "years.keras")
+    model.save(path)
+    verdict = check_file(path)
+    assert verdict.passed, [(c.name, c.message) for c in verdict.checks]
+    loaded = keras.models.load_model(path)
+    from layergrad.commands.session import probe_batch
+
+    batch = probe_batch(loaded, ProbeOptions(batch_size=64, seed=3))
+    drawn = set(np.asarray(batch.arrays[0]).ravel().tolist())
+    assert drawn <= set(years) and len(drawn) > 1, drawn
+    assert "vocabulary of IntegerLookup 'lookup'" in (batch.drawn or "")

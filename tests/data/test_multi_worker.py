@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import keras, normal, sample, tf
+from helpers import normal, sample, small_conv_net, tf
 from workers import run_both, run_workers, tf_config
 
 from layergrad.cli.app import main
@@ -54,12 +54,7 @@ def test_compressed_npz_and_reduce_mean(tmp_path):
 
 
 def test_image_folder_is_sharded_by_file(tmp_path):
-    keras.utils.set_random_seed(4)
-    model = keras.Sequential(
-        [keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, activation="relu", name="conv"),
-         keras.layers.Flatten(name="flat"), keras.layers.Dense(3, name="head")]
-    )  # fmt: skip
-    model.save(tmp_path / "m.keras")
+    small_conv_net(tmp_path / "m.keras")
     rng = np.random.default_rng(5)
     for i in range(11):  # in two class folders, and of another size: decoded and resized
         where = tmp_path / "images" / ("a" if i < 6 else "b")
@@ -130,8 +125,8 @@ COMBINE = """
 import json
 import numpy as np
 from layergrad.data import devices
-from layergrad.data import aggregates
-from layergrad.data.accumulators import combine_workers
+from layergrad.data.stats import aggregates
+from layergrad.data.stats.accumulators import combine_workers
 from layergrad.core.cluster import cluster_from_env
 
 w = cluster_from_env().index
@@ -151,8 +146,8 @@ def test_totals_kept_in_numpy_combine_over_the_workers(tmp_path):
 
 
 def test_combine_workers_in_one_process_returns_the_values():
-    from layergrad.data import aggregates
-    from layergrad.data.accumulators import combine_workers
+    from layergrad.data.stats import aggregates
+    from layergrad.data.stats.accumulators import combine_workers
 
     values = {"sum": np.array([1.0, 2.0])}
     assert combine_workers(tf.distribute.get_strategy(), values, {"sum": aggregates.SUM}) is values

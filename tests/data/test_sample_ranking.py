@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import assert_stats_match
 
-from layergrad.data.sample_ranking import NormTotals, report_histogram
+from layergrad.data.stats.sample_ranking import NormTotals, report_histogram
 
 
 def test_batches_and_merged_parts_equal_numpy_over_every_value():
@@ -23,12 +24,7 @@ def test_batches_and_merged_parts_equal_numpy_over_every_value():
     left.merge(right)
     for totals in (whole, left):
         d = totals.distribution()
-        assert d.count == 1000
-        assert (d.mean, d.std, d.min, d.max) == pytest.approx(
-            (values.mean(), values.std(), 0.0, values.max()), rel=1e-12
-        )
-        for q, got in ((50, d.p50), (95, d.p95)):
-            assert got == pytest.approx(np.percentile(values, q, method="inverted_cdf"), rel=0.012)
+        assert_stats_match(d, values)
         order = np.lexsort((index, -values))[:7]
         assert [r.sample for r in d.top] == list(order)
         assert [r.rel_stderr for r in d.top] == pytest.approx(rel[order])

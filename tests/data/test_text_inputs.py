@@ -11,11 +11,11 @@ import textwrap
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import keras, manual_gradient, tf
+from helpers import keras, manual_gradient, save_built, tf
 
 from layergrad.cli.app import main
 from layergrad.commands.api import scan_model
-from layergrad.commands.check import check_file
+from layergrad.commands.check.gate import check_file
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.data.input_kinds import text_draws
 from layergrad.data.probe_input import input_specs, random_batch
@@ -86,11 +86,7 @@ BUILDERS = {
 
 
 def _saved(tmp_path, kind: str, suffix: str = ".keras") -> str:
-    model, loss = BUILDERS[kind]()
-    model.compile("adam", loss)
-    path = tmp_path / f"{kind}{suffix}"
-    model.save(path)
-    return str(path)
+    return save_built(BUILDERS[kind](), tmp_path / f"{kind}{suffix}")
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from helpers import (
     finite_difference,
     load_sample,
     manual_gradient,
+    nested_layers,
     normal,
     sample,
     summed,
@@ -84,13 +85,7 @@ def test_sibling_and_reversed_layers_are_not_downstream():
 
 def test_nested_model_paths(write_input):
     x = normal(8, 6)
-    m = load_sample("nested.keras")
-    encoder = m.get_layer("encoder")
-    inner, inner_1, head = (
-        encoder.get_layer("dense"),
-        encoder.get_layer("dense_1"),
-        m.get_layer("head"),
-    )
+    inner, inner_1, head = nested_layers()
     path = sample("nested.keras")
     res = only(inspect_model(path, "encoder/dense", ["encoder/dense_1"], input_file=write_input(x)))
     np.testing.assert_allclose(res.array, manual_gradient(inner, inner_1, x), rtol=RTOL, atol=ATOL)

@@ -14,7 +14,17 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import keras, load_sample, normal, per_sample_jacobians, sample, tf
+from helpers import (
+    diagonal_blocks,
+    keras,
+    load_sample,
+    nested_layers,
+    normal,
+    per_sample_jacobians,
+    sample,
+    seed_inspect,
+    tf,
+)
 
 from layergrad.cli.app import main
 from layergrad.commands.api import inspect_model
@@ -94,13 +104,7 @@ def test_residual_exact_norms_count_the_skip_path(write_input):
 
 def test_nested_exact_norms(write_input):
     x = normal(8, 6)
-    m = load_sample("nested.keras")
-    encoder = m.get_layer("encoder")
-    first, second, head = (
-        encoder.get_layer("dense"),
-        encoder.get_layer("dense_1"),
-        m.get_layer("head"),
-    )
+    first, second, head = nested_layers()
     res = measured(sample("nested.keras"), "encoder/dense", "head", input_file=write_input(x))
     assert_exact(res, per_sample_jacobians(first, lambda h: head(second(h)), x), units=8)
 
@@ -232,19 +236,25 @@ def test_an_unsettled_estimate_says_it_is_a_lower_bound(tmp_path):
     assert_lower_bound(s.per_sample, 4.0, within=1e-2)
 
 
-def test_estimate_on_a_wide_tanh_layer_is_a_lower_bound_within_two_percent(tmp_path, write_input):
-    # 300 x 300 per sample, d tanh(x W + b) / d x on paper: close largest singular values
+def wide_tanh(tmp_path, x):
+    """Save x(300) -> Dense(300, tanh) 'wide'; its path and, worked out on paper, each
+    sample's Jacobian d tanh(x W + b) / d x."""
     keras.utils.set_random_seed(1)
     inp = keras.Input((300,), name="x")
-    keras.Model(inp, keras.layers.Dense(300, activation="tanh", name="wide")(inp)).save(
-        tmp_path / "w.keras"
-    )
-    x = normal(6, 300)
-    kernel, bias = keras.saving.load_model(tmp_path / "w.keras").get_layer("wide").get_weights()
+    path = tmp_path / "w.keras"
+    keras.Model(inp, keras.layers.Dense(300, activation="tanh", name="wide")(inp)).save(path)
+    kernel, bias = keras.saving.load_model(path).get_layer("wide").get_weights()
     y = np.tanh(x.astype(np.float64) @ kernel + bias)
-    true = np.array([np.linalg.norm((1 - yi**2)[:, None] * kernel.T, 2) for yi in y])
+    return str(path), [(1 - yi**2)[:, None] * kernel.T for yi in y]
+
+
+def test_estimate_on_a_wide_tanh_layer_is_a_lower_bound_within_two_percent(tmp_path, write_input):
+    # 300 x 300 per sample, on paper: close largest singular values
+    x = normal(6, 300)
+    path, jacobians = wide_tanh(tmp_path, x)
+    true = np.array([np.linalg.norm(J, 2) for J in jacobians])
     report = inspect_model(
-        str(tmp_path / "w.keras"), "x", ["wide"], input_file=write_input(x),
+        path, "x", ["wide"], input_file=write_input(x),
         measure="jacobian", probes=8,
     )  # fmt: skip
     res = only(report)
@@ -256,15 +266,7 @@ def test_batch_mixing_is_detected_and_diagonal_blocks_reported(write_input):
     x = normal(8, 6)
     m = load_sample("cause_training.keras")
     dense, bn = m.get_layer("dense"), m.get_layer("bn")
-    h = dense(tf.constant(x))
-    with tf.GradientTape(persistent=True) as tape:  # the whole batch: BatchNorm mixes it
-        tape.watch(h)
-        y = bn(h, training=True)
-        elements = [[y[i, j] for j in range(4)] for i in range(8)]
-    blocks = [
-        np.stack([np.asarray(tape.gradient(e, h))[i] for e in row])
-        for i, row in enumerate(elements)
-    ]
+    blocks = diagonal_blocks(lambda h: bn(h, training=True), dense(tf.constant(x)))
     for probes in (None, 8):
         res = measured(
             sample("cause_training.keras"),
@@ -342,17 +344,7 @@ def run_cli(*args):
 
 
 def test_cli_json_has_the_documented_members():
-    result = run_cli(
-        "inspect",
-        sample("seed.keras"),
-        "--from",
-        "dense",
-        "--to",
-        "dense_1",
-        "--measure",
-        "jacobian",
-        "--json",
-    )
+    result = run_cli(*seed_inspect("--measure", "jacobian", "--json"))
     assert result.exit_code == 0, result.output
     j = json.loads(result.output)["results"][0]["jacobian"]
     assert set(j) == {
@@ -367,23 +359,11 @@ def test_cli_json_has_the_documented_members():
     assert set(j["spectral"]) == {"per_sample", "mean", "max", "iterations"}
     assert j["method"] == "exact" and j["probes"] is None and j["frobenius"]["rel_stderr"] is None
     assert len(j["frobenius"]["per_sample"]) == 8 and len(j["unit_sensitivity"]) == 8
-    result = run_cli(
-        "inspect",
-        sample("seed.keras"),
-        "--from",
-        "dense",
-        "--to",
-        "dense_1",
-        "--measure",
-        "jacobian",
-        "--probes",
-        "4",
-        "--json",
-    )
+    result = run_cli(*seed_inspect("--measure", "jacobian", "--probes", "4", "--json"))
     j = json.loads(result.output)["results"][0]["jacobian"]
     assert j["method"] == "estimate" and j["probes"] == 4 and j["frobenius"]["rel_stderr"] > 0
     assert isinstance(j["spectral"]["iterations"], int)
-    plain = run_cli("inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1", "--json")
+    plain = run_cli(*seed_inspect("--json"))
     assert "jacobian" not in json.loads(plain.output)["results"][0]
 
 
@@ -397,7 +377,7 @@ def test_cli_json_has_the_documented_members():
     ],
 )
 def test_cli_usage_errors_exit_2(extra, message):
-    result = run_cli("inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1", *extra)
+    result = run_cli(*seed_inspect(*extra))
     assert result.exit_code == 2
     assert message in result.output and "Traceback" not in result.output
 
@@ -405,20 +385,9 @@ def test_cli_usage_errors_exit_2(extra, message):
 def test_large_exact_spectral_norm_by_lanczos_matches_numpy(tmp_path, write_input, monkeypatch):
     # 300 x 300 per sample: past the direct Gram decomposition, so Lanczos through the model.
     monkeypatch.setattr(lanczos, "direct", lambda jac: pytest.fail("Lanczos did not converge"))
-    keras.utils.set_random_seed(1)
-    inp = keras.Input((300,), name="x")
-    keras.Model(inp, keras.layers.Dense(300, activation="tanh", name="wide")(inp)).save(
-        tmp_path / "w.keras"
-    )
     x = normal(3, 300)
-    kernel, bias = keras.saving.load_model(tmp_path / "w.keras").get_layer("wide").get_weights()
-    y = np.tanh(x.astype(np.float64) @ kernel + bias)
-    jacobians = [(1 - yi**2)[:, None] * kernel.T for yi in y]  # d tanh(x W + b) / d x, on paper
-    res = only(
-        inspect_model(
-            str(tmp_path / "w.keras"), "x", ["wide"], input_file=write_input(x), measure="jacobian"
-        )
-    )
+    path, jacobians = wide_tanh(tmp_path, x)
+    res = only(inspect_model(path, "x", ["wide"], input_file=write_input(x), measure="jacobian"))
     assert res.jacobian.method == "exact"
     np.testing.assert_allclose(
         res.jacobian.spectral.per_sample, [np.linalg.norm(J, 2) for J in jacobians], rtol=1e-5
@@ -462,15 +431,7 @@ def test_tall_jacobians_of_a_mixed_batch_by_columns(tmp_path, write_input, monke
     x = normal(6, 2)
     m = keras.saving.load_model(tmp_path / "bn.keras")
     d, up, bn = (m.get_layer(n) for n in ("d", "up", "bn"))
-    h = d(tf.constant(x))
-    with tf.GradientTape(persistent=True) as tape:
-        tape.watch(h)
-        y = bn(up(h), training=True)
-        elements = [[y[i, j] for j in range(8)] for i in range(6)]
-    blocks = [
-        np.stack([np.asarray(tape.gradient(e, h))[i] for e in row])
-        for i, row in enumerate(elements)
-    ]
+    blocks = diagonal_blocks(lambda h: bn(up(h), training=True), d(tf.constant(x)))
     res = measured(str(tmp_path / "bn.keras"), "d", "bn", input_file=write_input(x), training=True)
     assert not res.jacobian.batch_independent
     np.testing.assert_allclose(

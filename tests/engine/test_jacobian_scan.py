@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import keras, load_sample, normal, per_sample_jacobians, sample, tf
+from helpers import diagonal_blocks, keras, load_sample, normal, per_sample_jacobians, sample, tf
 
 from layergrad.cli.app import main
 from layergrad.commands.api import scan_model
@@ -93,15 +93,7 @@ def test_batch_mixing_rows_are_diagonal_blocks(write_input):
     x = normal(8, 6)
     m = load_sample("cause_training.keras")
     dense, bn = m.get_layer("dense"), m.get_layer("bn")
-    h = dense(tf.constant(x))
-    with tf.GradientTape(persistent=True) as tape:
-        tape.watch(h)
-        y = bn(h, training=True)
-        elements = [[y[i, j] for j in range(4)] for i in range(8)]
-    blocks = [
-        np.stack([np.asarray(tape.gradient(e, h))[i] for e in row])
-        for i, row in enumerate(elements)
-    ]
+    blocks = diagonal_blocks(lambda h: bn(h, training=True), dense(tf.constant(x)))
     report = scan_model(
         sample("cause_training.keras"), input_file=write_input(x), training=True, measure="jacobian"
     )

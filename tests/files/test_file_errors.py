@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from helpers import keras, tf
+from hostile import members_of
 
 from layergrad.cli.app import main
 
@@ -43,15 +44,10 @@ def _zip(path: Path, members: dict[str, bytes]) -> Path:
     return path
 
 
-def _members(path: Path) -> dict[str, bytes]:
-    with zipfile.ZipFile(path) as zf:
-        return {name: zf.read(name) for name in zf.namelist()}
-
-
 def _with_weights_of(path: Path, donor: Path, out: Path) -> Path:
     """`path`'s config with `donor`'s model.weights.h5."""
-    members = _members(path)
-    members["model.weights.h5"] = _members(donor)["model.weights.h5"]
+    members = members_of(path)
+    members["model.weights.h5"] = members_of(donor)["model.weights.h5"]
     return _zip(out, members)
 
 
@@ -80,7 +76,7 @@ def _build(root: Path) -> dict[str, Path]:
     out["missing"] = root / "missing.keras"
     out["directory"] = root / "a_directory"
     out["directory"].mkdir()
-    members = _members(out["keras"])
+    members = members_of(out["keras"])
     out["no_config"] = _zip(root / "no_config.keras", {"metadata.json": members["metadata.json"]})
     out["bad_json"] = _zip(root / "bad_json.keras", {**members, "config.json": b'{"class_name": '})
     out["shape_mismatch"] = _with_weights_of(out["keras"], root / "wide.keras", root / "s.keras")

@@ -9,7 +9,6 @@ process's own peak memory against the estimate.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
@@ -27,16 +26,6 @@ from hostile import INSPECT, bounded, measure, refused
 
 layers = keras.layers
 TF_BOUND_MB = 1500  # a run that loads TensorFlow and a small model
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("hostile_commands")
-
-
-@pytest.fixture(scope="module")
-def base(root: Path) -> dict[str, Path]:
-    return H.base_models(root, keras)
 
 
 @pytest.fixture(scope="module")
@@ -68,10 +57,6 @@ def _png(path: Path, pixels: np.ndarray) -> Path:
     return path
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _scan_json(path: Path, rows: list[dict[str, Any]], **probe: Any) -> Path:
     doc = {
         "schema": "layergrad.scan/1",
@@ -93,7 +78,7 @@ def _row(name: str, mean: Any = 0.5) -> dict[str, Any]:
 
 
 def test_special_files_are_refused_wherever_a_command_reads(
-    root: Path, base: dict[str, Path], image_model: Path
+    root: Path, good: str, image_model: Path
 ) -> None:
     folder = root / "fifo_images"
     folder.mkdir()
@@ -111,7 +96,6 @@ def test_special_files_are_refused_wherever_a_command_reads(
     img = ["inspect", str(image_model), "--from", "conv", "--to", "head"]
     refused([*img, "--data", str(folder)], "b.png is a FIFO (named pipe), not a regular file")
     refused([*img, "--data", str(zero_folder)], "z.png is a character device")
-    good = str(base["good.keras"])
     refused(["diff", str(fifo_json), good], "fifo.json is a FIFO")
     refused(["check", good, "--baseline", str(fifo_json)], "fifo.json is a FIFO")
     refused(["inspect", good, *INSPECT, "--data", str(fifo_npz)], "is a FIFO")
@@ -128,15 +112,14 @@ def test_special_files_are_refused_wherever_a_command_reads(
 
 
 def test_outputs_never_replace_an_input_or_a_file_layergrad_did_not_write(
-    root: Path, base: dict[str, Path], image_model: Path
+    root: Path, good: str, image_model: Path
 ) -> None:
-    good = str(base["good.keras"])
     page = root / "index.html"
     page.write_text("<html><body>my page</body></html>\n")
-    before = _digest(page)
+    before = H.digest(page)
     refused(["check", "--static-only", good, "--junit", str(page)],
             "is not a JUnit report written by layergrad", "--force")  # fmt: skip
-    assert _digest(page) == before
+    assert H.digest(page) == before
     forced = measure(["check", "--static-only", good, "--junit", str(page), "--force"])
     assert forced.returncode == 0 and ET.parse(page).getroot().get("name") == "layergrad.check"
     again = measure(["check", "--static-only", good, "--junit", str(page)])  # ours now
@@ -144,11 +127,11 @@ def test_outputs_never_replace_an_input_or_a_file_layergrad_did_not_write(
     folder = root / "data_images"
     folder.mkdir()
     logo = _png(folder / "logo.png", np.full((8, 8, 3), 7, np.uint8))
-    kept = _digest(logo)
+    kept = H.digest(logo)
     img = ["scan", str(image_model), "--data", str(folder)]
     refused([*img, "--plot", str(logo)], "a folder this run reads")
     refused([*img, "--plot", str(folder / "new.png")], "inside", "a folder this run reads")
-    assert _digest(logo) == kept and sorted(os.listdir(folder)) == ["logo.png"]
+    assert H.digest(logo) == kept and sorted(os.listdir(folder)) == ["logo.png"]
     data = root / "x.npy"
     np.save(data, np.ones((4, 5), "float32"))
     link = root / "chart.png"
@@ -213,10 +196,7 @@ def _huge_png(path: Path, width: int, height: int) -> Path:
     return path
 
 
-def test_every_option_has_an_upper_bound(
-    root: Path, base: dict[str, Path], image_model: Path
-) -> None:
-    good = str(base["good.keras"])
+def test_every_option_has_an_upper_bound(root: Path, good: str, image_model: Path) -> None:
     data = root / "rows.npy"
     np.save(data, np.ones((16, 5), "float32"))
     cases = [
@@ -275,10 +255,7 @@ def _npz_declaring(path: Path, declared: tuple[int, ...], rows: np.ndarray) -> P
                                        b"\0" * 4)])  # fmt: skip
 
 
-def test_wrong_data_is_refused_through_data_as_through_input(
-    root: Path, base: dict[str, Path]
-) -> None:
-    good = base["good.keras"]
+def test_wrong_data_is_refused_through_data_as_through_input(root: Path, good: str) -> None:
     forged = _npz_declaring(root / "forged.npz", (1000, 5), np.ones((10, 5)))
     ids_model = root / "ids.keras"
     tokens = keras.Input((3,), dtype="int32", name="ids")
@@ -302,8 +279,7 @@ def test_wrong_data_is_refused_through_data_as_through_input(
 # 6: exit 2 means the user's mistake, in check too -----------------------------------------------
 
 
-def test_usage_errors_of_check_exit_2(root: Path, base: dict[str, Path]) -> None:
-    good = str(base["good.keras"])
+def test_usage_errors_of_check_exit_2(root: Path, good: str) -> None:
     m = measure(["check", good, "--seed", "-1"])  # click's usage error: exit 2, before any work
     assert m.returncode == 2 and "'--seed': -1 is not in the range" in m.stderr
     bounded(m)
@@ -328,14 +304,12 @@ def test_usage_errors_of_check_exit_2(root: Path, base: dict[str, Path]) -> None
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
-def test_a_read_only_output_folder_is_refused_before_the_work(
-    root: Path, base: dict[str, Path]
-) -> None:
+def test_a_read_only_output_folder_is_refused_before_the_work(root: Path, good: str) -> None:
     folder = root / "read_only"
     folder.mkdir()
     folder.chmod(0o555)
     try:
-        m = refused(["check", "--static-only", str(base["good.keras"]), "--junit",
+        m = refused(["check", "--static-only", good, "--junit",
                      str(folder / "r.xml")], "cannot be written")  # fmt: skip
         assert "PASS" not in m.stdout and not list(folder.iterdir())
     finally:
@@ -358,10 +332,7 @@ def _npz_member(path: Path, method: int = 0, flags: int = 0) -> Path:
     return path
 
 
-def test_every_error_is_one_clear_line(
-    root: Path, base: dict[str, Path], image_model: Path
-) -> None:
-    good = str(base["good.keras"])
+def test_every_error_is_one_clear_line(root: Path, good: str, image_model: Path) -> None:
     negative = root / "negative.npy"
     negative.write_bytes(H._npy_header(np.dtype("<f4"), (8, 5)).replace(b"(8, 5)", b"(-8, 5)"))
     huge_header = root / "huge_header.npy"
@@ -406,7 +377,7 @@ def test_every_error_is_one_clear_line(
     bounded(m, TF_BOUND_MB)
 
 
-def test_empty_batches_forever_end_with_an_error(root: Path, base: dict[str, Path]) -> None:
+def test_empty_batches_forever_end_with_an_error(root: Path, good: str) -> None:
     forever = root / "forever.py"
     forever.write_text(
         "import numpy as np\nimport tensorflow as tf\n\n"
@@ -415,7 +386,7 @@ def test_empty_batches_forever_end_with_an_error(root: Path, base: dict[str, Pat
         "    return tf.data.Dataset.from_tensors(tf.zeros((0, 5))).repeat()\n"
     )
     for name in ("python", "dataset"):
-        m = measure(["scan", str(base["good.keras"]), "--data", f"{forever}:{name}",
+        m = measure(["scan", good, "--data", f"{forever}:{name}",
                      "--limit", "10"])  # fmt: skip
         assert m.returncode == 2 and "empty batches in a row" in m.stderr, m.stderr[-300:]
         assert m.stderr.count("\n") == 1

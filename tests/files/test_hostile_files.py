@@ -10,7 +10,6 @@ the zip and HDF5 libraries, and counts worked out from how each file was built.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import zipfile
@@ -27,20 +26,6 @@ from hostile import INSPECT, TIMEOUT, bounded, refused
 
 from layergrad.cli.app import main
 from layergrad.model.graph import ModelGraph
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("hostile")
-
-
-@pytest.fixture(scope="module")
-def base(root: Path) -> dict[str, Path]:
-    return H.base_models(root, keras)
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def check_json(*paths: Path | str, extra: tuple[str, ...] = ()) -> tuple[H.Measured, dict]:
@@ -68,7 +53,7 @@ def test_polyglot_zip_and_hdf5_is_refused(root: Path, base: dict[str, Path]) -> 
         assert "lambda" not in h5.attrs["model_config"]
     with pytest.raises(ValueError, match="Lambda"):  # ...but Keras loads the zip part
         keras.saving.load_model(poly, safe_mode=True)
-    before = _digest(poly)
+    before = H.digest(poly)
     phrase = "is both a zip archive and an HDF5 file (a polyglot)"
     refused(["layers", str(poly)], phrase)
     refused(["inspect", str(poly), *INSPECT], phrase)
@@ -78,7 +63,7 @@ def test_polyglot_zip_and_hdf5_is_refused(root: Path, base: dict[str, Path]) -> 
     assert phrase in failed_check(files[str(poly)], "readable")
     assert phrase in failed_check(files[str(poly_h5)], "readable")
     assert files[str(base["good.keras"])]["passed"]
-    assert _digest(poly) == before
+    assert H.digest(poly) == before
 
 
 # 2 ----------------------------------------------------------------------------------------------
@@ -316,7 +301,7 @@ def test_an_unforeseen_failure_is_that_files_error(
     base: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Whatever goes wrong inside one file's checks is that file's failed check."""
-    from layergrad.commands import check
+    from layergrad.commands.check import gate as check
 
     real = check.read_file_info
 

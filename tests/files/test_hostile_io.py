@@ -10,7 +10,6 @@ when it is given the model directly.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
@@ -28,20 +27,6 @@ from layergrad.cli.app import main
 from layergrad.engine import loader
 
 layers = keras.layers
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("hostile_io")
-
-
-@pytest.fixture(scope="module")
-def base(root: Path) -> dict[str, Path]:
-    return H.base_models(root, keras)
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def invoke(*args: str) -> Any:
@@ -83,9 +68,9 @@ def test_input_files_refused_from_their_headers(root: Path, base: dict[str, Path
         batch0: "its array has shape (0, 5), a batch of 0 rows",
     }
     for path, phrase in cases.items():
-        before = _digest(path)
+        before = H.digest(path)
         refused(["inspect", str(base["good.keras"]), *INSPECT, "--input", str(path)], phrase)
-        assert _digest(path) == before
+        assert H.digest(path) == before
 
 
 def test_input_data_that_does_not_fit_gets_a_clear_message(
@@ -122,11 +107,11 @@ def test_input_data_that_does_not_fit_gets_a_clear_message(
 def test_junit_never_lands_on_a_model_or_another_file(root: Path, base: dict[str, Path]) -> None:
     a = root / "a.keras"
     a.write_bytes(base["good.keras"].read_bytes())
-    before = _digest(a)
+    before = H.digest(a)
     # the mistake: --junit swallows the first model file as its value
     refused(["check", "--static-only", "--junit", str(a), str(base["good.h5"])],
             "a report named like a model or data file")  # fmt: skip
-    assert _digest(a) == before
+    assert H.digest(a) == before
     notes = root / "notes.txt"
     notes.write_text("my notes\n")
     one_line_error(invoke("check", "--static-only", "--junit", notes, base["good.keras"]),
@@ -164,11 +149,11 @@ def test_unwritable_junit_is_refused_before_the_work(root: Path, base: dict[str,
 def test_save_gradient_never_lands_on_an_input(root: Path, base: dict[str, Path]) -> None:
     batch = root / "batch.npz"
     np.savez(batch, input_layer=normal(8, 5))
-    before = _digest(batch)
+    before = H.digest(batch)
     model = str(base["good.keras"])
     one_line_error(invoke("inspect", model, *INSPECT, "--input", batch, "--save-gradient", batch),
                    "which this run reads")  # fmt: skip
-    assert _digest(batch) == before
+    assert H.digest(batch) == before
     link = root / "model_link.npy"
     link.symlink_to(base["good.keras"])
     one_line_error(

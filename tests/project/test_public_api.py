@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
+
+from helpers import fresh_python
 
 import layergrad
 
@@ -29,8 +30,7 @@ def test_importing_the_api_does_not_import_tensorflow():
         "import layergrad.cli\n"
         "print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert fresh_python("-c", code).strip() == "[]"
 
 
 def test_an_unknown_name_is_an_attribute_error():
@@ -103,7 +103,7 @@ def test_check_files_records_a_warning_instead_of_letting_it_through(tmp_path, r
     x = keras.Input((3,), name="x")
     keras.Model(x, loaded.Noisy(2, name="noisy")(x)).save(tmp_path / "noisy.keras")
     recwarn.clear()
-    from layergrad.commands.check import CheckOptions
+    from layergrad.commands.check.gate import CheckOptions
 
     options = CheckOptions(imports=(str(module),))
     (verdict,) = layergrad.check_files([str(tmp_path / "noisy.keras")], options)

@@ -13,7 +13,7 @@ import math
 import re
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, seed_inspect
 
 from layergrad.commands.api import inspect_model, scan_model
 from layergrad.render import inspect, scan
@@ -89,16 +89,7 @@ def test_the_docs_worked_example_is_what_the_tool_prints():
         flags=re.S,
     )
     assert shown, "docs/jacobian.md lost its Jacobian worked example"
-    args = [
-        "inspect",
-        "sample_models/seed.keras",
-        "--from",
-        "dense",
-        "--to",
-        "dense_1",
-        "--measure",
-        "jacobian",
-    ]
+    args = seed_inspect("--measure", "jacobian")
     # as written: output to a pipe or a file, as wide as the table needs (every column)
     output = CliRunner().invoke(main, args, env={"COLUMNS": None}).stdout
     assert "‖J‖F max" in output

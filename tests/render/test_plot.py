@@ -12,8 +12,6 @@ import itertools
 import json
 import math
 import shutil
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 from types import SimpleNamespace
@@ -21,7 +19,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from helpers import CUSTOM_LAYERS, sample
+from helpers import CUSTOM_LAYERS, fresh_python, sample
 from pagecheck import read_page
 
 from layergrad.cli.app import main
@@ -278,8 +276,7 @@ codes = [CliRunner().invoke(main, args).exit_code for args in (
 )]
 print(codes, sorted(m for m in ("matplotlib", "tensorflow") if m in sys.modules))
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[0, 0, 0, 0, 0, 0] []"
+    assert fresh_python("-c", code).strip() == "[0, 0, 0, 0, 0, 0] []"
 
 
 def test_log_limits_leave_a_decade_below_the_smallest_bar():

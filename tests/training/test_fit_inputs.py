@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from helpers import keras, sample, tf
 
 from layergrad.cli.app import main
-from layergrad.commands.fit import FitOptions, fit_model
+from layergrad.commands.fit.train import FitOptions, fit_model
 
 ROWS, LR = 48, 0.1
 rng = np.random.default_rng(7)

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from helpers import image_folder, keras, tf
 
 from layergrad.cli.app import main
-from layergrad.commands.fit import FitOptions, fit_model
+from layergrad.commands.fit.train import FitOptions, fit_model
 
 STEPS, LR = 4, 0.5
 CLASSES = {"cat": 4, "dog": 5, "fish": 3}  # 12 images; the last of each in a nested folder

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import resource
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,38 +23,28 @@ def task(n: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return x, (x[:, 0] > 0).astype("int64") + 2 * (x[:, 1] > 0).astype("int64")
 
 
+def classifier(path: Path, hidden: dict[str, int], head: tuple[str, int], loss: str) -> None:
+    """Save 10 features -> ReLU Dense layers `hidden` (name: units) -> a softmax `head`
+    (name, units), compiled with `loss`."""
+    model = keras.Sequential(
+        [
+            keras.Input((10,)),
+            *(keras.layers.Dense(units, activation="relu", name=n) for n, units in hidden.items()),
+            keras.layers.Dense(head[1], activation="softmax", name=head[0]),
+        ]
+    )
+    model.compile("adam", loss)
+    model.save(path)
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("cases")
     keras.utils.set_random_seed(0)
-    mlp = keras.Sequential(
-        [
-            keras.Input((10,)),
-            keras.layers.Dense(32, activation="relu", name="dense_a"),
-            keras.layers.Dense(32, activation="relu", name="dense_b"),
-            keras.layers.Dense(4, activation="softmax", name="head"),
-        ]
-    )
-    mlp.compile("adam", "sparse_categorical_crossentropy")
-    mlp.save(folder / "mlp.keras")
-    one = keras.Sequential(
-        [
-            keras.Input((10,)),
-            keras.layers.Dense(16, activation="relu", name="hidden"),
-            keras.layers.Dense(1, activation="softmax", name="out"),
-        ]
-    )
-    one.compile("adam", "binary_crossentropy")
-    one.save(folder / "one_softmax.keras")
-    seven = keras.Sequential(
-        [
-            keras.Input((10,)),
-            keras.layers.Dense(16, activation="relu", name="hidden"),
-            keras.layers.Dense(7, activation="softmax", name="seven"),
-        ]
-    )
-    seven.compile("adam", "categorical_crossentropy")
-    seven.save(folder / "seven.keras")
+    classifier(folder / "mlp.keras", {"dense_a": 32, "dense_b": 32}, ("head", 4),
+               "sparse_categorical_crossentropy")  # fmt: skip
+    classifier(folder / "one_softmax.keras", {"hidden": 16}, ("out", 1), "binary_crossentropy")
+    classifier(folder / "seven.keras", {"hidden": 16}, ("seven", 7), "categorical_crossentropy")
     x, y = task()
     np.savez(folder / "good.npz", x=x, y=y)
     np.savez(folder / "shuffled.npz", x=x, y=np.random.default_rng(1).permutation(y))

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import NanAt, keras, tf
+from helpers import NanAt, fresh_python, keras, tf
 
 from layergrad import GradientMonitor
 from layergrad.core.vocab import Finding
@@ -302,17 +302,13 @@ def test_bad_arguments_say_what_was_expected():
 
 
 def test_import_layergrad_does_not_import_tensorflow_until_the_monitor_is_used():
-    import subprocess
-    import sys
-
     code = (
         "import sys, layergrad\n"
         "before = 'tensorflow' in sys.modules\n"
         "monitor = layergrad.GradientMonitor\n"
         "print(before, 'tensorflow' in sys.modules, monitor.__name__)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "True", "GradientMonitor"]
+    assert fresh_python("-c", code).split() == ["False", "True", "GradientMonitor"]
 
 
 def test_nested_shared_multi_input_and_integer_input_models_match_the_tape():

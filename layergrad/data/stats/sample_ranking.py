@@ -11,12 +11,13 @@ totals of one run over all their samples.
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 
 import numpy as np
 
 from layergrad.core.results import Histogram, NormDistribution, RankedSample
-from layergrad.data.aggregates import SampleTotals
-from layergrad.data.reductions import BINS_PER_DECADE, LOG_LO
+from layergrad.data.stats.aggregates import SampleTotals
+from layergrad.data.stats.reductions import BINS_PER_DECADE, LOG_LO
 
 REPORT_BINS_PER_DECADE = 10  # the reported histogram: the kept one, 10 bins merged into 1
 
@@ -153,13 +154,7 @@ class NormTotals:
             se_mean = math.sqrt(self.variance) / max(stats.count, 1)
             mean_rel = se_mean / stats.mean if stats.mean > 0 else 0.0
         return NormDistribution(
-            count=stats.count,
-            mean=stats.mean,
-            std=stats.std,
-            min=stats.min,
-            p50=stats.p50,
-            p95=stats.p95,
-            max=stats.max,
+            **asdict(stats),
             histogram=report_histogram(self.totals.hist),
             top=self.top.ranked(),
             mean_rel_stderr=mean_rel,

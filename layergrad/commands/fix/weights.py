@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from layergrad.commands.repair_plan import (
+from layergrad.commands.fix.plan import (
     Edit,
     Plan,
     layer_code,

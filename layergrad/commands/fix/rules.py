@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from layergrad.commands import repair_weights as rw
-from layergrad.commands.repair_heads import HeadRules
-from layergrad.commands.repair_plan import Plan
+from layergrad.commands.fix import weights as rw
+from layergrad.commands.fix.heads import HeadRules
+from layergrad.commands.fix.plan import Plan
 from layergrad.core.fit_results import FitReport
 from layergrad.core.fix_results import Unrepaired
 from layergrad.core.results import FileVerdict

@@ -11,8 +11,8 @@ import os
 
 import numpy as np
 
-from layergrad.commands.check_steps import output_ranks
-from layergrad.commands.repair_weights import InputStats
+from layergrad.commands.check.steps import output_ranks
+from layergrad.commands.fix.weights import InputStats
 from layergrad.core.errors import LayergradError
 from layergrad.core.probe_options import PathLike
 from layergrad.core.tf_types import KerasModel

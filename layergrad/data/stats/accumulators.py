@@ -25,8 +25,8 @@ import numpy as np
 from layergrad.core.errors import InputError, describe
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.tf_types import Strategy, Tensor, TFModule, TFVariable
-from layergrad.data import aggregates
 from layergrad.data.devices import is_multi_worker
+from layergrad.data.stats import aggregates
 
 P = TypeVar("P")  # a JSON payload: dicts, lists, strings, numbers, None
 

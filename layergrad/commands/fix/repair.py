@@ -1,13 +1,13 @@
 """`layergrad fix`: the repair of each finding, applied to a copy, and the evidence it trains.
 
 1. check the file (and with `--data`, train it: `fit`) for its findings;
-2. plan a repair for each finding that has a mechanical one (`repair_heads`,
-   `repair_weights`), from the finding's own facts: the head, the loss, the labels, the
+2. plan a repair for each finding that has a mechanical one (`heads`,
+   `weights`), from the finding's own facts: the head, the loss, the labels, the
    weights, the inputs, the update ratios;
 3. apply each repair alone and all together to the model's config and rebuild it
-   (`repair_build`); check each copy (the same audit as any file);
+   (`build`); check each copy (the same audit as any file);
 4. with `--data`: train the original and each copy for the same steps on the same batches
-   and judge each repair (`fix_evidence.judge`);
+   and judge each repair (`evidence.judge`);
 5. write the copy with every repair to `--output` (never over the model file, never over an
    existing file without `--force`).
 """
@@ -21,10 +21,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from layergrad.commands.check import check_file
-from layergrad.commands.check_options import CheckOptions
-from layergrad.commands.fix_evidence import check_findings, checked, judge, train
-from layergrad.commands.repair_plan import Plan
+from layergrad.commands.check.gate import check_file
+from layergrad.commands.check.options import CheckOptions
+from layergrad.commands.fix.evidence import check_findings, checked, judge, train
+from layergrad.commands.fix.plan import Plan
 from layergrad.core.errors import InputError, OutputError, describe
 from layergrad.core.fix_results import FixReport, Repair, Run, Verdict
 from layergrad.core.probe_options import PathLike, ProbeOptions
@@ -32,7 +32,7 @@ from layergrad.core.results import FileVerdict
 from layergrad.core.vocab import Finding
 
 if TYPE_CHECKING:
-    from layergrad.commands.repair_weights import InputStats
+    from layergrad.commands.fix.weights import InputStats
     from layergrad.model.target_fit import LabelSummary
 
 DEFAULT_STEPS = 300
@@ -99,7 +99,7 @@ def fix_model(
     verdict = check_file(path, check)
     _refuse_unreadable(verdict)
     before = list(check_findings(verdict))
-    from layergrad.commands.repair_build import BuildError, model_config, weights_by_layer
+    from layergrad.commands.fix.build import BuildError, model_config, weights_by_layer
     from layergrad.engine.loader import load_model
 
     loaded, _ = load_model(path, imports, unsafe)
@@ -110,15 +110,15 @@ def fix_model(
     fit_report = None
     fitting = None
     if data is not None:
-        from layergrad.commands.fit import FitOptions
-        from layergrad.commands.fix_data import data_facts
+        from layergrad.commands.fit.train import FitOptions
+        from layergrad.commands.fix.data import data_facts
 
         labels, stats = data_facts(model, info, data, options.limit, options.batch_size)
         fitting = FitOptions(steps=options.steps, batch_size=options.batch_size, seed=options.seed)
         original, fit_report = train(path, data, fitting, limit=options.limit, imports=imports,
                                      unsafe=unsafe, found=before)  # fmt: skip
         before = list(original.findings)
-    from layergrad.commands.repair_rules import plan_repairs
+    from layergrad.commands.fix.rules import plan_repairs
 
     plans, unrepaired = plan_repairs(info, before, verdict, labels, stats,
                                      weights_by_layer(model), fit_report)  # fmt: skip
@@ -139,7 +139,7 @@ def fix_model(
                          **base)  # type: ignore[arg-type]  # fmt: skip
 
     def make(chosen: Sequence[Plan], folder: str, name: str) -> str:
-        from layergrad.commands.repair_build import build
+        from layergrad.commands.fix.build import build
 
         copy = build(model, config, info.compile_config, chosen, unsafe=unsafe, seed=options.seed)
         target = os.path.join(folder, name)

@@ -13,13 +13,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from layergrad.commands.check_options import Add, CheckOptions
+from layergrad.commands.check.options import Add, CheckOptions
 from layergrad.core.tf_types import KerasModel
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
 from layergrad.model.config import as_ref, layer_name, structure_refs
-from layergrad.model.loss_fit import LossReading, read_file
-from layergrad.model.observed_heads import Observed, observe
+from layergrad.model.loss_fit import LossReading, read_file, read_observed
+from layergrad.model.observed_heads import SUBCLASSED, Observed, observe
 
 
 def loss_verdict(
@@ -34,7 +34,12 @@ def loss_verdict(
     if reading.stacks:
         findings.append(Finding.LINEAR_STACK)
         parts += [f"{m.message}. Fix: {m.hint}" for m in reading.stacks]
-    if not reading.described:
+    if not reading.described and reading.observed and not parts:
+        parts.append(
+            "the file describes no layers (a subclassed model): its outputs were judged on the "
+            "probe, and the compiled loss fits them"
+        )
+    elif not reading.described and not reading.observed:
         parts.append(
             "the file describes no layers (a subclassed model), so no output's head can be "
             "read: loss rules skipped"
@@ -119,16 +124,19 @@ def judge_on_probe(
     check's first verdict."""
     compiled = {"loss": loss} if loss else info.compile_config
     first = read_file(info.config, info.graph, compiled)
+    if not first.described and compiled.get("loss") and arrays is not None:
+        judge_undescribed(model, arrays, compiled, add)
+        return
     if not first.unread:
         return
-    values = _outputs(model, arrays) if arrays is not None else None
+    made = _outputs_by_layer(model, arrays) if arrays is not None else None
     names = _flat_output_names(info.config)
     observed: dict[str, Observed] = {}
-    if values is not None and len(values) == len(names):
+    if made is not None and len(made) == len(names):
         classes = {h.name: h.layer_class for h in first.unread}
-        for name, value in zip(names, values, strict=True):
+        for name, (_, value, layer) in zip(names, made, strict=True):
             if name in classes:
-                seen = observe(value, classes[name])
+                seen = _declared(observe(value, classes[name]), layer, name)
                 if seen is not None:
                     observed[name] = seen
     reading = read_file(info.config, info.graph, compiled, observed)
@@ -144,7 +152,8 @@ def judge_on_random_probe(
     from layergrad.core.errors import LayergradError
 
     compiled = {"loss": options.loss} if options.loss else info.compile_config
-    if not read_file(info.config, info.graph, compiled).unread:
+    first = read_file(info.config, info.graph, compiled)
+    if not first.unread and (first.described or not compiled.get("loss")):
         return
     try:
         arrays: Sequence[np.ndarray] | None = probe_batch(model, options.probing()).arrays
@@ -153,18 +162,87 @@ def judge_on_random_probe(
     judge_on_probe(model, arrays, info, options.loss, add)
 
 
-def _outputs(model: KerasModel, arrays: Sequence[np.ndarray]) -> list[np.ndarray] | None:
-    """The model's outputs on the batch, flattened the way Keras flattens them; None when the
-    model fails on it (the forward check says why)."""
+def judge_undescribed(
+    model: KerasModel, arrays: Sequence[np.ndarray], compiled: Mapping[str, object], add: Add
+) -> None:
+    """The `loss` check of a model whose file describes no layers (a subclassed model): each
+    output is judged on what its values do on the probe, named by the layer whose call made it
+    (when one did). What the probe cannot decide is said, never failed."""
+    made = _outputs_by_layer(model, arrays)
+    if made is None:
+        return
+    seen = []
+    for i, (layer, value, obj) in enumerate(made):
+        name = layer or (f"output_{i}" if len(made) > 1 else "output")
+        units = int(value.shape[-1]) if value.ndim >= 2 else 1
+        seen.append((name, layer, units, _declared(observe(value, SUBCLASSED), obj, "")))
+    reading = read_observed(compiled, seen)
+    message, findings = loss_verdict(reading, True, False)
+    undecided = [name for name, _, _, o in seen if o is None]
+    if undecided:
+        message += "; " + "; ".join(
+            f"output '{n}': unknown (its values on the probe say too little)" for n in undecided
+        )
+    add("loss", message, findings, replace=True)
+
+
+def _declared(seen: Observed | None, layer: object, outer: str) -> Observed | None:
+    """What the values did, with the activation the layer that returned them applies when it
+    says one (the inner `Dense(..., activation="relu")` of a custom head): a ReLU whose few
+    probe outputs all came out positive is still a ReLU."""
+    from dataclasses import replace
+
+    from layergrad.diagnose.activations import activation_name
+
+    if seen is None or layer is None or getattr(layer, "name", outer) == outer:
+        return seen
+    kind = activation_name(layer)
+    own = getattr(layer, "activation", None)
+    if kind is None and own is not None and getattr(own, "__name__", "") == "linear":
+        kind = "linear"
+    if kind is None or kind == "tanh":
+        return seen
+    return replace(seen, kind=kind, inner=f"'{layer.name}'")  # type: ignore[attr-defined]
+
+
+def _outputs_by_layer(
+    model: KerasModel, arrays: Sequence[np.ndarray]
+) -> list[tuple[str, np.ndarray, object]] | None:
+    """The model's outputs on the batch (flattened), each with the name of the innermost layer
+    whose call returned it ("" when none did: an operation in the model's own call) and that
+    layer; None when the model fails on it. The layers inside custom layers are watched too."""
     from layergrad.core.keras_backend import quiet_import
-    from layergrad.engine.layer_calls import forward
+    from layergrad.engine.layer_calls import capturing, forward, unique_leaves
+    from layergrad.model.layer_refs import iter_layers
 
     tf, keras = quiet_import()
+    made: dict[int, str] = {}
+    kept: list[object] = []  # every tensor stays alive, so no id is reused during the call
+
+    def handle(key: tuple[str, int], flat: list[object], args: object) -> list[object]:
+        kept.extend(flat)
+        for tensor in flat:  # an inner layer's call ends first: the innermost is kept
+            made.setdefault(id(tensor), key[0])
+        return flat
+
+    groups = unique_leaves(iter_layers(model))
+    inner = []
+    for layer, path, _ in groups:
+        flatten = getattr(layer, "_flatten_layers", None)
+        subs = list(flatten(include_self=False, recursive=True)) if flatten else []
+        inner += [(sub, f"{path}/{sub.name}") for sub in subs]
+    groups = unique_leaves([*((p, la) for la, p, _ in groups), *((p, la) for la, p in inner)])
+    by_path = {path: layer for layer, path, _ in groups}
     try:
-        out = forward(model, [tf.constant(a) for a in arrays], training=False)
-        return [np.asarray(v) for v in keras.tree.flatten(out)]
+        with capturing(groups, handle):
+            out = forward(model, [tf.constant(a) for a in arrays], training=False)
+        flat = keras.tree.flatten(out)
     except Exception:
         return None
+    paths = [made.get(id(v), "") for v in flat]
+    return [
+        (p.split("/")[-1], np.asarray(v), by_path.get(p)) for p, v in zip(paths, flat, strict=True)
+    ]
 
 
 def _flat_output_names(config: Mapping[str, object]) -> list[str]:

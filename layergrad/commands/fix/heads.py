@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from layergrad.commands.repair_plan import (
+from layergrad.commands.fix.plan import (
     Edit,
     Plan,
     layer_code,

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
-from layergrad.commands.repair_plan import Plan
+from layergrad.commands.fix.plan import Plan
 from layergrad.core.errors import LayergradError, describe
 from layergrad.core.tf_types import KerasLayer, KerasModel, KerasModule, KerasVariable
 from layergrad.model.config import is_container

@@ -47,7 +47,7 @@ def read_labels(
     """Read the labels of `labelled` once (at most `bound` samples when the source does not
     say how many it has) and judge them against each output and `spec` (`loss`: --loss).
     `on_batch(seen)` is called after each batch with the samples read so far."""
-    from layergrad.commands.check_steps import output_ranks
+    from layergrad.commands.check.steps import output_ranks
     from layergrad.data.labels import TrivialLoss, label_keys
     from layergrad.engine.compiled_loss import label_request
 

@@ -23,8 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from layergrad.commands import check_steps as steps
-from layergrad.commands.baseline import (
+from layergrad.commands.check import steps
+from layergrad.commands.check.baseline import (
     Baseline,
     fits,
     judge,
@@ -32,7 +32,7 @@ from layergrad.commands.baseline import (
     match_baselines,
     probe_options,
 )
-from layergrad.commands.check_options import Add, CheckOptions
+from layergrad.commands.check.options import Add, CheckOptions
 from layergrad.core.errors import LayergradError, UsageError, describe, one_line
 from layergrad.core.probe_options import PathLike
 from layergrad.core.results import CheckItem, FileVerdict, ScanReport, WeightScanReport
@@ -184,7 +184,7 @@ def _dynamic(
     add: Add,
     baseline: Baseline | None = None,
 ) -> None:
-    from layergrad.commands.check_heads import judge_on_probe, without_unbuildable_loss
+    from layergrad.commands.check.heads import judge_on_probe, without_unbuildable_loss
     from layergrad.commands.session import session_for
     from layergrad.commands.untrained_batchnorm import in_training, probe_in_training, scan_wrong
     from layergrad.data.preflight import check_before_loading
@@ -197,7 +197,7 @@ def _dynamic(
     info = without_unbuildable_loss(info, options, add)
     has_loss = find_loss(info.compile_config, options.loss) is not None
     if options.probe.data is not None:
-        from layergrad.commands.check_over_data import dynamic_data
+        from layergrad.commands.check.over_data import dynamic_data
 
         dynamic_data(path, info, options, add, baseline, has_loss)
         return
@@ -271,7 +271,8 @@ def _dynamic(
         mode = f"; {said}" if said else ""
         add("forward", f"finite and varying on {source} of {batch.batch_size}{drawn}{mode}")
     steps.gradient(report.rows, add)
-    steps.trainable(weights, add, has_loss)
+    init = steps.init_scale(path, model, session.batch.arrays)
+    steps.trainable(weights, add, has_loss, init=init)
     if baseline is not None:
         add("baseline", *judge(report, weights if has_loss else None, baseline, options.tolerance))
     elif options.baselines:

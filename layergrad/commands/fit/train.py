@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from layergrad.commands.fit_guards import (
+from layergrad.commands.fit.guards import (
     Notice,
     beating,
     check_before_loading,
@@ -145,7 +145,7 @@ def fit_model(
         if stream.samples is None and options.epochs is not None and on_notice is not None:
             on_notice(unsized_epoch_notice(data, limit))
         beat = watch.beat if watch is not None else (lambda _: None)
-        from layergrad.commands.fit_labels import read_labels, refused
+        from layergrad.commands.fit.labels import read_labels, refused
 
         bound = None if options.epochs else (options.steps or DEFAULT_STEPS) * options.batch_size
         unsized = stream.samples is None and bound is None
@@ -252,7 +252,7 @@ def prior_and_samples(
     """The trivial loss of the labels (one output: `data/labels.py` `TrivialLoss`) and the
     samples in the data, read from the labels alone in one pass when either is needed: over
     the whole data, or the samples `--steps` trains on when the source does not say how many
-    it has. (`fit_model` reads them with `fit_labels.read_labels`, which judges them too.)"""
+    it has. (`fit_model` reads them with `labels.read_labels`, which judges them too.)"""
     from layergrad.data.labels import TrivialLoss
 
     stream = labelled.stream

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from layergrad.commands.check import check_file
-from layergrad.commands.check_options import CheckOptions
+from layergrad.commands.check.gate import check_file
+from layergrad.commands.check.options import CheckOptions
 from layergrad.core.errors import LayergradError, describe
 from layergrad.core.fit_results import FitReport
 from layergrad.core.fix_results import Run, Verdict
@@ -49,9 +49,9 @@ def train(
 ) -> tuple[Run, FitReport | None]:
     """Train the model in `path` (never written) and summarise the run; `found` are its
     check findings, joined by the training findings. `final` is the loss of the trained
-    model's predictions (`fix_training`), else the last tenth of the training losses."""
-    from layergrad.commands.fit import FitOptions
-    from layergrad.commands.fix_training import train_and_score
+    model's predictions (`training`), else the last tenth of the training losses."""
+    from layergrad.commands.fit.train import FitOptions
+    from layergrad.commands.fix.training import train_and_score
 
     assert isinstance(fit_options, FitOptions)
     try:

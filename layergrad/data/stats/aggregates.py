@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from layergrad.core.results import GradientStats, SampleStats
-from layergrad.data.reductions import (
+from layergrad.data.stats.reductions import (
     BINS_PER_DECADE,
     FWD_FIELDS,
     GRAD_FIELDS,

@@ -1,7 +1,7 @@
 """Train one model file for `fix` as `fit` does, and score what the trained model outputs.
 
 The run is `fit`'s (the same compile, labels, shuffled batches and `GradientMonitor`, from
-`commands/fit.py`); what `fix` adds is the loss of the trained model's *predictions*: Keras on
+`commands/fit/train.py`); what `fix` adds is the loss of the trained model's *predictions*: Keras on
 TensorFlow trains a softmax or sigmoid head through the logits it keeps beside the output, so
 a head whose outputs are useless (a softmax over one unit is always 1.0) can show a training
 loss as good as the repaired one. The served loss is computed from the predictions as plain
@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from layergrad.commands.fit import (
+from layergrad.commands.fit.train import (
     DEFAULT_STEPS,
     FitOptions,
     compile_for_fit,

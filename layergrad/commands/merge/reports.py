@@ -11,7 +11,7 @@ given, by the rules the statistics obey (docs/distributed.md):
 - `dead_units` is the intersection; the first non-finite batch is the first shard's that has
   one, counted in batches of `--batch-size` across the shards before it;
 - p50 and p95 do not combine: they are null, and `probe.shards` says how many were merged;
-- the Jacobian norms of `--measure jacobian` by the rules of `merge_jacobian.py`.
+- the Jacobian norms of `--measure jacobian` by the rules of `jacobian.py`.
 
 With `--reduce mean` each shard's gradient is the mean over its own samples, so its numbers
 are first weighted by its share of the samples. Shards of different models, probes (seed,
@@ -25,8 +25,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import replace
 
-from layergrad.commands.merge_jacobian import merge_jacobians, merge_scan_jacobians
-from layergrad.commands.merge_stats import merge_gradients, merge_samples, merged_shape
+from layergrad.commands.merge.jacobian import merge_jacobians, merge_scan_jacobians
+from layergrad.commands.merge.stats import merge_gradients, merge_samples, merged_shape
 from layergrad.core.errors import UsageError
 from layergrad.core.gradient_stats import status_flags
 from layergrad.core.results import (

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from layergrad.commands.check_options import Add, CheckOptions
+from layergrad.commands.check.options import Add, CheckOptions
 from layergrad.core.errors import LayergradError
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import Cause, ScanReport, ScanRow, WeightScanReport
@@ -23,6 +23,7 @@ from layergrad.model.target_fit import LabelSummary
 if TYPE_CHECKING:
     from layergrad.commands.session import Session
     from layergrad.core.tf_types import Strategy
+    from layergrad.diagnose.saturation import SaturatedInit
     from layergrad.engine.loader import LoadedModel
 
     Opened = tuple[LoadedModel, tuple[str, ...], Strategy | None]  # what `session.load` returns
@@ -92,8 +93,8 @@ def weights(info: FileInfo, add: Add) -> None:
 def loss_fits(info: FileInfo, loss: str | None, add: Add, probe_follows: bool = False) -> None:
     """`loss`: the compiled loss (or `--loss`) fits each output's activation, and no weight
     layers stack into one linear map. With `probe_follows`, a head whose activation the file
-    does not show is left to `check_heads.judge_on_probe`, which completes this check."""
-    from layergrad.commands.check_heads import loss_verdict
+    does not show is left to `heads.judge_on_probe`, which completes this check."""
+    from layergrad.commands.check.heads import loss_verdict
     from layergrad.model.loss_fit import read_file
 
     compiled = {"loss": loss} if loss else info.compile_config
@@ -186,6 +187,7 @@ def trainable(
     has_loss: bool = True,
     where: str = "",
     dead_scope: str = "the batch",
+    init: SaturatedInit | None = None,
 ) -> None:
     """`trainable`: every trainable variable gets a gradient from the loss, and each layer's
     update ratio fits the others' (dead, vanishing, exploding: warnings by default).
@@ -193,6 +195,8 @@ def trainable(
     Without a loss (`has_loss` False) the report differentiates a random projection of the
     outputs: only the update ratios are judged. `where` is appended to the message (the
     batch it was judged on, with --data); `dead_scope` what the dead units were dead for.
+    `init`: a layer that a kernel scaled far up saturates (`diagnose.saturation`), an
+    `exploding` warning there.
     """
     if where:
         inner = add
@@ -204,7 +208,7 @@ def trainable(
         add("trainable", "skipped: no loss (the file was saved without model.compile; --loss)")
         return
     if not has_loss:
-        findings, parts = _scale(report, dead_scope)
+        findings, parts = _scale(report, dead_scope, init)
         if findings:
             add("trainable", "; ".join(parts) + " (no loss: judged on a random projection of "
                 "the outputs)", findings)  # fmt: skip
@@ -228,7 +232,7 @@ def trainable(
             why = f" ({cause.code} at {cause.layer})" if cause else ""
             names = ", ".join(v.variable for v in bad[:4]) + ("..." if len(bad) > 4 else "")
             parts.append(f"{finding}: {names}{why}")
-    scale_findings, scale_parts = _scale(report, dead_scope)
+    scale_findings, scale_parts = _scale(report, dead_scope, init)
     findings += scale_findings
     parts += scale_parts
     if not findings:
@@ -242,8 +246,25 @@ def trainable(
     add("trainable", "; ".join(parts), findings)
 
 
-def _scale(report: WeightScanReport, dead_scope: str) -> tuple[list[Finding], list[str]]:
-    """Dead, vanishing and exploding layers, judged on their weights' gradients."""
+def init_scale(
+    path: str | os.PathLike[str], model: KerasModel, arrays: Sequence[object]
+) -> SaturatedInit | None:
+    """A layer that a kernel scaled far up saturates on the batch (`diagnose.saturation`),
+    unless the file records training steps: then the kernels were learnt, not drawn."""
+    from layergrad.diagnose.saturation import saturated_init
+    from layergrad.files.training_state import training_steps
+
+    found = saturated_init(model, arrays)  # type: ignore[arg-type]
+    if found is None or (training_steps(path) or 0) > 0:
+        return None
+    return found
+
+
+def _scale(
+    report: WeightScanReport, dead_scope: str, init: SaturatedInit | None = None
+) -> tuple[list[Finding], list[str]]:
+    """Dead, vanishing and exploding layers, judged on their weights' gradients (and a layer
+    saturated by its initialisation, `init`)."""
     from layergrad.commands.weight_scan import scale_flags
 
     findings: list[Finding] = []
@@ -271,6 +292,9 @@ def _scale(report: WeightScanReport, dead_scope: str) -> tuple[list[Finding], li
                 f"that many decades {word} that of the layers near the output, so they "
                 + ("barely learn" if flag == Flag.VANISHING else "take steps far too large")
             )
+    if init is not None:
+        findings += [] if Finding.EXPLODING in findings else [Finding.EXPLODING]
+        parts.append(init.message())
     return findings, parts
 
 

@@ -11,10 +11,10 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from layergrad.commands import check_steps as steps
-from layergrad.commands.baseline import Baseline, fits, judge, probe_options, same_data
-from layergrad.commands.check_heads import judge_on_random_probe
-from layergrad.commands.check_options import Add, CheckOptions
+from layergrad.commands.check import steps
+from layergrad.commands.check.baseline import Baseline, fits, judge, probe_options, same_data
+from layergrad.commands.check.heads import judge_on_random_probe
+from layergrad.commands.check.options import Add, CheckOptions
 from layergrad.core.errors import LayergradError, UsageError
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.tf_types import KerasModel
@@ -24,7 +24,7 @@ from layergrad.files.file_info import FileInfo
 if TYPE_CHECKING:
     import numpy as np
 
-    from layergrad.commands.check_steps import Opened
+    from layergrad.commands.check.steps import Opened
     from layergrad.commands.session import Session
     from layergrad.core.results import ScanRow, WeightScanReport
     from layergrad.data.label_stream import Labelled
@@ -119,7 +119,8 @@ def dynamic_data(
     else:
         add("forward", f"{message}; outputs vary and inputs are in range{where}{mode}")
     steps.gradient(rows, add)
-    steps.trainable(weights, add, has_loss, where, dead_scope="the data")
+    init = steps.init_scale(path, loaded.model, first.batch.arrays)
+    steps.trainable(weights, add, has_loss, where, dead_scope="the data", init=init)
     if baseline is not None:  # over the same data: the loss's gradient over every sample
         data = os.fspath(options.probe.data or "")
         other = other or not same_data(baseline, data, sha, run.samples, options.allow_other_data)
@@ -224,8 +225,8 @@ def _dead_everywhere(
     without batches has no say); in one process the masks as they are."""
     import numpy as np
 
-    from layergrad.data.accumulators import gather_workers
     from layergrad.data.devices import strategy_for
+    from layergrad.data.stats.accumulators import gather_workers
 
     if batches.part is None:  # one process read every batch
         return masks

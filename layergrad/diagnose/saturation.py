@@ -1,0 +1,140 @@
+"""Initialisation scaled far up: a tanh / sigmoid layer whose kernel is drawn many times wider
+than Keras's default (Glorot) for its fan-in, and whose units are saturated for most of the
+probe batch.
+
+Both must hold. A saturated unit passes almost no gradient (tanh' = 1 - y^2 < 0.02 where
+|y| > 0.99), so the layers before it barely learn; an update-ratio trend may not show it in a
+deep stack, since every saturated layer shrinks the gradient about as much. The kernel's scale
+says it is the initialisation (an unscaled input saturates a layer too: `input_range` says
+that one), and the saturation says the scale matters on these inputs. A layer whose kernel
+was learnt that wide and still varies is left alone; so are recurrent layers (their gates
+saturate by design).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from layergrad.core.tf_types import KerasLayer, KerasModel
+from layergrad.diagnose.activations import activation_name
+
+KERNEL_FACTOR = 4.0  # a kernel this many times wider than its Glorot std: scaled far up
+SATURATED_SHARE = 0.5  # this share of a layer's outputs saturated on the probe: saturated
+NEAR_BOUND = 0.99  # |tanh| above this (sigmoid within 0.01 of 0 or 1): saturated
+RECURRENT = ("LSTM", "GRU", "RNN", "ConvLSTM")
+
+
+@dataclass(frozen=True)
+class SaturatedInit:
+    """The first layer saturated by a kernel scaled far above Glorot: the layer with the
+    kernel, the one applying the activation (the same, or an activation layer after it)."""
+
+    layer: str
+    activation_layer: str
+    kind: str  # tanh or sigmoid
+    factor: float  # kernel std / Glorot std for its shape
+    saturated: float  # share of the outputs saturated on the probe
+
+    def message(self) -> str:
+        applied = (
+            f"'{self.layer}'"
+            if self.activation_layer == self.layer
+            else f"'{self.activation_layer}' after '{self.layer}'"
+        )
+        return (
+            f"exploding: {self.layer} (initialisation): its kernel's spread is "
+            f"{self.factor:.3g} times Keras's default (Glorot) for its shape, and "
+            f"{self.saturated:.0%} of the {self.kind} outputs of {applied} are saturated on the "
+            "probe, where they pass almost no gradient. Fix: the default "
+            "kernel_initializer (glorot_uniform), or a smaller scale"
+        )
+
+
+def glorot_std(shape: Sequence[int]) -> float | None:
+    """The std of Keras's default kernel initialiser (Glorot) for a kernel of `shape`."""
+    if len(shape) < 2:
+        return None
+    receptive = math.prod(shape[:-2]) if len(shape) > 2 else 1
+    fan_in, fan_out = shape[-2] * receptive, shape[-1] * receptive
+    return math.sqrt(2.0 / (fan_in + fan_out)) if fan_in + fan_out > 0 else None
+
+
+def saturated_share(value: np.ndarray, kind: str) -> float:
+    v = np.asarray(value, dtype=np.float64)
+    if not v.size or not np.all(np.isfinite(v)):
+        return 0.0
+    if kind == "tanh":
+        return float(np.mean(np.abs(v) >= NEAR_BOUND))
+    return float(np.mean((v <= 1 - NEAR_BOUND) | (v >= NEAR_BOUND)))
+
+
+def _factor(layer: KerasLayer) -> float | None:
+    kernel = getattr(layer, "kernel", None)
+    if kernel is None or any(word in type(layer).__name__ for word in RECURRENT):
+        return None
+    try:
+        array = np.asarray(kernel.numpy() if hasattr(kernel, "numpy") else kernel, np.float64)
+    except (TypeError, ValueError):
+        return None
+    want = glorot_std(array.shape)
+    if want is None or array.size < 4:
+        return None
+    return float(np.std(array)) / want
+
+
+def saturated_init(model: KerasModel, arrays: Sequence[np.ndarray]) -> SaturatedInit | None:
+    """The first layer (in call order) that a kernel scaled far up saturates on `arrays` (the
+    probe batch), None when there is none or the model fails on the batch."""
+    from layergrad.core.keras_backend import quiet_import
+    from layergrad.engine.layer_calls import capturing, forward, unique_leaves
+    from layergrad.model.layer_refs import iter_layers
+
+    tf, _ = quiet_import()
+    by_path = {path: layer for path, layer in iter_layers(model)}
+    calls: list[tuple[str, list[object], list[object]]] = []  # path, outputs, args
+
+    def handle(key: tuple[str, int], flat: list[object], args: object) -> list[object]:
+        calls.append((key[0], list(flat), list(tf.nest.flatten(args))))
+        return flat
+
+    try:
+        with capturing(unique_leaves(iter_layers(model)), handle):
+            forward(model, [tf.constant(a) for a in arrays], training=False)
+    except Exception:  # the forward check says why
+        return None
+    made = {id(t): path for path, outs, _ in calls for t in outs}
+    for path, outs, args in calls:
+        layer = by_path.get(path)
+        kind = activation_name(layer)
+        if kind not in ("tanh", "sigmoid") or len(outs) != 1:
+            continue
+        source = path if getattr(layer, "kernel", None) is not None else _linear_source(
+            args, made, by_path
+        )  # fmt: skip
+        factor = _factor(by_path[source]) if source is not None else None
+        if factor is None or factor < KERNEL_FACTOR:
+            continue
+        share = saturated_share(np.asarray(outs[0]), kind)
+        if share >= SATURATED_SHARE:
+            return SaturatedInit(source, path, kind, factor, share)  # type: ignore[arg-type]
+    return None
+
+
+def _linear_source(
+    args: list[object], made: dict[int, str], by_path: dict[str, KerasLayer]
+) -> str | None:
+    """The layer with a kernel and no activation of its own whose output an activation layer
+    takes (Dense -> Activation("tanh")), else None."""
+    if len(args) != 1 or id(args[0]) not in made:
+        return None
+    path = made[id(args[0])]
+    layer = by_path.get(path)
+    if getattr(layer, "kernel", None) is None or activation_name(layer) is not None:
+        return None
+    own = getattr(layer, "activation", None)
+    name = getattr(own, "__name__", "linear") if own is not None else "linear"
+    return path if name == "linear" else None

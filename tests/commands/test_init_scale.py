@@ -1,0 +1,73 @@
+"""Initialisation scaled far up: a tanh stack whose kernels are drawn from N(0, 4^2) saturates
+(|tanh| > 0.99 for most units), and every saturated layer shrinks the gradient about as much,
+so the update-ratio trend does not show it. `check` warns `exploding` at the first such layer,
+naming the initialisation; the default initialisation, a ReLU net, and a file whose optimizer
+records training steps (its kernels were learnt) get no such warning. Truth: how each model is
+built, and the steps worked out by hand (64 samples in batches of 32, 3 epochs: 6 steps)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from helpers import keras
+
+from layergrad.commands.check.gate import CheckOptions, check_file
+from layergrad.diagnose.saturation import glorot_std
+from layergrad.files.training_state import training_steps
+
+layers = keras.layers
+
+
+def _tanh_stack(init, separate=False, depth=6):
+    keras.utils.set_random_seed(0)
+    x = keras.Input((8,), name="features")
+    h = x
+    for i in range(depth):
+        if separate:  # Dense then an Activation layer, as some users write it
+            h = layers.Dense(16, kernel_initializer=init, name=f"h{i + 1}")(h)
+            h = layers.Activation("tanh", name=f"h{i + 1}_act")(h)
+        else:
+            h = layers.Dense(16, "tanh", kernel_initializer=init, name=f"h{i + 1}")(h)
+    model = keras.Model(x, layers.Dense(1, name="head")(h))
+    model.compile("adam", "mae")
+    return model
+
+
+def _trainable(path):
+    verdict = check_file(path, CheckOptions())
+    return next(c for c in verdict.checks if c.name == "trainable"), verdict
+
+
+LARGE = keras.initializers.RandomNormal(stddev=4.0, seed=0)
+
+
+@pytest.mark.parametrize(("separate", "suffix"), [(False, ".keras"), (True, ".h5")])
+def test_kernels_scaled_far_up_warn_exploding_at_the_first_layer(tmp_path, separate, suffix):
+    path = tmp_path / f"large{suffix}"
+    _tanh_stack(LARGE, separate).save(path)
+    item, verdict = _trainable(path)
+    assert "exploding" in item.findings, item.message
+    assert "exploding: h1 (initialisation)" in item.message, item.message
+    assert ("'h1_act' after 'h1'" if separate else "outputs of 'h1'") in item.message
+    assert verdict.passed  # a warning
+    # the factor by hand: std 4 against Glorot sqrt(2 / (8 + 16)) = 0.289 for the 8 x 16
+    # kernel, 13.9; the 128 drawn values' own spread is within a few percent of 4
+    factor = float(re.search(r"spread is ([0-9.]+) times", item.message).group(1))
+    assert abs(factor - 4.0 / glorot_std((8, 16))) < 1.5, factor
+
+
+def test_the_default_initialisation_and_learnt_kernels_get_no_warning(tmp_path):
+    healthy = tmp_path / "healthy.keras"
+    _tanh_stack("glorot_uniform").save(healthy)
+    assert "exploding" not in _trainable(healthy)[0].findings
+    model = _tanh_stack(LARGE)
+    rng = np.random.default_rng(0)
+    model.fit(rng.standard_normal((64, 8)), rng.standard_normal((64, 1)), epochs=3, verbose=0)
+    trained = tmp_path / "trained.keras"
+    model.save(trained)
+    model.save(tmp_path / "trained.h5")
+    assert training_steps(trained) == 6 and training_steps(tmp_path / "trained.h5") == 6
+    assert training_steps(healthy) == 0
+    assert "exploding" not in _trainable(trained)[0].findings
