@@ -173,8 +173,8 @@ def scan_data(
     """`api.scan_model` over every sample of `options.data`: each row's statistics over all
     samples (and with `jacobian`, its Jacobian norms over every sample)."""
     from layergrad.commands import session
+    from layergrad.commands.scan import target_notes
     from layergrad.commands.untrained_batchnorm import probe_in_training, scan_wrong
-    from layergrad.diagnose import diagnoser
     from layergrad.model import layer_refs
 
     loaded, warnings, strategy = session.load(
@@ -193,10 +193,7 @@ def scan_data(
     if said:  # never-trained BatchNormalization: stream again as training runs it
         options = replace(options, training=True)
         run, rows = scan_over(loaded, strategy, batches, options, site, layers, on_progress)
-    note = site and diagnoser.softmax_target_note(
-        site, "scan with --to the layer before it, or without --to (a projection of the outputs)"
-    )
-    notes: tuple[str, ...] = tuple(n for n in (note, said) if n)
+    notes = (*target_notes(site), *((said,) if said else ()))
     if jacobian is not None:
         rows, found = over_data_jacobians.scan_jacobians_over(
             model, batches, site, rows, options, jacobian, top, on_progress, strategy

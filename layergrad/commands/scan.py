@@ -70,13 +70,15 @@ def _scan(
 def _light_scan(session: Session, site: Site | None, patterns: Sequence[str]) -> ScanReport | None:
     """The scan of a model with nothing to diagnose, without keeping any array.
 
-    Each gradient is reduced to its statistics where the backward pass produces it
-    (`data_step.run_batch`), so a scan takes about the memory of a plain forward and backward
-    pass. None when a row is not ok, an output is the same for every sample, an activation is
-    non-finite or the inputs are not scaled: then the causes need the full trace.
+    Each gradient is reduced to its statistics where the backward pass produces it (the
+    probe batch run as a data source of one batch: `data_step.run_stream`), so a scan takes
+    about the memory of a plain forward and backward pass. None when a row is not ok, an
+    output is the same for every sample, an activation is non-finite or the inputs are not
+    scaled: then the causes need the full trace.
     """
+    from layergrad.data.sources import ProbeStream
     from layergrad.diagnose.forward_findings import CONSTANT_RTOL, MIN_BATCH, UNSCALED
-    from layergrad.engine.data_step import Plan, run_batch
+    from layergrad.engine.data_step import Plan, run_stream
 
     model, options, batch = session.model, session.options, session.batch
     plan = Plan(
@@ -86,7 +88,7 @@ def _light_scan(session: Session, site: Site | None, patterns: Sequence[str]) ->
         reduce=options.reduce,
         seed=options.seed,
     )
-    run = run_batch(model, plan, batch.arrays)
+    run = run_stream(model, plan, ProbeStream(batch.arrays))
     if any(f is not None and f.nonfinite_batches for f in run.forward):
         return None
     if batch.batch_size >= MIN_BATCH and any(
@@ -105,7 +107,7 @@ def _light_scan(session: Session, site: Site | None, patterns: Sequence[str]) ->
         probe=session.probe_meta,
         target=site.ref if site else None,
         rows=rows,
-        notes=_target_notes(site),
+        notes=target_notes(site),
     )
 
 
@@ -118,7 +120,7 @@ def scan_report(
     rows = scan_rows(trace, session.info.graph, session.diagnoser, classes, patterns)
     layers = dict(iter_layers(model))
     found = tuple(constant_outputs(trace, session.info.graph, layers))
-    notes = list(_target_notes(site))
+    notes = list(target_notes(site))
     constant = tuple(found)
     bad = first_nonfinite(trace)
     if bad is not None:
@@ -143,7 +145,7 @@ def scan_report(
     )
 
 
-def _target_notes(site: Site | None) -> tuple[str, ...]:
+def target_notes(site: Site | None) -> tuple[str, ...]:
     """What a softmax target does not say (its outputs sum to one)."""
     note = site and softmax_target_note(
         site, "scan with --to the layer before it, or without --to (a projection of the outputs)"

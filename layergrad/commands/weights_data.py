@@ -123,22 +123,16 @@ def weights_over(
         return loss * tf.cast(replicas, loss.dtype) if replicas > 1 else loss
 
     # each sample's index in the data seeds its random labels; the labels follow the inputs
-    n = len(batches.specs)
-    dataset = batches.indexed().map(lambda *e: (tuple(e[:n]), tuple(e[n:-1]), e[-1]))
     owned = weight_scan.variable_owners(model)
     totals = stream_weight_gradients(
         model,
         [getattr(v, "value", v) for v, _ in owned],
         [layer for _, layer in owned],
         objective,
-        dataset,
+        batches,
         strategy,
         training=options.training,
-        check_batch=batches.check_batch,
-        batch_index=batches.batch_index,
-        expected=batches.samples,
         on_progress=on_progress,
-        source=batches.source,
     )
     rows = [
         weight_scan.variable_row(v, layer, grad, ())

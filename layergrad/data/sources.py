@@ -69,6 +69,8 @@ class DataStream:
     `labels` (`y`, or `y:NAME` per output), from the same rows.
     """
 
+    probe = False  # the probe batch, a source of one batch (`ProbeStream`)
+
     def __init__(
         self,
         source: str,
@@ -150,6 +152,24 @@ class DataStream:
                 return ProbeBatch(arrays[:n], names, self.source, None, labels=labels)
         self.raise_failure()
         raise InputError(f"--data {self.source} has no batch {index}")
+
+
+class ProbeStream(DataStream):
+    """The probe batch (arrays in the model's input order) as a data source of one batch,
+    which the loop over batches runs eagerly, without a `tf.data` pipeline."""
+
+    probe = True
+
+    def __init__(self, arrays: Sequence[np.ndarray]) -> None:
+        tf, _ = quiet_import()
+        rows = int(arrays[0].shape[0]) if arrays and arrays[0].ndim else 1
+        specs = [InputSpec(f"input_{i}", a.shape[1:], str(a.dtype)) for i, a in enumerate(arrays)]
+        batch = tuple(tf.convert_to_tensor(a) for a in arrays)
+        super().__init__("the probe batch", specs, [batch], rows, Failure(), True, rows)
+
+    def indexed(self) -> Dataset:
+        tf, _ = quiet_import()
+        return [(*self.whole[0], tf.range(self.samples or 0, dtype=tf.int64))]
 
 
 def precheck(path: str | os.PathLike[str]) -> None:

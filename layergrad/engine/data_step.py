@@ -2,37 +2,35 @@
 
 `capture` watches the chosen layer calls so that the backward pass reduces each gradient
 where it is produced; the step packs those reductions into a few tensors (`summaries`). For
-one batch it runs eagerly (no tracing cost) and the packs are the totals. Over a data set it
+the probe batch (a source of one batch) it runs eagerly (no tracing cost). Over a data set it
 is a `tf.function` traced once (the batch axis is None, so the last partial batch reuses
-it), run under a `tf.distribute` strategy, one compiled call per batch, and the packs add up
-in `accumulators.Accumulators` on each replica. `Step.result` unpacks the totals per layer
+it), run by the one loop over batches (`step_calls.over_batches`) under a `tf.distribute`
+strategy, one compiled call per batch, and the packs add up in `accumulators.Accumulators`
+on each replica. `Step.result` unpacks the totals per layer
 (`packed_totals.py`).
 """
 
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
-from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layergrad.core.errors import InputError, describe
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.tf_types import (
-    Dataset,
     KerasLayer,
     KerasModel,
     Strategy,
     Tensor,
 )
 from layergrad.data.stats import reductions
-from layergrad.data.stats.accumulators import POSITION, Accumulators, single_totals, summary_shapes
+from layergrad.data.stats.accumulators import POSITION
 from layergrad.data.stats.aggregates import ForwardTotals, GradientTotals
+from layergrad.engine import step_calls
 from layergrad.engine.capture import Plan, Record, Recorder, installed, recording
 from layergrad.engine.layer_calls import (
     check_all_called,
@@ -42,24 +40,14 @@ from layergrad.engine.layer_calls import (
     unique_leaves,
 )
 from layergrad.engine.packed_totals import Layout, Unpack
-from layergrad.engine.step_calls import (
-    call_model,
-    fused_step,
-    guarded,
-    is_default,
-    masked,
-    pad_if_empty,
-    statistics_kept,
-)
+from layergrad.engine.step_calls import call_model
 from layergrad.model.layer_refs import CallKey, Site, iter_layers
 
 if TYPE_CHECKING:
     from layergrad.data.sources import DataStream
 
-T = TypeVar("T")
-
-Progress = Callable[[int, "int | None"], None]
-__all__ = ["Plan", "Probed", "StreamRun", "run_batch", "run_stream"]
+Progress = step_calls.Progress
+__all__ = ["Plan", "Probed", "StreamRun", "run_stream"]
 
 
 @dataclass(frozen=True)
@@ -231,65 +219,40 @@ class Step:
         return Probed(site, shape, out.dtype, k)
 
 
-def run_batch(model: KerasModel, plan: Plan, inputs: Sequence[np.ndarray]) -> StreamRun:
-    """The step on one batch, eagerly: what `scan` needs without keeping any gradient."""
-    tf, _ = quiet_import()
-    step = Step(model, plan)
-    tensors = [tf.convert_to_tensor(a) for a in inputs]
-    with step.installed():
-        summaries = guarded(lambda: step.compute(tensors), "the probe batch")
-    samples = int(reductions.samples_in(tensors[0])) if tensors else 0
-    return step.result(single_totals(summaries), samples, batches=1, replicas=1)
-
-
-@statistics_kept
 def run_stream(
     model: KerasModel,
     plan: Plan,
     stream: DataStream,
-    strategy: Strategy,
+    strategy: Strategy | None = None,
     on_progress: Progress | None = None,
 ) -> StreamRun:
-    """The compiled step over every batch of a `datasets.DataStream`, under `strategy`.
+    """The compiled step over every batch of a `datasets.DataStream`, under `strategy`
+    (`step_calls.over_batches`: the batches, the errors and `on_progress` are as there).
 
     Args:
         model: the loaded model (its variables created under `strategy.scope()`).
         plan: what to capture; `plan.data` should be True.
         stream: the batches, in the model's input order.
-        strategy: a tf.distribute strategy (`tf.distribute.get_strategy()` for one device).
-        on_progress: called with (0, samples expected or None) before the step is traced,
-            then after each batch with (samples done, samples expected or None).
+        strategy: a tf.distribute strategy; None: the default one (one device).
 
     Returns:
         A StreamRun over every sample.
-
-    Raises:
-        InputError: a batch that cannot be read or that the model fails on (with its index),
-        or a data set without samples.
     """
     from layergrad.data.devices import is_multi_worker
 
     tf, _ = quiet_import()
+    strategy = strategy or tf.distribute.get_strategy()
     step = Step(model, plan)
-    replicas = int(strategy.num_replicas_in_sync)
-    workers = is_multi_worker(strategy)
-    if workers:  # each worker runs its own shard; its batches go to its replicas in turn
-        dataset = strategy.distribute_datasets_from_function(lambda _: stream.indexed())
-    elif is_default(strategy):
-        dataset = stream.indexed()
-    else:
-        dataset = strategy.experimental_distribute_dataset(stream.indexed())
-    signature = [dataset.element_spec]
     size = float(getattr(stream, "batch_size", 0) or 0)
     base = float(getattr(stream, "first_sample", 0) or 0)
+    spread = not step_calls.is_default(strategy)  # a replica's share of a batch may be empty
 
-    spread = not is_default(strategy)  # a replica's share of a batch may be empty
-
-    def replica_step(inputs: Sequence[Tensor], samples: Tensor) -> dict[str, Tensor]:
+    def replica_step(batch: tuple[Tensor, ...]) -> dict[str, Tensor]:
+        inputs, samples = batch[:-1], batch[-1]
         empty = tf.equal(tf.size(samples), 0)
         if spread:
-            inputs, fed = pad_if_empty(inputs, samples, empty)
-            summaries = masked(step.compute(inputs, fed), empty)
+            inputs, fed = step_calls.pad_if_empty(inputs, samples, empty)
+            summaries = step_calls.masked(step.compute(inputs, fed), empty)
         else:
             summaries = step.compute(inputs, samples)
         if size:  # the batch's index in the data, from its first sample's (inf: empty)
@@ -298,69 +261,10 @@ def run_stream(
             summaries[POSITION] = tf.where(empty, inf, tf.floor((first - base) / size))
         return summaries
 
-    compute = tf.function(  # nothing to convert: autograph would only cost tracing time
-        lambda batch: strategy.run(replica_step, args=(batch[:-1], batch[-1])),
-        input_signature=signature,
-        autograph=False,
-    )
-    done = batches = 0
-    where = getattr(stream, "batch_index", lambda local: local)  # among all the data's batches
-    if on_progress is not None:  # the total is known before the trace, which takes a while
-        on_progress(0, stream.samples)
-    with step.installed():  # the trace happens here, once; the batch axis is None
-        concrete = guarded(compute.get_concrete_function, "the data", stream.source)
-        shapes = summary_shapes(strategy, concrete.structured_outputs)
-        acc = None if shapes is None else Accumulators(strategy, shapes)
-        fused = None if acc is None else fused_step(strategy, concrete, acc, signature)
-        iterator = iter(dataset)
-        while True:
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                break
-            except tf.errors.OpError as exc:
-                stream.raise_failure(batches)
-                refused = re.search(r"\[(--data [^\]]*refused: [^\]]*)\]", str(exc))
-                if refused:  # a check in the reader (values outside the input's dtype)
-                    raise InputError(refused.group(1).replace(" refused: ", ": ", 1)) from exc
-                if workers:  # the iterator agrees with the other workers at every step
-                    raise InputError(
-                        f"--data {stream.source}: the run stopped at batch {where(batches)}: "
-                        f"{describe(exc)}; when another worker of the cluster stopped, its "
-                        "error says why"
-                    ) from exc
-                raise InputError(
-                    f"--data {stream.source}: batch {where(batches)} could not be read: "
-                    f"{describe(exc)}"
-                ) from exc
-            parts = [strategy.experimental_local_results(t) for t in batch[:-1]]
-            rows = stream.check_batch(where(batches), parts)
-            name = f"batch {where(batches)}"
-            if fused is not None:
-                guarded(partial(fused, batch), name, stream.source)
-            else:  # a summary's size is only known from the first batch (an open last axis)
-                summaries = guarded(partial(concrete, batch), name, stream.source)
-                acc = Accumulators(strategy, summary_shapes(strategy, summaries) or {})
-                tf.function(lambda s, a=acc: strategy.run(a.update, args=(s,)), autograph=False)(
-                    summaries
-                )
-                fused = fused_step(strategy, concrete, acc, signature)
-            done, batches = done + rows, batches + 1
-            if on_progress is not None:
-                on_progress(done, stream.samples)
-    stream.raise_failure()
-    totals = None if acc is None else acc.totals(strategy)
-    if workers and totals is not None:  # every worker's samples (this one may have none)
-        done = int(totals["samples"].sum())
-    if totals is None or not done:
-        raise InputError(f"--data {stream.source} holds no samples; expected at least one row")
-    local = len(strategy.extended.worker_devices) if workers else replicas
-    run = step.result(totals, done, batches, local)
+    kept = step_calls.moving_statistics_kept(model, plan.training)
+    with kept, step.installed():  # the trace happens here, once; the batch axis is None
+        summed = step_calls.over_batches(stream, strategy, replica_step, on_progress)
+    replicas, workers = int(strategy.num_replicas_in_sync), is_multi_worker(strategy)
+    local = len(strategy.extended.worker_devices) if workers else replicas  # this worker's
+    run = step.result(summed.totals, summed.samples, summed.batches, local)
     return replace(run, replicas=replicas) if workers else run
-
-
-def with_sample_indices(dataset: Dataset, offset: int = 0) -> Dataset:
-    """Each batch of `dataset` followed by its samples' indices (`shards.with_sample_indices`)."""
-    from layergrad.data.shards import with_sample_indices as indexed
-
-    return indexed(dataset, offset)

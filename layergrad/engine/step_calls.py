@@ -1,7 +1,13 @@
-"""What every compiled step over data shares: the model called as it was built, a failure of
-the model's own ops named by its batch (`BatchFailed`), a replica's empty share of a batch
-padded and masked so that it adds nothing, one fused call per batch, and the model's
-BatchNormalization statistics left as the file has them after a pass in training mode.
+"""The one loop over the batches of a data set on a `tf.distribute` strategy, and what every
+compiled step over data shares.
+
+`over_batches` distributes a `DataStream`, traces the step (`strategy.run` in a
+`tf.function`, once: the batch axis is None) and runs one fused call per batch that adds the
+step's summaries up in `accumulators.Accumulators` on each replica; a batch that cannot be
+read, or that the model fails on, is named in the error. Also here: the model called as it
+was built, a replica's empty share of a batch padded and masked so that it adds nothing, and
+the model's BatchNormalization statistics left as the file has them after a pass in training
+mode.
 """
 
 from __future__ import annotations
@@ -9,7 +15,12 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar, cast
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, TypeVar, cast
+
+import numpy as np
 
 from layergrad.core.errors import InputError, describe
 from layergrad.core.keras_backend import quiet_import
@@ -22,12 +33,126 @@ from layergrad.core.tf_types import (
     TFFunction,
 )
 from layergrad.data.stats import aggregates
-from layergrad.data.stats.accumulators import Accumulators
+from layergrad.data.stats.accumulators import Accumulators, summary_shapes
 from layergrad.engine.layer_calls import model_args
 from layergrad.model.layer_refs import iter_layers
 
+if TYPE_CHECKING:
+    from layergrad.data.sources import DataStream
+
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., object])
+Progress = Callable[[int, "int | None"], None]
+# a replica's step: one batch (inputs, then labels if the stream has them, then the samples'
+# indices in the data) -> its summaries, added up over the batches
+ReplicaStep = Callable[[tuple[Tensor, ...]], dict[str, Tensor]]
+
+
+@dataclass(frozen=True)
+class Summed:
+    """The summaries added up over every batch (every replica's and worker's), the samples
+    (every worker's) and the batches this process ran."""
+
+    totals: dict[str, np.ndarray]
+    samples: int
+    batches: int
+
+
+def over_batches(
+    stream: DataStream,
+    strategy: Strategy,
+    replica_step: ReplicaStep,
+    on_progress: Progress | None = None,
+) -> Summed:
+    """Run `replica_step` on every batch of `stream` (`stream.indexed()`) under `strategy`.
+
+    Under `--distribute multi-worker` each worker runs its own shard; under another
+    strategy each batch is split between the replicas. A probe batch (`stream.probe`, one
+    batch) runs eagerly: tracing a large model costs many times its one eager pass.
+    `on_progress` is called with (0, samples expected or None) before the step is traced,
+    then after each batch with (samples done, samples expected or None).
+
+    Raises:
+        InputError: a batch that cannot be read or that the model fails on (with its index),
+        or a data set without samples.
+    """
+    from layergrad.data.devices import is_multi_worker
+
+    tf, _ = quiet_import()
+    workers = is_multi_worker(strategy)
+    if workers:  # each worker runs its own shard; its batches go to its replicas in turn
+        dataset = strategy.distribute_datasets_from_function(lambda _: stream.indexed())
+    elif is_default(strategy):
+        dataset = stream.indexed()
+    else:
+        dataset = strategy.experimental_distribute_dataset(stream.indexed())
+    signature = [] if stream.probe else [dataset.element_spec]
+    source = None if stream.probe else stream.source
+    done = batches = 0
+    where = stream.batch_index  # among all the data's batches
+    inputs = len(stream.specs)
+    if on_progress is not None:  # the total is known before the trace, which takes a while
+        on_progress(0, stream.samples)
+    if stream.probe:
+        concrete, acc, fused = replica_step, None, None
+    else:
+        compute = tf.function(  # nothing to convert: autograph would only cost tracing time
+            lambda batch: strategy.run(replica_step, args=(batch,)),
+            input_signature=signature,
+            autograph=False,
+        )
+        concrete = guarded(compute.get_concrete_function, "the data", source)
+        shapes = summary_shapes(strategy, concrete.structured_outputs)
+        acc = None if shapes is None else Accumulators(strategy, shapes)
+        fused = None if acc is None else _fused_step(strategy, concrete, acc, signature)
+    iterator = iter(dataset)
+    while True:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            break
+        except tf.errors.OpError as exc:
+            stream.raise_failure(batches)
+            raise _unreadable(exc, stream.source, where(batches), workers) from exc
+        parts = [strategy.experimental_local_results(t) for t in batch[:inputs]]
+        rows = stream.check_batch(where(batches), parts)
+        name = "the probe batch" if stream.probe else f"batch {where(batches)}"
+        if fused is not None:
+            guarded(partial(fused, batch), name, source)
+        elif stream.probe:
+            summaries = guarded(partial(concrete, batch), name)
+            acc = Accumulators(strategy, summary_shapes(strategy, summaries) or {})
+            acc.update(summaries)
+        else:  # a summary's size is only known from the first batch (an open last axis)
+            summaries = guarded(partial(concrete, batch), name, source)
+            acc = Accumulators(strategy, summary_shapes(strategy, summaries) or {})
+            tf.function(lambda s, a=acc: strategy.run(a.update, args=(s,)), autograph=False)(
+                summaries
+            )
+            fused = _fused_step(strategy, concrete, acc, signature)
+        done, batches = done + rows, batches + 1
+        if on_progress is not None:
+            on_progress(done, stream.samples)
+    stream.raise_failure()
+    totals = None if acc is None else acc.totals(strategy)
+    if workers and totals is not None:  # every worker's samples (this one may have none)
+        done = int(totals["samples"].sum())
+    if totals is None or not done:
+        raise InputError(f"--data {stream.source} holds no samples; expected at least one row")
+    return Summed(totals, done, batches)
+
+
+def _unreadable(exc: Exception, source: str, batch: int, workers: bool) -> InputError:
+    """The error for a batch the reader stopped on."""
+    refused = re.search(r"\[(--data [^\]]*refused: [^\]]*)\]", str(exc))
+    if refused:  # a check in the reader (values outside the input's dtype)
+        return InputError(refused.group(1).replace(" refused: ", ": ", 1))
+    if workers:  # the iterator agrees with the other workers at every step
+        return InputError(
+            f"--data {source}: the run stopped at batch {batch}: {describe(exc)}; when "
+            "another worker of the cluster stopped, its error says why"
+        )
+    return InputError(f"--data {source}: batch {batch} could not be read: {describe(exc)}")
 
 
 def statistics_kept(func: F) -> F:
@@ -38,14 +163,21 @@ def statistics_kept(func: F) -> F:
 
     @functools.wraps(func)
     def kept(model: KerasModel, *args: object, **kwargs: object) -> object:
-        saved = [(v, v.numpy()) for v in _moving_statistics(model)]
-        try:
+        with moving_statistics_kept(model):
             return func(model, *args, **kwargs)
-        finally:
-            for variable, value in saved:
-                variable.assign(value)
 
     return cast(F, kept)
+
+
+@contextmanager
+def moving_statistics_kept(model: KerasModel, training: bool = True) -> Iterator[None]:
+    """`statistics_kept` for a block (nothing to keep for a pass in inference)."""
+    saved = [(v, v.numpy()) for v in _moving_statistics(model)] if training else []
+    try:
+        yield
+    finally:
+        for variable, value in saved:
+            variable.assign(value)
 
 
 def _moving_statistics(model: KerasModel) -> Iterator[KerasVariable]:
@@ -80,7 +212,7 @@ def masked(summaries: dict[str, Tensor], empty: Tensor) -> dict[str, Tensor]:
     return out
 
 
-def fused_step(
+def _fused_step(
     strategy: Strategy, concrete: TFFunction, acc: Accumulators, signature: list[Tensor]
 ) -> TFFunction:
     """One compiled call per batch: the traced step, then adding its summaries up (its

@@ -1,8 +1,9 @@
 """The training gradient over a whole data set (`scan --wrt weights --data`), streamed.
 
-One compiled step per batch: forward, the loss (`model.compute_loss`, as `model.fit`
-computes it), `tape.gradient(loss, trainable variables)`, and what adds up over batches,
-in float64 `data.accumulators.Accumulators` on each replica (nothing crosses back to Python until
+One compiled step per batch, run by the one loop over batches (`step_calls.over_batches`):
+forward, the loss (`model.compute_loss`, as `model.fit` computes it), `tape.gradient(loss,
+trainable variables)`, and what adds up over batches, in float64
+`data.stats.accumulators.Accumulators` on each replica (nothing crosses back to Python until
 the end). For a batch b of n_b samples with gradient g_b (of the loss averaged over its
 samples) the step adds
 
@@ -24,18 +25,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layergrad.core.errors import InputError, describe
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.results import GradientNoise
-from layergrad.core.tf_types import Dataset, KerasModel, KerasVariable, Strategy, Tensor, TensorTree
-from layergrad.data.stats.accumulators import Accumulators, summary_shapes
-from layergrad.engine.step_calls import statistics_kept
+from layergrad.core.tf_types import KerasModel, KerasVariable, Strategy, Tensor, TensorTree
+from layergrad.data.devices import is_multi_worker
+from layergrad.engine import step_calls
+from layergrad.engine.step_calls import Progress, call_model, masked, pad_if_empty, statistics_kept
 
-Progress = Callable[[int, "int | None"], None]
+if TYPE_CHECKING:
+    from layergrad.data.sources import DataStream
+
 # (outputs, labels or None, sample indices) -> loss
 Objective = Callable[[TensorTree, TensorTree | None, Tensor], Tensor]
 
@@ -58,65 +61,51 @@ def stream_weight_gradients(
     variables: Sequence[KerasVariable],
     layers: Sequence[str],
     objective: Objective,
-    dataset: Dataset,
+    stream: DataStream,
     strategy: Strategy,
     *,
     training: bool = False,
-    check_batch: Callable[[int, Tensor], int] | None = None,
-    batch_index: Callable[[int], int] | None = None,
-    expected: int | None = None,
     on_progress: Progress | None = None,
-    source: str = "",
 ) -> WeightTotals:
-    """The mean training gradient of every variable over `dataset`, and each layer's noise.
+    """The mean training gradient of every variable over `stream`, and each layer's noise.
 
     Args:
         model: the loaded model (variables created under `strategy.scope()`).
         variables: the trainable variables (tf.Variables); `layers[i]` owns `variables[i]`.
-        objective: the loss of a batch from (outputs, labels, sample indices).
-        dataset: elements (inputs tuple, labels tuple, sample indices).
+        objective: the loss of a batch from (outputs, labels or None, sample indices).
+        stream: the batches, with their labels when it has them; the loop over them, its
+            errors and `on_progress` are `step_calls.over_batches`.
         strategy: a tf.distribute strategy (the default one for one device).
-        check_batch: called with (batch index, per input its pieces) before each batch;
-            returns the batch's rows.
-        batch_index: this process's batch k as an index among all the data's batches (its
-            shard's place in the data under `--distribute multi-worker`), for messages.
-        expected: samples expected (for the progress), or None.
 
     Raises:
         InputError: a batch the model fails on, or a data set without samples.
     """
     tf, _ = quiet_import()
-    from layergrad.data.devices import is_multi_worker
-    from layergrad.engine.step_calls import (
-        call_model,
-        fused_step,
-        guarded,
-        is_default,
-        masked,
-        pad_if_empty,
-    )
-
     workers = is_multi_worker(strategy)
     names = list(dict.fromkeys(layers))
     owner = [names.index(layer) for layer in layers]
     connected: list[bool] = []
+    n_inputs = len(stream.specs)
 
-    def compute(inputs: Tensor, labels: TensorTree | None, samples: Tensor) -> dict[str, Tensor]:
+    def compute(batch: tuple[Tensor, ...]) -> dict[str, Tensor]:
+        inputs, labels, samples = batch[:n_inputs], batch[n_inputs:-1], batch[-1]
         if not workers:
             return summaries(inputs, labels, samples)
         # each worker's replicas take whole batches of its shard in turn; a replica left
         # without one at a step (the workers step together) adds nothing
         empty = tf.equal(tf.size(samples), 0)
         inputs, fed = pad_if_empty(inputs, samples, empty)
-        labels, _ = pad_if_empty(labels or (), samples, empty)
+        labels, _ = pad_if_empty(labels, samples, empty)
         return masked(summaries(inputs, labels, fed), empty)
 
-    def summaries(inputs: Tensor, labels: TensorTree | None, samples: Tensor) -> dict[str, Tensor]:
+    def summaries(
+        inputs: Sequence[Tensor], labels: Sequence[Tensor], samples: Tensor
+    ) -> dict[str, Tensor]:
         rows = tf.shape(inputs[0])[0]
         n = tf.cast(rows, tf.float64)
         with tf.GradientTape() as tape:
             outputs = call_model(model, list(inputs), training)
-            loss = objective(outputs, labels, samples)
+            loss = objective(outputs, labels or None, samples)
         grads = tape.gradient(loss, list(variables))
         connected[:] = [g is not None for g in grads]
         kept = [i for i, g in enumerate(grads) if g is not None]
@@ -136,52 +125,13 @@ def stream_weight_gradients(
             squares[owner[i]] = squares[owner[i]] + tf.reduce_sum(tf.square(w))
         safe = tf.maximum(rows_b, 1.0)
         out["n/sum"] = tf.stack([n, share * rows_b * rows_b, tf.constant(share, tf.float64)])
+        out["samples"] = tf.reshape(n, [1])
         layer_sq = tf.stack(squares) / safe if names else tf.zeros([0], tf.float64)
         out["layers/sum"] = share * layer_sq  # n_b ||g_b||^2 per layer
         return out
 
-    if workers:  # each worker runs its own shard
-        local = dataset
-        dataset = strategy.distribute_datasets_from_function(lambda _: local)
-    elif not is_default(strategy):
-        dataset = strategy.experimental_distribute_dataset(dataset)
-    signature = [dataset.element_spec]
-    step = tf.function(
-        lambda batch: strategy.run(compute, args=batch), input_signature=signature, autograph=False
-    )
-    concrete = guarded(step.get_concrete_function, "the data", source)
-    shapes = summary_shapes(strategy, concrete.structured_outputs) or {}
-    acc = Accumulators(strategy, shapes)
-    fused = fused_step(strategy, concrete, acc, signature)
-    done = batches = 0
-    where = batch_index or (lambda local: local)  # its index among all the data's batches
-    iterator = iter(dataset)
-    while True:
-        try:
-            batch = next(iterator)
-        except StopIteration:
-            break
-        except tf.errors.OpError as exc:
-            if not workers:
-                raise
-            raise InputError(  # the iterator agrees with the other workers at every step
-                f"--data {source}: the run stopped at batch {where(batches)}: {describe(exc)}; "
-                "when another worker of the cluster stopped, its error says why"
-            ) from exc
-        parts = [strategy.experimental_local_results(t) for t in batch[0]]
-        rows = (
-            check_batch(where(batches), parts)
-            if check_batch
-            else sum(int(p.shape[0]) for p in parts[0])
-        )
-        guarded(partial(fused, batch), f"batch {where(batches)}", source)
-        done, batches = done + rows, batches + 1
-        if on_progress is not None:
-            on_progress(done, expected)
-    totals = acc.totals(strategy)
+    totals = step_calls.over_batches(stream, strategy, compute, on_progress).totals
     count, count_sq, steps = (float(v) for v in totals["n/sum"])
-    if not count:  # every worker's samples
-        raise InputError(f"--data {source} holds no samples; expected at least one row")
     batches = round(steps)  # every worker's batches
     gradients = tuple(totals[f"{i}/sum"] / count if ok else None for i, ok in enumerate(connected))
     noise = layer_noise(names, owner, gradients, totals["layers/sum"], count, count_sq, batches)

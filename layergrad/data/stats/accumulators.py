@@ -206,14 +206,3 @@ def summary_shapes(
             return None
         shapes[key] = tuple(int(d) for d in shape)
     return shapes
-
-
-def single_totals(summaries: dict[str, Tensor]) -> dict[str, np.ndarray]:
-    """The totals of a single batch (no variables): its summaries, and batch 0 as the first
-    non-finite batch where a non-finite value was counted."""
-    out = {key: np.asarray(value.numpy()) for key, value in summaries.items()}
-    for key in list(out):
-        field = aggregates.NONFINITE_FIELD.get(key.rsplit("/", 1)[-1])
-        if field is not None:
-            out[f"{key}/first"] = np.where(out[key][..., field] > 0, 0.0, math.inf)
-    return out

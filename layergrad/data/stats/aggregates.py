@@ -36,6 +36,7 @@ KINDS = {
     "fwd": SUM,
     "dims": MAX,
     "samples": SUM,
+    "spread": MAX,  # one batch: per output, the spread of a value across it, its largest |value|
     "sum": SUM,  # a plain sum (the weight gradients and batch sizes of `scan --wrt weights`)
     "first": MIN,  # the first batch index where a non-finite value was counted
 }

@@ -1,0 +1,57 @@
+"""One loop over batches on a `tf.distribute` strategy (`step_calls.over_batches`): every
+command over `--data` runs its batches through it, and `scan` its probe batch as a data
+source of one batch; it adds up every sample once."""
+
+from __future__ import annotations
+
+import numpy as np
+from click.testing import CliRunner
+from helpers import keras
+
+from layergrad.cli.app import main
+from layergrad.engine import step_calls
+
+ROWS, BATCH = 10, 4  # three batches, the last one partial
+
+
+def test_scan_of_the_probe_batch_and_every_command_over_data_run_the_one_loop(
+    tmp_path, monkeypatch
+):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((3,)),
+            keras.layers.Dense(4, activation="relu", name="hidden"),
+            keras.layers.Dense(2, name="out"),
+        ]
+    )
+    model.compile(optimizer="sgd", loss="mse")
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    rng = np.random.default_rng(1)
+    data = tmp_path / "d.npz"
+    x = rng.standard_normal((ROWS, 3)).astype("float32")
+    np.savez(data, x=x, y=rng.standard_normal((ROWS, 2)).astype("float32"))
+    np.save(tmp_path / "x.npy", x[:BATCH])
+    seen: list[tuple[int, int]] = []
+    loop = step_calls.over_batches
+
+    def counted(*args, **kwargs):
+        summed = loop(*args, **kwargs)
+        seen.append((summed.samples, summed.batches))
+        return summed
+
+    monkeypatch.setattr(step_calls, "over_batches", counted)
+    over_data = ["--data", str(data), "--batch-size", str(BATCH)]
+    commands = {
+        "scan --data": (["scan", path, *over_data], (ROWS, 3)),
+        "scan --wrt weights --data": (["scan", path, "--wrt", "weights", *over_data], (ROWS, 3)),
+        "check --data": (["check", path, *over_data], (ROWS, 3)),
+        "scan": (["scan", path, "--input", str(tmp_path / "x.npy")], (BATCH, 1)),
+    }
+    for name, (args, expected) in commands.items():
+        seen.clear()
+        out = CliRunner().invoke(main, args)
+        assert out.exit_code in (0, 1), (name, out.output)
+        assert seen, f"{name} did not run the loop over batches"
+        assert set(seen) == {expected}, (name, seen)
