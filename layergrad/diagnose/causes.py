@@ -251,11 +251,12 @@ def input_range(name: str, mean_abs: float, layer: str, kind: str, pinned: float
             CauseCode.INPUT_RANGE,
             layer,
             f"the input {name!r} holds raw pixel values (whole numbers up to {pinned:.0f}, "
-            f"mean |x| = {mean_abs:.3g}) and reaches the convolution {layer!r} unscaled: its "
-            "kernels are initialised for inputs near unit scale, so its activations and "
-            "gradients start ~255 times too large",
-            "scale the pixels inside the model: keras.layers.Rescaling(1 / 255) before "
-            f"{layer!r} (or a keras.layers.Normalization adapted to the images)",
+            f"mean |x| = {mean_abs:.3g}) and reaches the convolution {layer!r} unscaled: "
+            "kernels initialised for inputs near unit scale see activations and gradients "
+            "~255 times too large",
+            "unless the model was trained on raw pixels, scale them inside the model: "
+            f"keras.layers.Rescaling(1 / 255) before {layer!r} (or a keras.layers."
+            "Normalization adapted to the images)",
         )
     state = "dead (output 0 for every sample)" if kind == "relu" else "saturated"
     return Cause(

@@ -1,14 +1,15 @@
 """Initialisation scaled far up: a tanh / sigmoid layer whose kernel is drawn many times wider
-than Keras's default (Glorot) for its fan-in, and whose units are saturated for most of the
-probe batch.
+than Keras's initialisers draw for its shape (the wider of Glorot and He), and whose units are
+saturated for most of the probe batch.
 
-Both must hold. A saturated unit passes almost no gradient (tanh' = 1 - y^2 < 0.02 where
-|y| > 0.99), so the layers before it barely learn; an update-ratio trend may not show it in a
-deep stack, since every saturated layer shrinks the gradient about as much. The kernel's scale
-says it is the initialisation (an unscaled input saturates a layer too: `input_range` says
-that one), and the saturation says the scale matters on these inputs. A layer whose kernel
-was learnt that wide and still varies is left alone; so are recurrent layers (their gates
-saturate by design).
+Both must hold, on inputs at unit scale. A saturated unit passes almost no gradient
+(tanh' = 1 - y^2 < 0.02 where |y| > 0.99), so the layers before it barely learn; an
+update-ratio trend may not show it in a deep stack, since every saturated layer shrinks the
+gradient about as much. The kernel's scale says it is the initialisation; a layer whose own
+input is unscaled (mean |x| above `INPUT_SCALE`) is saturated by that input, which
+`input_range` speaks of. A layer whose kernel was learnt that wide and still varies is left
+alone; so are recurrent layers (their gates saturate by design) and layers whose kernel is not
+their `kernel`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import numpy as np
 from layergrad.core.tf_types import KerasLayer, KerasModel
 from layergrad.diagnose.activations import activation_name
 
-KERNEL_FACTOR = 4.0  # a kernel this many times wider than its Glorot std: scaled far up
+KERNEL_FACTOR = 4.0  # a kernel this many times wider than Keras's initialisers draw: far up
+INPUT_SCALE = 3.0  # mean |x| of a kernel layer's input above this: the input's scale, not its
 SATURATED_SHARE = 0.5  # this share of a layer's outputs saturated on the probe: saturated
 NEAR_BOUND = 0.99  # |tanh| above this (sigmoid within 0.01 of 0 or 1): saturated
 RECURRENT = ("LSTM", "GRU", "RNN", "ConvLSTM")
@@ -30,13 +32,13 @@ RECURRENT = ("LSTM", "GRU", "RNN", "ConvLSTM")
 
 @dataclass(frozen=True)
 class SaturatedInit:
-    """The first layer saturated by a kernel scaled far above Glorot: the layer with the
+    """The first layer saturated by a kernel scaled far above the defaults: the layer with the
     kernel, the one applying the activation (the same, or an activation layer after it)."""
 
     layer: str
     activation_layer: str
     kind: str  # tanh or sigmoid
-    factor: float  # kernel std / Glorot std for its shape
+    factor: float  # kernel std / the widest default std for its shape (He or Glorot)
     saturated: float  # share of the outputs saturated on the probe
 
     def message(self) -> str:
@@ -47,7 +49,8 @@ class SaturatedInit:
         )
         return (
             f"exploding: {self.layer} (initialisation): its kernel's spread is "
-            f"{self.factor:.3g} times Keras's default (Glorot) for its shape, and "
+            f"{self.factor:.3g} times what Keras's initialisers (Glorot, He) draw for its "
+            "shape, and "
             f"{self.saturated:.0%} of the {self.kind} outputs of {applied} are saturated on the "
             "probe, where they pass almost no gradient. Fix: the default "
             "kernel_initializer (glorot_uniform), or a smaller scale"
@@ -61,6 +64,16 @@ def glorot_std(shape: Sequence[int]) -> float | None:
     receptive = math.prod(shape[:-2]) if len(shape) > 2 else 1
     fan_in, fan_out = shape[-2] * receptive, shape[-1] * receptive
     return math.sqrt(2.0 / (fan_in + fan_out)) if fan_in + fan_out > 0 else None
+
+
+def default_std(shape: Sequence[int]) -> float | None:
+    """The widest std Keras's own kernel initialisers give a kernel of `shape`: He's
+    sqrt(2 / fan_in) or Glorot's, whichever is larger (He is wider for a small fan-in)."""
+    glorot = glorot_std(shape)
+    if glorot is None:
+        return None
+    fan_in = shape[-2] * (math.prod(shape[:-2]) if len(shape) > 2 else 1)
+    return max(glorot, math.sqrt(2.0 / fan_in)) if fan_in > 0 else glorot
 
 
 def saturated_share(value: np.ndarray, kind: str) -> float:
@@ -80,7 +93,7 @@ def _factor(layer: KerasLayer) -> float | None:
         array = np.asarray(kernel.numpy() if hasattr(kernel, "numpy") else kernel, np.float64)
     except (TypeError, ValueError):
         return None
-    want = glorot_std(array.shape)
+    want = default_std(array.shape)
     if want is None or array.size < 4:
         return None
     return float(np.std(array)) / want
@@ -112,11 +125,14 @@ def saturated_init(model: KerasModel, arrays: Sequence[np.ndarray]) -> Saturated
         kind = activation_name(layer)
         if kind not in ("tanh", "sigmoid") or len(outs) != 1:
             continue
-        source = path if getattr(layer, "kernel", None) is not None else _linear_source(
-            args, made, by_path
-        )  # fmt: skip
+        if getattr(layer, "kernel", None) is not None:
+            source: str | None = path
+        elif type(layer).__name__ == "Activation":  # Dense -> Activation("tanh")
+            source = _linear_source(args, made, by_path)
+        else:  # a recurrent layer or another layer whose kernel is not `kernel`
+            continue
         factor = _factor(by_path[source]) if source is not None else None
-        if factor is None or factor < KERNEL_FACTOR:
+        if factor is None or factor < KERNEL_FACTOR or _unscaled(source, calls):
             continue
         share = saturated_share(np.asarray(outs[0]), kind)
         if share >= SATURATED_SHARE:
@@ -138,3 +154,13 @@ def _linear_source(
     own = getattr(layer, "activation", None)
     name = getattr(own, "__name__", "linear") if own is not None else "linear"
     return path if name == "linear" else None
+
+
+def _unscaled(path: str | None, calls: list[tuple[str, list[object], list[object]]]) -> bool:
+    """Whether the layer at `path` takes an input of mean |x| above `INPUT_SCALE`: then the
+    input saturates it, not the kernel (`input_range` speaks of unscaled inputs)."""
+    for called, _, args in calls:
+        if called == path and args:
+            value = np.asarray(args[0], dtype=np.float64)
+            return bool(value.size) and float(np.mean(np.abs(value))) > INPUT_SCALE
+    return False

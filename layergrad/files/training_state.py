@@ -11,6 +11,7 @@ import h5py
 import numpy as np
 
 WEIGHTS = "model.weights.h5"  # the weights inside a .keras archive
+STEPS_AT = ("", "inner_optimizer/")  # where a .keras archive keeps an optimizer's step count
 
 
 def training_steps(path: str | os.PathLike[str]) -> int | None:
@@ -23,7 +24,10 @@ def training_steps(path: str | os.PathLike[str]) -> int | None:
                 archive.open(WEIGHTS) as member,
                 h5py.File(member, "r") as weights,
             ):
-                return _scalar(weights.get("optimizer/vars/0"))
+                # a LossScaleOptimizer (mixed precision) keeps its own counter first, reset
+                # whenever the scale grows; the optimizer it wraps counts the steps
+                counts = [_scalar(weights.get(f"optimizer/{inner}vars/0")) for inner in STEPS_AT]
+                return max((c for c in counts if c is not None), default=None)
         with h5py.File(path, "r") as weights:
             group = weights.get("optimizer_weights")
             if not isinstance(group, h5py.Group):
@@ -31,9 +35,10 @@ def training_steps(path: str | os.PathLike[str]) -> int | None:
             for name in group:
                 inner = group[name]
                 if isinstance(inner, h5py.Group):
-                    found = _scalar(inner.get("iteration", inner.get("iter")))
-                    if found is not None:
-                        return found
+                    for key in inner:  # `iteration`, `iter`, `iterations:0`, ...
+                        found = _scalar(inner[key]) if key.startswith("iter") else None
+                        if found is not None:
+                            return found
     except (OSError, KeyError, ValueError, zipfile.BadZipFile, RuntimeError):
         return None
     return None

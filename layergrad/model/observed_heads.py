@@ -79,7 +79,7 @@ def observe(values: np.ndarray, layer_class: str = "") -> Observed | None:
         kind = "linear"
     elif high > 1:
         kind = "relu"
-    elif v.ndim >= 2 and v.shape[-1] > 1 and np.all(np.abs(v.sum(axis=-1) - 1) <= SUM_TOLERANCE):
+    elif _sums_to_one(v):
         kind = "softmax"
     elif zeros >= RELU_ZEROS and not np.any(v == 1):
         kind = "relu"
@@ -87,3 +87,12 @@ def observe(values: np.ndarray, layer_class: str = "") -> Observed | None:
         kind = "unit_range"
     units = int(v.shape[-1]) if v.ndim >= 2 else 1
     return Observed(kind, low, high, layer_class, zeros, units)
+
+
+def _sums_to_one(v: np.ndarray) -> bool:
+    """Whether the values sum to 1 along some axis but the batch's (a softmax over the last
+    axis, or over the channels of a channels-first map)."""
+    return any(
+        v.shape[axis] > 1 and bool(np.all(np.abs(v.sum(axis=axis) - 1) <= SUM_TOLERANCE))
+        for axis in range(1, v.ndim)
+    )

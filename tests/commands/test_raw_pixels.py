@@ -71,3 +71,14 @@ def test_tabular_whole_numbers_are_not_pixels():
     assert not _pixels(rng.integers(0, 2, (4, 8, 8, 1)).astype("float32"))  # a 0/1 mask
     assert not _pixels(rng.integers(0, 255, (4, 8, 8, 7)).astype("float32"))  # 7 channels
     assert _pixels(rng.integers(0, 256, (4, 3, 8, 8)).astype("float32"))  # channels first
+
+
+def test_a_model_trained_on_raw_pixels_gets_no_warning(tmp_path):
+    """Kernels learnt on 0-255 pixels are scaled for them: a file whose optimizer records
+    training steps (32 samples in batches of 16, 2 epochs: 4 steps) is not warned."""
+    rng = np.random.default_rng(0)
+    x, y = _images(rng), rng.integers(0, 3, 32)
+    model = _conv()
+    model.fit(x, y, batch_size=16, epochs=2, verbose=0)
+    found, _ = _check(tmp_path, model, x, y, "trained")
+    assert "input_range" not in found, found

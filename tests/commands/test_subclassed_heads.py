@@ -94,3 +94,9 @@ def test_what_the_values_say_worked_out_by_hand():
     assert observe(np.array([[0.2], [0.6], [0.9], [0.4]], "float32")).kind == "unit_range"
     rows = np.array([[0.2, 0.8], [0.5, 0.5], [0.1, 0.9]], "float32")
     assert observe(rows).kind == "softmax"
+    # a channels-first segmentation map, softmax over the channels (axis 1), not the last axis:
+    # 2 samples, 3 classes, 2 x 2 pixels; each pixel's 3 values sum to 1 by construction
+    logits = np.arange(24, dtype="float64").reshape(2, 3, 2, 2) % 5
+    maps = (np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)).astype("float32")
+    assert not np.allclose(maps.sum(axis=-1), 1)  # the last axis does not sum to 1
+    assert observe(maps).kind == "softmax"

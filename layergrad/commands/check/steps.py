@@ -177,6 +177,8 @@ def forward_parts(report: ScanReport) -> tuple[list[Finding], list[str]]:
         findings.append(Finding.CONSTANT_OUTPUT)
         parts += [why.constant_output(c.output, c.layer, c.reason) for c in report.constant]
     scale = report.input_range
+    if scale is not None and scale.kind == "pixels" and _trained(report.model.path):
+        scale = None  # trained on these pixels, its kernels are scaled for them
     if scale is not None:
         findings.append(Finding.INPUT_RANGE)
         parts.append(
@@ -256,12 +258,17 @@ def init_scale(
     """A layer that a kernel scaled far up saturates on the batch (`diagnose.saturation`),
     unless the file records training steps: then the kernels were learnt, not drawn."""
     from layergrad.diagnose.saturation import saturated_init
+
+    if _trained(path):  # a small read, before a forward pass
+        return None
+    return saturated_init(model, arrays)  # type: ignore[arg-type]
+
+
+def _trained(path: str | os.PathLike[str]) -> bool:
+    """Whether the file records optimizer steps: its weights were learnt, not drawn."""
     from layergrad.files.training_state import training_steps
 
-    found = saturated_init(model, arrays)  # type: ignore[arg-type]
-    if found is None or (training_steps(path) or 0) > 0:
-        return None
-    return found
+    return (training_steps(path) or 0) > 0
 
 
 def _scale(
