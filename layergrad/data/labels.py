@@ -22,6 +22,19 @@ def label_keys(names: Sequence[str], keys: Sequence[str]) -> dict[str, str]:
     return {n: f"y:{n}" for n in names if f"y:{n}" in keys}
 
 
+def by_output_name(
+    labels: Mapping[str, np.ndarray], names: Sequence[str], keys: Sequence[str] | None
+) -> dict[str, np.ndarray]:
+    """`labels` with each `y:KEY` of an output of a dict keyed apart from its layer (`keys`,
+    the dict keys in output order) renamed `y:NAME` after the output's name, as the rest of
+    layergrad reads them; a `y:NAME` given as well wins."""
+    out = dict(labels)
+    for name, key in zip(names, keys or (), strict=False):
+        if f"y:{name}" not in out and f"y:{key}" in out:
+            out[f"y:{name}"] = out.pop(f"y:{key}")
+    return out
+
+
 def summarise_arrays(
     arrays: Mapping[str, np.ndarray], names: Sequence[str], ranks: Mapping[str, int]
 ) -> dict[str, LabelSummary]:

@@ -129,3 +129,21 @@ def test_check_data_reads_labels_keyed_by_the_dict_key(tmp_path):
     assert Finding.TARGET_MISMATCH in found, [c.message for c in verdict.checks]
     said = " ".join(c.message for c in verdict.checks)
     assert "kind" in said
+
+
+def test_check_input_reads_labels_keyed_by_the_dict_key(tmp_path):
+    """The same labels in an `--input` batch: `y:kind` is the output keyed "kind"."""
+    import numpy as np
+
+    from layergrad.core.probe_options import ProbeOptions
+
+    path = tmp_path / "partly.keras"
+    _partly_keyed().save(path)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 4)).astype("float32")
+    value = rng.standard_normal((8, 1)).astype("float32")
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x=x, **{"y:kind": np.arange(8) % 5, "y:value": value})
+    verdict = check_file(path, CheckOptions(probe=ProbeOptions(input_file=str(bad))))
+    found = {f for c in verdict.checks for f in c.findings}
+    assert Finding.TARGET_MISMATCH in found, [c.message for c in verdict.checks]

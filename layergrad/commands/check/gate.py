@@ -230,10 +230,13 @@ def _dynamic(
         return
     judge_on_probe(model, session.batch.arrays, info, options.loss, add)
     if session.batch.labels:
-        from layergrad.data.labels import summarise_arrays
+        from layergrad.data.labels import by_output_name, summarise_arrays
+        from layergrad.engine.compiled_loss import output_keys
 
         names, ranks = steps.output_ranks(model)
-        labels = summarise_arrays(session.batch.labels, names, ranks)
+        given = by_output_name(session.batch.labels, names, output_keys(model, len(names)))
+        session = replace(session, batch=replace(session.batch, labels=given))
+        labels = summarise_arrays(given, names, ranks)
         if steps.targets(info, options.loss, labels, session.batch.source, add):
             # the loss cannot take these labels: the gradient checks draw labels that fit
             session = replace(session, batch=replace(session.batch, labels=None))
