@@ -89,10 +89,11 @@ def judge(finding: str, original: Run, repaired: Run) -> tuple[Verdict, str]:
     if original.error is not None or original.final is None or invalid:
         if repaired.trivial is None or repaired.final < CLEARLY * repaired.trivial:
             return Verdict.VERIFIED, ""
-        said = "ended below 0, on labels it cannot take" if invalid else "could not be trained"
-        return Verdict.NOT_VERIFIED, (
-            f"the original's loss {said}, and the copy's loss stays at the trivial loss"
+        said = "'s loss ended below 0, on labels it cannot take" if invalid else (
+            " could not be trained"
         )
+        stays = "and the copy's loss stays at the trivial loss"
+        return Verdict.NOT_VERIFIED, f"the original{said}, {stays}"
     mine, theirs = repaired.relative, original.relative
     if mine is not None and theirs is not None:
         if mine <= CLEARLY * theirs:
