@@ -89,8 +89,10 @@ def judge(finding: str, original: Run, repaired: Run) -> tuple[Verdict, str]:
     if original.error is not None or original.final is None or invalid:
         if repaired.trivial is None or repaired.final < CLEARLY * repaired.trivial:
             return Verdict.VERIFIED, ""
-        said = "'s loss ended below 0, on labels it cannot take" if invalid else (
-            " could not be trained"
+        said = (
+            "'s loss ended below 0, on labels it cannot take"
+            if invalid
+            else (" could not be trained")
         )
         stays = "and the copy's loss stays at the trivial loss"
         return Verdict.NOT_VERIFIED, f"the original{said}, {stays}"
