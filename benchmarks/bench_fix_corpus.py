@@ -26,6 +26,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
+from corpus_forms import Head
 from verdict_corpus import BY_NAME, Case, _arrays, _write_data, build_corpus
 
 from layergrad.commands.fix.repair import FixOptions, fix_model
@@ -89,11 +91,33 @@ def main() -> None:
 
 
 def _healthy_data(case: Case, folder: Path, labelled: dict[str, Path]) -> Path:
-    """The healthy architecture's labelled data (the labels its head is meant for)."""
+    """The healthy architecture's labelled data: labels a rule of the inputs gives (learnable)
+    when every input is numeric, else the corpus's (drawn at random: nothing can be verified
+    on them, as no model beats the class prior)."""
     arch = BY_NAME[case.arch]
     x, y = _arrays(arch, arch.head, seed=1)
+    if not isinstance(y, dict) and all(v.dtype.kind in "fiu" for v in x.values()):
+        y = _rule_labels(x, arch.head, y)
     labelled[case.arch] = _write_data(folder / f"{case.arch}__labels.npz", x, y)
     return labelled[case.arch]
+
+
+def _rule_labels(x: dict[str, np.ndarray], head: Head, drawn: np.ndarray) -> np.ndarray:
+    """Labels of the head's kind and shape from fixed projections of the standardised inputs."""
+    flat = np.concatenate([v.reshape(len(v), -1).astype("float64") for v in x.values()], axis=1)
+    flat = (flat - flat.mean(0)) / (flat.std(0) + 1e-9)
+    k = max(head.units, 1)
+    scores = flat @ np.random.default_rng(7).normal(size=(flat.shape[1], k))
+    if head.kind == "binary":
+        return (scores[:, :1] > np.quantile(scores[:, 0], 0.8)).astype("float32")
+    if head.kind == "multilabel":
+        return (scores > np.quantile(scores, 0.7, axis=0)).astype("float32")
+    if head.kind in ("categorical", "sparse"):
+        ids = np.argmax(scores, axis=1)
+        return ids.astype("int64") if head.kind == "sparse" else np.eye(k, dtype="float32")[ids]
+    if head.kind == "regression":
+        return (50 + 450 / (1 + np.exp(-scores))).astype("float32")
+    return drawn
 
 
 def _count(row: list[int], case: Case, report: FixReport, misses: list[str], trained: bool) -> None:

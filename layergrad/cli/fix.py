@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar
 
 import click
 
@@ -16,10 +16,12 @@ from layergrad.cli.options import format_options, load_options
 from layergrad.cli.running import emit, handle_errors
 from layergrad.core.vocab import OutputFormat
 
-Decorator = Callable[[Any], Any]
+Command = TypeVar("Command", bound=Callable[..., object])
 
 
-def _count(flag: str, metavar: str, text: str, default: int | None = None) -> Decorator:
+def _count(
+    flag: str, metavar: str, text: str, default: int | None = None
+) -> Callable[[Command], Command]:
     """An option taking a whole number of at least 1 (its default shown when it has one)."""
     return click.option(flag, type=click.IntRange(min=1), default=default, metavar=metavar,
                         show_default=default is not None, help=text)  # fmt: skip

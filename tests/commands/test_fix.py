@@ -41,6 +41,14 @@ def _layer(config: dict, name: str) -> dict:
     return next(e for e in config["config"]["layers"] if e["config"]["name"] == name)["config"]
 
 
+def _one_repair(tmp_path, model: str):
+    """`fix` without data on a sample model with one repair: (that repair, the copy's path)."""
+    out = tmp_path / "copy.keras"
+    report = fix_model(sample(model), options=FixOptions(output=str(out)))
+    (repair,) = report.repairs
+    return repair, out
+
+
 # model, the finding, its layer, the code line (written by hand), what the copy's config holds
 STATIC = [
     ("bug_softmax_one_unit", "loss_mismatch", "head",
@@ -108,9 +116,7 @@ def test_weights_are_kept_where_the_shapes_allow(tmp_path):
 
 
 def test_dropout_after_the_logits_moves_before_the_last_weight_layer(tmp_path):
-    out = tmp_path / "copy.keras"
-    report = fix_model(sample("bug_dropout_logits.keras"), options=FixOptions(output=str(out)))
-    (repair,) = report.repairs
+    repair, out = _one_repair(tmp_path, "bug_dropout_logits.keras")
     assert repair.layer == "drop"
     layers = _config(out)["config"]["layers"]
     order = [e["config"]["name"] for e in layers]
@@ -145,9 +151,7 @@ def test_a_sequential_model_is_repaired_too(tmp_path):
 def test_kernels_far_off_their_scale_are_reinitialised(tmp_path):
     import keras
 
-    out = tmp_path / "copy.keras"
-    report = fix_model(sample("bug_large_init_stack.keras"), options=FixOptions(output=str(out)))
-    (repair,) = report.repairs
+    repair, out = _one_repair(tmp_path, "bug_large_init_stack.keras")
     assert repair.finding == "exploding" and repair.layer == "dense_0"
     copy = keras.saving.load_model(out, compile=False)
     kernel = copy.get_layer("dense_0").get_weights()[0]
@@ -157,9 +161,7 @@ def test_kernels_far_off_their_scale_are_reinitialised(tmp_path):
 
 
 def test_a_bias_far_off_is_reset(tmp_path):
-    out = tmp_path / "copy.keras"
-    report = fix_model(sample("bug_saturated_head.keras"), options=FixOptions(output=str(out)))
-    (repair,) = report.repairs
+    repair, out = _one_repair(tmp_path, "bug_saturated_head.keras")
     assert repair.finding == "constant_output" and repair.layer == "head"
     assert "constant_output" not in _findings(out)
 

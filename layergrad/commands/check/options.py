@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from layergrad.core.errors import UsageError
 from layergrad.core.probe_options import ProbeOptions, Progress
@@ -13,12 +13,17 @@ from layergrad.diagnose.regressions import DEFAULT_TOLERANCE
 
 if TYPE_CHECKING:
     from layergrad.core.probe_options import PathLike
+    from layergrad.core.tf_types import Strategy
+    from layergrad.engine.loader import LoadedModel
     from layergrad.files.file_info import FileInfo
 
 # How a check step records one check: add(check, message, findings=(), ...) -> passed
 Add = Callable[..., bool]
 # How the `loads` check opens the file: opener(path, probe, info) -> what `session.load` returns
-Opener = Callable[["PathLike", ProbeOptions, "FileInfo"], Any]
+Opener = Callable[
+    ["PathLike", ProbeOptions, "FileInfo"],
+    "tuple[LoadedModel, tuple[str, ...], Strategy | None]",
+]
 
 
 @dataclass(frozen=True)

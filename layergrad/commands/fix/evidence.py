@@ -83,12 +83,19 @@ def judge(finding: str, original: Run, repaired: Run) -> tuple[Verdict, str]:
         return Verdict.NOT_VERIFIED, f"the repaired copy still has {finding}"
     if repaired.final is None:
         return Verdict.NOT_VERIFIED, "the repaired copy's loss turned NaN/Inf"
-    if original.error is not None or original.final is None:
+    # a cross-entropy below 0 read labels it cannot take (e.g. targets beyond [0, 1]): it
+    # measures nothing, like a run that could not train
+    invalid = original.final is not None and original.final < 0 and _is_entropy(original)
+    if original.error is not None or original.final is None or invalid:
         if repaired.trivial is None or repaired.final < CLEARLY * repaired.trivial:
             return Verdict.VERIFIED, ""
-        return Verdict.NOT_VERIFIED, (
-            "the original could not be trained and the copy's loss stays at the trivial loss"
+        said = (
+            "'s loss ended below 0, on labels it cannot take"
+            if invalid
+            else (" could not be trained")
         )
+        stays = "and the copy's loss stays at the trivial loss"
+        return Verdict.NOT_VERIFIED, f"the original{said}, {stays}"
     mine, theirs = repaired.relative, original.relative
     if mine is not None and theirs is not None:
         if mine <= CLEARLY * theirs:
@@ -108,3 +115,8 @@ def judge(finding: str, original: Run, repaired: Run) -> tuple[Verdict, str]:
         f"the losses differ ({original.loss_name}, {repaired.loss_name}) and have no trivial "
         "loss to compare them by"
     )
+
+
+def _is_entropy(run: Run) -> bool:
+    """A cross-entropy loss (never below 0 on the labels it takes)."""
+    return "crossentropy" in run.loss_name.replace("_", "").lower()

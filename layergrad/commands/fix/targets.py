@@ -8,21 +8,29 @@ the activation for targets beyond its range. No TensorFlow.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from layergrad.commands.fix.plan import Plan
 from layergrad.core.vocab import Finding
 from layergrad.model.head_forms import Head
 from layergrad.model.target_fit import LabelSummary
 
-if TYPE_CHECKING:
-    from layergrad.commands.fix.heads import HeadRules
-
 CHANGES_LOSS = "the loss changes"
 
 
+class HeadEdits(Protocol):
+    """The two plans a head rule makes (`heads.HeadRules`): a new activation, a new loss."""
+
+    def activation(
+        self, head: Head, act: str, why: str, finding: str,
+        units: int | None = None, loss: str | None = None,
+    ) -> Plan: ...  # fmt: skip
+
+    def loss(self, head: Head, name: str, from_logits: bool, why: str, finding: str) -> Plan: ...
+
+
 def target_plan(
-    rules: HeadRules, head: Head, spec: tuple[str, bool] | None, y: LabelSummary | None
+    rules: HeadEdits, head: Head, spec: tuple[str, bool] | None, y: LabelSummary | None
 ) -> Plan | None:
     """The repair of a head whose labels do not fit it or its loss; None when none fits."""
     f = Finding.TARGET_MISMATCH
