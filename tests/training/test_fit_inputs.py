@@ -138,3 +138,21 @@ def test_cli_a_model_built_on_a_list_of_one_input(folder):
     assert result.exit_code == 0, result.output
     want = hand_losses(str(folder / "one.keras"), [tf.constant(XA)], lambda o: [(o, Y_REG)])
     np.testing.assert_allclose(json.loads(result.output)["losses"], want, rtol=1e-5)
+
+
+def test_a_legacy_h5_file_trains_with_the_optimizer_it_records(folder):
+    """A `.h5` file keeps its optimizer as `optimizer_config`: `fit` takes it from there (it
+    asked for --optimizer before). SGD at LR in the file, no option: the losses are the hand's
+    one-step SGD losses."""
+    keras.utils.set_random_seed(3)
+    x = keras.Input((4,), name="a")
+    model = keras.Model(x, keras.layers.Dense(1, name="reg")(keras.layers.Dense(3, "tanh")(x)))
+    model.compile(keras.optimizers.SGD(learning_rate=LR), "mse")
+    model.save(folder / "legacy.h5")
+    np.savez(folder / "legacy.npz", a=XA, y=Y_REG)
+    report = fit_model(
+        folder / "legacy.h5", folder / "legacy.npz", FitOptions(steps=2, batch_size=ROWS)
+    )
+    assert report.optimizer.lower().startswith("sgd") and report.learning_rate == pytest.approx(LR)
+    want = hand_losses(str(folder / "legacy.h5"), tf.constant(XA), lambda out: [(out, Y_REG)])
+    np.testing.assert_allclose(report.losses, want, rtol=1e-5)

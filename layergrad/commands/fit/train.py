@@ -205,7 +205,8 @@ def compile_for_fit(
             "the model was saved without a loss (no model.compile); pass --loss NAME, e.g. "
             "--loss sparse_categorical_crossentropy"
         )
-    raw = options.optimizer or compiled.get("optimizer")
+    # a legacy .h5 file keeps it as `optimizer_config` (Keras 3's own .h5 writer too)
+    raw = options.optimizer or compiled.get("optimizer") or compiled.get("optimizer_config")
     if raw is None:
         raise InputError(
             "the model was saved without an optimizer (no model.compile); pass --optimizer "
