@@ -45,6 +45,11 @@ def main() -> None:
     parser.add_argument("--ops", default=None, help="mutant names (e.g. units_one); all if unset")
     parser.add_argument("--data", action="store_true", help="train every file: verdicts")
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument(
+        "--random-labels",
+        action="store_true",
+        help="train the data faults on the corpus's own (random) labels",
+    )
     args = parser.parse_args()
     rows: dict[str, list[int]] = defaultdict(lambda: [0] * len(COLUMNS))
     healthy = [0, 0]  # files, of which "nothing to fix"
@@ -63,6 +68,8 @@ def main() -> None:
             data = case.data
             if args.data and data is None:  # a static fault (or healthy) on the right labels
                 data = labelled.get(case.arch) or _healthy_data(case, Path(folder), labelled)
+            elif data is not None and not args.random_labels:  # a data fault: same form, learnable
+                data = _learnable_like(Path(data))
             out = Path(folder) / "copy.keras"
             options = FixOptions(output=str(out), force=True, steps=args.steps)
             try:
@@ -100,6 +107,30 @@ def _healthy_data(case: Case, folder: Path, labelled: dict[str, Path]) -> Path:
         y = _rule_labels(x, arch.head, y)
     labelled[case.arch] = _write_data(folder / f"{case.arch}__labels.npz", x, y)
     return labelled[case.arch]
+
+
+def _learnable_like(path: Path) -> Path:
+    """The data of a data fault with its labels redrawn by `_rule_labels` in the same form
+    (class ids, one-hot rows, 0/1, values) and width, so that a repaired copy can learn them;
+    the file as it is when an input is not numeric or the labels are per output."""
+    with np.load(path) as arrays:
+        x = {k: arrays[k] for k in arrays.files if not k.startswith("y")}
+        ys = [k for k in arrays.files if k.startswith("y")]
+        if ys != ["y"] or not all(v.dtype.kind in "fiu" for v in x.values()):
+            return path
+        y = arrays["y"]
+    flat = y.reshape(len(y), -1)
+    if y.dtype.kind in "iu":
+        head = Head("sparse", int(y.max()) + 1, "softmax", "")
+    elif set(np.unique(flat)) <= {0.0, 1.0} and flat.shape[1] > 1 and np.all(flat.sum(1) == 1):
+        head = Head("categorical", flat.shape[1], "softmax", "")
+    elif set(np.unique(flat)) <= {0.0, 1.0}:
+        head = Head("binary", flat.shape[1], "sigmoid", "")
+    else:
+        head = Head("regression", flat.shape[1], None, "")
+    out = path.with_name(path.stem + "__learnable.npz")
+    np.savez(out, **x, y=_rule_labels(x, head, y).reshape(y.shape))
+    return out
 
 
 def _rule_labels(x: dict[str, np.ndarray], head: Head, drawn: np.ndarray) -> np.ndarray:

@@ -194,8 +194,9 @@ def oscillating(
     net = parts[0].mean - parts[-1].mean
     # heavy-tailed batch losses (a batch of one sample) hide from the robust spread: the
     # plain standard deviation of the differences here, against the trivial loss (or the
-    # loss the run starts at)
-    jumps = float(np.std(np.diff(curve))) / math.sqrt(2.0)
+    # loss the run starts at), over the second half of the run: a loss that starts far above
+    # the trivial loss jumps by as much while it falls, and settles
+    jumps = float(np.std(np.diff(curve[len(curve) // 2 :]))) / math.sqrt(2.0)
     reference = chance if chance is not None and chance > 0 else abs(parts[0].mean)
     noisy = reference > 0 and jumps >= NOISE_SHARE * reference
     swinging = (

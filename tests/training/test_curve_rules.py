@@ -88,6 +88,12 @@ def test_a_loss_swinging_without_trend_oscillates_and_a_falling_one_does_not():
     # a batch of one sample: each step's loss jumps by about the trivial loss
     jumpy = np.abs(noisy([0.8] * 400, 1.0))
     assert rules.oscillating(list(jumpy), HEALTHY, CHANCE) is not None
+    # a loss that starts seven times the trivial loss (unscaled inputs) jumps by several times
+    # the trivial loss while it falls, then settles below it: no oscillation
+    falling = np.linspace(9.0, 1.0, 100)
+    settling = np.abs(noisy(falling, 0.0) + np.r_[noisy([0.0] * 50, 3.0), noisy([0.0] * 50, 0.2)])
+    assert float(np.std(np.diff(settling))) / math.sqrt(2) > CHANCE  # the whole run is jumpy
+    assert rules.oscillating(list(settling), HEALTHY, CHANCE) is None
 
 
 def test_slow_convergence_says_how_many_steps_the_rate_needs():
