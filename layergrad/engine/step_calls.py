@@ -68,7 +68,8 @@ def over_batches(
 
     Under `--distribute multi-worker` each worker runs its own shard; under another
     strategy each batch is split between the replicas. A probe batch (`stream.probe`, one
-    batch) runs eagerly: tracing a large model costs many times its one eager pass.
+    batch) runs eagerly (tracing a large model costs many times its one eager pass) and adds
+    up without accumulator variables (`OneStep`).
     `on_progress` is called with (0, samples expected or None) before the step is traced,
     then after each batch with (samples done, samples expected or None).
 
