@@ -146,13 +146,12 @@ def _rule_labels(
     x: dict[str, np.ndarray], head: Head, drawn: np.ndarray, nonlinear: bool = False
 ) -> np.ndarray:
     """Labels of the head's kind and shape from fixed projections of the standardised inputs;
-    `nonlinear`: from their magnitudes (|x| of one feature per column: a class is the values
-    on both sides of the mean, which no linear map separates)."""
+    `nonlinear`: from the magnitudes of differences of features (`_magnitude_labels`)."""
     flat = np.concatenate([v.reshape(len(v), -1).astype("float64") for v in x.values()], axis=1)
+    if nonlinear:
+        return _magnitude_labels(flat, head, max(head.units, 1), drawn)
     flat = (flat - flat.mean(0)) / (flat.std(0) + 1e-9)
     k = max(head.units, 1)
-    if nonlinear:
-        return _magnitude_labels(np.abs(flat), head, k, drawn)
     scores = flat @ np.random.default_rng(7).normal(size=(flat.shape[1], k))
     if head.kind == "binary":
         return (scores[:, :1] > np.quantile(scores[:, 0], 0.8)).astype("float32")
@@ -166,18 +165,27 @@ def _rule_labels(
     return drawn
 
 
-def _magnitude_labels(size: np.ndarray, head: Head, k: int, drawn: np.ndarray) -> np.ndarray:
-    """Labels from |x| of the standardised first features: split at the median (binary, one
-    feature per column), or cut into k equally full bands of |x| (classes)."""
-    columns = size[:, [i % size.shape[1] for i in range(k)]]
+def _magnitude_labels(flat: np.ndarray, head: Head, k: int, drawn: np.ndarray) -> np.ndarray:
+    """Labels no linear map fits but a ReLU layer reaches in a few hundred steps: from
+    |u| where u = x_a / mean_a - x_b / mean_b (two features, each over its mean; over its
+    spread when the mean is about 0), a difference that crosses 0 inside the data without a
+    bias, so a ReLU unit drawn as Keras draws it already bends there (centring on the means
+    would ask the biases to travel as far as the unscaled inputs are from 0). Binary: |u|
+    above its median (one pair of features per column); classes: k equally full bands of |u|.
+    """
+    mean, spread = flat.mean(0), flat.std(0) + 1e-9
+    scaled = flat / np.where(np.abs(mean) > 0.1 * spread, mean, spread)
+    width = scaled.shape[1]
+    pairs = [((2 * i) % width, (2 * i + 1) % width) for i in range(k)]
+    size = np.stack([np.abs(scaled[:, a] - scaled[:, b]) for a, b in pairs], axis=1)
     if head.kind in ("binary", "multilabel"):
-        return (columns > np.median(columns, axis=0)).astype("float32")
+        return (size > np.median(size, axis=0)).astype("float32")
     if head.kind in ("categorical", "sparse"):
         edges = np.quantile(size[:, 0], np.linspace(0, 1, k + 1)[1:-1])
         ids = np.digitize(size[:, 0], edges)
         return ids.astype("int64") if head.kind == "sparse" else np.eye(k, dtype="float32")[ids]
     if head.kind == "regression":
-        return (50 + 150 * columns).astype("float32")
+        return (50 + 150 * size).astype("float32")
     return drawn
 
 
