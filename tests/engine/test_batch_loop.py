@@ -47,6 +47,10 @@ def test_the_scans_of_the_probe_batch_and_every_command_over_data_run_the_one_lo
         "scan --data": (["scan", path, *over_data], (ROWS, 3)),
         "scan --wrt weights --data": (["scan", path, "--wrt", "weights", *over_data], (ROWS, 3)),
         "check --data": (["check", path, *over_data], (ROWS, 3)),
+        "inspect --data": (
+            ["inspect", path, "--from", "hidden", "--to", "out", *over_data],
+            (ROWS, 3),
+        ),
         "scan": (["scan", path, "--input", str(tmp_path / "x.npy")], (BATCH, 1)),
         "scan --wrt weights": (
             ["scan", path, "--wrt", "weights", "--input", str(tmp_path / "x.npy")],
