@@ -13,7 +13,7 @@ import numpy as np
 
 from layergrad.core.errors import InputError
 from layergrad.core.tf_types import KerasModel, KerasModule, Tensor
-from layergrad.data.label_stream import LabelRequest
+from layergrad.data.labels import LabelRequest
 from layergrad.model.loss_forms import read_loss
 
 # How random labels are drawn, by a word in the loss's name (first match wins).
