@@ -31,9 +31,7 @@ from layergrad.core.tf_types import KerasLayer, KerasModel, KerasVariable, Tenso
 from layergrad.core.vocab import Flag, Status
 from layergrad.diagnose import causes as why
 from layergrad.engine.compiled_loss import (
-    LossSpec,
     compile_loss,
-    find_loss,
     label_kind,
     output_keys,
     output_losses,
@@ -41,6 +39,7 @@ from layergrad.engine.compiled_loss import (
 )
 from layergrad.engine.trace import Trace, run_trace
 from layergrad.model.layer_refs import iter_layers
+from layergrad.model.loss_forms import LossSpec, find_loss
 
 # Vanishing / exploding: the update ratios of the layers near the input this many decades
 # below / above those near the output (see `scale_flags`). Calibrated on untrained healthy

@@ -70,13 +70,13 @@ def weights_over(
     from layergrad.data.label_stream import open_labelled
     from layergrad.engine.compiled_loss import (
         compile_loss,
-        find_loss,
         label_kind,
         label_request,
         output_keys,
         output_losses,
     )
     from layergrad.engine.weight_stream import stream_weight_gradients
+    from layergrad.model.loss_forms import find_loss
 
     tf, _ = quiet_import()
     path = loaded.info.path if path is None else path

@@ -20,8 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import KerasLayer, KerasModel
 from layergrad.diagnose.activations import activation_name
+from layergrad.engine.layer_calls import capturing, forward, unique_leaves
+from layergrad.model.layer_refs import iter_layers
 
 KERNEL_FACTOR = 4.0  # a kernel this many times wider than Keras's initialisers draw: far up
 INPUT_SCALE = 3.0  # mean |x| of a kernel layer's input above this: the input's scale, not its
@@ -102,11 +105,6 @@ def _factor(layer: KerasLayer) -> float | None:
 def saturated_init(model: KerasModel, arrays: Sequence[np.ndarray]) -> SaturatedInit | None:
     """The first layer (in call order) that a kernel scaled far up saturates on `arrays` (the
     probe batch), None when there is none or the model fails on the batch."""
-    from layergrad.core.keras_backend import quiet_import
-    from layergrad.engine.layer_calls import capturing, forward, unique_leaves
-    from layergrad.model.layer_refs import iter_layers
-
-    tf, _ = quiet_import()
     by_path = {path: layer for path, layer in iter_layers(model)}
     calls: list[tuple[str, list[object], list[object]]] = []  # path, outputs, args
 

@@ -188,7 +188,7 @@ def _dynamic(
     from layergrad.commands.session import session_for
     from layergrad.commands.untrained_batchnorm import in_training, probe_in_training, scan_wrong
     from layergrad.data.preflight import check_before_loading
-    from layergrad.engine.compiled_loss import find_loss
+    from layergrad.model.loss_forms import find_loss
 
     try:  # data that cannot feed this model: the command is wrong, not the file
         check_before_loading(info.graph, options.probe.data, options.probe.input_file)

@@ -313,7 +313,7 @@ def weight_scan(session: Session, options: CheckOptions) -> tuple[WeightScanRepo
     """The weight scan of the session (the loss, or the outputs' projection) and whether a
     loss was found."""
     from layergrad.commands.weight_scan import scan_weights
-    from layergrad.engine.compiled_loss import find_loss
+    from layergrad.model.loss_forms import find_loss
 
     has_loss = find_loss(session.info.compile_config, options.loss) is not None
     return scan_weights(session, options.loss, projection=True), has_loss
