@@ -21,12 +21,18 @@ from typing import TYPE_CHECKING
 
 from layergrad.commands.session import Session, open_session
 from layergrad.core.errors import InputError, UsageError
-from layergrad.core.probe_options import PathLike, ProbeOptions, Progress, probe_from
+from layergrad.core.probe_options import (
+    JacobianOptions,
+    PathLike,
+    ProbeOptions,
+    Progress,
+    check_options,
+    probe_from,
+)
 from layergrad.core.results import InspectReport, Result, ScanReport, WeightScanReport
 from layergrad.core.vocab import Measure, Status
 
 if TYPE_CHECKING:
-    from layergrad.engine.jacobian import JacobianOptions
     from layergrad.files.outputs import Written
     from layergrad.model.graph import ModelGraph
     from layergrad.model.layer_refs import Site
@@ -218,8 +224,6 @@ def scan_model(
         >>> [r.layer for r in rows][:2]
         ['x', 'stem']
     """
-    from layergrad.commands.scan import scan_session
-
     layers, imports = _one_or_many(layers), _one_or_many(imports)
     options = probe_from(options, probe)
     how = _jacobian_options(measure, probes, exact, top, options.seed)
@@ -245,6 +249,8 @@ def scan_model(
         imports=imports,
         unsafe=unsafe,
     )
+    from layergrad.commands.scan import scan_session  # TensorFlow: after the checks of the file
+
     return scan_session(session, target, layers, jacobian=how)
 
 
@@ -253,8 +259,6 @@ def _jacobian_options(
 ) -> JacobianOptions | None:
     """The measure keywords of `inspect_model` and `scan_model`, checked: how to measure the
     Jacobian norms, or None for the gradient alone."""
-    from layergrad.engine.jacobian import JacobianOptions, check_options
-
     check_options(measure, probes, exact)
     if top < 1:
         raise UsageError(f"--top must be at least 1: top={top}")

@@ -173,7 +173,6 @@ def scan_data(
     """`api.scan_model` over every sample of `options.data`: each row's statistics over all
     samples (and with `jacobian`, its Jacobian norms over every sample)."""
     from layergrad.commands import session
-    from layergrad.commands.scan import target_notes
     from layergrad.commands.untrained_batchnorm import probe_in_training, scan_wrong
     from layergrad.model import layer_refs
 
@@ -185,6 +184,8 @@ def scan_data(
         imports=imports,
         unsafe=unsafe,
     )
+    from layergrad.commands.scan import target_notes  # TensorFlow: after the checks of the file
+
     model = loaded.model
     site = None if target is None else layer_refs.resolve(model, target)
     batches = open_stream(model, options, strategy)

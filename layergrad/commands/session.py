@@ -116,7 +116,6 @@ def load(
     """
     from layergrad.data import probe_input
     from layergrad.data.preflight import check_before_loading, precheck
-    from layergrad.engine import loader
     from layergrad.files.file_info import read_file_info
     from layergrad.model import layer_refs
 
@@ -137,6 +136,8 @@ def load(
             options.distribute, options.cpu_replicas, options.peer_timeout,
             with_cluster(options).cluster,
         )  # fmt: skip
+    from layergrad.engine import loader  # TensorFlow: after the checks of the file
+
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         loaded, warnings = loader.load_model(
             path,
