@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from layergrad.core.errors import InputError, describe
-from layergrad.core.tf_runtime import keras
+from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import KerasModel, KerasModule, Tensor
 from layergrad.data.labels import LabelRequest
 from layergrad.model.loss_forms import LossSpec, loss_name, read_loss
@@ -110,6 +110,32 @@ def random_labels(outputs: Sequence[Tensor], kinds: Sequence[str], seed: int) ->
             labels.append(rng.uniform(0, 1, shape).astype("float32"))
         else:
             labels.append(rng.standard_normal(shape).astype("float32"))
+    return labels
+
+
+def stateless_labels(
+    outputs: Sequence[Tensor], kinds: Sequence[str], seed: int, samples: Tensor
+) -> list[Tensor]:
+    """Labels that fit each output and its loss (as `random_labels`), drawn in the graph
+    from `seed` and the batch's first sample index, so every batch gets its own."""
+    base = tf.stack([tf.constant(seed + 1, tf.int64), tf.cast(samples[0], tf.int64)])
+    labels = []
+    for k, (out, kind) in enumerate(zip(outputs, kinds, strict=True)):
+        key = base + tf.constant([0, 1 << 40], tf.int64) * k
+        shape = tf.shape(out)
+        classes = out.shape[-1] if out.shape.rank and out.shape[-1] is not None else 1
+        if kind in ("ids", "one_hot"):
+            ids = tf.random.stateless_uniform(
+                shape[:-1], key, minval=0, maxval=max(int(classes), 1), dtype=tf.int32
+            )
+            labels.append(ids if kind == "ids" else tf.one_hot(ids, int(classes)))
+        elif kind == "bits":
+            bits = tf.random.stateless_uniform(shape, key, minval=0, maxval=2, dtype=tf.int32)
+            labels.append(tf.cast(bits, tf.float32))
+        elif kind == "positive":
+            labels.append(tf.random.stateless_uniform(shape, key))
+        else:
+            labels.append(tf.random.stateless_normal(shape, key))
     return labels
 
 
