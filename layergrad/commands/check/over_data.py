@@ -12,18 +12,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from layergrad.commands.check import steps
-from layergrad.commands.check.baseline import Baseline, fits, judge, probe_options, same_data
+from layergrad.commands.check.baseline import Baseline, judge, probe_options, same_data
 from layergrad.commands.check.heads import judge_on_random_probe
 from layergrad.commands.check.options import Add, CheckOptions
 from layergrad.core.errors import LayergradError, UsageError
 from layergrad.core.probe_options import ProbeOptions
-from layergrad.core.tf_types import KerasModel
+from layergrad.core.tf_types import KerasModel, Strategy, Tensor
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from layergrad.commands.check.steps import Opened
     from layergrad.commands.session import Session
     from layergrad.core.results import ScanRow, WeightScanReport
@@ -40,12 +38,14 @@ def dynamic_data(
     add: Add,
     baseline: Baseline | None = None,
     has_loss: bool = False,
+    trained: bool = False,
 ) -> None:
     """The forward and gradient checks over every sample of `options.probe.data` (one pass), and
     with `baseline` the baseline check over the same data (the loss's gradient over the data
-    for a file with a loss)."""
+    for a file with a loss). `trained`: the file records training steps."""
     from layergrad.commands import over_data
-    from layergrad.commands.untrained_batchnorm import probe_in_training, scan_wrong
+    from layergrad.commands.untrained_batchnorm import in_right_mode, scan_wrong
+    from layergrad.engine.layer_calls import recorder
     from layergrad.engine.step_calls import BatchFailed
 
     probe = options.probing()
@@ -53,7 +53,6 @@ def dynamic_data(
     if baseline is not None:
         from layergrad.data.fingerprint import data_sha256
 
-        fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
         assert options.probe.data is not None
         sha = data_sha256(options.probe.data)
         other = not same_data(
@@ -85,17 +84,17 @@ def dynamic_data(
         batches = over_data.open_stream(loaded.model, probe, strategy)
     except LayergradError as exc:  # the data does not fit this model: the command is wrong
         raise UsageError(f"{os.fspath(path)}: {exc}") from exc
-    try:
-        run, rows = over_data.scan_over(
-            loaded, strategy, batches, probe, on_progress=options.on_progress
+
+    def scan(training: bool) -> tuple[ProbeOptions, StreamRun, tuple[ScanRow, ...]]:
+        mode = replace(probe, training=training)
+        return mode, *over_data.scan_over(
+            loaded, strategy, batches, mode, on_progress=options.on_progress
         )
-        wrong = baseline is None and scan_wrong(rows)  # a baseline's own mode is kept
-        said = probe_in_training(loaded.model, probe.training, wrong)
-        if said:  # never-trained BatchNormalization: stream again as training runs it
-            probe = replace(probe, training=True)
-            run, rows = over_data.scan_over(
-                loaded, strategy, batches, probe, on_progress=options.on_progress
-            )
+
+    try:  # a baseline's own mode is kept
+        (probe, run, rows), said = in_right_mode(
+            loaded.model, probe.training, scan, lambda f: baseline is None and scan_wrong(f[2])
+        )
     except BatchFailed as exc:  # the model's own code failed: the file fails, the run goes on
         add("forward", str(exc), [Finding.ERROR])
         return
@@ -109,17 +108,17 @@ def dynamic_data(
     given = labelled if labelled is not None and not mismatched else None
     first = _first_batch(loaded, batches, info, options.probing(probe.training), given)
     weights, has_loss = steps.weight_scan(first, options)
-    weights = _dead_over_data(loaded.model, batches, weights, first.options.training)
+    weights = _dead_over_data(loaded.model, batches, weights, first.options.training, strategy)
     report = weights.activations
     where = f" (on the first batch of {first.batch.batch_size} samples of --data)"
     mode = f"; {said}" if said else ""
-    found, parts = steps.forward_parts(report) if report is not None else ([], [])
+    found, parts = steps.forward_parts(report, trained) if report is not None else ([], [])
     if found:
         add("forward", f"{message}; {'; '.join(parts)}{where}{mode}", found)
     else:
         add("forward", f"{message}; outputs vary and inputs are in range{where}{mode}")
     steps.gradient(rows, add)
-    init = steps.init_scale(path, loaded.model, first.batch.arrays)
+    init = steps.init_scale(trained, loaded.model, recorder(loaded.model, first.batch.arrays))
     steps.trainable(weights, add, has_loss, where, dead_scope="the data", init=init)
     if baseline is not None:  # over the same data: the loss's gradient over every sample
         data = os.fspath(options.probe.data or "")
@@ -218,58 +217,55 @@ def _first_batch(
     return Session(info.path, model, info, batch, probe, diagnoser)
 
 
-def _dead_everywhere(
-    masks: list[np.ndarray | None], batches: DataStream
-) -> list[np.ndarray | None]:
-    """Under `--distribute multi-worker`, the units dead on every worker's shard (a worker
-    without batches has no say); in one process the masks as they are."""
-    import numpy as np
-
-    from layergrad.data.devices import strategy_for
-    from layergrad.data.stats.accumulators import gather_workers
-
-    if batches.part is None:  # one process read every batch
-        return masks
-    mine = [None if m is None else [bool(v) for v in m] for m in masks]
-    out: list[np.ndarray | None] = [None] * len(masks)
-    for worker in gather_workers(strategy_for("multi-worker"), mine):
-        for i, mask in enumerate(worker):
-            if mask is not None:
-                seen = np.asarray(mask, bool)
-                before = out[i]
-                out[i] = seen if before is None else before & seen
-    return out
-
-
 def _dead_over_data(
-    model: KerasModel, batches: DataStream, weights: WeightScanReport, training: bool
+    model: KerasModel,
+    batches: DataStream,
+    weights: WeightScanReport,
+    training: bool,
+    strategy: Strategy | None,
 ) -> WeightScanReport:
     """The weight scan with only the dead layers of its batch that are dead for every sample
-    of the data (one more forward pass over the data, only when a layer is dead)."""
+    of the data (every worker's): one more forward pass over the data (`over_batches`, each
+    unit's largest |output| != 0), only when a layer is dead."""
+    import threading
+
     import numpy as np
 
     from layergrad.core.gradient_stats import DEAD_FRACTION
-    from layergrad.data.probe_input import ProbeBatch
-    from layergrad.engine.probe import run_probe
+    from layergrad.core.keras_backend import quiet_import
+    from layergrad.engine import step_calls as calls
+    from layergrad.engine.layer_calls import site_groups, wrapped
     from layergrad.model.layer_refs import resolve
 
     if not weights.dead_layers:
         return weights
+    tf, _ = quiet_import()
+    strategy = strategy or tf.distribute.get_strategy()
     sites = [resolve(model, ref) for ref, _ in weights.dead_layers]
-    masks: list[np.ndarray | None] = [None] * len(sites)
-    names = tuple(s.name for s in batches.specs)
-    for tensors in batches.dataset:
-        arrays = tuple(np.asarray(t.numpy()) for t in tensors)
-        run = run_probe(model, ProbeBatch(arrays, names, batches.source, None), sites, sites[:1],
-                        training=training)  # fmt: skip
-        for i, act in enumerate(run.sources):
-            value = act.value.reshape(-1, act.value.shape[-1])
-            zero = np.all(value == 0, axis=0)
-            masks[i] = zero if masks[i] is None else masks[i] & zero
-    masks = _dead_everywhere(masks, batches)
+    spread = not calls.is_default(strategy)  # a replica's share of a batch may be empty
+    local = threading.local()  # each replica (a thread) records its own calls
+
+    def replica_step(batch: tuple[Tensor, ...]) -> dict[str, Tensor]:
+        inputs, samples = batch[: len(batches.specs)], batch[-1]
+        empty = tf.equal(tf.size(samples), 0)
+        inputs = calls.pad_if_empty(inputs, samples, empty)[0] if spread else inputs
+        seen: dict[tuple[str, int], list[Tensor]] = {}
+        local.route = (lambda key, flat, _: seen.setdefault(key, flat), {})
+        calls.call_model(model, list(inputs), training)
+        del local.route
+        out = {"samples": tf.reshape(tf.cast(tf.size(samples), tf.float64), [1])}
+        for i, site in enumerate(sites):  # 1 where a unit's output is not 0 on some sample
+            units = tf.reshape(seen[site.key][0], [-1, tf.shape(seen[site.key][0])[-1]])
+            out[f"{i}/gmax"] = tf.reduce_max(tf.cast(units != 0, tf.float64), axis=0)
+        return calls.masked(out, empty) if spread else out
+
+    route = lambda: getattr(local, "route", None)  # noqa: E731
+    with calls.moving_statistics_kept(model, training), wrapped(site_groups(sites), route):
+        totals = calls.over_batches(batches, strategy, replica_step).totals
+    shares = [float(np.mean(totals[f"{i}/gmax"] <= 0)) for i in range(len(sites))]
     dead = tuple(
-        (ref, float(np.mean(mask)))
-        for (ref, _), mask in zip(weights.dead_layers, masks, strict=True)
-        if mask is not None and float(np.mean(mask)) > DEAD_FRACTION
+        (ref, share)
+        for (ref, _), share in zip(weights.dead_layers, shares, strict=True)
+        if share > DEAD_FRACTION
     )
     return replace(weights, dead_layers=dead)
