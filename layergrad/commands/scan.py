@@ -9,7 +9,7 @@ import numpy as np
 
 from layergrad.commands.scan_rows import scan_rows, summary_rows
 from layergrad.commands.session import Session
-from layergrad.commands.untrained_batchnorm import in_training, probe_in_training, scan_wrong
+from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
 from layergrad.core.results import ScanReport
 from layergrad.core.vocab import Status
 from layergrad.diagnose import causes as why
@@ -39,13 +39,13 @@ def scan_session(
     forward pass. A model whose BatchNormalization was never trained is scanned again in
     training mode when the scan in inference finds what it makes (`untrained_batchnorm`).
     """
-    report = _scan(session, target, patterns, jacobian)
-    wrong = scan_wrong(report.rows, report.constant)
-    said = probe_in_training(session.model, session.options.training, wrong)
-    if said:  # never-trained BatchNormalization: probe again as training runs it
-        report = _scan(in_training(session), target, patterns, jacobian)
-        report = replace(report, notes=(*report.notes, said))
-    return report
+
+    def scan(training: bool) -> ScanReport:
+        return _scan(in_training(session) if training else session, target, patterns, jacobian)
+
+    wrong = lambda found: scan_wrong(found.rows, found.constant)  # noqa: E731
+    report, said = in_right_mode(session.model, session.options.training, scan, wrong)
+    return replace(report, notes=(*report.notes, said)) if said else report
 
 
 def _scan(

@@ -90,6 +90,9 @@ def in_training(session: Session) -> Session:
     """The session in training mode (its diagnoser too)."""
     from layergrad.diagnose.diagnoser import Diagnoser
 
+    if session.options.training:
+        return session
+
     options = replace(session.options, training=True)
     diagnoser = Diagnoser(session.model, session.batch, session.info.graph, True, options.reduce)
     return replace(session, options=options, diagnoser=diagnoser)

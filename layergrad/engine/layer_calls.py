@@ -62,13 +62,9 @@ def record_calls(model: KerasModel, arrays: Sequence[np.ndarray]) -> Recorded | 
     the layers' outputs on its probe (the heads' activations, saturated units) comes from it."""
     tf, keras = quiet_import()
     calls: list[LayerCall] = []
-    groups = unique_leaves(iter_layers(model))
-    inner = []
-    for layer, path, _ in groups:
-        flatten = getattr(layer, "_flatten_layers", None)
-        subs = list(flatten(include_self=False, recursive=True)) if flatten else []
-        inner += [(f"{path}/{sub.name}", sub) for sub in subs]
-    groups = unique_leaves([*((p, la) for la, p, _ in groups), *inner])
+    leaves = [(path, layer) for layer, path, _ in unique_leaves(iter_layers(model))]
+    inner = [(f"{path}/{sub.name}", sub) for path, layer in leaves for sub in _inside(layer)]
+    groups = unique_leaves([*leaves, *inner])
     by_path = {path: layer for layer, path, _ in groups}
 
     def handle(key: tuple[str, int], flat: list[Tensor], args: TensorTree) -> list[Tensor]:
@@ -81,6 +77,11 @@ def record_calls(model: KerasModel, arrays: Sequence[np.ndarray]) -> Recorded | 
         return Recorded(calls, keras.tree.flatten(out))
     except Exception:  # the forward check says why
         return None
+
+
+def _inside(layer: KerasLayer) -> list[KerasLayer]:
+    flatten = getattr(layer, "_flatten_layers", None)
+    return list(flatten(include_self=False, recursive=True)) if flatten else []
 
 
 def recorder(model: KerasModel, arrays: Sequence[np.ndarray]) -> Callable[[], Recorded | None]:

@@ -185,9 +185,14 @@ def _dynamic(
     baseline: Baseline | None = None,
 ) -> None:
     """The checks that run the model: on the probe batch, or over every sample of --data."""
-    from layergrad.commands.check.heads import without_unbuildable_loss
+    from layergrad.commands.check.heads import judge_on_probe, without_unbuildable_loss
+    from layergrad.commands.scan import scan_session
+    from layergrad.commands.session import session_for
+    from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
+    from layergrad.commands.weight_scan import scan_weights
     from layergrad.data.preflight import check_before_loading
     from layergrad.engine.compiled_loss import find_loss
+    from layergrad.engine.layer_calls import recorder
 
     try:  # data that cannot feed this model: the command is wrong, not the file
         check_before_loading(info.graph, options.probe.data, options.probe.input_file)
@@ -202,27 +207,7 @@ def _dynamic(
         from layergrad.commands.check.over_data import dynamic_data
 
         dynamic_data(path, info, options, add, baseline, has_loss, trained)
-    else:
-        _on_probe(path, info, options, add, baseline, has_loss, trained)
-
-
-def _on_probe(
-    path: str | os.PathLike[str],
-    info: FileInfo,
-    options: CheckOptions,
-    add: Add,
-    baseline: Baseline | None,
-    has_loss: bool,
-    trained: bool,
-) -> None:
-    """The forward, gradient, trainable and baseline checks on one probe batch."""
-    from layergrad.commands.check.heads import judge_on_probe
-    from layergrad.commands.scan import scan_session
-    from layergrad.commands.session import session_for
-    from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
-    from layergrad.commands.weight_scan import scan_weights
-    from layergrad.engine.layer_calls import recorder
-
+        return
     opened = steps.loads(path, info, options, options.probing(), add)
     if opened is None:
         return
@@ -264,7 +249,7 @@ def _on_probe(
 
     def scans(training: bool) -> tuple[Session, WeightScanReport, ScanReport]:
         # without a loss the update ratios come from a random projection of the outputs
-        run = session if training == session.options.training else in_training(session)
+        run = in_training(session) if training else session
         weights = scan_weights(run, options.loss, projection=True)
         return run, weights, weights.activations or scan_session(run)
 

@@ -147,20 +147,19 @@ def judge_on_probe(probe: Probe | None, info: FileInfo, loss: str | None, add: A
 def judge_on_random_probe(
     model: KerasModel, info: FileInfo, options: CheckOptions, add: Add
 ) -> None:
-    """`judge_on_probe` on a random probe batch (`check --data` streams its data later)."""
+    """`judge_on_probe` on a random probe batch, drawn if a head needs it (`check --data`
+    streams its data later)."""
     from layergrad.commands.session import probe_batch
     from layergrad.core.errors import LayergradError
-    from layergrad.engine.layer_calls import recorder
+    from layergrad.engine.layer_calls import record_calls
 
-    compiled = {"loss": options.loss} if options.loss else info.compile_config
-    first = read_file(info.config, info.graph, compiled)
-    if not first.unread and (first.described or not compiled.get("loss")):
-        return
-    try:
-        probe: Probe | None = recorder(model, probe_batch(model, options.probing()).arrays)
-    except LayergradError:
-        probe = None
-    judge_on_probe(probe, info, options.loss, add)
+    def recorded() -> Recorded | None:
+        try:
+            return record_calls(model, probe_batch(model, options.probing()).arrays)
+        except LayergradError:
+            return None
+
+    judge_on_probe(recorded, info, options.loss, add)
 
 
 def judge_undescribed(recorded: Recorded | None, compiled: Mapping[str, object], add: Add) -> None:

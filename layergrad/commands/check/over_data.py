@@ -45,6 +45,7 @@ def dynamic_data(
     for a file with a loss). `trained`: the file records training steps."""
     from layergrad.commands import over_data
     from layergrad.commands.untrained_batchnorm import in_right_mode, scan_wrong
+    from layergrad.commands.weight_scan import scan_weights
     from layergrad.engine.layer_calls import recorder
     from layergrad.engine.step_calls import BatchFailed
 
@@ -107,7 +108,7 @@ def dynamic_data(
     # gradients) run on the data's first batch, with its labels
     given = labelled if labelled is not None and not mismatched else None
     first = _first_batch(loaded, batches, info, options.probing(probe.training), given)
-    weights, has_loss = steps.weight_scan(first, options)
+    weights = scan_weights(first, options.loss, projection=True)  # or the outputs' projection
     weights = _dead_over_data(loaded.model, batches, weights, first.options.training, strategy)
     report = weights.activations
     where = f" (on the first batch of {first.batch.batch_size} samples of --data)"

@@ -21,7 +21,6 @@ from layergrad.files.file_info import FileInfo
 from layergrad.model.target_fit import LabelSummary
 
 if TYPE_CHECKING:
-    from layergrad.commands.session import Session
     from layergrad.core.tf_types import Strategy
     from layergrad.diagnose.saturation import SaturatedInit
     from layergrad.engine.layer_calls import Recorded
@@ -303,16 +302,6 @@ def _scale(
         findings += [] if Finding.EXPLODING in findings else [Finding.EXPLODING]
         parts.append(init.message())
     return findings, parts
-
-
-def weight_scan(session: Session, options: CheckOptions) -> tuple[WeightScanReport, bool]:
-    """The weight scan of the session (the loss, or the outputs' projection) and whether a
-    loss was found."""
-    from layergrad.commands.weight_scan import scan_weights
-    from layergrad.engine.compiled_loss import find_loss
-
-    has_loss = find_loss(session.info.compile_config, options.loss) is not None
-    return scan_weights(session, options.loss, projection=True), has_loss
 
 
 def output_ranks(model: KerasModel) -> tuple[list[str], dict[str, int]]:
