@@ -22,8 +22,6 @@ from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
 
 if TYPE_CHECKING:
-    from layergrad.commands.check.steps import Opened
-    from layergrad.commands.session import Session
     from layergrad.core.results import ScanRow, WeightScanReport
     from layergrad.data.label_stream import Labelled
     from layergrad.data.sources import DataStream
@@ -43,9 +41,14 @@ def dynamic_data(
     """The forward and gradient checks over every sample of `options.probe.data` (one pass), and
     with `baseline` the baseline check over the same data (the loss's gradient over the data
     for a file with a loss). `trained`: the file records training steps."""
-    from layergrad.commands import over_data
+    from layergrad.commands import data_meta, over_data
+    from layergrad.commands.session import Session
     from layergrad.commands.untrained_batchnorm import in_right_mode, scan_wrong
     from layergrad.commands.weight_scan import scan_weights
+    from layergrad.commands.weights_data import weights_over
+    from layergrad.core.results import ScanReport
+    from layergrad.data.label_stream import Labelled
+    from layergrad.diagnose.diagnoser import Diagnoser
     from layergrad.engine.layer_calls import recorder
     from layergrad.engine.step_calls import BatchFailed
 
@@ -70,7 +73,7 @@ def dynamic_data(
     opened = steps.loads(path, info, options, probe, add)
     if opened is None:
         return
-    loaded, _, strategy = opened
+    loaded, warnings, strategy = opened
     judge_on_random_probe(loaded.model, info, options, add)
     labelled = _labels(loaded, info, options, probe)
     names, ranks = steps.output_ranks(loaded.model)
@@ -107,7 +110,12 @@ def dynamic_data(
     # the rules that need one batch (outputs that never vary, unscaled inputs, the weights'
     # gradients) run on the data's first batch, with its labels
     given = labelled if labelled is not None and not mismatched else None
-    first = _first_batch(loaded, batches, info, options.probing(probe.training), given)
+    stream = batches if given is None or given.stream is None else given.stream  # same rows
+    one = replace(
+        options.probing(probe.training), data=None, limit=None, distribute=None, cpu_replicas=None
+    )
+    diagnoser = Diagnoser(loaded.model, stream.batch(0), info.graph, one.training, one.reduce)
+    first = Session(info.path, loaded.model, info, diagnoser.batch, one, diagnoser)
     weights = scan_weights(first, options.loss, projection=True)  # or the outputs' projection
     weights = _dead_over_data(loaded.model, batches, weights, first.options.training, strategy)
     report = weights.activations
@@ -121,56 +129,24 @@ def dynamic_data(
     steps.gradient(rows, add)
     init = steps.init_scale(trained, loaded.model, recorder(loaded.model, first.batch.arrays))
     steps.trainable(weights, add, has_loss, where, dead_scope="the data", init=init)
-    if baseline is not None:  # over the same data: the loss's gradient over every sample
-        data = os.fspath(options.probe.data or "")
-        other = other or not same_data(baseline, data, sha, run.samples, options.allow_other_data)
-        _baseline_over_data(
-            path, opened, batches, run, rows, probe, options, add, baseline, has_loss, other,
-            given,
-        )  # fmt: skip
-
-
-def _baseline_over_data(
-    path: str | os.PathLike[str],
-    opened: Opened,
-    batches: DataStream,
-    run: StreamRun,
-    rows: tuple[ScanRow, ...],
-    probe: ProbeOptions,
-    options: CheckOptions,
-    add: Add,
-    baseline: Baseline,
-    has_loss: bool,
-    other: bool,
-    given: Labelled | None,
-) -> None:
-    """The `baseline` check over the data: for a file with a loss, the loss's gradient over
-    every sample (`scan --wrt weights --data`), else the rows of the streamed scan."""
-    from layergrad.commands import data_meta
-    from layergrad.core.results import ScanReport
-    from layergrad.engine.step_calls import BatchFailed
-
-    loaded, warnings, strategy = opened
+    if baseline is None:
+        return
+    # over the same data: for a file with a loss, the loss's gradient over every sample (`scan
+    # --wrt weights --data`, with the labels as check read them, or random ones), else the rows
+    data = os.fspath(options.probe.data or "")
+    other = other or not same_data(baseline, data, sha, run.samples, options.allow_other_data)
     full = None
     if has_loss:
-        from layergrad.commands.weights_data import weights_over
-
         try:
-            from layergrad.data.label_stream import Labelled
-
-            full = weights_over(  # the labels as check read them, or random ones
+            full = weights_over(
                 loaded, warnings, strategy, probe, options.loss, options.on_progress, path,
                 given or Labelled(None),
             )  # fmt: skip
         except BatchFailed as exc:
             add("baseline", str(exc), [Finding.ERROR])
             return
-    scanned = ScanReport(
-        model=data_meta.model_meta(path, loaded, warnings),
-        probe=data_meta.probe_meta(batches.source, run, probe, seeded=True),
-        target=None,
-        rows=rows,
-    )
+    meta = data_meta.probe_meta(batches.source, run, probe, seeded=True)
+    scanned = ScanReport(data_meta.model_meta(path, loaded, warnings), meta, None, rows)
     add("baseline", *judge(scanned, full, baseline, options.tolerance, other))
 
 
@@ -195,27 +171,6 @@ def _labels(
     except LayergradError as exc:  # the data does not fit this model: the command is wrong
         raise UsageError(f"{os.fspath(info.path)}: {exc}") from exc
     return found if found.stream is not None else None
-
-
-def _first_batch(
-    loaded: LoadedModel,
-    batches: DataStream,
-    info: FileInfo,
-    probe: ProbeOptions,
-    labelled: Labelled | None,
-) -> Session:
-    """A session on the first batch of --data with `probe` (the check's, in the mode of the
-    pass over the data), with its labels when they fit (`labelled`: the data read with its
-    labels, from the same rows)."""
-    from layergrad.commands.session import Session
-    from layergrad.diagnose.diagnoser import Diagnoser
-
-    stream = batches if labelled is None or labelled.stream is None else labelled.stream
-    batch = stream.batch(0)
-    model = loaded.model
-    probe = replace(probe, data=None, limit=None, distribute=None, cpu_replicas=None)
-    diagnoser = Diagnoser(model, batch, info.graph, probe.training, probe.reduce)
-    return Session(info.path, model, info, batch, probe, diagnoser)
 
 
 def _dead_over_data(
