@@ -25,7 +25,9 @@ from layergrad.core.vocab import Flag
 from layergrad.model.layer_refs import iter_layers
 
 if TYPE_CHECKING:
-    from layergrad.commands.session import Session
+    from layergrad.commands.session import DataSession, Session
+
+    Opened = TypeVar("Opened", bound=Session | DataSession)
 
 T = TypeVar("T")
 SCALE_FLAGS = (Flag.DEAD, Flag.VANISHING, Flag.EXPLODING)  # flags that depend on magnitudes
@@ -86,13 +88,15 @@ def scan_wrong(rows: Sequence[ScanRow], constant: Sequence[ConstantOutput] = ())
     return flagged or any(c.reason not in STRUCTURAL for c in constant)
 
 
-def in_training(session: Session) -> Session:
+def in_training(session: Opened) -> Opened:
     """The session in training mode (its diagnoser too)."""
+    from layergrad.commands.session import DataSession
     from layergrad.diagnose.diagnoser import Diagnoser
 
     if session.options.training:
         return session
-
     options = replace(session.options, training=True)
+    if isinstance(session, DataSession):
+        return replace(session, options=options)
     diagnoser = Diagnoser(session.model, session.batch, session.info.graph, True, options.reduce)
     return replace(session, options=options, diagnoser=diagnoser)

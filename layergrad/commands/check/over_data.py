@@ -44,8 +44,7 @@ def dynamic_data(
     from layergrad.commands import data_meta, over_data
     from layergrad.commands.session import Session
     from layergrad.commands.untrained_batchnorm import in_right_mode, scan_wrong
-    from layergrad.commands.weight_scan import scan_weights
-    from layergrad.commands.weights_data import weights_over
+    from layergrad.commands.weight_scan import scan_weights, weights_over
     from layergrad.core.results import ScanReport
     from layergrad.data.label_stream import Labelled
     from layergrad.diagnose.diagnoser import Diagnoser
