@@ -166,18 +166,16 @@ def scan_weights_model(
     Raises:
         InputError: the file has no compiled loss and `loss` is None.
     """
-    from layergrad.commands.weight_scan import scan_weights
+    from layergrad.commands import session as sessions
+    from layergrad.commands.weight_scan import scan_weights, weights_over
 
     imports = _one_or_many(imports)
     options = probe_from(options, probe)
     if options.data is not None:
-        from layergrad.commands.weights_data import scan_weights_data
-
-        return scan_weights_data(
-            path, options, loss=loss, imports=imports, unsafe=unsafe, on_progress=on_progress
-        )
+        loaded, warnings, strategy = sessions.load(path, options, imports=imports, unsafe=unsafe)
+        return weights_over(loaded, warnings, strategy, options, loss, on_progress, path)
     session = open_session(path, options, imports=imports, unsafe=unsafe)
-    return scan_weights(session, loss)
+    return scan_weights(session, loss, layers=False)
 
 
 def _one_or_many(value: str | Sequence[str]) -> list[str]:

@@ -153,7 +153,7 @@ def _baseline_over_data(
     loaded, warnings, strategy = opened
     full = None
     if has_loss:
-        from layergrad.commands.weights_data import weights_over
+        from layergrad.commands.weight_scan import weights_over
 
         try:
             from layergrad.data.label_stream import Labelled
