@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from layergrad.commands.fix.evidence import judge
+from layergrad.commands.fix.repair import FixOptions, fix_model
 from layergrad.core.fix_results import Run, Verdict
 
 
@@ -56,3 +60,38 @@ def test_compared_runs_say_when_the_copy_was_still_falling():
     plateau = Run("mse", (2.0, *([0.95] * 99)), trivial=None, final=0.95)
     verdict, why = judge("linear_stack", original, plateau)
     assert verdict == Verdict.NOT_VERIFIED and "still falling" not in why
+
+
+@pytest.mark.slow
+def test_a_nested_model_on_unscaled_inputs_is_verified_at_the_default_steps(tmp_path):
+    # class ids under categorical cross-entropy (target_mismatch) on a model that nests a
+    # Sequential encoder, fed 0-100 features: the copy starts far above its trivial loss and
+    # comes down to it in the first ~100 steps. Short runs say they were still falling; the
+    # default run learns the labels (a linear rule of the inputs, drawn here)
+    import keras
+
+    keras.utils.set_random_seed(0)
+    encoder = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(16, activation="relu", name="h1"),
+         keras.layers.Dense(16, activation="relu", name="h2")], name="encoder",
+    )  # fmt: skip
+    inputs = keras.Input((8,), name="features")
+    logits = keras.layers.Dense(4, name="head")(encoder(inputs))
+    model = keras.Model(inputs, keras.layers.Softmax(name="head_act")(logits))
+    model.compile(optimizer="adam", loss=keras.losses.CategoricalCrossentropy())
+    path = tmp_path / "nested.keras"
+    model.save(path)
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0, 100, (256, 8)).astype("float32")
+    y = np.argmax((x - 50) @ rng.normal(size=(8, 4)), axis=1).astype("int64")
+    data = tmp_path / "ids.npz"
+    np.savez(data, features=x, y=y)
+    short = fix_model(path, data, FixOptions(output=str(tmp_path / "a.keras"), steps=40))
+    (repair,) = short.repairs
+    assert repair.finding == "target_mismatch"
+    losses = repair.repaired.losses
+    assert sum(losses[-4:]) < 0.97 * sum(losses[-8:-4])  # by hand: still falling at step 40
+    assert repair.verdict == "not verified" and "still falling" in repair.why
+    full = fix_model(path, data, FixOptions(output=str(tmp_path / "b.keras")))
+    (repair,) = full.repairs
+    assert repair.verdict == "verified", repair.why

@@ -76,24 +76,9 @@ class Accumulators:
         The first non-finite batch is the batch's index in the data (`POSITION`, when the
         step gives it), else the number of steps so far."""
         index = summaries.get(POSITION)
-        if index is None:
-            index = self.batches.read_value()
-        for key, value in summaries.items():
-            if key == POSITION:
-                continue
-            var, kind = self.vars[key], self.kinds[key]
-            if kind == aggregates.SUM:
-                var.assign_add(value)
-            else:
-                var.assign(
-                    (tf.maximum if kind == aggregates.MAX else tf.minimum)(var.read_value(), value)
-                )
-            field = aggregates.NONFINITE_FIELD.get(key.rsplit("/", 1)[-1])
-            if field is not None:
-                first = self.vars[f"{key}/first"]
-                inf = tf.constant(math.inf, tf.float64)
-                seen = tf.where(value[..., field] > 0, index, inf)
-                first.assign(tf.minimum(first.read_value(), seen))
+        index = self.batches.read_value() if index is None else index
+        for key, value in added(summaries, index, lambda k: self.vars[k].read_value()).items():
+            self.vars[key].assign(value)
         self.batches.assign_add(tf.constant(1.0, tf.float64))
 
     def totals(self, strategy: Strategy) -> dict[str, np.ndarray]:
@@ -108,6 +93,40 @@ class Accumulators:
             )
             for key, var in self.vars.items()
         }
+
+
+class OneStep(Accumulators):
+    """What `Accumulators` hold after one step on one device, without variables (the probe
+    batch: creating them, full weight gradients included, costs more than the step)."""
+
+    def __init__(self) -> None:  # no variables
+        self.held: dict[str, np.ndarray] = {}
+
+    def update(self, summaries: dict[str, Tensor]) -> None:
+        index = summaries.get(POSITION, tf.constant(0.0, tf.float64))
+        start = lambda k: tf.constant(aggregates.initial(aggregates.kind_of(k), ()), tf.float64)  # noqa: E731
+        self.held = {k: np.asarray(v.numpy()) for k, v in added(summaries, index, start).items()}
+
+    def totals(self, strategy: Strategy) -> dict[str, np.ndarray]:
+        return self.held
+
+
+def added(
+    summaries: dict[str, Tensor], index: Tensor, current: Callable[[str], Tensor]
+) -> dict[str, Tensor]:
+    """Each accumulator's value once one step's `summaries` are added to its `current` one:
+    summed, or the maximum or minimum; a pack's first non-finite batch, `index` if this one."""
+    add = {aggregates.SUM: tf.add, aggregates.MAX: tf.maximum, aggregates.MIN: tf.minimum}
+    out = {}
+    for key, value in summaries.items():
+        if key == POSITION:
+            continue
+        out[key] = add[aggregates.kind_of(key)](current(key), value)
+        field = aggregates.NONFINITE_FIELD.get(key.rsplit("/", 1)[-1])
+        if field is not None:
+            seen = tf.where(value[..., field] > 0, index, tf.constant(math.inf, tf.float64))
+            out[f"{key}/first"] = tf.minimum(current(f"{key}/first"), seen)
+    return out
 
 
 def gather(strategy: Strategy, local: Callable[[], dict[str, Tensor]]) -> dict[str, np.ndarray]:
