@@ -17,15 +17,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from layergrad.core.tf_types import KerasLayer, KerasModel
-
-if TYPE_CHECKING:
-    from layergrad.engine.layer_calls import Recorded
 from layergrad.diagnose.activations import activation_name
+from layergrad.engine.layer_calls import Recorded, record_calls, unique_leaves
+from layergrad.model.layer_refs import iter_layers
 
 KERNEL_FACTOR = 4.0  # a kernel this many times wider than Keras's initialisers draw: far up
 INPUT_SCALE = 3.0  # mean |x| of a kernel layer's input above this: the input's scale, not its
@@ -109,9 +107,6 @@ def saturated_init(
     """The first layer (in call order) that a kernel scaled far up saturates on `arrays` (the
     probe batch, or its recorded forward pass `layer_calls.record_calls`), None when there is
     none or the model fails on the batch."""
-    from layergrad.engine.layer_calls import Recorded, record_calls, unique_leaves
-    from layergrad.model.layer_refs import iter_layers
-
     if arrays is None or isinstance(arrays, Recorded):
         recorded = arrays
     else:

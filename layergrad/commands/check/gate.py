@@ -186,13 +186,10 @@ def _dynamic(
 ) -> None:
     """The checks that run the model: on the probe batch, or over every sample of --data."""
     from layergrad.commands.check.heads import judge_on_probe, without_unbuildable_loss
-    from layergrad.commands.scan import scan_session
     from layergrad.commands.session import session_for
     from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
-    from layergrad.commands.weight_scan import scan_weights
     from layergrad.data.preflight import check_before_loading
-    from layergrad.engine.compiled_loss import find_loss
-    from layergrad.engine.layer_calls import recorder
+    from layergrad.model.loss_forms import find_loss
 
     try:  # data that cannot feed this model: the command is wrong, not the file
         check_before_loading(info.graph, options.probe.data, options.probe.input_file)
@@ -213,6 +210,10 @@ def _dynamic(
         return
     loaded, warnings, _ = opened
     model = loaded.model
+    from layergrad.commands.scan import scan_session  # TensorFlow: after the checks of the file
+    from layergrad.commands.weight_scan import scan_weights
+    from layergrad.engine.layer_calls import recorder
+
     try:
         probe = (
             replace(

@@ -157,7 +157,8 @@ def _labels(
     outputs (the `targets` check is then not run)."""
     from layergrad.commands.over_data import data_specs, shard_of
     from layergrad.data.label_stream import open_labelled
-    from layergrad.engine.compiled_loss import find_loss, label_request
+    from layergrad.engine.compiled_loss import label_request
+    from layergrad.model.loss_forms import find_loss
 
     model = loaded.model
     request = label_request(model, find_loss(info.compile_config, options.loss))
