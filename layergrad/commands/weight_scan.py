@@ -32,8 +32,8 @@ from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
 from layergrad.core.results import LossMeta, ScanReport, VariableRow, WeightScanReport
 from layergrad.core.tf_types import KerasModel, KerasVariable, Strategy, Tensor, TensorTree
 from layergrad.core.vocab import Status
-from layergrad.engine.compiled_loss import LossSpec
 from layergrad.model.layer_refs import iter_layers
+from layergrad.model.loss_forms import LossSpec
 
 if TYPE_CHECKING:
     from layergrad.data.label_stream import Labelled
@@ -258,7 +258,8 @@ def _loss(
 ) -> LossSpec | None:  # fmt: skip
     """The loss to differentiate, compiled into `model`; None for the projection (an
     `InputError` when there is no loss in the file nor `loss`, and no `projection`)."""
-    from layergrad.engine.compiled_loss import compile_loss, find_loss
+    from layergrad.engine.compiled_loss import compile_loss
+    from layergrad.model.loss_forms import find_loss
 
     spec = find_loss(config, loss)
     if spec is None and not projection:

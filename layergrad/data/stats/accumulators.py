@@ -23,7 +23,7 @@ from typing import TypeVar
 import numpy as np
 
 from layergrad.core.errors import InputError, describe
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Strategy, Tensor, TFModule, TFVariable
 from layergrad.data.devices import is_multi_worker
 from layergrad.data.stats import aggregates
@@ -43,7 +43,6 @@ class Accumulators:
     """
 
     def __init__(self, strategy: Strategy, shapes: dict[str, tuple[int, ...]]) -> None:
-        tf, _ = quiet_import()
         self.kinds: dict[str, int] = {}
         self.vars: dict[str, TFVariable] = {}
         with strategy.scope():
@@ -76,7 +75,6 @@ class Accumulators:
 
         The first non-finite batch is the batch's index in the data (`POSITION`, when the
         step gives it), else the number of steps so far."""
-        tf, _ = quiet_import()
         index = summaries.get(POSITION)
         index = self.batches.read_value() if index is None else index
         for key, value in added(summaries, index, lambda k: self.vars[k].read_value()).items():
@@ -105,7 +103,6 @@ class OneStep(Accumulators):
         self.held: dict[str, np.ndarray] = {}
 
     def update(self, summaries: dict[str, Tensor]) -> None:
-        tf, _ = quiet_import()
         index = summaries.get(POSITION, tf.constant(0.0, tf.float64))
         start = lambda k: tf.constant(aggregates.initial(aggregates.kind_of(k), ()), tf.float64)  # noqa: E731
         self.held = {k: np.asarray(v.numpy()) for k, v in added(summaries, index, start).items()}
@@ -119,7 +116,6 @@ def added(
 ) -> dict[str, Tensor]:
     """Each accumulator's value once one step's `summaries` are added to its `current` one:
     summed, or the maximum or minimum; a pack's first non-finite batch, `index` if this one."""
-    tf, _ = quiet_import()
     add = {aggregates.SUM: tf.add, aggregates.MAX: tf.maximum, aggregates.MIN: tf.minimum}
     out = {}
     for key, value in summaries.items():
@@ -136,7 +132,6 @@ def added(
 def gather(strategy: Strategy, local: Callable[[], dict[str, Tensor]]) -> dict[str, np.ndarray]:
     """Every replica's values of `local()` (a dict of tensors, read in replica context),
     stacked on a new first axis, on every worker: one collective all-gather per key."""
-    tf, _ = quiet_import()
 
     def replica() -> dict[str, Tensor]:
         context = tf.distribute.get_replica_context()
@@ -165,7 +160,6 @@ def combine_workers(
     """
     if not is_multi_worker(strategy):
         return values
-    tf, _ = quiet_import()
     local = max(len(strategy.extended.worker_devices), 1)
 
     def mine() -> dict[str, Tensor]:  # one replica per worker gives the values, the others none
@@ -201,7 +195,6 @@ def gather_workers(strategy: Strategy, payload: P) -> list[P]:
 def _one_per_worker(strategy: Strategy, value: np.ndarray) -> list[np.ndarray]:
     """`value` (the same shape on every worker) of every worker, chief first: one replica of
     each worker gives it (the first of its devices), the others are left out."""
-    tf, _ = quiet_import()
     local = max(len(strategy.extended.worker_devices), 1)
 
     def mine() -> dict[str, Tensor]:
