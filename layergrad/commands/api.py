@@ -73,13 +73,13 @@ def inspect_model(
     Raises:
         LoadError, LayerNotFound, InputError: user errors (the CLI exits with code 2).
     """
+    from layergrad.commands.inspect import inspect_session
+
     targets, imports = _one_or_many(targets), _one_or_many(imports)
     if not targets:
         raise InputError("give at least one target layer (--to)")
     options = probe_from(options, probe)
     how = _jacobian_options(measure, probes, exact, top, options.seed)
-    from layergrad.commands.inspect import inspect_session
-
     session = open_source(path, options, refs=[source, *targets], imports=imports, unsafe=unsafe)
     return inspect_session(session, source, targets, how, top, on_progress)
 
@@ -117,11 +117,11 @@ def scan_model(
         >>> [r.layer for r in rows][:2]
         ['x', 'stem']
     """
+    from layergrad.commands.scan import scan_session
+
     layers, imports = _one_or_many(layers), _one_or_many(imports)
     options = probe_from(options, probe)
     how = _jacobian_options(measure, probes, exact, top, options.seed)
-    from layergrad.commands.scan import scan_session
-
     refs = [target] if target is not None else []
     session = open_source(path, options, refs=refs, globs=layers, imports=imports, unsafe=unsafe)
     return scan_session(session, target, layers, how, top, on_progress)
