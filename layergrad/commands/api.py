@@ -79,8 +79,6 @@ def inspect_model(
     Raises:
         LoadError, LayerNotFound, InputError: user errors (the CLI exits with code 2).
     """
-    from layergrad.commands.inspect import inspect_session
-
     targets, imports = _one_or_many(targets), _one_or_many(imports)
     if not targets:
         raise InputError("give at least one target layer (--to)")
@@ -125,8 +123,6 @@ def scan_model(
         >>> [r.layer for r in rows][:2]
         ['x', 'stem']
     """
-    from layergrad.commands.scan import scan_session
-
     layers, imports = _one_or_many(layers), _one_or_many(imports)
     options = probe_from(options, probe)
     how = _jacobian_options(measure, probes, exact, top, options.seed)
