@@ -95,3 +95,20 @@ def test_a_nested_model_on_unscaled_inputs_is_verified_at_the_default_steps(tmp_
     full = fix_model(path, data, FixOptions(output=str(tmp_path / "b.keras")))
     (repair,) = full.repairs
     assert repair.verdict == "verified", repair.why
+
+
+def test_an_original_loss_without_a_trivial_loss_judges_the_copy_by_its_own():
+    # categorical cross-entropy on one sigmoid unit: -y log p falls to 0 as p -> 1 for every
+    # sample, so the original's 0.05 says nothing and has no trivial loss (log 1 = 0); the
+    # copy with binary cross-entropy ends at 0.3 / 0.69 = 0.43 of its own: verified
+    original = Run("categorical_crossentropy", (0.4, 0.05), trivial=None, final=0.05)
+    repaired = Run("binary_crossentropy", (0.69, 0.3), trivial=0.69, final=0.3)
+    assert judge("loss_mismatch", original, repaired) == (Verdict.VERIFIED, "")
+    stays = Run("binary_crossentropy", (0.69, 0.68), trivial=0.69, final=0.68)
+    verdict, why = judge("loss_mismatch", original, stays)
+    assert verdict == Verdict.NOT_VERIFIED and "no trivial loss" in why and "0.986" in why
+    # two losses without a trivial loss (regressions) still cannot be compared
+    verdict, why = judge(
+        "loss_mismatch", Run("mse", (2.0, 1.0), final=1.0), Run("mae", (2.0, 0.1), final=0.1)
+    )
+    assert verdict == Verdict.NOT_VERIFIED and "losses differ" in why
