@@ -4,6 +4,9 @@ probe batch as a data source of one batch; it adds up every sample once."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import numpy as np
 from click.testing import CliRunner
 from helpers import keras
@@ -63,3 +66,64 @@ def test_the_scans_of_the_probe_batch_and_every_command_over_data_run_the_one_lo
         assert out.exit_code in (0, 1), (name, out.output)
         assert seen, f"{name} did not run the loop over batches"
         assert set(seen) == {expected}, (name, seen)
+
+
+def test_every_command_over_data_reads_its_batches_from_the_one_stream_builder(
+    tmp_path, monkeypatch
+):
+    """`sources.finish_stream` builds every `DataStream` of `--data` (inputs alone, or with
+    labels for `fit`, `fix` and `check`'s training verdicts), for a model of two named inputs."""
+    from helpers import sample
+
+    from layergrad.data import sources
+
+    path = sample("two_input.keras")  # inputs a (4,), b (3,); one output of 2
+    rng = np.random.default_rng(3)
+    data = tmp_path / "ab.npz"
+    np.savez(
+        data,
+        a=rng.standard_normal((ROWS, 4)).astype("float32"),
+        b=rng.standard_normal((ROWS, 3)).astype("float32"),
+        y=rng.standard_normal((ROWS, 2)).astype("float32"),
+    )
+    built: list[tuple[str, ...]] = []
+    init = sources.DataStream.__init__
+
+    def counted(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if not self.probe:
+            built.append(tuple(self.labels))
+
+    monkeypatch.setattr(sources.DataStream, "__init__", counted)
+    over_data = ["--data", str(data), "--batch-size", str(BATCH)]
+    train = ["--loss", "mse", "--optimizer", "sgd", "--steps", "2"]
+    commands = {
+        "inspect --data": ["inspect", path, "--from", "a", "--to", "head", *over_data],
+        "scan --data": ["scan", path, *over_data],
+        "scan --wrt weights --data": [
+            "scan",
+            path,
+            "--wrt",
+            "weights",
+            "--loss",
+            "mse",
+            *over_data,
+        ],
+        "check --data": ["check", path, *over_data],
+        "fit": ["fit", path, *over_data, *train],
+    }
+    for name, args in commands.items():
+        built.clear()
+        out = CliRunner().invoke(main, args)
+        assert out.exit_code in (0, 1), (name, out.output)
+        assert built, f"{name} built its batches outside sources.finish_stream"
+        if name in ("fit", "scan --wrt weights --data"):  # the labels, from the same rows
+            assert ("y",) in built, (name, built)
+    root = Path(sources.__file__).parent.parent
+    made = [
+        f"{module.relative_to(root)}:{node.lineno}"
+        for module in root.rglob("*.py")
+        for node in ast.walk(ast.parse(module.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "DataStream"
+    ]
+    assert made == ["data/sources.py:" + made[0].split(":")[1]], made
