@@ -115,12 +115,12 @@ def _size_text(n: int) -> str:
     return str(n)
 
 
-def _option(spec: dataclasses.Field[object], help_text: str | None = None) -> Decorator:
-    """The click option of one `ProbeOptions` field: its `Cli` metadata and its default."""
+def _option(name: str, spec: dataclasses.Field[object], help_text: str | None = None) -> Decorator:
+    """The click option `name` of one probe options field: its `Cli` metadata and its default."""
     how: Cli = spec.metadata["cli"]
     text = help_text or how.help
     if how.kind == "flag":
-        return click.option(how.flag, spec.name, is_flag=True, help=text)
+        return click.option(how.flag, name, is_flag=True, help=text)
     types: dict[str, object] = {
         "text": None,
         "size": None,
@@ -129,14 +129,14 @@ def _option(spec: dataclasses.Field[object], help_text: str | None = None) -> De
         "float": float,
         "word": click.Choice(how.words.words()) if how.words else None,
     }
-    default = spec.default
+    default = None if spec.default is dataclasses.MISSING else spec.default
     if how.kind == "size":
         default = _size_text(cast(int, default))
     elif isinstance(default, Word):
         default = default.value
     return click.option(
         how.flag,
-        spec.name,
+        name,
         type=types[how.kind],
         default=default,
         show_default=default is not None,
@@ -149,10 +149,10 @@ def _option(spec: dataclasses.Field[object], help_text: str | None = None) -> De
 def _options(
     groups: Sequence[str], helps: Mapping[str, str | None] | None = None
 ) -> list[Decorator]:
-    """The click options of the `ProbeOptions` fields of `groups`, in declaration order."""
+    """The click options of the probe options fields of `groups`, in declaration order."""
     return [
-        _option(spec, (helps or {}).get(spec.name))
-        for spec in cli_fields()
+        _option(name, spec, (helps or {}).get(name))
+        for name, spec in cli_fields()
         if spec.metadata["cli"].group in groups
     ]
 
@@ -198,9 +198,7 @@ def probe_options(
         def bundled(*args: object, **kwargs: object) -> object:
             from layergrad.core.probe_options import probe_from
 
-            given = {
-                spec.name: kwargs.pop(spec.name) for spec in cli_fields() if spec.name in kwargs
-            }
+            given = {name: kwargs.pop(name) for name, _ in cli_fields() if name in kwargs}
             try:
                 kwargs["probe"] = probe_from(None, given)
             except LayergradError as exc:  # options that do not go together

@@ -81,7 +81,7 @@ def inspect_model(
         raise InputError("give at least one target layer (--to)")
     options = probe_from(options, probe)
     how = _jacobian_options(measure, probes, exact, top, options.seed)
-    if options.data is not None:
+    if options.data_set is not None:
         from layergrad.commands import over_data
 
         return over_data.inspect_data(
@@ -223,7 +223,7 @@ def scan_model(
     layers, imports = _one_or_many(layers), _one_or_many(imports)
     options = probe_from(options, probe)
     how = _jacobian_options(measure, probes, exact, top, options.seed)
-    if options.data is not None:
+    if options.data_set is not None:
         from layergrad.commands import over_data
 
         return over_data.scan_data(
@@ -291,7 +291,7 @@ def scan_weights_model(
 
     imports = _one_or_many(imports)
     options = probe_from(options, probe)
-    if options.data is not None:
+    if options.data_set is not None:
         from layergrad.commands.weights_data import scan_weights_data
 
         return scan_weights_data(

@@ -123,20 +123,19 @@ def load(
     info = info or read_file_info(path, read_weights=False)
     info.graph.require_expandable()  # before anything walks every call of every layer
     layer_refs.check_in_graph(info.graph, refs, globs)
-    check_before_loading(info.graph, options.data, options.input_file)
+    check_before_loading(info.graph, options.source)
     rows = options.rows
     if options.input_file is not None:
         rows = probe_input.peek_rows(options.input_file)
     strategy = None
-    if options.data is not None:
+    if (data := with_cluster(options).data_set) is not None:
         from layergrad.data import devices, sources
 
-        sources.precheck(options.data)  # a FIFO, a forged header: refused before TensorFlow
+        sources.precheck(data.path)  # a FIFO, a forged header: refused before TensorFlow
 
         strategy = devices.strategy_for(
-            options.distribute, options.cpu_replicas, options.peer_timeout,
-            with_cluster(options).cluster,
-        )  # fmt: skip
+            data.distribute, data.cpu_replicas, data.peer_timeout, data.cluster
+        )
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         loaded, warnings = loader.load_model(
             path,

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from layergrad.core.errors import InputError
-from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
+from layergrad.core.probe_options import OneBatch, PathLike, ProbeOptions, Progress
 from layergrad.core.results import LossMeta, ProbeMeta, VariableRow, WeightScanReport
 from layergrad.core.tf_types import Strategy, Tensor, TensorTree
 from layergrad.core.vocab import Status
@@ -92,9 +92,11 @@ def weights_over(
     names = list(getattr(model, "output_names", None) or [])
     # the labels come with the inputs from the same rows, cut into the same shard
     request = label_request(model, spec)
+    data = options.data_set
+    assert data is not None
     labelled = given or open_labelled(
-        options.data or "", over_data.data_specs(model), request, options.rows, options.limit,
-        over_data.shard_of(options), first_sample=options.first_sample,
+        data.path, over_data.data_specs(model), request, options.rows, data.limit,
+        over_data.shard_of(options), first_sample=data.first_sample,
     )  # fmt: skip
     labels = labelled.stream is not None
     batches = labelled.stream or over_data.open_stream(model, options)
@@ -213,7 +215,7 @@ def _with_batch_causes(
     from layergrad.diagnose.diagnoser import Diagnoser
 
     batch = batches.batch(0)  # with its labels when the stream has them
-    one = replace(options, data=None, limit=None, distribute=None, cpu_replicas=None)
+    one = replace(options, source=OneBatch())
     diagnoser = Diagnoser(loaded.model, batch, loaded.info.graph, one.training, one.reduce)
     session = Session(
         loaded.info.path, loaded.model, loaded.info, batch, one, diagnoser, tuple(warnings)

@@ -1,9 +1,11 @@
 """The probe options every command shares, declared once: how to make the batch and run the model.
 
 A frozen, typed bundle that travels from the CLI (or the Python API) to every stage; checking
-its values needs no TensorFlow. Each field is declared here once, with how the command line
-spells it (`Cli`, in the field's metadata): `cli/options.py` builds the click options from the
-fields, and the API's `**probe` keywords are the field names (`probe_from`).
+its values needs no TensorFlow. Its source is a union: one probe batch (`OneBatch`) or a data
+set (`DataSet`), so only a data set has the data set's options. Each field is declared here
+once, with how the command line spells it (`Cli`, in the field's metadata): `cli/options.py`
+builds the click options from the fields, and the API's `**probe` keywords are the same
+words (`probe_keywords`), turned into the union in one place (`ProbeOptions.__init__`).
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TypedDict, TypeVar, cast
+from dataclasses import MISSING, dataclass, field
+from typing import NoReturn, TypedDict, TypeVar, cast
 
 from layergrad.core.cluster import Cluster, cluster_from_env
 from layergrad.core.errors import UsageError
@@ -33,12 +35,12 @@ W = TypeVar("W", bound=Word)
 
 @dataclass(frozen=True)
 class Cli:
-    """How the command line spells one `ProbeOptions` field (`cli/options.py` makes the click
+    """How the command line spells one field of the probe options (`cli/options.py` makes the click
     option). `group` says which options decorator declares it: "probe" (every probing
     command), "run" (not `check`, which decides them itself), "data" (`--data` and its
     company, `fit` too) or "shard" (not `fit`). `kind` is how the text is read: "text",
     "path", "int" or "float" (within `low`..`high`), "size" (8GB), "flag", or "word" (one of
-    `words`)."""
+    `words`). `keyword` is the API's and click's name when it is not the field's."""
 
     flag: str
     help: str
@@ -48,6 +50,7 @@ class Cli:
     low: int | None = None
     high: int | None = None
     words: type[Word] | None = None
+    keyword: str | None = None
 
 
 T = TypeVar("T")
@@ -64,53 +67,41 @@ def option(
     low: int | None = None,
     high: int | None = None,
     words: type[Word] | None = None,
+    keyword: str | None = None,
 ) -> T:
-    """A `ProbeOptions` field with its `default` and its command-line spelling (a `Cli`)."""
-    how = Cli(flag, help, group, kind, metavar, low, high, words)
+    """A probe options field with its `default` and its command-line spelling (a `Cli`)."""
+    how = Cli(flag, help, group, kind, metavar, low, high, words, keyword)
     return cast(T, field(default=default, metadata={"cli": how}))
 
 
 @dataclass(frozen=True)
-class ProbeOptions:
-    """How to make the probe batch and run the model (the options every command shares).
-
-    `input_file` is a `.npy` / `.npz` probe batch; without it the batch is random from the
-    model's input spec (`batch_size` rows, seeded by `seed`). `reduce` turns each target into
-    a scalar ("sum" or "mean"); `training` runs the model in training mode. `max_memory` is
-    the budget in bytes for the probe's memory, estimated from the config before loading.
-
-    `data` runs over a whole data set instead of one batch (`.npy`, `.npz`, an image folder,
-    `FILE.py:function`; see `data/sources.py`), in batches of `batch_size`, at most `limit`
-    samples, on `distribute` ("mirrored": every GPU; "multi-worker": every worker of the
-    cluster in TF_CONFIG, each over its shard) or `cpu_replicas` logical CPU devices.
-    `first_sample` is the index of the data's first sample in a larger data set it is a shard
-    of (the default target's projection is seeded per sample index).
-    `batch_size` defaults to 8, or 32 with `data`. `peer_timeout` is how long a
-    multi-worker run waits for the other workers (None: `cluster.DEFAULT_PEER_TIMEOUT`).
-    `cluster` is this process's place in a multi-worker cluster, read from TF_CONFIG where
-    the command starts (`with_cluster`), never here. `reduce` and `distribute` take their
-    words too ("mean", "multi-worker") and hold them as `Reduce` / `Distribute`.
-    """
+class OneBatch:
+    """One probe batch: the `input_file` (`.npy` / `.npz`), or without it random rows from the
+    model's input spec (`ProbeOptions.batch_size` rows, seeded by `seed`)."""
 
     # fmt: off
-    input_file: PathLike | None = option(None, "--input", "probe", "path", help=(
-        "Probe batch: .npy (one input) or .npz keyed by input name (x for one input; y = labels)."))
-    batch_size: int | None = option(None, "--batch-size", "probe", "int", low=1,
-        high=MAX_BATCH_SIZE, help="Rows of the random probe batch (default 8), or of each batch "
-        "of --data (default 32).")
-    seed: int = option(0, "--seed", "probe", "int", low=0, high=MAX_SEED,
-        help="Seed of the random batch.")
-    reduce: Reduce = option(Reduce.SUM, "--reduce", "run", "word", words=Reduce,
-        help="Reduce the target activation to a scalar by sum or mean.")
-    training: bool = option(False, "--training", "run", "flag",
-        help="Run the model in training mode (default: inference).")
-    max_memory: int = option(DEFAULT_MAX_MEMORY, "--max-memory", "probe", "size", metavar="SIZE",
-        help="Refuse a model whose probe would need more memory than this (estimated from the "
-        "shapes in its config before Keras builds it), e.g. 32GB.")
-    data: PathLike | None = option(None, "--data", "data", "text", metavar="PATH",
-        help="Run over a whole data set, streamed: .npy, .npz (keys = input names, or x for one "
-        "input; y = labels), a folder of images, or FILE.py:function / module:function "
-        "returning batches. Statistics are over all samples.")
+    input_file: PathLike | None = option(None, "--input", "probe", "path", help="Probe batch: "
+        ".npy (one input) or .npz keyed by input name (x for one input; y = labels).")
+    # fmt: on
+
+
+@dataclass(frozen=True)
+class DataSet:
+    """A whole data set instead of one batch (`path`: `.npy`, `.npz`, an image folder,
+    `FILE.py:function`; see `data/sources.py`), in batches of `ProbeOptions.batch_size`, at most
+    `limit` samples, on `distribute` ("mirrored": every GPU; "multi-worker": every worker of
+    the cluster in TF_CONFIG, each over its shard) or `cpu_replicas` logical CPU devices.
+    `first_sample` is the index of the data's first sample in a larger data set it is a shard
+    of (the default target's projection is seeded per sample index). `peer_timeout` is how
+    long a multi-worker run waits for the other workers (None: `cluster.DEFAULT_PEER_TIMEOUT`).
+    `cluster` is this process's place in a multi-worker cluster, read from TF_CONFIG where the
+    command starts (`with_cluster`), never here. `distribute` takes its word too."""
+
+    # fmt: off
+    path: PathLike = option(cast(PathLike, MISSING), "--data", "data", "text", metavar="PATH",
+        keyword="data", help="Run over a whole data set, streamed: .npy, .npz (keys = input "
+        "names, or x for one input; y = labels), a folder of images, or FILE.py:function / "
+        "module:function returning batches. Statistics are over all samples.")
     limit: int | None = option(None, "--limit", "data", "int", metavar="N", low=1, high=MAX_LIMIT,
         help="With --data: read at most N samples.")
     distribute: Distribute | None = option(None, "--distribute", "data", "word", words=Distribute,
@@ -131,59 +122,16 @@ class ProbeOptions:
     # fmt: on
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "reduce", _word(Reduce, self.reduce, "reduce"))
         if self.distribute is not None:
             object.__setattr__(
                 self, "distribute", _word(Distribute, self.distribute, "--distribute")
             )
-        if self.batch_size is None:  # frozen: set the default once, here
-            default = DATA_BATCH_SIZE if self.data is not None else BATCH_SIZE
-            object.__setattr__(self, "batch_size", default)
-        if not 1 <= self.rows <= MAX_BATCH_SIZE:
-            raise UsageError(
-                f"--batch-size must be 1 to {MAX_BATCH_SIZE:,}: batch_size={self.batch_size}"
-            )
-        if isinstance(self.seed, bool) or not 0 <= self.seed <= MAX_SEED:
-            raise UsageError(f"--seed must be 0 to {MAX_SEED:,} (2**32 - 1): seed={self.seed}")
         if self.peer_timeout is not None and (
             self.distribute != Distribute.MULTI_WORKER or not 0 < self.peer_timeout <= 1e9
         ):
-            raise UsageError(
-                "--peer-timeout is the wait for the other workers of --distribute "
-                f"multi-worker, in seconds above 0: peer_timeout={self.peer_timeout}"
-            )
-        self._check_data_options()
-
-    @property
-    def rows(self) -> int:
-        """The batch size, as set or defaulted."""
-        return int(self.batch_size or BATCH_SIZE)
-
-    @property
-    def reports_here(self) -> bool:
-        """Whether this process prints or writes the report: always, except on a worker of a
-        multi-worker cluster that is not the chief."""
-        return self.cluster is None or self.cluster.is_chief
-
-    def _check_data_options(self) -> None:
-        """Raise UsageError for data options that cannot go together."""
+            _peer_timeout_error(self.peer_timeout)
         if self.first_sample < 0:
             raise UsageError(f"--first-sample must be at least 0: first_sample={self.first_sample}")
-        if self.data is None:
-            given = [
-                f.metadata["cli"].flag
-                for f in cli_fields()
-                if f.metadata["cli"].group in ("data", "shard")
-                and f.name not in ("data", "peer_timeout")  # --peer-timeout: checked above
-                and getattr(self, f.name) != f.default
-            ]
-            if given:
-                raise UsageError(f"{', '.join(given)} only apply with --data PATH; add --data")
-        elif self.input_file is not None:
-            raise UsageError(
-                "--data and --input exclude each other: --input is one probe batch, --data a "
-                "whole data set; pass one of them"
-            )
         if self.limit is not None and not 1 <= self.limit <= MAX_LIMIT:
             raise UsageError(f"--limit must be 1 to {MAX_LIMIT:,} (2**53): limit={self.limit}")
         if self.cpu_replicas is not None and not 1 <= self.cpu_replicas <= MAX_CPU_REPLICAS:
@@ -195,6 +143,116 @@ class ProbeOptions:
                 "--cpu-replicas splits one machine's CPU; with --distribute multi-worker each "
                 "worker mirrors over its own devices: drop --cpu-replicas"
             )
+
+
+def _peer_timeout_error(peer_timeout: object) -> NoReturn:
+    raise UsageError(
+        "--peer-timeout is the wait for the other workers of --distribute "
+        f"multi-worker, in seconds above 0: peer_timeout={peer_timeout}"
+    )
+
+
+@dataclass(frozen=True, init=False)
+class ProbeOptions:
+    """How to make the probe batch and run the model (the options every command shares).
+
+    `source` is one probe batch (`OneBatch`) or a whole data set (`DataSet`), so the data
+    set's options exist only with a data set. `reduce` turns each target into a scalar ("sum"
+    or "mean", held as `Reduce`); `training` runs the model in training mode. `max_memory` is
+    the budget in bytes for the probe's memory, estimated from the config before loading.
+    `batch_size` defaults to 8, or 32 with a data set.
+
+    Made from a `source`, or from the flat words the command line and the API's `**probe`
+    spell (`ProbeOptions(input_file="b.npy")`, `ProbeOptions(data="d.npz", limit=10)`: each
+    field's keyword, see `probe_keywords`), which are turned into the union here, once.
+    """
+
+    # fmt: off
+    batch_size: int | None = option(None, "--batch-size", "probe", "int", low=1,
+        high=MAX_BATCH_SIZE, help="Rows of the random probe batch (default 8), or of each batch "
+        "of --data (default 32).")
+    seed: int = option(0, "--seed", "probe", "int", low=0, high=MAX_SEED,
+        help="Seed of the random batch.")
+    reduce: Reduce = option(Reduce.SUM, "--reduce", "run", "word", words=Reduce,
+        help="Reduce the target activation to a scalar by sum or mean.")
+    training: bool = option(False, "--training", "run", "flag",
+        help="Run the model in training mode (default: inference).")
+    max_memory: int = option(DEFAULT_MAX_MEMORY, "--max-memory", "probe", "size", metavar="SIZE",
+        help="Refuse a model whose probe would need more memory than this (estimated from the "
+        "shapes in its config before Keras builds it), e.g. 32GB.")
+    source: OneBatch | DataSet = OneBatch()
+    # fmt: on
+
+    def __init__(self, source: OneBatch | DataSet | None = None, **words: object) -> None:
+        """Raises TypeError for a keyword that is no option's (as Python says of an unknown
+        argument), UsageError for values or options that do not go together."""
+        mine = {f.name: words.pop(f.name, f.default) for f in _shared()}
+        unknown = sorted(set(words) - set(probe_keywords())) or sorted(words if source else ())
+        if unknown:  # with a source, the words of one are the source's business
+            raise TypeError(f"ProbeOptions() got an unexpected keyword argument {unknown[0]!r}")
+        source = source if source is not None else _source(words)
+        for name, value in mine.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "source", source)
+        object.__setattr__(self, "reduce", _word(Reduce, self.reduce, "reduce"))
+        if self.batch_size is None:  # frozen: set the default once, here
+            default = DATA_BATCH_SIZE if isinstance(source, DataSet) else BATCH_SIZE
+            object.__setattr__(self, "batch_size", default)
+        if not 1 <= self.rows <= MAX_BATCH_SIZE:
+            raise UsageError(
+                f"--batch-size must be 1 to {MAX_BATCH_SIZE:,}: batch_size={self.batch_size}"
+            )
+        if isinstance(self.seed, bool) or not 0 <= self.seed <= MAX_SEED:
+            raise UsageError(f"--seed must be 0 to {MAX_SEED:,} (2**32 - 1): seed={self.seed}")
+
+    @property
+    def rows(self) -> int:
+        """The batch size, as set or defaulted."""
+        return int(self.batch_size or BATCH_SIZE)
+
+    @property
+    def data_set(self) -> DataSet | None:
+        """The data set, or None for one probe batch."""
+        return self.source if isinstance(self.source, DataSet) else None
+
+    @property
+    def input_file(self) -> PathLike | None:
+        """The probe batch's file, or None (a random batch, or a data set)."""
+        return self.source.input_file if isinstance(self.source, OneBatch) else None
+
+    @property
+    def reports_here(self) -> bool:
+        """Whether this process prints or writes the report: always, except on a worker of a
+        multi-worker cluster that is not the chief."""
+        data = self.data_set
+        return data is None or data.cluster is None or data.cluster.is_chief
+
+
+def _shared() -> tuple[dataclasses.Field[object], ...]:
+    """The fields of `ProbeOptions` that one batch and a data set share (all but its source)."""
+    return tuple(f for f in dataclasses.fields(ProbeOptions) if f.name != "source")
+
+
+def _source(words: dict[str, object]) -> OneBatch | DataSet:
+    """The probe batch or the data set the flat `words` (keywords of `OneBatch` and `DataSet`)
+    say, with one UsageError line for the data set's options without `--data`, and for
+    `--data` with `--input`."""
+    batch = {f.name: words.pop(f.name) for f in dataclasses.fields(OneBatch) if f.name in words}
+    data = words.pop("data", None)
+    if data is None:
+        if words.get("peer_timeout") is not None:  # said in its own words
+            _peer_timeout_error(words["peer_timeout"])
+        given = [how.metadata["cli"].flag for name, how in cli_fields()
+                 if name in words and words[name] != how.default]  # fmt: skip
+        if given:
+            raise UsageError(f"{', '.join(given)} only apply with --data PATH; add --data")
+        return cast("Callable[..., OneBatch]", OneBatch)(**batch)
+    if batch.get("input_file") is not None:
+        raise UsageError(
+            "--data and --input exclude each other: --input is one probe batch, --data a "
+            "whole data set; pass one of them"
+        )
+    return cast("Callable[..., DataSet]", DataSet)(data, **words)
 
 
 def _word(kind: type[W], value: object, name: str) -> W:
@@ -210,27 +268,35 @@ def with_cluster(options: ProbeOptions, environ: Mapping[str, str] | None = None
     """The options as a command starts with them: under `--distribute multi-worker`, with the
     cluster read from TF_CONFIG in `environ` (default: the process's), once, so a missing or
     malformed one is one line before loading. Raises UsageError for it."""
-    if options.distribute != Distribute.MULTI_WORKER or options.cluster is not None:
+    data = options.data_set
+    if data is None or data.distribute != Distribute.MULTI_WORKER or data.cluster is not None:
         return options
-    return dataclasses.replace(options, cluster=cluster_from_env(environ))
+    cluster = cluster_from_env(environ)
+    return dataclasses.replace(options, source=dataclasses.replace(data, cluster=cluster))
 
 
 def probe_from(options: ProbeOptions | None, keywords: Mapping[str, object]) -> ProbeOptions:
-    """The API's probe: `options`, or one made of the `**probe` keywords (the field names of
-    `ProbeOptions`, each optional), with its cluster (`with_cluster`).
+    """The API's probe: `options`, or one made of the `**probe` keywords (`probe_keywords()`, each
+    optional), with its cluster (`with_cluster`).
 
     Raises:
-        TypeError: a keyword that is no field (as Python says of an unknown argument).
+        TypeError: a keyword that is no option's (as Python says of an unknown argument).
     """
-    if options is None:
-        make = cast("Callable[..., ProbeOptions]", ProbeOptions)
-        options = make(**keywords)
-    return with_cluster(options)
+    make = cast("Callable[..., ProbeOptions]", ProbeOptions)
+    return with_cluster(options if options is not None else make(**keywords))
 
 
-def cli_fields() -> tuple[dataclasses.Field[object], ...]:
-    """The fields the command line spells, in declaration order (each has its `Cli`)."""
-    return tuple(f for f in dataclasses.fields(ProbeOptions) if "cli" in f.metadata)
+def cli_fields() -> tuple[tuple[str, dataclasses.Field[object]], ...]:
+    """The fields the command line spells, in its order, each with its keyword (the API's, and
+    the click parameter's name): the probe batch's, the shared ones, the data set's."""
+    every = (*dataclasses.fields(OneBatch), *dataclasses.fields(ProbeOptions),
+             *dataclasses.fields(DataSet))  # fmt: skip
+    return tuple((f.metadata["cli"].keyword or f.name, f) for f in every if "cli" in f.metadata)
+
+
+def probe_keywords() -> tuple[str, ...]:
+    """The flat words `ProbeOptions` is made of: each option's keyword, and `cluster`."""
+    return (*(name for name, _ in cli_fields()), "cluster")
 
 
 class MeasureFields(TypedDict):

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from layergrad.core.errors import InputError
+from layergrad.core.probe_options import DataSet, OneBatch
 from layergrad.data.input_keys import input_keys
 from layergrad.data.probe_input import InputSpec, check_fits, peek_rows
 from layergrad.model.config import serialized_name
@@ -22,10 +23,9 @@ from layergrad.model.graph import ModelGraph
 PathLike = str | os.PathLike[str]
 
 
-def check_before_loading(
-    graph: ModelGraph, data: PathLike | None = None, input_file: PathLike | None = None
-) -> None:
-    """Raise InputError for a `--data` or `--input` that cannot feed the model in `graph`.
+def check_before_loading(graph: ModelGraph, source: OneBatch | DataSet) -> None:
+    """Raise InputError for a `--data` or `--input` (`source`) that cannot feed the model in
+    `graph`.
 
     Paths are always checked; keys, shapes and dtypes when the config declares every input's
     name, shape and dtype (a Keras 3 file always does).
@@ -33,12 +33,12 @@ def check_before_loading(
     from layergrad.data.sources import check_source
 
     specs = config_specs(graph)
-    if data is not None:
-        check_source(data, specs)
-    if input_file is not None:
-        peek_rows(input_file)  # the file is there, its headers are sound, it has rows
+    if isinstance(source, DataSet):
+        check_source(source.path, specs)
+    elif source.input_file is not None:
+        peek_rows(source.input_file)  # the file is there, its headers are sound, it has rows
         if specs is not None:
-            _check_input_file(os.fspath(input_file), specs)
+            _check_input_file(os.fspath(source.input_file), specs)
 
 
 def config_specs(graph: ModelGraph) -> tuple[InputSpec, ...] | None:

@@ -74,7 +74,8 @@ def check_files(
         files = [os.fspath(p) for p in paths]
         found = load_baselines(options.baselines)
         probe = options.probe
-        baselines = match_baselines(files, found, _text(probe.input_file), probe.data is not None)
+        data = probe.data_set is not None
+        baselines = match_baselines(files, found, _text(probe.input_file), data)
     verdicts = []
     for path in paths:
         if on_file is not None:
@@ -191,12 +192,12 @@ def _dynamic(
     from layergrad.engine.compiled_loss import find_loss
 
     try:  # data that cannot feed this model: the command is wrong, not the file
-        check_before_loading(info.graph, options.probe.data, options.probe.input_file)
+        check_before_loading(info.graph, options.probe.source)
     except LayergradError as exc:
         raise UsageError(f"{os.fspath(path)}: {exc}") from exc
     info = without_unbuildable_loss(info, options, add)
     has_loss = find_loss(info.compile_config, options.loss) is not None
-    if options.probe.data is not None:
+    if options.probe.data_set is not None:
         from layergrad.commands.check.over_data import dynamic_data
 
         dynamic_data(path, info, options, add, baseline, has_loss)

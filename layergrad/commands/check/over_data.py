@@ -16,7 +16,7 @@ from layergrad.commands.check.baseline import Baseline, fits, judge, probe_optio
 from layergrad.commands.check.heads import judge_on_random_probe
 from layergrad.commands.check.options import Add, CheckOptions
 from layergrad.core.errors import LayergradError, UsageError
-from layergrad.core.probe_options import ProbeOptions
+from layergrad.core.probe_options import OneBatch, ProbeOptions
 from layergrad.core.tf_types import KerasModel
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
@@ -48,17 +48,15 @@ def dynamic_data(
     from layergrad.commands.untrained_batchnorm import probe_in_training, scan_wrong
     from layergrad.engine.step_calls import BatchFailed
 
-    probe = options.probing()
+    probe, data = options.probing(), options.probe.data_set
     other, sha = False, ""
+    assert data is not None
     if baseline is not None:
         from layergrad.data.fingerprint import data_sha256
 
         fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
-        assert options.probe.data is not None
-        sha = data_sha256(options.probe.data)
-        other = not same_data(
-            baseline, os.fspath(options.probe.data), sha, None, options.allow_other_data
-        )
+        sha = data_sha256(data.path)
+        other = not same_data(baseline, os.fspath(data.path), sha, None, options.allow_other_data)
         recorded = probe_options(baseline, None, data=True)
         probe = replace(
             options.probing(),
@@ -77,7 +75,7 @@ def dynamic_data(
     from layergrad.data.labels import summarise_batches
 
     labels = summarise_batches(labelled.label_batches(), names, ranks) if labelled else {}
-    source = f"--data {options.probe.data}"
+    source = f"--data {data.path}"
     if labelled is not None and labelled.classes:
         source += f" (the class sub-folders {labelled.describe_classes()})"
     mismatched = steps.targets(info, options.loss, labels, source, add)
@@ -122,8 +120,8 @@ def dynamic_data(
     init = steps.init_scale(path, loaded.model, first.batch.arrays)
     steps.trainable(weights, add, has_loss, where, dead_scope="the data", init=init)
     if baseline is not None:  # over the same data: the loss's gradient over every sample
-        data = os.fspath(options.probe.data or "")
-        other = other or not same_data(baseline, data, sha, run.samples, options.allow_other_data)
+        text = os.fspath(data.path)
+        other = other or not same_data(baseline, text, sha, run.samples, options.allow_other_data)
         _baseline_over_data(
             path, opened, batches, run, rows, probe, options, add, baseline, has_loss, other,
             given,
@@ -186,11 +184,12 @@ def _labels(
 
     model = loaded.model
     request = label_request(model, find_loss(info.compile_config, options.loss))
-    data = os.fspath(options.probe.data or "")
+    data = probe.data_set
+    assert data is not None
     try:
         found = open_labelled(  # this worker's part, as the inputs' (for the weight pass)
-            data, data_specs(model), request, probe.rows, probe.limit, shard_of(probe),
-            first_sample=probe.first_sample, strict=False,
+            os.fspath(data.path), data_specs(model), request, probe.rows, data.limit,
+            shard_of(probe), first_sample=data.first_sample, strict=False,
         )  # fmt: skip
     except LayergradError as exc:  # the data does not fit this model: the command is wrong
         raise UsageError(f"{os.fspath(info.path)}: {exc}") from exc
@@ -213,7 +212,7 @@ def _first_batch(
     stream = batches if labelled is None or labelled.stream is None else labelled.stream
     batch = stream.batch(0)
     model = loaded.model
-    probe = replace(probe, data=None, limit=None, distribute=None, cpu_replicas=None)
+    probe = replace(probe, source=OneBatch())
     diagnoser = Diagnoser(model, batch, info.graph, probe.training, probe.reduce)
     return Session(info.path, model, info, batch, probe, diagnoser)
 
