@@ -5,7 +5,7 @@ its values needs no TensorFlow. Its source is a union: one probe batch (`OneBatc
 set (`DataSet`), so only a data set has the data set's options. Each field is declared here
 once, with how the command line spells it (`Cli`, in the field's metadata): `cli/options.py`
 builds the click options from the fields, and the API's `**probe` keywords are the same
-words (`probe_keywords`), turned into the union in one place (`ProbeOptions.__init__`).
+words (`cli_fields`), turned into the union in one place (`ProbeOptions.__init__`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field
-from typing import NoReturn, TypedDict, TypeVar, cast
+from dataclasses import MISSING, dataclass, field, replace
+from typing import TypedDict, TypeVar, cast
 
 from layergrad.core.cluster import Cluster, cluster_from_env
 from layergrad.core.errors import UsageError
@@ -39,38 +39,27 @@ class Cli:
     option). `group` says which options decorator declares it: "probe" (every probing
     command), "run" (not `check`, which decides them itself), "data" (`--data` and its
     company, `fit` too) or "shard" (not `fit`). `kind` is how the text is read: "text",
-    "path", "int" or "float" (within `low`..`high`), "size" (8GB), "flag", or "word" (one of
-    `words`). `keyword` is the API's and click's name when it is not the field's."""
+    "path", "int" or "float" (within `low`..`high`; `note` says `high` in the error), "size"
+    (8GB), "flag", or "word" (one of `words`). `keyword` is the API's and click's name when it
+    is not the field's."""
 
     flag: str
-    help: str
     group: str
-    kind: str = "text"
+    kind: str
+    help: str
     metavar: str | None = None
     low: int | None = None
     high: int | None = None
     words: type[Word] | None = None
     keyword: str | None = None
+    note: str = ""
 
 
 T = TypeVar("T")
 
 
-def option(
-    default: T,
-    flag: str,
-    group: str,
-    kind: str,
-    *,
-    help: str,
-    metavar: str | None = None,
-    low: int | None = None,
-    high: int | None = None,
-    words: type[Word] | None = None,
-    keyword: str | None = None,
-) -> T:
-    """A probe options field with its `default` and its command-line spelling (a `Cli`)."""
-    how = Cli(flag, help, group, kind, metavar, low, high, words, keyword)
+def option(default: T, how: Cli) -> T:
+    """A probe options field with its `default` and its command-line spelling."""
     return cast(T, field(default=default, metadata={"cli": how}))
 
 
@@ -79,45 +68,40 @@ class OneBatch:
     """One probe batch: the `input_file` (`.npy` / `.npz`), or without it random rows from the
     model's input spec (`ProbeOptions.batch_size` rows, seeded by `seed`)."""
 
-    # fmt: off
-    input_file: PathLike | None = option(None, "--input", "probe", "path", help="Probe batch: "
-        ".npy (one input) or .npz keyed by input name (x for one input; y = labels).")
-    # fmt: on
+    input_file: PathLike | None = option(None, Cli("--input", "probe", "path", help="Probe "
+        "batch: .npy (one input) or .npz keyed by input name (x for one input; y = "
+        "labels)."))  # fmt: skip
 
 
 @dataclass(frozen=True)
 class DataSet:
-    """A whole data set instead of one batch (`path`: `.npy`, `.npz`, an image folder,
-    `FILE.py:function`; see `data/sources.py`), in batches of `ProbeOptions.batch_size`, at most
-    `limit` samples, on `distribute` ("mirrored": every GPU; "multi-worker": every worker of
-    the cluster in TF_CONFIG, each over its shard) or `cpu_replicas` logical CPU devices.
-    `first_sample` is the index of the data's first sample in a larger data set it is a shard
-    of (the default target's projection is seeded per sample index). `peer_timeout` is how
-    long a multi-worker run waits for the other workers (None: `cluster.DEFAULT_PEER_TIMEOUT`).
-    `cluster` is this process's place in a multi-worker cluster, read from TF_CONFIG where the
-    command starts (`with_cluster`), never here. `distribute` takes its word too."""
+    """A whole data set instead of one batch (`path`: see `data/sources.py`), at most `limit`
+    samples, on `distribute` ("mirrored", "multi-worker", or its word) or `cpu_replicas` CPU
+    devices; `first_sample` numbers a shard's samples in the whole. `peer_timeout` (None:
+    `cluster.DEFAULT_PEER_TIMEOUT`); `cluster` is read from TF_CONFIG by `with_cluster`."""
 
     # fmt: off
-    path: PathLike = option(cast(PathLike, MISSING), "--data", "data", "text", metavar="PATH",
-        keyword="data", help="Run over a whole data set, streamed: .npy, .npz (keys = input "
-        "names, or x for one input; y = labels), a folder of images, or FILE.py:function / "
-        "module:function returning batches. Statistics are over all samples.")
-    limit: int | None = option(None, "--limit", "data", "int", metavar="N", low=1, high=MAX_LIMIT,
-        help="With --data: read at most N samples.")
-    distribute: Distribute | None = option(None, "--distribute", "data", "word", words=Distribute,
-        help="With --data: mirrored runs on every visible GPU (tf.distribute.MirroredStrategy); "
-        "multi-worker on every worker of the cluster in TF_CONFIG (MultiWorkerMirroredStrategy), "
-        "each over its shard; only the chief prints the report.")
-    cpu_replicas: int | None = option(None, "--cpu-replicas", "data", "int", metavar="N", low=1,
-        high=MAX_CPU_REPLICAS, help="With --data: split the CPU into N devices and mirror over "
-        "them (a testing aid for the distributed path).")
-    first_sample: int = option(0, "--first-sample", "shard", "int", metavar="N", low=0,
+    path: PathLike = option(cast(PathLike, MISSING), Cli("--data", "data", "text",
+        metavar="PATH", keyword="data", help="Run over a whole data set, streamed: .npy, .npz "
+        "(keys = input names, or x for one input; y = labels), a folder of images, or "
+        "FILE.py:function / module:function returning batches. Statistics are over all samples."))
+    limit: int | None = option(None, Cli("--limit", "data", "int", metavar="N", low=1,
+        high=MAX_LIMIT, note=" (2**53)", help="With --data: read at most N samples."))
+    distribute: Distribute | None = option(None, Cli("--distribute", "data", "word",
+        words=Distribute, help="With --data: mirrored runs on every visible GPU "
+        "(tf.distribute.MirroredStrategy); multi-worker on every worker of the cluster in "
+        "TF_CONFIG (MultiWorkerMirroredStrategy), each over its shard; only the chief prints "
+        "the report."))
+    cpu_replicas: int | None = option(None, Cli("--cpu-replicas", "data", "int", metavar="N",
+        low=1, high=MAX_CPU_REPLICAS, help="With --data: split the CPU into N devices and mirror "
+        "over them (a testing aid for the distributed path)."))
+    first_sample: int = option(0, Cli("--first-sample", "shard", "int", metavar="N", low=0,
         help="With --data: PATH is a shard of a larger data set starting at its sample N, so the "
         "samples are numbered from N (the default scan target's projection is seeded per "
-        "sample): shards then merge exactly (`layergrad merge`).")
-    peer_timeout: float | None = option(None, "--peer-timeout", "shard", "float",
+        "sample): shards then merge exactly (`layergrad merge`)."))
+    peer_timeout: float | None = option(None, Cli("--peer-timeout", "shard", "float",
         metavar="SECONDS", help="With --distribute multi-worker: wait at most this long for the "
-        "other workers of TF_CONFIG to start (default 300), then stop with an error.")
+        "other workers of TF_CONFIG to start (default 300), then stop with an error."))
     cluster: Cluster | None = None  # not an option: from TF_CONFIG, by `with_cluster`
     # fmt: on
 
@@ -129,15 +113,11 @@ class DataSet:
         if self.peer_timeout is not None and (
             self.distribute != Distribute.MULTI_WORKER or not 0 < self.peer_timeout <= 1e9
         ):
-            _peer_timeout_error(self.peer_timeout)
-        if self.first_sample < 0:
-            raise UsageError(f"--first-sample must be at least 0: first_sample={self.first_sample}")
-        if self.limit is not None and not 1 <= self.limit <= MAX_LIMIT:
-            raise UsageError(f"--limit must be 1 to {MAX_LIMIT:,} (2**53): limit={self.limit}")
-        if self.cpu_replicas is not None and not 1 <= self.cpu_replicas <= MAX_CPU_REPLICAS:
             raise UsageError(
-                f"--cpu-replicas must be 1 to {MAX_CPU_REPLICAS}: cpu_replicas={self.cpu_replicas}"
+                "--peer-timeout is the wait for the other workers of --distribute "
+                f"multi-worker, in seconds above 0: peer_timeout={self.peer_timeout}"
             )
+        _check_ranges(self)
         if self.distribute == Distribute.MULTI_WORKER and self.cpu_replicas is not None:
             raise UsageError(
                 "--cpu-replicas splits one machine's CPU; with --distribute multi-worker each "
@@ -145,49 +125,38 @@ class DataSet:
             )
 
 
-def _peer_timeout_error(peer_timeout: object) -> NoReturn:
-    raise UsageError(
-        "--peer-timeout is the wait for the other workers of --distribute "
-        f"multi-worker, in seconds above 0: peer_timeout={peer_timeout}"
-    )
-
-
 @dataclass(frozen=True, init=False)
 class ProbeOptions:
-    """How to make the probe batch and run the model (the options every command shares).
-
-    `source` is one probe batch (`OneBatch`) or a whole data set (`DataSet`), so the data
-    set's options exist only with a data set. `reduce` turns each target into a scalar ("sum"
-    or "mean", held as `Reduce`); `training` runs the model in training mode. `max_memory` is
-    the budget in bytes for the probe's memory, estimated from the config before loading.
-    `batch_size` defaults to 8, or 32 with a data set.
-
-    Made from a `source`, or from the flat words the command line and the API's `**probe`
-    spell (`ProbeOptions(input_file="b.npy")`, `ProbeOptions(data="d.npz", limit=10)`: each
-    field's keyword, see `probe_keywords`), which are turned into the union here, once.
+    """How to make the probe batch and run the model: the options every command shares
+    (`reduce`: "sum" or "mean"; `max_memory` in bytes; `batch_size` defaults to 8, or 32 with
+    a data set) and the `source`, one probe batch or a data set. Made from a `source`, or
+    from the flat words of the command line and the API's `**probe`, turned into the union
+    here, once: `ProbeOptions(input_file="b.npy")`, `ProbeOptions(data="d.npz", limit=10)`.
     """
 
     # fmt: off
-    batch_size: int | None = option(None, "--batch-size", "probe", "int", low=1,
+    batch_size: int | None = option(None, Cli("--batch-size", "probe", "int", low=1,
         high=MAX_BATCH_SIZE, help="Rows of the random probe batch (default 8), or of each batch "
-        "of --data (default 32).")
-    seed: int = option(0, "--seed", "probe", "int", low=0, high=MAX_SEED,
-        help="Seed of the random batch.")
-    reduce: Reduce = option(Reduce.SUM, "--reduce", "run", "word", words=Reduce,
-        help="Reduce the target activation to a scalar by sum or mean.")
-    training: bool = option(False, "--training", "run", "flag",
-        help="Run the model in training mode (default: inference).")
-    max_memory: int = option(DEFAULT_MAX_MEMORY, "--max-memory", "probe", "size", metavar="SIZE",
-        help="Refuse a model whose probe would need more memory than this (estimated from the "
-        "shapes in its config before Keras builds it), e.g. 32GB.")
+        "of --data (default 32)."))
+    seed: int = option(0, Cli("--seed", "probe", "int", low=0, high=MAX_SEED,
+        note=" (2**32 - 1)", help="Seed of the random batch."))
+    reduce: Reduce = option(Reduce.SUM, Cli("--reduce", "run", "word", words=Reduce,
+        help="Reduce the target activation to a scalar by sum or mean."))
+    training: bool = option(False, Cli("--training", "run", "flag",
+        help="Run the model in training mode (default: inference)."))
+    max_memory: int = option(DEFAULT_MAX_MEMORY, Cli("--max-memory", "probe", "size",
+        metavar="SIZE", help="Refuse a model whose probe would need more memory than this "
+        "(estimated from the shapes in its config before Keras builds it), e.g. 32GB."))
     source: OneBatch | DataSet = OneBatch()
     # fmt: on
 
-    def __init__(self, source: OneBatch | DataSet | None = None, **words: object) -> None:
+    def __init__(self, *, source: OneBatch | DataSet | None = None, **words: object) -> None:
         """Raises TypeError for a keyword that is no option's (as Python says of an unknown
         argument), UsageError for values or options that do not go together."""
-        mine = {f.name: words.pop(f.name, f.default) for f in _shared()}
-        unknown = sorted(set(words) - set(probe_keywords())) or sorted(words if source else ())
+        shared = (f for f in dataclasses.fields(self) if "cli" in f.metadata)
+        mine = {f.name: words.pop(f.name, f.default) for f in shared}
+        known = {name for name, _ in cli_fields()} | {"cluster"}
+        unknown = sorted(set(words) - known) or sorted(words if source else ())
         if unknown:  # with a source, the words of one are the source's business
             raise TypeError(f"ProbeOptions() got an unexpected keyword argument {unknown[0]!r}")
         source = source if source is not None else _source(words)
@@ -198,12 +167,7 @@ class ProbeOptions:
         if self.batch_size is None:  # frozen: set the default once, here
             default = DATA_BATCH_SIZE if isinstance(source, DataSet) else BATCH_SIZE
             object.__setattr__(self, "batch_size", default)
-        if not 1 <= self.rows <= MAX_BATCH_SIZE:
-            raise UsageError(
-                f"--batch-size must be 1 to {MAX_BATCH_SIZE:,}: batch_size={self.batch_size}"
-            )
-        if isinstance(self.seed, bool) or not 0 <= self.seed <= MAX_SEED:
-            raise UsageError(f"--seed must be 0 to {MAX_SEED:,} (2**32 - 1): seed={self.seed}")
+        _check_ranges(self)
 
     @property
     def rows(self) -> int:
@@ -228,26 +192,32 @@ class ProbeOptions:
         return data is None or data.cluster is None or data.cluster.is_chief
 
 
-def _shared() -> tuple[dataclasses.Field[object], ...]:
-    """The fields of `ProbeOptions` that one batch and a data set share (all but its source)."""
-    return tuple(f for f in dataclasses.fields(ProbeOptions) if f.name != "source")
+def _check_ranges(options: DataSet | ProbeOptions) -> None:
+    """One UsageError line for a whole number of `options` (a dataclass) outside its option's
+    `low`..`high`: what click's IntRange checks on the command line, for the API."""
+    for spec in dataclasses.fields(options):
+        how, value = spec.metadata.get("cli"), getattr(options, spec.name)
+        if how is None or how.kind != "int" or value is None:
+            continue
+        if isinstance(value, bool) or value < how.low or value > (how.high or value):
+            span = f"at least {how.low}" if how.high is None else f"{how.low} to {how.high:,}"
+            raise UsageError(f"{how.flag} must be {span}{how.note}: {spec.name}={value}")
 
 
 def _source(words: dict[str, object]) -> OneBatch | DataSet:
     """The probe batch or the data set the flat `words` (keywords of `OneBatch` and `DataSet`)
     say, with one UsageError line for the data set's options without `--data`, and for
     `--data` with `--input`."""
-    batch = {f.name: words.pop(f.name) for f in dataclasses.fields(OneBatch) if f.name in words}
-    data = words.pop("data", None)
+    input_file, data = words.pop("input_file", None), words.pop("data", None)
     if data is None:
-        if words.get("peer_timeout") is not None:  # said in its own words
-            _peer_timeout_error(words["peer_timeout"])
+        if words.get("peer_timeout") is not None:  # refused, in its own words, by a data set
+            DataSet("", peer_timeout=cast(float, words["peer_timeout"]))  # not multi-worker
         given = [how.metadata["cli"].flag for name, how in cli_fields()
                  if name in words and words[name] != how.default]  # fmt: skip
         if given:
             raise UsageError(f"{', '.join(given)} only apply with --data PATH; add --data")
-        return cast("Callable[..., OneBatch]", OneBatch)(**batch)
-    if batch.get("input_file") is not None:
+        return OneBatch(cast("PathLike | None", input_file))
+    if input_file is not None:
         raise UsageError(
             "--data and --input exclude each other: --input is one probe batch, --data a "
             "whole data set; pass one of them"
@@ -271,12 +241,11 @@ def with_cluster(options: ProbeOptions, environ: Mapping[str, str] | None = None
     data = options.data_set
     if data is None or data.distribute != Distribute.MULTI_WORKER or data.cluster is not None:
         return options
-    cluster = cluster_from_env(environ)
-    return dataclasses.replace(options, source=dataclasses.replace(data, cluster=cluster))
+    return replace(options, source=replace(data, cluster=cluster_from_env(environ)))
 
 
 def probe_from(options: ProbeOptions | None, keywords: Mapping[str, object]) -> ProbeOptions:
-    """The API's probe: `options`, or one made of the `**probe` keywords (`probe_keywords()`, each
+    """The API's probe: `options`, or one made of the `**probe` keywords (`cli_fields`, each
     optional), with its cluster (`with_cluster`).
 
     Raises:
@@ -292,11 +261,6 @@ def cli_fields() -> tuple[tuple[str, dataclasses.Field[object]], ...]:
     every = (*dataclasses.fields(OneBatch), *dataclasses.fields(ProbeOptions),
              *dataclasses.fields(DataSet))  # fmt: skip
     return tuple((f.metadata["cli"].keyword or f.name, f) for f in every if "cli" in f.metadata)
-
-
-def probe_keywords() -> tuple[str, ...]:
-    """The flat words `ProbeOptions` is made of: each option's keyword, and `cluster`."""
-    return (*(name for name, _ in cli_fields()), "cluster")
 
 
 class MeasureFields(TypedDict):

@@ -20,8 +20,6 @@ from layergrad.data.probe_input import InputSpec, check_fits, peek_rows
 from layergrad.model.config import serialized_name
 from layergrad.model.graph import ModelGraph
 
-PathLike = str | os.PathLike[str]
-
 
 def check_before_loading(graph: ModelGraph, source: OneBatch | DataSet) -> None:
     """Raise InputError for a `--data` or `--input` (`source`) that cannot feed the model in

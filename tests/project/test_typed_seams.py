@@ -171,10 +171,10 @@ def test_flat_words_make_one_batch_or_a_data_set():
     data = ProbeOptions(data="d.npz", limit=10, first_sample=4)
     assert data.source == DataSet("d.npz", limit=10, first_sample=4) == data.data_set
     assert (data.rows, ProbeOptions().rows, data.input_file) == (32, 8, None)
-    assert ProbeOptions(DataSet("d.npz", limit=10, first_sample=4)) == data
+    assert ProbeOptions(source=DataSet("d.npz", limit=10, first_sample=4)) == data
     assert dataclasses.replace(data, seed=3).source == data.source  # the data set is kept
     with pytest.raises(TypeError, match="limit"):  # a source given: its words are its own
-        ProbeOptions(OneBatch(), limit=3)
+        ProbeOptions(source=OneBatch(), limit=3)
     with pytest.raises(UsageError, match="--limit must be 1 to"):  # a data set made directly
         DataSet("d.npz", limit=0)
 
