@@ -29,6 +29,7 @@ from layergrad.engine.jacobian import (
     frobenius,
 )
 from layergrad.engine.trace import LiveTrace, Trace
+from layergrad.model.layer_refs import ref_of
 
 SCAN_EXACT_ROWS = 4096  # --exact: at most this many target entries per sample (backward passes)
 
@@ -93,7 +94,7 @@ def scan_frobenius(
     target = "outputs" if live.target is None else live.target.site.ref
     notes = [f"Jacobian norms ‖d {target}[i] / d layer[i]‖F per sample: {how}"]
     if mixing:
-        refs = (path if not call else f"{path}@{call}" for path, call, _ in mixing)
+        refs = (ref_of((path, call)) for path, call, _ in mixing)
         names = ", ".join(dict.fromkeys(refs))
         notes.append(
             f"the target mixes samples across the batch (e.g. BatchNorm in training mode): "

@@ -160,9 +160,7 @@ def live_trace(
             for t in copies:
                 if is_float(t):
                     tape.watch(t)
-            path, call = key
-            site = Site(ref=f"{path}@{call}" if call else path, path=path, call=call)
-            records.append((site, tuple(copies), args))
+            records.append((Site.of_call(key), tuple(copies), args))
             return copies
 
         for i, (name, tensor) in enumerate(zip(input_names(model), tensors, strict=False)):

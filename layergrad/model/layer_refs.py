@@ -39,6 +39,11 @@ class Site:
         """`(path, call)`: how graphs and traces identify a call."""
         return (self.path, self.call)
 
+    @classmethod
+    def of_call(cls, key: CallKey) -> Site:
+        """The site of a call seen while the model runs, by its `(path, call)` key."""
+        return cls(ref=ref_of(key), path=key[0], call=key[1])
+
 
 CallKey = tuple[str, int]
 
