@@ -118,12 +118,7 @@ def _size_text(n: int) -> str:
 def _option(name: str, spec: dataclasses.Field[object], help_text: str | None = None) -> Decorator:
     """The click option `name` of one probe options field: its `Cli` metadata and its default."""
     how: Cli = spec.metadata["cli"]
-    text = help_text or how.help
-    if how.kind == "flag":
-        return click.option(how.flag, name, is_flag=True, help=text)
     types: dict[str, object] = {
-        "text": None,
-        "size": None,
         "path": click.Path(dir_okay=False, path_type=str),
         "int": click.IntRange(min=how.low, max=how.high),
         "float": float,
@@ -137,12 +132,13 @@ def _option(name: str, spec: dataclasses.Field[object], help_text: str | None = 
     return click.option(
         how.flag,
         name,
-        type=types[how.kind],
+        type=types.get(how.kind),
         default=default,
-        show_default=default is not None,
+        show_default=default is not None and how.kind != "flag",
+        is_flag=how.kind == "flag",
         metavar=how.metavar,
         callback=_size if how.kind == "size" else None,
-        help=text,
+        help=help_text or how.help,
     )
 
 

@@ -13,35 +13,29 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import TypedDict, TypeVar, cast
 
+from layergrad.core import limits
 from layergrad.core.cluster import Cluster, cluster_from_env
 from layergrad.core.errors import UsageError
-from layergrad.core.limits import (
-    DEFAULT_MAX_MEMORY,
-    MAX_BATCH_SIZE,
-    MAX_CPU_REPLICAS,
-    MAX_LIMIT,
-    MAX_SEED,
-)
 from layergrad.core.vocab import Distribute, Measure, Reduce, Word
 
 PathLike = str | os.PathLike[str]
 Progress = Callable[[int, "int | None"], None]  # (samples done, samples expected or None)
 BATCH_SIZE, DATA_BATCH_SIZE = 8, 32
 W = TypeVar("W", bound=Word)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class Cli:
-    """How the command line spells one field of the probe options (`cli/options.py` makes the click
-    option). `group` says which options decorator declares it: "probe" (every probing
-    command), "run" (not `check`, which decides them itself), "data" (`--data` and its
-    company, `fit` too) or "shard" (not `fit`). `kind` is how the text is read: "text",
-    "path", "int" or "float" (within `low`..`high`; `note` says `high` in the error), "size"
-    (8GB), "flag", or "word" (one of `words`). `keyword` is the API's and click's name when it
-    is not the field's."""
+    """How the command line spells one probe option (`cli/options.py` makes the click option).
+    `group` says which options decorator declares it: "probe" (every probing command), "run"
+    (not `check`, which decides them itself), "data" (`--data` and its company, `fit` too) or
+    "shard" (not `fit`). `kind` is how the text is read: "text", "path", "int" or "float"
+    (within `low`..`high`, `note` said after `high`), "size" (8GB), "flag", or "word" (one of
+    `words`). `keyword` is the API's and click's name when it is not the field's."""
 
     flag: str
     group: str
@@ -55,9 +49,6 @@ class Cli:
     note: str = ""
 
 
-T = TypeVar("T")
-
-
 def option(default: T, how: Cli) -> T:
     """A probe options field with its `default` and its command-line spelling."""
     return cast(T, field(default=default, metadata={"cli": how}))
@@ -65,8 +56,7 @@ def option(default: T, how: Cli) -> T:
 
 @dataclass(frozen=True)
 class OneBatch:
-    """One probe batch: the `input_file` (`.npy` / `.npz`), or without it random rows from the
-    model's input spec (`ProbeOptions.batch_size` rows, seeded by `seed`)."""
+    """One probe batch: the `input_file` (`.npy` / `.npz`), or random rows of the input spec."""
 
     input_file: PathLike | None = option(None, Cli("--input", "probe", "path", help="Probe "
         "batch: .npy (one input) or .npz keyed by input name (x for one input; y = "
@@ -86,15 +76,15 @@ class DataSet:
         "(keys = input names, or x for one input; y = labels), a folder of images, or "
         "FILE.py:function / module:function returning batches. Statistics are over all samples."))
     limit: int | None = option(None, Cli("--limit", "data", "int", metavar="N", low=1,
-        high=MAX_LIMIT, note=" (2**53)", help="With --data: read at most N samples."))
+        high=limits.MAX_LIMIT, note=" (2**53)", help="With --data: read at most N samples."))
     distribute: Distribute | None = option(None, Cli("--distribute", "data", "word",
         words=Distribute, help="With --data: mirrored runs on every visible GPU "
         "(tf.distribute.MirroredStrategy); multi-worker on every worker of the cluster in "
         "TF_CONFIG (MultiWorkerMirroredStrategy), each over its shard; only the chief prints "
         "the report."))
     cpu_replicas: int | None = option(None, Cli("--cpu-replicas", "data", "int", metavar="N",
-        low=1, high=MAX_CPU_REPLICAS, help="With --data: split the CPU into N devices and mirror "
-        "over them (a testing aid for the distributed path)."))
+        low=1, high=limits.MAX_CPU_REPLICAS, help="With --data: split the CPU into N devices and "
+        "mirror over them (a testing aid for the distributed path)."))
     first_sample: int = option(0, Cli("--first-sample", "shard", "int", metavar="N", low=0,
         help="With --data: PATH is a shard of a larger data set starting at its sample N, so the "
         "samples are numbered from N (the default scan target's projection is seeded per "
@@ -106,10 +96,8 @@ class DataSet:
     # fmt: on
 
     def __post_init__(self) -> None:
-        if self.distribute is not None:
-            object.__setattr__(
-                self, "distribute", _word(Distribute, self.distribute, "--distribute")
-            )
+        if (word := self.distribute) is not None:  # frozen: its word as a member, once, here
+            object.__setattr__(self, "distribute", _word(Distribute, word, "--distribute"))
         if self.peer_timeout is not None and (
             self.distribute != Distribute.MULTI_WORKER or not 0 < self.peer_timeout <= 1e9
         ):
@@ -136,15 +124,15 @@ class ProbeOptions:
 
     # fmt: off
     batch_size: int | None = option(None, Cli("--batch-size", "probe", "int", low=1,
-        high=MAX_BATCH_SIZE, help="Rows of the random probe batch (default 8), or of each batch "
-        "of --data (default 32)."))
-    seed: int = option(0, Cli("--seed", "probe", "int", low=0, high=MAX_SEED,
+        high=limits.MAX_BATCH_SIZE, help="Rows of the random probe batch (default 8), or of each "
+        "batch of --data (default 32)."))
+    seed: int = option(0, Cli("--seed", "probe", "int", low=0, high=limits.MAX_SEED,
         note=" (2**32 - 1)", help="Seed of the random batch."))
     reduce: Reduce = option(Reduce.SUM, Cli("--reduce", "run", "word", words=Reduce,
         help="Reduce the target activation to a scalar by sum or mean."))
     training: bool = option(False, Cli("--training", "run", "flag",
         help="Run the model in training mode (default: inference)."))
-    max_memory: int = option(DEFAULT_MAX_MEMORY, Cli("--max-memory", "probe", "size",
+    max_memory: int = option(limits.DEFAULT_MAX_MEMORY, Cli("--max-memory", "probe", "size",
         metavar="SIZE", help="Refuse a model whose probe would need more memory than this "
         "(estimated from the shapes in its config before Keras builds it), e.g. 32GB."))
     source: OneBatch | DataSet = OneBatch()
@@ -153,19 +141,16 @@ class ProbeOptions:
     def __init__(self, *, source: OneBatch | DataSet | None = None, **words: object) -> None:
         """Raises TypeError for a keyword that is no option's (as Python says of an unknown
         argument), UsageError for values or options that do not go together."""
-        shared = (f for f in dataclasses.fields(self) if "cli" in f.metadata)
-        mine = {f.name: words.pop(f.name, f.default) for f in shared}
+        for spec in fields(self)[:-1]:  # the shared ones (the source comes last)
+            object.__setattr__(self, spec.name, words.pop(spec.name, spec.default))
         known = {name for name, _ in cli_fields()} | {"cluster"}
         unknown = sorted(set(words) - known) or sorted(words if source else ())
         if unknown:  # with a source, the words of one are the source's business
             raise TypeError(f"ProbeOptions() got an unexpected keyword argument {unknown[0]!r}")
-        source = source if source is not None else _source(words)
-        for name, value in mine.items():
-            object.__setattr__(self, name, value)
-        object.__setattr__(self, "source", source)
+        object.__setattr__(self, "source", source if source is not None else _source(words))
         object.__setattr__(self, "reduce", _word(Reduce, self.reduce, "reduce"))
         if self.batch_size is None:  # frozen: set the default once, here
-            default = DATA_BATCH_SIZE if isinstance(source, DataSet) else BATCH_SIZE
+            default = DATA_BATCH_SIZE if isinstance(self.source, DataSet) else BATCH_SIZE
             object.__setattr__(self, "batch_size", default)
         _check_ranges(self)
 
@@ -195,7 +180,7 @@ class ProbeOptions:
 def _check_ranges(options: DataSet | ProbeOptions) -> None:
     """One UsageError line for a whole number of `options` (a dataclass) outside its option's
     `low`..`high`: what click's IntRange checks on the command line, for the API."""
-    for spec in dataclasses.fields(options):
+    for spec in fields(options):
         how, value = spec.metadata.get("cli"), getattr(options, spec.name)
         if how is None or how.kind != "int" or value is None:
             continue
@@ -205,9 +190,8 @@ def _check_ranges(options: DataSet | ProbeOptions) -> None:
 
 
 def _source(words: dict[str, object]) -> OneBatch | DataSet:
-    """The probe batch or the data set the flat `words` (keywords of `OneBatch` and `DataSet`)
-    say, with one UsageError line for the data set's options without `--data`, and for
-    `--data` with `--input`."""
+    """The probe batch or the data set the flat `words` say, with one UsageError line for the
+    data set's options without `--data`, and for `--data` with `--input`."""
     input_file, data = words.pop("input_file", None), words.pop("data", None)
     if data is None:
         if words.get("peer_timeout") is not None:  # refused, in its own words, by a data set
@@ -258,8 +242,7 @@ def probe_from(options: ProbeOptions | None, keywords: Mapping[str, object]) -> 
 def cli_fields() -> tuple[tuple[str, dataclasses.Field[object]], ...]:
     """The fields the command line spells, in its order, each with its keyword (the API's, and
     the click parameter's name): the probe batch's, the shared ones, the data set's."""
-    every = (*dataclasses.fields(OneBatch), *dataclasses.fields(ProbeOptions),
-             *dataclasses.fields(DataSet))  # fmt: skip
+    every = (*fields(OneBatch), *fields(ProbeOptions), *fields(DataSet))
     return tuple((f.metadata["cli"].keyword or f.name, f) for f in every if "cli" in f.metadata)
 
 

@@ -22,8 +22,7 @@ from layergrad.model.graph import ModelGraph
 
 
 def check_before_loading(graph: ModelGraph, source: OneBatch | DataSet) -> None:
-    """Raise InputError for a `--data` or `--input` (`source`) that cannot feed the model in
-    `graph`.
+    """Raise InputError for a `source` (`--data` or `--input`) that cannot feed `graph`'s model.
 
     Paths are always checked; keys, shapes and dtypes when the config declares every input's
     name, shape and dtype (a Keras 3 file always does).

@@ -74,8 +74,7 @@ def check_files(
         files = [os.fspath(p) for p in paths]
         found = load_baselines(options.baselines)
         probe = options.probe
-        data = probe.data_set is not None
-        baselines = match_baselines(files, found, _text(probe.input_file), data)
+        baselines = match_baselines(files, found, _text(probe.input_file), bool(probe.data_set))
     verdicts = []
     for path in paths:
         if on_file is not None:
