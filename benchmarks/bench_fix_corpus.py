@@ -15,7 +15,7 @@ is trained on labelled data: the faults that need data on their own labels, the 
 and the healthy files on the healthy architecture's labels (the model is wrong, not the data).
 
     python benchmarks/bench_fix_corpus.py [--archs seq_mlp_binary,mlp_sparse] [--saves keras,h5]
-        [--forms str,obj] [--ops units_one,loss_bce] [--data --steps 100]
+        [--forms str,obj] [--ops units_one,loss_bce] [--data --steps 300]
 """
 
 from __future__ import annotations
@@ -30,11 +30,15 @@ import numpy as np
 from corpus_forms import Head
 from verdict_corpus import BY_NAME, Case, _arrays, _write_data, build_corpus
 
-from layergrad.commands.fix.repair import FixOptions, fix_model
+from layergrad.commands.fix.repair import DEFAULT_STEPS, FixOptions, fix_model
 from layergrad.core.fix_results import FixReport, Verdict
 
 DEFAULT_ARCHS = "seq_mlp_binary,mlp_sparse,nested,multi_input,multi_output,residual,conv"
 COLUMNS = ("faults", "repaired", "at layer", "verified")
+# the faults whose repair adds non-linearity: a rule of the inputs that a linear map fits
+# cannot show it, so they train on labels from |x| (NONLINEAR_ROWS samples)
+NONLINEAR_OPS = ("hidden_linear", "relu_before_softmax")
+NONLINEAR_ROWS = 1024
 
 
 def main() -> None:
@@ -44,7 +48,7 @@ def main() -> None:
     parser.add_argument("--forms", default=None, help="written forms (str,fn,obj); all if unset")
     parser.add_argument("--ops", default=None, help="mutant names (e.g. units_one); all if unset")
     parser.add_argument("--data", action="store_true", help="train every file: verdicts")
-    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
     parser.add_argument(
         "--random-labels",
         action="store_true",
@@ -67,7 +71,8 @@ def main() -> None:
                 continue
             data = case.data
             if args.data and data is None:  # a static fault (or healthy) on the right labels
-                data = labelled.get(case.arch) or _healthy_data(case, Path(folder), labelled)
+                key = f"{case.arch}__{case.op in NONLINEAR_OPS}"
+                data = labelled.get(key) or _healthy_data(case, Path(folder), labelled, key)
             elif data is not None and not args.random_labels:  # a data fault: same form, learnable
                 data = _learnable_like(Path(data))
             out = Path(folder) / "copy.keras"
@@ -97,16 +102,20 @@ def main() -> None:
     print(f"{time.perf_counter() - start:.0f} s")
 
 
-def _healthy_data(case: Case, folder: Path, labelled: dict[str, Path]) -> Path:
+def _healthy_data(case: Case, folder: Path, labelled: dict[str, Path], key: str) -> Path:
     """The healthy architecture's labelled data: labels a rule of the inputs gives (learnable)
     when every input is numeric, else the corpus's (drawn at random: nothing can be verified
-    on them, as no model beats the class prior)."""
+    on them, as no model beats the class prior). The faults of NONLINEAR_OPS get a rule no
+    linear map fits, on more samples."""
     arch = BY_NAME[case.arch]
     x, y = _arrays(arch, arch.head, seed=1)
+    nonlinear = case.op in NONLINEAR_OPS and not isinstance(y, dict)
+    if nonlinear:
+        x = arch.data(np.random.default_rng(1), NONLINEAR_ROWS)
     if not isinstance(y, dict) and all(v.dtype.kind in "fiu" for v in x.values()):
-        y = _rule_labels(x, arch.head, y)
-    labelled[case.arch] = _write_data(folder / f"{case.arch}__labels.npz", x, y)
-    return labelled[case.arch]
+        y = _rule_labels(x, arch.head, y, nonlinear=nonlinear)
+    labelled[key] = _write_data(folder / f"{key}__labels.npz", x, y)
+    return labelled[key]
 
 
 def _learnable_like(path: Path) -> Path:
@@ -133,9 +142,14 @@ def _learnable_like(path: Path) -> Path:
     return out
 
 
-def _rule_labels(x: dict[str, np.ndarray], head: Head, drawn: np.ndarray) -> np.ndarray:
-    """Labels of the head's kind and shape from fixed projections of the standardised inputs."""
+def _rule_labels(
+    x: dict[str, np.ndarray], head: Head, drawn: np.ndarray, nonlinear: bool = False
+) -> np.ndarray:
+    """Labels of the head's kind and shape from fixed projections of the standardised inputs;
+    `nonlinear`: from the magnitudes of differences of features (`_magnitude_labels`)."""
     flat = np.concatenate([v.reshape(len(v), -1).astype("float64") for v in x.values()], axis=1)
+    if nonlinear:
+        return _magnitude_labels(flat, head, max(head.units, 1), drawn)
     flat = (flat - flat.mean(0)) / (flat.std(0) + 1e-9)
     k = max(head.units, 1)
     scores = flat @ np.random.default_rng(7).normal(size=(flat.shape[1], k))
@@ -148,6 +162,30 @@ def _rule_labels(x: dict[str, np.ndarray], head: Head, drawn: np.ndarray) -> np.
         return ids.astype("int64") if head.kind == "sparse" else np.eye(k, dtype="float32")[ids]
     if head.kind == "regression":
         return (50 + 450 / (1 + np.exp(-scores))).astype("float32")
+    return drawn
+
+
+def _magnitude_labels(flat: np.ndarray, head: Head, k: int, drawn: np.ndarray) -> np.ndarray:
+    """Labels no linear map fits but a ReLU layer reaches in a few hundred steps: from
+    |u| where u = x_a / mean_a - x_b / mean_b (two features, each over its mean; over its
+    spread when the mean is about 0), a difference that crosses 0 inside the data without a
+    bias, so a ReLU unit drawn as Keras draws it already bends there (centring on the means
+    would ask the biases to travel as far as the unscaled inputs are from 0). Binary: |u|
+    above its median (one pair of features per column); classes: k equally full bands of |u|.
+    """
+    mean, spread = flat.mean(0), flat.std(0) + 1e-9
+    scaled = flat / np.where(np.abs(mean) > 0.1 * spread, mean, spread)
+    width = scaled.shape[1]
+    pairs = [((2 * i) % width, (2 * i + 1) % width) for i in range(k)]
+    size = np.stack([np.abs(scaled[:, a] - scaled[:, b]) for a, b in pairs], axis=1)
+    if head.kind in ("binary", "multilabel"):
+        return (size > np.median(size, axis=0)).astype("float32")
+    if head.kind in ("categorical", "sparse"):
+        edges = np.quantile(size[:, 0], np.linspace(0, 1, k + 1)[1:-1])
+        ids = np.digitize(size[:, 0], edges)
+        return ids.astype("int64") if head.kind == "sparse" else np.eye(k, dtype="float32")[ids]
+    if head.kind == "regression":
+        return (50 + 150 * size).astype("float32")
     return drawn
 
 

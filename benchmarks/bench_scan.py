@@ -1,13 +1,16 @@
 """Benchmark: `scan` of every ResNet50 layer vs one plain forward+backward pass, and vs a loop.
 
-ResNet50 (weights=None, 64x64 input, batch 2) is saved once to a temp dir. In one process,
-alternating rounds time:
+ResNet50 (weights=None, 64x64 input, batch 2; `--model mobilenetv2` for MobileNetV2) is saved
+once, compiled with the mean squared error, to a temp dir. In one process, alternating rounds
+time:
   baseline   load the model; one forward and one backward pass w.r.t. its weights
   scan       load the model; layergrad's scan of every layer (one forward, one backward)
+  weights    load the model; `scan --wrt weights` of the probe batch (`x`, `y` in a .npz)
   loop       load the model; one GradientTape per layer (what scan avoids), on --loop-layers
-Printed: the medians and the ratios scan/baseline (goal <= 1.5) and loop/scan.
+Printed: the medians and the ratios scan/baseline (goal <= 1.5), weights/baseline and
+loop/scan.
 
-    python benchmarks/bench_scan.py [--rounds 5] [--loop-layers 40]
+    python benchmarks/bench_scan.py [--rounds 5] [--loop-layers 40] [--model resnet50]
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from layergrad.commands.api import scan_model
+from layergrad.commands.api import scan_model, scan_weights_model
 from layergrad.core.keras_backend import quiet_import
 
 tf, keras = quiet_import()
@@ -36,6 +39,10 @@ def baseline(path: Path, x: np.ndarray) -> None:
 
 def scan(path: Path, x_file: Path) -> None:
     scan_model(path, input_file=x_file)
+
+
+def weights(path: Path, xy_file: Path) -> None:
+    scan_weights_model(path, input_file=xy_file)
 
 
 def loop(path: Path, x: np.ndarray, layers: int) -> None:
@@ -63,21 +70,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--loop-layers", type=int, default=40)
+    parser.add_argument("--model", choices=["resnet50", "mobilenetv2"], default="resnet50")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "resnet50.keras"
-        keras.applications.ResNet50(
-            weights=None, input_shape=(64, 64, 3), classes=10, classifier_activation=None
-        ).save(path)
-        x = np.random.default_rng(0).standard_normal((2, 64, 64, 3)).astype("float32")
-        x_file = Path(tmp) / "x.npy"
+        path = Path(tmp) / f"{args.model}.keras"
+        build = {"resnet50": keras.applications.ResNet50,
+                 "mobilenetv2": keras.applications.MobileNetV2}[args.model]  # fmt: skip
+        model = build(weights=None, input_shape=(64, 64, 3), classes=10, classifier_activation=None)
+        model.compile(loss="mse")
+        model.save(path)
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((2, 64, 64, 3)).astype("float32")
+        x_file, xy_file = Path(tmp) / "x.npy", Path(tmp) / "xy.npz"
         np.save(x_file, x)
+        np.savez(xy_file, x=x, y=rng.standard_normal((2, 10)).astype("float32"))
         n_layers = len(keras.saving.load_model(path, compile=False).layers)
         jobs = {
             "baseline": lambda: baseline(path, x),
             "scan": lambda: scan(path, x_file),
-            "loop": lambda: loop(path, x, args.loop_layers),
+            "weights": lambda: weights(path, xy_file),
         }
+        if args.loop_layers:
+            jobs["loop"] = lambda: loop(path, x, args.loop_layers)
         for job in jobs.values():  # warm up: graph tracing, file cache
             job()
         times: dict[str, list[float]] = {name: [] for name in jobs}
@@ -87,12 +101,17 @@ def main() -> None:
                 job()
                 times[name].append(time.perf_counter() - start)
     med = {name: statistics.median(t) for name, t in times.items()}
-    ratio = statistics.median(s / b for s, b in zip(times["scan"], times["baseline"], strict=True))
-    per_layer = med["loop"] / args.loop_layers
-    print(f"ResNet50, {n_layers} layers, 64x64, batch 2; medians of {args.rounds} rounds")
+    base = times["baseline"]
+    ratio = statistics.median(s / b for s, b in zip(times["scan"], base, strict=True))
+    wratio = statistics.median(w / b for w, b in zip(times["weights"], base, strict=True))
+    print(f"{args.model}, {n_layers} layers, 64x64, batch 2; medians of {args.rounds} rounds")
     for name, value in med.items():
         print(f"  {name:8s} {value:6.2f} s")
     print(f"scan / baseline: {ratio:.2f}x  (goal <= 1.5)")
+    print(f"scan --wrt weights / baseline: {wratio:.2f}x")
+    if not args.loop_layers:
+        return
+    per_layer = med["loop"] / args.loop_layers
     print(
         f"per-layer loop: {per_layer:.2f} s per layer, so ~{per_layer * n_layers:.1f} s for all "
         f"{n_layers} layers = {per_layer * n_layers / med['scan']:.1f}x the scan"

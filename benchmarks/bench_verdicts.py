@@ -6,7 +6,7 @@ and ResNet50 at 32x32, batch 8. In one process, alternating rounds time, per mod
               (the model already loaded, the batch made)
   weights     the weight scan `check` runs (`scan_weights`: the trace of every layer call,
               d loss / d every layer's output and every variable, from one pass)
-  scale       the update-ratio rule on the weight scan's rows (`weights.scale_flags`)
+  scale       the update-ratio rule on the weight scan's rows (`weight_rows.scale_flags`)
   dead        the dead-ReLU rule on the trace (`weights.dead_layers`)
   loss, targets   the static rules (`loss_fit.mismatches`) and the label rules
               (`target_fit.target_mismatches` on a summary of 10,000 labels)
@@ -30,7 +30,8 @@ import numpy as np
 
 from layergrad.commands.check.gate import check_file
 from layergrad.commands.session import open_session, probe_batch
-from layergrad.commands.weight_scan import dead_layers, scale_flags, scan_weights
+from layergrad.commands.weight_rows import dead_layers, scale_flags
+from layergrad.commands.weight_scan import scan_weights
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.engine.trace import run_trace

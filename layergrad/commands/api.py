@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from layergrad.commands.session import Session, open_session
+from layergrad.commands.session import open_session, open_source
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.probe_options import PathLike, ProbeOptions, Progress, probe_from
-from layergrad.core.results import InspectReport, Result, ScanReport, WeightScanReport
-from layergrad.core.vocab import Measure, Status
+from layergrad.core.results import InspectReport, ScanReport, WeightScanReport
+from layergrad.core.vocab import Measure
 
 if TYPE_CHECKING:
     from layergrad.engine.jacobian import JacobianOptions
     from layergrad.files.outputs import Written
-    from layergrad.model.graph import ModelGraph
-    from layergrad.model.layer_refs import Site
 
 __all__ = ["ProbeOptions", "inspect_model", "save_gradients", "scan_model", "scan_weights_model"]
 
@@ -81,108 +78,10 @@ def inspect_model(
         raise InputError("give at least one target layer (--to)")
     options = probe_from(options, probe)
     how = _jacobian_options(measure, probes, exact, top, options.seed)
-    if options.data_set is not None:
-        from layergrad.commands import over_data
+    from layergrad.commands.inspect import inspect_session
 
-        return over_data.inspect_data(
-            path,
-            source,
-            targets,
-            options,
-            imports=imports,
-            unsafe=unsafe,
-            on_progress=on_progress,
-            jacobian=how,
-            top=top,
-        )
-    session = open_session(
-        path,
-        options,
-        refs=[source, *targets],
-        imports=imports,
-        unsafe=unsafe,
-    )
-    from layergrad.commands.untrained_batchnorm import in_training, probe_in_training
-
-    results = _inspect(session, source, targets, how)
-    wrong = any(res.status != Status.OK for res in results)
-    said = probe_in_training(session.model, session.options.training, wrong)
-    if said:  # never-trained BatchNormalization: probe again as training runs it
-        session = in_training(session)
-        results = tuple(
-            replace(res, warnings=(*res.warnings, said))
-            for res in _inspect(session, source, targets, how)
-        )
-    return InspectReport(model=session.model_meta, probe=session.probe_meta, results=results)
-
-
-def _inspect(
-    session: Session, source: str, targets: Sequence[str], how: JacobianOptions | None
-) -> tuple[Result, ...]:
-    """One probe of the session's model: the results of `inspect_model` (with their Jacobian
-    norms when `how` says how to measure them)."""
-    from layergrad.diagnose import diagnoser
-    from layergrad.engine import jacobian
-    from layergrad.engine import probe as probing
-    from layergrad.model import layer_refs
-
-    model, opts = session.model, session.options
-    source_site = layer_refs.resolve(model, source)
-    target_sites = [layer_refs.resolve(model, ref) for ref in targets]
-    live = None
-    if how is not None:  # one forward pass serves the gradient and the Jacobians
-        live = probing.live_probe(
-            model,
-            session.batch,
-            [source_site],
-            target_sites,
-            training=opts.training,
-            reduce=opts.reduce,
-        )
-        run = probing.probe_gradients(live)
-    else:
-        run = probing.run_probe(
-            model,
-            session.batch,
-            [source_site],
-            target_sites,
-            training=opts.training,
-            reduce=opts.reduce,
-        )
-    results = diagnoser.build_results(run, session.info.graph, session.diagnoser)
-    notes = [
-        diagnoser.softmax_target_note(site, "take --to the layer before it")
-        for site in target_sites
-    ]
-    results = tuple(
-        replace(res, warnings=(note, *res.warnings)) if note else res  # the strongest first
-        for res, note in zip(results, notes, strict=True)
-    )
-    graph = session.info.graph
-    first = [_first_call_note(graph, source, source_site, "--from")]
-    results = tuple(
-        replace(res, warnings=(*res.warnings, *(n for n in said if n)))
-        for res, said in (
-            (res, [*first, _first_call_note(graph, ref, site, "--to")])
-            for res, ref, site in zip(results, targets, target_sites, strict=True)
-        )
-    )
-    if live is not None and how is not None:
-        results = jacobian.with_jacobians(results, live, how)
-    return results
-
-
-def _first_call_note(graph: ModelGraph, ref: str, site: Site, option: str) -> str | None:
-    """A note when `ref` names a layer called several times without `@K`: it means call 0."""
-    entry = graph.get(site.path) if site.input_index is None else None
-    if entry is None or entry.num_calls < 2 or "@" in ref:
-        return None
-    last = entry.num_calls - 1
-    others = f"{site.path}@1" if last == 1 else f"{site.path}@1 to {site.path}@{last}"
-    return (
-        f"{option} {ref}: '{site.path}' is called {entry.num_calls} times (a shared layer) and "
-        f"{ref} means its first call, {site.path}@0; name the other calls {others}"
-    )
+    session = open_source(path, options, refs=[source, *targets], imports=imports, unsafe=unsafe)
+    return inspect_session(session, source, targets, how, top, on_progress)
 
 
 def scan_model(
@@ -218,34 +117,14 @@ def scan_model(
         >>> [r.layer for r in rows][:2]
         ['x', 'stem']
     """
-    from layergrad.commands.scan import scan_session
-
     layers, imports = _one_or_many(layers), _one_or_many(imports)
     options = probe_from(options, probe)
     how = _jacobian_options(measure, probes, exact, top, options.seed)
-    if options.data_set is not None:
-        from layergrad.commands import over_data
+    from layergrad.commands.scan import scan_session
 
-        return over_data.scan_data(
-            path,
-            options,
-            target=target,
-            layers=layers,
-            imports=imports,
-            unsafe=unsafe,
-            on_progress=on_progress,
-            jacobian=how,
-            top=top,
-        )
-    session = open_session(
-        path,
-        options,
-        refs=[target] if target is not None else [],
-        globs=layers,
-        imports=imports,
-        unsafe=unsafe,
-    )
-    return scan_session(session, target, layers, jacobian=how)
+    refs = [target] if target is not None else []
+    session = open_source(path, options, refs=refs, globs=layers, imports=imports, unsafe=unsafe)
+    return scan_session(session, target, layers, how, top, on_progress)
 
 
 def _jacobian_options(
@@ -287,18 +166,16 @@ def scan_weights_model(
     Raises:
         InputError: the file has no compiled loss and `loss` is None.
     """
-    from layergrad.commands.weight_scan import scan_weights
+    from layergrad.commands import session as sessions
+    from layergrad.commands.weight_scan import scan_weights, weights_over
 
     imports = _one_or_many(imports)
     options = probe_from(options, probe)
     if options.data_set is not None:
-        from layergrad.commands.weights_data import scan_weights_data
-
-        return scan_weights_data(
-            path, options, loss=loss, imports=imports, unsafe=unsafe, on_progress=on_progress
-        )
+        loaded, warnings, strategy = sessions.load(path, options, imports=imports, unsafe=unsafe)
+        return weights_over(loaded, warnings, strategy, options, loss, on_progress, path)
     session = open_session(path, options, imports=imports, unsafe=unsafe)
-    return scan_weights(session, loss)
+    return scan_weights(session, loss, layers=False)
 
 
 def _one_or_many(value: str | Sequence[str]) -> list[str]:

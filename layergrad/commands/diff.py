@@ -100,7 +100,9 @@ def diff_models(
     if len(sessions) == 2 and probe.input_file is None:
         same_random_batch(*sessions)
     scanned = (
-        profile_of(scan_weights(s, loss) if wrt == Wrt.WEIGHTS else scan_session(s, target))
+        profile_of(
+            scan_weights(s, loss, layers=False) if wrt == Wrt.WEIGHTS else scan_session(s, target)
+        )
         for s in sessions
     )
     base, new = (read if read is not None else next(scanned) for read in profiles)

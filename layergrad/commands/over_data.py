@@ -1,4 +1,4 @@
-"""`--data`: `inspect`, `scan` and `check` over every sample of a data set.
+"""The passes of `inspect`, `scan` and `check` over every sample of a data set (`--data`).
 
 The statistics are those of the whole data set as one batch; they are reduced inside the
 compiled step (`data_step.run_stream`), so no gradient is kept. A result that is not ok gets its
@@ -10,33 +10,22 @@ non-finite result, else the first batch. That batch is read again and diagnosed 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from layergrad.commands import over_data_jacobians
-from layergrad.commands.data_meta import model_meta, probe_meta
 from layergrad.core.errors import InputError
-from layergrad.core.probe_options import PathLike, ProbeOptions, Progress, with_cluster
-from layergrad.core.results import (
-    DataStats,
-    Endpoint,
-    GradientStats,
-    InspectReport,
-    Result,
-    ScanReport,
-    ScanRow,
-)
+from layergrad.core.probe_options import ProbeOptions, Progress, with_cluster
+from layergrad.core.results import DataStats, Endpoint, GradientStats, Result, ScanRow
 from layergrad.core.tf_types import KerasModel, Strategy
 from layergrad.core.vocab import Finding, Status
 
 if TYPE_CHECKING:
+    from layergrad.commands.session import DataSession
     from layergrad.core.results import Cause
     from layergrad.data.probe_input import InputSpec, ProbeBatch
     from layergrad.data.sources import DataStream
     from layergrad.data.stats.aggregates import ForwardTotals, GradientTotals
     from layergrad.diagnose.diagnoser import Diagnoser
     from layergrad.engine.data_step import Probed, StreamRun
-    from layergrad.engine.jacobian import JacobianOptions
     from layergrad.engine.layer_calls import Activation
     from layergrad.engine.loader import LoadedModel
     from layergrad.engine.trace import Trace
@@ -45,7 +34,7 @@ if TYPE_CHECKING:
 
 
 def open_stream(model: KerasModel, options: ProbeOptions, strategy: Strategy = None) -> DataStream:
-    """The model's batches from `options.data` (a `sources.DataStream`): this worker's
+    """The model's batches from its data set (a `sources.DataStream`): this worker's
     shard under `--distribute multi-worker`."""
     from layergrad.data import sources
 
@@ -82,64 +71,17 @@ def shard_of(options: ProbeOptions) -> tuple[int, int] | None:
     return None if cluster is None else (cluster.index, cluster.workers)
 
 
-def inspect_data(
-    path: PathLike,
-    source: str,
-    targets: Sequence[str],
-    options: ProbeOptions,
-    *,
-    imports: Sequence[str] = (),
-    unsafe: bool = False,
-    on_progress: Progress | None = None,
-    jacobian: JacobianOptions | None = None,
-    top: int = 10,
-) -> InspectReport:
-    """`api.inspect_model` over every sample of `options.data`; with `jacobian` (a
-    `jacobian.JacobianOptions`) each result also gets its Jacobian norms over every sample."""
-    from layergrad.commands import session
-    from layergrad.commands.untrained_batchnorm import probe_in_training
-    from layergrad.model import layer_refs
-
-    loaded, warnings, strategy = session.load(
-        path, options, refs=[source, *targets], imports=imports, unsafe=unsafe
-    )
-    model = loaded.model
-    source_site = layer_refs.resolve(model, source)
-    target_sites = [layer_refs.resolve(model, ref) for ref in targets]
-    batches = open_stream(model, options, strategy)
-    sites = (source_site, target_sites)
-    run, results = _inspect_pass(loaded, batches, strategy, sites, options, on_progress)
-    wrong = any(res.status != Status.OK for res in results)
-    said = probe_in_training(model, options.training, wrong)
-    if said:  # never-trained BatchNormalization: stream again as training runs it
-        options = replace(options, training=True)
-        run, results = _inspect_pass(loaded, batches, strategy, sites, options, on_progress)
-        results = [replace(res, warnings=(*res.warnings, said)) for res in results]
-    if jacobian is not None:
-        results = over_data_jacobians.inspect_jacobians_over(
-            model, batches, source_site, results, options, jacobian, top, on_progress, strategy
-        )
-    return InspectReport(
-        model=model_meta(path, loaded, warnings),
-        probe=probe_meta(batches.source, run, options),
-        results=tuple(results),
-    )
-
-
-def _inspect_pass(
-    loaded: LoadedModel,
-    batches: DataStream,
-    strategy: Strategy,
-    sites: tuple[Site, Sequence[Site]],
-    options: ProbeOptions,
+def inspect_pass(
+    session: DataSession,
+    source_site: Site,
+    target_sites: Sequence[Site],
     on_progress: Progress | None = None,
 ) -> tuple[StreamRun, list[Result]]:
-    """One pass of `inspect_data` over the stream in `options`' mode: the run, and one result
-    per target of `sites` (the source, the targets)."""
-    from layergrad.diagnose import diagnoser
+    """One pass of `inspect` over the data in the session's mode: the run, and one result
+    per target."""
     from layergrad.engine import data_step
 
-    model, (source_site, target_sites) = loaded.model, sites
+    model, options, batches = session.model, session.options, session.stream
     plan = data_step.Plan(
         sources=(source_site,),
         targets=tuple(target_sites),
@@ -148,66 +90,9 @@ def _inspect_pass(
         data=True,
         seed=options.seed,
     )
-    run = data_step.run_stream(model, plan, batches, strategy, on_progress)
-    diagnosis = _Diagnosis(model, batches, loaded.info.graph, options)
-    results = []
-    for t, site in enumerate(target_sites):
-        result = _result(run, t, diagnosis)
-        note = diagnoser.softmax_target_note(site, "take --to the layer before it")
-        if note:
-            result = replace(result, warnings=(note, *result.warnings))  # the strongest first
-        results.append(result)
-    return run, results
-
-
-def scan_data(
-    path: PathLike,
-    options: ProbeOptions,
-    *,
-    target: str | None = None,
-    layers: Sequence[str] = (),
-    imports: Sequence[str] = (),
-    unsafe: bool = False,
-    on_progress: Progress | None = None,
-    jacobian: JacobianOptions | None = None,
-    top: int = 10,
-) -> ScanReport:
-    """`api.scan_model` over every sample of `options.data`: each row's statistics over all
-    samples (and with `jacobian`, its Jacobian norms over every sample)."""
-    from layergrad.commands import session
-    from layergrad.commands.scan import target_notes
-    from layergrad.commands.untrained_batchnorm import probe_in_training, scan_wrong
-    from layergrad.model import layer_refs
-
-    loaded, warnings, strategy = session.load(
-        path,
-        options,
-        refs=[target] if target else [],
-        globs=layers,
-        imports=imports,
-        unsafe=unsafe,
-    )
-    model = loaded.model
-    site = None if target is None else layer_refs.resolve(model, target)
-    batches = open_stream(model, options, strategy)
-    run, rows = scan_over(loaded, strategy, batches, options, site, layers, on_progress)
-    said = probe_in_training(model, options.training, scan_wrong(rows))
-    if said:  # never-trained BatchNormalization: stream again as training runs it
-        options = replace(options, training=True)
-        run, rows = scan_over(loaded, strategy, batches, options, site, layers, on_progress)
-    notes = (*target_notes(site), *((said,) if said else ()))
-    if jacobian is not None:
-        rows, found = over_data_jacobians.scan_jacobians_over(
-            model, batches, site, rows, options, jacobian, top, on_progress, strategy
-        )
-        notes = (*notes, *found)
-    return ScanReport(
-        model=model_meta(path, loaded, warnings),
-        probe=probe_meta(batches.source, run, options, seeded=site is None),
-        target=site.ref if site else None,
-        rows=rows,
-        notes=notes,
-    )
+    run = data_step.run_stream(model, plan, batches, session.strategy, on_progress)
+    diagnosis = _Diagnosis(model, batches, session.info.graph, options)
+    return run, [_result(run, t, diagnosis) for t in range(len(target_sites))]
 
 
 def scan_over(

@@ -1,4 +1,5 @@
-"""Whole-model gradient flow: one target, every layer's output, one forward and backward pass."""
+"""Whole-model gradient flow: one target, every layer's output, one forward and backward pass
+(of the probe batch, or of every batch of `--data`)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ from dataclasses import replace
 
 import numpy as np
 
+from layergrad.commands.over_data import scan_over
 from layergrad.commands.scan_rows import scan_rows, summary_rows
-from layergrad.commands.session import Session
+from layergrad.commands.session import DataSession, Session
 from layergrad.commands.untrained_batchnorm import in_training, probe_in_training, scan_wrong
-from layergrad.core.results import ScanReport
+from layergrad.core.probe_options import Progress
+from layergrad.core.results import FrobeniusNorms, ScanJacobian, ScanReport, ScanRow
 from layergrad.core.vocab import Status
 from layergrad.diagnose import causes as why
 from layergrad.diagnose.diagnoser import softmax_target_note
@@ -26,34 +29,58 @@ from layergrad.model.layer_refs import Site, iter_layers, resolve
 
 
 def scan_session(
-    session: Session,
+    session: Session | DataSession,
     target: str | None = None,
     patterns: Sequence[str] = (),
     jacobian: JacobianOptions | None = None,
+    top: int = 10,
+    on_progress: Progress | None = None,
 ) -> ScanReport:
-    """Gradient of one target with respect to every layer's output, in one backward pass.
+    """Gradient of one target with respect to every layer's output, in one backward pass: of
+    the probe batch (a `Session`), or of every sample of the data (a `DataSession`).
 
     `target` is a layer reference, or None for a seeded random projection of the model's
     outputs (see `trace.run_trace`); `patterns` (shell globs) keep only matching rows.
     With `jacobian`, rows also get per-sample Jacobian norms (`jacobian_scan`), from the same
-    forward pass. A model whose BatchNormalization was never trained is scanned again in
-    training mode when the scan in inference finds what it makes (`untrained_batchnorm`).
+    forward pass (over the data: a second pass, whose `top` samples are named). A model whose
+    BatchNormalization was never trained is scanned again in training mode when the scan in
+    inference finds what it makes (`untrained_batchnorm`). `on_progress` follows the data.
     """
-    report = _scan(session, target, patterns, jacobian)
+    site = None if target is None else resolve(session.model, target)
+    report = _scan(session, site, patterns, jacobian, on_progress)
     wrong = scan_wrong(report.rows, report.constant)
     said = probe_in_training(session.model, session.options.training, wrong)
     if said:  # never-trained BatchNormalization: probe again as training runs it
-        report = _scan(in_training(session), target, patterns, jacobian)
+        session = in_training(session)
+        report = _scan(session, site, patterns, jacobian, on_progress)
         report = replace(report, notes=(*report.notes, said))
+    if jacobian is not None and isinstance(session, DataSession):
+        rows, found = _jacobians_over(session, site, report.rows, jacobian, top, on_progress)
+        report = replace(report, rows=rows, notes=(*report.notes, *found))
     return report
 
 
 def _scan(
-    session: Session, target: str | None, patterns: Sequence[str], jacobian: JacobianOptions | None
+    session: Session | DataSession,
+    site: Site | None,
+    patterns: Sequence[str],
+    jacobian: JacobianOptions | None,
+    on_progress: Progress | None,
 ) -> ScanReport:
-    """`scan_session` in the session's mode."""
+    """`scan_session` in the session's mode (over the data: without the Jacobians)."""
+    if isinstance(session, DataSession):
+        run, rows = scan_over(
+            session.loaded, session.strategy, session.stream, session.options, site, patterns,
+            on_progress,
+        )  # fmt: skip
+        return ScanReport(
+            model=session.model_meta,
+            probe=session.probe_meta_of(run, seeded=site is None),
+            target=site.ref if site else None,
+            rows=rows,
+            notes=target_notes(site),
+        )
     model, options = session.model, session.options
-    site = None if target is None else resolve(model, target)
     how = TraceMode(training=options.training, reduce=options.reduce, seed=options.seed)
     if jacobian is not None:  # one forward pass serves the gradient and the Jacobians
         live = live_trace(model, session.batch, site, **how)
@@ -65,6 +92,36 @@ def _scan(
     if light is not None:
         return light
     return scan_report(session, run_trace(model, session.batch, site, **how), site, patterns)
+
+
+def _jacobians_over(
+    session: DataSession,
+    site: Site | None,
+    rows: tuple[ScanRow, ...],
+    how: JacobianOptions,
+    top: int,
+    on_progress: Progress | None,
+) -> tuple[tuple[ScanRow, ...], tuple[str, ...]]:
+    """Each row whose gradient is ok or zero with its per-sample Jacobian norms over every
+    sample (a second pass, `jacobian_data`, over every worker's shard), and how they were
+    measured."""
+    from layergrad.engine.jacobian_data import scan_jacobians
+
+    options = session.options
+    norms, notes = scan_jacobians(
+        session.model, session.stream, site, how, training=options.training,
+        reduce=options.reduce, top=top, on_progress=on_progress, strategy=session.strategy,
+    )  # fmt: skip
+    by_ref: dict[str, FrobeniusNorms] = {}
+    for (path, call, _), found in norms.items():
+        by_ref.setdefault(f"{path}@{call}" if call else path, found)
+    out = []
+    for row in rows:
+        norm = by_ref.get(row.layer)
+        if norm is not None and row.status in (Status.OK, Status.ZERO):
+            row = replace(row, jacobian=ScanJacobian(frobenius=norm))
+        out.append(row)
+    return tuple(out), notes
 
 
 def _light_scan(session: Session, site: Site | None, patterns: Sequence[str]) -> ScanReport | None:

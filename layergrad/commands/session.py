@@ -1,13 +1,16 @@
-"""The front of the pipeline every command shares: open the model, make the probe batch.
+"""The front of the pipeline every command shares: open the model and its source of batches.
 
 `open_session` reads and audits the file, checks the layer references against the graph in
 the file (so a typo fails in a second, before TensorFlow loads), loads the model in safe mode,
-makes the probe batch and the diagnoser. `inspect`, `scan` and `check` all start here.
+makes the probe batch and the diagnoser. `open_source` opens the same way and gives a
+`Session` for one probe batch or a `DataSession` (the batches of `--data`); `inspect` and
+`scan` take either. `inspect`, `scan` and `check` all start here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict
@@ -23,7 +26,9 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     # the diagnoser's module imports TensorFlow
+    from layergrad.data.sources import DataStream
     from layergrad.diagnose.diagnoser import Diagnoser
+    from layergrad.engine.data_step import StreamRun
     from layergrad.engine.loader import LoadedModel
 
 
@@ -61,6 +66,51 @@ class Session:
             reduce=self.options.reduce,
             drawn=self.batch.drawn,
         )
+
+
+@dataclass(frozen=True)
+class DataSession:
+    """A model loaded for `--data`: its batches (this worker's shard) and their strategy."""
+
+    path: str  # as given
+    loaded: LoadedModel
+    stream: DataStream
+    strategy: Strategy | None
+    options: ProbeOptions
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def model(self) -> KerasModel:
+        return self.loaded.model
+
+    @property
+    def info(self) -> FileInfo:
+        return self.loaded.info
+
+    @property
+    def model_meta(self) -> ModelMeta:
+        from layergrad.commands.data_meta import model_meta
+
+        return model_meta(self.path, self.loaded, self.warnings)
+
+    def probe_meta_of(self, run: StreamRun, seeded: bool = False) -> ProbeMeta:
+        """What the report says about the data and mode, after `run` went over it."""
+        from layergrad.commands.data_meta import probe_meta
+
+        return probe_meta(self.stream.source, run, self.options, seeded)
+
+
+def open_source(
+    path: PathLike, options: ProbeOptions, **opening: Unpack[Opening]
+) -> Session | DataSession:
+    """`open_session`, or with a data set the model and its stream of batches."""
+    loaded, warnings, strategy = load(path, options, **opening)
+    if options.data_set is None:
+        return session_for(loaded, options, warnings)
+    from layergrad.commands.over_data import open_stream
+
+    stream = open_stream(loaded.model, options, strategy)
+    return DataSession(os.fspath(path), loaded, stream, strategy, options, warnings)
 
 
 def open_session(path: PathLike, options: ProbeOptions, **opening: Unpack[Opening]) -> Session:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -25,7 +25,9 @@ from layergrad.core.vocab import Flag
 from layergrad.model.layer_refs import iter_layers
 
 if TYPE_CHECKING:
-    from layergrad.commands.session import Session
+    from layergrad.commands.session import DataSession, Session
+
+    Opened = TypeVar("Opened", bound=Session | DataSession)
 
 SCALE_FLAGS = (Flag.DEAD, Flag.VANISHING, Flag.EXPLODING)  # flags that depend on magnitudes
 STRUCTURAL = ("softmax_one_unit", "zero_weights")  # constant whatever the mode and the data
@@ -73,10 +75,13 @@ def scan_wrong(rows: Sequence[ScanRow], constant: Sequence[ConstantOutput] = ())
     return flagged or any(c.reason not in STRUCTURAL for c in constant)
 
 
-def in_training(session: Session) -> Session:
+def in_training(session: Opened) -> Opened:
     """The session in training mode (its diagnoser too)."""
+    from layergrad.commands.session import DataSession
     from layergrad.diagnose.diagnoser import Diagnoser
 
     options = replace(session.options, training=True)
+    if isinstance(session, DataSession):
+        return replace(session, options=options)
     diagnoser = Diagnoser(session.model, session.batch, session.info.graph, True, options.reduce)
     return replace(session, options=options, diagnoser=diagnoser)

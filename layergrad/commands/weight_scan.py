@@ -1,130 +1,80 @@
-"""The training gradient: d loss / d every trainable variable, in one forward and backward pass.
+"""The training gradient: d loss / d every trainable variable, of the probe batch or `--data`.
 
 Answers Keras's "Gradients do not exist for variables [...] when minimizing the loss" before
-anyone trains: which variables get None, zero or NaN from the loss, and why. The loss is the
-one compiled in the file (`model.compute_loss`, regularization included) or `--loss NAME`;
-the labels come from the probe data (`y`) or are drawn at random to fit each output.
-
-The same backward pass watches every layer's output, so a variable whose gradient is missing
-gets the causes the diagnosis engine finds on the path from its layer to the loss.
+anyone trains: which variables get None, zero or NaN from the loss (the file's compiled one,
+`model.compute_loss`, or `--loss NAME`), and why. One path: the probe batch is a data source
+of one batch (`sources.ProbeStream`, run eagerly), `--data` one of many, and either goes
+through `weight_stream.stream_weight_gradients` on the one loop over batches: the gradient of
+the loss averaged over every sample (over data also each layer's gradient signal-to-noise
+ratio). Labels are the data's own (`y` / `y:NAME`), else random, seeded, fitting each output.
+A variable that is not ok gets its causes from a trace of the first batch (`run_trace`,
+diagnosed as `scan` diagnoses); `check` reads that trace's scan of the layers.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from layergrad.commands.session import Session
+from layergrad.commands.weight_rows import (
+    dead_layers,
+    flag_update_ratio_trend,
+    variable_row,
+    with_causes,
+)
 from layergrad.core.errors import InputError
-from layergrad.core.gradient_stats import (
-    DEAD_FRACTION,
-    dead_fraction,
-    gradient_stats,
-    status_flags,
-    status_of,
-)
-from layergrad.core.results import Cause, LossMeta, ScanRow, VariableRow, WeightScanReport
-from layergrad.core.tf_types import KerasLayer, KerasModel, KerasVariable, Tensor, TensorTree
-from layergrad.core.vocab import Flag, Status
-from layergrad.diagnose import causes as why
-from layergrad.engine.compiled_loss import (
-    LossSpec,
-    compile_loss,
-    find_loss,
-    label_kind,
-    output_keys,
-    output_losses,
-    random_labels,
-)
-from layergrad.engine.trace import Trace, run_trace
+from layergrad.core.probe_options import OneBatch, PathLike, ProbeOptions, Progress
+from layergrad.core.results import LossMeta, ProbeMeta, ScanReport, VariableRow, WeightScanReport
+from layergrad.core.tf_types import KerasModel, KerasVariable, Strategy, Tensor, TensorTree
+from layergrad.core.vocab import Status
+from layergrad.engine.compiled_loss import LossSpec
 from layergrad.model.layer_refs import iter_layers
 
-# Vanishing / exploding: the update ratios of the layers near the input this many decades
-# below / above those near the output (see `scale_flags`). Calibrated on untrained healthy
-# architectures (keras.applications, RNNs, a Transformer, deep He ReLU MLPs), whose trend lies
-# within -1.8 and +0.2 decades; an 8-layer sigmoid stack has +4.6, a 20-layer tanh stack with
-# kernels 11 times the Glorot scale -4.9 (docs/verdicts.md).
-TREND_DECADES, MIN_LAYERS = 3.0, 3
-# The variables whose update ratio says how fast a layer learns (biases and normalization
-# scales are left out: they start at 0 or 1 whatever the layer).
-KERNELS = ("kernel", "embeddings", "depthwise_kernel", "pointwise_kernel")
+if TYPE_CHECKING:
+    from layergrad.data.label_stream import Labelled
+    from layergrad.data.sources import DataStream
+    from layergrad.engine.loader import LoadedModel
+    from layergrad.engine.weight_stream import WeightTotals
 
 
 def scan_weights(
-    session: Session, loss: str | None = None, projection: bool = False
+    session: Session, loss: str | None = None, projection: bool = False, layers: bool = True
 ) -> WeightScanReport:
-    """Gradient of the loss with respect to every trainable variable of the session's model.
+    """Gradient of the loss with respect to every trainable variable, on the session's batch.
 
     Args:
         session: an opened model and probe batch (`pipeline.open_session`).
         loss: a `keras.losses` name overriding the compiled loss; None uses the file's.
         projection: without any loss, differentiate the seeded random projection of the
             outputs instead (what `check` judges update ratios on; loss name "projection").
+        layers: trace the batch for the scan of every layer and the dead ReLU layers (what
+            `check` reads); without it only for the causes of a variable that is not ok.
 
     Raises:
         InputError: the file has no compiled loss and `loss` is None, or the loss is unknown.
     """
-    model = session.model
-    spec = find_loss(session.info.compile_config, loss)
-    if spec is None and projection:
-        return _scan(session, None, None, [])
-    if spec is None:
-        raise InputError(
-            f"{session.path} has no compiled loss (it was saved without model.compile); pass "
-            "--loss NAME, e.g. --loss sparse_categorical_crossentropy or --loss mse"
-        )
-    compile_loss(model, spec)
-    return _scan(session, spec, session.batch.labels, [])
+    from layergrad.core.keras_backend import quiet_import
+    from layergrad.data.sources import ProbeStream
 
-
-def _scan(
-    session: Session, spec: LossSpec | None, given: dict[str, np.ndarray] | None, kinds: list[str]
-) -> WeightScanReport:
-    """The weight scan of `spec`'s loss, or of the outputs' random projection (spec None)."""
+    tf, _ = quiet_import()
     model, options = session.model, session.options
-    names = list(getattr(model, "output_names", None) or [])
-
-    def objective(outputs: TensorTree) -> Tensor:
-        from layergrad.core.keras_backend import quiet_import
-
-        tf, _ = quiet_import()
-        flat = tf.nest.flatten(outputs)
-        assert spec is not None  # the objective only of a scan with a loss
-        kinds[:] = [
-            label_kind(n)
-            for n in output_losses(spec, names or [""] * len(flat), output_keys(model, len(flat)))
-        ]
-        labels = _labels_from_data(given, names, len(flat)) if given else None
-        labels = labels or random_labels(flat, kinds, options.seed)
-        y = tf.nest.pack_sequence_as(outputs, [tf.convert_to_tensor(a) for a in labels])
-        return model.compute_loss(y=y, y_pred=outputs, training=options.training)
-
-    owned = variable_owners(model)
-    trace = run_trace(
-        model,
-        session.batch,
-        training=options.training,
-        reduce=options.reduce,
-        seed=options.seed,
-        objective=objective if spec is not None else None,
-        variables=[getattr(v, "value", v) for v, _ in owned],
-    )
-    from layergrad.commands.scan import scan_report
-
-    activations = scan_report(session, trace, None)
-    rows = [
-        variable_row(v, path, grad, activations.rows)
-        for (v, path), grad in zip(owned, trace.variable_gradients, strict=True)
-    ]
+    strategy = tf.distribute.get_strategy()
+    spec = _loss(model, session.info.compile_config, loss, session.path, strategy, projection)
+    given = session.batch.labels if spec is not None else None
+    labels = _labels_from_data(given, model) if given else []
+    stream = ProbeStream(session.batch.arrays, labels)
+    run = _run(model, spec, stream, strategy, options, lambda: (session, labels), layers=layers)
     notes = []
     if spec is None:
         notes.append("no loss: the gradient is that of a seeded random projection of the outputs")
     elif not given:
         notes.append(
-            f"labels are random ({', '.join(sorted(set(kinds)))}), drawn to fit each output, "
+            f"labels are random ({', '.join(sorted(set(run.kinds)))}), drawn to fit each output, "
             f"seed {options.seed}: pass --input with a `y` array for your own"
         )
     return WeightScanReport(
@@ -134,42 +84,235 @@ def _scan(
         if spec is None
         else LossMeta(spec.name, spec.source, "data" if given else "random"),
         frozen=len(frozen_variables(model)),
-        variables=tuple(flag_update_ratio_trend(rows)),
+        variables=run.rows,
         notes=tuple(notes),
-        dead_layers=dead_layers(trace, dict(iter_layers(model))),
-        activations=replace(activations, target="loss" if spec is not None else None),
+        dead_layers=run.dead_layers,
+        activations=run.activations,
     )
 
 
-def dead_layers(trace: Trace, layers: Mapping[str, KerasLayer]) -> tuple[tuple[str, float], ...]:
-    """ReLU layers with more than DEAD_FRACTION of their units (last axis) exactly zero for
-    every sample of the batch: (layer reference, that share)."""
-    from layergrad.diagnose.activations import activation_name
+def weights_over(
+    loaded: LoadedModel,
+    warnings: Sequence[str],
+    strategy: Strategy,
+    options: ProbeOptions,
+    loss: str | None = None,
+    on_progress: Progress | None = None,
+    path: PathLike | None = None,
+    given: Labelled | None = None,
+) -> WeightScanReport:
+    """`scan --wrt weights --data` of a model loaded by `session.load` under `strategy`.
 
-    found = []
-    for act in trace.activations:
-        if not act.is_float or act.value.size == 0:
-            continue
-        if activation_name(layers.get(act.site.path)) != "relu":
-            continue
-        share = dead_fraction(act.value)
-        if share > DEAD_FRACTION:
-            found.append((act.site.ref, share))
-    return tuple(found)
+    `given` is the data as `check` read it with its labels (`open_labelled` without
+    `strict`; `Labelled(None)` for random labels, which the outputs can take); without it
+    the labels are read here, strictly."""
+    from layergrad.commands import data_meta, over_data
+    from layergrad.data.fingerprint import data_sha256
+    from layergrad.data.label_stream import open_labelled
+    from layergrad.engine.compiled_loss import label_request
+
+    path = loaded.info.path if path is None else path
+    model = loaded.model
+    spec = _loss(model, loaded.info.compile_config, loss, path, strategy)
+    assert spec is not None  # a loss, or the error above
+    # the labels come with the inputs from the same rows, cut into the same shard
+    data = options.data_set
+    assert data is not None
+    labelled = given or open_labelled(
+        data.path, over_data.data_specs(model), label_request(model, spec),
+        options.rows, data.limit, over_data.shard_of(options), first_sample=data.first_sample,
+    )  # fmt: skip
+    labels = labelled.stream is not None
+    batches = labelled.stream or over_data.open_stream(model, options)
+    first = lambda: _first_batch(loaded, warnings, batches, options)  # noqa: E731
+    run = _run(model, spec, batches, strategy, options, first, on_progress=on_progress)
+    notes = []
+    if not labels:
+        notes.append(
+            f"labels are random ({', '.join(sorted(set(run.kinds)))}), drawn per batch to fit "
+            f"each output, seed {options.seed}: give your own with --data as `y` (one output) or "
+            "`y:NAME` in a .npz, class sub-folders of an image folder, or (x, y) from a data "
+            "function"
+        )
+    if labelled.classes:
+        notes.append(labelled.classes_note())
+    totals = run.totals
+    assert totals is not None  # over data the stream gives the gradients
+    return WeightScanReport(
+        model=data_meta.model_meta(path, loaded, warnings),
+        probe=ProbeMeta(
+            source=batches.source,
+            seed=None if labels else options.seed,
+            batch_size=options.rows,
+            training=options.training,
+            reduce=options.reduce,
+            samples=totals.samples,
+            replicas=totals.replicas,
+            data_sha256=data_sha256(batches.source),
+        ),
+        loss=LossMeta(spec.name, spec.source, "data" if labels else "random"),
+        frozen=len(frozen_variables(model)),
+        variables=run.rows,
+        notes=tuple(notes),
+        noise=totals.noise,
+    )
+
+
+@dataclass(frozen=True)
+class _Run:
+    """The rows, the label kinds, the stream's totals, the first batch's scan if traced."""
+
+    rows: tuple[VariableRow, ...]
+    kinds: tuple[str, ...]
+    totals: WeightTotals | None = None  # None: the one batch's trace gave the gradients
+    activations: ScanReport | None = None
+    dead_layers: tuple[tuple[str, float], ...] = ()
+
+
+def _run(
+    model: KerasModel,
+    spec: LossSpec | None,
+    stream: DataStream,
+    strategy: Strategy,
+    options: ProbeOptions,
+    first: Callable[[], tuple[Session, Sequence[np.ndarray]]],  # with labels in output order
+    *,
+    layers: bool = False,
+    on_progress: Progress | None = None,
+) -> _Run:
+    """The variables' gradients over `stream` (the one loop over batches); the first batch
+    traced for the causes of the rows that are not ok, or with `layers` for its scan of the
+    layers, whose backward pass then gives a one-batch stream's gradients too (one pass)."""
+    from layergrad.commands.scan import scan_report
+    from layergrad.core.keras_backend import quiet_import
+    from layergrad.engine.trace import Trace, run_trace
+    from layergrad.engine.weight_stream import stream_weight_gradients
+
+    tf, _ = quiet_import()
+    owned = variable_owners(model)
+    variables = [getattr(v, "value", v) for v, _ in owned]
+    kinds: list[str] = []
+    objective = _objective(model, spec, options, kinds, eager=stream.probe)
+
+    def trace(variables: Sequence[KerasVariable] = ()) -> tuple[Trace, Session]:
+        session, labels = first()
+        given = [tf.convert_to_tensor(a) for a in labels]
+        samples = tf.range(session.batch.batch_size, dtype=tf.int64)
+        return run_trace(
+            session.model, session.batch, training=options.training, reduce=options.reduce,
+            seed=options.seed, variables=variables,
+            objective=lambda outputs: objective(outputs, given or None, samples),
+        ), session  # fmt: skip
+
+    totals, traced = None, None
+    if layers and stream.probe:
+        traced = trace(variables)
+        gradients = traced[0].variable_gradients
+    else:
+        totals = stream_weight_gradients(
+            model, variables, [layer for _, layer in owned], objective, stream, strategy,
+            training=options.training, on_progress=on_progress,
+        )  # fmt: skip
+        gradients = totals.gradients
+    rows = [variable_row(v, layer, g) for (v, layer), g in zip(owned, gradients, strict=True)]
+    activations: ScanReport | None = None
+    dead: tuple[tuple[str, float], ...] = ()
+    if traced is None and (layers or any(r.status != Status.OK for r in rows)):
+        traced = trace()
+    if traced is not None:
+        report = scan_report(traced[1], traced[0], None)
+        activations = replace(report, target="loss" if spec is not None else None)
+        rows = [with_causes(r, activations.rows) for r in rows]
+        dead = dead_layers(traced[0], dict(iter_layers(model)))
+    rows = flag_update_ratio_trend(rows)
+    return _Run(tuple(rows), tuple(kinds), totals, activations, dead)
+
+
+def _objective(
+    model: KerasModel, spec: LossSpec | None, options: ProbeOptions, kinds: list[str], eager: bool
+) -> Callable[[TensorTree, TensorTree | None, Tensor], Tensor]:
+    """A batch's loss from (outputs, labels or None, sample indices): `spec`'s, else the seeded
+    projection of the outputs. Random labels fit each output (kinds into `kinds`), drawn with
+    numpy for the probe batch (`eager`), else in the graph from the batch's first sample."""
+    from layergrad.core.keras_backend import quiet_import
+    from layergrad.engine import compiled_loss as cl
+    from layergrad.engine.projection import project
+
+    tf, _ = quiet_import()
+    names = list(getattr(model, "output_names", None) or [])
+
+    def objective(outputs: TensorTree, given: TensorTree | None, samples: Tensor) -> Tensor:
+        if spec is None:
+            reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[options.reduce]
+            return project(outputs, samples, options.seed, reducer)
+        flat = tf.nest.flatten(outputs)
+        keys = cl.output_keys(model, len(flat))
+        kinds[:] = [
+            cl.label_kind(n) for n in cl.output_losses(spec, names or [""] * len(flat), keys)
+        ]
+        if given:
+            ys = list(given)
+        elif eager:
+            ys = [tf.convert_to_tensor(a) for a in cl.random_labels(flat, kinds, options.seed)]
+        else:
+            ys = cl.stateless_labels(flat, kinds, options.seed, samples)
+        y = tf.nest.pack_sequence_as(outputs, ys[: len(flat)])
+        loss = model.compute_loss(y=y, y_pred=outputs, training=options.training)
+        # under a strategy of R replicas Keras divides each replica's loss by R (its
+        # gradients are summed across replicas by `fit`); the step weights each replica's
+        # gradient by its own samples instead, so it takes the replica's loss unscaled
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        return loss * tf.cast(replicas, loss.dtype) if replicas > 1 else loss
+
+    return objective
+
+
+def _loss(
+    model: KerasModel, config: Mapping[str, object], loss: str | None, path: PathLike,
+    strategy: Strategy, projection: bool = False,
+) -> LossSpec | None:  # fmt: skip
+    """The loss to differentiate, compiled into `model`; None for the projection.
+
+    Raises:
+        InputError: no loss in the file nor `loss`, and no `projection`.
+    """
+    from layergrad.engine.compiled_loss import compile_loss, find_loss
+
+    spec = find_loss(config, loss)
+    if spec is None and not projection:
+        raise InputError(
+            f"{os.fspath(path)} has no compiled loss (it was saved without model.compile); pass "
+            "--loss NAME, e.g. --loss sparse_categorical_crossentropy or --loss mse"
+        )
+    if spec is not None:
+        with strategy.scope():
+            compile_loss(model, spec)
+    return spec
+
+
+def _first_batch(
+    loaded: LoadedModel, warnings: Sequence[str], batches: DataStream, options: ProbeOptions
+) -> tuple[Session, Sequence[np.ndarray]]:
+    """The data's first batch (read again, with its labels) as a session of one batch."""
+    from layergrad.diagnose.diagnoser import Diagnoser
+
+    batch = batches.batch(0)
+    one = replace(options, source=OneBatch())
+    diagnoser = Diagnoser(loaded.model, batch, loaded.info.graph, one.training, one.reduce)
+    session = Session(
+        loaded.info.path, loaded.model, loaded.info, batch, one, diagnoser, tuple(warnings)
+    )
+    return session, list((batch.labels or {}).values())
 
 
 def variable_owners(model: KerasModel) -> list[tuple[KerasVariable, str]]:
     """Each trainable variable once, with the path of the layer that holds it."""
-    seen: set[int] = set()
-    out = []
+    owned: dict[int, tuple[KerasVariable, str]] = {}
     for path, layer in iter_layers(model):
-        if isinstance(getattr(layer, "layers", None), list):
-            continue  # a nested model: its own layers are listed after it
-        for v in layer.trainable_variables:
-            if id(v) not in seen:
-                seen.add(id(v))
-                out.append((v, path))
-    return out
+        if not isinstance(getattr(layer, "layers", None), list):  # a nested model's layers follow
+            for v in layer.trainable_variables:
+                owned.setdefault(id(v), (v, path))
+    return list(owned.values())
 
 
 def frozen_variables(model: KerasModel) -> list[KerasVariable]:
@@ -181,20 +324,18 @@ def frozen_variables(model: KerasModel) -> list[KerasVariable]:
     totals. Keras keeps a layer's trainable-by-design variables in `_trainable_variables`
     whatever its `trainable` flag says (public Keras has no other way to tell them apart).
     """
-    seen: set[int] = set()
-    out = []
-    for _path, layer in iter_layers(model):
-        for v in getattr(layer, "_trainable_variables", []):
-            if not v.trainable and id(v) not in seen:
-                seen.add(id(v))
-                out.append(v)
-    return out
+    layers = [layer for _, layer in iter_layers(model)]
+    made = [v for layer in layers for v in getattr(layer, "_trainable_variables", [])]
+    return list({id(v): v for v in made if not v.trainable}.values())
 
 
-def _labels_from_data(
-    given: dict[str, np.ndarray], names: list[str], count: int
-) -> list[np.ndarray]:
+def _labels_from_data(given: dict[str, np.ndarray], model: KerasModel) -> list[np.ndarray]:
     """`y` (one output) or `y:NAME` per output, in output order."""
+    names = list(getattr(model, "output_names", None) or [])
+    try:
+        count = len(model.outputs)
+    except (AttributeError, ValueError, TypeError):  # a subclassed model
+        count = max(len(names), 1)
     if "y" in given and count == 1:
         return [given["y"]]
     missing = [n for n in names if f"y:{n}" not in given]
@@ -204,104 +345,3 @@ def _labels_from_data(
             f"({', '.join(names)}); save one array per output as `y:NAME` (or `y` for one output)"
         )
     return [given[f"y:{n}"] for n in names]
-
-
-def variable_row(
-    variable: KerasVariable, path: str, grad: np.ndarray | None, layer_rows: tuple[ScanRow, ...]
-) -> VariableRow:
-    status = status_of(grad)
-    weight = np.asarray(variable.numpy(), dtype=np.float64)
-    stats = None if grad is None else gradient_stats(grad, top=0)
-    norm = float(np.sqrt(np.sum(weight * weight)))
-    ratio = None if stats is None or not norm else stats.l2 / norm
-    flags = status_flags(status, dead_fraction(grad) if grad is not None and grad.ndim else None)
-    name = variable.name
-    row = VariableRow(
-        variable=f"{path}/{name}",
-        layer=path,
-        name=name,
-        shape=tuple(int(d) for d in variable.shape),
-        dtype=str(variable.dtype),
-        status=status,
-        gradient=stats,
-        update_ratio=ratio,
-        flags=flags,
-    )
-    if status == Status.OK:
-        return row
-    return replace(row, causes=_causes(row, path, layer_rows))
-
-
-def _causes(row: VariableRow, path: str, layer_rows: tuple[ScanRow, ...]) -> tuple[Cause, ...]:
-    """The causes of the layer's output rows when they share the variable's problem, else say
-    that the layer's own call loses it."""
-    calls = [r for r in layer_rows if r.layer.split("@")[0] == path]
-    broken = [r for r in calls if r.status == row.status and r.causes]
-    if broken:
-        return broken[0].causes
-    if calls and all(r.status == Status.NONE for r in calls):
-        return tuple(c for r in calls for c in r.causes)[:3] or (why.unknown(),)
-    return (why.variable_not_used(path, row.name, row.status),)
-
-
-def layer_ratios(rows: Sequence[VariableRow]) -> dict[str, float]:
-    """Each layer's update ratio: ||d loss / d W|| / ||W|| over all its trainable variables.
-
-    Only layers whose every variable has a finite gradient and that hold a non-zero weight.
-    """
-    grads: dict[str, float] = {}
-    norms: dict[str, float] = {}
-    broken: set[str] = set()
-    for r in rows:
-        if r.status not in (Status.OK, Status.ZERO) or r.gradient is None:
-            broken.add(r.layer)
-            continue
-        ratio = r.update_ratio
-        grads[r.layer] = grads.get(r.layer, 0.0) + r.gradient.l2**2
-        weight = r.gradient.l2 / ratio if ratio else 0.0
-        norms[r.layer] = norms.get(r.layer, 0.0) + weight**2
-    return {
-        layer: math.sqrt(grads[layer] / norms[layer])
-        for layer in grads
-        if layer not in broken and norms[layer] > 0 and grads[layer] > 0
-    }
-
-
-def scale_flags(rows: Sequence[VariableRow]) -> dict[str, tuple[Flag, float]]:
-    """Vanishing / exploding layers: {layer: (flag, decades below / above the output end)}.
-
-    Only layers with a kernel (Dense, Conv, Embedding, recurrent layers...) take part, in
-    execution order; a layer without weights is never flagged. The trend is the median
-    log10 update ratio of the last quarter of them minus that of the first quarter. When it
-    is at least TREND_DECADES (the layers near the input would learn that many decades slower
-    than those near the output), every layer of the first half at least TREND_DECADES below
-    the last quarter's median is vanishing; at most -TREND_DECADES, every layer of the first
-    half that far above it is exploding. Needs MIN_LAYERS such layers.
-    """
-    ratios = layer_ratios([r for r in rows if r.name in KERNELS])
-    if len(ratios) < MIN_LAYERS:
-        return {}
-    logs = [(layer, math.log10(ratio)) for layer, ratio in ratios.items()]
-    quarter = max(1, round(len(logs) / 4))
-    end = float(np.median([v for _, v in logs[-quarter:]]))
-    start = float(np.median([v for _, v in logs[:quarter]]))
-    trend = end - start
-    found: dict[str, tuple[Flag, float]] = {}
-    for layer, value in logs[: max(1, len(logs) // 2)]:
-        if trend >= TREND_DECADES and value <= end - TREND_DECADES:
-            found[layer] = (Flag.VANISHING, value - end)
-        elif trend <= -TREND_DECADES and value >= end + TREND_DECADES:
-            found[layer] = (Flag.EXPLODING, value - end)
-    return found
-
-
-def flag_update_ratio_trend(rows: list[VariableRow]) -> list[VariableRow]:
-    """Vanishing / exploding by the trend of the update ratios from the input end to the output
-    end: the ok, not yet flagged variables of each layer `scale_flags` finds."""
-    flagged = scale_flags(rows)
-    out = []
-    for r in rows:
-        if r.layer in flagged and r.status == Status.OK and not r.flags:
-            r = replace(r, flags=(flagged[r.layer][0],))
-        out.append(r)
-    return out

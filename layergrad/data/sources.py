@@ -155,17 +155,21 @@ class DataStream:
 
 
 class ProbeStream(DataStream):
-    """The probe batch (arrays in the model's input order) as a data source of one batch,
-    which the loop over batches runs eagerly, without a `tf.data` pipeline."""
+    """The probe batch (arrays in the model's input order, then its labels in output order)
+    as a data source of one batch, which the loop over batches runs eagerly, without a
+    `tf.data` pipeline."""
 
     probe = True
 
-    def __init__(self, arrays: Sequence[np.ndarray]) -> None:
+    def __init__(self, arrays: Sequence[np.ndarray], labels: Sequence[np.ndarray] = ()) -> None:
         tf, _ = quiet_import()
         rows = int(arrays[0].shape[0]) if arrays and arrays[0].ndim else 1
         specs = [InputSpec(f"input_{i}", a.shape[1:], str(a.dtype)) for i, a in enumerate(arrays)]
-        batch = tuple(tf.convert_to_tensor(a) for a in arrays)
-        super().__init__("the probe batch", specs, [batch], rows, Failure(), True, rows)
+        batch = tuple(tf.convert_to_tensor(a) for a in (*arrays, *labels))
+        keys = [f"y:{i}" for i in range(len(labels))]
+        super().__init__(
+            "the probe batch", specs, [batch], rows, Failure(), True, rows, labels=keys
+        )
 
     def indexed(self) -> Dataset:
         tf, _ = quiet_import()

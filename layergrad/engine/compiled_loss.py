@@ -161,6 +161,35 @@ def random_labels(outputs: Sequence[Tensor], kinds: Sequence[str], seed: int) ->
     return labels
 
 
+def stateless_labels(
+    outputs: Sequence[Tensor], kinds: Sequence[str], seed: int, samples: Tensor
+) -> list[Tensor]:
+    """Labels that fit each output and its loss (as `random_labels`), drawn in the graph
+    from `seed` and the batch's first sample index, so every batch gets its own."""
+    from layergrad.core.keras_backend import quiet_import
+
+    tf, _ = quiet_import()
+    base = tf.stack([tf.constant(seed + 1, tf.int64), tf.cast(samples[0], tf.int64)])
+    labels = []
+    for k, (out, kind) in enumerate(zip(outputs, kinds, strict=True)):
+        key = base + tf.constant([0, 1 << 40], tf.int64) * k
+        shape = tf.shape(out)
+        classes = out.shape[-1] if out.shape.rank and out.shape[-1] is not None else 1
+        if kind in ("ids", "one_hot"):
+            ids = tf.random.stateless_uniform(
+                shape[:-1], key, minval=0, maxval=max(int(classes), 1), dtype=tf.int32
+            )
+            labels.append(ids if kind == "ids" else tf.one_hot(ids, int(classes)))
+        elif kind == "bits":
+            bits = tf.random.stateless_uniform(shape, key, minval=0, maxval=2, dtype=tf.int32)
+            labels.append(tf.cast(bits, tf.float32))
+        elif kind == "positive":
+            labels.append(tf.random.stateless_uniform(shape, key))
+        else:
+            labels.append(tf.random.stateless_normal(shape, key))
+    return labels
+
+
 def label_request(model: KerasModel, spec: LossSpec | None) -> LabelRequest:
     """The labels `model` takes under the loss `spec` (None: no loss), output by output: the
     kind its loss reads, the loss's name and the output's units (`--data` reads them so)."""

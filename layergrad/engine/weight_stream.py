@@ -1,11 +1,10 @@
-"""The training gradient over a whole data set (`scan --wrt weights --data`), streamed.
+"""The training gradient over a stream of batches (`scan --wrt weights`: the probe batch is a
+stream of one batch, run eagerly; `--data` one of many, one compiled step per batch).
 
-One compiled step per batch, run by the one loop over batches (`step_calls.over_batches`):
-forward, the loss (`model.compute_loss`, as `model.fit` computes it), `tape.gradient(loss,
-trainable variables)`, and what adds up over batches, in float64
-`data.stats.accumulators.Accumulators` on each replica (nothing crosses back to Python until
-the end). For a batch b of n_b samples with gradient g_b (of the loss averaged over its
-samples) the step adds
+The step, run by the one loop over batches (`step_calls.over_batches`), does the forward
+pass, the loss, `tape.gradient(loss, trainable variables)`, and adds up in float64
+`Accumulators` on each replica (nothing crosses back to Python until the end). For a batch b
+of n_b samples with gradient g_b (of the loss averaged over its samples) it adds
 
 - n_b g_b for every variable: divided by N = sum n_b at the end, the gradient of the loss
   averaged over every sample, which is one full-batch `tape.gradient` (a partial last
@@ -46,12 +45,11 @@ Objective = Callable[[TensorTree, TensorTree | None, Tensor], Tensor]
 @dataclass(frozen=True)
 class WeightTotals:
     """What the step added up: the mean gradient per variable (None: no path from the loss),
-    per layer its noise, and the samples, batches and replicas seen."""
+    per layer its noise, and the samples and replicas seen."""
 
     gradients: tuple[np.ndarray | None, ...]
     noise: tuple[GradientNoise, ...]
     samples: int
-    batches: int
     replicas: int
 
 
@@ -136,7 +134,7 @@ def stream_weight_gradients(
     gradients = tuple(totals[f"{i}/sum"] / count if ok else None for i, ok in enumerate(connected))
     noise = layer_noise(names, owner, gradients, totals["layers/sum"], count, count_sq, batches)
     replicas = int(strategy.num_replicas_in_sync)
-    return WeightTotals(gradients, noise, int(count), batches, replicas)
+    return WeightTotals(gradients, noise, int(count), replicas)
 
 
 def layer_noise(

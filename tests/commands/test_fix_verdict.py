@@ -23,3 +23,36 @@ def test_a_loss_negative_by_design_is_still_compared():
     repaired = Run("cosine_similarity", (0.0, -0.2), final=-0.2)
     verdict, why = judge("exploding", original, repaired)
     assert verdict == Verdict.NOT_VERIFIED and "not clearly below" in why
+
+
+def _curve(start: float, end: float, steps: int = 100) -> tuple[float, ...]:
+    """A loss falling linearly from `start` to `end` (worked out by hand, not by the code)."""
+    return tuple(start + (end - start) * i / (steps - 1) for i in range(steps))
+
+
+def test_a_copy_still_falling_says_more_steps_may_show_it():
+    # unscaled inputs: the copy starts at 20x the trivial loss 0.5 and is still falling at a
+    # rate of 0.5 every 10 steps when it stops at 0.6 (1.2 x trivial): not verified, and the
+    # reason is the run's length, not a copy that stays at the trivial loss
+    original = Run("-", error="labels do not fit the loss")
+    falling = _curve(10.0, 0.6)
+    final = sum(falling[-10:]) / 10
+    repaired = Run("binary_crossentropy", falling, trivial=0.5, final=final)
+    verdict, why = judge("target_mismatch", original, repaired)
+    assert verdict == Verdict.NOT_VERIFIED
+    assert "still falling" in why and "--steps" in why and "stays" not in why
+    flat = (10.0, *([0.52] * 99))  # came down at once, then flat at 1.04 x trivial
+    verdict, why = judge("target_mismatch", original, Run("binary_crossentropy", flat, 0.5, 0.52))
+    assert verdict == Verdict.NOT_VERIFIED and "stays at the trivial loss" in why
+    assert "still falling" not in why
+
+
+def test_compared_runs_say_when_the_copy_was_still_falling():
+    original = Run("mse", _curve(2.0, 1.0), trivial=None, final=1.0)
+    repaired = Run("mse", _curve(2.0, 0.95), trivial=None, final=0.95)  # -0.05 per 10 steps
+    verdict, why = judge("linear_stack", original, repaired)
+    assert verdict == Verdict.NOT_VERIFIED and "not clearly below" in why
+    assert "still falling" in why
+    plateau = Run("mse", (2.0, *([0.95] * 99)), trivial=None, final=0.95)
+    verdict, why = judge("linear_stack", original, plateau)
+    assert verdict == Verdict.NOT_VERIFIED and "still falling" not in why

@@ -14,7 +14,7 @@ from helpers import keras, load_sample, sample
 
 from layergrad import cli
 from layergrad.commands.check.gate import CheckOptions, check_file
-from layergrad.commands.weight_scan import scale_flags
+from layergrad.commands.weight_rows import scale_flags
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import Status, VariableRow
 from layergrad.core.vocab import Flag

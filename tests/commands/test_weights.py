@@ -262,3 +262,19 @@ def test_only_weights_of_frozen_layers_count_as_frozen(tmp_path):
     assert "frozen/kernel" not in by_name(report)
     out = CliRunner().invoke(main, ["scan", str(path), "--wrt", "weights", "--json"])
     assert json.loads(out.stdout)["frozen"] == 2
+
+
+def test_frozen_over_data_counts_only_frozen_weights_as_for_one_batch(tmp_path):
+    """`--data` counted every non-trainable variable (BatchNormalization's moving statistics
+    too); it counts what one batch counts: the frozen Dense's kernel and bias."""
+    x = keras.Input((4,), name="x")
+    frozen = keras.layers.Dense(3, name="frozen")
+    h = frozen(keras.layers.BatchNormalization(name="bn")(x))
+    model = keras.Model(x, keras.layers.Dense(1, name="head")(h))
+    frozen.trainable = False
+    model.compile(loss="mse")
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    data = save_batch(tmp_path, x=normal(6, 4), y=normal(6, 1, seed=2))
+    assert scan_weights_model(path, data=data, batch_size=4).frozen == 2
+    assert scan_weights_model(path, input_file=data).frozen == 2

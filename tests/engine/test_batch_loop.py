@@ -1,6 +1,6 @@
 """One loop over batches on a `tf.distribute` strategy (`step_calls.over_batches`): every
-command over `--data` runs its batches through it, and `scan` its probe batch as a data
-source of one batch; it adds up every sample once."""
+command over `--data` runs its batches through it, and `scan` and `scan --wrt weights` their
+probe batch as a data source of one batch; it adds up every sample once."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from layergrad.engine import step_calls
 ROWS, BATCH = 10, 4  # three batches, the last one partial
 
 
-def test_scan_of_the_probe_batch_and_every_command_over_data_run_the_one_loop(
+def test_the_scans_of_the_probe_batch_and_every_command_over_data_run_the_one_loop(
     tmp_path, monkeypatch
 ):
     keras.utils.set_random_seed(0)
@@ -47,7 +47,15 @@ def test_scan_of_the_probe_batch_and_every_command_over_data_run_the_one_loop(
         "scan --data": (["scan", path, *over_data], (ROWS, 3)),
         "scan --wrt weights --data": (["scan", path, "--wrt", "weights", *over_data], (ROWS, 3)),
         "check --data": (["check", path, *over_data], (ROWS, 3)),
+        "inspect --data": (
+            ["inspect", path, "--from", "hidden", "--to", "out", *over_data],
+            (ROWS, 3),
+        ),
         "scan": (["scan", path, "--input", str(tmp_path / "x.npy")], (BATCH, 1)),
+        "scan --wrt weights": (
+            ["scan", path, "--wrt", "weights", "--input", str(tmp_path / "x.npy")],
+            (BATCH, 1),
+        ),
     }
     for name, (args, expected) in commands.items():
         seen.clear()

@@ -8,8 +8,9 @@ import json
 import math
 import re
 
+import numpy as np
 from click.testing import CliRunner
-from helpers import CUSTOM_LAYERS, keras, sample
+from helpers import CUSTOM_LAYERS, keras, normal, sample
 
 from layergrad.cli.app import main
 from layergrad.commands.api import inspect_model, scan_model
@@ -119,6 +120,19 @@ def test_a_shared_layer_without_a_call_index_is_said_to_mean_call_0():
     assert not [w for w in res.warnings if "shared@0" in w], res.warnings
     (res,) = inspect_model(sample("shared.keras"), "pre", ["head"]).results
     assert not [w for w in res.warnings if "called" in w], res.warnings
+
+
+def test_inspect_over_the_data_notes_a_shared_layer_in_the_same_words(tmp_path):
+    path = sample("shared.keras")
+    data = tmp_path / "x.npy"
+    np.save(data, normal(12, *keras.saving.load_model(path).input_shape[1:]))
+    said = (
+        "--from shared: 'shared' is called 2 times (a shared layer) and shared means its first "
+        "call, shared@0; name the other calls shared@1"
+    )
+    for how in ({}, {"data": str(data), "batch_size": 5}):
+        (res,) = inspect_model(path, "shared", ["head"], **how).results
+        assert said in res.warnings, (how, res.warnings)
 
 
 def test_a_long_scan_chart_grows_in_height_with_readable_labels(tmp_path):

@@ -41,7 +41,7 @@ def dynamic_data(
     baseline: Baseline | None = None,
     has_loss: bool = False,
 ) -> None:
-    """The forward and gradient checks over every sample of `options.probe.data` (one pass), and
+    """The forward and gradient checks over every sample of the data set (one pass), and
     with `baseline` the baseline check over the same data (the loss's gradient over the data
     for a file with a loss)."""
     from layergrad.commands import over_data
@@ -151,7 +151,7 @@ def _baseline_over_data(
     loaded, warnings, strategy = opened
     full = None
     if has_loss:
-        from layergrad.commands.weights_data import weights_over
+        from layergrad.commands.weight_scan import weights_over
 
         try:
             from layergrad.data.label_stream import Labelled

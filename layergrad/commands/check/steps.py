@@ -276,7 +276,7 @@ def _scale(
 ) -> tuple[list[Finding], list[str]]:
     """Dead, vanishing and exploding layers, judged on their weights' gradients (and a layer
     saturated by its initialisation, `init`)."""
-    from layergrad.commands.weight_scan import scale_flags
+    from layergrad.commands.weight_rows import scale_flags
 
     findings: list[Finding] = []
     parts: list[str] = []

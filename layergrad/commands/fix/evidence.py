@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from layergrad.commands.fit.train import FitOptions
 
 CLEARLY = 0.9  # a loss "clearly below" another: at most this share of it
+FALLING = 0.97  # a run still falls: its last tenth's mean below this share of the tenth before
 
 
 def check_findings(verdict: FileVerdict) -> tuple[str, ...]:
@@ -94,27 +95,53 @@ def judge(finding: str, original: Run, repaired: Run) -> tuple[Verdict, str]:
             if invalid
             else (" could not be trained")
         )
-        stays = "and the copy's loss stays at the trivial loss"
+        mine = repaired.relative
+        if mine is not None and still_falling(repaired.losses):
+            stays = (
+                f"and the copy's loss ends at {mine:.3g} of the trivial loss, "
+                f"not clearly below it{_FALLING_WHY}"
+            )
+        else:
+            stays = "and the copy's loss stays at the trivial loss"
         return Verdict.NOT_VERIFIED, f"the original{said}, {stays}"
+    falling = _FALLING_WHY if still_falling(repaired.losses) else ""
     mine, theirs = repaired.relative, original.relative
     if mine is not None and theirs is not None:
         if mine <= CLEARLY * theirs:
             return Verdict.VERIFIED, ""
         return Verdict.NOT_VERIFIED, (
             f"the loss ends at {mine:.3g} of the trivial loss, the original's at {theirs:.3g}: "
-            "not clearly below"
+            f"not clearly below{falling}"
         )
     if repaired.loss_name == original.loss_name:
         if repaired.final <= CLEARLY * original.final:
             return Verdict.VERIFIED, ""
         return Verdict.NOT_VERIFIED, (
             f"the loss ends at {repaired.final:.4g}, the original's at {original.final:.4g}: "
-            "not clearly below"
+            f"not clearly below{falling}"
         )
     return Verdict.NOT_VERIFIED, (
         f"the losses differ ({original.loss_name}, {repaired.loss_name}) and have no trivial "
         "loss to compare them by"
     )
+
+
+_FALLING_WHY = "; it was still falling when training stopped: more --steps may show it"
+
+
+def still_falling(losses: Sequence[float | None]) -> bool:
+    """The run's last tenth of losses averages clearly below the tenth before it (a run too
+    short for its verdict: e.g. unscaled inputs spend the first steps coming down to the
+    trivial loss)."""
+    tenth = len(losses) // 10
+    if tenth < 1:
+        return False
+    last, before = losses[-tenth:], losses[-2 * tenth : -tenth]
+    values = [v for v in (*last, *before) if v is not None and math.isfinite(v)]
+    if len(values) < 2 * tenth:
+        return False
+    late, early = sum(last) / tenth, sum(before) / tenth  # type: ignore[arg-type]
+    return early - late > (1 - FALLING) * abs(early)
 
 
 def _is_entropy(run: Run) -> bool:

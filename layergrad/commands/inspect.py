@@ -1,0 +1,146 @@
+"""`inspect`: the gradient of each target layer's activation with respect to a source layer's,
+of the probe batch (a `Session`: eager, the gradient arrays kept for the causes and
+`--save-gradient`) or of every sample of `--data` (a `DataSession`: reduced in the compiled
+step, `over_data.inspect_pass`). Both get the same notes and the same BatchNormalization rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from layergrad.commands.session import DataSession, Session
+from layergrad.commands.untrained_batchnorm import in_training, probe_in_training
+from layergrad.core.probe_options import Progress
+from layergrad.core.results import InspectReport, ProbeMeta, Result
+from layergrad.core.vocab import Status
+from layergrad.model.layer_refs import Site, resolve
+
+if TYPE_CHECKING:
+    from layergrad.engine.jacobian import JacobianOptions
+    from layergrad.model.graph import ModelGraph
+
+
+def inspect_session(
+    session: Session | DataSession,
+    source: str,
+    targets: Sequence[str],
+    how: JacobianOptions | None = None,
+    top: int = 10,
+    on_progress: Progress | None = None,
+) -> InspectReport:
+    """One result per target (in order): see `api.inspect_model`. With `how`, each result
+    also gets its Jacobian norms (over the data: a second pass, naming the `top` samples)."""
+    model = session.model
+    sites = (resolve(model, source), [resolve(model, ref) for ref in targets])
+    results, probe = _inspect(session, source, targets, sites, how, on_progress)
+    wrong = any(res.status != Status.OK for res in results)
+    said = probe_in_training(model, session.options.training, wrong)
+    if said:  # never-trained BatchNormalization: probe again as training runs it
+        session = in_training(session)
+        results, probe = _inspect(session, source, targets, sites, how, on_progress)
+        results = tuple(replace(res, warnings=(*res.warnings, said)) for res in results)
+    if how is not None and isinstance(session, DataSession):
+        results = _jacobians_over(session, sites[0], results, how, top, on_progress)
+    return InspectReport(model=session.model_meta, probe=probe, results=results)
+
+
+def _inspect(
+    session: Session | DataSession,
+    source: str,
+    targets: Sequence[str],
+    sites: tuple[Site, list[Site]],
+    how: JacobianOptions | None,
+    on_progress: Progress | None,
+) -> tuple[tuple[Result, ...], ProbeMeta]:
+    """One probe in the session's mode: the results (with their notes, and from the probe
+    batch their Jacobian norms when `how` says how to measure them) and the probe's meta."""
+    from layergrad.diagnose import diagnoser
+    from layergrad.engine import jacobian
+    from layergrad.engine import probe as probing
+
+    source_site, target_sites = sites
+    graph = session.info.graph
+    if isinstance(session, DataSession):
+        from layergrad.commands.over_data import inspect_pass
+
+        over, found = inspect_pass(session, source_site, target_sites, on_progress)
+        return _noted(found, graph, source, targets, sites), session.probe_meta_of(over)
+    model, batch, live = session.model, session.batch, None
+    training, reduce = session.options.training, session.options.reduce
+    if how is not None:  # one forward pass serves the gradient and the Jacobians
+        live = probing.live_probe(
+            model, batch, [source_site], target_sites, training=training, reduce=reduce
+        )
+        run = probing.probe_gradients(live)
+    else:
+        run = probing.run_probe(
+            model, batch, [source_site], target_sites, training=training, reduce=reduce
+        )
+    results = _noted(diagnoser.build_results(run, graph, session.diagnoser), graph, source,
+                     targets, sites)  # fmt: skip
+    if live is not None and how is not None:
+        results = jacobian.with_jacobians(results, live, how)
+    return results, session.probe_meta
+
+
+def _noted(
+    results: Sequence[Result],
+    graph: ModelGraph,
+    source: str,
+    targets: Sequence[str],
+    sites: tuple[Site, list[Site]],
+) -> tuple[Result, ...]:
+    """The results with what their references do not say: a softmax target first (the
+    strongest), a shared layer named without `@K` last."""
+    from layergrad.diagnose.diagnoser import softmax_target_note
+
+    source_site, target_sites = sites
+    first = _first_call_note(graph, source, source_site, "--from")
+    out = []
+    for res, ref, site in zip(results, targets, target_sites, strict=True):
+        note = softmax_target_note(site, "take --to the layer before it")
+        after = (n for n in (first, _first_call_note(graph, ref, site, "--to")) if n)
+        out.append(replace(res, warnings=(*((note,) if note else ()), *res.warnings, *after)))
+    return tuple(out)
+
+
+def _first_call_note(graph: ModelGraph, ref: str, site: Site, option: str) -> str | None:
+    """A note when `ref` names a layer called several times without `@K`: it means call 0."""
+    entry = graph.get(site.path) if site.input_index is None else None
+    if entry is None or entry.num_calls < 2 or "@" in ref:
+        return None
+    last = entry.num_calls - 1
+    others = f"{site.path}@1" if last == 1 else f"{site.path}@1 to {site.path}@{last}"
+    return (
+        f"{option} {ref}: '{site.path}' is called {entry.num_calls} times (a shared layer) and "
+        f"{ref} means its first call, {site.path}@0; name the other calls {others}"
+    )
+
+
+def _jacobians_over(
+    session: DataSession,
+    source: Site,
+    results: tuple[Result, ...],
+    how: JacobianOptions,
+    top: int,
+    on_progress: Progress | None,
+) -> tuple[Result, ...]:
+    """Each result whose gradient is ok or zero with its Jacobian norms over every sample of
+    the data (a second pass, `jacobian_data`, over every worker's shard)."""
+    from layergrad.engine.jacobian_data import inspect_jacobians
+
+    chosen = [i for i, r in enumerate(results) if r.status in (Status.OK, Status.ZERO)]
+    if not chosen:
+        return results
+    sites = [resolve(session.model, results[i].target.layer) for i in chosen]
+    options = session.options
+    found = inspect_jacobians(
+        session.model, session.stream, source, sites, how, training=options.training,
+        reduce=options.reduce, top=top, on_progress=on_progress, strategy=session.strategy,
+    )  # fmt: skip
+    out = list(results)
+    for i, (stats, warnings) in zip(chosen, found, strict=True):
+        out[i] = replace(out[i], jacobian=stats, warnings=(*out[i].warnings, *warnings))
+    return tuple(out)

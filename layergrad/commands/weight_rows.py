@@ -1,0 +1,155 @@
+"""A variable's row in `scan --wrt weights`: its gradient's status, statistics, update ratio
+and causes; the vanishing / exploding flags of the update ratios' trend; dead ReLU layers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from layergrad.core.gradient_stats import (
+    DEAD_FRACTION,
+    dead_fraction,
+    gradient_stats,
+    status_flags,
+    status_of,
+)
+from layergrad.core.results import Cause, ScanRow, VariableRow
+from layergrad.core.tf_types import KerasLayer, KerasVariable
+from layergrad.core.vocab import Flag, Status
+from layergrad.diagnose import causes as why
+from layergrad.engine.trace import Trace
+
+# Vanishing / exploding: the update ratios of the layers near the input this many decades
+# below / above those near the output (see `scale_flags`). Calibrated on untrained healthy
+# architectures (keras.applications, RNNs, a Transformer, deep He ReLU MLPs), whose trend lies
+# within -1.8 and +0.2 decades; an 8-layer sigmoid stack has +4.6, a 20-layer tanh stack with
+# kernels 11 times the Glorot scale -4.9 (docs/verdicts.md).
+TREND_DECADES, MIN_LAYERS = 3.0, 3
+# The variables whose update ratio says how fast a layer learns (biases and normalization
+# scales are left out: they start at 0 or 1 whatever the layer).
+KERNELS = ("kernel", "embeddings", "depthwise_kernel", "pointwise_kernel")
+
+
+def dead_layers(trace: Trace, layers: Mapping[str, KerasLayer]) -> tuple[tuple[str, float], ...]:
+    """ReLU layers with more than DEAD_FRACTION of their units (last axis) exactly zero for
+    every sample of the batch: (layer reference, that share)."""
+    from layergrad.diagnose.activations import activation_name
+
+    found = []
+    for act in trace.activations:
+        if not act.is_float or act.value.size == 0:
+            continue
+        if activation_name(layers.get(act.site.path)) != "relu":
+            continue
+        share = dead_fraction(act.value)
+        if share > DEAD_FRACTION:
+            found.append((act.site.ref, share))
+    return tuple(found)
+
+
+def variable_row(variable: KerasVariable, path: str, grad: np.ndarray | None) -> VariableRow:
+    """The row of `variable` (held by the layer at `path`) with gradient `grad`, no causes yet
+    (`with_causes`)."""
+    status = status_of(grad)
+    weight = np.asarray(variable.numpy(), dtype=np.float64)
+    stats = None if grad is None else gradient_stats(grad, top=0)
+    norm = float(np.sqrt(np.sum(weight * weight)))
+    ratio = None if stats is None or not norm else stats.l2 / norm
+    flags = status_flags(status, dead_fraction(grad) if grad is not None and grad.ndim else None)
+    name = variable.name
+    return VariableRow(
+        variable=f"{path}/{name}",
+        layer=path,
+        name=name,
+        shape=tuple(int(d) for d in variable.shape),
+        dtype=str(variable.dtype),
+        status=status,
+        gradient=stats,
+        update_ratio=ratio,
+        flags=flags,
+    )
+
+
+def with_causes(row: VariableRow, layer_rows: Sequence[ScanRow]) -> VariableRow:
+    """A row that is not ok with its causes, from the scan rows of the layers' outputs."""
+    return row if row.status == Status.OK else replace(row, causes=_causes(row, layer_rows))
+
+
+def _causes(row: VariableRow, layer_rows: Sequence[ScanRow]) -> tuple[Cause, ...]:
+    """The causes of the layer's output rows when they share the variable's problem, else say
+    that the layer's own call loses it."""
+    path = row.layer
+    calls = [r for r in layer_rows if r.layer.split("@")[0] == path]
+    broken = [r for r in calls if r.status == row.status and r.causes]
+    if broken:
+        return broken[0].causes
+    if calls and all(r.status == Status.NONE for r in calls):
+        return tuple(c for r in calls for c in r.causes)[:3] or (why.unknown(),)
+    return (why.variable_not_used(path, row.name, row.status),)
+
+
+def layer_ratios(rows: Sequence[VariableRow]) -> dict[str, float]:
+    """Each layer's update ratio: ||d loss / d W|| / ||W|| over all its trainable variables.
+
+    Only layers whose every variable has a finite gradient and that hold a non-zero weight.
+    """
+    grads: dict[str, float] = {}
+    norms: dict[str, float] = {}
+    broken: set[str] = set()
+    for r in rows:
+        if r.status not in (Status.OK, Status.ZERO) or r.gradient is None:
+            broken.add(r.layer)
+            continue
+        ratio = r.update_ratio
+        grads[r.layer] = grads.get(r.layer, 0.0) + r.gradient.l2**2
+        weight = r.gradient.l2 / ratio if ratio else 0.0
+        norms[r.layer] = norms.get(r.layer, 0.0) + weight**2
+    return {
+        layer: math.sqrt(grads[layer] / norms[layer])
+        for layer in grads
+        if layer not in broken and norms[layer] > 0 and grads[layer] > 0
+    }
+
+
+def scale_flags(rows: Sequence[VariableRow]) -> dict[str, tuple[Flag, float]]:
+    """Vanishing / exploding layers: {layer: (flag, decades below / above the output end)}.
+
+    Only layers with a kernel (Dense, Conv, Embedding, recurrent layers...) take part, in
+    execution order; a layer without weights is never flagged. The trend is the median
+    log10 update ratio of the last quarter of them minus that of the first quarter. When it
+    is at least TREND_DECADES (the layers near the input would learn that many decades slower
+    than those near the output), every layer of the first half at least TREND_DECADES below
+    the last quarter's median is vanishing; at most -TREND_DECADES, every layer of the first
+    half that far above it is exploding. Needs MIN_LAYERS such layers.
+    """
+    ratios = layer_ratios([r for r in rows if r.name in KERNELS])
+    if len(ratios) < MIN_LAYERS:
+        return {}
+    logs = [(layer, math.log10(ratio)) for layer, ratio in ratios.items()]
+    quarter = max(1, round(len(logs) / 4))
+    end = float(np.median([v for _, v in logs[-quarter:]]))
+    start = float(np.median([v for _, v in logs[:quarter]]))
+    trend = end - start
+    found: dict[str, tuple[Flag, float]] = {}
+    for layer, value in logs[: max(1, len(logs) // 2)]:
+        if trend >= TREND_DECADES and value <= end - TREND_DECADES:
+            found[layer] = (Flag.VANISHING, value - end)
+        elif trend <= -TREND_DECADES and value >= end + TREND_DECADES:
+            found[layer] = (Flag.EXPLODING, value - end)
+    return found
+
+
+def flag_update_ratio_trend(rows: list[VariableRow]) -> list[VariableRow]:
+    """Vanishing / exploding by the trend of the update ratios from the input end to the output
+    end: the ok, not yet flagged variables of each layer `scale_flags` finds."""
+    flagged = scale_flags(rows)
+    out = []
+    for r in rows:
+        if r.layer in flagged and r.status == Status.OK and not r.flags:
+            r = replace(r, flags=(flagged[r.layer][0],))
+        out.append(r)
+    return out
