@@ -49,6 +49,7 @@ def main() -> None:
     parser.add_argument("--ops", default=None, help="mutant names (e.g. units_one); all if unset")
     parser.add_argument("--data", action="store_true", help="train every file: verdicts")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
+    parser.add_argument("--verbose", action="store_true", help="a line per file as it is done")
     parser.add_argument(
         "--random-labels",
         action="store_true",
@@ -82,6 +83,11 @@ def main() -> None:
             except Exception as exc:  # a refused file is a miss, not a crash
                 misses.append(f"{case.name}: {type(exc).__name__}: {exc}"[:200])
                 continue
+            if args.verbose:
+                said = "; ".join(
+                    f"{r.finding} {r.verdict.value} {r.why}"[:160] for r in report.repairs
+                )
+                print(f"{case.name}: {said or 'nothing to fix'}", flush=True)
             if case.expect is None:
                 healthy[0] += 1
                 if report.repairs:

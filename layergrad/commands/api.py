@@ -20,12 +20,18 @@ from typing import TYPE_CHECKING
 
 from layergrad.commands.session import open_session, open_source
 from layergrad.core.errors import InputError, UsageError
-from layergrad.core.probe_options import PathLike, ProbeOptions, Progress, probe_from
+from layergrad.core.probe_options import (
+    JacobianOptions,
+    PathLike,
+    ProbeOptions,
+    Progress,
+    check_options,
+    probe_from,
+)
 from layergrad.core.results import InspectReport, ScanReport, WeightScanReport
 from layergrad.core.vocab import Measure
 
 if TYPE_CHECKING:
-    from layergrad.engine.jacobian import JacobianOptions
     from layergrad.files.outputs import Written
 
 __all__ = ["ProbeOptions", "inspect_model", "save_gradients", "scan_model", "scan_weights_model"]
@@ -78,9 +84,9 @@ def inspect_model(
         raise InputError("give at least one target layer (--to)")
     options = probe_from(options, probe)
     how = _jacobian_options(measure, probes, exact, top, options.seed)
-    from layergrad.commands.inspect import inspect_session
-
     session = open_source(path, options, refs=[source, *targets], imports=imports, unsafe=unsafe)
+    from layergrad.commands.inspect import inspect_session  # TensorFlow: after the checks
+
     return inspect_session(session, source, targets, how, top, on_progress)
 
 
@@ -120,10 +126,10 @@ def scan_model(
     layers, imports = _one_or_many(layers), _one_or_many(imports)
     options = probe_from(options, probe)
     how = _jacobian_options(measure, probes, exact, top, options.seed)
-    from layergrad.commands.scan import scan_session
-
     refs = [target] if target is not None else []
     session = open_source(path, options, refs=refs, globs=layers, imports=imports, unsafe=unsafe)
+    from layergrad.commands.scan import scan_session  # TensorFlow: after the checks of the file
+
     return scan_session(session, target, layers, how, top, on_progress)
 
 
@@ -132,8 +138,6 @@ def _jacobian_options(
 ) -> JacobianOptions | None:
     """The measure keywords of `inspect_model` and `scan_model`, checked: how to measure the
     Jacobian norms, or None for the gradient alone."""
-    from layergrad.engine.jacobian import JacobianOptions, check_options
-
     check_options(measure, probes, exact)
     if top < 1:
         raise UsageError(f"--top must be at least 1: top={top}")

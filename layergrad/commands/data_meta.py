@@ -14,10 +14,11 @@ from layergrad.core.results import ModelMeta, ProbeMeta
 if TYPE_CHECKING:
     from layergrad.engine.data_step import StreamRun
     from layergrad.engine.loader import LoadedModel
+    from layergrad.engine.weight_stream import WeightTotals
 
 
 def probe_meta(
-    source: str, run: StreamRun, options: ProbeOptions, seeded: bool = False
+    source: str, run: StreamRun | WeightTotals, options: ProbeOptions, seeded: bool = False
 ) -> ProbeMeta:
     """`seeded`: the seed matters (the default target's projection), so it is reported."""
     from layergrad.data.fingerprint import data_sha256

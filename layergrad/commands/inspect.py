@@ -1,7 +1,8 @@
 """`inspect`: the gradient of each target layer's activation with respect to a source layer's,
 of the probe batch (a `Session`: eager, the gradient arrays kept for the causes and
 `--save-gradient`) or of every sample of `--data` (a `DataSession`: reduced in the compiled
-step, `over_data.inspect_pass`). Both get the same notes and the same BatchNormalization rule.
+step, the causes of a result that is not ok from one batch read again). Both get the same
+notes and the same BatchNormalization rule.
 """
 
 from __future__ import annotations
@@ -13,11 +14,22 @@ from typing import TYPE_CHECKING
 from layergrad.commands.session import DataSession, Session
 from layergrad.commands.untrained_batchnorm import in_training, probe_in_training
 from layergrad.core.probe_options import Progress
-from layergrad.core.results import InspectReport, ProbeMeta, Result
+from layergrad.core.results import (
+    Cause,
+    DataStats,
+    Endpoint,
+    GradientStats,
+    InspectReport,
+    ProbeMeta,
+    Result,
+)
 from layergrad.core.vocab import Status
-from layergrad.model.layer_refs import Site, resolve
+from layergrad.model.layer_refs import Site, iter_layers, resolve
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the modules of the pass over the data are imported by that pass
+    from layergrad.commands.over_data import Diagnosis
+    from layergrad.data.stats.aggregates import ForwardTotals, GradientTotals
+    from layergrad.engine.data_step import Probed, StreamRun
     from layergrad.engine.jacobian import JacobianOptions
     from layergrad.model.graph import ModelGraph
 
@@ -63,9 +75,7 @@ def _inspect(
     source_site, target_sites = sites
     graph = session.info.graph
     if isinstance(session, DataSession):
-        from layergrad.commands.over_data import inspect_pass
-
-        over, found = inspect_pass(session, source_site, target_sites, on_progress)
+        over, found = _over_data(session, source_site, target_sites, on_progress)
         return _noted(found, graph, source, targets, sites), session.probe_meta_of(over)
     model, batch, live = session.model, session.batch, None
     training, reduce = session.options.training, session.options.reduce
@@ -83,6 +93,31 @@ def _inspect(
     if live is not None and how is not None:
         results = jacobian.with_jacobians(results, live, how)
     return results, session.probe_meta
+
+
+def _over_data(
+    session: DataSession,
+    source_site: Site,
+    target_sites: Sequence[Site],
+    on_progress: Progress | None = None,
+) -> tuple[StreamRun, list[Result]]:
+    """One pass of `inspect` over the data in the session's mode: the run, and one result
+    per target."""
+    from layergrad.commands.over_data import Diagnosis
+    from layergrad.engine.data_step import Plan, run_stream
+
+    model, options, batches = session.model, session.options, session.stream
+    plan = Plan(
+        sources=(source_site,),
+        targets=tuple(target_sites),
+        training=options.training,
+        reduce=options.reduce,
+        data=True,
+        seed=options.seed,
+    )
+    run = run_stream(model, plan, batches, session.strategy, on_progress)
+    diagnosis = Diagnosis(model, batches, session.info.graph, options)
+    return run, [_result(run, t, diagnosis) for t in range(len(target_sites))]
 
 
 def _noted(
@@ -144,3 +179,60 @@ def _jacobians_over(
     for i, (stats, warnings) in zip(chosen, found, strict=True):
         out[i] = replace(out[i], jacobian=stats, warnings=(*out[i].warnings, *warnings))
     return tuple(out)
+
+
+def _result(run: StreamRun, t: int, diagnosis: Diagnosis) -> Result:
+    from layergrad.diagnose import causes as why
+    from layergrad.diagnose import diagnoser
+
+    source, target, grad = run.activations[0], run.targets[t], run.gradients[t][0]
+    assert target is not None  # inspect names every target (only scan's may be the projection)
+    status = Status.NONE if grad is None else Status(grad.status)
+    stats = None if grad is None else grad.stats(source.shape)
+    causes: tuple[Cause, ...] = ()
+    if status != "ok":
+        index = grad.first_nonfinite if grad is not None and grad.first_nonfinite else 0
+        src, dst = diagnosis.activations(index, source.site, target.site)
+        causes = diagnoser.static_causes(src, dst, diagnosis.graph)
+        if not any(c.code == "not_downstream" for c in causes):
+            found = diagnosis.diagnoser(index).causes(status, src, dst)
+            causes = diagnoser.dedupe([*causes, *found])
+        causes = causes or (why.unknown(),)
+    return Result(
+        source=Endpoint(source.site.ref, source.shape, source.dtype),
+        target=Endpoint(target.site.ref, target.shape, target.dtype),
+        status=status,
+        gradient=stats,
+        causes=causes,
+        warnings=_warnings(stats, run.forward[0], source, target, grad, diagnosis)
+        if status == "ok" and stats is not None and grad is not None
+        else (),
+        data=DataStats((), None, None)
+        if grad is None
+        else DataStats(grad.dead_units(), grad.per_sample(), grad.first_nonfinite),
+    )
+
+
+def _warnings(
+    stats: GradientStats,
+    forward: ForwardTotals | None,
+    source: Probed,
+    target: Probed,
+    grad: GradientTotals,
+    diagnosis: Diagnosis,
+) -> tuple[str, ...]:
+    """`diagnoser.warnings_for`, from statistics over all samples instead of arrays: exact
+    zeros by design named, units with no gradient for any sample called dead."""
+    from layergrad.diagnose.diagnoser import gradient_warnings, structural_zeros
+
+    size = forward.mean_abs if forward is not None else 0.0
+    width = source.shape[-1] if source.shape else 1
+    dead = len(grad.dead_units()) / width if width else None
+    structural: tuple[str, ...] = ()
+    if stats.zero_fraction > 0.5:  # only then is there anything to explain
+        layers = dict(iter_layers(diagnosis.model))
+        structural = structural_zeros(
+            source.site, target.site, diagnosis.graph, layers, diagnosis.training
+        )
+    src, dst = source.site.ref, target.site.ref
+    return gradient_warnings(stats.zero_fraction, stats.max_abs, size, src, dst, structural, dead)

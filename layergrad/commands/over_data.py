@@ -1,10 +1,10 @@
-"""The passes of `inspect`, `scan` and `check` over every sample of a data set (`--data`).
+"""`--data`: the stream of a data set's batches, and the pass of `scan` and `check` over it.
 
 The statistics are those of the whole data set as one batch; they are reduced inside the
 compiled step (`data_step.run_stream`), so no gradient is kept. A result that is not ok gets its
 causes from one batch where it shows: the first batch with a non-finite value for a
-non-finite result, else the first batch. That batch is read again and diagnosed exactly as
-`inspect` / `scan` diagnose their probe batch. Nothing here prints.
+non-finite result, else the first batch. That batch is read again (`Diagnosis`) and diagnosed
+exactly as `inspect` / `scan` diagnose their probe batch. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -14,18 +14,15 @@ from typing import TYPE_CHECKING
 
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import ProbeOptions, Progress, with_cluster
-from layergrad.core.results import DataStats, Endpoint, GradientStats, Result, ScanRow
+from layergrad.core.results import ScanRow
 from layergrad.core.tf_types import KerasModel, Strategy
-from layergrad.core.vocab import Finding, Status
+from layergrad.core.vocab import Finding
 
 if TYPE_CHECKING:
-    from layergrad.commands.session import DataSession
-    from layergrad.core.results import Cause
     from layergrad.data.probe_input import InputSpec, ProbeBatch
     from layergrad.data.sources import DataStream
-    from layergrad.data.stats.aggregates import ForwardTotals, GradientTotals
     from layergrad.diagnose.diagnoser import Diagnoser
-    from layergrad.engine.data_step import Probed, StreamRun
+    from layergrad.engine.data_step import StreamRun
     from layergrad.engine.layer_calls import Activation
     from layergrad.engine.loader import LoadedModel
     from layergrad.engine.trace import Trace
@@ -71,30 +68,6 @@ def shard_of(options: ProbeOptions) -> tuple[int, int] | None:
     return None if cluster is None else (cluster.index, cluster.workers)
 
 
-def inspect_pass(
-    session: DataSession,
-    source_site: Site,
-    target_sites: Sequence[Site],
-    on_progress: Progress | None = None,
-) -> tuple[StreamRun, list[Result]]:
-    """One pass of `inspect` over the data in the session's mode: the run, and one result
-    per target."""
-    from layergrad.engine import data_step
-
-    model, options, batches = session.model, session.options, session.stream
-    plan = data_step.Plan(
-        sources=(source_site,),
-        targets=tuple(target_sites),
-        training=options.training,
-        reduce=options.reduce,
-        data=True,
-        seed=options.seed,
-    )
-    run = data_step.run_stream(model, plan, batches, session.strategy, on_progress)
-    diagnosis = _Diagnosis(model, batches, session.info.graph, options)
-    return run, [_result(run, t, diagnosis) for t in range(len(target_sites))]
-
-
 def scan_over(
     loaded: LoadedModel,
     strategy: Strategy,
@@ -120,7 +93,7 @@ def scan_over(
         seed=options.seed,
     )
     run = data_step.run_stream(model, plan, batches, strategy, on_progress)
-    diagnosis = _Diagnosis(model, batches, graph, options)
+    diagnosis = Diagnosis(model, batches, graph, options)
     firsts = [
         g.first_nonfinite
         for g in run.gradients[0]
@@ -152,7 +125,7 @@ def forward_check(run: StreamRun) -> tuple[str, tuple[Finding, ...]]:
     return f"finite over {run.samples:,} samples", ()
 
 
-class _Diagnosis:
+class Diagnosis:
     """One batch of the data read again, and its diagnoser, for results that are not ok."""
 
     def __init__(
@@ -194,61 +167,3 @@ class _Diagnosis:
             reduce=self.reduce,
         )
         return run.sources[0], run.targets[0]
-
-
-def _result(run: StreamRun, t: int, diagnosis: _Diagnosis) -> Result:
-    from layergrad.diagnose import causes as why
-    from layergrad.diagnose import diagnoser
-
-    source, target, grad = run.activations[0], run.targets[t], run.gradients[t][0]
-    assert target is not None  # inspect names every target (only scan's may be the projection)
-    status = Status.NONE if grad is None else Status(grad.status)
-    stats = None if grad is None else grad.stats(source.shape)
-    causes: tuple[Cause, ...] = ()
-    if status != "ok":
-        index = grad.first_nonfinite if grad is not None and grad.first_nonfinite else 0
-        src, dst = diagnosis.activations(index, source.site, target.site)
-        causes = diagnoser.static_causes(src, dst, diagnosis.graph)
-        if not any(c.code == "not_downstream" for c in causes):
-            found = diagnosis.diagnoser(index).causes(status, src, dst)
-            causes = diagnoser.dedupe([*causes, *found])
-        causes = causes or (why.unknown(),)
-    return Result(
-        source=Endpoint(source.site.ref, source.shape, source.dtype),
-        target=Endpoint(target.site.ref, target.shape, target.dtype),
-        status=status,
-        gradient=stats,
-        causes=causes,
-        warnings=_warnings(stats, run.forward[0], source, target, grad, diagnosis)
-        if status == "ok" and stats is not None and grad is not None
-        else (),
-        data=DataStats((), None, None)
-        if grad is None
-        else DataStats(grad.dead_units(), grad.per_sample(), grad.first_nonfinite),
-    )
-
-
-def _warnings(
-    stats: GradientStats,
-    forward: ForwardTotals | None,
-    source: Probed,
-    target: Probed,
-    grad: GradientTotals,
-    diagnosis: _Diagnosis,
-) -> tuple[str, ...]:
-    """`diagnoser.warnings_for`, from statistics over all samples instead of arrays: exact
-    zeros by design named, units with no gradient for any sample called dead."""
-    from layergrad.diagnose.diagnoser import gradient_warnings, structural_zeros
-    from layergrad.model.layer_refs import iter_layers
-
-    size = forward.mean_abs if forward is not None else 0.0
-    width = source.shape[-1] if source.shape else 1
-    dead = len(grad.dead_units()) / width if width else None
-    structural: tuple[str, ...] = ()
-    if stats.zero_fraction > 0.5:  # only then is there anything to explain
-        layers = dict(iter_layers(diagnosis.model))
-        structural = structural_zeros(
-            source.site, target.site, diagnosis.graph, layers, diagnosis.training
-        )
-    src, dst = source.site.ref, target.site.ref
-    return gradient_warnings(stats.zero_fraction, stats.max_abs, size, src, dst, structural, dead)

@@ -165,8 +165,7 @@ def load(
     without `--data`.
     """
     from layergrad.data import probe_input
-    from layergrad.data.preflight import check_before_loading
-    from layergrad.engine import loader
+    from layergrad.data.preflight import check_before_loading, precheck
     from layergrad.files.file_info import read_file_info
     from layergrad.model import layer_refs
 
@@ -179,13 +178,15 @@ def load(
         rows = probe_input.peek_rows(options.input_file)
     strategy = None
     if (data := with_cluster(options).data_set) is not None:
-        from layergrad.data import devices, sources
+        from layergrad.data import devices
 
-        sources.precheck(data.path)  # a FIFO, a forged header: refused before TensorFlow
+        precheck(data.path)  # a FIFO, a forged header: refused before TensorFlow
 
         strategy = devices.strategy_for(
             data.distribute, data.cpu_replicas, data.peer_timeout, data.cluster
         )
+    from layergrad.engine import loader  # TensorFlow: after the checks of the file
+
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         loaded, warnings = loader.load_model(
             path,

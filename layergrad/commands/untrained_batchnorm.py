@@ -13,7 +13,7 @@ judged as it is.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     Opened = TypeVar("Opened", bound=Session | DataSession)
 
+T = TypeVar("T")
 SCALE_FLAGS = (Flag.DEAD, Flag.VANISHING, Flag.EXPLODING)  # flags that depend on magnitudes
 STRUCTURAL = ("softmax_one_unit", "zero_weights")  # constant whatever the mode and the data
 
@@ -67,6 +68,18 @@ def probe_in_training(model: KerasModel, training: bool, wrong: bool) -> str | N
     return training_mode_note(untrained) if untrained else None
 
 
+def in_right_mode(
+    model: KerasModel, training: bool, scan: Callable[[bool], T], wrong: Callable[[T], bool]
+) -> tuple[T, str | None]:
+    """The rule applied to a probe of `model` made by `scan(training)`, whatever its source
+    (one batch or `--data`): made again by `scan(True)` when it found something `wrong` and
+    the model's BatchNormalization was never trained. Returns what to keep and the note to
+    say (None: the first probe is kept)."""
+    found = scan(training)
+    said = probe_in_training(model, training, wrong(found))
+    return (scan(True), said) if said else (found, None)
+
+
 def scan_wrong(rows: Sequence[ScanRow], constant: Sequence[ConstantOutput] = ()) -> bool:
     """Whether a scan found what a never-trained BatchNormalization makes in inference: a
     magnitude flag (dead, vanishing, exploding), or an output that stops varying for a reason
@@ -80,6 +93,8 @@ def in_training(session: Opened) -> Opened:
     from layergrad.commands.session import DataSession
     from layergrad.diagnose.diagnoser import Diagnoser
 
+    if session.options.training:
+        return session
     options = replace(session.options, training=True)
     if isinstance(session, DataSession):
         return replace(session, options=options)

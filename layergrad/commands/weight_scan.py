@@ -29,11 +29,11 @@ from layergrad.commands.weight_rows import (
 )
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import OneBatch, PathLike, ProbeOptions, Progress
-from layergrad.core.results import LossMeta, ProbeMeta, ScanReport, VariableRow, WeightScanReport
+from layergrad.core.results import LossMeta, ScanReport, VariableRow, WeightScanReport
 from layergrad.core.tf_types import KerasModel, KerasVariable, Strategy, Tensor, TensorTree
 from layergrad.core.vocab import Status
-from layergrad.engine.compiled_loss import LossSpec
 from layergrad.model.layer_refs import iter_layers
+from layergrad.model.loss_forms import LossSpec
 
 if TYPE_CHECKING:
     from layergrad.data.label_stream import Labelled
@@ -48,7 +48,7 @@ def scan_weights(
     """Gradient of the loss with respect to every trainable variable, on the session's batch.
 
     Args:
-        session: an opened model and probe batch (`pipeline.open_session`).
+        session: an opened model and probe batch (`session.open_session`).
         loss: a `keras.losses` name overriding the compiled loss; None uses the file's.
         projection: without any loss, differentiate the seeded random projection of the
             outputs instead (what `check` judges update ratios on; loss name "projection").
@@ -107,7 +107,6 @@ def weights_over(
     `strict`; `Labelled(None)` for random labels, which the outputs can take); without it
     the labels are read here, strictly."""
     from layergrad.commands import data_meta, over_data
-    from layergrad.data.fingerprint import data_sha256
     from layergrad.data.label_stream import open_labelled
     from layergrad.engine.compiled_loss import label_request
 
@@ -140,16 +139,7 @@ def weights_over(
     assert totals is not None  # over data the stream gives the gradients
     return WeightScanReport(
         model=data_meta.model_meta(path, loaded, warnings),
-        probe=ProbeMeta(
-            source=batches.source,
-            seed=None if labels else options.seed,
-            batch_size=options.rows,
-            training=options.training,
-            reduce=options.reduce,
-            samples=totals.samples,
-            replicas=totals.replicas,
-            data_sha256=data_sha256(batches.source),
-        ),
+        probe=data_meta.probe_meta(batches.source, totals, options, seeded=not labels),
         loss=LossMeta(spec.name, spec.source, "data" if labels else "random"),
         frozen=len(frozen_variables(model)),
         variables=run.rows,
@@ -180,9 +170,8 @@ def _run(
     layers: bool = False,
     on_progress: Progress | None = None,
 ) -> _Run:
-    """The variables' gradients over `stream` (the one loop over batches); the first batch
-    traced for the causes of the rows that are not ok, or with `layers` for its scan of the
-    layers, whose backward pass then gives a one-batch stream's gradients too (one pass)."""
+    """The variables' gradients over `stream`; the first batch traced for the causes of rows
+    not ok, or with `layers` for its scan of the layers (then also a probe's gradients)."""
     from layergrad.commands.scan import scan_report
     from layergrad.core.keras_backend import quiet_import
     from layergrad.engine.trace import Trace, run_trace
@@ -215,17 +204,15 @@ def _run(
         )  # fmt: skip
         gradients = totals.gradients
     rows = [variable_row(v, layer, g) for (v, layer), g in zip(owned, gradients, strict=True)]
-    activations: ScanReport | None = None
-    dead: tuple[tuple[str, float], ...] = ()
     if traced is None and (layers or any(r.status != Status.OK for r in rows)):
         traced = trace()
-    if traced is not None:
-        report = scan_report(traced[1], traced[0], None)
-        activations = replace(report, target="loss" if spec is not None else None)
-        rows = [with_causes(r, activations.rows) for r in rows]
-        dead = dead_layers(traced[0], dict(iter_layers(model)))
-    rows = flag_update_ratio_trend(rows)
-    return _Run(tuple(rows), tuple(kinds), totals, activations, dead)
+    if traced is None:
+        return _Run(tuple(flag_update_ratio_trend(rows)), tuple(kinds), totals)
+    report = scan_report(traced[1], traced[0], None)
+    activations = replace(report, target="loss" if spec is not None else None)
+    rows = [with_causes(r, activations.rows) for r in rows]
+    dead = dead_layers(traced[0], dict(iter_layers(model)))
+    return _Run(tuple(flag_update_ratio_trend(rows)), tuple(kinds), totals, activations, dead)
 
 
 def _objective(
@@ -271,12 +258,10 @@ def _loss(
     model: KerasModel, config: Mapping[str, object], loss: str | None, path: PathLike,
     strategy: Strategy, projection: bool = False,
 ) -> LossSpec | None:  # fmt: skip
-    """The loss to differentiate, compiled into `model`; None for the projection.
-
-    Raises:
-        InputError: no loss in the file nor `loss`, and no `projection`.
-    """
-    from layergrad.engine.compiled_loss import compile_loss, find_loss
+    """The loss to differentiate, compiled into `model`; None for the projection (an
+    `InputError` when there is no loss in the file nor `loss`, and no `projection`)."""
+    from layergrad.engine.compiled_loss import compile_loss
+    from layergrad.model.loss_forms import find_loss
 
     spec = find_loss(config, loss)
     if spec is None and not projection:
@@ -317,13 +302,9 @@ def variable_owners(model: KerasModel) -> list[tuple[KerasVariable, str]]:
 
 def frozen_variables(model: KerasModel) -> list[KerasVariable]:
     """The weights a user froze: variables a layer made to be trained (its kernel, a
-    BatchNormalization's gamma and beta) that are not trainable now (`layer.trainable = False`).
-
-    State that is never trained is not frozen: BatchNormalization's moving mean and variance,
-    the `seed_generator_state` of Dropout, LSTM or a random augmentation layer, a metric's
-    totals. Keras keeps a layer's trainable-by-design variables in `_trainable_variables`
-    whatever its `trainable` flag says (public Keras has no other way to tell them apart).
-    """
+    BatchNormalization's gamma and beta) that are not trainable now. State never trained (moving
+    statistics, a `seed_generator_state`, a metric's totals) is not frozen: Keras keeps a layer's
+    trainable-by-design variables in `_trainable_variables` whatever its `trainable` flag says."""
     layers = [layer for _, layer in iter_layers(model)]
     made = [v for layer in layers for v in getattr(layer, "_trainable_variables", [])]
     return list({id(v): v for v in made if not v.trainable}.values())

@@ -18,7 +18,7 @@ from typing import TypedDict, TypeVar, cast
 
 from layergrad.core import limits
 from layergrad.core.cluster import Cluster, cluster_from_env
-from layergrad.core.errors import UsageError
+from layergrad.core.errors import InputError, UsageError
 from layergrad.core.vocab import Distribute, Measure, Reduce, Word
 
 PathLike = str | os.PathLike[str]
@@ -254,3 +254,36 @@ class MeasureFields(TypedDict):
     probes: int | None
     exact: bool
     top: int
+
+
+@dataclass(frozen=True)
+class JacobianOptions:
+    """How to measure: `probes` K forces the estimate, `exact` forces the exact method."""
+
+    probes: int | None = None
+    exact: bool = False
+    seed: int = 0
+
+
+def check_options(measure: str, probes: int | None, exact: bool) -> None:
+    """Raise UsageError for a measure or a combination of options that means nothing."""
+    if measure not in Measure.words():
+        raise UsageError(
+            f"measure must be one of {', '.join(Measure.words())}: measure={measure!r}"
+        )
+    if measure != Measure.JACOBIAN and (probes is not None or exact):
+        raise UsageError("--probes and --exact apply to --measure jacobian; add it or drop them")
+    if probes is not None and exact:
+        raise UsageError(
+            "--probes K asks for the estimate and --exact for the exact norms; give only one"
+        )
+    if probes is not None and probes < 2:
+        raise UsageError(
+            f"--probes must be at least 2, so that the spread of the estimates gives an error "
+            f"bar: probes={probes}"
+        )
+    if probes is not None and probes > limits.MAX_PROBES:
+        raise InputError(
+            f"--probes must be at most {limits.MAX_PROBES} (each is a backward pass, and the error "
+            f"bar shrinks as 1/sqrt(K)): probes={probes}; use --exact for exact norms"
+        )

@@ -13,33 +13,19 @@ from __future__ import annotations
 
 import sys
 import zipfile
-from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from layergrad.core.errors import InputError
-from layergrad.core.keras_backend import quiet_import
 from layergrad.core.limits import MAX_TEXT_BATCH_BYTES, human
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, Tensor, TensorSpec
 from layergrad.data.functions import Failure, python_dataset, tf_dtype
-from layergrad.data.input_keys import input_keys
-from layergrad.data.probe_input import InputSpec, check_fits, fit_array
+from layergrad.data.preflight import input_layouts, input_readers, npy_input_layout
+from layergrad.data.probe_input import InputSpec, fit_array
 from layergrad.data.shards import Part, Shard, part_rows
-from layergrad.files.array_files import DAMAGE
-from layergrad.files.npy_rows import NpyLayout, NpyRows, npy_layout, npz_layouts, npz_members
-
-
-def npy_input_layout(path: str, specs: Sequence[InputSpec]) -> NpyLayout:
-    if len(specs) != 1:
-        raise InputError(
-            f"--data {path} holds one array but the model has {len(specs)} inputs "
-            f"({', '.join(s.name for s in specs)}); save them with "
-            "np.savez(FILE, **{name: array}) and pass the .npz"
-        )
-    layout = npy_layout(path)
-    check_fits(layout.shape, layout.dtype, specs[0], f"--data {path}")
-    return layout
+from layergrad.files.npy_rows import NpyLayout, NpyRows
 
 
 def npy_batches(
@@ -96,7 +82,6 @@ def records_part(
         )
         for lay in layouts
     ]
-    tf, _ = quiet_import()
     dataset = records(cut, specs, batch_size, None).prefetch(tf.data.AUTOTUNE)
     return Part(dataset, stop - start, offset=start, first_batch=start // batch_size)
 
@@ -144,45 +129,6 @@ def npz_batches(
     return python_dataset(read, signature, failure, path), total, None
 
 
-def input_members(
-    archive: zipfile.ZipFile, path: str, specs: Sequence[InputSpec]
-) -> dict[str, str]:
-    """Input name -> the archive member holding its array (see `data/input_keys.py`)."""
-    names = npz_members(archive, path)
-    keys = input_keys(names, [s.name for s in specs], f"--data {path}")
-    return {s.name: names[keys[s.name]] for s in specs}
-
-
-def input_readers(archive: zipfile.ZipFile, path: str, specs: Sequence[InputSpec]) -> list[NpyRows]:
-    return [
-        NpyRows(archive.open(member), f"{path} array {name!r}")
-        for name, member in input_members(archive, path, specs).items()
-    ]
-
-
-def input_layouts(path: str, specs: Sequence[InputSpec]) -> tuple[list[NpyLayout | None], int]:
-    """Where each input's rows lie (None: compressed) and how many rows there are, checked
-    against `specs` from the headers."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            headers = input_readers(archive, path, specs)
-            layouts = npz_layouts(path, archive, input_members(archive, path, specs))
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise InputError(
-            f"--data {path} is not a readable .npz file ({exc}); write it with np.savez"
-        ) from None
-    for spec, rows in zip(specs, headers, strict=True):
-        check_fits(rows.shape, rows.dtype, spec, f"--data {path} array {spec.name!r}")
-    counts = {s.name: r.rows for s, r in zip(specs, headers, strict=True)}
-    if len(set(counts.values())) > 1:
-        listed = ", ".join(f"{k}: {v}" for k, v in counts.items())
-        raise InputError(
-            f"--data {path}: the inputs have different numbers of rows ({listed}); give every "
-            "input the same number of samples"
-        )
-    return [layouts[s.name] for s in specs], next(iter(counts.values()))
-
-
 TEXT = "US"  # numpy kinds of text: read in Python, a batch at a time (tf.data cannot decode them)
 # numpy kinds and sizes that tf.io.decode_raw reads (bool is read as uint8)
 _RAW = {"f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "b1"}
@@ -192,7 +138,6 @@ def records(
     layouts: Sequence[NpyLayout], specs: Sequence[InputSpec], batch_size: int, limit: int | None
 ) -> Dataset:
     """Rows read by tf.data as fixed-length records, in batches, decoded and cast."""
-    tf, _ = quiet_import()
     for layout in layouts:
         code = f"{layout.dtype.kind}{layout.dtype.itemsize}"
         if code not in _RAW or not layout.row_bytes:
@@ -217,7 +162,6 @@ def records(
 
 
 def _decode(raw: Tensor, layout: NpyLayout, spec: InputSpec) -> Tensor:
-    tf, _ = quiet_import()
     dtype = layout.dtype
     little = dtype.byteorder == "<" or (dtype.byteorder in "=|" and sys.byteorder == "little")
     read_as = tf.uint8 if dtype.kind == "b" else tf.as_dtype(dtype.newbyteorder("="))
@@ -229,7 +173,6 @@ def _decode(raw: Tensor, layout: NpyLayout, spec: InputSpec) -> Tensor:
 def _fitted_cast(values: Tensor, layout: NpyLayout, spec: InputSpec) -> Tensor:
     """Cast to the input's dtype, refusing what `fit_array` refuses for `--input`: integers
     outside the dtype (int64 ids beyond int32 would wrap) and floats that overflow it."""
-    tf, _ = quiet_import()
     target = tf.as_dtype(tf_dtype(spec.dtype))
     cast = tf.cast(values, target)
     where = f"--data {layout.path} refused: values of input {spec.name!r}"
@@ -252,22 +195,6 @@ def _fitted_cast(values: Tensor, layout: NpyLayout, spec: InputSpec) -> Tensor:
         with tf.control_dependencies([check]):
             return tf.identity(cast)
     return cast
-
-
-T = TypeVar("T")
-
-
-def guarded(make: Callable[[], T], path: str) -> T:
-    """Run ``make``; a damaged archive (zipfile's many errors) is one InputError."""
-    try:
-        return make()
-    except InputError:
-        raise
-    except DAMAGE as exc:
-        raise InputError(
-            f"--data {path} is not a readable .npz file ({type(exc).__name__}: "
-            f"{' '.join(str(exc).split())[:160]}); write it with np.savez"
-        ) from None
 
 
 def _chunks(

@@ -18,14 +18,16 @@ per process: TensorFlow configures its collectives once, at start-up.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
 
+from layergrad.core.cluster import (
+    DEFAULT_PEER_TIMEOUT,
+    Cluster,
+    cluster_from_env,
+    wait_for_peers,
+)
 from layergrad.core.errors import InputError, UsageError
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Strategy
-
-if TYPE_CHECKING:
-    from layergrad.core.cluster import Cluster
 
 DISTRIBUTIONS = ("mirrored", "multi-worker")
 MULTI_WORKER = "multi-worker"
@@ -56,7 +58,6 @@ def strategy_for(
         InputError: an unknown distribution, logical devices asked for after TensorFlow
         initialised its devices with fewer, or a missing or malformed TF_CONFIG.
     """
-    tf, _ = quiet_import()
     if distribute is not None and distribute not in DISTRIBUTIONS:
         raise UsageError(
             f"--distribute must be one of {', '.join(DISTRIBUTIONS)}: distribute={distribute!r}"
@@ -67,8 +68,6 @@ def strategy_for(
                 "--cpu-replicas splits one machine's CPU; with --distribute multi-worker each "
                 "worker mirrors over its own devices: drop --cpu-replicas"
             )
-        from layergrad.core.cluster import DEFAULT_PEER_TIMEOUT, cluster_from_env
-
         if cluster is None:  # one clear line for a missing or malformed TF_CONFIG
             cluster = cluster_from_env()
         return _multi_worker(
@@ -95,10 +94,7 @@ def _multi_worker(cluster: Cluster, peer_timeout: float) -> Strategy:
 
     if "strategy" in _MADE:
         return _MADE["strategy"]
-    from layergrad.core.cluster import wait_for_peers
-
     wait_for_peers(cluster, peer_timeout)
-    tf, _ = quiet_import()
     main = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGTERM) if main else None
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -110,13 +106,11 @@ def _multi_worker(cluster: Cluster, peer_timeout: float) -> Strategy:
 
 def is_multi_worker(strategy: Strategy) -> bool:
     """Whether `strategy` spans several processes (its statistics meet through collectives)."""
-    tf, _ = quiet_import()
     return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
 
 def split_cpu(count: int) -> list[str]:
     """Configure `count` logical CPU devices (before TensorFlow starts); return their names."""
-    tf, _ = quiet_import()
     cpu = tf.config.list_physical_devices("CPU")[0]
     # RuntimeError: devices are initialised already, which is fine if there are enough
     with contextlib.suppress(RuntimeError):

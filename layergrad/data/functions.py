@@ -24,8 +24,8 @@ from typing import cast
 import numpy as np
 
 from layergrad.core.errors import InputError
-from layergrad.core.keras_backend import quiet_import
 from layergrad.core.limits import MAX_EMPTY_BATCHES
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, InputContext, Tensor, TensorSpec, TensorTree
 from layergrad.data.elements import (
     LabelColumn,
@@ -60,7 +60,6 @@ def python_dataset(
 ) -> Dataset:
     """A tf.data.Dataset pulling from a Python reader; its errors are kept in `failure`
     (TensorFlow would turn them into an error without their type or message)."""
-    tf, _ = quiet_import()
 
     def generate() -> Iterator[tuple[np.ndarray, ...]]:
         failure.error = None
@@ -101,7 +100,6 @@ def function_source(
     `outputs` (the model's output names), each batch also holds the labels `y` of the same
     elements as its inputs, when the elements have labels (`data/elements.py`);
     `weights_ignored` reads `(x, y, sample_weight)` elements as `(x, y)`."""
-    tf, _ = quiet_import()
     function = load_function(ref)
     sharded = context is not None and takes_argument(function)
     arguments = (context,) if sharded else ()
@@ -255,7 +253,6 @@ def _from_tf_dataset(
 ) -> tuple[Dataset, int | None, bool]:
     """Select and cast the inputs of a user's tf.data.Dataset (and with `outputs` its labels,
     as they are), cut into batches; the rows when known; whether it has labels."""
-    tf, _ = quiet_import()
     where = f"--data {ref}"
     element = dataset.element_spec
     paths = locate_inputs(element, [s.name for s in specs], where)
@@ -314,7 +311,6 @@ def _from_tf_dataset(
 
 def _dense_rank(leaf: TensorTree, what: str, where: str) -> int:
     """The rank of a dense tensor of known rank in a tf.data element spec."""
-    tf, _ = quiet_import()
     if not isinstance(leaf, tf.TensorSpec):
         raise InputError(
             f"{where}: {what} is a {type(leaf).__name__}; expected dense tensors (convert "
@@ -333,7 +329,6 @@ def _dense_rank(leaf: TensorTree, what: str, where: str) -> int:
 def _count_empty(count: Tensor, batch: tuple[Tensor, ...]) -> tuple[Tensor, tuple[Tensor, ...]]:
     """Count empty batches in a row; fail at MAX_EMPTY_BATCHES (unbatch would spin forever
     over a source that yields only empty batches, `--limit` or not)."""
-    tf, _ = quiet_import()
     rows = tf.shape(batch[0], out_type=tf.int64)[0]
     count = tf.where(rows == 0, count + 1, tf.constant(0, tf.int64))
     message = (

@@ -16,7 +16,7 @@ from __future__ import annotations
 import weakref
 from collections import deque
 
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import KerasModel, Tensor
 
 MOVES = {
@@ -44,7 +44,6 @@ def hidden_ids(model: KerasModel) -> dict[str, int | None]:
 
 
 def _trace(model: KerasModel) -> dict[str, int | None]:
-    tf, keras = quiet_import()
     tensors = list(model.inputs)
     specs = [
         tf.TensorSpec(t.shape, "float32" if str(t.dtype) == "bfloat16" else str(t.dtype))

@@ -6,23 +6,19 @@ path, files sorted in each; for labels, class by class: `class_listing`), but ea
 first `os.stat`-ed with links followed (a FIFO would block the reader, a link to `/dev/zero`
 never ends) and its header read: the width and height of a PNG, JPEG, GIF or BMP are in its
 first bytes, so an image that would decode to more than MAX_IMAGE_PIXELS pixels (a 1.6 MB PNG
-can declare 2 GB of pixels) is refused by name before anything is decoded. Decoding then
-happens in tf.data, IMAGE_DECODERS at a time, resized as Keras does (bilinear, pixels 0-255).
-A BMP is decoded with its own channels and converted, since TensorFlow decodes no BMP
-straight to one channel.
+can declare 2 GB of pixels) is refused by name before anything is decoded, without
+TensorFlow. Decoding then happens in tf.data (`data/sources.py`).
 """
 
 from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO
 
-from layergrad.core.errors import InputError, describe
-from layergrad.core.limits import IMAGE_DECODERS, MAX_IMAGE_PIXELS
-from layergrad.core.tf_types import Dataset, Tensor, TFModule
+from layergrad.core.errors import InputError
+from layergrad.core.limits import MAX_IMAGE_PIXELS
 from layergrad.files.guards import special_kind
 
 IMAGE_FORMATS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # what Keras decodes
@@ -186,72 +182,3 @@ def _jpeg_size(fh: IO[bytes]) -> tuple[int, int]:
             break
         fh.seek(length - 2, os.SEEK_CUR)
     raise ValueError(f"a JPEG without a frame header in its first {HEADER_BYTES // 1024} KB")
-
-
-def image_dataset(
-    images: list[ImageFile], size: tuple[int, int], channels: int, dtype: str
-) -> Dataset:
-    """A tf.data.Dataset of one image per element, decoded, resized and cast to ``dtype``."""
-    from layergrad.core.keras_backend import quiet_import
-
-    tf, _ = quiet_import()
-    paths = tf.constant([i.path for i in images])
-    bmp = tf.constant([i.kind == "bmp" for i in images])
-
-    def load(path: Tensor, is_bmp: Tensor) -> tuple[Tensor]:
-        data = tf.io.read_file(path)
-        image = tf.cond(
-            is_bmp,
-            lambda: _bmp_channels(tf, tf.io.decode_bmp(data, channels=0), channels),
-            lambda: tf.io.decode_image(data, channels=channels, expand_animations=False),
-        )
-        image = tf.image.resize(image, size, method="bilinear")
-        image.set_shape((*size, channels))
-        return (tf.cast(image, dtype),)
-
-    dataset = tf.data.Dataset.from_tensor_slices((paths, bmp))
-    return dataset.map(load, num_parallel_calls=IMAGE_DECODERS, deterministic=True)
-
-
-def _bmp_channels(tf: TFModule, image: Tensor, channels: int) -> Tensor:
-    """A decoded BMP (1, 3 or 4 channels) with ``channels`` channels."""
-    have = tf.shape(image)[-1]
-    rgb = tf.cond(
-        have == 1,
-        lambda: tf.image.grayscale_to_rgb(image[..., :1]),
-        lambda: image[..., :3],
-    )
-    if channels == 1:
-        return tf.cond(
-            have == 1, lambda: image[..., :1], lambda: tf.cast(
-                tf.round(tf.image.rgb_to_grayscale(tf.cast(rgb, tf.float32))), tf.uint8)
-        )  # fmt: skip
-    if channels == 3:
-        return rgb
-    alpha = tf.cond(
-        have == 4, lambda: image[..., 3:4], lambda: tf.fill(tf.shape(image[..., :1]), tf.uint8.max)
-    )
-    return tf.concat([rgb, alpha], axis=-1)
-
-
-def locate_failure(
-    folder: str, images: list[ImageFile], channels: int
-) -> Callable[[int, int], str | None]:
-    """A function naming the image that failed in rows [start, end) (decoded one by one)."""
-
-    def find(start: int, end: int) -> str | None:
-        from layergrad.core.keras_backend import quiet_import
-
-        tf, _ = quiet_import()
-        for image in images[start:end]:
-            try:
-                data = tf.io.read_file(image.path)
-                if image.kind == "bmp":
-                    tf.io.decode_bmp(data, channels=0)
-                else:
-                    tf.io.decode_image(data, channels=channels, expand_animations=False)
-            except Exception as exc:
-                return f"--data {folder}: image {image.path} cannot be decoded ({describe(exc)})"
-        return None
-
-    return find

@@ -28,42 +28,24 @@ from dataclasses import dataclass
 import numpy as np
 
 from layergrad.core.errors import InputError, describe
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, Tensor
 from layergrad.data import images
 from layergrad.data.array_records import npz_batches
 from layergrad.data.functions import Failure, function_source
 from layergrad.data.input_keys import is_label
+from layergrad.data.labels import LabelRequest
+from layergrad.data.preflight import check_sizes, source_kind
 from layergrad.data.probe_input import InputSpec
 from layergrad.data.shards import Part, Shard, input_context
 from layergrad.data.sources import (
     DataStream,
     batch_signature,
-    check_sizes,
     finish_stream,
     image_batches,
-    source_kind,
 )
 from layergrad.files.array_files import DAMAGE
 from layergrad.files.npy_rows import NpyRows, npz_members
-
-
-@dataclass(frozen=True)
-class LabelRequest:
-    """The labels a model takes: per output (in output order) its name, the kind of labels
-    its loss reads (`engine.compiled_loss.label_kind`: ids, one_hot, bits, positive,
-    normal), its loss's name and the units of its last axis (None: unknown)."""
-
-    outputs: tuple[str, ...]
-    kinds: tuple[str, ...] = ()
-    losses: tuple[str, ...] = ()
-    units: tuple[int | None, ...] = ()
-    # a model whose outputs are a dict keyed apart from its layers: each output's key
-    output_keys: tuple[str, ...] = ()
-
-    def keys(self) -> tuple[str, ...]:
-        """How the labels are keyed: `y` for one output, `y:NAME` for each of several."""
-        return ("y",) if len(self.outputs) <= 1 else tuple(f"y:{n}" for n in self.outputs)
 
 
 class Labelled:
@@ -89,7 +71,6 @@ class Labelled:
         """
         if self.stream is None or self._labels is None:
             return
-        tf, _ = quiet_import()
         keys = self.stream.labels
         try:
             for batch in self._labels:
@@ -271,7 +252,6 @@ class FolderForm:
 
     def encode(self, ids: Tensor) -> Tensor:
         """The labels of images of class `ids` (int32, one per image)."""
-        tf, _ = quiet_import()
         if self.mode == "categorical":
             return tf.one_hot(ids, self.depth, dtype=tf.float32)
         if self.mode == "binary":
@@ -307,7 +287,6 @@ def folder_form(request: LabelRequest, classes: int, where: str) -> FolderForm:
 
 
 def _folder(how: _Opening) -> Labelled:
-    tf, _ = quiet_import()
     text, request, strict, limit = how.text, how.request, how.strict, how.limit
     where = f"--data {text}"
     listing = images.class_listing(text)
@@ -354,7 +333,6 @@ def _folder(how: _Opening) -> Labelled:
 
 
 def _function(how: _Opening) -> Labelled:
-    tf, _ = quiet_import()
     text, specs, shard = how.text, how.specs, how.shard
     failure = Failure()
     context = input_context(shard, how.replicas)

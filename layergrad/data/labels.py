@@ -9,10 +9,29 @@ the batches of labels `label_stream.Labelled.label_batches` reads from any `--da
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from layergrad.model.target_fit import MAX_CLASSES, LabelSummary
+
+
+@dataclass(frozen=True)
+class LabelRequest:
+    """The labels a model takes: per output (in output order) its name, the kind of labels
+    its loss reads (`engine.compiled_loss.label_kind`: ids, one_hot, bits, positive,
+    normal), its loss's name and the units of its last axis (None: unknown)."""
+
+    outputs: tuple[str, ...]
+    kinds: tuple[str, ...] = ()
+    losses: tuple[str, ...] = ()
+    units: tuple[int | None, ...] = ()
+    # a model whose outputs are a dict keyed apart from its layers: each output's key
+    output_keys: tuple[str, ...] = ()
+
+    def keys(self) -> tuple[str, ...]:
+        """How the labels are keyed: `y` for one output, `y:NAME` for each of several."""
+        return ("y",) if len(self.outputs) <= 1 else tuple(f"y:{n}" for n in self.outputs)
 
 
 def label_keys(names: Sequence[str], keys: Sequence[str]) -> dict[str, str]:

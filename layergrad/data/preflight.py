@@ -3,22 +3,35 @@
 TensorFlow takes seconds to import; a missing file, a `.npz` whose keys name no input or an
 array of the wrong shape is known from the file's headers and the model's config in a
 fraction of that. The same checks run again on the loaded model (its inputs are the truth);
-here they run on what the config declares, and only where it declares it.
+here they run on what the config declares, and only where it declares it. What `--data` is
+(`source_kind`) and the headers of its `.npy`/`.npz` arrays against the inputs are read here,
+for the streams of `data/sources.py` too; nothing here imports TensorFlow.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
-from layergrad.core.errors import InputError
+from layergrad.core.errors import InputError, UsageError
 from layergrad.core.probe_options import DataSet, OneBatch
+from layergrad.data import images
 from layergrad.data.input_keys import input_keys
 from layergrad.data.probe_input import InputSpec, check_fits, peek_rows
+from layergrad.data.user_code import is_function
+from layergrad.files.array_files import DAMAGE, open_checked, open_member, open_zip
+from layergrad.files.guards import require_regular
+from layergrad.files.npy_rows import NpyLayout, NpyRows, npy_layout, npz_layouts, npz_members
 from layergrad.model.config import serialized_name
 from layergrad.model.graph import ModelGraph
+
+KINDS_HELP = "a .npy or .npz file, a folder of images, or FILE.py:function / module:function"
+T = TypeVar("T")
 
 
 def check_before_loading(graph: ModelGraph, source: OneBatch | DataSet) -> None:
@@ -27,8 +40,6 @@ def check_before_loading(graph: ModelGraph, source: OneBatch | DataSet) -> None:
     Paths are always checked; keys, shapes and dtypes when the config declares every input's
     name, shape and dtype (a Keras 3 file always does).
     """
-    from layergrad.data.sources import check_source
-
     specs = config_specs(graph)
     if isinstance(source, DataSet):
         check_source(source.path, specs)
@@ -86,3 +97,146 @@ def _check_input_file(path: str, specs: tuple[InputSpec, ...]) -> None:
     for spec in specs:
         header = by_name[keys[spec.name]]
         check_fits(header.shape, header.dtype, spec, where)
+
+
+def precheck(path: str | os.PathLike[str]) -> None:
+    """What can be checked of `--data PATH` before TensorFlow starts: each file is a regular
+    file (links followed), headers and archives are sound, each image's size within budget.
+
+    Raises:
+        InputError: as `open_data` would, for everything that does not need the model.
+    """
+    text = os.fspath(path)
+    lowered = text.lower()
+    if lowered.endswith(".npy") and os.path.lexists(text):
+        size = open_checked(text, "--data")
+        with open(text, "rb") as stream:
+            NpyRows(stream, text, size)
+    elif lowered.endswith(".npz") and os.path.lexists(text):
+        size = open_checked(text, "--data")
+        with open_zip(Path(text), size, "--data") as archive:
+            for name, member in guarded(lambda: npz_members(archive, text), text).items():
+                info = archive.getinfo(member)
+                with open_member(archive, info, Path(text), "--data") as stream:
+                    guarded(lambda s=stream, n=name, i=info: NpyRows(  # type: ignore[misc]
+                        s, f"{text}, array {n!r},", i.file_size), text)  # fmt: skip
+    elif os.path.isdir(text):
+        images.list_images(text)
+    elif is_function(text):
+        target = text.rpartition(":")[0]
+        if target.endswith(".py") and os.path.lexists(target):
+            require_regular(Path(target), "a Python file", lambda m: InputError(f"--data {m}"))
+
+
+def check_sizes(batch_size: int, limit: int | None) -> None:
+    """Refuse a batch size or a limit below 1 (`UsageError`)."""
+    if batch_size < 1:
+        raise UsageError(f"--batch-size must be at least 1: batch_size={batch_size}")
+    if limit is not None and limit < 1:
+        raise UsageError(f"--limit must be at least 1: limit={limit}")
+
+
+def source_kind(path: str) -> str:
+    """What `--data PATH` is: "npy", "npz", "images" (a folder) or "function".
+
+    Raises:
+        InputError: the file, folder or `FILE.py` does not exist, or is of no kind read here.
+    """
+    lowered = path.lower()
+    if lowered.endswith((".npy", ".npz")):
+        if not os.path.isfile(path):
+            raise InputError(f"--data {path}: no such file; expected {KINDS_HELP}.")
+        return lowered[-3:]
+    if os.path.isdir(path):
+        return "images"
+    if is_function(path):
+        target = path.rsplit(":", 1)[0]
+        if target.endswith(".py") and not os.path.isfile(target):
+            raise InputError(f"--data {path}: no such file {target}; pass FILE.py:function.")
+        return "function"
+    if not os.path.exists(path):
+        raise InputError(f"--data {path}: no such file or folder; expected {KINDS_HELP}.")
+    raise InputError(f"--data {path}: not a kind of data layergrad reads; expected {KINDS_HELP}.")
+
+
+def check_source(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) -> None:
+    """Check `--data PATH` as far as the files' headers go, without TensorFlow: that it
+    exists, and, with the model's inputs `specs` (None: not known yet), that a `.npy` or
+    `.npz` holds an array of the right shape and dtype for every input.
+
+    Raises:
+        InputError: as `open_data` would, for the same fault.
+    """
+    text = os.fspath(path)
+    precheck(text)  # special files, forged headers, archive members: before anything else
+    kind = source_kind(text)
+    if specs is None:
+        return
+    if kind == "npy":
+        npy_input_layout(text, specs)
+    elif kind == "npz":
+        input_layouts(text, specs)
+
+
+def npy_input_layout(path: str, specs: Sequence[InputSpec]) -> NpyLayout:
+    if len(specs) != 1:
+        raise InputError(
+            f"--data {path} holds one array but the model has {len(specs)} inputs "
+            f"({', '.join(s.name for s in specs)}); save them with "
+            "np.savez(FILE, **{name: array}) and pass the .npz"
+        )
+    layout = npy_layout(path)
+    check_fits(layout.shape, layout.dtype, specs[0], f"--data {path}")
+    return layout
+
+
+def input_members(
+    archive: zipfile.ZipFile, path: str, specs: Sequence[InputSpec]
+) -> dict[str, str]:
+    """Input name -> the archive member holding its array (see `data/input_keys.py`)."""
+    names = npz_members(archive, path)
+    keys = input_keys(names, [s.name for s in specs], f"--data {path}")
+    return {s.name: names[keys[s.name]] for s in specs}
+
+
+def input_readers(archive: zipfile.ZipFile, path: str, specs: Sequence[InputSpec]) -> list[NpyRows]:
+    return [
+        NpyRows(archive.open(member), f"{path} array {name!r}")
+        for name, member in input_members(archive, path, specs).items()
+    ]
+
+
+def input_layouts(path: str, specs: Sequence[InputSpec]) -> tuple[list[NpyLayout | None], int]:
+    """Where each input's rows lie (None: compressed) and how many rows there are, checked
+    against `specs` from the headers."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            headers = input_readers(archive, path, specs)
+            layouts = npz_layouts(path, archive, input_members(archive, path, specs))
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise InputError(
+            f"--data {path} is not a readable .npz file ({exc}); write it with np.savez"
+        ) from None
+    for spec, rows in zip(specs, headers, strict=True):
+        check_fits(rows.shape, rows.dtype, spec, f"--data {path} array {spec.name!r}")
+    counts = {s.name: r.rows for s, r in zip(specs, headers, strict=True)}
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"{k}: {v}" for k, v in counts.items())
+        raise InputError(
+            f"--data {path}: the inputs have different numbers of rows ({listed}); give every "
+            "input the same number of samples"
+        )
+    return [layouts[s.name] for s in specs], next(iter(counts.values()))
+
+
+def guarded(make: Callable[[], T], path: str) -> T:
+    """Run ``make``; a damaged archive (zipfile's many errors) is one InputError."""
+    try:
+        return make()
+    except InputError:
+        raise
+    except DAMAGE as exc:
+        raise InputError(
+            f"--data {path} is not a readable .npz file ({type(exc).__name__}: "
+            f"{' '.join(str(exc).split())[:160]}); write it with np.savez"
+        ) from None

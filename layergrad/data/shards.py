@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, InputContext, Tensor
 
 Shard = tuple[int, int]  # (this worker, workers)
@@ -35,7 +35,6 @@ class Part:
 def with_sample_indices(dataset: Dataset, offset: int = 0) -> Dataset:
     """Each batch of `dataset` (a tuple of tensors) followed by its samples' indices in the
     data (int64, from `offset`), whatever the batch sizes."""
-    tf, _ = quiet_import()
 
     def step(start: Tensor, batch: Tensor) -> tuple[Tensor, Tensor]:
         rows = tf.cast(tf.shape(batch[0])[0], tf.int64)
@@ -55,7 +54,6 @@ def part_rows(rows: int, batch_size: int, shard: Shard) -> tuple[int, int]:
 
 def input_context(shard: Shard | None, replicas: int) -> InputContext:
     """The `tf.distribute.InputContext` a function that takes one is called with."""
-    tf, _ = quiet_import()
     worker, workers = shard if shard is not None else (0, 1)
     return tf.distribute.InputContext(
         num_input_pipelines=workers, input_pipeline_id=worker, num_replicas_in_sync=replicas
@@ -65,7 +63,6 @@ def input_context(shard: Shard | None, replicas: int) -> InputContext:
 def round_robin(dataset: Dataset, shard: Shard, batch_size: int) -> Part:
     """Batch j of the whole data goes to worker j % workers (every worker reads everything,
     as tf.distribute's sharding by data does): for sources that cannot be read in parts."""
-    tf, _ = quiet_import()
     worker, workers = shard
     size = tf.constant(batch_size, tf.int64)
 

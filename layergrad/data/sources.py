@@ -24,22 +24,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import numpy as np
 
-from layergrad.core.errors import InputError, UsageError
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.errors import InputError, describe
+from layergrad.core.limits import IMAGE_DECODERS
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, Tensor, TensorSpec
 from layergrad.data import images
 from layergrad.data.array_records import (
-    guarded,
-    input_layouts,
     npy_batches,
-    npy_input_layout,
     npz_batches,
 )
 from layergrad.data.functions import Failure, function_source, tf_dtype
+from layergrad.data.preflight import check_sizes, source_kind
 from layergrad.data.probe_input import InputSpec, ProbeBatch, check_fits
 from layergrad.data.shards import (
     Part,
@@ -50,12 +48,6 @@ from layergrad.data.shards import (
     with_sample_indices,
 )
 from layergrad.data.user_code import is_function
-from layergrad.files.array_files import open_checked, open_member, open_zip
-from layergrad.files.guards import require_regular
-from layergrad.files.npy_rows import NpyRows, npz_members
-
-IMAGE_FORMATS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # what Keras decodes
-KINDS_HELP = "a .npy or .npz file, a folder of images, or FILE.py:function / module:function"
 
 
 class DataStream:
@@ -162,7 +154,6 @@ class ProbeStream(DataStream):
     probe = True
 
     def __init__(self, arrays: Sequence[np.ndarray], labels: Sequence[np.ndarray] = ()) -> None:
-        tf, _ = quiet_import()
         rows = int(arrays[0].shape[0]) if arrays and arrays[0].ndim else 1
         specs = [InputSpec(f"input_{i}", a.shape[1:], str(a.dtype)) for i, a in enumerate(arrays)]
         batch = tuple(tf.convert_to_tensor(a) for a in (*arrays, *labels))
@@ -172,42 +163,11 @@ class ProbeStream(DataStream):
         )
 
     def indexed(self) -> Dataset:
-        tf, _ = quiet_import()
         return [(*self.whole[0], tf.range(self.samples or 0, dtype=tf.int64))]
-
-
-def precheck(path: str | os.PathLike[str]) -> None:
-    """What can be checked of `--data PATH` before TensorFlow starts: each file is a regular
-    file (links followed), headers and archives are sound, each image's size within budget.
-
-    Raises:
-        InputError: as `open_data` would, for everything that does not need the model.
-    """
-    text = os.fspath(path)
-    lowered = text.lower()
-    if lowered.endswith(".npy") and os.path.lexists(text):
-        size = open_checked(text, "--data")
-        with open(text, "rb") as stream:
-            NpyRows(stream, text, size)
-    elif lowered.endswith(".npz") and os.path.lexists(text):
-        size = open_checked(text, "--data")
-        with open_zip(Path(text), size, "--data") as archive:
-            for name, member in guarded(lambda: npz_members(archive, text), text).items():
-                info = archive.getinfo(member)
-                with open_member(archive, info, Path(text), "--data") as stream:
-                    guarded(lambda s=stream, n=name, i=info: NpyRows(  # type: ignore[misc]
-                        s, f"{text}, array {n!r},", i.file_size), text)  # fmt: skip
-    elif os.path.isdir(text):
-        images.list_images(text)
-    elif is_function(text):
-        target = text.rpartition(":")[0]
-        if target.endswith(".py") and os.path.lexists(target):
-            require_regular(Path(target), "a Python file", lambda m: InputError(f"--data {m}"))
 
 
 def batch_signature(specs: Sequence[InputSpec]) -> tuple[TensorSpec, ...]:
     """The tf.data signature of batches of the inputs `specs` (any number of rows)."""
-    tf, _ = quiet_import()
     return tuple(tf.TensorSpec((None, *s.shape), tf_dtype(s.dtype)) for s in specs)
 
 
@@ -242,7 +202,6 @@ def open_data(
     text = os.fspath(path)
     check_sizes(batch_size, limit)
     kind = source_kind(text)
-    tf, _ = quiet_import()
     failure = Failure()
     signature = batch_signature(specs)
     rows: int | None
@@ -266,14 +225,6 @@ def open_data(
                          first_sample, found=found)  # fmt: skip
 
 
-def check_sizes(batch_size: int, limit: int | None) -> None:
-    """Refuse a batch size or a limit below 1 (`UsageError`)."""
-    if batch_size < 1:
-        raise UsageError(f"--batch-size must be at least 1: batch_size={batch_size}")
-    if limit is not None and limit < 1:
-        raise UsageError(f"--limit must be at least 1: limit={limit}")
-
-
 def finish_stream(
     text: str,
     specs: Sequence[InputSpec],
@@ -291,7 +242,6 @@ def finish_stream(
     """The `DataStream` of a source's batches: prefetched, shared round robin under a shard
     when the source has no parts of its own; with `found` (an image folder's images, in the
     order read) a batch that fails to decode names its image."""
-    tf, _ = quiet_import()
     samples = rows if limit is None or rows is None else min(rows, limit)
     if samples is None and limit is not None:
         samples = limit
@@ -303,51 +253,9 @@ def finish_stream(
         batch_size=batch_size, part=part, first_sample=first_sample, labels=labels,
     )  # fmt: skip
     if found is not None:  # a batch that fails to decode: name its image
-        find = images.locate_failure(text, list(found), int(specs[0].shape[2] or 0))
+        find = locate_failure(text, list(found), int(specs[0].shape[2] or 0))
         stream.explain = lambda b: find(b * batch_size, (b + 1) * batch_size)
     return stream
-
-
-def source_kind(path: str) -> str:
-    """What `--data PATH` is: "npy", "npz", "images" (a folder) or "function".
-
-    Raises:
-        InputError: the file, folder or `FILE.py` does not exist, or is of no kind read here.
-    """
-    lowered = path.lower()
-    if lowered.endswith((".npy", ".npz")):
-        if not os.path.isfile(path):
-            raise InputError(f"--data {path}: no such file; expected {KINDS_HELP}.")
-        return lowered[-3:]
-    if os.path.isdir(path):
-        return "images"
-    if is_function(path):
-        target = path.rsplit(":", 1)[0]
-        if target.endswith(".py") and not os.path.isfile(target):
-            raise InputError(f"--data {path}: no such file {target}; pass FILE.py:function.")
-        return "function"
-    if not os.path.exists(path):
-        raise InputError(f"--data {path}: no such file or folder; expected {KINDS_HELP}.")
-    raise InputError(f"--data {path}: not a kind of data layergrad reads; expected {KINDS_HELP}.")
-
-
-def check_source(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) -> None:
-    """Check `--data PATH` as far as the files' headers go, without TensorFlow: that it
-    exists, and, with the model's inputs `specs` (None: not known yet), that a `.npy` or
-    `.npz` holds an array of the right shape and dtype for every input.
-
-    Raises:
-        InputError: as `open_data` would, for the same fault.
-    """
-    text = os.fspath(path)
-    precheck(text)  # special files, forged headers, archive members: before anything else
-    kind = source_kind(text)
-    if specs is None:
-        return
-    if kind == "npy":
-        npy_input_layout(text, specs)
-    elif kind == "npz":
-        input_layouts(text, specs)
 
 
 def image_batches(
@@ -362,7 +270,6 @@ def image_batches(
     """The images `found`, decoded and resized as Keras's `image_dataset_from_directory` does
     (pixels 0-255), each entry checked first (`data/images`); with `column`, each image
     followed by its label (`column(start, stop)`: the labels of images start to stop)."""
-    tf, _ = quiet_import()
     spec = specs[0] if len(specs) == 1 else None
     shape = spec.shape if spec is not None else ()
     if spec is None or len(shape) != 3 or None in shape[:2] or shape[2] not in (1, 3, 4):
@@ -374,15 +281,15 @@ def image_batches(
         )
     if not found:
         raise InputError(
-            f"--data {path} is a folder with no images: no {', '.join(IMAGE_FORMATS)} files in "
-            "it or its sub-folders; pass a folder of images, or a .npy / .npz file"
+            f"--data {path} is a folder with no images: no {', '.join(images.IMAGE_FORMATS)} "
+            "files in it or its sub-folders; pass a folder of images, or a .npy / .npz file"
         )
     found = list(found if limit is None else found[:limit])
     dtype = tf_dtype(spec.dtype)
     size, channels = (int(shape[0] or 0), int(shape[1] or 0)), int(shape[2] or 0)
 
     def read(start: int, stop: int) -> Dataset:
-        pictures = images.image_dataset(found[start:stop], size, channels, dtype)
+        pictures = image_dataset(found[start:stop], size, channels, dtype)
         if column is not None:
             both = tf.data.Dataset.zip((pictures, column(start, stop)))
             pictures = both.map(lambda picture, y: (*picture, y))
@@ -396,3 +303,68 @@ def image_batches(
             first_batch=start // batch_size,
         )  # fmt: skip
     return read(0, len(found)), len(found), part
+
+
+def image_dataset(
+    found: list[images.ImageFile], size: tuple[int, int], channels: int, dtype: str
+) -> Dataset:
+    """A tf.data.Dataset of one image per element, decoded (IMAGE_DECODERS at a time), resized
+    as Keras does (bilinear, pixels 0-255) and cast to ``dtype``. A BMP is decoded with its own
+    channels and converted: TensorFlow decodes no BMP straight to one channel."""
+    paths = tf.constant([i.path for i in found])
+    bmp = tf.constant([i.kind == "bmp" for i in found])
+
+    def load(path: Tensor, is_bmp: Tensor) -> tuple[Tensor]:
+        data = tf.io.read_file(path)
+        image = tf.cond(
+            is_bmp,
+            lambda: _bmp_channels(tf.io.decode_bmp(data, channels=0), channels),
+            lambda: tf.io.decode_image(data, channels=channels, expand_animations=False),
+        )
+        image = tf.image.resize(image, size, method="bilinear")
+        image.set_shape((*size, channels))
+        return (tf.cast(image, dtype),)
+
+    dataset = tf.data.Dataset.from_tensor_slices((paths, bmp))
+    return dataset.map(load, num_parallel_calls=IMAGE_DECODERS, deterministic=True)
+
+
+def _bmp_channels(image: Tensor, channels: int) -> Tensor:
+    """A decoded BMP (1, 3 or 4 channels) with ``channels`` channels."""
+    have = tf.shape(image)[-1]
+    rgb = tf.cond(
+        have == 1,
+        lambda: tf.image.grayscale_to_rgb(image[..., :1]),
+        lambda: image[..., :3],
+    )
+    if channels == 1:
+        return tf.cond(
+            have == 1, lambda: image[..., :1], lambda: tf.cast(
+                tf.round(tf.image.rgb_to_grayscale(tf.cast(rgb, tf.float32))), tf.uint8)
+        )  # fmt: skip
+    if channels == 3:
+        return rgb
+    alpha = tf.cond(
+        have == 4, lambda: image[..., 3:4], lambda: tf.fill(tf.shape(image[..., :1]), tf.uint8.max)
+    )
+    return tf.concat([rgb, alpha], axis=-1)
+
+
+def locate_failure(
+    folder: str, found: list[images.ImageFile], channels: int
+) -> Callable[[int, int], str | None]:
+    """A function naming the image that failed in rows [start, end) (decoded one by one)."""
+
+    def find(start: int, end: int) -> str | None:
+        for image in found[start:end]:
+            try:
+                data = tf.io.read_file(image.path)
+                if image.kind == "bmp":
+                    tf.io.decode_bmp(data, channels=0)
+                else:
+                    tf.io.decode_image(data, channels=channels, expand_animations=False)
+            except Exception as exc:
+                return f"--data {folder}: image {image.path} cannot be decoded ({describe(exc)})"
+        return None
+
+    return find

@@ -19,13 +19,14 @@ from layergrad.core.vocab import CauseCode, Status
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.diagnose import causes as why
 from layergrad.diagnose.activations import activation_name, saturated_fraction
+from layergrad.diagnose.forward_findings import is_constant, reason, unscaled_input
 from layergrad.diagnose.locate import PathView
 from layergrad.engine.layer_calls import Activation
 from layergrad.engine.probe import ProbeRun, run_probe
 from layergrad.engine.tf_ops import TracedCall, blocking_ops, trace_call, unsafe_backward_ops
 from layergrad.engine.trace import Trace, run_trace
 from layergrad.model.graph import ModelGraph
-from layergrad.model.layer_refs import CallKey, Site, iter_layers, ref_of
+from layergrad.model.layer_refs import CallKey, Site, iter_layers, ref_of, resolve
 
 VANISHING_GAIN, EXPLODING_GAIN, MOSTLY_ZERO = 1e-7, 1e6, 0.5
 
@@ -126,8 +127,6 @@ class Diagnoser:
         return causes
 
     def _ok_in_inference(self, source: Site, target: Site) -> bool:
-        from layergrad.model.layer_refs import resolve
-
         # sites from a trace name their calls without the layer object run_probe wraps
         src, dst = (resolve(self.model, s.ref) if s.layer is None else s for s in (source, target))
         run = run_probe(self.model, self.batch, [src], [dst], reduce=self.reduce)
@@ -135,12 +134,6 @@ class Diagnoser:
 
     def _zeroed_at(self, path: PathView, key: CallKey) -> list[Cause]:
         """Why the gradient is zero below `key`: float16, dead or saturated units, a constant."""
-        from layergrad.diagnose.forward_findings import (
-            is_constant,
-            reason,
-            unscaled_input,
-        )
-
         ref, act = ref_of(key), path.activation(key)
         if act is None:
             return []

@@ -22,6 +22,8 @@ import numpy as np
 
 from layergrad.core.tf_types import KerasLayer, KerasModel
 from layergrad.diagnose.activations import activation_name
+from layergrad.engine.layer_calls import Recorded, record_calls, unique_leaves
+from layergrad.model.layer_refs import iter_layers
 
 KERNEL_FACTOR = 4.0  # a kernel this many times wider than Keras's initialisers draw: far up
 INPUT_SCALE = 3.0  # mean |x| of a kernel layer's input above this: the input's scale, not its
@@ -99,26 +101,21 @@ def _factor(layer: KerasLayer) -> float | None:
     return float(np.std(array)) / want
 
 
-def saturated_init(model: KerasModel, arrays: Sequence[np.ndarray]) -> SaturatedInit | None:
+def saturated_init(
+    model: KerasModel, arrays: Sequence[np.ndarray] | Recorded | None
+) -> SaturatedInit | None:
     """The first layer (in call order) that a kernel scaled far up saturates on `arrays` (the
-    probe batch), None when there is none or the model fails on the batch."""
-    from layergrad.core.keras_backend import quiet_import
-    from layergrad.engine.layer_calls import capturing, forward, unique_leaves
-    from layergrad.model.layer_refs import iter_layers
-
-    tf, _ = quiet_import()
-    by_path = {path: layer for path, layer in iter_layers(model)}
-    calls: list[tuple[str, list[object], list[object]]] = []  # path, outputs, args
-
-    def handle(key: tuple[str, int], flat: list[object], args: object) -> list[object]:
-        calls.append((key[0], list(flat), list(tf.nest.flatten(args))))
-        return flat
-
-    try:
-        with capturing(unique_leaves(iter_layers(model)), handle):
-            forward(model, [tf.constant(a) for a in arrays], training=False)
-    except Exception:  # the forward check says why
+    probe batch, or its recorded forward pass `layer_calls.record_calls`), None when there is
+    none or the model fails on the batch."""
+    if arrays is None or isinstance(arrays, Recorded):
+        recorded = arrays
+    else:
+        recorded = record_calls(model, arrays)
+    if recorded is None:  # the forward check says why
         return None
+    by_path = {path: layer for path, layer in iter_layers(model)}
+    leaves = {path for _, path, _ in unique_leaves(iter_layers(model))}
+    calls = [(c.path, c.outputs, c.args) for c in recorded.calls if c.path in leaves]
     made = {id(t): path for path, outs, _ in calls for t in outs}
     for path, outs, args in calls:
         layer = by_path.get(path)

@@ -7,14 +7,14 @@ fit each output and loss (class ids, one-hot rows, 0/1, standard normal), seeded
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
-from layergrad.core.errors import InputError
+from layergrad.core.errors import InputError, describe
+from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import KerasModel, KerasModule, Tensor
-from layergrad.data.label_stream import LabelRequest
-from layergrad.model.loss_forms import read_loss
+from layergrad.data.labels import LabelRequest
+from layergrad.model.loss_forms import LossSpec, loss_name, read_loss
 
 # How random labels are drawn, by a word in the loss's name (first match wins).
 _LABEL_KINDS = (
@@ -29,47 +29,6 @@ _LABEL_KINDS = (
 )
 
 
-@dataclass(frozen=True)
-class LossSpec:
-    """Which loss, from where: `source` is "compiled" (the file) or "option" (`--loss`)."""
-
-    name: str
-    source: str
-    compile_args: Mapping[str, object]  # keyword arguments for `model.compile`
-
-
-def find_loss(config: Mapping[str, object], option: str | None) -> LossSpec | None:
-    """The loss to differentiate: `--loss` when given, else the one compiled in the file.
-
-    `config` is how the file says the model was compiled (`FileInfo.compile_config`). None
-    when there is no loss to use.
-    """
-    if option:
-        return LossSpec(option, "option", {"loss": option})
-    compiled = config
-    if not compiled.get("loss"):
-        return None
-    args = {k: compiled[k] for k in ("loss", "loss_weights") if compiled.get(k) is not None}
-    return LossSpec(loss_name(compiled["loss"]), "compiled", args)
-
-
-def loss_name(loss: object) -> str:
-    """A readable name of a serialized loss (a string, a config dict, or one per output)."""
-    if isinstance(loss, str):
-        return loss
-    if isinstance(loss, Mapping) and loss.get("class_name") == "function":  # a function object
-        return str(loss.get("config"))
-    if isinstance(loss, Mapping) and "class_name" in loss:
-        inner = loss.get("config")
-        name = inner.get("name") if isinstance(inner, Mapping) else None
-        return str(name or loss["class_name"])
-    if isinstance(loss, Mapping):
-        return ", ".join(f"{k}: {loss_name(v)}" for k, v in loss.items())
-    if isinstance(loss, Sequence):
-        return ", ".join(loss_name(v) for v in loss)
-    return str(loss)
-
-
 def compile_loss(model: KerasModel, spec: LossSpec, optimizer: object = "sgd") -> None:
     """Compile `model` with the loss (and loss weights) of `spec` and `optimizer` (only
     `layergrad fit` steps it; the other commands only differentiate).
@@ -77,9 +36,6 @@ def compile_loss(model: KerasModel, spec: LossSpec, optimizer: object = "sgd") -
     Raises:
         InputError: the loss is not a Keras loss (a custom loss needs `--import`).
     """
-    from layergrad.core.keras_backend import quiet_import
-
-    _, keras = quiet_import()
     args = dict(spec.compile_args)
     try:
         args["loss"] = _deserialize(keras, args["loss"])
@@ -96,10 +52,6 @@ def compile_loss(model: KerasModel, spec: LossSpec, optimizer: object = "sgd") -
 def loss_error(loss: object) -> str | None:
     """Why Keras cannot build the serialized loss (a custom loss whose module was not
     imported), or None when it can."""
-    from layergrad.core.errors import describe
-    from layergrad.core.keras_backend import quiet_import
-
-    _, keras = quiet_import()
     try:
         built = _deserialize(keras, loss)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -166,9 +118,6 @@ def stateless_labels(
 ) -> list[Tensor]:
     """Labels that fit each output and its loss (as `random_labels`), drawn in the graph
     from `seed` and the batch's first sample index, so every batch gets its own."""
-    from layergrad.core.keras_backend import quiet_import
-
-    tf, _ = quiet_import()
     base = tf.stack([tf.constant(seed + 1, tf.int64), tf.cast(samples[0], tf.int64)])
     labels = []
     for k, (out, kind) in enumerate(zip(outputs, kinds, strict=True)):

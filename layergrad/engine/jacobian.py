@@ -20,57 +20,25 @@ Two methods, both from the one forward pass of the probe:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
-from layergrad.core.errors import InputError, UsageError
-from layergrad.core.keras_backend import quiet_import
-from layergrad.core.limits import MAX_PROBES
+from layergrad.core.errors import InputError
+from layergrad.core.probe_options import JacobianOptions
 from layergrad.core.results import FrobeniusNorms, JacobianStats, Result, SpectralNorms
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import GradientTape, Tensor, TFFunction
-from layergrad.core.vocab import JacobianMethod, Measure, Status
+from layergrad.core.vocab import JacobianMethod, Status
 from layergrad.engine import jacobian_estimate, lanczos
 from layergrad.engine.linear_map import LinearMap
 from layergrad.engine.probe import LiveProbe
 
-MEASURES = Measure.words()
 EXACT_ENTRIES = 2**20  # exact when one sample's Jacobian has at most this many entries
 EXACT_BUDGET = 2**28  # ... and the whole batch's at most this many (1 GiB in float32)
 CHUNK_ENTRIES = 2**26  # entries one vectorized chunk of products may hold at once
 DIRECT_SIZE = 256  # exact spectral norms of matrices up to this small side: Gram eigenvalues
 DEFAULT_PROBES = 32
-
-
-@dataclass(frozen=True)
-class JacobianOptions:
-    """How to measure: `probes` K forces the estimate, `exact` forces the exact method."""
-
-    probes: int | None = None
-    exact: bool = False
-    seed: int = 0
-
-
-def check_options(measure: str, probes: int | None, exact: bool) -> None:
-    """Raise UsageError for a measure or a combination of options that means nothing."""
-    if measure not in MEASURES:
-        raise UsageError(f"measure must be one of {', '.join(MEASURES)}: measure={measure!r}")
-    if measure != Measure.JACOBIAN and (probes is not None or exact):
-        raise UsageError("--probes and --exact apply to --measure jacobian; add it or drop them")
-    if probes is not None and exact:
-        raise UsageError(
-            "--probes K asks for the estimate and --exact for the exact norms; give only one"
-        )
-    if probes is not None and probes < 2:
-        raise UsageError(
-            f"--probes must be at least 2, so that the spread of the estimates gives an error "
-            f"bar: probes={probes}"
-        )
-    if probes is not None and probes > MAX_PROBES:
-        raise InputError(
-            f"--probes must be at most {MAX_PROBES} (each is a backward pass, and the error "
-            f"bar shrinks as 1/sqrt(K)): probes={probes}; use --exact for exact norms"
-        )
 
 
 def no_batch_axis(source: Tensor, target: Tensor) -> str | None:
@@ -167,7 +135,6 @@ def _stack_chunks(
     """fn over items 0..count-1 in chunks of `size`, stacked; `make(start, stop)` builds a
     chunk's input (default: the indices), so only one chunk's inputs exist at a time. The
     last chunk is padded to `size`, so fn is traced once."""
-    tf, _ = quiet_import()
     outs = []
     for start in range(0, count, size):
         stop = min(start + size, count)
@@ -183,7 +150,6 @@ def _stack_chunks(
 def _exact(lin: LinearMap, seed: int) -> tuple[FrobeniusNorms, SpectralNorms, np.ndarray]:
     """Every entry of every J_i, by rows (m VJPs) or, when J_i has at most half as many
     columns as rows, by columns (n JVPs); then the norms of the dense matrices."""
-    tf, _ = quiet_import()
     columns = exact_columns(lin) if 2 * lin.n <= lin.m else None  # (n, B, m)
     if columns is not None:
         column_sq = tf.transpose(tf.reduce_sum(tf.square(columns), axis=2))
@@ -210,7 +176,6 @@ def _exact(lin: LinearMap, seed: int) -> tuple[FrobeniusNorms, SpectralNorms, np
 
 def exact_rows(lin: LinearMap) -> Tensor:
     """The (m, B, n) tensor of every row of every J_i: m one-hot VJPs, vectorized over rows."""
-    tf, _ = quiet_import()
 
     @tf.function
     def rows(index: Tensor) -> Tensor:
@@ -226,7 +191,6 @@ def exact_rows(lin: LinearMap) -> Tensor:
 def exact_columns(lin: LinearMap) -> Tensor | None:
     """The (n, B, m) tensor of every column of every J_i: n one-hot JVPs, vectorized; None
     when J v cannot be formed (an op on the path has no second derivative)."""
-    tf, _ = quiet_import()
 
     @tf.function
     def columns(index: Tensor) -> Tensor:
@@ -244,7 +208,6 @@ def exact_columns(lin: LinearMap) -> Tensor | None:
 
 def _lanczos_spectral(lin: LinearMap, seed: int) -> np.ndarray | None:
     """Lanczos through the model (J^T J v by a JVP and a VJP); None if it cannot finish."""
-    tf, _ = quiet_import()
 
     @tf.function
     def gram_step(v: Tensor) -> Tensor:
@@ -260,7 +223,6 @@ def _estimate_frobenius(
     lin: LinearMap, probes: int, seed: int
 ) -> tuple[FrobeniusNorms, np.ndarray]:
     """Hutchinson: K random-sign projections, per-unit squared norms of J_i^T v, vectorized."""
-    tf, _ = quiet_import()
     chunk = chunk_size(lin, probes)
     project = tf.function(
         lambda s: jacobian_estimate.probe_norms(lin, probes, s, chunk), autograph=False
@@ -272,7 +234,6 @@ def _estimate_frobenius(
 def _estimate_spectral(lin: LinearMap, seed: int) -> tuple[SpectralNorms | None, str | None]:
     """A fixed number of Lanczos steps on every J_i^T J_i at once (`jacobian_estimate`);
     (None, why) when J v cannot be formed."""
-    tf, _ = quiet_import()
     run = tf.function(lambda s: jacobian_estimate.spectral_estimate(lin, s), autograph=False)
     try:
         found = run(tf.constant(seed, tf.int64))

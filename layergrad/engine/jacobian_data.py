@@ -21,6 +21,12 @@ import numpy as np
 
 from layergrad.core.results import FrobeniusNorms, JacobianStats, SpectralNorms
 from layergrad.core.tf_types import KerasModel, Strategy
+from layergrad.data.devices import is_multi_worker
+from layergrad.data.stats.accumulators import gather_workers
+from layergrad.engine.jacobian_scan import scan_frobenius
+from layergrad.engine.jacobian_step import EstimateStep, estimate_step
+from layergrad.engine.probe import live_probe
+from layergrad.engine.trace import live_trace
 
 if TYPE_CHECKING:
     from layergrad.data.sources import DataStream
@@ -240,9 +246,6 @@ def inspect_jacobians(
         Per target, (its JacobianStats, warnings); (None, why) when there is no per-sample
         Jacobian (no batch axis).
     """
-    from layergrad.engine.jacobian_step import EstimateStep, estimate_step
-    from layergrad.engine.probe import live_probe
-
     sites = list(targets)
     pairs = [PairTotals(top) for _ in targets]
     missing: dict[int, str] = {}
@@ -295,9 +298,6 @@ def _combined_pairs(
     strategy: Strategy, pairs: list[PairTotals], missing: dict[int, str], top: int
 ) -> tuple[list[PairTotals], dict[int, str]]:
     """Every worker's totals added up, in the order of the workers (one process: as given)."""
-    from layergrad.data.devices import is_multi_worker
-    from layergrad.data.stats.accumulators import gather_workers
-
     if not is_multi_worker(strategy):
         return pairs, missing
     mine: PairsPayload = {
@@ -344,9 +344,6 @@ def scan_jacobians(
     Returns the norms by (layer path, call, output), and the notes of how they were measured
     (over every worker's shard under `--distribute multi-worker`, as `inspect_jacobians`).
     """
-    from layergrad.engine.jacobian_scan import scan_frobenius
-    from layergrad.engine.trace import live_trace
-
     totals: dict[Key, NormTotals] = {}
     notes: dict[str, None] = {}
     done = 0
@@ -375,9 +372,6 @@ def _combined_norms(
     strategy: Strategy, totals: dict[Key, NormTotals], notes: dict[str, None], top: int
 ) -> tuple[dict[Key, NormTotals], dict[str, None]]:
     """`scan_jacobians`' totals and notes over every worker (one process: as given)."""
-    from layergrad.data.devices import is_multi_worker
-    from layergrad.data.stats.accumulators import gather_workers
-
     if not is_multi_worker(strategy):
         return totals, notes
     mine: NormsPayload = {

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Tensor
 from layergrad.engine.linear_map import LinearMap
 
@@ -45,7 +45,6 @@ def steps_for(n: int) -> int:
 
 def seed_pair(seed: Tensor, stream: int) -> Tensor:
     """The stateless seed of one stream of draws from a batch's (int64) seed."""
-    tf, _ = quiet_import()
     return tf.stack([tf.cast(seed, tf.int64), tf.constant(stream, tf.int64)])
 
 
@@ -60,7 +59,6 @@ class ProbeNorms(NamedTuple):
 def probe_norms(lin: LinearMap, probes: int, seed: Tensor, chunk: int) -> ProbeNorms:
     """The products J_i^T v_ik for K random sign vectors v_ik, `chunk` probes vectorized at a
     time, reduced to their squared norms (per probe) and per-unit squared norms (mean)."""
-    tf, _ = quiet_import()
 
     def one(v: Tensor) -> Tensor:
         back = tf.reshape(lin.vjp_blocks(v), [lin.batch, -1, lin.units])
@@ -77,7 +75,6 @@ def probe_norms(lin: LinearMap, probes: int, seed: Tensor, chunk: int) -> ProbeN
 
 def signs(shape: list[int], key: Tensor) -> Tensor:
     """Random +-1.0 (float32) of `shape`: 32 signs from the bits of each random int32."""
-    tf, _ = quiet_import()
     *outer, last = shape
     words = tf.random.stateless_uniform(
         [*outer, -(-last // 32)], key, minval=None, maxval=None, dtype=tf.int32
@@ -90,7 +87,6 @@ def signs(shape: list[int], key: Tensor) -> Tensor:
 def spectral_estimate(lin: LinearMap, seed: Tensor) -> SpectralEstimate:
     """`steps_for(n)` Lanczos steps on every J_i^T J_i through the model (J v by a JVP,
     J^T u by a VJP), from random normal start vectors."""
-    tf, _ = quiet_import()
     start = tf.random.stateless_normal([lin.batch, lin.n], seed_pair(seed, START))
 
     def gram(v: Tensor) -> Tensor:
@@ -119,7 +115,6 @@ def lanczos_steps(gram: Callable[[Tensor], Tensor], start: Tensor, steps: int) -
         >>> round(float(found.sigma[0]), 5), bool(found.residual[0] < 1e-5)
         (3.0, True)
     """
-    tf, _ = quiet_import()
     batch = int(start.shape[0])
 
     def unit(w: Tensor, norm: Tensor) -> Tensor:

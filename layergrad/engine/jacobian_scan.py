@@ -17,8 +17,8 @@ from dataclasses import replace
 import numpy as np
 
 from layergrad.core.errors import InputError
-from layergrad.core.keras_backend import quiet_import
 from layergrad.core.results import FrobeniusNorms, ScanJacobian, ScanRow
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import GradientTape, Tensor
 from layergrad.core.vocab import Status
 from layergrad.engine.jacobian import (
@@ -146,7 +146,6 @@ class _Products:
 
     def _split(self, cotangent: Tensor) -> list[Tensor]:
         """(B, m) rows -> one cotangent per end, in its shape and dtype."""
-        tf, _ = quiet_import()
         parts, start = [], 0
         for end in self.ends:
             size = math.prod(int(d) for d in end.shape[1:])
@@ -156,7 +155,6 @@ class _Products:
         return parts
 
     def _gradients(self, cotangent: Tensor) -> list[Tensor]:
-        tf, _ = quiet_import()
         grads: list[Tensor] = self.tape.gradient(
             self.ends,
             self.watched,
@@ -167,7 +165,6 @@ class _Products:
 
     def squared_norms(self, cotangent: Tensor) -> list[Tensor]:
         """(B, m) -> per watched tensor, ||J_i^T v_i||^2 for each sample i, shape (B,)."""
-        tf, _ = quiet_import()
 
         def norms(cot: Tensor) -> list[Tensor]:
             return [
@@ -186,7 +183,6 @@ class _Products:
 
     def run(self, exact: bool, count: int, seed: int) -> list[np.ndarray]:
         """Squared norms for `count` cotangents: one-hot rows (exact) or random signs."""
-        tf, _ = quiet_import()
         per_product = self.total * (self.batch if self.per_sample else 1)
         size = max(1, min(count, CHUNK_ENTRIES // per_product))
 

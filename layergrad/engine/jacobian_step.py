@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from layergrad.core.keras_backend import quiet_import
 from layergrad.core.results import JacobianStats
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import KerasModel, Tensor, TFFunction
 from layergrad.core.vocab import JacobianMethod
 from layergrad.data.probe_input import ProbeBatch
@@ -62,7 +62,6 @@ class EstimateStep:
     def run(self, batch: ProbeBatch, seed: int) -> Measured | None:
         """Each measured target's JacobianStats and warnings for `batch`, drawn from `seed`;
         None when the batch mixes samples (then measure it eagerly)."""
-        tf, _ = quiet_import()
         count = int(np.shape(batch.arrays[0])[0]) if batch.arrays else 0
         inputs = [tf.convert_to_tensor(a) for a in batch.arrays]
         short = self.size - count
@@ -113,7 +112,6 @@ def estimate_step(
     `size` is the batch size to trace for (default: `batch`'s): a shard whose first batch
     is shorter (the last of the whole run) is padded to it, so that its draws are those of
     one run over the whole data."""
-    tf, _ = quiet_import()
     live = live_probe(model, batch, [source], list(targets), training=training, reduce=reduce)
     measured, columns, notes = [], [], []
     missing: dict[int, str] = {}

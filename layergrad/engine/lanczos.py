@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Tensor
 
 MAX_STEPS = 64
@@ -39,7 +39,6 @@ def lanczos_top(
         >>> round(float(lanczos_top(step, 1, 2)[0]), 6)
         3.0
     """
-    tf, _ = quiet_import()
     steps = min(MAX_STEPS, n)
     start = np.random.default_rng([seed, 5]).standard_normal((batch, n))
     first = start / np.linalg.norm(start, axis=1, keepdims=True)
@@ -76,7 +75,6 @@ def lanczos_top(
 def direct(jac: Tensor) -> np.ndarray:
     """||J_i||_2 of a (B, m, n) tensor from the largest eigenvalue of the smaller Gram matrix
     (in float64 when that matrix is small, so rounding stays that of the entries)."""
-    tf, _ = quiet_import()
     if min(int(jac.shape[1]), int(jac.shape[2])) <= DIRECT_FLOAT64:
         jac = tf.cast(jac, tf.float64)
     if jac.shape[1] <= jac.shape[2]:
@@ -97,6 +95,6 @@ def _ritz(alphas: list[np.ndarray], betas: list[np.ndarray]) -> tuple[np.ndarray
     tri[:, idx, idx] = diag
     tri[:, idx[:-1], idx[1:]] = off
     tri[:, idx[1:], idx[:-1]] = off
-    tf, _ = quiet_import()  # numpy's batched eigh with vectors is slow on some BLAS builds
+    # numpy's batched eigh with vectors is slow on some BLAS builds
     values, vectors = (t.numpy() for t in tf.linalg.eigh(tf.constant(tri)))
     return values[:, -1], np.abs(betas[-1] * vectors[:, -1, -1])

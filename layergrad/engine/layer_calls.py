@@ -9,6 +9,7 @@ for every command and `fit`), and checks that the requested calls ran.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -17,7 +18,7 @@ import numpy as np
 from layergrad.core.errors import InputError, LayerNotFound, describe
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.tf_types import GradientTape, KerasLayer, KerasModel, Tensor, TensorTree
-from layergrad.model.layer_refs import Site
+from layergrad.model.layer_refs import Site, iter_layers
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,59 @@ class Activation:
     @property
     def is_float(self) -> bool:
         return float_dtype(self.dtype)
+
+
+@dataclass(frozen=True)
+class LayerCall:
+    """One call of a layer in a recorded forward pass: its path (an inner layer of a custom
+    layer as `path/name`), the layer, its flattened outputs and positional arguments."""
+
+    path: str
+    layer: KerasLayer
+    outputs: list[Tensor]
+    args: list[Tensor]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """Every layer call of one forward pass in inference (in the order they ended: an inner
+    layer's before its caller's) and the model's flattened outputs."""
+
+    calls: list[LayerCall]
+    outputs: list[Tensor]
+
+
+def record_calls(model: KerasModel, arrays: Sequence[np.ndarray]) -> Recorded | None:
+    """One forward pass in inference over `arrays` recording every layer's call, the layers
+    inside custom layers too; None when the model fails on the batch. What `check` reads of
+    the layers' outputs on its probe (the heads' activations, saturated units) comes from it."""
+    tf, keras = quiet_import()
+    calls: list[LayerCall] = []
+    leaves = [(path, layer) for layer, path, _ in unique_leaves(iter_layers(model))]
+    inner = [(f"{path}/{sub.name}", sub) for path, layer in leaves for sub in _inside(layer)]
+    groups = unique_leaves([*leaves, *inner])
+    by_path = {path: layer for layer, path, _ in groups}
+
+    def handle(key: tuple[str, int], flat: list[Tensor], args: TensorTree) -> list[Tensor]:
+        calls.append(LayerCall(key[0], by_path[key[0]], list(flat), tf.nest.flatten(args)))
+        return flat
+
+    try:
+        with capturing(groups, handle):
+            out = forward(model, [tf.constant(a) for a in arrays], training=False)
+        return Recorded(calls, keras.tree.flatten(out))
+    except Exception:  # the forward check says why
+        return None
+
+
+def _inside(layer: KerasLayer) -> list[KerasLayer]:
+    flatten = getattr(layer, "_flatten_layers", None)
+    return list(flatten(include_self=False, recursive=True)) if flatten else []
+
+
+def recorder(model: KerasModel, arrays: Sequence[np.ndarray]) -> Callable[[], Recorded | None]:
+    """`record_calls` made on first use, then shared: one forward pass for every reader."""
+    return functools.cache(functools.partial(record_calls, model, arrays))
 
 
 def unique_leaves(layers: Iterable[tuple[str, KerasLayer]]) -> list[tuple[KerasLayer, str, None]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import GradientTape, Tensor
 
 
@@ -40,7 +40,6 @@ class LinearMap:
 
     def vjp(self, u: Tensor) -> Tensor:
         """(B, m) -> (B, n): J^T u over the whole batch (all blocks, float32)."""
-        tf, _ = quiet_import()
         cotangent = tf.reshape(tf.cast(u, self.target.dtype), tf.shape(self.target))
         grad = self.tape.gradient(
             self.target,
@@ -52,7 +51,6 @@ class LinearMap:
 
     def jvp(self, v: Tensor) -> Tensor:
         """(B, n) -> (B, m): J v over the whole batch, as the transpose of `vjp`."""
-        tf, _ = quiet_import()
         dummy = tf.zeros([self.batch, self.m], tf.float32)  # vjp is linear: any value will do
         with tf.GradientTape() as inner:
             inner.watch(dummy)
@@ -70,7 +68,6 @@ class LinearMap:
 
     def _per_sample(self, product: Tensor, rows: Tensor) -> Tensor:
         """Apply `product` to `rows` masked to one sample at a time; keep that sample's row."""
-        tf, _ = quiet_import()
 
         def one(i: Tensor) -> Tensor:
             mask = tf.one_hot(i, self.batch, dtype=tf.float32)[:, None]
@@ -95,7 +92,6 @@ class LinearMap:
     def mixing(self, first: Tensor, tolerance: float = 1e-6) -> Tensor:
         """`mixes_batch` for the cotangent `first` (m entries) on sample 0, as a boolean
         tensor (so a tf.function can run it)."""
-        tf, _ = quiet_import()
         if self.batch < 2:
             return tf.constant(False)
         u = tf.pad(

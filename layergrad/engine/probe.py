@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import GradientTape, KerasModel, Tensor, TensorTree
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.engine.layer_calls import (
@@ -108,7 +108,6 @@ def live_probe(
     persistent: bool = True,
 ) -> LiveProbe:
     """The forward pass of `run_probe`, with nothing differentiated yet (args as there)."""
-    tf, _ = quiet_import()
     reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
     inputs = [tf.convert_to_tensor(a) for a in batch.arrays]
     sites = [*sources, *targets]

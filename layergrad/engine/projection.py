@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Tensor
 
 MASK = 0xFFFFFFFF
@@ -29,7 +29,6 @@ MASK = 0xFFFFFFFF
 
 def _hash(x: Tensor) -> Tensor:
     """lowbias32 on a uint32 tensor (wrapping arithmetic)."""
-    tf, _ = quiet_import()
     u32 = tf.uint32
     x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(16, u32)))
     x = x * tf.constant(0x7FEB352D, u32)
@@ -40,7 +39,6 @@ def _hash(x: Tensor) -> Tensor:
 
 def normals(seed: int, output: int, samples: Tensor, width: Tensor) -> Tensor:
     """R for `samples` (global sample indices, shape (b,)): float32 of shape (b, width)."""
-    tf, _ = quiet_import()
     u32 = tf.uint32
     head = _hash(tf.constant(seed & MASK, u32))
     head = _hash(tf.bitwise.bitwise_xor(head, tf.constant(output & MASK, u32)))
@@ -60,7 +58,6 @@ def project(
 ) -> Tensor:
     """The projection target of the model's `outputs` for the samples with indices `samples`,
     as a float32 scalar; None when no output is floating-point."""
-    tf, _ = quiet_import()
     terms = []
     for k, out in enumerate(tf.nest.flatten(outputs)):
         if not getattr(getattr(out, "dtype", None), "is_floating", False):

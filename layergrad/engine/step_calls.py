@@ -33,7 +33,7 @@ from layergrad.core.tf_types import (
     TFFunction,
 )
 from layergrad.data.stats import aggregates
-from layergrad.data.stats.accumulators import Accumulators, summary_shapes
+from layergrad.data.stats.accumulators import Accumulators, OneStep, summary_shapes
 from layergrad.engine.layer_calls import model_args
 from layergrad.model.layer_refs import iter_layers
 
@@ -68,7 +68,8 @@ def over_batches(
 
     Under `--distribute multi-worker` each worker runs its own shard; under another
     strategy each batch is split between the replicas. A probe batch (`stream.probe`, one
-    batch) runs eagerly: tracing a large model costs many times its one eager pass.
+    batch) runs eagerly (tracing a large model costs many times its one eager pass) and adds
+    up without accumulator variables (`OneStep`).
     `on_progress` is called with (0, samples expected or None) before the step is traced,
     then after each batch with (samples done, samples expected or None).
 
@@ -120,9 +121,8 @@ def over_batches(
         if fused is not None:
             guarded(partial(fused, batch), name, source)
         elif stream.probe:
-            summaries = guarded(partial(concrete, batch), name)
-            acc = Accumulators(strategy, summary_shapes(strategy, summaries) or {})
-            acc.update(summaries)
+            acc = OneStep()
+            acc.update(guarded(partial(concrete, batch), name))
         else:  # a summary's size is only known from the first batch (an open last axis)
             summaries = guarded(partial(concrete, batch), name, source)
             acc = Accumulators(strategy, summary_shapes(strategy, summaries) or {})

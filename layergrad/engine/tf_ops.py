@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import KerasLayer, TensorTree, TFOperation
 
 # Ops whose gradient is None (or is registered but returns None): a list is needed as well as
@@ -65,7 +65,6 @@ class TracedCall:
 
 def trace_call(layer: KerasLayer, args: TensorTree, training: bool) -> TracedCall | None:
     """Trace `layer` on arguments shaped like `args` (TensorSpecs); None if it cannot be traced."""
-    tf, _ = quiet_import()
     if not isinstance(args, (tuple, list)) or not args:
         return None
     try:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import (
     GradientTape,
     KerasModel,
@@ -34,7 +34,8 @@ from layergrad.engine.layer_calls import (
     is_float,
     unique_leaves,
 )
-from layergrad.model.layer_refs import Site
+from layergrad.engine.projection import project
+from layergrad.model.layer_refs import Site, input_names, iter_layers
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -146,9 +147,6 @@ def live_trace(
     persistent: bool = True,
 ) -> LiveTrace:
     """The forward pass of `run_trace` (args as there), every leaf-layer call watched."""
-    from layergrad.model.layer_refs import input_names, iter_layers
-
-    tf, _ = quiet_import()
     reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
     tensors = [tf.convert_to_tensor(a) for a in batch.arrays]
     records: list[tuple[Site, tuple[Tensor, ...], TensorTree]] = []
@@ -181,8 +179,6 @@ def live_trace(
         elif objective is not None:
             scalar = objective(outputs)
         else:
-            from layergrad.engine.projection import project
-
             rows = int(ends[0].shape[0]) if ends and ends[0].shape.rank else 1
             scalar = project(outputs, tf.range(rows), seed, reducer)
     return LiveTrace(tape, tuple(records), outputs, ends, scalar, target_act)
@@ -190,7 +186,6 @@ def live_trace(
 
 def trace_gradients(live: LiveTrace, variables: Sequence[KerasVariable] = ()) -> Trace:
     """The backward pass of `run_trace`: d target / d every watched call (and `variables`)."""
-    tf, _ = quiet_import()
     records = live.records
     watched = [t for _, flat, _ in records for t in flat]
     all_grads = gradients_of(live.tape, live.scalar, [*watched, *variables])
@@ -219,7 +214,6 @@ def _specs(args: TensorTree) -> TensorTree:
     """The call's arguments with each tensor replaced by a TensorSpec whose batch axis is open."""
     if args is None:
         return None
-    tf, _ = quiet_import()
 
     def spec(t: Tensor) -> object:
         if not _is_tensor(t):
@@ -231,7 +225,6 @@ def _specs(args: TensorTree) -> TensorTree:
 
 def _sources(args: TensorTree, produced: dict[int, int]) -> tuple[int | None, ...]:
     """For each tensor among a call's flattened arguments, the activation it is (or None)."""
-    tf, _ = quiet_import()
     return tuple(produced.get(id(t)) for t in tf.nest.flatten(args or ()) if _is_tensor(t))
 
 

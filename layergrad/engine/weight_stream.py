@@ -1,20 +1,18 @@
-"""The training gradient over a stream of batches (`scan --wrt weights`: the probe batch is a
-stream of one batch, run eagerly; `--data` one of many, one compiled step per batch).
+"""The training gradient over a stream of batches (`scan --wrt weights`; the probe batch is a
+stream of one batch, run eagerly, `--data` one of many, one compiled step per batch).
 
 The step, run by the one loop over batches (`step_calls.over_batches`), does the forward
-pass, the loss, `tape.gradient(loss, trainable variables)`, and adds up in float64
-`Accumulators` on each replica (nothing crosses back to Python until the end). For a batch b
-of n_b samples with gradient g_b (of the loss averaged over its samples) it adds
+pass, the loss and `tape.gradient(loss, trainable variables)`, and adds up in float64 on
+each replica. For a batch b of n_b samples with gradient g_b (of its samples' mean loss):
 
-- n_b g_b for every variable: divided by N = sum n_b at the end, the gradient of the loss
-  averaged over every sample, which is one full-batch `tape.gradient` (a partial last
-  batch counts for its samples, not as a whole batch);
-- n_b ||g_b,l||^2 per layer l (its trainable variables together), and n_b, n_b^2: the
-  sample-weighted spread of the batch gradients around their mean (`GradientNoise`). Under
-  a strategy the batch's gradient is that of all its samples (the replicas' shares added up
-  with one all-reduce per batch, as training does), so the spread is the same on any number
-  of replicas. Under `--distribute multi-worker` each replica takes whole batches of its
-  worker's shard in turn, so its batch is its own (no all-reduce), and a replica left
+- n_b g_b for every variable: divided by N = sum n_b at the end, one full-batch
+  `tape.gradient` of the loss averaged over every sample (a partial last batch counts for
+  its samples);
+- n_b ||g_b,l||^2 per layer l, and n_b, n_b^2: the sample-weighted spread of the batch
+  gradients around their mean (`GradientNoise`). Under a strategy a batch's gradient is that
+  of all its samples (the replicas' shares added up by one all-reduce per batch), so the
+  spread is the same on any number of replicas; under `--distribute multi-worker` each
+  replica takes whole batches of its worker's shard (no all-reduce), and a replica left
   without a batch at a step (the workers step together) adds nothing.
 
 Every total is a sum, so replicas, workers and shards combine by adding them.

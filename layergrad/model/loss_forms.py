@@ -147,3 +147,44 @@ def display_name(loss: object) -> str:
         return ", ".join(display_name(v) for v in loss)
     read = read_loss(loss)
     return read.name if read is not None else "none"
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """Which loss, from where: `source` is "compiled" (the file) or "option" (`--loss`)."""
+
+    name: str
+    source: str
+    compile_args: Mapping[str, object]  # keyword arguments for `model.compile`
+
+
+def find_loss(config: Mapping[str, object], option: str | None) -> LossSpec | None:
+    """The loss to differentiate: `--loss` when given, else the one compiled in the file.
+
+    `config` is how the file says the model was compiled (`FileInfo.compile_config`). None
+    when there is no loss to use.
+    """
+    if option:
+        return LossSpec(option, "option", {"loss": option})
+    compiled = config
+    if not compiled.get("loss"):
+        return None
+    args = {k: compiled[k] for k in ("loss", "loss_weights") if compiled.get(k) is not None}
+    return LossSpec(loss_name(compiled["loss"]), "compiled", args)
+
+
+def loss_name(loss: object) -> str:
+    """A readable name of a serialized loss (a string, a config dict, or one per output)."""
+    if isinstance(loss, str):
+        return loss
+    if isinstance(loss, Mapping) and loss.get("class_name") == "function":  # a function object
+        return str(loss.get("config"))
+    if isinstance(loss, Mapping) and "class_name" in loss:
+        inner = loss.get("config")
+        name = inner.get("name") if isinstance(inner, Mapping) else None
+        return str(name or loss["class_name"])
+    if isinstance(loss, Mapping):
+        return ", ".join(f"{k}: {loss_name(v)}" for k, v in loss.items())
+    if isinstance(loss, Sequence):
+        return ", ".join(loss_name(v) for v in loss)
+    return str(loss)

@@ -46,7 +46,7 @@ from layergrad.training.model_facts import (
     loss_name,
     output_units,
 )
-from layergrad.training.report_files import check_log_dir, check_report_path
+from layergrad.training.report_files import check_log_dir, check_report_path, write_report
 from layergrad.training.run_notes import (
     blind_note,
     built_note,
@@ -233,8 +233,6 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
             self._writer.close()
         self.report = self._build_report()
         if self.report_path is not None:
-            from layergrad.training.report_files import write_report
-
             write_report(self.report, self.report_path)
 
     # reading the step's variables

@@ -46,6 +46,7 @@ from layergrad.core.tf_types import (
     TFOperation,
 )
 from layergrad.engine.layer_calls import capturing
+from layergrad.model.layer_refs import input_names
 from layergrad.training import step_reductions as reductions
 from layergrad.training.step_reductions import GRAD_NONFINITE, unlowered_cond
 from layergrad.training.step_results import StepResults, put
@@ -342,8 +343,6 @@ def applying_optimizer(model: KerasModel) -> KerasOptimizer:
 def _float_inputs(model: KerasModel, data: TensorTree) -> tuple[list[Tensor], list[str]]:
     """The float tensors of a batch's inputs, and their names (the model's input names, a
     dict's keys, else `input N`)."""
-    from layergrad.model.layer_refs import input_names
-
     x = keras.utils.unpack_x_y_sample_weight(data)[0] if isinstance(data, tuple) else data
     flat = keras.tree.flatten(x)
     if isinstance(x, dict):

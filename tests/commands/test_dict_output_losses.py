@@ -9,7 +9,8 @@ from helpers import keras
 
 from layergrad.commands.check.gate import CheckOptions, check_file
 from layergrad.core.vocab import Finding
-from layergrad.engine.compiled_loss import find_loss, label_request
+from layergrad.engine.compiled_loss import label_request
+from layergrad.model.loss_forms import find_loss
 
 layers = keras.layers
 

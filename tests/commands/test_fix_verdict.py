@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from layergrad.commands.fix.evidence import judge
+from layergrad.commands.fix.repair import FixOptions, fix_model
 from layergrad.core.fix_results import Run, Verdict
 
 
@@ -56,3 +60,55 @@ def test_compared_runs_say_when_the_copy_was_still_falling():
     plateau = Run("mse", (2.0, *([0.95] * 99)), trivial=None, final=0.95)
     verdict, why = judge("linear_stack", original, plateau)
     assert verdict == Verdict.NOT_VERIFIED and "still falling" not in why
+
+
+@pytest.mark.slow
+def test_a_nested_model_on_unscaled_inputs_is_verified_at_the_default_steps(tmp_path):
+    # class ids under categorical cross-entropy (target_mismatch) on a model that nests a
+    # Sequential encoder, fed 0-100 features: the copy starts far above its trivial loss and
+    # comes down to it in the first ~100 steps. Short runs say they were still falling; the
+    # default run learns the labels (a linear rule of the inputs, drawn here)
+    import keras
+
+    keras.utils.set_random_seed(0)
+    encoder = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(16, activation="relu", name="h1"),
+         keras.layers.Dense(16, activation="relu", name="h2")], name="encoder",
+    )  # fmt: skip
+    inputs = keras.Input((8,), name="features")
+    logits = keras.layers.Dense(4, name="head")(encoder(inputs))
+    model = keras.Model(inputs, keras.layers.Softmax(name="head_act")(logits))
+    model.compile(optimizer="adam", loss=keras.losses.CategoricalCrossentropy())
+    path = tmp_path / "nested.keras"
+    model.save(path)
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0, 100, (256, 8)).astype("float32")
+    y = np.argmax((x - 50) @ rng.normal(size=(8, 4)), axis=1).astype("int64")
+    data = tmp_path / "ids.npz"
+    np.savez(data, features=x, y=y)
+    short = fix_model(path, data, FixOptions(output=str(tmp_path / "a.keras"), steps=40))
+    (repair,) = short.repairs
+    assert repair.finding == "target_mismatch"
+    losses = repair.repaired.losses
+    assert sum(losses[-4:]) < 0.97 * sum(losses[-8:-4])  # by hand: still falling at step 40
+    assert repair.verdict == "not verified" and "still falling" in repair.why
+    full = fix_model(path, data, FixOptions(output=str(tmp_path / "b.keras")))
+    (repair,) = full.repairs
+    assert repair.verdict == "verified", repair.why
+
+
+def test_an_original_loss_without_a_trivial_loss_judges_the_copy_by_its_own():
+    # categorical cross-entropy on one sigmoid unit: -y log p falls to 0 as p -> 1 for every
+    # sample, so the original's 0.05 says nothing and has no trivial loss (log 1 = 0); the
+    # copy with binary cross-entropy ends at 0.3 / 0.69 = 0.43 of its own: verified
+    original = Run("categorical_crossentropy", (0.4, 0.05), trivial=None, final=0.05)
+    repaired = Run("binary_crossentropy", (0.69, 0.3), trivial=0.69, final=0.3)
+    assert judge("loss_mismatch", original, repaired) == (Verdict.VERIFIED, "")
+    stays = Run("binary_crossentropy", (0.69, 0.68), trivial=0.69, final=0.68)
+    verdict, why = judge("loss_mismatch", original, stays)
+    assert verdict == Verdict.NOT_VERIFIED and "no trivial loss" in why and "0.986" in why
+    # two losses without a trivial loss (regressions) still cannot be compared
+    verdict, why = judge(
+        "loss_mismatch", Run("mse", (2.0, 1.0), final=1.0), Run("mae", (2.0, 0.1), final=0.1)
+    )
+    assert verdict == Verdict.NOT_VERIFIED and "losses differ" in why

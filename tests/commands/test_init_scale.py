@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import keras
+from helpers import keras, tf
 
 from layergrad.commands.check.gate import CheckOptions, check_file
 from layergrad.diagnose.saturation import saturated_init
@@ -116,3 +116,38 @@ def test_mixed_precision_training_counts_the_wrapped_optimizers_steps(tmp_path):
     steps = training_steps(tmp_path / "mixed.keras")
     assert steps is not None and 5 <= steps <= 9, steps
     assert steps == int(inner.iterations.numpy())
+
+
+def test_the_heads_and_the_initialisation_are_read_from_one_forward_pass(tmp_path):
+    """A head the file does not describe (a Lambda) is judged on its outputs on the probe, and
+    the tanh layer drawn with std 4 saturates on it: both are read from one recorded forward
+    pass. Counted at the hidden layer, eagerly: the weight scan's pass (whose activations give
+    the forward check too) and that one, 2 in all (3 when each rule ran its own)."""
+    keras.utils.set_random_seed(0)
+    x = keras.Input((8,), name="features")
+    h = layers.Dense(16, "tanh", kernel_initializer=LARGE, name="hidden")(x)
+    z = layers.Dense(3, name="logits")(h)
+    model = keras.Model(x, layers.Lambda(lambda t: t / (1.0 + abs(t)), output_shape=(3,))(z))
+    model.compile("adam", "mae")
+    model.save(tmp_path / "lambda.keras")
+    passes = []
+
+    def opener(path, probe, info):
+        from layergrad.commands.session import load
+
+        opened = load(path, probe, unsafe=True, info=info)
+        layer = opened[0].model.get_layer("hidden")
+        inner = layer.call
+
+        def counted(*args, **kwargs):
+            passes.append(tf.executing_eagerly())
+            return inner(*args, **kwargs)
+
+        layer.call = counted  # kept under layergrad's own wrapping, which restores it after
+        return opened
+
+    verdict = check_file(tmp_path / "lambda.keras", CheckOptions(opener=opener, unsafe=True))
+    checks = {c.name: c for c in verdict.checks}
+    assert "on the probe its outputs take either sign" in checks["loss"].message
+    assert "exploding: hidden (initialisation)" in checks["trainable"].message
+    assert sum(passes) == 2, passes

@@ -56,6 +56,8 @@ CASES = {
     ),
     "check data keys": (["check", SEED], "--data", "{d}/keys.npz", "missing: input."),
     "check input missing": (["check", SEED], "--input", "missing.npy", "no such file"),
+    "fit data missing": (["fit", SEED], "--data", "missing.npy", "--data missing.npy: no such file"),
+    "fix data missing": (["fix", SEED], "--data", "nofile.py:fn", "no such file nofile.py"),
 }  # fmt: skip
 
 

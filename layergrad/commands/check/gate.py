@@ -184,11 +184,12 @@ def _dynamic(
     add: Add,
     baseline: Baseline | None = None,
 ) -> None:
+    """The checks that run the model: on the probe batch, or over every sample of --data."""
     from layergrad.commands.check.heads import judge_on_probe, without_unbuildable_loss
     from layergrad.commands.session import session_for
-    from layergrad.commands.untrained_batchnorm import in_training, probe_in_training, scan_wrong
+    from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
     from layergrad.data.preflight import check_before_loading
-    from layergrad.engine.compiled_loss import find_loss
+    from layergrad.model.loss_forms import find_loss
 
     try:  # data that cannot feed this model: the command is wrong, not the file
         check_before_loading(info.graph, options.probe.source)
@@ -196,18 +197,23 @@ def _dynamic(
         raise UsageError(f"{os.fspath(path)}: {exc}") from exc
     info = without_unbuildable_loss(info, options, add)
     has_loss = find_loss(info.compile_config, options.loss) is not None
+    if baseline is not None:
+        fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
+    trained = steps.trained(path)  # the file records training steps: its kernels were learnt
     if options.probe.data_set is not None:
         from layergrad.commands.check.over_data import dynamic_data
 
-        dynamic_data(path, info, options, add, baseline, has_loss)
+        dynamic_data(path, info, options, add, baseline, has_loss, trained)
         return
-    if baseline is not None:
-        fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
     opened = steps.loads(path, info, options, options.probing(), add)
     if opened is None:
         return
     loaded, warnings, _ = opened
     model = loaded.model
+    from layergrad.commands.scan import scan_session  # TensorFlow: after the checks of the file
+    from layergrad.commands.weight_scan import scan_weights
+    from layergrad.engine.layer_calls import recorder
+
     try:
         probe = (
             replace(
@@ -222,13 +228,14 @@ def _dynamic(
         if baseline is not None or options.probe.input_file is not None:
             # a batch the user asked for does not fit: the command is wrong, not the file
             raise UsageError(str(exc)) from exc
-        judge_on_probe(model, None, info, options.loss, add)
+        judge_on_probe(None, info, options.loss, add)
         add("forward", f"not run: {exc}")
         return
     except Exception as exc:  # no labels are read yet: a failure here is the forward check's
         add("forward", f"the probe batch could not be made: {describe(exc)}", [Finding.ERROR])
         return
-    judge_on_probe(model, session.batch.arrays, info, options.loss, add)
+    recorded = recorder(model, session.batch.arrays)  # one forward pass for the heads and init
+    judge_on_probe(recorded, info, options.loss, add)
     if session.batch.labels:
         from layergrad.data.labels import by_output_name, summarise_arrays
         from layergrad.engine.compiled_loss import output_keys
@@ -240,23 +247,22 @@ def _dynamic(
         if steps.targets(info, options.loss, labels, session.batch.source, add):
             # the loss cannot take these labels: the gradient checks draw labels that fit
             session = replace(session, batch=replace(session.batch, labels=None))
-    said = None
-    try:
+
+    def scans(training: bool) -> tuple[Session, WeightScanReport, ScanReport]:
         # without a loss the update ratios come from a random projection of the outputs
-        weights, report = _scans(session, options.loss)
-        if baseline is None:  # a baseline's own mode is kept
-            wrong = scan_wrong(report.rows, report.constant)
-            said = probe_in_training(model, session.options.training, wrong)
-        if said:  # never-trained BatchNormalization: probe again as training runs it
-            session = in_training(session)
-            weights, report = _scans(session, options.loss)
+        run = in_training(session) if training else session
+        weights = scan_weights(run, options.loss, projection=True)
+        return run, weights, weights.activations or scan_session(run)
+
+    try:  # a baseline's own mode is kept
+        (session, weights, report), said = in_right_mode(
+            model, session.options.training, scans,
+            lambda found: baseline is None and scan_wrong(found[2].rows, found[2].constant),
+        )  # fmt: skip
     except LayergradError as exc:  # e.g. --loss names no Keras loss
         add("forward", f"not run: {exc}", [Finding.ERROR])
         return
-    except (
-        Exception,
-        SystemExit,
-    ) as exc:  # the model's code failed: the file fails, the run goes on
+    except (Exception, SystemExit) as exc:  # the model's code failed: the file fails
         add("forward", f"the forward pass failed: {describe(exc)}", [Finding.ERROR])
         return
     if report.first_nonfinite is not None:
@@ -266,7 +272,8 @@ def _dynamic(
             [Finding.NONFINITE],
         )
     elif report.constant or report.input_range:
-        steps.forward_findings(report, add)
+        findings, parts = steps.forward_parts(report, trained)
+        add("forward", "; ".join(parts), findings)
     else:
         batch = session.batch
         source = "a random batch" if batch.source == "random" else f"the batch in {batch.source}"
@@ -274,22 +281,12 @@ def _dynamic(
         mode = f"; {said}" if said else ""
         add("forward", f"finite and varying on {source} of {batch.batch_size}{drawn}{mode}")
     steps.gradient(report.rows, add)
-    init = steps.init_scale(path, model, session.batch.arrays)
+    init = steps.init_scale(trained, model, recorded)
     steps.trainable(weights, add, has_loss, init=init)
     if baseline is not None:
         add("baseline", *judge(report, weights if has_loss else None, baseline, options.tolerance))
     elif options.baselines:
         add("baseline", "no baseline given for this file")
-
-
-def _scans(session: Session, loss: str | None) -> tuple[WeightScanReport, ScanReport]:
-    """The weight scan of the session's batch (of `loss`, or of a random projection of the
-    outputs) and its activations' scan, from the same pass when the weight scan has them."""
-    from layergrad.commands.scan import scan_session
-    from layergrad.commands.weight_scan import scan_weights
-
-    weights = scan_weights(session, loss, projection=True)
-    return weights, weights.activations or scan_session(session)
 
 
 def expand_paths(paths: Sequence[str]) -> list[str]:

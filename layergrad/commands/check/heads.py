@@ -9,7 +9,8 @@ never fails the file.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,6 +21,11 @@ from layergrad.files.file_info import FileInfo
 from layergrad.model.config import as_ref, layer_name, structure_refs
 from layergrad.model.loss_fit import LossReading, read_file, read_observed
 from layergrad.model.observed_heads import SUBCLASSED, Observed, observe
+
+if TYPE_CHECKING:
+    from layergrad.engine.layer_calls import LayerCall, Recorded
+
+    Probe = Callable[[], Recorded | None]  # the probe's recorded forward pass, on first use
 
 
 def loss_verdict(
@@ -112,24 +118,18 @@ def _what(layer_class: str) -> str:
     return f"custom layer `{layer_class}`" if layer_class else "an unknown layer"
 
 
-def judge_on_probe(
-    model: KerasModel,
-    arrays: Sequence[np.ndarray] | None,
-    info: FileInfo,
-    loss: str | None,
-    add: Add,
-) -> None:
+def judge_on_probe(probe: Probe | None, info: FileInfo, loss: str | None, add: Add) -> None:
     """Complete the `loss` check for the heads the file does not describe, from the model's
-    outputs on `arrays` (the probe batch; None when none could be made): `add` replaces the
-    check's first verdict."""
+    outputs on the probe batch (`probe`: its recorded forward pass, made on first use; None
+    when no batch could be made): `add` replaces the check's first verdict."""
     compiled = {"loss": loss} if loss else info.compile_config
     first = read_file(info.config, info.graph, compiled)
-    if not first.described and compiled.get("loss") and arrays is not None:
-        judge_undescribed(model, arrays, compiled, add)
+    if not first.described and compiled.get("loss") and probe is not None:
+        judge_undescribed(probe(), compiled, add)
         return
     if not first.unread:
         return
-    made = _outputs_by_layer(model, arrays) if arrays is not None else None
+    made = _outputs_by_layer(probe()) if probe is not None else None
     names = _flat_output_names(info.config)
     observed: dict[str, Observed] = {}
     if made is not None and len(made) == len(names):
@@ -147,28 +147,26 @@ def judge_on_probe(
 def judge_on_random_probe(
     model: KerasModel, info: FileInfo, options: CheckOptions, add: Add
 ) -> None:
-    """`judge_on_probe` on a random probe batch (`check --data` streams its data later)."""
+    """`judge_on_probe` on a random probe batch, drawn if a head needs it (`check --data`
+    streams its data later)."""
     from layergrad.commands.session import probe_batch
     from layergrad.core.errors import LayergradError
+    from layergrad.engine.layer_calls import record_calls
 
-    compiled = {"loss": options.loss} if options.loss else info.compile_config
-    first = read_file(info.config, info.graph, compiled)
-    if not first.unread and (first.described or not compiled.get("loss")):
-        return
-    try:
-        arrays: Sequence[np.ndarray] | None = probe_batch(model, options.probing()).arrays
-    except LayergradError:
-        arrays = None
-    judge_on_probe(model, arrays, info, options.loss, add)
+    def recorded() -> Recorded | None:
+        try:
+            return record_calls(model, probe_batch(model, options.probing()).arrays)
+        except LayergradError:
+            return None
+
+    judge_on_probe(recorded, info, options.loss, add)
 
 
-def judge_undescribed(
-    model: KerasModel, arrays: Sequence[np.ndarray], compiled: Mapping[str, object], add: Add
-) -> None:
+def judge_undescribed(recorded: Recorded | None, compiled: Mapping[str, object], add: Add) -> None:
     """The `loss` check of a model whose file describes no layers (a subclassed model): each
     output is judged on what its values do on the probe, named by the layer whose call made it
     (when one did). What the probe cannot decide is said, never failed."""
-    made = _outputs_by_layer(model, arrays)
+    made = _outputs_by_layer(recorded)
     if made is None:
         return
     seen = []
@@ -205,43 +203,20 @@ def _declared(seen: Observed | None, layer: object, outer: str) -> Observed | No
     return replace(seen, kind=kind, inner=f"'{layer.name}'")  # type: ignore[attr-defined]
 
 
-def _outputs_by_layer(
-    model: KerasModel, arrays: Sequence[np.ndarray]
-) -> list[tuple[str, np.ndarray, object]] | None:
-    """The model's outputs on the batch (flattened), each with the name of the innermost layer
+def _outputs_by_layer(recorded: Recorded | None) -> list[tuple[str, np.ndarray, object]] | None:
+    """The model's outputs on the probe (flattened), each with the name of the innermost layer
     whose call returned it ("" when none did: an operation in the model's own call) and that
-    layer; None when the model fails on it. The layers inside custom layers are watched too."""
-    from layergrad.core.keras_backend import quiet_import
-    from layergrad.engine.layer_calls import capturing, forward, unique_leaves
-    from layergrad.model.layer_refs import iter_layers
-
-    tf, keras = quiet_import()
-    made: dict[int, str] = {}
-    kept: list[object] = []  # every tensor stays alive, so no id is reused during the call
-
-    def handle(key: tuple[str, int], flat: list[object], args: object) -> list[object]:
-        kept.extend(flat)
-        for tensor in flat:  # an inner layer's call ends first: the innermost is kept
-            made.setdefault(id(tensor), key[0])
-        return flat
-
-    groups = unique_leaves(iter_layers(model))
-    inner = []
-    for layer, path, _ in groups:
-        flatten = getattr(layer, "_flatten_layers", None)
-        subs = list(flatten(include_self=False, recursive=True)) if flatten else []
-        inner += [(sub, f"{path}/{sub.name}") for sub in subs]
-    groups = unique_leaves([*((p, la) for la, p, _ in groups), *((p, la) for la, p in inner)])
-    by_path = {path: layer for layer, path, _ in groups}
-    try:
-        with capturing(groups, handle):
-            out = forward(model, [tf.constant(a) for a in arrays], training=False)
-        flat = keras.tree.flatten(out)
-    except Exception:
+    layer; None when the model failed on it. The layers inside custom layers are watched too."""
+    if recorded is None:
         return None
-    paths = [made.get(id(v), "") for v in flat]
+    made: dict[int, LayerCall] = {}
+    for call in recorded.calls:  # an inner layer's call ends first: the innermost is kept
+        for tensor in call.outputs:
+            made.setdefault(id(tensor), call)
+    found = [made.get(id(v)) for v in recorded.outputs]
     return [
-        (p.split("/")[-1], np.asarray(v), by_path.get(p)) for p, v in zip(paths, flat, strict=True)
+        ("", np.asarray(v), None) if c is None else (c.path.split("/")[-1], np.asarray(v), c.layer)
+        for c, v in zip(found, recorded.outputs, strict=True)
     ]
 
 

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -21,9 +21,9 @@ from layergrad.files.file_info import FileInfo
 from layergrad.model.target_fit import LabelSummary
 
 if TYPE_CHECKING:
-    from layergrad.commands.session import Session
     from layergrad.core.tf_types import Strategy
     from layergrad.diagnose.saturation import SaturatedInit
+    from layergrad.engine.layer_calls import Recorded
     from layergrad.engine.loader import LoadedModel
 
     Opened = tuple[LoadedModel, tuple[str, ...], Strategy | None]  # what `session.load` returns
@@ -161,14 +161,9 @@ def gradient(rows: Sequence[ScanRow], add: Add) -> None:
     add("gradient", "; ".join(parts), findings)
 
 
-def forward_findings(report: ScanReport, add: Add) -> None:
-    """`forward`: outputs that never vary, unscaled inputs."""
-    findings, parts = forward_parts(report)
-    add("forward", "; ".join(parts), findings)
-
-
-def forward_parts(report: ScanReport) -> tuple[list[Finding], list[str]]:
-    """The constant-output and input-range findings of a scan, and what to say of each."""
+def forward_parts(report: ScanReport, trained: bool) -> tuple[list[Finding], list[str]]:
+    """The constant-output and input-range findings of a scan, and what to say of each
+    (`trained`: the file records training steps, `trained`)."""
     from layergrad.diagnose import causes as why
 
     findings: list[Finding] = []
@@ -177,7 +172,7 @@ def forward_parts(report: ScanReport) -> tuple[list[Finding], list[str]]:
         findings.append(Finding.CONSTANT_OUTPUT)
         parts += [why.constant_output(c.output, c.layer, c.reason) for c in report.constant]
     scale = report.input_range
-    if scale is not None and scale.kind == "pixels" and _trained(report.model.path):
+    if scale is not None and scale.kind == "pixels" and trained:
         scale = None  # trained on these pixels, its kernels are scaled for them
     if scale is not None:
         findings.append(Finding.INPUT_RANGE)
@@ -253,19 +248,19 @@ def trainable(
 
 
 def init_scale(
-    path: str | os.PathLike[str], model: KerasModel, arrays: Sequence[object]
+    trained: bool, model: KerasModel, probe: Callable[[], Recorded | None]
 ) -> SaturatedInit | None:
-    """A layer that a kernel scaled far up saturates on the batch (`diagnose.saturation`),
-    unless the file records training steps: then the kernels were learnt, not drawn."""
+    """A layer that a kernel scaled far up saturates on the probe (`diagnose.saturation`, on
+    its recorded forward pass `probe()`, made on first use), unless the file records training
+    steps (`trained`): then the kernels were learnt, not drawn."""
     from layergrad.diagnose.saturation import saturated_init
 
-    if _trained(path):  # a small read, before a forward pass
-        return None
-    return saturated_init(model, arrays)  # type: ignore[arg-type]
+    return None if trained else saturated_init(model, probe())
 
 
-def _trained(path: str | os.PathLike[str]) -> bool:
-    """Whether the file records optimizer steps: its weights were learnt, not drawn."""
+def trained(path: str | os.PathLike[str]) -> bool:
+    """Whether the file records optimizer steps: its weights were learnt, not drawn (a small
+    read, before a forward pass)."""
     from layergrad.files.training_state import training_steps
 
     return (training_steps(path) or 0) > 0
@@ -307,16 +302,6 @@ def _scale(
         findings += [] if Finding.EXPLODING in findings else [Finding.EXPLODING]
         parts.append(init.message())
     return findings, parts
-
-
-def weight_scan(session: Session, options: CheckOptions) -> tuple[WeightScanReport, bool]:
-    """The weight scan of the session (the loss, or the outputs' projection) and whether a
-    loss was found."""
-    from layergrad.commands.weight_scan import scan_weights
-    from layergrad.engine.compiled_loss import find_loss
-
-    has_loss = find_loss(session.info.compile_config, options.loss) is not None
-    return scan_weights(session, options.loss, projection=True), has_loss
 
 
 def output_ranks(model: KerasModel) -> tuple[list[str], dict[str, int]]:

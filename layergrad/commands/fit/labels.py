@@ -20,7 +20,7 @@ from layergrad.model.target_fit import LabelSummary, TargetMismatch
 
 if TYPE_CHECKING:
     from layergrad.data.label_stream import Labelled
-    from layergrad.engine.compiled_loss import LossSpec
+    from layergrad.model.loss_forms import LossSpec
 
 
 UNKNOWN_READ = 1_000_000  # labels read at most from a source of unknown length (--epochs)

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from layergrad.core.vocab import Distribute
     from layergrad.data.label_stream import Labelled
     from layergrad.data.sources import DataStream
-    from layergrad.engine.compiled_loss import LossSpec
+    from layergrad.model.loss_forms import LossSpec
 
 DEFAULT_STEPS = 300
 SHUFFLE_BUFFER = 10_000  # samples held for shuffling at most: memory stays bounded
@@ -196,7 +196,8 @@ def compile_for_fit(
 ) -> LossSpec:
     """Compile with the file's (or the given) optimizer and loss; return the loss."""
     from layergrad.core.keras_backend import quiet_import
-    from layergrad.engine.compiled_loss import compile_loss, find_loss
+    from layergrad.engine.compiled_loss import compile_loss
+    from layergrad.model.loss_forms import find_loss
 
     _, keras = quiet_import()
     spec = find_loss(compiled, options.loss)

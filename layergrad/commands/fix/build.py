@@ -19,6 +19,7 @@ import numpy as np
 
 from layergrad.commands.fix.plan import Plan
 from layergrad.core.errors import LayergradError, describe
+from layergrad.core.tf_runtime import keras
 from layergrad.core.tf_types import KerasLayer, KerasModel, KerasModule, KerasVariable
 from layergrad.model.config import is_container
 from layergrad.model.config_edit import Config, EditError
@@ -34,9 +35,6 @@ def model_config(model: KerasModel) -> Config:
     Raises:
         BuildError: a model Keras cannot rebuild from its config (a subclassed model).
     """
-    from layergrad.core.keras_backend import quiet_import
-
-    _, keras = quiet_import()
     try:
         config = keras.saving.serialize_keras_object(model)
     except Exception as exc:
@@ -76,9 +74,6 @@ def build(
     Raises:
         BuildError: an edit cannot be made, or Keras cannot rebuild or compile the result.
     """
-    from layergrad.core.keras_backend import quiet_import
-
-    _, keras = quiet_import()
     edited = copy.deepcopy(dict(config))
     compiled = copy.deepcopy(dict(compile_config))
     _normalise_optimizer(keras, compiled)

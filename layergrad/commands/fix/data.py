@@ -29,7 +29,8 @@ def data_facts(
     from layergrad.commands.over_data import data_specs
     from layergrad.data.label_stream import open_labelled
     from layergrad.data.labels import summarise_batches
-    from layergrad.engine.compiled_loss import find_loss, label_request
+    from layergrad.engine.compiled_loss import label_request
+    from layergrad.model.loss_forms import find_loss
 
     specs = data_specs(model)
     request = label_request(model, find_loss(info.compile_config, None))

@@ -120,6 +120,16 @@ def judge(finding: str, original: Run, repaired: Run) -> tuple[Verdict, str]:
             f"the loss ends at {repaired.final:.4g}, the original's at {original.final:.4g}: "
             f"not clearly below{falling}"
         )
+    if mine is not None:
+        # the original's loss has no trivial loss (a categorical loss on one unit is 0 for
+        # any output): no common scale, so the copy is judged by its own, as when the
+        # original cannot be trained
+        if mine <= CLEARLY:
+            return Verdict.VERIFIED, ""
+        return Verdict.NOT_VERIFIED, (
+            f"the original's loss ({original.loss_name}) has no trivial loss to compare by, "
+            f"and the copy's ends at {mine:.3g} of its trivial loss: not clearly below{falling}"
+        )
     return Verdict.NOT_VERIFIED, (
         f"the losses differ ({original.loss_name}, {repaired.loss_name}) and have no trivial "
         "loss to compare them by"

@@ -30,6 +30,9 @@ from layergrad.commands.fit.train import (
 from layergrad.core.errors import InputError, describe
 from layergrad.core.fit_results import FitReport
 from layergrad.core.probe_options import PathLike
+from layergrad.core.tf_runtime import keras, tf
+from layergrad.training.monitor import GradientMonitor
+from layergrad.training.rules import chance_loss
 
 if TYPE_CHECKING:
     from layergrad.commands.check.steps import Opened
@@ -48,11 +51,6 @@ def train_and_score(
     """
     loaded, _warnings, strategy = opened
     model, info = loaded.model, loaded.info
-    from layergrad.core.keras_backend import quiet_import
-    from layergrad.training.monitor import GradientMonitor
-    from layergrad.training.rules import chance_loss
-
-    tf, keras = quiet_import()
     keras.utils.set_random_seed(options.seed)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         # Keras's deserialize edits the config it reads: the file's (shared) stays as read
@@ -81,9 +79,6 @@ def train_and_score(
 
 def _served_loss(model: object, dataset: object) -> float | None:
     """The compiled loss of the model's predictions (plain arrays) on the first batches."""
-    from layergrad.core.keras_backend import quiet_import
-
-    tf, _ = quiet_import()
     values = []
     with contextlib.suppress(Exception):  # a model whose loss cannot be recomputed: no score
         for x, y in dataset.take(SCORED_BATCHES):  # type: ignore[attr-defined]

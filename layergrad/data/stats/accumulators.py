@@ -23,7 +23,7 @@ from typing import TypeVar
 import numpy as np
 
 from layergrad.core.errors import InputError, describe
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Strategy, Tensor, TFModule, TFVariable
 from layergrad.data.devices import is_multi_worker
 from layergrad.data.stats import aggregates
@@ -43,7 +43,6 @@ class Accumulators:
     """
 
     def __init__(self, strategy: Strategy, shapes: dict[str, tuple[int, ...]]) -> None:
-        tf, _ = quiet_import()
         self.kinds: dict[str, int] = {}
         self.vars: dict[str, TFVariable] = {}
         with strategy.scope():
@@ -76,26 +75,10 @@ class Accumulators:
 
         The first non-finite batch is the batch's index in the data (`POSITION`, when the
         step gives it), else the number of steps so far."""
-        tf, _ = quiet_import()
         index = summaries.get(POSITION)
-        if index is None:
-            index = self.batches.read_value()
-        for key, value in summaries.items():
-            if key == POSITION:
-                continue
-            var, kind = self.vars[key], self.kinds[key]
-            if kind == aggregates.SUM:
-                var.assign_add(value)
-            else:
-                var.assign(
-                    (tf.maximum if kind == aggregates.MAX else tf.minimum)(var.read_value(), value)
-                )
-            field = aggregates.NONFINITE_FIELD.get(key.rsplit("/", 1)[-1])
-            if field is not None:
-                first = self.vars[f"{key}/first"]
-                inf = tf.constant(math.inf, tf.float64)
-                seen = tf.where(value[..., field] > 0, index, inf)
-                first.assign(tf.minimum(first.read_value(), seen))
+        index = self.batches.read_value() if index is None else index
+        for key, value in added(summaries, index, lambda k: self.vars[k].read_value()).items():
+            self.vars[key].assign(value)
         self.batches.assign_add(tf.constant(1.0, tf.float64))
 
     def totals(self, strategy: Strategy) -> dict[str, np.ndarray]:
@@ -112,10 +95,43 @@ class Accumulators:
         }
 
 
+class OneStep(Accumulators):
+    """What `Accumulators` hold after one step on one device, without variables (the probe
+    batch: creating them, full weight gradients included, costs more than the step)."""
+
+    def __init__(self) -> None:  # no variables
+        self.held: dict[str, np.ndarray] = {}
+
+    def update(self, summaries: dict[str, Tensor]) -> None:
+        index = summaries.get(POSITION, tf.constant(0.0, tf.float64))
+        start = lambda k: tf.constant(aggregates.initial(aggregates.kind_of(k), ()), tf.float64)  # noqa: E731
+        self.held = {k: np.asarray(v.numpy()) for k, v in added(summaries, index, start).items()}
+
+    def totals(self, strategy: Strategy) -> dict[str, np.ndarray]:
+        return self.held
+
+
+def added(
+    summaries: dict[str, Tensor], index: Tensor, current: Callable[[str], Tensor]
+) -> dict[str, Tensor]:
+    """Each accumulator's value once one step's `summaries` are added to its `current` one:
+    summed, or the maximum or minimum; a pack's first non-finite batch, `index` if this one."""
+    add = {aggregates.SUM: tf.add, aggregates.MAX: tf.maximum, aggregates.MIN: tf.minimum}
+    out = {}
+    for key, value in summaries.items():
+        if key == POSITION:
+            continue
+        out[key] = add[aggregates.kind_of(key)](current(key), value)
+        field = aggregates.NONFINITE_FIELD.get(key.rsplit("/", 1)[-1])
+        if field is not None:
+            seen = tf.where(value[..., field] > 0, index, tf.constant(math.inf, tf.float64))
+            out[f"{key}/first"] = tf.minimum(current(f"{key}/first"), seen)
+    return out
+
+
 def gather(strategy: Strategy, local: Callable[[], dict[str, Tensor]]) -> dict[str, np.ndarray]:
     """Every replica's values of `local()` (a dict of tensors, read in replica context),
     stacked on a new first axis, on every worker: one collective all-gather per key."""
-    tf, _ = quiet_import()
 
     def replica() -> dict[str, Tensor]:
         context = tf.distribute.get_replica_context()
@@ -144,7 +160,6 @@ def combine_workers(
     """
     if not is_multi_worker(strategy):
         return values
-    tf, _ = quiet_import()
     local = max(len(strategy.extended.worker_devices), 1)
 
     def mine() -> dict[str, Tensor]:  # one replica per worker gives the values, the others none
@@ -180,7 +195,6 @@ def gather_workers(strategy: Strategy, payload: P) -> list[P]:
 def _one_per_worker(strategy: Strategy, value: np.ndarray) -> list[np.ndarray]:
     """`value` (the same shape on every worker) of every worker, chief first: one replica of
     each worker gives it (the first of its devices), the others are left out."""
-    tf, _ = quiet_import()
     local = max(len(strategy.extended.worker_devices), 1)
 
     def mine() -> dict[str, Tensor]:

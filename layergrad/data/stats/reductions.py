@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Tensor, TensorTree, TFFunction
 
 GRAD_FIELDS = ("sum_sq", "sum_abs", "zeros", "nonfinite", "elements")  # then max |g|
@@ -44,7 +44,6 @@ def gradient_summary(dy: Tensor, one_unit: bool) -> Tensor:
     least; the totals add up in float64); their sums say whether there is a NaN/Inf (or an
     overflow), and only then does a float64 pass mask them out.
     """
-    tf, _ = quiet_import()
     g = dy if dy.dtype in (tf.float32, tf.float64) else tf.cast(dy, tf.float32)
     width = unit_width(g, one_unit)
     rows = [tf.shape(g)[0], -1] if g.shape.rank else [1, 1]
@@ -86,7 +85,6 @@ def tail_size(width: Tensor) -> Tensor:
 
 def anchor_for(x: Tensor, one_unit: bool) -> Tensor:
     """Zeros shaped like `gradient_summary` of a gradient shaped like `x`."""
-    tf, _ = quiet_import()
     size = samples_in(x) + tail_size(unit_width(x, one_unit))
     return tf.zeros(tf.reshape(size, [1]), tf.float64)
 
@@ -101,7 +99,6 @@ def pack_gradients(
     With every width known while tracing, the parts of fixed length are cut out of all the
     vectors at once (a few operations whatever n is); else one by one.
     """
-    tf, _ = quiet_import()
     tails = [v[-tail_size(w) :] for v, w in zip(vectors, widths, strict=True)]
     out: dict[str, Tensor] = {"usizes": tf.cast(tf.stack(list(widths)), tf.float64)}
     if all(isinstance(w, int) for w in widths):
@@ -127,7 +124,6 @@ def pack_gradients(
 def distribution_pack(values: Sequence[Tensor]) -> dict[str, Tensor]:
     """Summarise n sets of non-negative per-sample values at once: `dist` [n, 3] (count, sum,
     sum of squares), `dmin` [n], `dmax` [n] and `hist` [n, HIST_BINS]."""
-    tf, _ = quiet_import()
     n = len(values)
     flat = [tf.cast(tf.reshape(v, [-1]), tf.float64) for v in values]
     sizes = tf.stack([tf.size(v) for v in flat])
@@ -159,7 +155,6 @@ def distribution_pack(values: Sequence[Tensor]) -> dict[str, Tensor]:
 
 def forward_summary(x: Tensor) -> Tensor:
     """[sum of |x|, elements] of an activation (float64): one reduction."""
-    tf, _ = quiet_import()
     v = x if x.dtype in (tf.float32, tf.float64) else tf.cast(x, tf.float32)
     return tf.stack([tf.cast(tf.reduce_sum(tf.abs(v)), tf.float64), tf.cast(tf.size(v), "float64")])
 
@@ -167,7 +162,6 @@ def forward_summary(x: Tensor) -> Tensor:
 def pack_forward(summaries: Sequence[Tensor]) -> Tensor:
     """`fwd` [n, 3]: per activation, 1 when this batch has a NaN/Inf in it (its sum says so),
     else the sum of |x| and the number of elements."""
-    tf, _ = quiet_import()
     both = tf.stack(list(summaries))
     finite = tf.math.is_finite(both[:, 0])
     zero = tf.zeros_like(both[:, 0])
@@ -181,7 +175,6 @@ def pack_forward(summaries: Sequence[Tensor]) -> Tensor:
 def unit_width(x: Tensor, one_unit: bool) -> Tensor:
     """Units of a batch-first activation: its last axis (one unit, or one per element, when
     it has no axis but the batch). An int when known while tracing, else a scalar tensor."""
-    tf, _ = quiet_import()
     rank = x.shape.rank
     if rank is not None and rank >= 2:
         return x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
@@ -192,7 +185,6 @@ def unit_width(x: Tensor, one_unit: bool) -> Tensor:
 
 def samples_in(x: Tensor) -> Tensor:
     """Rows of a batch-first activation (1 for a scalar)."""
-    tf, _ = quiet_import()
     if not x.shape.rank:
         return 1
     return x.shape[0] if x.shape[0] is not None else tf.shape(x)[0]
@@ -213,7 +205,6 @@ def shared(function: Callable[..., TensorTree]) -> Callable[..., TensorTree]:
 def _compiled(function: Callable[..., TensorTree], rank: int | None) -> TFFunction:
     """One compiled function per rank: relaxing sizes keeps the rank, which the summaries'
     shapes depend on."""
-    tf, _ = quiet_import()
     return tf.function(
         function,
         reduce_retracing=True,
@@ -224,7 +215,6 @@ def _compiled(function: Callable[..., TensorTree], rank: int | None) -> TFFuncti
 
 def output_spread(x: Tensor) -> Tensor:
     """[largest max - min of a value across the batch, largest |value|] (float64)."""
-    tf, _ = quiet_import()
     v = tf.reshape(tf.cast(x, tf.float64), [tf.shape(x)[0], -1])
     spread = tf.reduce_max(tf.reduce_max(v, axis=0) - tf.reduce_min(v, axis=0))
     return tf.stack([spread, tf.reduce_max(tf.abs(v))])
