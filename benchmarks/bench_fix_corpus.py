@@ -11,11 +11,13 @@ operator it prints:
   verified  with --data: of the repaired, files whose repair of that finding is `verified`
             (the finding gone from the trained copy and its loss clearly below the original's)
 Healthy files must get "nothing to fix" (false repairs are counted). With `--data` every file
-is trained on labelled data: the faults that need data on their own labels, the static faults
-and the healthy files on the healthy architecture's labels (the model is wrong, not the data).
+is trained on labelled data for `fix`'s default steps: the faults that need data on their own
+labels, the static faults and the healthy files on the healthy architecture's labels (the
+model is wrong, not the data), from a rule of the inputs; the faults whose repair adds a
+non-linearity (NONLINEAR_OPS) on labels no linear map fits.
 
     python benchmarks/bench_fix_corpus.py [--archs seq_mlp_binary,mlp_sparse] [--saves keras,h5]
-        [--forms str,obj] [--ops units_one,loss_bce] [--data --steps 300]
+        [--forms str,obj] [--ops units_one,loss_bce] [--data --steps 300] [--verbose]
 """
 
 from __future__ import annotations

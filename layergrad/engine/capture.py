@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import GradientTape, KerasLayer, KerasModel, Tensor, TensorTree
 from layergrad.data.stats import reductions
 from layergrad.engine.layer_calls import (
@@ -30,6 +30,7 @@ from layergrad.engine.layer_calls import (
     is_float,
     wrapped,
 )
+from layergrad.engine.projection import project
 from layergrad.model.layer_refs import CallKey, Site, input_names
 
 _LOCAL = threading.local()  # the recorder of the forward pass running in this thread
@@ -147,7 +148,6 @@ class Recorder:
         return passed
 
     def _summarise_forward(self, name: str, tensor: Tensor) -> None:
-        tf, _ = quiet_import()
         with self.tape.stop_recording():  # else the tape would keep |x| of every x
             self.forward[name] = reductions.shared(reductions.forward_summary)(tensor)
             if None in tuple(tensor.shape)[1:]:
@@ -155,7 +155,6 @@ class Recorder:
 
     def _watch(self, name: str, tensor: Tensor) -> Tensor:
         """Hand `tensor` on through an identity whose gradient is summarised into an anchor."""
-        tf, _ = quiet_import()
         one_unit = self.plan.data
         anchor = reductions.anchor_for(tensor, one_unit)
         self.tape.watch(anchor)
@@ -177,10 +176,7 @@ class Recorder:
 
     def target_scalar(self, target: Site | None, outputs: TensorTree) -> Tensor:
         """reduce(target activation), or of every float model output; None if not float."""
-        tf, _ = quiet_import()
         if target is None:
-            from layergrad.engine.projection import project
-
             floats = [o for o in tf.nest.flatten(outputs) if is_float(o)]
             if not floats:
                 return None
@@ -194,7 +190,6 @@ class Recorder:
         return self._reduce(tensor) if is_float(tensor) else None
 
     def _reduce(self, tensor: Tensor) -> Tensor:
-        tf, _ = quiet_import()
         if self.plan.reduce == "sum":
             return tf.reduce_sum(tensor)
         if not self.plan.data:

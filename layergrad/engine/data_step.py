@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import (
     KerasLayer,
     KerasModel,
     Strategy,
     Tensor,
 )
+from layergrad.data.devices import is_multi_worker
 from layergrad.data.stats import reductions
 from layergrad.data.stats.accumulators import POSITION
 from layergrad.data.stats.aggregates import ForwardTotals, GradientTotals
@@ -120,7 +121,6 @@ class Step:
     def compute(self, inputs: Sequence[Tensor], samples: Tensor | None = None) -> dict[str, Tensor]:
         """Forward and backward on one batch (a tuple of tensors in the model's input order);
         `samples` are the batch's sample indices in the data (for the default target)."""
-        tf, _ = quiet_import()
         self.traces += 1
         tape = tf.GradientTape(persistent=len(self.plan.targets) > 1)
         with recording(Recorder(self.plan, tape, samples=samples)) as rec, tape:
@@ -238,9 +238,6 @@ def run_stream(
     Returns:
         A StreamRun over every sample.
     """
-    from layergrad.data.devices import is_multi_worker
-
-    tf, _ = quiet_import()
     strategy = strategy or tf.distribute.get_strategy()
     step = Step(model, plan)
     size = float(getattr(stream, "batch_size", 0) or 0)

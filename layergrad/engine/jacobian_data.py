@@ -23,8 +23,8 @@ from layergrad.core.results import FrobeniusNorms, JacobianStats, SpectralNorms
 from layergrad.core.tf_types import KerasModel, Strategy
 from layergrad.data.devices import is_multi_worker
 from layergrad.data.stats.accumulators import gather_workers
+from layergrad.engine import jacobian_step
 from layergrad.engine.jacobian_scan import scan_frobenius
-from layergrad.engine.jacobian_step import EstimateStep, estimate_step
 from layergrad.engine.probe import live_probe
 from layergrad.engine.trace import live_trace
 
@@ -250,13 +250,14 @@ def inspect_jacobians(
     pairs = [PairTotals(top) for _ in targets]
     missing: dict[int, str] = {}
     done = 0
-    step: EstimateStep | None = None
+    step: jacobian_step.EstimateStep | None = None
     for b, batch, samples in data_batches(stream):
         drawn = batch_seeded(how, b)
         found = None
         if done == 0:  # the first batch decides: the compiled step, or eager tapes throughout
             sharded = stream.part is not None or stream.first_sample > 0
-            first = estimate_step(  # a shard traces for a whole batch, as one run does
+            # a shard traces for a whole batch, as one run does
+            first = jacobian_step.estimate_step(
                 model, batch, source, sites, drawn, training=training, reduce=reduce,
                 size=stream.batch_size if sharded else None,
             )  # fmt: skip

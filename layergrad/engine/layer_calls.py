@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from layergrad.core.errors import InputError, LayerNotFound, describe
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import GradientTape, KerasLayer, KerasModel, Tensor, TensorTree
 from layergrad.model.layer_refs import Site, iter_layers
 
@@ -60,7 +60,6 @@ def record_calls(model: KerasModel, arrays: Sequence[np.ndarray]) -> Recorded | 
     """One forward pass in inference over `arrays` recording every layer's call, the layers
     inside custom layers too; None when the model fails on the batch. What `check` reads of
     the layers' outputs on its probe (the heads' activations, saturated units) comes from it."""
-    tf, keras = quiet_import()
     calls: list[LayerCall] = []
     leaves = [(path, layer) for layer, path, _ in unique_leaves(iter_layers(model))]
     inner = [(f"{path}/{sub.name}", sub) for path, layer in leaves for sub in _inside(layer)]
@@ -119,7 +118,6 @@ def model_args(model: KerasModel, inputs: Sequence[TensorTree]) -> TensorTree:
     tensor, a list, or a dict by input name. (`tf.data` takes the lists as tuples,
     `keras.tree.lists_to_tuples`, as Keras's own data adapters give them: it would stack a
     list of same-shaped tensors into one.)"""
-    _, keras = quiet_import()
     structure = getattr(model, "_inputs_struct", None)
     if structure is not None and len(keras.tree.flatten(structure)) == len(inputs):
         # model.inputs is the flattened structure (dict keys sorted), so pack it back
@@ -131,7 +129,6 @@ def model_targets(model: KerasModel, labels: Sequence[TensorTree]) -> TensorTree
     """The labels of each output (in output order, as `output_names`) packed as the model's
     outputs are (a dict by its own keys, lists as tuples), as `model.fit` takes `y`; one
     output's labels alone."""
-    _, keras = quiet_import()
     if len(labels) == 1:
         return labels[0]
     structure = getattr(model, "_outputs_struct", None)
@@ -143,7 +140,6 @@ def model_targets(model: KerasModel, labels: Sequence[TensorTree]) -> TensorTree
 
 def forward(model: KerasModel, inputs: list[Tensor], training: bool) -> TensorTree:
     """Call the model the way it was built to be called (one tensor, a list or a dict)."""
-    tf, _ = quiet_import()
     args = model_args(model, inputs)
     try:
         return model(args, training=training)
@@ -169,7 +165,6 @@ def gradients_of(
 
 def to_numpy(tensor: Tensor) -> np.ndarray:
     if hasattr(tensor, "values") and hasattr(tensor, "indices"):  # IndexedSlices
-        tf, _ = quiet_import()
         tensor = tf.convert_to_tensor(tensor)
     return np.asarray(tensor.numpy())
 
@@ -188,7 +183,6 @@ def fresh(tensor: Tensor) -> Tensor:
     """A new tensor equal to `tensor`, so that watching it leaves other uses of the original
     (a skip connection around a layer that returns its input, e.g. Dropout in inference)
     outside the gradient. The Keras mask travels with it."""
-    tf, _ = quiet_import()
     out = tf.identity(tensor)
     mask = getattr(tensor, "_keras_mask", None)
     if mask is not None:
@@ -273,8 +267,6 @@ def site_groups(sites: Sequence[Site]) -> list[tuple[KerasLayer, str, set[int] |
 def _wrap_call(
     call: Callable[..., TensorTree], path: str, wanted: set[int] | None, route: Route
 ) -> Callable[..., TensorTree]:
-    tf, _ = quiet_import()
-
     def probed_call(*args: object, **kwargs: object) -> TensorTree:
         routed = route()
         if routed is None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 import numpy as np
 
 from layergrad.core.errors import InputError, describe
-from layergrad.core.keras_backend import quiet_import
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import (
     KerasModel,
     KerasVariable,
@@ -32,6 +32,7 @@ from layergrad.core.tf_types import (
     TensorTree,
     TFFunction,
 )
+from layergrad.data.devices import is_multi_worker
 from layergrad.data.stats import aggregates
 from layergrad.data.stats.accumulators import Accumulators, OneStep, summary_shapes
 from layergrad.engine.layer_calls import model_args
@@ -77,9 +78,6 @@ def over_batches(
         InputError: a batch that cannot be read or that the model fails on (with its index),
         or a data set without samples.
     """
-    from layergrad.data.devices import is_multi_worker
-
-    tf, _ = quiet_import()
     workers = is_multi_worker(strategy)
     if workers:  # each worker runs its own shard; its batches go to its replicas in turn
         dataset = strategy.distribute_datasets_from_function(lambda _: stream.indexed())
@@ -192,7 +190,6 @@ def _moving_statistics(model: KerasModel) -> Iterator[KerasVariable]:
 def pad_if_empty(inputs: Sequence[Tensor], samples: Tensor, empty: Tensor) -> tuple[Tensor, Tensor]:
     """An empty share of a batch gets one row of zeros, whose summaries `masked` drops: the
     model never runs on zero rows (some fused CPU kernels return a wrong shape for them)."""
-    tf, _ = quiet_import()
     extra = tf.reshape(tf.cast(empty, tf.int32), [1])
     padded = []
     for x in inputs:
@@ -204,7 +201,6 @@ def pad_if_empty(inputs: Sequence[Tensor], samples: Tensor, empty: Tensor) -> tu
 def masked(summaries: dict[str, Tensor], empty: Tensor) -> dict[str, Tensor]:
     """The summaries, or for an empty share what adds nothing: 0 to sums, -inf / +inf to
     maxima / minima (whatever the row of zeros gave, NaN included)."""
-    tf, _ = quiet_import()
     out = {}
     for name, value in summaries.items():
         identity = tf.constant(aggregates.initial(aggregates.kind_of(name), ()), tf.float64)
@@ -217,7 +213,6 @@ def _fused_step(
 ) -> TFFunction:
     """One compiled call per batch: the traced step, then adding its summaries up (its
     concrete function: calling it skips the signature matching of each call)."""
-    tf, _ = quiet_import()
     return tf.function(
         lambda batch: strategy.run(acc.update, args=(concrete(batch),)),
         input_signature=signature,
@@ -237,7 +232,6 @@ class BatchFailed(InputError):
 
 def guarded(run: Callable[[], T], what: str, source: str | None = None) -> T:
     """Run the step; a failure of the model's own ops names the batch."""
-    tf, _ = quiet_import()
     where = f"--data {source}: " if source else ""
     try:
         return run()

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layergrad.core.keras_backend import quiet_import
 from layergrad.core.results import GradientNoise
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import KerasModel, KerasVariable, Strategy, Tensor, TensorTree
 from layergrad.data.devices import is_multi_worker
 from layergrad.engine import step_calls
@@ -76,7 +76,6 @@ def stream_weight_gradients(
     Raises:
         InputError: a batch the model fails on, or a data set without samples.
     """
-    tf, _ = quiet_import()
     workers = is_multi_worker(strategy)
     names = list(dict.fromkeys(layers))
     owner = [names.index(layer) for layer in layers]

@@ -94,3 +94,36 @@ def test_a_dict_of_losses_keyed_by_the_outputs_keys_is_edited_at_that_key(tmp_pa
     )
     copy = keras.saving.load_model(out)
     assert copy.loss == {"kind": "categorical_crossentropy", "price": "mse"}
+
+
+@pytest.mark.slow
+def test_one_unit_for_one_hot_rows_gets_a_unit_per_column(tmp_path):
+    # a softmax over one unit under categorical cross-entropy, trained on one-hot rows of
+    # width 3 (learnable from the first feature): the labels say 3 softmax units; the loss
+    # already reads one-hot rows and stays. Before, the head's static repair (a sigmoid with
+    # binary cross-entropy) was planned and its copy could not take the 3 columns
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((4,), name="x")
+    h = keras.layers.Dense(8, activation="relu", name="hidden")(inp)
+    out = keras.layers.Softmax(name="head_act")(keras.layers.Dense(1, name="head")(h))
+    model = keras.Model(inp, out)
+    model.compile("adam", "categorical_crossentropy")
+    path = tmp_path / "m.keras"
+    model.save(path)
+    x = np.random.default_rng(0).normal(size=(512, 4)).astype("float32")
+    ids = np.digitize(x[:, 0], [-0.5, 0.5])
+    data = tmp_path / "onehot.npz"
+    np.savez(data, x=x, y=np.eye(3, dtype="float32")[ids])
+    out_path = tmp_path / "o.keras"
+    report = fix_model(str(path), str(data), FixOptions(output=str(out_path)))
+    (repair,) = report.repairs
+    assert (repair.finding, repair.applied) == ("target_mismatch", True), repair.why
+    assert list(repair.code) == [
+        'Softmax() -> Activation("softmax") at head_act',
+        "Dense(1) -> Dense(3) at head",
+    ]
+    copy = keras.saving.load_model(out_path)
+    assert copy.get_layer("head").units == 3
+    assert copy.loss == "categorical_crossentropy"
+    assert not {"constant_output", "loss_mismatch", "target_mismatch"} & set(report.after)
+    assert repair.verdict == "verified", repair.why

@@ -1,5 +1,5 @@
 """What `layergrad fit` checks around training: outputs before the model loads, an empty or
-endless data source, a stalled one, and the options the API takes as plain values.
+endless data source, and the options the API takes as plain values.
 
 Kept apart from `fit.py`, which trains, so each stays one concept.
 """
@@ -9,13 +9,41 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.limits import MAX_UNSIZED_EPOCH
 from layergrad.core.probe_options import PathLike
-from layergrad.core.tf_types import KerasCallback
 
 Notice = Callable[[str], None]
+
+DEFAULT_STEPS = 300  # what `fit` trains for without --steps or --epochs
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """How `layergrad fit` trains: `steps` or `epochs` (not both; neither: DEFAULT_STEPS),
+    rows per batch, the learning rate, loss and optimizer overriding the file's (None keeps
+    them), a checkpoint `every` steps (None: about 50 checkpoints), TensorBoard `log_dir`."""
+
+    steps: int | None = None
+    epochs: int | None = None
+    batch_size: int = 32
+    learning_rate: float | None = None
+    loss: str | None = None
+    optimizer: str | None = None
+    every: int | None = None
+    seed: int = 0
+    log_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.steps is not None and self.epochs is not None:
+            raise InputError("--steps and --epochs exclude each other; pass one of them")
+        for name in ("steps", "epochs", "batch_size", "every"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise InputError(f"--{name.replace('_', '-')} must be at least 1: {name}={value}")
+        check_options(self.learning_rate, self.optimizer, self.loss)
 
 
 def check_options(learning_rate: float | None, optimizer: str | None, loss: str | None) -> None:
@@ -79,19 +107,3 @@ def check_unsized(seen: int, data: PathLike) -> None:
             "the epoch yet; a source without a length (a generator) may never end one; pass "
             "--steps N to train N steps, or --limit N to read N samples per epoch"
         )
-
-
-def beating(beat: Callable[[int], None]) -> KerasCallback:
-    """A Keras callback that tells the stall watch of every batch (and of the start)."""
-    from layergrad.core.keras_backend import quiet_import
-
-    _, keras = quiet_import()
-
-    class Beat(keras.callbacks.Callback):  # type: ignore[name-defined]
-        def on_train_begin(self, logs: object = None) -> None:
-            beat(0)
-
-        def on_train_batch_end(self, batch: int, logs: object = None) -> None:
-            beat(1)
-
-    return Beat()

@@ -41,6 +41,8 @@ def target_plan(
     sparse = loss.startswith("sparse_categorical")
     one_hot_loss = loss.startswith("categorical_")
     ids = y.integers and y.width == 1 and y.low >= 0
+    if units == 1 and y.width > 1:
+        return _widen(rules, head, loss, y, f)
     if sparse and y.one_hot:
         return rules.loss(
             head,
@@ -113,6 +115,31 @@ def target_plan(
                 f,
             )
     return None
+
+
+def _widen(rules: HeadEdits, head: Head, loss: str, y: LabelSummary, f: str) -> Plan:
+    """One unit for label rows of several columns: a unit per column, with the activation and
+    loss of what the rows hold (one-hot: a softmax, 0/1: sigmoids, else a linear head); a
+    loss that already reads them is kept."""
+    width = y.width
+    if y.one_hot:
+        act, fits, name = "softmax", loss.startswith("categorical_"), "categorical_crossentropy"
+        held = "one-hot rows"
+    elif y.low >= 0 and y.high <= 1:
+        act, fits, name = "sigmoid", "binary" in loss, "binary_crossentropy"
+        held = "rows of 0/1 answers"
+    else:
+        act, fits = "linear", "crossentropy" not in loss.replace("_", "")
+        name, held = "mean_squared_error", "rows of numbers"
+    return rules.activation(
+        head,
+        act,
+        f"the head changes: the labels are {held} of width {width}, so the head needs "
+        f"{width} {act} units" + ("" if fits else f" and {name}"),
+        f,
+        units=width,
+        loss=None if fits else name,
+    )
 
 
 def head_activation(head: Head) -> str:

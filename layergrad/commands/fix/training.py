@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layergrad.commands.fit.train import (
-    DEFAULT_STEPS,
-    FitOptions,
+from layergrad.commands.fit.guards import DEFAULT_STEPS
+from layergrad.commands.fit.run import (
     compile_for_fit,
     output_units_of,
     prior_and_samples,
     read_labelled,
     training_batches,
 )
+from layergrad.commands.fit.train import FitOptions
 from layergrad.core.errors import InputError, describe
 from layergrad.core.fit_results import FitReport
 from layergrad.core.probe_options import PathLike

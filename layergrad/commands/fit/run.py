@@ -1,0 +1,232 @@
+"""The training run of `layergrad fit` on a model already loaded (`train.fit_model` loads it
+after its checks): compile it, read the labelled batches of `--data`, shuffle them within a
+buffer of at most SHUFFLE_BUFFER samples and SHUFFLE_BYTES of inputs (memory stays bounded)
+and train with `GradientMonitor` on. `fix` trains its repaired copy with the same parts."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+import numpy as np
+
+from layergrad.commands.fit.guards import (
+    DEFAULT_STEPS,
+    FitOptions,
+    Notice,
+    check_unsized,
+    require_samples,
+    unsized_epoch_notice,
+)
+from layergrad.commands.fit.labels import read_labels, refused
+from layergrad.core.errors import InputError, describe
+from layergrad.core.fit_results import FitReport
+from layergrad.core.probe_options import PathLike
+from layergrad.core.tf_runtime import keras, tf
+from layergrad.core.tf_types import Dataset, KerasCallback, KerasModel, Strategy, TensorTree
+from layergrad.data.functions import tf_dtype
+from layergrad.data.label_stream import Labelled, open_labelled
+from layergrad.data.labels import TrivialLoss
+from layergrad.data.probe_input import input_specs
+from layergrad.data.sources import DataStream
+from layergrad.data.stall import stall_watch
+from layergrad.engine.compiled_loss import compile_loss, label_request
+from layergrad.engine.layer_calls import model_args, model_targets
+from layergrad.engine.loader import LoadedModel
+from layergrad.model.loss_forms import LossSpec, find_loss
+from layergrad.training.monitor import GradientMonitor
+from layergrad.training.rules import chance_loss
+
+SHUFFLE_BUFFER = 10_000  # samples held for shuffling at most: memory stays bounded
+SHUFFLE_BYTES = 64 << 20  # and at most this many bytes of inputs (64 MiB: images are large)
+TEXT_ITEM_BYTES = 256  # a string in the shuffle buffer, counted generously (a sentence)
+
+
+def train_loaded(
+    loaded: LoadedModel,
+    strategy: Strategy | None,
+    data: PathLike,
+    options: FitOptions,
+    limit: int | None,
+    stall_timeout: float | None,
+    on_stall: Notice | None,
+    on_notice: Notice | None,
+) -> FitReport:
+    """`fit_model`'s run once the model is loaded (under `strategy`, if any)."""
+    model, info = loaded.model, loaded.info
+    keras.utils.set_random_seed(options.seed)
+    with (
+        strategy.scope() if strategy is not None else contextlib.nullcontext(),
+        stall_watch(stall_timeout, on_stall, os.fspath(data)) as watch,
+    ):
+        spec = compile_for_fit(model, info.compile_config, options)
+        labelled = read_labelled(model, os.fspath(data), options, limit, spec)
+        stream = labelled.stream
+        assert stream is not None
+        if stream.samples is None and options.epochs is not None and on_notice is not None:
+            on_notice(unsized_epoch_notice(data, limit))
+        beat = watch.beat if watch is not None else (lambda _: None)
+        bound = None if options.epochs else (options.steps or DEFAULT_STEPS) * options.batch_size
+        unsized = stream.samples is None and bound is None
+
+        def on_batch(seen: int) -> None:
+            beat(1)
+            if unsized:
+                check_unsized(seen, data)
+
+        labels = read_labels(model, info, labelled, spec, options.loss, bound, on_batch)
+        if labels.mismatches:  # before the first step, as `check --data` says it
+            report = refused(model, spec.name, labels.mismatches)
+            return replace(report, path=info.path, data=os.fspath(data))
+        prior, samples = labels.trivial, labels.samples
+        require_samples(samples, data)
+        dataset = training_batches(model, stream, options, samples)
+        batches = max(1, math.ceil(samples / options.batch_size))
+        total = batches * options.epochs if options.epochs else options.steps or DEFAULT_STEPS
+        every = options.every or max(1, total // 50)
+        chance = prior or chance_loss(spec.name, output_units_of(model, spec))
+        monitor = GradientMonitor(every=every, log_dir=options.log_dir, chance_loss=chance)
+        callbacks = [monitor, beating(beat)]
+        try:
+            if options.epochs is not None:
+                model.fit(dataset, epochs=options.epochs, verbose=0, callbacks=callbacks)
+            else:
+                steps = options.steps or DEFAULT_STEPS
+                model.fit(dataset.repeat(), epochs=1, steps_per_epoch=steps, verbose=0,
+                          callbacks=callbacks)  # fmt: skip
+        except tf.errors.InvalidArgumentError as exc:  # a batch tf.data could not make
+            stream.raise_failure()
+            raise InputError(
+                f"--data {os.fspath(data)}: training stopped: {describe(exc)}"
+            ) from exc
+        stream.raise_failure()  # a Python reader that failed ended the data early
+    assert monitor.report is not None
+    notes = monitor.report.notes
+    if labelled.classes:
+        notes += (labelled.classes_note(),)
+    return replace(monitor.report, path=info.path, data=os.fspath(data), notes=notes)
+
+
+def compile_for_fit(
+    model: KerasModel, compiled: Mapping[str, object], options: FitOptions
+) -> LossSpec:
+    """Compile with the file's (or the given) optimizer and loss; return the loss."""
+
+    spec = find_loss(compiled, options.loss)
+    if spec is None:
+        raise InputError(
+            "the model was saved without a loss (no model.compile); pass --loss NAME, e.g. "
+            "--loss sparse_categorical_crossentropy"
+        )
+    # a legacy .h5 file keeps it as `optimizer_config` (Keras 3's own .h5 writer too)
+    raw = options.optimizer or compiled.get("optimizer") or compiled.get("optimizer_config")
+    if raw is None:
+        raise InputError(
+            "the model was saved without an optimizer (no model.compile); pass --optimizer "
+            "NAME, e.g. --optimizer adam"
+        )
+    try:
+        optimizer = (
+            keras.optimizers.get(raw) if isinstance(raw, str) else keras.optimizers.deserialize(raw)
+        )
+    except (ValueError, TypeError, KeyError) as exc:
+        why = (  # a class that needs arguments a name cannot give (LossScaleOptimizer)
+            f"it needs the argument {exc.args[0]!r}, which a name cannot give"
+            if isinstance(exc, KeyError) and exc.args
+            else str(exc)
+        )
+        raise InputError(
+            f"--optimizer {raw if isinstance(raw, str) else 'in the file'} is not an optimizer "
+            f"Keras can make from a name ({why}); use a keras.optimizers name such as adam or sgd"
+        ) from exc
+    if options.learning_rate is not None:
+        optimizer.learning_rate = options.learning_rate
+    compile_loss(model, spec, optimizer=optimizer)
+    return spec
+
+
+def read_labelled(
+    model: KerasModel, path: str, options: FitOptions, limit: int | None, spec: LossSpec
+) -> Labelled:
+    """The inputs and labels of `--data`, read together (refused when it has no labels)."""
+
+    request = label_request(model, spec)
+    labelled = open_labelled(path, input_specs(model), request, options.batch_size, limit)
+    if labelled.stream is None:
+        raise InputError(f"layergrad fit needs labels: {labelled.missing}")
+    return labelled
+
+
+def prior_and_samples(
+    labelled: Labelled, loss: str, options: FitOptions, units: list[int]
+) -> tuple[float | None, int]:
+    """The trivial loss of the labels (one output: `data/labels.py` `TrivialLoss`) and the
+    samples in the data, read from the labels alone in one pass when either is needed: over
+    the whole data, or the samples `--steps` trains on when the source does not say how many
+    it has. (`fit_model` reads them with `labels.read_labels`, which judges them too.)"""
+
+    stream = labelled.stream
+    assert stream is not None
+    trivial = TrivialLoss(loss, units[0] if units else 0) if len(stream.labels) == 1 else None
+    samples = stream.samples
+    if (trivial is None or not trivial.known) and samples is not None:
+        return None, samples
+    bound = None
+    if samples is None and options.epochs is None:
+        bound = (options.steps or DEFAULT_STEPS) * options.batch_size
+    seen = 0
+    for batch in labelled.label_batches():
+        y = next(iter(batch.values()))
+        if trivial is not None:
+            trivial.add(y)
+        seen += len(y)
+        if bound is not None and seen >= bound:
+            break
+    return (trivial.value() if trivial is not None else None), (samples or seen)
+
+
+def training_batches(
+    model: KerasModel, stream: DataStream, options: FitOptions, samples: int
+) -> Dataset:
+    """(x, y) batches, shuffled within a bounded buffer."""
+
+    n = len(stream.specs)
+
+    def pack(*batch: TensorTree) -> tuple[TensorTree, TensorTree]:
+        # the inputs as every command calls the model, lists as tuples (as Keras's data
+        # adapters give them: tf.data would stack a list of same-shaped inputs into one);
+        # the labels (in output order) as the outputs are
+        x = keras.tree.lists_to_tuples(model_args(model, batch[:n]))
+        return x, model_targets(model, batch[n:])
+
+    row_bytes = sum(
+        math.prod(int(d or 1) for d in s.shape)
+        * (TEXT_ITEM_BYTES if s.dtype == "string" else np.dtype(tf_dtype(s.dtype)).itemsize)
+        for s in stream.specs
+    )
+    buffer = max(1, min(samples or SHUFFLE_BUFFER, SHUFFLE_BUFFER, SHUFFLE_BYTES // row_bytes))
+    dataset = stream.dataset.unbatch().shuffle(buffer, seed=options.seed)
+    return dataset.batch(options.batch_size).map(pack).prefetch(tf.data.AUTOTUNE)
+
+
+def output_units_of(model: KerasModel, spec: LossSpec) -> list[int]:
+    """The units of each output's last axis (0: not known), by the rule the labels are read
+    with (`compiled_loss.label_request`: a rank-1 output has one unit)."""
+
+    return [u or 0 for u in label_request(model, spec).units]
+
+
+def beating(beat: Callable[[int], None]) -> KerasCallback:
+    """A Keras callback that tells the stall watch of every batch (and of the start)."""
+
+    class Beat(keras.callbacks.Callback):  # type: ignore[name-defined]
+        def on_train_begin(self, logs: object = None) -> None:
+            beat(0)
+
+        def on_train_batch_end(self, batch: int, logs: object = None) -> None:
+            beat(1)
+
+    return Beat()
