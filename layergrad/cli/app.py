@@ -132,22 +132,21 @@ def inspect(
         raise click.BadParameter("must end in .npy or .npz", param_hint="--save-gradient")
     if save_gradient and save_gradient.endswith(".npy") and len(targets) > 1:
         raise click.BadParameter("several --to layers need a .npz", param_hint="--save-gradient")
-    if save_gradient and probe.data is not None:
+    if save_gradient and probe.data_set is not None:
         raise click.BadParameter(
             "with --data no gradient array is kept (only its statistics); drop --data, or "
             "pass one batch with --input",
             param_hint="--save-gradient",
         )
-    reads = outputs.protected_inputs(
-        model, probe.input_file, imports, outputs.data_inputs(probe.data)
-    )
+    data = probe.data_set.path if probe.data_set else None
+    reads = outputs.protected_inputs(model, probe.input_file, imports, outputs.data_inputs(data))
     if plot_file:
         chart_files.check_plot_path(plot_file, reads, force=force)
     if save_gradient:
         outputs.check_target(
             save_gradient, "--save-gradient", save_gradient[-3:], reads, force=force
         )
-    with sample_progress(probe.data is not None and not quiet) as on_progress:
+    with sample_progress(probe.data_set is not None and not quiet) as on_progress:
         result = api.inspect_model(
             model,
             source,
@@ -288,13 +287,12 @@ def scan(
         raise click.UsageError("--loss needs --wrt weights")
     if wrt == Wrt.WEIGHTS and measure["measure"] != "gradient":
         raise click.UsageError("--measure jacobian is for activations; drop it with --wrt weights")
-    reads = outputs.protected_inputs(
-        model, probe.input_file, imports, outputs.data_inputs(probe.data)
-    )
+    data = probe.data_set.path if probe.data_set else None
+    reads = outputs.protected_inputs(model, probe.input_file, imports, outputs.data_inputs(data))
     if plot_file:
         chart_files.check_plot_path(plot_file, reads, force=force)
     if wrt == Wrt.WEIGHTS:
-        with sample_progress(probe.data is not None and not quiet) as on_progress:
+        with sample_progress(probe.data_set is not None and not quiet) as on_progress:
             weights = api.scan_weights_model(
                 model,
                 loss=loss,
@@ -306,7 +304,7 @@ def scan(
         result: WeightScanReport | ScanReport = weights
         rows: Sequence[VariableRow] | Sequence[ScanRow] = weights.variables
     else:
-        with sample_progress(probe.data is not None and not quiet) as on_progress:
+        with sample_progress(probe.data_set is not None and not quiet) as on_progress:
             activations = api.scan_model(
                 model,
                 target=target,

@@ -139,12 +139,11 @@ def check(
 
     paths = checks.expand_paths(models)
     files = [m for m in models if not os.path.isdir(m)]  # a folder of models may hold the report
-    reads = outputs.protected_inputs(
-        files, paths, imports, probe.input_file, baselines, outputs.data_inputs(probe.data)
-    )
+    data = outputs.data_inputs(probe.data_set.path if probe.data_set else None)
+    reads = outputs.protected_inputs(files, paths, imports, probe.input_file, baselines, data)
     if junit_file:
         outputs.check_target(junit_file, "--junit", "xml", reads, force=force)
-    with sample_progress(probe.data is not None and not quiet) as on_progress:
+    with sample_progress(probe.data_set is not None and not quiet) as on_progress:
         options = checks.CheckOptions(
             fail_on=fail_on,
             static_only=static_only,

@@ -115,44 +115,40 @@ def _size_text(n: int) -> str:
     return str(n)
 
 
-def _option(spec: dataclasses.Field[object], help_text: str | None = None) -> Decorator:
-    """The click option of one `ProbeOptions` field: its `Cli` metadata and its default."""
+def _option(name: str, spec: dataclasses.Field[object], help_text: str | None = None) -> Decorator:
+    """The click option `name` of one probe options field: its `Cli` metadata and its default."""
     how: Cli = spec.metadata["cli"]
-    text = help_text or how.help
-    if how.kind == "flag":
-        return click.option(how.flag, spec.name, is_flag=True, help=text)
     types: dict[str, object] = {
-        "text": None,
-        "size": None,
         "path": click.Path(dir_okay=False, path_type=str),
         "int": click.IntRange(min=how.low, max=how.high),
         "float": float,
         "word": click.Choice(how.words.words()) if how.words else None,
     }
-    default = spec.default
+    default = None if spec.default is dataclasses.MISSING else spec.default
     if how.kind == "size":
         default = _size_text(cast(int, default))
     elif isinstance(default, Word):
         default = default.value
     return click.option(
         how.flag,
-        spec.name,
-        type=types[how.kind],
+        name,
+        type=types.get(how.kind),
         default=default,
-        show_default=default is not None,
+        show_default=default is not None and how.kind != "flag",
+        is_flag=how.kind == "flag",
         metavar=how.metavar,
         callback=_size if how.kind == "size" else None,
-        help=text,
+        help=help_text or how.help,
     )
 
 
 def _options(
     groups: Sequence[str], helps: Mapping[str, str | None] | None = None
 ) -> list[Decorator]:
-    """The click options of the `ProbeOptions` fields of `groups`, in declaration order."""
+    """The click options of the probe options fields of `groups`, in declaration order."""
     return [
-        _option(spec, (helps or {}).get(spec.name))
-        for spec in cli_fields()
+        _option(name, spec, (helps or {}).get(name))
+        for name, spec in cli_fields()
         if spec.metadata["cli"].group in groups
     ]
 
@@ -198,9 +194,7 @@ def probe_options(
         def bundled(*args: object, **kwargs: object) -> object:
             from layergrad.core.probe_options import probe_from
 
-            given = {
-                spec.name: kwargs.pop(spec.name) for spec in cli_fields() if spec.name in kwargs
-            }
+            given = {name: kwargs.pop(name) for name, _ in cli_fields() if name in kwargs}
             try:
                 kwargs["probe"] = probe_from(None, given)
             except LayergradError as exc:  # options that do not go together

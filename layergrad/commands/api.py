@@ -175,7 +175,7 @@ def scan_weights_model(
 
     imports = _one_or_many(imports)
     options = probe_from(options, probe)
-    if options.data is not None:
+    if options.data_set is not None:
         loaded, warnings, strategy = sessions.load(path, options, imports=imports, unsafe=unsafe)
         return weights_over(loaded, warnings, strategy, options, loss, on_progress, path)
     session = open_session(path, options, imports=imports, unsafe=unsafe)

@@ -32,7 +32,7 @@ def probe_meta(
         reduce=options.reduce,
         samples=run.samples,
         replicas=run.replicas,
-        first_sample=options.first_sample or None,
+        first_sample=(options.data_set.first_sample or None) if options.data_set else None,
     )
 
 

@@ -31,16 +31,17 @@ if TYPE_CHECKING:
 
 
 def open_stream(model: KerasModel, options: ProbeOptions, strategy: Strategy = None) -> DataStream:
-    """The model's batches from `options.data` (a `sources.DataStream`): this worker's
+    """The model's batches from its data set (a `sources.DataStream`): this worker's
     shard under `--distribute multi-worker`."""
     from layergrad.data import sources
 
-    assert options.data is not None
+    data = options.data_set
+    assert data is not None
     shard = shard_of(options)
     replicas = 1 if strategy is None else int(strategy.num_replicas_in_sync)
     return sources.open_data(
-        options.data, data_specs(model), options.rows, options.limit, shard, replicas,
-        options.first_sample,
+        data.path, data_specs(model), options.rows, data.limit, shard, replicas,
+        data.first_sample,
     )  # fmt: skip
 
 
@@ -62,7 +63,8 @@ def data_specs(model: KerasModel) -> tuple[InputSpec, ...]:
 
 def shard_of(options: ProbeOptions) -> tuple[int, int] | None:
     """(this worker, workers) under `--distribute multi-worker`, else None."""
-    cluster = with_cluster(options).cluster  # read where the command started (the API, the CLI)
+    data = with_cluster(options).data_set  # the cluster: read where the command started
+    cluster = data.cluster if data else None
     return None if cluster is None else (cluster.index, cluster.workers)
 
 

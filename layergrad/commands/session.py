@@ -103,9 +103,9 @@ class DataSession:
 def open_source(
     path: PathLike, options: ProbeOptions, **opening: Unpack[Opening]
 ) -> Session | DataSession:
-    """`open_session`, or with `options.data` the model and its stream of batches."""
+    """`open_session`, or with a data set the model and its stream of batches."""
     loaded, warnings, strategy = load(path, options, **opening)
-    if options.data is None:
+    if options.data_set is None:
         return session_for(loaded, options, warnings)
     from layergrad.commands.over_data import open_stream
 
@@ -172,20 +172,19 @@ def load(
     info = info or read_file_info(path, read_weights=False)
     info.graph.require_expandable()  # before anything walks every call of every layer
     layer_refs.check_in_graph(info.graph, refs, globs)
-    check_before_loading(info.graph, options.data, options.input_file)
+    check_before_loading(info.graph, options.source)
     rows = options.rows
     if options.input_file is not None:
         rows = probe_input.peek_rows(options.input_file)
     strategy = None
-    if options.data is not None:
+    if (data := with_cluster(options).data_set) is not None:
         from layergrad.data import devices
 
-        precheck(options.data)  # a FIFO, a forged header: refused before TensorFlow
+        precheck(data.path)  # a FIFO, a forged header: refused before TensorFlow
 
         strategy = devices.strategy_for(
-            options.distribute, options.cpu_replicas, options.peer_timeout,
-            with_cluster(options).cluster,
-        )  # fmt: skip
+            data.distribute, data.cpu_replicas, data.peer_timeout, data.cluster
+        )
     from layergrad.engine import loader  # TensorFlow: after the checks of the file
 
     with strategy.scope() if strategy is not None else contextlib.nullcontext():

@@ -28,7 +28,7 @@ from layergrad.commands.weight_rows import (
     with_causes,
 )
 from layergrad.core.errors import InputError
-from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
+from layergrad.core.probe_options import OneBatch, PathLike, ProbeOptions, Progress
 from layergrad.core.results import LossMeta, ScanReport, VariableRow, WeightScanReport
 from layergrad.core.tf_types import KerasModel, KerasVariable, Strategy, Tensor, TensorTree
 from layergrad.core.vocab import Status
@@ -115,9 +115,11 @@ def weights_over(
     spec = _loss(model, loaded.info.compile_config, loss, path, strategy)
     assert spec is not None  # a loss, or the error above
     # the labels come with the inputs from the same rows, cut into the same shard
+    data = options.data_set
+    assert data is not None
     labelled = given or open_labelled(
-        options.data or "", over_data.data_specs(model), label_request(model, spec),
-        options.rows, options.limit, over_data.shard_of(options), first_sample=options.first_sample,
+        data.path, over_data.data_specs(model), label_request(model, spec),
+        options.rows, data.limit, over_data.shard_of(options), first_sample=data.first_sample,
     )  # fmt: skip
     labels = labelled.stream is not None
     batches = labelled.stream or over_data.open_stream(model, options)
@@ -280,7 +282,7 @@ def _first_batch(
     from layergrad.diagnose.diagnoser import Diagnoser
 
     batch = batches.batch(0)
-    one = replace(options, data=None, limit=None, distribute=None, cpu_replicas=None)
+    one = replace(options, source=OneBatch())
     diagnoser = Diagnoser(loaded.model, batch, loaded.info.graph, one.training, one.reduce)
     session = Session(
         loaded.info.path, loaded.model, loaded.info, batch, one, diagnoser, tuple(warnings)

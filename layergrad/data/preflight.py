@@ -19,6 +19,7 @@ from typing import TypeVar
 import numpy as np
 
 from layergrad.core.errors import InputError, UsageError
+from layergrad.core.probe_options import DataSet, OneBatch
 from layergrad.data import images
 from layergrad.data.input_keys import input_keys
 from layergrad.data.probe_input import InputSpec, check_fits, peek_rows
@@ -29,26 +30,23 @@ from layergrad.files.npy_rows import NpyLayout, NpyRows, npy_layout, npz_layouts
 from layergrad.model.config import serialized_name
 from layergrad.model.graph import ModelGraph
 
-PathLike = str | os.PathLike[str]
 KINDS_HELP = "a .npy or .npz file, a folder of images, or FILE.py:function / module:function"
 T = TypeVar("T")
 
 
-def check_before_loading(
-    graph: ModelGraph, data: PathLike | None = None, input_file: PathLike | None = None
-) -> None:
-    """Raise InputError for a `--data` or `--input` that cannot feed the model in `graph`.
+def check_before_loading(graph: ModelGraph, source: OneBatch | DataSet) -> None:
+    """Raise InputError for a `source` (`--data` or `--input`) that cannot feed `graph`'s model.
 
     Paths are always checked; keys, shapes and dtypes when the config declares every input's
     name, shape and dtype (a Keras 3 file always does).
     """
     specs = config_specs(graph)
-    if data is not None:
-        check_source(data, specs)
-    if input_file is not None:
-        peek_rows(input_file)  # the file is there, its headers are sound, it has rows
+    if isinstance(source, DataSet):
+        check_source(source.path, specs)
+    elif source.input_file is not None:
+        peek_rows(source.input_file)  # the file is there, its headers are sound, it has rows
         if specs is not None:
-            _check_input_file(os.fspath(input_file), specs)
+            _check_input_file(os.fspath(source.input_file), specs)
 
 
 def config_specs(graph: ModelGraph) -> tuple[InputSpec, ...] | None:

@@ -152,13 +152,15 @@ def recorded_probe(
         InputError: the recorded probe cannot be reproduced with this `input_file`.
     """
     probe = profile.probe
+    recorded = ProbeOptions(
+        input_file=input_file,
+        batch_size=probe.batch_size,
+        seed=probe.seed if probe.seed is not None else 0,
+        reduce=probe.reduce,
+        training=probe.training,
+    )
     if data:
-        return ProbeOptions(
-            batch_size=probe.batch_size,
-            seed=probe.seed if probe.seed is not None else 0,
-            reduce=probe.reduce,
-            training=probe.training,
-        )
+        return recorded
     if probe.data_sha256 is not None:
         raise InputError(
             f"{where} was made over --data {probe.source} ({probe.samples} samples), so it "
@@ -200,10 +202,4 @@ def recorded_probe(
                 f"{where} was probed with --input {probe.source}, not {input_file}; pass the "
                 "same file, or make the scan again with this one"
             )
-    return ProbeOptions(
-        input_file=input_file,
-        batch_size=probe.batch_size,
-        seed=probe.seed if probe.seed is not None else 0,
-        reduce=probe.reduce,
-        training=probe.training,
-    )
+    return recorded

@@ -1,6 +1,6 @@
 """Typed seams: `Any` only names the untyped third-party objects, and the probe options are
-declared once (the fields of one dataclass, from which the click options and the API's
-keywords are made)."""
+declared once (the fields of the probe options' dataclasses, from which the click options and
+the API's keywords are made)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import json
 from pathlib import Path
 
 import click
+import numpy as np
 import pytest
 from click.testing import CliRunner
+from helpers import sample
 
 import layergrad
 from layergrad.cli.app import scan
@@ -20,8 +22,17 @@ from layergrad.cli.gate import check
 from layergrad.cli.options import data_options, probe_options
 from layergrad.commands import api
 from layergrad.commands.check.gate import CheckOptions
+from layergrad.core.cluster import Cluster
 from layergrad.core.errors import UsageError
-from layergrad.core.probe_options import MeasureFields, ProbeOptions, probe_from, with_cluster
+from layergrad.core.probe_options import (
+    DataSet,
+    MeasureFields,
+    OneBatch,
+    ProbeOptions,
+    cli_fields,
+    probe_from,
+    with_cluster,
+)
 from layergrad.core.vocab import Distribute, Reduce
 
 PACKAGE = Path(layergrad.__file__).parent
@@ -47,7 +58,7 @@ def test_any_only_names_the_objects_that_have_no_type_stubs():
     assert found == {}
 
 
-PROBE_FIELDS = [f for f in dataclasses.fields(ProbeOptions) if f.name != "cluster"]
+PROBE_FIELDS = [name for name, _ in cli_fields()]  # the keywords, as the API spells them
 NOT_DEFAULT = {  # a value other than the default, for each field, as the CLI writes it
     "input_file": ("x.npz", "x.npz"), "batch_size": ("3", 3), "seed": ("7", 7),
     "reduce": ("mean", Reduce.MEAN), "training": (None, True), "max_memory": ("1GB", 2**30),
@@ -75,22 +86,31 @@ def test_every_probe_field_is_an_option_and_a_keyword_with_the_same_default():
     cli_default, api_default = _probe_of([]), probe_from(None, {})
     assert cli_default == api_default == ProbeOptions()
     flags = {p.name: p.opts[0] for p in scan.params}
-    for spec in PROBE_FIELDS:  # every field: scan spells it, `--snake-case` of its name
-        assert flags[spec.name] == "--" + spec.name.replace("_", "-").replace("-file", "")
-        if spec.name == "peer_timeout":  # only with --distribute multi-worker (a cluster)
+    for name in PROBE_FIELDS:  # every field: scan spells it, `--snake-case` of its name
+        assert flags[name] == "--" + name.replace("_", "-").replace("-file", "")
+        if name == "peer_timeout":  # only with --distribute multi-worker (a cluster)
             continue
-        text, value = NOT_DEFAULT[spec.name]
-        args = [flags[spec.name]] + ([text] if text is not None else [])
-        if spec.name in ("limit", "distribute", "cpu_replicas", "first_sample"):
+        text, value = NOT_DEFAULT[name]
+        args = [flags[name]] + ([text] if text is not None else [])
+        if name in ("limit", "distribute", "cpu_replicas", "first_sample"):
             args += ["--data", "d.npy"]  # they only apply with --data
         from_cli = _probe_of(args)
         data = {"data": "d.npy"} if "--data" in args else {}
-        from_api = probe_from(None, {spec.name: value, **data})
-        assert getattr(from_cli, spec.name) == value == getattr(from_api, spec.name)
+        from_api = probe_from(None, {name: value, **data})
+        assert _word(from_cli, name) == value == _word(from_api, name)
         assert from_cli == from_api
     for function in (api.inspect_model, api.scan_model, api.scan_weights_model):
         kinds = {p.kind for p in inspect.signature(function).parameters.values()}
         assert inspect.Parameter.VAR_KEYWORD in kinds, function.__name__
+
+
+def _word(options: ProbeOptions, name: str) -> object:
+    """The value of the option `name` (a keyword) wherever the union keeps it."""
+    for holder in (options, options.source):
+        if name in {f.name for f in dataclasses.fields(holder)}:
+            return getattr(holder, name)
+    assert name == "data" and options.data_set is not None
+    return options.data_set.path  # the data set's path, spelt `data`
 
 
 def test_an_unknown_api_keyword_is_a_type_error():
@@ -100,23 +120,28 @@ def test_an_unknown_api_keyword_is_a_type_error():
 
 def test_the_cluster_is_read_where_the_command_starts_not_by_the_options():
     options = ProbeOptions(data="d.npy", distribute="multi-worker")  # TF_CONFIG unset: no error
-    assert options.cluster is None and options.distribute is Distribute.MULTI_WORKER
+    assert options.data_set is not None
+    assert options.data_set.cluster is None
+    assert options.data_set.distribute is Distribute.MULTI_WORKER
     with pytest.raises(UsageError, match="TF_CONFIG"):
         with_cluster(options, environ={})
     config = '{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}'
-    cluster = with_cluster(options, environ={"TF_CONFIG": config}).cluster
-    assert cluster is not None and (cluster.index, cluster.workers) == (1, 2)
+    cluster = _word(with_cluster(options, environ={"TF_CONFIG": config}), "cluster")
+    assert isinstance(cluster, Cluster) and (cluster.index, cluster.workers) == (1, 2)
     assert not with_cluster(options, environ={"TF_CONFIG": config}).reports_here
-    assert ProbeOptions().reports_here and with_cluster(ProbeOptions(), environ={}).cluster is None
+    assert (
+        ProbeOptions().reports_here and with_cluster(ProbeOptions(), environ={}) == ProbeOptions()
+    )
 
 
 def test_reduce_and_distribute_are_words_written_as_before():
     options = ProbeOptions(reduce="mean", data="d.npy", distribute="mirrored")
-    assert options.reduce is Reduce.MEAN and options.distribute is Distribute.MIRRORED
-    assert json.dumps({"reduce": options.reduce, "distribute": options.distribute}) == (
+    distribute = _word(options, "distribute")
+    assert options.reduce is Reduce.MEAN and distribute is Distribute.MIRRORED
+    assert json.dumps({"reduce": options.reduce, "distribute": distribute}) == (
         '{"reduce": "mean", "distribute": "mirrored"}'
     )
-    assert f"{options.reduce}({options.distribute})" == "mean(mirrored)"
+    assert f"{options.reduce}({distribute})" == "mean(mirrored)"
     with pytest.raises(UsageError, match="reduce must be one of sum, mean: reduce='max'"):
         ProbeOptions(reduce="max")
     with pytest.raises(UsageError, match="--distribute must be one of mirrored, multi-worker"):
@@ -138,3 +163,27 @@ def test_check_takes_the_shared_probe_options_without_the_run_mode():
     assert helps["seed"] == "Seed of the random probe batch."
     probe = [f for f in dataclasses.fields(CheckOptions) if f.name == "probe"]
     assert probe and probe[0].type in (ProbeOptions, "ProbeOptions")
+
+
+def test_flat_words_make_one_batch_or_a_data_set():
+    assert ProbeOptions(input_file="b.npy").source == OneBatch("b.npy")
+    assert ProbeOptions(input_file="b.npy").data_set is None
+    data = ProbeOptions(data="d.npz", limit=10, first_sample=4)
+    assert data.source == DataSet("d.npz", limit=10, first_sample=4) == data.data_set
+    assert (data.rows, ProbeOptions().rows, data.input_file) == (32, 8, None)
+    assert ProbeOptions(source=DataSet("d.npz", limit=10, first_sample=4)) == data
+    assert dataclasses.replace(data, seed=3).source == data.source  # the data set is kept
+    with pytest.raises(TypeError, match="limit"):  # a source given: its words are its own
+        ProbeOptions(source=OneBatch(), limit=3)
+    with pytest.raises(UsageError, match="--limit must be 1 to"):  # a data set made directly
+        DataSet("d.npz", limit=0)
+
+
+def test_a_data_set_check_with_first_sample_runs_its_first_batch_as_one_batch(tmp_path):
+    # the rules that need one batch run on the data's first batch: the options of one batch
+    # then, which once kept --first-sample and refused it ("only apply with --data")
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).random((40, 5), dtype=np.float32))
+    args = [sample("seed.keras"), "--data", str(tmp_path / "x.npy"), "--first-sample", "4"]
+    result = CliRunner().invoke(check, args)
+    assert result.exit_code == 0, result.output
+    assert "1 passed, 0 failed" in result.output

@@ -74,7 +74,7 @@ def check_files(
         files = [os.fspath(p) for p in paths]
         found = load_baselines(options.baselines)
         probe = options.probe
-        baselines = match_baselines(files, found, _text(probe.input_file), probe.data is not None)
+        baselines = match_baselines(files, found, _text(probe.input_file), bool(probe.data_set))
     verdicts = []
     for path in paths:
         if on_file is not None:
@@ -192,7 +192,7 @@ def _dynamic(
     from layergrad.model.loss_forms import find_loss
 
     try:  # data that cannot feed this model: the command is wrong, not the file
-        check_before_loading(info.graph, options.probe.data, options.probe.input_file)
+        check_before_loading(info.graph, options.probe.source)
     except LayergradError as exc:
         raise UsageError(f"{os.fspath(path)}: {exc}") from exc
     info = without_unbuildable_loss(info, options, add)
@@ -200,7 +200,7 @@ def _dynamic(
     if baseline is not None:
         fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
     trained = steps.trained(path)  # the file records training steps: its kernels were learnt
-    if options.probe.data is not None:
+    if options.probe.data_set is not None:
         from layergrad.commands.check.over_data import dynamic_data
 
         dynamic_data(path, info, options, add, baseline, has_loss, trained)

@@ -48,7 +48,7 @@ class CheckOptions:
     opener: Opener | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.allow_other_data and not (self.probe.data is not None and self.baselines):
+        if self.allow_other_data and not (self.probe.data_set is not None and self.baselines):
             raise UsageError("--allow-other-data goes with --baseline and --data; drop it")
 
     def probing(self, training: bool = False) -> ProbeOptions:

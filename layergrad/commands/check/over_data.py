@@ -16,7 +16,7 @@ from layergrad.commands.check.baseline import Baseline, judge, probe_options, sa
 from layergrad.commands.check.heads import judge_on_random_probe
 from layergrad.commands.check.options import Add, CheckOptions
 from layergrad.core.errors import LayergradError, UsageError
-from layergrad.core.probe_options import ProbeOptions
+from layergrad.core.probe_options import OneBatch, ProbeOptions
 from layergrad.core.tf_types import KerasModel, Strategy, Tensor
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
@@ -38,7 +38,7 @@ def dynamic_data(
     has_loss: bool = False,
     trained: bool = False,
 ) -> None:
-    """The forward and gradient checks over every sample of `options.probe.data` (one pass), and
+    """The forward and gradient checks over every sample of the data set (one pass), and
     with `baseline` the baseline check over the same data (the loss's gradient over the data
     for a file with a loss). `trained`: the file records training steps."""
     from layergrad.commands import data_meta, over_data
@@ -51,16 +51,14 @@ def dynamic_data(
     from layergrad.engine.layer_calls import recorder
     from layergrad.engine.step_calls import BatchFailed
 
-    probe = options.probing()
+    probe, data = options.probing(), options.probe.data_set
     other, sha = False, ""
+    assert data is not None
     if baseline is not None:
         from layergrad.data.fingerprint import data_sha256
 
-        assert options.probe.data is not None
-        sha = data_sha256(options.probe.data)
-        other = not same_data(
-            baseline, os.fspath(options.probe.data), sha, None, options.allow_other_data
-        )
+        sha = data_sha256(data.path)
+        other = not same_data(baseline, os.fspath(data.path), sha, None, options.allow_other_data)
         recorded = probe_options(baseline, None, data=True)
         probe = replace(
             options.probing(),
@@ -79,7 +77,7 @@ def dynamic_data(
     from layergrad.data.labels import summarise_batches
 
     labels = summarise_batches(labelled.label_batches(), names, ranks) if labelled else {}
-    source = f"--data {options.probe.data}"
+    source = f"--data {data.path}"
     if labelled is not None and labelled.classes:
         source += f" (the class sub-folders {labelled.describe_classes()})"
     mismatched = steps.targets(info, options.loss, labels, source, add)
@@ -110,9 +108,7 @@ def dynamic_data(
     # gradients) run on the data's first batch, with its labels
     given = labelled if labelled is not None and not mismatched else None
     stream = batches if given is None or given.stream is None else given.stream  # same rows
-    one = replace(
-        options.probing(probe.training), data=None, limit=None, distribute=None, cpu_replicas=None
-    )
+    one = replace(options.probing(probe.training), source=OneBatch())
     diagnoser = Diagnoser(loaded.model, stream.batch(0), info.graph, one.training, one.reduce)
     first = Session(info.path, loaded.model, info, diagnoser.batch, one, diagnoser)
     weights = scan_weights(first, options.loss, projection=True)  # or the outputs' projection
@@ -132,8 +128,8 @@ def dynamic_data(
         return
     # over the same data: for a file with a loss, the loss's gradient over every sample (`scan
     # --wrt weights --data`, with the labels as check read them, or random ones), else the rows
-    data = os.fspath(options.probe.data or "")
-    other = other or not same_data(baseline, data, sha, run.samples, options.allow_other_data)
+    text = os.fspath(data.path)
+    other = other or not same_data(baseline, text, sha, run.samples, options.allow_other_data)
     full = None
     if has_loss:
         try:
@@ -162,11 +158,12 @@ def _labels(
 
     model = loaded.model
     request = label_request(model, find_loss(info.compile_config, options.loss))
-    data = os.fspath(options.probe.data or "")
+    data = probe.data_set
+    assert data is not None
     try:
         found = open_labelled(  # this worker's part, as the inputs' (for the weight pass)
-            data, data_specs(model), request, probe.rows, probe.limit, shard_of(probe),
-            first_sample=probe.first_sample, strict=False,
+            os.fspath(data.path), data_specs(model), request, probe.rows, data.limit,
+            shard_of(probe), first_sample=data.first_sample, strict=False,
         )  # fmt: skip
     except LayergradError as exc:  # the data does not fit this model: the command is wrong
         raise UsageError(f"{os.fspath(info.path)}: {exc}") from exc
