@@ -73,19 +73,13 @@ def test_every_command_over_data_reads_its_batches_from_the_one_stream_builder(
 ):
     """`sources.finish_stream` builds every `DataStream` of `--data` (inputs alone, or with
     labels for `fit`, `fix` and `check`'s training verdicts), for a model of two named inputs."""
-    from helpers import sample
+    from helpers import normal, sample
 
     from layergrad.data import sources
 
     path = sample("two_input.keras")  # inputs a (4,), b (3,); one output of 2
-    rng = np.random.default_rng(3)
     data = tmp_path / "ab.npz"
-    np.savez(
-        data,
-        a=rng.standard_normal((ROWS, 4)).astype("float32"),
-        b=rng.standard_normal((ROWS, 3)).astype("float32"),
-        y=rng.standard_normal((ROWS, 2)).astype("float32"),
-    )
+    np.savez(data, a=normal(ROWS, 4, seed=3), b=normal(ROWS, 3, seed=4), y=normal(ROWS, 2))
     built: list[tuple[str, ...]] = []
     init = sources.DataStream.__init__
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 from click.testing import CliRunner
-from helpers import sample
+from helpers import normal, sample
 
 import layergrad
 from layergrad.cli.app import main
@@ -21,13 +21,8 @@ ROWS = 12
 
 def test_every_command_wraps_layer_calls_through_the_one_wrapper(tmp_path, monkeypatch):
     path = sample("shared.keras")  # x -> pre -> shared -> shared -> head
-    rng = np.random.default_rng(0)
     data = tmp_path / "d.npz"
-    np.savez(
-        data,
-        x=rng.standard_normal((ROWS, 6)).astype("float32"),
-        y=rng.standard_normal((ROWS, 2)).astype("float32"),
-    )
+    np.savez(data, x=normal(ROWS, 6, seed=0), y=normal(ROWS, 2))
     keys: list[tuple[str, int]] = []
     wrap = layer_calls._wrap_call
 
