@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from layergrad.commands.session import DataSession, Session
-from layergrad.commands.untrained_batchnorm import in_training, probe_in_training
+from layergrad.commands.untrained_batchnorm import in_training, probe_in_training, results_wrong
 from layergrad.core.probe_options import Progress
 from layergrad.core.results import (
     Cause,
@@ -47,8 +47,7 @@ def inspect_session(
     model = session.model
     sites = (resolve(model, source), [resolve(model, ref) for ref in targets])
     results, probe = _inspect(session, source, targets, sites, how, on_progress)
-    wrong = any(res.status != Status.OK for res in results)
-    said = probe_in_training(model, session.options.training, wrong)
+    said = probe_in_training(model, session.options.training, results_wrong(results))
     if said:  # never-trained BatchNormalization: probe again as training runs it
         session = in_training(session)
         results, probe = _inspect(session, source, targets, sites, how, on_progress)

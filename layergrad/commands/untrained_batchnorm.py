@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from layergrad.core.results import ConstantOutput, ScanRow
+from layergrad.core.results import ConstantOutput, Result, ScanRow
 from layergrad.core.tf_types import KerasModel
-from layergrad.core.vocab import Flag
+from layergrad.core.vocab import Flag, Status
 from layergrad.model.layer_refs import iter_layers
 
 if TYPE_CHECKING:
@@ -86,6 +86,17 @@ def scan_wrong(rows: Sequence[ScanRow], constant: Sequence[ConstantOutput] = ())
     other than the layer's own structure."""
     flagged = any(set(SCALE_FLAGS) & set(r.flags) for r in rows)
     return flagged or any(c.reason not in STRUCTURAL for c in constant)
+
+
+def results_wrong(results: Sequence[Result]) -> bool:
+    """Whether `inspect` found what a never-trained BatchNormalization makes in inference: a
+    result that is not ok, or an ok one flagged dead, vanishing or exploding (as `scan_wrong`
+    reads a scan's rows)."""
+    from layergrad.diagnose.diagnoser import magnitude_flags
+
+    return any(
+        r.status != Status.OK or set(SCALE_FLAGS) & magnitude_flags(r.warnings) for r in results
+    )
 
 
 def in_training(session: Opened) -> Opened:

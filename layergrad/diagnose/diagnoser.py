@@ -15,7 +15,7 @@ import numpy as np
 from layergrad.core.gradient_stats import dead_fraction, gradient_stats, status_of
 from layergrad.core.results import Cause, Endpoint, Result
 from layergrad.core.tf_types import KerasLayer, KerasModel
-from layergrad.core.vocab import CauseCode, Status
+from layergrad.core.vocab import CauseCode, Flag, Status
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.diagnose import causes as why
 from layergrad.diagnose.activations import activation_name, saturated_fraction
@@ -29,6 +29,7 @@ from layergrad.model.graph import ModelGraph
 from layergrad.model.layer_refs import CallKey, Site, iter_layers, ref_of, resolve
 
 VANISHING_GAIN, EXPLODING_GAIN, MOSTLY_ZERO = 1e-7, 1e6, 0.5
+DEAD_MARK = " (dead)"  # how a warning says that most units of the `from` layer are dead
 
 
 class Diagnoser:
@@ -350,7 +351,7 @@ def gradient_warnings(
         )
     elif zero_fraction > MOSTLY_ZERO:
         what = (
-            f"{dead_units:.0%} of the units of {src} get zero gradient for every sample (dead)"
+            f"{dead_units:.0%} of the units of {src} get zero gradient for every sample{DEAD_MARK}"
             if dead and dead_units is not None
             else "inactive paths between the two layers"
         )
@@ -358,14 +359,23 @@ def gradient_warnings(
     gain = max_abs * (source_size if source_size > 0 else 1.0)
     if gain < VANISHING_GAIN:
         out.append(
-            f"vanishing: max |g| x mean |{src}| = {gain:.1e}; moving {src} barely moves {dst}"
+            f"{Flag.VANISHING}: max |g| x mean |{src}| = {gain:.1e}; moving {src} barely moves "
+            f"{dst}"
         )
     elif gain > EXPLODING_GAIN:
         out.append(
-            f"exploding: max |g| x mean |{src}| = {gain:.1e}; a small change of {src} moves "
+            f"{Flag.EXPLODING}: max |g| x mean |{src}| = {gain:.1e}; a small change of {src} moves "
             f"{dst} enormously"
         )
     return tuple(out)
+
+
+def magnitude_flags(warnings: Sequence[str]) -> set[Flag]:
+    """The flags a result's warnings (as `gradient_warnings` words them) raise: dead,
+    vanishing, exploding, as a scan row's flags."""
+    found = {flag for flag in (Flag.VANISHING, Flag.EXPLODING) for w in warnings
+             if w.startswith(f"{flag}: ")}  # fmt: skip
+    return found | ({Flag.DEAD} if any(DEAD_MARK in w for w in warnings) else set())
 
 
 def softmax_target_note(target: Site, fix: str) -> str | None:
