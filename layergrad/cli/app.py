@@ -138,8 +138,8 @@ def inspect(
             "pass one batch with --input",
             param_hint="--save-gradient",
         )
-    data = probe.data_set.path if probe.data_set else None
-    reads = outputs.protected_inputs(model, probe.input_file, imports, outputs.data_inputs(data))
+    data = outputs.data_inputs(probe.data_path)
+    reads = outputs.protected_inputs(model, probe.input_file, imports, data)
     if plot_file:
         chart_files.check_plot_path(plot_file, reads, force=force)
     if save_gradient:
@@ -287,8 +287,8 @@ def scan(
         raise click.UsageError("--loss needs --wrt weights")
     if wrt == Wrt.WEIGHTS and measure["measure"] != "gradient":
         raise click.UsageError("--measure jacobian is for activations; drop it with --wrt weights")
-    data = probe.data_set.path if probe.data_set else None
-    reads = outputs.protected_inputs(model, probe.input_file, imports, outputs.data_inputs(data))
+    data = outputs.data_inputs(probe.data_path)
+    reads = outputs.protected_inputs(model, probe.input_file, imports, data)
     if plot_file:
         chart_files.check_plot_path(plot_file, reads, force=force)
     if wrt == Wrt.WEIGHTS:

@@ -139,7 +139,7 @@ def check(
 
     paths = checks.expand_paths(models)
     files = [m for m in models if not os.path.isdir(m)]  # a folder of models may hold the report
-    data = outputs.data_inputs(probe.data_set.path if probe.data_set else None)
+    data = outputs.data_inputs(probe.data_path)
     reads = outputs.protected_inputs(files, paths, imports, probe.input_file, baselines, data)
     if junit_file:
         outputs.check_target(junit_file, "--junit", "xml", reads, force=force)

@@ -165,6 +165,11 @@ class ProbeOptions:
         return self.source if isinstance(self.source, DataSet) else None
 
     @property
+    def data_path(self) -> PathLike | None:
+        """The data set's `--data` text, or None for one probe batch."""
+        return self.source.path if isinstance(self.source, DataSet) else None
+
+    @property
     def input_file(self) -> PathLike | None:
         """The probe batch's file, or None (a random batch, or a data set)."""
         return self.source.input_file if isinstance(self.source, OneBatch) else None
