@@ -70,9 +70,7 @@ def diff_models(
         LoadError, LayerNotFound, UsageError: user errors, including two models whose inputs
             differ when no `--input` batch is given, and options that contradict a scan JSON.
     """
-    from layergrad.commands.scan import scan_session
     from layergrad.commands.session import open_session
-    from layergrad.commands.weight_scan import scan_weights
 
     check_tolerance(tolerance)  # before two scans, not after
     paths = [os.fspath(base_path), os.fspath(new_path)]
@@ -99,14 +97,19 @@ def diff_models(
     ]
     if len(sessions) == 2 and probe.input_file is None:
         same_random_batch(*sessions)
-    scanned = (
-        profile_of(
-            scan_weights(s, loss, layers=False) if wrt == Wrt.WEIGHTS else scan_session(s, target)
-        )
-        for s in sessions
-    )
+    scanned = (_scanned(s, wrt, target, loss) for s in sessions)
     base, new = (read if read is not None else next(scanned) for read in profiles)
     return compare(base, new, tolerance)
+
+
+def _scanned(session: Session, wrt: str, target: str | None, loss: str | None) -> Profile:
+    """The profile of one model's scan (activations or weights) made as the other side's."""
+    from layergrad.commands.scan import scan_session  # TensorFlow: two JSONs never load it
+    from layergrad.commands.weight_scan import scan_weights
+
+    if wrt == Wrt.WEIGHTS:
+        return profile_of(scan_weights(session, loss, layers=False))
+    return profile_of(scan_session(session, target))
 
 
 def _read_scan(path: str) -> Profile:

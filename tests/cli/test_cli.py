@@ -273,3 +273,28 @@ def test_an_import_that_cannot_be_imported_is_a_usage_error_before_tensorflow(co
 
     with pytest.raises(UsageError, match="no such file"):
         import_modules([str(tmp_path / "gone.py")])
+
+
+def test_diff_reads_scan_jsons_before_tensorflow_and_two_never_load_it(tmp_path):
+    def scan_json(name: str, mean: float) -> str:
+        doc = {
+            "schema": "layergrad.scan/1",
+            "model": {"path": "m.keras", "format": "keras", "class": "Sequential", "name": "m"},
+            "probe": {"source": "random", "seed": 0, "batch_size": 8, "training": False,
+                      "reduce": "sum"},
+            "target": None,
+            "layers": [{"layer": "dense", "status": "ok", "gradient": {"mean_abs": mean},
+                        "flags": []}],
+        }  # fmt: skip
+        (tmp_path / name).write_text(json.dumps(doc))
+        return str(tmp_path / name)
+
+    code, tf_loaded, _ = _in_subprocess(
+        ["diff", scan_json("a.json", 0.5), scan_json("b.json", 5e-4)]
+    )
+    assert (code, tf_loaded) == ("1", "False")  # three decades down: a regression
+    (tmp_path / "bad.json").write_text("{")
+    code, tf_loaded, last = _in_subprocess(
+        ["diff", str(tmp_path / "bad.json"), sample("seed.keras")]
+    )
+    assert (code, tf_loaded) == ("2", "False") and "bad.json" in last
