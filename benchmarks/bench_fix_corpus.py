@@ -41,6 +41,9 @@ COLUMNS = ("faults", "repaired", "at layer", "verified")
 # cannot show it, so they train on labels from |x| (NONLINEAR_ROWS samples)
 NONLINEAR_OPS = ("hidden_linear", "relu_before_softmax")
 NONLINEAR_ROWS = 1024
+# the optimizer's faults (corpus_faults.training_only): no finding from the file, so healthy
+# without data; with data, training finds them and the repair is the learning rate
+RATE_OPS = ("learning_rate_huge", "sgd_learning_rate_tiny")
 
 
 def main() -> None:
@@ -90,6 +93,9 @@ def main() -> None:
                     f"{r.finding} {r.verdict.value} {r.why}"[:160] for r in report.repairs
                 )
                 print(f"{case.name}: {said or 'nothing to fix'}", flush=True)
+            if case.expect is None and args.data and case.op in RATE_OPS:
+                _count_rate(rows[case.op], case, report, misses)
+                continue
             if case.expect is None:
                 healthy[0] += 1
                 if report.repairs:
@@ -217,6 +223,25 @@ def _count(row: list[int], case: Case, report: FixReport, misses: list[str], tra
     else:
         why = "; ".join(f"{r.finding}: {r.why}" for r in mine)
         misses.append(f"{case.name}: not verified: {why}"[:300])
+
+
+def _count_rate(row: list[int], case: Case, report: FixReport, misses: list[str]) -> None:
+    """An optimizer's fault, trained: found when training finds anything, repaired by a
+    learning-rate change (a repair at no layer), verified as its verdict says."""
+    if not report.before:
+        misses.append(f"{case.name}: training found nothing")
+        return
+    row[0] += 1
+    mine = [r for r in report.repairs if r.layer is None and "learning_rate" in r.code[0]]
+    if not (mine and report.output):
+        misses.append(f"{case.name}: {', '.join(report.before)}: no learning-rate repair")
+        return
+    row[1] += 1
+    row[2] += 1
+    if any(r.verdict == Verdict.VERIFIED for r in mine):
+        row[3] += 1
+    else:
+        misses.append(f"{case.name}: not verified: {mine[0].why}"[:300])
 
 
 if __name__ == "__main__":

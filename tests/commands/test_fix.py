@@ -338,6 +338,57 @@ def test_a_diverging_learning_rate_is_scaled_to_the_update_ratio(tmp_path):
     assert report.ok
 
 
+@pytest.mark.slow
+def test_a_rate_that_kills_relu_units_in_its_first_steps_is_lowered(tmp_path):
+    """Adam at 10 moves every weight by about 10 in its first step (Adam's first step is lr
+    per weight, whatever the gradient): far above the weights' own size, it pushes the ReLU
+    units dead and the loss stays flat, so training says dying_units and exploding, not
+    diverging. The rate goes down until the first steps stop moving the weights by more than
+    their own size."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((6,), name="x")
+    hidden = keras.layers.Dense(32, activation="relu", name="h1")(inputs)
+    hidden = keras.layers.Dense(32, activation="relu", name="h2")(hidden)
+    model = keras.Model(inputs, keras.layers.Dense(5, activation="softmax", name="head")(hidden))
+    model.compile(optimizer=keras.optimizers.Adam(10.0), loss="sparse_categorical_crossentropy")
+    path = tmp_path / "m.keras"
+    model.save(path)
+    kernel = float(np.mean(np.abs(model.get_layer("h1").kernel.numpy())))
+    out = tmp_path / "o.keras"
+    report = fix_model(path, _learnable(tmp_path, "ids"), FixOptions(output=str(out), steps=200))
+    assert {"dying_units", "exploding"} & set(report.before)
+    (repair,) = report.repairs
+    assert repair.finding in ("dying_units", "exploding") and repair.layer is None
+    rate = _config(out)["compile_config"]["optimizer"]["config"]["learning_rate"]
+    # Adam's first step moves each weight by about `rate`: now below the weights' own size
+    assert rate / kernel < 1, (rate, kernel)
+    assert repair.verdict == "verified", repair.why
+
+
+@pytest.mark.slow
+def test_0_1_labels_on_one_sigmoid_unit_with_a_sparse_loss_get_binary_cross_entropy(tmp_path):
+    """One sigmoid unit read by sparse categorical cross-entropy, labels 0 and 1: the unit is
+    right, the loss is not (class 1 is beyond one unit's ids); no second unit is added."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((6,), name="x"),
+                              keras.layers.Dense(8, activation="relu", name="hidden"),
+                              keras.layers.Dense(1, activation="sigmoid", name="head")])  # fmt: skip
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    path = tmp_path / "m.keras"
+    model.save(path)
+    out = tmp_path / "o.keras"
+    report = fix_model(path, _learnable(tmp_path, "binary"), FixOptions(output=str(out), steps=150))
+    (repair,) = report.repairs
+    assert repair.layer == "head"
+    assert repair.code == ('loss="sparse_categorical_crossentropy" -> loss="binary_crossentropy"',)
+    assert _config(out)["config"]["layers"][-1]["config"]["units"] == 1
+    assert repair.verdict == "verified", repair.why
+
+
 def test_two_heads_each_repair_alone_and_together(tmp_path):
     """Two outputs, each with its own wrong loss (a dict of losses): two repairs, each copy
     with one of them still has the other's finding, the copy with both is clean."""

@@ -107,8 +107,9 @@ class HeadRules:
             fresh += [(units_at, "*")]
         if not separate and units_at == layer:
             more: dict[str, object] = {} if units is None else {"units": units}
-            code.append(f"{layer_code(entry)} -> {layer_code(entry, activation=act, **more)} "
-                        f"at {layer}")  # fmt: skip
+            after = layer_code(entry, activation=act, **more)
+            if after != layer_code(entry):  # a head that already is what the loss needs
+                code.append(f"{layer_code(entry)} -> {after} at {layer}")
         elif units is not None:
             dense = self._entry(units_at)
             code.append(f"{layer_code(dense)} -> {layer_code(dense, units=units)} at {units_at}")

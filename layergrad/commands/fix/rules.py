@@ -79,21 +79,36 @@ def _plans(
         return [plan] if plan else []
     if finding in (F.EXPLODING, F.VANISHING):
         plan = rw.kernels(info, weights, finding)
+        if plan is None and finding == F.EXPLODING:  # well-scaled kernels: the steps, maybe
+            return _learning_rate(fit, finding, weights)
         return [plan] if plan else []
+    if finding == F.DYING_UNITS:
+        return _learning_rate(fit, finding, weights)
     if finding == F.INPUT_RANGE:
         plan = rw.scale_inputs(info, stats, finding)
         return [plan] if plan else []
-    if finding in (*rw.LOWER, *rw.RAISE) and fit is not None:
-        plan = rw.learning_rate(fit, finding)
-        if plan is None:
-            return []
-        # what the rate also causes in training: the NaN a divergence ends in, the layers whose
-        # steps are too large (diverging) or too small (not learning)
-        lower = finding in rw.LOWER
-        caused = (F.NONFINITE, F.EXPLODING, *rw.LOWER) if lower else (F.VANISHING, *rw.RAISE)
-        seen = {str(f.finding) for f in fit.findings}
-        return [replace(plan, covers=tuple(str(c) for c in caused if str(c) in seen))]
+    if finding in (*rw.LOWER, *rw.RAISE):
+        return _learning_rate(fit, finding, weights)
     return []
+
+
+def _learning_rate(
+    fit: FitReport | None, finding: str, weights: Mapping[str, Mapping[str, np.ndarray]]
+) -> list[Plan]:
+    """The learning-rate repair, covering what the rate also causes in training: the NaN a
+    divergence ends in, the layers whose steps are too large (and the units they push dead,
+    the layers and outputs that then stop moving) or too small (not learning)."""
+    plan = rw.learning_rate(fit, finding, weights) if fit is not None else None
+    if fit is None or plan is None:
+        return []
+    if finding in rw.RAISE:
+        caused: tuple[str, ...] = (F.VANISHING, *rw.RAISE)
+    else:
+        caused = (F.NONFINITE, F.EXPLODING, F.DYING_UNITS, *rw.LOWER)
+        if finding == F.DYING_UNITS:
+            caused += (F.VANISHING, F.CONSTANT_PREDICTIONS)
+    seen = {str(f.finding) for f in fit.findings}
+    return [replace(plan, covers=tuple(str(c) for c in caused if str(c) in seen))]
 
 
 def _labels_win(plans: list[Plan]) -> list[Plan]:

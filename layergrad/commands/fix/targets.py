@@ -60,8 +60,13 @@ def target_plan(
             f,
         )
     classes = int(y.high) + 1 if ids else 0
+    if units == 1 and ids and classes == 2 and (sparse or one_hot_loss):
+        return rules.activation(head, "sigmoid", "the head and loss change: the labels are 0 "
+                               "and 1, one yes/no answer per sample: one sigmoid unit with "
+                               "binary_crossentropy", f, loss="binary_crossentropy")  # fmt: skip
     if sparse and ids and units and classes > units:
-        return rules.activation(head, act if act != "linear" else "softmax", f"the head's "
+        logits = act == "linear" and bool(spec and spec[1])  # the loss applies the softmax
+        return rules.activation(head, "linear" if logits else "softmax", f"the head's "
                                f"units change: class ids run to {int(y.high)}, so the head "
                                f"needs {classes} units", f, units=classes)  # fmt: skip
     if units <= 1 and ids and classes > 2 and y.classes is not None and y.classes > 2:

@@ -22,7 +22,7 @@ from layergrad.commands.fix.plan import (
     option_edit,
     set_learning_rate,
 )
-from layergrad.core.fit_results import FitReport
+from layergrad.core.fit_results import Checkpoint, FitReport
 from layergrad.files.file_info import FileInfo
 from layergrad.model import config_edit as ed
 
@@ -154,35 +154,75 @@ def scale_inputs(info: FileInfo, stats: Sequence[InputStats], finding: str) -> P
 
 LOWER = ("diverging", "oscillating")  # the findings of a rate too high
 RAISE = ("not_learning", "slow_convergence")  # ... and too low
+# too high when the first steps say so: one step moving a layer's weights by a tenth of their
+# size or more (100x a healthy step) explodes them or pushes ReLU units dead; else the cause
+# is elsewhere (the kernels' scale, the inputs) and the rate is left alone
+FIRST_STEPS = ("exploding", "dying_units")
+STEP_TOO_LARGE = 0.1
+FIRST_TARGET = 1e-2  # the first steps of a healthy run move the weights 10x more than later ones
+# optimizers whose first steps move each weight by about the learning rate, whatever its
+# gradient (the step is normalised by the gradient's own running size)
+ADAPTIVE = ("Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Lion")
 
 
-def learning_rate(fit: FitReport, finding: str) -> Plan | None:
+def learning_rate(
+    fit: FitReport, finding: str, weights: Mapping[str, Mapping[str, np.ndarray]]
+) -> Plan | None:
     """`diverging` / `oscillating` (too high), `not_learning` / `slow_convergence` (too low):
     the learning rate times the factor that brings the median update ratio of the first half
-    of the run to about TARGET_RATIO, and at least 3x down (or up) as the finding says."""
-    ratios = [
-        row.update_ratio
-        for checkpoint in fit.checkpoints[: max(1, len(fit.checkpoints) // 2)]
-        for row in checkpoint.layers
-        if row.update_ratio is not None and math.isfinite(row.update_ratio)
-        and row.update_ratio > 0
-    ]  # fmt: skip
-    lr = fit.learning_rate
-    if not ratios or lr is None or not lr > 0:
+    of the run to about TARGET_RATIO, and at least 3x down (or up) as the finding says.
+    `exploding` / `dying_units` in training: down, to FIRST_TARGET, from the first steps'
+    ratios when one of them is STEP_TOO_LARGE or more (None otherwise)."""
+    lr, first = fit.learning_rate, finding in FIRST_STEPS
+    if lr is None or not lr > 0:
+        return None
+    if first:
+        ratios, how = _first_steps(fit, lr, weights)
+        if not ratios or max(ratios) < STEP_TOO_LARGE:
+            return None
+    else:
+        ratios = _ratios(fit.checkpoints[: max(1, len(fit.checkpoints) // 2)])
+        how = "(lr x |grad| / |W|) in the first half of the run"
+    if not ratios:
         return None
     median = float(np.median(ratios))
-    factor = TARGET_RATIO / median
+    if finding in LOWER and median < TARGET_RATIO / 10:
+        return None  # steps 10x smaller than healthy ones are not too large: the cause is elsewhere
+    target = FIRST_TARGET if first else TARGET_RATIO
+    factor = target / median
     # the finding says which way the rate must go: at least 3x that way
-    factor = min(factor, 1 / 3) if finding in LOWER else max(factor, 3.0)
+    factor = min(factor, 1 / 3) if finding in (*LOWER, *FIRST_STEPS) else max(factor, 3.0)
     new = float(f"{lr * factor:.2g}")
     why = (
-        f"the learning rate changes from {lr:g} to {new:g}: the median update ratio "
-        f"(lr x |grad| / |W|) in the first half of the run is {median:.2g}; x{factor:.2g} "
-        f"brings it toward {TARGET_RATIO:g}"
+        f"the learning rate changes from {lr:g} to {new:g}: the median update ratio {how} is "
+        f"{median:.2g}; x{factor:.2g} brings it toward {target:g}"
     )
     code = (f"optimizer={fit.optimizer}(learning_rate={lr:g}) -> "
             f"optimizer={fit.optimizer}(learning_rate={new:g})",)  # fmt: skip
     return Plan(finding, None, why, code, (), (set_learning_rate(new),))
+
+
+def _ratios(checkpoints: Sequence[Checkpoint]) -> list[float]:
+    return [
+        row.update_ratio
+        for checkpoint in checkpoints
+        for row in checkpoint.layers
+        if row.update_ratio is not None and math.isfinite(row.update_ratio)
+        and row.update_ratio > 0
+    ]  # fmt: skip
+
+
+def _first_steps(
+    fit: FitReport, lr: float, weights: Mapping[str, Mapping[str, np.ndarray]]
+) -> tuple[list[float], str]:
+    """How far the first steps move each layer's weights, relative to their size, and how
+    that was read: for an adaptive optimizer about lr per weight (lr / mean |kernel|), for
+    the others the first checkpoint's update ratios."""
+    sizes = [float(np.mean(np.abs(a["kernel"]))) for a in weights.values() if "kernel" in a]
+    if fit.optimizer in ADAPTIVE and any(sizes):
+        ratios = [lr / size for size in sizes if size > 0]
+        return ratios, f"of {fit.optimizer}'s first steps (about lr per weight / mean |kernel|)"
+    return _ratios(fit.checkpoints[:1]), "(lr x |grad| / |W|) at the first checkpoint"
 
 
 def _insert_input(source: str, cls: str, base: str, options: ed.Config) -> Edit:
