@@ -170,7 +170,8 @@ def learning_rate(
 ) -> Plan | None:
     """`diverging` / `oscillating` (too high), `not_learning` / `slow_convergence` (too low):
     the learning rate times the factor that brings the median update ratio of the first half
-    of the run to about TARGET_RATIO, and at least 3x down (or up) as the finding says.
+    of the run to about TARGET_RATIO, and at least 3x down (or up) as the finding says (up
+    when the steps are 10x below healthy ones, whatever the finding).
     `exploding` / `dying_units` in training: down, to FIRST_TARGET, from the first steps'
     ratios when one of them is STEP_TOO_LARGE or more (None otherwise)."""
     lr, first = fit.learning_rate, finding in FIRST_STEPS
@@ -186,12 +187,13 @@ def learning_rate(
     if not ratios:
         return None
     median = float(np.median(ratios))
-    if finding in LOWER and median < TARGET_RATIO / 10:
-        return None  # steps 10x smaller than healthy ones are not too large: the cause is elsewhere
     target = FIRST_TARGET if first else TARGET_RATIO
     factor = target / median
-    # the finding says which way the rate must go: at least 3x that way
-    factor = min(factor, 1 / 3) if finding in (*LOWER, *FIRST_STEPS) else max(factor, 3.0)
+    # the finding says which way the rate must go, at least 3x that way; but steps 10x below
+    # healthy ones are never too large: a loss that swings with them is noise from batch to
+    # batch on a model that does not learn, and the rate goes up
+    down = finding in FIRST_STEPS or (finding in LOWER and median >= TARGET_RATIO / 10)
+    factor = min(factor, 1 / 3) if down else max(factor, 3.0)
     new = float(f"{lr * factor:.2g}")
     why = (
         f"the learning rate changes from {lr:g} to {new:g}: the median update ratio {how} is "
