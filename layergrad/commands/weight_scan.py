@@ -30,6 +30,7 @@ from layergrad.commands.weight_rows import (
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import OneBatch, PathLike, ProbeOptions, Progress
 from layergrad.core.results import LossMeta, ScanReport, VariableRow, WeightScanReport
+from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import KerasModel, KerasVariable, Strategy, Tensor, TensorTree
 from layergrad.core.vocab import Status
 from layergrad.model.layer_refs import iter_layers
@@ -58,10 +59,8 @@ def scan_weights(
     Raises:
         InputError: the file has no compiled loss and `loss` is None, or the loss is unknown.
     """
-    from layergrad.core.keras_backend import quiet_import
     from layergrad.data.sources import ProbeStream
 
-    tf, _ = quiet_import()
     model, options = session.model, session.options
     strategy = tf.distribute.get_strategy()
     spec = _loss(model, session.info.compile_config, loss, session.path, strategy, projection)
@@ -173,11 +172,9 @@ def _run(
     """The variables' gradients over `stream`; the first batch traced for the causes of rows
     not ok, or with `layers` for its scan of the layers (then also a probe's gradients)."""
     from layergrad.commands.scan import scan_report
-    from layergrad.core.keras_backend import quiet_import
     from layergrad.engine.trace import Trace, run_trace
     from layergrad.engine.weight_stream import stream_weight_gradients
 
-    tf, _ = quiet_import()
     owned = variable_owners(model)
     variables = [getattr(v, "value", v) for v, _ in owned]
     kinds: list[str] = []
@@ -221,11 +218,9 @@ def _objective(
     """A batch's loss from (outputs, labels or None, sample indices): `spec`'s, else the seeded
     projection of the outputs. Random labels fit each output (kinds into `kinds`), drawn with
     numpy for the probe batch (`eager`), else in the graph from the batch's first sample."""
-    from layergrad.core.keras_backend import quiet_import
     from layergrad.engine import compiled_loss as cl
     from layergrad.engine.projection import project
 
-    tf, _ = quiet_import()
     names = list(getattr(model, "output_names", None) or [])
 
     def objective(outputs: TensorTree, given: TensorTree | None, samples: Tensor) -> Tensor:
