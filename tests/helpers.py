@@ -243,3 +243,24 @@ class NanGradientAt(_OnTrainingCall):
 
     def poisoned(self, x, now):
         return tf.cond(now, lambda: x + tf.sqrt(x * 0.0), lambda: tf.identity(x))
+
+
+def scan_json(path: Path, rows: list[dict[str, Any]], **probe: Any) -> Path:
+    """A `layergrad.scan/1` document written by hand: the rows given, a random probe."""
+    import json
+
+    doc = {
+        "schema": "layergrad.scan/1",
+        "model": {"path": "good.keras", "format": "keras", "class": "Sequential", "name": "good"},
+        "probe": {"source": "random", "seed": 0, "batch_size": 8, "training": False,
+                  "reduce": "sum", **probe},
+        "target": None,
+        "layers": rows,
+    }  # fmt: skip
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def scan_row(name: str, mean: Any = 0.5) -> dict[str, Any]:
+    """One ok row of a hand-written scan document, its mean |g| given."""
+    return {"layer": name, "status": "ok", "gradient": {"mean_abs": mean}, "flags": []}

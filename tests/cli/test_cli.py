@@ -7,7 +7,16 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import fresh_python, load_sample, manual_gradient, normal, sample, seed_inspect
+from helpers import (
+    fresh_python,
+    load_sample,
+    manual_gradient,
+    normal,
+    sample,
+    scan_json,
+    scan_row,
+    seed_inspect,
+)
 
 from layergrad.cli.app import main
 
@@ -276,22 +285,9 @@ def test_an_import_that_cannot_be_imported_is_a_usage_error_before_tensorflow(co
 
 
 def test_diff_reads_scan_jsons_before_tensorflow_and_two_never_load_it(tmp_path):
-    def scan_json(name: str, mean: float) -> str:
-        doc = {
-            "schema": "layergrad.scan/1",
-            "model": {"path": "m.keras", "format": "keras", "class": "Sequential", "name": "m"},
-            "probe": {"source": "random", "seed": 0, "batch_size": 8, "training": False,
-                      "reduce": "sum"},
-            "target": None,
-            "layers": [{"layer": "dense", "status": "ok", "gradient": {"mean_abs": mean},
-                        "flags": []}],
-        }  # fmt: skip
-        (tmp_path / name).write_text(json.dumps(doc))
-        return str(tmp_path / name)
-
-    code, tf_loaded, _ = _in_subprocess(
-        ["diff", scan_json("a.json", 0.5), scan_json("b.json", 5e-4)]
-    )
+    a = scan_json(tmp_path / "a.json", [scan_row("dense", 0.5)])
+    b = scan_json(tmp_path / "b.json", [scan_row("dense", 5e-4)])
+    code, tf_loaded, _ = _in_subprocess(["diff", str(a), str(b)])
     assert (code, tf_loaded) == ("1", "False")  # three decades down: a regression
     (tmp_path / "bad.json").write_text("{")
     code, tf_loaded, last = _in_subprocess(

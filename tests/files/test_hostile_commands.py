@@ -16,12 +16,11 @@ import xml.etree.ElementTree as ET
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Any
 
 import hostile as H
 import numpy as np
 import pytest
-from helpers import keras
+from helpers import keras, scan_json, scan_row
 from hostile import INSPECT, bounded, measure, refused
 
 layers = keras.layers
@@ -55,23 +54,6 @@ def _png(path: Path, pixels: np.ndarray) -> Path:
 
     Image.fromarray(pixels).save(path)
     return path
-
-
-def _scan_json(path: Path, rows: list[dict[str, Any]], **probe: Any) -> Path:
-    doc = {
-        "schema": "layergrad.scan/1",
-        "model": {"path": "good.keras", "format": "keras", "class": "Sequential", "name": "good"},
-        "probe": {"source": "random", "seed": 0, "batch_size": 8, "training": False,
-                  "reduce": "sum", **probe},
-        "target": None,
-        "layers": rows,
-    }  # fmt: skip
-    path.write_text(json.dumps(doc))
-    return path
-
-
-def _row(name: str, mean: Any = 0.5) -> dict[str, Any]:
-    return {"layer": name, "status": "ok", "gradient": {"mean_abs": mean}, "flags": []}
 
 
 # 1: special files everywhere --------------------------------------------------------------------
@@ -137,7 +119,7 @@ def test_outputs_never_replace_an_input_or_a_file_layergrad_did_not_write(
     link = root / "chart.png"
     link.symlink_to(data)
     refused(["scan", good, "--data", str(data), "--plot", str(link)], "which this run reads")
-    baseline = _scan_json(root / "baseline.json", [_row("dense")])
+    baseline = scan_json(root / "baseline.json", [scan_row("dense")])
     refused(["check", good, "--baseline", str(baseline), "--junit", str(baseline)],
             "which this run reads")  # fmt: skip
     notes = root / "notes.svg"
@@ -283,9 +265,9 @@ def test_usage_errors_of_check_exit_2(root: Path, good: str) -> None:
     m = measure(["check", good, "--seed", "-1"])  # click's usage error: exit 2, before any work
     assert m.returncode == 2 and "'--seed': -1 is not in the range" in m.stderr
     bounded(m)
-    seeded = _scan_json(root / "seed_minus_one.json", [_row("dense")], seed=-1)
+    seeded = scan_json(root / "seed_minus_one.json", [scan_row("dense")], seed=-1)
     refused(["check", good, "--baseline", str(seeded)], "probe.seed is -1")
-    empty = _scan_json(root / "no_layers.json", [])
+    empty = scan_json(root / "no_layers.json", [])
     refused(["check", good, "--baseline", str(empty)], "has no layers")
     refused(["diff", str(empty), good], "has no layers")
     quitter = root / "quitter.py"
@@ -338,9 +320,9 @@ def test_every_error_is_one_clear_line(root: Path, good: str, image_model: Path)
     huge_header = root / "huge_header.npy"
     huge_header.write_bytes(b"\x93NUMPY\x02\x00" + (200_000).to_bytes(4, "little") + b"{"
                             + b" " * 199_998 + b"\n")  # fmt: skip
-    digits = _scan_json(root / "digits.json", [_row("dense", 10**400)])
+    digits = scan_json(root / "digits.json", [scan_row("dense", 10**400)])
     surrogate = root / "surrogate.json"
-    surrogate.write_text(_scan_json(root / "tmp.json", [_row("dense")]).read_text()
+    surrogate.write_text(scan_json(root / "tmp.json", [scan_row("dense")]).read_text()
                          .replace('"dense"', '"dense\\ud800"'))  # fmt: skip
     unknown_rank = root / "unknown_rank.py"
     unknown_rank.write_text(
@@ -427,11 +409,11 @@ def test_diff_of_the_largest_scan_jsons_is_bounded(root: Path) -> None:
         rows, n = [], 0
         size = 400
         while size < MAX_PROFILE_BYTES - 200:
-            row = _row(f"layer_{n}", 0.5 * scale)
+            row = scan_row(f"layer_{n}", 0.5 * scale)
             rows.append(row)
             size += len(json.dumps(row)) + 2
             n += 1
-        return _scan_json(path, rows)
+        return scan_json(path, rows)
 
     a, b = write(root / "big_a.json", 1.0), write(root / "big_b.json", 1.5)
     assert os.path.getsize(a) <= MAX_PROFILE_BYTES
