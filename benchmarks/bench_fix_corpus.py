@@ -41,6 +41,7 @@ COLUMNS = ("faults", "repaired", "at layer", "verified")
 # cannot show it, so they train on labels from |x| (NONLINEAR_ROWS samples)
 NONLINEAR_OPS = ("hidden_linear", "relu_before_softmax")
 NONLINEAR_ROWS = 1024
+OTHER_SCALE = 500.0  # the regression targets of a second output, brought to (0, 1]
 # the optimizer's faults (corpus_faults.training_only): no finding from the file, so healthy
 # without data; with data, training finds them and the repair is the learning rate
 RATE_OPS = ("learning_rate_huge", "sgd_learning_rate_tiny")
@@ -117,17 +118,25 @@ def main() -> None:
 
 
 def _healthy_data(case: Case, folder: Path, labelled: dict[str, Path], key: str) -> Path:
-    """The healthy architecture's labelled data: labels a rule of the inputs gives (learnable)
-    when every input is numeric, else the corpus's (drawn at random: nothing can be verified
+    """The healthy architecture's labelled data: labels a rule of the inputs gives (learnable;
+    per output by each output's head) when every input is numeric, else the corpus's (drawn at random: nothing can be verified
     on them, as no model beats the class prior). The faults of NONLINEAR_OPS get a rule no
     linear map fits, on more samples."""
     arch = BY_NAME[case.arch]
     x, y = _arrays(arch, arch.head, seed=1)
-    nonlinear = case.op in NONLINEAR_OPS and not isinstance(y, dict)
+    nonlinear = case.op in NONLINEAR_OPS
     if nonlinear:
         x = arch.data(np.random.default_rng(1), NONLINEAR_ROWS)
-    if not isinstance(y, dict) and all(v.dtype.kind in "fiu" for v in x.values()):
-        y = _rule_labels(x, arch.head, y, nonlinear=nonlinear)
+    if all(v.dtype.kind in "fiu" for v in x.values()):
+        if isinstance(y, dict):  # each output's labels by its own head
+            heads = {"head": arch.head, **arch.others}
+            y = {k: _rule_labels(x, heads[k], v, nonlinear=nonlinear) for k, v in y.items()}
+            # the other outputs' regression targets at unit scale: at 50-500 their squared
+            # error (~2e4) swamps the shared layers and the healthy file does not train
+            # (its classification head ends above the class prior; training says exploding)
+            y = {k: v if k == "head" else v / OTHER_SCALE for k, v in y.items()}
+        else:
+            y = _rule_labels(x, arch.head, y, nonlinear=nonlinear)
     labelled[key] = _write_data(folder / f"{key}__labels.npz", x, y)
     return labelled[key]
 
@@ -161,7 +170,7 @@ def _rule_labels(
 ) -> np.ndarray:
     """Labels of the head's kind and shape from fixed projections of the standardised inputs;
     `nonlinear`: from the magnitudes of differences of features (`_magnitude_labels`)."""
-    flat = np.concatenate([v.reshape(len(v), -1).astype("float64") for v in x.values()], axis=1)
+    flat = np.concatenate([_features(v) for v in x.values()], axis=1)
     if nonlinear:
         return _magnitude_labels(flat, head, max(head.units, 1), drawn)
     flat = (flat - flat.mean(0)) / (flat.std(0) + 1e-9)
@@ -177,6 +186,18 @@ def _rule_labels(
     if head.kind == "regression":
         return (50 + 450 / (1 + np.exp(-scores))).astype("float32")
     return drawn
+
+
+def _features(v: np.ndarray) -> np.ndarray:
+    """The values a label rule reads from one input: its values, or for images (rows of
+    height x width x channels) what a small convolutional net reads, each channel's mean
+    brightness over the whole image and over its central half (a projection of single
+    pixels, mostly noise, is no task for convolutions and pooling)."""
+    if v.ndim != 4:
+        return v.reshape(len(v), -1).astype("float64")
+    h, w = v.shape[1] // 4, v.shape[2] // 4
+    centre = v[:, h : v.shape[1] - h, w : v.shape[2] - w]
+    return np.concatenate([v.mean(axis=(1, 2)), centre.mean(axis=(1, 2))], axis=1)
 
 
 def _magnitude_labels(flat: np.ndarray, head: Head, k: int, drawn: np.ndarray) -> np.ndarray:

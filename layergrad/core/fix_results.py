@@ -25,13 +25,32 @@ class Verdict(Word):
 
 
 @dataclass(frozen=True)
+class OutputLoss:
+    """One output's loss of a trained model with several outputs: the loss of its predictions
+    on the scored batches and its trivial loss on the same labels (None: it has none)."""
+
+    name: str  # the output, as Keras names it (`output_names`)
+    loss_name: str
+    final: float | None
+    trivial: float | None = None
+
+    @property
+    def relative(self) -> float | None:
+        """`final` over `trivial`."""
+        if self.final is None or not self.trivial:
+            return None
+        return self.final / self.trivial
+
+
+@dataclass(frozen=True)
 class Run:
     """One model trained on the data for the same steps from the same weights.
 
     `losses[i]` is the loss of step i + 1; `trivial` the loss of predicting the class prior
     (None when the loss has none, e.g. a regression); `final` the mean of the last tenth of
     the finite losses; `findings` every finding of check and training on this model;
-    `error` why it could not be trained (then `losses` is empty).
+    `error` why it could not be trained (then `losses` is empty); `outputs` each output's
+    own loss when the model has several (a repair is judged on the outputs it reaches).
     """
 
     loss_name: str
@@ -40,6 +59,7 @@ class Run:
     final: float | None = None
     findings: tuple[str, ...] = ()
     error: str | None = None
+    outputs: tuple[OutputLoss, ...] = ()
 
     @property
     def relative(self) -> float | None:

@@ -13,7 +13,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from bench_fix_corpus import _rule_labels
-from corpus_archs import BINARY, CATEGORICAL, SPARSE, tabular
+from corpus_archs import BINARY, CATEGORICAL, SPARSE, _pixels, tabular
 
 
 def _inputs() -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -55,3 +55,17 @@ def test_the_magnitude_classes_are_balanced_and_not_linear():
         assert np.all(np.abs(onehot.mean(0) - 1 / head.units) < 0.01)
         best_prior = 1 / head.units
         assert _linear_accuracy(design, onehot) < best_prior + 0.1  # sparse 0.26, one-hot 0.29
+
+
+def test_image_labels_follow_the_brightness_a_conv_can_read():
+    # the pixel images: labels from a projection of single pixels (mostly noise) were no
+    # task for a small conv; they now follow each image's mean brightness (whole, centre),
+    # so two images of the same brightness get the same class, and the classes are spread
+    x = _pixels(np.random.default_rng(5), 2000)
+    y = _rule_labels(x, CATEGORICAL, np.zeros((2000, CATEGORICAL.units)))
+    ids = y.argmax(1)
+    image = x["image"][..., 0].astype("float64")
+    bright = np.c_[image.mean((1, 2)), image[:, 3:9, 3:9].mean((1, 2)), np.ones(2000)]
+    weights = np.linalg.lstsq(bright, np.eye(CATEGORICAL.units)[ids], rcond=None)[0]
+    assert np.mean((bright @ weights).argmax(1) == ids) > 0.75  # linear in the two means
+    assert len(np.unique(ids)) >= 2

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from layergrad.commands.fix.evidence import judge
+from layergrad.commands.fix.evidence import judge, reached_outputs
 from layergrad.commands.fix.repair import FixOptions, fix_model
-from layergrad.core.fix_results import Run, Verdict
+from layergrad.core.fix_results import OutputLoss, Run, Verdict
 
 
 def test_a_cross_entropy_below_zero_is_no_loss_to_beat():
@@ -112,3 +112,96 @@ def test_an_original_loss_without_a_trivial_loss_judges_the_copy_by_its_own():
         "loss_mismatch", Run("mse", (2.0, 1.0), final=1.0), Run("mae", (2.0, 0.1), final=0.1)
     )
     assert verdict == Verdict.NOT_VERIFIED and "losses differ" in why
+
+
+def _two_outputs(head: float, value: float, total: float) -> Run:
+    """A run of a model with a classification output `head` (trivial loss 1.1) and a
+    regression output `value` (trivial loss 2e4, its targets' variance); the numbers are
+    written by hand."""
+    return Run(
+        "head: sparse_categorical_crossentropy, value: mse",
+        (total,),
+        final=total,
+        outputs=(
+            OutputLoss("head", "sparse_categorical_crossentropy", head, 1.1),
+            OutputLoss("value", "mse", value, 2.0e4),
+        ),
+    )
+
+
+def test_several_outputs_are_judged_each_by_its_own_loss():
+    # the total loss is the regression's: 1.05e4 + 0.4 is not clearly below 1.04e4 + 1.1,
+    # though the classification head fell from its trivial loss (1.1) to 0.4 / 1.1 = 0.36
+    original = _two_outputs(head=1.1, value=1.04e4, total=1.04e4 + 1.1)
+    repaired = _two_outputs(head=0.4, value=1.05e4, total=1.05e4 + 0.4)
+    assert judge("loss_mismatch", original, repaired) == (Verdict.VERIFIED, "")
+    assert judge("loss_mismatch", original, repaired, reached=("head",)) == (Verdict.VERIFIED, "")
+    # a repair that reaches the value output alone is judged there: 0.525 vs 0.52, not below
+    verdict, why = judge("loss_mismatch", original, repaired, reached=("value",))
+    assert verdict == Verdict.NOT_VERIFIED and why.startswith("output value:")
+    # a gain on one output bought by a clearly worse other one is no repair
+    worse = _two_outputs(head=0.4, value=1.5e4, total=1.5e4 + 0.4)
+    verdict, why = judge("loss_mismatch", original, worse)
+    assert verdict == Verdict.NOT_VERIFIED and "output value" in why and "clearly higher" in why
+
+
+def test_the_outputs_a_repair_reaches_follow_the_graph(tmp_path):
+    import json
+    import zipfile
+
+    import keras
+
+    from layergrad.model.graph import ModelGraph
+
+    x = keras.Input((4,), name="x")
+    trunk = keras.layers.Dense(3, name="trunk")(x)
+    side = keras.layers.Dense(3, name="side")(x)
+    head = keras.layers.Dense(2, name="head")(trunk)
+    value = keras.layers.Dense(1, name="value")(keras.layers.Concatenate(name="cat")([trunk, side]))
+    model = keras.Model(x, {"head": head, "value": value})
+    model.save(tmp_path / "two.keras")  # the graph as the file has it
+    with zipfile.ZipFile(tmp_path / "two.keras") as archive:
+        graph = ModelGraph.from_config(json.loads(archive.read("config.json")))
+    run = _two_outputs(1.0, 1.0, 2.0)
+    assert reached_outputs(graph, "head", run) == ("head",)
+    assert reached_outputs(graph, "side", run) == ("value",)
+    assert reached_outputs(graph, "trunk", run) == ("head", "value")
+    assert reached_outputs(graph, None, run) is None
+
+
+def test_each_outputs_served_loss_and_trivial_loss_match_numpy():
+    # two outputs of set weights; their losses and trivial losses worked out in numpy
+    import keras
+    import tensorflow as tf
+
+    from layergrad.commands.fix.training import _served_losses
+    from layergrad.engine.compiled_loss import label_request
+    from layergrad.model.loss_forms import find_loss
+
+    x_in = keras.Input((3,), name="x")
+    head = keras.layers.Dense(2, activation="softmax", name="head")(x_in)
+    value = keras.layers.Dense(1, name="value")(x_in)
+    model = keras.Model(x_in, {"head": head, "value": value})
+    rng = np.random.default_rng(3)
+    w_head, w_value = rng.normal(size=(3, 2)), rng.normal(size=(3, 1))
+    model.get_layer("head").set_weights([w_head, np.zeros(2)])
+    model.get_layer("value").set_weights([w_value, np.zeros(1)])
+    loss = {"head": "sparse_categorical_crossentropy", "value": "mse"}
+    model.compile(optimizer="sgd", loss=loss)
+    x = rng.normal(size=(64, 3)).astype("float32")
+    ids = rng.integers(0, 2, 64)
+    targets = rng.normal(5.0, 3.0, (64, 1)).astype("float32")
+    dataset = tf.data.Dataset.from_tensor_slices((x, {"head": ids, "value": targets})).batch(16)
+    request = label_request(model, find_loss({"loss": loss}, None))
+    total, outputs = _served_losses(model, dataset, request)
+    logits = x @ w_head
+    p = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    ce = -np.log(p[np.arange(64), ids]).reshape(4, 16).mean(1).mean()
+    mse = ((x @ w_value - targets) ** 2).reshape(4, 16).mean(1).mean()
+    by_name = {o.name: o for o in outputs}
+    assert by_name["head"].final == pytest.approx(ce, rel=1e-4)
+    assert by_name["value"].final == pytest.approx(mse, rel=1e-4)
+    assert total == pytest.approx(ce + mse, rel=1e-4)
+    freq = np.bincount(ids, minlength=2) / 64
+    assert by_name["head"].trivial == pytest.approx(-(freq * np.log(freq)).sum(), rel=1e-3)
+    assert by_name["value"].trivial == pytest.approx(targets.var(), rel=1e-3)

@@ -10,18 +10,19 @@ loss itself.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
 from layergrad.core.errors import LayergradError, describe
 from layergrad.core.fit_results import FitReport
-from layergrad.core.fix_results import Run, Verdict
+from layergrad.core.fix_results import OutputLoss, Run, Verdict
 from layergrad.core.probe_options import PathLike
 from layergrad.core.results import FileVerdict
 
 if TYPE_CHECKING:
     from layergrad.commands.check.steps import Opened
     from layergrad.commands.fit.train import FitOptions
+    from layergrad.model.graph import ModelGraph
 
 CLEARLY = 0.9  # a loss "clearly below" another: at most this share of it
 FALLING = 0.97  # a run still falls: its last tenth's mean below this share of the tenth before
@@ -52,16 +53,19 @@ def train(
     from layergrad.commands.fix.training import train_and_score
 
     try:
-        report, served, chance = train_and_score(model(), data, fit_options, limit=limit)
+        scored = train_and_score(model(), data, fit_options, limit=limit)
     except LayergradError as exc:
         return Run("-", findings=tuple(found), error=str(exc)), None
     except Exception as exc:
         return Run("-", findings=tuple(found), error=describe(exc)), None
+    report = scored.report
     findings = dict.fromkeys(found)
     for f in report.findings:
         findings.setdefault(str(f.finding), None)
-    final = served if served is not None else _final(report.losses)
-    return Run(report.loss_name, report.losses, chance, final, tuple(findings)), report
+    final = scored.served if scored.served is not None else _final(report.losses)
+    run = Run(report.loss_name, report.losses, scored.chance, final, tuple(findings),
+              outputs=scored.outputs)  # fmt: skip
+    return run, report
 
 
 def _final(losses: Sequence[float | None]) -> float | None:
@@ -75,13 +79,77 @@ def _final(losses: Sequence[float | None]) -> float | None:
     return sum(values) / len(values)
 
 
-def judge(finding: str, original: Run, repaired: Run) -> tuple[Verdict, str]:
+def judge(
+    finding: str, original: Run, repaired: Run, reached: Collection[str] | None = None
+) -> tuple[Verdict, str]:
     """`verified` when the finding is gone and the loss falls clearly below the original's;
-    else `not verified` and why."""
+    else `not verified` and why.
+
+    A model with several outputs is judged on the outputs the repair reaches (`reached`, by
+    name; None: every one), each by its own loss against its own trivial loss: the total
+    loss adds losses of any scale, and a regression output's can hide a classification
+    head's whole loss. It is verified when one of them ends clearly lower and none clearly
+    higher."""
     if repaired.error is not None:
         return Verdict.NOT_VERIFIED, f"the repaired copy could not be trained: {repaired.error}"
     if finding in repaired.findings:
         return Verdict.NOT_VERIFIED, f"the repaired copy still has {finding}"
+    falling = _FALLING_WHY if still_falling(repaired.losses) else ""
+    pairs = _output_pairs(original, repaired, reached)
+    if not pairs:
+        return _compare(original, repaired, falling)
+    said = [(name, _compare(theirs, mine, falling)) for name, theirs, mine in pairs]
+    worse = [
+        f"output {name}'s loss ends at {mine.relative:.3g} of its trivial loss, the "
+        f"original's at {theirs.relative:.3g}: clearly higher"
+        for name, theirs, mine in pairs
+        if mine.relative is not None
+        and theirs.relative is not None
+        and CLEARLY * mine.relative > theirs.relative
+    ]
+    if not worse and any(v is Verdict.VERIFIED for _, (v, _) in said):
+        return Verdict.VERIFIED, ""
+    whys = worse or [f"output {name}: {why}" for name, (_, why) in said]
+    return Verdict.NOT_VERIFIED, "; ".join(whys)
+
+
+def reached_outputs(graph: ModelGraph, layer: str | None, run: Run) -> tuple[str, ...] | None:
+    """The outputs of `run` a repair at `layer` can change: the output layer itself, one
+    nested in it, or one downstream of it (None: every output, as for the learning rate or a
+    model whose graph is unknown)."""
+    if layer is None or not graph.known:
+        return None
+    return tuple(
+        o.name
+        for o in run.outputs
+        if o.name == layer
+        or layer.startswith(f"{o.name}/")
+        or graph.depends(o.name, layer) is not False
+    )
+
+
+def _output_pairs(
+    original: Run, repaired: Run, reached: Collection[str] | None
+) -> list[tuple[str, Run, Run]]:
+    """(output name, the original's, the copy's) for each output the repair reaches that
+    both runs scored; empty for a model with one output (or outputs not scored)."""
+    if original.error is not None or not original.outputs or not repaired.outputs:
+        return []
+    copies = {o.name: o for o in repaired.outputs}
+    return [
+        (o.name, _as_run(o), _as_run(copies[o.name]))
+        for o in original.outputs
+        if o.name in copies and (reached is None or o.name in reached)
+    ]
+
+
+def _as_run(output: OutputLoss) -> Run:
+    return Run(output.loss_name, trivial=output.trivial, final=output.final)
+
+
+def _compare(original: Run, repaired: Run, falling: str) -> tuple[Verdict, str]:
+    """The verdict of the copy's loss against the original's (each against its trivial loss
+    where it has one)."""
     if repaired.final is None:
         return Verdict.NOT_VERIFIED, "the repaired copy's loss turned NaN/Inf"
     # a cross-entropy below 0 read labels it cannot take (e.g. targets beyond [0, 1]): it
@@ -96,15 +164,14 @@ def judge(finding: str, original: Run, repaired: Run) -> tuple[Verdict, str]:
             else (" could not be trained")
         )
         mine = repaired.relative
-        if mine is not None and still_falling(repaired.losses):
+        if mine is not None and falling:
             stays = (
                 f"and the copy's loss ends at {mine:.3g} of the trivial loss, "
-                f"not clearly below it{_FALLING_WHY}"
+                f"not clearly below it{falling}"
             )
         else:
             stays = "and the copy's loss stays at the trivial loss"
         return Verdict.NOT_VERIFIED, f"the original{said}, {stays}"
-    falling = _FALLING_WHY if still_falling(repaired.losses) else ""
     mine, theirs = repaired.relative, original.relative
     if mine is not None and theirs is not None:
         if mine <= CLEARLY * theirs:

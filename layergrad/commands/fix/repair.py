@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from layergrad.commands.check.gate import check_file
 from layergrad.commands.check.options import CheckOptions
-from layergrad.commands.fix.evidence import check_findings, judge, train
+from layergrad.commands.fix.evidence import check_findings, judge, reached_outputs, train
 from layergrad.commands.fix.opened import OpenedFile
 from layergrad.commands.fix.plan import Plan
 from layergrad.core.errors import InputError, OutputError, describe
@@ -191,7 +191,8 @@ def fix_model(
             gone = tuple(f for f in before if f not in found)
             verdict_, why = Verdict.NOT_RUN, ""
             if original is not None and run is not None:
-                verdict_, why = judge(plan.finding, original, run)
+                reached = reached_outputs(info.graph, plan.layer, original)
+                verdict_, why = judge(plan.finding, original, run, reached)
             elif plan.finding in found:
                 why = f"the copy with this repair still has {plan.finding}"
             repairs[index] = replace(repairs[index], gone=gone, verdict=verdict_, why=why,

@@ -14,6 +14,8 @@ import contextlib
 import copy
 import math
 import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,8 +31,12 @@ from layergrad.commands.fit.run import (
 from layergrad.commands.fit.train import FitOptions
 from layergrad.core.errors import InputError, describe
 from layergrad.core.fit_results import FitReport
+from layergrad.core.fix_results import OutputLoss
 from layergrad.core.probe_options import PathLike
 from layergrad.core.tf_runtime import keras, tf
+from layergrad.core.tf_types import Dataset, KerasModel
+from layergrad.data.labels import LabelRequest, TrivialLoss
+from layergrad.engine.compiled_loss import label_request, output_keys
 from layergrad.training.monitor import GradientMonitor
 from layergrad.training.rules import chance_loss
 
@@ -40,11 +46,22 @@ if TYPE_CHECKING:
 SCORED_BATCHES = 32  # batches of the data the trained model's predictions are scored on
 
 
+@dataclass(frozen=True)
+class Scored:
+    """A model trained for `fix`: the fit report, the loss of the trained model's predictions
+    (None: not computable), the chance loss of the labels and, with several outputs, each
+    output's own."""
+
+    report: FitReport
+    served: float | None
+    chance: float | None
+    outputs: tuple[OutputLoss, ...] = ()
+
+
 def train_and_score(
     opened: Opened, data: PathLike, options: FitOptions, *, limit: int | None = None
-) -> tuple[FitReport, float | None, float | None]:
-    """(the fit report, the served loss of the trained model, the chance loss of the labels)
-    of the model `opened` (as `session.load` returns it), which is trained in place.
+) -> Scored:
+    """The model `opened` (as `session.load` returns it) trained in place, and scored.
 
     Raises:
         InputError: as `fit_model` (data without labels, no loss or optimizer, ...).
@@ -74,19 +91,70 @@ def train_and_score(
             ) from exc
         stream.raise_failure()
     assert monitor.report is not None
-    return monitor.report, _served_loss(model, dataset), chance
+    served, outputs = _served_losses(model, dataset, label_request(model, spec))
+    return Scored(monitor.report, served, chance, outputs)
 
 
-def _served_loss(model: object, dataset: object) -> float | None:
-    """The compiled loss of the model's predictions (plain arrays) on the first batches."""
-    values = []
+def _served_losses(
+    model: KerasModel, dataset: Dataset, request: LabelRequest
+) -> tuple[float | None, tuple[OutputLoss, ...]]:
+    """The compiled loss of the model's predictions (plain arrays) on the first batches and,
+    for a model with several outputs, each output's loss and trivial loss on them."""
+    several = len(request.outputs) > 1
+    values: list[float] = []
+    per_output: list[list[float]] = [[] for _ in request.outputs]
+    trivial = [TrivialLoss(n, u or 0) for n, u in zip(request.losses, request.units, strict=False)]
     with contextlib.suppress(Exception):  # a model whose loss cannot be recomputed: no score
-        for x, y in dataset.take(SCORED_BATCHES):  # type: ignore[attr-defined]
-            predicted = model(x, training=False)  # type: ignore[operator]
+        losses = _output_losses(model, len(request.outputs)) if several else []
+        for x, y in dataset.take(SCORED_BATCHES):
+            predicted = model(x, training=False)
             plain = tf.nest.map_structure(lambda t: tf.constant(np.asarray(t)), predicted)
-            loss = model.compute_loss(x=x, y=y, y_pred=plain)  # type: ignore[attr-defined]
-            values.append(float(np.asarray(loss)))
-    finite = [v for v in values if math.isfinite(v)]
-    if not values or len(finite) < len(values):
+            values.append(float(np.asarray(model.compute_loss(x=x, y=y, y_pred=plain))))
+            if several:
+                _add_outputs(y, plain, losses, per_output, trivial)
+    outputs: tuple[OutputLoss, ...] = ()
+    if several and values and all(len(v) == len(values) for v in per_output):
+        outputs = tuple(
+            OutputLoss(name, loss, _mean(v), t.value() if t.known else None)
+            for name, loss, v, t in zip(
+                request.outputs, request.losses, per_output, trivial, strict=False
+            )
+        )
+    return _mean(values), outputs
+
+
+def _add_outputs(
+    y: object,
+    predicted: object,
+    losses: list[Callable[..., object]],
+    per_output: list[list[float]],
+    trivial: list[TrivialLoss],
+) -> None:
+    """Add one batch's loss and labels of each output (nothing for an output whose loss cannot
+    be computed: the outputs are then left unscored)."""
+    pairs = zip(keras.tree.flatten(y), keras.tree.flatten(predicted), strict=True)
+    with contextlib.suppress(Exception):
+        for k, (labels, guess) in enumerate(pairs):
+            per_output[k].append(float(np.mean(np.asarray(losses[k](labels, guess)))))
+            trivial[k].add(np.asarray(labels))
+
+
+def _output_losses(model: KerasModel, count: int) -> list[Callable[..., object]]:
+    """The compiled loss function of each output, in output order (as `output_names`)."""
+    loss = model.loss
+    names = list(getattr(model, "output_names", None) or [])
+    keys = output_keys(model, count) or names
+    if isinstance(loss, Mapping):
+        each = [loss.get(n, loss.get(k)) for n, k in zip(names, keys, strict=True)]
+    elif isinstance(loss, (list, tuple)):
+        each = list(loss)
+    else:
+        each = [loss] * count
+    return [keras.losses.get(v) if isinstance(v, str) else v for v in each]
+
+
+def _mean(values: list[float]) -> float | None:
+    """The mean, None when there is nothing or a value is NaN/Inf."""
+    if not values or not all(math.isfinite(v) for v in values):
         return None
-    return sum(finite) / len(finite)
+    return sum(values) / len(values)
