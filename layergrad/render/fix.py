@@ -107,6 +107,11 @@ def run_json(run: Run | None) -> dict[str, object] | None:
         "final_loss": _num(run.final),
         "findings": list(run.findings),
         "error": run.error,
+        "outputs": [
+            {"name": o.name, "loss": o.loss_name, "final_loss": _num(o.final),
+             "trivial_loss": _num(o.trivial)}
+            for o in run.outputs
+        ],  # fmt: skip
     }
 
 
