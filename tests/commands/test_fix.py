@@ -298,7 +298,10 @@ def test_raw_pixels_get_a_rescaling_layer_in_front(tmp_path):
     report = fix_model(sample("bug_unscaled_input.keras"), data,
                        FixOptions(output=str(out), steps=300))  # fmt: skip
     (repair,) = [r for r in report.repairs if r.finding == "input_range"]
-    assert repair.layer == "pixels"
+    assert (
+        repair.layer == "squash"
+    )  # the layer that reads the raw pixels; the code says "at pixels"
+    assert repair.code == ("x = pixels -> x = Rescaling(1/255)(pixels) at pixels",)
     copy = keras.saving.load_model(out, compile=False)
     rescaling = copy.get_layer("rescaling")
     assert abs(rescaling.scale - 1 / 255) < 1e-9

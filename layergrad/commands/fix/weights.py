@@ -25,6 +25,7 @@ from layergrad.commands.fix.plan import (
 from layergrad.core.fit_results import Checkpoint, FitReport
 from layergrad.files.file_info import FileInfo
 from layergrad.model import config_edit as ed
+from layergrad.model.graph import ModelGraph
 
 KERNEL_FACTOR = 4.0  # a kernel whose std is this many times off its initialiser's: far off
 BIAS_LIMIT = 10.0  # a bias entry beyond this (in |value|): far off (Keras starts at 0)
@@ -143,13 +144,23 @@ def scale_inputs(info: FileInfo, stats: Sequence[InputStats], finding: str) -> P
             cls = "Normalization"
         edits.append(_insert_input(s.name, cls, name, options))
     names = [s.name for s in raw]
+    reader = _first_reader(info.graph, names[0])
     why = (
         f"the inputs {listing(names)} are scaled in the model: values of mean |x| "
         f"{raw[0].mean_abs:.3g} (from {raw[0].low:g} to {raw[0].high:g}) pin the first "
         "layer's units; a scaling layer first brings them to [0, 1] (8-bit pixels) or unit "
         "variance, and the saved model scales its own inputs"
     )
-    return Plan(finding, names[0], why, tuple(code), tuple(edits))
+    return Plan(finding, reader, why, tuple(code), tuple(edits))
+
+
+def _first_reader(graph: ModelGraph, source: str) -> str:
+    """The first layer that reads the input `source`, where its scale did harm (the layer
+    `check` names); the input itself when the graph does not say."""
+    for node in graph.order:
+        if (source, 0) in graph.preds.get(node, ()):
+            return node[0]
+    return source
 
 
 LOWER = ("diverging", "oscillating")  # the findings of a rate too high
