@@ -68,3 +68,20 @@ def test_the_page_draws_both_curves_and_escapes():
     page = render("fix", "html", REPORT)
     assert page.count("<polyline") == 2
     assert "<b>x</b>" not in page and "&lt;b&gt;x&lt;/b&gt;" in page
+
+
+def test_each_outputs_loss_is_in_the_run():
+    from dataclasses import replace
+
+    from layergrad.core.fix_results import OutputLoss
+
+    two = replace(ORIGINAL, outputs=(OutputLoss("kind", "sparse_categorical_crossentropy", 0.4,
+                                                1.1), OutputLoss("price", "mse", math.inf)))  # fmt: skip
+    doc = json.loads(render("fix", "json", replace(REPORT, original=two)))
+    (repair,) = doc["repairs"]
+    assert repair["original"]["outputs"] == [
+        {"name": "kind", "loss": "sparse_categorical_crossentropy", "final_loss": 0.4,
+         "trivial_loss": 1.1},
+        {"name": "price", "loss": "mse", "final_loss": None, "trivial_loss": None},
+    ]  # fmt: skip
+    assert repair["repaired"]["outputs"] == []  # one output: none listed
