@@ -33,6 +33,7 @@ class OutputLoss:
     loss_name: str
     final: float | None
     trivial: float | None = None
+    baseline: float | None = None  # the original's trained output, scored by this loss
 
     @property
     def relative(self) -> float | None:
@@ -51,6 +52,9 @@ class Run:
     the finite losses; `findings` every finding of check and training on this model;
     `error` why it could not be trained (then `losses` is empty); `outputs` each output's
     own loss when the model has several (a repair is judged on the outputs it reaches).
+    `baseline` (a repaired copy's run): the trained original's predictions scored on the
+    same batches by this run's loss, the like-for-like loss to beat (None when the original
+    could not be trained or its outputs cannot take this loss).
     """
 
     loss_name: str
@@ -60,6 +64,7 @@ class Run:
     findings: tuple[str, ...] = ()
     error: str | None = None
     outputs: tuple[OutputLoss, ...] = ()
+    baseline: float | None = None
 
     @property
     def relative(self) -> float | None:

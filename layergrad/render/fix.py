@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from rich.console import RenderableType
 from rich.text import Text
 
-from layergrad.core.fix_results import SCHEMA, FixReport, Repair, Run
+from layergrad.core.fix_results import SCHEMA, FixReport, OutputLoss, Repair, Run
 from layergrad.render.common import json_document, md_code, md_table, md_text, number, to_text
 from layergrad.render.escape import visible
 from layergrad.render.html_page import Html, badge, cell, el, page, report_head
@@ -107,11 +107,18 @@ def run_json(run: Run | None) -> dict[str, object] | None:
         "final_loss": _num(run.final),
         "findings": list(run.findings),
         "error": run.error,
-        "outputs": [
-            {"name": o.name, "loss": o.loss_name, "final_loss": _num(o.final),
-             "trivial_loss": _num(o.trivial)}
-            for o in run.outputs
-        ],  # fmt: skip
+        "baseline_loss": _num(run.baseline),
+        "outputs": [_output_json(o) for o in run.outputs],
+    }
+
+
+def _output_json(output: OutputLoss) -> dict[str, object]:
+    return {
+        "name": output.name,
+        "loss": output.loss_name,
+        "final_loss": _num(output.final),
+        "trivial_loss": _num(output.trivial),
+        "baseline_loss": _num(output.baseline),
     }
 
 

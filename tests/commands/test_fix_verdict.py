@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -205,3 +207,64 @@ def test_each_outputs_served_loss_and_trivial_loss_match_numpy():
     freq = np.bincount(ids, minlength=2) / 64
     assert by_name["head"].trivial == pytest.approx(-(freq * np.log(freq)).sum(), rel=1e-3)
     assert by_name["value"].trivial == pytest.approx(targets.var(), rel=1e-3)
+
+
+def test_a_copy_is_judged_by_its_loss_on_the_originals_predictions_where_it_can_be():
+    # the original trained with squared error on one-hot rows; the copy with categorical
+    # cross-entropy. Each against its own trivial loss they do not compare (0.17 against
+    # 0.31); the original's predictions scored by the copy's loss (its baseline) do
+    original = Run("mean_squared_error", (0.1, 0.03), trivial=0.16, final=0.03)
+    better = Run("categorical_crossentropy", (1.6, 0.5), trivial=1.6, final=0.5, baseline=0.8)
+    assert judge("loss_mismatch", original, better) == (Verdict.VERIFIED, "")
+    level = replace(better, baseline=0.52)  # 0.5 > 0.9 x 0.52
+    verdict, why = judge("loss_mismatch", original, level)
+    assert verdict == Verdict.NOT_VERIFIED
+    assert "0.312 of the trivial loss, the original's at 0.325" in why
+    assert "scored by the same loss" in why
+    # a loss below 0 by design (cosine similarity): clearly below is 10% of its size lower
+    cosine = Run("cosine_similarity", (0.0, -0.5), final=-0.5, baseline=-0.4)
+    assert judge("exploding", Run("cosine_similarity", (0.0,), final=-0.4), cosine)[0] == (
+        Verdict.VERIFIED
+    )
+    # several outputs: each output's own baseline; a reached output clearly worse than the
+    # original's predictions on it is no repair
+    two = _two_outputs(head=1.1, value=1.04e4, total=1.04e4 + 1.1)
+    outputs = (
+        OutputLoss("head", "sparse_categorical_crossentropy", 0.4, 1.1, baseline=1.0),
+        OutputLoss("value", "mse", 1.3e4, 2.0e4, baseline=1.0e4),
+    )
+    copy = Run("-", (1.0,), final=1.3e4, outputs=outputs)
+    verdict, why = judge("loss_mismatch", two, copy)
+    assert verdict == Verdict.NOT_VERIFIED and "output value's loss ends at 1.3 times" in why
+    assert judge("loss_mismatch", two, copy, reached=("head",)) == (Verdict.VERIFIED, "")
+
+
+def test_the_originals_predictions_are_scored_by_the_copys_loss_or_not_at_all():
+    # the copy's loss (binary cross-entropy) on the original's predictions, worked out in
+    # numpy; an original whose outputs have another shape gets no baseline
+    import keras
+    import tensorflow as tf
+
+    from layergrad.commands.fix.training import _served_losses
+    from layergrad.engine.compiled_loss import label_request
+    from layergrad.model.loss_forms import find_loss
+
+    def dense(units: int, seed: int) -> keras.Model:
+        x_in = keras.Input((3,), name="x")
+        model = keras.Model(x_in, keras.layers.Dense(units, activation="sigmoid")(x_in))
+        weights = np.random.default_rng(seed).normal(size=(3, units))
+        model.layers[-1].set_weights([weights, np.zeros(units)])
+        return model
+
+    copy, original, wider = dense(1, 1), dense(1, 2), dense(2, 3)
+    copy.compile(optimizer="sgd", loss="binary_crossentropy")
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(32, 3)).astype("float32")
+    y = rng.integers(0, 2, (32, 1)).astype("float32")
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    request = label_request(copy, find_loss({"loss": "binary_crossentropy"}, None))
+    p = 1 / (1 + np.exp(-(x @ original.layers[-1].get_weights()[0])))
+    bce = -(y * np.log(p) + (1 - y) * np.log(1 - p)).reshape(2, 16).mean(1).mean()
+    theirs, _ = _served_losses(copy, dataset, request, predictor=original)
+    assert theirs == pytest.approx(bce, rel=1e-4)
+    assert _served_losses(copy, dataset, request, predictor=wider) == (None, ())

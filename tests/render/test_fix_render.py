@@ -76,12 +76,13 @@ def test_each_outputs_loss_is_in_the_run():
     from layergrad.core.fix_results import OutputLoss
 
     two = replace(ORIGINAL, outputs=(OutputLoss("kind", "sparse_categorical_crossentropy", 0.4,
-                                                1.1), OutputLoss("price", "mse", math.inf)))  # fmt: skip
+                                                1.1, 0.9), OutputLoss("price", "mse", math.inf)))  # fmt: skip
     doc = json.loads(render("fix", "json", replace(REPORT, original=two)))
     (repair,) = doc["repairs"]
     assert repair["original"]["outputs"] == [
         {"name": "kind", "loss": "sparse_categorical_crossentropy", "final_loss": 0.4,
-         "trivial_loss": 1.1},
-        {"name": "price", "loss": "mse", "final_loss": None, "trivial_loss": None},
+         "trivial_loss": 1.1, "baseline_loss": 0.9},
+        {"name": "price", "loss": "mse", "final_loss": None, "trivial_loss": None,
+         "baseline_loss": None},
     ]  # fmt: skip
     assert repair["repaired"]["outputs"] == []  # one output: none listed

@@ -14,7 +14,6 @@ from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
 from layergrad.core.errors import LayergradError, describe
-from layergrad.core.fit_results import FitReport
 from layergrad.core.fix_results import OutputLoss, Run, Verdict
 from layergrad.core.probe_options import PathLike
 from layergrad.core.results import FileVerdict
@@ -22,6 +21,8 @@ from layergrad.core.results import FileVerdict
 if TYPE_CHECKING:
     from layergrad.commands.check.steps import Opened
     from layergrad.commands.fit.train import FitOptions
+    from layergrad.commands.fix.training import Scored
+    from layergrad.core.tf_types import KerasModel
     from layergrad.model.graph import ModelGraph
 
 CLEARLY = 0.9  # a loss "clearly below" another: at most this share of it
@@ -44,16 +45,17 @@ def train(
     *,
     limit: int | None,
     found: Sequence[str] = (),
-) -> tuple[Run, FitReport | None]:
+    rival: KerasModel | None = None,
+) -> tuple[Run, Scored | None]:
     """Train the model `model()` gives (as `session.load` returns it; trained in place) and
     summarise the run (a model that cannot be opened or trained: a run with its error);
     `found` are its check findings, joined by the training findings. `final` is the loss of
     the trained model's predictions (`training`), else the last tenth of the training
-    losses."""
+    losses; `baseline` the trained `rival`'s, scored the same way."""
     from layergrad.commands.fix.training import train_and_score
 
     try:
-        scored = train_and_score(model(), data, fit_options, limit=limit)
+        scored = train_and_score(model(), data, fit_options, limit=limit, rival=rival)
     except LayergradError as exc:
         return Run("-", findings=tuple(found), error=str(exc)), None
     except Exception as exc:
@@ -64,8 +66,8 @@ def train(
         findings.setdefault(str(f.finding), None)
     final = scored.served if scored.served is not None else _final(report.losses)
     run = Run(report.loss_name, report.losses, scored.chance, final, tuple(findings),
-              outputs=scored.outputs)  # fmt: skip
-    return run, report
+              outputs=scored.outputs, baseline=scored.baseline)  # fmt: skip
+    return run, scored
 
 
 def _final(losses: Sequence[float | None]) -> float | None:
@@ -85,6 +87,11 @@ def judge(
     """`verified` when the finding is gone and the loss falls clearly below the original's;
     else `not verified` and why.
 
+    The original's loss is, where it can be, its trained predictions scored by the copy's
+    loss on the same batches (the copy's `baseline`): a repair that changes the loss is then
+    still judged by one loss. Otherwise (the original could not be trained, or its outputs
+    have another shape) each run is read against its own trivial loss.
+
     A model with several outputs is judged on the outputs the repair reaches (`reached`, by
     name; None: every one), each by its own loss against its own trivial loss: the total
     loss adds losses of any scale, and a regression output's can hide a classification
@@ -100,12 +107,9 @@ def judge(
         return _compare(original, repaired, falling)
     said = [(name, _compare(theirs, mine, falling)) for name, theirs, mine in pairs]
     worse = [
-        f"output {name}'s loss ends at {mine.relative:.3g} of its trivial loss, the "
-        f"original's at {theirs.relative:.3g}: clearly higher"
+        f"output {name}'s loss ends at {ratio:.3g} times the original's: clearly higher"
         for name, theirs, mine in pairs
-        if mine.relative is not None
-        and theirs.relative is not None
-        and CLEARLY * mine.relative > theirs.relative
+        if (ratio := _ratio(theirs, mine)) is not None and CLEARLY * ratio > 1
     ]
     if not worse and any(v is Verdict.VERIFIED for _, (v, _) in said):
         return Verdict.VERIFIED, ""
@@ -144,7 +148,19 @@ def _output_pairs(
 
 
 def _as_run(output: OutputLoss) -> Run:
-    return Run(output.loss_name, trivial=output.trivial, final=output.final)
+    return Run(output.loss_name, trivial=output.trivial, final=output.final,
+               baseline=output.baseline)  # fmt: skip
+
+
+def _ratio(original: Run, repaired: Run) -> float | None:
+    """The copy's loss over the original's, like for like where it can be (None when the
+    two have no common scale)."""
+    if repaired.final is None:
+        return None
+    if repaired.baseline is not None and repaired.baseline > 0:
+        return repaired.final / repaired.baseline
+    mine, theirs = repaired.relative, original.relative
+    return mine / theirs if mine is not None and theirs else None
 
 
 def _compare(original: Run, repaired: Run, falling: str) -> tuple[Verdict, str]:
@@ -152,6 +168,8 @@ def _compare(original: Run, repaired: Run, falling: str) -> tuple[Verdict, str]:
     where it has one)."""
     if repaired.final is None:
         return Verdict.NOT_VERIFIED, "the repaired copy's loss turned NaN/Inf"
+    if repaired.baseline is not None:
+        return _like_for_like(repaired, falling)
     # a cross-entropy below 0 read labels it cannot take (e.g. targets beyond [0, 1]): it
     # measures nothing, like a run that could not train
     invalid = original.final is not None and original.final < 0 and _is_entropy(original)
@@ -200,6 +218,24 @@ def _compare(original: Run, repaired: Run, falling: str) -> tuple[Verdict, str]:
     return Verdict.NOT_VERIFIED, (
         f"the losses differ ({original.loss_name}, {repaired.loss_name}) and have no trivial "
         "loss to compare them by"
+    )
+
+
+def _like_for_like(repaired: Run, falling: str) -> tuple[Verdict, str]:
+    """The copy against the trained original's predictions scored by the copy's loss, on the
+    same batches and labels (its `baseline`): one loss, one scale."""
+    mine, theirs = repaired.final, repaired.baseline
+    assert mine is not None and theirs is not None
+    if mine <= theirs - (1 - CLEARLY) * abs(theirs):  # 0.9x, for a loss below 0 too
+        return Verdict.VERIFIED, ""
+    if repaired.trivial:
+        said = f"{mine / repaired.trivial:.3g} of the trivial loss, the original's"
+        said += f" at {theirs / repaired.trivial:.3g}"
+    else:
+        said = f"{mine:.4g}, the original's at {theirs:.4g}"
+    return Verdict.NOT_VERIFIED, (
+        f"the loss ends at {said} (its predictions scored by the same loss): not clearly "
+        f"below{falling}"
     )
 
 

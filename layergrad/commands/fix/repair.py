@@ -111,14 +111,17 @@ def fix_model(
     original: Run | None = None
     fit_report = None
     fitting = None
+    rival = None  # the trained original, scored by each copy's loss
     if data is not None:
         from layergrad.commands.fit.train import FitOptions
         from layergrad.commands.fix.data import data_facts
 
         labels, stats = data_facts(model, info, data, options.limit, options.batch_size)
         fitting = FitOptions(steps=options.steps, batch_size=options.batch_size, seed=options.seed)
-        original, fit_report = train(lambda: original_file.twin(probe), data, fitting,
-                                     limit=options.limit, found=before)  # fmt: skip
+        original, trained = train(lambda: original_file.twin(probe), data, fitting,
+                                  limit=options.limit, found=before)  # fmt: skip
+        fit_report = trained.report if trained is not None else None
+        rival = trained.model if trained is not None else None
         before = list(original.findings)
     from layergrad.commands.fix.rules import plan_repairs
 
@@ -157,7 +160,7 @@ def fix_model(
         if data is None or fitting is None:
             return found, None
         run, _ = train(lambda: copy_file.get(probe), data, fitting, limit=options.limit,
-                       found=found)  # fmt: skip
+                       found=found, rival=rival)  # fmt: skip
         return run.findings, run
 
     repairs: list[Repair] = []

@@ -15,7 +15,7 @@ import copy
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -56,12 +56,21 @@ class Scored:
     served: float | None
     chance: float | None
     outputs: tuple[OutputLoss, ...] = ()
+    model: KerasModel | None = None  # the trained model, to be scored by the copies' losses
+    baseline: float | None = None  # the rival's predictions scored as `served` is
 
 
 def train_and_score(
-    opened: Opened, data: PathLike, options: FitOptions, *, limit: int | None = None
+    opened: Opened,
+    data: PathLike,
+    options: FitOptions,
+    *,
+    limit: int | None = None,
+    rival: KerasModel | None = None,
 ) -> Scored:
-    """The model `opened` (as `session.load` returns it) trained in place, and scored.
+    """The model `opened` (as `session.load` returns it) trained in place, and scored; and
+    the trained `rival` (the original, for a repaired copy) scored on the same batches by the
+    same loss, when its outputs can take it (its losses are the `baseline`s).
 
     Raises:
         InputError: as `fit_model` (data without labels, no loss or optimizer, ...).
@@ -91,15 +100,26 @@ def train_and_score(
             ) from exc
         stream.raise_failure()
     assert monitor.report is not None
-    served, outputs = _served_losses(model, dataset, label_request(model, spec))
-    return Scored(monitor.report, served, chance, outputs)
+    request = label_request(model, spec)
+    served, outputs = _served_losses(model, dataset, request)
+    baseline = None
+    if rival is not None:
+        baseline, theirs = _served_losses(model, dataset, request, predictor=rival)
+        lost = {o.name: o.final for o in theirs}
+        outputs = tuple(replace(o, baseline=lost.get(o.name)) for o in outputs)
+    return Scored(monitor.report, served, chance, outputs, model, baseline)
 
 
 def _served_losses(
-    model: KerasModel, dataset: Dataset, request: LabelRequest
+    model: KerasModel,
+    dataset: Dataset,
+    request: LabelRequest,
+    predictor: KerasModel | None = None,
 ) -> tuple[float | None, tuple[OutputLoss, ...]]:
     """The compiled loss of the model's predictions (plain arrays) on the first batches and,
-    for a model with several outputs, each output's loss and trivial loss on them."""
+    for a model with several outputs, each output's loss and trivial loss on them; of
+    `predictor`'s predictions when given, scored by `model`'s loss (None when they cannot
+    be: another shape)."""
     several = len(request.outputs) > 1
     values: list[float] = []
     per_output: list[list[float]] = [[] for _ in request.outputs]
@@ -108,6 +128,11 @@ def _served_losses(
         losses = _output_losses(model, len(request.outputs)) if several else []
         for x, y in dataset.take(SCORED_BATCHES):
             predicted = model(x, training=False)
+            if predictor is not None:  # the same outputs, or no score
+                theirs = predictor(x, training=False)
+                if _shapes(theirs) != _shapes(predicted):
+                    return None, ()
+                predicted = theirs
             plain = tf.nest.map_structure(lambda t: tf.constant(np.asarray(t)), predicted)
             values.append(float(np.asarray(model.compute_loss(x=x, y=y, y_pred=plain))))
             if several:
@@ -121,6 +146,10 @@ def _served_losses(
             )
         )
     return _mean(values), outputs
+
+
+def _shapes(outputs: object) -> list[tuple[int | None, ...]]:
+    return [tuple(t.shape) for t in keras.tree.flatten(outputs)]
 
 
 def _add_outputs(
