@@ -459,6 +459,30 @@ def test_a_head_beside_a_large_regression_is_verified_by_its_own_loss(tmp_path):
     assert head.final < 0.9 * {o.name: o for o in original.outputs}["kind"].final
 
 
+def test_weights_of_sub_layers_are_kept_each_in_its_place(tmp_path):
+    """A Bidirectional LSTM holds two `kernel`s, MultiHeadAttention four: each weight of the
+    copy is the original's same weight (Keras's own `get_weights` order is the truth)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((6,), dtype="int32", name="tokens")
+    h = keras.layers.Embedding(20, 8, name="emb")(tokens)
+    h = keras.layers.MultiHeadAttention(2, 4, name="mha")(h, h)
+    h = keras.layers.Bidirectional(keras.layers.LSTM(4), name="bi")(h)
+    model = keras.Model(tokens, keras.layers.Dense(1, activation="softmax", name="head")(h))
+    model.compile(optimizer="adam", loss="binary_crossentropy")
+    path = tmp_path / "seq.keras"
+    model.save(path)
+    out = tmp_path / "o.keras"
+    report = fix_model(path, options=FixOptions(output=str(out)))
+    assert [r.layer for r in report.repairs] == ["head"]
+    copy = keras.saving.load_model(out, compile=False)
+    for name in ("emb", "mha", "bi", "head"):
+        for mine, theirs in zip(copy.get_layer(name).get_weights(),
+                                model.get_layer(name).get_weights(), strict=True):  # fmt: skip
+            np.testing.assert_array_equal(mine, theirs, err_msg=name)
+
+
 def test_a_legacy_h5_model_is_repaired_into_a_keras_copy(tmp_path):
     import keras
 

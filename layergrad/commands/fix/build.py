@@ -138,8 +138,8 @@ def _modern_loss(keras: KerasModule, loss: object) -> object:
 
 
 def _carry_weights(old: KerasModel, new: KerasModel, fresh: set[tuple[str, str]]) -> None:
-    """Copy each weight that exists in both models with the same shape (by layer path and
-    weight name), except those left `fresh`."""
+    """Copy each weight that exists in both models with the same shape (by layer path, then
+    by the layer's own order of weights), except those left `fresh`."""
     before = dict(_layers(old))
     for path, layer in _layers(new):
         if hasattr(layer, "layers"):
@@ -147,14 +147,25 @@ def _carry_weights(old: KerasModel, new: KerasModel, fresh: set[tuple[str, str]]
         source = before.get(path)
         if source is None or (path, "*") in fresh:
             continue
-        values = {_short(v): v for v in source.weights}
-        for variable in layer.weights:
-            name = _short(variable)
-            if (path, name) in fresh:
+        for found, variable in _pairs(source, layer):
+            if (path, _short(variable)) in fresh:
                 continue
-            found = values.get(name)
-            if found is not None and tuple(found.shape) == tuple(variable.shape):
+            if tuple(found.shape) == tuple(variable.shape):
                 variable.assign(found.numpy())
+
+
+def _pairs(source: KerasLayer, layer: KerasLayer) -> list[tuple[KerasVariable, KerasVariable]]:
+    """The weights of `source` and of its rebuilt `layer` that are one another: in the layer's
+    own order (as `set_weights` reads them) when the class and the count are the same, which
+    holds the weights of sub-layers apart (a `Bidirectional`'s two `kernel`s, the four of
+    `MultiHeadAttention`); else by name, where the name is the layer's only one."""
+    olds, news = list(source.weights), list(layer.weights)
+    if type(source).__name__ == type(layer).__name__ and len(olds) == len(news):
+        return list(zip(olds, news, strict=True))
+    named: dict[str, list[KerasVariable]] = {}
+    for variable in olds:
+        named.setdefault(_short(variable), []).append(variable)
+    return [(named[_short(v)][0], v) for v in news if len(named.get(_short(v), ())) == 1]
 
 
 def _layers(model: KerasModel, prefix: str = "") -> Iterator[tuple[str, KerasLayer]]:
