@@ -207,6 +207,15 @@ def test_bad_input_is_exit_2(tmp_path):
     result = CliRunner().invoke(cli.main, ["fix", str(bad), "--output", str(tmp_path / "o.keras")])
     assert result.exit_code == 2
     assert result.stderr.startswith("error:") and "Traceback" not in result.stderr
+    # data without labels: nothing can be trained on it, no copy is written
+    inputs_only = tmp_path / "x.npz"
+    np.savez(inputs_only, x=np.zeros((8, 6), "float32"))
+    out = tmp_path / "o.keras"
+    args = ["fix", sample("bug_softmax_one_unit.keras"), "--data", str(inputs_only),
+            "--output", str(out)]  # fmt: skip
+    result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == 2, result.output
+    assert "needs labels" in result.stderr and not out.exists()
 
 
 def _learnable(tmp_path, kind: str):

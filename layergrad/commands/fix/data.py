@@ -13,7 +13,7 @@ import numpy as np
 
 from layergrad.commands.check.steps import output_ranks
 from layergrad.commands.fix.weights import InputStats
-from layergrad.core.errors import LayergradError
+from layergrad.core.errors import InputError, LayergradError
 from layergrad.core.probe_options import PathLike
 from layergrad.core.tf_types import KerasModel
 from layergrad.files.file_info import FileInfo
@@ -25,7 +25,11 @@ READ_LIMIT = 100_000  # samples read for the statistics when no --limit is given
 def data_facts(
     model: KerasModel, info: FileInfo, data: PathLike, limit: int | None, batch_size: int
 ) -> tuple[dict[str, LabelSummary], list[InputStats]]:
-    """(labels per output name, statistics per float input) of `data` for this model."""
+    """(labels per output name, statistics per float input) of `data` for this model.
+
+    Raises:
+        InputError: data without labels (nothing could be trained on it).
+    """
     from layergrad.commands.over_data import data_specs
     from layergrad.data.label_stream import open_labelled
     from layergrad.data.labels import summarise_batches
@@ -36,8 +40,8 @@ def data_facts(
     request = label_request(model, find_loss(info.compile_config, None))
     rows = min(limit or READ_LIMIT, READ_LIMIT)
     labelled = open_labelled(os.fspath(data), specs, request, batch_size, rows, strict=False)
-    if labelled.stream is None:
-        return {}, []
+    if labelled.stream is None:  # the evidence needs labels, as `fit` does
+        raise InputError(f"layergrad fix --data needs labels: {labelled.missing}")
     names, ranks = output_ranks(model)
     labels = summarise_batches(labelled.label_batches(), names, ranks)
     stats = _input_stats(labelled, [s.name for s in specs], len(specs))

@@ -9,8 +9,9 @@
    (`build`); read each copy back once (the same audit as any file) and check it;
 4. with `--data`: train the original and each copy for the same steps on the same batches
    and judge each repair (`evidence.judge`);
-5. write the copy with every repair to `--output` (never over the model file, never over an
-   existing file without `--force`).
+5. write the copy to `--output` (never over the model file, never over an existing file
+   without `--force`): with every repair, or with evidence the verified ones when some are
+   (a repair that did not help is left out, with a note).
 """
 
 from __future__ import annotations
@@ -177,19 +178,12 @@ def fix_model(
                 repairs.append(_repair(plan, why=f"not applied: {exc}", applied=False))
                 continue
             usable.append(plan)
-            alone[i] = evidence(target) if len(plans) > 1 else ((), None)
+            if len(plans) > 1:  # one repair alone is the copy with every repair
+                alone[i] = evidence(target)
             repairs.append(_repair(plan))
-        if usable:
-            try:
-                target = make(usable, folder, "together.keras")
-                after, together = evidence(target)
-                written = _write(target, output, inputs, options.force)
-            except BuildError as exc:
-                notes.append(f"no copy written: the repairs together cannot be applied: {exc}")
-        for i, plan in enumerate(plans):
-            if i not in alone:
-                continue
-            found, run = alone[i] if len(plans) > 1 else (after, together)
+
+        def settle(plan: Plan, found: tuple[str, ...], run: Run | None) -> None:
+            """The repair's evidence: the findings its copy lost and its verdict."""
             index = next(k for k, r in enumerate(repairs) if r.change == plan.change)
             gone = tuple(f for f in before if f not in found)
             verdict_, why = Verdict.NOT_RUN, ""
@@ -200,9 +194,38 @@ def fix_model(
                 why = f"the copy with this repair still has {plan.finding}"
             repairs[index] = replace(repairs[index], gone=gone, verdict=verdict_, why=why,
                                      repaired=run)  # fmt: skip
+
+        for i, plan in enumerate(plans):
+            if i in alone:
+                settle(plan, *alone[i])
+        chosen = _chosen(usable, repairs, notes)
+        if chosen:
+            try:
+                target = make(chosen, folder, "together.keras")
+                after, together = evidence(target)
+                written = _write(target, output, inputs, options.force)
+            except BuildError as exc:
+                notes.append(f"no copy written: the repairs together cannot be applied: {exc}")
+        if len(plans) == 1 and usable:
+            settle(plans[0], after, together)
     return FixReport(repairs=tuple(repairs), unrepaired=tuple(unrepaired), after=after,
                      output=written, together=together, notes=tuple(notes),
                      **base)  # type: ignore[arg-type]  # fmt: skip
+
+
+def _chosen(usable: list[Plan], repairs: list[Repair], notes: list[str]) -> list[Plan]:
+    """The repairs the written copy holds: with evidence, the verified ones when there are
+    some (a repair that did not help is left out, with a note); else every one."""
+    verdicts = {r.change: r.verdict for r in repairs}
+    verified = [p for p in usable if verdicts.get(p.change) is Verdict.VERIFIED]
+    if not verified or len(verified) == len(usable):
+        return usable
+    left = [p for p in usable if p not in verified]
+    notes.append(
+        "the copy holds the verified repairs; left out, not verified: "
+        + "; ".join(f"{p.finding} ({p.code[0] if p.code else p.change})" for p in left)
+    )
+    return verified
 
 
 def _repair(plan: Plan, why: str = "", applied: bool = True) -> Repair:

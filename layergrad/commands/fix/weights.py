@@ -199,16 +199,21 @@ def learning_rate(
         return None
     median = float(np.median(ratios))
     target = FIRST_TARGET if first else TARGET_RATIO
-    factor = target / median
+    toward = target / median
     # the finding says which way the rate must go, at least 3x that way; but steps 10x below
     # healthy ones are never too large: a loss that swings with them is noise from batch to
     # batch on a model that does not learn, and the rate goes up
     down = finding in FIRST_STEPS or (finding in LOWER and median >= TARGET_RATIO / 10)
-    factor = min(factor, 1 / 3) if down else max(factor, 3.0)
+    factor = min(toward, 1 / 3) if down else max(toward, 3.0)
     new = float(f"{lr * factor:.2g}")
+    step = (
+        f"x{factor:.2g} brings it toward {target:g}"
+        if factor == toward
+        else f"x{factor:.2g}: at least 3x {'down' if down else 'up'}, as {finding} says"
+    )
     why = (
         f"the learning rate changes from {lr:g} to {new:g}: the median update ratio {how} is "
-        f"{median:.2g}; x{factor:.2g} brings it toward {target:g}"
+        f"{median:.2g}; {step}"
     )
     code = (f"optimizer={fit.optimizer}(learning_rate={lr:g}) -> "
             f"optimizer={fit.optimizer}(learning_rate={new:g})",)  # fmt: skip
