@@ -161,9 +161,18 @@ def test_kernels_far_off_their_scale_are_reinitialised(tmp_path):
 
 
 def test_a_bias_far_off_is_reset(tmp_path):
+    import keras
+
     repair, out = _one_repair(tmp_path, "bug_saturated_head.keras")
     assert repair.finding == "constant_output" and repair.layer == "head"
     assert "constant_output" not in _findings(out)
+    # the code line is Python a user can run: on the original it gives the copy's bias
+    (line,) = repair.code
+    model = keras.saving.load_model(sample("bug_saturated_head.keras"), compile=False)
+    exec(line.split(" -> ", 1)[1], {"model": model, "keras": keras})
+    copy = keras.saving.load_model(out, compile=False)
+    np.testing.assert_array_equal(model.get_layer("head").bias.numpy(),
+                                  copy.get_layer("head").bias.numpy())  # fmt: skip
 
 
 def test_a_finding_without_a_mechanical_repair_says_so():

@@ -119,3 +119,19 @@ def test_data_streams_into_the_shape_the_file_records(subclassed, tmp_path):
     result = json.loads(out)["results"][0]
     assert json.loads(out)["probe"]["samples"] == 21
     assert result["gradient"]["l2"] == pytest.approx(tape_l2(model, x), rel=1e-5)
+
+
+def test_fix_says_a_subclassed_model_has_no_layers_to_change(subclassed, tmp_path):
+    # linear logits under categorical cross-entropy: check judges the head from its outputs;
+    # fix can name no layer of a model without a layer graph, and says so
+    from layergrad.commands.fix.repair import FixOptions, fix_model
+
+    _, module, model = subclassed
+    model.compile(optimizer="adam", loss="categorical_crossentropy")
+    path = tmp_path / "compiled.keras"
+    model.save(path)
+    report = fix_model(path, options=FixOptions(output=str(tmp_path / "o.keras")),
+                       imports=[module])  # fmt: skip
+    assert not report.repairs and report.output is None
+    assert "loss_mismatch" in {u.finding for u in report.unrepaired}
+    assert any("subclassed" in note for note in report.notes)

@@ -168,7 +168,8 @@ class HeadRules:
             rule = self._targets if finding == Finding.TARGET_MISMATCH else self._head
             plan = rule(head, spec, y)
             if plan is not None and head_activation(head) == "softmax" and head.units == 1:
-                plan = replace(plan, covers=(Finding.CONSTANT_OUTPUT,))  # always 1.0 before
+                # always 1.0 before: the same output and predictions for every input
+                plan = replace(plan, covers=(Finding.CONSTANT_OUTPUT, Finding.CONSTANT_PREDICTIONS))
             if plan is not None:
                 found.append(plan)
             elif wanted:

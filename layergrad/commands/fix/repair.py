@@ -133,8 +133,13 @@ def fix_model(
                 data=None if data is None else os.fspath(data),
                 steps=options.steps if data is not None else None, original=original)  # fmt: skip
     if not plans:
+        graphless = (  # a subclassed model: its file has no layers to name or change
+            (f"{type(model).__name__} is a subclassed model: its file holds no layer graph, so "
+             "no layer can be named or changed; its findings keep their hints",)
+            if unrepaired and not info.graph.known else ()
+        )  # fmt: skip
         return FixReport(repairs=(), unrepaired=tuple(unrepaired), after=tuple(before),
-                         output=None,
+                         output=None, notes=graphless,
                          **base)  # type: ignore[arg-type]  # fmt: skip
     try:
         config = model_config(model)
@@ -208,6 +213,8 @@ def fix_model(
                 notes.append(f"no copy written: the repairs together cannot be applied: {exc}")
         if len(plans) == 1 and usable:
             settle(plans[0], after, together)
+    lost = {f for r in repairs for f in r.gone}  # another finding's repair took it away
+    unrepaired = [u for u in unrepaired if u.finding not in lost]
     return FixReport(repairs=tuple(repairs), unrepaired=tuple(unrepaired), after=after,
                      output=written, together=together, notes=tuple(notes),
                      **base)  # type: ignore[arg-type]  # fmt: skip

@@ -107,19 +107,24 @@ def biases(
     for path, arrays in weights.items():
         bias = arrays.get("bias")
         if bias is not None and bias.size and float(np.max(np.abs(bias))) > BIAS_LIMIT:
-            far.append((path, float(bias[np.argmax(np.abs(bias))])))
+            far.append((path, float(bias[np.argmax(np.abs(bias))]), bias.shape))
     if not far:
         return None
-    names = [p for p, _ in far]
+    names = [p for p, _, _ in far]
     code = tuple(
-        f'bias of {p} (up to {v:+g}) -> bias_initializer="zeros" (layer.bias.assign(zeros))'
-        for p, v in far
+        f"bias of {p} (up to {v:+g}) -> {_get_layer(p)}.bias.assign(keras.ops.zeros({shape}))"
+        for p, v, shape in far
     )
     why = (
         f"the biases of {listing(names)} are re-initialised to zero: a bias of "
         f"{far[0][1]:+g} pins the layer's units (dead or saturated) for every input"
     )
     return Plan(finding, names[0], why, code, (), (), tuple((p, "bias") for p in names))
+
+
+def _get_layer(path: str) -> str:
+    """`model.get_layer("enc").get_layer("dense")` for the layer at `enc/dense`."""
+    return "model" + "".join(f'.get_layer("{name}")' for name in path.split("/"))
 
 
 def scale_inputs(info: FileInfo, stats: Sequence[InputStats], finding: str) -> Plan | None:
