@@ -168,8 +168,14 @@ def _compare(original: Run, repaired: Run, falling: str) -> tuple[Verdict, str]:
     where it has one)."""
     if repaired.final is None:
         return Verdict.NOT_VERIFIED, "the repaired copy's loss turned NaN/Inf"
+    mine = repaired.relative
+    unlearned = (
+        (Verdict.NOT_VERIFIED, f"the copy's loss ends at {mine:.3g} of the trivial loss: it "
+                               f"learned no more than the labels' prior{falling}")
+        if mine is not None and mine > CLEARLY else None
+    )  # fmt: skip  # beating a broken original is no evidence that the copy trains
     if repaired.baseline is not None:
-        return _like_for_like(repaired, falling)
+        return unlearned or _like_for_like(repaired, falling)
     # a cross-entropy below 0 read labels it cannot take (e.g. targets beyond [0, 1]): it
     # measures nothing, like a run that could not train
     invalid = original.final is not None and original.final < 0 and _is_entropy(original)
@@ -181,7 +187,6 @@ def _compare(original: Run, repaired: Run, falling: str) -> tuple[Verdict, str]:
             if invalid
             else (" could not be trained")
         )
-        mine = repaired.relative
         if mine is not None and falling:
             stays = (
                 f"and the copy's loss ends at {mine:.3g} of the trivial loss, "
@@ -190,7 +195,9 @@ def _compare(original: Run, repaired: Run, falling: str) -> tuple[Verdict, str]:
         else:
             stays = "and the copy's loss stays at the trivial loss"
         return Verdict.NOT_VERIFIED, f"the original{said}, {stays}"
-    mine, theirs = repaired.relative, original.relative
+    if unlearned:
+        return unlearned
+    theirs = original.relative
     if mine is not None and theirs is not None:
         if mine <= CLEARLY * theirs:
             return Verdict.VERIFIED, ""
