@@ -244,7 +244,8 @@ def _refuse_unreadable(verdict: FileVerdict) -> None:
     for item in verdict.checks:
         for finding in item.findings:
             if finding in (Finding.UNREADABLE, Finding.UNSAFE):
-                raise InputError(f"{verdict.path}: {item.message}")
+                said = item.message  # names the file itself, or is named after it
+                raise InputError(said if verdict.path in said else f"{verdict.path}: {said}")
 
 
 def _write(source: str, output: str, inputs: Sequence[str], force: bool) -> str:
