@@ -126,6 +126,27 @@ def test_dropout_after_the_logits_moves_before_the_last_weight_layer(tmp_path):
     assert "loss_mismatch" not in _findings(out)
 
 
+def test_dropout_after_the_logits_is_removed_when_one_already_precedes_them(tmp_path):
+    import keras
+
+    x = keras.Input((6,), name="x")
+    h = keras.layers.Dropout(0.3, name="drop1")(keras.layers.Dense(8, activation="relu")(x))
+    logits = keras.layers.Dense(3, name="logits")(h)
+    out_ = keras.layers.Dropout(0.5, name="drop_out")(logits)
+    model = keras.Model(x, out_)
+    model.compile(optimizer="adam",
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))  # fmt: skip
+    path = tmp_path / "two_drops.keras"
+    model.save(path)
+    out = tmp_path / "o.keras"
+    report = fix_model(path, options=FixOptions(output=str(out)))
+    (repair,) = report.repairs
+    assert repair.code == ("Dropout(0.5) at drop_out -> (removed)",)
+    names = [e["config"]["name"] for e in _config(out)["config"]["layers"]]
+    assert "drop_out" not in names and names.count("drop1") == 1
+    assert "loss_mismatch" not in _findings(out)
+
+
 def test_a_sequential_model_is_repaired_too(tmp_path):
     import keras
 

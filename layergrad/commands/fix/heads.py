@@ -36,6 +36,9 @@ from layergrad.model.linear_stacks import redundant_pairs, whole_network
 from layergrad.model.loss_forms import per_output as loss_specs
 from layergrad.model.target_fit import LabelSummary
 
+DROPOUTS = ("Dropout", "AlphaDropout", "GaussianDropout", "SpatialDropout1D", "SpatialDropout2D",
+            "SpatialDropout3D")  # fmt: skip
+
 
 class HeadRules:
     """The repairs of each head of one model (see the module doc)."""
@@ -281,6 +284,14 @@ class HeadRules:
                 return None
             moved = head.dropout
             dense, dropout = layer_code(self._entry(weighted)), layer_code(self._entry(moved))
+            feeding = self.info.graph.get(weighted)
+            before = feeding.inbound[0] if feeding is not None and feeding.inbound else None
+            earlier = self.info.graph.get(before) if before else None
+            if earlier is not None and earlier.class_name in DROPOUTS:
+                return Plan(f, moved, f"Dropout '{moved}' is removed: '{before}' already drops "
+                            f"the features '{weighted}' reads; dropout regularises the "
+                            "features, never the logits", (f"{dropout} at {moved} -> (removed)",),
+                            (lambda c: ed.remove_layer(c, moved),))  # fmt: skip
             return Plan(f, moved, f"Dropout '{moved}' moves before '{weighted}': dropout "
                         "regularises the features, never the logits", (
                             f"{dense}, {dropout} -> {dropout}, {dense} at {weighted}, {moved}",),
