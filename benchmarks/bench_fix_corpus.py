@@ -119,9 +119,9 @@ def main() -> None:
 
 def _healthy_data(case: Case, folder: Path, labelled: dict[str, Path], key: str) -> Path:
     """The healthy architecture's labelled data: labels a rule of the inputs gives (learnable;
-    per output by each output's head) when every input is numeric, else the corpus's (drawn at random: nothing can be verified
-    on them, as no model beats the class prior). The faults of NONLINEAR_OPS get a rule no
-    linear map fits, on more samples."""
+    per output by each output's head) when every input is numeric, else the corpus's (drawn
+    at random: nothing can be verified on them, as no model beats the class prior). The
+    faults of NONLINEAR_OPS get a rule no linear map fits, on more samples."""
     arch = BY_NAME[case.arch]
     x, y = _arrays(arch, arch.head, seed=1)
     nonlinear = case.op in NONLINEAR_OPS
