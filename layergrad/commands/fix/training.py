@@ -101,71 +101,91 @@ def train_and_score(
         stream.raise_failure()
     assert monitor.report is not None
     request = label_request(model, spec)
-    served, outputs = _served_losses(model, dataset, request)
+    (served, outputs), rivals = _served_losses(model, dataset, request, rival)
     baseline = None
-    if rival is not None:
-        baseline, theirs = _served_losses(model, dataset, request, predictor=rival)
+    if rivals is not None:
+        baseline, theirs = rivals
         lost = {o.name: o.final for o in theirs}
         outputs = tuple(replace(o, baseline=lost.get(o.name)) for o in outputs)
     return Scored(monitor.report, served, chance, outputs, model, baseline)
 
 
+Served = tuple[float | None, tuple[OutputLoss, ...]]  # the total loss, each output's
+
+
 def _served_losses(
-    model: KerasModel,
-    dataset: Dataset,
-    request: LabelRequest,
-    predictor: KerasModel | None = None,
-) -> tuple[float | None, tuple[OutputLoss, ...]]:
+    model: KerasModel, dataset: Dataset, request: LabelRequest, rival: KerasModel | None = None
+) -> tuple[Served, Served | None]:
     """The compiled loss of the model's predictions (plain arrays) on the first batches and,
-    for a model with several outputs, each output's loss and trivial loss on them; of
-    `predictor`'s predictions when given, scored by `model`'s loss (None when they cannot
-    be: another shape)."""
+    for a model with several outputs, each output's loss and trivial loss on them; and in the
+    same pass, on the same batches, `rival`'s predictions scored by `model`'s loss ((None, ())
+    when they cannot be: another shape)."""
     several = len(request.outputs) > 1
-    values: list[float] = []
-    per_output: list[list[float]] = [[] for _ in request.outputs]
     trivial = [TrivialLoss(n, u or 0) for n, u in zip(request.losses, request.units, strict=False)]
+    mine = _Tally(len(request.outputs))
+    theirs = _Tally(len(request.outputs)) if rival is not None else None
     with contextlib.suppress(Exception):  # a model whose loss cannot be recomputed: no score
         losses = _output_losses(model, len(request.outputs)) if several else []
         for x, y in dataset.take(SCORED_BATCHES):
             predicted = model(x, training=False)
-            if predictor is not None:  # the same outputs, or no score
-                theirs = predictor(x, training=False)
-                if _shapes(theirs) != _shapes(predicted):
-                    return None, ()
-                predicted = theirs
-            plain = tf.nest.map_structure(lambda t: tf.constant(np.asarray(t)), predicted)
-            values.append(float(np.asarray(model.compute_loss(x=x, y=y, y_pred=plain))))
-            if several:
-                _add_outputs(y, plain, losses, per_output, trivial)
-    outputs: tuple[OutputLoss, ...] = ()
-    if several and values and all(len(v) == len(values) for v in per_output):
-        outputs = tuple(
-            OutputLoss(name, loss, _mean(v), t.value() if t.known else None)
-            for name, loss, v, t in zip(
-                request.outputs, request.losses, per_output, trivial, strict=False
+            mine.add(model, x, y, predicted, losses)
+            for labels, prior in zip(
+                keras.tree.flatten(y), trivial if several else [], strict=False
+            ):
+                prior.add(np.asarray(labels))
+            if rival is not None and theirs is not None and theirs.usable:
+                theirs.usable = False  # until this batch is scored
+                with contextlib.suppress(Exception):
+                    other = rival(x, training=False)
+                    if _shapes(other) == _shapes(predicted):  # the same outputs, or no score
+                        theirs.add(model, x, y, other, losses)
+                        theirs.usable = True
+    return mine.result(request, trivial), theirs.result(request, trivial) if theirs else None
+
+
+class _Tally:
+    """One predictor's losses on the scored batches: the total and each output's."""
+
+    def __init__(self, outputs: int) -> None:
+        self.values: list[float] = []
+        self.per_output: list[list[float]] = [[] for _ in range(outputs)]
+        self.usable = True
+
+    def add(
+        self,
+        model: KerasModel,
+        x: object,
+        y: object,
+        predicted: object,
+        losses: list[Callable[..., object]],
+    ) -> None:
+        """Score one batch of predictions by `model`'s loss (and each output's, `losses`)."""
+        plain = tf.nest.map_structure(lambda t: tf.constant(np.asarray(t)), predicted)
+        self.values.append(float(np.asarray(model.compute_loss(x=x, y=y, y_pred=plain))))
+        if not losses:
+            return
+        pairs = zip(keras.tree.flatten(y), keras.tree.flatten(plain), strict=True)
+        with contextlib.suppress(Exception):  # an output's loss not computable: none scored
+            for k, (labels, guess) in enumerate(pairs):
+                self.per_output[k].append(float(np.mean(np.asarray(losses[k](labels, guess)))))
+
+    def result(self, request: LabelRequest, trivial: list[TrivialLoss]) -> Served:
+        if not self.usable:
+            return None, ()
+        outputs: tuple[OutputLoss, ...] = ()
+        scored = all(len(v) == len(self.values) for v in self.per_output)
+        if len(request.outputs) > 1 and self.values and scored:
+            outputs = tuple(
+                OutputLoss(name, loss, _mean(v), t.value() if t.known else None)
+                for name, loss, v, t in zip(
+                    request.outputs, request.losses, self.per_output, trivial, strict=False
+                )
             )
-        )
-    return _mean(values), outputs
+        return _mean(self.values), outputs
 
 
 def _shapes(outputs: object) -> list[tuple[int | None, ...]]:
     return [tuple(t.shape) for t in keras.tree.flatten(outputs)]
-
-
-def _add_outputs(
-    y: object,
-    predicted: object,
-    losses: list[Callable[..., object]],
-    per_output: list[list[float]],
-    trivial: list[TrivialLoss],
-) -> None:
-    """Add one batch's loss and labels of each output (nothing for an output whose loss cannot
-    be computed: the outputs are then left unscored)."""
-    pairs = zip(keras.tree.flatten(y), keras.tree.flatten(predicted), strict=True)
-    with contextlib.suppress(Exception):
-        for k, (labels, guess) in enumerate(pairs):
-            per_output[k].append(float(np.mean(np.asarray(losses[k](labels, guess)))))
-            trivial[k].add(np.asarray(labels))
 
 
 def _output_losses(model: KerasModel, count: int) -> list[Callable[..., object]]:
