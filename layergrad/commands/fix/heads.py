@@ -36,9 +36,6 @@ from layergrad.model.linear_stacks import redundant_pairs, whole_network
 from layergrad.model.loss_forms import per_output as loss_specs
 from layergrad.model.target_fit import LabelSummary
 
-DROPOUTS = ("Dropout", "AlphaDropout", "GaussianDropout", "SpatialDropout1D", "SpatialDropout2D",
-            "SpatialDropout3D")  # fmt: skip
-
 
 class HeadRules:
     """The repairs of each head of one model (see the module doc)."""
@@ -287,7 +284,7 @@ class HeadRules:
             feeding = self.info.graph.get(weighted)
             before = feeding.inbound[0] if feeding is not None and feeding.inbound else None
             earlier = self.info.graph.get(before) if before else None
-            if earlier is not None and earlier.class_name in DROPOUTS:
+            if earlier is not None and "Dropout" in earlier.class_name:  # as head_forms reads one
                 return Plan(f, moved, f"Dropout '{moved}' is removed: '{before}' already drops "
                             f"the features '{weighted}' reads; dropout regularises the "
                             "features, never the logits", (f"{dropout} at {moved} -> (removed)",),
