@@ -18,6 +18,15 @@ ROOT = Path(__file__).resolve().parent.parent
 # Subprocesses (`python -c`, `python -m layergrad`) must not put the working directory first on
 # sys.path either, or they would import ./layergrad instead of the installed package.
 os.environ["PYTHONSAFEPATH"] = "1"
+# The reports' width follows COLUMNS when it is set (a terminal exports it; pytest-xdist sets 80
+# in its workers); a test that wants a width passes its own.
+os.environ.pop("COLUMNS", None)
+# Under pytest-xdist every worker is a process of its own: one TensorFlow thread per op in each
+# (they share the cores; the models here are small), and two for concurrent ops (replicas on
+# logical devices run their collectives side by side). Set before TensorFlow is imported.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
+    os.environ.setdefault("TF_NUM_INTEROP_THREADS", "2")
 
 
 def _refuse_the_source_tree() -> None:

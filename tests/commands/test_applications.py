@@ -60,6 +60,9 @@ def _captured_sum(model, x, source, target, delta=None):
 
 @pytest.mark.parametrize(("arch", "source", "target"), CASES)
 def test_inner_block_gradient_matches_finite_difference(float64, arch, source, target):
+    # Seeded weights: with fresh random weights on every run, a ReLU input within eps of 0 now
+    # and then crosses its kink between the two evaluations (seen once in CI: a 0.3% miss).
+    keras.utils.set_random_seed(0)
     model = getattr(keras.applications, arch)(weights=None, input_shape=(32, 32, 3), classes=10)
     x = np.random.default_rng(0).standard_normal((2, 32, 32, 3))
     batch = ProbeBatch((x,), ("input",), "test", None)

@@ -557,8 +557,10 @@ def test_progress_bar_shows_samples_rate_and_time_left():
 
 def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path):
     np.save(tmp_path / "x.npy", normal(20, 5))
-    out = run("inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1", "--data",
-              str(tmp_path / "x.npy"))  # fmt: skip
+    args = ["inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1", "--data",
+            str(tmp_path / "x.npy")]  # fmt: skip
+    # wide enough that the header's temporary path (its length varies) is not wrapped
+    out = CliRunner().invoke(main, args, env={"COLUMNS": "300"}, catch_exceptions=False)
     assert out.exit_code == 0 and out.stderr == ""
     assert "/x.npy (20 samples), batch 32" in out.stdout
     assert "per-sample L2 over 20 samples" in out.stdout
