@@ -270,10 +270,25 @@ class ScanReport(NotebookDisplay):
 
 
 @dataclass(frozen=True)
+class Reason:
+    """Why a check found one finding: what it saw and what to do, kept apart (the check's
+    message joins them as `MESSAGE. Fix: HINT`)."""
+
+    finding: Finding
+    message: str
+    hint: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.message}. Fix: {self.hint}" if self.hint else self.message
+
+
+@dataclass(frozen=True)
 class CheckItem:
     """One named check of one model file.
 
-    `warnings` are the `findings` that do not fail the file (not named by `--fail-on`).
+    `warnings` are the `findings` that do not fail the file (not named by `--fail-on`, or
+    found only by rules that warn); `reasons` say why, finding by finding, where the check
+    has its findings apart (the loss, the targets, the forward pass).
     """
 
     name: str
@@ -281,6 +296,7 @@ class CheckItem:
     message: str
     findings: tuple[Finding, ...] = ()
     warnings: tuple[Finding, ...] = ()
+    reasons: tuple[Reason, ...] = ()
 
     @property
     def failures(self) -> tuple[Finding, ...]:

@@ -78,6 +78,14 @@ class Finding(Word):
     SLOW_CONVERGENCE = "slow_convergence"  # the loss falls too slowly to learn in the run
 
 
+class Severity(Word):
+    """What a rule's finding does to a file: fail it (its evidence shows that flagged models do
+    not train and repaired ones do), or warn (the model may still train)."""
+
+    FAIL = "fail"
+    WARN = "warn"
+
+
 DEFAULT_FAIL_ON = (
     Finding.UNREADABLE,
     Finding.UNSAFE,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from layergrad.model.loss_fit import Head
+from layergrad.model.head_forms import Head
 
 MAX_CLASSES = 1024  # distinct integer values remembered; more is a regression target
 # the range each activation can produce (closed: labels of exactly 0 and 1 are ordinary)

@@ -335,3 +335,14 @@ def test_the_fix_example_runs_as_written_on_a_bundled_model(monkeypatch, tmp_pat
     assert shown
     assert _stripped(shown.group(1)) == _stripped(result.stdout)
     assert (tmp_path / "bug_relu_before_softmax.fixed.keras").is_file()
+
+
+def test_the_rule_tables_in_the_docs_are_made_from_the_rule_table():
+    from layergrad.render.rule_tables import TABLES, with_tables
+
+    made = {name: 0 for name in TABLES}
+    for path, text in PAGES.items():
+        for name in re.findall(r"<!-- rules: (\w+) -->", text):
+            made[name] += 1
+        assert with_tables(text) == text, f"{path.name}: run python docs/make_tables.py"
+    assert all(made.values()), made  # every table is shown somewhere

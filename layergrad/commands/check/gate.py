@@ -35,7 +35,7 @@ from layergrad.commands.check.baseline import (
 from layergrad.commands.check.options import Add, CheckOptions
 from layergrad.core.errors import LayergradError, UsageError, describe, one_line
 from layergrad.core.probe_options import PathLike
-from layergrad.core.results import CheckItem, FileVerdict, ScanReport, WeightScanReport
+from layergrad.core.results import CheckItem, FileVerdict, Reason, ScanReport, WeightScanReport
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo, read_file_info
 
@@ -102,12 +102,19 @@ def check_file(
     running = [CHECKS[0]]
 
     def add(
-        name: str, message: str, findings: Sequence[Finding] = (), replace: bool = False
+        name: str,
+        message: str,
+        findings: Sequence[Finding] = (),
+        replace: bool = False,
+        warn: Sequence[Finding] = (),
+        reasons: Sequence[Reason] = (),
     ) -> bool:
-        """Record a check's verdict; `replace` completes the verdict of a check run before."""
-        passed = not set(findings) & options.fail_on
-        warned = tuple(f for f in findings if f not in options.fail_on)
-        item = CheckItem(name, passed, message, tuple(findings), warned)
+        """Record a check's verdict; `replace` completes the verdict of a check run before.
+        `warn`: findings that only warn whatever `--fail-on` says (their rules warn);
+        `reasons`: each finding's message and hint, apart."""
+        passed = not (set(findings) - set(warn)) & options.fail_on
+        warned = tuple(f for f in findings if f not in options.fail_on or f in warn)
+        item = CheckItem(name, passed, message, tuple(findings), warned, tuple(reasons))
         earlier = [i for i, c in enumerate(items) if c.name == name]
         if replace and earlier:
             items[earlier[-1]] = item
@@ -272,8 +279,8 @@ def _dynamic(
             [Finding.NONFINITE],
         )
     elif report.constant or report.input_range:
-        findings, parts = steps.forward_parts(report, trained)
-        add("forward", "; ".join(parts), findings)
+        findings, reasons = steps.forward_parts(report, trained)
+        add("forward", "; ".join(map(str, reasons)), findings, reasons=reasons)
     else:
         batch = session.batch
         source = "a random batch" if batch.source == "random" else f"the batch in {batch.source}"

@@ -10,13 +10,15 @@ never fails the file.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from layergrad.commands.check.options import Add, CheckOptions
+from layergrad.core.results import Reason
 from layergrad.core.tf_types import KerasModel
-from layergrad.core.vocab import Finding
+from layergrad.core.vocab import Finding, Severity
 from layergrad.files.file_info import FileInfo
 from layergrad.model.config import as_ref, layer_name, structure_refs
 from layergrad.model.loss_fit import LossReading, read_file, read_observed
@@ -28,18 +30,36 @@ if TYPE_CHECKING:
     Probe = Callable[[], Recorded | None]  # the probe's recorded forward pass, on first use
 
 
-def loss_verdict(
-    reading: LossReading, has_loss: bool, probe_follows: bool
-) -> tuple[str, list[Finding]]:
-    """The `loss` check's message and findings for what was read."""
+@dataclass(frozen=True)
+class LossVerdict:
+    """The `loss` check's message, findings, the findings that only warn (every rule that found
+    them warns: its evidence does not show that flagged models fail to train), and why."""
+
+    message: str
+    findings: tuple[Finding, ...] = ()
+    warned: tuple[Finding, ...] = ()
+    reasons: tuple[Reason, ...] = ()
+
+    def add(self, add: Add, message: str | None = None, replace: bool = False) -> None:
+        """Record the verdict (with `message` instead of its own, when given)."""
+        add("loss", self.message if message is None else message, self.findings,
+            replace=replace, warn=self.warned, reasons=self.reasons)  # fmt: skip
+
+
+def loss_verdict(reading: LossReading, has_loss: bool, probe_follows: bool) -> LossVerdict:
+    """The `loss` check's verdict for what was read."""
     findings: list[Finding] = []
-    parts: list[str] = []
-    if reading.mismatches:
-        findings.append(Finding.LOSS_MISMATCH)
-        parts += [f"{m.message}. Fix: {m.hint}" for m in reading.mismatches]
-    if reading.stacks:
-        findings.append(Finding.LINEAR_STACK)
-        parts += [f"{m.message}. Fix: {m.hint}" for m in reading.stacks]
+    warned: list[Finding] = []
+    reasons: list[Reason] = []
+    for code, found in ((Finding.LOSS_MISMATCH, reading.mismatches),
+                        (Finding.LINEAR_STACK, reading.stacks)):  # fmt: skip
+        if not found:
+            continue
+        findings.append(code)
+        if all(m.severity == Severity.WARN for m in found):
+            warned.append(code)
+        reasons += [Reason(code, m.message, m.hint) for m in found]
+    parts = [str(r) for r in reasons]
     if not reading.described and reading.observed and not parts:
         parts.append(
             "the file describes no layers (a subclassed model): its outputs were judged on the "
@@ -76,7 +96,7 @@ def loss_verdict(
             f"output '{head.name}': layer '{head.layer}' ({what}) does not show its "
             f"activation in the file; {then}"
         )
-    return "; ".join(parts), findings
+    return LossVerdict("; ".join(parts), tuple(findings), tuple(warned), tuple(reasons))
 
 
 def without_unbuildable_loss(info: FileInfo, options: CheckOptions, add: Add) -> FileInfo:
@@ -101,12 +121,12 @@ def without_unbuildable_loss(info: FileInfo, options: CheckOptions, add: Add) ->
     if error is None:
         return info
     reading = read_file(info.config, info.graph, info.compile_config)
-    message, findings = loss_verdict(reading, True, not options.static_only)
-    add(
-        "loss",
-        f"{message}; Keras cannot build the compiled loss without the module that defines it "
-        "(--import MODULE), so the gradient checks use a random projection of the outputs",
-        findings,
+    verdict = loss_verdict(reading, True, not options.static_only)
+    verdict.add(
+        add,
+        f"{verdict.message}; Keras cannot build the compiled loss without the module that "
+        "defines it (--import MODULE), so the gradient checks use a random projection of the "
+        "outputs",
         replace=True,
     )
     return replace(info, compile_config={})
@@ -140,8 +160,7 @@ def judge_on_probe(probe: Probe | None, info: FileInfo, loss: str | None, add: A
                 if seen is not None:
                     observed[name] = seen
     reading = read_file(info.config, info.graph, compiled, observed)
-    message, findings = loss_verdict(reading, bool(compiled.get("loss")), False)
-    add("loss", message, findings, replace=True)
+    loss_verdict(reading, bool(compiled.get("loss")), False).add(add, replace=True)
 
 
 def judge_on_random_probe(
@@ -175,13 +194,12 @@ def judge_undescribed(recorded: Recorded | None, compiled: Mapping[str, object],
         units = int(value.shape[-1]) if value.ndim >= 2 else 1
         seen.append((name, layer, units, _declared(observe(value, SUBCLASSED), obj, "")))
     reading = read_observed(compiled, seen)
-    message, findings = loss_verdict(reading, True, False)
+    verdict = loss_verdict(reading, True, False)
     undecided = [name for name, _, _, o in seen if o is None]
-    if undecided:
-        message += "; " + "; ".join(
-            f"output '{n}': unknown (its values on the probe say too little)" for n in undecided
-        )
-    add("loss", message, findings, replace=True)
+    message = verdict.message + "".join(
+        f"; output '{n}': unknown (its values on the probe say too little)" for n in undecided
+    )
+    verdict.add(add, message, replace=True)
 
 
 def _declared(seen: Observed | None, layer: object, outer: str) -> Observed | None:

@@ -116,9 +116,10 @@ def dynamic_data(
     report = weights.activations
     where = f" (on the first batch of {first.batch.batch_size} samples of --data)"
     mode = f"; {said}" if said else ""
-    found, parts = steps.forward_parts(report, trained) if report is not None else ([], [])
+    found, reasons = steps.forward_parts(report, trained) if report is not None else ([], [])
     if found:
-        add("forward", f"{message}; {'; '.join(parts)}{where}{mode}", found)
+        said_all = "; ".join(map(str, reasons))
+        add("forward", f"{message}; {said_all}{where}{mode}", found, reasons=reasons)
     else:
         add("forward", f"{message}; outputs vary and inputs are in range{where}{mode}")
     steps.gradient(rows, add)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from layergrad.commands.check.options import Add, CheckOptions
 from layergrad.core.errors import LayergradError
 from layergrad.core.probe_options import ProbeOptions
-from layergrad.core.results import Cause, ScanReport, ScanRow, WeightScanReport
+from layergrad.core.results import Cause, Reason, ScanReport, ScanRow, WeightScanReport
 from layergrad.core.tf_types import KerasModel
 from layergrad.core.vocab import Finding, Flag, Status
 from layergrad.files.file_info import FileInfo
@@ -103,7 +103,7 @@ def loss_fits(info: FileInfo, loss: str | None, add: Add, probe_follows: bool = 
 
     compiled = {"loss": loss} if loss else info.compile_config
     reading = read_file(info.config, info.graph, compiled)
-    add("loss", *loss_verdict(reading, bool(compiled.get("loss")), probe_follows))
+    loss_verdict(reading, bool(compiled.get("loss")), probe_follows).add(add)
 
 
 # Flags of a layer's output that say training cannot work; the magnitude flags (dead,
@@ -137,8 +137,8 @@ def targets(
         held = "; ".join(f"{name}: {s.describe()}" for name, s in labels.items())
         add("targets", f"the labels in {source} fit every output ({held})")
         return False
-    text = "; ".join(f"{m.message}. Fix: {m.hint}" for m in found)
-    add("targets", text, [Finding.TARGET_MISMATCH])
+    reasons = [Reason(Finding.TARGET_MISMATCH, m.message, m.hint) for m in found]
+    add("targets", "; ".join(map(str, reasons)), [Finding.TARGET_MISMATCH], reasons=reasons)
     return True
 
 
@@ -161,25 +161,25 @@ def gradient(rows: Sequence[ScanRow], add: Add) -> None:
     add("gradient", "; ".join(parts), findings)
 
 
-def forward_parts(report: ScanReport, trained: bool) -> tuple[list[Finding], list[str]]:
+def forward_parts(report: ScanReport, trained: bool) -> tuple[list[Finding], list[Reason]]:
     """The constant-output and input-range findings of a scan, and what to say of each
     (`trained`: the file records training steps, `trained`)."""
     from layergrad.diagnose import causes as why
 
     findings: list[Finding] = []
-    parts: list[Cause] = []
+    parts: list[tuple[Finding, Cause]] = []
     if report.constant:
         findings.append(Finding.CONSTANT_OUTPUT)
-        parts += [why.constant_output(c.output, c.layer, c.reason) for c in report.constant]
+        parts += [(Finding.CONSTANT_OUTPUT, why.constant_output(c.output, c.layer, c.reason))
+                  for c in report.constant]  # fmt: skip
     scale = report.input_range
     if scale is not None and scale.kind == "pixels" and trained:
         scale = None  # trained on these pixels, its kernels are scaled for them
     if scale is not None:
         findings.append(Finding.INPUT_RANGE)
-        parts.append(
-            why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
-        )
-    return findings, [f"{c.message}. Fix: {c.hint}" for c in parts]
+        cause = why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
+        parts.append((Finding.INPUT_RANGE, cause))
+    return findings, [Reason(f, c.message, c.hint) for f, c in parts]
 
 
 def trainable(

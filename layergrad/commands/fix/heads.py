@@ -25,13 +25,14 @@ from layergrad.commands.fix.plan import (
     replace_edit,
     set_loss,
 )
-from layergrad.commands.fix.targets import CHANGES_LOSS, head_activation, target_plan
+from layergrad.commands.fix.targets import head_activation, target_plan
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
 from layergrad.model import config_edit as ed
 from layergrad.model.config import structure_refs
 from layergrad.model.graph import LayerEntry
 from layergrad.model.head_forms import Head, keyed_by_head, output_heads
+from layergrad.model.head_rules import Change, HeadFacts, repairs
 from layergrad.model.linear_stacks import redundant_pairs, whole_network
 from layergrad.model.loss_forms import per_output as loss_specs
 from layergrad.model.target_fit import LabelSummary
@@ -179,121 +180,74 @@ class HeadRules:
     def _head(
         self, head: Head, spec: tuple[str, bool] | None, y: LabelSummary | None
     ) -> Plan | None:
-        f = Finding.LOSS_MISMATCH
-        structural = self._structure(head)
-        if structural is not None:
-            return structural
-        if spec is None:
-            return self._all_linear(head)
-        loss, logits = spec
-        act, units = head_activation(head), head.units or 0
-        probs = act in ("softmax", "sigmoid")
-        ids = y is not None and y.integers and y.width == 1 and not y.one_hot
-        multi_hot = y is not None and y.width > 1 and not y.one_hot and y.low >= 0 and y.high <= 1
-        if logits and probs:
-            return self.loss(head, loss, False, f"from_logits=False: the head keeps its {act}, "
-                             "so predictions stay probabilities; the loss must then read "
-                             "probabilities, not logits", f)  # fmt: skip
-        if "binary" in loss and act == "softmax":
-            if units == 1:
-                return self.activation(head, "sigmoid", "the activation changes: a softmax over "
-                                       "one unit is always 1.0; binary_crossentropy asks for "
-                                       "one yes/no probability, which a sigmoid gives", f,
-                                       )  # fmt: skip
-            if multi_hot:
-                return self.activation(head, "sigmoid", "the activation changes: the labels "
-                                       "hold several 1s per row (multi-label), which independent "
-                                       "sigmoids give and a softmax cannot", f)  # fmt: skip
-            name = "sparse_categorical_crossentropy" if ids else "categorical_crossentropy"
-            return self.loss(head, name, False, f"{CHANGES_LOSS}: the softmax over {units} units "
-                             f"says one class per sample; {name} scores exactly that "
-                             + ("(the labels are class ids)" if ids else "and takes the "
-                                "one-column-per-unit labels binary_crossentropy took"),
-                             f)  # fmt: skip
-        if "categorical" in loss and (units == 1 or act == "sigmoid"):
-            if units == 1:
-                if act == "linear":
-                    return self.loss(
-                        head,
-                        "binary_crossentropy",
-                        True,
-                        f"{CHANGES_LOSS}: one unit holds one yes/no answer, not a distribution",
-                        f,
-                    )
-                plan = self.activation(head, "sigmoid", "the loss and activation change: one "
-                                       "unit holds one yes/no answer, not a distribution over "
-                                       "classes", f, loss="binary_crossentropy")  # fmt: skip
+        """The repair of the first rule of `head_rules.RULES` that applies to the head and has
+        one: the rules `check` judges the head by, so the two never disagree."""
+        loss, logits = spec if spec is not None else (None, False)
+        stack = whole_network(self.info.graph, head.layer) if len(self.heads) == 1 else None
+        seen = replace(head, activation=head_activation(head))
+        facts = HeadFacts(seen, loss, logits, y, stack.layers if stack is not None else ())
+        for rule, change in repairs(facts):
+            if rule.code != Finding.LOSS_MISMATCH:
+                continue
+            plan = self._apply(head, change)
+            if plan is not None:
                 return plan
-            return self.activation(head, "softmax", f"the activation changes: {loss} takes one "
-                                   "class per sample, so the units must form one distribution "
-                                   "(a softmax), not independent sigmoids", f)  # fmt: skip
-        if "crossentropy" in loss and not logits and act in ("linear", "relu"):
-            if act == "linear":
-                return self.loss(head, loss, True, f"{CHANGES_LOSS}: from_logits=True, the head "
-                                 "stays linear and the loss applies the softmax / sigmoid "
-                                 "itself (also stabler)", f)  # fmt: skip
-            target = "sigmoid" if "binary" in loss or units == 1 else "softmax"
-            return self.activation(head, target, f"the activation changes: a ReLU head gives "
-                                   f"no probabilities (and no gradient below 0); {loss} reads "
-                                   f"probabilities, which a {target} gives", f)  # fmt: skip
-        if act == "softmax" and units > 1 and (
-            loss in ("mean_squared_error", "mean_absolute_error", "poisson", "hinge",
-                     "squared_hinge")
-        ):  # fmt: skip
-            name = "sparse_categorical_crossentropy" if ids else "categorical_crossentropy"
-            return self.loss(
-                head,
-                name,
-                False,
-                f"{CHANGES_LOSS}: the softmax says one class "
-                f"of {units}; {name} is the loss for class probabilities",
-                f,
-            )
-        return self._all_linear(head)
-
-    def _structure(self, head: Head) -> Plan | None:
-        f = Finding.LOSS_MISMATCH
-        if head.before == "relu" and head.before_layer is not None:
-            at = head.before_layer
-            entry = self._entry(at)
-            if entry.get("class_name") in ("ReLU", "Activation"):
-                return Plan(
-                    f,
-                    at,
-                    f"'{at}' is removed: the softmax at '{head.layer}' must see "
-                    "raw logits, negative ones included",
-                    (f"{layer_code(entry)} at {at} -> (removed)",),
-                    (lambda c: ed.remove_layer(c, at),),
-                )
-            return Plan(f, at, f"the activation of '{at}' is removed: the softmax at "
-                        f"'{head.layer}' must see raw logits, negative ones included",
-                        (f"{layer_code(entry)} -> {layer_code(entry, activation='linear')} "
-                         f"at {at}",), (option_edit(at, "activation", "linear"),))  # fmt: skip
-        if head.dropout is not None:
-            drop = self.info.graph.get(head.dropout)
-            weighted = None
-            if drop is not None and len(drop.inbound) == 1:
-                weighted = drop.inbound[0]
-                found = self.info.graph.get(weighted)
-                if found is not None and found.class_name in ("Softmax", "Activation", "ReLU"):
-                    weighted = self._units_layer(weighted)
-            if weighted is None:
-                return None
-            moved = head.dropout
-            dense, dropout = layer_code(self._entry(weighted)), layer_code(self._entry(moved))
-            feeding = self.info.graph.get(weighted)
-            before = feeding.inbound[0] if feeding is not None and feeding.inbound else None
-            earlier = self.info.graph.get(before) if before else None
-            if earlier is not None and "Dropout" in earlier.class_name:  # as head_forms reads one
-                return Plan(f, moved, f"Dropout '{moved}' is removed: '{before}' already drops "
-                            f"the features '{weighted}' reads; dropout regularises the "
-                            "features, never the logits", (f"{dropout} at {moved} -> (removed)",),
-                            (lambda c: ed.remove_layer(c, moved),))  # fmt: skip
-            return Plan(f, moved, f"Dropout '{moved}' moves before '{weighted}': dropout "
-                        "regularises the features, never the logits", (
-                            f"{dense}, {dropout} -> {dropout}, {dense} at {weighted}, {moved}",),
-                        (move_before_edit(moved, weighted),))  # fmt: skip
         return None
+
+    def _apply(self, head: Head, change: Change) -> Plan | None:
+        """The plan that makes `change` to the model and its loss."""
+        f = Finding.LOSS_MISMATCH
+        if change.kind == "loss" and change.loss is not None:
+            return self.loss(head, change.loss, change.from_logits, change.why, f)
+        if change.kind == "activation" and change.activation is not None:
+            return self.activation(head, change.activation, change.why, f, loss=change.loss)
+        if change.kind == "remove_before":
+            return self._relu_removed(head, change.why)
+        if change.kind == "move_dropout":
+            return self._dropout_moved(head)
+        if change.kind == "relu_hidden":
+            return self._all_linear(head)
+        return None
+
+    def _relu_removed(self, head: Head, why: str) -> Plan | None:
+        at = head.before_layer
+        if at is None:
+            return None
+        entry = self._entry(at)
+        f = Finding.LOSS_MISMATCH
+        if entry.get("class_name") in ("ReLU", "Activation"):
+            return Plan(f, at, f"'{at}' is removed: the softmax at '{head.layer}' must see raw "
+                        "logits, negative ones included", (f"{layer_code(entry)} at {at} -> "
+                        "(removed)",), (lambda c: ed.remove_layer(c, at),))  # fmt: skip
+        return Plan(f, at, why, (f"{layer_code(entry)} -> "
+                    f"{layer_code(entry, activation='linear')} at {at}",),
+                    (option_edit(at, "activation", "linear"),))  # fmt: skip
+
+    def _dropout_moved(self, head: Head) -> Plan | None:
+        f = Finding.LOSS_MISMATCH
+        drop = self.info.graph.get(head.dropout) if head.dropout else None
+        weighted = None
+        if drop is not None and len(drop.inbound) == 1:
+            weighted = drop.inbound[0]
+            found = self.info.graph.get(weighted)
+            if found is not None and found.class_name in ("Softmax", "Activation", "ReLU"):
+                weighted = self._units_layer(weighted)
+        if weighted is None or head.dropout is None:
+            return None
+        moved = head.dropout
+        dense, dropout = layer_code(self._entry(weighted)), layer_code(self._entry(moved))
+        feeding = self.info.graph.get(weighted)
+        before = feeding.inbound[0] if feeding is not None and feeding.inbound else None
+        earlier = self.info.graph.get(before) if before else None
+        if earlier is not None and "Dropout" in earlier.class_name:  # as head_forms reads one
+            return Plan(f, moved, f"Dropout '{moved}' is removed: '{before}' already drops "
+                        f"the features '{weighted}' reads; dropout regularises the "
+                        "features, never the logits", (f"{dropout} at {moved} -> (removed)",),
+                        (lambda c: ed.remove_layer(c, moved),))  # fmt: skip
+        return Plan(f, moved, f"Dropout '{moved}' moves before '{weighted}': dropout "
+                    "regularises the features, never the logits", (
+                        f"{dense}, {dropout} -> {dropout}, {dense} at {weighted}, {moved}",),
+                    (move_before_edit(moved, weighted),))  # fmt: skip
 
     def _all_linear(self, head: Head) -> Plan | None:
         """Every weight layer but the head linear: an activation on the hidden ones."""

@@ -127,16 +127,18 @@ def _labels_win(plans: list[Plan]) -> list[Plan]:
 
 
 def _unrepaired(finding: str, verdict: FileVerdict, fit: FitReport | None) -> Unrepaired:
-    """A finding without a mechanical repair: check's (or training's) message and hint."""
+    """A finding without a mechanical repair: check's (or training's) message and hint, as the
+    check keeps them apart (`CheckItem.reasons`), or its whole message and the hint below."""
     for item in verdict.checks:
         if finding in item.findings:
-            message, hint = _split(item.message)
-            return Unrepaired(finding, None, message, _hint(finding, hint))
+            reason = next((r for r in item.reasons if r.finding == finding), None)
+            if reason is not None:
+                return Unrepaired(finding, None, reason.message, _hint(finding, reason.hint))
+            return Unrepaired(finding, None, item.message, _hint(finding, ""))
     if fit is not None:
         for f in fit.findings:
             if str(f.finding) == finding:
-                message, hint = _split(f.message)
-                return Unrepaired(finding, f.layer, message, _hint(finding, hint))
+                return Unrepaired(finding, f.layer, f.message, _hint(finding, ""))
     return Unrepaired(finding, None, "", _hint(finding, ""))
 
 
@@ -155,11 +157,3 @@ HINTS = {
 
 def _hint(finding: str, hint: str) -> str:
     return hint or HINTS.get(finding, "")  # type: ignore[call-overload]
-
-
-def _split(message: str) -> tuple[str, str]:
-    for mark in (". Fix: ", ". Use ", "; fix: ", " Fix: "):
-        if mark in message:
-            text, _, hint = message.partition(mark)
-            return text, hint
-    return message, ""

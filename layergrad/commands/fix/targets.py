@@ -13,9 +13,8 @@ from typing import Protocol
 from layergrad.commands.fix.plan import Plan
 from layergrad.core.vocab import Finding
 from layergrad.model.head_forms import Head
+from layergrad.model.head_rules import CHANGES_LOSS
 from layergrad.model.target_fit import LabelSummary
-
-CHANGES_LOSS = "the loss changes"
 
 
 class HeadEdits(Protocol):

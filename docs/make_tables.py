@@ -1,0 +1,30 @@
+"""Regenerate the rule tables of the docs from the rule table (layergrad/model/head_rules.py).
+
+    python docs/make_tables.py
+
+Rewrites every `<!-- rules: NAME -->` ... `<!-- end rules -->` block of the pages below;
+tests/project/test_docs.py fails when a page differs from what this writes.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from layergrad.render.rule_tables import with_tables  # noqa: E402
+
+PAGES = ("docs/verdicts.md", "docs/fix.md")
+
+
+def main() -> None:
+    for name in PAGES:
+        page = ROOT / name
+        text = page.read_text(encoding="utf-8")
+        page.write_text(with_tables(text), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

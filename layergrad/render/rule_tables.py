@@ -1,0 +1,70 @@
+"""The docs' tables of the head rules, made from the table itself (`model/head_rules.RULES`).
+
+`docs/verdicts.md` shows each rule's condition, severity and evidence, `docs/fix.md` each
+rule's repair. A generated table sits between a `<!-- rules: NAME -->` line and the next
+`<!-- end rules -->` line; `docs/make_tables.py` rewrites them and a test fails when a page
+differs from what the table makes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from layergrad.model.head_rules import RULES, HeadRule
+
+END = "<!-- end rules -->"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _evidence(rule: HeadRule) -> tuple[str, str]:
+    found = rule.evidence
+    if found is None:
+        return "not measured", ""
+    trained = f"{found.flagged_trained} / {found.repaired_trained} of {found.runs}"
+    return trained, "; ".join(found.untrained) or "none"
+
+
+def verdict_table() -> str:
+    """Each rule: its finding, severity, condition and the training evidence behind it."""
+    lines = [
+        "| rule | finding | severity | when | trained: flagged / repaired | flagged runs "
+        "that never trained |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for rule in RULES:
+        trained, never = _evidence(rule)
+        lines.append(
+            f"| `{rule.name}` | `{rule.code}` | {rule.severity} | {_cell(rule.condition)} | "
+            f"{trained} | {_cell(never)} |"
+        )
+    return "\n".join(lines)
+
+
+def fix_table() -> str:
+    """Each rule's repair."""
+    lines = ["| rule | finding: when | repair |", "| --- | --- | --- |"]
+    for rule in RULES:
+        lines.append(
+            f"| `{rule.name}` | `{rule.code}`: {_cell(rule.condition)} | "
+            f"{_cell(rule.repair_words)} |"
+        )
+    return "\n".join(lines)
+
+
+TABLES: dict[str, Callable[[], str]] = {"verdicts": verdict_table, "repairs": fix_table}
+
+
+def with_tables(page: str) -> str:
+    """`page` with every generated table made anew from the rules."""
+
+    def made(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in TABLES:
+            raise ValueError(f"no generated table named {name!r}")
+        return f"<!-- rules: {name} -->\n{TABLES[name]()}\n{END}"
+
+    return re.sub(r"<!-- rules: (\w+) -->\n(?:.*?\n)?" + re.escape(END), made, page, flags=re.S)
