@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from layergrad.core.display import NotebookDisplay
+from layergrad.core.results import Reason
 from layergrad.core.vocab import DEFAULT_FAIL_ON, DEFAULT_FIT_FAIL_ON, Word
 
 SCHEMA = "layergrad.fix/1"
@@ -96,16 +97,6 @@ class Repair:
 
 
 @dataclass(frozen=True)
-class Unrepaired:
-    """A finding with no mechanical repair: what it says and how to fix it by hand."""
-
-    finding: str
-    layer: str | None
-    message: str
-    hint: str
-
-
-@dataclass(frozen=True)
 class FixReport(NotebookDisplay):
     """Every repair of one model file, the repaired copy and the evidence.
 
@@ -118,7 +109,7 @@ class FixReport(NotebookDisplay):
     path: str
     model_class: str
     repairs: tuple[Repair, ...]
-    unrepaired: tuple[Unrepaired, ...]
+    unrepaired: tuple[Reason, ...]
     before: tuple[str, ...]
     after: tuple[str, ...]
     output: str | None

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from layergrad.core.display import NotebookDisplay
-from layergrad.core.vocab import CauseCode, Finding, Flag, JacobianMethod, Reduce, Status
+from layergrad.core.vocab import CauseCode, Finding, Flag, JacobianMethod, Reduce, Severity, Status
 
 
 @dataclass(frozen=True)
@@ -271,12 +271,18 @@ class ScanReport(NotebookDisplay):
 
 @dataclass(frozen=True)
 class Reason:
-    """Why a check found one finding: what it saw and what to do, kept apart (the check's
-    message joins them as `MESSAGE. Fix: HINT`)."""
+    """One finding of one rule, as every command keeps it: its code, what was seen and what to
+    do (apart: a check's message joins them as `MESSAGE. Fix: HINT`), the layer to change,
+    the output and loss it was judged on, the rule that found it and that rule's severity."""
 
-    finding: Finding
+    finding: str  # a `Finding`
     message: str
     hint: str = ""
+    layer: str | None = None
+    output: str = ""
+    loss: str = ""
+    rule: str = ""
+    severity: Severity = Severity.FAIL
 
     def __str__(self) -> str:
         return f"{self.message}. Fix: {self.hint}" if self.hint else self.message

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from layergrad.core.results import Reason
 from layergrad.core.vocab import Finding, Severity
 from layergrad.model.head_forms import Head
 from layergrad.model.loss_forms import REGRESSION_LOSSES
@@ -191,6 +192,11 @@ class Judged:
     @property
     def loss(self) -> str:
         return self.facts.loss or ""
+
+    def reason(self) -> Reason:
+        """The finding as every command keeps it."""
+        return Reason(self.rule.code, self.message, self.hint, self.layer, self.output,
+                      self.loss or "the loss", self.rule.name, self.severity)  # fmt: skip
 
 
 def judge(facts: HeadFacts) -> Judged | None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from layergrad.core.results import Reason
 from layergrad.core.vocab import Finding, Severity
 from layergrad.model.graph import ModelGraph
 from layergrad.model.head_forms import Head, keyed_by_head, output_heads
-from layergrad.model.head_rules import BY_NAME, HeadFacts, Judged, judge
+from layergrad.model.head_rules import BY_NAME, HeadFacts, judge
 from layergrad.model.linear_stacks import LinearStack, redundant_pairs, whole_network
 from layergrad.model.loss_forms import per_output, unknown_losses
 from layergrad.model.observed_heads import Observed
@@ -23,31 +24,13 @@ WHOLE_NETWORK = (BY_NAME["linear_classifier"], BY_NAME["linear_regression"])
 
 
 @dataclass(frozen=True)
-class Mismatch:
-    """A compiled loss that does not fit its output, with what users mean instead."""
-
-    output: str
-    loss: str
-    message: str
-    hint: str
-    layer: str | None = None  # the layer to change (the head's when None)
-    rule: str = ""  # the rule of `head_rules.RULES` that found it
-    severity: Severity = Severity.FAIL
-
-    @classmethod
-    def judged(cls, found: Judged) -> Mismatch:
-        return cls(found.output, found.loss or "the loss", found.message, found.hint,
-                   found.layer, found.rule.name, found.severity)  # fmt: skip
-
-
-@dataclass(frozen=True)
 class LossReading:
     """What the `loss` check reads in a file: the failures (`mismatches`), the linear stacks
     that only warn, the losses no rule knows and the heads whose activation the file does not
     show (judged on the probe's outputs when there is one)."""
 
-    mismatches: tuple[Mismatch, ...] = ()
-    stacks: tuple[Mismatch, ...] = ()
+    mismatches: tuple[Reason, ...] = ()
+    stacks: tuple[Reason, ...] = ()
     unknown_losses: tuple[str, ...] = ()
     unread: tuple[Head, ...] = ()
     judged: int = 0  # outputs whose loss the rules know
@@ -57,7 +40,7 @@ class LossReading:
 
 def mismatches(
     config: Mapping[str, object], graph: ModelGraph, compiled: Mapping[str, object]
-) -> list[Mismatch]:
+) -> list[Reason]:
     """Every output whose compiled loss does not fit its activation (empty without a loss),
     and a classifier with no non-linearity at all."""
     return list(read_file(config, graph, compiled).mismatches)
@@ -90,8 +73,8 @@ def read_file(
     if loss and len(heads) == 1 and all(h.known for h in heads):
         stack = whole_network(graph, judged[0].layer)
     linear = stack.layers if stack is not None else ()
-    found: list[Mismatch] = []
-    stacks: list[Mismatch] = []
+    found: list[Reason] = []
+    stacks: list[Reason] = []
     whole = False  # a rule judged the whole network's stack (no pair is then listed)
     for head, spec in zip(judged, specs, strict=True):
         name, logits = spec if spec is not None else (None, False)
@@ -100,7 +83,7 @@ def read_file(
         problem = judge(facts)
         if problem is None:
             continue
-        mismatch = Mismatch.judged(problem)
+        mismatch = problem.reason()
         (stacks if problem.rule.code == Finding.LINEAR_STACK else found).append(mismatch)
     if not loss:
         return LossReading(tuple(found), (), unknown, (), 0, (), True)
@@ -125,7 +108,7 @@ def read_observed(
         return LossReading(described=False)
     specs = per_output(loss, names)
     unknown = tuple(unknown_losses(loss, names))
-    found: list[Mismatch] = []
+    found: list[Reason] = []
     looked: list[Head] = []
     for (name, layer, units, observed), spec in zip(seen, specs, strict=True):
         if observed is None:
@@ -135,7 +118,7 @@ def read_observed(
         looked.append(head)
         problem = judge(HeadFacts(head, *spec)) if spec is not None else None
         if problem is not None:
-            found.append(Mismatch.judged(problem))
+            found.append(problem.reason())
     judged = sum(spec is not None for spec in specs)
     return LossReading(tuple(found), (), unknown, (), judged, tuple(looked), False)
 
@@ -147,13 +130,14 @@ def _as_observed(head: Head, seen: Observed | None) -> Head:
     return replace(head, activation=seen.kind, units=units, observed=seen.describe())
 
 
-def _pair(stack: LinearStack) -> Mismatch:
+def _pair(stack: LinearStack) -> Reason:
     first, second = stack.layers[0], stack.layers[-1]
-    return Mismatch(
-        "",
-        "",
+    return Reason(
+        Finding.LINEAR_STACK,
         f"layer '{first}' has no activation and feeds '{second}' directly, so the two compute "
         f"one linear map: '{first}' adds weights but nothing one layer could not do",
         f"an activation on '{first}' (e.g. activation='relu'), or drop it",
         first,
+        rule="redundant_pair",
+        severity=Severity.WARN,
     )

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from layergrad.core.results import Reason
+from layergrad.core.vocab import Finding
 from layergrad.model.head_forms import Head
 
 MAX_CLASSES = 1024  # distinct integer values remembered; more is a regression target
@@ -103,22 +105,11 @@ class LabelSummary:
         return f"{kind} values {span}{width}{bad}"
 
 
-@dataclass(frozen=True)
-class TargetMismatch:
-    """Labels the output cannot produce, or that do not fit the loss, with the fix."""
-
-    output: str
-    layer: str
-    loss: str
-    message: str
-    hint: str
-
-
 def target_mismatches(
     heads: Sequence[Head],
     losses: Sequence[tuple[str, bool] | None],
     labels: Mapping[str, LabelSummary],
-) -> list[TargetMismatch]:
+) -> list[Reason]:
     """Every output whose labels do not fit its activation or loss.
 
     `losses[i]` is (canonical loss name, from_logits) of output i (see `loss_fit.per_output`),
@@ -135,7 +126,7 @@ def target_mismatches(
     return found
 
 
-def _judge(head: Head, spec: tuple[str, bool] | None, y: LabelSummary) -> TargetMismatch | None:
+def _judge(head: Head, spec: tuple[str, bool] | None, y: LabelSummary) -> Reason | None:
     loss, from_logits = spec if spec is not None else ("no loss", False)
     act, units = head.activation, head.units
     sparse = loss.startswith("sparse_categorical")
@@ -143,10 +134,10 @@ def _judge(head: Head, spec: tuple[str, bool] | None, y: LabelSummary) -> Target
     binary = loss.startswith("binary")
     held = y.describe()
 
-    def say(message: str, hint: str) -> TargetMismatch:
+    def say(message: str, hint: str) -> Reason:
         where = f"output '{head.name}' ({_units(units)}{act}, layer '{head.layer}') with {loss}"
-        return TargetMismatch(head.name, head.layer, loss, f"{where}: the labels are {held}: "
-                              f"{message}", hint)  # fmt: skip
+        return Reason(Finding.TARGET_MISMATCH, f"{where}: the labels are {held}: {message}",
+                      hint, head.layer, head.name, loss)  # fmt: skip
 
     ids = y.integers and y.width == 1 and y.low >= 0
     if sparse and y.one_hot and y.finite:
@@ -215,8 +206,8 @@ def _judge(head: Head, spec: tuple[str, bool] | None, y: LabelSummary) -> Target
 
 
 def _values(
-    say: Callable[[str, str], TargetMismatch], y: LabelSummary, sparse: bool, units: int | None
-) -> TargetMismatch | None:
+    say: Callable[[str, str], Reason], y: LabelSummary, sparse: bool, units: int | None
+) -> Reason | None:
     """Labels no loss can train on (not numbers, NaN/Inf), and what a sparse loss cannot
     read as class ids (a rank beyond the output's, fractions, negative ids; ids beyond the
     units are `_judge`'s)."""

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from layergrad.core.fit_results import FitReport, TrainingFinding
+from layergrad.core.results import Reason
 from layergrad.core.tf_types import KerasModel
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
-from layergrad.model.target_fit import LabelSummary, TargetMismatch
+from layergrad.model.target_fit import LabelSummary
 
 if TYPE_CHECKING:
     from layergrad.data.label_stream import Labelled
@@ -30,7 +31,7 @@ UNKNOWN_READ = 1_000_000  # labels read at most from a source of unknown length 
 class LabelCheck:
     """What the labels hold: the outputs they do not fit, the trivial loss, the samples."""
 
-    mismatches: tuple[TargetMismatch, ...]
+    mismatches: tuple[Reason, ...]
     trivial: float | None
     samples: int
 
@@ -82,7 +83,7 @@ def _mismatches(
     labels: Mapping[str, LabelSummary],
     spec: LossSpec,
     loss: str | None,
-) -> list[TargetMismatch]:
+) -> list[Reason]:
     """`target_mismatches` with the file's output heads (the rule of `check --data`), or,
     when the file does not say which layers make the outputs, heads of unknown activation
     with the model's output widths."""
@@ -109,7 +110,7 @@ def _mismatches(
     return target_mismatches(heads, specs, labels)
 
 
-def refused(model: KerasModel, loss: str, mismatches: tuple[TargetMismatch, ...]) -> FitReport:
+def refused(model: KerasModel, loss: str, mismatches: tuple[Reason, ...]) -> FitReport:
     """The report of a run that never started: each mismatch a `target_mismatch` finding at
     step 0 (before the first step)."""
     optimizer = getattr(model, "optimizer", None)

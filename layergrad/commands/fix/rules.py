@@ -1,7 +1,7 @@
 """Which repair each finding gets: the rules of `fix`, one per finding (docs/fix.md).
 
 `plan_repairs` walks the original's findings (check's, and training's with data) and asks the
-rule for each one for a `Plan`; a finding no rule can repair is `Unrepaired`, with check's
+rule for each one for a `Plan`; a finding no rule can repair is left as its `Reason`, with check's
 own message and hint. One plan that fixes two findings (a softmax over one unit makes both
 `loss_mismatch` and `constant_output`) is planned once.
 """
@@ -17,8 +17,7 @@ from layergrad.commands.fix import weights as rw
 from layergrad.commands.fix.heads import HeadRules
 from layergrad.commands.fix.plan import Plan
 from layergrad.core.fit_results import FitReport
-from layergrad.core.fix_results import Unrepaired
-from layergrad.core.results import FileVerdict
+from layergrad.core.results import FileVerdict, Reason
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
 from layergrad.model.target_fit import LabelSummary
@@ -34,11 +33,11 @@ def plan_repairs(
     stats: Sequence[rw.InputStats],
     weights: Mapping[str, Mapping[str, np.ndarray]],
     fit: FitReport | None,
-) -> tuple[list[Plan], list[Unrepaired]]:
+) -> tuple[list[Plan], list[Reason]]:
     """A plan for each finding with a mechanical repair; the others, unrepaired."""
     heads = HeadRules(info, info.compile_config, labels)
     plans: list[Plan] = []
-    unrepaired: list[Unrepaired] = []
+    unrepaired: list[Reason] = []
     done: set[str] = set()
     for finding in dict.fromkeys(findings):
         if finding in done:
@@ -126,20 +125,20 @@ def _labels_win(plans: list[Plan]) -> list[Plan]:
     ]
 
 
-def _unrepaired(finding: str, verdict: FileVerdict, fit: FitReport | None) -> Unrepaired:
+def _unrepaired(finding: str, verdict: FileVerdict, fit: FitReport | None) -> Reason:
     """A finding without a mechanical repair: check's (or training's) message and hint, as the
     check keeps them apart (`CheckItem.reasons`), or its whole message and the hint below."""
     for item in verdict.checks:
         if finding in item.findings:
             reason = next((r for r in item.reasons if r.finding == finding), None)
             if reason is not None:
-                return Unrepaired(finding, None, reason.message, _hint(finding, reason.hint))
-            return Unrepaired(finding, None, item.message, _hint(finding, ""))
+                return replace(reason, hint=_hint(finding, reason.hint))
+            return Reason(finding, item.message, _hint(finding, ""))
     if fit is not None:
         for f in fit.findings:
             if str(f.finding) == finding:
-                return Unrepaired(finding, f.layer, f.message, _hint(finding, ""))
-    return Unrepaired(finding, None, "", _hint(finding, ""))
+                return Reason(finding, f.message, _hint(finding, ""), f.layer)
+    return Reason(finding, "", _hint(finding, ""))
 
 
 # What to do by hand when the finding's own message carries no hint.
