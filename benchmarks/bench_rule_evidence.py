@@ -37,6 +37,7 @@ OPTIMIZERS = {
     "sgd": lambda: keras.optimizers.SGD(1e-2),
 }
 
+
 def score(example: Example, seed: int, optimizer: str, steps: int) -> tuple[float, bool]:
     """(held-back accuracy or R^2, whether the training loss stayed finite)."""
     keras.utils.set_random_seed(seed)

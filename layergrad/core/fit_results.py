@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from layergrad.core.display import NotebookDisplay
-from layergrad.core.vocab import Finding
+from layergrad.core.results import Reason
 
 SCHEMA = "layergrad.fit/1"
 
@@ -71,16 +71,6 @@ class Checkpoint:
     nonfinite_inputs: tuple[tuple[str, int, int], ...] = ()
 
 
-@dataclass(frozen=True)
-class TrainingFinding:
-    """A problem seen during training: which, in which layer (None: the model), from which step."""
-
-    finding: Finding
-    layer: str | None
-    step: int
-    message: str
-
-
 @dataclass(frozen=True, repr=False)
 class FitReport(NotebookDisplay):
     """A whole monitored run: the loss of every step, the checkpoints, the findings.
@@ -99,7 +89,7 @@ class FitReport(NotebookDisplay):
     learning_rate: float | None
     losses: tuple[float | None, ...]
     checkpoints: tuple[Checkpoint, ...]
-    findings: tuple[TrainingFinding, ...]
+    findings: tuple[Reason, ...]
     stopped: str | None = None
     path: str | None = None  # the model file, for `layergrad fit`
     data: str | None = None  # the --data source, for `layergrad fit`

@@ -283,6 +283,7 @@ class Reason:
     loss: str = ""
     rule: str = ""
     severity: Severity = Severity.FAIL
+    step: int | None = None  # the training step it was seen at (fit, the callback)
 
     def __str__(self) -> str:
         return f"{self.message}. Fix: {self.hint}" if self.hint else self.message

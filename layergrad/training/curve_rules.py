@@ -15,7 +15,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from layergrad.core.fit_results import Checkpoint, LayerStats, TrainingFinding
+from layergrad.core.fit_results import Checkpoint, LayerStats
+from layergrad.core.results import Reason
 from layergrad.core.vocab import Finding
 from layergrad.training import trends
 
@@ -57,7 +58,7 @@ def _head(checkpoints: Sequence[Checkpoint]) -> str | None:
 
 def diverging(
     losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], blew_up: bool
-) -> TrainingFinding | None:
+) -> Reason | None:
     """The loss grows: a window's mean lies `SIGNIFICANT` standard errors (and
     `DIVERGE_SHARE`) above the lowest window before it and above the first window, while a
     layer's update ratio reaches `RATIO_HIGH` or the loss doubles; or the run ends in NaN/Inf
@@ -100,18 +101,18 @@ def diverging(
         if top is not None and high
         else ""
     )
-    return TrainingFinding(
+    return Reason(
         Finding.DIVERGING,
-        layer,
-        step,
         f"the loss grows from {lowest.mean:.4g} to {end} by step {step}{why}: the learning "
         "rate is too high",
+        layer=layer,
+        step=step,
     )
 
 
 def not_learning(
     losses: Sequence[float | None], checkpoints: Sequence[Checkpoint]
-) -> TrainingFinding | None:
+) -> Reason | None:
     """The loss does not move (neither its fitted slope nor its last quarter's mean against
     its first quarter's reaches `FLAT` standard errors) and every layer's update ratio stays
     below `RATIO_TINY`: the learning rate is too low, or the net is dead."""
@@ -129,21 +130,21 @@ def not_learning(
         return None
     top = max(rows, key=lambda r: r.update_ratio or 0.0)
     change = parts[-1].mean - parts[0].mean
-    return TrainingFinding(
+    return Reason(
         Finding.NOT_LEARNING,
-        top.layer,
-        checkpoints[0].step,
         f"the loss stays at {parts[-1].mean:.4g} over {len(curve)} steps (it moved "
         f"{change:+.3g}, {abs(moved):.1f} standard errors of its batch-to-batch spread "
         f"{spread:.3g}) and no layer's update ratio exceeds {top.update_ratio or 0.0:.3g} per "
         f"step ({top.layer}; healthy is about 1e-3): raise the learning rate, or look for a "
         "dead network (layergrad scan --wrt weights)",
+        layer=top.layer,
+        step=checkpoints[0].step,
     )
 
 
 def plateau_at_chance(
     losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], chance: float | None
-) -> TrainingFinding | None:
+) -> Reason | None:
     """After `PLATEAU_STEPS` steps the last quarter's mean lies within `FLAT` standard errors
     (plus `CHANCE_ALLOWANCE` of it) of the trivial loss and the last half no longer falls
     (not by `FLAT` standard errors, or by less than `FALL_SHARE` of it): the model
@@ -166,20 +167,20 @@ def plateau_at_chance(
     while start > 0 and abs(parts[start - 1].mean - chance) <= band + FLAT * parts[0].error:
         start -= 1
     step = parts[min(start, len(parts) - 1)].start + 1
-    return TrainingFinding(
+    return Reason(
         Finding.PLATEAU_AT_CHANCE,
-        _head(checkpoints),
-        step,
         f"from step {step} the loss sits at {level:.4g}, the trivial loss of predicting the "
         f"labels' prior ({chance:.4g}; the class frequencies, or the targets' mean or "
         "median): the model learns nothing from the inputs; check that the labels match the "
         "inputs and the loss fits the outputs",
+        layer=_head(checkpoints),
+        step=step,
     )
 
 
 def oscillating(
     losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], chance: float | None
-) -> TrainingFinding | None:
+) -> Reason | None:
     """The loss swings without a trend: the means of ~20 windows reverse direction by
     `SIGNIFICANT` standard errors at least `SWINGS` times with a swing larger than the net
     fall, or the batch-to-batch spread is `NOISE_SHARE` of the trivial loss: the learning
@@ -214,12 +215,12 @@ def oscillating(
         else f"the loss jumps by {jumps:.3g} from batch to batch (the trivial loss is "
         f"{reference:.3g})"
     )
-    return TrainingFinding(
+    return Reason(
         Finding.OSCILLATING,
-        layer,
-        parts[0].start + 1,
         f"{what} over {len(curve)} steps: the learning rate is too high for the batch size; "
         "lower it, or train on larger batches",
+        layer=layer,
+        step=parts[0].start + 1,
     )
 
 
@@ -244,7 +245,7 @@ def _reversals(means: Sequence[float], gap: float) -> tuple[int, float]:
 
 def slow_convergence(
     losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], chance: float | None
-) -> TrainingFinding | None:
+) -> Reason | None:
     """The loss falls (its last half's slope `FLAT` standard errors below 0) but ends
     above the trivial loss less `MARGIN` of it, at a rate that would need more steps than the
     run has had to get there: say how many."""
@@ -261,12 +262,12 @@ def slow_convergence(
     needed = math.ceil((end - target) / -line.per_step)
     if needed <= len(curve):
         return None
-    return TrainingFinding(
+    return Reason(
         Finding.SLOW_CONVERGENCE,
-        _head(checkpoints),
-        len(curve) // 2 + 1,
         f"the loss falls by {-line.per_step:.3g} per step, and ends at {end:.4g}: at that "
         f"rate it needs about {needed:,} more steps to get {MARGIN:.0%} below the trivial "
         f"loss ({chance:.4g}), {needed / len(curve):.0f}x this run: raise the learning rate "
         "(or train that much longer)",
+        layer=_head(checkpoints),
+        step=len(curve) // 2 + 1,
     )

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from layergrad.core.fit_results import Checkpoint, LayerStats, TrainingFinding
+from layergrad.core.fit_results import Checkpoint, LayerStats
+from layergrad.core.results import Reason
 from layergrad.core.vocab import Finding
 from layergrad.training.curve_rules import ratios
 
@@ -38,7 +39,7 @@ def _final_run(marks: Sequence[tuple[int, bool]]) -> tuple[int, int]:
 
 def constant_predictions(
     checkpoints: Sequence[Checkpoint], heads: Sequence[str] = ()
-) -> list[TrainingFinding]:
+) -> list[Reason]:
     """An output layer (`heads`; default the last layer called) whose every unit has the same
     value for every sample of the batch at each of the last `CONSTANT_CHECKPOINTS`
     checkpoints or more: its predictions ignore the inputs."""
@@ -55,15 +56,15 @@ def constant_predictions(
         if run < min(CONSTANT_CHECKPOINTS, len(checkpoints)) or run < 2:
             continue
         out.append(
-            TrainingFinding(
+            Reason(
                 Finding.CONSTANT_PREDICTIONS,
-                head,
-                step,
                 f"{head}: every unit of the output is the same for every sample of the batch "
                 f"from step {step} to the end ({run} checkpoints): the predictions ignore the "
                 "inputs (a softmax over one unit is always 1.0; a dead, saturated or "
                 "zero-initialised head); use sigmoid for one unit, one unit per class for "
                 "softmax, or check the head's initialisation",
+                layer=head,
+                step=step,
             )
         )
     return out
@@ -108,7 +109,7 @@ def _depth_marks(
 
 def _depth_finding(
     checkpoints: Sequence[Checkpoint], finding: Finding, decades: float, below: bool
-) -> TrainingFinding | None:
+) -> Reason | None:
     marks = _depth_marks(checkpoints, decades, below)
     if not checkpoints:
         return None
@@ -128,23 +129,23 @@ def _depth_finding(
         else "clip the gradients (clipnorm=1.0), lower the learning rate, or scale the "
         "initialisation down"
     )
-    return TrainingFinding(
+    return Reason(
         finding,
-        top,
-        step,
         f"from step {step} the gradient of the first {len(found)} layers, up to {top}, is "
         f"more than {decades:g} decades {where} the head's (relative to their weights): "
         f"{'they barely learn' if below else 'they take huge steps'}; {fix}",
+        layer=top,
+        step=step,
     )
 
 
-def vanishing(checkpoints: Sequence[Checkpoint]) -> TrainingFinding | None:
+def vanishing(checkpoints: Sequence[Checkpoint]) -> Reason | None:
     """The first `DEPTH_LAYERS` or more layers' relative gradient `VANISH_DECADES` below the
     head's, at the last `FINAL_CHECKPOINTS` checkpoints or more."""
     return _depth_finding(checkpoints, Finding.VANISHING, VANISH_DECADES, below=True)
 
 
-def exploding(checkpoints: Sequence[Checkpoint], unstable: bool = False) -> TrainingFinding | None:
+def exploding(checkpoints: Sequence[Checkpoint], unstable: bool = False) -> Reason | None:
     """The first layers' relative gradient `EXPLODE_DECADES` above the head's at the last
     `FINAL_CHECKPOINTS` or more; or one step that moves a layer's weights by `EXPLODE_RATIO`
     of their own size (healthy steps move them by about 1e-3) at `FINAL_CHECKPOINTS`
@@ -162,19 +163,19 @@ def exploding(checkpoints: Sequence[Checkpoint], unstable: bool = False) -> Trai
         if len(run) < need:
             continue
         first, row = run[0]
-        return TrainingFinding(
+        return Reason(
             Finding.EXPLODING,
-            row.layer,
-            first.step,
             f"{row.layer}: at step {first.step} one step moves its weights by "
             f"{row.update_ratio:.3g}x their own size (healthy is about 1e-3): the gradient "
             "explodes; clip the gradients (clipnorm=1.0), lower the learning rate, scale the "
             "initialisation down or the inputs into about [-1, 1]",
+            layer=row.layer,
+            step=first.step,
         )
     return None
 
 
-def dying_units(checkpoints: Sequence[Checkpoint]) -> list[TrainingFinding]:
+def dying_units(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
     """A layer's dead fraction ends at `DEAD_THRESHOLD` or more, up `DEAD_GROWTH` since the
     first checkpoint; the step is where it crossed the threshold for good."""
     out = []
@@ -193,21 +194,19 @@ def dying_units(checkpoints: Sequence[Checkpoint]) -> list[TrainingFinding]:
             index -= 1
         step = fractions[index][0]
         out.append(
-            TrainingFinding(
+            Reason(
                 Finding.DYING_UNITS,
-                layer,
-                step,
                 f"{layer}: {last:.0%} of its units get no gradient for a whole batch (was "
                 f"{first:.0%} at step {fractions[0][0]}), dead from step {step}: lower the "
                 "learning rate, or use LeakyReLU / better initialisation",
+                layer=layer,
+                step=step,
             )
         )
     return out
 
 
-def stalled_layers(
-    checkpoints: Sequence[Checkpoint], skip: Sequence[str] = ()
-) -> list[TrainingFinding]:
+def stalled_layers(checkpoints: Sequence[Checkpoint], skip: Sequence[str] = ()) -> list[Reason]:
     """A layer's update ratio stays `STALL_DECADES` decades below the median of the other
     layers' at each of the last `STALL_CHECKPOINTS` checkpoints (or more, back to its start);
     layers in `skip` (already named by another finding) are left out."""
@@ -229,13 +228,13 @@ def stalled_layers(
         if run < STALL_CHECKPOINTS or layer in skip:
             continue
         out.append(
-            TrainingFinding(
+            Reason(
                 Finding.STALLED_LAYER,
-                layer,
-                step,
                 f"{layer}: from step {step} its update ratio stays more than "
                 f"{STALL_DECADES:g} decades below the other layers' median: it has stopped "
                 "learning (a saturated or dead layer, or a learning rate too small for it)",
+                layer=layer,
+                step=step,
             )
         )
     return out

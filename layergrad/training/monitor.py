@@ -3,7 +3,7 @@
     from layergrad import GradientMonitor
     monitor = GradientMonitor(every=100, report="fit.json")
     model.fit(x, y, epochs=5, callbacks=[monitor])
-    monitor.report.findings    # the TrainingFinding of each problem seen
+    monitor.report.findings    # the Reason of each problem seen
 
 Every `every` steps, and on the first and the last, the step's own batch is reduced inside
 the compiled step (`step_hook.py`): d loss / d every trainable variable, each layer's update
@@ -32,7 +32,7 @@ from layergrad.core.errors import OutputError
 from layergrad.core.fit_results import (
     Checkpoint,
     FitReport,
-    TrainingFinding,
+    Reason,
 )
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import SummaryWriter
@@ -113,7 +113,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
     def _reset(self) -> None:
         self._losses: list[float | None] = []
         self._checkpoints: list[Checkpoint] = []
-        self._nonfinite: TrainingFinding | None = None
+        self._nonfinite: Reason | None = None
         self._step, self._epoch, self._first_batch = 0, 0, 0
         self._measuring = False  # whether the running execution measures every step
         self._unread: list[_Execution] = []  # executions whose losses are still in the ring
@@ -296,7 +296,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
                     )
         self._unread = []
 
-    def _stop(self, finding: TrainingFinding) -> None:
+    def _stop(self, finding: Reason) -> None:
         """Record the first NaN/Inf; with `stop_on_nonfinite`, end training after this
         execution's steps."""
         self._nonfinite = finding

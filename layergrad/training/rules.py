@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from layergrad.core.fit_results import Checkpoint, TrainingFinding
+from layergrad.core.fit_results import Checkpoint
+from layergrad.core.results import Reason
 from layergrad.core.vocab import Finding
 from layergrad.model.loss_forms import read_loss
 from layergrad.training.curve_rules import (
@@ -54,11 +55,11 @@ __all__ = [
 def findings(
     losses: Sequence[float | None],
     checkpoints: Sequence[Checkpoint],
-    nonfinite: TrainingFinding | None,
+    nonfinite: Reason | None,
     *,
     chance_loss: float | None = None,
     heads: Sequence[str] = (),
-) -> list[TrainingFinding]:
+) -> list[Reason]:
     """Every finding of a run, in the order of the rules (nonfinite first).
 
     One cause, one finding: a head whose predictions are constant explains a loss that does
@@ -69,7 +70,7 @@ def findings(
     out = [nonfinite] if nonfinite is not None else []
     grows = diverging(losses, checkpoints, nonfinite is not None)
     constant = constant_predictions([c for c in checkpoints if _finite(c)], heads)
-    curve: list[TrainingFinding] = []
+    curve: list[Reason] = []
     if grows is not None:
         curve.append(grows)
         # a loss that also jumps from batch to batch: the batch is too small for the rate
@@ -114,48 +115,48 @@ def _finite(checkpoint: Checkpoint) -> bool:
 
 def nonfinite_finding(
     checkpoint: Checkpoint, order: Sequence[str], epoch: int, batch: int
-) -> TrainingFinding:
+) -> Reason:
     """Where the first NaN/Inf came from: an input of the step's batch that holds one (the
     data), else the first layer whose output has one, else (the forward pass being finite)
     the layer nearest the loss whose gradient has one."""
     where = f"step {checkpoint.step} (epoch {epoch}, batch {batch})"
     if checkpoint.nonfinite_inputs:  # the data, before any layer
         name, count, row = checkpoint.nonfinite_inputs[0]
-        return TrainingFinding(
+        return Reason(
             Finding.NONFINITE,
-            name,
-            checkpoint.step,
             f"{where}: the training data holds NaN/Inf: input {name!r} of the step's batch has "
             f"{count} NaN/Inf values, the first in sample {row} of the batch; clean the data "
             "(the model is not at fault)",
+            layer=name,
+            step=checkpoint.step,
         )
     rows = {r.layer: r for r in checkpoint.layers}
     ordered = [rows[p] for p in order if p in rows]
     forward = next((r for r in ordered if r.nonfinite_activation), None)
     if forward is not None:
-        return TrainingFinding(
+        return Reason(
             Finding.NONFINITE,
-            forward.layer,
-            checkpoint.step,
             f"{where}: the first NaN/Inf of the forward pass is in the output of "
             f"{forward.layer} ({forward.nonfinite_activation} values)",
+            layer=forward.layer,
+            step=checkpoint.step,
         )
     backward = next((r for r in reversed(ordered) if r.nonfinite_gradient), None)
     if backward is not None:
-        return TrainingFinding(
+        return Reason(
             Finding.NONFINITE,
-            backward.layer,
-            checkpoint.step,
             f"{where}: the forward pass is finite; the backward pass first gives NaN/Inf in "
             f"the gradient of {backward.layer} ({backward.nonfinite_gradient} values)",
+            layer=backward.layer,
+            step=checkpoint.step,
         )
     last = ordered[-1].layer if ordered else None
-    return TrainingFinding(
+    return Reason(
         Finding.NONFINITE,
-        last,
-        checkpoint.step,
         f"{where}: the loss is NaN/Inf although every layer's output is finite: the loss "
         "itself (e.g. log of 0) does not fit the outputs",
+        layer=last,
+        step=checkpoint.step,
     )
 
 

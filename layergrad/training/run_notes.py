@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from layergrad.core.fit_results import TrainingFinding
+from layergrad.core.results import Reason
 from layergrad.core.vocab import Finding
 
 
@@ -38,15 +38,15 @@ def blind_note(model: object, sees_gradients: bool | None) -> str:
     )
 
 
-def loss_only_nonfinite(step: int, epoch: int, batch: int) -> TrainingFinding:
+def loss_only_nonfinite(step: int, epoch: int, batch: int) -> Reason:
     """The first NaN/Inf loss of a run whose gradients the monitor cannot see (`step` from 0)."""
-    return TrainingFinding(
+    return Reason(
         Finding.NONFINITE,
-        None,
-        step + 1,
         f"step {step + 1} (epoch {epoch}, batch {batch}): the loss is "
         "NaN/Inf; the monitor cannot see this train_step's gradients, so it cannot name "
         "the layer",
+        layer=None,
+        step=step + 1,
     )
 
 

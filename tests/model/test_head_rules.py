@@ -83,11 +83,7 @@ def test_rule_names_are_unique_and_codes_are_findings():
 
 @pytest.mark.parametrize(
     ("rule", "example"),
-    [
-        pytest.param(rule, rule.examples[0], id=rule.name)
-        for rule in FROM_FILE
-        if rule.examples
-    ],
+    [pytest.param(rule, rule.examples[0], id=rule.name) for rule in FROM_FILE if rule.examples],
 )
 def test_fix_repairs_each_rule_so_that_it_no_longer_applies(tmp_path, rule, example):
     from layergrad.commands.fix.repair import FixOptions, fix_model

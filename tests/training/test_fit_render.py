@@ -12,7 +12,7 @@ from layergrad.core.fit_results import (
     Checkpoint,
     FitReport,
     LayerStats,
-    TrainingFinding,
+    Reason,
     VariableStats,
 )
 from layergrad.core.vocab import Finding, OutputFormat
@@ -31,7 +31,7 @@ def report() -> FitReport:
         Checkpoint(step, 0, step - 1, loss, 0.1, rows, variables)
         for step, loss in ((1, 1.5), (2, math.inf))
     )
-    finding = TrainingFinding(Finding.NONFINITE, HOSTILE, 2, f"in {HOSTILE} at step 2")
+    finding = Reason(Finding.NONFINITE, f"in {HOSTILE} at step 2", layer=HOSTILE, step=2)
     return FitReport(
         model="m",
         model_class="Sequential",

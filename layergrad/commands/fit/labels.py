@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from layergrad.core.fit_results import FitReport, TrainingFinding
+from layergrad.core.fit_results import FitReport
 from layergrad.core.results import Reason
 from layergrad.core.tf_types import KerasModel
 from layergrad.core.vocab import Finding
@@ -115,7 +115,7 @@ def refused(model: KerasModel, loss: str, mismatches: tuple[Reason, ...]) -> Fit
     step 0 (before the first step)."""
     optimizer = getattr(model, "optimizer", None)
     findings = tuple(
-        TrainingFinding(Finding.TARGET_MISMATCH, m.layer, 0, f"{m.message}. Fix: {m.hint}")
+        Reason(Finding.TARGET_MISMATCH, f"{m.message}. Fix: {m.hint}", layer=m.layer, step=0)
         for m in mismatches
     )
     return FitReport(
