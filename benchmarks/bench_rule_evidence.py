@@ -11,9 +11,9 @@ example is and repaired as the rule's `Change` says. Judged on held-back data:
             for a regression): a repaired copy must itself close half the gap to perfect.
 
 Per rule it prints the runs, how many flagged and repaired runs trained, and the cells
-(example x optimizer) where no flagged seed trained: a rule may fail a file only when such a
-cell exists and every repaired run trained (`Evidence.supports_failing`). Copy the counts into
-the rule's `Evidence`.
+(the example's index, the optimizer) where no flagged seed trained: a rule may fail a file only
+when such a cell exists and every repaired run trained (`Evidence.supports_failing`). Copy the
+printed `Evidence(...)` into the rule.
 
     python benchmarks/bench_rule_evidence.py [--rules a,b] [--seeds 2] [--steps 300]
 """
@@ -78,13 +78,13 @@ def main() -> None:
     args = parser.parse_args()
     wanted = set(args.rules.split(",")) if args.rules else None
     start = time.perf_counter()
-    print(f"{'rule':<34} {'severity':<8} runs  flagged  repaired  untrained cells")
+    print(f"{'rule':<34} {'severity':<8} Evidence(runs, flagged, repaired, never trained)")
     for rule in RULES:
         if (wanted and rule.name not in wanted) or not rule.examples:
             continue
         runs = flagged_ok = repaired_ok = 0
         cells: list[str] = []
-        for example in rule.examples:
+        for index, example in enumerate(rule.examples):
             change = rule.repair(facts(example))
             if change is None:
                 continue
@@ -102,9 +102,10 @@ def main() -> None:
                     flagged_ok += ok
                     trained_here += ok
                 if trained_here == 0:
-                    cells.append(f"{example.label}, {optimizer}")
-        print(f"{rule.name:<34} {rule.severity!s:<8} {runs:>4}  {flagged_ok:>7}  "
-              f"{repaired_ok:>8}  {'; '.join(cells) or '-'}", flush=True)  # fmt: skip
+                    cells.append(f'({index}, "{optimizer}")')
+        untrained = f"({', '.join(cells)}{',' if len(cells) == 1 else ''})"
+        print(f"{rule.name:<34} {rule.severity!s:<8} Evidence({runs}, {flagged_ok}, "
+              f"{repaired_ok}, {untrained})", flush=True)  # fmt: skip
     print(f"({time.perf_counter() - start:.0f} s)")
 
 

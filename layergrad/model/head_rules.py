@@ -136,12 +136,13 @@ class Example:
 class Evidence:
     """What training showed on the rule's examples (benchmarks/bench_rule_evidence.py): of
     `runs` runs (examples x optimizers x seeds), how many flagged models trained and how many
-    repaired copies did, and the cells (example, optimizer) where no flagged seed trained."""
+    repaired copies did, and the cells (the example's index, the optimizer) where no flagged
+    seed trained."""
 
     runs: int
     flagged_trained: int
     repaired_trained: int
-    untrained: tuple[str, ...] = ()
+    untrained: tuple[tuple[int, str], ...] = ()  # (example, optimizer): no flagged run trained
 
     @property
     def supports_failing(self) -> bool:
@@ -252,6 +253,7 @@ def _class_loss(f: HeadFacts) -> str:
 
 
 # -- the repairs --------------------------------------------------------------------------
+# fmt: off
 
 
 def _probabilities_read(f: HeadFacts) -> Change:
@@ -315,11 +317,8 @@ def _class_loss_for_softmax(f: HeadFacts) -> Change | None:
 
 
 def _relu_removed(f: HeadFacts) -> Change:
-    return Change(
-        "remove_before",
-        f"the activation of '{f.head.before_layer}' is removed: the "
-        f"softmax at '{f.head.layer}' must see raw logits, negative ones included",
-    )
+    return Change("remove_before", f"the activation of '{f.head.before_layer}' is removed: the "
+                  f"softmax at '{f.head.layer}' must see raw logits, negative ones included")
 
 
 def _dropout_moved(f: HeadFacts) -> Change:
@@ -359,25 +358,18 @@ RULES: tuple[HeadRule, ...] = (
         Finding.LOSS_MISMATCH,
         "`from_logits=True` on a softmax / sigmoid head",
         lambda f: f.loss is not None and f.from_logits and f.act in PROBABILITIES,
-        _on(
-            "from_logits=True applies {act} to an output that already went through {act}, so "
-            "the loss sees probabilities squashed twice"
-        ),
-        lambda f: (
-            f"from_logits=False with this head, or drop the {f.act} from '{f.head.layer}' "
-            "and keep from_logits=True"
-        ),
+        _on("from_logits=True applies {act} to an output that already went through {act}, so "
+            "the loss sees probabilities squashed twice"),
+        lambda f: f"from_logits=False with this head, or drop the {f.act} from '{f.head.layer}' "
+        "and keep from_logits=True",
         # Keras's TensorFlow backend takes the logits back from a softmax / sigmoid activation
         # it made itself (`_keras_logits`): the flagged models train on it
         Severity.WARN,
         "the loss: `from_logits=False`",
         _probabilities_read,
-        (
-            Example("softmax", 10, "categorical_crossentropy", from_logits=True),
-            Example(
-                "sigmoid", 1, "binary_crossentropy", from_logits=True, classes=2, labels="binary"
-            ),
-        ),
+        (Example("softmax", 10, "categorical_crossentropy", from_logits=True),
+         Example("sigmoid", 1, "binary_crossentropy", from_logits=True, classes=2,
+                 labels="binary")),
         (SOFTMAX_TEN, Example("linear", 10, "categorical_crossentropy", from_logits=True)),
         Evidence(8, 8, 8, ()),
     ),
@@ -386,25 +378,15 @@ RULES: tuple[HeadRule, ...] = (
         Finding.LOSS_MISMATCH,
         "binary cross-entropy on a softmax over one unit (always 1.0)",
         lambda f: "binary" in (f.loss or "") and f.act == "softmax" and f.units == 1,
-        _on(
-            "binary cross-entropy scores each softmax output as an independent yes/no, but a "
-            "softmax ties them together (and over one unit it is always 1.0)"
-        ),
+        _on("binary cross-entropy scores each softmax output as an independent yes/no, but a "
+            "softmax ties them together (and over one unit it is always 1.0)"),
         lambda f: BINARY_SOFTMAX_HINT,
         Severity.FAIL,
         "the activation: `sigmoid` (also clears `constant_output`)",
         _softmax_under_binary,
         (Example("softmax", 1, "binary_crossentropy", classes=2, labels="binary"),),
         (Example("sigmoid", 1, "binary_crossentropy", classes=2, labels="binary"),),
-        Evidence(
-            4,
-            0,
-            4,
-            (
-                "Dense(1, softmax) + binary_crossentropy, adam",
-                "Dense(1, softmax) + binary_crossentropy, sgd",
-            ),
-        ),
+        Evidence(4, 0, 4, ((0, "adam"), (0, "sgd"))),
     ),
     HeadRule(
         "binary_on_two_softmax",
@@ -412,15 +394,11 @@ RULES: tuple[HeadRule, ...] = (
         "binary cross-entropy on a softmax over two units (on one-hot labels the same loss as "
         "categorical cross-entropy)",
         lambda f: "binary" in (f.loss or "") and f.act == "softmax" and f.units == 2,
-        _on(
-            "binary cross-entropy scores each softmax output as an independent yes/no, but a "
+        _on("binary cross-entropy scores each softmax output as an independent yes/no, but a "
             "softmax ties them together; over two units and one-hot labels it equals "
-            "categorical cross-entropy, over multi-label rows it cannot fit them"
-        ),
-        lambda f: (
-            "categorical_crossentropy for one class of two (the same loss, clearer "
-            "metrics), or a sigmoid head for multi-label rows"
-        ),
+            "categorical cross-entropy, over multi-label rows it cannot fit them"),
+        lambda f: "categorical_crossentropy for one class of two (the same loss, clearer "
+        "metrics), or a sigmoid head for multi-label rows",
         Severity.WARN,
         "the loss: `categorical_crossentropy` (`sparse_categorical_crossentropy` for class "
         "ids); the activation `sigmoid` when the labels are multi-hot",
@@ -434,43 +412,30 @@ RULES: tuple[HeadRule, ...] = (
         Finding.LOSS_MISMATCH,
         "binary cross-entropy on a softmax over three or more units",
         lambda f: "binary" in (f.loss or "") and f.act == "softmax" and f.units not in (1, 2),
-        _on(
-            "binary cross-entropy scores each softmax output as an independent yes/no, but a "
-            "softmax ties them together (and over one unit it is always 1.0)"
-        ),
+        _on("binary cross-entropy scores each softmax output as an independent yes/no, but a "
+            "softmax ties them together (and over one unit it is always 1.0)"),
         lambda f: BINARY_SOFTMAX_HINT,
         Severity.FAIL,
         "the loss: `categorical_crossentropy` (`sparse_categorical_crossentropy` when the labels "
         "are class ids); the activation `sigmoid` when the labels are multi-hot",
         _softmax_under_binary,
-        (
-            Example("softmax", 3, "binary_crossentropy"),
-            Example("softmax", 10, "binary_crossentropy"),
-        ),
+        (Example("softmax", 3, "binary_crossentropy"),
+         Example("softmax", 10, "binary_crossentropy")),
         (Example("sigmoid", 3, "binary_crossentropy", labels="one_hot"),),
-        Evidence(8, 6, 8, ("Dense(10, softmax) + binary_crossentropy, sgd",)),
+        Evidence(8, 6, 8, ((1, "sgd"),)),
     ),
     HeadRule(
         "categorical_on_unit_range",
         Finding.LOSS_MISMATCH,
         "a categorical loss on outputs in [0, 1] that do not sum to 1 (seen on the probe)",
-        lambda f: (
-            f.categorical
-            and "sparse" not in (f.loss or "")
-            and not f.from_logits
-            and f.act == "unit_range"
-            and (f.units or 0) > 1
-        ),
-        _on(
-            "categorical cross-entropy reads each sample's outputs as a distribution over the "
+        lambda f: f.categorical and "sparse" not in (f.loss or "") and not f.from_logits
+        and f.act == "unit_range" and (f.units or 0) > 1,
+        _on("categorical cross-entropy reads each sample's outputs as a distribution over the "
             "classes, but these do not sum to 1 (independent values in [0, 1], as a sigmoid "
             "makes); Keras divides them by their sum, so it trains, but the outputs are no "
-            "probabilities"
-        ),
-        lambda f: (
-            "a softmax on the head (one class out of N), or a sigmoid head with "
-            "binary_crossentropy for independent yes/no outputs"
-        ),
+            "probabilities"),
+        lambda f: "a softmax on the head (one class out of N), or a sigmoid head with "
+        "binary_crossentropy for independent yes/no outputs",
         Severity.WARN,
         "none (the head's activation is not in the file)",
         lambda f: None,
@@ -483,57 +448,35 @@ RULES: tuple[HeadRule, ...] = (
         Finding.LOSS_MISMATCH,
         "a categorical loss on one unit (the loss is constant)",
         lambda f: f.categorical and f.units == 1,
-        _on(
-            "categorical cross-entropy compares a distribution over classes, but one unit holds "
-            "no distribution (the loss is constant)"
-        ),
-        lambda f: (
-            "for one yes/no output: Dense(1, activation='sigmoid') with "
-            "binary_crossentropy; for one class out of N: Dense(N, activation='softmax') with "
-            "sparse_categorical_crossentropy"
-        ),
+        _on("categorical cross-entropy compares a distribution over classes, but one unit holds "
+            "no distribution (the loss is constant)"),
+        lambda f: "for one yes/no output: Dense(1, activation='sigmoid') with "
+        "binary_crossentropy; for one class out of N: Dense(N, activation='softmax') with "
+        "sparse_categorical_crossentropy",
         Severity.FAIL,
         "the loss `binary_crossentropy` and a `sigmoid` (or `from_logits=True` on a linear unit)",
         _one_unit_under_categorical,
-        (
-            Example("sigmoid", 1, "categorical_crossentropy", classes=2, labels="binary"),
-            Example("softmax", 1, "sparse_categorical_crossentropy", classes=2, labels="binary"),
-        ),
+        (Example("sigmoid", 1, "categorical_crossentropy", classes=2, labels="binary"),
+         Example("softmax", 1, "sparse_categorical_crossentropy", classes=2, labels="binary")),
         (Example("sigmoid", 1, "binary_crossentropy", classes=2, labels="binary"),),
-        Evidence(
-            8,
-            0,
-            8,
-            (
-                "Dense(1, sigmoid) + categorical_crossentropy, adam",
-                "Dense(1, sigmoid) + categorical_crossentropy, sgd",
-                "Dense(1, softmax) + sparse_categorical_crossentropy, adam",
-                "Dense(1, softmax) + sparse_categorical_crossentropy, sgd",
-            ),
-        ),
+        Evidence(8, 0, 8, ((0, "adam"), (0, "sgd"), (1, "adam"), (1, "sgd"))),
     ),
     HeadRule(
         "categorical_on_sigmoids",
         Finding.LOSS_MISMATCH,
         "a categorical loss on two or more sigmoids (Keras divides them by their sum)",
         lambda f: f.categorical and f.act == "sigmoid" and (f.units or 2) > 1,
-        _on(
-            "categorical cross-entropy compares a distribution over classes, but sigmoid "
+        _on("categorical cross-entropy compares a distribution over classes, but sigmoid "
             "outputs are independent yes/no probabilities, not a distribution; Keras divides "
-            "them by their sum, so it trains, but the outputs are no class probabilities"
-        ),
-        lambda f: (
-            "activation='softmax' on the head for one class out of N (its outputs are "
-            "then the probabilities the loss reads); a sigmoid head with binary_crossentropy for "
-            "independent yes/no outputs"
-        ),
+            "them by their sum, so it trains, but the outputs are no class probabilities"),
+        lambda f: "activation='softmax' on the head for one class out of N (its outputs are "
+        "then the probabilities the loss reads); a sigmoid head with binary_crossentropy for "
+        "independent yes/no outputs",
         Severity.WARN,
         "the activation: `softmax`",
         _sigmoids_under_categorical,
-        (
-            Example("sigmoid", 3, "categorical_crossentropy"),
-            Example("sigmoid", 3, "sparse_categorical_crossentropy", labels="ids"),
-        ),
+        (Example("sigmoid", 3, "categorical_crossentropy"),
+         Example("sigmoid", 3, "sparse_categorical_crossentropy", labels="ids")),
         (Example("softmax", 3, "categorical_crossentropy"),),
         Evidence(8, 8, 8, ()),
     ),
@@ -543,151 +486,94 @@ RULES: tuple[HeadRule, ...] = (
         "a cross-entropy without `from_logits` on a head whose outputs leave [0, 1] (linear, "
         "ReLU, tanh, ELU, GELU, softplus, log-softmax...)",
         lambda f: f.crossentropy and not f.from_logits and f.act in NOT_PROBABILITIES,
-        _on(
-            "with from_logits=False Keras reads the outputs as probabilities and clips them to "
-            "[1e-7, 1 - 1e-7]: a {act} head's outputs outside that range get no gradient"
-        ),
-        lambda f: (
-            f"from_logits=True in the loss (e.g. keras.losses.{_class_name(f.loss or '')}"
-            "(from_logits=True)), or a softmax / sigmoid on the head"
-        ),
+        _on("with from_logits=False Keras reads the outputs as probabilities and clips them to "
+            "[1e-7, 1 - 1e-7]: a {act} head's outputs outside that range get no gradient"),
+        lambda f: f"from_logits=True in the loss (e.g. keras.losses.{_class_name(f.loss or '')}"
+        "(from_logits=True)), or a softmax / sigmoid on the head",
         Severity.FAIL,
         "linear head: the loss `from_logits=True`; ReLU head: the activation `sigmoid` (binary "
         "or one unit) or `softmax`",
         _unbounded_under_crossentropy,
-        (
-            Example("linear", 10, "categorical_crossentropy"),
-            Example("relu", 10, "categorical_crossentropy"),
-        ),
+        (Example("linear", 10, "categorical_crossentropy"),
+         Example("relu", 10, "categorical_crossentropy")),
         (Example("linear", 10, "categorical_crossentropy", from_logits=True),),
-        Evidence(
-            8,
-            0,
-            8,
-            (
-                "Dense(10, linear) + categorical_crossentropy, adam",
-                "Dense(10, linear) + categorical_crossentropy, sgd",
-                "Dense(10, relu) + categorical_crossentropy, adam",
-                "Dense(10, relu) + categorical_crossentropy, sgd",
-            ),
-        ),
+        Evidence(8, 0, 8, ((0, "adam"), (0, "sgd"), (1, "adam"), (1, "sgd"))),
     ),
     HeadRule(
         "kl_on_unbounded",
         Finding.LOSS_MISMATCH,
         "`kl_divergence` on a head whose outputs leave [0, 1]",
         lambda f: f.loss == "kl_divergence" and f.act in NOT_PROBABILITIES,
-        _on(
-            "KL divergence reads the outputs as a distribution and clips them to [1e-7, 1]: a "
-            "{act} head's outputs outside that range get no gradient"
-        ),
+        _on("KL divergence reads the outputs as a distribution and clips them to [1e-7, 1]: a "
+            "{act} head's outputs outside that range get no gradient"),
         lambda f: "a softmax on the head (the targets are distributions)",
         Severity.FAIL,
         "the activation: `softmax`",
-        lambda f: Change(
-            "activation",
-            "the activation changes: KL divergence compares distributions, which a softmax makes",
-            activation="softmax",
-        ),
+        lambda f: Change("activation", "the activation changes: KL divergence compares "
+                         "distributions, which a softmax makes", activation="softmax"),
         (Example("linear", 10, "kl_divergence"),),
         (Example("softmax", 10, "kl_divergence"),),
-        evidence=Evidence(
-            4,
-            0,
-            4,
-            (
-                "Dense(10, linear) + kl_divergence, adam",
-                "Dense(10, linear) + kl_divergence, sgd",
-            ),
-        ),
+        evidence=Evidence(4, 0, 4, ((0, "adam"), (0, "sgd"))),
     ),
     HeadRule(
         "poisson_on_negative",
         Finding.LOSS_MISMATCH,
         "`poisson` on a head whose outputs can go negative (the log of a negative rate is NaN)",
         lambda f: f.loss == "poisson" and f.act in NEGATIVE,
-        _on(
-            "the Poisson loss takes the log of the predicted rate, but a {act} head's outputs go "
-            "negative (log of a negative number: NaN)"
-        ),
+        _on("the Poisson loss takes the log of the predicted rate, but a {act} head's outputs go "
+            "negative (log of a negative number: NaN)"),
         lambda f: "activation='exponential' or 'softplus' on the head (a positive rate)",
         Severity.FAIL,
         "the activation: `softplus` (a positive rate that does not overflow)",
-        lambda f: Change(
-            "activation",
-            "the activation changes: the Poisson loss takes the log "
-            "of the rate, which a softplus keeps positive",
-            activation="softplus",
-        ),
+        lambda f: Change("activation", "the activation changes: the Poisson loss takes the log "
+                         "of the rate, which a softplus keeps positive", activation="softplus"),
         (Example("linear", 1, "poisson", classes=2, labels="binary"),),
         (Example("softplus", 1, "poisson", classes=2, labels="binary"),),
-        evidence=Evidence(
-            4,
-            0,
-            4,
-            (
-                "Dense(1, linear) + poisson, adam",
-                "Dense(1, linear) + poisson, sgd",
-            ),
-        ),
+        evidence=Evidence(4, 0, 4, ((0, "adam"), (0, "sgd"))),
     ),
     HeadRule(
         "squared_error_on_softmax",
         Finding.LOSS_MISMATCH,
         "mean squared / absolute error on a softmax classifier",
-        lambda f: (
-            f.loss in ("mean_squared_error", "mean_absolute_error")
-            and f.act == "softmax"
-            and (f.units or 2) > 1
-        ),
-        _on(
-            "a squared or absolute error on class probabilities gives small, flat gradients "
-            "where the prediction is most wrong"
-        ),
+        lambda f: f.loss in ("mean_squared_error", "mean_absolute_error") and f.act == "softmax"
+        and (f.units or 2) > 1,
+        _on("a squared or absolute error on class probabilities gives small, flat gradients "
+            "where the prediction is most wrong"),
         lambda f: CLASSIFIER_LOSS,
         Severity.FAIL,
         "the loss: `categorical_crossentropy` (sparse for class ids)",
         _class_loss_for_softmax,
         (Example("softmax", 10, "mean_squared_error"),),
         (SOFTMAX_TEN,),
-        Evidence(4, 2, 4, ("Dense(10, softmax) + mean_squared_error, sgd",)),
+        Evidence(4, 2, 4, ((0, "sgd"),)),
     ),
     HeadRule(
         "margin_loss_on_softmax",
         Finding.LOSS_MISMATCH,
         "`poisson`, `hinge` or `squared_hinge` on a softmax",
         lambda f: f.act == "softmax" and f.loss in ("poisson", "hinge", "squared_hinge"),
-        lambda f: (
-            f"{f.loss} on {f.describe()}: {f.loss} is meant for "
-            + (
-                "counts from an exponential or softplus head"
-                if f.loss == "poisson"
-                else "-1 / +1 targets scored on raw margins"
-            )
-            + ", not for class probabilities that sum to 1"
-        ),
+        lambda f: f"{f.loss} on {f.describe()}: {f.loss} is meant for "
+        + ("counts from an exponential or softplus head" if f.loss == "poisson"
+           else "-1 / +1 targets scored on raw margins")
+        + ", not for class probabilities that sum to 1",
         lambda f: CLASSIFIER_LOSS,
         Severity.FAIL,
         "the loss: `categorical_crossentropy` (sparse for class ids)",
         _class_loss_for_softmax,
         (Example("softmax", 10, "hinge"),),
         (SOFTMAX_TEN,),
-        evidence=Evidence(4, 2, 4, ("Dense(10, softmax) + hinge, sgd",)),
+        evidence=Evidence(4, 2, 4, ((0, "sgd"),)),
     ),
     HeadRule(
         "relu_before_softmax",
         Finding.LOSS_MISMATCH,
         "ReLU on the logits right before a `Softmax` / `Activation('softmax')` layer",
         lambda f: f.head.before in ("relu", "relu6") and f.head.before_layer is not None,
-        lambda f: (
-            f"output '{f.head.name}': layer '{f.head.before_layer}' applies ReLU to the "
-            f"logits before the softmax at '{f.head.layer}', so every negative logit becomes 0 and "
-            "its class can never win"
-        ),
-        lambda f: (
-            f"no activation on '{f.head.before_layer}' (the softmax turns raw logits into "
-            "probabilities)"
-        ),
+        lambda f: f"output '{f.head.name}': layer '{f.head.before_layer}' applies ReLU to the "
+        f"logits before the softmax at '{f.head.layer}', so every negative logit becomes 0 and "
+        "its class can never win",
+        lambda f: f"no activation on '{f.head.before_layer}' (the softmax turns raw logits into "
+        "probabilities)",
         Severity.WARN,
         "the activation of the logits layer removed (a `ReLU` / `Activation` layer is taken out)",
         _relu_removed,
@@ -701,10 +587,8 @@ RULES: tuple[HeadRule, ...] = (
         Finding.LOSS_MISMATCH,
         "`Dropout` after the last layer with weights",
         lambda f: f.head.dropout is not None,
-        lambda f: (
-            f"output '{f.head.name}': Dropout '{f.head.dropout}' comes after the last "
-            "layer with weights, so in training it zeroes whole outputs (the logits) at random"
-        ),
+        lambda f: f"output '{f.head.name}': Dropout '{f.head.dropout}' comes after the last "
+        "layer with weights, so in training it zeroes whole outputs (the logits) at random",
         lambda f: f"move '{f.head.dropout}' before the last Dense layer",
         Severity.FAIL,
         "the Dropout moves before that layer; it is removed when a Dropout already feeds that "
@@ -712,15 +596,7 @@ RULES: tuple[HeadRule, ...] = (
         _dropout_moved,
         (Example("softmax", 10, "categorical_crossentropy", structure="dropout_after"),),
         (SOFTMAX_TEN,),
-        Evidence(
-            4,
-            0,
-            4,
-            (
-                "Dense(10, softmax) + categorical_crossentropy [dropout_after], adam",
-                "Dense(10, softmax) + categorical_crossentropy [dropout_after], sgd",
-            ),
-        ),
+        Evidence(4, 0, 4, ((0, "adam"), (0, "sgd"))),
         layer=lambda f: f.head.dropout,
     ),
     HeadRule(
@@ -729,11 +605,9 @@ RULES: tuple[HeadRule, ...] = (
         "a classifier (sigmoid / softmax head, or a cross-entropy or hinge loss) whose two or "
         "more weight layers have no non-linearity between them",
         lambda f: len(f.linear) >= 2 and _classifier(f),
-        lambda f: (
-            f"output '{f.head.name}': the {len(f.linear)} layers with weights have no "
-            f"activation between them, so the network is one linear map before the {f.act} at "
-            f"'{f.head.layer}', however deep: it can only draw straight class boundaries"
-        ),
+        lambda f: f"output '{f.head.name}': the {len(f.linear)} layers with weights have no "
+        f"activation between them, so the network is one linear map before the {f.act} at "
+        f"'{f.head.layer}', however deep: it can only draw straight class boundaries",
         lambda f: "an activation on the hidden layers (e.g. activation='relu')",
         Severity.FAIL,
         "`activation='relu'` on every hidden weight layer",
@@ -741,15 +615,7 @@ RULES: tuple[HeadRule, ...] = (
         (Example("softmax", 10, "categorical_crossentropy", structure="linear_hidden"),),
         (SOFTMAX_TEN,),
         layer=lambda f: f.head.layer,
-        evidence=Evidence(
-            4,
-            0,
-            4,
-            (
-                "Dense(10, softmax) + categorical_crossentropy [linear_hidden], adam",
-                "Dense(10, softmax) + categorical_crossentropy [linear_hidden], sgd",
-            ),
-        ),
+        evidence=Evidence(4, 0, 4, ((0, "adam"), (0, "sgd"))),
     ),
     HeadRule(
         "linear_regression",
@@ -757,15 +623,11 @@ RULES: tuple[HeadRule, ...] = (
         "a regression head whose two or more weight layers have no non-linearity between them "
         "(it fits what one Dense layer fits, and trains)",
         lambda f: len(f.linear) >= 2 and not _classifier(f) and _regression(f),
-        lambda f: (
-            f"layer '{f.linear[0]}': the {len(f.linear)} layers with weights "
-            f"({_units_listed(f)}) have no activation between them, so output '{f.head.name}' is "
-            "one linear map of the inputs, however deep: it fits what a single Dense layer fits"
-        ),
-        lambda f: (
-            "an activation on the hidden layers (e.g. activation='relu'), or one Dense "
-            "layer if a linear model is meant"
-        ),
+        lambda f: f"layer '{f.linear[0]}': the {len(f.linear)} layers with weights "
+        f"({_units_listed(f)}) have no activation between them, so output '{f.head.name}' is "
+        "one linear map of the inputs, however deep: it fits what a single Dense layer fits",
+        lambda f: "an activation on the hidden layers (e.g. activation='relu'), or one Dense "
+        "layer if a linear model is meant",
         Severity.WARN,
         "`activation='relu'` on the hidden weight layers (or one Dense layer, if a linear map "
         "is meant)",
@@ -776,5 +638,6 @@ RULES: tuple[HeadRule, ...] = (
         evidence=Evidence(4, 4, 4, ()),
     ),
 )
+# fmt: on
 
 BY_NAME = {rule.name: rule for rule in RULES}

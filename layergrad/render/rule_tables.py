@@ -25,7 +25,8 @@ def _evidence(rule: HeadRule) -> tuple[str, str]:
     if found is None:
         return "not measured", ""
     trained = f"{found.flagged_trained} / {found.repaired_trained} of {found.runs}"
-    return trained, "; ".join(found.untrained) or "none"
+    never = [f"{rule.examples[i].label}, {optimizer}" for i, optimizer in found.untrained]
+    return trained, "; ".join(never) or "none"
 
 
 def verdict_table() -> str:
