@@ -33,7 +33,7 @@ _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 # Any character outside printable ASCII, or a control; the slow check runs only on these.
 _CANDIDATE = re.compile(r"[^\x20-\x7e]")
 # What a Python string literal holds as it is: printable ASCII but the quote and backslash.
-_PLAIN = re.compile(r'[\x20-\x21\x23-\x5b\x5d-\x7e]*')
+_PLAIN = re.compile(r"[\x20-\x21\x23-\x5b\x5d-\x7e]*")
 
 
 def _escape(ch: str) -> str:

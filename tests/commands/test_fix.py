@@ -292,7 +292,9 @@ def test_with_data_the_head_gets_the_units_the_labels_need(tmp_path):
     )  # fmt: skip
     (repair,) = report.repairs
     assert repair.finding == "target_mismatch"
-    assert 'Dense(3, activation="softmax") -> Dense(5, activation="softmax") at "head"' in repair.code
+    assert (
+        'Dense(3, activation="softmax") -> Dense(5, activation="softmax") at "head"' in repair.code
+    )
     assert keras.saving.load_model(out, compile=False).get_layer("head").units == 5
     assert "target_mismatch" not in report.after
     assert repair.verdict == "verified", repair.why
@@ -693,6 +695,8 @@ def test_the_labels_decide_a_head_both_the_file_and_the_data_fault(tmp_path):
     assert {"loss_mismatch", "target_mismatch"} <= set(report.before)
     (repair,) = report.repairs  # one repair of the head, from the labels (ids 0-4)
     assert repair.finding == "target_mismatch"
-    assert 'Dense(1, activation="softmax") -> Dense(5, activation="softmax") at "head"' in repair.code
+    assert (
+        'Dense(1, activation="softmax") -> Dense(5, activation="softmax") at "head"' in repair.code
+    )
     assert keras.saving.load_model(out, compile=False).get_layer("head").units == 5
     assert not {"loss_mismatch", "target_mismatch", "constant_output"} & set(report.after)
