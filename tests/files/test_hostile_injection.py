@@ -332,3 +332,14 @@ def test_file_names_on_stderr_are_escaped_as_on_stdout(root: Path) -> None:
         assert not _raw_controls(result.stderr), (what, result.stderr)
         assert "t\\x1b]0;owned\\x07\\x1b[2J\\x1b[1A\\rerror: forged" in result.stderr, what
         assert result.stderr.count("\n") == 1, (what, result.stderr)
+
+
+def test_a_hint_that_gives_a_command_line_quotes_the_names_for_the_shell() -> None:
+    import shlex
+
+    from layergrad.diagnose.causes import not_downstream
+
+    source, target = "a; touch owned", "b $(id) `id`"
+    hint = not_downstream(source, target, reversed_order=True).hint
+    command = hint.removeprefix("swap them: ")
+    assert shlex.split(command) == ["--from", target, "--to", source]
