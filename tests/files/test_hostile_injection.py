@@ -24,13 +24,14 @@ import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 
+import hostile as H
 import numpy as np
 import pytest
 from click.testing import CliRunner
 from helpers import keras
 
 from layergrad import cli
-from layergrad.commands.fix.plan import layer_code, loss_code
+from layergrad.commands.fix.plan import loss_code
 from layergrad.commands.fix.repair import FixOptions, fix_model
 from layergrad.core.fix_results import FixReport
 from layergrad.render import render
@@ -260,14 +261,48 @@ def test_an_input_name_reaches_the_rescaling_line_as_a_string(root: Path) -> Non
     assert _check_report(report, _names(path)) == {INPUT}
 
 
-def test_a_class_that_is_no_python_name_is_not_written() -> None:
-    """A registered custom class may carry any `class_name` in the file: no code names it; a
-    loss is written by its name instead (which `compile` takes)."""
-    from layergrad.commands.fix.plan import Unwritable
+CUSTOM = """
+import keras
 
+
+@keras.saving.register_keras_serializable(package="hostile_injection", name="Wide")
+class Wide(keras.layers.Dense):
+    pass
+"""
+
+
+def test_a_class_that_is_no_python_name_is_not_written(root: Path) -> None:
+    """A registered class loads whatever `class_name` the file gives it (Keras finds it by
+    its registered name): the kernels' repair would have to name it, so it is not offered and
+    the finding keeps check's hint; a loss is written by its name instead (`compile` takes
+    it)."""
+    import importlib.util
+
+    module = root / "wide_layers.py"
+    module.write_text(CUSTOM)
+    spec = importlib.util.spec_from_file_location("wide_layers", module)
+    assert spec is not None and spec.loader is not None
+    wide = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wide)
+    keras.utils.set_random_seed(0)
+    inputs = h = keras.Input((6,), name="x")
+    for i in range(12):
+        h = wide.Wide(32, activation="tanh", name=f"w{i}",
+                      kernel_initializer=keras.initializers.RandomNormal(stddev=2.0))(h)  # fmt: skip
+    saved = _save(keras.Model(inputs, layers.Dense(1, name="head")(h)), root / "wide.keras", "mse")
     evil = 'X(); __import__("os").system("id"); Y'
-    with pytest.raises(Unwritable):
-        layer_code({"class_name": evil, "config": {"units": 3}})
+
+    def rename(config: dict) -> None:
+        for layer in config["config"]["layers"]:
+            if layer["class_name"] == "Wide":
+                layer["class_name"] = evil
+
+    path = H.with_config(saved, root / "evil_class.keras", rename)
+    options = FixOptions(output=str(root / "copy.keras"), force=True)
+    report = fix_model(path, options=options, imports=[str(module)])
+    assert "exploding" in report.before  # the kernels 11x Glorot's scale
+    assert not any(MARK in line for r in report.repairs for line in r.code)
+    assert "exploding" in {u.finding for u in report.unrepaired}
     code = loss_code({"class_name": evil, "config": {}}, "out")
     assert code == 'loss={"out": "X(); __import__(\\"os\\").system(\\"id\\"); Y"}'
     function = loss_code({"class_name": "function", "config": evil})
