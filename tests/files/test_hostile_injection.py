@@ -39,8 +39,8 @@ from layergrad.render.common import md_text
 
 layers = keras.layers
 
-# Each closes the string it is pasted into and calls os.system; the second one also breaks the
-# line, the third is the output key of the report that found the flaw, the fourth an input name.
+# Each closes the string it is pasted into and calls os.system: a layer name, one that also
+# breaks the line, an output's dict key (pasted into `loss={KEY: ...}`), an input name.
 LAYER = 'h"), __import__("os").system("id"), ("'
 LINES = 'n\n__import__("os").system("id")\n#'
 KEY = 'p": "mse"}, run_eagerly=__import__("os").system("id"), z={"q'
