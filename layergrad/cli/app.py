@@ -25,7 +25,7 @@ from layergrad.cli.options import (
     probe_options,
     wrt_options,
 )
-from layergrad.cli.running import emit, handle_errors, write_plot
+from layergrad.cli.running import emit, handle_errors, said, write_plot
 from layergrad.core.vocab import FAILING_STATUSES, Flag, OutputFormat, Wrt
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ def inspect(
         write_plot(result, plot_file, reads, force)
     if save_gradient:
         written = api.save_gradients(result, save_gradient, reads, force=force)
-        click.echo(written.message, err=True)
+        said(written.message)
     if any(r.status in fail_on for r in result.results):
         sys.exit(1)
 

@@ -13,7 +13,7 @@ from typing import TypeVar
 import click
 
 from layergrad.cli.options import format_options, load_options
-from layergrad.cli.running import emit, handle_errors
+from layergrad.cli.running import emit, handle_errors, said
 from layergrad.core.vocab import OutputFormat
 
 Command = TypeVar("Command", bound=Callable[..., object])
@@ -91,7 +91,7 @@ def fix(
     )
     report = fix_model(model, data, options, imports=imports, unsafe=unsafe)
     if report.output:
-        click.echo(f"wrote the repaired copy to {report.output}", err=True)
+        said(f"wrote the repaired copy to {report.output}")
     emit("fix", fmt, report)
     if not report.ok:
         sys.exit(1)

@@ -23,7 +23,7 @@ from layergrad.cli.options import (
     tolerance_option,
     wrt_options,
 )
-from layergrad.cli.running import emit, handle_errors
+from layergrad.cli.running import emit, handle_errors, said
 from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding, OutputFormat
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ def check(
         done = outputs.write_report(
             junit_file, xml, "--junit", "the JUnit report", reads, force=force
         )
-        click.echo(done.message, err=True)
+        said(done.message)
     if not all(v.passed for v in verdicts):
         sys.exit(1)
 

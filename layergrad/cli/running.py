@@ -81,6 +81,15 @@ def note(message: str) -> None:
     click.echo(f"note: {one_line(visible(message))}", err=True)
 
 
+def said(message: str) -> None:
+    """What a command did (a file written), one line on stderr, with every name in it shown
+    as on stdout: a file or layer name holding escape sequences cannot set the window title,
+    clear the screen or forge a line (`escape.visible`)."""
+    from layergrad.render.escape import visible
+
+    click.echo(visible(message), err=True)
+
+
 def abort_now(message: str) -> NoReturn:
     """End the process at once with one `error:` line and exit code 2, from any thread
     (a stalled data source blocks the main thread in code that cannot be interrupted)."""
@@ -167,7 +176,7 @@ def write_plot(
 
     written = chart_files.save_figure(plot.report_figure(report), path, protected, force=force)
     kind = "unit-sensitivity" if hasattr(report, "results") else "gradient-flow"
-    click.echo(f"wrote {kind} chart to {path} ({written})", err=True)
+    said(f"wrote {kind} chart to {path} ({written})")
 
 
 def emit(

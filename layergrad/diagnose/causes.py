@@ -7,6 +7,8 @@ reference, or None) and what to do about it (`hint`). Finding the evidence is th
 
 from __future__ import annotations
 
+import shlex
+
 from layergrad.core.results import Cause
 from layergrad.core.vocab import CauseCode
 from layergrad.engine.tf_ops import OpFinding
@@ -34,7 +36,7 @@ def not_downstream(source: str, target: str, *, reversed_order: bool = False) ->
         message = (
             f"{target!r} comes before {source!r}: {source!r} depends on {target!r}, not the reverse"
         )
-        hint = f"swap them: --from {target} --to {source}"
+        hint = f"swap them: --from {shlex.quote(target)} --to {shlex.quote(source)}"
     else:
         message = (
             f"{target!r} does not depend on {source!r}: no chain of layers leads from one to "

@@ -333,8 +333,22 @@ def md_code(text: str) -> str:
 
 
 def md_text(text: str) -> str:
-    """Plain text for markdown: every character that could become markup is escaped."""
-    out = visible(text).replace("\\", "\\\\").replace("&", "&amp;")
+    """Plain text for markdown: every character that could become markup is escaped, and a
+    word GitHub would turn into a link or a notification (`@name`, `www.site`, `scheme://`,
+    `#12`) is shown in a code span, where it stays text."""
+    return "".join(
+        md_code(part) if _LINKISH.search(part) else _escaped(part)
+        for part in re.split(r"(\S+)", visible(text))
+    )
+
+
+# What GitHub links in plain text: an @mention (or an e-mail address), a bare www. link, a URL
+# (http://, https://, ftp://...), an issue reference (#12). None of it is linked in code.
+_LINKISH = re.compile(r"@\w|www\.|://|#\d", re.IGNORECASE)
+
+
+def _escaped(text: str) -> str:
+    out = text.replace("\\", "\\\\").replace("&", "&amp;")
     for ch in "`*_[]<>|#~":
         out = out.replace(ch, "\\" + ch)
     return out

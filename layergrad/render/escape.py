@@ -7,12 +7,19 @@ XML ill-formed, and lone surrogates that cannot be encoded. `visible` replaces e
 character by its escape, `\\x1b`, `\\u202e`, `\\n`, so the text stays one line of printable
 characters; `scrubbed` applies it to every string inside a report before a text format
 renders it (JSON keeps the exact strings: its encoder escapes them).
+
+A name written into code (`fix`'s code lines and suggestions) is never pasted in as it is:
+`python_string` makes it a Python string literal, `python_name` uses it bare only where it is
+a plain identifier, and `python_value` writes a config value as a literal, so no name can
+close a quote and call something.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import keyword
+import math
 import re
 import unicodedata
 from typing import TypeVar, cast
@@ -25,6 +32,8 @@ _HIDDEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 # Any character outside printable ASCII, or a control; the slow check runs only on these.
 _CANDIDATE = re.compile(r"[^\x20-\x7e]")
+# What a Python string literal holds as it is: printable ASCII but the quote and backslash.
+_PLAIN = re.compile(r"[\x20-\x21\x23-\x5b\x5d-\x7e]*")
 
 
 def _escape(ch: str) -> str:
@@ -56,6 +65,60 @@ def visible(text: str) -> str:
     if not _CANDIDATE.search(text):
         return text
     return "".join(_escape(ch) if _hidden(ch) else ch for ch in text)
+
+
+def python_string(text: str) -> str:
+    """``text`` as a Python string literal in double quotes, one line of printable characters.
+
+    Quotes and backslashes are escaped, and so is every character Python's ``repr`` escapes or
+    `visible` would (controls, separators, bidi overrides, surrogates), so
+    ``ast.literal_eval(python_string(t)) == t`` for any ``t``, no name can end the literal
+    early, and `visible` leaves the literal as it is.
+
+    >>> print(python_string('p": "mse"}, x=__import__("os").system("id"), z={"q'))
+    "p\\": \\"mse\\"}, x=__import__(\\"os\\").system(\\"id\\"), z={\\"q"
+    >>> print(python_string("two\\nlines"))
+    "two\\nlines"
+    """
+    if _PLAIN.fullmatch(text):
+        return f'"{text}"'
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch.isprintable() and not _hidden(ch):
+            out.append(ch)
+        else:
+            out.append(_escape(ch))
+    return '"' + "".join(out) + '"'
+
+
+def python_name(text: str) -> str | None:
+    """``text`` when it can stand bare in Python code (an identifier, not a keyword, nothing
+    `visible` would escape); None when it must be written another way."""
+    if text.isidentifier() and not keyword.iskeyword(text) and visible(text) == text:
+        return text
+    return None
+
+
+def python_value(value: object) -> str:
+    """A value of a config (a string, number, bool, None, list or dict of them) as a Python
+    literal; a string through `python_string`, anything else as the string of its text."""
+    if isinstance(value, str):
+        return python_string(value)
+    if value is None or isinstance(value, (bool, int)):
+        return repr(value)
+    if isinstance(value, float):
+        return f"{value:g}" if math.isfinite(value) else f'float("{value}")'
+    if isinstance(value, list):
+        return "[" + ", ".join(python_value(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        items = [python_value(v) for v in value]
+        return f"({items[0]},)" if len(items) == 1 else "(" + ", ".join(items) + ")"
+    if isinstance(value, dict):
+        pairs = (f"{python_value(k)}: {python_value(v)}" for k, v in value.items())
+        return "{" + ", ".join(pairs) + "}"
+    return python_string(str(value))
 
 
 def scrubbed(value: T) -> T:

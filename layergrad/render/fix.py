@@ -172,10 +172,34 @@ def _fence(lines: Sequence[str]) -> str:
 
 
 def _after(line: str) -> str:
-    """The new code of a `before -> after at LAYER` line: `after  # LAYER`."""
-    after = line.split(" -> ", 1)[-1]
-    code, at, layer = after.rpartition(" at ")
-    return f"{code}  # {layer}" if at and "(" in code else after
+    """The new code of a `before -> after at "LAYER"` line: `after  # "LAYER"`. The arrow and
+    the `at` are found outside the line's string literals (every name is one), so a name that
+    holds ` -> ` or ` at ` does not move them."""
+    arrows = _unquoted(line, " -> ")
+    after = line[arrows[0] + 4 :] if arrows else line
+    ats = _unquoted(after, " at ")
+    if ats and "(" in after[: ats[-1]]:
+        return f"{after[: ats[-1]]}  # {after[ats[-1] + 4 :]}"
+    return after
+
+
+def _unquoted(line: str, mark: str) -> list[int]:
+    """Where `mark` starts in `line`, outside string literals."""
+    found: list[int] = []
+    quote, escaped = "", False
+    for i, ch in enumerate(line):
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif line.startswith(mark, i):
+            found.append(i)
+    return found
 
 
 def markdown(report: FixReport, **_: object) -> str:

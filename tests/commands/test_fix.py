@@ -52,7 +52,7 @@ def _one_repair(tmp_path, model: str):
 # model, the finding, its layer, the code line (written by hand), what the copy's config holds
 STATIC = [
     ("bug_softmax_one_unit", "loss_mismatch", "head",
-     'Dense(1, activation="softmax") -> Dense(1, activation="sigmoid") at head',
+     'Dense(1, activation="softmax") -> Dense(1, activation="sigmoid") at "head"',
      ("head", "activation", "sigmoid")),
     ("bug_bce_on_softmax", "loss_mismatch", "head",
      'loss="binary_crossentropy" -> loss="categorical_crossentropy"', ("loss", "categorical_crossentropy")),
@@ -63,15 +63,15 @@ STATIC = [
      'loss="sparse_categorical_crossentropy" -> '
      "loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)", ("from_logits", True)),
     ("bug_relu_head_bce", "loss_mismatch", "head",
-     'Dense(1, activation="relu") -> Dense(1, activation="sigmoid") at head',
+     'Dense(1, activation="relu") -> Dense(1, activation="sigmoid") at "head"',
      ("head", "activation", "sigmoid")),
     ("bug_softmax_poisson", "loss_mismatch", "head",
      'loss="poisson" -> loss="categorical_crossentropy"', ("loss", "categorical_crossentropy")),
     ("bug_relu_before_softmax", "loss_mismatch", "logits",
-     'Dense(3, activation="relu") -> Dense(3, activation="linear") at logits',
+     'Dense(3, activation="relu") -> Dense(3, activation="linear") at "logits"',
      ("logits", "activation", "linear")),
     ("bug_all_linear", "loss_mismatch", "head",
-     'Dense(8) -> Dense(8, activation="relu") at dense', ("dense", "activation", "relu")),
+     'Dense(8) -> Dense(8, activation="relu") at "dense"', ("dense", "activation", "relu")),
 ]  # fmt: skip
 
 
@@ -141,7 +141,7 @@ def test_dropout_after_the_logits_is_removed_when_one_already_precedes_them(tmp_
     out = tmp_path / "o.keras"
     report = fix_model(path, options=FixOptions(output=str(out)))
     (repair,) = report.repairs
-    assert repair.code == ("Dropout(0.5) at drop_out -> (removed)",)
+    assert repair.code == ('Dropout(0.5) at "drop_out" -> (removed)',)
     names = [e["config"]["name"] for e in _config(out)["config"]["layers"]]
     assert "drop_out" not in names and names.count("drop1") == 1
     assert "loss_mismatch" not in _findings(out)
@@ -292,7 +292,9 @@ def test_with_data_the_head_gets_the_units_the_labels_need(tmp_path):
     )  # fmt: skip
     (repair,) = report.repairs
     assert repair.finding == "target_mismatch"
-    assert 'Dense(3, activation="softmax") -> Dense(5, activation="softmax") at head' in repair.code
+    assert (
+        'Dense(3, activation="softmax") -> Dense(5, activation="softmax") at "head"' in repair.code
+    )
     assert keras.saving.load_model(out, compile=False).get_layer("head").units == 5
     assert "target_mismatch" not in report.after
     assert repair.verdict == "verified", repair.why
@@ -314,8 +316,9 @@ def test_every_format_renders_and_escapes_names_from_the_file(tmp_path):
     (repair,) = report.repairs
     assert repair.layer == name
     markdown = render("fix", "markdown", report)
-    assert '```suggestion\nDense(1, activation="sigmoid")  # h<i>x<i>`\n```\n' in markdown
-    prose = re.sub(r"(`+) .*? \1|(`+)[^`]*?\2", "", markdown.split("```suggestion")[0])
+    assert '```suggestion\nDense(1, activation="sigmoid")  # "h<i>x<i>`"\n```\n' in markdown
+    # a code span: a run of backticks, then anything up to a run of the same length
+    prose = re.sub(r"(?<!`)(`+)(?!`).*?(?<!`)\1(?!`)", "", markdown.split("```suggestion")[0])
     assert "<i>" not in prose  # outside code spans and the block, the name is escaped
     page = render("fix", "html", report)
     assert "<i>x<i>" not in page and "h&lt;i&gt;x&lt;i&gt;" in page
@@ -340,7 +343,7 @@ def test_raw_pixels_get_a_rescaling_layer_in_front(tmp_path):
     assert (
         repair.layer == "squash"
     )  # the layer that reads the raw pixels; the code says "at pixels"
-    assert repair.code == ("x = pixels -> x = Rescaling(1/255)(pixels) at pixels",)
+    assert repair.code == ('x = pixels -> x = Rescaling(1/255)(pixels) at "pixels"',)
     copy = keras.saving.load_model(out, compile=False)
     rescaling = copy.get_layer("rescaling")
     assert abs(rescaling.scale - 1 / 255) < 1e-9
@@ -448,7 +451,7 @@ def test_two_heads_each_repair_alone_and_together(tmp_path):
     report = fix_model(path, options=FixOptions(output=str(out)))
     codes = {r.layer: r.code for r in report.repairs}
     assert codes["yes"] == (
-        'Dense(1, activation="softmax") -> Dense(1, activation="sigmoid") at yes',
+        'Dense(1, activation="softmax") -> Dense(1, activation="sigmoid") at "yes"',
     )
     assert codes["kind"] == ('loss={"kind": "mse"} -> loss={"kind": "categorical_crossentropy"}',)
     for repair in report.repairs:  # alone, the other head's mismatch remains
@@ -596,7 +599,7 @@ def test_nested_multi_input_integer_and_shared_models(tmp_path, build):
     (repair,) = report.repairs
     assert repair.layer == head
     assert repair.code == (
-        f'Dense(1, activation="relu") -> Dense(1, activation="sigmoid") at {head}',
+        f'Dense(1, activation="relu") -> Dense(1, activation="sigmoid") at "{head}"',
     )
     copy = keras.saving.load_model(out, compile=False)
     layer = copy.get_layer(head.split("/")[0])
@@ -625,8 +628,8 @@ def test_a_linear_regression_stack_gets_an_activation(tmp_path):
     (repair,) = report.repairs
     assert repair.finding == "linear_stack" and repair.layer == "a"
     assert repair.code == (
-        'Dense(8) -> Dense(8, activation="relu") at a',
-        'Dense(8) -> Dense(8, activation="relu") at b',
+        'Dense(8) -> Dense(8, activation="relu") at "a"',
+        'Dense(8) -> Dense(8, activation="relu") at "b"',
     )
     assert "linear_stack" not in _findings(out)
     assert report.ok  # a warning: nothing failing, exit 0
@@ -665,10 +668,10 @@ def test_a_relu_layer_head_is_replaced_and_zero_kernels_are_redrawn(tmp_path):
     out = tmp_path / "o.keras"
     report = fix_model(path, options=FixOptions(output=str(out)))
     codes = {r.finding: r.code for r in report.repairs}
-    assert codes["loss_mismatch"] == ('ReLU() -> Activation("sigmoid") at head_act',)
+    assert codes["loss_mismatch"] == ('ReLU() -> Activation("sigmoid") at "head_act"',)
     assert codes["constant_output"] == (
         'Dense(8, activation="relu") -> Dense(8, activation="relu", '
-        'kernel_initializer="he_normal") at h1',
+        'kernel_initializer="he_normal") at "h1"',
     )
     copy = keras.saving.load_model(out, compile=False)
     assert np.any(copy.get_layer("h1").get_weights()[0])  # redrawn, not kept at zero
@@ -692,6 +695,8 @@ def test_the_labels_decide_a_head_both_the_file_and_the_data_fault(tmp_path):
     assert {"loss_mismatch", "target_mismatch"} <= set(report.before)
     (repair,) = report.repairs  # one repair of the head, from the labels (ids 0-4)
     assert repair.finding == "target_mismatch"
-    assert 'Dense(1, activation="softmax") -> Dense(5, activation="softmax") at head' in repair.code
+    assert (
+        'Dense(1, activation="softmax") -> Dense(5, activation="softmax") at "head"' in repair.code
+    )
     assert keras.saving.load_model(out, compile=False).get_layer("head").units == 5
     assert not {"loss_mismatch", "target_mismatch", "constant_output"} & set(report.after)

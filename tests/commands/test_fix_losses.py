@@ -47,14 +47,14 @@ def _binary_head(tmp_path, loss, separate: bool) -> str:
 
 CASES = [
     (keras.losses.BinaryCrossentropy(label_smoothing=0.1), True,
-     ['Activation("sigmoid") -> Activation("softmax") at head_act', "Dense(1) -> Dense(5) at head",
+     ['Activation("sigmoid") -> Activation("softmax") at "head_act"', 'Dense(1) -> Dense(5) at "head"',
       'loss=keras.losses.BinaryCrossentropy(label_smoothing=0.1) -> '
       'loss="sparse_categorical_crossentropy"']),
     (keras.losses.binary_crossentropy, True,
-     ['Activation("sigmoid") -> Activation("softmax") at head_act', "Dense(1) -> Dense(5) at head",
+     ['Activation("sigmoid") -> Activation("softmax") at "head_act"', 'Dense(1) -> Dense(5) at "head"',
       'loss=keras.losses.binary_crossentropy -> loss="sparse_categorical_crossentropy"']),
     ("binary_crossentropy", False,
-     ['Dense(1, activation="sigmoid") -> Dense(5, activation="softmax") at head',
+     ['Dense(1, activation="sigmoid") -> Dense(5, activation="softmax") at "head"',
       'loss="binary_crossentropy" -> loss="sparse_categorical_crossentropy"']),
 ]  # fmt: skip
 
@@ -119,8 +119,8 @@ def test_one_unit_for_one_hot_rows_gets_a_unit_per_column(tmp_path):
     (repair,) = report.repairs
     assert (repair.finding, repair.applied) == ("target_mismatch", True), repair.why
     assert list(repair.code) == [
-        'Softmax() -> Activation("softmax") at head_act',
-        "Dense(1) -> Dense(3) at head",
+        'Softmax() -> Activation("softmax") at "head_act"',
+        'Dense(1) -> Dense(3) at "head"',
     ]
     copy = keras.saving.load_model(out_path)
     assert copy.get_layer("head").units == 3

@@ -84,7 +84,7 @@ def test_the_original_is_loaded_once_and_the_copy_once(tmp_path, monkeypatch):
     report = fix_model(path, data, FixOptions(output=str(out), steps=20))
     (repair,) = report.repairs
     assert repair.code == ('Dense(1, activation="softmax") -> Dense(1, activation="sigmoid") '
-                           "at head",)  # fmt: skip
+                           'at "head"',)  # fmt: skip
     assert report.original is not None and repair.repaired is not None
     assert len(report.original.losses) == len(repair.repaired.losses) == 20
     assert len(loads) == 2, loads  # the original, then the copy read back

@@ -58,11 +58,18 @@ def test_markdown_code_spans_cannot_be_left(text: str) -> None:
     assert all(len(run) < len(fence.group()) for run in re.findall(r"`+", inner))
 
 
-@given(names)
+# a code span md_text makes: a whole word, from a run of backticks to a run as long
+CODE_WORD = re.compile(r"(?:^|(?<=\s))(`+)(?!`).*?(?<!`)\1(?!`)(?=\s|$)")
+
+
+@given(names | st.sampled_from(["@octocat x", "see www.a.b", "(https://a.b/c)", "cc #12 a_b"]))
 def test_markdown_text_escapes_every_markup_character(text: str) -> None:
     out = md_text(text)
     assert "\n" not in out and not hidden(out)
-    unescaped = re.sub(r"\\.", "", out)  # drop every backslash escape
+    prose = CODE_WORD.sub("", out)  # a word GitHub would link or mention is a code span
+    # GitHub links or mentions none of these outside code
+    assert not re.search(r"@\w|www\.|://|#\d", prose, re.IGNORECASE), out
+    unescaped = re.sub(r"\\.", "", prose)  # drop every backslash escape
     assert not set(unescaped) & set("`*_[]<>|#~")
 
 

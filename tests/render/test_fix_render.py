@@ -17,7 +17,7 @@ REPORT = FixReport(
     model_class="Functional",
     repairs=(
         Repair("loss_mismatch", "head", "the activation changes: one unit holds one answer",
-               ('Dense(1, activation="softmax") -> Dense(1, activation="sigmoid") at head',),
+               ('Dense(1, activation="softmax") -> Dense(1, activation="sigmoid") at "head"',),
                Verdict.VERIFIED, "", REPAIRED, ("loss_mismatch", "constant_output")),
     ),
     unrepaired=(Reason("dead", "dense <b>x</b> is dead", "a smaller learning rate"),),
@@ -51,7 +51,7 @@ def test_table_and_markdown_golden(golden):
     assert "ends at 7.9 (trivial 0.6931)" in table and "ends at 0.48" in table
     golden("fix.txt", table)
     markdown = render("fix", "markdown", REPORT)
-    assert '```suggestion\nDense(1, activation="sigmoid")  # head\n```' in markdown
+    assert '```suggestion\nDense(1, activation="sigmoid")  # "head"\n```' in markdown
     assert "<b>" not in markdown  # a name from the file never becomes markup
     golden("fix.md", markdown)
 

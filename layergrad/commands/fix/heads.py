@@ -15,6 +15,7 @@ from dataclasses import replace
 from layergrad.commands.fix.plan import (
     Edit,
     Plan,
+    at,
     layer_code,
     listing,
     loss_code,
@@ -36,6 +37,7 @@ from layergrad.model.head_rules import Change, HeadFacts, repairs
 from layergrad.model.linear_stacks import redundant_pairs, whole_network
 from layergrad.model.loss_forms import per_output as loss_specs
 from layergrad.model.target_fit import LabelSummary
+from layergrad.render.escape import python_string
 
 
 class HeadRules:
@@ -95,12 +97,12 @@ class HeadRules:
         if separate:  # an activation layer without options (Softmax, ReLU): replaced
             new = ed.new_layer("Activation", head.layer.split("/")[-1], {"activation": act})
             edits.append(replace_edit(layer, new))
-            code.append(f'{layer_code(entry)} -> Activation("{act}") at {layer}')
+            code.append(f"{layer_code(entry)} -> Activation({python_string(act)}){at(layer)}")
         elif units_at != layer:  # an Activation layer: its option, the units on the Dense
             if head_activation(head) != act or entry.get("class_name") != "Activation":
                 edits.append(option_edit(layer, "activation", act))
-                code.append(f"{layer_code(entry)} -> {layer_code(entry, activation=act)} "
-                            f"at {layer}")  # fmt: skip
+                code.append(f"{layer_code(entry)} -> {layer_code(entry, activation=act)}"
+                            f"{at(layer)}")  # fmt: skip
         else:
             edits.append(option_edit(layer, "activation", act))
         if units is not None:
@@ -110,10 +112,10 @@ class HeadRules:
             more: dict[str, object] = {} if units is None else {"units": units}
             after = layer_code(entry, activation=act, **more)
             if after != layer_code(entry):  # a head that already is what the loss needs
-                code.append(f"{layer_code(entry)} -> {after} at {layer}")
+                code.append(f"{layer_code(entry)} -> {after}{at(layer)}")
         elif units is not None:
             dense = self._entry(units_at)
-            code.append(f"{layer_code(dense)} -> {layer_code(dense, units=units)} at {units_at}")
+            code.append(f"{layer_code(dense)} -> {layer_code(dense, units=units)}{at(units_at)}")
         compile_edits: list[Edit] = []
         if loss is not None and self._loss_name(head) != (loss, False):
             compile_edits.append(self._loss_edit(head, loss, False, code))
@@ -210,18 +212,19 @@ class HeadRules:
         return None
 
     def _relu_removed(self, head: Head, why: str) -> Plan | None:
-        at = head.before_layer
-        if at is None:
+        spot = head.before_layer
+        if spot is None:
             return None
-        entry = self._entry(at)
+        entry = self._entry(spot)
         f = Finding.LOSS_MISMATCH
         if entry.get("class_name") in ("ReLU", "Activation"):
-            return Plan(f, at, f"'{at}' is removed: the softmax at '{head.layer}' must see raw "
-                        "logits, negative ones included", (f"{layer_code(entry)} at {at} -> "
-                        "(removed)",), (lambda c: ed.remove_layer(c, at),))  # fmt: skip
-        return Plan(f, at, why, (f"{layer_code(entry)} -> "
-                    f"{layer_code(entry, activation='linear')} at {at}",),
-                    (option_edit(at, "activation", "linear"),))  # fmt: skip
+            return Plan(f, spot, f"'{spot}' is removed: the softmax at '{head.layer}' must see "
+                        "raw logits, negative ones included",
+                        (f"{layer_code(entry)}{at(spot)} -> (removed)",),
+                        (lambda c: ed.remove_layer(c, spot),))  # fmt: skip
+        return Plan(f, spot, why, (f"{layer_code(entry)} -> "
+                    f"{layer_code(entry, activation='linear')}{at(spot)}",),
+                    (option_edit(spot, "activation", "linear"),))  # fmt: skip
 
     def _dropout_moved(self, head: Head) -> Plan | None:
         f = Finding.LOSS_MISMATCH
@@ -242,11 +245,11 @@ class HeadRules:
         if earlier is not None and "Dropout" in earlier.class_name:  # as head_forms reads one
             return Plan(f, moved, f"Dropout '{moved}' is removed: '{before}' already drops "
                         f"the features '{weighted}' reads; dropout regularises the "
-                        "features, never the logits", (f"{dropout} at {moved} -> (removed)",),
+                        "features, never the logits", (f"{dropout}{at(moved)} -> (removed)",),
                         (lambda c: ed.remove_layer(c, moved),))  # fmt: skip
         return Plan(f, moved, f"Dropout '{moved}' moves before '{weighted}': dropout "
                     "regularises the features, never the logits", (
-                        f"{dense}, {dropout} -> {dropout}, {dense} at {weighted}, {moved}",),
+                        f"{dense}, {dropout} -> {dropout}, {dense}{at(weighted, moved)}",),
                     (move_before_edit(moved, weighted),))  # fmt: skip
 
     def _all_linear(self, head: Head) -> Plan | None:
@@ -281,8 +284,8 @@ class HeadRules:
     def _relu_on(self, hidden: list[LayerEntry], finding: str) -> Plan:
         code = tuple(
             f"{layer_code({'class_name': e.class_name, 'config': e.config})} -> "
-            f"{layer_code({'class_name': e.class_name, 'config': e.config}, activation='relu')} "
-            f"at {e.path}"
+            f"{layer_code({'class_name': e.class_name, 'config': e.config}, activation='relu')}"
+            f"{at(e.path)}"
             for e in hidden
         )
         edits = tuple(option_edit(e.path, "activation", "relu") for e in hidden)

@@ -4,6 +4,12 @@ A `Plan` holds the edits of the model's config (`model/config_edit.py`) and of i
 config that make one repair, the weights left to Keras's initialisers, and the code line
 `before -> after` in the model's own terms (`Dense(1, activation="softmax")` ->
 `Dense(1, activation="sigmoid")`). No TensorFlow.
+
+Every name read from the model (a layer, an output, an input, a loss) goes into a code line
+through `render/escape`: as a Python string literal (`python_string`), or bare only where it
+is a plain identifier (`python_name`); a class that is no identifier cannot be written, and
+its repair is not offered (`Unwritable`). A reviewer who commits a suggestion runs nothing
+but the Keras calls the repair names.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from dataclasses import dataclass, field
 from layergrad.model import config_edit as ed
 from layergrad.model.config import serialized_name
 from layergrad.model.config_edit import Config, as_object
+from layergrad.render.escape import python_name, python_string, python_value
 
 Edit = Callable[[Config], None]  # an edit of the model's config or of its compile config
 
@@ -46,21 +53,40 @@ class Plan:
     covers: tuple[str, ...] = field(default=())
 
 
+class Unwritable(ValueError):
+    """A class or function name that cannot stand bare in Python code: no code line for it."""
+
+
+def code_name(name: str) -> str:
+    """`name` to write bare in code (a class, a function); Unwritable when it is no
+    identifier."""
+    bare = python_name(name)
+    if bare is None:
+        raise Unwritable(f"{python_string(name)} is not a Python name")
+    return bare
+
+
+def at(*paths: str) -> str:
+    """Where a change is made: ` at "dense"`, ` at "dense", "dropout"`."""
+    return " at " + ", ".join(python_string(p) for p in paths)
+
+
 def layer_code(entry: Mapping[str, object], **changes: object) -> str:
     """A layer as written in code: `Dense(3, activation="softmax")`, with `changes` applied."""
     found = entry.get("config")
     options = dict(found) if isinstance(found, Mapping) else {}
     options.update(changes)
-    cls = str(entry.get("class_name", "Layer"))
+    cls = code_name(str(entry.get("class_name", "Layer")))
     args: list[str] = []
     for key in ("units", "filters", "rate"):
         if options.get(key) is not None:
-            args.append(_value(options[key]))
+            args.append(python_value(options[key]))
             break
-    if cls == "Activation" and serialized_name(options.get("activation")) is not None:
-        return f'Activation("{serialized_name(options["activation"])}")'
+    act = serialized_name(options.get("activation"))
+    if cls == "Activation" and act is not None:
+        return f"Activation({python_string(act)})"
     if cls == "Rescaling" and "scale" in options:
-        args.append(_value(options["scale"]))
+        args.append(python_value(options["scale"]))
     for key in ("activation", "kernel_initializer"):
         value = options.get(key)
         name = serialized_name(value)
@@ -71,12 +97,8 @@ def layer_code(entry: Mapping[str, object], **changes: object) -> str:
             continue
         if key == "kernel_initializer" and key not in changes:
             continue
-        args.append(f'{key}="{name}"')
+        args.append(f"{key}={python_string(name)}")
     return f"{cls}({', '.join(args)})"
-
-
-def _value(value: object) -> str:
-    return repr(value) if not isinstance(value, float) else f"{value:g}"
 
 
 def _snake(name: str) -> str:
@@ -94,26 +116,29 @@ def loss_code(loss: object, output: str | None = None) -> str:
     `loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)`; `output` names the
     output of a loss given per output."""
     text = _one_loss(loss)
-    return f'loss={{"{output}": {text}}}' if output else f"loss={text}"
+    return f"loss={{{python_string(output)}: {text}}}" if output else f"loss={text}"
 
 
 def _one_loss(loss: object) -> str:
     """One loss as written: a name (`"mse"`), a function (`keras.losses.mse`), or a class
     with the options that differ from Keras's defaults (`from_logits`, `label_smoothing`)."""
     if isinstance(loss, str):
-        return f'"{loss}"'
+        return python_string(loss)
     if isinstance(loss, Mapping) and isinstance(loss.get("class_name"), str):
         inner = loss.get("config")
         if loss["class_name"] == "function" and isinstance(inner, str):
-            return f"keras.losses.{inner}"
+            bare = python_name(inner)  # else the function's name, which compile takes too
+            return f"keras.losses.{bare}" if bare else python_string(inner)
+        if python_name(loss["class_name"]) is None:  # no class to write: its name as a string
+            return python_string(str(loss["class_name"]))
         options = inner if isinstance(inner, Mapping) else {}
         args = []
         if options.get("from_logits"):
             args.append("from_logits=True")
         if options.get("label_smoothing"):
-            args.append(f"label_smoothing={_value(options['label_smoothing'])}")
+            args.append(f"label_smoothing={python_value(options['label_smoothing'])}")
         return f"keras.losses.{loss['class_name']}({', '.join(args)})"
-    return repr(loss)
+    return python_value(loss)
 
 
 def loss_with(name: str, from_logits: bool) -> object:

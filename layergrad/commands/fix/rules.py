@@ -1,9 +1,10 @@
 """Which repair each finding gets: the rules of `fix`, one per finding (docs/fix.md).
 
 `plan_repairs` walks the original's findings (check's, and training's with data) and asks the
-rule for each one for a `Plan`; a finding no rule can repair is left as its `Reason`, with check's
-own message and hint. One plan that fixes two findings (a softmax over one unit makes both
-`loss_mismatch` and `constant_output`) is planned once.
+rule for each one for a `Plan`; a finding no rule can repair is left as its `Reason`, with
+check's own message and hint, and so is one whose code line would have to name a class that is
+no Python name (`plan.Unwritable`). One plan that fixes two findings (a softmax over one unit
+makes both `loss_mismatch` and `constant_output`) is planned once.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 
 from layergrad.commands.fix import weights as rw
 from layergrad.commands.fix.heads import HeadRules
-from layergrad.commands.fix.plan import Plan
+from layergrad.commands.fix.plan import Plan, Unwritable
 from layergrad.core.fit_results import FitReport
 from layergrad.core.results import FileVerdict, Reason
 from layergrad.core.vocab import Finding
@@ -42,7 +43,10 @@ def plan_repairs(
     for finding in dict.fromkeys(findings):
         if finding in done:
             continue
-        found = _plans(finding, heads, info, stats, weights, fit)
+        try:
+            found = _plans(finding, heads, info, stats, weights, fit)
+        except Unwritable:  # a class its code would name is no Python name: not offered
+            found = []
         if found:
             for plan in found:
                 if plan.change not in {p.change for p in plans}:

@@ -17,6 +17,8 @@ import numpy as np
 from layergrad.commands.fix.plan import (
     Edit,
     Plan,
+    at,
+    code_name,
     layer_code,
     listing,
     option_edit,
@@ -26,6 +28,7 @@ from layergrad.core.fit_results import Checkpoint, FitReport
 from layergrad.files.file_info import FileInfo
 from layergrad.model import config_edit as ed
 from layergrad.model.graph import ModelGraph
+from layergrad.render.escape import python_name, python_string, python_value
 
 KERNEL_FACTOR = 4.0  # a kernel whose std is this many times off its initialiser's: far off
 BIAS_LIMIT = 10.0  # a bias entry beyond this (in |value|): far off (Keras starts at 0)
@@ -84,7 +87,7 @@ def kernels(
         entry = info.graph.get(path)
         assert entry is not None
         old = {"class_name": entry.class_name, "config": entry.config}
-        code.append(f"{layer_code(old)} -> {layer_code(old, kernel_initializer=init)} at {path}")
+        code.append(f"{layer_code(old)} -> {layer_code(old, kernel_initializer=init)}{at(path)}")
         edits.append(option_edit(path, "kernel_initializer", init))
     factors = sorted(f for _, f, _ in far)
     span = f"{factors[0]:.2g}x" if len(factors) == 1 else f"{factors[0]:.2g}x to {factors[-1]:.2g}x"
@@ -112,7 +115,8 @@ def biases(
         return None
     names = [p for p, _, _ in far]
     code = tuple(
-        f"bias of {p} (up to {v:+g}) -> {_get_layer(p)}.bias.assign(keras.ops.zeros({shape}))"
+        f"bias of {python_string(p)} (up to {v:+g}) -> "
+        f"{_get_layer(p)}.bias.assign(keras.ops.zeros({python_value(tuple(shape))}))"
         for p, v, shape in far
     )
     why = (
@@ -124,7 +128,7 @@ def biases(
 
 def _get_layer(path: str) -> str:
     """`model.get_layer("enc").get_layer("dense")` for the layer at `enc/dense`."""
-    return "model" + "".join(f'.get_layer("{name}")' for name in path.split("/"))
+    return "model" + "".join(f".get_layer({python_string(name)})" for name in path.split("/"))
 
 
 def scale_inputs(info: FileInfo, stats: Sequence[InputStats], finding: str) -> Plan | None:
@@ -136,15 +140,16 @@ def scale_inputs(info: FileInfo, stats: Sequence[InputStats], finding: str) -> P
     edits = []
     for s in raw:
         pixels = s.low >= 0 and s.high <= 255
+        tensor = python_name(s.name) or "inputs"  # the input's variable in the user's code
         if pixels:
             name = "rescaling"
             options: ed.Config = {"scale": 1 / 255, "offset": 0.0}
-            code.append(f"x = {s.name} -> x = Rescaling(1/255)({s.name}) at {s.name}")
+            code.append(f"x = {tensor} -> x = Rescaling(1/255)({tensor}){at(s.name)}")
             cls = "Rescaling"
         else:
             name = "normalization"
             options = {"axis": -1, "mean": list(s.mean), "variance": list(s.variance)}
-            code.append(f"x = {s.name} -> x = norm({s.name}) at {s.name} (norm = "
+            code.append(f"x = {tensor} -> x = norm({tensor}){at(s.name)} (norm = "
                         "Normalization(); norm.adapt(x_train))")  # fmt: skip
             cls = "Normalization"
         edits.append(_insert_input(s.name, cls, name, options))
@@ -220,8 +225,9 @@ def learning_rate(
         f"the learning rate changes from {lr:g} to {new:g}: the median update ratio {how} is "
         f"{median:.2g}; {step}"
     )
-    code = (f"optimizer={fit.optimizer}(learning_rate={lr:g}) -> "
-            f"optimizer={fit.optimizer}(learning_rate={new:g})",)  # fmt: skip
+    optimizer = code_name(fit.optimizer)
+    code = (f"optimizer={optimizer}(learning_rate={lr:g}) -> "
+            f"optimizer={optimizer}(learning_rate={new:g})",)  # fmt: skip
     return Plan(finding, None, why, code, (), (set_learning_rate(new),))
 
 
