@@ -137,12 +137,15 @@ class Evidence:
     """What training showed on the rule's examples (benchmarks/bench_rule_evidence.py): of
     `runs` runs (examples x optimizers x seeds), how many flagged models trained and how many
     repaired copies did, and the cells (the example's index, the optimizer) where no flagged
-    seed trained."""
+    seed trained; and what the rule found on the verdict corpus."""
 
     runs: int
     flagged_trained: int
     repaired_trained: int
     untrained: tuple[tuple[int, str], ...] = ()  # (example, optimizer): no flagged run trained
+    # on the verdict corpus (benchmarks/bench_rule_corpus.py): the fault files it names, the
+    # mutants of the operators it fires on, the healthy files it fires on, the healthy files
+    corpus: tuple[int, int, int, int] | None = None
 
     @property
     def supports_failing(self) -> bool:

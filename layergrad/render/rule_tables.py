@@ -20,27 +20,32 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _evidence(rule: HeadRule) -> tuple[str, str]:
+def _evidence(rule: HeadRule) -> tuple[str, str, str, str]:
+    """(trained: flagged / repaired, the runs that never trained, recall, false alarms)."""
     found = rule.evidence
     if found is None:
-        return "not measured", ""
+        return "not measured", "", "not measured", ""
     trained = f"{found.flagged_trained} / {found.repaired_trained} of {found.runs}"
     never = [f"{rule.examples[i].label}, {optimizer}" for i, optimizer in found.untrained]
-    return trained, "; ".join(never) or "none"
+    recall = alarms = "not measured"
+    if found.corpus is not None:
+        hits, mutants, false, healthy = found.corpus
+        recall, alarms = f"{hits}/{mutants}", f"{false}/{healthy}"
+    return trained, "; ".join(never) or "none", recall, alarms
 
 
 def verdict_table() -> str:
-    """Each rule: its finding, severity, condition and the training evidence behind it."""
+    """Each rule: its finding, severity, condition and the evidence behind it."""
     lines = [
         "| rule | finding | severity | when | trained: flagged / repaired | flagged runs "
-        "that never trained |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "that never trained | corpus recall | false alarms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for rule in RULES:
-        trained, never = _evidence(rule)
+        trained, never, recall, alarms = _evidence(rule)
         lines.append(
             f"| `{rule.name}` | `{rule.code}` | {rule.severity} | {_cell(rule.condition)} | "
-            f"{trained} | {_cell(never)} |"
+            f"{trained} | {_cell(never)} | {recall} | {alarms} |"
         )
     return "\n".join(lines)
 
