@@ -25,11 +25,13 @@ from typing import TYPE_CHECKING
 
 from layergrad.commands.check.gate import check_file
 from layergrad.commands.check.options import CheckOptions
+from layergrad.commands.fit.guards import DEFAULT_STEPS, check_counts
 from layergrad.commands.fix.evidence import check_findings, judge, reached_outputs, train
 from layergrad.commands.fix.opened import OpenedFile
 from layergrad.commands.fix.plan import Plan
 from layergrad.core.errors import InputError, OutputError, describe
 from layergrad.core.fix_results import FixReport, Repair, Run, Verdict
+from layergrad.core.limits import DEFAULT_MAX_MEMORY
 from layergrad.core.probe_options import PathLike, ProbeOptions
 from layergrad.core.results import FileVerdict
 from layergrad.core.vocab import Finding
@@ -37,8 +39,6 @@ from layergrad.core.vocab import Finding
 if TYPE_CHECKING:
     from layergrad.commands.fix.weights import InputStats
     from layergrad.model.target_fit import LabelSummary
-
-DEFAULT_STEPS = 300
 
 
 @dataclass(frozen=True)
@@ -51,10 +51,10 @@ class FixOptions:
     batch_size: int = 32
     seed: int = 0
     limit: int | None = None
+    max_memory: int = DEFAULT_MAX_MEMORY  # the memory estimate's budget, the copy's too
 
-    def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1:
-            raise InputError("--steps and --batch-size must be at least 1")
+    def __post_init__(self) -> None:  # `fit`'s bounds, before any work
+        check_counts(self.steps, self.batch_size, self.seed)
 
 
 def default_output(path: PathLike) -> str:
@@ -92,12 +92,14 @@ def fix_model(
     from layergrad.files.outputs import check_target, data_inputs
 
     options = options or FixOptions()
+    probe = ProbeOptions(data=data, limit=options.limit, seed=options.seed,
+                         batch_size=options.batch_size if data is not None else None,
+                         max_memory=options.max_memory)  # fmt: skip
     output = options.output or default_output(path)
     if not output.endswith(".keras"):
         raise OutputError(f"--output {output}: the repaired copy is a .keras file; name it so")
     inputs = [os.fspath(path), *imports, *data_inputs(data)]
     check_target(output, "--output", "keras", inputs, force=options.force)
-    probe = ProbeOptions(data=data, limit=options.limit)
     original_file = OpenedFile(path, imports, unsafe)  # loaded once: checked, repaired, trained
     check = CheckOptions(imports=tuple(imports), unsafe=unsafe, probe=probe)
     verdict = check_file(path, replace(check, opener=original_file))

@@ -1,0 +1,128 @@
+"""`layergrad fix` under hostile or careless input: options out of bounds, a saved compile
+that cannot train, labels `fit` refuses, one label id that would widen the head past memory,
+a folder given for a file, learning rates `fix` must not misread.
+
+Each input is built as a careless user or an attacker would (a real saved model, a real
+`.npz`); the CLI runs on it. Truth from outside `fix`: `fit`'s own exit code and message on
+the same file, the option bounds written here by hand, the bytes of the model hashed before
+and after, the output folder listed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner, Result
+from helpers import keras
+
+from layergrad import cli
+from layergrad.commands.fix.repair import FixOptions, fix_model
+from layergrad.core.errors import UsageError
+
+layers = keras.layers
+
+
+def _digest(path: Path | str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _run(*args: str) -> Result:
+    return CliRunner().invoke(cli.main, list(args))
+
+
+def _refused(result: Result, *phrases: str) -> str:
+    """Exit 2 and one clear error line on stderr holding every phrase (after click's usage
+    lines, for an option click refuses); that line."""
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    errors = [x for x in result.stderr.splitlines() if x.lower().startswith("error")]
+    assert len(errors) == 1, result.stderr
+    line = errors[0]
+    assert "Traceback" not in result.output
+    for phrase in phrases:
+        assert phrase in line, (phrase, line)
+    return line
+
+
+def _classifier(path: Path, units: int = 3, compile_args: dict | None = None) -> Path:
+    """6 features -> Dense(8, relu) -> Dense(units, softmax) 'head', saved."""
+    keras.utils.set_random_seed(0)
+    x = keras.Input((6,), name="x")
+    h = layers.Dense(8, activation="relu", name="dense")(x)
+    model = keras.Model(x, layers.Dense(units, activation="softmax", name="head")(h))
+    if compile_args is not None:
+        model.compile(**compile_args)
+    model.save(path)
+    return path
+
+
+def _ids(path: Path, rows: int = 64, classes: int = 3, **changed: int) -> Path:
+    """Features and class ids 0..classes-1 (row `i` set to `changed[f"row{i}"]`)."""
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, classes, size=rows).astype("int64")
+    for key, value in changed.items():
+        y[int(key.removeprefix("row"))] = value
+    np.savez(path, x=rng.normal(size=(rows, 6)).astype("float32"), y=y)
+    return path
+
+
+def _edit_compile(source: Path, target: Path, edit) -> Path:
+    """A copy of `source` whose config.json's compile_config went through `edit` (by hand, as
+    a careless user or an attacker edits the archive)."""
+    with zipfile.ZipFile(source) as zf:
+        members = {name: zf.read(name) for name in zf.namelist()}
+    config = json.loads(members["config.json"])
+    edit(config["compile_config"])
+    members["config.json"] = json.dumps(config).encode()
+    with zipfile.ZipFile(target, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return target
+
+
+# 10: every option of fix has fit's bounds, checked before any work -----------------------------
+
+BOUNDS = [  # (option, value, the bound said), written by hand
+    ("--seed", "-1", "0<=x<=4294967295"),
+    ("--seed", str(2**32), "0<=x<=4294967295"),
+    ("--batch-size", "99999999999", "1<=x<=1048576"),
+    ("--batch-size", "0", "1<=x<=1048576"),
+    ("--steps", str(2**63), "1<=x<=1000000"),
+    ("--limit", "0", "1<=x<=9007199254740992"),
+]
+
+
+@pytest.mark.parametrize(("command", "option", "value", "bound"),
+                         [(c, *b) for c in ("fix", "fit") for b in BOUNDS])  # fmt: skip
+def test_every_option_of_fix_has_fits_bounds_before_any_work(
+    tmp_path, command, option, value, bound
+):
+    missing = tmp_path / "no_such_model.keras"  # nothing is read: the options come first
+    out = tmp_path / "o.keras"
+    extra = ["--output", str(out)] if command == "fix" else []
+    result = _run(command, str(missing), "--data", str(tmp_path / "d.npz"), option, value, *extra)
+    _refused(result, option, bound)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("options", [dict(seed=-1), dict(seed=2**32), dict(steps=2**63),
+                                     dict(batch_size=99999999999), dict(steps=0)])  # fmt: skip
+def test_the_api_refuses_the_same_values_before_any_work(tmp_path, options):
+    with pytest.raises(UsageError, match="must be"):
+        fix_model(tmp_path / "missing.keras", tmp_path / "d.npz",
+                  FixOptions(output=str(tmp_path / "o.keras"), **options))  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_seed_at_its_bound_trains(tmp_path):
+    model = _classifier(tmp_path / "m.keras", compile_args=dict(optimizer="adam",
+                        loss="sparse_categorical_crossentropy"))  # fmt: skip
+    data = _ids(tmp_path / "d.npz")
+    result = _run("fix", str(model), "--data", str(data), "--steps", "2",
+                  "--seed", str(2**32 - 1), "--output", str(tmp_path / "o.keras"))  # fmt: skip
+    assert result.exit_code in (0, 1), result.output
+    assert "unexpected" not in result.output
