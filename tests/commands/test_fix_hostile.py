@@ -126,3 +126,101 @@ def test_a_seed_at_its_bound_trains(tmp_path):
                   "--seed", str(2**32 - 1), "--output", str(tmp_path / "o.keras"))  # fmt: skip
     assert result.exit_code in (0, 1), result.output
     assert "unexpected" not in result.output
+
+
+# 3: what fit cannot train, fix does not pass -----------------------------------------------------
+
+SGD = dict(optimizer=keras.optimizers.SGD(0.01), loss="sparse_categorical_crossentropy")
+
+
+def _no_compile(tmp_path: Path) -> Path:
+    return _classifier(tmp_path / "plain.keras")
+
+
+def _string_rate(tmp_path: Path) -> Path:
+    source = _classifier(tmp_path / "sgd.keras", compile_args=SGD)
+    edit = lambda c: c["optimizer"]["config"].__setitem__("learning_rate", "fast")  # noqa: E731
+    return _edit_compile(source, tmp_path / "rate.keras", edit)
+
+
+def _unknown_loss(tmp_path: Path) -> Path:
+    source = _classifier(tmp_path / "sgd.keras", compile_args=SGD)
+    loss = {"module": "keras.losses", "class_name": "NoSuchLoss", "config": {},
+            "registered_name": None}  # fmt: skip
+    return _edit_compile(source, tmp_path / "loss.keras", lambda c: c.__setitem__("loss", loss))
+
+
+@pytest.mark.parametrize("make", [_no_compile, _string_rate, _unknown_loss])
+def test_a_compile_fit_cannot_train_is_exit_2_with_fits_message(tmp_path, make):
+    model = make(tmp_path)
+    before = _digest(model)
+    data = _ids(tmp_path / "d.npz")
+    out = tmp_path / "o.keras"
+    fitted = _run("fit", str(model), "--data", str(data), "--steps", "2")
+    fit_line = _refused(fitted)  # the truth: fit refuses this file
+    result = _run("fix", str(model), "--data", str(data), "--steps", "2", "--output", str(out))
+    line = _refused(result)
+    assert line.split("; ")[0] == fit_line.split("; ")[0]  # what is wrong, in fit's words
+    assert "--loss" not in line and "--optimizer" not in line  # fix has neither option
+    assert not out.exists() and _digest(model) == before
+
+
+# 9: labels fit refuses before its first step: fit's check and message, not TensorFlow's ----------
+
+
+def test_labels_fit_refuses_are_fits_target_mismatch_not_a_graph_error(tmp_path):
+    model = _classifier(tmp_path / "m.keras", compile_args=SGD)
+    data = _ids(tmp_path / "d.npz", row5=7)  # one id beyond the 3 units
+    fitted = _run("fit", str(model), "--data", str(data), "--steps", "2", "--json")
+    assert fitted.exit_code == 1, fitted.output
+    (said,) = json.loads(fitted.stdout)["findings"]  # the truth: fit stops before a step
+    assert said["finding"] == "target_mismatch" and said["step"] == 0
+    result = _run("fix", str(model), "--data", str(data), "--steps", "2", "--json",
+                  "--output", str(tmp_path / "o.keras"))  # fmt: skip
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
+    (repair,) = doc["repairs"]
+    error = repair["original"]["error"]
+    assert repair["original"]["losses"] == []  # never trained
+    assert said["message"] in error and "target_mismatch" in error, error
+    assert "Graph execution" not in result.output and "Detected at node" not in result.output
+
+
+# 2: one label id must not make fix build a head of its size ----------------------------------
+
+
+@pytest.mark.parametrize("stray", [60_000_000, 2_000_000_000])
+def test_one_stray_label_id_is_a_data_problem_not_a_head_of_its_size(tmp_path, stray):
+    import hostile as H
+
+    model = _classifier(tmp_path / "m.keras", compile_args=SGD)
+    before = _digest(model)
+    data = _ids(tmp_path / "d.npz", row5=stray)  # a few KB
+    assert data.stat().st_size < 10_000
+    out = tmp_path / "o.keras"
+    m = H.measure(["fix", str(model), "--data", str(data), "--steps", "2", "--json",
+                   "--output", str(out)], 300)  # fmt: skip
+    assert m.returncode == 1, m.stderr[-500:]
+    doc = json.loads(m.stdout)
+    assert doc["repairs"] == [] and doc["output"] is None
+    (left,) = doc["unrepaired"]
+    assert left["finding"] == "target_mismatch" and left["layer"] == "head"
+    assert f"class ids run to {stray:,} in 64 labels" in left["message"]
+    assert "data problem" in left["message"]
+    assert not out.exists() and _digest(model) == before
+    assert m.peak_mb < 1500, m.peak_mb  # TensorFlow and a tiny model: no head of its size
+
+
+def test_a_repaired_copy_over_max_memory_is_not_built(tmp_path):
+    model = _classifier(tmp_path / "m.keras", compile_args=SGD)
+    data = _ids(tmp_path / "d.npz", rows=2000, classes=2000)  # real classes: a 2000-unit head
+    out = tmp_path / "o.keras"
+    args = ["fix", str(model), "--data", str(data), "--steps", "2", "--json",
+            "--output", str(out)]  # fmt: skip
+    result = _run(*args, "--max-memory", "1MB")  # the model fits it, the copy does not
+    assert result.exit_code == 1, result.output
+    (repair,) = json.loads(result.stdout)["repairs"]
+    assert repair["applied"] is False
+    assert "refusing to build the repaired copy" in repair["why"]
+    assert "pass --max-memory 4MB" in repair["why"], repair["why"]
+    assert not out.exists()

@@ -25,7 +25,14 @@ from layergrad.commands.fix.plan import (
     replace_edit,
     set_loss,
 )
-from layergrad.commands.fix.targets import CHANGES_LOSS, head_activation, target_plan
+from layergrad.commands.fix.targets import (
+    CHANGES_LOSS,
+    IDS_HINT,
+    head_activation,
+    ids_beyond_count,
+    target_plan,
+)
+from layergrad.core.fix_results import Unrepaired
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
 from layergrad.model import config_edit as ed
@@ -175,6 +182,18 @@ class HeadRules:
             elif wanted:
                 left.append(head.name)
         return found, left
+
+    def stray_ids(self) -> list[Unrepaired]:
+        """`target_mismatch` of each head whose class ids run far beyond their count: a data
+        problem, said as such (`targets.ids_beyond_count`), with no head widened to it."""
+        found = []
+        for head in self.heads:
+            y = self.labels.get(head.name)
+            ids = y is not None and y.count and y.integers and y.width == 1 and y.low >= 0
+            why = ids_beyond_count(y) if y is not None and ids else None
+            if why is not None:
+                found.append(Unrepaired(Finding.TARGET_MISMATCH, head.layer, why, IDS_HINT))
+        return found
 
     def _head(
         self, head: Head, spec: tuple[str, bool] | None, y: LabelSummary | None

@@ -44,7 +44,9 @@ def plan_repairs(
         if finding in done:
             continue
         found = _plans(finding, heads, info, stats, weights, fit)
-        if found:
+        stray = heads.stray_ids() if finding == F.TARGET_MISMATCH else []
+        unrepaired += stray
+        if found or stray:
             for plan in found:
                 if plan.change not in {p.change for p in plans}:
                     plans.append(plan)
