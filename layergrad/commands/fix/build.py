@@ -4,9 +4,9 @@ The loaded model is serialized (`keras.saving.serialize_keras_object`, the same 
 `.keras` file holds), each plan's edits are applied to a copy of that config and of the
 compile config, the edited config is held to the memory estimate of any file (`--max-memory`;
 a head widened to what the labels say could ask for gigabytes), and Keras rebuilds the model
-from it in safe mode (unless `--unsafe`). Every
-weight whose layer (by path) and name still exist with the same shape is copied from the
-original; the rest keep what Keras's initialisers drew (seeded). The copy is compiled from
+from it in safe mode (unless `--unsafe`). Every weight whose layer (by path) and name still
+exist with the same shape is copied from the original; the rest keep what Keras's
+initialisers drew (seeded). The copy is compiled from
 the edited compile config, so it saves with its loss and optimizer.
 """
 
