@@ -224,3 +224,19 @@ def test_a_repaired_copy_over_max_memory_is_not_built(tmp_path):
     assert "refusing to build the repaired copy" in repair["why"]
     assert "pass --max-memory 4MB" in repair["why"], repair["why"]
     assert not out.exists()
+
+
+# 11: a folder given for the model ---------------------------------------------------------------
+
+
+def test_a_folder_holding_a_model_is_named_not_called_empty(tmp_path):
+    folder = tmp_path / "models"
+    (folder / "v1").mkdir(parents=True)
+    model = _classifier(folder / "v1" / "m.keras")
+    out = tmp_path / "o.keras"
+    line = _refused(_run("fix", str(folder), "--output", str(out)), "is a directory")
+    assert "without" not in line and str(model) in line  # the file to pass instead
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "without .keras or .h5 files" in _refused(_run("fix", str(empty), "--output", str(out)))
+    assert not out.exists()
