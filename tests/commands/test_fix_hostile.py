@@ -240,3 +240,77 @@ def test_a_folder_holding_a_model_is_named_not_called_empty(tmp_path):
     empty.mkdir()
     assert "without .keras or .h5 files" in _refused(_run("fix", str(empty), "--output", str(out)))
     assert not out.exists()
+
+
+# 12: a schedule, a negative rate, nothing to train ----------------------------------------------
+
+
+def _learnable_ids(path: Path) -> Path:
+    """Class ids 0-4 a fixed rule of the inputs gives (learnable, not random)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(512, 6)).astype("float32")
+    np.savez(path, x=x, y=np.argmax(x @ rng.normal(size=(6, 5)), axis=1))
+    return path
+
+
+def test_a_learning_rate_schedule_is_scaled_not_replaced_by_a_constant(tmp_path):
+    schedule = keras.optimizers.schedules.ExponentialDecay(30.0, decay_steps=1000,
+                                                           decay_rate=0.9)  # fmt: skip
+    keras.utils.set_random_seed(0)
+    x = keras.Input((6,), name="x")
+    h = layers.Dense(16, activation="relu", name="dense")(x)
+    model = keras.Model(x, layers.Dense(5, activation="softmax", name="head")(h))
+    model.compile(optimizer=keras.optimizers.SGD(schedule),
+                  loss="sparse_categorical_crossentropy")  # fmt: skip
+    path = tmp_path / "m.keras"
+    model.save(path)
+    out = tmp_path / "o.keras"
+    report = fix_model(path, _learnable_ids(tmp_path / "d.npz"),
+                       FixOptions(output=str(out), steps=60))  # fmt: skip
+    (repair,) = [r for r in report.repairs if r.layer is None]  # the learning rate's
+    with zipfile.ZipFile(out) as zf:
+        rate = json.loads(zf.read("config.json"))["compile_config"]["optimizer"]["config"][
+            "learning_rate"
+        ]
+    assert isinstance(rate, dict) and rate["class_name"] == "ExponentialDecay"  # still one
+    new = rate["config"]["initial_learning_rate"]
+    assert new <= 10.0  # at least 3x down from 30
+    assert (rate["config"]["decay_steps"], rate["config"]["decay_rate"]) == (1000, 0.9)
+    assert repair.code == (
+        "optimizer=SGD(learning_rate=ExponentialDecay(initial_learning_rate=30, ...)) -> "
+        f"optimizer=SGD(learning_rate=ExponentialDecay(initial_learning_rate={new:g}, ...))",
+    )
+    assert "schedule ExponentialDecay is scaled" in repair.change
+
+
+def test_a_negative_learning_rate_is_refused_not_read_as_too_high(tmp_path):
+    source = _classifier(tmp_path / "sgd.keras", compile_args=SGD)
+    edit = lambda c: c["optimizer"]["config"].__setitem__("learning_rate", -0.5)  # noqa: E731
+    model = _edit_compile(source, tmp_path / "neg.keras", edit)
+    data = _ids(tmp_path / "d.npz")
+    out = tmp_path / "o.keras"
+    for args in (["fit", str(model)], ["fix", str(model), "--output", str(out)]):
+        line = _refused(_run(*args, "--data", str(data), "--steps", "3"),
+                        "learning_rate=-0.5", "climbs the loss")  # fmt: skip
+        assert "too high" not in line
+    assert not out.exists()
+
+
+def test_a_model_with_nothing_to_train_is_said_so_not_still_falling(tmp_path):
+    keras.utils.set_random_seed(0)
+    x = keras.Input((6,), name="x")
+    h = layers.Dense(8, activation="relu", name="dense", trainable=False)(x)
+    head = layers.Dense(1, activation="softmax", name="head", trainable=False)(h)
+    model = keras.Model(x, head)  # a softmax over one unit: a repair, but nothing trains
+    model.compile(optimizer="adam", loss="binary_crossentropy")
+    path = tmp_path / "frozen.keras"
+    model.save(path)
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(256, 6)).astype("float32")
+    data = tmp_path / "d.npz"
+    np.savez(data, x=features, y=(features[:, 0] > 0).astype("float32")[:, None])
+    report = fix_model(path, data, FixOptions(output=str(tmp_path / "o.keras"), steps=20))
+    (repair,) = report.repairs
+    assert repair.verdict == "not verified"
+    assert "no trainable weights" in repair.why and "--steps" not in repair.why, repair.why
+    assert report.original is not None and "no trainable weights" in str(report.original.error)

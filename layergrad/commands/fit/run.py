@@ -161,8 +161,32 @@ def compile_for_fit(
         ) from exc
     if options.learning_rate is not None:
         optimizer.learning_rate = options.learning_rate
+    else:  # the file's rate is held to what --learning-rate must be
+        _check_rate(optimizer, flags)
     compile_loss(model, spec, optimizer=optimizer)
     return spec
+
+
+def _check_rate(optimizer: object, flags: bool) -> None:
+    """Refuse a compiled learning rate (a schedule's, at its first step) that is not a positive
+    finite number: a negative one climbs the loss, which training would read as a rate too
+    high."""
+    try:
+        rate = float(np.asarray(getattr(optimizer, "learning_rate", 1.0)))
+    except (TypeError, ValueError):
+        return  # a callable rate: Keras calls it as it trains
+    if 0 < rate < math.inf:
+        return
+    said = "climbs the loss" if rate < 0 else "cannot train" if rate == 0 else "is no number"
+    raise InputError(
+        f"the optimizer in the file has learning_rate={rate:g}: a rate must be a positive "
+        f"finite number, and this one {said}; "
+        + (
+            "pass --learning-rate LR, e.g. --learning-rate 1e-3"
+            if flags
+            else "compile the model with a positive rate and save it again"
+        )
+    )
 
 
 def read_labelled(

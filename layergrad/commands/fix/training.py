@@ -108,13 +108,19 @@ def train_and_score(
 
     Raises:
         InputError: labels `fit` refuses before its first step (`target_mismatch`, its
-            message), or a batch TensorFlow could not make.
+            message), a model with no trainable weights, or a batch TensorFlow could not
+            make.
     """
     model, spec, data = ready.model, ready.spec, ready.data
     if ready.labels.mismatches:  # `fit` stops here: nothing is trained, its message says why
         stopped = refused(model, spec.name, ready.labels.mismatches)
         said = "; ".join(f"{f.finding} at {f.layer}: {f.message}" for f in stopped.findings)
         raise InputError(f"the labels do not fit the outputs (before the first step): {said}")
+    if not model.trainable_weights:  # its losses move with the batches alone: no verdict
+        raise InputError(
+            "it has no trainable weights (every layer is frozen: trainable=False), so training "
+            "cannot change it; unfreeze the layers that should learn"
+        )
     stream = ready.labelled.stream
     assert stream is not None
     keras.utils.set_random_seed(options.seed)
