@@ -46,7 +46,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class FixOptions:
-    """How `fix` works: where the copy goes, how long each model trains and on what."""
+    """How `fix` works: where the copy goes, how long each model trains and on what, the
+    memory budget of the model and of each copy (`max_memory`, bytes); the bounds are `fit`'s
+    (UsageError when made)."""
 
     output: str | None = None  # default: MODEL.fixed.keras in the working directory
     force: bool = False
