@@ -10,6 +10,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from numbers import Integral
 
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.limits import MAX_BATCH_SIZE, MAX_SEED, MAX_STEPS, MAX_UNSIZED_EPOCH
@@ -64,7 +65,7 @@ def check_counts(
     for name, (value, low, high, note) in bounds.items():
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        if isinstance(value, bool) or not isinstance(value, Integral) or not low <= value <= high:
             raise UsageError(
                 f"--{name.replace('_', '-')} must be {low} to {high:,}{note}: {name}={value!r}"
             )
