@@ -15,8 +15,10 @@ from layergrad.cli.options import (
     format_options,
     load_options,
     training_data_options,
+    training_options,
 )
 from layergrad.cli.running import abort_now, emit, handle_errors, note
+from layergrad.core.limits import MAX_STEPS
 from layergrad.core.vocab import DEFAULT_FIT_FAIL_ON, TRAINING_FINDINGS, OutputFormat
 from layergrad.data.stall import DEFAULT_STALL_SECONDS
 
@@ -24,20 +26,17 @@ from layergrad.data.stall import DEFAULT_STALL_SECONDS
 @click.command()
 @click.argument("model", type=click.Path(dir_okay=True, path_type=str))
 @training_data_options
-@click.option(
-    "--steps",
-    type=click.IntRange(min=1),
-    metavar="N",
-    help="Train N steps (default 300; not with --epochs).",
+@training_options(
+    steps=None,
+    steps_help="Train N steps (default 300; not with --epochs).",
+    batch_size_help="Rows per training batch.",
+    seed_help="Seeds the data shuffling and Keras's random state.",
 )
-@click.option("--epochs", type=click.IntRange(min=1), metavar="E", help="Train E epochs instead.")
 @click.option(
-    "--batch-size",
-    type=click.IntRange(min=1),
-    metavar="B",
-    default=32,
-    show_default=True,
-    help="Rows per training batch.",
+    "--epochs",
+    type=click.IntRange(min=1, max=MAX_STEPS),
+    metavar="E",
+    help="Train E epochs instead.",
 )
 @click.option(
     "--learning-rate",
@@ -53,16 +52,9 @@ from layergrad.data.stall import DEFAULT_STALL_SECONDS
 )
 @click.option(
     "--every",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_STEPS),
     metavar="N",
     help="Reduce the gradients every N steps (default: about 50 checkpoints).",
-)
-@click.option(
-    "--seed",
-    default=0,
-    show_default=True,
-    type=int,
-    help="Seeds the data shuffling and Keras's random state.",
 )
 @click.option("--log-dir", metavar="DIR", help="Also write TensorBoard summaries here.")
 @click.option(

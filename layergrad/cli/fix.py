@@ -7,32 +7,20 @@ renders and sets the exit code, nothing more.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from typing import TypeVar
 
 import click
 
-from layergrad.cli.options import format_options, load_options
+from layergrad.cli.options import field_option, format_options, load_options, training_options
 from layergrad.cli.running import emit, handle_errors, said
+from layergrad.commands.fit.guards import DEFAULT_STEPS
 from layergrad.core.vocab import OutputFormat
-
-Command = TypeVar("Command", bound=Callable[..., object])
-
-
-def _count(
-    flag: str, metavar: str, text: str, default: int | None = None
-) -> Callable[[Command], Command]:
-    """An option taking a whole number of at least 1 (its default shown when it has one)."""
-    return click.option(flag, type=click.IntRange(min=1), default=default, metavar=metavar,
-                        show_default=default is not None, help=text)  # fmt: skip
 
 
 @click.command()
 @click.argument("model", type=click.Path(dir_okay=True, path_type=str))
-@click.option(
-    "--data",
-    metavar="PATH",
-    help="Labelled data as for fit (.npz with y, a folder of class sub-folders, or "
+@field_option(
+    "data",
+    "Labelled data as for fit (.npz with y, a folder of class sub-folders, or "
     "FILE.py:function yielding (x, y)): train the original and each repaired copy on it "
     "and judge each repair.",
 )
@@ -41,11 +29,17 @@ def _count(
     metavar="FILE",
     help="Where the repaired copy goes (default: MODEL.fixed.keras in the working directory).",
 )
-@_count("--steps", "N", "With --data: train each model N steps (the same batches for all).", 300)
-@_count("--batch-size", "B", "With --data: rows per training batch.", 32)
-@_count("--limit", "N", "With --data: read at most N samples.")
-@click.option(
-    "--seed", default=0, show_default=True, type=int, help="Seeds shuffling and new weights."
+@training_options(
+    steps=DEFAULT_STEPS,
+    steps_help="With --data: train each model N steps (the same batches for all).",
+    batch_size_help="With --data: rows per training batch.",
+    seed_help="Seeds shuffling and new weights.",
+)
+@field_option("limit", "With --data: read at most N samples.")
+@field_option(
+    "max_memory",
+    "Refuse a model, or a repaired copy before it is built, whose estimated memory (from "
+    "the shapes in its config) is more than this, e.g. 32GB.",
 )
 @click.option(
     "--force", is_flag=True, help="Let --output replace an existing file (never the model)."
@@ -59,8 +53,9 @@ def fix(
     output: str | None,
     steps: int,
     batch_size: int,
-    limit: int | None,
     seed: int,
+    limit: int | None,
+    max_memory: int,
     force: bool,
     fmt: OutputFormat,
     imports: tuple[str, ...],
@@ -86,9 +81,8 @@ def fix(
     """
     from layergrad.commands.fix.repair import FixOptions, fix_model
 
-    options = FixOptions(
-        output=output, force=force, steps=steps, batch_size=batch_size, seed=seed, limit=limit
-    )
+    options = FixOptions(output=output, force=force, steps=steps, batch_size=batch_size,
+                         seed=seed, limit=limit, max_memory=max_memory)  # fmt: skip
     report = fix_model(model, data, options, imports=imports, unsafe=unsafe)
     if report.output:
         said(f"wrote the repaired copy to {report.output}")

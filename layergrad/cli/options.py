@@ -115,8 +115,17 @@ def _size_text(n: int) -> str:
     return str(n)
 
 
-def _option(name: str, spec: dataclasses.Field[object], help_text: str | None = None) -> Decorator:
-    """The click option `name` of one probe options field: its `Cli` metadata and its default."""
+_FIELD_DEFAULT = object()  # `_option`: the field's own default
+
+
+def _option(
+    name: str,
+    spec: dataclasses.Field[object],
+    help_text: str | None = None,
+    default: object = _FIELD_DEFAULT,
+) -> Decorator:
+    """The click option `name` of one probe options field: its `Cli` metadata and its default
+    (or `default`, for a command whose default differs)."""
     how: Cli = spec.metadata["cli"]
     types: dict[str, object] = {
         "path": click.Path(dir_okay=False, path_type=str),
@@ -124,7 +133,8 @@ def _option(name: str, spec: dataclasses.Field[object], help_text: str | None = 
         "float": float,
         "word": click.Choice(how.words.words()) if how.words else None,
     }
-    default = None if spec.default is dataclasses.MISSING else spec.default
+    if default is _FIELD_DEFAULT:
+        default = None if spec.default is dataclasses.MISSING else spec.default
     if how.kind == "size":
         default = _size_text(cast(int, default))
     elif isinstance(default, Word):
@@ -170,6 +180,42 @@ def data_options(func: F) -> F:
 def training_data_options(func: F) -> F:
     """`data_options` without `--first-sample` and `--peer-timeout`, for training (`fit`)."""
     return _stack(func, [*_options(["data"]), QUIET_OPTION])
+
+
+def field_option(
+    name: str, help_text: str | None = None, default: object = _FIELD_DEFAULT
+) -> Decorator:
+    """The click option of the probe options field `name` (`--batch-size`, `--seed`,
+    `--data`, `--limit`, `--max-memory`), for a command that takes it without the rest of its
+    group; `default=` when the command's differs."""
+    spec = dict(cli_fields())[name]
+    return _option(name, spec, help_text, default)
+
+
+def training_options(
+    *, steps: int | None, steps_help: str, batch_size_help: str, seed_help: str
+) -> Callable[[F], F]:
+    """`--steps`, `--batch-size`, `--seed` of the commands that train (`fit`, `fix`), declared
+    once with their bounds (`--batch-size` and `--seed` as the probe options declare them);
+    `steps` is the default of `--steps` (None: the command decides)."""
+    from layergrad.core.limits import MAX_STEPS
+    from layergrad.core.probe_options import DATA_BATCH_SIZE
+
+    return lambda func: _stack(
+        func,
+        [
+            click.option(
+                "--steps",
+                type=click.IntRange(min=1, max=MAX_STEPS),
+                default=steps,
+                show_default=steps is not None,
+                metavar="N",
+                help=steps_help,
+            ),
+            field_option("batch_size", batch_size_help, default=DATA_BATCH_SIZE),
+            field_option("seed", seed_help),
+        ],
+    )
 
 
 def probe_options(

@@ -56,6 +56,10 @@ MAX_BATCH_SIZE = 1 << 20
 MAX_LIMIT = 1 << 53
 """Largest `--limit` (TensorFlow counts samples in 64-bit integers)."""
 
+MAX_STEPS = 1_000_000
+"""Most `--steps`, `--epochs` and `--every` of the commands that train (`fit`, `fix`): the
+report keeps every step's loss."""
+
 MAX_SEED = 2**32 - 1
 """Largest `--seed` (seeds are 0 ... 2**32 - 1; a negative seed is a usage error)."""
 

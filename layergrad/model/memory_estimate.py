@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from layergrad.core import json_types as js
 from layergrad.core.json_types import Config
@@ -82,15 +82,28 @@ class _Tally:
 
 def estimate(info: FileInfo, batch_size: int) -> Footprint:
     """The probe's estimated memory for ``batch_size`` rows (see the module docstring)."""
+    return _footprint(info.config if info.graph.known else None, batch_size,
+                      info.stored.declared_bytes)  # fmt: skip
+
+
+def estimate_config(config: Mapping[str, object], batch_size: int) -> Footprint:
+    """The estimate for a model config that is no file yet (as `.keras` files hold it: `fix`'s
+    repaired copy before Keras builds it), its weights those the config implies."""
+    return _footprint(config if is_container(config) else None, batch_size, None)
+
+
+def _footprint(
+    config: Mapping[str, object] | None, batch_size: int, stored: int | None
+) -> Footprint:
     tally = _Tally()
-    if info.graph.known:
-        _Walker(tally, max(1, batch_size)).model(info.config, "", None, 1)
-    stored = info.stored.declared_bytes
-    weights = max(tally.weights, stored)
+    if config is not None:
+        _Walker(tally, max(1, batch_size)).model(config, "", None, 1)
     candidates = dict(tally.parts)
-    candidates["the weight file"] = stored
+    if stored is not None:
+        candidates["the weight file"] = stored
     largest = max(candidates, key=lambda k: candidates[k]) if candidates else "nothing"
-    return Footprint(weights, tally.activations, largest, tally.largest_output)
+    return Footprint(max(tally.weights, stored or 0), tally.activations, largest,
+                     tally.largest_output)  # fmt: skip
 
 
 class _Walker:
@@ -162,15 +175,30 @@ def _itemsize(dtype: object) -> int:
 
 def require_within(info: FileInfo, batch_size: int, max_memory: int) -> Footprint:
     """The estimate, or a LoadError naming the biggest part when it exceeds ``max_memory``."""
+    found = estimate(info, batch_size)
+    if found.total > max_memory:
+        _refuse(f"refusing to run {info.path}: the probe", found, batch_size, max_memory)
+    return found
+
+
+def require_config_within(
+    config: Mapping[str, object], what: str, batch_size: int, max_memory: int
+) -> Footprint:
+    """`estimate_config`, or a LoadError (`what` would need ...) over ``max_memory``."""
+    found = estimate_config(config, batch_size)
+    if found.total > max_memory:
+        _refuse(f"refusing to build {what}: it", found, batch_size, max_memory)
+    return found
+
+
+def _refuse(who: str, found: Footprint, batch_size: int, max_memory: int) -> NoReturn:
+    """Raise the LoadError of an estimate over the budget: the parts, the option to raise."""
     from layergrad.core.errors import LoadError
     from layergrad.core.limits import human
 
-    found = estimate(info, batch_size)
-    if found.total <= max_memory:
-        return found
     smaller = ", or a smaller --batch-size" if found.activations > found.weights else ""
     raise LoadError(
-        f"refusing to run {info.path}: the probe would need about {human(found.total)} "
+        f"{who} would need about {human(found.total)} "
         f"(weights {human(found.weights)}, activations for {batch_size} rows "
         f"{human(found.activations)} x{ACTIVATION_COPIES}, the largest output "
         f"{human(found.largest_output)} x{LARGEST_COPIES} more; the largest part is "

@@ -187,6 +187,8 @@ def test_every_option_has_an_upper_bound(root: Path, good: str, image_model: Pat
         (["scan", good, "--data", str(data), "--cpu-replicas", "200"], "200 is not in the range"),
         (["scan", good, "--data", str(data), "--limit", str(10**23)], "is not in the range"),
         (["scan", good, "--batch-size", str(10**9)], "is not in the range"),
+        (["fix", good, "--data", str(data), "--steps", str(2**63)], "is not in the range"),
+        (["fix", good, "--data", str(data), "--seed", "-1"], "is not in the range"),
     ]  # fmt: skip
     for args, phrase in cases:
         m = measure(args, H.TIMEOUT)

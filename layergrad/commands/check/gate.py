@@ -159,9 +159,13 @@ def _run(
     path: str | os.PathLike[str], options: CheckOptions, add: Add, baseline: Baseline | None
 ) -> None:
     if Path(path).is_dir() and not (Path(path) / "saved_model.pb").exists():
+        held = _model_files(path)  # one file's check (`fix DIR`): say which to pass
         add(
             "readable",
-            f"{os.fspath(path)} is a directory without .keras or .h5 files; expected model "
+            f"{os.fspath(path)} is a directory; expected a .keras or .h5 file; pass the model "
+            f"file, e.g. {held[0]}"
+            if held
+            else f"{os.fspath(path)} is a directory without .keras or .h5 files; expected model "
             "files; check the path",
             [Finding.UNREADABLE],
         )
@@ -294,6 +298,26 @@ def _dynamic(
         add("baseline", *judge(report, weights if has_loss else None, baseline, options.tolerance))
     elif options.baselines:
         add("baseline", "no baseline given for this file")
+
+
+LOOKED_AT = 10_000  # entries of a directory looked at for a model file to name
+
+
+def _model_files(path: str | os.PathLike[str]) -> list[str]:
+    """The first .keras / .h5 file under the directory `path` (none: empty), found among at
+    most LOOKED_AT entries, links to directories not followed."""
+    seen = 0
+    try:
+        for root, dirs, files in os.walk(path, followlinks=False):
+            for name in sorted(files):
+                if name.endswith((".keras", ".h5")):
+                    return [os.path.join(root, name)]
+            seen += len(files) + len(dirs)
+            if seen > LOOKED_AT:
+                break
+    except OSError:
+        pass
+    return []
 
 
 def expand_paths(paths: Sequence[str]) -> list[str]:

@@ -10,9 +10,10 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from numbers import Integral
 
 from layergrad.core.errors import InputError, UsageError
-from layergrad.core.limits import MAX_UNSIZED_EPOCH
+from layergrad.core.limits import MAX_BATCH_SIZE, MAX_SEED, MAX_STEPS, MAX_UNSIZED_EPOCH
 from layergrad.core.probe_options import PathLike
 
 Notice = Callable[[str], None]
@@ -39,11 +40,35 @@ class FitOptions:
     def __post_init__(self) -> None:
         if self.steps is not None and self.epochs is not None:
             raise InputError("--steps and --epochs exclude each other; pass one of them")
-        for name in ("steps", "epochs", "batch_size", "every"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise InputError(f"--{name.replace('_', '-')} must be at least 1: {name}={value}")
+        check_counts(self.steps, self.batch_size, self.seed, epochs=self.epochs, every=self.every)
         check_options(self.learning_rate, self.optimizer, self.loss)
+
+
+def check_counts(
+    steps: int | None,
+    batch_size: int,
+    seed: int,
+    *,
+    epochs: int | None = None,
+    every: int | None = None,
+) -> None:
+    """Refuse a count outside its option's bounds, as the command line does (`fit` and `fix`
+    share them): steps, epochs and every 1 to MAX_STEPS, the batch size 1 to
+    MAX_BATCH_SIZE, the seed 0 to MAX_SEED."""
+    bounds = {
+        "steps": (steps, 1, MAX_STEPS, ""),
+        "epochs": (epochs, 1, MAX_STEPS, ""),
+        "every": (every, 1, MAX_STEPS, ""),
+        "batch_size": (batch_size, 1, MAX_BATCH_SIZE, ""),
+        "seed": (seed, 0, MAX_SEED, " (2**32 - 1)"),
+    }
+    for name, (value, low, high, note) in bounds.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, Integral) or not low <= value <= high:
+            raise UsageError(
+                f"--{name.replace('_', '-')} must be {low} to {high:,}{note}: {name}={value!r}"
+            )
 
 
 def check_options(learning_rate: float | None, optimizer: str | None, loss: str | None) -> None:

@@ -29,7 +29,6 @@ from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import Dataset, KerasCallback, KerasModel, Strategy, TensorTree
 from layergrad.data.functions import tf_dtype
 from layergrad.data.label_stream import Labelled, open_labelled
-from layergrad.data.labels import TrivialLoss
 from layergrad.data.probe_input import input_specs
 from layergrad.data.sources import DataStream
 from layergrad.data.stall import stall_watch
@@ -111,22 +110,32 @@ def train_loaded(
 
 
 def compile_for_fit(
-    model: KerasModel, compiled: Mapping[str, object], options: FitOptions
+    model: KerasModel, compiled: Mapping[str, object], options: FitOptions, *, flags: bool = True
 ) -> LossSpec:
-    """Compile with the file's (or the given) optimizer and loss; return the loss."""
+    """Compile with the file's (or the given) optimizer and loss; return the loss. `flags`:
+    the command has `--loss` and `--optimizer` to offer (`fix` has not: it trains the file's)."""
 
     spec = find_loss(compiled, options.loss)
+    redo = "compile the model with {} and save it again (fix trains with the file's compile)"
     if spec is None:
         raise InputError(
-            "the model was saved without a loss (no model.compile); pass --loss NAME, e.g. "
-            "--loss sparse_categorical_crossentropy"
+            "the model was saved without a loss (no model.compile); "
+            + (
+                "pass --loss NAME, e.g. --loss sparse_categorical_crossentropy"
+                if flags
+                else redo.format("a loss")
+            )
         )
     # a legacy .h5 file keeps it as `optimizer_config` (Keras 3's own .h5 writer too)
     raw = options.optimizer or compiled.get("optimizer") or compiled.get("optimizer_config")
     if raw is None:
         raise InputError(
-            "the model was saved without an optimizer (no model.compile); pass --optimizer "
-            "NAME, e.g. --optimizer adam"
+            "the model was saved without an optimizer (no model.compile); "
+            + (
+                "pass --optimizer NAME, e.g. --optimizer adam"
+                if flags
+                else redo.format("an optimizer")
+            )
         )
     try:
         optimizer = (
@@ -138,14 +147,46 @@ def compile_for_fit(
             if isinstance(exc, KeyError) and exc.args
             else str(exc)
         )
+        given = options.optimizer is not None
         raise InputError(
-            f"--optimizer {raw if isinstance(raw, str) else 'in the file'} is not an optimizer "
-            f"Keras can make from a name ({why}); use a keras.optimizers name such as adam or sgd"
+            f"--optimizer {raw} is not an optimizer Keras can make from a name ({why}); use a "
+            "keras.optimizers name such as adam or sgd"
+            if given
+            else f"the optimizer in the file is not one Keras can make ({why}); "
+            + (
+                "pass --optimizer NAME, e.g. --optimizer adam"
+                if flags
+                else redo.format("a keras.optimizers optimizer")
+            )
         ) from exc
     if options.learning_rate is not None:
         optimizer.learning_rate = options.learning_rate
+    else:  # the file's rate is held to what --learning-rate must be
+        _check_rate(optimizer, flags)
     compile_loss(model, spec, optimizer=optimizer)
     return spec
+
+
+def _check_rate(optimizer: object, flags: bool) -> None:
+    """Refuse a compiled learning rate (a schedule's, at its first step) that is not a positive
+    finite number: a negative one climbs the loss, which training would read as a rate too
+    high."""
+    try:
+        rate = float(np.asarray(getattr(optimizer, "learning_rate", 1.0)))
+    except (TypeError, ValueError):
+        return  # a callable rate: Keras calls it as it trains
+    if 0 < rate < math.inf:
+        return
+    said = "climbs the loss" if rate < 0 else "cannot train" if rate == 0 else "is no number"
+    raise InputError(
+        f"the optimizer in the file has learning_rate={rate:g}: a rate must be a positive "
+        f"finite number, and this one {said}; "
+        + (
+            "pass --learning-rate LR, e.g. --learning-rate 1e-3"
+            if flags
+            else "compile the model with a positive rate and save it again"
+        )
+    )
 
 
 def read_labelled(
@@ -158,34 +199,6 @@ def read_labelled(
     if labelled.stream is None:
         raise InputError(f"layergrad fit needs labels: {labelled.missing}")
     return labelled
-
-
-def prior_and_samples(
-    labelled: Labelled, loss: str, options: FitOptions, units: list[int]
-) -> tuple[float | None, int]:
-    """The trivial loss of the labels (one output: `data/labels.py` `TrivialLoss`) and the
-    samples in the data, read from the labels alone in one pass when either is needed: over
-    the whole data, or the samples `--steps` trains on when the source does not say how many
-    it has. (`fit_model` reads them with `labels.read_labels`, which judges them too.)"""
-
-    stream = labelled.stream
-    assert stream is not None
-    trivial = TrivialLoss(loss, units[0] if units else 0) if len(stream.labels) == 1 else None
-    samples = stream.samples
-    if (trivial is None or not trivial.known) and samples is not None:
-        return None, samples
-    bound = None
-    if samples is None and options.epochs is None:
-        bound = (options.steps or DEFAULT_STEPS) * options.batch_size
-    seen = 0
-    for batch in labelled.label_batches():
-        y = next(iter(batch.values()))
-        if trivial is not None:
-            trivial.add(y)
-        seen += len(y)
-        if bound is not None and seen >= bound:
-            break
-    return (trivial.value() if trivial is not None else None), (samples or seen)
 
 
 def training_batches(

@@ -2,9 +2,11 @@
 
 The loaded model is serialized (`keras.saving.serialize_keras_object`, the same config a
 `.keras` file holds), each plan's edits are applied to a copy of that config and of the
-compile config, and Keras rebuilds the model from it in safe mode (unless `--unsafe`). Every
-weight whose layer (by path) and name still exist with the same shape is copied from the
-original; the rest keep what Keras's initialisers drew (seeded). The copy is compiled from
+compile config, the edited config is held to the memory estimate of any file (`--max-memory`;
+a head widened to what the labels say could ask for gigabytes), and Keras rebuilds the model
+from it in safe mode (unless `--unsafe`). Every weight whose layer (by path) and name still
+exist with the same shape is copied from the original; the rest keep what Keras's
+initialisers drew (seeded). The copy is compiled from
 the edited compile config, so it saves with its loss and optimizer.
 """
 
@@ -18,11 +20,14 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 
 from layergrad.commands.fix.plan import Plan
-from layergrad.core.errors import LayergradError, describe
+from layergrad.core.errors import LayergradError, LoadError, describe
+from layergrad.core.limits import DEFAULT_MAX_MEMORY
+from layergrad.core.probe_options import DATA_BATCH_SIZE
 from layergrad.core.tf_runtime import keras
 from layergrad.core.tf_types import KerasLayer, KerasModel, KerasModule, KerasVariable
 from layergrad.model.config import is_container
 from layergrad.model.config_edit import Config, EditError
+from layergrad.model.memory_estimate import require_config_within
 
 
 class BuildError(LayergradError):
@@ -68,11 +73,15 @@ def build(
     *,
     unsafe: bool = False,
     seed: int = 0,
+    budget: tuple[int, int] = (DATA_BATCH_SIZE, DEFAULT_MAX_MEMORY),
 ) -> KerasModel:
-    """The model rebuilt with every plan's edits, its weights carried over, compiled.
+    """The model rebuilt with every plan's edits, its weights carried over, compiled; its
+    edited config held to the memory estimate of any file before Keras builds it (`budget`:
+    the rows of a batch and `--max-memory`).
 
     Raises:
-        BuildError: an edit cannot be made, or Keras cannot rebuild or compile the result.
+        BuildError: an edit cannot be made, the copy would need more memory than the budget,
+            or Keras cannot rebuild or compile the result.
     """
     edited = copy.deepcopy(dict(config))
     compiled = copy.deepcopy(dict(compile_config))
@@ -84,6 +93,11 @@ def build(
             for edit in plan.compile_edits:
                 edit(compiled)
     except EditError as exc:
+        raise BuildError(str(exc)) from exc
+    rows, max_memory = budget
+    try:  # a head widened to what the labels say must fit in memory before it is built
+        require_config_within(edited, "the repaired copy", rows, max_memory)
+    except LoadError as exc:
         raise BuildError(str(exc)) from exc
     keras.utils.set_random_seed(seed)
     try:

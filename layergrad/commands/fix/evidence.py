@@ -15,13 +15,11 @@ from typing import TYPE_CHECKING
 
 from layergrad.core.errors import LayergradError, describe
 from layergrad.core.fix_results import OutputLoss, Run, Verdict
-from layergrad.core.probe_options import PathLike
 from layergrad.core.results import FileVerdict
 
 if TYPE_CHECKING:
-    from layergrad.commands.check.steps import Opened
     from layergrad.commands.fit.train import FitOptions
-    from layergrad.commands.fix.training import Scored
+    from layergrad.commands.fix.training import Ready, Scored
     from layergrad.core.tf_types import KerasModel
     from layergrad.model.graph import ModelGraph
 
@@ -39,23 +37,21 @@ def check_findings(verdict: FileVerdict) -> tuple[str, ...]:
 
 
 def train(
-    model: Callable[[], Opened],
-    data: PathLike,
+    prepare: Callable[[], Ready],
     fit_options: FitOptions,
     *,
-    limit: int | None,
     found: Sequence[str] = (),
     rival: KerasModel | None = None,
 ) -> tuple[Run, Scored | None]:
-    """Train the model `model()` gives (as `session.load` returns it; trained in place) and
-    summarise the run (a model that cannot be opened or trained: a run with its error);
-    `found` are its check findings, joined by the training findings. `final` is the loss of
-    the trained model's predictions (`training`), else the last tenth of the training
-    losses; `baseline` the trained `rival`'s, scored the same way."""
+    """Train the model `prepare()` makes ready (`training.ready`: `fit`'s checks done;
+    trained in place) and summarise the run (a model that cannot be made ready or trained:
+    a run with its error); `found` are its check findings, joined by the training findings.
+    `final` is the loss of the trained model's predictions (`training`), else the last tenth
+    of the training losses; `baseline` the trained `rival`'s, scored the same way."""
     from layergrad.commands.fix.training import train_and_score
 
     try:
-        scored = train_and_score(model(), data, fit_options, limit=limit, rival=rival)
+        scored = train_and_score(prepare(), fit_options, rival=rival)
     except LayergradError as exc:
         return Run("-", findings=tuple(found), error=str(exc)), None
     except Exception as exc:

@@ -26,7 +26,8 @@ from layergrad.commands.fix.plan import (
     replace_edit,
     set_loss,
 )
-from layergrad.commands.fix.targets import head_activation, target_plan
+from layergrad.commands.fix.targets import IDS_HINT, head_activation, ids_beyond_count, target_plan
+from layergrad.core.results import Reason
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
 from layergrad.model import config_edit as ed
@@ -178,6 +179,18 @@ class HeadRules:
             elif wanted:
                 left.append(head.name)
         return found, left
+
+    def stray_ids(self) -> list[Reason]:
+        """`target_mismatch` of each head whose class ids run far beyond their count: a data
+        problem, said as such (`targets.ids_beyond_count`), with no head widened to it."""
+        found = []
+        for head in self.heads:
+            y = self.labels.get(head.name)
+            ids = y is not None and y.count and y.integers and y.width == 1 and y.low >= 0
+            why = ids_beyond_count(y) if y is not None and ids else None
+            if why is not None:
+                found.append(Reason(Finding.TARGET_MISMATCH, why, IDS_HINT, head.layer))
+        return found
 
     def _head(
         self, head: Head, spec: tuple[str, bool] | None, y: LabelSummary | None

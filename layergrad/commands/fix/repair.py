@@ -1,12 +1,15 @@
 """`layergrad fix`: the repair of each finding, applied to a copy, and the evidence it trains.
 
-1. check the file (and with `--data`, train it: `fit`) for its findings; the file is loaded
+1. with `--data`, `fit`'s checks first (its compile, its labels: what `fit` refuses, `fix`
+   refuses in its words); check the file (and with `--data`, train it: `fit`) for its
+   findings; the file is loaded
    once (`opened.OpenedFile`): the check, the repairs and a clone for the training share it;
 2. plan a repair for each finding that has a mechanical one (`heads`,
    `weights`), from the finding's own facts: the head, the loss, the labels, the
    weights, the inputs, the update ratios;
 3. apply each repair alone and all together to the model's config and rebuild it
-   (`build`); read each copy back once (the same audit as any file) and check it;
+   (`build`, within the memory estimate of any file); read each copy back once (the same
+   audit as any file) and check it;
 4. with `--data`: train the original and each copy for the same steps on the same batches
    and judge each repair (`evidence.judge`);
 5. write the copy to `--output` (never over the model file, never over an existing file
@@ -25,11 +28,13 @@ from typing import TYPE_CHECKING
 
 from layergrad.commands.check.gate import check_file
 from layergrad.commands.check.options import CheckOptions
+from layergrad.commands.fit.guards import DEFAULT_STEPS, check_counts
 from layergrad.commands.fix.evidence import check_findings, judge, reached_outputs, train
 from layergrad.commands.fix.opened import OpenedFile
 from layergrad.commands.fix.plan import Plan
 from layergrad.core.errors import InputError, OutputError, describe
 from layergrad.core.fix_results import FixReport, Repair, Run, Verdict
+from layergrad.core.limits import DEFAULT_MAX_MEMORY
 from layergrad.core.probe_options import PathLike, ProbeOptions
 from layergrad.core.results import FileVerdict
 from layergrad.core.vocab import Finding
@@ -38,12 +43,12 @@ if TYPE_CHECKING:
     from layergrad.commands.fix.weights import InputStats
     from layergrad.model.target_fit import LabelSummary
 
-DEFAULT_STEPS = 300
-
 
 @dataclass(frozen=True)
 class FixOptions:
-    """How `fix` works: where the copy goes, how long each model trains and on what."""
+    """How `fix` works: where the copy goes, how long each model trains and on what, the
+    memory budget of the model and of each copy (`max_memory`, bytes); the bounds are `fit`'s
+    (UsageError when made)."""
 
     output: str | None = None  # default: MODEL.fixed.keras in the working directory
     force: bool = False
@@ -51,10 +56,10 @@ class FixOptions:
     batch_size: int = 32
     seed: int = 0
     limit: int | None = None
+    max_memory: int = DEFAULT_MAX_MEMORY  # the memory estimate's budget, the copy's too
 
-    def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1:
-            raise InputError("--steps and --batch-size must be at least 1")
+    def __post_init__(self) -> None:  # `fit`'s bounds, before any work
+        check_counts(self.steps, self.batch_size, self.seed)
 
 
 def default_output(path: PathLike) -> str:
@@ -92,13 +97,23 @@ def fix_model(
     from layergrad.files.outputs import check_target, data_inputs
 
     options = options or FixOptions()
+    probe = ProbeOptions(data=data, limit=options.limit, seed=options.seed,
+                         batch_size=options.batch_size if data is not None else None,
+                         max_memory=options.max_memory)  # fmt: skip
     output = options.output or default_output(path)
     if not output.endswith(".keras"):
         raise OutputError(f"--output {output}: the repaired copy is a .keras file; name it so")
     inputs = [os.fspath(path), *imports, *data_inputs(data)]
     check_target(output, "--output", "keras", inputs, force=options.force)
-    probe = ProbeOptions(data=data, limit=options.limit)
     original_file = OpenedFile(path, imports, unsafe)  # loaded once: checked, repaired, trained
+    fitting = None
+    prepared = None
+    if data is not None:  # `fit`'s checks first: what it refuses, `fix` refuses (exit 2)
+        from layergrad.commands.fit.train import FitOptions
+        from layergrad.commands.fix.training import ready
+
+        fitting = FitOptions(steps=options.steps, batch_size=options.batch_size, seed=options.seed)
+        prepared = ready(original_file.twin(probe), data, fitting, options.limit)
     check = CheckOptions(imports=tuple(imports), unsafe=unsafe, probe=probe)
     verdict = check_file(path, replace(check, opener=original_file))
     _refuse_unreadable(verdict)
@@ -111,16 +126,12 @@ def fix_model(
     stats: list[InputStats] = []
     original: Run | None = None
     fit_report = None
-    fitting = None
     rival = None  # the trained original, scored by each copy's loss
-    if data is not None:
-        from layergrad.commands.fit.train import FitOptions
+    if data is not None and fitting is not None and prepared is not None:
         from layergrad.commands.fix.data import data_facts
 
         labels, stats = data_facts(model, info, data, options.limit, options.batch_size)
-        fitting = FitOptions(steps=options.steps, batch_size=options.batch_size, seed=options.seed)
-        original, trained = train(lambda: original_file.twin(probe), data, fitting,
-                                  limit=options.limit, found=before)  # fmt: skip
+        original, trained = train(lambda: prepared, fitting, found=before)
         fit_report = trained.report if trained is not None else None
         rival = trained.model if trained is not None else None
         before = list(original.findings)
@@ -152,7 +163,8 @@ def fix_model(
     def make(chosen: Sequence[Plan], folder: str, name: str) -> str:
         from layergrad.commands.fix.build import build
 
-        copy = build(model, config, info.compile_config, chosen, unsafe=unsafe, seed=options.seed)
+        copy = build(model, config, info.compile_config, chosen, unsafe=unsafe,
+                     seed=options.seed, budget=(probe.rows, options.max_memory))  # fmt: skip
         target = os.path.join(folder, name)
         try:
             copy.save(target)
@@ -165,8 +177,10 @@ def fix_model(
         found = check_findings(check_file(target, replace(check, opener=copy_file)))
         if data is None or fitting is None:
             return found, None
-        run, _ = train(lambda: copy_file.get(probe), data, fitting, limit=options.limit,
-                       found=found, rival=rival)  # fmt: skip
+        from layergrad.commands.fix.training import ready
+
+        run, _ = train(lambda: ready(copy_file.get(probe), data, fitting, options.limit),
+                       fitting, found=found, rival=rival)  # fmt: skip
         return run.findings, run
 
     repairs: list[Repair] = []

@@ -47,7 +47,9 @@ def plan_repairs(
             found = _plans(finding, heads, info, stats, weights, fit)
         except Unwritable:  # a class its code would name is no Python name: not offered
             found = []
-        if found:
+        stray = heads.stray_ids() if finding == F.TARGET_MISMATCH else []
+        unrepaired += stray
+        if found or stray:
             for plan in found:
                 if plan.change not in {p.change for p in plans}:
                     plans.append(plan)
@@ -83,25 +85,29 @@ def _plans(
     if finding in (F.EXPLODING, F.VANISHING):
         plan = rw.kernels(info, weights, finding)
         if plan is None and finding == F.EXPLODING:  # well-scaled kernels: the steps, maybe
-            return _learning_rate(fit, finding, weights)
+            return _learning_rate(fit, finding, weights, info)
         return [plan] if plan else []
     if finding == F.DYING_UNITS:
-        return _learning_rate(fit, finding, weights)
+        return _learning_rate(fit, finding, weights, info)
     if finding == F.INPUT_RANGE:
         plan = rw.scale_inputs(info, stats, finding)
         return [plan] if plan else []
     if finding in (*rw.LOWER, *rw.RAISE):
-        return _learning_rate(fit, finding, weights)
+        return _learning_rate(fit, finding, weights, info)
     return []
 
 
 def _learning_rate(
-    fit: FitReport | None, finding: str, weights: Mapping[str, Mapping[str, np.ndarray]]
+    fit: FitReport | None,
+    finding: str,
+    weights: Mapping[str, Mapping[str, np.ndarray]],
+    info: FileInfo,
 ) -> list[Plan]:
     """The learning-rate repair, covering what the rate also causes in training: the NaN a
     divergence ends in, the layers whose steps are too large (and the units they push dead,
     the layers and outputs that then stop moving) or too small (not learning)."""
-    plan = rw.learning_rate(fit, finding, weights) if fit is not None else None
+    compiled = info.compile_config
+    plan = rw.learning_rate(fit, finding, weights, compiled) if fit is not None else None
     if fit is None or plan is None:
         return []
     if finding in rw.RAISE:

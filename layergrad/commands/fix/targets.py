@@ -14,7 +14,9 @@ from layergrad.commands.fix.plan import Plan
 from layergrad.core.vocab import Finding
 from layergrad.model.head_forms import Head
 from layergrad.model.head_rules import CHANGES_LOSS
-from layergrad.model.target_fit import LabelSummary
+from layergrad.model.target_fit import MAX_CLASSES, LabelSummary
+
+FAR_BEYOND = 100  # class ids past this many times the labels read are not classes
 
 
 class HeadEdits(Protocol):
@@ -63,6 +65,8 @@ def target_plan(
         return rules.activation(head, "sigmoid", "the head and loss change: the labels are 0 "
                                "and 1, one yes/no answer per sample: one sigmoid unit with "
                                "binary_crossentropy", f, loss="binary_crossentropy")  # fmt: skip
+    if ids and classes > max(units, 2) and ids_beyond_count(y) is not None:
+        return None  # a data problem, said as such (`rules`): no head is widened to it
     if sparse and ids and units and classes > units:
         logits = act == "linear" and bool(spec and spec[1])  # the loss applies the softmax
         return rules.activation(head, "linear" if logits else "softmax", f"the head's "
@@ -119,6 +123,27 @@ def target_plan(
                 f,
             )
     return None
+
+
+def ids_beyond_count(y: LabelSummary) -> str | None:
+    """Why class ids that run far beyond their count are a data problem (a corrupt value, ids
+    never renumbered), not a head to widen to them: more than MAX_CLASSES classes, and more
+    than FAR_BEYOND times the labels read. None when the ids may be classes."""
+    classes = int(y.high) + 1
+    if classes <= MAX_CLASSES or classes <= FAR_BEYOND * y.count:
+        return None
+    distinct = f" ({y.classes} distinct)" if y.classes is not None else ""
+    return (
+        f"class ids run to {int(y.high):,} in {y.count:,} labels{distinct}: a head of "
+        f"{classes:,} units is not what these labels justify, the ids are a data problem "
+        "(a corrupt value, or ids never renumbered); no head is widened for them"
+    )
+
+
+IDS_HINT = (
+    "renumber the classes 0 to K-1 (np.unique(y, return_inverse=True)), or find the label "
+    "that holds the stray id"
+)
 
 
 def _widen(rules: HeadEdits, head: Head, loss: str, y: LabelSummary, f: str) -> Plan:

@@ -1,12 +1,13 @@
 """Train one model file for `fix` as `fit` does, and score what the trained model outputs.
 
 The run is `fit`'s (the same compile, labels, shuffled batches and `GradientMonitor`, from
-`commands/fit/train.py`); what `fix` adds is the loss of the trained model's *predictions*: Keras on
-TensorFlow trains a softmax or sigmoid head through the logits it keeps beside the output, so
-a head whose outputs are useless (a softmax over one unit is always 1.0) can show a training
-loss as good as the repaired one. The served loss is computed from the predictions as plain
-arrays, the way a user of the model sees them.
-"""
+`commands/fit/run.py`), after `fit`'s checks (`ready`: what `fit` refuses before its first
+step, `fix` refuses in the same words: exit 2 for the original, a copy left untrained). What
+`fix` adds is the loss of the trained model's *predictions*: Keras on TensorFlow trains a
+softmax or sigmoid head through the logits it keeps beside the output, so a head whose
+outputs are useless (a softmax over one unit is always 1.0) can show a training loss as good
+as the repaired one. The served loss is computed from the predictions as plain arrays, the
+way a user of the model sees them."""
 
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layergrad.commands.fit.guards import DEFAULT_STEPS
+from layergrad.commands.fit.guards import DEFAULT_STEPS, require_samples
+from layergrad.commands.fit.labels import LabelCheck, read_labels, refused
 from layergrad.commands.fit.run import (
     compile_for_fit,
     output_units_of,
-    prior_and_samples,
     read_labelled,
     training_batches,
 )
@@ -34,9 +35,11 @@ from layergrad.core.fit_results import FitReport
 from layergrad.core.fix_results import OutputLoss
 from layergrad.core.probe_options import PathLike
 from layergrad.core.tf_runtime import keras, tf
-from layergrad.core.tf_types import Dataset, KerasModel
+from layergrad.core.tf_types import Dataset, KerasModel, Strategy
+from layergrad.data.label_stream import Labelled
 from layergrad.data.labels import LabelRequest, TrivialLoss
 from layergrad.engine.compiled_loss import label_request, output_keys
+from layergrad.model.loss_forms import LossSpec
 from layergrad.training.monitor import GradientMonitor
 from layergrad.training.rules import chance_loss
 
@@ -60,32 +63,70 @@ class Scored:
     baseline: float | None = None  # the rival's predictions scored as `served` is
 
 
-def train_and_score(
-    opened: Opened,
-    data: PathLike,
-    options: FitOptions,
-    *,
-    limit: int | None = None,
-    rival: KerasModel | None = None,
-) -> Scored:
-    """The model `opened` (as `session.load` returns it) trained in place, and scored; and
-    the trained `rival` (the original, for a repaired copy) scored on the same batches by the
-    same loss, when its outputs can take it (its losses are the `baseline`s).
+@dataclass(frozen=True)
+class Ready:
+    """A model as `fit` has it before its first step: compiled with its file's optimizer and
+    loss, its labelled data open and its labels read and judged (`labels.mismatches`: the
+    outputs they do not fit, where `fit` stops with `target_mismatch`)."""
+
+    model: KerasModel
+    strategy: Strategy | None
+    spec: LossSpec
+    labelled: Labelled
+    labels: LabelCheck
+    data: str
+
+
+def ready(opened: Opened, data: PathLike, options: FitOptions, limit: int | None) -> Ready:
+    """`fit`'s checks before its first step, on the model `opened` (as `session.load` returns
+    it): compile it, open the labelled data, read and judge the labels.
 
     Raises:
-        InputError: as `fit_model` (data without labels, no loss or optimizer, ...).
+        InputError: as `fit_model` does (no loss or optimizer in the file, a loss or an
+            optimizer Keras cannot make, data without labels or without samples).
     """
     loaded, _warnings, strategy = opened
     model, info = loaded.model, loaded.info
     keras.utils.set_random_seed(options.seed)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
-        # Keras's deserialize edits the config it reads: the file's (shared) stays as read
-        spec = compile_for_fit(model, copy.deepcopy(info.compile_config), options)
+        # Keras's deserialize edits the config it reads: the file's (shared) stays as read;
+        # `fix` has no --loss nor --optimizer: the file's compile is what it trains with
+        spec = compile_for_fit(model, copy.deepcopy(info.compile_config), options, flags=False)
         labelled = read_labelled(model, os.fspath(data), options, limit, spec)
-        stream = labelled.stream
-        assert stream is not None
+        bound = (options.steps or DEFAULT_STEPS) * options.batch_size
+        labels = read_labels(model, info, labelled, spec, options.loss, bound)
+        require_samples(labels.samples, data)
+    return Ready(model, strategy, spec, labelled, labels, os.fspath(data))
+
+
+def train_and_score(
+    ready: Ready, options: FitOptions, *, rival: KerasModel | None = None
+) -> Scored:
+    """The model of `ready` trained in place, and scored; and the trained `rival` (the
+    original, for a repaired copy) scored on the same batches by the same loss, when its
+    outputs can take it (its losses are the `baseline`s).
+
+    Raises:
+        InputError: labels `fit` refuses before its first step (`target_mismatch`, its
+            message), a model with no trainable weights, or a batch TensorFlow could not
+            make.
+    """
+    model, spec, data = ready.model, ready.spec, ready.data
+    if ready.labels.mismatches:  # `fit` stops here: nothing is trained, its message says why
+        stopped = refused(model, spec.name, ready.labels.mismatches)
+        said = "; ".join(f"{f.finding} at {f.layer}: {f.message}" for f in stopped.findings)
+        raise InputError(f"the labels do not fit the outputs (before the first step): {said}")
+    if not model.trainable_weights:  # its losses move with the batches alone: no verdict
+        raise InputError(
+            "it has no trainable weights (every layer is frozen: trainable=False), so training "
+            "cannot change it; unfreeze the layers that should learn"
+        )
+    stream = ready.labelled.stream
+    assert stream is not None
+    keras.utils.set_random_seed(options.seed)
+    with ready.strategy.scope() if ready.strategy is not None else contextlib.nullcontext():
         units = output_units_of(model, spec)
-        prior, samples = prior_and_samples(labelled, spec.name, options, units)
+        prior, samples = ready.labels.trivial, ready.labels.samples
         dataset = training_batches(model, stream, options, samples)
         steps = options.steps or DEFAULT_STEPS
         chance = prior or chance_loss(spec.name, units)
@@ -95,9 +136,7 @@ def train_and_score(
                       callbacks=[monitor])  # fmt: skip
         except tf.errors.InvalidArgumentError as exc:
             stream.raise_failure()
-            raise InputError(
-                f"--data {os.fspath(data)}: training stopped: {describe(exc)}"
-            ) from exc
+            raise InputError(f"--data {data}: training stopped: {describe(exc)}") from exc
         stream.raise_failure()
     assert monitor.report is not None
     request = label_request(model, spec)

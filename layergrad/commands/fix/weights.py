@@ -187,7 +187,10 @@ ADAPTIVE = ("Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Lion")
 
 
 def learning_rate(
-    fit: FitReport, finding: str, weights: Mapping[str, Mapping[str, np.ndarray]]
+    fit: FitReport,
+    finding: str,
+    weights: Mapping[str, Mapping[str, np.ndarray]],
+    compiled: Mapping[str, object] | None = None,
 ) -> Plan | None:
     """`diverging` / `oscillating` (too high), `not_learning` / `slow_convergence` (too low):
     the learning rate times the factor that brings the median update ratio of the first half
@@ -221,14 +224,83 @@ def learning_rate(
         if factor == toward
         else f"x{factor:.2g}: at least 3x {'down' if down else 'up'}, as {finding} says"
     )
-    why = (
-        f"the learning rate changes from {lr:g} to {new:g}: the median update ratio {how} is "
-        f"{median:.2g}; {step}"
-    )
+    measured = f"the median update ratio {how} is {median:.2g}; {step}"
+    schedule = _schedule(compiled or {})
+    if schedule is not None:  # its rates scaled: never replaced by the constant it was at
+        return _scaled_schedule(fit, finding, schedule, factor, measured)
+    why = f"the learning rate changes from {lr:g} to {new:g}: {measured}"
     optimizer = code_name(fit.optimizer)
     code = (f"optimizer={optimizer}(learning_rate={lr:g}) -> "
             f"optimizer={optimizer}(learning_rate={new:g})",)  # fmt: skip
     return Plan(finding, None, why, code, (), (set_learning_rate(new),))
+
+
+# the rates of Keras's schedules (a PiecewiseConstantDecay's are its `values`); the other
+# options (steps, decay rates, fractions) keep the schedule's shape
+SCHEDULE_RATES = ("initial_learning_rate", "end_learning_rate", "warmup_target", "values")
+
+
+def _schedule(compiled: Mapping[str, object]) -> tuple[str, str, float] | None:
+    """(the schedule's class, its first rate option, that rate) when the compiled optimizer's
+    learning rate is a schedule with a rate to scale; None for a constant rate."""
+    optimizer = compiled.get("optimizer") or compiled.get("optimizer_config")
+    inner = optimizer.get("config") if isinstance(optimizer, Mapping) else None
+    rate = inner.get("learning_rate") if isinstance(inner, Mapping) else None
+    if not isinstance(rate, Mapping):
+        return None
+    cls, options = str(rate.get("class_name", "")), rate.get("config")
+    if not cls.isidentifier() or not isinstance(options, Mapping):
+        return None
+    for key in SCHEDULE_RATES:
+        value = options.get(key)
+        first = value[0] if isinstance(value, list) and value else value
+        if isinstance(first, (int, float)) and not isinstance(first, bool):
+            return cls, key, float(first)
+    return None
+
+
+def _scaled_schedule(
+    fit: FitReport, finding: str, schedule: tuple[str, str, float], factor: float, measured: str
+) -> Plan:
+    """The learning-rate repair of a schedule: every rate of it times `factor`."""
+    cls, key, old = schedule
+    new = _rounded(old * factor)
+    shown = "values=[{:g}, ...]" if key == "values" else f"{key}={{:g}}"
+    before, after = shown.format(old), shown.format(new)
+    why = (
+        f"the learning rate schedule {cls} is scaled x{factor:.2g} (its {key} from {old:g} "
+        f"to {new:g}; its other options kept), not replaced by a constant: {measured}"
+    )
+    optimizer, schedule_class = code_name(fit.optimizer), code_name(cls)
+    code = (f"optimizer={optimizer}(learning_rate={schedule_class}({before}, ...)) -> "
+            f"optimizer={optimizer}(learning_rate={schedule_class}({after}, ...))",)  # fmt: skip
+    return Plan(finding, None, why, code, (), (_scale_schedule(factor),))
+
+
+def _rounded(value: float) -> float:
+    return float(f"{value:.2g}")
+
+
+def _scale_schedule(factor: float) -> Edit:
+    """An edit of the compile config: each rate of the optimizer's schedule times `factor`."""
+
+    def edit(compiled: ed.Config) -> None:
+        optimizer = ed.as_object(compiled.get("optimizer"), "the optimizer")
+        inner = ed.as_object(optimizer.get("config"), "the optimizer's config")
+        rate = ed.as_object(inner.get("learning_rate"), "the learning rate schedule")
+        options = ed.as_object(rate.get("config"), "the schedule's config")
+        for key in SCHEDULE_RATES:
+            value = options.get(key)
+            if isinstance(value, list):
+                options[key] = [_rounded(v * factor) if _number(v) else v for v in value]
+            elif _number(value):
+                options[key] = _rounded(value * factor)  # type: ignore[operator]
+
+    return edit
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _ratios(checkpoints: Sequence[Checkpoint]) -> list[float]:
