@@ -78,6 +78,10 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
             `plateau_at_chance`, `oscillating` and `slow_convergence` (default: log C for a
             C-class cross-entropy, log 2 for a binary one; none for other losses: pass the
             targets' variance for mse).
+        batches_per_epoch: the batches of one pass over the data, when Keras's epochs are
+            not passes (a repeated dataset trained for `steps_per_epoch` steps in one Keras
+            epoch, as `layergrad fit --steps` trains): the report's epochs and each
+            checkpoint's epoch and batch then count passes over the data (default: Keras's).
 
     After training, `report` (a `FitReport`) holds every checkpoint and the findings.
 
@@ -99,9 +103,15 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         report: str | os.PathLike[str] | None = None,
         stop_on_nonfinite: bool = True,
         chance_loss: float | None = None,
+        batches_per_epoch: int | None = None,
     ) -> None:
         super().__init__()
         self.every, self.stop_on_nonfinite = whole_steps(every), stop_on_nonfinite
+        self.batches_per_epoch = (
+            None
+            if batches_per_epoch is None
+            else whole_steps(batches_per_epoch, "batches_per_epoch")
+        )
         self.log_dir = None if log_dir is None else check_log_dir(log_dir)
         self.report_path = None if report is None else check_report_path(report)
         self.chance_loss = chance_loss
@@ -256,22 +266,22 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
                 due = execution.measuring and (
                     step % self.every == 0 or step == self._last or step == begun
                 )
+                epoch, batch = self._where(execution, j)
                 if not hook.sees_gradients:  # nothing to read but the loss
                     if first_bad:
-                        self._stop(loss_only_nonfinite(step, execution.epoch, execution.batch + j))
+                        self._stop(loss_only_nonfinite(step, epoch, batch))
                     continue
                 if not (due or first_bad):
                     continue
                 row = counted % hook.rows if execution.measuring else hook.results.spare
                 read = read or hook.results.read_rows(self._writer is not None)
-                batch = execution.batch + j
                 checkpoint = checkpoint_from_rows(
                     read,
                     row,
                     step,
                     counted=counted,
                     input_names=hook.input_names,
-                    epoch=execution.epoch,
+                    epoch=epoch,
                     batch=batch,
                     loss=value,
                     layers=self._layers,
@@ -290,11 +300,24 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
                         write_summaries(self._writer, checkpoint, read, row, self._layers)
                 if real:
                     self._stop(
-                        rules.nonfinite_finding(
-                            checkpoint, self._hook_order(), execution.epoch, batch
-                        )
+                        rules.nonfinite_finding(checkpoint, self._hook_order(), epoch, batch)
                     )
         self._unread = []
+
+    def _where(self, execution: _Execution, j: int) -> tuple[int, int]:
+        """The epoch and batch (from 0) of the `j`-th step of `execution`: Keras's, or the
+        pass over the data and the batch within it (`batches_per_epoch`)."""
+        n = self.batches_per_epoch
+        if n is None:
+            return execution.epoch, execution.batch + j
+        return divmod(execution.first + j, n)
+
+    def _epochs(self) -> int:
+        """The epochs the run began: Keras's, or the passes over the data it began."""
+        if not self._losses:
+            return 0
+        n = self.batches_per_epoch
+        return self._epoch + 1 if n is None else math.ceil(len(self._losses) / n)
 
     def _stop(self, finding: TrainingFinding) -> None:
         """Record the first NaN/Inf; with `stop_on_nonfinite`, end training after this
@@ -332,7 +355,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
             model_class=type(model).__name__,
             every=self.every,
             steps=len(self._losses),
-            epochs=self._epoch + 1 if self._losses else 0,
+            epochs=self._epochs(),
             loss_name=loss_name(model),
             optimizer=type(optimizer).__name__ if optimizer is not None else "",
             learning_rate=lr,

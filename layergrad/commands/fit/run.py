@@ -88,7 +88,13 @@ def train_loaded(
         total = batches * options.epochs if options.epochs else options.steps or DEFAULT_STEPS
         every = options.every or max(1, total // 50)
         chance = prior or chance_loss(spec.name, output_units_of(model, spec))
-        monitor = GradientMonitor(every=every, log_dir=options.log_dir, chance_loss=chance)
+        monitor = GradientMonitor(
+            every=every,
+            log_dir=options.log_dir,
+            chance_loss=chance,
+            # --steps trains one Keras epoch over the repeated data: count passes over it
+            batches_per_epoch=None if options.epochs is not None else batches,
+        )
         callbacks = [monitor, beating(beat)]
         try:
             if options.epochs is not None:
