@@ -62,9 +62,14 @@ class _Measured(Protocol):
     def is_float(self) -> bool: ...
 
 
+def not_differentiable(act: _Measured) -> Status:
+    """The status of a row that has no gradient by its dtype: text, or integers."""
+    return Status.STRING if act.dtype == "string" else Status.INTEGER
+
+
 def traced_numbers(act: Activation, grad: np.ndarray | None) -> RowNumbers:
     """The numbers of a row from the trace's gradient array."""
-    status = status_of(grad) if act.is_float else Status.INTEGER
+    status = status_of(grad) if act.is_float else not_differentiable(act)
     if grad is None:
         return RowNumbers(status)
     return RowNumbers(status, gradient_stats(grad, top=0), dead_fraction(grad))
@@ -73,7 +78,11 @@ def traced_numbers(act: Activation, grad: np.ndarray | None) -> RowNumbers:
 def step_numbers(act: Probed, grad: GradientTotals | None, data: bool) -> RowNumbers:
     """The numbers of a row from the statistics reduced inside the compiled step; `data`
     keeps the over-the-data statistics."""
-    status = Status(grad.status if grad is not None else "none") if act.is_float else Status.INTEGER
+    status = (
+        Status(grad.status if grad is not None else "none")
+        if act.is_float
+        else not_differentiable(act)
+    )
     if grad is None:
         return RowNumbers(status)
     return RowNumbers(
