@@ -56,6 +56,14 @@ from layergrad.training.run_notes import (
 )
 from layergrad.training.step_hook import StepHook, TrainFunction, trace_key
 from layergrad.training.summaries import write_summaries
+from layergrad.training.verbose import (
+    early_findings,
+    finding_line,
+    same_finding,
+    say,
+    summary_line,
+    verbosity,
+)
 
 # The wrappers installed on each model (by id) until its monitored fit ends: a fit that raised
 # never calls on_train_end, and the next monitored fit of that model closes them first.
@@ -82,6 +90,11 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
             not passes (a repeated dataset trained for `steps_per_epoch` steps in one Keras
             epoch, as `layergrad fit --steps` trains): the report's epochs and each
             checkpoint's epoch and batch then count passes over the data (default: Keras's).
+        verbose: 0 (the default, as Keras's own callbacks) prints nothing; 1 prints to stderr
+            one line per new finding as training finds it (`GradientMonitor: step 40:
+            dying_units at dense_1: ...`) and a summary when training ends. The findings
+            about the whole loss curve (`not_learning`, `plateau_at_chance`, `oscillating`,
+            `slow_convergence`) are judged on the whole run, so they are said at its end.
 
     After training, `report` (a `FitReport`) holds every checkpoint and the findings.
 
@@ -104,6 +117,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         stop_on_nonfinite: bool = True,
         chance_loss: float | None = None,
         batches_per_epoch: int | None = None,
+        verbose: int = 0,
     ) -> None:
         super().__init__()
         self.every, self.stop_on_nonfinite = whole_steps(every), stop_on_nonfinite
@@ -115,6 +129,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         self.log_dir = None if log_dir is None else check_log_dir(log_dir)
         self.report_path = None if report is None else check_report_path(report)
         self.chance_loss = chance_loss
+        self.verbose = verbosity(verbose)
         self.report: FitReport | None = None
         # the key, hook and train functions of the last fit (`trace_key`)
         self._traced: tuple[object, StepHook, tuple[TrainFunction, TrainFunction]] | None = None
@@ -132,6 +147,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         self._begun: int | None = None  # the first monitored step (1 when Keras built the model)
         self._notes: list[str] = []
         self._stopped_at: int | None = None  # the step after which the monitor ended training
+        self._said: list[TrainingFinding] = []  # the findings `verbose` printed, in order
 
     # Keras hooks
 
@@ -242,8 +258,18 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
             self._writer.flush()
             self._writer.close()
         self.report = self._build_report()
+        if self.verbose:
+            self._say(list(self.report.findings))
+            say(summary_line(self.report, self._said))
         if self.report_path is not None:
             write_report(self.report, self.report_path)
+
+    def _say(self, found: list[TrainingFinding]) -> None:
+        """Print each finding not printed yet (`verbose`): one line each."""
+        for finding in found:
+            if not any(same_finding(finding, s) for s in self._said):
+                self._said.append(finding)
+                say(finding_line(finding))
 
     # reading the step's variables
 
@@ -303,6 +329,8 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
                         rules.nonfinite_finding(checkpoint, self._hook_order(), epoch, batch)
                     )
         self._unread = []
+        if self.verbose:
+            self._say(early_findings(self._findings()))
 
     def _where(self, execution: _Execution, j: int) -> tuple[int, int]:
         """The epoch and batch (from 0) of the `j`-th step of `execution`: Keras's, or the
@@ -331,25 +359,30 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         order = [self._layers[i].path for i in self._hook.forward_order]
         return order + [e.path for e in self._layers if e.path not in order and e.variables]
 
+    def _findings(self) -> list[TrainingFinding]:
+        """The findings of the record so far (at the end: of the run)."""
+        model = self.model
+        chance = self.chance_loss
+        if chance is None:
+            chance = rules.chance_loss(loss_name(model), output_units(model))
+        return rules.findings(
+            self._losses,
+            self._checkpoints,
+            self._nonfinite,
+            chance_loss=chance,
+            heads=heads(model, self._layers) if self._begun is not None else (),
+        )
+
     def _build_report(self) -> FitReport:
         model = self.model
         optimizer = getattr(model, "optimizer", None)
         lr = self._checkpoints[0].learning_rate if self._checkpoints else None
-        chance = self.chance_loss
-        if chance is None:
-            chance = rules.chance_loss(loss_name(model), output_units(model))
         # stopped: the monitor ended the run before its last step (a run it stopped at its
         # last step, or one whose length Keras did not know, ran every step it had)
         stopped = self._stopped_at is not None and (
             self._last is None or self._stopped_at <= self._last
         )
-        findings = rules.findings(
-            self._losses,
-            self._checkpoints,
-            self._nonfinite,
-            chance_loss=chance,
-            heads=heads(model, self._layers),
-        )
+        findings = self._findings()
         return FitReport(
             model=str(model.name),
             model_class=type(model).__name__,
