@@ -205,6 +205,6 @@ def scan_report(
 def target_notes(site: Site | None) -> tuple[str, ...]:
     """What a softmax target does not say (its outputs sum to one)."""
     note = site and softmax_target_note(
-        site, "scan with --to the layer before it, or without --to (a projection of the outputs)"
+        site, "scan with {before}, or without --to (a projection of the outputs)"
     )
     return (note,) if note else ()

@@ -205,6 +205,8 @@ def trace_causes(
 
 def _upstream(graph: ModelGraph | None, act: _Measured, target: _Measured) -> bool:
     a, t = act.site, target.site
+    if t.logits and (a.path, a.call) == (t.path, t.call):
+        return a.logits  # the output after the activation comes after `LAYER:logits`
     if (a.path, a.call) == (t.path, t.call) or graph is None:
         return True
     return graph.depends(t.path, a.path, to_call=t.call, frm_call=a.call) is not False
