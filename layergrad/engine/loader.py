@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from layergrad.core.errors import LayergradError, LoadError, UsageError, one_line
 from layergrad.core.limits import DEFAULT_MAX_MEMORY
@@ -113,7 +114,7 @@ def load_model(
     names = import_modules(imports)
     if info.stamp is not None and file_stamp(path) != info.stamp:
         raise UsageError(_changed_message(info, imports))  # the audit read another file
-    custom = defined_classes(names)
+    custom = defined_classes(names, keras)
     with _system_temp_copy(Path(path), info.format) as local:
         try:
             model = keras.saving.load_model(
@@ -127,17 +128,27 @@ def load_model(
     return LoadedModel(model=model, info=info), warnings
 
 
-def defined_classes(modules: Sequence[str]) -> dict[str, type]:
+def defined_classes(modules: Sequence[str], keras: ModuleType) -> dict[str, type]:
     """The classes each `--import` module defines itself (not those it imports), by name: Keras
     finds a class the file names among them even when the module does not register it
-    (`@keras.saving.register_keras_serializable`), as it finds a registered one."""
+    (`@keras.saving.register_keras_serializable`), as it finds a registered one. A class named
+    as one of Keras's own is left out: a legacy .h5 file would load it in place of Keras's."""
+    kinds = [getattr(keras, kind, None) for kind in _KERAS_KINDS]
     found: dict[str, type] = {}
     for name in modules:
         module = sys.modules.get(name)
         for attr, value in vars(module).items() if module is not None else ():
-            if isinstance(value, type) and value.__module__ == name:
+            keras_own = any(hasattr(kind, attr) for kind in kinds if kind is not None)
+            if isinstance(value, type) and value.__module__ == name and not keras_own:
                 found.setdefault(attr, value)
     return found
+
+
+# the namespaces of the objects a model file names
+_KERAS_KINDS = (
+    "layers", "models", "losses", "metrics", "optimizers", "activations", "initializers",
+    "regularizers", "constraints",
+)  # fmt: skip
 
 
 def _changed_message(info: FileInfo, imports: Sequence[str]) -> str:

@@ -132,3 +132,32 @@ def test_a_numpy_file_given_as_the_model_is_said_to_be_data(files, name):
     assert "is a NumPy data file, not a model" in check["message"]
     assert f"pass the model file, and the data with --data {files / name}" in check["message"]
     assert "rename" not in check["message"]
+
+
+def test_a_class_named_as_a_keras_layer_does_not_replace_it(files, tmp_path):
+    """A legacy .h5 file looks a class up among the custom objects first: a module's own
+    `Dense` would load in place of every Keras Dense."""
+    model = keras.saving.load_model(files / "custom.keras", compile=False, custom_objects={
+        "Tripler": _tripler(files)})  # fmt: skip
+    model.save(tmp_path / "custom.h5")
+    module = tmp_path / "tripler_and_dense.py"
+    module.write_text(
+        LAYER
+        + "\n\nclass Dense(keras.layers.Dense):  # zero outputs: a helper of the training code\n"
+        "    def call(self, x):\n        return super().call(x) * 0.0\n"
+    )
+    result = run("inspect", str(tmp_path / "custom.h5"), "--from", "tripler", "--to", "head",
+                 "--import", str(module), "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (found,) = json.loads(result.output)["results"]
+    assert found["status"] == "ok" and found["gradient"]["max_abs"] > 0
+
+
+def _tripler(files):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tripler_layers", files / "tripler_layers.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.Tripler
