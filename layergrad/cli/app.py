@@ -112,6 +112,8 @@ def inspect(
         encoder/dense_1  a path through nested models
         shared@1         the second call of a layer used twice
         -2               an index into the top-level layers
+        head:logits      any of them + :logits: a Dense / convolution's output
+                         before its activation (the logits of a softmax head)
 
     \b
     Examples:

@@ -68,7 +68,9 @@ def load_options(func: F) -> F:
                 metavar="MODULE",
                 callback=_imports,
                 help="A module (name or .py path) defining the model's custom layers: trusted "
-                "by the safety audit and imported before loading. Repeatable.",
+                "by the safety audit and imported before loading (its classes are found "
+                "registered or not). Importing runs its top-level code: it must only define "
+                "classes (not train or save a model). Repeatable.",
             ),
             click.option(
                 "--unsafe",

@@ -134,7 +134,11 @@ def _noted(
     first = _first_call_note(graph, source, source_site, "--from")
     out = []
     for res, ref, site in zip(results, targets, target_sites, strict=True):
-        note = softmax_target_note(site, "take --to the layer before it")
+        note = softmax_target_note(
+            site,
+            "take {before}, or --measure jacobian (d each output / d --from, per sample: what "
+            "the sum cancels out)",
+        )
         after = (n for n in (first, _first_call_note(graph, ref, site, "--to")) if n)
         out.append(replace(res, warnings=(*((note,) if note else ()), *res.warnings, *after)))
     return tuple(out)

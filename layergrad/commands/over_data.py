@@ -56,8 +56,10 @@ def data_specs(model: KerasModel) -> tuple[InputSpec, ...]:
         if built is not None:
             return built
         raise InputError(
-            f"model {model.name!r} ({type(model).__name__}) does not declare its inputs, so "
-            "--data cannot be matched to them; save it as a Functional or Sequential model"
+            f"model {model.name!r} ({type(model).__name__}) does not declare its inputs and "
+            "its file records no input shape (a subclassed model saved before it was built), "
+            "so --data cannot be matched to them; call it on one batch before model.save, or "
+            "save it as a Functional or Sequential model"
         ) from None
 
 

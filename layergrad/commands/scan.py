@@ -14,7 +14,7 @@ from layergrad.commands.session import DataSession, Session
 from layergrad.commands.untrained_batchnorm import in_training, probe_in_training, scan_wrong
 from layergrad.core.probe_options import Progress
 from layergrad.core.results import FrobeniusNorms, ScanJacobian, ScanReport, ScanRow
-from layergrad.core.vocab import Status
+from layergrad.core.vocab import NOT_DIFFERENTIABLE, Status
 from layergrad.diagnose import causes as why
 from layergrad.diagnose.diagnoser import softmax_target_note
 from layergrad.diagnose.forward_findings import (
@@ -157,7 +157,7 @@ def _light_scan(session: Session, site: Site | None, patterns: Sequence[str]) ->
         return None
     classes = {p: type(layer).__name__ for p, layer in iter_layers(model)}
     rows = summary_rows(run, session.info.graph, classes, patterns)
-    if any(r.status not in (Status.OK, Status.INTEGER) for r in rows):
+    if any(r.status not in (Status.OK, *NOT_DIFFERENTIABLE) for r in rows):
         return None
     return ScanReport(
         model=session.model_meta,
@@ -205,6 +205,6 @@ def scan_report(
 def target_notes(site: Site | None) -> tuple[str, ...]:
     """What a softmax target does not say (its outputs sum to one)."""
     note = site and softmax_target_note(
-        site, "scan with --to the layer before it, or without --to (a projection of the outputs)"
+        site, "scan with {before}, or without --to (a projection of the outputs)"
     )
     return (note,) if note else ()

@@ -62,9 +62,14 @@ class _Measured(Protocol):
     def is_float(self) -> bool: ...
 
 
+def not_differentiable(act: _Measured) -> Status:
+    """The status of a row that has no gradient by its dtype: text, or integers."""
+    return Status.STRING if act.dtype == "string" else Status.INTEGER
+
+
 def traced_numbers(act: Activation, grad: np.ndarray | None) -> RowNumbers:
     """The numbers of a row from the trace's gradient array."""
-    status = status_of(grad) if act.is_float else Status.INTEGER
+    status = status_of(grad) if act.is_float else not_differentiable(act)
     if grad is None:
         return RowNumbers(status)
     return RowNumbers(status, gradient_stats(grad, top=0), dead_fraction(grad))
@@ -73,7 +78,11 @@ def traced_numbers(act: Activation, grad: np.ndarray | None) -> RowNumbers:
 def step_numbers(act: Probed, grad: GradientTotals | None, data: bool) -> RowNumbers:
     """The numbers of a row from the statistics reduced inside the compiled step; `data`
     keeps the over-the-data statistics."""
-    status = Status(grad.status if grad is not None else "none") if act.is_float else Status.INTEGER
+    status = (
+        Status(grad.status if grad is not None else "none")
+        if act.is_float
+        else not_differentiable(act)
+    )
     if grad is None:
         return RowNumbers(status)
     return RowNumbers(
@@ -196,6 +205,8 @@ def trace_causes(
 
 def _upstream(graph: ModelGraph | None, act: _Measured, target: _Measured) -> bool:
     a, t = act.site, target.site
+    if t.logits and (a.path, a.call) == (t.path, t.call):
+        return a.logits  # the output after the activation comes after `LAYER:logits`
     if (a.path, a.call) == (t.path, t.call) or graph is None:
         return True
     return graph.depends(t.path, a.path, to_call=t.call, frm_call=a.call) is not False

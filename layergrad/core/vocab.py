@@ -33,6 +33,11 @@ class Status(Word):
     ZERO = "zero"  # every value exactly 0
     NONFINITE = "nonfinite"  # at least one NaN or Inf
     INTEGER = "integer"  # a scan row whose activation is integer-valued: not differentiable
+    STRING = "string"  # a scan row whose activation holds text (a string input): neither
+
+
+# The statuses of scan rows that have no gradient by their dtype (not failures).
+NOT_DIFFERENTIABLE = (Status.INTEGER, Status.STRING)
 
 
 # The statuses `inspect --fail-on` accepts: every status that is not a healthy gradient.

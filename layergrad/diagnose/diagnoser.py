@@ -26,7 +26,15 @@ from layergrad.engine.probe import ProbeRun, run_probe
 from layergrad.engine.tf_ops import TracedCall, blocking_ops, trace_call, unsafe_backward_ops
 from layergrad.engine.trace import Trace, run_trace
 from layergrad.model.graph import ModelGraph
-from layergrad.model.layer_refs import CallKey, Site, iter_layers, ref_of, resolve
+from layergrad.model.layer_refs import (
+    LOGITS,
+    CallKey,
+    Site,
+    has_fused_activation,
+    iter_layers,
+    ref_of,
+    resolve,
+)
 
 VANISHING_GAIN, EXPLODING_GAIN, MOSTLY_ZERO = 1e-7, 1e6, 0.5
 DEAD_MARK = " (dead)"  # how a warning says that most units of the `from` layer are dead
@@ -379,10 +387,18 @@ def magnitude_flags(warnings: Sequence[str]) -> set[Flag]:
 
 
 def softmax_target_note(target: Site, fix: str) -> str | None:
-    """A note when the target applies softmax: its sum is 1 per sample, so its gradient is ~0."""
-    if activation_name(target.layer) != "softmax":
+    """A note when the target applies softmax: its sum is 1 per sample, so its gradient is ~0
+    (`:logits`, the value before it, has none). `fix` says what to do instead, with
+    `{before}` standing for the target to take: `LAYER:logits` when the softmax is the layer's
+    fused activation, else the layer before it."""
+    if target.logits or activation_name(target.layer) != "softmax":
         return None
+    before = (
+        f"--to {target.ref}{LOGITS} (its output before the softmax)"
+        if has_fused_activation(target.layer)
+        else "--to the layer before it"
+    )
     return (
         f"{target.ref} ends in softmax: the sum of its outputs is 1 for every sample, so the "
-        f"gradient of that sum is zero up to rounding; {fix}"
+        f"gradient of that sum is zero up to rounding; {fix.format(before=before)}"
     )

@@ -110,6 +110,8 @@ class Step:
             self.groups: list[tuple[KerasLayer, str]] = [
                 (layer, path) for layer, path, _ in unique_leaves(iter_layers(model))
             ]
+            before = [s for s in [*plan.sources, *plan.targets] if s is not None and s.logits]
+            self.groups += [(layer, path) for layer, path, _ in site_groups(before)]
         else:
             sites = [*plan.sources, *(t for t in plan.targets if t is not None)]
             self.groups = [(layer, path) for layer, path, _ in site_groups(sites)]

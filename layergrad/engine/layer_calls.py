@@ -18,7 +18,7 @@ import numpy as np
 from layergrad.core.errors import InputError, LayerNotFound, describe
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import GradientTape, KerasLayer, KerasModel, Tensor, TensorTree
-from layergrad.model.layer_refs import Site, iter_layers
+from layergrad.model.layer_refs import LOGITS, Site, iter_layers, split_logits
 
 
 @dataclass(frozen=True)
@@ -228,12 +228,24 @@ def wrapped(
 ) -> Iterator[None]:
     """Wrap `call` of each `(layer, path, wanted calls or None for all)` for the block: each
     call is counted and its outputs (of a wanted call) handed to the handler `route` gives.
-    The one way layergrad wraps layer calls; undone in `finally`."""
+    A `path:logits` entry asks for the value before the layer's fused activation: the layer
+    runs with a linear activation, that value is handed on as the call `(path:logits, K)`,
+    and the activation is applied to what the handler passes on (so a gradient through the
+    output goes through it). The one way layergrad wraps layer calls; undone in `finally`."""
+    merged: dict[int, tuple[KerasLayer, str, set[int] | None, set[int] | None]] = {}
+    for layer, path, wanted in groups:
+        base, logits = split_logits(path)
+        _, _, out, pre = merged.get(id(layer), (layer, base, set(), set()))
+        if logits:
+            pre = None if pre is None or wanted is None else pre | wanted
+        else:
+            out = None if out is None or wanted is None else out | wanted
+        merged[id(layer)] = (layer, base, out, pre)
     done: list[tuple[KerasLayer, Callable[..., TensorTree] | None]] = []
     try:
-        for layer, path, wanted in groups:
+        for layer, path, out, pre in merged.values():
             previous = layer.__dict__.get("call")
-            layer.call = _wrap_call(layer.call, path, wanted, route)
+            layer.call = _wrap_call(layer, path, out, pre, route)
             done.append((layer, previous))
         yield
     finally:
@@ -255,18 +267,27 @@ def capturing(
 
 
 def site_groups(sites: Sequence[Site]) -> list[tuple[KerasLayer, str, set[int] | None]]:
-    by_layer: dict[int, tuple[KerasLayer, str, set[int] | None]] = {}
+    """`(layer, path, calls)` for `wrapped`: per layer, the calls whose outputs the sites
+    name, and (as `path:logits`) those whose values before the activation they name."""
+    by_key: dict[tuple[int, bool], tuple[KerasLayer, str, set[int] | None]] = {}
     for site in sites:
         if site.layer is not None:
-            entry = by_layer.setdefault(id(site.layer), (site.layer, site.path, set()))
+            path = f"{site.path}{LOGITS}" if site.logits else site.path
+            entry = by_key.setdefault((id(site.layer), site.logits), (site.layer, path, set()))
             assert entry[2] is not None
             entry[2].add(site.call)
-    return list(by_layer.values())
+    return list(by_key.values())
 
 
 def _wrap_call(
-    call: Callable[..., TensorTree], path: str, wanted: set[int] | None, route: Route
+    layer: KerasLayer,
+    path: str,
+    wanted: set[int] | None,
+    logits: set[int] | None,
+    route: Route,
 ) -> Callable[..., TensorTree]:
+    call = layer.call
+
     def probed_call(*args: object, **kwargs: object) -> TensorTree:
         routed = route()
         if routed is None:
@@ -274,7 +295,10 @@ def _wrap_call(
         handle, calls = routed
         index = calls.get(path, 0)
         calls[path] = index + 1
-        outputs = call(*args, **kwargs)
+        if logits is None or index in logits:
+            outputs = _through_logits(layer, call, args, kwargs, (path, index), handle)
+        else:
+            outputs = call(*args, **kwargs)
         if wanted is None or index in wanted:
             flat = tf.nest.flatten(outputs)
             passed = handle((path, index), flat, args)
@@ -283,3 +307,24 @@ def _wrap_call(
         return outputs
 
     return probed_call
+
+
+def _through_logits(
+    layer: KerasLayer,
+    call: Callable[..., TensorTree],
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
+    key: tuple[str, int],
+    handle: Handler,
+) -> TensorTree:
+    """One call of a layer with a fused activation, its value before the activation handed
+    to `handle` as the call `(path:logits, K)`: the layer runs with a linear activation
+    (restored at once), and its activation is applied to what the handler passes on."""
+    activation = layer.activation
+    layer.activation = keras.activations.linear
+    try:
+        before = call(*args, **kwargs)
+    finally:
+        layer.activation = activation
+    (passed,) = handle((f"{key[0]}{LOGITS}", key[1]), [before], args)
+    return activation(passed)

@@ -6,17 +6,19 @@ import contextlib
 import importlib
 import importlib.util
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from layergrad.core.errors import LayergradError, LoadError, UsageError, one_line
 from layergrad.core.limits import DEFAULT_MAX_MEMORY
 from layergrad.core.tf_types import KerasModel
 from layergrad.files.audit import check_import_specs, check_safety, is_path, module_name
-from layergrad.files.file_info import FileInfo, read_file_info
+from layergrad.files.file_info import FileInfo, file_stamp, read_file_info
 from layergrad.files.guards import require_regular
 from layergrad.model import memory_estimate
 
@@ -94,6 +96,8 @@ def load_model(
     Raises:
         LoadError: the file is unreadable, malformed, over a budget or fails to load;
             UnsafeModelError when the audit refuses it.
+        UsageError: the file names a custom class that neither Keras nor an `--import`
+            module defines (the file itself reads fine), or an `--import` wrote the file.
 
     Example:
         >>> loaded, _ = load_model("sample_models/seed.keras")
@@ -107,13 +111,82 @@ def load_model(
     from layergrad.core.keras_backend import quiet_import
 
     _, keras = quiet_import()  # before user modules, which may import TensorFlow noisily
-    import_modules(imports)
+    names = import_modules(imports)
+    if info.stamp is not None and file_stamp(path) != info.stamp:
+        raise UsageError(_changed_message(info, imports))  # the audit read another file
+    custom = defined_classes(names, keras)
     with _system_temp_copy(Path(path), info.format) as local:
         try:
-            model = keras.saving.load_model(local, compile=False, safe_mode=not unsafe)
+            model = keras.saving.load_model(
+                local, custom_objects=custom, compile=False, safe_mode=not unsafe
+            )
         except Exception as exc:
+            missing = _missing_class(exc)
+            if missing is not None:
+                raise UsageError(_missing_message(info, missing, imports)) from exc
             raise LoadError(_explain_keras_error(info, exc, local)) from exc
     return LoadedModel(model=model, info=info), warnings
+
+
+def defined_classes(modules: Sequence[str], keras: ModuleType) -> dict[str, type]:
+    """The classes each `--import` module defines itself (not those it imports), by name: Keras
+    finds a class the file names among them even when the module does not register it
+    (`@keras.saving.register_keras_serializable`), as it finds a registered one. A class named
+    as one of Keras's own is left out: a legacy .h5 file would load it in place of Keras's."""
+    kinds = [getattr(keras, kind, None) for kind in _KERAS_KINDS]
+    found: dict[str, type] = {}
+    for name in modules:
+        module = sys.modules.get(name)
+        for attr, value in vars(module).items() if module is not None else ():
+            keras_own = any(hasattr(kind, attr) for kind in kinds if kind is not None)
+            if isinstance(value, type) and value.__module__ == name and not keras_own:
+                found.setdefault(attr, value)
+    return found
+
+
+# the namespaces of the objects a model file names
+_KERAS_KINDS = (
+    "layers", "models", "losses", "metrics", "optimizers", "activations", "initializers",
+    "regularizers", "constraints",
+)  # fmt: skip
+
+
+def _changed_message(info: FileInfo, imports: Sequence[str]) -> str:
+    """The model file was written after layergrad read it (by an `--import`, most likely)."""
+    if not imports:
+        return f"{info.path} changed while layergrad read it; run again once it is written"
+    return (
+        f"{info.path} changed after --import {' '.join(imports)} was imported: the module runs "
+        "code that writes the model (a training script?); --import takes a module that only "
+        "defines the custom classes (importing it runs its top-level code); move them into one"
+    )
+
+
+# how Keras says it could not find a class or function a file names (.keras, legacy .h5)
+_MISSING = re.compile(r"Could not locate (class|function) '([^']+)'|Unknown (\w+): '([^']+)'")
+
+
+def _missing_class(exc: BaseException) -> tuple[str, str] | None:
+    """The kind and name of the custom object Keras could not find, if that is why it failed."""
+    match = _MISSING.search(str(exc))
+    if match is None:
+        return None
+    return (match[1], match[2]) if match[1] else (match[3], match[4])
+
+
+def _missing_message(info: FileInfo, missing: tuple[str, str], imports: Sequence[str]) -> str:
+    """The file reads fine: the command lacks the module that defines its custom class."""
+    kind, name = missing
+    given = (
+        f"neither Keras nor --import {' '.join(imports)} defines or registers it"
+        if imports
+        else "no --import module defines it"
+    )
+    return (
+        f"{info.path} uses the custom {kind} {name!r}, and {given}; pass --import MODULE (a "
+        f"name or a .py path) naming the module that defines {name} (a module that only "
+        "defines classes: importing it runs its top-level code)"
+    )
 
 
 def preflight(info: FileInfo, batch_rows: int, max_memory: int) -> None:

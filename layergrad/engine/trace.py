@@ -16,6 +16,7 @@ import numpy as np
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import (
     GradientTape,
+    KerasLayer,
     KerasModel,
     KerasVariable,
     Tensor,
@@ -32,6 +33,7 @@ from layergrad.engine.layer_calls import (
     fresh,
     gradients_of,
     is_float,
+    site_groups,
     unique_leaves,
 )
 from layergrad.engine.projection import project
@@ -165,7 +167,10 @@ def live_trace(
             if is_float(tensor):
                 tape.watch(tensor)
             records.append((Site(ref=name, path=name, call=0, input_index=i), (tensor,), None))
-        with capturing(unique_leaves(iter_layers(model)), on_call) as calls:
+        groups: list[tuple[KerasLayer, str, set[int] | None]] = [*unique_leaves(iter_layers(model))]
+        if target is not None and target.logits:  # its value before the activation: a call
+            groups += site_groups([target])
+        with capturing(groups, on_call) as calls:
             outputs = forward(model, tensors, training)
         target_act = None
         ends = tuple(o for o in tf.nest.flatten(outputs) if is_float(o))

@@ -34,6 +34,8 @@ KERAS_SUFFIX = ".keras"
 HDF5_SUFFIXES = (".h5", ".hdf5")
 WEIGHTS_MEMBER = "model.weights.h5"
 EXPECTED = "a Keras model file (.keras or .h5)"
+NUMPY_SUFFIXES = (".npz", ".npy")  # data, which a user may pass where the model goes
+NPY_MAGIC = b"\x93NUMPY"
 
 
 def model_format(p: Path) -> str:
@@ -77,6 +79,11 @@ def model_format(p: Path) -> str:
             return "h5"
         if is_zip or head.startswith(ZIP_MAGIC):
             raise _renamed(p, "a zip (.keras) archive", ".keras")
+    elif name.endswith(NUMPY_SUFFIXES) or head.startswith(NPY_MAGIC):
+        raise LoadError(
+            f"{p} is a NumPy data file, not a model; expected {EXPECTED}; pass the model file, "
+            f"and the data with --data {p}"
+        )
     elif is_zip or is_hdf5 or head.startswith(ZIP_MAGIC):
         kind, suffix = ("an HDF5 file", ".h5") if is_hdf5 else ("a zip archive", ".keras")
         raise LoadError(

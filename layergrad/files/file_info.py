@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from layergrad.core.errors import LoadError
@@ -48,6 +48,18 @@ class FileInfo:
     stored: StoredWeights = field(default_factory=StoredWeights)
     notes: tuple[str, ...] = ()
     compile_config: Mapping[str, object] = field(default_factory=dict, hash=False, repr=False)
+    # the file's modification time (ns) and size when it was read: a file written since (by an
+    # `--import` that trains and saves) is not the file the audit read
+    stamp: tuple[int, int] | None = field(default=None, compare=False, repr=False)
+
+
+def file_stamp(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """What tells that a file was written (modification time in ns, size); None when gone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
 
 
 def read_file_info(path: str | os.PathLike[str], *, read_weights: bool = True) -> FileInfo:
@@ -57,11 +69,11 @@ def read_file_info(path: str | os.PathLike[str], *, read_weights: bool = True) -
         LoadError: the file is missing, special, hostile, damaged or malformed.
     """
     p = Path(path)
+    stamp = file_stamp(p)
     fmt = archive.model_format(p)
     try:
-        if fmt == "keras":
-            return _read_keras(p, read_weights)
-        return _read_h5(p, read_weights)
+        read = _read_keras(p, read_weights) if fmt == "keras" else _read_h5(p, read_weights)
+        return replace(read, stamp=stamp)
     except LoadError:
         raise
     except RecursionError as exc:

@@ -1,4 +1,6 @@
-"""Resolve a layer reference (`dense`, `encoder/dense_1`, `shared@1`, `-2`) to a layer call."""
+"""Resolve a layer reference (`dense`, `encoder/dense_1`, `shared@1`, `-2`, and any of them
+with `:logits`, the output of a layer with a fused activation before that activation) to a
+layer call."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import difflib
 import fnmatch
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from layergrad.core.errors import LayerNotFound
@@ -17,15 +19,25 @@ if TYPE_CHECKING:
 
 _CALL_SUFFIX = re.compile(r"^(?P<base>.+)@(?P<call>\d+)$")
 _INDEX = re.compile(r"^-?\d+$")
+LOGITS = ":logits"  # a reference's suffix: the layer's output before its fused activation
+# the Keras layers that apply their `activation` last, to the whole output (so the value
+# before it is the output with a linear activation); a recurrent layer applies its own inside
+# the recurrence, and a custom layer may apply it anywhere
+_FUSED = (
+    "Dense", "EinsumDense", "Activation",
+    "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose",
+    "SeparableConv1D", "SeparableConv2D", "DepthwiseConv1D", "DepthwiseConv2D",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Site:
     """A resolved reference: one call of one layer, or one model input.
 
-    `ref` is the canonical spelling used in reports (`encoder/dense_1`, `shared@1`).
-    `layer` is the Keras layer object (None for a model input); `input_index` is the
-    position among the model's inputs when the reference names an input.
+    `ref` is the canonical spelling used in reports (`encoder/dense_1`, `shared@1`,
+    `head:logits`). `layer` is the Keras layer object (None for a model input);
+    `input_index` is the position among the model's inputs when the reference names an
+    input; `logits` names the call's output before the layer's fused activation.
     """
 
     ref: str
@@ -33,25 +45,47 @@ class Site:
     call: int
     layer: KerasLayer = None
     input_index: int | None = None
+    logits: bool = False
 
     @property
     def key(self) -> CallKey:
-        """`(path, call)`: how graphs and traces identify a call."""
-        return (self.path, self.call)
+        """`(path, call)`: how graphs and traces identify a call (`(path:logits, call)` for
+        the value before the activation, which the capture hands on as its own call)."""
+        return (f"{self.path}{LOGITS}" if self.logits else self.path, self.call)
 
     @classmethod
     def of_call(cls, key: CallKey) -> Site:
         """The site of a call seen while the model runs, by its `(path, call)` key."""
-        return cls(ref=ref_of(key), path=key[0], call=key[1])
+        path, logits = split_logits(key[0])
+        return cls(ref=ref_of(key), path=path, call=key[1], logits=logits)
 
 
 CallKey = tuple[str, int]
 
 
 def ref_of(key: CallKey) -> str:
-    """The reference that names a call: `path`, or `path@K` for K > 0."""
-    path, call = key
-    return f"{path}@{call}" if call else path
+    """The reference that names a call: `path`, or `path@K` for K > 0 (then `:logits`)."""
+    path, logits = split_logits(key[0])
+    call = key[1]
+    return (f"{path}@{call}" if call else path) + (LOGITS if logits else "")
+
+
+def split_logits(text: str) -> tuple[str, bool]:
+    """`head:logits` -> ("head", True); any other text -> (text, False)."""
+    if text.endswith(LOGITS) and len(text) > len(LOGITS):
+        return text[: -len(LOGITS)], True
+    return text, False
+
+
+def has_fused_activation(layer: KerasLayer) -> bool:
+    """Whether `layer` is a Keras layer that applies its `activation` last, to its whole
+    output (Dense, convolutions, Activation): its `:logits` are its output before it."""
+    module = type(layer).__module__
+    return (
+        type(layer).__name__ in _FUSED
+        and module.split(".", 1)[0] == "keras"
+        and callable(getattr(layer, "activation", None))
+    )
 
 
 def iter_layers(model: KerasModel, prefix: str = "") -> Iterator[tuple[str, KerasLayer]]:
@@ -76,11 +110,36 @@ def resolve(model: KerasModel, ref: str) -> Site:
 
     Rules (first match wins): a model input name; an exact top-level layer name; a path
     through nested models (`encoder/dense_1`); a name that is unique among nested layers;
-    an integer index into `model.layers` (negative allowed). `@K` selects the K-th call.
+    an integer index into `model.layers` (negative allowed). `@K` selects the K-th call;
+    a `:logits` suffix (after `@K`) the call's output before the layer's fused activation.
 
     Raises:
-        LayerNotFound: nothing matches; the message lists the closest names.
+        LayerNotFound: nothing matches; the message lists the closest names; `:logits` of a
+            layer without a fused activation.
     """
+    text, logits = split_logits(ref.strip())
+    if logits and _names_a_layer(model, ref.strip()):  # a layer named `x:logits` itself
+        text, logits = ref.strip(), False
+    site = _resolve(model, text)
+    if not logits:
+        return site
+    if site.layer is None or not has_fused_activation(site.layer):
+        what = "a model input" if site.layer is None else f"a {type(site.layer).__name__}"
+        raise LayerNotFound(
+            f"{ref.strip()!r}: {site.path!r} is {what}, which has no fused activation to take "
+            "the value before; :logits names the output before the activation of a Dense, "
+            "convolution or Activation layer"
+        )
+    return replace(site, ref=f"{site.ref}{LOGITS}", logits=True)
+
+
+def _names_a_layer(model: KerasModel, text: str) -> bool:
+    base = _split(text)[0]
+    return base in input_names(model) or base in dict(iter_layers(model))
+
+
+def _resolve(model: KerasModel, ref: str) -> Site:
+    """`resolve` of a reference without `:logits`."""
     base, call, text = _split(ref)
     names = input_names(model)
     if base in names:
@@ -112,6 +171,8 @@ def check_in_graph(graph: ModelGraph, refs: Sequence[str], globs: Sequence[str] 
     top = sum(1 for e in graph.layers if e.parent is None)
     for ref in refs:
         base, _, _ = _split(ref)
+        if base not in known and _by_name(base, paths) is None:
+            base, _, _ = _split(split_logits(ref.strip())[0])
         if base in known or _by_name(base, paths) is not None:
             continue
         if _INDEX.match(base):

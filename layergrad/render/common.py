@@ -38,6 +38,7 @@ STATUS_STYLE = {
     Status.ZERO: "bold yellow",
     Status.NONFINITE: "bold magenta",
     Status.INTEGER: "dim",
+    Status.STRING: "dim",
 }
 
 

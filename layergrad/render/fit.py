@@ -97,11 +97,13 @@ def _cells(row: LayerStats) -> list[str]:
     ]
 
 
-def table(report: FitReport, *, color: bool = False, width: int | None = 100) -> str:
-    """The facts, the last checkpoint's layers, the findings."""
+def table(
+    report: FitReport, *, color: bool = False, width: int | None = 100, layers: bool = True
+) -> str:
+    """The facts, the last checkpoint's layers (unless not `layers`), the findings."""
     items: list[RenderableType] = [Text(f"{k}: {v}") for k, v in _facts(report)]
     last = _last(report)
-    if last is not None:
+    if last is not None and layers:
         items.append(Text(f"\nlayers at step {last.step} (loss {_text(last.loss)}):"))
         items.append(fit_table(COLUMNS, [_cells(r) for r in last.layers], width)[0])
     items.append(Text(verdict_line(report), style="bold red" if report.findings else "green"))

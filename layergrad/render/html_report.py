@@ -37,7 +37,10 @@ from layergrad.render.html_page import (
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-STATUS_KIND = {"ok": "ok", "none": "bad", "nonfinite": "bad", "zero": "warn", "integer": "muted"}
+STATUS_KIND = {
+    "ok": "ok", "none": "bad", "nonfinite": "bad", "zero": "warn", "integer": "muted",
+    "string": "muted",
+}  # fmt: skip
 SEVERE_FLAGS = ("blocked", "nonfinite")
 # the page scrolls: a long scan's chart grows in height, one column of rows at the labels'
 # own size, instead of wrapping into columns that a browser shrinks to fit its width

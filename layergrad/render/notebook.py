@@ -53,7 +53,8 @@ def notebook_html(report: object) -> str:
 
 def short_text(report: object) -> str:
     """The first lines of the report's table, plain text (what `print(report)` shows); the
-    CLI's `--format` or `layergrad.render.render` gives the whole report.
+    CLI's `--format` or `layergrad.render.render` gives the whole report. A training run
+    (`FitReport`) shows its facts and every finding, without the layers' table.
 
     Example:
         >>> short_text(object())
@@ -61,6 +62,9 @@ def short_text(report: object) -> str:
         ...
         TypeError: no text view for object
     """
+    if isinstance(report, FitReport):  # its facts and every finding, whatever their number
+        text = render("fit", OutputFormat.TABLE, report, layers=False)
+        return "\n".join(ln.rstrip() for ln in text.splitlines())
     lines = [ln.rstrip() for ln in _render(report, OutputFormat.TABLE, "text").splitlines()]
     lines = [ln for ln in lines if ln.strip()]
     if len(lines) <= TEXT_LINES:

@@ -46,6 +46,7 @@ MARKS: dict[str, Mark] = {
     "exploding": Mark("exploding", "#882255", ""),
     "zero": Mark("zero", "#E69F00", "all 0"),
     "integer": Mark("not differentiable", "#999999", "integer"),
+    "string": Mark("not differentiable", "#999999", "string"),
     "ok": Mark("ok", "#8FA7BF", ""),
 }
 JACOBIAN_COLOR = "#000000"

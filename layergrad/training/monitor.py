@@ -29,11 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from layergrad.core.errors import OutputError
-from layergrad.core.fit_results import (
-    Checkpoint,
-    FitReport,
-    Reason,
-)
+from layergrad.core.fit_results import Checkpoint, FitReport
+from layergrad.core.results import Reason
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import SummaryWriter
 from layergrad.core.vocab import Finding
@@ -56,6 +53,14 @@ from layergrad.training.run_notes import (
 )
 from layergrad.training.step_hook import StepHook, TrainFunction, trace_key
 from layergrad.training.summaries import write_summaries
+from layergrad.training.verbose import (
+    early_findings,
+    finding_line,
+    same_finding,
+    say,
+    summary_line,
+    verbosity,
+)
 
 # The wrappers installed on each model (by id) until its monitored fit ends: a fit that raised
 # never calls on_train_end, and the next monitored fit of that model closes them first.
@@ -78,6 +83,15 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
             `plateau_at_chance`, `oscillating` and `slow_convergence` (default: log C for a
             C-class cross-entropy, log 2 for a binary one; none for other losses: pass the
             targets' variance for mse).
+        batches_per_epoch: the batches of one pass over the data, when Keras's epochs are
+            not passes (a repeated dataset trained for `steps_per_epoch` steps in one Keras
+            epoch, as `layergrad fit --steps` trains): the report's epochs and each
+            checkpoint's epoch and batch then count passes over the data (default: Keras's).
+        verbose: 0 (the default, as Keras's own callbacks) prints nothing; 1 prints to stderr
+            one line per new finding as training finds it (`GradientMonitor: step 40:
+            dying_units at dense_1: ...`) and a summary when training ends. The findings
+            about the whole loss curve (`not_learning`, `plateau_at_chance`, `oscillating`,
+            `slow_convergence`) are judged on the whole run, so they are said at its end.
 
     After training, `report` (a `FitReport`) holds every checkpoint and the findings.
 
@@ -99,12 +113,20 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         report: str | os.PathLike[str] | None = None,
         stop_on_nonfinite: bool = True,
         chance_loss: float | None = None,
+        batches_per_epoch: int | None = None,
+        verbose: int = 0,
     ) -> None:
         super().__init__()
         self.every, self.stop_on_nonfinite = whole_steps(every), stop_on_nonfinite
+        self.batches_per_epoch = (
+            None
+            if batches_per_epoch is None
+            else whole_steps(batches_per_epoch, "batches_per_epoch")
+        )
         self.log_dir = None if log_dir is None else check_log_dir(log_dir)
         self.report_path = None if report is None else check_report_path(report)
         self.chance_loss = chance_loss
+        self.verbose = verbosity(verbose)
         self.report: FitReport | None = None
         # the key, hook and train functions of the last fit (`trace_key`)
         self._traced: tuple[object, StepHook, tuple[TrainFunction, TrainFunction]] | None = None
@@ -122,6 +144,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         self._begun: int | None = None  # the first monitored step (1 when Keras built the model)
         self._notes: list[str] = []
         self._stopped_at: int | None = None  # the step after which the monitor ended training
+        self._said: list[Reason] = []  # the findings `verbose` printed, in order
 
     # Keras hooks
 
@@ -232,8 +255,18 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
             self._writer.flush()
             self._writer.close()
         self.report = self._build_report()
+        if self.verbose:
+            self._say(list(self.report.findings))
+            say(summary_line(self.report, self._said))
         if self.report_path is not None:
             write_report(self.report, self.report_path)
+
+    def _say(self, found: list[Reason]) -> None:
+        """Print each finding not printed yet (`verbose`): one line each."""
+        for finding in found:
+            if not any(same_finding(finding, s) for s in self._said):
+                self._said.append(finding)
+                say(finding_line(finding))
 
     # reading the step's variables
 
@@ -256,22 +289,22 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
                 due = execution.measuring and (
                     step % self.every == 0 or step == self._last or step == begun
                 )
+                epoch, batch = self._where(execution, j)
                 if not hook.sees_gradients:  # nothing to read but the loss
                     if first_bad:
-                        self._stop(loss_only_nonfinite(step, execution.epoch, execution.batch + j))
+                        self._stop(loss_only_nonfinite(step, epoch, batch))
                     continue
                 if not (due or first_bad):
                     continue
                 row = counted % hook.rows if execution.measuring else hook.results.spare
                 read = read or hook.results.read_rows(self._writer is not None)
-                batch = execution.batch + j
                 checkpoint = checkpoint_from_rows(
                     read,
                     row,
                     step,
                     counted=counted,
                     input_names=hook.input_names,
-                    epoch=execution.epoch,
+                    epoch=epoch,
                     batch=batch,
                     loss=value,
                     layers=self._layers,
@@ -290,11 +323,26 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
                         write_summaries(self._writer, checkpoint, read, row, self._layers)
                 if real:
                     self._stop(
-                        rules.nonfinite_finding(
-                            checkpoint, self._hook_order(), execution.epoch, batch
-                        )
+                        rules.nonfinite_finding(checkpoint, self._hook_order(), epoch, batch)
                     )
         self._unread = []
+        if self.verbose:
+            self._say(early_findings(self._findings()))
+
+    def _where(self, execution: _Execution, j: int) -> tuple[int, int]:
+        """The epoch and batch (from 0) of the `j`-th step of `execution`: Keras's, or the
+        pass over the data and the batch within it (`batches_per_epoch`)."""
+        n = self.batches_per_epoch
+        if n is None:
+            return execution.epoch, execution.batch + j
+        return divmod(execution.first + j, n)
+
+    def _epochs(self) -> int:
+        """The epochs the run began: Keras's, or the passes over the data it began."""
+        if not self._losses:
+            return 0
+        n = self.batches_per_epoch
+        return self._epoch + 1 if n is None else math.ceil(len(self._losses) / n)
 
     def _stop(self, finding: Reason) -> None:
         """Record the first NaN/Inf; with `stop_on_nonfinite`, end training after this
@@ -308,31 +356,36 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         order = [self._layers[i].path for i in self._hook.forward_order]
         return order + [e.path for e in self._layers if e.path not in order and e.variables]
 
+    def _findings(self) -> list[Reason]:
+        """The findings of the record so far (at the end: of the run)."""
+        model = self.model
+        chance = self.chance_loss
+        if chance is None:
+            chance = rules.chance_loss(loss_name(model), output_units(model))
+        return rules.findings(
+            self._losses,
+            self._checkpoints,
+            self._nonfinite,
+            chance_loss=chance,
+            heads=heads(model, self._layers) if self._begun is not None else (),
+        )
+
     def _build_report(self) -> FitReport:
         model = self.model
         optimizer = getattr(model, "optimizer", None)
         lr = self._checkpoints[0].learning_rate if self._checkpoints else None
-        chance = self.chance_loss
-        if chance is None:
-            chance = rules.chance_loss(loss_name(model), output_units(model))
         # stopped: the monitor ended the run before its last step (a run it stopped at its
         # last step, or one whose length Keras did not know, ran every step it had)
         stopped = self._stopped_at is not None and (
             self._last is None or self._stopped_at <= self._last
         )
-        findings = rules.findings(
-            self._losses,
-            self._checkpoints,
-            self._nonfinite,
-            chance_loss=chance,
-            heads=heads(model, self._layers),
-        )
+        findings = self._findings()
         return FitReport(
             model=str(model.name),
             model_class=type(model).__name__,
             every=self.every,
             steps=len(self._losses),
-            epochs=self._epoch + 1 if self._losses else 0,
+            epochs=self._epochs(),
             loss_name=loss_name(model),
             optimizer=type(optimizer).__name__ if optimizer is not None else "",
             learning_rate=lr,

@@ -59,11 +59,12 @@ def logged_loss(logs: dict[str, object] | None) -> float | None:
         return None
 
 
-def whole_steps(every: object) -> int:
-    """`every` as a whole number of steps, at least 1 (never rounded)."""
+def whole_steps(every: object, name: str = "every") -> int:
+    """`every` (or the argument `name`) as a whole number of steps, at least 1 (never
+    rounded)."""
     ok = isinstance(every, numbers.Integral) and not isinstance(every, bool)
     if not ok and isinstance(every, float) and math.isfinite(every) and every == int(every):
         ok = True
     if not ok or int(every) < 1:  # type: ignore[call-overload]
-        raise ValueError(f"every must be at least 1, a whole number of steps: every={every!r}")
+        raise ValueError(f"{name} must be at least 1, a whole number of steps: {name}={every!r}")
     return int(every)  # type: ignore[call-overload]

@@ -172,7 +172,7 @@ def test_softmax_output_is_not_degenerate_by_default_and_a_note_when_targeted(tm
     assert report.rows[0].gradient.max_abs > 1e-3  # the projection of a softmax varies
     targeted = scan_model(path, target="probs")
     assert targeted.notes and "probs ends in softmax" in targeted.notes[0]
-    assert "scan with --to the layer before it" in targeted.notes[0]
+    assert "scan with --to probs:logits (its output before the softmax)" in targeted.notes[0]
     # sum(softmax) is 1 per row, so the true gradient is 0; only rounding noise may remain.
     assert all(r.gradient is None or r.gradient.max_abs < 1e-6 for r in targeted.rows[:-1])
 
@@ -182,7 +182,8 @@ def test_inspect_to_a_softmax_warns_that_its_sum_is_constant(softmax_head):
 
     (res,) = inspect_model(softmax_head, "h", ["probs"]).results
     (note,) = [w for w in res.warnings if "ends in softmax" in w]
-    assert note.endswith("take --to the layer before it") and "scan" not in note
+    assert "take --to probs:logits (its output before the softmax), or --measure jacobian" in note
+    assert "scan" not in note
 
 
 def test_untrained_batchnorm_is_recognised(tmp_path):

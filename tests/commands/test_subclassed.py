@@ -135,3 +135,60 @@ def test_fix_says_a_subclassed_model_has_no_layers_to_change(subclassed, tmp_pat
     assert not report.repairs and report.output is None
     assert "loss_mismatch" in {u.finding for u in report.unrepaired}
     assert any("subclassed" in note for note in report.notes)
+
+
+@pytest.fixture(scope="module")
+def trainable(subclassed, tmp_path_factory):
+    """The subclassed model compiled for its logits, and labelled data it can learn."""
+    import keras
+
+    _, module, model = subclassed
+    tmp = tmp_path_factory.mktemp("subclassed_fit")
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-2),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    model.save(tmp / "compiled.keras")
+    x = normal(256, 5, seed=7).astype("float32")
+    np.savez(tmp / "xy.npz", x=x, y=(x[:, 0] > 0).astype("int32") + (x[:, 1] > 0))
+    return tmp, module
+
+
+def test_fit_trains_a_subclassed_model_at_the_shape_its_file_records(trainable):
+    tmp, module = trainable
+    path = tmp / "compiled.keras"
+    before = path.read_bytes()
+    code, out = cli("fit", str(path), "--import", module, "--data", str(tmp / "xy.npz"),
+                    "--steps", "60", "--json")  # fmt: skip
+    assert code == 0, out
+    doc = json.loads(out)
+    assert doc["training"]["steps"] == 60 and doc["training"]["epochs"] == 8  # 8 batches a pass
+    assert doc["model"]["class"] == "TwoDense"
+    assert {r["layer"] for r in doc["checkpoints"][-1]["layers"]} == {"hidden", "logits"}
+    assert np.mean(doc["losses"][-8:]) < 0.8 * np.mean(doc["losses"][:8])  # it learns
+    assert path.read_bytes() == before
+
+
+def test_fix_with_data_runs_on_a_subclassed_model(trainable, tmp_path):
+    tmp, module = trainable
+    code, out = cli("fix", str(tmp / "compiled.keras"), "--import", module, "--data",
+                    str(tmp / "xy.npz"), "--steps", "30", "--json",
+                    "--output", str(tmp_path / "o.keras"))  # fmt: skip
+    assert code in (0, 1), out
+    doc = json.loads(out)
+    assert doc["schema"] == "layergrad.fix/1" and doc["model"]["class"] == "TwoDense"
+
+
+def test_fit_on_a_subclassed_model_saved_unbuilt_says_what_to_do(subclassed, tmp_path):
+    import importlib
+
+    _, module, _ = subclassed
+    two = importlib.import_module("lg_subclassed_two_dense").TwoDense(name="unbuilt")
+    two.compile(optimizer="adam", loss="mse")
+    two.save(tmp_path / "unbuilt.keras")
+    np.savez(tmp_path / "xy.npz", x=normal(8, 5), y=normal(8, 3))
+    code, out = cli("fit", str(tmp_path / "unbuilt.keras"), "--import", module, "--data",
+                    str(tmp_path / "xy.npz"), "--steps", "2")  # fmt: skip
+    assert code == 2 and len(out.strip().splitlines()) == 1, out
+    assert "--input" not in out  # an option fit does not have
+    assert "call it on one batch before model.save" in out

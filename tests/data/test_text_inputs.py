@@ -111,7 +111,7 @@ def test_a_healthy_string_model_gets_no_finding(tmp_path, kind, suffix):
     forward = next(c for c in verdict.checks if c.name == "forward")
     assert "vocabulary of" in forward.message
     rows = scan_model(path).rows
-    assert rows[0].status == "integer" and rows[0].dtype == "string"
+    assert rows[0].status == "string" and rows[0].dtype == "string"
 
 
 def test_the_random_text_is_drawn_from_the_stored_vocabulary(tmp_path):
@@ -196,7 +196,7 @@ def test_text_over_data(tmp_path, source):
     report = scan_model(path, options=ProbeOptions(data=str(data), batch_size=8))
     assert report.probe.samples in (20, None)
     by_layer = {r.layer: r for r in report.rows}
-    assert by_layer["text"].status == "integer" and by_layer["embedding"].status == "ok"
+    assert by_layer["text"].status == "string" and by_layer["embedding"].status == "ok"
     assert by_layer["embedding"].data is not None
 
 
@@ -235,3 +235,18 @@ def test_a_batch_of_text_wider_than_its_budget_is_refused(tmp_path, monkeypatch)
     result = CliRunner().invoke(main, ["scan", path, "--input", str(tmp_path / "wide.npy")])
     assert result.exit_code == 2, result.output
     assert "save 2 rows or fewer" in result.output
+
+
+def test_scan_calls_a_string_input_string_and_its_lookup_integer(tmp_path):
+    """The text input has no gradient because it holds text, the lookup's ids because they
+    are integers: each row says which (the string input read `integer`)."""
+    path = _saved(tmp_path, "lookup_scalar")
+    result = CliRunner().invoke(main, ["scan", path, "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["layer"]: r for r in json.loads(result.output)["layers"]}
+    assert (rows["colour"]["status"], rows["colour"]["dtype"]) == ("string", "string")
+    assert rows["lookup"]["status"] == "integer" and rows["embedding"]["status"] == "ok"
+    table = CliRunner().invoke(main, ["scan", path])
+    assert table.exit_code == 0, table.output
+    line = next(ln for ln in table.output.splitlines() if ln.strip().startswith("colour"))
+    assert " string " in line and "integer" not in line

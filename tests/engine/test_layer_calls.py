@@ -26,7 +26,7 @@ def test_every_command_wraps_layer_calls_through_the_one_wrapper(tmp_path, monke
     keys: list[tuple[str, int]] = []
     wrap = layer_calls._wrap_call
 
-    def counted(call, path, wanted, route):
+    def counted(layer, path, wanted, logits, route):
         def handled():
             routed = route()
             if routed is None:
@@ -39,7 +39,7 @@ def test_every_command_wraps_layer_calls_through_the_one_wrapper(tmp_path, monke
 
             return seen, calls
 
-        return wrap(call, path, wanted, handled)
+        return wrap(layer, path, wanted, logits, handled)
 
     monkeypatch.setattr(layer_calls, "_wrap_call", counted)
     over_data = ["--data", str(data), "--batch-size", "4"]

@@ -173,3 +173,77 @@ def test_a_layer_whose_output_is_scaled_away_is_a_stalled_layer():
     assert [(f.finding, f.layer, f.step) for f in report.findings] == [
         (Finding.STALLED_LAYER, "stuck", 1)
     ]
+
+
+def test_verbose_1_says_each_new_finding_as_it_is_found_and_a_summary(capsys):
+    """As Keras's callbacks with verbose=1: the dying layer is said on stderr during training
+    (before the step after its checkpoint), the run summed up at its end; stdout untouched."""
+
+    class Heard(keras.callbacks.Callback):  # what stderr held when step 61 began
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen, self.before = 0, ""
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if self.seen == 60:
+                self.before = capsys.readouterr().err
+            self.seen += 1
+
+    x, y = classification()
+    model = mlp()
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="sparse_categorical_crossentropy")
+    heard = Heard()
+    monitor = GradientMonitor(every=10, verbose=1)
+    model.fit(x, y, batch_size=32, epochs=3, verbose=0,
+              callbacks=[KillAt("middle", 45), heard, monitor])  # fmt: skip
+    after = capsys.readouterr()
+    assert after.out == ""
+    found = {(str(f.finding), f.layer): f for f in monitor.report.findings}
+    assert {("dying_units", "middle"), ("constant_predictions", "head")} <= set(found)
+    dying = found["dying_units", "middle"]
+    (line,) = heard.before.splitlines()  # said at its checkpoint, before the next steps ran
+    assert line == f"GradientMonitor: step 51: dying_units at middle: {dying.message}"
+    # the others (constant predictions need two checkpoints) are said later, each once, with
+    # what the record showed then
+    *lines, summary = after.err.splitlines()
+    assert sorted(ln.split(": ")[1:3] for ln in lines) == sorted(
+        [f"step {f.step}", f"{f.finding} at {f.layer}"]
+        for f in monitor.report.findings
+        if f is not dying
+    )
+    names = ", ".join(f"{f.finding} at {f.layer}" for f in monitor.report.findings)
+    n = len(found)
+    assert summary == f"GradientMonitor: 96 steps in 3 epochs, {n} findings: {names}"
+
+
+def test_verbose_0_is_the_default_and_silent(capsys):
+    x, y = classification(n=256)
+    report = train(mlp(), x, y, keras.optimizers.SGD(1e-9), epochs=3)
+    assert [str(f.finding) for f in report.findings] == ["not_learning"]
+    assert capsys.readouterr() == ("", "")
+    assert GradientMonitor().verbose == 0 == keras.callbacks.EarlyStopping().verbose
+    with pytest.raises(ValueError, match="verbose must be 0"):
+        GradientMonitor(verbose=-1)
+
+
+def test_print_report_shows_every_finding(capsys):
+    """`print(monitor.report)` lists each finding in full, however many (it showed 12 lines
+    and "... 10 more lines")."""
+    from dataclasses import replace
+
+    from layergrad.core.results import Reason
+
+    x, y = classification(n=256)
+    report = train(mlp(), x, y, keras.optimizers.SGD(1e-9), epochs=3)
+    extra = tuple(
+        Reason(Finding.STALLED_LAYER, f"message number {i}", layer=f"layer_{i}", step=i + 1)
+        for i in range(14)
+    )
+    report = replace(report, findings=report.findings + extra)
+    print(report)
+    text = capsys.readouterr().out
+    assert "more line" not in text
+    for finding in report.findings:
+        assert f"{finding.finding} at {finding.layer} (step {finding.step}):" in text
+        assert finding.message.split()[0] in text
+    assert "message number 13" in text and "24 steps in 3 epochs" in text

@@ -201,3 +201,18 @@ def test_a_two_input_two_output_model_takes_labels_by_output_name(tmp_path):
     np.savez(tmp_path / "no_labels.npz", a=xa.astype("float32"), b=xb.astype("float32"))
     result = run(str(tmp_path / "two.keras"), "--data", str(tmp_path / "no_labels.npz"))
     assert result.exit_code == 2 and "y:NAME" in result.output
+
+
+def test_steps_count_passes_over_the_data(files):
+    """1,024 samples at batch 32 are 32 batches a pass: 100 steps are 4 passes begun, and
+    each checkpoint's epoch and batch are its step's place in the passes (the steps run in
+    one Keras epoch over the repeated data, which Keras would call epoch 0, batch 99)."""
+    args = [str(files / "m.keras"), "--data", str(files / "train.npz"), "--steps", "100"]
+    result = run(*args, "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["training"]["steps"] == 100 and doc["training"]["epochs"] == 4
+    where = [(c["step"], c["epoch"], c["batch"]) for c in doc["checkpoints"]]
+    assert where == [(s, *divmod(s - 1, 32)) for s, _, _ in where]
+    assert where[-1] == (100, 3, 3)
+    assert "100 steps in 4 epochs" in run(*args).output

@@ -12,11 +12,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from layergrad.commands.check.options import Add, CheckOptions
-from layergrad.core.errors import LayergradError
+from layergrad.core.errors import LayergradError, UsageError
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import Cause, Reason, ScanReport, ScanRow, WeightScanReport
 from layergrad.core.tf_types import KerasModel
-from layergrad.core.vocab import Finding, Flag, Status
+from layergrad.core.vocab import NOT_DIFFERENTIABLE, Finding, Flag, Status
 from layergrad.files.file_info import FileInfo
 from layergrad.model.target_fit import LabelSummary
 
@@ -64,6 +64,8 @@ def loads(
             opened = session.load(
                 path, probe, imports=options.imports, unsafe=options.unsafe, info=info
             )
+    except UsageError:  # a custom class no --import defines: the file itself reads fine
+        raise
     except LayergradError as exc:
         add("loads", str(exc), [Finding.UNREADABLE])
         return None
@@ -147,7 +149,7 @@ def gradient(rows: Sequence[ScanRow], add: Add) -> None:
     rows = [replace(r, flags=tuple(f for f in r.flags if f in CERTAIN_FLAGS)) for r in rows]
     problems = [r for r in rows if r.flags]
     if not problems:
-        differentiable = sum(1 for r in rows if r.status != Status.INTEGER)
+        differentiable = sum(1 for r in rows if r.status not in NOT_DIFFERENTIABLE)
         add("gradient", f"reaches all {differentiable} differentiable layers, finite")
         return
     findings = [f for f in Finding if any(f.value in r.flags for r in problems)]

@@ -22,6 +22,7 @@ from layergrad.commands.fit.guards import (
     unsized_epoch_notice,
 )
 from layergrad.commands.fit.labels import read_labels, refused
+from layergrad.commands.over_data import data_specs
 from layergrad.core.errors import InputError, describe
 from layergrad.core.fit_results import FitReport
 from layergrad.core.probe_options import PathLike
@@ -29,7 +30,6 @@ from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import Dataset, KerasCallback, KerasModel, Strategy, TensorTree
 from layergrad.data.functions import tf_dtype
 from layergrad.data.label_stream import Labelled, open_labelled
-from layergrad.data.probe_input import input_specs
 from layergrad.data.sources import DataStream
 from layergrad.data.stall import stall_watch
 from layergrad.engine.compiled_loss import compile_loss, label_request
@@ -87,7 +87,13 @@ def train_loaded(
         total = batches * options.epochs if options.epochs else options.steps or DEFAULT_STEPS
         every = options.every or max(1, total // 50)
         chance = prior or chance_loss(spec.name, output_units_of(model, spec))
-        monitor = GradientMonitor(every=every, log_dir=options.log_dir, chance_loss=chance)
+        monitor = GradientMonitor(
+            every=every,
+            log_dir=options.log_dir,
+            chance_loss=chance,
+            # --steps trains one Keras epoch over the repeated data: count passes over it
+            batches_per_epoch=None if options.epochs is not None else batches,
+        )
         callbacks = [monitor, beating(beat)]
         try:
             if options.epochs is not None:
@@ -195,7 +201,7 @@ def read_labelled(
     """The inputs and labels of `--data`, read together (refused when it has no labels)."""
 
     request = label_request(model, spec)
-    labelled = open_labelled(path, input_specs(model), request, options.batch_size, limit)
+    labelled = open_labelled(path, data_specs(model), request, options.batch_size, limit)
     if labelled.stream is None:
         raise InputError(f"layergrad fit needs labels: {labelled.missing}")
     return labelled

@@ -130,7 +130,11 @@ def train_and_score(
         dataset = training_batches(model, stream, options, samples)
         steps = options.steps or DEFAULT_STEPS
         chance = prior or chance_loss(spec.name, units)
-        monitor = GradientMonitor(every=max(1, steps // 50), chance_loss=chance)
+        monitor = GradientMonitor(
+            every=max(1, steps // 50),
+            chance_loss=chance,
+            batches_per_epoch=max(1, math.ceil(samples / options.batch_size)),
+        )
         try:
             model.fit(dataset.repeat(), epochs=1, steps_per_epoch=steps, verbose=0,
                       callbacks=[monitor])  # fmt: skip

@@ -41,7 +41,7 @@ from layergrad.core.results import (
     ScanReport,
     ScanRow,
 )
-from layergrad.core.vocab import Flag, Status
+from layergrad.core.vocab import NOT_DIFFERENTIABLE, Flag, Status
 from layergrad.files.report_json import read_report
 
 Report = InspectReport | ScanReport
@@ -221,10 +221,8 @@ def _structure(report: Report) -> list[tuple[object, ...]]:
              r.gradient is None)
             for r in report.results
         ]  # fmt: skip
-    return [
-        (r.layer, r.class_name, r.shape[1:], r.dtype, r.status in (Status.NONE, Status.INTEGER))
-        for r in report.rows
-    ]
+    absent = (Status.NONE, *NOT_DIFFERENTIABLE)  # rows without a gradient
+    return [(r.layer, r.class_name, r.shape[1:], r.dtype, r.status in absent) for r in report.rows]
 
 
 class _Shares:
@@ -264,7 +262,7 @@ class _Shares:
 
 
 def _status(statuses: Sequence[Status], gradient: GradientStats | None) -> Status:
-    if gradient is None or statuses[0] in (Status.NONE, Status.INTEGER):
+    if gradient is None or statuses[0] in (Status.NONE, *NOT_DIFFERENTIABLE):
         return statuses[0]
     if gradient.nonfinite:
         return Status.NONFINITE
