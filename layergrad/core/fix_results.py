@@ -120,6 +120,13 @@ class FixReport(NotebookDisplay):
     notes: tuple[str, ...] = field(default=())
 
     @property
+    def unwritten(self) -> str | None:
+        """Why no copy was written, when a repair was planned and none was (None else)."""
+        if self.output is not None or not self.repairs:
+            return None
+        return next((n for n in self.notes if n.startswith("no copy written")), None)
+
+    @property
     def failing(self) -> tuple[str, ...]:
         """The original's findings that fail a file or a run by default."""
         return tuple(f for f in self.before if f in FAILING)
