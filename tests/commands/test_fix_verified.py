@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from dataclasses import replace
 
 import numpy as np
@@ -137,7 +138,7 @@ def test_no_copy_is_written_without_a_verified_repair_and_fixs_own_copy_is_repla
         assert f"wrote the repaired copy to {out}" in result.stderr
     # ... and still refuses a model file it did not write
     other = tmp_path / "other.keras"
-    other.write_bytes(open(model, "rb").read())
+    shutil.copyfile(model, other)
     result = CliRunner().invoke(cli.main, ["fix", model, "--output", str(other)])
     assert result.exit_code == 2 and "--force" in result.stderr
 

@@ -133,8 +133,7 @@ def at_chance(run: Run) -> str:
     if mine is not None and mine <= WELL:
         return ""
     loss = (
-        f"its loss ({number(run.final)}) is not well below the trivial loss "
-        f"({number(run.trivial)})"
+        f"its loss ({number(run.final)}) is not well below the trivial loss ({number(run.trivial)})"
         if run.final is not None and run.trivial
         else "its loss has no trivial loss to beat"
     )

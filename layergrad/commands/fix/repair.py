@@ -219,22 +219,22 @@ def fix_model(
             if i in alone:
                 settle(plan, *alone[i])
         chosen = _chosen(usable, repairs, notes)
-        target = None
+        made: str | None = None  # the copy with the chosen repairs
         if chosen:
             try:
-                target = make(chosen, folder, "together.keras")
-                after, together = evidence(target)
+                made = make(chosen, folder, "together.keras")
+                after, together = evidence(made)
             except BuildError as exc:
                 notes.append(f"no copy written: the repairs together cannot be applied: {exc}")
-                target = None
+                made = None
         if len(plans) == 1 and usable:
             settle(plans[0], after, together)
-        if target is not None:
+        if made is not None:
             unverified = _unverified(chosen, repairs) if data is not None else ""
             if unverified:
                 notes.append(unverified)
             else:
-                written = _write(target, output, inputs, options.force)
+                written = _write(made, output, inputs, options.force)
     lost = {f for r in repairs for f in r.gone}  # another finding's repair took it away
     unrepaired = [u for u in unrepaired if u.finding not in lost]
     if plans:
@@ -283,9 +283,10 @@ def _still_failing(
     for finding in before:
         if finding not in FAILING or finding not in after or finding in named:
             continue
-        made = "; ".join(f"{r.finding}" + (f" at {r.layer}" if r.layer else "") for r in repairs)
-        found.append(Reason(finding, f"the copy with the repairs ({made}) still has {finding}",
-                            "no mechanical repair cleared it: see check's message for it"))  # fmt: skip
+        made = "; ".join(r.finding + (f" at {r.layer}" if r.layer else "") for r in repairs)
+        said = f"the copy with the repairs ({made}) still has {finding}"
+        found.append(Reason(finding, said, "no mechanical repair cleared it: see check's "
+                            "message for it"))  # fmt: skip
     return found
 
 
@@ -304,11 +305,9 @@ def _refuse_unreadable(verdict: FileVerdict) -> None:
 
 def _write(source: str, output: str, inputs: Sequence[str], force: bool) -> str:
     """Copy the checked copy's bytes to `output` (atomically, by the output rules)."""
-    from layergrad.files.outputs import write_file
-
     import zipfile
 
-    from layergrad.files.outputs import FIX_COPY_MARK
+    from layergrad.files.outputs import FIX_COPY_MARK, write_file
 
     with zipfile.ZipFile(source, "a") as zf:  # marked: a later run may replace it
         zf.comment = FIX_COPY_MARK
