@@ -231,7 +231,7 @@ def _count(row: list[int], case: Case, report: FixReport, misses: list[str], tra
         return  # the fault is not found: not fix's to repair
     row[0] += 1
     mine = [r for r in report.repairs if r.finding == finding or finding in r.gone]
-    if not (mine and report.output and finding not in report.after):
+    if not (mine and _made(report) and finding not in report.after):
         why = mine[0].why if mine else "no repair planned"
         misses.append(f"{case.name}: {finding}: {why}"[:240])
         return
@@ -246,6 +246,12 @@ def _count(row: list[int], case: Case, report: FixReport, misses: list[str], tra
         misses.append(f"{case.name}: not verified: {why}"[:300])
 
 
+def _made(report: FixReport) -> bool:
+    """A copy with the repairs was built and checked: written, or (with data) trained; with
+    data a copy is written only when a repair is verified, which the last column counts."""
+    return report.output is not None or report.together is not None
+
+
 def _count_rate(row: list[int], case: Case, report: FixReport, misses: list[str]) -> None:
     """An optimizer's fault, trained: found when training finds anything, repaired by a
     learning-rate change (a repair at no layer), verified as its verdict says."""
@@ -254,7 +260,7 @@ def _count_rate(row: list[int], case: Case, report: FixReport, misses: list[str]
         return
     row[0] += 1
     mine = [r for r in report.repairs if r.layer is None and "learning_rate" in r.code[0]]
-    if not (mine and report.output):
+    if not (mine and _made(report)):
         misses.append(f"{case.name}: {', '.join(report.before)}: no learning-rate repair")
         return
     row[1] += 1

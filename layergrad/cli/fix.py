@@ -86,6 +86,8 @@ def fix(
     report = fix_model(model, data, options, imports=imports, unsafe=unsafe)
     if report.output:
         said(f"wrote the repaired copy to {report.output}")
+    elif report.unwritten:
+        said(report.unwritten)
     emit("fix", fmt, report)
     if not report.ok:
         sys.exit(1)

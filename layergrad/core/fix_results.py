@@ -53,6 +53,9 @@ class Run:
     the finite losses; `findings` every finding of check and training on this model;
     `error` why it could not be trained (then `losses` is empty); `outputs` each output's
     own loss when the model has several (a repair is judged on the outputs it reaches).
+    `accuracy` / `prior_accuracy`: a classifier's accuracy on the scored batches and the
+    accuracy of always answering their most frequent class (None: not a classifier).
+    `trained_loss`: the mean of the last tenth of `losses` (what `fit` shows).
     `baseline` (a repaired copy's run): the trained original's predictions scored on the
     same batches by this run's loss, the like-for-like loss to beat (None when the original
     could not be trained or its outputs cannot take this loss).
@@ -66,6 +69,9 @@ class Run:
     error: str | None = None
     outputs: tuple[OutputLoss, ...] = ()
     baseline: float | None = None
+    accuracy: float | None = None  # a classifier's, on the scored batches
+    prior_accuracy: float | None = None  # always answering their most frequent class
+    trained_loss: float | None = None  # the last tenth of the training losses, as `fit` has them
 
     @property
     def relative(self) -> float | None:
@@ -118,6 +124,13 @@ class FixReport(NotebookDisplay):
     original: Run | None = None
     together: Run | None = None
     notes: tuple[str, ...] = field(default=())
+
+    @property
+    def unwritten(self) -> str | None:
+        """Why no copy was written, when a repair was planned and none was (None else)."""
+        if self.output is not None or not self.repairs:
+            return None
+        return next((n for n in self.notes if n.startswith("no copy written")), None)
 
     @property
     def failing(self) -> tuple[str, ...]:

@@ -11,7 +11,8 @@ file, the ``--input`` batch, an ``--import`` module, the ``--data`` file or func
 anything inside a ``--data`` folder), a directory or special file, in a folder that cannot be
 written (checked before the work), or an existing file layergrad did not write: a report
 replaces only a layergrad JUnit report (recognised by its content), a chart only a PNG, SVG
-or PDF file, a ``.npy`` only a ``.npy``, a ``.npz`` only an archive of arrays. ``force``
+or PDF file, a ``.npy`` only a ``.npy``, a ``.npz`` only an archive of arrays, a ``.keras``
+only a copy ``fix`` wrote (its zip comment says so). ``force``
 (``--force``) lifts that last rule, never the others. Replacing an existing file is said in
 the one line that says what was written. (`--plot` keeps its own checks of the extension
 and the folder, in `render/chart_files.check_plot_path`, and writes through `write_file`.)
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from layergrad.core.results import InspectReport
 
 NPY_MAGIC = b"\x93NUMPY"
+FIX_COPY_MARK = b"layergrad fix: a repaired copy"  # the zip comment of a copy `fix` wrote
 INPUT_SUFFIXES = (".keras", ".h5", ".hdf5", ".npy", ".npz", ".py")
 
 
@@ -173,8 +175,9 @@ def _is_kind(p: Path, kind: str) -> bool:
             body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
             svg = body.startswith((b"<?xml", b"<svg", b"<!DOCTYPE svg")) and b"<svg" in body
             return body.startswith(_CHART_MAGIC) or svg
-        if kind == "keras":
-            return False
+        if kind == "keras":  # only a copy `fix` wrote (its zip comment says so)
+            with zipfile.ZipFile(p) as zf:
+                return zf.comment == FIX_COPY_MARK
         with zipfile.ZipFile(p) as zf:
             return all(name.endswith(".npy") for name in zf.namelist())
     except (OSError, zipfile.BadZipFile):

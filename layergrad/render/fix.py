@@ -40,13 +40,30 @@ def verdict_line(report: FixReport) -> str:
 
 
 def _run_text(run: Run | None) -> str:
+    """The run's numbers, the ones its verdict quotes: the loss of its predictions and its
+    trivial loss; the training loss `fit` shows when it differs clearly (Keras trained the
+    head through its logits); the original's predictions scored by the same loss (the
+    copy's `baseline`); a classifier's accuracy and the prior's."""
     if run is None:
         return "-"
     if run.error is not None:
         return f"not trained: {run.error}"
     final = "NaN/Inf" if run.final is None else number(run.final)
     trivial = "" if run.trivial is None else f" (trivial {number(run.trivial)})"
-    return f"{run.loss_name} ends at {final}{trivial}"
+    text = f"{run.loss_name} ends at {final}{trivial}"
+    trained = run.trained_loss
+    if trained is not None and run.final is not None and not _close(trained, run.final):
+        text += f"; in training, as fit shows it: {number(trained)}"
+    if run.baseline is not None:
+        text += f"; the original's predictions by the same loss: {number(run.baseline)}"
+    if run.accuracy is not None and run.prior_accuracy is not None:
+        text += f"; accuracy {run.accuracy:.1%} (the prior's {run.prior_accuracy:.1%})"
+    return text
+
+
+def _close(a: float, b: float) -> bool:
+    """Within 10% of each other (the served loss and the training loss of a sound head)."""
+    return abs(a - b) <= 0.1 * max(abs(a), abs(b))
 
 
 def _facts(report: FixReport) -> list[tuple[str, str]]:
@@ -109,6 +126,9 @@ def run_json(run: Run | None) -> dict[str, object] | None:
         "error": run.error,
         "baseline_loss": _num(run.baseline),
         "outputs": [_output_json(o) for o in run.outputs],
+        "trained_loss": _num(run.trained_loss),
+        "accuracy": _num(run.accuracy),
+        "prior_accuracy": _num(run.prior_accuracy),
     }
 
 

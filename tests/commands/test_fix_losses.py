@@ -64,7 +64,7 @@ CASES = [
 def test_a_head_for_class_ids_is_rebuilt_in_every_loss_form(tmp_path, loss, separate, code):
     out = tmp_path / "o.keras"
     report = fix_model(_binary_head(tmp_path, loss, separate), _ids(tmp_path),
-                       FixOptions(output=str(out), steps=2))  # fmt: skip
+                       FixOptions(output=str(out), steps=300))  # fmt: skip
     (repair,) = report.repairs
     assert (repair.finding, repair.applied) == ("target_mismatch", True), repair.why
     assert list(repair.code) == code

@@ -219,7 +219,7 @@ def test_a_copy_is_judged_by_its_loss_on_the_originals_predictions_where_it_can_
     level = replace(better, baseline=0.52)  # 0.5 > 0.9 x 0.52
     verdict, why = judge("loss_mismatch", original, level)
     assert verdict == Verdict.NOT_VERIFIED
-    assert "0.312 of the trivial loss, the original's at 0.325" in why
+    assert "0.5 (0.312 of the trivial loss, 1.6), the original's predictions at 0.52 (0.325)" in why
     assert "scored by the same loss" in why
     # a loss below 0 by design (cosine similarity): clearly below is 10% of its size lower
     cosine = Run("cosine_similarity", (0.0, -0.5), final=-0.5, baseline=-0.4)

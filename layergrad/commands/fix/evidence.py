@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from layergrad.core.errors import LayergradError, describe
 from layergrad.core.fix_results import OutputLoss, Run, Verdict
 from layergrad.core.results import FileVerdict
+from layergrad.render.common import number
 
 if TYPE_CHECKING:
     from layergrad.commands.fit.train import FitOptions
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from layergrad.model.graph import ModelGraph
 
 CLEARLY = 0.9  # a loss "clearly below" another: at most this share of it
+WELL = 0.5  # a loss "well below" the trivial loss: at most this share of it
+ABOVE_PRIOR = 0.05  # an accuracy "above the prior": at least this much above the prior's
 FALLING = 0.97  # a run still falls: its last tenth's mean below this share of the tenth before
 
 
@@ -60,9 +63,11 @@ def train(
     findings = dict.fromkeys(found)
     for f in report.findings:
         findings.setdefault(str(f.finding), None)
-    final = scored.served if scored.served is not None else _final(report.losses)
+    trained = _final(report.losses)
+    final = scored.served if scored.served is not None else trained
     run = Run(report.loss_name, report.losses, scored.chance, final, tuple(findings),
-              outputs=scored.outputs, baseline=scored.baseline)  # fmt: skip
+              outputs=scored.outputs, baseline=scored.baseline, accuracy=scored.accuracy,
+              prior_accuracy=scored.prior_accuracy, trained_loss=trained)  # fmt: skip
     return run, scored
 
 
@@ -98,6 +103,9 @@ def judge(
     if finding in repaired.findings:
         return Verdict.NOT_VERIFIED, f"the repaired copy still has {finding}"
     falling = _FALLING_WHY if still_falling(repaired.losses) else ""
+    chance = at_chance(repaired)
+    if chance:
+        return Verdict.NOT_VERIFIED, chance + falling
     pairs = _output_pairs(original, repaired, reached)
     if not pairs:
         return _compare(original, repaired, falling)
@@ -111,6 +119,28 @@ def judge(
         return Verdict.VERIFIED, ""
     whys = worse or [f"output {name}: {why}" for name, (_, why) in said]
     return Verdict.NOT_VERIFIED, "; ".join(whys)
+
+
+def at_chance(run: Run) -> str:
+    """Why a classifier's run is no better than the trivial predictor: its accuracy on the
+    scored batches is not above always answering their most frequent class, and its loss is
+    not well below the trivial loss (a loss a little below it is calibration, not learning);
+    "" when it is better, or is no classifier."""
+    accuracy, prior = run.accuracy, run.prior_accuracy
+    if accuracy is None or prior is None or accuracy >= prior + ABOVE_PRIOR:
+        return ""
+    mine = run.relative
+    if mine is not None and mine <= WELL:
+        return ""
+    loss = (
+        f"its loss ({number(run.final)}) is not well below the trivial loss ({number(run.trivial)})"
+        if run.final is not None and run.trivial
+        else "its loss has no trivial loss to beat"
+    )
+    return (
+        f"the copy answers {accuracy:.1%} of the scored samples right, no better than always "
+        f"answering their most frequent class ({prior:.1%}), and {loss}: it sits at chance"
+    )
 
 
 def reached_outputs(graph: ModelGraph, layer: str | None, run: Run) -> tuple[str, ...] | None:
@@ -231,14 +261,13 @@ def _like_for_like(repaired: Run, falling: str) -> tuple[Verdict, str]:
     assert mine is not None and theirs is not None
     if mine <= theirs - (1 - CLEARLY) * abs(theirs):  # 0.9x, for a loss below 0 too
         return Verdict.VERIFIED, ""
+    said = f"{number(mine)}, the original's predictions at {number(theirs)}"
     if repaired.trivial:
-        said = f"{mine / repaired.trivial:.3g} of the trivial loss, the original's"
-        said += f" at {theirs / repaired.trivial:.3g}"
-    else:
-        said = f"{mine:.4g}, the original's at {theirs:.4g}"
+        said = (f"{number(mine)} ({mine / repaired.trivial:.3g} of the trivial loss, "
+                f"{number(repaired.trivial)}), the original's predictions at {number(theirs)} "
+                f"({theirs / repaired.trivial:.3g})")  # fmt: skip
     return Verdict.NOT_VERIFIED, (
-        f"the loss ends at {said} (its predictions scored by the same loss): not clearly "
-        f"below{falling}"
+        f"the loss ends at {said}, scored by the same loss: not clearly below{falling}"
     )
 
 

@@ -84,8 +84,10 @@ class HeadRules:
         finding: str,
         units: int | None = None,
         loss: str | None = None,
+        from_logits: bool = False,
     ) -> Plan:
-        """The head's activation (and `units`, when given) changes; the loss stays."""
+        """The head's activation (and `units`, when given) changes; the loss stays, or becomes
+        `loss` (with `from_logits`) when given."""
         layer = head.layer
         entry = self._entry(layer)
         edits: list[Edit] = []
@@ -118,8 +120,8 @@ class HeadRules:
             dense = self._entry(units_at)
             code.append(f"{layer_code(dense)} -> {layer_code(dense, units=units)}{at(units_at)}")
         compile_edits: list[Edit] = []
-        if loss is not None and self._loss_name(head) != (loss, False):
-            compile_edits.append(self._loss_edit(head, loss, False, code))
+        if loss is not None and self._loss_name(head) != (loss, from_logits):
+            compile_edits.append(self._loss_edit(head, loss, from_logits, code))
         return Plan(finding, layer, why, tuple(code), tuple(edits), tuple(compile_edits),
                     tuple(fresh))  # fmt: skip
 
@@ -197,17 +199,21 @@ class HeadRules:
     ) -> Plan | None:
         """The repair of the first rule of `head_rules.RULES` that applies to the head and has
         one: the rules `check` judges the head by, so the two never disagree."""
-        loss, logits = spec if spec is not None else (None, False)
-        stack = whole_network(self.info.graph, head.layer) if len(self.heads) == 1 else None
-        seen = replace(head, activation=head_activation(head))
-        facts = HeadFacts(seen, loss, logits, y, stack.layers if stack is not None else ())
-        for rule, change in repairs(facts):
-            if rule.code != Finding.LOSS_MISMATCH:
-                continue
+        for change in self._changes(replace(head, activation=head_activation(head)), spec, y):
             plan = self._apply(head, change)
             if plan is not None:
                 return plan
         return None
+
+    def _changes(
+        self, seen: Head, spec: tuple[str, bool] | None, y: LabelSummary | None
+    ) -> list[Change]:
+        """The `loss_mismatch` repairs of the rules that apply to the head as `seen` (its
+        activation and units) under the loss `spec`, in table order."""
+        loss, logits = spec if spec is not None else (None, False)
+        stack = whole_network(self.info.graph, seen.layer) if len(self.heads) == 1 else None
+        facts = HeadFacts(seen, loss, logits, y, stack.layers if stack is not None else ())
+        return [c for rule, c in repairs(facts) if rule.code == Finding.LOSS_MISMATCH]
 
     def _apply(self, head: Head, change: Change) -> Plan | None:
         """The plan that makes `change` to the model and its loss."""
@@ -310,4 +316,66 @@ class HeadRules:
     def _targets(
         self, head: Head, spec: tuple[str, bool] | None, y: LabelSummary | None
     ) -> Plan | None:
-        return target_plan(self, head, spec, y)
+        """The label repair, and with it what the head rules still ask of the head as that
+        repair leaves it (class ids under a ReLU head: the sparse loss *and* a softmax), so
+        one plan clears both the labels' finding and the head's."""
+        asked = _Asked(self)
+        plan = target_plan(asked, head, spec, y)
+        if plan is None or asked.made is None:
+            return plan
+        act, units, loss, logits = asked.made
+        seen = replace(head, activation=act or head_activation(head), units=units or head.units)
+        after = (loss, logits) if loss is not None else spec
+        for change in self._changes(seen, after, y):
+            joined = self._joined(head, plan, asked.made, change)
+            if joined is not None:
+                return joined
+        return plan
+
+    def _joined(
+        self,
+        head: Head,
+        plan: Plan,
+        made: tuple[str | None, int | None, str | None, bool],
+        change: Change,
+    ) -> Plan | None:
+        """The label repair `plan` (which set the head to `made`: activation, units, loss,
+        from_logits) joined with the head rule's `change` of the head it leaves."""
+        act, units, loss, logits = made
+        why = f"{plan.change}; and {change.why}"
+        f = plan.finding
+        if change.kind == "activation" and change.activation is not None:
+            new_loss = change.loss or loss
+            return self.activation(head, change.activation, why, f, units=units, loss=new_loss,
+                                   from_logits=False if change.loss else logits)  # fmt: skip
+        if change.kind == "loss" and change.loss is not None:
+            if act is None and units is None:
+                return self.loss(head, change.loss, change.from_logits, why, f)
+            return self.activation(head, act or head_activation(head), why, f, units=units,
+                                   loss=change.loss, from_logits=change.from_logits)  # fmt: skip
+        other = self._apply(head, change)
+        if other is None:
+            return None
+        return Plan(f, plan.layer, why, plan.code + other.code,
+                    plan.model_edits + other.model_edits,
+                    plan.compile_edits + other.compile_edits, plan.fresh + other.fresh)  # fmt: skip
+
+
+class _Asked:
+    """The head edits of `HeadRules`, remembering what the one label rule asked for: the
+    head's activation, its units, its loss and from_logits (None: unchanged)."""
+
+    def __init__(self, rules: HeadRules) -> None:
+        self.rules = rules
+        self.made: tuple[str | None, int | None, str | None, bool] | None = None
+
+    def activation(
+        self, head: Head, act: str, why: str, finding: str,
+        units: int | None = None, loss: str | None = None,
+    ) -> Plan:  # fmt: skip
+        self.made = (act, units, loss, False)
+        return self.rules.activation(head, act, why, finding, units=units, loss=loss)
+
+    def loss(self, head: Head, name: str, from_logits: bool, why: str, finding: str) -> Plan:
+        self.made = (None, None, name, from_logits)
+        return self.rules.loss(head, name, from_logits, why, finding)

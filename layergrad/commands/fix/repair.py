@@ -13,8 +13,10 @@
 4. with `--data`: train the original and each copy for the same steps on the same batches
    and judge each repair (`evidence.judge`);
 5. write the copy to `--output` (never over the model file, never over an existing file
-   without `--force`): with every repair, or with evidence the verified ones when some are
-   (a repair that did not help is left out, with a note).
+   without `--force` unless `fix` wrote it: its zip comment says so): with every repair, or
+   with evidence the verified ones when some are (a repair that did not help is left out,
+   with a note); with evidence and no verified repair, no copy (a note says so). A failing
+   finding the copy still has is said (`unrepaired`), never left out.
 """
 
 from __future__ import annotations
@@ -33,10 +35,10 @@ from layergrad.commands.fix.evidence import check_findings, judge, reached_outpu
 from layergrad.commands.fix.opened import OpenedFile
 from layergrad.commands.fix.plan import Plan
 from layergrad.core.errors import InputError, OutputError, describe
-from layergrad.core.fix_results import FixReport, Repair, Run, Verdict
+from layergrad.core.fix_results import FAILING, FixReport, Repair, Run, Verdict
 from layergrad.core.limits import DEFAULT_MAX_MEMORY
 from layergrad.core.probe_options import PathLike, ProbeOptions
-from layergrad.core.results import FileVerdict
+from layergrad.core.results import FileVerdict, Reason
 from layergrad.core.vocab import Finding
 
 if TYPE_CHECKING:
@@ -137,9 +139,8 @@ def fix_model(
         before = list(original.findings)
     from layergrad.commands.fix.rules import plan_repairs
 
-    plans, unrepaired = plan_repairs(info, before, verdict, labels, stats,
-                                     weights_by_layer(model), fit_report)  # fmt: skip
-    notes: list[str] = []
+    plans, unrepaired, notes = plan_repairs(info, before, verdict, labels, stats,
+                                            weights_by_layer(model), fit_report)  # fmt: skip
     base = dict(path=info.path, model_class=type(model).__name__, before=tuple(before),
                 data=None if data is None else os.fspath(data),
                 steps=options.steps if data is not None else None, original=original)  # fmt: skip
@@ -218,17 +219,26 @@ def fix_model(
             if i in alone:
                 settle(plan, *alone[i])
         chosen = _chosen(usable, repairs, notes)
+        made: str | None = None  # the copy with the chosen repairs
         if chosen:
             try:
-                target = make(chosen, folder, "together.keras")
-                after, together = evidence(target)
-                written = _write(target, output, inputs, options.force)
+                made = make(chosen, folder, "together.keras")
+                after, together = evidence(made)
             except BuildError as exc:
                 notes.append(f"no copy written: the repairs together cannot be applied: {exc}")
+                made = None
         if len(plans) == 1 and usable:
             settle(plans[0], after, together)
+        if made is not None:
+            unverified = _unverified(chosen, repairs) if data is not None else ""
+            if unverified:
+                notes.append(unverified)
+            else:
+                written = _write(made, output, inputs, options.force)
     lost = {f for r in repairs for f in r.gone}  # another finding's repair took it away
     unrepaired = [u for u in unrepaired if u.finding not in lost]
+    if plans:
+        unrepaired += _still_failing(before, after, repairs, unrepaired)
     return FixReport(repairs=tuple(repairs), unrepaired=tuple(unrepaired), after=after,
                      output=written, together=together, notes=tuple(notes),
                      **base)  # type: ignore[arg-type]  # fmt: skip
@@ -249,6 +259,37 @@ def _chosen(usable: list[Plan], repairs: list[Repair], notes: list[str]) -> list
     return verified
 
 
+def _unverified(chosen: Sequence[Plan], repairs: Sequence[Repair]) -> str:
+    """Why no copy is written with evidence: none of its repairs was verified ("" when one
+    was: the copy is written)."""
+    verdicts = {r.change: r for r in repairs}
+    if any(verdicts[p.change].verdict is Verdict.VERIFIED for p in chosen if p.change in verdicts):
+        return ""
+    return (
+        "no copy written: no repair was verified on the data, and a copy that is not shown to "
+        "train better is no repair; apply the changes above by hand to try them, or run fix "
+        "again with more --steps"
+    )
+
+
+def _still_failing(
+    before: Sequence[str], after: Sequence[str], repairs: Sequence[Repair],
+    unrepaired: Sequence[Reason],
+) -> list[Reason]:  # fmt: skip
+    """Each failing finding of the original that the copy with every repair still has, and
+    that no repair nor reason names: said, with the repairs that were meant to clear it."""
+    named = {r.finding for r in repairs} | {u.finding for u in unrepaired}
+    found = []
+    for finding in before:
+        if finding not in FAILING or finding not in after or finding in named:
+            continue
+        made = "; ".join(r.finding + (f" at {r.layer}" if r.layer else "") for r in repairs)
+        said = f"the copy with the repairs ({made}) still has {finding}"
+        found.append(Reason(finding, said, "no mechanical repair cleared it: see check's "
+                            "message for it"))  # fmt: skip
+    return found
+
+
 def _repair(plan: Plan, why: str = "", applied: bool = True) -> Repair:
     return Repair(plan.finding, plan.layer, plan.change, plan.code, why=why, applied=applied)
 
@@ -264,8 +305,12 @@ def _refuse_unreadable(verdict: FileVerdict) -> None:
 
 def _write(source: str, output: str, inputs: Sequence[str], force: bool) -> str:
     """Copy the checked copy's bytes to `output` (atomically, by the output rules)."""
-    from layergrad.files.outputs import write_file
+    import zipfile
 
+    from layergrad.files.outputs import FIX_COPY_MARK, write_file
+
+    with zipfile.ZipFile(source, "a") as zf:  # marked: a later run may replace it
+        zf.comment = FIX_COPY_MARK
     with open(source, "rb") as fh:
         data = fh.read()
     write_file(output, "--output", "keras", data, inputs, force=force)

@@ -34,8 +34,9 @@ def plan_repairs(
     stats: Sequence[rw.InputStats],
     weights: Mapping[str, Mapping[str, np.ndarray]],
     fit: FitReport | None,
-) -> tuple[list[Plan], list[Reason]]:
-    """A plan for each finding with a mechanical repair; the others, unrepaired."""
+) -> tuple[list[Plan], list[Reason], list[str]]:
+    """A plan for each finding with a mechanical repair; the others, unrepaired; and a note
+    for each planned repair another one stands for (said, never dropped silently)."""
     heads = HeadRules(info, info.compile_config, labels)
     plans: list[Plan] = []
     unrepaired: list[Reason] = []
@@ -56,9 +57,9 @@ def plan_repairs(
                     done.update(plan.covers)
             continue
         unrepaired.append(_unrepaired(finding, verdict, fit))
-    plans = _labels_win(plans)
+    plans, notes = _labels_win(plans)
     covered = {c for p in plans for c in p.covers}
-    return plans, [u for u in unrepaired if u.finding not in covered]
+    return plans, [u for u in unrepaired if u.finding not in covered], notes
 
 
 def _plans(
@@ -120,19 +121,28 @@ def _learning_rate(
     return [replace(plan, covers=tuple(str(c) for c in caused if str(c) in seen))]
 
 
-def _labels_win(plans: list[Plan]) -> list[Plan]:
+def _labels_win(plans: list[Plan]) -> tuple[list[Plan], list[str]]:
     """A head with both a loss repair (from the file) and a label repair (from the data): the
-    labels say what the head must produce, so their repair stands for both."""
-    by_labels = {p.layer for p in plans if p.finding == F.TARGET_MISMATCH}
-    kept = [p for p in plans if not (p.finding == F.LOSS_MISMATCH and p.layer in by_labels)]
-    if len(kept) == len(plans):
-        return plans
+    labels say what the head must produce, so their repair stands for both (it holds what the
+    head rules still ask of the head it leaves: `HeadRules._targets`); a note says which
+    repair it stands for."""
+    by_labels = {p.layer: p for p in plans if p.finding == F.TARGET_MISMATCH}
+    dropped = [p for p in plans if p.finding == F.LOSS_MISMATCH and p.layer in by_labels]
+    if not dropped:
+        return plans, []
+    notes = [
+        f"{F.LOSS_MISMATCH} at {p.layer}: its own repair ({'; '.join(p.code) or p.change}) "
+        f"is not made alone: the labels decide the head, and the {F.TARGET_MISMATCH} repair "
+        f"({'; '.join(by_labels[p.layer].code)}) stands for it"
+        for p in dropped
+    ]
     return [
         replace(p, covers=(*p.covers, str(F.LOSS_MISMATCH)))
         if p.finding == F.TARGET_MISMATCH and p.layer in by_labels
         else p
-        for p in kept
-    ]
+        for p in plans
+        if p not in dropped
+    ], notes
 
 
 def _unrepaired(finding: str, verdict: FileVerdict, fit: FitReport | None) -> Reason:

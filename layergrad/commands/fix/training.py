@@ -61,6 +61,8 @@ class Scored:
     outputs: tuple[OutputLoss, ...] = ()
     model: KerasModel | None = None  # the trained model, to be scored by the copies' losses
     baseline: float | None = None  # the rival's predictions scored as `served` is
+    accuracy: float | None = None  # a classifier's on the scored batches (`Accuracy`)
+    prior_accuracy: float | None = None  # always answering the most frequent class there
 
 
 @dataclass(frozen=True)
@@ -144,25 +146,63 @@ def train_and_score(
         stream.raise_failure()
     assert monitor.report is not None
     request = label_request(model, spec)
-    (served, outputs), rivals = _served_losses(model, dataset, request, rival)
+    hits = Accuracy() if _classifier(request) else None
+    (served, outputs), rivals = _served_losses(model, dataset, request, rival, hits)
     baseline = None
     if rivals is not None:
         baseline, theirs = rivals
         lost = {o.name: o.final for o in theirs}
         outputs = tuple(replace(o, baseline=lost.get(o.name)) for o in outputs)
-    return Scored(monitor.report, served, chance, outputs, model, baseline)
+    accuracy, prior = hits.result() if hits is not None else (None, None)
+    return Scored(monitor.report, served, chance, outputs, model, baseline, accuracy, prior)
+
+
+def _classifier(request: LabelRequest) -> bool:
+    """One output under a categorical cross-entropy (sparse or not): one class per sample."""
+    return len(request.outputs) == 1 and any("categorical" in n for n in request.losses)
+
+
+class Accuracy:
+    """A classifier's accuracy on the scored batches (the class of its largest output against
+    the label's class id, or the largest column of a one-hot row) and the accuracy of always
+    answering the most frequent class of those labels (the prior's)."""
+
+    def __init__(self) -> None:
+        self.right = 0
+        self.counts: dict[int, int] = {}
+
+    def add(self, labels: object, predicted: object) -> None:
+        guess = np.asarray(predicted)
+        if guess.ndim < 2 or guess.shape[-1] < 2:
+            return
+        y = np.asarray(labels)
+        ids = np.argmax(y, axis=-1) if y.shape == guess.shape else y.reshape(guess.shape[:-1])
+        ids = ids.astype("int64").reshape(-1)
+        self.right += int(np.sum(np.argmax(guess, axis=-1).reshape(-1) == ids))
+        for k, n in zip(*np.unique(ids, return_counts=True), strict=True):
+            self.counts[int(k)] = self.counts.get(int(k), 0) + int(n)
+
+    def result(self) -> tuple[float | None, float | None]:
+        total = sum(self.counts.values())
+        if not total:
+            return None, None
+        return self.right / total, max(self.counts.values()) / total
 
 
 Served = tuple[float | None, tuple[OutputLoss, ...]]  # the total loss, each output's
 
 
 def _served_losses(
-    model: KerasModel, dataset: Dataset, request: LabelRequest, rival: KerasModel | None = None
+    model: KerasModel,
+    dataset: Dataset,
+    request: LabelRequest,
+    rival: KerasModel | None = None,
+    hits: Accuracy | None = None,
 ) -> tuple[Served, Served | None]:
     """The compiled loss of the model's predictions (plain arrays) on the first batches and,
     for a model with several outputs, each output's loss and trivial loss on them; and in the
     same pass, on the same batches, `rival`'s predictions scored by `model`'s loss ((None, ())
-    when they cannot be: another shape)."""
+    when they cannot be: another shape); a classifier's hits are counted in `hits`."""
     several = len(request.outputs) > 1
     trivial = [TrivialLoss(n, u or 0) for n, u in zip(request.losses, request.units, strict=False)]
     mine = _Tally(len(request.outputs))
@@ -172,6 +212,8 @@ def _served_losses(
         for x, y in dataset.take(SCORED_BATCHES):
             predicted = model(x, training=False)
             mine.add(model, x, y, predicted, losses)
+            if hits is not None:
+                hits.add(y, predicted)
             for labels, prior in zip(
                 keras.tree.flatten(y), trivial if several else [], strict=False
             ):
