@@ -111,8 +111,11 @@ def fix_model(
     fitting = None
     prepared = None
     if data is not None:  # `fit`'s checks first: what it refuses, `fix` refuses (exit 2)
+        from layergrad.data.preflight import check_source
+
+        check_source(data, None)  # a missing file, a forged header: before TensorFlow starts
         from layergrad.commands.fit.train import FitOptions
-        from layergrad.commands.fix.training import ready
+        from layergrad.commands.fix.training import ready  # TensorFlow
 
         fitting = FitOptions(steps=options.steps, batch_size=options.batch_size, seed=options.seed)
         prepared = ready(original_file.twin(probe), data, fitting, options.limit)
