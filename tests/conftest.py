@@ -67,6 +67,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers import keras  # noqa: E402  (after the check above)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files with slow tests first, each file's tests together and in their order.
+
+    pytest-xdist hands out whole files in this order (`--dist loadfile
+    --no-loadscope-reorder`): the long files start first and the short ones fill the end of
+    the run, instead of one worker running a long file alone at the end."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # a stable sort: the order is kept
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--overwrite", action="store_true", help="Rewrite the golden files in tests/golden/."
