@@ -3,6 +3,8 @@ run them, run one process, compare the reports.
 
 Each run starts two fresh processes (MultiWorkerMirroredStrategy configures TensorFlow's
 collectives at start-up); both are killed in `finally`, and every wait is bounded.
+`one_cluster` runs a list of commands in one such run (each worker invokes the command line
+once per command), and the same list in one process: a cluster started once for a module.
 """
 
 from __future__ import annotations
@@ -90,25 +92,6 @@ def _run_once(command: list[str], tmp_path: Path) -> list[subprocess.CompletedPr
     ]
 
 
-def two_workers(args: list[str], tmp_path: Path) -> tuple[dict, list[subprocess.CompletedProcess]]:
-    """The chief's report of `run_workers`, and both processes' outcomes (checked)."""
-    done = run_workers(args, tmp_path)
-    for d in done:
-        assert d.returncode in (0, 1), d.stderr[-2000:]
-    assert done[1].stdout == "", "a worker that is not the chief printed on stdout"
-    assert done[1].returncode == 0
-    return json.loads(done[0].stdout), done
-
-
-def one_process(args: list[str], tmp_path: Path) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "layergrad", *args, "--json"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=TIMEOUT, env=environment(),
-    )  # fmt: skip
-    assert done.returncode in (0, 1), done.stderr
-    return json.loads(done.stdout)
-
-
 def without_replicas(doc: object) -> object:
     """The document with `probe.replicas` (devices the step ran on) left out."""
     if isinstance(doc, dict):
@@ -139,10 +122,64 @@ def assert_same_report(many: dict, one: dict) -> None:
     walk(a, b, "report")
 
 
-def run_both(args: list[str], tmp_path: Path) -> tuple[dict, dict]:
-    many, _ = two_workers(args, tmp_path)
-    one = one_process(args, tmp_path)
-    if "probe" in one:
-        assert many["probe"]["replicas"] == 2 and one["probe"]["replicas"] == 1
-    assert_same_report(many, one)
-    return many, one
+SCRIPT = """
+import contextlib, io, json, sys, traceback
+from click.testing import CliRunner
+from layergrad.cli.app import main
+
+extra = sys.argv[2:]  # --distribute multi-worker, or nothing
+out = []
+for args in json.loads(open(sys.argv[1]).read()):
+    if args[0] == "--python":  # code run in this process, its stdout kept
+        stdout, code, error = io.StringIO(), 0, ""
+        try:
+            with contextlib.redirect_stdout(stdout):
+                exec(compile(args[1], "<step>", "exec"), {})
+        except Exception:
+            code, error = 1, traceback.format_exc()
+        out.append({"code": code, "stdout": stdout.getvalue(), "stderr": "", "error": error})
+        continue
+    done = CliRunner().invoke(main, [*args, *extra])
+    error = ""  # an exception the command line let out (SystemExit is its exit code)
+    if done.exc_info is not None and not isinstance(done.exception, SystemExit):
+        error = "".join(traceback.format_exception(*done.exc_info))
+    out.append(
+        {"code": done.exit_code, "stdout": done.stdout, "stderr": done.stderr[-3000:],
+         "error": error}
+    )
+print(json.dumps(out))
+"""
+
+
+def one_cluster(
+    commands: list[list[str]], where: Path
+) -> tuple[list[dict], list[dict], list[dict]]:
+    """Each command (`layergrad` arguments, or `["--python", code]`) in turn, in one cluster of
+    two workers and in one process, from folder `where`: the outcomes ({"code", "stdout",
+    "stderr", "error"}) of the chief, of the other worker and of the one process."""
+    (where / "commands.json").write_text(json.dumps(commands))
+    (where / "run.py").write_text(SCRIPT)
+    run = [sys.executable, "run.py", "commands.json"]
+    many = run_workers([], where, [*run, "--distribute", "multi-worker"])
+    for d in many:
+        assert d.returncode == 0, d.stderr[-3000:]
+    one = subprocess.run(
+        run, capture_output=True, text=True, cwd=where, timeout=TIMEOUT, env=environment()
+    )
+    assert one.returncode == 0, one.stderr[-3000:]
+    chief, other = (json.loads(d.stdout) for d in many)
+    return chief, other, json.loads(one.stdout)
+
+
+def same_outcome(runs: tuple[list[dict], list[dict], list[dict]], index: int) -> tuple[dict, dict]:
+    """Command `index` of `one_cluster`: the chief's report and the one process's, checked
+    equal (rtol 1e-5), run on two replicas against one; the other worker printed nothing."""
+    chief, other, one = runs
+    assert chief[index]["code"] in (0, 1), chief[index]
+    assert chief[index]["code"] == one[index]["code"], (chief[index], one[index])
+    assert (other[index]["code"], other[index]["stdout"]) == (0, ""), "the other worker printed"
+    many, single = json.loads(chief[index]["stdout"]), json.loads(one[index]["stdout"])
+    if "probe" in single:
+        assert many["probe"]["replicas"] == 2 and single["probe"]["replicas"] == 1
+    assert_same_report(many, single)
+    return many, single

@@ -1,69 +1,29 @@
 """`--distribute multi-worker`: two worker processes on localhost, configured by TF_CONFIG,
 give the report of one process over the same data (rtol 1e-5), and only the chief prints it.
 
-Each run starts two fresh processes (MultiWorkerMirroredStrategy configures TensorFlow's
-collectives at start-up); both are killed in `finally`, and every wait is bounded.
+The two workers are started once for the module: each runs every command of `COMMANDS` in
+turn, in one cluster (a script that invokes the command line once per command), and one
+process runs the same commands; a bad batch on one worker, which stops the cluster, comes
+last. Both workers are killed in `finally`, and every wait is bounded (tests/workers.py).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import sys
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 from helpers import normal, sample, small_conv_net, tf
-from workers import run_both, run_workers, tf_config
+from workers import one_cluster, same_outcome, tf_config
 
 from layergrad.cli.app import main
 from layergrad.core.cluster import cluster_from_env, reports_here
 from layergrad.core.errors import UsageError
 from layergrad.data.shards import part_rows
 
-pytestmark = pytest.mark.slow  # fresh processes: a few seconds each
-
-
-# ----------------------------------------------------------------------------- the sources
-
-
-def test_npy_records_inspect_two_targets(tmp_path):
-    x = normal(33, 6, seed=21)  # batches of 16, 16 and 1: worker 0 gets one, worker 1 two
-    x[:, 0] *= 3.0
-    np.save(tmp_path / "x.npy", x)
-    many, _ = run_both(["inspect", sample("cause_saturated.keras"), "--from", "x", "--to",
-                        "squash", "--to", "head", "--data", "x.npy", "--batch-size", "16"],
-                       tmp_path)  # fmt: skip
-    assert many["probe"]["samples"] == 33
-    assert [r["to"]["layer"] for r in many["results"]] == ["squash", "head"]
-
-
-def test_scan_of_the_default_target_projects_each_sample_as_one_process_does(tmp_path):
-    # the projection of the outputs is seeded per sample index: the shards keep the indices
-    np.save(tmp_path / "r.npy", normal(50, 8, seed=22))
-    many, _ = run_both(["scan", sample("residual.keras"), "--data", "r.npy", "--batch-size",
-                        "8", "--limit", "45"], tmp_path)  # fmt: skip
-    assert many["probe"]["samples"] == 45 and many["target"] is None
-
-
-def test_compressed_npz_and_reduce_mean(tmp_path):
-    np.savez_compressed(tmp_path / "d.npz", input=normal(21, 5, seed=23), y=np.zeros(21))
-    run_both(["scan", sample("seed.keras"), "--data", "d.npz", "--batch-size", "4", "--reduce",
-              "mean"], tmp_path)  # fmt: skip
-
-
-def test_image_folder_is_sharded_by_file(tmp_path):
-    small_conv_net(tmp_path / "m.keras")
-    rng = np.random.default_rng(5)
-    for i in range(11):  # in two class folders, and of another size: decoded and resized
-        where = tmp_path / "images" / ("a" if i < 6 else "b")
-        where.mkdir(parents=True, exist_ok=True)
-        image = rng.integers(0, 256, (10, 9, 3), dtype=np.uint8)
-        (where / f"{i:02d}.png").write_bytes(tf.io.encode_png(image).numpy())
-    many, _ = run_both(["scan", "m.keras", "--data", "images", "--batch-size", "4"], tmp_path)
-    assert many["probe"]["samples"] == 11
-
+pytestmark = pytest.mark.slow  # two workers and one process, started once: seconds
 
 FUNCTIONS = """
 import numpy as np
@@ -78,48 +38,6 @@ def sharded(input_context):  # its own shard, through the InputContext
     n, i = input_context.num_input_pipelines, input_context.input_pipeline_id
     return tf.data.Dataset.from_tensor_slices(X).shard(n, i).batch(5)
 """
-
-
-@pytest.mark.parametrize("function", ["batches", "sharded"])
-def test_function_sources(function, tmp_path):
-    (tmp_path / "data.py").write_text(FUNCTIONS)
-    many, _ = run_both(["inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1",
-                        "--data", f"data.py:{function}", "--batch-size", "8"],
-                       tmp_path)  # fmt: skip
-    assert many["probe"]["samples"] == 30
-
-
-def test_first_non_finite_batch_and_its_causes_are_those_of_one_process(tmp_path):
-    x = normal(40, 6, seed=12)
-    x[35, 2] = np.nan  # batch 35 // 8 = 4, on worker 1
-    np.save(tmp_path / "x.npy", x)
-    many, _ = run_both(["inspect", sample("cause_saturated.keras"), "--from", "x", "--to",
-                        "squash", "--data", "x.npy", "--batch-size", "8"], tmp_path)  # fmt: skip
-    result = many["results"][0]
-    assert result["status"] == "nonfinite" and result["first_nonfinite_batch"] == 4
-    assert result["causes"]
-
-
-def test_check_over_the_data(tmp_path):
-    np.save(tmp_path / "x.npy", normal(19, 5, seed=25))
-    many, _ = run_both(["check", sample("seed.keras"), "--data", "x.npy", "--batch-size", "4"],
-                       tmp_path)  # fmt: skip
-    forward = [c for c in many["files"][0]["checks"] if c["name"] == "forward"]
-    assert forward and "19 samples" in forward[0]["message"]
-
-
-def test_a_bad_batch_on_one_worker_stops_both_with_exit_2(tmp_path):
-    x = np.random.default_rng(26).integers(0, 20, (40, 6)).astype("int32")
-    x[35, 1] = 500  # outside the Embedding's vocabulary, in batch 35 // 8 = 4, on worker 1
-    np.save(tmp_path / "ids.npy", x)
-    done = run_workers(["scan", sample("embedding.keras"), "--data", "ids.npy", "--batch-size",
-                        "8"], tmp_path)  # fmt: skip
-    assert [d.returncode for d in done] == [2, 2]
-    assert all(d.stdout == "" for d in done)
-    assert "the model failed on batch 4: indices[3,1] = 500" in done[1].stderr
-    assert "another worker of the cluster stopped" in done[0].stderr
-    assert "Traceback" not in done[0].stderr + done[1].stderr
-
 
 COMBINE = """
 import json
@@ -137,12 +55,117 @@ out = combine_workers(strategy, values, kinds)
 print(json.dumps({k: v.tolist() for k, v in out.items()}))
 """
 
+JSON = ["--json"]
+COMMANDS: dict[str, list[str]] = {  # name -> the command (in this order)
+    # batches of 16, 16 and 1: worker 0 gets one, worker 1 two
+    "two_targets": ["inspect", sample("cause_saturated.keras"), "--from", "x", "--to", "squash",
+                    "--to", "head", "--data", "x33.npy", "--batch-size", "16", *JSON],
+    "default_target": ["scan", sample("residual.keras"), "--data", "r.npy", "--batch-size", "8",
+                       "--limit", "45", *JSON],
+    "npz_mean": ["scan", sample("seed.keras"), "--data", "d.npz", "--batch-size", "4",
+                 "--reduce", "mean", *JSON],
+    "images": ["scan", "m.keras", "--data", "images", "--batch-size", "4", *JSON],
+    "batches": ["inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1", "--data",
+                "data.py:batches", "--batch-size", "8", *JSON],
+    "sharded": ["inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1", "--data",
+                "data.py:sharded", "--batch-size", "8", *JSON],
+    "nonfinite": ["inspect", sample("cause_saturated.keras"), "--from", "x", "--to", "squash",
+                  "--data", "nan.npy", "--batch-size", "8", *JSON],
+    "check": ["check", sample("seed.keras"), "--data", "x19.npy", "--batch-size", "4", *JSON],
+    "combine": ["--python", COMBINE],
+    # last: a bad batch on worker 1 stops the cluster
+    "bad_batch": ["scan", sample("embedding.keras"), "--data", "ids.npy", "--batch-size", "8",
+                  *JSON],
+}  # fmt: skip
+AT = {name: i for i, name in enumerate(COMMANDS)}
 
-def test_totals_kept_in_numpy_combine_over_the_workers(tmp_path):
-    done = run_workers([], tmp_path, [sys.executable, "-c", COMBINE])
-    assert [d.returncode for d in done] == [0, 0], done[0].stderr[-2000:]
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The outcomes of `COMMANDS`: the chief's, the other worker's and one process's."""
+    where = tmp_path_factory.mktemp("workers")
+    x = normal(33, 6, seed=21)
+    x[:, 0] *= 3.0
+    np.save(where / "x33.npy", x)
+    # the projection of the outputs is seeded per sample index: the shards keep the indices
+    np.save(where / "r.npy", normal(50, 8, seed=22))
+    np.savez_compressed(where / "d.npz", input=normal(21, 5, seed=23), y=np.zeros(21))
+    small_conv_net(where / "m.keras")
+    rng = np.random.default_rng(5)
+    for i in range(11):  # in two class folders, and of another size: decoded and resized
+        folder = where / "images" / ("a" if i < 6 else "b")
+        folder.mkdir(parents=True, exist_ok=True)
+        image = rng.integers(0, 256, (10, 9, 3), dtype=np.uint8)
+        (folder / f"{i:02d}.png").write_bytes(tf.io.encode_png(image).numpy())
+    (where / "data.py").write_text(FUNCTIONS)
+    x = normal(40, 6, seed=12)
+    x[35, 2] = np.nan  # batch 35 // 8 = 4, on worker 1
+    np.save(where / "nan.npy", x)
+    np.save(where / "x19.npy", normal(19, 5, seed=25))
+    ids = np.random.default_rng(26).integers(0, 20, (40, 6)).astype("int32")
+    ids[35, 1] = 500  # outside the Embedding's vocabulary, in batch 35 // 8 = 4, on worker 1
+    np.save(where / "ids.npy", ids)
+    return one_cluster(list(COMMANDS.values()), where)
+
+
+# ----------------------------------------------------------------------------- the sources
+
+
+def test_npy_records_inspect_two_targets(runs):
+    many, _ = same_outcome(runs, AT["two_targets"])
+    assert many["probe"]["samples"] == 33
+    assert [r["to"]["layer"] for r in many["results"]] == ["squash", "head"]
+
+
+def test_scan_of_the_default_target_projects_each_sample_as_one_process_does(runs):
+    many, _ = same_outcome(runs, AT["default_target"])
+    assert many["probe"]["samples"] == 45 and many["target"] is None
+
+
+def test_compressed_npz_and_reduce_mean(runs):
+    same_outcome(runs, AT["npz_mean"])
+
+
+def test_image_folder_is_sharded_by_file(runs):
+    many, _ = same_outcome(runs, AT["images"])
+    assert many["probe"]["samples"] == 11
+
+
+@pytest.mark.parametrize("function", ["batches", "sharded"])
+def test_function_sources(function, runs):
+    many, _ = same_outcome(runs, AT[function])
+    assert many["probe"]["samples"] == 30
+
+
+def test_first_non_finite_batch_and_its_causes_are_those_of_one_process(runs):
+    many, _ = same_outcome(runs, AT["nonfinite"])
+    result = many["results"][0]
+    assert result["status"] == "nonfinite" and result["first_nonfinite_batch"] == 4
+    assert result["causes"]
+
+
+def test_check_over_the_data(runs):
+    many, _ = same_outcome(runs, AT["check"])
+    forward = [c for c in many["files"][0]["checks"] if c["name"] == "forward"]
+    assert forward and "19 samples" in forward[0]["message"]
+
+
+def test_a_bad_batch_on_one_worker_stops_both_with_exit_2(runs):
+    chief, other, one = (outcomes[AT["bad_batch"]] for outcomes in runs)
+    assert [chief["code"], other["code"], one["code"]] == [2, 2, 2]
+    assert chief["stdout"] == other["stdout"] == ""
+    assert "the model failed on batch 4: indices[3,1] = 500" in other["stderr"]
+    assert "the model failed on batch 4: indices[3,1] = 500" in one["stderr"]
+    assert "another worker of the cluster stopped" in chief["stderr"]
+    assert chief["error"] == other["error"] == ""  # no exception let out
+    assert "Traceback" not in chief["stderr"] + other["stderr"]
+
+
+def test_totals_kept_in_numpy_combine_over_the_workers(runs):
+    chief, other, _ = (outcomes[AT["combine"]] for outcomes in runs)
+    assert [chief["code"], other["code"]] == [0, 0], chief["error"] + other["error"]
     want = {"sum": [3.0, 4.0], "max": [1.0, 0.0], "min": [[0.0]]}  # workers 0 and 1, by hand
-    assert [json.loads(d.stdout) for d in done] == [want, want]
+    assert [json.loads(chief["stdout"]), json.loads(other["stdout"])] == [want, want]
 
 
 def test_combine_workers_in_one_process_returns_the_values():

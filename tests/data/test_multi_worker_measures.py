@@ -10,31 +10,17 @@ one process runs the same commands, and each report of the chief equals the one 
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 from helpers import image_folder, keras, normal, sample, tf
-from workers import assert_same_report, environment, run_workers
+from workers import assert_same_report, one_cluster, same_outcome
 
 from layergrad.cli.app import main
 
-pytestmark = pytest.mark.slow  # fresh processes: a few seconds each
+pytestmark = pytest.mark.slow  # two workers and one process, started once: seconds
 SAMPLES = 37  # batches of 8: 0-1 on worker 0, 2-4 (the partial one) on worker 1
-
-SCRIPT = """
-import json, sys
-from click.testing import CliRunner
-from layergrad.cli.app import main
-
-extra = sys.argv[2:]  # --distribute multi-worker, or nothing
-out = []
-for args in json.loads(open(sys.argv[1]).read()):
-    done = CliRunner().invoke(main, [*args, *extra])
-    out.append({"code": done.exit_code, "stdout": done.stdout, "stderr": done.stderr[-600:]})
-print(json.dumps(out))
-"""
 
 
 @pytest.fixture(scope="module")
@@ -107,31 +93,14 @@ def cluster_runs(tmp_path_factory):
     ids = np.random.default_rng(33).integers(0, 20, (40, 6)).astype("int32")
     ids[35, 1] = 500  # outside the Embedding's vocabulary, in batch 35 // 8 = 4, on worker 1
     np.save(where / "ids.npy", ids)
-    (where / "commands.json").write_text(json.dumps(commands))
-    (where / "run.py").write_text(SCRIPT)
-    run = [sys.executable, "run.py", "commands.json"]
-    many = run_workers([], where, [*run, "--distribute", "multi-worker"])
-    for d in many:
-        assert d.returncode == 0, d.stderr[-3000:]
-    import subprocess
-
-    one = subprocess.run(
-        run, capture_output=True, text=True, cwd=where, timeout=240, env=environment()
-    )
-    assert one.returncode == 0, one.stderr[-3000:]
-    chief, other = (json.loads(d.stdout) for d in many)
-    return where, chief, other, json.loads(one.stdout)
+    return (where, *one_cluster(commands, where))
 
 
 def outcome(cluster_runs, index: int) -> tuple[dict, dict]:
-    """Command `index`'s reports: the chief's and one process's (checked equal)."""
-    _, chief, other, one = cluster_runs
-    assert chief[index]["code"] == one[index]["code"] == 0, (chief[index], one[index])
-    assert (other[index]["code"], other[index]["stdout"]) == (0, ""), "the other worker printed"
-    many, single = json.loads(chief[index]["stdout"]), json.loads(one[index]["stdout"])
-    assert many["probe"]["replicas"] == 2 and single["probe"]["replicas"] == 1
-    assert_same_report(many, single)
-    return many, single
+    """Command `index`'s reports: the chief's and one process's (checked equal), exit 0."""
+    _, chief, _, _ = cluster_runs
+    assert chief[index]["code"] == 0, chief[index]
+    return same_outcome(cluster_runs[1:], index)
 
 
 def test_exact_jacobian_over_two_workers_with_global_top_samples(cluster_runs):

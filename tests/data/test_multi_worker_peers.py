@@ -19,6 +19,8 @@ from workers import environment, free_ports, tf_config
 from layergrad.core.cluster import Cluster, wait_for_peers
 from layergrad.core.errors import UsageError
 
+pytestmark = pytest.mark.slow  # fresh processes, each waiting for its peer: seconds
+
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):

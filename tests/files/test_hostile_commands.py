@@ -23,6 +23,7 @@ import pytest
 from helpers import keras, scan_json, scan_row
 from hostile import INSPECT, bounded, measure, refused
 
+pytestmark = pytest.mark.slow  # a fresh process per command: seconds each
 layers = keras.layers
 TF_BOUND_MB = 1500  # a run that loads TensorFlow and a small model
 

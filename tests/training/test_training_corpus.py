@@ -19,11 +19,5 @@ def test_the_corpus_run_gets_its_finding_and_healthy_runs_none(run):
         assert outcome.findings == (), outcome.findings
     else:
         assert outcome.named, (run.expected, run.layer, outcome.findings)
-
-
-@pytest.mark.slow
-def test_the_nan_op_is_named_at_its_step():
-    run = next(r for r in T.RUNS if r.name == "nan_op")
-    outcome = T.train(run, 0)
-    first = outcome.findings[0]
-    assert first == ("nonfinite", "head", T.NAN_STEP)
+    if run.name == "nan_op":  # the NaN op is named first, at its layer and its step
+        assert outcome.findings[0] == ("nonfinite", "head", T.NAN_STEP), outcome.findings
