@@ -39,6 +39,13 @@ class InputError(LayergradError):
     a data set (`--data`) that is unreadable, of the wrong shape, dtype or range."""
 
 
+class DataError(InputError, UsageError):
+    """Values in the data that no model takes as they are: text that is not valid Unicode, ids
+    that are not finite or beyond int32, integers beyond the input's dtype. The data is wrong,
+    not the model file: exit 2, even inside `check`. Refused where the data is read, naming
+    the sample (`data/array_records.py`, `data/probe_input.fit_array`)."""
+
+
 class OutputError(LayergradError):
     """An output file (`--junit`, `--save-gradient`) cannot or must not be written there."""
 

@@ -171,7 +171,7 @@ def _parts(
     """Each element of a user iterable as checked arrays in input order, then its labels in
     output order when `columns` says where they are (samples get a batch axis of 1)."""
     iterator = iter(items)
-    index = 0
+    index = seen = 0  # batches and samples read so far
     while True:
         where = f"--data {ref}: batch {index}"
         try:
@@ -188,7 +188,7 @@ def _parts(
             a[np.newaxis] if a.ndim == len(s.shape) else a
             for a, s in zip(arrays, specs, strict=True)
         ]
-        fitted = tuple(fit_array(a, s, where) for a, s in zip(arrays, specs, strict=True))
+        fitted = tuple(fit_array(a, s, where, seen) for a, s in zip(arrays, specs, strict=True))
         rows = [len(a) for a in fitted]
         if len(set(rows)) > 1:
             sizes = ", ".join(f"{n}: {r}" for n, r in zip(names, rows, strict=True))
@@ -198,6 +198,7 @@ def _parts(
             )
         yield (*fitted, *read_labels(element, columns, rows[0], sample, where))
         index += 1
+        seen += rows[0]
 
 
 def _rebatched(

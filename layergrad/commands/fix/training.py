@@ -35,6 +35,7 @@ from layergrad.core.fix_results import OutputLoss
 from layergrad.core.probe_options import PathLike
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import Dataset, KerasModel
+from layergrad.data.array_records import reader_refusal
 from layergrad.data.labels import LabelRequest, TrivialLoss
 from layergrad.engine.compiled_loss import label_request, output_keys
 from layergrad.training.monitor import GradientMonitor
@@ -95,6 +96,9 @@ def train_and_score(
                       callbacks=[monitor])  # fmt: skip
         except tf.errors.InvalidArgumentError as exc:
             stream.raise_failure()
+            refusal = reader_refusal(exc)  # NaN ids, values outside the input's dtype
+            if refusal is not None:
+                raise refusal from exc
             raise InputError(
                 f"--data {os.fspath(data)}: training stopped: {describe(exc)}"
             ) from exc
