@@ -2,8 +2,11 @@
 
 A `.npy`, and a `.npz` written with `np.savez`, hold their rows as fixed-length records:
 `tf.data.FixedLengthRecordDataset` reads them straight from the file, skipping the header and
-footer bytes, and each batch is decoded and cast to the input's dtype in the graph (integers
-outside the dtype, floats that overflow it, are refused as `--input` refuses them). Members of
+footer bytes, and each batch is decoded and cast to the input's dtype in the graph (unsigned
+32- and 64-bit integers, which `tf.io.decode_raw` does not read, are read as signed ones and
+bitcast). Integers outside the dtype, floats that overflow it, and float ids that are NaN,
+infinite or beyond int32 are refused as `--input` refuses them, by a check in the graph whose
+message names the file's row (`reader_refusal` turns it into a `DataError`). Members of
 `np.savez_compressed` are inflated as they are read, a batch at a time. Under `--distribute
 multi-worker` a worker's part is a contiguous range of rows, cut as header and footer bytes
 (`records_part`). Every array is checked against the inputs from its header first.
