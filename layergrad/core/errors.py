@@ -62,6 +62,10 @@ def describe(exc: BaseException) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if not lines:
         return type(exc).__name__
+    if lines[0].startswith("Graph execution error"):  # a tf.function's: the stack, then the op's
+        said = [ln for ln in lines[1:] if not ln.startswith(("Detected at node", "File ", "[["))]
+        if said:
+            return said[-1]
     detail = next((ln for ln in lines[1:] if not ln.startswith("Arguments received")), "")
     # the tensors Keras appends print their values over many lines: the first would end the
     # message mid-array (`Inputs received: [<tf.Tensor: shape=(6, 5), ..., numpy=`)

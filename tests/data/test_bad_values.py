@@ -168,6 +168,16 @@ def test_float_ids_that_are_no_ids_are_refused_as_input_refuses_them(models, tmp
     refused(run("scan", models["ids"], "--data", batch, "--batch-size", "4"), "--data", *said)
 
 
+def test_an_id_beyond_the_vocabulary_is_said_with_its_value_by_every_command(models, tmp_path):
+    ids = np.random.default_rng(1).integers(0, 20, (16, 4)).astype("float32")
+    ids[6, 2] = 25  # a whole number within int32: the Embedding (20 rows) refuses it
+    data = tmp_path / "ids.npz"
+    np.savez(data, tokens=ids, y=labels())
+    for args in (["scan"], ["fit", *STEPS]):  # fit's op error is more than its stack
+        line = refused(run(args[0], models["ids"], "--data", str(data), *args[1:]))
+        assert "= 25 is not in [0, 20)" in line and "Detected at node" not in line
+
+
 # 8: outputs that share a name ---------------------------------------------------------------
 
 
