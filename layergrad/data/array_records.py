@@ -6,7 +6,7 @@ footer bytes, and each batch is decoded and cast to the input's dtype in the gra
 32- and 64-bit integers, which `tf.io.decode_raw` does not read, are read as signed ones and
 bitcast). Integers outside the dtype, floats that overflow it, and float ids that are NaN,
 infinite or beyond int32 are refused as `--input` refuses them, by a check in the graph whose
-message names the file's row (`reader_refusal` turns it into a `DataError`). Members of
+message names the file's row (`data/value_checks.py`). Members of
 `np.savez_compressed` are inflated as they are read, a batch at a time. Under `--distribute
 multi-worker` a worker's part is a contiguous range of rows, cut as header and footer bytes
 (`records_part`). Every array is checked against the inputs from its header first.
@@ -14,29 +14,21 @@ multi-worker` a worker's part is a contiguous range of rows, cut as header and f
 
 from __future__ import annotations
 
-import re
 import sys
 import zipfile
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from layergrad.core.errors import DataError, InputError
+from layergrad.core.errors import InputError
 from layergrad.core.limits import MAX_TEXT_BATCH_BYTES, human
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, Tensor, TensorSpec
-from layergrad.data.functions import Failure, python_dataset, tf_dtype
+from layergrad.data.functions import Failure, python_dataset
 from layergrad.data.preflight import input_layouts, input_readers, npy_input_layout
-from layergrad.data.probe_input import (
-    SAMPLE,
-    VALUE,
-    InputSpec,
-    fit_array,
-    ids_refused,
-    outside,
-    overflows,
-)
+from layergrad.data.probe_input import InputSpec, fit_array
 from layergrad.data.shards import Part, Shard, part_rows
+from layergrad.data.value_checks import fitted_cast
 from layergrad.files.npy_rows import NpyLayout, NpyRows
 
 
@@ -147,7 +139,6 @@ TEXT = "US"  # numpy kinds of text: read in Python, a batch at a time (tf.data c
 # bits, which it does not read, are read as the signed integers of their size and bitcast
 _RAW = {"f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "b1"}
 _SIGNED = {"u4": "int32", "u8": "int64"}
-REFUSED = " refused: "  # marks the message of a check in the graph (`reader_refusal`)
 
 
 def records(
@@ -188,23 +179,6 @@ def records(
     return batches.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def reader_refusal(exc: BaseException) -> DataError | None:
-    """The refusal of a check in the graph (`_refused`) that stopped the reader, if `exc`
-    (a TensorFlow error, from tf.data or from a Keras `fit` over it) carries one."""
-    found = re.search(rf"\[(--data [^\n]*?{REFUSED}[^\n]*)\](?=\n|$)", str(exc))
-    if found is None:
-        return None
-    text = found.group(1).replace(REFUSED, ": ", 1)
-    return DataError(re.sub(r"\\([0-7]{3}|.)", _unescaped, text))  # the op escapes the text
-
-
-def _unescaped(escape: re.Match[str]) -> str:
-    code = escape.group(1)
-    if len(code) == 3:
-        return chr(int(code, 8))
-    return {"n": "\n", "t": "\t", "r": "\r"}.get(code, code)
-
-
 def _decode(raw: Tensor, layout: NpyLayout, spec: InputSpec, first: Tensor) -> Tensor:
     dtype = layout.dtype
     little = dtype.byteorder == "<" or (dtype.byteorder in "=|" and sys.byteorder == "little")
@@ -215,55 +189,7 @@ def _decode(raw: Tensor, layout: NpyLayout, spec: InputSpec, first: Tensor) -> T
     if signed:
         values = tf.bitcast(values, native)
     values = tf.reshape(values, [-1, *layout.shape[1:]])
-    return _fitted_cast(values, layout, spec, first)
-
-
-def _fitted_cast(values: Tensor, layout: NpyLayout, spec: InputSpec, first: Tensor) -> Tensor:
-    """Cast to the input's dtype, refusing what `fit_array` refuses for `--input`: ids saved as
-    floats that are not finite or beyond int32, integers outside the dtype (int64 ids beyond
-    int32 would wrap) and floats that overflow it."""
-    target = tf.as_dtype(tf_dtype(spec.dtype))
-    cast = tf.cast(values, target)
-    where = f"--data {layout.path}{REFUSED.rstrip(': ')}"
-    source = values.dtype
-    if spec.ids and source.is_floating:
-        ok = tf.math.is_finite(values) & (values >= -(2.0**31)) & (values < 2.0**31)
-        return _refused(ok, values, first, ids_refused(where, spec, SAMPLE, VALUE), cast)
-    if target.is_integer and source.is_integer and source != target:
-        low, high = max(target.min, source.min), min(target.max, source.max)
-        ok = values <= tf.constant(high, source)
-        if low > source.min:
-            ok &= values >= tf.constant(low, source)
-        message = outside(where, spec, target.name, (target.min, target.max), SAMPLE, VALUE)
-        return _refused(ok, values, first, message, cast)
-    if target.is_floating and source.is_floating and source.size > target.size:
-        ok = tf.math.is_finite(cast) == tf.math.is_finite(values)
-        message = overflows(where, spec, target.name, SAMPLE, VALUE)
-        return _refused(ok, values, first, message, cast)
-    return cast
-
-
-def _refused(ok: Tensor, values: Tensor, first: Tensor, message: str, cast: Tensor) -> Tensor:
-    """`cast`, once every element of `values` is `ok`; else an error with `message`, its
-    SAMPLE and VALUE the file's row and the value of the first element that is not."""
-    rows = tf.reshape(ok, [tf.shape(ok)[0], -1])
-    row = tf.argmin(tf.cast(tf.reduce_all(rows, axis=1), tf.int32))  # the first bad row
-    column = tf.argmin(tf.cast(rows[row], tf.int32))
-    value = tf.reshape(values, [tf.shape(values)[0], -1])[row, column]
-    shown = tf.strings.as_string(value, shortest=True) if values.dtype.is_floating else (
-        tf.strings.as_string(value))  # fmt: skip
-    before, middle, after = _split(message)
-    text = tf.strings.join([before, tf.strings.as_string(first + row), middle, shown, after])
-    check = tf.debugging.Assert(tf.reduce_all(ok), [text])
-    with tf.control_dependencies([check]):
-        return tf.identity(cast)
-
-
-def _split(message: str) -> tuple[str, str, str]:
-    """A message built with SAMPLE and VALUE in it, cut around them."""
-    before, rest = message.split(SAMPLE, 1)
-    middle, after = rest.split(VALUE, 1)
-    return before, middle, after
+    return fitted_cast(values, layout.path, spec, first)
 
 
 def _chunks(

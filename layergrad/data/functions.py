@@ -43,6 +43,7 @@ from layergrad.data.user_code import (
     running_user_code,
     takes_argument,
 )
+from layergrad.data.value_checks import fitted_cast
 
 
 @dataclass
@@ -283,7 +284,6 @@ def _from_tf_dataset(
                 "numbers; give class ids, one-hot rows or numeric targets"
             )
     tuple_element = isinstance(element, tuple)
-    dtypes = [tf_dtype(s.dtype) for s in specs]
 
     def select(*args: TensorTree) -> tuple[Tensor, ...]:
         value = args if tuple_element else args[0]
@@ -295,8 +295,7 @@ def _from_tf_dataset(
                 tf.debugging.assert_equal(
                     t, rows[0], message="the inputs and labels have different batch sizes"
                 )
-        cast_inputs = [tf.cast(t, d) for t, d in zip(picked, dtypes, strict=True)]
-        return (*cast_inputs, *ys)
+        return (*picked, *ys)  # cast once batched, checked as arrays read in place are
 
     out = dataset.map(select)
     if batched and batched[0]:
@@ -307,7 +306,14 @@ def _from_tf_dataset(
         rows = cardinality if cardinality >= 0 else None
     if limit is not None:
         out = out.take(limit)
-    return out.batch(batch_size), rows, bool(labels)
+
+    def cast(index: Tensor, batch: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        first = index * batch_size  # the index of the batch's first sample
+        n = len(specs)
+        inputs = [fitted_cast(t, ref, s, first) for t, s in zip(batch[:n], specs, strict=True)]
+        return (*inputs, *batch[n:])
+
+    return out.batch(batch_size).enumerate().map(cast), rows, bool(labels)
 
 
 def _dense_rank(leaf: TensorTree, what: str, where: str) -> int:
@@ -339,8 +345,3 @@ def _count_empty(count: Tensor, batch: tuple[Tensor, ...]) -> tuple[Tensor, tupl
     check = tf.debugging.assert_less(count, tf.constant(MAX_EMPTY_BATCHES, tf.int64), message)
     with tf.control_dependencies([check]):
         return count, tuple(tf.identity(t) for t in batch)
-
-
-def tf_dtype(dtype: str) -> str:
-    """The dtype fed to an input of Keras dtype `dtype` (bfloat16 inputs are fed float32)."""
-    return "float32" if dtype == "bfloat16" else dtype

@@ -31,7 +31,7 @@ from layergrad.core.errors import InputError, describe
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, Tensor
 from layergrad.data import images
-from layergrad.data.array_records import npz_batches, reader_refusal
+from layergrad.data.array_records import npz_batches
 from layergrad.data.functions import Failure, function_source
 from layergrad.data.input_keys import is_label
 from layergrad.data.labels import LabelRequest
@@ -44,6 +44,7 @@ from layergrad.data.sources import (
     finish_stream,
     image_batches,
 )
+from layergrad.data.value_checks import reader_refusal
 from layergrad.files.array_files import DAMAGE
 from layergrad.files.npy_rows import NpyRows, npz_members
 

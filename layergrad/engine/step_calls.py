@@ -32,10 +32,10 @@ from layergrad.core.tf_types import (
     TensorTree,
     TFFunction,
 )
-from layergrad.data.array_records import reader_refusal
 from layergrad.data.devices import is_multi_worker
 from layergrad.data.stats import aggregates
 from layergrad.data.stats.accumulators import Accumulators, OneStep, summary_shapes
+from layergrad.data.value_checks import reader_refusal
 from layergrad.engine.layer_calls import model_args
 from layergrad.model.layer_refs import iter_layers
 

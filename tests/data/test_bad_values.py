@@ -168,6 +168,26 @@ def test_float_ids_that_are_no_ids_are_refused_as_input_refuses_them(models, tmp
     refused(run("scan", models["ids"], "--data", batch, "--batch-size", "4"), "--data", *said)
 
 
+TF_DATA = """
+import numpy as np
+import tensorflow as tf
+
+
+def batches():
+    ids = np.random.default_rng(1).integers(0, 20, (16, 4)).astype("float32")
+    ids[13, 0] = np.nan
+    return tf.data.Dataset.from_tensor_slices((ids, np.zeros(16, "int64"))).batch(5)
+"""
+
+
+def test_float_ids_from_a_tf_data_function_are_checked_as_the_files_are(models, tmp_path):
+    (tmp_path / "tf_batches.py").write_text(TF_DATA)
+    data = f"{tmp_path / 'tf_batches.py'}:batches"
+    said = "input 'tokens' holds ids (Embedding 'emb' takes them), but sample 13 holds nan"
+    for args in (["scan"], ["check"], ["fit", *STEPS]):
+        refused(run(args[0], models["ids"], "--data", data, *args[1:]), said)
+
+
 def test_an_id_beyond_the_vocabulary_is_said_with_its_value_by_every_command(models, tmp_path):
     ids = np.random.default_rng(1).integers(0, 20, (16, 4)).astype("float32")
     ids[6, 2] = 25  # a whole number within int32: the Embedding (20 rows) refuses it

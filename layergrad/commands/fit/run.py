@@ -27,13 +27,12 @@ from layergrad.core.fit_results import FitReport
 from layergrad.core.probe_options import PathLike
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import Dataset, KerasCallback, KerasModel, Strategy, TensorTree
-from layergrad.data.array_records import reader_refusal
-from layergrad.data.functions import tf_dtype
 from layergrad.data.label_stream import Labelled, open_labelled
 from layergrad.data.labels import TrivialLoss
 from layergrad.data.probe_input import input_specs
 from layergrad.data.sources import DataStream
 from layergrad.data.stall import stall_watch
+from layergrad.data.value_checks import reader_refusal, tf_dtype
 from layergrad.engine.compiled_loss import compile_loss, label_request
 from layergrad.engine.layer_calls import model_args, model_targets
 from layergrad.engine.loader import LoadedModel

@@ -63,7 +63,7 @@ def _input_stats(labelled: object, names: list[str], n: int) -> list[InputStats]
     except LayergradError:
         raise
     except Exception as exc:
-        from layergrad.data.array_records import reader_refusal
+        from layergrad.data.value_checks import reader_refusal
 
         refusal = reader_refusal(exc)  # NaN ids, values outside the input's dtype
         if refusal is not None:

@@ -35,8 +35,8 @@ from layergrad.core.fix_results import OutputLoss
 from layergrad.core.probe_options import PathLike
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import Dataset, KerasModel
-from layergrad.data.array_records import reader_refusal
 from layergrad.data.labels import LabelRequest, TrivialLoss
+from layergrad.data.value_checks import reader_refusal
 from layergrad.engine.compiled_loss import label_request, output_keys
 from layergrad.training.monitor import GradientMonitor
 from layergrad.training.rules import chance_loss
