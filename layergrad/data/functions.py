@@ -254,7 +254,8 @@ def _from_tf_dataset(
     weights_ignored: bool = False,
 ) -> tuple[Dataset, int | None, bool]:
     """Select and cast the inputs of a user's tf.data.Dataset (and with `outputs` its labels,
-    as they are), cut into batches; the rows when known; whether it has labels."""
+    as they are), cut into batches, their values checked as they are cast (`value_checks`);
+    the rows when known; whether it has labels."""
     where = f"--data {ref}"
     element = dataset.element_spec
     paths = locate_inputs(element, [s.name for s in specs], where)
@@ -307,13 +308,13 @@ def _from_tf_dataset(
     if limit is not None:
         out = out.take(limit)
 
-    def cast(index: Tensor, batch: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    def checked(index: Tensor, batch: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         first = index * batch_size  # the index of the batch's first sample
         n = len(specs)
         inputs = [fitted_cast(t, ref, s, first) for t, s in zip(batch[:n], specs, strict=True)]
         return (*inputs, *batch[n:])
 
-    return out.batch(batch_size).enumerate().map(cast), rows, bool(labels)
+    return out.batch(batch_size).enumerate().map(checked), rows, bool(labels)
 
 
 def _dense_rank(leaf: TensorTree, what: str, where: str) -> int:
