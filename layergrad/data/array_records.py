@@ -23,12 +23,12 @@ import numpy as np
 from layergrad.core.errors import InputError
 from layergrad.core.limits import MAX_TEXT_BATCH_BYTES, human
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import Dataset, Tensor, TensorSpec
+from layergrad.core.tf_types import Dataset, Tensor, TensorSpec, TFDType
 from layergrad.data.functions import Failure, python_dataset
 from layergrad.data.preflight import input_layouts, input_readers, npy_input_layout
 from layergrad.data.probe_input import InputSpec, fit_array
 from layergrad.data.shards import Part, Shard, part_rows
-from layergrad.data.value_checks import fitted_cast
+from layergrad.data.value_checks import checked, fitted_cast
 from layergrad.files.npy_rows import NpyLayout, NpyRows
 
 
@@ -175,8 +175,18 @@ def records(
             _decode(r, lay, s, first) for r, lay, s in zip(raws, layouts, specs, strict=True)
         )
 
+    if not any(checked(_held(lay), s) for lay, s in zip(layouts, specs, strict=True)):
+        # nothing to check: no batch index to name a sample by
+        return dataset.batch(batch_size).map(
+            lambda *raw: decode(tf.constant(0, tf.int64), raw), num_parallel_calls=tf.data.AUTOTUNE
+        )
     batches = dataset.batch(batch_size).enumerate()
     return batches.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _held(layout: NpyLayout) -> TFDType:
+    """The dtype the records of `layout` decode to."""
+    return tf.uint8 if layout.dtype.kind == "b" else tf.as_dtype(layout.dtype.newbyteorder("="))
 
 
 def _decode(raw: Tensor, layout: NpyLayout, spec: InputSpec, first: Tensor) -> Tensor:

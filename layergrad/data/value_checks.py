@@ -12,7 +12,7 @@ import re
 
 from layergrad.core.errors import DataError
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import Tensor
+from layergrad.core.tf_types import Tensor, TFDType
 from layergrad.data.probe_input import SAMPLE, VALUE, InputSpec, ids_refused, outside, overflows
 
 REFUSED = " refused: "  # marks the message of a check in the graph (`reader_refusal`)
@@ -21,6 +21,16 @@ REFUSED = " refused: "  # marks the message of a check in the graph (`reader_ref
 def tf_dtype(dtype: str) -> str:
     """The dtype fed to an input of Keras dtype `dtype` (bfloat16 inputs are fed float32)."""
     return "float32" if dtype == "bfloat16" else dtype
+
+
+def checked(held: TFDType, spec: InputSpec) -> bool:
+    """Whether values of dtype `held` for the input `spec` are checked as they are cast."""
+    target = tf.as_dtype(tf_dtype(spec.dtype))
+    return bool(
+        (spec.ids and held.is_floating)
+        or (target.is_integer and held.is_integer and held != target)
+        or (target.is_floating and held.is_floating and held.size > target.size)
+    )
 
 
 def fitted_cast(values: Tensor, source: str, spec: InputSpec, first: Tensor) -> Tensor:
