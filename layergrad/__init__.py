@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from layergrad.core.display import install_html_renderer, install_text_renderer
 from layergrad.core.errors import (
+    DataError,
     InputError,
     LayergradError,
     LayerNotFound,
@@ -62,6 +63,7 @@ _LAZY = {
 __all__ = [
     "CauseCode",
     "Change",
+    "DataError",
     "Finding",
     "FixOptions",
     "Flag",

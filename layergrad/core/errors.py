@@ -39,6 +39,13 @@ class InputError(LayergradError):
     a data set (`--data`) that is unreadable, of the wrong shape, dtype or range."""
 
 
+class DataError(InputError, UsageError):
+    """Values in the data that no model takes as they are: text that is not valid Unicode, ids
+    that are not finite or beyond int32, integers beyond the input's dtype. The data is wrong,
+    not the model file: exit 2, even inside `check`. Refused where the data is read, naming
+    the sample (`data/array_records.py`, `data/probe_input.fit_array`)."""
+
+
 class OutputError(LayergradError):
     """An output file (`--junit`, `--save-gradient`) cannot or must not be written there."""
 
@@ -55,6 +62,10 @@ def describe(exc: BaseException) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if not lines:
         return type(exc).__name__
+    if lines[0].startswith("Graph execution error"):  # a tf.function's: the stack, then the op's
+        said = [ln for ln in lines[1:] if not ln.startswith(("Detected at node", "File ", "[["))]
+        if said:
+            return said[-1]
     detail = next((ln for ln in lines[1:] if not ln.startswith("Arguments received")), "")
     # the tensors Keras appends print their values over many lines: the first would end the
     # message mid-array (`Inputs received: [<tf.Tensor: shape=(6, 5), ..., numpy=`)

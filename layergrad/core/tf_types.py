@@ -27,3 +27,4 @@ InputContext: TypeAlias = Any  # tf.distribute.InputContext: which shard a worke
 KerasOptimizer: TypeAlias = Any  # keras.optimizers.Optimizer
 KerasCallback: TypeAlias = Any  # keras.callbacks.Callback
 SummaryWriter: TypeAlias = Any  # tf.summary.SummaryWriter: TensorBoard event files
+TFDType: TypeAlias = Any  # tf.DType: the dtype of a tensor

@@ -2,8 +2,11 @@
 
 A `.npy`, and a `.npz` written with `np.savez`, hold their rows as fixed-length records:
 `tf.data.FixedLengthRecordDataset` reads them straight from the file, skipping the header and
-footer bytes, and each batch is decoded and cast to the input's dtype in the graph (integers
-outside the dtype, floats that overflow it, are refused as `--input` refuses them). Members of
+footer bytes, and each batch is decoded and cast to the input's dtype in the graph (unsigned
+32- and 64-bit integers, which `tf.io.decode_raw` does not read, are read as signed ones and
+bitcast). Integers outside the dtype, floats that overflow it, and float ids that are NaN,
+infinite or beyond int32 are refused as `--input` refuses them, by a check in the graph whose
+message names the file's row (`data/value_checks.py`). Members of
 `np.savez_compressed` are inflated as they are read, a batch at a time. Under `--distribute
 multi-worker` a worker's part is a contiguous range of rows, cut as header and footer bytes
 (`records_part`). Every array is checked against the inputs from its header first.
@@ -20,11 +23,12 @@ import numpy as np
 from layergrad.core.errors import InputError
 from layergrad.core.limits import MAX_TEXT_BATCH_BYTES, human
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import Dataset, Tensor, TensorSpec
-from layergrad.data.functions import Failure, python_dataset, tf_dtype
+from layergrad.core.tf_types import Dataset, Tensor, TensorSpec, TFDType
+from layergrad.data.functions import Failure, python_dataset
 from layergrad.data.preflight import input_layouts, input_readers, npy_input_layout
 from layergrad.data.probe_input import InputSpec, fit_array
 from layergrad.data.shards import Part, Shard, part_rows
+from layergrad.data.value_checks import checked, fitted_cast
 from layergrad.files.npy_rows import NpyLayout, NpyRows
 
 
@@ -47,8 +51,8 @@ def npy_batches(
         def read() -> Iterator[tuple[np.ndarray, ...]]:
             with open(path, "rb") as stream:
                 reader = NpyRows(stream, path, layout.offset + rows * layout.row_bytes)
-                for (part,) in _chunks([reader], batch_size, limit):
-                    yield (fit_array(part, specs[0], f"--data {path}"),)
+                for start, (part,) in _chunks([reader], batch_size, limit):
+                    yield (fit_array(part, specs[0], f"--data {path}", start),)
 
         return python_dataset(read, signature, failure or Failure(), path), rows, None
     return (
@@ -82,7 +86,7 @@ def records_part(
         )
         for lay in layouts
     ]
-    dataset = records(cut, specs, batch_size, None).prefetch(tf.data.AUTOTUNE)
+    dataset = records(cut, specs, batch_size, None, start).prefetch(tf.data.AUTOTUNE)
     return Part(dataset, stop - start, offset=start, first_batch=start // batch_size)
 
 
@@ -121,23 +125,32 @@ def npz_batches(
         with zipfile.ZipFile(path) as archive:
             readers = input_readers(archive, path, specs)
             readers += input_readers(archive, path, labels) if labels else []
-            for part in _chunks(readers, batch_size, limit):
+            for start, part in _chunks(readers, batch_size, limit):
                 yield tuple(
-                    fit_array(a, s, f"--data {path}") for a, s in zip(part, columns, strict=True)
+                    fit_array(a, s, f"--data {path}", start)
+                    for a, s in zip(part, columns, strict=True)
                 )
 
     return python_dataset(read, signature, failure, path), total, None
 
 
 TEXT = "US"  # numpy kinds of text: read in Python, a batch at a time (tf.data cannot decode them)
-# numpy kinds and sizes that tf.io.decode_raw reads (bool is read as uint8)
+# numpy kinds and sizes that tf.io.decode_raw reads (bool is read as uint8); unsigned 32 and 64
+# bits, which it does not read, are read as the signed integers of their size and bitcast
 _RAW = {"f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "b1"}
+_SIGNED = {"u4": "int32", "u8": "int64"}
 
 
 def records(
-    layouts: Sequence[NpyLayout], specs: Sequence[InputSpec], batch_size: int, limit: int | None
+    layouts: Sequence[NpyLayout],
+    specs: Sequence[InputSpec],
+    batch_size: int,
+    limit: int | None,
+    first_row: int = 0,
 ) -> Dataset:
-    """Rows read by tf.data as fixed-length records, in batches, decoded and cast."""
+    """Rows read by tf.data as fixed-length records, in batches, decoded and cast; the values
+    checked as `fit_array` checks them, a refusal naming the sample (`first_row`: the file's
+    row of the first record)."""
     for layout in layouts:
         code = f"{layout.dtype.kind}{layout.dtype.itemsize}"
         if code not in _RAW or not layout.row_bytes:
@@ -155,52 +168,46 @@ def records(
     if limit is not None:
         dataset = dataset.take(limit)
 
-    def decode(*raw: Tensor) -> tuple[Tensor, ...]:
-        return tuple(_decode(r, lay, s) for r, lay, s in zip(raw, layouts, specs, strict=True))
+    def decode(index: Tensor, raw: Tensor | tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        first = first_row + index * batch_size  # the file's row of the batch's first sample
+        raws = raw if isinstance(raw, tuple) else (raw,)
+        return tuple(
+            _decode(r, lay, s, first) for r, lay, s in zip(raws, layouts, specs, strict=True)
+        )
 
-    return dataset.batch(batch_size).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+    if not any(checked(_held(lay), s) for lay, s in zip(layouts, specs, strict=True)):
+        # nothing to check: no batch index to name a sample by
+        return dataset.batch(batch_size).map(
+            lambda *raw: decode(tf.constant(0, tf.int64), raw), num_parallel_calls=tf.data.AUTOTUNE
+        )
+    batches = dataset.batch(batch_size).enumerate()
+    return batches.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def _decode(raw: Tensor, layout: NpyLayout, spec: InputSpec) -> Tensor:
+def _held(layout: NpyLayout) -> TFDType:
+    """The dtype the records of `layout` decode to."""
+    return tf.uint8 if layout.dtype.kind == "b" else tf.as_dtype(layout.dtype.newbyteorder("="))
+
+
+def _decode(raw: Tensor, layout: NpyLayout, spec: InputSpec, first: Tensor) -> Tensor:
     dtype = layout.dtype
     little = dtype.byteorder == "<" or (dtype.byteorder in "=|" and sys.byteorder == "little")
-    read_as = tf.uint8 if dtype.kind == "b" else tf.as_dtype(dtype.newbyteorder("="))
+    native = tf.as_dtype(dtype.newbyteorder("="))
+    signed = _SIGNED.get(f"{dtype.kind}{dtype.itemsize}")
+    read_as = tf.uint8 if dtype.kind == "b" else tf.as_dtype(signed) if signed else native
     values = tf.io.decode_raw(raw, read_as, little_endian=little)
+    if signed:
+        values = tf.bitcast(values, native)
     values = tf.reshape(values, [-1, *layout.shape[1:]])
-    return _fitted_cast(values, layout, spec)
-
-
-def _fitted_cast(values: Tensor, layout: NpyLayout, spec: InputSpec) -> Tensor:
-    """Cast to the input's dtype, refusing what `fit_array` refuses for `--input`: integers
-    outside the dtype (int64 ids beyond int32 would wrap) and floats that overflow it."""
-    target = tf.as_dtype(tf_dtype(spec.dtype))
-    cast = tf.cast(values, target)
-    where = f"--data {layout.path} refused: values of input {spec.name!r}"
-    if target.is_integer and values.dtype.is_integer and values.dtype != target:
-        low, high = int(target.min), int(target.max)
-        wide = tf.cast(values, tf.float64)  # exact enough to compare with the bounds
-        check = tf.debugging.assert_equal(
-            tf.reduce_all((wide >= low) & (wide <= high)), True,
-            message=f"{where} lie outside {target.name} [{low}, {high}]; save values that fit",
-        )  # fmt: skip
-        with tf.control_dependencies([check]):
-            return tf.identity(cast)
-    if target.is_floating and values.dtype.is_floating and values.dtype.size > target.size:
-        check = tf.debugging.assert_equal(
-            tf.reduce_all(tf.math.is_finite(cast) == tf.math.is_finite(values)),
-            True,
-            message=f"{where} include one that overflows {target.name} (the model's input "
-            f"dtype) to inf; scale the data or save it as {target.name}",
-        )
-        with tf.control_dependencies([check]):
-            return tf.identity(cast)
-    return cast
+    return fitted_cast(values, layout.path, spec, first)
 
 
 def _chunks(
     readers: Sequence[NpyRows], batch_size: int, limit: int | None
-) -> Iterator[list[np.ndarray]]:
+) -> Iterator[tuple[int, list[np.ndarray]]]:
+    """Batches of rows of each reader, each with the row it starts at."""
     left = readers[0].rows if limit is None else min(readers[0].rows, limit)
+    start = 0
     while left > 0:
         n = min(batch_size, left)
         for r in readers:
@@ -212,5 +219,6 @@ def _chunks(
                     f"may take; pass --batch-size {max(1, MAX_TEXT_BATCH_BYTES // r.row_bytes)} "
                     "or less, or shorten the longest strings"
                 )
-        yield [r.read(n) for r in readers]
+        yield start, [r.read(n) for r in readers]
         left -= n
+        start += n

@@ -43,6 +43,7 @@ from layergrad.data.user_code import (
     running_user_code,
     takes_argument,
 )
+from layergrad.data.value_checks import fitted_cast
 
 
 @dataclass
@@ -171,7 +172,7 @@ def _parts(
     """Each element of a user iterable as checked arrays in input order, then its labels in
     output order when `columns` says where they are (samples get a batch axis of 1)."""
     iterator = iter(items)
-    index = 0
+    index = seen = 0  # batches and samples read so far
     while True:
         where = f"--data {ref}: batch {index}"
         try:
@@ -188,7 +189,7 @@ def _parts(
             a[np.newaxis] if a.ndim == len(s.shape) else a
             for a, s in zip(arrays, specs, strict=True)
         ]
-        fitted = tuple(fit_array(a, s, where) for a, s in zip(arrays, specs, strict=True))
+        fitted = tuple(fit_array(a, s, where, seen) for a, s in zip(arrays, specs, strict=True))
         rows = [len(a) for a in fitted]
         if len(set(rows)) > 1:
             sizes = ", ".join(f"{n}: {r}" for n, r in zip(names, rows, strict=True))
@@ -198,6 +199,7 @@ def _parts(
             )
         yield (*fitted, *read_labels(element, columns, rows[0], sample, where))
         index += 1
+        seen += rows[0]
 
 
 def _rebatched(
@@ -252,7 +254,8 @@ def _from_tf_dataset(
     weights_ignored: bool = False,
 ) -> tuple[Dataset, int | None, bool]:
     """Select and cast the inputs of a user's tf.data.Dataset (and with `outputs` its labels,
-    as they are), cut into batches; the rows when known; whether it has labels."""
+    as they are), cut into batches, their values checked as they are cast (`value_checks`);
+    the rows when known; whether it has labels."""
     where = f"--data {ref}"
     element = dataset.element_spec
     paths = locate_inputs(element, [s.name for s in specs], where)
@@ -282,7 +285,6 @@ def _from_tf_dataset(
                 "numbers; give class ids, one-hot rows or numeric targets"
             )
     tuple_element = isinstance(element, tuple)
-    dtypes = [tf_dtype(s.dtype) for s in specs]
 
     def select(*args: TensorTree) -> tuple[Tensor, ...]:
         value = args if tuple_element else args[0]
@@ -294,8 +296,7 @@ def _from_tf_dataset(
                 tf.debugging.assert_equal(
                     t, rows[0], message="the inputs and labels have different batch sizes"
                 )
-        cast_inputs = [tf.cast(t, d) for t, d in zip(picked, dtypes, strict=True)]
-        return (*cast_inputs, *ys)
+        return (*picked, *ys)  # cast once batched, checked as arrays read in place are
 
     out = dataset.map(select)
     if batched and batched[0]:
@@ -306,7 +307,14 @@ def _from_tf_dataset(
         rows = cardinality if cardinality >= 0 else None
     if limit is not None:
         out = out.take(limit)
-    return out.batch(batch_size), rows, bool(labels)
+
+    def checked(index: Tensor, batch: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        first = index * batch_size  # the index of the batch's first sample
+        n = len(specs)
+        inputs = [fitted_cast(t, ref, s, first) for t, s in zip(batch[:n], specs, strict=True)]
+        return (*inputs, *batch[n:])
+
+    return out.batch(batch_size).enumerate().map(checked), rows, bool(labels)
 
 
 def _dense_rank(leaf: TensorTree, what: str, where: str) -> int:
@@ -338,8 +346,3 @@ def _count_empty(count: Tensor, batch: tuple[Tensor, ...]) -> tuple[Tensor, tupl
     check = tf.debugging.assert_less(count, tf.constant(MAX_EMPTY_BATCHES, tf.int64), message)
     with tf.control_dependencies([check]):
         return count, tuple(tf.identity(t) for t in batch)
-
-
-def tf_dtype(dtype: str) -> str:
-    """The dtype fed to an input of Keras dtype `dtype` (bfloat16 inputs are fed float32)."""
-    return "float32" if dtype == "bfloat16" else dtype

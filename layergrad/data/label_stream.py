@@ -44,6 +44,7 @@ from layergrad.data.sources import (
     finish_stream,
     image_batches,
 )
+from layergrad.data.value_checks import reader_refusal
 from layergrad.files.array_files import DAMAGE
 from layergrad.files.npy_rows import NpyRows, npz_members
 
@@ -76,6 +77,9 @@ class Labelled:
             for batch in self._labels:
                 yield dict(zip(keys, (np.asarray(t.numpy()) for t in batch), strict=True))
         except tf.errors.OpError as exc:
+            refusal = reader_refusal(exc)  # values outside the labels' dtype
+            if refusal is not None:
+                raise refusal from None
             raise InputError(
                 f"--data {self.stream.source}: its labels cannot be read ({describe(exc)})"
             ) from None
@@ -202,6 +206,7 @@ def _npz_labels(
             held = {k: v for k, v in members.items() if is_label(k)}
             if not held:
                 return [], []
+            distinct_outputs(outputs, f"--data {text}")
             if "y" in held and len(outputs) <= 1:
                 chosen = {"y": held["y"]}
                 named = ["y"]
@@ -238,6 +243,19 @@ def _npz_labels(
                 "`classes, y = np.unique(labels, return_inverse=True)`"
             )
     return [InputSpec(n, tuple(r.shape[1:]), str(r.dtype)) for n, r in headers.items()], named
+
+
+def distinct_outputs(outputs: Sequence[str], where: str) -> None:
+    """Refuse labels for outputs that share a name (one layer called more than once): the
+    labels are keyed by output name (`y:NAME`), which cannot tell them apart."""
+    shared = next((n for n in dict.fromkeys(outputs) if outputs.count(n) > 1), None)
+    if shared is not None:
+        raise InputError(
+            f"{where}: the model has {outputs.count(shared)} outputs named {shared!r} (one "
+            f"layer called {outputs.count(shared)} times), and labels keyed `y:{shared}` cannot "
+            "tell them apart; give each output a layer of its own name (keras.layers."
+            "Identity(name='head_a') after each call) and label each as `y:NAME`"
+        )
 
 
 @dataclass(frozen=True)
@@ -336,6 +354,7 @@ def _function(how: _Opening) -> Labelled:
     text, specs, shard = how.text, how.specs, how.shard
     failure = Failure()
     context = input_context(shard, how.replicas)
+    distinct_outputs(how.request.outputs, f"--data {text}")
     batches = function_source(text, specs, how.batch_size, how.limit, batch_signature(specs),
                               failure, context, outputs=how.request.outputs,
                               weights_ignored=not how.strict)  # fmt: skip

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import DTypeLike
 
-from layergrad.core.errors import InputError, UsageError
+from layergrad.core.errors import DataError, InputError, UsageError
 from layergrad.core.limits import MAX_TEXT_BATCH_BYTES, human
 from layergrad.core.tf_types import KerasModel
 from layergrad.data.input_draws import InputDraw, drawn
@@ -273,54 +273,89 @@ def _require_rows(headers: Sequence[ArrayHeader], source: str) -> None:
             )
 
 
-def fit_array(array: np.ndarray, spec: InputSpec, where: str) -> np.ndarray:
+SAMPLE, VALUE = "\x00sample\x00", "\x00value\x00"  # where a refusal names them (in the graph too)
+
+
+def ids_refused(where: str, spec: InputSpec, sample: str, value: str) -> str:
+    """The refusal of a value that is no id, in a float input that carries ids."""
+    return (
+        f"{where}: input {spec.name!r} holds ids ({spec.ids} takes them), but sample {sample} "
+        f"holds {value}, which is not finite or does not fit int32; save the ids as integers"
+    )
+
+
+def outside(
+    where: str, spec: InputSpec, target: str, bounds: tuple[int, int], sample: str, value: str
+) -> str:
+    """The refusal of an integer outside the input's integer dtype."""
+    return (
+        f"{where}: sample {sample} of input {spec.name!r} holds {value}, outside {target} "
+        f"[{bounds[0]}, {bounds[1]}]; save values that fit {target}"
+    )
+
+
+def overflows(where: str, spec: InputSpec, target: str, sample: str, value: str) -> str:
+    """The refusal of a float that overflows the input's float dtype."""
+    return (
+        f"{where}: sample {sample} of input {spec.name!r} holds {value}, which overflows "
+        f"{target} (the model's input dtype) to inf; scale the data or save it as {target}"
+    )
+
+
+def fit_array(array: np.ndarray, spec: InputSpec, where: str, first: int = 0) -> np.ndarray:
     """Check an array against an input spec; cast numbers to the input's dtype when they fit.
 
     `where` starts the error message and says where the array came from (`--input
-    batch.npz`, `--data x.npy: batch 3`). Ids saved as floats, for a float input that carries
-    ids, are cast to int32 as the layer that takes them would; text stays text.
+    batch.npz`, `--data x.npy: batch 3`); `first` is the index of its first sample in the
+    data, by which a refusal names the sample. Ids saved as floats, for a float input that
+    carries ids, are cast to int32 as the layer that takes them would; text stays text.
+
+    Raises:
+        InputError: the array's shape or dtype does not fit the input.
+        DataError: a value does not (ids that are NaN, text that is not valid Unicode...).
     """
     check_fits(array.shape, array.dtype, spec, where)
     if spec.dtype == "string":
-        return fit_text(array, spec, where)
+        return fit_text(array, spec, where, first)
     target = np.dtype(_np_dtype(spec.dtype))
     want, got = target.kind, array.dtype.kind
     if spec.ids and got == "f":
-        finite = array[np.isfinite(array)] if array.size else array
-        if finite.size != array.size or (
-            finite.size and (finite.min() < -(2**31) or finite.max() >= 2**31)
-        ):
-            raise InputError(
-                f"{where}: input {spec.name!r} holds ids ({spec.ids} takes them) but some of its "
-                "values are not finite or do not fit int32; save the ids as integers"
-            )
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(array) & (array >= -(2.0**31)) & (array < 2.0**31)
+        _refuse(ok, array, first, ids_refused(where, spec, SAMPLE, VALUE))
         return array.astype(np.int32)
     if want == "f" and got in "fiu":
         with np.errstate(over="ignore"):
             cast = array.astype(target, copy=False)
-        if got == "f" and not np.array_equal(np.isfinite(cast), np.isfinite(array)):
-            peak = float(np.max(np.abs(array[np.isfinite(array)])))
-            raise InputError(
-                f"{where}: values of input {spec.name!r} reach {peak:.3g}, which overflows "
-                f"{target} (the model's input dtype) to inf; scale the data or save it as "
-                f"{target}"
-            )
+        if got == "f":
+            _refuse(np.isfinite(cast) == np.isfinite(array), array, first,
+                    overflows(where, spec, str(target), SAMPLE, VALUE))  # fmt: skip
         return cast
     if want in "iu" and got in "iu":
         bounds = np.iinfo(target)
-        low, high = (int(array.min()), int(array.max())) if array.size else (0, 0)
-        if low < bounds.min or high > bounds.max:
-            raise InputError(
-                f"{where}: values of input {spec.name!r} span [{low}, {high}], outside "
-                f"{target} [{bounds.min}, {bounds.max}]; save values that fit {target}"
-            )
+        if array.size and (int(array.min()) < bounds.min or int(array.max()) > bounds.max):
+            ok = (array >= bounds.min) & (array <= bounds.max)
+            span = (int(bounds.min), int(bounds.max))
+            _refuse(ok, array, first, outside(where, spec, str(target), span, SAMPLE, VALUE))
         return array.astype(target, copy=False)
     return array
 
 
-def fit_text(array: np.ndarray, spec: InputSpec, where: str) -> np.ndarray:
+def _refuse(ok: np.ndarray, array: np.ndarray, first: int, message: str) -> None:
+    """Raise DataError with `message`, its SAMPLE and VALUE those of the first element of
+    `array` that is not `ok`, if one is not."""
+    if ok.all():
+        return
+    where = np.unravel_index(int(np.argmin(ok)), ok.shape)
+    row, value = where[0], array[where]
+    shown = f"{value:g}" if array.dtype.kind == "f" else repr(value)
+    raise DataError(message.replace(SAMPLE, str(first + int(row))).replace(VALUE, shown))
+
+
+def fit_text(array: np.ndarray, spec: InputSpec, where: str, first: int = 0) -> np.ndarray:
     """A batch of text for a string input: unicode or bytes arrays as they are, an object
-    array of Python strings as unicode; within MAX_TEXT_BATCH_BYTES."""
+    array of Python strings as unicode; within MAX_TEXT_BATCH_BYTES, and valid Unicode
+    (TensorFlow takes text as UTF-8, which a lone surrogate has no form in)."""
     if array.dtype.kind == "O":
         if not all(isinstance(v, (str, bytes)) for v in array.flat):
             raise InputError(
@@ -336,6 +371,18 @@ def fit_text(array: np.ndarray, spec: InputSpec, where: str) -> np.ndarray:
             f"longest), more than the {human(MAX_TEXT_BATCH_BYTES)} a batch of text may take; "
             f"pass --batch-size {rows} or less, or shorten the longest strings"
         )
+    if array.dtype.kind == "U" and array.size and array.dtype.itemsize:
+        points = np.ascontiguousarray(array).view(np.uint32).reshape(len(array), -1)
+        bad = ((points >= 0xD800) & (points <= 0xDFFF)) | (points > 0x10FFFF)
+        if bad.any():
+            row, column = np.unravel_index(int(np.argmax(bad)), bad.shape)
+            code = int(points[row, column])
+            what = "a lone surrogate" if 0xD800 <= code <= 0xDFFF else "beyond U+10FFFF"
+            raise DataError(
+                f"{where}: sample {first + int(row)} of input {spec.name!r} holds text that is "
+                f"not valid Unicode (U+{code:04X}, {what}), which TensorFlow cannot encode as "
+                "UTF-8; decode the text with errors='replace', or save it as bytes"
+            )
     return array
 
 

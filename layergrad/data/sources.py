@@ -36,7 +36,7 @@ from layergrad.data.array_records import (
     npy_batches,
     npz_batches,
 )
-from layergrad.data.functions import Failure, function_source, tf_dtype
+from layergrad.data.functions import Failure, function_source
 from layergrad.data.preflight import check_sizes, source_kind
 from layergrad.data.probe_input import InputSpec, ProbeBatch, check_fits
 from layergrad.data.shards import (
@@ -48,6 +48,7 @@ from layergrad.data.shards import (
     with_sample_indices,
 )
 from layergrad.data.user_code import is_function
+from layergrad.data.value_checks import tf_dtype
 
 
 class DataStream:

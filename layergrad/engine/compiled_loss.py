@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from layergrad.core.errors import InputError, describe
+from layergrad.core.errors import InputError, LoadError, describe
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import KerasModel, KerasModule, Tensor
 from layergrad.data.labels import LabelRequest
@@ -190,5 +190,11 @@ def output_losses(
             return [loss_name(loss[k]) for k in sorted(loss, key=str)]
         return [loss_name(loss.get(n, "")) for n in output_names]
     if isinstance(loss, Sequence) and not isinstance(loss, str):
+        if len(loss) > len(output_names):  # Keras refuses it when it trains
+            raise LoadError(
+                f"the compiled loss is a list of {len(loss)} losses ({loss_name(loss)}), but "
+                f"the model has {len(output_names)} output{'s' if len(output_names) > 1 else ''}"
+                "; compile it with one loss per output"
+            )
         return [loss_name(v) for v in loss] + [""] * (len(output_names) - len(loss))
     return [loss_name(loss)] * len(output_names)

@@ -35,6 +35,7 @@ from layergrad.core.tf_types import (
 from layergrad.data.devices import is_multi_worker
 from layergrad.data.stats import aggregates
 from layergrad.data.stats.accumulators import Accumulators, OneStep, summary_shapes
+from layergrad.data.value_checks import reader_refusal
 from layergrad.engine.layer_calls import model_args
 from layergrad.model.layer_refs import iter_layers
 
@@ -142,9 +143,9 @@ def over_batches(
 
 def _unreadable(exc: Exception, source: str, batch: int, workers: bool) -> InputError:
     """The error for a batch the reader stopped on."""
-    refused = re.search(r"\[(--data [^\]]*refused: [^\]]*)\]", str(exc))
-    if refused:  # a check in the reader (values outside the input's dtype)
-        return InputError(refused.group(1).replace(" refused: ", ": ", 1))
+    refused = reader_refusal(exc)
+    if refused is not None:  # a check in the reader (NaN ids, values outside the input's dtype)
+        return refused
     if workers:  # the iterator agrees with the other workers at every step
         return InputError(
             f"--data {source}: the run stopped at batch {batch}: {describe(exc)}; when "

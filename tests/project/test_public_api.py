@@ -11,7 +11,7 @@ import layergrad
 PUBLIC = {
     "inspect_model", "scan_model", "scan_weights", "check_files", "diff_models", "ProbeOptions",
     "LayergradError", "LoadError", "UnsafeModelError", "LayerNotFound", "InputError",
-    "OutputError", "UsageError",
+    "OutputError", "UsageError", "DataError",
     "Status", "Flag", "Finding", "CauseCode", "Change", "Wrt", "OutputFormat", "Measure",
     "JacobianMethod", "GradientMonitor", "fix_model", "FixOptions",
 }  # fmt: skip
@@ -49,6 +49,9 @@ def test_errors_are_distinct_kinds_all_layergrad_errors():
         assert issubclass(kind, layergrad.LayergradError)
     assert not issubclass(layergrad.UsageError, layergrad.InputError)
     assert issubclass(layergrad.UnsafeModelError, layergrad.LoadError)
+    # values no model takes: bad input, and a command that cannot work (exit 2 in `check` too)
+    assert issubclass(layergrad.DataError, layergrad.InputError)
+    assert issubclass(layergrad.DataError, layergrad.UsageError)
 
 
 def test_a_report_shows_as_html_in_a_notebook():

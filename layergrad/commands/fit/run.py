@@ -28,10 +28,10 @@ from layergrad.core.fit_results import FitReport
 from layergrad.core.probe_options import PathLike
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import Dataset, KerasCallback, KerasModel, Strategy, TensorTree
-from layergrad.data.functions import tf_dtype
 from layergrad.data.label_stream import Labelled, open_labelled
 from layergrad.data.sources import DataStream
 from layergrad.data.stall import stall_watch
+from layergrad.data.value_checks import reader_refusal, tf_dtype
 from layergrad.engine.compiled_loss import compile_loss, label_request
 from layergrad.engine.layer_calls import model_args, model_targets
 from layergrad.engine.loader import LoadedModel
@@ -104,6 +104,9 @@ def train_loaded(
                           callbacks=callbacks)  # fmt: skip
         except tf.errors.InvalidArgumentError as exc:  # a batch tf.data could not make
             stream.raise_failure()
+            refusal = reader_refusal(exc)  # NaN ids, values outside the input's dtype
+            if refusal is not None:
+                raise refusal from exc
             raise InputError(
                 f"--data {os.fspath(data)}: training stopped: {describe(exc)}"
             ) from exc

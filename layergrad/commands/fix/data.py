@@ -62,7 +62,12 @@ def _input_stats(labelled: object, names: list[str], n: int) -> list[InputStats]
                 _add(sums[i], x.astype(np.float64))
     except LayergradError:
         raise
-    except Exception:
+    except Exception as exc:
+        from layergrad.data.value_checks import reader_refusal
+
+        refusal = reader_refusal(exc)  # NaN ids, values outside the input's dtype
+        if refusal is not None:
+            raise refusal from None
         return []
     out = []
     for name, s in zip(names, sums, strict=True):

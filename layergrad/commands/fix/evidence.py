@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
-from layergrad.core.errors import LayergradError, describe
+from layergrad.core.errors import DataError, LayergradError, describe
 from layergrad.core.fix_results import OutputLoss, Run, Verdict
 from layergrad.core.results import FileVerdict
 from layergrad.render.common import number
@@ -55,6 +55,8 @@ def train(
 
     try:
         scored = train_and_score(prepare(), fit_options, rival=rival)
+    except DataError:  # values no model takes: the data is wrong, as `fit` says
+        raise
     except LayergradError as exc:
         return Run("-", findings=tuple(found), error=str(exc)), None
     except Exception as exc:

@@ -38,6 +38,7 @@ from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import Dataset, KerasModel, Strategy
 from layergrad.data.label_stream import Labelled
 from layergrad.data.labels import LabelRequest, TrivialLoss
+from layergrad.data.value_checks import reader_refusal
 from layergrad.engine.compiled_loss import label_request, output_keys
 from layergrad.model.loss_forms import LossSpec
 from layergrad.training.monitor import GradientMonitor
@@ -142,6 +143,9 @@ def train_and_score(
                       callbacks=[monitor])  # fmt: skip
         except tf.errors.InvalidArgumentError as exc:
             stream.raise_failure()
+            refusal = reader_refusal(exc)  # NaN ids, values outside the input's dtype
+            if refusal is not None:
+                raise refusal from exc
             raise InputError(f"--data {data}: training stopped: {describe(exc)}") from exc
         stream.raise_failure()
     assert monitor.report is not None
