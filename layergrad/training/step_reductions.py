@@ -107,7 +107,7 @@ def gradient_rows(grads: Sequence[Tensor | None], weights: Sequence[Tensor | Non
         g32 = tf.cast(tf.convert_to_tensor(g), tf.float32)
         units = tf.reshape(g32, [-1, g32.shape[-1]]) if g32.shape.rank else tf.reshape(g32, [1, 1])
         dead = tf.reduce_sum(tf.cast(tf.reduce_all(tf.equal(units, 0.0), axis=0), tf.float32))
-        w = tf.cast(tf.convert_to_tensor(v), tf.float32)
+        w = tf.cast(tf.convert_to_tensor(touched(g, v)), tf.float32)
         rows.append(
             tf.stack(
                 [
@@ -120,6 +120,14 @@ def gradient_rows(grads: Sequence[Tensor | None], weights: Sequence[Tensor | Non
             )
         )
     return tf.stack(rows) if rows else tf.zeros([0, COLUMNS])
+
+
+def touched(gradient: Tensor, variable: Tensor) -> Tensor:
+    """The weights an update ratio is judged against: for a sparse gradient (an Embedding's
+    IndexedSlices) the rows it touches, each once (`weight_rows.SPARSE_ROWS`); else all."""
+    if not hasattr(gradient, "indices"):
+        return variable
+    return tf.gather(tf.convert_to_tensor(variable), tf.unique(gradient.indices).y)
 
 
 def histograms(
