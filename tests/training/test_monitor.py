@@ -392,4 +392,6 @@ def test_an_embedding_is_measured_on_the_rows_its_batch_touches():
     assert embed.weight_l2 == pytest.approx(touched, rel=1e-5)
     assert embed.weight_l2 < 0.5 * np.linalg.norm(table)
     row = next(r for r in first.layers if r.layer == "embed")
-    assert row.update_ratio == pytest.approx(first.learning_rate * embed.grad_l2 / touched, rel=1e-5)
+    assert row.update_ratio == pytest.approx(
+        first.learning_rate * embed.grad_l2 / touched, rel=1e-5
+    )
