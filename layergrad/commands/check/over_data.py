@@ -21,6 +21,10 @@ from layergrad.core.tf_types import KerasModel, Strategy, Tensor
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
 
+# What a loss raises on labels it cannot read (ids beyond the head, another layout), besides
+# TensorFlow's op errors: Keras's checks of shapes and types, a custom loss's own indexing
+LOSS_ERRORS = (ValueError, TypeError, LookupError, ArithmeticError)
+
 if TYPE_CHECKING:
     from layergrad.core.results import ScanRow, WeightScanReport
     from layergrad.data.label_stream import Labelled
@@ -111,7 +115,20 @@ def dynamic_data(
     one = replace(options.probing(probe.training), source=OneBatch())
     diagnoser = Diagnoser(loaded.model, stream.batch(0), info.graph, one.training, one.reduce)
     first = Session(info.path, loaded.model, info, diagnoser.batch, one, diagnoser)
-    weights = scan_weights(first, options.loss, projection=True)  # or the outputs' projection
+    try:
+        weights = scan_weights(first, options.loss, projection=True)  # or the outputs' projection
+    except Exception as exc:  # the forward pass ran above: the loss failed on the labels
+        from layergrad.core.tf_runtime import tf
+
+        if isinstance(exc, LayergradError) or not isinstance(
+            exc, (*LOSS_ERRORS, tf.errors.OpError)
+        ):
+            raise
+        add("forward", message)
+        steps.gradient(rows, add)
+        own = source if given is not None and labels else None
+        steps.loss_failed(exc, info, options.loss, own, add)
+        return
     weights = _dead_over_data(loaded.model, batches, weights, first.options.training, strategy)
     report = weights.activations
     where = f" (on the first batch of {first.batch.batch_size} samples of --data)"
