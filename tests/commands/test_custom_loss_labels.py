@@ -100,3 +100,16 @@ def test_a_loss_keras_ships_still_judges_the_labels(tmp_path):
     assert checks["targets"].findings == ("target_mismatch",), checks["targets"].message
     assert "class ids must lie in 0 to 1" in checks["targets"].message
     assert not any("error" in c.findings for c in checks.values())
+
+
+def test_random_labels_a_custom_loss_cannot_read_leave_trainable_unjudged(actor):
+    """Without labels the gradient checks draw random ones, which the actor's gather cannot
+    read (normal values cast to actions beyond 0-1): `trainable` says so; the file does not
+    fail, and the forward pass, which ran, is judged."""
+    folder, module = actor
+    options = CheckOptions(imports=(module,), probe=ProbeOptions(seed=1, batch_size=32))
+    verdict = check_file(folder / "actor.keras", options)
+    checks = {c.name: c for c in verdict.checks}
+    assert verdict.passed, {n: c.message for n, c in checks.items()}
+    assert checks["forward"].findings == () and "finite and varying" in checks["forward"].message
+    assert "fails on random labels" in checks["trainable"].message

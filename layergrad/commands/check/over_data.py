@@ -21,10 +21,6 @@ from layergrad.core.tf_types import KerasModel, Strategy, Tensor
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
 
-# What a loss raises on labels it cannot read (ids beyond the head, another layout), besides
-# TensorFlow's op errors: Keras's checks of shapes and types, a custom loss's own indexing
-LOSS_ERRORS = (ValueError, TypeError, LookupError, ArithmeticError)
-
 if TYPE_CHECKING:
     from layergrad.core.results import ScanRow, WeightScanReport
     from layergrad.data.label_stream import Labelled
@@ -118,11 +114,7 @@ def dynamic_data(
     try:
         weights = scan_weights(first, options.loss, projection=True)  # or the outputs' projection
     except Exception as exc:  # the forward pass ran above: the loss failed on the labels
-        from layergrad.core.tf_runtime import tf
-
-        if isinstance(exc, LayergradError) or not isinstance(
-            exc, (*LOSS_ERRORS, tf.errors.OpError)
-        ):
+        if not steps.loss_error(exc):
             raise
         add("forward", message)
         steps.gradient(rows, add)

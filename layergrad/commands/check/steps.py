@@ -151,6 +151,21 @@ def targets(
     return True
 
 
+# What a loss raises on labels it cannot read (ids beyond the head, another layout), besides
+# TensorFlow's op errors: Keras's checks of shapes and types, a custom loss's own indexing
+LOSS_ERRORS = (ValueError, TypeError, LookupError, ArithmeticError)
+
+
+def loss_error(exc: BaseException) -> bool:
+    """Whether `exc`, raised while the loss ran on a batch the model's forward pass took, is
+    the loss failing on its labels (not a check of layergrad's own)."""
+    from layergrad.core.tf_runtime import tf
+
+    return not isinstance(exc, LayergradError) and isinstance(
+        exc, (*LOSS_ERRORS, tf.errors.OpError)
+    )
+
+
 def loss_failed(
     exc: BaseException, info: FileInfo, loss: str | None, source: str | None, add: Add
 ) -> None:
@@ -173,7 +188,7 @@ def loss_failed(
     else:
         said = (
             f"the loss {name} fails on random labels ({type(exc).__name__}: {detail}): it "
-            "reads a layout of its own; pass the labels in --data (`y`)"
+            "reads a layout of its own; pass its labels (`y` in --data or --input)"
         )
     add("trainable", f"not judged: {said}")
 
