@@ -127,7 +127,12 @@ def touched(gradient: Tensor, variable: Tensor) -> Tensor:
     IndexedSlices) the rows it touches, each once (`weight_rows.SPARSE_ROWS`); else all."""
     if not hasattr(gradient, "indices"):
         return variable
-    return tf.gather(tf.convert_to_tensor(variable), tf.unique(gradient.indices).y)
+    v = tf.convert_to_tensor(variable)
+    indices = gradient.indices
+    rows = tf.cast(tf.shape(v)[:1], indices.dtype)
+    hits = tf.scatter_nd(indices[:, None], tf.ones_like(indices, dtype=v.dtype), rows)
+    mask = tf.cast(hits > 0, v.dtype)  # a static shape (XLA), each row once
+    return v * tf.reshape(mask, tf.concat([tf.shape(mask), tf.ones([tf.rank(v) - 1], tf.int32)], 0))
 
 
 def histograms(
