@@ -32,6 +32,10 @@ TREND_DECADES, MIN_LAYERS = 3.0, 3
 # The variables whose update ratio says how fast a layer learns (biases and normalization
 # scales are left out: they start at 0 or 1 whatever the layer).
 KERNELS = ("kernel", "embeddings", "depthwise_kernel", "pointwise_kernel")
+# Tables whose gradient reaches only the rows a batch's ids select (an Embedding's): their
+# update ratio is over those rows, the weights a step moves. Over the whole table it would
+# shrink with the vocabulary, far below a dense layer's by construction.
+SPARSE_ROWS = ("embeddings",)
 
 
 def dead_layers(trace: Trace, layers: Mapping[str, KerasLayer]) -> tuple[tuple[str, float], ...]:
@@ -57,7 +61,7 @@ def variable_row(variable: KerasVariable, path: str, grad: np.ndarray | None) ->
     status = status_of(grad)
     weight = np.asarray(variable.numpy(), dtype=np.float64)
     stats = None if grad is None else gradient_stats(grad, top=0)
-    norm = float(np.sqrt(np.sum(weight * weight)))
+    norm = float(np.sqrt(np.sum(np.square(touched_rows(variable.name, weight, grad)))))
     ratio = None if stats is None or not norm else stats.l2 / norm
     flags = status_flags(status, dead_fraction(grad) if grad is not None and grad.ndim else None)
     name = variable.name
@@ -72,6 +76,15 @@ def variable_row(variable: KerasVariable, path: str, grad: np.ndarray | None) ->
         update_ratio=ratio,
         flags=flags,
     )
+
+
+def touched_rows(name: str, weight: np.ndarray, grad: np.ndarray | None) -> np.ndarray:
+    """The weights whose size an update ratio is judged against: for an embedding table
+    (`SPARSE_ROWS`) the rows its gradient touches (the ids of the batch), else all of them."""
+    if name not in SPARSE_ROWS or grad is None or weight.ndim != 2 or grad.shape != weight.shape:
+        return weight
+    rows = np.any(grad != 0, axis=1)
+    return weight[rows] if rows.any() else weight
 
 
 def with_causes(row: VariableRow, layer_rows: Sequence[ScanRow]) -> VariableRow:

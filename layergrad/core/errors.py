@@ -73,6 +73,14 @@ def describe(exc: BaseException) -> str:
     return f"{lines[0]} {detail}".strip()
 
 
+def op_message(exc: BaseException) -> str:
+    """`describe`, without the op and node tags TensorFlow appends (`[Op:GatherV2] name:`)."""
+    import re
+
+    text = re.sub(r"\s*\[\[\{\{node [^]]*\]\]|\s*\[Op:[^]]*\](?: name:)?", "", describe(exc))
+    return text.strip()
+
+
 def one_line(text: str) -> str:
     """A message as one line: a Python traceback quoted in it is cut off, whitespace joined."""
     text = text.split("Traceback (most recent call last):")[0]

@@ -31,6 +31,14 @@ PINNED = 0.5  # this share of the first activation's units dead or saturated: ou
 PIXEL_MAX = 16.0  # whole-number image values reaching above this: raw pixels (0-255, 0-65535)
 IMAGE_CHANNELS = (1, 3, 4)  # grey, RGB, RGBA
 NORMALIZING = ("BatchNormalization", "LayerNormalization", "GroupNormalization")
+# Layers that bring an input to unit scale before the first weight layer sees it: a
+# BatchNormalization's moving statistics are learnt from the data in training (untrained they
+# are 0 and 1, and the input passes unscaled), a Normalization's come from `adapt`, the others
+# scale each sample, or by a fixed factor (`Rescaling`).
+INPUT_NORMALIZING = frozenset({
+    "BatchNormalization", "SyncBatchNormalization", "LayerNormalization", "GroupNormalization",
+    "UnitNormalization", "RMSNormalization", "Normalization", "Rescaling",
+})  # fmt: skip
 
 
 def first_nonfinite(trace: Trace) -> Activation | None:
@@ -127,6 +135,8 @@ def unscaled_input(
             kind = activation_name(layers.get(act.site.path))
             if kind is None or not _fed_by(graph, act, inp):
                 continue
+            if normalized_first(trace, graph, layers, act, inp):
+                break  # a normalising layer scales this input before it reaches `act`
             if kind in ("relu",):
                 pinned = dead_fraction(act.value)
             else:
@@ -145,7 +155,8 @@ def raw_pixels(
     `Rescaling`, `Normalization` or operation turned it into fractions first. A ReLU does not
     saturate, so `unscaled_input` cannot see it; the convolution's kernels then see inputs
     ~255 times larger than their initialisation is scaled for. A convolution whose output goes
-    straight into a normalization layer is left alone (that layer divides the scale out)."""
+    straight into a normalization layer is left alone (that layer divides the scale out), and
+    so is one the pixels reach through a normalising layer (`normalized_first`)."""
     if graph is None or not graph.preds:
         return None
     index = {a.site.key: k for k, a in enumerate(trace.activations)}
@@ -156,6 +167,8 @@ def raw_pixels(
             layer = layers.get(act.site.path)
             if getattr(layer, "kernel", None) is None or not _fed_by(graph, act, inp):
                 continue
+            if normalized_first(trace, graph, layers, act, inp):
+                break
             preds = [
                 trace.activations[index[k]]
                 for k in nearest_preds(graph, act.site.key, index.__contains__)
@@ -191,6 +204,36 @@ def _normalized_next(graph: ModelGraph, key: CallKey, layers: Mapping[str, Keras
     return bool(users) and all(
         any(n in type(layers.get(path)).__name__ for n in NORMALIZING) for path, _ in users
     )
+
+
+def normalized_first(
+    trace: Trace,
+    graph: ModelGraph | None,
+    layers: Mapping[str, KerasLayer],
+    act: Activation,
+    inp: Activation,
+) -> bool:
+    """Whether every chain from the input `inp` to the call `act` passes a normalising layer
+    (`INPUT_NORMALIZING`). What the untrained model shows of the input's scale there is not
+    what training shows: a `BatchNormalization` first passes 0-255 pixels unscaled until its
+    moving statistics are learnt from them. Without a graph, a normalising call anywhere before
+    `act` counts."""
+
+    def normalizing(path: str) -> bool:
+        layer = layers.get(path)
+        entry = graph.get(path) if graph is not None and graph.known else None
+        name = type(layer).__name__ if layer is not None else entry.class_name if entry else ""
+        return name in INPUT_NORMALIZING
+
+    if graph is None or not graph.preds:
+        order = [a.site for a in trace.activations]
+        stop = order.index(act.site) if act.site in order else len(order)
+        return any(normalizing(site.path) for site in order[:stop])
+    reached = {inp.site.key}  # calls the input reaches with no normalising layer on the way
+    for node in graph.order:
+        if not normalizing(node[0]) and any(p in reached for p in graph.preds.get(node, ())):
+            reached.add(node)
+    return act.site.key not in reached
 
 
 def _fed_by(graph: ModelGraph | None, act: Activation, inp: Activation) -> bool:

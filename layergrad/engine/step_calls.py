@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 
 import numpy as np
 
-from layergrad.core.errors import InputError, describe
+from layergrad.core.errors import InputError, describe, op_message
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import (
     KerasModel,
@@ -237,7 +237,7 @@ def guarded(run: Callable[[], T], what: str, source: str | None = None) -> T:
     try:
         return run()
     except (tf.errors.OpError, ValueError, TypeError) as exc:
-        detail = re.sub(r"\s*\[\[\{\{node [^]]*\]\]|\s*\[Op:[^]]*\]", "", describe(exc))
+        detail = op_message(exc)
         raise BatchFailed(
             f"{where}the model failed on {what}: {detail}; check the values and shapes "
             "of the data (ids inside the vocabulary, the shape the model was built for)"

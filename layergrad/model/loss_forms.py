@@ -133,6 +133,14 @@ def per_output(loss: object, names: Sequence[str]) -> list[tuple[str, bool] | No
     return [r.spec if r is not None else None for r in output_losses(loss, names)]
 
 
+def unknown_outputs(loss: object, names: Sequence[str]) -> frozenset[str]:
+    """The outputs (of `names`) whose loss is not one Keras ships: a custom class or function
+    reads its labels in its own layout (an actor's `[action, advantage]`), so no label rule
+    can judge them against the head."""
+    reads = output_losses(loss, names)
+    return frozenset(n for n, r in zip(names, reads, strict=True) if r is not None and not r.known)
+
+
 def unknown_losses(loss: object, names: Sequence[str]) -> list[str]:
     """The names of the losses no rule can judge (custom, registered, lambdas), once each."""
     reads = output_losses(loss, names)

@@ -9,8 +9,9 @@ a one-hot loss, one-hot rows with the sparse loss, class ids beyond the number o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -109,18 +110,22 @@ def target_mismatches(
     heads: Sequence[Head],
     losses: Sequence[tuple[str, bool] | None],
     labels: Mapping[str, LabelSummary],
+    custom: Collection[str] = (),
 ) -> list[Reason]:
     """Every output whose labels do not fit its activation or loss.
 
     `losses[i]` is (canonical loss name, from_logits) of output i (see `loss_fit.per_output`),
-    None when unknown; `labels` maps an output name to its labels' summary.
+    None when unknown; `labels` maps an output name to its labels' summary. The outputs named
+    in `custom` have a loss Keras does not ship (`loss_forms.unknown_outputs`): it reads the
+    labels its own way, so only what no loss can train on (text, NaN/Inf) is said of them.
     """
     found = []
     for head, spec in zip(heads, losses, strict=True):
         summary = labels.get(head.name)
         if summary is None or not summary.count:
             continue
-        problem = _judge(head, spec, summary)
+        judge = _unusable if head.name in custom else partial(_judge, spec=spec)
+        problem = judge(head, y=summary)
         if problem is not None:
             found.append(problem)
     return found
@@ -203,6 +208,17 @@ def _judge(head: Head, spec: tuple[str, bool] | None, y: LabelSummary) -> Reason
             f"targets into the {act}'s range",
         )
     return None
+
+
+def _unusable(head: Head, y: LabelSummary) -> Reason | None:
+    """Labels no loss can train on, for an output whose loss is a custom one."""
+
+    def say(message: str, hint: str) -> Reason:
+        where = f"output '{head.name}' (layer '{head.layer}') with a custom loss"
+        return Reason(Finding.TARGET_MISMATCH, f"{where}: the labels are {y.describe()}: "
+                      f"{message}", hint, head.layer, head.name, "custom")  # fmt: skip
+
+    return _values(say, y, False, head.units)
 
 
 def _values(

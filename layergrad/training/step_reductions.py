@@ -107,7 +107,7 @@ def gradient_rows(grads: Sequence[Tensor | None], weights: Sequence[Tensor | Non
         g32 = tf.cast(tf.convert_to_tensor(g), tf.float32)
         units = tf.reshape(g32, [-1, g32.shape[-1]]) if g32.shape.rank else tf.reshape(g32, [1, 1])
         dead = tf.reduce_sum(tf.cast(tf.reduce_all(tf.equal(units, 0.0), axis=0), tf.float32))
-        w = tf.cast(tf.convert_to_tensor(v), tf.float32)
+        w = tf.cast(tf.convert_to_tensor(touched(g, v)), tf.float32)
         rows.append(
             tf.stack(
                 [
@@ -120,6 +120,19 @@ def gradient_rows(grads: Sequence[Tensor | None], weights: Sequence[Tensor | Non
             )
         )
     return tf.stack(rows) if rows else tf.zeros([0, COLUMNS])
+
+
+def touched(gradient: Tensor, variable: Tensor) -> Tensor:
+    """The weights an update ratio is judged against: for a sparse gradient (an Embedding's
+    IndexedSlices) the rows it touches, each once (`weight_rows.SPARSE_ROWS`); else all."""
+    if not hasattr(gradient, "indices"):
+        return variable
+    v = tf.convert_to_tensor(variable)
+    indices = gradient.indices
+    rows = tf.cast(tf.shape(v)[:1], indices.dtype)
+    hits = tf.scatter_nd(indices[:, None], tf.ones_like(indices, dtype=v.dtype), rows)
+    mask = tf.cast(hits > 0, v.dtype)  # a static shape (XLA), each row once
+    return v * tf.reshape(mask, tf.concat([tf.shape(mask), tf.ones([tf.rank(v) - 1], tf.int32)], 0))
 
 
 def histograms(

@@ -82,3 +82,61 @@ def test_a_model_trained_on_raw_pixels_gets_no_warning(tmp_path):
     model.fit(x, y, batch_size=16, epochs=2, verbose=0)
     found, _ = _check(tmp_path, model, x, y, "trained")
     assert "input_range" not in found, found
+
+
+def _normalised_first(first, activation="tanh", bypass=False):
+    """0-255 images through `first` (a normalising layer, or None) into a convolution with
+    `activation`; with `bypass` a second convolution also reads the raw image."""
+    keras.utils.set_random_seed(0)
+    x = keras.Input((10, 10, 3), name="image")
+    h = layers.Conv2D(6, 3, activation=activation, name="conv1")(first(x) if first else x)
+    h = layers.GlobalAveragePooling2D(name="pool")(h)
+    if bypass:
+        raw = layers.Conv2D(6, 3, activation=activation, name="conv_raw")(x)
+        h = layers.Concatenate(name="both")([h, layers.GlobalAveragePooling2D(name="p2")(raw)])
+    model = keras.Model(x, layers.Dense(3, activation="softmax", name="head")(h))
+    model.compile("adam", "sparse_categorical_crossentropy")
+    return model
+
+
+def _adapted(x):
+    norm = layers.Normalization(name="norm")
+    norm.adapt(x)
+    return norm
+
+
+def test_a_normalising_first_layer_scales_the_pixels_it_is_given(tmp_path):
+    """A `BatchNormalization` first scales the pixels once its moving statistics are learnt
+    (untrained, they are 0 and 1 and the pixels pass unscaled: 96% of the tanh units of the
+    convolution are pinned); `LayerNormalization` scales each pixel, an adapted `Normalization`
+    and `Rescaling` by their factors. None is an unscaled input."""
+    rng = np.random.default_rng(0)
+    x, y = _images(rng, channels=3), rng.integers(0, 3, 32)
+    firsts = {
+        "bn": lambda: layers.BatchNormalization(name="norm"),
+        "ln": lambda: layers.LayerNormalization(name="norm"),
+        "adapted": lambda: _adapted(x),
+        "rescale": lambda: layers.Rescaling(1 / 255, name="norm"),
+    }
+    for name, make in firsts.items():
+        for activation in ("tanh", "relu"):
+            found, _ = _check(tmp_path, _normalised_first(make(), activation), x, y, name)
+            assert "input_range" not in found, (name, activation, found)
+
+
+def test_raw_pixels_that_also_bypass_the_normalising_layer_still_warn(tmp_path):
+    """The near misses: with no normalising layer, or with a second convolution that reads
+    the raw image beside the one behind a `BatchNormalization`, the pixels reach a convolution
+    unscaled: `input_range`, at that convolution."""
+    rng = np.random.default_rng(0)
+    x, y = _images(rng, channels=3), rng.integers(0, 3, 32)
+    for activation in ("tanh", "relu"):
+        found, verdict = _check(tmp_path, _normalised_first(None, activation), x, y, "plain")
+        assert "input_range" in found, (activation, found)
+        bn = layers.BatchNormalization(name="norm")
+        found, verdict = _check(
+            tmp_path, _normalised_first(bn, activation, bypass=True), x, y, "bypass"
+        )
+        assert "input_range" in found, (activation, found)
+        forward = next(c for c in verdict.checks if c.name == "forward")
+        assert "'conv_raw'" in forward.message, forward.message

@@ -367,3 +367,31 @@ def test_a_fit_that_raised_leaves_nothing_behind_for_the_next_one():
     model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[monitor])
     assert [c.step for c in monitor.report.checkpoints] == [1, 2, 3, 4]
     assert "train_step" not in model.__dict__
+
+
+def test_an_embedding_is_measured_on_the_rows_its_batch_touches():
+    """An Embedding's gradient reaches only the rows of the batch's ids: its weight norm (and
+    so its update ratio) is over those rows, each once, not the whole table."""
+    keras.utils.set_random_seed(0)
+    ids = keras.Input((4,), dtype="int32", name="ids")
+    h = keras.layers.GlobalAveragePooling1D(name="pool")(
+        keras.layers.Embedding(1000, 4, name="embed")(ids)
+    )
+    model = keras.Model(ids, keras.layers.Dense(1, name="head")(h))
+    model.compile(optimizer="sgd", loss="mse")
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 1000, (16, 4)).astype("int32")
+    x[:, 0] = x[0, 0]  # an id repeated in every sample counts once
+    y = rng.standard_normal((16, 1)).astype("float32")
+    table = model.get_layer("embed").embeddings.numpy().astype(np.float64)
+    monitor = GradientMonitor(every=1)
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[monitor])
+    first = monitor.report.checkpoints[0]
+    touched = float(np.linalg.norm(table[np.unique(x)]))
+    embed = next(v for v in first.variables if v.variable == "embed/embeddings")
+    assert embed.weight_l2 == pytest.approx(touched, rel=1e-5)
+    assert embed.weight_l2 < 0.5 * np.linalg.norm(table)
+    row = next(r for r in first.layers if r.layer == "embed")
+    assert row.update_ratio == pytest.approx(
+        first.learning_rate * embed.grad_l2 / touched, rel=1e-5
+    )

@@ -259,10 +259,19 @@ def _dynamic(
             # the loss cannot take these labels: the gradient checks draw labels that fit
             session = replace(session, batch=replace(session.batch, labels=None))
 
-    def scans(training: bool) -> tuple[Session, WeightScanReport, ScanReport]:
+    failed: list[BaseException] = []  # what the loss raised on the batch's labels
+
+    def scans(training: bool) -> tuple[Session, WeightScanReport | None, ScanReport]:
         # without a loss the update ratios come from a random projection of the outputs
         run = in_training(session) if training else session
-        weights = scan_weights(run, options.loss, projection=True)
+        try:
+            weights = scan_weights(run, options.loss, projection=True)
+        except Exception as exc:
+            if not steps.loss_error(exc):
+                raise
+            report = scan_session(run)  # the forward pass alone: it raises when the model fails
+            failed[:] = [exc]  # it ran: the loss failed on the labels
+            return run, None, report
         return run, weights, weights.activations or scan_session(run)
 
     try:  # a baseline's own mode is kept
@@ -292,6 +301,10 @@ def _dynamic(
         mode = f"; {said}" if said else ""
         add("forward", f"finite and varying on {source} of {batch.batch_size}{drawn}{mode}")
     steps.gradient(report.rows, add)
+    if failed:
+        own = session.batch.source if session.batch.labels else None
+        steps.loss_failed(failed[0], info, options.loss, own, add)
+        return
     init = steps.init_scale(trained, model, recorded)
     steps.trainable(weights, add, has_loss, init=init)
     if baseline is not None:

@@ -111,7 +111,16 @@ def dynamic_data(
     one = replace(options.probing(probe.training), source=OneBatch())
     diagnoser = Diagnoser(loaded.model, stream.batch(0), info.graph, one.training, one.reduce)
     first = Session(info.path, loaded.model, info, diagnoser.batch, one, diagnoser)
-    weights = scan_weights(first, options.loss, projection=True)  # or the outputs' projection
+    try:
+        weights = scan_weights(first, options.loss, projection=True)  # or the outputs' projection
+    except Exception as exc:  # the forward pass ran above: the loss failed on the labels
+        if not steps.loss_error(exc):
+            raise
+        add("forward", message)
+        steps.gradient(rows, add)
+        own = source if given is not None and labels else None
+        steps.loss_failed(exc, info, options.loss, own, add)
+        return
     weights = _dead_over_data(loaded.model, batches, weights, first.options.training, strategy)
     report = weights.activations
     where = f" (on the first batch of {first.batch.batch_size} samples of --data)"

@@ -119,7 +119,7 @@ def targets(
     """`targets`: the labels given with the data can be produced by each output and fit the
     loss (skipped, not recorded, without labels). True when they do not."""
     from layergrad.model.head_forms import keyed_by_head, output_heads
-    from layergrad.model.loss_forms import per_output
+    from layergrad.model.loss_forms import per_output, unknown_outputs
     from layergrad.model.target_fit import target_mismatches
 
     if not labels:
@@ -134,14 +134,63 @@ def targets(
         labels = {names[0]: next(iter(labels.values()))}
     compiled_loss = keyed_by_head(compiled.get("loss"), info.config)
     specs = per_output(compiled_loss, names) if compiled_loss else [None] * len(heads)
-    found = target_mismatches(heads, specs, labels)
+    custom = unknown_outputs(compiled_loss, names) if compiled_loss else frozenset()
+    found = target_mismatches(heads, specs, labels, custom)
     if not found:
         held = "; ".join(f"{name}: {s.describe()}" for name, s in labels.items())
+        if custom:
+            listed = ", ".join(sorted(custom))
+            fits = "not judged" if set(names) <= custom else "fit the other outputs"
+            add("targets", f"the labels in {source} ({held}): {fits}; {listed}: a custom loss "
+                "reads its labels in its own layout, so no label rule applies")  # fmt: skip
+            return False
         add("targets", f"the labels in {source} fit every output ({held})")
         return False
     reasons = [Reason(Finding.TARGET_MISMATCH, m.message, m.hint) for m in found]
     add("targets", "; ".join(map(str, reasons)), [Finding.TARGET_MISMATCH], reasons=reasons)
     return True
+
+
+# What a loss raises on labels it cannot read (ids beyond the head, another layout), besides
+# TensorFlow's op errors: Keras's checks of shapes and types, a custom loss's own indexing
+LOSS_ERRORS = (ValueError, TypeError, LookupError, ArithmeticError)
+
+
+def loss_error(exc: BaseException) -> bool:
+    """Whether `exc`, raised while the loss ran on a batch the model's forward pass took, is
+    the loss failing on its labels (not a check of layergrad's own)."""
+    from layergrad.core.tf_runtime import tf
+
+    return not isinstance(exc, LayergradError) and isinstance(
+        exc, (*LOSS_ERRORS, tf.errors.OpError)
+    )
+
+
+def loss_failed(
+    exc: BaseException, info: FileInfo, loss: str | None, source: str | None, add: Add
+) -> None:
+    """The loss raised on the first batch's labels (`source`: where they came from; None for
+    random ones drawn to fit each output): with the user's labels they do not fit the loss,
+    a `target_mismatch` completing the `targets` check; with random labels the loss reads a
+    layout of its own, which only real labels can give (the `trainable` check says so)."""
+    from layergrad.core.errors import op_message
+    from layergrad.model.loss_forms import display_name
+
+    name = loss or display_name(info.compile_config.get("loss"))
+    detail = op_message(exc)
+    if source is not None:
+        message = f"the loss {name} fails on the labels in {source}: {type(exc).__name__}: {detail}"
+        hint = "give the labels in the layout the loss reads (ids inside the head's units)"
+        reason = Reason(Finding.TARGET_MISMATCH, message, hint)
+        add("targets", f"{message}. Fix: {hint}", [Finding.TARGET_MISMATCH], replace=True,
+            reasons=[reason])  # fmt: skip
+        said = "the loss fails on the labels (targets)"
+    else:
+        said = (
+            f"the loss {name} fails on random labels ({type(exc).__name__}: {detail}): it "
+            "reads a layout of its own; pass its labels (`y` in --data or --input)"
+        )
+    add("trainable", f"not judged: {said}")
 
 
 def gradient(rows: Sequence[ScanRow], add: Add) -> None:

@@ -89,6 +89,7 @@ def _mismatches(
     with the model's output widths."""
     from layergrad.model.head_forms import keyed_by_head
     from layergrad.model.loss_fit import Head, output_heads, per_output
+    from layergrad.model.loss_forms import unknown_outputs
     from layergrad.model.target_fit import target_mismatches
 
     if not labels:
@@ -104,10 +105,12 @@ def _mismatches(
         labels = {h.name: labels[n] for h, n in zip(heads, names, strict=False) if n in labels}
     compiled = {"loss": loss} if loss else info.compile_config
     given = keyed_by_head(compiled.get("loss"), info.config)
-    specs = per_output(given, [h.name for h in heads]) if given else []
-    if not specs or all(s is None for s in specs):
-        specs = per_output(spec.name, [h.name for h in heads])
-    return target_mismatches(heads, specs, labels)
+    names = [h.name for h in heads]
+    specs = per_output(given, names) if given else []
+    custom = unknown_outputs(given, names) if given else frozenset()
+    if not specs or (all(s is None for s in specs) and not custom):
+        specs = per_output(spec.name, names)
+    return target_mismatches(heads, specs, labels, custom)
 
 
 def refused(model: KerasModel, loss: str, mismatches: tuple[Reason, ...]) -> FitReport:
