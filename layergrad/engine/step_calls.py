@@ -13,7 +13,6 @@ mode.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
