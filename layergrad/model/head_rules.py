@@ -11,8 +11,9 @@ repair among the rules that apply (`repairs`), the docs' tables are generated fr
 **Severity is earned.** A rule fails a file only when its evidence shows that flagged models
 do not train; every other rule warns. `Evidence` records what
 `benchmarks/bench_rule_evidence.py` measured on the rule's examples (Adam and SGD, several
-seeds): how many flagged runs trained (held-back loss below 0.9 of the trivial loss, finite,
-accuracy above the prior) and how many repaired ones did. No TensorFlow.
+seeds): how many flagged runs trained (a finite loss, and on held-back data at least half of
+the repaired copy's gain over the prior) and how many repaired ones did, and what
+`benchmarks/bench_rule_corpus.py` found on the verdict corpus. No TensorFlow.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ NOT_PROBABILITIES = frozenset(
         "tanh_shrink", "soft_shrink", "hard_shrink", "threshold", "glu",
     }
 )  # fmt: skip
-CLASS_LOSSES = ("categorical_crossentropy", "sparse_categorical_crossentropy")
 CHANGES_LOSS = "the loss changes"
 
 
@@ -175,39 +175,14 @@ class HeadRule:
     needs: str = "file"
 
 
-@dataclass(frozen=True)
-class Judged:
-    """A rule that applies to one head, with its message and hint rendered from the facts."""
-
-    rule: HeadRule
-    facts: HeadFacts
-    message: str
-    hint: str
-    layer: str | None
-
-    @property
-    def severity(self) -> Severity:
-        return self.rule.severity
-
-    @property
-    def output(self) -> str:
-        return self.facts.head.name
-
-    @property
-    def loss(self) -> str:
-        return self.facts.loss or ""
-
-    def reason(self) -> Reason:
-        """The finding as every command keeps it."""
-        return Reason(self.rule.code, self.message, self.hint, self.layer, self.output,
-                      self.loss or "the loss", self.rule.name, self.severity)  # fmt: skip
-
-
-def judge(facts: HeadFacts) -> Judged | None:
-    """The first rule of the table that applies to `facts`, rendered; None when none does."""
+def judge(facts: HeadFacts) -> Reason | None:
+    """The finding of the first rule of the table that applies to `facts`; None when none
+    does."""
     for rule in RULES:
         if rule.applies(facts):
-            return Judged(rule, facts, rule.message(facts), rule.hint(facts), rule.layer(facts))
+            return Reason(rule.code, rule.message(facts), rule.hint(facts), rule.layer(facts),
+                          facts.head.name, facts.loss or "the loss", rule.name,
+                          rule.severity)  # fmt: skip
     return None
 
 
@@ -229,9 +204,6 @@ def repairs(facts: HeadFacts) -> list[tuple[HeadRule, Change]]:
 def _on(text: str) -> Callable[[HeadFacts], str]:
     return lambda f: f"{f.loss} on {f.describe()}: {text.format(act=f.act, loss=f.loss)}"
 
-
-def _said(text: str) -> Callable[[HeadFacts], str]:
-    return lambda f: text.format(act=f.act, loss=f.loss, layer=f.head.layer)
 
 
 CLASSIFIER_LOSS = (

@@ -83,8 +83,7 @@ def read_file(
         problem = judge(facts)
         if problem is None:
             continue
-        mismatch = problem.reason()
-        (stacks if problem.rule.code == Finding.LINEAR_STACK else found).append(mismatch)
+        (stacks if problem.finding == Finding.LINEAR_STACK else found).append(problem)
     if not loss:
         return LossReading(tuple(found), (), unknown, (), 0, (), True)
     if not whole:
@@ -118,7 +117,7 @@ def read_observed(
         looked.append(head)
         problem = judge(HeadFacts(head, *spec)) if spec is not None else None
         if problem is not None:
-            found.append(problem.reason())
+            found.append(problem)
     judged = sum(spec is not None for spec in specs)
     return LossReading(tuple(found), (), unknown, (), judged, tuple(looked), False)
 
