@@ -348,7 +348,8 @@ def _refuse(ok: np.ndarray, array: np.ndarray, first: int, message: str) -> None
         return
     where = np.unravel_index(int(np.argmin(ok)), ok.shape)
     row, value = where[0], array[where]
-    shown = f"{value:g}" if array.dtype.kind == "f" else repr(value)
+    kind = array.dtype.kind
+    shown = f"{value:g}" if kind == "f" else str(int(value)) if kind in "iub" else repr(value)
     raise DataError(message.replace(SAMPLE, str(first + int(row))).replace(VALUE, shown))
 
 

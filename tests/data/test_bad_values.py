@@ -195,7 +195,9 @@ def test_an_id_beyond_the_vocabulary_is_said_with_its_value_by_every_command(mod
     np.savez(data, tokens=ids, y=labels())
     for args in (["scan"], ["fit", *STEPS]):  # fit's op error is more than its stack
         line = refused(run(args[0], models["ids"], "--data", str(data), *args[1:]))
-        assert "= 25 is not in [0, 20)" in line and "Detected at node" not in line
+        # TensorFlow's words for the lookup differ when XLA compiles the step (fit's may be)
+        said = ("= 25 is not in [0, 20)", "= [25] does not index into shape [20]")
+        assert any(s in line for s in said) and "Detected at node" not in line, line
 
 
 # 8: outputs that share a name ---------------------------------------------------------------
