@@ -16,6 +16,7 @@ from layergrad.commands.fix.weights import InputStats
 from layergrad.core.errors import InputError, LayergradError
 from layergrad.core.probe_options import PathLike
 from layergrad.core.tf_types import KerasModel
+from layergrad.data.stats import aggregates
 from layergrad.files.file_info import FileInfo
 from layergrad.model.target_fit import LabelSummary
 
@@ -48,18 +49,36 @@ def data_facts(
     return labels, stats
 
 
+# how each of an input's totals adds up over batches (as the step's summaries do)
+_KINDS = {
+    "low": aggregates.MIN,
+    "high": aggregates.MAX,
+    "abs": aggregates.SUM,
+    "size": aggregates.SUM,
+    "count": aggregates.SUM,
+    "sum": aggregates.SUM,
+    "squares": aggregates.SUM,
+}
+
+
 def _input_stats(labelled: object, names: list[str], n: int) -> list[InputStats]:
     stream = getattr(labelled, "stream", None)
     if stream is None:
         return []
-    sums: list[dict[str, object]] = [{} for _ in range(n)]
+    totals: list[dict[str, np.ndarray]] = [{} for _ in range(n)]
     try:
         for batch in stream.dataset:
             for i, tensor in enumerate(tuple(batch)[:n]):
                 x = np.asarray(tensor.numpy())
                 if x.dtype.kind != "f" or not x.size:
                     continue
-                _add(sums[i], x.astype(np.float64))
+                one = _batch_totals(x.astype(np.float64))
+                if one is not None:
+                    old = totals[i]
+                    totals[i] = {
+                        k: aggregates.combine([old[k], v], _KINDS[k]) if old else v
+                        for k, v in one.items()
+                    }
     except LayergradError:
         raise
     except Exception as exc:
@@ -70,18 +89,18 @@ def _input_stats(labelled: object, names: list[str], n: int) -> list[InputStats]
             raise refusal from None
         return []
     out = []
-    for name, s in zip(names, sums, strict=True):
+    for name, s in zip(names, totals, strict=True):
         if not s:
             continue
-        count = float(s["count"])  # type: ignore[arg-type]
-        mean = np.asarray(s["sum"]) / count
-        variance = np.maximum(np.asarray(s["squares"]) / count - mean**2, 1e-12)
+        count = float(s["count"])
+        mean = s["sum"] / count
+        variance = np.maximum(s["squares"] / count - mean**2, 1e-12)
         out.append(
             InputStats(
                 name,
-                float(s["low"]),  # type: ignore[arg-type]
-                float(s["high"]),  # type: ignore[arg-type]
-                float(s["abs"]) / float(s["size"]),  # type: ignore[arg-type]
+                float(s["low"]),
+                float(s["high"]),
+                float(s["abs"]) / float(s["size"]),
                 tuple(float(v) for v in np.atleast_1d(mean)),
                 tuple(float(v) for v in np.atleast_1d(variance)),
             )
@@ -89,15 +108,19 @@ def _input_stats(labelled: object, names: list[str], n: int) -> list[InputStats]
     return out
 
 
-def _add(s: dict[str, object], x: np.ndarray) -> None:
+def _batch_totals(x: np.ndarray) -> dict[str, np.ndarray] | None:
+    """One batch's share of each total (`_KINDS`); None when it holds no finite value."""
     finite = x[np.isfinite(x)]
     if not finite.size:
-        return
+        return None
     rows = x.reshape(-1, x.shape[-1]) if x.ndim > 1 else x.reshape(-1, 1)
-    s["low"] = min(float(s.get("low", np.inf)), float(finite.min()))  # type: ignore[arg-type]
-    s["high"] = max(float(s.get("high", -np.inf)), float(finite.max()))  # type: ignore[arg-type]
-    s["abs"] = float(s.get("abs", 0.0)) + float(np.abs(finite).sum())  # type: ignore[arg-type]
-    s["size"] = int(s.get("size", 0)) + int(finite.size)  # type: ignore[call-overload]
-    s["count"] = int(s.get("count", 0)) + rows.shape[0]  # type: ignore[call-overload]
-    s["sum"] = np.asarray(s.get("sum", 0.0)) + np.nansum(rows, axis=0)
-    s["squares"] = np.asarray(s.get("squares", 0.0)) + np.nansum(rows**2, axis=0)
+    batch = {
+        "low": finite.min(),
+        "high": finite.max(),
+        "abs": np.abs(finite).sum(),
+        "size": finite.size,
+        "count": rows.shape[0],
+        "sum": np.nansum(rows, axis=0),
+        "squares": np.nansum(rows**2, axis=0),
+    }
+    return {k: np.asarray(v, np.float64) for k, v in batch.items()}

@@ -33,7 +33,6 @@ from layergrad.render.escape import python_name, python_string, python_value
 KERNEL_FACTOR = 4.0  # a kernel whose std is this many times off its initialiser's: far off
 BIAS_LIMIT = 10.0  # a bias entry beyond this (in |value|): far off (Keras starts at 0)
 TARGET_RATIO = 1e-3  # the update ratio a healthy step has (lr x |grad| / |W|)
-UNSCALED = 10.0  # an input whose mean |x| is above this is raw (as diagnose/forward_findings)
 RELU_LIKE = ("relu", "relu6", "elu", "selu", "gelu", "leaky_relu", "silu", "swish")
 
 
@@ -133,6 +132,8 @@ def _get_layer(path: str) -> str:
 
 def scale_inputs(info: FileInfo, stats: Sequence[InputStats], finding: str) -> Plan | None:
     """Raw inputs: Rescaling(1/255) for 8-bit values, else an adapted Normalization."""
+    from layergrad.diagnose.forward_findings import UNSCALED  # the bound `scan` flags on
+
     raw = [s for s in stats if s.mean_abs > UNSCALED]
     if not raw:
         return None
