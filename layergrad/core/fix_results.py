@@ -25,8 +25,22 @@ class Verdict(Word):
     NOT_RUN = "not run"  # no --data: nothing was trained
 
 
+class _Scored:
+    """A trained loss `final` and the `trivial` loss of the same labels."""
+
+    final: float | None
+    trivial: float | None
+
+    @property
+    def relative(self) -> float | None:
+        """`final` over `trivial` (a loss of a different kind compares this way)."""
+        if self.final is None or not self.trivial:
+            return None
+        return self.final / self.trivial
+
+
 @dataclass(frozen=True)
-class OutputLoss:
+class OutputLoss(_Scored):
     """One output's loss of a trained model with several outputs: the loss of its predictions
     on the scored batches and its trivial loss on the same labels (None: it has none)."""
 
@@ -36,16 +50,9 @@ class OutputLoss:
     trivial: float | None = None
     baseline: float | None = None  # the original's trained output, scored by this loss
 
-    @property
-    def relative(self) -> float | None:
-        """`final` over `trivial`."""
-        if self.final is None or not self.trivial:
-            return None
-        return self.final / self.trivial
-
 
 @dataclass(frozen=True)
-class Run:
+class Run(_Scored):
     """One model trained on the data for the same steps from the same weights.
 
     `losses[i]` is the loss of step i + 1; `trivial` the loss of predicting the class prior
@@ -72,13 +79,6 @@ class Run:
     accuracy: float | None = None  # a classifier's, on the scored batches
     prior_accuracy: float | None = None  # always answering their most frequent class
     trained_loss: float | None = None  # the last tenth of the training losses, as `fit` has them
-
-    @property
-    def relative(self) -> float | None:
-        """`final` over `trivial` (a loss of a different kind compares this way)."""
-        if self.final is None or not self.trivial:
-            return None
-        return self.final / self.trivial
 
 
 @dataclass(frozen=True)

@@ -171,17 +171,9 @@ def _parts(
 ) -> Iterator[tuple[np.ndarray, ...]]:
     """Each element of a user iterable as checked arrays in input order, then its labels in
     output order when `columns` says where they are (samples get a batch axis of 1)."""
-    iterator = iter(items)
-    index = seen = 0  # batches and samples read so far
-    while True:
+    seen = 0  # samples read so far
+    for index, element in enumerate(checked_iteration(items, ref, numbered=True)):
         where = f"--data {ref}: batch {index}"
-        try:
-            with running_user_code():
-                element = next(iterator)
-        except StopIteration:
-            return
-        except (Exception, SystemExit) as exc:
-            raise InputError(f"{where}: the batches raised {raised(exc)}") from exc
         names = [s.name for s in specs]
         arrays = [np.asarray(pick(element, p)) for p in locate_inputs(element, names, where)]
         sample = arrays[0].ndim == len(specs[0].shape)
@@ -198,7 +190,6 @@ def _parts(
                 "the same number of rows"
             )
         yield (*fitted, *read_labels(element, columns, rows[0], sample, where))
-        index += 1
         seen += rows[0]
 
 

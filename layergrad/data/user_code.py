@@ -127,9 +127,13 @@ def load_function(ref: str) -> Callable[[], object]:
     return function
 
 
-def checked_iteration(items: Iterable[object], ref: str) -> Iterator[object]:
-    """The elements of a user iterable; what its code raises (SystemExit too) is one line."""
+def checked_iteration(
+    items: Iterable[object], ref: str, *, numbered: bool = False
+) -> Iterator[object]:
+    """The elements of a user iterable; what its code raises (SystemExit too) is one line,
+    naming the batch it was reading when `numbered`."""
     iterator = iter(items)
+    index = 0
     while True:
         try:
             with running_user_code():
@@ -137,8 +141,10 @@ def checked_iteration(items: Iterable[object], ref: str) -> Iterator[object]:
         except StopIteration:
             return
         except (Exception, SystemExit) as exc:
-            raise InputError(f"--data {ref}: the batches raised {raised(exc)}") from exc
+            where = f"--data {ref}: batch {index}" if numbered else f"--data {ref}"
+            raise InputError(f"{where}: the batches raised {raised(exc)}") from exc
         yield element
+        index += 1
 
 
 def raised(exc: BaseException) -> str:
