@@ -119,44 +119,37 @@ def nonfinite_finding(
     """Where the first NaN/Inf came from: an input of the step's batch that holds one (the
     data), else the first layer whose output has one, else (the forward pass being finite)
     the layer nearest the loss whose gradient has one."""
+    layer, text = _nonfinite_source(checkpoint, order)
     where = f"step {checkpoint.step} (epoch {epoch}, batch {batch})"
+    return Reason(Finding.NONFINITE, f"{where}: {text}", layer=layer, step=checkpoint.step)
+
+
+def _nonfinite_source(checkpoint: Checkpoint, order: Sequence[str]) -> tuple[str | None, str]:
+    """(the input or layer, what it shows) for `nonfinite_finding`."""
     if checkpoint.nonfinite_inputs:  # the data, before any layer
         name, count, row = checkpoint.nonfinite_inputs[0]
-        return Reason(
-            Finding.NONFINITE,
-            f"{where}: the training data holds NaN/Inf: input {name!r} of the step's batch has "
+        return name, (
+            f"the training data holds NaN/Inf: input {name!r} of the step's batch has "
             f"{count} NaN/Inf values, the first in sample {row} of the batch; clean the data "
-            "(the model is not at fault)",
-            layer=name,
-            step=checkpoint.step,
+            "(the model is not at fault)"
         )
     rows = {r.layer: r for r in checkpoint.layers}
     ordered = [rows[p] for p in order if p in rows]
     forward = next((r for r in ordered if r.nonfinite_activation), None)
     if forward is not None:
-        return Reason(
-            Finding.NONFINITE,
-            f"{where}: the first NaN/Inf of the forward pass is in the output of "
-            f"{forward.layer} ({forward.nonfinite_activation} values)",
-            layer=forward.layer,
-            step=checkpoint.step,
+        return forward.layer, (
+            "the first NaN/Inf of the forward pass is in the output of "
+            f"{forward.layer} ({forward.nonfinite_activation} values)"
         )
     backward = next((r for r in reversed(ordered) if r.nonfinite_gradient), None)
     if backward is not None:
-        return Reason(
-            Finding.NONFINITE,
-            f"{where}: the forward pass is finite; the backward pass first gives NaN/Inf in "
-            f"the gradient of {backward.layer} ({backward.nonfinite_gradient} values)",
-            layer=backward.layer,
-            step=checkpoint.step,
+        return backward.layer, (
+            "the forward pass is finite; the backward pass first gives NaN/Inf in "
+            f"the gradient of {backward.layer} ({backward.nonfinite_gradient} values)"
         )
-    last = ordered[-1].layer if ordered else None
-    return Reason(
-        Finding.NONFINITE,
-        f"{where}: the loss is NaN/Inf although every layer's output is finite: the loss "
-        "itself (e.g. log of 0) does not fit the outputs",
-        layer=last,
-        step=checkpoint.step,
+    return ordered[-1].layer if ordered else None, (
+        "the loss is NaN/Inf although every layer's output is finite: the loss "
+        "itself (e.g. log of 0) does not fit the outputs"
     )
 
 
