@@ -176,34 +176,35 @@ def _exact(lin: LinearMap, seed: int) -> tuple[FrobeniusNorms, SpectralNorms, np
 
 def exact_rows(lin: LinearMap) -> Tensor:
     """The (m, B, n) tensor of every row of every J_i: m one-hot VJPs, vectorized over rows."""
-
-    @tf.function
-    def rows(index: Tensor) -> Tensor:
-        def one(j: Tensor) -> Tensor:
-            onehot = tf.one_hot(j, lin.m, dtype=tf.float32)
-            return lin.vjp_blocks(tf.broadcast_to(onehot[None], [lin.batch, lin.m]))
-
-        return tf.vectorized_map(one, index, warn=False)
-
+    rows = _one_hot_products(lin, lin.vjp_blocks, lin.m)
     return _stack_chunks(rows, lin.m, chunk_size(lin, lin.m))
 
 
 def exact_columns(lin: LinearMap) -> Tensor | None:
     """The (n, B, m) tensor of every column of every J_i: n one-hot JVPs, vectorized; None
     when J v cannot be formed (an op on the path has no second derivative)."""
-
-    @tf.function
-    def columns(index: Tensor) -> Tensor:
-        def one(k: Tensor) -> Tensor:
-            onehot = tf.one_hot(k, lin.n, dtype=tf.float32)
-            return lin.jvp_blocks(tf.broadcast_to(onehot[None], [lin.batch, lin.n]))
-
-        return tf.vectorized_map(one, index, warn=False)
-
+    columns = _one_hot_products(lin, lin.jvp_blocks, lin.n)
     try:
         return _stack_chunks(columns, lin.n, chunk_size(lin, lin.n))
     except (LookupError, ValueError, TypeError):
         return None
+
+
+def _one_hot_products(
+    lin: LinearMap, product: Callable[[Tensor], Tensor], size: int
+) -> Callable[[Tensor], Tensor]:
+    """A compiled function of indices: `product` (a VJP or JVP over the batch) of the one-hot
+    vector of each index, of length `size`, vectorized over the indices."""
+
+    @tf.function
+    def products(index: Tensor) -> Tensor:
+        def one(k: Tensor) -> Tensor:
+            onehot = tf.one_hot(k, size, dtype=tf.float32)
+            return product(tf.broadcast_to(onehot[None], [lin.batch, size]))
+
+        return tf.vectorized_map(one, index, warn=False)
+
+    return products
 
 
 def _lanczos_spectral(lin: LinearMap, seed: int) -> np.ndarray | None:
