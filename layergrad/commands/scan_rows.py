@@ -9,7 +9,6 @@ import fnmatch
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 import numpy as np
 
@@ -25,7 +24,7 @@ from layergrad.engine.data_step import Probed, StreamRun
 from layergrad.engine.layer_calls import Activation
 from layergrad.engine.trace import Trace
 from layergrad.model.graph import ModelGraph
-from layergrad.model.layer_refs import Site, no_glob_match_message, ref_of
+from layergrad.model.layer_refs import no_glob_match_message, ref_of
 
 # Vanishing (exploding): on the trunk, ||g|| at least DECADES below (above) the target end's
 # and falling (rising) by more than RATE decades per layer on average on the way, or EXTREME
@@ -47,22 +46,7 @@ class RowNumbers:
     data: DataStats | None = None  # over a data set: dead units and per-sample L2
 
 
-class _Measured(Protocol):
-    """A captured activation of either pass (`Activation`, `Probed`)."""
-
-    @property
-    def site(self) -> Site: ...
-    @property
-    def shape(self) -> tuple[int, ...]: ...
-    @property
-    def dtype(self) -> str: ...
-    @property
-    def output(self) -> int: ...
-    @property
-    def is_float(self) -> bool: ...
-
-
-def not_differentiable(act: _Measured) -> Status:
+def not_differentiable(act: Probed) -> Status:
     """The status of a row that has no gradient by its dtype: text, or integers."""
     return Status.STRING if act.dtype == "string" else Status.INTEGER
 
@@ -143,8 +127,8 @@ def summary_rows(
 
 
 def build_rows(
-    measured: Sequence[tuple[_Measured, RowNumbers]],
-    target: _Measured | None,
+    measured: Sequence[tuple[Probed, RowNumbers]],
+    target: Probed | None,
     ends: Sequence[tuple[str, int]],
     graph: ModelGraph | None,
     classes: dict[str, str],
@@ -173,7 +157,7 @@ def build_rows(
     return tuple(rows)
 
 
-def _row(act: _Measured, numbers: RowNumbers, class_name: str) -> ScanRow:
+def _row(act: Probed, numbers: RowNumbers, class_name: str) -> ScanRow:
     flags = status_flags(numbers.status, numbers.dead if numbers.gradient is not None else None)
     return ScanRow(
         layer=act.site.ref,
@@ -203,7 +187,7 @@ def trace_causes(
     return add
 
 
-def _upstream(graph: ModelGraph | None, act: _Measured, target: _Measured) -> bool:
+def _upstream(graph: ModelGraph | None, act: Probed, target: Probed) -> bool:
     a, t = act.site, target.site
     if t.logits and (a.path, a.call) == (t.path, t.call):
         return a.logits  # the output after the activation comes after `LAYER:logits`

@@ -34,8 +34,8 @@ from layergrad.data.stats.aggregates import ForwardTotals, GradientTotals
 from layergrad.engine import step_calls
 from layergrad.engine.capture import Plan, Record, Recorder, installed, recording
 from layergrad.engine.layer_calls import (
+    Probed,
     check_all_called,
-    float_dtype,
     is_float,
     site_groups,
     unique_leaves,
@@ -49,20 +49,6 @@ if TYPE_CHECKING:
 
 Progress = step_calls.Progress
 __all__ = ["Plan", "Probed", "StreamRun", "run_stream"]
-
-
-@dataclass(frozen=True)
-class Probed:
-    """A captured activation: where it came from, its shape (batch axis = samples), dtype."""
-
-    site: Site
-    shape: tuple[int, ...]
-    dtype: str
-    output: int = 0  # which output of a multi-output layer (flattened order)
-
-    @property
-    def is_float(self) -> bool:
-        return float_dtype(self.dtype)
 
 
 @dataclass(frozen=True)

@@ -22,18 +22,24 @@ from layergrad.model.layer_refs import LOGITS, Site, iter_layers, split_logits
 
 
 @dataclass(frozen=True)
-class Activation:
-    """A captured activation: where it came from, its shape, dtype and value."""
+class Probed:
+    """A captured activation: where it came from, its shape (batch axis = samples), dtype."""
 
     site: Site
     shape: tuple[int, ...]
     dtype: str
-    value: np.ndarray = field(repr=False, compare=False)
     output: int = 0  # which output of a multi-output layer (flattened order)
 
     @property
     def is_float(self) -> bool:
         return float_dtype(self.dtype)
+
+
+@dataclass(frozen=True)
+class Activation(Probed):
+    """A captured activation of one forward pass, with its value."""
+
+    value: np.ndarray = field(repr=False, compare=False, kw_only=True)
 
 
 @dataclass(frozen=True)
