@@ -11,8 +11,10 @@ from layergrad.render.common import number
 SHOWN_UNITS = 12
 
 
-def data_json(data: DataStats, has_gradient: bool) -> dict[str, object]:
-    """The JSON members a result over a data set adds."""
+def data_json(data: DataStats | None, has_gradient: bool) -> dict[str, object]:
+    """The JSON members a result over a data set adds (none without one)."""
+    if data is None:
+        return {}
     sample = data.per_sample_l2
     return {
         "dead_units": list(data.dead_units) if has_gradient else None,

@@ -129,18 +129,15 @@ def as_json(report: InspectReport, **_: object) -> str:
 
 def result_json(res: Result) -> dict[str, object]:
     """One result as a JSON-ready dict (`jacobian` only with --measure jacobian)."""
-    doc: dict[str, object] = {
+    return {
         "from": _endpoint_json(res.source),
         "to": _endpoint_json(res.target),
         "status": res.status,
         "gradient": gradient_json(res.gradient, shape=True),
         "causes": [cause_json(c) for c in res.causes],
+        **({} if res.jacobian is None else {"jacobian": jacobian.jacobian_json(res.jacobian)}),
+        **data_json(res.data, res.gradient is not None),
     }
-    if res.jacobian is not None:
-        doc["jacobian"] = jacobian.jacobian_json(res.jacobian)
-    if res.data is not None:
-        doc.update(data_json(res.data, res.gradient is not None))
-    return doc
 
 
 def _endpoint_json(e: Endpoint) -> dict[str, object]:

@@ -129,25 +129,18 @@ def as_json(report: ScanReport, **_: object) -> str:
 
 def row_json(row: ScanRow) -> dict[str, object]:
     """One scan row as a JSON-ready dict (`jacobian` only with --measure jacobian)."""
-    doc = _row_json(row)
-    if row.jacobian is not None:
-        doc["jacobian"] = jacobian.scan_jacobian_json(row.jacobian)
-    if row.data is not None:
-        doc.update(data_json(row.data, row.gradient is not None))
-    return doc
-
-
-def _row_json(row: ScanRow) -> dict[str, object]:
-    g = row.gradient
+    j = row.jacobian
     return {
         "layer": row.layer,
         "class": row.class_name,
         "shape": list(row.shape),
         "dtype": row.dtype,
         "status": row.status,
-        "gradient": gradient_json(g),
+        "gradient": gradient_json(row.gradient),
         "flags": list(row.flags),
         "causes": [cause_json(c) for c in row.causes],
+        **({} if j is None else {"jacobian": jacobian.scan_jacobian_json(j)}),
+        **data_json(row.data, row.gradient is not None),
     }
 
 
