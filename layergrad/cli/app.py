@@ -6,8 +6,9 @@ Shared options are in `cli/options.py`; error handling and printing in `cli/runn
 
 from __future__ import annotations
 
+import functools
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import click
@@ -15,14 +16,15 @@ import click
 from layergrad import __version__
 from layergrad.cli import fit, fix, gate
 from layergrad.cli.options import (
-    comma_list,
     data_options,
+    fail_on_option,
     force_option,
     format_options,
     load_options,
     measure_options,
     plot_option,
     probe_options,
+    target_option,
     wrt_options,
 )
 from layergrad.cli.running import emit, handle_errors, said, write_plot
@@ -30,7 +32,7 @@ from layergrad.core.vocab import FAILING_STATUSES, Flag, OutputFormat, Wrt
 
 if TYPE_CHECKING:
     from layergrad.core.probe_options import MeasureFields, ProbeOptions
-    from layergrad.core.results import ScanReport, ScanRow, VariableRow, WeightScanReport
+    from layergrad.core.results import ScanReport, ScanRow, VariableRow
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -71,12 +73,11 @@ def main() -> None:
     metavar="FILE",
     help="Write raw gradients: .npy (one --to) or .npz keyed by --to.",
 )
-@click.option(
-    "--fail-on",
-    default="",
-    callback=comma_list(FAILING_STATUSES, "status"),
-    metavar="STATUSES",
-    help="Exit 1 when a result has one of these statuses, e.g. none,zero,nonfinite.",
+@fail_on_option(
+    FAILING_STATUSES,
+    "status",
+    "STATUSES",
+    "Exit 1 when a result has one of these statuses, e.g. none,zero,nonfinite.",
 )
 @force_option
 @load_options
@@ -207,12 +208,7 @@ def layers(
 
 @main.command()
 @click.argument("model", type=click.Path(dir_okay=True, path_type=str))
-@click.option(
-    "--to",
-    "target",
-    metavar="REF",
-    help="Target layer (default: a seeded random projection of the model's outputs).",
-)
+@target_option("Target layer (default: a seeded random projection of the model's outputs).")
 @click.option(
     "--layers",
     "patterns",
@@ -226,12 +222,8 @@ def layers(
 @measure_options
 @format_options
 @plot_option
-@click.option(
-    "--fail-on",
-    default="",
-    callback=comma_list(Flag, "flag"),
-    metavar="FLAGS",
-    help=f"Exit 1 when a layer is flagged with one of: {','.join(Flag.words())}.",
+@fail_on_option(
+    Flag, "flag", "FLAGS", f"Exit 1 when a layer is flagged with one of: {','.join(Flag.words())}."
 )
 @force_option
 @load_options
@@ -280,6 +272,7 @@ def scan(
     """
     from layergrad.cli.progress import sample_progress
     from layergrad.commands import api
+    from layergrad.core.results import WeightScanReport
     from layergrad.files import outputs
     from layergrad.render import chart_files
 
@@ -293,37 +286,22 @@ def scan(
     reads = outputs.protected_inputs(model, probe.input_file, imports, data)
     if plot_file:
         chart_files.check_plot_path(plot_file, reads, force=force)
-    if wrt == Wrt.WEIGHTS:
-        with sample_progress(probe.data_set is not None and not quiet) as on_progress:
-            weights = api.scan_weights_model(
-                model,
-                loss=loss,
-                imports=imports,
-                unsafe=unsafe,
-                options=probe,
-                on_progress=on_progress,
-            )
-        result: WeightScanReport | ScanReport = weights
-        rows: Sequence[VariableRow] | Sequence[ScanRow] = weights.variables
-    else:
-        with sample_progress(probe.data_set is not None and not quiet) as on_progress:
-            activations = api.scan_model(
-                model,
-                target=target,
-                layers=patterns,
-                imports=imports,
-                unsafe=unsafe,
-                options=probe,
-                on_progress=on_progress,
-                **measure,
-            )
-        result, rows = activations, activations.rows
+    run: Callable[..., WeightScanReport | ScanReport] = (
+        functools.partial(api.scan_weights_model, loss=loss)
+        if wrt == Wrt.WEIGHTS
+        else functools.partial(api.scan_model, target=target, layers=patterns, **measure)
+    )
+    with sample_progress(probe.data_set is not None and not quiet) as on_progress:
+        result = run(model, imports=imports, unsafe=unsafe, options=probe, on_progress=on_progress)
     if not probe.reports_here:  # another worker of the cluster writes it
         return
-    if wrt == Wrt.WEIGHTS:
-        emit("weights", fmt, weights, weights.model.warnings)
+    rows: Sequence[VariableRow] | Sequence[ScanRow]
+    if isinstance(result, WeightScanReport):
+        emit("weights", fmt, result, result.model.warnings)
+        rows = result.variables
     else:
-        emit("scan", fmt, activations, activations.model.warnings)
+        emit("scan", fmt, result, result.model.warnings)
+        rows = result.rows
     if plot_file:
         write_plot(result, plot_file, reads, force)
     if any(set(row.flags) & fail_on for row in rows):

@@ -11,14 +11,14 @@ import sys
 import click
 
 from layergrad.cli.options import (
-    comma_list,
+    count_option,
+    fail_on_option,
     format_options,
     load_options,
     training_data_options,
     training_options,
 )
 from layergrad.cli.running import abort_now, emit, handle_errors, note
-from layergrad.core.limits import MAX_STEPS
 from layergrad.core.vocab import DEFAULT_FIT_FAIL_ON, TRAINING_FINDINGS, OutputFormat
 from layergrad.data.stall import DEFAULT_STALL_SECONDS
 
@@ -32,12 +32,7 @@ from layergrad.data.stall import DEFAULT_STALL_SECONDS
     batch_size_help="Rows per training batch.",
     seed_help="Seeds the data shuffling and Keras's random state.",
 )
-@click.option(
-    "--epochs",
-    type=click.IntRange(min=1, max=MAX_STEPS),
-    metavar="E",
-    help="Train E epochs instead.",
-)
+@count_option("--epochs", "E", "Train E epochs instead.")
 @click.option(
     "--learning-rate",
     type=float,
@@ -50,12 +45,7 @@ from layergrad.data.stall import DEFAULT_STALL_SECONDS
     metavar="NAME",
     help="A keras.optimizers name (default: the compiled optimizer, fresh state).",
 )
-@click.option(
-    "--every",
-    type=click.IntRange(min=1, max=MAX_STEPS),
-    metavar="N",
-    help="Reduce the gradients every N steps (default: about 50 checkpoints).",
-)
+@count_option("--every", "N", "Reduce the gradients every N steps (default: about 50 checkpoints).")
 @click.option("--log-dir", metavar="DIR", help="Also write TensorBoard summaries here.")
 @click.option(
     "--stall-timeout",
@@ -66,13 +56,12 @@ from layergrad.data.stall import DEFAULT_STALL_SECONDS
     help="Stop with an error when --data gives no batch for this long (0: wait forever).",
 )
 @format_options
-@click.option(
-    "--fail-on",
-    default=",".join(DEFAULT_FIT_FAIL_ON),
-    show_default=True,
-    callback=comma_list(TRAINING_FINDINGS, "finding"),
-    metavar="FINDINGS",
-    help=f"Exit 1 on one of: {','.join(TRAINING_FINDINGS)}.",
+@fail_on_option(
+    TRAINING_FINDINGS,
+    "finding",
+    "FINDINGS",
+    f"Exit 1 on one of: {','.join(TRAINING_FINDINGS)}.",
+    DEFAULT_FIT_FAIL_ON,
 )
 @load_options
 @handle_errors

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, TypeVar
 import click
 
 from layergrad.cli.options import (
-    comma_list,
     data_options,
+    fail_on_option,
     force_option,
     format_options,
     load_options,
     probe_options,
+    target_option,
     tolerance_option,
     wrt_options,
 )
@@ -34,13 +35,12 @@ T = TypeVar("T")
 
 @click.command()
 @click.argument("models", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option(
-    "--fail-on",
-    default=",".join(DEFAULT_FAIL_ON),
-    show_default=True,
-    callback=comma_list(Finding, "finding"),
-    metavar="FINDINGS",
-    help=f"Findings that fail a file: {','.join(Finding.words())}.",
+@fail_on_option(
+    Finding,
+    "finding",
+    "FINDINGS",
+    f"Findings that fail a file: {','.join(Finding.words())}.",
+    DEFAULT_FAIL_ON,
 )
 @click.option(
     "--static-only",
@@ -175,12 +175,7 @@ def check(
 @click.command()
 @click.argument("base", type=click.Path(dir_okay=True, path_type=str))
 @click.argument("new", type=click.Path(dir_okay=True, path_type=str))
-@click.option(
-    "--to",
-    "target",
-    metavar="REF",
-    help="Target layer, in both models (default: a seeded random projection of the outputs).",
-)
+@target_option("Target layer, in both models (default: a seeded random projection of the outputs).")
 @wrt_options
 @probe_options()
 @tolerance_option

@@ -194,26 +194,53 @@ def field_option(
     return _option(name, spec, help_text, default)
 
 
+def count_option(flag: str, metavar: str, help_text: str, default: int | None = None) -> Decorator:
+    """A whole number of steps (`--steps`, `--epochs`, `--every`), 1 to `MAX_STEPS`."""
+    from layergrad.core.limits import MAX_STEPS
+
+    return click.option(
+        flag,
+        type=click.IntRange(min=1, max=MAX_STEPS),
+        default=default,
+        show_default=default is not None,
+        metavar=metavar,
+        help=help_text,
+    )
+
+
+def fail_on_option(
+    allowed: Iterable[W], what: str, metavar: str, help_text: str, default: Iterable[W] = ()
+) -> Decorator:
+    """`--fail-on` with the words of `allowed` (a `what`, in its errors), comma-separated; the
+    command receives `fail_on`, a frozenset of members."""
+    words = ",".join(str(w) for w in default)
+    return click.option(
+        "--fail-on",
+        default=words,
+        show_default=bool(words),
+        callback=comma_list(allowed, what),
+        metavar=metavar,
+        help=help_text,
+    )
+
+
+def target_option(help_text: str) -> Decorator:
+    """`--to REF`, the one layer differentiated; the command receives `target`."""
+    return click.option("--to", "target", metavar="REF", help=help_text)
+
+
 def training_options(
     *, steps: int | None, steps_help: str, batch_size_help: str, seed_help: str
 ) -> Callable[[F], F]:
     """`--steps`, `--batch-size`, `--seed` of the commands that train (`fit`, `fix`), declared
     once with their bounds (`--batch-size` and `--seed` as the probe options declare them);
     `steps` is the default of `--steps` (None: the command decides)."""
-    from layergrad.core.limits import MAX_STEPS
     from layergrad.core.probe_options import DATA_BATCH_SIZE
 
     return lambda func: _stack(
         func,
         [
-            click.option(
-                "--steps",
-                type=click.IntRange(min=1, max=MAX_STEPS),
-                default=steps,
-                show_default=steps is not None,
-                metavar="N",
-                help=steps_help,
-            ),
+            count_option("--steps", "N", steps_help, steps),
             field_option("batch_size", batch_size_help, default=DATA_BATCH_SIZE),
             field_option("seed", seed_help),
         ],

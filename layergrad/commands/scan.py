@@ -13,7 +13,7 @@ from layergrad.commands.scan_rows import scan_rows, summary_rows
 from layergrad.commands.session import DataSession, Session
 from layergrad.commands.untrained_batchnorm import in_training, probe_in_training, scan_wrong
 from layergrad.core.probe_options import Progress
-from layergrad.core.results import FrobeniusNorms, ScanJacobian, ScanReport, ScanRow
+from layergrad.core.results import FrobeniusNorms, ProbeMeta, ScanJacobian, ScanReport, ScanRow
 from layergrad.core.vocab import NOT_DIFFERENTIABLE, Status
 from layergrad.diagnose import causes as why
 from layergrad.diagnose.diagnoser import softmax_target_note
@@ -73,13 +73,7 @@ def _scan(
             session.loaded, session.strategy, session.stream, session.options, site, patterns,
             on_progress,
         )  # fmt: skip
-        return ScanReport(
-            model=session.model_meta,
-            probe=session.probe_meta_of(run, seeded=site is None),
-            target=site.ref if site else None,
-            rows=rows,
-            notes=target_notes(site),
-        )
+        return _report(session, session.probe_meta_of(run, seeded=site is None), site, rows)
     model, options = session.model, session.options
     how = TraceMode(training=options.training, reduce=options.reduce, seed=options.seed)
     if jacobian is not None:  # one forward pass serves the gradient and the Jacobians
@@ -159,13 +153,7 @@ def _light_scan(session: Session, site: Site | None, patterns: Sequence[str]) ->
     rows = summary_rows(run, session.info.graph, classes, patterns)
     if any(r.status not in (Status.OK, *NOT_DIFFERENTIABLE) for r in rows):
         return None
-    return ScanReport(
-        model=session.model_meta,
-        probe=session.probe_meta,
-        target=site.ref if site else None,
-        rows=rows,
-        notes=target_notes(site),
-    )
+    return _report(session, session.probe_meta, site, rows)
 
 
 def scan_report(
@@ -190,15 +178,25 @@ def scan_report(
     if scale is not None:
         cause = why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
         notes.append(f"{cause.message}; {cause.hint}")
-    return ScanReport(
-        model=session.model_meta,
-        probe=session.probe_meta,
-        target=site.ref if site else None,
-        rows=rows,
+    return replace(
+        _report(session, session.probe_meta, site, rows),
         notes=tuple(notes),
         first_nonfinite=None if bad is None else bad.site.ref,
         constant=constant,
         input_range=scale,
+    )
+
+
+def _report(
+    session: Session | DataSession, probe: ProbeMeta, site: Site | None, rows: tuple[ScanRow, ...]
+) -> ScanReport:
+    """The report of `rows`, with the notes the target gives (`scan_report` adds the trace's)."""
+    return ScanReport(
+        model=session.model_meta,
+        probe=probe,
+        target=site.ref if site else None,
+        rows=rows,
+        notes=target_notes(site),
     )
 
 
