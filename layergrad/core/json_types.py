@@ -1,6 +1,6 @@
 """Types for JSON documents and Keras configs, and the narrowing that reads them.
 
-A parsed JSON document is a `JSONValue`. Code that walks a Keras config takes a `Config`
+Code that walks a Keras config takes a `Config`
 (a JSON object whose values are read as `object`) and narrows each value it uses with
 `member` / `members` / `listed`: a value of the wrong kind is a TypeError (which the file
 reader turns into "malformed config"), never a silent wrong answer.
@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypeAlias
 
-JSONValue: TypeAlias = "bool | int | float | str | list[JSONValue] | dict[str, JSONValue] | None"
-JSONObject: TypeAlias = "dict[str, JSONValue]"
 Config: TypeAlias = Mapping[str, object]  # a JSON object of a Keras config, values narrowed
 
 

@@ -30,9 +30,6 @@ def percentile_text(value: float | None) -> str:
     return "n/a (shards do not combine)" if value is None else number(value)
 
 
-_rank = percentile_text
-
-
 def data_lines(data: DataStats | None, source: str, where: str) -> list[Text]:
     """Text lines for a result over a data set (nothing without one)."""
     if data is None:
@@ -43,8 +40,8 @@ def data_lines(data: DataStats | None, source: str, where: str) -> list[Text]:
         lines.append(
             Text(
                 f"{where}per-sample L2 over {s.count:,} samples: mean {number(s.mean)}, std "
-                f"{number(s.std)}, min {number(s.min)}, p50 {_rank(s.p50)}, p95 "
-                f"{_rank(s.p95)}, max {number(s.max)}"
+                f"{number(s.std)}, min {number(s.min)}, p50 {percentile_text(s.p50)}, p95 "
+                f"{percentile_text(s.p95)}, max {number(s.max)}"
             )
         )
     if data.dead_units:
