@@ -33,6 +33,8 @@ from layergrad.render.html_page import (
     page,
     table,
 )
+from layergrad.render.inspect import COLUMNS as RESULT_COLUMNS
+from layergrad.render.scan import COLUMNS as SCAN_COLUMNS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -157,18 +159,7 @@ def _inspect_verdict(results: Sequence[Result]) -> Html:
 
 
 def _results_table(results: Sequence[Result]) -> Html:
-    header = [
-        "from",
-        "to",
-        "from shape",
-        "to shape",
-        "status",
-        "L2",
-        "mean |g|",
-        "max |g|",
-        "zeros",
-        "non-finite",
-    ]
+    header = [c.header for c in RESULT_COLUMNS]  # the text table's
     jacobian = _jacobian_cells(results)
     if jacobian:
         header.append("||J||_F mean")
@@ -266,18 +257,7 @@ def _scan_verdict(rows: Sequence[ScanRow]) -> Html:
 
 
 def _scan_table(rows: Sequence[ScanRow]) -> Html:
-    header = [
-        "#",
-        "layer",
-        "class",
-        "shape",
-        "status",
-        "L2",
-        "mean |g|",
-        "zeros",
-        "log10 mean |g|",
-        "flags",
-    ]
+    header = ["#", *(c.header for c in SCAN_COLUMNS)]  # the text table's, numbered
     jacobian = _jacobian_cells(rows)
     if jacobian:
         header.append("||J||_F mean")

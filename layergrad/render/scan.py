@@ -30,7 +30,6 @@ from layergrad.render.common import (
     to_text,
 )
 from layergrad.render.data import data_json
-from layergrad.render.html_report import scan_html
 
 SCHEMA = "layergrad.scan/1"
 BAR_WIDTH = 16
@@ -173,4 +172,6 @@ def markdown(report: ScanReport, **_: object) -> str:
 
 def html(value: ScanReport, **_: object) -> str:
     """One self-contained HTML page (inline style and charts, nothing fetched)."""
+    from layergrad.render.html_report import scan_html
+
     return scan_html(value)
