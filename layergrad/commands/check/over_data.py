@@ -34,9 +34,9 @@ def dynamic_data(
     info: FileInfo,
     options: CheckOptions,
     add: Add,
-    baseline: Baseline | None = None,
-    has_loss: bool = False,
-    trained: bool = False,
+    baseline: Baseline | None,
+    has_loss: bool,
+    trained: bool,
 ) -> None:
     """The forward and gradient checks over every sample of the data set (one pass), and
     with `baseline` the baseline check over the same data (the loss's gradient over the data
