@@ -56,6 +56,20 @@ def _stack(func: F, options: Sequence[Decorator]) -> F:
     return cast(F, decorated)
 
 
+def _rewriting(
+    func: F, rewrite: Callable[[dict[str, object]], None], options: Sequence[Decorator]
+) -> F:
+    """`options` on `func`, whose keyword arguments `rewrite` changes in place first (several
+    options become the one argument the command receives)."""
+
+    @functools.wraps(func)
+    def rewritten(*args: object, **kwargs: object) -> object:
+        rewrite(kwargs)
+        return func(*args, **kwargs)
+
+    return _stack(cast(F, rewritten), options)
+
+
 def load_options(func: F) -> F:
     """`--import`, `--unsafe`, `--debug`: options of every command that opens a model."""
     return _stack(
@@ -194,6 +208,18 @@ def field_option(
     return _option(name, spec, help_text, default)
 
 
+def word_option(flag: str, default: Word, help_text: str, *name: str) -> Decorator:
+    """An option taking one word of `default`'s vocabulary (`--measure`, `--format`, `--wrt`)."""
+    return click.option(
+        flag,
+        *name,
+        type=click.Choice(type(default).words()),
+        default=default.value,
+        show_default=True,
+        help=help_text,
+    )
+
+
 def count_option(flag: str, metavar: str, help_text: str, default: int | None = None) -> Decorator:
     """A whole number of steps (`--steps`, `--epochs`, `--every`), 1 to `MAX_STEPS`."""
     from layergrad.core.limits import MAX_STEPS
@@ -264,44 +290,31 @@ def probe_options(
     helps = {"batch_size": batch_size_help, "seed": seed_help, "input_file": input_help}
     groups = ["probe", "run"] if run_options else ["probe"]
 
-    def decorate(func: F) -> F:
-        @functools.wraps(func)
-        def bundled(*args: object, **kwargs: object) -> object:
-            from layergrad.core.probe_options import probe_from
+    return lambda func: _rewriting(func, _probe_bundle, _options(groups, helps))
 
-            given = {name: kwargs.pop(name) for name, _ in cli_fields() if name in kwargs}
-            try:
-                kwargs["probe"] = probe_from(None, given)
-            except LayergradError as exc:  # options that do not go together
-                usage_error(exc, bool(kwargs.get("debug", False)))
-            return func(*args, **kwargs)
 
-        return _stack(cast(F, bundled), _options(groups, helps))
+def _probe_bundle(kwargs: dict[str, object]) -> None:
+    from layergrad.core.probe_options import probe_from
 
-    return decorate
+    given = {name: kwargs.pop(name) for name, _ in cli_fields() if name in kwargs}
+    try:
+        kwargs["probe"] = probe_from(None, given)
+    except LayergradError as exc:  # options that do not go together
+        usage_error(exc, bool(kwargs.get("debug", False)))
 
 
 def measure_options(func: F) -> F:
     """`--measure`, `--probes`, `--exact`, `--top` (inspect, scan); the command receives
     `measure`, a `MeasureFields`: the API's keyword arguments of the same names."""
 
-    @functools.wraps(func)
-    def bundled(*args: object, **kwargs: object) -> object:
-        keys = ("measure", "probes", "exact", "top")
-        given = {key: kwargs.pop(key) for key in keys}
-        given["measure"] = Measure(given["measure"])
-        kwargs["measure"] = cast("MeasureFields", given)
-        return func(*args, **kwargs)
-
-    return _stack(
-        cast(F, bundled),
+    return _rewriting(
+        func,
+        _measure_fields,
         [
-            click.option(
+            word_option(
                 "--measure",
-                type=click.Choice(Measure.words()),
-                default=Measure.GRADIENT.value,
-                show_default=True,
-                help="gradient: d reduce(to) / d from. jacobian: also the norms of the "
+                Measure.GRADIENT,
+                "gradient: d reduce(to) / d from. jacobian: also the norms of the "
                 "per-sample Jacobians d to[i] / d from[i] (Frobenius, spectral, per unit).",
             ),
             click.option(
@@ -331,42 +344,45 @@ def measure_options(func: F) -> F:
     )
 
 
-def tolerance_option(func: F) -> F:
-    """`--tolerance DECADES` of `diff` and `check --baseline`; the command receives `tolerance`."""
-    return click.option(
-        "--tolerance",
-        default=2.0,
-        show_default=True,
-        type=click.FloatRange(min=0, min_open=True),
-        metavar="DECADES",
-        help="Largest change of mean |g| in decades (log10), up or down, not a regression.",
-    )(func)
+def _measure_fields(kwargs: dict[str, object]) -> None:
+    given = {key: kwargs.pop(key) for key in ("measure", "probes", "exact", "top")}
+    given["measure"] = Measure(given["measure"])
+    kwargs["measure"] = cast("MeasureFields", given)
+
+
+# `--tolerance DECADES` of `diff` and `check --baseline`; the command receives `tolerance`
+tolerance_option = click.option(
+    "--tolerance",
+    default=2.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="DECADES",
+    help="Largest change of mean |g| in decades (log10), up or down, not a regression.",
+)
 
 
 def format_options(func: F) -> F:
     """`--format table|json|markdown` and its shorthand `--json`; the command receives `fmt`."""
 
-    @functools.wraps(func)
-    def merged(*args: object, **kwargs: object) -> object:
-        as_json = kwargs.pop("as_json")
-        kwargs["fmt"] = OutputFormat.JSON if as_json else OutputFormat(kwargs["fmt"])
-        return func(*args, **kwargs)
-
-    return _stack(
-        cast(F, merged),
+    return _rewriting(
+        func,
+        _output_format,
         [
-            click.option(
+            word_option(
                 "--format",
-                "fmt",
-                type=click.Choice(OutputFormat.words()),
-                default=OutputFormat.TABLE.value,
-                show_default=True,
-                help="Output: a table for people, JSON for programs, markdown for pull-request "
+                OutputFormat.TABLE,
+                "Output: a table for people, JSON for programs, markdown for pull-request "
                 "comments, html for one self-contained page (> report.html).",
+                "fmt",
             ),
             click.option("--json", "as_json", is_flag=True, help="Shorthand for --format json."),
         ],
     )
+
+
+def _output_format(kwargs: dict[str, object]) -> None:
+    as_json = kwargs.pop("as_json")
+    kwargs["fmt"] = OutputFormat.JSON if as_json else OutputFormat(kwargs["fmt"])
 
 
 def wrt_options(func: F) -> F:
@@ -374,12 +390,10 @@ def wrt_options(func: F) -> F:
     return _stack(
         func,
         [
-            click.option(
+            word_option(
                 "--wrt",
-                type=click.Choice(Wrt.words()),
-                default=Wrt.ACTIVATIONS.value,
-                show_default=True,
-                help="Every layer's output, or (weights) the training loss's gradient for "
+                Wrt.ACTIVATIONS,
+                "Every layer's output, or (weights) the training loss's gradient for "
                 "every trainable variable.",
             ),
             click.option(
@@ -393,23 +407,21 @@ def wrt_options(func: F) -> F:
     )
 
 
-def plot_option(func: F) -> F:
-    """`--plot FILE`: also write the command's chart; the format follows the extension."""
-    return click.option(
-        "--plot",
-        "plot_file",
-        metavar="FILE",
-        type=click.Path(dir_okay=False, path_type=str),
-        help="Also write the chart: .png, .svg or .pdf (gradient flow for scan, unit "
-        "sensitivity for inspect).",
-    )(func)
+# `--plot FILE`: also write the command's chart; the format follows the extension
+plot_option = click.option(
+    "--plot",
+    "plot_file",
+    metavar="FILE",
+    type=click.Path(dir_okay=False, path_type=str),
+    help="Also write the chart: .png, .svg or .pdf (gradient flow for scan, unit "
+    "sensitivity for inspect).",
+)
 
 
-def force_option(func: F) -> F:
-    """`--force`: let outputs replace an existing file layergrad did not write."""
-    return click.option(
-        "--force",
-        is_flag=True,
-        help="Let --junit, --plot and --save-gradient replace an existing file that layergrad "
-        "did not write (never an input of the run).",
-    )(func)
+# `--force`: let outputs replace an existing file layergrad did not write
+force_option = click.option(
+    "--force",
+    is_flag=True,
+    help="Let --junit, --plot and --save-gradient replace an existing file that layergrad "
+    "did not write (never an input of the run).",
+)
