@@ -211,9 +211,7 @@ def write_report(
     force: bool = False,
 ) -> Written:
     """Write a text report (JUnit XML) to ``path``; the message says what was written."""
-    p = check_target(path, option, "xml", inputs, force=force)
-    existed = p.exists()
-    _atomic_write(p, option, lambda fh: fh.write(text.encode("utf-8")))
+    existed = write_file(path, option, "xml", text.encode("utf-8"), inputs, force=force)
     return Written(path, True, f"wrote {what} to {path}" + (" (replaced it)" if existed else ""))
 
 
