@@ -22,6 +22,7 @@ from layergrad.core.results import (
     ScanRow,
 )
 from layergrad.render import chart_files, plot
+from layergrad.render.columns import RESULT_COLUMNS, SCAN_COLUMNS
 from layergrad.render.common import log_scale, number, shape_text, target_text
 from layergrad.render.html_page import (
     Html,
@@ -33,8 +34,6 @@ from layergrad.render.html_page import (
     page,
     table,
 )
-from layergrad.render.inspect import COLUMNS as RESULT_COLUMNS
-from layergrad.render.scan import COLUMNS as SCAN_COLUMNS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -12,9 +12,9 @@ from rich.text import Text
 from layergrad.core.results import Endpoint, InspectReport, Result
 from layergrad.core.vocab import Status
 from layergrad.render import jacobian
+from layergrad.render.columns import RESULT_COLUMNS
 from layergrad.render.common import (
     STATUS_STYLE,
-    Column,
     cause_json,
     causes_lines,
     gradient_json,
@@ -34,25 +34,13 @@ from layergrad.render.common import (
 from layergrad.render.data import data_json, data_lines
 
 SCHEMA = "layergrad.inspect/1"
-COLUMNS = (
-    Column("from", name_like=True),
-    Column("to", name_like=True),
-    Column("from shape", drop=2),
-    Column("to shape", drop=3),
-    Column("status"),
-    Column("L2", "right", drop=4),
-    Column("mean |g|", "right"),
-    Column("max |g|", "right", drop=5),
-    Column("zeros", "right", drop=6),
-    Column("non-finite", "right", drop=1),
-)
 
 
 def table(report: InspectReport, *, color: bool = False, width: int | None = 100) -> str:
     """The results table, a panel of causes per non-ok result, warnings, the top units."""
     items: list[RenderableType] = [
         model_header(report.model, report.probe, f"d {report.probe.reduce}(to) / d from"),
-        *table_with_note(COLUMNS, [_cells(r) for r in report.results], width),
+        *table_with_note(RESULT_COLUMNS, [_cells(r) for r in report.results], width),
     ]
     many = len(report.results) > 1
     for res in report.results:

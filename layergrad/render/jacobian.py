@@ -21,8 +21,8 @@ from layergrad.core.results import (
     ScanRow,
     SpectralNorms,
 )
+from layergrad.render.columns import NORM_COLUMNS
 from layergrad.render.common import (
-    Column,
     bar_blocks,
     log_scale,
     md_code,
@@ -127,19 +127,6 @@ def _finite(value: float) -> float | None:
 
 # --- inspect tables -------------------------------------------------------------------------
 
-NORM_COLUMNS = (
-    Column("from", name_like=True),
-    Column("to", name_like=True),
-    Column("method"),
-    Column("‖J‖F mean", "right"),
-    Column("‖J‖F max", "right", drop=5),
-    Column("± s.e.", "right", drop=1),
-    Column("‖J‖2 mean", "right"),
-    Column("‖J‖2 max", "right", drop=4),
-    Column("iterations", "right", drop=2),
-    Column("batch", drop=3),
-)
-
 
 def inspect_items(results: Sequence[Result], width: int | None) -> list[RenderableType]:
     """The per-sample norms table and the unit-sensitivity ranking, for results that have them."""
@@ -230,18 +217,6 @@ def _units_table(results: Sequence[tuple[Result, JacobianStats]]) -> Group:
 
 
 # --- scan table -----------------------------------------------------------------------------
-
-SCAN_COLUMNS = (
-    Column("layer", name_like=True),
-    Column("class", drop=4),
-    Column("shape", drop=5),
-    Column("status"),
-    Column("mean |g|", "right", drop=6),
-    Column("‖J‖F mean", "right"),
-    Column("± s.e.", "right", drop=3),
-    Column("log10 ‖J‖F", drop=2),
-    Column("flags", drop=1),
-)
 
 
 def scan_cells(

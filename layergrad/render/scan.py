@@ -9,9 +9,9 @@ from rich.text import Text
 
 from layergrad.core.results import ScanReport, ScanRow
 from layergrad.render import jacobian
+from layergrad.render.columns import JACOBIAN_SCAN_COLUMNS, SCAN_COLUMNS
 from layergrad.render.common import (
     STATUS_STYLE,
-    Column,
     bar_blocks,
     cause_json,
     causes_lines,
@@ -33,17 +33,6 @@ from layergrad.render.data import data_json
 
 SCHEMA = "layergrad.scan/1"
 BAR_WIDTH = 16
-COLUMNS = (
-    Column("layer", name_like=True),
-    Column("class", drop=3),
-    Column("shape", drop=4),
-    Column("status"),
-    Column("L2", "right", drop=5),
-    Column("mean |g|", "right"),
-    Column("zeros", "right", drop=6),
-    Column("log10 mean |g|", drop=2),
-    Column("flags", drop=1),
-)
 
 
 def table(report: ScanReport, *, color: bool = False, width: int | None = 100) -> str:
@@ -51,10 +40,10 @@ def table(report: ScanReport, *, color: bool = False, width: int | None = 100) -
     if any(row.jacobian for row in report.rows):  # --measure jacobian: the ‖J‖F profile
         scale = jacobian.scan_scale(report.rows)
         cells = [jacobian.scan_cells(r, _status_cell(r), scale) for r in report.rows]
-        body = table_with_note(jacobian.SCAN_COLUMNS, cells, width)
+        body = table_with_note(JACOBIAN_SCAN_COLUMNS, cells, width)
     else:
         scale = _log_range(report.rows)
-        body = table_with_note(COLUMNS, [_cells(row, scale) for row in report.rows], width)
+        body = table_with_note(SCAN_COLUMNS, [_cells(row, scale) for row in report.rows], width)
     items: list[RenderableType] = [
         model_header(report.model, report.probe, f"d {target_text(report)} / d each layer"),
         *body,

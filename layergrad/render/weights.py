@@ -8,6 +8,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from layergrad.core.results import Cause, GradientNoise, VariableRow, WeightScanReport
+from layergrad.render.columns import WEIGHT_COLUMNS
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
@@ -28,15 +29,6 @@ from layergrad.render.common import (
 )
 
 SCHEMA = "layergrad.scan/1"
-COLUMNS = (
-    Column("variable", name_like=True),
-    Column("shape", drop=3),
-    Column("status"),
-    Column("L2", "right", drop=4),
-    Column("mean |g|", "right"),
-    Column("||g|| / ||w||", "right", drop=2),
-    Column("flags", drop=1),
-)
 RATIO_NOTE = (
     "||g|| / ||w|| is how far one gradient step of learning rate 1 would move a variable, "
     "relative to its size: multiply by your learning rate (with plain SGD, a step of about "
@@ -56,7 +48,7 @@ def table(report: WeightScanReport, *, color: bool = False, width: int | None = 
     rows = [_cells(r) for r in report.variables]
     items: list[RenderableType] = [
         model_header(report.model, report.probe, _what(report)),
-        *table_with_note(COLUMNS, rows, width),
+        *table_with_note(WEIGHT_COLUMNS, rows, width),
         Text(_summary(report)),
     ]
     if report.noise:
