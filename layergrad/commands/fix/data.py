@@ -8,6 +8,7 @@ adapted `Normalization`), both bounded by `limit` samples and streamed batch by 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from layergrad.core.tf_types import KerasModel
 from layergrad.data.stats import aggregates
 from layergrad.files.file_info import FileInfo
 from layergrad.model.target_fit import LabelSummary
+
+if TYPE_CHECKING:
+    from layergrad.data.sources import DataStream
 
 READ_LIMIT = 100_000  # samples read for the statistics when no --limit is given
 
@@ -45,7 +49,7 @@ def data_facts(
         raise InputError(f"layergrad fix --data needs labels: {labelled.missing}")
     names, ranks = output_ranks(model)
     labels = summarise_batches(labelled.label_batches(), names, ranks)
-    stats = _input_stats(labelled, [s.name for s in specs], len(specs))
+    stats = _input_stats(labelled.stream, [s.name for s in specs], len(specs))
     return labels, stats
 
 
@@ -61,10 +65,7 @@ _KINDS = {
 }
 
 
-def _input_stats(labelled: object, names: list[str], n: int) -> list[InputStats]:
-    stream = getattr(labelled, "stream", None)
-    if stream is None:
-        return []
+def _input_stats(stream: DataStream, names: list[str], n: int) -> list[InputStats]:
     totals: list[dict[str, np.ndarray]] = [{} for _ in range(n)]
     try:
         for batch in stream.dataset:
