@@ -228,8 +228,9 @@ def _rank(
     out = _shape(dims)
     reads = f"shape {_shape(dims[:-1])} (a class id per position)" if sparse else (
         "the output's shape")  # fmt: skip
+    axes = f"{rank} ax{'is' if rank == 1 else 'es'}"
     said = (f"each sample's labels have shape {_shape(y.shape)}, but the output gives "
-            f"{out} per sample ({rank} ax{'is' if rank == 1 else 'es'}), and the loss reads labels of {reads}")  # fmt: skip
+            f"{out} per sample ({axes}), and the loss reads labels of {reads}")  # fmt: skip
     if missing_flatten(head, y, sparse):
         return say(
             f"{said}: the head '{head.layer}' is a Dense applied at every position of a "

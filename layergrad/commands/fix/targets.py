@@ -50,8 +50,12 @@ def target_plan(
     one_hot_loss = loss.startswith("categorical_")
     ids = y.integers and y.width == 1 and y.low >= 0
     if missing_flatten(head, y, sparse):
-        return rules.flatten(head, f"a Flatten goes before the head: a Dense on a feature map "
-                             f"gives a prediction per position, the labels one per sample", f)
+        return rules.flatten(
+            head,
+            "a Flatten goes before the head: a Dense on a feature map "
+            "gives a prediction per position, the labels one per sample",
+            f,
+        )
     if rank_differs(head, y, sparse):
         return None  # labels of another rank: the data must change (check's hint says how)
     if units == 1 and y.width > 1:
