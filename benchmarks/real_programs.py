@@ -77,8 +77,8 @@ def linear_high_lr(fixed: bool):  # type: ignore[no-untyped-def]
         keras.layers.Dense(64, activation=act),
         keras.layers.Dense(CLASSES, activation="softmax"),
     ])  # fmt: skip
-    rate = 0.001 if fixed else 1.0
-    model.compile(keras.optimizers.Adam(rate), "sparse_categorical_crossentropy",
+    rate = 0.01 if fixed else 1.0
+    model.compile(keras.optimizers.SGD(rate), "sparse_categorical_crossentropy",
                   metrics=["accuracy"])  # fmt: skip
     return model
 
@@ -186,8 +186,8 @@ def _pictures_ids(fixed: bool) -> tuple[np.ndarray, np.ndarray]:
 
 PROGRAMS = (
     Program("linear_high_lr", "a: linear layers, learning rate too high",
-            "Dense(64) x2 with no activation, Adam(learning_rate=1.0)",
-            "activation='relu' on the hidden layers, Adam(learning_rate=0.001)",
+            "Dense(64) x2 with no activation, SGD(learning_rate=1.0)",
+            "activation='relu' on the hidden layers, SGD(learning_rate=0.01)",
             linear_high_lr, lambda fixed: blobs(1)),
     Program("missing_flatten", "b: Dense on a 4-D convolution output",
             "Conv2D -> MaxPooling2D -> Dense(4, softmax)",

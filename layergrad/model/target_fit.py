@@ -309,6 +309,9 @@ def _values(
             "one class id per sample (np.argmax(y, axis=-1) of one-hot rows), or "
             "categorical_crossentropy for rows",
         )
+    scaled = _divided(y)
+    if scaled:
+        return say(*scaled)
     if not y.integers:
         return say(
             "class ids must be whole numbers (a fraction would be cut to the id below it)",
@@ -316,6 +319,31 @@ def _values(
         )
     if y.low < 0:
         return say("class ids must be 0 or more", "relabel the classes from 0")
+    return None
+
+
+PIXEL_SCALES = (255.0, 256.0, 65535.0)  # what images are divided by (8-bit, 16-bit)
+
+
+def _divided(y: LabelSummary) -> tuple[str, str] | None:
+    """Class ids (or one-hot rows) divided by a pixel scale with the images: fractions that
+    are each a whole number over 255 (`y_train = y_train / 255`). The message and hint: the
+    data is what must change, so no copy of the model can repair it."""
+    if y.integers or y.low < 0 or not y.values or len(y.values) > MAX_CLASSES:
+        return None
+    values = np.array(sorted(y.values))
+    for scale in PIXEL_SCALES:
+        ids = values * scale
+        whole = np.allclose(ids, np.rint(ids), atol=1e-3 * scale / 255)
+        if whole and np.rint(ids).max() <= min(scale, MAX_CLASSES):
+            low, high = int(np.rint(ids.min())), int(np.rint(ids.max()))
+            return (
+                f"each label is a whole number over {scale:g} (class ids {low} to {high} divided "
+                f"by {scale:g}, as the pixels are)",
+                f"divide only the inputs by {scale:g} and pass the class ids as they were (or "
+                f"np.rint(y * {scale:g}).astype(int)); the labels are data, so fix writes no "
+                "copy of the model: no change to the model makes these labels class ids",
+            )
     return None
 
 
