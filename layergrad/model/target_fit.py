@@ -264,7 +264,8 @@ def missing_flatten(head: Head, y: LabelSummary, sparse: bool) -> bool:
     """Whether the head is a Dense on a feature map (its output keeps axes) while the labels
     are what a flat head takes: one class id (sparse loss) or one row of its units."""
     rank = y.output_rank or 1
-    flat = len(y.shape) == 0 or y.shape == (1,) if sparse else y.shape == (head.units,)
+    one = len(y.shape) == 0 or y.shape == (1,)  # one number (or class id) per sample
+    flat = one if sparse else y.shape == (head.units,) or (one and head.units == 1)
     return flat and rank > 1 and head.layer_class == "Dense"
 
 

@@ -234,3 +234,21 @@ def test_the_trained_models_are_scored_on_held_back_samples_only(tmp_path):
 
     assert indices(held) == [i for i in range(n) if i % 5 == 4]
     assert indices(trained) == [i for i in range(n) if i % 5 != 4]
+
+
+def test_one_number_per_sample_for_a_dense_over_a_feature_map_asks_for_a_flatten():
+    """The rank rule on its own (NumPy): a regression's one target per sample against a
+    Dense(1) that keeps a feature map's two axes, and the same labels on a flat head."""
+    from layergrad.model.head_forms import Head
+    from layergrad.model.target_fit import LabelSummary, target_mismatches
+
+    head = Head("out", "out", "linear", 1, layer_class="Dense")
+    mse = [("mean_squared_error", False)]
+    over_map, flat = LabelSummary(), LabelSummary()
+    over_map.add(np.linspace(0, 5, 16), output_rank=3)
+    flat.add(np.linspace(0, 5, 16), output_rank=1)
+    (found,) = target_mismatches([head], mse, {"out": over_map})
+    assert found.layer == "out"
+    assert "each sample's labels have shape (), but the output gives (?, ?, 1)" in found.message
+    assert found.hint.startswith("Flatten() (or GlobalAveragePooling2D()) before 'out'")
+    assert target_mismatches([head], mse, {"out": flat}) == []
