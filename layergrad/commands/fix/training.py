@@ -7,7 +7,8 @@ step, `fix` refuses in the same words: exit 2 for the original, a copy left untr
 softmax or sigmoid head through the logits it keeps beside the output, so a head whose
 outputs are useless (a softmax over one unit is always 1.0) can show a training loss as good
 as the repaired one. The served loss is computed from the predictions as plain arrays, the
-way a user of the model sees them."""
+way a user of the model sees them, on samples no model trained on: every fifth sample is held
+back (`_held_back`), so a model that memorised its batches is not taken for one that learned."""
 
 from __future__ import annotations
 
@@ -223,7 +224,7 @@ def _served_losses(
     rival: KerasModel | None = None,
     hits: Accuracy | None = None,
 ) -> tuple[Served, Served | None]:
-    """The compiled loss of the model's predictions (plain arrays) on the first batches and,
+    """The compiled loss of the model's predictions (plain arrays) on the held-back batches and,
     for a model with several outputs, each output's loss and trivial loss on them; and in the
     same pass, on the same batches, `rival`'s predictions scored by `model`'s loss ((None, ())
     when they cannot be: another shape); a classifier's hits are counted in `hits`."""
