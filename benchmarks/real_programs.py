@@ -125,12 +125,13 @@ def label_rank_data(fixed: bool) -> tuple[np.ndarray, np.ndarray]:
     return x, (rows if fixed else rows[:, None, :])
 
 
-def dense_classifier(fixed: bool, loss: str = "categorical_crossentropy"):  # type: ignore[no-untyped-def]
+def mlp(head: str | None = "softmax", loss: str = "categorical_crossentropy"):  # type: ignore[no-untyped-def]
+    """One ReLU hidden layer and a head of CLASSES units: the shape of the head bugs."""
     keras = _keras()
     model = keras.Sequential([
         keras.Input((FEATURES,)),
         keras.layers.Dense(32, activation="relu"),
-        keras.layers.Dense(CLASSES, activation="softmax"),
+        keras.layers.Dense(CLASSES, activation=head),
     ])  # fmt: skip
     model.compile("adam", loss, metrics=["accuracy"])
     return model
@@ -138,37 +139,19 @@ def dense_classifier(fixed: bool, loss: str = "categorical_crossentropy"):  # ty
 
 # the head bugs `fix` repaired before: the wrong activation or loss for the head
 def relu_head(fixed: bool):  # type: ignore[no-untyped-def]
-    keras = _keras()
-    model = keras.Sequential([
-        keras.Input((FEATURES,)),
-        keras.layers.Dense(32, activation="relu"),
-        keras.layers.Dense(CLASSES, activation="softmax" if fixed else "relu"),
-    ])  # fmt: skip
-    model.compile("adam", "categorical_crossentropy", metrics=["accuracy"])
-    return model
+    return mlp("softmax" if fixed else "relu")
 
 
 def missing_softmax(fixed: bool):  # type: ignore[no-untyped-def]
-    keras = _keras()
-    model = keras.Sequential([
-        keras.Input((FEATURES,)),
-        keras.layers.Dense(32, activation="relu"),
-        keras.layers.Dense(CLASSES, activation="softmax" if fixed else None),
-    ])  # fmt: skip
-    model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
-    return model
+    return mlp("softmax" if fixed else None, "sparse_categorical_crossentropy")
 
 
 def binary_on_softmax(fixed: bool):  # type: ignore[no-untyped-def]
-    keras = _keras()
-    model = keras.Sequential([
-        keras.Input((FEATURES,)),
-        keras.layers.Dense(32, activation="relu"),
-        keras.layers.Dense(CLASSES, activation="softmax"),
-    ])  # fmt: skip
-    loss = "categorical_crossentropy" if fixed else "binary_crossentropy"
-    model.compile("adam", loss, metrics=["accuracy"])
-    return model
+    return mlp(loss="categorical_crossentropy" if fixed else "binary_crossentropy")
+
+
+def ids_with_categorical(fixed: bool):  # type: ignore[no-untyped-def]
+    return mlp(loss="sparse_categorical_crossentropy" if fixed else "categorical_crossentropy")
 
 
 def _blobs_ids(fixed: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -198,7 +181,7 @@ PROGRAMS = (
     Program("label_rank", "d: labels of another rank than the head",
             "one-hot labels of shape (n, 1, 4) for a (n, 4) head",
             "labels reshaped to (n, 4)",
-            dense_classifier, label_rank_data),
+            lambda fixed: mlp(), label_rank_data),
     Program("relu_head", "head: ReLU under categorical cross-entropy",
             "Dense(4, activation='relu') head", "activation='softmax'",
             relu_head, _blobs_rows),
@@ -211,8 +194,6 @@ PROGRAMS = (
     Program("ids_with_categorical", "loss: class ids under categorical cross-entropy",
             "loss='categorical_crossentropy' on integer labels",
             "loss='sparse_categorical_crossentropy'",
-            lambda fixed: dense_classifier(fixed, "sparse_categorical_crossentropy" if fixed
-                                           else "categorical_crossentropy"),
-            _blobs_ids),
+            ids_with_categorical, _blobs_ids),
 )  # fmt: skip
 BY_NAME = {p.name: p for p in PROGRAMS}
