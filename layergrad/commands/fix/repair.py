@@ -215,8 +215,7 @@ def fix_model(
                     notes.append(_chose(plan, k))
                     plan = replace((plan, *plan.alternatives)[k], covers=plan.covers)
                     plans[i] = plan
-                if len(plans) > 1:
-                    alone[i] = tried[k]
+                alone[i] = tried[k]  # the copy with this form alone, trained already
             elif len(plans) > 1:
                 alone[i] = tried[0]
             usable.append(plan)
@@ -243,7 +242,8 @@ def fix_model(
         if chosen:
             try:
                 made = make(chosen, folder, "together.keras")
-                after, together = evidence(made)
+                only = plans.index(chosen[0]) if len(chosen) == 1 else -1
+                after, together = alone[only] if only in alone else evidence(made)
             except BuildError as exc:
                 notes.append(f"no copy written: the repairs together cannot be applied: {exc}")
                 made = None
