@@ -145,6 +145,9 @@ def _judge(head: Head, spec: tuple[str, bool] | None, y: LabelSummary) -> Reason
                       hint, head.layer, head.name, loss)  # fmt: skip
 
     ids = y.integers and y.width == 1 and y.low >= 0
+    problem = _rank(say, head, y, sparse) if spec is not None else None
+    if problem is not None:
+        return problem
     if sparse and y.one_hot and y.finite:
         return say(
             "sparse categorical cross-entropy reads one class id per sample, not one-hot rows",
@@ -210,6 +213,62 @@ def _judge(head: Head, spec: tuple[str, bool] | None, y: LabelSummary) -> Reason
     return None
 
 
+def _rank(
+    say: Callable[[str, str], Reason], head: Head, y: LabelSummary, sparse: bool
+) -> Reason | None:
+    """Labels of another rank than the loss reads from the output: one-hot rows with an axis
+    too many (`(1, 4)` per sample for a `(4,)` output), or one label per sample for an output
+    that keeps axes (a Dense on a feature map, with no Flatten before it). The loss would
+    raise on them, or broadcast them into a loss of another shape; what `_values` judges
+    (a sparse loss's labels with axes too many) is left to it."""
+    if not rank_differs(head, y, sparse):
+        return None
+    rank = y.output_rank or 1
+    dims = (*(-1 for _ in range(rank - 1)), head.units or -1)  # "?": not known from the file
+    out = _shape(dims)
+    reads = f"shape {_shape(dims[:-1])} (a class id per position)" if sparse else (
+        "the output's shape")  # fmt: skip
+    axes = f"{rank} ax{'is' if rank == 1 else 'es'}"
+    said = (f"each sample's labels have shape {_shape(y.shape)}, but the output gives "
+            f"{out} per sample ({axes}), and the loss reads labels of {reads}")  # fmt: skip
+    if missing_flatten(head, y, sparse):
+        return say(
+            f"{said}: the head '{head.layer}' is a Dense applied at every position of a "
+            f"{rank + 1}-D input (batch axis included), since no Flatten comes before it",
+            f"Flatten() (or GlobalAveragePooling{rank - 1}D()) before '{head.layer}', so it "
+            "gives one prediction per sample",
+        )
+    size = int(np.prod(y.shape)) if y.shape else 1
+    reshape = (
+        f"y.reshape(len(y), {head.units}) gives each sample the output's shape"
+        if rank == 1 and head.units and size == head.units
+        else f"give each sample labels of the output's shape {out}"
+    )
+    return say(said, f"{reshape}; the labels are data, so a copy of the model cannot change them")
+
+
+def rank_differs(head: Head, y: LabelSummary, sparse: bool) -> bool:
+    """Whether each sample's labels have another rank than the loss reads from the output
+    (see `_rank`)."""
+    rank = y.output_rank
+    if rank is None or rank < 1 or y.text or not y.count:
+        return False
+    got, wanted = len(y.shape), rank - 1 if sparse else rank
+    if got == wanted or (got == wanted + 1 and y.shape[-1:] == (1,)) or (sparse and got > wanted):
+        return False
+    # one label per sample for one unit, or for a row of units (the width rules' case)
+    return sparse or not (got == rank - 1 and (rank == 1 or head.units == 1))
+
+
+def missing_flatten(head: Head, y: LabelSummary, sparse: bool) -> bool:
+    """Whether the head is a Dense on a feature map (its output keeps axes) while the labels
+    are what a flat head takes: one class id (sparse loss) or one row of its units."""
+    rank = y.output_rank or 1
+    one = len(y.shape) == 0 or y.shape == (1,)  # one number (or class id) per sample
+    flat = one if sparse else y.shape == (head.units,) or (one and head.units == 1)
+    return flat and rank > 1 and head.layer_class == "Dense"
+
+
 def _unusable(head: Head, y: LabelSummary) -> Reason | None:
     """Labels no loss can train on, for an output whose loss is a custom one."""
 
@@ -251,6 +310,9 @@ def _values(
             "one class id per sample (np.argmax(y, axis=-1) of one-hot rows), or "
             "categorical_crossentropy for rows",
         )
+    scaled = _divided(y)
+    if scaled:
+        return say(*scaled)
     if not y.integers:
         return say(
             "class ids must be whole numbers (a fraction would be cut to the id below it)",
@@ -261,8 +323,35 @@ def _values(
     return None
 
 
+PIXEL_SCALES = (255.0, 256.0, 65535.0)  # what images are divided by (8-bit, 16-bit)
+
+
+def _divided(y: LabelSummary) -> tuple[str, str] | None:
+    """Class ids (or one-hot rows) divided by a pixel scale with the images: fractions that
+    are each a whole number over 255 (`y_train = y_train / 255`). The message and hint: the
+    data is what must change, so no copy of the model can repair it."""
+    if y.integers or y.low < 0 or not y.values or len(y.values) > MAX_CLASSES:
+        return None
+    values = np.array(sorted(y.values))
+    for scale in PIXEL_SCALES:
+        ids = values * scale
+        whole = np.allclose(ids, np.rint(ids), atol=1e-3 * scale / 255)
+        if whole and np.rint(ids).max() <= min(scale, MAX_CLASSES):
+            low, high = int(np.rint(ids.min())), int(np.rint(ids.max()))
+            return (
+                f"each label is a whole number over {scale:g} (class ids {low} to {high} divided "
+                f"by {scale:g}, as the pixels are)",
+                f"divide only the inputs by {scale:g} and pass the class ids as they were (or "
+                f"np.rint(y * {scale:g}).astype(int)); the labels are data, so fix writes no "
+                "copy of the model: no change to the model makes these labels class ids",
+            )
+    return None
+
+
 def _shape(shape: tuple[int, ...]) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+    """A shape as Python writes it; an unknown dim (-1) as "?"."""
+    dims = ["?" if d < 0 else str(d) for d in shape]
+    return "(" + ", ".join(dims) + ("," if len(shape) == 1 else "") + ")"
 
 
 def _units(units: int | None) -> str:

@@ -374,7 +374,10 @@ def test_a_diverging_learning_rate_is_scaled_to_the_update_ratio(tmp_path):
     (repair,) = report.repairs
     assert repair.finding == "diverging" and repair.layer is None
     rate = _config(out)["compile_config"]["optimizer"]["config"]["learning_rate"]
-    assert 1e-4 < rate < 0.3  # brought from 30 to where an update moves weights ~1e-3
+    # brought from 30 to where an update moves weights ~1e-3, or a decade or more toward 30
+    # when that copy ended lower on the held-back samples (a note says so)
+    chosen = [n for n in report.notes if "trained best on the held-back samples" in n]
+    assert 1e-4 < rate < (10 if chosen else 0.3), (rate, report.notes)
     assert repair.code == (
         f"optimizer=SGD(learning_rate=30) -> optimizer=SGD(learning_rate={rate:g})",
     )

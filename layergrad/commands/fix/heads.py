@@ -131,6 +131,18 @@ class HeadRules:
         edit = self._loss_edit(head, name, from_logits, code)
         return Plan(finding, head.layer, why, tuple(code), (), (edit,))
 
+    def flatten(self, head: Head, why: str, finding: str) -> Plan:
+        """A `Flatten` right before the head (a Dense on a feature map); the head's kernel
+        is drawn afresh, as its input width changes."""
+        layer = head.layer
+
+        def edit(c: ed.Config) -> None:
+            ed.insert_before(c, layer, ed.new_layer("Flatten", ed.fresh_name(c, "flatten"), {}))
+            ed.layer_entry(c, layer).pop("build_config", None)  # built for the old input
+
+        code = f"{layer_code(self._entry(layer))} -> Flatten(), {layer_code(self._entry(layer))}"
+        return Plan(finding, layer, why, (code + at(layer),), (edit,), (), ((layer, "*"),))
+
     def _loss_edit(self, head: Head, name: str, from_logits: bool, code: list[str]) -> Edit:
         i = self.heads.index(head)
         outputs = len(self.heads)
@@ -379,3 +391,6 @@ class _Asked:
     def loss(self, head: Head, name: str, from_logits: bool, why: str, finding: str) -> Plan:
         self.made = (None, None, name, from_logits)
         return self.rules.loss(head, name, from_logits, why, finding)
+
+    def flatten(self, head: Head, why: str, finding: str) -> Plan:
+        return self.rules.flatten(head, why, finding)

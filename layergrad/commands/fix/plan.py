@@ -51,6 +51,7 @@ class Plan:
     compile_edits: tuple[Edit, ...] = ()
     fresh: tuple[tuple[str, str], ...] = ()
     covers: tuple[str, ...] = field(default=())
+    alternatives: tuple[Plan, ...] = ()  # other forms of this repair; with data the best wins
 
 
 class Unwritable(ValueError):

@@ -21,9 +21,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -195,14 +197,28 @@ def fix_model(
         usable: list[Plan] = []
         alone: dict[int, tuple[tuple[str, ...], Run | None]] = {}
         for i, plan in enumerate(plans):
+            tried: dict[int, tuple[tuple[str, ...], Run | None]] = {}
+            forms = (plan, *plan.alternatives) if data is not None else (plan,)
             try:
                 target = make([plan], folder, f"alone_{i}.keras")
             except BuildError as exc:
                 repairs.append(_repair(plan, why=f"not applied: {exc}", applied=False))
                 continue
+            if len(plans) > 1 or len(forms) > 1:  # else: the copy with every repair
+                tried[0] = evidence(target)
+            for k, form in enumerate(forms[1:], start=1):  # a learning rate a decade apart
+                with contextlib.suppress(BuildError):
+                    tried[k] = evidence(make([form], folder, f"alone_{i}_{k}.keras"))
+            if len(forms) > 1:
+                k = _best(plan, tried)
+                if k:
+                    notes.append(_chose(plan, k))
+                    plan = replace((plan, *plan.alternatives)[k], covers=plan.covers)
+                    plans[i] = plan
+                alone[i] = tried[k]  # the copy with this form alone, trained already
+            elif len(plans) > 1:
+                alone[i] = tried[0]
             usable.append(plan)
-            if len(plans) > 1:  # one repair alone is the copy with every repair
-                alone[i] = evidence(target)
             repairs.append(_repair(plan))
 
         def settle(plan: Plan, found: tuple[str, ...], run: Run | None) -> None:
@@ -226,7 +242,8 @@ def fix_model(
         if chosen:
             try:
                 made = make(chosen, folder, "together.keras")
-                after, together = evidence(made)
+                only = plans.index(chosen[0]) if len(chosen) == 1 else -1
+                after, together = alone[only] if only in alone else evidence(made)
             except BuildError as exc:
                 notes.append(f"no copy written: the repairs together cannot be applied: {exc}")
                 made = None
@@ -245,6 +262,30 @@ def fix_model(
     return FixReport(repairs=tuple(repairs), unrepaired=tuple(unrepaired), after=after,
                      output=written, together=together, notes=tuple(notes),
                      **base)  # type: ignore[arg-type]  # fmt: skip
+
+
+def _best(plan: Plan, tried: Mapping[int, tuple[tuple[str, ...], Run | None]]) -> int:
+    """Of the forms of `plan` tried (0: the plan, k: its alternative k - 1), the one whose
+    copy no longer has the finding and ends lowest against its trivial loss on the held-back
+    samples (a copy that could not be trained comes last)."""
+
+    def rank(k: int) -> tuple[bool, float]:
+        found, run = tried[k]
+        if run is None or run.error is not None:
+            return True, math.inf
+        score = run.relative if run.relative is not None else run.final
+        return plan.finding in found, math.inf if score is None else score
+
+    return min(tried, key=rank)
+
+
+def _chose(plan: Plan, k: int) -> str:
+    """The note of a repair whose alternative form trained best."""
+    first, chosen = plan.code[0] if plan.code else plan.change, plan.alternatives[k - 1]
+    return (f"{plan.finding}: of the forms tried on the data ({first}, and "
+            f"{len(plan.alternatives)} more, a decade apart), "
+            f"{chosen.code[0] if chosen.code else chosen.change} trained best on the held-back "
+            "samples")  # fmt: skip
 
 
 def _chosen(usable: list[Plan], repairs: list[Repair], notes: list[str]) -> list[Plan]:

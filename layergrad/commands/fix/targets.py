@@ -14,7 +14,12 @@ from layergrad.commands.fix.plan import Plan
 from layergrad.core.vocab import Finding
 from layergrad.model.head_forms import Head
 from layergrad.model.head_rules import CHANGES_LOSS
-from layergrad.model.target_fit import MAX_CLASSES, LabelSummary
+from layergrad.model.target_fit import (
+    MAX_CLASSES,
+    LabelSummary,
+    missing_flatten,
+    rank_differs,
+)
 
 FAR_BEYOND = 100  # class ids past this many times the labels read are not classes
 
@@ -29,6 +34,8 @@ class HeadEdits(Protocol):
 
     def loss(self, head: Head, name: str, from_logits: bool, why: str, finding: str) -> Plan: ...
 
+    def flatten(self, head: Head, why: str, finding: str) -> Plan: ...
+
 
 def target_plan(
     rules: HeadEdits, head: Head, spec: tuple[str, bool] | None, y: LabelSummary | None
@@ -42,6 +49,15 @@ def target_plan(
     sparse = loss.startswith("sparse_categorical")
     one_hot_loss = loss.startswith("categorical_")
     ids = y.integers and y.width == 1 and y.low >= 0
+    if missing_flatten(head, y, sparse):
+        return rules.flatten(
+            head,
+            "a Flatten goes before the head: a Dense on a feature map "
+            "gives a prediction per position, the labels one per sample",
+            f,
+        )
+    if rank_differs(head, y, sparse):
+        return None  # labels of another rank: the data must change (check's hint says how)
     if units == 1 and y.width > 1:
         return _widen(rules, head, loss, y, f)
     if sparse and y.one_hot:

@@ -7,7 +7,8 @@ step, `fix` refuses in the same words: exit 2 for the original, a copy left untr
 softmax or sigmoid head through the logits it keeps beside the output, so a head whose
 outputs are useless (a softmax over one unit is always 1.0) can show a training loss as good
 as the repaired one. The served loss is computed from the predictions as plain arrays, the
-way a user of the model sees them."""
+way a user of the model sees them, on samples no model trained on: every fifth sample is held
+back (`_held_back`), so a model that memorised its batches is not taken for one that learned."""
 
 from __future__ import annotations
 
@@ -35,9 +36,10 @@ from layergrad.core.fit_results import FitReport
 from layergrad.core.fix_results import OutputLoss
 from layergrad.core.probe_options import PathLike
 from layergrad.core.tf_runtime import keras, tf
-from layergrad.core.tf_types import Dataset, KerasModel, Strategy
+from layergrad.core.tf_types import Dataset, KerasModel, Strategy, Tensor
 from layergrad.data.label_stream import Labelled
 from layergrad.data.labels import LabelRequest, TrivialLoss
+from layergrad.data.sources import DataStream
 from layergrad.data.value_checks import reader_refusal
 from layergrad.engine.compiled_loss import label_request, output_keys
 from layergrad.model.loss_forms import LossSpec
@@ -47,7 +49,8 @@ from layergrad.training.rules import chance_loss
 if TYPE_CHECKING:
     from layergrad.commands.check.steps import Opened
 
-SCORED_BATCHES = 32  # batches of the data the trained model's predictions are scored on
+SCORED_BATCHES = 32  # held-back batches the trained model's predictions are scored on
+HOLD_BACK = 5  # every fifth sample is held back from training, to score the trained model
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,9 @@ def train_and_score(
     with ready.strategy.scope() if ready.strategy is not None else contextlib.nullcontext():
         units = output_units_of(model, spec)
         prior, samples = ready.labels.trivial, ready.labels.samples
-        dataset = training_batches(model, stream, options, samples)
+        trained, held = _held_back(stream)
+        dataset = training_batches(model, trained, options, samples)
+        scored = training_batches(model, held, options, samples)
         steps = options.steps or DEFAULT_STEPS
         chance = prior or chance_loss(spec.name, units)
         monitor = GradientMonitor(
@@ -151,7 +156,7 @@ def train_and_score(
     assert monitor.report is not None
     request = label_request(model, spec)
     hits = Accuracy() if _classifier(request) else None
-    (served, outputs), rivals = _served_losses(model, dataset, request, rival, hits)
+    (served, outputs), rivals = _served_losses(model, scored, request, rival, hits)
     baseline = None
     if rivals is not None:
         baseline, theirs = rivals
@@ -159,6 +164,22 @@ def train_and_score(
         outputs = tuple(replace(o, baseline=lost.get(o.name)) for o in outputs)
     accuracy, prior = hits.result() if hits is not None else (None, None)
     return Scored(monitor.report, served, chance, outputs, model, baseline, accuracy, prior)
+
+
+def _held_back(stream: DataStream) -> tuple[DataStream, DataStream]:
+    """The stream split into the samples trained on and those held back to score the trained
+    model (every `HOLD_BACK`-th sample, so a file sorted by class holds back every class)."""
+
+    def part(held: bool) -> DataStream:
+        def keep(i: Tensor, _: object) -> Tensor:
+            return (i % HOLD_BACK == HOLD_BACK - 1) == held
+
+        split = copy.copy(stream)
+        rows = stream.dataset.unbatch().enumerate().filter(keep)
+        split.dataset = rows.map(lambda _, row: row).batch(stream.batch_size)
+        return split
+
+    return part(held=False), part(held=True)
 
 
 def _classifier(request: LabelRequest) -> bool:
@@ -203,7 +224,7 @@ def _served_losses(
     rival: KerasModel | None = None,
     hits: Accuracy | None = None,
 ) -> tuple[Served, Served | None]:
-    """The compiled loss of the model's predictions (plain arrays) on the first batches and,
+    """The compiled loss of the model's predictions (plain arrays) on the held-back batches and,
     for a model with several outputs, each output's loss and trivial loss on them; and in the
     same pass, on the same batches, `rival`'s predictions scored by `model`'s loss ((None, ())
     when they cannot be: another shape); a classifier's hits are counted in `hits`."""

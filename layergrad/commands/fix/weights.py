@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -219,16 +219,41 @@ def learning_rate(
     # batch on a model that does not learn, and the rate goes up
     down = finding in FIRST_STEPS or (finding in LOWER and median >= TARGET_RATIO / 10)
     factor = min(toward, 1 / 3) if down else max(toward, 3.0)
-    new = float(f"{lr * factor:.2g}")
     step = (
         f"x{factor:.2g} brings it toward {target:g}"
         if factor == toward
         else f"x{factor:.2g}: at least 3x {'down' if down else 'up'}, as {finding} says"
     )
     measured = f"the median update ratio {how} is {median:.2g}; {step}"
+    plan = _rate_plan(fit, finding, compiled, factor, measured)
+    # ratios read from a run that blew up (or barely moved) misjudge the rate by decades: the
+    # rates a decade at a time toward the original are tried too, and the data chooses
+    others = []
+    for k in range(1, ALTERNATIVES + 1):
+        moved = factor * (10.0**k if down else 10.0**-k)
+        if (down and moved > 1 / 3) or (not down and moved < 3.0):
+            break
+        tried = f"{measured}; x{moved:.2g} is {k} decade{'s' if k > 1 else ''} toward the original"
+        others.append(_rate_plan(fit, finding, compiled, moved, tried))
+    return replace(plan, alternatives=tuple(others))
+
+
+ALTERNATIVES = 3  # other learning rates tried with data, a decade apart
+
+
+def _rate_plan(
+    fit: FitReport,
+    finding: str,
+    compiled: Mapping[str, object] | None,
+    factor: float,
+    measured: str,
+) -> Plan:
+    """The learning rate (or its schedule's rates) times `factor`."""
+    lr = fit.learning_rate or 0.0
     schedule = _schedule(compiled or {})
     if schedule is not None:  # its rates scaled: never replaced by the constant it was at
         return _scaled_schedule(fit, finding, schedule, factor, measured)
+    new = float(f"{lr * factor:.2g}")
     why = f"the learning rate changes from {lr:g} to {new:g}: {measured}"
     optimizer = code_name(fit.optimizer)
     code = (f"optimizer={optimizer}(learning_rate={lr:g}) -> "
