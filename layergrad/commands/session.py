@@ -162,7 +162,8 @@ def load(
     starts (`data/preflight.py`). With `--data` the devices are chosen first (logical CPU
     devices must be set before TensorFlow uses any) and the model is loaded under that
     `tf.distribute` strategy, so its variables live on every replica; the strategy is None
-    without `--data`.
+    without `--data`. Every random draw of the run is seeded from `options.seed`
+    (`engine/random_layers.py`).
     """
     from layergrad.data import probe_input
     from layergrad.data.preflight import check_before_loading, precheck
@@ -196,6 +197,9 @@ def load(
             batch_rows=rows,
             max_memory=options.max_memory,
         )
+    from layergrad.engine.random_layers import seed_model
+
+    seed_model(loaded.model, options.seed)  # Dropout and the other random layers, from --seed
     return loaded, tuple(warnings), strategy
 
 
