@@ -85,3 +85,9 @@ def rewind(model: KerasModel) -> None:
     """Set the counters back at the current batch's (0 outside `drawing_for`): an eager pass
     draws what every pass over that batch draws."""
     _at_batch(generator_states(model), _batch.get())
+
+
+def draws_in(model: KerasModel, training: bool) -> bool:
+    """Whether a run of `model` draws from its random layers (in training mode, when it has
+    any): then its numbers depend on `--seed`, and the report says which."""
+    return training and bool(generator_states(model))
