@@ -60,44 +60,20 @@ def doc(*args: object, code: int = 0) -> dict:
     return json.loads(run(*args, "--json", code=code))
 
 
-RUNS = {
-    "inspect": ["inspect", "{m}", "--from", "conv", "--to", "head", "--input", "{x}"],
-    "scan": ["scan", "{m}", "--input", "{x}"],
-    "weights": ["scan", "{m}", "--wrt", "weights", "--training", "--input", "{x}"],
-    "jacobian": [
-        "inspect",
-        "{m}",
-        "--from",
-        "conv",
-        "--to",
-        "head",
-        "--input",
-        "{x}",
-        "--measure",
-        "jacobian",
-        "--probes",
-        "4",
-    ],  # fmt: skip
-    "random batch": ["scan", "{m}"],
-    "over data": [
-        "inspect",
-        "{m}",
-        "--from",
-        "conv",
-        "--to",
-        "head",
-        "--data",
-        "{d}",
-        "--batch-size",
-        "4",
-        "--quiet",
-    ],  # fmt: skip
+INSPECT = "inspect {m} --from conv --to head"
+RUNS = {  # each command as a user types it: {m} the model, {x} the batch, {d} the data
+    "inspect": f"{INSPECT} --input {{x}}",
+    "scan": "scan {m} --input {x}",
+    "weights": "scan {m} --wrt weights --training --input {x}",
+    "jacobian": f"{INSPECT} --input {{x}} --measure jacobian --probes 4",
+    "random batch": "scan {m}",
+    "over data": f"{INSPECT} --data {{d}} --batch-size 4 --quiet",
 }
 
 
 def args_of(name: str, folder, model: str) -> list[str]:
     where = {"m": folder / f"{model}.keras", "x": folder / "x.npy", "d": folder / "xy.npz"}
-    return [a.format(**where) for a in RUNS[name]]
+    return [a.format(**where) for a in RUNS[name].split()]
 
 
 def numbers(report: dict) -> list[float]:
