@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from helpers import fresh_python, normal
 
 from layergrad.cli.app import main
+from layergrad.core.probe_options import SEED_HELP
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.engine import random_layers
 
@@ -84,6 +85,16 @@ def numbers(report: dict) -> list[float]:
             stats = entry.get("gradient") or {}
             found += [stats[k] for k in ("l2", "mean_abs", "max_abs") if stats.get(k) is not None]
     return found
+
+
+def test_every_command_that_runs_the_model_takes_the_one_seed():
+    for name, command in main.commands.items():
+        seeds = [p for p in command.params if p.name == "seed"]
+        if name in ("layers", "merge"):  # they never run a model
+            assert not seeds
+            continue
+        (seed,) = seeds
+        assert seed.default == 0 and seed.help == SEED_HELP, name
 
 
 @pytest.mark.parametrize("model", ["drop", "noise"])
