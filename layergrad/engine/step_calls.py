@@ -36,7 +36,7 @@ from layergrad.data.stats import aggregates
 from layergrad.data.stats.accumulators import Accumulators, OneStep, summary_shapes
 from layergrad.data.value_checks import reader_refusal
 from layergrad.engine.layer_calls import model_args
-from layergrad.engine.random_layers import drawing_for
+from layergrad.engine.random_layers import drawing_for, generator_states
 from layergrad.model.layer_refs import iter_layers
 
 if TYPE_CHECKING:
@@ -93,6 +93,7 @@ def over_batches(
     source = None if stream.probe else stream.source
     done = batches = 0
     where = stream.batch_index  # among all the data's batches
+    draws = model is not None and bool(generator_states(model))  # random layers to set
     inputs = len(stream.specs)
     if on_progress is not None:  # the total is known before the trace, which takes a while
         on_progress(0, stream.samples)
@@ -120,7 +121,7 @@ def over_batches(
         parts = [strategy.experimental_local_results(t) for t in batch[:inputs]]
         rows = stream.check_batch(where(batches), parts)
         name = "the probe batch" if stream.probe else f"batch {where(batches)}"
-        drawing = nullcontext() if model is None else drawing_for(model, where(batches))
+        drawing = drawing_for(model, where(batches)) if draws else nullcontext()
         with drawing:
             if fused is not None:
                 guarded(partial(fused, batch), name, source)

@@ -169,7 +169,7 @@ def test_fix_twice_gives_the_same_report(tmp_path):
             "fix", str(tmp_path / "drops.keras"), "--data", str(tmp_path / "cls.npz"), "--steps",
             "6", "--batch-size", "8", "--output", str(out_file), "--json"])  # fmt: skip
         assert result.exit_code in (0, 1), result.output  # 1: a repair not verified
-        reports.append(json.loads(result.output.replace(str(out_file), "COPY")))
+        reports.append(json.loads(result.stdout.replace(str(out_file), "COPY")))
     assert reports[0]["repairs"][0]["layer"] == "drop_out"
     assert_same(reports[0], reports[1])
 
