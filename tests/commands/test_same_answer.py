@@ -225,6 +225,17 @@ def test_a_new_process_prints_what_this_one_prints(files):
 
 
 @pytest.mark.slow
+def test_two_cpu_replicas_draw_the_same_twice(files):
+    """Under tf.distribute (new processes: devices are split before TensorFlow starts) every
+    replica's copy of the generators' state is set the same, run after run."""
+    args = [*args_of("over data", files, "drop"), "--cpu-replicas", "2", "--json"]
+    first = fresh_python("-m", "layergrad", *args)
+    report = json.loads(first)
+    assert report["probe"]["replicas"] == 2 and report["probe"]["training"] is True
+    assert fresh_python("-m", "layergrad", *args) == first
+
+
+@pytest.mark.slow
 def test_mobilenet_v3_small_untrained_gives_the_same_numbers_twice(tmp_path):
     """The report that found it: an untrained MobileNetV3Small (BatchNormalization in training
     mode, Dropout before the logits) gave L2 10.35 and 10.18 for the same command."""
