@@ -30,7 +30,6 @@ from layergrad.data.stall import DEFAULT_STALL_SECONDS
     steps=None,
     steps_help="Train N steps (default 300; not with --epochs).",
     batch_size_help="Rows per training batch.",
-    seed_help="Seeds the data shuffling and Keras's random state.",
 )
 @count_option("--epochs", "E", "Train E epochs instead.")
 @click.option(

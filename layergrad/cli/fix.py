@@ -33,7 +33,6 @@ from layergrad.core.vocab import OutputFormat
     steps=DEFAULT_STEPS,
     steps_help="With --data: train each model N steps (the same batches for all).",
     batch_size_help="With --data: rows per training batch.",
-    seed_help="Seeds shuffling and new weights.",
 )
 @field_option("limit", "With --data: read at most N samples.")
 @field_option(

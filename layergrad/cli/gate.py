@@ -59,7 +59,6 @@ T = TypeVar("T")
     run_options=False,
     batch_size_help="Rows of the random probe batch (default 8; an output constant over fewer "
     "than 4 rows is not reported), or of each batch of --data (default 32).",
-    seed_help="Seed of the random probe batch.",
     input_help="Probe batch instead of a random one: .npy (one input) or .npz keyed by input "
     "name (x for one input; y = labels).",
 )

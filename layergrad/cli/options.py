@@ -256,7 +256,7 @@ def target_option(help_text: str) -> Decorator:
 
 
 def training_options(
-    *, steps: int | None, steps_help: str, batch_size_help: str, seed_help: str
+    *, steps: int | None, steps_help: str, batch_size_help: str
 ) -> Callable[[F], F]:
     """`--steps`, `--batch-size`, `--seed` of the commands that train (`fit`, `fix`), declared
     once with their bounds (`--batch-size` and `--seed` as the probe options declare them);
@@ -268,7 +268,7 @@ def training_options(
         [
             count_option("--steps", "N", steps_help, steps),
             field_option("batch_size", batch_size_help, default=DATA_BATCH_SIZE),
-            field_option("seed", seed_help),
+            field_option("seed"),
         ],
     )
 
@@ -277,7 +277,6 @@ def probe_options(
     *,
     run_options: bool = True,
     batch_size_help: str | None = None,
-    seed_help: str | None = None,
     input_help: str | None = None,
 ) -> Callable[[F], F]:
     """How to make the probe batch and run the model, made from `ProbeOptions`' fields; the
@@ -287,7 +286,7 @@ def probe_options(
     `run_options=False` leaves out `--reduce` and `--training` (`check` chooses them itself);
     the `*_help` texts let a command say what the option means for it.
     """
-    helps = {"batch_size": batch_size_help, "seed": seed_help, "input_file": input_help}
+    helps = {"batch_size": batch_size_help, "input_file": input_help}
     groups = ["probe", "run"] if run_options else ["probe"]
 
     return lambda func: _rewriting(func, _probe_bundle, _options(groups, helps))

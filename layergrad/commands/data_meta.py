@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from layergrad.core.probe_options import PathLike, ProbeOptions
 from layergrad.core.results import ModelMeta, ProbeMeta
+from layergrad.core.tf_types import KerasModel
 
 if TYPE_CHECKING:
     from layergrad.engine.data_step import StreamRun
@@ -18,10 +19,18 @@ if TYPE_CHECKING:
 
 
 def probe_meta(
-    source: str, run: StreamRun | WeightTotals, options: ProbeOptions, seeded: bool = False
+    source: str,
+    run: StreamRun | WeightTotals,
+    options: ProbeOptions,
+    seeded: bool = False,
+    model: KerasModel | None = None,
 ) -> ProbeMeta:
-    """`seeded`: the seed matters (the default target's projection), so it is reported."""
+    """`seeded`: the seed matters (the default target's projection, random labels), so it is
+    reported; so it is when `model`'s random layers draw (training mode)."""
     from layergrad.data.fingerprint import data_sha256
+    from layergrad.engine.random_layers import draws_in
+
+    seeded = seeded or (model is not None and draws_in(model, options.training))
 
     return ProbeMeta(
         data_sha256=data_sha256(source),

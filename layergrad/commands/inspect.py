@@ -54,6 +54,8 @@ def inspect_session(
         results = tuple(replace(res, warnings=(*res.warnings, said)) for res in results)
     if how is not None and isinstance(session, DataSession):
         results = _jacobians_over(session, sites[0], results, how, top, on_progress)
+    if how is not None and probe.seed is None:  # the projections and Lanczos starts are drawn
+        probe = replace(probe, seed=session.options.seed)
     return InspectReport(model=session.model_meta, probe=probe, results=results)
 
 

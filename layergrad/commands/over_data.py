@@ -83,6 +83,7 @@ def scan_over(
     from layergrad.commands import scan_rows
     from layergrad.engine import data_step
     from layergrad.engine import trace as trace_module
+    from layergrad.engine.random_layers import drawing_for
     from layergrad.model import layer_refs
 
     model, graph = loaded.model, loaded.info.graph
@@ -105,9 +106,11 @@ def scan_over(
 
     def make() -> tuple[Trace, Diagnoser]:
         batch = diagnosis.batch(index)
-        trace = trace_module.run_trace(
-            model, batch, site, training=options.training, reduce=options.reduce, seed=options.seed
-        )
+        with drawing_for(model, index):  # the random layers' numbers of the batch read again
+            trace = trace_module.run_trace(
+                model, batch, site, training=options.training, reduce=options.reduce,
+                seed=options.seed,
+            )  # fmt: skip
         return trace, diagnosis.diagnoser(index)
 
     classes = {p: type(layer).__name__ for p, layer in layer_refs.iter_layers(model)}
@@ -159,13 +162,15 @@ class Diagnosis:
     def activations(self, index: int, source: Site, target: Site) -> tuple[Activation, Activation]:
         """The source and target activations of batch `index` (for the causes)."""
         from layergrad.engine import probe
+        from layergrad.engine.random_layers import drawing_for
 
-        run = probe.run_probe(
-            self.model,
-            self.batch(index),
-            [source],
-            [target],
-            training=self.training,
-            reduce=self.reduce,
-        )
+        with drawing_for(self.model, index):
+            run = probe.run_probe(
+                self.model,
+                self.batch(index),
+                [source],
+                [target],
+                training=self.training,
+                reduce=self.reduce,
+            )
         return run.sources[0], run.targets[0]

@@ -57,10 +57,16 @@ class Session:
 
     @property
     def probe_meta(self) -> ProbeMeta:
-        """What the report says about the probe batch and mode."""
+        """What the report says about the probe batch and mode (the seed of a random batch,
+        or of random layers in training mode)."""
+        from layergrad.engine.random_layers import draws_in
+
+        seed = self.batch.seed
+        if seed is None and draws_in(self.model, self.options.training):
+            seed = self.options.seed
         return ProbeMeta(
             source=self.batch.source,
-            seed=self.batch.seed,
+            seed=seed,
             batch_size=self.batch.batch_size,
             training=self.options.training,
             reduce=self.options.reduce,
@@ -97,7 +103,7 @@ class DataSession:
         """What the report says about the data and mode, after `run` went over it."""
         from layergrad.commands.data_meta import probe_meta
 
-        return probe_meta(self.stream.source, run, self.options, seeded)
+        return probe_meta(self.stream.source, run, self.options, seeded, self.model)
 
 
 def open_source(
@@ -162,7 +168,8 @@ def load(
     starts (`data/preflight.py`). With `--data` the devices are chosen first (logical CPU
     devices must be set before TensorFlow uses any) and the model is loaded under that
     `tf.distribute` strategy, so its variables live on every replica; the strategy is None
-    without `--data`.
+    without `--data`. Every random draw of the run is seeded from `options.seed`
+    (`engine/random_layers.py`).
     """
     from layergrad.data import probe_input
     from layergrad.data.preflight import check_before_loading, precheck
@@ -196,6 +203,9 @@ def load(
             batch_rows=rows,
             max_memory=options.max_memory,
         )
+    from layergrad.engine.random_layers import seed_model
+
+    seed_model(loaded.model, options.seed)  # Dropout and the other random layers, from --seed
     return loaded, tuple(warnings), strategy
 
 

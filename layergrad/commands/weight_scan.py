@@ -138,7 +138,7 @@ def weights_over(
     assert totals is not None  # over data the stream gives the gradients
     return WeightScanReport(
         model=data_meta.model_meta(path, loaded, warnings),
-        probe=data_meta.probe_meta(batches.source, totals, options, seeded=not labels),
+        probe=data_meta.probe_meta(batches.source, totals, options, not labels, model),
         loss=LossMeta(spec.name, spec.source, "data" if labels else "random"),
         frozen=len(frozen_variables(model)),
         variables=run.rows,

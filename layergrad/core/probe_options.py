@@ -24,6 +24,11 @@ from layergrad.core.vocab import Distribute, Measure, Reduce, Word
 PathLike = str | os.PathLike[str]
 Progress = Callable[[int, "int | None"], None]  # (samples done, samples expected or None)
 BATCH_SIZE, DATA_BATCH_SIZE = 8, 32
+SEED_HELP = (  # one text for every command that runs the model
+    "Seeds every random draw of the run: the random batch, Dropout and other random layers "
+    "in training mode, data order, projections, fit's and fix's shuffling and new weights; "
+    "the same arguments give the same numbers."
+)
 W = TypeVar("W", bound=Word)
 T = TypeVar("T")
 
@@ -127,7 +132,7 @@ class ProbeOptions:
         high=limits.MAX_BATCH_SIZE, help="Rows of the random probe batch (default 8), or of each "
         "batch of --data (default 32)."))
     seed: int = option(0, Cli("--seed", "probe", "int", low=0, high=limits.MAX_SEED,
-        note=" (2**32 - 1)", help="Seed of the random batch."))
+        note=" (2**32 - 1)", help=SEED_HELP))
     reduce: Reduce = option(Reduce.SUM, Cli("--reduce", "run", "word", words=Reduce,
         help="Reduce the target activation to a scalar by sum or mean."))
     training: bool = option(False, Cli("--training", "run", "flag",

@@ -248,7 +248,7 @@ def run_stream(
 
     kept = step_calls.moving_statistics_kept(model, plan.training)
     with kept, step.installed():  # the trace happens here, once; the batch axis is None
-        summed = step_calls.over_batches(stream, strategy, replica_step, on_progress)
+        summed = step_calls.over_batches(stream, strategy, replica_step, on_progress, model)
     replicas, workers = int(strategy.num_replicas_in_sync), is_multi_worker(strategy)
     local = len(strategy.extended.worker_devices) if workers else replicas  # this worker's
     run = step.result(summed.totals, summed.samples, summed.batches, local)

@@ -26,6 +26,7 @@ from layergrad.data.stats.accumulators import gather_workers
 from layergrad.engine import jacobian_step
 from layergrad.engine.jacobian_scan import scan_frobenius
 from layergrad.engine.probe import live_probe
+from layergrad.engine.random_layers import drawing_for
 from layergrad.engine.trace import live_trace
 
 if TYPE_CHECKING:
@@ -199,7 +200,9 @@ def norm_from_payload(payload: NormPayload) -> NormTotals:
     )
 
 
-def data_batches(stream: DataStream) -> Iterator[tuple[int, ProbeBatch, np.ndarray]]:
+def data_batches(
+    stream: DataStream, model: KerasModel
+) -> Iterator[tuple[int, ProbeBatch, np.ndarray]]:
     """Each batch of a `data.sources.DataStream` this process runs (its shard under
     `--distribute multi-worker`): (its index among the data's batches, the ProbeBatch, its
     samples' indices in the data).
@@ -207,13 +210,16 @@ def data_batches(stream: DataStream) -> Iterator[tuple[int, ProbeBatch, np.ndarr
     The index is its first sample's index over `--batch-size` (counted from `--first-sample`
     N): one process's batch index, on any worker, and for a shard numbered with N a multiple
     of the batch size, the batch's index in the whole data set (so its random draws, seeded by
-    it, are those of one run over the whole)."""
+    it, are those of one run over the whole). While the caller holds a batch, `model`'s
+    random layers draw that batch's numbers (`random_layers.drawing_for`)."""
     names = tuple(s.name for s in stream.specs)
     size = max(int(getattr(stream, "batch_size", 1) or 1), 1)
     for b, tensors in enumerate(stream.indexed()):
         samples = np.asarray(tensors[-1].numpy(), np.int64)
         batch = ProbeBatch(tuple(tensors[:-1]), names, stream.source, None)
-        yield (int(samples[0]) // size if samples.size else stream.batch_index(b)), batch, samples
+        index = int(samples[0]) // size if samples.size else stream.batch_index(b)
+        with drawing_for(model, index):
+            yield index, batch, samples
     stream.raise_failure()
 
 
@@ -251,7 +257,7 @@ def inspect_jacobians(
     missing: dict[int, str] = {}
     done = 0
     step: jacobian_step.EstimateStep | None = None
-    for b, batch, samples in data_batches(stream):
+    for b, batch, samples in data_batches(stream, model):
         drawn = batch_seeded(how, b)
         found = None
         if done == 0:  # the first batch decides: the compiled step, or eager tapes throughout
@@ -348,7 +354,7 @@ def scan_jacobians(
     totals: dict[Key, NormTotals] = {}
     notes: dict[str, None] = {}
     done = 0
-    for b, batch, samples in data_batches(stream):
+    for b, batch, samples in data_batches(stream, model):
         live = live_trace(model, batch, target, training=training, reduce=reduce, seed=how.seed)
         norms, found = scan_frobenius(live, batch_seeded(how, b))
         notes.update(dict.fromkeys(found))

@@ -18,6 +18,7 @@ import numpy as np
 from layergrad.core.errors import InputError, LayerNotFound, describe
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import GradientTape, KerasLayer, KerasModel, Tensor, TensorTree
+from layergrad.engine import random_layers
 from layergrad.model.layer_refs import LOGITS, Site, iter_layers, split_logits
 
 
@@ -145,8 +146,11 @@ def model_targets(model: KerasModel, labels: Sequence[TensorTree]) -> TensorTree
 
 
 def forward(model: KerasModel, inputs: list[Tensor], training: bool) -> TensorTree:
-    """Call the model the way it was built to be called (one tensor, a list or a dict)."""
+    """Call the model the way it was built to be called (one tensor, a list or a dict); in
+    training mode its random layers draw the current batch's numbers (`random_layers`)."""
     args = model_args(model, inputs)
+    if training and tf.executing_eagerly():
+        random_layers.rewind(model)
     try:
         return model(args, training=training)
     except (ValueError, TypeError, RuntimeError, tf.errors.OpError) as exc:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar, cast
@@ -36,6 +36,7 @@ from layergrad.data.stats import aggregates
 from layergrad.data.stats.accumulators import Accumulators, OneStep, summary_shapes
 from layergrad.data.value_checks import reader_refusal
 from layergrad.engine.layer_calls import model_args
+from layergrad.engine.random_layers import drawing_for, generator_states
 from layergrad.model.layer_refs import iter_layers
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ def over_batches(
     strategy: Strategy,
     replica_step: ReplicaStep,
     on_progress: Progress | None = None,
+    model: KerasModel | None = None,
 ) -> Summed:
     """Run `replica_step` on every batch of `stream` (`stream.indexed()`) under `strategy`.
 
@@ -71,6 +73,8 @@ def over_batches(
     strategy each batch is split between the replicas. A probe batch (`stream.probe`, one
     batch) runs eagerly (tracing a large model costs many times its one eager pass) and adds
     up without accumulator variables (`OneStep`).
+    The random layers of `model` (the model the step runs) draw each batch's own numbers,
+    from the batch's index in the data (`random_layers.drawing_for`).
     `on_progress` is called with (0, samples expected or None) before the step is traced,
     then after each batch with (samples done, samples expected or None).
 
@@ -89,6 +93,7 @@ def over_batches(
     source = None if stream.probe else stream.source
     done = batches = 0
     where = stream.batch_index  # among all the data's batches
+    draws = model is not None and bool(generator_states(model))  # random layers to set
     inputs = len(stream.specs)
     if on_progress is not None:  # the total is known before the trace, which takes a while
         on_progress(0, stream.samples)
@@ -116,18 +121,20 @@ def over_batches(
         parts = [strategy.experimental_local_results(t) for t in batch[:inputs]]
         rows = stream.check_batch(where(batches), parts)
         name = "the probe batch" if stream.probe else f"batch {where(batches)}"
-        if fused is not None:
-            guarded(partial(fused, batch), name, source)
-        elif stream.probe:
-            acc = OneStep()
-            acc.update(guarded(partial(concrete, batch), name))
-        else:  # a summary's size is only known from the first batch (an open last axis)
-            summaries = guarded(partial(concrete, batch), name, source)
-            acc = Accumulators(strategy, summary_shapes(strategy, summaries) or {})
-            tf.function(lambda s, a=acc: strategy.run(a.update, args=(s,)), autograph=False)(
-                summaries
-            )
-            fused = _fused_step(strategy, concrete, acc, signature)
+        drawing = drawing_for(model, where(batches)) if draws else nullcontext()
+        with drawing:
+            if fused is not None:
+                guarded(partial(fused, batch), name, source)
+            elif stream.probe:
+                acc = OneStep()
+                acc.update(guarded(partial(concrete, batch), name))
+            else:  # a summary's size is only known from the first batch (an open last axis)
+                summaries = guarded(partial(concrete, batch), name, source)
+                acc = Accumulators(strategy, summary_shapes(strategy, summaries) or {})
+                tf.function(lambda s, a=acc: strategy.run(a.update, args=(s,)), autograph=False)(
+                    summaries
+                )
+                fused = _fused_step(strategy, concrete, acc, signature)
         done, batches = done + rows, batches + 1
         if on_progress is not None:
             on_progress(done, stream.samples)

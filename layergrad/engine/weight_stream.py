@@ -125,7 +125,7 @@ def stream_weight_gradients(
         out["layers/sum"] = share * layer_sq  # n_b ||g_b||^2 per layer
         return out
 
-    totals = step_calls.over_batches(stream, strategy, compute, on_progress).totals
+    totals = step_calls.over_batches(stream, strategy, compute, on_progress, model).totals
     count, count_sq, steps = (float(v) for v in totals["n/sum"])
     batches = round(steps)  # every worker's batches
     gradients = tuple(totals[f"{i}/sum"] / count if ok else None for i, ok in enumerate(connected))

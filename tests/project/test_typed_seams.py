@@ -25,6 +25,7 @@ from layergrad.commands.check.gate import CheckOptions
 from layergrad.core.cluster import Cluster
 from layergrad.core.errors import UsageError
 from layergrad.core.probe_options import (
+    SEED_HELP,
     DataSet,
     MeasureFields,
     OneBatch,
@@ -160,7 +161,7 @@ def test_check_takes_the_shared_probe_options_without_the_run_mode():
     assert not {"reduce", "training"} & names
     helps = {p.name: getattr(p, "help", "") for p in check.params}
     assert "an output constant over fewer than 4 rows is not reported" in helps["batch_size"]
-    assert helps["seed"] == "Seed of the random probe batch."
+    assert helps["seed"] == SEED_HELP
     probe = [f for f in dataclasses.fields(CheckOptions) if f.name == "probe"]
     assert probe and probe[0].type in (ProbeOptions, "ProbeOptions")
 

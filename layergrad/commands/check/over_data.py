@@ -224,7 +224,7 @@ def _dead_over_data(
 
     route = lambda: getattr(local, "route", None)  # noqa: E731
     with calls.moving_statistics_kept(model, training), wrapped(site_groups(sites), route):
-        totals = calls.over_batches(batches, strategy, replica_step).totals
+        totals = calls.over_batches(batches, strategy, replica_step, model=model).totals
     shares = [float(np.mean(totals[f"{i}/gmax"] <= 0)) for i in range(len(sites))]
     dead = tuple(
         (ref, share)

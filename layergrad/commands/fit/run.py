@@ -35,6 +35,7 @@ from layergrad.data.value_checks import reader_refusal, tf_dtype
 from layergrad.engine.compiled_loss import compile_loss, label_request
 from layergrad.engine.layer_calls import model_args, model_targets
 from layergrad.engine.loader import LoadedModel
+from layergrad.engine.random_layers import seed_model
 from layergrad.model.loss_forms import LossSpec, find_loss
 from layergrad.training.monitor import GradientMonitor
 from layergrad.training.rules import chance_loss
@@ -56,7 +57,7 @@ def train_loaded(
 ) -> FitReport:
     """`fit_model`'s run once the model is loaded (under `strategy`, if any)."""
     model, info = loaded.model, loaded.info
-    keras.utils.set_random_seed(options.seed)
+    seed_model(model, options.seed)  # Keras's random state and the random layers' draws
     with (
         strategy.scope() if strategy is not None else contextlib.nullcontext(),
         stall_watch(stall_timeout, on_stall, os.fspath(data)) as watch,

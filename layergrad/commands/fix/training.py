@@ -42,6 +42,7 @@ from layergrad.data.labels import LabelRequest, TrivialLoss
 from layergrad.data.sources import DataStream
 from layergrad.data.value_checks import reader_refusal
 from layergrad.engine.compiled_loss import label_request, output_keys
+from layergrad.engine.random_layers import seed_model
 from layergrad.model.loss_forms import LossSpec
 from layergrad.training.monitor import GradientMonitor
 from layergrad.training.rules import chance_loss
@@ -129,7 +130,7 @@ def train_and_score(
         )
     stream = ready.labelled.stream
     assert stream is not None
-    keras.utils.set_random_seed(options.seed)
+    seed_model(model, options.seed)  # the original and each copy: the same random draws
     with ready.strategy.scope() if ready.strategy is not None else contextlib.nullcontext():
         units = output_units_of(model, spec)
         prior, samples = ready.labels.trivial, ready.labels.samples
