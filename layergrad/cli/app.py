@@ -26,7 +26,7 @@ from layergrad.cli.options import (
     wrt_options,
 )
 from layergrad.cli.running import emit, handle_errors, said, write_plot
-from layergrad.core.vocab import FAILING_STATUSES, Flag, OutputFormat, Wrt
+from layergrad.core.vocab import FAILING_STATUSES, SCAN_FLAGS, OutputFormat, Wrt
 
 if TYPE_CHECKING:
     from layergrad.core.probe_options import MeasureFields, ProbeOptions
@@ -229,9 +229,9 @@ def layers(
 @click.option(
     "--fail-on",
     default="",
-    callback=comma_list(Flag, "flag"),
+    callback=comma_list(SCAN_FLAGS, "flag"),
     metavar="FLAGS",
-    help=f"Exit 1 when a layer is flagged with one of: {','.join(Flag.words())}.",
+    help=f"Exit 1 when a layer is flagged with one of: {','.join(SCAN_FLAGS)}.",
 )
 @force_option
 @load_options

@@ -24,7 +24,7 @@ from layergrad.cli.options import (
     wrt_options,
 )
 from layergrad.cli.running import emit, handle_errors, said
-from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding, OutputFormat
+from layergrad.core.vocab import CHECK_FINDINGS, DEFAULT_FAIL_ON, Finding, OutputFormat
 
 if TYPE_CHECKING:
     from layergrad.core.probe_options import ProbeOptions
@@ -38,9 +38,9 @@ T = TypeVar("T")
     "--fail-on",
     default=",".join(DEFAULT_FAIL_ON),
     show_default=True,
-    callback=comma_list(Finding, "finding"),
+    callback=comma_list(CHECK_FINDINGS, "finding"),
     metavar="FINDINGS",
-    help=f"Findings that fail a file: {','.join(Finding.words())}.",
+    help=f"Findings that fail a file: {','.join(CHECK_FINDINGS)}.",
 )
 @click.option(
     "--static-only",
