@@ -198,3 +198,18 @@ def test_a_healthy_softmax_classifier_gets_no_finding(tmp_path):
     keras.Model(x, out).save(path)
     verdict = check_file(path)
     assert not [(c.name, c.message) for c in verdict.checks if c.findings or not c.passed]
+
+
+def test_the_loss_check_keeps_the_head_rules_own_record():
+    from layergrad.model.head_rules import BY_NAME
+
+    verdict = check_file(sample("bug_bce_on_softmax.keras"))
+    (loss,) = [c for c in verdict.checks if c.name == "loss"]
+    (reason,) = loss.reasons
+    rule = BY_NAME["binary_on_softmax"]  # Dense(3, softmax) under binary_crossentropy
+    assert (reason.code, reason.rule, reason.severity) == (rule.code, rule.name, rule.severity)
+    assert (reason.layer, reason.output) == ("head", "head")  # the layer fix changes
+    assert reason.fact("units") == 3 and reason.fact("loss") == "binary_crossentropy"
+    assert reason.fact("activation") == "softmax" and reason.fact("from_logits") is False
+    assert reason.repair is not None and reason.repair.loss == "categorical_crossentropy"
+    assert str(reason) in loss.message
