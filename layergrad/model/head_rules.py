@@ -201,7 +201,6 @@ def _on(text: str) -> Callable[[HeadFacts], str]:
     return lambda f: f"{f.loss} on {f.describe()}: {text.format(act=f.act, loss=f.loss)}"
 
 
-
 CLASSIFIER_LOSS = (
     "categorical_crossentropy (one-hot labels) or sparse_categorical_crossentropy (class ids) "
     "for a softmax classifier"
