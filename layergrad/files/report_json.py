@@ -19,6 +19,7 @@ from layergrad.core.errors import InputError
 from layergrad.core.results import (
     DataStats,
     Endpoint,
+    Fact,
     FrobeniusNorms,
     GradientStats,
     Histogram,
@@ -225,9 +226,24 @@ class _Reader(JsonFields):
                     layer=self.get(c, "layer", (str, OPTIONAL), f"{at}.layer"),
                     message=self.get(c, "message", str, f"{at}.message"),
                     hint=self.get(c, "hint", str, f"{at}.hint"),
+                    facts=self.facts(c, f"{at}.facts"),
                 )
             )
         return tuple(out)
+
+    def facts(self, obj: Mapping[str, object], name: str) -> tuple[tuple[str, Fact], ...]:
+        """A cause's `facts` (absent from reports written before they were): names to
+        strings, numbers, true / false or null."""
+        if "facts" not in obj:
+            return ()
+        read: list[tuple[str, Fact]] = []
+        for key, value in self.get(obj, "facts", dict, name).items():
+            if not isinstance(value, (str, int, float, bool, OPTIONAL)):
+                raise self.error(f"{name}.{key}", "a string, a number, true, false or null", value)
+            if isinstance(value, str):
+                value = self.text(value, f"{name}.{key}")
+            read.append((key, value))
+        return tuple(read)
 
     def data(self, obj: Mapping[str, object], name: str, samples: int | None) -> DataStats | None:
         if "per_sample_l2" not in obj and "dead_units" not in obj:

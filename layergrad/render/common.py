@@ -308,9 +308,11 @@ def gradient_json(g: GradientStats | None, *, shape: bool = False) -> dict[str, 
 
 
 def cause_json(c: Reason) -> dict[str, object]:
-    """A cause as `{code, layer, message, hint}` (the op, if any, is named in the message)."""
+    """A cause as `{code, layer, message, hint, facts}` (the op, if any, is named in the
+    message; `facts` holds the typed values the message was said from)."""
     message = f"{c.message} (op {c.op})" if c.op else c.message
-    return {"code": c.code, "layer": c.layer, "message": message, "hint": c.hint}
+    return {"code": c.code, "layer": c.layer, "message": message, "hint": c.hint,
+            "facts": dict(c.facts)}  # fmt: skip
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
