@@ -1,4 +1,5 @@
-"""Regenerate the rule tables of the docs from the rule table (layergrad/model/head_rules.py).
+"""Regenerate the docs' rule tables from the rule tables (layergrad/model/head_rules.py, and
+layergrad/diagnose/causes.py for the README's cause table).
 
     python docs/make_tables.py
 
@@ -16,7 +17,7 @@ sys.path.insert(0, str(ROOT))
 
 from layergrad.render.rule_tables import with_tables  # noqa: E402
 
-PAGES = ("docs/verdicts.md", "docs/fix.md")
+PAGES = ("README.md", "docs/verdicts.md", "docs/fix.md")
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ from layergrad.cli.options import (
     wrt_options,
 )
 from layergrad.cli.running import emit, handle_errors, said, write_plot
-from layergrad.core.vocab import FAILING_STATUSES, Flag, OutputFormat, Wrt
+from layergrad.core.vocab import FAILING_STATUSES, SCAN_FLAGS, OutputFormat, Wrt
 
 if TYPE_CHECKING:
     from layergrad.core.probe_options import MeasureFields, ProbeOptions
@@ -223,7 +223,10 @@ def layers(
 @format_options
 @plot_option
 @fail_on_option(
-    Flag, "flag", "FLAGS", f"Exit 1 when a layer is flagged with one of: {','.join(Flag.words())}."
+    SCAN_FLAGS,
+    "flag",
+    "FLAGS",
+    f"Exit 1 when a layer is flagged with one of: {','.join(SCAN_FLAGS)}.",
 )
 @force_option
 @load_options

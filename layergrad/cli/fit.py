@@ -140,5 +140,5 @@ def fit(
         on_notice=note,
     )
     emit("fit", fmt, report)
-    if report.stopped == "target_mismatch" or any(f.finding in fail_on for f in report.findings):
+    if report.stopped == "target_mismatch" or any(f.code in fail_on for f in report.findings):
         sys.exit(1)

@@ -25,7 +25,7 @@ from layergrad.cli.options import (
     wrt_options,
 )
 from layergrad.cli.running import emit, handle_errors, said
-from layergrad.core.vocab import DEFAULT_FAIL_ON, Finding, OutputFormat
+from layergrad.core.vocab import CHECK_FINDINGS, DEFAULT_FAIL_ON, Finding, OutputFormat
 
 if TYPE_CHECKING:
     from layergrad.core.probe_options import ProbeOptions
@@ -36,10 +36,10 @@ T = TypeVar("T")
 @click.command()
 @click.argument("models", nargs=-1, required=True, type=click.Path(path_type=str))
 @fail_on_option(
-    Finding,
+    CHECK_FINDINGS,
     "finding",
     "FINDINGS",
-    f"Findings that fail a file: {','.join(Finding.words())}.",
+    f"Findings that fail a file: {','.join(CHECK_FINDINGS)}.",
     DEFAULT_FAIL_ON,
 )
 @click.option(

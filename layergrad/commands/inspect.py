@@ -15,12 +15,12 @@ from layergrad.commands.session import DataSession, Session
 from layergrad.commands.untrained_batchnorm import in_training, probe_in_training, results_wrong
 from layergrad.core.probe_options import Progress
 from layergrad.core.results import (
-    Cause,
     DataStats,
     Endpoint,
     GradientStats,
     InspectReport,
     ProbeMeta,
+    Reason,
     Result,
 )
 from layergrad.core.vocab import Status
@@ -194,7 +194,7 @@ def _result(run: StreamRun, t: int, diagnosis: Diagnosis) -> Result:
     assert target is not None  # inspect names every target (only scan's may be the projection)
     status = Status.NONE if grad is None else Status(grad.status)
     stats = None if grad is None else grad.stats(source.shape)
-    causes: tuple[Cause, ...] = ()
+    causes: tuple[Reason, ...] = ()
     if status != "ok":
         index = grad.first_nonfinite if grad is not None and grad.first_nonfinite else 0
         src, dst = diagnosis.activations(index, source.site, target.site)
@@ -202,7 +202,7 @@ def _result(run: StreamRun, t: int, diagnosis: Diagnosis) -> Result:
         if not any(c.code == "not_downstream" for c in causes):
             found = diagnosis.diagnoser(index).causes(status, src, dst)
             causes = diagnoser.dedupe([*causes, *found])
-        causes = causes or (why.unknown(),)
+        causes = causes or (why.cause("unknown"),)
     return Result(
         source=Endpoint(source.site.ref, source.shape, source.dtype),
         target=Endpoint(target.site.ref, target.shape, target.dtype),

@@ -15,7 +15,7 @@ import numpy as np
 from layergrad.core.errors import LayerNotFound
 from layergrad.core.gradient_stats import dead_fraction, gradient_stats, status_flags, status_of
 from layergrad.core.results import DataStats, GradientStats, ScanRow
-from layergrad.core.vocab import Flag, Status
+from layergrad.core.vocab import Finding, Status
 from layergrad.data.stats.aggregates import GradientTotals
 from layergrad.diagnose import causes as why
 from layergrad.diagnose.diagnoser import Diagnoser
@@ -210,9 +210,9 @@ def flag_against_target_end(rows: list[ScanRow], on_trunk: set[str] | None) -> l
             decades = math.log10(g.l2 / end.l2)
             steep = abs(decades) / depth > RATE
             if decades <= -EXTREME or (decades <= -DECADES and steep):
-                row = replace(row, flags=(*row.flags, Flag.VANISHING))
+                row = replace(row, flags=(*row.flags, Finding.VANISHING))
             elif decades >= EXTREME or (decades >= DECADES and steep):
-                row = replace(row, flags=(*row.flags, Flag.EXPLODING))
+                row = replace(row, flags=(*row.flags, Finding.EXPLODING))
         out.append(row)
     return out
 
@@ -228,7 +228,7 @@ def _with_causes(
     if target is None and trace.gradients[i] is not None:
         target = source  # a model output: its own gradient comes straight from the target
     if target is None:
-        return replace(row, causes=(why.feeds_no_output(row.layer),))
+        return replace(row, causes=(why.cause("feeds_no_output", row.layer),))
     diagnoser.adopt(target.site, trace)
     return replace(row, causes=tuple(diagnoser.causes(row.status, source, target)))
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from layergrad.core.results import ConstantOutput, Result, ScanRow
 from layergrad.core.tf_types import KerasModel
-from layergrad.core.vocab import Flag, Status
+from layergrad.core.vocab import Finding, Status
 from layergrad.model.layer_refs import iter_layers
 
 if TYPE_CHECKING:
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     Opened = TypeVar("Opened", bound=Session | DataSession)
 
 T = TypeVar("T")
-SCALE_FLAGS = (Flag.DEAD, Flag.VANISHING, Flag.EXPLODING)  # flags that depend on magnitudes
+# flags that depend on magnitudes
+SCALE_FLAGS = (Finding.DEAD, Finding.VANISHING, Finding.EXPLODING)
 STRUCTURAL = ("softmax_one_unit", "zero_weights")  # constant whatever the mode and the data
 
 

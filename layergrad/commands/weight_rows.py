@@ -17,9 +17,9 @@ from layergrad.core.gradient_stats import (
     status_flags,
     status_of,
 )
-from layergrad.core.results import Cause, ScanRow, VariableRow
+from layergrad.core.results import Reason, ScanRow, VariableRow
 from layergrad.core.tf_types import KerasLayer, KerasVariable
-from layergrad.core.vocab import Flag, Status
+from layergrad.core.vocab import Finding, Status
 from layergrad.diagnose import causes as why
 from layergrad.engine.trace import Trace
 
@@ -92,7 +92,7 @@ def with_causes(row: VariableRow, layer_rows: Sequence[ScanRow]) -> VariableRow:
     return row if row.status == Status.OK else replace(row, causes=_causes(row, layer_rows))
 
 
-def _causes(row: VariableRow, layer_rows: Sequence[ScanRow]) -> tuple[Cause, ...]:
+def _causes(row: VariableRow, layer_rows: Sequence[ScanRow]) -> tuple[Reason, ...]:
     """The causes of the layer's output rows when they share the variable's problem, else say
     that the layer's own call loses it."""
     path = row.layer
@@ -101,8 +101,8 @@ def _causes(row: VariableRow, layer_rows: Sequence[ScanRow]) -> tuple[Cause, ...
     if broken:
         return broken[0].causes
     if calls and all(r.status == Status.NONE for r in calls):
-        return tuple(c for r in calls for c in r.causes)[:3] or (why.unknown(),)
-    return (why.variable_not_used(path, row.name, row.status),)
+        return tuple(c for r in calls for c in r.causes)[:3] or (why.cause("unknown"),)
+    return (why.cause("variable_not_used", path, variable=row.name, status=str(row.status)),)
 
 
 def layer_ratios(rows: Sequence[VariableRow]) -> dict[str, float]:
@@ -128,7 +128,7 @@ def layer_ratios(rows: Sequence[VariableRow]) -> dict[str, float]:
     }
 
 
-def scale_flags(rows: Sequence[VariableRow]) -> dict[str, tuple[Flag, float]]:
+def scale_flags(rows: Sequence[VariableRow]) -> dict[str, tuple[Finding, float]]:
     """Vanishing / exploding layers: {layer: (flag, decades below / above the output end)}.
 
     Only layers with a kernel (Dense, Conv, Embedding, recurrent layers...) take part, in
@@ -147,12 +147,12 @@ def scale_flags(rows: Sequence[VariableRow]) -> dict[str, tuple[Flag, float]]:
     end = float(np.median([v for _, v in logs[-quarter:]]))
     start = float(np.median([v for _, v in logs[:quarter]]))
     trend = end - start
-    found: dict[str, tuple[Flag, float]] = {}
+    found: dict[str, tuple[Finding, float]] = {}
     for layer, value in logs[: max(1, len(logs) // 2)]:
         if trend >= TREND_DECADES and value <= end - TREND_DECADES:
-            found[layer] = (Flag.VANISHING, value - end)
+            found[layer] = (Finding.VANISHING, value - end)
         elif trend <= -TREND_DECADES and value >= end + TREND_DECADES:
-            found[layer] = (Flag.EXPLODING, value - end)
+            found[layer] = (Finding.EXPLODING, value - end)
     return found
 
 

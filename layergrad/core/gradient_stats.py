@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from layergrad.core.results import GradientStats
-from layergrad.core.vocab import Flag, Status
+from layergrad.core.vocab import Finding, Status
 
 DEAD_FRACTION = 0.5  # more than this share of a layer's units exactly zero everywhere: dead
 
@@ -22,20 +22,20 @@ def dead_fraction(value: np.ndarray) -> float:
     return float(np.mean(np.all(value.reshape(-1, value.shape[-1]) == 0, axis=0)))
 
 
-def status_flags(status: Status, dead: float | None) -> tuple[Flag, ...]:
+def status_flags(status: Status, dead: float | None) -> tuple[Finding, ...]:
     """The flag a row's status gives: `blocked` (no gradient), `nonfinite`, or `dead` when more
     than DEAD_FRACTION of its units (`dead`, None when unknown) get exactly zero everywhere.
 
     Example:
         >>> status_flags(Status.OK, 0.75)
-        (<Flag.DEAD: 'dead'>,)
+        (<Finding.DEAD: 'dead'>,)
     """
     if status == Status.NONE:
-        return (Flag.BLOCKED,)
+        return (Finding.BLOCKED,)
     if status == Status.NONFINITE:
-        return (Flag.NONFINITE,)
+        return (Finding.NONFINITE,)
     if dead is not None and dead > DEAD_FRACTION:
-        return (Flag.DEAD,)
+        return (Finding.DEAD,)
     return ()
 
 

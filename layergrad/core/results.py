@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from layergrad.core.display import NotebookDisplay
-from layergrad.core.vocab import CauseCode, Finding, Flag, JacobianMethod, Reduce, Severity, Status
+from layergrad.core.vocab import Finding, JacobianMethod, Reduce, Severity, Status
 
 
 @dataclass(frozen=True)
@@ -58,15 +58,63 @@ class DataStats:
     first_nonfinite_batch: int | None  # 0-based index of the first batch with NaN/Inf
 
 
-@dataclass(frozen=True)
-class Cause:
-    """A likely reason for a none / zero / non-finite gradient, with evidence and a fix."""
+# A value a rule read: a name, a count, a share, a switch (None: not known)
+Fact = str | int | float | bool | None
 
-    code: CauseCode
-    layer: str | None
+
+@dataclass(frozen=True)
+class ConfigChange:
+    """The repair `fix` applies for a rule. `kind`: `loss` (the head's loss becomes `loss`
+    with `from_logits`), `activation` (the head's activation becomes `activation`, and its
+    loss `loss` when given), `remove_before` (the activation of the layer before a softmax
+    layer goes), `move_dropout` (a Dropout after the logits moves before the last weight
+    layer), `relu_hidden` (activation='relu' on the hidden weight layers)."""
+
+    kind: str
+    why: str
+    activation: str | None = None
+    loss: str | None = None
+    from_logits: bool = False
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One finding of one rule, as every command keeps it: an `inspect` / `scan` cause, a
+    `check`'s reason, a finding of `fit` and the callback, what `fix` leaves unrepaired.
+
+    `code` says what was found (a `Finding`), `layer` where (a layer reference, or None),
+    `message` what was seen and `hint` what to do, both rendered from `facts` (the typed values
+    the rule read, as (name, value) pairs; empty when the rule keeps none); `severity` whether
+    it fails a file; `repair` the config edit `fix` applies, when the rule has one. `op` is the
+    operation a cause points at, `output` and `loss` what a head rule judged, `rule` the name
+    of the rule that found it, `step` the training step it was seen at (fit, the callback).
+    `str()` joins message and hint as a check says them: `MESSAGE. Fix: HINT`.
+    """
+
+    code: Finding
     message: str
-    hint: str
+    hint: str = ""
+    layer: str | None = None
+    output: str = ""
+    loss: str = ""
+    rule: str = ""
+    severity: Severity = Severity.FAIL
+    step: int | None = None
+    facts: tuple[tuple[str, Fact], ...] = ()
+    repair: ConfigChange | None = None
     op: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.message}. Fix: {self.hint}" if self.hint else self.message
+
+    @property
+    def finding(self) -> Finding:
+        """`code`, under its former name."""
+        return self.code
+
+    def fact(self, name: str) -> Fact:
+        """The value of the fact `name` (None when the rule did not read it)."""
+        return dict(self.facts).get(name)
 
 
 @dataclass(frozen=True)
@@ -174,7 +222,7 @@ class Result:
     target: Endpoint
     status: Status
     gradient: GradientStats | None
-    causes: tuple[Cause, ...] = ()
+    causes: tuple[Reason, ...] = ()
     warnings: tuple[str, ...] = ()
     array: np.ndarray | None = field(default=None, repr=False, compare=False)
     jacobian: JacobianStats | None = None  # with --measure jacobian
@@ -249,8 +297,8 @@ class ScanRow:
     dtype: str
     status: Status  # Status.INTEGER for an integer-valued activation
     gradient: GradientStats | None
-    flags: tuple[Flag, ...] = ()
-    causes: tuple[Cause, ...] = ()
+    flags: tuple[Finding, ...] = ()
+    causes: tuple[Reason, ...] = ()
     jacobian: ScanJacobian | None = None  # with --measure jacobian
     data: DataStats | None = None  # with --data
 
@@ -267,26 +315,6 @@ class ScanReport(NotebookDisplay):
     first_nonfinite: str | None = None  # the first layer whose forward activation is NaN/Inf
     constant: tuple[ConstantOutput, ...] = ()  # outputs the same for every sample
     input_range: InputRange | None = None  # unscaled inputs pinning the first activation
-
-
-@dataclass(frozen=True)
-class Reason:
-    """One finding of one rule, as every command keeps it: its code, what was seen and what to
-    do (apart: a check's message joins them as `MESSAGE. Fix: HINT`), the layer to change,
-    the output and loss it was judged on, the rule that found it and that rule's severity."""
-
-    finding: str  # a `Finding`
-    message: str
-    hint: str = ""
-    layer: str | None = None
-    output: str = ""
-    loss: str = ""
-    rule: str = ""
-    severity: Severity = Severity.FAIL
-    step: int | None = None  # the training step it was seen at (fit, the callback)
-
-    def __str__(self) -> str:
-        return f"{self.message}. Fix: {self.hint}" if self.hint else self.message
 
 
 @dataclass(frozen=True)
@@ -363,8 +391,8 @@ class VariableRow:
     status: Status
     gradient: GradientStats | None
     update_ratio: float | None
-    flags: tuple[Flag, ...] = ()
-    causes: tuple[Cause, ...] = ()
+    flags: tuple[Finding, ...] = ()
+    causes: tuple[Reason, ...] = ()
 
 
 @dataclass(frozen=True)

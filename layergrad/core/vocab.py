@@ -1,4 +1,4 @@
-"""The words layergrad reports with, each defined once: statuses, flags, findings, causes, formats.
+"""The words layergrad reports with, each defined once: statuses, finding codes, formats.
 
 Click choices, renderers, the README's tables and the tests all derive from these. Each is a
 `str` enum, so a member compares equal to its word (`Status.OK == "ok"`) and is written as the
@@ -44,27 +44,20 @@ NOT_DIFFERENTIABLE = (Status.INTEGER, Status.STRING)
 FAILING_STATUSES = (Status.NONE, Status.ZERO, Status.NONFINITE)
 
 
-class Flag(Word):
-    """What a `scan` row can be flagged with."""
+class Finding(Word):
+    """Every code a finding record carries (`core/results.Reason.code`), in one vocabulary:
+    what a `check` finds (`--fail-on` picks which of them fail a file), what flags a `scan` row,
+    why a gradient is None, zero or non-finite (an `inspect` / `scan` cause), what training
+    shows (`layergrad fit`, `GradientMonitor`). The tuples below name each command's subset."""
 
+    UNREADABLE = "unreadable"
+    UNSAFE = "unsafe"
+    ERROR = "error"
     BLOCKED = "blocked"  # the gradient is None
     NONFINITE = "nonfinite"  # NaN / Inf in the gradient
     DEAD = "dead"  # most units get exactly zero gradient for the whole batch
     VANISHING = "vanishing"  # mean |g| far below the target end's
     EXPLODING = "exploding"  # mean |g| far above the target end's
-
-
-class Finding(Word):
-    """What a `check` can find in a file; `--fail-on` picks which of them fail it."""
-
-    UNREADABLE = "unreadable"
-    UNSAFE = "unsafe"
-    ERROR = "error"
-    BLOCKED = "blocked"
-    NONFINITE = "nonfinite"
-    DEAD = "dead"
-    VANISHING = "vanishing"
-    EXPLODING = "exploding"
     NO_GRADIENT = "no_gradient"  # a trainable variable gets no gradient from the loss
     CONSTANT_OUTPUT = "constant_output"  # an output is the same for every sample
     LOSS_MISMATCH = "loss_mismatch"  # the compiled loss does not fit the output
@@ -81,6 +74,56 @@ class Finding(Word):
     CONSTANT_PREDICTIONS = "constant_predictions"  # the head's output ignores the batch
     OSCILLATING = "oscillating"  # the loss swings without a trend
     SLOW_CONVERGENCE = "slow_convergence"  # the loss falls too slowly to learn in the run
+    # why a gradient is None, zero or non-finite (`diagnose/causes.CAUSES`)
+    NOT_DOWNSTREAM = "not_downstream"
+    INTEGER_PATH = "integer_path"
+    NON_DIFFERENTIABLE_OP = "non_differentiable_op"
+    STOP_GRADIENT = "stop_gradient"
+    DEAD_RELU = "dead_relu"
+    SATURATED = "saturated"
+    NONFINITE_FORWARD = "nonfinite_forward"
+    NONFINITE_BACKWARD = "nonfinite_backward"
+    TRAINING_MODE = "training_mode"
+    FLOAT16_UNDERFLOW = "float16_underflow"
+    UNUSED_INPUT = "unused_input"
+    UNKNOWN = "unknown"
+
+
+# The former names of the vocabulary's subsets, kept importable: one enum, `Finding`.
+Flag = Finding
+CauseCode = Finding
+
+# What a `scan` row can be flagged with (`scan --fail-on`).
+SCAN_FLAGS = (
+    Finding.BLOCKED,
+    Finding.NONFINITE,
+    Finding.DEAD,
+    Finding.VANISHING,
+    Finding.EXPLODING,
+)
+
+# What a `check` can find in a file (`check --fail-on`), in the order `--help` lists them.
+CHECK_FINDINGS = tuple(Finding)[: tuple(Finding).index(Finding.SLOW_CONVERGENCE) + 1]
+
+# Why a gradient is None, zero or non-finite: the codes of `inspect` / `scan` causes.
+CAUSE_CODES = (
+    Finding.NOT_DOWNSTREAM,
+    Finding.INTEGER_PATH,
+    Finding.NON_DIFFERENTIABLE_OP,
+    Finding.STOP_GRADIENT,
+    Finding.DEAD_RELU,
+    Finding.SATURATED,
+    Finding.NONFINITE_FORWARD,
+    Finding.NONFINITE_BACKWARD,
+    Finding.TRAINING_MODE,
+    Finding.FLOAT16_UNDERFLOW,
+    Finding.UNUSED_INPUT,
+    Finding.CONSTANT_OUTPUT,
+    Finding.INPUT_RANGE,
+    Finding.LOSS_MISMATCH,
+    Finding.TARGET_MISMATCH,
+    Finding.UNKNOWN,
+)
 
 
 class Severity(Word):
@@ -138,27 +181,6 @@ class Change(Word):
     CHANGED = "changed"
     ADDED = "added"  # only in the new scan
     REMOVED = "removed"  # only in the base scan
-
-
-class CauseCode(Word):
-    """Why a gradient is None, zero or non-finite (the first cause is the most likely)."""
-
-    NOT_DOWNSTREAM = "not_downstream"
-    INTEGER_PATH = "integer_path"
-    NON_DIFFERENTIABLE_OP = "non_differentiable_op"
-    STOP_GRADIENT = "stop_gradient"
-    DEAD_RELU = "dead_relu"
-    SATURATED = "saturated"
-    NONFINITE_FORWARD = "nonfinite_forward"
-    NONFINITE_BACKWARD = "nonfinite_backward"
-    TRAINING_MODE = "training_mode"
-    FLOAT16_UNDERFLOW = "float16_underflow"
-    UNUSED_INPUT = "unused_input"
-    CONSTANT_OUTPUT = "constant_output"
-    INPUT_RANGE = "input_range"
-    LOSS_MISMATCH = "loss_mismatch"
-    TARGET_MISMATCH = "target_mismatch"
-    UNKNOWN = "unknown"
 
 
 class Wrt(Word):

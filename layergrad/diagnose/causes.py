@@ -1,17 +1,23 @@
-"""Every `Cause` layergrad reports is built here: one small function per cause code.
+"""Why a gradient is None, zero or non-finite: one table, one entry a cause code.
 
-A cause says what was found (`message`, with the evidence), where (`layer`, a layer
-reference, or None) and what to do about it (`hint`). Finding the evidence is the job of
-`diagnoser.py`; these functions only put it into words.
+Each `CauseKind` holds a code (a `Finding`), what it means, how `diagnoser.py` detects it and
+what fixes it (the README's cause table is generated from these: `docs/make_tables.py`), and
+the words its causes are said in: one `Says` a variant, whose message and hint are templates
+over the facts the diagnosis found (`{layer!r}`, `{fraction:.0%}`; `!q` quotes a name for the
+shell). `cause(name, layer, **facts)` renders one into the finding record (`core/results.Reason`)
+with its facts kept typed beside the words. Finding the evidence is `diagnoser.py`'s job.
+No TensorFlow.
 """
 
 from __future__ import annotations
 
 import shlex
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-from layergrad.core.results import Cause
-from layergrad.core.vocab import CauseCode
-from layergrad.engine.tf_ops import OpFinding
+from layergrad.core.results import Fact, Reason
+from layergrad.core.vocab import Finding
 
 # What the diagnosis looks at, for the `unknown` cause to say.
 CHECKED = (
@@ -19,271 +25,393 @@ CHECKED = (
     "ReLU/sigmoid/tanh/softmax activations, forward and backward NaN/Inf, float16, training mode"
 )
 
-# why an output stops varying (forward_findings.reason), said in a cause's message
-REASONS = {
-    "softmax_one_unit": "a softmax over one unit is always 1.0",
-    "saturated": "its activation is saturated for every sample",
-    "dead": "its ReLU units output 0 for every sample",
-    "zero_weights": "its weights are all zero, so it outputs its bias",
-    "constant": "its output does not depend on the batch",
-    "float16_underflow": "it computes in float16, where outputs this small round to 0",
+
+@dataclass(frozen=True)
+class Says:
+    """One way a cause is said: its name (what `cause` is called with), its message and hint
+    templates, and the op it points at when that is always the same."""
+
+    name: str
+    message: str
+    hint: str
+    op: str | None = None
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The facts its templates read, in order of first use (`layer` among them)."""
+        fields = (f for text in (self.message, self.hint)
+                  for _, f, _, _ in _WORDS.parse(text) if f)  # fmt: skip
+        return tuple(dict.fromkeys(fields))
+
+
+@dataclass(frozen=True)
+class CauseKind:
+    """One cause code: the README's words for it and the words its causes are said in (none
+    for a code only `check` reports, from its own rules)."""
+
+    code: Finding
+    meaning: str
+    detected: str
+    fix: str
+    says: tuple[Says, ...] = ()
+
+
+class _Words(string.Formatter):
+    """`str.format` with `!q`: the value quoted for a shell command line."""
+
+    def convert_field(self, value: object, conversion: str | None) -> object:
+        if conversion == "q":
+            return shlex.quote(str(value))
+        return super().convert_field(value, conversion)
+
+
+_WORDS = _Words()
+
+# Why an output stops varying (`forward_findings.reason`), and its fix: one `constant_output`
+# variant each, named `constant_output/REASON`.
+_CONSTANT = {
+    "softmax_one_unit": (
+        "a softmax over one unit is always 1.0",
+        "for a yes/no output use Dense(1, activation='sigmoid') with binary_crossentropy, or "
+        "Dense(2, activation='softmax') with sparse_categorical_crossentropy",
+    ),
+    "saturated": (
+        "its activation is saturated for every sample",
+        "scale the inputs (a Rescaling or Normalization layer), normalise before this layer "
+        "(BatchNormalization / LayerNormalization) or scale down its weights",
+    ),
+    "dead": (
+        "its ReLU units output 0 for every sample",
+        "check the bias and initialisation of the layer before it, or use LeakyReLU / GELU",
+    ),
+    "zero_weights": (
+        "its weights are all zero, so it outputs its bias",
+        "initialise the weights (glorot_uniform / he_normal), not zeros",
+    ),
+    "constant": (
+        "its output does not depend on the batch",
+        "look at the weights of this layer and of the layers before it (`layergrad layers "
+        "MODEL` shows weight health); a custom layer's call() should compute its output from "
+        "its input",
+    ),
+    "float16_underflow": (
+        "it computes in float16, where outputs this small round to 0",
+        "compute this layer in float32 (dtype='float32' on the layer under a mixed_float16 "
+        "policy), or scale its inputs or weights up",
+    ),
+}
+
+_INPUT_RANGE = (
+    "the input {input!r} is not scaled (mean |x| = {mean_abs:.3g}, e.g. pixels in 0-255): "
+    "{pinned:.0%} of the {kind} units of {layer!r}, the first it feeds, are "
+)
+_INPUT_RANGE_FIX = (
+    "scale the input inside the model: a keras.layers.Rescaling(1 / 255) for pixels, or a "
+    "keras.layers.Normalization adapted to the data, before the first layer"
+)
+
+# fmt: off
+KINDS: tuple[CauseKind, ...] = (
+    CauseKind(
+        Finding.NOT_DOWNSTREAM,
+        "`--to` does not depend on `--from`: a sibling branch, another output, or the two in "
+        "reverse order (it says which)",
+        "the model graph in the file, before running anything",
+        "pick a `--to` after `--from` on the same path (`layergrad layers MODEL` shows each "
+        "layer's inbound layers), or swap them",
+        (
+            Says("not_downstream",
+                 "{layer!r} does not depend on {source!r}: no chain of layers leads from one to "
+                 "the other (a sibling branch or an unrelated output)",
+                 "pick a --to layer after --from on the same path; `layergrad layers MODEL` "
+                 "shows each layer's inbound layers"),
+            Says("reversed_order",
+                 "{layer!r} comes before {source!r}: {source!r} depends on {layer!r}, not the "
+                 "reverse",
+                 "swap them: --from {layer!q} --to {source!q}"),
+            Says("other_output",
+                 "{target!r} depends on output {used} of {layer!r}, not on output {probed}, the "
+                 "one layergrad probes for a layer with several outputs",
+                 "take --from the layer that consumes output {used} of {layer!r}"),
+            Says("feeds_no_output",
+                 "{layer!r} feeds none of the model's outputs",
+                 "remove the unused branch, or add it to the model's outputs"),
+        ),
+    ),
+    CauseKind(
+        Finding.INTEGER_PATH,
+        "an integer or boolean tensor on the path: integer inputs (Embedding ids), lookup / "
+        "hashing / discretization layers, a cast to int",
+        "the dtypes of the activations on the path, and integer casts inside the blocking layer",
+        "differentiate from the first floating-point layer (the Embedding output, not the ids)",
+        (
+            Says("integer_path",
+                 "{layer!r} is {dtype}: gradients are only defined for floating-point tensors, "
+                 "so the tape returns None",
+                 "take the gradient from the first floating-point layer instead (e.g. the "
+                 "Embedding output rather than the integer ids)"),
+            Says("integer_inside",
+                 "{layer!r} turns its input into integers inside the layer",
+                 "keep the values floating-point on the path you differentiate"),
+        ),
+    ),
+    CauseKind(
+        Finding.NON_DIFFERENTIABLE_OP,
+        "an op with no usable gradient in a named layer: ArgMax, Round, Floor, Ceil, a cast to "
+        "an integer, comparisons, `tf.numpy_function` / `tf.py_function`, or an op with no "
+        "registered gradient",
+        "traces the blocking layer's `call` and reads its op types; a list of known blockers is "
+        "needed as well as TensorFlow's registry, because Round and ArgMax *have* registered "
+        "gradients that return None",
+        "a differentiable relaxation (softmax instead of argmax, a straight-through estimator "
+        "for round), or take `--from` after that layer",
+        (
+            Says("non_differentiable_op",
+                 "the gradient reaches the output of {layer!r} but not its input: {why}",
+                 "replace the op with a differentiable relaxation (softmax instead of argmax, "
+                 "x + tf.stop_gradient(tf.round(x) - x) as a straight-through round), or take "
+                 "--from after {layer!r}"),
+        ),
+    ),
+    CauseKind(
+        Finding.STOP_GRADIENT,
+        "a `tf.stop_gradient` in the layer where the gradient stops",
+        "a StopGradient op in that layer",
+        "remove it if the gradient should flow, or take `--from` after it",
+        (
+            Says("stop_gradient",
+                 "the gradient reaches the output of {layer!r} but not its input: it calls "
+                 "tf.stop_gradient",
+                 "remove tf.stop_gradient from {layer!r} if the gradient should flow, or take "
+                 "--from after it",
+                 op="StopGradient"),
+        ),
+    ),
+    CauseKind(
+        Finding.DEAD_RELU,
+        "zero gradient because the ReLU units of a layer on the path are inactive for the "
+        "whole batch",
+        "the layer where the gradient becomes zero applies ReLU; reports the fraction of units "
+        "that output 0 for every sample",
+        "check the bias / initialisation before it, lower the learning rate, or use LeakyReLU "
+        "/ GELU",
+        (
+            Says("dead_relu",
+                 "{fraction:.0%} of the ReLU units of {layer!r} output 0 for every sample in "
+                 "the batch, so no gradient passes them",
+                 "check the bias and initialisation of the layer before it, lower the learning "
+                 "rate, or use LeakyReLU / GELU"),
+        ),
+    ),
+    CauseKind(
+        Finding.SATURATED,
+        "sigmoid / tanh / softmax outputs pinned at their bounds, where the derivative is 0",
+        "the layer where the gradient becomes zero applies one of them; reports the fraction "
+        "of pinned outputs",
+        "normalise its inputs (BatchNormalization / LayerNormalization) or scale down its "
+        "weights",
+        (
+            Says("saturated",
+                 "{fraction:.0%} of the {kind} outputs of {layer!r} are pinned at their "
+                 "bounds, where the derivative is 0",
+                 "normalise the inputs of this layer (BatchNormalization / "
+                 "LayerNormalization) or scale down its weights"),
+        ),
+    ),
+    CauseKind(
+        Finding.NONFINITE_FORWARD,
+        "NaN or Inf already in a forward activation (e.g. from NaN weights)",
+        "the first layer, in execution order, whose output is non-finite",
+        "check that layer's weights (`layergrad layers` shows weight health) and the probe "
+        "input",
+        (
+            Says("nonfinite_forward",
+                 "the forward pass is already non-finite at {layer!r} ({bad} of {size} values "
+                 "NaN/Inf), the first layer where it appears",
+                 "check the weights of {layer!r} (`layergrad layers MODEL` shows weight "
+                 "health) and the probe input"),
+        ),
+    ),
+    CauseKind(
+        Finding.NONFINITE_BACKWARD,
+        "the forward pass is finite but the gradient turns NaN/Inf (sqrt, log, division or a "
+        "norm at 0)",
+        "the layer where the gradient turns non-finite going backwards, and the op in it "
+        "(Sqrt, Log, RealDiv, ...)",
+        "add an epsilon inside the op (`tf.sqrt(x + 1e-12)`) or use a safe form "
+        "(`tf.math.divide_no_nan`)",
+        (
+            Says("nonfinite_backward",
+                 "the forward pass is finite, but the gradient turns NaN/Inf going back "
+                 "through {layer!r}: {why}",
+                 "add a small epsilon inside the op (tf.sqrt(x + 1e-12), tf.math.log(x + eps)) "
+                 "or use a safe form (tf.math.divide_no_nan)"),
+        ),
+    ),
+    CauseKind(
+        Finding.TRAINING_MODE,
+        "zeros that appear only with `--training`: BatchNormalization over a batch-summed "
+        "target (the batch sum of batch-normalised values is constant), Dropout",
+        "re-runs the probe in inference mode and compares",
+        "probe in inference mode, or differentiate a target that is not a batch sum of "
+        "normalised values",
+        (
+            Says("training_mode",
+                 "the gradient is zero with --training and non-zero in inference: batch "
+                 "statistics (BatchNormalization) or dropout change the function",
+                 "probe in inference mode (drop --training), or differentiate a target that "
+                 "is not a batch sum of batch-normalised values"),
+        ),
+    ),
+    CauseKind(
+        Finding.FLOAT16_UNDERFLOW,
+        "a mixed-precision (float16) layer on the path and a gradient smaller than float16 can "
+        "hold (about 6e-8)",
+        "the layer where the gradient becomes zero computes in float16",
+        "loss scaling (`keras.optimizers.LossScaleOptimizer`) or a float32 policy for that "
+        "layer",
+        (
+            Says("float16_underflow",
+                 "{layer!r} computes in float16 and the gradient below it is smaller than "
+                 "float16 can hold (about 6e-8), so it rounds to 0",
+                 "use loss scaling (keras.optimizers.LossScaleOptimizer) or a float32 policy "
+                 "for {layer!r}"),
+        ),
+    ),
+    CauseKind(
+        Finding.UNUSED_INPUT,
+        "a layer receives an input and never uses it (a custom merge layer that ignores its "
+        "second input), so everything that feeds only that input gets None",
+        "traces the blocking layer's `call` on the shapes it was called with: the input that "
+        "comes from `--from` (or from the variable's layer) is consumed by no op",
+        "use the input in the layer's `call()`, or stop passing it",
+        (
+            Says("unused_input",
+                 "{layer!r} receives input {position} (from {feeding!r}) but never uses it: "
+                 "its call() computes nothing from it, so everything that feeds only that "
+                 "input gets no gradient",
+                 "use the input in the call() of {layer!r}, or stop passing it (remove the "
+                 "branch that feeds it)"),
+        ),
+    ),
+    CauseKind(
+        Finding.CONSTANT_OUTPUT,
+        "the output (of the model, or of the layer the gradient stops at) is the same for "
+        "every sample of the batch, so nothing before it can change it: "
+        "`Dense(1, activation=\"softmax\")` (always 1.0), a saturated sigmoid head, a ReLU "
+        "layer dead for the whole batch, a layer whose weights are all zero. Symptom: the loss "
+        "does not move, accuracy stays at chance, every prediction is the same",
+        "walks back from the output while every input is constant too, to the layer where it "
+        "first stops varying, and names why (softmax over one unit, saturation, dead units, "
+        "zero weights)",
+        "for a yes/no output `Dense(1, activation=\"sigmoid\")` with `binary_crossentropy`; "
+        "otherwise the fix for the reason named",
+        tuple(
+            Says(f"constant_output/{reason}",
+                 "the output {output!r} is the same for every sample of the batch: it stops "
+                 "varying at {layer!r} (" + said + "), so nothing before it can change the "
+                 "output",
+                 fix)
+            for reason, (said, fix) in _CONSTANT.items()
+        ),
+    ),
+    CauseKind(
+        Finding.INPUT_RANGE,
+        "the inputs are not scaled (pixels 0-255, raw features in the thousands), so the first "
+        "ReLU / sigmoid / tanh layer they feed is dead or saturated",
+        "with `--input` data: an input whose mean |x| is above 10 and at least half of the "
+        "first activation it feeds pinned",
+        "a `keras.layers.Rescaling(1 / 255)` for pixels, or a `keras.layers.Normalization` "
+        "adapted to the data, as the model's first layer",
+        (
+            Says("input_range/relu", _INPUT_RANGE + "dead (output 0 for every sample)",
+                 _INPUT_RANGE_FIX),
+            Says("input_range", _INPUT_RANGE + "saturated", _INPUT_RANGE_FIX),
+            Says("input_range/pixels",
+                 "the input {input!r} holds raw pixel values (whole numbers up to "
+                 "{pinned:.0f}, mean |x| = {mean_abs:.3g}) and reaches the convolution "
+                 "{layer!r} unscaled: kernels initialised for inputs near unit scale see "
+                 "activations and gradients ~255 times too large",
+                 "unless the model was trained on raw pixels, scale them inside the model: "
+                 "keras.layers.Rescaling(1 / 255) before {layer!r} (or a keras.layers."
+                 "Normalization adapted to the images)"),
+        ),
+    ),
+    CauseKind(
+        Finding.LOSS_MISMATCH,
+        "the compiled loss does not fit the output's activation (see "
+        "[the loss check](#layergrad-check-a-ci-gate-for-model-files)); reported by `check`",
+        "the compile config in the file",
+        "the pairing the message names",
+    ),
+    CauseKind(
+        Finding.TARGET_MISMATCH,
+        "the labels given with the data cannot be produced by the output or do not fit the "
+        "loss: targets outside a sigmoid's [0, 1] (a ReLU's [0, inf), a tanh's [-1, 1]), "
+        "several classes into one unit, class ids with a one-hot loss, one-hot rows with the "
+        "sparse loss, ids beyond the number of units; reported by `check`",
+        "the labels in `--input` or `--data` (`y`, an image folder's classes, a function's "
+        "`(x, y)`), against each output's activation, units and compiled loss",
+        "the fix the message names",
+    ),
+    CauseKind(
+        Finding.UNKNOWN,
+        "none of the above explains it",
+        "says what was checked, and names the layer where the gradient is lost when it found "
+        "one",
+        "save the gradient with `--save-gradient` and read that layer's `call()`",
+        (
+            Says("unknown",
+                 f"no known cause found; checked: {CHECKED}",
+                 "save the gradient with --save-gradient and inspect the layers between the "
+                 "two"),
+            Says("unknown_at",
+                 "the gradient reaches the output of {layer!r} but not its input; its ops "
+                 "({ops}) include no known blocker",
+                 "read the call() of {layer!r} for numpy calls, casts or tf.stop_gradient"),
+            Says("variable_not_used",
+                 "the loss's gradient reaches the output of {layer!r} but is {status} for its "
+                 "variable {variable!r}: the layer's call() does not use it in a "
+                 "differentiable way (unused, behind tf.stop_gradient or a cast), or the "
+                 "layer's inputs are zero",
+                 "read the call() of {layer!r}; a variable that should not train can be made "
+                 "non-trainable (trainable=False)"),
+        ),
+    ),
+)
+# fmt: on
+
+BY_NAME: Mapping[str, tuple[CauseKind, Says]] = {
+    says.name: (kind, says) for kind in KINDS for says in kind.says
 }
 
 
-def not_downstream(source: str, target: str, *, reversed_order: bool = False) -> Cause:
-    """`target` does not depend on `source` (or comes before it, when `reversed_order`)."""
-    if reversed_order:
-        message = (
-            f"{target!r} comes before {source!r}: {source!r} depends on {target!r}, not the reverse"
-        )
-        hint = f"swap them: --from {shlex.quote(target)} --to {shlex.quote(source)}"
-    else:
-        message = (
-            f"{target!r} does not depend on {source!r}: no chain of layers leads from one to "
-            "the other (a sibling branch or an unrelated output)"
-        )
-        hint = (
-            "pick a --to layer after --from on the same path; `layergrad layers MODEL` shows "
-            "each layer's inbound layers"
-        )
-    return Cause(CauseCode.NOT_DOWNSTREAM, target, message, hint)
-
-
-def other_output(source: str, target: str, used: int, probed: int) -> Cause:
-    """`target` depends on another output of a multi-output `source` (LSTM states...)."""
-    return Cause(
-        CauseCode.NOT_DOWNSTREAM,
-        source,
-        f"{target!r} depends on output {used} of {source!r}, not on output {probed}, the one "
-        "layergrad probes for a layer with several outputs",
-        f"take --from the layer that consumes output {used} of {source!r}",
-    )
-
-
-def feeds_no_output(layer: str) -> Cause:
-    """A scan row that no model output depends on."""
-    return Cause(
-        CauseCode.NOT_DOWNSTREAM,
+def cause(name: str, layer: str | None = None, **facts: Fact) -> Reason:
+    """The cause `name` (a `Says` of the table) at `layer`, said from `facts`; `op` names the
+    operation it points at."""
+    kind, says = BY_NAME[name]
+    words = {"layer": layer, **facts}
+    op = facts.get("op") or says.op
+    return Reason(
+        kind.code,
+        _WORDS.format(says.message, **words),
+        _WORDS.format(says.hint, **words),
         layer,
-        f"{layer!r} feeds none of the model's outputs",
-        "remove the unused branch, or add it to the model's outputs",
+        rule=name,
+        facts=tuple(facts.items()),
+        op=None if op is None else str(op),
     )
 
 
-def integer_path(layer: str, dtype: str) -> Cause:
-    """An activation on the path whose dtype is not floating-point."""
-    return Cause(
-        CauseCode.INTEGER_PATH,
-        layer,
-        f"{layer!r} is {dtype}: gradients are only defined for floating-point tensors, so the "
-        "tape returns None",
-        "take the gradient from the first floating-point layer instead (e.g. the Embedding "
-        "output rather than the integer ids)",
-    )
+def constant_output(output: str, layer: str, reason: str) -> Reason:
+    """A model output that is the same for every sample, from `layer` on, for `reason` (a
+    `forward_findings.reason`; one it does not know is said as `constant`)."""
+    said = reason if f"constant_output/{reason}" in BY_NAME else "constant"
+    return cause(f"constant_output/{said}", layer, output=output, reason=reason)
 
 
-def integer_inside(layer: str) -> Cause:
-    """A layer that turns its floating-point input into integers inside its call."""
-    return Cause(
-        CauseCode.INTEGER_PATH,
-        layer,
-        f"{layer!r} turns its input into integers inside the layer",
-        "keep the values floating-point on the path you differentiate",
-    )
-
-
-def non_differentiable_op(layer: str, finding: OpFinding) -> Cause:
-    """An op without a usable gradient inside `layer`."""
-    return Cause(
-        CauseCode.NON_DIFFERENTIABLE_OP,
-        layer,
-        f"the gradient reaches the output of {layer!r} but not its input: {finding.reason}",
-        "replace the op with a differentiable relaxation (softmax instead of argmax, "
-        "x + tf.stop_gradient(tf.round(x) - x) as a straight-through round), or take "
-        f"--from after {layer!r}",
-        op=finding.op,
-    )
-
-
-def stop_gradient(layer: str) -> Cause:
-    """A `tf.stop_gradient` inside `layer`."""
-    return Cause(
-        CauseCode.STOP_GRADIENT,
-        layer,
-        f"the gradient reaches the output of {layer!r} but not its input: it calls "
-        "tf.stop_gradient",
-        f"remove tf.stop_gradient from {layer!r} if the gradient should flow, or take --from "
-        "after it",
-        op="StopGradient",
-    )
-
-
-def dead_relu(layer: str, fraction: float) -> Cause:
-    """ReLU units of `layer` that output 0 for every sample."""
-    return Cause(
-        CauseCode.DEAD_RELU,
-        layer,
-        f"{fraction:.0%} of the ReLU units of {layer!r} output 0 for every sample in the "
-        "batch, so no gradient passes them",
-        "check the bias and initialisation of the layer before it, lower the learning rate, "
-        "or use LeakyReLU / GELU",
-    )
-
-
-def saturated(layer: str, kind: str, fraction: float) -> Cause:
-    """Sigmoid / tanh / softmax outputs of `layer` pinned at their bounds."""
-    return Cause(
-        CauseCode.SATURATED,
-        layer,
-        f"{fraction:.0%} of the {kind} outputs of {layer!r} are pinned at their bounds, where "
-        "the derivative is 0",
-        "normalise the inputs of this layer (BatchNormalization / LayerNormalization) or scale "
-        "down its weights",
-    )
-
-
-def nonfinite_forward(layer: str, bad: int, size: int) -> Cause:
-    """The first activation whose forward value is NaN / Inf."""
-    return Cause(
-        CauseCode.NONFINITE_FORWARD,
-        layer,
-        f"the forward pass is already non-finite at {layer!r} ({bad} of {size} values "
-        "NaN/Inf), the first layer where it appears",
-        f"check the weights of {layer!r} (`layergrad layers MODEL` shows weight health) and "
-        "the probe input",
-    )
-
-
-def nonfinite_backward(layer: str, finding: OpFinding | None) -> Cause:
-    """The forward pass is finite but the gradient turns NaN / Inf going back through `layer`."""
-    reason = finding.reason if finding else "its backward pass produced NaN/Inf"
-    return Cause(
-        CauseCode.NONFINITE_BACKWARD,
-        layer,
-        "the forward pass is finite, but the gradient turns NaN/Inf going back through "
-        f"{layer!r}: {reason}",
-        "add a small epsilon inside the op (tf.sqrt(x + 1e-12), tf.math.log(x + eps)) or use a "
-        "safe form (tf.math.divide_no_nan)",
-        op=finding.op if finding else None,
-    )
-
-
-def training_mode(layer: str | None) -> Cause:
-    """Zeros that appear with `--training` only."""
-    return Cause(
-        CauseCode.TRAINING_MODE,
-        layer,
-        "the gradient is zero with --training and non-zero in inference: batch statistics "
-        "(BatchNormalization) or dropout change the function",
-        "probe in inference mode (drop --training), or differentiate a target that is not a "
-        "batch sum of batch-normalised values",
-    )
-
-
-def float16_underflow(layer: str) -> Cause:
-    """A float16 layer where the gradient rounds to zero."""
-    return Cause(
-        CauseCode.FLOAT16_UNDERFLOW,
-        layer,
-        f"{layer!r} computes in float16 and the gradient below it is smaller than float16 can "
-        "hold (about 6e-8), so it rounds to 0",
-        f"use loss scaling (keras.optimizers.LossScaleOptimizer) or a float32 policy for {layer!r}",
-    )
-
-
-def unused_input(layer: str, position: int, feeding: str | None) -> Cause:
-    """A layer that receives an input and never uses it."""
-    what = f"input {position}" + (f" (from {feeding!r})" if feeding else "")
-    return Cause(
-        CauseCode.UNUSED_INPUT,
-        layer,
-        f"{layer!r} receives {what} but never uses it: its call() computes nothing from it, "
-        "so everything that feeds only that input gets no gradient",
-        f"use the input in the call() of {layer!r}, or stop passing it (remove the branch "
-        "that feeds it)",
-    )
-
-
-def variable_not_used(layer: str, variable: str, status: str) -> Cause:
-    """The gradient reaches a layer's output but not one of its own variables."""
-    lost = "none" if status == "none" else status
-    return Cause(
-        CauseCode.UNKNOWN,
-        layer,
-        f"the loss's gradient reaches the output of {layer!r} but is {lost} for its variable "
-        f"{variable!r}: the layer's call() does not use it in a differentiable way (unused, "
-        "behind tf.stop_gradient or a cast), or the layer's inputs are zero",
-        f"read the call() of {layer!r}; a variable that should not train can be made "
-        "non-trainable (trainable=False)",
-    )
-
-
-_CONSTANT_FIX = {
-    "softmax_one_unit": "for a yes/no output use Dense(1, activation='sigmoid') with "
-    "binary_crossentropy, or Dense(2, activation='softmax') with "
-    "sparse_categorical_crossentropy",
-    "saturated": "scale the inputs (a Rescaling or Normalization layer), normalise before this "
-    "layer (BatchNormalization / LayerNormalization) or scale down its weights",
-    "dead": "check the bias and initialisation of the layer before it, or use LeakyReLU / GELU",
-    "zero_weights": "initialise the weights (glorot_uniform / he_normal), not zeros",
-    "constant": "look at the weights of this layer and of the layers before it (`layergrad "
-    "layers MODEL` shows weight health); a custom layer's call() should compute its output from "
-    "its input",
-    "float16_underflow": "compute this layer in float32 (dtype='float32' on the layer under a "
-    "mixed_float16 policy), or scale its inputs or weights up",
-}
-
-
-def constant_output(output: str, layer: str, reason: str) -> Cause:
-    """A model output that is the same for every sample, from `layer` on."""
-    return Cause(
-        CauseCode.CONSTANT_OUTPUT,
-        layer,
-        f"the output {output!r} is the same for every sample of the batch: it stops varying at "
-        f"{layer!r} ({REASONS.get(reason, reason)}), so nothing before it can change the output",
-        _CONSTANT_FIX.get(reason, _CONSTANT_FIX["constant"]),
-    )
-
-
-def input_range(name: str, mean_abs: float, layer: str, kind: str, pinned: float) -> Cause:
+def input_range(name: str, mean_abs: float, layer: str, kind: str, pinned: float) -> Reason:
     """Inputs far from unit scale that pin the first ReLU / sigmoid / tanh layer, or raw
     pixels (`kind` "pixels", `pinned` their largest value) reaching the first convolution."""
-    if kind == "pixels":
-        return Cause(
-            CauseCode.INPUT_RANGE,
-            layer,
-            f"the input {name!r} holds raw pixel values (whole numbers up to {pinned:.0f}, "
-            f"mean |x| = {mean_abs:.3g}) and reaches the convolution {layer!r} unscaled: "
-            "kernels initialised for inputs near unit scale see activations and gradients "
-            "~255 times too large",
-            "unless the model was trained on raw pixels, scale them inside the model: "
-            f"keras.layers.Rescaling(1 / 255) before {layer!r} (or a keras.layers."
-            "Normalization adapted to the images)",
-        )
-    state = "dead (output 0 for every sample)" if kind == "relu" else "saturated"
-    return Cause(
-        CauseCode.INPUT_RANGE,
-        layer,
-        f"the input {name!r} is not scaled (mean |x| = {mean_abs:.3g}, e.g. pixels in 0-255): "
-        f"{pinned:.0%} of the {kind} units of {layer!r}, the first it feeds, are {state}",
-        "scale the input inside the model: a keras.layers.Rescaling(1 / 255) for pixels, or a "
-        "keras.layers.Normalization adapted to the data, before the first layer",
-    )
-
-
-def unknown(layer: str | None = None, ops: str | None = None) -> Cause:
-    """No check explains the result: say what was checked (and where it was lost, if known)."""
-    if layer is None:
-        return Cause(
-            CauseCode.UNKNOWN,
-            None,
-            f"no known cause found; checked: {CHECKED}",
-            "save the gradient with --save-gradient and inspect the layers between the two",
-        )
-    return Cause(
-        CauseCode.UNKNOWN,
-        layer,
-        f"the gradient reaches the output of {layer!r} but not its input; its ops "
-        f"({ops or 'could not be traced'}) include no known blocker",
-        f"read the call() of {layer!r} for numpy calls, casts or tf.stop_gradient",
-    )
+    says = {"pixels": "input_range/pixels", "relu": "input_range/relu"}.get(kind, "input_range")
+    return cause(says, layer, input=name, mean_abs=mean_abs, kind=kind, pinned=pinned)

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from layergrad.core.gradient_stats import dead_fraction, gradient_stats, status_of
-from layergrad.core.results import Cause, Endpoint, Result
+from layergrad.core.results import Endpoint, Reason, Result
 from layergrad.core.tf_types import KerasLayer, KerasModel
-from layergrad.core.vocab import CauseCode, Flag, Status
+from layergrad.core.vocab import Finding, Status
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.diagnose import causes as why
 from layergrad.diagnose.activations import activation_name, saturated_fraction
@@ -61,7 +61,7 @@ class Diagnoser:
         """Use an existing trace for `target` (scan has one already) instead of running one."""
         self._traces[target.key] = trace
 
-    def causes(self, status: str, source: Activation, target: Activation) -> list[Cause]:
+    def causes(self, status: str, source: Activation, target: Activation) -> list[Reason]:
         """Ranked causes for a `none`, `zero` or `nonfinite` gradient of target wrt source."""
         trace = self._trace(target.site)
         path = PathView(trace, self.graph, source.site.key, target.site.key)
@@ -72,7 +72,8 @@ class Diagnoser:
         if status == Status.NONFINITE or (forward and status == Status.ZERO):
             if forward is not None:
                 bad = int(forward.value.size - np.count_nonzero(np.isfinite(forward.value)))
-                return [why.nonfinite_forward(forward.site.ref, bad, forward.value.size)]
+                size = forward.value.size
+                return [why.cause("nonfinite_forward", forward.site.ref, bad=bad, size=size)]
             return self._nonfinite_backward(trace, path)
         if status == Status.NONE:
             return self._none(trace, path)
@@ -85,24 +86,24 @@ class Diagnoser:
             )
         return self._traces[site.key]
 
-    def _none(self, trace: Trace, path: PathView) -> list[Cause]:
+    def _none(self, trace: Trace, path: PathView) -> list[Reason]:
         causes = []
         for key in path.nodes:
             act = path.activation(key)
             if act is not None and not act.is_float:
-                causes.append(why.integer_path(act.site.ref, act.dtype))
+                causes.append(why.cause("integer_path", act.site.ref, dtype=act.dtype))
                 break
         for key in path.blockers(lambda g: g is None, need_all=True):
             inputs = path.inputs_of(key)
             if inputs and not any(a.is_float for a in inputs):
                 # integer inputs (ids into an Embedding) have no gradient: the integer path is
                 # the cause, not the layer's own index ops (a comparison, a gather)
-                causes.append(why.integer_path(inputs[0].site.ref, inputs[0].dtype))
+                causes.append(why.cause("integer_path", inputs[0].site.ref, dtype=inputs[0].dtype))
                 continue
             causes.extend(self._blocked_at(trace, path, key))
         return causes
 
-    def _blocked_at(self, trace: Trace, path: PathView, key: CallKey) -> list[Cause]:
+    def _blocked_at(self, trace: Trace, path: PathView, key: CallKey) -> list[Reason]:
         ref = ref_of(key)
         traced = self._traced(trace, key)
         unused = _unused_from_source(trace, path, key, traced)
@@ -111,16 +112,18 @@ class Diagnoser:
         ops = traced.ops if traced else None
         findings = blocking_ops(ops or [])
         if any(f.op == "StopGradient" for f in findings):
-            return [why.stop_gradient(ref)]
-        causes = [why.non_differentiable_op(ref, f) for f in findings[:1]]
+            return [why.cause("stop_gradient", ref)]
+        causes = [why.cause("non_differentiable_op", ref, why=f.reason, op=f.op)
+                  for f in findings[:1]]  # fmt: skip
         if any(f.op.startswith("Cast to") or f.op in ("ArgMax", "ArgMin") for f in findings):
-            causes.append(why.integer_inside(ref))
+            causes.append(why.cause("integer_inside", ref))
         if not causes:
-            causes.append(why.unknown(ref, ", ".join(sorted({t for t, _ in ops or []})) or None))
+            types = ", ".join(sorted({t for t, _ in ops or []})) or "could not be traced"
+            causes.append(why.cause("unknown_at", ref, ops=types))
         return causes
 
-    def _zero(self, path: PathView, source: Activation, target: Activation) -> list[Cause]:
-        causes: list[Cause] = []
+    def _zero(self, path: PathView, source: Activation, target: Activation) -> list[Reason]:
+        causes: list[Reason] = []
         if self.training and self._ok_in_inference(source.site, target.site):
             layer = next(
                 (
@@ -130,7 +133,7 @@ class Diagnoser:
                 ),
                 None,
             )
-            causes.append(why.training_mode(layer))
+            causes.append(why.cause("training_mode", layer))
         for key in path.blockers(lambda g: g is None or not np.any(g), need_all=True):
             causes.extend(self._zeroed_at(path, key))
         return causes
@@ -141,7 +144,7 @@ class Diagnoser:
         run = run_probe(self.model, self.batch, [src], [dst], reduce=self.reduce)
         return status_of(run.gradients[0][0]) == Status.OK
 
-    def _zeroed_at(self, path: PathView, key: CallKey) -> list[Cause]:
+    def _zeroed_at(self, path: PathView, key: CallKey) -> list[Reason]:
         """Why the gradient is zero below `key`: float16, dead or saturated units, a constant."""
         ref, act = ref_of(key), path.activation(key)
         if act is None:
@@ -151,15 +154,15 @@ class Diagnoser:
             return [why.constant_output(ref, ref, why_constant)]
         causes = []
         if "float16" in {act.dtype, *(p.dtype for p in path.inputs_of(key))}:
-            causes.append(why.float16_underflow(ref))
+            causes.append(why.cause("float16_underflow", ref))
         kind = activation_name(self.layers.get(key[0]))
         pinned = 0.0
         if kind == "relu":
             pinned = dead_fraction(act.value)
-            causes += [why.dead_relu(ref, pinned)] if pinned else []
+            causes += [why.cause("dead_relu", ref, fraction=pinned)] if pinned else []
         elif kind is not None:
             pinned = saturated_fraction(act.value, kind)
-            causes += [why.saturated(ref, kind, pinned)] if pinned else []
+            causes += [why.cause("saturated", ref, kind=kind, fraction=pinned)] if pinned else []
         if why_constant is not None:
             causes.append(why.constant_output(ref, ref, why_constant))
         scale = unscaled_input(path.trace, self.graph, self.layers, False) if pinned else None
@@ -170,12 +173,14 @@ class Diagnoser:
             )
         return causes
 
-    def _nonfinite_backward(self, trace: Trace, path: PathView) -> list[Cause]:
+    def _nonfinite_backward(self, trace: Trace, path: PathView) -> list[Reason]:
         out = []
         for key in path.blockers(lambda g: g is not None and not np.all(np.isfinite(g))):
             traced = self._traced(trace, key)
-            findings = unsafe_backward_ops(traced.ops if traced else [])
-            out.append(why.nonfinite_backward(ref_of(key), findings[0] if findings else None))
+            found = [*unsafe_backward_ops(traced.ops if traced else []), None][0]
+            said = found.reason if found else "its backward pass produced NaN/Inf"
+            op = found.op if found else None
+            out.append(why.cause("nonfinite_backward", ref_of(key), why=said, op=op))
         return out
 
     def _traced(self, trace: Trace, key: CallKey) -> TracedCall | None:
@@ -189,7 +194,7 @@ class Diagnoser:
 
 def _unused_from_source(
     trace: Trace, path: PathView, key: CallKey, traced: TracedCall | None
-) -> Cause | None:
+) -> Reason | None:
     """`unused_input` when the input of `key` that comes from the source is never used."""
     i = trace.index(*key)
     if traced is None or not traced.unused or i is None or i >= len(trace.arg_sources):
@@ -200,18 +205,17 @@ def _unused_from_source(
         feeding = sources[position] if position < len(sources) else None
         if feeding is not None and feeding in on_path:
             name = trace.activations[feeding].site.ref
-            return why.unused_input(ref_of(key), position, name)
+            return why.cause("unused_input", ref_of(key), position=position, feeding=name)
     return None
 
 
-def _other_output(trace: Trace, source: Activation, target: Activation) -> Cause | None:
+def _other_output(trace: Trace, source: Activation, target: Activation) -> Reason | None:
     """The target depends on another output of a multi-output source (LSTM states...)."""
     i = trace.index(*source.site.key)
     if i is None or trace.gradients[i] is None or trace.activations[i].output == source.output:
         return None
-    return why.other_output(
-        source.site.ref, target.site.ref, trace.activations[i].output, source.output
-    )
+    return why.cause("other_output", source.site.ref, target=target.site.ref,
+                     used=trace.activations[i].output, probed=source.output)  # fmt: skip
 
 
 def endpoint(act: Activation) -> Endpoint:
@@ -232,13 +236,13 @@ def build_results(
     for target, grads in zip(run.targets, run.gradients, strict=True):
         grad = grads[0]
         status = status_of(grad)
-        causes: tuple[Cause, ...] = ()
+        causes: tuple[Reason, ...] = ()
         if status != Status.OK:
             causes = static_causes(source, target, graph)
-            downstream = not any(c.code == CauseCode.NOT_DOWNSTREAM for c in causes)
+            downstream = not any(c.code == Finding.NOT_DOWNSTREAM for c in causes)
             if diagnoser is not None and downstream:
                 causes = dedupe([*causes, *diagnoser.causes(status, source, target)])
-            causes = causes or (why.unknown(),)
+            causes = causes or (why.cause("unknown"),)
         results.append(
             Result(
                 source=endpoint(source),
@@ -268,21 +272,23 @@ def build_results(
 
 def static_causes(
     source: Activation, target: Activation, graph: ModelGraph | None
-) -> tuple[Cause, ...]:
+) -> tuple[Reason, ...]:
     """Causes visible without another pass: the graph's connectivity and integer dtypes."""
-    causes: list[Cause] = []
+    causes: list[Reason] = []
     if graph is not None:
         src, dst = source.site, target.site
         if graph.depends(dst.path, src.path, to_call=dst.call, frm_call=src.call) is False:
             reverse = graph.depends(src.path, dst.path, to_call=src.call, frm_call=dst.call)
-            causes.append(why.not_downstream(src.ref, dst.ref, reversed_order=bool(reverse)))
-    causes += [why.integer_path(a.site.ref, a.dtype) for a in (source, target) if not a.is_float]
+            said = "reversed_order" if reverse else "not_downstream"
+            causes.append(why.cause(said, dst.ref, source=src.ref))
+    causes += [why.cause("integer_path", a.site.ref, dtype=a.dtype)
+               for a in (source, target) if not a.is_float]  # fmt: skip
     return tuple(causes)
 
 
-def dedupe(causes: list[Cause]) -> tuple[Cause, ...]:
+def dedupe(causes: list[Reason]) -> tuple[Reason, ...]:
     """The first cause of each (code, layer)."""
-    first: dict[tuple[str, str | None], Cause] = {}
+    first: dict[tuple[str, str | None], Reason] = {}
     for cause in causes:
         first.setdefault((cause.code, cause.layer), cause)
     return tuple(first.values())
@@ -367,23 +373,23 @@ def gradient_warnings(
     gain = max_abs * (source_size if source_size > 0 else 1.0)
     if gain < VANISHING_GAIN:
         out.append(
-            f"{Flag.VANISHING}: max |g| x mean |{src}| = {gain:.1e}; moving {src} barely moves "
+            f"{Finding.VANISHING}: max |g| x mean |{src}| = {gain:.1e}; moving {src} barely moves "
             f"{dst}"
         )
     elif gain > EXPLODING_GAIN:
         out.append(
-            f"{Flag.EXPLODING}: max |g| x mean |{src}| = {gain:.1e}; a small change of {src} moves "
-            f"{dst} enormously"
+            f"{Finding.EXPLODING}: max |g| x mean |{src}| = {gain:.1e}; a small change of {src} "
+            f"moves {dst} enormously"
         )
     return tuple(out)
 
 
-def magnitude_flags(warnings: Sequence[str]) -> set[Flag]:
+def magnitude_flags(warnings: Sequence[str]) -> set[Finding]:
     """The flags a result's warnings (as `gradient_warnings` words them) raise: dead,
     vanishing, exploding, as a scan row's flags."""
-    found = {flag for flag in (Flag.VANISHING, Flag.EXPLODING) for w in warnings
+    found = {flag for flag in (Finding.VANISHING, Finding.EXPLODING) for w in warnings
              if w.startswith(f"{flag}: ")}  # fmt: skip
-    return found | ({Flag.DEAD} if any(DEAD_MARK in w for w in warnings) else set())
+    return found | ({Finding.DEAD} if any(DEAD_MARK in w for w in warnings) else set())
 
 
 def softmax_target_note(target: Site, fix: str) -> str | None:

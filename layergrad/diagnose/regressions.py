@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from layergrad.core.display import NotebookDisplay
 from layergrad.core.errors import UsageError
 from layergrad.core.results import ModelMeta, ProbeMeta
-from layergrad.core.vocab import Change, Flag, Status, Wrt
+from layergrad.core.vocab import Change, Finding, Status, Wrt
 from layergrad.files.gradient_profile import (
     Profile,
     ProfileRow,
@@ -149,7 +149,7 @@ def _flag_changes(base: ProfileRow, new: ProfileRow) -> list[tuple[bool, str]]:
     out = []
     for flag in new.flags:
         if flag not in base.flags:
-            dead = flag == Flag.DEAD and base.status == Status.OK
+            dead = flag == Finding.DEAD and base.status == Status.OK
             detail = ": most of its units now get exactly zero gradient" if dead else ""
             out.append((dead, f"newly flagged {flag}{detail}"))
     out += [(False, f"no longer flagged {f}") for f in base.flags if f not in new.flags]

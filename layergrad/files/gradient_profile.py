@@ -17,10 +17,10 @@ from typing import Protocol, TypeVar
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import (
-    Cause,
     GradientStats,
     ModelMeta,
     ProbeMeta,
+    Reason,
     ScanReport,
     WeightScanReport,
 )
@@ -118,7 +118,7 @@ def profile_rows(rows: Iterable[R], name_of: Callable[[R], str]) -> tuple[Profil
     out = []
     for row in rows:
         gradient: GradientStats | None = row.gradient
-        causes: tuple[Cause, ...] = getattr(row, "causes", ())
+        causes: tuple[Reason, ...] = getattr(row, "causes", ())
         is_input = getattr(row, "class_name", None) == "InputLayer"
         out.append(
             ProfileRow(

@@ -11,15 +11,15 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import TypeVar
 
 from layergrad.core.errors import InputError
 from layergrad.core.results import (
-    Cause,
     DataStats,
     Endpoint,
+    Fact,
     FrobeniusNorms,
     GradientStats,
     Histogram,
@@ -29,6 +29,7 @@ from layergrad.core.results import (
     NormDistribution,
     ProbeMeta,
     RankedSample,
+    Reason,
     Result,
     SampleStats,
     ScanJacobian,
@@ -36,7 +37,15 @@ from layergrad.core.results import (
     ScanRow,
     SpectralNorms,
 )
-from layergrad.core.vocab import CauseCode, Flag, JacobianMethod, Reduce, Status, Word
+from layergrad.core.vocab import (
+    CAUSE_CODES,
+    SCAN_FLAGS,
+    Finding,
+    JacobianMethod,
+    Reduce,
+    Status,
+    Word,
+)
 from layergrad.files.json_document import read_json_document
 from layergrad.files.json_fields import NUMBER, OPTIONAL, JsonFields
 
@@ -108,10 +117,18 @@ class _Reader(JsonFields):
     def __init__(self, where: str) -> None:
         super().__init__(where, f"expected {EXPECTED}")
 
-    def word(self, obj: Mapping[str, object], key: str, words: type[W], name: str) -> W:
+    def word(
+        self,
+        obj: Mapping[str, object],
+        key: str,
+        words: type[W],
+        name: str,
+        subset: Sequence[W] | None = None,
+    ) -> W:
         value = self.get(obj, key, str, name)
-        if value not in words.words():
-            raise self.error(name, f"one of {', '.join(words.words())}", value)
+        allowed = [str(w) for w in subset] if subset is not None else words.words()
+        if value not in allowed:
+            raise self.error(name, f"one of {', '.join(allowed)}", value)
         return words(value)
 
     def shape(self, obj: Mapping[str, object], name: str) -> tuple[int, ...]:
@@ -197,21 +214,36 @@ class _Reader(JsonFields):
             return None
         return self.measure(obj, key, name)
 
-    def causes(self, obj: Mapping[str, object], name: str) -> tuple[Cause, ...]:
+    def causes(self, obj: Mapping[str, object], name: str) -> tuple[Reason, ...]:
         out = []
         for i, c in enumerate(self.get(obj, "causes", list, f"{name}.causes")):
             at = f"{name}.causes[{i}]"
             if not isinstance(c, dict):
                 raise self.error(at, "an object", c)
             out.append(
-                Cause(
-                    code=self.word(c, "code", CauseCode, f"{at}.code"),
+                Reason(
+                    code=self.word(c, "code", Finding, f"{at}.code", CAUSE_CODES),
                     layer=self.get(c, "layer", (str, OPTIONAL), f"{at}.layer"),
                     message=self.get(c, "message", str, f"{at}.message"),
                     hint=self.get(c, "hint", str, f"{at}.hint"),
+                    facts=self.facts(c, f"{at}.facts"),
                 )
             )
         return tuple(out)
+
+    def facts(self, obj: Mapping[str, object], name: str) -> tuple[tuple[str, Fact], ...]:
+        """A cause's `facts` (absent from reports written before they were): names to
+        strings, numbers, true / false or null."""
+        if "facts" not in obj:
+            return ()
+        read: list[tuple[str, Fact]] = []
+        for key, value in self.get(obj, "facts", dict, name).items():
+            if not isinstance(value, (str, int, float, bool, OPTIONAL)):
+                raise self.error(f"{name}.{key}", "a string, a number, true, false or null", value)
+            if isinstance(value, str):
+                value = self.text(value, f"{name}.{key}")
+            read.append((key, value))
+        return tuple(read)
 
     def data(self, obj: Mapping[str, object], name: str, samples: int | None) -> DataStats | None:
         if "per_sample_l2" not in obj and "dead_units" not in obj:
@@ -264,8 +296,8 @@ class _Reader(JsonFields):
             raise self.error(name, "an object", obj)
         shape = self.shape(obj, name)
         flags = self.get(obj, "flags", list, f"{name}.flags")
-        if not all(isinstance(f, str) and f in Flag.words() for f in flags):
-            raise self.error(f"{name}.flags", f"a list of {', '.join(Flag.words())}", flags)
+        if not all(isinstance(f, str) and f in SCAN_FLAGS for f in flags):
+            raise self.error(f"{name}.flags", f"a list of {', '.join(SCAN_FLAGS)}", flags)
         return ScanRow(
             layer=self.get(obj, "layer", str, f"{name}.layer"),
             class_name=self.get(obj, "class", str, f"{name}.class"),
@@ -273,7 +305,7 @@ class _Reader(JsonFields):
             dtype=self.get(obj, "dtype", str, f"{name}.dtype"),
             status=self.word(obj, "status", Status, f"{name}.status"),
             gradient=self.gradient(obj.get("gradient"), f"{name}.gradient", shape),
-            flags=tuple(Flag(f) for f in flags),
+            flags=tuple(Finding(f) for f in flags),
             causes=self.causes(obj, name),
             data=self.data(obj, name, shape[0] if shape else None),
             jacobian=self.scan_jacobian(obj.get("jacobian"), f"{name}.jacobian"),

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from layergrad.core.results import Reason
+from layergrad.core.results import ConfigChange, Fact, Reason
 from layergrad.core.vocab import Finding, Severity
 from layergrad.model.head_forms import Head
 from layergrad.model.loss_forms import REGRESSION_LOSSES
@@ -89,25 +89,21 @@ class HeadFacts:
         y = self.labels
         return y is not None and y.width > 1 and not y.one_hot and y.low >= 0 and y.high <= 1
 
+    def read(self) -> tuple[tuple[str, Fact], ...]:
+        """The typed values a rule reads, as a finding record keeps them."""
+        head = self.head
+        return (("output", head.name), ("activation", self.act), ("units", head.units),
+                ("loss", self.loss), ("from_logits", self.from_logits),
+                ("linear_layers", len(self.linear)))  # fmt: skip
+
     def describe(self) -> str:
         head = self.head
         units = f"{head.units} unit{'s' if head.units != 1 else ''}, " if head.units else ""
         return f"output '{head.name}' ({units}{head.observed or head.activation})"
 
 
-@dataclass(frozen=True)
-class Change:
-    """The repair `fix` applies for a rule. `kind`: `loss` (the head's loss becomes `loss`
-    with `from_logits`), `activation` (the head's activation becomes `activation`, and its
-    loss `loss` when given), `remove_before` (the activation of the layer before a softmax
-    layer goes), `move_dropout` (a Dropout after the logits moves before the last weight
-    layer), `relu_hidden` (activation='relu' on the hidden weight layers)."""
-
-    kind: str
-    why: str
-    activation: str | None = None
-    loss: str | None = None
-    from_logits: bool = False
+# The repair a rule makes (the config edit `fix` applies), kept in its finding record.
+Change = ConfigChange
 
 
 @dataclass(frozen=True)
@@ -171,7 +167,7 @@ class HeadRule:
     examples: tuple[Example, ...]
     near_misses: tuple[Example, ...]
     evidence: Evidence | None = None
-    layer: Callable[[HeadFacts], str | None] = lambda f: None  # the layer to change
+    layer: Callable[[HeadFacts], str | None] = lambda f: f.head.layer  # the layer to change
     needs: str = "file"
 
 
@@ -181,8 +177,8 @@ def judge(facts: HeadFacts) -> Reason | None:
     for rule in RULES:
         if rule.applies(facts):
             return Reason(rule.code, rule.message(facts), rule.hint(facts), rule.layer(facts),
-                          facts.head.name, facts.loss or "the loss", rule.name,
-                          rule.severity)  # fmt: skip
+                          facts.head.name, facts.loss or "the loss", rule.name, rule.severity,
+                          facts=facts.read(), repair=rule.repair(facts))  # fmt: skip
     return None
 
 
@@ -203,7 +199,6 @@ def repairs(facts: HeadFacts) -> list[tuple[HeadRule, Change]]:
 
 def _on(text: str) -> Callable[[HeadFacts], str]:
     return lambda f: f"{f.loss} on {f.describe()}: {text.format(act=f.act, loss=f.loss)}"
-
 
 
 CLASSIFIER_LOSS = (

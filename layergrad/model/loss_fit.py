@@ -83,7 +83,7 @@ def read_file(
         problem = judge(facts)
         if problem is None:
             continue
-        (stacks if problem.finding == Finding.LINEAR_STACK else found).append(problem)
+        (stacks if problem.code == Finding.LINEAR_STACK else found).append(problem)
     if not loss:
         return LossReading(tuple(found), (), unknown, (), 0, (), True)
     if not whole:

@@ -22,10 +22,10 @@ from rich.table import Table
 from rich.text import Text
 
 from layergrad.core.results import (
-    Cause,
     GradientStats,
     ModelMeta,
     ProbeMeta,
+    Reason,
     ScanReport,
 )
 from layergrad.core.vocab import Status
@@ -239,7 +239,7 @@ def model_header(m: ModelMeta, p: ProbeMeta, what: str) -> Text:
     )
 
 
-def causes_lines(causes: Iterable[Cause]) -> list[RenderableType]:
+def causes_lines(causes: Iterable[Reason]) -> list[RenderableType]:
     """Numbered causes, each with its evidence and a `fix:` line (indented, wrapped lines
     too)."""
     lines: list[RenderableType] = []
@@ -307,10 +307,12 @@ def gradient_json(g: GradientStats | None, *, shape: bool = False) -> dict[str, 
     return {"shape": list(g.shape), **numbers} if shape else numbers
 
 
-def cause_json(c: Cause) -> dict[str, object]:
-    """A cause as `{code, layer, message, hint}` (the op, if any, is named in the message)."""
+def cause_json(c: Reason) -> dict[str, object]:
+    """A cause as `{code, layer, message, hint, facts}` (the op, if any, is named in the
+    message; `facts` holds the typed values the message was said from)."""
     message = f"{c.message} (op {c.op})" if c.op else c.message
-    return {"code": c.code, "layer": c.layer, "message": message, "hint": c.hint}
+    return {"code": c.code, "layer": c.layer, "message": message, "hint": c.hint,
+            "facts": dict(c.facts)}  # fmt: skip
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -355,7 +357,7 @@ def _escaped(text: str) -> str:
     return out
 
 
-def md_cause(c: Cause) -> str:
+def md_cause(c: Reason) -> str:
     """One cause as a markdown sentence pair: what was found, then the fix."""
     where = f" at {md_code(c.layer)}" if c.layer else ""
     op = f" (op {c.op})" if c.op else ""

@@ -52,7 +52,7 @@ def verdict_line(report: FitReport) -> str:
     """One sentence: the findings, or that none were found."""
     if not report.findings:
         return f"no finding in {report.steps} steps"
-    words = ", ".join(dict.fromkeys(str(f.finding) for f in report.findings))
+    words = ", ".join(dict.fromkeys(str(f.code) for f in report.findings))
     return f"{len(report.findings)} finding{'s' if len(report.findings) > 1 else ''}: {words}"
 
 
@@ -109,7 +109,7 @@ def table(
     items.append(Text(verdict_line(report), style="bold red" if report.findings else "green"))
     for f in report.findings:
         where = f" at {f.layer}" if f.layer else ""
-        items.append(Text(f"  {f.finding}{where} (step {f.step}): {f.message}"))
+        items.append(Text(f"  {f.code}{where} (step {f.step}): {f.message}"))
     items += [Text(f"note: {n}") for n in report.notes]
     return to_text(items, color=color, width=width)
 
@@ -132,7 +132,7 @@ def as_dict(report: FitReport) -> dict[str, object]:
         "losses": [_num(v) for v in report.losses],
         "checkpoints": [_checkpoint_json(c) for c in report.checkpoints],
         "findings": [
-            {"finding": str(f.finding), "layer": f.layer, "step": f.step, "message": f.message}
+            {"finding": str(f.code), "layer": f.layer, "step": f.step, "message": f.message}
             for f in report.findings
         ],
         "notes": list(report.notes),
@@ -186,7 +186,7 @@ def markdown(report: FitReport, **_: object) -> str:
     lines.append("")
     if report.findings:
         rows = [
-            [md_code(str(f.finding)), md_code(f.layer or "-"), str(f.step), md_text(f.message)]
+            [md_code(str(f.code)), md_code(f.layer or "-"), str(f.step), md_text(f.message)]
             for f in report.findings
         ]
         lines.append(md_table(["finding", "layer", "step", "message"], rows))
@@ -206,7 +206,7 @@ def html(report: FitReport, **_: object) -> str:
         body.append(el("h2", "Findings"))
         rows = [
             [
-                cell(badge(str(f.finding), "bad")),
+                cell(badge(str(f.code), "bad")),
                 cell(el("code", f.layer or "-")),
                 cell(str(f.step), num=True, sort=f.step),
                 cell(f.message),

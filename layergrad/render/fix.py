@@ -97,8 +97,8 @@ def table(report: FixReport, *, color: bool = False, width: int | None = 100) ->
             items.append(Text(f"  {r.verdict:<13} {r.finding}{why}", style=_style(r)))
     for u in report.unrepaired:
         hint = f" Fix by hand: {u.hint}" if u.hint else ""
-        gone = " (gone after the repairs)" if u.finding not in report.after else ""
-        items.append(Text(f"no mechanical repair for {u.finding}{gone}: {u.message}.{hint}"))
+        gone = " (gone after the repairs)" if u.code not in report.after else ""
+        items.append(Text(f"no mechanical repair for {u.code}{gone}: {u.message}.{hint}"))
     ok = report.ok
     items.append(Text(verdict_line(report), style="green" if ok else "bold red"))
     items += [Text(f"note: {n}") for n in report.notes]
@@ -171,7 +171,7 @@ def as_dict(report: FixReport) -> dict[str, object]:
             for r in report.repairs
         ],
         "unrepaired": [
-            {"finding": u.finding, "layer": u.layer, "message": u.message, "hint": u.hint}
+            {"finding": u.code, "layer": u.layer, "message": u.message, "hint": u.hint}
             for u in report.unrepaired
         ],
         "together": run_json(report.together),
@@ -242,9 +242,7 @@ def markdown(report: FixReport, **_: object) -> str:
         lines.append(md_table(["finding", "layer", "verdict", "why"], rows))
     for u in report.unrepaired:
         hint = f" Fix by hand: {md_text(u.hint)}" if u.hint else ""
-        lines.append(
-            f"- no mechanical repair for {md_code(u.finding)}: {md_text(u.message)}.{hint}"
-        )
+        lines.append(f"- no mechanical repair for {md_code(u.code)}: {md_text(u.message)}.{hint}")
     lines += [f"- note: {md_text(n)}" for n in report.notes]
     return "\n".join(lines)
 
@@ -267,7 +265,7 @@ def html(report: FixReport, **_: object) -> str:
         body.append(html_table(["verdict", "finding", "layer", "why"], rows))
     if report.unrepaired:
         body.append(el("h2", "No mechanical repair"))
-        body += [el("p", el("code", u.finding), ": ", u.message, ". ", u.hint)
+        body += [el("p", el("code", u.code), ": ", u.message, ". ", u.hint)
                  for u in report.unrepaired]  # fmt: skip
     if report.original is not None or report.together is not None:
         body.append(el("h2", "Loss, original (red) and repaired (blue)"))

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from layergrad.core.results import (
-    Cause,
     InspectReport,
     ModelMeta,
     ProbeMeta,
+    Reason,
     Result,
     ScanReport,
     ScanRow,
@@ -189,7 +189,7 @@ def _result_panel(r: Result) -> Html:
     return causes_panel(f"{r.status}: d {r.target.layer} / d {r.source.layer}", r.causes)
 
 
-def causes_panel(title: str, causes: Sequence[Cause]) -> Html:
+def causes_panel(title: str, causes: Sequence[Reason]) -> Html:
     """Numbered causes with code, layer (and op), evidence and fix."""
     items = [
         el(
@@ -309,9 +309,9 @@ def _log_bar(row: ScanRow, lo: float, hi: float) -> Html:
     return cell(join([bar, f"{value:+.1f}"]), sort=value, cls="mono")
 
 
-def _cause_groups(rows: Sequence[ScanRow]) -> list[tuple[str, list[str], tuple[Cause, ...]]]:
+def _cause_groups(rows: Sequence[ScanRow]) -> list[tuple[str, list[str], tuple[Reason, ...]]]:
     """(status, layers, causes) for each distinct set of causes, in the order first seen."""
-    groups: dict[tuple[object, ...], tuple[str, list[str], tuple[Cause, ...]]] = {}
+    groups: dict[tuple[object, ...], tuple[str, list[str], tuple[Reason, ...]]] = {}
     for row in rows:
         if row.causes:
             key = (row.status, *((c.code, c.layer, c.message) for c in row.causes))

@@ -1,9 +1,11 @@
-"""The docs' tables of the head rules, made from the table itself (`model/head_rules.RULES`).
+"""The docs' tables of the rules, made from the tables themselves: the head rules
+(`model/head_rules.RULES`) and the cause codes (`diagnose/causes.KINDS`).
 
-`docs/verdicts.md` shows each rule's condition, severity and evidence, `docs/fix.md` each
-rule's repair. A generated table sits between a `<!-- rules: NAME -->` line and the next
-`<!-- end rules -->` line; `docs/make_tables.py` rewrites them and a test fails when a page
-differs from what the table makes.
+`docs/verdicts.md` shows each head rule's condition, severity and evidence, `docs/fix.md` each
+rule's repair, the README each cause code's meaning, detection and fix. A generated table sits
+between a `<!-- rules: NAME -->` line and the next `<!-- end rules -->` line;
+`docs/make_tables.py` rewrites them and a test fails when a page differs from what the table
+makes.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from layergrad.diagnose.causes import KINDS
 from layergrad.model.head_rules import RULES, HeadRule
 
 END = "<!-- end rules -->"
@@ -61,7 +64,20 @@ def fix_table() -> str:
     return "\n".join(lines)
 
 
-TABLES: dict[str, Callable[[], str]] = {"verdicts": verdict_table, "repairs": fix_table}
+def cause_table() -> str:
+    """Each cause code: what it means, how it is detected, what fixes it."""
+    lines = ["| code | meaning | how layergrad detects it | fix |", "| --- | --- | --- | --- |"]
+    for kind in KINDS:
+        cells = " | ".join(_cell(text) for text in (kind.meaning, kind.detected, kind.fix))
+        lines.append(f"| `{kind.code}` | {cells} |")
+    return "\n".join(lines)
+
+
+TABLES: dict[str, Callable[[], str]] = {
+    "verdicts": verdict_table,
+    "repairs": fix_table,
+    "causes": cause_table,
+}
 
 
 def with_tables(page: str) -> str:

@@ -7,7 +7,7 @@ import math
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from layergrad.core.results import Cause, GradientNoise, VariableRow, WeightScanReport
+from layergrad.core.results import GradientNoise, Reason, VariableRow, WeightScanReport
 from layergrad.render.columns import WEIGHT_COLUMNS
 from layergrad.render.common import (
     STATUS_STYLE,
@@ -61,10 +61,10 @@ def table(report: WeightScanReport, *, color: bool = False, width: int | None = 
     return to_text(items, color=color, width=width)
 
 
-def _cause_blocks(report: WeightScanReport) -> dict[tuple[str, str, tuple[Cause, ...]], list[str]]:
+def _cause_blocks(report: WeightScanReport) -> dict[tuple[str, str, tuple[Reason, ...]], list[str]]:
     """The variables of one layer share its causes (an unused input blocks the kernel and the
     bias alike): (status, layer, causes) -> the variables, to say each cause once per layer."""
-    blocks: dict[tuple[str, str, tuple[Cause, ...]], list[str]] = {}
+    blocks: dict[tuple[str, str, tuple[Reason, ...]], list[str]] = {}
     for row in report.variables:
         if row.causes:
             blocks.setdefault((row.status, row.layer, row.causes), []).append(row.variable)

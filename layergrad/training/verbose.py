@@ -43,18 +43,18 @@ def verbosity(verbose: object) -> int:
 
 def early_findings(found: Sequence[Reason]) -> list[Reason]:
     """The findings of a part of the run that are said before it ends."""
-    return [f for f in found if f.finding in EARLY]
+    return [f for f in found if f.code in EARLY]
 
 
 def same_finding(a: Reason, b: Reason) -> bool:
     """One problem: the same finding in the same layer (its step and numbers may move)."""
-    return a.finding == b.finding and a.layer == b.layer
+    return a.code == b.code and a.layer == b.layer
 
 
 def finding_line(finding: Reason) -> str:
     """`GradientMonitor: step 40: dying_units at dense_1: ...`"""
     where = f" at {finding.layer}" if finding.layer else ""
-    return f"{PREFIX} step {finding.step}: {finding.finding}{where}: {finding.message}"
+    return f"{PREFIX} step {finding.step}: {finding.code}{where}: {finding.message}"
 
 
 def summary_line(report: FitReport, said: Sequence[Reason]) -> str:
@@ -85,4 +85,4 @@ def say(text: str) -> None:
 
 
 def _name(finding: Reason) -> str:
-    return f"{finding.finding} at {finding.layer}" if finding.layer else str(finding.finding)
+    return f"{finding.code} at {finding.layer}" if finding.layer else str(finding.code)

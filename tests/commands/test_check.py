@@ -15,7 +15,7 @@ from helpers import CUSTOM_LAYERS, SAMPLES, keras, sample
 from layergrad import cli
 from layergrad.commands.check import gate as checks
 from layergrad.commands.check.gate import CheckOptions, check_file
-from layergrad.core.vocab import Finding
+from layergrad.core.vocab import CHECK_FINDINGS
 
 ALL_CHECKS = ["readable", "safe", "weights", "loss", "loads", "forward", "gradient", "trainable"]
 HEALTHY = ["seed.keras", "seed.h5", "sequential_add.keras", "residual.keras", "nested.keras",
@@ -162,7 +162,7 @@ def test_static_only_never_imports_tensorflow():
     assert out.stdout.split() == ["1", "False"]
 
 
-@pytest.mark.parametrize("finding", list(Finding))
+@pytest.mark.parametrize("finding", CHECK_FINDINGS)
 def test_every_finding_is_accepted_by_fail_on(finding):
     assert run("check", "--static-only", sample("seed.keras"), "--fail-on", finding).exit_code == 0
 
@@ -198,3 +198,18 @@ def test_a_healthy_softmax_classifier_gets_no_finding(tmp_path):
     keras.Model(x, out).save(path)
     verdict = check_file(path)
     assert not [(c.name, c.message) for c in verdict.checks if c.findings or not c.passed]
+
+
+def test_the_loss_check_keeps_the_head_rules_own_record():
+    from layergrad.model.head_rules import BY_NAME
+
+    verdict = check_file(sample("bug_bce_on_softmax.keras"))
+    (loss,) = [c for c in verdict.checks if c.name == "loss"]
+    (reason,) = loss.reasons
+    rule = BY_NAME["binary_on_softmax"]  # Dense(3, softmax) under binary_crossentropy
+    assert (reason.code, reason.rule, reason.severity) == (rule.code, rule.name, rule.severity)
+    assert (reason.layer, reason.output) == ("head", "head")  # the layer fix changes
+    assert reason.fact("units") == 3 and reason.fact("loss") == "binary_crossentropy"
+    assert reason.fact("activation") == "softmax" and reason.fact("from_logits") is False
+    assert reason.repair is not None and reason.repair.loss == "categorical_crossentropy"
+    assert str(reason) in loss.message

@@ -17,7 +17,7 @@ from layergrad.commands.check.gate import CheckOptions, check_file
 from layergrad.commands.weight_rows import scale_flags
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import Status, VariableRow
-from layergrad.core.vocab import Flag
+from layergrad.core.vocab import Finding
 
 
 def findings(verdict):
@@ -207,10 +207,10 @@ def _rows(logs):
 def test_the_scale_rule_compares_the_layers_near_the_input_with_those_near_the_output():
     # eight layers: quarter = 2; end median = mean of the last two logs; start likewise
     assert scale_flags(_rows([-4, -3.5, -1, 0, 0, 0, 0, 0])) == {
-        "l0": (Flag.VANISHING, -4.0), "l1": (Flag.VANISHING, -3.5),
+        "l0": (Finding.VANISHING, -4.0), "l1": (Finding.VANISHING, -3.5),
     }  # fmt: skip
     assert scale_flags(_rows([4, 3.2, 1, 0, 0, 0, 0, 0])) == {
-        "l0": (Flag.EXPLODING, 4.0), "l1": (Flag.EXPLODING, 3.2),
+        "l0": (Finding.EXPLODING, 4.0), "l1": (Finding.EXPLODING, 3.2),
     }  # fmt: skip
     # a trend of 2.9 decades (healthy architectures stay within 1.8) is not flagged
     assert scale_flags(_rows([-2.9, -2.9, -1, 0, 0, 0, 0, 0])) == {}

@@ -86,7 +86,7 @@ def test_zero_weights_make_a_constant_output(tmp_path):
 def test_the_unknown_cause_says_what_was_checked():
     from layergrad.diagnose import causes
 
-    cause = causes.unknown()
+    cause = causes.cause("unknown")
     assert cause.code == "unknown" and cause.layer is None
     for checked in ("graph connectivity", "dtypes", "ops", "NaN/Inf", "float16", "training mode"):
         assert checked in cause.message

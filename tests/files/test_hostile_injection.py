@@ -372,9 +372,9 @@ def test_file_names_on_stderr_are_escaped_as_on_stdout(root: Path) -> None:
 def test_a_hint_that_gives_a_command_line_quotes_the_names_for_the_shell() -> None:
     import shlex
 
-    from layergrad.diagnose.causes import not_downstream
+    from layergrad.diagnose.causes import cause
 
     source, target = "a; touch owned", "b $(id) `id`"
-    hint = not_downstream(source, target, reversed_order=True).hint
+    hint = cause("reversed_order", target, source=source).hint
     command = hint.removeprefix("swap them: ")
     assert shlex.split(command) == ["--from", target, "--to", source]

@@ -84,13 +84,13 @@ def test_readme_opens_with_the_two_setup_commands():
 
 
 def test_every_cause_code_is_explained_in_the_readme():
-    from layergrad.core.vocab import CauseCode
+    from layergrad.core.vocab import CAUSE_CODES
 
-    for code in CauseCode:
+    for code in CAUSE_CODES:
         assert f"| `{code}` |" in README
 
 
-@pytest.mark.parametrize("vocabulary", ["Flag", "Finding", "Status"])
+@pytest.mark.parametrize("vocabulary", ["SCAN_FLAGS", "CHECK_FINDINGS", "Status"])
 def test_every_word_of_each_vocabulary_is_in_the_readme(vocabulary):
     from layergrad.core import vocab
 

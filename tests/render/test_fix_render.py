@@ -8,6 +8,7 @@ import math
 
 from layergrad.core.fix_results import FixReport, Repair, Run, Verdict
 from layergrad.core.results import Reason
+from layergrad.core.vocab import Finding
 from layergrad.render import render
 
 ORIGINAL = Run("binary_crossentropy", (0.9, math.nan, 0.8), 0.6931, 7.9, ("loss_mismatch",))
@@ -20,7 +21,7 @@ REPORT = FixReport(
                ('Dense(1, activation="softmax") -> Dense(1, activation="sigmoid") at "head"',),
                Verdict.VERIFIED, "", REPAIRED, ("loss_mismatch", "constant_output")),
     ),
-    unrepaired=(Reason("dead", "dense <b>x</b> is dead", "a smaller learning rate"),),
+    unrepaired=(Reason(Finding.DEAD, "dense <b>x</b> is dead", "a smaller learning rate"),),
     before=("loss_mismatch", "constant_output", "dead"),
     after=("dead",),
     output="m.fixed.keras",

@@ -15,7 +15,6 @@ from pagecheck import external_references, read_page
 from layergrad.cli.app import main
 from layergrad.commands.api import inspect_model, scan_model
 from layergrad.core.results import (
-    Cause,
     CheckItem,
     Endpoint,
     FileVerdict,
@@ -23,10 +22,12 @@ from layergrad.core.results import (
     InspectReport,
     ModelMeta,
     ProbeMeta,
+    Reason,
     Result,
     ScanReport,
     ScanRow,
 )
+from layergrad.core.vocab import Finding
 from layergrad.render import check_page, html_report
 
 IMG = "<img src=x onerror=alert(1)>"
@@ -55,7 +56,7 @@ def assert_well_formed_and_self_contained(document: str):
 
 
 def hostile_scan() -> ScanReport:
-    cause = Cause("non_differentiable_op", IMG, f"the gradient stops at {IMG!r}", f"remove {END_SCRIPT}", "Round")  # fmt: skip
+    cause = Reason(Finding.NON_DIFFERENTIABLE_OP, f"the gradient stops at {IMG!r}", f"remove {END_SCRIPT}", IMG, op="Round")  # fmt: skip
     rows = (
         ScanRow(IMG, "Dense", (8, 4), "float32", "none", None, ("blocked",), (cause,)),
         ScanRow(END_SCRIPT, "Custom", (8, 4), "float32", "ok", stats(0.5)),
@@ -77,7 +78,7 @@ def test_names_from_the_model_stay_text_in_a_scan_page():
 
 def test_names_from_the_model_stay_text_in_inspect_and_check_pages():
     ok = Result(Endpoint(IMG, (8, 4), "float32"), Endpoint(MIXED, (8, 2), "float32"), "ok", stats(1.0))  # fmt: skip
-    cause = Cause("not_downstream", END_SCRIPT, f"{MIXED} does not depend on {IMG}", "pick another")  # fmt: skip
+    cause = Reason(Finding.NOT_DOWNSTREAM, f"{MIXED} does not depend on {IMG}", "pick another", END_SCRIPT)  # fmt: skip
     broken = Result(ok.source, Endpoint(END_SCRIPT, (8, 2), "float32"), "none", None, (cause,), (f"warn {IMG}",))  # fmt: skip
     report = InspectReport(ModelMeta(IMG, "h5", "Sequential", MIXED), PROBE, (ok, broken))
     page = assert_well_formed_and_self_contained(html_report.inspect_html(report))

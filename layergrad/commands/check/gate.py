@@ -36,7 +36,7 @@ from layergrad.commands.check.options import Add, CheckOptions
 from layergrad.core.errors import LayergradError, UsageError, describe, one_line
 from layergrad.core.probe_options import PathLike
 from layergrad.core.results import CheckItem, FileVerdict, Reason, ScanReport, WeightScanReport
-from layergrad.core.vocab import Finding
+from layergrad.core.vocab import CHECK_FINDINGS, Finding
 from layergrad.files.file_info import FileInfo, read_file_info
 
 if TYPE_CHECKING:
@@ -62,10 +62,10 @@ def check_files(
     """
     if isinstance(paths, (str, os.PathLike)):  # one file, not a sequence of characters
         paths = [paths]
-    unknown = sorted(set(options.fail_on) - set(Finding.words()))
+    unknown = sorted(set(options.fail_on) - set(CHECK_FINDINGS))
     if unknown:
         raise LayergradError(
-            f"unknown --fail-on finding {', '.join(unknown)}; use {','.join(Finding.words())}"
+            f"unknown --fail-on finding {', '.join(unknown)}; use {','.join(CHECK_FINDINGS)}"
         )
     baselines: dict[str, Baseline] = {}
     if options.baselines:

@@ -58,7 +58,7 @@ def loss_verdict(reading: LossReading, has_loss: bool, probe_follows: bool) -> L
         findings.append(code)
         if all(m.severity == Severity.WARN for m in found):
             warned.append(code)
-        reasons += [Reason(code, m.message, m.hint) for m in found]
+        reasons += found
     parts = [str(r) for r in reasons]
     if not reading.described and reading.observed and not parts:
         parts.append(

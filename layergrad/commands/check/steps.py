@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 from layergrad.commands.check.options import Add, CheckOptions
 from layergrad.core.errors import LayergradError, UsageError
 from layergrad.core.probe_options import ProbeOptions
-from layergrad.core.results import Cause, Reason, ScanReport, ScanRow, WeightScanReport
+from layergrad.core.results import Reason, ScanReport, ScanRow, WeightScanReport
 from layergrad.core.tf_types import KerasModel
-from layergrad.core.vocab import NOT_DIFFERENTIABLE, Finding, Flag, Status
+from layergrad.core.vocab import NOT_DIFFERENTIABLE, SCAN_FLAGS, Finding, Status
 from layergrad.files.file_info import FileInfo
 from layergrad.model.target_fit import LabelSummary
 
@@ -110,7 +110,7 @@ def loss_fits(info: FileInfo, loss: str | None, add: Add, probe_follows: bool = 
 
 # Flags of a layer's output that say training cannot work; the magnitude flags (dead,
 # vanishing, exploding) of check are judged on the layers' weights instead (`trainable`).
-CERTAIN_FLAGS = (Flag.BLOCKED, Flag.NONFINITE)
+CERTAIN_FLAGS = (Finding.BLOCKED, Finding.NONFINITE)
 
 
 def targets(
@@ -146,8 +146,7 @@ def targets(
             return False
         add("targets", f"the labels in {source} fit every output ({held})")
         return False
-    reasons = [Reason(Finding.TARGET_MISMATCH, m.message, m.hint) for m in found]
-    add("targets", "; ".join(map(str, reasons)), [Finding.TARGET_MISMATCH], reasons=reasons)
+    add("targets", "; ".join(map(str, found)), [Finding.TARGET_MISMATCH], reasons=found)
     return True
 
 
@@ -201,7 +200,7 @@ def gradient(rows: Sequence[ScanRow], add: Add) -> None:
         differentiable = sum(1 for r in rows if r.status not in NOT_DIFFERENTIABLE)
         add("gradient", f"reaches all {differentiable} differentiable layers, finite")
         return
-    findings = [f for f in Finding if any(f.value in r.flags for r in problems)]
+    findings = [f for f in SCAN_FLAGS if any(f.value in r.flags for r in problems)]
     parts = []
     for finding in findings:
         layers = [r for r in problems if finding.value in r.flags]
@@ -218,19 +217,18 @@ def forward_parts(report: ScanReport, trained: bool) -> tuple[list[Finding], lis
     from layergrad.diagnose import causes as why
 
     findings: list[Finding] = []
-    parts: list[tuple[Finding, Cause]] = []
-    if report.constant:
+    reasons = [why.constant_output(c.output, c.layer, c.reason) for c in report.constant]
+    if reasons:
         findings.append(Finding.CONSTANT_OUTPUT)
-        parts += [(Finding.CONSTANT_OUTPUT, why.constant_output(c.output, c.layer, c.reason))
-                  for c in report.constant]  # fmt: skip
     scale = report.input_range
     if scale is not None and scale.kind == "pixels" and trained:
         scale = None  # trained on these pixels, its kernels are scaled for them
     if scale is not None:
         findings.append(Finding.INPUT_RANGE)
-        cause = why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
-        parts.append((Finding.INPUT_RANGE, cause))
-    return findings, [Reason(f, c.message, c.hint) for f, c in parts]
+        reasons.append(
+            why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
+        )
+    return findings, reasons
 
 
 def trainable(
@@ -336,8 +334,8 @@ def _scale(
         )
     flagged = scale_flags(report.variables)
     for flag, finding, word in (
-        (Flag.VANISHING, Finding.VANISHING, "below"),
-        (Flag.EXPLODING, Finding.EXPLODING, "above"),
+        (Finding.VANISHING, Finding.VANISHING, "below"),
+        (Finding.EXPLODING, Finding.EXPLODING, "above"),
     ):
         layers = [(layer, d) for layer, (f, d) in flagged.items() if f == flag]
         if layers:
@@ -347,7 +345,7 @@ def _scale(
             parts.append(
                 f"{finding}: {listed}{more}: the update ratio |dL/dW| / |W| of these layers is "
                 f"that many decades {word} that of the layers near the output, so they "
-                + ("barely learn" if flag == Flag.VANISHING else "take steps far too large")
+                + ("barely learn" if flag == Finding.VANISHING else "take steps far too large")
             )
     if init is not None:
         findings += [] if Finding.EXPLODING in findings else [Finding.EXPLODING]

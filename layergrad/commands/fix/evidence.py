@@ -64,7 +64,7 @@ def train(
     report = scored.report
     findings = dict.fromkeys(found)
     for f in report.findings:
-        findings.setdefault(str(f.finding), None)
+        findings.setdefault(str(f.code), None)
     trained = _final(report.losses)
     final = scored.served if scored.served is not None else trained
     run = Run(report.loss_name, report.losses, scored.chance, final, tuple(findings),

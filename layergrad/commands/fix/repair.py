@@ -256,7 +256,7 @@ def fix_model(
             else:
                 written = _write(made, output, inputs, options.force)
     lost = {f for r in repairs for f in r.gone}  # another finding's repair took it away
-    unrepaired = [u for u in unrepaired if u.finding not in lost]
+    unrepaired = [u for u in unrepaired if u.code not in lost]
     if plans:
         unrepaired += _still_failing(before, after, repairs, unrepaired)
     return FixReport(repairs=tuple(repairs), unrepaired=tuple(unrepaired), after=after,
@@ -322,14 +322,14 @@ def _still_failing(
 ) -> list[Reason]:  # fmt: skip
     """Each failing finding of the original that the copy with every repair still has, and
     that no repair nor reason names: said, with the repairs that were meant to clear it."""
-    named = {r.finding for r in repairs} | {u.finding for u in unrepaired}
+    named = {r.finding for r in repairs} | {u.code for u in unrepaired}
     found = []
     for finding in before:
         if finding not in FAILING or finding not in after or finding in named:
             continue
         made = "; ".join(r.finding + (f" at {r.layer}" if r.layer else "") for r in repairs)
         said = f"the copy with the repairs ({made}) still has {finding}"
-        found.append(Reason(finding, said, "no mechanical repair cleared it: see check's "
+        found.append(Reason(Finding(finding), said, "no mechanical repair cleared it: see check's "
                             "message for it"))  # fmt: skip
     return found
 

@@ -59,7 +59,7 @@ def plan_repairs(
         unrepaired.append(_unrepaired(finding, verdict, fit))
     plans, notes = _labels_win(plans)
     covered = {c for p in plans for c in p.covers}
-    return plans, [u for u in unrepaired if u.finding not in covered], notes
+    return plans, [u for u in unrepaired if u.code not in covered], notes
 
 
 def _plans(
@@ -117,7 +117,7 @@ def _learning_rate(
         caused = (F.NONFINITE, F.EXPLODING, F.DYING_UNITS, *rw.LOWER)
         if finding == F.DYING_UNITS:
             caused += (F.VANISHING, F.CONSTANT_PREDICTIONS)
-    seen = {str(f.finding) for f in fit.findings}
+    seen = {str(f.code) for f in fit.findings}
     return [replace(plan, covers=tuple(str(c) for c in caused if str(c) in seen))]
 
 
@@ -150,15 +150,15 @@ def _unrepaired(finding: str, verdict: FileVerdict, fit: FitReport | None) -> Re
     check keeps them apart (`CheckItem.reasons`), or its whole message and the hint below."""
     for item in verdict.checks:
         if finding in item.findings:
-            reason = next((r for r in item.reasons if r.finding == finding), None)
+            reason = next((r for r in item.reasons if r.code == finding), None)
             if reason is not None:
                 return replace(reason, hint=_hint(finding, reason.hint))
-            return Reason(finding, item.message, _hint(finding, ""))
+            return Reason(Finding(finding), item.message, _hint(finding, ""))
     if fit is not None:
         for f in fit.findings:
-            if str(f.finding) == finding:
-                return Reason(finding, f.message, _hint(finding, ""), f.layer)
-    return Reason(finding, "", _hint(finding, ""))
+            if str(f.code) == finding:
+                return Reason(f.code, f.message, _hint(finding, ""), f.layer)
+    return Reason(Finding(finding), "", _hint(finding, ""))
 
 
 # What to do by hand when the finding's own message carries no hint.

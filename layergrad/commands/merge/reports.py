@@ -30,22 +30,22 @@ from layergrad.commands.merge.stats import merge_gradients, merge_samples, merge
 from layergrad.core.errors import UsageError
 from layergrad.core.gradient_stats import status_flags
 from layergrad.core.results import (
-    Cause,
     DataStats,
     Endpoint,
     GradientStats,
     InspectReport,
     ModelMeta,
     ProbeMeta,
+    Reason,
     Result,
     ScanReport,
     ScanRow,
 )
-from layergrad.core.vocab import NOT_DIFFERENTIABLE, Flag, Status
+from layergrad.core.vocab import NOT_DIFFERENTIABLE, Finding, Status
 from layergrad.files.report_json import read_report
 
 Report = InspectReport | ScanReport
-SCALE_FLAGS = (Flag.VANISHING, Flag.EXPLODING)
+SCALE_FLAGS = (Finding.VANISHING, Finding.EXPLODING)
 
 
 def merge_reports(paths: Sequence[str | os.PathLike[str]]) -> Report:
@@ -290,10 +290,10 @@ def _data(
 
 def _causes(
     statuses: Sequence[Status],
-    causes: Sequence[tuple[Cause, ...]],
+    causes: Sequence[tuple[Reason, ...]],
     merged: Status,
     data: Sequence[DataStats | None],
-) -> tuple[Cause, ...]:
+) -> tuple[Reason, ...]:
     """The causes of the shard that shows the merged status first (for a non-finite result,
     the shard with the first non-finite batch); none for an ok result."""
     if merged == Status.OK:
