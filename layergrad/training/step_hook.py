@@ -289,11 +289,19 @@ class StepHook:
         # Whether a gradient value is NaN/Inf: the sum's word, unless the step counted them
         # (a sum of huge finite values can overflow; the next NaN must still be measured).
         if trace.measuring:
-            found = self._reduce(self._row(trace), count, grads, weights)
+            squares = reductions.weight_squares(grads, weights)
+            found = self._reduce(self._row(trace), count, grads, squares)
         else:  # the gradients, into the spare row, on the fit's first non-finite step only
+            dense = reductions.weight_squares(grads, weights, sparse=False)  # (see there)
+
+            def first_nonfinite() -> Tensor:
+                sparse = reductions.weight_squares(grads, weights, sparse=True)
+                squares = [d if d is not None else s for d, s in zip(dense, sparse, strict=True)]
+                return self._reduce(self.results.spare, count, grads, squares, trace.inputs)
+
             found = unlowered_cond(
                 tf.logical_and(bad, self._clean(trace)),
-                lambda: self._reduce(self.results.spare, count, grads, weights, trace.inputs),
+                first_nonfinite,
                 lambda: tf.identity(bad),
             )
         with tf.control_dependencies(writes):
@@ -304,12 +312,12 @@ class StepHook:
         row: Tensor | int,
         count: Tensor,
         grads: list[Tensor | None],
-        weights: list[Tensor | None],
+        squares: list[Tensor | None],
         inputs: list[Tensor] | None = None,
     ) -> Tensor:
         """Write the gradient rows (and histograms), and the `inputs`' NaN/Inf counts, into
         `row`; whether a gradient value is NaN/Inf."""
-        rows = reductions.gradient_rows(grads, weights)
+        rows = reductions.gradient_rows(grads, squares)
         writes = [put(self.results.grads, row, rows), put(self.results.reduced_at, row, count)]
         if inputs is not None:  # an ordinary step's first non-finite one: was it the data?
             writes.append(put(self.results.inputs, row, reductions.input_stats(inputs)))

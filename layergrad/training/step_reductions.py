@@ -97,17 +97,39 @@ def dead_units(tensor: Tensor) -> Tensor:
     return tf.stack([tf.reduce_sum(tf.cast(zero, tf.float32)), units, constant])
 
 
-def gradient_rows(grads: Sequence[Tensor | None], weights: Sequence[Tensor | None]) -> Tensor:
-    """[variables, COLUMNS]: each variable's statistics (-1 weight norm: no gradient)."""
+def weight_squares(
+    grads: Sequence[Tensor | None],
+    weights: Sequence[Tensor | None],
+    sparse: bool | None = None,
+) -> list[Tensor | None]:
+    """Each variable's squared norm, of the weights its gradient is judged against (`touched`);
+    None where there is no gradient. `sparse`: only the variables with a sparse gradient
+    (True), only the others (False), or all (None).
+
+    An ordinary step takes the dense ones outside its branch: an `If` holding the variables
+    would make each update wait for it, and a read still held when an update runs makes
+    TensorFlow copy the variable first, while a sum consumes its read at once. The sparse
+    ones (an Embedding's rows) stay in the branch: outside, every step would go over the
+    whole table."""
+    return [
+        None
+        if g is None or v is None or (sparse is not None and sparse != hasattr(g, "indices"))
+        else tf.reduce_sum(tf.square(tf.cast(tf.convert_to_tensor(touched(g, v)), tf.float32)))
+        for g, v in zip(grads, weights, strict=True)
+    ]
+
+
+def gradient_rows(grads: Sequence[Tensor | None], squares: Sequence[Tensor | None]) -> Tensor:
+    """[variables, COLUMNS]: each variable's statistics, its squared weight norm from
+    `squares` (`weight_squares`; -1 weight norm: no gradient)."""
     rows = []
-    for g, v in zip(grads, weights, strict=True):
-        if g is None:
+    for g, w_sq in zip(grads, squares, strict=True):
+        if g is None or w_sq is None:
             rows.append(tf.constant([0.0, 0.0, 0.0, 0.0, -1.0]))
             continue
         g32 = tf.cast(tf.convert_to_tensor(g), tf.float32)
         units = tf.reshape(g32, [-1, g32.shape[-1]]) if g32.shape.rank else tf.reshape(g32, [1, 1])
         dead = tf.reduce_sum(tf.cast(tf.reduce_all(tf.equal(units, 0.0), axis=0), tf.float32))
-        w = tf.cast(tf.convert_to_tensor(touched(g, v)), tf.float32)
         rows.append(
             tf.stack(
                 [
@@ -115,7 +137,7 @@ def gradient_rows(grads: Sequence[Tensor | None], weights: Sequence[Tensor | Non
                     nonfinite(g32),
                     dead,
                     tf.cast(tf.shape(units)[1], tf.float32),
-                    tf.reduce_sum(tf.square(w)),
+                    w_sq,
                 ]
             )
         )
