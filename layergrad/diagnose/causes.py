@@ -246,8 +246,10 @@ def constant_output(output: str, layer: str, reason: str) -> Cause:
 
 
 def input_range(name: str, mean_abs: float, layer: str, kind: str, pinned: float) -> Cause:
-    """Inputs far from unit scale that pin the first ReLU / sigmoid / tanh layer, or raw
-    pixels (`kind` "pixels", `pinned` their largest value) reaching the first convolution."""
+    """Inputs far from unit scale that pin the first ReLU / sigmoid / tanh layer, raw pixels
+    (`kind` "pixels", `pinned` their largest value) reaching the first convolution, or raw
+    units (`kind` "units", `pinned` a feature's largest root mean square) the first layer
+    with weights."""
     if kind == "pixels":
         return Cause(
             CauseCode.INPUT_RANGE,
@@ -259,6 +261,17 @@ def input_range(name: str, mean_abs: float, layer: str, kind: str, pinned: float
             "unless the model was trained on raw pixels, scale them inside the model: "
             f"keras.layers.Rescaling(1 / 255) before {layer!r} (or a keras.layers."
             "Normalization adapted to the images)",
+        )
+    if kind == "units":
+        return Cause(
+            CauseCode.INPUT_RANGE,
+            layer,
+            f"the input {name!r} is in raw units (mean |x| = {mean_abs:.3g}; a feature's root "
+            f"mean square reaches {pinned:.3g}) and reaches {layer!r}, the first layer with "
+            "weights, unscaled: kernels initialised for inputs near unit scale give outputs, "
+            "logits and first steps hundreds of times too large",
+            "scale the input inside the model: a keras.layers.Normalization adapted to the "
+            f"data (norm.adapt(x_train)) before {layer!r}",
         )
     state = "dead (output 0 for every sample)" if kind == "relu" else "saturated"
     return Cause(

@@ -218,16 +218,18 @@ def test_a_gradient_that_recovers_upstream_did_not_vanish(tmp_path, write_input)
     # d2 scales by 1e-4: d0 and d1 get 1e-4 of the end's gradient, 4 decades below it, but x
     # gets all of it back (d0 scales by 1e4): the gradient reaches the input undiminished
     rows = rows_by_layer(
-        scan_model(_identity_chain(tmp_path / "a.keras", (1e4, 1.0, 1e-4)), input_file=x,
-                   target="d2")  # fmt: skip
+        scan_model(
+            _identity_chain(tmp_path / "a.keras", (1e4, 1.0, 1e-4)), input_file=x, target="d2"
+        )
     )
     assert rows["d1"].gradient.l2 == pytest.approx(end * 1e-4, rel=1e-5)
     assert rows["x"].gradient.l2 == pytest.approx(end, rel=1e-3)
     assert not any(r.flags for r in rows.values())
     # the same dip with nothing recovering before it vanishes from d1 down to the input
     rows = rows_by_layer(
-        scan_model(_identity_chain(tmp_path / "b.keras", (1.0, 1.0, 1e-4)), input_file=x,
-                   target="d2")  # fmt: skip
+        scan_model(
+            _identity_chain(tmp_path / "b.keras", (1.0, 1.0, 1e-4)), input_file=x, target="d2"
+        )
     )
     assert rows["x"].gradient.l2 == pytest.approx(end * 1e-4, rel=1e-5)
     assert {k for k, r in rows.items() if "vanishing" in r.flags} == {"x", "d0", "d1"}

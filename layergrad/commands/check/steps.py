@@ -224,8 +224,8 @@ def forward_parts(report: ScanReport, trained: bool) -> tuple[list[Finding], lis
         parts += [(Finding.CONSTANT_OUTPUT, why.constant_output(c.output, c.layer, c.reason))
                   for c in report.constant]  # fmt: skip
     scale = report.input_range
-    if scale is not None and scale.kind == "pixels" and trained:
-        scale = None  # trained on these pixels, its kernels are scaled for them
+    if scale is not None and scale.kind in ("pixels", "units") and trained:
+        scale = None  # trained on these values, its kernels are scaled for them
     if scale is not None:
         findings.append(Finding.INPUT_RANGE)
         cause = why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
