@@ -38,6 +38,8 @@ SWINGS = 4  # oscillating: this many significant reversals of the windows' means
 SWING_SHARE = 0.1  # ...by at least this share of the trivial loss (or the starting loss)...
 NOISE_SHARE = 0.5  # ...or a batch-to-batch spread of this share of the trivial loss
 MARGIN = 0.5  # slow_convergence: a learning run gets this share below the trivial loss
+LEVELLING = 0.5  # slow_convergence: a last quarter falling at under this share of the last
+# half's rate is levelling off
 STUCK_FACTOR = 1.5  # not_learning too: the loss stays this many times the trivial loss...
 STUCK_SHARE = 0.1  # ...covering less than this share of the way down to it
 
@@ -90,10 +92,9 @@ def diverging(
         if window.mean < lowest.mean:
             lowest = window
     high = top is not None and (top.update_ratio or 0.0) >= RATIO_HIGH
-    if grew is None and not blew_up:
-        early = blew_up_early(curve, spread, high)
-        if early is not None:
-            return _diverged(early[0], curve[0], early[1], top, top_step, high, checkpoints)
+    early = blew_up_early(curve, spread, high)
+    if early is not None:  # the first steps blew up: that is where the rate did its harm
+        return _diverged(early[0], curve[0], early[1], top, top_step, high, checkpoints)
     if grew is not None:
         doubled = grew.mean >= DIVERGE_FACTOR * lowest.mean > 0
         if not (high or doubled):
@@ -328,7 +329,8 @@ def _reversals(means: Sequence[float], gap: float) -> tuple[int, float]:
 def slow_convergence(
     losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], chance: float | None
 ) -> Reason | None:
-    """The loss falls (its last half's slope `FLAT` standard errors below 0) but ends
+    """The loss falls (its last half's slope `FLAT` standard errors below 0, and its last
+    quarter not clearly levelling off: `LEVELLING`) but ends
     above the trivial loss less `MARGIN` of it, at a rate that would need more steps than the
     run has had to get there: say how many."""
     curve = trends.finite_prefix(losses)
@@ -340,6 +342,13 @@ def slow_convergence(
     end = float(np.mean(curve[-max(2, len(curve) // 10) :]))
     target = (1.0 - MARGIN) * chance
     if line.z() > -FLAT or end <= target:
+        return None
+    # a loss levelling off above the target converges where it converges (more steps would
+    # not take it there): its last quarter falls at under `LEVELLING` of the last half's
+    # rate, shallower than that rate by `FLAT` standard errors of the quarter's slope
+    quarter = trends.slope(curve[-max(3, len(curve) // 4) :], spread)
+    shallower = quarter.per_step - line.per_step
+    if quarter.per_step > LEVELLING * line.per_step and shallower >= FLAT * quarter.error:
         return None
     needed = math.ceil((end - target) / -line.per_step)
     if needed <= len(curve):

@@ -20,6 +20,7 @@ from layergrad.training.curve_rules import ratios
 
 DEAD_THRESHOLD = 0.5  # a layer's dead fraction ends at or above this...
 DEAD_GROWTH = 0.2  # ...having grown at least this much since the first checkpoint: dying_units
+DEAD_CHECKPOINTS = 3  # ...and at or above the threshold at each of this many final checkpoints
 STALL_DECADES = 3.0  # a layer's update ratio this many decades below the others' median...
 STALL_CHECKPOINTS = 3  # ...at each of at least this many final checkpoints: stalled_layer
 VANISH_DECADES = 3.0  # the relative gradient of the first layers this many decades below the
@@ -57,11 +58,13 @@ def constant_predictions(
     heads: Sequence[str] = (),
     facts: Facts | None = None,
     unstable: bool = False,
+    dead: bool = False,
 ) -> list[Reason]:
     """An output layer (`heads`; default the last layer called) whose every unit has the same
     value for every sample of the batch at each of the last `CONSTANT_CHECKPOINTS`
     checkpoints or more: its predictions ignore the inputs. The hint follows the head's facts
-    (`constant_hint`); `unstable`: the loss blew up first."""
+    (`constant_hint`); `unstable`: the loss blew up first; `dead`: ReLU units died in training
+    (`dying_units`)."""
     if not checkpoints:
         return []
     names = list(heads) or ([checkpoints[-1].layers[-1].layer] if checkpoints[-1].layers else [])
@@ -79,7 +82,7 @@ def constant_predictions(
                 Finding.CONSTANT_PREDICTIONS,
                 f"{head}: every unit of the output is the same for every sample of the batch "
                 f"from step {step} to the end ({run} checkpoints): the predictions ignore the "
-                f"inputs; {constant_hint((facts or {}).get(head), unstable)}",
+                f"inputs; {constant_hint((facts or {}).get(head), unstable, dead)}",
                 layer=head,
                 step=step,
             )
@@ -91,6 +94,8 @@ _CONSTANT_HINTS = {
     "one_unit": "a softmax over one unit is always 1.0: use sigmoid for one unit",
     "blew_up": "the loss blew up first (`diverging`): its steps left the layers before the "
     "head dead or saturated; lower the learning rate",
+    "died": "the ReLU units before it died in training (`dying_units`), so every sample "
+    "reaches the head alike: lower the learning rate, or use LeakyReLU",
     "unknown": "a softmax over one unit is always 1.0, or a dead, saturated or "
     "zero-initialised head: use sigmoid for one unit, one unit per class for softmax, or check "
     "the head's initialisation",
@@ -112,12 +117,14 @@ _VANISHING_HINTS = {
 }
 
 
-def constant_hint(head: LayerFacts | None, unstable: bool) -> str:
+def constant_hint(head: LayerFacts | None, unstable: bool, dead: bool = False) -> str:
     """What to do about a constant head, from what is known of it and of the run."""
     if head is not None and head.activation == "softmax" and head.units == 1:
         return _CONSTANT_HINTS["one_unit"]
     if unstable:
         return _CONSTANT_HINTS["blew_up"]
+    if dead:
+        return _CONSTANT_HINTS["died"]
     if head is None:
         return _CONSTANT_HINTS["unknown"]
     if head.activation in ("sigmoid", "tanh"):
@@ -250,7 +257,9 @@ def exploding(checkpoints: Sequence[Checkpoint], unstable: bool = False) -> Reas
 
 def dying_units(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
     """A layer's dead fraction ends at `DEAD_THRESHOLD` or more, up `DEAD_GROWTH` since the
-    first checkpoint; the step is where it crossed the threshold for good."""
+    first checkpoint, and stays there for the last `DEAD_CHECKPOINTS` checkpoints (a unit
+    silent for one small batch of a small data set may answer the next); the step is where it
+    crossed the threshold for good."""
     out = []
     for layer in _layer_names(checkpoints):
         series = [(c.step, _row(c, layer)) for c in checkpoints]
@@ -265,6 +274,8 @@ def dying_units(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
         index = len(fractions)
         while index > 0 and (fractions[index - 1][1] or 0.0) >= DEAD_THRESHOLD:
             index -= 1
+        if len(fractions) - index < min(DEAD_CHECKPOINTS, len(fractions) - 1):
+            continue  # dead on the last batch or two only: a small batch's chance, not a state
         step = fractions[index][0]
         out.append(
             Reason(

@@ -78,8 +78,10 @@ def findings(
     seen = [v for v in losses if v is not None and math.isfinite(v)]
     blown = chance_loss is not None and bool(seen) and max(seen) >= BLOWN_UP * chance_loss
     unstable = grows is not None or nonfinite is not None or blown
+    # the per-layer numbers of a step with NaN/Inf (and after it) say nothing of the layers
     finite = [c for c in checkpoints if _finite(c)]
-    constant = constant_predictions(finite, heads, facts, grows is not None)
+    dying = dying_units(finite)
+    constant = constant_predictions(finite, heads, facts, grows is not None, bool(dying))
     curve: list[Reason] = []
     if grows is not None:
         curve.append(grows)
@@ -98,8 +100,6 @@ def findings(
                 curve.append(found)
                 break
     out += curve + constant
-    # the per-layer numbers of a step with NaN/Inf (and after it) say nothing of the layers
-    dying = dying_units(finite)
     out += dying
     gone = vanishing(finite, facts, [str(f.layer) for f in dying])
     skip: list[str] = []
