@@ -248,14 +248,27 @@ def mae_stuck(seed: int) -> tuple[object, ...]:
     return _run(model, keras.optimizers.SGD(1e-3), "mae", x, 100.0 + 20.0 * y)
 
 
-def _small(build: Callable[[int], tuple[object, ...]]) -> Callable[[int], tuple[object, ...]]:
-    """The run `build` makes, on the first `SMALL` samples of its data."""
+def _small(
+    build: Callable[[int], tuple[object, ...]], batch: int | None = None
+) -> Callable[[int], tuple[object, ...]]:
+    """The run `build` makes, on the first `SMALL` samples of its data (in batches of `batch`,
+    default the run's own)."""
 
     def small(seed: int) -> tuple[object, ...]:
-        model, x, y, batch = build(seed)
-        return model, x[:SMALL], y[:SMALL], batch  # type: ignore[index]
+        model, x, y, own = build(seed)
+        return model, x[:SMALL], y[:SMALL], batch or own  # type: ignore[index]
 
     return small
+
+
+def noisy_labels(seed: int) -> tuple[object, ...]:
+    """A quarter of the labels drawn at random: the best loss stays well above half the
+    trivial loss, however long the run."""
+    model, x, y, batch = healthy_mlp(seed)
+    rng = np.random.default_rng(seed + 7)
+    flip = rng.random(len(y)) < 0.25  # type: ignore[arg-type]
+    y = np.where(flip, rng.integers(0, 4, len(y)), y)  # type: ignore[arg-type]
+    return model, x, y, batch
 
 
 def small_sgd(seed: int) -> tuple[object, ...]:
@@ -337,6 +350,24 @@ RUNS: tuple[Run, ...] = (
             ("conv", "conv net", healthy_conv, 40),
             ("lstm", "LSTM", healthy_lstm, 30),
         )
+    ),
+    Run(
+        "small_noisy",
+        f"healthy MLP, a quarter of the labels random, {SMALL} samples, 200 steps",
+        _small(noisy_labels),
+        None,
+        steps=200,
+        every=4,
+        trivial=True,
+    ),
+    Run(
+        "small_batch10",
+        f"healthy MLP (SGD 0.05), {SMALL} samples in batches of 10, 300 steps",
+        _small(small_sgd, 10),
+        None,
+        steps=300,
+        every=6,
+        trivial=True,
     ),
     Run(
         "nan_op",
