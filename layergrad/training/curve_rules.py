@@ -345,8 +345,9 @@ def slow_convergence(
         return None
     # a loss levelling off above the target converges where it converges (more steps would
     # not take it there): its last quarter falls at under `LEVELLING` of the last half's
-    # rate, shallower than that rate by `FLAT` standard errors of the quarter's slope
-    quarter = trends.slope(curve[-max(3, len(curve) // 4) :], spread)
+    # rate, shallower than that rate by `FLAT` standard errors of the quarter's slope (with
+    # the last half's own noise: the steep start of a curve inflates the whole run's)
+    quarter = trends.slope(curve[-max(3, len(curve) // 4) :], trends.noise(half))
     shallower = quarter.per_step - line.per_step
     if quarter.per_step > LEVELLING * line.per_step and shallower >= FLAT * quarter.error:
         return None

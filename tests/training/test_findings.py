@@ -220,6 +220,17 @@ def test_dying_units_needs_growth_past_the_threshold():
     assert rules.dying_units(always) == []  # dead from the start is not dying
 
 
+def test_dying_units_must_last_the_final_three_checkpoints():
+    # dead on the last batch only (a small data set's small batch): a chance, not a state
+    deads = [0.1, 0.1, 0.1, 0.1, 0.6]
+    once = [checkpoint(1 + 10 * i, {"a": 1e-3}, dead=d) for i, d in enumerate(deads)]
+    assert rules.dying_units(once) == []
+    deads = [0.1, 0.1, 0.6, 0.7, 0.6]
+    stays = [checkpoint(1 + 10 * i, {"a": 1e-3}, dead=d) for i, d in enumerate(deads)]
+    (finding,) = rules.dying_units(stays)
+    assert (finding.layer, finding.step) == ("a", 21)
+
+
 def test_chance_loss_is_log_c_for_categorical_and_log_2_for_binary():
     assert rules.chance_loss("sparse_categorical_crossentropy", [10]) == pytest.approx(math.log(10))
     assert rules.chance_loss("binary_crossentropy", [1]) == pytest.approx(math.log(2))
