@@ -174,7 +174,7 @@ def not_learning(
     top = max(rows, key=lambda r: r.update_ratio or 0.0)
     change = parts[-1].mean - parts[0].mean
     if abs(moved) >= FLAT or abs(line.z()) >= FLAT or (top.update_ratio or 0.0) >= RATIO_TINY:
-        return stuck_above(curve, parts, line, chance, top, checkpoints[0].step)
+        return stuck_above(curve, parts, chance, top, checkpoints[0].step)
     return Reason(
         Finding.NOT_LEARNING,
         f"the loss stays at {parts[-1].mean:.4g} over {len(curve)} steps (it moved "
@@ -190,7 +190,6 @@ def not_learning(
 def stuck_above(
     curve: np.ndarray,
     parts: Sequence[trends.Window],
-    line: trends.Slope,
     chance: float | None,
     top: LayerStats,
     step: int,
@@ -198,11 +197,10 @@ def stuck_above(
     """`not_learning` of a loss that stays `STUCK_FACTOR` times above the trivial loss: over
     the run it covers less than `STUCK_SHARE` of the way down to it, with a noise small enough
     to tell (`FLAT` standard errors of the difference are under `STUCK_SHARE` of that way too),
-    and it is not falling (its slope is not `FLAT` standard errors below 0, which
-    `slow_convergence` reads). A model stuck there learns nothing of the inputs: its steps
-    are too small for the targets' scale (an MAE with SGD moves each weight by at most the
-    learning rate a step), or the net is dead."""
-    if chance is None or chance <= 0 or line.z() <= -FLAT:
+    whether or not that small fall is beyond the noise. A model stuck there learns next to
+    nothing of the inputs: its steps are too small for the targets' scale (an MAE with SGD
+    moves each weight by at most the learning rate a step), or the net is dead."""
+    if chance is None or chance <= 0:
         return None
     first, last = parts[0], parts[-1]
     gap = first.mean - chance
