@@ -109,3 +109,19 @@ def test_legitimate_tabular_features_of_0_to_100_are_not_raw_units(tmp_path):
     assert feature_scale(x) < RAW_SCALE
     found, _ = _findings(tmp_path, _mlp(), x, rng.integers(0, 4, 64), "tabular")
     assert "input_range" not in found, found
+
+
+def test_fit_says_input_range_before_its_first_step(tmp_path):
+    from layergrad.commands.fit.guards import FitOptions
+    from layergrad.commands.fit.train import fit_model
+
+    x, y = _data(n=256)
+    path = tmp_path / "raw.keras"
+    _mlp().save(path)
+    np.savez(tmp_path / "raw.npz", x=x, y=y)
+    report = fit_model(path, tmp_path / "raw.npz", FitOptions(steps=20))
+    first = report.findings[0]
+    assert (str(first.finding), first.layer, first.step) == ("input_range", "dense_1", 0)
+    np.savez(tmp_path / "scaled.npz", x=(x - x.mean(axis=0)) / x.std(axis=0), y=y)
+    scaled = fit_model(path, tmp_path / "scaled.npz", FitOptions(steps=20))
+    assert "input_range" not in {str(f.finding) for f in scaled.findings}
