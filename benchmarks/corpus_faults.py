@@ -4,8 +4,9 @@ classes of the Stack Overflow / GitHub studies of buggy Keras programs.
 Each operator takes an architecture and a spec and returns the mutants it makes there (none
 where the fault makes no sense), each with the finding `check` must report and the layers it
 may name (`expect`; None for a fault only training can show, which must not fail the file).
-A data operator also says how the data differs (`labels`: the labels of another head, or
-`pixels`: the same raw pixels, now without the model's Rescaling).
+A data operator also says how the data differs (`labels`: the labels of another head,
+`pixels`: the same raw pixels, now without the model's Rescaling, or `scale`: the same
+features in larger units).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class Mutant:
     expect: tuple[str, tuple[str, ...]] | None  # (finding, layers it may be named at)
     data: bool = False  # the fault shows only with data
     labels: Head | None = None  # the data's labels are drawn for this head instead
+    scale: float = 1.0  # the data's float inputs are multiplied by this
 
 
 Operator = Callable[[Arch, Spec], list[Mutant]]
@@ -184,6 +186,16 @@ def raw_pixels(arch: Arch, spec: Spec) -> list[Mutant]:
     return [replace(m, data=True)]
 
 
+def raw_units(arch: Arch, spec: Spec) -> list[Mutant]:
+    """The same tabular features in units 30 times larger (prices, salaries, areas: values up
+    to ~3,000) reaching the first Dense layer of a tabular MLP unscaled."""
+    if "mlp" not in arch.tags or "deep" in arch.tags or spec.head.kind == "reconstruction":
+        return []
+    first = ("h1", "h2") if arch.name == "branches" else ("h1",)
+    m = _mut("raw_units_data", spec, "input_range", first)
+    return [replace(m, data=True, scale=30.0)]
+
+
 def labels_wrong_form(arch: Arch, spec: Spec) -> list[Mutant]:
     """The model is right; its labels are not of the form its loss reads."""
     head = spec.head
@@ -218,6 +230,7 @@ OPERATORS: dict[str, Operator] = {
     "raw_pixels": raw_pixels,
     "labels_wrong_form": labels_wrong_form,
     "sigmoid_regression": sigmoid_regression,
+    "raw_units": raw_units,  # last: the floor test's sample of the others stays as it was
 }
 
 

@@ -165,6 +165,7 @@ def _cases_of(
     healthy_data = healthy_data and "no_data" not in arch.tags
     if mutant.data or (mutant.op == "healthy" and healthy_data and form == arch.forms[0]):
         x, y = _arrays(arch, mutant.labels or arch.head, seed=1)
+        x = {k: v * mutant.scale if v.dtype.kind == "f" else v for k, v in x.items()}
         data = _write_data(stem.with_suffix(".npz"), x, y)
     if "no_h5" in arch.tags:
         saves = tuple(s for s in saves if s != "h5")

@@ -16,11 +16,13 @@ import numpy as np
 
 from layergrad import GradientMonitor
 from layergrad.core.keras_backend import quiet_import
+from layergrad.data.labels import TrivialLoss
 
 _, keras = quiet_import()
 layers = keras.layers
 
 N = 2048  # samples per task
+SMALL = 64  # samples of a small program's data set (a tutorial's, a question's)
 
 
 @dataclass(frozen=True)
@@ -36,31 +38,32 @@ class Run:
     steps: int = 300
     every: int = 10
     callbacks: Callable[[], list[object]] = list
+    trivial: bool = False  # give the monitor the labels' trivial loss, as `fit` does
 
 
 # tasks
 
 
-def quadrants(seed: int, features: int = 10) -> tuple[np.ndarray, np.ndarray]:
+def quadrants(seed: int, features: int = 10, n: int = N) -> tuple[np.ndarray, np.ndarray]:
     """4 classes: the signs of the first two features."""
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((N, features)).astype("float32")
+    x = rng.standard_normal((n, features)).astype("float32")
     y = (x[:, 0] > 0).astype("int64") + 2 * (x[:, 1] > 0).astype("int64")
     return x, y
 
 
-def regression(seed: int) -> tuple[np.ndarray, np.ndarray]:
+def regression(seed: int, n: int = N) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((N, 8)).astype("float32")
+    x = rng.standard_normal((n, 8)).astype("float32")
     y = (np.sin(x[:, 0]) + x[:, 1] * x[:, 2] + 0.5 * x[:, 3]).astype("float32")[:, None]
     return x, y
 
 
-def images(seed: int) -> tuple[np.ndarray, np.ndarray]:
+def images(seed: int, n: int = N) -> tuple[np.ndarray, np.ndarray]:
     """8x8 images, 4 classes: the quadrant holding a bright 3x3 blob."""
     rng = np.random.default_rng(seed)
-    x = rng.normal(0, 0.3, (N, 8, 8, 1)).astype("float32")
-    y = rng.integers(0, 4, N)
+    x = rng.normal(0, 0.3, (n, 8, 8, 1)).astype("float32")
+    y = rng.integers(0, 4, n)
     for i, c in enumerate(y):
         r, q = divmod(int(c), 2)
         a, b = 4 * r + rng.integers(0, 2), 4 * q + rng.integers(0, 2)
@@ -119,9 +122,9 @@ def healthy_regression(seed: int) -> tuple[object, ...]:
     return _run(mlp(8, 1, head="linear", width=64), keras.optimizers.Adam(3e-3), "mse", x, y)
 
 
-def healthy_conv(seed: int) -> tuple[object, ...]:
+def healthy_conv(seed: int, n: int = N) -> tuple[object, ...]:
     _seeded(seed)
-    x, y = images(seed)
+    x, y = images(seed, n)
     model = keras.Sequential(
         [
             keras.Input((8, 8, 1)),
@@ -229,6 +232,55 @@ def batch_of_one(seed: int) -> tuple[object, ...]:
     return model, x, y, 1
 
 
+def lr_spike(seed: int) -> tuple[object, ...]:
+    """SGD at 5 on a ReLU classifier: the loss jumps several-fold in the first steps, the
+    ReLU units die and the loss then sits at the trivial loss."""
+    return _mlp_run(lambda: keras.optimizers.SGD(5.0))(seed)
+
+
+def mae_stuck(seed: int) -> tuple[object, ...]:
+    """A regression with MAE and plain SGD (1e-3) on targets around 100: each step moves the
+    weights by at most the rate, and the loss stays where it starts, far above the trivial
+    loss of predicting the targets' median."""
+    _seeded(seed)
+    x, y = regression(seed)
+    model = mlp(8, 1, head="linear")
+    return _run(model, keras.optimizers.SGD(1e-3), "mae", x, 100.0 + 20.0 * y)
+
+
+def _small(
+    build: Callable[[int], tuple[object, ...]], batch: int | None = None
+) -> Callable[[int], tuple[object, ...]]:
+    """The run `build` makes, on the first `SMALL` samples of its data (in batches of `batch`,
+    default the run's own)."""
+
+    def small(seed: int) -> tuple[object, ...]:
+        model, x, y, own = build(seed)
+        return model, x[:SMALL], y[:SMALL], batch or own  # type: ignore[index]
+
+    return small
+
+
+def noisy_labels(seed: int) -> tuple[object, ...]:
+    """A quarter of the labels drawn at random: the best loss stays well above half the
+    trivial loss, however long the run."""
+    model, x, y, batch = healthy_mlp(seed)
+    rng = np.random.default_rng(seed + 7)
+    flip = rng.random(len(y)) < 0.25  # type: ignore[arg-type]
+    y = np.where(flip, rng.integers(0, 4, len(y)), y)  # type: ignore[arg-type]
+    return model, x, y, batch
+
+
+def small_sgd(seed: int) -> tuple[object, ...]:
+    return _mlp_run(lambda: keras.optimizers.SGD(0.05))(seed)
+
+
+def small_regression(seed: int) -> tuple[object, ...]:
+    _seeded(seed)
+    x, y = regression(seed)
+    return _run(mlp(8, 1, head="linear", width=16), keras.optimizers.Adam(1e-2), "mse", x, y)
+
+
 NAN_STEP = 150  # the step (from 1) whose forward pass first gives NaN in `head`
 
 
@@ -276,6 +328,47 @@ RUNS: tuple[Run, ...] = (
     Run("shuffled", "labels shuffled", shuffled_labels, "plateau_at_chance", "head"),
     Run("unscaled", "inputs x1000", unscaled_inputs, "exploding"),
     Run("batch_1", "a batch of 1 sample (SGD 0.1)", batch_of_one, "oscillating"),
+    Run("lr_spike", "SGD learning rate 5 (the loss jumps at step 2-4)", lr_spike, "diverging"),
+    Run("mae_stuck", "MAE with SGD 1e-3 on targets ~100", mae_stuck, "not_learning", trivial=True),
+    # small programs: 64 samples in batches of 32, as many steps as a tutorial's epochs
+    # give, a checkpoint every steps / 50 (as `fit` takes them)
+    *(
+        Run(
+            f"small_{name}",
+            f"healthy {what}, {SMALL} samples, {steps} steps",
+            _small(build),
+            None,
+            steps=steps,
+            every=max(1, steps // 50),
+            trivial=True,
+        )
+        for name, what, build, steps in (
+            ("mlp", "MLP", healthy_mlp, 100),
+            ("sgd", "MLP (SGD 0.05)", small_sgd, 100),
+            ("binary", "binary MLP", healthy_binary, 60),
+            ("regression", "regression", small_regression, 100),
+            ("conv", "conv net", healthy_conv, 40),
+            ("lstm", "LSTM", healthy_lstm, 30),
+        )
+    ),
+    Run(
+        "small_noisy",
+        f"healthy MLP, a quarter of the labels random, {SMALL} samples, 200 steps",
+        _small(noisy_labels),
+        None,
+        steps=200,
+        every=4,
+        trivial=True,
+    ),
+    Run(
+        "small_batch10",
+        f"healthy MLP (SGD 0.05), {SMALL} samples in batches of 10, 300 steps",
+        _small(small_sgd, 10),
+        None,
+        steps=300,
+        every=6,
+        trivial=True,
+    ),
     Run(
         "nan_op",
         f"a NaN bias in the head before step {NAN_STEP}",
@@ -312,14 +405,21 @@ class Outcome:
 def train(run: Run, seed: int) -> Outcome:
     """Train `run` with seed `seed` and the monitor on."""
     model, x, y, batch = run.build(seed)
-    monitor = GradientMonitor(every=run.every)
-    epochs = max(1, -(-run.steps * batch // N))
+    chance = None
+    if run.trivial:
+        units = int(model.outputs[0].shape[-1])  # type: ignore[attr-defined]
+        trivial = TrivialLoss(model.loss, units)  # type: ignore[attr-defined]
+        trivial.add(np.asarray(y))
+        chance = trivial.value()
+    monitor = GradientMonitor(every=run.every, chance_loss=chance)
+    n = len(x)  # type: ignore[arg-type]
+    epochs = max(1, -(-run.steps * batch // n))
     model.fit(  # type: ignore[attr-defined]
         x,
         y,
         batch_size=batch,
         epochs=epochs,
-        steps_per_epoch=min(run.steps, -(-N // batch)),
+        steps_per_epoch=min(run.steps, -(-n // batch)),
         verbose=0,
         callbacks=[*run.callbacks(), monitor],
     )

@@ -198,23 +198,34 @@ def _upstream(graph: ModelGraph | None, act: Probed, target: Probed) -> bool:
 
 def flag_against_target_end(rows: list[ScanRow], on_trunk: set[str] | None) -> list[ScanRow]:
     """Vanishing / exploding: trunk rows whose gradient L2 is DECADES (and falling by RATE per
-    layer) or EXTREME decades below / above the target end's (the last row)."""
+    layer) or EXTREME decades below / above the target end's (the last row). A row is judged
+    vanishing on the largest gradient of the trunk from the input up to it: a gradient that
+    recovers upstream (the input of a residual network gets 100x what its last block gets)
+    reaches the layers before it, so it did not vanish there."""
     end = rows[-1].gradient if rows else None
     if end is None or end.l2 <= 0:
         return rows
     out = []
+    upstream: tuple[float, int] | None = None  # the largest L2 so far, and its depth
     for i, row in enumerate(rows):
         g, depth = row.gradient, len(rows) - 1 - i
         trunk_row = on_trunk is None or row.layer in on_trunk
         if row.status == Status.OK and g is not None and g.l2 > 0 and depth and trunk_row:
-            decades = math.log10(g.l2 / end.l2)
-            steep = abs(decades) / depth > RATE
-            if decades <= -EXTREME or (decades <= -DECADES and steep):
+            if upstream is None or g.l2 >= upstream[0]:
+                upstream = (g.l2, depth)
+            if _beyond(*upstream, end.l2, below=True):
                 row = replace(row, flags=(*row.flags, Finding.VANISHING))
-            elif decades >= EXTREME or (decades >= DECADES and steep):
+            elif _beyond(g.l2, depth, end.l2, below=False):
                 row = replace(row, flags=(*row.flags, Finding.EXPLODING))
         out.append(row)
     return out
+
+
+def _beyond(l2: float, depth: int, end: float, below: bool) -> bool:
+    """Whether `l2`, `depth` layers before the end, is EXTREME decades below (above) `end`, or
+    DECADES and falling (rising) more than RATE decades per layer."""
+    decades = math.log10(l2 / end) * (-1 if below else 1)
+    return decades >= EXTREME or (decades >= DECADES and decades / depth > RATE)
 
 
 def _with_causes(

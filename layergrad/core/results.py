@@ -283,8 +283,9 @@ class InputRange:
     input: str
     mean_abs: float  # mean |x| of the input over the batch
     layer: str
-    kind: str  # relu, sigmoid, tanh or softmax
-    pinned: float  # share of that layer's units dead (ReLU) or saturated
+    kind: str  # relu, sigmoid, tanh or softmax; pixels or units (raw values, no saturation)
+    pinned: float  # share of that layer's units dead (ReLU) or saturated; pixels: the largest
+    # value; units: the largest root mean square of a feature
 
 
 @dataclass(frozen=True)

@@ -317,10 +317,13 @@ KINDS: tuple[CauseKind, ...] = (
     ),
     CauseKind(
         Finding.INPUT_RANGE,
-        "the inputs are not scaled (pixels 0-255, raw features in the thousands), so the first "
-        "ReLU / sigmoid / tanh layer they feed is dead or saturated",
-        "with `--input` data: an input whose mean |x| is above 10 and at least half of the "
-        "first activation it feeds pinned",
+        "the inputs are not scaled (pixels 0-255, raw features in the thousands): the first "
+        "sigmoid / tanh layer they feed is saturated, or the first layer with weights gets them "
+        "unscaled (a ReLU never shows it)",
+        "with `--input` or `--data`: an input whose mean |x| is above 10 with at least half of "
+        "the first activation it feeds pinned; raw pixels reaching the first convolution; or, "
+        "from the data's own statistics, a feature whose root mean square (mean and spread) is "
+        "above 100 reaching the first layer with a kernel, no normalising layer before it",
         "a `keras.layers.Rescaling(1 / 255)` for pixels, or a `keras.layers.Normalization` "
         "adapted to the data, as the model's first layer",
         (
@@ -335,6 +338,13 @@ KINDS: tuple[CauseKind, ...] = (
                  "unless the model was trained on raw pixels, scale them inside the model: "
                  "keras.layers.Rescaling(1 / 255) before {layer!r} (or a keras.layers."
                  "Normalization adapted to the images)"),
+            Says("input_range/units",
+                 "the input {input!r} is in raw units (mean |x| = {mean_abs:.3g}; a feature's "
+                 "root mean square reaches {pinned:.3g}) and reaches {layer!r}, the first layer "
+                 "with weights, unscaled: kernels initialised for inputs near unit scale give "
+                 "outputs, logits and first steps hundreds of times too large",
+                 "scale the input inside the model: a keras.layers.Normalization adapted to the "
+                 "data (norm.adapt(x_train)) before {layer!r}"),
         ),
     ),
     CauseKind(
@@ -411,7 +421,9 @@ def constant_output(output: str, layer: str, reason: str) -> Reason:
 
 
 def input_range(name: str, mean_abs: float, layer: str, kind: str, pinned: float) -> Reason:
-    """Inputs far from unit scale that pin the first ReLU / sigmoid / tanh layer, or raw
-    pixels (`kind` "pixels", `pinned` their largest value) reaching the first convolution."""
-    says = {"pixels": "input_range/pixels", "relu": "input_range/relu"}.get(kind, "input_range")
+    """Inputs far from unit scale that pin the first ReLU / sigmoid / tanh layer, raw pixels
+    (`kind` "pixels", `pinned` their largest value) reaching the first convolution, or raw
+    units (`kind` "units", `pinned` a feature's largest root mean square) reaching the first
+    layer with weights."""
+    says = f"input_range/{kind}" if kind in ("pixels", "relu", "units") else "input_range"
     return cause(says, layer, input=name, mean_abs=mean_abs, kind=kind, pinned=pinned)

@@ -29,6 +29,7 @@ UNSCALED = 10.0  # an input whose mean |x| is above this is not scaled (pixels 0
 FLOAT16_NORMAL = 6.1e-5  # float16's smallest normal number: below it, values lose their digits
 PINNED = 0.5  # this share of the first activation's units dead or saturated: out of range
 PIXEL_MAX = 16.0  # whole-number image values reaching above this: raw pixels (0-255, 0-65535)
+RAW_SCALE = 100.0  # a feature whose root mean square (mean and spread) is above this: raw units
 IMAGE_CHANNELS = (1, 3, 4)  # grey, RGB, RGBA
 NORMALIZING = ("BatchNormalization", "LayerNormalization", "GroupNormalization")
 # Layers that bring an input to unit scale before the first weight layer sees it: a
@@ -125,7 +126,8 @@ def unscaled_input(
     pixels: bool = True,
 ) -> InputRange | None:
     """Inputs far from unit scale that pin the first ReLU / sigmoid / tanh layer they feed;
-    else (with `pixels`) raw pixels that reach the first convolution unscaled (`raw_pixels`)."""
+    else (with `pixels`) raw pixels that reach the first convolution unscaled (`raw_pixels`), or
+    features in raw units that reach the first layer with weights unscaled (`raw_units`)."""
     inputs = [a for a in trace.activations if a.site.input_index is not None and a.is_float]
     for inp in inputs:
         magnitude = float(np.mean(np.abs(inp.value.astype(np.float64)))) if inp.value.size else 0.0
@@ -144,7 +146,49 @@ def unscaled_input(
             if pinned >= PINNED:
                 return InputRange(inp.site.ref, magnitude, act.site.ref, kind, pinned)
             break  # the first activation fed by this input is fine
-    return raw_pixels(trace, graph, layers) if pixels else None
+    if not pixels:
+        return None
+    return raw_pixels(trace, graph, layers) or raw_units(trace, graph, layers)
+
+
+def feature_scale(value: np.ndarray) -> float:
+    """The largest root mean square over the batch of one feature (the last axis) of `value`:
+    sqrt(mean^2 + spread^2), large when its values sit far from 0 or vary widely."""
+    if value.ndim == 0 or not value.size:
+        return 0.0
+    v = value.astype(np.float64).reshape(-1, value.shape[-1] if value.ndim > 1 else 1)
+    if not np.all(np.isfinite(v)):
+        return 0.0
+    return float(np.sqrt(np.mean(v * v, axis=0)).max())
+
+
+def raw_units(
+    trace: Trace, graph: ModelGraph | None, layers: Mapping[str, KerasLayer]
+) -> InputRange | None:
+    """A float input whose data has a feature of root mean square above `RAW_SCALE` (prices,
+    years, raw pixels flattened: values in the hundreds or thousands) that reaches the first
+    layer with a kernel unscaled: what that layer receives is still at that scale and no
+    normalising layer (`normalized_first`) comes before it. Read off the data's own
+    statistics, not off the activations: a ReLU layer is never pinned by large inputs (it
+    passes them on, and the logits, the loss and the first steps are as large), so a rule
+    over saturation cannot see it. A layer whose output goes straight into a normalization
+    layer is left alone, as in `raw_pixels`. `pinned` holds that largest root mean square."""
+    for inp in trace.activations:
+        if inp.site.input_index is None or not inp.is_float:
+            continue
+        scale = feature_scale(inp.value)
+        first = _first_kernel(trace, graph, layers, inp) if scale > RAW_SCALE else None
+        if first is None:
+            continue
+        act, preds = first
+        floats = [p for p in preds if p.is_float]
+        if not floats or any(feature_scale(p.value) <= RAW_SCALE for p in floats):
+            continue  # what reaches the layer was scaled (or turned into ids) on the way
+        if graph is not None and _normalized_next(graph, act.site.key, layers):
+            continue  # its output goes straight into a normalization layer
+        value = inp.value.astype(np.float64)
+        return InputRange(inp.site.ref, float(np.mean(np.abs(value))), act.site.ref, "units", scale)
+    return None
 
 
 def raw_pixels(
@@ -159,29 +203,42 @@ def raw_pixels(
     so is one the pixels reach through a normalising layer (`normalized_first`)."""
     if graph is None or not graph.preds:
         return None
-    index = {a.site.key: k for k, a in enumerate(trace.activations)}
     for inp in trace.activations:
         if inp.site.input_index is None or not inp.is_float or not _pixels(inp.value):
             continue
-        for act in trace.activations:
-            layer = layers.get(act.site.path)
-            if getattr(layer, "kernel", None) is None or not _fed_by(graph, act, inp):
-                continue
-            if normalized_first(trace, graph, layers, act, inp):
-                break
-            preds = [
-                trace.activations[index[k]]
-                for k in nearest_preds(graph, act.site.key, index.__contains__)
-            ]
-            conv = "Conv" in type(layer).__name__
-            raw = conv and bool(preds) and all(_pixels(p.value) for p in preds)
-            if raw and not _normalized_next(graph, act.site.key, layers):
-                value = inp.value.astype(np.float64)
-                return InputRange(
-                    inp.site.ref, float(np.mean(np.abs(value))), act.site.ref, "pixels",
-                    float(value.max()),
-                )  # fmt: skip
-            break  # the first layer with weights the input reaches decides
+        first = _first_kernel(trace, graph, layers, inp)
+        if first is None:
+            continue
+        act, preds = first
+        conv = "Conv" in type(layers.get(act.site.path)).__name__
+        raw = conv and bool(preds) and all(_pixels(p.value) for p in preds)
+        if raw and not _normalized_next(graph, act.site.key, layers):
+            value = inp.value.astype(np.float64)
+            return InputRange(
+                inp.site.ref, float(np.mean(np.abs(value))), act.site.ref, "pixels",
+                float(value.max()),
+            )  # fmt: skip
+    return None
+
+
+def _first_kernel(
+    trace: Trace, graph: ModelGraph | None, layers: Mapping[str, KerasLayer], inp: Activation
+) -> tuple[Activation, list[Activation]] | None:
+    """The first call with a kernel the input `inp` reaches, with the captured activations it
+    reads; None when a normalising layer comes before it (the first layer with a kernel
+    decides). Layers without a kernel (an embedding, a lookup) are passed: what they give
+    the layer is in its captured inputs."""
+    index = {a.site.key: k for k, a in enumerate(trace.activations)}
+    for act in trace.activations:
+        layer = layers.get(act.site.path)
+        if getattr(layer, "kernel", None) is None or not _fed_by(graph, act, inp):
+            continue
+        if normalized_first(trace, graph, layers, act, inp):
+            return None
+        if graph is None or not graph.preds:
+            return act, [inp]
+        return act, [trace.activations[index[k]]
+                     for k in nearest_preds(graph, act.site.key, index.__contains__)]  # fmt: skip
     return None
 
 

@@ -28,6 +28,8 @@ RATIO_HIGH = 1e-1  # diverging: some layer's update ratio reaches this...
 DIVERGE_FACTOR = 2.0  # ...or the loss grows to this times its lowest (and above its start)
 START_STEPS = 3  # the loss the run starts at: the mean of its first steps
 DIVERGE_SHARE = 0.1  # and the growth is at least this share of the lowest window mean
+EARLY_SHARE = 0.1  # a blow-up at the start: within this share of the run (at least...
+EARLY_STEPS = 10  # ...this many steps) a step's loss reaches DIVERGE_FACTOR times the first's
 PLATEAU_STEPS = 100  # plateau_at_chance: at least this many steps (every run starts there)
 CHANCE_ALLOWANCE = 0.03  # the fitted prior costs a little more than the prior itself
 FALL_SHARE = 0.02  # a last half that falls less than this share of the trivial loss settled
@@ -36,6 +38,10 @@ SWINGS = 4  # oscillating: this many significant reversals of the windows' means
 SWING_SHARE = 0.1  # ...by at least this share of the trivial loss (or the starting loss)...
 NOISE_SHARE = 0.5  # ...or a batch-to-batch spread of this share of the trivial loss
 MARGIN = 0.5  # slow_convergence: a learning run gets this share below the trivial loss
+LEVELLING = 0.5  # slow_convergence: a last quarter falling at under this share of the last
+# half's rate is levelling off
+STUCK_FACTOR = 1.5  # not_learning too: the loss stays this many times the trivial loss...
+STUCK_SHARE = 0.1  # ...covering less than this share of the way down to it
 
 
 def ratios(checkpoint: Checkpoint) -> list[LayerStats]:
@@ -86,36 +92,75 @@ def diverging(
         if window.mean < lowest.mean:
             lowest = window
     high = top is not None and (top.update_ratio or 0.0) >= RATIO_HIGH
+    early = blew_up_early(curve, spread, high)
+    if early is not None:  # the first steps blew up: that is where the rate did its harm
+        return _diverged(early[0], curve[0], early[1], top, top_step, high, checkpoints)
     if grew is not None:
         doubled = grew.mean >= DIVERGE_FACTOR * lowest.mean > 0
         if not (high or doubled):
             return None
     elif not (blew_up and high):
         return None
-    layer = top.layer if top is not None else _head(checkpoints)
     step = grew.start + 1 if grew is not None else len(curve) + 1
-    end = "NaN/Inf" if grew is None else f"{grew.mean:.4g}"
+    end = math.nan if grew is None else grew.mean
+    return _diverged(step, lowest.mean, end, top, top_step, high, checkpoints)
+
+
+def _diverged(
+    step: int,
+    low: float,
+    end: float,
+    top: LayerStats | None,
+    top_step: int,
+    high: bool,
+    checkpoints: Sequence[Checkpoint],
+) -> Reason:
+    """The `diverging` finding: the loss grew from `low` to `end` (NaN: to NaN/Inf) by `step`."""
     why = (
         f" while {top.layer}'s update ratio reaches {top.update_ratio:.3g} per step (step "
         f"{top_step}; healthy is about 1e-3)"
         if top is not None and high
         else ""
     )
+    grown = "NaN/Inf" if math.isnan(end) else f"{end:.4g}"
     return Reason(
         Finding.DIVERGING,
-        f"the loss grows from {lowest.mean:.4g} to {end} by step {step}{why}: the learning "
+        f"the loss grows from {low:.4g} to {grown} by step {step}{why}: the learning "
         "rate is too high",
-        layer=layer,
+        layer=top.layer if top is not None else _head(checkpoints),
         step=step,
     )
 
 
+def blew_up_early(curve: np.ndarray, spread: float, high: bool) -> tuple[int, float] | None:
+    """(step, loss) of a blow-up in the run's first steps: within `EARLY_SHARE` of the run (at
+    least `EARLY_STEPS`) a step's loss reaches `DIVERGE_FACTOR` times the first step's, by
+    more than `SIGNIFICANT` times the batch-to-batch spread, and then either some layer's
+    update ratio reached `RATIO_HIGH` (`high`) or the run never gets back clearly below where
+    it started (its last half's mean not `FLAT` standard errors under the first step). A rate
+    too high wrecks a run in its first steps and leaves it at the trivial loss, which the
+    windows of `diverging` (whose first is those steps) never see grow."""
+    if len(curve) < MIN_STEPS or curve[0] <= 0:
+        return None
+    early = curve[: max(EARLY_STEPS, int(EARLY_SHARE * len(curve)))]
+    peak = int(np.argmax(early))
+    grown = float(early[peak]) - float(curve[0])
+    if early[peak] < DIVERGE_FACTOR * curve[0] or grown <= SIGNIFICANT * spread:
+        return None
+    half = curve[len(curve) // 2 :]
+    recovered = float(np.mean(half)) < curve[0] - FLAT * spread / math.sqrt(len(half))
+    if recovered and not high:
+        return None
+    return peak + 1, float(early[peak])
+
+
 def not_learning(
-    losses: Sequence[float | None], checkpoints: Sequence[Checkpoint]
+    losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], chance: float | None = None
 ) -> Reason | None:
     """The loss does not move (neither its fitted slope nor its last quarter's mean against
     its first quarter's reaches `FLAT` standard errors) and every layer's update ratio stays
-    below `RATIO_TINY`: the learning rate is too low, or the net is dead."""
+    below `RATIO_TINY`: the learning rate is too low, or the net is dead. Or, whatever the
+    update ratios, it stays far above the trivial loss (`stuck_above`)."""
     curve = trends.finite_prefix(losses)
     if len(curve) < MIN_STEPS or not checkpoints:
         return None
@@ -123,13 +168,13 @@ def not_learning(
     parts = trends.windows(curve, 4, spread)
     moved = trends.differ(parts[0], parts[-1], FLAT)
     line = trends.slope(curve, spread)
-    if abs(moved) >= FLAT or abs(line.z()) >= FLAT:
-        return None
     rows = [r for c in checkpoints for r in ratios(c)]
-    if not rows or max(r.update_ratio or 0.0 for r in rows) >= RATIO_TINY:
+    if not rows:
         return None
     top = max(rows, key=lambda r: r.update_ratio or 0.0)
     change = parts[-1].mean - parts[0].mean
+    if abs(moved) >= FLAT or abs(line.z()) >= FLAT or (top.update_ratio or 0.0) >= RATIO_TINY:
+        return stuck_above(curve, parts, chance, top, checkpoints[0].step)
     return Reason(
         Finding.NOT_LEARNING,
         f"the loss stays at {parts[-1].mean:.4g} over {len(curve)} steps (it moved "
@@ -139,6 +184,42 @@ def not_learning(
         "dead network (layergrad scan --wrt weights)",
         layer=top.layer,
         step=checkpoints[0].step,
+    )
+
+
+def stuck_above(
+    curve: np.ndarray,
+    parts: Sequence[trends.Window],
+    chance: float | None,
+    top: LayerStats,
+    step: int,
+) -> Reason | None:
+    """`not_learning` of a loss that stays `STUCK_FACTOR` times above the trivial loss: over
+    the run it covers less than `STUCK_SHARE` of the way down to it, with a noise small enough
+    to tell (`FLAT` standard errors of the difference are under `STUCK_SHARE` of that way too),
+    whether or not that small fall is beyond the noise. A model stuck there learns next to
+    nothing of the inputs: its steps are too small for the targets' scale (an MAE with SGD
+    moves each weight by at most the learning rate a step), or the net is dead."""
+    if chance is None or chance <= 0:
+        return None
+    first, last = parts[0], parts[-1]
+    gap = first.mean - chance
+    if last.mean < STUCK_FACTOR * chance or gap <= 0:
+        return None
+    travelled = (first.mean - last.mean) / gap
+    sure = FLAT * math.hypot(first.error, last.error) / gap
+    if travelled >= STUCK_SHARE or sure >= STUCK_SHARE:
+        return None
+    return Reason(
+        Finding.NOT_LEARNING,
+        f"the loss stays at {last.mean:.4g} over {len(curve)} steps, {last.mean / chance:.3g}x "
+        f"the trivial loss ({chance:.4g}; predicting the labels' prior, or the targets' mean "
+        f"or median): it covered {max(travelled, 0.0):.0%} of the way down to it, with "
+        f"{top.layer}'s update ratio at most {top.update_ratio or 0.0:.3g} per step: the steps "
+        "are too small for the targets' scale; raise the learning rate (or use Adam), or "
+        "scale the targets",
+        layer=top.layer,
+        step=step,
     )
 
 
@@ -246,7 +327,8 @@ def _reversals(means: Sequence[float], gap: float) -> tuple[int, float]:
 def slow_convergence(
     losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], chance: float | None
 ) -> Reason | None:
-    """The loss falls (its last half's slope `FLAT` standard errors below 0) but ends
+    """The loss falls (its last half's slope `FLAT` standard errors below 0, and its last
+    quarter not clearly levelling off: `LEVELLING`) but ends
     above the trivial loss less `MARGIN` of it, at a rate that would need more steps than the
     run has had to get there: say how many."""
     curve = trends.finite_prefix(losses)
@@ -258,6 +340,14 @@ def slow_convergence(
     end = float(np.mean(curve[-max(2, len(curve) // 10) :]))
     target = (1.0 - MARGIN) * chance
     if line.z() > -FLAT or end <= target:
+        return None
+    # a loss levelling off above the target converges where it converges (more steps would
+    # not take it there): its last quarter falls at under `LEVELLING` of the last half's
+    # rate, shallower than that rate by `FLAT` standard errors of the quarter's slope (with
+    # the last half's own noise: the steep start of a curve inflates the whole run's)
+    quarter = trends.slope(curve[-max(3, len(curve) // 4) :], trends.noise(half))
+    shallower = quarter.per_step - line.per_step
+    if quarter.per_step > LEVELLING * line.per_step and shallower >= FLAT * quarter.error:
         return None
     needed = math.ceil((end - target) / -line.per_step)
     if needed <= len(curve):

@@ -8,7 +8,8 @@ of it); the step is where that run starts. Pure functions of the checkpoints.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from layergrad.training.curve_rules import ratios
 
 DEAD_THRESHOLD = 0.5  # a layer's dead fraction ends at or above this...
 DEAD_GROWTH = 0.2  # ...having grown at least this much since the first checkpoint: dying_units
+DEAD_CHECKPOINTS = 3  # ...and at or above the threshold at each of this many final checkpoints
 STALL_DECADES = 3.0  # a layer's update ratio this many decades below the others' median...
 STALL_CHECKPOINTS = 3  # ...at each of at least this many final checkpoints: stalled_layer
 VANISH_DECADES = 3.0  # the relative gradient of the first layers this many decades below the
@@ -27,6 +29,20 @@ DEPTH_LAYERS = 2  # ...for at least this many layers from the input...
 FINAL_CHECKPOINTS = 2  # ...at each of at least this many final checkpoints
 EXPLODE_RATIO = 1.0  # exploding too: one step moves a layer's weights by their own size
 CONSTANT_CHECKPOINTS = 2  # constant_predictions: the head constant at this many final ones
+
+
+@dataclass(frozen=True)
+class LayerFacts:
+    """What a hint may rest on: a layer's activation ('relu', 'sigmoid', 'tanh', 'softmax' or
+    None) and its units (a Dense-like layer's, else None). A hint is given only where its
+    premise holds: no "use sigmoid for one unit" on a head of four, no "ReLU instead of
+    sigmoid" on a net of ReLU layers."""
+
+    activation: str | None
+    units: int | None
+
+
+Facts = Mapping[str, LayerFacts]  # by layer path; empty: not known (every hint, as a choice)
 
 
 def _final_run(marks: Sequence[tuple[int, bool]]) -> tuple[int, int]:
@@ -38,11 +54,17 @@ def _final_run(marks: Sequence[tuple[int, bool]]) -> tuple[int, int]:
 
 
 def constant_predictions(
-    checkpoints: Sequence[Checkpoint], heads: Sequence[str] = ()
+    checkpoints: Sequence[Checkpoint],
+    heads: Sequence[str] = (),
+    facts: Facts | None = None,
+    unstable: bool = False,
+    dead: bool = False,
 ) -> list[Reason]:
     """An output layer (`heads`; default the last layer called) whose every unit has the same
     value for every sample of the batch at each of the last `CONSTANT_CHECKPOINTS`
-    checkpoints or more: its predictions ignore the inputs."""
+    checkpoints or more: its predictions ignore the inputs. The hint follows the head's facts
+    (`constant_hint`); `unstable`: the loss blew up first; `dead`: ReLU units died in training
+    (`dying_units`)."""
     if not checkpoints:
         return []
     names = list(heads) or ([checkpoints[-1].layers[-1].layer] if checkpoints[-1].layers else [])
@@ -60,14 +82,54 @@ def constant_predictions(
                 Finding.CONSTANT_PREDICTIONS,
                 f"{head}: every unit of the output is the same for every sample of the batch "
                 f"from step {step} to the end ({run} checkpoints): the predictions ignore the "
-                "inputs (a softmax over one unit is always 1.0; a dead, saturated or "
-                "zero-initialised head); use sigmoid for one unit, one unit per class for "
-                "softmax, or check the head's initialisation",
+                f"inputs; {constant_hint((facts or {}).get(head), unstable, dead)}",
                 layer=head,
                 step=step,
             )
         )
     return out
+
+
+_CONSTANT_HINTS = {
+    "one_unit": "a softmax over one unit is always 1.0: use sigmoid for one unit",
+    "blew_up": "the loss blew up first (`diverging`): its steps left the layers before the "
+    "head dead or saturated; lower the learning rate",
+    "died": "the ReLU units before it died in training (`dying_units`), so every sample "
+    "reaches the head alike: lower the learning rate, or use LeakyReLU",
+    "unknown": "a softmax over one unit is always 1.0, or a dead, saturated or "
+    "zero-initialised head: use sigmoid for one unit, one unit per class for softmax, or check "
+    "the head's initialisation",
+    "saturated": "its {activation} is saturated: scale the inputs or the initialisation down, "
+    "or lower the learning rate",
+    "relu": "a ReLU output is 0 for every sample once its units die: no activation (or softmax "
+    "/ sigmoid) on the output layer",
+    "other": "the layers before it are dead or zero-initialised: check the initialisation "
+    "(all-zero kernels give every unit the same value) and the learning rate",
+}
+_VANISHING_HINTS = {
+    "unknown": "use ReLU-family activations instead of sigmoid/tanh stacks, residual "
+    "connections, batch normalisation or a better initialisation (He/Glorot)",
+    "squashing": "use ReLU-family activations instead of sigmoid/tanh stacks, residual "
+    "connections or batch normalisation",
+    "dead": "their ReLU units are dead (`dying_units`), so no gradient passes them: lower the "
+    "learning rate, or use LeakyReLU",
+    "other": "use residual connections, batch normalisation or a better initialisation (He/Glorot)",
+}
+
+
+def constant_hint(head: LayerFacts | None, unstable: bool, dead: bool = False) -> str:
+    """What to do about a constant head, from what is known of it and of the run."""
+    if head is not None and head.activation == "softmax" and head.units == 1:
+        return _CONSTANT_HINTS["one_unit"]
+    if unstable:
+        return _CONSTANT_HINTS["blew_up"]
+    if dead:
+        return _CONSTANT_HINTS["died"]
+    if head is None:
+        return _CONSTANT_HINTS["unknown"]
+    if head.activation in ("sigmoid", "tanh"):
+        return _CONSTANT_HINTS["saturated"].format(activation=head.activation)
+    return _CONSTANT_HINTS["relu" if head.activation == "relu" else "other"]
 
 
 def relative_gradients(checkpoint: Checkpoint) -> list[tuple[str, float]]:
@@ -108,7 +170,11 @@ def _depth_marks(
 
 
 def _depth_finding(
-    checkpoints: Sequence[Checkpoint], finding: Finding, decades: float, below: bool
+    checkpoints: Sequence[Checkpoint],
+    finding: Finding,
+    decades: float,
+    below: bool,
+    fix: Callable[[Sequence[str]], str],
 ) -> Reason | None:
     marks = _depth_marks(checkpoints, decades, below)
     if not checkpoints:
@@ -122,27 +188,39 @@ def _depth_finding(
         return None
     top, step = found[-1]  # the layer nearest the output of the first layers
     where = "below" if below else "above"
-    fix = (
-        "use ReLU-family activations instead of sigmoid/tanh stacks, residual connections, "
-        "batch normalisation or a better initialisation (He/Glorot)"
-        if below
-        else "clip the gradients (clipnorm=1.0), lower the learning rate, or scale the "
-        "initialisation down"
-    )
     return Reason(
         finding,
         f"from step {step} the gradient of the first {len(found)} layers, up to {top}, is "
         f"more than {decades:g} decades {where} the head's (relative to their weights): "
-        f"{'they barely learn' if below else 'they take huge steps'}; {fix}",
+        f"{'they barely learn' if below else 'they take huge steps'}; "
+        f"{fix([layer for layer, _ in found])}",
         layer=top,
         step=step,
     )
 
 
-def vanishing(checkpoints: Sequence[Checkpoint]) -> Reason | None:
+def vanishing(
+    checkpoints: Sequence[Checkpoint], facts: Facts | None = None, dead: Sequence[str] = ()
+) -> Reason | None:
     """The first `DEPTH_LAYERS` or more layers' relative gradient `VANISH_DECADES` below the
-    head's, at the last `FINAL_CHECKPOINTS` checkpoints or more."""
-    return _depth_finding(checkpoints, Finding.VANISHING, VANISH_DECADES, below=True)
+    head's, at the last `FINAL_CHECKPOINTS` checkpoints or more. The hint names sigmoid / tanh
+    only when those layers have them, dead ReLU units only when `dead` (layers `dying_units`
+    found) holds one of them."""
+
+    def fix(layers: Sequence[str]) -> str:
+        if not facts:
+            return _VANISHING_HINTS["unknown"]
+        kinds = {f.activation for f in (facts.get(layer) for layer in layers) if f is not None}
+        if kinds & {"sigmoid", "tanh"}:
+            return _VANISHING_HINTS["squashing"]
+        return _VANISHING_HINTS["dead" if set(layers) & set(dead) else "other"]
+
+    return _depth_finding(checkpoints, Finding.VANISHING, VANISH_DECADES, below=True, fix=fix)
+
+
+_CLIP = (
+    "clip the gradients (clipnorm=1.0), lower the learning rate, or scale the initialisation down"
+)
 
 
 def exploding(checkpoints: Sequence[Checkpoint], unstable: bool = False) -> Reason | None:
@@ -152,7 +230,9 @@ def exploding(checkpoints: Sequence[Checkpoint], unstable: bool = False) -> Reas
     checkpoints in a row, or at one when the loss blew up (`unstable`: it diverged or turned
     NaN/Inf). (An adaptive optimizer's real step is bounded by its learning rate: a large
     gradient alone, with a loss that trains well, is no explosion.)"""
-    found = _depth_finding(checkpoints, Finding.EXPLODING, EXPLODE_DECADES, below=False)
+    found = _depth_finding(
+        checkpoints, Finding.EXPLODING, EXPLODE_DECADES, below=False, fix=lambda _: _CLIP
+    )
     if found is not None:
         return found
     need = 1 if unstable else FINAL_CHECKPOINTS
@@ -177,7 +257,9 @@ def exploding(checkpoints: Sequence[Checkpoint], unstable: bool = False) -> Reas
 
 def dying_units(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
     """A layer's dead fraction ends at `DEAD_THRESHOLD` or more, up `DEAD_GROWTH` since the
-    first checkpoint; the step is where it crossed the threshold for good."""
+    first checkpoint, and stays there for the last `DEAD_CHECKPOINTS` checkpoints (a unit
+    silent for one small batch of a small data set may answer the next); the step is where it
+    crossed the threshold for good."""
     out = []
     for layer in _layer_names(checkpoints):
         series = [(c.step, _row(c, layer)) for c in checkpoints]
@@ -192,6 +274,8 @@ def dying_units(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
         index = len(fractions)
         while index > 0 and (fractions[index - 1][1] or 0.0) >= DEAD_THRESHOLD:
             index -= 1
+        if len(fractions) - index < min(DEAD_CHECKPOINTS, len(fractions) - 1):
+            continue  # dead on the last batch or two only: a small batch's chance, not a state
         step = fractions[index][0]
         out.append(
             Reason(

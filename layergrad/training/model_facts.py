@@ -1,9 +1,13 @@
 """What the monitor reads off the model it watches: its layers and trainable variables, its
-loss's name and outputs' units, and whether Keras has built it yet."""
+loss's name and outputs' units, each layer's activation and units (the premises of the
+training rules' hints), and whether Keras has built it yet."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from layergrad.core.tf_types import KerasModel, KerasVariable
+from layergrad.training.layer_rules import LayerFacts
 from layergrad.training.step_hook import LayerVariables
 
 
@@ -71,3 +75,16 @@ def heads(model: KerasModel, layers: list[LayerVariables]) -> list[str]:
         return []
     found = [paths.get(id(h[0])) for h in made if h is not None]
     return [p for p in found if p is not None] if all(found) and found else []
+
+
+def layer_facts(layers: Sequence[LayerVariables]) -> dict[str, LayerFacts]:
+    """Each reported layer's `LayerFacts`, by path."""
+    from layergrad.diagnose.activations import activation_name
+
+    out = {}
+    for entry in layers:
+        units = getattr(entry.layer, "units", None)
+        out[entry.path] = LayerFacts(
+            activation_name(entry.layer), units if isinstance(units, int) else None
+        )
+    return out

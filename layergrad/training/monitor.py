@@ -39,6 +39,7 @@ from layergrad.training.checkpoint_rows import checkpoint_from_rows
 from layergrad.training.model_facts import (
     heads,
     is_built,
+    layer_facts,
     layers_and_variables,
     loss_name,
     output_units,
@@ -368,6 +369,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
             self._nonfinite,
             chance_loss=chance,
             heads=heads(model, self._layers) if self._begun is not None else (),
+            facts=layer_facts(self._layers),
         )
 
     def _build_report(self) -> FitReport:

@@ -24,6 +24,7 @@ from layergrad.training.curve_rules import (
     slow_convergence,
 )
 from layergrad.training.layer_rules import (
+    Facts,
     constant_predictions,
     dying_units,
     exploding,
@@ -59,17 +60,28 @@ def findings(
     *,
     chance_loss: float | None = None,
     heads: Sequence[str] = (),
+    facts: Facts | None = None,
 ) -> list[Reason]:
-    """Every finding of a run, in the order of the rules (nonfinite first).
+    """Every finding of a run, in the order of the rules (nonfinite first, then the learning
+    rate when the loss grew or blew up in its first steps).
 
     One cause, one finding: a head whose predictions are constant explains a loss that does
     not move or sits at the trivial loss; a loss that grows, or cannot move, explains one
     that sits at the trivial loss or converges slowly (a growing loss may swing as well);
-    layers whose gradient has vanished are not also stalled.
+    layers whose gradient has vanished are not also stalled. `facts` (each layer's activation
+    and units) decide which hint each finding gives.
     """
     out = [nonfinite] if nonfinite is not None else []
     grows = diverging(losses, checkpoints, nonfinite is not None)
-    constant = constant_predictions([c for c in checkpoints if _finite(c)], heads)
+    # the loss blew up: it grew, turned NaN/Inf, or reached BLOWN_UP times the trivial loss
+    # (unscaled inputs or a scaled-up initialisation start there)
+    seen = [v for v in losses if v is not None and math.isfinite(v)]
+    blown = chance_loss is not None and bool(seen) and max(seen) >= BLOWN_UP * chance_loss
+    unstable = grows is not None or nonfinite is not None or blown
+    # the per-layer numbers of a step with NaN/Inf (and after it) say nothing of the layers
+    finite = [c for c in checkpoints if _finite(c)]
+    dying = dying_units(finite)
+    constant = constant_predictions(finite, heads, facts, grows is not None, bool(dying))
     curve: list[Reason] = []
     if grows is not None:
         curve.append(grows)
@@ -78,7 +90,7 @@ def findings(
         curve += [swings] if swings is not None else []
     elif not constant:
         for rule in (
-            lambda: not_learning(losses, checkpoints),
+            lambda: not_learning(losses, checkpoints, chance_loss),
             lambda: plateau_at_chance(losses, checkpoints, chance_loss),
             lambda: oscillating(losses, checkpoints, chance_loss),
             lambda: slow_convergence(losses, checkpoints, chance_loss),
@@ -88,21 +100,14 @@ def findings(
                 curve.append(found)
                 break
     out += curve + constant
-    # the per-layer numbers of a step with NaN/Inf (and after it) say nothing of the layers
-    checkpoints = [c for c in checkpoints if _finite(c)]
-    out += dying_units(checkpoints)
-    gone = vanishing(checkpoints)
+    out += dying
+    gone = vanishing(finite, facts, [str(f.layer) for f in dying])
     skip: list[str] = []
     if gone is not None:
-        order = [r.layer for r in checkpoints[-1].layers]
+        order = [r.layer for r in finite[-1].layers]
         skip = order[: order.index(gone.layer) + 1] if gone.layer in order else [str(gone.layer)]
-    out += stalled_layers(checkpoints, skip)
-    # the loss blew up: it grew, turned NaN/Inf, or reached BLOWN_UP times the trivial loss
-    # (unscaled inputs or a scaled-up initialisation start there)
-    seen = [v for v in losses if v is not None and math.isfinite(v)]
-    blown = chance_loss is not None and bool(seen) and max(seen) >= BLOWN_UP * chance_loss
-    unstable = grows is not None or nonfinite is not None or blown
-    out += [f for f in (gone, exploding(checkpoints, unstable)) if f is not None]
+    out += stalled_layers(finite, skip)
+    out += [f for f in (gone, exploding(finite, unstable)) if f is not None]
     return out
 
 

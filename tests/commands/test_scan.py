@@ -196,3 +196,55 @@ def test_untrained_batchnorm_is_recognised(tmp_path):
     model.compile(loss="mse", optimizer="sgd")
     model.fit(normal(16, 4), normal(16, 2), epochs=1, verbose=0)  # moves the moving statistics
     assert untrained_batchnorm(model) == []
+
+
+def _identity_chain(path, scales):
+    """x (4 features) -> Dense d0 -> d1 -> d2, no bias, kernel `scales[i]` x identity: the
+    gradient of sum(d2) at d2's input is scales[2] per element, at d1's input
+    scales[1] * scales[2], at x the product of the three (worked out by hand)."""
+    x = keras.Input((4,), name="x")
+    h = x
+    for i, scale in enumerate(scales):
+        layer = keras.layers.Dense(4, use_bias=False, name=f"d{i}")
+        h = layer(h)
+        layer.kernel.assign(np.eye(4, dtype="float32") * scale)
+    keras.Model(x, h).save(path)
+    return path
+
+
+def test_a_gradient_that_recovers_upstream_did_not_vanish(tmp_path, write_input):
+    x = write_input(normal(8, 4))
+    end = float(np.sqrt(32))  # d sum(d2) / d d2 = ones over 8 x 4
+    # d2 scales by 1e-4: d0 and d1 get 1e-4 of the end's gradient, 4 decades below it, but x
+    # gets all of it back (d0 scales by 1e4): the gradient reaches the input undiminished
+    rows = rows_by_layer(
+        scan_model(
+            _identity_chain(tmp_path / "a.keras", (1e4, 1.0, 1e-4)), input_file=x, target="d2"
+        )
+    )
+    assert rows["d1"].gradient.l2 == pytest.approx(end * 1e-4, rel=1e-5)
+    assert rows["x"].gradient.l2 == pytest.approx(end, rel=1e-3)
+    assert not any(r.flags for r in rows.values())
+    # the same dip with nothing recovering before it vanishes from d1 down to the input
+    rows = rows_by_layer(
+        scan_model(
+            _identity_chain(tmp_path / "b.keras", (1.0, 1.0, 1e-4)), input_file=x, target="d2"
+        )
+    )
+    assert rows["x"].gradient.l2 == pytest.approx(end * 1e-4, rel=1e-5)
+    assert {k for k, r in rows.items() if "vanishing" in r.flags} == {"x", "d0", "d1"}
+
+
+@pytest.mark.slow
+def test_a_stock_untrained_resnet50_has_no_vanishing_rows_and_check_agrees(tmp_path):
+    # conv5_block3_out gets ~1/3,500 of the output's gradient (the average pool divides it by
+    # 49), the input ~1/14: what reaches the last block recovers upstream of it
+    path = tmp_path / "resnet50.keras"
+    keras.applications.ResNet50(weights=None).save(path)
+    report = scan_model(path)
+    rows = rows_by_layer(report)
+    assert rows["conv5_block3_out"].gradient.l2 < report.rows[0].gradient.l2 / 30
+    assert not [r.layer for r in report.rows if "vanishing" in r.flags]
+    from layergrad.commands.check.gate import check_file
+
+    assert check_file(str(path)).passed

@@ -110,6 +110,20 @@ def test_slow_convergence_says_how_many_steps_the_rate_needs():
     assert rules.slow_convergence(noisy([CHANCE] * 300, 0.02), HEALTHY, CHANCE) is None
 
 
+def test_slow_convergence_not_of_a_loss_levelling_off_above_half_the_trivial_loss():
+    # a noisy task's loss converges to 0.7 of the trivial loss (its labels allow no better):
+    # the last half still falls, but the last quarter barely; more steps would not get it
+    # below half the trivial loss
+    level = 0.7 * CHANCE
+    curve = noisy(level + 0.3 * CHANCE * np.exp(-np.arange(100) / 15), 0.001)
+    half, quarter = trends.slope(np.array(curve[50:])), trends.slope(np.array(curve[75:]))
+    assert half.z() < -3 and quarter.per_step > 0.5 * half.per_step  # the construction
+    assert rules.slow_convergence(curve, HEALTHY, CHANCE) is None
+    # a fall with no levelling, 10% of the trivial loss in the run, is slow
+    straight = noisy(np.linspace(CHANCE, 0.9 * CHANCE, 100), 0.001)
+    assert rules.slow_convergence(straight, HEALTHY, CHANCE) is not None
+
+
 def test_constant_predictions_need_the_head_constant_at_the_final_checkpoints():
     ratios = {"a": 1e-3, "head": 1e-3}
     const = [point(s, ratios, constant={"head": 1.0}) for s in (1, 11, 21)]

@@ -74,6 +74,87 @@ def test_learning_rate_1e_9_is_not_learning():
     assert finding.step == 1
 
 
+class Losses(keras.callbacks.Callback):
+    """Each step's loss as Keras reports it: the truth the rules are checked against."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[float] = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seen.append(float(logs["loss"]))
+
+
+def test_a_rate_that_blows_up_the_first_steps_is_named_first_and_hints_hold():
+    # SGD at 5 on an all-ReLU classifier: the loss jumps in the first steps, the ReLU units
+    # die and the loss then sits near the trivial log 4; the windows of a growing loss never
+    # see it grow (their first window holds the jump)
+    x, y = classification()
+    losses = Losses()
+    report = train(mlp(2), x, y, keras.optimizers.SGD(5.0), epochs=5, callbacks=[losses])
+    seen = losses.seen
+    # Keras's logged loss is the running mean of the epoch: undo it to get each step's loss
+    steps = [seen[0]] + [(i + 1) * seen[i] - i * seen[i - 1] for i in range(1, 10)]
+    assert max(steps[:10]) > 2 * steps[0]  # the blow-up, from Keras's own numbers
+    assert report.findings[0].finding == Finding.DIVERGING
+    assert "learning rate is too high" in report.findings[0].message
+    assert report.findings[0].step == 1 + int(np.argmax(report.losses[:32]))
+    for f in report.findings[1:]:
+        assert "sigmoid" not in f.message and "one unit" not in f.message, f.message
+    constant = found(report)["constant_predictions"]
+    assert all("the loss blew up first" in f.message for f in constant)
+    (vanishing,) = found(report)["vanishing"]
+    assert "their ReLU units are dead" in vanishing.message
+
+
+def test_a_one_unit_softmax_head_keeps_its_hint():
+    x, y = classification()
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(16, activation="relu", name="hidden"),
+         keras.layers.Dense(1, activation="softmax", name="head")]
+    )  # fmt: skip
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="binary_crossentropy")
+    monitor = GradientMonitor(every=10)
+    model.fit(x, (y % 2).astype("float32"), batch_size=32, epochs=2, verbose=0,
+              callbacks=[monitor])  # fmt: skip
+    (constant,) = found(monitor.report)["constant_predictions"]
+    assert "a softmax over one unit is always 1.0: use sigmoid for one unit" in constant.message
+    assert np.all(model.predict(x[:16], verbose=0) == 1.0)  # the premise, from Keras
+
+
+def test_mae_with_sgd_that_never_moves_is_not_learning():
+    # targets around 100, MAE, plain SGD at 1e-3: each step moves a weight by at most ~1e-3,
+    # and the loss stays near its start, far above the trivial loss (the mean absolute
+    # deviation from the median, worked out here with NumPy)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1024, 8)).astype("float32")
+    y = (100 + 20 * x[:, 0] + 10 * x[:, 1]).astype("float32")[:, None]
+    trivial = float(np.mean(np.abs(y - np.median(y))))
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(32, activation="relu", name="hidden"),
+         keras.layers.Dense(1, name="head")]
+    )  # fmt: skip
+    model.compile(optimizer=keras.optimizers.SGD(1e-3), loss="mae")
+    monitor = GradientMonitor(every=10, chance_loss=trivial)
+    model.fit(x, y, batch_size=32, epochs=8, verbose=0, callbacks=[monitor])
+    report = monitor.report
+    assert np.mean(report.losses[-32:]) > 3 * trivial  # stuck, from the recorded losses
+    assert abs(np.mean(report.losses[-32:]) - np.mean(report.losses[:32])) < 0.1 * (
+        np.mean(report.losses[:32]) - trivial
+    )
+    (finding,) = found(report)["not_learning"]
+    assert f"{trivial:.4g}" in finding.message and "raise the learning rate" in finding.message
+    # the same run with Adam at 0.1 learns: no not_learning
+    keras.utils.set_random_seed(0)
+    model = keras.models.clone_model(model)
+    model.compile(optimizer=keras.optimizers.Adam(0.1), loss="mae")
+    monitor = GradientMonitor(every=10, chance_loss=trivial)
+    model.fit(x, y, batch_size=32, epochs=8, verbose=0, callbacks=[monitor])
+    assert "not_learning" not in found(monitor.report)
+
+
 class KillAt(keras.callbacks.Callback):
     """Pushes every unit of a ReLU layer below zero (a large negative bias) before a step."""
 
@@ -139,6 +220,17 @@ def test_dying_units_needs_growth_past_the_threshold():
     assert rules.dying_units(always) == []  # dead from the start is not dying
 
 
+def test_dying_units_must_last_the_final_three_checkpoints():
+    # dead on the last batch only (a small data set's small batch): a chance, not a state
+    deads = [0.1, 0.1, 0.1, 0.1, 0.6]
+    once = [checkpoint(1 + 10 * i, {"a": 1e-3}, dead=d) for i, d in enumerate(deads)]
+    assert rules.dying_units(once) == []
+    deads = [0.1, 0.1, 0.6, 0.7, 0.6]
+    stays = [checkpoint(1 + 10 * i, {"a": 1e-3}, dead=d) for i, d in enumerate(deads)]
+    (finding,) = rules.dying_units(stays)
+    assert (finding.layer, finding.step) == ("a", 21)
+
+
 def test_chance_loss_is_log_c_for_categorical_and_log_2_for_binary():
     assert rules.chance_loss("sparse_categorical_crossentropy", [10]) == pytest.approx(math.log(10))
     assert rules.chance_loss("binary_crossentropy", [1]) == pytest.approx(math.log(2))
@@ -185,7 +277,7 @@ def test_verbose_1_says_each_new_finding_as_it_is_found_and_a_summary(capsys):
             self.seen, self.before = 0, ""
 
         def on_train_batch_begin(self, batch, logs=None):
-            if self.seen == 60:
+            if self.seen == 80:
                 self.before = capsys.readouterr().err
             self.seen += 1
 
@@ -201,15 +293,14 @@ def test_verbose_1_says_each_new_finding_as_it_is_found_and_a_summary(capsys):
     found = {(str(f.finding), f.layer): f for f in monitor.report.findings}
     assert {("dying_units", "middle"), ("constant_predictions", "head")} <= set(found)
     dying = found["dying_units", "middle"]
-    (line,) = heard.before.splitlines()  # said at its checkpoint, before the next steps ran
-    assert line == f"GradientMonitor: step 51: dying_units at middle: {dying.message}"
-    # the others (constant predictions need two checkpoints) are said later, each once, with
-    # what the record showed then
+    # said at its third dead checkpoint (71: a state, not one batch's chance), before the
+    # next steps ran, naming the step it died at
+    early = heard.before.splitlines()
+    assert f"GradientMonitor: step 51: dying_units at middle: {dying.message}" in early
+    # every finding is said once, with what the record showed then
     *lines, summary = after.err.splitlines()
-    assert sorted(ln.split(": ")[1:3] for ln in lines) == sorted(
-        [f"step {f.step}", f"{f.finding} at {f.layer}"]
-        for f in monitor.report.findings
-        if f is not dying
+    assert sorted(ln.split(": ")[1:3] for ln in early + lines) == sorted(
+        [f"step {f.step}", f"{f.finding} at {f.layer}"] for f in monitor.report.findings
     )
     names = ", ".join(f"{f.finding} at {f.layer}" for f in monitor.report.findings)
     n = len(found)

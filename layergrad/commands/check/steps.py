@@ -221,8 +221,8 @@ def forward_parts(report: ScanReport, trained: bool) -> tuple[list[Finding], lis
     if reasons:
         findings.append(Finding.CONSTANT_OUTPUT)
     scale = report.input_range
-    if scale is not None and scale.kind == "pixels" and trained:
-        scale = None  # trained on these pixels, its kernels are scaled for them
+    if scale is not None and scale.kind in ("pixels", "units") and trained:
+        scale = None  # trained on these values, its kernels are scaled for them
     if scale is not None:
         findings.append(Finding.INPUT_RANGE)
         reasons.append(

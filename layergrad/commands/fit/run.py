@@ -26,8 +26,10 @@ from layergrad.commands.over_data import data_specs
 from layergrad.core.errors import InputError, describe
 from layergrad.core.fit_results import FitReport
 from layergrad.core.probe_options import PathLike
+from layergrad.core.results import Reason
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import Dataset, KerasCallback, KerasModel, Strategy, TensorTree
+from layergrad.core.vocab import Finding
 from layergrad.data.label_stream import Labelled, open_labelled
 from layergrad.data.sources import DataStream
 from layergrad.data.stall import stall_watch
@@ -36,6 +38,7 @@ from layergrad.engine.compiled_loss import compile_loss, label_request
 from layergrad.engine.layer_calls import model_args, model_targets
 from layergrad.engine.loader import LoadedModel
 from layergrad.engine.random_layers import seed_model
+from layergrad.files.file_info import FileInfo
 from layergrad.model.loss_forms import LossSpec, find_loss
 from layergrad.training.monitor import GradientMonitor
 from layergrad.training.rules import chance_loss
@@ -83,6 +86,7 @@ def train_loaded(
             return replace(report, path=info.path, data=os.fspath(data))
         prior, samples = labels.trivial, labels.samples
         require_samples(samples, data)
+        scale = input_scale(model, info, stream)  # the untrained copy, on the first batch
         dataset = training_batches(model, stream, options, samples)
         batches = max(1, math.ceil(samples / options.batch_size))
         total = batches * options.epochs if options.epochs else options.steps or DEFAULT_STEPS
@@ -116,7 +120,33 @@ def train_loaded(
     notes = monitor.report.notes
     if labelled.classes:
         notes += (labelled.classes_note(),)
-    return replace(monitor.report, path=info.path, data=os.fspath(data), notes=notes)
+    found = (scale, *monitor.report.findings) if scale is not None else monitor.report.findings
+    return replace(
+        monitor.report, path=info.path, data=os.fspath(data), notes=notes, findings=found
+    )
+
+
+def input_scale(model: KerasModel, info: FileInfo, stream: DataStream) -> Reason | None:
+    """`input_range` before the first step, as `check --data` says it on the first batch:
+    raw pixels or features in raw units reaching the first layer with weights unscaled (the
+    data's own statistics; a ReLU network never shows them by saturating). None when the
+    inputs are in range or the trace cannot be run (training then says what it sees)."""
+    from layergrad.diagnose import causes as why
+    from layergrad.diagnose.forward_findings import raw_pixels, raw_units
+    from layergrad.engine.trace import run_trace
+    from layergrad.model.layer_refs import iter_layers
+
+    try:
+        trace = run_trace(model, stream.batch(0))
+    except Exception:  # the model's own code, a batch the stream cannot make again
+        return None
+    layers = dict(iter_layers(model))
+    found = raw_pixels(trace, info.graph, layers) or raw_units(trace, info.graph, layers)
+    if found is None:
+        return None
+    cause = why.input_range(found.input, found.mean_abs, found.layer, found.kind, found.pinned)
+    return Reason(Finding.INPUT_RANGE, f"{cause.message}. Fix: {cause.hint}", layer=cause.layer,
+                  step=0)  # fmt: skip
 
 
 def compile_for_fit(

@@ -197,9 +197,10 @@ def learning_rate(
     the learning rate times the factor that brings the median update ratio of the first half
     of the run to about TARGET_RATIO, and at least 3x down (or up) as the finding says (up
     when the steps are 10x below healthy ones, whatever the finding).
-    `exploding` / `dying_units` in training: down, to FIRST_TARGET, from the first steps'
-    ratios when one of them is STEP_TOO_LARGE or more (None otherwise)."""
-    lr, first = fit.learning_rate, finding in FIRST_STEPS
+    `exploding` / `dying_units` in training, or a `diverging` of the first steps: down, to
+    FIRST_TARGET, from the first steps' ratios when one of them is STEP_TOO_LARGE or more
+    (None otherwise)."""
+    lr, first = fit.learning_rate, finding in FIRST_STEPS or _blew_up_early(fit, finding)
     if lr is None or not lr > 0:
         return None
     if first:
@@ -217,7 +218,7 @@ def learning_rate(
     # the finding says which way the rate must go, at least 3x that way; but steps 10x below
     # healthy ones are never too large: a loss that swings with them is noise from batch to
     # batch on a model that does not learn, and the rate goes up
-    down = finding in FIRST_STEPS or (finding in LOWER and median >= TARGET_RATIO / 10)
+    down = first or (finding in LOWER and median >= TARGET_RATIO / 10)
     factor = min(toward, 1 / 3) if down else max(toward, 3.0)
     step = (
         f"x{factor:.2g} brings it toward {target:g}"
@@ -259,6 +260,13 @@ def _rate_plan(
     code = (f"optimizer={optimizer}(learning_rate={lr:g}) -> "
             f"optimizer={optimizer}(learning_rate={new:g})",)  # fmt: skip
     return Plan(finding, None, why, code, (), (set_learning_rate(new),))
+
+
+def _blew_up_early(fit: FitReport, finding: str) -> bool:
+    """Whether `finding` is a `diverging` of the run's first steps (the first tenth, at least
+    10): the rate did its harm there, and the later steps of dead units say nothing of it."""
+    step = next((f.step for f in fit.findings if str(f.finding) == finding), None)
+    return finding == "diverging" and step is not None and step <= max(10, fit.steps // 10)
 
 
 # the rates of Keras's schedules (a PiecewiseConstantDecay's are its `values`); the other
