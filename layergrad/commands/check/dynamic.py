@@ -1,11 +1,9 @@
-"""The checks that run the model (`forward`, `gradient`, `trainable`, `baseline`) over a
-stream of batches: the probe batch (random, or `--input`) is a stream of one batch, `--data`
-the data set.
+"""The checks that run the model (forward, gradient, trainable, baseline) over a stream of
+batches: the probe batch (random, or `--input`) is a stream of one batch, `--data` the data.
 
-One pass over the stream gives the forward and gradient checks (a stream of one batch is its
-first batch); the rules that need one batch (outputs that never vary, unscaled inputs, the
-weights' gradients) run on the stream's first batch with its labels, and a layer dead on that
-batch is judged over every sample of the data.
+The rules that need one batch (outputs that never vary, unscaled inputs, the weights'
+gradients) run on the stream's first batch with its labels; over --data, one pass more gives
+the forward and gradient checks, and a layer dead on the first batch is judged over all.
 """
 
 from __future__ import annotations
@@ -15,26 +13,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from layergrad.commands.check import steps
+from layergrad.commands.check import heads, steps
 from layergrad.commands.check.baseline import Baseline, fits, judge, probe_options, same_data
-from layergrad.commands.check.heads import (
-    judge_on_probe,
-    judge_on_random_probe,
-    without_unbuildable_loss,
-)
 from layergrad.commands.check.options import Add, CheckOptions
 from layergrad.core.errors import LayergradError, UsageError, describe
 from layergrad.core.probe_options import OneBatch, ProbeOptions
+from layergrad.core.results import ScanReport, ScanRow, WeightScanReport
 from layergrad.core.tf_types import KerasModel, Strategy, Tensor
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
 
 if TYPE_CHECKING:
     from layergrad.commands.session import Session
-    from layergrad.core.results import ScanReport, ScanRow, WeightScanReport
     from layergrad.data.label_stream import Labelled
     from layergrad.data.labels import LabelSummary
-    from layergrad.data.probe_input import ProbeBatch
     from layergrad.data.sources import DataStream
     from layergrad.engine.data_step import StreamRun
     from layergrad.engine.layer_calls import Recorded
@@ -76,9 +68,11 @@ def dynamic(
     from layergrad.commands import data_meta
     from layergrad.commands.over_data import forward_check, scan_over
     from layergrad.commands.scan import scan_session
+    from layergrad.commands.session import Session
     from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
     from layergrad.commands.weight_scan import scan_weights, weights_over
     from layergrad.data.preflight import check_before_loading
+    from layergrad.diagnose.diagnoser import Diagnoser
     from layergrad.engine.layer_calls import recorder
     from layergrad.engine.step_calls import BatchFailed
     from layergrad.model.loss_forms import find_loss
@@ -87,15 +81,15 @@ def dynamic(
         check_before_loading(info.graph, options.probe.source)
     except LayergradError as exc:
         raise UsageError(f"{os.fspath(path)}: {exc}") from exc
-    info = without_unbuildable_loss(info, options, add)
+    info = heads.without_unbuildable_loss(info, options, add)
     has_loss = find_loss(info.compile_config, options.loss) is not None
     if baseline is not None:
         fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
     trained = steps.trained(path)  # the file records training steps: its kernels were learnt
-    data, probe, sha, other = options.probe.data_set, options.probing(), "", False
+    data, given_input = options.probe.data_set, options.probe.input_file
+    probe, sha, other = options.probing(), "", False
     if baseline is not None:  # the baseline's own probe and mode
-        input_file = options.probe.input_file
-        text = None if input_file is None else os.fspath(input_file)
+        text = None if given_input is None else os.fspath(given_input)
         recorded = probe_options(baseline, text, data is not None)
         if data is None:
             probe = replace(recorded, max_memory=probe.max_memory)
@@ -114,9 +108,8 @@ def dynamic(
         return
     loaded, warnings, strategy = opened
     model = loaded.model
-    asked = baseline is not None or options.probe.input_file is not None
     stream = (
-        _probe_batch(loaded, info, options, probe, warnings, add, asked)
+        _probe_batch(loaded, info, options, probe, warnings, add, bool(baseline or given_input))
         if data is None
         else _data_stream(loaded, info, options, probe, strategy, add)
     )
@@ -128,18 +121,18 @@ def dynamic(
     if first is None:  # --data: its first batch, with its labels when they fit the loss
         assert stream.data is not None
         rows_of = stream.data if given is None or given.stream is None else given.stream
-        first = _session(loaded, rows_of.batch(0), replace(probe, source=OneBatch()), warnings)
+        one = replace(probe, source=OneBatch())
+        diagnoser = Diagnoser(model, rows_of.batch(0), info.graph, one.training, one.reduce)
+        first = Session(info.path, model, info, diagnoser.batch, one, diagnoser, warnings)
     elif mismatched:  # the loss cannot take these labels: the gradient checks draw labels that fit
         first = replace(first, batch=replace(first.batch, labels=None))
 
     def scans(training: bool) -> _Scanned:
         session = in_training(first) if training else first
-        run: StreamRun | None = None
-        rows: tuple[ScanRow, ...] = ()
-        if stream.data is not None:
-            mode = replace(probe, training=training)
-            progress = options.on_progress
-            run, rows = scan_over(loaded, strategy, stream.data, mode, on_progress=progress)
+        run, rows = (None, ()) if stream.data is None else scan_over(
+            loaded, strategy, stream.data, replace(probe, training=training),
+            on_progress=options.on_progress,
+        )  # fmt: skip
         try:
             weights = scan_weights(session, options.loss, projection=True)
         except Exception as exc:  # the outputs' projection, without a loss
@@ -167,39 +160,36 @@ def dynamic(
         return
     session, report, run, rows = scanned.session, scanned.report, scanned.run, scanned.rows
     batch, mode = session.batch, f"; {said}" if said else ""
-    if run is not None:
-        message, findings = forward_check(run)
-        if findings:
-            add("forward", message, findings)
-            steps.gradient(rows, add)
-            return
-        where = f" (on the first batch of {batch.batch_size} samples of --data)"
-    elif report.first_nonfinite is not None:
-        message, where = "", ""
+    message, findings = forward_check(run) if run is not None else ("", ())
+    if findings:  # non-finite over the data: nothing more to judge
+        add("forward", message, findings)
+        steps.gradient(rows, add)
+        return
+    where = f" (on the first batch of {batch.batch_size} samples of --data)" if run else ""
+    found, reasons = steps.forward_parts(report, trained)
+    bad = report.first_nonfinite if run is None else None
+    if bad is not None:
         add(
             "forward",
-            f"activations turn non-finite (NaN/Inf) at layer {report.first_nonfinite!r}",
+            f"activations turn non-finite (NaN/Inf) at layer {bad!r}",
             [Finding.NONFINITE],
         )
-    else:
-        message, where = "", ""
-    weights = scanned.weights
-    if scanned.failed is not None and run is not None:  # the forward pass ran above
+    elif run is not None and scanned.failed is not None:  # the forward pass ran above
         add("forward", message)
-    elif run is not None or report.first_nonfinite is None:
-        found, reasons = steps.forward_parts(report, trained)
-        if found or (run is None and (report.constant or report.input_range)):
-            said_all = "; ".join(map(str, reasons))
-            text = f"{message}; {said_all}{where}{mode}" if run is not None else said_all
-            add("forward", text, found, reasons=reasons)
-        elif run is not None:
-            add("forward", f"{message}; outputs vary and inputs are in range{where}{mode}")
-        else:
-            source = (
-                "a random batch" if batch.source == "random" else f"the batch in {batch.source}"
-            )
-            drawn = f" ({batch.drawn})" if batch.drawn else ""
-            add("forward", f"finite and varying on {source} of {batch.batch_size}{drawn}{mode}")
+    elif found:
+        said_all = "; ".join(map(str, reasons))
+        add(
+            "forward",
+            f"{message}; {said_all}{where}{mode}" if run else said_all,
+            found,
+            reasons=reasons,
+        )
+    elif run is not None:
+        add("forward", f"{message}; outputs vary and inputs are in range{where}{mode}")
+    else:
+        source = "a random batch" if batch.source == "random" else f"the batch in {batch.source}"
+        drawn = f" ({batch.drawn})" if batch.drawn else ""
+        add("forward", f"finite and varying on {source} of {batch.batch_size}{drawn}{mode}")
     steps.gradient(rows, add)
     if scanned.failed is not None:
         labelled = batch.labels if run is None else given is not None and stream.labels
@@ -207,6 +197,7 @@ def dynamic(
             scanned.failed, info, options.loss, stream.source if labelled else None, add
         )
         return
+    weights = scanned.weights
     assert weights is not None
     init = steps.init_scale(trained, model, stream.recorded or recorder(model, batch.arrays))
     if stream.data is not None:
@@ -236,10 +227,8 @@ def dynamic(
             except BatchFailed as exc:
                 add("baseline", str(exc), [Finding.ERROR])
                 return
-        from layergrad.core.results import ScanReport as Report
-
         meta = data_meta.probe_meta(stream.data.source, run, probe, seeded=True)
-        report = Report(data_meta.model_meta(path, loaded, warnings), meta, None, rows)
+        report = ScanReport(data_meta.model_meta(path, loaded, warnings), meta, None, rows)
     add("baseline", *judge(report, full, baseline, options.tolerance, other))
 
 
@@ -263,14 +252,14 @@ def _probe_batch(
     except LayergradError as exc:  # e.g. a model that does not declare its inputs
         if asked:  # a batch the user asked for does not fit: the command is wrong, not the file
             raise UsageError(str(exc)) from exc
-        judge_on_probe(None, info, options.loss, add)
+        heads.judge_on_probe(None, info, options.loss, add)
         add("forward", f"not run: {exc}")
         return None
     except Exception as exc:  # no labels are read yet: a failure here is the forward check's
         add("forward", f"the probe batch could not be made: {describe(exc)}", [Finding.ERROR])
         return None
     recorded = recorder(model, session.batch.arrays)  # one forward pass for the heads and init
-    judge_on_probe(recorded, info, options.loss, add)
+    heads.judge_on_probe(recorded, info, options.loss, add)
     labels: dict[str, LabelSummary] = {}
     if session.batch.labels:
         from layergrad.data.labels import by_output_name, summarise_arrays
@@ -291,61 +280,34 @@ def _data_stream(
     strategy: Strategy | None,
     add: Add,
 ) -> _Stream:
-    """The stream of --data's batches, its labels summarised for the `targets` check."""
-    from layergrad.commands.over_data import open_stream
+    """The stream of --data's batches, with its labels (`data/label_stream.py`) in the form
+    the loss in the file (or `--loss`) takes, summarised for the `targets` check."""
+    from layergrad.commands.over_data import data_specs, open_stream, shard_of
+    from layergrad.data.label_stream import open_labelled
     from layergrad.data.labels import summarise_batches
+    from layergrad.engine.compiled_loss import label_request
+    from layergrad.model.loss_forms import find_loss
 
     model, data = loaded.model, probe.data_set
     assert data is not None
-    judge_on_random_probe(model, info, options, add)
-    labelled = _labels(loaded, info, options, probe)
+    heads.judge_on_random_probe(model, info, options, add)
+    request = label_request(model, find_loss(info.compile_config, options.loss))
+    try:  # the data does not fit this model: the command is wrong, not the file
+        labelled: Labelled | None = open_labelled(  # this worker's part, as the inputs'
+            os.fspath(data.path), data_specs(model), request, probe.rows, data.limit,
+            shard_of(probe), first_sample=data.first_sample, strict=False,
+        )  # fmt: skip
+        batches = open_stream(model, probe, strategy)
+    except LayergradError as exc:
+        raise UsageError(f"{os.fspath(info.path)}: {exc}") from exc
+    if labelled is not None and labelled.stream is None:  # no labels, or none that fit
+        labelled = None
     names, ranks = steps.output_ranks(model)
     labels = summarise_batches(labelled.label_batches(), names, ranks) if labelled else {}
     source = f"--data {data.path}"
     if labelled is not None and labelled.classes:
         source += f" (the class sub-folders {labelled.describe_classes()})"
-    try:
-        batches = open_stream(model, probe, strategy)
-    except LayergradError as exc:  # the data does not fit this model: the command is wrong
-        raise UsageError(f"{os.fspath(info.path)}: {exc}") from exc
     return _Stream(None, batches, labels, source, labelled)
-
-
-def _session(
-    loaded: LoadedModel, batch: ProbeBatch, probe: ProbeOptions, warnings: tuple[str, ...]
-) -> Session:
-    """The session of one batch of the stream, with its diagnoser."""
-    from layergrad.commands.session import Session
-    from layergrad.diagnose.diagnoser import Diagnoser
-
-    info = loaded.info
-    diagnoser = Diagnoser(loaded.model, batch, info.graph, probe.training, probe.reduce)
-    return Session(info.path, loaded.model, info, diagnoser.batch, probe, diagnoser, warnings)
-
-
-def _labels(
-    loaded: LoadedModel, info: FileInfo, options: CheckOptions, probe: ProbeOptions
-) -> Labelled | None:
-    """The data's labels with its inputs (`data/label_stream.py`), in the form the loss in
-    the file (or `--loss`) takes; None when the data has none or they do not match the
-    outputs (the `targets` check is then not run)."""
-    from layergrad.commands.over_data import data_specs, shard_of
-    from layergrad.data.label_stream import open_labelled
-    from layergrad.engine.compiled_loss import label_request
-    from layergrad.model.loss_forms import find_loss
-
-    model = loaded.model
-    request = label_request(model, find_loss(info.compile_config, options.loss))
-    data = probe.data_set
-    assert data is not None
-    try:
-        found = open_labelled(  # this worker's part, as the inputs' (for the weight pass)
-            os.fspath(data.path), data_specs(model), request, probe.rows, data.limit,
-            shard_of(probe), first_sample=data.first_sample, strict=False,
-        )  # fmt: skip
-    except LayergradError as exc:  # the data does not fit this model: the command is wrong
-        raise UsageError(f"{os.fspath(info.path)}: {exc}") from exc
-    return found if found.stream is not None else None
 
 
 def _dead_over_data(

@@ -21,14 +21,9 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from layergrad.commands.check import steps
-from layergrad.commands.check.baseline import (
-    Baseline,
-    load_baselines,
-    match_baselines,
-)
+from layergrad.commands.check.baseline import Baseline, load_baselines, match_baselines
 from layergrad.commands.check.dynamic import dynamic
 from layergrad.commands.check.options import Add, CheckOptions
 from layergrad.core.errors import LayergradError, UsageError, describe, one_line
@@ -36,9 +31,6 @@ from layergrad.core.probe_options import PathLike
 from layergrad.core.results import CheckItem, FileVerdict, Reason
 from layergrad.core.vocab import CHECK_FINDINGS, Finding
 from layergrad.files.file_info import read_file_info
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["CHECKS", "CheckOptions", "check_file", "check_files", "expand_paths"]
 
