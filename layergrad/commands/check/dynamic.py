@@ -65,16 +65,7 @@ def dynamic(
 ) -> None:
     """The checks that run the model, over the stream of its batches: the probe batch, or
     every sample of --data; with `baseline` the baseline check over the same batches."""
-    from layergrad.commands import data_meta
-    from layergrad.commands.over_data import forward_check, scan_over
-    from layergrad.commands.scan import scan_session
-    from layergrad.commands.session import Session
-    from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
-    from layergrad.commands.weight_scan import scan_weights, weights_over
     from layergrad.data.preflight import check_before_loading
-    from layergrad.diagnose.diagnoser import Diagnoser
-    from layergrad.engine.layer_calls import recorder
-    from layergrad.engine.step_calls import BatchFailed
     from layergrad.model.loss_forms import find_loss
 
     try:  # data that cannot feed this model: the command is wrong, not the file
@@ -107,6 +98,16 @@ def dynamic(
     if opened is None:
         return
     loaded, warnings, strategy = opened
+    from layergrad.commands import data_meta  # TensorFlow: after the checks of the file
+    from layergrad.commands.over_data import forward_check, scan_over
+    from layergrad.commands.scan import scan_session
+    from layergrad.commands.session import Session
+    from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
+    from layergrad.commands.weight_scan import scan_weights, weights_over
+    from layergrad.diagnose.diagnoser import Diagnoser
+    from layergrad.engine.layer_calls import recorder
+    from layergrad.engine.step_calls import BatchFailed
+
     model = loaded.model
     stream = (
         _probe_batch(loaded, info, options, probe, warnings, add, bool(baseline or given_input))
@@ -116,23 +117,23 @@ def dynamic(
     if stream is None:
         return
     mismatched = steps.targets(info, options.loss, stream.labels, stream.source, add)
-    first = stream.first
-    given = stream.given if not mismatched else None
-    if first is None:  # --data: its first batch, with its labels when they fit the loss
-        assert stream.data is not None
-        rows_of = stream.data if given is None or given.stream is None else given.stream
-        one = replace(probe, source=OneBatch())
-        diagnoser = Diagnoser(model, rows_of.batch(0), info.graph, one.training, one.reduce)
-        first = Session(info.path, model, info, diagnoser.batch, one, diagnoser, warnings)
-    elif mismatched:  # the loss cannot take these labels: the gradient checks draw labels that fit
+    first, given = stream.first, stream.given if not mismatched else None
+    if first is not None and mismatched:  # the loss cannot take these labels: draw ones that fit
         first = replace(first, batch=replace(first.batch, labels=None))
 
     def scans(training: bool) -> _Scanned:
-        session = in_training(first) if training else first
         run, rows = (None, ()) if stream.data is None else scan_over(
             loaded, strategy, stream.data, replace(probe, training=training),
             on_progress=options.on_progress,
         )  # fmt: skip
+        session = first
+        if session is None:  # --data: its first batch, with its labels when they fit the loss
+            assert stream.data is not None
+            rows_of = stream.data if given is None or given.stream is None else given.stream
+            one = replace(probe, source=OneBatch())
+            diagnoser = Diagnoser(model, rows_of.batch(0), info.graph, one.training, one.reduce)
+            session = Session(info.path, model, info, diagnoser.batch, one, diagnoser, warnings)
+        session = in_training(session) if training else session
         try:
             weights = scan_weights(session, options.loss, projection=True)
         except Exception as exc:  # the outputs' projection, without a loss
@@ -149,6 +150,8 @@ def dynamic(
 
     try:
         scanned, said = in_right_mode(model, probe.training, scans, wrong)
+    except UsageError:  # the data does not fit this model: the command is wrong, not the file
+        raise
     except BatchFailed as exc:  # the model's own code failed on a batch: the file fails
         add("forward", str(exc), [Finding.ERROR])
         return
