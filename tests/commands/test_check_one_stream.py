@@ -41,9 +41,7 @@ def test_a_trained_model_on_raw_pixels_gets_the_same_forward_check_from_input_an
     np.save(batch, x)
     one = checks_of(path, "--input", batch)
     over = checks_of(path, "--data", batch, "--batch-size", str(ROWS))
-    assert {n: c["findings"] for n, c in one.items()} == {
-        n: c["findings"] for n, c in over.items()
-    }
+    assert {n: c["findings"] for n, c in one.items()} == {n: c["findings"] for n, c in over.items()}
     # the raw pixels reach the convolution unscaled, but the file records the training that
     # scaled its kernels for them: no finding, and each path says what it found (the one
     # batch path used to record an empty message here, where --data said what it found)
