@@ -172,21 +172,13 @@ def dynamic(
     found, reasons = steps.forward_parts(report, trained)
     bad = report.first_nonfinite if run is None else None
     if bad is not None:
-        add(
-            "forward",
-            f"activations turn non-finite (NaN/Inf) at layer {bad!r}",
-            [Finding.NONFINITE],
-        )
+        message = f"activations turn non-finite (NaN/Inf) at layer {bad!r}"
+        add("forward", message, [Finding.NONFINITE])
     elif run is not None and scanned.failed is not None:  # the forward pass ran above
         add("forward", message)
     elif found:
-        said_all = "; ".join(map(str, reasons))
-        add(
-            "forward",
-            f"{message}; {said_all}{where}{mode}" if run else said_all,
-            found,
-            reasons=reasons,
-        )
+        text = "; ".join(map(str, reasons))
+        add("forward", f"{message}; {text}{where}{mode}" if run else text, found, reasons=reasons)
     elif run is not None:
         add("forward", f"{message}; outputs vary and inputs are in range{where}{mode}")
     else:
@@ -195,10 +187,9 @@ def dynamic(
         add("forward", f"finite and varying on {source} of {batch.batch_size}{drawn}{mode}")
     steps.gradient(rows, add)
     if scanned.failed is not None:
-        labelled = batch.labels if run is None else given is not None and stream.labels
-        steps.loss_failed(
-            scanned.failed, info, options.loss, stream.source if labelled else None, add
-        )
+        labelled = given is not None and stream.labels if run else batch.labels
+        own = stream.source if labelled else None
+        steps.loss_failed(scanned.failed, info, options.loss, own, add)
         return
     weights = scanned.weights
     assert weights is not None
