@@ -21,26 +21,16 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from layergrad.commands.check import steps
-from layergrad.commands.check.baseline import (
-    Baseline,
-    fits,
-    judge,
-    load_baselines,
-    match_baselines,
-    probe_options,
-)
+from layergrad.commands.check.baseline import Baseline, load_baselines, match_baselines
+from layergrad.commands.check.dynamic import dynamic
 from layergrad.commands.check.options import Add, CheckOptions
 from layergrad.core.errors import LayergradError, UsageError, describe, one_line
 from layergrad.core.probe_options import PathLike
-from layergrad.core.results import CheckItem, FileVerdict, Reason, ScanReport, WeightScanReport
+from layergrad.core.results import CheckItem, FileVerdict, Reason
 from layergrad.core.vocab import CHECK_FINDINGS, Finding
-from layergrad.files.file_info import FileInfo, read_file_info
-
-if TYPE_CHECKING:
-    from layergrad.commands.session import Session
+from layergrad.files.file_info import read_file_info
 
 __all__ = ["CHECKS", "CheckOptions", "check_file", "check_files", "expand_paths"]
 
@@ -181,136 +171,11 @@ def _run(
     steps.weights(info, add)
     steps.loss_fits(info, options.loss, add, probe_follows=not options.static_only)
     if not options.static_only:
-        _dynamic(path, info, options, add, baseline)
+        dynamic(path, info, options, add, baseline)
 
 
 def _verdict(path: str | os.PathLike[str], items: list[CheckItem]) -> FileVerdict:
     return FileVerdict(os.fspath(path), all(i.passed for i in items), tuple(items))
-
-
-def _dynamic(
-    path: str | os.PathLike[str],
-    info: FileInfo,
-    options: CheckOptions,
-    add: Add,
-    baseline: Baseline | None = None,
-) -> None:
-    """The checks that run the model: on the probe batch, or over every sample of --data."""
-    from layergrad.commands.check.heads import judge_on_probe, without_unbuildable_loss
-    from layergrad.commands.session import session_for
-    from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
-    from layergrad.data.preflight import check_before_loading
-    from layergrad.model.loss_forms import find_loss
-
-    try:  # data that cannot feed this model: the command is wrong, not the file
-        check_before_loading(info.graph, options.probe.source)
-    except LayergradError as exc:
-        raise UsageError(f"{os.fspath(path)}: {exc}") from exc
-    info = without_unbuildable_loss(info, options, add)
-    has_loss = find_loss(info.compile_config, options.loss) is not None
-    if baseline is not None:
-        fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
-    trained = steps.trained(path)  # the file records training steps: its kernels were learnt
-    if options.probe.data_set is not None:
-        from layergrad.commands.check.over_data import dynamic_data
-
-        dynamic_data(path, info, options, add, baseline, has_loss, trained)
-        return
-    opened = steps.loads(path, info, options, options.probing(), add)
-    if opened is None:
-        return
-    loaded, warnings, _ = opened
-    model = loaded.model
-    from layergrad.commands.scan import scan_session  # TensorFlow: after the checks of the file
-    from layergrad.commands.weight_scan import scan_weights
-    from layergrad.engine.layer_calls import recorder
-
-    try:
-        probe = (
-            replace(
-                probe_options(baseline, _text(options.probe.input_file)),
-                max_memory=options.probe.max_memory,
-            )
-            if baseline
-            else options.probing()
-        )
-        session = session_for(loaded, probe, warnings)
-    except LayergradError as exc:  # e.g. a model that does not declare its inputs
-        if baseline is not None or options.probe.input_file is not None:
-            # a batch the user asked for does not fit: the command is wrong, not the file
-            raise UsageError(str(exc)) from exc
-        judge_on_probe(None, info, options.loss, add)
-        add("forward", f"not run: {exc}")
-        return
-    except Exception as exc:  # no labels are read yet: a failure here is the forward check's
-        add("forward", f"the probe batch could not be made: {describe(exc)}", [Finding.ERROR])
-        return
-    recorded = recorder(model, session.batch.arrays)  # one forward pass for the heads and init
-    judge_on_probe(recorded, info, options.loss, add)
-    if session.batch.labels:
-        from layergrad.data.labels import by_output_name, summarise_arrays
-        from layergrad.engine.compiled_loss import output_keys
-
-        names, ranks = steps.output_ranks(model)
-        given = by_output_name(session.batch.labels, names, output_keys(model, len(names)))
-        session = replace(session, batch=replace(session.batch, labels=given))
-        labels = summarise_arrays(given, names, ranks)
-        if steps.targets(info, options.loss, labels, session.batch.source, add):
-            # the loss cannot take these labels: the gradient checks draw labels that fit
-            session = replace(session, batch=replace(session.batch, labels=None))
-
-    failed: list[BaseException] = []  # what the loss raised on the batch's labels
-
-    def scans(training: bool) -> tuple[Session, WeightScanReport | None, ScanReport]:
-        # without a loss the update ratios come from a random projection of the outputs
-        run = in_training(session) if training else session
-        try:
-            weights = scan_weights(run, options.loss, projection=True)
-        except Exception as exc:
-            if not steps.loss_error(exc):
-                raise
-            report = scan_session(run)  # the forward pass alone: it raises when the model fails
-            failed[:] = [exc]  # it ran: the loss failed on the labels
-            return run, None, report
-        return run, weights, weights.activations or scan_session(run)
-
-    try:  # a baseline's own mode is kept
-        (session, weights, report), said = in_right_mode(
-            model, session.options.training, scans,
-            lambda found: baseline is None and scan_wrong(found[2].rows, found[2].constant),
-        )  # fmt: skip
-    except LayergradError as exc:  # e.g. --loss names no Keras loss
-        add("forward", f"not run: {exc}", [Finding.ERROR])
-        return
-    except (Exception, SystemExit) as exc:  # the model's code failed: the file fails
-        add("forward", f"the forward pass failed: {describe(exc)}", [Finding.ERROR])
-        return
-    if report.first_nonfinite is not None:
-        add(
-            "forward",
-            f"activations turn non-finite (NaN/Inf) at layer {report.first_nonfinite!r}",
-            [Finding.NONFINITE],
-        )
-    elif report.constant or report.input_range:
-        findings, reasons = steps.forward_parts(report, trained)
-        add("forward", "; ".join(map(str, reasons)), findings, reasons=reasons)
-    else:
-        batch = session.batch
-        source = "a random batch" if batch.source == "random" else f"the batch in {batch.source}"
-        drawn = f" ({batch.drawn})" if batch.drawn else ""
-        mode = f"; {said}" if said else ""
-        add("forward", f"finite and varying on {source} of {batch.batch_size}{drawn}{mode}")
-    steps.gradient(report.rows, add)
-    if failed:
-        own = session.batch.source if session.batch.labels else None
-        steps.loss_failed(failed[0], info, options.loss, own, add)
-        return
-    init = steps.init_scale(trained, model, recorded)
-    steps.trainable(weights, add, has_loss, init=init)
-    if baseline is not None:
-        add("baseline", *judge(report, weights if has_loss else None, baseline, options.tolerance))
-    elif options.baselines:
-        add("baseline", "no baseline given for this file")
 
 
 LOOKED_AT = 10_000  # entries of a directory looked at for a model file to name

@@ -1,0 +1,358 @@
+"""The checks that run the model (forward, gradient, trainable, baseline) over a stream of
+batches: the probe batch (random, or `--input`) is a stream of one batch, `--data` the data.
+
+The rules that need one batch (outputs that never vary, unscaled inputs, the weights'
+gradients) run on the stream's first batch with its labels; over --data, one pass more gives
+the forward and gradient checks, and a layer dead on the first batch is judged over all.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from layergrad.commands.check import heads, steps
+from layergrad.commands.check.baseline import Baseline, fits, judge, probe_options, same_data
+from layergrad.commands.check.options import Add, CheckOptions
+from layergrad.core.errors import LayergradError, UsageError, describe
+from layergrad.core.probe_options import OneBatch, ProbeOptions
+from layergrad.core.results import ScanReport, ScanRow, WeightScanReport
+from layergrad.core.tf_types import KerasModel, Strategy, Tensor
+from layergrad.core.vocab import Finding
+from layergrad.files.file_info import FileInfo
+
+if TYPE_CHECKING:
+    from layergrad.commands.session import Session
+    from layergrad.data.label_stream import Labelled
+    from layergrad.data.labels import LabelSummary
+    from layergrad.data.sources import DataStream
+    from layergrad.engine.data_step import StreamRun
+    from layergrad.engine.layer_calls import Recorded
+    from layergrad.engine.loader import LoadedModel
+
+
+@dataclass(frozen=True)
+class _Stream:
+    """Where check's batches come from: `first`, the stream's first batch (None for --data
+    until its labels are judged); `data`, the batches of --data (None: the first is all)."""
+
+    first: Session | None
+    data: DataStream | None
+    labels: dict[str, LabelSummary]
+    source: str  # where the labels come from, as the `targets` check says
+    given: Labelled | None = None  # --data's labels with its inputs
+    recorded: Callable[[], Recorded | None] | None = None  # the first batch's forward pass
+
+
+@dataclass(frozen=True)
+class _Scanned:
+    session: Session  # the first batch, in the mode kept
+    weights: WeightScanReport | None  # None: the loss failed on the labels
+    report: ScanReport  # the first batch's activations scan
+    run: StreamRun | None  # the pass over --data
+    rows: tuple[ScanRow, ...]  # the gradient rows over the stream
+    failed: BaseException | None = None
+
+
+def dynamic(
+    path: str | os.PathLike[str],
+    info: FileInfo,
+    options: CheckOptions,
+    add: Add,
+    baseline: Baseline | None = None,
+) -> None:
+    """The checks that run the model, over the stream of its batches: the probe batch, or
+    every sample of --data; with `baseline` the baseline check over the same batches."""
+    from layergrad.data.preflight import check_before_loading
+    from layergrad.model.loss_forms import find_loss
+
+    try:  # data that cannot feed this model: the command is wrong, not the file
+        check_before_loading(info.graph, options.probe.source)
+    except LayergradError as exc:
+        raise UsageError(f"{os.fspath(path)}: {exc}") from exc
+    info = heads.without_unbuildable_loss(info, options, add)
+    has_loss = find_loss(info.compile_config, options.loss) is not None
+    if baseline is not None:
+        fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
+    trained = steps.trained(path)  # the file records training steps: its kernels were learnt
+    data, given_input = options.probe.data_set, options.probe.input_file
+    probe, sha, other = options.probing(), "", False
+    if baseline is not None:  # the baseline's own probe and mode
+        text = None if given_input is None else os.fspath(given_input)
+        recorded = probe_options(baseline, text, data is not None)
+        if data is None:
+            probe = replace(recorded, max_memory=probe.max_memory)
+        else:
+            from layergrad.data.fingerprint import data_sha256
+
+            sha = data_sha256(data.path)
+            allow = options.allow_other_data
+            other = not same_data(baseline, os.fspath(data.path), sha, None, allow)
+            probe = replace(
+                probe, batch_size=recorded.batch_size, seed=recorded.seed,
+                reduce=recorded.reduce, training=recorded.training,
+            )  # fmt: skip
+    opened = steps.loads(path, info, options, probe if data else options.probing(), add)
+    if opened is None:
+        return
+    loaded, warnings, strategy = opened
+    from layergrad.commands import data_meta  # TensorFlow: after the checks of the file
+    from layergrad.commands.over_data import forward_check, scan_over
+    from layergrad.commands.scan import scan_session
+    from layergrad.commands.session import Session
+    from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
+    from layergrad.commands.weight_scan import scan_weights, weights_over
+    from layergrad.diagnose.diagnoser import Diagnoser
+    from layergrad.engine.layer_calls import recorder
+    from layergrad.engine.step_calls import BatchFailed
+
+    model = loaded.model
+    stream = (
+        _probe_batch(loaded, info, options, probe, warnings, add, bool(baseline or given_input))
+        if data is None
+        else _data_stream(loaded, info, options, probe, strategy, add)
+    )
+    if stream is None:
+        return
+    mismatched = steps.targets(info, options.loss, stream.labels, stream.source, add)
+    first, given = stream.first, stream.given if not mismatched else None
+    if first is not None and mismatched:  # the loss cannot take these labels: draw ones that fit
+        first = replace(first, batch=replace(first.batch, labels=None))
+
+    def scans(training: bool) -> _Scanned:
+        run, rows = (None, ()) if stream.data is None else scan_over(
+            loaded, strategy, stream.data, replace(probe, training=training),
+            on_progress=options.on_progress,
+        )  # fmt: skip
+        session = first
+        if session is None:  # --data: its first batch, with its labels when they fit the loss
+            assert stream.data is not None
+            rows_of = stream.data if given is None or given.stream is None else given.stream
+            one = replace(probe, source=OneBatch())
+            diagnoser = Diagnoser(model, rows_of.batch(0), info.graph, one.training, one.reduce)
+            session = Session(info.path, model, info, diagnoser.batch, one, diagnoser, warnings)
+        session = in_training(session) if training else session
+        try:
+            weights = scan_weights(session, options.loss, projection=True)
+        except Exception as exc:  # the outputs' projection, without a loss
+            if not steps.loss_error(exc):
+                raise
+            report = scan_session(session)  # the forward pass alone: it raises when it fails
+            return _Scanned(session, None, report, run, rows if run else report.rows, exc)
+        report = weights.activations or scan_session(session)
+        return _Scanned(session, weights, report, run, rows if run else report.rows)
+
+    def wrong(found: _Scanned) -> bool:  # a baseline's own mode is kept
+        constant = found.report.constant if found.run is None else ()
+        return baseline is None and scan_wrong(found.rows, constant)
+
+    try:
+        scanned, said = in_right_mode(model, probe.training, scans, wrong)
+    except UsageError:  # the data does not fit this model: the command is wrong, not the file
+        raise
+    except BatchFailed as exc:  # the model's own code failed on a batch: the file fails
+        add("forward", str(exc), [Finding.ERROR])
+        return
+    except LayergradError as exc:  # e.g. --loss names no Keras loss
+        add("forward", f"not run: {exc}", [Finding.ERROR])
+        return
+    except (Exception, SystemExit) as exc:  # the model's code failed: the file fails
+        add("forward", f"the forward pass failed: {describe(exc)}", [Finding.ERROR])
+        return
+    session, report, run, rows = scanned.session, scanned.report, scanned.run, scanned.rows
+    batch, mode = session.batch, f"; {said}" if said else ""
+    message, findings = forward_check(run) if run is not None else ("", ())
+    if findings:  # non-finite over the data: nothing more to judge
+        add("forward", message, findings)
+        steps.gradient(rows, add)
+        return
+    where = f" (on the first batch of {batch.batch_size} samples of --data)" if run else ""
+    found, reasons = steps.forward_parts(report, trained)
+    bad = report.first_nonfinite if run is None else None
+    if bad is not None:
+        message = f"activations turn non-finite (NaN/Inf) at layer {bad!r}"
+        add("forward", message, [Finding.NONFINITE])
+    elif run is not None and scanned.failed is not None:  # the forward pass ran above
+        add("forward", message)
+    elif found:
+        text = "; ".join(map(str, reasons))
+        add("forward", f"{message}; {text}{where}{mode}" if run else text, found, reasons=reasons)
+    elif run is not None:
+        add("forward", f"{message}; outputs vary and inputs are in range{where}{mode}")
+    else:
+        source = "a random batch" if batch.source == "random" else f"the batch in {batch.source}"
+        drawn = f" ({batch.drawn})" if batch.drawn else ""
+        add("forward", f"finite and varying on {source} of {batch.batch_size}{drawn}{mode}")
+    steps.gradient(rows, add)
+    if scanned.failed is not None:
+        labelled = given is not None and stream.labels if run else batch.labels
+        own = stream.source if labelled else None
+        steps.loss_failed(scanned.failed, info, options.loss, own, add)
+        return
+    weights = scanned.weights
+    assert weights is not None
+    init = steps.init_scale(trained, model, stream.recorded or recorder(model, batch.arrays))
+    if stream.data is not None:
+        weights = _dead_over_data(model, stream.data, weights, session.options.training, strategy)
+        steps.trainable(weights, add, has_loss, where, dead_scope="the data", init=init)
+    else:
+        steps.trainable(weights, add, has_loss, init=init)
+    if baseline is None:
+        if options.baselines:
+            add("baseline", "no baseline given for this file")
+        return
+    full: WeightScanReport | None = weights if has_loss else None
+    if run is not None:
+        # over the same data: for a file with a loss, the loss's gradient over every sample
+        # (`scan --wrt weights --data`, with the labels as check read them, or random ones)
+        assert data is not None and stream.data is not None
+        text = os.fspath(data.path)
+        other = other or not same_data(baseline, text, sha, run.samples, options.allow_other_data)
+        if has_loss:
+            from layergrad.data.label_stream import Labelled
+
+            try:
+                full = weights_over(
+                    loaded, warnings, strategy, probe, options.loss, options.on_progress, path,
+                    given or Labelled(None),
+                )  # fmt: skip
+            except BatchFailed as exc:
+                add("baseline", str(exc), [Finding.ERROR])
+                return
+        meta = data_meta.probe_meta(stream.data.source, run, probe, seeded=True)
+        report = ScanReport(data_meta.model_meta(path, loaded, warnings), meta, None, rows)
+    add("baseline", *judge(report, full, baseline, options.tolerance, other))
+
+
+def _probe_batch(
+    loaded: LoadedModel,
+    info: FileInfo,
+    options: CheckOptions,
+    probe: ProbeOptions,
+    warnings: tuple[str, ...],
+    add: Add,
+    asked: bool,
+) -> _Stream | None:
+    """The stream of one probe batch (random, or `--input`; `asked`: a batch the user asked
+    for, whose failure is a usage error); None when it cannot be made (recorded)."""
+    from layergrad.commands.session import session_for
+    from layergrad.engine.layer_calls import recorder
+
+    model = loaded.model
+    try:
+        session = session_for(loaded, probe, warnings)
+    except LayergradError as exc:  # e.g. a model that does not declare its inputs
+        if asked:  # a batch the user asked for does not fit: the command is wrong, not the file
+            raise UsageError(str(exc)) from exc
+        heads.judge_on_probe(None, info, options.loss, add)
+        add("forward", f"not run: {exc}")
+        return None
+    except Exception as exc:  # no labels are read yet: a failure here is the forward check's
+        add("forward", f"the probe batch could not be made: {describe(exc)}", [Finding.ERROR])
+        return None
+    recorded = recorder(model, session.batch.arrays)  # one forward pass for the heads and init
+    heads.judge_on_probe(recorded, info, options.loss, add)
+    labels: dict[str, LabelSummary] = {}
+    if session.batch.labels:
+        from layergrad.data.labels import by_output_name, summarise_arrays
+        from layergrad.engine.compiled_loss import output_keys
+
+        names, ranks = steps.output_ranks(model)
+        given = by_output_name(session.batch.labels, names, output_keys(model, len(names)))
+        session = replace(session, batch=replace(session.batch, labels=given))
+        labels = summarise_arrays(given, names, ranks)
+    return _Stream(session, None, labels, session.batch.source, recorded=recorded)
+
+
+def _data_stream(
+    loaded: LoadedModel,
+    info: FileInfo,
+    options: CheckOptions,
+    probe: ProbeOptions,
+    strategy: Strategy | None,
+    add: Add,
+) -> _Stream:
+    """The stream of --data's batches, with its labels (`data/label_stream.py`) in the form
+    the loss in the file (or `--loss`) takes, summarised for the `targets` check."""
+    from layergrad.commands.over_data import data_specs, open_stream, shard_of
+    from layergrad.data.label_stream import open_labelled
+    from layergrad.data.labels import summarise_batches
+    from layergrad.engine.compiled_loss import label_request
+    from layergrad.model.loss_forms import find_loss
+
+    model, data = loaded.model, probe.data_set
+    assert data is not None
+    heads.judge_on_random_probe(model, info, options, add)
+    request = label_request(model, find_loss(info.compile_config, options.loss))
+    try:  # the data does not fit this model: the command is wrong, not the file
+        labelled: Labelled | None = open_labelled(  # this worker's part, as the inputs'
+            os.fspath(data.path), data_specs(model), request, probe.rows, data.limit,
+            shard_of(probe), first_sample=data.first_sample, strict=False,
+        )  # fmt: skip
+        batches = open_stream(model, probe, strategy)
+    except LayergradError as exc:
+        raise UsageError(f"{os.fspath(info.path)}: {exc}") from exc
+    if labelled is not None and labelled.stream is None:  # no labels, or none that fit
+        labelled = None
+    names, ranks = steps.output_ranks(model)
+    labels = summarise_batches(labelled.label_batches(), names, ranks) if labelled else {}
+    source = f"--data {data.path}"
+    if labelled is not None and labelled.classes:
+        source += f" (the class sub-folders {labelled.describe_classes()})"
+    return _Stream(None, batches, labels, source, labelled)
+
+
+def _dead_over_data(
+    model: KerasModel,
+    batches: DataStream,
+    weights: WeightScanReport,
+    training: bool,
+    strategy: Strategy | None,
+) -> WeightScanReport:
+    """The weight scan with only the dead layers of its batch that are dead for every sample
+    of the data (every worker's): one more forward pass over the data (`over_batches`, each
+    unit's largest |output| != 0), only when a layer is dead."""
+    import threading
+
+    import numpy as np
+
+    from layergrad.core.gradient_stats import DEAD_FRACTION
+    from layergrad.core.keras_backend import quiet_import
+    from layergrad.engine import step_calls as calls
+    from layergrad.engine.layer_calls import site_groups, wrapped
+    from layergrad.model.layer_refs import resolve
+
+    if not weights.dead_layers:
+        return weights
+    tf, _ = quiet_import()
+    strategy = strategy or tf.distribute.get_strategy()
+    sites = [resolve(model, ref) for ref, _ in weights.dead_layers]
+    spread = not calls.is_default(strategy)  # a replica's share of a batch may be empty
+    local = threading.local()  # each replica (a thread) records its own calls
+
+    def replica_step(batch: tuple[Tensor, ...]) -> dict[str, Tensor]:
+        inputs, samples = batch[: len(batches.specs)], batch[-1]
+        empty = tf.equal(tf.size(samples), 0)
+        inputs = calls.pad_if_empty(inputs, samples, empty)[0] if spread else inputs
+        seen: dict[tuple[str, int], list[Tensor]] = {}
+        local.route = (lambda key, flat, _: seen.setdefault(key, flat), {})
+        calls.call_model(model, list(inputs), training)
+        del local.route
+        out = {"samples": tf.reshape(tf.cast(tf.size(samples), tf.float64), [1])}
+        for i, site in enumerate(sites):  # 1 where a unit's output is not 0 on some sample
+            units = tf.reshape(seen[site.key][0], [-1, tf.shape(seen[site.key][0])[-1]])
+            out[f"{i}/gmax"] = tf.reduce_max(tf.cast(units != 0, tf.float64), axis=0)
+        return calls.masked(out, empty) if spread else out
+
+    route = lambda: getattr(local, "route", None)  # noqa: E731
+    with calls.moving_statistics_kept(model, training), wrapped(site_groups(sites), route):
+        totals = calls.over_batches(batches, strategy, replica_step, model=model).totals
+    shares = [float(np.mean(totals[f"{i}/gmax"] <= 0)) for i in range(len(sites))]
+    dead = tuple(
+        (ref, share)
+        for (ref, _), share in zip(weights.dead_layers, shares, strict=True)
+        if share > DEAD_FRACTION
+    )
+    return replace(weights, dead_layers=dead)
