@@ -125,3 +125,22 @@ def test_fit_says_input_range_before_its_first_step(tmp_path):
     np.savez(tmp_path / "scaled.npz", x=(x - x.mean(axis=0)) / x.std(axis=0), y=y)
     scaled = fit_model(path, tmp_path / "scaled.npz", FitOptions(steps=20))
     assert "input_range" not in {str(f.finding) for f in scaled.findings}
+
+
+def test_fit_help_lists_input_range_and_fail_on_takes_it(tmp_path):
+    from click.testing import CliRunner
+
+    from layergrad.cli import main
+
+    assert "input_range" in CliRunner().invoke(main, ["fit", "--help"]).output
+    x, y = _data(n=128)
+    _mlp().save(tmp_path / "raw.keras")
+    np.savez(tmp_path / "raw.npz", x=x, y=y)
+    base = ["fit", str(tmp_path / "raw.keras"), "--data", str(tmp_path / "raw.npz")]
+    warned = CliRunner().invoke(main, [*base, "--steps", "10", "--fail-on", "input_range"])
+    assert warned.exit_code == 1, warned.output
+    assert "input_range" in warned.output
+    other = CliRunner().invoke(main, [*base, "--steps", "10", "--fail-on", "nonfinite"])
+    assert other.exit_code == 0, other.output
+    bad = CliRunner().invoke(main, [*base, "--fail-on", "input_rnge"])
+    assert bad.exit_code == 2
