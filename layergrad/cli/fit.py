@@ -96,7 +96,8 @@ def fit(
     nonfinite (where the first NaN/Inf appeared), diverging, not_learning,
     plateau_at_chance, constant_predictions, oscillating, slow_convergence,
     vanishing, exploding, dying_units and stalled_layer; labels that do not fit
-    an output are target_mismatch before the first step. --data must hold labels:
+    an output are target_mismatch and inputs in raw units reaching the first
+    layer with weights are input_range, both before the first step. --data must hold labels:
     a .npz with the inputs by name and y (or y:NAME per output), a folder of
     images in class sub-folders, or FILE.py:function yielding (x, y).
 

@@ -148,7 +148,8 @@ DEFAULT_FAIL_ON = (
 )
 
 
-# What `layergrad fit` can find; `nonfinite` is shared with `check`.
+# What `layergrad fit` can find; `nonfinite`, `target_mismatch` and `input_range` (before the
+# first step) are shared with `check`.
 TRAINING_FINDINGS = (
     Finding.NONFINITE,
     Finding.DIVERGING,
@@ -162,6 +163,7 @@ TRAINING_FINDINGS = (
     Finding.VANISHING,
     Finding.EXPLODING,
     Finding.TARGET_MISMATCH,
+    Finding.INPUT_RANGE,
 )
 # The training findings that say the run learns nothing (the others warn).
 DEFAULT_FIT_FAIL_ON = (

@@ -125,3 +125,53 @@ def test_fit_says_input_range_before_its_first_step(tmp_path):
     np.savez(tmp_path / "scaled.npz", x=(x - x.mean(axis=0)) / x.std(axis=0), y=y)
     scaled = fit_model(path, tmp_path / "scaled.npz", FitOptions(steps=20))
     assert "input_range" not in {str(f.finding) for f in scaled.findings}
+
+
+def test_fit_help_lists_input_range_and_fail_on_takes_it(tmp_path):
+    from click.testing import CliRunner
+
+    from layergrad.cli import main
+
+    assert "input_range" in CliRunner().invoke(main, ["fit", "--help"]).output
+    x, y = _data(n=128)
+    _mlp().save(tmp_path / "raw.keras")
+    np.savez(tmp_path / "raw.npz", x=x, y=y)
+    base = ["fit", str(tmp_path / "raw.keras"), "--data", str(tmp_path / "raw.npz")]
+    warned = CliRunner().invoke(main, [*base, "--steps", "10", "--fail-on", "input_range"])
+    assert warned.exit_code == 1, warned.output
+    assert "input_range" in warned.output
+    other = CliRunner().invoke(main, [*base, "--steps", "10", "--fail-on", "nonfinite"])
+    assert other.exit_code == 0, other.output
+    bad = CliRunner().invoke(main, [*base, "--fail-on", "input_rnge"])
+    assert bad.exit_code == 2
+
+
+def test_fix_scales_raw_units_with_the_data_statistics_and_leaves_the_rate(tmp_path):
+    """The training findings raw units cause (diverging, exploding, dying units) are the
+    inputs' doing: `fix` inserts a Normalization adapted to the data before the first layer
+    with weights, keeps the learning rate, and the copy it writes trains (verified)."""
+    from layergrad.commands.fix.repair import FixOptions, fix_model
+
+    x, y = _data(n=256)
+    path = tmp_path / "raw.keras"
+    _mlp().save(path)
+    np.savez(tmp_path / "raw.npz", x=x, y=y)
+    out = tmp_path / "raw.fixed.keras"
+    report = fix_model(path, tmp_path / "raw.npz", FixOptions(output=str(out), steps=600))
+    assert "input_range" in report.before and "diverging" in report.before, report.before
+    [repair] = report.repairs
+    assert (repair.finding, repair.layer, repair.verdict.value) == (
+        "input_range", "dense_1", "verified"), repair  # fmt: skip
+    assert not any("learning_rate" in line for line in repair.code)
+    assert not {str(u.code) for u in report.unrepaired} & {"diverging", "exploding"}
+    assert report.output == str(out)
+    copy = keras.models.load_model(out)
+    norm = copy.get_layer("normalization")
+    assert copy.get_layer("dense_1").input is norm.output
+    # the statistics are the data's own, per feature (population mean and variance)
+    x64 = x.astype("float64")
+    np.testing.assert_allclose(np.ravel(norm.mean), x64.mean(axis=0), rtol=1e-4)
+    np.testing.assert_allclose(np.ravel(norm.variance), x64.var(axis=0), rtol=1e-3)
+    scaled = np.asarray(norm(x))
+    np.testing.assert_allclose(scaled.std(axis=0), 1.0, atol=1e-3)
+    assert float(copy.optimizer.learning_rate.numpy()) == pytest.approx(0.01)

@@ -41,7 +41,9 @@ def plan_repairs(
     plans: list[Plan] = []
     unrepaired: list[Reason] = []
     done: set[str] = set()
-    for finding in dict.fromkeys(findings):
+    # raw inputs first: the training findings they cause are theirs, not the learning rate's
+    order = sorted(dict.fromkeys(findings), key=lambda f: f != F.INPUT_RANGE)
+    for finding in order:
         if finding in done:
             continue
         try:
@@ -92,10 +94,19 @@ def _plans(
         return _learning_rate(fit, finding, weights, info)
     if finding == F.INPUT_RANGE:
         plan = rw.scale_inputs(info, stats, finding)
-        return [plan] if plan else []
+        if plan is None:
+            return []
+        seen = {str(f.code) for f in fit.findings} if fit is not None else set()
+        return [replace(plan, covers=tuple(str(c) for c in SCALE_CAUSES if str(c) in seen))]
     if finding in (*rw.LOWER, *rw.RAISE):
         return _learning_rate(fit, finding, weights, info)
     return []
+
+
+# what inputs in raw units do to training (logits hundreds of times too large, steps as
+# large): the scaling layer stands for all of them, and the learning rate is left alone
+SCALE_CAUSES = (F.NONFINITE, F.DIVERGING, F.OSCILLATING, F.EXPLODING, F.DYING_UNITS,
+                F.STALLED_LAYER, F.CONSTANT_PREDICTIONS, F.PLATEAU_AT_CHANCE)  # fmt: skip
 
 
 def _learning_rate(

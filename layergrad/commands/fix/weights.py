@@ -158,9 +158,12 @@ def scale_inputs(info: FileInfo, stats: Sequence[InputStats], finding: str) -> P
     reader = _first_reader(info.graph, names[0])
     why = (
         f"the inputs {listing(names)} are scaled in the model: values of mean |x| "
-        f"{raw[0].mean_abs:.3g} (from {raw[0].low:g} to {raw[0].high:g}) pin the first "
-        "layer's units; a scaling layer first brings them to [0, 1] (8-bit pixels) or unit "
-        "variance, and the saved model scales its own inputs"
+        f"{raw[0].mean_abs:.3g} (from {raw[0].low:g} to {raw[0].high:g}) reach the first "
+        "layer with weights unscaled, its outputs and the first steps as many times too large "
+        "(units pinned, or a ReLU network's logits and loss far above the trivial loss); a "
+        "scaling layer first brings them to [0, 1] (8-bit pixels) or to unit variance with "
+        "the data's own statistics, the saved model scales its own inputs, and the learning "
+        "rate is left as it is"
     )
     return Plan(finding, reader, why, tuple(code), tuple(edits))
 
