@@ -97,8 +97,8 @@ def test_a_linear_network_with_a_rate_far_too_high_gets_a_copy_as_good_as_the_hu
     report = fix_model(path, data, FixOptions(output=str(out), steps=150))
     rate = next(r for r in report.repairs if r.code and "learning_rate" in r.code[0])
     assert rate.verdict == Verdict.VERIFIED, rate.why
-    # the rate read from the run that blew up (x6e-4) overshoots: a decade-apart one won
-    assert any("trained best on the held-back samples" in n for n in report.notes)
+    # whichever rate won (the one read from the first steps, or one a decade apart from it),
+    # the copy must train as the human fix does: measured below in plain Keras
     assert report.output == str(out)
     buggy = _plain(keras.models.load_model(path), x, y, y, 150)
     copy = _plain(keras.models.load_model(out), x, y, y, 150)
