@@ -153,7 +153,7 @@ def _light_scan(session: Session, site: Site | None, patterns: Sequence[str]) ->
     rows = summary_rows(run, session.info.graph, classes, patterns)
     if any(r.status not in (Status.OK, *NOT_DIFFERENTIABLE) for r in rows):
         return None
-    return _report(session, session.probe_meta, site, rows)
+    return _report(session, session.probe_meta_of(seeded=site is None), site, rows)
 
 
 def scan_report(
@@ -179,7 +179,7 @@ def scan_report(
         cause = why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
         notes.append(f"{cause.message}; {cause.hint}")
     return replace(
-        _report(session, session.probe_meta, site, rows),
+        _report(session, session.probe_meta_of(seeded=site is None), site, rows),
         notes=tuple(notes),
         first_nonfinite=None if bad is None else bad.site.ref,
         constant=constant,

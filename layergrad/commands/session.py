@@ -59,10 +59,15 @@ class Session:
     def probe_meta(self) -> ProbeMeta:
         """What the report says about the probe batch and mode (the seed of a random batch,
         or of random layers in training mode)."""
+        return self.probe_meta_of()
+
+    def probe_meta_of(self, seeded: bool = False) -> ProbeMeta:
+        """`probe_meta`, naming the seed also when the run drew from it (`seeded`: a random
+        projection or random labels) though the batch is the user's."""
         from layergrad.engine.random_layers import draws_in
 
         seed = self.batch.seed
-        if seed is None and draws_in(self.model, self.options.training):
+        if seed is None and (seeded or draws_in(self.model, self.options.training)):
             seed = self.options.seed
         return ProbeMeta(
             source=self.batch.source,

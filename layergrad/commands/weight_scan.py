@@ -78,7 +78,7 @@ def scan_weights(
         )
     return WeightScanReport(
         model=session.model_meta,
-        probe=session.probe_meta,
+        probe=session.probe_meta_of(seeded=spec is None or not given),
         loss=LossMeta("projection", "random", "none")
         if spec is None
         else LossMeta(spec.name, spec.source, "data" if given else "random"),

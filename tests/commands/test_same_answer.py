@@ -249,3 +249,18 @@ def test_mobilenet_v3_small_untrained_gives_the_same_numbers_twice(tmp_path):
     first, second = doc(*args), doc(*args)
     assert numbers(first) and numbers(first) == numbers(second)
     assert first == second
+
+
+def test_a_report_names_the_seed_its_random_projection_or_labels_drew_from(tmp_path):
+    """With the user's batch and no random layer, the seed matters only where the run draws:
+    scan's projection of the outputs (no --to) and random labels for --wrt weights."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(4, name="hidden"),
+                              keras.layers.Dense(3, name="out")])  # fmt: skip
+    model.compile(optimizer="sgd", loss="mse")
+    model.save(tmp_path / "plain.keras")
+    np.save(tmp_path / "x.npy", normal(8, 5, seed=1))
+    base = ["scan", tmp_path / "plain.keras", "--input", tmp_path / "x.npy", "--seed", 7, "--json"]
+    assert doc(*base)["probe"]["seed"] == 7
+    assert doc(*base, "--wrt", "weights")["probe"]["seed"] == 7
+    assert doc(*base, "--to", "out")["probe"]["seed"] is None  # nothing random was drawn
