@@ -103,23 +103,23 @@ def without_replicas(doc: object) -> object:
 
 def assert_same_report(many: dict, one: dict) -> None:
     """Equal documents, numbers within rtol 1e-5 (only the order of the sums differs)."""
-    a, b = without_replicas(many), without_replicas(one)
+    assert_same_document(without_replicas(many), without_replicas(one), rel=1e-5)
 
-    def walk(x: object, y: object, where: str) -> None:
-        if isinstance(x, dict) and isinstance(y, dict):
-            assert x.keys() == y.keys(), where
-            for k in x:
-                walk(x[k], y[k], f"{where}.{k}")
-        elif isinstance(x, list) and isinstance(y, list):
-            assert len(x) == len(y), where
-            for i, (u, v) in enumerate(zip(x, y, strict=True)):
-                walk(u, v, f"{where}[{i}]")
-        elif isinstance(x, float) or isinstance(y, float):
-            assert x == pytest.approx(y, rel=1e-5, abs=1e-12), where
-        else:
-            assert x == y, where
 
-    walk(a, b, "report")
+def assert_same_document(x: object, y: object, rel: float, where: str = "report") -> None:
+    """The same JSON document, key by key and item by item; floats within `rel`."""
+    if isinstance(x, dict) and isinstance(y, dict):
+        assert x.keys() == y.keys(), where
+        for k in x:
+            assert_same_document(x[k], y[k], rel, f"{where}.{k}")
+    elif isinstance(x, list) and isinstance(y, list):
+        assert len(x) == len(y), where
+        for i, (u, v) in enumerate(zip(x, y, strict=True)):
+            assert_same_document(u, v, rel, f"{where}[{i}]")
+    elif isinstance(x, float) or isinstance(y, float):
+        assert x == pytest.approx(y, rel=rel, abs=1e-12), where
+    else:
+        assert x == y, where
 
 
 SCRIPT = """

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from helpers import fresh_python, normal
+from workers import assert_same_document
 
 from layergrad.cli.app import main
 from layergrad.core.probe_options import SEED_HELP
@@ -171,24 +172,9 @@ def test_fix_twice_gives_the_same_report(tmp_path):
         assert result.exit_code in (0, 1), result.output  # 1: a repair not verified
         reports.append(json.loads(result.stdout.replace(str(out_file), "COPY")))
     assert reports[0]["repairs"][0]["layer"] == "drop_out"
-    assert_same(reports[0], reports[1])
-
-
-def assert_same(a: object, b: object, where: str = "") -> None:
-    """The same document; numbers to float32 rounding (a loss scored eagerly after training
-    in a process that ran other models may differ in its last bits)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        assert a.keys() == b.keys(), where
-        for key in a:
-            assert_same(a[key], b[key], f"{where}.{key}")
-    elif isinstance(a, list) and isinstance(b, list):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_same(x, y, f"{where}[{i}]")
-    elif isinstance(a, float) and isinstance(b, float):
-        assert a == pytest.approx(b, rel=1e-6), where
-    else:
-        assert a == b, where
+    # numbers to float32 rounding (a loss scored eagerly after training in a process that ran
+    # other models may differ in its last bits)
+    assert_same_document(reports[0], reports[1], rel=1e-6)
 
 
 def test_a_seeded_dropout_draws_what_tensorflow_draws_from_its_state(files):
