@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from layergrad.commands.api import scan_model
-from layergrad.commands.check.gate import CheckOptions, check_file
+from layergrad.commands.check.check_files import CheckOptions, check_file
 from layergrad.commands.diff import diff_models
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.probe_options import ProbeOptions

@@ -27,7 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from real_programs import BY_NAME, PROGRAMS, Program  # noqa: E402
 
-from layergrad.commands.fit.guards import FitOptions  # noqa: E402
+from layergrad.commands.fit.checks import FitOptions  # noqa: E402
 from layergrad.commands.fit.train import fit_model  # noqa: E402
 from layergrad.core.errors import LayergradError  # noqa: E402
 

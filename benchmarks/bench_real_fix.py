@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 from real_programs import BY_NAME, PROGRAMS, Program
 
+from layergrad.commands.fix.evidence import HOLD_BACK
 from layergrad.commands.fix.repair import FixOptions, fix_model
-from layergrad.commands.fix.training import HOLD_BACK
 
 BATCH = 32
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from layergrad.commands.api import scan_model
-from layergrad.commands.check.gate import check_file
+from layergrad.commands.check.check_files import check_file
 from layergrad.core.keras_backend import quiet_import
 
 _, keras = quiet_import()

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from layergrad.commands.check.gate import check_file
+from layergrad.commands.check.check_files import check_file
 from layergrad.commands.session import open_session, probe_batch
 from layergrad.commands.weight_rows import dead_layers, scale_flags
 from layergrad.commands.weight_scan import scan_weights

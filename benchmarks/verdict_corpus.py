@@ -295,7 +295,7 @@ def run_case(case: Case) -> Outcome:
     """`check` one file of the corpus (with its data), as the Python API runs it."""
     import time
 
-    from layergrad.commands.check.gate import CheckOptions, check_files
+    from layergrad.commands.check.check_files import CheckOptions, check_files
     from layergrad.core.probe_options import ProbeOptions
 
     options = CheckOptions(imports=case.imports, probe=ProbeOptions(data=case.data))

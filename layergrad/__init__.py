@@ -41,7 +41,7 @@ from layergrad.core.vocab import (
 if TYPE_CHECKING:
     from layergrad.commands.api import inspect_model, scan_model
     from layergrad.commands.api import scan_weights_model as scan_weights
-    from layergrad.commands.check.gate import check_files
+    from layergrad.commands.check.check_files import check_files
     from layergrad.commands.diff import diff_models
     from layergrad.commands.fix.repair import FixOptions, fix_model
     from layergrad.training.monitor import GradientMonitor
@@ -53,7 +53,7 @@ _LAZY = {
     "inspect_model": ("layergrad.commands.api", "inspect_model"),
     "scan_model": ("layergrad.commands.api", "scan_model"),
     "scan_weights": ("layergrad.commands.api", "scan_weights_model"),
-    "check_files": ("layergrad.commands.check.gate", "check_files"),
+    "check_files": ("layergrad.commands.check.check_files", "check_files"),
     "diff_models": ("layergrad.commands.diff", "diff_models"),
     "fix_model": ("layergrad.commands.fix.repair", "fix_model"),
     "FixOptions": ("layergrad.commands.fix.repair", "FixOptions"),

@@ -12,7 +12,7 @@ import click
 
 from layergrad.cli.options import field_option, format_options, load_options, training_options
 from layergrad.cli.running import emit, handle_errors, said
-from layergrad.commands.fit.guards import DEFAULT_STEPS
+from layergrad.commands.fit.checks import DEFAULT_STEPS
 from layergrad.core.vocab import OutputFormat
 
 

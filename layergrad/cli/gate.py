@@ -132,7 +132,7 @@ def check(
         layergrad check model.keras --data val.npz --baseline val.gradients.json
     """
     from layergrad.cli.progress import sample_progress
-    from layergrad.commands.check import gate as checks
+    from layergrad.commands.check import check_files as checks
     from layergrad.files import outputs
     from layergrad.render.junit import check_junit
 

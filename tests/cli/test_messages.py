@@ -9,7 +9,7 @@ from helpers import load_sample, manual_gradient, normal, sample
 
 from layergrad.cli.app import main
 from layergrad.commands.api import inspect_model, scan_model
-from layergrad.commands.check.gate import check_files
+from layergrad.commands.check.check_files import check_files
 from layergrad.core.errors import LayerNotFound
 
 STACK = sample("bug_sigmoid_stack.keras")  # ten layers: none of them is close to 'Logits'

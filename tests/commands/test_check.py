@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from helpers import CUSTOM_LAYERS, SAMPLES, keras, sample
 
 from layergrad import cli
-from layergrad.commands.check import gate as checks
-from layergrad.commands.check.gate import CheckOptions, check_file
+from layergrad.commands.check import check_files as checks
+from layergrad.commands.check.check_files import CheckOptions, check_file
 from layergrad.core.vocab import CHECK_FINDINGS
 
 ALL_CHECKS = ["readable", "safe", "weights", "loss", "loads", "forward", "gradient", "trainable"]

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from helpers import normal
 
 from layergrad import cli
-from layergrad.commands.check.gate import CheckOptions, check_files
+from layergrad.commands.check.check_files import CheckOptions, check_files
 
 CHECKS = [
     "readable",

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from helpers import keras
 
-from layergrad.commands.check.gate import CheckOptions, check_file
+from layergrad.commands.check.check_files import CheckOptions, check_file
 from layergrad.core.probe_options import ProbeOptions
 
 LOSS_MODULE = '''

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from helpers import keras
 
-from layergrad.commands.check.gate import CheckOptions, check_file
+from layergrad.commands.check.check_files import CheckOptions, check_file
 from layergrad.core.vocab import Finding
 from layergrad.engine.compiled_loss import label_request
 from layergrad.model.loss_forms import find_loss

@@ -11,7 +11,7 @@ import pytest
 from helpers import keras
 
 from layergrad import scan_weights
-from layergrad.commands.check.gate import CheckOptions, check_file
+from layergrad.commands.check.check_files import CheckOptions, check_file
 from layergrad.core.probe_options import ProbeOptions
 
 layers = keras.layers

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from helpers import sample
 
 from layergrad import cli
-from layergrad.commands.check.gate import check_file
+from layergrad.commands.check.check_files import check_file
 from layergrad.commands.fix.repair import FixOptions, fix_model
 
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from layergrad.commands.check.gate import check_file
-from layergrad.commands.check.options import CheckOptions
-from layergrad.commands.fix.opened import OpenedFile
-from layergrad.commands.fix.repair import FixOptions, fix_model
+from layergrad.commands.check.check_files import check_file
+from layergrad.commands.check.verdicts import CheckOptions
+from layergrad.commands.fix.repair import FixOptions, OpenedFile, fix_model
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.probe_options import ProbeOptions
 

@@ -19,9 +19,8 @@ from click.testing import CliRunner
 
 from layergrad.cli.app import main
 from layergrad.commands.fit.train import FitOptions
-from layergrad.commands.fix.opened import OpenedFile
-from layergrad.commands.fix.repair import FixOptions, fix_model
-from layergrad.commands.fix.training import HOLD_BACK, _held_back, ready
+from layergrad.commands.fix.evidence import HOLD_BACK, _held_back, ready
+from layergrad.commands.fix.repair import FixOptions, OpenedFile, fix_model
 from layergrad.core.fix_results import Verdict
 from layergrad.core.probe_options import ProbeOptions
 

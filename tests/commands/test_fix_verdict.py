@@ -176,7 +176,7 @@ def test_each_outputs_served_loss_and_trivial_loss_match_numpy():
     import keras
     import tensorflow as tf
 
-    from layergrad.commands.fix.training import _served_losses
+    from layergrad.commands.fix.evidence import _served_losses
     from layergrad.engine.compiled_loss import label_request
     from layergrad.model.loss_forms import find_loss
 
@@ -245,7 +245,7 @@ def test_the_originals_predictions_are_scored_by_the_copys_loss_or_not_at_all():
     import keras
     import tensorflow as tf
 
-    from layergrad.commands.fix.training import _served_losses
+    from layergrad.commands.fix.evidence import _served_losses
     from layergrad.engine.compiled_loss import label_request
     from layergrad.model.loss_forms import find_loss
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import tf
 
-from layergrad.commands.check.gate import CheckOptions, check_file
+from layergrad.commands.check.check_files import CheckOptions, check_file
 
 STATIC = CheckOptions(static_only=True)
 

@@ -14,7 +14,7 @@ import h5py
 import pytest
 from helpers import keras
 
-from layergrad.commands.check.gate import CheckOptions, check_file
+from layergrad.commands.check.check_files import CheckOptions, check_file
 
 layers = keras.layers
 

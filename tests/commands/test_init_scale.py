@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from helpers import keras, tf
 
-from layergrad.commands.check.gate import CheckOptions, check_file
+from layergrad.commands.check.check_files import CheckOptions, check_file
 from layergrad.diagnose.saturation import saturated_init
 from layergrad.files.training_state import training_steps
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import keras
 
-from layergrad.commands.check.gate import CheckOptions, check_file
+from layergrad.commands.check.check_files import CheckOptions, check_file
 
 layers = keras.layers
 STATIC = CheckOptions(static_only=True)

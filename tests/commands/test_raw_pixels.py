@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from helpers import keras
 
-from layergrad.commands.check.gate import CheckOptions, check_file
+from layergrad.commands.check.check_files import CheckOptions, check_file
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.diagnose.forward_findings import _pixels
 

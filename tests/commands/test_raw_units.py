@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from helpers import keras
 
-from layergrad.commands.check.gate import CheckOptions, check_file
+from layergrad.commands.check.check_files import CheckOptions, check_file
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.diagnose.forward_findings import RAW_SCALE, feature_scale
 
@@ -112,7 +112,7 @@ def test_legitimate_tabular_features_of_0_to_100_are_not_raw_units(tmp_path):
 
 
 def test_fit_says_input_range_before_its_first_step(tmp_path):
-    from layergrad.commands.fit.guards import FitOptions
+    from layergrad.commands.fit.checks import FitOptions
     from layergrad.commands.fit.train import fit_model
 
     x, y = _data(n=256)

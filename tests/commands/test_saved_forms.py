@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import keras, tf
 
-from layergrad.commands.check.gate import CheckOptions, check_file
+from layergrad.commands.check.check_files import CheckOptions, check_file
 
 HEADS = str(Path(__file__).with_name("head_layers.py"))
 if "head_layers" not in sys.modules:  # the module layergrad imports with --import HEADS

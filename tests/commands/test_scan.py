@@ -245,6 +245,6 @@ def test_a_stock_untrained_resnet50_has_no_vanishing_rows_and_check_agrees(tmp_p
     rows = rows_by_layer(report)
     assert rows["conv5_block3_out"].gradient.l2 < report.rows[0].gradient.l2 / 30
     assert not [r.layer for r in report.rows if "vanishing" in r.flags]
-    from layergrad.commands.check.gate import check_file
+    from layergrad.commands.check.check_files import check_file
 
     assert check_file(str(path)).passed

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from test_saved_forms import FULL, HEADS, STATIC, _custom_head, head_layers, keras, loss_item
 
-from layergrad.commands.check.gate import CheckOptions
+from layergrad.commands.check.check_files import CheckOptions
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.model.observed_heads import observe
 

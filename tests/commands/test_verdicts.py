@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from helpers import keras, load_sample, sample
 
 from layergrad import cli
-from layergrad.commands.check.gate import CheckOptions, check_file
+from layergrad.commands.check.check_files import CheckOptions, check_file
 from layergrad.commands.weight_rows import scale_flags
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import Status, VariableRow

@@ -16,7 +16,7 @@ from helpers import CUSTOM_LAYERS, keras, load_sample, normal, sample, tf
 
 from layergrad.cli.app import main
 from layergrad.commands.api import scan_weights_model
-from layergrad.commands.check.gate import CheckOptions, check_file
+from layergrad.commands.check.check_files import CheckOptions, check_file
 from layergrad.core.errors import InputError
 
 layers = keras.layers

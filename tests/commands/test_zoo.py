@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import zoo
 
-from layergrad.commands.check.gate import check_file
+from layergrad.commands.check.check_files import check_file
 
 
 def _check(tmp_path, build):
@@ -64,7 +64,7 @@ def _fitting_labels(model, rows, rng):
 
 @pytest.mark.parametrize("name", sorted(zoo.SMALL))
 def test_small_healthy_models_with_their_labels_get_no_finding(tmp_path, name):
-    from layergrad.commands.check.gate import CheckOptions
+    from layergrad.commands.check.check_files import CheckOptions
     from layergrad.core.probe_options import ProbeOptions
 
     model = zoo.SMALL[name]()

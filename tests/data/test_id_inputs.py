@@ -14,7 +14,7 @@ from helpers import CUSTOM_LAYERS, SAMPLES, keras, manual_gradient, save_built, 
 
 from layergrad.cli.app import main
 from layergrad.commands.api import inspect_model, scan_model
-from layergrad.commands.check.gate import CheckOptions, check_file
+from layergrad.commands.check.check_files import CheckOptions, check_file
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.data import id_trace
 from layergrad.data.id_trace import hidden_ids

@@ -15,7 +15,7 @@ from helpers import keras, manual_gradient, save_built, tf
 
 from layergrad.cli.app import main
 from layergrad.commands.api import scan_model
-from layergrad.commands.check.gate import check_file
+from layergrad.commands.check.check_files import check_file
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.data.input_kinds import text_draws
 from layergrad.data.probe_input import input_specs, random_batch

@@ -10,7 +10,7 @@ import pytest
 from helpers import keras, load_sample, sample
 
 from layergrad.commands.api import inspect_model, scan_model
-from layergrad.commands.check.gate import CheckOptions, check_file
+from layergrad.commands.check.check_files import CheckOptions, check_file
 
 TWINS = ["fixed_sigmoid_head.keras", "fixed_softmax_head.keras", "fixed_logits_head.keras",
          "fixed_rescaled_input.keras", "fixed_relu_stack.keras"]  # fmt: skip

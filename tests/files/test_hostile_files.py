@@ -301,7 +301,7 @@ def test_an_unforeseen_failure_is_that_files_error(
     base: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Whatever goes wrong inside one file's checks is that file's failed check."""
-    from layergrad.commands.check import gate as check
+    from layergrad.commands.check import check_files as check
 
     real = check.read_file_info
 

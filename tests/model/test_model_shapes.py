@@ -11,7 +11,7 @@ import pytest
 from helpers import CUSTOM_LAYERS, keras, load_sample, manual_gradient, normal, sample, tf
 
 from layergrad.commands.api import inspect_model, scan_model
-from layergrad.commands.check.gate import CheckOptions, check_file
+from layergrad.commands.check.check_files import CheckOptions, check_file
 
 layers = keras.layers
 

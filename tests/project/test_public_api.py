@@ -106,7 +106,7 @@ def test_check_files_records_a_warning_instead_of_letting_it_through(tmp_path, r
     x = keras.Input((3,), name="x")
     keras.Model(x, loaded.Noisy(2, name="noisy")(x)).save(tmp_path / "noisy.keras")
     recwarn.clear()
-    from layergrad.commands.check.gate import CheckOptions
+    from layergrad.commands.check.check_files import CheckOptions
 
     options = CheckOptions(imports=(str(module),))
     (verdict,) = layergrad.check_files([str(tmp_path / "noisy.keras")], options)

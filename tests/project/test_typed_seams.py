@@ -21,7 +21,7 @@ from layergrad.cli.app import scan
 from layergrad.cli.gate import check
 from layergrad.cli.options import data_options, probe_options
 from layergrad.commands import api
-from layergrad.commands.check.gate import CheckOptions
+from layergrad.commands.check.check_files import CheckOptions
 from layergrad.core.cluster import Cluster
 from layergrad.core.errors import UsageError
 from layergrad.core.probe_options import (

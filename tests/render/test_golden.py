@@ -17,7 +17,7 @@ import pytest
 from helpers import ROOT
 
 from layergrad.commands.api import inspect_model, scan_model
-from layergrad.commands.check.gate import check_files
+from layergrad.commands.check.check_files import check_files
 from layergrad.render import check, inspect, scan
 
 WIDTH = 100

@@ -7,7 +7,7 @@ import pytest
 from helpers import keras
 
 from layergrad.commands.api import inspect_model, scan_model, scan_weights_model
-from layergrad.commands.check.gate import check_files
+from layergrad.commands.check.check_files import check_files
 from layergrad.core.vocab import OutputFormat, Status
 from layergrad.files.layer_listing import list_layers
 from layergrad.render import REPORTS, render

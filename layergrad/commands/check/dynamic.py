@@ -13,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from layergrad.commands.check import heads, steps
+from layergrad.commands.check import loss_check as heads
+from layergrad.commands.check import verdicts as steps
 from layergrad.commands.check.baseline import Baseline, fits, judge, probe_options, same_data
-from layergrad.commands.check.options import Add, CheckOptions
+from layergrad.commands.check.verdicts import Add, CheckOptions
 from layergrad.core.errors import LayergradError, UsageError, describe
 from layergrad.core.probe_options import OneBatch, ProbeOptions
 from layergrad.core.results import ScanReport, ScanRow, WeightScanReport

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
-from layergrad.commands.fit.guards import (
+from layergrad.commands.fit.checks import (
     FitOptions,
     Notice,
     check_before_loading,

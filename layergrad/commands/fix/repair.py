@@ -2,8 +2,8 @@
 
 1. with `--data`, `fit`'s checks first (its compile, its labels: what `fit` refuses, `fix`
    refuses in its words); check the file (and with `--data`, train it: `fit`) for its
-   findings; the file is loaded
-   once (`opened.OpenedFile`): the check, the repairs and a clone for the training share it;
+   findings; the file is loaded once (`OpenedFile`, below): the check, the repairs and a
+   clone for the training share it;
 2. plan a repair for each finding that has a mechanical one (`heads`,
    `weights`), from the finding's own facts: the head, the loss, the labels, the
    weights, the inputs, the update ratios;
@@ -11,7 +11,7 @@
    (`build`, within the memory estimate of any file); read each copy back once (the same
    audit as any file) and check it;
 4. with `--data`: train the original and each copy for the same steps on the same batches
-   and judge each repair (`evidence.judge`);
+   and judge each repair (`evidence.py`: the training side by side, `judge`);
 5. write the copy to `--output` (never over the model file, never over an existing file
    without `--force` unless `fix` wrote it: its zip comment says so): with every repair, or
    with evidence the verified ones when some are (a repair that did not help is left out,
@@ -25,25 +25,32 @@ import contextlib
 import math
 import os
 import tempfile
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from layergrad.commands.check.gate import check_file
-from layergrad.commands.check.options import CheckOptions
-from layergrad.commands.fit.guards import DEFAULT_STEPS, check_counts
-from layergrad.commands.fix.evidence import check_findings, judge, reached_outputs, train
-from layergrad.commands.fix.opened import OpenedFile
+import numpy as np
+
+from layergrad.commands.check.check_files import check_file
+from layergrad.commands.check.verdicts import CheckOptions
+from layergrad.commands.fit.checks import DEFAULT_STEPS, FitOptions, check_counts
 from layergrad.commands.fix.plan import Plan
+from layergrad.commands.session import load
 from layergrad.core.errors import InputError, OutputError, describe
 from layergrad.core.fix_results import FAILING, FixReport, Repair, Run, Verdict
 from layergrad.core.limits import DEFAULT_MAX_MEMORY
 from layergrad.core.probe_options import PathLike, ProbeOptions
 from layergrad.core.results import FileVerdict, Reason
+from layergrad.core.tf_types import KerasModel
 from layergrad.core.vocab import Finding
+from layergrad.data.preflight import check_source
+from layergrad.files.file_info import FileInfo
+from layergrad.files.outputs import FIX_COPY_MARK, check_target, data_inputs, write_file
 
 if TYPE_CHECKING:
+    from layergrad.commands.check.verdicts import Opened
     from layergrad.commands.fix.weights import InputStats
     from layergrad.model.target_fit import LabelSummary
 
@@ -98,8 +105,6 @@ def fix_model(
         InputError, LoadError, UnsafeModelError, OutputError: a file that cannot be read or
             loaded, data that does not fit, an output that must not be written.
     """
-    from layergrad.files.outputs import check_target, data_inputs
-
     options = options or FixOptions()
     probe = ProbeOptions(data=data, limit=options.limit, seed=options.seed,
                          batch_size=options.batch_size if data is not None else None,
@@ -110,23 +115,28 @@ def fix_model(
     inputs = [os.fspath(path), *imports, *data_inputs(data)]
     check_target(output, "--output", "keras", inputs, force=options.force)
     original_file = OpenedFile(path, imports, unsafe)  # loaded once: checked, repaired, trained
-    fitting = None
-    prepared = None
     if data is not None:  # `fit`'s checks first: what it refuses, `fix` refuses (exit 2)
-        from layergrad.data.preflight import check_source
-
         check_source(data, None)  # a missing file, a forged header: before TensorFlow starts
-        from layergrad.commands.fit.train import FitOptions
-        from layergrad.commands.fix.training import ready  # TensorFlow
+    # TensorFlow, after the checks above
+    from layergrad.commands.fix.build import BuildError, build, model_config, weights_by_layer
+    from layergrad.commands.fix.evidence import (
+        check_findings,
+        data_facts,
+        judge,
+        reached_outputs,
+        ready,
+        train,
+    )
+    from layergrad.commands.fix.rules import plan_repairs
 
+    fitting = prepared = None
+    if data is not None:
         fitting = FitOptions(steps=options.steps, batch_size=options.batch_size, seed=options.seed)
         prepared = ready(original_file.twin(probe), data, fitting, options.limit)
     check = CheckOptions(imports=tuple(imports), unsafe=unsafe, probe=probe)
     verdict = check_file(path, replace(check, opener=original_file))
     _refuse_unreadable(verdict)
     before = list(check_findings(verdict))
-    from layergrad.commands.fix.build import BuildError, model_config, weights_by_layer
-
     opened = original_file.get(probe)
     model, info = opened[0].model, opened[0].info
     labels: dict[str, LabelSummary] = {}
@@ -135,15 +145,11 @@ def fix_model(
     fit_report = None
     rival = None  # the trained original, scored by each copy's loss
     if data is not None and fitting is not None and prepared is not None:
-        from layergrad.commands.fix.data import data_facts
-
         labels, stats = data_facts(model, info, data, options.limit, options.batch_size)
         original, trained = train(lambda: prepared, fitting, found=before)
         fit_report = trained.report if trained is not None else None
         rival = trained.model if trained is not None else None
         before = list(original.findings)
-    from layergrad.commands.fix.rules import plan_repairs
-
     plans, unrepaired, notes = plan_repairs(info, before, verdict, labels, stats,
                                             weights_by_layer(model), fit_report)  # fmt: skip
     base = dict(path=info.path, model_class=type(model).__name__, before=tuple(before),
@@ -167,8 +173,6 @@ def fix_model(
                          **base)  # type: ignore[arg-type]  # fmt: skip
 
     def make(chosen: Sequence[Plan], folder: str, name: str) -> str:
-        from layergrad.commands.fix.build import build
-
         copy = build(model, config, info.compile_config, chosen, unsafe=unsafe,
                      seed=options.seed, budget=(probe.rows, options.max_memory))  # fmt: skip
         target = os.path.join(folder, name)
@@ -183,8 +187,6 @@ def fix_model(
         found = check_findings(check_file(target, replace(check, opener=copy_file)))
         if data is None or fitting is None:
             return found, None
-        from layergrad.commands.fix.training import ready
-
         run, _ = train(lambda: ready(copy_file.get(probe), data, fitting, options.limit),
                        fitting, found=found, rival=rival)  # fmt: skip
         return run.findings, run
@@ -262,6 +264,65 @@ def fix_model(
     return FixReport(repairs=tuple(repairs), unrepaired=tuple(unrepaired), after=after,
                      output=written, together=together, notes=tuple(notes),
                      **base)  # type: ignore[arg-type]  # fmt: skip
+
+
+class OpenedFile:
+    """One model file, loaded at most once (see the module doc)."""
+
+    def __init__(self, path: PathLike, imports: Sequence[str] = (), unsafe: bool = False):
+        self.path = path
+        self.imports = tuple(imports)
+        self.unsafe = unsafe
+        self.opened: Opened | None = None
+        self._start: list[np.ndarray] = []
+
+    def __call__(self, path: PathLike, probe: ProbeOptions, info: FileInfo | None) -> Opened:
+        """The file loaded (the first call loads it; `check` calls this as its opener)."""
+        if self.opened is None:
+            self.opened = load(path, probe, imports=self.imports, unsafe=self.unsafe, info=info)
+            self._start = [np.array(v.numpy()) for v in self.opened[0].model.weights]
+        return self.opened
+
+    def get(self, probe: ProbeOptions) -> Opened:
+        """The file loaded (now, if nothing asked for it yet), with its loaded weights."""
+        opened = self(self.path, probe, None)
+        self.restore()
+        return opened
+
+    @property
+    def model(self) -> KerasModel:
+        assert self.opened is not None, "get() the model first"
+        return self.opened[0].model
+
+    def restore(self) -> None:
+        """Put back the weights the model was loaded with."""
+        if self.opened is None:
+            return
+        for variable, value in zip(self.model.weights, self._start, strict=True):
+            variable.assign(value)
+
+    def twin(self, probe: ProbeOptions) -> Opened:
+        """A model to train: a clone with the loaded weights (the file loaded again when
+        Keras cannot clone this model, e.g. a subclassed one)."""
+        from layergrad.core.keras_backend import quiet_import  # the model is loaded already
+
+        loaded, warnings, strategy = self.get(probe)
+        _, keras = quiet_import()
+        scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
+        clone = None
+        with contextlib.suppress(Exception), scope:  # a model Keras cannot clone: read again
+            made = keras.models.clone_model(loaded.model)
+            if _paths(made) == _paths(loaded.model):  # the same weights, in the same order
+                made.set_weights(self._start)
+                clone = made
+        if clone is None:
+            return load(self.path, probe, imports=self.imports, unsafe=self.unsafe,
+                        info=loaded.info)  # fmt: skip
+        return replace(loaded, model=clone), warnings, strategy
+
+
+def _paths(model: KerasModel) -> list[tuple[str, tuple[int, ...]]]:
+    return [(str(getattr(v, "path", "")), tuple(v.shape)) for v in model.weights]
 
 
 def _best(plan: Plan, tried: Mapping[int, tuple[tuple[str, ...], Run | None]]) -> int:
@@ -349,10 +410,6 @@ def _refuse_unreadable(verdict: FileVerdict) -> None:
 
 def _write(source: str, output: str, inputs: Sequence[str], force: bool) -> str:
     """Copy the checked copy's bytes to `output` (atomically, by the output rules)."""
-    import zipfile
-
-    from layergrad.files.outputs import FIX_COPY_MARK, write_file
-
     with zipfile.ZipFile(source, "a") as zf:  # marked: a later run may replace it
         zf.comment = FIX_COPY_MARK
     with open(source, "rb") as fh:

@@ -22,10 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from layergrad.commands.check import steps
+from layergrad.commands.check import verdicts
 from layergrad.commands.check.baseline import Baseline, load_baselines, match_baselines
 from layergrad.commands.check.dynamic import dynamic
-from layergrad.commands.check.options import Add, CheckOptions
+from layergrad.commands.check.loss_check import loss_fits
+from layergrad.commands.check.verdicts import Add, CheckOptions
 from layergrad.core.errors import LayergradError, UsageError, describe, one_line
 from layergrad.core.probe_options import PathLike
 from layergrad.core.results import CheckItem, FileVerdict, Reason
@@ -166,10 +167,10 @@ def _run(
         add("readable", str(exc), [Finding.UNREADABLE])
         return
     add("readable", f"{info.format} file, {len(info.graph.layers)} layers")
-    if not steps.safe(info, options.imports, options.unsafe, add):
+    if not verdicts.safe(info, options.imports, options.unsafe, add):
         return
-    steps.weights(info, add)
-    steps.loss_fits(info, options.loss, add, probe_follows=not options.static_only)
+    verdicts.weights(info, add)
+    loss_fits(info, options.loss, add, probe_follows=not options.static_only)
     if not options.static_only:
         dynamic(path, info, options, add, baseline)
 

@@ -1,7 +1,7 @@
 """What `layergrad fit` checks around training: outputs before the model loads, an empty or
 endless data source, and the options the API takes as plain values.
 
-Kept apart from `fit.py`, which trains, so each stays one concept.
+Kept apart from `run.py`, which trains, so they come before TensorFlow loads.
 """
 
 from __future__ import annotations

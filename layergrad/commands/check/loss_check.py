@@ -1,4 +1,5 @@
-"""The `loss` check's words, and its second look at heads the file does not describe.
+"""The `loss` check: the compiled loss (or `--loss`) against each output's head, its words,
+and its second look at heads the file does not describe.
 
 A head whose activation the file cannot show (a custom layer, a `Lambda`, an operation no rule
 knows) is never taken for linear: once the model loads, its outputs on the probe batch say
@@ -10,12 +11,14 @@ never fails the file.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layergrad.commands.check.options import Add, CheckOptions
+from layergrad.commands.check.verdicts import Add, CheckOptions
+from layergrad.commands.session import probe_batch
+from layergrad.core.errors import LayergradError
 from layergrad.core.results import Reason
 from layergrad.core.tf_types import KerasModel
 from layergrad.core.vocab import Finding, Severity
@@ -44,6 +47,15 @@ class LossVerdict:
         """Record the verdict (with `message` instead of its own, when given)."""
         add("loss", self.message if message is None else message, self.findings,
             replace=replace, warn=self.warned, reasons=self.reasons)  # fmt: skip
+
+
+def loss_fits(info: FileInfo, loss: str | None, add: Add, probe_follows: bool = False) -> None:
+    """`loss`: the compiled loss (or `--loss`) fits each output's activation, and no weight
+    layers stack into one linear map. With `probe_follows`, a head whose activation the file
+    does not show is left to `judge_on_probe`, which completes this check."""
+    compiled = {"loss": loss} if loss else info.compile_config
+    reading = read_file(info.config, info.graph, compiled)
+    loss_verdict(reading, bool(compiled.get("loss")), probe_follows).add(add)
 
 
 def loss_verdict(reading: LossReading, has_loss: bool, probe_follows: bool) -> LossVerdict:
@@ -104,10 +116,7 @@ def without_unbuildable_loss(info: FileInfo, options: CheckOptions, add: Add) ->
     loss whose module was not named with --import): the gradient checks then differentiate the
     outputs' projection, as for a file saved without a loss, and the `loss` check says so. A
     loss the rules do not know never fails the file."""
-    from dataclasses import replace
-
-    from layergrad.core.errors import LayergradError
-    from layergrad.engine.compiled_loss import loss_error
+    from layergrad.engine.compiled_loss import loss_error  # TensorFlow
     from layergrad.engine.loader import import_modules
 
     loss = info.compile_config.get("loss")
@@ -168,9 +177,7 @@ def judge_on_random_probe(
 ) -> None:
     """`judge_on_probe` on a random probe batch, drawn if a head needs it (`check --data`
     streams its data later)."""
-    from layergrad.commands.session import probe_batch
-    from layergrad.core.errors import LayergradError
-    from layergrad.engine.layer_calls import record_calls
+    from layergrad.engine.layer_calls import record_calls  # TensorFlow
 
     def recorded() -> Recorded | None:
         try:
@@ -206,9 +213,7 @@ def _declared(seen: Observed | None, layer: object, outer: str) -> Observed | No
     """What the values did, with the activation the layer that returned them applies when it
     says one (the inner `Dense(..., activation="relu")` of a custom head): a ReLU whose few
     probe outputs all came out positive is still a ReLU."""
-    from dataclasses import replace
-
-    from layergrad.diagnose.activations import activation_name
+    from layergrad.diagnose.activations import activation_name  # TensorFlow
 
     if seen is None or layer is None or getattr(layer, "name", outer) == outer:
         return seen

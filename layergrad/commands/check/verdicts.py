@@ -1,24 +1,37 @@
-"""The verdict of each named check of one model file: its message and its findings.
+"""What a `check` run looks for and how it probes (`CheckOptions`), and the verdict of each
+named check of one model file: its message and its findings.
 
-`check.py` runs the checks in order; each function here turns what a check found into one
-`add(name, message, findings)` call.
+`check_files.py` runs the checks in order; each function here turns what a check found into
+one `add(name, message, findings)` call (the `loss` check's are in `loss_check.py`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from layergrad.commands.check.options import Add, CheckOptions
-from layergrad.core.errors import LayergradError, UsageError
-from layergrad.core.probe_options import ProbeOptions
+from layergrad.commands import session
+from layergrad.core.errors import LayergradError, UsageError, op_message
+from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
 from layergrad.core.results import Reason, ScanReport, ScanRow, WeightScanReport
 from layergrad.core.tf_types import KerasModel
-from layergrad.core.vocab import NOT_DIFFERENTIABLE, SCAN_FLAGS, Finding, Status
+from layergrad.core.vocab import (
+    DEFAULT_FAIL_ON,
+    NOT_DIFFERENTIABLE,
+    SCAN_FLAGS,
+    Finding,
+    Reduce,
+    Status,
+)
+from layergrad.diagnose.regressions import DEFAULT_TOLERANCE
+from layergrad.files.audit import check_safety, module_name
 from layergrad.files.file_info import FileInfo
-from layergrad.model.target_fit import LabelSummary
+from layergrad.files.training_state import training_steps
+from layergrad.model.head_forms import keyed_by_head, output_heads
+from layergrad.model.loss_forms import display_name, per_output, unknown_outputs
+from layergrad.model.target_fit import LabelSummary, target_mismatches
 
 if TYPE_CHECKING:
     from layergrad.core.tf_types import Strategy
@@ -28,11 +41,44 @@ if TYPE_CHECKING:
 
     Opened = tuple[LoadedModel, tuple[str, ...], Strategy | None]  # what `session.load` returns
 
+# How a check step records one check: add(check, message, findings=(), ...) -> passed
+Add = Callable[..., bool]
+# How the `loads` check opens the file: opener(path, probe, info) -> what `session.load` returns
+Opener = Callable[[PathLike, ProbeOptions, FileInfo], "Opened"]
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """What a check run looks for and how it probes.
+
+    `probe` makes the batch of the forward and gradient checks (a random one, `input_file`,
+    or every sample of `data`); its `reduce` and `training` are the check's own choice.
+    """
+
+    fail_on: frozenset[Finding] = frozenset(DEFAULT_FAIL_ON)
+    static_only: bool = False
+    imports: tuple[str, ...] = ()
+    unsafe: bool = False
+    probe: ProbeOptions = field(default_factory=ProbeOptions)
+    loss: str | None = None  # a keras.losses name overriding the file's compiled loss
+    baselines: tuple[str, ...] = ()  # `layergrad scan --json` files (see baseline.match_baselines)
+    tolerance: float = DEFAULT_TOLERANCE  # decades of mean |g| a baseline allows
+    on_progress: Progress | None = None
+    allow_other_data: bool = False  # --baseline --data: compare with a baseline of other data
+    # a caller that keeps the loaded model (`fix`); None: `session.load`
+    opener: Opener | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.allow_other_data and not (self.probe.data_set is not None and self.baselines):
+            raise UsageError("--allow-other-data goes with --baseline and --data; drop it")
+
+    def probing(self, training: bool = False) -> ProbeOptions:
+        """The probe options of the forward and gradient checks, in training mode or not."""
+        return replace(self.probe, reduce=Reduce.SUM, training=training)
+
 
 def safe(info: FileInfo, imports: Sequence[str], unsafe: bool, add: Add) -> bool:
     """`safe`: the static audit; False when the file must not be loaded."""
-    from layergrad.files.audit import check_safety, module_name
-
     try:
         accepted = check_safety(info, [module_name(m) for m in imports], unsafe)
     except LayergradError as exc:
@@ -55,8 +101,6 @@ def loads(
 ) -> Opened | None:
     """Load the model (`session.load`, or the caller's `options.opener`) and record the
     `loads` check; None when it fails."""
-    from layergrad.commands import session
-
     try:
         if options.opener is not None:
             opened: Opened = options.opener(path, probe, info)
@@ -96,18 +140,6 @@ def weights(info: FileInfo, add: Add) -> None:
         add("weights", f"{params:,} stored weights, all finite{note}")
 
 
-def loss_fits(info: FileInfo, loss: str | None, add: Add, probe_follows: bool = False) -> None:
-    """`loss`: the compiled loss (or `--loss`) fits each output's activation, and no weight
-    layers stack into one linear map. With `probe_follows`, a head whose activation the file
-    does not show is left to `heads.judge_on_probe`, which completes this check."""
-    from layergrad.commands.check.heads import loss_verdict
-    from layergrad.model.loss_fit import read_file
-
-    compiled = {"loss": loss} if loss else info.compile_config
-    reading = read_file(info.config, info.graph, compiled)
-    loss_verdict(reading, bool(compiled.get("loss")), probe_follows).add(add)
-
-
 # Flags of a layer's output that say training cannot work; the magnitude flags (dead,
 # vanishing, exploding) of check are judged on the layers' weights instead (`trainable`).
 CERTAIN_FLAGS = (Finding.BLOCKED, Finding.NONFINITE)
@@ -118,10 +150,6 @@ def targets(
 ) -> bool:
     """`targets`: the labels given with the data can be produced by each output and fit the
     loss (skipped, not recorded, without labels). True when they do not."""
-    from layergrad.model.head_forms import keyed_by_head, output_heads
-    from layergrad.model.loss_forms import per_output, unknown_outputs
-    from layergrad.model.target_fit import target_mismatches
-
     if not labels:
         return False
     compiled = {"loss": loss} if loss else info.compile_config
@@ -172,9 +200,6 @@ def loss_failed(
     random ones drawn to fit each output): with the user's labels they do not fit the loss,
     a `target_mismatch` completing the `targets` check; with random labels the loss reads a
     layout of its own, which only real labels can give (the `trainable` check says so)."""
-    from layergrad.core.errors import op_message
-    from layergrad.model.loss_forms import display_name
-
     name = loss or display_name(info.compile_config.get("loss"))
     detail = op_message(exc)
     if source is not None:
@@ -310,8 +335,6 @@ def init_scale(
 def trained(path: str | os.PathLike[str]) -> bool:
     """Whether the file records optimizer steps: its weights were learnt, not drawn (a small
     read, before a forward pass)."""
-    from layergrad.files.training_state import training_steps
-
     return (training_steps(path) or 0) > 0
 
 
