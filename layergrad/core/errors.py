@@ -43,7 +43,7 @@ class DataError(InputError, UsageError):
     """Values in the data that no model takes as they are: text that is not valid Unicode, ids
     that are not finite or beyond int32, integers beyond the input's dtype. The data is wrong,
     not the model file: exit 2, even inside `check`. Refused where the data is read, naming
-    the sample (`data/array_records.py`, `data/probe_input.fit_array`)."""
+    the sample (`data/array_records.py`, `data/value_checks.fit_array`)."""
 
 
 class OutputError(LayergradError):

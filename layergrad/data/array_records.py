@@ -26,9 +26,8 @@ from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, Tensor, TensorSpec, TFDType
 from layergrad.data.functions import Failure, python_dataset
 from layergrad.data.preflight import input_layouts, input_readers, npy_input_layout
-from layergrad.data.probe_input import InputSpec, fit_array
 from layergrad.data.shards import Part, Shard, part_rows
-from layergrad.data.value_checks import checked, fitted_cast
+from layergrad.data.value_checks import InputSpec, checked, fit_array, fitted_cast
 from layergrad.files.npy_rows import NpyLayout, NpyRows
 
 

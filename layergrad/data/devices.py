@@ -18,6 +18,8 @@ per process: TensorFlow configures its collectives once, at start-up.
 from __future__ import annotations
 
 import contextlib
+import signal
+import threading
 
 from layergrad.core.cluster import (
     DEFAULT_PEER_TIMEOUT,
@@ -89,9 +91,6 @@ _MADE: dict[str, Strategy] = {}
 def _multi_worker(cluster: Cluster, peer_timeout: float) -> Strategy:
     """The process's one MultiWorkerMirroredStrategy (it connects to the other workers),
     made once the other workers answer."""
-    import signal
-    import threading
-
     if "strategy" in _MADE:
         return _MADE["strategy"]
     wait_for_peers(cluster, peer_timeout)

@@ -7,7 +7,7 @@
   class_listing`), in the form the output's loss takes, as Keras's `label_mode` gives it:
   class ids (`int`), one-hot rows as wide as the output (`categorical`), or 0/1 for one
   binary unit (`binary`);
-- a data function: `y` of each `(x, y)` element (`data/elements.py`), from the same element
+- a data function: `y` of each `(x, y)` element (`data/functions.py`), from the same element
   as its x: one call of the function per pass.
 
 Each batch of the stream holds the inputs, then the labels (`DataStream.labels` names them
@@ -36,7 +36,6 @@ from layergrad.data.functions import Failure, function_source
 from layergrad.data.input_keys import is_label
 from layergrad.data.labels import LabelRequest
 from layergrad.data.preflight import check_sizes, source_kind
-from layergrad.data.probe_input import InputSpec
 from layergrad.data.shards import Part, Shard, input_context
 from layergrad.data.sources import (
     DataStream,
@@ -44,7 +43,7 @@ from layergrad.data.sources import (
     finish_stream,
     image_batches,
 )
-from layergrad.data.value_checks import reader_refusal
+from layergrad.data.value_checks import InputSpec, reader_refusal
 from layergrad.files.array_files import DAMAGE
 from layergrad.files.npy_rows import NpyRows, npz_members
 

@@ -22,9 +22,10 @@ from layergrad.core.errors import InputError, UsageError
 from layergrad.core.probe_options import DataSet, OneBatch
 from layergrad.data import images
 from layergrad.data.input_keys import input_keys
-from layergrad.data.probe_input import InputSpec, check_fits, peek_rows
+from layergrad.data.probe_input import peek_rows
 from layergrad.data.user_code import is_function
-from layergrad.files.array_files import DAMAGE, open_checked, open_member, open_zip
+from layergrad.data.value_checks import InputSpec, check_fits
+from layergrad.files.array_files import DAMAGE, open_checked, open_member, open_zip, read_headers
 from layergrad.files.guards import require_regular
 from layergrad.files.npy_rows import NpyLayout, NpyRows, npy_layout, npz_layouts, npz_members
 from layergrad.model.config import serialized_name
@@ -71,7 +72,7 @@ def _spec(name: str, config: Mapping[str, object]) -> InputSpec | None:
     if not all(d is None or (type(d) is int and d >= 0) for d in shape):
         return None
     try:
-        if dtype != "string":  # text: unicode or bytes arrays (`probe_input.check_fits`)
+        if dtype != "string":  # text: unicode or bytes arrays (`value_checks.check_fits`)
             np.dtype("float32" if dtype == "bfloat16" else dtype)
     except TypeError:
         return None
@@ -79,8 +80,6 @@ def _spec(name: str, config: Mapping[str, object]) -> InputSpec | None:
 
 
 def _check_input_file(path: str, specs: tuple[InputSpec, ...]) -> None:
-    from layergrad.files.array_files import read_headers
-
     headers = read_headers(path)
     where = f"--input {path}"
     if [h.name for h in headers] == [None]:

@@ -8,9 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.typing import DTypeLike
 
-from layergrad.core.errors import DataError, InputError, UsageError
+from layergrad.core.errors import InputError, UsageError
 from layergrad.core.limits import MAX_TEXT_BATCH_BYTES, human
 from layergrad.core.tf_types import KerasModel
 from layergrad.data.input_draws import InputDraw, drawn
@@ -22,22 +21,11 @@ from layergrad.data.input_kinds import (
     id_inputs,
     text_bytes,
 )
+from layergrad.data.value_checks import InputSpec, dtype_kind, fit_array, tf_dtype
 from layergrad.files.array_files import ArrayHeader, read_arrays, read_headers
 
 UNKNOWN_DIM = 16  # size used for a non-batch dimension the model leaves open (None)
 DEFAULT_INT_HIGH = 10  # integer inputs that feed no layer with a known vocabulary size
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """One model input: its name, shape without the batch axis (None = open) and the dtype it
-    is fed as: the declared one, or int32 for a float input that carries ids (`ids` names the
-    layer that takes them, see `data/input_kinds.py`); "string" for text."""
-
-    name: str
-    shape: tuple[int | None, ...]
-    dtype: str
-    ids: str | None = None
 
 
 @dataclass(frozen=True)
@@ -95,7 +83,7 @@ def built_input_specs(model: KerasModel) -> tuple[InputSpec, ...] | None:
     if len(sizes) < 2 or not all(d is None or (type(d) is int and d > 0) for d in sizes):
         return None
     dtype = str(getattr(model, "compute_dtype", None) or "float32")
-    if np.dtype(_np_dtype(dtype)).kind != "f":
+    if np.dtype(tf_dtype(dtype)).kind != "f":
         dtype = "float32"
     return (InputSpec("input", tuple(sizes[1:]), dtype),)
 
@@ -138,14 +126,14 @@ def random_batch(
     rng = np.random.default_rng(seed)
     arrays = []
     for spec, shape in zip(specs, shapes, strict=True):
-        kind = _kind(spec.dtype)
+        kind = dtype_kind(spec.dtype)
         draw = (draws or {}).get(spec.name)
         if spec.name in texts:
             arrays.append(draw_text(rng, shape, texts[spec.name]))
         elif kind == "f" and draw is not None:
-            arrays.append(drawn(rng, shape, draw).astype(_np_dtype(spec.dtype)))
+            arrays.append(drawn(rng, shape, draw).astype(tf_dtype(spec.dtype)))
         elif kind == "f":
-            arrays.append(rng.standard_normal(shape).astype(_np_dtype(spec.dtype)))
+            arrays.append(rng.standard_normal(shape).astype(tf_dtype(spec.dtype)))
         elif kind == "b":
             arrays.append(rng.integers(0, 2, shape).astype(bool))
         elif kind in "iu" and draw is not None and draw.kind == "choice":
@@ -162,7 +150,7 @@ def random_batch(
     used = [
         draws[s.name].describe(s.name)
         for s in specs
-        if draws and s.name in draws and (_kind(s.dtype) == "f" or s.name in chosen)
+        if draws and s.name in draws and (dtype_kind(s.dtype) == "f" or s.name in chosen)
     ]
     used += [
         f"{s.name}: ids 0-{int_high.get(s.name, DEFAULT_INT_HIGH) - 1} ({s.ids} takes ids)"
@@ -180,13 +168,6 @@ def random_batch(
 
 
 _SIMPLE = TextDraw(SIMPLE_TOKENS, 1, "simple tokens: no layer that reads it is known")
-
-
-def _kind(dtype: str) -> str:
-    """The numpy kind of an input dtype: "f", "i", "u", "b", or "U" for strings."""
-    if dtype == "string":
-        return "U"
-    return np.dtype(_np_dtype(dtype)).kind
 
 
 def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) -> ProbeBatch:
@@ -271,162 +252,3 @@ def _require_rows(headers: Sequence[ArrayHeader], source: str) -> None:
                 f"--input {source}: {label} has shape {header.shape}, a batch of 0 rows; "
                 "expected at least one row (the first axis is the batch)"
             )
-
-
-SAMPLE, VALUE = "\x00sample\x00", "\x00value\x00"  # where a refusal names them (in the graph too)
-
-
-def ids_refused(where: str, spec: InputSpec, sample: str, value: str) -> str:
-    """The refusal of a value that is no id, in a float input that carries ids."""
-    return (
-        f"{where}: input {spec.name!r} holds ids ({spec.ids} takes them), but sample {sample} "
-        f"holds {value}, which is not finite or does not fit int32; save the ids as integers"
-    )
-
-
-def outside(
-    where: str, spec: InputSpec, target: str, bounds: tuple[int, int], sample: str, value: str
-) -> str:
-    """The refusal of an integer outside the input's integer dtype."""
-    return (
-        f"{where}: sample {sample} of input {spec.name!r} holds {value}, outside {target} "
-        f"[{bounds[0]}, {bounds[1]}]; save values that fit {target}"
-    )
-
-
-def overflows(where: str, spec: InputSpec, target: str, sample: str, value: str) -> str:
-    """The refusal of a float that overflows the input's float dtype."""
-    return (
-        f"{where}: sample {sample} of input {spec.name!r} holds {value}, which overflows "
-        f"{target} (the model's input dtype) to inf; scale the data or save it as {target}"
-    )
-
-
-def fit_array(array: np.ndarray, spec: InputSpec, where: str, first: int = 0) -> np.ndarray:
-    """Check an array against an input spec; cast numbers to the input's dtype when they fit.
-
-    `where` starts the error message and says where the array came from (`--input
-    batch.npz`, `--data x.npy: batch 3`); `first` is the index of its first sample in the
-    data, by which a refusal names the sample. Ids saved as floats, for a float input that
-    carries ids, are cast to int32 as the layer that takes them would; text stays text.
-
-    Raises:
-        InputError: the array's shape or dtype does not fit the input.
-        DataError: a value does not (ids that are NaN, text that is not valid Unicode...).
-    """
-    check_fits(array.shape, array.dtype, spec, where)
-    if spec.dtype == "string":
-        return fit_text(array, spec, where, first)
-    target = np.dtype(_np_dtype(spec.dtype))
-    want, got = target.kind, array.dtype.kind
-    if spec.ids and got == "f":
-        with np.errstate(invalid="ignore"):
-            ok = np.isfinite(array) & (array >= -(2.0**31)) & (array < 2.0**31)
-        _refuse(ok, array, first, ids_refused(where, spec, SAMPLE, VALUE))
-        return array.astype(np.int32)
-    if want == "f" and got in "fiu":
-        with np.errstate(over="ignore"):
-            cast = array.astype(target, copy=False)
-        if got == "f":
-            _refuse(np.isfinite(cast) == np.isfinite(array), array, first,
-                    overflows(where, spec, str(target), SAMPLE, VALUE))  # fmt: skip
-        return cast
-    if want in "iu" and got in "iu":
-        bounds = np.iinfo(target)
-        if array.size and (int(array.min()) < bounds.min or int(array.max()) > bounds.max):
-            ok = (array >= bounds.min) & (array <= bounds.max)
-            span = (int(bounds.min), int(bounds.max))
-            _refuse(ok, array, first, outside(where, spec, str(target), span, SAMPLE, VALUE))
-        return array.astype(target, copy=False)
-    return array
-
-
-def _refuse(ok: np.ndarray, array: np.ndarray, first: int, message: str) -> None:
-    """Raise DataError with `message`, its SAMPLE and VALUE those of the first element of
-    `array` that is not `ok`, if one is not."""
-    if ok.all():
-        return
-    where = np.unravel_index(int(np.argmin(ok)), ok.shape)
-    row, value = where[0], array[where]
-    kind = array.dtype.kind
-    shown = f"{value:g}" if kind == "f" else str(int(value)) if kind in "iub" else repr(value)
-    raise DataError(message.replace(SAMPLE, str(first + int(row))).replace(VALUE, shown))
-
-
-def fit_text(array: np.ndarray, spec: InputSpec, where: str, first: int = 0) -> np.ndarray:
-    """A batch of text for a string input: unicode or bytes arrays as they are, an object
-    array of Python strings as unicode; within MAX_TEXT_BATCH_BYTES, and valid Unicode
-    (TensorFlow takes text as UTF-8, which a lone surrogate has no form in)."""
-    if array.dtype.kind == "O":
-        if not all(isinstance(v, (str, bytes)) for v in array.flat):
-            raise InputError(
-                f"{where}: array for input {spec.name!r} holds Python objects that are not "
-                "strings; give text as an array of str"
-            )
-        array = array.astype(str)
-    if array.nbytes > MAX_TEXT_BATCH_BYTES:
-        rows = max(1, MAX_TEXT_BATCH_BYTES // max(1, array.nbytes // max(1, len(array))))
-        raise InputError(
-            f"{where}: the text of input {spec.name!r} takes {human(array.nbytes)} for "
-            f"{len(array)} rows ({array.dtype}: numpy keeps every string as wide as the "
-            f"longest), more than the {human(MAX_TEXT_BATCH_BYTES)} a batch of text may take; "
-            f"pass --batch-size {rows} or less, or shorten the longest strings"
-        )
-    if array.dtype.kind == "U" and array.size and array.dtype.itemsize:
-        points = np.ascontiguousarray(array).view(np.uint32).reshape(len(array), -1)
-        bad = ((points >= 0xD800) & (points <= 0xDFFF)) | (points > 0x10FFFF)
-        if bad.any():
-            row, column = np.unravel_index(int(np.argmax(bad)), bad.shape)
-            code = int(points[row, column])
-            what = "a lone surrogate" if 0xD800 <= code <= 0xDFFF else "beyond U+10FFFF"
-            raise DataError(
-                f"{where}: sample {first + int(row)} of input {spec.name!r} holds text that is "
-                f"not valid Unicode (U+{code:04X}, {what}), which TensorFlow cannot encode as "
-                "UTF-8; decode the text with errors='replace', or save it as bytes"
-            )
-    return array
-
-
-def check_fits(
-    shape: tuple[int | None, ...], dtype: DTypeLike, spec: InputSpec, where: str
-) -> None:
-    """Raise InputError unless an array of `shape` and `dtype` can feed the input `spec`.
-
-    A None in `shape` (a size not known yet, as in a tf.data element spec) is not checked.
-    Text (unicode, bytes, or the objects tf.data reports for strings) feeds a string input;
-    floats feed an input that carries ids.
-    """
-    expected = ("batch", *("any" if d is None else d for d in spec.shape))
-    if len(shape) != len(spec.shape) + 1 or any(
-        d is not None and got is not None and d != got
-        for d, got in zip(spec.shape, shape[1:], strict=True)
-    ):
-        shown = str(tuple(shape)).replace("None", "?")
-        raise InputError(
-            f"{where}: array for input {spec.name!r} has shape {shown}, expected "
-            f"({', '.join(map(str, expected))}); save an array of that shape (the first axis "
-            "is the batch)"
-        )
-    want = _kind(spec.dtype)
-    got = np.dtype(dtype).kind
-    if want == "U":
-        if got in "USO":
-            return
-        raise InputError(
-            f"{where}: array for input {spec.name!r} has dtype {np.dtype(dtype)}, but the model "
-            "expects text (dtype string); save an array of str (np.array(texts))"
-        )
-    if (want == "f" and got in "fiu") or (want in "iu" and got in "iu") or want == got:
-        return
-    if spec.ids and got == "f":
-        return
-    expects = f"ids ({spec.ids} takes them)" if spec.ids else spec.dtype
-    fix = "astype('int32')" if spec.ids else f"astype({spec.dtype!r})"
-    raise InputError(
-        f"{where}: array for input {spec.name!r} has dtype {np.dtype(dtype)}, but the model "
-        f"expects {expects}; convert it with array.{fix}"
-    )
-
-
-def _np_dtype(dtype: str) -> str:
-    return "float32" if dtype == "bfloat16" else dtype

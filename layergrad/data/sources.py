@@ -38,7 +38,7 @@ from layergrad.data.array_records import (
 )
 from layergrad.data.functions import Failure, function_source
 from layergrad.data.preflight import check_sizes, source_kind
-from layergrad.data.probe_input import InputSpec, ProbeBatch, check_fits
+from layergrad.data.probe_input import ProbeBatch
 from layergrad.data.shards import (
     Part,
     Shard,
@@ -48,7 +48,7 @@ from layergrad.data.shards import (
     with_sample_indices,
 )
 from layergrad.data.user_code import is_function
-from layergrad.data.value_checks import tf_dtype
+from layergrad.data.value_checks import InputSpec, check_fits, tf_dtype
 
 
 class DataStream:

@@ -1,21 +1,39 @@
-"""The values of `--data` checked as they are read, in the graph: what `probe_input.fit_array`
-refuses for `--input` (float ids that are NaN, infinite or beyond int32, integers outside the
-input's dtype, floats that overflow it) is refused for arrays read in place and for a data
-function's `tf.data.Dataset` alike, batch by batch, by a `tf.debugging.Assert` whose message
-names the sample and its value; `reader_refusal` reads it back from the error TensorFlow
-raises (from the iterator, or from a Keras `fit` over it) as a `DataError`.
+"""Every value of an array checked against the model input it feeds, a refusal naming the
+sample: `check_fits` the array's shape and dtype; `fit_array` its values, in memory
+(`--input`, a data function's Python batches, rows read in Python); `fitted_cast` the values
+of `--data` read in the graph (arrays read in place, a data function's `tf.data.Dataset`),
+batch by batch, by a `tf.debugging.Assert` whose message names the sample and its value,
+which `reader_refusal` reads back from the error TensorFlow raises (from the iterator, or
+from a Keras `fit` over it) as a `DataError`. Both refuse the same values in the same words
+(`ids_refused`, `outside`, `overflows`): float ids that are NaN, infinite or beyond int32,
+integers outside the input's dtype (int64 ids beyond int32 would wrap), floats that overflow
+it; and text that is not valid Unicode. `--input` is checked before TensorFlow loads, so
+TensorFlow is imported only by the checks in the graph.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from layergrad.core.errors import DataError
-from layergrad.core.tf_runtime import tf
+import numpy as np
+from numpy.typing import DTypeLike
+
+from layergrad.core.errors import DataError, InputError
+from layergrad.core.limits import MAX_TEXT_BATCH_BYTES, human
 from layergrad.core.tf_types import Tensor, TFDType
-from layergrad.data.probe_input import SAMPLE, VALUE, InputSpec, ids_refused, outside, overflows
 
-REFUSED = " refused: "  # marks the message of a check in the graph (`reader_refusal`)
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One model input: its name, shape without the batch axis (None = open) and the dtype it
+    is fed as: the declared one, or int32 for a float input that carries ids (`ids` names the
+    layer that takes them, see `data/input_kinds.py`); "string" for text."""
+
+    name: str
+    shape: tuple[int | None, ...]
+    dtype: str
+    ids: str | None = None
 
 
 def tf_dtype(dtype: str) -> str:
@@ -23,8 +41,175 @@ def tf_dtype(dtype: str) -> str:
     return "float32" if dtype == "bfloat16" else dtype
 
 
+def dtype_kind(dtype: str) -> str:
+    """The numpy kind of an input dtype: "f", "i", "u", "b", or "U" for strings."""
+    if dtype == "string":
+        return "U"
+    return np.dtype(tf_dtype(dtype)).kind
+
+
+SAMPLE, VALUE = "\x00sample\x00", "\x00value\x00"  # where a refusal names them (in the graph too)
+
+
+def ids_refused(where: str, spec: InputSpec, sample: str, value: str) -> str:
+    """The refusal of a value that is no id, in a float input that carries ids."""
+    return (
+        f"{where}: input {spec.name!r} holds ids ({spec.ids} takes them), but sample {sample} "
+        f"holds {value}, which is not finite or does not fit int32; save the ids as integers"
+    )
+
+
+def outside(
+    where: str, spec: InputSpec, target: str, bounds: tuple[int, int], sample: str, value: str
+) -> str:
+    """The refusal of an integer outside the input's integer dtype."""
+    return (
+        f"{where}: sample {sample} of input {spec.name!r} holds {value}, outside {target} "
+        f"[{bounds[0]}, {bounds[1]}]; save values that fit {target}"
+    )
+
+
+def overflows(where: str, spec: InputSpec, target: str, sample: str, value: str) -> str:
+    """The refusal of a float that overflows the input's float dtype."""
+    return (
+        f"{where}: sample {sample} of input {spec.name!r} holds {value}, which overflows "
+        f"{target} (the model's input dtype) to inf; scale the data or save it as {target}"
+    )
+
+
+def fit_array(array: np.ndarray, spec: InputSpec, where: str, first: int = 0) -> np.ndarray:
+    """Check an array against an input spec; cast numbers to the input's dtype when they fit.
+
+    `where` starts the error message and says where the array came from (`--input
+    batch.npz`, `--data x.npy: batch 3`); `first` is the index of its first sample in the
+    data, by which a refusal names the sample. Ids saved as floats, for a float input that
+    carries ids, are cast to int32 as the layer that takes them would; text stays text.
+
+    Raises:
+        InputError: the array's shape or dtype does not fit the input.
+        DataError: a value does not (ids that are NaN, text that is not valid Unicode...).
+    """
+    check_fits(array.shape, array.dtype, spec, where)
+    if spec.dtype == "string":
+        return fit_text(array, spec, where, first)
+    target = np.dtype(tf_dtype(spec.dtype))
+    want, got = target.kind, array.dtype.kind
+    if spec.ids and got == "f":
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(array) & (array >= -(2.0**31)) & (array < 2.0**31)
+        _refuse(ok, array, first, ids_refused(where, spec, SAMPLE, VALUE))
+        return array.astype(np.int32)
+    if want == "f" and got in "fiu":
+        with np.errstate(over="ignore"):
+            cast = array.astype(target, copy=False)
+        if got == "f":
+            _refuse(np.isfinite(cast) == np.isfinite(array), array, first,
+                    overflows(where, spec, str(target), SAMPLE, VALUE))  # fmt: skip
+        return cast
+    if want in "iu" and got in "iu":
+        bounds = np.iinfo(target)
+        if array.size and (int(array.min()) < bounds.min or int(array.max()) > bounds.max):
+            ok = (array >= bounds.min) & (array <= bounds.max)
+            span = (int(bounds.min), int(bounds.max))
+            _refuse(ok, array, first, outside(where, spec, str(target), span, SAMPLE, VALUE))
+        return array.astype(target, copy=False)
+    return array
+
+
+def _refuse(ok: np.ndarray, array: np.ndarray, first: int, message: str) -> None:
+    """Raise DataError with `message`, its SAMPLE and VALUE those of the first element of
+    `array` that is not `ok`, if one is not."""
+    if ok.all():
+        return
+    where = np.unravel_index(int(np.argmin(ok)), ok.shape)
+    row, value = where[0], array[where]
+    kind = array.dtype.kind
+    shown = f"{value:g}" if kind == "f" else str(int(value)) if kind in "iub" else repr(value)
+    raise DataError(message.replace(SAMPLE, str(first + int(row))).replace(VALUE, shown))
+
+
+def fit_text(array: np.ndarray, spec: InputSpec, where: str, first: int = 0) -> np.ndarray:
+    """A batch of text for a string input: unicode or bytes arrays as they are, an object
+    array of Python strings as unicode; within MAX_TEXT_BATCH_BYTES, and valid Unicode
+    (TensorFlow takes text as UTF-8, which a lone surrogate has no form in)."""
+    if array.dtype.kind == "O":
+        if not all(isinstance(v, (str, bytes)) for v in array.flat):
+            raise InputError(
+                f"{where}: array for input {spec.name!r} holds Python objects that are not "
+                "strings; give text as an array of str"
+            )
+        array = array.astype(str)
+    if array.nbytes > MAX_TEXT_BATCH_BYTES:
+        rows = max(1, MAX_TEXT_BATCH_BYTES // max(1, array.nbytes // max(1, len(array))))
+        raise InputError(
+            f"{where}: the text of input {spec.name!r} takes {human(array.nbytes)} for "
+            f"{len(array)} rows ({array.dtype}: numpy keeps every string as wide as the "
+            f"longest), more than the {human(MAX_TEXT_BATCH_BYTES)} a batch of text may take; "
+            f"pass --batch-size {rows} or less, or shorten the longest strings"
+        )
+    if array.dtype.kind == "U" and array.size and array.dtype.itemsize:
+        points = np.ascontiguousarray(array).view(np.uint32).reshape(len(array), -1)
+        bad = ((points >= 0xD800) & (points <= 0xDFFF)) | (points > 0x10FFFF)
+        if bad.any():
+            row, column = np.unravel_index(int(np.argmax(bad)), bad.shape)
+            code = int(points[row, column])
+            what = "a lone surrogate" if 0xD800 <= code <= 0xDFFF else "beyond U+10FFFF"
+            raise DataError(
+                f"{where}: sample {first + int(row)} of input {spec.name!r} holds text that is "
+                f"not valid Unicode (U+{code:04X}, {what}), which TensorFlow cannot encode as "
+                "UTF-8; decode the text with errors='replace', or save it as bytes"
+            )
+    return array
+
+
+def check_fits(
+    shape: tuple[int | None, ...], dtype: DTypeLike, spec: InputSpec, where: str
+) -> None:
+    """Raise InputError unless an array of `shape` and `dtype` can feed the input `spec`.
+
+    A None in `shape` (a size not known yet, as in a tf.data element spec) is not checked.
+    Text (unicode, bytes, or the objects tf.data reports for strings) feeds a string input;
+    floats feed an input that carries ids.
+    """
+    expected = ("batch", *("any" if d is None else d for d in spec.shape))
+    if len(shape) != len(spec.shape) + 1 or any(
+        d is not None and got is not None and d != got
+        for d, got in zip(spec.shape, shape[1:], strict=True)
+    ):
+        shown = str(tuple(shape)).replace("None", "?")
+        raise InputError(
+            f"{where}: array for input {spec.name!r} has shape {shown}, expected "
+            f"({', '.join(map(str, expected))}); save an array of that shape (the first axis "
+            "is the batch)"
+        )
+    want = dtype_kind(spec.dtype)
+    got = np.dtype(dtype).kind
+    if want == "U":
+        if got in "USO":
+            return
+        raise InputError(
+            f"{where}: array for input {spec.name!r} has dtype {np.dtype(dtype)}, but the model "
+            "expects text (dtype string); save an array of str (np.array(texts))"
+        )
+    if (want == "f" and got in "fiu") or (want in "iu" and got in "iu") or want == got:
+        return
+    if spec.ids and got == "f":
+        return
+    expects = f"ids ({spec.ids} takes them)" if spec.ids else spec.dtype
+    fix = "astype('int32')" if spec.ids else f"astype({spec.dtype!r})"
+    raise InputError(
+        f"{where}: array for input {spec.name!r} has dtype {np.dtype(dtype)}, but the model "
+        f"expects {expects}; convert it with array.{fix}"
+    )
+
+
+REFUSED = " refused: "  # marks the message of a check in the graph (`reader_refusal`)
+
+
 def checked(held: TFDType, spec: InputSpec) -> bool:
     """Whether values of dtype `held` for the input `spec` are checked as they are cast."""
+    from layergrad.core.tf_runtime import tf  # the checks in the graph only
+
     target = tf.as_dtype(tf_dtype(spec.dtype))
     return bool(
         (spec.ids and held.is_floating)
@@ -38,6 +223,8 @@ def fitted_cast(values: Tensor, source: str, spec: InputSpec, first: Tensor) -> 
     floats that are not finite or beyond int32, integers outside the dtype (int64 ids beyond
     int32 would wrap) and floats that overflow it. `source` is the `--data` source, `first`
     the index of the batch's first sample in it."""
+    from layergrad.core.tf_runtime import tf  # the checks in the graph only
+
     target = tf.as_dtype(tf_dtype(spec.dtype))
     cast = tf.cast(values, target)
     where = f"--data {source}{REFUSED.rstrip(': ')}"
@@ -62,6 +249,8 @@ def fitted_cast(values: Tensor, source: str, spec: InputSpec, first: Tensor) -> 
 def _refused(ok: Tensor, values: Tensor, first: Tensor, message: str, cast: Tensor) -> Tensor:
     """`cast`, once every element of `values` is `ok`; else an error with `message`, its
     SAMPLE and VALUE the file's row and the value of the first element that is not."""
+    from layergrad.core.tf_runtime import tf  # the checks in the graph only
+
     rows = tf.reshape(ok, [tf.shape(ok)[0], -1])
     row = tf.argmin(tf.cast(tf.reduce_all(rows, axis=1), tf.int32))  # the first bad row
     column = tf.argmin(tf.cast(rows[row], tf.int32))

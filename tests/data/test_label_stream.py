@@ -13,7 +13,7 @@ from helpers import image_folder, keras
 
 from layergrad.core.errors import InputError
 from layergrad.data.label_stream import LabelRequest, open_labelled
-from layergrad.data.probe_input import InputSpec
+from layergrad.data.value_checks import InputSpec
 
 IMAGES = (InputSpec("image", (8, 8, 3), "float32"),)
 VECTOR = (InputSpec("x", (5,), "float32"),)

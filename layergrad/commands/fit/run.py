@@ -114,31 +114,43 @@ def train_loaded(
             # --steps trains one Keras epoch over the repeated data: count passes over it
             batches_per_epoch=None if options.epochs is not None else batches,
         )
-        callbacks = [monitor, beating(beat)]
-        try:
-            if options.epochs is not None:
-                model.fit(dataset, epochs=options.epochs, verbose=0, callbacks=callbacks)
-            else:
-                steps = options.steps or DEFAULT_STEPS
-                model.fit(dataset.repeat(), epochs=1, steps_per_epoch=steps, verbose=0,
-                          callbacks=callbacks)  # fmt: skip
-        except tf.errors.InvalidArgumentError as exc:  # a batch tf.data could not make
-            stream.raise_failure()
-            refusal = reader_refusal(exc)  # NaN ids, values outside the input's dtype
-            if refusal is not None:
-                raise refusal from exc
-            raise InputError(
-                f"--data {os.fspath(data)}: training stopped: {describe(exc)}"
-            ) from exc
-        stream.raise_failure()  # a Python reader that failed ended the data early
-    assert monitor.report is not None
-    notes = monitor.report.notes
+        report = fit_steps(model, dataset, stream, data, options, monitor, beating(beat))
+    notes = report.notes
     if labelled.classes:
         notes += (labelled.classes_note(),)
-    found = (scale, *monitor.report.findings) if scale is not None else monitor.report.findings
-    return replace(
-        monitor.report, path=info.path, data=os.fspath(data), notes=notes, findings=found
-    )
+    found = (scale, *report.findings) if scale is not None else report.findings
+    return replace(report, path=info.path, data=os.fspath(data), notes=notes, findings=found)
+
+
+def fit_steps(
+    model: KerasModel,
+    dataset: Dataset,
+    stream: DataStream,
+    data: PathLike,
+    options: FitOptions,
+    monitor: GradientMonitor,
+    *others: KerasCallback,
+) -> FitReport:
+    """Keras's `fit` for `options.epochs`, else `options.steps` over the repeated batches, and
+    the report of its `monitor`. A batch tf.data could not make is an InputError (a value the
+    data's checks refuse: a DataError naming it)."""
+    callbacks = [monitor, *others]
+    try:
+        if options.epochs is not None:
+            model.fit(dataset, epochs=options.epochs, verbose=0, callbacks=callbacks)
+        else:
+            steps = options.steps or DEFAULT_STEPS
+            model.fit(dataset.repeat(), epochs=1, steps_per_epoch=steps, verbose=0,
+                      callbacks=callbacks)  # fmt: skip
+    except tf.errors.InvalidArgumentError as exc:
+        stream.raise_failure()
+        refusal = reader_refusal(exc)  # NaN ids, values outside the input's dtype
+        if refusal is not None:
+            raise refusal from exc
+        raise InputError(f"--data {os.fspath(data)}: training stopped: {describe(exc)}") from exc
+    stream.raise_failure()  # a Python reader that failed ended the data early
+    assert monitor.report is not None
+    return monitor.report
 
 
 def input_scale(model: KerasModel, info: FileInfo, stream: DataStream) -> Reason | None:

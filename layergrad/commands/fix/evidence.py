@@ -38,6 +38,7 @@ from layergrad.commands.fit.checks import DEFAULT_STEPS, FitOptions, require_sam
 from layergrad.commands.fit.run import (
     LabelCheck,
     compile_for_fit,
+    fit_steps,
     output_units_of,
     read_labelled,
     read_labels,
@@ -242,17 +243,7 @@ def train_and_score(
             chance_loss=chance,
             batches_per_epoch=max(1, math.ceil(samples / options.batch_size)),
         )
-        try:
-            model.fit(dataset.repeat(), epochs=1, steps_per_epoch=steps, verbose=0,
-                      callbacks=[monitor])  # fmt: skip
-        except tf.errors.InvalidArgumentError as exc:
-            stream.raise_failure()
-            refusal = reader_refusal(exc)  # NaN ids, values outside the input's dtype
-            if refusal is not None:
-                raise refusal from exc
-            raise InputError(f"--data {data}: training stopped: {describe(exc)}") from exc
-        stream.raise_failure()
-    assert monitor.report is not None
+        report = fit_steps(model, dataset, stream, data, options, monitor)
     request = label_request(model, spec)
     hits = Accuracy() if _classifier(request) else None
     (served, outputs), rivals = _served_losses(model, scored, request, rival, hits)
@@ -262,7 +253,7 @@ def train_and_score(
         lost = {o.name: o.final for o in theirs}
         outputs = tuple(replace(o, baseline=lost.get(o.name)) for o in outputs)
     accuracy, prior = hits.result() if hits is not None else (None, None)
-    return Scored(monitor.report, served, chance, outputs, model, baseline, accuracy, prior)
+    return Scored(report, served, chance, outputs, model, baseline, accuracy, prior)
 
 
 def _held_back(stream: DataStream) -> tuple[DataStream, DataStream]:

@@ -40,6 +40,7 @@ from layergrad.commands.fix.plan import Plan
 from layergrad.commands.session import load
 from layergrad.core.errors import InputError, OutputError, describe
 from layergrad.core.fix_results import FAILING, FixReport, Repair, Run, Verdict
+from layergrad.core.keras_backend import quiet_import
 from layergrad.core.limits import DEFAULT_MAX_MEMORY
 from layergrad.core.probe_options import PathLike, ProbeOptions
 from layergrad.core.results import FileVerdict, Reason
@@ -304,8 +305,6 @@ class OpenedFile:
     def twin(self, probe: ProbeOptions) -> Opened:
         """A model to train: a clone with the loaded weights (the file loaded again when
         Keras cannot clone this model, e.g. a subclassed one)."""
-        from layergrad.core.keras_backend import quiet_import  # the model is loaded already
-
         loaded, warnings, strategy = self.get(probe)
         _, keras = quiet_import()
         scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
