@@ -229,11 +229,15 @@ def gradient(rows: Sequence[ScanRow], add: Add) -> None:
     parts = []
     for finding in findings:
         layers = [r for r in problems if finding.value in r.flags]
-        cause = next((c for r in layers for c in r.causes), None)
-        why = f" ({cause.code} at {cause.layer})" if cause else ""
-        names = ", ".join(r.layer for r in layers[:4]) + ("..." if len(layers) > 4 else "")
-        parts.append(f"{finding}: {names}{why}")
+        parts.append(_listed(finding, [r.layer for r in layers], [r.causes for r in layers]))
     add("gradient", "; ".join(parts), findings)
+
+
+def _listed(finding: Finding, names: Sequence[str], causes: Sequence[Sequence[Reason]]) -> str:
+    """`finding: a, b, c, d... (code at layer)`: the first four names and the first cause."""
+    cause = next((c for each in causes for c in each), None)
+    why = f" ({cause.code} at {cause.layer})" if cause else ""
+    return f"{finding}: {', '.join(names[:4])}{'...' if len(names) > 4 else ''}{why}"
 
 
 def forward_parts(report: ScanReport, trained: bool) -> tuple[list[Finding], list[Reason]]:
@@ -303,10 +307,7 @@ def trainable(
         bad = [v for v in report.variables if v.status == status]
         if bad:
             findings.append(finding)
-            cause = next((c for v in bad for c in v.causes), None)
-            why = f" ({cause.code} at {cause.layer})" if cause else ""
-            names = ", ".join(v.variable for v in bad[:4]) + ("..." if len(bad) > 4 else "")
-            parts.append(f"{finding}: {names}{why}")
+            parts.append(_listed(finding, [v.variable for v in bad], [v.causes for v in bad]))
     scale_findings, scale_parts = _scale(report, dead_scope, init)
     findings += scale_findings
     parts += scale_parts

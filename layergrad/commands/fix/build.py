@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from layergrad.core.tf_runtime import keras
 from layergrad.core.tf_types import KerasLayer, KerasModel, KerasModule, KerasVariable
 from layergrad.model.config import is_container
 from layergrad.model.config_edit import Config, EditError
+from layergrad.model.layer_refs import iter_layers
 from layergrad.model.memory_estimate import require_config_within
 
 
@@ -58,7 +59,7 @@ def model_config(model: KerasModel) -> Config:
 def weights_by_layer(model: KerasModel) -> dict[str, dict[str, np.ndarray]]:
     """Every layer's weights by path and weight name (`kernel`, `bias`, ...), as NumPy."""
     out: dict[str, dict[str, np.ndarray]] = {}
-    for path, layer in _layers(model):
+    for path, layer in iter_layers(model):
         arrays = {_short(v): np.asarray(v.numpy()) for v in layer.weights}
         if arrays and not hasattr(layer, "layers"):
             out[path] = arrays
@@ -154,8 +155,8 @@ def _modern_loss(keras: KerasModule, loss: object) -> object:
 def _carry_weights(old: KerasModel, new: KerasModel, fresh: set[tuple[str, str]]) -> None:
     """Copy each weight that exists in both models with the same shape (by layer path, then
     by the layer's own order of weights), except those left `fresh`."""
-    before = dict(_layers(old))
-    for path, layer in _layers(new):
+    before = dict(iter_layers(old))
+    for path, layer in iter_layers(new):
         if hasattr(layer, "layers"):
             continue
         source = before.get(path)
@@ -180,14 +181,6 @@ def _pairs(source: KerasLayer, layer: KerasLayer) -> list[tuple[KerasVariable, K
     for variable in olds:
         named.setdefault(_short(variable), []).append(variable)
     return [(named[_short(v)][0], v) for v in news if len(named.get(_short(v), ())) == 1]
-
-
-def _layers(model: KerasModel, prefix: str = "") -> Iterator[tuple[str, KerasLayer]]:
-    for layer in getattr(model, "layers", []):
-        path = f"{prefix}{layer.name}"
-        yield path, layer
-        if hasattr(layer, "layers"):
-            yield from _layers(layer, f"{path}/")
 
 
 def _short(variable: KerasVariable) -> str:
