@@ -458,13 +458,9 @@ def train(
 
 def _final(losses: Sequence[float | None]) -> float | None:
     """The mean of the last tenth of the losses (None when one of them is NaN/Inf)."""
-    if not losses:
-        return None
     tail = losses[-max(1, len(losses) // 10) :]
     values = [v for v in tail if v is not None]
-    if len(values) < len(tail) or not all(math.isfinite(v) for v in values):
-        return None
-    return sum(values) / len(values)
+    return _mean(values) if len(values) == len(tail) else None
 
 
 def judge(
