@@ -152,7 +152,6 @@ def targets(
     loss (skipped, not recorded, without labels). True when they do not."""
     if not labels:
         return False
-    compiled = {"loss": loss} if loss else info.compile_config
     heads = output_heads(info.config, info.graph)
     if not info.graph.known or not heads:
         add("targets", "not run: the file does not say which layers make the outputs")
@@ -160,10 +159,8 @@ def targets(
     names = [h.name for h in heads]
     if len(heads) == 1 and len(labels) == 1:  # `y`: however Keras names the one output
         labels = {names[0]: next(iter(labels.values()))}
-    compiled_loss = keyed_by_head(compiled.get("loss"), info.config)
-    specs = per_output(compiled_loss, names) if compiled_loss else [None] * len(heads)
-    custom = unknown_outputs(compiled_loss, names) if compiled_loss else frozenset()
-    found = target_mismatches(heads, specs, labels, custom)
+    specs, custom = head_losses(info, loss, names)
+    found = target_mismatches(heads, specs or [None] * len(heads), labels, custom)
     if not found:
         held = "; ".join(f"{name}: {s.describe()}" for name, s in labels.items())
         if custom:
@@ -176,6 +173,17 @@ def targets(
         return False
     add("targets", "; ".join(map(str, found)), [Finding.TARGET_MISMATCH], reasons=found)
     return True
+
+
+def head_losses(
+    info: FileInfo, loss: str | None, names: Sequence[str]
+) -> tuple[list[tuple[str, bool] | None], frozenset[str]]:
+    """Each output's loss (`--loss`, else the file's compiled loss, keyed by head) and the
+    outputs under a custom loss; ([], none) when there is no loss."""
+    given = keyed_by_head(loss or info.compile_config.get("loss"), info.config)
+    if not given:
+        return [], frozenset()
+    return per_output(given, names), unknown_outputs(given, names)
 
 
 # What a loss raises on labels it cannot read (ids beyond the head, another layout), besides

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from layergrad.commands.check.verdicts import output_ranks
+from layergrad.commands.check.verdicts import head_losses, output_ranks
 from layergrad.commands.fit.checks import (
     DEFAULT_STEPS,
     FitOptions,
@@ -50,10 +50,9 @@ from layergrad.engine.loader import LoadedModel
 from layergrad.engine.random_layers import seed_model
 from layergrad.engine.trace import run_trace
 from layergrad.files.file_info import FileInfo
-from layergrad.model.head_forms import keyed_by_head
 from layergrad.model.layer_refs import iter_layers
 from layergrad.model.loss_fit import Head, output_heads, per_output
-from layergrad.model.loss_forms import LossSpec, find_loss, unknown_outputs
+from layergrad.model.loss_forms import LossSpec, find_loss
 from layergrad.model.target_fit import LabelSummary, target_mismatches
 from layergrad.training.monitor import GradientMonitor
 from layergrad.training.rules import chance_loss
@@ -377,11 +376,8 @@ def _mismatches(
         labels = {h.name: labels[h.name] for h in heads if h.name in labels}
     else:
         labels = {h.name: labels[n] for h, n in zip(heads, names, strict=False) if n in labels}
-    compiled = {"loss": loss} if loss else info.compile_config
-    given = keyed_by_head(compiled.get("loss"), info.config)
     names = [h.name for h in heads]
-    specs = per_output(given, names) if given else []
-    custom = unknown_outputs(given, names) if given else frozenset()
+    specs, custom = head_losses(info, loss, names)
     if not specs or (all(s is None for s in specs) and not custom):
         specs = per_output(spec.name, names)
     return target_mismatches(heads, specs, labels, custom)
