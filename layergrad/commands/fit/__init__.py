@@ -1,3 +1,2 @@
-"""`layergrad fit`: `train` checks the options and files and loads the model, `run` trains the
-copy with the gradient monitor on, after `labels` has read and judged the labels and `guards`
-the options, outputs and data."""
+"""`layergrad fit`: `train` checks the options and files (`checks`) and loads the model, `run`
+reads and judges the labels and trains the copy with the gradient monitor on."""
