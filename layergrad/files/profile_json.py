@@ -20,8 +20,8 @@ from layergrad.files.gradient_profile import (
     ProfileRow,
     cause_text,
 )
-from layergrad.files.json_document import read_json_document
 from layergrad.files.json_fields import JsonFields
+from layergrad.files.report_json import read_document
 
 SCAN_SCHEMA = "layergrad.scan/1"
 # A scan JSON holds a few hundred bytes per layer: 16 MiB is a model of some 50,000 layers
@@ -40,7 +40,7 @@ def load_profile(path: str | os.PathLike[str], name: str | None = None) -> Profi
             document, or malformed; the message names the file and what is wrong.
     """
     where = name or os.fspath(path)
-    doc = read_json_document(path, where, MAX_PROFILE_BYTES, "a scan JSON", REMAKE)
+    doc = read_document(path, where, MAX_PROFILE_BYTES, "a scan JSON", REMAKE)
     return profile_from_json(doc, where)
 
 

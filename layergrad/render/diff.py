@@ -19,6 +19,7 @@ from layergrad.core.results import ModelMeta
 from layergrad.core.vocab import Change, Status
 from layergrad.diagnose.regressions import DiffReport, RowDiff
 from layergrad.files.gradient_profile import ROW_KEYS, ProfileRow
+from layergrad.files.report_json import to_json
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
@@ -28,7 +29,6 @@ from layergrad.render.common import (
     md_code,
     md_table,
     md_text,
-    meta_json,
     natural_width,
     number,
     probe_line,
@@ -175,9 +175,9 @@ def as_json(report: DiffReport, **_: object) -> str:
     collection, key = ROW_KEYS[report.wrt]
     doc: dict[str, object] = {
         "schema": SCHEMA,
-        "base": meta_json(report.base, report.probe)["model"],
-        "new": meta_json(report.new, report.probe)["model"],
-        "probe": meta_json(report.base, report.probe)["probe"],
+        "base": to_json(report.base),
+        "new": to_json(report.new),
+        "probe": to_json(report.probe),
     }
     if report.loss is not None:  # as `scan --wrt weights` says it
         doc.update(wrt=report.wrt, loss=report.loss)
