@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import NoReturn, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from layergrad.core.errors import InputError
+from layergrad.core.limits import MAX_BATCH_SIZE, MAX_SEED
 from layergrad.core.results import (
     DataStats,
     Fact,
@@ -50,6 +51,7 @@ from layergrad.files.guards import require_regular
 INSPECT_SCHEMA, SCAN_SCHEMA = "layergrad.inspect/1", "layergrad.scan/1"
 EXPECTED = "a `layergrad inspect --json` or `scan --json` report"
 T = TypeVar("T")
+W = TypeVar("W", bound=Word)
 
 # --- the bounds on untrusted input, in one place ---------------------------------------------
 MAX_REPORT_BYTES = 64 * 2**20  # a few hundred bytes per layer: some 100,000 layers
@@ -214,7 +216,7 @@ class Reader:
         """A norm, a mean |g| or a fraction: a finite number from 0 to `top` (a number edited
         by hand past that, `1e999` read as infinity or a negative norm, is refused)."""
         if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise self.error(at, "a number", value)
+            raise self.error(at, "an integer or a number", value)
         try:
             number = float(value)
         except OverflowError:  # an integer of 400 digits
@@ -222,6 +224,13 @@ class Reader:
         if not 0.0 <= number <= top:  # also NaN
             raise self.error(at, f"a finite number from 0 to {top:g}", value)
         return number
+
+    def word(self, kind: type[W], value: object, at: str, among: tuple[W, ...] | None = None) -> W:
+        """One of the words of `kind` (of `among`, when given)."""
+        allowed = [str(w) for w in among] if among is not None else kind.words()
+        if value not in allowed:
+            raise self.error(at, f"one of {', '.join(allowed)}", value)
+        return kind(value)
 
     def listed(self, value: object, at: str) -> list[object]:
         if not isinstance(value, list):
@@ -259,10 +268,7 @@ class Reader:
         if hint is float:
             return self.measure(value, at, top)
         if isinstance(hint, type) and issubclass(hint, Word):
-            allowed = [str(w) for w in words] if isinstance(words, tuple) else hint.words()
-            if value not in allowed:
-                raise self.error(at, f"one of {', '.join(allowed)}", value)
-            return hint(value)
+            return self.word(hint, value, at, words if isinstance(words, tuple) else None)
         if isinstance(hint, type) and is_dataclass(hint):
             return self.read(hint, self.obj(value, at), at)
         raise TypeError(f"no JSON reading for {hint}")  # a field type added without one
@@ -423,6 +429,19 @@ def _finish_result(obj: object, doc: Mapping[str, object], read: Reader, at: str
     return replace(obj, gradient=g, data=data)
 
 
+def _finish_probe(obj: object, doc: Mapping[str, object], read: Reader, at: str) -> object:
+    """A batch size and a seed layergrad takes (`--batch-size`, `--seed`), a SHA-256."""
+    assert isinstance(obj, ProbeMeta)
+    if not 1 <= obj.batch_size <= MAX_BATCH_SIZE:
+        raise read.error(f"{at}.batch_size", f"1 to {MAX_BATCH_SIZE:,}", obj.batch_size)
+    if obj.seed is not None and obj.seed > MAX_SEED:
+        raise read.error(f"{at}.seed", f"a seed from 0 to {MAX_SEED:,}", obj.seed)
+    sha = obj.data_sha256
+    if sha is not None and len(sha) != 64:
+        raise read.error(f"{at}.data_sha256", "a SHA-256 in hex or absent", sha)
+    return obj
+
+
 def _write_reason(obj: object, doc: dict[str, object]) -> None:
     """The op, if any, is named in the message; `facts` holds the typed values the message
     was said from."""
@@ -515,7 +534,8 @@ SPECS: dict[type, Spec] = {
     ProbeMeta: Spec(
         when_set=frozenset(
             {"samples", "replicas", "data_sha256", "drawn", "shards", "first_sample"}
-        )
+        ),
+        finish=_finish_probe,
     ),
     Result: _row({"source": "from", "target": "to"}),
     ScanRow: _row({"class_name": "class"}, {"flags": SCAN_FLAGS}),
