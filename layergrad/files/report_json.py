@@ -26,10 +26,13 @@ from pathlib import Path
 from typing import NoReturn, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from layergrad.core.errors import InputError
+from layergrad.core.fit_results import Checkpoint
 from layergrad.core.limits import MAX_BATCH_SIZE, MAX_SEED
 from layergrad.core.results import (
+    CheckItem,
     DataStats,
     Fact,
+    FileVerdict,
     FrobeniusNorms,
     GradientStats,
     InspectReport,
@@ -429,6 +432,11 @@ def _finish_result(obj: object, doc: Mapping[str, object], read: Reader, at: str
     return replace(obj, gradient=g, data=data)
 
 
+def _write_verdict(obj: object, doc: dict[str, object]) -> None:
+    assert isinstance(obj, FileVerdict)
+    doc.update(verdict=obj.verdict, failures=to_json(obj.failures), warnings=to_json(obj.warnings))
+
+
 def _finish_probe(obj: object, doc: Mapping[str, object], read: Reader, at: str) -> object:
     """A batch size and a seed layergrad takes (`--batch-size`, `--seed`), a SHA-256."""
     assert isinstance(obj, ProbeMeta)
@@ -553,5 +561,9 @@ SPECS: dict[type, Spec] = {
     NormDistribution: Spec(keys={"count": "samples"}, finish=_finish_histogram),
     RankedSample: Spec(when_set=frozenset({"rel_stderr"})),
     FrobeniusNorms: _norms("sample_rel_stderr"),
+    Checkpoint: Spec(skip=frozenset({"nonfinite_inputs"})),
+    CheckItem: Spec(skip=frozenset({"reasons"})),
+    # what a file gets, and the findings that fail it or warn, in check order
+    FileVerdict: Spec(write=_write_verdict),
     SpectralNorms: _norms("converged"),
 }

@@ -11,13 +11,11 @@ from rich.text import Text
 
 from layergrad.core.results import InspectReport, Result
 from layergrad.core.vocab import Status
-from layergrad.files.report_json import to_json
 from layergrad.render import jacobian
 from layergrad.render.columns import RESULT_COLUMNS
 from layergrad.render.common import (
     STATUS_STYLE,
     causes_lines,
-    json_document,
     md_cause,
     md_code,
     md_table,
@@ -99,11 +97,6 @@ def _causes_panel(res: Result) -> Panel:
         border_style=STATUS_STYLE.get(res.status, ""),
         box=box.ROUNDED,
     )
-
-
-def as_json(report: InspectReport, **_: object) -> str:
-    """The `layergrad.inspect/1` JSON document (one object, keys as documented)."""
-    return json_document(to_json(report))
 
 
 def markdown(report: InspectReport, **_: object) -> str:

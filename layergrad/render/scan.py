@@ -8,14 +8,12 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from layergrad.core.results import ScanReport, ScanRow
-from layergrad.files.report_json import to_json
 from layergrad.render import jacobian
 from layergrad.render.columns import JACOBIAN_SCAN_COLUMNS, SCAN_COLUMNS
 from layergrad.render.common import (
     STATUS_STYLE,
     bar_blocks,
     causes_lines,
-    json_document,
     log_scale,
     md_code,
     md_table,
@@ -97,11 +95,6 @@ def _distinct_causes(rows: list[ScanRow]) -> list[ScanRow]:
             seen.add(key)
             out.append(row)
     return out[::-1]
-
-
-def as_json(report: ScanReport, **_: object) -> str:
-    """The `layergrad.scan/1` JSON document."""
-    return json_document(to_json(report))
 
 
 def markdown(report: ScanReport, **_: object) -> str:

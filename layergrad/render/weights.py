@@ -6,13 +6,11 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from layergrad.core.results import Reason, VariableRow, WeightScanReport
-from layergrad.files.report_json import to_json
 from layergrad.render.columns import WEIGHT_COLUMNS
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
     causes_lines,
-    json_document,
     md_cause,
     md_code,
     md_table,
@@ -109,12 +107,6 @@ def _cells(row: VariableRow) -> list[RenderableType]:
         "-" if row.update_ratio is None else number(row.update_ratio),
         Text(", ".join(row.flags), style="yellow" if row.flags else ""),
     ]
-
-
-def as_json(report: WeightScanReport, **_: object) -> str:
-    """The `layergrad.scan/1` document with `"wrt": "weights"` (and, with --data, per layer
-    the gradient's signal-to-noise ratio across batches, `gradient_snr`)."""
-    return json_document(to_json(report))
 
 
 def markdown(report: WeightScanReport, **_: object) -> str:
