@@ -27,6 +27,7 @@ from typing import NoReturn, TypeVar, Union, get_args, get_origin, get_type_hint
 
 from layergrad.core.errors import InputError
 from layergrad.core.fit_results import Checkpoint
+from layergrad.core.fix_results import OutputLoss, Run
 from layergrad.core.limits import MAX_BATCH_SIZE, MAX_SEED
 from layergrad.core.results import (
     CheckItem,
@@ -498,6 +499,11 @@ def _finish_histogram(obj: object, doc: Mapping[str, object], read: Reader, at: 
     return obj
 
 
+# a training run's losses (`fix`): what the loss is called, and each loss as a `..._loss`
+SCORED = {"loss_name": "loss", "final": "final_loss", "trivial": "trivial_loss",
+          "baseline": "baseline_loss"}  # fmt: skip
+
+
 def _row(keys: Mapping[str, str], words: Mapping[str, tuple[Word, ...]] | None = None) -> Spec:
     """What an inspect result and a scan row share."""
     return Spec(
@@ -562,6 +568,8 @@ SPECS: dict[type, Spec] = {
     RankedSample: Spec(when_set=frozenset({"rel_stderr"})),
     FrobeniusNorms: _norms("sample_rel_stderr"),
     Checkpoint: Spec(skip=frozenset({"nonfinite_inputs"})),
+    Run: Spec(keys=SCORED),
+    OutputLoss: Spec(keys=SCORED),
     CheckItem: Spec(skip=frozenset({"reasons"})),
     # what a file gets, and the findings that fail it or warn, in check order
     FileVerdict: Spec(write=_write_verdict),

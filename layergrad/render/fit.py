@@ -38,11 +38,6 @@ COLUMNS = (
 )
 
 
-def _num(value: float | None) -> float | None:
-    """A value for JSON: None for missing, NaN or Inf."""
-    return value if value is not None and math.isfinite(value) else None
-
-
 def _text(value: float | None, percent: bool = False) -> str:
     if value is None or not math.isfinite(value):
         return "-" if value is None else str(value)
@@ -127,10 +122,10 @@ def as_dict(report: FitReport) -> dict[str, object]:
             "every": report.every,
             "loss": report.loss_name,
             "optimizer": report.optimizer,
-            "learning_rate": _num(report.learning_rate),
+            "learning_rate": report.learning_rate,
             "stopped": report.stopped,
         },
-        "losses": [_num(v) for v in report.losses],
+        "losses": list(report.losses),
         "checkpoints": to_json(report.checkpoints),
         "findings": [
             {"finding": str(f.code), "layer": f.layer, "step": f.step, "message": f.message}
