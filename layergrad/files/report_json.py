@@ -97,28 +97,35 @@ class Spec:
 
 
 def to_json(value: object) -> object:
-    """A result object as JSON-ready values (dicts, lists, strings, numbers, None)."""
-    if is_dataclass(value) and not isinstance(value, type):
-        spec = SPECS.get(type(value), PLAIN)
-        doc: dict[str, object] = dict(spec.head)
-        for f in fields(value):
-            item = getattr(value, f.name)
-            if f.name in spec.skip or (item is None and f.name in spec.when_set):
-                continue
-            if f.name in spec.inline:
-                inner = to_json(item)
-                if isinstance(inner, dict):
-                    doc.update({k: v for k, v in inner.items() if k not in doc})
-                continue
-            doc[spec.keys.get(f.name, f.name)] = to_json(item)
-        if spec.write is not None:
-            spec.write(value, doc)
-        return doc
+    """A result object as JSON-ready values (dicts, lists, strings, numbers, None): a number
+    that is not finite becomes None (JSON has no NaN or Infinity)."""
     if isinstance(value, Word):
         return value.value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (str, int)):
+        return value
     if isinstance(value, (tuple, list)):
         return [to_json(item) for item in value]
-    return value
+    if isinstance(value, dict):
+        return {key: to_json(item) for key, item in value.items()}
+    if not is_dataclass(value) or isinstance(value, type):
+        return value
+    spec = SPECS.get(type(value), PLAIN)
+    doc: dict[str, object] = dict(spec.head)
+    for f in fields(value):
+        item = getattr(value, f.name)
+        if f.name in spec.skip or (item is None and f.name in spec.when_set):
+            continue
+        if f.name in spec.inline:
+            inner = to_json(item)
+            if isinstance(inner, dict):
+                doc.update({k: v for k, v in inner.items() if k not in doc})
+            continue
+        doc[spec.keys.get(f.name, f.name)] = to_json(item)
+    if spec.write is not None:
+        spec.write(value, doc)
+    return doc
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -457,7 +464,7 @@ def _write_reason(obj: object, doc: dict[str, object]) -> None:
     assert isinstance(obj, Reason)
     if obj.op:
         doc["message"] = f"{obj.message} (op {obj.op})"
-    doc["facts"] = dict(obj.facts)
+    doc["facts"] = to_json(dict(obj.facts))
 
 
 def _finish_reason(obj: object, doc: Mapping[str, object], read: Reader, at: str) -> object:

@@ -15,7 +15,6 @@ import importlib
 from collections.abc import Callable
 
 from layergrad.core.vocab import OutputFormat
-from layergrad.files.report_json import to_json
 from layergrad.render.common import json_document
 
 REPORTS = ("inspect", "scan", "weights", "check", "layers", "diff", "fit", "fix")
@@ -32,7 +31,7 @@ Format = Callable[..., str]  # (report, *, color, width, **options) -> text
 def as_json(value: object, **_: object) -> str:
     """Any report's JSON document: its dataclass fields as `report_json` writes them, strict
     (a number that is not finite is null)."""
-    return json_document(to_json(value))
+    return json_document(value)
 
 
 SHARED: dict[OutputFormat, Format] = {OutputFormat.JSON: as_json}

@@ -28,6 +28,7 @@ from layergrad.core.results import (
     ScanReport,
 )
 from layergrad.core.vocab import Status
+from layergrad.files.report_json import to_json
 from layergrad.render.escape import visible
 
 MIN_WIDTH = 100  # the narrowest a report is laid out when the width is free
@@ -255,20 +256,10 @@ def json_document(doc: object) -> str:
     """Serialise a report as strict JSON: every NaN or infinity becomes `null`.
 
     One encoding for every schema (see docs/json.md): a number that is not finite is written
-    as `null`, and the counts beside it (`nonfinite`, the status) say that it was. Readers
-    (`diff`, `check --baseline`) take `null` back as "not a finite number".
+    as `null` (`report_json.to_json`), and the counts beside it (`nonfinite`, the status) say
+    that it was. Readers (`diff`, `check --baseline`) take `null` back as "not a finite number".
     """
-    return json.dumps(_finite_or_null(doc), indent=2, allow_nan=False)
-
-
-def _finite_or_null(value: object) -> object:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: _finite_or_null(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite_or_null(item) for item in value]
-    return value
+    return json.dumps(to_json(doc), indent=2, allow_nan=False)
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -23,7 +23,6 @@ from layergrad.files.report_json import to_json
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
-    _finite_or_null,
     fit_table,
     json_document,
     md_code,
@@ -191,7 +190,7 @@ def as_json(report: DiffReport, **_: object) -> str:
     # strict JSON as `json_document` writes it: a number that is not finite is null
     head, tail = json_document(doc).split(f'"{_ROWS}"')
     encode = json.JSONEncoder(allow_nan=False).encode
-    rows = ",\n    ".join(encode(_finite_or_null(row_json(r, key))) for r in report.rows)
+    rows = ",\n    ".join(encode(to_json(row_json(r, key))) for r in report.rows)
     return f"{head}[\n    {rows}\n  ]{tail}" if rows else f"{head}[]{tail}"
 
 
