@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 
 from layergrad.core.errors import InputError
-from layergrad.core.results import ModelMeta, ProbeMeta
+from layergrad.core.results import ModelMeta, ProbeMeta, ScanReport, WeightScanReport
 from layergrad.core.vocab import Status
 from layergrad.files.gradient_profile import (
     ACTIVATIONS,
@@ -18,7 +19,7 @@ from layergrad.files.gradient_profile import (
     ProfileRow,
     cause_text,
 )
-from layergrad.files.report_json import MAX_MEASURE, SCAN_SCHEMA, Reader, read_document
+from layergrad.files.report_json import MAX_MEASURE, SCAN_SCHEMA, Reader, read_document, to_json
 
 # A scan JSON holds a few hundred bytes per layer: 16 MiB is a model of some 50,000 layers
 # (or 200,000 minimal rows), which `diff` reads, compares and prints in seconds.
@@ -37,7 +38,21 @@ def load_profile(path: str | os.PathLike[str], name: str | None = None) -> Profi
     """
     where = name or os.fspath(path)
     doc = read_document(path, where, MAX_PROFILE_BYTES, "a scan JSON", REMAKE)
-    return profile_from_json(doc, where)
+    profile = profile_from_json(doc, where)
+    if not profile.rows:
+        collection = ROW_KEYS[profile.wrt][0]
+        raise InputError(
+            f"{where} has no {collection}: a scan compares nothing, so it would pass any model; "
+            f"{REMAKE}"
+        )
+    return profile
+
+
+def profile_of(report: ScanReport | WeightScanReport) -> Profile:
+    """The profile of a scan report, or of a `scan --wrt weights` report: that of its JSON, so
+    a report and the file it prints compare alike (the model keeps its audit warnings)."""
+    profile = profile_from_json(to_json(report), report.model.path)
+    return replace(profile, model=report.model)
 
 
 def profile_from_json(doc: object, where: str = "scan JSON") -> Profile:
@@ -56,13 +71,8 @@ def profile_from_json(doc: object, where: str = "scan JSON") -> Profile:
     if wrt not in ROW_KEYS:
         raise fields.error("wrt", " or ".join(map(repr, ROW_KEYS)), wrt)
     collection, key = ROW_KEYS[wrt]
-    listed = fields.listed(fields.member(doc, collection, collection), collection)
+    listed = fields.listed(fields.member(doc, collection), collection)
     rows = tuple(fields.row(r, i, collection, key) for i, r in enumerate(listed))
-    if not rows:
-        raise InputError(
-            f"{where} has no {collection}: a scan compares nothing, so it would pass any model; "
-            f"{REMAKE}"
-        )
     names = [r.name for r in rows]
     if len(set(names)) != len(names):
         counts: dict[str, int] = {}
@@ -73,18 +83,14 @@ def profile_from_json(doc: object, where: str = "scan JSON") -> Profile:
     target: str | None = None
     loss = None
     if wrt == ACTIVATIONS:
-        named = fields.member(doc, "target", "target")
+        named = fields.member(doc, "target")
         target = None if named is None else fields.text(named, "target")
     else:
-        loss_doc = fields.obj(fields.member(doc, "loss", "loss"), "loss")
-        loss = fields.text(fields.member(loss_doc, "name", "loss.name"), "loss.name")
+        loss_doc = fields.obj(fields.member(doc, "loss"), "loss")
+        loss = fields.text(fields.member(loss_doc, "name", "loss"), "loss.name")
     return Profile(
-        model=fields.read(
-            ModelMeta, fields.obj(fields.member(doc, "model", "model"), "model"), "model"
-        ),
-        probe=fields.read(
-            ProbeMeta, fields.obj(fields.member(doc, "probe", "probe"), "probe"), "probe"
-        ),
+        model=fields.read(ModelMeta, fields.obj(fields.member(doc, "model"), "model"), "model"),
+        probe=fields.read(ProbeMeta, fields.obj(fields.member(doc, "probe"), "probe"), "probe"),
         target=target,
         rows=rows,
         wrt=wrt,
@@ -116,17 +122,17 @@ class _Fields(Reader):
 
     def checked_row(self, doc: object, at: str, key: str) -> ProfileRow:
         row = self.obj(doc, at)
-        status = self.word(Status, self.member(row, "status", f"{at}.status"), f"{at}.status")
-        gradient = self.member(row, "gradient", f"{at}.gradient")
+        status = self.word(Status, self.member(row, "status", at), f"{at}.status")
+        gradient = self.member(row, "gradient", at)
         mean_abs = None
         if gradient is not None:
             at_mean = f"{at}.gradient.mean_abs"
-            value = self.member(self.obj(gradient, f"{at}.gradient"), "mean_abs", at_mean)
+            value = self.member(self.obj(gradient, f"{at}.gradient"), "mean_abs", f"{at}.gradient")
             # null: a number that was not finite (the one encoding of every JSON schema)
             mean_abs = None if value is None else self.measure(value, at_mean)
-        flags = self.listed(self.member(row, "flags", f"{at}.flags"), f"{at}.flags")
+        flags = self.listed(self.member(row, "flags", at), f"{at}.flags")
         return ProfileRow(
-            name=self.text(self.member(row, key, f"{at}.{key}"), f"{at}.{key}"),
+            name=self.text(self.member(row, key, at), f"{at}.{key}"),
             status=status,
             mean_abs=mean_abs,
             flags=tuple(self.text(f, f"{at}.flags[{i}]") for i, f in enumerate(flags)),
