@@ -35,12 +35,19 @@ def as_json(value: object, **_: object) -> str:
 
 
 SHARED: dict[OutputFormat, Format] = {OutputFormat.JSON: as_json}
+# pages made in modules of their own, imported only for HTML (their charts need matplotlib)
+PAGES = {"inspect": "html_report.inspect_html", "scan": "html_report.scan_html",
+         "check": "check_page.check_html"}  # fmt: skip
 
 
 def renderer(report: str, fmt: OutputFormat) -> Format:
     """The function that renders a `report` (one of REPORTS) in `fmt`."""
-    module = importlib.import_module(f"layergrad.render.{report}")
-    function: Format = getattr(module, FUNCTIONS[fmt], None) or SHARED[fmt]
+    where = f"{report}.{FUNCTIONS[fmt]}"
+    if fmt == OutputFormat.HTML:
+        where = PAGES.get(report, where)
+    module, name = where.rsplit(".", 1)
+    found = getattr(importlib.import_module(f"layergrad.render.{module}"), name, None)
+    function: Format = found or SHARED[fmt]
     return function
 
 

@@ -134,10 +134,3 @@ def _md_verdict(v: FileVerdict) -> str:
     if not v.passed:
         return f"❌ **fail**{warned}"
     return f"⚠️ pass{warned}" if count else "✅ pass"
-
-
-def html(value: Sequence[FileVerdict], **_: object) -> str:
-    """One self-contained HTML page (inline style and charts, nothing fetched)."""
-    from layergrad.render.check_page import check_html
-
-    return check_html(value)

@@ -136,10 +136,3 @@ def markdown(report: InspectReport, **_: object) -> str:
         + "".join(f"\n{n}" for n in notes)
         + ("\n" if notes else "")
     )
-
-
-def html(value: InspectReport, **_: object) -> str:
-    """One self-contained HTML page (inline style and charts, nothing fetched)."""
-    from layergrad.render.html_report import inspect_html
-
-    return inspect_html(value)

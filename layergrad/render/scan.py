@@ -122,10 +122,3 @@ def markdown(report: ScanReport, **_: object) -> str:
         extra = [jacobian.scan_markdown_cells(r) for r in report.rows]
         rows = [[*c[:5], *e, *c[5:]] for c, e in zip(rows, extra, strict=True)]
     return head + md_table(header, rows) + notes
-
-
-def html(value: ScanReport, **_: object) -> str:
-    """One self-contained HTML page (inline style and charts, nothing fetched)."""
-    from layergrad.render.html_report import scan_html
-
-    return scan_html(value)
