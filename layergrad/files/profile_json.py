@@ -6,6 +6,7 @@ is a clear error and never a false regression.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -73,12 +74,8 @@ def profile_from_json(doc: object, where: str = "scan JSON") -> Profile:
     collection, key = ROW_KEYS[wrt]
     listed = fields.listed(fields.member(doc, collection), collection)
     rows = tuple(fields.row(r, i, collection, key) for i, r in enumerate(listed))
-    names = [r.name for r in rows]
-    if len(set(names)) != len(names):
-        counts: dict[str, int] = {}
-        for n in names:
-            counts[n] = counts.get(n, 0) + 1
-        twice = sorted(n for n, k in counts.items() if k > 1)
+    twice = sorted(n for n, k in Counter(r.name for r in rows).items() if k > 1)
+    if twice:
         raise InputError(f"{where}: {collection} name {', '.join(twice)} more than once")
     target: str | None = None
     loss = None
