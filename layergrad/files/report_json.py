@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from functools import cache
 from pathlib import Path
-from typing import NoReturn, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import NoReturn, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 from layergrad.core.errors import InputError
 from layergrad.core.fit_results import Checkpoint
@@ -384,36 +384,27 @@ def report_from_json(doc: object, where: str = "report") -> InspectReport | Scan
     )
 
 
-def _with_shape(obj: object, doc: dict[str, object]) -> None:
-    """An inspect result's gradient carries its shape (a scan row's is the row's)."""
+def _write_result(obj: object, doc: dict[str, object]) -> None:
+    """An inspect result's gradient carries its shape (a scan row's is the row's); dead units
+    mean nothing without a gradient: null."""
+    assert isinstance(obj, (Result, ScanRow))
     gradient = doc.get("gradient")
     if isinstance(obj, Result) and obj.gradient is not None and isinstance(gradient, dict):
         doc["gradient"] = {"shape": list(obj.gradient.shape), **gradient}
-
-
-def _dead_units(obj: object, doc: dict[str, object]) -> None:
-    """Dead units mean nothing without a gradient: null."""
-    if getattr(obj, "data", None) is not None and getattr(obj, "gradient", 1) is None:
+    if obj.data is not None and obj.gradient is None:
         doc["dead_units"] = None
-
-
-def _write_result(obj: object, doc: dict[str, object]) -> None:
-    _with_shape(obj, doc)
-    _dead_units(obj, doc)
 
 
 def _finish_result(obj: object, doc: Mapping[str, object], read: Reader, at: str) -> object:
     """The gradient's shape (an inspect result's own, a scan row's the row's), the per-sample
     count (the batch), and the checks between a gradient's numbers."""
     assert isinstance(obj, (Result, ScanRow))
-    shape = obj.source.shape if isinstance(obj, Result) else obj.shape
-    g = obj.gradient
+    own = obj.source.shape if isinstance(obj, Result) else obj.shape
+    shape, g = own, obj.gradient
     if isinstance(obj, Result) and g is not None:
-        at_g = f"{at}.gradient"
-        size = read.member(read.obj(doc["gradient"], at_g), "shape", at_g)
-        shape = tuple(
-            read.count(d, f"{at_g}.shape[{i}]")
-            for i, d in enumerate(read.listed(size, f"{at_g}.shape"))
+        size = read.member(read.obj(doc["gradient"], f"{at}.gradient"), "shape", f"{at}.gradient")
+        shape = cast(
+            tuple[int, ...], read.value(tuple[int, ...], size, f"{at}.gradient.shape", 0, None)
         )
     if g is not None:
         g = replace(g, shape=shape)
@@ -437,8 +428,7 @@ def _finish_result(obj: object, doc: Mapping[str, object], read: Reader, at: str
             raise read.error(
                 f"{at}.per_sample_l2.mean", f"a number from min {lo:.6g} to max {hi:.6g}", mean
             )
-        count = (obj.source.shape if isinstance(obj, Result) else obj.shape)[:1] or (0,)
-        data = replace(data, per_sample_l2=replace(stats, count=count[0]))
+        data = replace(data, per_sample_l2=replace(stats, count=own[0] if own else 0))
     return replace(obj, gradient=g, data=data)
 
 
