@@ -73,11 +73,11 @@ class Spec:
     """Where one class's JSON differs from its dataclass fields.
 
     `keys`: field -> member name; `skip`: fields not written (read as their default, or as
-    `fill`); `when_set`: members written only when not None; `inline`: fields (an object or
-    None) whose members join this object's; `nullable`: members that may be null for an
-    empty tuple; `words`: word fields limited to a subset; `tops`: a measure's largest value;
-    `head`: constant members written first; `write(obj, doc)` and `finish(obj, doc, reader,
-    at)` adjust what the walk wrote and read (checks between members).
+    `fill`); `when_set`: members written only when neither None nor empty; `inline`: fields
+    (an object or None) whose members join this object's; `nullable`: members that may be
+    null for an empty tuple; `words`: word fields limited to a subset; `tops`: a measure's
+    largest value; `head`: constant members written first; `write(obj, doc)` and `finish(obj,
+    doc, reader, at)` adjust what the walk wrote and read (checks between members).
     """
 
     keys: Mapping[str, str] = field(default_factory=dict)
@@ -116,7 +116,7 @@ def to_json(value: object) -> object:
     doc: dict[str, object] = dict(spec.head)
     for f in fields(value):
         item = getattr(value, f.name)
-        if f.name in spec.skip or (item is None and f.name in spec.when_set):
+        if f.name in spec.skip or (f.name in spec.when_set and item in (None, ())):
             continue
         if f.name in spec.inline:
             inner = to_json(item)
