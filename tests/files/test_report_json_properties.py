@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -172,4 +173,24 @@ def test_a_member_out_of_its_bounds_is_refused_by_name(report, data):
                                                ("zero_fraction", 1.5), ("mean_abs", "x")]))  # fmt: skip
     doc["layers"][i]["gradient"][member] = value
     with pytest.raises(InputError, match=rf"layers\[{i}\]\.gradient\.{member} is "):
+        report_from_json(doc)
+
+
+@pytest.mark.parametrize(
+    ("bound", "edit", "said"),
+    [
+        ("MAX_TEXT", lambda d: d["model"].update(name="x" * 9), "model.name is"),
+        ("MAX_ITEMS", lambda d: d.update(notes=["a"] * 9), "notes is"),
+        ("MAX_COUNT", lambda d: d["probe"].update(seed=9), "probe.seed is 9"),
+    ],
+)
+def test_strings_lists_and_counts_past_their_bounds_are_refused(bound, edit, said, monkeypatch):
+    from layergrad.files import report_json
+
+    doc = written(ScanReport(ModelMeta("m", "keras", "Model", "m"),
+                             ProbeMeta("random", 0, 8, False, Reduce.SUM), None, ()))  # fmt: skip
+    assert report_from_json(doc).probe.seed == 0
+    monkeypatch.setattr(report_json, bound, 8)
+    edit(doc)
+    with pytest.raises(InputError, match=f"^report: {re.escape(said)}"):
         report_from_json(doc)
