@@ -28,8 +28,8 @@ from layergrad.diagnose.regressions import (
     mode_text,
     source_text,
 )
-from layergrad.files.gradient_profile import Profile, profile_of, recorded_probe
-from layergrad.files.profile_json import load_profile
+from layergrad.files.gradient_profile import Profile, recorded_probe
+from layergrad.files.profile_json import load_profile, profile_of
 
 if TYPE_CHECKING:
     from layergrad.commands.session import Session

@@ -1,28 +1,22 @@
 """A gradient profile: a scan reduced to what a comparison needs, from a report or its JSON.
 
-`diff` compares two profiles row by row, matched by name. A profile comes from a `ScanReport`
-(`profile_of`) or from a committed `layergrad scan --json` document (`profile_json.py`), whose
-recorded probe `recorded_probe` reproduces. A row only needs a name, a status, a mean |g| and
-flags, so any kind of scan row fits (`profile_rows`).
+`diff` compares two profiles row by row, matched by name. A profile is read from a scan's JSON
+document, a committed `layergrad scan --json` file or a report just made (`profile_json.py`:
+`load_profile`, `profile_of`); `recorded_probe` reproduces its probe. A row only needs a name,
+a status, a mean |g| and flags, so any kind of scan row fits.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
 
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import (
-    GradientStats,
     ModelMeta,
     ProbeMeta,
-    Reason,
-    ScanReport,
-    WeightScanReport,
 )
 from layergrad.core.vocab import Status, Wrt
 
@@ -72,65 +66,6 @@ class Profile:
     rows: tuple[ProfileRow, ...]
     wrt: str = ACTIVATIONS
     loss: str | None = None
-
-
-def profile_of(report: ScanReport | WeightScanReport) -> Profile:
-    """The profile of a scan report, or of a `scan --wrt weights` report."""
-    if isinstance(report, WeightScanReport):
-        return Profile(
-            model=report.model,
-            probe=report.probe,
-            target=None,
-            rows=profile_rows(report.variables, lambda row: row.variable),
-            wrt=Wrt.WEIGHTS.value,
-            loss=report.loss.name,
-        )
-    return Profile(
-        model=report.model,
-        probe=report.probe,
-        target=report.target,
-        rows=profile_rows(report.rows, lambda row: row.layer),
-    )
-
-
-class ProfiledRow(Protocol):
-    """What `profile_rows` reads of a row (`ScanRow`, `VariableRow`): `causes` and
-    `class_name` are read when the row has them."""
-
-    @property
-    def status(self) -> str: ...
-    @property
-    def gradient(self) -> GradientStats | None: ...
-    @property
-    def flags(self) -> Sequence[str]: ...
-    @property
-    def shape(self) -> tuple[int, ...]: ...
-
-
-R = TypeVar("R", bound=ProfiledRow)
-
-
-def profile_rows(rows: Iterable[R], name_of: Callable[[R], str]) -> tuple[ProfileRow, ...]:
-    """Profile rows of any scan rows with `status`, `gradient` (`mean_abs`), `flags`, `causes`.
-
-    `name_of` gives the name rows are matched by (a layer reference, a `layer/variable`).
-    """
-    out = []
-    for row in rows:
-        gradient: GradientStats | None = row.gradient
-        causes: tuple[Reason, ...] = getattr(row, "causes", ())
-        is_input = getattr(row, "class_name", None) == "InputLayer"
-        out.append(
-            ProfileRow(
-                name=name_of(row),
-                status=Status(row.status),
-                mean_abs=None if gradient is None else float(gradient.mean_abs),
-                flags=tuple(str(f) for f in row.flags),
-                cause=cause_text(causes[0].code, causes[0].layer) if causes else None,
-                input_shape=tuple(row.shape) if is_input else None,
-            )
-        )
-    return tuple(out)
 
 
 def cause_text(code: str, layer: str | None) -> str:

@@ -5,14 +5,14 @@ is a clear error and never a false regression.
 
 from __future__ import annotations
 
-import math
 import os
+from collections import Counter
 from collections.abc import Mapping
+from dataclasses import replace
 
-from layergrad.core.errors import InputError, UsageError
-from layergrad.core.limits import MAX_BATCH_SIZE, MAX_SEED
-from layergrad.core.results import ModelMeta, ProbeMeta
-from layergrad.core.vocab import Reduce, Status
+from layergrad.core.errors import InputError
+from layergrad.core.results import ModelMeta, ProbeMeta, ScanReport, WeightScanReport
+from layergrad.core.vocab import Status
 from layergrad.files.gradient_profile import (
     ACTIVATIONS,
     ROW_KEYS,
@@ -20,10 +20,8 @@ from layergrad.files.gradient_profile import (
     ProfileRow,
     cause_text,
 )
-from layergrad.files.json_document import read_json_document
-from layergrad.files.json_fields import JsonFields
+from layergrad.files.report_json import MAX_MEASURE, SCAN_SCHEMA, Reader, read_document, to_json
 
-SCAN_SCHEMA = "layergrad.scan/1"
 # A scan JSON holds a few hundred bytes per layer: 16 MiB is a model of some 50,000 layers
 # (or 200,000 minimal rows), which `diff` reads, compares and prints in seconds.
 MAX_PROFILE_BYTES = 16 * 2**20
@@ -40,19 +38,22 @@ def load_profile(path: str | os.PathLike[str], name: str | None = None) -> Profi
             document, or malformed; the message names the file and what is wrong.
     """
     where = name or os.fspath(path)
-    doc = read_json_document(path, where, MAX_PROFILE_BYTES, "a scan JSON", REMAKE)
-    return profile_from_json(doc, where)
+    doc = read_document(path, where, MAX_PROFILE_BYTES, "a scan JSON", REMAKE)
+    profile = profile_from_json(doc, where)
+    if not profile.rows:
+        collection = ROW_KEYS[profile.wrt][0]
+        raise InputError(
+            f"{where} has no {collection}: a scan compares nothing, so it would pass any model; "
+            f"{REMAKE}"
+        )
+    return profile
 
 
-def _unicode_text(value: str, fields: _Fields, name: str) -> str:
-    """A string from the document, refused when it holds a lone surrogate (an escape such as
-    \\ud800 that is not half of a pair): it is not text and cannot be printed."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise fields.error(name, "text (it holds a lone surrogate escape such as \\ud800)",
-                           "a broken string") from None  # fmt: skip
-    return value
+def profile_of(report: ScanReport | WeightScanReport) -> Profile:
+    """The profile of a scan report, or of a `scan --wrt weights` report: that of its JSON, so
+    a report and the file it prints compare alike (the model keeps its audit warnings)."""
+    profile = profile_from_json(to_json(report), report.model.path)
+    return replace(profile, model=report.model)
 
 
 def profile_from_json(doc: object, where: str = "scan JSON") -> Profile:
@@ -71,29 +72,22 @@ def profile_from_json(doc: object, where: str = "scan JSON") -> Profile:
     if wrt not in ROW_KEYS:
         raise fields.error("wrt", " or ".join(map(repr, ROW_KEYS)), wrt)
     collection, key = ROW_KEYS[wrt]
-    rows = tuple(
-        fields.row(r, i, collection, key) for i, r in enumerate(fields.get(doc, collection, list))
-    )
-    if not rows:
-        raise InputError(
-            f"{where} has no {collection}: a scan compares nothing, so it would pass any model; "
-            f"{REMAKE}"
-        )
-    names = [r.name for r in rows]
-    if len(set(names)) != len(names):
-        counts: dict[str, int] = {}
-        for n in names:
-            counts[n] = counts.get(n, 0) + 1
-        twice = sorted(n for n, k in counts.items() if k > 1)
+    listed = fields.listed(fields.member(doc, collection), collection)
+    rows = tuple(fields.row(r, i, collection, key) for i, r in enumerate(listed))
+    twice = sorted(n for n, k in Counter(r.name for r in rows).items() if k > 1)
+    if twice:
         raise InputError(f"{where}: {collection} name {', '.join(twice)} more than once")
-    target, loss = None, None
+    target: str | None = None
+    loss = None
     if wrt == ACTIVATIONS:
-        target = fields.get(doc, "target", (str, type(None)))
+        named = fields.member(doc, "target")
+        target = None if named is None else fields.text(named, "target")
     else:
-        loss = fields.get(fields.get(doc, "loss", dict), "name", str, "loss.name")
+        loss_doc = fields.obj(fields.member(doc, "loss"), "loss")
+        loss = fields.text(fields.member(loss_doc, "name", "loss"), "loss.name")
     return Profile(
-        model=fields.model(fields.get(doc, "model", dict)),
-        probe=fields.probe(fields.get(doc, "probe", dict)),
+        model=fields.read(ModelMeta, fields.obj(fields.member(doc, "model"), "model"), "model"),
+        probe=fields.read(ProbeMeta, fields.obj(fields.member(doc, "probe"), "probe"), "probe"),
         target=target,
         rows=rows,
         wrt=wrt,
@@ -113,111 +107,34 @@ def _schema_message(where: str, schema: object) -> str:
     return f"{where} is not a layergrad scan document (schema {schema!r}); {REMAKE}"
 
 
-class _Fields(JsonFields):
+class _Fields(Reader):
     """Typed reads of a scan document's members, each error naming the member and the file."""
 
     def __init__(self, where: str) -> None:
         super().__init__(where, REMAKE, f"; {REMAKE}")
 
-    def text(self, value: str, name: str) -> str:
-        return _unicode_text(value, self, name)
-
-    def number(self, obj: Mapping[str, object], key: str, name: str) -> float:
-        """A finite number (an integer of 401 digits does not fit a float)."""
-        value = self.get(obj, key, (int, float), name)
-        try:
-            number = float(value)
-        except OverflowError:
-            number = math.inf
-        if not math.isfinite(number):
-            raise self.error(name, "a finite number", f"a number of {len(str(value))} digits")
-        return number
-
-    def model(self, obj: Mapping[str, object]) -> ModelMeta:
-        get = lambda key: self.get(obj, key, str, f"model.{key}")  # noqa: E731
-        return ModelMeta(
-            path=get("path"), format=get("format"), class_name=get("class"), name=get("name")
-        )
-
-    def probe(self, obj: Mapping[str, object]) -> ProbeMeta:
-        batch = self.get(obj, "batch_size", int, "probe.batch_size")
-        if not 1 <= batch <= MAX_BATCH_SIZE:
-            raise self.error("probe.batch_size", f"1 to {MAX_BATCH_SIZE:,}", _short_int(batch))
-        seed = self.get(obj, "seed", (int, type(None)), "probe.seed")
-        if isinstance(seed, bool):
-            raise self.error("probe.seed", "an integer or null", seed)
-        if seed is not None and not 0 <= seed <= MAX_SEED:
-            raise UsageError(
-                f"{self.where}: probe.seed is {_short_int(seed)}, but seeds are 0 to "
-                f"{MAX_SEED:,}; {REMAKE}"
-            )
-        reduce = self.get(obj, "reduce", str, "probe.reduce")
-        if reduce not in Reduce.words():
-            raise self.error("probe.reduce", " or ".join(map(repr, Reduce.words())), reduce)
-        samples = obj.get("samples")
-        if samples is not None and (type(samples) is not int or samples < 0):
-            raise self.error("probe.samples", "a count of samples or absent", samples)
-        shards = obj.get("shards")  # a report merged from shards
-        sha = obj.get("data_sha256")
-        if sha is not None and not (isinstance(sha, str) and len(sha) == 64):
-            raise self.error("probe.data_sha256", "a SHA-256 in hex or absent", sha)
-        return ProbeMeta(
-            source=self.get(obj, "source", str, "probe.source"),
-            seed=seed,
-            batch_size=batch,
-            training=self.get(obj, "training", bool, "probe.training"),
-            reduce=Reduce(reduce),
-            samples=samples,
-            data_sha256=sha,
-            shards=shards if isinstance(shards, int) and not isinstance(shards, bool) else None,
-        )
-
-    def row(self, obj: object, index: int, collection: str, key: str) -> ProfileRow:
+    def row(self, doc: object, index: int, collection: str, key: str) -> ProfileRow:
         """One row: a fast path for a well-formed row (names built only for errors)."""
-        return _fast_row(obj, key) or self.checked_row(obj, f"{collection}[{index}]", key)
+        return _fast_row(doc, key) or self.checked_row(doc, f"{collection}[{index}]", key)
 
-    def checked_row(self, obj: object, at: str, key: str) -> ProfileRow:
-        if not isinstance(obj, dict):
-            raise self.error(at, "an object", obj)
-        status = self.get(obj, "status", str, f"{at}.status")
-        if status not in _STATUSES:
-            raise self.error(f"{at}.status", f"one of {', '.join(Status.words())}", status)
-        gradient = self.get(obj, "gradient", (dict, type(None)), f"{at}.gradient")
+    def checked_row(self, doc: object, at: str, key: str) -> ProfileRow:
+        row = self.obj(doc, at)
+        status = self.word(Status, self.member(row, "status", at), f"{at}.status")
+        gradient = self.member(row, "gradient", at)
         mean_abs = None
         if gradient is not None:
+            at_mean = f"{at}.gradient.mean_abs"
+            value = self.member(self.obj(gradient, f"{at}.gradient"), "mean_abs", f"{at}.gradient")
             # null: a number that was not finite (the one encoding of every JSON schema)
-            value = self.get(
-                gradient, "mean_abs", (int, float, type(None)), f"{at}.gradient.mean_abs"
-            )
-            mean_abs = (
-                None
-                if value is None
-                else self.number(gradient, "mean_abs", f"{at}.gradient.mean_abs")
-            )
-            if mean_abs is not None and mean_abs < 0:
-                raise self.error(f"{at}.gradient.mean_abs", "a number >= 0", mean_abs)
-        flags = self.get(obj, "flags", list, f"{at}.flags")
-        if not all(isinstance(f, str) for f in flags):
-            raise self.error(f"{at}.flags", "a list of strings", flags)
-        for flag in flags:
-            _unicode_text(flag, self, f"{at}.flags")
-        causes = obj.get("causes") or []
-        first = causes[0] if isinstance(causes, list) and causes else None
-        cause = None
-        if isinstance(first, dict) and isinstance(first.get("code"), str):
-            layer = first.get("layer")
-            cause = cause_text(first["code"], layer if isinstance(layer, str) else None)
-        shape = obj.get("shape")
-        input_shape = None
-        if obj.get("class") == "InputLayer" and isinstance(shape, list):
-            input_shape = tuple(shape) if all(type(d) is int for d in shape) else None
+            mean_abs = None if value is None else self.measure(value, at_mean)
+        flags = self.listed(self.member(row, "flags", at), f"{at}.flags")
         return ProfileRow(
-            name=self.get(obj, key, str, f"{at}.{key}"),
-            status=_STATUSES[status],
+            name=self.text(self.member(row, key, at), f"{at}.{key}"),
+            status=status,
             mean_abs=mean_abs,
-            flags=tuple(flags),
-            cause=cause,
-            input_shape=input_shape,
+            flags=tuple(self.text(f, f"{at}.flags[{i}]") for i, f in enumerate(flags)),
+            cause=_first_cause(row),
+            input_shape=_input_shape(row),
         )
 
 
@@ -236,30 +153,31 @@ def _fast_row(obj: object, key: str) -> ProfileRow | None:
     mean_abs = None
     if gradient is not None:
         mean = gradient.get("mean_abs") if type(gradient) is dict else None
-        if type(mean) is not float or not (0 <= mean < math.inf):
+        if type(mean) is not float or not (0 <= mean <= MAX_MEASURE):
             return None
         mean_abs = mean
     for flag in flags:
         if type(flag) is not str or not flag.isascii():
             return None
-    cause = None
-    causes = obj.get("causes")
-    if causes:
-        first = causes[0] if isinstance(causes, list) else None
-        if isinstance(first, dict) and isinstance(first.get("code"), str):
-            layer = first.get("layer")
-            cause = cause_text(first["code"], layer if isinstance(layer, str) else None)
-    input_shape = None
-    if obj.get("class") == "InputLayer":
-        shape = obj.get("shape")
-        if isinstance(shape, list) and all(type(d) is int for d in shape):
-            input_shape = tuple(shape)
-    return ProfileRow(name, word, mean_abs, tuple(flags), cause, input_shape)
+    return ProfileRow(name, word, mean_abs, tuple(flags), _first_cause(obj), _input_shape(obj))
+
+
+def _first_cause(row: Mapping[str, object]) -> str | None:
+    """The most likely cause of a row's status, `code at layer` (None without causes)."""
+    causes = row.get("causes")
+    first = causes[0] if isinstance(causes, list) and causes else None
+    if isinstance(first, dict) and isinstance(first.get("code"), str):
+        layer = first.get("layer")
+        return cause_text(first["code"], layer if isinstance(layer, str) else None)
+    return None
+
+
+def _input_shape(row: Mapping[str, object]) -> tuple[int, ...] | None:
+    """A model input's row: the shape of the probe batch it was fed."""
+    shape = row.get("shape")
+    if row.get("class") == "InputLayer" and isinstance(shape, list):
+        return tuple(shape) if all(type(d) is int for d in shape) else None
+    return None
 
 
 _STATUSES = {word: Status(word) for word in Status.words()}
-
-
-def _short_int(value: int) -> str:
-    text = str(value)
-    return text if len(text) <= 20 else f"a number of {len(text)} digits"

@@ -1,9 +1,16 @@
-"""Read a `layergrad inspect --json` or `scan --json` report back into its result objects.
+"""Reports are their schema: the one writer and the one reader of layergrad's JSON reports.
 
-`merge` reads its shards here. The file is untrusted input like a model file: it must be a
-regular file (a FIFO or a device is refused before it is opened, `guards.require_regular`),
-at most `MAX_REPORT_BYTES`, strict JSON (no NaN / Infinity), and every member is checked for
-its type, so a malformed or foreign file is one clear line that names the member.
+`to_json(report)` walks a result object's dataclass fields, and `from_json(cls, doc)` reads
+one back by the same fields' type hints; `SPECS` says, class by class, only where the JSON
+differs from the fields (a member named otherwise, a field not written, a member written only
+when set, an object whose members join its parent's) and the checks between members.
+
+A report read back (`merge` reads its shards here) is untrusted input like a model file: it
+must be a regular file (a FIFO or a device is refused before it is opened), at most
+`MAX_REPORT_BYTES`, strict JSON (no NaN / Infinity), and every member is checked against its
+field's type within the bounds below (the one place they are written), so a malformed or
+foreign file is one clear line that names the member. The walk follows the types, not the
+document, so a document nests no deeper than the report it claims to be.
 """
 
 from __future__ import annotations
@@ -11,20 +18,25 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict
-from typing import TypeVar
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
+from functools import cache
+from pathlib import Path
+from typing import NoReturn, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 from layergrad.core.errors import InputError
+from layergrad.core.fit_results import Checkpoint
+from layergrad.core.fix_results import OutputLoss, Run
+from layergrad.core.limits import MAX_BATCH_SIZE, MAX_SEED
 from layergrad.core.results import (
+    CheckItem,
     DataStats,
-    Endpoint,
     Fact,
+    FileVerdict,
     FrobeniusNorms,
     GradientStats,
-    Histogram,
     InspectReport,
-    JacobianStats,
     ModelMeta,
     NormDistribution,
     ProbeMeta,
@@ -32,32 +44,309 @@ from layergrad.core.results import (
     Reason,
     Result,
     SampleStats,
-    ScanJacobian,
     ScanReport,
     ScanRow,
     SpectralNorms,
+    WeightScanReport,
 )
-from layergrad.core.vocab import (
-    CAUSE_CODES,
-    SCAN_FLAGS,
-    Finding,
-    JacobianMethod,
-    Reduce,
-    Status,
-    Word,
-)
-from layergrad.files.json_document import read_json_document
-from layergrad.files.json_fields import NUMBER, OPTIONAL, JsonFields
+from layergrad.core.vocab import CAUSE_CODES, SCAN_FLAGS, Word
+from layergrad.files.guards import require_regular
 
 INSPECT_SCHEMA, SCAN_SCHEMA = "layergrad.inspect/1", "layergrad.scan/1"
+EXPECTED = "a `layergrad inspect --json` or `scan --json` report"
+T = TypeVar("T")
+W = TypeVar("W", bound=Word)
+
+# --- the bounds on untrusted input, in one place ---------------------------------------------
 MAX_REPORT_BYTES = 64 * 2**20  # a few hundred bytes per layer: some 100,000 layers
 # no gradient of float32 values summed over any data set comes near 1e100 (float32 ends at
 # 3.4e38): a larger number was edited by hand, and the shards' numbers combined (the root of
 # the sum of their squares, weighted by counts) would overflow a float64
 MAX_MEASURE = 1e100
-EXPECTED = "a `layergrad inspect --json` or `scan --json` report"
-T = TypeVar("T")
-W = TypeVar("W", bound=Word)
+MAX_COUNT = 2**63 - 1  # every count, index, size and seed: a 64-bit integer, never negative
+MAX_TEXT = 2**20  # characters of one string (a name, a message, a path)
+MAX_ITEMS = 2**24  # entries of one list
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Where one class's JSON differs from its dataclass fields.
+
+    `keys`: field -> member name; `skip`: fields not written (read as their default, or as
+    `fill`); `when_set`: members written only when neither None nor empty; `inline`: fields
+    (an object or None) whose members join this object's; `nullable`: members that may be
+    null for an empty tuple; `words`: word fields limited to a subset; `tops`: a measure's
+    largest value; `head`: constant members written first; `write(obj, doc)` and `finish(obj,
+    doc, reader, at)` adjust what the walk wrote and read (checks between members).
+    """
+
+    keys: Mapping[str, str] = field(default_factory=dict)
+    skip: frozenset[str] = frozenset()
+    fill: Mapping[str, object] = field(default_factory=dict)
+    when_set: frozenset[str] = frozenset()
+    inline: frozenset[str] = frozenset()
+    nullable: frozenset[str] = frozenset()
+    words: Mapping[str, tuple[Word, ...]] = field(default_factory=dict)
+    tops: Mapping[str, float] = field(default_factory=dict)
+    head: Mapping[str, str] = field(default_factory=dict)
+    write: Callable[[object, dict[str, object]], None] | None = None
+    finish: Callable[[object, Mapping[str, object], Reader, str], object] | None = None
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+def to_json(value: object) -> object:
+    """A result object as JSON-ready values (dicts, lists, strings, numbers, None): a number
+    that is not finite becomes None (JSON has no NaN or Infinity)."""
+    kind = type(value)  # the plain types first: a diff writes 700,000 rows through here
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: to_json(item) for key, item in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [to_json(item) for item in value]
+    if isinstance(value, Word):
+        return value.value
+    if not is_dataclass(value) or isinstance(value, type):
+        return value
+    spec = SPECS.get(type(value), PLAIN)
+    doc: dict[str, object] = dict(spec.head)
+    for f in fields(value):
+        item = getattr(value, f.name)
+        if f.name in spec.skip or (f.name in spec.when_set and item in (None, ())):
+            continue
+        if f.name in spec.inline:
+            inner = to_json(item)
+            if isinstance(inner, dict):
+                doc.update({k: v for k, v in inner.items() if k not in doc})
+            continue
+        doc[spec.keys.get(f.name, f.name)] = to_json(item)
+    if spec.write is not None:
+        spec.write(value, doc)
+    return doc
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def read_document(
+    path: str | os.PathLike[str], where: str, limit: int, kind: str, advice: str
+) -> object:
+    """The strict JSON document in the file `path` (NaN and Infinity refused).
+
+    `where` names the file in errors, `kind` says what it should be ("a scan JSON"), and
+    `advice` ends each message (what to do instead).
+
+    Raises:
+        InputError: the file is missing, not a regular file, unreadable, over `limit` bytes,
+            not UTF-8 text, not strict JSON, or nested too deeply to parse.
+    """
+    text = os.fspath(path)
+    if os.path.exists(text) and not os.path.isdir(text):  # a FIFO would block, /dev/zero never end
+        require_regular(Path(text), f"{kind} file", lambda m: InputError(f"{where}: {m}"))
+    try:
+        with open(text, "rb") as handle:
+            data = handle.read(limit + 1)
+    except FileNotFoundError:
+        raise InputError(f"{where}: no such file; {advice}") from None
+    except IsADirectoryError:
+        raise InputError(f"{where} is a directory, not {kind} file; {advice}") from None
+    except OSError as exc:
+        raise InputError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    if len(data) > limit:
+        raise InputError(
+            f"{where} is larger than {limit / 2**20:g} MiB, far more than {kind} holds; {advice}"
+        )
+    try:
+        return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+    except UnicodeDecodeError:
+        raise InputError(f"{where} is not a JSON document (not UTF-8 text); {advice}") from None
+    except ValueError as exc:
+        raise InputError(f"{where} is not a JSON document ({str(exc)[:80]}); {advice}") from None
+    except RecursionError:  # layergrad's documents are a few levels deep; the parser recurses
+        raise InputError(f"{where} is nested too deeply for {kind}; {advice}") from None
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def shown(value: object) -> str:
+    """A value as an error message shows it (JSON, at most 60 characters)."""
+    try:
+        return json.dumps(value)[:60]
+    except (TypeError, ValueError):
+        return type(value).__name__
+
+
+class Reader:
+    """Reads JSON values as the types expected, or raises one clear InputError naming the
+    member (`results[0].gradient.l2`) and the file (`where`).
+
+    `missing` ends the message of a member that is missing (what the file should be);
+    `wrong` that of a member of the wrong type.
+    """
+
+    def __init__(self, where: str, missing: str = f"expected {EXPECTED}", wrong: str = "") -> None:
+        self.where, self.missing, self.wrong = where, missing, wrong
+
+    def error(self, at: str, expected: str, got: object) -> InputError:
+        return InputError(f"{self.where}: {at} is {shown(got)}, expected {expected}{self.wrong}")
+
+    def member(self, doc: Mapping[str, object], key: str, at: str = "") -> object:
+        """`doc[key]` (`doc` is at `at`); InputError naming it when it is missing."""
+        if key not in doc:
+            raise InputError(f"{self.where}: {f'{at}.{key}' if at else key} is missing; "
+                             f"{self.missing}")  # fmt: skip
+        return doc[key]
+
+    def text(self, value: object, at: str) -> str:
+        """A string of at most MAX_TEXT characters that is text (no lone surrogate escape
+        such as \\ud800, which cannot be printed)."""
+        if not isinstance(value, str):
+            raise self.error(at, "a string", value)
+        if len(value) > MAX_TEXT:
+            raise self.error(at, f"a string of at most {MAX_TEXT:,} characters", value[:40])
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise self.error(
+                at, "text (it holds a lone surrogate escape such as \\ud800)", "a broken string"
+            ) from None
+        return value
+
+    def count(self, value: object, at: str) -> int:
+        if type(value) is not int:
+            raise self.error(at, "an integer", value)
+        if not 0 <= value <= MAX_COUNT:
+            raise self.error(at, f"an integer from 0 to {MAX_COUNT}", value)
+        return value
+
+    def measure(self, value: object, at: str, top: float = MAX_MEASURE) -> float:
+        """A norm, a mean |g| or a fraction: a finite number from 0 to `top` (a number edited
+        by hand past that, `1e999` read as infinity or a negative norm, is refused)."""
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise self.error(at, "an integer or a number", value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer of 400 digits
+            number = math.inf
+        if not 0.0 <= number <= top:  # also NaN
+            raise self.error(at, f"a finite number from 0 to {top:g}", value)
+        return number
+
+    def word(self, kind: type[W], value: object, at: str, among: tuple[W, ...] | None = None) -> W:
+        """One of the words of `kind` (of `among`, when given)."""
+        allowed = [str(w) for w in among] if among is not None else kind.words()
+        if value not in allowed:
+            raise self.error(at, f"one of {', '.join(allowed)}", value)
+        return kind(value)
+
+    def listed(self, value: object, at: str) -> list[object]:
+        if not isinstance(value, list):
+            raise self.error(at, "a list", value)
+        if len(value) > MAX_ITEMS:
+            raise self.error(at, f"a list of at most {MAX_ITEMS:,} entries", "longer")
+        return value
+
+    def obj(self, value: object, at: str) -> Mapping[str, object]:
+        if not isinstance(value, dict):
+            raise self.error(at, "an object", value)
+        return value
+
+    def value(self, hint: object, value: object, at: str, top: float, words: object) -> object:
+        """`value` read as the type `hint` (a field's type) describes."""
+        origin, args = get_origin(hint), get_args(hint)
+        if origin in (Union, types.UnionType):
+            if value is None and type(None) in args:
+                return None
+            (hint,) = [a for a in args if a is not type(None)]
+            origin, args = get_origin(hint), get_args(hint)
+        if origin is tuple:
+            return tuple(
+                self.value(args[0], v, f"{at}[{i}]", top, words)
+                for i, v in enumerate(self.listed(value, at))
+            )
+        if hint is str:
+            return self.text(value, at)
+        if hint is bool:
+            if not isinstance(value, bool):
+                raise self.error(at, "true or false", value)
+            return value
+        if hint is int:
+            return self.count(value, at)
+        if hint is float:
+            return self.measure(value, at, top)
+        if isinstance(hint, type) and issubclass(hint, Word):
+            return self.word(hint, value, at, words if isinstance(words, tuple) else None)
+        if isinstance(hint, type) and is_dataclass(hint):
+            return self.read(hint, self.obj(value, at), at)
+        raise TypeError(f"no JSON reading for {hint}")  # a field type added without one
+
+    def read(self, cls: type[T], doc: Mapping[str, object], at: str = "") -> T:
+        """An object of the dataclass `cls` from the JSON object `doc` (at `at`)."""
+        klass: type = cls
+        spec = SPECS.get(klass, PLAIN)
+        hints = _hints(klass)
+        values: dict[str, object] = {}
+        for f in fields(cls):  # type: ignore[arg-type]
+            if f.name in spec.skip:
+                if f.name in spec.fill:
+                    values[f.name] = spec.fill[f.name]
+                continue
+            if f.name in spec.inline:
+                inner = _inner(hints[f.name])
+                if any(k in doc for k in _own_keys(inner, klass)):
+                    values[f.name] = self.read(inner, doc, at)
+                elif f.default is MISSING:
+                    values[f.name] = None
+                continue
+            key = spec.keys.get(f.name, f.name)
+            name = f"{at}.{key}" if at else key
+            if key not in doc and (f.default is not MISSING or f.name in spec.when_set):
+                continue
+            item = self.member(doc, key, at)
+            if item is None and f.name in spec.nullable:
+                values[f.name] = ()
+                continue
+            top = spec.tops.get(f.name, MAX_MEASURE)
+            values[f.name] = self.value(hints[f.name], item, name, top, spec.words.get(f.name))
+        made: object = cls(**values)
+        if spec.finish is not None:
+            made = spec.finish(made, doc, self, at)
+        return made  # type: ignore[return-value]
+
+
+def from_json(cls: type[T], doc: object, where: str = "report") -> T:
+    """An object of the dataclass `cls` read from a parsed JSON document."""
+    reader = Reader(where)
+    return reader.read(cls, reader.obj(doc, "the document"))
+
+
+@cache
+def _hints(cls: type) -> dict[str, object]:
+    return get_type_hints(cls)
+
+
+def _inner(hint: object) -> type:
+    (inner,) = [a for a in get_args(hint) if a is not type(None)] or [hint]
+    assert isinstance(inner, type)
+    return inner
+
+
+@cache
+def _own_keys(inner: type, parent: type) -> tuple[str, ...]:
+    """The members an inlined object adds to its parent's (its presence is any of them)."""
+    spec, theirs = SPECS.get(inner, PLAIN), SPECS.get(parent, PLAIN)
+    taken = {theirs.keys.get(f.name, f.name) for f in fields(parent)}
+    mine = (spec.keys.get(f.name, f.name) for f in fields(inner) if f.name not in spec.skip)
+    return tuple(k for k in mine if k not in taken)
+
+
+# --- the reports -----------------------------------------------------------------------------
 
 
 def read_report(path: str | os.PathLike[str]) -> InspectReport | ScanReport:
@@ -68,26 +357,16 @@ def read_report(path: str | os.PathLike[str]) -> InspectReport | ScanReport:
             member missing or of the wrong type.
     """
     where = os.fspath(path)
-    doc = read_json_document(path, where, MAX_REPORT_BYTES, "a report", f"expected {EXPECTED}")
+    doc = read_document(path, where, MAX_REPORT_BYTES, "a report", f"expected {EXPECTED}")
     return report_from_json(doc, where)
 
 
 def report_from_json(doc: object, where: str = "report") -> InspectReport | ScanReport:
     """The report of a parsed JSON document; `where` names it in errors."""
-    read = _Reader(where)
-    if not isinstance(doc, dict):
-        raise read.error("the document", "a JSON object", doc)
-    schema = doc.get("schema")
+    schema = doc.get("schema") if isinstance(doc, dict) else None
     if schema == INSPECT_SCHEMA:
-        return InspectReport(
-            model=read.model(read.get(doc, "model", dict)),
-            probe=read.probe(read.get(doc, "probe", dict)),
-            results=tuple(
-                read.result(r, f"results[{i}]")
-                for i, r in enumerate(read.get(doc, "results", list))
-            ),
-        )
-    if schema == SCAN_SCHEMA:
+        return from_json(InspectReport, doc, where)
+    if schema == SCAN_SCHEMA and isinstance(doc, dict):
         if doc.get("wrt", "activations") != "activations":
             raise InputError(
                 f"{where} is a scan of the weights (--wrt weights), which merge cannot combine "
@@ -96,318 +375,202 @@ def report_from_json(doc: object, where: str = "report") -> InspectReport | Scan
                 "does not follow from the shards' norms; run scan --wrt weights --data over the "
                 "whole data set, on several machines with --distribute multi-worker"
             )
-        notes = read.get(doc, "notes", list)
-        return ScanReport(
-            model=read.model(read.get(doc, "model", dict)),
-            probe=read.probe(read.get(doc, "probe", dict)),
-            target=read.get(doc, "target", (str, OPTIONAL)),
-            rows=tuple(
-                read.row(r, f"layers[{i}]") for i, r in enumerate(read.get(doc, "layers", list))
-            ),
-            notes=tuple(n for n in notes if isinstance(n, str)),
+        return from_json(ScanReport, doc, where)
+    if not isinstance(doc, dict):
+        raise Reader(where).error("the document", "a JSON object", doc)
+    said = shown(schema) if isinstance(schema, (str, type(None))) else "not a string"
+    raise InputError(
+        f"{where} has schema {said}; expected {EXPECTED} ({INSPECT_SCHEMA} or {SCAN_SCHEMA})"
+    )
+
+
+def _write_result(obj: object, doc: dict[str, object]) -> None:
+    """An inspect result's gradient carries its shape (a scan row's is the row's); dead units
+    mean nothing without a gradient: null."""
+    assert isinstance(obj, (Result, ScanRow))
+    gradient = doc.get("gradient")
+    if isinstance(obj, Result) and obj.gradient is not None and isinstance(gradient, dict):
+        doc["gradient"] = {"shape": list(obj.gradient.shape), **gradient}
+    if obj.data is not None and obj.gradient is None:
+        doc["dead_units"] = None
+
+
+def _finish_result(obj: object, doc: Mapping[str, object], read: Reader, at: str) -> object:
+    """The gradient's shape (an inspect result's own, a scan row's the row's), the per-sample
+    count (the batch), and the checks between a gradient's numbers."""
+    assert isinstance(obj, (Result, ScanRow))
+    own = obj.source.shape if isinstance(obj, Result) else obj.shape
+    shape, g = own, obj.gradient
+    if isinstance(obj, Result) and g is not None:
+        size = read.member(read.obj(doc["gradient"], f"{at}.gradient"), "shape", f"{at}.gradient")
+        shape = cast(
+            tuple[int, ...], read.value(tuple[int, ...], size, f"{at}.gradient.shape", 0, None)
         )
-    shown = json.dumps(schema)[:60] if isinstance(schema, (str, type(None))) else "not a string"
-    raise InputError(f"{where} has schema {shown}; expected {EXPECTED} ({INSPECT_SCHEMA} or "
-                     f"{SCAN_SCHEMA})")  # fmt: skip
-
-
-class _Reader(JsonFields):
-    """Typed reads of a report's members; each error names the member and the file."""
-
-    def __init__(self, where: str) -> None:
-        super().__init__(where, f"expected {EXPECTED}")
-
-    def word(
-        self,
-        obj: Mapping[str, object],
-        key: str,
-        words: type[W],
-        name: str,
-        subset: Sequence[W] | None = None,
-    ) -> W:
-        value = self.get(obj, key, str, name)
-        allowed = [str(w) for w in subset] if subset is not None else words.words()
-        if value not in allowed:
-            raise self.error(name, f"one of {', '.join(allowed)}", value)
-        return words(value)
-
-    def shape(self, obj: Mapping[str, object], name: str) -> tuple[int, ...]:
-        shape = self.get(obj, "shape", list, f"{name}.shape")
-        if not all(type(d) is int and d >= 0 for d in shape):
-            raise self.error(f"{name}.shape", "a list of sizes", shape)
-        return tuple(shape)
-
-    def model(self, obj: Mapping[str, object]) -> ModelMeta:
-        def text(key: str) -> str:
-            return str(self.get(obj, key, str, f"model.{key}"))
-
-        return ModelMeta(
-            path=text("path"), format=text("format"), class_name=text("class"), name=text("name")
-        )
-
-    def probe(self, obj: Mapping[str, object]) -> ProbeMeta:
-        def opt_int(key: str) -> int | None:
-            value = obj.get(key)
-            if value is not None and (type(value) is not int or value < 0):
-                raise self.error(f"probe.{key}", "a count or null", value)
-            return value
-
-        return ProbeMeta(
-            source=self.get(obj, "source", str, "probe.source"),
-            seed=opt_int("seed"),
-            batch_size=self.get(obj, "batch_size", int, "probe.batch_size"),
-            training=self.get(obj, "training", bool, "probe.training"),
-            reduce=self.word(obj, "reduce", Reduce, "probe.reduce"),
-            samples=opt_int("samples"),
-            replicas=opt_int("replicas"),
-            shards=opt_int("shards"),
-            first_sample=opt_int("first_sample"),
-            data_sha256=self.get(obj, "data_sha256", (str, OPTIONAL), "probe.data_sha256")
-            if "data_sha256" in obj
-            else None,
-        )
-
-    def gradient(self, obj: object, name: str, shape: tuple[int, ...]) -> GradientStats | None:
-        if obj is None:
-            return None
-        if not isinstance(obj, dict):
-            raise self.error(name, "an object or null", obj)
-
-        def num(key: str, top: float = MAX_MEASURE) -> float:
-            return self.measure(obj, key, f"{name}.{key}", top)
-
-        l2, mean_abs, max_abs = num("l2"), num("mean_abs"), num("max_abs")
-        nonfinite = self.get(obj, "nonfinite", int, f"{name}.nonfinite")
+    if g is not None:
+        g = replace(g, shape=shape)
         elements = math.prod(shape) if shape else 1
-        if not 0 <= nonfinite <= elements:
-            raise self.error(f"{name}.nonfinite", f"a count from 0 to {elements}", nonfinite)
+        if g.nonfinite > elements:
+            raise read.error(
+                f"{at}.gradient.nonfinite", f"a count from 0 to {elements}", g.nonfinite
+            )
         # |g| at any element is at most the L2 of all, and their mean at most their largest
-        for low, high, what in ((max_abs, l2, "l2"), (mean_abs, max_abs, "max_abs")):
+        for low, high, what in ((g.max_abs, g.l2, "l2"), (g.mean_abs, g.max_abs, "max_abs")):
             if low > high * (1 + 1e-4) + 1e-30:
-                raise self.error(
-                    f"{name}.{'max_abs' if what == 'l2' else 'mean_abs'}",
-                    f"a number at most {what} ({high:.6g})",
-                    low,
+                name = "max_abs" if what == "l2" else "mean_abs"
+                raise read.error(
+                    f"{at}.gradient.{name}", f"a number at most {what} ({high:.6g})", low
                 )
-        return GradientStats(
-            shape=shape,
-            l2=l2,
-            mean_abs=mean_abs,
-            max_abs=max_abs,
-            zero_fraction=num("zero_fraction", top=1.0),
-            nonfinite=nonfinite,
-        )
-
-    def measure(
-        self, obj: Mapping[str, object], key: str, name: str, top: float = MAX_MEASURE
-    ) -> float:
-        """A norm, a mean |g| or a fraction: a finite number from 0 to `top` (a number edited
-        by hand past that, `1e999` read as infinity or a negative norm, is refused)."""
-        value = float(self.get(obj, key, NUMBER, name))
-        if not 0.0 <= value <= top:  # also NaN
-            raise self.error(name, f"a finite number from 0 to {top:g}", value)
-        return value
-
-    def optional_measure(self, obj: Mapping[str, object], key: str, name: str) -> float | None:
-        """`measure`, or None for a member that is null."""
-        if self.get(obj, key, (int, float, OPTIONAL), name) is None:
-            return None
-        return self.measure(obj, key, name)
-
-    def causes(self, obj: Mapping[str, object], name: str) -> tuple[Reason, ...]:
-        out = []
-        for i, c in enumerate(self.get(obj, "causes", list, f"{name}.causes")):
-            at = f"{name}.causes[{i}]"
-            if not isinstance(c, dict):
-                raise self.error(at, "an object", c)
-            out.append(
-                Reason(
-                    code=self.word(c, "code", Finding, f"{at}.code", CAUSE_CODES),
-                    layer=self.get(c, "layer", (str, OPTIONAL), f"{at}.layer"),
-                    message=self.get(c, "message", str, f"{at}.message"),
-                    hint=self.get(c, "hint", str, f"{at}.hint"),
-                    facts=self.facts(c, f"{at}.facts"),
-                )
+    data = obj.data
+    if data is not None and data.per_sample_l2 is not None:
+        stats = data.per_sample_l2
+        lo, mean, hi = stats.min, stats.mean, stats.max
+        if not lo <= mean * (1 + 1e-6) + 1e-30 <= hi * (1 + 2e-6) + 2e-30:
+            raise read.error(
+                f"{at}.per_sample_l2.mean", f"a number from min {lo:.6g} to max {hi:.6g}", mean
             )
-        return tuple(out)
+        data = replace(data, per_sample_l2=replace(stats, count=own[0] if own else 0))
+    return replace(obj, gradient=g, data=data)
 
-    def facts(self, obj: Mapping[str, object], name: str) -> tuple[tuple[str, Fact], ...]:
-        """A cause's `facts` (absent from reports written before they were): names to
-        strings, numbers, true / false or null."""
-        if "facts" not in obj:
-            return ()
-        read: list[tuple[str, Fact]] = []
-        for key, value in self.get(obj, "facts", dict, name).items():
-            if not isinstance(value, (str, int, float, bool, OPTIONAL)):
-                raise self.error(f"{name}.{key}", "a string, a number, true, false or null", value)
-            if isinstance(value, str):
-                value = self.text(value, f"{name}.{key}")
-            read.append((key, value))
-        return tuple(read)
 
-    def data(self, obj: Mapping[str, object], name: str, samples: int | None) -> DataStats | None:
-        if "per_sample_l2" not in obj and "dead_units" not in obj:
-            return None
-        units = self.get(obj, "dead_units", (list, OPTIONAL), f"{name}.dead_units") or []
-        if not all(type(u) is int for u in units):
-            raise self.error(f"{name}.dead_units", "a list of unit indices", units)
-        first = self.get(obj, "first_nonfinite_batch", (int, OPTIONAL),
-                         f"{name}.first_nonfinite_batch")  # fmt: skip
-        stats = self.get(obj, "per_sample_l2", (dict, OPTIONAL), f"{name}.per_sample_l2")
-        per_sample = None
-        if stats is not None:
-            per_sample = self.sample_stats(stats, samples or 0, f"{name}.per_sample_l2")
-            lo, mean, hi = per_sample.min, per_sample.mean, per_sample.max
-            if not lo <= mean * (1 + 1e-6) + 1e-30 <= hi * (1 + 2e-6) + 2e-30:
-                raise self.error(
-                    f"{name}.per_sample_l2.mean",
-                    f"a number from min {lo:.6g} to max {hi:.6g}",
-                    mean,
-                )
-        return DataStats(tuple(units), per_sample, first)
+def _write_verdict(obj: object, doc: dict[str, object]) -> None:
+    assert isinstance(obj, FileVerdict)
+    doc.update(verdict=obj.verdict, failures=to_json(obj.failures), warnings=to_json(obj.warnings))
 
-    def result(self, obj: object, name: str) -> Result:
-        if not isinstance(obj, dict):
-            raise self.error(name, "an object", obj)
-        ends = []
-        for key in ("from", "to"):
-            end = self.get(obj, key, dict, f"{name}.{key}")
-            ends.append(
-                Endpoint(
-                    layer=self.get(end, "layer", str, f"{name}.{key}.layer"),
-                    shape=self.shape(end, f"{name}.{key}"),
-                    dtype=self.get(end, "dtype", str, f"{name}.{key}.dtype"),
-                )
-            )
-        grad = self.get(obj, "gradient", (dict, OPTIONAL), f"{name}.gradient")
-        shape = self.shape(grad, f"{name}.gradient") if grad is not None else ends[0].shape
-        return Result(
-            source=ends[0],
-            target=ends[1],
-            status=self.word(obj, "status", Status, f"{name}.status"),
-            gradient=self.gradient(grad, f"{name}.gradient", shape),
-            causes=self.causes(obj, name),
-            data=self.data(obj, name, ends[0].shape[0] if ends[0].shape else None),
-            jacobian=self.jacobian(obj.get("jacobian"), f"{name}.jacobian"),
+
+def _finish_probe(obj: object, doc: Mapping[str, object], read: Reader, at: str) -> object:
+    """A batch size and a seed layergrad takes (`--batch-size`, `--seed`), a SHA-256."""
+    assert isinstance(obj, ProbeMeta)
+    if not 1 <= obj.batch_size <= MAX_BATCH_SIZE:
+        raise read.error(f"{at}.batch_size", f"1 to {MAX_BATCH_SIZE:,}", obj.batch_size)
+    if obj.seed is not None and obj.seed > MAX_SEED:
+        raise read.error(f"{at}.seed", f"a seed from 0 to {MAX_SEED:,}", obj.seed)
+    sha = obj.data_sha256
+    if sha is not None and len(sha) != 64:
+        raise read.error(f"{at}.data_sha256", "a SHA-256 in hex or absent", sha)
+    return obj
+
+
+def _write_reason(obj: object, doc: dict[str, object]) -> None:
+    """The op, if any, is named in the message; `facts` holds the typed values the message
+    was said from."""
+    assert isinstance(obj, Reason)
+    if obj.op:
+        doc["message"] = f"{obj.message} (op {obj.op})"
+    doc["facts"] = to_json(dict(obj.facts))
+
+
+def _finish_reason(obj: object, doc: Mapping[str, object], read: Reader, at: str) -> object:
+    """A cause's `facts` (absent from reports written before they were): names to strings,
+    numbers, true / false or null."""
+    facts: list[tuple[str, Fact]] = []
+    for key, value in read.obj(doc.get("facts", {}), f"{at}.facts").items():
+        if not isinstance(value, (str, int, float, bool, type(None))):
+            raise read.error(f"{at}.facts.{key}", "a string, a number, true, false or null", value)
+        facts.append(
+            (key, read.text(value, f"{at}.facts.{key}") if isinstance(value, str) else value)
         )
+    return replace(obj, facts=tuple(facts))  # type: ignore[type-var]
 
-    def row(self, obj: object, name: str) -> ScanRow:
-        if not isinstance(obj, dict):
-            raise self.error(name, "an object", obj)
-        shape = self.shape(obj, name)
-        flags = self.get(obj, "flags", list, f"{name}.flags")
-        if not all(isinstance(f, str) and f in SCAN_FLAGS for f in flags):
-            raise self.error(f"{name}.flags", f"a list of {', '.join(SCAN_FLAGS)}", flags)
-        return ScanRow(
-            layer=self.get(obj, "layer", str, f"{name}.layer"),
-            class_name=self.get(obj, "class", str, f"{name}.class"),
-            shape=shape,
-            dtype=self.get(obj, "dtype", str, f"{name}.dtype"),
-            status=self.word(obj, "status", Status, f"{name}.status"),
-            gradient=self.gradient(obj.get("gradient"), f"{name}.gradient", shape),
-            flags=tuple(Finding(f) for f in flags),
-            causes=self.causes(obj, name),
-            data=self.data(obj, name, shape[0] if shape else None),
-            jacobian=self.scan_jacobian(obj.get("jacobian"), f"{name}.jacobian"),
-        )
 
-    def jacobian(self, obj: object, name: str) -> JacobianStats | None:
-        """An inspect result's `jacobian` over --data (None when it has none)."""
-        if obj is None:
-            return None
-        if not isinstance(obj, dict):
-            raise self.error(name, "an object or null", obj)
-        probes = self.get(obj, "probes", (int, OPTIONAL), f"{name}.probes")
-        spectral = self.get(obj, "spectral", (dict, OPTIONAL), f"{name}.spectral")
-        units = self.get(obj, "unit_sensitivity", list, f"{name}.unit_sensitivity")
-        if not all(
-            isinstance(u, NUMBER) and not isinstance(u, bool) and 0 <= u <= MAX_MEASURE
-            for u in units
-        ):
-            raise self.error(f"{name}.unit_sensitivity", "a list of finite numbers >= 0", units)
-        spec = None
-        if spectral is not None:
-            at = f"{name}.spectral"
-            mean, top, distribution = self.norms(spectral, at)
-            steps = self.get(spectral, "iterations", (int, OPTIONAL), f"{at}.iterations")
-            spec = SpectralNorms((), mean, top, steps, distribution=distribution)
-        independent = self.get(obj, "batch_independent", bool, f"{name}.batch_independent")
-        frobenius = self.get(obj, "frobenius", dict, f"{name}.frobenius")
-        return JacobianStats(
-            method=self.word(obj, "method", JacobianMethod, f"{name}.method"),
-            probes=probes,
-            batch_independent=independent,
-            frobenius=self.frobenius(frobenius, f"{name}.frobenius"),
-            spectral=spec,
-            unit_sensitivity=tuple(float(u) for u in units),
-        )
+def _write_norms(obj: object, doc: dict[str, object]) -> None:
+    """Over a data set `per_sample` is null and the distribution's members join."""
+    if getattr(obj, "distribution", None) is not None:
+        doc["per_sample"] = None
 
-    def scan_jacobian(self, obj: object, name: str) -> ScanJacobian | None:
-        if obj is None:
-            return None
-        if not isinstance(obj, dict):
-            raise self.error(name, "an object or null", obj)
-        at = f"{name}.frobenius"
-        return ScanJacobian(self.frobenius(self.get(obj, "frobenius", dict, at), at))
 
-    def frobenius(self, obj: Mapping[str, object], name: str) -> FrobeniusNorms:
-        mean, top, distribution = self.norms(obj, name)
-        rel = self.optional_measure(obj, "rel_stderr", f"{name}.rel_stderr")
-        return FrobeniusNorms((), mean, top, rel, (), distribution)
+def _finish_norms(obj: object, doc: Mapping[str, object], read: Reader, at: str) -> object:
+    """Reports read back are over --data: the distribution, never per-sample norms."""
+    assert isinstance(obj, (FrobeniusNorms, SpectralNorms))
+    if obj.per_sample:
+        raise read.error(f"{at}.per_sample", "null (a report over --data)", "a list")
+    if obj.distribution is None:
+        read.member(doc, "histogram", at)
+    return obj
 
-    def sample_stats(self, obj: Mapping[str, object], count: int, name: str) -> SampleStats:
-        """`mean`, `std`, `min`, `max` and the optional `p50`, `p95` of a distribution."""
 
-        def num(key: str, optional: bool = False) -> float | None:
-            read = self.optional_measure if optional else self.measure
-            return read(obj, key, f"{name}.{key}")
+def _finish_histogram(obj: object, doc: Mapping[str, object], read: Reader, at: str) -> object:
+    assert isinstance(obj, NormDistribution)
+    h = obj.histogram
+    if not all(e > 0 for e in h.edges):
+        raise read.error(f"{at}.histogram.edges", "a list of positive numbers", list(h.edges))
+    if h.edges and len(h.edges) != len(h.counts) + 1:
+        raise read.error(f"{at}.histogram.counts", "a count per bin", list(h.counts))
+    return obj
 
-        return SampleStats(
-            count=count,
-            mean=float(num("mean") or 0.0),
-            std=float(num("std") or 0.0),
-            min=float(num("min") or 0.0),
-            p50=num("p50", optional=True),
-            p95=num("p95", optional=True),
-            max=float(num("max") or 0.0),
-        )
 
-    def norms(self, obj: Mapping[str, object], name: str) -> tuple[float, float, NormDistribution]:
-        """(mean, max, the distribution over the data) of a norm's member."""
-        if obj.get("per_sample") is not None:
-            raise self.error(f"{name}.per_sample", "null (a report over --data)", "a list")
+# a training run's losses (`fix`): what the loss is called, and each loss as a `..._loss`
+SCORED = {"loss_name": "loss", "final": "final_loss", "trivial": "trivial_loss",
+          "baseline": "baseline_loss"}  # fmt: skip
 
-        hist = self.get(obj, "histogram", dict, f"{name}.histogram")
-        edges = self.get(hist, "edges", list, f"{name}.histogram.edges")
-        counts = self.get(hist, "counts", list, f"{name}.histogram.counts")
-        if not all(isinstance(e, NUMBER) and not isinstance(e, bool) and e > 0 for e in edges):
-            raise self.error(f"{name}.histogram.edges", "a list of positive numbers", edges)
-        if not all(type(c) is int and c >= 0 for c in counts) or (
-            edges and len(edges) != len(counts) + 1
-        ):
-            raise self.error(f"{name}.histogram.counts", "a count per bin", counts)
-        top = []
-        for i, item in enumerate(self.get(obj, "top", list, f"{name}.top")):
-            at = f"{name}.top[{i}]"
-            if not isinstance(item, dict):
-                raise self.error(at, "an object", item)
-            rel = self.optional_measure(item, "rel_stderr", f"{at}.rel_stderr") \
-                if "rel_stderr" in item else None  # fmt: skip
-            sample = self.get(item, "sample", int, f"{at}.sample")
-            value = self.measure(item, "value", f"{at}.value")
-            top.append(RankedSample(sample, value, rel))
-        samples = self.get(obj, "samples", int, f"{name}.samples")
-        distribution = NormDistribution(
-            **asdict(self.sample_stats(obj, samples, name)),
-            histogram=Histogram(
-                tuple(float(e) for e in edges),
-                tuple(counts),
-                self.get(hist, "zeros", int, f"{name}.histogram.zeros"),
-                self.get(hist, "bins_per_decade", int, f"{name}.histogram.bins_per_decade"),
-            ),
-            top=tuple(top),
-            mean_rel_stderr=self.optional_measure(
-                obj, "mean_rel_stderr", f"{name}.mean_rel_stderr"
-            ),
-        )
-        return distribution.mean, distribution.max, distribution
+
+def _row(keys: Mapping[str, str], words: Mapping[str, tuple[Word, ...]] | None = None) -> Spec:
+    """What an inspect result and a scan row share."""
+    return Spec(
+        keys=keys,
+        skip=frozenset({"warnings", "array"}),
+        when_set=frozenset({"jacobian"}),
+        inline=frozenset({"data"}),
+        words=words or {},
+        write=_write_result,
+        finish=_finish_result,
+    )
+
+
+def _norms(skip: str) -> Spec:
+    """A Jacobian norm: over a data set its distribution's members join it."""
+    return Spec(
+        skip=frozenset({skip}),
+        inline=frozenset({"distribution"}),
+        nullable=frozenset({"per_sample"}),
+        write=_write_norms,
+        finish=_finish_norms,
+    )
+
+
+PLAIN = Spec()
+SPECS: dict[type, Spec] = {
+    InspectReport: Spec(head={"schema": INSPECT_SCHEMA}),
+    ScanReport: Spec(
+        head={"schema": SCAN_SCHEMA},
+        keys={"rows": "layers"},
+        skip=frozenset({"first_nonfinite", "constant", "input_range"}),
+    ),
+    WeightScanReport: Spec(
+        head={"schema": SCAN_SCHEMA, "wrt": "weights"},
+        keys={"noise": "gradient_snr"},
+        skip=frozenset({"dead_layers", "activations"}),
+        when_set=frozenset({"noise"}),
+    ),
+    ModelMeta: Spec(keys={"class_name": "class"}, skip=frozenset({"warnings"})),
+    # samples, replicas and data_sha256 only with --data; drawn only when the probe follows
+    # the model's preprocessing; shards and first_sample only in merged / shard reports
+    ProbeMeta: Spec(
+        when_set=frozenset(
+            {"samples", "replicas", "data_sha256", "drawn", "shards", "first_sample"}
+        ),
+        finish=_finish_probe,
+    ),
+    Result: _row({"source": "from", "target": "to"}),
+    ScanRow: _row({"class_name": "class"}, {"flags": SCAN_FLAGS}),
+    GradientStats: Spec(
+        skip=frozenset({"shape", "top_units"}), fill={"shape": ()}, tops={"zero_fraction": 1.0}
+    ),
+    Reason: Spec(
+        skip=frozenset({"output", "loss", "rule", "severity", "step", "repair", "op", "facts"}),
+        words={"code": CAUSE_CODES},
+        write=_write_reason,
+        finish=_finish_reason,
+    ),
+    DataStats: Spec(nullable=frozenset({"dead_units"})),
+    SampleStats: Spec(skip=frozenset({"count"}), fill={"count": 0}),
+    NormDistribution: Spec(keys={"count": "samples"}, finish=_finish_histogram),
+    RankedSample: Spec(when_set=frozenset({"rel_stderr"})),
+    FrobeniusNorms: _norms("sample_rel_stderr"),
+    Checkpoint: Spec(skip=frozenset({"nonfinite_inputs"})),
+    Run: Spec(keys=SCORED),
+    OutputLoss: Spec(keys=SCORED),
+    CheckItem: Spec(skip=frozenset({"reasons"})),
+    # what a file gets, and the findings that fail it or warn, in check order
+    FileVerdict: Spec(write=_write_verdict),
+    SpectralNorms: _norms("converged"),
+}

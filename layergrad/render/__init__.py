@@ -1,8 +1,12 @@
-"""Renderers: one module per command, each with one function per output format.
+"""Renderers: one module per report, each with one function per output format it renders.
 
-`render(report, fmt, value)` picks the function; adding a format means adding it to
-`vocab.OutputFormat`, to `FUNCTIONS` here, and one function to each report's module. A report
-is what a command prints: `scan --wrt weights` prints a `weights` report.
+Every format is one interface, a `Format`: a pure function of the report (and `color`,
+`width` and the report's own options) to text. `render(report, fmt, value)` picks the report
+module's function named in `FUNCTIONS`, or the one every report shares (`SHARED`: the JSON
+document, written from the report's dataclass fields by `files/report_json.to_json`). Adding a
+format means adding it to `vocab.OutputFormat`, to `FUNCTIONS` here, and one function to each
+report's module (or one to `SHARED`). A report is what a command prints: `scan --wrt weights`
+prints a `weights` report.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import importlib
 from collections.abc import Callable
 
 from layergrad.core.vocab import OutputFormat
+from layergrad.render.common import json_document
 
 REPORTS = ("inspect", "scan", "weights", "check", "layers", "diff", "fit", "fix")
 FUNCTIONS = {
@@ -20,13 +25,29 @@ FUNCTIONS = {
     OutputFormat.HTML: "html",
 }
 
-Renderer = Callable[..., str]
+Format = Callable[..., str]  # (report, *, color, width, **options) -> text
 
 
-def renderer(report: str, fmt: OutputFormat) -> Renderer:
+def as_json(value: object, **_: object) -> str:
+    """Any report's JSON document: its dataclass fields as `report_json` writes them, strict
+    (a number that is not finite is null)."""
+    return json_document(value)
+
+
+SHARED: dict[OutputFormat, Format] = {OutputFormat.JSON: as_json}
+# pages made in modules of their own, imported only for HTML (their charts need matplotlib)
+PAGES = {"inspect": "html_report.inspect_html", "scan": "html_report.scan_html",
+         "check": "check_page.check_html"}  # fmt: skip
+
+
+def renderer(report: str, fmt: OutputFormat) -> Format:
     """The function that renders a `report` (one of REPORTS) in `fmt`."""
-    module = importlib.import_module(f"layergrad.render.{report}")
-    function: Renderer = getattr(module, FUNCTIONS[fmt])
+    where = f"{report}.{FUNCTIONS[fmt]}"
+    if fmt == OutputFormat.HTML:
+        where = PAGES.get(report, where)
+    module, name = where.rsplit(".", 1)
+    found = getattr(importlib.import_module(f"layergrad.render.{module}"), name, None)
+    function: Format = found or SHARED[fmt]
     return function
 
 

@@ -9,6 +9,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from layergrad.core.results import CheckItem, FileVerdict
+from layergrad.files.report_json import to_json
 from layergrad.render.common import (
     Column,
     dropped_line,
@@ -108,26 +109,7 @@ def as_json(verdicts: Sequence[FileVerdict], **_: object) -> str:
         "schema": SCHEMA,
         "passed": all(v.passed for v in verdicts),
         "summary": summary_line(verdicts),
-        "files": [
-            {
-                "path": v.path,
-                "passed": v.passed,
-                "verdict": v.verdict,
-                "failures": list(v.failures),
-                "warnings": list(v.warnings),
-                "checks": [
-                    {
-                        "name": c.name,
-                        "passed": c.passed,
-                        "message": c.message,
-                        "findings": list(c.findings),
-                        "warnings": list(c.warnings),
-                    }
-                    for c in v.checks
-                ],
-            }
-            for v in verdicts
-        ],
+        "files": to_json(verdicts),
     }
     return json_document(doc)
 
@@ -152,10 +134,3 @@ def _md_verdict(v: FileVerdict) -> str:
     if not v.passed:
         return f"❌ **fail**{warned}"
     return f"⚠️ pass{warned}" if count else "✅ pass"
-
-
-def html(value: Sequence[FileVerdict], **_: object) -> str:
-    """One self-contained HTML page (inline style and charts, nothing fetched)."""
-    from layergrad.render.check_page import check_html
-
-    return check_html(value)

@@ -10,7 +10,7 @@ from layergrad.core.results import CheckItem, FileVerdict
 from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page, table
 
 
-def check_html(verdicts: Sequence[FileVerdict]) -> str:
+def check_html(verdicts: Sequence[FileVerdict], **_: object) -> str:
     """The `check` page: the verdict, a summary row per file, then a section per file.
 
     Failed files come first, and within a file its failed checks come first.

@@ -12,7 +12,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -22,13 +22,13 @@ from rich.table import Table
 from rich.text import Text
 
 from layergrad.core.results import (
-    GradientStats,
     ModelMeta,
     ProbeMeta,
     Reason,
     ScanReport,
 )
 from layergrad.core.vocab import Status
+from layergrad.files.report_json import to_json
 from layergrad.render.escape import visible
 
 MIN_WIDTH = 100  # the narrowest a report is laid out when the width is free
@@ -252,67 +252,14 @@ def causes_lines(causes: Iterable[Reason]) -> list[RenderableType]:
     return lines
 
 
-def meta_json(model: ModelMeta, probe: ProbeMeta) -> dict[str, object]:
-    """The `model` and `probe` members shared by the JSON documents."""
-    return {
-        "model": {
-            "path": model.path,
-            "format": model.format,
-            "class": model.class_name,
-            "name": model.name,
-        },
-        "probe": {
-            key: value
-            for key, value in asdict(probe).items()
-            # samples, replicas and data_sha256 only with --data; drawn only when the probe
-            # follows the model's preprocessing; shards and first_sample only in merged / shard
-            # reports
-            if value is not None
-            or key not in ("samples", "replicas", "data_sha256", "drawn", "shards", "first_sample")
-        },
-    }
-
-
 def json_document(doc: object) -> str:
     """Serialise a report as strict JSON: every NaN or infinity becomes `null`.
 
     One encoding for every schema (see docs/json.md): a number that is not finite is written
-    as `null`, and the counts beside it (`nonfinite`, the status) say that it was. Readers
-    (`diff`, `check --baseline`) take `null` back as "not a finite number".
+    as `null` (`report_json.to_json`), and the counts beside it (`nonfinite`, the status) say
+    that it was. Readers (`diff`, `check --baseline`) take `null` back as "not a finite number".
     """
-    return json.dumps(_finite_or_null(doc), indent=2, allow_nan=False)
-
-
-def _finite_or_null(value: object) -> object:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: _finite_or_null(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite_or_null(item) for item in value]
-    return value
-
-
-def gradient_json(g: GradientStats | None, *, shape: bool = False) -> dict[str, object] | None:
-    """A gradient's statistics as a JSON-ready dict (with its shape for `inspect`)."""
-    if g is None:
-        return None
-    numbers: dict[str, object] = {
-        "l2": g.l2,
-        "mean_abs": g.mean_abs,
-        "max_abs": g.max_abs,
-        "zero_fraction": g.zero_fraction,
-        "nonfinite": g.nonfinite,
-    }
-    return {"shape": list(g.shape), **numbers} if shape else numbers
-
-
-def cause_json(c: Reason) -> dict[str, object]:
-    """A cause as `{code, layer, message, hint, facts}` (the op, if any, is named in the
-    message; `facts` holds the typed values the message was said from)."""
-    message = f"{c.message} (op {c.op})" if c.op else c.message
-    return {"code": c.code, "layer": c.layer, "message": message, "hint": c.hint,
-            "facts": dict(c.facts)}  # fmt: skip
+    return json.dumps(to_json(doc), indent=2, allow_nan=False)
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -11,20 +11,6 @@ from layergrad.render.common import number
 SHOWN_UNITS = 12
 
 
-def data_json(data: DataStats | None, has_gradient: bool) -> dict[str, object]:
-    """The JSON members a result over a data set adds (none without one)."""
-    if data is None:
-        return {}
-    sample = data.per_sample_l2
-    return {
-        "dead_units": list(data.dead_units) if has_gradient else None,
-        "per_sample_l2": None
-        if sample is None
-        else {k: getattr(sample, k) for k in ("mean", "std", "min", "p50", "p95", "max")},
-        "first_nonfinite_batch": data.first_nonfinite_batch,
-    }
-
-
 def percentile_text(value: float | None) -> str:
     """A percentile, or why there is none (a report merged from shards)."""
     return "n/a (shards do not combine)" if value is None else number(value)

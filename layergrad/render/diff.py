@@ -19,16 +19,15 @@ from layergrad.core.results import ModelMeta
 from layergrad.core.vocab import Change, Status
 from layergrad.diagnose.regressions import DiffReport, RowDiff
 from layergrad.files.gradient_profile import ROW_KEYS, ProfileRow
+from layergrad.files.report_json import to_json
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
-    _finite_or_null,
     fit_table,
     json_document,
     md_code,
     md_table,
     md_text,
-    meta_json,
     natural_width,
     number,
     probe_line,
@@ -175,9 +174,9 @@ def as_json(report: DiffReport, **_: object) -> str:
     collection, key = ROW_KEYS[report.wrt]
     doc: dict[str, object] = {
         "schema": SCHEMA,
-        "base": meta_json(report.base, report.probe)["model"],
-        "new": meta_json(report.new, report.probe)["model"],
-        "probe": meta_json(report.base, report.probe)["probe"],
+        "base": to_json(report.base),
+        "new": to_json(report.new),
+        "probe": to_json(report.probe),
     }
     if report.loss is not None:  # as `scan --wrt weights` says it
         doc.update(wrt=report.wrt, loss=report.loss)
@@ -191,7 +190,7 @@ def as_json(report: DiffReport, **_: object) -> str:
     # strict JSON as `json_document` writes it: a number that is not finite is null
     head, tail = json_document(doc).split(f'"{_ROWS}"')
     encode = json.JSONEncoder(allow_nan=False).encode
-    rows = ",\n    ".join(encode(_finite_or_null(row_json(r, key))) for r in report.rows)
+    rows = ",\n    ".join(encode(to_json(row_json(r, key))) for r in report.rows)
     return f"{head}[\n    {rows}\n  ]{tail}" if rows else f"{head}[]{tail}"
 
 

@@ -14,6 +14,7 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from layergrad.core.fit_results import SCHEMA, Checkpoint, FitReport, LayerStats
+from layergrad.files.report_json import to_json
 from layergrad.render.common import (
     Column,
     fit_table,
@@ -35,11 +36,6 @@ COLUMNS = (
     Column("dead", "right", drop=1),
     Column("NaN/Inf", "right", drop=3),
 )
-
-
-def _num(value: float | None) -> float | None:
-    """A value for JSON: None for missing, NaN or Inf."""
-    return value if value is not None and math.isfinite(value) else None
 
 
 def _text(value: float | None, percent: bool = False) -> str:
@@ -126,51 +122,16 @@ def as_dict(report: FitReport) -> dict[str, object]:
             "every": report.every,
             "loss": report.loss_name,
             "optimizer": report.optimizer,
-            "learning_rate": _num(report.learning_rate),
+            "learning_rate": report.learning_rate,
             "stopped": report.stopped,
         },
-        "losses": [_num(v) for v in report.losses],
-        "checkpoints": [_checkpoint_json(c) for c in report.checkpoints],
+        "losses": list(report.losses),
+        "checkpoints": to_json(report.checkpoints),
         "findings": [
             {"finding": str(f.code), "layer": f.layer, "step": f.step, "message": f.message}
             for f in report.findings
         ],
         "notes": list(report.notes),
-    }
-
-
-def _checkpoint_json(c: Checkpoint) -> dict[str, object]:
-    return {
-        "step": c.step,
-        "epoch": c.epoch,
-        "batch": c.batch,
-        "loss": _num(c.loss),
-        "learning_rate": _num(c.learning_rate),
-        "layers": [
-            {
-                "layer": r.layer,
-                "update_ratio": _num(r.update_ratio),
-                "grad_l2": _num(r.grad_l2),
-                "weight_l2": _num(r.weight_l2),
-                "dead_fraction": _num(r.dead_fraction),
-                "constant_fraction": _num(r.constant_fraction),
-                "nonfinite_gradient": r.nonfinite_gradient,
-                "nonfinite_activation": r.nonfinite_activation,
-            }
-            for r in c.layers
-        ],
-        "variables": [
-            {
-                "variable": v.variable,
-                "layer": v.layer,
-                "shape": list(v.shape),
-                "grad_l2": _num(v.grad_l2),
-                "weight_l2": _num(v.weight_l2),
-                "nonfinite": v.nonfinite,
-                "dead_fraction": _num(v.dead_fraction),
-            }
-            for v in c.variables
-        ],
     }
 
 

@@ -7,14 +7,14 @@ against the trivial loss as inline SVG, and fetches nothing.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 
 from rich.console import RenderableType
 from rich.text import Text
 
-from layergrad.core.fix_results import SCHEMA, FixReport, OutputLoss, Repair, Run
+from layergrad.core.fix_results import SCHEMA, FixReport, Repair, Run
+from layergrad.files.report_json import to_json
 from layergrad.render.common import json_document, md_code, md_table, md_text, number, to_text
 from layergrad.render.escape import visible
 from layergrad.render.html_page import Html, badge, cell, el, page, report_head
@@ -109,39 +109,6 @@ def _style(r: Repair) -> str:
     return {"verified": "green", "not verified": "red"}.get(str(r.verdict), "yellow")
 
 
-def _num(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
-
-
-def run_json(run: Run | None) -> dict[str, object] | None:
-    """One training run: its loss curve, trivial loss and findings."""
-    if run is None:
-        return None
-    return {
-        "loss": run.loss_name,
-        "losses": [_num(v) for v in run.losses],
-        "trivial_loss": _num(run.trivial),
-        "final_loss": _num(run.final),
-        "findings": list(run.findings),
-        "error": run.error,
-        "baseline_loss": _num(run.baseline),
-        "outputs": [_output_json(o) for o in run.outputs],
-        "trained_loss": _num(run.trained_loss),
-        "accuracy": _num(run.accuracy),
-        "prior_accuracy": _num(run.prior_accuracy),
-    }
-
-
-def _output_json(output: OutputLoss) -> dict[str, object]:
-    return {
-        "name": output.name,
-        "loss": output.loss_name,
-        "final_loss": _num(output.final),
-        "trivial_loss": _num(output.trivial),
-        "baseline_loss": _num(output.baseline),
-    }
-
-
 def as_dict(report: FixReport) -> dict[str, object]:
     """The `layergrad.fix/1` object."""
     return {
@@ -165,8 +132,8 @@ def as_dict(report: FixReport) -> dict[str, object]:
                 "why": r.why or None,
                 "applied": r.applied,
                 "gone": list(r.gone),
-                "original": run_json(report.original),
-                "repaired": run_json(r.repaired),
+                "original": to_json(report.original),
+                "repaired": to_json(r.repaired),
             }
             for r in report.repairs
         ],
@@ -174,7 +141,7 @@ def as_dict(report: FixReport) -> dict[str, object]:
             {"finding": u.code, "layer": u.layer, "message": u.message, "hint": u.hint}
             for u in report.unrepaired
         ],
-        "together": run_json(report.together),
+        "together": to_json(report.together),
         "output": report.output,
         "passed": report.ok,
         "notes": list(report.notes),

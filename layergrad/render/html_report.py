@@ -49,7 +49,7 @@ PAGE_ROWS_PER_COLUMN = 400
 CHART_SCALE = 1.25  # inline charts are drawn up to this times their size in a paper figure
 
 
-def inspect_html(report: InspectReport) -> str:
+def inspect_html(report: InspectReport, **_: object) -> str:
     """The `inspect` page: results, unit-sensitivity chart, a cause panel per non-ok result."""
     results = report.results
     source = results[0].source.layer if results else "?"
@@ -76,7 +76,7 @@ def inspect_html(report: InspectReport) -> str:
     return page(f"layergrad inspect: {report.model.path}", body)
 
 
-def scan_html(report: ScanReport) -> str:
+def scan_html(report: ScanReport, **_: object) -> str:
     """The `scan` page: the gradient-flow chart, every layer's row, the causes of broken ones."""
     body: list[Html | None] = [
         el("h1", "layergrad scan"),

@@ -9,21 +9,17 @@ from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
-from layergrad.core.results import Endpoint, InspectReport, Result
+from layergrad.core.results import InspectReport, Result
 from layergrad.core.vocab import Status
 from layergrad.render import jacobian
 from layergrad.render.columns import RESULT_COLUMNS
 from layergrad.render.common import (
     STATUS_STYLE,
-    cause_json,
     causes_lines,
-    gradient_json,
-    json_document,
     md_cause,
     md_code,
     md_table,
     md_text,
-    meta_json,
     model_header,
     number,
     ranked_units_table,
@@ -31,9 +27,7 @@ from layergrad.render.common import (
     table_with_note,
     to_text,
 )
-from layergrad.render.data import data_json, data_lines
-
-SCHEMA = "layergrad.inspect/1"
+from layergrad.render.data import data_lines
 
 
 def table(report: InspectReport, *, color: bool = False, width: int | None = 100) -> str:
@@ -105,33 +99,6 @@ def _causes_panel(res: Result) -> Panel:
     )
 
 
-def as_json(report: InspectReport, **_: object) -> str:
-    """The `layergrad.inspect/1` JSON document (one object, keys as documented)."""
-    doc = {
-        "schema": SCHEMA,
-        **meta_json(report.model, report.probe),
-        "results": [result_json(r) for r in report.results],
-    }
-    return json_document(doc)
-
-
-def result_json(res: Result) -> dict[str, object]:
-    """One result as a JSON-ready dict (`jacobian` only with --measure jacobian)."""
-    return {
-        "from": _endpoint_json(res.source),
-        "to": _endpoint_json(res.target),
-        "status": res.status,
-        "gradient": gradient_json(res.gradient, shape=True),
-        "causes": [cause_json(c) for c in res.causes],
-        **({} if res.jacobian is None else {"jacobian": jacobian.jacobian_json(res.jacobian)}),
-        **data_json(res.data, res.gradient is not None),
-    }
-
-
-def _endpoint_json(e: Endpoint) -> dict[str, object]:
-    return {"layer": e.layer, "shape": list(e.shape), "dtype": e.dtype}
-
-
 def markdown(report: InspectReport, **_: object) -> str:
     """The results as markdown for a pull-request comment, then causes and warnings."""
     head = (
@@ -169,10 +136,3 @@ def markdown(report: InspectReport, **_: object) -> str:
         + "".join(f"\n{n}" for n in notes)
         + ("\n" if notes else "")
     )
-
-
-def html(value: InspectReport, **_: object) -> str:
-    """One self-contained HTML page (inline style and charts, nothing fetched)."""
-    from layergrad.render.html_report import inspect_html
-
-    return inspect_html(value)

@@ -15,11 +15,8 @@ from rich.text import Text
 from layergrad.core.results import (
     FrobeniusNorms,
     JacobianStats,
-    NormDistribution,
     Result,
-    ScanJacobian,
     ScanRow,
-    SpectralNorms,
 )
 from layergrad.render.columns import NORM_COLUMNS
 from layergrad.render.common import (
@@ -39,90 +36,6 @@ MD_HEADER = (
     *("batch independent", "most sensitive units"),
 )
 BAR_WIDTH = 16
-
-
-# --- JSON -----------------------------------------------------------------------------------
-
-
-def jacobian_json(j: JacobianStats) -> dict[str, object]:
-    """An inspect result's `jacobian` member."""
-    return {
-        "method": j.method,
-        "probes": j.probes,
-        "batch_independent": j.batch_independent,
-        "frobenius": frobenius_json(j.frobenius),
-        "spectral": None if j.spectral is None else spectral_json(j.spectral),
-        "unit_sensitivity": [_finite(u) for u in j.unit_sensitivity],
-    }
-
-
-def scan_jacobian_json(j: ScanJacobian) -> dict[str, object]:
-    """A scan row's `jacobian` member."""
-    return {"frobenius": frobenius_json(j.frobenius)}
-
-
-def frobenius_json(f: FrobeniusNorms) -> dict[str, object]:
-    """`{per_sample, mean, max, rel_stderr}`; rel_stderr is null when exact. Over a data set
-    `per_sample` is null and the distribution's keys join (`distribution_json`)."""
-    doc: dict[str, object] = {
-        "per_sample": _per_sample(f.per_sample, f.distribution),
-        "mean": _finite(f.mean),
-        "max": _finite(f.max),
-        "rel_stderr": None if f.rel_stderr is None else _finite(f.rel_stderr),
-    }
-    if f.distribution is not None:
-        doc.update(distribution_json(f.distribution))
-    return doc
-
-
-def spectral_json(s: SpectralNorms) -> dict[str, object]:
-    """`{per_sample, mean, max, iterations}`; iterations is null when exact (over a data set
-    as for `frobenius_json`)."""
-    doc: dict[str, object] = {
-        "per_sample": _per_sample(s.per_sample, s.distribution),
-        "mean": _finite(s.mean),
-        "max": _finite(s.max),
-        "iterations": s.iterations,
-    }
-    if s.distribution is not None:
-        doc.update(distribution_json(s.distribution))
-    return doc
-
-
-def _per_sample(values: Sequence[float], distribution: object) -> list[float | None] | None:
-    return None if distribution is not None else [_finite(x) for x in values]
-
-
-def distribution_json(d: NormDistribution) -> dict[str, object]:
-    """`samples`, `std`, `min`, `p50`, `p95`, `histogram`, `top` and `mean_rel_stderr` of a
-    norm over every sample of a data set (`mean` and `max` are the caller's)."""
-    h = d.histogram
-    top = []
-    for r in d.top:
-        item: dict[str, object] = {"sample": r.sample, "value": _finite(r.value)}
-        if r.rel_stderr is not None:
-            item["rel_stderr"] = _finite(r.rel_stderr)
-        top.append(item)
-    return {
-        "samples": d.count,
-        "std": _finite(d.std),
-        "min": _finite(d.min),
-        "p50": None if d.p50 is None else _finite(d.p50),
-        "p95": None if d.p95 is None else _finite(d.p95),
-        "histogram": {
-            "bins_per_decade": h.bins_per_decade,
-            "edges": list(h.edges),
-            "counts": list(h.counts),
-            "zeros": h.zeros,
-        },
-        "top": top,
-        "mean_rel_stderr": None if d.mean_rel_stderr is None else _finite(d.mean_rel_stderr),
-    }
-
-
-def _finite(value: float) -> float | None:
-    """JSON has no NaN or Infinity: such a value is written as null."""
-    return value if math.isfinite(value) else None
 
 
 # --- inspect tables -------------------------------------------------------------------------

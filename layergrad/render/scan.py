@@ -13,15 +13,11 @@ from layergrad.render.columns import JACOBIAN_SCAN_COLUMNS, SCAN_COLUMNS
 from layergrad.render.common import (
     STATUS_STYLE,
     bar_blocks,
-    cause_json,
     causes_lines,
-    gradient_json,
-    json_document,
     log_scale,
     md_code,
     md_table,
     md_text,
-    meta_json,
     model_header,
     number,
     shape_text,
@@ -29,9 +25,7 @@ from layergrad.render.common import (
     target_text,
     to_text,
 )
-from layergrad.render.data import data_json
 
-SCHEMA = "layergrad.scan/1"
 BAR_WIDTH = 16
 
 
@@ -103,35 +97,6 @@ def _distinct_causes(rows: list[ScanRow]) -> list[ScanRow]:
     return out[::-1]
 
 
-def as_json(report: ScanReport, **_: object) -> str:
-    """The `layergrad.scan/1` JSON document."""
-    doc = {
-        "schema": SCHEMA,
-        **meta_json(report.model, report.probe),
-        "target": report.target,
-        "layers": [row_json(r) for r in report.rows],
-        "notes": list(report.notes),
-    }
-    return json_document(doc)
-
-
-def row_json(row: ScanRow) -> dict[str, object]:
-    """One scan row as a JSON-ready dict (`jacobian` only with --measure jacobian)."""
-    j = row.jacobian
-    return {
-        "layer": row.layer,
-        "class": row.class_name,
-        "shape": list(row.shape),
-        "dtype": row.dtype,
-        "status": row.status,
-        "gradient": gradient_json(row.gradient),
-        "flags": list(row.flags),
-        "causes": [cause_json(c) for c in row.causes],
-        **({} if j is None else {"jacobian": jacobian.scan_jacobian_json(j)}),
-        **data_json(row.data, row.gradient is not None),
-    }
-
-
 def markdown(report: ScanReport, **_: object) -> str:
     """A markdown table for a pull-request comment."""
     head = (
@@ -157,10 +122,3 @@ def markdown(report: ScanReport, **_: object) -> str:
         extra = [jacobian.scan_markdown_cells(r) for r in report.rows]
         rows = [[*c[:5], *e, *c[5:]] for c, e in zip(rows, extra, strict=True)]
     return head + md_table(header, rows) + notes
-
-
-def html(value: ScanReport, **_: object) -> str:
-    """One self-contained HTML page (inline style and charts, nothing fetched)."""
-    from layergrad.render.html_report import scan_html
-
-    return scan_html(value)

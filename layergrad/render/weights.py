@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import math
-
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from layergrad.core.results import GradientNoise, Reason, VariableRow, WeightScanReport
+from layergrad.core.results import Reason, VariableRow, WeightScanReport
 from layergrad.render.columns import WEIGHT_COLUMNS
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
-    cause_json,
     causes_lines,
-    gradient_json,
-    json_document,
     md_cause,
     md_code,
     md_table,
     md_text,
-    meta_json,
     model_header,
     number,
     shape_text,
@@ -28,7 +22,6 @@ from layergrad.render.common import (
     to_text,
 )
 
-SCHEMA = "layergrad.scan/1"
 RATIO_NOTE = (
     "||g|| / ||w|| is how far one gradient step of learning rate 1 would move a variable, "
     "relative to its size: multiply by your learning rate (with plain SGD, a step of about "
@@ -114,58 +107,6 @@ def _cells(row: VariableRow) -> list[RenderableType]:
         "-" if row.update_ratio is None else number(row.update_ratio),
         Text(", ".join(row.flags), style="yellow" if row.flags else ""),
     ]
-
-
-def as_json(report: WeightScanReport, **_: object) -> str:
-    """The `layergrad.scan/1` document with `"wrt": "weights"`."""
-    doc = {
-        "schema": SCHEMA,
-        **meta_json(report.model, report.probe),
-        "wrt": "weights",
-        "loss": {
-            "name": report.loss.name,
-            "source": report.loss.source,
-            "labels": report.loss.labels,
-        },
-        "frozen": report.frozen,
-        "variables": [variable_json(r) for r in report.variables],
-        "notes": list(report.notes),
-    }
-    if report.noise:  # --data: per layer, the gradient's signal-to-noise ratio across batches
-        doc["gradient_snr"] = [noise_json(n) for n in report.noise]
-    return json_document(doc)
-
-
-def noise_json(n: GradientNoise) -> dict[str, object]:
-    """One layer's `{layer, signal, variance, snr, batches}` (null where not finite)."""
-    return {
-        "layer": n.layer,
-        "signal": _finite(n.signal),
-        "variance": None if n.variance is None else _finite(n.variance),
-        "snr": None if n.snr is None else _finite(n.snr),
-        "batches": n.batches,
-    }
-
-
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
-def variable_json(row: VariableRow) -> dict[str, object]:
-    """One variable as a JSON-ready dict."""
-    g = row.gradient
-    return {
-        "variable": row.variable,
-        "layer": row.layer,
-        "name": row.name,
-        "shape": list(row.shape),
-        "dtype": row.dtype,
-        "status": row.status,
-        "gradient": gradient_json(g),
-        "update_ratio": row.update_ratio,
-        "flags": list(row.flags),
-        "causes": [cause_json(c) for c in row.causes],
-    }
 
 
 def markdown(report: WeightScanReport, **_: object) -> str:

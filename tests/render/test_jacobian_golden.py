@@ -16,7 +16,8 @@ import pytest
 from helpers import ROOT, seed_inspect
 
 from layergrad.commands.api import inspect_model, scan_model
-from layergrad.render import inspect, scan
+from layergrad.core.vocab import OutputFormat
+from layergrad.render import inspect, render, scan
 
 WIDTH = 100
 A_TO_B, X_TO_B = math.sqrt(5**2 + 6**2), math.sqrt(17**2 + 39**2)
@@ -54,7 +55,7 @@ def test_inspect_jacobian_markdown_and_json(golden):
     text = inspect.markdown(result)
     assert f"| `x` | `b` | exact | {X_TO_B:.4g} |" in text
     golden("inspect_hand_set_jacobian.md", text)
-    doc = json.loads(inspect.as_json(result))
+    doc = json.loads(render("inspect", OutputFormat.JSON, result))
     b = doc["results"][1]["jacobian"]
     assert b["frobenius"]["mean"] == pytest.approx(X_TO_B) and b[
         "unit_sensitivity"
@@ -146,8 +147,7 @@ def test_names_that_look_like_rich_markup_print_as_they_are_in_jacobian_tables()
         ScanRow,
         SpectralNorms,
     )
-    from layergrad.core.vocab import JacobianMethod, OutputFormat, Status
-    from layergrad.render import render
+    from layergrad.core.vocab import JacobianMethod, Status
 
     names = ("[bold red]loud[/bold red]", "a[/b]")
     meta, probe = (

@@ -20,8 +20,8 @@ from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import ScanReport, WeightScanReport
 from layergrad.core.vocab import Change, Finding
 from layergrad.diagnose.regressions import DiffReport, compare
-from layergrad.files.gradient_profile import ACTIVATIONS, Profile, profile_of, recorded_probe
-from layergrad.files.profile_json import load_profile
+from layergrad.files.gradient_profile import ACTIVATIONS, Profile, recorded_probe
+from layergrad.files.profile_json import load_profile, profile_of
 
 LISTED = 4  # regressions named in a check message; the rest are counted
 MIN_SHARED = 0.5  # of a baseline's layers that must be in the model it is checked against

@@ -31,7 +31,6 @@ from layergrad.core.errors import UsageError
 from layergrad.core.gradient_stats import status_flags
 from layergrad.core.results import (
     DataStats,
-    Endpoint,
     GradientStats,
     InspectReport,
     ModelMeta,
@@ -308,59 +307,45 @@ def _causes(
     return next((c for c in causes if c), ())
 
 
-def _result(items: Sequence[Result], shares: _Shares) -> Result:
-    first = items[0]
-    grads = [r.gradient for r in items]
-    source_shape = merged_shape([r.source.shape for r in items], shares.total)
-    gradient = None
-    if all(g is not None for g in grads):
-        gradient = merge_gradients(
-            [g for g in grads if g is not None], shares.weights,
-            merged_shape([g.shape for g in grads if g is not None], shares.total),
-        )  # fmt: skip
-    statuses = [r.status for r in items]
-    status = _status(statuses, gradient)
-    data = [r.data for r in items]
-    return Result(
-        source=Endpoint(first.source.layer, source_shape, first.source.dtype),
-        target=Endpoint(
-            first.target.layer,
-            merged_shape([r.target.shape for r in items], shares.total),
-            first.target.dtype,
-        ),
-        status=status,
-        gradient=gradient,
-        causes=_causes(statuses, [r.causes for r in items], status, data),
-        data=_data(data, shares, gradient is not None),
-    )
-
-
-def _row(items: Sequence[ScanRow], shares: _Shares) -> ScanRow:
-    first = items[0]
-    shape = merged_shape([r.shape for r in items], shares.total)
+def _combined(
+    items: Sequence[Result] | Sequence[ScanRow], shares: _Shares, shape: tuple[int, ...]
+) -> tuple[GradientStats | None, Status, tuple[Reason, ...], DataStats | None]:
+    """What a result and a scan row combine alike: the gradient (of `shape`), the status, the
+    causes and the statistics over the data."""
     grads = [r.gradient for r in items]
     gradient = None
     if all(g is not None for g in grads):
         gradient = merge_gradients([g for g in grads if g is not None], shares.weights, shape)
     statuses = [r.status for r in items]
     status = _status(statuses, gradient)
-    data = _data([r.data for r in items], shares, gradient is not None)
+    data = [r.data for r in items]
+    causes = _causes(statuses, [r.causes for r in items], status, data)
+    return gradient, status, causes, _data(data, shares, gradient is not None)
+
+
+def _result(items: Sequence[Result], shares: _Shares) -> Result:
+    first = items[0]
+    shapes = [r.gradient.shape for r in items if r.gradient is not None]
+    total = shares.total
+    gradient, status, causes, data = _combined(
+        items, shares, merged_shape(shapes, total) if shapes else ()
+    )
+    source, target = (merged_shape([r.source.shape for r in items], total),
+                      merged_shape([r.target.shape for r in items], total))  # fmt: skip
+    return replace(first, source=replace(first.source, shape=source),
+                   target=replace(first.target, shape=target), gradient=gradient, status=status,
+                   causes=causes, data=data)  # fmt: skip
+
+
+def _row(items: Sequence[ScanRow], shares: _Shares) -> ScanRow:
+    shape = merged_shape([r.shape for r in items], shares.total)
+    gradient, status, causes, data = _combined(items, shares, shape)
     dead = None
     if data is not None and gradient is not None:
         units = shape[-1] if len(shape) >= 2 else 1
         dead = len(data.dead_units) / units if units else None
-    flags = status_flags(status, dead)
-    return ScanRow(
-        layer=first.layer,
-        class_name=first.class_name,
-        shape=shape,
-        dtype=first.dtype,
-        status=status,
-        gradient=gradient,
-        flags=flags,
-        causes=_causes(statuses, [r.causes for r in items], status, [r.data for r in items]),
-        data=data,
-    )
+    return replace(items[0], shape=shape, gradient=gradient, status=status, causes=causes,
+                   data=data, flags=status_flags(status, dead))  # fmt: skip
 
 
 def _scale_flags(
