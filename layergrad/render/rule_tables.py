@@ -1,5 +1,6 @@
 """The docs' tables of the rules, made from the tables themselves: the head rules
-(`model/head_rules.RULES`) and the cause codes (`diagnose/causes.KINDS`).
+(`model/head_rules.RULES`), the label rules (`model/target_fit.RULES`), the training rules
+(`training/rules.RULES`) and the cause codes (`diagnose/causes.KINDS`).
 
 `docs/verdicts.md` shows each head rule's condition, severity and evidence, `docs/fix.md` each
 rule's repair, the README each cause code's meaning, detection and fix. A generated table sits
@@ -10,11 +11,15 @@ makes.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
 
 from layergrad.diagnose.causes import KINDS
 from layergrad.model.head_rules import RULES, HeadRule
+from layergrad.model.target_fit import RULES as TARGET_RULES
 
 END = "<!-- end rules -->"
 
@@ -73,20 +78,75 @@ def cause_table() -> str:
     return "\n".join(lines)
 
 
+def target_table() -> str:
+    """Each label rule, in the order check applies them: the labels, the head and loss, what
+    `fix` changes."""
+    lines = ["| rule | labels | head and loss | severity | `fix` changes |",
+             "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    for rule in TARGET_RULES:
+        cells = " | ".join(_cell(t) for t in (rule.labels, rule.head_and_loss))
+        lines.append(f"| `{rule.name}` | {cells} | {rule.severity} | "
+                     f"{_cell(rule.repair_words)} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+# what benchmarks/bench_training_corpus.py --results measured (a checkout's file)
+CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "training_corpus.json"
+
+
+class TrainingRule(Protocol):
+    """What the training table shows of a `training/rules.TrainingRule` (a stage above)."""
+
+    @property
+    def code(self) -> str: ...
+    @property
+    def when(self) -> str: ...
+    @property
+    def condition(self) -> str: ...
+    @property
+    def layer(self) -> str: ...
+    @property
+    def step(self) -> str: ...
+    @property
+    def severity(self) -> str: ...
+    @property
+    def repair(self) -> str: ...
+
+
+def training_table(rules: Sequence[TrainingRule]) -> str:
+    """Each training finding: when it holds, its rule, layer, step and severity, its recall
+    and false alarms on the corpus of training runs, what `fix` changes (`docs/make_tables.py`
+    passes `training/rules.RULES`)."""
+    measured = json.loads(CORPUS.read_text(encoding="utf-8")) if CORPUS.is_file() else {}
+    counts = measured.get("findings", {})
+    lines = ["| finding | when | rule | layer | step | severity | corpus recall | false alarms "
+             "| `fix` changes |", "| --- " * 9 + "|"]  # fmt: skip
+    for rule in rules:
+        count = counts.get(str(rule.code), {})
+        recall = f"{count['named']}/{count['runs']}" if count.get("runs") else "not measured"
+        alarms = (f"{count['false_alarms']}/{measured['healthy_runs']}" if count
+                  else "not measured")  # fmt: skip
+        cells = " | ".join(_cell(t) for t in (rule.when, rule.condition, rule.layer, rule.step))
+        lines.append(f"| `{rule.code}` | {cells} | {rule.severity} | {recall} | {alarms} | "
+                     f"{_cell(rule.repair)} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "verdicts": verdict_table,
     "repairs": fix_table,
     "causes": cause_table,
+    "targets": target_table,
 }
 
 
-def with_tables(page: str) -> str:
+def with_tables(page: str, tables: Mapping[str, Callable[[], str]] = TABLES) -> str:
     """`page` with every generated table made anew from the rules."""
 
     def made(match: re.Match[str]) -> str:
         name = match.group(1)
-        if name not in TABLES:
+        if name not in tables:
             raise ValueError(f"no generated table named {name!r}")
-        return f"<!-- rules: {name} -->\n{TABLES[name]()}\n{END}"
+        return f"<!-- rules: {name} -->\n{tables[name]()}\n{END}"
 
     return re.sub(r"<!-- rules: (\w+) -->\n(?:.*?\n)?" + re.escape(END), made, page, flags=re.S)

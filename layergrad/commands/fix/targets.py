@@ -60,7 +60,7 @@ def target_plan(
         return None  # labels of another rank: the data must change (check's hint says how)
     if units == 1 and y.width > 1:
         return _widen(rules, head, loss, y, f)
-    if sparse and y.one_hot:
+    if sparse and y.one_hot and not y.text:
         return rules.loss(
             head,
             "categorical_crossentropy",
