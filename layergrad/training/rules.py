@@ -193,7 +193,8 @@ class TrainingRule:
     """One training finding: what it reads, its predicate (`find`: the curve or layer test it
     calls, on a run alone), the docs' words for its condition, the layer and step it names, its
     severity (a failure says the run learns nothing: `fit --fail-on`'s default), its hint (what
-    to do by hand), what `fix` changes, when it holds (`when`: during training, or before the
+    to do by hand), what `fix` changes (`repair`, in words; `fixes`: the repairs it tries, by
+name), when it holds (`when`: during training, or before the
     first step by a rule of `check`), and the runs that show it: `examples` that trigger it
     and `near_misses` that must not (by name, built in benchmarks/training_examples.py)."""
 
@@ -206,6 +207,7 @@ class TrainingRule:
     hint: str
     repair: str
     find: Callable[[Run], list[Reason]] | None = None
+    fixes: tuple[str, ...] = ()  # the repairs `fix` tries, in order (`commands/fix/rules.py`)
     examples: tuple[str, ...] = ()
     near_misses: tuple[str, ...] = ()
     when: str = "during training"
@@ -237,7 +239,7 @@ RULES: tuple[TrainingRule, ...] = (
         "loss whose gradient has one", "where it started", "the step", FAIL,
         "clean the data, or lower the learning rate",
         "none alone: the repair of the learning rate or of the inputs' scale covers it",
-        _nonfinite, ("nan_in_head",), ("finite_run",),
+        _nonfinite, (), ("nan_in_head",), ("finite_run",),
     ),
     TrainingRule(
         Finding.DIVERGING, CURVE,
@@ -253,7 +255,7 @@ RULES: tuple[TrainingRule, ...] = (
         "steps, never see grow)", "the layer with the largest update ratio",
         "the first step of that window, or the step of the blow-up", FAIL,
         "lower the learning rate", LOWER_RATE,
-        lambda r: _one(diverging(r.losses, r.checkpoints, False)),
+        lambda r: _one(diverging(r.losses, r.checkpoints, False)), ("learning_rate",),
         ("loss_grows", "first_steps_blow_up"), ("flat_noisy_high_ratios",),
     ),
     TrainingRule(
@@ -266,7 +268,7 @@ RULES: tuple[TrainingRule, ...] = (
         "a lower learning rate; a saturated head, smaller inputs or initialisation",
         "none alone: the head's repair (a softmax over one unit) or the learning rate's "
         "covers it",
-        lambda r: constant_predictions(r.checkpoints, r.heads, r.facts),
+        lambda r: constant_predictions(r.checkpoints, r.heads, r.facts), (),
         ("constant_head",), ("constant_once",),
     ),
     TrainingRule(
@@ -281,7 +283,7 @@ RULES: tuple[TrainingRule, ...] = (
         "the layer with the largest update ratio", "the first checkpoint", FAIL,
         "raise the learning rate, or look for a dead network (layergrad scan --wrt weights)",
         RAISE_RATE,
-        lambda r: _one(not_learning(r.losses, r.checkpoints, r.chance)),
+        lambda r: _one(not_learning(r.losses, r.checkpoints, r.chance)), ("learning_rate",),
         ("flat_tiny_ratios", "stuck_far_above"), ("falling_tiny_ratios", "flat_healthy_ratios"),
     ),
     TrainingRule(
@@ -292,7 +294,7 @@ RULES: tuple[TrainingRule, ...] = (
         "the first of the windows that stay in that band to the end", FAIL,
         "check that the labels match the inputs and the loss fits the outputs",
         "none alone: the inputs' scale covers it when they are raw",
-        lambda r: _one(plateau_at_chance(r.losses, r.checkpoints, r.chance)),
+        lambda r: _one(plateau_at_chance(r.losses, r.checkpoints, r.chance)), (),
         ("at_chance",), ("below_chance",),
     ),
     TrainingRule(
@@ -306,7 +308,7 @@ RULES: tuple[TrainingRule, ...] = (
         "jumps as much while it falls, then settles)", "the layer with the largest update "
         "ratio", "the first step", WARN,
         "lower the learning rate, or train on larger batches", LOWER_RATE,
-        lambda r: _one(oscillating(r.losses, r.checkpoints, r.chance)),
+        lambda r: _one(oscillating(r.losses, r.checkpoints, r.chance)), ("learning_rate",),
         ("square_wave", "batch_of_one"), ("falling", "converged_spikes"),
     ),
     TrainingRule(
@@ -320,6 +322,7 @@ RULES: tuple[TrainingRule, ...] = (
         "steps); the message says how many", "the last layer", "the middle of the run", WARN,
         "raise the learning rate (or train that much longer)", RAISE_RATE,
         lambda r: _one(slow_convergence(r.losses, r.checkpoints, r.chance)),
+        ("learning_rate",),
         ("slow_fall",), ("fast_fall", "levelling_off"),
     ),
     TrainingRule(
@@ -332,7 +335,7 @@ RULES: tuple[TrainingRule, ...] = (
         "ReLU-family activations with he_normal kernels in the deep stack, or "
         "BatchNormalization / residual connections between its layers",
         "kernels far off their initialiser's scale drawn afresh",
-        lambda r: _one(vanishing(r.checkpoints, r.facts)),
+        lambda r: _one(vanishing(r.checkpoints, r.facts)), ("kernels",),
         ("shrinking_to_input",), ("one_layer_low",),
     ),
     TrainingRule(
@@ -345,7 +348,7 @@ RULES: tuple[TrainingRule, ...] = (
         WARN, "smaller initial kernels (glorot_uniform; he_normal for ReLU), gradient clipping "
         "(clipnorm=1.0), or BatchNormalization",
         "kernels far off their initialiser's scale drawn afresh; else " + LOWER_RATE,
-        lambda r: _one(exploding(r.checkpoints)),
+        lambda r: _one(exploding(r.checkpoints)), ("kernels", "learning_rate"),
         ("growing_to_input", "huge_steps_twice"), ("one_huge_step",),
     ),
     TrainingRule(
@@ -355,7 +358,7 @@ RULES: tuple[TrainingRule, ...] = (
         "silent for one small batch of a small data set may answer the next)", "that layer",
         "the first checkpoint of the final run at or above 0.5", WARN,
         "lower the learning rate, or use LeakyReLU / better initialisation", LOWER_RATE,
-        lambda r: dying_units(r.checkpoints),
+        lambda r: dying_units(r.checkpoints), ("learning_rate",),
         ("units_die",), ("dead_from_the_start", "dead_last_batch"),
     ),
     TrainingRule(
@@ -365,7 +368,7 @@ RULES: tuple[TrainingRule, ...] = (
         "layers `vanishing` names", "that layer", "the first checkpoint of that run", WARN,
         "look for a saturated or dead layer, or a learning rate too small for it",
         "none alone: the inputs' scale covers it when they are raw",
-        lambda r: stalled_layers(r.checkpoints),
+        lambda r: stalled_layers(r.checkpoints), (),
         ("one_layer_stalls",), ("stalls_twice",),
     ),
     TrainingRule(
@@ -373,6 +376,7 @@ RULES: tuple[TrainingRule, ...] = (
         "the labels do not fit an output or its loss, by the rule of `check --data` "
         "([verdicts.md](verdicts.md#the-output-cannot-produce-the-targets-target_mismatch))",
         "the output layer", "0", FAIL, "the message's", "the head or its loss, for the labels",
+        fixes=("head",),
         when="before the first step (`layergrad fit`)",
     ),
     TrainingRule(
@@ -382,7 +386,7 @@ RULES: tuple[TrainingRule, ...] = (
         "with no normalising layer before it (a ReLU network never shows raw units by "
         "saturating; the run still trains)", "the first layer with weights", "0", WARN,
         "scale the inputs (a Rescaling or Normalization layer)",
-        "a `Rescaling` / `Normalization` layer on the input",
+        "a `Rescaling` / `Normalization` layer on the input", fixes=("scale_inputs",),
         when="before the first step (`layergrad fit`)",
     ),
 )

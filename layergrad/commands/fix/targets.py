@@ -42,7 +42,7 @@ def target_plan(
 ) -> Plan | None:
     """The repair of a head whose labels do not fit it or its loss; None when none fits."""
     f = Finding.TARGET_MISMATCH
-    if y is None or not y.count:
+    if y is None or not y.count or y.text:  # text labels: the data must change
         return None
     loss = spec[0] if spec else ""
     act, units = head_activation(head), head.units or 0
@@ -60,7 +60,7 @@ def target_plan(
         return None  # labels of another rank: the data must change (check's hint says how)
     if units == 1 and y.width > 1:
         return _widen(rules, head, loss, y, f)
-    if sparse and y.one_hot and not y.text:
+    if sparse and y.one_hot:
         return rules.loss(
             head,
             "categorical_crossentropy",
