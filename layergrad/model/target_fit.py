@@ -190,12 +190,6 @@ class TargetExample:
     output_rank: int | None = None
     from_logits: bool = False
 
-    @property
-    def label(self) -> str:
-        shown = ", ".join(str(v) for v in self.labels[:3])
-        more = ", ..." if len(self.labels) > 3 else ""
-        return f"Dense({self.units}, {self.activation}) + {self.loss} on [{shown}{more}]"
-
     def facts(self) -> TargetFacts:
         """The facts check reads for this head and these labels."""
         y = LabelSummary()
@@ -223,6 +217,12 @@ class TargetRule:
     near_misses: tuple[TargetExample, ...]
     severity: Severity = Severity.FAIL
     any_loss: bool = False
+
+    @property
+    def repairs(self) -> bool:
+        """Whether a copy of the model can repair it (not when the labels themselves must
+        change)."""
+        return self.repair_words != DATA
 
 
 def judge(facts: TargetFacts) -> Reason | None:
@@ -481,6 +481,8 @@ RULES: tuple[TargetRule, ...] = (
     ),
 )
 # fmt: on
+
+BY_NAME = {rule.name: rule for rule in RULES}
 
 
 def rank_differs(head: Head, y: LabelSummary, sparse: bool) -> bool:

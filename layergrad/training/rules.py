@@ -194,9 +194,9 @@ class TrainingRule:
     calls, on a run alone), the docs' words for its condition, the layer and step it names, its
     severity (a failure says the run learns nothing: `fit --fail-on`'s default), its hint (what
     to do by hand), what `fix` changes (`repair`, in words; `fixes`: the repairs it tries, by
-name), when it holds (`when`: during training, or before the
-    first step by a rule of `check`), and the runs that show it: `examples` that trigger it
-    and `near_misses` that must not (by name, built in benchmarks/training_examples.py)."""
+    name), when it holds (`when`: during training, or before the first step by a rule of
+    `check`), and the runs that show it: `examples` that trigger it and `near_misses` that
+    must not (by name, built in benchmarks/training_examples.py)."""
 
     code: Finding
     reads: str

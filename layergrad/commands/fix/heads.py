@@ -331,15 +331,24 @@ class HeadRules:
         """The label repair, and with it what the head rules still ask of the head as that
         repair leaves it (class ids under a ReLU head: the sparse loss *and* a softmax), so
         one plan clears both the labels' finding and the head's."""
-        asked = _Asked(self)
-        plan = target_plan(asked, head, spec, y)
-        if plan is None or asked.made is None:
-            return plan
-        act, units, loss, logits = asked.made
+        f = Finding.TARGET_MISMATCH
+        made = target_plan(head, spec, y)
+        if made is None:
+            return None
+        if made.kind == "flatten":
+            return self.flatten(head, made.why, f)
+        if made.kind == "loss" and made.loss is not None:
+            plan = self.loss(head, made.loss, made.from_logits, made.why, f)
+            act, units = None, None
+        else:
+            act, units = made.activation, made.units
+            plan = self.activation(head, act or head_activation(head), made.why, f,
+                                   units=units, loss=made.loss)  # fmt: skip
+        asked = (act, units, made.loss, made.from_logits)
         seen = replace(head, activation=act or head_activation(head), units=units or head.units)
-        after = (loss, logits) if loss is not None else spec
+        after = (made.loss, made.from_logits) if made.loss is not None else spec
         for change in self._changes(seen, after, y):
-            joined = self._joined(head, plan, asked.made, change)
+            joined = self._joined(head, plan, asked, change)
             if joined is not None:
                 return joined
         return plan
@@ -371,26 +380,3 @@ class HeadRules:
         return Plan(f, plan.layer, why, plan.code + other.code,
                     plan.model_edits + other.model_edits,
                     plan.compile_edits + other.compile_edits, plan.fresh + other.fresh)  # fmt: skip
-
-
-class _Asked:
-    """The head edits of `HeadRules`, remembering what the one label rule asked for: the
-    head's activation, its units, its loss and from_logits (None: unchanged)."""
-
-    def __init__(self, rules: HeadRules) -> None:
-        self.rules = rules
-        self.made: tuple[str | None, int | None, str | None, bool] | None = None
-
-    def activation(
-        self, head: Head, act: str, why: str, finding: str,
-        units: int | None = None, loss: str | None = None,
-    ) -> Plan:  # fmt: skip
-        self.made = (act, units, loss, False)
-        return self.rules.activation(head, act, why, finding, units=units, loss=loss)
-
-    def loss(self, head: Head, name: str, from_logits: bool, why: str, finding: str) -> Plan:
-        self.made = (None, None, name, from_logits)
-        return self.rules.loss(head, name, from_logits, why, finding)
-
-    def flatten(self, head: Head, why: str, finding: str) -> Plan:
-        return self.rules.flatten(head, why, finding)
