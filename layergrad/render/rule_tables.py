@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -42,52 +42,39 @@ def _evidence(rule: HeadRule) -> tuple[str, str, str, str]:
     return trained, "; ".join(never) or "none", recall, alarms
 
 
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A markdown table: its header, then one line a row (a `|` in a cell escaped)."""
+    lines = ["| " + " | ".join(header) + " |", "| --- " * len(header) + "|"]
+    lines += ["| " + " | ".join(_cell(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def verdict_table() -> str:
     """Each rule: its finding, severity, condition and the evidence behind it."""
-    lines = [
-        "| rule | finding | severity | when | trained: flagged / repaired | flagged runs "
-        "that never trained | corpus recall | false alarms |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for rule in RULES:
-        trained, never, recall, alarms = _evidence(rule)
-        lines.append(
-            f"| `{rule.name}` | `{rule.code}` | {rule.severity} | {_cell(rule.condition)} | "
-            f"{trained} | {_cell(never)} | {recall} | {alarms} |"
-        )
-    return "\n".join(lines)
+    header = ("rule", "finding", "severity", "when", "trained: flagged / repaired",
+              "flagged runs that never trained", "corpus recall", "false alarms")  # fmt: skip
+    return _table(header, ((f"`{r.name}`", f"`{r.code}`", r.severity, r.condition, *_evidence(r))
+                           for r in RULES))  # fmt: skip
 
 
 def fix_table() -> str:
     """Each rule's repair."""
-    lines = ["| rule | finding: when | repair |", "| --- | --- | --- |"]
-    for rule in RULES:
-        lines.append(
-            f"| `{rule.name}` | `{rule.code}`: {_cell(rule.condition)} | "
-            f"{_cell(rule.repair_words)} |"
-        )
-    return "\n".join(lines)
+    rows = ((f"`{r.name}`", f"`{r.code}`: {r.condition}", r.repair_words) for r in RULES)
+    return _table(("rule", "finding: when", "repair"), rows)
 
 
 def cause_table() -> str:
     """Each cause code: what it means, how it is detected, what fixes it."""
-    lines = ["| code | meaning | how layergrad detects it | fix |", "| --- | --- | --- | --- |"]
-    for kind in KINDS:
-        cells = " | ".join(_cell(text) for text in (kind.meaning, kind.detected, kind.fix))
-        lines.append(f"| `{kind.code}` | {cells} |")
-    return "\n".join(lines)
+    rows = ((f"`{k.code}`", k.meaning, k.detected, k.fix) for k in KINDS)
+    return _table(("code", "meaning", "how layergrad detects it", "fix"), rows)
 
 
 def target_table() -> str:
     """Each label rule, in the order check applies them: the labels, the head and loss, what
     `fix` changes."""
-    lines = ["| rule | labels | head and loss | severity | `fix` changes |",
-             "| --- | --- | --- | --- | --- |"]  # fmt: skip
-    for rule in TARGET_RULES:
-        cells = " | ".join(_cell(t) for t in (rule.labels, rule.head_and_loss))
-        lines.append(f"| `{rule.name}` | {cells} | {rule.severity} | "
-                     f"{_cell(rule.repair_words)} |")  # fmt: skip
-    return "\n".join(lines)
+    rows = ((f"`{r.name}`", r.labels, r.head_and_loss, r.severity, r.repair_words)
+            for r in TARGET_RULES)  # fmt: skip
+    return _table(("rule", "labels", "head and loss", "severity", "`fix` changes"), rows)
 
 
 # what benchmarks/bench_training_corpus.py --results measured (a checkout's file)
@@ -119,17 +106,17 @@ def training_table(rules: Sequence[TrainingRule]) -> str:
     passes `training/rules.RULES`)."""
     measured = json.loads(CORPUS.read_text(encoding="utf-8")) if CORPUS.is_file() else {}
     counts = measured.get("findings", {})
-    lines = ["| finding | when | rule | layer | step | severity | corpus recall | false alarms "
-             "| `fix` changes |", "| --- " * 9 + "|"]  # fmt: skip
-    for rule in rules:
+
+    def row(rule: TrainingRule) -> tuple[str, ...]:
         count = counts.get(str(rule.code), {})
         recall = f"{count['named']}/{count['runs']}" if count.get("runs") else "not measured"
-        alarms = (f"{count['false_alarms']}/{measured['healthy_runs']}" if count
-                  else "not measured")  # fmt: skip
-        cells = " | ".join(_cell(t) for t in (rule.when, rule.condition, rule.layer, rule.step))
-        lines.append(f"| `{rule.code}` | {cells} | {rule.severity} | {recall} | {alarms} | "
-                     f"{_cell(rule.repair)} |")  # fmt: skip
-    return "\n".join(lines)
+        alarms = f"{count['false_alarms']}/{measured['healthy_runs']}" if count else "not measured"
+        return (f"`{rule.code}`", rule.when, rule.condition, rule.layer, rule.step,
+                rule.severity, recall, alarms, rule.repair)  # fmt: skip
+
+    header = ("finding", "when", "rule", "layer", "step", "severity", "corpus recall",
+              "false alarms", "`fix` changes")  # fmt: skip
+    return _table(header, (row(rule) for rule in rules))
 
 
 TABLES: dict[str, Callable[[], str]] = {
