@@ -56,3 +56,26 @@ def test_a_finding_names_the_output_and_keeps_the_facts_it_read():
     )
     assert (found.layer, found.output, found.loss) == ("head", "head", "mean_squared_error")
     assert found.fact("units") == 1 and found.fact("activation") == "sigmoid"
+
+
+@pytest.mark.parametrize(("rule", "example"), _cases("examples"))
+def test_fix_repairs_a_head_only_where_a_copy_of_the_model_can(rule, example):
+    from layergrad.model.target_fit import DATA, label_repair
+
+    facts = example.facts()
+    change = label_repair(facts.head, facts.spec, facts.y)
+    if rule.repair_words == DATA or facts.custom:  # the labels themselves must change
+        assert change is None
+    else:
+        assert change is not None and change.kind in ("flatten", "loss", "activation"), change
+
+
+def test_a_repair_is_the_head_and_loss_the_labels_ask_for():
+    from layergrad.model.target_fit import label_repair
+
+    facts = TargetExample("sigmoid", 1, "binary_crossentropy", (0, 1, 2, 3, 4)).facts()
+    change = label_repair(facts.head, facts.spec, facts.y)
+    assert change is not None
+    assert (change.activation, change.units, change.loss) == (
+        "softmax", 5, "sparse_categorical_crossentropy")  # fmt: skip
+    assert label_repair(facts.head, facts.spec, None) is None  # no labels: nothing to repair

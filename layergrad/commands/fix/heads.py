@@ -26,7 +26,6 @@ from layergrad.commands.fix.plan import (
     replace_edit,
     set_loss,
 )
-from layergrad.commands.fix.targets import IDS_HINT, head_activation, ids_beyond_count, target_plan
 from layergrad.core.results import Reason
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
@@ -37,7 +36,13 @@ from layergrad.model.head_forms import Head, keyed_by_head, output_heads
 from layergrad.model.head_rules import Change, HeadFacts, repairs
 from layergrad.model.linear_stacks import redundant_pairs, whole_network
 from layergrad.model.loss_forms import per_output as loss_specs
-from layergrad.model.target_fit import LabelSummary
+from layergrad.model.target_fit import (
+    IDS_HINT,
+    LabelSummary,
+    head_activation,
+    ids_beyond_count,
+    label_repair,
+)
 from layergrad.render.escape import python_string
 
 
@@ -332,7 +337,7 @@ class HeadRules:
         repair leaves it (class ids under a ReLU head: the sparse loss *and* a softmax), so
         one plan clears both the labels' finding and the head's."""
         f = Finding.TARGET_MISMATCH
-        made = target_plan(head, spec, y)
+        made = label_repair(head, spec, y)
         if made is None:
             return None
         if made.kind == "flatten":
