@@ -288,14 +288,18 @@ class HeadRules:
                         f"{dense}, {dropout} -> {dropout}, {dense}{at(weighted, moved)}",),
                     (move_before_edit(moved, weighted),))  # fmt: skip
 
+    def _hidden(self, head: Head) -> list[str]:
+        """The weight layers of a network that is one linear map up to its one head, but the
+        head and its Dense (empty for a model of several outputs)."""
+        if len(self.heads) != 1:
+            return []
+        stack = whole_network(self.info.graph, head.layer)
+        own = (head.layer, self._units_layer(head.layer))
+        return [p for p in (stack.layers if stack else ()) if p not in own]
+
     def _all_linear(self, head: Head) -> Plan | None:
         """Every weight layer but the head linear: an activation on the hidden ones."""
-        if len(self.heads) != 1:
-            return None
-        stack = whole_network(self.info.graph, head.layer)
-        entries = [self.info.graph.get(p) for p in (stack.layers if stack else ())]
-        own = (head.layer, self._units_layer(head.layer))  # the head, and its Dense
-        hidden = [e for e in entries if e is not None and e.path not in own]
+        hidden = [e for e in map(self.info.graph.get, self._hidden(head)) if e is not None]
         if not hidden:
             return None
         return replace(self._relu_on(hidden, Finding.LOSS_MISMATCH), layer=head.layer)
@@ -304,11 +308,7 @@ class HeadRules:
         """`linear_stack`: activation='relu' on each weight layer that is linear with the next
         one (the hidden layers of a linear network, the first layer of a redundant pair)."""
         graph = self.info.graph
-        paths: list[str] = []
-        if len(self.heads) == 1:
-            stack = whole_network(graph, self.heads[0].layer)
-            own = (self.heads[0].layer, self._units_layer(self.heads[0].layer))
-            paths += [p for p in (stack.layers if stack else ()) if p not in own]
+        paths = self._hidden(self.heads[0]) if self.heads else []
         paths += [pair.layers[0] for pair in redundant_pairs(graph)]
         entries = [graph.get(p) for p in dict.fromkeys(paths)]
         hidden = [e for e in entries if e is not None]
