@@ -112,7 +112,8 @@ def findings(
         skip = order[: order.index(gone.layer) + 1] if gone.layer in order else [str(gone.layer)]
     out += stalled_layers(finite, skip)
     out += [f for f in (gone, exploding(finite, unstable)) if f is not None]
-    return [replace(f, severity=BY_CODE[f.code].severity) for f in out]
+    # each finding as its entry of `RULES` says: its severity, and the entry that found it
+    return [replace(f, severity=BY_CODE[f.code].severity, rule=f.rule or str(f.code)) for f in out]
 
 
 def _finite(checkpoint: Checkpoint) -> bool:

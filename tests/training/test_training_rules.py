@@ -59,6 +59,7 @@ def test_a_runs_findings_carry_their_rules_severity():
     run = EXAMPLES["flat_tiny_ratios"]()
     (found,) = findings(run.losses, run.checkpoints, None, chance_loss=run.chance)
     assert found.severity == BY_CODE[found.code].severity == Severity.FAIL
+    assert found.rule == "not_learning"
     run = EXAMPLES["units_die"]()
     found = findings(run.losses, run.checkpoints, None)
     assert [(f.code, f.severity) for f in found] == [("dying_units", Severity.WARN)]
