@@ -9,11 +9,16 @@ docs/training.md. Also prints the cost of the rules themselves against the train
 
     python benchmarks/bench_training_corpus.py              # 5 seeds (0-4)
     python benchmarks/bench_training_corpus.py --seeds 2 --runs mlp,lr_tiny
+    python benchmarks/bench_training_corpus.py --results benchmarks/results/training_corpus.json
+
+`--results` writes the recall and false alarms per finding that `docs/make_tables.py` prints
+in docs/training.md's rule table.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -32,6 +37,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--runs", default="", help="comma-separated run names (default: all)")
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--results", default="", help="write recall and false alarms as JSON")
     args = parser.parse_args()
     chosen = [r for r in T.RUNS if not args.runs or r.name in args.runs.split(",")]
     outcomes: list[T.Outcome] = []
@@ -62,6 +68,8 @@ def main() -> None:
     healthy = [o for o in outcomes if o.run.expected is None]
     alarms = sum(o.false_alarm for o in healthy)
     print(f"false alarms on healthy runs: {alarms}/{len(healthy)}")
+    if args.results:
+        write_results(Path(args.results), outcomes, args.seeds)
     print(f"rules: {rule_cost(outcomes):.2f} ms per run at the end of training")
 
 
@@ -86,6 +94,24 @@ def table(runs: list[T.Run], outcomes: list[T.Outcome]) -> list[str]:
             expected += f" at `{run.layer}`"
         out.append(f"| `{run.name}` | {run.injected} | {expected} | {named} | {also} |")
     return out
+
+
+def write_results(path: Path, outcomes: list[T.Outcome], seeds: int) -> None:
+    """Per finding: the runs injected for it, how many named it, the healthy runs it fired on."""
+    healthy = [o for o in outcomes if o.run.expected is None]
+    found: dict[str, dict[str, int]] = {}
+    for o in outcomes:
+        for code in {f for f, _, _ in o.findings} | ({o.run.expected} - {None}):
+            found.setdefault(str(code), {"named": 0, "runs": 0, "false_alarms": 0})
+        if o.run.expected is not None:
+            found[o.run.expected]["runs"] += 1
+            found[o.run.expected]["named"] += int(o.named)
+    for o in healthy:
+        for code in {f for f, _, _ in o.findings}:
+            found[str(code)]["false_alarms"] += 1
+    source = f"benchmarks/bench_training_corpus.py, {seeds} seeds, {len(outcomes)} runs"
+    document = {"source": source, "healthy_runs": len(healthy), "findings": found}
+    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
 
 
 def rule_cost(outcomes: list[T.Outcome]) -> float:

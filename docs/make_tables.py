@@ -1,5 +1,6 @@
-"""Regenerate the docs' rule tables from the rule tables (layergrad/model/head_rules.py, and
-layergrad/diagnose/causes.py for the README's cause table).
+"""Regenerate the docs' rule tables from the rule tables (layergrad/model/head_rules.py,
+layergrad/model/target_fit.py, layergrad/training/rules.py, and layergrad/diagnose/causes.py
+for the README's cause table).
 
     python docs/make_tables.py
 
@@ -15,16 +16,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from layergrad.render.rule_tables import with_tables  # noqa: E402
+from layergrad.render.rule_tables import TABLES, training_table, with_tables  # noqa: E402
+from layergrad.training.rules import RULES  # noqa: E402
 
-PAGES = ("README.md", "docs/verdicts.md", "docs/fix.md")
+# every generated table: those of the stages below render, and the training rules' (a stage
+# above it, so passed in here)
+ALL = {**TABLES, "training": lambda: training_table(RULES)}
+
+PAGES = ("README.md", "docs/verdicts.md", "docs/fix.md", "docs/training.md")
 
 
 def main() -> None:
     for name in PAGES:
         page = ROOT / name
         text = page.read_text(encoding="utf-8")
-        page.write_text(with_tables(text), encoding="utf-8")
+        page.write_text(with_tables(text, ALL), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -65,16 +65,18 @@ Fact = str | int | float | bool | None
 @dataclass(frozen=True)
 class ConfigChange:
     """The repair `fix` applies for a rule. `kind`: `loss` (the head's loss becomes `loss`
-    with `from_logits`), `activation` (the head's activation becomes `activation`, and its
-    loss `loss` when given), `remove_before` (the activation of the layer before a softmax
-    layer goes), `move_dropout` (a Dropout after the logits moves before the last weight
-    layer), `relu_hidden` (activation='relu' on the hidden weight layers)."""
+    with `from_logits`), `activation` (the head's activation becomes `activation`, its units
+    `units` and its loss `loss` when given), `flatten` (a Flatten before the head),
+    `remove_before` (the activation of the layer before a softmax layer goes), `move_dropout`
+    (a Dropout after the logits moves before the last weight layer), `relu_hidden`
+    (activation='relu' on the hidden weight layers)."""
 
     kind: str
     why: str
     activation: str | None = None
     loss: str | None = None
     from_logits: bool = False
+    units: int | None = None
 
 
 @dataclass(frozen=True)

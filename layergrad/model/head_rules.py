@@ -25,7 +25,7 @@ from layergrad.core.results import ConfigChange, Fact, Reason
 from layergrad.core.vocab import Finding, Severity
 from layergrad.model.head_forms import Head
 from layergrad.model.loss_forms import REGRESSION_LOSSES
-from layergrad.model.target_fit import LabelSummary
+from layergrad.model.target_fit import CHANGES_LOSS, LabelSummary
 
 # activations whose outputs can be negative
 NEGATIVE = frozenset({"linear", "tanh", "leaky_relu", "elu", "selu", "softsign", "prelu",
@@ -41,7 +41,6 @@ NOT_PROBABILITIES = frozenset(
         "tanh_shrink", "soft_shrink", "hard_shrink", "threshold", "glu",
     }
 )  # fmt: skip
-CHANGES_LOSS = "the loss changes"
 
 
 @dataclass(frozen=True)

@@ -5,21 +5,28 @@ The most common bug a built model hides is an output that cannot produce its tar
 sigmoid trained on targets outside (0, 1), several classes fed into one unit, class ids with
 a one-hot loss, one-hot rows with the sparse loss, class ids beyond the number of units.
 `LabelSummary` holds what the labels are, accumulated batch by batch over a data set.
+
+The rules are one table (`RULES`, in the order they are tried; `judge` names a head by the
+first that applies): each entry holds its predicate over `TargetFacts`, its message and hint,
+its severity, the docs' words, its examples and near misses, and its repair: the
+`ConfigChange` `fix` makes (`label_repair`; none when the labels themselves must change).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 
-from layergrad.core.results import Reason
-from layergrad.core.vocab import Finding
+from layergrad.core.results import ConfigChange as Change
+from layergrad.core.results import Fact, Reason
+from layergrad.core.vocab import Finding, Severity
 from layergrad.model.head_forms import Head
 
 MAX_CLASSES = 1024  # distinct integer values remembered; more is a regression target
+FAR_BEYOND = 100  # class ids past this many times the labels read are not classes
+CHANGES_LOSS = "the loss changes"
 # the range each activation can produce (closed: labels of exactly 0 and 1 are ordinary)
 RANGES = {
     "sigmoid": (0.0, 1.0),
@@ -122,129 +129,373 @@ def target_mismatches(
     found = []
     for head, spec in zip(heads, losses, strict=True):
         summary = labels.get(head.name)
-        if summary is None or not summary.count:
-            continue
-        judge = _unusable if head.name in custom else partial(_judge, spec=spec)
-        problem = judge(head, y=summary)
-        if problem is not None:
-            found.append(problem)
+        if summary is not None and summary.count:
+            problem = judge(TargetFacts(head, summary, spec, head.name in custom))
+            found += [problem] if problem is not None else []
     return found
 
 
-def _judge(head: Head, spec: tuple[str, bool] | None, y: LabelSummary) -> Reason | None:
-    loss, from_logits = spec if spec is not None else ("no loss", False)
-    act, units = head.activation, head.units
-    sparse = loss.startswith("sparse_categorical")
-    one_hot_loss = loss.startswith("categorical_") and "hinge" not in loss
-    binary = loss.startswith("binary")
-    held = y.describe()
+@dataclass(frozen=True)
+class TargetFacts:
+    """What a target rule reads: one output's head, its labels, its loss (canonical name,
+    from_logits; None when unknown) and whether that loss is a custom one."""
 
-    def say(message: str, hint: str) -> Reason:
-        where = f"output '{head.name}' ({_units(units)}{act}, layer '{head.layer}') with {loss}"
-        return Reason(Finding.TARGET_MISMATCH, f"{where}: the labels are {held}: {message}",
-                      hint, head.layer, head.name, loss)  # fmt: skip
+    head: Head
+    y: LabelSummary
+    spec: tuple[str, bool] | None = None
+    custom: bool = False
 
-    ids = y.integers and y.width == 1 and y.low >= 0
-    problem = _rank(say, head, y, sparse) if spec is not None else None
-    if problem is not None:
-        return problem
-    if sparse and y.one_hot and y.finite:
-        return say(
-            "sparse categorical cross-entropy reads one class id per sample, not one-hot rows",
-            "categorical_crossentropy for one-hot labels, or pass the class ids "
-            "(np.argmax(y, axis=-1)) with the sparse loss",
-        )
-    problem = _values(say, y, sparse, units)
-    if problem is not None:
-        return problem
-    if one_hot_loss and ids and (units or 0) > 1:
-        return say(
-            f"{loss} compares one-hot rows with the {units} outputs, but the labels are class ids",
-            "sparse_categorical_crossentropy for class ids, or one-hot labels "
-            "(keras.utils.to_categorical(y, num_classes))",
-        )
-    if sparse and y.integers and units and (y.high >= units or y.low < 0):
-        wider = (
-            f"Dense({int(y.high) + 1}) on the head (one unit per class), or "
-            if (y.low >= 0 and y.high < MAX_CLASSES)
-            else ""
-        )
-        return say(
-            f"class ids must lie in 0 to {units - 1} for {units} units",
-            f"{wider}relabel the classes 0 to {units - 1}",
-        )
-    if not sparse and units and units > 1 and y.width == 1 and spec is not None:
-        return say(
-            f"one label per sample, but the output has {units} units: each unit is trained "
-            "against the same label (the loss broadcasts it)",
-            "Dense(1, activation='sigmoid') for one yes/no label, Dense(1) for one number, or "
-            f"Dense({units}, activation='softmax') with sparse_categorical_crossentropy for "
-            "class ids",
-        )
-    if not sparse and units and y.width > 1 and y.width != units:
-        return say(
-            f"each sample's labels have width {y.width}, but the output has {units} units",
-            f"Dense({y.width}) on the head, one unit per label column",
-        )
-    several = y.classes is not None and y.classes > 2 and y.width == 1 and y.integers
-    if units == 1 and several and (act in ("sigmoid", "softmax") or binary):
-        return say(
-            f"{y.classes} classes cannot be told apart by one {act} unit",
-            f"Dense({y.classes}, activation='softmax') with sparse_categorical_crossentropy",
-        )
-    if binary and not from_logits and (y.low < 0 or y.high > 1):
-        return say(
-            "binary cross-entropy needs targets in [0, 1]",
-            "scale the targets to [0, 1], or a regression loss (mse) with a linear head",
-        )
-    bounds = RANGES.get(act)
-    if (
-        bounds is not None
-        and not sparse
-        and not from_logits
-        and (y.low < bounds[0] or y.high > bounds[1])
-    ):
-        low, high = bounds
-        return say(
-            f"a {act} output lies in [{_num(low)}, {_num(high)}], so it can never reach them",
-            "a linear head (Dense with no activation) for unbounded targets, or scale the "
-            f"targets into the {act}'s range",
-        )
+    @property
+    def loss(self) -> str:
+        return "custom" if self.custom else self.spec[0] if self.spec else "no loss"
+
+    @property
+    def from_logits(self) -> bool:
+        return bool(self.spec and self.spec[1])
+
+    @property
+    def sparse(self) -> bool:
+        return self.loss.startswith("sparse_categorical")
+
+    @property
+    def one_hot_loss(self) -> bool:
+        return self.loss.startswith("categorical_") and "hinge" not in self.loss
+
+    @property
+    def ids(self) -> bool:
+        """One whole number >= 0 per sample."""
+        return self.y.integers and self.y.width == 1 and self.y.low >= 0
+
+    @property
+    def units(self) -> int:
+        return self.head.units or 0
+
+    def where(self) -> str:
+        head = self.head
+        if self.custom:
+            return f"output '{head.name}' (layer '{head.layer}') with a custom loss"
+        return (f"output '{head.name}' ({_units(head.units)}{head.activation}, layer "
+                f"'{head.layer}') with {self.loss}")  # fmt: skip
+
+    def read(self) -> tuple[tuple[str, Fact], ...]:
+        """The typed values a rule reads, as a finding record keeps them."""
+        y = self.y
+        return (("output", self.head.name), ("activation", self.head.activation),
+                ("units", self.head.units), ("loss", self.loss),
+                ("from_logits", self.from_logits), ("labels", y.describe()),
+                ("label_width", y.width), ("classes", y.classes))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TargetExample:
+    """A head, its loss and its labels (one sample a row; `output_rank`: the output's rank
+    without the batch axis, when the file tells it)."""
+
+    activation: str
+    units: int
+    loss: str
+    labels: tuple[object, ...]
+    output_rank: int | None = None
+    from_logits: bool = False
+
+    def facts(self) -> TargetFacts:
+        """The facts check reads for this head and these labels."""
+        y = LabelSummary()
+        y.add(np.array(self.labels), self.output_rank)
+        head = Head("head", "head", self.activation, self.units, layer_class="Dense")
+        custom = self.loss == "custom"
+        return TargetFacts(head, y, None if custom else (self.loss, self.from_logits), custom)
+
+
+@dataclass(frozen=True)
+class TargetRule:
+    """One rule of the labels against a head: the docs' words for the labels and the head it
+    judges (`labels`, `head_and_loss`) and for `fix`'s repair (`repair_words`), its predicate,
+    its message and hint, its severity, and the examples that show it (`any_loss`: it holds
+    under a custom loss too, which reads its labels its own way)."""
+
+    name: str
+    labels: str
+    head_and_loss: str
+    applies: Callable[[TargetFacts], bool]
+    message: Callable[[TargetFacts], str]
+    hint: Callable[[TargetFacts], str]
+    repair_words: str
+    examples: tuple[TargetExample, ...]
+    near_misses: tuple[TargetExample, ...]
+    severity: Severity = Severity.FAIL
+    any_loss: bool = False
+    # the change `fix` makes (None: the head and loss for what the labels hold, `_for_labels`)
+    repair: Callable[[TargetFacts], Change | None] | None = None
+
+    def change(self, facts: TargetFacts) -> Change | None:
+        """The repair of a head this rule names; None when the labels themselves must change."""
+        return None if self.repair_words == DATA else (self.repair or _for_labels)(facts)
+
+
+def judge(facts: TargetFacts) -> Reason | None:
+    """The finding of the first rule of `RULES` that applies to `facts`; None when none does."""
+    for rule in RULES:
+        if (rule.any_loss or not facts.custom) and rule.applies(facts):
+            return Reason(Finding.TARGET_MISMATCH,
+                          f"{facts.where()}: the labels are {facts.y.describe()}: "
+                          f"{rule.message(facts)}", rule.hint(facts), facts.head.layer,
+                          facts.head.name, facts.loss, rule.name, rule.severity,
+                          facts=facts.read())  # fmt: skip
     return None
 
 
-def _rank(
-    say: Callable[[str, str], Reason], head: Head, y: LabelSummary, sparse: bool
-) -> Reason | None:
-    """Labels of another rank than the loss reads from the output: one-hot rows with an axis
-    too many (`(1, 4)` per sample for a `(4,)` output), or one label per sample for an output
-    that keeps axes (a Dense on a feature map, with no Flatten before it). The loss would
-    raise on them, or broadcast them into a loss of another shape; what `_values` judges
-    (a sparse loss's labels with axes too many) is left to it."""
-    if not rank_differs(head, y, sparse):
-        return None
-    rank = y.output_rank or 1
-    dims = (*(-1 for _ in range(rank - 1)), head.units or -1)  # "?": not known from the file
-    out = _shape(dims)
-    reads = f"shape {_shape(dims[:-1])} (a class id per position)" if sparse else (
+def _ranked(f: TargetFacts) -> bool:
+    return f.spec is not None and rank_differs(f.head, f.y, f.sparse)
+
+
+def _said_rank(f: TargetFacts) -> str:
+    """What a label of another rank than the output's is, in words."""
+    rank = f.y.output_rank or 1
+    dims = (*(-1 for _ in range(rank - 1)), f.head.units or -1)  # "?": not known from the file
+    reads = f"shape {_shape(dims[:-1])} (a class id per position)" if f.sparse else (
         "the output's shape")  # fmt: skip
     axes = f"{rank} ax{'is' if rank == 1 else 'es'}"
-    said = (f"each sample's labels have shape {_shape(y.shape)}, but the output gives "
-            f"{out} per sample ({axes}), and the loss reads labels of {reads}")  # fmt: skip
-    if missing_flatten(head, y, sparse):
-        return say(
-            f"{said}: the head '{head.layer}' is a Dense applied at every position of a "
-            f"{rank + 1}-D input (batch axis included), since no Flatten comes before it",
-            f"Flatten() (or GlobalAveragePooling{rank - 1}D()) before '{head.layer}', so it "
-            "gives one prediction per sample",
-        )
+    shape = _shape(f.y.shape)
+    return (f"each sample's labels have shape {shape}, but the output gives {_shape(dims)} "
+            f"per sample ({axes}), and the loss reads labels of {reads}")  # fmt: skip
+
+
+def _reshape_hint(f: TargetFacts) -> str:
+    rank, units, y = f.y.output_rank or 1, f.head.units, f.y
     size = int(np.prod(y.shape)) if y.shape else 1
+    dims = (*(-1 for _ in range(rank - 1)), units or -1)
     reshape = (
-        f"y.reshape(len(y), {head.units}) gives each sample the output's shape"
-        if rank == 1 and head.units and size == head.units
-        else f"give each sample labels of the output's shape {out}"
+        f"y.reshape(len(y), {units}) gives each sample the output's shape"
+        if rank == 1 and units and size == units
+        else f"give each sample labels of the output's shape {_shape(dims)}"
     )
-    return say(said, f"{reshape}; the labels are data, so a copy of the model cannot change them")
+    return f"{reshape}; the labels are data, so a copy of the model cannot change them"
+
+
+def _sparse_rank(f: TargetFacts) -> bool:
+    """A sparse loss's labels with axes beyond one class id per position."""
+    rank, y = f.y.output_rank, f.y
+    trailing_one = rank is not None and len(y.shape) == rank and y.shape[-1:] == (1,)
+    return f.sparse and rank is not None and rank >= 1 and len(y.shape) > rank - 1 and (
+        not trailing_one)  # fmt: skip
+
+
+def _beyond_range(f: TargetFacts) -> bool:
+    bounds = RANGES.get(f.head.activation)
+    return (bounds is not None and not f.sparse and not f.from_logits
+            and (f.y.low < bounds[0] or f.y.high > bounds[1]))  # fmt: skip
+
+
+def _wider(f: TargetFacts) -> str:
+    y = f.y
+    return f"Dense({int(y.high) + 1}) on the head (one unit per class), or " if (
+        y.low >= 0 and y.high < MAX_CLASSES) else ""  # fmt: skip
+
+
+def _several(f: TargetFacts) -> bool:
+    y = f.y
+    return y.classes is not None and y.classes > 2 and y.width == 1 and y.integers
+
+
+_E = TargetExample
+DATA = "none: the labels are data"
+IDS_SPARSE = "sparse_categorical_crossentropy"
+ONE_HOT = ((1, 0, 0), (0, 1, 0), (0, 0, 1))
+IDS = (0, 1, 2)
+# fmt: off
+
+# In the order check judges them: the first that applies is the finding.
+RULES: tuple[TargetRule, ...] = (
+    TargetRule(
+        "missing_flatten", "one label (or row) per sample", "a Dense head on a feature map "
+        "(no Flatten before it)",
+        lambda f: _ranked(f) and missing_flatten(f.head, f.y, f.sparse),
+        lambda f: f"{_said_rank(f)}: the head '{f.head.layer}' is a Dense applied at every "
+        f"position of a {(f.y.output_rank or 1) + 1}-D input (batch axis included), since no "
+        "Flatten comes before it",
+        lambda f: f"Flatten() (or GlobalAveragePooling{(f.y.output_rank or 1) - 1}D()) before "
+        f"'{f.head.layer}', so it gives one prediction per sample",
+        "a `Flatten` before the head",
+        (_E("softmax", 10, IDS_SPARSE, (0, 3, 9), output_rank=3),),
+        (_E("softmax", 10, IDS_SPARSE, (0, 3, 9), output_rank=1),),
+        repair=lambda f: Change("flatten", "a Flatten goes before the head: a Dense on a "
+                                "feature map gives a prediction per position, the labels one "
+                                "per sample"),
+    ),
+    TargetRule(
+        "label_rank", "each sample's labels of another rank", "what the loss reads of the "
+        "output",
+        _ranked, _said_rank, _reshape_hint, DATA,
+        (_E("softmax", 3, "categorical_crossentropy", tuple((r,) for r in ONE_HOT),
+            output_rank=1),),
+        (_E("softmax", 3, "categorical_crossentropy", ONE_HOT, output_rank=1),),
+    ),
+    TargetRule(
+        "sparse_on_one_hot", "one-hot rows", "a sparse categorical loss",
+        lambda f: f.sparse and f.y.one_hot and f.y.finite and not f.y.text,
+        lambda f: "sparse categorical cross-entropy reads one class id per sample, not one-hot "
+        "rows",
+        lambda f: "categorical_crossentropy for one-hot labels, or pass the class ids "
+        "(np.argmax(y, axis=-1)) with the sparse loss",
+        "the loss: `categorical_crossentropy`",
+        (_E("softmax", 3, IDS_SPARSE, ONE_HOT),),
+        (_E("softmax", 3, IDS_SPARSE, IDS),),
+    ),
+    TargetRule(
+        "labels_not_numbers", "text or objects", "any loss",
+        lambda f: bool(f.y.text),
+        lambda f: "a loss needs numbers",
+        lambda f: "map the labels to class ids first, e.g. "
+        "`classes, y = np.unique(labels, return_inverse=True)`",
+        DATA,
+        (_E("softmax", 3, "categorical_crossentropy", ("cat", "dog")),
+         _E("softmax", 3, "custom", ("cat", "dog"))),
+        (_E("softmax", 3, "categorical_crossentropy", ONE_HOT),),
+        any_loss=True,
+    ),
+    TargetRule(
+        "labels_nonfinite", "NaN or Inf values", "any loss",
+        lambda f: not f.y.finite,
+        lambda f: f"{f.y.nonfinite:,} label value{'s' if f.y.nonfinite != 1 else ''} NaN or "
+        "Inf, and one makes the loss NaN",
+        lambda f: "drop or fill the samples whose labels are NaN/Inf",
+        DATA,
+        (_E("linear", 1, "mean_squared_error", (1.0, float("nan"))),
+         _E("linear", 1, "custom", (1.0, float("inf")))),
+        (_E("linear", 1, "mean_squared_error", (1.0, 2.0)),),
+        any_loss=True,
+    ),
+    TargetRule(
+        "sparse_label_rank", "axes beyond one class id per position", "a sparse categorical "
+        "loss",
+        _sparse_rank,
+        lambda f: "sparse categorical cross-entropy reads one class id per sample (labels of "
+        f"shape {_shape(f.y.shape[: (f.y.output_rank or 1) - 1])} per sample), but each "
+        f"sample's labels have shape {_shape(f.y.shape)}",
+        lambda f: "one class id per sample (np.argmax(y, axis=-1) of one-hot rows), or "
+        "categorical_crossentropy for rows",
+        DATA,
+        (_E("softmax", 4, IDS_SPARSE, ((0, 1), (2, 3)), output_rank=1),),
+        (_E("softmax", 4, IDS_SPARSE, ((0,), (2,)), output_rank=1),),
+    ),
+    TargetRule(
+        "labels_divided", "class ids divided by 255 (or 256, 65535) with the pixels", "a "
+        "sparse categorical loss",
+        lambda f: f.sparse and _divided(f.y) is not None,
+        lambda f: (_divided(f.y) or ("", ""))[0],
+        lambda f: (_divided(f.y) or ("", ""))[1],
+        DATA,
+        (_E("softmax", 10, IDS_SPARSE, (0.0, 3 / 255, 9 / 255)),),
+        (_E("softmax", 10, IDS_SPARSE, (0, 3, 9)),),
+    ),
+    TargetRule(
+        "fractional_ids", "fractions", "a sparse categorical loss",
+        lambda f: f.sparse and not f.y.integers,
+        lambda f: "class ids must be whole numbers (a fraction would be cut to the id below "
+        "it)",
+        lambda f: "pass integer class ids, or a regression loss (mse) for real-valued targets",
+        DATA,
+        (_E("softmax", 3, IDS_SPARSE, (0.5, 1.2, 0.7)),),
+        (_E("softmax", 3, IDS_SPARSE, IDS),),
+    ),
+    TargetRule(
+        "negative_ids", "whole numbers, some < 0", "a sparse categorical loss",
+        lambda f: f.sparse and f.y.low < 0,
+        lambda f: "class ids must be 0 or more",
+        lambda f: "relabel the classes from 0",
+        DATA,
+        (_E("softmax", 3, IDS_SPARSE, (-1, 0, 1)),),
+        (_E("softmax", 3, IDS_SPARSE, IDS),),
+    ),
+    TargetRule(
+        "ids_with_one_hot_loss", "class ids (whole numbers >= 0, one per sample)",
+        "`categorical_crossentropy` (one-hot) and more than one unit",
+        lambda f: f.one_hot_loss and f.ids and f.units > 1,
+        lambda f: f"{f.loss} compares one-hot rows with the {f.units} outputs, but the labels "
+        "are class ids",
+        lambda f: "sparse_categorical_crossentropy for class ids, or one-hot labels "
+        "(keras.utils.to_categorical(y, num_classes))",
+        "the loss: `sparse_categorical_crossentropy`",
+        (_E("softmax", 3, "categorical_crossentropy", IDS),),
+        (_E("softmax", 3, "categorical_crossentropy", ONE_HOT),),
+        repair=lambda f: Change("loss", f"{CHANGES_LOSS}: the labels are class ids, which the "
+                                "sparse loss reads", loss="sparse_categorical_crossentropy"),
+    ),
+    TargetRule(
+        "ids_beyond_units", "class ids >= units", "a sparse categorical loss",
+        lambda f: f.sparse and f.y.integers and f.units > 0 and f.y.high >= f.units,
+        lambda f: f"class ids must lie in 0 to {f.units - 1} for {f.units} units",
+        lambda f: f"{_wider(f)}relabel the classes 0 to {f.units - 1}",
+        "the head's units: one per class id (none when the ids run far beyond their count: a "
+        "data problem)",
+        (_E("softmax", 3, IDS_SPARSE, (0, 1, 5)),),
+        (_E("softmax", 3, IDS_SPARSE, IDS),),
+    ),
+    TargetRule(
+        "one_label_many_units", "one label per sample", "a loss that is not sparse, more than "
+        "one unit",
+        lambda f: not f.sparse and f.units > 1 and f.y.width == 1 and f.spec is not None,
+        lambda f: f"one label per sample, but the output has {f.units} units: each unit is "
+        "trained against the same label (the loss broadcasts it)",
+        lambda f: "Dense(1, activation='sigmoid') for one yes/no label, Dense(1) for one "
+        f"number, or Dense({f.units}, activation='softmax') with "
+        "sparse_categorical_crossentropy for class ids",
+        "the head: a softmax and the sparse loss (class ids), one sigmoid unit and "
+        "`binary_crossentropy` (0/1), one linear unit (numbers)",
+        (_E("sigmoid", 3, "binary_crossentropy", (0, 1, 1)),),
+        (_E("sigmoid", 3, "binary_crossentropy", ((0, 1, 1), (1, 0, 0))),),
+    ),
+    TargetRule(
+        "widths_differ", "width W per sample", "a loss that is not sparse, U != W units",
+        lambda f: not f.sparse and f.units > 0 and f.y.width > 1 and f.y.width != f.units,
+        lambda f: f"each sample's labels have width {f.y.width}, but the output has {f.units} "
+        "units",
+        lambda f: f"Dense({f.y.width}) on the head, one unit per label column",
+        "the head's units: W (and a loss for what the rows hold, from one unit)",
+        (_E("sigmoid", 3, "binary_crossentropy", ((0, 1), (1, 0))),),
+        (_E("sigmoid", 2, "binary_crossentropy", ((0, 1), (1, 0))),),
+    ),
+    TargetRule(
+        "classes_in_one_unit", "more than two classes", "one unit, sigmoid / softmax or binary "
+        "cross-entropy",
+        lambda f: f.units == 1 and _several(f) and (
+            f.head.activation in ("sigmoid", "softmax") or f.loss.startswith("binary")),
+        lambda f: f"{f.y.classes} classes cannot be told apart by one {f.head.activation} unit",
+        lambda f: f"Dense({f.y.classes}, activation='softmax') with "
+        "sparse_categorical_crossentropy",
+        "the head: K softmax units and `sparse_categorical_crossentropy`",
+        (_E("sigmoid", 1, "binary_crossentropy", (0, 1, 2, 3, 4)),),
+        (_E("sigmoid", 1, "binary_crossentropy", (0, 1, 1, 0)),),
+    ),
+    TargetRule(
+        "binary_outside_unit", "outside [0, 1]", "binary cross-entropy without `from_logits`",
+        lambda f: f.loss.startswith("binary") and not f.from_logits
+        and (f.y.low < 0 or f.y.high > 1),
+        lambda f: "binary cross-entropy needs targets in [0, 1]",
+        lambda f: "scale the targets to [0, 1], or a regression loss (mse) with a linear head",
+        "the head and loss: a linear head with `mean_squared_error`",
+        (_E("linear", 1, "binary_crossentropy", (0.5, 3.0)),),
+        (_E("linear", 1, "binary_crossentropy", (0.2, 0.9)),),
+    ),
+    TargetRule(
+        "outside_range", "outside the head's range", "sigmoid / softmax [0, 1], tanh [-1, 1], "
+        "ReLU / softplus / exponential [0, inf), relu6 [0, 6] (not for sparse losses, not with "
+        "`from_logits`)",
+        _beyond_range,
+        lambda f: f"a {f.head.activation} output lies in "
+        f"[{_num(RANGES[f.head.activation][0])}, {_num(RANGES[f.head.activation][1])}], so it "
+        "can never reach them",
+        lambda f: "a linear head (Dense with no activation) for unbounded targets, or scale "
+        f"the targets into the {f.head.activation}'s range",
+        "the activation: `linear`",
+        (_E("sigmoid", 1, "mean_squared_error", (50.0, 499.5)),),
+        (_E("linear", 1, "mean_squared_error", (50.0, 499.5)),),
+    ),
+)
+# fmt: on
+
+BY_NAME = {rule.name: rule for rule in RULES}
 
 
 def rank_differs(head: Head, y: LabelSummary, sparse: bool) -> bool:
@@ -267,60 +518,6 @@ def missing_flatten(head: Head, y: LabelSummary, sparse: bool) -> bool:
     one = len(y.shape) == 0 or y.shape == (1,)  # one number (or class id) per sample
     flat = one if sparse else y.shape == (head.units,) or (one and head.units == 1)
     return flat and rank > 1 and head.layer_class == "Dense"
-
-
-def _unusable(head: Head, y: LabelSummary) -> Reason | None:
-    """Labels no loss can train on, for an output whose loss is a custom one."""
-
-    def say(message: str, hint: str) -> Reason:
-        where = f"output '{head.name}' (layer '{head.layer}') with a custom loss"
-        return Reason(Finding.TARGET_MISMATCH, f"{where}: the labels are {y.describe()}: "
-                      f"{message}", hint, head.layer, head.name, "custom")  # fmt: skip
-
-    return _values(say, y, False, head.units)
-
-
-def _values(
-    say: Callable[[str, str], Reason], y: LabelSummary, sparse: bool, units: int | None
-) -> Reason | None:
-    """Labels no loss can train on (not numbers, NaN/Inf), and what a sparse loss cannot
-    read as class ids (a rank beyond the output's, fractions, negative ids; ids beyond the
-    units are `_judge`'s)."""
-    if y.text:
-        return say(
-            "a loss needs numbers",
-            "map the labels to class ids first, e.g. "
-            "`classes, y = np.unique(labels, return_inverse=True)`",
-        )
-    if not y.finite:
-        return say(
-            f"{y.nonfinite:,} label value{'s' if y.nonfinite != 1 else ''} NaN or Inf, and one "
-            "makes the loss NaN",
-            "drop or fill the samples whose labels are NaN/Inf",
-        )
-    if not sparse:
-        return None
-    rank = y.output_rank
-    trailing_one = rank is not None and len(y.shape) == rank and y.shape[-1:] == (1,)
-    if rank is not None and rank >= 1 and len(y.shape) > rank - 1 and not trailing_one:
-        return say(
-            f"sparse categorical cross-entropy reads one class id per sample (labels of "
-            f"shape {_shape(y.shape[: rank - 1])} per sample), but each sample's labels "
-            f"have shape {_shape(y.shape)}",
-            "one class id per sample (np.argmax(y, axis=-1) of one-hot rows), or "
-            "categorical_crossentropy for rows",
-        )
-    scaled = _divided(y)
-    if scaled:
-        return say(*scaled)
-    if not y.integers:
-        return say(
-            "class ids must be whole numbers (a fraction would be cut to the id below it)",
-            "pass integer class ids, or a regression loss (mse) for real-valued targets",
-        )
-    if y.low < 0:
-        return say("class ids must be 0 or more", "relabel the classes from 0")
-    return None
 
 
 PIXEL_SCALES = (255.0, 256.0, 65535.0)  # what images are divided by (8-bit, 16-bit)
@@ -362,3 +559,133 @@ def _num(value: float) -> str:
     if value in (np.inf, -np.inf):
         return "inf" if value > 0 else "-inf"
     return f"{value:g}"
+
+
+def label_repair(
+    head: Head, spec: tuple[str, bool] | None, y: LabelSummary | None
+) -> Change | None:
+    """The repair of a head whose labels do not fit it or its loss: the change of the label
+    rule that names it (None when none does, or the labels themselves must change)."""
+    if y is None or not y.count:
+        return None
+    facts = TargetFacts(head, y, spec)
+    rule = next((r for r in RULES if r.applies(facts)), None)
+    return rule.change(facts) if rule is not None else None
+
+
+def _for_labels(f: TargetFacts) -> Change | None:
+    """The head and its loss for what the labels hold: the loss for the label form (one-hot
+    rows: categorical; class ids: sparse), the head's units for the class ids or the columns,
+    the head for a regression, or the activation for targets beyond its range."""
+    head, spec, y = f.head, f.spec, f.y
+    loss = spec[0] if spec else ""
+    act, units = head_activation(head), head.units or 0
+    sparse = loss.startswith("sparse_categorical")
+    one_hot_loss = loss.startswith("categorical_")
+    ids = y.integers and y.width == 1 and y.low >= 0
+    if missing_flatten(head, y, sparse):
+        return Change("flatten", "a Flatten goes before the head: a Dense on a feature map "
+                      "gives a prediction per position, the labels one per sample")  # fmt: skip
+    if rank_differs(head, y, sparse):
+        return None  # labels of another rank: the data must change (check's hint says how)
+    if units == 1 and y.width > 1:
+        return _widen(loss, y)
+    if sparse and y.one_hot:
+        return Change("loss", f"{CHANGES_LOSS}: the labels are one-hot rows, which "
+                      "categorical_crossentropy reads",
+                      loss="categorical_crossentropy")  # fmt: skip
+    if one_hot_loss and ids and units > 1:
+        return Change("loss", f"{CHANGES_LOSS}: the labels are class ids, which the sparse "
+                      "loss reads", loss="sparse_categorical_crossentropy")  # fmt: skip
+    classes = int(y.high) + 1 if ids else 0
+    if units == 1 and ids and classes == 2 and (sparse or one_hot_loss):
+        return _head("sigmoid", "the head and loss change: the labels are 0 and 1, one yes/no "
+                     "answer per sample: one sigmoid unit with binary_crossentropy",
+                     loss="binary_crossentropy")  # fmt: skip
+    if ids and classes > max(units, 2) and ids_beyond_count(y) is not None:
+        return None  # a data problem, said as such (`rules`): no head is widened to it
+    if sparse and ids and units and classes > units:
+        logits = act == "linear" and bool(spec and spec[1])  # the loss applies the softmax
+        return _head("linear" if logits else "softmax", f"the head's units change: class ids "
+                     f"run to {int(y.high)}, so the head needs {classes} units",
+                     units=classes)  # fmt: skip
+    if units <= 1 and ids and classes > 2 and y.classes is not None and y.classes > 2:
+        return _head("softmax", f"the head changes: {classes} classes need {classes} softmax "
+                     "units and the sparse loss", units=classes,
+                     loss="sparse_categorical_crossentropy")  # fmt: skip
+    if units > 1 and y.width > 1 and y.width != units:
+        return _head(act, f"the head's units change: each label row has {y.width} columns",
+                     units=y.width)  # fmt: skip
+    if units > 1 and y.width == 1 and not sparse:
+        if ids and classes > 2:
+            return _head("softmax", "the head and loss change: the labels are class ids",
+                         loss="sparse_categorical_crossentropy")  # fmt: skip
+        if ids:
+            return _head("sigmoid", "the head changes: one yes/no label per sample needs one "
+                         "sigmoid unit", units=1, loss="binary_crossentropy")  # fmt: skip
+        return _head("linear", "the head changes: one number per sample needs one linear unit",
+                     units=1)  # fmt: skip
+    if "binary" in loss and (y.low < 0 or y.high > 1):
+        return _head("linear", "the head and loss change: the targets lie outside [0, 1], a "
+                     "regression: a linear head with mean_squared_error",
+                     loss="mean_squared_error")  # fmt: skip
+    bounded = {"sigmoid": (0, 1), "softmax": (0, 1), "tanh": (-1, 1), "relu": (0, None)}
+    bounds = bounded.get(act)
+    if bounds is not None and not sparse:
+        low, high = bounds
+        if y.low < low or (high is not None and y.high > high):
+            return _head("linear", f"the activation changes: the targets run from {y.low:g} to "
+                         f"{y.high:g}, beyond what a {act} can output; a linear head can reach "
+                         "them")  # fmt: skip
+    return None
+
+
+def _head(act: str, why: str, units: int | None = None, loss: str | None = None) -> Change:
+    """The head's activation becomes `act` (its units `units`, its loss `loss`, when given)."""
+    return Change("activation", why, activation=act, loss=loss, units=units)
+
+
+def ids_beyond_count(y: LabelSummary) -> str | None:
+    """Why class ids that run far beyond their count are a data problem (a corrupt value, ids
+    never renumbered), not a head to widen to them: more than MAX_CLASSES classes, and more
+    than FAR_BEYOND times the labels read. None when the ids may be classes."""
+    classes = int(y.high) + 1
+    if classes <= MAX_CLASSES or classes <= FAR_BEYOND * y.count:
+        return None
+    distinct = f" ({y.classes} distinct)" if y.classes is not None else ""
+    return (
+        f"class ids run to {int(y.high):,} in {y.count:,} labels{distinct}: a head of "
+        f"{classes:,} units is not what these labels justify, the ids are a data problem "
+        "(a corrupt value, or ids never renumbered); no head is widened for them"
+    )
+
+
+IDS_HINT = (
+    "renumber the classes 0 to K-1 (np.unique(y, return_inverse=True)), or find the label "
+    "that holds the stray id"
+)
+
+
+def _widen(loss: str, y: LabelSummary) -> Change:
+    """One unit for label rows of several columns: a unit per column, with the activation and
+    loss of what the rows hold (one-hot: a softmax, 0/1: sigmoids, else a linear head); a
+    loss that already reads them is kept."""
+    width = y.width
+    if y.one_hot:
+        act, fits, name = "softmax", loss.startswith("categorical_"), "categorical_crossentropy"
+        held = "one-hot rows"
+    elif y.low >= 0 and y.high <= 1:
+        act, fits, name = "sigmoid", "binary" in loss, "binary_crossentropy"
+        held = "rows of 0/1 answers"
+    else:
+        act, fits = "linear", "crossentropy" not in loss.replace("_", "")
+        name, held = "mean_squared_error", "rows of numbers"
+    why = (f"the head changes: the labels are {held} of width {width}, so the head needs "
+           f"{width} {act} units" + ("" if fits else f" and {name}"))  # fmt: skip
+    return _head(act, why, units=width, loss=None if fits else name)
+
+
+def head_activation(head: Head) -> str:
+    """What the head applies last: from the file, else what its values showed on the probe."""
+    observed = getattr(head, "observed", None)
+    return head.activation if head.known or not observed else str(observed)

@@ -1,5 +1,6 @@
 """The docs' tables of the rules, made from the tables themselves: the head rules
-(`model/head_rules.RULES`) and the cause codes (`diagnose/causes.KINDS`).
+(`model/head_rules.RULES`), the label rules (`model/target_fit.RULES`), the training rules
+(`training/rules.RULES`) and the cause codes (`diagnose/causes.KINDS`).
 
 `docs/verdicts.md` shows each head rule's condition, severity and evidence, `docs/fix.md` each
 rule's repair, the README each cause code's meaning, detection and fix. A generated table sits
@@ -10,11 +11,15 @@ makes.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
 
 from layergrad.diagnose.causes import KINDS
 from layergrad.model.head_rules import RULES, HeadRule
+from layergrad.model.target_fit import RULES as TARGET_RULES
 
 END = "<!-- end rules -->"
 
@@ -37,56 +42,98 @@ def _evidence(rule: HeadRule) -> tuple[str, str, str, str]:
     return trained, "; ".join(never) or "none", recall, alarms
 
 
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A markdown table: its header, then one line a row (a `|` in a cell escaped)."""
+    lines = ["| " + " | ".join(header) + " |", "| --- " * len(header) + "|"]
+    lines += ["| " + " | ".join(_cell(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def verdict_table() -> str:
     """Each rule: its finding, severity, condition and the evidence behind it."""
-    lines = [
-        "| rule | finding | severity | when | trained: flagged / repaired | flagged runs "
-        "that never trained | corpus recall | false alarms |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for rule in RULES:
-        trained, never, recall, alarms = _evidence(rule)
-        lines.append(
-            f"| `{rule.name}` | `{rule.code}` | {rule.severity} | {_cell(rule.condition)} | "
-            f"{trained} | {_cell(never)} | {recall} | {alarms} |"
-        )
-    return "\n".join(lines)
+    header = ("rule", "finding", "severity", "when", "trained: flagged / repaired",
+              "flagged runs that never trained", "corpus recall", "false alarms")  # fmt: skip
+    return _table(header, ((f"`{r.name}`", f"`{r.code}`", r.severity, r.condition, *_evidence(r))
+                           for r in RULES))  # fmt: skip
 
 
 def fix_table() -> str:
     """Each rule's repair."""
-    lines = ["| rule | finding: when | repair |", "| --- | --- | --- |"]
-    for rule in RULES:
-        lines.append(
-            f"| `{rule.name}` | `{rule.code}`: {_cell(rule.condition)} | "
-            f"{_cell(rule.repair_words)} |"
-        )
-    return "\n".join(lines)
+    rows = ((f"`{r.name}`", f"`{r.code}`: {r.condition}", r.repair_words) for r in RULES)
+    return _table(("rule", "finding: when", "repair"), rows)
 
 
 def cause_table() -> str:
     """Each cause code: what it means, how it is detected, what fixes it."""
-    lines = ["| code | meaning | how layergrad detects it | fix |", "| --- | --- | --- | --- |"]
-    for kind in KINDS:
-        cells = " | ".join(_cell(text) for text in (kind.meaning, kind.detected, kind.fix))
-        lines.append(f"| `{kind.code}` | {cells} |")
-    return "\n".join(lines)
+    rows = ((f"`{k.code}`", k.meaning, k.detected, k.fix) for k in KINDS)
+    return _table(("code", "meaning", "how layergrad detects it", "fix"), rows)
+
+
+def target_table() -> str:
+    """Each label rule, in the order check applies them: the labels, the head and loss, what
+    `fix` changes."""
+    rows = ((f"`{r.name}`", r.labels, r.head_and_loss, r.severity, r.repair_words)
+            for r in TARGET_RULES)  # fmt: skip
+    return _table(("rule", "labels", "head and loss", "severity", "`fix` changes"), rows)
+
+
+# what benchmarks/bench_training_corpus.py --results measured (a checkout's file)
+CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "training_corpus.json"
+
+
+class TrainingRule(Protocol):
+    """What the training table shows of a `training/rules.TrainingRule` (a stage above)."""
+
+    @property
+    def code(self) -> str: ...
+    @property
+    def when(self) -> str: ...
+    @property
+    def condition(self) -> str: ...
+    @property
+    def layer(self) -> str: ...
+    @property
+    def step(self) -> str: ...
+    @property
+    def severity(self) -> str: ...
+    @property
+    def repair(self) -> str: ...
+
+
+def training_table(rules: Sequence[TrainingRule]) -> str:
+    """Each training finding: when it holds, its rule, layer, step and severity, its recall
+    and false alarms on the corpus of training runs, what `fix` changes (`docs/make_tables.py`
+    passes `training/rules.RULES`)."""
+    measured = json.loads(CORPUS.read_text(encoding="utf-8")) if CORPUS.is_file() else {}
+    counts = measured.get("findings", {})
+
+    def row(rule: TrainingRule) -> tuple[str, ...]:
+        count = counts.get(str(rule.code), {})
+        recall = f"{count['named']}/{count['runs']}" if count.get("runs") else "not measured"
+        alarms = f"{count['false_alarms']}/{measured['healthy_runs']}" if count else "not measured"
+        return (f"`{rule.code}`", rule.when, rule.condition, rule.layer, rule.step,
+                rule.severity, recall, alarms, rule.repair)  # fmt: skip
+
+    header = ("finding", "when", "rule", "layer", "step", "severity", "corpus recall",
+              "false alarms", "`fix` changes")  # fmt: skip
+    return _table(header, (row(rule) for rule in rules))
 
 
 TABLES: dict[str, Callable[[], str]] = {
     "verdicts": verdict_table,
     "repairs": fix_table,
     "causes": cause_table,
+    "targets": target_table,
 }
 
 
-def with_tables(page: str) -> str:
+def with_tables(page: str, tables: Mapping[str, Callable[[], str]] = TABLES) -> str:
     """`page` with every generated table made anew from the rules."""
 
     def made(match: re.Match[str]) -> str:
         name = match.group(1)
-        if name not in TABLES:
+        if name not in tables:
             raise ValueError(f"no generated table named {name!r}")
-        return f"<!-- rules: {name} -->\n{TABLES[name]()}\n{END}"
+        return f"<!-- rules: {name} -->\n{tables[name]()}\n{END}"
 
     return re.sub(r"<!-- rules: (\w+) -->\n(?:.*?\n)?" + re.escape(END), made, page, flags=re.S)

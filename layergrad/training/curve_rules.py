@@ -65,10 +65,7 @@ def _head(checkpoints: Sequence[Checkpoint]) -> str | None:
 def diverging(
     losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], blew_up: bool
 ) -> Reason | None:
-    """The loss grows: a window's mean lies `SIGNIFICANT` standard errors (and
-    `DIVERGE_SHARE`) above the lowest window before it and above the first window, while a
-    layer's update ratio reaches `RATIO_HIGH` or the loss doubles; or the run ends in NaN/Inf
-    with such an update ratio."""
+    """The loss grows (the `diverging` entry of `rules.RULES` says when; `blew_up_early`)."""
     curve = trends.finite_prefix(losses)
     top, top_step = _top_layer(checkpoints)
     if not len(curve):
@@ -157,10 +154,8 @@ def blew_up_early(curve: np.ndarray, spread: float, high: bool) -> tuple[int, fl
 def not_learning(
     losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], chance: float | None = None
 ) -> Reason | None:
-    """The loss does not move (neither its fitted slope nor its last quarter's mean against
-    its first quarter's reaches `FLAT` standard errors) and every layer's update ratio stays
-    below `RATIO_TINY`: the learning rate is too low, or the net is dead. Or, whatever the
-    update ratios, it stays far above the trivial loss (`stuck_above`)."""
+    """The loss does not move while the update ratios stay tiny, or it stays far above the
+    trivial loss (`stuck_above`): the `not_learning` entry of `rules.RULES`."""
     curve = trends.finite_prefix(losses)
     if len(curve) < MIN_STEPS or not checkpoints:
         return None
@@ -226,10 +221,7 @@ def stuck_above(
 def plateau_at_chance(
     losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], chance: float | None
 ) -> Reason | None:
-    """After `PLATEAU_STEPS` steps the last quarter's mean lies within `FLAT` standard errors
-    (plus `CHANCE_ALLOWANCE` of it) of the trivial loss and the last half no longer falls
-    (not by `FLAT` standard errors, or by less than `FALL_SHARE` of it): the model
-    predicts the labels' prior, whatever the inputs."""
+    """The loss settles at the trivial loss: the `plateau_at_chance` entry of `rules.RULES`."""
     curve = trends.finite_prefix(losses)
     if chance is None or chance <= 0 or len(curve) < PLATEAU_STEPS or not checkpoints:
         return None
@@ -262,10 +254,8 @@ def plateau_at_chance(
 def oscillating(
     losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], chance: float | None
 ) -> Reason | None:
-    """The loss swings without a trend: the means of ~20 windows reverse direction by
-    `SIGNIFICANT` standard errors at least `SWINGS` times with a swing larger than the net
-    fall, or the batch-to-batch spread is `NOISE_SHARE` of the trivial loss: the learning
-    rate is too high for the batch size (or the batch too small)."""
+    """The loss swings without a trend, or jumps from batch to batch: the `oscillating` entry
+    of `rules.RULES`."""
     curve = trends.finite_prefix(losses)
     if len(curve) < OSCILLATION_STEPS or not checkpoints:
         return None
@@ -327,10 +317,8 @@ def _reversals(means: Sequence[float], gap: float) -> tuple[int, float]:
 def slow_convergence(
     losses: Sequence[float | None], checkpoints: Sequence[Checkpoint], chance: float | None
 ) -> Reason | None:
-    """The loss falls (its last half's slope `FLAT` standard errors below 0, and its last
-    quarter not clearly levelling off: `LEVELLING`) but ends
-    above the trivial loss less `MARGIN` of it, at a rate that would need more steps than the
-    run has had to get there: say how many."""
+    """The loss falls too slowly to get below the trivial loss in the run, and says how many
+    steps it needs: the `slow_convergence` entry of `rules.RULES`."""
     curve = trends.finite_prefix(losses)
     if chance is None or chance <= 0 or len(curve) < OSCILLATION_STEPS or not checkpoints:
         return None

@@ -202,10 +202,9 @@ def _depth_finding(
 def vanishing(
     checkpoints: Sequence[Checkpoint], facts: Facts | None = None, dead: Sequence[str] = ()
 ) -> Reason | None:
-    """The first `DEPTH_LAYERS` or more layers' relative gradient `VANISH_DECADES` below the
-    head's, at the last `FINAL_CHECKPOINTS` checkpoints or more. The hint names sigmoid / tanh
-    only when those layers have them, dead ReLU units only when `dead` (layers `dying_units`
-    found) holds one of them."""
+    """The first layers' relative gradient far below the head's: the `vanishing` entry of
+    `rules.RULES`. Its hint names sigmoid / tanh, or dead ReLU units (`dead`: the layers
+    `dying_units` found), only where the layers have them."""
 
     def fix(layers: Sequence[str]) -> str:
         if not facts:
@@ -256,10 +255,8 @@ def exploding(checkpoints: Sequence[Checkpoint], unstable: bool = False) -> Reas
 
 
 def dying_units(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
-    """A layer's dead fraction ends at `DEAD_THRESHOLD` or more, up `DEAD_GROWTH` since the
-    first checkpoint, and stays there for the last `DEAD_CHECKPOINTS` checkpoints (a unit
-    silent for one small batch of a small data set may answer the next); the step is where it
-    crossed the threshold for good."""
+    """Layers whose dead fraction grew past the threshold and stayed there: the `dying_units`
+    entry of `rules.RULES`; the step is where it crossed the threshold for good."""
     out = []
     for layer in _layer_names(checkpoints):
         series = [(c.step, _row(c, layer)) for c in checkpoints]
@@ -291,9 +288,8 @@ def dying_units(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
 
 
 def stalled_layers(checkpoints: Sequence[Checkpoint], skip: Sequence[str] = ()) -> list[Reason]:
-    """A layer's update ratio stays `STALL_DECADES` decades below the median of the other
-    layers' at each of the last `STALL_CHECKPOINTS` checkpoints (or more, back to its start);
-    layers in `skip` (already named by another finding) are left out."""
+    """Layers whose update ratio stays far below the others': the `stalled_layer` entry of
+    `rules.RULES`; the layers in `skip` (named by another finding) are left out."""
     if len(checkpoints) < STALL_CHECKPOINTS:
         return []
     stalled: dict[str, list[tuple[int, bool]]] = {}

@@ -8,11 +8,12 @@ where the problem starts.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from layergrad.core.fit_results import Checkpoint
 from layergrad.core.results import Reason
-from layergrad.core.vocab import Finding
+from layergrad.core.vocab import Finding, Severity
 from layergrad.model.loss_forms import read_loss
 from layergrad.training.curve_rules import (
     MIN_STEPS,
@@ -37,6 +38,9 @@ BLOWN_UP = 10.0  # a loss this many times the trivial loss has blown up
 __all__ = [
     "MIN_STEPS",
     "PLATEAU_STEPS",
+    "RULES",
+    "Run",
+    "TrainingRule",
     "chance_loss",
     "constant_predictions",
     "diverging",
@@ -108,7 +112,8 @@ def findings(
         skip = order[: order.index(gone.layer) + 1] if gone.layer in order else [str(gone.layer)]
     out += stalled_layers(finite, skip)
     out += [f for f in (gone, exploding(finite, unstable)) if f is not None]
-    return out
+    # each finding as its entry of `RULES` says: its severity, and the entry that found it
+    return [replace(f, severity=BY_CODE[f.code].severity, rule=f.rule or str(f.code)) for f in out]
 
 
 def _finite(checkpoint: Checkpoint) -> bool:
@@ -170,3 +175,222 @@ def chance_loss(loss_name: str, output_units: Sequence[int]) -> float | None:
         return math.log(2.0)
     classes = output_units[0]
     return math.log(classes) if classes > 1 else None
+
+
+@dataclass(frozen=True)
+class Run:
+    """What a training rule reads of a run: the loss of every step, the checkpoints, the
+    trivial loss (None: unknown), the output layers and each layer's activation and units."""
+
+    losses: Sequence[float | None]
+    checkpoints: Sequence[Checkpoint]
+    chance: float | None = None
+    heads: Sequence[str] = ()
+    facts: Facts | None = None
+
+
+@dataclass(frozen=True)
+class TrainingRule:
+    """One training finding: what it reads, its predicate (`find`: the curve or layer test it
+    calls, on a run alone), the docs' words for its condition, the layer and step it names, its
+    severity (a failure says the run learns nothing: `fit --fail-on`'s default), its hint (what
+    to do by hand), what `fix` changes (`repair`, in words; `fixes`: the repairs it tries, by
+    name), when it holds (`when`: during training, or before the first step by a rule of
+    `check`), and the runs that show it: `examples` that trigger it and `near_misses` that
+    must not (by name, built in benchmarks/training_examples.py)."""
+
+    code: Finding
+    reads: str
+    condition: str
+    layer: str
+    step: str
+    severity: Severity
+    hint: str
+    repair: str
+    find: Callable[[Run], list[Reason]] | None = None
+    fixes: tuple[str, ...] = ()  # the repairs `fix` tries, in order (`commands/fix/rules.py`)
+    examples: tuple[str, ...] = ()
+    near_misses: tuple[str, ...] = ()
+    when: str = "during training"
+
+
+def _one(found: Reason | None) -> list[Reason]:
+    return [found] if found is not None else []
+
+
+def _nonfinite(run: Run) -> list[Reason]:
+    bad = [c for c in run.checkpoints if not _finite(c)]
+    order = [r.layer for r in run.checkpoints[0].layers] if run.checkpoints else []
+    return [nonfinite_finding(bad[0], order, bad[0].epoch, bad[0].batch)] if bad else []
+
+
+CURVE = "the loss of every step (up to the first NaN/Inf) and the update ratios"
+LAYERS = "each layer's numbers at the checkpoints"
+FAIL, WARN = Severity.FAIL, Severity.WARN
+LOWER_RATE = "the learning rate: lower (with data, the rate that trains best of those tried)"
+RAISE_RATE = "the learning rate: higher (with data, the rate that trains best of those tried)"
+# fmt: off
+
+# In the order a run's findings are given (`findings`).
+RULES: tuple[TrainingRule, ...] = (
+    TrainingRule(
+        Finding.NONFINITE, "each checkpoint's NaN/Inf counts: inputs, outputs, gradients",
+        "the loss or a checkpoint holds NaN/Inf (above): named at the input of the batch that "
+        "holds one, else the first layer whose output has one, else the layer nearest the "
+        "loss whose gradient has one", "where it started", "the step", FAIL,
+        "clean the data, or lower the learning rate",
+        "none alone: the repair of the learning rate or of the inputs' scale covers it",
+        _nonfinite, (), ("nan_in_head",), ("finite_run",),
+    ),
+    TrainingRule(
+        Finding.DIVERGING, CURVE,
+        "a window's mean (of about 20, after the first 3 steps) is 4 standard errors above the "
+        "lowest window before it and above the first 3 steps' mean, and at least 10% above "
+        "that lowest; and some layer's update ratio reaches 0.1 or the loss doubles. Or the "
+        "run ends on NaN/Inf with an update ratio of 0.1. Or the first steps blow up (first, "
+        "when both hold): within the first 10% of the run (at least 10 steps) a step's loss "
+        "reaches twice the first step's, by more than 4 batch-to-batch standard deviations, "
+        "and some layer's update ratio reaches 0.1 or the last half never gets 3 standard "
+        "errors below the first step (a rate too high wrecks a run in its first steps and "
+        "leaves it at the trivial loss, which the windows, the first of which holds those "
+        "steps, never see grow)", "the layer with the largest update ratio",
+        "the first step of that window, or the step of the blow-up", FAIL,
+        "lower the learning rate", LOWER_RATE,
+        lambda r: _one(diverging(r.losses, r.checkpoints, False)), ("learning_rate",),
+        ("loss_grows", "first_steps_blow_up"), ("flat_noisy_high_ratios",),
+    ),
+    TrainingRule(
+        Finding.CONSTANT_PREDICTIONS, "each output layer's constant fraction at the "
+        "checkpoints",
+        "every unit of an output layer's output is the same for every sample of the batch "
+        "(spread at most 1e-6 of its size) at each of at least the last 2 checkpoints; a batch "
+        "of one sample never counts", "that output layer", "the first checkpoint of that run",
+        FAIL, "from the head's facts: a sigmoid for one unit; after a blow-up or dying units, "
+        "a lower learning rate; a saturated head, smaller inputs or initialisation",
+        "none alone: the head's repair (a softmax over one unit) or the learning rate's "
+        "covers it",
+        lambda r: constant_predictions(r.checkpoints, r.heads, r.facts), (),
+        ("constant_head",), ("constant_once",),
+    ),
+    TrainingRule(
+        Finding.NOT_LEARNING, CURVE,
+        "at least 20 steps; neither the slope nor the last quarter's mean against the first "
+        "quarter's reaches 3 standard errors; no layer's update ratio reaches 1e-5. Or, "
+        "whatever the update ratios, the last quarter's mean stays at 1.5 times the trivial "
+        "loss or more, having covered less than 10% of the way from the first quarter's mean "
+        "down to it (3 standard errors of that difference under 10% of the way too: the noise "
+        "can tell), whether or not that small fall is beyond the noise: an MAE with plain SGD "
+        "on targets around 100 moves each weight by at most the rate a step",
+        "the layer with the largest update ratio", "the first checkpoint", FAIL,
+        "raise the learning rate, or look for a dead network (layergrad scan --wrt weights)",
+        RAISE_RATE,
+        lambda r: _one(not_learning(r.losses, r.checkpoints, r.chance)), ("learning_rate",),
+        ("flat_tiny_ratios", "stuck_far_above"), ("falling_tiny_ratios", "flat_healthy_ratios"),
+    ),
+    TrainingRule(
+        Finding.PLATEAU_AT_CHANCE, CURVE,
+        "at least 100 steps; the last quarter's mean lies within 3 standard errors (plus 3% of "
+        "it) of the trivial loss, and the last half does not fall by 3 standard errors and 2% "
+        "of the trivial loss (it would be still falling)", "the last layer",
+        "the first of the windows that stay in that band to the end", FAIL,
+        "check that the labels match the inputs and the loss fits the outputs",
+        "none alone: the inputs' scale covers it when they are raw",
+        lambda r: _one(plateau_at_chance(r.losses, r.checkpoints, r.chance)), (),
+        ("at_chance",), ("below_chance",),
+    ),
+    TrainingRule(
+        Finding.OSCILLATING, CURVE,
+        "at least 50 steps; the means of 10 to 25 windows change direction by more than 4 "
+        "standard errors of their difference at least 4 times, with a swing larger than the "
+        "net fall and than a tenth of the trivial loss (or of the loss the run starts at: not "
+        "the spikes of a converged loss); or the batch-to-batch standard deviation over the "
+        "second half of the run (plain, not robust: heavy tails count) is half the trivial "
+        "loss or more (a batch of one sample; a loss that starts far above the trivial loss "
+        "jumps as much while it falls, then settles)", "the layer with the largest update "
+        "ratio", "the first step", WARN,
+        "lower the learning rate, or train on larger batches", LOWER_RATE,
+        lambda r: _one(oscillating(r.losses, r.checkpoints, r.chance)), ("learning_rate",),
+        ("square_wave", "batch_of_one"), ("falling", "converged_spikes"),
+    ),
+    TrainingRule(
+        Finding.SLOW_CONVERGENCE, CURVE,
+        "at least 50 steps; the last half's slope is 3 standard errors below 0, the last "
+        "tenth's mean is still above half the trivial loss, and at that slope getting there "
+        "takes more steps than the run had; not when the loss levels off (the last quarter's "
+        "slope under half the last half's, shallower by 3 standard errors of the quarter's "
+        "slope, measured with the last half's own batch-to-batch noise: a loss that converges "
+        "above half the trivial loss, a noisy task's, would not get there in any number of "
+        "steps); the message says how many", "the last layer", "the middle of the run", WARN,
+        "raise the learning rate (or train that much longer)", RAISE_RATE,
+        lambda r: _one(slow_convergence(r.losses, r.checkpoints, r.chance)),
+        ("learning_rate",),
+        ("slow_fall",), ("fast_fall", "levelling_off"),
+    ),
+    TrainingRule(
+        Finding.VANISHING, LAYERS,
+        "at each of at least the last 2 checkpoints, the relative gradient (gradient L2 / "
+        "weight L2) of the first layers from the input is more than 3 decades below the last "
+        "layer's: at least 2 layers, and at least half of those up to the deepest such layer "
+        "(a first layer that recovers while the next ones stay down still counts)",
+        "the layer nearest the output of those", "the first checkpoint of that run", WARN,
+        "ReLU-family activations with he_normal kernels in the deep stack, or "
+        "BatchNormalization / residual connections between its layers",
+        "kernels far off their initialiser's scale drawn afresh",
+        lambda r: _one(vanishing(r.checkpoints, r.facts)), ("kernels",),
+        ("shrinking_to_input",), ("one_layer_low",),
+    ),
+    TrainingRule(
+        Finding.EXPLODING, LAYERS,
+        "the same, 3 decades above; or one step moves a layer's weights by their own size or "
+        "more (update ratio 1) at 2 checkpoints in a row, or at one in a run whose loss blew "
+        "up: it diverged, turned NaN/Inf or reached 10 times the trivial loss (an adaptive "
+        "optimizer bounds its real step: a large gradient alone, in a run that trains well, "
+        "is not reported)", "that layer (the largest ratio)", "the first such checkpoint",
+        WARN, "smaller initial kernels (glorot_uniform; he_normal for ReLU), gradient clipping "
+        "(clipnorm=1.0), or BatchNormalization",
+        "kernels far off their initialiser's scale drawn afresh; else " + LOWER_RATE,
+        lambda r: _one(exploding(r.checkpoints)), ("kernels", "learning_rate"),
+        ("growing_to_input", "huge_steps_twice"), ("one_huge_step",),
+    ),
+    TrainingRule(
+        Finding.DYING_UNITS, LAYERS,
+        "a layer's `dead_fraction` ends at 0.5 or more, having grown by at least 0.2 since the "
+        "first checkpoint, and is at 0.5 or more at each of the last 3 checkpoints (a unit "
+        "silent for one small batch of a small data set may answer the next)", "that layer",
+        "the first checkpoint of the final run at or above 0.5", WARN,
+        "lower the learning rate, or use LeakyReLU / better initialisation", LOWER_RATE,
+        lambda r: dying_units(r.checkpoints), ("learning_rate",),
+        ("units_die",), ("dead_from_the_start", "dead_last_batch"),
+    ),
+    TrainingRule(
+        Finding.STALLED_LAYER, LAYERS,
+        "at each of at least the last 3 checkpoints, the layer's update ratio is more than 3 "
+        "decades below the median of the other layers' (at least 2 others); not for the "
+        "layers `vanishing` names", "that layer", "the first checkpoint of that run", WARN,
+        "look for a saturated or dead layer, or a learning rate too small for it",
+        "none alone: the inputs' scale covers it when they are raw",
+        lambda r: stalled_layers(r.checkpoints), (),
+        ("one_layer_stalls",), ("stalls_twice",),
+    ),
+    TrainingRule(
+        Finding.TARGET_MISMATCH, "the labels against each output and its loss",
+        "the labels do not fit an output or its loss, by the rule of `check --data` "
+        "([verdicts.md](verdicts.md#the-output-cannot-produce-the-targets-target_mismatch))",
+        "the output layer", "0", FAIL, "the message's", "the head or its loss, for the labels",
+        fixes=("head",),
+        when="before the first step (`layergrad fit`)",
+    ),
+    TrainingRule(
+        Finding.INPUT_RANGE, "the untrained copy on the data's first batch",
+        "by the rule of `check --data`: raw pixels reaching the first convolution, or a "
+        "feature whose root mean square is above 100 reaching the first layer with a kernel "
+        "with no normalising layer before it (a ReLU network never shows raw units by "
+        "saturating; the run still trains)", "the first layer with weights", "0", WARN,
+        "scale the inputs (a Rescaling or Normalization layer)",
+        "a `Rescaling` / `Normalization` layer on the input", fixes=("scale_inputs",),
+        when="before the first step (`layergrad fit`)",
+    ),
+)
+# fmt: on
+
+BY_CODE = {rule.code: rule for rule in RULES}

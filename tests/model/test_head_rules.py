@@ -127,3 +127,13 @@ def test_a_time_distributed_sigmoid_head_under_sparse_crossentropy_warns(tmp_pat
     (file,) = report["files"]
     assert code == 0 and "loss_mismatch" in file["warnings"], file
     assert not file["failures"], file
+
+
+@pytest.mark.parametrize("loss", ["categorical_crossentropy", "sparse_categorical_crossentropy"])
+def test_a_sigmoid_head_under_categorical_crossentropy_warns(tmp_path, loss):
+    # its evidence: every flagged run trained (Keras divides the sigmoids by their sum)
+    labels = "ids" if loss.startswith("sparse") else "one_hot"
+    path = _saved(Example("sigmoid", 3, loss, labels=labels), tmp_path / "m.keras")
+    code, report = _check(path)
+    (file,) = report["files"]
+    assert code == 0 and file["warnings"] == ["loss_mismatch"] and not file["failures"], file

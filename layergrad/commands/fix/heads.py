@@ -26,7 +26,6 @@ from layergrad.commands.fix.plan import (
     replace_edit,
     set_loss,
 )
-from layergrad.commands.fix.targets import IDS_HINT, head_activation, ids_beyond_count, target_plan
 from layergrad.core.results import Reason
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
@@ -37,7 +36,13 @@ from layergrad.model.head_forms import Head, keyed_by_head, output_heads
 from layergrad.model.head_rules import Change, HeadFacts, repairs
 from layergrad.model.linear_stacks import redundant_pairs, whole_network
 from layergrad.model.loss_forms import per_output as loss_specs
-from layergrad.model.target_fit import LabelSummary
+from layergrad.model.target_fit import (
+    IDS_HINT,
+    LabelSummary,
+    head_activation,
+    ids_beyond_count,
+    label_repair,
+)
 from layergrad.render.escape import python_string
 
 
@@ -283,14 +288,18 @@ class HeadRules:
                         f"{dense}, {dropout} -> {dropout}, {dense}{at(weighted, moved)}",),
                     (move_before_edit(moved, weighted),))  # fmt: skip
 
+    def _hidden(self, head: Head) -> list[str]:
+        """The weight layers of a network that is one linear map up to its one head, but the
+        head and its Dense (empty for a model of several outputs)."""
+        if len(self.heads) != 1:
+            return []
+        stack = whole_network(self.info.graph, head.layer)
+        own = (head.layer, self._units_layer(head.layer))
+        return [p for p in (stack.layers if stack else ()) if p not in own]
+
     def _all_linear(self, head: Head) -> Plan | None:
         """Every weight layer but the head linear: an activation on the hidden ones."""
-        if len(self.heads) != 1:
-            return None
-        stack = whole_network(self.info.graph, head.layer)
-        entries = [self.info.graph.get(p) for p in (stack.layers if stack else ())]
-        own = (head.layer, self._units_layer(head.layer))  # the head, and its Dense
-        hidden = [e for e in entries if e is not None and e.path not in own]
+        hidden = [e for e in map(self.info.graph.get, self._hidden(head)) if e is not None]
         if not hidden:
             return None
         return replace(self._relu_on(hidden, Finding.LOSS_MISMATCH), layer=head.layer)
@@ -299,11 +308,7 @@ class HeadRules:
         """`linear_stack`: activation='relu' on each weight layer that is linear with the next
         one (the hidden layers of a linear network, the first layer of a redundant pair)."""
         graph = self.info.graph
-        paths: list[str] = []
-        if len(self.heads) == 1:
-            stack = whole_network(graph, self.heads[0].layer)
-            own = (self.heads[0].layer, self._units_layer(self.heads[0].layer))
-            paths += [p for p in (stack.layers if stack else ()) if p not in own]
+        paths = self._hidden(self.heads[0]) if self.heads else []
         paths += [pair.layers[0] for pair in redundant_pairs(graph)]
         entries = [graph.get(p) for p in dict.fromkeys(paths)]
         hidden = [e for e in entries if e is not None]
@@ -331,15 +336,24 @@ class HeadRules:
         """The label repair, and with it what the head rules still ask of the head as that
         repair leaves it (class ids under a ReLU head: the sparse loss *and* a softmax), so
         one plan clears both the labels' finding and the head's."""
-        asked = _Asked(self)
-        plan = target_plan(asked, head, spec, y)
-        if plan is None or asked.made is None:
-            return plan
-        act, units, loss, logits = asked.made
+        f = Finding.TARGET_MISMATCH
+        made = label_repair(head, spec, y)
+        if made is None:
+            return None
+        if made.kind == "flatten":
+            return self.flatten(head, made.why, f)
+        if made.kind == "loss" and made.loss is not None:
+            plan = self.loss(head, made.loss, made.from_logits, made.why, f)
+            act, units = None, None
+        else:
+            act, units = made.activation, made.units
+            plan = self.activation(head, act or head_activation(head), made.why, f,
+                                   units=units, loss=made.loss)  # fmt: skip
+        asked = (act, units, made.loss, made.from_logits)
         seen = replace(head, activation=act or head_activation(head), units=units or head.units)
-        after = (loss, logits) if loss is not None else spec
+        after = (made.loss, made.from_logits) if made.loss is not None else spec
         for change in self._changes(seen, after, y):
-            joined = self._joined(head, plan, asked.made, change)
+            joined = self._joined(head, plan, asked, change)
             if joined is not None:
                 return joined
         return plan
@@ -371,26 +385,3 @@ class HeadRules:
         return Plan(f, plan.layer, why, plan.code + other.code,
                     plan.model_edits + other.model_edits,
                     plan.compile_edits + other.compile_edits, plan.fresh + other.fresh)  # fmt: skip
-
-
-class _Asked:
-    """The head edits of `HeadRules`, remembering what the one label rule asked for: the
-    head's activation, its units, its loss and from_logits (None: unchanged)."""
-
-    def __init__(self, rules: HeadRules) -> None:
-        self.rules = rules
-        self.made: tuple[str | None, int | None, str | None, bool] | None = None
-
-    def activation(
-        self, head: Head, act: str, why: str, finding: str,
-        units: int | None = None, loss: str | None = None,
-    ) -> Plan:  # fmt: skip
-        self.made = (act, units, loss, False)
-        return self.rules.activation(head, act, why, finding, units=units, loss=loss)
-
-    def loss(self, head: Head, name: str, from_logits: bool, why: str, finding: str) -> Plan:
-        self.made = (None, None, name, from_logits)
-        return self.rules.loss(head, name, from_logits, why, finding)
-
-    def flatten(self, head: Head, why: str, finding: str) -> Plan:
-        return self.rules.flatten(head, why, finding)

@@ -164,11 +164,6 @@ def loss_of(compiled: Mapping[str, object], output: str, index: int, outputs: in
     return loss
 
 
-def per_output(output: str, index: int, outputs: int) -> str | None:
-    """The output name the code line needs (None for a model with one output)."""
-    return output if outputs > 1 else None
-
-
 def set_loss(output: str, index: int, new: object) -> Edit:
     """An edit of the compile config: output `output`'s loss becomes `new`."""
 

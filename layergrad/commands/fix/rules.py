@@ -9,8 +9,8 @@ makes both `loss_mismatch` and `constant_output`) is planned once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -22,8 +22,22 @@ from layergrad.core.results import FileVerdict, Reason
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
 from layergrad.model.target_fit import LabelSummary
+from layergrad.training.rules import BY_CODE
+from layergrad.training.rules import RULES as TRAINING_RULES
 
 F = Finding
+
+
+@dataclass(frozen=True)
+class Planning:
+    """What a repair reads: the model, the repairs of its heads, the data's input statistics,
+    the stored weights, and the training run (None without data)."""
+
+    info: FileInfo
+    heads: HeadRules
+    stats: Sequence[rw.InputStats]
+    weights: Mapping[str, Mapping[str, np.ndarray]]
+    fit: FitReport | None
 
 
 def plan_repairs(
@@ -38,6 +52,7 @@ def plan_repairs(
     """A plan for each finding with a mechanical repair; the others, unrepaired; and a note
     for each planned repair another one stands for (said, never dropped silently)."""
     heads = HeadRules(info, info.compile_config, labels)
+    planning = Planning(info, heads, stats, weights, fit)
     plans: list[Plan] = []
     unrepaired: list[Reason] = []
     done: set[str] = set()
@@ -47,7 +62,7 @@ def plan_repairs(
         if finding in done:
             continue
         try:
-            found = _plans(finding, heads, info, stats, weights, fit)
+            found = _plans(finding, planning)
         except Unwritable:  # a class its code would name is no Python name: not offered
             found = []
         stray = heads.stray_ids() if finding == F.TARGET_MISMATCH else []
@@ -64,44 +79,53 @@ def plan_repairs(
     return plans, [u for u in unrepaired if u.code not in covered], notes
 
 
-def _plans(
-    finding: str,
-    heads: HeadRules,
-    info: FileInfo,
-    stats: Sequence[rw.InputStats],
-    weights: Mapping[str, Mapping[str, np.ndarray]],
-    fit: FitReport | None,
-) -> list[Plan]:
-    if finding in (F.LOSS_MISMATCH, F.TARGET_MISMATCH):
-        return heads.plans(finding, set())[0]
-    if finding == F.CONSTANT_OUTPUT:
-        if any(F.CONSTANT_OUTPUT in p.covers for p in heads.plans(F.LOSS_MISMATCH, set())[0]):
-            return []  # the head's repair (planned for loss_mismatch) makes it vary
-        plan = rw.biases(info, weights, finding) or rw.kernels(info, weights, finding)
-        return [plan] if plan else []
-    if finding == F.LINEAR_STACK:
-        plan = heads.linear_stacks()
-        return [plan] if plan else []
-    if finding == F.DEAD:
-        plan = rw.biases(info, weights, finding)
-        return [plan] if plan else []
-    if finding in (F.EXPLODING, F.VANISHING):
-        plan = rw.kernels(info, weights, finding)
-        if plan is None and finding == F.EXPLODING:  # well-scaled kernels: the steps, maybe
-            return _learning_rate(fit, finding, weights, info)
-        return [plan] if plan else []
-    if finding == F.DYING_UNITS:
-        return _learning_rate(fit, finding, weights, info)
-    if finding == F.INPUT_RANGE:
-        plan = rw.scale_inputs(info, stats, finding)
-        if plan is None:
-            return []
-        seen = {str(f.code) for f in fit.findings} if fit is not None else set()
-        return [replace(plan, covers=tuple(str(c) for c in SCALE_CAUSES if str(c) in seen))]
-    if finding in (*rw.LOWER, *rw.RAISE):
-        return _learning_rate(fit, finding, weights, info)
+def _plans(finding: str, planning: Planning) -> list[Plan]:
+    """The plans of the first of the finding's repairs (`REPAIRS`) that makes one."""
+    for name in REPAIRS.get(finding, ()):
+        found = PLANNERS[name](finding, planning)
+        if found is not None:
+            return found
     return []
 
+
+def _one(plan: Plan | None) -> list[Plan] | None:
+    return [plan] if plan is not None else None
+
+
+def _unless_the_head(finding: str, p: Planning) -> list[Plan] | None:
+    """Nothing when the head's repair (planned for `loss_mismatch`) makes the output vary."""
+    heads = p.heads.plans(F.LOSS_MISMATCH, set())[0]
+    return [] if any(F.CONSTANT_OUTPUT in plan.covers for plan in heads) else None
+
+
+def _scale_inputs(finding: str, p: Planning) -> list[Plan] | None:
+    plan = rw.scale_inputs(p.info, p.stats, finding)
+    if plan is None:
+        return None
+    seen = {str(f.code) for f in p.fit.findings} if p.fit is not None else set()
+    return [replace(plan, covers=tuple(str(c) for c in SCALE_CAUSES if str(c) in seen))]
+
+
+# Each repair by name: its plans (None: it has none here, the next repair is tried).
+PLANNERS: dict[str, Callable[[str, Planning], list[Plan] | None]] = {
+    "head": lambda f, p: p.heads.plans(f, set())[0],
+    "unless_the_head": _unless_the_head,
+    "biases": lambda f, p: _one(rw.biases(p.info, p.weights, f)),
+    "kernels": lambda f, p: _one(rw.kernels(p.info, p.weights, f)),
+    "linear_stacks": lambda f, p: _one(p.heads.linear_stacks()),
+    "learning_rate": lambda f, p: _learning_rate(p.fit, f, p.weights, p.info),
+    "scale_inputs": _scale_inputs,
+}
+# The repairs of each finding, in order: a training finding's from its entry in
+# `training/rules.RULES`, a head rule's from the head rules' table (`head`: the entry's
+# `ConfigChange`), and those of the findings `check` alone makes.
+REPAIRS: dict[str, tuple[str, ...]] = {
+    **{str(rule.code): rule.fixes for rule in TRAINING_RULES},
+    F.LOSS_MISMATCH: ("head",),
+    F.CONSTANT_OUTPUT: ("unless_the_head", "biases", "kernels"),
+    F.LINEAR_STACK: ("linear_stacks",),
+    F.DEAD: ("biases",),
+}
 
 # what inputs in raw units do to training (logits hundreds of times too large, steps as
 # large): the scaling layer stands for all of them, and the learning rate is left alone
@@ -163,27 +187,21 @@ def _unrepaired(finding: str, verdict: FileVerdict, fit: FitReport | None) -> Re
         if finding in item.findings:
             reason = next((r for r in item.reasons if r.code == finding), None)
             if reason is not None:
-                return replace(reason, hint=_hint(finding, reason.hint))
-            return Reason(Finding(finding), item.message, _hint(finding, ""))
+                return replace(reason, hint=reason.hint or HINTS.get(finding, ""))
+            return Reason(Finding(finding), item.message, HINTS.get(finding, ""))
     if fit is not None:
         for f in fit.findings:
             if str(f.code) == finding:
-                return Reason(f.code, f.message, _hint(finding, ""), f.layer)
-    return Reason(Finding(finding), "", _hint(finding, ""))
+                return Reason(f.code, f.message, HINTS.get(finding, ""), f.layer)
+    return Reason(Finding(finding), "", HINTS.get(finding, ""))
 
 
-# What to do by hand when the finding's own message carries no hint.
+# What to do by hand about a finding of `check` whose record carries no hint (a training
+# finding's message holds its own): vanishing and exploding as their training rules say.
 HINTS = {
-    F.VANISHING: "ReLU-family activations with he_normal kernels in the deep stack, or "
-    "BatchNormalization / residual connections between its layers",
-    F.EXPLODING: "smaller initial kernels (glorot_uniform; he_normal for ReLU), gradient "
-    "clipping (clipnorm=1.0), or BatchNormalization",
+    **{str(c): BY_CODE[c].hint for c in (F.VANISHING, F.EXPLODING)},
     F.DEAD: "a smaller learning rate, LeakyReLU, or he_normal kernels with zero biases",
     F.BLOCKED: "remove the non-differentiable operation or stop_gradient on the path (see the "
     "cause in check's message)",
     F.NO_GRADIENT: "connect the variable's layer to the output, or freeze it (trainable=False)",
 }
-
-
-def _hint(finding: str, hint: str) -> str:
-    return hint or HINTS.get(finding, "")  # type: ignore[call-overload]
