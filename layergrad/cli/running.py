@@ -1,5 +1,5 @@
-"""Running a command: its errors as one line and exit code 2, stdout holding only the report,
-and printing the report (or its chart).
+"""Running a command: its errors as one line and exit code 2, exit code 1 when it returns that
+it failed, stdout holding only the report, and printing the report (or its chart).
 
 Nothing here imports TensorFlow (or numpy) at import time, so `layergrad --help` is instant.
 """
