@@ -16,7 +16,7 @@ import numpy as np
 
 from layergrad import GradientMonitor
 from layergrad.core.keras_backend import quiet_import
-from layergrad.data.labels import TrivialLoss
+from layergrad.data.label_stream import TrivialLoss
 
 _, keras = quiet_import()
 layers = keras.layers

@@ -7,7 +7,6 @@ Shared options are in `cli/options.py`; error handling and printing in `cli/runn
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -22,12 +21,13 @@ from layergrad.cli.options import (
     format_options,
     load_options,
     measure_options,
+    model_argument,
     plot_option,
     probe_options,
     target_option,
     wrt_options,
 )
-from layergrad.cli.running import emit, handle_errors, said, write_plot
+from layergrad.cli.running import emit, protected_reads, said, write_plot
 from layergrad.core.vocab import FAILING_STATUSES, SCAN_FLAGS, OutputFormat, Wrt
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("model", type=click.Path(dir_okay=True, path_type=str))
+@model_argument
 @click.option(
     "--from", "source", required=True, metavar="REF", help="Layer to differentiate with respect to."
 )
@@ -81,7 +81,6 @@ def main() -> None:
 )
 @force_option
 @load_options
-@handle_errors
 def inspect(
     model: str,
     source: str,
@@ -97,7 +96,7 @@ def inspect(
     imports: tuple[str, ...],
     unsafe: bool,
     debug: bool,
-) -> None:
+) -> bool:
     """Gradient of --to layers' outputs with respect to the --from layer's output.
 
     Computes d sum(TO) / d FROM over the whole probe batch (what tape.gradient
@@ -126,10 +125,9 @@ def inspect(
         layergrad inspect model.keras --from conv1 --to conv5 --measure jacobian --probes 64
         layergrad inspect model.keras --from conv --to head --data images/ --limit 10000
     """
-    from layergrad.cli.progress import sample_progress
+    from layergrad.cli.progress import data_progress
     from layergrad.commands import api
     from layergrad.files import outputs
-    from layergrad.render import chart_files
 
     if save_gradient and not save_gradient.endswith((".npy", ".npz")):
         raise click.BadParameter("must end in .npy or .npz", param_hint="--save-gradient")
@@ -141,15 +139,12 @@ def inspect(
             "pass one batch with --input",
             param_hint="--save-gradient",
         )
-    data = outputs.data_inputs(probe.data_path)
-    reads = outputs.protected_inputs(model, probe.input_file, imports, data)
-    if plot_file:
-        chart_files.check_plot_path(plot_file, reads, force=force)
+    reads = protected_reads(model, probe, imports, plot_file, force)
     if save_gradient:
         outputs.check_target(
             save_gradient, "--save-gradient", save_gradient[-3:], reads, force=force
         )
-    with sample_progress(probe.data_set is not None and not quiet) as on_progress:
+    with data_progress(probe, quiet) as on_progress:
         result = api.inspect_model(
             model,
             source,
@@ -161,22 +156,20 @@ def inspect(
             **measure,
         )
     if not probe.reports_here:  # another worker of the cluster writes the report
-        return
+        return False
     emit("inspect", fmt, result, result.model.warnings)
     if plot_file:
         write_plot(result, plot_file, reads, force)
     if save_gradient:
         written = api.save_gradients(result, save_gradient, reads, force=force)
         said(written.message)
-    if any(r.status in fail_on for r in result.results):
-        sys.exit(1)
+    return any(r.status in fail_on for r in result.results)
 
 
 @main.command()
-@click.argument("model", type=click.Path(dir_okay=True, path_type=str))
+@model_argument
 @format_options
 @load_options
-@handle_errors
 def layers(
     model: str,
     fmt: OutputFormat,
@@ -207,7 +200,7 @@ def layers(
 
 
 @main.command()
-@click.argument("model", type=click.Path(dir_okay=True, path_type=str))
+@model_argument
 @target_option("Target layer (default: a seeded random projection of the model's outputs).")
 @click.option(
     "--layers",
@@ -230,7 +223,6 @@ def layers(
 )
 @force_option
 @load_options
-@handle_errors
 def scan(
     model: str,
     target: str | None,
@@ -247,7 +239,7 @@ def scan(
     imports: tuple[str, ...],
     unsafe: bool,
     debug: bool,
-) -> None:
+) -> bool:
     """Gradient flow through the whole model in one forward and one backward pass.
 
     Differentiates one target (a seeded random projection of the model's
@@ -273,11 +265,9 @@ def scan(
         layergrad scan model.keras --data x.npz --distribute mirrored --json
         layergrad scan model.keras --data x.npy --distribute multi-worker --json  # TF_CONFIG
     """
-    from layergrad.cli.progress import sample_progress
+    from layergrad.cli.progress import data_progress
     from layergrad.commands import api
     from layergrad.core.results import WeightScanReport
-    from layergrad.files import outputs
-    from layergrad.render import chart_files
 
     if wrt == Wrt.WEIGHTS and (target or patterns):
         raise click.UsageError("--to and --layers choose activations; drop them with --wrt weights")
@@ -285,19 +275,16 @@ def scan(
         raise click.UsageError("--loss needs --wrt weights")
     if wrt == Wrt.WEIGHTS and measure["measure"] != "gradient":
         raise click.UsageError("--measure jacobian is for activations; drop it with --wrt weights")
-    data = outputs.data_inputs(probe.data_path)
-    reads = outputs.protected_inputs(model, probe.input_file, imports, data)
-    if plot_file:
-        chart_files.check_plot_path(plot_file, reads, force=force)
+    reads = protected_reads(model, probe, imports, plot_file, force)
     run: Callable[..., WeightScanReport | ScanReport] = (
         functools.partial(api.scan_weights_model, loss=loss)
         if wrt == Wrt.WEIGHTS
         else functools.partial(api.scan_model, target=target, layers=patterns, **measure)
     )
-    with sample_progress(probe.data_set is not None and not quiet) as on_progress:
+    with data_progress(probe, quiet) as on_progress:
         result = run(model, imports=imports, unsafe=unsafe, options=probe, on_progress=on_progress)
     if not probe.reports_here:  # another worker of the cluster writes it
-        return
+        return False
     rows: Sequence[VariableRow] | Sequence[ScanRow]
     if isinstance(result, WeightScanReport):
         emit("weights", fmt, result, result.model.warnings)
@@ -307,8 +294,7 @@ def scan(
         rows = result.rows
     if plot_file:
         write_plot(result, plot_file, reads, force)
-    if any(set(row.flags) & fail_on for row in rows):
-        sys.exit(1)
+    return any(set(row.flags) & fail_on for row in rows)
 
 
 main.add_command(gate.check)

@@ -6,8 +6,6 @@ renders and sets the exit code, nothing more.
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from layergrad.cli.options import (
@@ -15,16 +13,17 @@ from layergrad.cli.options import (
     fail_on_option,
     format_options,
     load_options,
+    model_argument,
     training_data_options,
     training_options,
 )
-from layergrad.cli.running import abort_now, emit, handle_errors, note
+from layergrad.cli.running import abort_now, emit, note
 from layergrad.core.vocab import DEFAULT_FIT_FAIL_ON, TRAINING_FINDINGS, OutputFormat
 from layergrad.data.stall import DEFAULT_STALL_SECONDS
 
 
 @click.command()
-@click.argument("model", type=click.Path(dir_okay=True, path_type=str))
+@model_argument
 @training_data_options
 @training_options(
     steps=None,
@@ -63,7 +62,6 @@ from layergrad.data.stall import DEFAULT_STALL_SECONDS
     DEFAULT_FIT_FAIL_ON,
 )
 @load_options
-@handle_errors
 def fit(
     model: str,
     data: str | None,
@@ -86,7 +84,7 @@ def fit(
     imports: tuple[str, ...],
     unsafe: bool,
     debug: bool,
-) -> None:
+) -> bool:
     """Does the model learn at all? Train a copy in memory and watch the gradient.
 
     Trains the model of the file (never written) on --data with its compiled
@@ -141,5 +139,4 @@ def fit(
         on_notice=note,
     )
     emit("fit", fmt, report)
-    if report.stopped == "target_mismatch" or any(f.code in fail_on for f in report.findings):
-        sys.exit(1)
+    return report.stopped == "target_mismatch" or any(f.code in fail_on for f in report.findings)

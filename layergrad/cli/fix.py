@@ -6,18 +6,22 @@ renders and sets the exit code, nothing more.
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from layergrad.cli.options import field_option, format_options, load_options, training_options
-from layergrad.cli.running import emit, handle_errors, said
+from layergrad.cli.options import (
+    field_option,
+    format_options,
+    load_options,
+    model_argument,
+    training_options,
+)
+from layergrad.cli.running import emit, said
 from layergrad.commands.fit.checks import DEFAULT_STEPS
 from layergrad.core.vocab import OutputFormat
 
 
 @click.command()
-@click.argument("model", type=click.Path(dir_okay=True, path_type=str))
+@model_argument
 @field_option(
     "data",
     "Labelled data as for fit (.npz with y, a folder of class sub-folders, or "
@@ -45,7 +49,6 @@ from layergrad.core.vocab import OutputFormat
 )
 @format_options
 @load_options
-@handle_errors
 def fix(
     model: str,
     data: str | None,
@@ -60,7 +63,7 @@ def fix(
     imports: tuple[str, ...],
     unsafe: bool,
     debug: bool,
-) -> None:
+) -> bool:
     """What to change, as code, in a repaired copy, with the evidence that it trains.
 
     Checks the model (never written), plans a repair for every finding that has a
@@ -88,5 +91,4 @@ def fix(
     elif report.unwritten:
         said(report.unwritten)
     emit("fix", fmt, report)
-    if not report.ok:
-        sys.exit(1)
+    return not report.ok

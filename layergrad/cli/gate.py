@@ -7,9 +7,7 @@ the API, render and set the exit code, nothing more.
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import click
 
@@ -29,8 +27,6 @@ from layergrad.core.vocab import CHECK_FINDINGS, DEFAULT_FAIL_ON, Finding, Outpu
 
 if TYPE_CHECKING:
     from layergrad.core.probe_options import ProbeOptions
-
-T = TypeVar("T")
 
 
 @click.command()
@@ -88,7 +84,6 @@ T = TypeVar("T")
 @data_options
 @force_option
 @load_options
-@handle_errors
 def check(
     models: tuple[str, ...],
     fail_on: frozenset[Finding],
@@ -105,7 +100,7 @@ def check(
     imports: tuple[str, ...],
     unsafe: bool,
     debug: bool,
-) -> None:
+) -> bool:
     """Check model files for CI: exit 1 when any file fails.
 
     Each file gets named checks: readable, safe (static audit), weights (all
@@ -131,7 +126,7 @@ def check(
         layergrad check model.keras --data validation.npz
         layergrad check model.keras --data val.npz --baseline val.gradients.json
     """
-    from layergrad.cli.progress import sample_progress
+    from layergrad.cli.progress import data_progress, file_progress
     from layergrad.commands.check import check_files as checks
     from layergrad.files import outputs
     from layergrad.render.junit import check_junit
@@ -142,7 +137,7 @@ def check(
     reads = outputs.protected_inputs(files, paths, imports, probe.input_file, baselines, data)
     if junit_file:
         outputs.check_target(junit_file, "--junit", "xml", reads, force=force)
-    with sample_progress(probe.data_set is not None and not quiet) as on_progress:
+    with data_progress(probe, quiet) as on_progress:
         options = checks.CheckOptions(
             fail_on=fail_on,
             static_only=static_only,
@@ -157,9 +152,9 @@ def check(
         )
         # one bar at a time: the samples' bar when there is one, else the files'
         listed = paths if on_progress is None else []
-        verdicts = _with_progress(listed, lambda on: checks.check_files(paths, options, on))
+        verdicts = file_progress(listed, lambda on: checks.check_files(paths, options, on))
     if not probe.reports_here:  # another worker of the cluster writes the report
-        return
+        return False
     emit("check", fmt, verdicts)
     if junit_file:
         xml = check_junit(verdicts)
@@ -167,8 +162,7 @@ def check(
             junit_file, xml, "--junit", "the JUnit report", reads, force=force
         )
         said(done.message)
-    if not all(v.passed for v in verdicts):
-        sys.exit(1)
+    return not all(v.passed for v in verdicts)
 
 
 @click.command()
@@ -183,7 +177,6 @@ def check(
 )
 @format_options
 @load_options
-@handle_errors
 def diff(
     base: str,
     new: str,
@@ -197,7 +190,7 @@ def diff(
     imports: tuple[str, ...],
     unsafe: bool,
     debug: bool,
-) -> None:
+) -> bool:
     """Compare gradient flow in two model files: exit 1 on a regression.
 
     Scans BASE and NEW with the same probe (as `scan` does) and compares them
@@ -224,8 +217,7 @@ def diff(
         unsafe=unsafe, options=probe,
     )  # fmt: skip
     emit("diff", fmt, report, (*report.base.warnings, *report.new.warnings), show_all=show_all)
-    if report.regressions:
-        sys.exit(1)
+    return bool(report.regressions)
 
 
 @click.command()
@@ -258,27 +250,3 @@ def merge(shards: tuple[str, ...], fmt: OutputFormat, debug: bool) -> None:
     report = merge_reports(shards)
     emit("inspect" if isinstance(report, InspectReport) else "scan", fmt, report)
 
-
-def _with_progress(paths: list[str], run: Callable[[Callable[[str], None] | None], T]) -> T:
-    """Run with a progress bar on stderr when there are several files."""
-    if len(paths) < 2:
-        return run(None)
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.progress import Progress
-
-    from layergrad.render.escape import visible
-
-    with Progress(console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task("checking", total=len(paths))
-        started = 0
-
-        def on_file(path: str) -> None:
-            nonlocal started
-            shown = escape(visible(path))  # a file name is data, not rich markup
-            progress.update(task, completed=started, description=f"checking {shown}")
-            started += 1
-
-        result = run(on_file)
-        progress.update(task, completed=len(paths))
-    return result

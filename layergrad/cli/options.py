@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 
 import click
 
-from layergrad.cli.running import usage_error
+from layergrad.cli.running import handle_errors, usage_error
 from layergrad.core.errors import LayergradError
 from layergrad.core.limits import MAX_PROBES
 from layergrad.core.probe_options import Cli, cli_fields
@@ -70,10 +70,15 @@ def _rewriting(
     return _stack(cast(F, rewritten), options)
 
 
-def load_options(func: F) -> F:
-    """`--import`, `--unsafe`, `--debug`: options of every command that opens a model."""
+# the MODEL argument of every command that opens one model
+model_argument = click.argument("model", type=click.Path(dir_okay=True, path_type=str))
+
+
+def load_options(func: Callable[..., bool | None]) -> Callable[..., None]:
+    """`--import`, `--unsafe`, `--debug`: options of every command that opens a model, the
+    last of its options: the command runs under `handle_errors` (a True return: exit 1)."""
     return _stack(
-        func,
+        handle_errors(func),
         [
             click.option(
                 "--import",
@@ -299,7 +304,7 @@ def _probe_bundle(kwargs: dict[str, object]) -> None:
     try:
         kwargs["probe"] = probe_from(None, given)
     except LayergradError as exc:  # options that do not go together
-        usage_error(exc, bool(kwargs.get("debug", False)))
+        usage_error(str(exc), bool(kwargs.get("debug", False)))
 
 
 def measure_options(func: F) -> F:

@@ -1,4 +1,5 @@
-"""A progress bar for runs over a data set: samples, samples per second and time left.
+"""Progress bars on stderr: for runs over a data set (samples, samples per second and time
+left), and for `check` over several files.
 
 Drawn on stderr, and only when stderr is a terminal: piped or redirected output stays clean,
 and the report on stdout is unaffected. The API reports progress through a callback
@@ -12,14 +13,24 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Task
 
+    from layergrad.core.probe_options import ProbeOptions
+
 Progress = Callable[[int, "int | None"], None]
+T = TypeVar("T")
 TRACING = "tracing the step"  # what the bar says before the first batch is done
+
+
+def data_progress(probe: ProbeOptions, quiet: bool) -> contextlib.AbstractContextManager[
+    Progress | None
+]:
+    """`sample_progress` for a run with `--data` and without `--quiet`."""
+    return sample_progress(probe.data_set is not None and not quiet)
 
 
 @contextlib.contextmanager
@@ -68,3 +79,28 @@ def sample_progress(enabled: bool, console: Console | None = None) -> Iterator[P
             bar.update(task, completed=done, total=total, description=phase)
 
         yield update
+
+
+def file_progress(paths: list[str], run: Callable[[Callable[[str], None] | None], T]) -> T:
+    """Run with a progress bar on stderr when there are several files."""
+    if len(paths) < 2:
+        return run(None)
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.progress import Progress as Bar
+
+    from layergrad.render.escape import visible
+
+    with Bar(console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("checking", total=len(paths))
+        started = 0
+
+        def on_file(path: str) -> None:
+            nonlocal started
+            shown = escape(visible(path))  # a file name is data, not rich markup
+            progress.update(task, completed=started, description=f"checking {shown}")
+            started += 1
+
+        result = run(on_file)
+        progress.update(task, completed=len(paths))
+    return result

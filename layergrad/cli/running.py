@@ -1,5 +1,5 @@
-"""Running a command: its errors as one line and exit code 2, stdout holding only the report,
-and printing the report (or its chart).
+"""Running a command: its errors as one line and exit code 2, exit code 1 when it returns that
+it failed, stdout holding only the report, and printing the report (or its chart).
 
 Nothing here imports TensorFlow (or numpy) at import time, so `layergrad --help` is instant.
 """
@@ -14,7 +14,7 @@ import sys
 import traceback
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, NoReturn, TextIO, TypeVar, cast
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 import click
 
@@ -22,22 +22,22 @@ from layergrad.core.errors import LayergradError, describe, one_line
 from layergrad.core.vocab import OutputFormat
 
 if TYPE_CHECKING:
+    from layergrad.core.probe_options import ProbeOptions
     from layergrad.core.results import InspectReport, ScanReport, WeightScanReport
 
-F = TypeVar("F", bound=Callable[..., object])
 
-
-def handle_errors(func: F) -> F:
-    """Turn API errors into one line on stderr and exit code 2 (a traceback with --debug)."""
+def handle_errors(func: Callable[..., bool | None]) -> Callable[..., None]:
+    """Run a command: exit code 1 when it returns True (a result matched --fail-on, a file
+    failed), its errors as one line on stderr and exit code 2 (a traceback with --debug)."""
 
     @functools.wraps(func)
-    def wrapper(*args: object, **kwargs: object) -> object:
-        debug = kwargs.get("debug", False)
+    def wrapper(*args: object, **kwargs: object) -> None:
+        debug = bool(kwargs.get("debug", False))
         try:
             with warnings.catch_warnings(), report_stdout():
                 if not debug:
                     warnings.simplefilter("ignore")
-                return func(*args, **kwargs)
+                failed = func(*args, **kwargs)
         except click.ClickException:
             raise
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: not a finding (1), not a pass
@@ -45,21 +45,15 @@ def handle_errors(func: F) -> F:
             click.echo(f"error: stopped by {_signal_name(code)}; nothing was written", err=True)
             sys.exit(code)
         except LayergradError as exc:
-            usage_error(exc, bool(debug))
+            usage_error(str(exc), debug)
         except Exception as exc:  # an unexpected failure still gets one readable line
-            if debug:
-                traceback.print_exc()
-            from layergrad.render.escape import visible
-
-            click.echo(
-                f"error: unexpected {type(exc).__name__}: {one_line(visible(describe(exc)))} "
-                "(run again with --debug for the traceback)",
-                err=True,
-            )
-            sys.exit(2)
+            usage_error(describe(exc), debug, kind=f"error: unexpected {type(exc).__name__}",
+                        then=" (run again with --debug for the traceback)")  # fmt: skip
+        if failed:
+            sys.exit(1)
 
     wrapper.report_stdout = True  # type: ignore[attr-defined]  # tests find it on every command
-    return cast(F, wrapper)
+    return wrapper
 
 
 INTERRUPTED = 130  # the exit code of a run stopped by Ctrl-C (SIGINT), as shells use
@@ -76,9 +70,14 @@ def _signal_name(code: int) -> str:
 
 def note(message: str) -> None:
     """What a command says while it works: one `note:` line on stderr."""
+    click.echo(_line("note", message), err=True)
+
+
+def _line(kind: str, message: str) -> str:
+    """`kind: message` on one line, every name in it shown as on stdout (`escape.visible`)."""
     from layergrad.render.escape import visible
 
-    click.echo(f"note: {one_line(visible(message))}", err=True)
+    return f"{kind}: {one_line(visible(message))}"
 
 
 def said(message: str) -> None:
@@ -93,9 +92,7 @@ def said(message: str) -> None:
 def abort_now(message: str) -> NoReturn:
     """End the process at once with one `error:` line and exit code 2, from any thread
     (a stalled data source blocks the main thread in code that cannot be interrupted)."""
-    from layergrad.render.escape import visible
-
-    sys.stderr.write(f"error: {one_line(visible(message))}\n")
+    sys.stderr.write(_line("error", message) + "\n")
     sys.stderr.flush()
     hard_exit(2)
 
@@ -155,14 +152,30 @@ def _report_stream() -> TextIO:
     return _REPORT_STREAMS[-1] if _REPORT_STREAMS else sys.stdout
 
 
-def usage_error(exc: LayergradError, debug: bool = False) -> NoReturn:
-    """One line on stderr (a traceback too with --debug), exit code 2."""
-    from layergrad.render.escape import visible
-
+def usage_error(
+    message: str, debug: bool = False, *, kind: str = "error", then: str = ""
+) -> NoReturn:
+    """One line on stderr, `kind: message` then `then` (a traceback too with --debug), exit
+    code 2."""
     if debug:
         traceback.print_exc()
-    click.echo(f"error: {one_line(visible(str(exc)))}", err=True)
+    click.echo(_line(kind, message) + then, err=True)
     sys.exit(2)
+
+
+def protected_reads(
+    model: str, probe: ProbeOptions, imports: Sequence[str], plot_file: str | None, force: bool
+) -> list[str]:
+    """The files the run reads, which no output may replace; `--plot FILE` checked against
+    them before any work."""
+    from layergrad.files import outputs
+    from layergrad.render import chart_files
+
+    data = outputs.data_inputs(probe.data_path)
+    reads = outputs.protected_inputs(model, probe.input_file, imports, data)
+    if plot_file:
+        chart_files.check_plot_path(plot_file, reads, force=force)
+    return reads
 
 
 def write_plot(
@@ -198,14 +211,13 @@ def emit(
 
 def _terminal(stream: TextIO) -> tuple[bool, int | None]:
     """(use colour, width) for stdout; width None (as wide as needed) when it is not a terminal."""
-    if not stream.isatty():
-        columns = os.environ.get("COLUMNS", "")
-        return False, int(columns) if columns.isdigit() else None
     columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit():
-        return "NO_COLOR" not in os.environ, int(columns)
-    try:
-        width = os.get_terminal_size(stream.fileno()).columns
-    except (AttributeError, OSError, ValueError):
-        width = shutil.get_terminal_size((100, 24)).columns
+    width = int(columns) if columns.isdigit() else None
+    if not stream.isatty():
+        return False, width
+    if width is None:
+        try:
+            width = os.get_terminal_size(stream.fileno()).columns
+        except (AttributeError, OSError, ValueError):
+            width = shutil.get_terminal_size((100, 24)).columns
     return "NO_COLOR" not in os.environ, width

@@ -232,7 +232,7 @@ def session_for(
 
 def probe_batch(model: KerasModel, options: ProbeOptions) -> ProbeBatch:
     """The probe batch for `model`: the `--input` file, or random from its input spec."""
-    from layergrad.data import input_draws, input_kinds, probe_input
+    from layergrad.data import input_kinds, probe_input
 
     if options.input_file is not None:
         try:
@@ -250,6 +250,6 @@ def probe_batch(model: KerasModel, options: ProbeOptions) -> ProbeBatch:
         options.seed,
         input_kinds.integer_ranges(model),
         max_bytes=options.max_memory,
-        draws=input_draws.preprocessing_draws(model),
+        draws=input_kinds.preprocessing_draws(model),
         texts=input_kinds.text_draws(model),
     )

@@ -36,8 +36,9 @@ class ImageFile:
     height: int
 
 
-def list_images(folder: str) -> list[ImageFile]:
-    """The images under ``folder`` in Keras's order, each checked (see the module doc).
+def list_images(folder: str, base: str | None = None) -> list[ImageFile]:
+    """The images under ``folder`` in Keras's order, each checked (see the module doc); the
+    messages name `--data base` (default: ``folder``).
 
     Raises:
         InputError: an entry that is not a regular file, a header that is not an image of
@@ -47,7 +48,7 @@ def list_images(folder: str) -> list[ImageFile]:
     for root, _, names in sorted(os.walk(folder), key=lambda entry: entry[0]):
         for name in sorted(names):
             if name.lower().endswith(IMAGE_FORMATS):
-                found.append(check_image(os.path.join(root, name), folder))
+                found.append(check_image(os.path.join(root, name), base or folder))
     return found
 
 
@@ -78,12 +79,9 @@ def class_listing(folder: str) -> ClassListing:
     )
     found, ids = [], []
     for index, name in enumerate(classes):
-        top = os.path.join(folder, name)
-        for root, _, names in sorted(os.walk(top), key=lambda entry: entry[0]):
-            for file in sorted(names):
-                if file.lower().endswith(IMAGE_FORMATS):
-                    found.append(check_image(os.path.join(root, file), folder))
-                    ids.append(index)
+        held = list_images(os.path.join(folder, name), base=folder)
+        found += held
+        ids += [index] * len(held)
     loose = tuple(
         name
         for name in entries

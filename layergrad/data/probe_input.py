@@ -12,12 +12,13 @@ import numpy as np
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.limits import MAX_TEXT_BATCH_BYTES, human
 from layergrad.core.tf_types import KerasModel
-from layergrad.data.input_draws import InputDraw, drawn
 from layergrad.data.input_keys import input_keys, is_label
 from layergrad.data.input_kinds import (
     SIMPLE_TOKENS,
+    InputDraw,
     TextDraw,
     draw_text,
+    drawn,
     id_inputs,
     text_bytes,
 )

@@ -13,7 +13,7 @@ import numpy as np
 from layergrad.core.errors import InputError, LoadError, describe
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import KerasModel, KerasModule, Tensor
-from layergrad.data.labels import LabelRequest
+from layergrad.data.label_stream import LabelRequest
 from layergrad.model.loss_forms import LossSpec, loss_name, read_loss
 
 # How random labels are drawn, by a word in the loss's name (first match wins).

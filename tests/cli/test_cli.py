@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 
 import numpy as np
@@ -284,6 +285,27 @@ def test_an_import_that_cannot_be_imported_is_a_usage_error_before_tensorflow(co
 
     with pytest.raises(UsageError, match="no such file"):
         import_modules([str(tmp_path / "gone.py")])
+
+
+@pytest.mark.parametrize("command", ["fix", "fit"])
+def test_fix_and_fit_refuse_a_file_that_is_not_a_model_before_tensorflow(command, tmp_path):
+    """A file that is no model (and, for fix, a folder) is refused in one line, exit 2, before
+    TensorFlow is imported: as check reads a file before loading it."""
+    corrupt = tmp_path / "not_a_model.keras"
+    corrupt.write_bytes(b"garbage, not a zip archive")
+    data = tmp_path / "train.npz"
+    np.savez(data, x=np.zeros((4, 3), "float32"), y=np.zeros((4,), "int64"))
+    for model, said in ((corrupt, "neither a zip (.keras) nor an HDF5 (.h5) file"),
+                        (tmp_path, "is a directory")):  # fmt: skip
+        code = (
+            "import sys\nfrom click.testing import CliRunner\nfrom layergrad.cli import main\n"
+            f"r = CliRunner().invoke(main, {[command, str(model), '--data', str(data)]!r})\n"
+            "print(r.exit_code, 'tensorflow' in sys.modules)\nprint(repr(r.output))"
+        )
+        first, output = fresh_python("-c", code).strip().splitlines()[:2]
+        lines = ast.literal_eval(output).strip().splitlines()
+        assert first == "2 False", (model, output)
+        assert len(lines) == 1 and lines[0].startswith("error: ") and said in lines[0], lines
 
 
 def test_diff_reads_scan_jsons_before_tensorflow_and_two_never_load_it(tmp_path):

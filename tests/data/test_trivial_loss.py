@@ -9,7 +9,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from layergrad.data.labels import TrivialLoss
+from layergrad.data.label_stream import TrivialLoss
 
 
 def fed(loss: str, y: np.ndarray, units: int = 0, batch: int = 37) -> float | None:

@@ -26,8 +26,7 @@ from layergrad.files.file_info import FileInfo
 
 if TYPE_CHECKING:
     from layergrad.commands.session import Session
-    from layergrad.data.label_stream import Labelled
-    from layergrad.data.labels import LabelSummary
+    from layergrad.data.label_stream import Labelled, LabelSummary
     from layergrad.data.sources import DataStream
     from layergrad.engine.data_step import StreamRun
     from layergrad.engine.layer_calls import Recorded
@@ -257,7 +256,7 @@ def _probe_batch(
     heads.judge_on_probe(recorded, info, options.loss, add)
     labels: dict[str, LabelSummary] = {}
     if session.batch.labels:
-        from layergrad.data.labels import by_output_name, summarise_arrays
+        from layergrad.data.label_stream import by_output_name, summarise_arrays
         from layergrad.engine.compiled_loss import output_keys
 
         names, ranks = steps.output_ranks(model)
@@ -278,8 +277,7 @@ def _data_stream(
     """The stream of --data's batches, with its labels (`data/label_stream.py`) in the form
     the loss in the file (or `--loss`) takes, summarised for the `targets` check."""
     from layergrad.commands.over_data import data_specs, open_stream, shard_of
-    from layergrad.data.label_stream import open_labelled
-    from layergrad.data.labels import summarise_batches
+    from layergrad.data.label_stream import open_labelled, summarise_batches
     from layergrad.engine.compiled_loss import label_request
     from layergrad.model.loss_forms import find_loss
 

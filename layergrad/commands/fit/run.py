@@ -6,7 +6,7 @@ trains its repaired copy with the same parts.
 
 Whether each output can take its labels is the `target_mismatch` rule of `check --data`
 (`model/target_fit.py`), so a label problem is a finding before training, never a failure
-inside TensorFlow's graph; the same pass gives the trivial loss (`data/labels.py`
+inside TensorFlow's graph; the same pass gives the trivial loss (`data/label_stream.py`
 `TrivialLoss`: the loss of predicting the labels' prior) and the samples the data holds.
 """
 
@@ -37,8 +37,7 @@ from layergrad.core.results import Reason
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import Dataset, KerasCallback, KerasModel, Strategy, TensorTree
 from layergrad.core.vocab import Finding
-from layergrad.data.label_stream import Labelled, open_labelled
-from layergrad.data.labels import TrivialLoss, label_keys
+from layergrad.data.label_stream import Labelled, TrivialLoss, label_keys, open_labelled
 from layergrad.data.sources import DataStream
 from layergrad.data.stall import stall_watch
 from layergrad.data.value_checks import reader_refusal, tf_dtype

@@ -54,8 +54,13 @@ from layergrad.core.probe_options import PathLike
 from layergrad.core.results import FileVerdict
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import Dataset, KerasModel, Strategy, Tensor
-from layergrad.data.label_stream import Labelled, open_labelled
-from layergrad.data.labels import LabelRequest, TrivialLoss, summarise_batches
+from layergrad.data.label_stream import (
+    Labelled,
+    LabelRequest,
+    TrivialLoss,
+    open_labelled,
+    summarise_batches,
+)
 from layergrad.data.sources import DataStream
 from layergrad.data.stats import aggregates
 from layergrad.data.value_checks import reader_refusal

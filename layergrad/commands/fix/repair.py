@@ -115,9 +115,13 @@ def fix_model(
         raise OutputError(f"--output {output}: the repaired copy is a .keras file; name it so")
     inputs = [os.fspath(path), *imports, *data_inputs(data)]
     check_target(output, "--output", "keras", inputs, force=options.force)
+    check = CheckOptions(imports=tuple(imports), unsafe=unsafe, probe=probe)
+    # a file that cannot be read or must not load, a missing file, a forged header: refused
+    # by the checks that read files only, before TensorFlow starts
+    _refuse_unreadable(check_file(path, replace(check, static_only=True)))
     original_file = OpenedFile(path, imports, unsafe)  # loaded once: checked, repaired, trained
     if data is not None:  # `fit`'s checks first: what it refuses, `fix` refuses (exit 2)
-        check_source(data, None)  # a missing file, a forged header: before TensorFlow starts
+        check_source(data, None)
     # TensorFlow, after the checks above
     from layergrad.commands.fix.build import BuildError, build, model_config, weights_by_layer
     from layergrad.commands.fix.evidence import (
@@ -134,7 +138,6 @@ def fix_model(
     if data is not None:
         fitting = FitOptions(steps=options.steps, batch_size=options.batch_size, seed=options.seed)
         prepared = ready(original_file.twin(probe), data, fitting, options.limit)
-    check = CheckOptions(imports=tuple(imports), unsafe=unsafe, probe=probe)
     verdict = check_file(path, replace(check, opener=original_file))
     _refuse_unreadable(verdict)
     before = list(check_findings(verdict))
