@@ -381,6 +381,28 @@ BY_NAME: Mapping[str, tuple[CauseKind, Says]] = {
 }
 
 
+# The cause that explains a status of `check` whose record names none: what `fix` says to do
+# by hand about it is that cause's hint (at the layer, when known), else its code's fix.
+EXPLAINS = {
+    Finding.DEAD: "dead_relu",
+    Finding.BLOCKED: "non_differentiable_op",
+    Finding.NO_GRADIENT: "variable_not_used",
+}
+
+
+def fallback_hint(code: str, layer: str | None = None) -> str:
+    """What to do about the status `code` (`EXPLAINS`; "" for a code it does not hold)."""
+    name = EXPLAINS.get(Finding(code)) if code in set(Finding) else None
+    if name is None:
+        return ""
+    kind, says = BY_NAME[name]
+    return (
+        kind.fix
+        if layer is None and "layer" in reads(says.hint)
+        else say(says.hint, {"layer": layer})
+    )
+
+
 def cause(name: str, layer: str | None = None, **facts: Fact) -> Reason:
     """The cause `name` (a `Says` of the table) at `layer`, said from `facts`; `op` names the
     operation it points at."""
