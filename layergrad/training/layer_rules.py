@@ -20,15 +20,14 @@ from layergrad.training.finding_words import said
 
 DEAD_THRESHOLD = 0.5  # a layer's dead fraction ends at or above this...
 DEAD_GROWTH = 0.2  # ...having grown at least this much since the first checkpoint: dying_units
-DEAD_CHECKPOINTS = 3  # ...and at or above the threshold at each of this many final checkpoints
-STALL_DECADES = 3.0  # a layer's update ratio this many decades below the others' median...
-STALL_CHECKPOINTS = 3  # ...at each of at least this many final checkpoints: stalled_layer
-VANISH_DECADES = 3.0  # the relative gradient of the first layers this many decades below the
-EXPLODE_DECADES = 3.0  # head's (vanishing), or above it (exploding)...
+DECADES = 3.0  # a layer's update ratio this far below the others' median (stalled_layer); the
+# relative gradient of the first layers this far below the head's (vanishing), or above it
+# (exploding)...
+LASTING = 3  # ...at each of this many final checkpoints (dying_units and stalled_layer too)
 DEPTH_LAYERS = 2  # ...for at least this many layers from the input...
-FINAL_CHECKPOINTS = 2  # ...at each of at least this many final checkpoints
+FINAL_CHECKPOINTS = 2  # ...at each of this many final ones (vanishing, exploding,
+# constant_predictions)
 EXPLODE_RATIO = 1.0  # exploding too: one step moves a layer's weights by their own size
-CONSTANT_CHECKPOINTS = 2  # constant_predictions: the head constant at this many final ones
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,7 @@ def constant_predictions(
     dead: bool = False,
 ) -> list[Reason]:
     """An output layer (`heads`; default the last layer called) whose every unit has the same
-    value for every sample of the batch at each of the last `CONSTANT_CHECKPOINTS`
+    value for every sample of the batch at each of the last `FINAL_CHECKPOINTS`
     checkpoints or more: its predictions ignore the inputs. The hint follows the head's facts
     (`constant_hint`); `unstable`: the loss blew up first; `dead`: ReLU units died in training
     (`dying_units`)."""
@@ -75,7 +74,7 @@ def constant_predictions(
             row = _row(c, head)
             marks.append((c.step, row is not None and row.constant_fraction == 1.0))
         run, step = _final_run(marks)
-        if run < min(CONSTANT_CHECKPOINTS, len(checkpoints)) or run < 2:
+        if run < min(FINAL_CHECKPOINTS, len(checkpoints)) or run < 2:
             continue
         known = (facts or {}).get(head)
         name = f"constant_predictions/{constant_hint(known, unstable, dead)}"
@@ -112,11 +111,11 @@ def relative_gradients(checkpoint: Checkpoint) -> list[tuple[str, float]]:
 
 
 def _depth_marks(
-    checkpoints: Sequence[Checkpoint], decades: float, below: bool
+    checkpoints: Sequence[Checkpoint], below: bool
 ) -> dict[str, list[tuple[int, bool]]]:
     """Per layer, per checkpoint: whether it is one of the first layers (from the input, at
     least `DEPTH_LAYERS` and half of those up to the deepest) whose relative gradient is
-    `decades` below (or above) the head's."""
+    `DECADES` below (or above) the head's."""
     marks: dict[str, list[tuple[int, bool]]] = {}
     for c in checkpoints:
         rows = relative_gradients(c)
@@ -125,7 +124,7 @@ def _depth_marks(
         head = rows[-1][1]
         if head <= 0:
             continue
-        line = head / 10**decades if below else head * 10**decades
+        line = head / 10**DECADES if below else head * 10**DECADES
         beyond = [(v < line) if below else (v > line) for _, v in rows[:-1]]
         # the first layers: those beyond the line up to the deepest one, at least
         # DEPTH_LAYERS of them and at least half the layers before it (a first layer that
@@ -138,13 +137,11 @@ def _depth_marks(
     return marks
 
 
-def _depth_layers(
-    checkpoints: Sequence[Checkpoint], decades: float, below: bool
-) -> list[tuple[str, int]]:
-    """(layer, step) of the first layers whose relative gradient stays `decades` below (or
+def _depth_layers(checkpoints: Sequence[Checkpoint], below: bool) -> list[tuple[str, int]]:
+    """(layer, step) of the first layers whose relative gradient stays `DECADES` below (or
     above) the head's at the last `FINAL_CHECKPOINTS` or more, from the input."""
     found = []
-    for layer, series in _depth_marks(checkpoints, decades, below).items():
+    for layer, series in _depth_marks(checkpoints, below).items():
         run, step = _final_run(series)
         if run >= FINAL_CHECKPOINTS:
             found.append((layer, step))
@@ -158,7 +155,7 @@ def vanishing(
     `rules.RULES`. Its hint names sigmoid / tanh, or dead ReLU units (`dead`: the layers
     `dying_units` found), only where the layers have them."""
 
-    found = _depth_layers(checkpoints, VANISH_DECADES, below=True)
+    found = _depth_layers(checkpoints, below=True)
     if not found:
         return None
     layers = [layer for layer, _ in found]
@@ -167,20 +164,20 @@ def vanishing(
     hint = ("unknown" if not facts else "squashing" if kinds & {"sigmoid", "tanh"}
             else "dead" if set(layers) & set(dead) else "other")  # fmt: skip
     top, step = found[-1]  # the layer nearest the output of the first layers
-    return said(f"vanishing/{hint}", top, step, count=len(found), decades=VANISH_DECADES)
+    return said(f"vanishing/{hint}", top, step, count=len(found), decades=DECADES)
 
 
 def exploding(checkpoints: Sequence[Checkpoint], unstable: bool = False) -> Reason | None:
-    """The first layers' relative gradient `EXPLODE_DECADES` above the head's at the last
+    """The first layers' relative gradient `DECADES` above the head's at the last
     `FINAL_CHECKPOINTS` or more; or one step that moves a layer's weights by `EXPLODE_RATIO`
     of their own size (healthy steps move them by about 1e-3) at `FINAL_CHECKPOINTS`
     checkpoints in a row, or at one when the loss blew up (`unstable`: it diverged or turned
     NaN/Inf). (An adaptive optimizer's real step is bounded by its learning rate: a large
     gradient alone, with a loss that trains well, is no explosion.)"""
-    found = _depth_layers(checkpoints, EXPLODE_DECADES, below=False)
+    found = _depth_layers(checkpoints, below=False)
     if found:
         top, step = found[-1]
-        return said("exploding/depth", top, step, count=len(found), decades=EXPLODE_DECADES)
+        return said("exploding/depth", top, step, count=len(found), decades=DECADES)
     need = 1 if unstable else FINAL_CHECKPOINTS
     run: list[tuple[Checkpoint, LayerStats]] = []
     for c in checkpoints:
@@ -210,7 +207,7 @@ def dying_units(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
         index = len(fractions)
         while index > 0 and (fractions[index - 1][1] or 0.0) >= DEAD_THRESHOLD:
             index -= 1
-        if len(fractions) - index < min(DEAD_CHECKPOINTS, len(fractions) - 1):
+        if len(fractions) - index < min(LASTING, len(fractions) - 1):
             continue  # dead on the last batch or two only: a small batch's chance, not a state
         step = fractions[index][0]
         out.append(said("dying_units", layer, step, fraction=last, first=first,
@@ -221,7 +218,7 @@ def dying_units(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
 def stalled_layers(checkpoints: Sequence[Checkpoint], skip: Sequence[str] = ()) -> list[Reason]:
     """Layers whose update ratio stays far below the others': the `stalled_layer` entry of
     `rules.RULES`; the layers in `skip` (named by another finding) are left out."""
-    if len(checkpoints) < STALL_CHECKPOINTS:
+    if len(checkpoints) < LASTING:
         return []
     stalled: dict[str, list[tuple[int, bool]]] = {}
     for checkpoint in checkpoints:
@@ -231,14 +228,14 @@ def stalled_layers(checkpoints: Sequence[Checkpoint], skip: Sequence[str] = ()) 
             low = False
             if len(others) >= 2:
                 median = float(np.median(others))
-                low = median > 0 and (row.update_ratio or 0.0) < median / 10**STALL_DECADES
+                low = median > 0 and (row.update_ratio or 0.0) < median / 10**DECADES
             stalled.setdefault(row.layer, []).append((checkpoint.step, low))
     out = []
     for layer, marks in stalled.items():
         run, step = _final_run(marks)
-        if run < STALL_CHECKPOINTS or layer in skip:
+        if run < LASTING or layer in skip:
             continue
-        out.append(said("stalled_layer", layer, step, decades=STALL_DECADES))
+        out.append(said("stalled_layer", layer, step, decades=DECADES))
     return out
 
 

@@ -16,8 +16,6 @@ from layergrad.core.results import Reason
 from layergrad.core.vocab import Finding, Severity
 from layergrad.model.loss_forms import read_loss
 from layergrad.training.curve_rules import (
-    MIN_STEPS,
-    PLATEAU_STEPS,
     diverging,
     not_learning,
     oscillating,
@@ -35,27 +33,6 @@ from layergrad.training.layer_rules import (
 )
 
 BLOWN_UP = 10.0  # a loss this many times the trivial loss has blown up
-
-__all__ = [
-    "MIN_STEPS",
-    "PLATEAU_STEPS",
-    "RULES",
-    "Run",
-    "TrainingRule",
-    "chance_loss",
-    "constant_predictions",
-    "diverging",
-    "dying_units",
-    "exploding",
-    "findings",
-    "nonfinite_finding",
-    "not_learning",
-    "oscillating",
-    "plateau_at_chance",
-    "slow_convergence",
-    "stalled_layers",
-    "vanishing",
-]
 
 
 def findings(
