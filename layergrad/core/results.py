@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
+import string
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,6 +63,30 @@ class DataStats:
 
 # A value a rule read: a name, a count, a share, a switch (None: not known)
 Fact = str | int | float | bool | None
+
+
+class _Words(string.Formatter):
+    """`str.format` with `!q`: the value quoted for a shell command line."""
+
+    def convert_field(self, value: object, conversion: str | None) -> object:
+        if conversion == "q":
+            return shlex.quote(str(value))
+        return super().convert_field(value, conversion)
+
+
+_WORDS = _Words()
+
+
+def say(template: str, facts: Mapping[str, object]) -> str:
+    """A finding's message or hint template said from its facts (`{layer!r}`, `{share:.0%}`;
+    `!q` quotes a name for the shell)."""
+    return _WORDS.format(template, **facts)
+
+
+def reads(*templates: str) -> tuple[str, ...]:
+    """The facts templates read, in order of first use."""
+    fields = (f for text in templates for _, f, _, _ in _WORDS.parse(text) if f)
+    return tuple(dict.fromkeys(fields))
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,8 @@ class Finding(Word):
     UNKNOWN = "unknown"
 
 
+_ALL = tuple(Finding)  # every code, in the order above: a subset in that order is a slice
+
 # The former names of the vocabulary's subsets, kept importable: one enum, `Finding`.
 Flag = Finding
 CauseCode = Finding
@@ -103,21 +105,11 @@ SCAN_FLAGS = (
 )
 
 # What a `check` can find in a file (`check --fail-on`), in the order `--help` lists them.
-CHECK_FINDINGS = tuple(Finding)[: tuple(Finding).index(Finding.SLOW_CONVERGENCE) + 1]
+CHECK_FINDINGS = _ALL[: _ALL.index(Finding.SLOW_CONVERGENCE) + 1]
 
 # Why a gradient is None, zero or non-finite: the codes of `inspect` / `scan` causes.
 CAUSE_CODES = (
-    Finding.NOT_DOWNSTREAM,
-    Finding.INTEGER_PATH,
-    Finding.NON_DIFFERENTIABLE_OP,
-    Finding.STOP_GRADIENT,
-    Finding.DEAD_RELU,
-    Finding.SATURATED,
-    Finding.NONFINITE_FORWARD,
-    Finding.NONFINITE_BACKWARD,
-    Finding.TRAINING_MODE,
-    Finding.FLOAT16_UNDERFLOW,
-    Finding.UNUSED_INPUT,
+    *_ALL[_ALL.index(Finding.NOT_DOWNSTREAM) : -1],
     Finding.CONSTANT_OUTPUT,
     Finding.INPUT_RANGE,
     Finding.LOSS_MISMATCH,
@@ -152,14 +144,7 @@ DEFAULT_FAIL_ON = (
 # first step) are shared with `check`.
 TRAINING_FINDINGS = (
     Finding.NONFINITE,
-    Finding.DIVERGING,
-    Finding.NOT_LEARNING,
-    Finding.DYING_UNITS,
-    Finding.STALLED_LAYER,
-    Finding.PLATEAU_AT_CHANCE,
-    Finding.CONSTANT_PREDICTIONS,
-    Finding.OSCILLATING,
-    Finding.SLOW_CONVERGENCE,
+    *_ALL[_ALL.index(Finding.DIVERGING) : _ALL.index(Finding.SLOW_CONVERGENCE) + 1],
     Finding.VANISHING,
     Finding.EXPLODING,
     Finding.TARGET_MISMATCH,

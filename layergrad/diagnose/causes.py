@@ -11,12 +11,10 @@ No TensorFlow.
 
 from __future__ import annotations
 
-import shlex
-import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from layergrad.core.results import Fact, Reason
+from layergrad.core.results import Fact, Reason, reads, say
 from layergrad.core.vocab import Finding
 
 # What the diagnosis looks at, for the `unknown` cause to say.
@@ -39,9 +37,7 @@ class Says:
     @property
     def reads(self) -> tuple[str, ...]:
         """The facts its templates read, in order of first use (`layer` among them)."""
-        fields = (f for text in (self.message, self.hint)
-                  for _, f, _, _ in _WORDS.parse(text) if f)  # fmt: skip
-        return tuple(dict.fromkeys(fields))
+        return reads(self.message, self.hint)
 
 
 @dataclass(frozen=True)
@@ -55,17 +51,6 @@ class CauseKind:
     fix: str
     says: tuple[Says, ...] = ()
 
-
-class _Words(string.Formatter):
-    """`str.format` with `!q`: the value quoted for a shell command line."""
-
-    def convert_field(self, value: object, conversion: str | None) -> object:
-        if conversion == "q":
-            return shlex.quote(str(value))
-        return super().convert_field(value, conversion)
-
-
-_WORDS = _Words()
 
 # Why an output stops varying (`forward_findings.reason`), and its fix: one `constant_output`
 # variant each, named `constant_output/REASON`.
@@ -396,6 +381,28 @@ BY_NAME: Mapping[str, tuple[CauseKind, Says]] = {
 }
 
 
+# The cause that explains a status of `check` whose record names none: what `fix` says to do
+# by hand about it is that cause's hint (at the layer, when known), else its code's fix.
+EXPLAINS = {
+    Finding.DEAD: "dead_relu",
+    Finding.BLOCKED: "non_differentiable_op",
+    Finding.NO_GRADIENT: "variable_not_used",
+}
+
+
+def fallback_hint(code: str, layer: str | None = None) -> str:
+    """What to do about the status `code` (`EXPLAINS`; "" for a code it does not hold)."""
+    name = EXPLAINS.get(Finding(code)) if code in set(Finding) else None
+    if name is None:
+        return ""
+    kind, says = BY_NAME[name]
+    return (
+        kind.fix
+        if layer is None and "layer" in reads(says.hint)
+        else say(says.hint, {"layer": layer})
+    )
+
+
 def cause(name: str, layer: str | None = None, **facts: Fact) -> Reason:
     """The cause `name` (a `Says` of the table) at `layer`, said from `facts`; `op` names the
     operation it points at."""
@@ -404,8 +411,8 @@ def cause(name: str, layer: str | None = None, **facts: Fact) -> Reason:
     op = facts.get("op") or says.op
     return Reason(
         kind.code,
-        _WORDS.format(says.message, **words),
-        _WORDS.format(says.hint, **words),
+        say(says.message, words),
+        say(says.hint, words),
         layer,
         rule=name,
         facts=tuple(facts.items()),

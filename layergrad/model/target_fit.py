@@ -299,6 +299,10 @@ def _several(f: TargetFacts) -> bool:
 
 
 _E = TargetExample
+FLATTEN = Change("flatten", "a Flatten goes before the head: a Dense on a feature map gives a "
+                 "prediction per position, the labels one per sample")  # fmt: skip
+SPARSE_FOR_IDS = Change("loss", f"{CHANGES_LOSS}: the labels are class ids, which the sparse "
+                        "loss reads", loss="sparse_categorical_crossentropy")  # fmt: skip
 DATA = "none: the labels are data"
 IDS_SPARSE = "sparse_categorical_crossentropy"
 ONE_HOT = ((1, 0, 0), (0, 1, 0), (0, 0, 1))
@@ -319,9 +323,7 @@ RULES: tuple[TargetRule, ...] = (
         "a `Flatten` before the head",
         (_E("softmax", 10, IDS_SPARSE, (0, 3, 9), output_rank=3),),
         (_E("softmax", 10, IDS_SPARSE, (0, 3, 9), output_rank=1),),
-        repair=lambda f: Change("flatten", "a Flatten goes before the head: a Dense on a "
-                                "feature map gives a prediction per position, the labels one "
-                                "per sample"),
+        repair=lambda f: FLATTEN,
     ),
     TargetRule(
         "label_rank", "each sample's labels of another rank", "what the loss reads of the "
@@ -419,8 +421,7 @@ RULES: tuple[TargetRule, ...] = (
         "the loss: `sparse_categorical_crossentropy`",
         (_E("softmax", 3, "categorical_crossentropy", IDS),),
         (_E("softmax", 3, "categorical_crossentropy", ONE_HOT),),
-        repair=lambda f: Change("loss", f"{CHANGES_LOSS}: the labels are class ids, which the "
-                                "sparse loss reads", loss="sparse_categorical_crossentropy"),
+        repair=lambda f: SPARSE_FOR_IDS,
     ),
     TargetRule(
         "ids_beyond_units", "class ids >= units", "a sparse categorical loss",
@@ -584,8 +585,7 @@ def _for_labels(f: TargetFacts) -> Change | None:
     one_hot_loss = loss.startswith("categorical_")
     ids = y.integers and y.width == 1 and y.low >= 0
     if missing_flatten(head, y, sparse):
-        return Change("flatten", "a Flatten goes before the head: a Dense on a feature map "
-                      "gives a prediction per position, the labels one per sample")  # fmt: skip
+        return FLATTEN
     if rank_differs(head, y, sparse):
         return None  # labels of another rank: the data must change (check's hint says how)
     if units == 1 and y.width > 1:
@@ -595,8 +595,7 @@ def _for_labels(f: TargetFacts) -> Change | None:
                       "categorical_crossentropy reads",
                       loss="categorical_crossentropy")  # fmt: skip
     if one_hot_loss and ids and units > 1:
-        return Change("loss", f"{CHANGES_LOSS}: the labels are class ids, which the sparse "
-                      "loss reads", loss="sparse_categorical_crossentropy")  # fmt: skip
+        return SPARSE_FOR_IDS
     classes = int(y.high) + 1 if ids else 0
     if units == 1 and ids and classes == 2 and (sparse or one_hot_loss):
         return _head("sigmoid", "the head and loss change: the labels are 0 and 1, one yes/no "

@@ -17,8 +17,8 @@ import numpy as np
 
 from layergrad.core.fit_results import Checkpoint, LayerStats
 from layergrad.core.results import Reason
-from layergrad.core.vocab import Finding
 from layergrad.training import trends
+from layergrad.training.finding_words import said
 
 MIN_STEPS = 20  # fewer steps than this: no rule over the loss curve runs
 SIGNIFICANT = 4.0  # a change of this many standard errors is real
@@ -113,20 +113,13 @@ def _diverged(
     checkpoints: Sequence[Checkpoint],
 ) -> Reason:
     """The `diverging` finding: the loss grew from `low` to `end` (NaN: to NaN/Inf) by `step`."""
-    why = (
-        f" while {top.layer}'s update ratio reaches {top.update_ratio:.3g} per step (step "
-        f"{top_step}; healthy is about 1e-3)"
-        if top is not None and high
-        else ""
-    )
-    grown = "NaN/Inf" if math.isnan(end) else f"{end:.4g}"
-    return Reason(
-        Finding.DIVERGING,
-        f"the loss grows from {low:.4g} to {grown} by step {step}{why}: the learning "
-        "rate is too high",
-        layer=top.layer if top is not None else _head(checkpoints),
-        step=step,
-    )
+    layer = top.layer if top is not None else _head(checkpoints)
+    if top is None or not high:
+        return said("diverging/grows", layer, step, low=low, end=end)
+    ratio = top.update_ratio
+    if math.isnan(end):
+        return said("diverging/nonfinite", layer, step, low=low, ratio=ratio, top_step=top_step)
+    return said("diverging/ratio", layer, step, low=low, end=end, ratio=ratio, top_step=top_step)
 
 
 def blew_up_early(curve: np.ndarray, spread: float, high: bool) -> tuple[int, float] | None:
@@ -170,16 +163,9 @@ def not_learning(
     change = parts[-1].mean - parts[0].mean
     if abs(moved) >= FLAT or abs(line.z()) >= FLAT or (top.update_ratio or 0.0) >= RATIO_TINY:
         return stuck_above(curve, parts, chance, top, checkpoints[0].step)
-    return Reason(
-        Finding.NOT_LEARNING,
-        f"the loss stays at {parts[-1].mean:.4g} over {len(curve)} steps (it moved "
-        f"{change:+.3g}, {abs(moved):.1f} standard errors of its batch-to-batch spread "
-        f"{spread:.3g}) and no layer's update ratio exceeds {top.update_ratio or 0.0:.3g} per "
-        f"step ({top.layer}; healthy is about 1e-3): raise the learning rate, or look for a "
-        "dead network (layergrad scan --wrt weights)",
-        layer=top.layer,
-        step=checkpoints[0].step,
-    )
+    return said("not_learning/flat", top.layer, checkpoints[0].step, level=parts[-1].mean,
+                steps=len(curve), change=change, moved=abs(moved), spread=spread,
+                ratio=top.update_ratio or 0.0, top=top.layer)  # fmt: skip
 
 
 def stuck_above(
@@ -205,17 +191,9 @@ def stuck_above(
     sure = FLAT * math.hypot(first.error, last.error) / gap
     if travelled >= STUCK_SHARE or sure >= STUCK_SHARE:
         return None
-    return Reason(
-        Finding.NOT_LEARNING,
-        f"the loss stays at {last.mean:.4g} over {len(curve)} steps, {last.mean / chance:.3g}x "
-        f"the trivial loss ({chance:.4g}; predicting the labels' prior, or the targets' mean "
-        f"or median): it covered {max(travelled, 0.0):.0%} of the way down to it, with "
-        f"{top.layer}'s update ratio at most {top.update_ratio or 0.0:.3g} per step: the steps "
-        "are too small for the targets' scale; raise the learning rate (or use Adam), or "
-        "scale the targets",
-        layer=top.layer,
-        step=step,
-    )
+    return said("not_learning/stuck", top.layer, step, level=last.mean, steps=len(curve),
+                times=last.mean / chance, chance=chance, travelled=max(travelled, 0.0),
+                top=top.layer, ratio=top.update_ratio or 0.0)  # fmt: skip
 
 
 def plateau_at_chance(
@@ -240,15 +218,7 @@ def plateau_at_chance(
     while start > 0 and abs(parts[start - 1].mean - chance) <= band + FLAT * parts[0].error:
         start -= 1
     step = parts[min(start, len(parts) - 1)].start + 1
-    return Reason(
-        Finding.PLATEAU_AT_CHANCE,
-        f"from step {step} the loss sits at {level:.4g}, the trivial loss of predicting the "
-        f"labels' prior ({chance:.4g}; the class frequencies, or the targets' mean or "
-        "median): the model learns nothing from the inputs; check that the labels match the "
-        "inputs and the loss fits the outputs",
-        layer=_head(checkpoints),
-        step=step,
-    )
+    return said("plateau_at_chance", _head(checkpoints), step, level=level, chance=chance)
 
 
 def oscillating(
@@ -280,19 +250,12 @@ def oscillating(
         return None
     top, _ = _top_layer(checkpoints)
     layer = top.layer if top is not None else _head(checkpoints)
-    what = (
-        f"the loss swings {reversals} times by up to {amplitude:.3g} without a trend"
-        if swinging
-        else f"the loss jumps by {jumps:.3g} from batch to batch (the trivial loss is "
-        f"{reference:.3g})"
-    )
-    return Reason(
-        Finding.OSCILLATING,
-        f"{what} over {len(curve)} steps: the learning rate is too high for the batch size; "
-        "lower it, or train on larger batches",
-        layer=layer,
-        step=parts[0].start + 1,
-    )
+    step = parts[0].start + 1
+    if swinging:
+        return said("oscillating/swings", layer, step, reversals=reversals,
+                    amplitude=amplitude, steps=len(curve))  # fmt: skip
+    return said("oscillating/jumps", layer, step, jumps=jumps, reference=reference,
+                steps=len(curve))  # fmt: skip
 
 
 def _reversals(means: Sequence[float], gap: float) -> tuple[int, float]:
@@ -340,12 +303,6 @@ def slow_convergence(
     needed = math.ceil((end - target) / -line.per_step)
     if needed <= len(curve):
         return None
-    return Reason(
-        Finding.SLOW_CONVERGENCE,
-        f"the loss falls by {-line.per_step:.3g} per step, and ends at {end:.4g}: at that "
-        f"rate it needs about {needed:,} more steps to get {MARGIN:.0%} below the trivial "
-        f"loss ({chance:.4g}), {needed / len(curve):.0f}x this run: raise the learning rate "
-        "(or train that much longer)",
-        layer=_head(checkpoints),
-        step=len(curve) // 2 + 1,
-    )
+    return said("slow_convergence", _head(checkpoints), len(curve) // 2 + 1,
+                fall=-line.per_step, end=end, needed=needed, margin=MARGIN, chance=chance,
+                times=needed / len(curve))  # fmt: skip

@@ -8,27 +8,26 @@ of it); the step is where that run starts. Pure functions of the checkpoints.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from layergrad.core.fit_results import Checkpoint, LayerStats
 from layergrad.core.results import Reason
-from layergrad.core.vocab import Finding
 from layergrad.training.curve_rules import ratios
+from layergrad.training.finding_words import said
 
 DEAD_THRESHOLD = 0.5  # a layer's dead fraction ends at or above this...
 DEAD_GROWTH = 0.2  # ...having grown at least this much since the first checkpoint: dying_units
-DEAD_CHECKPOINTS = 3  # ...and at or above the threshold at each of this many final checkpoints
-STALL_DECADES = 3.0  # a layer's update ratio this many decades below the others' median...
-STALL_CHECKPOINTS = 3  # ...at each of at least this many final checkpoints: stalled_layer
-VANISH_DECADES = 3.0  # the relative gradient of the first layers this many decades below the
-EXPLODE_DECADES = 3.0  # head's (vanishing), or above it (exploding)...
+DECADES = 3.0  # a layer's update ratio this far below the others' median (stalled_layer); the
+# relative gradient of the first layers this far below the head's (vanishing), or above it
+# (exploding)...
+LASTING = 3  # ...at each of this many final checkpoints (dying_units and stalled_layer too)
 DEPTH_LAYERS = 2  # ...for at least this many layers from the input...
-FINAL_CHECKPOINTS = 2  # ...at each of at least this many final checkpoints
+FINAL_CHECKPOINTS = 2  # ...at each of this many final ones (vanishing, exploding,
+# constant_predictions)
 EXPLODE_RATIO = 1.0  # exploding too: one step moves a layer's weights by their own size
-CONSTANT_CHECKPOINTS = 2  # constant_predictions: the head constant at this many final ones
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,7 @@ def constant_predictions(
     dead: bool = False,
 ) -> list[Reason]:
     """An output layer (`heads`; default the last layer called) whose every unit has the same
-    value for every sample of the batch at each of the last `CONSTANT_CHECKPOINTS`
+    value for every sample of the batch at each of the last `FINAL_CHECKPOINTS`
     checkpoints or more: its predictions ignore the inputs. The hint follows the head's facts
     (`constant_hint`); `unstable`: the loss blew up first; `dead`: ReLU units died in training
     (`dying_units`)."""
@@ -75,61 +74,30 @@ def constant_predictions(
             row = _row(c, head)
             marks.append((c.step, row is not None and row.constant_fraction == 1.0))
         run, step = _final_run(marks)
-        if run < min(CONSTANT_CHECKPOINTS, len(checkpoints)) or run < 2:
+        if run < min(FINAL_CHECKPOINTS, len(checkpoints)) or run < 2:
             continue
-        out.append(
-            Reason(
-                Finding.CONSTANT_PREDICTIONS,
-                f"{head}: every unit of the output is the same for every sample of the batch "
-                f"from step {step} to the end ({run} checkpoints): the predictions ignore the "
-                f"inputs; {constant_hint((facts or {}).get(head), unstable, dead)}",
-                layer=head,
-                step=step,
-            )
-        )
+        known = (facts or {}).get(head)
+        name = f"constant_predictions/{constant_hint(known, unstable, dead)}"
+        activation = known.activation if known is not None else None
+        out.append(said(name, head, step, run=run, activation=activation,
+                        units=known.units if known is not None else None))  # fmt: skip
     return out
 
 
-_CONSTANT_HINTS = {
-    "one_unit": "a softmax over one unit is always 1.0: use sigmoid for one unit",
-    "blew_up": "the loss blew up first (`diverging`): its steps left the layers before the "
-    "head dead or saturated; lower the learning rate",
-    "died": "the ReLU units before it died in training (`dying_units`), so every sample "
-    "reaches the head alike: lower the learning rate, or use LeakyReLU",
-    "unknown": "a softmax over one unit is always 1.0, or a dead, saturated or "
-    "zero-initialised head: use sigmoid for one unit, one unit per class for softmax, or check "
-    "the head's initialisation",
-    "saturated": "its {activation} is saturated: scale the inputs or the initialisation down, "
-    "or lower the learning rate",
-    "relu": "a ReLU output is 0 for every sample once its units die: no activation (or softmax "
-    "/ sigmoid) on the output layer",
-    "other": "the layers before it are dead or zero-initialised: check the initialisation "
-    "(all-zero kernels give every unit the same value) and the learning rate",
-}
-_VANISHING_HINTS = {
-    "unknown": "use ReLU-family activations instead of sigmoid/tanh stacks, residual "
-    "connections, batch normalisation or a better initialisation (He/Glorot)",
-    "squashing": "use ReLU-family activations instead of sigmoid/tanh stacks, residual "
-    "connections or batch normalisation",
-    "dead": "their ReLU units are dead (`dying_units`), so no gradient passes them: lower the "
-    "learning rate, or use LeakyReLU",
-    "other": "use residual connections, batch normalisation or a better initialisation (He/Glorot)",
-}
-
-
 def constant_hint(head: LayerFacts | None, unstable: bool, dead: bool = False) -> str:
-    """What to do about a constant head, from what is known of it and of the run."""
+    """Which hint a constant head gets (a `constant_predictions/` variant of
+    `finding_words.SAYS`), from what is known of it and of the run."""
     if head is not None and head.activation == "softmax" and head.units == 1:
-        return _CONSTANT_HINTS["one_unit"]
+        return "one_unit"
     if unstable:
-        return _CONSTANT_HINTS["blew_up"]
+        return "blew_up"
     if dead:
-        return _CONSTANT_HINTS["died"]
+        return "died"
     if head is None:
-        return _CONSTANT_HINTS["unknown"]
+        return "unknown"
     if head.activation in ("sigmoid", "tanh"):
-        return _CONSTANT_HINTS["saturated"].format(activation=head.activation)
-    return _CONSTANT_HINTS["relu" if head.activation == "relu" else "other"]
+        return "saturated"
+    return "relu" if head.activation == "relu" else "other"
 
 
 def relative_gradients(checkpoint: Checkpoint) -> list[tuple[str, float]]:
@@ -143,11 +111,11 @@ def relative_gradients(checkpoint: Checkpoint) -> list[tuple[str, float]]:
 
 
 def _depth_marks(
-    checkpoints: Sequence[Checkpoint], decades: float, below: bool
+    checkpoints: Sequence[Checkpoint], below: bool
 ) -> dict[str, list[tuple[int, bool]]]:
     """Per layer, per checkpoint: whether it is one of the first layers (from the input, at
     least `DEPTH_LAYERS` and half of those up to the deepest) whose relative gradient is
-    `decades` below (or above) the head's."""
+    `DECADES` below (or above) the head's."""
     marks: dict[str, list[tuple[int, bool]]] = {}
     for c in checkpoints:
         rows = relative_gradients(c)
@@ -156,7 +124,7 @@ def _depth_marks(
         head = rows[-1][1]
         if head <= 0:
             continue
-        line = head / 10**decades if below else head * 10**decades
+        line = head / 10**DECADES if below else head * 10**DECADES
         beyond = [(v < line) if below else (v > line) for _, v in rows[:-1]]
         # the first layers: those beyond the line up to the deepest one, at least
         # DEPTH_LAYERS of them and at least half the layers before it (a first layer that
@@ -169,34 +137,15 @@ def _depth_marks(
     return marks
 
 
-def _depth_finding(
-    checkpoints: Sequence[Checkpoint],
-    finding: Finding,
-    decades: float,
-    below: bool,
-    fix: Callable[[Sequence[str]], str],
-) -> Reason | None:
-    marks = _depth_marks(checkpoints, decades, below)
-    if not checkpoints:
-        return None
+def _depth_layers(checkpoints: Sequence[Checkpoint], below: bool) -> list[tuple[str, int]]:
+    """(layer, step) of the first layers whose relative gradient stays `DECADES` below (or
+    above) the head's at the last `FINAL_CHECKPOINTS` or more, from the input."""
     found = []
-    for layer, series in marks.items():
+    for layer, series in _depth_marks(checkpoints, below).items():
         run, step = _final_run(series)
         if run >= FINAL_CHECKPOINTS:
             found.append((layer, step))
-    if not found:
-        return None
-    top, step = found[-1]  # the layer nearest the output of the first layers
-    where = "below" if below else "above"
-    return Reason(
-        finding,
-        f"from step {step} the gradient of the first {len(found)} layers, up to {top}, is "
-        f"more than {decades:g} decades {where} the head's (relative to their weights): "
-        f"{'they barely learn' if below else 'they take huge steps'}; "
-        f"{fix([layer for layer, _ in found])}",
-        layer=top,
-        step=step,
-    )
+    return found
 
 
 def vanishing(
@@ -206,34 +155,29 @@ def vanishing(
     `rules.RULES`. Its hint names sigmoid / tanh, or dead ReLU units (`dead`: the layers
     `dying_units` found), only where the layers have them."""
 
-    def fix(layers: Sequence[str]) -> str:
-        if not facts:
-            return _VANISHING_HINTS["unknown"]
-        kinds = {f.activation for f in (facts.get(layer) for layer in layers) if f is not None}
-        if kinds & {"sigmoid", "tanh"}:
-            return _VANISHING_HINTS["squashing"]
-        return _VANISHING_HINTS["dead" if set(layers) & set(dead) else "other"]
-
-    return _depth_finding(checkpoints, Finding.VANISHING, VANISH_DECADES, below=True, fix=fix)
-
-
-_CLIP = (
-    "clip the gradients (clipnorm=1.0), lower the learning rate, or scale the initialisation down"
-)
+    found = _depth_layers(checkpoints, below=True)
+    if not found:
+        return None
+    layers = [layer for layer, _ in found]
+    known = [(facts or {}).get(layer) for layer in layers]
+    kinds = {f.activation for f in known if f is not None}
+    hint = ("unknown" if not facts else "squashing" if kinds & {"sigmoid", "tanh"}
+            else "dead" if set(layers) & set(dead) else "other")  # fmt: skip
+    top, step = found[-1]  # the layer nearest the output of the first layers
+    return said(f"vanishing/{hint}", top, step, count=len(found), decades=DECADES)
 
 
 def exploding(checkpoints: Sequence[Checkpoint], unstable: bool = False) -> Reason | None:
-    """The first layers' relative gradient `EXPLODE_DECADES` above the head's at the last
+    """The first layers' relative gradient `DECADES` above the head's at the last
     `FINAL_CHECKPOINTS` or more; or one step that moves a layer's weights by `EXPLODE_RATIO`
     of their own size (healthy steps move them by about 1e-3) at `FINAL_CHECKPOINTS`
     checkpoints in a row, or at one when the loss blew up (`unstable`: it diverged or turned
     NaN/Inf). (An adaptive optimizer's real step is bounded by its learning rate: a large
     gradient alone, with a loss that trains well, is no explosion.)"""
-    found = _depth_finding(
-        checkpoints, Finding.EXPLODING, EXPLODE_DECADES, below=False, fix=lambda _: _CLIP
-    )
-    if found is not None:
-        return found
+    found = _depth_layers(checkpoints, below=False)
+    if found:
+        top, step = found[-1]
+        return said("exploding/depth", top, step, count=len(found), decades=DECADES)
     need = 1 if unstable else FINAL_CHECKPOINTS
     run: list[tuple[Checkpoint, LayerStats]] = []
     for c in checkpoints:
@@ -242,15 +186,7 @@ def exploding(checkpoints: Sequence[Checkpoint], unstable: bool = False) -> Reas
         if len(run) < need:
             continue
         first, row = run[0]
-        return Reason(
-            Finding.EXPLODING,
-            f"{row.layer}: at step {first.step} one step moves its weights by "
-            f"{row.update_ratio:.3g}x their own size (healthy is about 1e-3): the gradient "
-            "explodes; clip the gradients (clipnorm=1.0), lower the learning rate, scale the "
-            "initialisation down or the inputs into about [-1, 1]",
-            layer=row.layer,
-            step=first.step,
-        )
+        return said("exploding/steps", row.layer, first.step, ratio=row.update_ratio)
     return None
 
 
@@ -271,26 +207,18 @@ def dying_units(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
         index = len(fractions)
         while index > 0 and (fractions[index - 1][1] or 0.0) >= DEAD_THRESHOLD:
             index -= 1
-        if len(fractions) - index < min(DEAD_CHECKPOINTS, len(fractions) - 1):
+        if len(fractions) - index < min(LASTING, len(fractions) - 1):
             continue  # dead on the last batch or two only: a small batch's chance, not a state
         step = fractions[index][0]
-        out.append(
-            Reason(
-                Finding.DYING_UNITS,
-                f"{layer}: {last:.0%} of its units get no gradient for a whole batch (was "
-                f"{first:.0%} at step {fractions[0][0]}), dead from step {step}: lower the "
-                "learning rate, or use LeakyReLU / better initialisation",
-                layer=layer,
-                step=step,
-            )
-        )
+        out.append(said("dying_units", layer, step, fraction=last, first=first,
+                        first_step=fractions[0][0]))  # fmt: skip
     return out
 
 
 def stalled_layers(checkpoints: Sequence[Checkpoint], skip: Sequence[str] = ()) -> list[Reason]:
     """Layers whose update ratio stays far below the others': the `stalled_layer` entry of
     `rules.RULES`; the layers in `skip` (named by another finding) are left out."""
-    if len(checkpoints) < STALL_CHECKPOINTS:
+    if len(checkpoints) < LASTING:
         return []
     stalled: dict[str, list[tuple[int, bool]]] = {}
     for checkpoint in checkpoints:
@@ -300,23 +228,14 @@ def stalled_layers(checkpoints: Sequence[Checkpoint], skip: Sequence[str] = ()) 
             low = False
             if len(others) >= 2:
                 median = float(np.median(others))
-                low = median > 0 and (row.update_ratio or 0.0) < median / 10**STALL_DECADES
+                low = median > 0 and (row.update_ratio or 0.0) < median / 10**DECADES
             stalled.setdefault(row.layer, []).append((checkpoint.step, low))
     out = []
     for layer, marks in stalled.items():
         run, step = _final_run(marks)
-        if run < STALL_CHECKPOINTS or layer in skip:
+        if run < LASTING or layer in skip:
             continue
-        out.append(
-            Reason(
-                Finding.STALLED_LAYER,
-                f"{layer}: from step {step} its update ratio stays more than "
-                f"{STALL_DECADES:g} decades below the other layers' median: it has stopped "
-                "learning (a saturated or dead layer, or a learning rate too small for it)",
-                layer=layer,
-                step=step,
-            )
-        )
+        out.append(said("stalled_layer", layer, step, decades=DECADES))
     return out
 
 

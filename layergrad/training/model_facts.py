@@ -44,8 +44,6 @@ def loss_name(model: KerasModel) -> str:
     loss = getattr(model, "loss", None)
     if loss is None:
         return ""
-    if isinstance(loss, str):
-        return loss
     if isinstance(loss, (list, tuple)):
         return ", ".join(loss_name_of(v) for v in loss)
     if isinstance(loss, dict):

@@ -16,14 +16,13 @@ from layergrad.core.results import Reason
 from layergrad.core.vocab import Finding, Severity
 from layergrad.model.loss_forms import read_loss
 from layergrad.training.curve_rules import (
-    MIN_STEPS,
-    PLATEAU_STEPS,
     diverging,
     not_learning,
     oscillating,
     plateau_at_chance,
     slow_convergence,
 )
+from layergrad.training.finding_words import said, says
 from layergrad.training.layer_rules import (
     Facts,
     constant_predictions,
@@ -34,27 +33,6 @@ from layergrad.training.layer_rules import (
 )
 
 BLOWN_UP = 10.0  # a loss this many times the trivial loss has blown up
-
-__all__ = [
-    "MIN_STEPS",
-    "PLATEAU_STEPS",
-    "RULES",
-    "Run",
-    "TrainingRule",
-    "chance_loss",
-    "constant_predictions",
-    "diverging",
-    "dying_units",
-    "exploding",
-    "findings",
-    "nonfinite_finding",
-    "not_learning",
-    "oscillating",
-    "plateau_at_chance",
-    "slow_convergence",
-    "stalled_layers",
-    "vanishing",
-]
 
 
 def findings(
@@ -129,38 +107,21 @@ def nonfinite_finding(
     """Where the first NaN/Inf came from: an input of the step's batch that holds one (the
     data), else the first layer whose output has one, else (the forward pass being finite)
     the layer nearest the loss whose gradient has one."""
-    layer, text = _nonfinite_source(checkpoint, order)
-    where = f"step {checkpoint.step} (epoch {epoch}, batch {batch})"
-    return Reason(Finding.NONFINITE, f"{where}: {text}", layer=layer, step=checkpoint.step)
-
-
-def _nonfinite_source(checkpoint: Checkpoint, order: Sequence[str]) -> tuple[str | None, str]:
-    """(the input or layer, what it shows) for `nonfinite_finding`."""
+    step, where = checkpoint.step, {"epoch": epoch, "batch": batch}
     if checkpoint.nonfinite_inputs:  # the data, before any layer
         name, count, row = checkpoint.nonfinite_inputs[0]
-        return name, (
-            f"the training data holds NaN/Inf: input {name!r} of the step's batch has "
-            f"{count} NaN/Inf values, the first in sample {row} of the batch; clean the data "
-            "(the model is not at fault)"
-        )
+        return said("nonfinite/data", name, step, **where, count=count, row=row)
     rows = {r.layer: r for r in checkpoint.layers}
     ordered = [rows[p] for p in order if p in rows]
     forward = next((r for r in ordered if r.nonfinite_activation), None)
     if forward is not None:
-        return forward.layer, (
-            "the first NaN/Inf of the forward pass is in the output of "
-            f"{forward.layer} ({forward.nonfinite_activation} values)"
-        )
+        count = forward.nonfinite_activation
+        return said("nonfinite/forward", forward.layer, step, **where, count=count)
     backward = next((r for r in reversed(ordered) if r.nonfinite_gradient), None)
     if backward is not None:
-        return backward.layer, (
-            "the forward pass is finite; the backward pass first gives NaN/Inf in "
-            f"the gradient of {backward.layer} ({backward.nonfinite_gradient} values)"
-        )
-    return ordered[-1].layer if ordered else None, (
-        "the loss is NaN/Inf although every layer's output is finite: the loss "
-        "itself (e.g. log of 0) does not fit the outputs"
-    )
+        count = backward.nonfinite_gradient
+        return said("nonfinite/backward", backward.layer, step, **where, count=count)
+    return said("nonfinite/loss", ordered[-1].layer if ordered else None, step, **where)
 
 
 def chance_loss(loss_name: str, output_units: Sequence[int]) -> float | None:
@@ -212,6 +173,11 @@ class TrainingRule:
     examples: tuple[str, ...] = ()
     near_misses: tuple[str, ...] = ()
     when: str = "during training"
+
+    @property
+    def says(self) -> dict[str, str]:
+        """Its message templates, by variant (`finding_words.SAYS`), said from its facts."""
+        return says(self.code)
 
 
 def _one(found: Reason | None) -> list[Reason]:

@@ -3,11 +3,18 @@ that explain it, and which repairs the written copy holds."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from layergrad.commands.fix.plan import Plan
 from layergrad.commands.fix.repair import _chosen
+from layergrad.commands.fix.rules import _unrepaired
 from layergrad.commands.fix.weights import learning_rate
 from layergrad.core.fit_results import Checkpoint, FitReport, LayerStats
 from layergrad.core.fix_results import Repair, Verdict
+from layergrad.core.results import CheckItem, FileVerdict, Reason
+from layergrad.core.vocab import Finding
+from layergrad.diagnose.causes import BY_NAME, KINDS
+from layergrad.training.rules import BY_CODE as TRAINING
 
 
 def _fit(ratio: float, lr: float = 1e-3) -> FitReport:
@@ -48,3 +55,33 @@ def test_the_copy_holds_the_verified_repairs_when_some_are():
         same = [Repair(r.finding, r.layer, r.change, (), verdict) for r in repairs]
         notes = []
         assert _chosen(plans, same, notes) == plans and not notes
+
+
+def test_a_status_without_a_hint_is_left_with_the_hint_of_the_cause_that_explains_it():
+    """`dead`, `blocked` and `no_gradient` carry no hint of their own in check's record: fix
+    says the hint of the cause table's entry that explains each, at the layer when known."""
+    dead = Reason(Finding.DEAD, "60% of the units of 'd1' are dead", layer="d1")
+    items = (
+        CheckItem("gradient_flow", False, "dead units", (Finding.DEAD,), reasons=(dead,)),
+        CheckItem("weights", False, "no gradient", (Finding.NO_GRADIENT,)),
+        CheckItem("path", False, "blocked", (Finding.BLOCKED,)),
+    )
+    verdict = FileVerdict("m.keras", False, items)
+    left = _unrepaired("dead", verdict, None)
+    assert left.message == dead.message
+    assert left.hint == BY_NAME["dead_relu"][1].hint
+    assert "LeakyReLU" in left.hint
+    fit = replace(_fit(1e-3), findings=(Reason(Finding.NO_GRADIENT, "none", layer="d2"),))
+    from_fit = _unrepaired("no_gradient", FileVerdict("m.keras", False, ()), fit).hint
+    assert (
+        from_fit
+        == "read the call() of 'd2'; "
+        + "a variable that should not train can be made non-trainable (trainable=False)"
+    )
+    assert _unrepaired("no_gradient", verdict, fit).hint == next(
+        k.fix for k in KINDS if k.code == Finding.UNKNOWN
+    )  # no layer named: the fix of its code
+    assert _unrepaired("blocked", verdict, None).hint == next(
+        k.fix for k in KINDS if k.code == Finding.NON_DIFFERENTIABLE_OP
+    )
+    assert _unrepaired("vanishing", verdict, None).hint == TRAINING[Finding.VANISHING].hint

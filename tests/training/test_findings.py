@@ -11,7 +11,7 @@ from helpers import keras
 from layergrad import GradientMonitor
 from layergrad.core.fit_results import Checkpoint, LayerStats
 from layergrad.core.vocab import Finding
-from layergrad.training import rules
+from layergrad.training import curve_rules, rules
 
 
 def classification(n: int = 1024, classes: int = 4, seed: int = 0):
@@ -239,12 +239,12 @@ def test_chance_loss_is_log_c_for_categorical_and_log_2_for_binary():
 
 
 def test_not_learning_and_plateau_need_enough_steps():
-    flat = [1.0] * (rules.MIN_STEPS - 1)
+    flat = [1.0] * (curve_rules.MIN_STEPS - 1)
     points = [checkpoint(1, {"a": 1e-9})]
     assert rules.not_learning(flat, points) is None
     assert rules.not_learning([*flat, 1.0], points) is not None
     chance = math.log(4)
-    steps = rules.PLATEAU_STEPS
+    steps = curve_rules.PLATEAU_STEPS
     assert rules.plateau_at_chance([chance] * (steps - 1), points, chance) is None
     assert rules.plateau_at_chance([chance] * steps, points, chance) is not None
     assert rules.plateau_at_chance([chance * 0.8] * steps, points, chance) is None

@@ -20,6 +20,7 @@ from layergrad.commands.fix.plan import Plan, Unwritable
 from layergrad.core.fit_results import FitReport
 from layergrad.core.results import FileVerdict, Reason
 from layergrad.core.vocab import Finding
+from layergrad.diagnose.causes import fallback_hint
 from layergrad.files.file_info import FileInfo
 from layergrad.model.target_fit import LabelSummary
 from layergrad.training.rules import BY_CODE
@@ -187,21 +188,20 @@ def _unrepaired(finding: str, verdict: FileVerdict, fit: FitReport | None) -> Re
         if finding in item.findings:
             reason = next((r for r in item.reasons if r.code == finding), None)
             if reason is not None:
-                return replace(reason, hint=reason.hint or HINTS.get(finding, ""))
-            return Reason(Finding(finding), item.message, HINTS.get(finding, ""))
+                return replace(reason, hint=reason.hint or _hint(finding, reason.layer))
+            return Reason(Finding(finding), item.message, _hint(finding))
     if fit is not None:
         for f in fit.findings:
             if str(f.code) == finding:
-                return Reason(f.code, f.message, HINTS.get(finding, ""), f.layer)
-    return Reason(Finding(finding), "", HINTS.get(finding, ""))
+                return Reason(f.code, f.message, _hint(finding, f.layer), f.layer)
+    return Reason(Finding(finding), "", _hint(finding))
 
 
 # What to do by hand about a finding of `check` whose record carries no hint (a training
-# finding's message holds its own): vanishing and exploding as their training rules say.
-HINTS = {
-    **{str(c): BY_CODE[c].hint for c in (F.VANISHING, F.EXPLODING)},
-    F.DEAD: "a smaller learning rate, LeakyReLU, or he_normal kernels with zero biases",
-    F.BLOCKED: "remove the non-differentiable operation or stop_gradient on the path (see the "
-    "cause in check's message)",
-    F.NO_GRADIENT: "connect the variable's layer to the output, or freeze it (trainable=False)",
-}
+# finding's message holds its own): vanishing and exploding as their training rules say, a
+# status as the cause that explains it (`diagnose/causes.EXPLAINS`).
+HINTS = {str(c): BY_CODE[c].hint for c in (F.VANISHING, F.EXPLODING)}
+
+
+def _hint(finding: str, layer: str | None = None) -> str:
+    return HINTS.get(finding) or fallback_hint(finding, layer)
