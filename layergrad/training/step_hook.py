@@ -13,9 +13,10 @@ Keras traces it (once per replica under `MirroredStrategy`); they add graph ops,
 work per step. The step is traced twice (`train_functions`), and the callback picks the one
 to run before each execution:
 
-- **measuring** (a checkpoint is due): every reduction, unconditionally: per layer NaN/Inf
-  outputs, dead units and a gradient histogram; per variable gradient L2, NaN/Inf count, dead
-  units and the weight norm; the learning rate.
+- **measuring** (a checkpoint is due): every reduction: per layer NaN/Inf outputs, dead
+  units and a gradient histogram; per variable gradient L2, dead units and the weight norm,
+  and its NaN/Inf gradient values when a norm is NaN/Inf; the learning rate. The callback
+  reads the rows of up to `KEPT` measured steps at once (`step_results.py`).
 - **ordinary**: one sum per gradient, so a NaN or Inf anywhere makes the total non-finite; the
   reductions run only on the fit's first non-finite step, each as an `unlowered_cond` (one
   for the forward pass, with its activations; one for the gradients, which would otherwise
@@ -254,11 +255,9 @@ class StepHook:
         bad = tf.constant(False) if trace.loss_bad is None else trace.loss_bad
         return self.results.counts.assign_add(tf.stack([1.0, tf.cast(bad, tf.float64)]))
 
-    def _row(self, trace: _Trace) -> Tensor | int:
-        """The row of a measuring step's results: its number modulo the rows."""
-        if self.rows == 1:
-            return 0
-        return tf.math.floormod(tf.cast(self._count(trace), tf.int32), self.rows)
+    def _row(self, trace: _Trace) -> Tensor:
+        """The row of a measuring step's results: its number modulo the rows kept."""
+        return tf.math.floormod(tf.cast(self._count(trace), tf.int32), self.results.kept)
 
     def _record(self, trace: _Trace, reduced: list[tuple[Tensor, KerasVariable]]) -> TFOperation:
         """The step's writes: its loss and NaN/Inf flag, and the gradient reductions."""
