@@ -145,14 +145,10 @@ def gradient_rows(grads: Sequence[Tensor | None], halves: Sequence[Tensor | None
              for g in dense]  # fmt: skip
     # dead units: last-axis slices whose gradient is exactly 0 everywhere
     live = [tf.cast(tf.reduce_any(tf.not_equal(u, 0.0), axis=0), tf.float32) for u in units]
-    widths = [u.shape[-1] for u in units]
-    if None in widths:
-        dead = tf.stack([tf.reduce_sum(1.0 - v) for v in live])
-        width = tf.stack([tf.cast(tf.size(v), tf.float32) for v in live])
-    else:  # one op over all
-        ids = np.repeat(np.arange(len(live)), widths).astype(np.int32)
-        width = tf.constant(widths, tf.float32)
-        dead = width - tf.math.unsorted_segment_sum(tf.concat(live, 0), ids, len(live))
+    widths = [int(u.shape[-1]) for u in units]  # a variable's shape is known
+    ids = np.repeat(np.arange(len(live)), widths).astype(np.int32)
+    width = tf.constant(widths, tf.float32)
+    dead = width - tf.math.unsorted_segment_sum(tf.concat(live, 0), ids, len(live))  # one op
     weights = 2.0 * tf.stack([halves[i] for i in chosen])
     rows = tf.stack([squares, bad, dead, width, weights], 1)
     return tf.tensor_scatter_nd_update(missing, [[i] for i in chosen], rows)
