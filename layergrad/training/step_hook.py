@@ -288,15 +288,15 @@ class StepHook:
         # Whether a gradient value is NaN/Inf: the sum's word, unless the step counted them
         # (a sum of huge finite values can overflow; the next NaN must still be measured).
         if trace.measuring:
-            squares = reductions.weight_squares(grads, weights)
-            found = self._reduce(self._row(trace), count, grads, squares)
+            halves = reductions.half_squares(grads, weights)
+            found = self._reduce(self._row(trace), count, grads, halves)
         else:  # the gradients, into the spare row, on the fit's first non-finite step only
-            dense = reductions.weight_squares(grads, weights, sparse=False)  # (see there)
+            dense = reductions.half_squares(grads, weights, sparse=False)  # (see there)
 
             def first_nonfinite() -> Tensor:
-                sparse = reductions.weight_squares(grads, weights, sparse=True)
-                squares = [d if d is not None else s for d, s in zip(dense, sparse, strict=True)]
-                return self._reduce(self.results.spare, count, grads, squares, trace.inputs)
+                sparse = reductions.half_squares(grads, weights, sparse=True)
+                halves = [d if d is not None else s for d, s in zip(dense, sparse, strict=True)]
+                return self._reduce(self.results.spare, count, grads, halves, trace.inputs)
 
             found = unlowered_cond(
                 tf.logical_and(bad, self._clean(trace)),
@@ -311,12 +311,12 @@ class StepHook:
         row: Tensor | int,
         count: Tensor,
         grads: list[Tensor | None],
-        squares: list[Tensor | None],
+        halves: list[Tensor | None],
         inputs: list[Tensor] | None = None,
     ) -> Tensor:
         """Write the gradient rows (and histograms), and the `inputs`' NaN/Inf counts, into
         `row`; whether a gradient value is NaN/Inf."""
-        rows = reductions.gradient_rows(grads, squares)
+        rows = reductions.gradient_rows(grads, halves)
         writes = [put(self.results.grads, row, rows), put(self.results.reduced_at, row, count)]
         if inputs is not None:  # an ordinary step's first non-finite one: was it the data?
             writes.append(put(self.results.inputs, row, reductions.input_stats(inputs)))

@@ -99,7 +99,7 @@ def dead_units(tensor: Tensor) -> Tensor:
     return tf.stack([tf.reduce_sum(tf.cast(zero, tf.float32)), units, constant])
 
 
-def weight_squares(
+def half_squares(
     grads: Sequence[Tensor | None],
     weights: Sequence[Tensor | None],
     sparse: bool | None = None,
@@ -123,7 +123,7 @@ def weight_squares(
 
 def gradient_rows(grads: Sequence[Tensor | None], halves: Sequence[Tensor | None]) -> Tensor:
     """[variables, COLUMNS]: each variable's statistics, its squared weight norm from
-    `halves` (`weight_squares`; -1 weight norm: no gradient).
+    `halves` (`half_squares`; -1 weight norm: no gradient).
 
     A few ops per variable (each op costs some microseconds, however small its tensor, and a
     small model's step runs only a few hundred): the squared norms as `L2Loss`, the dead units
