@@ -10,11 +10,12 @@ the compiled step (`step_hook.py`): d loss / d every trainable variable, each la
 ratio, gradient L2, dead-unit fraction and non-finite counts. Every step records whether
 anything was NaN/Inf and its loss (with `steps_per_execution > 1` too: each step of an
 execution has its own row, so a step is one optimizer step and a checkpoint is its own
-step's gradient), in a ring the callback reads at checkpoints, when Keras's logs turn
-NaN/Inf and before it wraps round; the first non-finite step is reduced in full, named, and
-(with `stop_on_nonfinite`) ends training. At the end the findings rules (`rules.py`) run over
-the record; `report` writes it as JSON (`.json`) or a page (`.html`), `log_dir` writes
-TensorBoard scalars and histograms as it goes.
+step's gradient), in a ring the callback reads when Keras's logs turn NaN/Inf, before it
+or the rows of the checkpoints (`KEPT` of them) wrap round, and, with `stop_on_nonfinite`,
+after a checkpoint that counted a NaN/Inf; the first non-finite step is reduced in full,
+named, and (with `stop_on_nonfinite`) ends training. At the end the findings rules
+(`rules.py`) run over the record; `report` writes it as JSON (`.json`) or a page (`.html`),
+`log_dir` writes TensorBoard scalars and histograms as it goes.
 """
 
 from __future__ import annotations
