@@ -10,11 +10,12 @@ the compiled step (`step_hook.py`): d loss / d every trainable variable, each la
 ratio, gradient L2, dead-unit fraction and non-finite counts. Every step records whether
 anything was NaN/Inf and its loss (with `steps_per_execution > 1` too: each step of an
 execution has its own row, so a step is one optimizer step and a checkpoint is its own
-step's gradient), in a ring the callback reads at checkpoints, when Keras's logs turn
-NaN/Inf and before it wraps round; the first non-finite step is reduced in full, named, and
-(with `stop_on_nonfinite`) ends training. At the end the findings rules (`rules.py`) run over
-the record; `report` writes it as JSON (`.json`) or a page (`.html`), `log_dir` writes
-TensorBoard scalars and histograms as it goes.
+step's gradient), in a ring the callback reads when Keras's logs turn NaN/Inf, before it
+or the rows of the checkpoints (`KEPT` of them) wrap round, and, with `stop_on_nonfinite`,
+after a checkpoint that counted a NaN/Inf; the first non-finite step is reduced in full,
+named, and (with `stop_on_nonfinite`) ends training. At the end the findings rules
+(`rules.py`) run over the record; `report` writes it as JSON (`.json`) or a page (`.html`),
+`log_dir` writes TensorBoard scalars and histograms as it goes.
 """
 
 from __future__ import annotations
@@ -140,6 +141,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         self._step, self._epoch, self._first_batch = 0, 0, 0
         self._measuring = False  # whether the running execution measures every step
         self._unread: list[_Execution] = []  # executions whose losses are still in the ring
+        self._measured: int | None = None  # the first unread measured step
         self._stack: contextlib.ExitStack | None = None
         self._writer: SummaryWriter = None  # opened by on_train_begin
         self._begun: int | None = None  # the first monitored step (1 when Keras built the model)
@@ -225,17 +227,28 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
                 self._start()
             return
         hook, rows = self._hook, self._hook.rows
-        ran = 1 if rows == 1 else hook.results.steps_run() - (self._step - self._begun)
+        # with stop_on_nonfinite, a measured step's NaN/Inf stops training at once, even one
+        # only in its gradients (Keras's logs show only the loss): one read of the counts
+        watch = self._measuring and self.stop_on_nonfinite and self._nonfinite is None
+        counts = hook.results.read_counts() if rows > 1 or watch else (0, 0)
+        ran = 1 if rows == 1 else counts[0] - (self._step - self._begun)
         self._unread.append(
             _Execution(self._step, ran, self._epoch, self._first_batch, self._measuring, logged)
         )
         self._step += ran
         if not hook.sees_loss or not hook.sees_gradients:
             self._blind_once()
-        # Read the ring after a checkpoint, when Keras's logs (its running mean loss) show a
-        # NaN/Inf, and before the next execution would write over an unread row.
-        pending = self._step - self._unread[0].first
-        if self._measuring or not _finite(logs) or pending + rows > hook.results.ring:
+        if self._measuring and self._measured is None:
+            self._measured = self._unread[-1].first
+        # Read when Keras's logs (its running mean loss) show a NaN/Inf (between checkpoints,
+        # one only in the gradients shows in the next step's loss), when a watched measured
+        # step counted one, and before the next execution could write over an unread row: of
+        # the losses, or of a measured step.
+        end = self._step + rows  # the next execution's steps end here
+        full = end - self._unread[0].first > hook.results.ring or (
+            self._measured is not None and end - self._measured > hook.results.kept
+        )
+        if full or not _finite(logs) or (watch and counts[1] > 0):
             self._read()
 
     def _blind_once(self) -> None:
@@ -297,7 +310,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
                     continue
                 if not (due or first_bad):
                     continue
-                row = counted % hook.rows if execution.measuring else hook.results.spare
+                row = counted % hook.results.kept if execution.measuring else hook.results.spare
                 read = read or hook.results.read_rows(self._writer is not None)
                 checkpoint = checkpoint_from_rows(
                     read,
@@ -326,7 +339,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
                     self._stop(
                         rules.nonfinite_finding(checkpoint, self._hook_order(), epoch, batch)
                     )
-        self._unread = []
+        self._unread, self._measured = [], None
         if self.verbose:
             self._say(early_findings(self._findings()))
 

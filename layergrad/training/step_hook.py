@@ -13,9 +13,10 @@ Keras traces it (once per replica under `MirroredStrategy`); they add graph ops,
 work per step. The step is traced twice (`train_functions`), and the callback picks the one
 to run before each execution:
 
-- **measuring** (a checkpoint is due): every reduction, unconditionally: per layer NaN/Inf
-  outputs, dead units and a gradient histogram; per variable gradient L2, NaN/Inf count, dead
-  units and the weight norm; the learning rate.
+- **measuring** (a checkpoint is due): every reduction: per layer NaN/Inf outputs, dead
+  units and a gradient histogram; per variable gradient L2, dead units and the weight norm,
+  and its NaN/Inf gradient values when a norm is NaN/Inf; the learning rate. The callback
+  reads the rows of up to `KEPT` measured steps at once (`step_results.py`).
 - **ordinary**: one sum per gradient, so a NaN or Inf anywhere makes the total non-finite; the
   reductions run only on the fit's first non-finite step, each as an `unlowered_cond` (one
   for the forward pass, with its activations; one for the gradients, which would otherwise
@@ -254,11 +255,9 @@ class StepHook:
         bad = tf.constant(False) if trace.loss_bad is None else trace.loss_bad
         return self.results.counts.assign_add(tf.stack([1.0, tf.cast(bad, tf.float64)]))
 
-    def _row(self, trace: _Trace) -> Tensor | int:
-        """The row of a measuring step's results: its number modulo the rows."""
-        if self.rows == 1:
-            return 0
-        return tf.math.floormod(tf.cast(self._count(trace), tf.int32), self.rows)
+    def _row(self, trace: _Trace) -> Tensor:
+        """The row of a measuring step's results: its number modulo the rows kept."""
+        return tf.math.floormod(tf.cast(self._count(trace), tf.int32), self.results.kept)
 
     def _record(self, trace: _Trace, reduced: list[tuple[Tensor, KerasVariable]]) -> TFOperation:
         """The step's writes: its loss and NaN/Inf flag, and the gradient reductions."""
@@ -289,15 +288,15 @@ class StepHook:
         # Whether a gradient value is NaN/Inf: the sum's word, unless the step counted them
         # (a sum of huge finite values can overflow; the next NaN must still be measured).
         if trace.measuring:
-            squares = reductions.weight_squares(grads, weights)
-            found = self._reduce(self._row(trace), count, grads, squares)
+            halves = reductions.half_squares(grads, weights)
+            found = self._reduce(self._row(trace), count, grads, halves)
         else:  # the gradients, into the spare row, on the fit's first non-finite step only
-            dense = reductions.weight_squares(grads, weights, sparse=False)  # (see there)
+            dense = reductions.half_squares(grads, weights, sparse=False)  # (see there)
 
             def first_nonfinite() -> Tensor:
-                sparse = reductions.weight_squares(grads, weights, sparse=True)
-                squares = [d if d is not None else s for d, s in zip(dense, sparse, strict=True)]
-                return self._reduce(self.results.spare, count, grads, squares, trace.inputs)
+                sparse = reductions.half_squares(grads, weights, sparse=True)
+                halves = [d if d is not None else s for d, s in zip(dense, sparse, strict=True)]
+                return self._reduce(self.results.spare, count, grads, halves, trace.inputs)
 
             found = unlowered_cond(
                 tf.logical_and(bad, self._clean(trace)),
@@ -312,12 +311,12 @@ class StepHook:
         row: Tensor | int,
         count: Tensor,
         grads: list[Tensor | None],
-        squares: list[Tensor | None],
+        halves: list[Tensor | None],
         inputs: list[Tensor] | None = None,
     ) -> Tensor:
         """Write the gradient rows (and histograms), and the `inputs`' NaN/Inf counts, into
         `row`; whether a gradient value is NaN/Inf."""
-        rows = reductions.gradient_rows(grads, squares)
+        rows = reductions.gradient_rows(grads, halves)
         writes = [put(self.results.grads, row, rows), put(self.results.reduced_at, row, count)]
         if inputs is not None:  # an ordinary step's first non-finite one: was it the data?
             writes.append(put(self.results.inputs, row, reductions.input_stats(inputs)))

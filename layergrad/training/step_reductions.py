@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Tensor
 
@@ -97,14 +99,14 @@ def dead_units(tensor: Tensor) -> Tensor:
     return tf.stack([tf.reduce_sum(tf.cast(zero, tf.float32)), units, constant])
 
 
-def weight_squares(
+def half_squares(
     grads: Sequence[Tensor | None],
     weights: Sequence[Tensor | None],
     sparse: bool | None = None,
 ) -> list[Tensor | None]:
-    """Each variable's squared norm, of the weights its gradient is judged against (`touched`);
-    None where there is no gradient. `sparse`: only the variables with a sparse gradient
-    (True), only the others (False), or all (None).
+    """Half of each variable's squared norm (one `L2Loss` op), of the weights its gradient is
+    judged against (`touched`); None where there is no gradient. `sparse`: only the variables
+    with a sparse gradient (True), only the others (False), or all (None).
 
     An ordinary step takes the dense ones outside its branch: an `If` holding the variables
     would make each update wait for it, and a read still held when an update runs makes
@@ -113,35 +115,43 @@ def weight_squares(
     whole table."""
     return [
         None
-        if g is None or v is None or (sparse is not None and sparse != hasattr(g, "indices"))
-        else tf.reduce_sum(tf.square(tf.cast(tf.convert_to_tensor(touched(g, v)), tf.float32)))
+        if g is None or v is None or sparse not in (None, hasattr(g, "indices"))
+        else tf.nn.l2_loss(tf.cast(tf.convert_to_tensor(touched(g, v)), tf.float32))
         for g, v in zip(grads, weights, strict=True)
     ]
 
 
-def gradient_rows(grads: Sequence[Tensor | None], squares: Sequence[Tensor | None]) -> Tensor:
+def gradient_rows(grads: Sequence[Tensor | None], halves: Sequence[Tensor | None]) -> Tensor:
     """[variables, COLUMNS]: each variable's statistics, its squared weight norm from
-    `squares` (`weight_squares`; -1 weight norm: no gradient)."""
-    rows = []
-    for g, w_sq in zip(grads, squares, strict=True):
-        if g is None or w_sq is None:
-            rows.append(tf.constant([0.0, 0.0, 0.0, 0.0, -1.0]))
-            continue
-        g32 = tf.cast(tf.convert_to_tensor(g), tf.float32)
-        units = tf.reshape(g32, [-1, g32.shape[-1]]) if g32.shape.rank else tf.reshape(g32, [1, 1])
-        dead = tf.reduce_sum(tf.cast(tf.reduce_all(tf.equal(units, 0.0), axis=0), tf.float32))
-        rows.append(
-            tf.stack(
-                [
-                    tf.reduce_sum(tf.square(g32)),  # NaN/Inf when a value is
-                    nonfinite(g32),
-                    dead,
-                    tf.cast(tf.shape(units)[1], tf.float32),
-                    w_sq,
-                ]
-            )
-        )
-    return tf.stack(rows) if rows else tf.zeros([0, COLUMNS])
+    `halves` (`half_squares`; -1 weight norm: no gradient).
+
+    A few ops per variable (each op costs some microseconds, however small its tensor, and a
+    small model's step runs only a few hundred): the squared norms as `L2Loss`, the dead units
+    counted in one op over every variable's, and the NaN/Inf values counted only when a
+    squared norm is NaN/Inf (a branch not taken otherwise)."""
+    pairs = zip(grads, halves, strict=True)
+    chosen = [i for i, (g, w) in enumerate(pairs) if g is not None and w is not None]
+    missing = tf.tile(tf.constant([[0.0, 0.0, 0.0, 0.0, -1.0]]), [len(grads), 1])
+    if not chosen:
+        return missing
+    dense = [tf.cast(tf.convert_to_tensor(grads[i]), tf.float32) for i in chosen]
+    squares = 2.0 * tf.stack([tf.nn.l2_loss(g) for g in dense])  # NaN/Inf when a value is
+    bad = unlowered_cond(
+        tf.reduce_all(tf.math.is_finite(squares)),
+        lambda: tf.zeros([len(dense)]),
+        lambda: tf.stack([nonfinite(g) for g in dense]),
+    )
+    units = [tf.reshape(g, [-1, g.shape[-1]]) if g.shape.rank else tf.reshape(g, [1, 1])
+             for g in dense]  # fmt: skip
+    # dead units: last-axis slices whose gradient is exactly 0 everywhere
+    live = [tf.cast(tf.reduce_any(tf.not_equal(u, 0.0), axis=0), tf.float32) for u in units]
+    widths = [int(u.shape[-1]) for u in units]  # a variable's shape is known
+    ids = np.repeat(np.arange(len(live)), widths).astype(np.int32)
+    width = tf.constant(widths, tf.float32)
+    dead = width - tf.math.unsorted_segment_sum(tf.concat(live, 0), ids, len(live))  # one op
+    weights = 2.0 * tf.stack([halves[i] for i in chosen])
+    rows = tf.stack([squares, bad, dead, width, weights], 1)
+    return tf.tensor_scatter_nd_update(missing, [[i] for i in chosen], rows)
 
 
 def touched(gradient: Tensor, variable: Tensor) -> Tensor:

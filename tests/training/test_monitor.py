@@ -369,6 +369,37 @@ def test_a_fit_that_raised_leaves_nothing_behind_for_the_next_one():
     assert "train_step" not in model.__dict__
 
 
+def test_every_step_of_a_fit_longer_than_the_rows_kept_is_measured_on_its_own_weights():
+    """every=1 writes its measured steps into 16 rows, read 16 at a time: each checkpoint of
+    a 40-step fit holds its own step's weight norms and loss, as a callback copying the
+    weights before each batch (and Keras's per-batch loss) finds them."""
+    norms: list[dict[str, float]] = []
+
+    class Norms(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            norms.append(
+                {
+                    layer.name: float(np.sqrt(sum(np.sum(w.astype(np.float64) ** 2)
+                                                  for w in layer.get_weights())))
+                    for layer in self.model.layers
+                }
+            )  # fmt: skip
+
+    x, y = data(16 * 40)
+    model = mlp()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    monitor = GradientMonitor(every=1)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0,
+              callbacks=[Norms(), monitor])  # fmt: skip
+    checkpoints = monitor.report.checkpoints
+    assert [c.step for c in checkpoints] == list(range(1, 41))
+    for checkpoint, before in zip(checkpoints, norms, strict=True):
+        got = {row.layer: row.weight_l2 for row in checkpoint.layers}
+        assert got == pytest.approx(before, rel=1e-5), checkpoint.step
+    assert [c.loss for c in checkpoints] == list(monitor.report.losses)
+    assert len({round(c.layers[0].weight_l2, 6) for c in checkpoints}) == 40  # all differ
+
+
 def test_an_embedding_is_measured_on_the_rows_its_batch_touches():
     """An Embedding's gradient reaches only the rows of the batch's ids: its weight norm (and
     so its update ratio) is over those rows, each once, not the whole table."""
