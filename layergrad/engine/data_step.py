@@ -36,12 +36,12 @@ from layergrad.engine.capture import Plan, Record, Recorder, installed, recordin
 from layergrad.engine.layer_calls import (
     Probed,
     check_all_called,
+    forward,
     is_float,
     site_groups,
     unique_leaves,
 )
 from layergrad.engine.packed_totals import Layout, Unpack
-from layergrad.engine.step_calls import call_model
 from layergrad.model.layer_refs import CallKey, Site, iter_layers
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ class Step:
         tape = tf.GradientTape(persistent=len(self.plan.targets) > 1)
         with recording(Recorder(self.plan, tape, samples=samples)) as rec, tape:
             fed = rec.inputs(self.model, list(inputs))
-            outputs = call_model(self.model, fed, self.plan.training)
+            outputs = forward(self.model, fed, self.plan.training)
             for site in self.plan.sources:
                 if site.key not in rec.captured:
                     check_all_called([site], rec.captured, rec.calls)

@@ -30,6 +30,7 @@ from layergrad.engine.layer_calls import (
     forward,
     fresh,
     gradients_of,
+    guarded,
     is_float,
     site_groups,
 )
@@ -133,7 +134,7 @@ def live_probe(
                 if site.key in source_keys and is_float(tensor):
                     tape.watch(tensor)
         with capturing(site_groups(sites), on_call) as calls:
-            forward(model, inputs, training)
+            guarded(lambda: forward(model, inputs, training), "the probe batch")
         check_all_called(sites, captured, calls)
         scalars = tuple(
             reducer(captured[t.key]) if captured[t.key].dtype.is_floating else None for t in targets

@@ -105,8 +105,7 @@ def dynamic(
     from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
     from layergrad.commands.weight_scan import scan_weights, weights_over
     from layergrad.diagnose.diagnoser import Diagnoser
-    from layergrad.engine.layer_calls import recorder
-    from layergrad.engine.step_calls import BatchFailed
+    from layergrad.engine.layer_calls import BatchFailed, recorder
 
     model = loaded.model
     stream = (
@@ -321,7 +320,7 @@ def _dead_over_data(
     from layergrad.core.gradient_stats import DEAD_FRACTION
     from layergrad.core.keras_backend import quiet_import
     from layergrad.engine import step_calls as calls
-    from layergrad.engine.layer_calls import site_groups, wrapped
+    from layergrad.engine.layer_calls import forward, site_groups, wrapped
     from layergrad.model.layer_refs import resolve
 
     if not weights.dead_layers:
@@ -338,7 +337,7 @@ def _dead_over_data(
         inputs = calls.pad_if_empty(inputs, samples, empty)[0] if spread else inputs
         seen: dict[tuple[str, int], list[Tensor]] = {}
         local.route = (lambda key, flat, _: seen.setdefault(key, flat), {})
-        calls.call_model(model, list(inputs), training)
+        forward(model, list(inputs), training)
         del local.route
         out = {"samples": tf.reshape(tf.cast(tf.size(samples), tf.float64), [1])}
         for i, site in enumerate(sites):  # 1 where a unit's output is not 0 on some sample
