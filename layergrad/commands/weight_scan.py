@@ -28,7 +28,7 @@ from layergrad.commands.weight_rows import (
     with_causes,
 )
 from layergrad.core.errors import InputError
-from layergrad.core.probe_options import OneBatch, PathLike, ProbeOptions, Progress
+from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
 from layergrad.core.results import LossMeta, ScanReport, VariableRow, WeightScanReport
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import KerasModel, KerasVariable, Strategy, Tensor, TensorTree
@@ -274,14 +274,10 @@ def _first_batch(
     loaded: LoadedModel, warnings: Sequence[str], batches: DataStream, options: ProbeOptions
 ) -> tuple[Session, Sequence[np.ndarray]]:
     """The data's first batch (read again, with its labels) as a session of one batch."""
-    from layergrad.diagnose.diagnoser import Diagnoser
+    from layergrad.commands.session import session_for
 
     batch = batches.batch(0)
-    one = replace(options, source=OneBatch())
-    diagnoser = Diagnoser(loaded.model, batch, loaded.info.graph, one.training, one.reduce)
-    session = Session(
-        loaded.info.path, loaded.model, loaded.info, batch, one, diagnoser, tuple(warnings)
-    )
+    session = session_for(loaded, options, warnings, batch)
     return session, list((batch.labels or {}).values())
 
 

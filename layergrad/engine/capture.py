@@ -54,6 +54,7 @@ class Plan:
     reduce: str = "sum"
     data: bool = False
     seed: int = 0  # of the default target's projection
+    keep: bool = False  # one eager batch: keep each watched gradient whole (`Recorder.arrays`)
 
 
 @dataclass
@@ -91,6 +92,9 @@ class Recorder:
     forward: dict[str, Tensor] = field(default_factory=dict)
     open_dims: dict[str, Tensor] = field(default_factory=dict)  # sizes the model leaves open
     samples: Tensor | None = None  # the batch's sample indices in the data (None: 0, 1, ... )
+    # with `plan.keep`: (target, name) -> the whole gradient, as the backward pass made it
+    arrays: dict[tuple[int, str], Tensor] = field(default_factory=dict)
+    target: int = 0  # the target being differentiated
 
     def __post_init__(self) -> None:
         self.sources = {s.key: s for s in self.plan.sources}
@@ -162,6 +166,8 @@ class Recorder:
         @tf.custom_gradient
         def watched(x: Tensor, _anchor: Tensor) -> Tensor:
             def grad(dy: Tensor) -> Tensor:
+                if self.plan.keep:
+                    self.arrays[(self.target, name)] = dy
                 return dy, reductions.shared(reductions.gradient_summary)(dy, one_unit)
 
             return tf.identity(x), grad

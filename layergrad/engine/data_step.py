@@ -39,6 +39,7 @@ from layergrad.engine.layer_calls import (
     forward,
     is_float,
     site_groups,
+    to_numpy,
     unique_leaves,
 )
 from layergrad.engine.packed_totals import Layout, Unpack
@@ -72,6 +73,8 @@ class StreamRun:
     # one batch only: per float model output, (largest spread of a value across the batch,
     # largest |value|), to tell an output that is the same for every sample
     output_spread: tuple[tuple[float, float], ...] = ()
+    # with `plan.keep` (one batch): `arrays[t][i]`, the whole gradient of `gradients[t][i]`
+    arrays: tuple[tuple[np.ndarray | None, ...], ...] = ()
 
     def index(self, path: str, call: int = 0) -> int | None:
         """Position of the activation of `path` call `call`, or None if it was not captured."""
@@ -92,6 +95,7 @@ class Step:
         self.model, self.plan = model, plan
         self.layout = Layout()  # filled while tracing (or running eagerly)
         self.traces = 0  # calls of `compute` in Python: traces, or eager runs
+        self.arrays: dict[tuple[int, str], Tensor] = {}  # `plan.keep`: the whole gradients
         if plan.every_leaf:
             self.groups: list[tuple[KerasLayer, str]] = [
                 (layer, path) for layer, path, _ in unique_leaves(iter_layers(model))
@@ -123,6 +127,7 @@ class Step:
         layout = Layout(rec.records, forward=list(rec.forward), open_dims=list(rec.open_dims))
         vectors, widths = [], []
         for t, scalar in enumerate(scalars):
+            rec.target = t
             found = tape.gradient(scalar, anchors) if scalar is not None and anchors else []
             for name, vector in zip(names, found, strict=True):
                 if vector is not None:
@@ -140,7 +145,7 @@ class Step:
         floats = [o for o in tf.nest.flatten(outputs) if is_float(o)]
         if not self.plan.data and floats:  # one batch: is an output the same for every sample?
             summaries["spread"] = tf.stack([reductions.output_spread(o) for o in floats])
-        self.layout = layout
+        self.layout, self.arrays = layout, rec.arrays
         return summaries
 
     def result(
@@ -157,12 +162,15 @@ class Step:
         keep = [r for r, rec in enumerate(records) if self._kept(rec)]
         activations, forward = [], []
         gradients: list[list[GradientTotals | None]] = [[] for _ in self.plan.targets]
+        arrays: list[list[np.ndarray | None]] = [[] for _ in self.plan.targets]
         for r in keep:
             k = self._chosen_output(r, unpack)
             activations.append(self._probed(r, k, unpack, samples))
             forward.append(unpack.forward(f"{r}.{k}"))
             for t, column in enumerate(gradients):
                 column.append(unpack.gradient(t, f"{r}.{k}"))
+                whole = self.arrays.get((t, f"{r}.{k}"))
+                arrays[t].append(None if whole is None else to_numpy(whole))
         spread = totals.get("spread")
         return StreamRun(
             output_spread=() if spread is None else tuple((float(a), float(b)) for a, b in spread),
@@ -175,6 +183,7 @@ class Step:
             replicas=replicas,
             data=self.plan.data,
             traces=self.traces // max(replicas, 1),
+            arrays=tuple(tuple(a) for a in arrays) if self.plan.keep else (),
         )
 
     def _kept(self, rec: Record) -> bool:

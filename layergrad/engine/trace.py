@@ -78,14 +78,6 @@ class Trace:
 Objective = Callable[[TensorTree], Tensor]  # the model's outputs -> the scalar to differentiate
 
 
-class TraceMode(TypedDict):
-    """How `run_trace` / `live_trace` run the model and reduce the target (their keywords)."""
-
-    training: bool
-    reduce: str
-    seed: int
-
-
 class TraceKeywords(TypedDict, total=False):
     """The keywords `run_trace` passes on to `live_trace`."""
 
