@@ -87,21 +87,31 @@ class Session:
         random labels) though the batches are the user's."""
         from layergrad.engine.random_layers import draws_in
 
-        if self.probe is None:  # --data
-            from layergrad.commands.data_meta import probe_meta
+        options, batch = self.options, self.probe
+        seeded = seeded or draws_in(self.model, options.training)
+        if batch is None:  # --data: its content hash, samples and replicas
+            from layergrad.data.fingerprint import data_sha256
 
             assert run is not None
-            return probe_meta(self.stream.source, run, self.options, seeded, self.model)
-        batch = self.probe
-        seed = batch.seed
-        if seed is None and (seeded or draws_in(self.model, self.options.training)):
-            seed = self.options.seed
+            data = options.data_set
+            return ProbeMeta(
+                data_sha256=data_sha256(self.stream.source),
+                source=self.stream.source,
+                seed=options.seed if seeded else None,
+                batch_size=options.rows,
+                training=options.training,
+                reduce=options.reduce,
+                samples=run.samples,
+                replicas=run.replicas,
+                first_sample=(data.first_sample or None) if data else None,
+            )
+        seed = batch.seed if batch.seed is not None or not seeded else options.seed
         return ProbeMeta(
             source=batch.source,
             seed=seed,
             batch_size=batch.batch_size,
-            training=self.options.training,
-            reduce=self.options.reduce,
+            training=options.training,
+            reduce=options.reduce,
             drawn=batch.drawn,
         )
 

@@ -98,10 +98,9 @@ def dynamic(
     if opened is None:
         return
     loaded, warnings, strategy = opened
-    from layergrad.commands import data_meta  # TensorFlow: after the checks of the file
-    from layergrad.commands.over_data import forward_check, scan_over
+    from layergrad.commands.over_data import forward_check, scan_over  # TensorFlow: now
     from layergrad.commands.scan import scan_session
-    from layergrad.commands.session import session_for
+    from layergrad.commands.session import Session, session_for
     from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
     from layergrad.commands.weight_scan import scan_weights, weights_over
     from layergrad.engine.layer_calls import BatchFailed, recorder
@@ -217,8 +216,8 @@ def dynamic(
             except BatchFailed as exc:
                 add("baseline", str(exc), [Finding.ERROR])
                 return
-        meta = data_meta.probe_meta(stream.data.source, run, probe, seeded=True)
-        report = ScanReport(data_meta.model_meta(path, loaded, warnings), meta, None, rows)
+        over = Session(os.fspath(path), model, loaded.info, probe, stream.data, strategy, warnings)
+        report = ScanReport(over.model_meta, over.probe_meta_of(run, seeded=True), None, rows)
     add("baseline", *judge(report, full, baseline, options.tolerance, other))
 
 
