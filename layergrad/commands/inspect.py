@@ -200,8 +200,9 @@ def _warnings(
     grad: GradientTotals,
     diagnosis: Diagnosis,
 ) -> tuple[str, ...]:
-    """`diagnoser.warnings_for`, from statistics over all samples instead of arrays: exact
-    zeros by design named, units with no gradient for any sample called dead."""
+    """The warnings of an ok gradient (`diagnoser.gradient_warnings`), from its statistics
+    over every sample: exact zeros by design named, units with no gradient for any sample
+    called dead."""
     from layergrad.diagnose.diagnoser import gradient_warnings, structural_zeros
 
     size = forward.mean_abs if forward is not None else 0.0
