@@ -143,7 +143,8 @@ class Step:
             tf.cast(reductions.samples_in(inputs[0]), tf.float64), [1]
         )
         floats = [o for o in tf.nest.flatten(outputs) if is_float(o)]
-        if not self.plan.data and floats:  # one batch: is an output the same for every sample?
+        if not self.plan.data and self.plan.every_leaf and floats:  # scan's one batch: is an
+            # output the same for every sample?
             summaries["spread"] = tf.stack([reductions.output_spread(o) for o in floats])
         self.layout, self.arrays = layout, rec.arrays
         return summaries
