@@ -1,8 +1,8 @@
 """`inspect`: the gradient of each target layer's activation with respect to a source layer's,
-of the probe batch (a `Session`: eager, the gradient arrays kept for the causes and
-`--save-gradient`) or of every sample of `--data` (a `DataSession`: reduced in the compiled
-step, the causes of a result that is not ok from one batch read again). Both get the same
-notes and the same BatchNormalization rule.
+over a stream of batches: the probe batch (a stream of one batch, run eagerly, its whole
+gradients kept for `--save-gradient`) or every sample of `--data` (reduced in the compiled
+step). One pass (`_inspect`) serves both; a result that is not ok gets its causes from the
+batch it shows on, read again. Both get the same notes and the same BatchNormalization rule.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from layergrad.commands.session import DataSession, Session
+from layergrad.commands.session import Session
 from layergrad.commands.untrained_batchnorm import in_training, probe_in_training, results_wrong
 from layergrad.core.probe_options import Progress
 from layergrad.core.results import (
@@ -19,7 +19,6 @@ from layergrad.core.results import (
     Endpoint,
     GradientStats,
     InspectReport,
-    ProbeMeta,
     Reason,
     Result,
 )
@@ -35,7 +34,7 @@ if TYPE_CHECKING:  # the modules of the pass over the data are imported by that 
 
 
 def inspect_session(
-    session: Session | DataSession,
+    session: Session,
     source: str,
     targets: Sequence[str],
     how: JacobianOptions | None = None,
@@ -43,82 +42,52 @@ def inspect_session(
     on_progress: Progress | None = None,
 ) -> InspectReport:
     """One result per target (in order): see `api.inspect_model`. With `how`, each result
-    also gets its Jacobian norms (over the data: a second pass, naming the `top` samples)."""
+    also gets its Jacobian norms (`jacobian_data.inspect_jacobians`, over the same batches;
+    over the data it names the `top` samples)."""
     model = session.model
     sites = (resolve(model, source), [resolve(model, ref) for ref in targets])
-    results, probe = _inspect(session, source, targets, sites, how, on_progress)
+    results, run = _inspect(session, source, targets, sites, on_progress)
     said = probe_in_training(model, session.options.training, results_wrong(results))
     if said:  # never-trained BatchNormalization: probe again as training runs it
         session = in_training(session)
-        results, probe = _inspect(session, source, targets, sites, how, on_progress)
+        results, run = _inspect(session, source, targets, sites, on_progress)
         results = tuple(replace(res, warnings=(*res.warnings, said)) for res in results)
-    if how is not None and isinstance(session, DataSession):
-        results = _jacobians_over(session, sites[0], results, how, top, on_progress)
+    if how is not None:
+        results = _jacobians(session, sites[0], results, how, top, on_progress)
+    probe = session.probe_meta_of(run)
     if how is not None and probe.seed is None:  # the projections and Lanczos starts are drawn
         probe = replace(probe, seed=session.options.seed)
     return InspectReport(model=session.model_meta, probe=probe, results=results)
 
 
 def _inspect(
-    session: Session | DataSession,
+    session: Session,
     source: str,
     targets: Sequence[str],
     sites: tuple[Site, list[Site]],
-    how: JacobianOptions | None,
     on_progress: Progress | None,
-) -> tuple[tuple[Result, ...], ProbeMeta]:
-    """One probe in the session's mode: the results (with their notes, and from the probe
-    batch their Jacobian norms when `how` says how to measure them) and the probe's meta."""
-    from layergrad.diagnose import diagnoser
-    from layergrad.engine import jacobian
-    from layergrad.engine import probe as probing
-
-    source_site, target_sites = sites
-    graph = session.info.graph
-    if isinstance(session, DataSession):
-        over, found = _over_data(session, source_site, target_sites, on_progress)
-        return _noted(found, graph, source, targets, sites), session.probe_meta_of(over)
-    model, batch, live = session.model, session.batch, None
-    training, reduce = session.options.training, session.options.reduce
-    if how is not None:  # one forward pass serves the gradient and the Jacobians
-        live = probing.live_probe(
-            model, batch, [source_site], target_sites, training=training, reduce=reduce
-        )
-        run = probing.probe_gradients(live)
-    else:
-        run = probing.run_probe(
-            model, batch, [source_site], target_sites, training=training, reduce=reduce
-        )
-    results = _noted(diagnoser.build_results(run, graph, session.diagnoser), graph, source,
-                     targets, sites)  # fmt: skip
-    if live is not None and how is not None:
-        results = jacobian.with_jacobians(results, live, how)
-    return results, session.probe_meta
-
-
-def _over_data(
-    session: DataSession,
-    source_site: Site,
-    target_sites: Sequence[Site],
-    on_progress: Progress | None = None,
-) -> tuple[StreamRun, list[Result]]:
-    """One pass of `inspect` over the data in the session's mode: the run, and one result
-    per target."""
+) -> tuple[tuple[Result, ...], StreamRun]:
+    """One pass of `inspect` over the session's batches (the probe batch: a stream of one
+    batch, whose whole gradients are kept) in its mode: one result per target, with its
+    notes, and the run."""
     from layergrad.commands.over_data import Diagnosis
     from layergrad.engine.data_step import Plan, run_stream
 
     model, options, batches = session.model, session.options, session.stream
+    source_site, target_sites = sites
     plan = Plan(
         sources=(source_site,),
         targets=tuple(target_sites),
         training=options.training,
         reduce=options.reduce,
-        data=True,
+        data=not batches.probe,
         seed=options.seed,
+        keep=batches.probe,
     )
     run = run_stream(model, plan, batches, session.strategy, on_progress)
     diagnosis = Diagnosis(model, batches, session.info.graph, options)
-    return run, [_result(run, t, diagnosis) for t in range(len(target_sites))]
+    found = [_result(run, t, diagnosis) for t in range(len(target_sites))]
+    return _noted(found, session.info.graph, source, targets, sites), run
 
 
 def _noted(
@@ -159,16 +128,17 @@ def _first_call_note(graph: ModelGraph, ref: str, site: Site, option: str) -> st
     )
 
 
-def _jacobians_over(
-    session: DataSession,
+def _jacobians(
+    session: Session,
     source: Site,
     results: tuple[Result, ...],
     how: JacobianOptions,
     top: int,
     on_progress: Progress | None,
 ) -> tuple[Result, ...]:
-    """Each result whose gradient is ok or zero with its Jacobian norms over every sample of
-    the data (a second pass, `jacobian_data`, over every worker's shard)."""
+    """Each result whose gradient is ok or zero with its Jacobian norms over the session's
+    batches (`jacobian_data`: of the probe batch its per-sample norms; over the data, every
+    worker's shard)."""
     from layergrad.engine.jacobian_data import inspect_jacobians
 
     chosen = [i for i, r in enumerate(results) if r.status in (Status.OK, Status.ZERO)]
@@ -203,6 +173,7 @@ def _result(run: StreamRun, t: int, diagnosis: Diagnosis) -> Result:
             found = diagnosis.diagnoser(index).causes(status, src, dst)
             causes = diagnoser.dedupe([*causes, *found])
         causes = causes or (why.cause("unknown"),)
+    array = run.arrays[t][0] if run.arrays else None
     return Result(
         source=Endpoint(source.site.ref, source.shape, source.dtype),
         target=Endpoint(target.site.ref, target.shape, target.dtype),
@@ -212,7 +183,10 @@ def _result(run: StreamRun, t: int, diagnosis: Diagnosis) -> Result:
         warnings=_warnings(stats, run.forward[0], source, target, grad, diagnosis)
         if status == "ok" and stats is not None and grad is not None
         else (),
-        data=DataStats((), None, None)
+        array=array,
+        data=None
+        if not run.data
+        else DataStats((), None, None)
         if grad is None
         else DataStats(grad.dead_units(), grad.per_sample(), grad.first_nonfinite),
     )
@@ -226,8 +200,9 @@ def _warnings(
     grad: GradientTotals,
     diagnosis: Diagnosis,
 ) -> tuple[str, ...]:
-    """`diagnoser.warnings_for`, from statistics over all samples instead of arrays: exact
-    zeros by design named, units with no gradient for any sample called dead."""
+    """The warnings of an ok gradient (`diagnoser.gradient_warnings`), from its statistics
+    over every sample: exact zeros by design named, units with no gradient for any sample
+    called dead."""
     from layergrad.diagnose.diagnoser import gradient_warnings, structural_zeros
 
     size = forward.mean_abs if forward is not None else 0.0

@@ -1,10 +1,11 @@
-"""`--data`: the stream of a data set's batches, and the pass of `scan` and `check` over it.
+"""The stream of a data set's batches, and the scan pass of `scan` and `check` over any stream
+(the probe batch is a stream of one batch).
 
-The statistics are those of the whole data set as one batch; they are reduced inside the
-compiled step (`data_step.run_stream`), so no gradient is kept. A result that is not ok gets its
-causes from one batch where it shows: the first batch with a non-finite value for a
-non-finite result, else the first batch. That batch is read again (`Diagnosis`) and diagnosed
-exactly as `inspect` / `scan` diagnose their probe batch. Nothing here prints.
+The statistics are those of all the stream's samples as one batch; they are reduced inside the
+step (`data_step.run_stream`), so no gradient is kept. A result that is not ok gets its causes
+from one batch where it shows: the first batch with a non-finite value for a non-finite
+result, else the first batch. That batch is read again (`Diagnosis`: its whole trace, its
+activations, its diagnoser) and diagnosed with its whole arrays. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -24,10 +25,9 @@ if TYPE_CHECKING:
     from layergrad.diagnose.diagnoser import Diagnoser
     from layergrad.engine.data_step import StreamRun
     from layergrad.engine.layer_calls import Activation
-    from layergrad.engine.loader import LoadedModel
     from layergrad.engine.trace import Trace
     from layergrad.model.graph import ModelGraph
-    from layergrad.model.layer_refs import Site
+    from layergrad.model.layer_refs import CallKey, Site
 
 
 def open_stream(model: KerasModel, options: ProbeOptions, strategy: Strategy = None) -> DataStream:
@@ -71,28 +71,28 @@ def shard_of(options: ProbeOptions) -> tuple[int, int] | None:
 
 
 def scan_over(
-    loaded: LoadedModel,
+    model: KerasModel,
+    graph: ModelGraph | None,
     strategy: Strategy,
     batches: DataStream,
     options: ProbeOptions,
     site: Site | None = None,
     layers: Sequence[str] = (),
     on_progress: Progress | None = None,
-) -> tuple[StreamRun, tuple[ScanRow, ...]]:
-    """The scan pass over a data stream: (the StreamRun, one row per layer call)."""
+) -> tuple[StreamRun, tuple[ScanRow, ...], Diagnosis]:
+    """The scan pass over a stream of batches (the probe batch: a stream of one batch): the
+    StreamRun, one row per layer call (a row that is not ok with its causes, from a trace of
+    the batch it shows on, read again), and that `Diagnosis`."""
     from layergrad.commands import scan_rows
     from layergrad.engine import data_step
-    from layergrad.engine import trace as trace_module
-    from layergrad.engine.random_layers import drawing_for
     from layergrad.model import layer_refs
 
-    model, graph = loaded.model, loaded.info.graph
     plan = data_step.Plan(
         targets=(site,),
         every_leaf=True,
         training=options.training,
         reduce=options.reduce,
-        data=True,
+        data=not batches.probe,
         seed=options.seed,
     )
     run = data_step.run_stream(model, plan, batches, strategy, on_progress)
@@ -105,17 +105,11 @@ def scan_over(
     index = min(firsts, default=0)
 
     def make() -> tuple[Trace, Diagnoser]:
-        batch = diagnosis.batch(index)
-        with drawing_for(model, index):  # the random layers' numbers of the batch read again
-            trace = trace_module.run_trace(
-                model, batch, site, training=options.training, reduce=options.reduce,
-                seed=options.seed,
-            )  # fmt: skip
-        return trace, diagnosis.diagnoser(index)
+        return diagnosis.trace(index, site), diagnosis.diagnoser(index)
 
     classes = {p: type(layer).__name__ for p, layer in layer_refs.iter_layers(model)}
     rows = scan_rows.summary_rows(run, graph, classes, layers, scan_rows.trace_causes(make, graph))
-    return run, rows
+    return run, rows, diagnosis
 
 
 def forward_check(run: StreamRun) -> tuple[str, tuple[Finding, ...]]:
@@ -141,9 +135,10 @@ class Diagnosis:
         options: ProbeOptions,
     ) -> None:
         self.model, self.batches, self.graph = model, batches, graph
-        self.training, self.reduce = options.training, options.reduce
+        self.training, self.reduce, self.seed = options.training, options.reduce, options.seed
         self._batches: dict[int, ProbeBatch] = {}
         self._diagnosers: dict[int, Diagnoser] = {}
+        self._traces: dict[tuple[int, CallKey | None], Trace] = {}
 
     def batch(self, index: int) -> ProbeBatch:
         if index not in self._batches:
@@ -158,6 +153,20 @@ class Diagnosis:
                 self.model, self.batch(index), self.graph, self.training, self.reduce
             )
         return self._diagnosers[index]
+
+    def trace(self, index: int, target: Site | None) -> Trace:
+        """The whole trace of batch `index` towards `target` (`trace.run_trace`), made once."""
+        from layergrad.engine import trace
+        from layergrad.engine.random_layers import drawing_for
+
+        key = (index, None if target is None else target.key)
+        if key not in self._traces:
+            with drawing_for(self.model, index):  # the random layers' numbers of the batch
+                self._traces[key] = trace.run_trace(
+                    self.model, self.batch(index), target, training=self.training,
+                    reduce=self.reduce, seed=self.seed,
+                )  # fmt: skip
+        return self._traces[key]
 
     def activations(self, index: int, source: Site, target: Site) -> tuple[Activation, Activation]:
         """The source and target activations of batch `index` (for the causes)."""

@@ -1,5 +1,5 @@
 """Whole-model gradient flow: one target, every layer's output, one forward and backward pass
-(of the probe batch, or of every batch of `--data`)."""
+per batch, over a stream of batches (the probe batch: a stream of one batch; or `--data`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import replace
 import numpy as np
 
 from layergrad.commands.over_data import scan_over
-from layergrad.commands.scan_rows import scan_rows, summary_rows
-from layergrad.commands.session import DataSession, Session
+from layergrad.commands.scan_rows import scan_rows
+from layergrad.commands.session import Session
 from layergrad.commands.untrained_batchnorm import in_training, probe_in_training, scan_wrong
 from layergrad.core.probe_options import Progress
 from layergrad.core.results import FrobeniusNorms, ProbeMeta, ScanJacobian, ScanReport, ScanRow
@@ -23,82 +23,93 @@ from layergrad.diagnose.forward_findings import (
     unscaled_input,
 )
 from layergrad.engine.jacobian import JacobianOptions
-from layergrad.engine.jacobian_scan import with_jacobians
-from layergrad.engine.trace import Trace, TraceMode, live_trace, run_trace, trace_gradients
+from layergrad.engine.trace import Trace
 from layergrad.model.layer_refs import Site, iter_layers, resolve
 
 
 def scan_session(
-    session: Session | DataSession,
+    session: Session,
     target: str | None = None,
     patterns: Sequence[str] = (),
     jacobian: JacobianOptions | None = None,
     top: int = 10,
     on_progress: Progress | None = None,
 ) -> ScanReport:
-    """Gradient of one target with respect to every layer's output, in one backward pass: of
-    the probe batch (a `Session`), or of every sample of the data (a `DataSession`).
+    """Gradient of one target with respect to every layer's output, in one backward pass per
+    batch, over the session's batches: the probe batch (a stream of one batch) or every
+    sample of the data.
 
     `target` is a layer reference, or None for a seeded random projection of the model's
     outputs (see `trace.run_trace`); `patterns` (shell globs) keep only matching rows.
-    With `jacobian`, rows also get per-sample Jacobian norms (`jacobian_scan`), from the same
-    forward pass (over the data: a second pass, whose `top` samples are named). A model whose
-    BatchNormalization was never trained is scanned again in training mode when the scan in
-    inference finds what it makes (`untrained_batchnorm`). `on_progress` follows the data.
+    With `jacobian`, rows also get per-sample Jacobian norms (`jacobian_data.scan_jacobians`,
+    a second pass over the same batches; over the data it names the `top` samples). A model
+    whose BatchNormalization was never trained is scanned again in training mode when the
+    scan in inference finds what it makes (`untrained_batchnorm`). `on_progress` follows the
+    data.
     """
     site = None if target is None else resolve(session.model, target)
-    report = _scan(session, site, patterns, jacobian, on_progress)
+    report = _scan(session, site, patterns, on_progress)
     wrong = scan_wrong(report.rows, report.constant)
     said = probe_in_training(session.model, session.options.training, wrong)
     if said:  # never-trained BatchNormalization: probe again as training runs it
         session = in_training(session)
-        report = _scan(session, site, patterns, jacobian, on_progress)
+        report = _scan(session, site, patterns, on_progress)
         report = replace(report, notes=(*report.notes, said))
-    if jacobian is not None and isinstance(session, DataSession):
-        rows, found = _jacobians_over(session, site, report.rows, jacobian, top, on_progress)
+    if jacobian is not None:
+        rows, found = _jacobians(session, site, report.rows, jacobian, top, on_progress)
         report = replace(report, rows=rows, notes=(*report.notes, *found))
     return report
 
 
 def _scan(
-    session: Session | DataSession,
+    session: Session,
     site: Site | None,
     patterns: Sequence[str],
-    jacobian: JacobianOptions | None,
     on_progress: Progress | None,
 ) -> ScanReport:
-    """`scan_session` in the session's mode (over the data: without the Jacobians)."""
-    if isinstance(session, DataSession):
-        run, rows = scan_over(
-            session.loaded, session.strategy, session.stream, session.options, site, patterns,
-            on_progress,
-        )  # fmt: skip
-        return _report(session, session.probe_meta_of(run, seeded=site is None), site, rows)
-    model, options = session.model, session.options
-    how = TraceMode(training=options.training, reduce=options.reduce, seed=options.seed)
-    if jacobian is not None:  # one forward pass serves the gradient and the Jacobians
-        live = live_trace(model, session.batch, site, **how)
-        trace = trace_gradients(live)
-        report = scan_report(session, trace, site, patterns)
-        rows, notes = with_jacobians(report.rows, trace, live, jacobian)
-        return replace(report, rows=rows, notes=(*report.notes, *notes))
-    light = _light_scan(session, site, patterns)
-    if light is not None:
-        return light
-    return scan_report(session, run_trace(model, session.batch, site, **how), site, patterns)
+    """One pass over the session's batches (`over_data.scan_over`), in its mode.
+
+    Over the data, its rows are the report. The probe batch's too, unless the pass shows
+    something that needs the whole arrays: a row that is not ok, an output that is the same
+    for every sample, a non-finite activation or inputs that are not scaled; then the batch's
+    whole trace (read again) gives the rows, causes and notes (`scan_report`).
+    """
+    from layergrad.diagnose.forward_findings import CONSTANT_RTOL, MIN_BATCH, UNSCALED
+
+    run, rows, diagnosis = scan_over(
+        session.model, session.info.graph, session.strategy, session.stream, session.options,
+        site, patterns, on_progress,
+    )  # fmt: skip
+    probe = session.probe_meta_of(run, seeded=site is None)
+    if not session.stream.probe:
+        return _report(session, probe, site, rows)
+    batch = session.batch
+    floats = [a for a in batch.arrays if a.dtype.kind == "f" and a.size]
+    plain = (
+        not any(f is not None and f.nonfinite_batches for f in run.forward)
+        and not (
+            batch.batch_size >= MIN_BATCH
+            and any(spread <= CONSTANT_RTOL * max(1.0, top) for spread, top in run.output_spread)
+        )
+        and not any(float(np.mean(np.abs(a.astype(np.float64)))) > UNSCALED for a in floats)
+        and all(r.status in (Status.OK, *NOT_DIFFERENTIABLE) for r in rows)
+    )
+    if plain:
+        return _report(session, probe, site, rows)
+    return scan_report(session, diagnosis.trace(0, site), site, patterns)
 
 
-def _jacobians_over(
-    session: DataSession,
+def _jacobians(
+    session: Session,
     site: Site | None,
     rows: tuple[ScanRow, ...],
     how: JacobianOptions,
     top: int,
     on_progress: Progress | None,
 ) -> tuple[tuple[ScanRow, ...], tuple[str, ...]]:
-    """Each row whose gradient is ok or zero with its per-sample Jacobian norms over every
-    sample (a second pass, `jacobian_data`, over every worker's shard), and how they were
-    measured."""
+    """Each row whose gradient is ok or zero with its per-sample Jacobian norms over the
+    session's batches (`jacobian_data.scan_jacobians`: of the probe batch, each sample's;
+    over the data, every worker's shard), and how they were measured."""
     from layergrad.engine.jacobian_data import scan_jacobians
 
     options = session.options
@@ -116,44 +127,6 @@ def _jacobians_over(
             row = replace(row, jacobian=ScanJacobian(frobenius=norm))
         out.append(row)
     return tuple(out), notes
-
-
-def _light_scan(session: Session, site: Site | None, patterns: Sequence[str]) -> ScanReport | None:
-    """The scan of a model with nothing to diagnose, without keeping any array.
-
-    Each gradient is reduced to its statistics where the backward pass produces it (the
-    probe batch run as a data source of one batch: `data_step.run_stream`), so a scan takes
-    about the memory of a plain forward and backward pass. None when a row is not ok, an
-    output is the same for every sample, an activation is non-finite or the inputs are not
-    scaled: then the causes need the full trace.
-    """
-    from layergrad.data.sources import ProbeStream
-    from layergrad.diagnose.forward_findings import CONSTANT_RTOL, MIN_BATCH, UNSCALED
-    from layergrad.engine.data_step import Plan, run_stream
-
-    model, options, batch = session.model, session.options, session.batch
-    plan = Plan(
-        targets=(site,),
-        every_leaf=True,
-        training=options.training,
-        reduce=options.reduce,
-        seed=options.seed,
-    )
-    run = run_stream(model, plan, ProbeStream(batch.arrays))
-    if any(f is not None and f.nonfinite_batches for f in run.forward):
-        return None
-    if batch.batch_size >= MIN_BATCH and any(
-        spread <= CONSTANT_RTOL * max(1.0, top) for spread, top in run.output_spread
-    ):
-        return None
-    floats = [a for a in batch.arrays if a.dtype.kind == "f" and a.size]
-    if any(float(np.mean(np.abs(a.astype(np.float64)))) > UNSCALED for a in floats):
-        return None
-    classes = {p: type(layer).__name__ for p, layer in iter_layers(model)}
-    rows = summary_rows(run, session.info.graph, classes, patterns)
-    if any(r.status not in (Status.OK, *NOT_DIFFERENTIABLE) for r in rows):
-        return None
-    return _report(session, session.probe_meta_of(seeded=site is None), site, rows)
 
 
 def scan_report(
@@ -188,7 +161,7 @@ def scan_report(
 
 
 def _report(
-    session: Session | DataSession, probe: ProbeMeta, site: Site | None, rows: tuple[ScanRow, ...]
+    session: Session, probe: ProbeMeta, site: Site | None, rows: tuple[ScanRow, ...]
 ) -> ScanReport:
     """The report of `rows`, with the notes the target gives (`scan_report` adds the trace's)."""
     return ScanReport(

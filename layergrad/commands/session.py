@@ -2,21 +2,22 @@
 
 `open_session` reads and audits the file, checks the layer references against the graph in
 the file (so a typo fails in a second, before TensorFlow loads), loads the model in safe mode,
-makes the probe batch and the diagnoser. `open_source` opens the same way and gives a
-`Session` for one probe batch or a `DataSession` (the batches of `--data`); `inspect` and
-`scan` take either. `inspect`, `scan` and `check` all start here.
+makes the probe batch. `open_source` opens the same way, over the probe batch (a stream of one
+batch) or the batches of `--data`: one `Session` type for both. `inspect`, `scan` and `check`
+all start here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TypedDict
 
 from layergrad.core.errors import InputError
-from layergrad.core.probe_options import PathLike, ProbeOptions, with_cluster
+from layergrad.core.probe_options import OneBatch, PathLike, ProbeOptions, with_cluster
 from layergrad.core.results import ModelMeta, ProbeMeta
 from layergrad.core.tf_types import KerasModel, Strategy
 from layergrad.data.probe_input import ProbeBatch
@@ -30,19 +31,36 @@ if TYPE_CHECKING:
     from layergrad.diagnose.diagnoser import Diagnoser
     from layergrad.engine.data_step import StreamRun
     from layergrad.engine.loader import LoadedModel
+    from layergrad.engine.weight_stream import WeightTotals
 
 
 @dataclass(frozen=True)
 class Session:
-    """A loaded model with its probe batch, ready to probe and diagnose."""
+    """A loaded model and its stream of batches, ready to run and diagnose: the probe batch
+    (random or `--input`), a stream of one batch, or the batches of `--data` (this worker's
+    shard) under their `tf.distribute` strategy."""
 
     path: str
     model: KerasModel
     info: FileInfo
-    batch: ProbeBatch
     options: ProbeOptions
-    diagnoser: Diagnoser
+    stream: DataStream
+    strategy: Strategy | None = None  # None: one device
     warnings: tuple[str, ...] = field(default=())  # audit findings accepted with --unsafe
+    probe: ProbeBatch | None = None  # the probe batch (None over `--data`)
+
+    @functools.cached_property
+    def batch(self) -> ProbeBatch:
+        """The probe batch; over `--data` its first batch (read when first asked)."""
+        return self.probe if self.probe is not None else self.stream.batch(0)
+
+    @functools.cached_property
+    def diagnoser(self) -> Diagnoser:
+        """The diagnoser of `batch`, in the session's mode."""
+        from layergrad.diagnose.diagnoser import Diagnoser
+
+        options = self.options
+        return Diagnoser(self.model, self.batch, self.info.graph, options.training, options.reduce)
 
     @property
     def model_meta(self) -> ModelMeta:
@@ -61,59 +79,44 @@ class Session:
         or of random layers in training mode)."""
         return self.probe_meta_of()
 
-    def probe_meta_of(self, seeded: bool = False) -> ProbeMeta:
-        """`probe_meta`, naming the seed also when the run drew from it (`seeded`: a random
-        projection or random labels) though the batch is the user's."""
+    def probe_meta_of(
+        self, run: StreamRun | WeightTotals | None = None, seeded: bool = False
+    ) -> ProbeMeta:
+        """What the report says about the batches and the mode, after `run` went over them,
+        naming the seed also when the run drew from it (`seeded`: a random projection or
+        random labels) though the batches are the user's."""
         from layergrad.engine.random_layers import draws_in
 
-        seed = self.batch.seed
-        if seed is None and (seeded or draws_in(self.model, self.options.training)):
-            seed = self.options.seed
+        options, batch = self.options, self.probe
+        seeded = seeded or draws_in(self.model, options.training)
+        if batch is None:  # --data: its content hash, samples and replicas
+            from layergrad.data.fingerprint import data_sha256
+
+            assert run is not None
+            data = options.data_set
+            return ProbeMeta(
+                data_sha256=data_sha256(self.stream.source),
+                source=self.stream.source,
+                seed=options.seed if seeded else None,
+                batch_size=options.rows,
+                training=options.training,
+                reduce=options.reduce,
+                samples=run.samples,
+                replicas=run.replicas,
+                first_sample=(data.first_sample or None) if data else None,
+            )
+        seed = batch.seed if batch.seed is not None or not seeded else options.seed
         return ProbeMeta(
-            source=self.batch.source,
+            source=batch.source,
             seed=seed,
-            batch_size=self.batch.batch_size,
-            training=self.options.training,
-            reduce=self.options.reduce,
-            drawn=self.batch.drawn,
+            batch_size=batch.batch_size,
+            training=options.training,
+            reduce=options.reduce,
+            drawn=batch.drawn,
         )
 
 
-@dataclass(frozen=True)
-class DataSession:
-    """A model loaded for `--data`: its batches (this worker's shard) and their strategy."""
-
-    path: str  # as given
-    loaded: LoadedModel
-    stream: DataStream
-    strategy: Strategy | None
-    options: ProbeOptions
-    warnings: tuple[str, ...] = ()
-
-    @property
-    def model(self) -> KerasModel:
-        return self.loaded.model
-
-    @property
-    def info(self) -> FileInfo:
-        return self.loaded.info
-
-    @property
-    def model_meta(self) -> ModelMeta:
-        from layergrad.commands.data_meta import model_meta
-
-        return model_meta(self.path, self.loaded, self.warnings)
-
-    def probe_meta_of(self, run: StreamRun, seeded: bool = False) -> ProbeMeta:
-        """What the report says about the data and mode, after `run` went over it."""
-        from layergrad.commands.data_meta import probe_meta
-
-        return probe_meta(self.stream.source, run, self.options, seeded, self.model)
-
-
-def open_source(
-    path: PathLike, options: ProbeOptions, **opening: Unpack[Opening]
-) -> Session | DataSession:
+def open_source(path: PathLike, options: ProbeOptions, **opening: Unpack[Opening]) -> Session:
     """`open_session`, or with a data set the model and its stream of batches."""
     loaded, warnings, strategy = load(path, options, **opening)
     if options.data_set is None:
@@ -121,7 +124,9 @@ def open_source(
     from layergrad.commands.over_data import open_stream
 
     stream = open_stream(loaded.model, options, strategy)
-    return DataSession(os.fspath(path), loaded, stream, strategy, options, warnings)
+    return Session(
+        os.fspath(path), loaded.model, loaded.info, options, stream, strategy, tuple(warnings)
+    )
 
 
 def open_session(path: PathLike, options: ProbeOptions, **opening: Unpack[Opening]) -> Session:
@@ -215,19 +220,27 @@ def load(
 
 
 def session_for(
-    loaded: LoadedModel, options: ProbeOptions, warnings: Sequence[str] = ()
+    loaded: LoadedModel,
+    options: ProbeOptions,
+    warnings: Sequence[str] = (),
+    batch: ProbeBatch | None = None,
 ) -> Session:
-    """The session of a model loaded by `loader.load_model`: make its probe batch.
+    """The session of a model loaded by `loader.load_model` and one batch: `batch` (e.g. a
+    data set's first, with its labels), or the probe batch made here.
 
     Raises:
         InputError: the probe batch cannot be made (a bad `--input`, undeclared inputs).
     """
-    from layergrad.diagnose.diagnoser import Diagnoser
+    from layergrad.data.sources import ProbeStream
 
     model, info = loaded.model, loaded.info
-    batch = probe_batch(model, options)
-    diagnoser = Diagnoser(model, batch, info.graph, options.training, options.reduce)
-    return Session(info.path, model, info, batch, options, diagnoser, tuple(warnings))
+    if batch is not None:
+        options = replace(options, source=OneBatch())
+    batch = batch or probe_batch(model, options)
+    return Session(
+        info.path, model, info, options, ProbeStream(batch.arrays), warnings=tuple(warnings),
+        probe=batch,
+    )  # fmt: skip
 
 
 def probe_batch(model: KerasModel, options: ProbeOptions) -> ProbeBatch:

@@ -25,9 +25,7 @@ from layergrad.core.vocab import Finding, Status
 from layergrad.model.layer_refs import iter_layers
 
 if TYPE_CHECKING:
-    from layergrad.commands.session import DataSession, Session
-
-    Opened = TypeVar("Opened", bound=Session | DataSession)
+    from layergrad.commands.session import Session
 
 T = TypeVar("T")
 # flags that depend on magnitudes
@@ -100,15 +98,8 @@ def results_wrong(results: Sequence[Result]) -> bool:
     )
 
 
-def in_training(session: Opened) -> Opened:
+def in_training(session: Session) -> Session:
     """The session in training mode (its diagnoser too)."""
-    from layergrad.commands.session import DataSession
-    from layergrad.diagnose.diagnoser import Diagnoser
-
     if session.options.training:
         return session
-    options = replace(session.options, training=True)
-    if isinstance(session, DataSession):
-        return replace(session, options=options)
-    diagnoser = Diagnoser(session.model, session.batch, session.info.graph, True, options.reduce)
-    return replace(session, options=options, diagnoser=diagnoser)
+    return replace(session, options=replace(session.options, training=True))

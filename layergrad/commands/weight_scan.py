@@ -28,7 +28,7 @@ from layergrad.commands.weight_rows import (
     with_causes,
 )
 from layergrad.core.errors import InputError
-from layergrad.core.probe_options import OneBatch, PathLike, ProbeOptions, Progress
+from layergrad.core.probe_options import PathLike, ProbeOptions, Progress
 from layergrad.core.results import LossMeta, ScanReport, VariableRow, WeightScanReport
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import KerasModel, KerasVariable, Strategy, Tensor, TensorTree
@@ -105,7 +105,7 @@ def weights_over(
     `given` is the data as `check` read it with its labels (`open_labelled` without
     `strict`; `Labelled(None)` for random labels, which the outputs can take); without it
     the labels are read here, strictly."""
-    from layergrad.commands import data_meta, over_data
+    from layergrad.commands import over_data
     from layergrad.data.label_stream import open_labelled
     from layergrad.engine.compiled_loss import label_request
 
@@ -136,9 +136,10 @@ def weights_over(
         notes.append(labelled.classes_note())
     totals = run.totals
     assert totals is not None  # over data the stream gives the gradients
+    over = Session(os.fspath(path), model, loaded.info, options, batches, strategy, tuple(warnings))
     return WeightScanReport(
-        model=data_meta.model_meta(path, loaded, warnings),
-        probe=data_meta.probe_meta(batches.source, totals, options, not labels, model),
+        model=over.model_meta,
+        probe=over.probe_meta_of(totals, seeded=not labels),
         loss=LossMeta(spec.name, spec.source, "data" if labels else "random"),
         frozen=len(frozen_variables(model)),
         variables=run.rows,
@@ -274,14 +275,10 @@ def _first_batch(
     loaded: LoadedModel, warnings: Sequence[str], batches: DataStream, options: ProbeOptions
 ) -> tuple[Session, Sequence[np.ndarray]]:
     """The data's first batch (read again, with its labels) as a session of one batch."""
-    from layergrad.diagnose.diagnoser import Diagnoser
+    from layergrad.commands.session import session_for
 
     batch = batches.batch(0)
-    one = replace(options, source=OneBatch())
-    diagnoser = Diagnoser(loaded.model, batch, loaded.info.graph, one.training, one.reduce)
-    session = Session(
-        loaded.info.path, loaded.model, loaded.info, batch, one, diagnoser, tuple(warnings)
-    )
+    session = session_for(loaded, options, warnings, batch)
     return session, list((batch.labels or {}).values())
 
 

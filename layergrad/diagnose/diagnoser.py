@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from layergrad.core.gradient_stats import dead_fraction, gradient_stats, status_of
-from layergrad.core.results import Endpoint, Reason, Result
+from layergrad.core.gradient_stats import dead_fraction, status_of
+from layergrad.core.results import Endpoint, Reason
 from layergrad.core.tf_types import KerasLayer, KerasModel
 from layergrad.core.vocab import Finding, Status
 from layergrad.data.probe_input import ProbeBatch
@@ -22,7 +22,7 @@ from layergrad.diagnose.activations import activation_name, saturated_fraction
 from layergrad.diagnose.forward_findings import is_constant, reason, unscaled_input
 from layergrad.diagnose.locate import PathView
 from layergrad.engine.layer_calls import Activation
-from layergrad.engine.probe import ProbeRun, run_probe
+from layergrad.engine.probe import run_probe
 from layergrad.engine.tf_ops import TracedCall, blocking_ops, trace_call, unsafe_backward_ops
 from layergrad.engine.trace import Trace, run_trace
 from layergrad.model.graph import ModelGraph
@@ -223,53 +223,6 @@ def endpoint(act: Activation) -> Endpoint:
     return Endpoint(layer=act.site.ref, shape=act.shape, dtype=act.dtype)
 
 
-def build_results(
-    run: ProbeRun, graph: ModelGraph | None, diagnoser: Diagnoser | None = None
-) -> tuple[Result, ...]:
-    """One Result per (target, first source) pair of a probe run, with causes for non-ok ones.
-
-    The diagnoser runs (another pass) only for a non-ok result that the graph and dtypes do
-    not already explain, so the ok path never pays for it.
-    """
-    source = run.sources[0]
-    results = []
-    for target, grads in zip(run.targets, run.gradients, strict=True):
-        grad = grads[0]
-        status = status_of(grad)
-        causes: tuple[Reason, ...] = ()
-        if status != Status.OK:
-            causes = static_causes(source, target, graph)
-            downstream = not any(c.code == Finding.NOT_DOWNSTREAM for c in causes)
-            if diagnoser is not None and downstream:
-                causes = dedupe([*causes, *diagnoser.causes(status, source, target)])
-            causes = causes or (why.cause("unknown"),)
-        results.append(
-            Result(
-                source=endpoint(source),
-                target=endpoint(target),
-                status=status,
-                gradient=None if grad is None else gradient_stats(grad),
-                causes=causes,
-                warnings=warnings_for(
-                    grad,
-                    source,
-                    target,
-                    structural_zeros(
-                        source.site,
-                        target.site,
-                        graph,
-                        diagnoser.layers if diagnoser is not None else {},
-                        diagnoser.training if diagnoser is not None else False,
-                    ),
-                )
-                if status == Status.OK
-                else (),
-                array=grad,
-            )
-        )
-    return tuple(results)
-
-
 def static_causes(
     source: Activation, target: Activation, graph: ModelGraph | None
 ) -> tuple[Reason, ...]:
@@ -292,27 +245,6 @@ def dedupe(causes: list[Reason]) -> tuple[Reason, ...]:
     for cause in causes:
         first.setdefault((cause.code, cause.layer), cause)
     return tuple(first.values())
-
-
-def warnings_for(
-    grad: np.ndarray | None,
-    source: Activation,
-    target: Activation,
-    structural: Sequence[str] = (),
-) -> tuple[str, ...]:
-    """Warnings for an `ok` gradient that still looks wrong (see `gradient_warnings`)."""
-    if grad is None:
-        return ()
-    units = grad.reshape(-1, grad.shape[-1]) if grad.ndim else grad.reshape(1, 1)
-    return gradient_warnings(
-        float(np.mean(grad == 0)),
-        float(np.max(np.abs(grad.astype(np.float64)))),
-        float(np.mean(np.abs(source.value.astype(np.float64)))),
-        source.site.ref,
-        target.site.ref,
-        structural,
-        float(np.mean(np.all(units == 0, axis=0))),
-    )
 
 
 def structural_zeros(

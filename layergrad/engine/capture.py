@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from layergrad.core.tf_runtime import tf
@@ -54,6 +54,7 @@ class Plan:
     reduce: str = "sum"
     data: bool = False
     seed: int = 0  # of the default target's projection
+    keep: bool = False  # one eager batch: keep each watched gradient whole (`Recorder.arrays`)
 
 
 @dataclass
@@ -91,6 +92,9 @@ class Recorder:
     forward: dict[str, Tensor] = field(default_factory=dict)
     open_dims: dict[str, Tensor] = field(default_factory=dict)  # sizes the model leaves open
     samples: Tensor | None = None  # the batch's sample indices in the data (None: 0, 1, ... )
+    # with `plan.keep`: (target, name) -> the whole gradient, as the backward pass made it
+    arrays: dict[tuple[int, str], Tensor] = field(default_factory=dict)
+    target: int = 0  # the target being differentiated
 
     def __post_init__(self) -> None:
         self.sources = {s.key: s for s in self.plan.sources}
@@ -149,9 +153,17 @@ class Recorder:
 
     def _summarise_forward(self, name: str, tensor: Tensor) -> None:
         with self.tape.stop_recording():  # else the tape would keep |x| of every x
-            self.forward[name] = reductions.shared(reductions.forward_summary)(tensor)
+            self.forward[name] = self._summary(reductions.forward_summary)(tensor)
             if None in tuple(tensor.shape)[1:]:
                 self.open_dims[name] = tf.shape(tensor)[1:]
+
+    def _summary(self, function: Callable[..., TensorTree]) -> Callable[..., TensorTree]:
+        """`function` shared by every layer (`reductions.shared`), but run as it is for the
+        few calls of a plan that is not every leaf's on one eager batch (`inspect`'s probe
+        batch), where compiling it would cost more than the pass."""
+        if self.plan.every_leaf or not tf.executing_eagerly():
+            return reductions.shared(function)
+        return function
 
     def _watch(self, name: str, tensor: Tensor) -> Tensor:
         """Hand `tensor` on through an identity whose gradient is summarised into an anchor."""
@@ -162,7 +174,9 @@ class Recorder:
         @tf.custom_gradient
         def watched(x: Tensor, _anchor: Tensor) -> Tensor:
             def grad(dy: Tensor) -> Tensor:
-                return dy, reductions.shared(reductions.gradient_summary)(dy, one_unit)
+                if self.plan.keep:
+                    self.arrays[(self.target, name)] = dy
+                return dy, self._summary(reductions.gradient_summary)(dy, one_unit)
 
             return tf.identity(x), grad
 

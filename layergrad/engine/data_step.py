@@ -36,12 +36,13 @@ from layergrad.engine.capture import Plan, Record, Recorder, installed, recordin
 from layergrad.engine.layer_calls import (
     Probed,
     check_all_called,
+    forward,
     is_float,
     site_groups,
+    to_numpy,
     unique_leaves,
 )
 from layergrad.engine.packed_totals import Layout, Unpack
-from layergrad.engine.step_calls import call_model
 from layergrad.model.layer_refs import CallKey, Site, iter_layers
 
 if TYPE_CHECKING:
@@ -72,6 +73,8 @@ class StreamRun:
     # one batch only: per float model output, (largest spread of a value across the batch,
     # largest |value|), to tell an output that is the same for every sample
     output_spread: tuple[tuple[float, float], ...] = ()
+    # with `plan.keep` (one batch): `arrays[t][i]`, the whole gradient of `gradients[t][i]`
+    arrays: tuple[tuple[np.ndarray | None, ...], ...] = ()
 
     def index(self, path: str, call: int = 0) -> int | None:
         """Position of the activation of `path` call `call`, or None if it was not captured."""
@@ -92,6 +95,7 @@ class Step:
         self.model, self.plan = model, plan
         self.layout = Layout()  # filled while tracing (or running eagerly)
         self.traces = 0  # calls of `compute` in Python: traces, or eager runs
+        self.arrays: dict[tuple[int, str], Tensor] = {}  # `plan.keep`: the whole gradients
         if plan.every_leaf:
             self.groups: list[tuple[KerasLayer, str]] = [
                 (layer, path) for layer, path, _ in unique_leaves(iter_layers(model))
@@ -113,7 +117,7 @@ class Step:
         tape = tf.GradientTape(persistent=len(self.plan.targets) > 1)
         with recording(Recorder(self.plan, tape, samples=samples)) as rec, tape:
             fed = rec.inputs(self.model, list(inputs))
-            outputs = call_model(self.model, fed, self.plan.training)
+            outputs = forward(self.model, fed, self.plan.training)
             for site in self.plan.sources:
                 if site.key not in rec.captured:
                     check_all_called([site], rec.captured, rec.calls)
@@ -123,6 +127,7 @@ class Step:
         layout = Layout(rec.records, forward=list(rec.forward), open_dims=list(rec.open_dims))
         vectors, widths = [], []
         for t, scalar in enumerate(scalars):
+            rec.target = t
             found = tape.gradient(scalar, anchors) if scalar is not None and anchors else []
             for name, vector in zip(names, found, strict=True):
                 if vector is not None:
@@ -138,9 +143,10 @@ class Step:
             tf.cast(reductions.samples_in(inputs[0]), tf.float64), [1]
         )
         floats = [o for o in tf.nest.flatten(outputs) if is_float(o)]
-        if not self.plan.data and floats:  # one batch: is an output the same for every sample?
+        if not self.plan.data and self.plan.every_leaf and floats:  # scan's one batch: is an
+            # output the same for every sample?
             summaries["spread"] = tf.stack([reductions.output_spread(o) for o in floats])
-        self.layout = layout
+        self.layout, self.arrays = layout, rec.arrays
         return summaries
 
     def result(
@@ -157,12 +163,15 @@ class Step:
         keep = [r for r, rec in enumerate(records) if self._kept(rec)]
         activations, forward = [], []
         gradients: list[list[GradientTotals | None]] = [[] for _ in self.plan.targets]
+        arrays: list[list[np.ndarray | None]] = [[] for _ in self.plan.targets]
         for r in keep:
             k = self._chosen_output(r, unpack)
             activations.append(self._probed(r, k, unpack, samples))
             forward.append(unpack.forward(f"{r}.{k}"))
             for t, column in enumerate(gradients):
                 column.append(unpack.gradient(t, f"{r}.{k}"))
+                whole = self.arrays.get((t, f"{r}.{k}"))
+                arrays[t].append(None if whole is None else to_numpy(whole))
         spread = totals.get("spread")
         return StreamRun(
             output_spread=() if spread is None else tuple((float(a), float(b)) for a, b in spread),
@@ -175,6 +184,7 @@ class Step:
             replicas=replicas,
             data=self.plan.data,
             traces=self.traces // max(replicas, 1),
+            arrays=tuple(tuple(a) for a in arrays) if self.plan.keep else (),
         )
 
     def _kept(self, rec: Record) -> bool:

@@ -19,20 +19,18 @@ Two methods, both from the one forward pass of the probe:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable
 
 import numpy as np
 
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import JacobianOptions
-from layergrad.core.results import FrobeniusNorms, JacobianStats, Result, SpectralNorms
+from layergrad.core.results import FrobeniusNorms, JacobianStats, SpectralNorms
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import GradientTape, Tensor, TFFunction
-from layergrad.core.vocab import JacobianMethod, Status
+from layergrad.core.vocab import JacobianMethod
 from layergrad.engine import jacobian_estimate, lanczos
 from layergrad.engine.linear_map import LinearMap
-from layergrad.engine.probe import LiveProbe
 
 EXACT_ENTRIES = 2**20  # exact when one sample's Jacobian has at most this many entries
 EXACT_BUDGET = 2**28  # ... and the whole batch's at most this many (1 GiB in float32)
@@ -311,25 +309,3 @@ def _mean(values: tuple[float, ...]) -> float:
 
 def _max(values: tuple[float, ...]) -> float:
     return float(np.max(values)) if values else 0.0
-
-
-def with_jacobians(
-    results: Sequence[Result], live: LiveProbe, options: JacobianOptions
-) -> tuple[Result, ...]:
-    """Each result with its Jacobian norms (and their warnings) where they exist.
-
-    A result whose gradient is None or not finite gets none: its status and causes say why.
-    """
-    out = []
-    source = live.sources[0]
-    for res, target in zip(results, live.targets, strict=True):
-        if res.status not in (Status.OK, Status.ZERO):
-            out.append(res)
-            continue
-        why = no_batch_axis(source, target)
-        if why:
-            out.append(replace(res, warnings=(*res.warnings, why)))
-            continue
-        stats, warnings = measure_jacobian(live.tape, source, target, options)
-        out.append(replace(res, jacobian=stats, warnings=(*res.warnings, *warnings)))
-    return tuple(out)

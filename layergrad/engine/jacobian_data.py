@@ -99,6 +99,7 @@ class PairTotals:
     converged: bool = True
     unit_sq: np.ndarray | None = None  # sum over samples of each unit's squared column norm
     warnings: dict[str, None] = field(default_factory=dict)
+    own: JacobianStats | None = None  # the last batch's own (per-sample) norms
 
     def __post_init__(self) -> None:
         self.frobenius = NormTotals(self.top)
@@ -121,6 +122,7 @@ class PairTotals:
         units = np.square(np.asarray(stats.unit_sensitivity, np.float64)) * len(samples)
         self.unit_sq = units if self.unit_sq is None else self.unit_sq + units
         self.warnings.update(dict.fromkeys(warnings))
+        self.own = stats
 
     def payload(self) -> PairPayload:
         """Everything added, for `gather_workers` (JSON: `merge_payload` reads it)."""
@@ -260,7 +262,8 @@ def inspect_jacobians(
     for b, batch, samples in data_batches(stream, model):
         drawn = batch_seeded(how, b)
         found = None
-        if done == 0:  # the first batch decides: the compiled step, or eager tapes throughout
+        if done == 0 and not stream.probe:  # the first batch decides: the compiled step, or
+            # eager tapes throughout (the probe batch: its eager tape, tracing costs more)
             sharded = stream.part is not None or stream.first_sample > 0
             # a shard traces for a whole batch, as one run does
             first = jacobian_step.estimate_step(
@@ -297,7 +300,8 @@ def inspect_jacobians(
         if t in missing or pair.method is None:
             out.append((None, (missing.get(t, "no samples"),)))
         else:
-            out.append((pair.stats(), tuple(pair.warnings)))
+            stats = pair.own if stream.probe and pair.own is not None else pair.stats()
+            out.append((stats, tuple(pair.warnings)))
     return out
 
 
@@ -354,6 +358,7 @@ def scan_jacobians(
     totals: dict[Key, NormTotals] = {}
     notes: dict[str, None] = {}
     done = 0
+    norms: dict[Key, FrobeniusNorms] = {}
     for b, batch, samples in data_batches(stream, model):
         live = live_trace(model, batch, target, training=training, reduce=reduce, seed=how.seed)
         norms, found = scan_frobenius(live, batch_seeded(how, b))
@@ -366,6 +371,8 @@ def scan_jacobians(
         done += len(samples)
         if on_progress is not None:
             on_progress(done, stream.samples)
+    if stream.probe:  # one batch: its own per-sample norms
+        return norms, tuple(notes)
     if strategy is not None:
         totals, notes = _combined_norms(strategy, totals, notes, top)
     out = {}

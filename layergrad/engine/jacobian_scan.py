@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 
 from layergrad.core.errors import InputError
-from layergrad.core.results import FrobeniusNorms, ScanJacobian, ScanRow
+from layergrad.core.results import FrobeniusNorms
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import GradientTape, Tensor
-from layergrad.core.vocab import Status
 from layergrad.engine.jacobian import (
     CHUNK_ENTRIES,
     DEFAULT_PROBES,
@@ -28,27 +26,12 @@ from layergrad.engine.jacobian import (
     estimated_frobenius,
     frobenius,
 )
-from layergrad.engine.trace import LiveTrace, Trace
+from layergrad.engine.trace import LiveTrace
 from layergrad.model.layer_refs import ref_of
 
 SCAN_EXACT_ROWS = 4096  # --exact: at most this many target entries per sample (backward passes)
 
 Key = tuple[str, int, int]  # (layer path, call, output)
-
-
-def with_jacobians(
-    rows: Sequence[ScanRow], trace: Trace, live: LiveTrace, options: JacobianOptions
-) -> tuple[tuple[ScanRow, ...], tuple[str, ...]]:
-    """Rows with `jacobian` set where the norms exist, and notes on how they were measured."""
-    norms, notes = scan_frobenius(live, options)
-    keys = {a.site.ref: (a.site.path, a.site.call, a.output) for a in trace.activations}
-    out = []
-    for row in rows:
-        found = norms.get(keys.get(row.layer, ("", -1, -1)))
-        if found is not None and row.status in (Status.OK, Status.ZERO):
-            row = replace(row, jacobian=ScanJacobian(frobenius=found))
-        out.append(row)
-    return tuple(out), notes
 
 
 def scan_frobenius(

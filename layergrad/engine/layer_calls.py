@@ -12,14 +12,17 @@ import contextlib
 import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
-from layergrad.core.errors import InputError, LayerNotFound, describe
+from layergrad.core.errors import InputError, LayerNotFound, op_message
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import GradientTape, KerasLayer, KerasModel, Tensor, TensorTree
 from layergrad.engine import random_layers
 from layergrad.model.layer_refs import LOGITS, Site, iter_layers, split_logits
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -146,17 +149,29 @@ def model_targets(model: KerasModel, labels: Sequence[TensorTree]) -> TensorTree
 
 
 def forward(model: KerasModel, inputs: list[Tensor], training: bool) -> TensorTree:
-    """Call the model the way it was built to be called (one tensor, a list or a dict); in
-    training mode its random layers draw the current batch's numbers (`random_layers`)."""
-    args = model_args(model, inputs)
+    """Call the model the way it was built to be called (one tensor, a list or a dict): the
+    one call of the model in every pass (eager or compiled); in an eager pass in training mode
+    its random layers draw the current batch's numbers (`random_layers`)."""
     if training and tf.executing_eagerly():
         random_layers.rewind(model)
+    return model(model_args(model, inputs), training=training)
+
+
+class BatchFailed(InputError):
+    """The model's own code failed on a batch (a shape it was not built for, an id out of
+    range): an input error, which `check` records as the file's `error` finding."""
+
+
+def guarded(run: Callable[[], T], what: str, source: str | None = None) -> T:
+    """Run a pass; a failure of the model's own ops names the batch (`what`)."""
+    where = f"--data {source}: " if source else ""
     try:
-        return model(args, training=training)
-    except (ValueError, TypeError, RuntimeError, tf.errors.OpError) as exc:
-        raise InputError(
-            f"the model failed on the probe batch: {describe(exc).rstrip('.')}; check the --input "
-            "values and shapes (ids inside the vocabulary, the shape the model was built for)"
+        return run()
+    except (tf.errors.OpError, ValueError, TypeError) as exc:
+        detail = op_message(exc)
+        raise BatchFailed(
+            f"{where}the model failed on {what}: {detail}; check the values and shapes "
+            "of the data (ids inside the vocabulary, the shape the model was built for)"
         ) from exc
 
 

@@ -30,6 +30,7 @@ from layergrad.engine.layer_calls import (
     forward,
     fresh,
     gradients_of,
+    guarded,
     is_float,
     site_groups,
 )
@@ -76,7 +77,13 @@ def run_probe(
         A ProbeRun; a gradient is None where the tape found no differentiable path.
     """
     live = live_probe(model, batch, sources, targets, persistent=len(targets) > 1, **how)
-    return probe_gradients(live)
+    watched = list(live.sources)
+    gradients = tuple(gradients_of(live.tape, scalar, watched) for scalar in live.scalars)
+    return ProbeRun(
+        sources=tuple(activation(s, t) for s, t in zip(sources, watched, strict=True)),
+        targets=tuple(activation(s, t) for s, t in zip(targets, live.targets, strict=True)),
+        gradients=gradients,
+    )
 
 
 @dataclass(frozen=True)
@@ -133,7 +140,7 @@ def live_probe(
                 if site.key in source_keys and is_float(tensor):
                     tape.watch(tensor)
         with capturing(site_groups(sites), on_call) as calls:
-            forward(model, inputs, training)
+            guarded(lambda: forward(model, inputs, training), "the probe batch")
         check_all_called(sites, captured, calls)
         scalars = tuple(
             reducer(captured[t.key]) if captured[t.key].dtype.is_floating else None for t in targets
@@ -145,17 +152,4 @@ def live_probe(
         sources=tuple(captured[s.key] for s in sources),
         targets=tuple(captured[t.key] for t in targets),
         scalars=scalars,
-    )
-
-
-def probe_gradients(live: LiveProbe) -> ProbeRun:
-    """d reduce(target) / d source for every pair of a live probe."""
-    watched = list(live.sources)
-    gradients = tuple(gradients_of(live.tape, scalar, watched) for scalar in live.scalars)
-    return ProbeRun(
-        sources=tuple(activation(s, t) for s, t in zip(live.source_sites, watched, strict=True)),
-        targets=tuple(
-            activation(s, t) for s, t in zip(live.target_sites, live.targets, strict=True)
-        ),
-        gradients=gradients,
     )

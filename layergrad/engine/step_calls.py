@@ -21,28 +21,26 @@ from typing import TYPE_CHECKING, TypeVar, cast
 
 import numpy as np
 
-from layergrad.core.errors import InputError, describe, op_message
+from layergrad.core.errors import InputError, describe
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import (
     KerasModel,
     KerasVariable,
     Strategy,
     Tensor,
-    TensorTree,
     TFFunction,
 )
 from layergrad.data.devices import is_multi_worker
 from layergrad.data.stats import aggregates
 from layergrad.data.stats.accumulators import Accumulators, OneStep, summary_shapes
 from layergrad.data.value_checks import reader_refusal
-from layergrad.engine.layer_calls import model_args
+from layergrad.engine.layer_calls import guarded
 from layergrad.engine.random_layers import drawing_for, generator_states
 from layergrad.model.layer_refs import iter_layers
 
 if TYPE_CHECKING:
     from layergrad.data.sources import DataStream
 
-T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., object])
 Progress = Callable[[int, "int | None"], None]
 # a replica's step: one batch (inputs, then labels if the stream has them, then the samples'
@@ -230,26 +228,3 @@ def _fused_step(
 def is_default(strategy: Strategy) -> bool:
     """Whether `strategy` is TensorFlow's default one (a single device, no distribution)."""
     return type(strategy).__name__ == "_DefaultDistributionStrategy"
-
-
-class BatchFailed(InputError):
-    """The model's own code failed on a batch (a shape it was not built for, an id out of
-    range): an input error, which `check` records as the file's `error` finding."""
-
-
-def guarded(run: Callable[[], T], what: str, source: str | None = None) -> T:
-    """Run the step; a failure of the model's own ops names the batch."""
-    where = f"--data {source}: " if source else ""
-    try:
-        return run()
-    except (tf.errors.OpError, ValueError, TypeError) as exc:
-        detail = op_message(exc)
-        raise BatchFailed(
-            f"{where}the model failed on {what}: {detail}; check the values and shapes "
-            "of the data (ids inside the vocabulary, the shape the model was built for)"
-        ) from exc
-
-
-def call_model(model: KerasModel, inputs: list[Tensor], training: bool) -> TensorTree:
-    """Call the model the way it was built to be called (one tensor, a list or a dict)."""
-    return model(model_args(model, inputs), training=training)

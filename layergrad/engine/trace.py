@@ -32,6 +32,7 @@ from layergrad.engine.layer_calls import (
     forward,
     fresh,
     gradients_of,
+    guarded,
     is_float,
     site_groups,
     unique_leaves,
@@ -75,14 +76,6 @@ class Trace:
 
 
 Objective = Callable[[TensorTree], Tensor]  # the model's outputs -> the scalar to differentiate
-
-
-class TraceMode(TypedDict):
-    """How `run_trace` / `live_trace` run the model and reduce the target (their keywords)."""
-
-    training: bool
-    reduce: str
-    seed: int
 
 
 class TraceKeywords(TypedDict, total=False):
@@ -171,7 +164,7 @@ def live_trace(
         if target is not None and target.logits:  # its value before the activation: a call
             groups += site_groups([target])
         with capturing(groups, on_call) as calls:
-            outputs = forward(model, tensors, training)
+            outputs = guarded(lambda: forward(model, tensors, training), "the probe batch")
         target_act = None
         ends = tuple(o for o in tf.nest.flatten(outputs) if is_float(o))
         if target is not None:

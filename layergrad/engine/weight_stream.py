@@ -31,7 +31,8 @@ from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import KerasModel, KerasVariable, Strategy, Tensor, TensorTree
 from layergrad.data.devices import is_multi_worker
 from layergrad.engine import step_calls
-from layergrad.engine.step_calls import Progress, call_model, masked, pad_if_empty, statistics_kept
+from layergrad.engine.layer_calls import forward
+from layergrad.engine.step_calls import Progress, masked, pad_if_empty, statistics_kept
 
 if TYPE_CHECKING:
     from layergrad.data.sources import DataStream
@@ -99,7 +100,7 @@ def stream_weight_gradients(
         rows = tf.shape(inputs[0])[0]
         n = tf.cast(rows, tf.float64)
         with tf.GradientTape() as tape:
-            outputs = call_model(model, list(inputs), training)
+            outputs = forward(model, list(inputs), training)
             loss = objective(outputs, labels or None, samples)
         grads = tape.gradient(loss, list(variables))
         connected[:] = [g is not None for g in grads]

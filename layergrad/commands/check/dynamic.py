@@ -18,7 +18,7 @@ from layergrad.commands.check import verdicts as steps
 from layergrad.commands.check.baseline import Baseline, fits, judge, probe_options, same_data
 from layergrad.commands.check.verdicts import Add, CheckOptions
 from layergrad.core.errors import LayergradError, UsageError, describe
-from layergrad.core.probe_options import OneBatch, ProbeOptions
+from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import ScanReport, ScanRow, WeightScanReport
 from layergrad.core.tf_types import KerasModel, Strategy, Tensor
 from layergrad.core.vocab import Finding
@@ -98,15 +98,12 @@ def dynamic(
     if opened is None:
         return
     loaded, warnings, strategy = opened
-    from layergrad.commands import data_meta  # TensorFlow: after the checks of the file
-    from layergrad.commands.over_data import forward_check, scan_over
+    from layergrad.commands.over_data import forward_check, scan_over  # TensorFlow: now
     from layergrad.commands.scan import scan_session
-    from layergrad.commands.session import Session
+    from layergrad.commands.session import Session, session_for
     from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
     from layergrad.commands.weight_scan import scan_weights, weights_over
-    from layergrad.diagnose.diagnoser import Diagnoser
-    from layergrad.engine.layer_calls import recorder
-    from layergrad.engine.step_calls import BatchFailed
+    from layergrad.engine.layer_calls import BatchFailed, recorder
 
     model = loaded.model
     stream = (
@@ -119,20 +116,18 @@ def dynamic(
     mismatched = steps.targets(info, options.loss, stream.labels, stream.source, add)
     first, given = stream.first, stream.given if not mismatched else None
     if first is not None and mismatched:  # the loss cannot take these labels: draw ones that fit
-        first = replace(first, batch=replace(first.batch, labels=None))
+        first = replace(first, probe=replace(first.batch, labels=None))
 
     def scans(training: bool) -> _Scanned:
         run, rows = (None, ()) if stream.data is None else scan_over(
-            loaded, strategy, stream.data, replace(probe, training=training),
+            model, loaded.info.graph, strategy, stream.data, replace(probe, training=training),
             on_progress=options.on_progress,
-        )  # fmt: skip
+        )[:2]  # fmt: skip
         session = first
         if session is None:  # --data: its first batch, with its labels when they fit the loss
             assert stream.data is not None
             rows_of = stream.data if given is None or given.stream is None else given.stream
-            one = replace(probe, source=OneBatch())
-            diagnoser = Diagnoser(model, rows_of.batch(0), info.graph, one.training, one.reduce)
-            session = Session(info.path, model, info, diagnoser.batch, one, diagnoser, warnings)
+            session = session_for(loaded, probe, warnings, rows_of.batch(0))
         session = in_training(session) if training else session
         try:
             weights = scan_weights(session, options.loss, projection=True)
@@ -221,8 +216,8 @@ def dynamic(
             except BatchFailed as exc:
                 add("baseline", str(exc), [Finding.ERROR])
                 return
-        meta = data_meta.probe_meta(stream.data.source, run, probe, seeded=True)
-        report = ScanReport(data_meta.model_meta(path, loaded, warnings), meta, None, rows)
+        over = Session(os.fspath(path), model, loaded.info, probe, stream.data, strategy, warnings)
+        report = ScanReport(over.model_meta, over.probe_meta_of(run, seeded=True), None, rows)
     add("baseline", *judge(report, full, baseline, options.tolerance, other))
 
 
@@ -261,7 +256,7 @@ def _probe_batch(
 
         names, ranks = steps.output_ranks(model)
         given = by_output_name(session.batch.labels, names, output_keys(model, len(names)))
-        session = replace(session, batch=replace(session.batch, labels=given))
+        session = replace(session, probe=replace(session.batch, labels=given))
         labels = summarise_arrays(given, names, ranks)
     return _Stream(session, None, labels, session.batch.source, recorded=recorded)
 
@@ -320,7 +315,7 @@ def _dead_over_data(
     from layergrad.core.gradient_stats import DEAD_FRACTION
     from layergrad.core.keras_backend import quiet_import
     from layergrad.engine import step_calls as calls
-    from layergrad.engine.layer_calls import site_groups, wrapped
+    from layergrad.engine.layer_calls import forward, site_groups, wrapped
     from layergrad.model.layer_refs import resolve
 
     if not weights.dead_layers:
@@ -337,7 +332,7 @@ def _dead_over_data(
         inputs = calls.pad_if_empty(inputs, samples, empty)[0] if spread else inputs
         seen: dict[tuple[str, int], list[Tensor]] = {}
         local.route = (lambda key, flat, _: seen.setdefault(key, flat), {})
-        calls.call_model(model, list(inputs), training)
+        forward(model, list(inputs), training)
         del local.route
         out = {"samples": tf.reshape(tf.cast(tf.size(samples), tf.float64), [1])}
         for i, site in enumerate(sites):  # 1 where a unit's output is not 0 on some sample

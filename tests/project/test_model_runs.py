@@ -1,0 +1,77 @@
+"""The places that run the model: every pass of the model goes through one call
+(`engine/layer_calls.forward`), and this test counts the functions that make such a pass
+(call `forward`, call a Keras model directly, or train it with `fit`).
+
+Issue 39 asks for at most three: the measured run, `fit`, and `fix`'s side-by-side training.
+Today there are 10, and the test holds that number so that it can only fall:
+
+- the measured run, one step per batch over any stream (`data_step.Step.compute`; the probe
+  batch is a stream of one batch), and its weight-gradient twin (`weight_stream`);
+- the replays of one batch that keep whole arrays for a diagnosis and the Jacobian measures
+  (`trace.live_trace`, `probe.live_probe`), and the inference pass of `check`'s layer rules
+  (`layer_calls.record_calls`);
+- `check`'s dead-unit pass over the data, `data/id_trace`'s id check;
+- `fit`, and `fix`'s side-by-side training and its predictions.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import layergrad
+
+PACKAGE = Path(layergrad.__file__).parent
+LIMIT = 10
+LIGHT = ("cli/", "render/", "files/", "model/")  # stages that never import TensorFlow
+
+
+def _runs(node: ast.Call) -> bool:
+    """A call that runs the model: `forward(...)`, `model(...)`, `<anything>.fit(...)`."""
+    func = node.func
+    if isinstance(func, ast.Name):
+        return func.id in ("forward", "model")
+    return isinstance(func, ast.Attribute) and func.attr == "fit"
+
+
+def _places() -> set[str]:
+    """`module:function` of each outermost function with a call that runs the model (the one
+    call itself, `layer_calls.forward`, left out)."""
+    found = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = path.relative_to(PACKAGE).with_suffix("").as_posix()
+        if module.startswith(LIGHT):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for top in ast.walk(tree):
+            if not isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if module == "engine/layer_calls" and top.name == "forward":
+                continue
+            for body in top.body:
+                if isinstance(body, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    continue  # counted as its own place
+                if any(isinstance(n, ast.Call) and _runs(n) for n in ast.walk(body)):
+                    found.add(f"{module}:{top.name}")
+                    break
+    return found
+
+
+def test_the_model_runs_in_at_most_ten_places():
+    places = _places()
+    assert len(places) <= LIMIT, sorted(places)
+
+
+def test_every_pass_goes_through_the_one_call():
+    """No module but `layer_calls` calls a model by hand inside the engine: a tape or a
+    compiled step there always reaches the model through `forward`."""
+    engine = {p for p in _places() if p.startswith("engine/")}
+    direct = set()
+    for path in (PACKAGE / "engine").glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            called = isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            if called and node.func.id == "model" and path.stem != "layer_calls":
+                direct.add(path.stem)
+    assert not direct, direct
+    assert engine, "the engine runs the model somewhere"
