@@ -20,9 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+import h5py
+
 from layergrad.core.errors import LoadError
 from layergrad.core.limits import MAX_CONFIG_BYTES, human
 from layergrad.core.tf_types import H5Object
+from layergrad.files.array_files import NPY_MAGIC
 from layergrad.files.guards import check_hdf5, check_zip, read_member, require_regular
 
 if TYPE_CHECKING:
@@ -35,7 +38,6 @@ HDF5_SUFFIXES = (".h5", ".hdf5")
 WEIGHTS_MEMBER = "model.weights.h5"
 EXPECTED = "a Keras model file (.keras or .h5)"
 NUMPY_SUFFIXES = (".npz", ".npy")  # data, which a user may pass where the model goes
-NPY_MAGIC = b"\x93NUMPY"
 
 
 def model_format(p: Path) -> str:
@@ -157,8 +159,6 @@ def open_weights(p: Path, zf: zipfile.ZipFile) -> Iterator[H5Object]:
     is inflated into an anonymous file in the system temp directory, never into memory and
     never beside the model. Links and storage outside the member are refused.
     """
-    import h5py
-
     if WEIGHTS_MEMBER not in zf.namelist():
         yield None
         return
@@ -224,8 +224,6 @@ class _Window(io.RawIOBase):
 @contextlib.contextmanager
 def open_hdf5(p: Path) -> Iterator[H5Object]:
     """A legacy `.h5` model file as an open h5py File, links and outside storage refused."""
-    import h5py
-
     with h5py.File(p, "r") as h5:
         check_hdf5(h5, str(p), LoadError)
         yield h5

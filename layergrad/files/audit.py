@@ -10,6 +10,7 @@ with ``--import``.
 from __future__ import annotations
 
 import builtins
+import importlib.util
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from layergrad.core.errors import UnsafeModelError, UsageError
+from layergrad.files.guards import require_regular
+from layergrad.model.config import layer_name
 
 if TYPE_CHECKING:
     from layergrad.files.file_info import FileInfo
@@ -54,8 +57,6 @@ def check_import_specs(specs: Sequence[str], find: bool = True) -> None:
     Raises:
         UsageError: the first spec that cannot be imported.
     """
-    import importlib.util
-
     for spec in specs:
         if is_path(spec):
             if not os.path.exists(spec):
@@ -65,8 +66,6 @@ def check_import_specs(specs: Sequence[str], find: bool = True) -> None:
                     f"--import {spec} is a directory; pass the .py file that defines the "
                     "layers, or the package's module name"
                 )
-            from layergrad.files.guards import require_regular
-
             # a FIFO would block the import, a device never end it
             require_regular(Path(spec), "a Python file", lambda m: UsageError(f"--import {m}"))
             continue
@@ -134,16 +133,10 @@ def _scan(
         if key == "layers" and isinstance(value, list) and "class_name" not in obj:
             for member in value:
                 if isinstance(member, Mapping):
-                    path = prefix + _member_name(member)
+                    path = prefix + layer_name(member)
                     _scan(member, path, str(member.get("class_name")), path + "/", allowed, out)
         else:
             _scan(value, layer, cls, prefix, allowed, out)
-
-
-def _member_name(member: Mapping[str, object]) -> str:
-    inner = member.get("config")
-    name = member.get("name") or (inner.get("name") if isinstance(inner, Mapping) else None)
-    return str(name or "?")
 
 
 def _check(

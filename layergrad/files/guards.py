@@ -14,6 +14,8 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+import h5py
+
 from layergrad.core.errors import LayergradError
 from layergrad.core.limits import INFLATION_ALLOWANCE, MAX_INFLATION, human
 from layergrad.core.tf_types import H5Object
@@ -108,7 +110,6 @@ def check_hdf5(h5: H5Object, where: str, error: ErrorType) -> None:
     a read open ``/etc/passwd`` or a FIFO; Keras never writes them. Visiting links and objects
     reads only the file's own metadata (hard-link cycles are visited once).
     """
-    import h5py
 
     def link(name: str, value: H5Object) -> str | None:  # a value stops the visit
         if isinstance(value, h5py.ExternalLink):

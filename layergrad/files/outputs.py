@@ -27,17 +27,15 @@ import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
+
+import numpy as np
 
 from layergrad.core.errors import OutputError
+from layergrad.core.results import InspectReport
+from layergrad.files.array_files import NPY_MAGIC
 from layergrad.files.guards import special_kind
 
-if TYPE_CHECKING:
-    import numpy as np
-
-    from layergrad.core.results import InspectReport
-
-NPY_MAGIC = b"\x93NUMPY"
 FIX_COPY_MARK = b"layergrad fix: a repaired copy"  # the zip comment of a copy `fix` wrote
 INPUT_SUFFIXES = (".keras", ".h5", ".hdf5", ".npy", ".npz", ".py")
 
@@ -232,8 +230,6 @@ def save_gradients(
         OutputError: a target refused by `check_target`, a `.npy` for several results, or a
             file that cannot be written.
     """
-    import numpy as np
-
     option = "--save-gradient"
     if not path.endswith((".npy", ".npz")):
         raise OutputError(f"{option} must end in .npy or .npz: {path}")
@@ -271,8 +267,6 @@ def save_gradients(
 
 def _write_npz(fh: IO[bytes], arrays: dict[str, np.ndarray]) -> None:
     """An `.npz` as `np.savez` writes it (stored members ``NAME.npy``), for any key."""
-    import numpy as np
-
     with zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
         for name, array in arrays.items():
             with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
