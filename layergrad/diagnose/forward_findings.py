@@ -16,7 +16,7 @@ from layergrad.core.gradient_stats import dead_fraction
 from layergrad.core.results import ConstantOutput, InputRange
 from layergrad.core.tf_types import KerasLayer
 from layergrad.diagnose.activations import activation_name, saturated_fraction
-from layergrad.diagnose.locate import nearest_preds
+from layergrad.diagnose.locate import finite, nearest_preds
 from layergrad.engine.layer_calls import Activation
 from layergrad.engine.trace import Trace
 from layergrad.model.graph import ModelGraph
@@ -44,17 +44,13 @@ INPUT_NORMALIZING = frozenset({
 
 def first_nonfinite(trace: Trace) -> Activation | None:
     """The first floating-point activation of a trace (execution order) that holds NaN / Inf."""
-    return next((a for a in trace.activations if a.is_float and not _finite(a.value)), None)
-
-
-def _finite(value: np.ndarray) -> bool:
-    return bool(np.all(np.isfinite(value)))
+    return next((a for a in trace.activations if a.is_float and not finite(a.value)), None)
 
 
 def is_constant(act: Activation) -> bool:
     """Whether a floating-point activation is the same for every sample (of at least 4)."""
     value = act.value
-    if not act.is_float or value.ndim == 0 or value.shape[0] < MIN_BATCH or not _finite(value):
+    if not act.is_float or value.ndim == 0 or value.shape[0] < MIN_BATCH or not finite(value):
         return False
     v = value.astype(np.float64).reshape(value.shape[0], -1)
     spread = float(np.max(v.max(axis=0) - v.min(axis=0))) if v.size else 0.0
