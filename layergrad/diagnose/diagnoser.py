@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from layergrad.core.gradient_stats import dead_fraction, gradient_stats, status_of
+from layergrad.core.gradient_stats import dead_fraction, gradient_stats, mean_abs, status_of
 from layergrad.core.results import Endpoint, Reason, Result
 from layergrad.core.tf_types import KerasLayer, KerasModel
 from layergrad.core.vocab import Finding, Status
@@ -243,29 +243,14 @@ def build_results(
             if diagnoser is not None and downstream:
                 causes = dedupe([*causes, *diagnoser.causes(status, source, target)])
             causes = causes or (why.cause("unknown"),)
+        warnings: tuple[str, ...] = ()
+        if status == Status.OK:
+            layers, training = (diagnoser.layers, diagnoser.training) if diagnoser else ({}, False)
+            zeros = structural_zeros(source.site, target.site, graph, layers, training)
+            warnings = warnings_for(grad, source, target, zeros)
+        stats = None if grad is None else gradient_stats(grad)
         results.append(
-            Result(
-                source=endpoint(source),
-                target=endpoint(target),
-                status=status,
-                gradient=None if grad is None else gradient_stats(grad),
-                causes=causes,
-                warnings=warnings_for(
-                    grad,
-                    source,
-                    target,
-                    structural_zeros(
-                        source.site,
-                        target.site,
-                        graph,
-                        diagnoser.layers if diagnoser is not None else {},
-                        diagnoser.training if diagnoser is not None else False,
-                    ),
-                )
-                if status == Status.OK
-                else (),
-                array=grad,
-            )
+            Result(endpoint(source), endpoint(target), status, stats, causes, warnings, grad)
         )
     return tuple(results)
 
@@ -303,15 +288,14 @@ def warnings_for(
     """Warnings for an `ok` gradient that still looks wrong (see `gradient_warnings`)."""
     if grad is None:
         return ()
-    units = grad.reshape(-1, grad.shape[-1]) if grad.ndim else grad.reshape(1, 1)
     return gradient_warnings(
         float(np.mean(grad == 0)),
         float(np.max(np.abs(grad.astype(np.float64)))),
-        float(np.mean(np.abs(source.value.astype(np.float64)))),
+        mean_abs(source.value),
         source.site.ref,
         target.site.ref,
         structural,
-        float(np.mean(np.all(units == 0, axis=0))),
+        dead_fraction(grad),
     )
 
 

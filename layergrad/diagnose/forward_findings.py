@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from layergrad.core.gradient_stats import dead_fraction
+from layergrad.core.gradient_stats import dead_fraction, mean_abs
 from layergrad.core.results import ConstantOutput, InputRange
 from layergrad.core.tf_types import KerasLayer
 from layergrad.diagnose.activations import activation_name, saturated_fraction
@@ -126,7 +126,7 @@ def unscaled_input(
     features in raw units that reach the first layer with weights unscaled (`raw_units`)."""
     inputs = [a for a in trace.activations if a.site.input_index is not None and a.is_float]
     for inp in inputs:
-        magnitude = float(np.mean(np.abs(inp.value.astype(np.float64)))) if inp.value.size else 0.0
+        magnitude = mean_abs(inp.value)
         if magnitude <= UNSCALED:
             continue
         for act in trace.activations:
@@ -182,8 +182,7 @@ def raw_units(
             continue  # what reaches the layer was scaled (or turned into ids) on the way
         if graph is not None and _normalized_next(graph, act.site.key, layers):
             continue  # its output goes straight into a normalization layer
-        value = inp.value.astype(np.float64)
-        return InputRange(inp.site.ref, float(np.mean(np.abs(value))), act.site.ref, "units", scale)
+        return InputRange(inp.site.ref, mean_abs(inp.value), act.site.ref, "units", scale)
     return None
 
 
@@ -209,11 +208,8 @@ def raw_pixels(
         conv = "Conv" in type(layers.get(act.site.path)).__name__
         raw = conv and bool(preds) and all(_pixels(p.value) for p in preds)
         if raw and not _normalized_next(graph, act.site.key, layers):
-            value = inp.value.astype(np.float64)
-            return InputRange(
-                inp.site.ref, float(np.mean(np.abs(value))), act.site.ref, "pixels",
-                float(value.max()),
-            )  # fmt: skip
+            top = float(inp.value.astype(np.float64).max())
+            return InputRange(inp.site.ref, mean_abs(inp.value), act.site.ref, "pixels", top)
     return None
 
 

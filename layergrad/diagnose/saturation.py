@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from layergrad.core.gradient_stats import mean_abs
 from layergrad.core.tf_types import KerasLayer, KerasModel
 from layergrad.diagnose.activations import activation_name, saturated_fraction
 from layergrad.diagnose.locate import finite
@@ -144,6 +145,5 @@ def _unscaled(path: str | None, calls: list[tuple[str, list[object], list[object
     input saturates it, not the kernel (`input_range` speaks of unscaled inputs)."""
     for called, _, args in calls:
         if called == path and args:
-            value = np.asarray(args[0], dtype=np.float64)
-            return bool(value.size) and float(np.mean(np.abs(value))) > INPUT_SCALE
+            return mean_abs(np.asarray(args[0])) > INPUT_SCALE
     return False

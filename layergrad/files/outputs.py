@@ -70,19 +70,7 @@ def check_target(
             write (unless ``force``).
     """
     p = Path(path)
-    for source in inputs:
-        if not source:
-            continue
-        if _same_file(p, Path(source)):
-            raise OutputError(
-                f"{option} {path}: that is {source}, which this run reads; refusing to write "
-                "over it; choose another file name"
-            )
-        if os.path.isdir(source) and _inside(p, Path(source)):
-            raise OutputError(
-                f"{option} {path} is inside {source}, a folder this run reads (--data); "
-                "refusing to write into it; choose a file outside that folder"
-            )
+    _refuse_inputs(p, path, option, inputs)
     if kind == "xml" and p.suffix.lower() in INPUT_SUFFIXES:
         raise OutputError(
             f"{option} {path}: a report named like a model or data file ({p.suffix}); refusing "
@@ -117,6 +105,23 @@ _JUNIT_MARK = b'<testsuite name="layergrad.check"'
 _CHART_MAGIC = (b"\x89PNG\r\n\x1a\n", b"%PDF-")
 _FIT_JSON_MARK = b'"schema": "layergrad.fit/1"'
 _HTML_MARK = b'<meta name="generator" content="layergrad">'
+
+
+def _refuse_inputs(
+    p: Path, text: str, option: str, inputs: Iterable[str | os.PathLike[str] | None]
+) -> None:
+    """Refuse a target that is one of this run's inputs, or inside a folder it reads."""
+    for source in inputs:
+        if source and _same_file(p, Path(source)):
+            raise OutputError(
+                f"{option} {text}: that is {source}, which this run reads; refusing to write "
+                "over it; choose another name"
+            )
+        if source and os.path.isdir(source) and _inside(p, Path(source)):
+            raise OutputError(
+                f"{option} {text} is inside {source}, a folder this run reads (--data); "
+                "refusing to write into it; choose a place outside that folder"
+            )
 
 
 def _inside(p: Path, folder: Path) -> bool:
@@ -338,14 +343,7 @@ def check_folder_target(
     p = Path(text)
     if not text.strip():
         raise OutputError(f"{option} is empty; expected a folder to write into")
-    for source in inputs:
-        if source and (
-            _same_file(p, Path(source)) or (os.path.isdir(source) and _inside(p, Path(source)))
-        ):
-            raise OutputError(
-                f"{option} {text}: that is or is inside {source}, which this run reads; "
-                "choose a folder elsewhere"
-            )
+    _refuse_inputs(p, text, option, inputs)
     if os.path.islink(p) and not os.path.isdir(p):
         raise OutputError(
             f"{option} {text} is a link to {os.readlink(p)}, which is not a folder; "

@@ -13,11 +13,12 @@ config's size; the call nodes are expanded only when a query needs them, within
 MAX_GRAPH_CALLS (`expand`: the expansion is as large as the number of calls, which nested
 models multiply).
 
-In the expansion a nested model is transparent: its inputs are fed by what feeds it and its consumers read its inner outputs.
-Called n times, it runs its inner layers n times: inner call ``i * m + k`` is call k (of m)
-during its call i. A reference to a nested model counts its calls from 0 in Keras 3 inbound
-nodes but from 1 in a Functional parent's ``input_layers``/``output_layers`` when the nested
-model is Functional, and from 1 everywhere in Keras 2 files.
+In the expansion a nested model is transparent: its inputs are fed by what feeds it and its
+consumers read its inner outputs. Called n times, it runs its inner layers n times: inner
+call ``i * m + k`` is call k (of m) during its call i. A reference to a nested model counts
+its calls from 0 in Keras 3 inbound nodes but from 1 in a Functional parent's
+``input_layers``/``output_layers`` when the nested model is Functional, and from 1
+everywhere in Keras 2 files.
 """
 
 from __future__ import annotations

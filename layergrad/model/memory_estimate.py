@@ -22,10 +22,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 from layergrad.core import json_types as js
+from layergrad.core.errors import LoadError
 from layergrad.core.json_types import Config
+from layergrad.core.limits import human
 from layergrad.model.config import (
     is_container,
     is_functional,
@@ -175,27 +177,23 @@ def _itemsize(dtype: object) -> int:
 
 def require_within(info: FileInfo, batch_size: int, max_memory: int) -> Footprint:
     """The estimate, or a LoadError naming the biggest part when it exceeds ``max_memory``."""
-    found = estimate(info, batch_size)
-    if found.total > max_memory:
-        _refuse(f"refusing to run {info.path}: the probe", found, batch_size, max_memory)
-    return found
+    who = f"refusing to run {info.path}: the probe"
+    return _within(estimate(info, batch_size), who, batch_size, max_memory)
 
 
 def require_config_within(
     config: Mapping[str, object], what: str, batch_size: int, max_memory: int
 ) -> Footprint:
     """`estimate_config`, or a LoadError (`what` would need ...) over ``max_memory``."""
-    found = estimate_config(config, batch_size)
-    if found.total > max_memory:
-        _refuse(f"refusing to build {what}: it", found, batch_size, max_memory)
-    return found
+    who = f"refusing to build {what}: it"
+    return _within(estimate_config(config, batch_size), who, batch_size, max_memory)
 
 
-def _refuse(who: str, found: Footprint, batch_size: int, max_memory: int) -> NoReturn:
-    """Raise the LoadError of an estimate over the budget: the parts, the option to raise."""
-    from layergrad.core.errors import LoadError
-    from layergrad.core.limits import human
-
+def _within(found: Footprint, who: str, batch_size: int, max_memory: int) -> Footprint:
+    """`found`, or the LoadError of an estimate over the budget: the parts, the option to
+    raise."""
+    if found.total <= max_memory:
+        return found
     smaller = ", or a smaller --batch-size" if found.activations > found.weights else ""
     raise LoadError(
         f"{who} would need about {human(found.total)} "
