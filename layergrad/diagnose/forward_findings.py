@@ -124,8 +124,7 @@ def unscaled_input(
     """Inputs far from unit scale that pin the first ReLU / sigmoid / tanh layer they feed;
     else (with `pixels`) raw pixels that reach the first convolution unscaled (`raw_pixels`), or
     features in raw units that reach the first layer with weights unscaled (`raw_units`)."""
-    inputs = [a for a in trace.activations if a.site.input_index is not None and a.is_float]
-    for inp in inputs:
+    for inp in _float_inputs(trace):
         magnitude = mean_abs(inp.value)
         if magnitude <= UNSCALED:
             continue
@@ -145,6 +144,11 @@ def unscaled_input(
     if not pixels:
         return None
     return raw_pixels(trace, graph, layers) or raw_units(trace, graph, layers)
+
+
+def _float_inputs(trace: Trace) -> list[Activation]:
+    """The model's floating-point inputs, as the trace captured them."""
+    return [a for a in trace.activations if a.site.input_index is not None and a.is_float]
 
 
 def feature_scale(value: np.ndarray) -> float:
@@ -169,9 +173,7 @@ def raw_units(
     passes them on, and the logits, the loss and the first steps are as large), so a rule
     over saturation cannot see it. A layer whose output goes straight into a normalization
     layer is left alone, as in `raw_pixels`. `pinned` holds that largest root mean square."""
-    for inp in trace.activations:
-        if inp.site.input_index is None or not inp.is_float:
-            continue
+    for inp in _float_inputs(trace):
         scale = feature_scale(inp.value)
         first = _first_kernel(trace, graph, layers, inp) if scale > RAW_SCALE else None
         if first is None:
@@ -198,9 +200,7 @@ def raw_pixels(
     so is one the pixels reach through a normalising layer (`normalized_first`)."""
     if graph is None or not graph.preds:
         return None
-    for inp in trace.activations:
-        if inp.site.input_index is None or not inp.is_float or not _pixels(inp.value):
-            continue
+    for inp in (a for a in _float_inputs(trace) if _pixels(a.value)):
         first = _first_kernel(trace, graph, layers, inp)
         if first is None:
             continue

@@ -31,13 +31,10 @@ class PathView:
         self.index = {a.site.key: i for i, a in enumerate(trace.activations)}
         self.nodes = self._nodes()
 
-    def _has_graph(self) -> bool:
-        return self.graph is not None and self.graph.known and bool(self.graph.preds)
-
     def _nodes(self) -> list[CallKey]:
         """Calls on some chain from source to target (target included), in execution order."""
         graph = self.graph
-        if graph is None or not self._has_graph():
+        if graph is None or not graph.known or not graph.preds:
             lo, hi = self.index.get(self.source), self.index.get(self.target)
             if lo is None or hi is None:
                 return []

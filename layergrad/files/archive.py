@@ -26,7 +26,13 @@ from layergrad.core.errors import LoadError
 from layergrad.core.limits import MAX_CONFIG_BYTES, human
 from layergrad.core.tf_types import H5Object
 from layergrad.files.array_files import NPY_MAGIC
-from layergrad.files.guards import check_hdf5, check_zip, read_member, require_regular
+from layergrad.files.guards import (
+    check_hdf5,
+    check_zip,
+    member_data_start,
+    read_member,
+    require_regular,
+)
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -180,12 +186,9 @@ def open_weights(p: Path, zf: zipfile.ZipFile) -> Iterator[H5Object]:
 
 
 def _data_start(raw: io.FileIO, info: zipfile.ZipInfo, file_size: int) -> int:
-    raw.seek(info.header_offset)
-    local = raw.read(30)  # local file header: name and extra lengths at bytes 26-29
-    if len(local) < 30 or not local.startswith(ZIP_MAGIC[0]):
+    start = member_data_start(raw, info)
+    if start is None:
         raise zipfile.BadZipFile(f"bad local header for {info.filename}")
-    start = info.header_offset + 30 + int.from_bytes(local[26:28], "little")
-    start += int.from_bytes(local[28:30], "little")
     if start + info.file_size > file_size:
         raise zipfile.BadZipFile(f"{info.filename} is cut short")
     return start

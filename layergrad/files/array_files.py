@@ -29,7 +29,7 @@ import numpy as np
 
 from layergrad.core.errors import InputError
 from layergrad.core.limits import MAX_FORTRAN_BYTES, MAX_NPY_HEADER, human
-from layergrad.files.guards import check_zip, require_regular
+from layergrad.files.guards import check_zip, member_data_start, require_regular
 
 NPY_MAGIC = b"\x93NUMPY"
 EXPECTED = "a .npy or .npz file written by np.save or np.savez"
@@ -398,13 +398,11 @@ def npz_layouts(
             if info.compress_type != zipfile.ZIP_STORED:
                 out[name] = None
                 continue
-            raw.seek(info.header_offset)
-            local = raw.read(30)  # the local file header: its name and extra field lengths
-            if len(local) < 30 or local[:4] != b"PK\x03\x04":
+            start = member_data_start(raw, info)
+            if start is None:
                 out[name] = None
                 continue
-            name_len, extra_len = struct.unpack("<HH", local[26:30])
-            raw.seek(info.header_offset + 30 + name_len + extra_len)
+            raw.seek(start)
             # the member's own size: a header that declares more rows than it holds is refused
             rows = NpyRows(raw, f"{path} array {name!r}", info.compress_size)
             layout = _layout(path, rows, raw.tell(), label=f"{path} array {name!r}")

@@ -13,6 +13,7 @@ import stat
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import h5py
 
@@ -84,6 +85,20 @@ def check_zip(zf: zipfile.ZipFile, path: Path, file_size: int, error: ErrorType)
             f"{human(worst.compress_size)} (a decompression bomb: more than {MAX_INFLATION}x); "
             "refusing to inflate it; expected an archive written by Keras or numpy"
         )
+
+
+def member_data_start(raw: IO[bytes], info: zipfile.ZipInfo) -> int | None:
+    """Where the bytes of a zip member begin in its archive (after its local header, whose
+    name and extra lengths are at bytes 26-29); None when that header is not there."""
+    raw.seek(info.header_offset)
+    local = raw.read(30)
+    if len(local) < 30 or local[:4] != b"PK\x03\x04":
+        return None
+    name_len, extra_len = (
+        int.from_bytes(local[26:28], "little"),
+        int.from_bytes(local[28:30], "little"),
+    )
+    return info.header_offset + 30 + name_len + extra_len
 
 
 def read_member(

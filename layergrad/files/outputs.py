@@ -165,17 +165,15 @@ def _is_kind(p: Path, kind: str) -> bool:
     try:
         with p.open("rb") as fh:
             head = fh.read(4096)
+        body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
         if kind == "xml":  # what check_junit writes, not any file that begins with "<"
-            body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
             return body.startswith(b"<?xml") and _JUNIT_MARK in body
         if kind == "npy":
             return head.startswith(NPY_MAGIC)
         if kind == "fit":  # what a monitored run writes: its JSON object or its HTML page
-            body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
             json_report = body.startswith(b"{") and _FIT_JSON_MARK in body
             return json_report or (body.startswith(b"<!") and _HTML_MARK in body)
         if kind == "chart":
-            body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
             svg = body.startswith((b"<?xml", b"<svg", b"<!DOCTYPE svg")) and b"<svg" in body
             return body.startswith(_CHART_MAGIC) or svg
         if kind == "keras":  # only a copy `fix` wrote (its zip comment says so)
