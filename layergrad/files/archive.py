@@ -25,14 +25,8 @@ import h5py
 from layergrad.core.errors import LoadError
 from layergrad.core.limits import MAX_CONFIG_BYTES, human
 from layergrad.core.tf_types import H5Object
+from layergrad.files import guards
 from layergrad.files.array_files import NPY_MAGIC
-from layergrad.files.guards import (
-    check_hdf5,
-    check_zip,
-    member_data_start,
-    read_member,
-    require_regular,
-)
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -55,7 +49,7 @@ def model_format(p: Path) -> str:
     """
     if p.is_dir():
         raise LoadError(_directory_message(p))
-    size = require_regular(p, EXPECTED, LoadError).st_size
+    size = guards.require_regular(p, EXPECTED, LoadError).st_size
     if size == 0:
         raise LoadError(f"{p} is empty (0 bytes); expected a .keras or .h5 model; re-save it")
     try:
@@ -143,7 +137,7 @@ def _damaged(p: Path, kind: str, detail: str) -> LoadError:
 def open_zip(p: Path) -> Iterator[zipfile.ZipFile]:
     """The `.keras` archive, its central directory checked against bombs."""
     with zipfile.ZipFile(p, "r") as zf:
-        check_zip(zf, p, p.stat().st_size, LoadError)
+        guards.check_zip(zf, p, p.stat().st_size, LoadError)
         yield zf
 
 
@@ -153,7 +147,7 @@ def member(zf: zipfile.ZipFile, p: Path, name: str) -> bytes | None:
         info = zf.getinfo(name)
     except KeyError:
         return None
-    return read_member(zf, info, p, MAX_CONFIG_BYTES, LoadError)
+    return guards.read_member(zf, info, p, MAX_CONFIG_BYTES, LoadError)
 
 
 @contextlib.contextmanager
@@ -181,12 +175,12 @@ def open_weights(p: Path, zf: zipfile.ZipFile) -> Iterator[H5Object]:
                 shutil.copyfileobj(src, view, 1 << 20)  # zipfile stops at the declared size
             view.seek(0)
         h5 = stack.enter_context(h5py.File(view, "r"))
-        check_hdf5(h5, f"{p}: {WEIGHTS_MEMBER}", LoadError)
+        guards.check_hdf5(h5, f"{p}: {WEIGHTS_MEMBER}", LoadError)
         yield h5
 
 
 def _data_start(raw: io.FileIO, info: zipfile.ZipInfo, file_size: int) -> int:
-    start = member_data_start(raw, info)
+    start = guards.member_data_start(raw, info)
     if start is None:
         raise zipfile.BadZipFile(f"bad local header for {info.filename}")
     if start + info.file_size > file_size:
@@ -228,7 +222,7 @@ class _Window(io.RawIOBase):
 def open_hdf5(p: Path) -> Iterator[H5Object]:
     """A legacy `.h5` model file as an open h5py File, links and outside storage refused."""
     with h5py.File(p, "r") as h5:
-        check_hdf5(h5, str(p), LoadError)
+        guards.check_hdf5(h5, str(p), LoadError)
         yield h5
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+import struct
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -94,11 +95,8 @@ def member_data_start(raw: IO[bytes], info: zipfile.ZipInfo) -> int | None:
     local = raw.read(30)
     if len(local) < 30 or local[:4] != b"PK\x03\x04":
         return None
-    name_len, extra_len = (
-        int.from_bytes(local[26:28], "little"),
-        int.from_bytes(local[28:30], "little"),
-    )
-    return info.header_offset + 30 + name_len + extra_len
+    name_len, extra_len = struct.unpack("<HH", local[26:30])
+    return int(info.header_offset + 30 + name_len + extra_len)
 
 
 def read_member(
