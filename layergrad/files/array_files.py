@@ -177,7 +177,7 @@ def read_header(fh: IO[bytes], where: str, name: str | None, size: int) -> Array
     file (or zip member) holds from its start. ``where`` starts every message."""
     start = fh.tell()
     try:
-        shape, fortran, dtype = npy_header(fh)
+        shape, fortran, dtype = _npy_header(fh)
     except HEADER_DAMAGE as exc:
         text = " ".join(str(exc).split())
         if "max_header_size" in text or "large" in text:
@@ -206,11 +206,19 @@ def read_header(fh: IO[bytes], where: str, name: str | None, size: int) -> Array
     return header
 
 
-def npy_header(fh: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
+def _npy_header(fh: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
     """(shape, fortran order, dtype) from the magic and header of a `.npy` stream, within
     MAX_NPY_HEADER bytes (format versions 1, 2 and 3); ValueError when it is not one,
     including a shape that is not a tuple of non-negative integers."""
-    shape, fortran, dtype = _npy_header(fh)
+    fmt = np.lib.format
+    version = fmt.read_magic(fh)
+    read = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}.get(version)
+    if read is not None:
+        shape, fortran, dtype = read(fh, max_header_size=MAX_NPY_HEADER)
+    elif (read_any := getattr(fmt, "_read_array_header", None)) is not None:  # version 3
+        shape, fortran, dtype = read_any(fh, version, max_header_size=MAX_NPY_HEADER)
+    else:
+        raise ValueError(f".npy format version {version} is not supported")
     if not isinstance(shape, tuple) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
     ):
@@ -218,19 +226,6 @@ def npy_header(fh: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
     if not isinstance(fortran, bool):
         raise ValueError(f"the header's fortran_order {str(fortran)[:20]} is not true or false")
     return shape, fortran, dtype
-
-
-def _npy_header(fh: IO[bytes]) -> tuple[object, object, np.dtype]:
-    fmt = np.lib.format
-    version = fmt.read_magic(fh)
-    if version == (1, 0):
-        return fmt.read_array_header_1_0(fh, max_header_size=MAX_NPY_HEADER)
-    if version == (2, 0):
-        return fmt.read_array_header_2_0(fh, max_header_size=MAX_NPY_HEADER)
-    read = getattr(fmt, "_read_array_header", None)  # version 3 (utf-8 field names)
-    if read is None:
-        raise ValueError(f".npy format version {version} is not supported")
-    return read(fh, version, max_header_size=MAX_NPY_HEADER)
 
 
 def _data(fh: IO[bytes], p: Path, header: ArrayHeader) -> np.ndarray:

@@ -155,10 +155,6 @@ class ModelGraph:
         """The entry at ``path`` (``"dense"``, ``"encoder/dense_1"``), listed or not."""
         return self._by_path.get(path)
 
-    def find(self, name: str) -> tuple[LayerEntry, ...]:
-        """Every entry (at any depth) whose own name is ``name``."""
-        return tuple(e for e in (*self.layers, *self.unlisted) if e.name == name)
-
     def depends(self, to: str, frm: str, to_call: int = 0, frm_call: int = 0) -> bool | None:
         """Whether call ``to_call`` of ``to`` depends on call ``frm_call`` of ``frm``.
 
