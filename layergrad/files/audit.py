@@ -15,14 +15,11 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from layergrad.core.errors import UnsafeModelError, UsageError
+from layergrad.files.file_info import FileInfo
 from layergrad.files.guards import require_regular
 from layergrad.model.config import layer_name
-
-if TYPE_CHECKING:
-    from layergrad.files.file_info import FileInfo
 
 KERAS_PACKAGES = ("keras", "keras_hub", "keras_cv", "keras_nlp")
 _PYTHON_BUILTINS = frozenset(dir(builtins))
