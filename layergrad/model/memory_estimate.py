@@ -382,14 +382,10 @@ def _attention(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Sh
     return [query, (heads, steps_q, steps_k)], weights  # the scores are held too
 
 
-def _norm(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
-    """Layer / group normalization: a scale and an offset per feature."""
-    return [ins[0]], 2 * (ins[0][-1] if ins[0] else 1)
-
-
-def _batch_norm(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
-    """Scale, offset, moving mean and moving variance per feature."""
-    return [ins[0]], 4 * (ins[0][-1] if ins[0] else 1)
+def _per_feature(count: int) -> Rule:
+    """A normalization: `count` values per feature (layer / group normalization: a scale and an
+    offset; batch normalization: those and the moving mean and variance)."""
+    return lambda cfg, ins: ([ins[0]], count * (ins[0][-1] if ins[0] else 1))
 
 
 def _flatten(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
@@ -487,7 +483,7 @@ _RULES: dict[str, Rule] = {
     "TextVectorization": _encoding,
     "Discretization": _encoding,
     "Resizing": _resample,
-    "BatchNormalization": _batch_norm,
+    "BatchNormalization": _per_feature(4),
 }
 _FAMILIES: tuple[tuple[str, Rule], ...] = (
     ("GlobalAveragePooling", _global_pool),
@@ -499,7 +495,7 @@ _FAMILIES: tuple[tuple[str, Rule], ...] = (
     ("GRU", _rnn(3)),
     ("RNN", _rnn(1)),
     ("Attention", _attention),
-    ("Normalization", _norm),
+    ("Normalization", _per_feature(2)),
     ("UpSampling", _resample),
     ("ZeroPadding", _resample),
     ("Cropping", _resample),
