@@ -227,10 +227,8 @@ def _first_kernel(
             continue
         if normalized_first(trace, graph, layers, act, inp):
             return None
-        if graph is None or not graph.preds:
-            return act, [inp]
-        return act, [trace.activations[index[k]]
-                     for k in nearest_preds(graph, act.site.key, index.__contains__)]  # fmt: skip
+        preds = _captured_preds(act.site.key, graph, index)
+        return act, [trace.activations[p] for p in preds] if graph and graph.preds else [inp]
     return None
 
 

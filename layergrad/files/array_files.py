@@ -75,11 +75,7 @@ def open_checked(path: str | Path, option: str) -> int:
     """Check that ``path`` is a regular, non-empty file (links followed) before it is opened;
     returns its size. ``option`` (`--input`, `--data`) starts the message."""
     p = Path(path)
-
-    def error(message: str) -> InputError:
-        return InputError(f"{option} {message}")
-
-    size = require_regular(p, EXPECTED, error).st_size
+    size = require_regular(p, EXPECTED, lambda message: InputError(f"{option} {message}")).st_size
     if size == 0:
         raise InputError(f"{option} {p} is empty (0 bytes); expected {EXPECTED}")
     return size
