@@ -160,27 +160,16 @@ def _check(
     if isinstance(module, str):
         if _allowed_module(module, obj.get("registered_name"), allowed):
             return []
-        return [
-            Finding(
-                layer,
-                cls,
-                f"{name} comes from module '{module}', which is neither "
-                "Keras nor named with --import",
-            )
-        ]
+        why = f"{name} comes from module '{module}', which is neither Keras nor named with --import"
+        return [Finding(layer, cls, why)]
     if ">" in name and name.split(">", 1)[0] not in allowed:
         if allowed and module is None and _registered_name(name):
             # legacy .h5 writes only `package>Name`: Keras finds it only among the objects
             # a module registered (one the user named with --import), never by importing
             return []
-        return [
-            Finding(
-                layer,
-                cls,
-                f"{name} is a custom class from package "
-                f"'{name.split('>', 1)[0]}', which is not named with --import",
-            )
-        ]
+        package = name.split(">", 1)[0]
+        why = f"{name} is a custom class from package '{package}', which is not named with --import"
+        return [Finding(layer, cls, why)]
     return []
 
 
