@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from layergrad.core.display import install_html_renderer, install_text_renderer
+from layergrad.core.display import install_renderers
 from layergrad.core.errors import (
     DataError,
     InputError,
@@ -103,8 +103,9 @@ def _short_text(report: object) -> str:
     return short_text(report)
 
 
-install_html_renderer(_notebook_html)  # reports show as HTML in Jupyter (`_repr_html_`)
-install_text_renderer(_short_text)  # and print(report) as the first lines of their table
+# reports show as HTML in Jupyter (`_repr_html_`), and print(report) as the first lines of
+# their table
+install_renderers(_notebook_html, _short_text)
 
 
 def __getattr__(name: str) -> object:

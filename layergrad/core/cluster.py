@@ -186,11 +186,3 @@ def _addresses(value: object, role: str, where: str) -> list[str]:
     if bad:
         raise UsageError(f'{where}: cluster "{role}" address {bad[0]!r} is not "host:port"')
     return value
-
-
-def reports_here(distribute: str | None, environ: Mapping[str, str] | None = None) -> bool:
-    """Whether this process prints or writes the report: always, except on a worker of a
-    multi-worker run that is not the chief."""
-    if distribute != "multi-worker":
-        return True
-    return cluster_from_env(environ).is_chief

@@ -13,14 +13,9 @@ _html: list[Callable[[object], str]] = []
 _text: list[Callable[[object], str]] = []
 
 
-def install_html_renderer(render: Callable[[object], str]) -> None:
-    """Set the function that turns a report into a notebook's HTML."""
-    _html[:] = [render]
-
-
-def install_text_renderer(render: Callable[[object], str]) -> None:
-    """Set the function that turns a report into its short text (`str`, `repr`)."""
-    _text[:] = [render]
+def install_renderers(html: Callable[[object], str], text: Callable[[object], str]) -> None:
+    """Set the functions that turn a report into a notebook's HTML and its short text."""
+    _html[:], _text[:] = [html], [text]
 
 
 class NotebookDisplay:

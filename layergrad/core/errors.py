@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class LayergradError(Exception):
     """A problem with what the user gave us (a file, a layer name, an option).
@@ -56,8 +58,6 @@ def describe(exc: BaseException) -> str:
     Keras wraps errors raised inside a layer as "Exception encountered when calling X.call()"
     followed by the original message and the arguments; keep the first two parts.
     """
-    import re
-
     text = re.sub(r"\x1b\[[0-9;]*m|\{\{function_node [^}]*\}\}\s*", "", str(exc))
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if not lines:
@@ -75,8 +75,6 @@ def describe(exc: BaseException) -> str:
 
 def op_message(exc: BaseException) -> str:
     """`describe`, without the op and node tags TensorFlow appends (`[Op:GatherV2] name:`)."""
-    import re
-
     text = re.sub(r"\s*\[\[\{\{node [^]]*\]\]|\s*\[Op:[^]]*\](?: name:)?", "", describe(exc))
     return text.strip()
 

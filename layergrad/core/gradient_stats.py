@@ -22,6 +22,11 @@ def dead_fraction(value: np.ndarray) -> float:
     return float(np.mean(np.all(value.reshape(-1, value.shape[-1]) == 0, axis=0)))
 
 
+def mean_abs(value: np.ndarray) -> float:
+    """The mean |x| of an array, in float64; 0 when it is empty."""
+    return float(np.mean(np.abs(np.asarray(value, dtype=np.float64)))) if np.size(value) else 0.0
+
+
 def status_flags(status: Status, dead: float | None) -> tuple[Finding, ...]:
     """The flag a row's status gives: `blocked` (no gradient), `nonfinite`, or `dead` when more
     than DEAD_FRACTION of its units (`dead`, None when unknown) get exactly zero everywhere.

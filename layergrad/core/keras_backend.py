@@ -16,6 +16,8 @@ import warnings
 from collections.abc import Iterator
 from types import ModuleType
 
+from layergrad.core.errors import LayergradError
+
 
 @contextlib.contextmanager
 def _native_stderr_captured() -> Iterator[None]:
@@ -63,8 +65,6 @@ def quiet_import() -> tuple[ModuleType, ModuleType]:
 
 
 def _require_tensorflow_backend(keras: ModuleType) -> None:
-    from layergrad.core.errors import LayergradError
-
     backend = keras.backend.backend()
     if backend != "tensorflow":
         raise LayergradError(

@@ -28,7 +28,7 @@ from layergrad.data.functions import Failure, python_dataset
 from layergrad.data.preflight import input_layouts, input_readers, npy_input_layout
 from layergrad.data.shards import Part, Shard, part_rows
 from layergrad.data.value_checks import InputSpec, checked, fit_array, fitted_cast
-from layergrad.files.npy_rows import NpyLayout, NpyRows
+from layergrad.files.array_files import NpyLayout, NpyRows
 
 
 def npy_batches(

@@ -48,8 +48,7 @@ from layergrad.data.sources import (
     image_batches,
 )
 from layergrad.data.value_checks import InputSpec, reader_refusal
-from layergrad.files.array_files import DAMAGE
-from layergrad.files.npy_rows import NpyRows, npz_members
+from layergrad.files.array_files import DAMAGE, NpyRows, npz_members
 from layergrad.model.target_fit import MAX_CLASSES, LabelSummary
 
 

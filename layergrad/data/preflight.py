@@ -25,9 +25,19 @@ from layergrad.data.input_keys import input_keys
 from layergrad.data.probe_input import peek_rows
 from layergrad.data.user_code import is_function
 from layergrad.data.value_checks import InputSpec, check_fits
-from layergrad.files.array_files import DAMAGE, open_checked, open_member, open_zip, read_headers
+from layergrad.files.array_files import (
+    DAMAGE,
+    NpyLayout,
+    NpyRows,
+    npy_layout,
+    npz_layouts,
+    npz_members,
+    open_checked,
+    open_member,
+    open_zip,
+    read_headers,
+)
 from layergrad.files.guards import require_regular
-from layergrad.files.npy_rows import NpyLayout, NpyRows, npy_layout, npz_layouts, npz_members
 from layergrad.model.config import serialized_name
 from layergrad.model.graph import ModelGraph
 

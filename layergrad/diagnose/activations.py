@@ -32,12 +32,15 @@ def _kept(name: str) -> str | None:
     return name if name in ("relu", "sigmoid", "tanh", "softmax") else None
 
 
-def saturated_fraction(value: np.ndarray, kind: str) -> float:
-    """Fraction of sigmoid / tanh outputs (softmax rows) pinned at their bounds."""
+def saturated_fraction(value: np.ndarray, kind: str, eps: float = SATURATION_EPS) -> float:
+    """Fraction of sigmoid / tanh outputs (softmax rows) pinned at their bounds: within `eps`
+    of them (a softmax row's largest within `eps` of 1)."""
+    if not value.size:
+        return 0.0
     if kind == "sigmoid":
-        pinned = (value <= SATURATION_EPS) | (value >= 1 - SATURATION_EPS)
+        pinned = (value <= eps) | (value >= 1 - eps)
     elif kind == "tanh":
-        pinned = np.abs(value) >= 1 - SATURATION_EPS
+        pinned = np.abs(value) >= 1 - eps
     else:
-        pinned = np.max(value, axis=-1) >= 1 - SATURATION_EPS
+        pinned = np.max(value, axis=-1) >= 1 - eps
     return float(np.mean(pinned))

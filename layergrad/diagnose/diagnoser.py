@@ -38,6 +38,7 @@ from layergrad.model.layer_refs import (
 
 VANISHING_GAIN, EXPLODING_GAIN, MOSTLY_ZERO = 1e-7, 1e6, 0.5
 DEAD_MARK = " (dead)"  # how a warning says that most units of the `from` layer are dead
+_MODAL = ("BatchNormalization", "Dropout")  # layers that act otherwise in training mode
 
 
 class Diagnoser:
@@ -125,15 +126,8 @@ class Diagnoser:
     def _zero(self, path: PathView, source: Activation, target: Activation) -> list[Reason]:
         causes: list[Reason] = []
         if self.training and self._ok_in_inference(source.site, target.site):
-            layer = next(
-                (
-                    ref_of(k)
-                    for k in path.nodes
-                    if type(self.layers.get(k[0])).__name__ in ("BatchNormalization", "Dropout")
-                ),
-                None,
-            )
-            causes.append(why.cause("training_mode", layer))
+            modal = [k for k in path.nodes if type(self.layers.get(k[0])).__name__ in _MODAL]
+            causes.append(why.cause("training_mode", ref_of(modal[0]) if modal else None))
         for key in path.blockers(lambda g: g is None or not np.any(g), need_all=True):
             causes.extend(self._zeroed_at(path, key))
         return causes
@@ -167,10 +161,8 @@ class Diagnoser:
             causes.append(why.constant_output(ref, ref, why_constant))
         scale = unscaled_input(path.trace, self.graph, self.layers, False) if pinned else None
         if scale is not None:  # the units are pinned because the inputs are not scaled
-            causes.insert(
-                0,
-                why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned),
-            )
+            said = (scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
+            causes.insert(0, why.input_range(*said))
         return causes
 
     def _nonfinite_backward(self, trace: Trace, path: PathView) -> list[Reason]:

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from layergrad.core.gradient_stats import dead_fraction
+from layergrad.core.gradient_stats import dead_fraction, mean_abs
 from layergrad.core.results import ConstantOutput, InputRange
 from layergrad.core.tf_types import KerasLayer
 from layergrad.diagnose.activations import activation_name, saturated_fraction
-from layergrad.diagnose.locate import nearest_preds
+from layergrad.diagnose.locate import finite, nearest_preds
 from layergrad.engine.layer_calls import Activation
 from layergrad.engine.trace import Trace
 from layergrad.model.graph import ModelGraph
@@ -44,17 +44,13 @@ INPUT_NORMALIZING = frozenset({
 
 def first_nonfinite(trace: Trace) -> Activation | None:
     """The first floating-point activation of a trace (execution order) that holds NaN / Inf."""
-    return next((a for a in trace.activations if a.is_float and not _finite(a.value)), None)
-
-
-def _finite(value: np.ndarray) -> bool:
-    return bool(np.all(np.isfinite(value)))
+    return next((a for a in trace.activations if a.is_float and not finite(a.value)), None)
 
 
 def is_constant(act: Activation) -> bool:
     """Whether a floating-point activation is the same for every sample (of at least 4)."""
     value = act.value
-    if not act.is_float or value.ndim == 0 or value.shape[0] < MIN_BATCH or not _finite(value):
+    if not act.is_float or value.ndim == 0 or value.shape[0] < MIN_BATCH or not finite(value):
         return False
     v = value.astype(np.float64).reshape(value.shape[0], -1)
     spread = float(np.max(v.max(axis=0) - v.min(axis=0))) if v.size else 0.0
@@ -128,9 +124,8 @@ def unscaled_input(
     """Inputs far from unit scale that pin the first ReLU / sigmoid / tanh layer they feed;
     else (with `pixels`) raw pixels that reach the first convolution unscaled (`raw_pixels`), or
     features in raw units that reach the first layer with weights unscaled (`raw_units`)."""
-    inputs = [a for a in trace.activations if a.site.input_index is not None and a.is_float]
-    for inp in inputs:
-        magnitude = float(np.mean(np.abs(inp.value.astype(np.float64)))) if inp.value.size else 0.0
+    for inp in _float_inputs(trace):
+        magnitude = mean_abs(inp.value)
         if magnitude <= UNSCALED:
             continue
         for act in trace.activations:
@@ -149,6 +144,11 @@ def unscaled_input(
     if not pixels:
         return None
     return raw_pixels(trace, graph, layers) or raw_units(trace, graph, layers)
+
+
+def _float_inputs(trace: Trace) -> list[Activation]:
+    """The model's floating-point inputs, as the trace captured them."""
+    return [a for a in trace.activations if a.site.input_index is not None and a.is_float]
 
 
 def feature_scale(value: np.ndarray) -> float:
@@ -173,9 +173,7 @@ def raw_units(
     passes them on, and the logits, the loss and the first steps are as large), so a rule
     over saturation cannot see it. A layer whose output goes straight into a normalization
     layer is left alone, as in `raw_pixels`. `pinned` holds that largest root mean square."""
-    for inp in trace.activations:
-        if inp.site.input_index is None or not inp.is_float:
-            continue
+    for inp in _float_inputs(trace):
         scale = feature_scale(inp.value)
         first = _first_kernel(trace, graph, layers, inp) if scale > RAW_SCALE else None
         if first is None:
@@ -186,8 +184,7 @@ def raw_units(
             continue  # what reaches the layer was scaled (or turned into ids) on the way
         if graph is not None and _normalized_next(graph, act.site.key, layers):
             continue  # its output goes straight into a normalization layer
-        value = inp.value.astype(np.float64)
-        return InputRange(inp.site.ref, float(np.mean(np.abs(value))), act.site.ref, "units", scale)
+        return InputRange(inp.site.ref, mean_abs(inp.value), act.site.ref, "units", scale)
     return None
 
 
@@ -203,9 +200,7 @@ def raw_pixels(
     so is one the pixels reach through a normalising layer (`normalized_first`)."""
     if graph is None or not graph.preds:
         return None
-    for inp in trace.activations:
-        if inp.site.input_index is None or not inp.is_float or not _pixels(inp.value):
-            continue
+    for inp in (a for a in _float_inputs(trace) if _pixels(a.value)):
         first = _first_kernel(trace, graph, layers, inp)
         if first is None:
             continue
@@ -213,11 +208,8 @@ def raw_pixels(
         conv = "Conv" in type(layers.get(act.site.path)).__name__
         raw = conv and bool(preds) and all(_pixels(p.value) for p in preds)
         if raw and not _normalized_next(graph, act.site.key, layers):
-            value = inp.value.astype(np.float64)
-            return InputRange(
-                inp.site.ref, float(np.mean(np.abs(value))), act.site.ref, "pixels",
-                float(value.max()),
-            )  # fmt: skip
+            top = float(inp.value.astype(np.float64).max())
+            return InputRange(inp.site.ref, mean_abs(inp.value), act.site.ref, "pixels", top)
     return None
 
 
@@ -235,10 +227,8 @@ def _first_kernel(
             continue
         if normalized_first(trace, graph, layers, act, inp):
             return None
-        if graph is None or not graph.preds:
-            return act, [inp]
-        return act, [trace.activations[index[k]]
-                     for k in nearest_preds(graph, act.site.key, index.__contains__)]  # fmt: skip
+        preds = _captured_preds(act.site.key, graph, index)
+        return act, [trace.activations[p] for p in preds] if graph and graph.preds else [inp]
     return None
 
 

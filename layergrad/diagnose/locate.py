@@ -9,7 +9,7 @@ went wrong. *What* to call it is `diagnoser.py`'s job.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -31,23 +31,15 @@ class PathView:
         self.index = {a.site.key: i for i, a in enumerate(trace.activations)}
         self.nodes = self._nodes()
 
-    def _has_graph(self) -> bool:
-        return self.graph is not None and self.graph.known and bool(self.graph.preds)
-
     def _nodes(self) -> list[CallKey]:
         """Calls on some chain from source to target (target included), in execution order."""
         graph = self.graph
-        if graph is None or not self._has_graph():
+        if graph is None or not graph.known or not graph.preds:
             lo, hi = self.index.get(self.source), self.index.get(self.target)
             if lo is None or hi is None:
                 return []
             return [a.site.key for a in self.trace.activations[lo + 1 : hi + 1]]
-        ancestors = _closure([self.target], lambda n: graph.preds.get(n, ()))
-        reached: set[CallKey] = {self.source}
-        for node in graph.order:
-            if any(p in reached for p in graph.preds.get(node, ())):
-                reached.add(node)
-        on_path = (ancestors | {self.target}) & (reached - {self.source})
+        on_path = (graph.ancestors(self.target) | {self.target}) & graph.descendants({self.source})
         return sorted((n for n in on_path if n in self.index), key=self.index.__getitem__)
 
     def feeds_target(self, key: CallKey) -> bool:
@@ -101,12 +93,13 @@ class PathView:
     def first_nonfinite_forward(self) -> Activation | None:
         """The first activation the target depends on whose forward value is NaN / Inf."""
         for act in self.trace.activations:
-            if self.feeds_target(act.site.key) and act.is_float and not _finite(act.value):
+            if self.feeds_target(act.site.key) and act.is_float and not finite(act.value):
                 return act
         return None
 
 
-def _finite(value: np.ndarray) -> bool:
+def finite(value: np.ndarray) -> bool:
+    """Whether every value of an array is finite."""
     return bool(np.all(np.isfinite(value)))
 
 
@@ -129,19 +122,6 @@ def nearest_preds(
         elif through is None or through(node):
             stack.extend(graph.preds.get(node, ()))
     return found
-
-
-def _closure(
-    start: Iterable[CallKey], step: Callable[[CallKey], Sequence[CallKey]]
-) -> set[CallKey]:
-    seen: set[CallKey] = set()
-    stack = [p for s in start for p in step(s)]
-    while stack:
-        node = stack.pop()
-        if node not in seen:
-            seen.add(node)
-            stack.extend(step(node))
-    return seen
 
 
 def trunk(graph: ModelGraph | None, ends: Iterable[CallKey]) -> set[CallKey] | None:

@@ -20,15 +20,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from layergrad.core.gradient_stats import mean_abs
 from layergrad.core.tf_types import KerasLayer, KerasModel
-from layergrad.diagnose.activations import activation_name
+from layergrad.diagnose.activations import activation_name, saturated_fraction
+from layergrad.diagnose.locate import finite
 from layergrad.engine.layer_calls import Recorded, record_calls, unique_leaves
 from layergrad.model.layer_refs import iter_layers
 
 KERNEL_FACTOR = 4.0  # a kernel this many times wider than Keras's initialisers draw: far up
 INPUT_SCALE = 3.0  # mean |x| of a kernel layer's input above this: the input's scale, not its
 SATURATED_SHARE = 0.5  # this share of a layer's outputs saturated on the probe: saturated
-NEAR_BOUND = 0.99  # |tanh| above this (sigmoid within 0.01 of 0 or 1): saturated
+NEAR_BOUND = 0.01  # |tanh| within this of 1 (sigmoid of 0 or 1): saturated
 RECURRENT = ("LSTM", "GRU", "RNN", "ConvLSTM")
 
 
@@ -59,32 +61,16 @@ class SaturatedInit:
         )
 
 
-def glorot_std(shape: Sequence[int]) -> float | None:
-    """The std of Keras's default kernel initialiser (Glorot) for a kernel of `shape`."""
-    if len(shape) < 2:
-        return None
-    receptive = math.prod(shape[:-2]) if len(shape) > 2 else 1
-    fan_in, fan_out = shape[-2] * receptive, shape[-1] * receptive
-    return math.sqrt(2.0 / (fan_in + fan_out)) if fan_in + fan_out > 0 else None
-
-
 def default_std(shape: Sequence[int]) -> float | None:
     """The widest std Keras's own kernel initialisers give a kernel of `shape`: He's
-    sqrt(2 / fan_in) or Glorot's, whichever is larger (He is wider for a small fan-in)."""
-    glorot = glorot_std(shape)
-    if glorot is None:
+    sqrt(2 / fan_in), never narrower than Glorot's sqrt(2 / (fan_in + fan_out))."""
+    if len(shape) < 2:
         return None
-    fan_in = shape[-2] * (math.prod(shape[:-2]) if len(shape) > 2 else 1)
-    return max(glorot, math.sqrt(2.0 / fan_in)) if fan_in > 0 else glorot
-
-
-def saturated_share(value: np.ndarray, kind: str) -> float:
-    v = np.asarray(value, dtype=np.float64)
-    if not v.size or not np.all(np.isfinite(v)):
-        return 0.0
-    if kind == "tanh":
-        return float(np.mean(np.abs(v) >= NEAR_BOUND))
-    return float(np.mean((v <= 1 - NEAR_BOUND) | (v >= NEAR_BOUND)))
+    receptive = math.prod(shape[:-2])
+    fan_in, fan_out = shape[-2] * receptive, shape[-1] * receptive
+    if fan_in + fan_out <= 0:
+        return None
+    return math.sqrt(2.0 / (fan_in if fan_in > 0 else fan_in + fan_out))
 
 
 def _factor(layer: KerasLayer) -> float | None:
@@ -131,7 +117,8 @@ def saturated_init(
         factor = _factor(by_path[source]) if source is not None else None
         if factor is None or factor < KERNEL_FACTOR or _unscaled(source, calls):
             continue
-        share = saturated_share(np.asarray(outs[0]), kind)
+        value = np.asarray(outs[0], dtype=np.float64)
+        share = saturated_fraction(value, kind, NEAR_BOUND) if finite(value) else 0.0
         if share >= SATURATED_SHARE:
             return SaturatedInit(source, path, kind, factor, share)  # type: ignore[arg-type]
     return None
@@ -158,6 +145,5 @@ def _unscaled(path: str | None, calls: list[tuple[str, list[object], list[object
     input saturates it, not the kernel (`input_range` speaks of unscaled inputs)."""
     for called, _, args in calls:
         if called == path and args:
-            value = np.asarray(args[0], dtype=np.float64)
-            return bool(value.size) and float(np.mean(np.abs(value))) > INPUT_SCALE
+            return mean_abs(np.asarray(args[0])) > INPUT_SCALE
     return False

@@ -20,10 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+import h5py
+
 from layergrad.core.errors import LoadError
 from layergrad.core.limits import MAX_CONFIG_BYTES, human
 from layergrad.core.tf_types import H5Object
-from layergrad.files.guards import check_hdf5, check_zip, read_member, require_regular
+from layergrad.files import guards
+from layergrad.files.array_files import NPY_MAGIC
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -35,7 +38,6 @@ HDF5_SUFFIXES = (".h5", ".hdf5")
 WEIGHTS_MEMBER = "model.weights.h5"
 EXPECTED = "a Keras model file (.keras or .h5)"
 NUMPY_SUFFIXES = (".npz", ".npy")  # data, which a user may pass where the model goes
-NPY_MAGIC = b"\x93NUMPY"
 
 
 def model_format(p: Path) -> str:
@@ -47,7 +49,7 @@ def model_format(p: Path) -> str:
     """
     if p.is_dir():
         raise LoadError(_directory_message(p))
-    size = require_regular(p, EXPECTED, LoadError).st_size
+    size = guards.require_regular(p, EXPECTED, LoadError).st_size
     if size == 0:
         raise LoadError(f"{p} is empty (0 bytes); expected a .keras or .h5 model; re-save it")
     try:
@@ -135,7 +137,7 @@ def _damaged(p: Path, kind: str, detail: str) -> LoadError:
 def open_zip(p: Path) -> Iterator[zipfile.ZipFile]:
     """The `.keras` archive, its central directory checked against bombs."""
     with zipfile.ZipFile(p, "r") as zf:
-        check_zip(zf, p, p.stat().st_size, LoadError)
+        guards.check_zip(zf, p, p.stat().st_size, LoadError)
         yield zf
 
 
@@ -145,7 +147,7 @@ def member(zf: zipfile.ZipFile, p: Path, name: str) -> bytes | None:
         info = zf.getinfo(name)
     except KeyError:
         return None
-    return read_member(zf, info, p, MAX_CONFIG_BYTES, LoadError)
+    return guards.read_member(zf, info, p, MAX_CONFIG_BYTES, LoadError)
 
 
 @contextlib.contextmanager
@@ -157,8 +159,6 @@ def open_weights(p: Path, zf: zipfile.ZipFile) -> Iterator[H5Object]:
     is inflated into an anonymous file in the system temp directory, never into memory and
     never beside the model. Links and storage outside the member are refused.
     """
-    import h5py
-
     if WEIGHTS_MEMBER not in zf.namelist():
         yield None
         return
@@ -175,17 +175,14 @@ def open_weights(p: Path, zf: zipfile.ZipFile) -> Iterator[H5Object]:
                 shutil.copyfileobj(src, view, 1 << 20)  # zipfile stops at the declared size
             view.seek(0)
         h5 = stack.enter_context(h5py.File(view, "r"))
-        check_hdf5(h5, f"{p}: {WEIGHTS_MEMBER}", LoadError)
+        guards.check_hdf5(h5, f"{p}: {WEIGHTS_MEMBER}", LoadError)
         yield h5
 
 
 def _data_start(raw: io.FileIO, info: zipfile.ZipInfo, file_size: int) -> int:
-    raw.seek(info.header_offset)
-    local = raw.read(30)  # local file header: name and extra lengths at bytes 26-29
-    if len(local) < 30 or not local.startswith(ZIP_MAGIC[0]):
+    start = guards.member_data_start(raw, info)
+    if start is None:
         raise zipfile.BadZipFile(f"bad local header for {info.filename}")
-    start = info.header_offset + 30 + int.from_bytes(local[26:28], "little")
-    start += int.from_bytes(local[28:30], "little")
     if start + info.file_size > file_size:
         raise zipfile.BadZipFile(f"{info.filename} is cut short")
     return start
@@ -224,10 +221,8 @@ class _Window(io.RawIOBase):
 @contextlib.contextmanager
 def open_hdf5(p: Path) -> Iterator[H5Object]:
     """A legacy `.h5` model file as an open h5py File, links and outside storage refused."""
-    import h5py
-
     with h5py.File(p, "r") as h5:
-        check_hdf5(h5, str(p), LoadError)
+        guards.check_hdf5(h5, str(p), LoadError)
         yield h5
 
 

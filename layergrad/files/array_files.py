@@ -5,12 +5,19 @@ member can be a decompression bomb, and an object array would need unpickling. H
 header is read and checked first (its size, its dtype, the bytes it declares against the
 bytes stored), archives are checked for bombs, and only then is the data read. Every
 problem is an `InputError` naming the file and, in an archive, the member. `read_header` is
-the one check of a header, shared by `--input` (whole arrays) and `--data` (`npy_rows`).
+the one check of a header, shared by `--input` (whole arrays) and `--data`.
+
+For `--data`, `NpyRows` reads the rows it is asked for with plain reads after that check (a
+compressed `.npz` member is inflated as it is read), and `NpyLayout` says where the rows of
+an uncompressed array lie for tf.data to read in place: memory stays at a batch whatever the
+file holds (`np.load` reads a whole member, and a memory-mapped `.npy` counts every page it
+touches in the process's resident memory).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import struct
 import zipfile
 import zlib
@@ -21,8 +28,8 @@ from typing import IO
 import numpy as np
 
 from layergrad.core.errors import InputError
-from layergrad.core.limits import MAX_NPY_HEADER, human
-from layergrad.files.guards import check_zip, require_regular
+from layergrad.core.limits import MAX_FORTRAN_BYTES, MAX_NPY_HEADER, human
+from layergrad.files.guards import check_zip, member_data_start, require_regular
 
 NPY_MAGIC = b"\x93NUMPY"
 EXPECTED = "a .npy or .npz file written by np.save or np.savez"
@@ -68,11 +75,7 @@ def open_checked(path: str | Path, option: str) -> int:
     """Check that ``path`` is a regular, non-empty file (links followed) before it is opened;
     returns its size. ``option`` (`--input`, `--data`) starts the message."""
     p = Path(path)
-
-    def error(message: str) -> InputError:
-        return InputError(f"{option} {message}")
-
-    size = require_regular(p, EXPECTED, error).st_size
+    size = require_regular(p, EXPECTED, lambda message: InputError(f"{option} {message}")).st_size
     if size == 0:
         raise InputError(f"{option} {p} is empty (0 bytes); expected {EXPECTED}")
     return size
@@ -170,7 +173,7 @@ def read_header(fh: IO[bytes], where: str, name: str | None, size: int) -> Array
     file (or zip member) holds from its start. ``where`` starts every message."""
     start = fh.tell()
     try:
-        shape, fortran, dtype = npy_header(fh)
+        shape, fortran, dtype = _npy_header(fh)
     except HEADER_DAMAGE as exc:
         text = " ".join(str(exc).split())
         if "max_header_size" in text or "large" in text:
@@ -199,11 +202,19 @@ def read_header(fh: IO[bytes], where: str, name: str | None, size: int) -> Array
     return header
 
 
-def npy_header(fh: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
+def _npy_header(fh: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
     """(shape, fortran order, dtype) from the magic and header of a `.npy` stream, within
     MAX_NPY_HEADER bytes (format versions 1, 2 and 3); ValueError when it is not one,
     including a shape that is not a tuple of non-negative integers."""
-    shape, fortran, dtype = _npy_header(fh)
+    fmt = np.lib.format
+    version = fmt.read_magic(fh)
+    read = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}.get(version)
+    if read is not None:
+        shape, fortran, dtype = read(fh, max_header_size=MAX_NPY_HEADER)
+    elif (read_any := getattr(fmt, "_read_array_header", None)) is not None:  # version 3
+        shape, fortran, dtype = read_any(fh, version, max_header_size=MAX_NPY_HEADER)
+    else:
+        raise ValueError(f".npy format version {version} is not supported")
     if not isinstance(shape, tuple) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
     ):
@@ -211,19 +222,6 @@ def npy_header(fh: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
     if not isinstance(fortran, bool):
         raise ValueError(f"the header's fortran_order {str(fortran)[:20]} is not true or false")
     return shape, fortran, dtype
-
-
-def _npy_header(fh: IO[bytes]) -> tuple[object, object, np.dtype]:
-    fmt = np.lib.format
-    version = fmt.read_magic(fh)
-    if version == (1, 0):
-        return fmt.read_array_header_1_0(fh, max_header_size=MAX_NPY_HEADER)
-    if version == (2, 0):
-        return fmt.read_array_header_2_0(fh, max_header_size=MAX_NPY_HEADER)
-    read = getattr(fmt, "_read_array_header", None)  # version 3 (utf-8 field names)
-    if read is None:
-        raise ValueError(f".npy format version {version} is not supported")
-    return read(fh, version, max_header_size=MAX_NPY_HEADER)
 
 
 def _data(fh: IO[bytes], p: Path, header: ArrayHeader) -> np.ndarray:
@@ -251,3 +249,164 @@ def _short(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     text = text.split("allow_pickle")[0].split("max_header_size")[0].rstrip(" ,;:(")[:160]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class NpyRows:
+    """Rows of one `.npy` stream, read in order.
+
+    Args:
+        stream: a binary file object positioned at the start of the `.npy` data.
+        label: how errors name it (`x.npy`, `data.npz, array 'a',`).
+        size: the bytes the stream holds from its start (the file's or the member's size);
+            without it a short stream is found when its rows are read.
+
+    An array saved in Fortran order (its rows are not contiguous) is read whole at the
+    first `read`, up to `MAX_FORTRAN_BYTES`, and served in row order from memory.
+
+    Raises:
+        InputError: what `array_files.read_header` refuses, a Fortran-order array over
+        `MAX_FORTRAN_BYTES`, or a 0-d array (no rows).
+
+    Example (not run)::
+
+        rows = NpyRows(open("x.npy", "rb"), "x.npy", os.path.getsize("x.npy"))
+        rows.read(32).shape  # (32, 28, 28, 1)
+    """
+
+    def __init__(self, stream: IO[bytes], label: str, size: int | None = None) -> None:
+        self.stream, self.label = stream, label
+        header = read_header(stream, f"--data {label}", None, _HUGE if size is None else size)
+        if not header.shape:
+            raise InputError(
+                f"--data {label} is a single value (shape ()); expected rows = samples"
+            )
+        self.shape: tuple[int, ...] = header.shape
+        self.dtype = header.dtype
+        self.row_bytes = self.dtype.itemsize * math.prod(self.shape[1:])
+        self.rows_left = self.shape[0]
+        self.fortran = bool(header.fortran_order) and len(header.shape) > 1
+        self._whole: np.ndarray | None = None  # a Fortran-order array, in row order
+        if self.fortran and self.rows * self.row_bytes > MAX_FORTRAN_BYTES:
+            raise InputError(
+                f"--data {label} is saved in Fortran order and holds "
+                f"{human(self.rows * self.row_bytes)}: its rows are not contiguous, so it is "
+                f"read whole, up to {human(MAX_FORTRAN_BYTES)}; save "
+                "np.ascontiguousarray(array) instead"
+            )
+
+    @property
+    def rows(self) -> int:
+        """Rows (samples) the header declares."""
+        return self.shape[0]
+
+    def read(self, n: int) -> np.ndarray:
+        """The next `min(n, rows left)` rows; an empty array at the end."""
+        n = min(n, self.rows_left)
+        if self.fortran:
+            if self._whole is None:
+                flat = self._take(self.rows * self.row_bytes)
+                data = np.frombuffer(flat, dtype=self.dtype).reshape(self.shape, order="F")
+                self._whole = np.ascontiguousarray(data)
+            start = self.rows - self.rows_left
+            self.rows_left -= n
+            return self._whole[start : start + n]
+        raw = self._take(n * self.row_bytes)
+        self.rows_left -= n
+        return np.frombuffer(raw, dtype=self.dtype).reshape((n, *self.shape[1:]))
+
+    def _take(self, want: int) -> bytes:
+        """The next `want` bytes of the stream (refused when it ends before them)."""
+        chunks, got = [], 0
+        while got < want:  # a zip member may return less than asked
+            chunk = self.stream.read(want - got)
+            if not chunk:
+                raise InputError(
+                    f"--data {self.label} is truncated: its header declares {self.rows} rows "
+                    f"of shape {self.shape[1:]}, but the data ends after "
+                    f"{self._rows_held(got)} rows; write it again"
+                )
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+
+    def _rows_held(self, got: int) -> int:
+        if self.fortran:  # column after column: no whole row before the end
+            return 0
+        return self.rows - self.rows_left + got // max(self.row_bytes, 1)
+
+
+def npz_members(archive: zipfile.ZipFile, path: str) -> dict[str, str]:
+    """Array name -> member name of the `.npy` files in a `.npz` archive."""
+    return {
+        name[: -len(".npy")]: name for name in archive.namelist() if name.endswith(".npy")
+    } or _no_arrays(archive, path)
+
+
+def _no_arrays(archive: zipfile.ZipFile, path: str) -> dict[str, str]:
+    held = ", ".join(archive.namelist()[:5]) or "nothing"
+    raise InputError(
+        f"--data {path} is a zip archive without .npy arrays (it holds {held}); write it "
+        "with np.savez(FILE, **{input_name: array})"
+    )
+
+
+_HUGE = 1 << 62  # no size given: rows are checked as they are read
+
+
+@dataclass(frozen=True)
+class NpyLayout:
+    """Where the rows of an uncompressed `.npy` array lie in a file, and what they are."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    offset: int  # bytes before the first row
+    footer: int  # bytes after the last row (the rest of a .npz)
+    fortran: bool = False  # saved in Fortran order: its rows are not records
+
+    @property
+    def row_bytes(self) -> int:
+        return self.dtype.itemsize * math.prod(self.shape[1:])
+
+
+def npy_layout(path: str) -> NpyLayout:
+    """The layout of a `.npy` file (its header is checked as `NpyRows` checks it)."""
+    with open(path, "rb") as stream:
+        rows = NpyRows(stream, path, os.path.getsize(path))
+        offset = stream.tell()
+    return _layout(path, rows, offset, label=path)
+
+
+def npz_layouts(
+    path: str, archive: zipfile.ZipFile, members: dict[str, str]
+) -> dict[str, NpyLayout | None]:
+    """Array name -> NpyLayout for the members stored without compression (np.savez); a
+    compressed member (np.savez_compressed) maps to None."""
+    out: dict[str, NpyLayout | None] = {}
+    with open(path, "rb") as raw:
+        for name, member in members.items():
+            info = archive.getinfo(member)
+            if info.compress_type != zipfile.ZIP_STORED:
+                out[name] = None
+                continue
+            start = member_data_start(raw, info)
+            if start is None:
+                out[name] = None
+                continue
+            raw.seek(start)
+            # the member's own size: a header that declares more rows than it holds is refused
+            rows = NpyRows(raw, f"{path} array {name!r}", info.compress_size)
+            layout = _layout(path, rows, raw.tell(), label=f"{path} array {name!r}")
+            out[name] = None if rows.fortran else layout  # read by NpyRows, not as records
+    return out
+
+
+def _layout(path: str, rows: NpyRows, offset: int, label: str) -> NpyLayout:
+    end = offset + rows.rows * rows.row_bytes
+    size = os.path.getsize(path)
+    if end > size:
+        raise InputError(
+            f"--data {label} is truncated: its header declares {rows.rows} rows of shape "
+            f"{rows.shape[1:]}, but the file ends before them; write it again"
+        )
+    return NpyLayout(path, rows.shape, rows.dtype, offset, size - end, rows.fortran)

@@ -10,16 +10,16 @@ with ``--import``.
 from __future__ import annotations
 
 import builtins
+import importlib.util
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from layergrad.core.errors import UnsafeModelError, UsageError
-
-if TYPE_CHECKING:
-    from layergrad.files.file_info import FileInfo
+from layergrad.files.file_info import FileInfo
+from layergrad.files.guards import require_regular
+from layergrad.model.config import layer_name
 
 KERAS_PACKAGES = ("keras", "keras_hub", "keras_cv", "keras_nlp")
 _PYTHON_BUILTINS = frozenset(dir(builtins))
@@ -54,8 +54,6 @@ def check_import_specs(specs: Sequence[str], find: bool = True) -> None:
     Raises:
         UsageError: the first spec that cannot be imported.
     """
-    import importlib.util
-
     for spec in specs:
         if is_path(spec):
             if not os.path.exists(spec):
@@ -65,8 +63,6 @@ def check_import_specs(specs: Sequence[str], find: bool = True) -> None:
                     f"--import {spec} is a directory; pass the .py file that defines the "
                     "layers, or the package's module name"
                 )
-            from layergrad.files.guards import require_regular
-
             # a FIFO would block the import, a device never end it
             require_regular(Path(spec), "a Python file", lambda m: UsageError(f"--import {m}"))
             continue
@@ -134,16 +130,10 @@ def _scan(
         if key == "layers" and isinstance(value, list) and "class_name" not in obj:
             for member in value:
                 if isinstance(member, Mapping):
-                    path = prefix + _member_name(member)
+                    path = prefix + layer_name(member)
                     _scan(member, path, str(member.get("class_name")), path + "/", allowed, out)
         else:
             _scan(value, layer, cls, prefix, allowed, out)
-
-
-def _member_name(member: Mapping[str, object]) -> str:
-    inner = member.get("config")
-    name = member.get("name") or (inner.get("name") if isinstance(inner, Mapping) else None)
-    return str(name or "?")
 
 
 def _check(
@@ -170,27 +160,16 @@ def _check(
     if isinstance(module, str):
         if _allowed_module(module, obj.get("registered_name"), allowed):
             return []
-        return [
-            Finding(
-                layer,
-                cls,
-                f"{name} comes from module '{module}', which is neither "
-                "Keras nor named with --import",
-            )
-        ]
+        why = f"{name} comes from module '{module}', which is neither Keras nor named with --import"
+        return [Finding(layer, cls, why)]
     if ">" in name and name.split(">", 1)[0] not in allowed:
         if allowed and module is None and _registered_name(name):
             # legacy .h5 writes only `package>Name`: Keras finds it only among the objects
             # a module registered (one the user named with --import), never by importing
             return []
-        return [
-            Finding(
-                layer,
-                cls,
-                f"{name} is a custom class from package "
-                f"'{name.split('>', 1)[0]}', which is not named with --import",
-            )
-        ]
+        package = name.split(">", 1)[0]
+        why = f"{name} is a custom class from package '{package}', which is not named with --import"
+        return [Finding(layer, cls, why)]
     return []
 
 

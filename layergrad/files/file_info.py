@@ -2,18 +2,23 @@
 
 `read_file_info` opens the file as Keras will (`archive`), parses and checks the config,
 builds the layer graph (`graph`) and reads the stored weights' health (`weight_health`).
-Every failure is a `LoadError` that says what is wrong.
+Every failure is a `LoadError` that says what is wrong. `training_steps` reads whether the
+file records training: the optimizer's step count saved with it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from layergrad.core.errors import LoadError
+import h5py
+import numpy as np
+
+from layergrad.core.errors import LayergradError, LoadError
 from layergrad.files import archive
 from layergrad.files.weight_health import (
     StoredWeights,
@@ -25,7 +30,9 @@ from layergrad.files.weight_health import (
 )
 from layergrad.model.graph import ModelGraph
 
-__all__ = ["FileInfo", "WeightHealth", "read_file_info"]
+__all__ = ["FileInfo", "WeightHealth", "read_file_info", "training_steps"]
+
+STEPS_AT = ("", "inner_optimizer/")  # where a .keras archive keeps an optimizer's step count
 
 
 @dataclass(frozen=True)
@@ -123,8 +130,6 @@ def _read_keras(p: Path, read_weights: bool) -> FileInfo:
 
 
 def _read_h5(p: Path, read_weights: bool) -> FileInfo:
-    import h5py
-
     with archive.open_hdf5(p) as h5:
         raw = archive.hdf5_attribute(h5, p, "model_config")
         if raw is None:
@@ -248,3 +253,40 @@ def _check_members(model: Mapping[str, object], p: Path, what: str, where: str) 
         ):
             raise _malformed(p, what, f"{label} has inbound_nodes that are not a list of calls")
         _check_members(member, p, what, label)
+
+
+def training_steps(path: str | os.PathLike[str]) -> int | None:
+    """The optimizer steps a model file records (`.keras`: `optimizer/vars/0` of its weights,
+    `.h5`: `optimizer_weights/<name>/iteration`), read within the same guards as the model;
+    None when it holds no optimizer state (saved without one, never compiled) or cannot be
+    read. Reads two small datasets, never the weights."""
+    p = Path(path)
+    try:
+        if archive.model_format(p) == "keras":
+            with archive.open_zip(p) as zf, archive.open_weights(p, zf) as weights:
+                if weights is None:
+                    return None
+                # a LossScaleOptimizer (mixed precision) keeps its own counter first, reset
+                # whenever the scale grows; the optimizer it wraps counts the steps
+                counts = [_scalar(weights.get(f"optimizer/{inner}vars/0")) for inner in STEPS_AT]
+                return max((c for c in counts if c is not None), default=None)
+        with archive.open_hdf5(p) as weights:
+            group = weights.get("optimizer_weights")
+            inner = [group[name] for name in group] if isinstance(group, h5py.Group) else []
+            for keys in (g for g in inner if isinstance(g, h5py.Group)):
+                for key in keys:  # `iteration`, `iter`, `iterations:0`, ...
+                    found = _scalar(keys[key]) if key.startswith("iter") else None
+                    if found is not None:
+                        return found
+    except (LayergradError, OSError, KeyError, ValueError, zipfile.BadZipFile, RuntimeError):
+        return None
+    return None
+
+
+def _scalar(dataset: object) -> int | None:
+    if not isinstance(dataset, h5py.Dataset) or dataset.shape not in ((), (1,)):
+        return None
+    if dataset.dtype.kind not in "iuf":
+        return None
+    value = np.asarray(dataset[()]).reshape(-1)
+    return int(value[0]) if value.size and np.isfinite(value[0]) else None

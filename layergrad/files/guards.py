@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import os
 import stat
+import struct
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
+
+import h5py
 
 from layergrad.core.errors import LayergradError
 from layergrad.core.limits import INFLATION_ALLOWANCE, MAX_INFLATION, human
@@ -84,6 +88,17 @@ def check_zip(zf: zipfile.ZipFile, path: Path, file_size: int, error: ErrorType)
         )
 
 
+def member_data_start(raw: IO[bytes], info: zipfile.ZipInfo) -> int | None:
+    """Where the bytes of a zip member begin in its archive (after its local header, whose
+    name and extra lengths are at bytes 26-29); None when that header is not there."""
+    raw.seek(info.header_offset)
+    local = raw.read(30)
+    if len(local) < 30 or local[:4] != b"PK\x03\x04":
+        return None
+    name_len, extra_len = struct.unpack("<HH", local[26:30])
+    return int(info.header_offset + 30 + name_len + extra_len)
+
+
 def read_member(
     zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path, limit: int, error: ErrorType
 ) -> bytes:
@@ -108,7 +123,6 @@ def check_hdf5(h5: H5Object, where: str, error: ErrorType) -> None:
     a read open ``/etc/passwd`` or a FIFO; Keras never writes them. Visiting links and objects
     reads only the file's own metadata (hard-link cycles are visited once).
     """
-    import h5py
 
     def link(name: str, value: H5Object) -> str | None:  # a value stops the visit
         if isinstance(value, h5py.ExternalLink):

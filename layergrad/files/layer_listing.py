@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from layergrad.core.display import NotebookDisplay
-from layergrad.files.file_info import FileInfo, WeightHealth
+from layergrad.files.audit import check_safety, module_name
+from layergrad.files.file_info import FileInfo, WeightHealth, read_file_info
 from layergrad.model.config import serialized_name
 from layergrad.model.graph import LayerEntry, ModelGraph
 
@@ -147,7 +148,7 @@ def _row(
         inbound=_inbound(graph, entry.inbound),
         calls=entry.num_calls,
         params=params,
-        dtype=dtype_policy(entry.config.get("dtype")),
+        dtype=serialized_name(entry.config.get("dtype")),
         trainable=trainable if isinstance(trainable, bool) else None,
         is_model=entry.is_model,
         unmatched=False,
@@ -162,7 +163,7 @@ def _model_input(graph: ModelGraph, name: str) -> ModelInput:
     dims = (
         tuple(d if isinstance(d, int) else None for d in shape) if isinstance(shape, list) else None
     )
-    return ModelInput(name, dims, dtype_policy(config.get("dtype")))
+    return ModelInput(name, dims, serialized_name(config.get("dtype")))
 
 
 def _orphan(w: WeightHealth, graph_known: bool) -> LayerRow:
@@ -183,15 +184,6 @@ def _inbound(graph: ModelGraph, inbound: Sequence[str]) -> tuple[str, ...]:
     )
 
 
-def dtype_policy(value: object) -> str | None:
-    """The dtype policy name in a layer config (`"float32"`, `"mixed_float16"`), or None.
-
-    Keras 3 stores a serialized ``DTypePolicy`` (name in its config), input layers and Keras
-    2 files a plain dtype string, older mixed-precision files a ``Policy`` object.
-    """
-    return serialized_name(value)
-
-
 def nonfinite_text(w: WeightHealth) -> str:
     """`3 NaN, 2 Inf`."""
     counts = [(w.nan, "NaN"), (w.inf, "Inf")]
@@ -209,9 +201,6 @@ def list_layers(
         LoadError: the file is unreadable or malformed; UnsafeModelError when the audit
             refuses it (unless `unsafe`, which lists it with the findings as warnings).
     """
-    from layergrad.files.audit import check_safety, module_name
-    from layergrad.files.file_info import read_file_info
-
     info = read_file_info(path)
     accepted = check_safety(info, [module_name(spec) for spec in imports], unsafe)
     return build_listing(info, accepted)

@@ -27,17 +27,15 @@ import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
+
+import numpy as np
 
 from layergrad.core.errors import OutputError
+from layergrad.core.results import InspectReport
+from layergrad.files.array_files import NPY_MAGIC
 from layergrad.files.guards import special_kind
 
-if TYPE_CHECKING:
-    import numpy as np
-
-    from layergrad.core.results import InspectReport
-
-NPY_MAGIC = b"\x93NUMPY"
 FIX_COPY_MARK = b"layergrad fix: a repaired copy"  # the zip comment of a copy `fix` wrote
 INPUT_SUFFIXES = (".keras", ".h5", ".hdf5", ".npy", ".npz", ".py")
 
@@ -72,19 +70,7 @@ def check_target(
             write (unless ``force``).
     """
     p = Path(path)
-    for source in inputs:
-        if not source:
-            continue
-        if _same_file(p, Path(source)):
-            raise OutputError(
-                f"{option} {path}: that is {source}, which this run reads; refusing to write "
-                "over it; choose another file name"
-            )
-        if os.path.isdir(source) and _inside(p, Path(source)):
-            raise OutputError(
-                f"{option} {path} is inside {source}, a folder this run reads (--data); "
-                "refusing to write into it; choose a file outside that folder"
-            )
+    _refuse_inputs(p, path, option, inputs)
     if kind == "xml" and p.suffix.lower() in INPUT_SUFFIXES:
         raise OutputError(
             f"{option} {path}: a report named like a model or data file ({p.suffix}); refusing "
@@ -119,6 +105,23 @@ _JUNIT_MARK = b'<testsuite name="layergrad.check"'
 _CHART_MAGIC = (b"\x89PNG\r\n\x1a\n", b"%PDF-")
 _FIT_JSON_MARK = b'"schema": "layergrad.fit/1"'
 _HTML_MARK = b'<meta name="generator" content="layergrad">'
+
+
+def _refuse_inputs(
+    p: Path, text: str, option: str, inputs: Iterable[str | os.PathLike[str] | None]
+) -> None:
+    """Refuse a target that is one of this run's inputs, or inside a folder it reads."""
+    for source in inputs:
+        if source and _same_file(p, Path(source)):
+            raise OutputError(
+                f"{option} {text}: that is {source}, which this run reads; refusing to write "
+                "over it; choose another name"
+            )
+        if source and os.path.isdir(source) and _inside(p, Path(source)):
+            raise OutputError(
+                f"{option} {text} is inside {source}, a folder this run reads (--data); "
+                "refusing to write into it; choose a place outside that folder"
+            )
 
 
 def _inside(p: Path, folder: Path) -> bool:
@@ -162,17 +165,15 @@ def _is_kind(p: Path, kind: str) -> bool:
     try:
         with p.open("rb") as fh:
             head = fh.read(4096)
+        body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
         if kind == "xml":  # what check_junit writes, not any file that begins with "<"
-            body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
             return body.startswith(b"<?xml") and _JUNIT_MARK in body
         if kind == "npy":
             return head.startswith(NPY_MAGIC)
         if kind == "fit":  # what a monitored run writes: its JSON object or its HTML page
-            body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
             json_report = body.startswith(b"{") and _FIT_JSON_MARK in body
             return json_report or (body.startswith(b"<!") and _HTML_MARK in body)
         if kind == "chart":
-            body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
             svg = body.startswith((b"<?xml", b"<svg", b"<!DOCTYPE svg")) and b"<svg" in body
             return body.startswith(_CHART_MAGIC) or svg
         if kind == "keras":  # only a copy `fix` wrote (its zip comment says so)
@@ -232,8 +233,6 @@ def save_gradients(
         OutputError: a target refused by `check_target`, a `.npy` for several results, or a
             file that cannot be written.
     """
-    import numpy as np
-
     option = "--save-gradient"
     if not path.endswith((".npy", ".npz")):
         raise OutputError(f"{option} must end in .npy or .npz: {path}")
@@ -271,8 +270,6 @@ def save_gradients(
 
 def _write_npz(fh: IO[bytes], arrays: dict[str, np.ndarray]) -> None:
     """An `.npz` as `np.savez` writes it (stored members ``NAME.npy``), for any key."""
-    import numpy as np
-
     with zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
         for name, array in arrays.items():
             with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
@@ -344,14 +341,7 @@ def check_folder_target(
     p = Path(text)
     if not text.strip():
         raise OutputError(f"{option} is empty; expected a folder to write into")
-    for source in inputs:
-        if source and (
-            _same_file(p, Path(source)) or (os.path.isdir(source) and _inside(p, Path(source)))
-        ):
-            raise OutputError(
-                f"{option} {text}: that is or is inside {source}, which this run reads; "
-                "choose a folder elsewhere"
-            )
+    _refuse_inputs(p, text, option, inputs)
     if os.path.islink(p) and not os.path.isdir(p):
         raise OutputError(
             f"{option} {text} is a link to {os.readlink(p)}, which is not a folder; "

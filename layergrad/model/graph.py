@@ -1,7 +1,7 @@
 """The layer graph of a saved Keras model, built from its config alone (no TensorFlow).
 
 The graph works at *call* granularity: node ``(path, k)`` is call k of the layer
-at ``path`` (its k-th inbound node); `call_graph` expands them. Facts about the
+at ``path`` (its k-th inbound node); `expand` expands them. Facts about the
 formats (Keras 3.15): ``model.layers`` of a Sequential model leaves out its
 ``InputLayer``; a Functional model lists its input layers but not its
 operations (``a + b``, ``keras.ops.add``). Those are kept in
@@ -10,12 +10,20 @@ operations (``a + b``, ``keras.ops.add``). Those are kept in
 
 The entries are built in one pass over the config, so reading a file is linear in its
 config's size; the call nodes are expanded only when a query needs them, within
-MAX_GRAPH_CALLS.
+MAX_GRAPH_CALLS (`expand`: the expansion is as large as the number of calls, which nested
+models multiply).
+
+In the expansion a nested model is transparent: its inputs are fed by what feeds it and its
+consumers read its inner outputs. Called n times, it runs its inner layers n times: inner
+call ``i * m + k`` is call k (of m) during its call i. A reference to a nested model counts
+its calls from 0 in Keras 3 inbound nodes but from 1 in a Functional parent's
+``input_layers``/``output_layers`` when the nested model is Functional, and from 1
+everywhere in Keras 2 files.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -23,6 +31,7 @@ from layergrad.core import json_types as js
 from layergrad.core.errors import LoadError
 from layergrad.core.limits import MAX_GRAPH_CALLS
 from layergrad.model.config import (
+    Ref,
     is_container,
     is_functional,
     is_operation,
@@ -32,6 +41,8 @@ from layergrad.model.config import (
 )
 
 NodeId = tuple[str, int]
+Feeds = Sequence[Sequence[Sequence[NodeId]]]  # per call, per input: the feeding nodes
+Outs = list[list[NodeId]]  # per call: the output nodes
 
 
 @dataclass(frozen=True)
@@ -124,8 +135,6 @@ class ModelGraph:
         if not self.known:
             return {}, ()
         self.require_expandable()
-        from layergrad.model.call_graph import expand
-
         return expand(self.source)
 
     @property
@@ -146,10 +155,6 @@ class ModelGraph:
         """The entry at ``path`` (``"dense"``, ``"encoder/dense_1"``), listed or not."""
         return self._by_path.get(path)
 
-    def find(self, name: str) -> tuple[LayerEntry, ...]:
-        """Every entry (at any depth) whose own name is ``name``."""
-        return tuple(e for e in (*self.layers, *self.unlisted) if e.name == name)
-
     def depends(self, to: str, frm: str, to_call: int = 0, frm_call: int = 0) -> bool | None:
         """Whether call ``to_call`` of ``to`` depends on call ``frm_call`` of ``frm``.
 
@@ -161,7 +166,7 @@ class ModelGraph:
         target = self._node(to, to_call)
         if sources is None or target is None:
             return None
-        return bool(self._ancestors(target) & sources)
+        return bool(self.ancestors(target) & sources)
 
     def between(
         self, frm: str, to: str, frm_call: int = 0, to_call: int = 0, *, include_ops: bool = False
@@ -178,7 +183,7 @@ class ModelGraph:
         sources = self._sources(frm, frm_call) or set()
         target = self._node(to, to_call)
         assert target is not None
-        on_path = (self._ancestors(target) | {target}) & self._descendants(sources)
+        on_path = (self.ancestors(target) | {target}) & self.descendants(sources)
         out: list[str] = []
         for node in self.order:
             entry = self.get(node[0])
@@ -203,7 +208,8 @@ class ModelGraph:
             return set(self.preds[node])  # a nested model's output = its inner outputs
         return {node}
 
-    def _ancestors(self, node: NodeId) -> set[NodeId]:
+    def ancestors(self, node: NodeId) -> set[NodeId]:
+        """Every call node that ``node`` reads, directly or through others."""
         seen: set[NodeId] = set()
         stack = list(self.preds.get(node, ()))
         while stack:
@@ -213,7 +219,8 @@ class ModelGraph:
                 stack.extend(self.preds.get(cur, ()))
         return seen
 
-    def _descendants(self, sources: set[NodeId]) -> set[NodeId]:
+    def descendants(self, sources: set[NodeId]) -> set[NodeId]:
+        """Every call node that reads one of ``sources``, directly or through others."""
         reached: set[NodeId] = set()
         for node in self.order:
             if any(p in sources or p in reached for p in self.preds.get(node, ())):
@@ -300,3 +307,175 @@ def _functional_inbound(
             if ref[0] in by_name and path not in out:
                 out.append(path)
     return tuple(out)
+
+
+def expand(
+    config: Mapping[str, object],
+) -> tuple[dict[NodeId, tuple[NodeId, ...]], tuple[NodeId, ...]]:
+    """The call nodes of a model config: each node's predecessors, and a topological order."""
+    builder = _Builder()
+    builder.add_model(config, "", 1, [[]])
+    order = _topological(builder.nodes, builder.preds)
+    return {k: tuple(v) for k, v in builder.preds.items()}, order
+
+
+class _Builder:
+    """Mutable state while expanding a config into call nodes."""
+
+    def __init__(self) -> None:
+        self.nodes: list[NodeId] = []
+        self.preds: dict[NodeId, list[NodeId]] = {}
+
+    def node(self, node: NodeId, preds: Iterable[NodeId]) -> NodeId:
+        if node not in self.preds:
+            self.nodes.append(node)
+            self.preds[node] = []
+        known = set(self.preds[node])
+        for p in preds:
+            if p not in known:
+                known.add(p)
+                self.preds[node].append(p)
+        return node
+
+    def add_model(self, cfg: Mapping[str, object], prefix: str, calls: int, feeds: Feeds) -> Outs:
+        """Expand a model's members (paths start with ``prefix``); return its outputs per call.
+
+        ``feeds[i][j]`` lists the nodes feeding input j during call i of the model.
+        """
+        if is_functional(cfg):
+            return _Functional(self, cfg, prefix, calls).expand(feeds)
+        return self.add_sequential(cfg, prefix, calls, feeds)
+
+    def add_sequential(
+        self, cfg: Mapping[str, object], prefix: str, calls: int, feeds: Feeds
+    ) -> Outs:
+        members = js.members(js.member(cfg, "config")["layers"], "layers")
+        prev = [[n for group in feeds[i] for n in group] for i in range(calls)]
+        for member in members:
+            path = prefix + layer_name(member)
+            if is_container(member):
+                outs = self.add_model(member, path + "/", calls, [[p] for p in prev])
+                prev = [[self.node((path, i), outs[i])] for i in range(calls)]
+            else:
+                prev = [[self.node((path, i), prev[i])] for i in range(calls)]
+        return prev
+
+
+class _Functional:
+    """Expansion of one Functional config (its own scope of layer names)."""
+
+    def __init__(self, b: _Builder, cfg: Mapping[str, object], prefix: str, calls: int) -> None:
+        self.b, self.prefix, self.calls = b, prefix, calls
+        self.inner = js.member(cfg, "config")
+        self.by_name = {layer_name(m): m for m in js.members(self.inner["layers"], "layers")}
+        self.outs: dict[NodeId, list[NodeId]] = {}  # nested-model call -> its inner outputs
+        self.nested: dict[str, list[list[NodeId]]] = {}  # nested model -> outputs per call
+
+    def n_own(self, name: str) -> int:
+        member = self.by_name.get(name, {})
+        return max(len(js.listed(member.get("inbound_nodes") or [], "inbound_nodes")), 1)
+
+    def expand(self, feeds: Feeds) -> Outs:
+        input_refs = structure_refs(self.inner.get("input_layers"))
+        for member in js.members(self.inner["layers"], "layers"):
+            for i in range(self.calls):
+                self.add_calls(member, i, input_refs, feeds[i])
+        return [
+            [
+                self.resolve(ref, i, boundary=True)
+                for ref in structure_refs(self.inner.get("output_layers"))
+            ]
+            for i in range(self.calls)
+        ]
+
+    def add_calls(
+        self,
+        member: Mapping[str, object],
+        i: int,
+        input_refs: list[Ref],
+        feeds: Sequence[Sequence[NodeId]],
+    ) -> None:
+        name = layer_name(member)
+        path = self.prefix + name
+        nodes = js.listed(member.get("inbound_nodes") or [], "inbound_nodes")
+        if not nodes:  # an input layer: fed by what feeds this model
+            positions = [p for p, ref in enumerate(input_refs) if ref[0] == name]
+            fed = [n for p in positions if p < len(feeds) for n in feeds[p]]
+            self.b.node((path, i), fed)
+            return
+        for k, node in enumerate(nodes):
+            g = i * len(nodes) + k
+            if is_container(member):
+                if g == 0:
+                    total = self.calls * len(nodes)
+                    per_call = [self.call_feeds(member, c) for c in range(total)]
+                    self.nested[path] = self.b.add_model(member, path + "/", total, per_call)
+                self.outs[(path, g)] = self.nested[path][g]
+                self.b.node((path, g), self.nested[path][g])
+            else:
+                legacy = isinstance(node, list)
+                self.b.node(
+                    (path, g), [self.resolve(r, i, legacy) for r in tensor_refs(node, legacy)]
+                )
+
+    def call_feeds(self, member: Mapping[str, object], g: int) -> list[list[NodeId]]:
+        """The nodes feeding each input of nested model ``member`` during its call ``g``."""
+        nodes = js.listed(member["inbound_nodes"], "inbound_nodes")
+        i, k = divmod(g, len(nodes))
+        node = nodes[k]
+        legacy = isinstance(node, list)
+        srcs = [self.resolve(r, i, legacy) for r in tensor_refs(node, legacy)]
+        if not is_functional(member):
+            return [srcs]
+        inputs = js.member(member, "config").get("input_layers")
+        n_inputs = len(structure_refs(inputs))
+        args = node.get("args") if isinstance(node, Mapping) else None
+        first = args[0] if isinstance(args, list) and args else None
+        if isinstance(first, Mapping) and isinstance(inputs, Mapping):
+            keyed = [[self.resolve(r, i) for r in tensor_refs(first.get(k), False)] for k in inputs]
+            if all(keyed):
+                return keyed
+        if len(srcs) == n_inputs:
+            return [[s] for s in srcs]
+        return [list(srcs) for _ in range(n_inputs)]
+
+    def resolve(self, ref: Ref, i: int, legacy: bool = False, boundary: bool = False) -> NodeId:
+        """The node a tensor reference points at, during call ``i`` of this model."""
+        name, node_index, tensor = ref
+        member = self.by_name.get(name)
+        path = self.prefix + name
+        if member is None:
+            return (path, node_index)
+        n = self.n_own(name)
+        shifted = legacy or (boundary and (is_functional(member) or node_index >= n))
+        if is_container(member) and node_index > 0 and shifted:
+            node_index -= 1
+        g = i * n + min(node_index, n - 1)
+        outs = self.outs.get((path, g))
+        if outs is not None and 0 <= tensor < len(outs):
+            return outs[tensor]
+        return (path, g)
+
+
+def _topological(
+    nodes: Sequence[NodeId], preds: Mapping[NodeId, list[NodeId]]
+) -> tuple[NodeId, ...]:
+    """Depth-first topological order, ties broken by creation order; cycles are cut."""
+    order: list[NodeId] = []
+    done: set[NodeId] = set()
+    for root in nodes:
+        stack: list[tuple[NodeId, int]] = [(root, 0)]
+        active: set[NodeId] = {root}
+        while stack:
+            node, idx = stack.pop()
+            parents = preds.get(node, [])
+            if idx < len(parents):
+                stack.append((node, idx + 1))
+                parent = parents[idx]
+                if parent not in done and parent not in active:
+                    active.add(parent)
+                    stack.append((parent, 0))
+            elif node not in done:
+                done.add(node)
+                order.append(node)
+    return tuple(order)

@@ -9,13 +9,10 @@ import fnmatch
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from layergrad.core.errors import LayerNotFound
 from layergrad.core.tf_types import KerasLayer, KerasModel
-
-if TYPE_CHECKING:
-    from layergrad.model.graph import ModelGraph
+from layergrad.model.graph import ModelGraph
 
 _CALL_SUFFIX = re.compile(r"^(?P<base>.+)@(?P<call>\d+)$")
 _INDEX = re.compile(r"^-?\d+$")

@@ -14,18 +14,24 @@ embedding, recurrent, attention, reshaping, merging, pooling, normalization) and
   numpy (float64 temporaries, absolute values, masks) and the random batch is drawn in
   float64, which dominates a small model probed with a huge `--batch-size`.
 
-The shapes and weight counts of each layer come from `layer_shapes`.
+The shapes and weight counts come from one rule per family of layers (`layer_shapes`): given
+a layer's config and its input shapes (batch axis excluded, open dimensions as UNKNOWN_DIM),
+the shapes of its outputs and the number of scalars in the variables it creates. A layer no
+rule knows passes its first input's shape through; if its config declares a size (``units``,
+``filters``, ``num_tokens``...) that size is assumed to multiply its input.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 from layergrad.core import json_types as js
+from layergrad.core.errors import LoadError
 from layergrad.core.json_types import Config
+from layergrad.core.limits import human
 from layergrad.model.config import (
     is_container,
     is_functional,
@@ -33,13 +39,17 @@ from layergrad.model.config import (
     structure_refs,
     tensor_refs,
 )
-from layergrad.model.layer_shapes import UNKNOWN_DIM, Shape, input_shape, layer_shapes
 
 if TYPE_CHECKING:
     from layergrad.files.file_info import FileInfo
 
 ACTIVATION_COPIES = 4
 LARGEST_COPIES = 10
+UNKNOWN_DIM = 16  # what the random probe batch uses for an open dimension
+Shape = tuple[int, ...]  # without the batch axis
+SIZE_KEYS = ("units", "filters", "output_dim", "num_tokens", "max_tokens", "num_bins",
+             "key_dim", "value_dim", "head_dim", "num_heads", "num_query_heads",
+             "intermediate_dim", "hidden_dim", "depth", "n")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -175,27 +185,23 @@ def _itemsize(dtype: object) -> int:
 
 def require_within(info: FileInfo, batch_size: int, max_memory: int) -> Footprint:
     """The estimate, or a LoadError naming the biggest part when it exceeds ``max_memory``."""
-    found = estimate(info, batch_size)
-    if found.total > max_memory:
-        _refuse(f"refusing to run {info.path}: the probe", found, batch_size, max_memory)
-    return found
+    who = f"refusing to run {info.path}: the probe"
+    return _within(estimate(info, batch_size), who, batch_size, max_memory)
 
 
 def require_config_within(
     config: Mapping[str, object], what: str, batch_size: int, max_memory: int
 ) -> Footprint:
     """`estimate_config`, or a LoadError (`what` would need ...) over ``max_memory``."""
-    found = estimate_config(config, batch_size)
-    if found.total > max_memory:
-        _refuse(f"refusing to build {what}: it", found, batch_size, max_memory)
-    return found
+    who = f"refusing to build {what}: it"
+    return _within(estimate_config(config, batch_size), who, batch_size, max_memory)
 
 
-def _refuse(who: str, found: Footprint, batch_size: int, max_memory: int) -> NoReturn:
-    """Raise the LoadError of an estimate over the budget: the parts, the option to raise."""
-    from layergrad.core.errors import LoadError
-    from layergrad.core.limits import human
-
+def _within(found: Footprint, who: str, batch_size: int, max_memory: int) -> Footprint:
+    """`found`, or the LoadError of an estimate over the budget: the parts, the option to
+    raise."""
+    if found.total <= max_memory:
+        return found
     smaller = ", or a smaller --batch-size" if found.activations > found.weights else ""
     raise LoadError(
         f"{who} would need about {human(found.total)} "
@@ -214,3 +220,289 @@ def _round_up(size: int) -> str:
         if size >= scale:
             return f"{-(-size // scale)}{unit}"
     return "1MB"
+
+
+def _int(value: object, default: int = UNKNOWN_DIM) -> int:
+    """A size from the config: ints and whole floats; None and anything else -> default."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return default
+    if isinstance(value, float) and not math.isfinite(value):
+        return default
+    return max(0, int(value))
+
+
+def _ints(value: object, n: int, default: int = 1) -> tuple[int, ...]:
+    """A per-axis size (``kernel_size=3`` or ``[3, 3]``) as ``n`` ints."""
+    if isinstance(value, (list, tuple)):
+        got = tuple(_int(v, default) for v in value[:n])
+        return got + (default,) * (n - len(got))
+    return (_int(value, default),) * n
+
+
+def _shape(value: object) -> Shape | None:
+    return tuple(_int(d) for d in value) if isinstance(value, (list, tuple)) else None
+
+
+Rule = Callable[[Mapping[str, object], Sequence[Shape]], tuple[list[Shape], int]]
+
+
+def layer_shapes(
+    class_name: str, cfg: Mapping[str, object], ins: Sequence[Shape]
+) -> tuple[list[Shape], int]:
+    """Output shapes (batch axis excluded) and weight elements of one layer call."""
+    rule = _RULES.get(class_name) or next(
+        (r for key, r in _FAMILIES if key in class_name), _generic
+    )
+    first = ins[0] if ins else (UNKNOWN_DIM,)
+    return rule(cfg, [first, *ins[1:]])
+
+
+def input_shape(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    """An input layer's shape from ``batch_shape`` / ``batch_input_shape`` / ``shape``."""
+    for key in ("batch_shape", "batch_input_shape"):
+        shape = _shape(cfg.get(key))
+        if shape is not None:
+            return [shape[1:]], 0
+    shape = _shape(cfg.get("shape"))
+    return [shape if shape is not None else ins[0]], 0
+
+
+def _dense(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    x, units = ins[0], _int(cfg.get("units"))
+    last = x[-1] if x else 1
+    return [(*x[:-1], units)], last * units + units
+
+
+def _einsum(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    out = _shape(cfg.get("output_shape")) or (_int(cfg.get("output_shape")),)
+    last = ins[0][-1] if ins[0] else 1
+    bias = out[-1] if cfg.get("bias_axes") and out else 0
+    return [out], last * math.prod(out) + bias
+
+
+def _embedding(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    dim = _int(cfg.get("output_dim"))
+    return [(*ins[0], dim)], _int(cfg.get("input_dim")) * dim
+
+
+def _spatial(x: Shape, cfg: Mapping[str, object]) -> tuple[Shape, int, bool]:
+    """(spatial dims, channels, channels_first) of a convolution or pooling input."""
+    first = cfg.get("data_format") == "channels_first"
+    if not x:
+        return (), 1, first
+    return (x[1:], x[0], True) if first else (x[:-1], x[-1], False)
+
+
+def _conv(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    dims, channels, first = _spatial(ins[0], cfg)
+    n = len(dims)
+    kernel = math.prod(_ints(cfg.get("kernel_size"), n))
+    strides = _ints(cfg.get("strides"), n)
+    transpose = cfg.get("_transpose", False)
+    out_dims = tuple(
+        d * s if transpose else -(-d // max(s, 1)) for d, s in zip(dims, strides, strict=False)
+    )
+    multiplier = _int(cfg.get("depth_multiplier"), 1)
+    filters = _int(cfg.get("filters"), channels * multiplier)
+    weights = kernel * channels * filters + filters
+    if "depth_multiplier" in cfg:  # depthwise (with its bias), or separable: then pointwise
+        weights = kernel * channels * multiplier
+        if "filters" in cfg:
+            weights += channels * multiplier * filters + filters
+        else:
+            weights += channels * multiplier
+    out = (filters, *out_dims) if first else (*out_dims, filters)
+    return [out], weights
+
+
+def _conv_transpose(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    return _conv({**cfg, "_transpose": True}, ins)
+
+
+def _pool(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    dims, channels, first = _spatial(ins[0], cfg)
+    strides = _ints(cfg.get("strides") or cfg.get("pool_size"), len(dims), 2)
+    out_dims = tuple(-(-d // max(s, 1)) for d, s in zip(dims, strides, strict=False))
+    return [(channels, *out_dims) if first else (*out_dims, channels)], 0
+
+
+def _global_pool(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    _, channels, _ = _spatial(ins[0], cfg)
+    return [(channels,)], 0
+
+
+def _rnn(gates: int) -> Rule:
+    """LSTM (4 gates), GRU (3), SimpleRNN (1): ``gates * units * (features + units + 1)``."""
+
+    def rule(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+        x, units = ins[0], _int(cfg.get("units"))
+        cell = cfg.get("cell")
+        if isinstance(cell, Mapping) and isinstance(cell.get("config"), Mapping):
+            units = _int(cell["config"].get("units"))
+        features = x[-1] if x else 1
+        steps = x[0] if len(x) > 1 else 1
+        out = (steps, units) if cfg.get("return_sequences") else (units,)
+        extra = [(units,)] * (2 if cfg.get("return_state") else 0)
+        bias = gates * units * (2 if cfg.get("reset_after") else 1)  # GRU: two bias rows
+        return [out, *extra], gates * units * (features + units) + bias
+
+    return rule
+
+
+def _bidirectional(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    inner = cfg.get("layer")
+    inner_cfg = inner.get("config") if isinstance(inner, Mapping) else None
+    name = str(inner.get("class_name", "")) if isinstance(inner, Mapping) else ""
+    if not isinstance(inner_cfg, Mapping):
+        return [ins[0]], 0
+    outs, weights = layer_shapes(name, inner_cfg, ins)
+    merged = [(*s[:-1], 2 * s[-1]) if s else s for s in outs[:1]]
+    return merged, 2 * weights
+
+
+def _time_distributed(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    inner = cfg.get("layer")
+    if not (isinstance(inner, Mapping) and isinstance(inner.get("config"), Mapping)):
+        return [ins[0]], 0
+    x = ins[0]
+    outs, weights = layer_shapes(str(inner.get("class_name", "")), inner["config"], [x[1:]])
+    return [(x[0] if x else 1, *s) for s in outs], weights
+
+
+def _attention(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    query, key = ins[0], ins[1] if len(ins) > 1 else ins[0]
+    heads = _int(cfg.get("num_heads") or cfg.get("num_query_heads"), 1)
+    key_dim = _int(cfg.get("key_dim") or cfg.get("head_dim"), query[-1] if query else 1)
+    value_dim = _int(cfg.get("value_dim"), key_dim)
+    width = query[-1] if query else 1
+    projections = heads * (2 * key_dim + value_dim)
+    weights = (width + 1) * projections + heads * value_dim * width + width  # and biases
+    steps_q = query[0] if len(query) > 1 else 1
+    steps_k = key[0] if len(key) > 1 else 1
+    return [query, (heads, steps_q, steps_k)], weights  # the scores are held too
+
+
+def _per_feature(count: int) -> Rule:
+    """A normalization: `count` values per feature (layer / group normalization: a scale and an
+    offset; batch normalization: those and the moving mean and variance)."""
+    return lambda cfg, ins: ([ins[0]], count * (ins[0][-1] if ins[0] else 1))
+
+
+def _flatten(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    return [(math.prod(ins[0]),)], 0
+
+
+def _reshape(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    target = cfg.get("target_shape")
+    if not isinstance(target, (list, tuple)):
+        return [ins[0]], 0
+    known = [_int(d, 1) for d in target if d != -1]
+    rest = math.prod(ins[0]) // max(1, math.prod(known))
+    return [tuple(rest if d == -1 else _int(d, 1) for d in target)], 0
+
+
+def _repeat(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    return [(_int(cfg.get("n"), 1), *ins[0])], 0
+
+
+def _concat(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    widest: Shape = ()
+    for shape in ins:
+        widest = shape if len(shape) > len(widest) else widest
+    out = list(widest)
+    if out:
+        axis = cfg.get("axis", -1)
+        axis = axis if isinstance(axis, int) and not isinstance(axis, bool) else -1
+        pos = min(max(len(out) + axis if axis < 0 else axis - 1, 0), len(out) - 1)
+        out[pos] = sum(s[pos] if len(s) > pos else 1 for s in ins)
+    return [tuple(out)], 0
+
+
+def _merge(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    return [max(ins, key=lambda s: math.prod(s))], 0
+
+
+def _resample(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    """UpSampling (``size``), ZeroPadding (``padding``), Cropping, Resizing."""
+    dims, channels, first = _spatial(ins[0], cfg)
+    n = len(dims)
+    if "height" in cfg:
+        sized = (_int(cfg.get("height")), _int(cfg.get("width")))[:n]
+        out_dims = (*sized, *dims[len(sized) :])
+    elif "size" in cfg:
+        out_dims = tuple(d * s for d, s in zip(dims, _ints(cfg.get("size"), n, 2), strict=False))
+    else:
+        pad = _ints(_flat(cfg.get("padding", cfg.get("cropping"))), n, 1)
+        sign = -1 if "cropping" in cfg else 1
+        out_dims = tuple(max(0, d + sign * 2 * p) for d, p in zip(dims, pad, strict=False))
+    return [(channels, *out_dims) if first else (*out_dims, channels)], 0
+
+
+def _flat(value: object) -> object:
+    """``[[1, 1], [2, 2]]`` (before/after per axis) -> ``[1, 2]`` (the larger side)."""
+    if isinstance(value, (list, tuple)) and value and isinstance(value[0], (list, tuple)):
+        return [max(_int(v, 0) for v in pair) if pair else 0 for pair in value]
+    return value
+
+
+def _encoding(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    """CategoryEncoding, lookups and hashing: one column per token when not in "int" mode."""
+    mode = cfg.get("output_mode", "int")
+    tokens = _int(cfg.get("num_tokens") or cfg.get("max_tokens") or cfg.get("num_bins"), 0)
+    if mode == "int" or not tokens:
+        return [ins[0]], 0
+    x = ins[0]
+    return [(*x[:-1], tokens) if len(x) > 1 else (tokens,)], 0
+
+
+def _generic(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    sizes = [_int(cfg.get(k), 0) for k in SIZE_KEYS if k in cfg]
+    if not sizes or not max(sizes):
+        return [ins[0]], 0
+    last = ins[0][-1] if ins[0] else 1
+    return [(*ins[0][:-1], max(sizes))], last * max(sizes)
+
+
+_RULES: dict[str, Rule] = {
+    "InputLayer": input_shape,
+    "Dense": _dense,
+    "EinsumDense": _einsum,
+    "Embedding": _embedding,
+    "ReversibleEmbedding": _embedding,
+    "Bidirectional": _bidirectional,
+    "TimeDistributed": _time_distributed,
+    "Flatten": _flatten,
+    "Reshape": _reshape,
+    "RepeatVector": _repeat,
+    "Concatenate": _concat,
+    "CategoryEncoding": _encoding,
+    "StringLookup": _encoding,
+    "IntegerLookup": _encoding,
+    "Hashing": _encoding,
+    "HashedCrossing": _encoding,
+    "TextVectorization": _encoding,
+    "Discretization": _encoding,
+    "Resizing": _resample,
+    "BatchNormalization": _per_feature(4),
+}
+_FAMILIES: tuple[tuple[str, Rule], ...] = (
+    ("GlobalAveragePooling", _global_pool),
+    ("GlobalMaxPooling", _global_pool),
+    ("Pooling", _pool),
+    ("Transpose", _conv_transpose),
+    ("Conv", _conv),
+    ("LSTM", _rnn(4)),
+    ("GRU", _rnn(3)),
+    ("RNN", _rnn(1)),
+    ("Attention", _attention),
+    ("Normalization", _per_feature(2)),
+    ("UpSampling", _resample),
+    ("ZeroPadding", _resample),
+    ("Cropping", _resample),
+    ("Add", _merge),
+    ("Subtract", _merge),
+    ("Multiply", _merge),
+    ("Average", _merge),
+    ("Maximum", _merge),
+    ("Minimum", _merge),
+)

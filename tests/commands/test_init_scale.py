@@ -15,7 +15,7 @@ from helpers import keras, tf
 
 from layergrad.commands.check.check_files import CheckOptions, check_file
 from layergrad.diagnose.saturation import saturated_init
-from layergrad.files.training_state import training_steps
+from layergrad.files.file_info import training_steps
 
 layers = keras.layers
 

@@ -19,8 +19,9 @@ from helpers import normal, sample, small_conv_net, tf
 from workers import one_cluster, same_outcome, tf_config
 
 from layergrad.cli.app import main
-from layergrad.core.cluster import cluster_from_env, reports_here
+from layergrad.core.cluster import cluster_from_env
 from layergrad.core.errors import UsageError
+from layergrad.core.probe_options import ProbeOptions, with_cluster
 from layergrad.data.shards import part_rows
 
 pytestmark = pytest.mark.slow  # two workers and one process, started once: seconds
@@ -222,6 +223,12 @@ def test_cpu_replicas_and_multi_worker_exclude_each_other(tmp_path):
     assert result.exit_code == 2 and "drop --cpu-replicas" in result.output
 
 
+def _reports_here(distribute: str | None, environ: dict[str, str]) -> bool:
+    """Whether this process prints the report, as the CLI decides it from TF_CONFIG."""
+    options = ProbeOptions(data="d.npz", distribute=distribute)
+    return with_cluster(options, environ).reports_here
+
+
 def test_workers_are_numbered_chief_first():
     cluster = {"chief": ["c:1"], "worker": ["w:1", "w:2"]}
     number = {}
@@ -231,10 +238,10 @@ def test_workers_are_numbered_chief_first():
         }
         got = cluster_from_env(env)
         number[(task, index)] = (got.index, got.workers, got.is_chief)
-        assert reports_here("multi-worker", env) == got.is_chief
+        assert _reports_here("multi-worker", env) == got.is_chief
     assert number == {("chief", 0): (0, 3, True), ("worker", 0): (1, 3, False),
                       ("worker", 1): (2, 3, False)}  # fmt: skip
-    assert reports_here(None, {}) and reports_here("mirrored", {})
+    assert _reports_here(None, {}) and _reports_here("mirrored", {})
     with pytest.raises(UsageError, match="2 chief tasks"):
         cluster_from_env({"TF_CONFIG": json.dumps(
             {"cluster": {"chief": ["a:1", "b:1"]}, "task": {"type": "chief", "index": 0}})})  # fmt: skip

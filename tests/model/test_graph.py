@@ -252,7 +252,7 @@ def test_unknown_graph_and_unknown_names() -> None:
     g = ModelGraph.from_config(_config_dict_legacy())
     assert g.depends("nope", "input_1") is None
     assert g.depends("dense", "input_1", to_call=5) is None
-    assert g.get("nope") is None and g.find("dense_1")[0].path == "sequential/dense_1"
+    assert g.get("nope") is None and g.get("sequential/dense_1").name == "dense_1"
 
 
 def _config_dict_legacy() -> dict[str, Any]:

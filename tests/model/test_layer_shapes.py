@@ -14,11 +14,11 @@ from helpers import keras
 
 from layergrad.core.errors import LoadError
 from layergrad.files.file_info import read_file_info
-from layergrad.model.layer_shapes import layer_shapes
 from layergrad.model.memory_estimate import (
     ACTIVATION_COPIES,
     LARGEST_COPIES,
     estimate,
+    layer_shapes,
     require_within,
 )
 

@@ -120,7 +120,7 @@ def test_an_npz_saved_in_fortran_order_trains_as_the_same_arrays_in_c_order(file
 
 
 def test_a_fortran_npy_reads_the_same_rows():
-    from layergrad.files.npy_rows import NpyRows
+    from layergrad.files.array_files import NpyRows
 
     x = np.arange(7 * 3 * 5, dtype="float32").reshape(7, 3, 5)
     import io

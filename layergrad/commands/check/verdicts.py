@@ -27,8 +27,7 @@ from layergrad.core.vocab import (
 )
 from layergrad.diagnose.regressions import DEFAULT_TOLERANCE
 from layergrad.files.audit import check_safety, module_name
-from layergrad.files.file_info import FileInfo
-from layergrad.files.training_state import training_steps
+from layergrad.files.file_info import FileInfo, training_steps
 from layergrad.model.head_forms import keyed_by_head, output_heads
 from layergrad.model.loss_forms import display_name, per_output, unknown_outputs
 from layergrad.model.target_fit import LabelSummary, target_mismatches
