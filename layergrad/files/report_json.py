@@ -23,11 +23,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from functools import cache
 from pathlib import Path
-from typing import NoReturn, TypeVar, Union, cast, get_args, get_origin, get_type_hints
+from typing import Any, NoReturn, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 from layergrad.core.errors import InputError
-from layergrad.core.fit_results import Checkpoint
-from layergrad.core.fix_results import OutputLoss, Run
+from layergrad.core.fit_results import SCHEMA as FIT_SCHEMA
+from layergrad.core.fit_results import Checkpoint, FitReport
+from layergrad.core.fix_results import SCHEMA as FIX_SCHEMA
+from layergrad.core.fix_results import FixReport, OutputLoss, Repair, Run
 from layergrad.core.limits import MAX_BATCH_SIZE, MAX_SEED
 from layergrad.core.results import (
     CheckItem,
@@ -78,6 +80,11 @@ class Spec:
     null for an empty tuple; `words`: word fields limited to a subset; `tops`: a measure's
     largest value; `head`: constant members written first; `write(obj, doc)` and `finish(obj,
     doc, reader, at)` adjust what the walk wrote and read (checks between members).
+
+    Written only (the reports layergrad does not read back, `fit` and `fix`): `groups`: a
+    member that is an object of these fields or properties (each named by `keys`); `picks`: a
+    list field whose items are written as {member: attribute}; `also`: properties written
+    after the fields (named by `keys`).
     """
 
     keys: Mapping[str, str] = field(default_factory=dict)
@@ -89,6 +96,9 @@ class Spec:
     words: Mapping[str, tuple[Word, ...]] = field(default_factory=dict)
     tops: Mapping[str, float] = field(default_factory=dict)
     head: Mapping[str, str] = field(default_factory=dict)
+    groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    picks: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    also: tuple[str, ...] = ()
     write: Callable[[object, dict[str, object]], None] | None = None
     finish: Callable[[object, Mapping[str, object], Reader, str], object] | None = None
 
@@ -114,9 +124,15 @@ def to_json(value: object) -> object:
         return value
     spec = SPECS.get(type(value), PLAIN)
     doc: dict[str, object] = dict(spec.head)
+    for member, names in spec.groups.items():
+        doc[member] = {spec.keys.get(n, n): to_json(getattr(value, n)) for n in names}
     for f in fields(value):
         item = getattr(value, f.name)
         if f.name in spec.skip or (f.name in spec.when_set and item in (None, ())):
+            continue
+        if f.name in spec.picks:
+            picks = spec.picks[f.name].items()
+            doc[f.name] = [{k: to_json(getattr(i, a)) for k, a in picks} for i in item]
             continue
         if f.name in spec.inline:
             inner = to_json(item)
@@ -124,6 +140,7 @@ def to_json(value: object) -> object:
                 doc.update({k: v for k, v in inner.items() if k not in doc})
             continue
         doc[spec.keys.get(f.name, f.name)] = to_json(item)
+    doc.update({spec.keys.get(n, n): to_json(getattr(value, n)) for n in spec.also})
     if spec.write is not None:
         spec.write(value, doc)
     return doc
@@ -498,6 +515,20 @@ def _finish_histogram(obj: object, doc: Mapping[str, object], read: Reader, at: 
     return obj
 
 
+def _write_repair(obj: object, doc: dict[str, object]) -> None:
+    """A repair's code as one text, one change a line; no reason why: null."""
+    assert isinstance(obj, Repair)
+    doc.update(code="\n".join(obj.code), why=obj.why or None)
+
+
+def _write_fix(obj: object, doc: dict[str, object]) -> None:
+    """Each repair carries the original's run, the one it is judged against."""
+    assert isinstance(obj, FixReport)
+    original = to_json(obj.original)
+    for repair in cast(list[dict[str, object]], doc["repairs"]):
+        repair["original"] = original
+
+
 # a training run's losses (`fix`): what the loss is called, and each loss as a `..._loss`
 SCORED = {"loss_name": "loss", "final": "final_loss", "trivial": "trivial_loss",
           "baseline": "baseline_loss"}  # fmt: skip
@@ -525,6 +556,19 @@ def _norms(skip: str) -> Spec:
         write=_write_norms,
         finish=_finish_norms,
     )
+
+
+def _written(
+    schema: str, groups: Mapping[str, str], findings: Mapping[str, str], **spec: Any
+) -> Spec:
+    """A report written and never read (`fit`, `fix`): `groups` members hold these fields
+    (not written at the top); `findings` fields list Reasons as their code (`finding`) and these
+    attributes."""
+    members = {name: tuple(names.split()) for name, names in groups.items()}
+    grouped = {n for names in members.values() for n in names}
+    picks = {k: {"finding": "code", **{a: a for a in v.split()}} for k, v in findings.items()}
+    skip = spec.pop("skip", frozenset()) | grouped
+    return Spec(head={"schema": schema}, groups=members, picks=picks, skip=skip, **spec)
 
 
 PLAIN = Spec()
@@ -573,4 +617,23 @@ SPECS: dict[type, Spec] = {
     # what a file gets, and the findings that fail it or warn, in check order
     FileVerdict: Spec(write=_write_verdict),
     SpectralNorms: _norms("converged"),
+    FitReport: _written(
+        FIT_SCHEMA,
+        {
+            "model": "path model_class model",
+            "training": "data steps epochs every loss_name optimizer learning_rate stopped",
+        },
+        {"findings": "layer step message"},
+        keys={"model_class": "class", "model": "name", "loss_name": "loss"},
+    ),
+    FixReport: _written(
+        FIX_SCHEMA,
+        {"model": "path model_class", "findings": "before after gone remaining"},
+        {"unrepaired": "layer message hint"},
+        keys={"model_class": "class", "ok": "passed"},
+        skip=frozenset({"original"}),
+        also=("ok",),
+        write=_write_fix,
+    ),
+    Repair: Spec(write=_write_repair),
 }

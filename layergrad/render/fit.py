@@ -13,12 +13,10 @@ from collections.abc import Sequence
 from rich.console import RenderableType
 from rich.text import Text
 
-from layergrad.core.fit_results import SCHEMA, Checkpoint, FitReport, LayerStats
-from layergrad.files.report_json import to_json
+from layergrad.core.fit_results import Checkpoint, FitReport, LayerStats
 from layergrad.render.common import (
     Column,
     fit_table,
-    json_document,
     md_code,
     md_table,
     md_text,
@@ -108,36 +106,6 @@ def table(
         items.append(Text(f"  {f.code}{where} (step {f.step}): {f.message}"))
     items += [Text(f"note: {n}") for n in report.notes]
     return to_text(items, color=color, width=width)
-
-
-def as_dict(report: FitReport) -> dict[str, object]:
-    """The `layergrad.fit/1` object."""
-    return {
-        "schema": SCHEMA,
-        "model": {"path": report.path, "class": report.model_class, "name": report.model},
-        "training": {
-            "data": report.data,
-            "steps": report.steps,
-            "epochs": report.epochs,
-            "every": report.every,
-            "loss": report.loss_name,
-            "optimizer": report.optimizer,
-            "learning_rate": report.learning_rate,
-            "stopped": report.stopped,
-        },
-        "losses": list(report.losses),
-        "checkpoints": to_json(report.checkpoints),
-        "findings": [
-            {"finding": str(f.code), "layer": f.layer, "step": f.step, "message": f.message}
-            for f in report.findings
-        ],
-        "notes": list(report.notes),
-    }
-
-
-def as_json(report: FitReport, **_: object) -> str:
-    """Strict JSON (no NaN literals), indented."""
-    return json_document(as_dict(report))
 
 
 def markdown(report: FitReport, **_: object) -> str:

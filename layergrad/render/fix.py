@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from rich.console import RenderableType
 from rich.text import Text
 
-from layergrad.core.fix_results import SCHEMA, FixReport, Repair, Run
-from layergrad.files.report_json import to_json
-from layergrad.render.common import json_document, md_code, md_table, md_text, number, to_text
+from layergrad.core.fix_results import FixReport, Repair, Run
+from layergrad.render.common import md_code, md_table, md_text, number, to_text
 from layergrad.render.escape import visible
 from layergrad.render.html_page import Html, badge, cell, el, page, report_head
 from layergrad.render.html_page import table as html_table
@@ -107,50 +106,6 @@ def table(report: FixReport, *, color: bool = False, width: int | None = 100) ->
 
 def _style(r: Repair) -> str:
     return {"verified": "green", "not verified": "red"}.get(str(r.verdict), "yellow")
-
-
-def as_dict(report: FixReport) -> dict[str, object]:
-    """The `layergrad.fix/1` object."""
-    return {
-        "schema": SCHEMA,
-        "model": {"path": report.path, "class": report.model_class},
-        "data": report.data,
-        "steps": report.steps,
-        "findings": {
-            "before": list(report.before),
-            "after": list(report.after),
-            "gone": list(report.gone),
-            "remaining": list(report.remaining),
-        },
-        "repairs": [
-            {
-                "finding": r.finding,
-                "layer": r.layer,
-                "change": r.change,
-                "code": "\n".join(r.code),
-                "verdict": str(r.verdict),
-                "why": r.why or None,
-                "applied": r.applied,
-                "gone": list(r.gone),
-                "original": to_json(report.original),
-                "repaired": to_json(r.repaired),
-            }
-            for r in report.repairs
-        ],
-        "unrepaired": [
-            {"finding": u.code, "layer": u.layer, "message": u.message, "hint": u.hint}
-            for u in report.unrepaired
-        ],
-        "together": to_json(report.together),
-        "output": report.output,
-        "passed": report.ok,
-        "notes": list(report.notes),
-    }
-
-
-def as_json(report: FixReport, **_: object) -> str:
-    """Strict JSON (no NaN literals), indented."""
-    return json_document(as_dict(report))
 
 
 def _fence(lines: Sequence[str]) -> str:
