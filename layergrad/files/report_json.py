@@ -53,8 +53,11 @@ from layergrad.core.results import (
 )
 from layergrad.core.vocab import CAUSE_CODES, SCAN_FLAGS, Word
 from layergrad.files.guards import require_regular
+from layergrad.files.layer_listing import LayerListing, LayerRow
+from layergrad.files.weight_health import WeightHealth
 
 INSPECT_SCHEMA, SCAN_SCHEMA = "layergrad.inspect/1", "layergrad.scan/1"
+LAYERS_SCHEMA = "layergrad.layers/1"
 EXPECTED = "a `layergrad inspect --json` or `scan --json` report"
 T = TypeVar("T")
 W = TypeVar("W", bound=Word)
@@ -132,7 +135,9 @@ def to_json(value: object) -> object:
             continue
         if f.name in spec.picks:
             picks = spec.picks[f.name].items()
-            doc[f.name] = [{k: to_json(getattr(i, a)) for k, a in picks} for i in item]
+            doc[spec.keys.get(f.name, f.name)] = [
+                {k: to_json(getattr(i, a)) for k, a in picks} for i in item
+            ]
             continue
         if f.name in spec.inline:
             inner = to_json(item)
@@ -529,6 +534,12 @@ def _write_fix(obj: object, doc: dict[str, object]) -> None:
         repair["original"] = original
 
 
+def _write_layer(obj: object, doc: dict[str, object]) -> None:
+    """A layer's index among its siblings (None for a weight file's group)."""
+    assert isinstance(obj, LayerRow)
+    doc["index"] = obj.position[-1] if obj.position else None
+
+
 # a training run's losses (`fix`): what the loss is called, and each loss as a `..._loss`
 SCORED = {"loss_name": "loss", "final": "final_loss", "trivial": "trivial_loss",
           "baseline": "baseline_loss"}  # fmt: skip
@@ -558,17 +569,18 @@ def _norms(skip: str) -> Spec:
     )
 
 
-def _written(
-    schema: str, groups: Mapping[str, str], findings: Mapping[str, str], **spec: Any
-) -> Spec:
-    """A report written and never read (`fit`, `fix`): `groups` members hold these fields
-    (not written at the top); `findings` fields list Reasons as their code (`finding`) and these
-    attributes."""
+def _written(schema: str, groups: Mapping[str, str], picks: Mapping[str, str], **spec: Any) -> Spec:
+    """A report written and never read (`fit`, `fix`, `layers`): each `groups` member is an
+    object of these fields (not written at the top); each `picks` field is a list whose items
+    are written as these members (`member=attribute` where the names differ)."""
     members = {name: tuple(names.split()) for name, names in groups.items()}
     grouped = {n for names in members.values() for n in names}
-    picks = {k: {"finding": "code", **{a: a for a in v.split()}} for k, v in findings.items()}
+    items = {
+        name: {m: a or m for m, _, a in (word.partition("=") for word in words.split())}
+        for name, words in picks.items()
+    }
     skip = spec.pop("skip", frozenset()) | grouped
-    return Spec(head={"schema": schema}, groups=members, picks=picks, skip=skip, **spec)
+    return Spec(head={"schema": schema}, groups=members, picks=items, skip=skip, **spec)
 
 
 PLAIN = Spec()
@@ -623,17 +635,31 @@ SPECS: dict[type, Spec] = {
             "model": "path model_class model",
             "training": "data steps epochs every loss_name optimizer learning_rate stopped",
         },
-        {"findings": "layer step message"},
+        {"findings": "finding=code layer step message"},
         keys={"model_class": "class", "model": "name", "loss_name": "loss"},
     ),
     FixReport: _written(
         FIX_SCHEMA,
         {"model": "path model_class", "findings": "before after gone remaining"},
-        {"unrepaired": "layer message hint"},
+        {"unrepaired": "finding=code layer message hint"},
         keys={"model_class": "class", "ok": "passed"},
         skip=frozenset({"original"}),
         also=("ok",),
         write=_write_fix,
     ),
     Repair: Spec(write=_write_repair),
+    LayerListing: _written(
+        LAYERS_SCHEMA,
+        {"model": "path format class_name name keras_version inputs graph_known"},
+        {"operations": "path class=class_name inbound"},
+        keys={"class_name": "class", "graph_known": "graph", "rows": "layers"},
+        also=("total_params",),
+    ),
+    LayerRow: Spec(
+        keys={"class_name": "class"},
+        skip=frozenset({"position", "unmatched"}),
+        also=("problem",),
+        write=_write_layer,
+    ),
+    WeightHealth: Spec(skip=frozenset({"layer", "params"})),
 }
