@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from functools import cache
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar, Union, cast, get_args, get_origin, get_type_hints
+from typing import NoReturn, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 from layergrad.core.errors import InputError
 from layergrad.core.fit_results import SCHEMA as FIT_SCHEMA
@@ -569,7 +569,15 @@ def _norms(skip: str) -> Spec:
     )
 
 
-def _written(schema: str, groups: Mapping[str, str], picks: Mapping[str, str], **spec: Any) -> Spec:
+def _written(
+    schema: str,
+    groups: Mapping[str, str],
+    picks: Mapping[str, str],
+    keys: Mapping[str, str],
+    skip: frozenset[str] = frozenset(),
+    also: tuple[str, ...] = (),
+    write: Callable[[object, dict[str, object]], None] | None = None,
+) -> Spec:
     """A report written and never read (`fit`, `fix`, `layers`): each `groups` member is an
     object of these fields (not written at the top); each `picks` field is a list whose items
     are written as these members (`member=attribute` where the names differ)."""
@@ -579,8 +587,15 @@ def _written(schema: str, groups: Mapping[str, str], picks: Mapping[str, str], *
         name: {m: a or m for m, _, a in (word.partition("=") for word in words.split())}
         for name, words in picks.items()
     }
-    skip = spec.pop("skip", frozenset()) | grouped
-    return Spec(head={"schema": schema}, groups=members, picks=items, skip=skip, **spec)
+    return Spec(
+        keys=keys,
+        skip=skip | grouped,
+        head={"schema": schema},
+        groups=members,
+        picks=items,
+        also=also,
+        write=write,
+    )
 
 
 PLAIN = Spec()

@@ -23,6 +23,7 @@ from layergrad.files.report_json import to_json
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
+    count,
     fit_table,
     json_document,
     md_code,
@@ -119,7 +120,7 @@ def verdict(report: DiffReport) -> str:
     bad = len(report.regressions)
     compared = len(report.rows) - report.count(Change.ADDED) - report.count(Change.REMOVED)
     head = (
-        f"{bad} regression{'s' if bad > 1 else ''}" if bad else "no regression"
+        count(bad, "regression") if bad else "no regression"
     ) + f" in {compared} {row_word(report)}s compared (tolerance {report.tolerance:g} decades)"
     counts = [
         f"{report.count(c)} {c}"

@@ -16,8 +16,10 @@ from rich.text import Text
 from layergrad.core.fit_results import Checkpoint, FitReport, LayerStats
 from layergrad.render.common import (
     Column,
+    count,
     fit_table,
     md_code,
+    md_head,
     md_table,
     md_text,
     number,
@@ -47,7 +49,7 @@ def verdict_line(report: FitReport) -> str:
     if not report.findings:
         return f"no finding in {report.steps} steps"
     words = ", ".join(dict.fromkeys(str(f.code) for f in report.findings))
-    return f"{len(report.findings)} finding{'s' if len(report.findings) > 1 else ''}: {words}"
+    return f"{count(len(report.findings), 'finding')}: {words}"
 
 
 def _facts(report: FitReport) -> list[tuple[str, str]]:
@@ -59,8 +61,8 @@ def _facts(report: FitReport) -> list[tuple[str, str]]:
     facts += [
         (
             "training",
-            f"{_count(report.steps, 'step')} in {_count(report.epochs, 'epoch')}, "
-            f"checkpoint every {_count(report.every, 'step')}"
+            f"{count(report.steps, 'step')} in {count(report.epochs, 'epoch')}, "
+            f"checkpoint every {count(report.every, 'step')}"
             if started
             else "not started: the labels do not fit the outputs (before the first step)",
         ),
@@ -70,10 +72,6 @@ def _facts(report: FitReport) -> list[tuple[str, str]]:
     if report.stopped and started:
         facts.append(("stopped", f"early, on {report.stopped}"))
     return facts
-
-
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _last(report: FitReport) -> Checkpoint | None:
@@ -110,9 +108,7 @@ def table(
 
 def markdown(report: FitReport, **_: object) -> str:
     """A pull-request comment: the verdict, the findings, the last checkpoint's layers."""
-    lines = [f"### layergrad fit: {md_text(verdict_line(report))}", ""]
-    lines += [f"- {k}: {md_text(v)}" for k, v in _facts(report)]
-    lines.append("")
+    lines = md_head("fit", verdict_line(report), _facts(report))
     if report.findings:
         rows = [
             [md_code(str(f.code)), md_code(f.layer or "-"), str(f.step), md_text(f.message)]

@@ -14,7 +14,7 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from layergrad.core.fix_results import FixReport, Repair, Run
-from layergrad.render.common import md_code, md_table, md_text, number, to_text
+from layergrad.render.common import count, md_code, md_head, md_table, md_text, number, to_text
 from layergrad.render.escape import visible
 from layergrad.render.html_page import Html, badge, cell, el, page, report_head
 from layergrad.render.html_page import table as html_table
@@ -27,10 +27,7 @@ def verdict_line(report: FixReport) -> str:
         return "nothing to fix: check finds nothing" + (" and training finds nothing"
                                                          if report.data else "")  # fmt: skip
     done = sum(r.verdict == "verified" for r in report.repairs)
-    word = "repair" if len(report.repairs) == 1 else "repairs"
-    text = f"{len(report.repairs)} {word} for {len(report.before)} finding" + (
-        "s" if len(report.before) != 1 else ""
-    )
+    text = f"{count(len(report.repairs), 'repair')} for {count(len(report.before), 'finding')}"
     if report.data:
         text += f", {done} verified"
     if report.unrepaired:
@@ -146,9 +143,7 @@ def _unquoted(line: str, mark: str) -> list[int]:
 
 def markdown(report: FixReport, **_: object) -> str:
     """A pull-request comment: the verdict, the changes as a suggestion block, the verdicts."""
-    lines = [f"### layergrad fix: {md_text(verdict_line(report))}", ""]
-    lines += [f"- {k}: {md_text(v)}" for k, v in _facts(report)]
-    lines.append("")
+    lines = md_head("fix", verdict_line(report), _facts(report))
     for r in report.repairs:
         where = f" at {md_code(r.layer)}" if r.layer else ""
         lines.append(f"**{md_text(r.finding)}**{where}: {md_text(r.change)}")

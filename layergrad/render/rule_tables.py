@@ -15,12 +15,9 @@ from collections.abc import Callable
 
 from layergrad.diagnose.causes import KINDS
 from layergrad.model.head_rules import RULES, HeadRule
+from layergrad.render.common import md_table
 
 END = "<!-- end rules -->"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
 
 
 def _evidence(rule: HeadRule) -> tuple[str, str, str, str]:
@@ -39,38 +36,24 @@ def _evidence(rule: HeadRule) -> tuple[str, str, str, str]:
 
 def verdict_table() -> str:
     """Each rule: its finding, severity, condition and the evidence behind it."""
-    lines = [
-        "| rule | finding | severity | when | trained: flagged / repaired | flagged runs "
-        "that never trained | corpus recall | false alarms |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for rule in RULES:
-        trained, never, recall, alarms = _evidence(rule)
-        lines.append(
-            f"| `{rule.name}` | `{rule.code}` | {rule.severity} | {_cell(rule.condition)} | "
-            f"{trained} | {_cell(never)} | {recall} | {alarms} |"
-        )
-    return "\n".join(lines)
+    header = ["rule", "finding", "severity", "when", "trained: flagged / repaired",
+              "flagged runs that never trained", "corpus recall", "false alarms"]  # fmt: skip
+    rows = [[f"`{r.name}`", f"`{r.code}`", str(r.severity), r.condition, *_evidence(r)]
+            for r in RULES]  # fmt: skip
+    return md_table(header, rows, rule="| --- ").rstrip("\n")
 
 
 def fix_table() -> str:
     """Each rule's repair."""
-    lines = ["| rule | finding: when | repair |", "| --- | --- | --- |"]
-    for rule in RULES:
-        lines.append(
-            f"| `{rule.name}` | `{rule.code}`: {_cell(rule.condition)} | "
-            f"{_cell(rule.repair_words)} |"
-        )
-    return "\n".join(lines)
+    rows = [[f"`{r.name}`", f"`{r.code}`: {r.condition}", r.repair_words] for r in RULES]
+    return md_table(["rule", "finding: when", "repair"], rows, rule="| --- ").rstrip("\n")
 
 
 def cause_table() -> str:
     """Each cause code: what it means, how it is detected, what fixes it."""
-    lines = ["| code | meaning | how layergrad detects it | fix |", "| --- | --- | --- | --- |"]
-    for kind in KINDS:
-        cells = " | ".join(_cell(text) for text in (kind.meaning, kind.detected, kind.fix))
-        lines.append(f"| `{kind.code}` | {cells} |")
-    return "\n".join(lines)
+    header = ["code", "meaning", "how layergrad detects it", "fix"]
+    rows = [[f"`{k.code}`", k.meaning, k.detected, k.fix] for k in KINDS]
+    return md_table(header, rows, rule="| --- ").rstrip("\n")
 
 
 TABLES: dict[str, Callable[[], str]] = {
