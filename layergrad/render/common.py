@@ -286,11 +286,11 @@ def json_document(doc: object) -> str:
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], rule: str = "|---") -> str:
-    """A GitHub-flavoured markdown table (pipes in cells escaped); `rule` starts each cell of
-    the line under the header."""
-    lines = ["| " + " | ".join(header) + " |", rule * len(header) + "|"]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    """A GitHub-flavoured markdown table (pipes escaped); `rule` starts each cell of the line
+    under the header."""
+    lines = ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    head = "| " + " | ".join(h.replace("|", "\\|") for h in header) + " |"
+    return "\n".join([head, rule * len(header) + "|", *lines]) + "\n"
 
 
 def md_head(command: str, verdict: str, facts: Iterable[tuple[str, str]]) -> list[str]:

@@ -25,7 +25,7 @@ from layergrad.render.common import (
     number,
     to_text,
 )
-from layergrad.render.html_page import Html, badge, cell, el, join, page, report_head
+from layergrad.render.html_page import Html, badge, cell, el, page, report_head, svg
 from layergrad.render.html_page import table as html_table
 from layergrad.render.loss_chart import BLUE, loss_chart
 
@@ -195,14 +195,7 @@ def ratio_map_svg(report: FitReport) -> Html:
     legend = el(
         "text", "blue 1e-7 .. green 1e-3 .. red 1e1", x=label + 160, y=height - 12, font_size=11
     )
-    return el(
-        "svg",
-        join([*cells, *names, axis, legend]),
-        xmlns="http://www.w3.org/2000/svg",
-        viewBox=f"0 0 {width} {height}",
-        role="img",
-        aria_label="update ratio per layer and step",
-    )
+    return svg([*cells, *names, axis, legend], width, height, "update ratio per layer and step")
 
 
 def _colour(ratio: float | None) -> str:

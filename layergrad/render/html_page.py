@@ -104,6 +104,12 @@ def definition_list(items: Iterable[tuple[str, Child]]) -> Html:
     return el("dl", (join([el("dt", k), el("dd", v)]) for k, v in items))
 
 
+def svg(parts: Iterable[Child], width: int, height: int, label: str) -> Html:
+    """An inline `<svg>` of `parts` on a `width` x `height` view; `label` is its accessible name."""
+    return el("svg", join(parts), xmlns="http://www.w3.org/2000/svg",
+              viewBox=f"0 0 {width} {height}", role="img", aria_label=label)  # fmt: skip
+
+
 def report_head(
     command: str, verdict: str, ok: bool, facts: Iterable[tuple[str, Child]]
 ) -> list[Html]:

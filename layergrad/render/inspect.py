@@ -113,7 +113,7 @@ def markdown(report: InspectReport, **_: object) -> str:
         ]
         for r in report.results
     ]
-    header = ["from", "to", "status", "L2", "mean \\|g\\|", "max \\|g\\|", "zeros", "non-finite"]
+    header = [c.header for c in RESULT_COLUMNS if "shape" not in c.header]
     notes = [
         f"- {md_code(r.target.layer)}: {md_cause(c)}" for r in report.results for c in r.causes
     ]

@@ -103,7 +103,7 @@ def markdown(report: ScanReport, **_: object) -> str:
         for r in report.rows
     ]
     notes = "".join(f"\n> note: {md_text(note)}\n" for note in report.notes)
-    header = ["layer", "class", "shape", "status", "mean \\|g\\|", "flags", "causes"]
+    header = ["layer", "class", "shape", "status", "mean |g|", "flags", "causes"]
     if any(r.jacobian for r in report.rows):  # --measure jacobian: two more columns
         header[5:5] = ["‖J‖F mean", "± s.e."]
         extra = [jacobian.scan_markdown_cells(r) for r in report.rows]
