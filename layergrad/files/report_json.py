@@ -84,7 +84,7 @@ class Spec:
     largest value; `head`: constant members written first; `write(obj, doc)` and `finish(obj,
     doc, reader, at)` adjust what the walk wrote and read (checks between members).
 
-    Written only (the reports layergrad does not read back, `fit` and `fix`): `groups`: a
+    Written only (the reports layergrad does not read back: `fit`, `fix`, `layers`): `groups`: a
     member that is an object of these fields or properties (each named by `keys`); `picks`: a
     list field whose items are written as {member: attribute}; `also`: properties written
     after the fields (named by `keys`).
