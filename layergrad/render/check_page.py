@@ -8,7 +8,16 @@ from collections.abc import Sequence
 
 from layergrad.core.results import CheckItem, FileVerdict
 from layergrad.render.common import warned
-from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page, table
+from layergrad.render.html_page import (
+    Html,
+    badge,
+    cell,
+    definition_list,
+    el,
+    join,
+    report_page,
+    table,
+)
 
 
 def check_html(verdicts: Sequence[FileVerdict], **_: object) -> str:
@@ -33,7 +42,6 @@ def check_html(verdicts: Sequence[FileVerdict], **_: object) -> str:
     classes = [None if v.passed else "failed" for v in verdicts]
     order = failed + [i for i, v in enumerate(verdicts) if v.passed]
     body: list[Html | None] = [
-        el("h1", "layergrad check"),
         verdict,
         definition_list(
             [
@@ -47,7 +55,7 @@ def check_html(verdicts: Sequence[FileVerdict], **_: object) -> str:
         table(["file", "verdict", "checks", "findings"], rows, row_classes=classes),
     ]
     body += [_file_section(i, verdicts[i]) for i in order]
-    return page("layergrad check", body)
+    return report_page("check", None, body)
 
 
 def _check_summary_row(index: int, v: FileVerdict) -> list[Html]:

@@ -270,7 +270,15 @@ def _mean(side: ProfileRow) -> str:
 def html(report: DiffReport, *, show_all: bool = False, **_: object) -> str:
     """One self-contained page: the verdict, both files and the probe, a sortable table of
     the rows (the changed ones, regressions first, or all with `show_all`)."""
-    from layergrad.render.html_page import badge, cell, definition_list, el, join, page, table
+    from layergrad.render.html_page import (
+        badge,
+        cell,
+        definition_list,
+        el,
+        join,
+        report_page,
+        table,
+    )
     from layergrad.render.html_report import STATUS_KIND as kinds
 
     def side(row: ProfileRow | None) -> Html:
@@ -284,7 +292,6 @@ def html(report: DiffReport, *, show_all: bool = False, **_: object) -> str:
     safe, rows, cut = _view(report, show_all)
     hidden = len(report.rows) - len(rows) - cut
     body = [
-        el("h1", "layergrad diff"),
         el("p", verdict_line(report), class_=f"verdict {'bad' if report.regressions else 'ok'}"),
         definition_list(
             [
@@ -316,4 +323,4 @@ def html(report: DiffReport, *, show_all: bool = False, **_: object) -> str:
         else None,
         el("p", _cut_line(cut), class_="muted") if cut else None,
     ]
-    return page("layergrad diff", body)
+    return report_page("diff", None, body)

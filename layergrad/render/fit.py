@@ -25,7 +25,7 @@ from layergrad.render.common import (
     number,
     to_text,
 )
-from layergrad.render.html_page import Html, badge, cell, el, page, report_head, svg
+from layergrad.render.html_page import Html, badge, cell, el, report_head, report_page, svg
 from layergrad.render.html_page import table as html_table
 from layergrad.render.loss_chart import BLUE, loss_chart
 
@@ -126,7 +126,7 @@ def markdown(report: FitReport, **_: object) -> str:
 def html(report: FitReport, **_: object) -> str:
     """One self-contained page: verdict, facts, findings, loss curve, update-ratio map."""
     ok = not report.findings
-    body: list[Html | None] = [*report_head("fit", verdict_line(report), ok, _facts(report))]
+    body: list[Html | None] = [*report_head(verdict_line(report), ok, _facts(report))]
     if report.findings:
         body.append(el("h2", "Findings"))
         rows = [
@@ -158,7 +158,7 @@ def html(report: FitReport, **_: object) -> str:
                 numeric=[1, 2, 3, 4],
             )
         )
-    return page(f"layergrad fit: {report.path or report.model}", body)
+    return report_page("fit", report.path or report.model, body)
 
 
 def loss_svg(losses: Sequence[float | None]) -> Html:

@@ -110,15 +110,15 @@ def svg(parts: Iterable[Child], width: int, height: int, label: str) -> Html:
               viewBox=f"0 0 {width} {height}", role="img", aria_label=label)  # fmt: skip
 
 
-def report_head(
-    command: str, verdict: str, ok: bool, facts: Iterable[tuple[str, Child]]
-) -> list[Html]:
-    """The opening of a report page: `layergrad COMMAND`, its verdict line, its facts."""
-    return [
-        el("h1", f"layergrad {command}"),
-        el("div", verdict, class_=f"verdict {'ok' if ok else 'bad'}"),
-        definition_list(facts),
-    ]
+def report_head(verdict: str, ok: bool, facts: Iterable[tuple[str, Child]]) -> list[Html]:
+    """The opening of a training report's page (fit, fix): its verdict line, its facts."""
+    return [el("div", verdict, class_=f"verdict {'ok' if ok else 'bad'}"), definition_list(facts)]
+
+
+def report_page(command: str, subject: str | None, body: Iterable[Child]) -> str:
+    """A command's page: titled `layergrad COMMAND: SUBJECT`, headed `layergrad COMMAND`."""
+    name = f"layergrad {command}"
+    return page(f"{name}: {subject}" if subject else name, [el("h1", name), *body])
 
 
 def page(title: str, body: Iterable[Child]) -> str:

@@ -218,7 +218,16 @@ def markdown(listing: LayerListing, **_: object) -> str:
 
 def html(listing: LayerListing, **_: object) -> str:
     """The `layers` page: the file's header, then one row per layer and its weight health."""
-    from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page, table
+    from layergrad.render.html_page import (
+        Html,
+        badge,
+        cell,
+        definition_list,
+        el,
+        join,
+        report_page,
+        table,
+    )
 
     head = definition_list(
         [
@@ -249,11 +258,10 @@ def html(listing: LayerListing, **_: object) -> str:
     ]
     header = ["#", "layer", "class", "inbound", "params", "dtype", "trainable", "weights"]
     body: list[Html | None] = [
-        el("h1", "layergrad layers"),
         verdict,
         head,
         el("h2", "Layers"),
         table(header, rows, numeric=[4]),
     ]
     body += [el("p", f"{r.path}: {r.problem}", class_="note") for r in flagged]
-    return page(f"layergrad layers: {listing.path}", body)
+    return report_page("layers", listing.path, body)
