@@ -8,16 +8,7 @@ from collections.abc import Sequence
 
 from layergrad.core.results import CheckItem, FileVerdict
 from layergrad.render.common import warned
-from layergrad.render.html_page import (
-    Html,
-    badge,
-    cell,
-    definition_list,
-    el,
-    join,
-    report_page,
-    table,
-)
+from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page, table
 
 
 def check_html(verdicts: Sequence[FileVerdict], **_: object) -> str:
@@ -55,7 +46,7 @@ def check_html(verdicts: Sequence[FileVerdict], **_: object) -> str:
         table(["file", "verdict", "checks", "findings"], rows, row_classes=classes),
     ]
     body += [_file_section(i, verdicts[i]) for i in order]
-    return report_page("check", None, body)
+    return page("check", None, body)
 
 
 def _check_summary_row(index: int, v: FileVerdict) -> list[Html]:

@@ -270,15 +270,7 @@ def _mean(side: ProfileRow) -> str:
 def html(report: DiffReport, *, show_all: bool = False, **_: object) -> str:
     """One self-contained page: the verdict, both files and the probe, a sortable table of
     the rows (the changed ones, regressions first, or all with `show_all`)."""
-    from layergrad.render.html_page import (
-        badge,
-        cell,
-        definition_list,
-        el,
-        join,
-        report_page,
-        table,
-    )
+    from layergrad.render.html_page import badge, cell, definition_list, el, join, page, table
     from layergrad.render.html_report import STATUS_KIND as kinds
 
     def side(row: ProfileRow | None) -> Html:
@@ -323,4 +315,4 @@ def html(report: DiffReport, *, show_all: bool = False, **_: object) -> str:
         else None,
         el("p", _cut_line(cut), class_="muted") if cut else None,
     ]
-    return report_page("diff", None, body)
+    return page("diff", None, body)

@@ -25,7 +25,7 @@ from layergrad.render.common import (
     number,
     to_text,
 )
-from layergrad.render.html_page import Html, badge, cell, el, report_head, report_page, svg
+from layergrad.render.html_page import Html, badge, cell, el, page, report_head, svg
 from layergrad.render.html_page import table as html_table
 from layergrad.render.loss_chart import BLUE, loss_chart
 
@@ -158,7 +158,7 @@ def html(report: FitReport, **_: object) -> str:
                 numeric=[1, 2, 3, 4],
             )
         )
-    return report_page("fit", report.path or report.model, body)
+    return page("fit", report.path or report.model, body)
 
 
 def loss_svg(losses: Sequence[float | None]) -> Html:

@@ -16,7 +16,7 @@ from rich.text import Text
 from layergrad.core.fix_results import FixReport, Repair, Run
 from layergrad.render.common import count, md_code, md_head, md_table, md_text, number, to_text
 from layergrad.render.escape import visible
-from layergrad.render.html_page import Html, badge, cell, el, report_head, report_page
+from layergrad.render.html_page import Html, badge, cell, el, page, report_head
 from layergrad.render.html_page import table as html_table
 from layergrad.render.loss_chart import BLUE, RED, loss_chart
 
@@ -190,7 +190,7 @@ def html(report: FixReport, **_: object) -> str:
                        "one", class_="muted"))  # fmt: skip
         body.append(el("div", curves_svg(report.original, report.together), class_="chart"))
     body += [el("p", n, class_="muted") for n in report.notes]
-    return report_page("fix", report.path, body)
+    return page("fix", report.path, body)
 
 
 def _scaled(run: Run | None) -> list[float | None]:

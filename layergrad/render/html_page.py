@@ -115,13 +115,13 @@ def report_head(verdict: str, ok: bool, facts: Iterable[tuple[str, Child]]) -> l
     return [el("div", verdict, class_=f"verdict {'ok' if ok else 'bad'}"), definition_list(facts)]
 
 
-def report_page(command: str, subject: str | None, body: Iterable[Child]) -> str:
+def page(command: str, subject: str | None, body: Iterable[Child]) -> str:
     """A command's page: titled `layergrad COMMAND: SUBJECT`, headed `layergrad COMMAND`."""
     name = f"layergrad {command}"
-    return page(f"{name}: {subject}" if subject else name, [el("h1", name), *body])
+    return document(f"{name}: {subject}" if subject else name, [el("h1", name), *body])
 
 
-def page(title: str, body: Iterable[Child]) -> str:
+def document(title: str, body: Iterable[Child]) -> str:
     """A complete self-contained HTML document.
 
     Args:

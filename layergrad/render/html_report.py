@@ -31,7 +31,7 @@ from layergrad.render.html_page import (
     definition_list,
     el,
     join,
-    report_page,
+    page,
     table,
 )
 
@@ -72,7 +72,7 @@ def inspect_html(report: InspectReport, **_: object) -> str:
         body += [_result_panel(r) for r in broken]
         body += [_warnings_panel(r) for r in results if r.warnings]
     body += [el("h2", f"Unit sensitivity of {source}"), _units_section(report)]
-    return report_page("inspect", report.model.path, body)
+    return page("inspect", report.model.path, body)
 
 
 def scan_html(report: ScanReport, **_: object) -> str:
@@ -98,7 +98,7 @@ def scan_html(report: ScanReport, **_: object) -> str:
             causes_panel(f"{status} at {', '.join(layers)}", causes)
             for status, layers, causes in groups
         ]
-    return report_page("scan", report.model.path, body)
+    return page("scan", report.model.path, body)
 
 
 def flagged(flags: Sequence[str]) -> str | None:

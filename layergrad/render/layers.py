@@ -218,16 +218,7 @@ def markdown(listing: LayerListing, **_: object) -> str:
 
 def html(listing: LayerListing, **_: object) -> str:
     """The `layers` page: the file's header, then one row per layer and its weight health."""
-    from layergrad.render.html_page import (
-        Html,
-        badge,
-        cell,
-        definition_list,
-        el,
-        join,
-        report_page,
-        table,
-    )
+    from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page, table
 
     head = definition_list(
         [
@@ -264,4 +255,4 @@ def html(listing: LayerListing, **_: object) -> str:
         table(header, rows, numeric=[4]),
     ]
     body += [el("p", f"{r.path}: {r.problem}", class_="note") for r in flagged]
-    return report_page("layers", listing.path, body)
+    return page("layers", listing.path, body)

@@ -142,7 +142,7 @@ def markdown(report: WeightScanReport, **_: object) -> str:
 
 def html(report: WeightScanReport, **_: object) -> str:
     """The `scan --wrt weights` page: a verdict, every trainable variable, the causes."""
-    from layergrad.render.html_page import Html, badge, cell, el, join, report_page, table
+    from layergrad.render.html_page import Html, badge, cell, el, join, page, table
     from layergrad.render.html_report import (
         SEVERE_FLAGS,
         causes_panel,
@@ -212,4 +212,4 @@ def html(report: WeightScanReport, **_: object) -> str:
             for (status, _, causes), names in _cause_blocks(report).items()
         ]
         body += [causes_panel(f"{r.status}: {r.variable}", ()) for r in bad if not r.causes]
-    return report_page("scan --wrt weights", report.model.path, body)
+    return page("scan --wrt weights", report.model.path, body)
