@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import NoReturn, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 from layergrad.core.errors import InputError
-from layergrad.core.fit_results import Checkpoint
-from layergrad.core.fix_results import OutputLoss, Run
+from layergrad.core.fit_results import SCHEMA as FIT_SCHEMA
+from layergrad.core.fit_results import Checkpoint, FitReport
+from layergrad.core.fix_results import SCHEMA as FIX_SCHEMA
+from layergrad.core.fix_results import FixReport, OutputLoss, Repair, Run
 from layergrad.core.limits import MAX_BATCH_SIZE, MAX_SEED
 from layergrad.core.results import (
     CheckItem,
@@ -51,8 +53,11 @@ from layergrad.core.results import (
 )
 from layergrad.core.vocab import CAUSE_CODES, SCAN_FLAGS, Word
 from layergrad.files.guards import require_regular
+from layergrad.files.layer_listing import LayerListing, LayerRow
+from layergrad.files.weight_health import WeightHealth
 
 INSPECT_SCHEMA, SCAN_SCHEMA = "layergrad.inspect/1", "layergrad.scan/1"
+LAYERS_SCHEMA = "layergrad.layers/1"
 EXPECTED = "a `layergrad inspect --json` or `scan --json` report"
 T = TypeVar("T")
 W = TypeVar("W", bound=Word)
@@ -78,6 +83,11 @@ class Spec:
     null for an empty tuple; `words`: word fields limited to a subset; `tops`: a measure's
     largest value; `head`: constant members written first; `write(obj, doc)` and `finish(obj,
     doc, reader, at)` adjust what the walk wrote and read (checks between members).
+
+    Written only (the reports layergrad does not read back: `fit`, `fix`, `layers`): `groups`: a
+    member that is an object of these fields or properties (each named by `keys`); `picks`: a
+    list field whose items are written as {member: attribute}; `also`: properties written
+    after the fields (named by `keys`).
     """
 
     keys: Mapping[str, str] = field(default_factory=dict)
@@ -89,6 +99,9 @@ class Spec:
     words: Mapping[str, tuple[Word, ...]] = field(default_factory=dict)
     tops: Mapping[str, float] = field(default_factory=dict)
     head: Mapping[str, str] = field(default_factory=dict)
+    groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    picks: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    also: tuple[str, ...] = ()
     write: Callable[[object, dict[str, object]], None] | None = None
     finish: Callable[[object, Mapping[str, object], Reader, str], object] | None = None
 
@@ -114,9 +127,17 @@ def to_json(value: object) -> object:
         return value
     spec = SPECS.get(type(value), PLAIN)
     doc: dict[str, object] = dict(spec.head)
+    for member, names in spec.groups.items():
+        doc[member] = {spec.keys.get(n, n): to_json(getattr(value, n)) for n in names}
     for f in fields(value):
         item = getattr(value, f.name)
         if f.name in spec.skip or (f.name in spec.when_set and item in (None, ())):
+            continue
+        if f.name in spec.picks:
+            picks = spec.picks[f.name].items()
+            doc[spec.keys.get(f.name, f.name)] = [
+                {k: to_json(getattr(i, a)) for k, a in picks} for i in item
+            ]
             continue
         if f.name in spec.inline:
             inner = to_json(item)
@@ -124,6 +145,7 @@ def to_json(value: object) -> object:
                 doc.update({k: v for k, v in inner.items() if k not in doc})
             continue
         doc[spec.keys.get(f.name, f.name)] = to_json(item)
+    doc.update({spec.keys.get(n, n): to_json(getattr(value, n)) for n in spec.also})
     if spec.write is not None:
         spec.write(value, doc)
     return doc
@@ -498,6 +520,26 @@ def _finish_histogram(obj: object, doc: Mapping[str, object], read: Reader, at: 
     return obj
 
 
+def _write_repair(obj: object, doc: dict[str, object]) -> None:
+    """A repair's code as one text, one change a line; no reason why: null."""
+    assert isinstance(obj, Repair)
+    doc.update(code="\n".join(obj.code), why=obj.why or None)
+
+
+def _write_fix(obj: object, doc: dict[str, object]) -> None:
+    """Each repair carries the original's run, the one it is judged against."""
+    assert isinstance(obj, FixReport)
+    original = to_json(obj.original)
+    for repair in cast(list[dict[str, object]], doc["repairs"]):
+        repair["original"] = original
+
+
+def _write_layer(obj: object, doc: dict[str, object]) -> None:
+    """A layer's index among its siblings (None for a weight file's group)."""
+    assert isinstance(obj, LayerRow)
+    doc["index"] = obj.position[-1] if obj.position else None
+
+
 # a training run's losses (`fix`): what the loss is called, and each loss as a `..._loss`
 SCORED = {"loss_name": "loss", "final": "final_loss", "trivial": "trivial_loss",
           "baseline": "baseline_loss"}  # fmt: skip
@@ -524,6 +566,35 @@ def _norms(skip: str) -> Spec:
         nullable=frozenset({"per_sample"}),
         write=_write_norms,
         finish=_finish_norms,
+    )
+
+
+def _written(
+    schema: str,
+    groups: Mapping[str, str],
+    picks: Mapping[str, str],
+    keys: Mapping[str, str],
+    skip: frozenset[str] = frozenset(),
+    also: tuple[str, ...] = (),
+    write: Callable[[object, dict[str, object]], None] | None = None,
+) -> Spec:
+    """A report written and never read (`fit`, `fix`, `layers`): each `groups` member is an
+    object of these fields (not written at the top); each `picks` field is a list whose items
+    are written as these members (`member=attribute` where the names differ)."""
+    members = {name: tuple(names.split()) for name, names in groups.items()}
+    grouped = {n for names in members.values() for n in names}
+    items = {
+        name: {m: a or m for m, _, a in (word.partition("=") for word in words.split())}
+        for name, words in picks.items()
+    }
+    return Spec(
+        keys=keys,
+        skip=skip | grouped,
+        head={"schema": schema},
+        groups=members,
+        picks=items,
+        also=also,
+        write=write,
     )
 
 
@@ -573,4 +644,37 @@ SPECS: dict[type, Spec] = {
     # what a file gets, and the findings that fail it or warn, in check order
     FileVerdict: Spec(write=_write_verdict),
     SpectralNorms: _norms("converged"),
+    FitReport: _written(
+        FIT_SCHEMA,
+        {
+            "model": "path model_class model",
+            "training": "data steps epochs every loss_name optimizer learning_rate stopped",
+        },
+        {"findings": "finding=code layer step message"},
+        keys={"model_class": "class", "model": "name", "loss_name": "loss"},
+    ),
+    FixReport: _written(
+        FIX_SCHEMA,
+        {"model": "path model_class", "findings": "before after gone remaining"},
+        {"unrepaired": "finding=code layer message hint"},
+        keys={"model_class": "class", "ok": "passed"},
+        skip=frozenset({"original"}),
+        also=("ok",),
+        write=_write_fix,
+    ),
+    Repair: Spec(write=_write_repair),
+    LayerListing: _written(
+        LAYERS_SCHEMA,
+        {"model": "path format class_name name keras_version inputs graph_known"},
+        {"operations": "path class=class_name inbound"},
+        keys={"class_name": "class", "graph_known": "graph", "rows": "layers"},
+        also=("total_params",),
+    ),
+    LayerRow: Spec(
+        keys={"class_name": "class"},
+        skip=frozenset({"position", "unmatched"}),
+        also=("problem",),
+        write=_write_layer,
+    ),
+    WeightHealth: Spec(skip=frozenset({"layer", "params"})),
 }

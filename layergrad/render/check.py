@@ -20,6 +20,7 @@ from layergrad.render.common import (
     md_text,
     natural_width,
     to_text,
+    warned,
 )
 
 SCHEMA = "layergrad.check/1"
@@ -76,9 +77,9 @@ def _note_lines(v: FileVerdict) -> list[RenderableType]:
 def summary_line(verdicts: Sequence[FileVerdict]) -> str:
     """`3 passed, 1 failed`, with `, 2 warnings` when findings did not fail a file."""
     failed = sum(1 for v in verdicts if not v.passed)
-    warned = sum(len(v.warnings) for v in verdicts)
-    line = f"{len(verdicts) - failed} passed, {failed} failed"
-    return line + (f", {warned} warning{'s' if warned != 1 else ''}" if warned else "")
+    return f"{len(verdicts) - failed} passed, {failed} failed" + warned(
+        sum(len(v.warnings) for v in verdicts)
+    )
 
 
 def _style(v: FileVerdict) -> str:
@@ -129,8 +130,6 @@ def markdown(verdicts: Sequence[FileVerdict], **_: object) -> str:
 
 
 def _md_verdict(v: FileVerdict) -> str:
-    count = len(v.warnings)
-    warned = f", {count} warning{'s' if count != 1 else ''}" if count else ""
     if not v.passed:
-        return f"❌ **fail**{warned}"
-    return f"⚠️ pass{warned}" if count else "✅ pass"
+        return f"❌ **fail**{warned(len(v.warnings))}"
+    return f"⚠️ pass{warned(len(v.warnings))}" if v.warnings else "✅ pass"

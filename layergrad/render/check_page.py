@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from layergrad.core.results import CheckItem, FileVerdict
+from layergrad.render.common import warned
 from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page, table
 
 
@@ -22,18 +23,16 @@ def check_html(verdicts: Sequence[FileVerdict], **_: object) -> str:
             "p", f"FAIL: {len(failed)} of {len(verdicts)} files failed", class_="verdict bad"
         )
     else:
-        warned = sum(len(v.warnings) for v in verdicts)
-        extra = f", {warned} warning{'s' if warned != 1 else ''}" if warned else ""
+        n = sum(len(v.warnings) for v in verdicts)
         verdict = el(
             "p",
-            f"PASS: all {len(verdicts)} files passed{extra}",
-            class_="verdict warn" if warned else "verdict ok",
+            f"PASS: all {len(verdicts)} files passed{warned(n)}",
+            class_="verdict warn" if n else "verdict ok",
         )
     rows = [_check_summary_row(i, v) for i, v in enumerate(verdicts)]
     classes = [None if v.passed else "failed" for v in verdicts]
     order = failed + [i for i, v in enumerate(verdicts) if v.passed]
     body: list[Html | None] = [
-        el("h1", "layergrad check"),
         verdict,
         definition_list(
             [
@@ -47,7 +46,7 @@ def check_html(verdicts: Sequence[FileVerdict], **_: object) -> str:
         table(["file", "verdict", "checks", "findings"], rows, row_classes=classes),
     ]
     body += [_file_section(i, verdicts[i]) for i in order]
-    return page("layergrad check", body)
+    return page("check", None, body)
 
 
 def _check_summary_row(index: int, v: FileVerdict) -> list[Html]:

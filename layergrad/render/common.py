@@ -165,6 +165,16 @@ def number(value: float) -> str:
     return f"{value:.3e}"
 
 
+def count(n: int, word: str) -> str:
+    """`1 step`, `3 steps`."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def warned(n: int) -> str:
+    """`, 2 warnings` (nothing for none): what a verdict adds for findings that only warn."""
+    return f", {count(n, 'warning')}" if n else ""
+
+
 def ranked_units_table(
     title: str,
     value_header: str,
@@ -193,6 +203,7 @@ def ranked_units_table(
 
 
 BAR_DECADES = 6  # a log10 bar spans at least this many decades below the top one
+BAR_WIDTH = 16  # characters of a full log10 bar in a text table
 
 
 def log_scale(logs: Sequence[float]) -> tuple[float, float] | None:
@@ -210,6 +221,18 @@ def bar_blocks(log_value: float, scale: tuple[float, float], width: int) -> int:
     """How many of `width` blocks a log10 value fills on `scale` (at least 1)."""
     lo, hi = scale
     return max(1, min(width, round(width * (log_value - lo) / (hi - lo))))
+
+
+def log_range(values: Iterable[float]) -> tuple[float, float] | None:
+    """The `log_scale` of the positive `values`."""
+    return log_scale([math.log10(v) for v in values if v > 0])
+
+
+def log_bar(value: float, scale: tuple[float, float] | None, width: int = BAR_WIDTH) -> str:
+    """A bar whose length is log10(value) placed in `scale`, then the exponent."""
+    if scale is None or not value > 0 or not math.isfinite(value):
+        return ""
+    return "█" * bar_blocks(math.log10(value), scale, width) + f" {math.log10(value):+.1f}"
 
 
 def shape_text(shape: Iterable[int]) -> str:
@@ -262,11 +285,18 @@ def json_document(doc: object) -> str:
     return json.dumps(to_json(doc), indent=2, allow_nan=False)
 
 
-def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A GitHub-flavoured markdown table (pipes in cells escaped)."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], rule: str = "|---") -> str:
+    """A GitHub-flavoured markdown table (pipes escaped); `rule` starts each cell of the line
+    under the header."""
+    lines = ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    head = "| " + " | ".join(h.replace("|", "\\|") for h in header) + " |"
+    return "\n".join([head, rule * len(header) + "|", *lines]) + "\n"
+
+
+def md_head(command: str, verdict: str, facts: Iterable[tuple[str, str]]) -> list[str]:
+    """The opening lines of a comment: `### layergrad COMMAND: VERDICT`, then its facts."""
+    said = [f"- {k}: {md_text(v)}" for k, v in facts]
+    return [f"### layergrad {command}: {md_text(verdict)}", "", *said, ""]
 
 
 def md_code(text: str) -> str:

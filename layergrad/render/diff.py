@@ -23,6 +23,7 @@ from layergrad.files.report_json import to_json
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
+    count,
     fit_table,
     json_document,
     md_code,
@@ -119,7 +120,7 @@ def verdict(report: DiffReport) -> str:
     bad = len(report.regressions)
     compared = len(report.rows) - report.count(Change.ADDED) - report.count(Change.REMOVED)
     head = (
-        f"{bad} regression{'s' if bad > 1 else ''}" if bad else "no regression"
+        count(bad, "regression") if bad else "no regression"
     ) + f" in {compared} {row_word(report)}s compared (tolerance {report.tolerance:g} decades)"
     counts = [
         f"{report.count(c)} {c}"
@@ -283,7 +284,6 @@ def html(report: DiffReport, *, show_all: bool = False, **_: object) -> str:
     safe, rows, cut = _view(report, show_all)
     hidden = len(report.rows) - len(rows) - cut
     body = [
-        el("h1", "layergrad diff"),
         el("p", verdict_line(report), class_=f"verdict {'bad' if report.regressions else 'ok'}"),
         definition_list(
             [
@@ -315,4 +315,4 @@ def html(report: DiffReport, *, show_all: bool = False, **_: object) -> str:
         else None,
         el("p", _cut_line(cut), class_="muted") if cut else None,
     ]
-    return page("layergrad diff", body)
+    return page("diff", None, body)

@@ -13,19 +13,19 @@ from collections.abc import Sequence
 from rich.console import RenderableType
 from rich.text import Text
 
-from layergrad.core.fit_results import SCHEMA, Checkpoint, FitReport, LayerStats
-from layergrad.files.report_json import to_json
+from layergrad.core.fit_results import Checkpoint, FitReport, LayerStats
 from layergrad.render.common import (
     Column,
+    count,
     fit_table,
-    json_document,
     md_code,
+    md_head,
     md_table,
     md_text,
     number,
     to_text,
 )
-from layergrad.render.html_page import Html, badge, cell, el, join, page, report_head
+from layergrad.render.html_page import Html, badge, cell, el, page, report_head, svg
 from layergrad.render.html_page import table as html_table
 from layergrad.render.loss_chart import BLUE, loss_chart
 
@@ -49,7 +49,7 @@ def verdict_line(report: FitReport) -> str:
     if not report.findings:
         return f"no finding in {report.steps} steps"
     words = ", ".join(dict.fromkeys(str(f.code) for f in report.findings))
-    return f"{len(report.findings)} finding{'s' if len(report.findings) > 1 else ''}: {words}"
+    return f"{count(len(report.findings), 'finding')}: {words}"
 
 
 def _facts(report: FitReport) -> list[tuple[str, str]]:
@@ -61,8 +61,8 @@ def _facts(report: FitReport) -> list[tuple[str, str]]:
     facts += [
         (
             "training",
-            f"{_count(report.steps, 'step')} in {_count(report.epochs, 'epoch')}, "
-            f"checkpoint every {_count(report.every, 'step')}"
+            f"{count(report.steps, 'step')} in {count(report.epochs, 'epoch')}, "
+            f"checkpoint every {count(report.every, 'step')}"
             if started
             else "not started: the labels do not fit the outputs (before the first step)",
         ),
@@ -72,10 +72,6 @@ def _facts(report: FitReport) -> list[tuple[str, str]]:
     if report.stopped and started:
         facts.append(("stopped", f"early, on {report.stopped}"))
     return facts
-
-
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _last(report: FitReport) -> Checkpoint | None:
@@ -110,41 +106,9 @@ def table(
     return to_text(items, color=color, width=width)
 
 
-def as_dict(report: FitReport) -> dict[str, object]:
-    """The `layergrad.fit/1` object."""
-    return {
-        "schema": SCHEMA,
-        "model": {"path": report.path, "class": report.model_class, "name": report.model},
-        "training": {
-            "data": report.data,
-            "steps": report.steps,
-            "epochs": report.epochs,
-            "every": report.every,
-            "loss": report.loss_name,
-            "optimizer": report.optimizer,
-            "learning_rate": report.learning_rate,
-            "stopped": report.stopped,
-        },
-        "losses": list(report.losses),
-        "checkpoints": to_json(report.checkpoints),
-        "findings": [
-            {"finding": str(f.code), "layer": f.layer, "step": f.step, "message": f.message}
-            for f in report.findings
-        ],
-        "notes": list(report.notes),
-    }
-
-
-def as_json(report: FitReport, **_: object) -> str:
-    """Strict JSON (no NaN literals), indented."""
-    return json_document(as_dict(report))
-
-
 def markdown(report: FitReport, **_: object) -> str:
     """A pull-request comment: the verdict, the findings, the last checkpoint's layers."""
-    lines = [f"### layergrad fit: {md_text(verdict_line(report))}", ""]
-    lines += [f"- {k}: {md_text(v)}" for k, v in _facts(report)]
-    lines.append("")
+    lines = md_head("fit", verdict_line(report), _facts(report))
     if report.findings:
         rows = [
             [md_code(str(f.code)), md_code(f.layer or "-"), str(f.step), md_text(f.message)]
@@ -162,7 +126,7 @@ def markdown(report: FitReport, **_: object) -> str:
 def html(report: FitReport, **_: object) -> str:
     """One self-contained page: verdict, facts, findings, loss curve, update-ratio map."""
     ok = not report.findings
-    body: list[Html | None] = [*report_head("fit", verdict_line(report), ok, _facts(report))]
+    body: list[Html | None] = [*report_head(verdict_line(report), ok, _facts(report))]
     if report.findings:
         body.append(el("h2", "Findings"))
         rows = [
@@ -194,7 +158,7 @@ def html(report: FitReport, **_: object) -> str:
                 numeric=[1, 2, 3, 4],
             )
         )
-    return page(f"layergrad fit: {report.path or report.model}", body)
+    return page("fit", report.path or report.model, body)
 
 
 def loss_svg(losses: Sequence[float | None]) -> Html:
@@ -231,14 +195,7 @@ def ratio_map_svg(report: FitReport) -> Html:
     legend = el(
         "text", "blue 1e-7 .. green 1e-3 .. red 1e1", x=label + 160, y=height - 12, font_size=11
     )
-    return el(
-        "svg",
-        join([*cells, *names, axis, legend]),
-        xmlns="http://www.w3.org/2000/svg",
-        viewBox=f"0 0 {width} {height}",
-        role="img",
-        aria_label="update ratio per layer and step",
-    )
+    return svg([*cells, *names, axis, legend], width, height, "update ratio per layer and step")
 
 
 def _colour(ratio: float | None) -> str:

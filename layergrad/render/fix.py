@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from rich.console import RenderableType
 from rich.text import Text
 
-from layergrad.core.fix_results import SCHEMA, FixReport, Repair, Run
-from layergrad.files.report_json import to_json
-from layergrad.render.common import json_document, md_code, md_table, md_text, number, to_text
+from layergrad.core.fix_results import FixReport, Repair, Run
+from layergrad.render.common import count, md_code, md_head, md_table, md_text, number, to_text
 from layergrad.render.escape import visible
 from layergrad.render.html_page import Html, badge, cell, el, page, report_head
 from layergrad.render.html_page import table as html_table
@@ -28,10 +27,7 @@ def verdict_line(report: FixReport) -> str:
         return "nothing to fix: check finds nothing" + (" and training finds nothing"
                                                          if report.data else "")  # fmt: skip
     done = sum(r.verdict == "verified" for r in report.repairs)
-    word = "repair" if len(report.repairs) == 1 else "repairs"
-    text = f"{len(report.repairs)} {word} for {len(report.before)} finding" + (
-        "s" if len(report.before) != 1 else ""
-    )
+    text = f"{count(len(report.repairs), 'repair')} for {count(len(report.before), 'finding')}"
     if report.data:
         text += f", {done} verified"
     if report.unrepaired:
@@ -109,50 +105,6 @@ def _style(r: Repair) -> str:
     return {"verified": "green", "not verified": "red"}.get(str(r.verdict), "yellow")
 
 
-def as_dict(report: FixReport) -> dict[str, object]:
-    """The `layergrad.fix/1` object."""
-    return {
-        "schema": SCHEMA,
-        "model": {"path": report.path, "class": report.model_class},
-        "data": report.data,
-        "steps": report.steps,
-        "findings": {
-            "before": list(report.before),
-            "after": list(report.after),
-            "gone": list(report.gone),
-            "remaining": list(report.remaining),
-        },
-        "repairs": [
-            {
-                "finding": r.finding,
-                "layer": r.layer,
-                "change": r.change,
-                "code": "\n".join(r.code),
-                "verdict": str(r.verdict),
-                "why": r.why or None,
-                "applied": r.applied,
-                "gone": list(r.gone),
-                "original": to_json(report.original),
-                "repaired": to_json(r.repaired),
-            }
-            for r in report.repairs
-        ],
-        "unrepaired": [
-            {"finding": u.code, "layer": u.layer, "message": u.message, "hint": u.hint}
-            for u in report.unrepaired
-        ],
-        "together": to_json(report.together),
-        "output": report.output,
-        "passed": report.ok,
-        "notes": list(report.notes),
-    }
-
-
-def as_json(report: FixReport, **_: object) -> str:
-    """Strict JSON (no NaN literals), indented."""
-    return json_document(as_dict(report))
-
-
 def _fence(lines: Sequence[str]) -> str:
     longest = max((len(run) for line in lines for run in re.findall(r"`+", line)), default=0)
     return "`" * max(3, longest + 1)
@@ -191,9 +143,7 @@ def _unquoted(line: str, mark: str) -> list[int]:
 
 def markdown(report: FixReport, **_: object) -> str:
     """A pull-request comment: the verdict, the changes as a suggestion block, the verdicts."""
-    lines = [f"### layergrad fix: {md_text(verdict_line(report))}", ""]
-    lines += [f"- {k}: {md_text(v)}" for k, v in _facts(report)]
-    lines.append("")
+    lines = md_head("fix", verdict_line(report), _facts(report))
     for r in report.repairs:
         where = f" at {md_code(r.layer)}" if r.layer else ""
         lines.append(f"**{md_text(r.finding)}**{where}: {md_text(r.change)}")
@@ -216,7 +166,7 @@ def markdown(report: FixReport, **_: object) -> str:
 
 def html(report: FixReport, **_: object) -> str:
     """One self-contained page: verdict, facts, changes, verdicts, the two loss curves."""
-    body: list[Html | None] = [*report_head("fix", verdict_line(report), report.ok, _facts(report))]
+    body: list[Html | None] = [*report_head(verdict_line(report), report.ok, _facts(report))]
     if report.repairs:
         body.append(el("h2", "Changes"))
         for r in report.repairs:
@@ -240,7 +190,7 @@ def html(report: FixReport, **_: object) -> str:
                        "one", class_="muted"))  # fmt: skip
         body.append(el("div", curves_svg(report.original, report.together), class_="chart"))
     body += [el("p", n, class_="muted") for n in report.notes]
-    return page(f"layergrad fix: {report.path}", body)
+    return page("fix", report.path, body)
 
 
 def _scaled(run: Run | None) -> list[float | None]:

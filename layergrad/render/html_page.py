@@ -104,18 +104,24 @@ def definition_list(items: Iterable[tuple[str, Child]]) -> Html:
     return el("dl", (join([el("dt", k), el("dd", v)]) for k, v in items))
 
 
-def report_head(
-    command: str, verdict: str, ok: bool, facts: Iterable[tuple[str, Child]]
-) -> list[Html]:
-    """The opening of a report page: `layergrad COMMAND`, its verdict line, its facts."""
-    return [
-        el("h1", f"layergrad {command}"),
-        el("div", verdict, class_=f"verdict {'ok' if ok else 'bad'}"),
-        definition_list(facts),
-    ]
+def svg(parts: Iterable[Child], width: int, height: int, label: str) -> Html:
+    """An inline `<svg>` of `parts` on a `width` x `height` view; `label` is its accessible name."""
+    return el("svg", join(parts), xmlns="http://www.w3.org/2000/svg",
+              viewBox=f"0 0 {width} {height}", role="img", aria_label=label)  # fmt: skip
 
 
-def page(title: str, body: Iterable[Child]) -> str:
+def report_head(verdict: str, ok: bool, facts: Iterable[tuple[str, Child]]) -> list[Html]:
+    """The opening of a training report's page (fit, fix): its verdict line, its facts."""
+    return [el("div", verdict, class_=f"verdict {'ok' if ok else 'bad'}"), definition_list(facts)]
+
+
+def page(command: str, subject: str | None, body: Iterable[Child]) -> str:
+    """A command's page: titled `layergrad COMMAND: SUBJECT`, headed `layergrad COMMAND`."""
+    name = f"layergrad {command}"
+    return document(f"{name}: {subject}" if subject else name, [el("h1", name), *body])
+
+
+def document(title: str, body: Iterable[Child]) -> str:
     """A complete self-contained HTML document.
 
     Args:

@@ -61,7 +61,6 @@ def inspect_html(report: InspectReport, **_: object) -> str:
         else f"d {reduce}(to) / d {source}, for to in {', '.join(targets)}"
     )
     body: list[Html | None] = [
-        el("h1", "layergrad inspect"),
         _inspect_verdict(results),
         page_facts(report.model, report.probe, target),
         el("h2", "Results"),
@@ -73,13 +72,12 @@ def inspect_html(report: InspectReport, **_: object) -> str:
         body += [_result_panel(r) for r in broken]
         body += [_warnings_panel(r) for r in results if r.warnings]
     body += [el("h2", f"Unit sensitivity of {source}"), _units_section(report)]
-    return page(f"layergrad inspect: {report.model.path}", body)
+    return page("inspect", report.model.path, body)
 
 
 def scan_html(report: ScanReport, **_: object) -> str:
     """The `scan` page: the gradient-flow chart, every layer's row, the causes of broken ones."""
     body: list[Html | None] = [
-        el("h1", "layergrad scan"),
         _scan_verdict(report.rows),
         page_facts(report.model, report.probe, f"d {target_text(report)} / d each layer"),
     ]
@@ -100,7 +98,7 @@ def scan_html(report: ScanReport, **_: object) -> str:
             causes_panel(f"{status} at {', '.join(layers)}", causes)
             for status, layers, causes in groups
         ]
-    return page(f"layergrad scan: {report.model.path}", body)
+    return page("scan", report.model.path, body)
 
 
 def flagged(flags: Sequence[str]) -> str | None:

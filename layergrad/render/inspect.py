@@ -59,24 +59,23 @@ def _pair(res: Result) -> str:
     return f"d {res.target.layer} / d {res.source.layer}"
 
 
-def _cells(res: Result) -> list[RenderableType]:
+def _numbers(res: Result) -> list[str]:
+    """L2, mean |g|, max |g|, zeros and non-finite, as every format shows them."""
     g = res.gradient
-    numbers = ["-"] * 5
-    if g is not None:
-        zeros = f"{g.zero_fraction:.1%}"
-        numbers = [number(g.l2), number(g.mean_abs), number(g.max_abs), zeros, str(g.nonfinite)]
-    l2, mean, top, zeros, nonfinite = numbers
+    if g is None:
+        return ["-"] * 5
+    zeros = f"{g.zero_fraction:.1%}"
+    return [number(g.l2), number(g.mean_abs), number(g.max_abs), zeros, str(g.nonfinite)]
+
+
+def _cells(res: Result) -> list[RenderableType]:
     return [
         res.source.layer,
         res.target.layer,
         shape_text(res.source.shape),
         shape_text(res.target.shape),
         Text(res.status, style=STATUS_STYLE.get(res.status, "")),
-        l2,
-        mean,
-        top,
-        zeros,
-        nonfinite,
+        *_numbers(res),
     ]
 
 
@@ -105,22 +104,16 @@ def markdown(report: InspectReport, **_: object) -> str:
         f"**layergrad inspect** {md_code(report.model.path)}: "
         f"d {report.probe.reduce}(to) / d from\n\n"
     )
-    rows = []
-    for r in report.results:
-        g = r.gradient
-        rows.append(
-            [
-                md_code(r.source.layer),
-                md_code(r.target.layer),
-                f"**{r.status}**" if r.status != Status.OK else "ok",
-                number(g.l2) if g else "-",
-                number(g.mean_abs) if g else "-",
-                number(g.max_abs) if g else "-",
-                f"{g.zero_fraction:.1%}" if g else "-",
-                str(g.nonfinite) if g else "-",
-            ]
-        )
-    header = ["from", "to", "status", "L2", "mean \\|g\\|", "max \\|g\\|", "zeros", "non-finite"]
+    rows = [
+        [
+            md_code(r.source.layer),
+            md_code(r.target.layer),
+            f"**{r.status}**" if r.status != Status.OK else "ok",
+            *_numbers(r),
+        ]
+        for r in report.results
+    ]
+    header = [c.header for c in RESULT_COLUMNS if "shape" not in c.header]
     notes = [
         f"- {md_code(r.target.layer)}: {md_cause(c)}" for r in report.results for c in r.causes
     ]

@@ -6,7 +6,6 @@ only when a result carries Jacobian norms (so `--measure gradient` output is unc
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from rich.console import Group, RenderableType
@@ -20,12 +19,13 @@ from layergrad.core.results import (
 )
 from layergrad.render.columns import NORM_COLUMNS
 from layergrad.render.common import (
-    bar_blocks,
-    log_scale,
+    log_bar,
+    log_range,
     md_code,
     md_table,
     number,
     ranked_units_table,
+    shape_text,
     table_with_note,
 )
 from layergrad.render.data import percentile_text as _rank
@@ -35,7 +35,6 @@ MD_HEADER = (
     *("from", "to", "method", "‖J‖F mean", "‖J‖F max", "± s.e.", "‖J‖2 mean", "‖J‖2 max"),
     *("batch independent", "most sensitive units"),
 )
-BAR_WIDTH = 16
 
 
 # --- inspect tables -------------------------------------------------------------------------
@@ -119,8 +118,7 @@ def _units_table(results: Sequence[tuple[Result, JacobianStats]]) -> Group:
     columns = []
     for res, j in results:
         values = j.unit_sensitivity
-        order = sorted(range(len(values)), key=lambda u: (-values[u], u))[:TOP_UNITS]
-        columns.append((res.target.layer, [(u, values[u]) for u in order]))
+        columns.append((res.target.layer, [(u, values[u]) for u in _top(values, TOP_UNITS)]))
     return ranked_units_table(
         f"most sensitive units of {results[0][0].source.layer} (norm of J_i's columns for the "
         "unit, root-mean-square over samples)",
@@ -140,7 +138,7 @@ def scan_cells(
     return [
         row.layer,
         row.class_name,
-        "(" + ", ".join(str(d) for d in row.shape) + ")",
+        shape_text(row.shape),
         status,
         number(g.mean_abs) if g else "-",
         number(j.frobenius.mean) if j else "-",
@@ -152,20 +150,7 @@ def scan_cells(
 
 def scan_scale(rows: Sequence[ScanRow]) -> tuple[float, float] | None:
     """The log10 range of the rows' mean Frobenius norms (positive ones)."""
-    logs = [
-        math.log10(r.jacobian.frobenius.mean)
-        for r in rows
-        if r.jacobian and r.jacobian.frobenius.mean > 0
-    ]
-    return log_scale(logs)
-
-
-def log_bar(value: float, scale: tuple[float, float] | None) -> str:
-    """A bar whose length is log10(value) placed in `scale`, then the exponent."""
-    if scale is None or not value > 0 or not math.isfinite(value):
-        return ""
-    filled = bar_blocks(math.log10(value), scale, BAR_WIDTH)
-    return "█" * filled + f" {math.log10(value):+.1f}"
+    return log_range(r.jacobian.frobenius.mean for r in rows if r.jacobian)
 
 
 # --- markdown -------------------------------------------------------------------------------
@@ -196,9 +181,13 @@ def inspect_markdown(results: Sequence[Result]) -> str:
     return "\nPer-sample Jacobian norms, J_i = d to[i] / d from[i]:\n\n" + md_table(MD_HEADER, rows)
 
 
+def _top(values: Sequence[float], top: int) -> list[int]:
+    """The `top` units of largest value, largest first (the lower unit first on a tie)."""
+    return sorted(range(len(values)), key=lambda u: (-values[u], u))[:top]
+
+
 def _top_units(values: Sequence[float], top: int = 3) -> str:
-    order = sorted(range(len(values)), key=lambda u: (-values[u], u))[:top]
-    return ", ".join(f"{u} ({number(values[u])})" for u in order)
+    return ", ".join(f"{u} ({number(values[u])})" for u in _top(values, top))
 
 
 def scan_markdown_cells(row: ScanRow) -> list[str]:

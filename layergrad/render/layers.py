@@ -12,14 +12,12 @@ from layergrad.files.layer_listing import LayerListing, LayerRow, ModelInput, no
 from layergrad.render.common import (
     Column,
     fit_table,
-    json_document,
     md_code,
     md_table,
     md_text,
     to_text,
 )
 
-SCHEMA = "layergrad.layers/1"
 COLUMNS = ("#", "layer", "class", "inbound", "params", "dtype", "trainable", "weights")
 NONFINITE_STYLE = "bold magenta"
 ZERO_STYLE = "bold yellow"
@@ -188,64 +186,6 @@ def _footer(listing: LayerListing) -> str:
     return "\n".join(lines)
 
 
-def as_json(listing: LayerListing, **_: object) -> str:
-    """The `layergrad.layers/1` JSON document (one object, keys as in docs/json.md)."""
-    doc = {
-        "schema": SCHEMA,
-        "model": {
-            "path": listing.path,
-            "format": listing.format,
-            "class": listing.class_name,
-            "name": listing.name,
-            "keras_version": listing.keras_version,
-            "inputs": [
-                {
-                    "name": i.name,
-                    "shape": None if i.shape is None else list(i.shape),
-                    "dtype": i.dtype,
-                }
-                for i in listing.inputs
-            ],
-            "graph": listing.graph_known,
-        },
-        "total_params": listing.total_params,
-        "layers": [_row_json(r) for r in listing.rows],
-        "operations": [
-            {"path": op.path, "class": op.class_name, "inbound": list(op.inbound)}
-            for op in listing.operations
-        ],
-        "warnings": list(listing.warnings),
-        "notes": list(listing.notes),
-    }
-    return json_document(doc)
-
-
-def _row_json(r: LayerRow) -> dict[str, object]:
-    w = r.weights
-    return {
-        "index": r.position[-1] if r.position else None,
-        "path": r.path,
-        "parent": r.parent,
-        "class": r.class_name,
-        "inbound": list(r.inbound),
-        "calls": r.calls,
-        "params": r.params,
-        "dtype": r.dtype,
-        "trainable": r.trainable,
-        "is_model": r.is_model,
-        "weights": None
-        if w is None
-        else {
-            "tensors": w.tensors,
-            "nan": w.nan,
-            "inf": w.inf,
-            "zero_tensors": w.zero_tensors,
-            "unchecked": w.unchecked,
-        },
-        "problem": r.problem,
-    }
-
-
 def markdown(listing: LayerListing, **_: object) -> str:
     """The listing as a markdown table, for a pull-request comment."""
     version = listing.keras_version or "unknown"
@@ -309,11 +249,10 @@ def html(listing: LayerListing, **_: object) -> str:
     ]
     header = ["#", "layer", "class", "inbound", "params", "dtype", "trainable", "weights"]
     body: list[Html | None] = [
-        el("h1", "layergrad layers"),
         verdict,
         head,
         el("h2", "Layers"),
         table(header, rows, numeric=[4]),
     ]
     body += [el("p", f"{r.path}: {r.problem}", class_="note") for r in flagged]
-    return page(f"layergrad layers: {listing.path}", body)
+    return page("layers", listing.path, body)

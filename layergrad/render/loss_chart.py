@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 
 from layergrad.render.common import number
-from layergrad.render.html_page import Html, el, join
+from layergrad.render.html_page import Html, el, svg
 
 WIDTH, PAD = 720, 40
 BLUE, RED = "#0b5cad", "#c62828"
@@ -61,11 +61,4 @@ def loss_chart(
         parts.append(el("text", number(high), x=2, y=PAD, font_size=11))
         parts.append(el("text", number(low), x=2, y=height - PAD, font_size=11))
     parts.append(el("text", f"step 1 .. {steps}", x=PAD, y=height - 8, font_size=11))
-    return el(
-        "svg",
-        join(parts),
-        xmlns="http://www.w3.org/2000/svg",
-        viewBox=f"0 0 {WIDTH} {height}",
-        role="img",
-        aria_label=label,
-    )
+    return svg(parts, WIDTH, height, label)

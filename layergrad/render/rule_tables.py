@@ -20,12 +20,9 @@ from typing import Protocol
 from layergrad.diagnose.causes import KINDS
 from layergrad.model.head_rules import RULES, HeadRule
 from layergrad.model.target_fit import RULES as TARGET_RULES
+from layergrad.render.common import md_table
 
 END = "<!-- end rules -->"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
 
 
 def _evidence(rule: HeadRule) -> tuple[str, str, str, str]:
@@ -44,9 +41,7 @@ def _evidence(rule: HeadRule) -> tuple[str, str, str, str]:
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     """A markdown table: its header, then one line a row (a `|` in a cell escaped)."""
-    lines = ["| " + " | ".join(header) + " |", "| --- " * len(header) + "|"]
-    lines += ["| " + " | ".join(_cell(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
+    return md_table(header, [list(row) for row in rows], rule="| --- ").rstrip("\n")
 
 
 def verdict_table() -> str:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from rich.console import Group, RenderableType
 from rich.text import Text
 
@@ -12,9 +10,9 @@ from layergrad.render import jacobian
 from layergrad.render.columns import JACOBIAN_SCAN_COLUMNS, SCAN_COLUMNS
 from layergrad.render.common import (
     STATUS_STYLE,
-    bar_blocks,
     causes_lines,
-    log_scale,
+    log_bar,
+    log_range,
     md_code,
     md_table,
     md_text,
@@ -26,8 +24,6 @@ from layergrad.render.common import (
     to_text,
 )
 
-BAR_WIDTH = 16
-
 
 def table(report: ScanReport, *, color: bool = False, width: int | None = 100) -> str:
     """The scan table in depth order, then notes and the causes of blocked / non-finite rows."""
@@ -36,7 +32,7 @@ def table(report: ScanReport, *, color: bool = False, width: int | None = 100) -
         cells = [jacobian.scan_cells(r, _status_cell(r), scale) for r in report.rows]
         body = table_with_note(JACOBIAN_SCAN_COLUMNS, cells, width)
     else:
-        scale = _log_range(report.rows)
+        scale = log_range(_mean(r) for r in report.rows)
         body = table_with_note(SCAN_COLUMNS, [_cells(row, scale) for row in report.rows], width)
     items: list[RenderableType] = [
         model_header(report.model, report.probe, f"d {target_text(report)} / d each layer"),
@@ -59,7 +55,7 @@ def _cells(row: ScanRow, scale: tuple[float, float] | None) -> list[RenderableTy
         number(g.l2) if g else "-",
         number(g.mean_abs) if g else "-",
         f"{g.zero_fraction:.0%}" if g else "-",
-        _bar(row, scale),
+        log_bar(_mean(row), scale),
         Text(", ".join(row.flags), style="yellow" if row.flags else ""),
     ]
 
@@ -72,17 +68,8 @@ def _status_label(row: ScanRow) -> str:
     return row.status.value  # `integer` as in the JSON and the README: not a failure
 
 
-def _log_range(rows: tuple[ScanRow, ...]) -> tuple[float, float] | None:
-    logs = [math.log10(r.gradient.mean_abs) for r in rows if r.gradient and r.gradient.mean_abs > 0]
-    return log_scale(logs)
-
-
-def _bar(row: ScanRow, scale: tuple[float, float] | None) -> str:
-    g = row.gradient
-    if g is None or scale is None or g.mean_abs <= 0:
-        return ""
-    filled = bar_blocks(math.log10(g.mean_abs), scale, BAR_WIDTH)
-    return "█" * filled + f" {math.log10(g.mean_abs):+.1f}"
+def _mean(row: ScanRow) -> float:
+    return row.gradient.mean_abs if row.gradient else 0.0
 
 
 def _distinct_causes(rows: list[ScanRow]) -> list[ScanRow]:
@@ -116,7 +103,7 @@ def markdown(report: ScanReport, **_: object) -> str:
         for r in report.rows
     ]
     notes = "".join(f"\n> note: {md_text(note)}\n" for note in report.notes)
-    header = ["layer", "class", "shape", "status", "mean \\|g\\|", "flags", "causes"]
+    header = ["layer", "class", "shape", "status", "mean |g|", "flags", "causes"]
     if any(r.jacobian for r in report.rows):  # --measure jacobian: two more columns
         header[5:5] = ["‖J‖F mean", "± s.e."]
         extra = [jacobian.scan_markdown_cells(r) for r in report.rows]

@@ -124,14 +124,7 @@ def markdown(report: WeightScanReport, **_: object) -> str:
         ]
         for r in report.variables
     ]
-    header = [
-        "variable",
-        "shape",
-        "status",
-        "mean \\|g\\|",
-        "\\|\\|g\\|\\| / \\|\\|w\\|\\|",
-        "flags",
-    ]
+    header = [c.header for c in WEIGHT_COLUMNS if c.header != "L2"]
     notes = [
         f"- {', '.join(md_code(n) for n in names)}: {md_cause(c)}"
         for (_, _, causes), names in _cause_blocks(report).items()
@@ -143,9 +136,7 @@ def markdown(report: WeightScanReport, **_: object) -> str:
     if report.noise:
         cells = [[md_code(n.layer), *map(str, c[1:])] for n, c in zip(
             report.noise, _noise_cells(report), strict=True)]  # fmt: skip
-        snr = f"\n{md_text(SNR_TITLE)}:\n\n" + md_table(
-            ["layer", "\\|\\|mean g\\|\\|^2", "variance", "SNR"], cells
-        )
+        snr = f"\n{md_text(SNR_TITLE)}:\n\n" + md_table([c.header for c in SNR_COLUMNS], cells)
     return head + md_table(header, rows) + f"\n{md_text(_summary(report))}\n" + snr + tail
 
 
@@ -181,7 +172,6 @@ def html(report: WeightScanReport, **_: object) -> str:
     ]
     header = ["variable", "shape", "status", "L2", "mean |g|", "||g|| / ||w||", "flags"]
     body: list[Html | None] = [
-        el("h1", "layergrad scan --wrt weights"),
         verdict,
         page_facts(report.model, report.probe, _what(report)),
         el(
@@ -222,4 +212,4 @@ def html(report: WeightScanReport, **_: object) -> str:
             for (status, _, causes), names in _cause_blocks(report).items()
         ]
         body += [causes_panel(f"{r.status}: {r.variable}", ()) for r in bad if not r.causes]
-    return page(f"layergrad scan --wrt weights: {report.model.path}", body)
+    return page("scan --wrt weights", report.model.path, body)

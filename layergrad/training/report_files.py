@@ -64,8 +64,8 @@ def write_report(report: FitReport, path: str | os.PathLike[str], option: str = 
     """`.json`: the `layergrad.fit/1` object; `.html`: the self-contained page. Checked again,
     then written atomically (`outputs.write_file`)."""
     from layergrad.files.outputs import write_file
-    from layergrad.render import fit
+    from layergrad.render import as_json, fit
 
     text = os.fspath(path)
-    body = fit.as_json(report) + "\n" if text.lower().endswith(".json") else fit.html(report)
+    body = as_json(report) + "\n" if text.lower().endswith(".json") else fit.html(report)
     write_file(text, option, "fit", body.encode("utf-8"))
