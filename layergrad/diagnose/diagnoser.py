@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from layergrad.core.gradient_stats import dead_fraction, status_of
-from layergrad.core.results import Endpoint, Reason
+from layergrad.core.results import Reason
 from layergrad.core.tf_types import KerasLayer, KerasModel
 from layergrad.core.vocab import Finding, Status
 from layergrad.data.probe_input import ProbeBatch
@@ -208,11 +208,6 @@ def _other_output(trace: Trace, source: Activation, target: Activation) -> Reaso
         return None
     return why.cause("other_output", source.site.ref, target=target.site.ref,
                      used=trace.activations[i].output, probed=source.output)  # fmt: skip
-
-
-def endpoint(act: Activation) -> Endpoint:
-    """The report's view of a captured activation."""
-    return Endpoint(layer=act.site.ref, shape=act.shape, dtype=act.dtype)
 
 
 def static_causes(
