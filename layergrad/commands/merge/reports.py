@@ -125,31 +125,17 @@ def merge(reports: Sequence[Report], names: Sequence[str]) -> Report:
             )
         _same_run(report, first, name, names[0])
     _not_repeated(reports, names)
-    shares = _Shares(reports)
+    shares = _Shares(reports, names)
     if isinstance(first, ScanReport) and first.target is None:
         _numbered_in_order(reports, names, shares.samples)
     if isinstance(first, InspectReport):
         inspects = [r for r in reports if isinstance(r, InspectReport)]
         results = tuple(
-            replace(
-                _result([r.results[i] for r in inspects], shares),
-                jacobian=merge_jacobians(
-                    [r.results[i].jacobian for r in inspects], shares.offsets, names
-                ),
-            )
-            for i in range(len(first.results))
+            _result([r.results[i] for r in inspects], shares) for i in range(len(first.results))
         )
         return InspectReport(model=first.model, probe=shares.probe(first.probe), results=results)
     scans = [r for r in reports if isinstance(r, ScanReport)]
-    rows = [
-        replace(
-            _row([s.rows[i] for s in scans], shares),
-            jacobian=merge_scan_jacobians(
-                [s.rows[i].jacobian for s in scans], shares.offsets, names
-            ),
-        )
-        for i in range(len(first.rows))
-    ]
+    rows = [_row([s.rows[i] for s in scans], shares) for i in range(len(first.rows))]
     rows = _scale_flags(rows, scans, first.model)
     notes = tuple(dict.fromkeys(n for s in scans for n in s.notes))
     return ScanReport(
@@ -225,9 +211,10 @@ def _structure(report: Report) -> list[tuple[object, ...]]:
 
 
 class _Shares:
-    """Each shard's samples, its weight under --reduce mean, and its first batch's index."""
+    """Each shard's name, samples, weight under --reduce mean and first batch's index."""
 
-    def __init__(self, reports: Sequence[Report]) -> None:
+    def __init__(self, reports: Sequence[Report], names: Sequence[str]) -> None:
+        self.names = names  # the shards' files, for errors
         self.samples = [int(r.probe.samples or 0) for r in reports]
         self.total = sum(self.samples)
         mean = reports[0].probe.reduce == "mean"
@@ -334,7 +321,8 @@ def _result(items: Sequence[Result], shares: _Shares) -> Result:
                       merged_shape([r.target.shape for r in items], total))  # fmt: skip
     return replace(first, source=replace(first.source, shape=source),
                    target=replace(first.target, shape=target), gradient=gradient, status=status,
-                   causes=causes, data=data)  # fmt: skip
+                   causes=causes, data=data, jacobian=merge_jacobians(
+                       [r.jacobian for r in items], shares.offsets, shares.names))  # fmt: skip
 
 
 def _row(items: Sequence[ScanRow], shares: _Shares) -> ScanRow:
@@ -344,8 +332,9 @@ def _row(items: Sequence[ScanRow], shares: _Shares) -> ScanRow:
     if data is not None and gradient is not None:
         units = shape[-1] if len(shape) >= 2 else 1
         dead = len(data.dead_units) / units if units else None
+    jacobian = merge_scan_jacobians([r.jacobian for r in items], shares.offsets, shares.names)
     return replace(items[0], shape=shape, gradient=gradient, status=status, causes=causes,
-                   data=data, flags=status_flags(status, dead))  # fmt: skip
+                   data=data, flags=status_flags(status, dead), jacobian=jacobian)  # fmt: skip
 
 
 def _scale_flags(
