@@ -15,12 +15,15 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from layergrad.diagnose.causes import KINDS
 from layergrad.model.head_rules import RULES, HeadRule
 from layergrad.model.target_fit import RULES as TARGET_RULES
 from layergrad.render.common import md_table
+
+if TYPE_CHECKING:
+    from layergrad.training.rules import TrainingRule
 
 END = "<!-- end rules -->"
 
@@ -74,25 +77,6 @@ def target_table() -> str:
 
 # what benchmarks/bench_training_corpus.py --results measured (a checkout's file)
 CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "training_corpus.json"
-
-
-class TrainingRule(Protocol):
-    """What the training table shows of a `training/rules.TrainingRule` (a stage above)."""
-
-    @property
-    def code(self) -> str: ...
-    @property
-    def when(self) -> str: ...
-    @property
-    def condition(self) -> str: ...
-    @property
-    def layer(self) -> str: ...
-    @property
-    def step(self) -> str: ...
-    @property
-    def severity(self) -> str: ...
-    @property
-    def repair(self) -> str: ...
 
 
 def training_table(rules: Sequence[TrainingRule]) -> str:
