@@ -10,6 +10,7 @@ tests/project/test_docs.py fails when a page differs from what this writes.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -19,9 +20,10 @@ sys.path.insert(0, str(ROOT))
 from layergrad.render.rule_tables import TABLES, training_table, with_tables  # noqa: E402
 from layergrad.training.rules import RULES  # noqa: E402
 
-# every generated table: those of the stages below render, and the training rules' (a stage
-# above it, so passed in here)
-ALL = {**TABLES, "training": lambda: training_table(RULES)}
+# every generated table: those of the stages below render, and the training rules'
+# (a stage above it, so passed in here), with what the corpus of training runs measured
+MEASURED = json.loads((ROOT / "benchmarks/results/training_corpus.json").read_text("utf-8"))
+ALL = {**TABLES, "training": lambda: training_table(RULES, MEASURED)}
 
 PAGES = ("README.md", "docs/verdicts.md", "docs/fix.md", "docs/training.md")
 

@@ -11,11 +11,9 @@ makes.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from layergrad.diagnose.causes import KINDS
 from layergrad.model.head_rules import RULES, HeadRule
@@ -75,15 +73,11 @@ def target_table() -> str:
     return _table(("rule", "labels", "head and loss", "severity", "`fix` changes"), rows)
 
 
-# what benchmarks/bench_training_corpus.py --results measured (a checkout's file)
-CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "training_corpus.json"
-
-
-def training_table(rules: Sequence[TrainingRule]) -> str:
+def training_table(rules: Sequence[TrainingRule], measured: Mapping[str, Any]) -> str:
     """Each training finding: when it holds, its rule, layer, step and severity, its recall
-    and false alarms on the corpus of training runs, what `fix` changes (`docs/make_tables.py`
-    passes `training/rules.RULES`)."""
-    measured = json.loads(CORPUS.read_text(encoding="utf-8")) if CORPUS.is_file() else {}
+    and false alarms on the corpus of training runs, what `fix` changes. `docs/make_tables.py`
+    passes `training/rules.RULES` and what `benchmarks/bench_training_corpus.py --results`
+    measured (a file of the repository, not of the installed package)."""
     counts = measured.get("findings", {})
 
     def row(rule: TrainingRule) -> tuple[str, ...]:
