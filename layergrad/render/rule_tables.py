@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from layergrad.diagnose.causes import KINDS
 from layergrad.model.head_rules import RULES, HeadRule
@@ -73,17 +73,19 @@ def target_table() -> str:
     return _table(("rule", "labels", "head and loss", "severity", "`fix` changes"), rows)
 
 
-def training_table(rules: Sequence[TrainingRule], measured: Mapping[str, Any]) -> str:
+def training_table(
+    rules: Sequence[TrainingRule], counts: Mapping[str, Mapping[str, int]], healthy_runs: int
+) -> str:
     """Each training finding: when it holds, its rule, layer, step and severity, its recall
     and false alarms on the corpus of training runs, what `fix` changes. `docs/make_tables.py`
     passes `training/rules.RULES` and what `benchmarks/bench_training_corpus.py --results`
-    measured (a file of the repository, not of the installed package)."""
-    counts = measured.get("findings", {})
+    measured (a file of the repository, not of the installed package): each finding's counts
+    (`named` of `runs`, `false_alarms`) and the number of healthy runs."""
 
     def row(rule: TrainingRule) -> tuple[str, ...]:
         count = counts.get(str(rule.code), {})
         recall = f"{count['named']}/{count['runs']}" if count.get("runs") else "not measured"
-        alarms = f"{count['false_alarms']}/{measured['healthy_runs']}" if count else "not measured"
+        alarms = f"{count['false_alarms']}/{healthy_runs}" if count else "not measured"
         return (f"`{rule.code}`", rule.when, rule.condition, rule.layer, rule.step,
                 rule.severity, recall, alarms, rule.repair)  # fmt: skip
 
