@@ -1,65 +1,264 @@
-"""The columns of the inspect and scan tables (text tables, and the HTML pages' headers)."""
+"""One definition per table column, rendered to the text table, markdown and HTML alike.
+
+A `Column` says its header, how to get the cell's value from a row, and how that value reads
+in each format; the presets here (`name`, `num`, `status`, `flags`, `percent`) cover the
+cells reports share. `text_table`, `md_rows` and `html_rows` render a list of columns over a
+list of rows; a column's `where` names the formats that show it (`t`able, `m`arkdown, `h`tml).
+"""
 
 from __future__ import annotations
 
-from layergrad.render.common import Column
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rich.console import RenderableType
+from rich.text import Text
+
+from layergrad.core.results import ScanRow
+from layergrad.render.common import (
+    STATUS_STYLE,
+    Column,
+    dropped_line,
+    fit_table,
+    log_bar,
+    log_range,
+    md_code,
+    md_table,
+    number,
+    shape_text,
+)
+from layergrad.render.html_page import Html, badge, cell, el, join, table
+
+STATUS_KIND = {
+    "ok": "ok", "none": "bad", "nonfinite": "bad", "zero": "warn", "integer": "muted",
+    "string": "muted",
+}  # fmt: skip
+SEVERE_FLAGS = ("blocked", "nonfinite")
+SEVERE = dict.fromkeys(SEVERE_FLAGS, "bad")  # a flag's badge: these red, the rest yellow
+
+
+def shown(columns: Sequence[Column], fmt: str) -> list[Column]:
+    """The columns format `fmt` (`t`, `m` or `h`) shows."""
+    return [c for c in columns if fmt in c.where]
+
+
+def _get(c: Column, row: object) -> Any:
+    return row if c.get is None else c.get(row)
+
+
+def text_table(
+    columns: Sequence[Column],
+    rows: Sequence[object],
+    width: int | None,
+    *,
+    compact: bool = False,
+    note: bool = True,
+) -> list[RenderableType]:
+    """The rows as a text table that fits `width`, and (if `note`) the line naming the columns
+    it left out to fit; `compact` collapses the padding between columns."""
+    cols = shown(columns, "t")
+    cells = [[(c.text or _plain)(_get(c, r)) for c in cols] for r in rows]
+    table, dropped = fit_table(cols, cells, width, compact=compact)
+    return [table, *([dropped_line(dropped, width)] if dropped and note else [])]
+
+
+def md_rows(columns: Sequence[Column], rows: Sequence[object]) -> str:
+    """The rows as a markdown table."""
+    cols = shown(columns, "m")
+    cells = [[(c.md or (md_code if c.name_like else _plain))(_get(c, r)) for c in cols]
+             for r in rows]  # fmt: skip
+    return md_table([c.header for c in cols], cells)
+
+
+def html_rows(columns: Sequence[Column], rows: Sequence[Any], *, numbered: bool = False) -> Html:
+    """The rows as a sortable HTML table (`numbered`: a `#` column first); a row with flags is
+    marked."""
+    cols = shown(columns, "h")
+    if numbered:
+        cols.insert(0, Column("#", "right", html=lambda i: cell(str(i + 1), sort=i, num=True)))
+    cells = [[_html_cell(c, i if c.header == "#" and numbered else _get(c, r)) for c in cols]
+             for i, r in enumerate(rows)]  # fmt: skip
+    classes = ["flagged" if getattr(r, "flags", None) else None for r in rows]
+    numeric = [i for i, c in enumerate(cols) if c.justify == "right"]
+    return table([c.header for c in cols], cells, numeric=numeric, row_classes=classes)
+
+
+def _html_cell(c: Column, value: object) -> Html:
+    if c.html is not None:
+        return Html(c.html(value))
+    if c.name_like:
+        return cell(el("code", str(value)))
+    return cell(str(value), num=c.justify == "right")
+
+
+def _plain(value: object) -> str:
+    return str(value)
+
+
+def name(header: str, get: Callable[[Any], str], **options: Any) -> Column:
+    """A column of names from the model file: they wrap, and read as code in markdown, HTML."""
+    return Column(header, name_like=True, get=get, **options)
+
+
+def num(header: str, get: Callable[[Any], float | None], drop: int = 0, **options: Any) -> Column:
+    """A number in 4 significant digits (`-` when there is none), right-aligned."""
+    return Column(header, "right", drop=drop, get=get, text=_number, md=_number, html=number_cell,
+                  **options)  # fmt: skip
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else number(value)
+
+
+def number_cell(value: float | None) -> Html:
+    """A right-aligned number cell that sorts by value ('-' sorts below every number)."""
+    if value is None:
+        return cell("-", sort="-Infinity", num=True)
+    return cell(number(value), sort=repr(value) if math.isfinite(value) else "Infinity", num=True)
+
+
+def percent(
+    header: str, get: Callable[[Any], float | None], digits: int, drop: int, where: str = "tmh"
+) -> Column:
+    """A fraction as a percentage with `digits` decimals (`-` when there is none)."""
+
+    def words(v: float | None) -> str:
+        return "-" if v is None else f"{v:.{digits}%}"
+
+    def html(v: float | None) -> Html:
+        return cell(words(v), sort=-1 if v is None else v, num=True)
+
+    return Column(header, "right", drop=drop, get=get, text=words, md=words, html=html, where=where)
+
+
+def status_badge(status: str) -> Html:
+    return badge(status, STATUS_KIND.get(status, "muted"))
+
+
+def status(get: Callable[[Any], str], *, bold: bool = True) -> Column:
+    """A result's status, coloured; in markdown in bold when not ok (unless not `bold`)."""
+    return Column(
+        "status",
+        get=get,
+        text=lambda s: Text(str(s), style=STATUS_STYLE.get(s, "")),
+        md=lambda s: f"**{s}**" if bold and s != "ok" else str(s),
+        html=lambda s: cell(status_badge(s), sort=s),
+    )
+
+
+def flags(drop: int, where: str = "tmh") -> Column:
+    """A row's flags: yellow in the table, badges on the page (the severe ones red)."""
+    return Column(
+        "flags",
+        drop=drop,
+        get=lambda r: r.flags,
+        text=lambda f: Text(", ".join(f), style="yellow" if f else ""),
+        md=", ".join,
+        html=lambda f: cell(join(badge(x, SEVERE.get(x, "warn")) for x in f), sort=",".join(f)),
+        where=where,
+    )
+
+
+def shape(
+    header: str, get: Callable[[Any], tuple[int, ...]], drop: int, where: str = "tmh"
+) -> Column:
+    """An activation's shape, `(8, 4)`."""
+    return Column(header, drop=drop, get=lambda r: shape_text(get(r)), where=where)
+
+
+def _grad(field: str) -> Callable[[Any], float | None]:
+    return lambda r: None if r.gradient is None else getattr(r.gradient, field)
+
 
 RESULT_COLUMNS = (  # inspect: one row per result
-    Column("from", name_like=True),
-    Column("to", name_like=True),
-    Column("from shape", drop=2),
-    Column("to shape", drop=3),
-    Column("status"),
-    Column("L2", "right", drop=4),
-    Column("mean |g|", "right"),
-    Column("max |g|", "right", drop=5),
-    Column("zeros", "right", drop=6),
-    Column("non-finite", "right", drop=1),
-)
+    name("from", lambda r: r.source.layer),
+    name("to", lambda r: r.target.layer),
+    shape("from shape", lambda r: r.source.shape, 2, "th"),
+    shape("to shape", lambda r: r.target.shape, 3, "th"),
+    status(lambda r: r.status),
+    num("L2", _grad("l2"), drop=4),
+    num("mean |g|", _grad("mean_abs")),
+    num("max |g|", _grad("max_abs"), drop=5),
+    percent("zeros", _grad("zero_fraction"), 1, 6),
+    Column("non-finite", "right", drop=1, get=_grad("nonfinite"), text=lambda n: _dash(n, str),
+           md=lambda n: _dash(n, str), html=lambda n: cell(_dash(n, str), sort=_dash(n, int, -1),
+           num=True)),
+)  # fmt: skip
 
-SCAN_COLUMNS = (  # scan: one row per layer call
-    Column("layer", name_like=True),
-    Column("class", drop=3),
-    Column("shape", drop=4),
-    Column("status"),
-    Column("L2", "right", drop=5),
-    Column("mean |g|", "right"),
-    Column("zeros", "right", drop=6),
-    Column("log10 mean |g|", drop=2),
-    Column("flags", drop=1),
-)
 
-JACOBIAN_SCAN_COLUMNS = (  # scan --measure jacobian
-    Column("layer", name_like=True),
-    Column("class", drop=4),
-    Column("shape", drop=5),
-    Column("status"),
-    Column("mean |g|", "right", drop=6),
-    Column("‖J‖F mean", "right"),
-    Column("± s.e.", "right", drop=3),
-    Column("log10 ‖J‖F", drop=2),
-    Column("flags", drop=1),
-)
+def _dash(value: Any, show: Callable[[Any], Any], missing: Any = "-") -> Any:
+    return missing if value is None else show(value)
 
-NORM_COLUMNS = (  # inspect --measure jacobian: the norms of each pair
-    Column("from", name_like=True),
-    Column("to", name_like=True),
-    Column("method"),
-    Column("‖J‖F mean", "right"),
-    Column("‖J‖F max", "right", drop=5),
-    Column("± s.e.", "right", drop=1),
-    Column("‖J‖2 mean", "right"),
-    Column("‖J‖2 max", "right", drop=4),
-    Column("iterations", "right", drop=2),
-    Column("batch", drop=3),
-)
 
+def _causes(row: ScanRow) -> str:
+    return "; ".join(f"{c.code} at {md_code(c.layer or '?')}" for c in row.causes)
+
+
+def stderr_column(drop: int) -> Column:
+    """`±1.2%`: the largest relative standard error of a sample's ‖J‖F; `-` when exact, empty
+    when not measured."""
+    return Column("± s.e.", "right", drop=drop, get=lambda r: _dash(
+        r.jacobian, lambda j: _dash(j.frobenius.rel_stderr, "±{:.1%}".format), ""))  # fmt: skip
+
+
+def log_bar_column(
+    header: str, value: Callable[[Any], float], rows: Sequence[Any], drop: int
+) -> Column:
+    """log10 of `value` as a bar on the rows' common scale: blocks in the text table, a CSS bar
+    of 1 to 120 px and the exponent in HTML."""
+    scale = log_range(value(r) for r in rows)
+    lo, hi = scale or (0.0, 1.0)
+
+    def html(v: float) -> Html:
+        if not (math.isfinite(v) and v > 0):
+            return cell("", sort="-Infinity")
+        log = math.log10(v)
+        width = max(1.0, min(120.0, 120 * (log - lo) / (hi - lo)))
+        bar = el("span", "", class_="bar", style=f"width:{width:.0f}px")
+        return cell(join([bar, f"{log:+.1f}"]), sort=log, cls="mono")
+
+    return Column(header, drop=drop, get=value, text=lambda v: log_bar(v, scale), html=html,
+                  where="th")  # fmt: skip
+
+
+def scan_columns(rows: Sequence[ScanRow], jacobian: bool = False) -> list[Column]:
+    """The columns of a scan (one row per layer call); with `jacobian`, its ‖J‖F profile."""
+    d = 1 if jacobian else 0  # the Jacobian's columns leave the class and shape sooner
+    head = [
+        name("layer", lambda r: r.layer),
+        Column("class", drop=3 + d, get=lambda r: r.class_name, md=md_code),
+        shape("shape", lambda r: r.shape, 4 + d),
+        status(lambda r: str(r.status), bold=False),
+    ]
+    tail = [flags(1), Column("causes", get=_causes, where="m")]
+    if not jacobian:
+        mean = num("mean |g|", _grad("mean_abs"))
+        zeros = percent("zeros", _grad("zero_fraction"), 0, 6, where="th")
+        bar = log_bar_column("log10 mean |g|", lambda r: _grad("mean_abs")(r) or 0.0, rows, 2)
+        return [*head, num("L2", _grad("l2"), drop=5, where="th"), mean, zeros, bar, *tail]
+    return [
+        *head,
+        num("mean |g|", _grad("mean_abs"), drop=6),
+        num("‖J‖F mean", _norm),
+        stderr_column(3),
+        log_bar_column("log10 ‖J‖F", lambda r: _norm(r) or 0.0, rows, 2),
+        *tail,
+    ]
+
+
+def _norm(r: Any) -> float | None:
+    """The mean per-sample Frobenius norm of a row's or a result's Jacobian, if measured."""
+    return r.jacobian.frobenius.mean if r.jacobian else None
+
+
+JACOBIAN_MEAN = num("||J||_F mean", _norm)
 WEIGHT_COLUMNS = (  # scan --wrt weights: one row per trainable variable
-    Column("variable", name_like=True),
-    Column("shape", drop=3),
-    Column("status"),
-    Column("L2", "right", drop=4),
-    Column("mean |g|", "right"),
-    Column("||g|| / ||w||", "right", drop=2),
-    Column("flags", drop=1),
+    name("variable", lambda r: r.variable),
+    shape("shape", lambda r: r.shape, 3),
+    status(lambda r: str(r.status)),
+    num("L2", _grad("l2"), drop=4, where="th"),
+    num("mean |g|", _grad("mean_abs")),
+    num("||g|| / ||w||", lambda r: r.update_ratio, drop=2),
+    flags(1),
 )

@@ -11,8 +11,9 @@ import io
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -92,6 +93,13 @@ class Column:
     justify: str = "left"
     name_like: bool = False
     drop: int = 0
+    # how `render.columns` gets the cell from a row (the row itself when None) and shows it in
+    # each format (None: the value as text; a name as code), and which formats show it
+    get: Callable[[Any], Any] | None = None
+    text: Callable[[Any], RenderableType] | None = None
+    md: Callable[[Any], str] | None = None
+    html: Callable[[Any], str] | None = None
+    where: str = "tmh"
 
 
 def fit_table(

@@ -13,35 +13,30 @@ from collections.abc import Sequence
 from rich.console import RenderableType
 from rich.text import Text
 
-from layergrad.core.fit_results import Checkpoint, FitReport, LayerStats
-from layergrad.render.common import (
-    Column,
-    count,
-    fit_table,
-    md_code,
-    md_head,
-    md_table,
-    md_text,
-    number,
-    to_text,
-)
+from layergrad.core.fit_results import Checkpoint, FitReport
+from layergrad.render import columns as cols
+from layergrad.render.common import Column, count, md_code, md_head, md_text, number, to_text
 from layergrad.render.html_page import Html, badge, cell, el, page, report_head, svg
-from layergrad.render.html_page import table as html_table
 from layergrad.render.loss_chart import BLUE, loss_chart
 
-COLUMNS = (
-    Column("layer", name_like=True),
-    Column("update ratio", "right"),
-    Column("grad L2", "right", drop=2),
-    Column("dead", "right", drop=1),
-    Column("NaN/Inf", "right", drop=3),
+COLUMNS = (  # one row per layer of a checkpoint
+    cols.name("layer", lambda r: r.layer),
+    cols.num("update ratio", lambda r: r.update_ratio),
+    cols.num("grad L2", lambda r: r.grad_l2, drop=2),
+    cols.percent("dead", lambda r: r.dead_fraction, 0, 1),
+    Column("NaN/Inf", "right", drop=3,
+           get=lambda r: str(r.nonfinite_gradient + r.nonfinite_activation)),
+)  # fmt: skip
+FINDING_COLUMNS = (  # the findings, in markdown and on the page
+    Column("finding", get=lambda f: str(f.code), md=md_code, html=lambda c: cell(badge(c, "bad"))),
+    cols.name("layer", lambda f: f.layer or "-"),
+    Column("step", "right", get=lambda f: str(f.step)),
+    Column("message", get=lambda f: f.message, md=md_text),
 )
 
 
-def _text(value: float | None, percent: bool = False) -> str:
-    if value is None or not math.isfinite(value):
-        return "-" if value is None else str(value)
-    return f"{value:.0%}" if percent else number(value)
+def _text(value: float | None) -> str:
+    return "-" if value is None else number(value)
 
 
 def verdict_line(report: FitReport) -> str:
@@ -78,17 +73,6 @@ def _last(report: FitReport) -> Checkpoint | None:
     return report.checkpoints[-1] if report.checkpoints else None
 
 
-def _cells(row: LayerStats) -> list[str]:
-    bad = row.nonfinite_gradient + row.nonfinite_activation
-    return [
-        row.layer,
-        _text(row.update_ratio),
-        _text(row.grad_l2),
-        _text(row.dead_fraction, percent=True),
-        str(bad) if bad else "0",
-    ]
-
-
 def table(
     report: FitReport, *, color: bool = False, width: int | None = 100, layers: bool = True
 ) -> str:
@@ -97,7 +81,7 @@ def table(
     last = _last(report)
     if last is not None and layers:
         items.append(Text(f"\nlayers at step {last.step} (loss {_text(last.loss)}):"))
-        items.append(fit_table(COLUMNS, [_cells(r) for r in last.layers], width)[0])
+        items += cols.text_table(COLUMNS, last.layers, width, note=False)
     items.append(Text(verdict_line(report), style="bold red" if report.findings else "green"))
     for f in report.findings:
         where = f" at {f.layer}" if f.layer else ""
@@ -110,16 +94,10 @@ def markdown(report: FitReport, **_: object) -> str:
     """A pull-request comment: the verdict, the findings, the last checkpoint's layers."""
     lines = md_head("fit", verdict_line(report), _facts(report))
     if report.findings:
-        rows = [
-            [md_code(str(f.code)), md_code(f.layer or "-"), str(f.step), md_text(f.message)]
-            for f in report.findings
-        ]
-        lines.append(md_table(["finding", "layer", "step", "message"], rows))
+        lines.append(cols.md_rows(FINDING_COLUMNS, report.findings))
     last = _last(report)
     if last is not None:
-        lines.append(f"Layers at step {last.step}:\n")
-        rows = [[md_code(c[0]), *c[1:]] for c in (_cells(r) for r in last.layers)]
-        lines.append(md_table([c.header for c in COLUMNS], rows))
+        lines += [f"Layers at step {last.step}:\n", cols.md_rows(COLUMNS, last.layers)]
     return "\n".join(lines)
 
 
@@ -129,16 +107,7 @@ def html(report: FitReport, **_: object) -> str:
     body: list[Html | None] = [*report_head(verdict_line(report), ok, _facts(report))]
     if report.findings:
         body.append(el("h2", "Findings"))
-        rows = [
-            [
-                cell(badge(str(f.code), "bad")),
-                cell(el("code", f.layer or "-")),
-                cell(str(f.step), num=True, sort=f.step),
-                cell(f.message),
-            ]
-            for f in report.findings
-        ]
-        body.append(html_table(["finding", "layer", "step", "message"], rows, numeric=[2]))
+        body.append(cols.html_rows(FINDING_COLUMNS, report.findings))
     body += [el("h2", "Loss"), el("div", loss_svg(report.losses), class_="chart")]
     body += [
         el("h2", "Update ratio, layers x checkpoints"),
@@ -148,16 +117,7 @@ def html(report: FitReport, **_: object) -> str:
     last = _last(report)
     if last is not None:
         body.append(el("h2", f"Layers at step {last.step}"))
-        body.append(
-            html_table(
-                [c.header for c in COLUMNS],
-                [
-                    [cell(el("code", c[0])), *(cell(v, num=True) for v in c[1:])]
-                    for c in (_cells(r) for r in last.layers)
-                ],
-                numeric=[1, 2, 3, 4],
-            )
-        )
+        body.append(cols.html_rows(COLUMNS, last.layers))
     return page("fit", report.path or report.model, body)
 
 

@@ -8,7 +8,6 @@ script runs and read the same without it. Names from the model file are always e
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -22,8 +21,16 @@ from layergrad.core.results import (
     ScanRow,
 )
 from layergrad.render import chart_files, plot
-from layergrad.render.columns import RESULT_COLUMNS, SCAN_COLUMNS
-from layergrad.render.common import log_scale, number, shape_text, target_text
+from layergrad.render.columns import (
+    JACOBIAN_MEAN,
+    RESULT_COLUMNS,
+    SEVERE_FLAGS,
+    STATUS_KIND,
+    html_rows,
+    number_cell,
+    scan_columns,
+)
+from layergrad.render.common import target_text
 from layergrad.render.html_page import (
     Html,
     badge,
@@ -38,11 +45,7 @@ from layergrad.render.html_page import (
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-STATUS_KIND = {
-    "ok": "ok", "none": "bad", "nonfinite": "bad", "zero": "warn", "integer": "muted",
-    "string": "muted",
-}  # fmt: skip
-SEVERE_FLAGS = ("blocked", "nonfinite")
+__all__ = ["STATUS_KIND", "inspect_html", "scan_html"]  # STATUS_KIND: the diff page's too
 # the page scrolls: a long scan's chart grows in height, one column of rows at the labels'
 # own size, instead of wrapping into columns that a browser shrinks to fit its width
 PAGE_ROWS_PER_COLUMN = 400
@@ -64,7 +67,7 @@ def inspect_html(report: InspectReport, **_: object) -> str:
         _inspect_verdict(results),
         page_facts(report.model, report.probe, target),
         el("h2", "Results"),
-        _results_table(results),
+        html_rows([*RESULT_COLUMNS, *_jacobian(results)], results),
     ]
     broken = [r for r in results if r.status != "ok"]
     if broken or any(r.warnings for r in results):
@@ -77,6 +80,7 @@ def inspect_html(report: InspectReport, **_: object) -> str:
 
 def scan_html(report: ScanReport, **_: object) -> str:
     """The `scan` page: the gradient-flow chart, every layer's row, the causes of broken ones."""
+    rows = report.rows
     body: list[Html | None] = [
         _scan_verdict(report.rows),
         page_facts(report.model, report.probe, f"d {target_text(report)} / d each layer"),
@@ -89,7 +93,7 @@ def scan_html(report: ScanReport, **_: object) -> str:
             "gradient-flow profile",
         ),
         el("h2", f"Layers ({len(report.rows)}, in execution order)"),
-        _scan_table(report.rows),
+        html_rows([*scan_columns(rows), *_jacobian(rows)], rows, numbered=True),
     ]
     groups = _cause_groups(report.rows)
     if groups:
@@ -99,10 +103,6 @@ def scan_html(report: ScanReport, **_: object) -> str:
             for status, layers, causes in groups
         ]
     return page("scan", report.model.path, body)
-
-
-def flagged(flags: Sequence[str]) -> str | None:
-    return "flagged" if flags else None
 
 
 def page_facts(model: ModelMeta, probe: ProbeMeta, target: str) -> Html:
@@ -128,20 +128,9 @@ def _chart(fig: Figure, label: str) -> Html:
     )
 
 
-def status_badge(status: str) -> Html:
-    return badge(status, STATUS_KIND.get(status, "muted"))
-
-
-def number_cell(value: float | None) -> Html:
-    """A right-aligned number cell that sorts by value ('-' sorts below every number)."""
-    if value is None:
-        return cell("-", sort="-Infinity", num=True)
-    return cell(number(value), sort=repr(value) if math.isfinite(value) else "Infinity", num=True)
-
-
-def _jacobian_cells(items: Sequence[object]) -> bool:
-    """Whether any row or result carries a Jacobian norm (then the tables get a column)."""
-    return any(plot.jacobian_mean(item) is not None for item in items)
+def _jacobian(items: Sequence[object]) -> list:
+    """The Jacobian norm's column, when any row or result carries one."""
+    return [JACOBIAN_MEAN] if any(plot.jacobian_mean(i) is not None for i in items) else []
 
 
 def _inspect_verdict(results: Sequence[Result]) -> Html:
@@ -153,34 +142,6 @@ def _inspect_verdict(results: Sequence[Result]) -> Html:
     return el(
         "p", f"{len(broken)} of {len(results)} results not ok ({names})", class_=f"verdict {kind}"
     )
-
-
-def _results_table(results: Sequence[Result]) -> Html:
-    header = [c.header for c in RESULT_COLUMNS]  # the text table's
-    jacobian = _jacobian_cells(results)
-    if jacobian:
-        header.append("||J||_F mean")
-    rows = []
-    for r in results:
-        g = r.gradient
-        row = [
-            cell(el("code", r.source.layer)),
-            cell(el("code", r.target.layer)),
-            cell(shape_text(r.source.shape)),
-            cell(shape_text(r.target.shape)),
-            cell(status_badge(r.status), sort=r.status),
-            number_cell(g.l2 if g else None),
-            number_cell(g.mean_abs if g else None),
-            number_cell(g.max_abs if g else None),
-            cell(
-                f"{g.zero_fraction:.1%}" if g else "-", sort=g.zero_fraction if g else -1, num=True
-            ),
-            cell(str(g.nonfinite) if g else "-", sort=g.nonfinite if g else -1, num=True),
-        ]
-        if jacobian:
-            row.append(number_cell(plot.jacobian_mean(r)))
-        rows.append(row)
-    return table(header, rows, numeric=range(5, len(header)))
 
 
 def _result_panel(r: Result) -> Html:
@@ -251,60 +212,6 @@ def _scan_verdict(rows: Sequence[ScanRow]) -> Html:
     kind = "bad" if any(f in counts for f in SEVERE_FLAGS) else "warn"
     found = ", ".join(f"{n} {flag}" for flag, n in counts.items())
     return el("p", f"{len(rows)} layers: {found}", class_=f"verdict {kind}")
-
-
-def _scan_table(rows: Sequence[ScanRow]) -> Html:
-    header = ["#", *(c.header for c in SCAN_COLUMNS)]  # the text table's, numbered
-    jacobian = _jacobian_cells(rows)
-    if jacobian:
-        header.append("||J||_F mean")
-    logs = [v for v in (_log_mean(r) for r in rows) if v is not None]
-    lo, hi = log_scale(logs) or (0.0, 1.0)
-    out = []
-    for i, row in enumerate(rows):
-        g = row.gradient
-        cells = [
-            cell(str(i + 1), sort=i, num=True),
-            cell(el("code", row.layer)),
-            cell(row.class_name),
-            cell(shape_text(row.shape)),
-            cell(status_badge(row.status), sort=row.status),
-            number_cell(g.l2 if g else None),
-            number_cell(g.mean_abs if g else None),
-            cell(
-                f"{g.zero_fraction:.0%}" if g else "-", sort=g.zero_fraction if g else -1, num=True
-            ),
-            _log_bar(row, lo, hi),
-            cell(
-                join(badge(f, "bad" if f in SEVERE_FLAGS else "warn") for f in row.flags),
-                sort=",".join(row.flags),
-            ),
-        ]
-        if jacobian:
-            cells.append(number_cell(plot.jacobian_mean(row)))
-        out.append(cells)
-    numbers = ("#", "L2", "mean |g|", "zeros", "||J||_F mean")
-    numeric = [i for i, h in enumerate(header) if h in numbers]
-    classes = ["flagged" if row.flags else None for row in rows]
-    return table(header, out, numeric=numeric, row_classes=classes)
-
-
-def _log_mean(row: ScanRow) -> float | None:
-    """log10 of a row's mean |g|, or None when it has no positive finite one."""
-    g = row.gradient
-    ok = g is not None and math.isfinite(g.mean_abs) and g.mean_abs > 0
-    return math.log10(g.mean_abs) if ok and g is not None else None
-
-
-def _log_bar(row: ScanRow, lo: float, hi: float) -> Html:
-    """log10 mean |g| as a CSS bar (1 to 120 px over the decades of `log_scale`) and the
-    number."""
-    value = _log_mean(row)
-    if value is None:
-        return cell("", sort="-Infinity")
-    width = max(1.0, min(120.0, 120 * (value - lo) / (hi - lo)))
-    bar = el("span", "", class_="bar", style=f"width:{width:.0f}px")
-    return cell(join([bar, f"{value:+.1f}"]), sort=value, cls="mono")
 
 
 def _cause_groups(rows: Sequence[ScanRow]) -> list[tuple[str, list[str], tuple[Reason, ...]]]:

@@ -12,19 +12,15 @@ from rich.text import Text
 from layergrad.core.results import InspectReport, Result
 from layergrad.core.vocab import Status
 from layergrad.render import jacobian
-from layergrad.render.columns import RESULT_COLUMNS
+from layergrad.render.columns import RESULT_COLUMNS, md_rows, text_table
 from layergrad.render.common import (
     STATUS_STYLE,
     causes_lines,
     md_cause,
     md_code,
-    md_table,
     md_text,
     model_header,
-    number,
     ranked_units_table,
-    shape_text,
-    table_with_note,
     to_text,
 )
 from layergrad.render.data import data_lines
@@ -34,7 +30,7 @@ def table(report: InspectReport, *, color: bool = False, width: int | None = 100
     """The results table, a panel of causes per non-ok result, warnings, the top units."""
     items: list[RenderableType] = [
         model_header(report.model, report.probe, f"d {report.probe.reduce}(to) / d from"),
-        *table_with_note(RESULT_COLUMNS, [_cells(r) for r in report.results], width),
+        *text_table(RESULT_COLUMNS, report.results, width),
     ]
     many = len(report.results) > 1
     for res in report.results:
@@ -57,26 +53,6 @@ def table(report: InspectReport, *, color: bool = False, width: int | None = 100
 
 def _pair(res: Result) -> str:
     return f"d {res.target.layer} / d {res.source.layer}"
-
-
-def _numbers(res: Result) -> list[str]:
-    """L2, mean |g|, max |g|, zeros and non-finite, as every format shows them."""
-    g = res.gradient
-    if g is None:
-        return ["-"] * 5
-    zeros = f"{g.zero_fraction:.1%}"
-    return [number(g.l2), number(g.mean_abs), number(g.max_abs), zeros, str(g.nonfinite)]
-
-
-def _cells(res: Result) -> list[RenderableType]:
-    return [
-        res.source.layer,
-        res.target.layer,
-        shape_text(res.source.shape),
-        shape_text(res.target.shape),
-        Text(res.status, style=STATUS_STYLE.get(res.status, "")),
-        *_numbers(res),
-    ]
 
 
 def _units_table(results: Sequence[Result]) -> Group:
@@ -104,16 +80,6 @@ def markdown(report: InspectReport, **_: object) -> str:
         f"**layergrad inspect** {md_code(report.model.path)}: "
         f"d {report.probe.reduce}(to) / d from\n\n"
     )
-    rows = [
-        [
-            md_code(r.source.layer),
-            md_code(r.target.layer),
-            f"**{r.status}**" if r.status != Status.OK else "ok",
-            *_numbers(r),
-        ]
-        for r in report.results
-    ]
-    header = [c.header for c in RESULT_COLUMNS if "shape" not in c.header]
     notes = [
         f"- {md_code(r.target.layer)}: {md_cause(c)}" for r in report.results for c in r.causes
     ]
@@ -124,7 +90,7 @@ def markdown(report: InspectReport, **_: object) -> str:
     ]
     return (
         head
-        + md_table(header, rows)
+        + md_rows(RESULT_COLUMNS, report.results)
         + jacobian.inspect_markdown(report.results)
         + "".join(f"\n{n}" for n in notes)
         + ("\n" if notes else "")

@@ -6,35 +6,42 @@ only when a result carries Jacobian norms (so `--measure gradient` output is unc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from layergrad.core.results import (
-    FrobeniusNorms,
-    JacobianStats,
-    Result,
-    ScanRow,
-)
-from layergrad.render.columns import NORM_COLUMNS
-from layergrad.render.common import (
-    log_bar,
-    log_range,
-    md_code,
-    md_table,
-    number,
-    ranked_units_table,
-    shape_text,
-    table_with_note,
-)
+from layergrad.core.results import JacobianStats, Result
+from layergrad.render.columns import md_rows, name, num, stderr_column, text_table
+from layergrad.render.common import Column, number, ranked_units_table
 from layergrad.render.data import percentile_text as _rank
 
 TOP_UNITS = 10
-MD_HEADER = (
-    *("from", "to", "method", "‖J‖F mean", "‖J‖F max", "± s.e.", "‖J‖2 mean", "‖J‖2 max"),
-    *("batch independent", "most sensitive units"),
-)
+
+
+def _spectral(field: str) -> Callable[[Result], float | None]:
+    return lambda r: None if r.jacobian is None or r.jacobian.spectral is None else getattr(
+        r.jacobian.spectral, field)  # fmt: skip
+
+
+NORM_COLUMNS = (  # inspect --measure jacobian: the norms of each pair (results that have them)
+    name("from", lambda r: r.source.layer),
+    name("to", lambda r: r.target.layer),
+    Column("method", get=lambda r: _method(r.jacobian)),
+    num("‖J‖F mean", lambda r: r.jacobian.frobenius.mean),
+    num("‖J‖F max", lambda r: r.jacobian.frobenius.max, drop=5),
+    stderr_column(1),
+    num("‖J‖2 mean", _spectral("mean")),
+    num("‖J‖2 max", _spectral("max"), drop=4),
+    Column("iterations", "right", drop=2, where="t",
+           get=lambda r: "-" if (i := _spectral("iterations")(r)) is None else str(i)),
+    Column("batch", drop=3, get=lambda r: r.jacobian.batch_independent, where="t",
+           text=lambda b: "independent" if b else Text("mixed", style="yellow")),
+    Column("batch independent", where="m",
+           get=lambda r: "yes" if r.jacobian.batch_independent else "**no**"),
+    Column("most sensitive units", where="m",
+           get=lambda r: _top_units(r.jacobian.unit_sensitivity)),
+)  # fmt: skip
 
 
 # --- inspect tables -------------------------------------------------------------------------
@@ -47,9 +54,7 @@ def inspect_items(results: Sequence[Result], width: int | None) -> list[Renderab
         return []
     title = Text("per-sample Jacobian norms, J_i = d to[i] / d from[i]", style="bold")
     items: list[RenderableType] = [
-        Group(
-            title, *table_with_note(NORM_COLUMNS, [_norm_cells(r, j) for r, j in measured], width)
-        )
+        Group(title, *text_table(NORM_COLUMNS, [r for r, _ in measured], width))
     ]
     ranked = [(r, j) for r, j in measured if j.unit_sensitivity]
     if ranked:
@@ -87,30 +92,8 @@ def _samples_table(results: Sequence[tuple[Result, JacobianStats]]) -> Group:
     return Group(*lines, table)
 
 
-def _norm_cells(res: Result, j: JacobianStats) -> list[RenderableType]:
-    f, s = j.frobenius, j.spectral
-    method = _method(j)
-    return [
-        res.source.layer,
-        res.target.layer,
-        method,
-        number(f.mean),
-        number(f.max),
-        stderr_text(f),
-        number(s.mean) if s else "-",
-        number(s.max) if s else "-",
-        "-" if s is None or s.iterations is None else str(s.iterations),
-        "independent" if j.batch_independent else Text("mixed", style="yellow"),
-    ]
-
-
 def _method(j: JacobianStats) -> str:
     return j.method if j.probes is None else f"{j.method} K={j.probes}"
-
-
-def stderr_text(f: FrobeniusNorms) -> str:
-    """`±1.2%`: the largest relative standard error of a sample; `-` when exact."""
-    return "-" if f.rel_stderr is None else f"±{f.rel_stderr:.1%}"
 
 
 def _units_table(results: Sequence[tuple[Result, JacobianStats]]) -> Group:
@@ -127,58 +110,13 @@ def _units_table(results: Sequence[tuple[Result, JacobianStats]]) -> Group:
     )
 
 
-# --- scan table -----------------------------------------------------------------------------
-
-
-def scan_cells(
-    row: ScanRow, status: RenderableType, scale: tuple[float, float] | None
-) -> list[RenderableType]:
-    """One scan row in Jacobian mode; `status` is the command's own status cell."""
-    g, j = row.gradient, row.jacobian
-    return [
-        row.layer,
-        row.class_name,
-        shape_text(row.shape),
-        status,
-        number(g.mean_abs) if g else "-",
-        number(j.frobenius.mean) if j else "-",
-        stderr_text(j.frobenius) if j else "",
-        log_bar(j.frobenius.mean if j else 0.0, scale),
-        Text(", ".join(row.flags), style="yellow" if row.flags else ""),
-    ]
-
-
-def scan_scale(rows: Sequence[ScanRow]) -> tuple[float, float] | None:
-    """The log10 range of the rows' mean Frobenius norms (positive ones)."""
-    return log_range(r.jacobian.frobenius.mean for r in rows if r.jacobian)
-
-
-# --- markdown -------------------------------------------------------------------------------
-
-
 def inspect_markdown(results: Sequence[Result]) -> str:
     """A second markdown table with the per-sample norms ('' when none were measured)."""
-    measured = [(r, r.jacobian) for r in results if r.jacobian is not None]
+    measured = [r for r in results if r.jacobian is not None]
     if not measured:
         return ""
-    rows = []
-    for r, j in measured:
-        s = j.spectral
-        rows.append(
-            [
-                md_code(r.source.layer),
-                md_code(r.target.layer),
-                _method(j),
-                number(j.frobenius.mean),
-                number(j.frobenius.max),
-                stderr_text(j.frobenius),
-                number(s.mean) if s else "-",
-                number(s.max) if s else "-",
-                "yes" if j.batch_independent else "**no**",
-                _top_units(j.unit_sensitivity),
-            ]
-        )
-    return "\nPer-sample Jacobian norms, J_i = d to[i] / d from[i]:\n\n" + md_table(MD_HEADER, rows)
+    title = "\nPer-sample Jacobian norms, J_i = d to[i] / d from[i]:\n\n"
+    return title + md_rows(NORM_COLUMNS, measured)
 
 
 def _top(values: Sequence[float], top: int) -> list[int]:
@@ -188,9 +126,3 @@ def _top(values: Sequence[float], top: int) -> list[int]:
 
 def _top_units(values: Sequence[float], top: int = 3) -> str:
     return ", ".join(f"{u} ({number(values[u])})" for u in _top(values, top))
-
-
-def scan_markdown_cells(row: ScanRow) -> list[str]:
-    """The extra markdown cells of a scan row: mean ‖J‖F and its error bar."""
-    j = row.jacobian
-    return [number(j.frobenius.mean), stderr_text(j.frobenius)] if j else ["-", ""]

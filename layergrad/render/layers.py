@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from rich.console import RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from layergrad.files.layer_listing import LayerListing, LayerRow, ModelInput, nonfinite_text
-from layergrad.render.common import (
-    Column,
-    fit_table,
-    md_code,
-    md_table,
-    md_text,
-    to_text,
-)
+from layergrad.render.columns import html_rows, md_rows, name, text_table
+from layergrad.render.common import Column, md_code, md_text, to_text
+from layergrad.render.html_page import badge, cell, el
 
-COLUMNS = ("#", "layer", "class", "inbound", "params", "dtype", "trainable", "weights")
 NONFINITE_STYLE = "bold magenta"
 ZERO_STYLE = "bold yellow"
 
@@ -83,41 +76,38 @@ def _uniform_line(rows: Sequence[LayerRow]) -> str:
     return "\n" + "; ".join(parts) if parts else ""
 
 
-COLUMNS_FIT = {
-    "#": Column("#", "right"),
-    "layer": Column("layer", name_like=True),
-    "class": Column("class", drop=2),
-    "inbound": Column("inbound", name_like=True, drop=3),
-    "params": Column("params", "right", drop=4),
-    "dtype": Column("dtype", drop=5),
-    "trainable": Column("trainable", drop=6),
-    "weights": Column("weights", drop=1),
-}
+def _columns(listing: LayerListing) -> list[Column]:
+    """The columns of the listing: one row per layer (a functional operation in inbound is
+    marked `(op)`)."""
+    ops = {op.path for op in listing.operations}
+
+    def inbound(r: LayerRow, show: Callable[[str], str] = str) -> str:
+        return ", ".join(show(p) + (" (op)" if p in ops else "") for p in r.inbound)
+
+    return [
+        Column("#", "right", get=index_text),
+        name("layer", lambda r: r, text=lambda r: Text(r.path, style="bold" if r.is_model else ""),
+             md=lambda r: md_code(r.path), html=lambda r: cell(el("code", r.path), sort=r.path)),
+        Column("class", drop=2, text=lambda r: Text.assemble(r.class_name, (_calls_text(r),
+               "dim")), md=lambda r: md_text(r.class_name) + _calls_text(r),
+               html=lambda r: cell(r.class_name)),
+        name("inbound", lambda r: r, drop=3, text=inbound, md=lambda r: inbound(r, md_code),
+             html=lambda r: cell(", ".join(r.inbound))),
+        Column("params", "right", drop=4, text=_params_text, md=_params_text,
+               html=lambda r: cell(f"{r.params:,}", sort=r.params, num=True)),
+        Column("dtype", drop=5, get=lambda r: r.dtype or ""),
+        Column("trainable", drop=6, get=lambda r: _yes_no(r.trainable)),
+        Column("weights", drop=1, text=_health_cell, md=lambda r: f"**{health_text(r)}**"
+               if r.problem else health_text(r), html=lambda r: cell(badge(health_text(r), "bad")
+               if r.problem else health_text(r))),
+    ]  # fmt: skip
 
 
-def _table(listing: LayerListing, width: int | None) -> Table:
+def _table(listing: LayerListing, width: int | None) -> RenderableType:
     """The rows; the dtype and trainable columns only when layers differ in them."""
     values = _shared_values(listing.rows)
-    columns = [c for c in COLUMNS if len(values.get(c, "many")) > 1]
-    ops = {op.path for op in listing.operations}
-    rows = []
-    for r in listing.rows:
-        cells: dict[str, RenderableType] = {
-            "#": index_text(r),
-            "layer": Text(r.path, style="bold" if r.is_model else ""),
-            "class": Text.assemble(r.class_name, (_calls_text(r), "dim")),
-            "inbound": _inbound_text(r, ops),
-            "params": _params_text(r),
-            "dtype": r.dtype or "",
-            "trainable": _yes_no(r.trainable),
-            "weights": _health_cell(r),
-        }
-        rows.append([cells[c] for c in columns])
-    return fit_table([COLUMNS_FIT[c] for c in columns], rows, width, compact=True)[0]
-
-
-def _inbound_text(r: LayerRow, ops: set[str]) -> str:
-    return ", ".join(f"{p} (op)" if p in ops else p for p in r.inbound)
+    columns = [c for c in _columns(listing) if len(values.get(c.header, "many")) > 1]
+    return text_table(columns, listing.rows, width, compact=True, note=False)[0]
 
 
 def index_text(r: LayerRow) -> str:
@@ -193,23 +183,7 @@ def markdown(listing: LayerListing, **_: object) -> str:
         f"**layergrad layers** {md_code(listing.path)}: {md_text(listing.class_name)} "
         f"{md_code(listing.name)}, {listing.format}, Keras {md_text(version)}\n\n"
     )
-    ops = {op.path for op in listing.operations}
-    rows = []
-    for r in listing.rows:
-        health = health_text(r)
-        rows.append(
-            [
-                index_text(r),
-                md_code(r.path),
-                md_text(r.class_name) + _calls_text(r),
-                ", ".join(md_code(p) + (" (op)" if p in ops else "") for p in r.inbound),
-                _params_text(r),
-                r.dtype or "",
-                _yes_no(r.trainable),
-                f"**{health}**" if r.problem else health,
-            ]
-        )
-    out = head + md_table(list(COLUMNS), rows) + "\n"
+    out = head + md_rows(_columns(listing), listing.rows) + "\n"
     out += "".join(
         f"- {md_code(r.path)}: **{md_text(str(r.problem))}**\n" for r in listing.rows if r.problem
     )
@@ -218,7 +192,7 @@ def markdown(listing: LayerListing, **_: object) -> str:
 
 def html(listing: LayerListing, **_: object) -> str:
     """The `layers` page: the file's header, then one row per layer and its weight health."""
-    from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page, table
+    from layergrad.render.html_page import Html, definition_list, join, page
 
     head = definition_list(
         [
@@ -234,25 +208,11 @@ def html(listing: LayerListing, **_: object) -> str:
         if flagged
         else el("p", "every stored weight is finite", class_="verdict ok")
     )
-    rows = [
-        [
-            cell(index_text(r)),
-            cell(el("code", r.path), sort=r.path),
-            cell(r.class_name),
-            cell(", ".join(r.inbound)),
-            cell(f"{r.params:,}", sort=r.params, num=True),
-            cell(r.dtype or ""),
-            cell("" if r.trainable is None else "yes" if r.trainable else "no"),
-            cell(badge(health_text(r), "bad") if r.problem else health_text(r)),
-        ]
-        for r in listing.rows
-    ]
-    header = ["#", "layer", "class", "inbound", "params", "dtype", "trainable", "weights"]
     body: list[Html | None] = [
         verdict,
         head,
         el("h2", "Layers"),
-        table(header, rows, numeric=[4]),
+        html_rows(_columns(listing), listing.rows),
     ]
     body += [el("p", f"{r.path}: {r.problem}", class_="note") for r in flagged]
     return page("layers", listing.path, body)

@@ -5,20 +5,14 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from layergrad.core.results import Reason, VariableRow, WeightScanReport
-from layergrad.render.columns import WEIGHT_COLUMNS
+from layergrad.core.results import Reason, WeightScanReport
+from layergrad.render.columns import WEIGHT_COLUMNS, html_rows, md_rows, name, num, text_table
 from layergrad.render.common import (
-    STATUS_STYLE,
-    Column,
     causes_lines,
     md_cause,
     md_code,
-    md_table,
     md_text,
     model_header,
-    number,
-    shape_text,
-    table_with_note,
     to_text,
 )
 
@@ -38,15 +32,14 @@ def _what(report: WeightScanReport) -> str:
 
 def table(report: WeightScanReport, *, color: bool = False, width: int | None = 100) -> str:
     """One row per trainable variable, then notes and the causes of non-ok variables."""
-    rows = [_cells(r) for r in report.variables]
     items: list[RenderableType] = [
         model_header(report.model, report.probe, _what(report)),
-        *table_with_note(WEIGHT_COLUMNS, rows, width),
+        *text_table(WEIGHT_COLUMNS, report.variables, width),
         Text(_summary(report)),
     ]
     if report.noise:
         title = Text(SNR_TITLE, style="bold")
-        items.append(Group(title, *table_with_note(SNR_COLUMNS, _noise_cells(report), width)))
+        items.append(Group(title, *text_table(SNR_COLUMNS, report.noise, width)))
     items += [Text(f"note: {note}", style="yellow") for note in (*report.notes, RATIO_NOTE)]
     for (status, _, causes), names in _cause_blocks(report).items():
         title = Text(f"{status}: {', '.join(names)}", style="bold")
@@ -69,23 +62,11 @@ SNR_TITLE = (
     "gradients"
 )
 SNR_COLUMNS = (
-    Column("layer", name_like=True),
-    Column("||mean g||^2", "right"),
-    Column("variance", "right"),
-    Column("SNR", "right"),
+    name("layer", lambda n: n.layer),
+    num("||mean g||^2", lambda n: n.signal),
+    num("variance", lambda n: n.variance),
+    num("SNR", lambda n: n.snr),
 )
-
-
-def _noise_cells(report: WeightScanReport) -> list[list[RenderableType]]:
-    return [
-        [
-            n.layer,
-            number(n.signal),
-            "-" if n.variance is None else number(n.variance),
-            "-" if n.snr is None else number(n.snr),
-        ]
-        for n in report.noise
-    ]
 
 
 def _summary(report: WeightScanReport) -> str:
@@ -96,35 +77,10 @@ def _summary(report: WeightScanReport) -> str:
     )
 
 
-def _cells(row: VariableRow) -> list[RenderableType]:
-    g = row.gradient
-    return [
-        row.variable,
-        shape_text(row.shape),
-        Text(row.status.value, style=STATUS_STYLE.get(row.status, "")),
-        number(g.l2) if g else "-",
-        number(g.mean_abs) if g else "-",
-        "-" if row.update_ratio is None else number(row.update_ratio),
-        Text(", ".join(row.flags), style="yellow" if row.flags else ""),
-    ]
-
-
 def markdown(report: WeightScanReport, **_: object) -> str:
     """A markdown table for a pull-request comment, then the causes."""
     path = md_code(report.model.path)
     head = f"**layergrad scan --wrt weights** {path}: {md_text(_what(report))}\n\n"
-    rows = [
-        [
-            md_code(r.variable),
-            shape_text(r.shape),
-            f"**{r.status}**" if r.status != "ok" else "ok",
-            number(r.gradient.mean_abs) if r.gradient else "-",
-            "-" if r.update_ratio is None else number(r.update_ratio),
-            ", ".join(r.flags),
-        ]
-        for r in report.variables
-    ]
-    header = [c.header for c in WEIGHT_COLUMNS if c.header != "L2"]
     notes = [
         f"- {', '.join(md_code(n) for n in names)}: {md_cause(c)}"
         for (_, _, causes), names in _cause_blocks(report).items()
@@ -132,24 +88,22 @@ def markdown(report: WeightScanReport, **_: object) -> str:
     ]
     notes += [f"> note: {md_text(n)}" for n in report.notes]
     tail = "".join(f"\n{n}" for n in notes) + ("\n" if notes else "")
-    snr = ""
-    if report.noise:
-        cells = [[md_code(n.layer), *map(str, c[1:])] for n, c in zip(
-            report.noise, _noise_cells(report), strict=True)]  # fmt: skip
-        snr = f"\n{md_text(SNR_TITLE)}:\n\n" + md_table([c.header for c in SNR_COLUMNS], cells)
-    return head + md_table(header, rows) + f"\n{md_text(_summary(report))}\n" + snr + tail
+    snr = (
+        f"\n{md_text(SNR_TITLE)}:\n\n" + md_rows(SNR_COLUMNS, report.noise) if report.noise else ""
+    )
+    return (
+        head
+        + md_rows(WEIGHT_COLUMNS, report.variables)
+        + f"\n{md_text(_summary(report))}\n"
+        + snr
+        + tail
+    )
 
 
 def html(report: WeightScanReport, **_: object) -> str:
     """The `scan --wrt weights` page: a verdict, every trainable variable, the causes."""
-    from layergrad.render.html_page import Html, badge, cell, el, join, page, table
-    from layergrad.render.html_report import (
-        SEVERE_FLAGS,
-        causes_panel,
-        number_cell,
-        page_facts,
-        status_badge,
-    )
+    from layergrad.render.html_page import Html, el, page
+    from layergrad.render.html_report import causes_panel, page_facts
 
     rows = report.variables
     bad = [r for r in rows if r.status != "ok"]
@@ -158,19 +112,6 @@ def html(report: WeightScanReport, **_: object) -> str:
         if bad
         else el("p", f"all {len(rows)} trainable variables get a gradient", class_="verdict ok")
     )
-    cells = [
-        [
-            cell(el("code", r.variable), sort=r.variable),
-            cell(shape_text(r.shape)),
-            cell(status_badge(r.status), sort=r.status),
-            number_cell(r.gradient.l2 if r.gradient else None),
-            number_cell(r.gradient.mean_abs if r.gradient else None),
-            number_cell(r.update_ratio),
-            cell(join(badge(f, "bad" if f in SEVERE_FLAGS else "warn") for f in r.flags)),
-        ]
-        for r in rows
-    ]
-    header = ["variable", "shape", "status", "L2", "mean |g|", "||g|| / ||w||", "flags"]
     body: list[Html | None] = [
         verdict,
         page_facts(report.model, report.probe, _what(report)),
@@ -183,27 +124,13 @@ def html(report: WeightScanReport, **_: object) -> str:
     body += [el("p", "note: ", note, class_="note") for note in (*report.notes, RATIO_NOTE)]
     body += [
         el("h2", f"Trainable variables ({len(rows)})"),
-        table(
-            header,
-            cells,
-            numeric=[3, 4, 5],
-            row_classes=["flagged" if r.flags else None for r in rows],
-        ),
+        html_rows(WEIGHT_COLUMNS, rows),
     ]
     if report.noise:  # --data: per layer, the gradient's signal-to-noise ratio
-        noise = [
-            [
-                cell(el("code", n.layer), sort=n.layer),
-                number_cell(n.signal),
-                number_cell(n.variance),
-                number_cell(n.snr),
-            ]
-            for n in report.noise
-        ]
         body += [
             el("h2", "Gradient signal-to-noise per layer"),
             el("p", SNR_TITLE, class_="note"),
-            table(["layer", "||mean g||^2", "variance", "SNR"], noise, numeric=[1, 2, 3]),
+            html_rows(SNR_COLUMNS, report.noise),
         ]
     if bad:
         body.append(el("h2", "Causes"))
