@@ -129,14 +129,6 @@ def fit_table(
     return table, dropped
 
 
-def table_with_note(
-    columns: Sequence[Column], rows: Sequence[Sequence[RenderableType]], width: int | None
-) -> list[RenderableType]:
-    """The fitted table, and a line under it naming the columns left out to fit, if any."""
-    table, dropped = fit_table(columns, rows, width)
-    return [table, *([dropped_line(dropped, width)] if dropped else [])]
-
-
 def dropped_line(dropped: Sequence[str], width: int | None) -> Text:
     """`columns left out to fit 80 columns: shape, L2; a wider terminal or --json shows them`."""
     return Text(

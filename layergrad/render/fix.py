@@ -14,11 +14,26 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from layergrad.core.fix_results import FixReport, Repair, Run
-from layergrad.render.common import count, md_code, md_head, md_table, md_text, number, to_text
+from layergrad.render.columns import html_rows, md_rows, name
+from layergrad.render.common import Column, count, md_code, md_head, md_text, number, to_text
 from layergrad.render.escape import visible
 from layergrad.render.html_page import Html, badge, cell, el, page, report_head
-from layergrad.render.html_page import table as html_table
 from layergrad.render.loss_chart import BLUE, RED, loss_chart
+
+
+def _verdict(where: str) -> Column:
+    """A repair's verdict: a badge on the page (first there), words in markdown (third)."""
+    return Column("verdict", get=lambda r: str(r.verdict), md=md_text, where=where,
+                  html=lambda v: cell(badge(v, "ok" if v == "verified" else "bad")))  # fmt: skip
+
+
+VERDICT_COLUMNS = (  # one row per repair
+    _verdict("h"),
+    name("finding", lambda r: r.finding),
+    name("layer", lambda r: r.layer or "-"),
+    _verdict("m"),
+    Column("why", get=lambda r: r.why or "-", md=md_text),
+)
 
 
 def verdict_line(report: FixReport) -> str:
@@ -154,9 +169,7 @@ def markdown(report: FixReport, **_: object) -> str:
         fence = _fence(code)
         lines += [f"{fence}suggestion", *code, fence, ""]
     if report.repairs:
-        rows = [[md_code(r.finding), md_code(r.layer or "-"), md_text(str(r.verdict)),
-                 md_text(r.why or "-")] for r in report.repairs]  # fmt: skip
-        lines.append(md_table(["finding", "layer", "verdict", "why"], rows))
+        lines.append(md_rows(VERDICT_COLUMNS, report.repairs))
     for u in report.unrepaired:
         hint = f" Fix by hand: {md_text(u.hint)}" if u.hint else ""
         lines.append(f"- no mechanical repair for {md_code(u.code)}: {md_text(u.message)}.{hint}")
@@ -174,12 +187,7 @@ def html(report: FixReport, **_: object) -> str:
                            ": ", r.change))  # fmt: skip
             body.append(el("pre", el("code", "\n".join(r.code))))
         body.append(el("h2", "Verdicts"))
-        rows = [
-            [cell(badge(str(r.verdict), "ok" if r.verdict == "verified" else "bad")),
-             cell(el("code", r.finding)), cell(el("code", r.layer or "-")), cell(r.why or "-")]
-            for r in report.repairs
-        ]  # fmt: skip
-        body.append(html_table(["verdict", "finding", "layer", "why"], rows))
+        body.append(html_rows(VERDICT_COLUMNS, report.repairs))
     if report.unrepaired:
         body.append(el("h2", "No mechanical repair"))
         body += [el("p", el("code", u.code), ": ", u.message, ". ", u.hint)
