@@ -75,13 +75,12 @@ def html_rows(columns: Sequence[Column], rows: Sequence[Any], *, numbered: bool 
     """The rows as a sortable HTML table (`numbered`: a `#` column first); a row with flags is
     marked."""
     cols = shown(columns, "h")
-    if numbered:
-        cols.insert(0, Column("#", "right", html=lambda i: cell(str(i + 1), sort=i, num=True)))
-    cells = [[_html_cell(c, i if c.header == "#" and numbered else _get(c, r)) for c in cols]
-             for i, r in enumerate(rows)]  # fmt: skip
+    head = ["#"] * numbered + [c.header for c in cols]
+    cells = [[cell(str(i + 1), sort=i, num=True)] * numbered + [_html_cell(c, _get(c, r))
+              for c in cols] for i, r in enumerate(rows)]  # fmt: skip
+    right = [True] * numbered + [c.justify == "right" for c in cols]
     classes = ["flagged" if getattr(r, "flags", None) else None for r in rows]
-    numeric = [i for i, c in enumerate(cols) if c.justify == "right"]
-    return table([c.header for c in cols], cells, numeric=numeric, row_classes=classes)
+    return table(head, cells, numeric=[i for i, r in enumerate(right) if r], row_classes=classes)
 
 
 def _html_cell(c: Column, value: object) -> Html:
