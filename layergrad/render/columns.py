@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from rich.console import RenderableType
 from rich.text import Text
 
-from layergrad.core.results import ScanRow
+from layergrad.core.results import Result, ScanRow
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
@@ -29,6 +28,7 @@ from layergrad.render.common import (
     shape_text,
 )
 from layergrad.render.html_page import Html, badge, cell, el, join, table
+from layergrad.render.plot import jacobian_mean
 
 STATUS_KIND = {
     "ok": "ok", "none": "bad", "nonfinite": "bad", "zero": "warn", "integer": "muted",
@@ -43,7 +43,7 @@ def shown(columns: Sequence[Column], fmt: str) -> list[Column]:
     return [c for c in columns if fmt in c.where]
 
 
-def _get(c: Column, row: object) -> Any:
+def _get(c: Column, row: object) -> object:
     return row if c.get is None else c.get(row)
 
 
@@ -66,12 +66,12 @@ def text_table(
 def md_rows(columns: Sequence[Column], rows: Sequence[object]) -> str:
     """The rows as a markdown table."""
     cols = shown(columns, "m")
-    cells = [[(c.md or (md_code if c.name_like else _plain))(_get(c, r)) for c in cols]
+    cells = [[(c.md or (_code if c.name_like else _plain))(_get(c, r)) for c in cols]
              for r in rows]  # fmt: skip
     return md_table([c.header for c in cols], cells)
 
 
-def html_rows(columns: Sequence[Column], rows: Sequence[Any], *, numbered: bool = False) -> Html:
+def html_rows(columns: Sequence[Column], rows: Sequence[object], *, numbered: bool = False) -> Html:
     """The rows as a sortable HTML table (`numbered`: a `#` column first); a row with flags is
     marked."""
     cols = shown(columns, "h")
@@ -95,15 +95,27 @@ def _plain(value: object) -> str:
     return str(value)
 
 
-def name(header: str, get: Callable[[Any], str], **options: Any) -> Column:
+def _code(value: object) -> str:
+    return md_code(str(value))
+
+
+def name(
+    header: str,
+    get: Callable[..., object],
+    drop: int = 0,
+    *,
+    text: Callable[..., RenderableType] | None = None,
+    md: Callable[..., str] | None = None,
+    html: Callable[..., str] | None = None,
+) -> Column:
     """A column of names from the model file: they wrap, and read as code in markdown, HTML."""
-    return Column(header, name_like=True, get=get, **options)
+    return Column(header, name_like=True, drop=drop, get=get, text=text, md=md, html=html)
 
 
-def num(header: str, get: Callable[[Any], float | None], drop: int = 0, **options: Any) -> Column:
+def num(header: str, get: Callable[..., float | None], drop: int = 0, where: str = "tmh") -> Column:
     """A number in 4 significant digits (`-` when there is none), right-aligned."""
     return Column(header, "right", drop=drop, get=get, text=_number, md=_number, html=number_cell,
-                  **options)  # fmt: skip
+                  where=where)  # fmt: skip
 
 
 def _number(value: float | None) -> str:
@@ -118,7 +130,7 @@ def number_cell(value: float | None) -> Html:
 
 
 def percent(
-    header: str, get: Callable[[Any], float | None], digits: int, drop: int, where: str = "tmh"
+    header: str, get: Callable[..., float | None], digits: int, drop: int, where: str = "tmh"
 ) -> Column:
     """A fraction as a percentage with `digits` decimals (`-` when there is none)."""
 
@@ -135,7 +147,7 @@ def status_badge(status: str) -> Html:
     return badge(status, STATUS_KIND.get(status, "muted"))
 
 
-def status(get: Callable[[Any], str], *, bold: bool = True) -> Column:
+def status(get: Callable[..., str], *, bold: bool = True) -> Column:
     """A result's status, coloured; in markdown in bold when not ok (unless not `bold`)."""
     return Column(
         "status",
@@ -160,14 +172,18 @@ def flags(drop: int, where: str = "tmh") -> Column:
 
 
 def shape(
-    header: str, get: Callable[[Any], tuple[int, ...]], drop: int, where: str = "tmh"
+    header: str, get: Callable[..., tuple[int, ...]], drop: int, where: str = "tmh"
 ) -> Column:
     """An activation's shape, `(8, 4)`."""
     return Column(header, drop=drop, get=lambda r: shape_text(get(r)), where=where)
 
 
-def _grad(field: str) -> Callable[[Any], float | None]:
+def _grad(field: str) -> Callable[..., float | None]:
     return lambda r: None if r.gradient is None else getattr(r.gradient, field)
+
+
+def _count(n: float | None) -> str:
+    return "-" if n is None else str(int(n))
 
 
 RESULT_COLUMNS = (  # inspect: one row per result
@@ -180,14 +196,9 @@ RESULT_COLUMNS = (  # inspect: one row per result
     num("mean |g|", _grad("mean_abs")),
     num("max |g|", _grad("max_abs"), drop=5),
     percent("zeros", _grad("zero_fraction"), 1, 6),
-    Column("non-finite", "right", drop=1, get=_grad("nonfinite"), text=lambda n: _dash(n, str),
-           md=lambda n: _dash(n, str), html=lambda n: cell(_dash(n, str), sort=_dash(n, int, -1),
-           num=True)),
+    Column("non-finite", "right", drop=1, get=_grad("nonfinite"), text=_count, md=_count,
+           html=lambda n: cell(_count(n), sort=-1 if n is None else n, num=True)),
 )  # fmt: skip
-
-
-def _dash(value: Any, show: Callable[[Any], Any], missing: Any = "-") -> Any:
-    return missing if value is None else show(value)
 
 
 def _causes(row: ScanRow) -> str:
@@ -197,12 +208,18 @@ def _causes(row: ScanRow) -> str:
 def stderr_column(drop: int) -> Column:
     """`±1.2%`: the largest relative standard error of a sample's ‖J‖F; `-` when exact, empty
     when not measured."""
-    return Column("± s.e.", "right", drop=drop, get=lambda r: _dash(
-        r.jacobian, lambda j: _dash(j.frobenius.rel_stderr, "±{:.1%}".format), ""))  # fmt: skip
+
+    def text(r: Result | ScanRow) -> str:
+        if r.jacobian is None:
+            return ""
+        e = r.jacobian.frobenius.rel_stderr
+        return "-" if e is None else f"±{e:.1%}"
+
+    return Column("± s.e.", "right", drop=drop, get=text)
 
 
 def log_bar_column(
-    header: str, value: Callable[[Any], float], rows: Sequence[Any], drop: int
+    header: str, value: Callable[..., float], rows: Sequence[object], drop: int
 ) -> Column:
     """log10 of `value` as a bar on the rows' common scale: blocks in the text table, a CSS bar
     of 1 to 120 px and the exponent in HTML."""
@@ -246,9 +263,9 @@ def scan_columns(rows: Sequence[ScanRow], jacobian: bool = False) -> list[Column
     ]
 
 
-def _norm(r: Any) -> float | None:
+def _norm(r: object) -> float | None:
     """The mean per-sample Frobenius norm of a row's or a result's Jacobian, if measured."""
-    return r.jacobian.frobenius.mean if r.jacobian else None
+    return jacobian_mean(r)
 
 
 JACOBIAN_MEAN = num("||J||_F mean", _norm)

@@ -13,7 +13,6 @@ import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -95,10 +94,10 @@ class Column:
     drop: int = 0
     # how `render.columns` gets the cell from a row (the row itself when None) and shows it in
     # each format (None: the value as text; a name as code), and which formats show it
-    get: Callable[[Any], Any] | None = None
-    text: Callable[[Any], RenderableType] | None = None
-    md: Callable[[Any], str] | None = None
-    html: Callable[[Any], str] | None = None
+    get: Callable[..., object] | None = None
+    text: Callable[..., RenderableType] | None = None
+    md: Callable[..., str] | None = None
+    html: Callable[..., str] | None = None
     where: str = "tmh"
 
 

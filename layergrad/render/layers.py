@@ -91,7 +91,7 @@ def _columns(listing: LayerListing) -> list[Column]:
         Column("class", drop=2, text=lambda r: Text.assemble(r.class_name, (_calls_text(r),
                "dim")), md=lambda r: md_text(r.class_name) + _calls_text(r),
                html=lambda r: cell(r.class_name)),
-        name("inbound", lambda r: r, drop=3, text=inbound, md=lambda r: inbound(r, md_code),
+        name("inbound", lambda r: r, 3, text=inbound, md=lambda r: inbound(r, md_code),
              html=lambda r: cell(", ".join(r.inbound))),
         Column("params", "right", drop=4, text=_params_text, md=_params_text,
                html=lambda r: cell(f"{r.params:,}", sort=r.params, num=True)),
