@@ -256,19 +256,14 @@ def scan_columns(rows: Sequence[ScanRow], jacobian: bool = False) -> list[Column
     return [
         *head,
         num("mean |g|", _grad("mean_abs"), drop=6),
-        num("‖J‖F mean", _norm),
+        num("‖J‖F mean", jacobian_mean),
         stderr_column(3),
-        log_bar_column("log10 ‖J‖F", lambda r: _norm(r) or 0.0, rows, 2),
+        log_bar_column("log10 ‖J‖F", lambda r: jacobian_mean(r) or 0.0, rows, 2),
         *tail,
     ]
 
 
-def _norm(r: object) -> float | None:
-    """The mean per-sample Frobenius norm of a row's or a result's Jacobian, if measured."""
-    return jacobian_mean(r)
-
-
-JACOBIAN_MEAN = num("||J||_F mean", _norm)
+JACOBIAN_MEAN = num("||J||_F mean", jacobian_mean)  # the pages' Jacobian column
 WEIGHT_COLUMNS = (  # scan --wrt weights: one row per trainable variable
     name("variable", lambda r: r.variable),
     shape("shape", lambda r: r.shape, 3),
