@@ -88,16 +88,10 @@ def markdown(report: WeightScanReport, **_: object) -> str:
     ]
     notes += [f"> note: {md_text(n)}" for n in report.notes]
     tail = "".join(f"\n{n}" for n in notes) + ("\n" if notes else "")
-    snr = (
-        f"\n{md_text(SNR_TITLE)}:\n\n" + md_rows(SNR_COLUMNS, report.noise) if report.noise else ""
-    )
-    return (
-        head
-        + md_rows(WEIGHT_COLUMNS, report.variables)
-        + f"\n{md_text(_summary(report))}\n"
-        + snr
-        + tail
-    )
+    snr = md_rows(SNR_COLUMNS, report.noise) if report.noise else ""
+    snr = f"\n{md_text(SNR_TITLE)}:\n\n{snr}" if snr else ""
+    summary = f"\n{md_text(_summary(report))}\n"
+    return head + md_rows(WEIGHT_COLUMNS, report.variables) + summary + snr + tail
 
 
 def html(report: WeightScanReport, **_: object) -> str:
