@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from layergrad.core.display import NotebookDisplay
 from layergrad.files.audit import check_safety, module_name
 from layergrad.files.file_info import FileInfo, WeightHealth, read_file_info
-from layergrad.model.config import serialized_name
+from layergrad.model.config import batch_shape, serialized_name
 from layergrad.model.graph import LayerEntry, ModelGraph
 
 
@@ -159,10 +159,8 @@ def _row(
 def _model_input(graph: ModelGraph, name: str) -> ModelInput:
     entry = graph.get(name)
     config = entry.config if entry is not None else {}
-    shape = config.get("batch_shape", config.get("batch_input_shape"))
-    dims = (
-        tuple(d if isinstance(d, int) else None for d in shape) if isinstance(shape, list) else None
-    )
+    shape = batch_shape(config)
+    dims = None if shape is None else tuple(d if isinstance(d, int) else None for d in shape)
     return ModelInput(name, dims, serialized_name(config.get("dtype")))
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+from layergrad.core import json_types as js
+
 Ref = tuple[str, int, int]
 
 _OP_MODULES = ("keras.src.ops", "keras.ops")
@@ -27,8 +29,25 @@ def is_container(cfg: Mapping[str, object]) -> bool:
 
 def is_functional(cfg: Mapping[str, object]) -> bool:
     """Whether a config is a Functional model (it lists its input layers)."""
-    inner = cfg.get("config")
-    return is_container(cfg) and isinstance(inner, Mapping) and "input_layers" in inner
+    return is_container(cfg) and "input_layers" in js.member(cfg, "config")
+
+
+def members(cfg: Mapping[str, object]) -> list[js.Config]:
+    """The entries of a model config's ``layers``."""
+    return js.members(js.member(cfg, "config")["layers"], "layers")
+
+
+def inbound_nodes(entry: Mapping[str, object]) -> list[object]:
+    """An entry's inbound nodes, one per call ([] for an input layer)."""
+    return js.listed(entry.get("inbound_nodes") or [], "inbound_nodes")
+
+
+def batch_shape(config: Mapping[str, object]) -> list[object] | None:
+    """The input shape (batch axis first) a layer's config declares, else None."""
+    for key in ("batch_shape", "batch_input_shape"):
+        if isinstance(shape := config.get(key), list):
+            return shape
+    return None
 
 
 def is_operation(cfg: Mapping[str, object]) -> bool:

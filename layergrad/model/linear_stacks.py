@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from layergrad.model.config import batch_shape
 from layergrad.model.graph import LayerEntry, ModelGraph
 from layergrad.model.head_forms import activation_from, activation_of
 
@@ -156,13 +157,9 @@ def _input_width(graph: ModelGraph, entry: LayerEntry) -> int | None:
     for _ in range(16):
         feeding = graph.get(current.inbound[0]) if len(current.inbound) == 1 else None
         if feeding is None:  # a Keras 2 Sequential's first layer declares the input shape
-            shape = current.config.get("batch_input_shape", current.config.get("batch_shape"))
-            last = shape[-1] if isinstance(shape, list) and shape else None
-            return last if isinstance(last, int) and not current.inbound else None
+            return None if current.inbound else _last_dim(current)
         if feeding.class_name == "InputLayer":
-            shape = feeding.config.get("batch_shape", feeding.config.get("batch_input_shape"))
-            last = shape[-1] if isinstance(shape, list) and shape else None
-            return last if isinstance(last, int) else None
+            return _last_dim(feeding)
         width = _width(feeding)
         if width is not None and not feeding.class_name.startswith("Depthwise"):
             return width
@@ -170,3 +167,9 @@ def _input_width(graph: ModelGraph, entry: LayerEntry) -> int | None:
             return None
         current = feeding
     return None
+
+
+def _last_dim(entry: LayerEntry) -> int | None:
+    """The last axis of the input shape `entry`'s config declares, when it is a number."""
+    last = (batch_shape(entry.config) or [None])[-1]
+    return last if isinstance(last, int) else None

@@ -33,9 +33,12 @@ from layergrad.core.errors import LoadError
 from layergrad.core.json_types import Config
 from layergrad.core.limits import human
 from layergrad.model.config import (
+    batch_shape,
+    inbound_nodes,
     is_container,
     is_functional,
     layer_name,
+    members,
     structure_refs,
     tensor_refs,
 )
@@ -125,23 +128,23 @@ class _Walker:
     def model(
         self, cfg: Mapping[str, object], prefix: str, feeds: list[Shape] | None, scale: int
     ) -> list[Shape]:
-        members = js.members(js.member(cfg, "config")["layers"], "layers")
+        entries = members(cfg)
         if is_functional(cfg):
-            return self.functional(cfg, members, prefix, feeds, scale)
+            return self.functional(cfg, entries, prefix, feeds, scale)
         prev = list(feeds or [])
-        for member in members:
+        for member in entries:
             prev = self.member(member, prefix, prev, scale, 1)
         return prev
 
     def functional(
-        self, cfg: Config, members: list[Config], prefix: str, feeds: list[Shape] | None, scale: int
+        self, cfg: Config, entries: list[Config], prefix: str, feeds: list[Shape] | None, scale: int
     ) -> list[Shape]:
         outs: dict[str, list[Shape]] = {}
         inner = js.member(cfg, "config")
         inputs = [ref[0] for ref in structure_refs(inner.get("input_layers"))]
-        for member in members:
+        for member in entries:
             name = layer_name(member)
-            nodes = js.listed(member.get("inbound_nodes") or [], "inbound_nodes")
+            nodes = inbound_nodes(member)
             if not nodes:  # an input layer, fed by what feeds this model
                 fed = [feeds[inputs.index(name)]] if feeds and name in inputs[: len(feeds)] else []
                 outs[name] = self.member(member, prefix, fed, scale, 1)
@@ -161,7 +164,7 @@ class _Walker:
             return self.model(cfg, path + "/", ins, scale * calls)
         inner = cfg.get("config")
         conf = inner if isinstance(inner, Mapping) else {}
-        if "batch_shape" in conf or "batch_input_shape" in conf:  # a first layer's input shape
+        if batch_shape(conf) is not None:  # a first layer's input shape
             ins = input_shape(conf, ins)[0]
         outs, weights = layer_shapes(str(cfg.get("class_name", "")), conf, ins)
         size = _itemsize(conf.get("dtype"))
@@ -259,10 +262,9 @@ def layer_shapes(
 
 def input_shape(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     """An input layer's shape from ``batch_shape`` / ``batch_input_shape`` / ``shape``."""
-    for key in ("batch_shape", "batch_input_shape"):
-        shape = _shape(cfg.get(key))
-        if shape is not None:
-            return [shape[1:]], 0
+    shape = _shape(batch_shape(cfg))
+    if shape is not None:
+        return [shape[1:]], 0
     shape = _shape(cfg.get("shape"))
     return [shape if shape is not None else ins[0]], 0
 
