@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from layergrad.core import json_types as js
@@ -76,41 +77,18 @@ class Footprint:
         )
 
 
-@dataclass
-class _Tally:
-    weights: int = 0
-    activations: int = 0
-    largest_output: int = 0
-    parts: dict[str, int] = field(default_factory=dict)
-
-    def add(self, path: str, what: str, elements: int, itemsize: int, copies: int = 1) -> None:
-        size = elements * itemsize * copies
-        if what == "weights":
-            self.weights += size
-        else:
-            self.activations += size
-        key = f"layer {path!r} {what}"
-        self.parts[key] = self.parts.get(key, 0) + size
-
-
 def estimate(info: FileInfo, batch_size: int) -> Footprint:
     """The probe's estimated memory for ``batch_size`` rows (see the module docstring)."""
     return _footprint(info.config if info.graph.known else None, batch_size,
                       info.stored.declared_bytes)  # fmt: skip
 
 
-def estimate_config(config: Mapping[str, object], batch_size: int) -> Footprint:
-    """The estimate for a model config that is no file yet (as `.keras` files hold it: `fix`'s
-    repaired copy before Keras builds it), its weights those the config implies."""
-    return _footprint(config if is_container(config) else None, batch_size, None)
-
-
 def _footprint(
     config: Mapping[str, object] | None, batch_size: int, stored: int | None
 ) -> Footprint:
-    tally = _Tally()
+    tally = _Walker(max(1, batch_size))
     if config is not None:
-        _Walker(tally, max(1, batch_size)).model(config, "", None, 1)
+        tally.model(config, "", None, 1)
     candidates = dict(tally.parts)
     if stored is not None:
         candidates["the weight file"] = stored
@@ -119,11 +97,24 @@ def _footprint(
                      tally.largest_output)  # fmt: skip
 
 
+@dataclass
 class _Walker:
-    """One pass over a model config, nested models visited once (their calls multiply)."""
+    """One pass over a model config, nested models visited once (their calls multiply), and
+    the bytes it adds up: in all and by part (`layer 'dense' weights`)."""
 
-    def __init__(self, tally: _Tally, batch: int) -> None:
-        self.tally, self.batch = tally, batch
+    batch: int
+    weights: int = 0
+    activations: int = 0
+    largest_output: int = 0
+    parts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, path: str, what: str, size: int) -> None:
+        if what == "weights":
+            self.weights += size
+        else:
+            self.activations += size
+        key = f"layer {path!r} {what}"
+        self.parts[key] = self.parts.get(key, 0) + size
 
     def model(
         self, cfg: Mapping[str, object], prefix: str, feeds: list[Shape] | None, scale: int
@@ -168,10 +159,10 @@ class _Walker:
             ins = input_shape(conf, ins)[0]
         outs, weights = layer_shapes(str(cfg.get("class_name", "")), conf, ins)
         size = _itemsize(conf.get("dtype"))
-        self.tally.add(path, "weights", weights, size)
+        self.add(path, "weights", weights * size)
         rows = sum(math.prod(s) for s in outs) * self.batch
-        self.tally.add(path, "outputs", rows, size, scale * calls)
-        self.tally.largest_output = max(self.tally.largest_output, rows * size)
+        self.add(path, "outputs", rows * size * scale * calls)
+        self.largest_output = max(self.largest_output, rows * size)
         return outs
 
 
@@ -195,9 +186,10 @@ def require_within(info: FileInfo, batch_size: int, max_memory: int) -> Footprin
 def require_config_within(
     config: Mapping[str, object], what: str, batch_size: int, max_memory: int
 ) -> Footprint:
-    """`estimate_config`, or a LoadError (`what` would need ...) over ``max_memory``."""
-    who = f"refusing to build {what}: it"
-    return _within(estimate_config(config, batch_size), who, batch_size, max_memory)
+    """The estimate for a model config that is no file yet (`fix`'s repaired copy before Keras
+    builds it; its weights those the config implies), or a LoadError over ``max_memory``."""
+    found = _footprint(config if is_container(config) else None, batch_size, None)
+    return _within(found, f"refusing to build {what}: it", batch_size, max_memory)
 
 
 def _within(found: Footprint, who: str, batch_size: int, max_memory: int) -> Footprint:
@@ -295,12 +287,13 @@ def _spatial(x: Shape, cfg: Mapping[str, object]) -> tuple[Shape, int, bool]:
     return (x[1:], x[0], True) if first else (x[:-1], x[-1], False)
 
 
-def _conv(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _conv(
+    cfg: Mapping[str, object], ins: Sequence[Shape], transpose: bool = False
+) -> tuple[list[Shape], int]:
     dims, channels, first = _spatial(ins[0], cfg)
     n = len(dims)
     kernel = math.prod(_ints(cfg.get("kernel_size"), n))
     strides = _ints(cfg.get("strides"), n)
-    transpose = cfg.get("_transpose", False)
     out_dims = tuple(
         d * s if transpose else -(-d // max(s, 1)) for d, s in zip(dims, strides, strict=False)
     )
@@ -315,10 +308,6 @@ def _conv(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape],
             weights += channels * multiplier
     out = (filters, *out_dims) if first else (*out_dims, filters)
     return [out], weights
-
-
-def _conv_transpose(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
-    return _conv({**cfg, "_transpose": True}, ins)
 
 
 def _pool(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
@@ -465,46 +454,22 @@ def _generic(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shap
     return [(*ins[0][:-1], max(sizes))], last * max(sizes)
 
 
+# fmt: off
+_ENCODING = ("CategoryEncoding", "StringLookup", "IntegerLookup", "Hashing", "HashedCrossing",
+             "TextVectorization", "Discretization")
 _RULES: dict[str, Rule] = {
-    "InputLayer": input_shape,
-    "Dense": _dense,
-    "EinsumDense": _einsum,
-    "Embedding": _embedding,
-    "ReversibleEmbedding": _embedding,
-    "Bidirectional": _bidirectional,
-    "TimeDistributed": _time_distributed,
-    "Flatten": _flatten,
-    "Reshape": _reshape,
-    "RepeatVector": _repeat,
-    "Concatenate": _concat,
-    "CategoryEncoding": _encoding,
-    "StringLookup": _encoding,
-    "IntegerLookup": _encoding,
-    "Hashing": _encoding,
-    "HashedCrossing": _encoding,
-    "TextVectorization": _encoding,
-    "Discretization": _encoding,
-    "Resizing": _resample,
-    "BatchNormalization": _per_feature(4),
+    "InputLayer": input_shape, "Dense": _dense, "EinsumDense": _einsum, "Embedding": _embedding,
+    "ReversibleEmbedding": _embedding, "Bidirectional": _bidirectional,
+    "TimeDistributed": _time_distributed, "Flatten": _flatten, "Reshape": _reshape,
+    "RepeatVector": _repeat, "Concatenate": _concat, "Resizing": _resample,
+    "BatchNormalization": _per_feature(4), **dict.fromkeys(_ENCODING, _encoding),
 }
 _FAMILIES: tuple[tuple[str, Rule], ...] = (
-    ("GlobalAveragePooling", _global_pool),
-    ("GlobalMaxPooling", _global_pool),
-    ("Pooling", _pool),
-    ("Transpose", _conv_transpose),
-    ("Conv", _conv),
-    ("LSTM", _rnn(4)),
-    ("GRU", _rnn(3)),
-    ("RNN", _rnn(1)),
-    ("Attention", _attention),
+    ("GlobalAveragePooling", _global_pool), ("GlobalMaxPooling", _global_pool),
+    ("Pooling", _pool), ("Transpose", partial(_conv, transpose=True)), ("Conv", _conv),
+    ("LSTM", _rnn(4)), ("GRU", _rnn(3)), ("RNN", _rnn(1)), ("Attention", _attention),
     ("Normalization", _per_feature(2)),
-    ("UpSampling", _resample),
-    ("ZeroPadding", _resample),
-    ("Cropping", _resample),
-    ("Add", _merge),
-    ("Subtract", _merge),
-    ("Multiply", _merge),
-    ("Average", _merge),
-    ("Maximum", _merge),
-    ("Minimum", _merge),
+    *((name, _resample) for name in ("UpSampling", "ZeroPadding", "Cropping")),
+    *((name, _merge) for name in ("Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum")),
 )
+# fmt: on
