@@ -280,23 +280,13 @@ def _entry(
     listed: bool,
 ) -> LayerEntry:
     """One layer of the model whose members' paths start with ``prefix``."""
-    inner = cfg.get("config")
-    module, registered = cfg.get("module"), cfg.get("registered_name")
-    return LayerEntry(
-        path=prefix + layer_name(cfg),
-        name=layer_name(cfg),
-        class_name=str(cfg.get("class_name", "")),
-        module=module if isinstance(module, str) else None,
-        registered_name=registered if isinstance(registered, str) else None,
-        config=inner if isinstance(inner, Mapping) else {},
-        parent=prefix.rstrip("/") or None,
-        index=index,
-        depth=prefix.count("/"),
-        inbound=inbound,
-        num_calls=num_calls,
-        is_model=is_container(cfg),
-        listed=listed,
-    )
+    inner, name = cfg.get("config"), layer_name(cfg)
+    module, registered = (v if isinstance(v := cfg.get(k), str) else None
+                          for k in ("module", "registered_name"))  # fmt: skip
+    return LayerEntry(prefix + name, name, str(cfg.get("class_name", "")), module, registered,
+                      inner if isinstance(inner, Mapping) else {}, prefix.rstrip("/") or None,
+                      index, prefix.count("/"), inbound, num_calls, is_container(cfg),
+                      listed)  # fmt: skip
 
 
 def _functional_inbound(
