@@ -140,20 +140,11 @@ def _row(
     inside = entry.path + "/"
     params = sum(w.params for p, w in health.items() if p == entry.path or p.startswith(inside))
     trainable = entry.config.get("trainable")
-    return LayerRow(
-        position=position,
-        path=entry.path,
-        parent=entry.parent,
-        class_name=entry.class_name,
-        inbound=_inbound(graph, entry.inbound),
-        calls=entry.num_calls,
-        params=params,
-        dtype=serialized_name(entry.config.get("dtype")),
-        trainable=trainable if isinstance(trainable, bool) else None,
-        is_model=entry.is_model,
-        unmatched=False,
-        weights=health.get(entry.path),
-    )
+    return LayerRow(position, entry.path, entry.parent, entry.class_name,
+                    _inbound(graph, entry.inbound), entry.num_calls, params,
+                    serialized_name(entry.config.get("dtype")),
+                    trainable if isinstance(trainable, bool) else None, entry.is_model,
+                    False, health.get(entry.path))  # fmt: skip
 
 
 def _model_input(graph: ModelGraph, name: str) -> ModelInput:
