@@ -112,7 +112,9 @@ def build_listing(info: FileInfo, warnings: Sequence[str] = ()) -> LayerListing:
         positions[entry.path] = (*parent, entry.index)
         rows.append(_row(entry, positions[entry.path], graph, health))
     known = {e.path for e in graph.layers}
-    rows += [_orphan(w, graph.known) for w in info.weights if w.layer not in known]
+    # a weight group the config has no layer for (or a subclassed model's attribute)
+    rows += [LayerRow((), w.layer, None, "?", (), 0, w.params, None, None, False, graph.known, w)
+             for w in info.weights if w.layer not in known]  # fmt: skip
     ops = tuple(
         _row(e, (e.index,), graph, health) for e in graph.unlisted if e.class_name != "InputLayer"
     )
@@ -153,11 +155,6 @@ def _model_input(graph: ModelGraph, name: str) -> ModelInput:
     shape = batch_shape(config)
     dims = None if shape is None else tuple(d if isinstance(d, int) else None for d in shape)
     return ModelInput(name, dims, serialized_name(config.get("dtype")))
-
-
-def _orphan(w: WeightHealth, graph_known: bool) -> LayerRow:
-    """A weight group the config has no layer for (or a subclassed model's attribute)."""
-    return LayerRow((), w.layer, None, "?", (), 0, w.params, None, None, False, graph_known, w)
 
 
 def _inbound(graph: ModelGraph, inbound: Sequence[str]) -> tuple[str, ...]:

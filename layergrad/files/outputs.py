@@ -112,7 +112,7 @@ def _refuse_inputs(
 ) -> None:
     """Refuse a target that is one of this run's inputs, or inside a folder it reads."""
     for source in inputs:
-        if source and _same_file(p, Path(source)):
+        if source and _same_file(p, source):
             raise OutputError(
                 f"{option} {text}: that is {source}, which this run reads; refusing to write "
                 "over it; choose another name"
@@ -153,7 +153,7 @@ def _read_only_mount(folder: Path) -> bool:
         return False
 
 
-def _same_file(a: Path, b: Path) -> bool:
+def _same_file(a: Path, b: str | os.PathLike[str]) -> bool:
     try:
         return os.path.samefile(a, b)
     except OSError:

@@ -58,14 +58,6 @@ class LinearStack:
     pair: bool
 
 
-def _is_weighted(entry: LayerEntry) -> bool:
-    return entry.class_name in WEIGHTED
-
-
-def _linear(entry: LayerEntry) -> bool:
-    return activation_of(entry) == "linear"
-
-
 def whole_network(graph: ModelGraph, head_layer: str) -> LinearStack | None:
     """The weight layers of a network that is one linear map up to its head (two or more),
     else None. The head's own activation is left out: it is what the stack feeds."""
@@ -74,11 +66,11 @@ def whole_network(graph: ModelGraph, head_layer: str) -> LinearStack | None:
         if entry.is_model:
             continue
         if entry.path == head_layer:
-            weighted += [entry.path] if _is_weighted(entry) else []
+            weighted += [entry.path] if entry.class_name in WEIGHTED else []
             continue
         if entry.class_name == "InputLayer":
             continue
-        if _is_weighted(entry) and _linear(entry):
+        if entry.class_name in WEIGHTED and activation_of(entry) == "linear":
             weighted.append(entry.path)
         elif entry.class_name in THROUGH | JOINS or _linear_activation_layer(entry):
             continue
@@ -105,7 +97,7 @@ def redundant_pairs(graph: ModelGraph) -> list[LinearStack]:
             consumers.setdefault(src, []).append(entry.path)
     found = []
     for entry in graph.layers:
-        if not _is_weighted(entry) or not _linear(entry):
+        if entry.class_name not in WEIGHTED or activation_of(entry) != "linear":
             continue
         if entry.class_name in _EXCLUDED_FIRST + _UPSAMPLING:
             continue
@@ -134,7 +126,7 @@ def _next_weighted(
         following = graph.get(readers[0])
         if following is None or following.is_model or len(following.inbound) != 1:
             return None
-        if _is_weighted(following):
+        if following.class_name in WEIGHTED:
             return following
         if following.class_name not in THROUGH and not _linear_activation_layer(following):
             return None

@@ -158,7 +158,9 @@ class _Walker:
         if batch_shape(conf) is not None:  # a first layer's input shape
             ins = input_shape(conf, ins)[0]
         outs, weights = layer_shapes(str(cfg.get("class_name", "")), conf, ins)
-        size = _itemsize(conf.get("dtype"))
+        dtype = conf.get("dtype")  # a name, or a dtype policy whose config names it
+        dtype = dtype.get("config", dtype) if isinstance(dtype, Mapping) else dtype
+        size = 8 if "64" in str(dtype) else 4
         self.add(path, "weights", weights * size)
         rows = sum(math.prod(s) for s in outs) * self.batch
         self.add(path, "outputs", rows * size * scale * calls)
@@ -170,11 +172,6 @@ def _pick(shapes: list[Shape] | None, index: int) -> Shape:
     if not shapes:
         return (UNKNOWN_DIM,)
     return shapes[index] if 0 <= index < len(shapes) else shapes[0]
-
-
-def _itemsize(dtype: object) -> int:
-    text = str(dtype.get("config", dtype) if isinstance(dtype, Mapping) else dtype)
-    return 8 if "64" in text else 4
 
 
 def require_within(info: FileInfo, batch_size: int, max_memory: int) -> Footprint:
@@ -379,10 +376,6 @@ def _per_feature(count: int) -> Rule:
     return lambda cfg, ins: ([ins[0]], count * (ins[0][-1] if ins[0] else 1))
 
 
-def _flatten(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
-    return [(math.prod(ins[0]),)], 0
-
-
 def _reshape(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     target = cfg.get("target_shape")
     if not isinstance(target, (list, tuple)):
@@ -390,10 +383,6 @@ def _reshape(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shap
     known = [_int(d, 1) for d in target if d != -1]
     rest = math.prod(ins[0]) // max(1, math.prod(known))
     return [tuple(rest if d == -1 else _int(d, 1) for d in target)], 0
-
-
-def _repeat(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
-    return [(_int(cfg.get("n"), 1), *ins[0])], 0
 
 
 def _concat(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
@@ -407,10 +396,6 @@ def _concat(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape
         pos = min(max(len(out) + axis if axis < 0 else axis - 1, 0), len(out) - 1)
         out[pos] = sum(s[pos] if len(s) > pos else 1 for s in ins)
     return [tuple(out)], 0
-
-
-def _merge(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
-    return [max(ins, key=lambda s: math.prod(s))], 0
 
 
 def _resample(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
@@ -455,13 +440,18 @@ def _generic(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shap
 
 
 # fmt: off
+def _merge(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    return [max(ins, key=math.prod)], 0
+
+
 _ENCODING = ("CategoryEncoding", "StringLookup", "IntegerLookup", "Hashing", "HashedCrossing",
              "TextVectorization", "Discretization")
 _RULES: dict[str, Rule] = {
     "InputLayer": input_shape, "Dense": _dense, "EinsumDense": _einsum, "Embedding": _embedding,
     "ReversibleEmbedding": _embedding, "Bidirectional": _bidirectional,
-    "TimeDistributed": _time_distributed, "Flatten": _flatten, "Reshape": _reshape,
-    "RepeatVector": _repeat, "Concatenate": _concat, "Resizing": _resample,
+    "TimeDistributed": _time_distributed, "Reshape": _reshape, "Concatenate": _concat,
+    "Flatten": lambda cfg, ins: ([(math.prod(ins[0]),)], 0), "Resizing": _resample,
+    "RepeatVector": lambda cfg, ins: ([(_int(cfg.get("n"), 1), *ins[0])], 0),
     "BatchNormalization": _per_feature(4), **dict.fromkeys(_ENCODING, _encoding),
 }
 _FAMILIES: tuple[tuple[str, Rule], ...] = (
