@@ -38,6 +38,8 @@ from layergrad.files.guards import special_kind
 
 FIX_COPY_MARK = b"layergrad fix: a repaired copy"  # the zip comment of a copy `fix` wrote
 INPUT_SUFFIXES = (".keras", ".h5", ".hdf5", ".npy", ".npz", ".py")
+PathText = str | os.PathLike[str]
+Inputs = Iterable[PathText | None]  # the files and folders a run reads
 
 
 @dataclass(frozen=True)
@@ -50,12 +52,7 @@ class Written:
 
 
 def check_target(
-    path: str,
-    option: str,
-    kind: str,
-    inputs: Iterable[str | os.PathLike[str] | None] = (),
-    *,
-    force: bool = False,
+    path: str, option: str, kind: str, inputs: Inputs = (), *, force: bool = False
 ) -> Path:
     """Refuse ``path`` as the target of ``option`` before anything runs (see the module doc).
 
@@ -107,9 +104,7 @@ _FIT_JSON_MARK = b'"schema": "layergrad.fit/1"'
 _HTML_MARK = b'<meta name="generator" content="layergrad">'
 
 
-def _refuse_inputs(
-    p: Path, text: str, option: str, inputs: Iterable[str | os.PathLike[str] | None]
-) -> None:
+def _refuse_inputs(p: Path, text: str, option: str, inputs: Inputs) -> None:
     """Refuse a target that is one of this run's inputs, or inside a folder it reads."""
     for source in inputs:
         if source and _same_file(p, source):
@@ -153,7 +148,7 @@ def _read_only_mount(folder: Path) -> bool:
         return False
 
 
-def _same_file(a: Path, b: str | os.PathLike[str]) -> bool:
+def _same_file(a: Path, b: PathText) -> bool:
     try:
         return os.path.samefile(a, b)
     except OSError:
@@ -186,13 +181,7 @@ def _is_kind(p: Path, kind: str) -> bool:
 
 
 def write_file(
-    path: str,
-    option: str,
-    kind: str,
-    data: bytes,
-    inputs: Iterable[str | os.PathLike[str] | None] = (),
-    *,
-    force: bool = False,
+    path: str, option: str, kind: str, data: bytes, inputs: Inputs = (), *, force: bool = False
 ) -> bool:
     """Write ``data`` to ``path`` through `check_target` and a temporary file; True when it
     replaced an existing file."""
@@ -203,13 +192,7 @@ def write_file(
 
 
 def write_report(
-    path: str,
-    text: str,
-    option: str,
-    what: str,
-    inputs: Iterable[str | os.PathLike[str] | None] = (),
-    *,
-    force: bool = False,
+    path: str, text: str, option: str, what: str, inputs: Inputs = (), *, force: bool = False
 ) -> Written:
     """Write a text report (JUnit XML) to ``path``; the message says what was written."""
     existed = write_file(path, option, "xml", text.encode("utf-8"), inputs, force=force)
@@ -217,11 +200,7 @@ def write_report(
 
 
 def save_gradients(
-    report: InspectReport,
-    path: str,
-    inputs: Iterable[str | os.PathLike[str] | None] = (),
-    *,
-    force: bool = False,
+    report: InspectReport, path: str, inputs: Inputs = (), *, force: bool = False
 ) -> Written:
     """Write the raw gradients of an inspect report: `.npy` for one result, `.npz` keyed by
     the `--to` reference (any name round-trips: ``file``, ``arr_0``, ``a/b``).
@@ -297,9 +276,6 @@ def _atomic_write(p: Path, option: str, write: Callable[[IO[bytes]], object]) ->
             temp.unlink()
 
 
-PathText = str | os.PathLike[str]
-
-
 def protected_inputs(*groups: Iterable[PathText | None] | PathText | None) -> list[str]:
     """The files a run reads, flattened for `check_target`: model paths, the `--input` file,
     `--import` paths, baselines, what `--data` reads (`data_inputs`)."""
@@ -312,7 +288,7 @@ def protected_inputs(*groups: Iterable[PathText | None] | PathText | None) -> li
     return out
 
 
-def data_inputs(data: str | os.PathLike[str] | None) -> list[str]:
+def data_inputs(data: PathText | None) -> list[str]:
     """What `--data` reads, for `check_target`: the file or folder, or a function's `.py`."""
     if data is None:
         return []
@@ -324,9 +300,9 @@ def data_inputs(data: str | os.PathLike[str] | None) -> list[str]:
 
 
 def check_folder_target(
-    path: str | os.PathLike[str],
+    path: PathText,
     option: str,
-    inputs: Iterable[str | os.PathLike[str] | None] = (),
+    inputs: Inputs = (),
 ) -> Path:
     """Refuse ``path`` as a folder to write new files into (TensorBoard's ``--log-dir``)
     before anything runs: it must be a folder (or a link to one) that can be written, or be
