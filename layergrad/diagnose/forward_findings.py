@@ -116,10 +116,7 @@ def reason(act: Activation, layers: Mapping[str, KerasLayer]) -> str:
 
 
 def unscaled_input(
-    trace: Trace,
-    graph: ModelGraph | None,
-    layers: Mapping[str, KerasLayer],
-    pixels: bool = True,
+    trace: Trace, graph: ModelGraph | None, layers: Mapping[str, KerasLayer], pixels: bool = True
 ) -> InputRange | None:
     """Inputs far from unit scale that pin the first ReLU / sigmoid / tanh layer they feed;
     else (with `pixels`) raw pixels that reach the first convolution unscaled (`raw_pixels`), or

@@ -299,11 +299,7 @@ def data_inputs(data: PathText | None) -> list[str]:
     return [target] if target.endswith(".py") else []
 
 
-def check_folder_target(
-    path: PathText,
-    option: str,
-    inputs: Inputs = (),
-) -> Path:
+def check_folder_target(path: PathText, option: str, inputs: Inputs = ()) -> Path:
     """Refuse ``path`` as a folder to write new files into (TensorBoard's ``--log-dir``)
     before anything runs: it must be a folder (or a link to one) that can be written, or be
     absent with a writable folder above it. A file, ``/dev/null``, a FIFO, a link to
