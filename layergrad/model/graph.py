@@ -38,6 +38,7 @@ from layergrad.model.config import (
     is_operation,
     layer_name,
     members,
+    options,
     structure_refs,
     tensor_refs,
 )
@@ -106,10 +107,7 @@ class ModelGraph:
     @classmethod
     def from_config(cls, config: Mapping[str, object]) -> ModelGraph:
         """Build the graph from a model config (``config.json`` or h5 ``model_config``)."""
-        inner = config.get("config")
-        inner = inner if isinstance(inner, Mapping) else {}
-        class_name = str(config.get("class_name", ""))
-        name = str(inner.get("name", ""))
+        class_name, name = str(config.get("class_name", "")), str(options(config).get("name", ""))
         if not is_container(config):
             return cls(class_name, name, (), (), known=False)
         entries: list[LayerEntry] = []
@@ -280,11 +278,11 @@ def _entry(
     listed: bool,
 ) -> LayerEntry:
     """One layer of the model whose members' paths start with ``prefix``."""
-    inner, name = cfg.get("config"), layer_name(cfg)
+    name = layer_name(cfg)
     module, registered = (v if isinstance(v := cfg.get(k), str) else None
                           for k in ("module", "registered_name"))  # fmt: skip
     return LayerEntry(prefix + name, name, str(cfg.get("class_name", "")), module, registered,
-                      inner if isinstance(inner, Mapping) else {}, prefix.rstrip("/") or None,
+                      options(cfg), prefix.rstrip("/") or None,
                       index, prefix.count("/"), inbound, num_calls, is_container(cfg),
                       listed)  # fmt: skip
 

@@ -40,6 +40,7 @@ from layergrad.model.config import (
     is_functional,
     layer_name,
     members,
+    options,
     structure_refs,
     tensor_refs,
 )
@@ -153,8 +154,7 @@ class _Walker:
         path = prefix + layer_name(cfg)
         if is_container(cfg):
             return self.model(cfg, path + "/", ins, scale * calls)
-        inner = cfg.get("config")
-        conf = inner if isinstance(inner, Mapping) else {}
+        conf = options(cfg)
         if batch_shape(conf) is not None:  # a first layer's input shape
             ins = input_shape(conf, ins)[0]
         outs, weights = layer_shapes(str(cfg.get("class_name", "")), conf, ins)
@@ -337,24 +337,25 @@ def _rnn(gates: int) -> Rule:
     return rule
 
 
-def _bidirectional(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _wrapped(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int] | None:
+    """What the layer a wrapper holds (its ``layer``) gives on ``ins``; None without one."""
     inner = cfg.get("layer")
-    inner_cfg = inner.get("config") if isinstance(inner, Mapping) else None
-    name = str(inner.get("class_name", "")) if isinstance(inner, Mapping) else ""
-    if not isinstance(inner_cfg, Mapping):
+    if not (isinstance(inner, Mapping) and isinstance(inner.get("config"), Mapping)):
+        return None
+    return layer_shapes(str(inner.get("class_name", "")), inner["config"], ins)
+
+
+def _bidirectional(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    if (found := _wrapped(cfg, ins)) is None:
         return [ins[0]], 0
-    outs, weights = layer_shapes(name, inner_cfg, ins)
-    merged = [(*s[:-1], 2 * s[-1]) if s else s for s in outs[:1]]
-    return merged, 2 * weights
+    return [(*s[:-1], 2 * s[-1]) if s else s for s in found[0][:1]], 2 * found[1]
 
 
 def _time_distributed(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
-    inner = cfg.get("layer")
-    if not (isinstance(inner, Mapping) and isinstance(inner.get("config"), Mapping)):
-        return [ins[0]], 0
     x = ins[0]
-    outs, weights = layer_shapes(str(inner.get("class_name", "")), inner["config"], [x[1:]])
-    return [(x[0] if x else 1, *s) for s in outs], weights
+    if (found := _wrapped(cfg, [x[1:]])) is None:
+        return [x], 0
+    return [(x[0] if x else 1, *s) for s in found[0]], found[1]
 
 
 def _attention(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
