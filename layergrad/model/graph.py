@@ -86,12 +86,7 @@ class ModelGraph:
     entries (operations, Sequential input layers). ``known`` is False when the
     config describes no graph (a subclassed model). ``preds`` maps each call
     node ``(path, call)`` to the nodes it reads; ``order`` lists every node in
-    execution (topological) order.
-
-    The entries are built in one pass over the config. The call nodes (one per call of
-    each layer in one run; nested models called several times multiply their members'
-    calls) are expanded on first use of ``preds``, ``order`` or a query, and only when they
-    number at most MAX_GRAPH_CALLS.
+    execution (topological) order, both expanded on first use (see the module doc).
     """
 
     class_name: str
@@ -238,11 +233,8 @@ def _input_names(cfg: Mapping[str, object]) -> tuple[str, ...]:
 
 
 def _add_entries(out: list[LayerEntry], cfg: Mapping[str, object], prefix: str, calls: int) -> None:
-    """Append the entries of a model's members (paths start with ``prefix``), depth first.
-
-    One pass over the config: a nested model's members are visited once, their
-    ``num_calls`` multiplied by the nested model's calls rather than expanded.
-    """
+    """Append the entries of a model's members (paths start with ``prefix``), depth first; a
+    nested model's members once, their ``num_calls`` multiplied by its calls."""
     entries = members(cfg)
     if is_functional(cfg):
         by_name = {layer_name(m): m for m in entries}
