@@ -229,26 +229,21 @@ def save_gradients(
             )
     none = [r.target.layer for r in results if r.array is None]
     if not arrays:
-        which = ", ".join(none)
-        return Written(
-            path, False, f"{option} {path}: not written, the gradient of {which} is None"
-        )
+        said = f"not written, the gradient of {', '.join(none)} is None"
+        return Written(path, False, f"{option} {path}: {said}")
     existed = p.exists()
-    if kind == "npy":
-        _atomic_write(
-            p, option, lambda fh: np.lib.format.write_array(fh, next(iter(arrays.values())))
-        )
-    else:
-        _atomic_write(p, option, lambda fh: _write_npz(fh, arrays))
-    names = ", ".join(arrays)
-    message = f"wrote the gradient of {names} to {path}"
+    _atomic_write(p, option, lambda fh: _write_arrays(fh, arrays, npz=kind == "npz"))
+    message = f"wrote the gradient of {', '.join(arrays)} to {path}"
     if none:
         message += f" (left out {', '.join(none)}: the gradient is None)"
     return Written(path, True, message + (" (replaced it)" if existed else ""))
 
 
-def _write_npz(fh: IO[bytes], arrays: dict[str, np.ndarray]) -> None:
-    """An `.npz` as `np.savez` writes it (stored members ``NAME.npy``), for any key."""
+def _write_arrays(fh: IO[bytes], arrays: dict[str, np.ndarray], npz: bool) -> None:
+    """One `.npy`, or an `.npz` as `np.savez` writes it (members ``NAME.npy``) for any key."""
+    if not npz:
+        np.lib.format.write_array(fh, next(iter(arrays.values())))
+        return
     with zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
         for name, array in arrays.items():
             with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
