@@ -175,9 +175,8 @@ def check_in_graph(graph: ModelGraph, refs: Sequence[str], globs: Sequence[str] 
             raise LayerNotFound(_not_found_message(base, [*graph.input_names, *paths]))
     if not globs:
         return
-    calls = [ref_of((e.path, k)) for e in graph.layers for k in range(max(e.num_calls, 1))] + list(
-        graph.input_names
-    )
+    calls = [ref_of((e.path, k)) for e in graph.layers for k in range(max(e.num_calls, 1))]
+    calls += graph.input_names
     for pattern in globs:
         if not any(fnmatch.fnmatchcase(ref, pattern) for ref in calls):
             raise LayerNotFound(no_glob_match_message(globs))
