@@ -63,18 +63,12 @@ def whole_network(graph: ModelGraph, head_layer: str) -> LinearStack | None:
     else None. The head's own activation is left out: it is what the stack feeds."""
     weighted: list[str] = []
     for entry in graph.layers:
-        if entry.is_model:
+        head = entry.path == head_layer
+        if entry.is_model or (entry.class_name == "InputLayer" and not head):
             continue
-        if entry.path == head_layer:
-            weighted += [entry.path] if entry.class_name in WEIGHTED else []
-            continue
-        if entry.class_name == "InputLayer":
-            continue
-        if entry.class_name in WEIGHTED and activation_of(entry) == "linear":
+        if entry.class_name in WEIGHTED and (head or activation_of(entry) == "linear"):
             weighted.append(entry.path)
-        elif entry.class_name in THROUGH | JOINS or _linear_activation_layer(entry):
-            continue
-        else:
+        elif not (head or entry.class_name in THROUGH | JOINS or _linear_activation_layer(entry)):
             return None
     if any(e.class_name == "Embedding" for e in graph.layers) or len(weighted) < 2:
         return None
