@@ -23,6 +23,7 @@ import json
 import os
 import re
 import socket
+import socketserver
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -141,40 +142,32 @@ def _answers(address: str) -> bool:
         return False
 
 
+class _Answering(socketserver.TCPServer):
+    """Accepts connections and closes them: what tells the other workers this one is up."""
+
+    allow_reuse_address = True
+    request_queue_size = 16
+
+
 @contextlib.contextmanager
 def _answering(port: int) -> Iterator[None]:
-    """Accept (and close) connections on `port` for the block, so that the other workers
-    see this one; nothing when the port is taken (whatever holds it answers)."""
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    """Answer on `port` for the block, so that the other workers see this one; nothing when
+    the port is taken (whatever holds it answers)."""
     try:
-        server.bind(("", port))
-        server.listen(16)
-        server.settimeout(0.2)
+        server = _Answering(("", port), socketserver.BaseRequestHandler)
     except OSError:
-        server.close()
         yield
         return
-    done = threading.Event()
-
-    def serve() -> None:
-        while not done.is_set():
-            try:
-                connection, _ = server.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            connection.close()
-
-    thread = threading.Thread(target=serve, name="layergrad-peers", daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, args=(0.2,), name="layergrad-peers", daemon=True
+    )
     thread.start()
     try:
         yield
     finally:
-        done.set()
+        server.shutdown()
+        server.server_close()
         thread.join(timeout=2.0)
-        server.close()
 
 
 def _addresses(value: object, role: str, where: str) -> list[str]:

@@ -98,8 +98,4 @@ class FitReport(NotebookDisplay):
     @property
     def layer_names(self) -> tuple[str, ...]:
         """Every layer reported at some checkpoint, in forward order."""
-        seen: dict[str, None] = {}
-        for checkpoint in self.checkpoints:
-            for row in checkpoint.layers:
-                seen.setdefault(row.layer, None)
-        return tuple(seen)
+        return tuple(dict.fromkeys(row.layer for c in self.checkpoints for row in c.layers))

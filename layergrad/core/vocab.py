@@ -91,31 +91,25 @@ class Finding(Word):
 
 _ALL = tuple(Finding)  # every code, in the order above: a subset in that order is a slice
 
+
+def _span(first: Finding, last: Finding) -> tuple[Finding, ...]:
+    return _ALL[_ALL.index(first) : _ALL.index(last) + 1]
+
+
 # The former names of the vocabulary's subsets, kept importable: one enum, `Finding`.
 Flag = Finding
 CauseCode = Finding
 
 # What a `scan` row can be flagged with (`scan --fail-on`).
-SCAN_FLAGS = (
-    Finding.BLOCKED,
-    Finding.NONFINITE,
-    Finding.DEAD,
-    Finding.VANISHING,
-    Finding.EXPLODING,
-)
+SCAN_FLAGS = _span(Finding.BLOCKED, Finding.EXPLODING)
 
 # What a `check` can find in a file (`check --fail-on`), in the order `--help` lists them.
-CHECK_FINDINGS = _ALL[: _ALL.index(Finding.SLOW_CONVERGENCE) + 1]
+CHECK_FINDINGS = _span(Finding.UNREADABLE, Finding.SLOW_CONVERGENCE)
 
 # Why a gradient is None, zero or non-finite: the codes of `inspect` / `scan` causes.
-CAUSE_CODES = (
-    *_ALL[_ALL.index(Finding.NOT_DOWNSTREAM) : -1],
-    Finding.CONSTANT_OUTPUT,
-    Finding.INPUT_RANGE,
-    Finding.LOSS_MISMATCH,
-    Finding.TARGET_MISMATCH,
-    Finding.UNKNOWN,
-)
+CAUSE_CODES = (*_span(Finding.NOT_DOWNSTREAM, Finding.UNUSED_INPUT), Finding.CONSTANT_OUTPUT,
+               Finding.INPUT_RANGE, Finding.LOSS_MISMATCH, Finding.TARGET_MISMATCH,
+               Finding.UNKNOWN)  # fmt: skip
 
 
 class Severity(Word):
@@ -126,39 +120,20 @@ class Severity(Word):
     WARN = "warn"
 
 
-DEFAULT_FAIL_ON = (
-    Finding.UNREADABLE,
-    Finding.UNSAFE,
-    Finding.ERROR,
-    Finding.NONFINITE,
-    Finding.BLOCKED,
-    Finding.NO_GRADIENT,
-    Finding.CONSTANT_OUTPUT,
-    Finding.LOSS_MISMATCH,
-    Finding.TARGET_MISMATCH,
-    Finding.REGRESSION,
-)
+DEFAULT_FAIL_ON = (Finding.UNREADABLE, Finding.UNSAFE, Finding.ERROR, Finding.NONFINITE,
+                   Finding.BLOCKED, Finding.NO_GRADIENT, Finding.CONSTANT_OUTPUT,
+                   Finding.LOSS_MISMATCH, Finding.TARGET_MISMATCH, Finding.REGRESSION)  # fmt: skip
 
 
 # What `layergrad fit` can find; `nonfinite`, `target_mismatch` and `input_range` (before the
 # first step) are shared with `check`.
-TRAINING_FINDINGS = (
-    Finding.NONFINITE,
-    *_ALL[_ALL.index(Finding.DIVERGING) : _ALL.index(Finding.SLOW_CONVERGENCE) + 1],
-    Finding.VANISHING,
-    Finding.EXPLODING,
-    Finding.TARGET_MISMATCH,
-    Finding.INPUT_RANGE,
-)
+TRAINING_FINDINGS = (Finding.NONFINITE, *_span(Finding.DIVERGING, Finding.SLOW_CONVERGENCE),
+                     Finding.VANISHING, Finding.EXPLODING, Finding.TARGET_MISMATCH,
+                     Finding.INPUT_RANGE)  # fmt: skip
 # The training findings that say the run learns nothing (the others warn).
-DEFAULT_FIT_FAIL_ON = (
-    Finding.NONFINITE,
-    Finding.DIVERGING,
-    Finding.NOT_LEARNING,
-    Finding.PLATEAU_AT_CHANCE,
-    Finding.CONSTANT_PREDICTIONS,
-    Finding.TARGET_MISMATCH,
-)
+DEFAULT_FIT_FAIL_ON = (Finding.NONFINITE, Finding.DIVERGING, Finding.NOT_LEARNING,
+                       Finding.PLATEAU_AT_CHANCE, Finding.CONSTANT_PREDICTIONS,
+                       Finding.TARGET_MISMATCH)  # fmt: skip
 
 
 class Change(Word):

@@ -22,10 +22,9 @@ def activation_name(layer: KerasLayer) -> str | None:
     function = getattr(layer, "activation", None)
     if function is None:
         return None
-    name = getattr(function, "__name__", None) or type(function).__name__
-    if class_name == "ReLU" or type(function).__name__ == "ReLU":
+    if type(function).__name__ == "ReLU":
         return "relu"
-    return _kept(activation_named(str(name)))
+    return _kept(activation_named(getattr(function, "__name__", None) or type(function).__name__))
 
 
 def _kept(name: str) -> str | None:

@@ -245,7 +245,7 @@ def structural_zeros(
     for path in graph.between(src.path, dst.path, src.call, dst.call):
         layer = layers.get(path)
         kind = type(layer).__name__
-        if kind.startswith("MaxPooling") or kind.startswith("MaxPool"):
+        if kind.startswith("MaxPool"):
             size = np.prod(np.atleast_1d(getattr(layer, "pool_size", 2)))
             found.append(f"max pooling at '{path}' passes the gradient to one position of each "
                          f"window ({1 - 1 / size:.0%} zeros expected)")  # fmt: skip

@@ -116,10 +116,7 @@ def reason(act: Activation, layers: Mapping[str, KerasLayer]) -> str:
 
 
 def unscaled_input(
-    trace: Trace,
-    graph: ModelGraph | None,
-    layers: Mapping[str, KerasLayer],
-    pixels: bool = True,
+    trace: Trace, graph: ModelGraph | None, layers: Mapping[str, KerasLayer], pixels: bool = True
 ) -> InputRange | None:
     """Inputs far from unit scale that pin the first ReLU / sigmoid / tanh layer they feed;
     else (with `pixels`) raw pixels that reach the first convolution unscaled (`raw_pixels`), or
@@ -134,10 +131,8 @@ def unscaled_input(
                 continue
             if normalized_first(trace, graph, layers, act, inp):
                 break  # a normalising layer scales this input before it reaches `act`
-            if kind in ("relu",):
-                pinned = dead_fraction(act.value)
-            else:
-                pinned = saturated_fraction(act.value, kind)
+            value = act.value
+            pinned = dead_fraction(value) if kind == "relu" else saturated_fraction(value, kind)
             if pinned >= PINNED:
                 return InputRange(inp.site.ref, magnitude, act.site.ref, kind, pinned)
             break  # the first activation fed by this input is fine

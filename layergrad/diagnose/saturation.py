@@ -93,10 +93,7 @@ def saturated_init(
     """The first layer (in call order) that a kernel scaled far up saturates on `arrays` (the
     probe batch, or its recorded forward pass `layer_calls.record_calls`), None when there is
     none or the model fails on the batch."""
-    if arrays is None or isinstance(arrays, Recorded):
-        recorded = arrays
-    else:
-        recorded = record_calls(model, arrays)
+    recorded = record_calls(model, arrays) if isinstance(arrays, Sequence) else arrays
     if recorded is None:  # the forward check says why
         return None
     by_path = {path: layer for path, layer in iter_layers(model)}

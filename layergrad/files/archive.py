@@ -73,7 +73,7 @@ def model_format(p: Path) -> str:
         if is_zip:
             return "keras"
         if head.startswith(ZIP_MAGIC):  # a zip cut short: its end-of-archive record is gone
-            raise _damaged(p, "a .keras zip", "no end-of-archive record")
+            raise damaged(p, "a .keras zip", "no end-of-archive record")
         if is_hdf5:
             raise _renamed(p, "an HDF5 (.h5) file", ".h5")
     elif name.endswith(HDF5_SUFFIXES):
@@ -126,7 +126,7 @@ def _renamed(p: Path, kind: str, suffix: str) -> LoadError:
     )
 
 
-def _damaged(p: Path, kind: str, detail: str) -> LoadError:
+def damaged(p: Path, kind: str, detail: str) -> LoadError:
     return LoadError(
         f"{p} is {kind} but is truncated or damaged ({detail}); expected an intact model file; "
         "re-save or re-download it"

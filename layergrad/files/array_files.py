@@ -337,17 +337,14 @@ class NpyRows:
 
 def npz_members(archive: zipfile.ZipFile, path: str) -> dict[str, str]:
     """Array name -> member name of the `.npy` files in a `.npz` archive."""
-    return {
-        name[: -len(".npy")]: name for name in archive.namelist() if name.endswith(".npy")
-    } or _no_arrays(archive, path)
-
-
-def _no_arrays(archive: zipfile.ZipFile, path: str) -> dict[str, str]:
-    held = ", ".join(archive.namelist()[:5]) or "nothing"
-    raise InputError(
-        f"--data {path} is a zip archive without .npy arrays (it holds {held}); write it "
-        "with np.savez(FILE, **{input_name: array})"
-    )
+    found = {name[:-4]: name for name in archive.namelist() if name.endswith(".npy")}
+    if not found:
+        held = ", ".join(archive.namelist()[:5]) or "nothing"
+        raise InputError(
+            f"--data {path} is a zip archive without .npy arrays (it holds {held}); write it "
+            "with np.savez(FILE, **{input_name: array})"
+        )
+    return found
 
 
 _HUGE = 1 << 62  # no size given: rows are checked as they are read

@@ -23,6 +23,8 @@ from layergrad.model.config import layer_name
 
 KERAS_PACKAGES = ("keras", "keras_hub", "keras_cv", "keras_nlp")
 _PYTHON_BUILTINS = frozenset(dir(builtins))
+_IMPORTED = "named with --import"
+_NOT_NAMED = f"which is neither Keras nor {_IMPORTED}"
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,8 @@ def _scan(
         return
     if not isinstance(obj, Mapping):
         return
-    out.extend(_check(obj, layer, cls, allowed))
+    if (reason := _check(obj, cls, allowed)) is not None:
+        out.append(Finding(layer, cls, reason))
     for key, value in obj.items():
         if key == "layers" and isinstance(value, list) and "class_name" not in obj:
             for member in value:
@@ -136,41 +139,36 @@ def _scan(
             _scan(value, layer, cls, prefix, allowed, out)
 
 
-def _check(
-    obj: Mapping[str, object], layer: str, cls: str, allowed: tuple[str, ...]
-) -> list[Finding]:
+def _check(obj: Mapping[str, object], cls: str, allowed: tuple[str, ...]) -> str | None:
+    """Why deserializing `obj` would run code outside Keras, or None."""
     name = obj.get("class_name")
     if not isinstance(name, str):
-        return []
+        return None
     inner = obj.get("config")
     module = obj.get("module")
     if name == "__lambda__":
         what = "Lambda layer" if cls == "Lambda" else f"{cls} layer"
-        return [Finding(layer, cls, f"{what} carries Python bytecode (a serialized lambda)")]
+        return f"{what} carries Python bytecode (a serialized lambda)"
     if name == "Lambda" and isinstance(inner, Mapping):
-        reason = _legacy_lambda(inner, allowed)
-        return [Finding(layer, cls, reason)] if reason else []
+        return _legacy_lambda(inner, allowed)
     if name == "TFSMLayer":
-        return [Finding(layer, cls, "TFSMLayer loads and runs a TensorFlow SavedModel")]
+        return "TFSMLayer loads and runs a TensorFlow SavedModel"
     if name == "function":
-        reason = _function(inner, module, obj.get("registered_name"), allowed)
-        return [Finding(layer, cls, reason)] if reason else []
+        return _function(inner, module, obj.get("registered_name"), allowed)
     if module == "builtins":
-        return [Finding(layer, cls, f"{name} is a class from module 'builtins', not Keras")]
+        return f"{name} is a class from module 'builtins', not Keras"
     if isinstance(module, str):
         if _allowed_module(module, obj.get("registered_name"), allowed):
-            return []
-        why = f"{name} comes from module '{module}', which is neither Keras nor named with --import"
-        return [Finding(layer, cls, why)]
+            return None
+        return f"{name} comes from module '{module}', {_NOT_NAMED}"
     if ">" in name and name.split(">", 1)[0] not in allowed:
         if allowed and module is None and _registered_name(name):
             # legacy .h5 writes only `package>Name`: Keras finds it only among the objects
             # a module registered (one the user named with --import), never by importing
-            return []
+            return None
         package = name.split(">", 1)[0]
-        why = f"{name} is a custom class from package '{package}', which is not named with --import"
-        return [Finding(layer, cls, why)]
-    return []
+        return f"{name} is a custom class from package '{package}', which is not {_IMPORTED}"
+    return None
 
 
 def _legacy_lambda(config: Mapping[str, object], allowed: tuple[str, ...]) -> str | None:
@@ -181,12 +179,9 @@ def _legacy_lambda(config: Mapping[str, object], allowed: tuple[str, ...]) -> st
         ("function_type", "function", "module"),
         ("output_shape_type", "output_shape", "output_shape_module"),
     ):
-        module = config.get(mod)
+        module, function = config.get(mod), config.get(fn)
         if config.get(kind) == "function" and not _allowed_module(str(module), None, allowed):
-            return (
-                f"Lambda layer calls function {config.get(fn)!r} from module {module!r}, "
-                "which is neither Keras nor named with --import"
-            )
+            return f"Lambda layer calls function {function!r} from module {module!r}, {_NOT_NAMED}"
     return None
 
 
@@ -219,7 +214,7 @@ def _function(
     if module is None and (package is None or package in allowed):
         return None  # a bare name resolves only among registered and Keras objects
     where = f"module {module!r}" if isinstance(module, str) else "no module"
-    return f"function reference {fn!r} from {where}, which is neither Keras nor named with --import"
+    return f"function reference {fn!r} from {where}, {_NOT_NAMED}"
 
 
 def _allowed_module(module: str, registered: object, allowed: tuple[str, ...]) -> bool:

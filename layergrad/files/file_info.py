@@ -90,10 +90,7 @@ def read_file_info(path: str | os.PathLike[str], *, read_weights: bool = True) -
         ) from exc
     except Exception as exc:  # zip and HDF5 errors of every kind
         kind = "a .keras zip" if fmt == "keras" else "an HDF5 file"
-        raise LoadError(
-            f"{p} is {kind} but is truncated or damaged ({type(exc).__name__}: {_short(exc)}); "
-            "expected an intact model file; re-save or re-download it"
-        ) from exc
+        raise archive.damaged(p, kind, f"{type(exc).__name__}: {_short(exc)}") from exc
 
 
 def _short(exc: BaseException) -> str:

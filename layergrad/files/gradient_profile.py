@@ -96,12 +96,13 @@ def recorded_probe(
     )
     if data:
         return recorded
+    over = (
+        f"{where} was made over --data {probe.source} ({probe.samples} samples), so it compares "
+        f"only with a run over the same data: "
+    )
+    rescan = f"diff it with `layergrad scan MODEL --data {probe.source} --json`"
     if probe.data_sha256 is not None:
-        raise InputError(
-            f"{where} was made over --data {probe.source} ({probe.samples} samples), so it "
-            f"compares only with a run over the same data: `check --data {probe.source}`, or "
-            f"diff it with `layergrad scan MODEL --data {probe.source} --json`"
-        )
+        raise InputError(f"{over}`check --data {probe.source}`, or {rescan}")
     if probe.samples is not None and probe.shards:  # merged: its source is several files
         shards = probe.source.split(" + ")
         scans = " and ".join(
@@ -116,11 +117,7 @@ def recorded_probe(
             f"--json > new.json`, then `layergrad diff {where.split()[-1]} new.json`"
         )
     if probe.samples is not None:  # over --data without one file's hash (a data function)
-        raise InputError(
-            f"{where} was made over --data {probe.source} ({probe.samples} samples), so it "
-            f"compares only with a run over the same data: diff it with `layergrad scan MODEL "
-            f"--data {probe.source} --json`"
-        )
+        raise InputError(over + rescan)
     if probe.source == "random" and input_file is not None:
         raise InputError(
             f"{where} was probed with a random batch (seed {probe.seed}), but --input "

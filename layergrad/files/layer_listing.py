@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from layergrad.core.display import NotebookDisplay
 from layergrad.files.audit import check_safety, module_name
 from layergrad.files.file_info import FileInfo, WeightHealth, read_file_info
-from layergrad.model.config import serialized_name
+from layergrad.model.config import batch_shape, serialized_name
 from layergrad.model.graph import LayerEntry, ModelGraph
 
 
@@ -112,7 +112,9 @@ def build_listing(info: FileInfo, warnings: Sequence[str] = ()) -> LayerListing:
         positions[entry.path] = (*parent, entry.index)
         rows.append(_row(entry, positions[entry.path], graph, health))
     known = {e.path for e in graph.layers}
-    rows += [_orphan(w, graph.known) for w in info.weights if w.layer not in known]
+    # a weight group the config has no layer for (or a subclassed model's attribute)
+    rows += [LayerRow((), w.layer, None, "?", (), 0, w.params, None, None, False, graph.known, w)
+             for w in info.weights if w.layer not in known]  # fmt: skip
     ops = tuple(
         _row(e, (e.index,), graph, health) for e in graph.unlisted if e.class_name != "InputLayer"
     )
@@ -140,35 +142,19 @@ def _row(
     inside = entry.path + "/"
     params = sum(w.params for p, w in health.items() if p == entry.path or p.startswith(inside))
     trainable = entry.config.get("trainable")
-    return LayerRow(
-        position=position,
-        path=entry.path,
-        parent=entry.parent,
-        class_name=entry.class_name,
-        inbound=_inbound(graph, entry.inbound),
-        calls=entry.num_calls,
-        params=params,
-        dtype=serialized_name(entry.config.get("dtype")),
-        trainable=trainable if isinstance(trainable, bool) else None,
-        is_model=entry.is_model,
-        unmatched=False,
-        weights=health.get(entry.path),
-    )
+    return LayerRow(position, entry.path, entry.parent, entry.class_name,
+                    _inbound(graph, entry.inbound), entry.num_calls, params,
+                    serialized_name(entry.config.get("dtype")),
+                    trainable if isinstance(trainable, bool) else None, entry.is_model,
+                    False, health.get(entry.path))  # fmt: skip
 
 
 def _model_input(graph: ModelGraph, name: str) -> ModelInput:
     entry = graph.get(name)
     config = entry.config if entry is not None else {}
-    shape = config.get("batch_shape", config.get("batch_input_shape"))
-    dims = (
-        tuple(d if isinstance(d, int) else None for d in shape) if isinstance(shape, list) else None
-    )
+    shape = batch_shape(config)
+    dims = None if shape is None else tuple(d if isinstance(d, int) else None for d in shape)
     return ModelInput(name, dims, serialized_name(config.get("dtype")))
-
-
-def _orphan(w: WeightHealth, graph_known: bool) -> LayerRow:
-    """A weight group the config has no layer for (or a subclassed model's attribute)."""
-    return LayerRow((), w.layer, None, "?", (), 0, w.params, None, None, False, graph_known, w)
 
 
 def _inbound(graph: ModelGraph, inbound: Sequence[str]) -> tuple[str, ...]:

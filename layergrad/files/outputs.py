@@ -38,6 +38,8 @@ from layergrad.files.guards import special_kind
 
 FIX_COPY_MARK = b"layergrad fix: a repaired copy"  # the zip comment of a copy `fix` wrote
 INPUT_SUFFIXES = (".keras", ".h5", ".hdf5", ".npy", ".npz", ".py")
+PathText = str | os.PathLike[str]
+Inputs = Iterable[PathText | None]  # the files and folders a run reads
 
 
 @dataclass(frozen=True)
@@ -50,12 +52,7 @@ class Written:
 
 
 def check_target(
-    path: str,
-    option: str,
-    kind: str,
-    inputs: Iterable[str | os.PathLike[str] | None] = (),
-    *,
-    force: bool = False,
+    path: str, option: str, kind: str, inputs: Inputs = (), *, force: bool = False
 ) -> Path:
     """Refuse ``path`` as the target of ``option`` before anything runs (see the module doc).
 
@@ -107,12 +104,10 @@ _FIT_JSON_MARK = b'"schema": "layergrad.fit/1"'
 _HTML_MARK = b'<meta name="generator" content="layergrad">'
 
 
-def _refuse_inputs(
-    p: Path, text: str, option: str, inputs: Iterable[str | os.PathLike[str] | None]
-) -> None:
+def _refuse_inputs(p: Path, text: str, option: str, inputs: Inputs) -> None:
     """Refuse a target that is one of this run's inputs, or inside a folder it reads."""
     for source in inputs:
-        if source and _same_file(p, Path(source)):
+        if source and _same_file(p, source):
             raise OutputError(
                 f"{option} {text}: that is {source}, which this run reads; refusing to write "
                 "over it; choose another name"
@@ -153,7 +148,7 @@ def _read_only_mount(folder: Path) -> bool:
         return False
 
 
-def _same_file(a: Path, b: Path) -> bool:
+def _same_file(a: Path, b: PathText) -> bool:
     try:
         return os.path.samefile(a, b)
     except OSError:
@@ -186,13 +181,7 @@ def _is_kind(p: Path, kind: str) -> bool:
 
 
 def write_file(
-    path: str,
-    option: str,
-    kind: str,
-    data: bytes,
-    inputs: Iterable[str | os.PathLike[str] | None] = (),
-    *,
-    force: bool = False,
+    path: str, option: str, kind: str, data: bytes, inputs: Inputs = (), *, force: bool = False
 ) -> bool:
     """Write ``data`` to ``path`` through `check_target` and a temporary file; True when it
     replaced an existing file."""
@@ -203,13 +192,7 @@ def write_file(
 
 
 def write_report(
-    path: str,
-    text: str,
-    option: str,
-    what: str,
-    inputs: Iterable[str | os.PathLike[str] | None] = (),
-    *,
-    force: bool = False,
+    path: str, text: str, option: str, what: str, inputs: Inputs = (), *, force: bool = False
 ) -> Written:
     """Write a text report (JUnit XML) to ``path``; the message says what was written."""
     existed = write_file(path, option, "xml", text.encode("utf-8"), inputs, force=force)
@@ -217,11 +200,7 @@ def write_report(
 
 
 def save_gradients(
-    report: InspectReport,
-    path: str,
-    inputs: Iterable[str | os.PathLike[str] | None] = (),
-    *,
-    force: bool = False,
+    report: InspectReport, path: str, inputs: Inputs = (), *, force: bool = False
 ) -> Written:
     """Write the raw gradients of an inspect report: `.npy` for one result, `.npz` keyed by
     the `--to` reference (any name round-trips: ``file``, ``arr_0``, ``a/b``).
@@ -250,26 +229,21 @@ def save_gradients(
             )
     none = [r.target.layer for r in results if r.array is None]
     if not arrays:
-        which = ", ".join(none)
-        return Written(
-            path, False, f"{option} {path}: not written, the gradient of {which} is None"
-        )
+        said = f"not written, the gradient of {', '.join(none)} is None"
+        return Written(path, False, f"{option} {path}: {said}")
     existed = p.exists()
-    if kind == "npy":
-        _atomic_write(
-            p, option, lambda fh: np.lib.format.write_array(fh, next(iter(arrays.values())))
-        )
-    else:
-        _atomic_write(p, option, lambda fh: _write_npz(fh, arrays))
-    names = ", ".join(arrays)
-    message = f"wrote the gradient of {names} to {path}"
+    _atomic_write(p, option, lambda fh: _write_arrays(fh, arrays, npz=kind == "npz"))
+    message = f"wrote the gradient of {', '.join(arrays)} to {path}"
     if none:
         message += f" (left out {', '.join(none)}: the gradient is None)"
     return Written(path, True, message + (" (replaced it)" if existed else ""))
 
 
-def _write_npz(fh: IO[bytes], arrays: dict[str, np.ndarray]) -> None:
-    """An `.npz` as `np.savez` writes it (stored members ``NAME.npy``), for any key."""
+def _write_arrays(fh: IO[bytes], arrays: dict[str, np.ndarray], npz: bool) -> None:
+    """One `.npy`, or an `.npz` as `np.savez` writes it (members ``NAME.npy``) for any key."""
+    if not npz:
+        np.lib.format.write_array(fh, next(iter(arrays.values())))
+        return
     with zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
         for name, array in arrays.items():
             with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
@@ -297,9 +271,6 @@ def _atomic_write(p: Path, option: str, write: Callable[[IO[bytes]], object]) ->
             temp.unlink()
 
 
-PathText = str | os.PathLike[str]
-
-
 def protected_inputs(*groups: Iterable[PathText | None] | PathText | None) -> list[str]:
     """The files a run reads, flattened for `check_target`: model paths, the `--input` file,
     `--import` paths, baselines, what `--data` reads (`data_inputs`)."""
@@ -312,7 +283,7 @@ def protected_inputs(*groups: Iterable[PathText | None] | PathText | None) -> li
     return out
 
 
-def data_inputs(data: str | os.PathLike[str] | None) -> list[str]:
+def data_inputs(data: PathText | None) -> list[str]:
     """What `--data` reads, for `check_target`: the file or folder, or a function's `.py`."""
     if data is None:
         return []
@@ -323,11 +294,7 @@ def data_inputs(data: str | os.PathLike[str] | None) -> list[str]:
     return [target] if target.endswith(".py") else []
 
 
-def check_folder_target(
-    path: str | os.PathLike[str],
-    option: str,
-    inputs: Iterable[str | os.PathLike[str] | None] = (),
-) -> Path:
+def check_folder_target(path: PathText, option: str, inputs: Inputs = ()) -> Path:
     """Refuse ``path`` as a folder to write new files into (TensorBoard's ``--log-dir``)
     before anything runs: it must be a folder (or a link to one) that can be written, or be
     absent with a writable folder above it. A file, ``/dev/null``, a FIFO, a link to

@@ -12,23 +12,48 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+from layergrad.core import json_types as js
+
 Ref = tuple[str, int, int]
 
 _OP_MODULES = ("keras.src.ops", "keras.ops")
 
 
+def options(cfg: Mapping[str, object]) -> Mapping[str, object]:
+    """An entry's ``config`` (its options), or {} when it has none."""
+    inner = cfg.get("config")
+    return inner if isinstance(inner, Mapping) else {}
+
+
 def is_container(cfg: Mapping[str, object]) -> bool:
     """Whether a config is a Sequential or Functional model with a list of layers."""
-    inner = cfg.get("config")
-    if not isinstance(inner, Mapping) or not isinstance(inner.get("layers"), list):
+    inner = options(cfg)
+    if not isinstance(inner.get("layers"), list):
         return False
     return cfg.get("class_name") == "Sequential" or "input_layers" in inner
 
 
 def is_functional(cfg: Mapping[str, object]) -> bool:
     """Whether a config is a Functional model (it lists its input layers)."""
-    inner = cfg.get("config")
-    return is_container(cfg) and isinstance(inner, Mapping) and "input_layers" in inner
+    return is_container(cfg) and "input_layers" in js.member(cfg, "config")
+
+
+def members(cfg: Mapping[str, object]) -> list[js.Config]:
+    """The entries of a model config's ``layers``."""
+    return js.members(js.member(cfg, "config")["layers"], "layers")
+
+
+def inbound_nodes(entry: Mapping[str, object]) -> list[object]:
+    """An entry's inbound nodes, one per call ([] for an input layer)."""
+    return js.listed(entry.get("inbound_nodes") or [], "inbound_nodes")
+
+
+def batch_shape(config: Mapping[str, object]) -> list[object] | None:
+    """The input shape (batch axis first) a layer's config declares, else None."""
+    for key in ("batch_shape", "batch_input_shape"):
+        if isinstance(shape := config.get(key), list):
+            return shape
+    return None
 
 
 def is_operation(cfg: Mapping[str, object]) -> bool:
@@ -43,8 +68,7 @@ def is_operation(cfg: Mapping[str, object]) -> bool:
 
 def layer_name(cfg: Mapping[str, object]) -> str:
     """The name of an entry (its own ``name``, its config's, or its class)."""
-    inner = cfg.get("config")
-    name = cfg.get("name") or (inner.get("name") if isinstance(inner, Mapping) else None)
+    name = cfg.get("name") or options(cfg).get("name")
     return str(name or cfg.get("class_name", "layer"))
 
 
@@ -60,21 +84,15 @@ def as_ref(obj: object) -> Ref | None:
 
 def tensor_refs(obj: object, legacy: bool) -> Iterator[Ref]:
     """Tensor references inside a node's args/kwargs, in order."""
-    if isinstance(obj, Mapping):
-        if obj.get("class_name") == "__keras_tensor__":
-            inner = obj.get("config")
-            hist = as_ref(inner.get("keras_history")) if isinstance(inner, Mapping) else None
-            if hist is not None:
-                yield hist
-            return
-        for value in obj.values():
-            yield from tensor_refs(value, legacy)
+    if isinstance(obj, Mapping) and obj.get("class_name") == "__keras_tensor__":
+        hist = as_ref(options(obj).get("keras_history"))
+        yield from [hist] if hist is not None else []
     elif legacy and isinstance(obj, list) and (ref := as_ref(obj)) is not None:
         yield ref
-        if len(obj) == 4:
-            yield from tensor_refs(obj[3], legacy)
-    elif isinstance(obj, list):
-        for value in obj:
+        yield from tensor_refs(obj[3] if len(obj) == 4 else None, legacy)
+    else:
+        values = obj.values() if isinstance(obj, Mapping) else obj if isinstance(obj, list) else ()
+        for value in values:
             yield from tensor_refs(value, legacy)
 
 
@@ -93,8 +111,7 @@ def serialized_name(value: object) -> str | None:
     if isinstance(value, str):
         return value
     if isinstance(value, Mapping):
-        inner = value.get("config")
-        if isinstance(inner, Mapping) and isinstance(inner.get("name"), str):
-            return str(inner["name"])
+        if isinstance(name := options(value).get("name"), str):
+            return name
         return str(value["class_name"]) if value.get("class_name") else None
     return None

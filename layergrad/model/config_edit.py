@@ -140,18 +140,12 @@ def insert_after_input(model: Config, input_name: str, new: Config) -> None:
     dtype = options.get("dtype", "float32")
     if not isinstance(dtype, str):
         dtype = "float32"
+    tensor = {"shape": shape, "dtype": dtype, "keras_history": [input_name, 0, 0]}
     new["inbound_nodes"] = [
-        {"args": [_tensor(input_name, shape, dtype)], "kwargs": {}},
+        {"args": [{"class_name": "__keras_tensor__", "config": tensor}], "kwargs": {}}
     ]
     _rewire(model, input_name, (name, 0, 0), skip=new)
     entries.insert(entries.index(source) + 1, new)
-
-
-def _tensor(name: str, shape: object, dtype: str) -> Config:
-    return {
-        "class_name": "__keras_tensor__",
-        "config": {"shape": shape, "dtype": dtype, "keras_history": [name, 0, 0]},
-    }
 
 
 def _single_source(node: object, path: str) -> tuple[str, int, int]:

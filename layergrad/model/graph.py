@@ -32,10 +32,13 @@ from layergrad.core.errors import LoadError
 from layergrad.core.limits import MAX_GRAPH_CALLS
 from layergrad.model.config import (
     Ref,
+    inbound_nodes,
     is_container,
     is_functional,
     is_operation,
     layer_name,
+    members,
+    options,
     structure_refs,
     tensor_refs,
 )
@@ -83,12 +86,7 @@ class ModelGraph:
     entries (operations, Sequential input layers). ``known`` is False when the
     config describes no graph (a subclassed model). ``preds`` maps each call
     node ``(path, call)`` to the nodes it reads; ``order`` lists every node in
-    execution (topological) order.
-
-    The entries are built in one pass over the config. The call nodes (one per call of
-    each layer in one run; nested models called several times multiply their members'
-    calls) are expanded on first use of ``preds``, ``order`` or a query, and only when they
-    number at most MAX_GRAPH_CALLS.
+    execution (topological) order, both expanded on first use (see the module doc).
     """
 
     class_name: str
@@ -104,10 +102,7 @@ class ModelGraph:
     @classmethod
     def from_config(cls, config: Mapping[str, object]) -> ModelGraph:
         """Build the graph from a model config (``config.json`` or h5 ``model_config``)."""
-        inner = config.get("config")
-        inner = inner if isinstance(inner, Mapping) else {}
-        class_name = str(config.get("class_name", ""))
-        name = str(inner.get("name", ""))
+        class_name, name = str(config.get("class_name", "")), str(options(config).get("name", ""))
         if not is_container(config):
             return cls(class_name, name, (), (), known=False)
         entries: list[LayerEntry] = []
@@ -232,23 +227,20 @@ def _input_names(cfg: Mapping[str, object]) -> tuple[str, ...]:
     inner = js.member(cfg, "config")
     if is_functional(cfg):
         return tuple(ref[0] for ref in structure_refs(inner.get("input_layers")))
-    layers = js.members(inner["layers"], "layers")
+    layers = members(cfg)
     first = layers[0] if layers else {}
     return (layer_name(first),) if first.get("class_name") == "InputLayer" else ()
 
 
 def _add_entries(out: list[LayerEntry], cfg: Mapping[str, object], prefix: str, calls: int) -> None:
-    """Append the entries of a model's members (paths start with ``prefix``), depth first.
-
-    One pass over the config: a nested model's members are visited once, their
-    ``num_calls`` multiplied by the nested model's calls rather than expanded.
-    """
-    members = js.members(js.member(cfg, "config")["layers"], "layers")
+    """Append the entries of a model's members (paths start with ``prefix``), depth first; a
+    nested model's members once, their ``num_calls`` multiplied by its calls."""
+    entries = members(cfg)
     if is_functional(cfg):
-        by_name = {layer_name(m): m for m in members}
+        by_name = {layer_name(m): m for m in entries}
         listed = 0
-        for pos, member in enumerate(members):
-            nodes = js.listed(member.get("inbound_nodes") or [], "inbound_nodes")
+        for pos, member in enumerate(entries):
+            nodes = inbound_nodes(member)
             is_listed = not is_operation(member)
             own = calls * max(len(nodes), 1)
             inbound = _functional_inbound(member, prefix, by_name)
@@ -258,9 +250,9 @@ def _add_entries(out: list[LayerEntry], cfg: Mapping[str, object], prefix: str, 
             if is_container(member) and nodes:
                 _add_entries(out, member, prefix + layer_name(member) + "/", calls * len(nodes))
         return
-    skip = 1 if members and members[0].get("class_name") == "InputLayer" else 0
+    skip = 1 if entries and entries[0].get("class_name") == "InputLayer" else 0
     last: str | None = None
-    for pos, member in enumerate(members):
+    for pos, member in enumerate(entries):
         listed = pos >= skip
         index, inbound = (pos - skip if listed else pos), ((last,) if last else ())
         out.append(_entry(member, prefix, index, inbound, calls, listed))
@@ -278,30 +270,20 @@ def _entry(
     listed: bool,
 ) -> LayerEntry:
     """One layer of the model whose members' paths start with ``prefix``."""
-    inner = cfg.get("config")
-    module, registered = cfg.get("module"), cfg.get("registered_name")
-    return LayerEntry(
-        path=prefix + layer_name(cfg),
-        name=layer_name(cfg),
-        class_name=str(cfg.get("class_name", "")),
-        module=module if isinstance(module, str) else None,
-        registered_name=registered if isinstance(registered, str) else None,
-        config=inner if isinstance(inner, Mapping) else {},
-        parent=prefix.rstrip("/") or None,
-        index=index,
-        depth=prefix.count("/"),
-        inbound=inbound,
-        num_calls=num_calls,
-        is_model=is_container(cfg),
-        listed=listed,
-    )
+    name = layer_name(cfg)
+    module, registered = (v if isinstance(v := cfg.get(k), str) else None
+                          for k in ("module", "registered_name"))  # fmt: skip
+    return LayerEntry(prefix + name, name, str(cfg.get("class_name", "")), module, registered,
+                      options(cfg), prefix.rstrip("/") or None,
+                      index, prefix.count("/"), inbound, num_calls, is_container(cfg),
+                      listed)  # fmt: skip
 
 
 def _functional_inbound(
     member: Mapping[str, object], prefix: str, by_name: Mapping[str, object]
 ) -> tuple[str, ...]:
     out: list[str] = []
-    for node in js.listed(member.get("inbound_nodes") or [], "inbound_nodes"):
+    for node in inbound_nodes(member):
         for ref in tensor_refs(node, isinstance(node, list)):
             path = prefix + ref[0]
             if ref[0] in by_name and path not in out:
@@ -349,9 +331,8 @@ class _Builder:
     def add_sequential(
         self, cfg: Mapping[str, object], prefix: str, calls: int, feeds: Feeds
     ) -> Outs:
-        members = js.members(js.member(cfg, "config")["layers"], "layers")
         prev = [[n for group in feeds[i] for n in group] for i in range(calls)]
-        for member in members:
+        for member in members(cfg):
             path = prefix + layer_name(member)
             if is_container(member):
                 outs = self.add_model(member, path + "/", calls, [[p] for p in prev])
@@ -366,18 +347,18 @@ class _Functional:
 
     def __init__(self, b: _Builder, cfg: Mapping[str, object], prefix: str, calls: int) -> None:
         self.b, self.prefix, self.calls = b, prefix, calls
-        self.inner = js.member(cfg, "config")
-        self.by_name = {layer_name(m): m for m in js.members(self.inner["layers"], "layers")}
+        self.inner, self.members = js.member(cfg, "config"), members(cfg)
+        self.by_name = {layer_name(m): m for m in self.members}
         self.outs: dict[NodeId, list[NodeId]] = {}  # nested-model call -> its inner outputs
         self.nested: dict[str, list[list[NodeId]]] = {}  # nested model -> outputs per call
 
     def n_own(self, name: str) -> int:
         member = self.by_name.get(name, {})
-        return max(len(js.listed(member.get("inbound_nodes") or [], "inbound_nodes")), 1)
+        return max(len(inbound_nodes(member)), 1)
 
     def expand(self, feeds: Feeds) -> Outs:
         input_refs = structure_refs(self.inner.get("input_layers"))
-        for member in js.members(self.inner["layers"], "layers"):
+        for member in self.members:
             for i in range(self.calls):
                 self.add_calls(member, i, input_refs, feeds[i])
         return [
@@ -397,7 +378,7 @@ class _Functional:
     ) -> None:
         name = layer_name(member)
         path = self.prefix + name
-        nodes = js.listed(member.get("inbound_nodes") or [], "inbound_nodes")
+        nodes = inbound_nodes(member)
         if not nodes:  # an input layer: fed by what feeds this model
             positions = [p for p, ref in enumerate(input_refs) if ref[0] == name]
             fed = [n for p in positions if p < len(feeds) for n in feeds[p]]

@@ -114,25 +114,22 @@ def resolve(model: KerasModel, ref: str) -> Site:
         LayerNotFound: nothing matches; the message lists the closest names; `:logits` of a
             layer without a fused activation.
     """
-    text, logits = split_logits(ref.strip())
-    if logits and _names_a_layer(model, ref.strip()):  # a layer named `x:logits` itself
-        text, logits = ref.strip(), False
+    ref = ref.strip()
+    text, logits = split_logits(ref)
+    base = _split(ref)[0]
+    if logits and (base in input_names(model) or base in dict(iter_layers(model))):
+        text, logits = ref, False  # a layer named `x:logits` itself
     site = _resolve(model, text)
     if not logits:
         return site
     if site.layer is None or not has_fused_activation(site.layer):
         what = "a model input" if site.layer is None else f"a {type(site.layer).__name__}"
         raise LayerNotFound(
-            f"{ref.strip()!r}: {site.path!r} is {what}, which has no fused activation to take "
+            f"{ref!r}: {site.path!r} is {what}, which has no fused activation to take "
             "the value before; :logits names the output before the activation of a Dense, "
             "convolution or Activation layer"
         )
     return replace(site, ref=f"{site.ref}{LOGITS}", logits=True)
-
-
-def _names_a_layer(model: KerasModel, text: str) -> bool:
-    base = _split(text)[0]
-    return base in input_names(model) or base in dict(iter_layers(model))
 
 
 def _resolve(model: KerasModel, ref: str) -> Site:
@@ -178,9 +175,8 @@ def check_in_graph(graph: ModelGraph, refs: Sequence[str], globs: Sequence[str] 
             raise LayerNotFound(_not_found_message(base, [*graph.input_names, *paths]))
     if not globs:
         return
-    calls = [ref_of((e.path, k)) for e in graph.layers for k in range(max(e.num_calls, 1))] + list(
-        graph.input_names
-    )
+    calls = [ref_of((e.path, k)) for e in graph.layers for k in range(max(e.num_calls, 1))]
+    calls += graph.input_names
     for pattern in globs:
         if not any(fnmatch.fnmatchcase(ref, pattern) for ref in calls):
             raise LayerNotFound(no_glob_match_message(globs))

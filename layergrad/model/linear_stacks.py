@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from layergrad.model.config import batch_shape
 from layergrad.model.graph import LayerEntry, ModelGraph
 from layergrad.model.head_forms import activation_from, activation_of
 
@@ -57,31 +58,17 @@ class LinearStack:
     pair: bool
 
 
-def _is_weighted(entry: LayerEntry) -> bool:
-    return entry.class_name in WEIGHTED
-
-
-def _linear(entry: LayerEntry) -> bool:
-    return activation_of(entry) == "linear"
-
-
 def whole_network(graph: ModelGraph, head_layer: str) -> LinearStack | None:
     """The weight layers of a network that is one linear map up to its head (two or more),
     else None. The head's own activation is left out: it is what the stack feeds."""
     weighted: list[str] = []
     for entry in graph.layers:
-        if entry.is_model:
+        head = entry.path == head_layer
+        if entry.is_model or (entry.class_name == "InputLayer" and not head):
             continue
-        if entry.path == head_layer:
-            weighted += [entry.path] if _is_weighted(entry) else []
-            continue
-        if entry.class_name == "InputLayer":
-            continue
-        if _is_weighted(entry) and _linear(entry):
+        if entry.class_name in WEIGHTED and (head or activation_of(entry) == "linear"):
             weighted.append(entry.path)
-        elif entry.class_name in THROUGH | JOINS or _linear_activation_layer(entry):
-            continue
-        else:
+        elif not (head or entry.class_name in THROUGH | JOINS or _linear_activation_layer(entry)):
             return None
     if any(e.class_name == "Embedding" for e in graph.layers) or len(weighted) < 2:
         return None
@@ -104,7 +91,7 @@ def redundant_pairs(graph: ModelGraph) -> list[LinearStack]:
             consumers.setdefault(src, []).append(entry.path)
     found = []
     for entry in graph.layers:
-        if not _is_weighted(entry) or not _linear(entry):
+        if entry.class_name not in WEIGHTED or activation_of(entry) != "linear":
             continue
         if entry.class_name in _EXCLUDED_FIRST + _UPSAMPLING:
             continue
@@ -133,7 +120,7 @@ def _next_weighted(
         following = graph.get(readers[0])
         if following is None or following.is_model or len(following.inbound) != 1:
             return None
-        if _is_weighted(following):
+        if following.class_name in WEIGHTED:
             return following
         if following.class_name not in THROUGH and not _linear_activation_layer(following):
             return None
@@ -156,13 +143,9 @@ def _input_width(graph: ModelGraph, entry: LayerEntry) -> int | None:
     for _ in range(16):
         feeding = graph.get(current.inbound[0]) if len(current.inbound) == 1 else None
         if feeding is None:  # a Keras 2 Sequential's first layer declares the input shape
-            shape = current.config.get("batch_input_shape", current.config.get("batch_shape"))
-            last = shape[-1] if isinstance(shape, list) and shape else None
-            return last if isinstance(last, int) and not current.inbound else None
+            return None if current.inbound else _last_dim(current)
         if feeding.class_name == "InputLayer":
-            shape = feeding.config.get("batch_shape", feeding.config.get("batch_input_shape"))
-            last = shape[-1] if isinstance(shape, list) and shape else None
-            return last if isinstance(last, int) else None
+            return _last_dim(feeding)
         width = _width(feeding)
         if width is not None and not feeding.class_name.startswith("Depthwise"):
             return width
@@ -170,3 +153,9 @@ def _input_width(graph: ModelGraph, entry: LayerEntry) -> int | None:
             return None
         current = feeding
     return None
+
+
+def _last_dim(entry: LayerEntry) -> int | None:
+    """The last axis of the input shape `entry`'s config declares, when it is a number."""
+    last = (batch_shape(entry.config) or [None])[-1]
+    return last if isinstance(last, int) else None

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from layergrad.core import json_types as js
@@ -33,9 +34,13 @@ from layergrad.core.errors import LoadError
 from layergrad.core.json_types import Config
 from layergrad.core.limits import human
 from layergrad.model.config import (
+    batch_shape,
+    inbound_nodes,
     is_container,
     is_functional,
     layer_name,
+    members,
+    options,
     structure_refs,
     tensor_refs,
 )
@@ -73,41 +78,18 @@ class Footprint:
         )
 
 
-@dataclass
-class _Tally:
-    weights: int = 0
-    activations: int = 0
-    largest_output: int = 0
-    parts: dict[str, int] = field(default_factory=dict)
-
-    def add(self, path: str, what: str, elements: int, itemsize: int, copies: int = 1) -> None:
-        size = elements * itemsize * copies
-        if what == "weights":
-            self.weights += size
-        else:
-            self.activations += size
-        key = f"layer {path!r} {what}"
-        self.parts[key] = self.parts.get(key, 0) + size
-
-
 def estimate(info: FileInfo, batch_size: int) -> Footprint:
     """The probe's estimated memory for ``batch_size`` rows (see the module docstring)."""
     return _footprint(info.config if info.graph.known else None, batch_size,
                       info.stored.declared_bytes)  # fmt: skip
 
 
-def estimate_config(config: Mapping[str, object], batch_size: int) -> Footprint:
-    """The estimate for a model config that is no file yet (as `.keras` files hold it: `fix`'s
-    repaired copy before Keras builds it), its weights those the config implies."""
-    return _footprint(config if is_container(config) else None, batch_size, None)
-
-
 def _footprint(
     config: Mapping[str, object] | None, batch_size: int, stored: int | None
 ) -> Footprint:
-    tally = _Tally()
+    tally = _Walker(max(1, batch_size))
     if config is not None:
-        _Walker(tally, max(1, batch_size)).model(config, "", None, 1)
+        tally.model(config, "", None, 1)
     candidates = dict(tally.parts)
     if stored is not None:
         candidates["the weight file"] = stored
@@ -116,32 +98,45 @@ def _footprint(
                      tally.largest_output)  # fmt: skip
 
 
+@dataclass
 class _Walker:
-    """One pass over a model config, nested models visited once (their calls multiply)."""
+    """One pass over a model config, nested models visited once (their calls multiply), and
+    the bytes it adds up: in all and by part (`layer 'dense' weights`)."""
 
-    def __init__(self, tally: _Tally, batch: int) -> None:
-        self.tally, self.batch = tally, batch
+    batch: int
+    weights: int = 0
+    activations: int = 0
+    largest_output: int = 0
+    parts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, path: str, what: str, size: int) -> None:
+        if what == "weights":
+            self.weights += size
+        else:
+            self.activations += size
+        key = f"layer {path!r} {what}"
+        self.parts[key] = self.parts.get(key, 0) + size
 
     def model(
         self, cfg: Mapping[str, object], prefix: str, feeds: list[Shape] | None, scale: int
     ) -> list[Shape]:
-        members = js.members(js.member(cfg, "config")["layers"], "layers")
+        entries = members(cfg)
         if is_functional(cfg):
-            return self.functional(cfg, members, prefix, feeds, scale)
+            return self.functional(cfg, entries, prefix, feeds, scale)
         prev = list(feeds or [])
-        for member in members:
+        for member in entries:
             prev = self.member(member, prefix, prev, scale, 1)
         return prev
 
     def functional(
-        self, cfg: Config, members: list[Config], prefix: str, feeds: list[Shape] | None, scale: int
+        self, cfg: Config, entries: list[Config], prefix: str, feeds: list[Shape] | None, scale: int
     ) -> list[Shape]:
         outs: dict[str, list[Shape]] = {}
         inner = js.member(cfg, "config")
         inputs = [ref[0] for ref in structure_refs(inner.get("input_layers"))]
-        for member in members:
+        for member in entries:
             name = layer_name(member)
-            nodes = js.listed(member.get("inbound_nodes") or [], "inbound_nodes")
+            nodes = inbound_nodes(member)
             if not nodes:  # an input layer, fed by what feeds this model
                 fed = [feeds[inputs.index(name)]] if feeds and name in inputs[: len(feeds)] else []
                 outs[name] = self.member(member, prefix, fed, scale, 1)
@@ -159,16 +154,17 @@ class _Walker:
         path = prefix + layer_name(cfg)
         if is_container(cfg):
             return self.model(cfg, path + "/", ins, scale * calls)
-        inner = cfg.get("config")
-        conf = inner if isinstance(inner, Mapping) else {}
-        if "batch_shape" in conf or "batch_input_shape" in conf:  # a first layer's input shape
+        conf = options(cfg)
+        if batch_shape(conf) is not None:  # a first layer's input shape
             ins = input_shape(conf, ins)[0]
         outs, weights = layer_shapes(str(cfg.get("class_name", "")), conf, ins)
-        size = _itemsize(conf.get("dtype"))
-        self.tally.add(path, "weights", weights, size)
+        dtype = conf.get("dtype")  # a name, or a dtype policy whose config names it
+        dtype = dtype.get("config", dtype) if isinstance(dtype, Mapping) else dtype
+        size = 8 if "64" in str(dtype) else 4
+        self.add(path, "weights", weights * size)
         rows = sum(math.prod(s) for s in outs) * self.batch
-        self.tally.add(path, "outputs", rows, size, scale * calls)
-        self.tally.largest_output = max(self.tally.largest_output, rows * size)
+        self.add(path, "outputs", rows * size * scale * calls)
+        self.largest_output = max(self.largest_output, rows * size)
         return outs
 
 
@@ -176,11 +172,6 @@ def _pick(shapes: list[Shape] | None, index: int) -> Shape:
     if not shapes:
         return (UNKNOWN_DIM,)
     return shapes[index] if 0 <= index < len(shapes) else shapes[0]
-
-
-def _itemsize(dtype: object) -> int:
-    text = str(dtype.get("config", dtype) if isinstance(dtype, Mapping) else dtype)
-    return 8 if "64" in text else 4
 
 
 def require_within(info: FileInfo, batch_size: int, max_memory: int) -> Footprint:
@@ -192,9 +183,10 @@ def require_within(info: FileInfo, batch_size: int, max_memory: int) -> Footprin
 def require_config_within(
     config: Mapping[str, object], what: str, batch_size: int, max_memory: int
 ) -> Footprint:
-    """`estimate_config`, or a LoadError (`what` would need ...) over ``max_memory``."""
-    who = f"refusing to build {what}: it"
-    return _within(estimate_config(config, batch_size), who, batch_size, max_memory)
+    """The estimate for a model config that is no file yet (`fix`'s repaired copy before Keras
+    builds it; its weights those the config implies), or a LoadError over ``max_memory``."""
+    found = _footprint(config if is_container(config) else None, batch_size, None)
+    return _within(found, f"refusing to build {what}: it", batch_size, max_memory)
 
 
 def _within(found: Footprint, who: str, batch_size: int, max_memory: int) -> Footprint:
@@ -259,10 +251,9 @@ def layer_shapes(
 
 def input_shape(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     """An input layer's shape from ``batch_shape`` / ``batch_input_shape`` / ``shape``."""
-    for key in ("batch_shape", "batch_input_shape"):
-        shape = _shape(cfg.get(key))
-        if shape is not None:
-            return [shape[1:]], 0
+    shape = _shape(batch_shape(cfg))
+    if shape is not None:
+        return [shape[1:]], 0
     shape = _shape(cfg.get("shape"))
     return [shape if shape is not None else ins[0]], 0
 
@@ -293,12 +284,13 @@ def _spatial(x: Shape, cfg: Mapping[str, object]) -> tuple[Shape, int, bool]:
     return (x[1:], x[0], True) if first else (x[:-1], x[-1], False)
 
 
-def _conv(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _conv(
+    cfg: Mapping[str, object], ins: Sequence[Shape], transpose: bool = False
+) -> tuple[list[Shape], int]:
     dims, channels, first = _spatial(ins[0], cfg)
     n = len(dims)
     kernel = math.prod(_ints(cfg.get("kernel_size"), n))
     strides = _ints(cfg.get("strides"), n)
-    transpose = cfg.get("_transpose", False)
     out_dims = tuple(
         d * s if transpose else -(-d // max(s, 1)) for d, s in zip(dims, strides, strict=False)
     )
@@ -313,10 +305,6 @@ def _conv(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape],
             weights += channels * multiplier
     out = (filters, *out_dims) if first else (*out_dims, filters)
     return [out], weights
-
-
-def _conv_transpose(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
-    return _conv({**cfg, "_transpose": True}, ins)
 
 
 def _pool(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
@@ -349,24 +337,25 @@ def _rnn(gates: int) -> Rule:
     return rule
 
 
-def _bidirectional(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+def _wrapped(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int] | None:
+    """What the layer a wrapper holds (its ``layer``) gives on ``ins``; None without one."""
     inner = cfg.get("layer")
-    inner_cfg = inner.get("config") if isinstance(inner, Mapping) else None
-    name = str(inner.get("class_name", "")) if isinstance(inner, Mapping) else ""
-    if not isinstance(inner_cfg, Mapping):
+    if not (isinstance(inner, Mapping) and isinstance(inner.get("config"), Mapping)):
+        return None
+    return layer_shapes(str(inner.get("class_name", "")), inner["config"], ins)
+
+
+def _bidirectional(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    if (found := _wrapped(cfg, ins)) is None:
         return [ins[0]], 0
-    outs, weights = layer_shapes(name, inner_cfg, ins)
-    merged = [(*s[:-1], 2 * s[-1]) if s else s for s in outs[:1]]
-    return merged, 2 * weights
+    return [(*s[:-1], 2 * s[-1]) if s else s for s in found[0][:1]], 2 * found[1]
 
 
 def _time_distributed(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
-    inner = cfg.get("layer")
-    if not (isinstance(inner, Mapping) and isinstance(inner.get("config"), Mapping)):
-        return [ins[0]], 0
     x = ins[0]
-    outs, weights = layer_shapes(str(inner.get("class_name", "")), inner["config"], [x[1:]])
-    return [(x[0] if x else 1, *s) for s in outs], weights
+    if (found := _wrapped(cfg, [x[1:]])) is None:
+        return [x], 0
+    return [(x[0] if x else 1, *s) for s in found[0]], found[1]
 
 
 def _attention(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
@@ -388,10 +377,6 @@ def _per_feature(count: int) -> Rule:
     return lambda cfg, ins: ([ins[0]], count * (ins[0][-1] if ins[0] else 1))
 
 
-def _flatten(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
-    return [(math.prod(ins[0]),)], 0
-
-
 def _reshape(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
     target = cfg.get("target_shape")
     if not isinstance(target, (list, tuple)):
@@ -399,10 +384,6 @@ def _reshape(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shap
     known = [_int(d, 1) for d in target if d != -1]
     rest = math.prod(ins[0]) // max(1, math.prod(known))
     return [tuple(rest if d == -1 else _int(d, 1) for d in target)], 0
-
-
-def _repeat(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
-    return [(_int(cfg.get("n"), 1), *ins[0])], 0
 
 
 def _concat(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
@@ -416,10 +397,6 @@ def _concat(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape
         pos = min(max(len(out) + axis if axis < 0 else axis - 1, 0), len(out) - 1)
         out[pos] = sum(s[pos] if len(s) > pos else 1 for s in ins)
     return [tuple(out)], 0
-
-
-def _merge(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
-    return [max(ins, key=lambda s: math.prod(s))], 0
 
 
 def _resample(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
@@ -463,46 +440,27 @@ def _generic(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shap
     return [(*ins[0][:-1], max(sizes))], last * max(sizes)
 
 
+# fmt: off
+def _merge(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
+    return [max(ins, key=math.prod)], 0
+
+
+_ENCODING = ("CategoryEncoding", "StringLookup", "IntegerLookup", "Hashing", "HashedCrossing",
+             "TextVectorization", "Discretization")
 _RULES: dict[str, Rule] = {
-    "InputLayer": input_shape,
-    "Dense": _dense,
-    "EinsumDense": _einsum,
-    "Embedding": _embedding,
-    "ReversibleEmbedding": _embedding,
-    "Bidirectional": _bidirectional,
-    "TimeDistributed": _time_distributed,
-    "Flatten": _flatten,
-    "Reshape": _reshape,
-    "RepeatVector": _repeat,
-    "Concatenate": _concat,
-    "CategoryEncoding": _encoding,
-    "StringLookup": _encoding,
-    "IntegerLookup": _encoding,
-    "Hashing": _encoding,
-    "HashedCrossing": _encoding,
-    "TextVectorization": _encoding,
-    "Discretization": _encoding,
-    "Resizing": _resample,
-    "BatchNormalization": _per_feature(4),
+    "InputLayer": input_shape, "Dense": _dense, "EinsumDense": _einsum, "Embedding": _embedding,
+    "ReversibleEmbedding": _embedding, "Bidirectional": _bidirectional,
+    "TimeDistributed": _time_distributed, "Reshape": _reshape, "Concatenate": _concat,
+    "Flatten": lambda cfg, ins: ([(math.prod(ins[0]),)], 0), "Resizing": _resample,
+    "RepeatVector": lambda cfg, ins: ([(_int(cfg.get("n"), 1), *ins[0])], 0),
+    "BatchNormalization": _per_feature(4), **dict.fromkeys(_ENCODING, _encoding),
 }
 _FAMILIES: tuple[tuple[str, Rule], ...] = (
-    ("GlobalAveragePooling", _global_pool),
-    ("GlobalMaxPooling", _global_pool),
-    ("Pooling", _pool),
-    ("Transpose", _conv_transpose),
-    ("Conv", _conv),
-    ("LSTM", _rnn(4)),
-    ("GRU", _rnn(3)),
-    ("RNN", _rnn(1)),
-    ("Attention", _attention),
+    ("GlobalAveragePooling", _global_pool), ("GlobalMaxPooling", _global_pool),
+    ("Pooling", _pool), ("Transpose", partial(_conv, transpose=True)), ("Conv", _conv),
+    ("LSTM", _rnn(4)), ("GRU", _rnn(3)), ("RNN", _rnn(1)), ("Attention", _attention),
     ("Normalization", _per_feature(2)),
-    ("UpSampling", _resample),
-    ("ZeroPadding", _resample),
-    ("Cropping", _resample),
-    ("Add", _merge),
-    ("Subtract", _merge),
-    ("Multiply", _merge),
-    ("Average", _merge),
-    ("Maximum", _merge),
-    ("Minimum", _merge),
+    *((name, _resample) for name in ("UpSampling", "ZeroPadding", "Cropping")),
+    *((name, _merge) for name in ("Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum")),
 )
+# fmt: on
