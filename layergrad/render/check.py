@@ -8,8 +8,7 @@ from rich.console import Group, RenderableType
 from rich.padding import Padding
 from rich.text import Text
 
-from layergrad.core.results import CheckItem, FileVerdict
-from layergrad.files.report_json import to_json
+from layergrad.core.results import CheckItem, CheckReport, FileVerdict
 from layergrad.render.common import (
     Column,
     dropped_line,
@@ -23,7 +22,6 @@ from layergrad.render.common import (
     warned,
 )
 
-SCHEMA = "layergrad.check/1"
 COLUMNS = (
     Column("file"),  # a path is never broken: what the findings say goes under the table
     Column("verdict"),
@@ -76,10 +74,7 @@ def _note_lines(v: FileVerdict) -> list[RenderableType]:
 
 def summary_line(verdicts: Sequence[FileVerdict]) -> str:
     """`3 passed, 1 failed`, with `, 2 warnings` when findings did not fail a file."""
-    failed = sum(1 for v in verdicts if not v.passed)
-    return f"{len(verdicts) - failed} passed, {failed} failed" + warned(
-        sum(len(v.warnings) for v in verdicts)
-    )
+    return CheckReport(tuple(verdicts)).summary
 
 
 def _style(v: FileVerdict) -> str:
@@ -105,14 +100,8 @@ def _kind(c: CheckItem) -> str:
 
 
 def as_json(verdicts: Sequence[FileVerdict], **_: object) -> str:
-    """The `layergrad.check/1` JSON document."""
-    doc = {
-        "schema": SCHEMA,
-        "passed": all(v.passed for v in verdicts),
-        "summary": summary_line(verdicts),
-        "files": to_json(verdicts),
-    }
-    return json_document(doc)
+    """The `layergrad.check/1` JSON document (`report_json` writes a `CheckReport`)."""
+    return json_document(CheckReport(tuple(verdicts)))
 
 
 def markdown(verdicts: Sequence[FileVerdict], **_: object) -> str:
