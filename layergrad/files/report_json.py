@@ -123,6 +123,35 @@ def to_json(value: object) -> object:
     kind = type(value)  # the plain types first: a diff writes 700,000 rows through here
     if kind is str or kind is int or kind is bool or value is None:
         return value
+    plan = _PLANS.get(kind)
+    if plan is None:
+        return _plain(value)
+    spec, steps = plan
+    doc: dict[str, object] = dict(spec.head)
+    for member, names in spec.groups.items():
+        doc[member] = {spec.keys.get(n, n): to_json(getattr(value, n)) for n in names}
+    for name, key, way in steps:
+        item = getattr(value, name)
+        if not way:
+            doc[key] = to_json(item)
+        elif way == "when_set":
+            if item not in (None, ()):
+                doc[key] = to_json(item)
+        elif way == "picks":
+            picks = spec.picks[name].items()
+            doc[key] = [{k: to_json(getattr(i, a)) for k, a in picks} for i in item]
+        else:  # inline
+            inner = to_json(item)
+            if isinstance(inner, dict):
+                doc.update({k: v for k, v in inner.items() if k not in doc})
+    doc.update({spec.keys.get(n, n): to_json(getattr(value, n)) for n in spec.also})
+    if spec.write is not None:
+        spec.write(value, doc)
+    return doc
+
+
+def _plain(value: object) -> object:
+    """A value that is not a result object, as JSON-ready values."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
@@ -131,32 +160,27 @@ def to_json(value: object) -> object:
         return [to_json(item) for item in value]
     if isinstance(value, Word):
         return value.value
-    if not is_dataclass(value) or isinstance(value, type):
-        return value
+    if is_dataclass(value) and not isinstance(value, type):
+        _PLANS[type(value)] = _plan(value)
+        return to_json(value)
+    return value
+
+
+Plan = tuple[Spec, tuple[tuple[str, str, str], ...]]
+_PLANS: dict[type, Plan] = {}
+
+
+def _plan(value: object) -> Plan:
+    """How a result object's class is written, worked out once: its spec, and each field
+    written (its name, its member, and how: plainly, only when set, picked or inline)."""
     spec = SPECS.get(type(value), PLAIN)
-    doc: dict[str, object] = dict(spec.head)
-    for member, names in spec.groups.items():
-        doc[member] = {spec.keys.get(n, n): to_json(getattr(value, n)) for n in names}
-    for f in fields(value):
-        item = getattr(value, f.name)
-        if f.name in spec.skip or (f.name in spec.when_set and item in (None, ())):
-            continue
-        if f.name in spec.picks:
-            picks = spec.picks[f.name].items()
-            doc[spec.keys.get(f.name, f.name)] = [
-                {k: to_json(getattr(i, a)) for k, a in picks} for i in item
-            ]
-            continue
-        if f.name in spec.inline:
-            inner = to_json(item)
-            if isinstance(inner, dict):
-                doc.update({k: v for k, v in inner.items() if k not in doc})
-            continue
-        doc[spec.keys.get(f.name, f.name)] = to_json(item)
-    doc.update({spec.keys.get(n, n): to_json(getattr(value, n)) for n in spec.also})
-    if spec.write is not None:
-        spec.write(value, doc)
-    return doc
+    ways = (("when_set", spec.when_set), ("picks", spec.picks), ("inline", spec.inline))
+    steps = tuple(
+        (f.name, spec.keys.get(f.name, f.name), next((w for w, n in ways if f.name in n), ""))
+        for f in fields(value)  # type: ignore[arg-type]
+        if f.name not in spec.skip
+    )
+    return spec, steps
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -551,7 +575,7 @@ def _write_diff(obj: object, doc: dict[str, object]) -> None:
     for member in ("wrt", "loss") if obj.loss is None else ("target",):
         del doc[member]
     doc["tolerance"] = doc.pop("tolerance")  # after what was differentiated, as ever
-    doc[collection] = [{key: row.pop("name"), **row} for row in rows]
+    doc[collection] = rows if key == "layer" else [{key: r.pop("layer"), **r} for r in rows]
     doc["regressions"] = len(obj.regressions)
 
 
@@ -565,7 +589,7 @@ def _prepare_diff(doc: Mapping[str, object], read: Reader, at: str) -> Mapping[s
     named = []
     for i, row in enumerate(rows):
         item = read.obj(row, f"{collection}[{i}]")
-        named.append({"name": read.member(item, key, f"{collection}[{i}]"), **item})
+        named.append({"layer": read.member(item, key, f"{collection}[{i}]"), **item})
     return {"target": None, **doc, "rows": named}
 
 
@@ -701,7 +725,7 @@ SPECS: dict[type, Spec] = {
     FileVerdict: Spec(write=_write_verdict),
     CheckReport: Spec(head={"schema": CHECK_SCHEMA}, write=_write_check),
     DiffReport: Spec(head={"schema": DIFF_SCHEMA}, write=_write_diff, prepare=_prepare_diff),
-    RowDiff: Spec(signed=frozenset({"decades"}), finish=_finish_row_diff),
+    RowDiff: Spec(keys={"name": "layer"}, signed=frozenset({"decades"}), finish=_finish_row_diff),
     # a side of a diff's row: what the comparison read of the scan's row
     ProfileRow: Spec(skip=frozenset({"name", "cause", "input_shape"}), fill={"name": ""}),
     SpectralNorms: _norms("converged"),
