@@ -51,3 +51,8 @@ class DiffReport(NotebookDisplay):
     def count(self, change: Change) -> int:
         """How many rows have this change."""
         return sum(1 for r in self.rows if r.change == change)
+
+    @property
+    def compared(self) -> int:
+        """How many rows are in both scans."""
+        return len(self.rows) - self.count(Change.ADDED) - self.count(Change.REMOVED)

@@ -117,10 +117,8 @@ def verdict_line(report: DiffReport) -> str:
 def verdict(report: DiffReport) -> str:
     """`2 regressions in 9 layers compared (tolerance 2 decades); 3 changed, 1 added`."""
     bad = len(report.regressions)
-    compared = len(report.rows) - report.count(Change.ADDED) - report.count(Change.REMOVED)
-    head = (
-        count(bad, "regression") if bad else "no regression"
-    ) + f" in {compared} {row_word(report)}s compared (tolerance {report.tolerance:g} decades)"
+    head = f"{count(bad, 'regression') if bad else 'no regression'} in {report.compared} "
+    head += f"{row_word(report)}s compared (tolerance {report.tolerance:g} decades)"
     counts = [
         f"{report.count(c)} {c}"
         for c in (Change.CHANGED, Change.ADDED, Change.REMOVED)
