@@ -129,7 +129,7 @@ def check(
     from layergrad.cli.progress import data_progress, file_progress
     from layergrad.commands.check import check_files as checks
     from layergrad.files import outputs
-    from layergrad.render.junit import check_junit
+    from layergrad.render.check import junit
 
     paths = checks.expand_paths(models)
     files = [m for m in models if not os.path.isdir(m)]  # a folder of models may hold the report
@@ -157,7 +157,7 @@ def check(
         return False
     emit("check", fmt, verdicts)
     if junit_file:
-        xml = check_junit(verdicts)
+        xml = junit(verdicts)
         done = outputs.write_report(
             junit_file, xml, "--junit", "the JUnit report", reads, force=force
         )

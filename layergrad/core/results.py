@@ -390,9 +390,31 @@ class FileVerdict:
     @property
     def verdict(self) -> str:
         """`PASS`, `PASS, 1 warning`, `FAIL`, `FAIL, 2 warnings`: what the file gets."""
-        word = "PASS" if self.passed else "FAIL"
-        count = len(self.warnings)
-        return f"{word}, {count} warning{'s' if count != 1 else ''}" if count else word
+        return ("PASS" if self.passed else "FAIL") + _warned(len(self.warnings))
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What `check` reports: every file's verdict, in the order the files were checked."""
+
+    files: tuple[FileVerdict, ...]
+
+    @property
+    def passed(self) -> bool:
+        """True when no file failed."""
+        return all(v.passed for v in self.files)
+
+    @property
+    def summary(self) -> str:
+        """`3 passed, 1 failed`, with `, 2 warnings` when findings did not fail a file."""
+        failed = sum(1 for v in self.files if not v.passed)
+        warned = _warned(sum(len(v.warnings) for v in self.files))
+        return f"{len(self.files) - failed} passed, {failed} failed{warned}"
+
+
+def _warned(count: int) -> str:
+    """`, 2 warnings` (nothing for none)."""
+    return f", {count} warning{'s' if count != 1 else ''}" if count else ""
 
 
 @dataclass(frozen=True)

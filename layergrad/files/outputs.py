@@ -161,7 +161,7 @@ def _is_kind(p: Path, kind: str) -> bool:
         with p.open("rb") as fh:
             head = fh.read(4096)
         body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-        if kind == "xml":  # what check_junit writes, not any file that begins with "<"
+        if kind == "xml":  # what `check --junit` writes, not any file that begins with "<"
             return body.startswith(b"<?xml") and _JUNIT_MARK in body
         if kind == "npy":
             return head.startswith(NPY_MAGIC)

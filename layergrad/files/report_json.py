@@ -33,6 +33,7 @@ from layergrad.core.fix_results import FixReport, OutputLoss, Repair, Run
 from layergrad.core.limits import MAX_BATCH_SIZE, MAX_SEED
 from layergrad.core.results import (
     CheckItem,
+    CheckReport,
     DataStats,
     Fact,
     FileVerdict,
@@ -52,12 +53,15 @@ from layergrad.core.results import (
     WeightScanReport,
 )
 from layergrad.core.vocab import CAUSE_CODES, SCAN_FLAGS, Word
+from layergrad.files.gradient_profile import ACTIVATIONS, ROW_KEYS, ProfileRow
 from layergrad.files.guards import require_regular
 from layergrad.files.layer_listing import LayerListing, LayerRow
+from layergrad.files.profile_diff import DiffReport, RowDiff
 from layergrad.files.weight_health import WeightHealth
 
 INSPECT_SCHEMA, SCAN_SCHEMA = "layergrad.inspect/1", "layergrad.scan/1"
 LAYERS_SCHEMA = "layergrad.layers/1"
+CHECK_SCHEMA, DIFF_SCHEMA = "layergrad.check/1", "layergrad.diff/1"
 EXPECTED = "a `layergrad inspect --json` or `scan --json` report"
 T = TypeVar("T")
 W = TypeVar("W", bound=Word)
@@ -81,8 +85,10 @@ class Spec:
     `fill`); `when_set`: members written only when neither None nor empty; `inline`: fields
     (an object or None) whose members join this object's; `nullable`: members that may be
     null for an empty tuple; `words`: word fields limited to a subset; `tops`: a measure's
-    largest value; `head`: constant members written first; `write(obj, doc)` and `finish(obj,
-    doc, reader, at)` adjust what the walk wrote and read (checks between members).
+    largest value; `signed`: measures that may be negative (down to -`tops`); `head`: constant
+    members written first; `write(obj, doc)` and `finish(obj, doc, reader, at)` adjust what the
+    walk wrote and read (checks between members), `prepare(doc, reader, at)` the document
+    before it is read (members named by another member's value).
 
     Written only (the reports layergrad does not read back: `fit`, `fix`, `layers`): `groups`: a
     member that is an object of these fields or properties (each named by `keys`); `picks`: a
@@ -98,12 +104,14 @@ class Spec:
     nullable: frozenset[str] = frozenset()
     words: Mapping[str, tuple[Word, ...]] = field(default_factory=dict)
     tops: Mapping[str, float] = field(default_factory=dict)
+    signed: frozenset[str] = frozenset()
     head: Mapping[str, str] = field(default_factory=dict)
     groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     picks: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     also: tuple[str, ...] = ()
     write: Callable[[object, dict[str, object]], None] | None = None
     finish: Callable[[object, Mapping[str, object], Reader, str], object] | None = None
+    prepare: Callable[[Mapping[str, object], Reader, str], Mapping[str, object]] | None = None
 
 
 # --- writing ---------------------------------------------------------------------------------
@@ -115,6 +123,35 @@ def to_json(value: object) -> object:
     kind = type(value)  # the plain types first: a diff writes 700,000 rows through here
     if kind is str or kind is int or kind is bool or value is None:
         return value
+    plan = _PLANS.get(kind)
+    if plan is None:
+        return _plain(value)
+    spec, steps = plan
+    doc: dict[str, object] = dict(spec.head)
+    for member, names in spec.groups.items():
+        doc[member] = {spec.keys.get(n, n): to_json(getattr(value, n)) for n in names}
+    for name, key, way in steps:
+        item = getattr(value, name)
+        if not way:
+            doc[key] = to_json(item)
+        elif way == "when_set":
+            if item not in (None, ()):
+                doc[key] = to_json(item)
+        elif way == "picks":
+            picks = spec.picks[name].items()
+            doc[key] = [{k: to_json(getattr(i, a)) for k, a in picks} for i in item]
+        else:  # inline
+            inner = to_json(item)
+            if isinstance(inner, dict):
+                doc.update({k: v for k, v in inner.items() if k not in doc})
+    doc.update({spec.keys.get(n, n): to_json(getattr(value, n)) for n in spec.also})
+    if spec.write is not None:
+        spec.write(value, doc)
+    return doc
+
+
+def _plain(value: object) -> object:
+    """A value that is not a result object, as JSON-ready values."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
@@ -123,32 +160,27 @@ def to_json(value: object) -> object:
         return [to_json(item) for item in value]
     if isinstance(value, Word):
         return value.value
-    if not is_dataclass(value) or isinstance(value, type):
-        return value
+    if is_dataclass(value) and not isinstance(value, type):
+        _PLANS[type(value)] = _plan(value)
+        return to_json(value)
+    return value
+
+
+Plan = tuple[Spec, tuple[tuple[str, str, str], ...]]
+_PLANS: dict[type, Plan] = {}
+
+
+def _plan(value: object) -> Plan:
+    """How a result object's class is written, worked out once: its spec, and each field
+    written (its name, its member, and how: plainly, only when set, picked or inline)."""
     spec = SPECS.get(type(value), PLAIN)
-    doc: dict[str, object] = dict(spec.head)
-    for member, names in spec.groups.items():
-        doc[member] = {spec.keys.get(n, n): to_json(getattr(value, n)) for n in names}
-    for f in fields(value):
-        item = getattr(value, f.name)
-        if f.name in spec.skip or (f.name in spec.when_set and item in (None, ())):
-            continue
-        if f.name in spec.picks:
-            picks = spec.picks[f.name].items()
-            doc[spec.keys.get(f.name, f.name)] = [
-                {k: to_json(getattr(i, a)) for k, a in picks} for i in item
-            ]
-            continue
-        if f.name in spec.inline:
-            inner = to_json(item)
-            if isinstance(inner, dict):
-                doc.update({k: v for k, v in inner.items() if k not in doc})
-            continue
-        doc[spec.keys.get(f.name, f.name)] = to_json(item)
-    doc.update({spec.keys.get(n, n): to_json(getattr(value, n)) for n in spec.also})
-    if spec.write is not None:
-        spec.write(value, doc)
-    return doc
+    ways = (("when_set", spec.when_set), ("picks", spec.picks), ("inline", spec.inline))
+    steps = tuple(
+        (f.name, spec.keys.get(f.name, f.name), next((w for w, n in ways if f.name in n), ""))
+        for f in fields(value)  # type: ignore[arg-type]
+        if f.name not in spec.skip
+    )
+    return spec, steps
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -247,17 +279,17 @@ class Reader:
             raise self.error(at, f"an integer from 0 to {MAX_COUNT}", value)
         return value
 
-    def measure(self, value: object, at: str, top: float = MAX_MEASURE) -> float:
-        """A norm, a mean |g| or a fraction: a finite number from 0 to `top` (a number edited
-        by hand past that, `1e999` read as infinity or a negative norm, is refused)."""
+    def measure(self, value: object, at: str, top: float = MAX_MEASURE, low: float = 0.0) -> float:
+        """A norm, a mean |g| or a fraction: a finite number from `low` (0) to `top` (a number
+        edited by hand past that, `1e999` read as infinity or a negative norm, is refused)."""
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise self.error(at, "an integer or a number", value)
         try:
             number = float(value)
         except OverflowError:  # an integer of 400 digits
             number = math.inf
-        if not 0.0 <= number <= top:  # also NaN
-            raise self.error(at, f"a finite number from 0 to {top:g}", value)
+        if not low <= number <= top:  # also NaN
+            raise self.error(at, f"a finite number from {low:g} to {top:g}", value)
         return number
 
     def word(self, kind: type[W], value: object, at: str, among: tuple[W, ...] | None = None) -> W:
@@ -279,8 +311,10 @@ class Reader:
             raise self.error(at, "an object", value)
         return value
 
-    def value(self, hint: object, value: object, at: str, top: float, words: object) -> object:
-        """`value` read as the type `hint` (a field's type) describes."""
+    def value(
+        self, hint: object, value: object, at: str, top: float, words: object, low: float = 0.0
+    ) -> object:
+        """`value` read as the type `hint` (a field's type) describes (a number from `low`)."""
         origin, args = get_origin(hint), get_args(hint)
         if origin in (Union, types.UnionType):
             if value is None and type(None) in args:
@@ -289,7 +323,7 @@ class Reader:
             origin, args = get_origin(hint), get_args(hint)
         if origin is tuple:
             return tuple(
-                self.value(args[0], v, f"{at}[{i}]", top, words)
+                self.value(args[0], v, f"{at}[{i}]", top, words, low)
                 for i, v in enumerate(self.listed(value, at))
             )
         if hint is str:
@@ -301,7 +335,7 @@ class Reader:
         if hint is int:
             return self.count(value, at)
         if hint is float:
-            return self.measure(value, at, top)
+            return self.measure(value, at, top, low)
         if isinstance(hint, type) and issubclass(hint, Word):
             return self.word(hint, value, at, words if isinstance(words, tuple) else None)
         if isinstance(hint, type) and is_dataclass(hint):
@@ -313,6 +347,8 @@ class Reader:
         klass: type = cls
         spec = SPECS.get(klass, PLAIN)
         hints = _hints(klass)
+        if spec.prepare is not None:
+            doc = spec.prepare(doc, self, at)
         values: dict[str, object] = {}
         for f in fields(cls):  # type: ignore[arg-type]
             if f.name in spec.skip:
@@ -335,7 +371,9 @@ class Reader:
                 values[f.name] = ()
                 continue
             top = spec.tops.get(f.name, MAX_MEASURE)
-            values[f.name] = self.value(hints[f.name], item, name, top, spec.words.get(f.name))
+            low = -top if f.name in spec.signed else 0.0
+            words = spec.words.get(f.name)
+            values[f.name] = self.value(hints[f.name], item, name, top, words, low)
         made: object = cls(**values)
         if spec.finish is not None:
             made = spec.finish(made, doc, self, at)
@@ -520,6 +558,48 @@ def _finish_histogram(obj: object, doc: Mapping[str, object], read: Reader, at: 
     return obj
 
 
+def _write_check(obj: object, doc: dict[str, object]) -> None:
+    """Whether every file passed and the summary line, before the files."""
+    assert isinstance(obj, CheckReport)
+    files = doc.pop("files")
+    doc.update(passed=obj.passed, summary=obj.summary, files=files)
+
+
+def _write_diff(obj: object, doc: dict[str, object]) -> None:
+    """The rows under `layers`, each named by `layer` (with --wrt weights: `variables`,
+    `variable`, as `scan` names them); the target, or what was differentiated (`wrt`, `loss`);
+    the number of regressions last."""
+    assert isinstance(obj, DiffReport)
+    collection, key = ROW_KEYS[obj.wrt]
+    rows = cast(list[dict[str, object]], doc.pop("rows"))
+    for member in ("wrt", "loss") if obj.loss is None else ("target",):
+        del doc[member]
+    doc["tolerance"] = doc.pop("tolerance")  # after what was differentiated, as ever
+    doc[collection] = rows if key == "layer" else [{key: r.pop("layer"), **r} for r in rows]
+    doc["regressions"] = len(obj.regressions)
+
+
+def _prepare_diff(doc: Mapping[str, object], read: Reader, at: str) -> Mapping[str, object]:
+    """The rows and their names where `_write_diff` put them."""
+    wrt = doc.get("wrt", ACTIVATIONS)
+    if wrt not in ROW_KEYS:
+        raise read.error("wrt", " or ".join(ROW_KEYS), wrt)
+    collection, key = ROW_KEYS[str(wrt)]
+    rows = read.listed(read.member(doc, collection, at), collection)
+    named = []
+    for i, row in enumerate(rows):
+        item = read.obj(row, f"{collection}[{i}]")
+        named.append({"layer": read.member(item, key, f"{collection}[{i}]"), **item})
+    return {"target": None, **doc, "rows": named}
+
+
+def _finish_row_diff(obj: object, doc: Mapping[str, object], read: Reader, at: str) -> object:
+    """Each side is its scan's row of the same name."""
+    assert isinstance(obj, RowDiff)
+    base, new = (None if s is None else replace(s, name=obj.name) for s in (obj.base, obj.new))
+    return replace(obj, base=base, new=new)
+
+
 def _write_repair(obj: object, doc: dict[str, object]) -> None:
     """A repair's code as one text, one change a line; no reason why: null."""
     assert isinstance(obj, Repair)
@@ -643,6 +723,11 @@ SPECS: dict[type, Spec] = {
     CheckItem: Spec(skip=frozenset({"reasons"})),
     # what a file gets, and the findings that fail it or warn, in check order
     FileVerdict: Spec(write=_write_verdict),
+    CheckReport: Spec(head={"schema": CHECK_SCHEMA}, write=_write_check),
+    DiffReport: Spec(head={"schema": DIFF_SCHEMA}, write=_write_diff, prepare=_prepare_diff),
+    RowDiff: Spec(keys={"name": "layer"}, signed=frozenset({"decades"}), finish=_finish_row_diff),
+    # a side of a diff's row: what the comparison read of the scan's row
+    ProfileRow: Spec(skip=frozenset({"name", "cause", "input_shape"}), fill={"name": ""}),
     SpectralNorms: _norms("converged"),
     FitReport: _written(
         FIT_SCHEMA,

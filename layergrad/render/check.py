@@ -1,15 +1,16 @@
-"""Render check verdicts: a summary table, JSON and markdown (JUnit XML is in `junit.py`)."""
+"""Render check verdicts: a summary table, JSON, markdown and JUnit XML (the page is in
+`check_page.py`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from xml.etree import ElementTree as ET
 
 from rich.console import Group, RenderableType
 from rich.padding import Padding
 from rich.text import Text
 
-from layergrad.core.results import CheckItem, FileVerdict
-from layergrad.files.report_json import to_json
+from layergrad.core.results import CheckItem, CheckReport, FileVerdict
 from layergrad.render.common import (
     Column,
     dropped_line,
@@ -22,8 +23,8 @@ from layergrad.render.common import (
     to_text,
     warned,
 )
+from layergrad.render.escape import scrubbed
 
-SCHEMA = "layergrad.check/1"
 COLUMNS = (
     Column("file"),  # a path is never broken: what the findings say goes under the table
     Column("verdict"),
@@ -76,10 +77,7 @@ def _note_lines(v: FileVerdict) -> list[RenderableType]:
 
 def summary_line(verdicts: Sequence[FileVerdict]) -> str:
     """`3 passed, 1 failed`, with `, 2 warnings` when findings did not fail a file."""
-    failed = sum(1 for v in verdicts if not v.passed)
-    return f"{len(verdicts) - failed} passed, {failed} failed" + warned(
-        sum(len(v.warnings) for v in verdicts)
-    )
+    return CheckReport(tuple(verdicts)).summary
 
 
 def _style(v: FileVerdict) -> str:
@@ -105,14 +103,8 @@ def _kind(c: CheckItem) -> str:
 
 
 def as_json(verdicts: Sequence[FileVerdict], **_: object) -> str:
-    """The `layergrad.check/1` JSON document."""
-    doc = {
-        "schema": SCHEMA,
-        "passed": all(v.passed for v in verdicts),
-        "summary": summary_line(verdicts),
-        "files": to_json(verdicts),
-    }
-    return json_document(doc)
+    """The `layergrad.check/1` JSON document (`report_json` writes a `CheckReport`)."""
+    return json_document(CheckReport(tuple(verdicts)))
 
 
 def markdown(verdicts: Sequence[FileVerdict], **_: object) -> str:
@@ -133,3 +125,33 @@ def _md_verdict(v: FileVerdict) -> str:
     if not v.passed:
         return f"❌ **fail**{warned(len(v.warnings))}"
     return f"⚠️ pass{warned(len(v.warnings))}" if v.warnings else "✅ pass"
+
+
+def junit(verdicts: Sequence[FileVerdict], **_: object) -> str:
+    """JUnit XML, for CI systems: one testcase per file and check; a failed check carries its
+    message, a check that passed with findings says `warning (FINDINGS): message` in its
+    system-out.
+
+    Every string is made `escape.visible` first: raw control characters would make the XML
+    ill-formed, and a CI system would then lose every file's result.
+    """
+    verdicts = scrubbed(tuple(verdicts))
+    suite = ET.Element(
+        "testsuite",
+        name="layergrad.check",
+        tests=str(sum(len(v.checks) for v in verdicts)),
+        failures=str(sum(1 for v in verdicts for c in v.checks if not c.passed)),
+        errors="0",
+    )
+    for v in verdicts:
+        for c in v.checks:
+            case = ET.SubElement(suite, "testcase", classname=v.path, name=c.name)
+            if not c.passed:
+                ET.SubElement(case, "failure", message=c.message, type=",".join(c.findings))
+            elif c.findings:
+                said = ", ".join(c.warnings)
+                ET.SubElement(case, "system-out").text = f"warning ({said}): {c.message}"
+    ET.indent(suite)
+    return (
+        '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from rich.console import RenderableType
 from rich.table import Table
@@ -39,7 +39,6 @@ from layergrad.render.escape import scrubbed
 if TYPE_CHECKING:
     from layergrad.render.html_page import Html
 
-SCHEMA = "layergrad.diff/1"
 MAX_SHOWN = 2000  # rows a table, comment or page shows; the JSON holds every row
 # The text formats escape names themselves (`escape.scrubbed`), on the rows they show: a diff
 # may hold 700,000 rows.
@@ -118,10 +117,8 @@ def verdict_line(report: DiffReport) -> str:
 def verdict(report: DiffReport) -> str:
     """`2 regressions in 9 layers compared (tolerance 2 decades); 3 changed, 1 added`."""
     bad = len(report.regressions)
-    compared = len(report.rows) - report.count(Change.ADDED) - report.count(Change.REMOVED)
-    head = (
-        count(bad, "regression") if bad else "no regression"
-    ) + f" in {compared} {row_word(report)}s compared (tolerance {report.tolerance:g} decades)"
+    head = f"{count(bad, 'regression') if bad else 'no regression'} in {report.compared} "
+    head += f"{row_word(report)}s compared (tolerance {report.tolerance:g} decades)"
     counts = [
         f"{report.count(c)} {c}"
         for c in (Change.CHANGED, Change.ADDED, Change.REMOVED)
@@ -171,50 +168,20 @@ def _decades(decades: float | None) -> str:
 
 
 def as_json(report: DiffReport, **_: object) -> str:
-    """The `layergrad.diff/1` JSON document (every row, in order)."""
-    collection, key = ROW_KEYS[report.wrt]
-    doc: dict[str, object] = {
-        "schema": SCHEMA,
-        "base": to_json(report.base),
-        "new": to_json(report.new),
-        "probe": to_json(report.probe),
-    }
-    if report.loss is not None:  # as `scan --wrt weights` says it
-        doc.update(wrt=report.wrt, loss=report.loss)
-    else:
-        doc["target"] = report.target
-    doc.update(tolerance=report.tolerance, regressions=len(report.regressions))
-    doc = {**{k: v for k, v in doc.items() if k != "regressions"}, collection: _ROWS,
-           "regressions": doc["regressions"]}  # fmt: skip
-    # A diff may hold 700,000 rows: json's C encoder writes each row on one line, lazily
-    # (the indenting encoder is pure Python, some 10 times slower).
-    # strict JSON as `json_document` writes it: a number that is not finite is null
+    """The `layergrad.diff/1` JSON document (`report_json` writes it), every row in order.
+
+    A diff may hold 700,000 rows: json's C encoder writes each row on one line (the indenting
+    encoder is pure Python, some 10 times slower).
+    """
+    doc = cast(dict[str, object], to_json(report))
+    collection = ROW_KEYS[report.wrt][0]
+    rows, doc[collection] = cast(list[object], doc[collection]), _ROWS
     head, tail = json_document(doc).split(f'"{_ROWS}"')
-    encode = json.JSONEncoder(allow_nan=False).encode
-    rows = ",\n    ".join(encode(to_json(row_json(r, key))) for r in report.rows)
-    return f"{head}[\n    {rows}\n  ]{tail}" if rows else f"{head}[]{tail}"
+    body = ",\n    ".join(map(json.JSONEncoder(allow_nan=False).encode, rows))
+    return f"{head}[\n    {body}\n  ]{tail}" if body else f"{head}[]{tail}"
 
 
 _ROWS = "@@layergrad-diff-rows@@"  # where the rows go in the document's text
-
-
-def row_json(row: RowDiff, key: str = "layer") -> dict[str, object]:
-    """One row as a JSON-ready dict, named under `key`."""
-    return {
-        key: row.name,
-        "change": row.change,
-        "base": _side_json(row.base),
-        "new": _side_json(row.new),
-        "decades": row.decades,
-        "regression": row.regression,
-        "why": row.why,
-    }
-
-
-def _side_json(side: ProfileRow | None) -> dict[str, object] | None:
-    if side is None:
-        return None
-    return {"status": side.status, "mean_abs": side.mean_abs, "flags": list(side.flags)}
 
 
 def markdown(report: DiffReport, *, show_all: bool = False, **_: object) -> str:

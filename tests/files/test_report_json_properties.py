@@ -1,4 +1,5 @@
-"""Reports are their schema: any report written as JSON and read back is the same object.
+"""Reports are their schema: any report written as JSON and read back is the same object
+(inspect, scan, check and diff reports; a diff as `diff --json` prints it, one row a line).
 
 The reports are drawn by hypothesis from the result types (not from layergrad's own runs),
 with only what JSON carries (a cause's op, a gradient's top units, a scan's notes on inputs
@@ -19,8 +20,11 @@ from hypothesis import strategies as st
 
 from layergrad.core.errors import InputError
 from layergrad.core.results import (
+    CheckItem,
+    CheckReport,
     DataStats,
     Endpoint,
+    FileVerdict,
     FrobeniusNorms,
     GradientStats,
     Histogram,
@@ -38,8 +42,20 @@ from layergrad.core.results import (
     ScanRow,
     SpectralNorms,
 )
-from layergrad.core.vocab import CAUSE_CODES, SCAN_FLAGS, JacobianMethod, Reduce, Status
+from layergrad.core.vocab import (
+    CAUSE_CODES,
+    SCAN_FLAGS,
+    Change,
+    Finding,
+    JacobianMethod,
+    Reduce,
+    Status,
+    Wrt,
+)
+from layergrad.diagnose.regressions import DiffReport, RowDiff
+from layergrad.files.gradient_profile import ProfileRow
 from layergrad.files.report_json import from_json, report_from_json, to_json
+from layergrad.render import diff
 
 text = st.text(max_size=12)
 count = st.integers(0, 10**6)
@@ -152,6 +168,32 @@ scans = st.builds(ScanReport, models, probes, maybe(text), st.lists(rows(), max_
                   st.lists(text, max_size=2).map(tuple))  # fmt: skip
 
 
+findings = st.lists(st.sampled_from(Finding), max_size=3).map(tuple)
+checks = st.builds(CheckItem, text, st.booleans(), text, findings, findings)
+verdicts = st.builds(FileVerdict, text, st.booleans(), st.lists(checks, max_size=3).map(tuple))
+check_reports = st.lists(verdicts, max_size=3).map(tuple).map(CheckReport)
+
+
+@st.composite
+def row_diffs(draw: st.DrawFn) -> RowDiff:
+    name = draw(text)
+    side = st.builds(ProfileRow, st.just(name), st.sampled_from(Status), maybe(measure),
+                     st.lists(text, max_size=2).map(tuple))  # fmt: skip
+    decades = st.floats(-300, 300, allow_nan=False)
+    return RowDiff(name, draw(st.sampled_from(Change)), draw(maybe(side)), draw(maybe(side)),
+                   draw(maybe(decades)), draw(st.booleans()), draw(text))  # fmt: skip
+
+
+@st.composite
+def diffs(draw: st.DrawFn) -> DiffReport:
+    weights = draw(st.booleans())  # rows of variables, differentiating a loss; else of layers
+    return DiffReport(
+        draw(models), draw(models), draw(probes), None if weights else draw(maybe(text)),
+        draw(st.floats(1e-3, 1e3)), tuple(draw(st.lists(row_diffs(), max_size=3))),
+        (Wrt.WEIGHTS if weights else Wrt.ACTIVATIONS).value, draw(text) if weights else None,
+    )  # fmt: skip
+
+
 def written(report: object) -> object:
     """The report as the CLI prints it, parsed again (strict JSON)."""
     return json.loads(json.dumps(to_json(report), allow_nan=False))
@@ -194,3 +236,48 @@ def test_strings_lists_and_counts_past_their_bounds_are_refused(bound, edit, sai
     edit(doc)
     with pytest.raises(InputError, match=f"^report: {re.escape(said)}"):
         report_from_json(doc)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(check_reports, diffs()))
+def test_any_check_or_diff_report_written_then_read_is_the_same_report(report):
+    assert from_json(type(report), written(report)) == report
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(diffs())
+def test_a_diff_printed_one_row_a_line_is_its_json(report):
+    printed = diff.as_json(report)
+    assert json.loads(printed) == written(report)
+    rows, name = ("variables", "variable") if report.loss is not None else ("layers", "layer")
+    doc = json.loads(printed)
+    assert [r[name] for r in doc[rows]] == [r.name for r in report.rows]
+    assert doc["regressions"] == sum(r.regression for r in report.rows)
+    assert ("target" in doc) == (report.loss is None) != ("wrt" in doc)
+    lines = printed.splitlines()
+    assert sum(line.startswith('    {"') for line in lines) == len(report.rows)
+
+
+def test_a_check_report_says_what_each_file_got():
+    item = CheckItem("gradient", True, "reaches every layer", (Finding.VANISHING,),
+                     (Finding.VANISHING,))  # fmt: skip
+    failed = FileVerdict("b.keras", False, (CheckItem("safe", False, "a Lambda", (Finding.UNSAFE,)),))
+    doc = written(CheckReport((FileVerdict("a.keras", True, (item,)), failed)))
+    assert doc["schema"] == "layergrad.check/1" and doc["passed"] is False
+    assert doc["summary"] == "1 passed, 1 failed, 1 warning"
+    assert [(f["verdict"], f["failures"], f["warnings"]) for f in doc["files"]] == [
+        ("PASS, 1 warning", [], ["vanishing"]),
+        ("FAIL", ["unsafe"], []),
+    ]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(diffs().filter(lambda d: any(r.decades is not None for r in d.rows)), st.data())
+def test_a_diff_member_out_of_its_bounds_is_refused_by_name(report, data):
+    doc = written(report)
+    rows = doc["variables" if report.loss is not None else "layers"]
+    i = next(i for i, r in enumerate(report.rows) if r.decades is not None)
+    value = data.draw(st.sampled_from([1e101, -1e101, "x"]))
+    rows[i]["decades"] = value
+    with pytest.raises(InputError, match=rf"rows\[{i}\]\.decades is "):
+        from_json(DiffReport, doc)

@@ -24,9 +24,9 @@ from layergrad.core.results import CheckItem, FileVerdict
 from layergrad.core.vocab import OutputFormat
 from layergrad.files.array_files import read_arrays, read_header
 from layergrad.render import render
+from layergrad.render.check import junit
 from layergrad.render.common import md_code, md_text
 from layergrad.render.escape import visible
-from layergrad.render.junit import check_junit
 
 HIDDEN = {"Cc", "Cf", "Cs", "Zl", "Zp"}
 names = st.text(st.characters(), max_size=40) | st.sampled_from(
@@ -77,7 +77,7 @@ def test_markdown_text_escapes_every_markup_character(text: str) -> None:
 @given(names, names, names)
 def test_junit_xml_stays_well_formed(path: str, check: str, message: str) -> None:
     verdict = FileVerdict(path, False, (CheckItem(check, False, message, ()),))
-    suite = ET.fromstring(check_junit([verdict]).split("\n", 1)[1])
+    suite = ET.fromstring(junit([verdict]).split("\n", 1)[1])
     case = suite.find("testcase")
     assert case is not None
     assert case.get("classname") == visible(path) and case.get("name") == visible(check)

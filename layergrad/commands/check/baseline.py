@@ -20,7 +20,7 @@ from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import ScanReport, WeightScanReport
 from layergrad.core.vocab import Change, Finding
 from layergrad.diagnose.regressions import DiffReport, compare
-from layergrad.files.gradient_profile import ACTIVATIONS, Profile, recorded_probe
+from layergrad.files.gradient_profile import ACTIVATIONS, ROW_KEYS, Profile, recorded_probe
 from layergrad.files.profile_json import load_profile, profile_of
 
 LISTED = 4  # regressions named in a check message; the rest are counted
@@ -194,14 +194,12 @@ def _same_model(diff: DiffReport, against: str, path: str) -> None:
     baseline most of whose layers are gone compares nothing; passing it would hide every
     regression.
     """
-    removed = diff.count(Change.REMOVED)
-    shared = len(diff.rows) - diff.count(Change.ADDED) - removed
-    total = shared + removed
+    shared, total = diff.compared, diff.compared + diff.count(Change.REMOVED)
     if total and shared < MIN_SHARED * total:
-        what = "variables" if diff.wrt != ACTIVATIONS else "layers"
         raise UsageError(
             f"--baseline {against} is the baseline of another model: {path} has {shared} of "
-            f"the baseline's {total} {what} (at least {MIN_SHARED:.0%} must match by name); "
+            f"the baseline's {total} {ROW_KEYS[diff.wrt][0]} (at least {MIN_SHARED:.0%} must "
+            "match by name); "
             f"make the baseline from this file with `layergrad scan {path} --json`."
         )
 
@@ -214,9 +212,7 @@ def summary(diff: DiffReport, against: str) -> str:
         more = f"; and {len(bad) - LISTED} more" if len(bad) > LISTED else ""
         plural = "s" if len(bad) > 1 else ""
         return f"{len(bad)} regression{plural} against {against}: {named}{more}"
-    compared = len(diff.rows) - diff.count(Change.ADDED) - diff.count(Change.REMOVED)
-    what = "variables" if diff.wrt != ACTIVATIONS else "layers"
-    parts = [f"no regression against {against}: {compared} {what} compared"]
+    parts = [f"no regression against {against}: {diff.compared} {ROW_KEYS[diff.wrt][0]} compared"]
     changes = (Change.CHANGED, Change.ADDED, Change.REMOVED)
     parts += [f"{diff.count(c)} {c}" for c in changes if diff.count(c)]
     return ", ".join(parts)
