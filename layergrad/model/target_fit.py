@@ -198,6 +198,11 @@ class TargetExample:
     output_rank: int | None = None
     from_logits: bool = False
 
+    @property
+    def label(self) -> str:
+        logits = ", from_logits=True" if self.from_logits else ""
+        return f"Dense({self.units}, {self.activation}) + {self.loss}{logits}"
+
     def facts(self) -> TargetFacts:
         """The facts check reads for this head and these labels."""
         y = LabelSummary()
