@@ -9,8 +9,9 @@ with the rule's `ConfigChange` when it has one, else with the labels the rule's 
 for (its near miss: the labels are data, so the data is what changes). A run trains when it
 does not crash and the loss of its predictions on its data ends finite, at 0 or above, and
 below 0.9 times the trivial loss of the labels as the loss reads them (a sparse loss cuts
-them to whole ids; the untrained copy's loss when the labels have none). A rule may fail a file only when some flagged cell (the example, the optimizer)
-never trained and every repaired run did.
+them to whole ids; the untrained copy's loss when the labels have none). A rule may fail a
+file only when some flagged cell (the example, the optimizer) never trained and every
+repaired run did.
 
 The corpus: every example and near miss of every rule, on three architectures (an MLP, a
 deeper MLP, a conv net with a Flatten; the heads on a feature map on one and two convs) and
@@ -18,7 +19,7 @@ three seeds, saved to a file and judged by `check`'s label check from the file a
 Per rule, recall is the flagged models named by that rule; false alarms are the near misses
 (of every rule) it names.
 
-    python benchmarks/bench_rule_labels.py [--rules a,b] [--seeds 2] [--steps 200]
+    python benchmarks/bench_rule_labels.py [--rules a,b] [--seeds 2] [--steps 300]
         [--results benchmarks/results/label_rules.json]
 """
 
@@ -174,6 +175,21 @@ def final_loss(model: object, loss: object, x: np.ndarray, y: np.ndarray) -> flo
         return float("nan")
 
 
+def trivial_loss(example: TargetExample, y: np.ndarray) -> float | None:
+    """The trivial loss of the labels as the loss reads them: a sparse loss cuts them to whole
+    ids (the entropy of their frequencies, 0 when they all become one id); None when unknown."""
+    if y.dtype.kind not in "biuf" or not np.all(np.isfinite(y)):
+        return None
+    if example.loss.startswith("sparse"):
+        ids = y.astype("int64").ravel()
+        share = np.bincount(ids - ids.min()) / ids.size
+        share = share[share > 0]
+        return float(-(share * np.log(share)).sum())
+    trivial = TrivialLoss(example.loss, example.units)
+    trivial.add(y)
+    return trivial.value() if trivial.known else None
+
+
 def trains(case: Case, seed: int, optimizer: str, steps: int) -> bool:
     """Whether the case's model trains on its labels (see the module doc)."""
     keras.utils.set_random_seed(seed)
@@ -188,11 +204,7 @@ def trains(case: Case, seed: int, optimizer: str, steps: int) -> bool:
     except (ValueError, TypeError, tf.errors.OpError):  # the run crashes: it does not train
         return False
     after = final_loss(model, loss, x, y)
-    # the trivial loss of the labels as the loss reads them (a sparse loss cuts them to ids)
-    trivial = TrivialLoss(case.example.loss, case.example.units)
-    if y.dtype.kind in "biuf" and np.all(np.isfinite(y)):
-        trivial.add(y.astype("int64") if case.example.loss.startswith("sparse") else y)
-    base = trivial.value() if trivial.known else None
+    base = trivial_loss(case.example, y)
     base = before if base is None else base
     return bool(np.isfinite(after) and np.isfinite(base) and 0 <= after < TRAINED * base)
 
@@ -222,7 +234,7 @@ def main() -> None:
     parser.add_argument("--rules", default=None, help="rule names (all if unset)")
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--corpus-seeds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--results", default="", help="write the evidence as JSON")
     args = parser.parse_args()
     wanted = set(args.rules.split(",")) if args.rules else None
