@@ -315,10 +315,8 @@ def _units_for_ids(f: TargetFacts) -> Change | None:
     """A sparse loss's head with fewer units than class ids: a unit per class id (one
     sigmoid unit for ids 0 and 1); none when the ids run far beyond their count."""
     y = f.y
-    if f.units == 1 and y.width > 1:
-        return _columns(f)
-    if not f.ids:
-        return _columns(f) if y.width > 1 and y.width != f.units else None
+    if y.width > 1:  # rows: a unit per column
+        return _columns(f) if y.width != f.units else None
     classes = int(y.high) + 1
     if f.units == 1 and classes == 2:
         return _head("sigmoid", "the head and loss change: the labels are 0 and 1, one yes/no "
