@@ -7,6 +7,12 @@ expected finding (on the expected layer, where it has one) and what else was fou
 finding, its recall; and the false alarms on healthy runs. `--markdown` prints the table of
 docs/training.md. Also prints the cost of the rules themselves against the training time.
 
+The severity evidence: a run trains when its final loss on its data is finite and below
+`TRAINED` (0.9) times the trivial loss. Per finding, how many of its injected runs trained,
+and for the runs that carry the finding's repair (`Run.repaired`: the same run with what
+`fix` changes), how many repaired copies trained. A finding may fail a run only when its
+flagged runs do not train.
+
     python benchmarks/bench_training_corpus.py              # 5 seeds (0-4)
     python benchmarks/bench_training_corpus.py --seeds 2 --runs mlp,lr_tiny
     python benchmarks/bench_training_corpus.py --results benchmarks/results/training_corpus.json
@@ -41,6 +47,7 @@ def main() -> None:
     args = parser.parse_args()
     chosen = [r for r in T.RUNS if not args.runs or r.name in args.runs.split(",")]
     outcomes: list[T.Outcome] = []
+    repairs: list[T.Outcome] = []
     started = time.perf_counter()
     for run in chosen:
         for seed in range(args.seeds):
@@ -50,9 +57,13 @@ def main() -> None:
             ok = outcome.named or (run.expected is None and not outcome.findings)
             print(
                 f"{run.name:14} seed {seed}  {'ok ' if ok else 'MISS'}  "
-                f"{time.perf_counter() - t:5.1f} s  {[f[:2] for f in outcome.findings]}",
+                f"{time.perf_counter() - t:5.1f} s  trained {outcome.trained!s:5}  "
+                f"{[f[:2] for f in outcome.findings]}",
                 flush=True,
             )
+            if run.repaired is not None:
+                repairs.append(T.train(run, seed, repaired=True))
+                print(f"{'':14} repaired  trained {repairs[-1].trained}", flush=True)
     print(f"\n{len(outcomes)} runs in {time.perf_counter() - started:.0f} s")
     rows = table(chosen, outcomes)
     print("\n".join(rows))
@@ -69,7 +80,7 @@ def main() -> None:
     alarms = sum(o.false_alarm for o in healthy)
     print(f"false alarms on healthy runs: {alarms}/{len(healthy)}")
     if args.results:
-        write_results(Path(args.results), outcomes, args.seeds)
+        write_results(Path(args.results), outcomes, repairs, args.seeds)
     print(f"rules: {rule_cost(outcomes):.2f} ms per run at the end of training")
 
 
@@ -96,21 +107,35 @@ def table(runs: list[T.Run], outcomes: list[T.Outcome]) -> list[str]:
     return out
 
 
-def write_results(path: Path, outcomes: list[T.Outcome], seeds: int) -> None:
-    """Per finding: the runs injected for it, how many named it, the healthy runs it fired on."""
+def write_results(
+    path: Path, outcomes: list[T.Outcome], repairs: list[T.Outcome], seeds: int
+) -> None:
+    """Per finding: the runs injected for it, how many named it and how many trained, the
+    healthy runs it fired on, and the repaired copies and how many of those trained."""
     healthy = [o for o in outcomes if o.run.expected is None]
+    keys = ("named", "runs", "false_alarms", "trained", "repaired", "repaired_trained")
     found: dict[str, dict[str, int]] = {}
     for o in outcomes:
         for code in {f for f, _, _ in o.findings} | ({o.run.expected} - {None}):
-            found.setdefault(str(code), {"named": 0, "runs": 0, "false_alarms": 0})
+            found.setdefault(str(code), dict.fromkeys(keys, 0))
         if o.run.expected is not None:
             found[o.run.expected]["runs"] += 1
             found[o.run.expected]["named"] += int(o.named)
+            found[o.run.expected]["trained"] += int(o.trained)
+    for o in repairs:
+        found[str(o.run.expected)]["repaired"] += 1
+        found[str(o.run.expected)]["repaired_trained"] += int(o.trained)
     for o in healthy:
         for code in {f for f, _, _ in o.findings}:
             found[str(code)]["false_alarms"] += 1
-    source = f"benchmarks/bench_training_corpus.py, {seeds} seeds, {len(outcomes)} runs"
-    document = {"source": source, "healthy_runs": len(healthy), "findings": found}
+    runs = len(outcomes) + len(repairs)
+    source = (
+        f"benchmarks/bench_training_corpus.py --seeds {seeds}: {len(outcomes)} runs and "
+        f"{len(repairs)} repaired copies ({runs} in all), seeds 0 to {seeds - 1}"
+    )
+    healthy_trained = sum(o.trained for o in healthy)
+    document = {"source": source, "healthy_runs": len(healthy),
+                "healthy_trained": healthy_trained, "findings": found}  # fmt: skip
     path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
 
 

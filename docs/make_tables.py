@@ -13,18 +13,40 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from layergrad.render.rule_tables import TABLES, training_table, with_tables  # noqa: E402
+from layergrad.model.head_rules import Evidence  # noqa: E402
+from layergrad.render.rule_tables import (  # noqa: E402
+    TABLES,
+    target_table,
+    training_table,
+    with_tables,
+)
 from layergrad.training.rules import RULES  # noqa: E402
 
-# every generated table: those of the stages below render, and the training rules'
-# (a stage above it, so passed in here), with what the corpus of training runs measured
-MEASURED = json.loads((ROOT / "benchmarks/results/training_corpus.json").read_text("utf-8"))
+RESULTS = ROOT / "benchmarks/results"
+# every generated table: those of the stages below render, and the training rules' (a stage
+# above it, so passed in here), with what the corpus of training runs and the label rules'
+# benchmark measured
+MEASURED = json.loads((RESULTS / "training_corpus.json").read_text("utf-8"))
+LABELS = json.loads((RESULTS / "label_rules.json").read_text("utf-8"))["rules"]
+
+
+def _evidence(found: dict[str, Any]) -> Evidence:
+    """A label rule's evidence as the benchmark wrote it."""
+    never = tuple((int(i), str(o)) for i, o in found["untrained"])
+    hits, mutants, false, healthy = found["corpus"]
+    return Evidence(found["runs"], found["flagged_trained"], found["repaired_trained"], never,
+                    (hits, mutants, false, healthy))  # fmt: skip
+
+
+EVIDENCE = {name: _evidence(found) for name, found in LABELS.items()}
 ALL = {
     **TABLES,
+    "targets": lambda: target_table(EVIDENCE),
     "training": lambda: training_table(RULES, MEASURED["findings"], MEASURED["healthy_runs"]),
 }
 

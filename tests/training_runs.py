@@ -4,7 +4,8 @@ Shared by tests/training/test_training_corpus.py (the floors) and
 benchmarks/bench_training_corpus.py (recall and false alarms over seeds, the table of
 docs/training.md). Every run is a real `model.fit` with `GradientMonitor` on data made here
 (learnable tasks, so a healthy run learns); `RUNS` names each run, what it injects and the
-finding (and layer, when the problem has one) it must get.
+finding (and layer, when the problem has one) it must get, and for the runs of a finding that
+fails a run, the same run with the finding's repair applied (`repaired`), which must train.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class Run:
     every: int = 10
     callbacks: Callable[[], list[object]] = list
     trivial: bool = False  # give the monitor the labels' trivial loss, as `fit` does
+    # the run with the finding's repair applied (what `fix` changes), for the severity evidence
+    repaired: Callable[[int], tuple[object, ...]] | None = None
 
 
 # tasks
@@ -179,6 +182,11 @@ def lr_high(seed: int) -> tuple[object, ...]:
     return _mlp_run(lambda: keras.optimizers.SGD(20.0))(seed)
 
 
+def lr_fixed(seed: int) -> tuple[object, ...]:
+    """The learning rate's repair of the SGD runs: a rate that trains this MLP."""
+    return _mlp_run(lambda: keras.optimizers.SGD(0.05))(seed)
+
+
 def lr_tiny(seed: int) -> tuple[object, ...]:
     return _mlp_run(lambda: keras.optimizers.SGD(1e-9))(seed)
 
@@ -203,6 +211,32 @@ def init_up(seed: int) -> tuple[object, ...]:
 
 def init_zero(seed: int) -> tuple[object, ...]:
     return _mlp_run(lambda: keras.optimizers.Adam(1e-3), init="zeros")(seed)
+
+
+def dying(seed: int) -> tuple[object, ...]:
+    """Adam at 0.1 on a ReLU MLP: the first large steps silence most units of a layer."""
+    return _mlp_run(lambda: keras.optimizers.Adam(0.1))(seed)
+
+
+def stalled(seed: int) -> tuple[object, ...]:
+    """One layer's kernels drawn 100 times too large, with a LayerNormalization after it: the
+    forward pass is as healthy as ever, but each step moves that layer by a fraction of its
+    size some decades below the others'."""
+    _seeded(seed)
+    x, y = quadrants(seed)
+    big = keras.initializers.RandomNormal(stddev=100.0)
+    model = keras.Sequential(
+        [
+            keras.Input((10,)),
+            layers.Dense(32, activation="relu", name="dense_0"),
+            layers.Dense(32, kernel_initializer=big, name="big"),
+            layers.LayerNormalization(name="norm"),
+            layers.Activation("relu", name="relu"),
+            layers.Dense(32, activation="relu", name="dense_1"),
+            layers.Dense(4, activation="softmax", name="head"),
+        ]
+    )
+    return _run(model, keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy", x, y)
 
 
 def constant_head(seed: int) -> tuple[object, ...]:
@@ -238,14 +272,24 @@ def lr_spike(seed: int) -> tuple[object, ...]:
     return _mlp_run(lambda: keras.optimizers.SGD(5.0))(seed)
 
 
-def mae_stuck(seed: int) -> tuple[object, ...]:
+def mae_stuck(seed: int, rate: float = 1e-3) -> tuple[object, ...]:
     """A regression with MAE and plain SGD (1e-3) on targets around 100: each step moves the
     weights by at most the rate, and the loss stays where it starts, far above the trivial
     loss of predicting the targets' median."""
     _seeded(seed)
     x, y = regression(seed)
     model = mlp(8, 1, head="linear")
-    return _run(model, keras.optimizers.SGD(1e-3), "mae", x, 100.0 + 20.0 * y)
+    return _run(model, keras.optimizers.SGD(rate), "mae", x, 100.0 + 20.0 * y)
+
+
+def mae_fixed(seed: int) -> tuple[object, ...]:
+    """The learning rate's repair of `mae_stuck`: a rate at which the MAE's steps reach 100."""
+    return mae_stuck(seed, 0.02)
+
+
+def sigmoid_head(seed: int) -> tuple[object, ...]:
+    """The head's repair of `constant_head`: one sigmoid unit."""
+    return healthy_binary(seed)
 
 
 def _small(
@@ -311,25 +355,48 @@ RUNS: tuple[Run, ...] = (
     Run("conv", "healthy small conv net", healthy_conv, None),
     Run("lstm", "healthy small LSTM", healthy_lstm, None),
     Run("binary", "healthy binary MLP (sigmoid)", healthy_binary, None),
-    Run("lr_high", "SGD learning rate 20", lr_high, "diverging"),
-    Run("lr_tiny", "SGD learning rate 1e-9", lr_tiny, "not_learning"),
+    Run("lr_high", "SGD learning rate 20", lr_high, "diverging", repaired=lr_fixed),
+    Run("lr_tiny", "SGD learning rate 1e-9", lr_tiny, "not_learning", repaired=lr_fixed),
     Run("lr_low", "SGD learning rate 2e-3 (no momentum)", lr_low, "slow_convergence"),
     Run("sgd_deep", "plain SGD (2e-3) on a 10-layer tanh net", sgd_deep, "slow_convergence"),
     Run("sigmoid_stack", "8 sigmoid layers", sigmoid_stack, "vanishing"),
     Run("init_up", "initialisation scaled up (normal, stddev 8)", init_up, "exploding"),
-    Run("init_zero", "initialisation all zeros", init_zero, "constant_predictions", "head"),
+    Run(
+        "init_zero",
+        "initialisation all zeros",
+        init_zero,
+        "constant_predictions",
+        "head",
+        repaired=healthy_mlp,  # the kernels drawn afresh (glorot_uniform)
+    ),
     Run(
         "constant_head",
         "Dense(1, softmax) with binary cross-entropy",
         constant_head,
         "constant_predictions",
         "head",
+        repaired=sigmoid_head,
     ),
     Run("shuffled", "labels shuffled", shuffled_labels, "plateau_at_chance", "head"),
     Run("unscaled", "inputs x1000", unscaled_inputs, "exploding"),
     Run("batch_1", "a batch of 1 sample (SGD 0.1)", batch_of_one, "oscillating"),
-    Run("lr_spike", "SGD learning rate 5 (the loss jumps at step 2-4)", lr_spike, "diverging"),
-    Run("mae_stuck", "MAE with SGD 1e-3 on targets ~100", mae_stuck, "not_learning", trivial=True),
+    Run(
+        "lr_spike",
+        "SGD learning rate 5 (the loss jumps at step 2-4)",
+        lr_spike,
+        "diverging",
+        repaired=lr_fixed,
+    ),
+    Run(
+        "mae_stuck",
+        "MAE with SGD 1e-3 on targets ~100",
+        mae_stuck,
+        "not_learning",
+        trivial=True,
+        repaired=mae_fixed,
+    ),
+    Run("dying", "Adam learning rate 0.1 on a ReLU MLP", dying, "dying_units"),
+    Run("stalled", "kernels x100 before a LayerNorm", stalled, "stalled_layer", "big"),
     # small programs: 64 samples in batches of 32, as many steps as a tutorial's epochs
     # give, a checkpoint every steps / 50 (as `fit` takes them)
     *(
@@ -387,6 +454,8 @@ class Outcome:
     run: Run
     seed: int
     findings: tuple[tuple[str, str | None, int], ...]  # (finding, layer, step)
+    # the loss of its predictions on its data ended finite and below TRAINED x the trivial loss
+    trained: bool = False
 
     @property
     def named(self) -> bool:
@@ -402,15 +471,17 @@ class Outcome:
         return self.run.expected is None and bool(self.findings)
 
 
-def train(run: Run, seed: int) -> Outcome:
-    """Train `run` with seed `seed` and the monitor on."""
-    model, x, y, batch = run.build(seed)
-    chance = None
-    if run.trivial:
-        units = int(model.outputs[0].shape[-1])  # type: ignore[attr-defined]
-        trivial = TrivialLoss(model.loss, units)  # type: ignore[attr-defined]
-        trivial.add(np.asarray(y))
-        chance = trivial.value()
+TRAINED = 0.9  # a run trains when its final loss is below this share of the trivial loss
+
+
+def train(run: Run, seed: int, repaired: bool = False) -> Outcome:
+    """Train `run` (its repaired copy: `repaired`) with seed `seed` and the monitor on."""
+    build = run.repaired if repaired and run.repaired is not None else run.build
+    model, x, y, batch = build(seed)
+    units = int(model.outputs[0].shape[-1])  # type: ignore[attr-defined]
+    trivial = TrivialLoss(model.loss, units)  # type: ignore[attr-defined]
+    trivial.add(np.asarray(y))
+    chance = trivial.value() if run.trivial else None
     monitor = GradientMonitor(every=run.every, chance_loss=chance)
     n = len(x)  # type: ignore[arg-type]
     epochs = max(1, -(-run.steps * batch // n))
@@ -421,9 +492,17 @@ def train(run: Run, seed: int) -> Outcome:
         epochs=epochs,
         steps_per_epoch=min(run.steps, -(-n // batch)),
         verbose=0,
-        callbacks=[*run.callbacks(), monitor],
+        callbacks=[*([] if repaired else run.callbacks()), monitor],
     )
     report = monitor.report
     assert report is not None
     found = tuple((str(f.finding), f.layer, f.step) for f in report.findings)
-    return Outcome(run, seed, found)
+    # the loss of what the model predicts (not of the logits Keras may take the loss from)
+    predicted = model.predict(x, batch_size=256, verbose=0)  # type: ignore[attr-defined]
+    target = np.asarray(y)
+    if target.ndim < predicted.ndim and target.size == predicted.size:
+        target = target.reshape(predicted.shape)  # one label a sample, for one unit
+    final = float(np.mean(keras.losses.get(model.loss)(target, predicted)))  # type: ignore[attr-defined]
+    low = trivial.value()
+    trained = bool(np.isfinite(final)) and low is not None and final < TRAINED * low
+    return Outcome(run, seed, found, trained)

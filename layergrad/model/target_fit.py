@@ -198,6 +198,11 @@ class TargetExample:
     output_rank: int | None = None
     from_logits: bool = False
 
+    @property
+    def label(self) -> str:
+        logits = ", from_logits=True" if self.from_logits else ""
+        return f"Dense({self.units}, {self.activation}) + {self.loss}{logits}"
+
     def facts(self) -> TargetFacts:
         """The facts check reads for this head and these labels."""
         y = LabelSummary()
@@ -225,12 +230,12 @@ class TargetRule:
     near_misses: tuple[TargetExample, ...]
     severity: Severity = Severity.FAIL
     any_loss: bool = False
-    # the change `fix` makes (None: the head and loss for what the labels hold, `_for_labels`)
+    # the change `fix` makes, from the facts this rule judged (None: the labels must change)
     repair: Callable[[TargetFacts], Change | None] | None = None
 
     def change(self, facts: TargetFacts) -> Change | None:
         """The repair of a head this rule names; None when the labels themselves must change."""
-        return None if self.repair_words == DATA else (self.repair or _for_labels)(facts)
+        return self.repair(facts) if self.repair is not None else None
 
 
 def judge(facts: TargetFacts) -> Reason | None:
@@ -298,7 +303,76 @@ def _several(f: TargetFacts) -> bool:
     return y.classes is not None and y.classes > 2 and y.width == 1 and y.integers
 
 
+def _columns(f: TargetFacts) -> Change:
+    """A unit per label column: one unit widened for rows (`_widen`), else the head's units."""
+    if f.units == 1:
+        return _widen(f.loss, f.y)
+    return _head(head_activation(f.head), "the head's units change: each label row has "
+                 f"{f.y.width} columns", units=f.y.width)  # fmt: skip
+
+
+def _units_for_ids(f: TargetFacts) -> Change | None:
+    """A sparse loss's head with fewer units than class ids: a unit per class id (one
+    sigmoid unit for ids 0 and 1); none when the ids run far beyond their count."""
+    y = f.y
+    if y.width > 1:  # rows: a unit per column
+        return _columns(f) if y.width != f.units else None
+    classes = int(y.high) + 1
+    if f.units == 1 and classes == 2:
+        return _head("sigmoid", "the head and loss change: the labels are 0 and 1, one yes/no "
+                     "answer per sample: one sigmoid unit with binary_crossentropy",
+                     loss="binary_crossentropy")  # fmt: skip
+    logits = head_activation(f.head) == "linear" and f.from_logits  # the loss applies softmax
+    return _unless_far(f, _head("linear" if logits else "softmax", "the head's units change: "
+                                f"class ids run to {int(y.high)}, so the head needs {classes} "
+                                "units", units=classes))  # fmt: skip
+
+
+def _softmax_for_ids(f: TargetFacts) -> Change:
+    classes = int(f.y.high) + 1
+    return _head("softmax", f"the head changes: {classes} classes need {classes} softmax units "
+                 "and the sparse loss", units=classes,
+                 loss="sparse_categorical_crossentropy")  # fmt: skip
+
+
+def _one_label(f: TargetFacts) -> Change | None:
+    """Several units for one label a sample: by what the label is (class ids, 0/1, a number)."""
+    if f.ids and int(f.y.high) + 1 > 2:
+        return _unless_far(f, _head("softmax", "the head and loss change: the labels are class "
+                                    "ids", loss="sparse_categorical_crossentropy"))  # fmt: skip
+    if f.ids:
+        return _head("sigmoid", "the head changes: one yes/no label per sample needs one "
+                     "sigmoid unit", units=1, loss="binary_crossentropy")  # fmt: skip
+    return _head("linear", "the head changes: one number per sample needs one linear unit",
+                 units=1)  # fmt: skip
+
+
+def _regression(f: TargetFacts) -> Change | None:
+    """A linear head for targets beyond the head's range (and `mean_squared_error` for targets
+    beyond binary cross-entropy's [0, 1])."""
+    y, act = f.y, head_activation(f.head)
+    if f.loss.startswith("binary") and (y.low < 0 or y.high > 1):
+        return _head("linear", "the head and loss change: the targets lie outside [0, 1], a "
+                     "regression: a linear head with mean_squared_error",
+                     loss="mean_squared_error")  # fmt: skip
+    low, high = RANGES.get(act, (-np.inf, np.inf))
+    if not f.sparse and (y.low < low or y.high > high):
+        return _head("linear", f"the activation changes: the targets run from {y.low:g} to "
+                     f"{y.high:g}, beyond what a {act} can output; a linear head can reach "
+                     "them")  # fmt: skip
+    return None
+
+
+def _unless_far(f: TargetFacts, change: Change | None) -> Change | None:
+    """`change`, or None when the labels are class ids far beyond their count (a data
+    problem, `ids_beyond_count`: no head is widened to them)."""
+    return None if f.ids and ids_beyond_count(f.y) is not None else change
+
+
 _E = TargetExample
+CATEGORICAL_FOR_ROWS = Change("loss", f"{CHANGES_LOSS}: the labels are one-hot rows, which "
+                              "categorical_crossentropy reads",
+                              loss="categorical_crossentropy")  # fmt: skip
 FLATTEN = Change("flatten", "a Flatten goes before the head: a Dense on a feature map gives a "
                  "prediction per position, the labels one per sample")  # fmt: skip
 SPARSE_FOR_IDS = Change("loss", f"{CHANGES_LOSS}: the labels are class ids, which the sparse "
@@ -343,6 +417,7 @@ RULES: tuple[TargetRule, ...] = (
         "the loss: `categorical_crossentropy`",
         (_E("softmax", 3, IDS_SPARSE, ONE_HOT),),
         (_E("softmax", 3, IDS_SPARSE, IDS),),
+        repair=lambda f: _columns(f) if f.units == 1 else CATEGORICAL_FOR_ROWS,
     ),
     TargetRule(
         "labels_not_numbers", "text or objects", "any loss",
@@ -400,6 +475,7 @@ RULES: tuple[TargetRule, ...] = (
         DATA,
         (_E("softmax", 3, IDS_SPARSE, (0.5, 1.2, 0.7)),),
         (_E("softmax", 3, IDS_SPARSE, IDS),),
+        severity=Severity.WARN,  # the loss cuts them to whole ids, and trains on those
     ),
     TargetRule(
         "negative_ids", "whole numbers, some < 0", "a sparse categorical loss",
@@ -432,6 +508,7 @@ RULES: tuple[TargetRule, ...] = (
         "data problem)",
         (_E("softmax", 3, IDS_SPARSE, (0, 1, 5)),),
         (_E("softmax", 3, IDS_SPARSE, IDS),),
+        repair=_units_for_ids,
     ),
     TargetRule(
         "one_label_many_units", "one label per sample", "a loss that is not sparse, more than "
@@ -446,6 +523,7 @@ RULES: tuple[TargetRule, ...] = (
         "`binary_crossentropy` (0/1), one linear unit (numbers)",
         (_E("sigmoid", 3, "binary_crossentropy", (0, 1, 1)),),
         (_E("sigmoid", 3, "binary_crossentropy", ((0, 1, 1), (1, 0, 0))),),
+        repair=_one_label,
     ),
     TargetRule(
         "widths_differ", "width W per sample", "a loss that is not sparse, U != W units",
@@ -456,6 +534,7 @@ RULES: tuple[TargetRule, ...] = (
         "the head's units: W (and a loss for what the rows hold, from one unit)",
         (_E("sigmoid", 3, "binary_crossentropy", ((0, 1), (1, 0))),),
         (_E("sigmoid", 2, "binary_crossentropy", ((0, 1), (1, 0))),),
+        repair=_columns,
     ),
     TargetRule(
         "classes_in_one_unit", "more than two classes", "one unit, sigmoid / softmax or binary "
@@ -468,6 +547,7 @@ RULES: tuple[TargetRule, ...] = (
         "the head: K softmax units and `sparse_categorical_crossentropy`",
         (_E("sigmoid", 1, "binary_crossentropy", (0, 1, 2, 3, 4)),),
         (_E("sigmoid", 1, "binary_crossentropy", (0, 1, 1, 0)),),
+        repair=lambda f: _unless_far(f, _softmax_for_ids(f) if f.ids else _regression(f)),
     ),
     TargetRule(
         "binary_outside_unit", "outside [0, 1]", "binary cross-entropy without `from_logits`",
@@ -478,6 +558,7 @@ RULES: tuple[TargetRule, ...] = (
         "the head and loss: a linear head with `mean_squared_error`",
         (_E("linear", 1, "binary_crossentropy", (0.5, 3.0)),),
         (_E("linear", 1, "binary_crossentropy", (0.2, 0.9)),),
+        repair=lambda f: _unless_far(f, _regression(f)),
     ),
     TargetRule(
         "outside_range", "outside the head's range", "sigmoid / softmax [0, 1], tanh [-1, 1], "
@@ -492,6 +573,8 @@ RULES: tuple[TargetRule, ...] = (
         "the activation: `linear`",
         (_E("sigmoid", 1, "mean_squared_error", (50.0, 499.5)),),
         (_E("linear", 1, "mean_squared_error", (50.0, 499.5)),),
+        repair=lambda f: _unless_far(f, _regression(f)),
+        severity=Severity.WARN,  # a linear head on targets this far out trains no better
     ),
 )
 # fmt: on
@@ -572,71 +655,6 @@ def label_repair(
     facts = TargetFacts(head, y, spec)
     rule = next((r for r in RULES if r.applies(facts)), None)
     return rule.change(facts) if rule is not None else None
-
-
-def _for_labels(f: TargetFacts) -> Change | None:
-    """The head and its loss for what the labels hold: the loss for the label form (one-hot
-    rows: categorical; class ids: sparse), the head's units for the class ids or the columns,
-    the head for a regression, or the activation for targets beyond its range."""
-    head, spec, y = f.head, f.spec, f.y
-    loss = spec[0] if spec else ""
-    act, units = head_activation(head), head.units or 0
-    sparse = loss.startswith("sparse_categorical")
-    one_hot_loss = loss.startswith("categorical_")
-    ids = y.integers and y.width == 1 and y.low >= 0
-    if missing_flatten(head, y, sparse):
-        return FLATTEN
-    if rank_differs(head, y, sparse):
-        return None  # labels of another rank: the data must change (check's hint says how)
-    if units == 1 and y.width > 1:
-        return _widen(loss, y)
-    if sparse and y.one_hot:
-        return Change("loss", f"{CHANGES_LOSS}: the labels are one-hot rows, which "
-                      "categorical_crossentropy reads",
-                      loss="categorical_crossentropy")  # fmt: skip
-    if one_hot_loss and ids and units > 1:
-        return SPARSE_FOR_IDS
-    classes = int(y.high) + 1 if ids else 0
-    if units == 1 and ids and classes == 2 and (sparse or one_hot_loss):
-        return _head("sigmoid", "the head and loss change: the labels are 0 and 1, one yes/no "
-                     "answer per sample: one sigmoid unit with binary_crossentropy",
-                     loss="binary_crossentropy")  # fmt: skip
-    if ids and classes > max(units, 2) and ids_beyond_count(y) is not None:
-        return None  # a data problem, said as such (`rules`): no head is widened to it
-    if sparse and ids and units and classes > units:
-        logits = act == "linear" and bool(spec and spec[1])  # the loss applies the softmax
-        return _head("linear" if logits else "softmax", f"the head's units change: class ids "
-                     f"run to {int(y.high)}, so the head needs {classes} units",
-                     units=classes)  # fmt: skip
-    if units <= 1 and ids and classes > 2 and y.classes is not None and y.classes > 2:
-        return _head("softmax", f"the head changes: {classes} classes need {classes} softmax "
-                     "units and the sparse loss", units=classes,
-                     loss="sparse_categorical_crossentropy")  # fmt: skip
-    if units > 1 and y.width > 1 and y.width != units:
-        return _head(act, f"the head's units change: each label row has {y.width} columns",
-                     units=y.width)  # fmt: skip
-    if units > 1 and y.width == 1 and not sparse:
-        if ids and classes > 2:
-            return _head("softmax", "the head and loss change: the labels are class ids",
-                         loss="sparse_categorical_crossentropy")  # fmt: skip
-        if ids:
-            return _head("sigmoid", "the head changes: one yes/no label per sample needs one "
-                         "sigmoid unit", units=1, loss="binary_crossentropy")  # fmt: skip
-        return _head("linear", "the head changes: one number per sample needs one linear unit",
-                     units=1)  # fmt: skip
-    if "binary" in loss and (y.low < 0 or y.high > 1):
-        return _head("linear", "the head and loss change: the targets lie outside [0, 1], a "
-                     "regression: a linear head with mean_squared_error",
-                     loss="mean_squared_error")  # fmt: skip
-    bounded = {"sigmoid": (0, 1), "softmax": (0, 1), "tanh": (-1, 1), "relu": (0, None)}
-    bounds = bounded.get(act)
-    if bounds is not None and not sparse:
-        low, high = bounds
-        if y.low < low or (high is not None and y.high > high):
-            return _head("linear", f"the activation changes: the targets run from {y.low:g} to "
-                         f"{y.high:g}, beyond what a {act} can output; a linear head can reach "
-                         "them")  # fmt: skip
-    return None
 
 
 def _head(act: str, why: str, units: int | None = None, loss: str | None = None) -> Change:

@@ -2,7 +2,8 @@
 (`model/head_rules.RULES`), the label rules (`model/target_fit.RULES`), the training rules
 (`training/rules.RULES`) and the cause codes (`diagnose/causes.KINDS`).
 
-`docs/verdicts.md` shows each head rule's condition, severity and evidence, `docs/fix.md` each
+`docs/verdicts.md` shows each head and label rule's condition, severity and evidence (the label
+rules' and the training rules' as measured, passed in by `docs/make_tables.py`), `docs/fix.md` each
 rule's repair, the README each cause code's meaning, detection and fix. A generated table sits
 between a `<!-- rules: NAME -->` line and the next `<!-- end rules -->` line;
 `docs/make_tables.py` rewrites them and a test fails when a page differs from what the table
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from layergrad.diagnose.causes import KINDS
-from layergrad.model.head_rules import RULES, HeadRule
+from layergrad.model.head_rules import RULES, Evidence
 from layergrad.model.target_fit import RULES as TARGET_RULES
 from layergrad.render.common import md_table
 
@@ -26,13 +27,13 @@ if TYPE_CHECKING:
 END = "<!-- end rules -->"
 
 
-def _evidence(rule: HeadRule) -> tuple[str, str, str, str]:
-    """(trained: flagged / repaired, the runs that never trained, recall, false alarms)."""
-    found = rule.evidence
+def _evidence(found: Evidence | None, examples: Sequence[str]) -> tuple[str, str, str, str]:
+    """(trained: flagged / repaired, the runs that never trained, recall, false alarms), of a
+    rule whose examples read `examples`."""
     if found is None:
         return "not measured", "", "not measured", ""
     trained = f"{found.flagged_trained} / {found.repaired_trained} of {found.runs}"
-    never = [f"{rule.examples[i].label}, {optimizer}" for i, optimizer in found.untrained]
+    never = [f"{examples[i]}, {optimizer}" for i, optimizer in found.untrained]
     recall = alarms = "not measured"
     if found.corpus is not None:
         hits, mutants, false, healthy = found.corpus
@@ -49,7 +50,8 @@ def verdict_table() -> str:
     """Each rule: its finding, severity, condition and the evidence behind it."""
     header = ("rule", "finding", "severity", "when", "trained: flagged / repaired",
               "flagged runs that never trained", "corpus recall", "false alarms")  # fmt: skip
-    return _table(header, ((f"`{r.name}`", f"`{r.code}`", r.severity, r.condition, *_evidence(r))
+    return _table(header, ((f"`{r.name}`", f"`{r.code}`", r.severity, r.condition,
+                            *_evidence(r.evidence, [e.label for e in r.examples]))
                            for r in RULES))  # fmt: skip
 
 
@@ -65,12 +67,18 @@ def cause_table() -> str:
     return _table(("code", "meaning", "how layergrad detects it", "fix"), rows)
 
 
-def target_table() -> str:
+def target_table(measured: Mapping[str, Evidence]) -> str:
     """Each label rule, in the order check applies them: the labels, the head and loss, what
-    `fix` changes."""
-    rows = ((f"`{r.name}`", r.labels, r.head_and_loss, r.severity, r.repair_words)
+    `fix` changes, and the evidence behind its severity. `docs/make_tables.py` passes what
+    `benchmarks/bench_rule_labels.py --results` measured, by rule (a file of the repository,
+    not of the installed package)."""
+    rows = ((f"`{r.name}`", r.labels, r.head_and_loss, r.severity, r.repair_words,
+             *_evidence(measured.get(r.name), [e.label for e in r.examples]))
             for r in TARGET_RULES)  # fmt: skip
-    return _table(("rule", "labels", "head and loss", "severity", "`fix` changes"), rows)
+    header = ("rule", "labels", "head and loss", "severity", "`fix` changes",
+              "trained: flagged / repaired", "flagged runs that never trained", "corpus recall",
+              "false alarms")  # fmt: skip
+    return _table(header, rows)
 
 
 def training_table(
@@ -80,17 +88,23 @@ def training_table(
     and false alarms on the corpus of training runs, what `fix` changes. `docs/make_tables.py`
     passes `training/rules.RULES` and what `benchmarks/bench_training_corpus.py --results`
     measured (a file of the repository, not of the installed package): each finding's counts
-    (`named` of `runs`, `false_alarms`) and the number of healthy runs."""
+    (`named` of `runs`, `false_alarms`; of its runs how many `trained`, of its `repaired`
+    copies how many trained) and the number of healthy runs."""
 
     def row(rule: TrainingRule) -> tuple[str, ...]:
         count = counts.get(str(rule.code), {})
-        recall = f"{count['named']}/{count['runs']}" if count.get("runs") else "not measured"
+        runs = count.get("runs", 0)
+        recall = f"{count['named']}/{runs}" if runs else "not measured"
         alarms = f"{count['false_alarms']}/{healthy_runs}" if count else "not measured"
+        trained = f"{count.get('trained', 0)}/{runs}" if runs else "not measured"
+        fixed = count.get("repaired", 0)
+        trained += f" / {count.get('repaired_trained', 0)}/{fixed}" if fixed else (
+            " / no repaired copy" if runs else "")  # fmt: skip
         return (f"`{rule.code}`", rule.when, rule.condition, rule.layer, rule.step,
-                rule.severity, recall, alarms, rule.repair)  # fmt: skip
+                rule.severity, recall, alarms, trained, rule.repair)  # fmt: skip
 
     header = ("finding", "when", "rule", "layer", "step", "severity", "corpus recall",
-              "false alarms", "`fix` changes")  # fmt: skip
+              "false alarms", "trained: flagged / repaired", "`fix` changes")  # fmt: skip
     return _table(header, (row(rule) for rule in rules))
 
 
@@ -98,7 +112,6 @@ TABLES: dict[str, Callable[[], str]] = {
     "verdicts": verdict_table,
     "repairs": fix_table,
     "causes": cause_table,
-    "targets": target_table,
 }
 
 

@@ -66,7 +66,11 @@ def test_labels_the_output_cannot_produce(bug, labels, fixed, says):
         CheckOptions(probe=ProbeOptions(data=sample(labels))),
     ):
         verdict = check_file(sample(bug), options)
-        assert not verdict.passed and findings(verdict) == {"targets": ("target_mismatch",)}
+        # outside_range warns (its evidence: a linear head trains no better on these targets)
+        warns = bug == "bug_target_sigmoid_range.keras"
+        assert verdict.passed is warns and findings(verdict) == {"targets": ("target_mismatch",)}
+        targets = next(c for c in verdict.checks if c.name == "targets")
+        assert targets.warnings == (("target_mismatch",) if warns else ()), targets
         text = message(verdict, "targets")
         assert says in text and "output 'head'" in text and "layer 'head'" in text, text
         clean = check_file(sample(fixed), options)

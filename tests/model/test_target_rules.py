@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from layergrad.core.vocab import Finding
-from layergrad.model.target_fit import RULES, TargetExample, TargetRule, judge
+from layergrad.model.target_fit import IDS_SPARSE, RULES, TargetExample, TargetRule, judge
 
 
 def _cases(kind: str) -> list:
@@ -79,3 +79,28 @@ def test_a_repair_is_the_head_and_loss_the_labels_ask_for():
     assert (change.activation, change.units, change.loss) == (
         "softmax", 5, "sparse_categorical_crossentropy")  # fmt: skip
     assert label_repair(facts.head, facts.spec, None) is None  # no labels: nothing to repair
+
+
+@pytest.mark.parametrize(
+    ("example", "repair"),
+    [
+        # the rule that names the head decides the repair, as its words say
+        (TargetExample("relu6", 1, "mean_squared_error", (50.0, 499.5)), ("linear", None, None)),
+        (TargetExample("tanh", 1, "mean_squared_error", (0, 1, 2)), ("linear", None, None)),
+        (TargetExample("softmax", 1, IDS_SPARSE, (0, 1, 1)),
+         ("sigmoid", None, "binary_crossentropy")),
+        (TargetExample("softmax", 3, IDS_SPARSE, (0, 1, 5)), ("softmax", 6, None)),
+        (TargetExample("sigmoid", 3, "binary_crossentropy", (0.5, 1.5)), ("linear", 1, None)),
+        (TargetExample("sigmoid", 1, "binary_crossentropy", ((0, 1), (1, 0))),
+         ("softmax", 2, "categorical_crossentropy")),
+        (TargetExample("sigmoid", 1, "binary_crossentropy", ((0, 1), (1, 1))),
+         ("sigmoid", 2, None)),
+    ],
+)  # fmt: skip
+def test_the_repair_is_the_one_the_naming_rule_makes(example, repair):
+    from layergrad.model.target_fit import label_repair
+
+    facts = example.facts()
+    change = label_repair(facts.head, facts.spec, facts.y)
+    assert change is not None and change.kind == "activation", change
+    assert (change.activation, change.units, change.loss) == repair, change

@@ -1,6 +1,7 @@
 """The floors of the training corpus (tests/training_runs.py): on one seed, every healthy
 run gets no finding and every injected problem gets its finding (on its layer, where it has
-one). benchmarks/bench_training_corpus.py measures the same runs over five seeds; the table
+one; a run that carries its finding's repair does not train, its repaired copy does).
+benchmarks/bench_training_corpus.py measures the same runs over several seeds; the table
 is in docs/training.md."""
 
 from __future__ import annotations
@@ -19,5 +20,7 @@ def test_the_corpus_run_gets_its_finding_and_healthy_runs_none(run):
         assert outcome.findings == (), outcome.findings
     else:
         assert outcome.named, (run.expected, run.layer, outcome.findings)
+    if run.repaired is not None:  # a failing finding: its run does not train, its repair does
+        assert not outcome.trained and T.train(run, SEED, repaired=True).trained
     if run.name == "nan_op":  # the NaN op is named first, at its layer and its step
         assert outcome.findings[0] == ("nonfinite", "head", T.NAN_STEP), outcome.findings

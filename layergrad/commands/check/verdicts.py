@@ -23,6 +23,7 @@ from layergrad.core.vocab import (
     SCAN_FLAGS,
     Finding,
     Reduce,
+    Severity,
     Status,
 )
 from layergrad.diagnose.regressions import DEFAULT_TOLERANCE
@@ -170,7 +171,10 @@ def targets(
             return False
         add("targets", f"the labels in {source} fit every output ({held})")
         return False
-    add("targets", "; ".join(map(str, found)), [Finding.TARGET_MISMATCH], reasons=found)
+    # only warned when every rule that found them warns (its evidence: flagged models train)
+    warned = [Finding.TARGET_MISMATCH] if all(r.severity == Severity.WARN for r in found) else []
+    add("targets", "; ".join(map(str, found)), [Finding.TARGET_MISMATCH], warn=warned,
+        reasons=found)  # fmt: skip
     return True
 
 
