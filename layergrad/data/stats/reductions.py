@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import Tensor, TensorTree, TFFunction
+from layergrad.core.tf_types import Tensor, TensorTree, TFDType, TFFunction
 
 GRAD_FIELDS = ("sum_sq", "sum_abs", "zeros", "nonfinite", "elements")  # then max |g|
 SCALARS = len(GRAD_FIELDS) + 1
@@ -42,11 +42,15 @@ def gradient_summary(dy: Tensor, one_unit: bool) -> Tensor:
     any of its values is non-zero or NaN. Non-finite values are left out of the sums and
     counted. The common case is a few reductions in the gradient's own precision (float32 at
     least; the totals add up in float64); their sums say whether there is a NaN/Inf (or an
-    overflow), and only then does a float64 pass mask them out.
+    overflow), and only then does a float64 pass mask them out. The graph takes the rank and
+    the sizes from the tensor as it runs, so one compiled function serves every layer
+    (`shared`).
     """
     g = dy if dy.dtype in (tf.float32, tf.float64) else tf.cast(dy, tf.float32)
-    width = unit_width(g, one_unit)
-    rows = [tf.shape(g)[0], -1] if g.shape.rank else [1, 1]
+    shape = tf.shape(g)
+    last = tf.concat([[1], shape], axis=0)[-1]  # 1 for a scalar
+    width = last if not one_unit else tf.where(tf.size(shape) == 1, 1, last)
+    rows = tf.stack([tf.reduce_prod(shape[:1]), -1])  # a scalar is one sample of one value
     elements = tf.cast(tf.size(g), tf.float64)
     zero = tf.constant(0.0, tf.float64)
     absg = tf.abs(g)
@@ -191,23 +195,26 @@ def samples_in(x: Tensor) -> Tensor:
 
 
 def shared(function: Callable[..., TensorTree]) -> Callable[..., TensorTree]:
-    """`function` compiled once per rank and dtype (sizes relaxed) and shared by every layer.
+    """`function` (`gradient_summary` or `forward_summary`) compiled once per dtype and
+    shared by every layer: one graph whatever the tensor's rank and sizes.
 
     Each summary is a few dozen small operations. Run eagerly (one batch), they would be
     dispatched one by one for every layer; inside the compiled step, they would be traced
     again for every layer, and a model of a few hundred layers would take minutes to trace.
-    Shared, it is one call per layer either way.
+    Shared, it is one call per layer either way. One graph for every shape, rather than one
+    per rank, also matters in a process that runs several times: setting TensorFlow's seed
+    (each run does) drops every compiled function's prepared kernel, and each graph costs
+    some milliseconds to prepare again at its next call.
     """
-    return lambda x, *args: _compiled(function, x.shape.rank)(x, *args)
+    return lambda x, *args: _compiled(function, x.dtype, *args)(x)
 
 
 @functools.cache
-def _compiled(function: Callable[..., TensorTree], rank: int | None) -> TFFunction:
-    """One compiled function per rank: relaxing sizes keeps the rank, which the summaries'
-    shapes depend on."""
+def _compiled(function: Callable[..., TensorTree], dtype: TFDType, *args: bool) -> TFFunction:
+    """`function(x, *args)` compiled for an `x` of `dtype` of any shape."""
     return tf.function(
-        function,
-        reduce_retracing=True,
+        lambda x: function(x, *args),
+        input_signature=[tf.TensorSpec(None, dtype)],
         autograph=False,
         experimental_attributes={"_noinline": True},
     )
