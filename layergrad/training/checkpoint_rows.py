@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import numpy as np
 
@@ -25,7 +24,7 @@ def checkpoint_from_rows(
     batch: int,
     loss: float | None,
     layers: Sequence[LayerVariables],
-    variables: Sequence[VariableName],
+    variables: Sequence[KerasVariable],
     order: Sequence[str],
     counted: int | None = None,
     input_names: Sequence[str] = (),
@@ -48,6 +47,7 @@ def checkpoint_from_rows(
             for i, name in enumerate(input_names[: len(found)])
             if found[i][0] > 0
         )
+    owner = {i: e.path for e in layers for i in e.variables}
     index = {e.path: i for i, e in enumerate(layers)}
     return Checkpoint(
         step=step + 1,
@@ -59,40 +59,20 @@ def checkpoint_from_rows(
             _layer_row(layers[index[p]], grads, dead[index[p]], int(acts[index[p]]), lr)
             for p in order
         ),
-        variables=tuple(_variable_row(v, grads[i]) for i, v in enumerate(variables)),
+        variables=tuple(
+            _variable_row(v, owner.get(i, ""), grads[i]) for i, v in enumerate(variables)
+        ),
         nonfinite_inputs=inputs,
     )
 
 
-def variable_names(
-    layers: Sequence[LayerVariables], variables: Sequence[KerasVariable]
-) -> list[VariableName]:
-    """Each variable's name in the report, its layer's path and its shape: taken once per fit
-    (a Keras variable makes its shape anew at each read, about 0.1 ms, and a checkpoint of
-    every step would read each)."""
-    owner = {i: e.path for e in layers for i in e.variables}
-    paths = [owner.get(i, "") for i in range(len(variables))]
-    return [
-        VariableName(f"{p}/{v.name}", p, tuple(int(d) for d in v.shape))
-        for p, v in zip(paths, variables, strict=True)
-    ]
-
-
-class VariableName(NamedTuple):
-    """A variable as a checkpoint names it."""
-
-    variable: str
-    layer: str
-    shape: tuple[int, ...]
-
-
-def _variable_row(name: VariableName, row: np.ndarray) -> VariableStats:
+def _variable_row(variable: KerasVariable, layer: str, row: np.ndarray) -> VariableStats:
     missing = row[WEIGHT_SQ] < 0
     units = row[UNITS]
     return VariableStats(
-        variable=name.variable,
-        layer=name.layer,
-        shape=name.shape,
+        variable=f"{layer}/{variable.name}",
+        layer=layer,
+        shape=tuple(int(d) for d in variable.shape),
         grad_l2=None if missing else float(math.sqrt(row[GRAD_SQ])),
         weight_l2=0.0 if missing else float(math.sqrt(row[WEIGHT_SQ])),
         nonfinite=int(row[GRAD_NONFINITE]),

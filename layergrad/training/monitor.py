@@ -36,7 +36,7 @@ from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import SummaryWriter
 from layergrad.core.vocab import Finding
 from layergrad.training import rules
-from layergrad.training.checkpoint_rows import checkpoint_from_rows, variable_names
+from layergrad.training.checkpoint_rows import checkpoint_from_rows
 from layergrad.training.model_facts import (
     heads,
     is_built,
@@ -168,7 +168,6 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         model = self.model
         self._begun = self._step
         self._layers, self._variables = layers_and_variables(model)
-        self._names = variable_names(self._layers, self._variables)
         rows = int(getattr(model, "steps_per_execution", 1) or 1)
         histograms = self.log_dir is not None
         key = trace_key(model, self._variables, rows, histograms)
@@ -323,7 +322,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
                     batch=batch,
                     loss=value,
                     layers=self._layers,
-                    variables=self._names,
+                    variables=self._variables,
                     order=self._hook_order(),
                 )
                 # (a flag without a NaN/Inf: finite values whose sum overflowed)
