@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import Tensor, TensorTree, TFFunction
+from layergrad.core.tf_types import Tensor, TensorTree, TFDType, TFFunction
 
 GRAD_FIELDS = ("sum_sq", "sum_abs", "zeros", "nonfinite", "elements")  # then max |g|
 SCALARS = len(GRAD_FIELDS) + 1
@@ -42,38 +42,62 @@ def gradient_summary(dy: Tensor, one_unit: bool) -> Tensor:
     any of its values is non-zero or NaN. Non-finite values are left out of the sums and
     counted. The common case is a few reductions in the gradient's own precision (float32 at
     least; the totals add up in float64); their sums say whether there is a NaN/Inf (or an
-    overflow), and only then does a float64 pass mask them out.
+    overflow), and only then does a float64 pass mask them out. The graph takes the rank and
+    the sizes from the tensor as it runs, so one compiled function serves every layer
+    (`shared`).
     """
-    g = dy if dy.dtype in (tf.float32, tf.float64) else tf.cast(dy, tf.float32)
-    width = unit_width(g, one_unit)
-    rows = [tf.shape(g)[0], -1] if g.shape.rank else [1, 1]
-    elements = tf.cast(tf.size(g), tf.float64)
-    zero = tf.constant(0.0, tf.float64)
+    vector, finite = _fast_summary(dy, one_unit)
+    return tf.cond(finite, lambda: vector, lambda: _masked_summary(dy, one_unit))
+
+
+def _fast_summary(dy: Tensor, one_unit: bool) -> tuple[Tensor, Tensor]:
+    """`gradient_summary` in the gradient's own precision, and whether it holds (no NaN/Inf,
+    no overflow)."""
+    g, width, rows = _as_units(dy, one_unit)
     absg = tf.abs(g)
     unit_abs = tf.cast(tf.reduce_sum(tf.reshape(absg, [-1, width]), axis=0), tf.float64)
     norms = tf.cast(tf.math.reduce_euclidean_norm(tf.reshape(g, rows), axis=1), tf.float64)
-    max_abs = tf.maximum(tf.cast(tf.reduce_max(absg), tf.float64), zero)  # 0 for no rows
-    nonzero = tf.cast(tf.math.count_nonzero(g, dtype=tf.int64), tf.float64)
+    max_abs = tf.cast(tf.reduce_max(absg), tf.float64)
     finite = tf.math.is_finite(tf.reduce_sum(unit_abs) + tf.reduce_sum(norms))
+    alive = tf.cast(unit_abs > 0, tf.float64)
+    return _summary_vector(g, norms, unit_abs, alive, max_abs, tf.constant(0.0, tf.float64)), finite
 
-    def fast() -> tuple[Tensor, ...]:
-        return norms, unit_abs, tf.cast(unit_abs > 0, tf.float64), max_abs, zero
 
-    def masked() -> tuple[Tensor, ...]:
-        wide = tf.cast(g, tf.float64)
-        ok = tf.math.is_finite(wide)
-        clean = tf.abs(tf.where(ok, wide, tf.zeros_like(wide)))
-        alive = tf.math.count_nonzero(tf.reshape(g, [-1, width]), axis=0) > 0  # NaN is alive
-        return (
-            tf.sqrt(tf.reduce_sum(tf.square(tf.reshape(clean, rows)), axis=1)),
-            tf.reduce_sum(tf.reshape(clean, [-1, width]), axis=0),
-            tf.cast(alive, tf.float64),
-            tf.maximum(tf.reduce_max(clean), zero),
-            elements - tf.reduce_sum(tf.cast(ok, tf.float64)),
-        )
+def _masked_summary(dy: Tensor, one_unit: bool) -> Tensor:
+    """`gradient_summary` in float64 with the NaN/Inf values left out and counted."""
+    g, width, rows = _as_units(dy, one_unit)
+    wide = tf.cast(g, tf.float64)
+    ok = tf.math.is_finite(wide)
+    clean = tf.abs(tf.where(ok, wide, tf.zeros_like(wide)))
+    alive = tf.math.count_nonzero(tf.reshape(g, [-1, width]), axis=0) > 0  # NaN is alive
+    return _summary_vector(
+        g,
+        tf.sqrt(tf.reduce_sum(tf.square(tf.reshape(clean, rows)), axis=1)),
+        tf.reduce_sum(tf.reshape(clean, [-1, width]), axis=0),
+        tf.cast(alive, tf.float64),
+        tf.reduce_max(clean),
+        tf.cast(tf.size(g), tf.float64) - tf.reduce_sum(tf.cast(ok, tf.float64)),
+    )
 
-    norms, unit_abs, alive, max_abs, nonfinite = tf.cond(finite, fast, masked)
+
+def _as_units(dy: Tensor, one_unit: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """The gradient (float32 at least), its units' width and its [samples, -1] shape, taken
+    as the graph runs (so one graph serves every rank)."""
+    g = dy if dy.dtype in (tf.float32, tf.float64) else tf.cast(dy, tf.float32)
+    shape = tf.shape(g)
+    last = tf.concat([[1], shape], axis=0)[-1]  # 1 for a scalar
+    width = last if not one_unit else tf.where(tf.size(shape) == 1, 1, last)
+    rows = tf.stack([tf.reduce_prod(shape[:1]), -1])  # a scalar is one sample of one value
+    return g, width, rows
+
+
+def _summary_vector(
+    g: Tensor, norms: Tensor, unit_abs: Tensor, alive: Tensor, max_abs: Tensor, nonfinite: Tensor
+) -> Tensor:
+    elements = tf.cast(tf.size(g), tf.float64)
+    nonzero = tf.cast(tf.math.count_nonzero(g, dtype=tf.int64), tf.float64)
     total_sq = tf.reduce_sum(tf.square(norms))
+    max_abs = tf.maximum(max_abs, tf.constant(0.0, tf.float64))  # 0 for no rows
     head = [total_sq, tf.reduce_sum(unit_abs), elements - nonzero, nonfinite, elements, max_abs]
     return tf.concat([norms, tf.stack(head), alive, unit_abs], axis=0)
 
@@ -191,26 +215,38 @@ def samples_in(x: Tensor) -> Tensor:
 
 
 def shared(function: Callable[..., TensorTree]) -> Callable[..., TensorTree]:
-    """`function` compiled once per rank and dtype (sizes relaxed) and shared by every layer.
+    """`function` (`gradient_summary` or `forward_summary`) compiled once per dtype and
+    shared by every layer: one graph whatever the tensor's rank and sizes.
 
     Each summary is a few dozen small operations. Run eagerly (one batch), they would be
     dispatched one by one for every layer; inside the compiled step, they would be traced
     again for every layer, and a model of a few hundred layers would take minutes to trace.
-    Shared, it is one call per layer either way.
+    Shared, it is one call per layer either way. One graph for every shape, rather than one
+    per rank, also matters in a process that runs several times: setting TensorFlow's seed
+    (each run does) drops every compiled function's prepared kernel, and each graph costs
+    some milliseconds to prepare again at its next call (a gradient summary's graph with its
+    branch about 30 ms, without it half that: eagerly, the branch is taken in Python).
     """
-    return lambda x, *args: _compiled(function, x.shape.rank)(x, *args)
+
+    def call(x: Tensor, *args: bool) -> TensorTree:
+        if function is not gradient_summary or not tf.executing_eagerly():
+            return _compiled(function, x.dtype, *args)(x)
+        vector, finite = _compiled(_fast_summary, x.dtype, *args)(x)
+        return vector if bool(finite) else _compiled(_masked_summary, x.dtype, *args)(x)
+
+    return call
 
 
 @functools.cache
-def _compiled(function: Callable[..., TensorTree], rank: int | None) -> TFFunction:
-    """One compiled function per rank: relaxing sizes keeps the rank, which the summaries'
-    shapes depend on."""
+def _compiled(function: Callable[..., TensorTree], dtype: TFDType, *args: bool) -> TFFunction:
+    """`function(x, *args)` compiled for an `x` of `dtype` of any shape (called as the
+    concrete function: quicker than through `tf.function`'s dispatch)."""
     return tf.function(
-        function,
-        reduce_retracing=True,
+        lambda x: function(x, *args),
+        input_signature=[tf.TensorSpec(None, dtype)],
         autograph=False,
         experimental_attributes={"_noinline": True},
-    )
+    ).get_concrete_function()
 
 
 def output_spread(x: Tensor) -> Tensor:
