@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from layergrad.commands.fit.checks import DEFAULT_STEPS, FitOptions, require_samples
 from layergrad.commands.fit.run import (
     LabelCheck,
     Predicted,
@@ -43,7 +44,6 @@ from layergrad.commands.fit.run import (
     refused,
     training_batches,
 )
-from layergrad.commands.fit.train import DEFAULT_STEPS, FitOptions, require_samples
 from layergrad.commands.fix.weights import InputStats
 from layergrad.core.errors import DataError, InputError, LayergradError, describe
 from layergrad.core.fit_results import FitReport
