@@ -8,8 +8,8 @@ __all__ = ["main", "run"]
 
 
 def run() -> None:
-    """The console script: stop cleanly on SIGINT / SIGTERM (`stopping.py`), then run."""
-    from layergrad.cli import stopping
+    """The console script: stop cleanly on SIGINT / SIGTERM (`running.install`), then run."""
+    from layergrad.cli import running
 
-    stopping.install()
+    running.install()
     main(prog_name="layergrad")

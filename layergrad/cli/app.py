@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 from layergrad import __version__
-from layergrad.cli import fit, fix, gate
+from layergrad.cli import gate, train
 from layergrad.cli.options import (
     data_options,
     fail_on_option,
@@ -299,8 +299,8 @@ def scan(
 
 main.add_command(gate.check)
 main.add_command(gate.diff)
-main.add_command(fit.fit)
-main.add_command(fix.fix)
+main.add_command(train.fit)
+main.add_command(train.fix)
 main.add_command(gate.merge)
 
 

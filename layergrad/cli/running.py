@@ -1,6 +1,14 @@
 """Running a command: its errors as one line and exit code 2, exit code 1 when it returns that
 it failed, stdout holding only the report, and printing the report (or its chart).
 
+Stopping on SIGINT (Ctrl-C) and SIGTERM (how schedulers cancel a job), at any point: the
+console script installs the handlers (`install`) before a command runs. Each signal raises
+`Stopped` (a `KeyboardInterrupt`) in the main thread, which `handle_errors` turns into one
+`error:` line and exit code 128 + the signal's number (130 for SIGINT, 143 for SIGTERM): never
+0 (a pass) nor 1 (findings). When the main thread is blocked inside TensorFlow and cannot raise
+(waiting for a worker that never comes), a watching thread, woken by the signal itself, ends
+the process the same way after GRACE_SECONDS.
+
 Nothing here imports TensorFlow (or numpy) at import time, so `layergrad --help` is instant.
 """
 
@@ -10,10 +18,14 @@ import contextlib
 import functools
 import os
 import shutil
+import signal
+import socket
 import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from types import FrameType
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 import click
@@ -42,7 +54,7 @@ def handle_errors(func: Callable[..., bool | None]) -> Callable[..., None]:
             raise
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: not a finding (1), not a pass
             code = int(getattr(exc, "exit_code", INTERRUPTED))
-            click.echo(f"error: stopped by {_signal_name(code)}; nothing was written", err=True)
+            click.echo(_stopped(code), err=True)
             sys.exit(code)
         except LayergradError as exc:
             usage_error(str(exc), debug)
@@ -59,13 +71,60 @@ def handle_errors(func: Callable[..., bool | None]) -> Callable[..., None]:
 INTERRUPTED = 130  # the exit code of a run stopped by Ctrl-C (SIGINT), as shells use
 
 
-def _signal_name(code: int) -> str:
-    import signal
-
+def _stopped(code: int) -> str:
+    """The one line of a run stopped by the signal of exit code `code` (128 + its number)."""
     try:
-        return signal.Signals(code - 128).name
+        name = signal.Signals(code - 128).name
     except ValueError:
-        return "an interrupt"
+        name = "an interrupt"
+    return f"error: stopped by {name}; nothing was written"
+
+
+GRACE_SECONDS = 5.0
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Stopped(KeyboardInterrupt):
+    """The run was stopped by a signal (`signum`)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def _raise(signum: int, frame: FrameType | None) -> None:
+    raise Stopped(signum)
+
+
+def install() -> None:
+    """Raise `Stopped` on SIGINT and SIGTERM, with the watching thread; main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in SIGNALS:
+        signal.signal(signum, _raise)
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    with contextlib.suppress(ValueError):
+        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        threading.Thread(target=_watch, args=(reader, writer), daemon=True).start()
+
+
+def _watch(reader: socket.socket, writer: socket.socket) -> None:
+    """Woken by a signal's byte; end the process if the main thread has not by GRACE."""
+    while True:
+        try:
+            data = reader.recv(16)
+        except OSError:
+            return
+        numbers = [b for b in data if b in SIGNALS]
+        if numbers and not threading.Event().wait(GRACE_SECONDS):
+            sys.stderr.write(_stopped(128 + numbers[0]) + "\n")
+            sys.stderr.flush()
+            hard_exit(128 + numbers[0])
 
 
 def note(message: str) -> None:

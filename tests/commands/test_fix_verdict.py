@@ -195,7 +195,8 @@ def test_each_outputs_served_loss_and_trivial_loss_match_numpy():
     targets = rng.normal(5.0, 3.0, (64, 1)).astype("float32")
     dataset = tf.data.Dataset.from_tensor_slices((x, {"head": ids, "value": targets})).batch(16)
     request = label_request(model, find_loss({"loss": loss}, None))
-    (total, outputs), _ = _served_losses(model, dataset, request)
+    predicted = [(bx, by, model(bx, training=False), None) for bx, by in dataset]
+    (total, outputs), _ = _served_losses(model, predicted, request)
     logits = x @ w_head
     p = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
     ce = -np.log(p[np.arange(64), ids]).reshape(4, 16).mean(1).mean()
@@ -265,9 +266,13 @@ def test_the_originals_predictions_are_scored_by_the_copys_loss_or_not_at_all():
     request = label_request(copy, find_loss({"loss": "binary_crossentropy"}, None))
     p = 1 / (1 + np.exp(-(x @ original.layers[-1].get_weights()[0])))
     bce = -(y * np.log(p) + (1 - y) * np.log(1 - p)).reshape(2, 16).mean(1).mean()
-    _, (theirs, _) = _served_losses(copy, dataset, request, rival=original)
+
+    def predicted(rival: keras.Model) -> list:  # as `fit_steps` predicts the held batches
+        return [(bx, by, copy(bx, training=False), rival(bx, training=False)) for bx, by in dataset]
+
+    _, (theirs, _) = _served_losses(copy, predicted(original), request, rival=True)
     assert theirs == pytest.approx(bce, rel=1e-4)
-    assert _served_losses(copy, dataset, request, rival=wider)[1] == (None, ())
+    assert _served_losses(copy, predicted(wider), request, rival=True)[1] == (None, ())
 
 
 def test_a_copy_that_learned_no_more_than_the_prior_is_not_verified():

@@ -28,16 +28,11 @@ from layergrad.commands.check.dynamic import dynamic
 from layergrad.commands.check.loss_check import loss_fits
 from layergrad.commands.check.verdicts import Add, CheckOptions
 from layergrad.core.errors import LayergradError, UsageError, describe, one_line
-from layergrad.core.probe_options import PathLike
 from layergrad.core.results import CheckItem, FileVerdict, Reason
 from layergrad.core.vocab import CHECK_FINDINGS, Finding
 from layergrad.files.file_info import read_file_info
 
 __all__ = ["CHECKS", "CheckOptions", "check_file", "check_files", "expand_paths"]
-
-
-def _text(path: PathLike | None) -> str | None:
-    return None if path is None else os.fspath(path)
 
 
 def check_files(
@@ -64,8 +59,9 @@ def check_files(
             raise LayergradError("--baseline compares a gradient scan; drop --static-only")
         files = [os.fspath(p) for p in paths]
         found = load_baselines(options.baselines)
-        probe = options.probe
-        baselines = match_baselines(files, found, _text(probe.input_file), bool(probe.data_set))
+        given = options.probe.input_file
+        given = None if given is None else os.fspath(given)
+        baselines = match_baselines(files, found, given, bool(options.probe.data_set))
     verdicts = []
     for path in paths:
         if on_file is not None:
@@ -150,7 +146,7 @@ def _run(
     path: str | os.PathLike[str], options: CheckOptions, add: Add, baseline: Baseline | None
 ) -> None:
     if Path(path).is_dir() and not (Path(path) / "saved_model.pb").exists():
-        held = _model_files(path)  # one file's check (`fix DIR`): say which to pass
+        held = _model_files(path, LOOKED_AT)  # one file's check (`fix DIR`): say which to pass
         add(
             "readable",
             f"{os.fspath(path)} is a directory; expected a .keras or .h5 file; pass the model "
@@ -182,21 +178,20 @@ def _verdict(path: str | os.PathLike[str], items: list[CheckItem]) -> FileVerdic
 LOOKED_AT = 10_000  # entries of a directory looked at for a model file to name
 
 
-def _model_files(path: str | os.PathLike[str]) -> list[str]:
-    """The first .keras / .h5 file under the directory `path` (none: empty), found among at
-    most LOOKED_AT entries, links to directories not followed."""
+def _model_files(path: str | os.PathLike[str], most: int | None = None) -> list[str]:
+    """The .keras / .h5 files under the directory `path`, sorted in each folder (with `most`:
+    the first one, found among at most `most` entries); links to directories not followed."""
+    found: list[str] = []
     seen = 0
     try:
         for root, dirs, files in os.walk(path, followlinks=False):
-            for name in sorted(files):
-                if name.endswith((".keras", ".h5")):
-                    return [os.path.join(root, name)]
+            found += [os.path.join(root, f) for f in sorted(files) if f.endswith((".keras", ".h5"))]
             seen += len(files) + len(dirs)
-            if seen > LOOKED_AT:
-                break
+            if most is not None and (found or seen > most):
+                return found[:1]
     except OSError:
         pass
-    return []
+    return found
 
 
 def expand_paths(paths: Sequence[str]) -> list[str]:
@@ -213,11 +208,7 @@ def expand_paths(paths: Sequence[str]) -> list[str]:
             walk = p.is_dir() and not (p / "saved_model.pb").exists()
         except OSError:
             walk = False
-        found: list[str] = []
-        if walk:
-            for root, _dirs, files in os.walk(p, followlinks=False):
-                found += [os.path.join(root, f) for f in files if f.endswith((".keras", ".h5"))]
-        out.extend(sorted(found) or [text])
+        out.extend((sorted(_model_files(p)) if walk else []) or [text])
     if not out:
         raise LayergradError("give at least one model file to check")
     return out

@@ -97,22 +97,9 @@ def train_loaded(
         if labels.mismatches:  # before the first step, as `check --data` says it
             report = refused(model, spec.name, labels.mismatches)
             return replace(report, path=info.path, data=os.fspath(data))
-        prior, samples = labels.trivial, labels.samples
-        require_samples(samples, data)
+        require_samples(labels.samples, data)
         scale = input_scale(model, info, stream)  # the untrained copy, on the first batch
-        dataset = training_batches(model, stream, options, samples)
-        batches = max(1, math.ceil(samples / options.batch_size))
-        total = batches * options.epochs if options.epochs else options.steps or DEFAULT_STEPS
-        every = options.every or max(1, total // 50)
-        chance = prior or chance_loss(spec.name, output_units_of(model, spec))
-        monitor = GradientMonitor(
-            every=every,
-            log_dir=options.log_dir,
-            chance_loss=chance,
-            # --steps trains one Keras epoch over the repeated data: count passes over it
-            batches_per_epoch=None if options.epochs is not None else batches,
-        )
-        report = fit_steps(model, dataset, stream, data, options, monitor, beating(beat))
+        report, _, _ = fit_steps(model, stream, stream, spec, labels, data, options, beating(beat))
     notes = report.notes
     if labelled.classes:
         notes += (labelled.classes_note(),)
@@ -122,16 +109,34 @@ def train_loaded(
 
 def fit_steps(
     model: KerasModel,
-    dataset: Dataset,
     stream: DataStream,
+    trained: DataStream,
+    spec: LossSpec,
+    labels: LabelCheck,
     data: PathLike,
     options: FitOptions,
-    monitor: GradientMonitor,
     *others: KerasCallback,
-) -> FitReport:
-    """Keras's `fit` for `options.epochs`, else `options.steps` over the repeated batches, and
-    the report of its `monitor`. A batch tf.data could not make is an InputError (a value the
-    data's checks refuse: a DataError naming it)."""
+    held: Dataset | None = None,
+    rival: KerasModel | None = None,
+) -> tuple[FitReport, float | None, Predicted]:
+    """Keras's `fit` on the shuffled batches of `trained` (`stream`, or a part of it) for
+    `options.epochs`, else `options.steps` over the repeated batches, with `GradientMonitor`
+    on: its report, the chance loss it judged by, and (`fix`) the trained model's and the
+    trained `rival`'s predictions of the `held` batches (as far as they can be made). A batch
+    tf.data could not make is an InputError (a value the data's checks refuse: a DataError
+    naming it)."""
+    dataset = training_batches(model, trained, options, labels.samples)
+    batches = max(1, math.ceil(labels.samples / options.batch_size))
+    total = batches * options.epochs if options.epochs else options.steps or DEFAULT_STEPS
+    units = [u or 0 for u in label_request(model, spec).units]  # 0: not known
+    chance = labels.trivial or chance_loss(spec.name, units)
+    monitor = GradientMonitor(
+        every=options.every or max(1, total // 50),
+        log_dir=options.log_dir,
+        chance_loss=chance,
+        # --steps trains one Keras epoch over the repeated data: count passes over it
+        batches_per_epoch=None if options.epochs is not None else batches,
+    )
     callbacks = [monitor, *others]
     try:
         if options.epochs is not None:
@@ -148,7 +153,18 @@ def fit_steps(
         raise InputError(f"--data {os.fspath(data)}: training stopped: {describe(exc)}") from exc
     stream.raise_failure()  # a Python reader that failed ended the data early
     assert monitor.report is not None
-    return monitor.report
+    predicted: Predicted = []
+    with contextlib.suppress(Exception):  # a model that cannot predict them: no score
+        for x, y in held if held is not None else ():
+            other = None
+            with contextlib.suppress(Exception):  # the rival's (other outputs): not scored
+                other = rival(x, training=False) if rival is not None else None
+            predicted.append((x, y, model(x, training=False), other))
+    return monitor.report, chance, predicted
+
+
+# each held-back batch: inputs, labels, the trained model's predictions, the rival's (or None)
+Predicted = list[tuple[TensorTree, TensorTree, TensorTree, TensorTree | None]]
 
 
 def input_scale(model: KerasModel, info: FileInfo, stream: DataStream) -> Reason | None:
@@ -176,26 +192,26 @@ def compile_for_fit(
     the command has `--loss` and `--optimizer` to offer (`fix` has not: it trains the file's)."""
 
     spec = find_loss(compiled, options.loss)
-    redo = "compile the model with {} and save it again (fix trains with the file's compile)"
+
+    def then(flag: str, example: str, what: str) -> str:
+        """The next step: the flag to pass, or (`fix`) the compile to save again."""
+        if flags:
+            return f"pass {flag} NAME, e.g. {flag} {example}"
+        return (
+            f"compile the model with {what} and save it again (fix trains with the file's compile)"
+        )
+
     if spec is None:
         raise InputError(
             "the model was saved without a loss (no model.compile); "
-            + (
-                "pass --loss NAME, e.g. --loss sparse_categorical_crossentropy"
-                if flags
-                else redo.format("a loss")
-            )
+            + then("--loss", "sparse_categorical_crossentropy", "a loss")
         )
     # a legacy .h5 file keeps it as `optimizer_config` (Keras 3's own .h5 writer too)
     raw = options.optimizer or compiled.get("optimizer") or compiled.get("optimizer_config")
     if raw is None:
         raise InputError(
             "the model was saved without an optimizer (no model.compile); "
-            + (
-                "pass --optimizer NAME, e.g. --optimizer adam"
-                if flags
-                else redo.format("an optimizer")
-            )
+            + then("--optimizer", "adam", "an optimizer")
         )
     try:
         optimizer = (
@@ -207,17 +223,12 @@ def compile_for_fit(
             if isinstance(exc, KeyError) and exc.args
             else str(exc)
         )
-        given = options.optimizer is not None
         raise InputError(
             f"--optimizer {raw} is not an optimizer Keras can make from a name ({why}); use a "
             "keras.optimizers name such as adam or sgd"
-            if given
+            if options.optimizer is not None
             else f"the optimizer in the file is not one Keras can make ({why}); "
-            + (
-                "pass --optimizer NAME, e.g. --optimizer adam"
-                if flags
-                else redo.format("a keras.optimizers optimizer")
-            )
+            + then("--optimizer", "adam", "a keras.optimizers optimizer")
         ) from exc
     if options.learning_rate is not None:
         optimizer.learning_rate = options.learning_rate
@@ -285,13 +296,6 @@ def training_batches(
     return dataset.batch(options.batch_size).map(pack).prefetch(tf.data.AUTOTUNE)
 
 
-def output_units_of(model: KerasModel, spec: LossSpec) -> list[int]:
-    """The units of each output's last axis (0: not known), by the rule the labels are read
-    with (`compiled_loss.label_request`: a rank-1 output has one unit)."""
-
-    return [u or 0 for u in label_request(model, spec).units]
-
-
 def beating(beat: Callable[[int], None]) -> KerasCallback:
     """A Keras callback that tells the stall watch of every batch (and of the start)."""
 
@@ -310,11 +314,13 @@ UNKNOWN_READ = 1_000_000  # labels read at most from a source of unknown length 
 
 @dataclass(frozen=True)
 class LabelCheck:
-    """What the labels hold: the outputs they do not fit, the trivial loss, the samples."""
+    """What the labels hold: the outputs they do not fit, the trivial loss, the samples, each
+    output's labels summarised (by output name)."""
 
     mismatches: tuple[Reason, ...]
     trivial: float | None
     samples: int
+    summaries: Mapping[str, LabelSummary]
 
 
 def read_labels(
@@ -350,7 +356,7 @@ def read_labels(
         if known is None and seen >= (bound or UNKNOWN_READ):
             break  # a source that does not say how many samples it has may have no end
     found = _mismatches(info, names, units, summaries, spec, loss)
-    return LabelCheck(tuple(found), trivial.value() if trivial else None, known or seen)
+    return LabelCheck(tuple(found), trivial.value() if trivial else None, known or seen, summaries)
 
 
 def _mismatches(

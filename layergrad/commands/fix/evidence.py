@@ -33,20 +33,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layergrad.commands.check.verdicts import output_ranks
 from layergrad.commands.fit.checks import DEFAULT_STEPS, FitOptions, require_samples
 from layergrad.commands.fit.run import (
     LabelCheck,
+    Predicted,
     compile_for_fit,
     fit_steps,
-    output_units_of,
     read_labelled,
     read_labels,
     refused,
     training_batches,
 )
 from layergrad.commands.fix.weights import InputStats
-from layergrad.commands.over_data import data_specs
 from layergrad.core.errors import DataError, InputError, LayergradError, describe
 from layergrad.core.fit_results import FitReport
 from layergrad.core.fix_results import OutputLoss, Run, Verdict
@@ -58,56 +56,45 @@ from layergrad.data.label_stream import (
     Labelled,
     LabelRequest,
     TrivialLoss,
-    open_labelled,
-    summarise_batches,
 )
 from layergrad.data.sources import DataStream
 from layergrad.data.stats import aggregates
 from layergrad.data.value_checks import reader_refusal
 from layergrad.engine.compiled_loss import label_request, output_keys
 from layergrad.engine.random_layers import seed_model
-from layergrad.files.file_info import FileInfo
 from layergrad.model.graph import ModelGraph
-from layergrad.model.loss_forms import LossSpec, find_loss
+from layergrad.model.loss_forms import LossSpec
 from layergrad.model.target_fit import LabelSummary
 from layergrad.render.common import number
-from layergrad.training.monitor import GradientMonitor
-from layergrad.training.rules import chance_loss
 
 if TYPE_CHECKING:
     from layergrad.commands.check.verdicts import Opened
 
-READ_LIMIT = 100_000  # samples read for the statistics when no --limit is given
+READ_LIMIT = 100_000  # samples read for the input statistics when no --limit is given
 
 
 def data_facts(
-    model: KerasModel, info: FileInfo, data: PathLike, limit: int | None, batch_size: int
-) -> tuple[dict[str, LabelSummary], list[InputStats]]:
-    """(labels per output name, statistics per float input) of `data` for this model.
-
-    Raises:
-        InputError: data without labels (nothing could be trained on it).
-    """
-    specs = data_specs(model)
-    request = label_request(model, find_loss(info.compile_config, None))
+    ready: Ready, limit: int | None
+) -> tuple[Mapping[str, LabelSummary], list[InputStats]]:
+    """(labels per output name, statistics per float input) of the data `ready` holds: the
+    labels as `fit`'s checks read them, the inputs from their first `READ_LIMIT` samples."""
+    stream = ready.labelled.stream
+    assert stream is not None
     rows = min(limit or READ_LIMIT, READ_LIMIT)
-    labelled = open_labelled(os.fspath(data), specs, request, batch_size, rows, strict=False)
-    if labelled.stream is None:  # the evidence needs labels, as `fit` does
-        raise InputError(f"layergrad fix --data needs labels: {labelled.missing}")
-    names, ranks = output_ranks(model)
-    labels = summarise_batches(labelled.label_batches(), names, ranks)
-    stats = _input_stats(labelled.stream, [s.name for s in specs], len(specs))
-    return labels, stats
+    names = [s.name for s in stream.specs]
+    stats = _input_stats(stream.dataset.take(math.ceil(rows / stream.batch_size)), names)
+    return ready.labels.summaries, stats
 
 
 # how an input's extremes add up over batches (as the step's summaries do); the others add
 _KINDS = {"low": aggregates.MIN, "high": aggregates.MAX}
 
 
-def _input_stats(stream: DataStream, names: list[str], n: int) -> list[InputStats]:
+def _input_stats(batches: Dataset, names: list[str]) -> list[InputStats]:
+    n = len(names)
     totals: list[dict[str, np.ndarray]] = [{} for _ in range(n)]
     try:
-        for batch in stream.dataset:
+        for batch in batches:
             for i, tensor in enumerate(tuple(batch)[:n]):
                 x = np.asarray(tensor.numpy())
                 one = _batch_totals(x.astype(np.float64)) if x.dtype.kind == "f" else None
@@ -159,22 +146,6 @@ HOLD_BACK = 5  # every fifth sample is held back from training, to score the tra
 
 
 @dataclass(frozen=True)
-class Scored:
-    """A model trained for `fix`: the fit report, the loss of the trained model's predictions
-    (None: not computable), the chance loss of the labels and, with several outputs, each
-    output's own."""
-
-    report: FitReport
-    served: float | None
-    chance: float | None
-    outputs: tuple[OutputLoss, ...] = ()
-    model: KerasModel | None = None  # the trained model, to be scored by the copies' losses
-    baseline: float | None = None  # the rival's predictions scored as `served` is
-    accuracy: float | None = None  # a classifier's on the scored batches (`Accuracy`)
-    prior_accuracy: float | None = None  # always answering the most frequent class there
-
-
-@dataclass(frozen=True)
 class Ready:
     """A model as `fit` has it before its first step: compiled with its file's optimizer and
     loss, its labelled data open and its labels read and judged (`labels.mismatches`: the
@@ -210,12 +181,13 @@ def ready(opened: Opened, data: PathLike, options: FitOptions, limit: int | None
     return Ready(model, strategy, spec, labelled, labels, os.fspath(data))
 
 
-def train_and_score(
-    ready: Ready, options: FitOptions, *, rival: KerasModel | None = None
-) -> Scored:
-    """The model of `ready` trained in place, and scored; and the trained `rival` (the
-    original, for a repaired copy) scored on the same batches by the same loss, when its
-    outputs can take it (its losses are the `baseline`s).
+def _trained_run(
+    ready: Ready, options: FitOptions, found: Sequence[str], rival: KerasModel | None
+) -> tuple[Run, FitReport]:
+    """The model of `ready` trained in place and its run: its check findings (`found`) joined
+    by the training findings, the loss of its predictions of the held-back batches; and the
+    trained `rival` (the original, for a repaired copy) scored on the same batches by the
+    same loss, when its outputs can take it (its losses are the `baseline`s).
 
     Raises:
         InputError: labels `fit` refuses before its first step (`target_mismatch`, its
@@ -235,30 +207,30 @@ def train_and_score(
     stream = ready.labelled.stream
     assert stream is not None
     seed_model(model, options.seed)  # the original and each copy: the same random draws
+    trained, held = _held_back(stream)
     with ready.strategy.scope() if ready.strategy is not None else contextlib.nullcontext():
-        units = output_units_of(model, spec)
-        prior, samples = ready.labels.trivial, ready.labels.samples
-        trained, held = _held_back(stream)
-        dataset = training_batches(model, trained, options, samples)
-        scored = training_batches(model, held, options, samples)
-        steps = options.steps or DEFAULT_STEPS
-        chance = prior or chance_loss(spec.name, units)
-        monitor = GradientMonitor(
-            every=max(1, steps // 50),
-            chance_loss=chance,
-            batches_per_epoch=max(1, math.ceil(samples / options.batch_size)),
-        )
-        report = fit_steps(model, dataset, stream, data, options, monitor)
+        scored = training_batches(model, held, options, ready.labels.samples)
+        report, chance, predicted = fit_steps(model, stream, trained, spec, ready.labels, data,
+                                              options, held=scored.take(SCORED_BATCHES),
+                                              rival=rival)  # fmt: skip
     request = label_request(model, spec)
     hits = Accuracy() if _classifier(request) else None
-    (served, outputs), rivals = _served_losses(model, scored, request, rival, hits)
+    (served, outputs), rivals = _served_losses(model, predicted, request, rival is not None, hits)
     baseline = None
     if rivals is not None:
         baseline, theirs = rivals
         lost = {o.name: o.final for o in theirs}
         outputs = tuple(replace(o, baseline=lost.get(o.name)) for o in outputs)
     accuracy, prior = hits.result() if hits is not None else (None, None)
-    return Scored(report, served, chance, outputs, model, baseline, accuracy, prior)
+    findings = dict.fromkeys(found)
+    for f in report.findings:
+        findings.setdefault(str(f.code), None)
+    trained_loss = _final(report.losses)
+    final = served if served is not None else trained_loss
+    run = Run(report.loss_name, report.losses, chance, final, tuple(findings), outputs=outputs,
+              baseline=baseline, accuracy=accuracy, prior_accuracy=prior,
+              trained_loss=trained_loss)  # fmt: skip
+    return run, report
 
 
 def _held_back(stream: DataStream) -> tuple[DataStream, DataStream]:
@@ -314,35 +286,33 @@ Served = tuple[float | None, tuple[OutputLoss, ...]]  # the total loss, each out
 
 def _served_losses(
     model: KerasModel,
-    dataset: Dataset,
+    predicted: Predicted,
     request: LabelRequest,
-    rival: KerasModel | None = None,
+    rival: bool = False,
     hits: Accuracy | None = None,
 ) -> tuple[Served, Served | None]:
     """The compiled loss of the model's predictions (plain arrays) on the held-back batches and,
-    for a model with several outputs, each output's loss and trivial loss on them; and in the
-    same pass, on the same batches, `rival`'s predictions scored by `model`'s loss ((None, ())
-    when they cannot be: another shape); a classifier's hits are counted in `hits`."""
+    for a model with several outputs, each output's loss and trivial loss on them; and, with a
+    `rival`, its predictions of the same batches scored by `model`'s loss ((None, ()) when they
+    cannot be: another shape); a classifier's hits are counted in `hits`."""
     several = len(request.outputs) > 1
     trivial = [TrivialLoss(n, u or 0) for n, u in zip(request.losses, request.units, strict=False)]
     mine = _Tally(len(request.outputs))
-    theirs = _Tally(len(request.outputs)) if rival is not None else None
+    theirs = _Tally(len(request.outputs)) if rival else None
     with contextlib.suppress(Exception):  # a model whose loss cannot be recomputed: no score
         losses = _output_losses(model, len(request.outputs)) if several else []
-        for x, y in dataset.take(SCORED_BATCHES):
-            predicted = model(x, training=False)
-            mine.add(model, x, y, predicted, losses)
+        for x, y, guess, other in predicted:
+            mine.add(model, x, y, guess, losses)
             if hits is not None:
-                hits.add(y, predicted)
+                hits.add(y, guess)
             for labels, prior in zip(
                 keras.tree.flatten(y), trivial if several else [], strict=False
             ):
                 prior.add(np.asarray(labels))
-            if rival is not None and theirs is not None and theirs.usable:
+            if theirs is not None and theirs.usable:
                 theirs.usable = False  # until this batch is scored
-                with contextlib.suppress(Exception):
-                    other = rival(x, training=False)
-                    if _shapes(other) == _shapes(predicted):  # the same outputs, or no score
+                if other is not None and _shapes(other) == _shapes(guess):  # else: no score
+                    with contextlib.suppress(Exception):
                         theirs.add(model, x, y, other, losses)
                         theirs.usable = True
     return mine.result(request, trivial), theirs.result(request, trivial) if theirs else None
@@ -435,30 +405,22 @@ def train(
     *,
     found: Sequence[str] = (),
     rival: KerasModel | None = None,
-) -> tuple[Run, Scored | None]:
+) -> tuple[Run, FitReport | None, KerasModel | None]:
     """Train the model `prepare()` makes ready (`ready`: `fit`'s checks done; trained in
-    place) and summarise the run (a model that cannot be made ready or trained:
-    a run with its error); `found` are its check findings, joined by the training findings.
-    `final` is the loss of the trained model's predictions (`Scored.served`), else the last tenth
-    of the training losses; `baseline` the trained `rival`'s, scored the same way."""
+    place): its run, its fit report and the trained model (a model that cannot be made ready
+    or trained: a run with its error, None, None). `found` are its check findings, joined by
+    the training findings. `final` is the loss of the trained model's predictions, else the
+    last tenth of the training losses; `baseline` the trained `rival`'s, scored the same way."""
     try:
-        scored = train_and_score(prepare(), fit_options, rival=rival)
+        made = prepare()
+        run, report = _trained_run(made, fit_options, found, rival)
     except DataError:  # values no model takes: the data is wrong, as `fit` says
         raise
     except LayergradError as exc:
-        return Run("-", findings=tuple(found), error=str(exc)), None
+        return Run("-", findings=tuple(found), error=str(exc)), None, None
     except Exception as exc:
-        return Run("-", findings=tuple(found), error=describe(exc)), None
-    report = scored.report
-    findings = dict.fromkeys(found)
-    for f in report.findings:
-        findings.setdefault(str(f.code), None)
-    trained = _final(report.losses)
-    final = scored.served if scored.served is not None else trained
-    run = Run(report.loss_name, report.losses, scored.chance, final, tuple(findings),
-              outputs=scored.outputs, baseline=scored.baseline, accuracy=scored.accuracy,
-              prior_accuracy=scored.prior_accuracy, trained_loss=trained)  # fmt: skip
-    return run, scored
+        return Run("-", findings=tuple(found), error=describe(exc)), None, None
+    return run, report, made.model
 
 
 def _final(losses: Sequence[float | None]) -> float | None:

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import tempfile
@@ -134,47 +135,44 @@ def fix_model(
     )
     from layergrad.commands.fix.rules import plan_repairs
 
-    fitting = prepared = None
-    if data is not None:
-        fitting = FitOptions(steps=options.steps, batch_size=options.batch_size, seed=options.seed)
-        prepared = ready(original_file.twin(probe), data, fitting, options.limit)
+    fitting = FitOptions(steps=options.steps, batch_size=options.batch_size, seed=options.seed)
+    # `fit`'s compile first: the check leaves out of the file's info a compiled loss Keras
+    # cannot build (its gradient checks then use a projection), which `fit` refuses
+    prepared = None if data is None else ready(original_file.twin(probe), data, fitting,
+                                               options.limit)  # fmt: skip
     verdict = check_file(path, replace(check, opener=original_file))
     _refuse_unreadable(verdict)
     before = list(check_findings(verdict))
     opened = original_file.get(probe)
     model, info = opened[0].model, opened[0].info
-    labels: dict[str, LabelSummary] = {}
+    labels: Mapping[str, LabelSummary] = {}
     stats: list[InputStats] = []
     original: Run | None = None
-    fit_report = None
-    rival = None  # the trained original, scored by each copy's loss
-    if data is not None and fitting is not None and prepared is not None:
-        labels, stats = data_facts(model, info, data, options.limit, options.batch_size)
-        original, trained = train(lambda: prepared, fitting, found=before)
-        fit_report = trained.report if trained is not None else None
-        rival = trained.model if trained is not None else None
+    fit_report = rival = None  # rival: the trained original, scored by each copy's loss
+    if data is not None and prepared is not None:
+        labels, stats = data_facts(prepared, options.limit)
+        original, fit_report, rival = train(lambda: prepared, fitting, found=before)
         before = list(original.findings)
     plans, unrepaired, notes = plan_repairs(info, before, verdict, labels, stats,
                                             weights_by_layer(model), fit_report)  # fmt: skip
-    base = dict(path=info.path, model_class=type(model).__name__, before=tuple(before),
-                data=None if data is None else os.fspath(data),
-                steps=options.steps if data is not None else None, original=original)  # fmt: skip
+    report = functools.partial(
+        FixReport, path=info.path, model_class=type(model).__name__, before=tuple(before),
+        data=None if data is None else os.fspath(data), original=original,
+        steps=options.steps if data is not None else None, output=None, after=tuple(before),
+    )  # fmt: skip
     if not plans:
         graphless = (  # a subclassed model: its file has no layers to name or change
             (f"{type(model).__name__} is a subclassed model: its file holds no layer graph, so "
              "no layer can be named or changed; its findings keep their hints",)
             if unrepaired and not info.graph.known else ()
         )  # fmt: skip
-        return FixReport(repairs=(), unrepaired=tuple(unrepaired), after=tuple(before),
-                         output=None, notes=graphless,
-                         **base)  # type: ignore[arg-type]  # fmt: skip
+        return report(repairs=(), unrepaired=tuple(unrepaired), notes=graphless)
     try:
         config = model_config(model)
     except BuildError as exc:
         unapplied = tuple(_repair(p, why=f"not applied: {exc}", applied=False) for p in plans)
-        return FixReport(repairs=unapplied, unrepaired=tuple(unrepaired), after=tuple(before),
-                         output=None, notes=(f"no copy written: {exc}",),
-                         **base)  # type: ignore[arg-type]  # fmt: skip
+        return report(repairs=unapplied, unrepaired=tuple(unrepaired),
+                      notes=(f"no copy written: {exc}",))  # fmt: skip
 
     def make(chosen: Sequence[Plan], folder: str, name: str) -> str:
         copy = build(model, config, info.compile_config, chosen, unsafe=unsafe,
@@ -189,10 +187,10 @@ def fix_model(
     def evidence(target: str) -> tuple[tuple[str, ...], Run | None]:
         copy_file = OpenedFile(target, imports, unsafe)  # read back once: checked, trained
         found = check_findings(check_file(target, replace(check, opener=copy_file)))
-        if data is None or fitting is None:
+        if data is None:
             return found, None
-        run, _ = train(lambda: ready(copy_file.get(probe), data, fitting, options.limit),
-                       fitting, found=found, rival=rival)  # fmt: skip
+        run, _, _ = train(lambda: ready(copy_file.get(probe), data, fitting, options.limit),
+                          fitting, found=found, rival=rival)  # fmt: skip
         return run.findings, run
 
     repairs: list[Repair] = []
@@ -265,9 +263,8 @@ def fix_model(
     unrepaired = [u for u in unrepaired if u.code not in lost]
     if plans:
         unrepaired += _still_failing(before, after, repairs, unrepaired)
-    return FixReport(repairs=tuple(repairs), unrepaired=tuple(unrepaired), after=after,
-                     output=written, together=together, notes=tuple(notes),
-                     **base)  # type: ignore[arg-type]  # fmt: skip
+    return report(repairs=tuple(repairs), unrepaired=tuple(unrepaired), after=after,
+                  output=written, together=together, notes=tuple(notes))  # fmt: skip
 
 
 class OpenedFile:
@@ -288,22 +285,12 @@ class OpenedFile:
         return self.opened
 
     def get(self, probe: ProbeOptions) -> Opened:
-        """The file loaded (now, if nothing asked for it yet), with its loaded weights."""
+        """The file loaded (now, if nothing asked for it yet), with the weights it was loaded
+        with put back."""
         opened = self(self.path, probe, None)
-        self.restore()
-        return opened
-
-    @property
-    def model(self) -> KerasModel:
-        assert self.opened is not None, "get() the model first"
-        return self.opened[0].model
-
-    def restore(self) -> None:
-        """Put back the weights the model was loaded with."""
-        if self.opened is None:
-            return
-        for variable, value in zip(self.model.weights, self._start, strict=True):
+        for variable, value in zip(opened[0].model.weights, self._start, strict=True):
             variable.assign(value)
+        return opened
 
     def twin(self, probe: ProbeOptions) -> Opened:
         """A model to train: a clone with the loaded weights (the file loaded again when
