@@ -249,4 +249,3 @@ def merge(shards: tuple[str, ...], fmt: OutputFormat, debug: bool) -> None:
 
     report = merge_reports(shards)
     emit("inspect" if isinstance(report, InspectReport) else "scan", fmt, report)
-

@@ -26,9 +26,9 @@ T = TypeVar("T")
 TRACING = "tracing the step"  # what the bar says before the first batch is done
 
 
-def data_progress(probe: ProbeOptions, quiet: bool) -> contextlib.AbstractContextManager[
-    Progress | None
-]:
+def data_progress(
+    probe: ProbeOptions, quiet: bool
+) -> contextlib.AbstractContextManager[Progress | None]:
     """`sample_progress` for a run with `--data` and without `--quiet`."""
     return sample_progress(probe.data_set is not None and not quiet)
 

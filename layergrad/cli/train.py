@@ -136,7 +136,7 @@ def fit(
         on_notice=note,
     )
     emit("fit", fmt, report)
-    return report.stopped == "target_mismatch" or any(f.code in fail_on for f in report.findings)
+    return report.failed(fail_on)
 
 
 @click.command()

@@ -7,10 +7,12 @@ Inf is kept as `math.nan` / `math.inf` here and written as null in JSON.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from layergrad.core.display import NotebookDisplay
 from layergrad.core.results import Reason
+from layergrad.core.vocab import Finding, Severity
 
 SCHEMA = "layergrad.fit/1"
 
@@ -94,6 +96,15 @@ class FitReport(NotebookDisplay):
     path: str | None = None  # the model file, for `layergrad fit`
     data: str | None = None  # the --data source, for `layergrad fit`
     notes: tuple[str, ...] = field(default=())
+
+    def failed(self, fail_on: Collection[str]) -> bool:
+        """Whether the run fails under `--fail-on`: it was refused before its first step, or
+        it found one of `fail_on`; a label finding whose rule only warns never fails it."""
+        return self.stopped == Finding.TARGET_MISMATCH.value or any(
+            f.code in fail_on
+            and not (f.code is Finding.TARGET_MISMATCH and f.severity is Severity.WARN)
+            for f in self.findings
+        )
 
     @property
     def layer_names(self) -> tuple[str, ...]:

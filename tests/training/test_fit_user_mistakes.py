@@ -138,8 +138,6 @@ BAD_IDS = {
     "nan": (np.where(np.arange(200) == 5, np.nan, np.arange(200) % 4), "NaN or Inf"),
     "inf": (np.where(np.arange(200) == 5, np.inf, np.arange(200) % 4), "NaN or Inf"),
     "negative": (np.where(np.arange(200) == 5, -1, np.arange(200) % 4), "0 or more"),
-    "fraction": (np.where(np.arange(200) == 5, 0.5, np.arange(200) % 4), "whole numbers"),
-    "one_and_a_half": (np.where(np.arange(200) == 5, 1.5, np.arange(200) % 4), "whole numbers"),
     "beyond": (np.where(np.arange(200) == 5, 4, np.arange(200) % 4), "0 to 3 for 4 units"),
     "huge": (np.where(np.arange(200) == 5, 2_000_000_000, np.arange(200) % 4), "0 to 3"),
     "rank_3": (np.zeros((200, 2, 2), "int64"), "shape (2, 2)"),
@@ -160,6 +158,24 @@ def test_every_bad_class_id_is_a_target_mismatch_before_training(files, tmp_path
     assert doc["training"]["steps"] == 0
     assert said in doc["findings"][0]["message"]
     assert grown_kib < 1 << 20  # an id of 2e9 allocates nothing of its size (< 1 GiB)
+
+
+FRACTIONS = {"fraction": 0.5, "one_and_a_half": 1.5}
+
+
+@pytest.mark.parametrize("case", sorted(FRACTIONS))
+def test_fractional_class_ids_warn_and_the_run_goes_on(files, tmp_path, case):
+    """The `fractional_ids` rule warns (the loss cuts a fraction to the id below it, and such
+    models train): `fit` says so at step 0, trains, and the warning alone does not fail it."""
+    x, y = task(200)
+    np.savez(tmp_path / "frac.npz", x=x, y=np.where(np.arange(200) == 5, FRACTIONS[case], y))
+    result = fit(str(files / "mlp.keras"), "--data", str(tmp_path / "frac.npz"), "--steps", "20")
+    doc = json.loads(result.output)
+    assert findings(result) == [("target_mismatch", "head", 0)]
+    said = doc["findings"][0]["message"]
+    assert "whole numbers" in said and "Fix: pass integer class ids" in said
+    assert doc["training"]["steps"] == 20 and doc["training"]["stopped"] is None
+    assert result.exit_code == 0, result.output
 
 
 def test_string_labels_are_one_error_naming_the_labels(files, tmp_path):

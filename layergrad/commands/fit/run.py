@@ -36,7 +36,7 @@ from layergrad.core.probe_options import PathLike
 from layergrad.core.results import Reason
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import Dataset, KerasCallback, KerasModel, Strategy, TensorTree
-from layergrad.core.vocab import Finding
+from layergrad.core.vocab import Finding, Severity
 from layergrad.data.label_stream import Labelled, TrivialLoss, label_keys, open_labelled
 from layergrad.data.sources import DataStream
 from layergrad.data.stall import stall_watch
@@ -94,8 +94,8 @@ def train_loaded(
                 check_unsized(seen, data)
 
         labels = read_labels(model, info, labelled, spec, options.loss, bound, on_batch)
-        if labels.mismatches:  # before the first step, as `check --data` says it
-            report = refused(model, spec.name, labels.mismatches)
+        if labels.refusals:  # before the first step, as `check --data` says it
+            report = refused(model, spec.name, labels.refusals)
             return replace(report, path=info.path, data=os.fspath(data))
         require_samples(labels.samples, data)
         scale = input_scale(model, info, stream)  # the untrained copy, on the first batch
@@ -103,7 +103,7 @@ def train_loaded(
     notes = report.notes
     if labelled.classes:
         notes += (labelled.classes_note(),)
-    found = (scale, *report.findings) if scale is not None else report.findings
+    found = (*labels.warnings, *((scale,) if scale is not None else ()), *report.findings)
     return replace(report, path=info.path, data=os.fspath(data), notes=notes, findings=found)
 
 
@@ -321,6 +321,18 @@ class LabelCheck:
     trivial: float | None
     samples: int
     summaries: Mapping[str, LabelSummary]
+
+    @property
+    def refusals(self) -> tuple[Reason, ...]:
+        """The mismatches that stop a run before its first step (their rules fail)."""
+        return tuple(m for m in self.mismatches if m.severity is Severity.FAIL)
+
+    @property
+    def warnings(self) -> tuple[Reason, ...]:
+        """The mismatches whose rules only warn (such models train: the run goes on and its
+        own findings say whether this one does), as findings at step 0."""
+        said = (m for m in self.mismatches if m.severity is Severity.WARN)
+        return tuple(replace(m, message=str(m), hint="", step=0) for m in said)  # as `refused`
 
 
 def read_labels(

@@ -195,8 +195,8 @@ def _trained_run(
             make.
     """
     model, spec, data = ready.model, ready.spec, ready.data
-    if ready.labels.mismatches:  # `fit` stops here: nothing is trained, its message says why
-        stopped = refused(model, spec.name, ready.labels.mismatches)
+    if ready.labels.refusals:  # `fit` stops here: nothing is trained, its message says why
+        stopped = refused(model, spec.name, ready.labels.refusals)
         said = "; ".join(f"{f.code} at {f.layer}: {f.message}" for f in stopped.findings)
         raise InputError(f"the labels do not fit the outputs (before the first step): {said}")
     if not model.trainable_weights:  # its losses move with the batches alone: no verdict
