@@ -18,15 +18,17 @@ output, a function of the model's outputs (a loss), or the default projection of
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
-from layergrad.core.tf_runtime import tf
+from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import (
     GradientTape,
+    KerasLayer,
     KerasModel,
     KerasVariable,
     Tensor,
@@ -36,6 +38,8 @@ from layergrad.core.tf_types import (
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.engine.layer_calls import (
     Activation,
+    LayerCall,
+    Recorded,
     activation,
     capturing,
     check_all_called,
@@ -134,6 +138,7 @@ def replay(
     seed: int = 0,
     objective: Objective | None = None,
     persistent: bool = True,
+    wrap: Sequence[tuple[KerasLayer, str, None]] | None = None,
 ) -> Replay:
     """One forward pass of `model` on `batch` under a tape, the chosen calls watched.
 
@@ -143,7 +148,8 @@ def replay(
     a random projection of the model's outputs: the sum (or mean) over every floating-point
     output o of `o * R`, R standard normal seeded by `seed`. Unlike the plain sum it is not
     constant for normalised outputs (a softmax sums to 1 per sample, so the gradient of its
-    sum is zero everywhere). `training` runs the model in training mode.
+    sum is zero everywhere). `training` runs the model in training mode. `wrap` names the
+    layers whose calls are recorded when they are not those the sources and targets imply.
     """
     reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
     tensors = [tf.convert_to_tensor(a) for a in batch.arrays]
@@ -177,7 +183,7 @@ def replay(
                 *unique_leaves(iter_layers(model)),
                 *site_groups([t for t in named if t.logits]),
             ]
-        with capturing(groups, on_call) as calls:
+        with capturing(groups if wrap is None else wrap, on_call) as calls:
             outputs = guarded(lambda: forward(model, tensors, training), "the probe batch")
         captured: dict[tuple[str, int], Tensor] = {}
         for site, flat, _ in records:
@@ -246,6 +252,38 @@ def trace_gradients(live: Replay, variables: Sequence[KerasVariable] = ()) -> Tr
         variable_gradients=all_grads[len(watched) :],
         outputs=tuple(produced.get(id(t)) for t in tf.nest.flatten(live.outputs)),
     )
+
+
+def record_calls(model: KerasModel, arrays: Sequence[np.ndarray]) -> Recorded | None:
+    """One replay in inference over `arrays` recording every layer's call, the layers inside
+    custom layers too, nothing watched; None when the model fails on the batch. What `check`
+    reads of the layers' outputs on its probe (the heads' activations, saturated units) comes
+    from it."""
+    leaves = [(path, layer) for layer, path, _ in unique_leaves(iter_layers(model))]
+    inner = [(f"{path}/{sub.name}", sub) for path, layer in leaves for sub in _inside(layer)]
+    groups = unique_leaves([*leaves, *inner])
+    by_path = {path: layer for layer, path, _ in groups}
+    batch = ProbeBatch(tuple(arrays), (), "random", None)
+    try:
+        live = replay(model, batch, (), sources=(), persistent=False, wrap=groups)
+    except Exception:  # the forward check says why
+        return None
+    calls = [
+        LayerCall(site.path, by_path[site.path], list(flat), tf.nest.flatten(args))
+        for site, flat, args in live.records
+        if site.input_index is None
+    ]
+    return Recorded(calls, keras.tree.flatten(live.outputs))
+
+
+def _inside(layer: KerasLayer) -> list[KerasLayer]:
+    flatten = getattr(layer, "_flatten_layers", None)
+    return list(flatten(include_self=False, recursive=True)) if flatten else []
+
+
+def recorder(model: KerasModel, arrays: Sequence[np.ndarray]) -> Callable[[], Recorded | None]:
+    """`record_calls` made on first use, then shared: one replay for every reader."""
+    return functools.cache(functools.partial(record_calls, model, arrays))
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,8 @@ def dynamic(
     from layergrad.commands.session import Session, session_for
     from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
     from layergrad.commands.weight_scan import scan_weights, weights_over
-    from layergrad.engine.layer_calls import BatchFailed, recorder
+    from layergrad.engine.layer_calls import BatchFailed
+    from layergrad.engine.trace import recorder
 
     model = loaded.model
     stream = (
@@ -233,7 +234,7 @@ def _probe_batch(
     """The stream of one probe batch (random, or `--input`; `asked`: a batch the user asked
     for, whose failure is a usage error); None when it cannot be made (recorded)."""
     from layergrad.commands.session import session_for
-    from layergrad.engine.layer_calls import recorder
+    from layergrad.engine.trace import recorder
 
     model = loaded.model
     try:
