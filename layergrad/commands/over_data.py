@@ -170,11 +170,11 @@ class Diagnosis:
 
     def activations(self, index: int, source: Site, target: Site) -> tuple[Activation, Activation]:
         """The source and target activations of batch `index` (for the causes)."""
-        from layergrad.engine import probe
+        from layergrad.engine import trace
         from layergrad.engine.random_layers import drawing_for
 
         with drawing_for(self.model, index):
-            run = probe.run_probe(
+            run = trace.run_probe(
                 self.model,
                 self.batch(index),
                 [source],

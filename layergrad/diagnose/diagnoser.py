@@ -22,9 +22,8 @@ from layergrad.diagnose.activations import activation_name, saturated_fraction
 from layergrad.diagnose.forward_findings import is_constant, reason, unscaled_input
 from layergrad.diagnose.locate import PathView
 from layergrad.engine.layer_calls import Activation
-from layergrad.engine.probe import run_probe
 from layergrad.engine.tf_ops import TracedCall, blocking_ops, trace_call, unsafe_backward_ops
-from layergrad.engine.trace import Trace, run_trace
+from layergrad.engine.trace import Trace, run_probe, run_trace
 from layergrad.model.graph import ModelGraph
 from layergrad.model.layer_refs import (
     LOGITS,

@@ -24,7 +24,8 @@ from layergrad.core.gradient_stats import mean_abs
 from layergrad.core.tf_types import KerasLayer, KerasModel
 from layergrad.diagnose.activations import activation_name, saturated_fraction
 from layergrad.diagnose.locate import finite
-from layergrad.engine.layer_calls import Recorded, record_calls, unique_leaves
+from layergrad.engine.layer_calls import Recorded, unique_leaves
+from layergrad.engine.trace import record_calls
 from layergrad.model.layer_refs import iter_layers
 
 KERNEL_FACTOR = 4.0  # a kernel this many times wider than Keras's initialisers draw: far up
@@ -91,7 +92,7 @@ def saturated_init(
     model: KerasModel, arrays: Sequence[np.ndarray] | Recorded | None
 ) -> SaturatedInit | None:
     """The first layer (in call order) that a kernel scaled far up saturates on `arrays` (the
-    probe batch, or its recorded forward pass `layer_calls.record_calls`), None when there is
+    probe batch, or its recorded forward pass `trace.record_calls`), None when there is
     none or the model fails on the batch."""
     recorded = record_calls(model, arrays) if isinstance(arrays, Sequence) else arrays
     if recorded is None:  # the forward check says why

@@ -55,6 +55,9 @@ class Plan:
     data: bool = False
     seed: int = 0  # of the default target's projection
     keep: bool = False  # one eager batch: keep each watched gradient whole (`Recorder.arrays`)
+    # sources whose units' activity is kept: per unit of the last axis, 1 when its output is
+    # not 0 on some sample (`check`'s dead layers over the data)
+    alive: tuple[Site, ...] = ()
 
 
 @dataclass

@@ -75,6 +75,8 @@ class StreamRun:
     output_spread: tuple[tuple[float, float], ...] = ()
     # with `plan.keep` (one batch): `arrays[t][i]`, the whole gradient of `gradients[t][i]`
     arrays: tuple[tuple[np.ndarray | None, ...], ...] = ()
+    # per site of `plan.alive`, per unit: 1 when its output is not 0 on some sample, else 0
+    alive: tuple[np.ndarray, ...] = ()
 
     def index(self, path: str, call: int = 0) -> int | None:
         """Position of the activation of `path` call `call`, or None if it was not captured."""
@@ -142,6 +144,10 @@ class Step:
         summaries["samples"] = tf.reshape(
             tf.cast(reductions.samples_in(inputs[0]), tf.float64), [1]
         )
+        for i, site in enumerate(self.plan.alive):
+            units = rec.captured[site.key]
+            units = tf.reshape(units, [-1, tf.shape(units)[-1]])
+            summaries[f"alive{i}/gmax"] = tf.reduce_max(tf.cast(units != 0, tf.float64), axis=0)
         floats = [o for o in tf.nest.flatten(outputs) if is_float(o)]
         if not self.plan.data and self.plan.every_leaf and floats:  # scan's one batch: is an
             # output the same for every sample?
@@ -185,6 +191,7 @@ class Step:
             data=self.plan.data,
             traces=self.traces // max(replicas, 1),
             arrays=tuple(tuple(a) for a in arrays) if self.plan.keep else (),
+            alive=tuple(totals[f"alive{i}/gmax"] for i in range(len(self.plan.alive))),
         )
 
     def _kept(self, rec: Record) -> bool:

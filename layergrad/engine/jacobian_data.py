@@ -25,9 +25,8 @@ from layergrad.data.devices import is_multi_worker
 from layergrad.data.stats.accumulators import gather_workers
 from layergrad.engine import jacobian_step
 from layergrad.engine.jacobian_scan import scan_frobenius
-from layergrad.engine.probe import live_probe
 from layergrad.engine.random_layers import drawing_for
-from layergrad.engine.trace import live_trace
+from layergrad.engine.trace import replay
 
 if TYPE_CHECKING:
     from layergrad.data.sources import DataStream
@@ -279,7 +278,7 @@ def inspect_jacobians(
             for t, stats, warnings in found:
                 pairs[t].add(stats, samples, warnings)
         else:  # on the batch's own eager tape
-            live = live_probe(model, batch, [source], sites, training=training, reduce=reduce)
+            live = replay(model, batch, sites, sources=[source], training=training, reduce=reduce)
             for t, (pair, target) in enumerate(zip(pairs, live.targets, strict=True)):
                 why = no_batch_axis(live.sources[0], target)
                 if why:
@@ -360,7 +359,7 @@ def scan_jacobians(
     done = 0
     norms: dict[Key, FrobeniusNorms] = {}
     for b, batch, samples in data_batches(stream, model):
-        live = live_trace(model, batch, target, training=training, reduce=reduce, seed=how.seed)
+        live = replay(model, batch, (target,), training=training, reduce=reduce, seed=how.seed)
         norms, found = scan_frobenius(live, batch_seeded(how, b))
         notes.update(dict.fromkeys(found))
         for key, f in norms.items():

@@ -26,7 +26,7 @@ from layergrad.engine.jacobian import (
     estimated_frobenius,
     frobenius,
 )
-from layergrad.engine.trace import LiveTrace
+from layergrad.engine.trace import Replay
 from layergrad.model.layer_refs import ref_of
 
 SCAN_EXACT_ROWS = 4096  # --exact: at most this many target entries per sample (backward passes)
@@ -35,7 +35,7 @@ Key = tuple[str, int, int]  # (layer path, call, output)
 
 
 def scan_frobenius(
-    live: LiveTrace, options: JacobianOptions
+    live: Replay, options: JacobianOptions
 ) -> tuple[dict[Key, FrobeniusNorms], tuple[str, ...]]:
     """Per-sample Frobenius norms of d target / d each watched activation, and notes.
 
@@ -74,7 +74,7 @@ def scan_frobenius(
             f"estimated from {count} random projections of the target (rel_stderr: the "
             "largest relative standard error of a sample)"
         )
-    target = "outputs" if live.target is None else live.target.site.ref
+    target = "outputs" if live.target_sites[0] is None else live.target_sites[0].ref
     notes = [f"Jacobian norms ‖d {target}[i] / d layer[i]‖F per sample: {how}"]
     if mixing:
         refs = (ref_of((path, call)) for path, call, _ in mixing)

@@ -38,7 +38,7 @@ from layergrad.engine.jacobian import (
     probe_stats,
 )
 from layergrad.engine.linear_map import LinearMap
-from layergrad.engine.probe import live_probe
+from layergrad.engine.trace import replay
 from layergrad.model.layer_refs import Site
 
 MIXING = 3  # the stream of the random cotangent of the batch-independence check
@@ -112,7 +112,7 @@ def estimate_step(
     `size` is the batch size to trace for (default: `batch`'s): a shard whose first batch
     is shorter (the last of the whole run) is padded to it, so that its draws are those of
     one run over the whole data."""
-    live = live_probe(model, batch, [source], list(targets), training=training, reduce=reduce)
+    live = replay(model, batch, targets, sources=[source], training=training, reduce=reduce)
     measured, columns, notes = [], [], []
     missing: dict[int, str] = {}
     for t, target in enumerate(live.targets):
@@ -136,9 +136,7 @@ def estimate_step(
         @tf.function(autograph=False)
         def step(inputs: list[Tensor], seed: Tensor) -> list[tuple[Tensor, ...]]:
             probe = ProbeBatch(tuple(inputs), batch.names, batch.source, None)
-            live = live_probe(
-                model, probe, [source], list(targets), training=training, reduce=reduce
-            )
+            live = replay(model, probe, targets, sources=[source], training=training, reduce=reduce)
             out = []
             for t in measured:
                 lin = LinearMap(live.tape, live.sources[0], live.targets[t])

@@ -9,7 +9,6 @@ for every command and `fit`), and checks that the requested calls ran.
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -20,7 +19,7 @@ from layergrad.core.errors import InputError, LayerNotFound, op_message
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import GradientTape, KerasLayer, KerasModel, Tensor, TensorTree
 from layergrad.engine import random_layers
-from layergrad.model.layer_refs import LOGITS, Site, iter_layers, split_logits
+from layergrad.model.layer_refs import LOGITS, Site, split_logits
 
 T = TypeVar("T")
 
@@ -64,38 +63,6 @@ class Recorded:
 
     calls: list[LayerCall]
     outputs: list[Tensor]
-
-
-def record_calls(model: KerasModel, arrays: Sequence[np.ndarray]) -> Recorded | None:
-    """One forward pass in inference over `arrays` recording every layer's call, the layers
-    inside custom layers too; None when the model fails on the batch. What `check` reads of
-    the layers' outputs on its probe (the heads' activations, saturated units) comes from it."""
-    calls: list[LayerCall] = []
-    leaves = [(path, layer) for layer, path, _ in unique_leaves(iter_layers(model))]
-    inner = [(f"{path}/{sub.name}", sub) for path, layer in leaves for sub in _inside(layer)]
-    groups = unique_leaves([*leaves, *inner])
-    by_path = {path: layer for layer, path, _ in groups}
-
-    def handle(key: tuple[str, int], flat: list[Tensor], args: TensorTree) -> list[Tensor]:
-        calls.append(LayerCall(key[0], by_path[key[0]], list(flat), tf.nest.flatten(args)))
-        return flat
-
-    try:
-        with capturing(groups, handle):
-            out = forward(model, [tf.constant(a) for a in arrays], training=False)
-        return Recorded(calls, keras.tree.flatten(out))
-    except Exception:  # the forward check says why
-        return None
-
-
-def _inside(layer: KerasLayer) -> list[KerasLayer]:
-    flatten = getattr(layer, "_flatten_layers", None)
-    return list(flatten(include_self=False, recursive=True)) if flatten else []
-
-
-def recorder(model: KerasModel, arrays: Sequence[np.ndarray]) -> Callable[[], Recorded | None]:
-    """`record_calls` made on first use, then shared: one forward pass for every reader."""
-    return functools.cache(functools.partial(record_calls, model, arrays))
 
 
 def unique_leaves(layers: Iterable[tuple[str, KerasLayer]]) -> list[tuple[KerasLayer, str, None]]:

@@ -1,19 +1,31 @@
-"""One forward pass that watches every leaf-layer call, and the gradient of one target with
-respect to all of them in one backward pass: the engine of `scan` and of the diagnosis.
+"""The replay of one batch: one eager forward pass under one tape that keeps whole arrays, for
+a diagnosis (`inspect`'s and `scan`'s), the Jacobian measures and `check`'s layer rules.
 
-The target is a layer's output, a function of the model's outputs (a loss), or the default
-projection of the outputs (`projection.py`); the same pass gives gradients of variables.
+The watched calls are captured *as they are produced*: each chosen layer's `call` is wrapped
+for the pass (`layer_calls.wrapped`, restored in `finally`), and a fresh copy of a watched
+output is `tape.watch`-ed and handed on in its place. Everything downstream reads the very
+tensor we watch, so the gradient is right for any graph: branches that bypass the layer act as
+constants (even around a layer that returns its input), residual paths count, nested models
+and shared layers work because capture happens at the call. Building
+`keras.Model(model.inputs, layer.output)` instead returns None on a Sequential reloaded from
+a file (stale call records), with no error.
+
+`replay` watches every leaf-layer call (a trace: `scan`, the diagnosis) or only the chosen
+sources (`inspect`'s probe, the Jacobians between two layers); each target is a layer's
+output, a function of the model's outputs (a loss), or the default projection of the outputs
+(`projection.py`). `run_trace` and `run_probe` differentiate it.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
-from layergrad.core.tf_runtime import tf
+from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import (
     GradientTape,
     KerasLayer,
@@ -26,9 +38,12 @@ from layergrad.core.tf_types import (
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.engine.layer_calls import (
     Activation,
+    LayerCall,
+    Recorded,
     activation,
     capturing,
     check_all_called,
+    check_input_call,
     forward,
     fresh,
     gradients_of,
@@ -42,6 +57,9 @@ from layergrad.model.layer_refs import Site, input_names, iter_layers
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+Objective = Callable[[TensorTree], Tensor]  # the model's outputs -> the scalar to differentiate
+Record = tuple[Site, tuple[Tensor, ...], TensorTree]  # a call, its outputs as passed on, its args
 
 
 @dataclass(frozen=True)
@@ -75,16 +93,124 @@ class Trace:
         return None
 
 
-Objective = Callable[[TensorTree], Tensor]  # the model's outputs -> the scalar to differentiate
+@dataclass(frozen=True)
+class Replay:
+    """One forward pass still on its tape, nothing differentiated yet.
+
+    `records` holds (site, the call's flattened outputs as passed on, its positional
+    arguments) of each captured call, model inputs first; `outputs` is what the model returned.
+    `sources[i]` is the watched tensor of source `i` (none when every leaf is watched);
+    `targets[j]` the tensor of target `j` (None for the projection or objective of the outputs)
+    and `scalars[j]` the scalar differentiated for it (None for an integer target). `ends` are
+    the unreduced tensors the first target is made of (every floating-point model output, or
+    the target's tensor), for measures that need more than one gradient (`jacobian_scan.py`).
+    With a persistent tape any number of gradients, vector-Jacobian products and Jacobians can
+    be taken from it (`jacobian.py`).
+    """
+
+    tape: GradientTape
+    records: tuple[Record, ...]
+    outputs: TensorTree
+    target_sites: tuple[Site | None, ...]
+    sources: tuple[Tensor, ...]
+    targets: tuple[Tensor | None, ...]
+    scalars: tuple[Tensor | None, ...]
+    ends: tuple[Tensor, ...]
 
 
-class TraceKeywords(TypedDict, total=False):
-    """The keywords `run_trace` passes on to `live_trace`."""
+class ReplayKeywords(TypedDict, total=False):
+    """The keywords `run_trace` and `run_probe` pass on to `replay`."""
 
     training: bool
     reduce: str
     seed: int
     objective: Objective | None
+
+
+def replay(
+    model: KerasModel,
+    batch: ProbeBatch,
+    targets: Sequence[Site | None] = (None,),
+    *,
+    sources: Sequence[Site] | None = None,
+    training: bool = False,
+    reduce: str = "sum",
+    seed: int = 0,
+    objective: Objective | None = None,
+    persistent: bool = True,
+    wrap: Sequence[tuple[KerasLayer, str, None]] | None = None,
+) -> Replay:
+    """One forward pass of `model` on `batch` under a tape, the chosen calls watched.
+
+    `sources=None` watches every leaf-layer call (each floating-point output) and every model
+    input; otherwise the first output of each source. Each target is reduced to a scalar by
+    `reduce` ("sum" or "mean"); a None target is `objective(outputs)` when given (a loss), else
+    a random projection of the model's outputs: the sum (or mean) over every floating-point
+    output o of `o * R`, R standard normal seeded by `seed`. Unlike the plain sum it is not
+    constant for normalised outputs (a softmax sums to 1 per sample, so the gradient of its
+    sum is zero everywhere). `training` runs the model in training mode. `wrap` names the
+    layers whose calls are recorded when they are not those the sources and targets imply.
+    """
+    reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
+    tensors = [tf.convert_to_tensor(a) for a in batch.arrays]
+    named = [t for t in targets if t is not None]
+    every = sources is None
+    chosen = [*(sources or ()), *named]
+    watched = {s.key for s in sources or ()}
+    records: list[Record] = []
+    tape = tf.GradientTape(persistent=persistent)
+    with tape:
+
+        def on_call(key: tuple[str, int], flat: list[Tensor], args: TensorTree) -> list[Tensor]:
+            if every or key in watched:  # every float output, or a source's first
+                flat = [fresh(t) if is_float(t) and (every or i == 0) else t
+                        for i, t in enumerate(flat)]  # fmt: skip
+                tape.watch([t for t in flat[: None if every else 1] if is_float(t)])
+            records.append((Site.of_call(key), tuple(flat), args))
+            return flat
+
+        for site in chosen:
+            if site.input_index is not None:
+                check_input_call(site)
+        inputs = {s.input_index for s in sources or ()}
+        for i, (name, tensor) in enumerate(zip(input_names(model), tensors, strict=False)):
+            if is_float(tensor) and (every or i in inputs):
+                tape.watch(tensor)
+            records.append((Site(ref=name, path=name, call=0, input_index=i), (tensor,), None))
+        groups = site_groups(chosen)
+        if every:  # and the values before an activation a target names
+            groups = [
+                *unique_leaves(iter_layers(model)),
+                *site_groups([t for t in named if t.logits]),
+            ]
+        with capturing(groups if wrap is None else wrap, on_call) as calls:
+            outputs = guarded(lambda: forward(model, tensors, training), "the probe batch")
+        captured: dict[tuple[str, int], Tensor] = {}
+        for site, flat, _ in records:
+            captured.setdefault(site.key, flat[0])
+        check_all_called(chosen, captured, calls)
+        found = tuple(None if t is None else captured[t.key] for t in targets)
+        floats = tuple(o for o in tf.nest.flatten(outputs) if is_float(o))
+        ends = [floats if t is None else (t,) if is_float(t) else () for t in found]
+        scalars: list[Tensor | None] = []
+        for target, tensor, made in zip(targets, found, ends, strict=True):
+            if target is not None:
+                scalars.append(reducer(tensor) if made else None)
+            elif objective is not None:
+                scalars.append(objective(outputs))
+            else:
+                rows = int(made[0].shape[0]) if made and made[0].shape.rank else 1
+                scalars.append(project(outputs, tf.range(rows), seed, reducer))
+    return Replay(
+        tape=tape,
+        records=tuple(records),
+        outputs=outputs,
+        target_sites=tuple(targets),
+        sources=tuple(captured[s.key] for s in sources or ()),
+        targets=found,
+        scalars=tuple(scalars),
+        ends=ends[0] if ends else (),
+    )
 
 
 def run_trace(
@@ -93,100 +219,19 @@ def run_trace(
     target: Site | None = None,
     *,
     variables: Sequence[KerasVariable] = (),
-    **how: Unpack[TraceKeywords],
+    **how: Unpack[ReplayKeywords],
 ) -> Trace:
-    """Capture and watch every leaf-layer call; one backward pass from `target` to all of them.
-
-    `how` runs the model in training mode (`training`), reduces the target by `reduce` ("sum"
-    or "mean"), seeds the projection (`seed`) or replaces it by `objective` (see `live_trace`).
-
-    With `target=None` the target is `objective(outputs)` when given (a loss), else a random
-    projection of the model's outputs: the sum (or mean) over every floating-point output o of
-    `o * R`, R standard normal seeded by `seed`. Unlike the plain sum it is not constant for
-    normalised outputs (a softmax sums to 1 per sample, so the gradient of its sum is zero
-    everywhere). The same backward pass gives the gradients of `variables`. This is the
-    engine of `scan` and of the diagnosis of a failed `inspect`.
-    """
-    live = live_trace(model, batch, target, persistent=False, **how)
-    return trace_gradients(live, variables)
+    """Watch every leaf-layer call of one replay; one backward pass from `target` (see
+    `replay`) to all of them, and to `variables`: the engine of the diagnosis of `inspect`
+    and `scan`, and of `scan --wrt weights`' causes."""
+    return trace_gradients(replay(model, batch, (target,), persistent=False, **how), variables)
 
 
-@dataclass(frozen=True)
-class LiveTrace:
-    """The forward pass of `run_trace` still on its tape, nothing differentiated yet.
-
-    `records` holds (site, the call's flattened outputs as passed on, its positional
-    arguments), model inputs first; `outputs` is what the model returned; `scalar` is the
-    target `run_trace` differentiates; `ends` are the unreduced tensors the target is made
-    of (every floating-point model output, or the target site's tensor), for measures that
-    need more than one gradient (`jacobian_scan.py`).
-    """
-
-    tape: GradientTape
-    records: tuple[tuple[Site, tuple[Tensor, ...], TensorTree], ...]
-    outputs: TensorTree
-    ends: tuple[Tensor, ...]
-    scalar: Tensor
-    target: Activation | None
-
-
-def live_trace(
-    model: KerasModel,
-    batch: ProbeBatch,
-    target: Site | None = None,
-    *,
-    training: bool = False,
-    reduce: str = "sum",
-    seed: int = 0,
-    objective: Objective | None = None,
-    persistent: bool = True,
-) -> LiveTrace:
-    """The forward pass of `run_trace` (args as there), every leaf-layer call watched."""
-    reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
-    tensors = [tf.convert_to_tensor(a) for a in batch.arrays]
-    records: list[tuple[Site, tuple[Tensor, ...], TensorTree]] = []
-    tape = tf.GradientTape(persistent=persistent)
-    with tape:
-
-        def on_call(key: tuple[str, int], flat: list[Tensor], args: TensorTree) -> list[Tensor]:
-            copies = [fresh(t) if is_float(t) else t for t in flat]
-            for t in copies:
-                if is_float(t):
-                    tape.watch(t)
-            records.append((Site.of_call(key), tuple(copies), args))
-            return copies
-
-        for i, (name, tensor) in enumerate(zip(input_names(model), tensors, strict=False)):
-            if is_float(tensor):
-                tape.watch(tensor)
-            records.append((Site(ref=name, path=name, call=0, input_index=i), (tensor,), None))
-        groups: list[tuple[KerasLayer, str, set[int] | None]] = [*unique_leaves(iter_layers(model))]
-        if target is not None and target.logits:  # its value before the activation: a call
-            groups += site_groups([target])
-        with capturing(groups, on_call) as calls:
-            outputs = guarded(lambda: forward(model, tensors, training), "the probe batch")
-        target_act = None
-        ends = tuple(o for o in tf.nest.flatten(outputs) if is_float(o))
-        if target is not None:
-            found = [f for s, f, _ in records if s.key == target.key]
-            if not found:
-                check_all_called([target], {}, calls)
-            ends = (found[0][0],) if is_float(found[0][0]) else ()
-            scalar = reducer(found[0][0]) if ends else None
-            target_act = activation(target, found[0][0])
-        elif objective is not None:
-            scalar = objective(outputs)
-        else:
-            rows = int(ends[0].shape[0]) if ends and ends[0].shape.rank else 1
-            scalar = project(outputs, tf.range(rows), seed, reducer)
-    return LiveTrace(tape, tuple(records), outputs, ends, scalar, target_act)
-
-
-def trace_gradients(live: LiveTrace, variables: Sequence[KerasVariable] = ()) -> Trace:
+def trace_gradients(live: Replay, variables: Sequence[KerasVariable] = ()) -> Trace:
     """The backward pass of `run_trace`: d target / d every watched call (and `variables`)."""
     records = live.records
     watched = [t for _, flat, _ in records for t in flat]
-    all_grads = gradients_of(live.tape, live.scalar, [*watched, *variables])
+    all_grads = gradients_of(live.tape, live.scalars[0], [*watched, *variables])
     flat_grads = iter(all_grads[: len(watched)])
     activations, gradients = [], []
     for site, flat, _ in records:
@@ -197,14 +242,74 @@ def trace_gradients(live: LiveTrace, variables: Sequence[KerasVariable] = ()) ->
         activations.append(activation(site, flat[k], output=k))
         gradients.append(grads[k])
     produced = {id(t): i for i, (_, flat, _) in enumerate(records) for t in flat}
+    aim, tensor = live.target_sites[0], live.targets[0]
     return Trace(
         activations=tuple(activations),
         gradients=tuple(gradients),
-        target=live.target,
+        target=None if aim is None else activation(aim, tensor),
         args=tuple(_specs(args) for _, _, args in records),
         arg_sources=tuple(_sources(args, produced) for _, _, args in records),
         variable_gradients=all_grads[len(watched) :],
         outputs=tuple(produced.get(id(t)) for t in tf.nest.flatten(live.outputs)),
+    )
+
+
+def record_calls(model: KerasModel, arrays: Sequence[np.ndarray]) -> Recorded | None:
+    """One replay in inference over `arrays` recording every layer's call, the layers inside
+    custom layers too, nothing watched; None when the model fails on the batch. What `check`
+    reads of the layers' outputs on its probe (the heads' activations, saturated units) comes
+    from it."""
+    leaves = [(path, layer) for layer, path, _ in unique_leaves(iter_layers(model))]
+    inner = [(f"{path}/{sub.name}", sub) for path, layer in leaves for sub in _inside(layer)]
+    groups = unique_leaves([*leaves, *inner])
+    by_path = {path: layer for layer, path, _ in groups}
+    batch = ProbeBatch(tuple(arrays), (), "random", None)
+    try:
+        live = replay(model, batch, (), sources=(), persistent=False, wrap=groups)
+    except Exception:  # the forward check says why
+        return None
+    calls = [
+        LayerCall(site.path, by_path[site.path], list(flat), tf.nest.flatten(args))
+        for site, flat, args in live.records
+        if site.input_index is None
+    ]
+    return Recorded(calls, keras.tree.flatten(live.outputs))
+
+
+def _inside(layer: KerasLayer) -> list[KerasLayer]:
+    flatten = getattr(layer, "_flatten_layers", None)
+    return list(flatten(include_self=False, recursive=True)) if flatten else []
+
+
+def recorder(model: KerasModel, arrays: Sequence[np.ndarray]) -> Callable[[], Recorded | None]:
+    """`record_calls` made on first use, then shared: one replay for every reader."""
+    return functools.cache(functools.partial(record_calls, model, arrays))
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """`gradients[t][s]` is d reduce(target t) / d source s, or None."""
+
+    sources: tuple[Activation, ...]
+    targets: tuple[Activation, ...]
+    gradients: tuple[tuple[np.ndarray | None, ...], ...]
+
+
+def run_probe(
+    model: KerasModel,
+    batch: ProbeBatch,
+    sources: Sequence[Site],
+    targets: Sequence[Site],
+    **how: Unpack[ReplayKeywords],
+) -> ProbeRun:
+    """One replay watching `sources`, and per target one backward pass to them (`replay`);
+    a gradient is None where the tape found no differentiable path."""
+    live = replay(model, batch, targets, sources=sources, persistent=len(targets) > 1, **how)
+    watched = list(live.sources)
+    return ProbeRun(
+        sources=tuple(activation(s, t) for s, t in zip(sources, watched, strict=True)),
+        targets=tuple(activation(s, t) for s, t in zip(targets, live.targets, strict=True)),
+        gradients=tuple(gradients_of(live.tape, scalar, watched) for scalar in live.scalars),
     )
 
 

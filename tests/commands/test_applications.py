@@ -12,7 +12,7 @@ import pytest
 from helpers import keras, tf
 
 from layergrad.data.probe_input import ProbeBatch
-from layergrad.engine.probe import run_probe
+from layergrad.engine.trace import run_probe
 from layergrad.model.layer_refs import resolve
 
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ from layergrad.commands.check.verdicts import Add, CheckOptions
 from layergrad.core.errors import LayergradError, UsageError, describe
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import ScanReport, ScanRow, WeightScanReport
-from layergrad.core.tf_types import KerasModel, Strategy, Tensor
+from layergrad.core.tf_types import KerasModel, Strategy
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
 
@@ -103,7 +103,8 @@ def dynamic(
     from layergrad.commands.session import Session, session_for
     from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
     from layergrad.commands.weight_scan import scan_weights, weights_over
-    from layergrad.engine.layer_calls import BatchFailed, recorder
+    from layergrad.engine.layer_calls import BatchFailed
+    from layergrad.engine.trace import recorder
 
     model = loaded.model
     stream = (
@@ -233,7 +234,7 @@ def _probe_batch(
     """The stream of one probe batch (random, or `--input`; `asked`: a batch the user asked
     for, whose failure is a usage error); None when it cannot be made (recorded)."""
     from layergrad.commands.session import session_for
-    from layergrad.engine.layer_calls import recorder
+    from layergrad.engine.trace import recorder
 
     model = loaded.model
     try:
@@ -306,44 +307,20 @@ def _dead_over_data(
     strategy: Strategy | None,
 ) -> WeightScanReport:
     """The weight scan with only the dead layers of its batch that are dead for every sample
-    of the data (every worker's): one more forward pass over the data (`over_batches`, each
-    unit's largest |output| != 0), only when a layer is dead."""
-    import threading
-
+    of the data (every worker's): one more pass of the measured step over the data, nothing
+    differentiated, each unit's activity kept (`Plan.alive`), only when a layer is dead."""
     import numpy as np
 
     from layergrad.core.gradient_stats import DEAD_FRACTION
-    from layergrad.core.keras_backend import quiet_import
-    from layergrad.engine import step_calls as calls
-    from layergrad.engine.layer_calls import forward, site_groups, wrapped
+    from layergrad.engine.data_step import Plan, run_stream
     from layergrad.model.layer_refs import resolve
 
     if not weights.dead_layers:
         return weights
-    tf, _ = quiet_import()
-    strategy = strategy or tf.distribute.get_strategy()
-    sites = [resolve(model, ref) for ref, _ in weights.dead_layers]
-    spread = not calls.is_default(strategy)  # a replica's share of a batch may be empty
-    local = threading.local()  # each replica (a thread) records its own calls
-
-    def replica_step(batch: tuple[Tensor, ...]) -> dict[str, Tensor]:
-        inputs, samples = batch[: len(batches.specs)], batch[-1]
-        empty = tf.equal(tf.size(samples), 0)
-        inputs = calls.pad_if_empty(inputs, samples, empty)[0] if spread else inputs
-        seen: dict[tuple[str, int], list[Tensor]] = {}
-        local.route = (lambda key, flat, _: seen.setdefault(key, flat), {})
-        forward(model, list(inputs), training)
-        del local.route
-        out = {"samples": tf.reshape(tf.cast(tf.size(samples), tf.float64), [1])}
-        for i, site in enumerate(sites):  # 1 where a unit's output is not 0 on some sample
-            units = tf.reshape(seen[site.key][0], [-1, tf.shape(seen[site.key][0])[-1]])
-            out[f"{i}/gmax"] = tf.reduce_max(tf.cast(units != 0, tf.float64), axis=0)
-        return calls.masked(out, empty) if spread else out
-
-    route = lambda: getattr(local, "route", None)  # noqa: E731
-    with calls.moving_statistics_kept(model, training), wrapped(site_groups(sites), route):
-        totals = calls.over_batches(batches, strategy, replica_step, model=model).totals
-    shares = [float(np.mean(totals[f"{i}/gmax"] <= 0)) for i in range(len(sites))]
+    sites = tuple(resolve(model, ref) for ref, _ in weights.dead_layers)
+    plan = Plan(sources=sites, targets=(), training=training, data=True, alive=sites)
+    run = run_stream(model, plan, batches, strategy)
+    shares = [float(np.mean(units <= 0)) for units in run.alive]
     dead = tuple(
         (ref, share)
         for (ref, _), share in zip(weights.dead_layers, shares, strict=True)

@@ -177,7 +177,7 @@ def judge_on_random_probe(
 ) -> None:
     """`judge_on_probe` on a random probe batch, drawn if a head needs it (`check --data`
     streams its data later)."""
-    from layergrad.engine.layer_calls import record_calls  # TensorFlow
+    from layergrad.engine.trace import record_calls  # TensorFlow
 
     def recorded() -> Recorded | None:
         try:
