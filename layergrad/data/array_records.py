@@ -1,15 +1,11 @@
 """`.npy` and `.npz` files as `--data`: rows read in place by tf.data, a batch at a time.
 
-A `.npy`, and a `.npz` written with `np.savez`, hold their rows as fixed-length records:
-`tf.data.FixedLengthRecordDataset` reads them straight from the file, skipping the header and
-footer bytes, and each batch is decoded and cast to the input's dtype in the graph (unsigned
-32- and 64-bit integers, which `tf.io.decode_raw` does not read, are read as signed ones and
-bitcast). Integers outside the dtype, floats that overflow it, and float ids that are NaN,
-infinite or beyond int32 are refused as `--input` refuses them, by a check in the graph whose
-message names the file's row (`data/value_checks.py`). Members of
-`np.savez_compressed` are inflated as they are read, a batch at a time. Under `--distribute
-multi-worker` a worker's part is a contiguous range of rows, cut as header and footer bytes
-(`records_part`). Every array is checked against the inputs from its header first.
+A `.npy`, and a `.npz` written with `np.savez`, hold their rows as fixed-length records that
+`tf.data.FixedLengthRecordDataset` reads straight from the file, decoded and cast in the graph
+(unsigned 32- and 64-bit integers read as signed and bitcast), the values checked as `--input`
+checks them (`data/value_checks.py`). Text, Fortran-ordered arrays and members of
+`np.savez_compressed` are read in Python, a batch at a time. A worker's part is a contiguous
+range of rows, cut as header and footer bytes (`records_part`).
 """
 
 from __future__ import annotations
@@ -21,13 +17,18 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from layergrad.core.errors import InputError
-from layergrad.core.limits import MAX_TEXT_BATCH_BYTES, human
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, Tensor, TensorSpec, TFDType
 from layergrad.data.functions import Failure, python_dataset
 from layergrad.data.preflight import input_layouts, input_readers, npy_input_layout
 from layergrad.data.shards import Part, Shard, part_rows
-from layergrad.data.value_checks import InputSpec, checked, fit_array, fitted_cast
+from layergrad.data.value_checks import (
+    InputSpec,
+    checked,
+    fit_array,
+    fitted_cast,
+    text_budget,
+)
 from layergrad.files.array_files import NpyLayout, NpyRows
 
 
@@ -210,14 +211,9 @@ def _chunks(
     while left > 0:
         n = min(batch_size, left)
         for r in readers:
-            if r.dtype.kind in TEXT and n * r.row_bytes > MAX_TEXT_BATCH_BYTES:
-                raise InputError(
-                    f"--data {r.label}: a batch of {n} rows of text takes "
-                    f"{human(n * r.row_bytes)} ({r.dtype}: numpy keeps every string as wide as "
-                    f"the longest), more than the {human(MAX_TEXT_BATCH_BYTES)} a batch of text "
-                    f"may take; pass --batch-size {max(1, MAX_TEXT_BATCH_BYTES // r.row_bytes)} "
-                    "or less, or shorten the longest strings"
-                )
+            if r.dtype.kind in TEXT:
+                text_budget(f"--data {r.label}: a batch of {n} rows of text", n * r.row_bytes, n,
+                            r.dtype)  # fmt: skip
         yield start, [r.read(n) for r in readers]
         left -= n
         start += n

@@ -1,13 +1,7 @@
-"""A `--data` folder of images: every entry checked before it is opened, every size checked
-before it is decoded.
-
-The folder is listed the way Keras's `image_dataset_from_directory` lists it (sub-folders by
-path, files sorted in each; for labels, class by class: `class_listing`), but each image is
-first `os.stat`-ed with links followed (a FIFO would block the reader, a link to `/dev/zero`
-never ends) and its header read: the width and height of a PNG, JPEG, GIF or BMP are in its
-first bytes, so an image that would decode to more than MAX_IMAGE_PIXELS pixels (a 1.6 MB PNG
-can declare 2 GB of pixels) is refused by name before anything is decoded, without
-TensorFlow. Decoding then happens in tf.data (`data/sources.py`).
+"""A `--data` folder of images, listed as Keras's `image_dataset_from_directory` lists it
+(`class_listing` for the labels): each entry `os.stat`-ed with links followed (a FIFO would
+block) and its header read, so an image over MAX_IMAGE_PIXELS is refused by name before
+anything is decoded, without TensorFlow. Decoding happens in tf.data (`data/sources.py`).
 """
 
 from __future__ import annotations

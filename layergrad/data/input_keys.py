@@ -46,3 +46,18 @@ def input_keys(names: Collection[str], inputs: Sequence[str], where: str) -> dic
 def is_label(name: str) -> bool:
     """Whether an `.npz` key holds labels: `y`, or `y:NAME` for the output NAME."""
     return name == "y" or name.startswith("y:")
+
+
+def array_keys(names: Sequence[str | None], inputs: Sequence[str], where: str) -> list[str | None]:
+    """The key of each input's array among a file's arrays `names` (`[None]`: a `.npy`, whose
+    one array feeds a model with one input)."""
+    if list(names) == [None]:
+        if len(inputs) != 1:
+            raise InputError(
+                f"{where} holds one array but the model has {len(inputs)} inputs "
+                f"({', '.join(inputs)}); save them with np.savez(FILE, **{{name: array}}) and "
+                "pass the .npz."
+            )
+        return [None]
+    keys = input_keys([n for n in names if n is not None], inputs, where)
+    return [keys[n] for n in inputs]

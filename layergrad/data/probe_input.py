@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from layergrad.core.errors import InputError, UsageError
-from layergrad.core.limits import MAX_TEXT_BATCH_BYTES, human
+from layergrad.core.limits import human
 from layergrad.core.tf_types import KerasModel
-from layergrad.data.input_keys import input_keys, is_label
+from layergrad.data.input_keys import array_keys, is_label
 from layergrad.data.input_kinds import (
     SIMPLE_TOKENS,
     InputDraw,
@@ -22,7 +22,14 @@ from layergrad.data.input_kinds import (
     id_inputs,
     text_bytes,
 )
-from layergrad.data.value_checks import InputSpec, dtype_kind, fit_array, tf_dtype
+from layergrad.data.value_checks import (
+    InputSpec,
+    dtype_kind,
+    fit_array,
+    same_rows,
+    text_budget,
+    tf_dtype,
+)
 from layergrad.files.array_files import ArrayHeader, read_arrays, read_headers
 
 UNKNOWN_DIM = 16  # size used for a non-batch dimension the model leaves open (None)
@@ -67,10 +74,6 @@ def input_specs(model: KerasModel) -> tuple[InputSpec, ...]:
         )
         for t in tensors
     )
-
-
-def _label(name: str | None) -> bool:
-    return name is not None and is_label(name)
 
 
 def built_input_specs(model: KerasModel) -> tuple[InputSpec, ...] | None:
@@ -181,13 +184,17 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
     input's dtype are refused.
     """
     text = os.fspath(path)
-    _text_within_budget(read_headers(text), text)  # before a wide text array is read
+    for h in read_headers(text):  # before a wide text array is read
+        if h.dtype.kind in "US":
+            label = f"array {h.name!r}" if h.name is not None else "its text"
+            text_budget(f"--input {text}: {label}", h.nbytes, h.shape[0] if h.shape else 1,
+                        h.dtype, "save {} rows or fewer")  # fmt: skip
     headers, arrays = read_arrays(text)
     _require_rows(headers, text)
     names = [h.name for h in headers]
     if specs is None:  # the inputs are the arrays but the labels (`y`, `y:NAME`)
-        kept = [(n or "input", a) for n, a in zip(names, arrays, strict=True) if not _label(n)]
-        given = {n: a for n, a in zip(names, arrays, strict=True) if n and _label(n)}
+        given = {n: a for n, a in zip(names, arrays, strict=True) if n and is_label(n)}
+        kept = [(n or "input", a) for n, a in zip(names, arrays, strict=True) if n not in given]
         if not kept:
             raise InputError(
                 f"--input {text} holds only labels ({', '.join(given)}); save the inputs "
@@ -195,28 +202,12 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
             )
         keys = tuple(n for n, _ in kept)
         return ProbeBatch(tuple(a for _, a in kept), keys, text, None, given or None)
-    labels = None
-    if names == [None]:
-        if len(specs) != 1:
-            raise InputError(
-                f"--input {text} holds one array but the model has {len(specs)} inputs "
-                f"({', '.join(s.name for s in specs)}); save them with "
-                "np.savez(FILE, **{name: array}) and pass the .npz."
-            )
-        chosen = list(arrays)
-    else:
-        by_name = dict(zip(names, arrays, strict=True))
-        where = f"--input {text}"
-        fed = input_keys([n for n in names if n is not None], [s.name for s in specs], where)
-        chosen = [by_name[fed[s.name]] for s in specs]
-        labels = {k: a for k, a in by_name.items() if k is not None and is_label(k)} or None
+    by_name = dict(zip(names, arrays, strict=True))
+    fed = array_keys(names, [s.name for s in specs], f"--input {text}")
+    chosen = [by_name[k] for k in fed]
+    labels = {k: a for k, a in by_name.items() if k is not None and is_label(k)} or None
     checked = tuple(fit_array(a, s, f"--input {text}") for a, s in zip(chosen, specs, strict=True))
-    sizes = {a.shape[0] for a in checked}
-    if len(sizes) > 1:
-        raise InputError(
-            f"--input {text}: the arrays have different batch sizes {sorted(sizes)}; give every "
-            "input the same number of rows"
-        )
+    same_rows(f"--input {text}", [s.name for s in specs], [len(a) for a in checked])
     return ProbeBatch(checked, tuple(s.name for s in specs), text, None, labels)
 
 
@@ -229,20 +220,6 @@ def peek_rows(path: str | os.PathLike[str]) -> int:
     headers = read_headers(os.fspath(path))
     _require_rows(headers, os.fspath(path))
     return max(h.shape[0] for h in headers)
-
-
-def _text_within_budget(headers: Sequence[ArrayHeader], source: str) -> None:
-    for header in headers:
-        if header.dtype.kind in "US" and header.nbytes > MAX_TEXT_BATCH_BYTES:
-            label = f"array {header.name!r}" if header.name is not None else "its text"
-            row = max(1, header.nbytes // max(1, header.shape[0] if header.shape else 1))
-            raise InputError(
-                f"--input {source}: {label} takes {human(header.nbytes)} ({header.dtype}: "
-                "numpy keeps every string as wide as the longest), more than the "
-                f"{human(MAX_TEXT_BATCH_BYTES)} a batch of text may take; save "
-                f"{max(1, MAX_TEXT_BATCH_BYTES // row)} rows or fewer, or shorten the longest "
-                "strings"
-            )
 
 
 def _require_rows(headers: Sequence[ArrayHeader], source: str) -> None:

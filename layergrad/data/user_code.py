@@ -1,16 +1,11 @@
 """Load the function of `--data FILE.py:function` / `module:function`, and call it safely.
 
-`FILE.py` is imported from its path (its folder first on `sys.path`, so it can import its
-neighbours), after a check that it is a regular file; `module` is imported from the working
-directory as `python -m` would. Whatever the user's code raises while it is imported, called
-or iterated, `SystemExit` included (a gate must never pass by `sys.exit(0)`), becomes one
-`InputError` line that names it.
-
-`os._exit` ends a process without raising anything, so while the user's code runs
-(`running_user_code`, in any thread of this process) `os._exit` raises `UserExit` instead:
-a data function that calls `os._exit(0)` mid-iteration is layergrad's error (exit 2), never
-a run that ends with exit 0 and no report. Outside the user's code, and in a process it
-forked, `os._exit` is the real one.
+`FILE.py` is imported from its path (a regular file; its folder first on `sys.path`),
+`module` from the working directory as `python -m` would. Whatever the user's code raises
+while imported, called or iterated, `SystemExit` included (a gate must never pass by
+`sys.exit(0)`), becomes one `InputError` line. While it runs (`running_user_code`, in any
+thread of this process, not in a child), `os._exit` raises `UserExit` instead of ending the
+process with exit 0 and no report.
 """
 
 from __future__ import annotations

@@ -1,19 +1,15 @@
 """Every value of an array checked against the model input it feeds, a refusal naming the
-sample: `check_fits` the array's shape and dtype; `fit_array` its values, in memory
-(`--input`, a data function's Python batches, rows read in Python); `fitted_cast` the values
-of `--data` read in the graph (arrays read in place, a data function's `tf.data.Dataset`),
-batch by batch, by a `tf.debugging.Assert` whose message names the sample and its value,
-which `reader_refusal` reads back from the error TensorFlow raises (from the iterator, or
-from a Keras `fit` over it) as a `DataError`. Both refuse the same values in the same words
-(`ids_refused`, `outside`, `overflows`): float ids that are NaN, infinite or beyond int32,
-integers outside the input's dtype (int64 ids beyond int32 would wrap), floats that overflow
-it; and text that is not valid Unicode. `--input` is checked before TensorFlow loads, so
-TensorFlow is imported only by the checks in the graph.
+sample: `check_fits` its shape and dtype; `fit_array` its values in memory; `fitted_cast` in
+the graph, by a `tf.debugging.Assert` whose message `reader_refusal` reads back from
+TensorFlow's error as a `DataError`. Both refuse the same values in the same words: float ids
+that are NaN, infinite or beyond int32, integers outside the input's dtype, floats that
+overflow it, text that is not Unicode. Only the checks in the graph import TensorFlow.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -139,14 +135,8 @@ def fit_text(array: np.ndarray, spec: InputSpec, where: str, first: int = 0) -> 
                 "strings; give text as an array of str"
             )
         array = array.astype(str)
-    if array.nbytes > MAX_TEXT_BATCH_BYTES:
-        rows = max(1, MAX_TEXT_BATCH_BYTES // max(1, array.nbytes // max(1, len(array))))
-        raise InputError(
-            f"{where}: the text of input {spec.name!r} takes {human(array.nbytes)} for "
-            f"{len(array)} rows ({array.dtype}: numpy keeps every string as wide as the "
-            f"longest), more than the {human(MAX_TEXT_BATCH_BYTES)} a batch of text may take; "
-            f"pass --batch-size {rows} or less, or shorten the longest strings"
-        )
+    text_budget(f"{where}: the text of {len(array)} rows of input {spec.name!r}", array.nbytes,
+                len(array), array.dtype)  # fmt: skip
     if array.dtype.kind == "U" and array.size and array.dtype.itemsize:
         points = np.ascontiguousarray(array).view(np.uint32).reshape(len(array), -1)
         bad = ((points >= 0xD800) & (points <= 0xDFFF)) | (points > 0x10FFFF)
@@ -160,6 +150,31 @@ def fit_text(array: np.ndarray, spec: InputSpec, where: str, first: int = 0) -> 
                 "UTF-8; decode the text with errors='replace', or save it as bytes"
             )
     return array
+
+
+def text_budget(
+    what: str, nbytes: int, rows: int, dtype: DTypeLike, fix: str = "pass --batch-size {} or less"
+) -> None:
+    """Refuse `rows` rows of text taking `nbytes`, over what a batch of text may take; `what`
+    starts the message, `fix` is told how many rows fit."""
+    if nbytes > MAX_TEXT_BATCH_BYTES:
+        fits = max(1, MAX_TEXT_BATCH_BYTES // max(1, nbytes // max(1, rows)))
+        raise InputError(
+            f"{what} takes {human(nbytes)} ({np.dtype(dtype)}: numpy keeps every string as wide "
+            f"as the longest), more than the {human(MAX_TEXT_BATCH_BYTES)} a batch of text may "
+            f"take; {fix.format(fits)}, or shorten the longest strings"
+        )
+
+
+def same_rows(where: str, names: Sequence[str], rows: Sequence[int]) -> int:
+    """The rows every input has in one batch; InputError naming each when they differ."""
+    if len(set(rows)) > 1:
+        sizes = ", ".join(f"{n}: {r}" for n, r in zip(names, rows, strict=True))
+        raise InputError(
+            f"{where}: the inputs have different batch sizes ({sizes}); give every input "
+            "the same number of rows"
+        )
+    return rows[0] if rows else 0
 
 
 def check_fits(
