@@ -33,20 +33,16 @@ def strategy_for(
     peer_timeout: float | None = None,
     cluster: Cluster | None = None,
 ) -> Strategy:
-    """The tf.distribute strategy for `--distribute` / `--cpu-replicas`.
+    """The tf.distribute strategy for `--distribute` / `--cpu-replicas`: TensorFlow's default
+    strategy (one device), a MirroredStrategy, or the process's MultiWorkerMirroredStrategy.
 
     Args:
         distribute: None (one device), "mirrored" or "multi-worker".
-        cpu_replicas: split the CPU into this many logical devices and mirror over them
-            (implies "mirrored").
-        cluster: with "multi-worker", the cluster as the command read it from TF_CONFIG
-            when it started (`probe_options.with_cluster`; None: read it now).
-        peer_timeout: with "multi-worker", seconds to wait for the other workers before the
-            strategy connects them (`cluster.wait_for_peers`; default DEFAULT_PEER_TIMEOUT).
-
-    Returns:
-        TensorFlow's default strategy for one device, a MirroredStrategy, or a
-        MultiWorkerMirroredStrategy from TF_CONFIG.
+        cpu_replicas: mirror over this many logical CPU devices (implies "mirrored").
+        cluster: with "multi-worker", the cluster the command read from TF_CONFIG when it
+            started (None: read it now).
+        peer_timeout: with "multi-worker", seconds to wait for the other workers (default
+            DEFAULT_PEER_TIMEOUT).
 
     Raises:
         InputError: an unknown distribution, logical devices asked for after TensorFlow

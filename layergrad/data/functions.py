@@ -38,6 +38,7 @@ from layergrad.data.value_checks import (
     fit_array,
     fitted_cast,
     same_rows,
+    tf_dtype,
 )
 
 Path = tuple[int | str, ...]  # the keys and indices that lead to one array of an element
@@ -201,11 +202,17 @@ class Failure:
 Reader = Callable[[], Iterator[tuple[np.ndarray, ...]]]
 
 
+def batch_signature(specs: Sequence[InputSpec]) -> tuple[TensorSpec, ...]:
+    """The tf.data signature of batches of the arrays `specs` (any number of rows)."""
+    return tuple(tf.TensorSpec((None, *s.shape), tf_dtype(s.dtype)) for s in specs)
+
+
 def python_dataset(
-    read: Reader, signature: tuple[TensorSpec, ...], failure: Failure, source: str
+    read: Reader, columns: Sequence[InputSpec], failure: Failure, source: str
 ) -> Dataset:
-    """A tf.data.Dataset pulling from a Python reader; its errors are kept in `failure`
-    (TensorFlow would turn them into an error without their type or message)."""
+    """A tf.data.Dataset of batches of `columns` pulled from a Python reader; its errors are
+    kept in `failure` (TensorFlow would turn them into an error without their type or
+    message)."""
 
     def generate() -> Iterator[tuple[np.ndarray, ...]]:
         failure.error = None
@@ -216,7 +223,7 @@ def python_dataset(
         except (Exception, SystemExit) as exc:  # keep it: TensorFlow would lose its type
             failure.error = InputError(f"--data {source}: reading failed: {raised(exc)}")
 
-    return tf.data.Dataset.from_generator(generate, output_signature=signature)
+    return tf.data.Dataset.from_generator(generate, output_signature=batch_signature(columns))
 
 
 @dataclass(frozen=True)
@@ -236,7 +243,6 @@ def function_source(
     specs: Sequence[InputSpec],
     batch_size: int,
     limit: int | None,
-    signature: tuple[TensorSpec, ...],
     failure: Failure,
     context: InputContext | None = None,
     outputs: Sequence[str] | None = None,
@@ -272,6 +278,7 @@ def function_source(
     rows = len(result) if isinstance(result, np.ndarray) else None  # an array of samples
     first: list[Iterable[object]] = [cast(Iterable[object], result)]
     columns: list[LabelColumn] = []
+    signature = list(specs)
     if outputs is not None and rows is None:  # the first element says where its labels are
         iterator = iter(first[0])
         head = list(itertools.islice(checked_iteration(iterator, ref), 1))
@@ -280,7 +287,7 @@ def function_source(
             columns = _label_columns(
                 head[0], specs, outputs, f"--data {ref}: batch 0", weights_ignored
             )
-            signature = (*signature, *(tf.TensorSpec((None, *c.shape), c.dtype) for c in columns))
+            signature += [InputSpec(f"y{i}", c.shape, str(c.dtype)) for i, c in enumerate(columns)]
 
     def read() -> Iterator[tuple[np.ndarray, ...]]:
         # the first pass uses the first call; the function returns batches (checked above)
@@ -348,7 +355,7 @@ def _rebatched(
                 break
             empty += 1
             if empty >= MAX_EMPTY_BATCHES:
-                raise InputError(_EMPTY_FOREVER.format(n=MAX_EMPTY_BATCHES, at=emitted + held))
+                raise InputError(f"--data: {_empty_forever(f' after {emitted + held:,} samples')}")
             continue
         empty = 0
         pending.append(part)
@@ -364,10 +371,11 @@ def _rebatched(
         yield _join(pending)
 
 
-_EMPTY_FOREVER = (
-    "--data: the source yielded {n:,} empty batches in a row after {at:,} samples; a source "
-    "that never yields a sample would run forever; make it end, or yield rows"
-)
+def _empty_forever(after: str = "") -> str:
+    return (
+        f"the source yielded {MAX_EMPTY_BATCHES:,} empty batches in a row{after}; a source that "
+        "never yields a sample would run forever; make it end, or yield rows"
+    )
 
 
 def _join(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
@@ -478,10 +486,7 @@ def _count_empty(count: Tensor, batch: tuple[Tensor, ...]) -> tuple[Tensor, tupl
     over a source that yields only empty batches, `--limit` or not)."""
     rows = tf.shape(batch[0], out_type=tf.int64)[0]
     count = tf.where(rows == 0, count + 1, tf.constant(0, tf.int64))
-    message = (
-        f"the source yielded {MAX_EMPTY_BATCHES:,} empty batches in a row; a source that "
-        "never yields a sample would run forever; make it end, or yield rows"
-    )
-    check = tf.debugging.assert_less(count, tf.constant(MAX_EMPTY_BATCHES, tf.int64), message)
+    limit = tf.constant(MAX_EMPTY_BATCHES, tf.int64)
+    check = tf.debugging.assert_less(count, limit, _empty_forever())
     with tf.control_dependencies([check]):
         return count, tuple(tf.identity(t) for t in batch)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
 
@@ -38,12 +39,14 @@ def list_images(folder: str, base: str | None = None) -> list[ImageFile]:
         InputError: an entry that is not a regular file, a header that is not an image of
             its kind, or an image over MAX_IMAGE_PIXELS; the message names the file.
     """
-    found = []
+    return [check_image(path, base or folder) for path in image_paths(folder)]
+
+
+def image_paths(folder: str) -> Iterator[str]:
+    """The paths of the images under ``folder``, sub-folders by path and files sorted in each."""
     for root, _, names in sorted(os.walk(folder), key=lambda entry: entry[0]):
-        for name in sorted(names):
-            if name.lower().endswith(IMAGE_FORMATS):
-                found.append(check_image(os.path.join(root, name), base or folder))
-    return found
+        found = (n for n in sorted(names) if n.lower().endswith(IMAGE_FORMATS))
+        yield from (os.path.join(root, n) for n in found)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,6 @@ from layergrad.data.shards import Shard
 from layergrad.data.sources import (
     DataStream,
     Opening,
-    batch_signature,
     image_batches,
 )
 from layergrad.data.value_checks import InputSpec, reader_refusal
@@ -281,10 +280,9 @@ def _npz(how: _Opening) -> Labelled:
             "per output",
         )
     failure, alone = Failure(), Failure()
-    signature = (*batch_signature(specs), *batch_signature(chosen))
-    batches = npz_batches(text, specs, batch_size, limit, signature, failure, how.shard, chosen)
+    batches = npz_batches(text, specs, batch_size, limit, failure, how.shard, chosen)
     stream = how.stream(*batches, failure, labels=named)
-    only, _, _ = npz_batches(text, chosen, batch_size, limit, batch_signature(chosen), alone)
+    only, _, _ = npz_batches(text, chosen, batch_size, limit, alone)
     return Labelled(stream, labels=only, failure=alone)
 
 

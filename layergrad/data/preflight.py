@@ -199,14 +199,12 @@ def input_readers(archive: zipfile.ZipFile, path: str, specs: Sequence[InputSpec
 def input_layouts(path: str, specs: Sequence[InputSpec]) -> tuple[list[NpyLayout | None], int]:
     """Where each input's rows lie (None: compressed) and how many rows there are, checked
     against `specs` from the headers."""
-    try:
+    def read() -> tuple[list[NpyRows], dict[str, NpyLayout | None]]:
         with zipfile.ZipFile(path) as archive:
-            headers = input_readers(archive, path, specs)
-            layouts = npz_layouts(path, archive, input_members(archive, path, specs))
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise InputError(
-            f"--data {path} is not a readable .npz file ({exc}); write it with np.savez"
-        ) from None
+            members = input_members(archive, path, specs)
+            return input_readers(archive, path, specs), npz_layouts(path, archive, members)
+
+    headers, layouts = guarded(read, path)
     for spec, rows in zip(specs, headers, strict=True):
         check_fits(rows.shape, rows.dtype, spec, f"--data {path} array {spec.name!r}")
     counts = {s.name: r.rows for s, r in zip(specs, headers, strict=True)}

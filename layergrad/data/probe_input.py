@@ -134,22 +134,20 @@ def random_batch(
         draw = (draws or {}).get(spec.name)
         if spec.name in texts:
             arrays.append(draw_text(rng, shape, texts[spec.name]))
-        elif kind == "f" and draw is not None:
-            arrays.append(drawn(rng, shape, draw).astype(tf_dtype(spec.dtype)))
+            continue
+        if draw is not None and (kind == "f" or (kind in "iu" and draw.kind == "choice")):
+            array = drawn(rng, shape, draw)  # the model's preprocessing, a lookup's vocabulary
         elif kind == "f":
-            arrays.append(rng.standard_normal(shape).astype(tf_dtype(spec.dtype)))
-        elif kind == "b":
-            arrays.append(rng.integers(0, 2, shape).astype(bool))
-        elif kind in "iu" and draw is not None and draw.kind == "choice":
-            arrays.append(drawn(rng, shape, draw).astype(spec.dtype))  # a lookup's vocabulary
-        elif kind in "iu":
-            high = int_high.get(spec.name, DEFAULT_INT_HIGH)
-            arrays.append(rng.integers(0, high, shape).astype(spec.dtype))
+            array = rng.standard_normal(shape)
+        elif kind in "biu":
+            array = rng.integers(0, 2 if kind == "b" else int_high.get(spec.name, DEFAULT_INT_HIGH),
+                                 shape)  # fmt: skip
         else:
             raise InputError(
                 f"input {spec.name!r} has dtype {spec.dtype}, which a random probe cannot make; "
                 "pass the probe batch with --input FILE.npy"
             )
+        arrays.append(array.astype(tf_dtype(spec.dtype)))
     chosen = {n for n, d in (draws or {}).items() if d.kind == "choice"}
     used = [
         draws[s.name].describe(s.name)

@@ -22,7 +22,7 @@ import numpy as np
 from layergrad.core.errors import InputError, describe
 from layergrad.core.limits import IMAGE_DECODERS
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import Dataset, Tensor, TensorSpec
+from layergrad.core.tf_types import Dataset, Tensor
 from layergrad.data import images
 from layergrad.data.array_records import (
     npy_batches,
@@ -153,11 +153,6 @@ class ProbeStream(DataStream):
         return [(*self.whole[0], tf.range(self.samples or 0, dtype=tf.int64))]
 
 
-def batch_signature(specs: Sequence[InputSpec]) -> tuple[TensorSpec, ...]:
-    """The tf.data signature of batches of the inputs `specs` (any number of rows)."""
-    return tuple(tf.TensorSpec((None, *s.shape), tf_dtype(s.dtype)) for s in specs)
-
-
 def open_data(
     path: str | os.PathLike[str],
     specs: Sequence[InputSpec],
@@ -190,11 +185,11 @@ def open_data(
     check_sizes(batch_size, limit)
     kind = source_kind(text)
     how = Opening(text, tuple(specs), batch_size, limit, shard, replicas, first_sample)
-    failure, signature = Failure(), batch_signature(specs)
+    failure = Failure()
     if kind == "npy":
-        batches = npy_batches(text, how.specs, batch_size, limit, shard, signature, failure)
+        batches = npy_batches(text, how.specs, batch_size, limit, shard, failure)
     elif kind == "npz":
-        batches = npz_batches(text, how.specs, batch_size, limit, signature, failure, shard)
+        batches = npz_batches(text, how.specs, batch_size, limit, failure, shard)
     elif kind == "images":
         found = images.list_images(text)  # every entry checked, every size within budget
         batches = image_batches(text, how.specs, batch_size, limit, shard, found)
@@ -252,8 +247,8 @@ class Opening:
         """The stream of a data function's batches (`functions.function_source`); with
         `outputs`, their labels after the inputs, if it gives them, keyed `keys`."""
         batches = function_source(
-            self.text, self.specs, self.batch_size, self.limit, batch_signature(self.specs),
-            failure, input_context(self.shard, self.replicas), outputs, weights_ignored,
+            self.text, self.specs, self.batch_size, self.limit, failure,
+            input_context(self.shard, self.replicas), outputs, weights_ignored,
         )  # fmt: skip
         part = None
         if self.shard is not None and batches.sharded:  # the function returned its own shard

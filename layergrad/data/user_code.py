@@ -96,13 +96,9 @@ def load_function(ref: str) -> Callable[[], object]:
         if target.endswith(".py"):
             with running_user_code():
                 module = _import_file(Path(target), ref)
-        else:
-            sys.path.insert(0, os.getcwd())  # as `python -m` would, for a module beside the data
-            try:
-                with running_user_code():
-                    module = importlib.import_module(target)
-            finally:
-                sys.path.remove(os.getcwd())
+        else:  # from the working directory, as `python -m` would, for a module beside the data
+            with running_user_code(), _first_on_path(os.getcwd()):
+                module = importlib.import_module(target)
     except InputError:
         raise
     except ModuleNotFoundError as exc:
@@ -166,10 +162,15 @@ def _import_file(path: Path, ref: str) -> ModuleType:
     if spec is None or spec.loader is None:
         raise InputError(f"--data {ref}: {path} is not an importable Python file")
     module = importlib.util.module_from_spec(spec)
-    folder = str(path.resolve().parent)
-    sys.path.insert(0, folder)  # so the file can import its neighbours
-    try:
+    with _first_on_path(str(path.resolve().parent)):  # so the file can import its neighbours
         spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.contextmanager
+def _first_on_path(folder: str) -> Iterator[None]:
+    sys.path.insert(0, folder)
+    try:
+        yield
     finally:
         sys.path.remove(folder)
-    return module

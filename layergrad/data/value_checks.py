@@ -221,40 +221,40 @@ def check_fits(
 REFUSED = " refused: "  # marks the message of a check in the graph (`reader_refusal`)
 
 
-def checked(held: TFDType, spec: InputSpec) -> bool:
-    """Whether values of dtype `held` for the input `spec` are checked as they are cast."""
+def checked(held: TFDType, spec: InputSpec) -> str:
+    """The check values of dtype `held` for the input `spec` get as they are cast: "ids"
+    (floats carrying ids), "range" (integers of another dtype), "overflow" (wider floats),
+    or none ("")."""
     from layergrad.core.tf_runtime import tf  # the checks in the graph only
 
     target = tf.as_dtype(tf_dtype(spec.dtype))
-    return bool(
-        (spec.ids and held.is_floating)
-        or (target.is_integer and held.is_integer and held != target)
-        or (target.is_floating and held.is_floating and held.size > target.size)
-    )
+    if spec.ids and held.is_floating:
+        return "ids"
+    if target.is_integer and held.is_integer and held != target:
+        return "range"
+    return "overflow" if target.is_floating and held.is_floating and held.size > target.size else ""
 
 
 def fitted_cast(values: Tensor, source: str, spec: InputSpec, first: Tensor) -> Tensor:
-    """Cast to the input's dtype, refusing what `fit_array` refuses for `--input`: ids saved as
-    floats that are not finite or beyond int32, integers outside the dtype (int64 ids beyond
-    int32 would wrap) and floats that overflow it. `source` is the `--data` source, `first`
-    the index of the batch's first sample in it."""
+    """Cast to the input's dtype, refusing what `fit_array` refuses for `--input` (`checked`).
+    `source` is the `--data` source, `first` the index of the batch's first sample in it."""
     from layergrad.core.tf_runtime import tf  # the checks in the graph only
 
     target = tf.as_dtype(tf_dtype(spec.dtype))
     cast = tf.cast(values, target)
     where = f"--data {source}{REFUSED.rstrip(': ')}"
-    held = values.dtype
-    if spec.ids and held.is_floating:
+    held, check = values.dtype, checked(values.dtype, spec)
+    if check == "ids":
         ok = tf.math.is_finite(values) & (values >= -(2.0**31)) & (values < 2.0**31)
         return _refused(ok, values, first, ids_refused(where, spec, SAMPLE, VALUE), cast)
-    if target.is_integer and held.is_integer and held != target:
+    if check == "range":
         low, high = max(target.min, held.min), min(target.max, held.max)
         ok = values <= tf.constant(high, held)
         if low > held.min:
             ok &= values >= tf.constant(low, held)
         message = outside(where, spec, target.name, (target.min, target.max), SAMPLE, VALUE)
         return _refused(ok, values, first, message, cast)
-    if target.is_floating and held.is_floating and held.size > target.size:
+    if check == "overflow":
         ok = tf.math.is_finite(cast) == tf.math.is_finite(values)
         message = overflows(where, spec, target.name, SAMPLE, VALUE)
         return _refused(ok, values, first, message, cast)
