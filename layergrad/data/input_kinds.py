@@ -40,6 +40,9 @@ class TextDraw:
     why: str
 
 
+SIMPLE = TextDraw(SIMPLE_TOKENS, 1, "simple tokens: no layer that reads it is known")
+
+
 def class_names(layer: KerasLayer) -> tuple[str, ...]:
     """The class names of a layer and its bases (a subclass of Embedding takes ids too)."""
     return tuple(c.__name__ for c in type(layer).__mro__)
@@ -192,15 +195,12 @@ def text_draws(model: KerasModel) -> dict[str, TextDraw]:
         tokens = _vocabulary(layer) if kind else ()
         ref = f"{type(layer).__name__} {layer.name!r}"
         words = _words(layer) if kind == "TextVectorization" else 1
-        if tokens:
-            why = f"text drawn from the {len(tokens):,}-token vocabulary of {ref}"
-            out[name] = TextDraw(tokens, words, why)
-        else:
-            why = f"simple tokens: {ref} holds no vocabulary that could be read"
-            out[name] = TextDraw(SIMPLE_TOKENS, words, why)
-    for name in strings - set(out):
-        out[name] = TextDraw(SIMPLE_TOKENS, 1, "simple tokens: no layer that reads it is known")
-    return out
+        why = (
+            f"text drawn from the {len(tokens):,}-token vocabulary of {ref}" if tokens
+            else f"simple tokens: {ref} holds no vocabulary that could be read"
+        )  # fmt: skip
+        out[name] = TextDraw(tokens or SIMPLE_TOKENS, words, why)
+    return out | {name: SIMPLE for name in strings - set(out)}
 
 
 def _vocabulary(layer: KerasLayer) -> tuple[str, ...]:

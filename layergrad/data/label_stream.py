@@ -25,8 +25,8 @@ from layergrad.core.tf_types import Dataset, Tensor
 from layergrad.data import images
 from layergrad.data.array_records import npz_batches
 from layergrad.data.functions import Failure
-from layergrad.data.input_keys import is_label
 from layergrad.data.preflight import check_sizes, guarded, source_kind
+from layergrad.data.probe_input import is_label
 from layergrad.data.shards import Shard
 from layergrad.data.sources import (
     DataStream,

@@ -17,8 +17,7 @@ import numpy as np
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.probe_options import DataSet, OneBatch
 from layergrad.data import images
-from layergrad.data.input_keys import array_keys, input_keys
-from layergrad.data.probe_input import peek_rows
+from layergrad.data.probe_input import array_keys, input_keys, peek_rows
 from layergrad.data.user_code import is_function
 from layergrad.data.value_checks import InputSpec, check_fits
 from layergrad.files.array_files import (
@@ -183,7 +182,7 @@ def npy_input_layout(path: str, specs: Sequence[InputSpec]) -> NpyLayout:
 def input_members(
     archive: zipfile.ZipFile, path: str, specs: Sequence[InputSpec]
 ) -> dict[str, str]:
-    """Input name -> the archive member holding its array (see `data/input_keys.py`)."""
+    """Input name -> the archive member holding its array (`probe_input.input_keys`)."""
     names = npz_members(archive, path)
     keys = input_keys(names, [s.name for s in specs], f"--data {path}")
     return {s.name: names[keys[s.name]] for s in specs}

@@ -1,10 +1,13 @@
-"""Build the probe batch: from a `.npy` / `.npz` file, or random from the model's input spec."""
+"""Build the probe batch: from a `.npy` / `.npz` file, or random from the model's input spec;
+and which array of an `.npz` feeds which input, for `--input` and `--data` alike: one per input
+name, or, for a model with one input, `x` with the labels as `y` (the `model.fit(x, y)`
+convention); labels are `y` (one output) or `y:NAME` (one per output) either way."""
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,9 +15,8 @@ import numpy as np
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.limits import human
 from layergrad.core.tf_types import KerasModel
-from layergrad.data.input_keys import array_keys, is_label
 from layergrad.data.input_kinds import (
-    SIMPLE_TOKENS,
+    SIMPLE,
     InputDraw,
     TextDraw,
     draw_text,
@@ -114,7 +116,7 @@ def random_batch(
     """
     if batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1: batch_size={batch_size}")
-    texts = {s.name: (texts or {}).get(s.name) or _SIMPLE for s in specs if s.dtype == "string"}
+    texts = {s.name: (texts or {}).get(s.name) or SIMPLE for s in specs if s.dtype == "string"}
     shapes = [(batch_size, *(UNKNOWN_DIM if d is None else d for d in s.shape)) for s in specs]
     need = sum(
         text_bytes(shape, texts[s.name]) if s.name in texts else math.prod(shape) * 8
@@ -169,12 +171,9 @@ def random_batch(
     )
 
 
-_SIMPLE = TextDraw(SIMPLE_TOKENS, 1, "simple tokens: no layer that reads it is known")
-
-
 def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) -> ProbeBatch:
     """Read `--input`: a `.npy` (single-input models) or `.npz` keyed by input name (`x` for
-    a model with one input; see `data/input_keys.py`).
+    a model with one input; see `input_keys`).
 
     With `specs=None` (a model that does not declare its inputs) the arrays are used as they
     are: the `.npy` array, or the `.npz` arrays in the order they were saved. The file is read
@@ -228,3 +227,54 @@ def _require_rows(headers: Sequence[ArrayHeader], source: str) -> None:
                 f"--input {source}: {label} has shape {header.shape}, a batch of 0 rows; "
                 "expected at least one row (the first axis is the batch)"
             )
+
+
+FIT_INPUT = "x"  # the single input's array under the model.fit(x, y) convention
+
+
+def input_keys(names: Collection[str], inputs: Sequence[str], where: str) -> dict[str, str]:
+    """Input name -> the `.npz` key holding its array.
+
+    Args:
+        names: the arrays in the file.
+        inputs: the model's input names, in order.
+        where: how errors name the file (`--data x.npz`).
+
+    Raises:
+        InputError: an input has no array; the message lists both sides.
+
+    Example:
+        >>> input_keys(["x", "y"], ["input_layer"], "--data d.npz")
+        {'input_layer': 'x'}
+    """
+    if all(name in names for name in inputs):
+        return {name: name for name in inputs}
+    if len(inputs) == 1 and FIT_INPUT in names:
+        return {inputs[0]: FIT_INPUT}
+    missing = [name for name in inputs if name not in names]
+    single = f" (or as `{FIT_INPUT}`, with the labels as `y`)" if len(inputs) == 1 else ""
+    raise InputError(
+        f"{where} has arrays {sorted(names)} but the model's inputs are {list(inputs)}; "
+        f"missing: {', '.join(missing)}. Save one array per input name{single} with "
+        "np.savez(FILE, **{name: array})."
+    )
+
+
+def is_label(name: str) -> bool:
+    """Whether an `.npz` key holds labels: `y`, or `y:NAME` for the output NAME."""
+    return name == "y" or name.startswith("y:")
+
+
+def array_keys(names: Sequence[str | None], inputs: Sequence[str], where: str) -> list[str | None]:
+    """The key of each input's array among a file's arrays `names` (`[None]`: a `.npy`, whose
+    one array feeds a model with one input)."""
+    if list(names) == [None]:
+        if len(inputs) != 1:
+            raise InputError(
+                f"{where} holds one array but the model has {len(inputs)} inputs "
+                f"({', '.join(inputs)}); save them with np.savez(FILE, **{{name: array}}) and "
+                "pass the .npz."
+            )
+        return [None]
+    keys = input_keys([n for n in names if n is not None], inputs, where)
+    return [keys[n] for n in inputs]

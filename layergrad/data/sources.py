@@ -1,6 +1,6 @@
 """Resolve `--data PATH` into batches in the model's input order, read as they are used.
 
-PATH is a `.npy` (one input), a `.npz` (`data/input_keys.py`; its labels `y` are read by
+PATH is a `.npy` (one input), a `.npz` (`probe_input.input_keys`; its labels `y` are read by
 `data/label_stream.py`), a folder of images, or `FILE.py:function` / `module:function`
 (`data/functions.py`). Batches hold `batch_size` rows (the last partial); files are read a
 batch at a time and nothing is kept, so memory does not grow with the samples. Files are

@@ -47,30 +47,23 @@ def dtype_kind(dtype: str) -> str:
 SAMPLE, VALUE = "\x00sample\x00", "\x00value\x00"  # where a refusal names them (in the graph too)
 
 
-def ids_refused(where: str, spec: InputSpec, sample: str, value: str) -> str:
-    """The refusal of a value that is no id, in a float input that carries ids."""
-    return (
-        f"{where}: input {spec.name!r} holds ids ({spec.ids} takes them), but sample {sample} "
-        f"holds {value}, which is not finite or does not fit int32; save the ids as integers"
-    )
-
-
-def outside(
-    where: str, spec: InputSpec, target: str, bounds: tuple[int, int], sample: str, value: str
+def refusal(
+    check: str, where: str, spec: InputSpec, target: str = "", bounds: tuple[int, int] = (0, 0)
 ) -> str:
-    """The refusal of an integer outside the input's integer dtype."""
-    return (
-        f"{where}: sample {sample} of input {spec.name!r} holds {value}, outside {target} "
-        f"[{bounds[0]}, {bounds[1]}]; save values that fit {target}"
+    """The refusal of a value of the input `spec` that fails `check` (see `checked`), its
+    sample and value left as SAMPLE and VALUE, filled in where the value is found."""
+    if check == "ids":
+        return (
+            f"{where}: input {spec.name!r} holds ids ({spec.ids} takes them), but sample {SAMPLE} "
+            f"holds {VALUE}, which is not finite or does not fit int32; save the ids as integers"
+        )
+    fault = (
+        f"outside {target} [{bounds[0]}, {bounds[1]}]; save values that fit {target}"
+        if check == "range"
+        else f"which overflows {target} (the model's input dtype) to inf; scale the data or save "
+        f"it as {target}"
     )
-
-
-def overflows(where: str, spec: InputSpec, target: str, sample: str, value: str) -> str:
-    """The refusal of a float that overflows the input's float dtype."""
-    return (
-        f"{where}: sample {sample} of input {spec.name!r} holds {value}, which overflows "
-        f"{target} (the model's input dtype) to inf; scale the data or save it as {target}"
-    )
+    return f"{where}: sample {SAMPLE} of input {spec.name!r} holds {VALUE}, {fault}"
 
 
 def fit_array(array: np.ndarray, spec: InputSpec, where: str, first: int = 0) -> np.ndarray:
@@ -93,21 +86,21 @@ def fit_array(array: np.ndarray, spec: InputSpec, where: str, first: int = 0) ->
     if spec.ids and got == "f":
         with np.errstate(invalid="ignore"):
             ok = np.isfinite(array) & (array >= -(2.0**31)) & (array < 2.0**31)
-        _refuse(ok, array, first, ids_refused(where, spec, SAMPLE, VALUE))
+        _refuse(ok, array, first, refusal("ids", where, spec))
         return array.astype(np.int32)
     if want == "f" and got in "fiu":
         with np.errstate(over="ignore"):
             cast = array.astype(target, copy=False)
         if got == "f":
-            _refuse(np.isfinite(cast) == np.isfinite(array), array, first,
-                    overflows(where, spec, str(target), SAMPLE, VALUE))  # fmt: skip
+            message = refusal("overflow", where, spec, str(target))
+            _refuse(np.isfinite(cast) == np.isfinite(array), array, first, message)
         return cast
     if want in "iu" and got in "iu":
         bounds = np.iinfo(target)
         if array.size and (int(array.min()) < bounds.min or int(array.max()) > bounds.max):
             ok = (array >= bounds.min) & (array <= bounds.max)
             span = (int(bounds.min), int(bounds.max))
-            _refuse(ok, array, first, outside(where, spec, str(target), span, SAMPLE, VALUE))
+            _refuse(ok, array, first, refusal("range", where, spec, str(target), span))
         return array.astype(target, copy=False)
     return array
 
@@ -246,18 +239,17 @@ def fitted_cast(values: Tensor, source: str, spec: InputSpec, first: Tensor) -> 
     held, check = values.dtype, checked(values.dtype, spec)
     if check == "ids":
         ok = tf.math.is_finite(values) & (values >= -(2.0**31)) & (values < 2.0**31)
-        return _refused(ok, values, first, ids_refused(where, spec, SAMPLE, VALUE), cast)
+        return _refused(ok, values, first, refusal("ids", where, spec), cast)
     if check == "range":
         low, high = max(target.min, held.min), min(target.max, held.max)
         ok = values <= tf.constant(high, held)
         if low > held.min:
             ok &= values >= tf.constant(low, held)
-        message = outside(where, spec, target.name, (target.min, target.max), SAMPLE, VALUE)
+        message = refusal("range", where, spec, target.name, (target.min, target.max))
         return _refused(ok, values, first, message, cast)
     if check == "overflow":
         ok = tf.math.is_finite(cast) == tf.math.is_finite(values)
-        message = overflows(where, spec, target.name, SAMPLE, VALUE)
-        return _refused(ok, values, first, message, cast)
+        return _refused(ok, values, first, refusal("overflow", where, spec, target.name), cast)
     return cast
 
 
