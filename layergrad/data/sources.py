@@ -24,10 +24,7 @@ from layergrad.core.limits import IMAGE_DECODERS
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, Tensor
 from layergrad.data import images
-from layergrad.data.array_records import (
-    npy_batches,
-    npz_batches,
-)
+from layergrad.data.array_records import npy_batches, npz_batches
 from layergrad.data.functions import Failure, FunctionBatches, function_source
 from layergrad.data.preflight import check_sizes, source_kind
 from layergrad.data.probe_input import ProbeBatch
