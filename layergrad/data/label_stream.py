@@ -51,10 +51,6 @@ class LabelRequest:
     # a model whose outputs are a dict keyed apart from its layers: each output's key
     output_keys: tuple[str, ...] = ()
 
-    def keys(self) -> tuple[str, ...]:
-        """How the labels are keyed: `y` for one output, `y:NAME` for each of several."""
-        return ("y",) if len(self.outputs) <= 1 else tuple(f"y:{n}" for n in self.outputs)
-
 
 def label_keys(names: Sequence[str], keys: Sequence[str]) -> dict[str, str]:
     """{output name: array key} for the label arrays among `keys` (`y`, or `y:NAME`)."""
@@ -437,9 +433,10 @@ def _folder(how: _Opening) -> Labelled:
 
 def _function(how: _Opening) -> Labelled:
     failure = Failure()
-    distinct_outputs(how.request.outputs, f"--data {how.text}")
-    stream, batches = how.function(failure, how.request.outputs, how.request.keys(),
-                                   weights_ignored=not how.strict)  # fmt: skip
+    outputs = how.request.outputs  # labels keyed `y` for one output, `y:NAME` for several
+    distinct_outputs(outputs, f"--data {how.text}")
+    keys = ("y",) if len(outputs) <= 1 else tuple(f"y:{n}" for n in outputs)
+    stream, batches = how.function(failure, outputs, keys, weights_ignored=not how.strict)
     if not batches.labelled:
         return Labelled(
             None,
