@@ -19,7 +19,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from layergrad.core.tf_types import KerasLayer, KerasModel
+from layergrad.core.tf_types import KerasLayer, KerasModel, Tensor
 
 # Layers whose input is ids (cast to integers inside the layer); their bound, when they have one.
 ID_LAYERS = ("Embedding", "IntegerLookup", "CategoryEncoding", "Hashing")
@@ -52,13 +52,18 @@ def is_id_layer(layer: KerasLayer) -> bool:
     return any(name in ID_LAYERS for name in class_names(layer))
 
 
+def model_inputs(model: KerasModel) -> list[Tensor]:
+    """The model's input tensors (none when it does not declare them)."""
+    try:
+        return list(model.inputs)
+    except (AttributeError, ValueError):
+        return []
+
+
 def input_consumers(model: KerasModel) -> Iterator[tuple[str, KerasLayer]]:
     """Yield `(input name, layer)` for each layer whose call takes a model input directly;
     a nested model's consumers stand for it."""
-    try:
-        inputs = {id(t): t.name for t in model.inputs}
-    except (AttributeError, ValueError):
-        return
+    inputs = {id(t): t.name for t in model_inputs(model)}
     found = False
     for layer in getattr(model, "_operations", None) or model.layers:  # `ops.cast(x)` too
         if type(layer).__name__ == "InputLayer":
@@ -107,10 +112,7 @@ def id_inputs(model: KerasModel) -> dict[str, str]:
     """
     if model in _DECIDED:
         return _DECIDED[model]
-    try:
-        floats = {t.name for t in model.inputs if str(t.dtype) in FLOATS}
-    except (AttributeError, ValueError):
-        return {}
+    floats = {t.name for t in model_inputs(model) if str(t.dtype) in FLOATS}
     verdict: dict[str, str | None] = {}
     hidden: set[str] = set()
     for name, layer in input_consumers(model):
@@ -183,10 +185,7 @@ def integer_ranges(model: KerasModel) -> dict[str, int]:
 
 def text_draws(model: KerasModel) -> dict[str, TextDraw]:
     """For each string input, the tokens a random probe draws (see the module)."""
-    try:
-        strings = {t.name for t in model.inputs if str(getattr(t, "dtype", "")) == "string"}
-    except (AttributeError, ValueError):
-        return {}
+    strings = {t.name for t in model_inputs(model) if str(getattr(t, "dtype", "")) == "string"}
     out: dict[str, TextDraw] = {}
     for name, layer in input_consumers(model):
         if name not in strings or name in out:

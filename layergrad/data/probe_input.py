@@ -22,6 +22,7 @@ from layergrad.data.input_kinds import (
     draw_text,
     drawn,
     id_inputs,
+    model_inputs,
     text_bytes,
 )
 from layergrad.data.value_checks import (
@@ -57,10 +58,7 @@ class ProbeBatch:
 
 def input_specs(model: KerasModel) -> tuple[InputSpec, ...]:
     """Read the model's input specs; raises InputError when the model does not declare them."""
-    try:
-        tensors = list(model.inputs)
-    except (AttributeError, ValueError):
-        tensors = []
+    tensors = model_inputs(model)
     if not tensors:
         raise InputError(
             f"model {model.name!r} ({type(model).__name__}) does not declare its inputs, so a "
