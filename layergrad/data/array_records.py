@@ -1,15 +1,11 @@
 """`.npy` and `.npz` files as `--data`: rows read in place by tf.data, a batch at a time.
 
-A `.npy`, and a `.npz` written with `np.savez`, hold their rows as fixed-length records:
-`tf.data.FixedLengthRecordDataset` reads them straight from the file, skipping the header and
-footer bytes, and each batch is decoded and cast to the input's dtype in the graph (unsigned
-32- and 64-bit integers, which `tf.io.decode_raw` does not read, are read as signed ones and
-bitcast). Integers outside the dtype, floats that overflow it, and float ids that are NaN,
-infinite or beyond int32 are refused as `--input` refuses them, by a check in the graph whose
-message names the file's row (`data/value_checks.py`). Members of
-`np.savez_compressed` are inflated as they are read, a batch at a time. Under `--distribute
-multi-worker` a worker's part is a contiguous range of rows, cut as header and footer bytes
-(`records_part`). Every array is checked against the inputs from its header first.
+A `.npy`, and a `.npz` written with `np.savez`, hold their rows as fixed-length records that
+`tf.data.FixedLengthRecordDataset` reads straight from the file, decoded and cast in the graph
+(unsigned 32- and 64-bit integers read as signed and bitcast), the values checked as `--input`
+checks them (`data/value_checks.py`). Text, Fortran-ordered arrays and members of
+`np.savez_compressed` are read in Python, a batch at a time. A worker's part is a contiguous
+range of rows, cut as header and footer bytes (`in_place`).
 """
 
 from __future__ import annotations
@@ -21,13 +17,18 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from layergrad.core.errors import InputError
-from layergrad.core.limits import MAX_TEXT_BATCH_BYTES, human
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import Dataset, Tensor, TensorSpec, TFDType
+from layergrad.core.tf_types import Dataset, Tensor, TFDType
 from layergrad.data.functions import Failure, python_dataset
 from layergrad.data.preflight import input_layouts, input_readers, npy_input_layout
 from layergrad.data.shards import Part, Shard, part_rows
-from layergrad.data.value_checks import InputSpec, checked, fit_array, fitted_cast
+from layergrad.data.value_checks import (
+    InputSpec,
+    checked,
+    fit_array,
+    fitted_cast,
+    text_budget,
+)
 from layergrad.files.array_files import NpyLayout, NpyRows
 
 
@@ -37,12 +38,11 @@ def npy_batches(
     batch_size: int,
     limit: int | None,
     shard: Shard | None,
-    signature: tuple[TensorSpec, ...] = (),
     failure: Failure | None = None,
 ) -> tuple[Dataset, int, Part | None]:
     """The rows of a `.npy` in batches: read in place by tf.data, or, for text and for an
     array saved in Fortran order (its rows not records), a batch at a time in Python by
-    `NpyRows` (`signature` and `failure` are then those of the stream)."""
+    `NpyRows` (`failure` is then the stream's)."""
     layout = npy_input_layout(path, specs)
     rows = layout.shape[0]
     if layout.dtype.kind in TEXT or layout.fortran:
@@ -53,26 +53,23 @@ def npy_batches(
                 for start, (part,) in _chunks([reader], batch_size, limit):
                     yield (fit_array(part, specs[0], f"--data {path}", start),)
 
-        return python_dataset(read, signature, failure or Failure(), path), rows, None
-    return (
-        records([layout], specs, batch_size, limit),
-        rows,
-        records_part([layout], specs, batch_size, limit, rows, shard),
-    )
+        return python_dataset(read, specs, failure or Failure(), path), rows, None
+    return in_place([layout], specs, batch_size, limit, rows, shard)
 
 
-def records_part(
+def in_place(
     layouts: Sequence[NpyLayout],
     specs: Sequence[InputSpec],
     batch_size: int,
     limit: int | None,
     rows: int,
     shard: Shard | None,
-) -> Part | None:
-    """This worker's rows of arrays read in place: the records outside them are skipped as
-    header and footer bytes, so nothing else is read."""
+) -> tuple[Dataset, int, Part | None]:
+    """Arrays read in place (`records`), and this worker's part of them: the records outside
+    it are skipped as header and footer bytes, so nothing else is read."""
+    whole = records(layouts, specs, batch_size, limit)
     if shard is None:
-        return None
+        return whole, rows, None
     total = rows if limit is None else min(rows, limit)
     start, stop = part_rows(total, batch_size, shard)
     cut = [
@@ -86,7 +83,7 @@ def records_part(
         for lay in layouts
     ]
     dataset = records(cut, specs, batch_size, None, start).prefetch(tf.data.AUTOTUNE)
-    return Part(dataset, stop - start, offset=start, first_batch=start // batch_size)
+    return whole, rows, Part(dataset, stop - start, offset=start, first_batch=start // batch_size)
 
 
 def npz_batches(
@@ -94,14 +91,12 @@ def npz_batches(
     specs: Sequence[InputSpec],
     batch_size: int,
     limit: int | None,
-    signature: tuple[TensorSpec, ...],
     failure: Failure,
     shard: Shard | None = None,
     labels: Sequence[InputSpec] = (),
 ) -> tuple[Dataset, int, Part | None]:
     """The inputs' rows of a `.npz` in batches; with `labels` (specs named by their keys,
-    `y` or `y:NAME`), each batch followed by the labels of the same rows. `signature` covers
-    both."""
+    `y` or `y:NAME`), each batch followed by the labels of the same rows."""
     stored, total = input_layouts(path, specs)
     if labels:
         held, rows = input_layouts(path, labels)
@@ -112,13 +107,9 @@ def npz_batches(
             )
         stored = [*stored, *held]
     columns = [*specs, *labels]
-    in_place = [s for s in stored if s is not None and s.dtype.kind not in TEXT]
-    if len(in_place) == len(stored):  # np.savez: tf.data reads the rows in place
-        return (
-            records(in_place, columns, batch_size, limit),
-            total,
-            records_part(in_place, columns, batch_size, limit, total, shard),
-        )
+    held_in_place = [s for s in stored if s is not None and s.dtype.kind not in TEXT]
+    if len(held_in_place) == len(stored):  # np.savez: tf.data reads the rows in place
+        return in_place(held_in_place, columns, batch_size, limit, total, shard)
 
     def read() -> Iterator[tuple[np.ndarray, ...]]:  # np.savez_compressed: inflate as we go
         with zipfile.ZipFile(path) as archive:
@@ -130,7 +121,7 @@ def npz_batches(
                     for a, s in zip(part, columns, strict=True)
                 )
 
-    return python_dataset(read, signature, failure, path), total, None
+    return python_dataset(read, columns, failure, path), total, None
 
 
 TEXT = "US"  # numpy kinds of text: read in Python, a batch at a time (tf.data cannot decode them)
@@ -210,14 +201,9 @@ def _chunks(
     while left > 0:
         n = min(batch_size, left)
         for r in readers:
-            if r.dtype.kind in TEXT and n * r.row_bytes > MAX_TEXT_BATCH_BYTES:
-                raise InputError(
-                    f"--data {r.label}: a batch of {n} rows of text takes "
-                    f"{human(n * r.row_bytes)} ({r.dtype}: numpy keeps every string as wide as "
-                    f"the longest), more than the {human(MAX_TEXT_BATCH_BYTES)} a batch of text "
-                    f"may take; pass --batch-size {max(1, MAX_TEXT_BATCH_BYTES // r.row_bytes)} "
-                    "or less, or shorten the longest strings"
-                )
+            if r.dtype.kind in TEXT:
+                text_budget(f"--data {r.label}: a batch of {n} rows of text", n * r.row_bytes, n,
+                            r.dtype)  # fmt: skip
         yield start, [r.read(n) for r in readers]
         left -= n
         start += n

@@ -1,18 +1,10 @@
 """Choose where the step runs: one device, or mirrored over every GPU (or split CPUs).
 
-`--distribute mirrored` uses `tf.distribute.MirroredStrategy` over every visible GPU (the
-CPU when there is none): each global batch is split between the replicas, each replica runs
-the compiled step on its share, and the statistics add up on each device until the end.
-`--cpu-replicas N` splits the CPU into N logical devices and mirrors over them: the same
-code path as several GPUs, on a machine without any, so it can be tested in CI. Logical
-devices can only be configured before TensorFlow initialises its devices, so call
-`strategy_for` before loading the model.
-
-`--distribute multi-worker` uses `tf.distribute.MultiWorkerMirroredStrategy` configured from
-`TF_CONFIG` (`data/cluster.py` checks it first): one process per machine, each mirrored over
-its own GPUs (or its CPU), each reading its shard of the data; the statistics combine through
-the strategy's collectives once, at the end (`accumulators.gather`). The strategy is made once
-per process: TensorFlow configures its collectives once, at start-up.
+`--distribute mirrored` splits each batch between the replicas of a `MirroredStrategy` over
+every visible GPU (the CPU without one); `--cpu-replicas N` mirrors over N logical CPU devices
+(the same path, testable in CI), which can be set only before TensorFlow initialises its
+devices. `--distribute multi-worker` is a `MultiWorkerMirroredStrategy` from `TF_CONFIG`, made
+once per process (TensorFlow configures its collectives once).
 """
 
 from __future__ import annotations
@@ -41,20 +33,16 @@ def strategy_for(
     peer_timeout: float | None = None,
     cluster: Cluster | None = None,
 ) -> Strategy:
-    """The tf.distribute strategy for `--distribute` / `--cpu-replicas`.
+    """The tf.distribute strategy for `--distribute` / `--cpu-replicas`: TensorFlow's default
+    strategy (one device), a MirroredStrategy, or the process's MultiWorkerMirroredStrategy.
 
     Args:
         distribute: None (one device), "mirrored" or "multi-worker".
-        cpu_replicas: split the CPU into this many logical devices and mirror over them
-            (implies "mirrored").
-        cluster: with "multi-worker", the cluster as the command read it from TF_CONFIG
-            when it started (`probe_options.with_cluster`; None: read it now).
-        peer_timeout: with "multi-worker", seconds to wait for the other workers before the
-            strategy connects them (`cluster.wait_for_peers`; default DEFAULT_PEER_TIMEOUT).
-
-    Returns:
-        TensorFlow's default strategy for one device, a MirroredStrategy, or a
-        MultiWorkerMirroredStrategy from TF_CONFIG.
+        cpu_replicas: mirror over this many logical CPU devices (implies "mirrored").
+        cluster: with "multi-worker", the cluster the command read from TF_CONFIG when it
+            started (None: read it now).
+        peer_timeout: with "multi-worker", seconds to wait for the other workers (default
+            DEFAULT_PEER_TIMEOUT).
 
     Raises:
         InputError: an unknown distribution, logical devices asked for after TensorFlow

@@ -13,8 +13,9 @@ import hashlib
 import importlib.util
 import os
 
+from layergrad.data.images import image_paths
+
 BLOCK = 1 << 20
-IMAGE_FORMATS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # as `data.sources.IMAGE_FORMATS`
 
 
 def data_sha256(source: str | os.PathLike[str]) -> str:
@@ -31,7 +32,7 @@ def data_sha256(source: str | os.PathLike[str]) -> str:
     if os.path.isfile(text):
         _add_file(digest, text)
     elif os.path.isdir(text):
-        for rel in _images(text):
+        for rel in sorted(os.path.relpath(p, text) for p in image_paths(text)):
             digest.update(rel.encode("utf-8") + b"\0")
             _add_file(digest, os.path.join(text, rel))
     else:  # FILE.py:function or module:function
@@ -47,15 +48,6 @@ def _add_file(digest: hashlib._Hash, path: str) -> None:
     with open(path, "rb") as handle:
         while block := handle.read(BLOCK):
             digest.update(block)
-
-
-def _images(folder: str) -> list[str]:
-    found = []
-    for root, _dirs, names in os.walk(folder):
-        for name in names:
-            if name.lower().endswith(IMAGE_FORMATS):
-                found.append(os.path.relpath(os.path.join(root, name), folder))
-    return sorted(found)
 
 
 def _code_file(target: str) -> str | None:

@@ -1,24 +1,15 @@
 """`--data FILE.py:function` / `module:function`: batches from the user's own code.
 
-The function is called with no arguments, or, when it takes one, with a
-`tf.distribute.InputContext` (one input pipeline in a single process; under `--distribute
-multi-worker` the worker's, so that it returns that worker's shard). It returns a
-`tf.data.Dataset`, whose elements are selected and cast in the graph and re-cut into batches
-of `batch_size` rows, or any other iterable of batches (a generator, a list), read in
-Python, checked batch by batch against the model's inputs and re-cut the same way. An
-element is an array, an `(x, y)` tuple, a list of arrays in input order, or a dict keyed by
-input name; one without the batch axis is a sample.
-This is the convention of TensorFlow Lite's `representative_dataset`. Asked for the labels
-too (`outputs`), each batch holds them after the inputs, taken from the same elements: one
-call of the function per pass, so a shuffling or random source keeps x and y together.
-Loading the function and calling it safely is `data/user_code.py`.
-
-Where the inputs and the labels are inside one element, `(x, y)` with x any of the forms above
-as `model.fit` takes them, the same rules read from a Python element and from a `tf.data`
-element spec. The labels are `y` of `(x, y)` (or of a dict element, under the key `y`): one
-array for a model with one output, else a dict keyed by output name or a tuple in output
-order. `(x, y, sample_weight)` is read as `(x, y)` where only the labels' values matter (`check`),
-and refused where they make a gradient (`fit`, the weight scan: every sample weighs the same).
+The function (loaded and called by `data/user_code.py`) is called with no arguments, or with
+a `tf.distribute.InputContext` when it takes one (under `--distribute multi-worker` it then
+returns the worker's shard). It returns a `tf.data.Dataset`, selected and cast in the graph,
+or any iterable of batches read and checked in Python; either is re-cut into batches of
+`batch_size` rows. An element is an array, `(x, y)`, a list of arrays in input order or a dict
+keyed by input name (x as `model.fit` takes it); one without the batch axis is a sample. With
+`outputs`, each batch holds the labels `y` after the inputs, from the same element (one call
+per pass): one array for one output, else a dict by output name or a tuple in output order.
+`(x, y, sample_weight)` is read as `(x, y)` where only the labels' values matter (`check`) and
+refused where they make a gradient (`fit`, the weight scan).
 """
 
 from __future__ import annotations
@@ -41,7 +32,14 @@ from layergrad.data.user_code import (
     running_user_code,
     takes_argument,
 )
-from layergrad.data.value_checks import InputSpec, check_fits, fit_array, fitted_cast
+from layergrad.data.value_checks import (
+    InputSpec,
+    check_fits,
+    fit_array,
+    fitted_cast,
+    same_rows,
+    tf_dtype,
+)
 
 Path = tuple[int | str, ...]  # the keys and indices that lead to one array of an element
 
@@ -140,24 +138,6 @@ class LabelColumn:
     dtype: np.dtype
 
 
-def label_columns(
-    element: TensorTree, paths: Sequence[Path], sample: bool, where: str
-) -> list[LabelColumn]:
-    """The label columns of a first element (`sample`: it is one sample, no batch axis)."""
-    out = []
-    for path in paths:
-        y = np.asarray(pick(element, path))
-        if y.dtype.kind not in "biuf":
-            raise InputError(
-                f"{where}: the labels are {y.dtype}, not numbers; give class ids, one-hot rows "
-                "or values"
-            )
-        if not sample and y.ndim == 0:
-            raise InputError(f"{where}: the labels have no batch axis; give one label per row")
-        out.append(LabelColumn(path, tuple(y.shape if sample else y.shape[1:]), y.dtype))
-    return out
-
-
 def read_labels(
     element: TensorTree, columns: Sequence[LabelColumn], rows: int, sample: bool, where: str
 ) -> tuple[np.ndarray, ...]:
@@ -222,11 +202,17 @@ class Failure:
 Reader = Callable[[], Iterator[tuple[np.ndarray, ...]]]
 
 
+def batch_signature(specs: Sequence[InputSpec]) -> tuple[TensorSpec, ...]:
+    """The tf.data signature of batches of the arrays `specs` (any number of rows)."""
+    return tuple(tf.TensorSpec((None, *s.shape), tf_dtype(s.dtype)) for s in specs)
+
+
 def python_dataset(
-    read: Reader, signature: tuple[TensorSpec, ...], failure: Failure, source: str
+    read: Reader, columns: Sequence[InputSpec], failure: Failure, source: str
 ) -> Dataset:
-    """A tf.data.Dataset pulling from a Python reader; its errors are kept in `failure`
-    (TensorFlow would turn them into an error without their type or message)."""
+    """A tf.data.Dataset of batches of `columns` pulled from a Python reader; its errors are
+    kept in `failure` (TensorFlow would turn them into an error without their type or
+    message)."""
 
     def generate() -> Iterator[tuple[np.ndarray, ...]]:
         failure.error = None
@@ -237,7 +223,7 @@ def python_dataset(
         except (Exception, SystemExit) as exc:  # keep it: TensorFlow would lose its type
             failure.error = InputError(f"--data {source}: reading failed: {raised(exc)}")
 
-    return tf.data.Dataset.from_generator(generate, output_signature=signature)
+    return tf.data.Dataset.from_generator(generate, output_signature=batch_signature(columns))
 
 
 @dataclass(frozen=True)
@@ -257,7 +243,6 @@ def function_source(
     specs: Sequence[InputSpec],
     batch_size: int,
     limit: int | None,
-    signature: tuple[TensorSpec, ...],
     failure: Failure,
     context: InputContext | None = None,
     outputs: Sequence[str] | None = None,
@@ -293,6 +278,7 @@ def function_source(
     rows = len(result) if isinstance(result, np.ndarray) else None  # an array of samples
     first: list[Iterable[object]] = [cast(Iterable[object], result)]
     columns: list[LabelColumn] = []
+    signature = list(specs)
     if outputs is not None and rows is None:  # the first element says where its labels are
         iterator = iter(first[0])
         head = list(itertools.islice(checked_iteration(iterator, ref), 1))
@@ -301,7 +287,7 @@ def function_source(
             columns = _label_columns(
                 head[0], specs, outputs, f"--data {ref}: batch 0", weights_ignored
             )
-            signature = (*signature, *(tf.TensorSpec((None, *c.shape), c.dtype) for c in columns))
+            signature += [InputSpec(f"y{i}", c.shape, str(c.dtype)) for i, c in enumerate(columns)]
 
     def read() -> Iterator[tuple[np.ndarray, ...]]:
         # the first pass uses the first call; the function returns batches (checked above)
@@ -322,11 +308,13 @@ def _label_columns(
 ) -> list[LabelColumn]:
     """Where the labels of the first element are and what one sample's label is like."""
     paths = locate_inputs(element, [s.name for s in specs], where)
-    found = locate_labels(element, paths, outputs, where, weights_ignored)
-    if found is None:
-        return []
-    sample = np.ndim(pick(element, paths[0])) == len(specs[0].shape)
-    return label_columns(element, found, sample, where)
+    sample = np.ndim(pick(element, paths[0])) == len(specs[0].shape)  # no batch axis
+    out = []
+    for path in locate_labels(element, paths, outputs, where, weights_ignored) or []:
+        y = np.asarray(pick(element, path))
+        _check_labels(where, y.dtype, y.dtype.kind, sample or y.ndim > 0)
+        out.append(LabelColumn(path, tuple(y.shape if sample else y.shape[1:]), y.dtype))
+    return out
 
 
 def _parts(
@@ -348,15 +336,9 @@ def _parts(
             for a, s in zip(arrays, specs, strict=True)
         ]
         fitted = tuple(fit_array(a, s, where, seen) for a, s in zip(arrays, specs, strict=True))
-        rows = [len(a) for a in fitted]
-        if len(set(rows)) > 1:
-            sizes = ", ".join(f"{n}: {r}" for n, r in zip(names, rows, strict=True))
-            raise InputError(
-                f"{where}: the inputs have different batch sizes ({sizes}); give every input "
-                "the same number of rows"
-            )
-        yield (*fitted, *read_labels(element, columns, rows[0], sample, where))
-        seen += rows[0]
+        rows = same_rows(where, names, [len(a) for a in fitted])
+        yield (*fitted, *read_labels(element, columns, rows, sample, where))
+        seen += rows
 
 
 def _rebatched(
@@ -373,7 +355,7 @@ def _rebatched(
                 break
             empty += 1
             if empty >= MAX_EMPTY_BATCHES:
-                raise InputError(_EMPTY_FOREVER.format(n=MAX_EMPTY_BATCHES, at=emitted + held))
+                raise InputError(f"--data: {_empty_forever(f' after {emitted + held:,} samples')}")
             continue
         empty = 0
         pending.append(part)
@@ -389,10 +371,11 @@ def _rebatched(
         yield _join(pending)
 
 
-_EMPTY_FOREVER = (
-    "--data: the source yielded {n:,} empty batches in a row after {at:,} samples; a source "
-    "that never yields a sample would run forever; make it end, or yield rows"
-)
+def _empty_forever(after: str = "") -> str:
+    return (
+        f"the source yielded {MAX_EMPTY_BATCHES:,} empty batches in a row{after}; a source that "
+        "never yields a sample would run forever; make it end, or yield rows"
+    )
 
 
 def _join(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
@@ -433,14 +416,10 @@ def _from_tf_dataset(
     )
     for path in labels or []:
         leaf = pick(element, path)
-        if batched[0] and not _dense_rank(leaf, "the labels", where):
-            raise InputError(f"{where}: the labels have no batch axis; give one label per row")
+        axis = not batched[0] or bool(_dense_rank(leaf, "the labels", where))
         kind = getattr(getattr(leaf, "dtype", None), "as_numpy_dtype", None)
-        if kind is None or np.dtype(kind).kind not in "biuf":
-            raise InputError(
-                f"{where}: the labels are {getattr(leaf, 'dtype', type(leaf).__name__)}, not "
-                "numbers; give class ids, one-hot rows or numeric targets"
-            )
+        shown = getattr(leaf, "dtype", type(leaf).__name__)
+        _check_labels(where, shown, np.dtype(kind).kind if kind else "", axis)
     tuple_element = isinstance(element, tuple)
 
     def select(*args: TensorTree) -> tuple[Tensor, ...]:
@@ -474,6 +453,17 @@ def _from_tf_dataset(
     return out.batch(batch_size).enumerate().map(checked), rows, bool(labels)
 
 
+def _check_labels(where: str, dtype: object, kind: str, batch_axis: bool) -> None:
+    """Refuse labels without a batch axis, or that are not numbers (of numpy kind `kind`)."""
+    if not batch_axis:
+        raise InputError(f"{where}: the labels have no batch axis; give one label per row")
+    if not kind or kind not in "biuf":
+        raise InputError(
+            f"{where}: the labels are {dtype}, not numbers; give class ids, one-hot rows or "
+            "numeric targets"
+        )
+
+
 def _dense_rank(leaf: TensorTree, what: str, where: str) -> int:
     """The rank of a dense tensor of known rank in a tf.data element spec."""
     if not isinstance(leaf, tf.TensorSpec):
@@ -496,10 +486,7 @@ def _count_empty(count: Tensor, batch: tuple[Tensor, ...]) -> tuple[Tensor, tupl
     over a source that yields only empty batches, `--limit` or not)."""
     rows = tf.shape(batch[0], out_type=tf.int64)[0]
     count = tf.where(rows == 0, count + 1, tf.constant(0, tf.int64))
-    message = (
-        f"the source yielded {MAX_EMPTY_BATCHES:,} empty batches in a row; a source that "
-        "never yields a sample would run forever; make it end, or yield rows"
-    )
-    check = tf.debugging.assert_less(count, tf.constant(MAX_EMPTY_BATCHES, tf.int64), message)
+    limit = tf.constant(MAX_EMPTY_BATCHES, tf.int64)
+    check = tf.debugging.assert_less(count, limit, _empty_forever())
     with tf.control_dependencies([check]):
         return count, tuple(tf.identity(t) for t in batch)

@@ -1,19 +1,14 @@
-"""A `--data` folder of images: every entry checked before it is opened, every size checked
-before it is decoded.
-
-The folder is listed the way Keras's `image_dataset_from_directory` lists it (sub-folders by
-path, files sorted in each; for labels, class by class: `class_listing`), but each image is
-first `os.stat`-ed with links followed (a FIFO would block the reader, a link to `/dev/zero`
-never ends) and its header read: the width and height of a PNG, JPEG, GIF or BMP are in its
-first bytes, so an image that would decode to more than MAX_IMAGE_PIXELS pixels (a 1.6 MB PNG
-can declare 2 GB of pixels) is refused by name before anything is decoded, without
-TensorFlow. Decoding then happens in tf.data (`data/sources.py`).
+"""A `--data` folder of images, listed as Keras's `image_dataset_from_directory` lists it
+(`class_listing` for the labels): each entry `os.stat`-ed with links followed (a FIFO would
+block) and its header read, so an image over MAX_IMAGE_PIXELS is refused by name before
+anything is decoded, without TensorFlow. Decoding happens in tf.data (`data/sources.py`).
 """
 
 from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
 
@@ -44,12 +39,14 @@ def list_images(folder: str, base: str | None = None) -> list[ImageFile]:
         InputError: an entry that is not a regular file, a header that is not an image of
             its kind, or an image over MAX_IMAGE_PIXELS; the message names the file.
     """
-    found = []
+    return [check_image(path, base or folder) for path in image_paths(folder)]
+
+
+def image_paths(folder: str) -> Iterator[str]:
+    """The paths of the images under ``folder``, sub-folders by path and files sorted in each."""
     for root, _, names in sorted(os.walk(folder), key=lambda entry: entry[0]):
-        for name in sorted(names):
-            if name.lower().endswith(IMAGE_FORMATS):
-                found.append(check_image(os.path.join(root, name), base or folder))
-    return found
+        found = (n for n in sorted(names) if n.lower().endswith(IMAGE_FORMATS))
+        yield from (os.path.join(root, n) for n in found)
 
 
 @dataclass(frozen=True)

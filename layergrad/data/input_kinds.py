@@ -1,35 +1,25 @@
-"""What each model input carries: values, ids (an integer input, or a float input whose only
-consumers take ids) or text (a string input), read from the layers that consume it.
+"""What each model input carries: values, ids or text, read from the layers that consume it.
 
-A float input whose every consumer is an `Embedding` or a lookup layer (`IntegerLookup`,
-`CategoryEncoding`, `Hashing`) holds ids, however it was declared: `Input(shape=(maxlen,))`
-in front of an `Embedding` is the standard Keras text classifier. Such an input is fed as
-int32 (the layers cast it to integers anyway, so the model computes the same thing) and is
-probed over its valid ids, as an integer input is. A consumer that is a nested model is
-looked into; a custom layer (its own class, or one holding an id layer) is decided from the
-traced graph (`id_trace.py`: the values are only cast to integers that index a table);
-anything else, and anything that cannot be decided, keeps the input a float input.
-
-A string input is probed with text drawn from the vocabulary of the layer that reads it
-(`TextVectorization`, `StringLookup`), read from the loaded layer (the `.keras` archive keeps
-it in its assets, the config when the vocabulary was given as a list).
-
-A float input the model preprocesses itself is drawn in the range its preprocessing expects
-(`preprocessing_draws`): the raw range a `Rescaling` maps onto [0, 1] (pixels 0-255), the
-statistics an adapted `Normalization` was fitted to, the ids an `IntegerLookup` holds in its
-vocabulary (years, product codes: ids from a numeric range would mostly be out of
-vocabulary, an error for `num_oov_indices=0`).
+A float input whose every consumer is an `Embedding` or a lookup layer holds ids however it
+was declared (`Input(shape=(maxlen,))` before an `Embedding`): it is fed as int32, as those
+layers cast it anyway, and probed over its valid ids. A nested model is looked into; a custom
+layer is decided from the traced graph (`id_trace.py`); anything undecided stays a float
+input. A string input is probed with text from the vocabulary of the layer that reads it
+(`TextVectorization`, `StringLookup`). A float input the model preprocesses itself is drawn
+in the range its preprocessing expects (`preprocessing_draws`).
 """
 
 from __future__ import annotations
 
+import itertools
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
-from layergrad.core.tf_types import KerasLayer, KerasModel
+from layergrad.core.tf_types import KerasLayer, KerasModel, Tensor
 
 # Layers whose input is ids (cast to integers inside the layer); their bound, when they have one.
 ID_LAYERS = ("Embedding", "IntegerLookup", "CategoryEncoding", "Hashing")
@@ -50,6 +40,9 @@ class TextDraw:
     why: str
 
 
+SIMPLE = TextDraw(SIMPLE_TOKENS, 1, "simple tokens: no layer that reads it is known")
+
+
 def class_names(layer: KerasLayer) -> tuple[str, ...]:
     """The class names of a layer and its bases (a subclass of Embedding takes ids too)."""
     return tuple(c.__name__ for c in type(layer).__mro__)
@@ -59,13 +52,18 @@ def is_id_layer(layer: KerasLayer) -> bool:
     return any(name in ID_LAYERS for name in class_names(layer))
 
 
+def model_inputs(model: KerasModel) -> list[Tensor]:
+    """The model's input tensors (none when it does not declare them)."""
+    try:
+        return list(model.inputs)
+    except (AttributeError, ValueError):
+        return []
+
+
 def input_consumers(model: KerasModel) -> Iterator[tuple[str, KerasLayer]]:
     """Yield `(input name, layer)` for each layer whose call takes a model input directly;
     a nested model's consumers stand for it."""
-    try:
-        inputs = {id(t): t.name for t in model.inputs}
-    except (AttributeError, ValueError):
-        return
+    inputs = {id(t): t.name for t in model_inputs(model)}
     found = False
     for layer in getattr(model, "_operations", None) or model.layers:  # `ops.cast(x)` too
         if type(layer).__name__ == "InputLayer":
@@ -114,10 +112,7 @@ def id_inputs(model: KerasModel) -> dict[str, str]:
     """
     if model in _DECIDED:
         return _DECIDED[model]
-    try:
-        floats = {t.name for t in model.inputs if str(t.dtype) in FLOATS}
-    except (AttributeError, ValueError):
-        return {}
+    floats = {t.name for t in model_inputs(model) if str(t.dtype) in FLOATS}
     verdict: dict[str, str | None] = {}
     hidden: set[str] = set()
     for name, layer in input_consumers(model):
@@ -190,10 +185,7 @@ def integer_ranges(model: KerasModel) -> dict[str, int]:
 
 def text_draws(model: KerasModel) -> dict[str, TextDraw]:
     """For each string input, the tokens a random probe draws (see the module)."""
-    try:
-        strings = {t.name for t in model.inputs if str(getattr(t, "dtype", "")) == "string"}
-    except (AttributeError, ValueError):
-        return {}
+    strings = {t.name for t in model_inputs(model) if str(getattr(t, "dtype", "")) == "string"}
     out: dict[str, TextDraw] = {}
     for name, layer in input_consumers(model):
         if name not in strings or name in out:
@@ -202,31 +194,22 @@ def text_draws(model: KerasModel) -> dict[str, TextDraw]:
         tokens = _vocabulary(layer) if kind else ()
         ref = f"{type(layer).__name__} {layer.name!r}"
         words = _words(layer) if kind == "TextVectorization" else 1
-        if tokens:
-            why = f"text drawn from the {len(tokens):,}-token vocabulary of {ref}"
-            out[name] = TextDraw(tokens, words, why)
-        else:
-            why = f"simple tokens: {ref} holds no vocabulary that could be read"
-            out[name] = TextDraw(SIMPLE_TOKENS, words, why)
-    for name in strings - set(out):
-        out[name] = TextDraw(SIMPLE_TOKENS, 1, "simple tokens: no layer that reads it is known")
-    return out
+        why = (
+            f"text drawn from the {len(tokens):,}-token vocabulary of {ref}" if tokens
+            else f"simple tokens: {ref} holds no vocabulary that could be read"
+        )  # fmt: skip
+        out[name] = TextDraw(tokens or SIMPLE_TOKENS, words, why)
+    return out | {name: SIMPLE for name in strings - set(out)}
 
 
 def _vocabulary(layer: KerasLayer) -> tuple[str, ...]:
     """The layer's real tokens: its vocabulary without the mask and out-of-vocabulary tokens."""
-    get = getattr(layer, "get_vocabulary", None)
-    try:
-        vocabulary = list(get()) if get is not None else []
-    except Exception:  # a layer that was never adapted, a vocabulary file that was not kept
-        return ()
-    skip = {getattr(layer, "mask_token", None), getattr(layer, "oov_token", None), "", "[UNK]"}
-    tokens = []
-    for token in vocabulary[: MAX_TOKENS_DRAWN + len(skip)]:
-        text = token.decode("utf-8", "replace") if isinstance(token, bytes) else str(token)
-        if text not in skip and not text.isspace():
-            tokens.append(text)
-    return tuple(tokens[:MAX_TOKENS_DRAWN])
+
+    def text(token: object) -> str | None:
+        word = token.decode("utf-8", "replace") if isinstance(token, bytes) else str(token)
+        return None if word in ("", "[UNK]") or word.isspace() else word
+
+    return _held(layer, text, MAX_TOKENS_DRAWN)
 
 
 def _words(layer: KerasLayer) -> int:
@@ -340,21 +323,30 @@ def preprocessing_draws(model: KerasModel) -> dict[str, InputDraw]:
 def _lookup_ids(layer: KerasLayer) -> tuple[int, ...]:
     """The ids of an `IntegerLookup`'s vocabulary, without its mask and out-of-vocabulary ids
     (empty when it holds none that could be read)."""
+
+    def number(token: object) -> int | None:
+        try:
+            return int(token)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            return None
+
+    return _held(layer, number, MAX_IDS_DRAWN)
+
+
+T = TypeVar("T")
+
+
+def _held(layer: KerasLayer, read: Callable[[object], T | None], limit: int) -> tuple[T, ...]:
+    """The first `limit` entries of a layer's vocabulary that `read` takes, but its mask and
+    out-of-vocabulary tokens (none when the vocabulary cannot be read)."""
     get = getattr(layer, "get_vocabulary", None)
     try:
         vocabulary = list(get()) if get is not None else []
     except Exception:  # never adapted, or its vocabulary file was not kept
         return ()
     skip = {getattr(layer, "mask_token", None), getattr(layer, "oov_token", None)}
-    ids = []
-    for token in vocabulary[: MAX_IDS_DRAWN + len(skip)]:
-        try:
-            value = int(token)
-        except (TypeError, ValueError):
-            continue
-        if value not in skip:
-            ids.append(value)
-    return tuple(ids[:MAX_IDS_DRAWN])
+    found = (read(token) for token in vocabulary[: limit + len(skip) + 2])
+    return tuple(itertools.islice((v for v in found if v is not None and v not in skip), limit))
 
 
 def _scalar(value: object) -> float | None:

@@ -1,26 +1,12 @@
 """The labels of `--data`, read with its inputs from the same rows: the one label reader of
-`fit`, `scan --wrt weights --data` and `check --data`.
-
-- a `.npz`: `y` (one output) or `y:NAME` per output, read as records beside the inputs;
-- a folder of images: the class of each image, from its class sub-folder, as
-  `keras.utils.image_dataset_from_directory(labels="inferred")` infers it (`images.
-  class_listing`), in the form the output's loss takes, as Keras's `label_mode` gives it:
-  class ids (`int`), one-hot rows as wide as the output (`categorical`), or 0/1 for one
-  binary unit (`binary`);
-- a data function: `y` of each `(x, y)` element (`data/functions.py`), from the same element
-  as its x: one call of the function per pass.
-
-Each batch of the stream holds the inputs, then the labels (`DataStream.labels` names them
-`y`, or `y:NAME` per output). Under `--distribute multi-worker` a worker's part is cut from
-those batches, so it holds its own rows' labels. `Labelled.label_batches` reads the labels
-over the whole data, for the label summaries of `check` and the class prior of `fit`: alone
-from a file or a folder (no image decoded, no input array read); a data function runs whole
-(its elements hold both).
-
-The labels are summarised per output (`target_fit.LabelSummary`: `summarise_arrays` for `y`
-or `y:NAME` of an `--input` `.npz`, `summarise_batches` for `label_batches`) and as the class
-prior a classifier's chance loss is the entropy of (`ClassPrior`, `TrivialLoss`); both add up
-a batch at a time, so memory does not grow with the data.
+`fit`, `scan --wrt weights --data` and `check --data`. A `.npz` holds `y` (one output) or
+`y:NAME` per output; an image folder's labels are its class sub-folders, as
+`image_dataset_from_directory(labels="inferred")` infers them, in the form the output's loss
+takes (Keras's `label_mode`); a data function's are `y` of each `(x, y)` element. Each batch
+holds the inputs, then the labels (`DataStream.labels`), so a worker's part holds its own
+rows' labels. `Labelled.label_batches` reads the labels alone (a data function runs whole)
+for the per-output summaries (`target_fit.LabelSummary`) and the chance loss
+(`TrivialLoss`), both added up a batch at a time.
 """
 
 from __future__ import annotations
@@ -29,6 +15,7 @@ import os
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -37,18 +24,17 @@ from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, Tensor
 from layergrad.data import images
 from layergrad.data.array_records import npz_batches
-from layergrad.data.functions import Failure, function_source
-from layergrad.data.input_keys import is_label
-from layergrad.data.preflight import check_sizes, source_kind
-from layergrad.data.shards import Part, Shard, input_context
+from layergrad.data.functions import Failure
+from layergrad.data.preflight import check_sizes, guarded, source_kind
+from layergrad.data.probe_input import is_label
+from layergrad.data.shards import Shard
 from layergrad.data.sources import (
     DataStream,
-    batch_signature,
-    finish_stream,
+    Opening,
     image_batches,
 )
 from layergrad.data.value_checks import InputSpec, reader_refusal
-from layergrad.files.array_files import DAMAGE, NpyRows, npz_members
+from layergrad.files.array_files import NpyRows, npz_members
 from layergrad.model.target_fit import MAX_CLASSES, LabelSummary
 
 
@@ -64,10 +50,6 @@ class LabelRequest:
     units: tuple[int | None, ...] = ()
     # a model whose outputs are a dict keyed apart from its layers: each output's key
     output_keys: tuple[str, ...] = ()
-
-    def keys(self) -> tuple[str, ...]:
-        """How the labels are keyed: `y` for one output, `y:NAME` for each of several."""
-        return ("y",) if len(self.outputs) <= 1 else tuple(f"y:{n}" for n in self.outputs)
 
 
 def label_keys(names: Sequence[str], keys: Sequence[str]) -> dict[str, str]:
@@ -108,158 +90,95 @@ def summarise_batches(
     return out
 
 
-class ClassPrior:
-    """The class frequencies of one output's labels, batch by batch, for the chance loss of a
-    cross-entropy `loss`: class ids (sparse), 0/1 targets (binary) or one-hot rows."""
-
-    def __init__(self, loss: str, units: int = 0) -> None:
-        name = loss.lower().replace("_", "")
-        self.kind = (
-            "" if "crossentropy" not in name
-            else "sparse" if "sparse" in name
-            else "binary" if "binary" in name
-            else "rows"
-        )  # fmt: skip
-        self.units = units
-        size = {"sparse": units, "binary": 2}.get(self.kind, 0)
-        self.counts = np.zeros(size, np.float64)
-        self.seen = 0
-        self.bad = False  # labels with no single prior (negative ids, several binary outputs)
-
-    def add(self, y: np.ndarray) -> None:
-        """Take in one batch of labels."""
-        y = np.asarray(y)
-        if not self.kind or self.bad or not y.size:
-            return
-        if self.kind == "sparse":
-            flat = y.reshape(-1)
-            if y.dtype.kind not in "biuf" or not np.all(np.isfinite(flat)):
-                self.bad = True
-                return
-            ids = flat.astype(np.int64)
-            size = self.units or MAX_CLASSES
-            if ids.min() < 0 or ids.max() >= size or np.any(ids != flat):
-                self.bad = True  # (not class ids of this output: `target_fit` says so)
-                return
-            # counted within the units only: one huge id must not allocate its size
-            found = np.bincount(ids, minlength=len(self.counts)).astype(np.float64)
-            found[: len(self.counts)] += self.counts
-            self.counts = found
-        elif y.dtype.kind not in "biuf":
-            self.bad = True
-            return
-        elif self.kind == "binary":
-            if (y.ndim > 1 and y.shape[-1] > 1) or not np.all(np.isfinite(y)):
-                self.bad = True
-                return
-            self.counts += [float(np.sum(y)), float(y.size - np.sum(y))]
-        else:  # one-hot (or soft) rows, one per sample, as wide as the units
-            width = len(self.counts) or self.units
-            if y.ndim < 2 or (width and y.shape[-1] != width) or not np.all(np.isfinite(y)):
-                self.bad = True  # (not rows of this output: `target_fit` says so)
-                return
-            rows = y.reshape(-1, y.shape[-1]).astype(np.float64)
-            self.counts = rows.sum(axis=0) + (self.counts if len(self.counts) else 0)
-        self.seen += int(y.shape[0]) if y.ndim else 1
-
-    def entropy(self) -> float | None:
-        """The cross-entropy of predicting the labels' own class frequencies (None: no prior
-        or a prior of one class)."""
-        if not self.kind or self.bad or not self.counts.sum():
-            return None
-        p = self.counts / self.counts.sum()
-        p = p[p > 0]
-        entropy = float(-(p * np.log(p)).sum())
-        return entropy if entropy > 0 else None
-
-
 class TrivialLoss:
-    """The loss of a model that ignores its inputs and predicts the labels' prior, batch by
-    batch: the class frequencies' cross-entropy (`ClassPrior`), the targets' variance for
-    squared error (predicting their mean), their mean absolute deviation from the median
-    for absolute error (predicting the median; from the first `SAMPLE_VALUES` values)."""
+    """The loss of a model that ignores its inputs and predicts the labels' prior, a batch at
+    a time: a cross-entropy's is the entropy of the class frequencies (class ids, 0/1 targets
+    or one-hot rows), squared error's the targets' variance (predicting their mean), absolute
+    error's their mean absolute deviation from the median (predicting the median; from the
+    first `SAMPLE_VALUES` values). Labels that cannot be this output's give none (`target_fit`
+    says why), counted within the output's units: one huge id allocates nothing."""
 
     SAMPLE_VALUES = 1_000_000
+    _REGRESSION: ClassVar = {"mse": "squared", "meansquarederror": "squared",
+                             "mae": "absolute", "meanabsoluteerror": "absolute"}  # fmt: skip
 
     def __init__(self, loss: str, units: int = 0) -> None:
         key = loss.lower().replace("_", "").replace(" ", "")
-        self.prior = ClassPrior(loss, units)
-        self.kind = (
-            "squared" if key in ("mse", "meansquarederror")
-            else "absolute" if key in ("mae", "meanabsoluteerror")
-            else ""
-        )  # fmt: skip
-        self.total: np.ndarray | None = None  # per column, float64
-        self.squares: np.ndarray | None = None
-        self.rows = 0
+        cross = "sparse" if "sparse" in key else "binary" if "binary" in key else "rows"
+        self.kind = cross if "crossentropy" in key else self._REGRESSION.get(key, "")
+        self.units, self.rows, self.bad = units, 0, False
+        self.counts = np.zeros(0)  # per class (cross-entropies), or per column: sums, squares
+        self.squares: np.ndarray | float = 0.0
         self.kept: list[np.ndarray] = []
-        self.kept_values = 0
-        self.bad = False
 
     @property
     def known(self) -> bool:
         """Whether the loss has a trivial value here (a cross-entropy, mse or mae)."""
-        return bool(self.prior.kind or self.kind)
+        return bool(self.kind)
 
     def add(self, y: np.ndarray) -> None:
         """Take in one batch of labels."""
         y = np.asarray(y)
-        if self.prior.kind:
-            self.prior.add(y)
-            return
-        if not self.kind or self.bad or not y.size:
-            return
-        if y.dtype.kind not in "biuf" or y.ndim == 0:
-            self.bad = True
-            return
-        rows = y.reshape(len(y), -1).astype(np.float64)
-        if not np.all(np.isfinite(rows)):
-            self.bad = True
-            return
-        if self.total is not None and self.total.shape != rows.shape[1:]:
-            self.bad = True
-            return
-        if self.kind == "squared":
-            self.total = rows.sum(axis=0) + (0 if self.total is None else self.total)
-            self.squares = (rows * rows).sum(axis=0) + (0 if self.squares is None else self.squares)
-        elif self.kept_values < self.SAMPLE_VALUES:
-            self.kept.append(rows)
-            self.kept_values += rows.size
-            self.total = np.zeros(rows.shape[1:])
-        self.rows += len(rows)
+        if self.kind and not self.bad and y.size:
+            self.bad = not self._added(y)
+
+    def _added(self, y: np.ndarray) -> bool:
+        if y.dtype.kind not in "biuf" or y.ndim == 0 or not np.all(np.isfinite(y)):
+            return False
+        if self.kind == "sparse":
+            flat = y.reshape(-1)
+            ids = flat.astype(np.int64)
+            if ids.min() < 0 or ids.max() >= (self.units or MAX_CLASSES) or np.any(ids != flat):
+                return False
+            found = np.bincount(ids).astype(np.float64)
+        elif self.kind == "binary":
+            if y.ndim > 1 and y.shape[-1] > 1:
+                return False
+            found = np.array([np.sum(y), y.size - np.sum(y)], np.float64)
+        else:  # one-hot (or soft) rows as wide as the units, or the columns of regression
+            rows = y.reshape(len(y), -1) if self.kind in self._REGRESSION.values() else (
+                y.reshape(-1, y.shape[-1]))  # fmt: skip
+            width = len(self.counts) or (self.units if self.kind == "rows" else 0)
+            if (self.kind == "rows" and y.ndim < 2) or (width and rows.shape[1] != width):
+                return False
+            if self.kind == "absolute" and self.rows * rows.shape[1] < self.SAMPLE_VALUES:
+                self.kept.append(rows.astype(np.float64))
+            found = rows.sum(axis=0, dtype=np.float64)
+            if self.kind == "squared":
+                self.squares = np.square(rows, dtype=np.float64).sum(axis=0) + self.squares
+        size = max(len(found), len(self.counts))
+        self.counts = np.pad(found, (0, size - len(found))) + np.pad(
+            self.counts, (0, size - len(self.counts))
+        )
+        self.rows += len(y)
+        return True
 
     def value(self) -> float | None:
         """The trivial loss (None: unknown, or 0: the labels never vary)."""
-        if self.prior.kind:
-            return self.prior.entropy()
         if self.bad or not self.rows:
             return None
-        if self.kind == "squared" and self.total is not None and self.squares is not None:
-            mean = self.total / self.rows
-            variance = np.maximum(self.squares / self.rows - mean * mean, 0.0)
-            found = float(np.mean(variance))
-        elif self.kept:
+        if self.kind == "squared":
+            mean = self.counts / self.rows
+            found = float(np.mean(np.maximum(self.squares / self.rows - mean * mean, 0.0)))
+        elif self.kind == "absolute":
             held = np.concatenate(self.kept)
             found = float(np.mean(np.abs(held - np.median(held, axis=0))))
         else:
-            return None
+            p = self.counts[self.counts > 0] / self.counts.sum()
+            found = float(-(p * np.log(p)).sum())
         return found if found > 0 else None
 
 
+@dataclass(frozen=True)
 class Labelled:
     """What `open_labelled` found: the stream of inputs and labels, or why there is none
     (`missing`, a message naming the fix), and an image folder's class names by id."""
 
-    def __init__(
-        self,
-        stream: DataStream | None,
-        missing: str = "",
-        labels: Dataset | None = None,
-        failure: Failure | None = None,
-        classes: tuple[str, ...] = (),
-    ) -> None:
-        self.stream, self.missing, self.classes = stream, missing, classes
-        self._labels, self._failure = labels, failure
+    stream: DataStream | None
+    missing: str = ""
+    labels: Dataset | None = None  # the labels alone, batch by batch
+    failure: Failure | None = None
+    classes: tuple[str, ...] = ()
 
     def label_batches(self) -> Iterator[dict[str, np.ndarray]]:
         """The labels alone over the whole data, a batch at a time, keyed as the stream's.
@@ -267,11 +186,11 @@ class Labelled:
         Raises:
             InputError: the labels cannot be read (the message names the source).
         """
-        if self.stream is None or self._labels is None:
+        if self.stream is None or self.labels is None:
             return
         keys = self.stream.labels
         try:
-            for batch in self._labels:
+            for batch in self.labels:
                 yield dict(zip(keys, (np.asarray(t.numpy()) for t in batch), strict=True))
         except tf.errors.OpError as exc:
             refusal = reader_refusal(exc)  # values outside the labels' dtype
@@ -280,8 +199,8 @@ class Labelled:
             raise InputError(
                 f"--data {self.stream.source}: its labels cannot be read ({describe(exc)})"
             ) from None
-        if self._failure is not None and self._failure.error is not None:
-            raise self._failure.error
+        if self.failure is not None and self.failure.error is not None:
+            raise self.failure.error
 
     def classes_note(self) -> str:
         """What a report says of an image folder's labels: where they come from, by class."""
@@ -331,7 +250,7 @@ def open_labelled(
             f"--data {text} holds the inputs alone; save the labels beside them in a .npz "
             "(np.savez(FILE, x=x, y=y))",
         )
-    how = _Opening(text, tuple(specs), request, batch_size, limit, shard, replicas, first_sample,
+    how = _Opening(text, tuple(specs), batch_size, limit, shard, replicas, first_sample, request,
                    strict)  # fmt: skip
     if kind == "npz":
         return _npz(how)
@@ -339,33 +258,11 @@ def open_labelled(
 
 
 @dataclass(frozen=True)
-class _Opening:
+class _Opening(Opening):
     """What `open_labelled` was asked: each reader's arguments."""
 
-    text: str
-    specs: tuple[InputSpec, ...]
     request: LabelRequest
-    batch_size: int
-    limit: int | None
-    shard: Shard | None
-    replicas: int
-    first_sample: int
     strict: bool
-
-    def stream(
-        self,
-        dataset: Dataset,
-        rows: int | None,
-        part: Part | None,
-        failure: Failure,
-        labels: Sequence[str],
-        found: Sequence[images.ImageFile] | None = None,
-    ) -> DataStream:
-        """The source's `DataStream` of these batches (`sources.finish_stream`)."""
-        return finish_stream(
-            self.text, self.specs, dataset, rows, part, failure, self.batch_size, self.limit,
-            self.shard, self.first_sample, labels=labels, found=found,
-        )  # fmt: skip
 
 
 def _npz(how: _Opening) -> Labelled:
@@ -379,12 +276,9 @@ def _npz(how: _Opening) -> Labelled:
             "per output",
         )
     failure, alone = Failure(), Failure()
-    signature = (*batch_signature(specs), *batch_signature(chosen))
-    dataset, rows, part = npz_batches(
-        text, specs, batch_size, limit, signature, failure, how.shard, labels=chosen
-    )
-    stream = how.stream(dataset, rows, part, failure, labels=named)
-    only, _, _ = npz_batches(text, chosen, batch_size, limit, batch_signature(chosen), alone)
+    batches = npz_batches(text, specs, batch_size, limit, failure, how.shard, chosen)
+    stream = how.stream(*batches, failure, labels=named)
+    only, _, _ = npz_batches(text, chosen, batch_size, limit, alone)
     return Labelled(stream, labels=only, failure=alone)
 
 
@@ -397,21 +291,18 @@ def _npz_labels(
     order). Without `strict`, those of the outputs that have some. With them, how the stream
     names each (`y`, or `y:NAME` by the output's name)."""
     aliases = dict(zip(outputs, keys, strict=True)) if len(keys) == len(outputs) else {}
-    try:
+
+    def read() -> tuple[dict[str, NpyRows], list[str]]:
         with zipfile.ZipFile(text) as archive:
-            members = npz_members(archive, text)
-            held = {k: v for k, v in members.items() if is_label(k)}
+            held = {k: v for k, v in npz_members(archive, text).items() if is_label(k)}
             if not held:
-                return [], []
+                return {}, []
             distinct_outputs(outputs, f"--data {text}")
+            key_of = {n: f"y:{n}" if f"y:{n}" in held or n not in aliases else f"y:{aliases[n]}"
+                      for n in outputs}  # fmt: skip
             if "y" in held and len(outputs) <= 1:
-                chosen = {"y": held["y"]}
-                named = ["y"]
+                key_of, named = {"y": "y"}, ["y"]
             else:
-                key_of = {
-                    n: f"y:{n}" if f"y:{n}" in held or n not in aliases else f"y:{aliases[n]}"
-                    for n in outputs
-                }
                 missing = [n for n in outputs if key_of[n] not in held]
                 if strict and (missing or not outputs):
                     raise InputError(
@@ -420,18 +311,12 @@ def _npz_labels(
                         "output as `y:NAME` (or `y` for one output, `y:KEY` for an output of a "
                         "dict)"
                     )
-                chosen = {key_of[n]: held[key_of[n]] for n in outputs if n not in missing}
-                named = [f"y:{n}" for n in outputs if n not in missing]
-            headers = {
-                name: NpyRows(archive.open(member), f"{text} array {name!r}")
-                for name, member in chosen.items()
-            }
-    except InputError:
-        raise
-    except DAMAGE as exc:  # zipfile's many errors of a damaged archive
-        raise InputError(
-            f"--data {text} is not a readable .npz file ({exc}); write it with np.savez"
-        ) from None
+                key_of = {n: key_of[n] for n in outputs if n not in missing}
+                named = [f"y:{n}" for n in key_of]
+            return {k: NpyRows(archive.open(held[k]), f"{text} array {k!r}")
+                    for k in key_of.values()}, named  # fmt: skip
+
+    headers, named = guarded(read, text)
     for name, rows in headers.items():
         if rows.dtype.kind not in "biuf":  # strings, objects: no loss reads them
             raise InputError(
@@ -539,31 +424,24 @@ def _folder(how: _Opening) -> Labelled:
     def column(start: int, stop: int) -> Dataset:
         return tf.data.Dataset.from_tensor_slices(ids[start:stop]).map(form.encode)
 
-    dataset, rows, part = image_batches(
-        text, how.specs, how.batch_size, limit, how.shard, listing.images, column
-    )
-    stream = how.stream(dataset, rows, part, Failure(), labels=["y"], found=listing.images)
+    batches = image_batches(text, how.specs, how.batch_size, limit, how.shard, listing.images,
+                            column)  # fmt: skip
+    stream = how.stream(*batches, Failure(), labels=["y"], found=listing.images)
     only = column(0, len(ids) if limit is None else limit).batch(how.batch_size)
     return Labelled(stream, labels=only.map(lambda y: (y,)), classes=listing.classes)
 
 
 def _function(how: _Opening) -> Labelled:
-    text, specs, shard = how.text, how.specs, how.shard
     failure = Failure()
-    context = input_context(shard, how.replicas)
-    distinct_outputs(how.request.outputs, f"--data {text}")
-    batches = function_source(text, specs, how.batch_size, how.limit, batch_signature(specs),
-                              failure, context, outputs=how.request.outputs,
-                              weights_ignored=not how.strict)  # fmt: skip
+    outputs = how.request.outputs  # labels keyed `y` for one output, `y:NAME` for several
+    distinct_outputs(outputs, f"--data {how.text}")
+    keys = ("y",) if len(outputs) <= 1 else tuple(f"y:{n}" for n in outputs)
+    stream, batches = how.function(failure, outputs, keys, weights_ignored=not how.strict)
     if not batches.labelled:
         return Labelled(
             None,
-            f"--data {text} gives inputs without labels; yield (x, y) batches (or dicts with "
-            "the inputs and `y`) to give them",
+            f"--data {how.text} gives inputs without labels; yield (x, y) batches (or dicts "
+            "with the inputs and `y`) to give them",
         )
-    part = None
-    if shard is not None and batches.sharded:  # the function returned its own shard
-        part = Part(batches.dataset.prefetch(tf.data.AUTOTUNE), None)
-    stream = how.stream(batches.dataset, batches.rows, part, failure, labels=how.request.keys())
-    n = len(specs)
+    n = len(how.specs)
     return Labelled(stream, labels=stream.whole.map(lambda *b: b[n:]), failure=failure)

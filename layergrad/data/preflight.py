@@ -1,11 +1,7 @@
-"""Check `--data` and `--input` against the model's config before TensorFlow loads.
-
-TensorFlow takes seconds to import; a missing file, a `.npz` whose keys name no input or an
-array of the wrong shape is known from the file's headers and the model's config in a
-fraction of that. The same checks run again on the loaded model (its inputs are the truth);
-here they run on what the config declares, and only where it declares it. What `--data` is
-(`source_kind`) and the headers of its `.npy`/`.npz` arrays against the inputs are read here,
-for the streams of `data/sources.py` too; nothing here imports TensorFlow.
+"""Check `--data` and `--input` against the model's config before TensorFlow loads (it takes
+seconds to import): what `--data` is (`source_kind`), and the `.npy`/`.npz` headers against
+the inputs the config declares, where it declares them; the streams of `data/sources.py`
+read them here too. The same checks run again on the loaded model.
 """
 
 from __future__ import annotations
@@ -21,8 +17,7 @@ import numpy as np
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.probe_options import DataSet, OneBatch
 from layergrad.data import images
-from layergrad.data.input_keys import input_keys
-from layergrad.data.probe_input import peek_rows
+from layergrad.data.probe_input import array_keys, input_keys, peek_rows
 from layergrad.data.user_code import is_function
 from layergrad.data.value_checks import InputSpec, check_fits
 from layergrad.files.array_files import (
@@ -91,21 +86,11 @@ def _spec(name: str, config: Mapping[str, object]) -> InputSpec | None:
 
 def _check_input_file(path: str, specs: tuple[InputSpec, ...]) -> None:
     headers = read_headers(path)
+    by_name = {h.name: h for h in headers}
     where = f"--input {path}"
-    if [h.name for h in headers] == [None]:
-        if len(specs) != 1:
-            raise InputError(
-                f"{where} holds one array but the model has {len(specs)} inputs "
-                f"({', '.join(s.name for s in specs)}); save them with "
-                "np.savez(FILE, **{name: array}) and pass the .npz."
-            )
-        check_fits(headers[0].shape, headers[0].dtype, specs[0], where)
-        return
-    by_name = {h.name: h for h in headers if h.name is not None}
-    keys = input_keys(by_name, [s.name for s in specs], where)
-    for spec in specs:
-        header = by_name[keys[spec.name]]
-        check_fits(header.shape, header.dtype, spec, where)
+    for spec, key in zip(specs, array_keys(list(by_name), [s.name for s in specs], where),
+                         strict=True):  # fmt: skip
+        check_fits(by_name[key].shape, by_name[key].dtype, spec, where)
 
 
 def precheck(path: str | os.PathLike[str]) -> None:
@@ -188,12 +173,7 @@ def check_source(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None
 
 
 def npy_input_layout(path: str, specs: Sequence[InputSpec]) -> NpyLayout:
-    if len(specs) != 1:
-        raise InputError(
-            f"--data {path} holds one array but the model has {len(specs)} inputs "
-            f"({', '.join(s.name for s in specs)}); save them with "
-            "np.savez(FILE, **{name: array}) and pass the .npz"
-        )
+    array_keys([None], [s.name for s in specs], f"--data {path}")
     layout = npy_layout(path)
     check_fits(layout.shape, layout.dtype, specs[0], f"--data {path}")
     return layout
@@ -202,7 +182,7 @@ def npy_input_layout(path: str, specs: Sequence[InputSpec]) -> NpyLayout:
 def input_members(
     archive: zipfile.ZipFile, path: str, specs: Sequence[InputSpec]
 ) -> dict[str, str]:
-    """Input name -> the archive member holding its array (see `data/input_keys.py`)."""
+    """Input name -> the archive member holding its array (`probe_input.input_keys`)."""
     names = npz_members(archive, path)
     keys = input_keys(names, [s.name for s in specs], f"--data {path}")
     return {s.name: names[keys[s.name]] for s in specs}
@@ -218,14 +198,12 @@ def input_readers(archive: zipfile.ZipFile, path: str, specs: Sequence[InputSpec
 def input_layouts(path: str, specs: Sequence[InputSpec]) -> tuple[list[NpyLayout | None], int]:
     """Where each input's rows lie (None: compressed) and how many rows there are, checked
     against `specs` from the headers."""
-    try:
+    def read() -> tuple[list[NpyRows], dict[str, NpyLayout | None]]:
         with zipfile.ZipFile(path) as archive:
-            headers = input_readers(archive, path, specs)
-            layouts = npz_layouts(path, archive, input_members(archive, path, specs))
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise InputError(
-            f"--data {path} is not a readable .npz file ({exc}); write it with np.savez"
-        ) from None
+            members = input_members(archive, path, specs)
+            return input_readers(archive, path, specs), npz_layouts(path, archive, members)
+
+    headers, layouts = guarded(read, path)
     for spec, rows in zip(specs, headers, strict=True):
         check_fits(rows.shape, rows.dtype, spec, f"--data {path} array {spec.name!r}")
     counts = {s.name: r.rows for s, r in zip(specs, headers, strict=True)}

@@ -1,28 +1,38 @@
-"""Build the probe batch: from a `.npy` / `.npz` file, or random from the model's input spec."""
+"""Build the probe batch: from a `.npy` / `.npz` file, or random from the model's input spec;
+and which array of an `.npz` feeds which input, for `--input` and `--data` alike: one per input
+name, or, for a model with one input, `x` with the labels as `y` (the `model.fit(x, y)`
+convention); labels are `y` (one output) or `y:NAME` (one per output) either way."""
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from layergrad.core.errors import InputError, UsageError
-from layergrad.core.limits import MAX_TEXT_BATCH_BYTES, human
+from layergrad.core.limits import human
 from layergrad.core.tf_types import KerasModel
-from layergrad.data.input_keys import input_keys, is_label
 from layergrad.data.input_kinds import (
-    SIMPLE_TOKENS,
+    SIMPLE,
     InputDraw,
     TextDraw,
     draw_text,
     drawn,
     id_inputs,
+    model_inputs,
     text_bytes,
 )
-from layergrad.data.value_checks import InputSpec, dtype_kind, fit_array, tf_dtype
+from layergrad.data.value_checks import (
+    InputSpec,
+    dtype_kind,
+    fit_array,
+    same_rows,
+    text_budget,
+    tf_dtype,
+)
 from layergrad.files.array_files import ArrayHeader, read_arrays, read_headers
 
 UNKNOWN_DIM = 16  # size used for a non-batch dimension the model leaves open (None)
@@ -48,10 +58,7 @@ class ProbeBatch:
 
 def input_specs(model: KerasModel) -> tuple[InputSpec, ...]:
     """Read the model's input specs; raises InputError when the model does not declare them."""
-    try:
-        tensors = list(model.inputs)
-    except (AttributeError, ValueError):
-        tensors = []
+    tensors = model_inputs(model)
     if not tensors:
         raise InputError(
             f"model {model.name!r} ({type(model).__name__}) does not declare its inputs, so a "
@@ -67,10 +74,6 @@ def input_specs(model: KerasModel) -> tuple[InputSpec, ...]:
         )
         for t in tensors
     )
-
-
-def _label(name: str | None) -> bool:
-    return name is not None and is_label(name)
 
 
 def built_input_specs(model: KerasModel) -> tuple[InputSpec, ...] | None:
@@ -111,7 +114,7 @@ def random_batch(
     """
     if batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1: batch_size={batch_size}")
-    texts = {s.name: (texts or {}).get(s.name) or _SIMPLE for s in specs if s.dtype == "string"}
+    texts = {s.name: (texts or {}).get(s.name) or SIMPLE for s in specs if s.dtype == "string"}
     shapes = [(batch_size, *(UNKNOWN_DIM if d is None else d for d in s.shape)) for s in specs]
     need = sum(
         text_bytes(shape, texts[s.name]) if s.name in texts else math.prod(shape) * 8
@@ -131,22 +134,20 @@ def random_batch(
         draw = (draws or {}).get(spec.name)
         if spec.name in texts:
             arrays.append(draw_text(rng, shape, texts[spec.name]))
-        elif kind == "f" and draw is not None:
-            arrays.append(drawn(rng, shape, draw).astype(tf_dtype(spec.dtype)))
+            continue
+        if draw is not None and (kind == "f" or (kind in "iu" and draw.kind == "choice")):
+            array = drawn(rng, shape, draw)  # the model's preprocessing, a lookup's vocabulary
         elif kind == "f":
-            arrays.append(rng.standard_normal(shape).astype(tf_dtype(spec.dtype)))
-        elif kind == "b":
-            arrays.append(rng.integers(0, 2, shape).astype(bool))
-        elif kind in "iu" and draw is not None and draw.kind == "choice":
-            arrays.append(drawn(rng, shape, draw).astype(spec.dtype))  # a lookup's vocabulary
-        elif kind in "iu":
-            high = int_high.get(spec.name, DEFAULT_INT_HIGH)
-            arrays.append(rng.integers(0, high, shape).astype(spec.dtype))
+            array = rng.standard_normal(shape)
+        elif kind in "biu":
+            array = rng.integers(0, 2 if kind == "b" else int_high.get(spec.name, DEFAULT_INT_HIGH),
+                                 shape)  # fmt: skip
         else:
             raise InputError(
                 f"input {spec.name!r} has dtype {spec.dtype}, which a random probe cannot make; "
                 "pass the probe batch with --input FILE.npy"
             )
+        arrays.append(array.astype(tf_dtype(spec.dtype)))
     chosen = {n for n, d in (draws or {}).items() if d.kind == "choice"}
     used = [
         draws[s.name].describe(s.name)
@@ -168,12 +169,9 @@ def random_batch(
     )
 
 
-_SIMPLE = TextDraw(SIMPLE_TOKENS, 1, "simple tokens: no layer that reads it is known")
-
-
 def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) -> ProbeBatch:
     """Read `--input`: a `.npy` (single-input models) or `.npz` keyed by input name (`x` for
-    a model with one input; see `data/input_keys.py`).
+    a model with one input; see `input_keys`).
 
     With `specs=None` (a model that does not declare its inputs) the arrays are used as they
     are: the `.npy` array, or the `.npz` arrays in the order they were saved. The file is read
@@ -181,13 +179,17 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
     input's dtype are refused.
     """
     text = os.fspath(path)
-    _text_within_budget(read_headers(text), text)  # before a wide text array is read
+    for h in read_headers(text):  # before a wide text array is read
+        if h.dtype.kind in "US":
+            label = f"array {h.name!r}" if h.name is not None else "its text"
+            text_budget(f"--input {text}: {label}", h.nbytes, h.shape[0] if h.shape else 1,
+                        h.dtype, "save {} rows or fewer")  # fmt: skip
     headers, arrays = read_arrays(text)
     _require_rows(headers, text)
     names = [h.name for h in headers]
     if specs is None:  # the inputs are the arrays but the labels (`y`, `y:NAME`)
-        kept = [(n or "input", a) for n, a in zip(names, arrays, strict=True) if not _label(n)]
-        given = {n: a for n, a in zip(names, arrays, strict=True) if n and _label(n)}
+        given = {n: a for n, a in zip(names, arrays, strict=True) if n and is_label(n)}
+        kept = [(n or "input", a) for n, a in zip(names, arrays, strict=True) if n not in given]
         if not kept:
             raise InputError(
                 f"--input {text} holds only labels ({', '.join(given)}); save the inputs "
@@ -195,28 +197,12 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
             )
         keys = tuple(n for n, _ in kept)
         return ProbeBatch(tuple(a for _, a in kept), keys, text, None, given or None)
-    labels = None
-    if names == [None]:
-        if len(specs) != 1:
-            raise InputError(
-                f"--input {text} holds one array but the model has {len(specs)} inputs "
-                f"({', '.join(s.name for s in specs)}); save them with "
-                "np.savez(FILE, **{name: array}) and pass the .npz."
-            )
-        chosen = list(arrays)
-    else:
-        by_name = dict(zip(names, arrays, strict=True))
-        where = f"--input {text}"
-        fed = input_keys([n for n in names if n is not None], [s.name for s in specs], where)
-        chosen = [by_name[fed[s.name]] for s in specs]
-        labels = {k: a for k, a in by_name.items() if k is not None and is_label(k)} or None
+    by_name = dict(zip(names, arrays, strict=True))
+    fed = array_keys(names, [s.name for s in specs], f"--input {text}")
+    chosen = [by_name[k] for k in fed]
+    labels = {k: a for k, a in by_name.items() if k is not None and is_label(k)} or None
     checked = tuple(fit_array(a, s, f"--input {text}") for a, s in zip(chosen, specs, strict=True))
-    sizes = {a.shape[0] for a in checked}
-    if len(sizes) > 1:
-        raise InputError(
-            f"--input {text}: the arrays have different batch sizes {sorted(sizes)}; give every "
-            "input the same number of rows"
-        )
+    same_rows(f"--input {text}", [s.name for s in specs], [len(a) for a in checked])
     return ProbeBatch(checked, tuple(s.name for s in specs), text, None, labels)
 
 
@@ -231,20 +217,6 @@ def peek_rows(path: str | os.PathLike[str]) -> int:
     return max(h.shape[0] for h in headers)
 
 
-def _text_within_budget(headers: Sequence[ArrayHeader], source: str) -> None:
-    for header in headers:
-        if header.dtype.kind in "US" and header.nbytes > MAX_TEXT_BATCH_BYTES:
-            label = f"array {header.name!r}" if header.name is not None else "its text"
-            row = max(1, header.nbytes // max(1, header.shape[0] if header.shape else 1))
-            raise InputError(
-                f"--input {source}: {label} takes {human(header.nbytes)} ({header.dtype}: "
-                "numpy keeps every string as wide as the longest), more than the "
-                f"{human(MAX_TEXT_BATCH_BYTES)} a batch of text may take; save "
-                f"{max(1, MAX_TEXT_BATCH_BYTES // row)} rows or fewer, or shorten the longest "
-                "strings"
-            )
-
-
 def _require_rows(headers: Sequence[ArrayHeader], source: str) -> None:
     for header in headers:
         if not header.shape or header.shape[0] == 0:
@@ -253,3 +225,54 @@ def _require_rows(headers: Sequence[ArrayHeader], source: str) -> None:
                 f"--input {source}: {label} has shape {header.shape}, a batch of 0 rows; "
                 "expected at least one row (the first axis is the batch)"
             )
+
+
+FIT_INPUT = "x"  # the single input's array under the model.fit(x, y) convention
+
+
+def input_keys(names: Collection[str], inputs: Sequence[str], where: str) -> dict[str, str]:
+    """Input name -> the `.npz` key holding its array.
+
+    Args:
+        names: the arrays in the file.
+        inputs: the model's input names, in order.
+        where: how errors name the file (`--data x.npz`).
+
+    Raises:
+        InputError: an input has no array; the message lists both sides.
+
+    Example:
+        >>> input_keys(["x", "y"], ["input_layer"], "--data d.npz")
+        {'input_layer': 'x'}
+    """
+    if all(name in names for name in inputs):
+        return {name: name for name in inputs}
+    if len(inputs) == 1 and FIT_INPUT in names:
+        return {inputs[0]: FIT_INPUT}
+    missing = [name for name in inputs if name not in names]
+    single = f" (or as `{FIT_INPUT}`, with the labels as `y`)" if len(inputs) == 1 else ""
+    raise InputError(
+        f"{where} has arrays {sorted(names)} but the model's inputs are {list(inputs)}; "
+        f"missing: {', '.join(missing)}. Save one array per input name{single} with "
+        "np.savez(FILE, **{name: array})."
+    )
+
+
+def is_label(name: str) -> bool:
+    """Whether an `.npz` key holds labels: `y`, or `y:NAME` for the output NAME."""
+    return name == "y" or name.startswith("y:")
+
+
+def array_keys(names: Sequence[str | None], inputs: Sequence[str], where: str) -> list[str | None]:
+    """The key of each input's array among a file's arrays `names` (`[None]`: a `.npy`, whose
+    one array feeds a model with one input)."""
+    if list(names) == [None]:
+        if len(inputs) != 1:
+            raise InputError(
+                f"{where} holds one array but the model has {len(inputs)} inputs "
+                f"({', '.join(inputs)}); save them with np.savez(FILE, **{{name: array}}) and "
+                "pass the .npz."
+            )
+        return [None]
+    keys = input_keys([n for n in names if n is not None], inputs, where)
+    return [keys[n] for n in inputs]

@@ -1,42 +1,31 @@
 """Resolve `--data PATH` into batches in the model's input order, read as they are used.
 
-PATH is a `.npy` (one input), a `.npz` (one array per input name, or `x` for a model with
-one input; `y`, the labels, is read by `data/label_stream.py`; see `data/input_keys.py`), a
-folder of images, or `FILE.py:function` / `module:function` returning a `tf.data.Dataset` or
-any iterable of batches (`data/functions.py`). Whatever the source yields is cut into batches
-of `batch_size` rows (the last one partial). Files are read a batch at a time
-(`data/array_records.py`) and nothing is kept, so memory does not grow with the number of
-samples.
-
-Files are checked against the model's inputs from their headers; what a function gives is
-checked batch by batch. A bad batch stops the run with an `InputError` that names the batch
-and the input. Errors inside the reading thread of `tf.data` are kept and raised by
-`DataStream.raise_failure` when the stream ends.
-
-With `shard=(worker, workers)` (`--distribute multi-worker`) each worker reads only its part,
-cut on the batches of one process so that every batch, and every sample's index, is the one
-of a single run: files by records (a contiguous range of rows, read in place), image folders
-by file, a function that takes an argument through the `tf.distribute.InputContext` it is
-given (it returns its own shard), and anything else by batch, round robin.
+PATH is a `.npy` (one input), a `.npz` (`probe_input.input_keys`; its labels `y` are read by
+`data/label_stream.py`), a folder of images, or `FILE.py:function` / `module:function`
+(`data/functions.py`). Batches hold `batch_size` rows (the last partial); files are read a
+batch at a time and nothing is kept, so memory does not grow with the samples. Files are
+checked from their headers, a function's batches one by one; an error inside `tf.data`'s
+reading thread is kept and raised by `DataStream.raise_failure`. Under `shard=(worker,
+workers)` each worker reads its part, cut on the batches of one process (`data/shards.py`):
+files by rows read in place, image folders by file, a function that takes an argument through
+its `tf.distribute.InputContext`, anything else round robin by batch.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from layergrad.core.errors import InputError, describe
 from layergrad.core.limits import IMAGE_DECODERS
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import Dataset, Tensor, TensorSpec
+from layergrad.core.tf_types import Dataset, Tensor
 from layergrad.data import images
-from layergrad.data.array_records import (
-    npy_batches,
-    npz_batches,
-)
-from layergrad.data.functions import Failure, function_source
+from layergrad.data.array_records import npy_batches, npz_batches
+from layergrad.data.functions import Failure, FunctionBatches, function_source
 from layergrad.data.preflight import check_sizes, source_kind
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.data.shards import (
@@ -48,7 +37,7 @@ from layergrad.data.shards import (
     with_sample_indices,
 )
 from layergrad.data.user_code import is_function
-from layergrad.data.value_checks import InputSpec, check_fits, tf_dtype
+from layergrad.data.value_checks import InputSpec, check_fits, same_rows, tf_dtype
 
 
 class DataStream:
@@ -112,16 +101,10 @@ class DataStream:
             return sum(int(p.shape[0]) for p in parts[0]) if parts else 0
         where = f"--data {self.source}: batch {index}"
         rows = [sum(int(p.shape[0]) for p in pieces) for pieces in parts]
-        if len(set(rows)) > 1:
-            sizes = ", ".join(f"{s.name}: {n}" for s, n in zip(self.specs, rows, strict=True))
-            raise InputError(
-                f"{where}: the inputs have different batch sizes ({sizes}); give every input "
-                "the same number of rows"
-            )
         for spec, pieces, n in zip(self.specs, parts, rows, strict=True):
             for piece in pieces:
                 check_fits((n, *piece.shape[1:]), piece.dtype.as_numpy_dtype, spec, where)
-        return rows[0] if rows else 0
+        return same_rows(where, [s.name for s in self.specs], rows)
 
     def raise_failure(self, batch: int | None = None) -> None:
         """Raise the error that stopped a Python reader, if one did; with ``batch``, also the
@@ -167,11 +150,6 @@ class ProbeStream(DataStream):
         return [(*self.whole[0], tf.range(self.samples or 0, dtype=tf.int64))]
 
 
-def batch_signature(specs: Sequence[InputSpec]) -> tuple[TensorSpec, ...]:
-    """The tf.data signature of batches of the inputs `specs` (any number of rows)."""
-    return tuple(tf.TensorSpec((None, *s.shape), tf_dtype(s.dtype)) for s in specs)
-
-
 def open_data(
     path: str | os.PathLike[str],
     specs: Sequence[InputSpec],
@@ -203,60 +181,77 @@ def open_data(
     text = os.fspath(path)
     check_sizes(batch_size, limit)
     kind = source_kind(text)
+    how = Opening(text, tuple(specs), batch_size, limit, shard, replicas, first_sample)
     failure = Failure()
-    signature = batch_signature(specs)
-    rows: int | None
-    part: Part | None = None
-    found = None
     if kind == "npy":
-        dataset, rows, part = npy_batches(text, specs, batch_size, limit, shard, signature, failure)
+        batches = npy_batches(text, how.specs, batch_size, limit, shard, failure)
     elif kind == "npz":
-        dataset, rows, part = npz_batches(text, specs, batch_size, limit, signature, failure, shard)
+        batches = npz_batches(text, how.specs, batch_size, limit, failure, shard)
     elif kind == "images":
         found = images.list_images(text)  # every entry checked, every size within budget
-        dataset, rows, part = image_batches(text, specs, batch_size, limit, shard, found)
+        batches = image_batches(text, how.specs, batch_size, limit, shard, found)
+        return how.stream(*batches, failure, found=found)
     else:
+        return how.function(failure)[0]
+    return how.stream(*batches, failure)
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What `--data` is opened with: each reader's arguments (see `open_data`)."""
+
+    text: str
+    specs: tuple[InputSpec, ...]
+    batch_size: int
+    limit: int | None
+    shard: Shard | None
+    replicas: int
+    first_sample: int
+
+    def stream(
+        self,
+        dataset: Dataset,
+        rows: int | None,
+        part: Part | None,
+        failure: Failure,
+        labels: Sequence[str] = (),
+        found: Sequence[images.ImageFile] | None = None,
+    ) -> DataStream:
+        """The `DataStream` of the source's batches: prefetched, shared round robin under a
+        shard when the source has no parts of its own; with `found` (an image folder's images,
+        in the order read) a batch that fails to decode names its image."""
+        limit, batch_size = self.limit, self.batch_size
+        samples = limit if rows is None else rows if limit is None else min(rows, limit)
+        dataset = dataset.prefetch(tf.data.AUTOTUNE)
+        if self.shard is not None and part is None:
+            part = round_robin(dataset, self.shard, batch_size)
+        stream = DataStream(
+            self.text, self.specs, dataset, samples, failure, not is_function(self.text),
+            batch_size, part, self.first_sample, labels,
+        )  # fmt: skip
+        if found is not None:  # a batch that fails to decode: name its image
+            find = locate_failure(self.text, list(found), int(self.specs[0].shape[2] or 0))
+            stream.explain = lambda b: find(b * batch_size, (b + 1) * batch_size)
+        return stream
+
+    def function(
+        self,
+        failure: Failure,
+        outputs: Sequence[str] | None = None,
+        keys: Sequence[str] = (),
+        weights_ignored: bool = False,
+    ) -> tuple[DataStream, FunctionBatches]:
+        """The stream of a data function's batches (`functions.function_source`); with
+        `outputs`, their labels after the inputs, if it gives them, keyed `keys`."""
         batches = function_source(
-            text, specs, batch_size, limit, signature, failure, input_context(shard, replicas)
-        )
-        dataset, rows = batches.dataset, batches.rows
-        if shard is not None and batches.sharded:  # the function returned its own shard
-            part = Part(dataset.prefetch(tf.data.AUTOTUNE), None)
-    return finish_stream(text, specs, dataset, rows, part, failure, batch_size, limit, shard,
-                         first_sample, found=found)  # fmt: skip
-
-
-def finish_stream(
-    text: str,
-    specs: Sequence[InputSpec],
-    dataset: Dataset,
-    rows: int | None,
-    part: Part | None,
-    failure: Failure,
-    batch_size: int,
-    limit: int | None,
-    shard: Shard | None,
-    first_sample: int,
-    labels: Sequence[str] = (),
-    found: Sequence[images.ImageFile] | None = None,
-) -> DataStream:
-    """The `DataStream` of a source's batches: prefetched, shared round robin under a shard
-    when the source has no parts of its own; with `found` (an image folder's images, in the
-    order read) a batch that fails to decode names its image."""
-    samples = rows if limit is None or rows is None else min(rows, limit)
-    if samples is None and limit is not None:
-        samples = limit
-    dataset = dataset.prefetch(tf.data.AUTOTUNE)
-    if shard is not None and part is None:
-        part = round_robin(dataset, shard, batch_size)
-    stream = DataStream(
-        text, specs, dataset, samples, failure, checked=not is_function(text),
-        batch_size=batch_size, part=part, first_sample=first_sample, labels=labels,
-    )  # fmt: skip
-    if found is not None:  # a batch that fails to decode: name its image
-        find = locate_failure(text, list(found), int(specs[0].shape[2] or 0))
-        stream.explain = lambda b: find(b * batch_size, (b + 1) * batch_size)
-    return stream
+            self.text, self.specs, self.batch_size, self.limit, failure,
+            input_context(self.shard, self.replicas), outputs, weights_ignored,
+        )  # fmt: skip
+        part = None
+        if self.shard is not None and batches.sharded:  # the function returned its own shard
+            part = Part(batches.dataset.prefetch(tf.data.AUTOTUNE), None)
+        labels = keys if batches.labelled else ()
+        return self.stream(batches.dataset, batches.rows, part, failure, labels), batches
 
 
 def image_batches(
@@ -316,18 +311,22 @@ def image_dataset(
     bmp = tf.constant([i.kind == "bmp" for i in found])
 
     def load(path: Tensor, is_bmp: Tensor) -> tuple[Tensor]:
-        data = tf.io.read_file(path)
-        image = tf.cond(
-            is_bmp,
-            lambda: _bmp_channels(tf.io.decode_bmp(data, channels=0), channels),
-            lambda: tf.io.decode_image(data, channels=channels, expand_animations=False),
-        )
-        image = tf.image.resize(image, size, method="bilinear")
+        image = tf.image.resize(_decoded(path, is_bmp, channels), size, method="bilinear")
         image.set_shape((*size, channels))
         return (tf.cast(image, dtype),)
 
     dataset = tf.data.Dataset.from_tensor_slices((paths, bmp))
     return dataset.map(load, num_parallel_calls=IMAGE_DECODERS, deterministic=True)
+
+
+def _decoded(path: Tensor, is_bmp: Tensor, channels: int) -> Tensor:
+    """The image at `path`, decoded with `channels` channels."""
+    data = tf.io.read_file(path)
+    return tf.cond(
+        is_bmp,
+        lambda: _bmp_channels(tf.io.decode_bmp(data, channels=0), channels),
+        lambda: tf.io.decode_image(data, channels=channels, expand_animations=False),
+    )
 
 
 def _bmp_channels(image: Tensor, channels: int) -> Tensor:
@@ -359,11 +358,7 @@ def locate_failure(
     def find(start: int, end: int) -> str | None:
         for image in found[start:end]:
             try:
-                data = tf.io.read_file(image.path)
-                if image.kind == "bmp":
-                    tf.io.decode_bmp(data, channels=0)
-                else:
-                    tf.io.decode_image(data, channels=channels, expand_animations=False)
+                _decoded(tf.constant(image.path), tf.constant(image.kind == "bmp"), channels)
             except Exception as exc:
                 return f"--data {folder}: image {image.path} cannot be decoded ({describe(exc)})"
         return None

@@ -1,16 +1,11 @@
 """Load the function of `--data FILE.py:function` / `module:function`, and call it safely.
 
-`FILE.py` is imported from its path (its folder first on `sys.path`, so it can import its
-neighbours), after a check that it is a regular file; `module` is imported from the working
-directory as `python -m` would. Whatever the user's code raises while it is imported, called
-or iterated, `SystemExit` included (a gate must never pass by `sys.exit(0)`), becomes one
-`InputError` line that names it.
-
-`os._exit` ends a process without raising anything, so while the user's code runs
-(`running_user_code`, in any thread of this process) `os._exit` raises `UserExit` instead:
-a data function that calls `os._exit(0)` mid-iteration is layergrad's error (exit 2), never
-a run that ends with exit 0 and no report. Outside the user's code, and in a process it
-forked, `os._exit` is the real one.
+`FILE.py` is imported from its path (a regular file; its folder first on `sys.path`),
+`module` from the working directory as `python -m` would. Whatever the user's code raises
+while imported, called or iterated, `SystemExit` included (a gate must never pass by
+`sys.exit(0)`), becomes one `InputError` line. While it runs (`running_user_code`, in any
+thread of this process, not in a child), `os._exit` raises `UserExit` instead of ending the
+process with exit 0 and no report.
 """
 
 from __future__ import annotations
@@ -101,13 +96,9 @@ def load_function(ref: str) -> Callable[[], object]:
         if target.endswith(".py"):
             with running_user_code():
                 module = _import_file(Path(target), ref)
-        else:
-            sys.path.insert(0, os.getcwd())  # as `python -m` would, for a module beside the data
-            try:
-                with running_user_code():
-                    module = importlib.import_module(target)
-            finally:
-                sys.path.remove(os.getcwd())
+        else:  # from the working directory, as `python -m` would, for a module beside the data
+            with running_user_code(), _first_on_path(os.getcwd()):
+                module = importlib.import_module(target)
     except InputError:
         raise
     except ModuleNotFoundError as exc:
@@ -171,10 +162,15 @@ def _import_file(path: Path, ref: str) -> ModuleType:
     if spec is None or spec.loader is None:
         raise InputError(f"--data {ref}: {path} is not an importable Python file")
     module = importlib.util.module_from_spec(spec)
-    folder = str(path.resolve().parent)
-    sys.path.insert(0, folder)  # so the file can import its neighbours
-    try:
+    with _first_on_path(str(path.resolve().parent)):  # so the file can import its neighbours
         spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.contextmanager
+def _first_on_path(folder: str) -> Iterator[None]:
+    sys.path.insert(0, folder)
+    try:
+        yield
     finally:
         sys.path.remove(folder)
-    return module

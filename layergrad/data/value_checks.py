@@ -1,19 +1,15 @@
 """Every value of an array checked against the model input it feeds, a refusal naming the
-sample: `check_fits` the array's shape and dtype; `fit_array` its values, in memory
-(`--input`, a data function's Python batches, rows read in Python); `fitted_cast` the values
-of `--data` read in the graph (arrays read in place, a data function's `tf.data.Dataset`),
-batch by batch, by a `tf.debugging.Assert` whose message names the sample and its value,
-which `reader_refusal` reads back from the error TensorFlow raises (from the iterator, or
-from a Keras `fit` over it) as a `DataError`. Both refuse the same values in the same words
-(`ids_refused`, `outside`, `overflows`): float ids that are NaN, infinite or beyond int32,
-integers outside the input's dtype (int64 ids beyond int32 would wrap), floats that overflow
-it; and text that is not valid Unicode. `--input` is checked before TensorFlow loads, so
-TensorFlow is imported only by the checks in the graph.
+sample: `check_fits` its shape and dtype; `fit_array` its values in memory; `fitted_cast` in
+the graph, by a `tf.debugging.Assert` whose message `reader_refusal` reads back from
+TensorFlow's error as a `DataError`. Both refuse the same values in the same words: float ids
+that are NaN, infinite or beyond int32, integers outside the input's dtype, floats that
+overflow it, text that is not Unicode. Only the checks in the graph import TensorFlow.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,30 +47,23 @@ def dtype_kind(dtype: str) -> str:
 SAMPLE, VALUE = "\x00sample\x00", "\x00value\x00"  # where a refusal names them (in the graph too)
 
 
-def ids_refused(where: str, spec: InputSpec, sample: str, value: str) -> str:
-    """The refusal of a value that is no id, in a float input that carries ids."""
-    return (
-        f"{where}: input {spec.name!r} holds ids ({spec.ids} takes them), but sample {sample} "
-        f"holds {value}, which is not finite or does not fit int32; save the ids as integers"
-    )
-
-
-def outside(
-    where: str, spec: InputSpec, target: str, bounds: tuple[int, int], sample: str, value: str
+def refusal(
+    check: str, where: str, spec: InputSpec, target: str = "", bounds: tuple[int, int] = (0, 0)
 ) -> str:
-    """The refusal of an integer outside the input's integer dtype."""
-    return (
-        f"{where}: sample {sample} of input {spec.name!r} holds {value}, outside {target} "
-        f"[{bounds[0]}, {bounds[1]}]; save values that fit {target}"
+    """The refusal of a value of the input `spec` that fails `check` (see `checked`), its
+    sample and value left as SAMPLE and VALUE, filled in where the value is found."""
+    if check == "ids":
+        return (
+            f"{where}: input {spec.name!r} holds ids ({spec.ids} takes them), but sample {SAMPLE} "
+            f"holds {VALUE}, which is not finite or does not fit int32; save the ids as integers"
+        )
+    fault = (
+        f"outside {target} [{bounds[0]}, {bounds[1]}]; save values that fit {target}"
+        if check == "range"
+        else f"which overflows {target} (the model's input dtype) to inf; scale the data or save "
+        f"it as {target}"
     )
-
-
-def overflows(where: str, spec: InputSpec, target: str, sample: str, value: str) -> str:
-    """The refusal of a float that overflows the input's float dtype."""
-    return (
-        f"{where}: sample {sample} of input {spec.name!r} holds {value}, which overflows "
-        f"{target} (the model's input dtype) to inf; scale the data or save it as {target}"
-    )
+    return f"{where}: sample {SAMPLE} of input {spec.name!r} holds {VALUE}, {fault}"
 
 
 def fit_array(array: np.ndarray, spec: InputSpec, where: str, first: int = 0) -> np.ndarray:
@@ -97,21 +86,21 @@ def fit_array(array: np.ndarray, spec: InputSpec, where: str, first: int = 0) ->
     if spec.ids and got == "f":
         with np.errstate(invalid="ignore"):
             ok = np.isfinite(array) & (array >= -(2.0**31)) & (array < 2.0**31)
-        _refuse(ok, array, first, ids_refused(where, spec, SAMPLE, VALUE))
+        _refuse(ok, array, first, refusal("ids", where, spec))
         return array.astype(np.int32)
     if want == "f" and got in "fiu":
         with np.errstate(over="ignore"):
             cast = array.astype(target, copy=False)
         if got == "f":
-            _refuse(np.isfinite(cast) == np.isfinite(array), array, first,
-                    overflows(where, spec, str(target), SAMPLE, VALUE))  # fmt: skip
+            message = refusal("overflow", where, spec, str(target))
+            _refuse(np.isfinite(cast) == np.isfinite(array), array, first, message)
         return cast
     if want in "iu" and got in "iu":
         bounds = np.iinfo(target)
         if array.size and (int(array.min()) < bounds.min or int(array.max()) > bounds.max):
             ok = (array >= bounds.min) & (array <= bounds.max)
             span = (int(bounds.min), int(bounds.max))
-            _refuse(ok, array, first, outside(where, spec, str(target), span, SAMPLE, VALUE))
+            _refuse(ok, array, first, refusal("range", where, spec, str(target), span))
         return array.astype(target, copy=False)
     return array
 
@@ -139,14 +128,8 @@ def fit_text(array: np.ndarray, spec: InputSpec, where: str, first: int = 0) -> 
                 "strings; give text as an array of str"
             )
         array = array.astype(str)
-    if array.nbytes > MAX_TEXT_BATCH_BYTES:
-        rows = max(1, MAX_TEXT_BATCH_BYTES // max(1, array.nbytes // max(1, len(array))))
-        raise InputError(
-            f"{where}: the text of input {spec.name!r} takes {human(array.nbytes)} for "
-            f"{len(array)} rows ({array.dtype}: numpy keeps every string as wide as the "
-            f"longest), more than the {human(MAX_TEXT_BATCH_BYTES)} a batch of text may take; "
-            f"pass --batch-size {rows} or less, or shorten the longest strings"
-        )
+    text_budget(f"{where}: the text of {len(array)} rows of input {spec.name!r}", array.nbytes,
+                len(array), array.dtype)  # fmt: skip
     if array.dtype.kind == "U" and array.size and array.dtype.itemsize:
         points = np.ascontiguousarray(array).view(np.uint32).reshape(len(array), -1)
         bad = ((points >= 0xD800) & (points <= 0xDFFF)) | (points > 0x10FFFF)
@@ -160,6 +143,31 @@ def fit_text(array: np.ndarray, spec: InputSpec, where: str, first: int = 0) -> 
                 "UTF-8; decode the text with errors='replace', or save it as bytes"
             )
     return array
+
+
+def text_budget(
+    what: str, nbytes: int, rows: int, dtype: DTypeLike, fix: str = "pass --batch-size {} or less"
+) -> None:
+    """Refuse `rows` rows of text taking `nbytes`, over what a batch of text may take; `what`
+    starts the message, `fix` is told how many rows fit."""
+    if nbytes > MAX_TEXT_BATCH_BYTES:
+        fits = max(1, MAX_TEXT_BATCH_BYTES // max(1, nbytes // max(1, rows)))
+        raise InputError(
+            f"{what} takes {human(nbytes)} ({np.dtype(dtype)}: numpy keeps every string as wide "
+            f"as the longest), more than the {human(MAX_TEXT_BATCH_BYTES)} a batch of text may "
+            f"take; {fix.format(fits)}, or shorten the longest strings"
+        )
+
+
+def same_rows(where: str, names: Sequence[str], rows: Sequence[int]) -> int:
+    """The rows every input has in one batch; InputError naming each when they differ."""
+    if len(set(rows)) > 1:
+        sizes = ", ".join(f"{n}: {r}" for n, r in zip(names, rows, strict=True))
+        raise InputError(
+            f"{where}: the inputs have different batch sizes ({sizes}); give every input "
+            "the same number of rows"
+        )
+    return rows[0] if rows else 0
 
 
 def check_fits(
@@ -206,43 +214,42 @@ def check_fits(
 REFUSED = " refused: "  # marks the message of a check in the graph (`reader_refusal`)
 
 
-def checked(held: TFDType, spec: InputSpec) -> bool:
-    """Whether values of dtype `held` for the input `spec` are checked as they are cast."""
+def checked(held: TFDType, spec: InputSpec) -> str:
+    """The check values of dtype `held` for the input `spec` get as they are cast: "ids"
+    (floats carrying ids), "range" (integers of another dtype), "overflow" (wider floats),
+    or none ("")."""
     from layergrad.core.tf_runtime import tf  # the checks in the graph only
 
     target = tf.as_dtype(tf_dtype(spec.dtype))
-    return bool(
-        (spec.ids and held.is_floating)
-        or (target.is_integer and held.is_integer and held != target)
-        or (target.is_floating and held.is_floating and held.size > target.size)
-    )
+    if spec.ids and held.is_floating:
+        return "ids"
+    if target.is_integer and held.is_integer and held != target:
+        return "range"
+    return "overflow" if target.is_floating and held.is_floating and held.size > target.size else ""
 
 
 def fitted_cast(values: Tensor, source: str, spec: InputSpec, first: Tensor) -> Tensor:
-    """Cast to the input's dtype, refusing what `fit_array` refuses for `--input`: ids saved as
-    floats that are not finite or beyond int32, integers outside the dtype (int64 ids beyond
-    int32 would wrap) and floats that overflow it. `source` is the `--data` source, `first`
-    the index of the batch's first sample in it."""
+    """Cast to the input's dtype, refusing what `fit_array` refuses for `--input` (`checked`).
+    `source` is the `--data` source, `first` the index of the batch's first sample in it."""
     from layergrad.core.tf_runtime import tf  # the checks in the graph only
 
     target = tf.as_dtype(tf_dtype(spec.dtype))
     cast = tf.cast(values, target)
     where = f"--data {source}{REFUSED.rstrip(': ')}"
-    held = values.dtype
-    if spec.ids and held.is_floating:
+    held, check = values.dtype, checked(values.dtype, spec)
+    if check == "ids":
         ok = tf.math.is_finite(values) & (values >= -(2.0**31)) & (values < 2.0**31)
-        return _refused(ok, values, first, ids_refused(where, spec, SAMPLE, VALUE), cast)
-    if target.is_integer and held.is_integer and held != target:
+        return _refused(ok, values, first, refusal("ids", where, spec), cast)
+    if check == "range":
         low, high = max(target.min, held.min), min(target.max, held.max)
         ok = values <= tf.constant(high, held)
         if low > held.min:
             ok &= values >= tf.constant(low, held)
-        message = outside(where, spec, target.name, (target.min, target.max), SAMPLE, VALUE)
+        message = refusal("range", where, spec, target.name, (target.min, target.max))
         return _refused(ok, values, first, message, cast)
-    if target.is_floating and held.is_floating and held.size > target.size:
+    if check == "overflow":
         ok = tf.math.is_finite(cast) == tf.math.is_finite(values)
-        message = overflows(where, spec, target.name, SAMPLE, VALUE)
-        return _refused(ok, values, first, message, cast)
+        return _refused(ok, values, first, refusal("overflow", where, spec, target.name), cast)
     return cast
 
 

@@ -222,13 +222,12 @@ def test_text_inputs_refuse_numbers_and_numbers_refuse_text(tmp_path):
 
 
 def test_a_batch_of_text_wider_than_its_budget_is_refused(tmp_path, monkeypatch):
-    from layergrad.data import array_records, probe_input
+    from layergrad.data import value_checks  # the one budget of `--data` and `--input`
 
     path = _saved(tmp_path, "adapted")
     lines = np.array([["word " * 200]] * 16)  # <U1000: 4,000 bytes a row
     np.save(tmp_path / "wide.npy", lines)
-    monkeypatch.setattr(array_records, "MAX_TEXT_BATCH_BYTES", 10_000)
-    monkeypatch.setattr(probe_input, "MAX_TEXT_BATCH_BYTES", 10_000)
+    monkeypatch.setattr(value_checks, "MAX_TEXT_BATCH_BYTES", 10_000)
     result = CliRunner().invoke(main, ["scan", path, "--data", str(tmp_path / "wide.npy")])
     assert result.exit_code == 2, result.output
     assert "--batch-size 2 or less" in result.output

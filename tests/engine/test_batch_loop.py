@@ -71,7 +71,7 @@ def test_the_scans_of_the_probe_batch_and_every_command_over_data_run_the_one_lo
 def test_every_command_over_data_reads_its_batches_from_the_one_stream_builder(
     tmp_path, monkeypatch
 ):
-    """`sources.finish_stream` builds every `DataStream` of `--data` (inputs alone, or with
+    """`sources.Opening.stream` builds every `DataStream` of `--data` (inputs alone, or with
     labels for `fit`, `fix` and `check`'s training verdicts), for a model of two named inputs."""
     from helpers import normal, sample
 
@@ -110,7 +110,7 @@ def test_every_command_over_data_reads_its_batches_from_the_one_stream_builder(
         built.clear()
         out = CliRunner().invoke(main, args)
         assert out.exit_code in (0, 1), (name, out.output)
-        assert built, f"{name} built its batches outside sources.finish_stream"
+        assert built, f"{name} built its batches outside sources.Opening.stream"
         if name in ("fit", "scan --wrt weights --data"):  # the labels, from the same rows
             assert ("y",) in built, (name, built)
     root = Path(sources.__file__).parent.parent
