@@ -390,7 +390,7 @@ class FileVerdict:
     @property
     def verdict(self) -> str:
         """`PASS`, `PASS, 1 warning`, `FAIL`, `FAIL, 2 warnings`: what the file gets."""
-        return ("PASS" if self.passed else "FAIL") + _warned(len(self.warnings))
+        return ("PASS" if self.passed else "FAIL") + warned(len(self.warnings))
 
 
 @dataclass(frozen=True)
@@ -408,12 +408,12 @@ class CheckReport:
     def summary(self) -> str:
         """`3 passed, 1 failed`, with `, 2 warnings` when findings did not fail a file."""
         failed = sum(1 for v in self.files if not v.passed)
-        warned = _warned(sum(len(v.warnings) for v in self.files))
-        return f"{len(self.files) - failed} passed, {failed} failed{warned}"
+        said = warned(sum(len(v.warnings) for v in self.files))
+        return f"{len(self.files) - failed} passed, {failed} failed{said}"
 
 
-def _warned(count: int) -> str:
-    """`, 2 warnings` (nothing for none)."""
+def warned(count: int) -> str:
+    """`, 2 warnings` (nothing for none): what a verdict adds for findings that only warn."""
     return f", {count} warning{'s' if count != 1 else ''}" if count else ""
 
 

@@ -158,7 +158,8 @@ def replay(
     chosen = [*(sources or ()), *named]
     watched = {s.key for s in sources or ()}
     records: list[Record] = []
-    tape = tf.GradientTape(persistent=persistent)
+    # with no target nothing is differentiated: the tape then keeps nothing of the pass
+    tape = tf.GradientTape(persistent=persistent, watch_accessed_variables=bool(targets))
     with tape:
 
         def on_call(key: tuple[str, int], flat: list[Tensor], args: TensorTree) -> list[Tensor]:

@@ -582,8 +582,8 @@ def _write_diff(obj: object, doc: dict[str, object]) -> None:
 def _prepare_diff(doc: Mapping[str, object], read: Reader, at: str) -> Mapping[str, object]:
     """The rows and their names where `_write_diff` put them."""
     wrt = doc.get("wrt", ACTIVATIONS)
-    if wrt not in ROW_KEYS:
-        raise read.error("wrt", " or ".join(ROW_KEYS), wrt)
+    if not isinstance(wrt, str) or wrt not in ROW_KEYS:
+        raise read.error(f"{at}.wrt", " or ".join(ROW_KEYS), wrt)
     collection, key = ROW_KEYS[str(wrt)]
     rows = read.listed(read.member(doc, collection, at), collection)
     named = []

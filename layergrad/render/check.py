@@ -10,7 +10,7 @@ from rich.console import Group, RenderableType
 from rich.padding import Padding
 from rich.text import Text
 
-from layergrad.core.results import CheckItem, CheckReport, FileVerdict
+from layergrad.core.results import CheckItem, CheckReport, FileVerdict, warned
 from layergrad.render.common import (
     Column,
     dropped_line,
@@ -21,7 +21,6 @@ from layergrad.render.common import (
     md_text,
     natural_width,
     to_text,
-    warned,
 )
 from layergrad.render.escape import scrubbed
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from layergrad.core.results import CheckItem, FileVerdict
-from layergrad.render.common import warned
+from layergrad.core.results import CheckItem, FileVerdict, warned
 from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page, table
 
 

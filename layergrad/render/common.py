@@ -169,11 +169,6 @@ def count(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def warned(n: int) -> str:
-    """`, 2 warnings` (nothing for none): what a verdict adds for findings that only warn."""
-    return f", {count(n, 'warning')}" if n else ""
-
-
 def ranked_units_table(
     title: str,
     value_header: str,

@@ -281,3 +281,12 @@ def test_a_diff_member_out_of_its_bounds_is_refused_by_name(report, data):
     rows[i]["decades"] = value
     with pytest.raises(InputError, match=rf"rows\[{i}\]\.decades is "):
         from_json(DiffReport, doc)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(diffs(), st.sampled_from([[], {}, 3, None, "bias"]))
+def test_a_diff_with_an_unknown_wrt_is_refused_in_one_line(report, wrt):
+    doc = written(report)
+    doc["wrt"] = wrt
+    with pytest.raises(InputError, match=r"wrt is "):
+        from_json(DiffReport, doc)

@@ -149,7 +149,8 @@ def targets(
     info: FileInfo, loss: str | None, labels: Mapping[str, LabelSummary], source: str, add: Add
 ) -> bool:
     """`targets`: the labels given with the data can be produced by each output and fit the
-    loss (skipped, not recorded, without labels). True when they do not."""
+    loss (skipped, not recorded, without labels). True when a failing rule refuses them (a rule
+    that only warns keeps them: the loss trains on them)."""
     if not labels:
         return False
     heads = output_heads(info.config, info.graph)
@@ -175,7 +176,7 @@ def targets(
     warned = [Finding.TARGET_MISMATCH] if all(r.severity == Severity.WARN for r in found) else []
     add("targets", "; ".join(map(str, found)), [Finding.TARGET_MISMATCH], warn=warned,
         reasons=found)  # fmt: skip
-    return True
+    return not warned  # labels that only warn are kept: the loss trains on them
 
 
 def head_losses(
