@@ -157,8 +157,11 @@ def fit_steps(
     with contextlib.suppress(Exception):  # a model that cannot predict them: no score
         for x, y in held if held is not None else ():
             other = None
-            with contextlib.suppress(Exception):  # the rival's (other outputs): not scored
-                other = rival(x, training=False) if rival is not None else None
+            if rival is not None:
+                try:
+                    other = rival(x, training=False)
+                except Exception:  # the rival cannot predict them (other outputs): not scored,
+                    rival = None  # and not asked again
             predicted.append((x, y, model(x, training=False), other))
     return monitor.report, chance, predicted
 
