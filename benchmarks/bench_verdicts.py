@@ -35,8 +35,9 @@ from layergrad.commands.weight_scan import scan_weights
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.engine.trace import run_trace
+from layergrad.model.label_summary import LabelSummary
 from layergrad.model.loss_fit import mismatches, output_heads, per_output
-from layergrad.model.target_fit import LabelSummary, target_mismatches
+from layergrad.model.target_fit import target_mismatches
 
 tf, keras = quiet_import()
 

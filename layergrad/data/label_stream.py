@@ -5,7 +5,7 @@
 takes (Keras's `label_mode`); a data function's are `y` of each `(x, y)` element. Each batch
 holds the inputs, then the labels (`DataStream.labels`), so a worker's part holds its own
 rows' labels. `Labelled.label_batches` reads the labels alone (a data function runs whole)
-for the per-output summaries (`target_fit.LabelSummary`) and the chance loss
+for the per-output summaries (`label_summary.LabelSummary`) and the chance loss
 (`TrivialLoss`), both added up a batch at a time.
 """
 
@@ -35,7 +35,7 @@ from layergrad.data.sources import (
 )
 from layergrad.data.value_checks import InputSpec, reader_refusal
 from layergrad.files.array_files import NpyRows, npz_members
-from layergrad.model.target_fit import MAX_CLASSES, LabelSummary
+from layergrad.model.label_summary import MAX_CLASSES, LabelSummary
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from layergrad.core.results import ConfigChange, Fact, Reason
 from layergrad.core.vocab import Finding, Severity
 from layergrad.model.head_forms import Head
+from layergrad.model.label_summary import LabelSummary
 from layergrad.model.loss_forms import REGRESSION_LOSSES
-from layergrad.model.target_fit import CHANGES_LOSS, LabelSummary
+from layergrad.model.target_fit import CHANGES_LOSS
 
 # activations whose outputs can be negative
 NEGATIVE = frozenset({"linear", "tanh", "leaky_relu", "elu", "selu", "softsign", "prelu",

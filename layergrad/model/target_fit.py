@@ -4,7 +4,7 @@ activation and compiled loss (the `target_mismatch` finding). NumPy only, no Ten
 The most common bug a built model hides is an output that cannot produce its targets: a
 sigmoid trained on targets outside (0, 1), several classes fed into one unit, class ids with
 a one-hot loss, one-hot rows with the sparse loss, class ids beyond the number of units.
-`LabelSummary` holds what the labels are, accumulated batch by batch over a data set.
+What the labels hold, batch by batch over a data set, is `label_summary.LabelSummary`.
 
 The rules are one table (`RULES`, in the order they are tried; `judge` names a head by the
 first that applies): each entry holds its predicate over `TargetFacts`, its message and hint,
@@ -15,7 +15,7 @@ its severity, the docs' words, its examples and near misses, and its repair: the
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,8 +23,9 @@ from layergrad.core.results import ConfigChange as Change
 from layergrad.core.results import Fact, Reason
 from layergrad.core.vocab import Finding, Severity
 from layergrad.model.head_forms import Head
+from layergrad.model.label_summary import MAX_CLASSES, LabelSummary
+from layergrad.model.label_summary import number as _num
 
-MAX_CLASSES = 1024  # distinct integer values remembered; more is a regression target
 FAR_BEYOND = 100  # class ids past this many times the labels read are not classes
 CHANGES_LOSS = "the loss changes"
 # the range each activation can produce (closed: labels of exactly 0 and 1 are ordinary)
@@ -37,80 +38,6 @@ RANGES = {
     "relu6": (0.0, 6.0),
     "exponential": (0.0, np.inf),
 }
-
-
-@dataclass
-class LabelSummary:
-    """What the labels of one output hold: range, width, integers, one-hot rows, classes."""
-
-    count: int = 0
-    low: float = np.inf
-    high: float = -np.inf
-    width: int = 1  # the last axis of one sample's label (1 for a scalar label)
-    integers: bool = True  # every value is a whole number
-    one_hot: bool = True  # every row is 0/1 with exactly one 1 (and width > 1)
-    finite: bool = True
-    values: set[float] = field(default_factory=set)  # distinct values, up to MAX_CLASSES + 1
-    nonfinite: int = 0  # NaN/Inf label values
-    text: str = ""  # the dtype of labels that are not numbers (strings, objects)
-    shape: tuple[int, ...] = ()  # one sample's label shape (the last batch's)
-    output_rank: int | None = None  # the output's rank without the batch axis, when known
-
-    def add(self, labels: np.ndarray, output_rank: int | None = None) -> None:
-        """Take in one batch of labels (batch axis first)."""
-        y = np.asarray(labels)
-        self.output_rank = output_rank if output_rank is not None else self.output_rank
-        if y.size and y.dtype.kind not in "biuf":
-            self.text = self.text or str(y.dtype)
-            self.count += int(y.shape[0]) if y.ndim else 1
-            return
-        if y.size == 0:
-            return
-        y = y.astype(np.float64)
-        sample = y.shape[1:]
-        self.shape = tuple(int(d) for d in sample)
-        rank = output_rank if output_rank is not None else len(sample)
-        self.width = int(sample[-1]) if sample and len(sample) >= rank and rank else 1
-        finite = y[np.isfinite(y)]
-        self.finite &= finite.size == y.size
-        self.nonfinite += int(y.size - finite.size)
-        self.count += int(y.shape[0])
-        if not finite.size:
-            return
-        self.low = min(self.low, float(finite.min()))
-        self.high = max(self.high, float(finite.max()))
-        self.integers &= bool(np.all(finite == np.round(finite)))
-        rows = y.reshape(-1, self.width) if self.width > 1 else None
-        self.one_hot &= bool(
-            rows is not None and np.all((rows == 0) | (rows == 1)) and np.all(rows.sum(axis=1) == 1)
-        )
-        if len(self.values) <= MAX_CLASSES:
-            self.values.update(np.unique(finite)[: MAX_CLASSES + 1].tolist())
-
-    @property
-    def classes(self) -> int | None:
-        """Distinct class ids of integer labels (the width of one-hot rows); None otherwise."""
-        if self.one_hot:
-            return self.width
-        if self.integers and len(self.values) <= MAX_CLASSES:
-            return len(self.values)
-        return None
-
-    def describe(self) -> str:
-        """What the labels hold, in words."""
-        if not self.count:
-            return "no labels"
-        if self.text:
-            return f"not numbers (dtype {self.text})"
-        if self.one_hot:
-            return f"one-hot rows of width {self.width}"
-        span = f"{_num(self.low)} to {_num(self.high)}"
-        if self.integers and self.classes is not None and self.width == 1:
-            return f"integer class ids {span} ({self.classes} distinct)"
-        kind = "integer" if self.integers else "real"
-        width = f", width {self.width}" if self.width > 1 else ""
-        bad = f", {self.nonfinite:,} NaN/Inf" if self.nonfinite else ""
-        return f"{kind} values {span}{width}{bad}"
 
 
 def target_mismatches(
@@ -637,12 +564,6 @@ def _shape(shape: tuple[int, ...]) -> str:
 
 def _units(units: int | None) -> str:
     return f"{units} unit{'s' if units != 1 else ''}, " if units else ""
-
-
-def _num(value: float) -> str:
-    if value in (np.inf, -np.inf):
-        return "inf" if value > 0 else "-inf"
-    return f"{value:g}"
 
 
 def label_repair(

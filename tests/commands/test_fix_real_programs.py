@@ -239,7 +239,8 @@ def test_one_number_per_sample_for_a_dense_over_a_feature_map_asks_for_a_flatten
     """The rank rule on its own (NumPy): a regression's one target per sample against a
     Dense(1) that keeps a feature map's two axes, and the same labels on a flat head."""
     from layergrad.model.head_forms import Head
-    from layergrad.model.target_fit import LabelSummary, target_mismatches
+    from layergrad.model.label_summary import LabelSummary
+    from layergrad.model.target_fit import target_mismatches
 
     head = Head("out", "out", "linear", 1, layer_class="Dense")
     mse = [("mean_squared_error", False)]

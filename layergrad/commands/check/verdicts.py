@@ -30,8 +30,9 @@ from layergrad.diagnose.regressions import DEFAULT_TOLERANCE
 from layergrad.files.audit import check_safety, module_name
 from layergrad.files.file_info import FileInfo, training_steps
 from layergrad.model.head_forms import keyed_by_head, output_heads
+from layergrad.model.label_summary import LabelSummary
 from layergrad.model.loss_forms import display_name, per_output, unknown_outputs
-from layergrad.model.target_fit import LabelSummary, target_mismatches
+from layergrad.model.target_fit import target_mismatches
 
 if TYPE_CHECKING:
     from layergrad.core.tf_types import Strategy

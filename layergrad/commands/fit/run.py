@@ -49,10 +49,11 @@ from layergrad.engine.loader import LoadedModel
 from layergrad.engine.random_layers import seed_model
 from layergrad.engine.trace import run_trace
 from layergrad.files.file_info import FileInfo
+from layergrad.model.label_summary import LabelSummary
 from layergrad.model.layer_refs import iter_layers
 from layergrad.model.loss_fit import Head, output_heads, per_output
 from layergrad.model.loss_forms import LossSpec, find_loss
-from layergrad.model.target_fit import LabelSummary, target_mismatches
+from layergrad.model.target_fit import target_mismatches
 from layergrad.training.monitor import GradientMonitor
 from layergrad.training.rules import chance_loss
 

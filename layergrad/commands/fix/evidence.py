@@ -63,8 +63,8 @@ from layergrad.data.value_checks import reader_refusal
 from layergrad.engine.compiled_loss import label_request, output_keys
 from layergrad.engine.random_layers import seed_model
 from layergrad.model.graph import ModelGraph
+from layergrad.model.label_summary import LabelSummary
 from layergrad.model.loss_forms import LossSpec
-from layergrad.model.target_fit import LabelSummary
 from layergrad.render.common import number
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 Each rule reads the head (`loss_fit.output_heads`: activation, units, the layer before a
 softmax, a Dropout after the logits), the compiled loss and, with data, what the labels
-hold (`target_fit.LabelSummary`), and says which side changes and why: the activation when
+hold (`label_summary.LabelSummary`), and says which side changes and why: the activation when
 the loss says what the output means (one yes/no answer, one class of N), the loss when the
 head's activation already says it. No TensorFlow.
 """
@@ -34,11 +34,11 @@ from layergrad.model.config import structure_refs
 from layergrad.model.graph import LayerEntry
 from layergrad.model.head_forms import Head, keyed_by_head, output_heads
 from layergrad.model.head_rules import Change, HeadFacts, repairs
+from layergrad.model.label_summary import LabelSummary
 from layergrad.model.linear_stacks import redundant_pairs, whole_network
 from layergrad.model.loss_forms import per_output as loss_specs
 from layergrad.model.target_fit import (
     IDS_HINT,
-    LabelSummary,
     head_activation,
     ids_beyond_count,
     label_repair,

@@ -54,7 +54,7 @@ from layergrad.files.outputs import FIX_COPY_MARK, check_target, data_inputs, wr
 if TYPE_CHECKING:
     from layergrad.commands.check.verdicts import Opened
     from layergrad.commands.fix.weights import InputStats
-    from layergrad.model.target_fit import LabelSummary
+    from layergrad.model.label_summary import LabelSummary
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from layergrad.core.results import FileVerdict, Reason
 from layergrad.core.vocab import Finding
 from layergrad.diagnose.causes import fallback_hint
 from layergrad.files.file_info import FileInfo
-from layergrad.model.target_fit import LabelSummary
+from layergrad.model.label_summary import LabelSummary
 from layergrad.training.rules import BY_CODE
 from layergrad.training.rules import RULES as TRAINING_RULES
 
