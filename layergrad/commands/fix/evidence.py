@@ -2,7 +2,7 @@
 trains, what the trained models output, and the verdict of one repair.
 
 What `fix` reads from `--data` before it plans (`data_facts`): each output's labels
-(`target_fit.LabelSummary`, for the head's units and loss) and each float input's range (min,
+(`label_summary.LabelSummary`, for the head's units and loss) and each float input's range (min,
 max, mean |x|, per-feature mean and variance, for `Rescaling` or an adapted `Normalization`),
 both bounded by `limit` samples and streamed batch by batch.
 
