@@ -101,7 +101,7 @@ def _read(p: Path, data: bool) -> tuple[list[ArrayHeader], list[np.ndarray]]:
         head = fh.read(len(NPY_MAGIC))
         fh.seek(0)
         if head == NPY_MAGIC:
-            header = _header(fh, p, None, size)
+            header = read_header(fh, _where(p, None), None, size)
             return [header], ([_data(fh, p, header)] if data else [])
     if not head.startswith(b"PK"):
         raise InputError(
@@ -127,7 +127,7 @@ def _read_npz(
         name = info.filename[: -len(".npy")]
         try:
             with open_member(zf, info, p, "--input") as member:
-                header = _header(member, p, name, info.file_size)
+                header = read_header(member, _where(p, name), name, info.file_size)
                 headers.append(header)
                 if data:
                     arrays.append(_data(member, p, header))
@@ -161,12 +161,6 @@ def open_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, p: Path, option: str
         raise _damaged(p, name, exc, option) from exc
 
 
-def _header(fh: IO[bytes], p: Path, name: str | None, size: int) -> ArrayHeader:
-    """Read and check one array header; ``size`` is the bytes the array's file holds."""
-    where = f"--input {p}" + (f", array {name!r}," if name is not None else "")
-    return read_header(fh, where, name, size)
-
-
 def read_header(fh: IO[bytes], where: str, name: str | None, size: int) -> ArrayHeader:
     """Read and check one array header: its size, version, shape (non-negative integers),
     dtype (no objects), and the bytes it declares against ``size``, the bytes the array's
@@ -182,7 +176,7 @@ def read_header(fh: IO[bytes], where: str, name: str | None, size: int) -> Array
                 f"needs, so it is not parsed; expected {EXPECTED}"
             ) from None
         raise InputError(
-            f"{where} has a damaged .npy header ({_short(exc)}); expected {EXPECTED}; write "
+            f"{where} has a damaged .npy header ({short_error(exc)}); expected {EXPECTED}; write "
             "it again"
         ) from None
     header = ArrayHeader(name, tuple(shape), dtype, fortran)
@@ -237,14 +231,19 @@ def _data(fh: IO[bytes], p: Path, header: ArrayHeader) -> np.ndarray:
     return flat.reshape(header.shape, order="F" if header.fortran_order else "C")
 
 
+def _where(p: Path, name: str | None, option: str = "--input") -> str:
+    """How a message names a file, and the array in a `.npz`: `--input x.npz, array 'a',`."""
+    return f"{option} {p}" + (f", array {name!r}," if name is not None else "")
+
+
 def _damaged(p: Path, name: str | None, exc: BaseException, option: str = "--input") -> InputError:
-    what = f", array {name!r}," if name is not None else ""
     return InputError(
-        f"{option} {p}{what} is damaged ({_short(exc)}); expected {EXPECTED}; write it again"
+        f"{_where(p, name, option)} is damaged ({short_error(exc)}); expected {EXPECTED}; "
+        "write it again"
     )
 
 
-def _short(exc: BaseException) -> str:
+def short_error(exc: BaseException) -> str:
     """The exception's type and first 160 characters, without numpy's advice to unpickle."""
     text = " ".join(str(exc).split())
     text = text.split("allow_pickle")[0].split("max_header_size")[0].rstrip(" ,;:(")[:160]

@@ -20,9 +20,11 @@ import numpy as np
 
 from layergrad.core.errors import LayergradError, LoadError
 from layergrad.files import archive
+from layergrad.files.array_files import short_error
 from layergrad.files.weight_health import (
     StoredWeights,
     WeightHealth,
+    as_text,
     health,
     inventory,
     keras_weight_groups,
@@ -90,11 +92,7 @@ def read_file_info(path: str | os.PathLike[str], *, read_weights: bool = True) -
         ) from exc
     except Exception as exc:  # zip and HDF5 errors of every kind
         kind = "a .keras zip" if fmt == "keras" else "an HDF5 file"
-        raise archive.damaged(p, kind, f"{type(exc).__name__}: {_short(exc)}") from exc
-
-
-def _short(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:160] or type(exc).__name__
+        raise archive.damaged(p, kind, short_error(exc)) from exc
 
 
 def _read_keras(p: Path, read_weights: bool) -> FileInfo:
@@ -122,7 +120,7 @@ def _read_keras(p: Path, read_weights: bool) -> FileInfo:
     compiled = config.get("compile_config")
     compiled = compiled if isinstance(compiled, Mapping) else {}
     return FileInfo(
-        str(p), "keras", _text(version), config, graph, weights, stored, notes, compiled
+        str(p), "keras", as_text(version), config, graph, weights, stored, notes, compiled
     )
 
 
@@ -142,7 +140,7 @@ def _read_h5(p: Path, read_weights: bool) -> FileInfo:
         stored = inventory(h5)
         if read_weights and isinstance(group, h5py.Group):
             weights, notes = health(legacy_weight_groups(group, graph), graph)
-        version = _text(h5.attrs.get("keras_version") or group.attrs.get("keras_version"))
+        version = as_text(h5.attrs.get("keras_version") or group.attrs.get("keras_version"))
         compiled = _training_config(archive.hdf5_attribute(h5, p, "training_config"))
     return FileInfo(str(p), "h5", version, config, graph, weights, stored, notes, compiled)
 
@@ -150,16 +148,10 @@ def _read_h5(p: Path, read_weights: bool) -> FileInfo:
 def _training_config(raw: object) -> Mapping[str, object]:
     """The JSON `training_config` attribute of a legacy .h5 file ({} when absent or bad)."""
     try:
-        value = json.loads(_text(raw) or "{}")
+        value = json.loads(as_text(raw) or "{}")
     except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, Mapping) else {}
-
-
-def _text(value: object) -> str | None:
-    if value is None:
-        return None
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _parse_json(raw: bytes | str, p: Path, what: str) -> object:
@@ -167,7 +159,7 @@ def _parse_json(raw: bytes | str, p: Path, what: str) -> object:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise LoadError(
-            f"{p}: {what} is not valid JSON ({_short(exc)}); expected the model's saved "
+            f"{p}: {what} is not valid JSON ({short_error(exc)}); expected the model's saved "
             "config; re-save the model"
         ) from exc
 
@@ -197,7 +189,7 @@ def _graph(config: Mapping[str, object], p: Path, what: str) -> ModelGraph:
     except LoadError:
         raise
     except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
-        raise _malformed(p, what, f"its layer graph ({type(exc).__name__}: {_short(exc)})") from exc
+        raise _malformed(p, what, f"its layer graph ({short_error(exc)})") from exc
 
 
 def _malformed(p: Path, what: str, detail: str) -> LoadError:

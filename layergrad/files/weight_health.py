@@ -94,10 +94,11 @@ def _declared(ds: H5Object) -> int:
     return math.prod(ds.shape or ()) * ds.dtype.itemsize if ds.shape is not None else 0
 
 
-def _text(value: object) -> str | None:
+def as_text(value: object) -> str | None:
+    """An HDF5 attribute's text (bytes decoded as UTF-8); None when absent."""
     if value is None:
         return None
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 # ----- which tensors belong to which layer ----------------------------------------------------
@@ -163,7 +164,7 @@ def _saved_name(group: H5Object) -> str | None:
     import h5py
 
     vars_group = group.get("vars")
-    return _text(vars_group.attrs.get("name")) if isinstance(vars_group, h5py.Group) else None
+    return as_text(vars_group.attrs.get("name")) if isinstance(vars_group, h5py.Group) else None
 
 
 def _walk_keras(
@@ -198,13 +199,13 @@ def legacy_weight_groups(root: H5Object, graph: ModelGraph) -> dict[str, list[H5
     import h5py
 
     found: dict[str, list[H5Object]] = {}
-    names = [_text(n) or "" for n in root.attrs.get("layer_names", list(root.keys()))]
+    names = [as_text(n) or "" for n in root.attrs.get("layer_names", list(root.keys()))]
     for name in names:
         group = root.get(name)
         if name == "top_level_model_weights" or not isinstance(group, h5py.Group):
             continue
         entry = graph.get(name)
-        weight_names = [_text(w) or "" for w in group.attrs.get("weight_names", [])]
+        weight_names = [as_text(w) or "" for w in group.attrs.get("weight_names", [])]
         for wname in weight_names or [d.name for d in datasets(group)]:
             ds = group.get(wname) if wname in group else None
             if not isinstance(ds, h5py.Dataset):
@@ -366,7 +367,7 @@ def _combine(parts: Iterable[Stats]) -> Stats:
 def _stats(arr: np.ndarray, ds: H5Object) -> Stats:
     """(NaN count, Inf count, any nonzero) of one slab; bfloat16 is stored as uint16 bits."""
     arr = np.asarray(arr)
-    if arr.dtype == np.uint16 and _text(ds.attrs.get("dtype")) == "bfloat16":
+    if arr.dtype == np.uint16 and as_text(ds.attrs.get("dtype")) == "bfloat16":
         exponent, mantissa = (arr & 0x7F80) == 0x7F80, (arr & 0x007F) != 0
         return (
             int((exponent & mantissa).sum()),

@@ -13,18 +13,15 @@ from dataclasses import dataclass, replace
 from layergrad.core.errors import LayerNotFound
 from layergrad.core.tf_types import KerasLayer, KerasModel
 from layergrad.model.graph import ModelGraph
+from layergrad.model.linear_stacks import WEIGHTED
 
 _CALL_SUFFIX = re.compile(r"^(?P<base>.+)@(?P<call>\d+)$")
 _INDEX = re.compile(r"^-?\d+$")
 LOGITS = ":logits"  # a reference's suffix: the layer's output before its fused activation
 # the Keras layers that apply their `activation` last, to the whole output (so the value
-# before it is the output with a linear activation); a recurrent layer applies its own inside
-# the recurrence, and a custom layer may apply it anywhere
-_FUSED = (
-    "Dense", "EinsumDense", "Activation",
-    "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose",
-    "SeparableConv1D", "SeparableConv2D", "DepthwiseConv1D", "DepthwiseConv2D",
-)  # fmt: skip
+# before it is the output with a linear activation): the weight layers and Activation; a
+# recurrent layer applies its own inside the recurrence, and a custom layer anywhere
+_FUSED = (*WEIGHTED, "Activation")
 
 
 @dataclass(frozen=True)
