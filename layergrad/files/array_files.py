@@ -382,10 +382,8 @@ def npz_layouts(
     with open(path, "rb") as raw:
         for name, member in members.items():
             info = archive.getinfo(member)
-            if info.compress_type != zipfile.ZIP_STORED:
-                out[name] = None
-                continue
-            start = member_data_start(raw, info)
+            stored = info.compress_type == zipfile.ZIP_STORED
+            start = member_data_start(raw, info) if stored else None
             if start is None:
                 out[name] = None
                 continue

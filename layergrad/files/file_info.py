@@ -99,8 +99,7 @@ def _read_keras(p: Path, read_weights: bool) -> FileInfo:
     with archive.open_zip(p) as zf:
         raw = archive.member(zf, p, "config.json")
         if raw is None:
-            names = zf.namelist()
-            found = ", ".join(names[:5]) or "nothing"
+            found = ", ".join(zf.namelist()[:5]) or "nothing"
             raise LoadError(
                 f"{p} is a zip archive without config.json (it holds {found}); expected a "
                 '.keras model; save the model with model.save("model.keras")'

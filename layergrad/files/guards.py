@@ -124,17 +124,17 @@ def check_hdf5(h5: H5Object, where: str, error: ErrorType) -> None:
     reads only the file's own metadata (hard-link cycles are visited once).
     """
 
+    def refused(what: str, verb: str = "read", never: str = "has one") -> str:
+        return (
+            f"{where}: HDF5 {what}; a Keras file never {never}; refusing to {verb} it "
+            "(re-save the model)"
+        )
+
     def link(name: str, value: H5Object) -> str | None:  # a value stops the visit
         if isinstance(value, h5py.ExternalLink):
-            return (
-                f"{where}: HDF5 external link {name!r} points into {value.filename!r}; a Keras "
-                "file never has one; refusing to follow it (re-save the model)"
-            )
+            return refused(f"external link {name!r} points into {value.filename!r}", "follow")
         if isinstance(value, h5py.SoftLink):
-            return (
-                f"{where}: HDF5 soft link {name!r} -> {value.path!r}; a Keras file never has "
-                "one; refusing to follow it (re-save the model)"
-            )
+            return refused(f"soft link {name!r} -> {value.path!r}", "follow")
         return None
 
     def dataset(name: str, obj: H5Object) -> str | None:
@@ -142,15 +142,11 @@ def check_hdf5(h5: H5Object, where: str, error: ErrorType) -> None:
             return None
         if obj.external:
             files = ", ".join(repr(os.fsdecode(e[0])) for e in obj.external[:3])
-            return (
-                f"{where}: HDF5 dataset {name!r} keeps its data in other files ({files}); a "
-                "Keras file never does; refusing to read it (re-save the model)"
+            return refused(
+                f"dataset {name!r} keeps its data in other files ({files})", "read", "does"
             )
         if obj.is_virtual:
-            return (
-                f"{where}: HDF5 dataset {name!r} is a virtual dataset mapping other files; a "
-                "Keras file never has one; refusing to read it (re-save the model)"
-            )
+            return refused(f"dataset {name!r} is a virtual dataset mapping other files")
         return None
 
     # h5py turns an exception raised inside a visitor into a SystemError, so the visitors

@@ -110,10 +110,6 @@ def _snake(name: str) -> str:
     return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
-def _children(graph: ModelGraph, parent: str | None) -> list[LayerEntry]:
-    return sorted((e for e in graph.layers if e.parent == parent), key=lambda e: e.index)
-
-
 def _group_names(children: list[LayerEntry]) -> dict[str, LayerEntry]:
     """Keras names each saved layer group after its class, made unique per model."""
     used: dict[str, int] = {}
@@ -176,7 +172,7 @@ def _walk_keras(
 ) -> None:
     import h5py
 
-    children = _children(graph, parent)
+    children = sorted((e for e in graph.layers if e.parent == parent), key=lambda e: e.index)
     by_group = _group_names(children)
     by_name = {e.name: e for e in children}
     for key, group in layers.items():
