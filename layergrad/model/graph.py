@@ -311,12 +311,7 @@ class _Builder:
     def node(self, node: NodeId, preds: Iterable[NodeId]) -> NodeId:
         if node not in self.preds:
             self.nodes.append(node)
-            self.preds[node] = []
-        known = set(self.preds[node])
-        for p in preds:
-            if p not in known:
-                known.add(p)
-                self.preds[node].append(p)
+        self.preds[node] = list(dict.fromkeys([*self.preds.get(node, ()), *preds]))
         return node
 
     def add_model(self, cfg: Mapping[str, object], prefix: str, calls: int, feeds: Feeds) -> Outs:
@@ -351,10 +346,6 @@ class _Functional:
         self.by_name = {layer_name(m): m for m in self.members}
         self.outs: dict[NodeId, list[NodeId]] = {}  # nested-model call -> its inner outputs
         self.nested: dict[str, list[list[NodeId]]] = {}  # nested model -> outputs per call
-
-    def n_own(self, name: str) -> int:
-        member = self.by_name.get(name, {})
-        return max(len(inbound_nodes(member)), 1)
 
     def expand(self, feeds: Feeds) -> Outs:
         input_refs = structure_refs(self.inner.get("input_layers"))
@@ -427,7 +418,7 @@ class _Functional:
         path = self.prefix + name
         if member is None:
             return (path, node_index)
-        n = self.n_own(name)
+        n = max(len(inbound_nodes(member)), 1)
         shifted = legacy or (boundary and (is_functional(member) or node_index >= n))
         if is_container(member) and node_index > 0 and shifted:
             node_index -= 1

@@ -41,6 +41,7 @@ from layergrad.model.config import (
     layer_name,
     members,
     options,
+    serialized_name,
     structure_refs,
     tensor_refs,
 )
@@ -137,14 +138,12 @@ class _Walker:
         for member in entries:
             name = layer_name(member)
             nodes = inbound_nodes(member)
-            if not nodes:  # an input layer, fed by what feeds this model
-                fed = [feeds[inputs.index(name)]] if feeds and name in inputs[: len(feeds)] else []
-                outs[name] = self.member(member, prefix, fed, scale, 1)
-                continue
-            node = nodes[0]
-            refs = tensor_refs(node, isinstance(node, list))
-            ins = [_pick(outs.get(r[0]), r[2]) for r in refs]
-            outs[name] = self.member(member, prefix, ins, scale, len(nodes))
+            if nodes:
+                refs = tensor_refs(nodes[0], isinstance(nodes[0], list))
+                ins = [_pick(outs.get(r[0]), r[2]) for r in refs]
+            else:  # an input layer, fed by what feeds this model
+                ins = [feeds[inputs.index(name)]] if feeds and name in inputs[: len(feeds)] else []
+            outs[name] = self.member(member, prefix, ins, scale, max(len(nodes), 1))
         out_refs = structure_refs(inner.get("output_layers"))
         return [_pick(outs.get(r[0]), r[2]) for r in out_refs]
 
@@ -158,9 +157,7 @@ class _Walker:
         if batch_shape(conf) is not None:  # a first layer's input shape
             ins = input_shape(conf, ins)[0]
         outs, weights = layer_shapes(str(cfg.get("class_name", "")), conf, ins)
-        dtype = conf.get("dtype")  # a name, or a dtype policy whose config names it
-        dtype = dtype.get("config", dtype) if isinstance(dtype, Mapping) else dtype
-        size = 8 if "64" in str(dtype) else 4
+        size = 8 if "64" in str(serialized_name(conf.get("dtype"))) else 4  # a dtype or policy
         self.add(path, "weights", weights * size)
         rows = sum(math.prod(s) for s in outs) * self.batch
         self.add(path, "outputs", rows * size * scale * calls)
