@@ -73,11 +73,7 @@ def check_import_specs(specs: Sequence[str], find: bool = True) -> None:
             raise UsageError(f"--import {spec!r} is neither a module name nor a path to a .py file")
         if not find:
             continue
-        try:
-            found = importlib.util.find_spec(parts[0]) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
+        if not installed(parts[0]):
             here = f"{parts[0]}.py"
             hint = (
                 f"; {here} in the working directory is not on the module path: pass --import {here}"
@@ -87,6 +83,14 @@ def check_import_specs(specs: Sequence[str], find: bool = True) -> None:
             raise UsageError(
                 f"--import {spec}: no module named {parts[0]!r} in this environment{hint}"
             )
+
+
+def installed(module: str) -> bool:
+    """Whether the top-level `module` can be imported here (found, nothing imported)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken or blocked install
+        return False
 
 
 def check_safety(info: FileInfo, allowed_modules: Sequence[str], unsafe: bool) -> tuple[str, ...]:

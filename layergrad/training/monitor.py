@@ -23,20 +23,19 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import re
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
-from layergrad.core.errors import OutputError
+from layergrad.core.errors import OutputError, op_message
 from layergrad.core.fit_results import Checkpoint, FitReport
 from layergrad.core.results import Reason
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import SummaryWriter
 from layergrad.core.vocab import Finding
 from layergrad.training import rules
-from layergrad.training.checkpoint_rows import checkpoint_from_rows
+from layergrad.training.checkpoint_rows import checkpoint_from_rows, write_summaries
 from layergrad.training.model_facts import (
     heads,
     is_built,
@@ -45,24 +44,21 @@ from layergrad.training.model_facts import (
     loss_name,
     output_units,
 )
-from layergrad.training.report_files import check_log_dir, check_report_path, write_report
-from layergrad.training.run_notes import (
+from layergrad.training.monitor_words import (
+    EARLY,
     blind_note,
     built_note,
+    finding_line,
     logged_loss,
     loss_only_nonfinite,
-    whole_steps,
-)
-from layergrad.training.step_hook import StepHook, TrainFunction, trace_key
-from layergrad.training.summaries import write_summaries
-from layergrad.training.verbose import (
-    early_findings,
-    finding_line,
     same_finding,
     say,
     summary_line,
     verbosity,
+    whole_steps,
 )
+from layergrad.training.report_files import check_log_dir, check_report_path, write_report
+from layergrad.training.step_hook import StepHook, TrainFunction, trace_key
 
 # The wrappers installed on each model (by id) until its monitored fit ends: a fit that raised
 # never calls on_train_end, and the next monitored fit of that model closes them first.
@@ -192,10 +188,9 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
             except (tf.errors.OpError, OSError) as exc:  # e.g. a folder no one can create
                 self._stack.close()
                 _OPEN.pop(id(model), None)
-                said = str(getattr(exc, "message", exc)).splitlines()[0]
-                first = re.sub(r"\{\{.*?\}\}\s*|\s*\[Op:.*$", "", said)[:200]
+                said = op_message(exc)[:200]
                 raise OutputError(
-                    f"log_dir {self.log_dir}: TensorBoard cannot write there ({first})"
+                    f"log_dir {self.log_dir}: TensorBoard cannot write there ({said})"
                 ) from exc
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, object] | None = None) -> None:
@@ -328,7 +323,9 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
                 # (a flag without a NaN/Inf: finite values whose sum overflowed)
                 real = first_bad and (
                     (value is not None and not math.isfinite(value))
-                    or _any_nonfinite(checkpoint)
+                    or any(
+                        c.nonfinite_gradient or c.nonfinite_activation for c in checkpoint.layers
+                    )
                     or bool(checkpoint.nonfinite_inputs)
                 )
                 if due or real:
@@ -341,7 +338,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
                     )
         self._unread, self._measured = [], None
         if self.verbose:
-            self._say(early_findings(self._findings()))
+            self._say([f for f in self._findings() if f.code in EARLY])
 
     def _where(self, execution: _Execution, j: int) -> tuple[int, int]:
         """The epoch and batch (from 0) of the `j`-th step of `execution`: Keras's, or the
@@ -430,7 +427,3 @@ def _finite(logs: dict[str, object] | None) -> bool:
     NaN/Inf with the first step whose loss is). No number: the step cannot tell."""
     found = [v for v in (logs or {}).values() if isinstance(v, (int, float))]
     return bool(found) and all(math.isfinite(v) for v in found)
-
-
-def _any_nonfinite(checkpoint: Checkpoint) -> bool:
-    return any(r.nonfinite_gradient or r.nonfinite_activation for r in checkpoint.layers)

@@ -10,7 +10,6 @@ folder that can be written (or be absent below one), and TensorBoard must be ins
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Iterable
 
@@ -39,25 +38,17 @@ def check_log_dir(
 ) -> str:
     """The TensorBoard folder, refused (`OutputError`) when it is not a writable folder (or
     is one of `inputs`, or inside one) or TensorBoard, which writes it, is not installed."""
+    from layergrad.files.audit import installed
     from layergrad.files.outputs import check_folder_target
 
     text = os.fspath(path)
     check_folder_target(text, option, inputs)
-    require_tensorboard(option)
-    return text
-
-
-def require_tensorboard(option: str) -> None:
-    """Refuse `option` when the tensorboard package is missing (before any training)."""
-    try:
-        found = importlib.util.find_spec("tensorboard") is not None
-    except (ImportError, ValueError):  # a broken or blocked install
-        found = False
-    if not found:
+    if not installed("tensorboard"):
         raise OutputError(
             f"{option} writes TensorBoard summaries, and the tensorboard package is not "
             "installed; install it with: pip install tensorboard"
         )
+    return text
 
 
 def write_report(report: FitReport, path: str | os.PathLike[str], option: str = "report") -> None:

@@ -16,14 +16,14 @@ to run before each execution:
 - **measuring** (a checkpoint is due): every reduction: per layer NaN/Inf outputs, dead
   units and a gradient histogram; per variable gradient L2, dead units and the weight norm,
   and its NaN/Inf gradient values when a norm is NaN/Inf; the learning rate. The callback
-  reads the rows of up to `KEPT` measured steps at once (`step_results.py`).
+  reads the rows of up to `KEPT` measured steps at once (`step_reductions.py`).
 - **ordinary**: one sum per gradient, so a NaN or Inf anywhere makes the total non-finite; the
   reductions run only on the fit's first non-finite step, each as an `unlowered_cond` (one
   for the forward pass, with its activations; one for the gradients, which would otherwise
   hold every activation until the gradients exist: 4% a step).
 
 Both write each step's loss and NaN/Inf flag into the ring of losses and count the step and
-the non-finite steps, into `StepResults` (`step_results.py`). The loss is written, and the
+the non-finite steps, into `StepResults` (`step_reductions.py`). The loss is written, and the
 step counted, outside the optimizer: a `LossScaleOptimizer` skips the gradients' part on a
 step whose scaled gradients overflow.
 """
@@ -49,8 +49,7 @@ from layergrad.core.tf_types import (
 from layergrad.engine.layer_calls import capturing
 from layergrad.model.layer_refs import input_names
 from layergrad.training import step_reductions as reductions
-from layergrad.training.step_reductions import GRAD_NONFINITE, unlowered_cond
-from layergrad.training.step_results import StepResults, put
+from layergrad.training.step_reductions import GRAD_NONFINITE, StepResults, put, unlowered_cond
 
 TrainFunction = Callable[[object], object]
 
