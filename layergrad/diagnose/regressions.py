@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from layergrad.core.errors import UsageError
 from layergrad.core.results import ProbeMeta
 from layergrad.core.vocab import Change, Finding, Status
-from layergrad.files.gradient_profile import Profile, ProfileRow
-from layergrad.files.profile_diff import DiffReport, RowDiff
+from layergrad.files.gradient_profile import DiffReport, Profile, ProfileRow, RowDiff
 
 DEFAULT_TOLERANCE = 2.0  # decades: a factor of 100 either way
 BROKEN = (Status.NONE, Status.ZERO, Status.NONFINITE)

@@ -53,10 +53,9 @@ from layergrad.core.results import (
     WeightScanReport,
 )
 from layergrad.core.vocab import CAUSE_CODES, SCAN_FLAGS, Word
-from layergrad.files.gradient_profile import ACTIVATIONS, ROW_KEYS, ProfileRow
+from layergrad.files.gradient_profile import ACTIVATIONS, ROW_KEYS, DiffReport, ProfileRow, RowDiff
 from layergrad.files.guards import require_regular
 from layergrad.files.layer_listing import LayerListing, LayerRow
-from layergrad.files.profile_diff import DiffReport, RowDiff
 from layergrad.files.weight_health import WeightHealth
 
 INSPECT_SCHEMA, SCAN_SCHEMA = "layergrad.inspect/1", "layergrad.scan/1"
