@@ -109,6 +109,12 @@ class DiffReport(NotebookDisplay):
         return sum(1 for r in self.rows if r.change == change)
 
     @property
+    def changes(self) -> list[str]:
+        """`3 changed`, `1 added`: how many rows changed, were added or removed (not zero)."""
+        kinds = (Change.CHANGED, Change.ADDED, Change.REMOVED)
+        return [f"{self.count(c)} {c}" for c in kinds if self.count(c)]
+
+    @property
     def compared(self) -> int:
         """How many rows are in both scans."""
         return len(self.rows) - self.count(Change.ADDED) - self.count(Change.REMOVED)

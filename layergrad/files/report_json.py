@@ -85,14 +85,14 @@ class Spec:
     (an object or None) whose members join this object's; `nullable`: members that may be
     null for an empty tuple; `words`: word fields limited to a subset; `tops`: a measure's
     largest value; `signed`: measures that may be negative (down to -`tops`); `head`: constant
-    members written first; `write(obj, doc)` and `finish(obj, doc, reader, at)` adjust what the
+    members written first; `also`: properties (or skipped fields) written after the fields
+    (named by `keys`); `write(obj, doc)` and `finish(obj, doc, reader, at)` adjust what the
     walk wrote and read (checks between members), `prepare(doc, reader, at)` the document
     before it is read (members named by another member's value).
 
     Written only (the reports layergrad does not read back: `fit`, `fix`, `layers`): `groups`: a
     member that is an object of these fields or properties (each named by `keys`); `picks`: a
-    list field whose items are written as {member: attribute}; `also`: properties written
-    after the fields (named by `keys`).
+    list field whose items are written as {member: attribute}.
     """
 
     keys: Mapping[str, str] = field(default_factory=dict)
@@ -491,11 +491,6 @@ def _finish_result(obj: object, doc: Mapping[str, object], read: Reader, at: str
     return replace(obj, gradient=g, data=data)
 
 
-def _write_verdict(obj: object, doc: dict[str, object]) -> None:
-    assert isinstance(obj, FileVerdict)
-    doc.update(verdict=obj.verdict, failures=to_json(obj.failures), warnings=to_json(obj.warnings))
-
-
 def _finish_probe(obj: object, doc: Mapping[str, object], read: Reader, at: str) -> object:
     """A batch size and a seed layergrad takes (`--batch-size`, `--seed`), a SHA-256."""
     assert isinstance(obj, ProbeMeta)
@@ -555,13 +550,6 @@ def _finish_histogram(obj: object, doc: Mapping[str, object], read: Reader, at: 
     if h.edges and len(h.edges) != len(h.counts) + 1:
         raise read.error(f"{at}.histogram.counts", "a count per bin", list(h.counts))
     return obj
-
-
-def _write_check(obj: object, doc: dict[str, object]) -> None:
-    """Whether every file passed and the summary line, before the files."""
-    assert isinstance(obj, CheckReport)
-    files = doc.pop("files")
-    doc.update(passed=obj.passed, summary=obj.summary, files=files)
 
 
 def _write_diff(obj: object, doc: dict[str, object]) -> None:
@@ -721,8 +709,13 @@ SPECS: dict[type, Spec] = {
     OutputLoss: Spec(keys=SCORED),
     CheckItem: Spec(skip=frozenset({"reasons"})),
     # what a file gets, and the findings that fail it or warn, in check order
-    FileVerdict: Spec(write=_write_verdict),
-    CheckReport: Spec(head={"schema": CHECK_SCHEMA}, write=_write_check),
+    FileVerdict: Spec(also=("verdict", "failures", "warnings")),
+    # whether every file passed and the summary line, before the files
+    CheckReport: Spec(
+        head={"schema": CHECK_SCHEMA},
+        skip=frozenset({"files"}),
+        also=("passed", "summary", "files"),
+    ),
     DiffReport: Spec(head={"schema": DIFF_SCHEMA}, write=_write_diff, prepare=_prepare_diff),
     RowDiff: Spec(keys={"name": "layer"}, signed=frozenset({"decades"}), finish=_finish_row_diff),
     # a side of a diff's row: what the comparison read of the scan's row

@@ -41,11 +41,8 @@ def table(verdicts: Sequence[FileVerdict], *, color: bool = False, width: int | 
     """
     rows: list[list[RenderableType]] = []
     for v in verdicts:
-        failed = [c.name for c in v.checks if not c.passed]
-        marks = f"{len(v.checks) - len(failed)}/{len(v.checks)} ok"
-        marks += f", ✗ {', '.join(failed)}" if failed else ""
         findings = ", ".join(dict.fromkeys(f for c in v.checks for f in c.findings))
-        rows.append([v.path, Text(v.verdict, style=_style(v)), marks, findings])
+        rows.append([v.path, Text(v.verdict, style=_style(v)), checks_line(v, "✗"), findings])
     fitted, dropped = fit_table(COLUMNS, rows, width)
     items: list[RenderableType] = [fitted]
     if dropped:
@@ -72,6 +69,13 @@ def _note_lines(v: FileVerdict) -> list[RenderableType]:
         line.append(c.message, style="")
         lines.append(Padding(line, (0, 0, 0, 2), expand=False))
     return lines
+
+
+def checks_line(v: FileVerdict, failed: str) -> str:
+    """`3/4 ok`, then `failed` and the names of the checks that failed."""
+    names = [c.name for c in v.checks if not c.passed]
+    said = f", {failed} {', '.join(names)}" if names else ""
+    return f"{len(v.checks) - len(names)}/{len(v.checks)} ok{said}"
 
 
 def summary_line(verdicts: Sequence[FileVerdict]) -> str:

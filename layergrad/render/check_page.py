@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from layergrad.core.results import CheckItem, FileVerdict, warned
+from layergrad.render.check import checks_line
 from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page, table
 
 
@@ -49,15 +50,12 @@ def check_html(verdicts: Sequence[FileVerdict], **_: object) -> str:
 
 
 def _check_summary_row(index: int, v: FileVerdict) -> list[Html]:
-    failed = [c.name for c in v.checks if not c.passed]
-    marks = f"{len(v.checks) - len(failed)}/{len(v.checks)} ok"
-    marks += f", failed: {', '.join(failed)}" if failed else ""
     failures = [badge(f, "bad") for f in dict.fromkeys(v.failures)]
     warnings = [badge(f"{f} (warning)", "warn") for f in dict.fromkeys(v.warnings)]
     return [  # a file name never breaks; what each finding says is in the file's section
         cell(el("a", el("code", v.path), href=f"#file-{index}"), sort=v.path, cls="name"),
         cell(_verdict_badge(v), sort=0 if not v.passed else 1 if v.warnings else 2),
-        cell(marks, sort=len(failed)),
+        cell(checks_line(v, "failed:"), sort=sum(not c.passed for c in v.checks)),
         cell(join([*failures, *warnings])),
     ]
 

@@ -119,12 +119,7 @@ def verdict(report: DiffReport) -> str:
     bad = len(report.regressions)
     head = f"{count(bad, 'regression') if bad else 'no regression'} in {report.compared} "
     head += f"{row_word(report)}s compared (tolerance {report.tolerance:g} decades)"
-    counts = [
-        f"{report.count(c)} {c}"
-        for c in (Change.CHANGED, Change.ADDED, Change.REMOVED)
-        if report.count(c)
-    ]
-    return head + ("; " + ", ".join(counts) if counts else "; nothing changed")
+    return f"{head}; {', '.join(report.changes) or 'nothing changed'}"
 
 
 def _header(report: DiffReport) -> Text:

@@ -212,7 +212,5 @@ def summary(diff: DiffReport, against: str) -> str:
         more = f"; and {len(bad) - LISTED} more" if len(bad) > LISTED else ""
         plural = "s" if len(bad) > 1 else ""
         return f"{len(bad)} regression{plural} against {against}: {named}{more}"
-    parts = [f"no regression against {against}: {diff.compared} {ROW_KEYS[diff.wrt][0]} compared"]
-    changes = (Change.CHANGED, Change.ADDED, Change.REMOVED)
-    parts += [f"{diff.count(c)} {c}" for c in changes if diff.count(c)]
-    return ", ".join(parts)
+    compared = f"no regression against {against}: {diff.compared} {ROW_KEYS[diff.wrt][0]} compared"
+    return ", ".join([compared, *diff.changes])

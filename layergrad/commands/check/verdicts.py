@@ -239,18 +239,16 @@ def gradient(rows: Sequence[ScanRow], add: Add) -> None:
         add("gradient", f"reaches all {differentiable} differentiable layers, finite")
         return
     findings = [f for f in SCAN_FLAGS if any(f.value in r.flags for r in problems)]
-    parts = []
-    for finding in findings:
-        layers = [r for r in problems if finding.value in r.flags]
-        parts.append(_listed(finding, [r.layer for r in layers], [r.causes for r in layers]))
+    parts = [_listed(f, [(r.layer, r.causes) for r in problems if f in r.flags]) for f in findings]
     add("gradient", "; ".join(parts), findings)
 
 
-def _listed(finding: Finding, names: Sequence[str], causes: Sequence[Sequence[Reason]]) -> str:
+def _listed(finding: Finding, named: Sequence[tuple[str, Sequence[Reason]]]) -> str:
     """`finding: a, b, c, d... (code at layer)`: the first four names and the first cause."""
-    cause = next((c for each in causes for c in each), None)
+    cause = next((c for _, causes in named for c in causes), None)
     why = f" ({cause.code} at {cause.layer})" if cause else ""
-    return f"{finding}: {', '.join(names[:4])}{'...' if len(names) > 4 else ''}{why}"
+    names = ", ".join(name for name, _ in named[:4])
+    return f"{finding}: {names}{'...' if len(named) > 4 else ''}{why}"
 
 
 def forward_parts(report: ScanReport, trained: bool) -> tuple[list[Finding], list[Reason]]:
@@ -317,10 +315,10 @@ def trainable(
         (Status.NONE, Finding.NO_GRADIENT),
         (Status.NONFINITE, Finding.NONFINITE),
     ):
-        bad = [v for v in report.variables if v.status == status]
+        bad = [(v.variable, v.causes) for v in report.variables if v.status == status]
         if bad:
             findings.append(finding)
-            parts.append(_listed(finding, [v.variable for v in bad], [v.causes for v in bad]))
+            parts.append(_listed(finding, bad))
     scale_findings, scale_parts = _scale(report, dead_scope, init)
     findings += scale_findings
     parts += scale_parts

@@ -20,13 +20,12 @@ batch size, mode, reduction, target) or schemas are refused. Nothing here import
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import replace
-from math import ceil
 
 from layergrad.commands.merge.jacobian import merge_jacobians, merge_scan_jacobians
-from layergrad.commands.merge.stats import merge_gradients, merge_samples, merged_shape
 from layergrad.core.errors import UsageError
 from layergrad.core.gradient_stats import status_flags
 from layergrad.core.results import (
@@ -36,6 +35,7 @@ from layergrad.core.results import (
     ProbeMeta,
     Reason,
     Result,
+    SampleStats,
     ScanReport,
     ScanRow,
 )
@@ -217,7 +217,7 @@ class _Shares:
         mean = reports[0].probe.reduce == "mean"
         self.weights = [n / self.total if mean and self.total else 1.0 for n in self.samples]
         size = reports[0].probe.batch_size
-        batches = [ceil(n / size) for n in self.samples]
+        batches = [math.ceil(n / size) for n in self.samples]
         self.first_batches = [sum(batches[:k]) for k in range(len(reports))]
         self.reports = reports
         # a sample's index in shard k (from its --first-sample) plus offsets[k]: its index in
@@ -364,3 +364,64 @@ def _trunk(path: str, target: str | None) -> set[str] | None:
         ends = [(path, int(call) if call.isdigit() else 0)]
     on_trunk = trunk(graph, ends)
     return None if on_trunk is None else {ref_of(k) for k in on_trunk}
+
+
+# --- the rules by which the statistics of shards combine ---------------------------------------
+
+
+def merged_shape(shapes: Sequence[tuple[int, ...]], samples: int) -> tuple[int, ...]:
+    """The shape over every shard: the samples, then the largest size seen of each axis."""
+    if not shapes[0]:
+        return ()
+    rest = tuple(max(s[j] for s in shapes) for j in range(1, len(shapes[0])))
+    return (samples, *rest)
+
+
+def elements_of(shape: tuple[int, ...]) -> int:
+    return math.prod(shape) if shape else 1
+
+
+def merge_gradients(
+    stats: Sequence[GradientStats], weights: Sequence[float], shape: tuple[int, ...]
+) -> GradientStats:
+    """The statistics of the shards' gradients as one array of `shape` (each shard's scaled
+    by its weight: 1, or its share of the samples under --reduce mean)."""
+    elements = [elements_of(g.shape) for g in stats]
+    total = sum(elements)
+
+    def byelements_of(values: Sequence[float]) -> float:
+        return sum(v * e for v, e in zip(values, elements, strict=True)) / total if total else 0.0
+
+    return GradientStats(
+        shape=shape,
+        l2=math.sqrt(sum((w * g.l2) ** 2 for g, w in zip(stats, weights, strict=True))),
+        mean_abs=byelements_of([w * g.mean_abs for g, w in zip(stats, weights, strict=True)]),
+        max_abs=max(w * g.max_abs for g, w in zip(stats, weights, strict=True)),
+        zero_fraction=byelements_of([g.zero_fraction for g in stats]),
+        nonfinite=sum(g.nonfinite for g in stats),
+    )
+
+
+def merge_samples(
+    stats: Sequence[SampleStats | None], samples: Sequence[int], weights: Sequence[float]
+) -> SampleStats | None:
+    """A per-sample distribution over every shard: exact moments and extrema, no percentiles
+    (kept only when there is one shard)."""
+    kept = [
+        (s, n, w) for s, n, w in zip(stats, samples, weights, strict=True) if s is not None and n
+    ]
+    if not kept:
+        return None
+    count = sum(n for _, n, _ in kept)
+    mean = sum(n * w * s.mean for s, n, w in kept) / count
+    square = sum(n * ((w * s.std) ** 2 + (w * s.mean) ** 2) for s, n, w in kept) / count
+    one = kept[0][0] if len(kept) == 1 and len(stats) == 1 else None
+    return SampleStats(
+        count=count,
+        mean=mean,
+        std=math.sqrt(max(square - mean * mean, 0.0)),
+        min=min(w * s.min for s, _, w in kept),
+        p50=None if one is None else one.p50,
+        p95=None if one is None else one.p95,
+        max=max(w * s.max for s, _, w in kept),
+    )
