@@ -120,10 +120,6 @@ class DiffReport(NotebookDisplay):
         return len(self.rows) - self.count(Change.ADDED) - self.count(Change.REMOVED)
 
 
-def cause_text(code: str, layer: str | None) -> str:
-    return f"{code} at {layer}" if layer else str(code)
-
-
 def recorded_probe(
     profile: Profile, input_file: str | None, where: str, data: bool = False
 ) -> ProbeOptions:

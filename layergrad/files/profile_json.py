@@ -13,13 +13,7 @@ from dataclasses import replace
 from layergrad.core.errors import InputError
 from layergrad.core.results import ModelMeta, ProbeMeta, ScanReport, WeightScanReport
 from layergrad.core.vocab import Status
-from layergrad.files.gradient_profile import (
-    ACTIVATIONS,
-    ROW_KEYS,
-    Profile,
-    ProfileRow,
-    cause_text,
-)
+from layergrad.files.gradient_profile import ACTIVATIONS, ROW_KEYS, Profile, ProfileRow
 from layergrad.files.report_json import MAX_MEASURE, SCAN_SCHEMA, Reader, read_document, to_json
 
 # A scan JSON holds a few hundred bytes per layer: 16 MiB is a model of some 50,000 layers
@@ -144,7 +138,7 @@ def _first_cause(row: Mapping[str, object]) -> str | None:
     first = causes[0] if isinstance(causes, list) and causes else None
     if isinstance(first, dict) and isinstance(first.get("code"), str):
         layer = first.get("layer")
-        return cause_text(first["code"], layer if isinstance(layer, str) else None)
+        return f"{first['code']} at {layer}" if isinstance(layer, str) and layer else first["code"]
     return None
 
 

@@ -17,29 +17,23 @@ def check_html(verdicts: Sequence[FileVerdict], **_: object) -> str:
     Failed files come first, and within a file its failed checks come first.
     """
     failed = [i for i, v in enumerate(verdicts) if not v.passed]
-    passed = len(verdicts) - len(failed)
+    passed, warnings = len(verdicts) - len(failed), sum(len(v.warnings) for v in verdicts)
     if failed:
-        verdict = el(
-            "p", f"FAIL: {len(failed)} of {len(verdicts)} files failed", class_="verdict bad"
-        )
+        said, kind = f"FAIL: {len(failed)} of {len(verdicts)} files failed", "bad"
     else:
-        n = sum(len(v.warnings) for v in verdicts)
-        verdict = el(
-            "p",
-            f"PASS: all {len(verdicts)} files passed{warned(n)}",
-            class_="verdict warn" if n else "verdict ok",
-        )
+        said = f"PASS: all {len(verdicts)} files passed{warned(warnings)}"
+        kind = "warn" if warnings else "ok"
     rows = [_check_summary_row(i, v) for i, v in enumerate(verdicts)]
     classes = [None if v.passed else "failed" for v in verdicts]
     order = failed + [i for i, v in enumerate(verdicts) if v.passed]
     body: list[Html | None] = [
-        verdict,
+        el("p", said, class_=f"verdict {kind}"),
         definition_list(
             [
                 ("files", str(len(verdicts))),
                 ("passed", str(passed)),
                 ("failed", str(len(failed))),
-                ("warnings", str(sum(len(v.warnings) for v in verdicts))),
+                ("warnings", str(warnings)),
             ]
         ),
         el("h2", "Files"),
