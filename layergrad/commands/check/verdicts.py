@@ -297,40 +297,34 @@ def trainable(
     if report is None:
         add("trainable", "skipped: no loss (the file was saved without model.compile; --loss)")
         return
-    if not has_loss:
-        findings, parts = _scale(report, dead_scope, init)
-        if findings:
-            add("trainable", "; ".join(parts) + " (no loss: judged on a random projection of "
-                "the outputs)", findings)  # fmt: skip
-        else:
-            add(
-                "trainable",
-                "no loss (the file was saved without model.compile; --loss), so no variable "
-                "was checked for a gradient; update ratios of a random projection of the "
-                "outputs fit each other",
-            )
-        return
     findings, parts = [], []
     for status, finding in (
         (Status.NONE, Finding.NO_GRADIENT),
         (Status.NONFINITE, Finding.NONFINITE),
     ):
-        bad = [(v.variable, v.causes) for v in report.variables if v.status == status]
+        # without a loss no variable was checked for a gradient: only the update ratios are
+        bad = [(v.variable, v.causes) for v in report.variables if has_loss and v.status == status]
         if bad:
             findings.append(finding)
             parts.append(_listed(finding, bad))
     scale_findings, scale_parts = _scale(report, dead_scope, init)
-    findings += scale_findings
-    parts += scale_parts
-    if not findings:
-        count = len(report.variables)
+    findings, parts = findings + scale_findings, parts + scale_parts
+    if findings:
+        projected = "" if has_loss else " (no loss: judged on a random projection of the outputs)"
+        add("trainable", "; ".join(parts) + projected, findings)
+    elif has_loss:
         add(
             "trainable",
-            f"all {count} trainable variables get a gradient from the loss; update ratios of "
-            "the layers fit each other",
+            f"all {len(report.variables)} trainable variables get a gradient from the loss; "
+            "update ratios of the layers fit each other",
         )
-        return
-    add("trainable", "; ".join(parts), findings)
+    else:
+        add(
+            "trainable",
+            "no loss (the file was saved without model.compile; --loss), so no variable was "
+            "checked for a gradient; update ratios of a random projection of the outputs fit "
+            "each other",
+        )
 
 
 def init_scale(
