@@ -15,7 +15,6 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from layergrad.core.results import ModelMeta
 from layergrad.core.vocab import Change, Status
 from layergrad.diagnose.regressions import DiffReport, RowDiff
 from layergrad.files.gradient_profile import ROW_KEYS, ProfileRow
@@ -29,6 +28,7 @@ from layergrad.render.common import (
     md_code,
     md_table,
     md_text,
+    model_header,
     natural_width,
     number,
     probe_line,
@@ -123,13 +123,13 @@ def verdict(report: DiffReport) -> str:
 
 
 def _header(report: DiffReport) -> Text:
-    def model(label: str, m: ModelMeta) -> Text:
-        return Text.assemble(label, (m.path, "bold"), f"  {m.class_name} {m.name!r}, {m.format}\n")
-
+    base = report.base
     return Text.assemble(
-        model("base: ", report.base),
-        model("new:  ", report.new),
-        probe_line(report.probe, _what(report)),
+        "base: ",
+        (base.path, "bold"),
+        f"  {base.class_name} {base.name!r}, {base.format}\n",
+        "new:  ",
+        model_header(report.new, report.probe, _what(report)),
     )
 
 

@@ -362,19 +362,18 @@ def _scale(
             f"every sample of {dead_scope}, so their weights get no gradient"
         )
     flagged = scale_flags(report.variables)
-    for flag, finding, word in (
-        (Finding.VANISHING, Finding.VANISHING, "below"),
-        (Finding.EXPLODING, Finding.EXPLODING, "above"),
+    for finding, word, so in (
+        (Finding.VANISHING, "below", "barely learn"),
+        (Finding.EXPLODING, "above", "take steps far too large"),
     ):
-        layers = [(layer, d) for layer, (f, d) in flagged.items() if f == flag]
+        layers = [(layer, d) for layer, (f, d) in flagged.items() if f == finding]
         if layers:
             findings.append(finding)
             listed = ", ".join(f"{layer} ({abs(d):.1f} decades)" for layer, d in layers[:4])
             more = "..." if len(layers) > 4 else ""
             parts.append(
                 f"{finding}: {listed}{more}: the update ratio |dL/dW| / |W| of these layers is "
-                f"that many decades {word} that of the layers near the output, so they "
-                + ("barely learn" if flag == Finding.VANISHING else "take steps far too large")
+                f"that many decades {word} that of the layers near the output, so they {so}"
             )
     if init is not None:
         findings += [] if Finding.EXPLODING in findings else [Finding.EXPLODING]
