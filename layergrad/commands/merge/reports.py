@@ -127,12 +127,11 @@ def merge(reports: Sequence[Report], names: Sequence[str]) -> Report:
         _numbered_in_order(reports, names, shares.samples)
     if isinstance(first, InspectReport):
         inspects = [r for r in reports if isinstance(r, InspectReport)]
-        results = tuple(
-            _result([r.results[i] for r in inspects], shares) for i in range(len(first.results))
-        )
+        per_result = zip(*(r.results for r in inspects), strict=True)
+        results = tuple(_result(items, shares) for items in per_result)
         return InspectReport(model=first.model, probe=shares.probe(), results=results)
     scans = [r for r in reports if isinstance(r, ScanReport)]
-    rows = [_row([s.rows[i] for s in scans], shares) for i in range(len(first.rows))]
+    rows = [_row(items, shares) for items in zip(*(s.rows for s in scans), strict=True)]
     rows = _scale_flags(rows, scans)
     notes = tuple(dict.fromkeys(n for s in scans for n in s.notes))
     return ScanReport(
