@@ -32,6 +32,7 @@ COLUMNS = (
     Column("checks", drop=2),
     Column("findings", drop=1),
 )
+STYLES = {"bad": "bold red", "warn": "yellow", "ok": "green"}  # a file's verdict in the table
 
 
 def table(verdicts: Sequence[FileVerdict], *, color: bool = False, width: int | None = 100) -> str:
@@ -44,7 +45,8 @@ def table(verdicts: Sequence[FileVerdict], *, color: bool = False, width: int | 
     rows: list[list[RenderableType]] = []
     for v in verdicts:
         findings = ", ".join(dict.fromkeys(f for c in v.checks for f in c.findings))
-        rows.append([v.path, Text(v.verdict, style=_style(v)), checks_line(v, "✗"), findings])
+        verdict = Text(v.verdict, style=STYLES[_standing(v)])
+        rows.append([v.path, verdict, checks_line(v, "✗"), findings])
     fitted, dropped = fit_table(COLUMNS, rows, width)
     items: list[RenderableType] = [fitted]
     if dropped:
@@ -85,10 +87,9 @@ def summary_line(verdicts: Sequence[FileVerdict]) -> str:
     return CheckReport(tuple(verdicts)).summary
 
 
-def _style(v: FileVerdict) -> str:
-    if not v.passed:
-        return "bold red"
-    return "yellow" if v.warnings else "green"
+def _standing(v: FileVerdict) -> str:
+    """`bad` (failed), `warn` (passed with warnings) or `ok`: how every format colours a file."""
+    return "bad" if not v.passed else "warn" if v.warnings else "ok"
 
 
 def _style_ok(verdicts: Sequence[FileVerdict]) -> str:
@@ -199,22 +200,16 @@ def _check_summary_row(index: int, v: FileVerdict) -> list[Html]:
     warnings = [badge(f"{f} (warning)", "warn") for f in dict.fromkeys(v.warnings)]
     return [  # a file name never breaks; what each finding says is in the file's section
         cell(el("a", el("code", v.path), href=f"#file-{index}"), sort=v.path, cls="name"),
-        cell(_verdict_badge(v), sort=0 if not v.passed else 1 if v.warnings else 2),
+        cell(badge(v.verdict, _standing(v)), sort=0 if not v.passed else 1 if v.warnings else 2),
         cell(checks_line(v, "failed:"), sort=sum(not c.passed for c in v.checks)),
         cell(join([*failures, *warnings])),
     ]
 
 
-def _verdict_badge(v: FileVerdict) -> Html:
-    """PASS (green), PASS with warnings (yellow) or FAIL (red), with the warnings counted."""
-    kind = "bad" if not v.passed else "warn" if v.warnings else "ok"
-    return badge(v.verdict, kind)
-
-
 def _file_section(index: int, v: FileVerdict) -> Html:
     checks = sorted(v.checks, key=lambda c: c.passed)  # stable: failed first, in check order
     rows = [_check_row(c) for c in checks]
-    title = el("h2", _verdict_badge(v), " ", el("code", v.path, class_="name"))
+    title = el("h2", badge(v.verdict, _standing(v)), " ", el("code", v.path, class_="name"))
     return el(
         "section",
         title,

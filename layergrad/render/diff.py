@@ -217,9 +217,7 @@ def _md_rows(report: DiffReport, rows: list[RowDiff]) -> str:
 
 
 def _md_side(side: ProfileRow | None) -> str:
-    if side is None:
-        return "-"
-    return f"{side.status}{_mean(side)}"
+    return "-" if side is None else f"{side.status}{_mean(side)}"
 
 
 def _mean(side: ProfileRow) -> str:
