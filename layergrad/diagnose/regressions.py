@@ -29,8 +29,8 @@ def compare(
     """Compare two profiles row by row (matched by name) under the regression rules.
 
     Args:
-        base: the reference scan (the committed baseline, the model before the change).
-        new: the scan of the model under test.
+        base, new: the reference scan (the committed baseline, the model before the change)
+            and the scan of the model under test.
         tolerance: the largest change of mean |g|, in decades, that is not a regression.
         same_data: False to compare scans made over different data on purpose (the probe's
             source and the inputs' sample counts are then not compared).
