@@ -63,7 +63,7 @@ def profile_from_json(doc: object, where: str = "scan JSON") -> Profile:
     if schema != SCAN_SCHEMA:
         raise InputError(_schema_message(where, schema))
     wrt = doc.get("wrt", ACTIVATIONS)
-    if wrt not in ROW_KEYS:
+    if not isinstance(wrt, str) or wrt not in ROW_KEYS:
         raise fields.error("wrt", " or ".join(map(repr, ROW_KEYS)), wrt)
     collection, key = ROW_KEYS[wrt]
     listed = fields.listed(fields.member(doc, collection), collection)
