@@ -85,8 +85,8 @@ class Spec:
     (an object or None) whose members join this object's; `nullable`: members that may be
     null for an empty tuple; `words`: word fields limited to a subset; `tops`: a measure's
     largest value; `signed`: measures that may be negative (down to -`tops`); `head`: constant
-    members written first; `also`: properties (or skipped fields) written after the fields
-    (named by `keys`); `write(obj, doc)` and `finish(obj, doc, reader, at)` adjust what the
+    members written first; `also`: properties written after the fields (named by `keys`);
+    `write(obj, doc)` and `finish(obj, doc, reader, at)` adjust what the
     walk wrote and read (checks between members), `prepare(doc, reader, at)` the document
     before it is read (members named by another member's value).
 
@@ -552,6 +552,13 @@ def _finish_histogram(obj: object, doc: Mapping[str, object], read: Reader, at: 
     return obj
 
 
+def _write_check(obj: object, doc: dict[str, object]) -> None:
+    """Whether every file passed and the summary line, before the files."""
+    assert isinstance(obj, CheckReport)
+    files = doc.pop("files")
+    doc.update(passed=obj.passed, summary=obj.summary, files=files)
+
+
 def _write_diff(obj: object, doc: dict[str, object]) -> None:
     """The rows under `layers`, each named by `layer` (with --wrt weights: `variables`,
     `variable`, as `scan` names them); the target, or what was differentiated (`wrt`, `loss`);
@@ -710,12 +717,7 @@ SPECS: dict[type, Spec] = {
     CheckItem: Spec(skip=frozenset({"reasons"})),
     # what a file gets, and the findings that fail it or warn, in check order
     FileVerdict: Spec(also=("verdict", "failures", "warnings")),
-    # whether every file passed and the summary line, before the files
-    CheckReport: Spec(
-        head={"schema": CHECK_SCHEMA},
-        skip=frozenset({"files"}),
-        also=("passed", "summary", "files"),
-    ),
+    CheckReport: Spec(head={"schema": CHECK_SCHEMA}, write=_write_check),
     DiffReport: Spec(head={"schema": DIFF_SCHEMA}, write=_write_diff, prepare=_prepare_diff),
     RowDiff: Spec(keys={"name": "layer"}, signed=frozenset({"decades"}), finish=_finish_row_diff),
     # a side of a diff's row: what the comparison read of the scan's row
