@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from layergrad.core.errors import UsageError
 from layergrad.core.results import ProbeMeta
 from layergrad.core.vocab import Change, Finding, Status
-from layergrad.files.gradient_profile import Profile, ProfileRow
-from layergrad.files.profile_diff import DiffReport, RowDiff
+from layergrad.files.gradient_profile import DiffReport, Profile, ProfileRow, RowDiff
 
 DEFAULT_TOLERANCE = 2.0  # decades: a factor of 100 either way
 BROKEN = (Status.NONE, Status.ZERO, Status.NONFINITE)
@@ -30,8 +29,8 @@ def compare(
     """Compare two profiles row by row (matched by name) under the regression rules.
 
     Args:
-        base: the reference scan (the committed baseline, the model before the change).
-        new: the scan of the model under test.
+        base, new: the reference scan (the committed baseline, the model before the change)
+            and the scan of the model under test.
         tolerance: the largest change of mean |g|, in decades, that is not a regression.
         same_data: False to compare scans made over different data on purpose (the probe's
             source and the inputs' sample counts are then not compared).

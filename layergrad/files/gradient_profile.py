@@ -1,9 +1,12 @@
-"""A gradient profile: a scan reduced to what a comparison needs, from a report or its JSON.
+"""A gradient profile: a scan reduced to what a comparison needs, from a report or its JSON,
+and a comparison of two profiles as data (`RowDiff`, `DiffReport`).
 
-`diff` compares two profiles row by row, matched by name. A profile is read from a scan's JSON
-document, a committed `layergrad scan --json` file or a report just made (`profile_json.py`:
-`load_profile`, `profile_of`); `recorded_probe` reproduces its probe. A row only needs a name,
-a status, a mean |g| and flags, so any kind of scan row fits.
+`diff` compares two profiles row by row, matched by name (the rules are in
+`diagnose/regressions.py`; `report_json` writes the comparison as `layergrad.diff/1`). A
+profile is read from a scan's JSON document, a committed `layergrad scan --json` file or a
+report just made (`profile_json.py`: `load_profile`, `profile_of`); `recorded_probe`
+reproduces its probe. A row only needs a name, a status, a mean |g| and flags, so any kind of
+scan row fits.
 """
 
 from __future__ import annotations
@@ -12,13 +15,11 @@ import math
 import os
 from dataclasses import dataclass
 
+from layergrad.core.display import NotebookDisplay
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import ProbeOptions
-from layergrad.core.results import (
-    ModelMeta,
-    ProbeMeta,
-)
-from layergrad.core.vocab import Status, Wrt
+from layergrad.core.results import ModelMeta, ProbeMeta
+from layergrad.core.vocab import Change, Status, Wrt
 
 ACTIVATIONS = Wrt.ACTIVATIONS.value
 # Where each kind of scan keeps its rows in JSON, and the member that names a row.
@@ -68,8 +69,55 @@ class Profile:
     loss: str | None = None
 
 
-def cause_text(code: str, layer: str | None) -> str:
-    return f"{code} at {layer}" if layer else str(code)
+@dataclass(frozen=True)
+class RowDiff:
+    """One row of a comparison, matched by name.
+
+    `base` / `new` is None for an added / removed row. `decades` is log10(new / base mean |g|),
+    None unless both sides are `ok` with a positive mean |g|. `why` is a sentence.
+    """
+
+    name: str
+    change: Change
+    base: ProfileRow | None
+    new: ProfileRow | None
+    decades: float | None
+    regression: bool
+    why: str
+
+
+@dataclass(frozen=True, repr=False)
+class DiffReport(NotebookDisplay):
+    """A comparison of two scans made with the same probe, rows in the new scan's order."""
+
+    base: ModelMeta
+    new: ModelMeta
+    probe: ProbeMeta
+    target: str | None
+    tolerance: float
+    rows: tuple[RowDiff, ...]
+    wrt: str = ACTIVATIONS  # rows are layer outputs, or trainable variables
+    loss: str | None = None  # the loss differentiated, with wrt "weights"
+
+    @property
+    def regressions(self) -> tuple[RowDiff, ...]:
+        """The rows that are regressions, in order."""
+        return tuple(r for r in self.rows if r.regression)
+
+    def count(self, change: Change) -> int:
+        """How many rows have this change."""
+        return sum(1 for r in self.rows if r.change == change)
+
+    @property
+    def changes(self) -> list[str]:
+        """`3 changed`, `1 added`: how many rows changed, were added or removed (not zero)."""
+        kinds = (Change.CHANGED, Change.ADDED, Change.REMOVED)
+        return [f"{self.count(c)} {c}" for c in kinds if self.count(c)]
+
+    @property
+    def compared(self) -> int:
+        """How many rows are in both scans."""
+        return len(self.rows) - self.count(Change.ADDED) - self.count(Change.REMOVED)
 
 
 def recorded_probe(

@@ -62,9 +62,7 @@ def check_target(
     file layergrad did not write.
 
     Raises:
-        OutputError: the target is an input or inside an input folder, a directory, a special
-            file, in a folder that cannot be written, or an existing file layergrad did not
-            write (unless ``force``).
+        OutputError: a target the module doc says is refused.
     """
     p = Path(path)
     _refuse_inputs(p, path, option, inputs)

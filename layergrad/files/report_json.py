@@ -53,10 +53,9 @@ from layergrad.core.results import (
     WeightScanReport,
 )
 from layergrad.core.vocab import CAUSE_CODES, SCAN_FLAGS, Word
-from layergrad.files.gradient_profile import ACTIVATIONS, ROW_KEYS, ProfileRow
+from layergrad.files.gradient_profile import ACTIVATIONS, ROW_KEYS, DiffReport, ProfileRow, RowDiff
 from layergrad.files.guards import require_regular
 from layergrad.files.layer_listing import LayerListing, LayerRow
-from layergrad.files.profile_diff import DiffReport, RowDiff
 from layergrad.files.weight_health import WeightHealth
 
 INSPECT_SCHEMA, SCAN_SCHEMA = "layergrad.inspect/1", "layergrad.scan/1"
@@ -86,14 +85,14 @@ class Spec:
     (an object or None) whose members join this object's; `nullable`: members that may be
     null for an empty tuple; `words`: word fields limited to a subset; `tops`: a measure's
     largest value; `signed`: measures that may be negative (down to -`tops`); `head`: constant
-    members written first; `write(obj, doc)` and `finish(obj, doc, reader, at)` adjust what the
+    members written first; `also`: properties written after the fields (named by `keys`);
+    `write(obj, doc)` and `finish(obj, doc, reader, at)` adjust what the
     walk wrote and read (checks between members), `prepare(doc, reader, at)` the document
     before it is read (members named by another member's value).
 
     Written only (the reports layergrad does not read back: `fit`, `fix`, `layers`): `groups`: a
     member that is an object of these fields or properties (each named by `keys`); `picks`: a
-    list field whose items are written as {member: attribute}; `also`: properties written
-    after the fields (named by `keys`).
+    list field whose items are written as {member: attribute}.
     """
 
     keys: Mapping[str, str] = field(default_factory=dict)
@@ -492,11 +491,6 @@ def _finish_result(obj: object, doc: Mapping[str, object], read: Reader, at: str
     return replace(obj, gradient=g, data=data)
 
 
-def _write_verdict(obj: object, doc: dict[str, object]) -> None:
-    assert isinstance(obj, FileVerdict)
-    doc.update(verdict=obj.verdict, failures=to_json(obj.failures), warnings=to_json(obj.warnings))
-
-
 def _finish_probe(obj: object, doc: Mapping[str, object], read: Reader, at: str) -> object:
     """A batch size and a seed layergrad takes (`--batch-size`, `--seed`), a SHA-256."""
     assert isinstance(obj, ProbeMeta)
@@ -722,7 +716,7 @@ SPECS: dict[type, Spec] = {
     OutputLoss: Spec(keys=SCORED),
     CheckItem: Spec(skip=frozenset({"reasons"})),
     # what a file gets, and the findings that fail it or warn, in check order
-    FileVerdict: Spec(write=_write_verdict),
+    FileVerdict: Spec(also=("verdict", "failures", "warnings")),
     CheckReport: Spec(head={"schema": CHECK_SCHEMA}, write=_write_check),
     DiffReport: Spec(head={"schema": DIFF_SCHEMA}, write=_write_diff, prepare=_prepare_diff),
     RowDiff: Spec(keys={"name": "layer"}, signed=frozenset({"decades"}), finish=_finish_row_diff),

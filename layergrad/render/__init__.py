@@ -36,8 +36,7 @@ def as_json(value: object, **_: object) -> str:
 
 SHARED: dict[OutputFormat, Format] = {OutputFormat.JSON: as_json}
 # pages made in modules of their own, imported only for HTML (their charts need matplotlib)
-PAGES = {"inspect": "html_report.inspect_html", "scan": "html_report.scan_html",
-         "check": "check_page.check_html"}  # fmt: skip
+PAGES = {"inspect": "html_report.inspect_html", "scan": "html_report.scan_html"}
 
 
 def renderer(report: str, fmt: OutputFormat) -> Format:

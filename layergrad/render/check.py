@@ -1,5 +1,5 @@
-"""Render check verdicts: a summary table, JSON, markdown and JUnit XML (the page is in
-`check_page.py`)."""
+"""Render check verdicts: a summary table, JSON, markdown, JUnit XML and one self-contained
+HTML page (the parts of `html_page.py`; names from model files are escaped)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from rich.padding import Padding
 from rich.text import Text
 
 from layergrad.core.results import CheckItem, CheckReport, FileVerdict, warned
+from layergrad.render import as_json as report_json
 from layergrad.render.common import (
     Column,
     dropped_line,
     fit_table,
-    json_document,
     md_code,
     md_table,
     md_text,
@@ -23,6 +23,8 @@ from layergrad.render.common import (
     to_text,
 )
 from layergrad.render.escape import scrubbed
+from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page
+from layergrad.render.html_page import table as html_table
 
 COLUMNS = (
     Column("file"),  # a path is never broken: what the findings say goes under the table
@@ -30,6 +32,7 @@ COLUMNS = (
     Column("checks", drop=2),
     Column("findings", drop=1),
 )
+STYLES = {"bad": "bold red", "warn": "yellow", "ok": "green"}  # a file's verdict in the table
 
 
 def table(verdicts: Sequence[FileVerdict], *, color: bool = False, width: int | None = 100) -> str:
@@ -41,11 +44,9 @@ def table(verdicts: Sequence[FileVerdict], *, color: bool = False, width: int | 
     """
     rows: list[list[RenderableType]] = []
     for v in verdicts:
-        failed = [c.name for c in v.checks if not c.passed]
-        marks = f"{len(v.checks) - len(failed)}/{len(v.checks)} ok"
-        marks += f", ✗ {', '.join(failed)}" if failed else ""
         findings = ", ".join(dict.fromkeys(f for c in v.checks for f in c.findings))
-        rows.append([v.path, Text(v.verdict, style=_style(v)), marks, findings])
+        verdict = Text(v.verdict, style=STYLES[_standing(v)])
+        rows.append([v.path, verdict, checks_line(v, "✗"), findings])
     fitted, dropped = fit_table(COLUMNS, rows, width)
     items: list[RenderableType] = [fitted]
     if dropped:
@@ -57,8 +58,8 @@ def table(verdicts: Sequence[FileVerdict], *, color: bool = False, width: int | 
     n_failed = sum(1 for v in verdicts if not v.passed)
     style = "bold red" if n_failed else _style_ok(verdicts)
     items.append(Text(summary_line(verdicts), style=style))
-    page = None if width is None else max(width, natural_width(fitted))
-    return to_text(items, color=color, width=page)
+    wide = None if width is None else max(width, natural_width(fitted))
+    return to_text(items, color=color, width=wide)
 
 
 def _note_lines(v: FileVerdict) -> list[RenderableType]:
@@ -74,15 +75,21 @@ def _note_lines(v: FileVerdict) -> list[RenderableType]:
     return lines
 
 
+def checks_line(v: FileVerdict, failed: str) -> str:
+    """`3/4 ok`, then `failed` and the names of the checks that failed."""
+    names = [c.name for c in v.checks if not c.passed]
+    said = f", {failed} {', '.join(names)}" if names else ""
+    return f"{len(v.checks) - len(names)}/{len(v.checks)} ok{said}"
+
+
 def summary_line(verdicts: Sequence[FileVerdict]) -> str:
     """`3 passed, 1 failed`, with `, 2 warnings` when findings did not fail a file."""
     return CheckReport(tuple(verdicts)).summary
 
 
-def _style(v: FileVerdict) -> str:
-    if not v.passed:
-        return "bold red"
-    return "yellow" if v.warnings else "green"
+def _standing(v: FileVerdict) -> str:
+    """`bad` (failed), `warn` (passed with warnings) or `ok`: how every format colours a file."""
+    return "bad" if not v.passed else "warn" if v.warnings else "ok"
 
 
 def _style_ok(verdicts: Sequence[FileVerdict]) -> str:
@@ -102,8 +109,8 @@ def _kind(c: CheckItem) -> str:
 
 
 def as_json(verdicts: Sequence[FileVerdict], **_: object) -> str:
-    """The `layergrad.check/1` JSON document (`report_json` writes a `CheckReport`)."""
-    return json_document(CheckReport(tuple(verdicts)))
+    """The `layergrad.check/1` JSON document: the JSON of every report, of a `CheckReport`."""
+    return report_json(CheckReport(tuple(verdicts)))
 
 
 def markdown(verdicts: Sequence[FileVerdict], **_: object) -> str:
@@ -154,3 +161,69 @@ def junit(verdicts: Sequence[FileVerdict], **_: object) -> str:
     return (
         '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
     )
+
+
+def html(verdicts: Sequence[FileVerdict], **_: object) -> str:
+    """The `check` page: the verdict, a summary row per file, then a section per file.
+
+    Failed files come first, and within a file its failed checks come first.
+    """
+    failed = [i for i, v in enumerate(verdicts) if not v.passed]
+    passed, warnings = len(verdicts) - len(failed), sum(len(v.warnings) for v in verdicts)
+    if failed:
+        said, kind = f"FAIL: {len(failed)} of {len(verdicts)} files failed", "bad"
+    else:
+        said = f"PASS: all {len(verdicts)} files passed{warned(warnings)}"
+        kind = "warn" if warnings else "ok"
+    rows = [_check_summary_row(i, v) for i, v in enumerate(verdicts)]
+    classes = [None if v.passed else "failed" for v in verdicts]
+    order = failed + [i for i, v in enumerate(verdicts) if v.passed]
+    body: list[Html | None] = [
+        el("p", said, class_=f"verdict {kind}"),
+        definition_list(
+            [
+                ("files", str(len(verdicts))),
+                ("passed", str(passed)),
+                ("failed", str(len(failed))),
+                ("warnings", str(warnings)),
+            ]
+        ),
+        el("h2", "Files"),
+        html_table(["file", "verdict", "checks", "findings"], rows, row_classes=classes),
+    ]
+    body += [_file_section(i, verdicts[i]) for i in order]
+    return page("check", None, body)
+
+
+def _check_summary_row(index: int, v: FileVerdict) -> list[Html]:
+    failures = [badge(f, "bad") for f in dict.fromkeys(v.failures)]
+    warnings = [badge(f"{f} (warning)", "warn") for f in dict.fromkeys(v.warnings)]
+    return [  # a file name never breaks; what each finding says is in the file's section
+        cell(el("a", el("code", v.path), href=f"#file-{index}"), sort=v.path, cls="name"),
+        cell(badge(v.verdict, _standing(v)), sort=0 if not v.passed else 1 if v.warnings else 2),
+        cell(checks_line(v, "failed:"), sort=sum(not c.passed for c in v.checks)),
+        cell(join([*failures, *warnings])),
+    ]
+
+
+def _file_section(index: int, v: FileVerdict) -> Html:
+    checks = sorted(v.checks, key=lambda c: c.passed)  # stable: failed first, in check order
+    rows = [_check_row(c) for c in checks]
+    title = el("h2", badge(v.verdict, _standing(v)), " ", el("code", v.path, class_="name"))
+    return el(
+        "section",
+        title,
+        html_table(["check", "result", "message", "findings"], rows),
+        id=f"file-{index}",
+    )
+
+
+def _check_row(c: CheckItem) -> list[Html]:
+    failures = [badge(f, "bad") for f in c.failures]
+    warnings = [badge(f"{f} (warning)", "warn") for f in c.warnings]
+    return [
+        cell(c.name),
+        cell(badge("pass", "ok") if c.passed else badge("fail", "bad"), sort=int(c.passed)),
+        cell(c.message),
+        cell(join([*failures, *warnings])),
+    ]

@@ -15,7 +15,6 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from layergrad.core.results import ModelMeta
 from layergrad.core.vocab import Change, Status
 from layergrad.diagnose.regressions import DiffReport, RowDiff
 from layergrad.files.gradient_profile import ROW_KEYS, ProfileRow
@@ -29,6 +28,7 @@ from layergrad.render.common import (
     md_code,
     md_table,
     md_text,
+    model_header,
     natural_width,
     number,
     probe_line,
@@ -119,22 +119,17 @@ def verdict(report: DiffReport) -> str:
     bad = len(report.regressions)
     head = f"{count(bad, 'regression') if bad else 'no regression'} in {report.compared} "
     head += f"{row_word(report)}s compared (tolerance {report.tolerance:g} decades)"
-    counts = [
-        f"{report.count(c)} {c}"
-        for c in (Change.CHANGED, Change.ADDED, Change.REMOVED)
-        if report.count(c)
-    ]
-    return head + ("; " + ", ".join(counts) if counts else "; nothing changed")
+    return f"{head}; {', '.join(report.changes) or 'nothing changed'}"
 
 
 def _header(report: DiffReport) -> Text:
-    def model(label: str, m: ModelMeta) -> Text:
-        return Text.assemble(label, (m.path, "bold"), f"  {m.class_name} {m.name!r}, {m.format}\n")
-
+    base = report.base
     return Text.assemble(
-        model("base: ", report.base),
-        model("new:  ", report.new),
-        probe_line(report.probe, _what(report)),
+        "base: ",
+        (base.path, "bold"),
+        f"  {base.class_name} {base.name!r}, {base.format}\n",
+        "new:  ",
+        model_header(report.new, report.probe, _what(report)),
     )
 
 
@@ -222,9 +217,7 @@ def _md_rows(report: DiffReport, rows: list[RowDiff]) -> str:
 
 
 def _md_side(side: ProfileRow | None) -> str:
-    if side is None:
-        return "-"
-    return f"{side.status}{_mean(side)}"
+    return "-" if side is None else f"{side.status}{_mean(side)}"
 
 
 def _mean(side: ProfileRow) -> str:

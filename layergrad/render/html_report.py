@@ -1,4 +1,4 @@
-"""Render results as one self-contained HTML page each: inspect and scan (check: `check_page.py`).
+"""Render results as one self-contained HTML page each: inspect and scan (check: `check.py`).
 Pure functions.
 
 A page states its verdict first, then the header (model, format, probe, target, mode), the

@@ -176,3 +176,12 @@ def test_a_scan_json_beyond_the_budget_is_refused_unread(tmp_path, monkeypatch):
     monkeypatch.setattr(profiles, "MAX_PROFILE_BYTES", 1024)
     with pytest.raises(InputError, match=r"big\.json is larger than 0\.000976562 MiB"):
         profiles.load_profile(path)
+
+
+@pytest.mark.parametrize("wrt", [[], {}, 3, "biases"])
+def test_a_scan_json_of_an_unknown_kind_is_one_line(wrt):
+    """`wrt` names what the rows differentiate with respect to; any other value, even one that
+    is not a string, is refused in one line naming it."""
+    doc = {"schema": "layergrad.scan/1", "wrt": wrt, "layers": []}
+    with pytest.raises(InputError, match=r"scan JSON: wrt is .*, expected 'activations' or"):
+        profile_from_json(doc)

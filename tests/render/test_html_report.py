@@ -28,7 +28,8 @@ from layergrad.core.results import (
     ScanRow,
 )
 from layergrad.core.vocab import Finding
-from layergrad.render import check_page, html_report
+from layergrad.render import html_report
+from layergrad.render.check import html as check_html
 
 IMG = "<img src=x onerror=alert(1)>"
 END_SCRIPT = "</script><script>alert(2)</script>"
@@ -87,7 +88,7 @@ def test_names_from_the_model_stay_text_in_inspect_and_check_pages():
     assert f"{MIXED} does not depend on {IMG}" in page.text and f"warn {IMG}" in page.text
 
     verdict = FileVerdict(IMG, False, (CheckItem("loads", False, f"cannot load {END_SCRIPT}", ("error",)),))  # fmt: skip
-    page = assert_well_formed_and_self_contained(check_page.check_html([verdict]))
+    page = assert_well_formed_and_self_contained(check_html([verdict]))
     assert page.count("img") == 0
     assert page.tables[0][0][0] == IMG and f"cannot load {END_SCRIPT}" in page.text
 
@@ -162,7 +163,7 @@ def test_check_page_verdict_first_failed_files_and_checks_first():
         CheckItem("weights", False, "1 NaN", ("nonfinite",)),
         CheckItem("loads", True, "loaded"),
     ))  # fmt: skip
-    page = assert_well_formed_and_self_contained(check_page.check_html([good, bad]))
+    page = assert_well_formed_and_self_contained(check_html([good, bad]))
     assert page.text.startswith("layergrad check FAIL: 1 of 2 files failed")
     assert [r[:2] for r in page.tables[0]] == [["good.keras", "PASS"], ["bad.keras", "FAIL"]]
     # Sections: the failed file first; in it the failed check first.

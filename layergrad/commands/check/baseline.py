@@ -62,7 +62,7 @@ def match_baselines(
     matched: dict[str, Baseline] = {}
     for baseline in baselines:
         recorded = baseline.profile.model.path
-        found = [f for f in files if _same_path(f, recorded)]
+        found = [f for f in files if os.path.realpath(f) == os.path.realpath(recorded)]
         if not found:
             shown = ", ".join(files[:3]) + (", ..." if len(files) > 3 else "")
             raise UsageError(
@@ -77,10 +77,6 @@ def match_baselines(
                 )
             matched[f] = baseline
     return matched
-
-
-def _same_path(a: str, b: str) -> bool:
-    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def probe_options(
@@ -168,14 +164,12 @@ def judge(
 ) -> tuple[str, tuple[Finding, ...]]:
     """The `baseline` check of one file: its message and findings (`regression` or none).
 
-    `report` is check's activation scan, `weights` its scan of the trainable variables (None
-    without a loss); the one of the baseline's kind is compared.
+    Of check's activation scan `report` and its scan of the trainable variables `weights`
+    (None without a loss), the one of the baseline's kind is compared; with `other_data`
+    (`--allow-other-data`) the probe's source and the inputs' sample counts are not.
 
     Raises:
         UsageError: the scan was not made with the baseline's probe (see `diff.comparable`).
-
-    `other_data`: the scan ran over other data than the baseline (`--allow-other-data`), so
-    the probe's source and the inputs' sample counts are not compared.
     """
     scanned = weights if baseline.profile.wrt != ACTIVATIONS else report
     if scanned is None:  # `fits` refuses this before the scan; say so rather than pass
@@ -212,7 +206,5 @@ def summary(diff: DiffReport, against: str) -> str:
         more = f"; and {len(bad) - LISTED} more" if len(bad) > LISTED else ""
         plural = "s" if len(bad) > 1 else ""
         return f"{len(bad)} regression{plural} against {against}: {named}{more}"
-    parts = [f"no regression against {against}: {diff.compared} {ROW_KEYS[diff.wrt][0]} compared"]
-    changes = (Change.CHANGED, Change.ADDED, Change.REMOVED)
-    parts += [f"{diff.count(c)} {c}" for c in changes if diff.count(c)]
-    return ", ".join(parts)
+    compared = f"no regression against {against}: {diff.compared} {ROW_KEYS[diff.wrt][0]} compared"
+    return ", ".join([compared, *diff.changes])

@@ -239,18 +239,16 @@ def gradient(rows: Sequence[ScanRow], add: Add) -> None:
         add("gradient", f"reaches all {differentiable} differentiable layers, finite")
         return
     findings = [f for f in SCAN_FLAGS if any(f.value in r.flags for r in problems)]
-    parts = []
-    for finding in findings:
-        layers = [r for r in problems if finding.value in r.flags]
-        parts.append(_listed(finding, [r.layer for r in layers], [r.causes for r in layers]))
+    parts = [_listed(f, [(r.layer, r.causes) for r in problems if f in r.flags]) for f in findings]
     add("gradient", "; ".join(parts), findings)
 
 
-def _listed(finding: Finding, names: Sequence[str], causes: Sequence[Sequence[Reason]]) -> str:
+def _listed(finding: Finding, named: Sequence[tuple[str, Sequence[Reason]]]) -> str:
     """`finding: a, b, c, d... (code at layer)`: the first four names and the first cause."""
-    cause = next((c for each in causes for c in each), None)
+    cause = next((c for _, causes in named for c in causes), None)
     why = f" ({cause.code} at {cause.layer})" if cause else ""
-    return f"{finding}: {', '.join(names[:4])}{'...' if len(names) > 4 else ''}{why}"
+    names = ", ".join(name for name, _ in named[:4])
+    return f"{finding}: {names}{'...' if len(named) > 4 else ''}{why}"
 
 
 def forward_parts(report: ScanReport, trained: bool) -> tuple[list[Finding], list[Reason]]:
@@ -299,40 +297,34 @@ def trainable(
     if report is None:
         add("trainable", "skipped: no loss (the file was saved without model.compile; --loss)")
         return
-    if not has_loss:
-        findings, parts = _scale(report, dead_scope, init)
-        if findings:
-            add("trainable", "; ".join(parts) + " (no loss: judged on a random projection of "
-                "the outputs)", findings)  # fmt: skip
-        else:
-            add(
-                "trainable",
-                "no loss (the file was saved without model.compile; --loss), so no variable "
-                "was checked for a gradient; update ratios of a random projection of the "
-                "outputs fit each other",
-            )
-        return
     findings, parts = [], []
     for status, finding in (
         (Status.NONE, Finding.NO_GRADIENT),
         (Status.NONFINITE, Finding.NONFINITE),
     ):
-        bad = [v for v in report.variables if v.status == status]
+        # without a loss no variable was checked for a gradient: only the update ratios are
+        bad = [(v.variable, v.causes) for v in report.variables if has_loss and v.status == status]
         if bad:
             findings.append(finding)
-            parts.append(_listed(finding, [v.variable for v in bad], [v.causes for v in bad]))
+            parts.append(_listed(finding, bad))
     scale_findings, scale_parts = _scale(report, dead_scope, init)
-    findings += scale_findings
-    parts += scale_parts
-    if not findings:
-        count = len(report.variables)
+    findings, parts = findings + scale_findings, parts + scale_parts
+    if findings:
+        projected = "" if has_loss else " (no loss: judged on a random projection of the outputs)"
+        add("trainable", "; ".join(parts) + projected, findings)
+    elif has_loss:
         add(
             "trainable",
-            f"all {count} trainable variables get a gradient from the loss; update ratios of "
-            "the layers fit each other",
+            f"all {len(report.variables)} trainable variables get a gradient from the loss; "
+            "update ratios of the layers fit each other",
         )
-        return
-    add("trainable", "; ".join(parts), findings)
+    else:
+        add(
+            "trainable",
+            "no loss (the file was saved without model.compile; --loss), so no variable was "
+            "checked for a gradient; update ratios of a random projection of the outputs fit "
+            "each other",
+        )
 
 
 def init_scale(
@@ -370,19 +362,18 @@ def _scale(
             f"every sample of {dead_scope}, so their weights get no gradient"
         )
     flagged = scale_flags(report.variables)
-    for flag, finding, word in (
-        (Finding.VANISHING, Finding.VANISHING, "below"),
-        (Finding.EXPLODING, Finding.EXPLODING, "above"),
+    for finding, word, so in (
+        (Finding.VANISHING, "below", "barely learn"),
+        (Finding.EXPLODING, "above", "take steps far too large"),
     ):
-        layers = [(layer, d) for layer, (f, d) in flagged.items() if f == flag]
+        layers = [(layer, d) for layer, (f, d) in flagged.items() if f == finding]
         if layers:
             findings.append(finding)
             listed = ", ".join(f"{layer} ({abs(d):.1f} decades)" for layer, d in layers[:4])
             more = "..." if len(layers) > 4 else ""
             parts.append(
                 f"{finding}: {listed}{more}: the update ratio |dL/dW| / |W| of these layers is "
-                f"that many decades {word} that of the layers near the output, so they "
-                + ("barely learn" if flag == Finding.VANISHING else "take steps far too large")
+                f"that many decades {word} that of the layers near the output, so they {so}"
             )
     if init is not None:
         findings += [] if Finding.EXPLODING in findings else [Finding.EXPLODING]

@@ -26,17 +26,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from layergrad.commands.merge.jacobian import merge_jacobians, merge_scan_jacobians
-from layergrad.commands.merge.stats import merge_gradients, merge_samples, merged_shape
 from layergrad.core.errors import UsageError
 from layergrad.core.gradient_stats import status_flags
 from layergrad.core.results import (
     DataStats,
     GradientStats,
     InspectReport,
-    ModelMeta,
     ProbeMeta,
     Reason,
     Result,
+    SampleStats,
     ScanReport,
     ScanRow,
 )
@@ -75,8 +74,7 @@ def merge_reports(paths: Sequence[str | os.PathLike[str]]) -> Report:
 
 
 def _not_twice(names: Sequence[str]) -> None:
-    """Refuse one file given twice (also by another name or through a link): its samples would
-    count twice."""
+    """Refuse one file given twice (also by another name or through a link)."""
     seen: dict[tuple[int, int] | str, str] = {}
     for name in names:
         try:
@@ -85,10 +83,7 @@ def _not_twice(names: Sequence[str]) -> None:
         except OSError:  # missing or unreadable: read_report says so
             key = os.path.realpath(name)
         if key in seen:
-            raise UsageError(
-                f"{name} is the same file as {seen[key]}: a shard given twice would count its "
-                "samples twice; give each shard once"
-            )
+            raise _twice(name, "is the same file as", seen[key])
         seen[key] = name
 
 
@@ -99,14 +94,16 @@ def _not_repeated(reports: Sequence[Report], names: Sequence[str]) -> None:
             sha = report.probe.data_sha256
             if sha is not None and sha == reports[i].probe.data_sha256:
                 why = f"was made over the same data (data_sha256 {sha[:12]}...) as"
-            elif report == reports[i]:
-                why = "is a copy of"
-            else:
-                continue
-            raise UsageError(
-                f"{names[j]} {why} {names[i]}: a shard given twice would count its samples "
-                "twice; give each shard once"
-            )
+                raise _twice(names[j], why, names[i])
+            if report == reports[i]:
+                raise _twice(names[j], "is a copy of", names[i])
+
+
+def _twice(name: str, why: str, other: str) -> UsageError:
+    return UsageError(
+        f"{name} {why} {other}: a shard given twice would count its samples twice; give each "
+        "shard once"
+    )
 
 
 def merge(reports: Sequence[Report], names: Sequence[str]) -> Report:
@@ -130,17 +127,16 @@ def merge(reports: Sequence[Report], names: Sequence[str]) -> Report:
         _numbered_in_order(reports, names, shares.samples)
     if isinstance(first, InspectReport):
         inspects = [r for r in reports if isinstance(r, InspectReport)]
-        results = tuple(
-            _result([r.results[i] for r in inspects], shares) for i in range(len(first.results))
-        )
-        return InspectReport(model=first.model, probe=shares.probe(first.probe), results=results)
+        per_result = zip(*(r.results for r in inspects), strict=True)
+        results = tuple(_result(items, shares) for items in per_result)
+        return InspectReport(model=first.model, probe=shares.probe(), results=results)
     scans = [r for r in reports if isinstance(r, ScanReport)]
-    rows = [_row([s.rows[i] for s in scans], shares) for i in range(len(first.rows))]
-    rows = _scale_flags(rows, scans, first.model)
+    rows = [_row(items, shares) for items in zip(*(s.rows for s in scans), strict=True)]
+    rows = _scale_flags(rows, scans)
     notes = tuple(dict.fromkeys(n for s in scans for n in s.notes))
     return ScanReport(
         model=first.model,
-        probe=shares.probe(first.probe),
+        probe=shares.probe(),
         target=first.target,
         rows=tuple(rows),
         notes=notes,
@@ -220,21 +216,20 @@ class _Shares:
         mean = reports[0].probe.reduce == "mean"
         self.weights = [n / self.total if mean and self.total else 1.0 for n in self.samples]
         size = reports[0].probe.batch_size
-        starts, done = [], 0
-        for n in self.samples:
-            starts.append(done)
-            done += math.ceil(n / size)
-        self.first_batches = starts
+        batches = [math.ceil(n / size) for n in self.samples]
+        self.first_batches = [sum(batches[:k]) for k in range(len(reports))]
         self.reports = reports
         # a sample's index in shard k (from its --first-sample) plus offsets[k]: its index in
         # the whole data, the shards following one another from the first one's first sample
-        start = reports[0].probe.first_sample or 0
-        self.offsets = []
-        for r, n in zip(reports, self.samples, strict=True):
-            self.offsets.append(start - (r.probe.first_sample or 0))
-            start += n
+        first = reports[0].probe.first_sample or 0
+        self.offsets = [
+            first + sum(self.samples[:k]) - (r.probe.first_sample or 0)
+            for k, r in enumerate(reports)
+        ]
 
-    def probe(self, probe: ProbeMeta) -> ProbeMeta:
+    def probe(self) -> ProbeMeta:
+        """The first shard's probe, over every shard."""
+        probe = self.reports[0].probe
         sources = list(dict.fromkeys(r.probe.source for r in self.reports))
         return replace(
             probe,
@@ -337,28 +332,26 @@ def _row(items: Sequence[ScanRow], shares: _Shares) -> ScanRow:
                    data=data, flags=status_flags(status, dead), jacobian=jacobian)  # fmt: skip
 
 
-def _scale_flags(
-    rows: list[ScanRow], scans: Sequence[ScanReport], model: ModelMeta
-) -> list[ScanRow]:
+def _scale_flags(rows: list[ScanRow], scans: Sequence[ScanReport]) -> list[ScanRow]:
     """Vanishing / exploding again, from the merged L2s, on the rows of the model's trunk
     (from the model file's graph, read without TensorFlow; when the file cannot be read, the
     rows some shard flagged)."""
     from layergrad.commands.scan_rows import flag_against_target_end
 
-    trunk = _trunk(model, scans[0].target)
+    trunk = _trunk(scans[0].model.path, scans[0].target)
     if trunk is None:
         trunk = {r.layer for s in scans for r in s.rows if set(r.flags) & set(SCALE_FLAGS)}
     return flag_against_target_end(rows, trunk)
 
 
-def _trunk(model: ModelMeta, target: str | None) -> set[str] | None:
+def _trunk(path: str, target: str | None) -> set[str] | None:
     from layergrad.core.errors import LayergradError
     from layergrad.diagnose.locate import sinks, trunk
     from layergrad.files.file_info import read_file_info
     from layergrad.model.layer_refs import ref_of
 
     try:
-        graph = read_file_info(model.path, read_weights=False).graph
+        graph = read_file_info(path, read_weights=False).graph
     except (LayergradError, OSError):
         return None
     if not graph.known:
@@ -370,3 +363,64 @@ def _trunk(model: ModelMeta, target: str | None) -> set[str] | None:
         ends = [(path, int(call) if call.isdigit() else 0)]
     on_trunk = trunk(graph, ends)
     return None if on_trunk is None else {ref_of(k) for k in on_trunk}
+
+
+# --- the rules by which the statistics of shards combine ---------------------------------------
+
+
+def merged_shape(shapes: Sequence[tuple[int, ...]], samples: int) -> tuple[int, ...]:
+    """The shape over every shard: the samples, then the largest size seen of each axis."""
+    if not shapes[0]:
+        return ()
+    rest = tuple(max(s[j] for s in shapes) for j in range(1, len(shapes[0])))
+    return (samples, *rest)
+
+
+def elements_of(shape: tuple[int, ...]) -> int:
+    return math.prod(shape) if shape else 1
+
+
+def merge_gradients(
+    stats: Sequence[GradientStats], weights: Sequence[float], shape: tuple[int, ...]
+) -> GradientStats:
+    """The statistics of the shards' gradients as one array of `shape` (each shard's scaled
+    by its weight: 1, or its share of the samples under --reduce mean)."""
+    elements = [elements_of(g.shape) for g in stats]
+    total = sum(elements)
+
+    def byelements_of(values: Sequence[float]) -> float:
+        return sum(v * e for v, e in zip(values, elements, strict=True)) / total if total else 0.0
+
+    return GradientStats(
+        shape=shape,
+        l2=math.sqrt(sum((w * g.l2) ** 2 for g, w in zip(stats, weights, strict=True))),
+        mean_abs=byelements_of([w * g.mean_abs for g, w in zip(stats, weights, strict=True)]),
+        max_abs=max(w * g.max_abs for g, w in zip(stats, weights, strict=True)),
+        zero_fraction=byelements_of([g.zero_fraction for g in stats]),
+        nonfinite=sum(g.nonfinite for g in stats),
+    )
+
+
+def merge_samples(
+    stats: Sequence[SampleStats | None], samples: Sequence[int], weights: Sequence[float]
+) -> SampleStats | None:
+    """A per-sample distribution over every shard: exact moments and extrema, no percentiles
+    (kept only when there is one shard)."""
+    kept = [
+        (s, n, w) for s, n, w in zip(stats, samples, weights, strict=True) if s is not None and n
+    ]
+    if not kept:
+        return None
+    count = sum(n for _, n, _ in kept)
+    mean = sum(n * w * s.mean for s, n, w in kept) / count
+    square = sum(n * ((w * s.std) ** 2 + (w * s.mean) ** 2) for s, n, w in kept) / count
+    one = kept[0][0] if len(kept) == 1 and len(stats) == 1 else None
+    return SampleStats(
+        count=count,
+        mean=mean,
+        std=math.sqrt(max(square - mean * mean, 0.0)),
+        min=min(w * s.min for s, _, w in kept),
+        p50=None if one is None else one.p50,
+        p95=None if one is None else one.p95,
+        max=max(w * s.max for s, _, w in kept),
+    )
