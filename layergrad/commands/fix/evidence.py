@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layergrad.commands.fit.checks import FitOptions, require_samples
 from layergrad.commands.fit.run import (
     Predicted,
     Ready,
@@ -40,6 +39,7 @@ from layergrad.commands.fit.run import (
     refused,
     training_batches,
 )
+from layergrad.commands.fit.train import FitOptions, require_samples
 from layergrad.commands.fix.weights import InputStats
 from layergrad.core.errors import DataError, InputError, LayergradError, describe
 from layergrad.core.fit_results import FitReport
@@ -47,12 +47,8 @@ from layergrad.core.fix_results import OutputLoss, Run
 from layergrad.core.probe_options import PathLike
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import KerasModel, Tensor
-from layergrad.data.label_stream import (
-    LabelRequest,
-    TrivialLoss,
-)
+from layergrad.data.label_stream import LabelRequest, TrivialLoss
 from layergrad.data.sources import DataStream
-from layergrad.data.stats import aggregates
 from layergrad.data.value_checks import reader_refusal
 from layergrad.engine.compiled_loss import label_request, output_keys
 from layergrad.engine.random_layers import seed_model
@@ -63,8 +59,8 @@ if TYPE_CHECKING:
 READ_LIMIT = 100_000  # samples read for the input statistics when no --limit is given
 
 
-# how an input's extremes add up over batches (as the step's summaries do); the others add
-_KINDS = {"low": aggregates.MIN, "high": aggregates.MAX}
+# how an input's extremes add up over batches; the other totals are sums
+_ADD = {"low": np.minimum, "high": np.maximum}
 
 
 def input_stats(ready: Ready, limit: int | None) -> list[InputStats]:
@@ -83,8 +79,7 @@ def input_stats(ready: Ready, limit: int | None) -> list[InputStats]:
                 one = _batch_totals(x.astype(np.float64)) if x.dtype.kind == "f" else None
                 if one is not None:
                     old = totals[i]
-                    kinds = {k: _KINDS.get(k, aggregates.SUM) for k in one}
-                    totals[i] = {k: aggregates.combine([old[k], v], kinds[k]) if old else v
+                    totals[i] = {k: _ADD.get(k, np.add)(old[k], v) if old else v
                                  for k, v in one.items()}  # fmt: skip
     except LayergradError:
         raise
@@ -107,7 +102,7 @@ def input_stats(ready: Ready, limit: int | None) -> list[InputStats]:
 
 
 def _batch_totals(x: np.ndarray) -> dict[str, np.ndarray] | None:
-    """One batch's share of each total (`_KINDS`); None when it holds no finite value."""
+    """One batch's share of each total; None when it holds no finite value."""
     finite = x[np.isfinite(x)]  # an empty batch holds none
     if not finite.size:
         return None
@@ -183,9 +178,7 @@ def _trained_run(
         lost = {o.name: o.final for o in theirs}
         outputs = tuple(replace(o, baseline=lost.get(o.name)) for o in outputs)
     accuracy, prior = hits.result() if hits is not None else (None, None)
-    findings = dict.fromkeys(found)
-    for f in report.findings:
-        findings.setdefault(str(f.code), None)
+    findings = dict.fromkeys([*found, *(str(f.code) for f in report.findings)])
     trained_loss = _final(report.losses)
     final = served if served is not None else trained_loss
     run = Run(report.loss_name, report.losses, chance, final, tuple(findings), outputs=outputs,

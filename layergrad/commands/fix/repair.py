@@ -36,7 +36,7 @@ import numpy as np
 
 from layergrad.commands.check.check_files import check_file
 from layergrad.commands.check.verdicts import CheckOptions
-from layergrad.commands.fit.checks import DEFAULT_STEPS, FitOptions, check_counts
+from layergrad.commands.fit.train import DEFAULT_STEPS, FitOptions, check_counts
 from layergrad.commands.fix.plan import Plan
 from layergrad.commands.session import load
 from layergrad.core.errors import InputError, OutputError, describe
@@ -245,12 +245,11 @@ def fix_model(
                 made = None
         if len(plans) == 1 and usable:
             settle(plans[0], after, together)
-        if made is not None:
-            unverified = _unverified(chosen, repairs) if data is not None else ""
-            if unverified:
-                notes.append(unverified)
-            else:
-                written = _write(made, output, inputs, options.force)
+        verified = {r.change for r in repairs if r.verdict is Verdict.VERIFIED}
+        if made is not None and data is not None and not any(p.change in verified for p in chosen):
+            notes.append(NONE_VERIFIED)  # a copy not shown to train better is no repair
+        elif made is not None:
+            written = _write(made, output, inputs, options.force)
     lost = {f for r in repairs for f in r.gone}  # another finding's repair took it away
     unrepaired = [u for u in unrepaired if u.code not in lost]
     if plans:
@@ -330,11 +329,18 @@ def _chose(plan: Plan, k: int) -> str:
             "samples")  # fmt: skip
 
 
+NONE_VERIFIED = (
+    "no copy written: no repair was verified on the data, and a copy that is not shown to "
+    "train better is no repair; apply the changes above by hand to try them, or run fix "
+    "again with more --steps"
+)
+
+
 def _chosen(usable: list[Plan], repairs: list[Repair], notes: list[str]) -> list[Plan]:
     """The repairs the written copy holds: with evidence, the verified ones when there are
     some (a repair that did not help is left out, with a note); else every one."""
-    verdicts = {r.change: r.verdict for r in repairs}
-    verified = [p for p in usable if verdicts.get(p.change) is Verdict.VERIFIED]
+    done = {r.change for r in repairs if r.verdict is Verdict.VERIFIED}
+    verified = [p for p in usable if p.change in done]
     if not verified or len(verified) == len(usable):
         return usable
     left = [p for p in usable if p not in verified]
@@ -343,19 +349,6 @@ def _chosen(usable: list[Plan], repairs: list[Repair], notes: list[str]) -> list
         + "; ".join(f"{p.finding} ({p.code[0] if p.code else p.change})" for p in left)
     )
     return verified
-
-
-def _unverified(chosen: Sequence[Plan], repairs: Sequence[Repair]) -> str:
-    """Why no copy is written with evidence: none of its repairs was verified ("" when one
-    was: the copy is written)."""
-    verdicts = {r.change: r for r in repairs}
-    if any(verdicts[p.change].verdict is Verdict.VERIFIED for p in chosen if p.change in verdicts):
-        return ""
-    return (
-        "no copy written: no repair was verified on the data, and a copy that is not shown to "
-        "train better is no repair; apply the changes above by hand to try them, or run fix "
-        "again with more --steps"
-    )
 
 
 def _still_failing(

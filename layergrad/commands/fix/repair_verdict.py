@@ -165,33 +165,26 @@ def _compare(original: Run, repaired: Run, falling: str) -> tuple[Verdict, str]:
         return unlearned
     theirs = original.relative
     if mine is not None and theirs is not None:
-        if mine <= CLEARLY * theirs:
-            return Verdict.VERIFIED, ""
-        return Verdict.NOT_VERIFIED, (
-            f"the loss ends at {mine:.3g} of the trivial loss, the original's at {theirs:.3g}: "
-            f"not clearly below{falling}"
-        )
-    if repaired.loss_name == original.loss_name:
-        if repaired.final <= CLEARLY * original.final:
-            return Verdict.VERIFIED, ""
-        return Verdict.NOT_VERIFIED, (
-            f"the loss ends at {repaired.final:.4g}, the original's at {original.final:.4g}: "
-            f"not clearly below{falling}"
-        )
-    if mine is not None:
+        ours, base = mine, theirs
+        said = f"the loss ends at {mine:.3g} of the trivial loss, the original's at {theirs:.3g}"
+    elif repaired.loss_name == original.loss_name:
+        ours, base = repaired.final, original.final
+        said = f"the loss ends at {ours:.4g}, the original's at {base:.4g}"
+    elif mine is not None:
         # the original's loss has no trivial loss (a categorical loss on one unit is 0 for
         # any output): no common scale, so the copy is judged by its own, as when the
         # original cannot be trained
-        if mine <= CLEARLY:
-            return Verdict.VERIFIED, ""
+        ours, base = mine, 1.0
+        said = (f"the original's loss ({original.loss_name}) has no trivial loss to compare by, "
+                f"and the copy's ends at {mine:.3g} of its trivial loss")  # fmt: skip
+    else:
         return Verdict.NOT_VERIFIED, (
-            f"the original's loss ({original.loss_name}) has no trivial loss to compare by, "
-            f"and the copy's ends at {mine:.3g} of its trivial loss: not clearly below{falling}"
+            f"the losses differ ({original.loss_name}, {repaired.loss_name}) and have no "
+            "trivial loss to compare them by"
         )
-    return Verdict.NOT_VERIFIED, (
-        f"the losses differ ({original.loss_name}, {repaired.loss_name}) and have no trivial "
-        "loss to compare them by"
-    )
+    if ours <= CLEARLY * base:
+        return Verdict.VERIFIED, ""
+    return Verdict.NOT_VERIFIED, f"{said}: not clearly below{falling}"
 
 
 def _like_for_like(repaired: Run, falling: str) -> tuple[Verdict, str]:

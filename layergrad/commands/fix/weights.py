@@ -64,7 +64,7 @@ def kernels(
     info: FileInfo, weights: Mapping[str, Mapping[str, np.ndarray]], finding: str
 ) -> Plan | None:
     """Kernels whose spread is far off the Glorot (He, for ReLU) scale: re-initialised."""
-    far: list[tuple[str, float, str]] = []
+    names, factors, code, edits = [], [], [], []
     for path, arrays in weights.items():
         kernel = arrays.get("kernel")
         entry = info.graph.get(path)
@@ -72,24 +72,20 @@ def kernels(
             continue
         act = str(entry.config.get("activation") or "linear")
         want = expected_std(kernel.shape, act)
-        std = float(np.std(kernel))
+        factor = float(np.std(kernel)) / want if want else 0.0
+        # all zero: every unit the same, no signal; else a spread far off either way
+        zero = want is not None and not np.any(kernel)
+        if not zero and not (factor > 0 and max(factor, 1 / factor) >= KERNEL_FACTOR):
+            continue
         init = "he_normal" if act in RELU_LIKE else "glorot_uniform"
-        if want and not np.any(kernel):  # all zero: every unit the same, no signal
-            far.append((path, 0.0, init))
-        elif want and std > 0 and max(std / want, want / std) >= KERNEL_FACTOR:
-            far.append((path, std / want, init))
-    if not far:
-        return None
-    names = [p for p, _, _ in far]
-    code = []
-    edits = []
-    for path, _, init in far:
-        entry = info.graph.get(path)
-        assert entry is not None
         old = {"class_name": entry.class_name, "config": entry.config}
+        names.append(path)
+        factors.append(factor)
         code.append(f"{layer_code(old)} -> {layer_code(old, kernel_initializer=init)}{at(path)}")
         edits.append(option_edit(path, "kernel_initializer", init))
-    factors = sorted(f for _, f, _ in far)
+    if not names:
+        return None
+    factors.sort()
     span = f"{factors[0]:.2g}x" if len(factors) == 1 else f"{factors[0]:.2g}x to {factors[-1]:.2g}x"
     span = "0x (all zero)" if factors[-1] == 0 else span
     why = (
