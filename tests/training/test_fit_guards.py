@@ -122,7 +122,7 @@ def test_log_dir_that_is_not_a_folder_is_refused_before_the_model_loads(files, t
 
 
 def test_an_endless_function_under_epochs_is_said_and_bounded(files, monkeypatch):
-    from layergrad.commands.fit import train as fit_checks
+    from layergrad.commands.fit import checks as fit_checks
     from layergrad.commands.fit.train import FitOptions, fit_model
     from layergrad.core.errors import InputError
 
