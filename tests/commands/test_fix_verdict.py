@@ -267,7 +267,7 @@ def test_the_originals_predictions_are_scored_by_the_copys_loss_or_not_at_all():
     p = 1 / (1 + np.exp(-(x @ original.layers[-1].get_weights()[0])))
     bce = -(y * np.log(p) + (1 - y) * np.log(1 - p)).reshape(2, 16).mean(1).mean()
 
-    def predicted(rival: keras.Model) -> list:  # as `_predicted` predicts the held batches
+    def predicted(rival: keras.Model) -> list:  # as `fit_steps` predicts the held batches
         return [(bx, by, copy(bx, training=False), rival(bx, training=False)) for bx, by in dataset]
 
     _, (theirs, _) = _served_losses(copy, predicted(original), request, rival=True)
