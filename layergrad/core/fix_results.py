@@ -53,28 +53,21 @@ class OutputLoss(_Scored):
 
 @dataclass(frozen=True)
 class Run(_Scored):
-    """One model trained on the data for the same steps from the same weights.
+    """One model trained on the data for the same steps from the same weights (`error`: why
+    it could not be trained, then `losses` is empty).
 
-    `losses[i]` is the loss of step i + 1; `trivial` the loss of predicting the class prior
-    (None when the loss has none, e.g. a regression); `final` the mean of the last tenth of
-    the finite losses; `findings` every finding of check and training on this model;
-    `error` why it could not be trained (then `losses` is empty); `outputs` each output's
-    own loss when the model has several (a repair is judged on the outputs it reaches).
-    `accuracy` / `prior_accuracy`: a classifier's accuracy on the scored batches and the
-    accuracy of always answering their most frequent class (None: not a classifier).
-    `trained_loss`: the mean of the last tenth of `losses` (what `fit` shows).
-    `baseline` (a repaired copy's run): the trained original's predictions scored on the
-    same batches by this run's loss, the like-for-like loss to beat (None when the original
-    could not be trained or its outputs cannot take this loss).
+    `baseline` (a repaired copy's run) is the like-for-like loss to beat: the trained
+    original's predictions scored on the same batches by this run's loss (None when the
+    original could not be trained or its outputs cannot take this loss).
     """
 
     loss_name: str
-    losses: tuple[float | None, ...] = ()
-    trivial: float | None = None
-    final: float | None = None
-    findings: tuple[str, ...] = ()
+    losses: tuple[float | None, ...] = ()  # losses[i]: the loss of step i + 1
+    trivial: float | None = None  # of predicting the class prior (None: none, a regression)
+    final: float | None = None  # its predictions' on the held-back batches, else trained_loss
+    findings: tuple[str, ...] = ()  # every finding of check and training on this model
     error: str | None = None
-    outputs: tuple[OutputLoss, ...] = ()
+    outputs: tuple[OutputLoss, ...] = ()  # each output's, when the model has several
     baseline: float | None = None
     accuracy: float | None = None  # a classifier's, on the scored batches
     prior_accuracy: float | None = None  # always answering their most frequent class

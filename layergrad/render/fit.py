@@ -53,17 +53,14 @@ def _facts(report: FitReport) -> list[tuple[str, str]]:
     if report.data:
         facts.append(("data", report.data))
     started = report.stopped != "target_mismatch"
-    facts += [
-        (
-            "training",
-            f"{count(report.steps, 'step')} in {count(report.epochs, 'epoch')}, "
-            f"checkpoint every {count(report.every, 'step')}"
-            if started
-            else "not started: the labels do not fit the outputs (before the first step)",
-        ),
-        ("loss", report.loss_name or "-"),
-        ("optimizer", f"{report.optimizer}, learning rate {lr}"),
-    ]
+    training = (
+        f"{count(report.steps, 'step')} in {count(report.epochs, 'epoch')}, "
+        f"checkpoint every {count(report.every, 'step')}"
+        if started
+        else "not started: the labels do not fit the outputs (before the first step)"
+    )
+    facts += [("training", training), ("loss", report.loss_name or "-")]
+    facts.append(("optimizer", f"{report.optimizer}, learning rate {lr}"))
     if report.stopped and started:
         facts.append(("stopped", f"early, on {report.stopped}"))
     return facts
@@ -158,15 +155,13 @@ def ratio_map_svg(report: FitReport) -> Html:
     return svg([*cells, *names, axis, legend], width, height, "update ratio per layer and step")
 
 
+BLUE_RGB, GREEN_RGB, RED_RGB = (30, 90, 200), (30, 210, 70), (220, 50, 40)  # the map's stops
+
+
 def _colour(ratio: float | None) -> str:
     """log10(ratio) from -7 (blue) through -3 (green) to 1 (red); grey when missing."""
     if ratio is None or not math.isfinite(ratio) or ratio <= 0:
         return "#d8dee4"
     t = min(max((math.log10(ratio) + 7) / 8, 0.0), 1.0)
-    if t < 0.5:
-        a = t / 0.5
-        r, g, b = 30, int(90 + 120 * a), int(200 - 130 * a)
-    else:
-        a = (t - 0.5) / 0.5
-        r, g, b = int(30 + 190 * a), int(210 - 160 * a), int(70 - 30 * a)
-    return f"#{r:02x}{g:02x}{b:02x}"
+    low, high, a = (BLUE_RGB, GREEN_RGB, 2 * t) if t < 0.5 else (GREEN_RGB, RED_RGB, 2 * t - 1)
+    return "#" + "".join(f"{int(x + (y - x) * a):02x}" for x, y in zip(low, high, strict=True))

@@ -13,6 +13,7 @@ inside TensorFlow's graph; the same pass gives the trivial loss (`data/label_str
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -73,64 +74,109 @@ def train_loaded(
     on_notice: Notice | None,
 ) -> FitReport:
     """`fit_model`'s run once the model is loaded (under `strategy`, if any)."""
-    model, info = loaded.model, loaded.info
-    seed_model(model, options.seed)  # Keras's random state and the random layers' draws
+    seed_model(loaded.model, options.seed)  # Keras's random state and the random layers' draws
     with (
         strategy.scope() if strategy is not None else contextlib.nullcontext(),
         stall_watch(stall_timeout, on_stall, os.fspath(data)) as watch,
     ):
-        spec = compile_for_fit(model, info.compile_config, options)
-        labelled = read_labelled(model, os.fspath(data), options, limit, spec)
-        stream = labelled.stream
-        assert stream is not None
-        if stream.samples is None and options.epochs is not None and on_notice is not None:
-            on_notice(unsized_epoch_notice(data, limit))
         beat = watch.beat if watch is not None else (lambda _: None)
-        bound = None if options.epochs else (options.steps or DEFAULT_STEPS) * options.batch_size
-        unsized = stream.samples is None and bound is None
-
-        def on_batch(seen: int) -> None:
-            beat(1)
-            if unsized:
-                check_unsized(seen, data)
-
-        labels = read_labels(model, info, labelled, spec, options.loss, bound, on_batch)
+        ready = make_ready(loaded, strategy, data, options, limit, beat, on_notice)
+        model, labels = ready.model, ready.labels
         if labels.refusals:  # before the first step, as `check --data` says it
-            report = refused(model, spec.name, labels.refusals)
-            return replace(report, path=info.path, data=os.fspath(data))
+            report = refused(model, ready.spec.name, labels.refusals)
+            return replace(report, path=loaded.info.path, data=ready.data)
         require_samples(labels.samples, data)
-        scale = input_scale(model, info, stream)  # the untrained copy, on the first batch
-        report, _, _ = fit_steps(model, stream, stream, spec, labels, data, options, beating(beat))
+        scale = input_scale(model, loaded.info, ready.stream)  # the untrained copy, first batch
+        report, _, _ = fit_steps(ready, ready.stream, options, beating(beat))
     notes = report.notes
-    if labelled.classes:
-        notes += (labelled.classes_note(),)
+    if ready.labelled.classes:
+        notes += (ready.labelled.classes_note(),)
     found = (*labels.warnings, *((scale,) if scale is not None else ()), *report.findings)
-    return replace(report, path=info.path, data=os.fspath(data), notes=notes, findings=found)
+    return replace(report, path=loaded.info.path, data=ready.data, notes=notes, findings=found)
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A model as `fit` has it before its first step: compiled with its file's optimizer and
+    loss (or the options'), its labelled data open and its labels read and judged
+    (`labels.refusals`: the outputs they do not fit, where `fit` stops with
+    `target_mismatch`)."""
+
+    model: KerasModel
+    strategy: Strategy | None
+    spec: LossSpec
+    labelled: Labelled
+    labels: LabelCheck
+    data: str
+
+    @property
+    def stream(self) -> DataStream:
+        stream = self.labelled.stream
+        assert stream is not None  # `read_labelled` refuses data without labels
+        return stream
+
+
+def make_ready(
+    loaded: LoadedModel,
+    strategy: Strategy | None,
+    data: PathLike,
+    options: FitOptions,
+    limit: int | None,
+    beat: Callable[[int], None] | None = None,
+    on_notice: Notice | None = None,
+    *,
+    flags: bool = True,
+) -> Ready:
+    """`fit`'s steps before the first (under `strategy`'s scope, entered by the caller):
+    compile the model, open the labelled data, read the labels once and judge them. `beat`
+    is told of each batch of labels read; `flags`: as for `compile_for_fit`.
+
+    Raises:
+        InputError: no loss or optimizer in the file, a loss or an optimizer Keras cannot
+            make, data without labels, an unsized epoch past its bound.
+    """
+    model, info, path = loaded.model, loaded.info, os.fspath(data)
+    # Keras's deserialize edits the config it reads: the file's (shared) stays as read
+    spec = compile_for_fit(model, copy.deepcopy(info.compile_config), options, flags=flags)
+    request = label_request(model, spec)
+    labelled = open_labelled(path, data_specs(model), request, options.batch_size, limit)
+    if labelled.stream is None:
+        raise InputError(f"layergrad fit needs labels: {labelled.missing}")
+    samples = labelled.stream.samples
+    if samples is None and options.epochs is not None and on_notice is not None:
+        on_notice(unsized_epoch_notice(data, limit))
+    bound = None if options.epochs else (options.steps or DEFAULT_STEPS) * options.batch_size
+
+    def on_batch(seen: int) -> None:
+        if beat is not None:
+            beat(1)
+        if samples is None and bound is None:
+            check_unsized(seen, data)
+
+    labels = read_labels(model, info, labelled, spec, options.loss, bound, on_batch)
+    return Ready(model, strategy, spec, labelled, labels, path)
 
 
 def fit_steps(
-    model: KerasModel,
-    stream: DataStream,
+    ready: Ready,
     trained: DataStream,
-    spec: LossSpec,
-    labels: LabelCheck,
-    data: PathLike,
     options: FitOptions,
     *others: KerasCallback,
     held: Dataset | None = None,
     rival: KerasModel | None = None,
 ) -> tuple[FitReport, float | None, Predicted]:
-    """Keras's `fit` on the shuffled batches of `trained` (`stream`, or a part of it) for
-    `options.epochs`, else `options.steps` over the repeated batches, with `GradientMonitor`
-    on: its report, the chance loss it judged by, and (`fix`) the trained model's and the
-    trained `rival`'s predictions of the `held` batches (as far as they can be made). A batch
-    tf.data could not make is an InputError (a value the data's checks refuse: a DataError
-    naming it)."""
+    """Keras's `fit` on the shuffled batches of `trained` (`ready`'s stream, or a part of it)
+    for `options.epochs`, else `options.steps` over the repeated batches, with
+    `GradientMonitor` on: its report, the chance loss it judged by, and (`fix`) the trained
+    model's and the trained `rival`'s predictions of the `held` batches (as far as they can
+    be made). A batch tf.data could not make is an InputError (a value the data's checks
+    refuse: a DataError naming it)."""
+    model, labels, stream = ready.model, ready.labels, ready.stream
     dataset = training_batches(model, trained, options, labels.samples)
     batches = max(1, math.ceil(labels.samples / options.batch_size))
     total = batches * options.epochs if options.epochs else options.steps or DEFAULT_STEPS
-    units = [u or 0 for u in label_request(model, spec).units]  # 0: not known
-    chance = labels.trivial or chance_loss(spec.name, units)
+    units = [u or 0 for u in label_request(model, ready.spec).units]  # 0: not known
+    chance = labels.trivial or chance_loss(ready.spec.name, units)
     monitor = GradientMonitor(
         every=options.every or max(1, total // 50),
         log_dir=options.log_dir,
@@ -151,7 +197,7 @@ def fit_steps(
         refusal = reader_refusal(exc)  # NaN ids, values outside the input's dtype
         if refusal is not None:
             raise refusal from exc
-        raise InputError(f"--data {os.fspath(data)}: training stopped: {describe(exc)}") from exc
+        raise InputError(f"--data {ready.data}: training stopped: {describe(exc)}") from exc
     stream.raise_failure()  # a Python reader that failed ended the data early
     assert monitor.report is not None
     predicted: Predicted = []
@@ -194,28 +240,18 @@ def compile_for_fit(
 ) -> LossSpec:
     """Compile with the file's (or the given) optimizer and loss; return the loss. `flags`:
     the command has `--loss` and `--optimizer` to offer (`fix` has not: it trains the file's)."""
-
     spec = find_loss(compiled, options.loss)
-
-    def then(flag: str, example: str, what: str) -> str:
-        """The next step: the flag to pass, or (`fix`) the compile to save again."""
-        if flags:
-            return f"pass {flag} NAME, e.g. {flag} {example}"
-        return (
-            f"compile the model with {what} and save it again (fix trains with the file's compile)"
-        )
-
     if spec is None:
         raise InputError(
             "the model was saved without a loss (no model.compile); "
-            + then("--loss", "sparse_categorical_crossentropy", "a loss")
+            + _next_step(flags, "--loss sparse_categorical_crossentropy", "a loss")
         )
     # a legacy .h5 file keeps it as `optimizer_config` (Keras 3's own .h5 writer too)
     raw = options.optimizer or compiled.get("optimizer") or compiled.get("optimizer_config")
     if raw is None:
         raise InputError(
             "the model was saved without an optimizer (no model.compile); "
-            + then("--optimizer", "adam", "an optimizer")
+            + _next_step(flags, "--optimizer adam", "an optimizer")
         )
     try:
         optimizer = (
@@ -232,7 +268,7 @@ def compile_for_fit(
             "keras.optimizers name such as adam or sgd"
             if options.optimizer is not None
             else f"the optimizer in the file is not one Keras can make ({why}); "
-            + then("--optimizer", "adam", "a keras.optimizers optimizer")
+            + _next_step(flags, "--optimizer adam", "a keras.optimizers optimizer")
         ) from exc
     if options.learning_rate is not None:
         optimizer.learning_rate = options.learning_rate
@@ -256,24 +292,16 @@ def _check_rate(optimizer: object, flags: bool) -> None:
     raise InputError(
         f"the optimizer in the file has learning_rate={rate:g}: a rate must be a positive "
         f"finite number, and this one {said}; "
-        + (
-            "pass --learning-rate LR, e.g. --learning-rate 1e-3"
-            if flags
-            else "compile the model with a positive rate and save it again"
-        )
+        + _next_step(flags, "--learning-rate 1e-3", "a positive rate", "LR")
     )
 
 
-def read_labelled(
-    model: KerasModel, path: str, options: FitOptions, limit: int | None, spec: LossSpec
-) -> Labelled:
-    """The inputs and labels of `--data`, read together (refused when it has no labels)."""
-
-    request = label_request(model, spec)
-    labelled = open_labelled(path, data_specs(model), request, options.batch_size, limit)
-    if labelled.stream is None:
-        raise InputError(f"layergrad fit needs labels: {labelled.missing}")
-    return labelled
+def _next_step(flags: bool, example: str, what: str, value: str = "NAME") -> str:
+    """The next step: the flag to pass (`example`), or (`fix`, no `flags`) the compile to
+    save again."""
+    if flags:
+        return f"pass {example.split()[0]} {value}, e.g. {example}"
+    return f"compile the model with {what} and save it again (fix trains with the file's compile)"
 
 
 def training_batches(
@@ -346,7 +374,7 @@ def read_labels(
     spec: LossSpec,
     loss: str | None,
     bound: int | None,
-    on_batch: Callable[[int], None] | None = None,
+    on_batch: Callable[[int], None],
 ) -> LabelCheck:
     """Read the labels of `labelled` once (at most `bound` samples when the source does not
     say how many it has) and judge them against each output and `spec` (`loss`: --loss).
@@ -367,8 +395,7 @@ def read_labels(
         if trivial is not None:
             trivial.add(y)
         seen += len(y) if getattr(y, "ndim", 0) else 1
-        if on_batch is not None:
-            on_batch(seen)
+        on_batch(seen)
         if known is None and seen >= (bound or UNKNOWN_READ):
             break  # a source that does not say how many samples it has may have no end
     found = _mismatches(info, names, units, summaries, spec, loss)

@@ -24,7 +24,7 @@ from layergrad.core.errors import LayergradError, LoadError, describe
 from layergrad.core.limits import DEFAULT_MAX_MEMORY
 from layergrad.core.probe_options import DATA_BATCH_SIZE
 from layergrad.core.tf_runtime import keras
-from layergrad.core.tf_types import KerasLayer, KerasModel, KerasModule, KerasVariable
+from layergrad.core.tf_types import KerasLayer, KerasModel, KerasVariable
 from layergrad.model.config import is_container
 from layergrad.model.config_edit import Config, EditError
 from layergrad.model.layer_refs import iter_layers
@@ -86,7 +86,7 @@ def build(
     """
     edited = copy.deepcopy(dict(config))
     compiled = copy.deepcopy(dict(compile_config))
-    _normalise_optimizer(keras, compiled)
+    _normalise_optimizer(compiled)
     try:
         for plan in plans:
             for edit in plan.model_edits:
@@ -115,14 +115,14 @@ def build(
     return new
 
 
-def _normalise_optimizer(keras: KerasModule, compiled: Config) -> None:
+def _normalise_optimizer(compiled: Config) -> None:
     """The optimizer as a full Keras 3 config, so its learning rate can be edited and the copy
     compiled: a name (`"adam"`) or a legacy `.h5` `optimizer_config` (no module) is turned
     into one."""
     if "optimizer" not in compiled and "optimizer_config" in compiled:
         compiled["optimizer"] = compiled.pop("optimizer_config")
     compiled.pop("optimizer_config", None)
-    compiled["loss"] = _modern_loss(keras, compiled.get("loss"))
+    compiled["loss"] = _modern_loss(compiled.get("loss"))
     optimizer = compiled.get("optimizer")
     legacy = isinstance(optimizer, dict) and "module" not in optimizer
     if isinstance(optimizer, str) or legacy:
@@ -135,7 +135,7 @@ def _normalise_optimizer(keras: KerasModule, compiled: Config) -> None:
             compiled["optimizer"] = keras.optimizers.serialize(made)
 
 
-def _modern_loss(keras: KerasModule, loss: object) -> object:
+def _modern_loss(loss: object) -> object:
     """A loss object a legacy `.h5` wrote without its module, as Keras 3 serializes it (per
     output too); anything else as it is."""
     if isinstance(loss, dict) and "class_name" in loss:
@@ -146,9 +146,9 @@ def _modern_loss(keras: KerasModule, loss: object) -> object:
         except (ValueError, TypeError):
             return loss
     if isinstance(loss, dict):
-        return {k: _modern_loss(keras, v) for k, v in loss.items()}
+        return {k: _modern_loss(v) for k, v in loss.items()}
     if isinstance(loss, list):
-        return [_modern_loss(keras, v) for v in loss]
+        return [_modern_loss(v) for v in loss]
     return loss
 
 
@@ -157,15 +157,12 @@ def _carry_weights(old: KerasModel, new: KerasModel, fresh: set[tuple[str, str]]
     by the layer's own order of weights), except those left `fresh`."""
     before = dict(iter_layers(old))
     for path, layer in iter_layers(new):
-        if hasattr(layer, "layers"):
-            continue
         source = before.get(path)
-        if source is None or (path, "*") in fresh:
+        if hasattr(layer, "layers") or source is None or (path, "*") in fresh:
             continue
         for found, variable in _pairs(source, layer):
-            if (path, _short(variable)) in fresh:
-                continue
-            if tuple(found.shape) == tuple(variable.shape):
+            same = tuple(found.shape) == tuple(variable.shape)
+            if same and (path, _short(variable)) not in fresh:
                 variable.assign(found.numpy())
 
 

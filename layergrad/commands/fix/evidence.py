@@ -1,10 +1,10 @@
 """The evidence of `fix`: the original and each repaired copy trained side by side as `fit`
-trains, what the trained models output, and the verdict of one repair.
+trains, and what the trained models output.
 
-What `fix` reads from `--data` before it plans (`data_facts`): each output's labels
-(`label_summary.LabelSummary`, for the head's units and loss) and each float input's range (min,
-max, mean |x|, per-feature mean and variance, for `Rescaling` or an adapted `Normalization`),
-both bounded by `limit` samples and streamed batch by batch.
+What `fix` reads from `--data` before it plans: each output's labels (as `fit`'s checks read
+them) and each float input's range (`input_stats`: min, max, mean |x|, per-feature mean and
+variance, for `Rescaling` or an adapted `Normalization`), bounded by `limit` samples and
+streamed batch by batch.
 
 The run is `fit`'s (the same compile, labels, shuffled batches and `GradientMonitor`, from
 `commands/fit/run.py`), after `fit`'s checks (`ready`: what `fit` refuses before its first
@@ -17,8 +17,7 @@ a head whose outputs are useless (a softmax over one unit is always 1.0) can sho
 loss as good as the repaired one. The served loss is computed from the predictions as plain
 arrays, the way a user of the model sees them, on samples no model trained on: every fifth
 sample is held back (`_held_back`), so a model that memorised its batches is not taken for one
-that learned. Each run is then judged against its own trivial loss (the loss of predicting a
-uniform class prior), since a repair may change the loss itself.
+that learned. `repair_verdict.py` judges the two runs.
 """
 
 from __future__ import annotations
@@ -26,46 +25,33 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-import os
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layergrad.commands.fit.checks import DEFAULT_STEPS, FitOptions, require_samples
+from layergrad.commands.fit.checks import FitOptions, require_samples
 from layergrad.commands.fit.run import (
-    LabelCheck,
     Predicted,
-    compile_for_fit,
+    Ready,
     fit_steps,
-    read_labelled,
-    read_labels,
+    make_ready,
     refused,
     training_batches,
 )
 from layergrad.commands.fix.weights import InputStats
 from layergrad.core.errors import DataError, InputError, LayergradError, describe
 from layergrad.core.fit_results import FitReport
-from layergrad.core.fix_results import OutputLoss, Run, Verdict
+from layergrad.core.fix_results import OutputLoss, Run
 from layergrad.core.probe_options import PathLike
-from layergrad.core.results import FileVerdict
 from layergrad.core.tf_runtime import keras, tf
-from layergrad.core.tf_types import Dataset, KerasModel, Strategy, Tensor
-from layergrad.data.label_stream import (
-    Labelled,
-    LabelRequest,
-    TrivialLoss,
-)
+from layergrad.core.tf_types import KerasModel, Tensor
+from layergrad.data.label_stream import LabelRequest, TrivialLoss
 from layergrad.data.sources import DataStream
-from layergrad.data.stats import aggregates
 from layergrad.data.value_checks import reader_refusal
 from layergrad.engine.compiled_loss import label_request, output_keys
 from layergrad.engine.random_layers import seed_model
-from layergrad.model.graph import ModelGraph
-from layergrad.model.label_summary import LabelSummary
-from layergrad.model.loss_forms import LossSpec
-from layergrad.render.common import number
 
 if TYPE_CHECKING:
     from layergrad.commands.check.verdicts import Opened
@@ -73,24 +59,17 @@ if TYPE_CHECKING:
 READ_LIMIT = 100_000  # samples read for the input statistics when no --limit is given
 
 
-def data_facts(
-    ready: Ready, limit: int | None
-) -> tuple[Mapping[str, LabelSummary], list[InputStats]]:
-    """(labels per output name, statistics per float input) of the data `ready` holds: the
-    labels as `fit`'s checks read them, the inputs from their first `READ_LIMIT` samples."""
-    stream = ready.labelled.stream
-    assert stream is not None
+# how an input's extremes add up over batches; the other totals are sums
+_ADD = {"low": np.minimum, "high": np.maximum}
+
+
+def input_stats(ready: Ready, limit: int | None) -> list[InputStats]:
+    """The statistics of each float input of the data `ready` holds, from its first
+    `READ_LIMIT` samples (at most `limit`)."""
+    stream = ready.stream
     rows = min(limit or READ_LIMIT, READ_LIMIT)
+    batches = stream.dataset.take(math.ceil(rows / stream.batch_size))
     names = [s.name for s in stream.specs]
-    stats = _input_stats(stream.dataset.take(math.ceil(rows / stream.batch_size)), names)
-    return ready.labels.summaries, stats
-
-
-# how an input's extremes add up over batches (as the step's summaries do); the others add
-_KINDS = {"low": aggregates.MIN, "high": aggregates.MAX}
-
-
-def _input_stats(batches: Dataset, names: list[str]) -> list[InputStats]:
     n = len(names)
     totals: list[dict[str, np.ndarray]] = [{} for _ in range(n)]
     try:
@@ -100,8 +79,7 @@ def _input_stats(batches: Dataset, names: list[str]) -> list[InputStats]:
                 one = _batch_totals(x.astype(np.float64)) if x.dtype.kind == "f" else None
                 if one is not None:
                     old = totals[i]
-                    kinds = {k: _KINDS.get(k, aggregates.SUM) for k in one}
-                    totals[i] = {k: aggregates.combine([old[k], v], kinds[k]) if old else v
+                    totals[i] = {k: _ADD.get(k, np.add)(old[k], v) if old else v
                                  for k, v in one.items()}  # fmt: skip
     except LayergradError:
         raise
@@ -124,7 +102,7 @@ def _input_stats(batches: Dataset, names: list[str]) -> list[InputStats]:
 
 
 def _batch_totals(x: np.ndarray) -> dict[str, np.ndarray] | None:
-    """One batch's share of each total (`_KINDS`); None when it holds no finite value."""
+    """One batch's share of each total; None when it holds no finite value."""
     finite = x[np.isfinite(x)]  # an empty batch holds none
     if not finite.size:
         return None
@@ -145,40 +123,21 @@ SCORED_BATCHES = 32  # held-back batches the trained model's predictions are sco
 HOLD_BACK = 5  # every fifth sample is held back from training, to score the trained model
 
 
-@dataclass(frozen=True)
-class Ready:
-    """A model as `fit` has it before its first step: compiled with its file's optimizer and
-    loss, its labelled data open and its labels read and judged (`labels.mismatches`: the
-    outputs they do not fit, where `fit` stops with `target_mismatch`)."""
-
-    model: KerasModel
-    strategy: Strategy | None
-    spec: LossSpec
-    labelled: Labelled
-    labels: LabelCheck
-    data: str
-
-
 def ready(opened: Opened, data: PathLike, options: FitOptions, limit: int | None) -> Ready:
-    """`fit`'s checks before its first step, on the model `opened` (as `session.load` returns
-    it): compile it, open the labelled data, read and judge the labels.
+    """`fit`'s checks before its first step (`make_ready`), on the model `opened` (as
+    `session.load` returns it), in `fit`'s words; `fix` has no --loss nor --optimizer: the
+    file's compile is what it trains with.
 
     Raises:
         InputError: as `fit_model` does (no loss or optimizer in the file, a loss or an
             optimizer Keras cannot make, data without labels or without samples).
     """
     loaded, _warnings, strategy = opened
-    model, info = loaded.model, loaded.info
     keras.utils.set_random_seed(options.seed)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
-        # Keras's deserialize edits the config it reads: the file's (shared) stays as read;
-        # `fix` has no --loss nor --optimizer: the file's compile is what it trains with
-        spec = compile_for_fit(model, copy.deepcopy(info.compile_config), options, flags=False)
-        labelled = read_labelled(model, os.fspath(data), options, limit, spec)
-        bound = (options.steps or DEFAULT_STEPS) * options.batch_size
-        labels = read_labels(model, info, labelled, spec, options.loss, bound)
-        require_samples(labels.samples, data)
-    return Ready(model, strategy, spec, labelled, labels, os.fspath(data))
+        made = make_ready(loaded, strategy, data, options, limit, flags=False)
+    require_samples(made.labels.samples, data)
+    return made
 
 
 def _trained_run(
@@ -194,7 +153,7 @@ def _trained_run(
             message), a model with no trainable weights, or a batch TensorFlow could not
             make.
     """
-    model, spec, data = ready.model, ready.spec, ready.data
+    model, spec = ready.model, ready.spec
     if ready.labels.refusals:  # `fit` stops here: nothing is trained, its message says why
         stopped = refused(model, spec.name, ready.labels.refusals)
         said = "; ".join(f"{f.code} at {f.layer}: {f.message}" for f in stopped.findings)
@@ -204,15 +163,12 @@ def _trained_run(
             "it has no trainable weights (every layer is frozen: trainable=False), so training "
             "cannot change it; unfreeze the layers that should learn"
         )
-    stream = ready.labelled.stream
-    assert stream is not None
     seed_model(model, options.seed)  # the original and each copy: the same random draws
-    trained, held = _held_back(stream)
+    trained, held = _held_back(ready.stream)
     with ready.strategy.scope() if ready.strategy is not None else contextlib.nullcontext():
         scored = training_batches(model, held, options, ready.labels.samples)
-        report, chance, predicted = fit_steps(model, stream, trained, spec, ready.labels, data,
-                                              options, held=scored.take(SCORED_BATCHES),
-                                              rival=rival)  # fmt: skip
+        report, chance, predicted = fit_steps(ready, trained, options, rival=rival,
+                                              held=scored.take(SCORED_BATCHES))  # fmt: skip
     request = label_request(model, spec)
     hits = Accuracy() if _classifier(request) else None
     (served, outputs), rivals = _served_losses(model, predicted, request, rival is not None, hits)
@@ -222,9 +178,7 @@ def _trained_run(
         lost = {o.name: o.final for o in theirs}
         outputs = tuple(replace(o, baseline=lost.get(o.name)) for o in outputs)
     accuracy, prior = hits.result() if hits is not None else (None, None)
-    findings = dict.fromkeys(found)
-    for f in report.findings:
-        findings.setdefault(str(f.code), None)
+    findings = dict.fromkeys([*found, *(str(f.code) for f in report.findings)])
     trained_loss = _final(report.losses)
     final = served if served is not None else trained_loss
     run = Run(report.loss_name, report.losses, chance, final, tuple(findings), outputs=outputs,
@@ -384,21 +338,6 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values)
 
 
-CLEARLY = 0.9  # a loss "clearly below" another: at most this share of it
-WELL = 0.5  # a loss "well below" the trivial loss: at most this share of it
-ABOVE_PRIOR = 0.05  # an accuracy "above the prior": at least this much above the prior's
-FALLING = 0.97  # a run still falls: its last tenth's mean below this share of the tenth before
-
-
-def check_findings(verdict: FileVerdict) -> tuple[str, ...]:
-    """Every finding of a check (failures and warnings), once each, in check order."""
-    seen: dict[str, None] = {}
-    for item in verdict.checks:
-        for finding in item.findings:
-            seen.setdefault(str(finding), None)
-    return tuple(seen)
-
-
 def train(
     prepare: Callable[[], Ready],
     fit_options: FitOptions,
@@ -416,10 +355,9 @@ def train(
         run, report = _trained_run(made, fit_options, found, rival)
     except DataError:  # values no model takes: the data is wrong, as `fit` says
         raise
-    except LayergradError as exc:
-        return Run("-", findings=tuple(found), error=str(exc)), None, None
-    except Exception as exc:
-        return Run("-", findings=tuple(found), error=describe(exc)), None, None
+    except Exception as exc:  # a LayergradError's message is said as it is
+        said = str(exc) if isinstance(exc, LayergradError) else describe(exc)
+        return Run("-", findings=tuple(found), error=said), None, None
     return run, report, made.model
 
 
@@ -428,215 +366,3 @@ def _final(losses: Sequence[float | None]) -> float | None:
     tail = losses[-max(1, len(losses) // 10) :]
     values = [v for v in tail if v is not None]
     return _mean(values) if len(values) == len(tail) else None
-
-
-def judge(
-    finding: str, original: Run, repaired: Run, reached: Collection[str] | None = None
-) -> tuple[Verdict, str]:
-    """`verified` when the finding is gone and the loss falls clearly below the original's;
-    else `not verified` and why.
-
-    The original's loss is, where it can be, its trained predictions scored by the copy's
-    loss on the same batches (the copy's `baseline`): a repair that changes the loss is then
-    still judged by one loss. Otherwise (the original could not be trained, or its outputs
-    have another shape) each run is read against its own trivial loss.
-
-    A model with several outputs is judged on the outputs the repair reaches (`reached`, by
-    name; None: every one), each by its own loss against its own trivial loss: the total
-    loss adds losses of any scale, and a regression output's can hide a classification
-    head's whole loss. It is verified when one of them ends clearly lower and none clearly
-    higher."""
-    if repaired.error is not None:
-        return Verdict.NOT_VERIFIED, f"the repaired copy could not be trained: {repaired.error}"
-    if finding in repaired.findings:
-        return Verdict.NOT_VERIFIED, f"the repaired copy still has {finding}"
-    falling = _FALLING_WHY if still_falling(repaired.losses) else ""
-    chance = at_chance(repaired)
-    if chance:
-        return Verdict.NOT_VERIFIED, chance + falling
-    pairs = _output_pairs(original, repaired, reached)
-    if not pairs:
-        return _compare(original, repaired, falling)
-    said = [(name, _compare(theirs, mine, falling)) for name, theirs, mine in pairs]
-    worse = [
-        f"output {name}'s loss ends at {ratio:.3g} times the original's: clearly higher"
-        for name, theirs, mine in pairs
-        if (ratio := _ratio(theirs, mine)) is not None and CLEARLY * ratio > 1
-    ]
-    if not worse and any(v is Verdict.VERIFIED for _, (v, _) in said):
-        return Verdict.VERIFIED, ""
-    whys = worse or [f"output {name}: {why}" for name, (_, why) in said]
-    return Verdict.NOT_VERIFIED, "; ".join(whys)
-
-
-def at_chance(run: Run) -> str:
-    """Why a classifier's run is no better than the trivial predictor: its accuracy on the
-    scored batches is not above always answering their most frequent class, and its loss is
-    not well below the trivial loss (a loss a little below it is calibration, not learning);
-    "" when it is better, or is no classifier."""
-    accuracy, prior = run.accuracy, run.prior_accuracy
-    if accuracy is None or prior is None or accuracy >= prior + ABOVE_PRIOR:
-        return ""
-    mine = run.relative
-    if mine is not None and mine <= WELL:
-        return ""
-    loss = (
-        f"its loss ({number(run.final)}) is not well below the trivial loss ({number(run.trivial)})"
-        if run.final is not None and run.trivial
-        else "its loss has no trivial loss to beat"
-    )
-    return (
-        f"the copy answers {accuracy:.1%} of the scored samples right, no better than always "
-        f"answering their most frequent class ({prior:.1%}), and {loss}: it sits at chance"
-    )
-
-
-def reached_outputs(graph: ModelGraph, layer: str | None, run: Run) -> tuple[str, ...] | None:
-    """The outputs of `run` a repair at `layer` can change: the output layer itself, one
-    nested in it, or one downstream of it (None: every output, as for the learning rate or a
-    model whose graph is unknown)."""
-    if layer is None or not graph.known:
-        return None
-    return tuple(
-        o.name
-        for o in run.outputs
-        if o.name == layer
-        or layer.startswith(f"{o.name}/")
-        or graph.depends(o.name, layer) is not False
-    )
-
-
-def _output_pairs(
-    original: Run, repaired: Run, reached: Collection[str] | None
-) -> list[tuple[str, Run, Run]]:
-    """(output name, the original's, the copy's) for each output the repair reaches that
-    both runs scored; empty for a model with one output (or outputs not scored)."""
-    if original.error is not None or not original.outputs or not repaired.outputs:
-        return []
-    copies = {o.name: o for o in repaired.outputs}
-    return [
-        (o.name, _as_run(o), _as_run(copies[o.name]))
-        for o in original.outputs
-        if o.name in copies and (reached is None or o.name in reached)
-    ]
-
-
-def _as_run(output: OutputLoss) -> Run:
-    return Run(output.loss_name, trivial=output.trivial, final=output.final,
-               baseline=output.baseline)  # fmt: skip
-
-
-def _ratio(original: Run, repaired: Run) -> float | None:
-    """The copy's loss over the original's, like for like where it can be (None when the
-    two have no common scale)."""
-    if repaired.final is None:
-        return None
-    if repaired.baseline is not None and repaired.baseline > 0:
-        return repaired.final / repaired.baseline
-    mine, theirs = repaired.relative, original.relative
-    return mine / theirs if mine is not None and theirs else None
-
-
-def _compare(original: Run, repaired: Run, falling: str) -> tuple[Verdict, str]:
-    """The verdict of the copy's loss against the original's (each against its trivial loss
-    where it has one)."""
-    if repaired.final is None:
-        return Verdict.NOT_VERIFIED, "the repaired copy's loss turned NaN/Inf"
-    mine = repaired.relative
-    unlearned = (
-        (Verdict.NOT_VERIFIED, f"the copy's loss ends at {mine:.3g} of the trivial loss: it "
-                               f"learned no more than the labels' prior{falling}")
-        if mine is not None and mine > CLEARLY else None
-    )  # fmt: skip  # beating a broken original is no evidence that the copy trains
-    if repaired.baseline is not None:
-        return unlearned or _like_for_like(repaired, falling)
-    # a cross-entropy below 0 read labels it cannot take (e.g. targets beyond [0, 1]): it
-    # measures nothing, like a run that could not train
-    invalid = original.final is not None and original.final < 0 and _is_entropy(original)
-    if original.error is not None or original.final is None or invalid:
-        if repaired.trivial is None or repaired.final < CLEARLY * repaired.trivial:
-            return Verdict.VERIFIED, ""
-        said = (
-            "'s loss ended below 0, on labels it cannot take"
-            if invalid
-            else (" could not be trained")
-        )
-        if mine is not None and falling:
-            stays = (
-                f"and the copy's loss ends at {mine:.3g} of the trivial loss, "
-                f"not clearly below it{falling}"
-            )
-        else:
-            stays = "and the copy's loss stays at the trivial loss"
-        return Verdict.NOT_VERIFIED, f"the original{said}, {stays}"
-    if unlearned:
-        return unlearned
-    theirs = original.relative
-    if mine is not None and theirs is not None:
-        if mine <= CLEARLY * theirs:
-            return Verdict.VERIFIED, ""
-        return Verdict.NOT_VERIFIED, (
-            f"the loss ends at {mine:.3g} of the trivial loss, the original's at {theirs:.3g}: "
-            f"not clearly below{falling}"
-        )
-    if repaired.loss_name == original.loss_name:
-        if repaired.final <= CLEARLY * original.final:
-            return Verdict.VERIFIED, ""
-        return Verdict.NOT_VERIFIED, (
-            f"the loss ends at {repaired.final:.4g}, the original's at {original.final:.4g}: "
-            f"not clearly below{falling}"
-        )
-    if mine is not None:
-        # the original's loss has no trivial loss (a categorical loss on one unit is 0 for
-        # any output): no common scale, so the copy is judged by its own, as when the
-        # original cannot be trained
-        if mine <= CLEARLY:
-            return Verdict.VERIFIED, ""
-        return Verdict.NOT_VERIFIED, (
-            f"the original's loss ({original.loss_name}) has no trivial loss to compare by, "
-            f"and the copy's ends at {mine:.3g} of its trivial loss: not clearly below{falling}"
-        )
-    return Verdict.NOT_VERIFIED, (
-        f"the losses differ ({original.loss_name}, {repaired.loss_name}) and have no trivial "
-        "loss to compare them by"
-    )
-
-
-def _like_for_like(repaired: Run, falling: str) -> tuple[Verdict, str]:
-    """The copy against the trained original's predictions scored by the copy's loss, on the
-    same batches and labels (its `baseline`): one loss, one scale."""
-    mine, theirs = repaired.final, repaired.baseline
-    assert mine is not None and theirs is not None
-    if mine <= theirs - (1 - CLEARLY) * abs(theirs):  # 0.9x, for a loss below 0 too
-        return Verdict.VERIFIED, ""
-    said = f"{number(mine)}, the original's predictions at {number(theirs)}"
-    if repaired.trivial:
-        said = (f"{number(mine)} ({mine / repaired.trivial:.3g} of the trivial loss, "
-                f"{number(repaired.trivial)}), the original's predictions at {number(theirs)} "
-                f"({theirs / repaired.trivial:.3g})")  # fmt: skip
-    return Verdict.NOT_VERIFIED, (
-        f"the loss ends at {said}, scored by the same loss: not clearly below{falling}"
-    )
-
-
-_FALLING_WHY = "; it was still falling when training stopped: more --steps may show it"
-
-
-def still_falling(losses: Sequence[float | None]) -> bool:
-    """The run's last tenth of losses averages clearly below the tenth before it (a run too
-    short for its verdict: e.g. unscaled inputs spend the first steps coming down to the
-    trivial loss)."""
-    tenth = len(losses) // 10
-    if tenth < 1:
-        return False
-    last, before = losses[-tenth:], losses[-2 * tenth : -tenth]
-    values = [v for v in (*last, *before) if v is not None and math.isfinite(v)]
-    if len(values) < 2 * tenth:
-        return False
-    late, early = sum(last) / tenth, sum(before) / tenth  # type: ignore[arg-type]
-    return early - late > (1 - FALLING) * abs(early)
-
-
-def _is_entropy(run: Run) -> bool:
-    """A cross-entropy loss (never below 0 on the labels it takes)."""
-    return "crossentropy" in run.loss_name.replace("_", "").lower()

@@ -11,7 +11,7 @@
    (`build`, within the memory estimate of any file); read each copy back once (the same
    audit as any file) and check it;
 4. with `--data`: train the original and each copy for the same steps on the same batches
-   and judge each repair (`evidence.py`: the training side by side, `judge`);
+   and judge each repair (`evidence.py`: the training side by side; `repair_verdict.py`);
 5. write the copy to `--output` (never over the model file, never over an existing file
    without `--force` unless `fix` wrote it: its zip comment says so): with every repair, or
    with evidence the verified ones when some are (a repair that did not help is left out,
@@ -125,14 +125,8 @@ def fix_model(
         check_source(data, None)
     # TensorFlow, after the checks above
     from layergrad.commands.fix.build import BuildError, build, model_config, weights_by_layer
-    from layergrad.commands.fix.evidence import (
-        check_findings,
-        data_facts,
-        judge,
-        reached_outputs,
-        ready,
-        train,
-    )
+    from layergrad.commands.fix.evidence import input_stats, ready, train
+    from layergrad.commands.fix.repair_verdict import judge, reached_outputs
     from layergrad.commands.fix.rules import plan_repairs
 
     fitting = FitOptions(steps=options.steps, batch_size=options.batch_size, seed=options.seed)
@@ -150,7 +144,7 @@ def fix_model(
     original: Run | None = None
     fit_report = rival = None  # rival: the trained original, scored by each copy's loss
     if data is not None and prepared is not None:
-        labels, stats = data_facts(prepared, options.limit)
+        labels, stats = prepared.labels.summaries, input_stats(prepared, options.limit)
         original, fit_report, rival = train(lambda: prepared, fitting, found=before)
         before = list(original.findings)
     plans, unrepaired, notes = plan_repairs(info, before, verdict, labels, stats,
@@ -213,15 +207,13 @@ def fix_model(
             for k, form in enumerate(forms[1:], start=1):  # a learning rate a decade apart
                 with contextlib.suppress(BuildError):
                     tried[k] = evidence(make([form], folder, f"alone_{i}_{k}.keras"))
-            if len(forms) > 1:
+            if tried:
                 k = _best(plan, tried)
                 if k:
                     notes.append(_chose(plan, k))
-                    plan = replace((plan, *plan.alternatives)[k], covers=plan.covers)
+                    plan = replace(forms[k], covers=plan.covers)
                     plans[i] = plan
                 alone[i] = tried[k]  # the copy with this form alone, trained already
-            elif len(plans) > 1:
-                alone[i] = tried[0]
             usable.append(plan)
             repairs.append(_repair(plan))
 
@@ -253,12 +245,11 @@ def fix_model(
                 made = None
         if len(plans) == 1 and usable:
             settle(plans[0], after, together)
-        if made is not None:
-            unverified = _unverified(chosen, repairs) if data is not None else ""
-            if unverified:
-                notes.append(unverified)
-            else:
-                written = _write(made, output, inputs, options.force)
+        verified = {r.change for r in repairs if r.verdict is Verdict.VERIFIED}
+        if made is not None and data is not None and not any(p.change in verified for p in chosen):
+            notes.append(NONE_VERIFIED)  # a copy not shown to train better is no repair
+        elif made is not None:
+            written = _write(made, output, inputs, options.force)
     lost = {f for r in repairs for f in r.gone}  # another finding's repair took it away
     unrepaired = [u for u in unrepaired if u.code not in lost]
     if plans:
@@ -338,11 +329,18 @@ def _chose(plan: Plan, k: int) -> str:
             "samples")  # fmt: skip
 
 
+NONE_VERIFIED = (
+    "no copy written: no repair was verified on the data, and a copy that is not shown to "
+    "train better is no repair; apply the changes above by hand to try them, or run fix "
+    "again with more --steps"
+)
+
+
 def _chosen(usable: list[Plan], repairs: list[Repair], notes: list[str]) -> list[Plan]:
     """The repairs the written copy holds: with evidence, the verified ones when there are
     some (a repair that did not help is left out, with a note); else every one."""
-    verdicts = {r.change: r.verdict for r in repairs}
-    verified = [p for p in usable if verdicts.get(p.change) is Verdict.VERIFIED]
+    done = {r.change for r in repairs if r.verdict is Verdict.VERIFIED}
+    verified = [p for p in usable if p.change in done]
     if not verified or len(verified) == len(usable):
         return usable
     left = [p for p in usable if p not in verified]
@@ -351,19 +349,6 @@ def _chosen(usable: list[Plan], repairs: list[Repair], notes: list[str]) -> list
         + "; ".join(f"{p.finding} ({p.code[0] if p.code else p.change})" for p in left)
     )
     return verified
-
-
-def _unverified(chosen: Sequence[Plan], repairs: Sequence[Repair]) -> str:
-    """Why no copy is written with evidence: none of its repairs was verified ("" when one
-    was: the copy is written)."""
-    verdicts = {r.change: r for r in repairs}
-    if any(verdicts[p.change].verdict is Verdict.VERIFIED for p in chosen if p.change in verdicts):
-        return ""
-    return (
-        "no copy written: no repair was verified on the data, and a copy that is not shown to "
-        "train better is no repair; apply the changes above by hand to try them, or run fix "
-        "again with more --steps"
-    )
 
 
 def _still_failing(
@@ -382,6 +367,15 @@ def _still_failing(
         found.append(Reason(Finding(finding), said, "no mechanical repair cleared it: see check's "
                             "message for it"))  # fmt: skip
     return found
+
+
+def check_findings(verdict: FileVerdict) -> tuple[str, ...]:
+    """Every finding of a check (failures and warnings), once each, in check order."""
+    seen: dict[str, None] = {}
+    for item in verdict.checks:
+        for finding in item.findings:
+            seen.setdefault(str(finding), None)
+    return tuple(seen)
 
 
 def _repair(plan: Plan, why: str = "", applied: bool = True) -> Repair:

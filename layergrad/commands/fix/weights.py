@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeGuard
 
 import numpy as np
 
@@ -63,7 +64,7 @@ def kernels(
     info: FileInfo, weights: Mapping[str, Mapping[str, np.ndarray]], finding: str
 ) -> Plan | None:
     """Kernels whose spread is far off the Glorot (He, for ReLU) scale: re-initialised."""
-    far: list[tuple[str, float, str]] = []
+    names, factors, code, edits = [], [], [], []
     for path, arrays in weights.items():
         kernel = arrays.get("kernel")
         entry = info.graph.get(path)
@@ -71,24 +72,20 @@ def kernels(
             continue
         act = str(entry.config.get("activation") or "linear")
         want = expected_std(kernel.shape, act)
-        std = float(np.std(kernel))
+        factor = float(np.std(kernel)) / want if want else 0.0
+        # all zero: every unit the same, no signal; else a spread far off either way
+        zero = want is not None and not np.any(kernel)
+        if not zero and not (factor > 0 and max(factor, 1 / factor) >= KERNEL_FACTOR):
+            continue
         init = "he_normal" if act in RELU_LIKE else "glorot_uniform"
-        if want and not np.any(kernel):  # all zero: every unit the same, no signal
-            far.append((path, 0.0, init))
-        elif want and std > 0 and max(std / want, want / std) >= KERNEL_FACTOR:
-            far.append((path, std / want, init))
-    if not far:
-        return None
-    names = [p for p, _, _ in far]
-    code = []
-    edits = []
-    for path, _, init in far:
-        entry = info.graph.get(path)
-        assert entry is not None
         old = {"class_name": entry.class_name, "config": entry.config}
+        names.append(path)
+        factors.append(factor)
         code.append(f"{layer_code(old)} -> {layer_code(old, kernel_initializer=init)}{at(path)}")
         edits.append(option_edit(path, "kernel_initializer", init))
-    factors = sorted(f for _, f, _ in far)
+    if not names:
+        return None
+    factors.sort()
     span = f"{factors[0]:.2g}x" if len(factors) == 1 else f"{factors[0]:.2g}x to {factors[-1]:.2g}x"
     span = "0x (all zero)" if factors[-1] == 0 else span
     why = (
@@ -252,17 +249,27 @@ def _rate_plan(
     factor: float,
     measured: str,
 ) -> Plan:
-    """The learning rate (or its schedule's rates) times `factor`."""
-    lr = fit.learning_rate or 0.0
+    """The learning rate times `factor`; a schedule's rates each times `factor` (its other
+    options kept: never replaced by the constant it was at)."""
     schedule = _schedule(compiled or {})
-    if schedule is not None:  # its rates scaled: never replaced by the constant it was at
-        return _scaled_schedule(fit, finding, schedule, factor, measured)
-    new = float(f"{lr * factor:.2g}")
-    why = f"the learning rate changes from {lr:g} to {new:g}: {measured}"
+    if schedule is None:
+        old = fit.learning_rate or 0.0
+        new = _rounded(old * factor)
+        why = f"the learning rate changes from {old:g} to {new:g}: {measured}"
+        shown, edit = "{:g}", set_learning_rate(new)
+    else:
+        cls, key, old = schedule
+        new = _rounded(old * factor)
+        why = (
+            f"the learning rate schedule {cls} is scaled x{factor:.2g} (its {key} from {old:g} "
+            f"to {new:g}; its other options kept), not replaced by a constant: {measured}"
+        )
+        rate = "values=[{:g}, ...]" if key == "values" else f"{key}={{:g}}"
+        shown, edit = f"{code_name(cls)}({rate}, ...)", _scale_schedule(factor)
     optimizer = code_name(fit.optimizer)
-    code = (f"optimizer={optimizer}(learning_rate={lr:g}) -> "
-            f"optimizer={optimizer}(learning_rate={new:g})",)  # fmt: skip
-    return Plan(finding, None, why, code, (), (set_learning_rate(new),))
+    code = (f"optimizer={optimizer}(learning_rate={shown.format(old)}) -> "
+            f"optimizer={optimizer}(learning_rate={shown.format(new)})",)  # fmt: skip
+    return Plan(finding, None, why, code, (), (edit,))
 
 
 def _blew_up_early(fit: FitReport, finding: str) -> bool:
@@ -291,27 +298,9 @@ def _schedule(compiled: Mapping[str, object]) -> tuple[str, str, float] | None:
     for key in SCHEDULE_RATES:
         value = options.get(key)
         first = value[0] if isinstance(value, list) and value else value
-        if isinstance(first, (int, float)) and not isinstance(first, bool):
+        if _number(first):
             return cls, key, float(first)
     return None
-
-
-def _scaled_schedule(
-    fit: FitReport, finding: str, schedule: tuple[str, str, float], factor: float, measured: str
-) -> Plan:
-    """The learning-rate repair of a schedule: every rate of it times `factor`."""
-    cls, key, old = schedule
-    new = _rounded(old * factor)
-    shown = "values=[{:g}, ...]" if key == "values" else f"{key}={{:g}}"
-    before, after = shown.format(old), shown.format(new)
-    why = (
-        f"the learning rate schedule {cls} is scaled x{factor:.2g} (its {key} from {old:g} "
-        f"to {new:g}; its other options kept), not replaced by a constant: {measured}"
-    )
-    optimizer, schedule_class = code_name(fit.optimizer), code_name(cls)
-    code = (f"optimizer={optimizer}(learning_rate={schedule_class}({before}, ...)) -> "
-            f"optimizer={optimizer}(learning_rate={schedule_class}({after}, ...))",)  # fmt: skip
-    return Plan(finding, None, why, code, (), (_scale_schedule(factor),))
 
 
 def _rounded(value: float) -> float:
@@ -331,12 +320,12 @@ def _scale_schedule(factor: float) -> Edit:
             if isinstance(value, list):
                 options[key] = [_rounded(v * factor) if _number(v) else v for v in value]
             elif _number(value):
-                options[key] = _rounded(value * factor)  # type: ignore[operator]
+                options[key] = _rounded(value * factor)
 
     return edit
 
 
-def _number(value: object) -> bool:
+def _number(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
