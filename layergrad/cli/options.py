@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, TypedDict, TypeVar, cast
 
 import click
 
@@ -74,11 +74,20 @@ def _rewriting(
 model_argument = click.argument("model", type=click.Path(dir_okay=True, path_type=str))
 
 
+class Load(TypedDict):
+    """What `load_options` gives a command: the API's keyword arguments of the same names."""
+
+    imports: tuple[str, ...]
+    unsafe: bool
+
+
 def load_options(func: Callable[..., bool | None]) -> Callable[..., None]:
     """`--import`, `--unsafe`, `--debug`: options of every command that opens a model, the
-    last of its options: the command runs under `handle_errors` (a True return: exit 1)."""
-    return _stack(
+    last of its options: the command receives `load` (a `Load`) and runs under
+    `handle_errors` (a True return: exit 1)."""
+    return _rewriting(
         handle_errors(func),
+        _load_fields,
         [
             click.option(
                 "--import",
@@ -99,6 +108,11 @@ def load_options(func: Callable[..., bool | None]) -> Callable[..., None]:
             click.option("--debug", is_flag=True, help="Show tracebacks and library warnings."),
         ],
     )
+
+
+def _load_fields(kwargs: dict[str, object]) -> None:
+    imports = cast("tuple[str, ...]", kwargs.pop("imports"))
+    kwargs["load"] = Load(imports=imports, unsafe=bool(kwargs.pop("unsafe")))
 
 
 def _imports(

@@ -40,11 +40,12 @@ if TYPE_CHECKING:
 
 def handle_errors(func: Callable[..., bool | None]) -> Callable[..., None]:
     """Run a command: exit code 1 when it returns True (a result matched --fail-on, a file
-    failed), its errors as one line on stderr and exit code 2 (a traceback with --debug)."""
+    failed), its errors as one line on stderr and exit code 2 (a traceback with `debug`, the
+    `--debug` flag, which the command does not receive)."""
 
     @functools.wraps(func)
     def wrapper(*args: object, **kwargs: object) -> None:
-        debug = bool(kwargs.get("debug", False))
+        debug = bool(kwargs.pop("debug", False))
         try:
             with warnings.catch_warnings(), report_stdout():
                 if not debug:
