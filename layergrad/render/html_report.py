@@ -72,8 +72,17 @@ def inspect_html(report: InspectReport, **_: object) -> str:
     broken = [r for r in results if r.status != "ok"]
     if broken or any(r.warnings for r in results):
         body.append(el("h2", "Causes and warnings"))
-        body += [_result_panel(r) for r in broken]
-        body += [_warnings_panel(r) for r in results if r.warnings]
+        body += [causes_panel(f"{r.status}: {_pair(r)}", r.causes) for r in broken]
+        body += [
+            el(
+                "section",
+                el("h3", f"warnings: {_pair(r)}"),
+                el("ul", (el("li", w) for w in r.warnings)),
+                class_="panel warn",
+            )
+            for r in results
+            if r.warnings
+        ]
     body += [el("h2", f"Unit sensitivity of {source}"), _units_section(report)]
     return page("inspect", report.model.path, body)
 
@@ -138,14 +147,14 @@ def _inspect_verdict(results: Sequence[Result]) -> Html:
     if not broken:
         return el("p", f"all {len(results)} results ok", class_="verdict ok")
     kind = "bad" if any(r.status in ("none", "nonfinite") for r in broken) else "warn"
-    names = "; ".join(f"{r.status}: d {r.target.layer} / d {r.source.layer}" for r in broken)
+    names = "; ".join(f"{r.status}: {_pair(r)}" for r in broken)
     return el(
         "p", f"{len(broken)} of {len(results)} results not ok ({names})", class_=f"verdict {kind}"
     )
 
 
-def _result_panel(r: Result) -> Html:
-    return causes_panel(f"{r.status}: d {r.target.layer} / d {r.source.layer}", r.causes)
+def _pair(r: Result) -> str:
+    return f"d {r.target.layer} / d {r.source.layer}"
 
 
 def causes_panel(title: str, causes: Sequence[Reason]) -> Html:
@@ -164,13 +173,6 @@ def causes_panel(title: str, causes: Sequence[Reason]) -> Html:
     ]
     content = el("ol", items) if items else el("p", "no cause found", class_="muted")
     return el("section", el("h3", title), content, class_="panel")
-
-
-def _warnings_panel(r: Result) -> Html:
-    title = f"warnings: d {r.target.layer} / d {r.source.layer}"
-    return el(
-        "section", el("h3", title), el("ul", (el("li", w) for w in r.warnings)), class_="panel warn"
-    )
 
 
 def _units_section(report: InspectReport) -> Html:

@@ -27,7 +27,9 @@ from layergrad.render.common import (
     causes_lines,
     md_cause,
     md_code,
+    md_lines,
     md_text,
+    md_title,
     model_header,
     number,
     ranked_units_table,
@@ -45,7 +47,15 @@ def table(report: InspectReport, *, color: bool = False, width: int | None = 100
     for res in report.results:
         items += data_lines(res.data, res.source.layer, f"→ {res.target.layer}: " if many else "")
         if res.causes:
-            items.append(_causes_panel(res))
+            items.append(
+                Panel(
+                    Group(*causes_lines(res.causes)),
+                    title=Text(f"{res.status}: {_pair(res)}"),
+                    title_align="left",
+                    border_style=STATUS_STYLE.get(res.status, ""),
+                    box=box.ROUNDED,
+                )
+            )
         if res.warnings:
             items.append(
                 Text("\n".join(f"warning: {_pair(res)}: {w}" for w in res.warnings), "yellow")
@@ -55,8 +65,15 @@ def table(report: InspectReport, *, color: bool = False, width: int | None = 100
     ]
     if any(r.jacobian for r in report.results):  # --measure jacobian: its norms and ranking
         items += jacobian_items(report.results, width)
-    elif ranked:
-        items.append(_units_table(ranked))
+    elif ranked:  # the top units of the source activation (mean |g| per unit), per target
+        items.append(
+            ranked_units_table(
+                f"most sensitive units of {ranked[0].source.layer} (mean |g| per unit of its "
+                "last axis)",
+                "mean |g|",
+                [(r.target.layer, r.gradient.top_units if r.gradient else ()) for r in ranked],
+            )
+        )
     return to_text(items, color=color, width=width)
 
 
@@ -64,31 +81,9 @@ def _pair(res: Result) -> str:
     return f"d {res.target.layer} / d {res.source.layer}"
 
 
-def _units_table(results: Sequence[Result]) -> Group:
-    """Top units of the source activation (mean |g| per unit on its last axis), per target."""
-    return ranked_units_table(
-        f"most sensitive units of {results[0].source.layer} (mean |g| per unit of its last axis)",
-        "mean |g|",
-        [(r.target.layer, r.gradient.top_units if r.gradient else ()) for r in results],
-    )
-
-
-def _causes_panel(res: Result) -> Panel:
-    return Panel(
-        Group(*causes_lines(res.causes)),
-        title=Text(f"{res.status}: {_pair(res)}"),
-        title_align="left",
-        border_style=STATUS_STYLE.get(res.status, ""),
-        box=box.ROUNDED,
-    )
-
-
 def markdown(report: InspectReport, **_: object) -> str:
     """The results as markdown for a pull-request comment, then causes and warnings."""
-    head = (
-        f"**layergrad inspect** {md_code(report.model.path)}: "
-        f"d {report.probe.reduce}(to) / d from\n\n"
-    )
+    head = md_title("inspect", report.model.path, f"d {report.probe.reduce}(to) / d from")
     notes = [
         f"- {md_code(r.target.layer)}: {md_cause(c)}" for r in report.results for c in r.causes
     ]
@@ -97,13 +92,10 @@ def markdown(report: InspectReport, **_: object) -> str:
         for r in report.results
         for w in r.warnings
     ]
-    return (
-        head
-        + md_rows(RESULT_COLUMNS, report.results)
-        + jacobian_markdown(report.results)
-        + "".join(f"\n{n}" for n in notes)
-        + ("\n" if notes else "")
-    )
+    jacobians = [r for r in report.results if r.jacobian is not None]
+    title = "\nPer-sample Jacobian norms, J_i = d to[i] / d from[i]:\n\n"
+    norms = title + md_rows(NORM_COLUMNS, jacobians) if jacobians else ""
+    return head + md_rows(RESULT_COLUMNS, report.results) + norms + md_lines(notes)
 
 
 # --- --measure jacobian ---------------------------------------------------------------------
@@ -200,15 +192,6 @@ def _jacobian_units_table(results: Sequence[tuple[Result, JacobianStats]]) -> Gr
         "column norm",
         columns,
     )
-
-
-def jacobian_markdown(results: Sequence[Result]) -> str:
-    """A second markdown table with the per-sample norms ('' when none were measured)."""
-    measured = [r for r in results if r.jacobian is not None]
-    if not measured:
-        return ""
-    title = "\nPer-sample Jacobian norms, J_i = d to[i] / d from[i]:\n\n"
-    return title + md_rows(NORM_COLUMNS, measured)
 
 
 def _top(values: Sequence[float], top: int) -> list[int]:

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from layergrad.files.layer_listing import LayerListing, LayerRow, ModelInput, nonfinite_text
 from layergrad.render.columns import html_rows, md_rows, name, text_table
-from layergrad.render.common import Column, md_code, md_text, to_text
+from layergrad.render.common import Column, md_code, md_text, md_title, to_text
 from layergrad.render.html_page import badge, cell, el
 
 NONFINITE_STYLE = "bold magenta"
@@ -179,10 +179,8 @@ def _footer(listing: LayerListing) -> str:
 def markdown(listing: LayerListing, **_: object) -> str:
     """The listing as a markdown table, for a pull-request comment."""
     version = listing.keras_version or "unknown"
-    head = (
-        f"**layergrad layers** {md_code(listing.path)}: {md_text(listing.class_name)} "
-        f"{md_code(listing.name)}, {listing.format}, Keras {md_text(version)}\n\n"
-    )
+    what = f"{md_text(listing.class_name)} {md_code(listing.name)}, {listing.format}"
+    head = md_title("layers", listing.path, f"{what}, Keras {md_text(version)}")
     out = head + md_rows(_columns(listing), listing.rows) + "\n"
     out += "".join(
         f"- {md_code(r.path)}: **{md_text(str(r.problem))}**\n" for r in listing.rows if r.problem

@@ -9,8 +9,8 @@ from layergrad.core.results import ScanReport, ScanRow
 from layergrad.render.columns import md_rows, scan_columns, text_table
 from layergrad.render.common import (
     causes_lines,
-    md_code,
     md_text,
+    md_title,
     model_header,
     target_text,
     to_text,
@@ -48,9 +48,6 @@ def _distinct_causes(rows: list[ScanRow]) -> list[ScanRow]:
 
 def markdown(report: ScanReport, **_: object) -> str:
     """A markdown table for a pull-request comment."""
-    head = (
-        f"**layergrad scan** {md_code(report.model.path)}: "
-        f"d {md_text(target_text(report))} / d each layer\n\n"
-    )
+    head = md_title("scan", report.model.path, f"d {md_text(target_text(report))} / d each layer")
     notes = "".join(f"\n> note: {md_text(note)}\n" for note in report.notes)
     return head + md_rows(_columns(report), report.rows) + notes
