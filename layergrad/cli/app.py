@@ -7,7 +7,7 @@ Shared options are in `cli/options.py`; error handling and printing in `cli/runn
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
@@ -33,7 +33,7 @@ from layergrad.core.vocab import FAILING_STATUSES, SCAN_FLAGS, OutputFormat, Wrt
 
 if TYPE_CHECKING:
     from layergrad.core.probe_options import MeasureFields, ProbeOptions
-    from layergrad.core.results import ScanReport, ScanRow, VariableRow
+    from layergrad.core.results import ScanReport
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -279,15 +279,10 @@ def scan(
         result = run(model, **load, options=probe, on_progress=on_progress)
     if not probe.reports_here:  # another worker of the cluster writes it
         return False
-    rows: Sequence[VariableRow] | Sequence[ScanRow]
-    if isinstance(result, WeightScanReport):
-        emit("weights", fmt, result, result.model.warnings)
-        rows = result.variables
-    else:
-        emit("scan", fmt, result, result.model.warnings)
-        rows = result.rows
+    emit("weights" if wrt == Wrt.WEIGHTS else "scan", fmt, result, result.model.warnings)
     if plot_file:
         write_plot(result, plot_file, reads, force)
+    rows = result.variables if isinstance(result, WeightScanReport) else result.rows
     return any(set(row.flags) & fail_on for row in rows)
 
 

@@ -28,24 +28,6 @@ F = TypeVar("F", bound=Callable[..., object])
 W = TypeVar("W", bound=Word)
 
 
-def comma_list(
-    allowed: Iterable[W], what: str
-) -> Callable[[click.Context, click.Parameter, str], frozenset[W]]:
-    """A click callback parsing a comma-separated list of `allowed` words into their members."""
-    members = {str(m): m for m in allowed}
-
-    def parse(_ctx: click.Context, _param: click.Parameter, value: str) -> frozenset[W]:
-        wanted = {v.strip() for v in value.split(",") if v.strip()}
-        unknown = sorted(wanted - set(members))
-        if unknown:
-            raise click.BadParameter(
-                f"unknown {what} {', '.join(unknown)}; use {','.join(members)}"
-            )
-        return frozenset(members[w] for w in wanted)
-
-    return parse
-
-
 Decorator = Callable[[Callable[..., object]], Callable[..., object]]  # click.option(...)
 
 
@@ -258,12 +240,23 @@ def fail_on_option(
 ) -> Decorator:
     """`--fail-on` with the words of `allowed` (a `what`, in its errors), comma-separated; the
     command receives `fail_on`, a frozenset of members."""
+    members = {str(m): m for m in allowed}
+
+    def parse(_ctx: click.Context, _param: click.Parameter, value: str) -> frozenset[W]:
+        wanted = {v.strip() for v in value.split(",") if v.strip()}
+        unknown = sorted(wanted - set(members))
+        if unknown:
+            raise click.BadParameter(
+                f"unknown {what} {', '.join(unknown)}; use {','.join(members)}"
+            )
+        return frozenset(members[w] for w in wanted)
+
     words = ",".join(str(w) for w in default)
     return click.option(
         "--fail-on",
         default=words,
         show_default=bool(words),
-        callback=comma_list(allowed, what),
+        callback=parse,
         metavar=metavar,
         help=help_text,
     )

@@ -262,8 +262,8 @@ def causes_lines(causes: Iterable[Reason]) -> list[RenderableType]:
     return lines
 
 
-def json_document(doc: object) -> str:
-    """Serialise a report as strict JSON: every NaN or infinity becomes `null`.
+def json_document(doc: object, **_: object) -> str:
+    """Any report as strict JSON, from its dataclass fields: every NaN or infinity is `null`.
 
     One encoding for every schema (see docs/json.md): a number that is not finite is written
     as `null` (`report_json.to_json`), and the counts beside it (`nonfinite`, the status) say

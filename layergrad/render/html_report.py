@@ -8,6 +8,7 @@ script runs and read the same without it. Names from the model file are always e
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -176,27 +177,22 @@ def causes_panel(title: str, causes: Sequence[Reason]) -> Html:
 
 
 def _units_section(report: InspectReport) -> Html:
-    ranked = [r for r in report.results if r.status == "ok" and r.gradient and r.gradient.top_units]
+    ranked = [
+        (r.target.layer, r.gradient.top_units)
+        for r in report.results
+        if r.status == "ok" and r.gradient and r.gradient.top_units
+    ]
     if not ranked:
-        return el(
-            "p",
-            "no result has status ok: no unit sensitivity to show",
-            class_="muted",
-        )
+        return el("p", "no result has status ok: no unit sensitivity to show", class_="muted")
     chart = _chart(plot.inspect_figure(report), "unit-sensitivity chart")
-    header = ["rank"]
-    for r in ranked:
-        header += [f"-> {r.target.layer}", "mean |g|"]
+    header = ["rank", *(h for layer, _ in ranked for h in (f"-> {layer}", "mean |g|"))]
     rows = []
-    for rank in range(max(len(r.gradient.top_units) for r in ranked if r.gradient)):
+    for rank in range(max(len(units) for _, units in ranked)):
         row = [cell(str(rank + 1), sort=rank, num=True)]
-        for r in ranked:
-            units = r.gradient.top_units if r.gradient else ()
+        for _, units in ranked:
             if rank < len(units):
-                row += [
-                    cell(f"unit {units[rank][0]}", sort=units[rank][0]),
-                    number_cell(units[rank][1]),
-                ]
+                unit, value = units[rank]
+                row += [cell(f"unit {unit}", sort=unit), number_cell(value)]
             else:
                 row += [cell(""), cell("", sort="-Infinity")]
         rows.append(row)
@@ -205,10 +201,7 @@ def _units_section(report: InspectReport) -> Html:
 
 
 def _scan_verdict(rows: Sequence[ScanRow]) -> Html:
-    counts: dict[str, int] = {}
-    for row in rows:
-        for flag in row.flags:
-            counts[flag] = counts.get(flag, 0) + 1
+    counts = Counter(flag for row in rows for flag in row.flags)
     if not counts:
         return el("p", f"{len(rows)} layers: none flagged", class_="verdict ok")
     kind = "bad" if any(f in counts for f in SEVERE_FLAGS) else "warn"

@@ -163,10 +163,7 @@ def _scan_column(ax: Axes, rows: Sequence[ScanRow], start: int, floor: float) ->
     _draw_jacobian(ax, rows, start)
     ax.set_yticks(ys, [_label(r.layer) for r in rows], fontsize=FONT_SIZE, parse_math=False)
     ax.tick_params(axis="y", length=0)
-    ax.grid(axis="x", which="major", color="#dddddd", linewidth=0.6)
-    ax.set_axisbelow(True)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
+    _grid(ax)
 
 
 def _draw_jacobian(ax: Axes, rows: Sequence[ScanRow], start: int) -> None:
@@ -282,7 +279,12 @@ def _units_panel(ax: Axes, result: Result, panel: int) -> None:
     ax.set_ylim(len(units) - 0.5, -0.5)
     ax.set_title(f"-> {_label(result.target.layer)}", fontsize=9, parse_math=False)
     ax.set_xlabel("mean |g| per unit")
-    ax.grid(axis="x", color="#dddddd", linewidth=0.6)
+    _grid(ax)
+
+
+def _grid(ax: Axes) -> None:
+    """Light vertical grid lines behind the bars; no frame on the top and right."""
+    ax.grid(axis="x", which="major", color="#dddddd", linewidth=0.6)
     ax.set_axisbelow(True)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
