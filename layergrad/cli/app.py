@@ -286,12 +286,5 @@ def scan(
     return any(set(row.flags) & fail_on for row in rows)
 
 
-main.add_command(gate.check)
-main.add_command(gate.diff)
-main.add_command(train.fit)
-main.add_command(train.fix)
-main.add_command(gate.merge)
-
-
-if __name__ == "__main__":
-    main()
+for command in (gate.check, gate.diff, train.fit, train.fix, gate.merge):
+    main.add_command(command)

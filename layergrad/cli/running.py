@@ -207,11 +207,6 @@ def report_stdout() -> Iterator[None]:
             os.close(kept)
 
 
-def _report_stream() -> TextIO:
-    """The stream a report goes to: the command's real stdout."""
-    return _REPORT_STREAMS[-1] if _REPORT_STREAMS else sys.stdout
-
-
 def usage_error(
     message: str, debug: bool = False, *, kind: str = "error", then: str = ""
 ) -> NoReturn:
@@ -262,7 +257,7 @@ def emit(
 
     for line in accepted:
         click.echo(f"warning: {visible(line)}; accepted because of --unsafe", err=True)
-    stream = _report_stream()
+    stream = _REPORT_STREAMS[-1] if _REPORT_STREAMS else sys.stdout  # the real stdout
     color, width = _terminal(stream)
     text = render(command, fmt, value, color=color, width=width, **options)
     click.echo(text, file=stream, nl=fmt == OutputFormat.JSON)

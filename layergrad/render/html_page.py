@@ -122,15 +122,8 @@ def page(command: str, subject: str | None, body: Iterable[Child]) -> str:
 
 
 def document(title: str, body: Iterable[Child]) -> str:
-    """A complete self-contained HTML document.
-
-    Args:
-        title: the document title (escaped).
-        body: the elements of `<main>`.
-
-    Returns:
-        The page as one string, `<!DOCTYPE html>` first.
-    """
+    """A complete self-contained HTML document, `<!DOCTYPE html>` first: `title` (escaped),
+    `body` the elements of `<main>`."""
     script_hash = base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
     policy = (
         "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "

@@ -18,10 +18,6 @@ ZERO_STYLE = "bold yellow"
 
 def table(listing: LayerListing, *, color: bool = False, width: int | None = 100) -> str:
     """The `layers` table: a header, one row per layer, weight problems, and the totals."""
-    return to_text(_renderables(listing, width), color=color, width=width)
-
-
-def _renderables(listing: LayerListing, width: int | None) -> list[RenderableType]:
     version = f"Keras {listing.keras_version}" if listing.keras_version else "unknown Keras"
     header = Text.assemble(
         (listing.path, "bold"),
@@ -44,7 +40,7 @@ def _renderables(listing: LayerListing, width: int | None) -> list[RenderableTyp
     if flagged:
         items.append(_problems(flagged))
     items.append(Text(_footer(listing)))
-    return items
+    return to_text(items, color=color, width=width)
 
 
 def _input_text(i: ModelInput) -> str:
@@ -85,7 +81,7 @@ def _columns(listing: LayerListing) -> list[Column]:
         return ", ".join(show(p) + (" (op)" if p in ops else "") for p in r.inbound)
 
     return [
-        Column("#", "right", get=index_text),
+        Column("#", "right", get=lambda r: ".".join(map(str, r.position)) or "?"),
         name("layer", lambda r: r, text=lambda r: Text(r.path, style="bold" if r.is_model else ""),
              md=lambda r: md_code(r.path), html=lambda r: cell(el("code", r.path), sort=r.path)),
         Column("class", drop=2, text=lambda r: Text.assemble(r.class_name, (_calls_text(r),
@@ -108,10 +104,6 @@ def _table(listing: LayerListing, width: int | None) -> RenderableType:
     values = _shared_values(listing.rows)
     columns = [c for c in _columns(listing) if len(values.get(c.header, "many")) > 1]
     return text_table(columns, listing.rows, width, compact=True, note=False)[0]
-
-
-def index_text(r: LayerRow) -> str:
-    return ".".join(map(str, r.position)) or "?"
 
 
 def _calls_text(r: LayerRow) -> str:

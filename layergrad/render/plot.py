@@ -61,16 +61,12 @@ def mark_of(row: ScanRow) -> str:
 
 
 def report_figure(report: InspectReport | ScanReport | WeightScanReport) -> Figure:
-    """The chart of a report: gradient flow for a scan, unit sensitivity for an inspect."""
+    """The chart of a report: gradient flow for a scan (a weight scan's drawn as a scan of its
+    variables), unit sensitivity for an inspect."""
     if isinstance(report, ScanReport):
         return scan_figure(report)
-    if isinstance(report, WeightScanReport):
-        return weights_figure(report)
-    return inspect_figure(report)
-
-
-def weights_figure(report: WeightScanReport) -> Figure:
-    """The loss's gradient flow through the trainable variables, drawn like a scan."""
+    if isinstance(report, InspectReport):
+        return inspect_figure(report)
     rows = tuple(
         ScanRow(v.variable, "", v.shape, v.dtype, v.status, v.gradient, v.flags)
         for v in report.variables
