@@ -26,9 +26,7 @@ FUNCTIONS = {
 
 Format = Callable[..., str]  # (report, *, color, width, **options) -> text
 SHARED: dict[OutputFormat, Format] = {OutputFormat.JSON: json_document}
-# pages made in modules of their own, imported only for HTML (their charts need matplotlib)
-PAGES = {"inspect": "html_report.inspect_html", "scan": "html_report.scan_html",
-         "check": "check_page.check_html"}  # fmt: skip
+PAGES = {"check": "check_page.check_html"}  # pages made in modules of their own
 
 
 def renderer(report: str, fmt: OutputFormat) -> Format:

@@ -255,7 +255,6 @@ def scan_columns(rows: Sequence[ScanRow], jacobian: bool = False) -> list[Column
     ]
 
 
-JACOBIAN_MEAN = num("||J||_F mean", jacobian_mean)  # the pages' Jacobian column
 WEIGHT_COLUMNS = (  # scan --wrt weights: one row per trainable variable
     name("variable", lambda r: r.variable),
     shape("shape", lambda r: r.shape, 3),
@@ -265,3 +264,10 @@ WEIGHT_COLUMNS = (  # scan --wrt weights: one row per trainable variable
     num("||g|| / ||w||", lambda r: r.update_ratio, drop=2),
     flags(1),
 )
+
+
+def jacobian_columns(items: Sequence[object]) -> list[Column]:
+    """The pages' column of the Jacobian norm, when any row or result carries one."""
+    if any(jacobian_mean(i) is not None for i in items):
+        return [num("||J||_F mean", jacobian_mean)]
+    return []

@@ -1,6 +1,6 @@
-"""Render an `inspect` report: a table for people, JSON for programs, markdown for reviews;
-with `--measure jacobian` the per-sample Jacobian norms, with `--data` what the data set adds
-(dead units, per-sample L2, the first non-finite batch)."""
+"""Render an `inspect` report: a table for people, JSON for programs, markdown for reviews, a
+page with the unit-sensitivity chart; with `--measure jacobian` the per-sample Jacobian norms,
+with `--data` what the data set adds (dead units, per-sample L2, the first non-finite batch)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,15 @@ from rich.text import Text
 
 from layergrad.core.results import DataStats, InspectReport, JacobianStats, Result
 from layergrad.core.vocab import Status
+from layergrad.render import plot
 from layergrad.render.columns import (
     RESULT_COLUMNS,
+    html_rows,
+    jacobian_columns,
     md_rows,
     name,
     num,
+    number_cell,
     stderr_column,
     text_table,
 )
@@ -35,6 +39,17 @@ from layergrad.render.common import (
     ranked_units_table,
     to_text,
 )
+from layergrad.render.html_page import (
+    Html,
+    causes_panel,
+    cell,
+    chart,
+    el,
+    join,
+    page,
+    page_facts,
+)
+from layergrad.render.html_page import table as html_table
 
 
 def table(report: InspectReport, *, color: bool = False, width: int | None = 100) -> str:
@@ -96,6 +111,76 @@ def markdown(report: InspectReport, **_: object) -> str:
     title = "\nPer-sample Jacobian norms, J_i = d to[i] / d from[i]:\n\n"
     norms = title + md_rows(NORM_COLUMNS, jacobians) if jacobians else ""
     return head + md_rows(RESULT_COLUMNS, report.results) + norms + md_lines(notes)
+
+
+def html(report: InspectReport, **_: object) -> str:
+    """The `inspect` page: results, unit-sensitivity chart, a cause panel per non-ok result."""
+    results = report.results
+    source = results[0].source.layer if results else "?"
+    targets = [r.target.layer for r in results]
+    reduce = report.probe.reduce
+    target = (
+        f"d {reduce}({targets[0]}) / d {source}"
+        if len(targets) == 1
+        else f"d {reduce}(to) / d {source}, for to in {', '.join(targets)}"
+    )
+    body: list[Html | None] = [
+        _inspect_verdict(results),
+        page_facts(report.model, report.probe, target),
+        el("h2", "Results"),
+        html_rows([*RESULT_COLUMNS, *jacobian_columns(results)], results),
+    ]
+    broken = [r for r in results if r.status != "ok"]
+    if broken or any(r.warnings for r in results):
+        body.append(el("h2", "Causes and warnings"))
+        body += [causes_panel(f"{r.status}: {_pair(r)}", r.causes) for r in broken]
+        body += [
+            el(
+                "section",
+                el("h3", f"warnings: {_pair(r)}"),
+                el("ul", (el("li", w) for w in r.warnings)),
+                class_="panel warn",
+            )
+            for r in results
+            if r.warnings
+        ]
+    body += [el("h2", f"Unit sensitivity of {source}"), _units_section(report)]
+    return page("inspect", report.model.path, body)
+
+
+def _inspect_verdict(results: Sequence[Result]) -> Html:
+    broken = [r for r in results if r.status != "ok"]
+    if not broken:
+        return el("p", f"all {len(results)} results ok", class_="verdict ok")
+    kind = "bad" if any(r.status in ("none", "nonfinite") for r in broken) else "warn"
+    names = "; ".join(f"{r.status}: {_pair(r)}" for r in broken)
+    return el(
+        "p", f"{len(broken)} of {len(results)} results not ok ({names})", class_=f"verdict {kind}"
+    )
+
+
+def _units_section(report: InspectReport) -> Html:
+    ranked = [
+        (r.target.layer, r.gradient.top_units)
+        for r in report.results
+        if r.status == "ok" and r.gradient and r.gradient.top_units
+    ]
+    if not ranked:
+        return el("p", "no result has status ok: no unit sensitivity to show", class_="muted")
+    figure = chart(plot.inspect_figure(report), "unit-sensitivity chart")
+    header = ["rank", *(h for layer, _ in ranked for h in (f"-> {layer}", "mean |g|"))]
+    rows = []
+    for rank in range(max(len(units) for _, units in ranked)):
+        row = [cell(str(rank + 1), sort=rank, num=True)]
+        for _, units in ranked:
+            if rank < len(units):
+                unit, value = units[rank]
+                row += [cell(f"unit {unit}", sort=unit), number_cell(value)]
+            else:
+                row += [cell(""), cell("", sort="-Infinity")]
+        rows.append(row)
+    note = el("p", "mean |g| per unit of the last axis, largest first", class_="muted")
+    return join([figure, note, html_table(header, rows, numeric=[0, *range(2, len(header), 2)])])
 
 
 # --- --measure jacobian ---------------------------------------------------------------------

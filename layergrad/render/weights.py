@@ -96,8 +96,7 @@ def markdown(report: WeightScanReport, **_: object) -> str:
 
 def html(report: WeightScanReport, **_: object) -> str:
     """The `scan --wrt weights` page: a verdict, every trainable variable, the causes."""
-    from layergrad.render.html_page import Html, el, page
-    from layergrad.render.html_report import causes_panel, page_facts
+    from layergrad.render.html_page import Html, causes_panel, el, page, page_facts
 
     rows = report.variables
     bad = [r for r in rows if r.status != "ok"]
