@@ -75,20 +75,13 @@ def table(report: InspectReport, *, color: bool = False, width: int | None = 100
             items.append(
                 Text("\n".join(f"warning: {_pair(res)}: {w}" for w in res.warnings), "yellow")
             )
-    ranked = [
-        r for r in report.results if r.status == Status.OK and r.gradient and r.gradient.top_units
-    ]
+    ranked = _ranked_units(report)
     if any(r.jacobian for r in report.results):  # --measure jacobian: its norms and ranking
         items += jacobian_items(report.results, width)
-    elif ranked:  # the top units of the source activation (mean |g| per unit), per target
-        items.append(
-            ranked_units_table(
-                f"most sensitive units of {ranked[0].source.layer} (mean |g| per unit of its "
-                "last axis)",
-                "mean |g|",
-                [(r.target.layer, r.gradient.top_units if r.gradient else ()) for r in ranked],
-            )
-        )
+    elif ranked:
+        source = report.results[0].source.layer
+        title = f"most sensitive units of {source} (mean |g| per unit of its last axis)"
+        items.append(ranked_units_table(title, "mean |g|", ranked))
     return to_text(items, color=color, width=width)
 
 
@@ -148,6 +141,15 @@ def html(report: InspectReport, **_: object) -> str:
     return page("inspect", report.model.path, body)
 
 
+def _ranked_units(report: InspectReport) -> list[tuple[str, tuple[tuple[int, float], ...]]]:
+    """(target, the source's units of largest mean |g|) for each ok result that has them."""
+    return [
+        (r.target.layer, r.gradient.top_units)
+        for r in report.results
+        if r.status == Status.OK and r.gradient and r.gradient.top_units
+    ]
+
+
 def _inspect_verdict(results: Sequence[Result]) -> Html:
     broken = [r for r in results if r.status != "ok"]
     if not broken:
@@ -160,11 +162,7 @@ def _inspect_verdict(results: Sequence[Result]) -> Html:
 
 
 def _units_section(report: InspectReport) -> Html:
-    ranked = [
-        (r.target.layer, r.gradient.top_units)
-        for r in report.results
-        if r.status == "ok" and r.gradient and r.gradient.top_units
-    ]
+    ranked = _ranked_units(report)
     if not ranked:
         return el("p", "no result has status ok: no unit sensitivity to show", class_="muted")
     figure = chart(plot.inspect_figure(report), "unit-sensitivity chart")

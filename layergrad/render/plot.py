@@ -84,14 +84,9 @@ def scan_figure(
     with a legend); a row with no positive mean |g| (None, all zero, integer) gets a word
     instead of a bar. More than `rows_per_column` rows wrap into columns sharing one axis (a
     page that scrolls passes more: one tall column keeps its labels at their size).
-    Rows that carry a per-sample Jacobian norm get a marker for it on the same axis.
-
-    Args:
-        report: the result of `api.scan_model`.
-
-    Returns:
-        A matplotlib Figure (Agg canvas). Bars have gid `lg-bar-I`, words `lg-mark-I`,
-        Jacobian markers `lg-jac-I`, for row index I.
+    Rows that carry a per-sample Jacobian norm get a marker for it on the same axis. In the
+    Figure (Agg canvas) bars have gid `lg-bar-I`, words `lg-mark-I`, Jacobian markers
+    `lg-jac-I`, for row index I.
 
     Example (with `layergrad.commands.api.scan_model` and `chart_files.save_figure`)::
 
@@ -222,14 +217,8 @@ def inspect_figure(report: InspectReport) -> Figure:
     """Unit sensitivity: the most sensitive units of the `--from` activation, per `--to`.
 
     One panel per result with status ok: mean |g| per unit of the `--from`
-    activation's last axis, largest first (the units of the text report). Without any such
-    result the figure says so in words.
-
-    Args:
-        report: the result of `api.inspect_model`.
-
-    Returns:
-        A matplotlib Figure; bars have gid `lg-unit-P-R` (panel P, rank R).
+    activation's last axis, largest first (the units of the text report), bars of gid
+    `lg-unit-P-R` (panel P, rank R). Without any such result the figure says so in words.
     """
     ranked = [r for r in report.results if _units(r)]
     source = report.results[0].source.layer if report.results else "?"
