@@ -123,9 +123,7 @@ def _watch(reader: socket.socket, writer: socket.socket) -> None:
             return
         numbers = [b for b in data if b in SIGNALS]
         if numbers and not threading.Event().wait(GRACE_SECONDS):
-            sys.stderr.write(_stopped(128 + numbers[0]) + "\n")
-            sys.stderr.flush()
-            hard_exit(128 + numbers[0])
+            hard_exit(128 + numbers[0], _stopped(128 + numbers[0]))
 
 
 def note(message: str) -> None:
@@ -152,17 +150,17 @@ def said(message: str) -> None:
 def abort_now(message: str) -> NoReturn:
     """End the process at once with one `error:` line and exit code 2, from any thread
     (a stalled data source blocks the main thread in code that cannot be interrupted)."""
-    sys.stderr.write(_line("error", message) + "\n")
-    sys.stderr.flush()
-    hard_exit(2)
+    hard_exit(2, _line("error", message))
 
 
-def hard_exit(code: int) -> NoReturn:
-    """End the process now: the operating system's `_exit`, which a data function's guard
-    (`data/user_code.py` turns `os._exit` into an exception while user code runs) cannot
-    catch."""
+def hard_exit(code: int, line: str) -> NoReturn:
+    """End the process now, after `line` on stderr: the operating system's `_exit`, which a
+    data function's guard (`data/user_code.py` turns `os._exit` into an exception while user
+    code runs) cannot catch."""
     import posix
 
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
     posix._exit(code)
     raise AssertionError("unreachable")  # (for the type checker)
 

@@ -25,7 +25,8 @@ FUNCTIONS = {
 }
 
 Format = Callable[..., str]  # (report, *, color, width, **options) -> text
-SHARED: dict[OutputFormat, Format] = {OutputFormat.JSON: json_document}
+as_json = json_document  # any report's JSON document, strict (a non-finite number is null)
+SHARED: dict[OutputFormat, Format] = {OutputFormat.JSON: as_json}
 PAGES = {"check": "check_page.check_html"}  # pages made in modules of their own
 
 

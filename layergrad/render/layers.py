@@ -92,7 +92,7 @@ def _columns(listing: LayerListing) -> list[Column]:
         Column("params", "right", drop=4, text=_params_text, md=_params_text,
                html=lambda r: cell(f"{r.params:,}", sort=r.params, num=True)),
         Column("dtype", drop=5, get=lambda r: r.dtype or ""),
-        Column("trainable", drop=6, get=lambda r: _yes_no(r.trainable)),
+        Column("trainable", drop=6, get=lambda r: {True: "yes", False: "no"}.get(r.trainable, "")),
         Column("weights", drop=1, text=_health_cell, md=lambda r: f"**{health_text(r)}**"
                if r.problem else health_text(r), html=lambda r: cell(badge(health_text(r), "bad")
                if r.problem else health_text(r))),
@@ -112,10 +112,6 @@ def _calls_text(r: LayerRow) -> str:
 
 def _params_text(r: LayerRow) -> str:
     return f"{r.params:,}" if r.params or r.weights is not None or r.is_model else ""
-
-
-def _yes_no(flag: bool | None) -> str:
-    return "" if flag is None else "yes" if flag else "no"
 
 
 def health_text(r: LayerRow) -> str:

@@ -52,15 +52,9 @@ def table(report: ScanReport, *, color: bool = False, width: int | None = 100) -
 
 
 def _distinct_causes(rows: list[ScanRow]) -> list[ScanRow]:
-    """Rows whose causes differ from the row after them (upstream rows often share a cause)."""
-    seen: set[tuple[tuple[str, str | None], ...]] = set()
-    out = []
-    for row in reversed(rows):
-        key = tuple((c.code.value, c.layer) for c in row.causes)
-        if key not in seen:
-            seen.add(key)
-            out.append(row)
-    return out[::-1]
+    """The last row of each set of causes, in depth order (upstream rows often share one)."""
+    last = {tuple((c.code.value, c.layer) for c in r.causes): (i, r) for i, r in enumerate(rows)}
+    return [row for _, row in sorted(last.values())]
 
 
 def markdown(report: ScanReport, **_: object) -> str:
