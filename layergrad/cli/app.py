@@ -7,7 +7,7 @@ Shared options are in `cli/options.py`; error handling and printing in `cli/runn
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
@@ -15,6 +15,7 @@ import click
 from layergrad import __version__
 from layergrad.cli import gate, train
 from layergrad.cli.options import (
+    Load,
     data_options,
     fail_on_option,
     force_option,
@@ -32,7 +33,7 @@ from layergrad.core.vocab import FAILING_STATUSES, SCAN_FLAGS, OutputFormat, Wrt
 
 if TYPE_CHECKING:
     from layergrad.core.probe_options import MeasureFields, ProbeOptions
-    from layergrad.core.results import ScanReport, ScanRow, VariableRow
+    from layergrad.core.results import ScanReport
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -93,9 +94,7 @@ def inspect(
     save_gradient: str | None,
     fail_on: frozenset[str],
     force: bool,
-    imports: tuple[str, ...],
-    unsafe: bool,
-    debug: bool,
+    load: Load,
 ) -> bool:
     """Gradient of --to layers' outputs with respect to the --from layer's output.
 
@@ -139,7 +138,7 @@ def inspect(
             "pass one batch with --input",
             param_hint="--save-gradient",
         )
-    reads = protected_reads(model, probe, imports, plot_file, force)
+    reads = protected_reads(model, probe, load["imports"], plot_file, force)
     if save_gradient:
         outputs.check_target(
             save_gradient, "--save-gradient", save_gradient[-3:], reads, force=force
@@ -149,8 +148,7 @@ def inspect(
             model,
             source,
             list(targets),
-            imports=imports,
-            unsafe=unsafe,
+            **load,
             options=probe,
             on_progress=on_progress,
             **measure,
@@ -173,9 +171,7 @@ def inspect(
 def layers(
     model: str,
     fmt: OutputFormat,
-    imports: tuple[str, ...],
-    unsafe: bool,
-    debug: bool,
+    load: Load,
 ) -> None:
     """List every layer of a model file: the names --from and --to accept.
 
@@ -195,7 +191,7 @@ def layers(
     """
     from layergrad.files.layer_listing import list_layers
 
-    listing = list_layers(model, imports=imports, unsafe=unsafe)
+    listing = list_layers(model, **load)
     emit("layers", fmt, listing, listing.warnings)
 
 
@@ -236,9 +232,7 @@ def scan(
     plot_file: str | None,
     fail_on: frozenset[str],
     force: bool,
-    imports: tuple[str, ...],
-    unsafe: bool,
-    debug: bool,
+    load: Load,
 ) -> bool:
     """Gradient flow through the whole model in one forward and one backward pass.
 
@@ -275,34 +269,22 @@ def scan(
         raise click.UsageError("--loss needs --wrt weights")
     if wrt == Wrt.WEIGHTS and measure["measure"] != "gradient":
         raise click.UsageError("--measure jacobian is for activations; drop it with --wrt weights")
-    reads = protected_reads(model, probe, imports, plot_file, force)
+    reads = protected_reads(model, probe, load["imports"], plot_file, force)
     run: Callable[..., WeightScanReport | ScanReport] = (
         functools.partial(api.scan_weights_model, loss=loss)
         if wrt == Wrt.WEIGHTS
         else functools.partial(api.scan_model, target=target, layers=patterns, **measure)
     )
     with data_progress(probe, quiet) as on_progress:
-        result = run(model, imports=imports, unsafe=unsafe, options=probe, on_progress=on_progress)
+        result = run(model, **load, options=probe, on_progress=on_progress)
     if not probe.reports_here:  # another worker of the cluster writes it
         return False
-    rows: Sequence[VariableRow] | Sequence[ScanRow]
-    if isinstance(result, WeightScanReport):
-        emit("weights", fmt, result, result.model.warnings)
-        rows = result.variables
-    else:
-        emit("scan", fmt, result, result.model.warnings)
-        rows = result.rows
+    emit("weights" if wrt == Wrt.WEIGHTS else "scan", fmt, result, result.model.warnings)
     if plot_file:
         write_plot(result, plot_file, reads, force)
+    rows = result.variables if isinstance(result, WeightScanReport) else result.rows
     return any(set(row.flags) & fail_on for row in rows)
 
 
-main.add_command(gate.check)
-main.add_command(gate.diff)
-main.add_command(train.fit)
-main.add_command(train.fix)
-main.add_command(gate.merge)
-
-
-if __name__ == "__main__":
-    main()
+for command in (gate.check, gate.diff, train.fit, train.fix, gate.merge):
+    main.add_command(command)

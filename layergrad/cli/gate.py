@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from layergrad.cli.options import (
+    Load,
     data_options,
     fail_on_option,
     force_option,
@@ -97,9 +98,7 @@ def check(
     tolerance: float,
     quiet: bool,
     force: bool,
-    imports: tuple[str, ...],
-    unsafe: bool,
-    debug: bool,
+    load: Load,
 ) -> bool:
     """Check model files for CI: exit 1 when any file fails.
 
@@ -134,15 +133,16 @@ def check(
     paths = checks.expand_paths(models)
     files = [m for m in models if not os.path.isdir(m)]  # a folder of models may hold the report
     data = outputs.data_inputs(probe.data_path)
-    reads = outputs.protected_inputs(files, paths, imports, probe.input_file, baselines, data)
+    reads = outputs.protected_inputs(
+        files, paths, load["imports"], probe.input_file, baselines, data
+    )
     if junit_file:
         outputs.check_target(junit_file, "--junit", "xml", reads, force=force)
     with data_progress(probe, quiet) as on_progress:
         options = checks.CheckOptions(
             fail_on=fail_on,
             static_only=static_only,
-            imports=imports,
-            unsafe=unsafe,
+            **load,
             probe=probe,
             loss=loss,
             baselines=baselines,
@@ -187,9 +187,7 @@ def diff(
     tolerance: float,
     show_all: bool,
     fmt: OutputFormat,
-    imports: tuple[str, ...],
-    unsafe: bool,
-    debug: bool,
+    load: Load,
 ) -> bool:
     """Compare gradient flow in two model files: exit 1 on a regression.
 
@@ -213,9 +211,8 @@ def diff(
     from layergrad.commands.diff import diff_models
 
     report = diff_models(
-        base, new, target=target, wrt=wrt, loss=loss, tolerance=tolerance, imports=imports,
-        unsafe=unsafe, options=probe,
-    )  # fmt: skip
+        base, new, target=target, wrt=wrt, loss=loss, tolerance=tolerance, options=probe, **load
+    )
     emit("diff", fmt, report, (*report.base.warnings, *report.new.warnings), show_all=show_all)
     return bool(report.regressions)
 
@@ -225,7 +222,7 @@ def diff(
 @format_options
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
-def merge(shards: tuple[str, ...], fmt: OutputFormat, debug: bool) -> None:
+def merge(shards: tuple[str, ...], fmt: OutputFormat) -> None:
     """Combine inspect or scan JSON reports of runs over shards of a data set.
 
     For runs split by a scheduler without collectives (a job array, one

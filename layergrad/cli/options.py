@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, TypedDict, TypeVar, cast
 
 import click
 
@@ -26,24 +26,6 @@ F = TypeVar("F", bound=Callable[..., object])
 
 
 W = TypeVar("W", bound=Word)
-
-
-def comma_list(
-    allowed: Iterable[W], what: str
-) -> Callable[[click.Context, click.Parameter, str], frozenset[W]]:
-    """A click callback parsing a comma-separated list of `allowed` words into their members."""
-    members = {str(m): m for m in allowed}
-
-    def parse(_ctx: click.Context, _param: click.Parameter, value: str) -> frozenset[W]:
-        wanted = {v.strip() for v in value.split(",") if v.strip()}
-        unknown = sorted(wanted - set(members))
-        if unknown:
-            raise click.BadParameter(
-                f"unknown {what} {', '.join(unknown)}; use {','.join(members)}"
-            )
-        return frozenset(members[w] for w in wanted)
-
-    return parse
 
 
 Decorator = Callable[[Callable[..., object]], Callable[..., object]]  # click.option(...)
@@ -74,11 +56,20 @@ def _rewriting(
 model_argument = click.argument("model", type=click.Path(dir_okay=True, path_type=str))
 
 
+class Load(TypedDict):
+    """What `load_options` gives a command: the API's keyword arguments of the same names."""
+
+    imports: tuple[str, ...]
+    unsafe: bool
+
+
 def load_options(func: Callable[..., bool | None]) -> Callable[..., None]:
     """`--import`, `--unsafe`, `--debug`: options of every command that opens a model, the
-    last of its options: the command runs under `handle_errors` (a True return: exit 1)."""
-    return _stack(
+    last of its options: the command receives `load` (a `Load`) and runs under
+    `handle_errors` (a True return: exit 1)."""
+    return _rewriting(
         handle_errors(func),
+        _load_fields,
         [
             click.option(
                 "--import",
@@ -99,6 +90,11 @@ def load_options(func: Callable[..., bool | None]) -> Callable[..., None]:
             click.option("--debug", is_flag=True, help="Show tracebacks and library warnings."),
         ],
     )
+
+
+def _load_fields(kwargs: dict[str, object]) -> None:
+    imports = cast("tuple[str, ...]", kwargs.pop("imports"))
+    kwargs["load"] = Load(imports=imports, unsafe=bool(kwargs.pop("unsafe")))
 
 
 def _imports(
@@ -244,12 +240,23 @@ def fail_on_option(
 ) -> Decorator:
     """`--fail-on` with the words of `allowed` (a `what`, in its errors), comma-separated; the
     command receives `fail_on`, a frozenset of members."""
+    members = {str(m): m for m in allowed}
+
+    def parse(_ctx: click.Context, _param: click.Parameter, value: str) -> frozenset[W]:
+        wanted = {v.strip() for v in value.split(",") if v.strip()}
+        unknown = sorted(wanted - set(members))
+        if unknown:
+            raise click.BadParameter(
+                f"unknown {what} {', '.join(unknown)}; use {','.join(members)}"
+            )
+        return frozenset(members[w] for w in wanted)
+
     words = ",".join(str(w) for w in default)
     return click.option(
         "--fail-on",
         default=words,
         show_default=bool(words),
-        callback=comma_list(allowed, what),
+        callback=parse,
         metavar=metavar,
         help=help_text,
     )

@@ -35,14 +35,8 @@ def data_progress(
 
 @contextlib.contextmanager
 def sample_progress(enabled: bool, console: Console | None = None) -> Iterator[Progress | None]:
-    """Yield an `on_progress` callback drawing a bar, or None when not `enabled` or when
-    stderr is not a terminal. The bar is removed when the block ends.
-
-    Example (not run)::
-
-        with sample_progress(True) as on_progress:
-            report = inspect_model(..., data="x.npy", on_progress=on_progress)
-    """
+    """Yield an `on_progress` callback drawing a bar (removed when the block ends), or None
+    when not `enabled` or when stderr is not a terminal."""
     if not enabled or (console is None and not sys.stderr.isatty()):
         yield None
         return

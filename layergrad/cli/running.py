@@ -40,11 +40,12 @@ if TYPE_CHECKING:
 
 def handle_errors(func: Callable[..., bool | None]) -> Callable[..., None]:
     """Run a command: exit code 1 when it returns True (a result matched --fail-on, a file
-    failed), its errors as one line on stderr and exit code 2 (a traceback with --debug)."""
+    failed), its errors as one line on stderr and exit code 2 (a traceback with `debug`, the
+    `--debug` flag, which the command does not receive)."""
 
     @functools.wraps(func)
     def wrapper(*args: object, **kwargs: object) -> None:
-        debug = bool(kwargs.get("debug", False))
+        debug = bool(kwargs.pop("debug", False))
         try:
             with warnings.catch_warnings(), report_stdout():
                 if not debug:
@@ -122,9 +123,7 @@ def _watch(reader: socket.socket, writer: socket.socket) -> None:
             return
         numbers = [b for b in data if b in SIGNALS]
         if numbers and not threading.Event().wait(GRACE_SECONDS):
-            sys.stderr.write(_stopped(128 + numbers[0]) + "\n")
-            sys.stderr.flush()
-            hard_exit(128 + numbers[0])
+            hard_exit(128 + numbers[0], _stopped(128 + numbers[0]))
 
 
 def note(message: str) -> None:
@@ -151,17 +150,17 @@ def said(message: str) -> None:
 def abort_now(message: str) -> NoReturn:
     """End the process at once with one `error:` line and exit code 2, from any thread
     (a stalled data source blocks the main thread in code that cannot be interrupted)."""
-    sys.stderr.write(_line("error", message) + "\n")
-    sys.stderr.flush()
-    hard_exit(2)
+    hard_exit(2, _line("error", message))
 
 
-def hard_exit(code: int) -> NoReturn:
-    """End the process now: the operating system's `_exit`, which a data function's guard
-    (`data/user_code.py` turns `os._exit` into an exception while user code runs) cannot
-    catch."""
+def hard_exit(code: int, line: str) -> NoReturn:
+    """End the process now, after `line` on stderr: the operating system's `_exit`, which a
+    data function's guard (`data/user_code.py` turns `os._exit` into an exception while user
+    code runs) cannot catch."""
     import posix
 
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
     posix._exit(code)
     raise AssertionError("unreachable")  # (for the type checker)
 
@@ -204,11 +203,6 @@ def report_stdout() -> Iterator[None]:
             real.flush()
             os.dup2(kept, 1)
             os.close(kept)
-
-
-def _report_stream() -> TextIO:
-    """The stream a report goes to: the command's real stdout."""
-    return _REPORT_STREAMS[-1] if _REPORT_STREAMS else sys.stdout
 
 
 def usage_error(
@@ -261,7 +255,7 @@ def emit(
 
     for line in accepted:
         click.echo(f"warning: {visible(line)}; accepted because of --unsafe", err=True)
-    stream = _report_stream()
+    stream = _REPORT_STREAMS[-1] if _REPORT_STREAMS else sys.stdout  # the real stdout
     color, width = _terminal(stream)
     text = render(command, fmt, value, color=color, width=width, **options)
     click.echo(text, file=stream, nl=fmt == OutputFormat.JSON)

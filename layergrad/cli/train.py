@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from layergrad.cli.options import (
+    Load,
     count_option,
     fail_on_option,
     field_option,
@@ -84,9 +85,7 @@ def fit(
     stall_timeout: float,
     fmt: OutputFormat,
     fail_on: frozenset[str],
-    imports: tuple[str, ...],
-    unsafe: bool,
-    debug: bool,
+    load: Load,
 ) -> bool:
     """Does the model learn at all? Train a copy in memory and watch the gradient.
 
@@ -129,8 +128,7 @@ def fit(
         limit=limit,
         distribute=distribute,
         cpu_replicas=cpu_replicas,
-        imports=imports,
-        unsafe=unsafe,
+        **load,
         stall_timeout=stall_timeout,
         on_stall=abort_now,
         on_notice=note,
@@ -179,9 +177,7 @@ def fix(
     max_memory: int,
     force: bool,
     fmt: OutputFormat,
-    imports: tuple[str, ...],
-    unsafe: bool,
-    debug: bool,
+    load: Load,
 ) -> bool:
     """What to change, as code, in a repaired copy, with the evidence that it trains.
 
@@ -204,7 +200,7 @@ def fix(
 
     options = FixOptions(output=output, force=force, steps=steps, batch_size=batch_size,
                          seed=seed, limit=limit, max_memory=max_memory)  # fmt: skip
-    report = fix_model(model, data, options, imports=imports, unsafe=unsafe)
+    report = fix_model(model, data, options, **load)
     if report.output:
         said(f"wrote the repaired copy to {report.output}")
     elif report.unwritten:

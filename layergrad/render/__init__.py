@@ -3,10 +3,9 @@
 Every format is one interface, a `Format`: a pure function of the report (and `color`,
 `width` and the report's own options) to text. `render(report, fmt, value)` picks the report
 module's function named in `FUNCTIONS`, or the one every report shares (`SHARED`: the JSON
-document, written from the report's dataclass fields by `files/report_json.to_json`). Adding a
-format means adding it to `vocab.OutputFormat`, to `FUNCTIONS` here, and one function to each
-report's module (or one to `SHARED`). A report is what a command prints: `scan --wrt weights`
-prints a `weights` report.
+document, `common.json_document`). Adding a format means adding it to `vocab.OutputFormat`, to
+`FUNCTIONS` here, and one function to each report's module (or one to `SHARED`). A report is
+what a command prints: `scan --wrt weights` prints a `weights` report.
 """
 
 from __future__ import annotations
@@ -26,26 +25,14 @@ FUNCTIONS = {
 }
 
 Format = Callable[..., str]  # (report, *, color, width, **options) -> text
-
-
-def as_json(value: object, **_: object) -> str:
-    """Any report's JSON document: its dataclass fields as `report_json` writes them, strict
-    (a number that is not finite is null)."""
-    return json_document(value)
-
-
+as_json = json_document  # any report's JSON document, strict (a non-finite number is null)
 SHARED: dict[OutputFormat, Format] = {OutputFormat.JSON: as_json}
-# pages made in modules of their own, imported only for HTML (their charts need matplotlib)
-PAGES = {"inspect": "html_report.inspect_html", "scan": "html_report.scan_html"}
 
 
 def renderer(report: str, fmt: OutputFormat) -> Format:
     """The function that renders a `report` (one of REPORTS) in `fmt`."""
-    where = f"{report}.{FUNCTIONS[fmt]}"
-    if fmt == OutputFormat.HTML:
-        where = PAGES.get(report, where)
-    module, name = where.rsplit(".", 1)
-    found = getattr(importlib.import_module(f"layergrad.render.{module}"), name, None)
+    module = importlib.import_module(f"layergrad.render.{report}")
+    found = getattr(module, FUNCTIONS[fmt], None)
     function: Format = found or SHARED[fmt]
     return function
 

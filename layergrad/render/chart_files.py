@@ -25,17 +25,9 @@ def check_plot_path(
     *,
     force: bool = False,
 ) -> str:
-    """Validate a `--plot` path before any work: a known extension, a target `outputs` accepts
-    (not an input of this run, a directory or a file of another kind).
-
-    Args:
-        path: where the chart will go; its extension chooses the format.
-        protected: paths that must never be written over (the model file, the `--input` file,
-            the `--data` file or folder).
-        force: replace an existing file even when it is not a chart.
-
-    Returns:
-        The path as a string.
+    """Validate a `--plot` path before any work: a known extension (it chooses the format), a
+    target `outputs` accepts (never one of the `protected` inputs of the run, a directory, or
+    without `force` a file that is not a chart). Returns the path as a string.
 
     Raises:
         UsageError: an unknown extension; OutputError: a target `outputs` refuses.
@@ -61,14 +53,8 @@ def save_figure(
     *,
     force: bool = False,
 ) -> str:
-    """Write a figure; the format follows the extension (.png, .svg, .pdf).
-
-    The output is reproducible: no creation date or software version is written. The file is
-    written by `outputs.write_file` (never over `protected` files or a file that is not a
-    chart, through a temporary file).
-
-    Returns:
-        The format written ("png", "svg" or "pdf").
+    """Write a figure as `figure_bytes` makes it, the format following the extension, through
+    `outputs.write_file` (as `check_plot_path` allows). Returns the format: png, svg or pdf.
 
     Raises:
         UsageError: an unknown extension; InputError: a missing folder; OutputError: the

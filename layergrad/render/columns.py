@@ -58,7 +58,7 @@ def text_table(
     """The rows as a text table that fits `width`, and (if `note`) the line naming the columns
     it left out to fit; `compact` collapses the padding between columns."""
     cols = shown(columns, "t")
-    cells = [[(c.text or _plain)(_get(c, r)) for c in cols] for r in rows]
+    cells = [[(c.text or str)(_get(c, r)) for c in cols] for r in rows]
     table, dropped = fit_table(cols, cells, width, compact=compact)
     return [table, *([dropped_line(dropped, width)] if dropped and note else [])]
 
@@ -66,7 +66,7 @@ def text_table(
 def md_rows(columns: Sequence[Column], rows: Sequence[object]) -> str:
     """The rows as a markdown table."""
     cols = shown(columns, "m")
-    cells = [[(c.md or (_code if c.name_like else _plain))(_get(c, r)) for c in cols]
+    cells = [[(c.md or (_code if c.name_like else str))(_get(c, r)) for c in cols]
              for r in rows]  # fmt: skip
     return md_table([c.header for c in cols], cells)
 
@@ -89,10 +89,6 @@ def _html_cell(c: Column, value: object) -> Html:
     if c.name_like:
         return cell(el("code", str(value)))
     return cell(str(value), num=c.justify == "right")
-
-
-def _plain(value: object) -> str:
-    return str(value)
 
 
 def _code(value: object) -> str:
@@ -143,10 +139,6 @@ def percent(
     return Column(header, "right", drop=drop, get=get, text=words, md=words, html=html, where=where)
 
 
-def status_badge(status: str) -> Html:
-    return badge(status, STATUS_KIND.get(status, "muted"))
-
-
 def status(get: Callable[..., str], *, bold: bool = True) -> Column:
     """A result's status, coloured; in markdown in bold when not ok (unless not `bold`)."""
     return Column(
@@ -154,7 +146,7 @@ def status(get: Callable[..., str], *, bold: bool = True) -> Column:
         get=get,
         text=lambda s: Text(str(s), style=STATUS_STYLE.get(s, "")),
         md=lambda s: f"**{s}**" if bold and s != "ok" else str(s),
-        html=lambda s: cell(status_badge(s), sort=s),
+        html=lambda s: cell(badge(s, STATUS_KIND.get(s, "muted")), sort=s),
     )
 
 
@@ -263,7 +255,6 @@ def scan_columns(rows: Sequence[ScanRow], jacobian: bool = False) -> list[Column
     ]
 
 
-JACOBIAN_MEAN = num("||J||_F mean", jacobian_mean)  # the pages' Jacobian column
 WEIGHT_COLUMNS = (  # scan --wrt weights: one row per trainable variable
     name("variable", lambda r: r.variable),
     shape("shape", lambda r: r.shape, 3),
@@ -273,3 +264,10 @@ WEIGHT_COLUMNS = (  # scan --wrt weights: one row per trainable variable
     num("||g|| / ||w||", lambda r: r.update_ratio, drop=2),
     flags(1),
 )
+
+
+def jacobian_columns(items: Sequence[object]) -> list[Column]:
+    """The pages' column of the Jacobian norm, when any row or result carries one."""
+    if any(jacobian_mean(i) is not None for i in items):
+        return [num("||J||_F mean", jacobian_mean)]
+    return []

@@ -200,33 +200,26 @@ BAR_DECADES = 6  # a log10 bar spans at least this many decades below the top on
 BAR_WIDTH = 16  # characters of a full log10 bar in a text table
 
 
-def log_scale(logs: Sequence[float]) -> tuple[float, float] | None:
-    """The (bottom, top) of the log10 bars of `logs`: from the whole decade at or above the
-    largest down at least BAR_DECADES, and below the smallest. Fixed decades, not the rows'
-    min and max, so equal values get equal bars and a small spread gives no long bars."""
-    finite = [v for v in logs if math.isfinite(v)]
-    if not finite:
-        return None
-    top = math.ceil(max(finite) + 1e-9)
-    return min(math.floor(min(finite)), top - BAR_DECADES), float(top)
-
-
-def bar_blocks(log_value: float, scale: tuple[float, float], width: int) -> int:
-    """How many of `width` blocks a log10 value fills on `scale` (at least 1)."""
-    lo, hi = scale
-    return max(1, min(width, round(width * (log_value - lo) / (hi - lo))))
-
-
 def log_range(values: Iterable[float]) -> tuple[float, float] | None:
-    """The `log_scale` of the positive `values`."""
-    return log_scale([math.log10(v) for v in values if v > 0])
+    """The (bottom, top) log10 of the bars of the positive `values`: from the whole decade at
+    or above the largest down at least BAR_DECADES, and below the smallest. Fixed decades, not
+    the rows' min and max, so equal values get equal bars and a small spread gives no long
+    bars."""
+    logs = [math.log10(v) for v in values if v > 0 and math.isfinite(v)]
+    if not logs:
+        return None
+    top = math.ceil(max(logs) + 1e-9)
+    return min(math.floor(min(logs)), top - BAR_DECADES), float(top)
 
 
 def log_bar(value: float, scale: tuple[float, float] | None, width: int = BAR_WIDTH) -> str:
-    """A bar whose length is log10(value) placed in `scale`, then the exponent."""
+    """A bar whose length is log10(value) placed in `scale` (at least one block), then the
+    exponent."""
     if scale is None or not value > 0 or not math.isfinite(value):
         return ""
-    return "█" * bar_blocks(math.log10(value), scale, width) + f" {math.log10(value):+.1f}"
+    log, (lo, hi) = math.log10(value), scale
+    blocks = max(1, min(width, round(width * (log - lo) / (hi - lo))))
+    return "█" * blocks + f" {log:+.1f}"
 
 
 def shape_text(shape: Iterable[int]) -> str:
@@ -269,8 +262,8 @@ def causes_lines(causes: Iterable[Reason]) -> list[RenderableType]:
     return lines
 
 
-def json_document(doc: object) -> str:
-    """Serialise a report as strict JSON: every NaN or infinity becomes `null`.
+def json_document(doc: object, **_: object) -> str:
+    """Any report as strict JSON, from its dataclass fields: every NaN or infinity is `null`.
 
     One encoding for every schema (see docs/json.md): a number that is not finite is written
     as `null` (`report_json.to_json`), and the counts beside it (`nonfinite`, the status) say
@@ -291,6 +284,16 @@ def md_head(command: str, verdict: str, facts: Iterable[tuple[str, str]]) -> lis
     """The opening lines of a comment: `### layergrad COMMAND: VERDICT`, then its facts."""
     said = [f"- {k}: {md_text(v)}" for k, v in facts]
     return [f"### layergrad {command}: {md_text(verdict)}", "", *said, ""]
+
+
+def md_title(command: str, path: str, what: str) -> str:
+    """A report's opening line: `**layergrad COMMAND** `PATH`: WHAT`, then a blank line."""
+    return f"**layergrad {command}** {md_code(path)}: {what}\n\n"
+
+
+def md_lines(lines: Sequence[str]) -> str:
+    """Lines after a markdown table: each on its own line, a blank line before them."""
+    return "".join(f"\n{line}" for line in lines) + ("\n" if lines else "")
 
 
 def md_code(text: str) -> str:

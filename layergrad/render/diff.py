@@ -230,8 +230,8 @@ def _mean(side: ProfileRow) -> str:
 def html(report: DiffReport, *, show_all: bool = False, **_: object) -> str:
     """One self-contained page: the verdict, both files and the probe, a sortable table of
     the rows (the changed ones, regressions first, or all with `show_all`)."""
+    from layergrad.render.columns import STATUS_KIND as kinds
     from layergrad.render.html_page import badge, cell, definition_list, el, join, page, table
-    from layergrad.render.html_report import STATUS_KIND as kinds
 
     def side(row: ProfileRow | None) -> Html:
         if row is None:

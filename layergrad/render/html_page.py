@@ -1,4 +1,7 @@
-"""Building blocks of layergrad's HTML pages: escaped elements and one self-contained skeleton.
+"""Building blocks of layergrad's HTML pages: escaped elements, the parts every report's page
+has, and one self-contained skeleton. A page states its verdict first, then the header (model,
+format, probe, target, mode), the chart (matplotlib SVG, inline), and every row of the text
+report in tables that sort when script runs and read the same without it.
 
 Every string is escaped unless it is `Html` (markup this package built), so a layer or file
 name read from a model can never become markup. The page fetches nothing: the style sheet and
@@ -12,8 +15,16 @@ import base64
 import hashlib
 import html
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from layergrad import __version__
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from layergrad.core.results import ModelMeta, ProbeMeta, Reason
+
+CHART_SCALE = 1.25  # inline charts are drawn up to this times their size in a paper figure
 
 
 class Html(str):
@@ -115,6 +126,50 @@ def report_head(verdict: str, ok: bool, facts: Iterable[tuple[str, Child]]) -> l
     return [el("div", verdict, class_=f"verdict {'ok' if ok else 'bad'}"), definition_list(facts)]
 
 
+def page_facts(model: ModelMeta, probe: ProbeMeta, target: str) -> Html:
+    """The header of a report's page: the model, its format, the probe, the target, the mode."""
+    source = f"random (seed {probe.seed})" if probe.source == "random" else f"file {probe.source}"
+    return definition_list(
+        [
+            ("model", join([el("code", model.path), f"  {model.class_name} {model.name!r}"])),
+            ("format", model.format),
+            ("probe", f"{source}, batch {probe.batch_size}"),
+            ("target", target),
+            ("mode", "training" if probe.training else "inference"),
+        ]
+    )
+
+
+def chart(fig: Figure, label: str) -> Html:
+    """A figure inlined as SVG, drawn a little larger than its natural size where room allows."""
+    width = round(fig.get_figwidth() * 96 * CHART_SCALE)
+    from layergrad.render.chart_files import figure_svg
+
+    # matplotlib writes the SVG and escapes every text in it; it is inserted as markup.
+    svg = Html(figure_svg(fig))
+    return el(
+        "figure", svg, class_="chart", role="img", aria_label=label, style=f"max-width:{width}px"
+    )
+
+
+def causes_panel(title: str, causes: Sequence[Reason]) -> Html:
+    """Numbered causes with code, layer (and op), evidence and fix."""
+    items = [
+        el(
+            "li",
+            badge(c.code, "bad"),
+            join([" at ", el("code", c.layer)]) if c.layer else None,
+            join([" (op ", el("code", c.op), ")"]) if c.op else None,
+            ": ",
+            c.message,
+            el("div", el("strong", "fix: "), c.hint, class_="fix"),
+        )
+        for c in causes
+    ]
+    content = el("ol", items) if items else el("p", "no cause found", class_="muted")
+    return el("section", el("h3", title), content, class_="panel")
+
+
 def page(command: str, subject: str | None, body: Iterable[Child]) -> str:
     """A command's page: titled `layergrad COMMAND: SUBJECT`, headed `layergrad COMMAND`."""
     name = f"layergrad {command}"
@@ -122,15 +177,8 @@ def page(command: str, subject: str | None, body: Iterable[Child]) -> str:
 
 
 def document(title: str, body: Iterable[Child]) -> str:
-    """A complete self-contained HTML document.
-
-    Args:
-        title: the document title (escaped).
-        body: the elements of `<main>`.
-
-    Returns:
-        The page as one string, `<!DOCTYPE html>` first.
-    """
+    """A complete self-contained HTML document, `<!DOCTYPE html>` first: `title` (escaped),
+    `body` the elements of `<main>`."""
     script_hash = base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
     policy = (
         "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "

@@ -1,6 +1,6 @@
-"""Render an `inspect` report: a table for people, JSON for programs, markdown for reviews;
-with `--measure jacobian` the per-sample Jacobian norms, with `--data` what the data set adds
-(dead units, per-sample L2, the first non-finite batch)."""
+"""Render an `inspect` report: a table for people, JSON for programs, markdown for reviews, a
+page with the unit-sensitivity chart; with `--measure jacobian` the per-sample Jacobian norms,
+with `--data` what the data set adds (dead units, per-sample L2, the first non-finite batch)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,15 @@ from rich.text import Text
 
 from layergrad.core.results import DataStats, InspectReport, JacobianStats, Result
 from layergrad.core.vocab import Status
+from layergrad.render import plot
 from layergrad.render.columns import (
     RESULT_COLUMNS,
+    html_rows,
+    jacobian_columns,
     md_rows,
     name,
     num,
+    number_cell,
     stderr_column,
     text_table,
 )
@@ -27,12 +31,25 @@ from layergrad.render.common import (
     causes_lines,
     md_cause,
     md_code,
+    md_lines,
     md_text,
+    md_title,
     model_header,
     number,
     ranked_units_table,
     to_text,
 )
+from layergrad.render.html_page import (
+    Html,
+    causes_panel,
+    cell,
+    chart,
+    el,
+    join,
+    page,
+    page_facts,
+)
+from layergrad.render.html_page import table as html_table
 
 
 def table(report: InspectReport, *, color: bool = False, width: int | None = 100) -> str:
@@ -45,18 +62,26 @@ def table(report: InspectReport, *, color: bool = False, width: int | None = 100
     for res in report.results:
         items += data_lines(res.data, res.source.layer, f"→ {res.target.layer}: " if many else "")
         if res.causes:
-            items.append(_causes_panel(res))
+            items.append(
+                Panel(
+                    Group(*causes_lines(res.causes)),
+                    title=Text(f"{res.status}: {_pair(res)}"),
+                    title_align="left",
+                    border_style=STATUS_STYLE.get(res.status, ""),
+                    box=box.ROUNDED,
+                )
+            )
         if res.warnings:
             items.append(
                 Text("\n".join(f"warning: {_pair(res)}: {w}" for w in res.warnings), "yellow")
             )
-    ranked = [
-        r for r in report.results if r.status == Status.OK and r.gradient and r.gradient.top_units
-    ]
+    ranked = _ranked_units(report)
     if any(r.jacobian for r in report.results):  # --measure jacobian: its norms and ranking
         items += jacobian_items(report.results, width)
     elif ranked:
-        items.append(_units_table(ranked))
+        source = report.results[0].source.layer
+        title = f"most sensitive units of {source} (mean |g| per unit of its last axis)"
+        items.append(ranked_units_table(title, "mean |g|", ranked))
     return to_text(items, color=color, width=width)
 
 
@@ -64,31 +89,9 @@ def _pair(res: Result) -> str:
     return f"d {res.target.layer} / d {res.source.layer}"
 
 
-def _units_table(results: Sequence[Result]) -> Group:
-    """Top units of the source activation (mean |g| per unit on its last axis), per target."""
-    return ranked_units_table(
-        f"most sensitive units of {results[0].source.layer} (mean |g| per unit of its last axis)",
-        "mean |g|",
-        [(r.target.layer, r.gradient.top_units if r.gradient else ()) for r in results],
-    )
-
-
-def _causes_panel(res: Result) -> Panel:
-    return Panel(
-        Group(*causes_lines(res.causes)),
-        title=Text(f"{res.status}: {_pair(res)}"),
-        title_align="left",
-        border_style=STATUS_STYLE.get(res.status, ""),
-        box=box.ROUNDED,
-    )
-
-
 def markdown(report: InspectReport, **_: object) -> str:
     """The results as markdown for a pull-request comment, then causes and warnings."""
-    head = (
-        f"**layergrad inspect** {md_code(report.model.path)}: "
-        f"d {report.probe.reduce}(to) / d from\n\n"
-    )
+    head = md_title("inspect", report.model.path, f"d {report.probe.reduce}(to) / d from")
     notes = [
         f"- {md_code(r.target.layer)}: {md_cause(c)}" for r in report.results for c in r.causes
     ]
@@ -97,13 +100,85 @@ def markdown(report: InspectReport, **_: object) -> str:
         for r in report.results
         for w in r.warnings
     ]
-    return (
-        head
-        + md_rows(RESULT_COLUMNS, report.results)
-        + jacobian_markdown(report.results)
-        + "".join(f"\n{n}" for n in notes)
-        + ("\n" if notes else "")
+    jacobians = [r for r in report.results if r.jacobian is not None]
+    title = "\nPer-sample Jacobian norms, J_i = d to[i] / d from[i]:\n\n"
+    norms = title + md_rows(NORM_COLUMNS, jacobians) if jacobians else ""
+    return head + md_rows(RESULT_COLUMNS, report.results) + norms + md_lines(notes)
+
+
+def html(report: InspectReport, **_: object) -> str:
+    """The `inspect` page: results, unit-sensitivity chart, a cause panel per non-ok result."""
+    results = report.results
+    source = results[0].source.layer if results else "?"
+    targets = [r.target.layer for r in results]
+    reduce = report.probe.reduce
+    target = (
+        f"d {reduce}({targets[0]}) / d {source}"
+        if len(targets) == 1
+        else f"d {reduce}(to) / d {source}, for to in {', '.join(targets)}"
     )
+    body: list[Html | None] = [
+        _inspect_verdict(results),
+        page_facts(report.model, report.probe, target),
+        el("h2", "Results"),
+        html_rows([*RESULT_COLUMNS, *jacobian_columns(results)], results),
+    ]
+    broken = [r for r in results if r.status != "ok"]
+    if broken or any(r.warnings for r in results):
+        body.append(el("h2", "Causes and warnings"))
+        body += [causes_panel(f"{r.status}: {_pair(r)}", r.causes) for r in broken]
+        body += [
+            el(
+                "section",
+                el("h3", f"warnings: {_pair(r)}"),
+                el("ul", (el("li", w) for w in r.warnings)),
+                class_="panel warn",
+            )
+            for r in results
+            if r.warnings
+        ]
+    body += [el("h2", f"Unit sensitivity of {source}"), _units_section(report)]
+    return page("inspect", report.model.path, body)
+
+
+def _ranked_units(report: InspectReport) -> list[tuple[str, tuple[tuple[int, float], ...]]]:
+    """(target, the source's units of largest mean |g|) for each ok result that has them."""
+    return [
+        (r.target.layer, r.gradient.top_units)
+        for r in report.results
+        if r.status == Status.OK and r.gradient and r.gradient.top_units
+    ]
+
+
+def _inspect_verdict(results: Sequence[Result]) -> Html:
+    broken = [r for r in results if r.status != "ok"]
+    if not broken:
+        return el("p", f"all {len(results)} results ok", class_="verdict ok")
+    kind = "bad" if any(r.status in ("none", "nonfinite") for r in broken) else "warn"
+    names = "; ".join(f"{r.status}: {_pair(r)}" for r in broken)
+    return el(
+        "p", f"{len(broken)} of {len(results)} results not ok ({names})", class_=f"verdict {kind}"
+    )
+
+
+def _units_section(report: InspectReport) -> Html:
+    ranked = _ranked_units(report)
+    if not ranked:
+        return el("p", "no result has status ok: no unit sensitivity to show", class_="muted")
+    figure = chart(plot.inspect_figure(report), "unit-sensitivity chart")
+    header = ["rank", *(h for layer, _ in ranked for h in (f"-> {layer}", "mean |g|"))]
+    rows = []
+    for rank in range(max(len(units) for _, units in ranked)):
+        row = [cell(str(rank + 1), sort=rank, num=True)]
+        for _, units in ranked:
+            if rank < len(units):
+                unit, value = units[rank]
+                row += [cell(f"unit {unit}", sort=unit), number_cell(value)]
+            else:
+                row += [cell(""), cell("", sort="-Infinity")]
+        rows.append(row)
+    note = el("p", "mean |g| per unit of the last axis, largest first", class_="muted")
+    return join([figure, note, html_table(header, rows, numeric=[0, *range(2, len(header), 2)])])
 
 
 # --- --measure jacobian ---------------------------------------------------------------------
@@ -200,15 +275,6 @@ def _jacobian_units_table(results: Sequence[tuple[Result, JacobianStats]]) -> Gr
         "column norm",
         columns,
     )
-
-
-def jacobian_markdown(results: Sequence[Result]) -> str:
-    """A second markdown table with the per-sample norms ('' when none were measured)."""
-    measured = [r for r in results if r.jacobian is not None]
-    if not measured:
-        return ""
-    title = "\nPer-sample Jacobian norms, J_i = d to[i] / d from[i]:\n\n"
-    return title + md_rows(NORM_COLUMNS, measured)
 
 
 def _top(values: Sequence[float], top: int) -> list[int]:

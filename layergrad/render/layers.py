@@ -9,7 +9,7 @@ from rich.text import Text
 
 from layergrad.files.layer_listing import LayerListing, LayerRow, ModelInput, nonfinite_text
 from layergrad.render.columns import html_rows, md_rows, name, text_table
-from layergrad.render.common import Column, md_code, md_text, to_text
+from layergrad.render.common import Column, md_code, md_text, md_title, to_text
 from layergrad.render.html_page import badge, cell, el
 
 NONFINITE_STYLE = "bold magenta"
@@ -18,10 +18,6 @@ ZERO_STYLE = "bold yellow"
 
 def table(listing: LayerListing, *, color: bool = False, width: int | None = 100) -> str:
     """The `layers` table: a header, one row per layer, weight problems, and the totals."""
-    return to_text(_renderables(listing, width), color=color, width=width)
-
-
-def _renderables(listing: LayerListing, width: int | None) -> list[RenderableType]:
     version = f"Keras {listing.keras_version}" if listing.keras_version else "unknown Keras"
     header = Text.assemble(
         (listing.path, "bold"),
@@ -44,7 +40,7 @@ def _renderables(listing: LayerListing, width: int | None) -> list[RenderableTyp
     if flagged:
         items.append(_problems(flagged))
     items.append(Text(_footer(listing)))
-    return items
+    return to_text(items, color=color, width=width)
 
 
 def _input_text(i: ModelInput) -> str:
@@ -85,7 +81,7 @@ def _columns(listing: LayerListing) -> list[Column]:
         return ", ".join(show(p) + (" (op)" if p in ops else "") for p in r.inbound)
 
     return [
-        Column("#", "right", get=index_text),
+        Column("#", "right", get=lambda r: ".".join(map(str, r.position)) or "?"),
         name("layer", lambda r: r, text=lambda r: Text(r.path, style="bold" if r.is_model else ""),
              md=lambda r: md_code(r.path), html=lambda r: cell(el("code", r.path), sort=r.path)),
         Column("class", drop=2, text=lambda r: Text.assemble(r.class_name, (_calls_text(r),
@@ -96,7 +92,7 @@ def _columns(listing: LayerListing) -> list[Column]:
         Column("params", "right", drop=4, text=_params_text, md=_params_text,
                html=lambda r: cell(f"{r.params:,}", sort=r.params, num=True)),
         Column("dtype", drop=5, get=lambda r: r.dtype or ""),
-        Column("trainable", drop=6, get=lambda r: _yes_no(r.trainable)),
+        Column("trainable", drop=6, get=lambda r: {True: "yes", False: "no"}.get(r.trainable, "")),
         Column("weights", drop=1, text=_health_cell, md=lambda r: f"**{health_text(r)}**"
                if r.problem else health_text(r), html=lambda r: cell(badge(health_text(r), "bad")
                if r.problem else health_text(r))),
@@ -110,20 +106,12 @@ def _table(listing: LayerListing, width: int | None) -> RenderableType:
     return text_table(columns, listing.rows, width, compact=True, note=False)[0]
 
 
-def index_text(r: LayerRow) -> str:
-    return ".".join(map(str, r.position)) or "?"
-
-
 def _calls_text(r: LayerRow) -> str:
     return f" ({r.calls} calls)" if r.calls > 1 else ""
 
 
 def _params_text(r: LayerRow) -> str:
     return f"{r.params:,}" if r.params or r.weights is not None or r.is_model else ""
-
-
-def _yes_no(flag: bool | None) -> str:
-    return "" if flag is None else "yes" if flag else "no"
 
 
 def health_text(r: LayerRow) -> str:
@@ -179,10 +167,8 @@ def _footer(listing: LayerListing) -> str:
 def markdown(listing: LayerListing, **_: object) -> str:
     """The listing as a markdown table, for a pull-request comment."""
     version = listing.keras_version or "unknown"
-    head = (
-        f"**layergrad layers** {md_code(listing.path)}: {md_text(listing.class_name)} "
-        f"{md_code(listing.name)}, {listing.format}, Keras {md_text(version)}\n\n"
-    )
+    what = f"{md_text(listing.class_name)} {md_code(listing.name)}, {listing.format}"
+    head = md_title("layers", listing.path, f"{what}, Keras {md_text(version)}")
     out = head + md_rows(_columns(listing), listing.rows) + "\n"
     out += "".join(
         f"- {md_code(r.path)}: **{md_text(str(r.problem))}**\n" for r in listing.rows if r.problem

@@ -61,16 +61,12 @@ def mark_of(row: ScanRow) -> str:
 
 
 def report_figure(report: InspectReport | ScanReport | WeightScanReport) -> Figure:
-    """The chart of a report: gradient flow for a scan, unit sensitivity for an inspect."""
+    """The chart of a report: gradient flow for a scan (a weight scan's drawn as a scan of its
+    variables), unit sensitivity for an inspect."""
     if isinstance(report, ScanReport):
         return scan_figure(report)
-    if isinstance(report, WeightScanReport):
-        return weights_figure(report)
-    return inspect_figure(report)
-
-
-def weights_figure(report: WeightScanReport) -> Figure:
-    """The loss's gradient flow through the trainable variables, drawn like a scan."""
+    if isinstance(report, InspectReport):
+        return inspect_figure(report)
     rows = tuple(
         ScanRow(v.variable, "", v.shape, v.dtype, v.status, v.gradient, v.flags)
         for v in report.variables
@@ -88,14 +84,9 @@ def scan_figure(
     with a legend); a row with no positive mean |g| (None, all zero, integer) gets a word
     instead of a bar. More than `rows_per_column` rows wrap into columns sharing one axis (a
     page that scrolls passes more: one tall column keeps its labels at their size).
-    Rows that carry a per-sample Jacobian norm get a marker for it on the same axis.
-
-    Args:
-        report: the result of `api.scan_model`.
-
-    Returns:
-        A matplotlib Figure (Agg canvas). Bars have gid `lg-bar-I`, words `lg-mark-I`,
-        Jacobian markers `lg-jac-I`, for row index I.
+    Rows that carry a per-sample Jacobian norm get a marker for it on the same axis. In the
+    Figure (Agg canvas) bars have gid `lg-bar-I`, words `lg-mark-I`, Jacobian markers
+    `lg-jac-I`, for row index I.
 
     Example (with `layergrad.commands.api.scan_model` and `chart_files.save_figure`)::
 
@@ -163,10 +154,7 @@ def _scan_column(ax: Axes, rows: Sequence[ScanRow], start: int, floor: float) ->
     _draw_jacobian(ax, rows, start)
     ax.set_yticks(ys, [_label(r.layer) for r in rows], fontsize=FONT_SIZE, parse_math=False)
     ax.tick_params(axis="y", length=0)
-    ax.grid(axis="x", which="major", color="#dddddd", linewidth=0.6)
-    ax.set_axisbelow(True)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
+    _grid(ax)
 
 
 def _draw_jacobian(ax: Axes, rows: Sequence[ScanRow], start: int) -> None:
@@ -229,14 +217,8 @@ def inspect_figure(report: InspectReport) -> Figure:
     """Unit sensitivity: the most sensitive units of the `--from` activation, per `--to`.
 
     One panel per result with status ok: mean |g| per unit of the `--from`
-    activation's last axis, largest first (the units of the text report). Without any such
-    result the figure says so in words.
-
-    Args:
-        report: the result of `api.inspect_model`.
-
-    Returns:
-        A matplotlib Figure; bars have gid `lg-unit-P-R` (panel P, rank R).
+    activation's last axis, largest first (the units of the text report), bars of gid
+    `lg-unit-P-R` (panel P, rank R). Without any such result the figure says so in words.
     """
     ranked = [r for r in report.results if _units(r)]
     source = report.results[0].source.layer if report.results else "?"
@@ -282,7 +264,12 @@ def _units_panel(ax: Axes, result: Result, panel: int) -> None:
     ax.set_ylim(len(units) - 0.5, -0.5)
     ax.set_title(f"-> {_label(result.target.layer)}", fontsize=9, parse_math=False)
     ax.set_xlabel("mean |g| per unit")
-    ax.grid(axis="x", color="#dddddd", linewidth=0.6)
+    _grid(ax)
+
+
+def _grid(ax: Axes) -> None:
+    """Light vertical grid lines behind the bars; no frame on the top and right."""
+    ax.grid(axis="x", which="major", color="#dddddd", linewidth=0.6)
     ax.set_axisbelow(True)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)

@@ -11,7 +11,9 @@ from layergrad.render.common import (
     causes_lines,
     md_cause,
     md_code,
+    md_lines,
     md_text,
+    md_title,
     model_header,
     to_text,
 )
@@ -79,25 +81,22 @@ def _summary(report: WeightScanReport) -> str:
 
 def markdown(report: WeightScanReport, **_: object) -> str:
     """A markdown table for a pull-request comment, then the causes."""
-    path = md_code(report.model.path)
-    head = f"**layergrad scan --wrt weights** {path}: {md_text(_what(report))}\n\n"
+    head = md_title("scan --wrt weights", report.model.path, md_text(_what(report)))
     notes = [
         f"- {', '.join(md_code(n) for n in names)}: {md_cause(c)}"
         for (_, _, causes), names in _cause_blocks(report).items()
         for c in causes
     ]
     notes += [f"> note: {md_text(n)}" for n in report.notes]
-    tail = "".join(f"\n{n}" for n in notes) + ("\n" if notes else "")
     snr = md_rows(SNR_COLUMNS, report.noise) if report.noise else ""
     snr = f"\n{md_text(SNR_TITLE)}:\n\n{snr}" if snr else ""
     summary = f"\n{md_text(_summary(report))}\n"
-    return head + md_rows(WEIGHT_COLUMNS, report.variables) + summary + snr + tail
+    return head + md_rows(WEIGHT_COLUMNS, report.variables) + summary + snr + md_lines(notes)
 
 
 def html(report: WeightScanReport, **_: object) -> str:
     """The `scan --wrt weights` page: a verdict, every trainable variable, the causes."""
-    from layergrad.render.html_page import Html, el, page
-    from layergrad.render.html_report import causes_panel, page_facts
+    from layergrad.render.html_page import Html, causes_panel, el, page, page_facts
 
     rows = report.variables
     bad = [r for r in rows if r.status != "ok"]

@@ -28,8 +28,9 @@ from layergrad.core.results import (
     ScanRow,
 )
 from layergrad.core.vocab import Finding
-from layergrad.render import html_report
 from layergrad.render.check import html as check_html
+from layergrad.render import inspect as inspect_page
+from layergrad.render import scan as scan_page
 
 IMG = "<img src=x onerror=alert(1)>"
 END_SCRIPT = "</script><script>alert(2)</script>"
@@ -68,7 +69,7 @@ def hostile_scan() -> ScanReport:
 
 
 def test_names_from_the_model_stay_text_in_a_scan_page():
-    page = assert_well_formed_and_self_contained(html_report.scan_html(hostile_scan()))
+    page = assert_well_formed_and_self_contained(scan_page.html(hostile_scan()))
     assert page.count("img") == 0 and page.count("b") == 0
     layers = [row[1] for row in page.tables[0]]
     assert layers == [IMG, END_SCRIPT, MIXED]  # unescaped by the parser: exactly the names
@@ -82,7 +83,7 @@ def test_names_from_the_model_stay_text_in_inspect_and_check_pages():
     cause = Reason(Finding.NOT_DOWNSTREAM, f"{MIXED} does not depend on {IMG}", "pick another", END_SCRIPT)  # fmt: skip
     broken = Result(ok.source, Endpoint(END_SCRIPT, (8, 2), "float32"), "none", None, (cause,), (f"warn {IMG}",))  # fmt: skip
     report = InspectReport(ModelMeta(IMG, "h5", "Sequential", MIXED), PROBE, (ok, broken))
-    page = assert_well_formed_and_self_contained(html_report.inspect_html(report))
+    page = assert_well_formed_and_self_contained(inspect_page.html(report))
     assert page.count("img") == 0 and page.count("b") == 0
     assert [row[:2] for row in page.tables[0]] == [[IMG, MIXED], [IMG, END_SCRIPT]]
     assert f"{MIXED} does not depend on {IMG}" in page.text and f"warn {IMG}" in page.text
@@ -114,7 +115,7 @@ def test_a_real_model_with_a_hostile_layer_name(tmp_path):
 
 def test_scan_page_has_every_row_of_the_table_in_order():
     report = scan_model(sample("cause_round.keras"), imports=[CUSTOM_LAYERS])
-    page = assert_well_formed_and_self_contained(html_report.scan_html(report))
+    page = assert_well_formed_and_self_contained(scan_page.html(report))
     rows = page.tables[0]
     assert [r[1] for r in rows] == [r.layer for r in report.rows] == ["x", "dense", "round", "head"]
     assert [r[4] for r in rows] == ["none", "none", "ok", "ok"]
@@ -130,27 +131,27 @@ def test_scan_page_has_every_row_of_the_table_in_order():
 
 
 def test_scan_page_numbers_worked_out_by_hand():
-    page = read_page(html_report.scan_html(scan_model(sample("hand_set.keras"), target="b")))
+    page = read_page(scan_page.html(scan_model(sample("hand_set.keras"), target="b")))
     assert [(r[1], r[6]) for r in page.tables[0]] == [("x", "28"), ("a", "5.5"), ("b", "1")]
 
 
 def test_inspect_page_results_chart_units_and_cause_panels():
     report = inspect_model(sample("residual.keras"), "stem", ["head", "side"])
-    page = assert_well_formed_and_self_contained(html_report.inspect_html(report))
+    page = assert_well_formed_and_self_contained(inspect_page.html(report))
     assert [r[:2] for r in page.tables[0]] == [["stem", "head"], ["stem", "side"]]
     assert "d sum(to) / d stem, for to in head, side" in page.text
     assert len(page.ids("lg-unit-")) == 16  # two panels of 8 units (stem is Dense(8))
     assert page.tables[1][0][0] == "1" and len(page.tables[1]) == 8  # the units table
 
     report = inspect_model(sample("residual.keras"), "side", ["head"])
-    page = read_page(html_report.inspect_html(report))
+    page = read_page(inspect_page.html(report))
     assert page.tables[0][0][4] == "none"
     assert "none: d head / d side" in page.text and "not_downstream" in page.text
     assert "fix:" in page.text and "no unit sensitivity to show" in page.text
 
 
 def test_inspect_page_for_hand_set_shows_the_paper_values():
-    page = read_page(html_report.inspect_html(inspect_model(sample("hand_set.keras"), "a", ["b"])))
+    page = read_page(inspect_page.html(inspect_model(sample("hand_set.keras"), "a", ["b"])))
     assert page.tables[0][0][5:8] == ["22.09", "5.5", "6"]  # L2 sqrt(8*(25+36)), mean, max
     assert "target d sum(b) / d a mode inference" in page.text
     assert page.tables[1] == [["1", "unit 1", "6"], ["2", "unit 0", "5"]]
@@ -207,7 +208,7 @@ def test_resnet50_page_is_small_and_keeps_every_row(tmp_path):
     path = tmp_path / "resnet50.keras"
     keras.applications.ResNet50(weights=None, input_shape=(64, 64, 3)).save(path)
     report = scan_model(path, target="avg_pool")
-    document = html_report.scan_html(report)
+    document = scan_page.html(report)
     assert len(document.encode()) < 3_000_000
     page = assert_well_formed_and_self_contained(document)
     assert len(report.rows) > 170

@@ -26,7 +26,8 @@ from layergrad.cli.app import main
 from layergrad.commands.api import inspect_model, scan_model
 from layergrad.core.errors import LayergradError
 from layergrad.core.results import GradientStats, ModelMeta, ProbeMeta, ScanReport, ScanRow
-from layergrad.render import chart_files, html_report, plot
+from layergrad.render import chart_files, plot
+from layergrad.render import scan as scan_page
 
 PROBE = ProbeMeta("random", 0, 8, False, "sum")
 
@@ -201,7 +202,7 @@ def test_the_jacobian_profile_is_drawn_when_rows_carry_one(tmp_path):
     chart_files.save_figure(fig, tmp_path / "jac.svg")
     assert sum(i.startswith("lg-jac-") for i in svg_ids(tmp_path / "jac.svg")) == 2
     assert plot.scan_figure(base).findobj(lambda a: (a.get_gid() or "").startswith("lg-jac")) == []
-    page = read_page(html_report.scan_html(report))  # the page gets a column and the markers
+    page = read_page(scan_page.html(report))  # the page gets a column and the markers
     assert [r[10] for r in page.tables[0]] == ["3", "40", "-"] and len(page.ids("lg-jac-")) == 2
 
 
@@ -267,7 +268,7 @@ def test_commands_that_do_not_plot_never_import_matplotlib():
     code = f"""
 import sys
 from click.testing import CliRunner
-import layergrad.render.plot, layergrad.render.html_report
+import layergrad.render.plot, layergrad.render.inspect, layergrad.render.scan
 from layergrad.cli.app import main
 model = {sample("hand_set.keras")!r}
 codes = [CliRunner().invoke(main, args).exit_code for args in (

@@ -138,7 +138,7 @@ def test_inspect_over_the_data_notes_a_shared_layer_in_the_same_words(tmp_path):
 def test_a_long_scan_chart_grows_in_height_with_readable_labels(tmp_path):
     """164 layers: the page's chart is one tall column (not three that a browser shrinks to
     its width, making 8 pt labels about 3 pt)."""
-    from layergrad.render import html_report
+    from layergrad.render import scan as scan_page
 
     x = keras.Input((3,), name="x")
     h = x
@@ -147,7 +147,7 @@ def test_a_long_scan_chart_grows_in_height_with_readable_labels(tmp_path):
     keras.Model(x, h).save(tmp_path / "long.keras")
     report = scan_model(str(tmp_path / "long.keras"))
     assert len(report.rows) == 164
-    page = html_report.scan_html(report)
+    page = scan_page.html(report)
     width = int(re.search(r'class="chart"[^>]*max-width:(\d+)px', page).group(1))
     svg = re.search(r'<svg[^>]*height="([\d.]+)pt"[^>]*width="([\d.]+)pt"|'
                     r'<svg[^>]*width="([\d.]+)pt"[^>]*height="([\d.]+)pt"', page)  # fmt: skip
