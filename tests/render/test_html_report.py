@@ -28,9 +28,9 @@ from layergrad.core.results import (
     ScanRow,
 )
 from layergrad.core.vocab import Finding
-from layergrad.render.check import html as check_html
 from layergrad.render import inspect as inspect_page
 from layergrad.render import scan as scan_page
+from layergrad.render.check import html as check_html
 
 IMG = "<img src=x onerror=alert(1)>"
 END_SCRIPT = "</script><script>alert(2)</script>"
