@@ -198,6 +198,7 @@ def input_readers(archive: zipfile.ZipFile, path: str, specs: Sequence[InputSpec
 def input_layouts(path: str, specs: Sequence[InputSpec]) -> tuple[list[NpyLayout | None], int]:
     """Where each input's rows lie (None: compressed) and how many rows there are, checked
     against `specs` from the headers."""
+
     def read() -> tuple[list[NpyRows], dict[str, NpyLayout | None]]:
         with zipfile.ZipFile(path) as archive:
             members = input_members(archive, path, specs)

@@ -261,7 +261,9 @@ def test_a_diff_printed_one_row_a_line_is_its_json(report):
 def test_a_check_report_says_what_each_file_got():
     item = CheckItem("gradient", True, "reaches every layer", (Finding.VANISHING,),
                      (Finding.VANISHING,))  # fmt: skip
-    failed = FileVerdict("b.keras", False, (CheckItem("safe", False, "a Lambda", (Finding.UNSAFE,)),))
+    failed = FileVerdict(
+        "b.keras", False, (CheckItem("safe", False, "a Lambda", (Finding.UNSAFE,)),)
+    )
     doc = written(CheckReport((FileVerdict("a.keras", True, (item,)), failed)))
     assert doc["schema"] == "layergrad.check/1" and doc["passed"] is False
     assert doc["summary"] == "1 passed, 1 failed, 1 warning"
