@@ -110,6 +110,12 @@ def read_loss(loss: object) -> LossRead | None:
     return LossRead(type(loss).__name__, known=False)
 
 
+def loss_class(name: str) -> str:
+    """The Keras class of a loss by its canonical name: `binary_crossentropy` ->
+    `BinaryCrossentropy`."""
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
 def _named(name: str, from_logits: bool) -> LossRead:
     key = name.strip().lower().replace("_", "")
     canonical = _BY_KEY.get(key)
