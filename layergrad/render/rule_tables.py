@@ -1,13 +1,8 @@
-"""The docs' tables of the rules, made from the tables themselves: the head rules
-(`model/head_rules.RULES`), the label rules (`model/target_fit.RULES`), the training rules
-(`training/rules.RULES`) and the cause codes (`diagnose/causes.KINDS`).
-
-`docs/verdicts.md` shows each head and label rule's condition, severity and evidence (the label
-rules' and the training rules' as measured, passed in by `docs/make_tables.py`), `docs/fix.md` each
-rule's repair, the README each cause code's meaning, detection and fix. A generated table sits
-between a `<!-- rules: NAME -->` line and the next `<!-- end rules -->` line;
-`docs/make_tables.py` rewrites them and a test fails when a page differs from what the table
-makes.
+"""The docs' tables of the rules, made from the tables themselves: the head rules, the label
+rules, the training rules (with what `docs/make_tables.py` passes in as measured) and the
+cause codes (`diagnose/causes.KINDS`). A generated table sits between a
+`<!-- rules: NAME -->` line and the next `<!-- end rules -->` line; a test fails when a page
+differs from what the tables make.
 """
 
 from __future__ import annotations
