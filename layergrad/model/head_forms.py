@@ -107,16 +107,10 @@ def _layer_activation(class_name: str, config: Mapping[str, object], module: obj
         return _by_name(function.rsplit(".", 1)[-1]) if isinstance(function, str) else UNKNOWN
     if isinstance(module, str) and module.startswith(("keras.src.ops", "keras.ops")):
         return _by_name(class_name)  # keras.ops.sigmoid(x) is an entry of class Sigmoid
-    if class_name in _WRAPPERS:
+    if class_name in _WRAPPERS:  # the wrapped layer's config, as an `activation` value holds one
         inner = config.get("layer")
-        if isinstance(inner, Mapping) and isinstance(inner.get("class_name"), str):
-            layer_config = inner.get("config")
-            return _layer_activation(
-                str(inner["class_name"]),
-                layer_config if isinstance(layer_config, Mapping) else {},
-                inner.get("module"),
-            )
-        return UNKNOWN
+        wrapped = isinstance(inner, Mapping) and isinstance(inner.get("class_name"), str)
+        return activation_from(inner) if wrapped else UNKNOWN
     if class_name in NO_ACTIVATION or _builtin_with_activation(class_name, config, module):
         return activation_from(config.get("activation"))
     return UNKNOWN

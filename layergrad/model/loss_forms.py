@@ -180,11 +180,10 @@ def find_loss(config: Mapping[str, object], option: str | None) -> LossSpec | No
     """
     if option:
         return LossSpec(option, "option", {"loss": option})
-    compiled = config
-    if not compiled.get("loss"):
+    if not config.get("loss"):
         return None
-    args = {k: compiled[k] for k in ("loss", "loss_weights") if compiled.get(k) is not None}
-    return LossSpec(loss_name(compiled["loss"]), "compiled", args)
+    args = {k: config[k] for k in ("loss", "loss_weights") if config.get(k) is not None}
+    return LossSpec(loss_name(config["loss"]), "compiled", args)
 
 
 def loss_name(loss: object) -> str:

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from layergrad.training.rules import TrainingRule
 
 END = "<!-- end rules -->"
+# the columns of `_evidence`
+EVIDENCE = ("trained: flagged / repaired", "flagged runs that never trained", "corpus recall",
+            "false alarms")  # fmt: skip
 
 
 def _evidence(found: Evidence | None, examples: Sequence[str]) -> tuple[str, str, str, str]:
@@ -43,8 +46,7 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 
 def verdict_table() -> str:
     """Each rule: its finding, severity, condition and the evidence behind it."""
-    header = ("rule", "finding", "severity", "when", "trained: flagged / repaired",
-              "flagged runs that never trained", "corpus recall", "false alarms")  # fmt: skip
+    header = ("rule", "finding", "severity", "when", *EVIDENCE)
     return _table(header, ((f"`{r.name}`", f"`{r.code}`", r.severity, r.condition,
                             *_evidence(r.evidence, [e.label for e in r.examples]))
                            for r in RULES))  # fmt: skip
@@ -70,10 +72,7 @@ def target_table(measured: Mapping[str, Evidence]) -> str:
     rows = ((f"`{r.name}`", r.labels, r.head_and_loss, r.severity, r.repair_words,
              *_evidence(measured.get(r.name), [e.label for e in r.examples]))
             for r in TARGET_RULES)  # fmt: skip
-    header = ("rule", "labels", "head and loss", "severity", "`fix` changes",
-              "trained: flagged / repaired", "flagged runs that never trained", "corpus recall",
-              "false alarms")  # fmt: skip
-    return _table(header, rows)
+    return _table(("rule", "labels", "head and loss", "severity", "`fix` changes", *EVIDENCE), rows)
 
 
 def training_table(

@@ -53,7 +53,7 @@ class HeadRules:
         self.heads = output_heads(info.config, info.graph) if info.graph.known else []
         names = [h.name for h in self.heads]
         loss = keyed_by_head(compiled.get("loss"), info.config)
-        self.specs = loss_specs(loss, names) if loss else []
+        self.specs = loss_specs(loss, names) if loss else [None] * len(names)
         if len(self.heads) == 1 and len(labels) == 1:
             labels = {names[0]: next(iter(labels.values()))}
         self.labels = labels
@@ -77,18 +77,10 @@ class HeadRules:
             entry = nxt
         return entry.path if entry is not None else path
 
-    def activation(
-        self,
-        head: Head,
-        act: str,
-        why: str,
-        finding: str,
-        units: int | None = None,
-        loss: str | None = None,
-        from_logits: bool = False,
-    ) -> Plan:
-        """The head's activation (and `units`, when given) changes; the loss stays, or becomes
-        `loss` (with `from_logits`) when given."""
+    def _activation(self, head: Head, change: Change, finding: str) -> Plan:
+        """The head's activation (and units, when the change gives them) changes; the loss
+        stays, or becomes the change's loss (with its `from_logits`)."""
+        act, units, loss = change.activation or head_activation(head), change.units, change.loss
         layer = head.layer
         entry = self._entry(layer)
         config = entry.get("config")
@@ -117,17 +109,18 @@ class HeadRules:
             dense = self._entry(units_at)
             code.append(f"{layer_code(dense)} -> {layer_code(dense, units=units)}{at(units_at)}")
         compile_edits: list[Edit] = []
-        if loss is not None and self._loss_name(head) != (loss, from_logits):
-            compile_edits.append(self._loss_edit(head, loss, from_logits, code))
-        return Plan(finding, layer, why, tuple(code), tuple(edits), tuple(compile_edits), fresh)
+        if loss is not None and self.specs[self.heads.index(head)] != (loss, change.from_logits):
+            compile_edits.append(self._loss_edit(head, loss, change.from_logits, code))
+        return Plan(finding, layer, change.why, tuple(code), tuple(edits), tuple(compile_edits),
+                    fresh)  # fmt: skip
 
-    def loss(self, head: Head, name: str, from_logits: bool, why: str, finding: str) -> Plan:
+    def _loss(self, head: Head, name: str, from_logits: bool, why: str, finding: str) -> Plan:
         """The head's loss changes; the model stays."""
         code: list[str] = []
         edit = self._loss_edit(head, name, from_logits, code)
         return Plan(finding, head.layer, why, tuple(code), (), (edit,))
 
-    def flatten(self, head: Head, why: str, finding: str) -> Plan:
+    def _flatten(self, head: Head, why: str, finding: str) -> Plan:
         """A `Flatten` right before the head (a Dense on a feature map); the head's kernel
         is drawn afresh, as its input width changes."""
         layer = head.layer
@@ -149,11 +142,6 @@ class HeadRules:
         code.append(f"{loss_code(old, output)} -> {loss_code(new, output)}")
         return set_loss(key, i, new)
 
-    def _loss_name(self, head: Head) -> tuple[str, bool] | None:
-        """(the head's loss by its canonical name, from_logits), None when unknown."""
-        specs = self.specs or [None] * len(self.heads)
-        return specs[self.heads.index(head)]
-
     def _loss_key(self, head: Head) -> str:
         """The key of the head's loss in a dict of losses: its output's dict key when the
         model's outputs are a dict keyed that way (`Model(x, {"price": ...})`), else the
@@ -169,7 +157,7 @@ class HeadRules:
     def plans(self, finding: str) -> list[Plan]:
         """Repairs for every head with a problem these rules know."""
         found: list[Plan] = []
-        for head, spec in zip(self.heads, self.specs or [None] * len(self.heads), strict=True):
+        for head, spec in zip(self.heads, self.specs, strict=True):
             rule = self._targets if finding == Finding.TARGET_MISMATCH else self._head
             plan = rule(head, spec, self.labels.get(head.name))
             if plan is not None and head_activation(head) == "softmax" and head.units == 1:
@@ -214,13 +202,11 @@ class HeadRules:
     def _make(self, head: Head, change: Change, finding: str) -> Plan | None:
         """The plan that makes `change` to the model and its loss."""
         if change.kind == "flatten":
-            return self.flatten(head, change.why, finding)
+            return self._flatten(head, change.why, finding)
         if change.kind == "loss" and change.loss is not None:
-            return self.loss(head, change.loss, change.from_logits, change.why, finding)
+            return self._loss(head, change.loss, change.from_logits, change.why, finding)
         if change.kind == "activation":
-            act = change.activation or head_activation(head)
-            return self.activation(head, act, change.why, finding, change.units, change.loss,
-                                   change.from_logits)  # fmt: skip
+            return self._activation(head, change, finding)
         if change.kind == "remove_before":
             return self._relu_removed(head, change.why)
         if change.kind == "move_dropout":
