@@ -107,16 +107,10 @@ def _layer_activation(class_name: str, config: Mapping[str, object], module: obj
         return _by_name(function.rsplit(".", 1)[-1]) if isinstance(function, str) else UNKNOWN
     if isinstance(module, str) and module.startswith(("keras.src.ops", "keras.ops")):
         return _by_name(class_name)  # keras.ops.sigmoid(x) is an entry of class Sigmoid
-    if class_name in _WRAPPERS:
+    if class_name in _WRAPPERS:  # the wrapped layer's config, as an `activation` value holds one
         inner = config.get("layer")
-        if isinstance(inner, Mapping) and isinstance(inner.get("class_name"), str):
-            layer_config = inner.get("config")
-            return _layer_activation(
-                str(inner["class_name"]),
-                layer_config if isinstance(layer_config, Mapping) else {},
-                inner.get("module"),
-            )
-        return UNKNOWN
+        wrapped = isinstance(inner, Mapping) and isinstance(inner.get("class_name"), str)
+        return activation_from(inner) if wrapped else UNKNOWN
     if class_name in NO_ACTIVATION or _builtin_with_activation(class_name, config, module):
         return activation_from(config.get("activation"))
     return UNKNOWN
@@ -181,20 +175,25 @@ def output_heads(config: Mapping[str, object], graph: ModelGraph) -> list[Head]:
     return [_head(graph, name) for name in names]
 
 
+def output_keys(config: Mapping[str, object]) -> list[tuple[str, str]]:
+    """(dict key, the layer that makes it) of each output of a model whose outputs are a dict
+    (`Model(x, {"price": a})`) and made by one layer."""
+    inner = config.get("config")
+    outputs = inner.get("output_layers") if isinstance(inner, Mapping) else None
+    if not isinstance(outputs, Mapping):
+        return []
+    refs = {str(key): structure_refs(ref) for key, ref in outputs.items()}
+    return [(key, found[0][0]) for key, found in refs.items() if len(found) == 1]
+
+
 def keyed_by_head(loss: object, config: Mapping[str, object]) -> object:
     """`loss` with a dict of losses keyed by the outputs' dict keys (`Model(x, {"price": a})`,
     compiled with `loss={"price": ...}`) also keyed by the layer that makes each output, the
     name `output_heads` gives it; any other loss as it is."""
-    inner = config.get("config")
-    outputs = inner.get("output_layers") if isinstance(inner, Mapping) else None
-    if not isinstance(loss, Mapping) or "class_name" in loss or not isinstance(outputs, Mapping):
+    if not isinstance(loss, Mapping) or "class_name" in loss:
         return loss
-    by_layer = {}
-    for key, ref in outputs.items():
-        refs = structure_refs(ref)
-        if key in loss and len(refs) == 1 and refs[0][0] not in loss:
-            by_layer[refs[0][0]] = loss[key]
-    return {**loss, **by_layer}
+    keys = [(key, layer) for key, layer in output_keys(config) if key in loss and layer not in loss]
+    return {**loss, **{layer: loss[key] for key, layer in keys}}
 
 
 PASS_THROUGH = ("Dropout", "AlphaDropout", "GaussianDropout", "GaussianNoise", "Identity",

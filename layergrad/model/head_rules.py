@@ -1,19 +1,10 @@
 """The rules that judge an output head against its compiled loss: one table, one entry a rule.
 
-Each `HeadRule` holds what the rule reads (`HeadFacts`: the head's activation and units, the
-loss, `from_logits`, the labels when there are data, the network's linear stack), its
-predicate, its message and hint, its severity, its repair (the `Change` `fix` applies) and
-the examples that show it: heads that trigger it and near misses that must not. `check`
-renders the message from the first rule that applies (`judge`), `fix` applies the first
-repair among the rules that apply (`repairs`), the docs' tables are generated from the entries
-(`docs/make_tables.py`) and the tests build every example.
-
-**Severity is earned.** A rule fails a file only when its evidence shows that flagged models
-do not train; every other rule warns. `Evidence` records what
-`benchmarks/bench_rule_evidence.py` measured on the rule's examples (Adam and SGD, several
-seeds): how many flagged runs trained (a finite loss, and on held-back data at least half of
-the repaired copy's gain over the prior) and how many repaired ones did, and what
-`benchmarks/bench_rule_corpus.py` found on the verdict corpus. No TensorFlow.
+Each `HeadRule` holds what the rule reads (`HeadFacts`), its predicate, its message and hint,
+its severity (a failure only with `Evidence` that flagged models do not train), its repair
+(the `Change` `fix` applies) and its examples and near misses. `check` says the first rule
+that applies (`judge`), `fix` makes the first repair (`repairs`), `docs/make_tables.py`
+writes the docs' tables from the entries and the tests build every example. No TensorFlow.
 """
 
 from __future__ import annotations
@@ -25,8 +16,8 @@ from layergrad.core.results import ConfigChange, Fact, Reason
 from layergrad.core.vocab import Finding, Severity
 from layergrad.model.head_forms import Head
 from layergrad.model.label_summary import LabelSummary
-from layergrad.model.loss_forms import REGRESSION_LOSSES
-from layergrad.model.target_fit import CHANGES_LOSS
+from layergrad.model.loss_forms import REGRESSION_LOSSES, loss_class
+from layergrad.model.target_fit import CHANGES_LOSS, units_words
 
 # activations whose outputs can be negative
 NEGATIVE = frozenset({"linear", "tanh", "leaky_relu", "elu", "selu", "softsign", "prelu",
@@ -98,8 +89,7 @@ class HeadFacts:
 
     def describe(self) -> str:
         head = self.head
-        units = f"{head.units} unit{'s' if head.units != 1 else ''}, " if head.units else ""
-        return f"output '{head.name}' ({units}{head.observed or head.activation})"
+        return f"output '{head.name}' ({units_words(head.units)}{head.observed or head.activation})"
 
 
 # The repair a rule makes (the config edit `fix` applies), kept in its finding record.
@@ -153,10 +143,9 @@ class Evidence:
 @dataclass(frozen=True)
 class HeadRule:
     """One rule: see the module doc. `needs`: what it holds under (`file`: the file alone;
-    `probe`: a head whose activation the probe's outputs showed)."""
+    `probe`: a head whose activation the probe's outputs showed); `code`: its finding."""
 
     name: str
-    code: Finding
     condition: str  # the docs' words for `applies`
     applies: Callable[[HeadFacts], bool]
     message: Callable[[HeadFacts], str]
@@ -169,6 +158,7 @@ class HeadRule:
     evidence: Evidence | None = None
     layer: Callable[[HeadFacts], str | None] = lambda f: f.head.layer  # the layer to change
     needs: str = "file"
+    code: Finding = Finding.LOSS_MISMATCH
 
 
 def judge(facts: HeadFacts) -> Reason | None:
@@ -185,13 +175,8 @@ def judge(facts: HeadFacts) -> Reason | None:
 def repairs(facts: HeadFacts) -> list[tuple[HeadRule, Change]]:
     """The repair of each rule that applies to `facts`, in table order (a rule without one for
     these facts is skipped: the next rule's repair stands)."""
-    found = []
-    for rule in RULES:
-        if rule.applies(facts):
-            change = rule.repair(facts)
-            if change is not None:
-                found.append((rule, change))
-    return found
+    found = [(rule, rule.repair(facts)) for rule in RULES if rule.applies(facts)]
+    return [(rule, change) for rule, change in found if change is not None]
 
 
 # -- the words ----------------------------------------------------------------------------
@@ -207,15 +192,15 @@ CLASSIFIER_LOSS = (
 )
 
 
+BINARY_ON_SOFTMAX = _on(
+    "binary cross-entropy scores each softmax output as an independent yes/no, but a softmax "
+    "ties them together (and over one unit it is always 1.0)"
+)
 BINARY_SOFTMAX_HINT = (
     "a softmax head with categorical_crossentropy (one-hot labels) or "
     "sparse_categorical_crossentropy (class ids); for yes/no or multi-label outputs a sigmoid "
     "head with binary_crossentropy"
 )
-
-
-def _class_name(loss: str) -> str:
-    return "".join(part.capitalize() for part in loss.split("_"))
 
 
 def _class_loss(f: HeadFacts) -> str:
@@ -327,7 +312,6 @@ UNTRAINED_BOTH = ((0, "adam"), (0, "sgd"), (1, "adam"), (1, "sgd"))
 RULES: tuple[HeadRule, ...] = (
     HeadRule(
         "logits_on_probabilities",
-        Finding.LOSS_MISMATCH,
         "`from_logits=True` on a softmax / sigmoid head",
         lambda f: f.loss is not None and f.from_logits and f.act in PROBABILITIES,
         _on("from_logits=True applies {act} to an output that already went through {act}, so "
@@ -347,11 +331,9 @@ RULES: tuple[HeadRule, ...] = (
     ),
     HeadRule(
         "binary_on_one_softmax",
-        Finding.LOSS_MISMATCH,
         "binary cross-entropy on a softmax over one unit (always 1.0)",
         lambda f: "binary" in (f.loss or "") and f.act == "softmax" and f.units == 1,
-        _on("binary cross-entropy scores each softmax output as an independent yes/no, but a "
-            "softmax ties them together (and over one unit it is always 1.0)"),
+        BINARY_ON_SOFTMAX,
         lambda f: BINARY_SOFTMAX_HINT,
         Severity.FAIL,
         "the activation: `sigmoid` (also clears `constant_output`)",
@@ -362,7 +344,6 @@ RULES: tuple[HeadRule, ...] = (
     ),
     HeadRule(
         "binary_on_two_softmax",
-        Finding.LOSS_MISMATCH,
         "binary cross-entropy on a softmax over two units (on one-hot labels the same loss as "
         "categorical cross-entropy)",
         lambda f: "binary" in (f.loss or "") and f.act == "softmax" and f.units == 2,
@@ -381,11 +362,9 @@ RULES: tuple[HeadRule, ...] = (
     ),
     HeadRule(
         "binary_on_softmax",
-        Finding.LOSS_MISMATCH,
         "binary cross-entropy on a softmax over three or more units",
         lambda f: "binary" in (f.loss or "") and f.act == "softmax" and f.units not in (1, 2),
-        _on("binary cross-entropy scores each softmax output as an independent yes/no, but a "
-            "softmax ties them together (and over one unit it is always 1.0)"),
+        BINARY_ON_SOFTMAX,
         lambda f: BINARY_SOFTMAX_HINT,
         Severity.FAIL,
         "the loss: `categorical_crossentropy` (`sparse_categorical_crossentropy` when the labels "
@@ -398,7 +377,6 @@ RULES: tuple[HeadRule, ...] = (
     ),
     HeadRule(
         "categorical_on_unit_range",
-        Finding.LOSS_MISMATCH,
         "a categorical loss on outputs in [0, 1] that do not sum to 1 (seen on the probe)",
         lambda f: f.categorical and "sparse" not in (f.loss or "") and not f.from_logits
         and f.act == "unit_range" and (f.units or 0) > 1,
@@ -417,7 +395,6 @@ RULES: tuple[HeadRule, ...] = (
     ),
     HeadRule(
         "categorical_on_one_unit",
-        Finding.LOSS_MISMATCH,
         "a categorical loss on one unit (the loss is constant)",
         lambda f: f.categorical and f.units == 1,
         _on("categorical cross-entropy compares a distribution over classes, but one unit holds "
@@ -435,7 +412,6 @@ RULES: tuple[HeadRule, ...] = (
     ),
     HeadRule(
         "categorical_on_sigmoids",
-        Finding.LOSS_MISMATCH,
         "a categorical loss on two or more sigmoids (Keras divides them by their sum)",
         lambda f: f.categorical and f.act == "sigmoid" and (f.units or 2) > 1,
         _on("categorical cross-entropy compares a distribution over classes, but sigmoid "
@@ -454,13 +430,12 @@ RULES: tuple[HeadRule, ...] = (
     ),
     HeadRule(
         "probabilities_loss_on_unbounded",
-        Finding.LOSS_MISMATCH,
         "a cross-entropy without `from_logits` on a head whose outputs leave [0, 1] (linear, "
         "ReLU, tanh, ELU, GELU, softplus, log-softmax...)",
         lambda f: f.crossentropy and not f.from_logits and f.act in NOT_PROBABILITIES,
         _on("with from_logits=False Keras reads the outputs as probabilities and clips them to "
             "[1e-7, 1 - 1e-7]: a {act} head's outputs outside that range get no gradient"),
-        lambda f: f"from_logits=True in the loss (e.g. keras.losses.{_class_name(f.loss or '')}"
+        lambda f: f"from_logits=True in the loss (e.g. keras.losses.{loss_class(f.loss or '')}"
         "(from_logits=True)), or a softmax / sigmoid on the head",
         Severity.FAIL,
         "linear head: the loss `from_logits=True`; ReLU head: the activation `sigmoid` (binary "
@@ -473,7 +448,6 @@ RULES: tuple[HeadRule, ...] = (
     ),
     HeadRule(
         "kl_on_unbounded",
-        Finding.LOSS_MISMATCH,
         "`kl_divergence` on a head whose outputs leave [0, 1]",
         lambda f: f.loss == "kl_divergence" and f.act in NOT_PROBABILITIES,
         _on("KL divergence reads the outputs as a distribution and clips them to [1e-7, 1]: a "
@@ -489,7 +463,6 @@ RULES: tuple[HeadRule, ...] = (
     ),
     HeadRule(
         "poisson_on_negative",
-        Finding.LOSS_MISMATCH,
         "`poisson` on a head whose outputs can go negative (the log of a negative rate is NaN)",
         lambda f: f.loss == "poisson" and f.act in NEGATIVE,
         _on("the Poisson loss takes the log of the predicted rate, but a {act} head's outputs go "
@@ -505,7 +478,6 @@ RULES: tuple[HeadRule, ...] = (
     ),
     HeadRule(
         "squared_error_on_softmax",
-        Finding.LOSS_MISMATCH,
         "mean squared / absolute error on a softmax classifier",
         lambda f: f.loss in ("mean_squared_error", "mean_absolute_error") and f.act == "softmax"
         and (f.units or 2) > 1,
@@ -521,7 +493,6 @@ RULES: tuple[HeadRule, ...] = (
     ),
     HeadRule(
         "margin_loss_on_softmax",
-        Finding.LOSS_MISMATCH,
         "`poisson`, `hinge` or `squared_hinge` on a softmax",
         lambda f: f.act == "softmax" and f.loss in ("poisson", "hinge", "squared_hinge"),
         lambda f: f"{f.loss} on {f.describe()}: {f.loss} is meant for "
@@ -538,7 +509,6 @@ RULES: tuple[HeadRule, ...] = (
     ),
     HeadRule(
         "relu_before_softmax",
-        Finding.LOSS_MISMATCH,
         "ReLU on the logits right before a `Softmax` / `Activation('softmax')` layer",
         lambda f: f.head.before in ("relu", "relu6") and f.head.before_layer is not None,
         lambda f: f"output '{f.head.name}': layer '{f.head.before_layer}' applies ReLU to the "
@@ -556,7 +526,6 @@ RULES: tuple[HeadRule, ...] = (
     ),
     HeadRule(
         "dropout_after_head",
-        Finding.LOSS_MISMATCH,
         "`Dropout` after the last layer with weights",
         lambda f: f.head.dropout is not None,
         lambda f: f"output '{f.head.name}': Dropout '{f.head.dropout}' comes after the last "
@@ -573,7 +542,6 @@ RULES: tuple[HeadRule, ...] = (
     ),
     HeadRule(
         "linear_classifier",
-        Finding.LOSS_MISMATCH,
         "a classifier (sigmoid / softmax head, or a cross-entropy or hinge loss) whose two or "
         "more weight layers have no non-linearity between them",
         lambda f: len(f.linear) >= 2 and _classifier(f),
@@ -591,7 +559,6 @@ RULES: tuple[HeadRule, ...] = (
     ),
     HeadRule(
         "linear_regression",
-        Finding.LINEAR_STACK,
         "a regression head whose two or more weight layers have no non-linearity between them "
         "(it fits what one Dense layer fits, and trains)",
         lambda f: len(f.linear) >= 2 and not _classifier(f) and _regression(f),
@@ -608,6 +575,7 @@ RULES: tuple[HeadRule, ...] = (
         (Example("linear", 1, "mean_squared_error", labels="real"),),
         layer=lambda f: f.linear[0],
         evidence=Evidence(4, 4, 4, (), corpus=(24, 64, 0, 193)),
+        code=Finding.LINEAR_STACK,
     ),
 )
 # fmt: on

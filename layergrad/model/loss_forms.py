@@ -110,6 +110,12 @@ def read_loss(loss: object) -> LossRead | None:
     return LossRead(type(loss).__name__, known=False)
 
 
+def loss_class(name: str) -> str:
+    """The Keras class of a loss by its canonical name: `binary_crossentropy` ->
+    `BinaryCrossentropy`."""
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
 def _named(name: str, from_logits: bool) -> LossRead:
     key = name.strip().lower().replace("_", "")
     canonical = _BY_KEY.get(key)
@@ -174,11 +180,10 @@ def find_loss(config: Mapping[str, object], option: str | None) -> LossSpec | No
     """
     if option:
         return LossSpec(option, "option", {"loss": option})
-    compiled = config
-    if not compiled.get("loss"):
+    if not config.get("loss"):
         return None
-    args = {k: compiled[k] for k in ("loss", "loss_weights") if compiled.get(k) is not None}
-    return LossSpec(loss_name(compiled["loss"]), "compiled", args)
+    args = {k: config[k] for k in ("loss", "loss_weights") if config.get(k) is not None}
+    return LossSpec(loss_name(config["loss"]), "compiled", args)
 
 
 def loss_name(loss: object) -> str:

@@ -1,15 +1,11 @@
-"""Can the output produce the labels? Labels given with the data against each output's
-activation and compiled loss (the `target_mismatch` finding). NumPy only, no TensorFlow.
+"""Can the output produce the labels? The labels given with the data (what they hold:
+`label_summary.LabelSummary`) against each output's activation and compiled loss: the
+`target_mismatch` finding. NumPy only, no TensorFlow.
 
-The most common bug a built model hides is an output that cannot produce its targets: a
-sigmoid trained on targets outside (0, 1), several classes fed into one unit, class ids with
-a one-hot loss, one-hot rows with the sparse loss, class ids beyond the number of units.
-What the labels hold, batch by batch over a data set, is `label_summary.LabelSummary`.
-
-The rules are one table (`RULES`, in the order they are tried; `judge` names a head by the
-first that applies): each entry holds its predicate over `TargetFacts`, its message and hint,
-its severity, the docs' words, its examples and near misses, and its repair: the
-`ConfigChange` `fix` makes (`label_repair`; none when the labels themselves must change).
+The rules are one table (`RULES`, tried in order; the first that applies names the head):
+each entry holds its predicate over `TargetFacts`, its message and hint, its severity, the
+docs' words, its examples and near misses, and its repair, the `ConfigChange` `fix` makes
+(`label_repair`; none when the labels themselves must change).
 """
 
 from __future__ import annotations
@@ -101,7 +97,7 @@ class TargetFacts:
         head = self.head
         if self.custom:
             return f"output '{head.name}' (layer '{head.layer}') with a custom loss"
-        return (f"output '{head.name}' ({_units(head.units)}{head.activation}, layer "
+        return (f"output '{head.name}' ({units_words(head.units)}{head.activation}, layer "
                 f"'{head.layer}') with {self.loss}")  # fmt: skip
 
     def read(self) -> tuple[tuple[str, Fact], ...]:
@@ -158,23 +154,23 @@ class TargetRule:
     severity: Severity = Severity.FAIL
     any_loss: bool = False
     # the change `fix` makes, from the facts this rule judged (None: the labels must change)
-    repair: Callable[[TargetFacts], Change | None] | None = None
+    repair: Callable[[TargetFacts], Change | None] = lambda f: None
 
-    def change(self, facts: TargetFacts) -> Change | None:
-        """The repair of a head this rule names; None when the labels themselves must change."""
-        return self.repair(facts) if self.repair is not None else None
+
+def _first(facts: TargetFacts) -> TargetRule | None:
+    """The first rule of `RULES` that applies to `facts`."""
+    return next((r for r in RULES if (r.any_loss or not facts.custom) and r.applies(facts)), None)
 
 
 def judge(facts: TargetFacts) -> Reason | None:
     """The finding of the first rule of `RULES` that applies to `facts`; None when none does."""
-    for rule in RULES:
-        if (rule.any_loss or not facts.custom) and rule.applies(facts):
-            return Reason(Finding.TARGET_MISMATCH,
-                          f"{facts.where()}: the labels are {facts.y.describe()}: "
-                          f"{rule.message(facts)}", rule.hint(facts), facts.head.layer,
-                          facts.head.name, facts.loss, rule.name, rule.severity,
-                          facts=facts.read())  # fmt: skip
-    return None
+    rule = _first(facts)
+    if rule is None:
+        return None
+    return Reason(Finding.TARGET_MISMATCH, f"{facts.where()}: the labels are "
+                  f"{facts.y.describe()}: {rule.message(facts)}", rule.hint(facts),
+                  facts.head.layer, facts.head.name, facts.loss, rule.name, rule.severity,
+                  facts=facts.read())  # fmt: skip
 
 
 def _ranked(f: TargetFacts) -> bool:
@@ -562,7 +558,8 @@ def _shape(shape: tuple[int, ...]) -> str:
     return "(" + ", ".join(dims) + ("," if len(shape) == 1 else "") + ")"
 
 
-def _units(units: int | None) -> str:
+def units_words(units: int | None) -> str:
+    """`3 units, ` (nothing when not known)."""
     return f"{units} unit{'s' if units != 1 else ''}, " if units else ""
 
 
@@ -574,8 +571,8 @@ def label_repair(
     if y is None or not y.count:
         return None
     facts = TargetFacts(head, y, spec)
-    rule = next((r for r in RULES if r.applies(facts)), None)
-    return rule.change(facts) if rule is not None else None
+    rule = _first(facts)
+    return rule.repair(facts) if rule is not None else None
 
 
 def _head(act: str, why: str, units: int | None = None, loss: str | None = None) -> Change:
@@ -625,5 +622,4 @@ def _widen(loss: str, y: LabelSummary) -> Change:
 
 def head_activation(head: Head) -> str:
     """What the head applies last: from the file, else what its values showed on the probe."""
-    observed = getattr(head, "observed", None)
-    return head.activation if head.known or not observed else str(observed)
+    return head.activation if head.known or not head.observed else head.observed

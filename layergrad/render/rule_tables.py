@@ -1,13 +1,8 @@
-"""The docs' tables of the rules, made from the tables themselves: the head rules
-(`model/head_rules.RULES`), the label rules (`model/target_fit.RULES`), the training rules
-(`training/rules.RULES`) and the cause codes (`diagnose/causes.KINDS`).
-
-`docs/verdicts.md` shows each head and label rule's condition, severity and evidence (the label
-rules' and the training rules' as measured, passed in by `docs/make_tables.py`), `docs/fix.md` each
-rule's repair, the README each cause code's meaning, detection and fix. A generated table sits
-between a `<!-- rules: NAME -->` line and the next `<!-- end rules -->` line;
-`docs/make_tables.py` rewrites them and a test fails when a page differs from what the table
-makes.
+"""The docs' tables of the rules, made from the tables themselves: the head rules, the label
+rules, the training rules (with what `docs/make_tables.py` passes in as measured) and the
+cause codes (`diagnose/causes.KINDS`). A generated table sits between a
+`<!-- rules: NAME -->` line and the next `<!-- end rules -->` line; a test fails when a page
+differs from what the tables make.
 """
 
 from __future__ import annotations
@@ -25,6 +20,9 @@ if TYPE_CHECKING:
     from layergrad.training.rules import TrainingRule
 
 END = "<!-- end rules -->"
+# the columns of `_evidence`
+EVIDENCE = ("trained: flagged / repaired", "flagged runs that never trained", "corpus recall",
+            "false alarms")  # fmt: skip
 
 
 def _evidence(found: Evidence | None, examples: Sequence[str]) -> tuple[str, str, str, str]:
@@ -48,8 +46,7 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 
 def verdict_table() -> str:
     """Each rule: its finding, severity, condition and the evidence behind it."""
-    header = ("rule", "finding", "severity", "when", "trained: flagged / repaired",
-              "flagged runs that never trained", "corpus recall", "false alarms")  # fmt: skip
+    header = ("rule", "finding", "severity", "when", *EVIDENCE)
     return _table(header, ((f"`{r.name}`", f"`{r.code}`", r.severity, r.condition,
                             *_evidence(r.evidence, [e.label for e in r.examples]))
                            for r in RULES))  # fmt: skip
@@ -75,10 +72,7 @@ def target_table(measured: Mapping[str, Evidence]) -> str:
     rows = ((f"`{r.name}`", r.labels, r.head_and_loss, r.severity, r.repair_words,
              *_evidence(measured.get(r.name), [e.label for e in r.examples]))
             for r in TARGET_RULES)  # fmt: skip
-    header = ("rule", "labels", "head and loss", "severity", "`fix` changes",
-              "trained: flagged / repaired", "flagged runs that never trained", "corpus recall",
-              "false alarms")  # fmt: skip
-    return _table(header, rows)
+    return _table(("rule", "labels", "head and loss", "severity", "`fix` changes", *EVIDENCE), rows)
 
 
 def training_table(

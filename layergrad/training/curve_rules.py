@@ -156,10 +156,9 @@ def not_learning(
     parts = trends.windows(curve, 4, spread)
     moved = trends.differ(parts[0], parts[-1], FLAT)
     line = trends.slope(curve, spread)
-    rows = [r for c in checkpoints for r in ratios(c)]
-    if not rows:
+    top, _ = _top_layer(checkpoints)
+    if top is None:
         return None
-    top = max(rows, key=lambda r: r.update_ratio or 0.0)
     change = parts[-1].mean - parts[0].mean
     if abs(moved) >= FLAT or abs(line.z()) >= FLAT or (top.update_ratio or 0.0) >= RATIO_TINY:
         return stuck_above(curve, parts, chance, top, checkpoints[0].step)

@@ -1,7 +1,6 @@
 """The words of the training findings: one message template a variant, named `CODE/VARIANT`
-(the finding's code, then which of its shapes), said from the finding's typed facts. The
-rules of `rules.RULES` read their templates here (`TrainingRule.says`); the curve and layer
-tests render their findings with `said`. No TensorFlow.
+(the finding's code, then which of its shapes), said from the finding's typed facts by `said`
+(the curve and layer tests of `rules.RULES` render their findings with it). No TensorFlow.
 """
 
 from __future__ import annotations
@@ -110,8 +109,3 @@ def said(name: str, layer: str | None, step: int, **facts: Fact) -> Reason:
     message = say(SAYS[name], {"layer": layer, "step": step, **facts})
     code = Finding(name.split("/")[0])
     return Reason(code, message, layer=layer, step=step, facts=tuple(facts.items()))
-
-
-def says(code: Finding) -> dict[str, str]:
-    """The templates of the finding `code`, by name."""
-    return {k: v for k, v in SAYS.items() if k.split("/")[0] == code.value}

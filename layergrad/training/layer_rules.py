@@ -69,11 +69,8 @@ def constant_predictions(
     names = list(heads) or ([checkpoints[-1].layers[-1].layer] if checkpoints[-1].layers else [])
     out = []
     for head in names:
-        marks = []
-        for c in checkpoints:
-            row = _row(c, head)
-            marks.append((c.step, row is not None and row.constant_fraction == 1.0))
-        run, step = _final_run(marks)
+        rows = [(c.step, _row(c, head)) for c in checkpoints]
+        run, step = _final_run([(s, r is not None and r.constant_fraction == 1.0) for s, r in rows])
         if run < min(FINAL_CHECKPOINTS, len(checkpoints)) or run < 2:
             continue
         known = (facts or {}).get(head)
@@ -102,12 +99,11 @@ def constant_hint(head: LayerFacts | None, unstable: bool, dead: bool = False) -
 
 def relative_gradients(checkpoint: Checkpoint) -> list[tuple[str, float]]:
     """(layer, |grad| / |weights|) of each layer with weights, in forward order."""
-    out = []
-    for row in checkpoint.layers:
-        if row.grad_l2 is None or not row.weight_l2 or not math.isfinite(row.grad_l2):
-            continue
-        out.append((row.layer, row.grad_l2 / row.weight_l2))
-    return out
+    return [
+        (row.layer, row.grad_l2 / row.weight_l2)
+        for row in checkpoint.layers
+        if row.grad_l2 is not None and row.weight_l2 and math.isfinite(row.grad_l2)
+    ]
 
 
 def _depth_marks(
@@ -140,12 +136,8 @@ def _depth_marks(
 def _depth_layers(checkpoints: Sequence[Checkpoint], below: bool) -> list[tuple[str, int]]:
     """(layer, step) of the first layers whose relative gradient stays `DECADES` below (or
     above) the head's at the last `FINAL_CHECKPOINTS` or more, from the input."""
-    found = []
-    for layer, series in _depth_marks(checkpoints, below).items():
-        run, step = _final_run(series)
-        if run >= FINAL_CHECKPOINTS:
-            found.append((layer, step))
-    return found
+    runs = {layer: _final_run(series) for layer, series in _depth_marks(checkpoints, below).items()}
+    return [(layer, step) for layer, (run, step) in runs.items() if run >= FINAL_CHECKPOINTS]
 
 
 def vanishing(
@@ -200,8 +192,6 @@ def dying_units(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
         if len(fractions) < 2:
             continue
         first, last = fractions[0][1], fractions[-1][1]
-        if last is None or first is None:
-            continue
         if last < DEAD_THRESHOLD or last - first < DEAD_GROWTH:
             continue
         index = len(fractions)
@@ -240,11 +230,7 @@ def stalled_layers(checkpoints: Sequence[Checkpoint], skip: Sequence[str] = ()) 
 
 
 def _layer_names(checkpoints: Sequence[Checkpoint]) -> list[str]:
-    names: dict[str, None] = {}
-    for checkpoint in checkpoints:
-        for row in checkpoint.layers:
-            names.setdefault(row.layer, None)
-    return list(names)
+    return list(dict.fromkeys(row.layer for c in checkpoints for row in c.layers))
 
 
 def _row(checkpoint: Checkpoint, layer: str) -> LayerStats | None:

@@ -22,7 +22,7 @@ from layergrad.training.curve_rules import (
     plateau_at_chance,
     slow_convergence,
 )
-from layergrad.training.finding_words import said, says
+from layergrad.training.finding_words import said
 from layergrad.training.layer_rules import (
     Facts,
     constant_predictions,
@@ -33,6 +33,8 @@ from layergrad.training.layer_rules import (
 )
 
 BLOWN_UP = 10.0  # a loss this many times the trivial loss has blown up
+# a test of the loss curve: the losses, the checkpoints, the trivial loss
+CurveTest = Callable[[Sequence[float | None], Sequence[Checkpoint], float | None], Reason | None]
 
 
 def findings(
@@ -66,20 +68,12 @@ def findings(
     constant = constant_predictions(finite, heads, facts, grows is not None, bool(dying))
     curve: list[Reason] = []
     if grows is not None:
-        curve.append(grows)
         # a loss that also jumps from batch to batch: the batch is too small for the rate
-        swings = oscillating(losses, checkpoints, chance_loss)
-        curve += [swings] if swings is not None else []
+        curve = [grows, *_one(oscillating(losses, checkpoints, chance_loss))]
     elif not constant:
-        for rule in (
-            lambda: not_learning(losses, checkpoints, chance_loss),
-            lambda: plateau_at_chance(losses, checkpoints, chance_loss),
-            lambda: oscillating(losses, checkpoints, chance_loss),
-            lambda: slow_convergence(losses, checkpoints, chance_loss),
-        ):
-            found = rule()
-            if found is not None:
-                curve.append(found)
+        for test in (not_learning, plateau_at_chance, oscillating, slow_convergence):
+            curve = _one(test(losses, checkpoints, chance_loss))
+            if curve:
                 break
     out += curve + constant
     out += dying
@@ -174,14 +168,14 @@ class TrainingRule:
     near_misses: tuple[str, ...] = ()
     when: str = "during training"
 
-    @property
-    def says(self) -> dict[str, str]:
-        """Its message templates, by variant (`finding_words.SAYS`), said from its facts."""
-        return says(self.code)
-
 
 def _one(found: Reason | None) -> list[Reason]:
     return [found] if found is not None else []
+
+
+def _curve(test: CurveTest) -> Callable[[Run], list[Reason]]:
+    """A test of the loss curve, on a run."""
+    return lambda r: _one(test(r.losses, r.checkpoints, r.chance))
 
 
 def _nonfinite(run: Run) -> list[Reason]:
@@ -250,7 +244,7 @@ RULES: tuple[TrainingRule, ...] = (
         "the layer with the largest update ratio", "the first checkpoint", FAIL,
         "raise the learning rate, or look for a dead network (layergrad scan --wrt weights)",
         RAISE_RATE,
-        lambda r: _one(not_learning(r.losses, r.checkpoints, r.chance)), ("learning_rate",),
+        _curve(not_learning), ("learning_rate",),
         ("flat_tiny_ratios", "stuck_far_above"), ("falling_tiny_ratios", "flat_healthy_ratios"),
     ),
     TrainingRule(
@@ -261,7 +255,7 @@ RULES: tuple[TrainingRule, ...] = (
         "the first of the windows that stay in that band to the end", FAIL,
         "check that the labels match the inputs and the loss fits the outputs",
         "none alone: the inputs' scale covers it when they are raw",
-        lambda r: _one(plateau_at_chance(r.losses, r.checkpoints, r.chance)), (),
+        _curve(plateau_at_chance), (),
         ("at_chance",), ("below_chance",),
     ),
     TrainingRule(
@@ -275,7 +269,7 @@ RULES: tuple[TrainingRule, ...] = (
         "jumps as much while it falls, then settles)", "the layer with the largest update "
         "ratio", "the first step", WARN,
         "lower the learning rate, or train on larger batches", LOWER_RATE,
-        lambda r: _one(oscillating(r.losses, r.checkpoints, r.chance)), ("learning_rate",),
+        _curve(oscillating), ("learning_rate",),
         ("square_wave", "batch_of_one"), ("falling", "converged_spikes"),
     ),
     TrainingRule(
@@ -288,7 +282,7 @@ RULES: tuple[TrainingRule, ...] = (
         "above half the trivial loss, a noisy task's, would not get there in any number of "
         "steps); the message says how many", "the last layer", "the middle of the run", WARN,
         "raise the learning rate (or train that much longer)", RAISE_RATE,
-        lambda r: _one(slow_convergence(r.losses, r.checkpoints, r.chance)),
+        _curve(slow_convergence),
         ("learning_rate",),
         ("slow_fall",), ("fast_fall", "levelling_off"),
     ),

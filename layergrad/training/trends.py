@@ -22,12 +22,8 @@ MAD_TO_SD = 1.4826  # the median absolute deviation of a normal sample times thi
 
 def finite_prefix(losses: Sequence[float | None]) -> np.ndarray:
     """The losses up to the first missing or non-finite one."""
-    values: list[float] = []
-    for loss in losses:
-        if loss is None or not math.isfinite(loss):
-            break
-        values.append(float(loss))
-    return np.asarray(values, np.float64)
+    values = itertools.takewhile(lambda v: v is not None and math.isfinite(v), losses)
+    return np.asarray(list(values), np.float64)
 
 
 def noise(curve: np.ndarray) -> float:
@@ -57,13 +53,11 @@ def windows(curve: np.ndarray, count: int, spread: float | None = None) -> list[
     """The curve cut into `count` windows of (nearly) equal length."""
     spread = noise(curve) if spread is None else spread
     edges = np.linspace(0, len(curve), min(count, len(curve)) + 1).astype(int)
-    out = []
-    for a, b in itertools.pairwise(edges):
-        if b > a:
-            out.append(
-                Window(int(a), int(b), float(np.mean(curve[a:b])), spread / math.sqrt(b - a))
-            )
-    return out
+    return [
+        Window(int(a), int(b), float(np.mean(curve[a:b])), spread / math.sqrt(b - a))
+        for a, b in itertools.pairwise(edges)
+        if b > a
+    ]
 
 
 def differ(a: Window, b: Window, k: float) -> float:

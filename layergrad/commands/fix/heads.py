@@ -1,16 +1,14 @@
-"""Repairs of an output head and its loss: `loss_mismatch` and `target_mismatch`.
-
-Each rule reads the head (`loss_fit.output_heads`: activation, units, the layer before a
-softmax, a Dropout after the logits), the compiled loss and, with data, what the labels
-hold (`label_summary.LabelSummary`), and says which side changes and why: the activation when
-the loss says what the output means (one yes/no answer, one class of N), the loss when the
-head's activation already says it. No TensorFlow.
+"""Repairs of an output head and its loss (`loss_mismatch`, `target_mismatch`,
+`linear_stack`): the `ConfigChange` of the first head or label rule that applies
+(`head_rules`, `target_fit`) made into a `Plan` of the model's config and its loss, in the
+model's own code. No TensorFlow.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from functools import partial
 
 from layergrad.commands.fix.plan import (
     Edit,
@@ -30,9 +28,7 @@ from layergrad.core.results import Reason
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
 from layergrad.model import config_edit as ed
-from layergrad.model.config import structure_refs
-from layergrad.model.graph import LayerEntry
-from layergrad.model.head_forms import Head, keyed_by_head, output_heads
+from layergrad.model.head_forms import Head, keyed_by_head, output_heads, output_keys
 from layergrad.model.head_rules import Change, HeadFacts, repairs
 from layergrad.model.label_summary import LabelSummary
 from layergrad.model.linear_stacks import redundant_pairs, whole_network
@@ -57,7 +53,7 @@ class HeadRules:
         self.heads = output_heads(info.config, info.graph) if info.graph.known else []
         names = [h.name for h in self.heads]
         loss = keyed_by_head(compiled.get("loss"), info.config)
-        self.specs = loss_specs(loss, names) if loss else []
+        self.specs = loss_specs(loss, names) if loss else [None] * len(names)
         if len(self.heads) == 1 and len(labels) == 1:
             labels = {names[0]: next(iter(labels.values()))}
         self.labels = labels
@@ -81,62 +77,50 @@ class HeadRules:
             entry = nxt
         return entry.path if entry is not None else path
 
-    def activation(
-        self,
-        head: Head,
-        act: str,
-        why: str,
-        finding: str,
-        units: int | None = None,
-        loss: str | None = None,
-        from_logits: bool = False,
-    ) -> Plan:
-        """The head's activation (and `units`, when given) changes; the loss stays, or becomes
-        `loss` (with `from_logits`) when given."""
+    def _activation(self, head: Head, change: Change, finding: str) -> Plan:
+        """The head's activation (and units, when the change gives them) changes; the loss
+        stays, or becomes the change's loss (with its `from_logits`)."""
+        act, units, loss = change.activation or head_activation(head), change.units, change.loss
         layer = head.layer
         entry = self._entry(layer)
-        edits: list[Edit] = []
-        fresh: list[tuple[str, str]] = []
-        code = []
         config = entry.get("config")
         # the layer holding the units: the head itself, or the Dense before an activation layer
         units_at = self._units_layer(layer) if units is not None else layer
-        separate = not (isinstance(config, dict) and "activation" in config)
-        if separate:  # an activation layer without options (Softmax, ReLU): replaced
-            new = ed.new_layer("Activation", head.layer.split("/")[-1], {"activation": act})
+        own = units_at == layer  # one layer holds the activation and the units
+        edits: list[Edit] = []
+        code = []
+        if not (isinstance(config, dict) and "activation" in config):
+            # an activation layer without options (Softmax, ReLU): replaced
+            new = ed.new_layer("Activation", layer.split("/")[-1], {"activation": act})
             edits.append(replace_edit(layer, new))
             code.append(f"{layer_code(entry)} -> Activation({python_string(act)}){at(layer)}")
-        elif units_at != layer:  # an Activation layer: its option, the units on the Dense
-            if head_activation(head) != act or entry.get("class_name") != "Activation":
-                edits.append(option_edit(layer, "activation", act))
-                code.append(f"{layer_code(entry)} -> {layer_code(entry, activation=act)}"
-                            f"{at(layer)}")  # fmt: skip
-        else:
+            own = False
+        elif own or head_activation(head) != act or entry.get("class_name") != "Activation":
             edits.append(option_edit(layer, "activation", act))
-        if units is not None:
-            edits.append(option_edit(units_at, "units", units))
-            fresh += [(units_at, "*")]
-        if not separate and units_at == layer:
-            more: dict[str, object] = {} if units is None else {"units": units}
+            more: dict[str, object] = {"units": units} if own and units is not None else {}
             after = layer_code(entry, activation=act, **more)
             if after != layer_code(entry):  # a head that already is what the loss needs
                 code.append(f"{layer_code(entry)} -> {after}{at(layer)}")
-        elif units is not None:
+        fresh: tuple[tuple[str, str], ...] = ()
+        if units is not None:
+            edits.append(option_edit(units_at, "units", units))
+            fresh = ((units_at, "*"),)
+        if units is not None and not own:  # the units on the Dense before an activation layer
             dense = self._entry(units_at)
             code.append(f"{layer_code(dense)} -> {layer_code(dense, units=units)}{at(units_at)}")
         compile_edits: list[Edit] = []
-        if loss is not None and self._loss_name(head) != (loss, from_logits):
-            compile_edits.append(self._loss_edit(head, loss, from_logits, code))
-        return Plan(finding, layer, why, tuple(code), tuple(edits), tuple(compile_edits),
-                    tuple(fresh))  # fmt: skip
+        if loss is not None and self.specs[self.heads.index(head)] != (loss, change.from_logits):
+            compile_edits.append(self._loss_edit(head, loss, change.from_logits, code))
+        return Plan(finding, layer, change.why, tuple(code), tuple(edits), tuple(compile_edits),
+                    fresh)  # fmt: skip
 
-    def loss(self, head: Head, name: str, from_logits: bool, why: str, finding: str) -> Plan:
+    def _loss(self, head: Head, name: str, from_logits: bool, why: str, finding: str) -> Plan:
         """The head's loss changes; the model stays."""
         code: list[str] = []
         edit = self._loss_edit(head, name, from_logits, code)
         return Plan(finding, head.layer, why, tuple(code), (), (edit,))
 
-    def flatten(self, head: Head, why: str, finding: str) -> Plan:
+    def _flatten(self, head: Head, why: str, finding: str) -> Plan:
         """A `Flatten` right before the head (a Dense on a feature map); the head's kernel
         is drawn afresh, as its input width changes."""
         layer = head.layer
@@ -158,46 +142,29 @@ class HeadRules:
         code.append(f"{loss_code(old, output)} -> {loss_code(new, output)}")
         return set_loss(key, i, new)
 
-    def _loss_name(self, head: Head) -> tuple[str, bool] | None:
-        """(the head's loss by its canonical name, from_logits), None when unknown."""
-        specs = self.specs or [None] * len(self.heads)
-        return specs[self.heads.index(head)]
-
     def _loss_key(self, head: Head) -> str:
         """The key of the head's loss in a dict of losses: its output's dict key when the
         model's outputs are a dict keyed that way (`Model(x, {"price": ...})`), else the
         name of the layer that makes it."""
         loss = self.compiled.get("loss")
-        inner = self.info.config.get("config")
-        outputs = inner.get("output_layers") if isinstance(inner, Mapping) else None
-        if isinstance(loss, Mapping) and head.name not in loss and isinstance(outputs, Mapping):
-            for key, ref in outputs.items():
-                refs = structure_refs(ref)
-                if key in loss and len(refs) == 1 and refs[0][0] == head.name:
-                    return str(key)
-        return head.name
+        if not isinstance(loss, Mapping) or head.name in loss:
+            return head.name
+        keys = (key for key, layer in output_keys(self.info.config) if layer == head.name)
+        return next((key for key in keys if key in loss), head.name)
 
     # -- the rules --------------------------------------------------------------------------
 
-    def plans(self, finding: str, wanted: set[str]) -> tuple[list[Plan], list[str]]:
-        """Repairs for the heads named in `wanted` (output names; empty: every head with a
-        problem these rules know); the heads none of them fits."""
+    def plans(self, finding: str) -> list[Plan]:
+        """Repairs for every head with a problem these rules know."""
         found: list[Plan] = []
-        left: list[str] = []
-        for head, spec in zip(self.heads, self.specs or [None] * len(self.heads), strict=True):
-            if wanted and head.name not in wanted:
-                continue
-            y = self.labels.get(head.name)
+        for head, spec in zip(self.heads, self.specs, strict=True):
             rule = self._targets if finding == Finding.TARGET_MISMATCH else self._head
-            plan = rule(head, spec, y)
+            plan = rule(head, spec, self.labels.get(head.name))
             if plan is not None and head_activation(head) == "softmax" and head.units == 1:
                 # always 1.0 before: the same output and predictions for every input
                 plan = replace(plan, covers=(Finding.CONSTANT_OUTPUT, Finding.CONSTANT_PREDICTIONS))
-            if plan is not None:
-                found.append(plan)
-            elif wanted:
-                left.append(head.name)
-        return found, left
+            found += [plan] if plan is not None else []
+        return found
 
     def stray_ids(self) -> list[Reason]:
         """`target_mismatch` of each head whose class ids run far beyond their count: a data
@@ -217,7 +184,7 @@ class HeadRules:
         """The repair of the first rule of `head_rules.RULES` that applies to the head and has
         one: the rules `check` judges the head by, so the two never disagree."""
         for change in self._changes(replace(head, activation=head_activation(head)), spec, y):
-            plan = self._apply(head, change)
+            plan = self._make(head, change, Finding.LOSS_MISMATCH)
             if plan is not None:
                 return plan
         return None
@@ -232,13 +199,14 @@ class HeadRules:
         facts = HeadFacts(seen, loss, logits, y, stack.layers if stack is not None else ())
         return [c for rule, c in repairs(facts) if rule.code == Finding.LOSS_MISMATCH]
 
-    def _apply(self, head: Head, change: Change) -> Plan | None:
+    def _make(self, head: Head, change: Change, finding: str) -> Plan | None:
         """The plan that makes `change` to the model and its loss."""
-        f = Finding.LOSS_MISMATCH
+        if change.kind == "flatten":
+            return self._flatten(head, change.why, finding)
         if change.kind == "loss" and change.loss is not None:
-            return self.loss(head, change.loss, change.from_logits, change.why, f)
-        if change.kind == "activation" and change.activation is not None:
-            return self.activation(head, change.activation, change.why, f, loss=change.loss)
+            return self._loss(head, change.loss, change.from_logits, change.why, finding)
+        if change.kind == "activation":
+            return self._activation(head, change, finding)
         if change.kind == "remove_before":
             return self._relu_removed(head, change.why)
         if change.kind == "move_dropout":
@@ -251,19 +219,26 @@ class HeadRules:
         spot = head.before_layer
         if spot is None:
             return None
-        entry = self._entry(spot)
-        f = Finding.LOSS_MISMATCH
-        if entry.get("class_name") in ("ReLU", "Activation"):
-            return Plan(f, spot, f"'{spot}' is removed: the softmax at '{head.layer}' must see "
-                        "raw logits, negative ones included",
-                        (f"{layer_code(entry)}{at(spot)} -> (removed)",),
-                        (lambda c: ed.remove_layer(c, spot),))  # fmt: skip
-        return Plan(f, spot, why, (f"{layer_code(entry)} -> "
-                    f"{layer_code(entry, activation='linear')}{at(spot)}",),
-                    (option_edit(spot, "activation", "linear"),))  # fmt: skip
+        if self._entry(spot).get("class_name") in ("ReLU", "Activation"):
+            return self._removed(spot, f"'{spot}' is removed: the softmax at '{head.layer}' must "
+                                 "see raw logits, negative ones included")  # fmt: skip
+        return Plan(Finding.LOSS_MISMATCH, spot, why, *self._activations([spot], "linear"))
+
+    def _removed(self, path: str, why: str) -> Plan:
+        """The layer at `path` taken out of the model."""
+        code = f"{layer_code(self._entry(path))}{at(path)} -> (removed)"
+        remove = partial(ed.remove_layer, path=path)
+        return Plan(Finding.LOSS_MISMATCH, path, why, (code,), (remove,))
+
+    def _activations(self, paths: list[str], act: str) -> tuple[tuple[str, ...], tuple[Edit, ...]]:
+        """The code lines and edits that set the activation of each layer of `paths`."""
+        code = tuple(
+            f"{layer_code(self._entry(p))} -> {layer_code(self._entry(p), activation=act)}{at(p)}"
+            for p in paths
+        )
+        return code, tuple(option_edit(p, "activation", act) for p in paths)
 
     def _dropout_moved(self, head: Head) -> Plan | None:
-        f = Finding.LOSS_MISMATCH
         drop = self.info.graph.get(head.dropout) if head.dropout else None
         weighted = None
         if drop is not None and len(drop.inbound) == 1:
@@ -279,12 +254,11 @@ class HeadRules:
         before = feeding.inbound[0] if feeding is not None and feeding.inbound else None
         earlier = self.info.graph.get(before) if before else None
         if earlier is not None and "Dropout" in earlier.class_name:  # as head_forms reads one
-            return Plan(f, moved, f"Dropout '{moved}' is removed: '{before}' already drops "
-                        f"the features '{weighted}' reads; dropout regularises the "
-                        "features, never the logits", (f"{dropout}{at(moved)} -> (removed)",),
-                        (lambda c: ed.remove_layer(c, moved),))  # fmt: skip
-        return Plan(f, moved, f"Dropout '{moved}' moves before '{weighted}': dropout "
-                    "regularises the features, never the logits", (
+            return self._removed(moved, f"Dropout '{moved}' is removed: '{before}' already "
+                                 f"drops the features '{weighted}' reads; dropout regularises "
+                                 "the features, never the logits")  # fmt: skip
+        return Plan(Finding.LOSS_MISMATCH, moved, f"Dropout '{moved}' moves before "
+                    f"'{weighted}': dropout regularises the features, never the logits", (
                         f"{dense}, {dropout} -> {dropout}, {dense}{at(weighted, moved)}",),
                     (move_before_edit(moved, weighted),))  # fmt: skip
 
@@ -299,7 +273,7 @@ class HeadRules:
 
     def _all_linear(self, head: Head) -> Plan | None:
         """Every weight layer but the head linear: an activation on the hidden ones."""
-        hidden = [e for e in map(self.info.graph.get, self._hidden(head)) if e is not None]
+        hidden = [p for p in self._hidden(head) if self.info.graph.get(p) is not None]
         if not hidden:
             return None
         return replace(self._relu_on(hidden, Finding.LOSS_MISMATCH), layer=head.layer)
@@ -310,25 +284,16 @@ class HeadRules:
         graph = self.info.graph
         paths = self._hidden(self.heads[0]) if self.heads else []
         paths += [pair.layers[0] for pair in redundant_pairs(graph)]
-        entries = [graph.get(p) for p in dict.fromkeys(paths)]
-        hidden = [e for e in entries if e is not None]
+        hidden = [p for p in dict.fromkeys(paths) if graph.get(p) is not None]
         if not hidden:
             return None
         plan = self._relu_on(hidden, "linear_stack")
         return replace(plan, change=plan.change + " (or one Dense layer, if a linear map is meant)")
 
-    def _relu_on(self, hidden: list[LayerEntry], finding: str) -> Plan:
-        code = tuple(
-            f"{layer_code({'class_name': e.class_name, 'config': e.config})} -> "
-            f"{layer_code({'class_name': e.class_name, 'config': e.config}, activation='relu')}"
-            f"{at(e.path)}"
-            for e in hidden
-        )
-        edits = tuple(option_edit(e.path, "activation", "relu") for e in hidden)
-        names = [e.path for e in hidden]
-        return Plan(finding, names[0], f"activation='relu' on {listing(names)}: a "
+    def _relu_on(self, hidden: list[str], finding: str) -> Plan:
+        return Plan(finding, hidden[0], f"activation='relu' on {listing(hidden)}: a "
                     "non-linearity between the weight layers lets the network fit more than "
-                    "one linear map", code, edits)  # fmt: skip
+                    "one linear map", *self._activations(hidden, "relu"))  # fmt: skip
 
     def _targets(
         self, head: Head, spec: tuple[str, bool] | None, y: LabelSummary | None
@@ -336,52 +301,37 @@ class HeadRules:
         """The label repair, and with it what the head rules still ask of the head as that
         repair leaves it (class ids under a ReLU head: the sparse loss *and* a softmax), so
         one plan clears both the labels' finding and the head's."""
-        f = Finding.TARGET_MISMATCH
         made = label_repair(head, spec, y)
-        if made is None:
-            return None
-        if made.kind == "flatten":
-            return self.flatten(head, made.why, f)
-        if made.kind == "loss" and made.loss is not None:
-            plan = self.loss(head, made.loss, made.from_logits, made.why, f)
-            act, units = None, None
-        else:
-            act, units = made.activation, made.units
-            plan = self.activation(head, act or head_activation(head), made.why, f,
-                                   units=units, loss=made.loss)  # fmt: skip
-        asked = (act, units, made.loss, made.from_logits)
-        seen = replace(head, activation=act or head_activation(head), units=units or head.units)
+        plan = self._make(head, made, Finding.TARGET_MISMATCH) if made is not None else None
+        if made is None or plan is None or made.kind == "flatten":
+            return plan
+        seen = replace(head, activation=made.activation or head_activation(head),
+                       units=made.units or head.units)  # fmt: skip
         after = (made.loss, made.from_logits) if made.loss is not None else spec
         for change in self._changes(seen, after, y):
-            joined = self._joined(head, plan, asked, change)
+            joined = self._joined(head, plan, made, change)
             if joined is not None:
                 return joined
         return plan
 
-    def _joined(
-        self,
-        head: Head,
-        plan: Plan,
-        made: tuple[str | None, int | None, str | None, bool],
-        change: Change,
-    ) -> Plan | None:
-        """The label repair `plan` (which set the head to `made`: activation, units, loss,
-        from_logits) joined with the head rule's `change` of the head it leaves."""
-        act, units, loss, logits = made
+    def _joined(self, head: Head, plan: Plan, made: Change, change: Change) -> Plan | None:
+        """The label repair `plan` (which made `made`) joined with the head rule's `change` of
+        the head it leaves."""
         why = f"{plan.change}; and {change.why}"
-        f = plan.finding
-        if change.kind == "activation" and change.activation is not None:
-            new_loss = change.loss or loss
-            return self.activation(head, change.activation, why, f, units=units, loss=new_loss,
-                                   from_logits=False if change.loss else logits)  # fmt: skip
-        if change.kind == "loss" and change.loss is not None:
-            if act is None and units is None:
-                return self.loss(head, change.loss, change.from_logits, why, f)
-            return self.activation(head, act or head_activation(head), why, f, units=units,
-                                   loss=change.loss, from_logits=change.from_logits)  # fmt: skip
-        other = self._apply(head, change)
-        if other is None:
-            return None
-        return Plan(f, plan.layer, why, plan.code + other.code,
-                    plan.model_edits + other.model_edits,
-                    plan.compile_edits + other.compile_edits, plan.fresh + other.fresh)  # fmt: skip
+        if change.kind == "activation":
+            logits = False if change.loss else made.from_logits
+            both = Change("activation", why, change.activation, change.loss or made.loss, logits,
+                          made.units)  # fmt: skip
+        elif change.kind == "loss" and made.kind != "loss":
+            both = Change("activation", why, made.activation, change.loss, change.from_logits,
+                          made.units)  # fmt: skip
+        elif change.kind == "loss":
+            both = replace(change, why=why)
+        else:
+            other = self._make(head, change, plan.finding)
+            if other is None:
+                return None
+            return Plan(plan.finding, plan.layer, why, plan.code + other.code,
+                        plan.model_edits + other.model_edits, plan.compile_edits
+                        + other.compile_edits, plan.fresh + other.fresh)  # fmt: skip
+        return self._make(head, both, plan.finding)

@@ -15,23 +15,17 @@ but the Keras calls the repair names.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from layergrad.model import config_edit as ed
 from layergrad.model.config import serialized_name
 from layergrad.model.config_edit import Config, as_object
+from layergrad.model.loss_forms import loss_class
 from layergrad.render.escape import python_name, python_string, python_value
 
 Edit = Callable[[Config], None]  # an edit of the model's config or of its compile config
-
-# the Keras class of a loss by its name, for a loss written with options
-LOSS_CLASSES = {
-    "binary_crossentropy": "BinaryCrossentropy",
-    "categorical_crossentropy": "CategoricalCrossentropy",
-    "sparse_categorical_crossentropy": "SparseCategoricalCrossentropy",
-    "mean_squared_error": "MeanSquaredError",
-}
 
 
 @dataclass(frozen=True)
@@ -88,28 +82,16 @@ def layer_code(entry: Mapping[str, object], **changes: object) -> str:
         return f"Activation({python_string(act)})"
     if cls == "Rescaling" and "scale" in options:
         args.append(python_value(options["scale"]))
-    for key in ("activation", "kernel_initializer"):
-        value = options.get(key)
-        name = serialized_name(value)
-        if name is None:
-            continue
-        name = _snake(name) if key == "kernel_initializer" else name
-        if key == "activation" and name == "linear" and "activation" not in changes:
-            continue
-        if key == "kernel_initializer" and key not in changes:
-            continue
-        args.append(f"{key}={python_string(name)}")
+    if act is not None and (act != "linear" or "activation" in changes):
+        args.append(f"activation={python_string(act)}")
+    if (init := serialized_name(changes.get("kernel_initializer"))) is not None:
+        args.append(f"kernel_initializer={python_string(_snake(init))}")
     return f"{cls}({', '.join(args)})"
 
 
 def _snake(name: str) -> str:
     """`GlorotUniform` -> `glorot_uniform` (the string Keras takes)."""
-    if "_" in name or name.islower():
-        return name
-    out = [name[0].lower()]
-    for ch in name[1:]:
-        out.append(f"_{ch.lower()}" if ch.isupper() else ch)
-    return "".join(out)
+    return name if "_" in name else re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
 
 
 def loss_code(loss: object, output: str | None = None) -> str:
@@ -148,7 +130,7 @@ def loss_with(name: str, from_logits: bool) -> object:
         return name
     return {
         "module": "keras.losses",
-        "class_name": LOSS_CLASSES.get(name, name),
+        "class_name": loss_class(name),
         "config": {"name": name, "reduction": "sum_over_batch_size", "from_logits": True},
         "registered_name": None,
     }

@@ -95,7 +95,7 @@ def _one(plan: Plan | None) -> list[Plan] | None:
 
 def _unless_the_head(finding: str, p: Planning) -> list[Plan] | None:
     """Nothing when the head's repair (planned for `loss_mismatch`) makes the output vary."""
-    heads = p.heads.plans(F.LOSS_MISMATCH, set())[0]
+    heads = p.heads.plans(F.LOSS_MISMATCH)
     return [] if any(F.CONSTANT_OUTPUT in plan.covers for plan in heads) else None
 
 
@@ -109,12 +109,12 @@ def _scale_inputs(finding: str, p: Planning) -> list[Plan] | None:
 
 # Each repair by name: its plans (None: it has none here, the next repair is tried).
 PLANNERS: dict[str, Callable[[str, Planning], list[Plan] | None]] = {
-    "head": lambda f, p: p.heads.plans(f, set())[0],
+    "head": lambda f, p: p.heads.plans(f),
     "unless_the_head": _unless_the_head,
     "biases": lambda f, p: _one(rw.biases(p.info, p.weights, f)),
     "kernels": lambda f, p: _one(rw.kernels(p.info, p.weights, f)),
     "linear_stacks": lambda f, p: _one(p.heads.linear_stacks()),
-    "learning_rate": lambda f, p: _learning_rate(p.fit, f, p.weights, p.info),
+    "learning_rate": lambda f, p: _learning_rate(f, p),
     "scale_inputs": _scale_inputs,
 }
 # The repairs of each finding, in order: a training finding's from its entry in
@@ -134,18 +134,15 @@ SCALE_CAUSES = (F.NONFINITE, F.DIVERGING, F.OSCILLATING, F.EXPLODING, F.DYING_UN
                 F.STALLED_LAYER, F.CONSTANT_PREDICTIONS, F.PLATEAU_AT_CHANCE)  # fmt: skip
 
 
-def _learning_rate(
-    fit: FitReport | None,
-    finding: str,
-    weights: Mapping[str, Mapping[str, np.ndarray]],
-    info: FileInfo,
-) -> list[Plan]:
+def _learning_rate(finding: str, p: Planning) -> list[Plan]:
     """The learning-rate repair, covering what the rate also causes in training: the NaN a
     divergence ends in, the layers whose steps are too large (and the units they push dead,
     the layers and outputs that then stop moving) or too small (not learning)."""
-    compiled = info.compile_config
-    plan = rw.learning_rate(fit, finding, weights, compiled) if fit is not None else None
-    if fit is None or plan is None:
+    fit = p.fit
+    if fit is None:
+        return []
+    plan = rw.learning_rate(fit, finding, p.weights, p.info.compile_config)
+    if plan is None:
         return []
     if finding in rw.RAISE:
         caused: tuple[str, ...] = (F.VANISHING, *rw.RAISE)
