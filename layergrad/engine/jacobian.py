@@ -7,8 +7,10 @@ J_i's columns for that unit (root-mean-square over samples).
 Two methods, both from the one forward pass of the probe:
 
 - exact: every row of every J_i, m vector-Jacobian products vectorized into one computation
-  (pfor), never a Python loop over rows; then the norms directly, the spectral norm to float32
-  precision (`lanczos.py`). Used when one sample's J has at most
+  (pfor), never a Python loop over rows; then the norms directly, the spectral norm from the
+  largest eigenvalue of the smaller Gram matrix, or, past DIRECT_SIZE, to float32 precision by
+  up to MAX_STEPS Lanczos steps through the model (the ones of the estimate, run until the
+  residual bound is below TOLERANCE). Used when one sample's J has at most
   EXACT_ENTRIES entries (and the batch's at most EXACT_BUDGET), or with `--exact`.
 - estimate: Frobenius by K random sign vectors v (Hutchinson: E ||J_i^T v||^2 = ||J_i||_F^2),
   the K products vectorized; the spread of the K values gives each sample's standard error.
@@ -29,13 +31,15 @@ from layergrad.core.results import FrobeniusNorms, JacobianStats, SpectralNorms
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import GradientTape, Tensor, TFFunction
 from layergrad.core.vocab import JacobianMethod
-from layergrad.engine import jacobian_estimate, lanczos
+from layergrad.engine import jacobian_estimate
 from layergrad.engine.linear_map import LinearMap
 
 EXACT_ENTRIES = 2**20  # exact when one sample's Jacobian has at most this many entries
 EXACT_BUDGET = 2**28  # ... and the whole batch's at most this many (1 GiB in float32)
 CHUNK_ENTRIES = 2**26  # entries one vectorized chunk of products may hold at once
 DIRECT_SIZE = 256  # exact spectral norms of matrices up to this small side: Gram eigenvalues
+MAX_STEPS = 64  # Lanczos steps of an exact spectral norm past DIRECT_SIZE
+TOLERANCE = 2e-6  # ... converged: relative residual bound on the largest eigenvalue of J^T J
 DEFAULT_PROBES = 32
 
 
@@ -167,7 +171,7 @@ def _exact(lin: LinearMap, seed: int) -> tuple[FrobeniusNorms, SpectralNorms, np
     if min(lin.m, lin.n) > DIRECT_SIZE:  # a Gram eigendecomposition would cost more than J did
         sigma = _lanczos_spectral(lin, seed)
     if sigma is None:
-        sigma = lanczos.direct(dense())
+        sigma = direct_spectral(dense())
     frob = frobenius(np.sqrt(squared.numpy().astype(np.float64)))
     return frob, spectral(sigma, None, True), _rms(per_unit.numpy())
 
@@ -206,16 +210,24 @@ def _one_hot_products(
 
 
 def _lanczos_spectral(lin: LinearMap, seed: int) -> np.ndarray | None:
-    """Lanczos through the model (J^T J v by a JVP and a VJP); None if it cannot finish."""
-
-    @tf.function
-    def gram_step(v: Tensor) -> Tensor:
-        return lin.vjp_blocks(lin.jvp_blocks(v))
-
-    try:
-        return lanczos.lanczos_top(gram_step, lin.batch, lin.n, seed)
-    except (LookupError, ValueError, TypeError):  # an op without a second derivative
+    """Lanczos through the model, to TOLERANCE; None if it cannot form J v or converge."""
+    found, _ = _spectral_steps(lin, seed, MAX_STEPS)
+    if found is None or np.any(found.residual.numpy() > TOLERANCE):
         return None
+    return found.sigma.numpy().astype(np.float64)
+
+
+def direct_spectral(jac: Tensor) -> np.ndarray:
+    """||J_i||_2 of a (B, m, n) tensor from the largest eigenvalue of the smaller Gram matrix
+    (in float64 when that matrix is small, so rounding stays that of the entries)."""
+    if min(int(jac.shape[1]), int(jac.shape[2])) <= DIRECT_SIZE:
+        jac = tf.cast(jac, tf.float64)
+    if jac.shape[1] <= jac.shape[2]:
+        gram = tf.matmul(jac, jac, transpose_b=True)
+    else:
+        gram = tf.matmul(jac, jac, transpose_a=True)
+    top = tf.linalg.eigvalsh(gram)[:, -1].numpy().astype(np.float64)
+    return np.sqrt(np.maximum(top, 0.0))
 
 
 def _estimate_frobenius(
@@ -233,12 +245,24 @@ def _estimate_frobenius(
 def _estimate_spectral(lin: LinearMap, seed: int) -> tuple[SpectralNorms | None, str | None]:
     """A fixed number of Lanczos steps on every J_i^T J_i at once (`jacobian_estimate`);
     (None, why) when J v cannot be formed."""
-    run = tf.function(lambda s: jacobian_estimate.spectral_estimate(lin, s), autograph=False)
+    found, why = _spectral_steps(lin, seed, jacobian_estimate.STEPS)
+    if found is None:
+        return None, why
+    return estimated_spectral(found.sigma.numpy(), found.residual.numpy(), lin.n)
+
+
+def _spectral_steps(
+    lin: LinearMap, seed: int, steps: int
+) -> tuple[jacobian_estimate.SpectralEstimate | None, str | None]:
+    """Up to `steps` Lanczos steps on every J_i^T J_i (`jacobian_estimate.spectral_estimate`);
+    (None, why) when J v cannot be formed."""
+    run = tf.function(
+        lambda s: jacobian_estimate.spectral_estimate(lin, s, steps), autograph=False
+    )
     try:
-        found = run(tf.constant(seed, tf.int64))
+        return run(tf.constant(seed, tf.int64)), None
     except (LookupError, ValueError, TypeError) as exc:  # an op without a second derivative
         return None, no_spectral(exc)
-    return estimated_spectral(found.sigma.numpy(), found.residual.numpy(), lin.n)
 
 
 def no_spectral(exc: Exception) -> str:

@@ -38,9 +38,9 @@ class SpectralEstimate(NamedTuple):
     residual: Tensor
 
 
-def steps_for(n: int) -> int:
-    """The Lanczos steps of the estimate for J_i with n columns (past n, nothing is left)."""
-    return min(STEPS, n)
+def steps_for(n: int, steps: int = STEPS) -> int:
+    """The Lanczos steps for J_i with n columns (past n, nothing is left)."""
+    return min(steps, n)
 
 
 def seed_pair(seed: Tensor, stream: int) -> Tensor:
@@ -84,15 +84,15 @@ def signs(shape: list[int], key: Tensor) -> Tensor:
     return tf.cast(2 * flat - 1, tf.float32)
 
 
-def spectral_estimate(lin: LinearMap, seed: Tensor) -> SpectralEstimate:
-    """`steps_for(n)` Lanczos steps on every J_i^T J_i through the model (J v by a JVP,
+def spectral_estimate(lin: LinearMap, seed: Tensor, steps: int = STEPS) -> SpectralEstimate:
+    """`steps_for(n, steps)` Lanczos steps on every J_i^T J_i through the model (J v by a JVP,
     J^T u by a VJP), from random normal start vectors."""
     start = tf.random.stateless_normal([lin.batch, lin.n], seed_pair(seed, START))
 
     def gram(v: Tensor) -> Tensor:
         return lin.vjp_blocks(lin.jvp_blocks(v))
 
-    return lanczos_steps(gram, start, steps_for(lin.n))
+    return lanczos_steps(gram, start, steps_for(lin.n, steps))
 
 
 def lanczos_steps(gram: Callable[[Tensor], Tensor], start: Tensor, steps: int) -> SpectralEstimate:
