@@ -21,7 +21,7 @@ Two methods, both from the one forward pass of the probe:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -29,10 +29,11 @@ from layergrad.core.errors import InputError
 from layergrad.core.probe_options import JacobianOptions
 from layergrad.core.results import FrobeniusNorms, JacobianStats, SpectralNorms
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import GradientTape, Tensor, TFFunction
+from layergrad.core.tf_types import Tensor, TFFunction
 from layergrad.core.vocab import JacobianMethod
 from layergrad.engine import jacobian_estimate
 from layergrad.engine.linear_map import LinearMap
+from layergrad.engine.trace import Replay
 
 EXACT_ENTRIES = 2**20  # exact when one sample's Jacobian has at most this many entries
 EXACT_BUDGET = 2**28  # ... and the whole batch's at most this many (1 GiB in float32)
@@ -55,13 +56,13 @@ def no_batch_axis(source: Tensor, target: Tensor) -> str | None:
 
 
 def measure_jacobian(
-    tape: GradientTape, source: Tensor, target: Tensor, options: JacobianOptions
+    lin: LinearMap, options: JacobianOptions
 ) -> tuple[JacobianStats, tuple[str, ...]]:
     """Norms of d target[i] / d source[i] for every sample, from a live persistent tape.
 
     Args:
-        tape: the persistent GradientTape that recorded the forward pass.
-        source: the watched tensor (batch axis first); target: a tensor computed from it.
+        lin: the map between the watched source (batch axis first) and a target computed
+            from it, on the persistent GradientTape that recorded the forward pass.
         options: probes / exact / seed.
 
     Returns:
@@ -70,9 +71,8 @@ def measure_jacobian(
     Raises:
         InputError: `--exact` for Jacobians beyond EXACT_BUDGET entries.
     """
-    lin = LinearMap(tape, source, target)
     warnings: list[str] = []
-    lin.independent = not lin.mixes_batch(options.seed)
+    lin.independent = not bool(lin.mixing(options.seed))
     if not lin.independent:
         warnings.append(
             "the target mixes samples across the batch (to[i] depends on other samples' from, "
@@ -82,25 +82,21 @@ def measure_jacobian(
     method, note = choose_method(lin, options)
     if note:
         warnings.append(note)
-    spec: SpectralNorms | None
     if method == JacobianMethod.EXACT:
-        frob, spec, units = _exact(lin, options.seed)
-        probes = None
-    else:
-        probes = options.probes or DEFAULT_PROBES
-        frob, units = _estimate_frobenius(lin, probes, options.seed)
-        spec, why = _estimate_spectral(lin, options.seed)
+        return _exact(lin, options.seed), tuple(warnings)
+    stats, why = _estimate(lin, options.probes or DEFAULT_PROBES, options.seed)
+    return stats, (*warnings, *why)
+
+
+def linear_maps(live: Replay, missing: dict[int, str]) -> Iterator[tuple[int, LinearMap]]:
+    """The map from the replay's source to each of its targets with a batch axis, by target
+    index; the others go into `missing`, with why."""
+    for t, target in enumerate(live.targets):
+        why = no_batch_axis(live.sources[0], target)
         if why:
-            warnings.append(why)
-    stats = JacobianStats(
-        method=method,
-        probes=probes,
-        batch_independent=lin.independent,
-        frobenius=frob,
-        spectral=spec,
-        unit_sensitivity=tuple(float(u) for u in units),
-    )
-    return stats, tuple(warnings)
+            missing[t] = why
+        else:
+            yield t, LinearMap(live.tape, live.sources[0], target)
 
 
 def choose_method(lin: LinearMap, options: JacobianOptions) -> tuple[JacobianMethod, str | None]:
@@ -149,7 +145,7 @@ def _stack_chunks(
     return outs[0] if len(outs) == 1 else tf.concat(outs, axis=0)
 
 
-def _exact(lin: LinearMap, seed: int) -> tuple[FrobeniusNorms, SpectralNorms, np.ndarray]:
+def _exact(lin: LinearMap, seed: int) -> JacobianStats:
     """Every entry of every J_i, by rows (m VJPs) or, when J_i has at most half as many
     columns as rows, by columns (n JVPs); then the norms of the dense matrices."""
     columns = exact_columns(lin) if 2 * lin.n <= lin.m else None  # (n, B, m)
@@ -173,7 +169,8 @@ def _exact(lin: LinearMap, seed: int) -> tuple[FrobeniusNorms, SpectralNorms, np
     if sigma is None:
         sigma = direct_spectral(dense())
     frob = frobenius(np.sqrt(squared.numpy().astype(np.float64)))
-    return frob, spectral(sigma, None, True), _rms(per_unit.numpy())
+    units = tuple(float(u) for u in _rms(per_unit.numpy()))
+    return JacobianStats(JacobianMethod.EXACT, None, lin.independent, frob, spectral(sigma), units)
 
 
 def exact_rows(lin: LinearMap) -> Tensor:
@@ -211,8 +208,14 @@ def _one_hot_products(
 
 def _lanczos_spectral(lin: LinearMap, seed: int) -> np.ndarray | None:
     """Lanczos through the model, to TOLERANCE; None if it cannot form J v or converge."""
-    found, _ = _spectral_steps(lin, seed, MAX_STEPS)
-    if found is None or np.any(found.residual.numpy() > TOLERANCE):
+    run = tf.function(
+        lambda s: jacobian_estimate.spectral_estimate(lin, s, MAX_STEPS), autograph=False
+    )
+    try:
+        found = run(tf.constant(seed, tf.int64))
+    except (LookupError, ValueError, TypeError):  # an op without a second derivative
+        return None
+    if np.any(found.residual.numpy() > TOLERANCE):
         return None
     return found.sigma.numpy().astype(np.float64)
 
@@ -230,39 +233,28 @@ def direct_spectral(jac: Tensor) -> np.ndarray:
     return np.sqrt(np.maximum(top, 0.0))
 
 
-def _estimate_frobenius(
-    lin: LinearMap, probes: int, seed: int
-) -> tuple[FrobeniusNorms, np.ndarray]:
-    """Hutchinson: K random-sign projections, per-unit squared norms of J_i^T v, vectorized."""
-    chunk = chunk_size(lin, probes)
-    project = tf.function(
-        lambda s: jacobian_estimate.probe_norms(lin, probes, s, chunk), autograph=False
-    )
-    found = project(tf.constant(seed, tf.int64))
-    return probe_stats(found.squared.numpy(), found.units.numpy())
+def estimate_ops(lin: LinearMap, probes: int, seed: Tensor, spectral: bool) -> list[Tensor]:
+    """The estimate's products, as ops to run in a tf.function: the K probes' squared norms
+    (K, B) and per-unit squared norms (B, units) (`jacobian_estimate.probe_norms`) and, with
+    `spectral`, the Lanczos estimate's sigma and residual (B,) each."""
+    found = list(jacobian_estimate.probe_norms(lin, probes, seed, chunk_size(lin, probes)))
+    return [*found, *jacobian_estimate.spectral_estimate(lin, seed)] if spectral else found
 
 
-def _estimate_spectral(lin: LinearMap, seed: int) -> tuple[SpectralNorms | None, str | None]:
-    """A fixed number of Lanczos steps on every J_i^T J_i at once (`jacobian_estimate`);
-    (None, why) when J v cannot be formed."""
-    found, why = _spectral_steps(lin, seed, jacobian_estimate.STEPS)
-    if found is None:
-        return None, why
-    return estimated_spectral(found.sigma.numpy(), found.residual.numpy(), lin.n)
+def _estimate(lin: LinearMap, probes: int, seed: int) -> tuple[JacobianStats, list[str]]:
+    """The estimate on the live tape (Frobenius only when J v cannot be formed), and its
+    warnings."""
 
+    def run(spectral: bool) -> list[np.ndarray]:
+        ops = tf.function(lambda s: estimate_ops(lin, probes, s, spectral), autograph=False)
+        return [t.numpy() for t in ops(tf.constant(seed, tf.int64))]
 
-def _spectral_steps(
-    lin: LinearMap, seed: int, steps: int
-) -> tuple[jacobian_estimate.SpectralEstimate | None, str | None]:
-    """Up to `steps` Lanczos steps on every J_i^T J_i (`jacobian_estimate.spectral_estimate`);
-    (None, why) when J v cannot be formed."""
-    run = tf.function(
-        lambda s: jacobian_estimate.spectral_estimate(lin, s, steps), autograph=False
-    )
     try:
-        return run(tf.constant(seed, tf.int64)), None
+        found, notes = run(True), []
     except (LookupError, ValueError, TypeError) as exc:  # an op without a second derivative
-        return None, no_spectral(exc)
+        found, notes = run(False), [no_spectral(exc)]
+    stats, why = estimate_stats(found, lin.n, probes, lin.independent)
+    return stats, notes + why
 
 
 def no_spectral(exc: Exception) -> str:
@@ -270,28 +262,30 @@ def no_spectral(exc: Exception) -> str:
     return f"no spectral norm: J v needs the gradient of a gradient, and {exc}"
 
 
-def probe_stats(squared: np.ndarray, units: np.ndarray) -> tuple[FrobeniusNorms, np.ndarray]:
-    """The Frobenius estimates and per-unit norms from the probes' (K, B) squared norms and
-    (B, units) mean per-unit squared norms (`jacobian_estimate.probe_norms`)."""
-    return estimated_frobenius(np.asarray(squared, np.float64)), _rms(units)
-
-
-def estimated_spectral(
-    sigma: np.ndarray, residual: np.ndarray, n: int
-) -> tuple[SpectralNorms, str | None]:
-    """SpectralNorms of the Lanczos estimate, and a warning when some sample's has not
-    settled (its residual bound above SETTLED of its value)."""
-    steps = jacobian_estimate.steps_for(n)
-    settled = bool(np.all(np.asarray(residual) <= jacobian_estimate.SETTLED))
-    warning = None
-    if not settled:
-        warning = (
-            f"the estimated spectral norm of some samples has not settled in {steps} Lanczos "
-            f"steps (a residual bound above {jacobian_estimate.SETTLED} of the value: close "
-            "largest singular values); it is a lower bound of ||J||_2, here possibly by more "
-            "than that; --exact computes it exactly"
-        )
-    return spectral(np.asarray(sigma, np.float64), steps, settled), warning
+def estimate_stats(
+    found: Sequence[np.ndarray], n: int, probes: int, independent: bool
+) -> tuple[JacobianStats, list[str]]:
+    """The JacobianStats of `estimate_ops`' arrays for J_i with n columns, and a warning when
+    some sample's spectral norm has not settled (its residual bound above SETTLED of it)."""
+    squared, units, *lanczos = found
+    spec, warnings = None, []
+    if lanczos:
+        sigma, residual = (np.asarray(a, np.float64) for a in lanczos)
+        steps = jacobian_estimate.steps_for(n)
+        settled = bool(np.all(residual <= jacobian_estimate.SETTLED))
+        spec = spectral(sigma, steps, settled)
+        if not settled:
+            warnings.append(
+                f"the estimated spectral norm of some samples has not settled in {steps} "
+                f"Lanczos steps (a residual bound above {jacobian_estimate.SETTLED} of the "
+                "value: close largest singular values); it is a lower bound of ||J||_2, here "
+                "possibly by more than that; --exact computes it exactly"
+            )
+    frob = estimated_frobenius(np.asarray(squared, np.float64))
+    per_unit = tuple(float(u) for u in _rms(units))
+    return JacobianStats(
+        JacobianMethod.ESTIMATE, probes, independent, frob, spec, per_unit
+    ), warnings
 
 
 def frobenius(per_sample: np.ndarray) -> FrobeniusNorms:
@@ -316,7 +310,9 @@ def estimated_frobenius(squared: np.ndarray) -> FrobeniusNorms:
     return FrobeniusNorms(values, _mean(values), _max(values), _max(rels), rels)
 
 
-def spectral(sigma: np.ndarray, iterations: int | None, converged: bool) -> SpectralNorms:
+def spectral(
+    sigma: np.ndarray, iterations: int | None = None, converged: bool = True
+) -> SpectralNorms:
     """SpectralNorms from per-sample largest singular values."""
     values = tuple(float(x) for x in sigma)
     return SpectralNorms(values, _mean(values), _max(values), iterations, converged)

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 from layergrad.core.vocab import JacobianMethod
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.data.stats.sample_ranking import NormTotals
-from layergrad.engine.jacobian import JacobianOptions, measure_jacobian, no_batch_axis
+from layergrad.engine.jacobian import JacobianOptions, linear_maps, measure_jacobian
 from layergrad.engine.step_calls import statistics_kept
 from layergrad.model.layer_refs import Site
 
@@ -104,7 +104,7 @@ class PairTotals:
         self.frobenius = NormTotals(self.top)
         self.spectral = NormTotals(self.top)
 
-    def add(self, stats: JacobianStats, samples: np.ndarray, warnings: Sequence[str]) -> None:
+    def add(self, stats: JacobianStats, warnings: Sequence[str], samples: np.ndarray) -> None:
         """Add one batch's JacobianStats (`samples`: the batch's sample indices)."""
         f, s = stats.frobenius, stats.spectral
         rel = np.asarray(f.sample_rel_stderr) if f.sample_rel_stderr else None
@@ -276,16 +276,11 @@ def inspect_jacobians(
         if step is not None and found is not None:
             missing.update(step.missing)
             for t, stats, warnings in found:
-                pairs[t].add(stats, samples, warnings)
+                pairs[t].add(stats, warnings, samples)
         else:  # on the batch's own eager tape
             live = replay(model, batch, sites, sources=[source], training=training, reduce=reduce)
-            for t, (pair, target) in enumerate(zip(pairs, live.targets, strict=True)):
-                why = no_batch_axis(live.sources[0], target)
-                if why:
-                    missing[t] = why
-                    continue
-                stats, warnings = measure_jacobian(live.tape, live.sources[0], target, drawn)
-                pair.add(stats, samples, warnings)
+            for t, lin in linear_maps(live, missing):
+                pairs[t].add(*measure_jacobian(lin, drawn), samples)
             del live
         if done == 0 and pairs and pairs[0].method is not None:  # the first batch decides
             how = _kept_method(how, pairs[0])

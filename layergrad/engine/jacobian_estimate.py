@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Tensor
-from layergrad.engine.linear_map import LinearMap
+from layergrad.engine.linear_map import LinearMap, seed_pair
 
 STEPS = 16  # Lanczos steps of the estimated spectral norm: 2 * STEPS products with J or J^T
 SETTLED = 1e-3  # relative residual bound of the largest Ritz value under which it has settled
@@ -41,11 +41,6 @@ class SpectralEstimate(NamedTuple):
 def steps_for(n: int, steps: int = STEPS) -> int:
     """The Lanczos steps for J_i with n columns (past n, nothing is left)."""
     return min(steps, n)
-
-
-def seed_pair(seed: Tensor, stream: int) -> Tensor:
-    """The stateless seed of one stream of draws from a batch's (int64) seed."""
-    return tf.stack([tf.cast(seed, tf.int64), tf.constant(stream, tf.int64)])
 
 
 class ProbeNorms(NamedTuple):

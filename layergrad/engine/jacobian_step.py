@@ -26,22 +26,18 @@ from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import KerasModel, Tensor, TFFunction
 from layergrad.core.vocab import JacobianMethod
 from layergrad.data.probe_input import ProbeBatch
-from layergrad.engine import jacobian_estimate
 from layergrad.engine.jacobian import (
     DEFAULT_PROBES,
     JacobianOptions,
     choose_method,
-    chunk_size,
-    estimated_spectral,
-    no_batch_axis,
+    estimate_ops,
+    estimate_stats,
+    linear_maps,
     no_spectral,
-    probe_stats,
 )
 from layergrad.engine.linear_map import LinearMap
 from layergrad.engine.trace import replay
 from layergrad.model.layer_refs import Site
-
-MIXING = 3  # the stream of the random cotangent of the batch-independence check
 
 Measured = list[tuple[int, JacobianStats, tuple[str, ...]]]  # (target index, stats, warnings)
 
@@ -57,7 +53,6 @@ class EstimateStep:
     columns: tuple[int, ...]  # n of each measured target's Jacobians
     notes: tuple[tuple[str, ...], ...]  # each target's warnings from the first batch
     missing: dict[int, str]  # the targets without a batch axis, and why
-    spectral: bool = True  # False when J v cannot be formed: Frobenius only
 
     def run(self, batch: ProbeBatch, seed: int) -> Measured | None:
         """Each measured target's JacobianStats and warnings for `batch`, drawn from `seed`;
@@ -69,27 +64,14 @@ class EstimateStep:
             inputs = [tf.concat([a, tf.repeat(a[-1:], short, axis=0)], axis=0) for a in inputs]
         outs = self.function(inputs, tf.constant(seed, tf.int64))
         out: Measured = []
-        for t, n, note, (mixes, squared, per_unit, sigma, residual) in zip(
+        for t, n, note, (mixes, squared, *rest) in zip(
             self.targets, self.columns, self.notes, outs, strict=True
         ):
             if bool(mixes):
                 return None
-            frob, units = probe_stats(squared.numpy()[:, :count], per_unit.numpy()[:count])
-            warnings = list(note)
-            spec = None
-            if self.spectral:
-                spec, why = estimated_spectral(sigma.numpy()[:count], residual.numpy()[:count], n)
-                if why:
-                    warnings.append(why)
-            stats = JacobianStats(
-                method=JacobianMethod.ESTIMATE,
-                probes=self.probes,
-                batch_independent=True,
-                frobenius=frob,
-                spectral=spec,
-                unit_sensitivity=tuple(float(u) for u in units),
-            )
-            out.append((t, stats, tuple(warnings)))
+            found = [squared.numpy()[:, :count], *(a.numpy()[:count] for a in rest)]
+            stats, why = estimate_stats(found, n, self.probes, True)
+            out.append((t, stats, (*note, *why)))
         return out
 
 
@@ -115,14 +97,9 @@ def estimate_step(
     live = replay(model, batch, targets, sources=[source], training=training, reduce=reduce)
     measured, columns, notes = [], [], []
     missing: dict[int, str] = {}
-    for t, target in enumerate(live.targets):
-        why = no_batch_axis(live.sources[0], target)
-        if why:
-            missing[t] = why
-            continue
-        lin = LinearMap(live.tape, live.sources[0], target)
+    for t, lin in linear_maps(live, missing):
         method, note = choose_method(lin, how)
-        if method != JacobianMethod.ESTIMATE or lin.mixes_batch(how.seed):
+        if method != JacobianMethod.ESTIMATE or bool(lin.mixing(how.seed)):
             return None
         measured.append(t)
         columns.append(lin.n)
@@ -134,22 +111,13 @@ def estimate_step(
 
     def build(spectral: bool) -> TFFunction:
         @tf.function(autograph=False)
-        def step(inputs: list[Tensor], seed: Tensor) -> list[tuple[Tensor, ...]]:
+        def step(inputs: list[Tensor], seed: Tensor) -> list[list[Tensor]]:
             probe = ProbeBatch(tuple(inputs), batch.names, batch.source, None)
             live = replay(model, probe, targets, sources=[source], training=training, reduce=reduce)
             out = []
             for t in measured:
                 lin = LinearMap(live.tape, live.sources[0], live.targets[t])
-                first = tf.random.stateless_normal(
-                    [lin.m], jacobian_estimate.seed_pair(seed, MIXING)
-                )
-                norms = jacobian_estimate.probe_norms(lin, probes, seed, chunk_size(lin, probes))
-                if spectral:
-                    found = jacobian_estimate.spectral_estimate(lin, seed)
-                    sigma, residual = found.sigma, found.residual
-                else:
-                    sigma = residual = tf.zeros([lin.batch], tf.float64)
-                out.append((lin.mixing(first), *norms, sigma, residual))
+                out.append([lin.mixing(seed), *estimate_ops(lin, probes, seed, spectral)])
             return out
 
         return step
@@ -161,7 +129,7 @@ def estimate_step(
     try:
         first = step.run(batch, how.seed)  # traces it
     except (LookupError, ValueError, TypeError) as exc:  # J v needs a second derivative
-        step.function, step.spectral = build(False), False
+        step.function = build(False)
         step.notes = tuple((*n, no_spectral(exc)) for n in step.notes)
         try:
             first = step.run(batch, how.seed)

@@ -19,6 +19,8 @@ import math
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import GradientTape, Tensor
 
+MIXING = 3  # the stream of the random cotangent of the batch-independence check
+
 
 class LinearMap:
     """J = d target / d source between two tensors of one persistent tape, flattened per sample.
@@ -75,28 +77,22 @@ class LinearMap:
 
         return tf.vectorized_map(one, tf.range(self.batch), warn=False)
 
-    def mixes_batch(self, seed: int, tolerance: float = 1e-6) -> bool:
-        """True when a VJP from sample 0's output lands on other samples' inputs.
+    def mixing(self, seed: Tensor | int, tolerance: float = 1e-6) -> Tensor:
+        """True when a VJP from sample 0's output lands on other samples' inputs, as a boolean
+        tensor (so a tf.function can run it).
 
-        One backward pass with a random cotangent on sample 0 only; in a batch-independent
-        model every other sample's gradient is exactly zero (`tolerance` is relative to the
-        largest entry of sample 0's).
+        One backward pass with a random normal cotangent (drawn from `seed`) on sample 0 only;
+        in a batch-independent model every other sample's gradient is exactly zero
+        (`tolerance` is relative to the largest entry of sample 0's).
         """
-        import numpy as np
-
-        if self.batch < 2:
-            return False
-        u = np.random.default_rng([seed, 0]).standard_normal(self.m).astype(np.float32)
-        return bool(self.mixing(u, tolerance))
-
-    def mixing(self, first: Tensor, tolerance: float = 1e-6) -> Tensor:
-        """`mixes_batch` for the cotangent `first` (m entries) on sample 0, as a boolean
-        tensor (so a tf.function can run it)."""
         if self.batch < 2:
             return tf.constant(False)
-        u = tf.pad(
-            tf.reshape(tf.cast(first, tf.float32), [1, self.m]), [[0, self.batch - 1], [0, 0]]
-        )
-        grad = tf.cast(tf.abs(self.vjp(u)), tf.float64)
+        first = tf.random.stateless_normal([1, self.m], seed_pair(seed, MIXING))
+        grad = tf.cast(tf.abs(self.vjp(tf.pad(first, [[0, self.batch - 1], [0, 0]]))), tf.float64)
         own, others = tf.reduce_max(grad[0]), tf.reduce_max(grad[1:])
         return tf.where(own > 0, others > tolerance * own, others > 0)
+
+
+def seed_pair(seed: Tensor | int, stream: int) -> Tensor:
+    """The stateless seed of one stream of draws from a batch's (int64) seed."""
+    return tf.stack([tf.cast(seed, tf.int64), tf.constant(stream, tf.int64)])
