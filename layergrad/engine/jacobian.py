@@ -22,6 +22,7 @@ Two methods, both from the one forward pass of the probe:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from layergrad.core.errors import InputError
 from layergrad.core.probe_options import JacobianOptions
 from layergrad.core.results import FrobeniusNorms, JacobianStats, SpectralNorms
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import Tensor, TFFunction
+from layergrad.core.tf_types import Tensor
 from layergrad.core.vocab import JacobianMethod
 from layergrad.engine import jacobian_estimate
 from layergrad.engine.linear_map import LinearMap
@@ -72,7 +73,7 @@ def measure_jacobian(
         InputError: `--exact` for Jacobians beyond EXACT_BUDGET entries.
     """
     warnings: list[str] = []
-    lin.independent = not bool(lin.mixing(options.seed))
+    lin.independent = not bool(lin.mixing(options.seed)[0])
     if not lin.independent:
         warnings.append(
             "the target mixes samples across the batch (to[i] depends on other samples' from, "
@@ -127,22 +128,51 @@ def chunk_size(lin: LinearMap, count: int) -> int:
     return max(1, min(count, CHUNK_ENTRIES // max(per_product, 1)))
 
 
-def _stack_chunks(
-    fn: Callable[[Tensor], Tensor], count: int, size: int, make: TFFunction | None = None
-) -> Tensor:
-    """fn over items 0..count-1 in chunks of `size`, stacked; `make(start, stop)` builds a
-    chunk's input (default: the indices), so only one chunk's inputs exist at a time. The
-    last chunk is padded to `size`, so fn is traced once."""
+def in_chunks(
+    fn: Callable[[Tensor], Any], count: int, size: int, make: Callable[[int, int], np.ndarray]
+) -> Any:
+    """`fn` (one tensor or a list of them out) over items 0..count-1 in chunks of `size`,
+    stacked; `make(start, stop)` builds a chunk's input, so only one chunk's inputs exist at a
+    time. The last chunk is padded to `size`, so fn is traced once."""
     outs = []
     for start in range(0, count, size):
         stop = min(start + size, count)
-        part = np.arange(start, stop, dtype=np.int32) if make is None else make(start, stop)
+        part = make(start, stop)
         short = size - (stop - start)
         if short:
             part = np.concatenate([part, np.repeat(part[-1:], short, axis=0)])
-        out = fn(tf.constant(part))
-        outs.append(out[: size - short] if short else out)
-    return outs[0] if len(outs) == 1 else tf.concat(outs, axis=0)
+        outs.append(fn(tf.constant(part)))
+    return tf.nest.map_structure(lambda *parts: tf.concat(parts, axis=0)[:count], *outs)
+
+
+def vectorized(fn: Callable[[Tensor], Any], size: int) -> Callable[[Tensor], Any]:
+    """A compiled function of `size` rows: `fn` of each, vectorized (one row: a plain call)."""
+
+    @tf.function
+    def run(rows: Tensor) -> Any:
+        if size == 1:  # nothing to vectorize
+            return tf.nest.map_structure(lambda out: out[None], fn(rows[0]))
+        return tf.vectorized_map(fn, rows, warn=False)
+
+    return run
+
+
+def one_hot_products(
+    lin: LinearMap, product: Callable[[Tensor], Any], width: int, count: int
+) -> Any:
+    """`product` (over the batch) of the one-hot vectors 0..count-1 of length `width`,
+    stacked, vectorized in chunks (`chunk_size`)."""
+
+    def one(k: Tensor) -> Any:
+        onehot = tf.one_hot(k, width, dtype=tf.float32)
+        return product(tf.broadcast_to(onehot[None], [lin.batch, width]))
+
+    size = chunk_size(lin, count)
+    return in_chunks(vectorized(one, size), count, size, indices)
+
+
+def indices(start: int, stop: int) -> np.ndarray:
+    return np.arange(start, stop, dtype=np.int32)
 
 
 def _exact(lin: LinearMap, seed: int) -> JacobianStats:
@@ -175,35 +205,16 @@ def _exact(lin: LinearMap, seed: int) -> JacobianStats:
 
 def exact_rows(lin: LinearMap) -> Tensor:
     """The (m, B, n) tensor of every row of every J_i: m one-hot VJPs, vectorized over rows."""
-    rows = _one_hot_products(lin, lin.vjp_blocks, lin.m)
-    return _stack_chunks(rows, lin.m, chunk_size(lin, lin.m))
+    return one_hot_products(lin, lin.vjp_blocks, lin.m, lin.m)
 
 
 def exact_columns(lin: LinearMap) -> Tensor | None:
     """The (n, B, m) tensor of every column of every J_i: n one-hot JVPs, vectorized; None
     when J v cannot be formed (an op on the path has no second derivative)."""
-    columns = _one_hot_products(lin, lin.jvp_blocks, lin.n)
     try:
-        return _stack_chunks(columns, lin.n, chunk_size(lin, lin.n))
+        return one_hot_products(lin, lin.jvp_blocks, lin.n, lin.n)
     except (LookupError, ValueError, TypeError):
         return None
-
-
-def _one_hot_products(
-    lin: LinearMap, product: Callable[[Tensor], Tensor], size: int
-) -> Callable[[Tensor], Tensor]:
-    """A compiled function of indices: `product` (a VJP or JVP over the batch) of the one-hot
-    vector of each index, of length `size`, vectorized over the indices."""
-
-    @tf.function
-    def products(index: Tensor) -> Tensor:
-        def one(k: Tensor) -> Tensor:
-            onehot = tf.one_hot(k, size, dtype=tf.float32)
-            return product(tf.broadcast_to(onehot[None], [lin.batch, size]))
-
-        return tf.vectorized_map(one, index, warn=False)
-
-    return products
 
 
 def _lanczos_spectral(lin: LinearMap, seed: int) -> np.ndarray | None:

@@ -99,7 +99,7 @@ def estimate_step(
     missing: dict[int, str] = {}
     for t, lin in linear_maps(live, missing):
         method, note = choose_method(lin, how)
-        if method != JacobianMethod.ESTIMATE or bool(lin.mixing(how.seed)):
+        if method != JacobianMethod.ESTIMATE or bool(lin.mixing(how.seed)[0]):
             return None
         measured.append(t)
         columns.append(lin.n)
@@ -117,7 +117,7 @@ def estimate_step(
             out = []
             for t in measured:
                 lin = LinearMap(live.tape, live.sources[0], live.targets[t])
-                out.append([lin.mixing(seed), *estimate_ops(lin, probes, seed, spectral)])
+                out.append([lin.mixing(seed)[0], *estimate_ops(lin, probes, seed, spectral)])
             return out
 
         return step

@@ -1,4 +1,4 @@
-"""The linear map between two activations on a live tape: J v and J^T u, batched and vectorized.
+"""The linear map between activations on a live tape: J v and J^T u, batched and vectorized.
 
 For a watched source x of shape (B, *S) and a target y of shape (B, *T) recorded on one
 persistent tape, J is d y / d x. `vjp(u) = J^T u` is one backward pass (`tape.gradient` with
@@ -15,6 +15,8 @@ sample at a time (vectorized over the batch) and keep that sample's part of the 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import GradientTape, Tensor
@@ -23,33 +25,47 @@ MIXING = 3  # the stream of the random cotangent of the batch-independence check
 
 
 class LinearMap:
-    """J = d target / d source between two tensors of one persistent tape, flattened per sample.
+    """J = d targets / d sources between tensors of one persistent tape, flattened per sample
+    (several targets: their entries side by side; several sources: `vjps` keeps them apart).
 
     Attributes:
-        batch: B, the batch size (axis 0 of both tensors).
-        m, n: entries per sample of the target and of the source.
-        units: size of the source's last axis (1 for a source with only the batch axis).
+        batch: B, the batch size (axis 0 of every tensor).
+        m, n: entries per sample of the targets and of the sources.
+        units: size of the first source's last axis (1 for a source with only the batch axis).
         independent: whether to[i] depends on from[i] alone; the `*_blocks` methods use it.
     """
 
-    def __init__(self, tape: GradientTape, source: Tensor, target: Tensor) -> None:
-        self.tape, self.source, self.target = tape, source, target
-        self.batch = int(source.shape[0])
-        self.n = math.prod(int(d) for d in source.shape[1:])
-        self.m = math.prod(int(d) for d in target.shape[1:])
-        self.units = int(source.shape[-1]) if source.shape.rank > 1 else 1
+    def __init__(
+        self, tape: GradientTape, source: Tensor | list[Tensor], target: Tensor | list[Tensor]
+    ) -> None:
+        self.tape = tape
+        self.sources, self.targets = tf.nest.flatten(source), tf.nest.flatten(target)
+        self.batch = int(self.sources[0].shape[0])
+        self.n = sum(_width(s) for s in self.sources)
+        self.m = sum(_width(t) for t in self.targets)
+        first = self.sources[0]
+        self.units = int(first.shape[-1]) if first.shape.rank > 1 else 1
         self.independent = True
+
+    def vjps(self, u: Tensor) -> list[Tensor]:
+        """(B, m) -> per source (B, n_k): J^T u over the whole batch (all blocks, float32)."""
+        cotangents, start = [], 0
+        for target in self.targets:
+            piece = u[:, start : start + _width(target)]
+            cotangents.append(tf.reshape(tf.cast(piece, target.dtype), tf.shape(target)))
+            start += _width(target)
+        grads = self.tape.gradient(
+            self.targets,
+            self.sources,
+            output_gradients=cotangents,
+            unconnected_gradients=tf.UnconnectedGradients.ZERO,
+        )
+        return [tf.reshape(tf.cast(g, tf.float32), [self.batch, -1]) for g in grads]
 
     def vjp(self, u: Tensor) -> Tensor:
         """(B, m) -> (B, n): J^T u over the whole batch (all blocks, float32)."""
-        cotangent = tf.reshape(tf.cast(u, self.target.dtype), tf.shape(self.target))
-        grad = self.tape.gradient(
-            self.target,
-            self.source,
-            output_gradients=cotangent,
-            unconnected_gradients=tf.UnconnectedGradients.ZERO,
-        )
-        return tf.reshape(tf.cast(grad, tf.float32), [self.batch, self.n])
+        parts = self.vjps(u)
+        return parts[0] if len(parts) == 1 else tf.concat(parts, axis=1)
 
     def jvp(self, v: Tensor) -> Tensor:
         """(B, n) -> (B, m): J v over the whole batch, as the transpose of `vjp`."""
@@ -60,6 +76,10 @@ class LinearMap:
         out = inner.gradient(back, dummy, output_gradients=tf.cast(v, tf.float32))
         return tf.zeros_like(dummy) if out is None else out
 
+    def vjps_blocks(self, u: Tensor) -> list[Tensor]:
+        """`vjps` of the diagonal blocks: row i of each is J_ii^T u_i."""
+        return self.vjps(u) if self.independent else self._per_sample(self.vjps, u)
+
     def vjp_blocks(self, u: Tensor) -> Tensor:
         """(B, m) -> (B, n): row i is J_ii^T u_i (the diagonal blocks)."""
         return self.vjp(u) if self.independent else self._per_sample(self.vjp, u)
@@ -68,31 +88,40 @@ class LinearMap:
         """(B, n) -> (B, m): row i is J_ii v_i (the diagonal blocks)."""
         return self.jvp(v) if self.independent else self._per_sample(self.jvp, v)
 
-    def _per_sample(self, product: Tensor, rows: Tensor) -> Tensor:
-        """Apply `product` to `rows` masked to one sample at a time; keep that sample's row."""
+    def _per_sample(self, product: Callable[[Tensor], Any], rows: Tensor) -> Any:
+        """Apply `product` to `rows` masked to one sample at a time; keep that sample's row
+        (of each tensor `product` returns)."""
 
-        def one(i: Tensor) -> Tensor:
-            mask = tf.one_hot(i, self.batch, dtype=tf.float32)[:, None]
-            return tf.gather(product(rows * mask), i)
+        def one(i: Tensor) -> Any:
+            mask = tf.one_hot(i, self.batch, dtype=rows.dtype)[:, None]
+            return tf.nest.map_structure(lambda out: tf.gather(out, i), product(rows * mask))
 
         return tf.vectorized_map(one, tf.range(self.batch), warn=False)
 
     def mixing(self, seed: Tensor | int, tolerance: float = 1e-6) -> Tensor:
-        """True when a VJP from sample 0's output lands on other samples' inputs, as a boolean
-        tensor (so a tf.function can run it).
+        """Per source, whether a VJP from sample 0's outputs lands on other samples' inputs,
+        as a boolean tensor (so a tf.function can run it).
 
         One backward pass with a random normal cotangent (drawn from `seed`) on sample 0 only;
         in a batch-independent model every other sample's gradient is exactly zero
         (`tolerance` is relative to the largest entry of sample 0's).
         """
         if self.batch < 2:
-            return tf.constant(False)
+            return tf.zeros([len(self.sources)], tf.bool)
         first = tf.random.stateless_normal([1, self.m], seed_pair(seed, MIXING))
-        grad = tf.cast(tf.abs(self.vjp(tf.pad(first, [[0, self.batch - 1], [0, 0]]))), tf.float64)
-        own, others = tf.reduce_max(grad[0]), tf.reduce_max(grad[1:])
-        return tf.where(own > 0, others > tolerance * own, others > 0)
+        flags = []
+        for grad in self.vjps(tf.pad(first, [[0, self.batch - 1], [0, 0]])):
+            size = tf.cast(tf.abs(grad), tf.float64)
+            own, others = tf.reduce_max(size[0]), tf.reduce_max(size[1:])
+            flags.append(tf.where(own > 0, others > tolerance * own, others > 0))
+        return tf.stack(flags)
 
 
 def seed_pair(seed: Tensor | int, stream: int) -> Tensor:
     """The stateless seed of one stream of draws from a batch's (int64) seed."""
     return tf.stack([tf.cast(seed, tf.int64), tf.constant(stream, tf.int64)])
+
+
+def _width(tensor: Tensor) -> int:
+    """Entries per sample."""
+    return math.prod(int(d) for d in tensor.shape[1:])
