@@ -106,9 +106,8 @@ class PairTotals:
 
     def add(self, stats: JacobianStats, warnings: Sequence[str], samples: np.ndarray) -> None:
         """Add one batch's JacobianStats (`samples`: the batch's sample indices)."""
-        f, s = stats.frobenius, stats.spectral
-        rel = np.asarray(f.sample_rel_stderr) if f.sample_rel_stderr else None
-        self.frobenius.add(np.asarray(f.per_sample), samples, rel)
+        s = stats.spectral
+        add_norms(self.frobenius, stats.frobenius, samples)
         if s is None:
             self.spectral = None
         elif self.spectral is not None:
@@ -159,8 +158,7 @@ class PairTotals:
 
     def stats(self) -> JacobianStats:
         """The JacobianStats over every sample added."""
-        f = self.frobenius.distribution()
-        frob = FrobeniusNorms((), f.mean, f.max, self.frobenius.largest_rel, (), f)
+        frob = frobenius_over(self.frobenius)
         spec = None
         if self.spectral is not None:
             d = self.spectral.distribution()
@@ -171,6 +169,18 @@ class PairTotals:
         )
         assert self.method is not None
         return JacobianStats(self.method, self.probes, self.independent, frob, spec, units)
+
+
+def add_norms(totals: NormTotals, norms: FrobeniusNorms, samples: np.ndarray) -> None:
+    """Add one batch's per-sample Frobenius norms (and their errors, when estimated)."""
+    rel = np.asarray(norms.sample_rel_stderr) if norms.sample_rel_stderr else None
+    totals.add(np.asarray(norms.per_sample), samples, rel)
+
+
+def frobenius_over(totals: NormTotals) -> FrobeniusNorms:
+    """The Frobenius norms over every sample added."""
+    d = totals.distribution()
+    return FrobeniusNorms((), d.mean, d.max, totals.largest_rel, (), d)
 
 
 def norm_payload(totals: NormTotals) -> NormPayload:
@@ -202,7 +212,7 @@ def norm_from_payload(payload: NormPayload) -> NormTotals:
 
 
 def data_batches(
-    stream: DataStream, model: KerasModel
+    stream: DataStream, model: KerasModel, on_progress: Progress | None
 ) -> Iterator[tuple[int, ProbeBatch, np.ndarray]]:
     """Each batch of a `data.sources.DataStream` this process runs (its shard under
     `--distribute multi-worker`): (its index among the data's batches, the ProbeBatch, its
@@ -212,15 +222,20 @@ def data_batches(
     N): one process's batch index, on any worker, and for a shard numbered with N a multiple
     of the batch size, the batch's index in the whole data set (so its random draws, seeded by
     it, are those of one run over the whole). While the caller holds a batch, `model`'s
-    random layers draw that batch's numbers (`random_layers.drawing_for`)."""
+    random layers draw that batch's numbers (`random_layers.drawing_for`). After each batch,
+    `on_progress` gets the samples done so far and the data's."""
     names = tuple(s.name for s in stream.specs)
     size = max(int(getattr(stream, "batch_size", 1) or 1), 1)
+    done = 0
     for b, tensors in enumerate(stream.indexed()):
         samples = np.asarray(tensors[-1].numpy(), np.int64)
         batch = ProbeBatch(tuple(tensors[:-1]), names, stream.source, None)
         index = int(samples[0]) // size if samples.size else stream.batch_index(b)
         with drawing_for(model, index):
             yield index, batch, samples
+        done += len(samples)
+        if on_progress is not None:
+            on_progress(done, stream.samples)
     stream.raise_failure()
 
 
@@ -256,12 +271,11 @@ def inspect_jacobians(
     sites = list(targets)
     pairs = [PairTotals(top) for _ in targets]
     missing: dict[int, str] = {}
-    done = 0
     step: jacobian_step.EstimateStep | None = None
-    for b, batch, samples in data_batches(stream, model):
+    for k, (b, batch, samples) in enumerate(data_batches(stream, model, on_progress)):
         drawn = batch_seeded(how, b)
         found = None
-        if done == 0 and not stream.probe:  # the first batch decides: the compiled step, or
+        if k == 0 and not stream.probe:  # the first batch decides: the compiled step, or
             # eager tapes throughout (the probe batch: its eager tape, tracing costs more)
             sharded = stream.part is not None or stream.first_sample > 0
             # a shard traces for a whole batch, as one run does
@@ -282,11 +296,8 @@ def inspect_jacobians(
             for t, lin in linear_maps(live, missing):
                 pairs[t].add(*measure_jacobian(lin, drawn), samples)
             del live
-        if done == 0 and pairs and pairs[0].method is not None:  # the first batch decides
+        if k == 0 and pairs and pairs[0].method is not None:  # the first batch decides
             how = _kept_method(how, pairs[0])
-        done += len(samples)
-        if on_progress is not None:
-            on_progress(done, stream.samples)
     if strategy is not None:
         pairs, missing = _combined_pairs(strategy, pairs, missing, top)
     out: list[tuple[JacobianStats | None, tuple[str, ...]]] = []
@@ -351,29 +362,19 @@ def scan_jacobians(
     """
     totals: dict[Key, NormTotals] = {}
     notes: dict[str, None] = {}
-    done = 0
     norms: dict[Key, FrobeniusNorms] = {}
-    for b, batch, samples in data_batches(stream, model):
+    for b, batch, samples in data_batches(stream, model, on_progress):
         live = replay(model, batch, (target,), training=training, reduce=reduce, seed=how.seed)
         norms, found = scan_frobenius(live, batch_seeded(how, b))
         notes.update(dict.fromkeys(found))
         for key, f in norms.items():
-            acc = totals.setdefault(key, NormTotals(top))
-            rel = np.asarray(f.sample_rel_stderr) if f.sample_rel_stderr else None
-            acc.add(np.asarray(f.per_sample), samples, rel)
+            add_norms(totals.setdefault(key, NormTotals(top)), f, samples)
         del live
-        done += len(samples)
-        if on_progress is not None:
-            on_progress(done, stream.samples)
     if stream.probe:  # one batch: its own per-sample norms
         return norms, tuple(notes)
     if strategy is not None:
         totals, notes = _combined_norms(strategy, totals, notes, top)
-    out = {}
-    for key, acc in totals.items():
-        d = acc.distribution()
-        out[key] = FrobeniusNorms((), d.mean, d.max, acc.largest_rel, (), d)
-    return out, tuple(notes)
+    return {key: frobenius_over(acc) for key, acc in totals.items()}, tuple(notes)
 
 
 def _combined_norms(
