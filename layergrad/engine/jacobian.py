@@ -22,7 +22,6 @@ Two methods, both from the one forward pass of the probe:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -30,7 +29,7 @@ from layergrad.core.errors import InputError
 from layergrad.core.probe_options import JacobianOptions
 from layergrad.core.results import FrobeniusNorms, JacobianStats, SpectralNorms
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import Tensor
+from layergrad.core.tf_types import Tensor, TensorTree
 from layergrad.core.vocab import JacobianMethod
 from layergrad.engine import jacobian_estimate
 from layergrad.engine.linear_map import LinearMap
@@ -129,8 +128,11 @@ def chunk_size(lin: LinearMap, count: int) -> int:
 
 
 def in_chunks(
-    fn: Callable[[Tensor], Any], count: int, size: int, make: Callable[[int, int], np.ndarray]
-) -> Any:
+    fn: Callable[[Tensor], TensorTree],
+    count: int,
+    size: int,
+    make: Callable[[int, int], np.ndarray],
+) -> TensorTree:
     """`fn` (one tensor or a list of them out) over items 0..count-1 in chunks of `size`,
     stacked; `make(start, stop)` builds a chunk's input, so only one chunk's inputs exist at a
     time. The last chunk is padded to `size`, so fn is traced once."""
@@ -145,11 +147,11 @@ def in_chunks(
     return tf.nest.map_structure(lambda *parts: tf.concat(parts, axis=0)[:count], *outs)
 
 
-def vectorized(fn: Callable[[Tensor], Any], size: int) -> Callable[[Tensor], Any]:
+def vectorized(fn: Callable[[Tensor], TensorTree], size: int) -> Callable[[Tensor], TensorTree]:
     """A compiled function of `size` rows: `fn` of each, vectorized (one row: a plain call)."""
 
     @tf.function
-    def run(rows: Tensor) -> Any:
+    def run(rows: Tensor) -> TensorTree:
         if size == 1:  # nothing to vectorize
             return tf.nest.map_structure(lambda out: out[None], fn(rows[0]))
         return tf.vectorized_map(fn, rows, warn=False)
@@ -158,12 +160,12 @@ def vectorized(fn: Callable[[Tensor], Any], size: int) -> Callable[[Tensor], Any
 
 
 def one_hot_products(
-    lin: LinearMap, product: Callable[[Tensor], Any], width: int, count: int
-) -> Any:
+    lin: LinearMap, product: Callable[[Tensor], TensorTree], width: int, count: int
+) -> TensorTree:
     """`product` (over the batch) of the one-hot vectors 0..count-1 of length `width`,
     stacked, vectorized in chunks (`chunk_size`)."""
 
-    def one(k: Tensor) -> Any:
+    def one(k: Tensor) -> TensorTree:
         onehot = tf.one_hot(k, width, dtype=tf.float32)
         return product(tf.broadcast_to(onehot[None], [lin.batch, width]))
 

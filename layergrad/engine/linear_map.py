@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import GradientTape, Tensor
+from layergrad.core.tf_types import GradientTape, Tensor, TensorTree
 
 MIXING = 3  # the stream of the random cotangent of the batch-independence check
 
@@ -88,11 +87,11 @@ class LinearMap:
         """(B, n) -> (B, m): row i is J_ii v_i (the diagonal blocks)."""
         return self.jvp(v) if self.independent else self._per_sample(self.jvp, v)
 
-    def _per_sample(self, product: Callable[[Tensor], Any], rows: Tensor) -> Any:
+    def _per_sample(self, product: Callable[[Tensor], TensorTree], rows: Tensor) -> TensorTree:
         """Apply `product` to `rows` masked to one sample at a time; keep that sample's row
         (of each tensor `product` returns)."""
 
-        def one(i: Tensor) -> Any:
+        def one(i: Tensor) -> TensorTree:
             mask = tf.one_hot(i, self.batch, dtype=rows.dtype)[:, None]
             return tf.nest.map_structure(lambda out: tf.gather(out, i), product(rows * mask))
 
