@@ -15,8 +15,8 @@ Two methods, both from the one forward pass of the probe:
 - estimate: Frobenius by K random sign vectors v (Hutchinson: E ||J_i^T v||^2 = ||J_i||_F^2),
   the K products vectorized; the spread of the K values gives each sample's standard error.
   Spectral by a fixed number of Lanczos steps on J_i^T J_i, a lower bound
-  (`jacobian_estimate.py`). Over `--data` the same ops run in one compiled step per batch
-  (`jacobian_step.py`).
+  (`linear_map.py`). Over `--data` the same ops run in one compiled step per batch
+  (`jacobian_data.py`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from layergrad.core.results import FrobeniusNorms, JacobianStats, SpectralNorms
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Tensor, TensorTree
 from layergrad.core.vocab import JacobianMethod
-from layergrad.engine import jacobian_estimate
+from layergrad.engine import linear_map
 from layergrad.engine.linear_map import LinearMap
 from layergrad.engine.trace import Replay
 
@@ -201,7 +201,7 @@ def _exact(lin: LinearMap, seed: int) -> JacobianStats:
     if sigma is None:
         sigma = direct_spectral(dense())
     frob = frobenius(np.sqrt(squared.numpy().astype(np.float64)))
-    units = tuple(float(u) for u in _rms(per_unit.numpy()))
+    units = _rms(per_unit.numpy())
     return JacobianStats(JacobianMethod.EXACT, None, lin.independent, frob, spectral(sigma), units)
 
 
@@ -221,9 +221,7 @@ def exact_columns(lin: LinearMap) -> Tensor | None:
 
 def _lanczos_spectral(lin: LinearMap, seed: int) -> np.ndarray | None:
     """Lanczos through the model, to TOLERANCE; None if it cannot form J v or converge."""
-    run = tf.function(
-        lambda s: jacobian_estimate.spectral_estimate(lin, s, MAX_STEPS), autograph=False
-    )
+    run = tf.function(lambda s: linear_map.spectral_estimate(lin, s, MAX_STEPS), autograph=False)
     try:
         found = run(tf.constant(seed, tf.int64))
     except (LookupError, ValueError, TypeError):  # an op without a second derivative
@@ -248,10 +246,10 @@ def direct_spectral(jac: Tensor) -> np.ndarray:
 
 def estimate_ops(lin: LinearMap, probes: int, seed: Tensor, spectral: bool) -> list[Tensor]:
     """The estimate's products, as ops to run in a tf.function: the K probes' squared norms
-    (K, B) and per-unit squared norms (B, units) (`jacobian_estimate.probe_norms`) and, with
+    (K, B) and per-unit squared norms (B, units) (`linear_map.probe_norms`) and, with
     `spectral`, the Lanczos estimate's sigma and residual (B,) each."""
-    found = list(jacobian_estimate.probe_norms(lin, probes, seed, chunk_size(lin, probes)))
-    return [*found, *jacobian_estimate.spectral_estimate(lin, seed)] if spectral else found
+    found = list(linear_map.probe_norms(lin, probes, seed, chunk_size(lin, probes)))
+    return [*found, *linear_map.spectral_estimate(lin, seed)] if spectral else found
 
 
 def _estimate(lin: LinearMap, probes: int, seed: int) -> tuple[JacobianStats, list[str]]:
@@ -284,21 +282,19 @@ def estimate_stats(
     spec, warnings = None, []
     if lanczos:
         sigma, residual = (np.asarray(a, np.float64) for a in lanczos)
-        steps = jacobian_estimate.steps_for(n)
-        settled = bool(np.all(residual <= jacobian_estimate.SETTLED))
+        steps = linear_map.steps_for(n)
+        settled = bool(np.all(residual <= linear_map.SETTLED))
         spec = spectral(sigma, steps, settled)
         if not settled:
             warnings.append(
                 f"the estimated spectral norm of some samples has not settled in {steps} "
-                f"Lanczos steps (a residual bound above {jacobian_estimate.SETTLED} of the "
+                f"Lanczos steps (a residual bound above {linear_map.SETTLED} of the "
                 "value: close largest singular values); it is a lower bound of ||J||_2, here "
                 "possibly by more than that; --exact computes it exactly"
             )
     frob = estimated_frobenius(np.asarray(squared, np.float64))
-    per_unit = tuple(float(u) for u in _rms(units))
-    return JacobianStats(
-        JacobianMethod.ESTIMATE, probes, independent, frob, spec, per_unit
-    ), warnings
+    stats = JacobianStats(JacobianMethod.ESTIMATE, probes, independent, frob, spec, _rms(units))
+    return stats, warnings
 
 
 def frobenius(per_sample: np.ndarray) -> FrobeniusNorms:
@@ -331,9 +327,9 @@ def spectral(
     return SpectralNorms(values, _mean(values), _max(values), iterations, converged)
 
 
-def _rms(per_sample_unit: np.ndarray) -> np.ndarray:
+def _rms(per_sample_unit: np.ndarray) -> tuple[float, ...]:
     """(B, units) squared column norms -> per-unit norm, root-mean-square over samples."""
-    return np.sqrt(np.asarray(per_sample_unit, np.float64).mean(axis=0))
+    return tuple(float(u) for u in np.sqrt(np.asarray(per_sample_unit, np.float64).mean(axis=0)))
 
 
 def _mean(values: tuple[float, ...]) -> float:
