@@ -1,23 +1,19 @@
 """Per-sample Jacobian norms over a stream of batches: the probe batch, or every sample of a
 data set (`--measure jacobian --data`).
 
-Batch by batch, the same measurement as for one probe batch (`jacobian.measure_jacobian` for
-`inspect`, `jacobian_scan.scan_frobenius` for `scan`), from one forward pass per batch; each
-batch's per-sample norms go into `NormTotals` (moments, log histogram, the k largest with
-their sample indices) and are dropped, so memory is one batch's whatever the number of
-samples. The method is chosen on the first batch and kept for the others (a partial last
-batch is measured the same way). Batch independence is checked on every batch; the result
-is independent only when every batch was.
+Batch by batch, the measurement of one batch (`jacobian.measure_jacobian` for `inspect`,
+`jacobian_scan.scan_frobenius` for `scan`); each batch's per-sample norms go into `NormTotals`
+(moments, log histogram, the k largest with their sample indices) and are dropped, so memory
+is one batch's whatever the number of samples. The first batch chooses the method for all.
+The result is batch-independent only when every batch was.
 
-On a batch's eager tape the estimate's tf.functions are traced anew for every batch (the
-products are built from the ops that tape recorded): over a data set that would cost more
-than the products. So when the first batch of `inspect` measures every target by the
-estimate and does not mix samples, the forward pass, the mixing check, the K probes and the
-Lanczos steps of every target become one tf.function of the batch's inputs and seed
-(`EstimateStep`), traced for the first batch and reused for the others. A smaller batch (the
-last) is padded with copies of its last sample, and their rows dropped: in a model that does
-not mix samples, padding changes no other sample's numbers. A batch that does mix samples is
-measured again on its eager tape (the diagonal blocks, sample by sample), as one batch is.
+On an eager tape the estimate's tf.functions are traced anew for every batch, which over a
+data set costs more than the products. So when `inspect`'s first batch measures every target
+by the estimate and does not mix samples, the forward pass, the mixing check, the probes and
+the Lanczos steps become one tf.function of the batch's inputs and seed (`EstimateStep`),
+traced once. A shorter batch is padded with copies of its last sample, their rows dropped
+(padding changes no other sample's numbers in a model that does not mix samples); a batch
+that mixes samples is measured again on its eager tape (the diagonal blocks).
 """
 
 from __future__ import annotations
@@ -227,7 +223,7 @@ def norm_from_payload(payload: NormPayload) -> NormTotals:
         {
             "dist": np.asarray(payload["dist"], np.float64),
             "hist": hist,
-            "top": np.asarray(payload["top"], np.float64).reshape(3, -1),
+            "top": np.asarray(payload["top"], np.float64),
             "extra": np.asarray(payload["extra"], np.float64),
         }
     )
@@ -240,12 +236,11 @@ def data_batches(
     `--distribute multi-worker`): (its index among the data's batches, the ProbeBatch, its
     samples' indices in the data).
 
-    The index is its first sample's index over `--batch-size` (counted from `--first-sample`
-    N): one process's batch index, on any worker, and for a shard numbered with N a multiple
-    of the batch size, the batch's index in the whole data set (so its random draws, seeded by
-    it, are those of one run over the whole). While the caller holds a batch, `model`'s
-    random layers draw that batch's numbers (`random_layers.drawing_for`). After each batch,
-    `on_progress` gets the samples done so far and the data's."""
+    The index is its first sample's index (counted from `--first-sample`) over `--batch-size`:
+    for a shard numbered from a multiple of the batch size, the batch's index in the whole data
+    set, so its random draws (seeded by it) are those of one run over the whole. While the
+    caller holds a batch, `model`'s random layers draw that batch's numbers
+    (`random_layers.drawing_for`). `on_progress` gets the samples done after each batch."""
     names = tuple(s.name for s in stream.specs)
     size = max(int(getattr(stream, "batch_size", 1) or 1), 1)
     done = 0
