@@ -223,12 +223,12 @@ def _lanczos_spectral(lin: LinearMap, seed: int) -> np.ndarray | None:
     """Lanczos through the model, to TOLERANCE; None if it cannot form J v or converge."""
     run = tf.function(lambda s: linear_map.spectral_estimate(lin, s, MAX_STEPS), autograph=False)
     try:
-        found = run(tf.constant(seed, tf.int64))
+        sigma, residual = run(tf.constant(seed, tf.int64))
     except (LookupError, ValueError, TypeError):  # an op without a second derivative
         return None
-    if np.any(found.residual.numpy() > TOLERANCE):
+    if np.any(residual.numpy() > TOLERANCE):
         return None
-    return found.sigma.numpy().astype(np.float64)
+    return sigma.numpy().astype(np.float64)
 
 
 def direct_spectral(jac: Tensor) -> np.ndarray:
