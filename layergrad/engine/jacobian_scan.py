@@ -61,10 +61,10 @@ def scan_frobenius(
     exact = _is_exact(m, options)
     count = m if exact else (options.probes or DEFAULT_PROBES)
     lin = LinearMap(live.tape, [t for _, t in watched], list(ends))
-    flags = lin.mixing(options.seed).numpy()
+    flags = lin.mixing(options.seed).numpy() if watched else []
     mixing = [key for (key, _), mixes in zip(watched, flags, strict=True) if mixes]
     lin.independent = not mixing
-    squared = _squared_norms(lin, exact, count, options.seed)  # (count, B) per watched tensor
+    squared = _squared_norms(lin, exact, count, options.seed) if watched else []  # (count, B) each
     norms = {
         key: frobenius(np.sqrt(sq.sum(axis=0))) if exact else estimated_frobenius(sq)
         for (key, _), sq in zip(watched, squared, strict=True)

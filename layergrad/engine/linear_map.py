@@ -54,11 +54,11 @@ class LinearMap:
     ) -> None:
         self.tape = tape
         self.sources, self.targets = tf.nest.flatten(source), tf.nest.flatten(target)
-        self.batch = int(self.sources[0].shape[0])
+        self.batch = int(self.targets[0].shape[0])
         self.n = sum(_width(s) for s in self.sources)
         self.m = sum(_width(t) for t in self.targets)
-        first = self.sources[0]
-        self.units = int(first.shape[-1]) if first.shape.rank > 1 else 1
+        rank = self.sources[0].shape.rank if self.sources else 0
+        self.units = int(self.sources[0].shape[-1]) if rank > 1 else 1
         self.independent = True
 
     def vjps(self, u: Tensor) -> list[Tensor]:
