@@ -208,7 +208,7 @@ class SpectralNorms:
 
     The estimate is a lower bound of ||J_i||_2; `iterations` is its number of Lanczos steps
     (None when exact), and `converged` is False when some sample's estimate had not settled
-    in them (its residual bound above `engine.jacobian_estimate.SETTLED` of its value).
+    in them (its residual bound above `engine.linear_map.SETTLED` of its value).
     """
 
     per_sample: tuple[float, ...]

@@ -7,19 +7,21 @@ J_i's columns for that unit (root-mean-square over samples).
 Two methods, both from the one forward pass of the probe:
 
 - exact: every row of every J_i, m vector-Jacobian products vectorized into one computation
-  (pfor), never a Python loop over rows; then the norms directly, the spectral norm to float32
-  precision (`lanczos.py`). Used when one sample's J has at most
+  (pfor), never a Python loop over rows; then the norms directly, the spectral norm from the
+  largest eigenvalue of the smaller Gram matrix, or, past DIRECT_SIZE, to float32 precision by
+  up to MAX_STEPS Lanczos steps through the model (the ones of the estimate, run until the
+  residual bound is below TOLERANCE). Used when one sample's J has at most
   EXACT_ENTRIES entries (and the batch's at most EXACT_BUDGET), or with `--exact`.
 - estimate: Frobenius by K random sign vectors v (Hutchinson: E ||J_i^T v||^2 = ||J_i||_F^2),
   the K products vectorized; the spread of the K values gives each sample's standard error.
   Spectral by a fixed number of Lanczos steps on J_i^T J_i, a lower bound
-  (`jacobian_estimate.py`). Over `--data` the same ops run in one compiled step per batch
-  (`jacobian_step.py`).
+  (`linear_map.py`). Over `--data` the same ops run in one compiled step per batch
+  (`jacobian_data.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -27,15 +29,18 @@ from layergrad.core.errors import InputError
 from layergrad.core.probe_options import JacobianOptions
 from layergrad.core.results import FrobeniusNorms, JacobianStats, SpectralNorms
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import GradientTape, Tensor, TFFunction
+from layergrad.core.tf_types import Tensor, TensorTree
 from layergrad.core.vocab import JacobianMethod
-from layergrad.engine import jacobian_estimate, lanczos
+from layergrad.engine import linear_map
 from layergrad.engine.linear_map import LinearMap
+from layergrad.engine.trace import Replay
 
 EXACT_ENTRIES = 2**20  # exact when one sample's Jacobian has at most this many entries
 EXACT_BUDGET = 2**28  # ... and the whole batch's at most this many (1 GiB in float32)
 CHUNK_ENTRIES = 2**26  # entries one vectorized chunk of products may hold at once
 DIRECT_SIZE = 256  # exact spectral norms of matrices up to this small side: Gram eigenvalues
+MAX_STEPS = 64  # Lanczos steps of an exact spectral norm past DIRECT_SIZE
+TOLERANCE = 2e-6  # ... converged: relative residual bound on the largest eigenvalue of J^T J
 DEFAULT_PROBES = 32
 
 
@@ -51,13 +56,13 @@ def no_batch_axis(source: Tensor, target: Tensor) -> str | None:
 
 
 def measure_jacobian(
-    tape: GradientTape, source: Tensor, target: Tensor, options: JacobianOptions
+    lin: LinearMap, options: JacobianOptions
 ) -> tuple[JacobianStats, tuple[str, ...]]:
     """Norms of d target[i] / d source[i] for every sample, from a live persistent tape.
 
     Args:
-        tape: the persistent GradientTape that recorded the forward pass.
-        source: the watched tensor (batch axis first); target: a tensor computed from it.
+        lin: the map between the watched source (batch axis first) and a target computed
+            from it, on the persistent GradientTape that recorded the forward pass.
         options: probes / exact / seed.
 
     Returns:
@@ -66,9 +71,8 @@ def measure_jacobian(
     Raises:
         InputError: `--exact` for Jacobians beyond EXACT_BUDGET entries.
     """
-    lin = LinearMap(tape, source, target)
     warnings: list[str] = []
-    lin.independent = not lin.mixes_batch(options.seed)
+    lin.independent = not bool(lin.mixing(options.seed)[0])
     if not lin.independent:
         warnings.append(
             "the target mixes samples across the batch (to[i] depends on other samples' from, "
@@ -78,25 +82,21 @@ def measure_jacobian(
     method, note = choose_method(lin, options)
     if note:
         warnings.append(note)
-    spec: SpectralNorms | None
     if method == JacobianMethod.EXACT:
-        frob, spec, units = _exact(lin, options.seed)
-        probes = None
-    else:
-        probes = options.probes or DEFAULT_PROBES
-        frob, units = _estimate_frobenius(lin, probes, options.seed)
-        spec, why = _estimate_spectral(lin, options.seed)
+        return _exact(lin, options.seed), tuple(warnings)
+    stats, why = _estimate(lin, options.probes or DEFAULT_PROBES, options.seed)
+    return stats, (*warnings, *why)
+
+
+def linear_maps(live: Replay, missing: dict[int, str]) -> Iterator[tuple[int, LinearMap]]:
+    """The map from the replay's source to each of its targets with a batch axis, by target
+    index; the others go into `missing`, with why."""
+    for t, target in enumerate(live.targets):
+        why = no_batch_axis(live.sources[0], target)
         if why:
-            warnings.append(why)
-    stats = JacobianStats(
-        method=method,
-        probes=probes,
-        batch_independent=lin.independent,
-        frobenius=frob,
-        spectral=spec,
-        unit_sensitivity=tuple(float(u) for u in units),
-    )
-    return stats, tuple(warnings)
+            missing[t] = why
+        else:
+            yield t, LinearMap(live.tape, live.sources[0], target)
 
 
 def choose_method(lin: LinearMap, options: JacobianOptions) -> tuple[JacobianMethod, str | None]:
@@ -127,25 +127,57 @@ def chunk_size(lin: LinearMap, count: int) -> int:
     return max(1, min(count, CHUNK_ENTRIES // max(per_product, 1)))
 
 
-def _stack_chunks(
-    fn: Callable[[Tensor], Tensor], count: int, size: int, make: TFFunction | None = None
-) -> Tensor:
-    """fn over items 0..count-1 in chunks of `size`, stacked; `make(start, stop)` builds a
-    chunk's input (default: the indices), so only one chunk's inputs exist at a time. The
-    last chunk is padded to `size`, so fn is traced once."""
+def in_chunks(
+    fn: Callable[[Tensor], TensorTree],
+    count: int,
+    size: int,
+    make: Callable[[int, int], np.ndarray],
+) -> TensorTree:
+    """`fn` (one tensor or a list of them out) over items 0..count-1 in chunks of `size`,
+    stacked; `make(start, stop)` builds a chunk's input, so only one chunk's inputs exist at a
+    time. The last chunk is padded to `size`, so fn is traced once."""
     outs = []
     for start in range(0, count, size):
         stop = min(start + size, count)
-        part = np.arange(start, stop, dtype=np.int32) if make is None else make(start, stop)
+        part = make(start, stop)
         short = size - (stop - start)
         if short:
             part = np.concatenate([part, np.repeat(part[-1:], short, axis=0)])
-        out = fn(tf.constant(part))
-        outs.append(out[: size - short] if short else out)
-    return outs[0] if len(outs) == 1 else tf.concat(outs, axis=0)
+        outs.append(fn(tf.constant(part)))
+    return tf.nest.map_structure(lambda *parts: tf.concat(parts, axis=0)[:count], *outs)
 
 
-def _exact(lin: LinearMap, seed: int) -> tuple[FrobeniusNorms, SpectralNorms, np.ndarray]:
+def vectorized(fn: Callable[[Tensor], TensorTree], size: int) -> Callable[[Tensor], TensorTree]:
+    """A compiled function of `size` rows: `fn` of each, vectorized (one row: a plain call)."""
+
+    @tf.function
+    def run(rows: Tensor) -> TensorTree:
+        if size == 1:  # nothing to vectorize
+            return tf.nest.map_structure(lambda out: out[None], fn(rows[0]))
+        return tf.vectorized_map(fn, rows, warn=False)
+
+    return run
+
+
+def one_hot_products(
+    lin: LinearMap, product: Callable[[Tensor], TensorTree], width: int, count: int
+) -> TensorTree:
+    """`product` (over the batch) of the one-hot vectors 0..count-1 of length `width`,
+    stacked, vectorized in chunks (`chunk_size`)."""
+
+    def one(k: Tensor) -> TensorTree:
+        onehot = tf.one_hot(k, width, dtype=tf.float32)
+        return product(tf.broadcast_to(onehot[None], [lin.batch, width]))
+
+    size = chunk_size(lin, count)
+    return in_chunks(vectorized(one, size), count, size, indices)
+
+
+def indices(start: int, stop: int) -> np.ndarray:
+    return np.arange(start, stop, dtype=np.int32)
+
+
+def _exact(lin: LinearMap, seed: int) -> JacobianStats:
     """Every entry of every J_i, by rows (m VJPs) or, when J_i has at most half as many
     columns as rows, by columns (n JVPs); then the norms of the dense matrices."""
     columns = exact_columns(lin) if 2 * lin.n <= lin.m else None  # (n, B, m)
@@ -167,78 +199,73 @@ def _exact(lin: LinearMap, seed: int) -> tuple[FrobeniusNorms, SpectralNorms, np
     if min(lin.m, lin.n) > DIRECT_SIZE:  # a Gram eigendecomposition would cost more than J did
         sigma = _lanczos_spectral(lin, seed)
     if sigma is None:
-        sigma = lanczos.direct(dense())
+        sigma = direct_spectral(dense())
     frob = frobenius(np.sqrt(squared.numpy().astype(np.float64)))
-    return frob, spectral(sigma, None, True), _rms(per_unit.numpy())
+    units = _rms(per_unit.numpy())
+    return JacobianStats(JacobianMethod.EXACT, None, lin.independent, frob, spectral(sigma), units)
 
 
 def exact_rows(lin: LinearMap) -> Tensor:
     """The (m, B, n) tensor of every row of every J_i: m one-hot VJPs, vectorized over rows."""
-    rows = _one_hot_products(lin, lin.vjp_blocks, lin.m)
-    return _stack_chunks(rows, lin.m, chunk_size(lin, lin.m))
+    return one_hot_products(lin, lin.vjp_blocks, lin.m, lin.m)
 
 
 def exact_columns(lin: LinearMap) -> Tensor | None:
     """The (n, B, m) tensor of every column of every J_i: n one-hot JVPs, vectorized; None
     when J v cannot be formed (an op on the path has no second derivative)."""
-    columns = _one_hot_products(lin, lin.jvp_blocks, lin.n)
     try:
-        return _stack_chunks(columns, lin.n, chunk_size(lin, lin.n))
+        return one_hot_products(lin, lin.jvp_blocks, lin.n, lin.n)
     except (LookupError, ValueError, TypeError):
         return None
 
 
-def _one_hot_products(
-    lin: LinearMap, product: Callable[[Tensor], Tensor], size: int
-) -> Callable[[Tensor], Tensor]:
-    """A compiled function of indices: `product` (a VJP or JVP over the batch) of the one-hot
-    vector of each index, of length `size`, vectorized over the indices."""
-
-    @tf.function
-    def products(index: Tensor) -> Tensor:
-        def one(k: Tensor) -> Tensor:
-            onehot = tf.one_hot(k, size, dtype=tf.float32)
-            return product(tf.broadcast_to(onehot[None], [lin.batch, size]))
-
-        return tf.vectorized_map(one, index, warn=False)
-
-    return products
-
-
 def _lanczos_spectral(lin: LinearMap, seed: int) -> np.ndarray | None:
-    """Lanczos through the model (J^T J v by a JVP and a VJP); None if it cannot finish."""
-
-    @tf.function
-    def gram_step(v: Tensor) -> Tensor:
-        return lin.vjp_blocks(lin.jvp_blocks(v))
-
+    """Lanczos through the model, to TOLERANCE; None if it cannot form J v or converge."""
+    run = tf.function(lambda s: linear_map.spectral_estimate(lin, s, MAX_STEPS), autograph=False)
     try:
-        return lanczos.lanczos_top(gram_step, lin.batch, lin.n, seed)
+        sigma, residual = run(tf.constant(seed, tf.int64))
     except (LookupError, ValueError, TypeError):  # an op without a second derivative
         return None
+    if np.any(residual.numpy() > TOLERANCE):
+        return None
+    return sigma.numpy().astype(np.float64)
 
 
-def _estimate_frobenius(
-    lin: LinearMap, probes: int, seed: int
-) -> tuple[FrobeniusNorms, np.ndarray]:
-    """Hutchinson: K random-sign projections, per-unit squared norms of J_i^T v, vectorized."""
-    chunk = chunk_size(lin, probes)
-    project = tf.function(
-        lambda s: jacobian_estimate.probe_norms(lin, probes, s, chunk), autograph=False
-    )
-    found = project(tf.constant(seed, tf.int64))
-    return probe_stats(found.squared.numpy(), found.units.numpy())
+def direct_spectral(jac: Tensor) -> np.ndarray:
+    """||J_i||_2 of a (B, m, n) tensor from the largest eigenvalue of the smaller Gram matrix
+    (in float64 when that matrix is small, so rounding stays that of the entries)."""
+    if min(int(jac.shape[1]), int(jac.shape[2])) <= DIRECT_SIZE:
+        jac = tf.cast(jac, tf.float64)
+    if jac.shape[1] <= jac.shape[2]:
+        gram = tf.matmul(jac, jac, transpose_b=True)
+    else:
+        gram = tf.matmul(jac, jac, transpose_a=True)
+    top = tf.linalg.eigvalsh(gram)[:, -1].numpy().astype(np.float64)
+    return np.sqrt(np.maximum(top, 0.0))
 
 
-def _estimate_spectral(lin: LinearMap, seed: int) -> tuple[SpectralNorms | None, str | None]:
-    """A fixed number of Lanczos steps on every J_i^T J_i at once (`jacobian_estimate`);
-    (None, why) when J v cannot be formed."""
-    run = tf.function(lambda s: jacobian_estimate.spectral_estimate(lin, s), autograph=False)
+def estimate_ops(lin: LinearMap, probes: int, seed: Tensor, spectral: bool) -> list[Tensor]:
+    """The estimate's products, as ops to run in a tf.function: the K probes' squared norms
+    (K, B) and per-unit squared norms (B, units) (`linear_map.probe_norms`) and, with
+    `spectral`, the Lanczos estimate's sigma and residual (B,) each."""
+    found = list(linear_map.probe_norms(lin, probes, seed, chunk_size(lin, probes)))
+    return [*found, *linear_map.spectral_estimate(lin, seed)] if spectral else found
+
+
+def _estimate(lin: LinearMap, probes: int, seed: int) -> tuple[JacobianStats, list[str]]:
+    """The estimate on the live tape (Frobenius only when J v cannot be formed), and its
+    warnings."""
+
+    def run(spectral: bool) -> list[np.ndarray]:
+        ops = tf.function(lambda s: estimate_ops(lin, probes, s, spectral), autograph=False)
+        return [t.numpy() for t in ops(tf.constant(seed, tf.int64))]
+
     try:
-        found = run(tf.constant(seed, tf.int64))
+        found, notes = run(True), []
     except (LookupError, ValueError, TypeError) as exc:  # an op without a second derivative
-        return None, no_spectral(exc)
-    return estimated_spectral(found.sigma.numpy(), found.residual.numpy(), lin.n)
+        found, notes = run(False), [no_spectral(exc)]
+    stats, why = estimate_stats(found, lin.n, probes, lin.independent)
+    return stats, notes + why
 
 
 def no_spectral(exc: Exception) -> str:
@@ -246,28 +273,28 @@ def no_spectral(exc: Exception) -> str:
     return f"no spectral norm: J v needs the gradient of a gradient, and {exc}"
 
 
-def probe_stats(squared: np.ndarray, units: np.ndarray) -> tuple[FrobeniusNorms, np.ndarray]:
-    """The Frobenius estimates and per-unit norms from the probes' (K, B) squared norms and
-    (B, units) mean per-unit squared norms (`jacobian_estimate.probe_norms`)."""
-    return estimated_frobenius(np.asarray(squared, np.float64)), _rms(units)
-
-
-def estimated_spectral(
-    sigma: np.ndarray, residual: np.ndarray, n: int
-) -> tuple[SpectralNorms, str | None]:
-    """SpectralNorms of the Lanczos estimate, and a warning when some sample's has not
-    settled (its residual bound above SETTLED of its value)."""
-    steps = jacobian_estimate.steps_for(n)
-    settled = bool(np.all(np.asarray(residual) <= jacobian_estimate.SETTLED))
-    warning = None
-    if not settled:
-        warning = (
-            f"the estimated spectral norm of some samples has not settled in {steps} Lanczos "
-            f"steps (a residual bound above {jacobian_estimate.SETTLED} of the value: close "
-            "largest singular values); it is a lower bound of ||J||_2, here possibly by more "
-            "than that; --exact computes it exactly"
-        )
-    return spectral(np.asarray(sigma, np.float64), steps, settled), warning
+def estimate_stats(
+    found: Sequence[np.ndarray], n: int, probes: int, independent: bool
+) -> tuple[JacobianStats, list[str]]:
+    """The JacobianStats of `estimate_ops`' arrays for J_i with n columns, and a warning when
+    some sample's spectral norm has not settled (its residual bound above SETTLED of it)."""
+    squared, units, *lanczos = found
+    spec, warnings = None, []
+    if lanczos:
+        sigma, residual = (np.asarray(a, np.float64) for a in lanczos)
+        steps = linear_map.steps_for(n)
+        settled = bool(np.all(residual <= linear_map.SETTLED))
+        spec = spectral(sigma, steps, settled)
+        if not settled:
+            warnings.append(
+                f"the estimated spectral norm of some samples has not settled in {steps} "
+                f"Lanczos steps (a residual bound above {linear_map.SETTLED} of the "
+                "value: close largest singular values); it is a lower bound of ||J||_2, here "
+                "possibly by more than that; --exact computes it exactly"
+            )
+    frob = estimated_frobenius(np.asarray(squared, np.float64))
+    stats = JacobianStats(JacobianMethod.ESTIMATE, probes, independent, frob, spec, _rms(units))
+    return stats, warnings
 
 
 def frobenius(per_sample: np.ndarray) -> FrobeniusNorms:
@@ -292,15 +319,17 @@ def estimated_frobenius(squared: np.ndarray) -> FrobeniusNorms:
     return FrobeniusNorms(values, _mean(values), _max(values), _max(rels), rels)
 
 
-def spectral(sigma: np.ndarray, iterations: int | None, converged: bool) -> SpectralNorms:
+def spectral(
+    sigma: np.ndarray, iterations: int | None = None, converged: bool = True
+) -> SpectralNorms:
     """SpectralNorms from per-sample largest singular values."""
     values = tuple(float(x) for x in sigma)
     return SpectralNorms(values, _mean(values), _max(values), iterations, converged)
 
 
-def _rms(per_sample_unit: np.ndarray) -> np.ndarray:
+def _rms(per_sample_unit: np.ndarray) -> tuple[float, ...]:
     """(B, units) squared column norms -> per-unit norm, root-mean-square over samples."""
-    return np.sqrt(np.asarray(per_sample_unit, np.float64).mean(axis=0))
+    return tuple(float(u) for u in np.sqrt(np.asarray(per_sample_unit, np.float64).mean(axis=0)))
 
 
 def _mean(values: tuple[float, ...]) -> float:

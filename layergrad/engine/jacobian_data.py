@@ -1,13 +1,19 @@
-"""Per-sample Jacobian norms over every sample of a data set (`--measure jacobian --data`).
+"""Per-sample Jacobian norms over a stream of batches: the probe batch, or every sample of a
+data set (`--measure jacobian --data`).
 
-Batch by batch, the same measurement as for one probe batch (`jacobian.measure_jacobian` for
-`inspect`, `jacobian_scan.scan_frobenius` for `scan`), from one forward pass per batch (for
-`inspect`'s estimate, one compiled step traced once: `jacobian_step`); each
-batch's per-sample norms go into `NormTotals` (moments, log histogram, the k largest with
-their sample indices) and are dropped, so memory is one batch's whatever the number of
-samples. The method is chosen on the first batch and kept for the others (a partial last
-batch is measured the same way). Batch independence is checked on every batch; the result
-is independent only when every batch was.
+Batch by batch, the measurement of one batch (`jacobian.measure_jacobian` for `inspect`,
+`jacobian_scan.scan_frobenius` for `scan`); each batch's per-sample norms go into `NormTotals`
+(moments, log histogram, the k largest with their sample indices) and are dropped, so memory
+is one batch's whatever the number of samples. The first batch chooses the method for all.
+The result is batch-independent only when every batch was.
+
+On an eager tape the estimate's tf.functions are traced anew for every batch, which over a
+data set costs more than the products. So when `inspect`'s first batch measures every target
+by the estimate and does not mix samples, the forward pass, the mixing check, the probes and
+the Lanczos steps become one tf.function of the batch's inputs and seed (`EstimateStep`),
+traced once. A shorter batch is padded with copies of its last sample, their rows dropped
+(padding changes no other sample's numbers in a model that does not mix samples); a batch
+that mixes samples is measured again on its eager tape (the diagonal blocks).
 """
 
 from __future__ import annotations
@@ -15,29 +21,41 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
 from layergrad.core.results import FrobeniusNorms, JacobianStats, SpectralNorms
-from layergrad.core.tf_types import KerasModel, Strategy
+from layergrad.core.tf_runtime import tf
+from layergrad.core.tf_types import KerasModel, Strategy, Tensor, TFFunction
 from layergrad.data.devices import is_multi_worker
 from layergrad.data.stats.accumulators import gather_workers
-from layergrad.engine import jacobian_step
 from layergrad.engine.jacobian_scan import scan_frobenius
 from layergrad.engine.random_layers import drawing_for
-from layergrad.engine.trace import replay
+from layergrad.engine.trace import Replay, replay
 
 if TYPE_CHECKING:
     from layergrad.data.sources import DataStream
 from layergrad.core.vocab import JacobianMethod
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.data.stats.sample_ranking import NormTotals
-from layergrad.engine.jacobian import JacobianOptions, measure_jacobian, no_batch_axis
+from layergrad.engine.jacobian import (
+    DEFAULT_PROBES,
+    JacobianOptions,
+    choose_method,
+    estimate_ops,
+    estimate_stats,
+    linear_maps,
+    measure_jacobian,
+    no_spectral,
+)
+from layergrad.engine.linear_map import LinearMap
 from layergrad.engine.step_calls import statistics_kept
 from layergrad.model.layer_refs import Site
 
 Progress = Callable[[int, "int | None"], None]
+Replayed = Callable[[ProbeBatch], Replay]  # the forward pass replayed on a batch
 Key = tuple[str, int, int]  # (layer path, call, output), as in `jacobian_scan`
 BATCH_SEED_STRIDE = 1_000_003  # batch b draws with seed + b * this (distinct for any seed)
 
@@ -104,11 +122,10 @@ class PairTotals:
         self.frobenius = NormTotals(self.top)
         self.spectral = NormTotals(self.top)
 
-    def add(self, stats: JacobianStats, samples: np.ndarray, warnings: Sequence[str]) -> None:
+    def add(self, stats: JacobianStats, warnings: Sequence[str], samples: np.ndarray) -> None:
         """Add one batch's JacobianStats (`samples`: the batch's sample indices)."""
-        f, s = stats.frobenius, stats.spectral
-        rel = np.asarray(f.sample_rel_stderr) if f.sample_rel_stderr else None
-        self.frobenius.add(np.asarray(f.per_sample), samples, rel)
+        s = stats.spectral
+        add_norms(self.frobenius, stats.frobenius, samples)
         if s is None:
             self.spectral = None
         elif self.spectral is not None:
@@ -159,8 +176,7 @@ class PairTotals:
 
     def stats(self) -> JacobianStats:
         """The JacobianStats over every sample added."""
-        f = self.frobenius.distribution()
-        frob = FrobeniusNorms((), f.mean, f.max, self.frobenius.largest_rel, (), f)
+        frob = frobenius_over(self.frobenius)
         spec = None
         if self.spectral is not None:
             d = self.spectral.distribution()
@@ -171,6 +187,18 @@ class PairTotals:
         )
         assert self.method is not None
         return JacobianStats(self.method, self.probes, self.independent, frob, spec, units)
+
+
+def add_norms(totals: NormTotals, norms: FrobeniusNorms, samples: np.ndarray) -> None:
+    """Add one batch's per-sample Frobenius norms (and their errors, when estimated)."""
+    rel = np.asarray(norms.sample_rel_stderr) if norms.sample_rel_stderr else None
+    totals.add(np.asarray(norms.per_sample), samples, rel)
+
+
+def frobenius_over(totals: NormTotals) -> FrobeniusNorms:
+    """The Frobenius norms over every sample added."""
+    d = totals.distribution()
+    return FrobeniusNorms((), d.mean, d.max, totals.largest_rel, (), d)
 
 
 def norm_payload(totals: NormTotals) -> NormPayload:
@@ -195,32 +223,36 @@ def norm_from_payload(payload: NormPayload) -> NormTotals:
         {
             "dist": np.asarray(payload["dist"], np.float64),
             "hist": hist,
-            "top": np.asarray(payload["top"], np.float64).reshape(3, -1),
+            "top": np.asarray(payload["top"], np.float64),
             "extra": np.asarray(payload["extra"], np.float64),
         }
     )
 
 
 def data_batches(
-    stream: DataStream, model: KerasModel
+    stream: DataStream, model: KerasModel, on_progress: Progress | None
 ) -> Iterator[tuple[int, ProbeBatch, np.ndarray]]:
     """Each batch of a `data.sources.DataStream` this process runs (its shard under
     `--distribute multi-worker`): (its index among the data's batches, the ProbeBatch, its
     samples' indices in the data).
 
-    The index is its first sample's index over `--batch-size` (counted from `--first-sample`
-    N): one process's batch index, on any worker, and for a shard numbered with N a multiple
-    of the batch size, the batch's index in the whole data set (so its random draws, seeded by
-    it, are those of one run over the whole). While the caller holds a batch, `model`'s
-    random layers draw that batch's numbers (`random_layers.drawing_for`)."""
+    The index is its first sample's index (counted from `--first-sample`) over `--batch-size`:
+    for a shard numbered from a multiple of the batch size, the batch's index in the whole data
+    set, so its random draws (seeded by it) are those of one run over the whole. While the
+    caller holds a batch, `model`'s random layers draw that batch's numbers
+    (`random_layers.drawing_for`). `on_progress` gets the samples done after each batch."""
     names = tuple(s.name for s in stream.specs)
     size = max(int(getattr(stream, "batch_size", 1) or 1), 1)
+    done = 0
     for b, tensors in enumerate(stream.indexed()):
         samples = np.asarray(tensors[-1].numpy(), np.int64)
         batch = ProbeBatch(tuple(tensors[:-1]), names, stream.source, None)
         index = int(samples[0]) // size if samples.size else stream.batch_index(b)
         with drawing_for(model, index):
             yield index, batch, samples
+        done += len(samples)
+        if on_progress is not None:
+            on_progress(done, stream.samples)
     stream.raise_failure()
 
 
@@ -253,22 +285,20 @@ def inspect_jacobians(
         Per target, (its JacobianStats, warnings); (None, why) when there is no per-sample
         Jacobian (no batch axis).
     """
-    sites = list(targets)
+    replayed = partial(
+        replay, model, targets=targets, sources=[source], training=training, reduce=reduce
+    )
     pairs = [PairTotals(top) for _ in targets]
     missing: dict[int, str] = {}
-    done = 0
-    step: jacobian_step.EstimateStep | None = None
-    for b, batch, samples in data_batches(stream, model):
+    step: EstimateStep | None = None
+    for k, (b, batch, samples) in enumerate(data_batches(stream, model, on_progress)):
         drawn = batch_seeded(how, b)
         found = None
-        if done == 0 and not stream.probe:  # the first batch decides: the compiled step, or
+        if k == 0 and not stream.probe:  # the first batch decides: the compiled step, or
             # eager tapes throughout (the probe batch: its eager tape, tracing costs more)
             sharded = stream.part is not None or stream.first_sample > 0
             # a shard traces for a whole batch, as one run does
-            first = jacobian_step.estimate_step(
-                model, batch, source, sites, drawn, training=training, reduce=reduce,
-                size=stream.batch_size if sharded else None,
-            )  # fmt: skip
+            first = estimate_step(replayed, batch, drawn, stream.batch_size if sharded else None)
             step, found = (None, None) if first is None else first
         elif step is not None:
             found = step.run(batch, drawn.seed)
@@ -276,22 +306,14 @@ def inspect_jacobians(
         if step is not None and found is not None:
             missing.update(step.missing)
             for t, stats, warnings in found:
-                pairs[t].add(stats, samples, warnings)
+                pairs[t].add(stats, warnings, samples)
         else:  # on the batch's own eager tape
-            live = replay(model, batch, sites, sources=[source], training=training, reduce=reduce)
-            for t, (pair, target) in enumerate(zip(pairs, live.targets, strict=True)):
-                why = no_batch_axis(live.sources[0], target)
-                if why:
-                    missing[t] = why
-                    continue
-                stats, warnings = measure_jacobian(live.tape, live.sources[0], target, drawn)
-                pair.add(stats, samples, warnings)
+            live = replayed(batch)
+            for t, lin in linear_maps(live, missing):
+                pairs[t].add(*measure_jacobian(lin, drawn), samples)
             del live
-        if done == 0 and pairs and pairs[0].method is not None:  # the first batch decides
+        if k == 0 and pairs and pairs[0].method is not None:  # the first batch decides
             how = _kept_method(how, pairs[0])
-        done += len(samples)
-        if on_progress is not None:
-            on_progress(done, stream.samples)
     if strategy is not None:
         pairs, missing = _combined_pairs(strategy, pairs, missing, top)
     out: list[tuple[JacobianStats | None, tuple[str, ...]]] = []
@@ -356,29 +378,19 @@ def scan_jacobians(
     """
     totals: dict[Key, NormTotals] = {}
     notes: dict[str, None] = {}
-    done = 0
     norms: dict[Key, FrobeniusNorms] = {}
-    for b, batch, samples in data_batches(stream, model):
+    for b, batch, samples in data_batches(stream, model, on_progress):
         live = replay(model, batch, (target,), training=training, reduce=reduce, seed=how.seed)
         norms, found = scan_frobenius(live, batch_seeded(how, b))
         notes.update(dict.fromkeys(found))
         for key, f in norms.items():
-            acc = totals.setdefault(key, NormTotals(top))
-            rel = np.asarray(f.sample_rel_stderr) if f.sample_rel_stderr else None
-            acc.add(np.asarray(f.per_sample), samples, rel)
+            add_norms(totals.setdefault(key, NormTotals(top)), f, samples)
         del live
-        done += len(samples)
-        if on_progress is not None:
-            on_progress(done, stream.samples)
     if stream.probe:  # one batch: its own per-sample norms
         return norms, tuple(notes)
     if strategy is not None:
         totals, notes = _combined_norms(strategy, totals, notes, top)
-    out = {}
-    for key, acc in totals.items():
-        d = acc.distribution()
-        out[key] = FrobeniusNorms((), d.mean, d.max, acc.largest_rel, (), d)
-    return out, tuple(notes)
+    return {key: frobenius_over(acc) for key, acc in totals.items()}, tuple(notes)
 
 
 def _combined_norms(
@@ -402,3 +414,96 @@ def _combined_norms(
             acc.merge(norm_from_payload(item["totals"]))
         found.update(dict.fromkeys(worker["notes"]))
     return out, found
+
+
+Measured = list[tuple[int, JacobianStats, tuple[str, ...]]]  # (target index, stats, warnings)
+
+
+@dataclass
+class EstimateStep:
+    """The compiled step for a model, a source and its targets; `run` measures one batch."""
+
+    function: TFFunction
+    size: int  # the batch size it is traced for (larger batches trace again)
+    probes: int
+    targets: tuple[int, ...]  # the indices of the targets it measures (the others: no batch axis)
+    columns: tuple[int, ...]  # n of each measured target's Jacobians
+    notes: tuple[tuple[str, ...], ...]  # each target's warnings from the first batch
+    missing: dict[int, str]  # the targets without a batch axis, and why
+
+    def run(self, batch: ProbeBatch, seed: int) -> Measured | None:
+        """Each measured target's JacobianStats and warnings for `batch`, drawn from `seed`;
+        None when the batch mixes samples (then measure it eagerly)."""
+        count = int(np.shape(batch.arrays[0])[0]) if batch.arrays else 0
+        inputs = [tf.convert_to_tensor(a) for a in batch.arrays]
+        short = self.size - count
+        if short > 0:  # pad with copies of the last sample (dropped below)
+            inputs = [tf.concat([a, tf.repeat(a[-1:], short, axis=0)], axis=0) for a in inputs]
+        outs = self.function(inputs, tf.constant(seed, tf.int64))
+        out: Measured = []
+        for t, n, note, (mixes, squared, *rest) in zip(
+            self.targets, self.columns, self.notes, outs, strict=True
+        ):
+            if bool(mixes):
+                return None
+            found = [squared.numpy()[:, :count], *(a.numpy()[:count] for a in rest)]
+            stats, why = estimate_stats(found, n, self.probes, True)
+            out.append((t, stats, (*note, *why)))
+        return out
+
+
+def estimate_step(
+    replayed: Replayed, batch: ProbeBatch, how: JacobianOptions, size: int | None = None
+) -> tuple[EstimateStep, Measured] | None:
+    """The compiled step for `batch` (drawn from `how.seed`) and the batches after it, with
+    its measurement of `batch`; None when the batches are to be measured on their eager
+    tapes: some target is measured exactly, the batch mixes samples, or the step cannot be
+    traced (the eager measurement of the batch then says why).
+
+    `size` is the batch size to trace for (default: `batch`'s): a shard whose first batch
+    is shorter (the last of the whole run) is padded to it, so that its draws are those of
+    one run over the whole data."""
+    live = replayed(batch)
+    measured, columns, notes = [], [], []
+    missing: dict[int, str] = {}
+    for t, lin in linear_maps(live, missing):
+        method, note = choose_method(lin, how)
+        if method != JacobianMethod.ESTIMATE or bool(lin.mixing(how.seed)[0]):
+            return None
+        measured.append(t)
+        columns.append(lin.n)
+        notes.append(() if note is None else (note,))
+    del live
+    if not measured:
+        return None
+    probes = how.probes or DEFAULT_PROBES
+
+    def build(spectral: bool) -> TFFunction:
+        @tf.function(autograph=False)
+        def step(inputs: list[Tensor], seed: Tensor) -> list[list[Tensor]]:
+            probe = ProbeBatch(tuple(inputs), batch.names, batch.source, None)
+            live = replayed(probe)
+            out = []
+            for t in measured:
+                lin = LinearMap(live.tape, live.sources[0], live.targets[t])
+                out.append([lin.mixing(seed)[0], *estimate_ops(lin, probes, seed, spectral)])
+            return out
+
+        return step
+
+    size = max(size or 0, int(np.shape(batch.arrays[0])[0]))
+    step = EstimateStep(
+        build(True), size, probes, tuple(measured), tuple(columns), tuple(notes), missing
+    )
+    try:
+        first = step.run(batch, how.seed)  # traces it
+    except (LookupError, ValueError, TypeError) as exc:  # J v needs a second derivative
+        step.function = build(False)
+        step.notes = tuple((*n, no_spectral(exc)) for n in step.notes)
+        try:
+            first = step.run(batch, how.seed)
+        except Exception:  # the model does not trace: the eager measurement says why
+            return None
+    except Exception:  # the model does not trace: the eager measurement says why
+        return None
+    return None if first is None else (step, first)

@@ -276,6 +276,10 @@ def test_jacobian_shards_merge_into_the_run_over_both(numbered, residual_model, 
     assert [t["sample"] for t in j["frobenius"]["top"]] == whole_top
     assert j["frobenius"]["samples"] == 37
     assert sum(j["frobenius"]["histogram"]["counts"]) == 37
+    estimated = report(*args, "--probes", "4", "--data", b, *second)
+    assert "with 4 probes vs exactly" in refused(
+        write(tmp_path, "j.json", first_doc), write(tmp_path, "e.json", estimated)
+    )
 
 
 def test_scan_jacobian_shards_merge_and_other_measures_are_refused(residual_model, tmp_path):

@@ -122,7 +122,7 @@ def test_estimated_jacobian_over_data_carries_its_standard_errors(residual):
 
 
 def test_estimated_spectral_norm_over_data_is_a_lower_bound_from_one_trace(tmp_path, monkeypatch):
-    from layergrad.engine import jacobian_estimate, jacobian_step
+    from layergrad.engine import jacobian_data, linear_map
 
     keras.utils.set_random_seed(4)
     x = keras.Input((24,), name="x")
@@ -140,12 +140,12 @@ def test_estimated_spectral_norm_over_data_is_a_lower_bound_from_one_trace(tmp_p
     jac = tape.batch_jacobian(out, h).numpy().astype(np.float64)  # (N, 32, 40)
     spec = np.linalg.norm(jac, 2, axis=(1, 2))
     made, runs = [], []
-    real, run = jacobian_step.estimate_step, jacobian_step.EstimateStep.run
+    real, run = jacobian_data.estimate_step, jacobian_data.EstimateStep.run
     monkeypatch.setattr(
-        jacobian_step, "estimate_step", lambda *a, **k: made.append(real(*a, **k)) or made[-1]
+        jacobian_data, "estimate_step", lambda *a, **k: made.append(real(*a, **k)) or made[-1]
     )
     monkeypatch.setattr(
-        jacobian_step.EstimateStep, "run", lambda *a: runs.append(run(*a)) or runs[-1]
+        jacobian_data.EstimateStep, "run", lambda *a: runs.append(run(*a)) or runs[-1]
     )
     report = inspect_model(
         str(tmp_path / "m.keras"), "a", ["out"], data=str(tmp_path / "x.npy"),
@@ -154,7 +154,7 @@ def test_estimated_spectral_norm_over_data_is_a_lower_bound_from_one_trace(tmp_p
     j = report.results[0].jacobian
     assert j.method == "estimate" and j.batch_independent
     s = j.spectral
-    assert s.distribution.count == SAMPLES and s.iterations == jacobian_estimate.STEPS
+    assert s.distribution.count == SAMPLES and s.iterations == linear_map.STEPS
     assert sorted(r.sample for r in s.distribution.top) == list(range(SAMPLES))
     for r in s.distribution.top:  # a lower bound of numpy's norm, and within 1% of it
         assert spec[r.sample] * 0.99 <= r.value <= spec[r.sample] * (1 + 1e-5)

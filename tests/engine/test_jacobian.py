@@ -29,7 +29,7 @@ from helpers import (
 from layergrad.cli.app import main
 from layergrad.commands.api import inspect_model
 from layergrad.core.errors import InputError
-from layergrad.engine import jacobian, jacobian_estimate, lanczos
+from layergrad.engine import jacobian, linear_map
 from layergrad.engine.jacobian import EXACT_BUDGET, JacobianOptions, choose_method
 
 RTOL = 1e-5
@@ -209,7 +209,7 @@ def test_estimated_spectral_norm_is_a_lower_bound_on_a_known_spectrum(tmp_path, 
             str(tmp_path / "known.keras"), "x", ["lin"], measure="jacobian", probes=4, seed=seed
         )
         j = only(report).jacobian
-        assert j.method == "estimate" and j.spectral.iterations == jacobian_estimate.STEPS
+        assert j.method == "estimate" and j.spectral.iterations == linear_map.STEPS
         assert_lower_bound(j.spectral.per_sample, 4.0, within)
         if second <= 0.95:  # the largest singular value stands apart: settled, no warning
             assert j.spectral.converged and not only(report).warnings
@@ -231,7 +231,7 @@ def test_an_unsettled_estimate_says_it_is_a_lower_bound(tmp_path):
         inspect_model(str(tmp_path / "flat.keras"), "x", ["lin"], measure="jacobian", probes=4)
     )
     s = res.jacobian.spectral
-    assert not s.converged and s.iterations == jacobian_estimate.STEPS
+    assert not s.converged and s.iterations == linear_map.STEPS
     assert any("not settled" in w and "lower bound" in w for w in res.warnings)
     assert_lower_bound(s.per_sample, 4.0, within=1e-2)
 
@@ -384,7 +384,9 @@ def test_cli_usage_errors_exit_2(extra, message):
 
 def test_large_exact_spectral_norm_by_lanczos_matches_numpy(tmp_path, write_input, monkeypatch):
     # 300 x 300 per sample: past the direct Gram decomposition, so Lanczos through the model.
-    monkeypatch.setattr(lanczos, "direct", lambda jac: pytest.fail("Lanczos did not converge"))
+    monkeypatch.setattr(
+        jacobian, "direct_spectral", lambda jac: pytest.fail("Lanczos did not converge")
+    )
     x = normal(3, 300)
     path, jacobians = wide_tanh(tmp_path, x)
     res = only(inspect_model(path, "x", ["wide"], input_file=write_input(x), measure="jacobian"))

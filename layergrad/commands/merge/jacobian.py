@@ -42,12 +42,9 @@ def merge_jacobians(
         return None
     js = [j for j in items if j is not None]
     first = js[0]
-    for j, name in zip(js, names, strict=True):
-        if (j.method, j.probes) != (first.method, first.probes):
-            raise UsageError(
-                f"{name} does not fit {names[0]}: the Jacobian was measured {_how(j)} vs "
-                f"{_how(first)}; merge shards measured with the same --probes / --exact"
-            )
+    _measured_alike(
+        ["exactly" if j.probes is None else f"with {j.probes} probes" for j in js], names
+    )
     frobenius = merge_frobenius([j.frobenius for j in js], offsets)
     spectral = None
     if all(j.spectral is not None for j in js):
@@ -82,13 +79,7 @@ def merge_scan_jacobians(
     if any(j is None for j in items):
         return None
     norms = [j.frobenius for j in items if j is not None]
-    for f, name in zip(norms, names, strict=True):
-        if (f.rel_stderr is None) != (norms[0].rel_stderr is None):
-            how = ["exactly" if n.rel_stderr is None else "by an estimate" for n in (f, norms[0])]
-            raise UsageError(
-                f"{name} does not fit {names[0]}: the Jacobian was measured {how[0]} vs "
-                f"{how[1]}; merge shards measured with the same --probes / --exact"
-            )
+    _measured_alike(["exactly" if f.rel_stderr is None else "by an estimate" for f in norms], names)
     return ScanJacobian(merge_frobenius(norms, offsets))
 
 
@@ -159,5 +150,11 @@ def merge_histograms(items: Sequence[Histogram]) -> Histogram:
     )
 
 
-def _how(j: JacobianStats) -> str:
-    return "exactly" if j.probes is None else f"with {j.probes} probes"
+def _measured_alike(hows: Sequence[str], names: Sequence[str]) -> None:
+    """Raise UsageError naming the first shard measured otherwise than the first."""
+    for how, name in zip(hows, names, strict=True):
+        if how != hows[0]:
+            raise UsageError(
+                f"{name} does not fit {names[0]}: the Jacobian was measured {how} vs "
+                f"{hows[0]}; merge shards measured with the same --probes / --exact"
+            )
