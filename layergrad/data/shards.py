@@ -14,8 +14,27 @@ from dataclasses import dataclass
 
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, InputContext, Tensor
+from layergrad.data.preflight import check_sizes
+from layergrad.data.value_checks import InputSpec
 
 Shard = tuple[int, int]  # (this worker, workers)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What `--data` is read with, by every reader (see `sources.open_data`); a batch size or
+    a limit below 1 is refused (`UsageError`)."""
+
+    text: str
+    specs: tuple[InputSpec, ...]
+    batch_size: int
+    limit: int | None
+    shard: Shard | None
+    replicas: int
+    first_sample: int
+
+    def __post_init__(self) -> None:
+        check_sizes(self.batch_size, self.limit)
 
 
 @dataclass(frozen=True)

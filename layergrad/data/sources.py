@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,10 +25,11 @@ from layergrad.core.tf_types import Dataset, Tensor
 from layergrad.data import images
 from layergrad.data.array_records import npy_batches, npz_batches
 from layergrad.data.functions import Failure, FunctionBatches, function_source
-from layergrad.data.preflight import check_sizes, source_kind
+from layergrad.data.preflight import source_kind
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.data.shards import (
     Part,
+    Reading,
     Shard,
     input_context,
     part_rows,
@@ -178,35 +178,22 @@ def open_data(
         stream = open_data("x.npy", input_specs(model), batch_size=32)
         stream.samples  # 20000
     """
-    text = os.fspath(path)
-    check_sizes(batch_size, limit)
-    kind = source_kind(text)
-    how = Opening(text, tuple(specs), batch_size, limit, shard, replicas, first_sample)
-    failure = Failure()
+    how = Opening(os.fspath(path), tuple(specs), batch_size, limit, shard, replicas, first_sample)
+    kind, failure = source_kind(how.text), Failure()
     if kind == "npy":
-        batches = npy_batches(text, how.specs, batch_size, limit, shard, failure)
+        batches = npy_batches(how, failure)
     elif kind == "npz":
-        batches = npz_batches(text, how.specs, batch_size, limit, failure, shard)
+        batches = npz_batches(how, failure)
     elif kind == "images":
-        found = images.list_images(text)  # every entry checked, every size within budget
-        batches = image_batches(text, how.specs, batch_size, limit, shard, found)
-        return how.stream(*batches, failure, found=found)
+        found = images.list_images(how.text)  # every entry checked, every size within budget
+        return how.stream(*image_batches(how, found), failure, found=found)
     else:
         return how.function(failure)[0]
     return how.stream(*batches, failure)
 
 
-@dataclass(frozen=True)
-class Opening:
-    """What `--data` is opened with: each reader's arguments (see `open_data`)."""
-
-    text: str
-    specs: tuple[InputSpec, ...]
-    batch_size: int
-    limit: int | None
-    shard: Shard | None
-    replicas: int
-    first_sample: int
+class Opening(Reading):
+    """What `--data` is opened with (see `open_data`), and the stream it makes."""
 
     def stream(
         self,
@@ -255,17 +242,14 @@ class Opening:
 
 
 def image_batches(
-    path: str,
-    specs: Sequence[InputSpec],
-    batch_size: int,
-    limit: int | None,
-    shard: Shard | None,
+    how: Reading,
     found: Sequence[images.ImageFile],
     column: Callable[[int, int], Dataset] | None = None,
 ) -> tuple[Dataset, int, Part | None]:
     """The images `found`, decoded and resized as Keras's `image_dataset_from_directory` does
     (pixels 0-255), each entry checked first (`data/images`); with `column`, each image
     followed by its label (`column(start, stop)`: the labels of images start to stop)."""
+    path, specs, batch_size, limit = how.text, how.specs, how.batch_size, how.limit
     spec = specs[0] if len(specs) == 1 else None
     shape = spec.shape if spec is not None else ()
     if spec is None or len(shape) != 3 or None in shape[:2] or shape[2] not in (1, 3, 4):
@@ -292,8 +276,8 @@ def image_batches(
         return pictures.batch(batch_size)
 
     part = None
-    if shard is not None:  # by file: this worker decodes its own images only
-        start, stop = part_rows(len(found), batch_size, shard)
+    if how.shard is not None:  # by file: this worker decodes its own images only
+        start, stop = part_rows(len(found), batch_size, how.shard)
         part = Part(
             read(start, stop).prefetch(tf.data.AUTOTUNE), stop - start, offset=start,
             first_batch=start // batch_size,
