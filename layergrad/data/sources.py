@@ -1,14 +1,12 @@
 """Resolve `--data PATH` into batches in the model's input order, read as they are used.
 
-PATH is a `.npy` (one input), a `.npz` (`probe_input.input_keys`; its labels `y` are read by
-`data/label_stream.py`), a folder of images, or `FILE.py:function` / `module:function`
-(`data/functions.py`). Batches hold `batch_size` rows (the last partial); files are read a
-batch at a time and nothing is kept, so memory does not grow with the samples. Files are
-checked from their headers, a function's batches one by one; an error inside `tf.data`'s
-reading thread is kept and raised by `DataStream.raise_failure`. Under `shard=(worker,
-workers)` each worker reads its part, cut on the batches of one process (`data/shards.py`):
-files by rows read in place, image folders by file, a function that takes an argument through
-its `tf.distribute.InputContext`, anything else round robin by batch.
+PATH is a `.npy` or `.npz` (`data/array_records.py`), a folder of images (here), or
+`FILE.py:function` / `module:function` (`data/functions.py`); labels are read with them by
+`data/label_stream.py`. Batches hold `batch_size` rows (the last partial) and nothing is
+kept, so memory does not grow with the samples. An error inside `tf.data`'s reading thread is
+kept and raised by `DataStream.raise_failure`. Under a shard each worker reads its own part
+(`data/shards.py`): files by rows, image folders by file, a function through its
+`tf.distribute.InputContext`, anything else round robin by batch.
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ from layergrad.data.shards import (
     Part,
     Reading,
     Shard,
-    input_context,
     part_rows,
     round_robin,
     with_sample_indices,
@@ -230,10 +227,7 @@ class Opening(Reading):
     ) -> tuple[DataStream, FunctionBatches]:
         """The stream of a data function's batches (`functions.function_source`); with
         `outputs`, their labels after the inputs, if it gives them, keyed `keys`."""
-        batches = function_source(
-            self.text, self.specs, self.batch_size, self.limit, failure,
-            input_context(self.shard, self.replicas), outputs, weights_ignored,
-        )  # fmt: skip
+        batches = function_source(self, failure, outputs, weights_ignored)
         part = None
         if self.shard is not None and batches.sharded:  # the function returned its own shard
             part = Part(batches.dataset.prefetch(tf.data.AUTOTUNE), None)

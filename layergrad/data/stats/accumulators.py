@@ -2,15 +2,12 @@
 
 Each summary gets a variable created under the distribution strategy with
 `synchronization=ON_READ`: every replica adds its own share on its own device, with no
-traffic between devices during the run, exactly like the state of `keras.metrics`. Keras
-metrics and `tf.distribute` only reduce by sum or mean, and max |g|, the per-sample minimum
-and the first non-finite batch need max and min, so the replicas' copies are read with
-`experimental_local_results` at the end and combined here, by the kind each field declares
-(`totals.KINDS`). Under `--distribute multi-worker` the replicas live in several processes:
-every replica's copy is gathered once, at the end, by the strategy's collective all-gather
-(`gather`), and combined the same way on every worker. `combine_workers` does the same for
-totals a measure kept in numpy on each worker, and `gather_workers` hands every worker each
-worker's totals of any shape (as JSON) for the measure to merge itself.
+traffic between devices during the run, like the state of `keras.metrics`. Max |g|, the
+per-sample minimum and the first non-finite batch need max and min, which `tf.distribute`
+does not reduce by, so the replicas' copies are read at the end and combined here by the kind
+each field declares (`aggregates.KINDS`); over several workers, after one collective
+all-gather (`gather`). `combine_workers` does the same for totals kept in numpy on each
+worker, `gather_workers` for totals of any shape (as JSON).
 """
 
 from __future__ import annotations
