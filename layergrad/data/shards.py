@@ -1,4 +1,5 @@
-"""`--distribute multi-worker`: each worker's part of a `--data` source, cut on whole batches.
+"""What every reader of `--data` is given (`Reading`), and under `--distribute multi-worker`
+each worker's part of a `--data` source, cut on whole batches.
 
 A part is a contiguous run of the batches one process would make (worker w of n gets batches
 floor(w*B/n) up to floor((w+1)*B/n)), so every sample keeps its index in the data and every
@@ -12,9 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from layergrad.core.errors import UsageError
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, InputContext, Tensor
-from layergrad.data.preflight import check_sizes
 from layergrad.data.value_checks import InputSpec
 
 Shard = tuple[int, int]  # (this worker, workers)
@@ -34,7 +35,10 @@ class Reading:
     first_sample: int
 
     def __post_init__(self) -> None:
-        check_sizes(self.batch_size, self.limit)
+        if self.batch_size < 1:
+            raise UsageError(f"--batch-size must be at least 1: batch_size={self.batch_size}")
+        if self.limit is not None and self.limit < 1:
+            raise UsageError(f"--limit must be at least 1: limit={self.limit}")
 
 
 @dataclass(frozen=True)

@@ -160,7 +160,7 @@ def open_data(
 
     Args:
         path: `.npy`, `.npz`, an image folder, or `FILE.py:function` / `module:function`.
-        specs: the model's inputs (`inputs.input_specs(model)`).
+        specs: the model's inputs (`probe_input.input_specs(model)`).
         batch_size: rows per batch.
         limit: read at most this many samples.
         shard: (this worker, workers): read this worker's part only (see the module).
