@@ -83,21 +83,16 @@ def input_context(shard: Shard | None, replicas: int) -> InputContext:
     )
 
 
-def round_robin(dataset: Dataset, shard: Shard, batch_size: int) -> Part:
+def round_robin(dataset: Dataset, shard: Shard) -> Part:
     """Batch j of the whole data goes to worker j % workers (every worker reads everything,
     as tf.distribute's sharding by data does): for sources that cannot be read in parts."""
     worker, workers = shard
-    size = tf.constant(batch_size, tf.int64)
-
-    def indexed(j: Tensor, batch: Tensor) -> tuple[Tensor, ...]:
-        rows = tf.cast(tf.shape(batch[0])[0], tf.int64)
-        return (*batch, j * size + tf.range(rows, dtype=tf.int64))
-
-    mine = dataset.enumerate().filter(lambda j, _: j % workers == worker)
+    mine = with_sample_indices(dataset).enumerate().filter(lambda j, _: j % workers == worker)
+    indexed = mine.map(lambda _, batch: batch)
     return Part(
-        mine.map(lambda _, batch: batch),
+        indexed.map(lambda *batch: batch[:-1]),
         None,
-        indexed=mine.map(indexed).prefetch(tf.data.AUTOTUNE),
+        indexed=indexed.prefetch(tf.data.AUTOTUNE),
         first_batch=worker,
         stride=workers,
     )

@@ -208,7 +208,7 @@ class Opening(Reading):
         samples = limit if rows is None else rows if limit is None else min(rows, limit)
         dataset = dataset.prefetch(tf.data.AUTOTUNE)
         if self.shard is not None and part is None:
-            part = round_robin(dataset, self.shard, batch_size)
+            part = round_robin(dataset, self.shard)
         stream = DataStream(
             self.text, self.specs, dataset, samples, failure, not is_function(self.text),
             batch_size, part, self.first_sample, labels,
