@@ -21,7 +21,7 @@ from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, Tensor, TFDType
 from layergrad.data.functions import Failure, python_dataset
 from layergrad.data.preflight import input_layouts, input_readers, npy_input_layout
-from layergrad.data.shards import Part, Shard, part_rows
+from layergrad.data.shards import Part, Reading, part_rows
 from layergrad.data.value_checks import (
     InputSpec,
     checked,
@@ -32,17 +32,11 @@ from layergrad.data.value_checks import (
 from layergrad.files.array_files import NpyLayout, NpyRows
 
 
-def npy_batches(
-    path: str,
-    specs: Sequence[InputSpec],
-    batch_size: int,
-    limit: int | None,
-    shard: Shard | None,
-    failure: Failure | None = None,
-) -> tuple[Dataset, int, Part | None]:
+def npy_batches(how: Reading, failure: Failure) -> tuple[Dataset, int, Part | None]:
     """The rows of a `.npy` in batches: read in place by tf.data, or, for text and for an
     array saved in Fortran order (its rows not records), a batch at a time in Python by
-    `NpyRows` (`failure` is then the stream's)."""
+    `NpyRows`."""
+    path, specs = how.text, how.specs
     layout = npy_input_layout(path, specs)
     rows = layout.shape[0]
     if layout.dtype.kind in TEXT or layout.fortran:
@@ -50,28 +44,23 @@ def npy_batches(
         def read() -> Iterator[tuple[np.ndarray, ...]]:
             with open(path, "rb") as stream:
                 reader = NpyRows(stream, path, layout.offset + rows * layout.row_bytes)
-                for start, (part,) in _chunks([reader], batch_size, limit):
-                    yield (fit_array(part, specs[0], f"--data {path}", start),)
+                yield from _fitted([reader], specs, how)
 
-        return python_dataset(read, specs, failure or Failure(), path), rows, None
-    return in_place([layout], specs, batch_size, limit, rows, shard)
+        return python_dataset(read, specs, failure, path), rows, None
+    return in_place(how, [layout], specs, rows)
 
 
 def in_place(
-    layouts: Sequence[NpyLayout],
-    specs: Sequence[InputSpec],
-    batch_size: int,
-    limit: int | None,
-    rows: int,
-    shard: Shard | None,
+    how: Reading, layouts: Sequence[NpyLayout], specs: Sequence[InputSpec], rows: int
 ) -> tuple[Dataset, int, Part | None]:
     """Arrays read in place (`records`), and this worker's part of them: the records outside
     it are skipped as header and footer bytes, so nothing else is read."""
+    batch_size, limit = how.batch_size, how.limit
     whole = records(layouts, specs, batch_size, limit)
-    if shard is None:
+    if how.shard is None:
         return whole, rows, None
     total = rows if limit is None else min(rows, limit)
-    start, stop = part_rows(total, batch_size, shard)
+    start, stop = part_rows(total, batch_size, how.shard)
     cut = [
         NpyLayout(
             path=lay.path,
@@ -87,16 +76,11 @@ def in_place(
 
 
 def npz_batches(
-    path: str,
-    specs: Sequence[InputSpec],
-    batch_size: int,
-    limit: int | None,
-    failure: Failure,
-    shard: Shard | None = None,
-    labels: Sequence[InputSpec] = (),
+    how: Reading, failure: Failure, labels: Sequence[InputSpec] = ()
 ) -> tuple[Dataset, int, Part | None]:
     """The inputs' rows of a `.npz` in batches; with `labels` (specs named by their keys,
     `y` or `y:NAME`), each batch followed by the labels of the same rows."""
+    path, specs = how.text, how.specs
     stored, total = input_layouts(path, specs)
     if labels:
         held, rows = input_layouts(path, labels)
@@ -109,17 +93,13 @@ def npz_batches(
     columns = [*specs, *labels]
     held_in_place = [s for s in stored if s is not None and s.dtype.kind not in TEXT]
     if len(held_in_place) == len(stored):  # np.savez: tf.data reads the rows in place
-        return in_place(held_in_place, columns, batch_size, limit, total, shard)
+        return in_place(how, held_in_place, columns, total)
 
     def read() -> Iterator[tuple[np.ndarray, ...]]:  # np.savez_compressed: inflate as we go
         with zipfile.ZipFile(path) as archive:
             readers = input_readers(archive, path, specs)
             readers += input_readers(archive, path, labels) if labels else []
-            for start, part in _chunks(readers, batch_size, limit):
-                yield tuple(
-                    fit_array(a, s, f"--data {path}", start)
-                    for a, s in zip(part, columns, strict=True)
-                )
+            yield from _fitted(readers, columns, how)
 
     return python_dataset(read, columns, failure, path), total, None
 
@@ -192,18 +172,22 @@ def _decode(raw: Tensor, layout: NpyLayout, spec: InputSpec, first: Tensor) -> T
     return fitted_cast(values, layout.path, spec, first)
 
 
-def _chunks(
-    readers: Sequence[NpyRows], batch_size: int, limit: int | None
-) -> Iterator[tuple[int, list[np.ndarray]]]:
-    """Batches of rows of each reader, each with the row it starts at."""
-    left = readers[0].rows if limit is None else min(readers[0].rows, limit)
+def _fitted(
+    readers: Sequence[NpyRows], columns: Sequence[InputSpec], how: Reading
+) -> Iterator[tuple[np.ndarray, ...]]:
+    """Batches of rows of each reader, read in Python, each array checked against its column
+    (`fit_array`)."""
+    left = readers[0].rows if how.limit is None else min(readers[0].rows, how.limit)
     start = 0
     while left > 0:
-        n = min(batch_size, left)
+        n = min(how.batch_size, left)
         for r in readers:
             if r.dtype.kind in TEXT:
                 text_budget(f"--data {r.label}: a batch of {n} rows of text", n * r.row_bytes, n,
                             r.dtype)  # fmt: skip
-        yield start, [r.read(n) for r in readers]
+        part = [r.read(n) for r in readers]
+        yield tuple(
+            fit_array(a, s, f"--data {how.text}", start) for a, s in zip(part, columns, strict=True)
+        )
         left -= n
         start += n

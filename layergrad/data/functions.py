@@ -24,7 +24,8 @@ import numpy as np
 from layergrad.core.errors import InputError
 from layergrad.core.limits import MAX_EMPTY_BATCHES
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import Dataset, InputContext, Tensor, TensorSpec, TensorTree
+from layergrad.core.tf_types import Dataset, Tensor, TensorTree
+from layergrad.data.shards import Reading, input_context
 from layergrad.data.user_code import (
     checked_iteration,
     load_function,
@@ -202,11 +203,6 @@ class Failure:
 Reader = Callable[[], Iterator[tuple[np.ndarray, ...]]]
 
 
-def batch_signature(specs: Sequence[InputSpec]) -> tuple[TensorSpec, ...]:
-    """The tf.data signature of batches of the arrays `specs` (any number of rows)."""
-    return tuple(tf.TensorSpec((None, *s.shape), tf_dtype(s.dtype)) for s in specs)
-
-
 def python_dataset(
     read: Reader, columns: Sequence[InputSpec], failure: Failure, source: str
 ) -> Dataset:
@@ -223,7 +219,8 @@ def python_dataset(
         except (Exception, SystemExit) as exc:  # keep it: TensorFlow would lose its type
             failure.error = InputError(f"--data {source}: reading failed: {raised(exc)}")
 
-    return tf.data.Dataset.from_generator(generate, output_signature=batch_signature(columns))
+    signature = tuple(tf.TensorSpec((None, *c.shape), tf_dtype(c.dtype)) for c in columns)
+    return tf.data.Dataset.from_generator(generate, output_signature=signature)
 
 
 @dataclass(frozen=True)
@@ -239,22 +236,20 @@ class FunctionBatches:
 
 
 def function_source(
-    ref: str,
-    specs: Sequence[InputSpec],
-    batch_size: int,
-    limit: int | None,
+    how: Reading,
     failure: Failure,
-    context: InputContext | None = None,
     outputs: Sequence[str] | None = None,
     weights_ignored: bool = False,
 ) -> FunctionBatches:
     """Batches from a user function: a tf.data.Dataset, or an iterable read in Python. With
     `outputs` (the model's output names), each batch also holds the labels `y` of the same
     elements as its inputs, when the elements have labels (`locate_labels`);
-    `weights_ignored` reads `(x, y, sample_weight)` elements as `(x, y)`."""
+    `weights_ignored` reads `(x, y, sample_weight)` elements as `(x, y)`. A function that
+    takes an argument is called with the `tf.distribute.InputContext` of `how.shard`."""
+    ref, specs = how.text, how.specs
     function = load_function(ref)
-    sharded = context is not None and takes_argument(function)
-    arguments = (context,) if sharded else ()
+    sharded = takes_argument(function)
+    arguments = (input_context(how.shard, how.replicas),) if sharded else ()
 
     def call() -> object:
         try:
@@ -265,9 +260,7 @@ def function_source(
 
     result = call()
     if isinstance(result, tf.data.Dataset):
-        dataset, rows, labelled = _from_tf_dataset(
-            result, ref, specs, batch_size, limit, outputs, weights_ignored
-        )
+        dataset, rows, labelled = _from_tf_dataset(result, how, outputs, weights_ignored)
         return FunctionBatches(dataset, rows, sharded, labelled)
     if isinstance(result, (dict, str, bytes)) or not isinstance(result, Iterable):
         raise InputError(
@@ -292,7 +285,7 @@ def function_source(
     def read() -> Iterator[tuple[np.ndarray, ...]]:
         # the first pass uses the first call; the function returns batches (checked above)
         items = first.pop() if first else cast(Iterable[object], call())
-        yield from _rebatched(_parts(items, ref, specs, columns), batch_size, limit)
+        yield from _rebatched(_parts(items, ref, specs, columns), how.batch_size, how.limit)
 
     return FunctionBatches(
         python_dataset(read, signature, failure, ref), rows, sharded, bool(columns)
@@ -385,17 +378,12 @@ def _join(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
 
 
 def _from_tf_dataset(
-    dataset: Dataset,
-    ref: str,
-    specs: Sequence[InputSpec],
-    batch_size: int,
-    limit: int | None,
-    outputs: Sequence[str] | None = None,
-    weights_ignored: bool = False,
+    dataset: Dataset, how: Reading, outputs: Sequence[str] | None, weights_ignored: bool
 ) -> tuple[Dataset, int | None, bool]:
     """Select and cast the inputs of a user's tf.data.Dataset (and with `outputs` its labels,
     as they are), cut into batches, their values checked as they are cast (`value_checks`);
     the rows when known; whether it has labels."""
+    ref, specs, batch_size, limit = how.text, how.specs, how.batch_size, how.limit
     where = f"--data {ref}"
     element = dataset.element_spec
     paths = locate_inputs(element, [s.name for s in specs], where)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -25,7 +25,7 @@ from layergrad.core.tf_types import Dataset, Tensor
 from layergrad.data import images
 from layergrad.data.array_records import npz_batches
 from layergrad.data.functions import Failure
-from layergrad.data.preflight import check_sizes, guarded, source_kind
+from layergrad.data.preflight import guarded, source_kind
 from layergrad.data.probe_input import is_label
 from layergrad.data.shards import Shard
 from layergrad.data.sources import (
@@ -241,17 +241,15 @@ def open_labelled(
             `.npz` without one array per output; with `strict`, see above); images lie both
             in the folder and in class sub-folders.
     """
-    text = os.fspath(path)
-    check_sizes(batch_size, limit)
-    kind = source_kind(text)
+    how = _Opening(os.fspath(path), tuple(specs), batch_size, limit, shard, replicas,
+                   first_sample, request, strict)  # fmt: skip
+    kind = source_kind(how.text)
     if kind == "npy":
         return Labelled(
             None,
-            f"--data {text} holds the inputs alone; save the labels beside them in a .npz "
+            f"--data {how.text} holds the inputs alone; save the labels beside them in a .npz "
             "(np.savez(FILE, x=x, y=y))",
         )
-    how = _Opening(text, tuple(specs), batch_size, limit, shard, replicas, first_sample, request,
-                   strict)  # fmt: skip
     if kind == "npz":
         return _npz(how)
     return _folder(how) if kind == "images" else _function(how)
@@ -266,8 +264,7 @@ class _Opening(Opening):
 
 
 def _npz(how: _Opening) -> Labelled:
-    text, specs, batch_size, limit = how.text, how.specs, how.batch_size, how.limit
-    request = how.request
+    text, request = how.text, how.request
     chosen, named = _npz_labels(text, request.outputs, how.strict, request.output_keys)
     if not chosen:
         return Labelled(
@@ -276,9 +273,8 @@ def _npz(how: _Opening) -> Labelled:
             "per output",
         )
     failure, alone = Failure(), Failure()
-    batches = npz_batches(text, specs, batch_size, limit, failure, how.shard, chosen)
-    stream = how.stream(*batches, failure, labels=named)
-    only, _, _ = npz_batches(text, chosen, batch_size, limit, alone)
+    stream = how.stream(*npz_batches(how, failure, chosen), failure, labels=named)
+    only, _, _ = npz_batches(replace(how, specs=tuple(chosen), shard=None), alone)
     return Labelled(stream, labels=only, failure=alone)
 
 
@@ -424,8 +420,7 @@ def _folder(how: _Opening) -> Labelled:
     def column(start: int, stop: int) -> Dataset:
         return tf.data.Dataset.from_tensor_slices(ids[start:stop]).map(form.encode)
 
-    batches = image_batches(text, how.specs, how.batch_size, limit, how.shard, listing.images,
-                            column)  # fmt: skip
+    batches = image_batches(how, listing.images, column)
     stream = how.stream(*batches, Failure(), labels=["y"], found=listing.images)
     only = column(0, len(ids) if limit is None else limit).batch(how.batch_size)
     return Labelled(stream, labels=only.map(lambda y: (y,)), classes=listing.classes)

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from layergrad.core.errors import InputError, UsageError
+from layergrad.core.errors import InputError
 from layergrad.core.probe_options import DataSet, OneBatch
 from layergrad.data import images
 from layergrad.data.probe_input import array_keys, input_keys, peek_rows
@@ -120,14 +120,6 @@ def precheck(path: str | os.PathLike[str]) -> None:
         target = text.rpartition(":")[0]
         if target.endswith(".py") and os.path.lexists(target):
             require_regular(Path(target), "a Python file", lambda m: InputError(f"--data {m}"))
-
-
-def check_sizes(batch_size: int, limit: int | None) -> None:
-    """Refuse a batch size or a limit below 1 (`UsageError`)."""
-    if batch_size < 1:
-        raise UsageError(f"--batch-size must be at least 1: batch_size={batch_size}")
-    if limit is not None and limit < 1:
-        raise UsageError(f"--limit must be at least 1: limit={limit}")
 
 
 def source_kind(path: str) -> str:

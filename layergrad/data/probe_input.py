@@ -33,7 +33,7 @@ from layergrad.data.value_checks import (
     text_budget,
     tf_dtype,
 )
-from layergrad.files.array_files import ArrayHeader, read_arrays, read_headers
+from layergrad.files.array_files import read_arrays, read_headers
 
 UNKNOWN_DIM = 16  # size used for a non-batch dimension the model leaves open (None)
 DEFAULT_INT_HIGH = 10  # integer inputs that feed no layer with a known vocabulary size
@@ -128,38 +128,30 @@ def random_batch(
             "--batch-size or raise --max-memory"
         )
     rng = np.random.default_rng(seed)
-    arrays = []
+    arrays, used = [], []  # used: how the inputs not drawn as plain numbers were drawn
     for spec, shape in zip(specs, shapes, strict=True):
         kind = dtype_kind(spec.dtype)
         draw = (draws or {}).get(spec.name)
         if spec.name in texts:
             arrays.append(draw_text(rng, shape, texts[spec.name]))
+            used.append(f"{spec.name}: {texts[spec.name].why}")
             continue
         if draw is not None and (kind == "f" or (kind in "iu" and draw.kind == "choice")):
             array = drawn(rng, shape, draw)  # the model's preprocessing, a lookup's vocabulary
+            used.append(draw.describe(spec.name))
         elif kind == "f":
             array = rng.standard_normal(shape)
         elif kind in "biu":
-            array = rng.integers(0, 2 if kind == "b" else int_high.get(spec.name, DEFAULT_INT_HIGH),
-                                 shape)  # fmt: skip
+            high = 2 if kind == "b" else int_high.get(spec.name, DEFAULT_INT_HIGH)
+            array = rng.integers(0, high, shape)
+            if spec.ids:
+                used.append(f"{spec.name}: ids 0-{high - 1} ({spec.ids} takes ids)")
         else:
             raise InputError(
                 f"input {spec.name!r} has dtype {spec.dtype}, which a random probe cannot make; "
                 "pass the probe batch with --input FILE.npy"
             )
         arrays.append(array.astype(tf_dtype(spec.dtype)))
-    chosen = {n for n, d in (draws or {}).items() if d.kind == "choice"}
-    used = [
-        draws[s.name].describe(s.name)
-        for s in specs
-        if draws and s.name in draws and (dtype_kind(s.dtype) == "f" or s.name in chosen)
-    ]
-    used += [
-        f"{s.name}: ids 0-{int_high.get(s.name, DEFAULT_INT_HIGH) - 1} ({s.ids} takes ids)"
-        for s in specs
-        if s.ids and s.name not in chosen
-    ]
-    used += [f"{name}: {draw.why}" for name, draw in texts.items()]
     return ProbeBatch(
         tuple(arrays),
         tuple(s.name for s in specs),
@@ -179,13 +171,8 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
     input's dtype are refused.
     """
     text = os.fspath(path)
-    for h in read_headers(text):  # before a wide text array is read
-        if h.dtype.kind in "US":
-            label = f"array {h.name!r}" if h.name is not None else "its text"
-            text_budget(f"--input {text}: {label}", h.nbytes, h.shape[0] if h.shape else 1,
-                        h.dtype, "save {} rows or fewer")  # fmt: skip
+    peek_rows(text)  # before a wide text array is read
     headers, arrays = read_arrays(text)
-    _require_rows(headers, text)
     names = [h.name for h in headers]
     if specs is None:  # the inputs are the arrays but the labels (`y`, `y:NAME`)
         given = {n: a for n, a in zip(names, arrays, strict=True) if n and is_label(n)}
@@ -210,21 +197,22 @@ def peek_rows(path: str | os.PathLike[str]) -> int:
     """Rows of the `--input` batch, from the headers alone (the file is checked, not read).
 
     Raises InputError for everything the headers show: a missing, special, damaged or
-    forged file, an object array, an empty batch.
+    forged file, an object array, an empty batch, text over what a batch may take.
     """
-    headers = read_headers(os.fspath(path))
-    _require_rows(headers, os.fspath(path))
-    return max(h.shape[0] for h in headers)
-
-
-def _require_rows(headers: Sequence[ArrayHeader], source: str) -> None:
-    for header in headers:
-        if not header.shape or header.shape[0] == 0:
-            label = f"array {header.name!r}" if header.name is not None else "its array"
+    text = os.fspath(path)
+    headers = read_headers(text)
+    for h in headers:
+        label = f"array {h.name!r}" if h.name is not None else "its array"
+        if not h.shape or h.shape[0] == 0:
             raise InputError(
-                f"--input {source}: {label} has shape {header.shape}, a batch of 0 rows; "
+                f"--input {text}: {label} has shape {h.shape}, a batch of 0 rows; "
                 "expected at least one row (the first axis is the batch)"
             )
+        if h.dtype.kind in "US":
+            label = label if h.name is not None else "its text"
+            text_budget(f"--input {text}: {label}", h.nbytes, h.shape[0], h.dtype,
+                        "save {} rows or fewer")  # fmt: skip
+    return max(h.shape[0] for h in headers)
 
 
 FIT_INPUT = "x"  # the single input's array under the model.fit(x, y) convention

@@ -1,4 +1,5 @@
-"""`--distribute multi-worker`: each worker's part of a `--data` source, cut on whole batches.
+"""What every reader of `--data` is given (`Reading`), and under `--distribute multi-worker`
+each worker's part of a `--data` source, cut on whole batches.
 
 A part is a contiguous run of the batches one process would make (worker w of n gets batches
 floor(w*B/n) up to floor((w+1)*B/n)), so every sample keeps its index in the data and every
@@ -12,10 +13,32 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from layergrad.core.errors import UsageError
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, InputContext, Tensor
+from layergrad.data.value_checks import InputSpec
 
 Shard = tuple[int, int]  # (this worker, workers)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What `--data` is read with, by every reader (see `sources.open_data`); a batch size or
+    a limit below 1 is refused (`UsageError`)."""
+
+    text: str
+    specs: tuple[InputSpec, ...]
+    batch_size: int
+    limit: int | None
+    shard: Shard | None
+    replicas: int
+    first_sample: int
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise UsageError(f"--batch-size must be at least 1: batch_size={self.batch_size}")
+        if self.limit is not None and self.limit < 1:
+            raise UsageError(f"--limit must be at least 1: limit={self.limit}")
 
 
 @dataclass(frozen=True)
@@ -60,21 +83,16 @@ def input_context(shard: Shard | None, replicas: int) -> InputContext:
     )
 
 
-def round_robin(dataset: Dataset, shard: Shard, batch_size: int) -> Part:
+def round_robin(dataset: Dataset, shard: Shard) -> Part:
     """Batch j of the whole data goes to worker j % workers (every worker reads everything,
     as tf.distribute's sharding by data does): for sources that cannot be read in parts."""
     worker, workers = shard
-    size = tf.constant(batch_size, tf.int64)
-
-    def indexed(j: Tensor, batch: Tensor) -> tuple[Tensor, ...]:
-        rows = tf.cast(tf.shape(batch[0])[0], tf.int64)
-        return (*batch, j * size + tf.range(rows, dtype=tf.int64))
-
-    mine = dataset.enumerate().filter(lambda j, _: j % workers == worker)
+    mine = with_sample_indices(dataset).enumerate().filter(lambda j, _: j % workers == worker)
+    indexed = mine.map(lambda _, batch: batch)
     return Part(
-        mine.map(lambda _, batch: batch),
+        indexed.map(lambda *batch: batch[:-1]),
         None,
-        indexed=mine.map(indexed).prefetch(tf.data.AUTOTUNE),
+        indexed=indexed.prefetch(tf.data.AUTOTUNE),
         first_batch=worker,
         stride=workers,
     )

@@ -1,21 +1,18 @@
 """Resolve `--data PATH` into batches in the model's input order, read as they are used.
 
-PATH is a `.npy` (one input), a `.npz` (`probe_input.input_keys`; its labels `y` are read by
-`data/label_stream.py`), a folder of images, or `FILE.py:function` / `module:function`
-(`data/functions.py`). Batches hold `batch_size` rows (the last partial); files are read a
-batch at a time and nothing is kept, so memory does not grow with the samples. Files are
-checked from their headers, a function's batches one by one; an error inside `tf.data`'s
-reading thread is kept and raised by `DataStream.raise_failure`. Under `shard=(worker,
-workers)` each worker reads its part, cut on the batches of one process (`data/shards.py`):
-files by rows read in place, image folders by file, a function that takes an argument through
-its `tf.distribute.InputContext`, anything else round robin by batch.
+PATH is a `.npy` or `.npz` (`data/array_records.py`), a folder of images (here), or
+`FILE.py:function` / `module:function` (`data/functions.py`); labels are read with them by
+`data/label_stream.py`. Batches hold `batch_size` rows (the last partial) and nothing is
+kept, so memory does not grow with the samples. An error inside `tf.data`'s reading thread is
+kept and raised by `DataStream.raise_failure`. Under a shard each worker reads its own part
+(`data/shards.py`): files by rows, image folders by file, a function through its
+`tf.distribute.InputContext`, anything else round robin by batch.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,12 +23,12 @@ from layergrad.core.tf_types import Dataset, Tensor
 from layergrad.data import images
 from layergrad.data.array_records import npy_batches, npz_batches
 from layergrad.data.functions import Failure, FunctionBatches, function_source
-from layergrad.data.preflight import check_sizes, source_kind
+from layergrad.data.preflight import source_kind
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.data.shards import (
     Part,
+    Reading,
     Shard,
-    input_context,
     part_rows,
     round_robin,
     with_sample_indices,
@@ -163,7 +160,7 @@ def open_data(
 
     Args:
         path: `.npy`, `.npz`, an image folder, or `FILE.py:function` / `module:function`.
-        specs: the model's inputs (`inputs.input_specs(model)`).
+        specs: the model's inputs (`probe_input.input_specs(model)`).
         batch_size: rows per batch.
         limit: read at most this many samples.
         shard: (this worker, workers): read this worker's part only (see the module).
@@ -178,35 +175,22 @@ def open_data(
         stream = open_data("x.npy", input_specs(model), batch_size=32)
         stream.samples  # 20000
     """
-    text = os.fspath(path)
-    check_sizes(batch_size, limit)
-    kind = source_kind(text)
-    how = Opening(text, tuple(specs), batch_size, limit, shard, replicas, first_sample)
-    failure = Failure()
+    how = Opening(os.fspath(path), tuple(specs), batch_size, limit, shard, replicas, first_sample)
+    kind, failure = source_kind(how.text), Failure()
     if kind == "npy":
-        batches = npy_batches(text, how.specs, batch_size, limit, shard, failure)
+        batches = npy_batches(how, failure)
     elif kind == "npz":
-        batches = npz_batches(text, how.specs, batch_size, limit, failure, shard)
+        batches = npz_batches(how, failure)
     elif kind == "images":
-        found = images.list_images(text)  # every entry checked, every size within budget
-        batches = image_batches(text, how.specs, batch_size, limit, shard, found)
-        return how.stream(*batches, failure, found=found)
+        found = images.list_images(how.text)  # every entry checked, every size within budget
+        return how.stream(*image_batches(how, found), failure, found=found)
     else:
         return how.function(failure)[0]
     return how.stream(*batches, failure)
 
 
-@dataclass(frozen=True)
-class Opening:
-    """What `--data` is opened with: each reader's arguments (see `open_data`)."""
-
-    text: str
-    specs: tuple[InputSpec, ...]
-    batch_size: int
-    limit: int | None
-    shard: Shard | None
-    replicas: int
-    first_sample: int
+class Opening(Reading):
+    """What `--data` is opened with (see `open_data`), and the stream it makes."""
 
     def stream(
         self,
@@ -224,7 +208,7 @@ class Opening:
         samples = limit if rows is None else rows if limit is None else min(rows, limit)
         dataset = dataset.prefetch(tf.data.AUTOTUNE)
         if self.shard is not None and part is None:
-            part = round_robin(dataset, self.shard, batch_size)
+            part = round_robin(dataset, self.shard)
         stream = DataStream(
             self.text, self.specs, dataset, samples, failure, not is_function(self.text),
             batch_size, part, self.first_sample, labels,
@@ -243,10 +227,7 @@ class Opening:
     ) -> tuple[DataStream, FunctionBatches]:
         """The stream of a data function's batches (`functions.function_source`); with
         `outputs`, their labels after the inputs, if it gives them, keyed `keys`."""
-        batches = function_source(
-            self.text, self.specs, self.batch_size, self.limit, failure,
-            input_context(self.shard, self.replicas), outputs, weights_ignored,
-        )  # fmt: skip
+        batches = function_source(self, failure, outputs, weights_ignored)
         part = None
         if self.shard is not None and batches.sharded:  # the function returned its own shard
             part = Part(batches.dataset.prefetch(tf.data.AUTOTUNE), None)
@@ -255,17 +236,14 @@ class Opening:
 
 
 def image_batches(
-    path: str,
-    specs: Sequence[InputSpec],
-    batch_size: int,
-    limit: int | None,
-    shard: Shard | None,
+    how: Reading,
     found: Sequence[images.ImageFile],
     column: Callable[[int, int], Dataset] | None = None,
 ) -> tuple[Dataset, int, Part | None]:
     """The images `found`, decoded and resized as Keras's `image_dataset_from_directory` does
     (pixels 0-255), each entry checked first (`data/images`); with `column`, each image
     followed by its label (`column(start, stop)`: the labels of images start to stop)."""
+    path, specs, batch_size, limit = how.text, how.specs, how.batch_size, how.limit
     spec = specs[0] if len(specs) == 1 else None
     shape = spec.shape if spec is not None else ()
     if spec is None or len(shape) != 3 or None in shape[:2] or shape[2] not in (1, 3, 4):
@@ -292,8 +270,8 @@ def image_batches(
         return pictures.batch(batch_size)
 
     part = None
-    if shard is not None:  # by file: this worker decodes its own images only
-        start, stop = part_rows(len(found), batch_size, shard)
+    if how.shard is not None:  # by file: this worker decodes its own images only
+        start, stop = part_rows(len(found), batch_size, how.shard)
         part = Part(
             read(start, stop).prefetch(tf.data.AUTOTUNE), stop - start, offset=start,
             first_batch=start // batch_size,

@@ -140,16 +140,12 @@ def checked_iteration(
 
 def raised(exc: BaseException) -> str:
     """What a user's code raised, in one line; SystemExit is named as the call it was."""
-    if isinstance(exc, UserExit):
-        return (
-            f"os._exit({exc.code!r}) (it tried to end the process); a data function must "
-            "return or yield batches, not end the program"
-        )
     if isinstance(exc, SystemExit):
-        return (
-            f"SystemExit (it called sys.exit({exc.code!r})); a data function must return or "
-            "yield batches, not end the program"
-        )
+        call = (
+            f"os._exit({exc.code!r}) (it tried to end the process)" if isinstance(exc, UserExit)
+            else f"SystemExit (it called sys.exit({exc.code!r}))"
+        )  # fmt: skip
+        return f"{call}; a data function must return or yield batches, not end the program"
     text = one_line(str(exc))[:300]
     return f"{type(exc).__name__}: {text}" if text != "error" else type(exc).__name__
 

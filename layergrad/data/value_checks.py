@@ -264,18 +264,12 @@ def _refused(ok: Tensor, values: Tensor, first: Tensor, message: str, cast: Tens
     value = tf.reshape(values, [tf.shape(values)[0], -1])[row, column]
     shown = tf.strings.as_string(value, shortest=True) if values.dtype.is_floating else (
         tf.strings.as_string(value))  # fmt: skip
-    before, middle, after = _split(message)
+    before, rest = message.split(SAMPLE, 1)
+    middle, after = rest.split(VALUE, 1)
     text = tf.strings.join([before, tf.strings.as_string(first + row), middle, shown, after])
     check = tf.debugging.Assert(tf.reduce_all(ok), [text])
     with tf.control_dependencies([check]):
         return tf.identity(cast)
-
-
-def _split(message: str) -> tuple[str, str, str]:
-    """A message built with SAMPLE and VALUE in it, cut around them."""
-    before, rest = message.split(SAMPLE, 1)
-    middle, after = rest.split(VALUE, 1)
-    return before, middle, after
 
 
 def reader_refusal(exc: BaseException) -> DataError | None:

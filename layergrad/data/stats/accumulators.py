@@ -2,15 +2,12 @@
 
 Each summary gets a variable created under the distribution strategy with
 `synchronization=ON_READ`: every replica adds its own share on its own device, with no
-traffic between devices during the run, exactly like the state of `keras.metrics`. Keras
-metrics and `tf.distribute` only reduce by sum or mean, and max |g|, the per-sample minimum
-and the first non-finite batch need max and min, so the replicas' copies are read with
-`experimental_local_results` at the end and combined here, by the kind each field declares
-(`totals.KINDS`). Under `--distribute multi-worker` the replicas live in several processes:
-every replica's copy is gathered once, at the end, by the strategy's collective all-gather
-(`gather`), and combined the same way on every worker. `combine_workers` does the same for
-totals a measure kept in numpy on each worker, and `gather_workers` hands every worker each
-worker's totals of any shape (as JSON) for the measure to merge itself.
+traffic between devices during the run, like the state of `keras.metrics`. Max |g|, the
+per-sample minimum and the first non-finite batch need max and min, which `tf.distribute`
+does not reduce by, so the replicas' copies are read at the end and combined here by the kind
+each field declares (`aggregates.KINDS`); over several workers, after one collective
+all-gather (`gather`). `combine_workers` does the same for totals kept in numpy on each
+worker, `gather_workers` for totals of any shape (as JSON).
 """
 
 from __future__ import annotations
@@ -160,17 +157,10 @@ def combine_workers(
     """
     if not is_multi_worker(strategy):
         return values
-    local = max(len(strategy.extended.worker_devices), 1)
-
-    def mine() -> dict[str, Tensor]:  # one replica per worker gives the values, the others none
-        first = tf.equal(tf.distribute.get_replica_context().replica_id_in_sync_group % local, 0)
-        return {
-            k: tf.where(first, tf.constant(v, tf.float64), aggregates.initial(kinds[k], v.shape))
-            for k, v in values.items()
-        }
-
-    everyone = gather(strategy, mine)
-    return {k: aggregates.combine(list(everyone[k]), kinds[k]) for k in values}
+    return {
+        k: aggregates.combine(_one_per_worker(strategy, np.asarray(v, np.float64)), kinds[k])
+        for k, v in values.items()
+    }
 
 
 def gather_workers(strategy: Strategy, payload: P) -> list[P]:
@@ -193,14 +183,14 @@ def gather_workers(strategy: Strategy, payload: P) -> list[P]:
 
 
 def _one_per_worker(strategy: Strategy, value: np.ndarray) -> list[np.ndarray]:
-    """`value` (the same shape on every worker) of every worker, chief first: one replica of
-    each worker gives it (the first of its devices), the others are left out."""
+    """`value` (the same shape and dtype on every worker) of every worker, chief first: one
+    replica of each worker gives it (the first of its devices), the others are left out."""
     local = max(len(strategy.extended.worker_devices), 1)
 
     def mine() -> dict[str, Tensor]:
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
         first = tf.cast(tf.equal(replica % local, 0), tf.int64)
-        return {"v": tf.constant(value, tf.int64), "first": tf.reshape(first, [1])}
+        return {"v": tf.constant(value), "first": tf.reshape(first, [1])}
 
     everyone = gather(strategy, mine)
     return [v for v, first in zip(everyone["v"], everyone["first"], strict=True) if first[0]]

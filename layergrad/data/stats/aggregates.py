@@ -192,6 +192,13 @@ class SampleTotals:
         )
         self.hist += np.bincount(index, minlength=HIST_BINS)
 
+    def merge(self, other: SampleTotals) -> None:
+        """Add the totals of other samples."""
+        self.dist[:3] += other.dist[:3]
+        self.dist[3] = min(self.dist[3], other.dist[3])
+        self.dist[4] = max(self.dist[4], other.dist[4])
+        self.hist += other.hist
+
     def stats(self, scale: float = 1.0) -> SampleStats:
         """Mean, std, min, p50, p95, max of everything added (p50 and p95 within 1.2%)."""
         return distribution_stats(self.dist, self.hist, scale)

@@ -43,10 +43,6 @@ class TopK:
             np.concatenate([self.errors, e.reshape(-1)]),
         )
 
-    def merge(self, other: TopK) -> None:
-        """Add another TopK (of other samples)."""
-        self.add(other.values, other.samples, other.errors)
-
     def _keep(self, values: np.ndarray, samples: np.ndarray, errors: np.ndarray) -> None:
         order = np.lexsort((samples, -values))[: self.k]  # largest first, then by index
         self.values, self.samples, self.errors = values[order], samples[order], errors[order]
@@ -91,24 +87,21 @@ class NormTotals:
         if rel_stderr is not None:
             rel = np.asarray(rel_stderr, np.float64).reshape(-1)[ok]
             self.variance += float(np.sum((rel * v) ** 2))
-            if rel.size:
-                top = float(rel.max())
-                self.largest_rel = top if self.largest_rel is None else max(self.largest_rel, top)
+            self._largest(float(rel.max()) if rel.size else None)
         self.totals.add(v)
         self.top.add(v, s, rel)
 
+    def _largest(self, rel: float | None) -> None:
+        if rel is not None:
+            self.largest_rel = rel if self.largest_rel is None else max(self.largest_rel, rel)
+
     def merge(self, other: NormTotals) -> None:
         """Add the totals of other samples (another replica, worker or shard)."""
-        self.totals.dist[:3] += other.totals.dist[:3]
-        self.totals.dist[3] = min(self.totals.dist[3], other.totals.dist[3])
-        self.totals.dist[4] = max(self.totals.dist[4], other.totals.dist[4])
-        self.totals.hist += other.totals.hist
-        self.top.merge(other.top)
+        self.totals.merge(other.totals)
+        self.top.add(other.top.values, other.top.samples, other.top.errors)
         self.nonfinite += other.nonfinite
         self.variance += other.variance
-        if other.largest_rel is not None:
-            mine = self.largest_rel
-            self.largest_rel = other.largest_rel if mine is None else max(mine, other.largest_rel)
+        self._largest(other.largest_rel)
 
     @property
     def count(self) -> int:
