@@ -243,11 +243,14 @@ def _damaged(p: Path, name: str | None, exc: BaseException, option: str = "--inp
     )
 
 
-def short_error(exc: BaseException) -> str:
-    """The exception's type and first 160 characters, without numpy's advice to unpickle."""
+def short_error(exc: BaseException, typed: bool = True) -> str:
+    """The exception's (`typed`: type and) first 160 characters, without numpy's advice to
+    unpickle."""
     text = " ".join(str(exc).split())
     text = text.split("allow_pickle")[0].split("max_header_size")[0].rstrip(" ,;:(")[:160]
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    if not text:
+        return type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if typed else text
 
 
 class NpyRows:

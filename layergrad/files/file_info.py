@@ -119,7 +119,15 @@ def _read_keras(p: Path, read_weights: bool) -> FileInfo:
     compiled = config.get("compile_config")
     compiled = compiled if isinstance(compiled, Mapping) else {}
     return FileInfo(
-        str(p), "keras", as_text(version), config, graph, weights, stored, notes, compiled
+        str(p),
+        "keras",
+        as_text(version, "replace"),
+        config,
+        graph,
+        weights,
+        stored,
+        notes,
+        compiled,
     )
 
 
@@ -139,7 +147,9 @@ def _read_h5(p: Path, read_weights: bool) -> FileInfo:
         stored = inventory(h5)
         if read_weights and isinstance(group, h5py.Group):
             weights, notes = health(legacy_weight_groups(group, graph), graph)
-        version = as_text(h5.attrs.get("keras_version") or group.attrs.get("keras_version"))
+        version = as_text(
+            h5.attrs.get("keras_version") or group.attrs.get("keras_version"), "replace"
+        )
         compiled = _training_config(archive.hdf5_attribute(h5, p, "training_config"))
     return FileInfo(str(p), "h5", version, config, graph, weights, stored, notes, compiled)
 
@@ -147,7 +157,7 @@ def _read_h5(p: Path, read_weights: bool) -> FileInfo:
 def _training_config(raw: object) -> Mapping[str, object]:
     """The JSON `training_config` attribute of a legacy .h5 file ({} when absent or bad)."""
     try:
-        value = json.loads(as_text(raw) or "{}")
+        value = json.loads(as_text(raw, "replace") or "{}")
     except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, Mapping) else {}
@@ -158,8 +168,8 @@ def _parse_json(raw: bytes | str, p: Path, what: str) -> object:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise LoadError(
-            f"{p}: {what} is not valid JSON ({short_error(exc)}); expected the model's saved "
-            "config; re-save the model"
+            f"{p}: {what} is not valid JSON ({short_error(exc, typed=False)}); expected the "
+            "model's saved config; re-save the model"
         ) from exc
 
 

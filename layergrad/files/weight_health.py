@@ -94,11 +94,12 @@ def _declared(ds: H5Object) -> int:
     return math.prod(ds.shape or ()) * ds.dtype.itemsize if ds.shape is not None else 0
 
 
-def as_text(value: object) -> str | None:
-    """An HDF5 attribute's text (bytes decoded as UTF-8); None when absent."""
+def as_text(value: object, errors: str = "strict") -> str | None:
+    """An HDF5 attribute's text (bytes decoded as UTF-8, `errors` as `bytes.decode`); None
+    when absent. Strict by default: a name that is not UTF-8 marks a damaged file."""
     if value is None:
         return None
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    return value.decode("utf-8", errors) if isinstance(value, bytes) else str(value)
 
 
 # ----- which tensors belong to which layer ----------------------------------------------------

@@ -11,11 +11,11 @@ from rich.padding import Padding
 from rich.text import Text
 
 from layergrad.core.results import CheckItem, CheckReport, FileVerdict, warned
-from layergrad.render import as_json as report_json
 from layergrad.render.common import (
     Column,
     dropped_line,
     fit_table,
+    json_document,
     md_code,
     md_table,
     md_text,
@@ -110,7 +110,7 @@ def _kind(c: CheckItem) -> str:
 
 def as_json(verdicts: Sequence[FileVerdict], **_: object) -> str:
     """The `layergrad.check/1` JSON document: the JSON of every report, of a `CheckReport`."""
-    return report_json(CheckReport(tuple(verdicts)))
+    return json_document(CheckReport(tuple(verdicts)))
 
 
 def markdown(verdicts: Sequence[FileVerdict], **_: object) -> str:

@@ -90,6 +90,11 @@ def _build(root: Path) -> dict[str, Path]:
                       if "kernel" in str(n))  # fmt: skip
         del group[kernel]
         group.create_dataset(kernel, data=np.ones((6, 4), "float32"))
+    out["bad_name.h5"] = root / "bad_name.h5"  # a layer name that is not UTF-8
+    out["bad_name.h5"].write_bytes(h5_bytes)
+    with h5py.File(out["bad_name.h5"], "r+") as h5:
+        names = list(h5["model_weights"].attrs["layer_names"])
+        h5["model_weights"].attrs["layer_names"] = np.array([*names[:-1], b"dense\xff"], "S")
     hostile = keras.Sequential(
         [
             keras.Input((5,)),
@@ -135,7 +140,7 @@ UNREADABLE = {
     "truncated.h5": ["truncated or damaged", "expected an intact model file", "re-save"],
     "no_config": ["zip archive without config.json", "expected a .keras model",
                   'model.save("model.keras")'],
-    "bad_json": ["config.json is not valid JSON", "expected the model's saved config",
+    "bad_json": ["config.json is not valid JSON (Expecting", "expected the model's saved config",
                  "re-save"],
     "lambda": ["refusing to load", "layer 'dense_1' (Lambda)", "Python bytecode",
                "pass --unsafe"],
@@ -172,6 +177,15 @@ def test_unreadable_or_hostile_file(files: dict[str, Path], case: str, command: 
     result = _invoke([command, str(path), *extra])
     _assert_one_line_error(result, UNREADABLE[case], path.name)
     assert _state(path) == before
+
+
+def test_a_weight_name_that_is_not_utf8_marks_the_file_damaged(files: dict[str, Path]) -> None:
+    """Names of weights are matched to layers: one that cannot be decoded is a damaged file,
+    never a layer whose weights are skipped without a word."""
+    result = _invoke(["check", str(files["bad_name.h5"])])
+    assert result.exit_code == 1, result.output
+    assert "truncated or damaged (UnicodeDecodeError" in result.output
+    assert "0 passed, 1 failed" in result.output
 
 
 @pytest.mark.parametrize("case", list(INSPECT_ONLY))

@@ -112,7 +112,7 @@ class Ready:
     @property
     def stream(self) -> DataStream:
         stream = self.labelled.stream
-        assert stream is not None  # `read_labelled` refuses data without labels
+        assert stream is not None  # `make_ready` refuses data without labels
         return stream
 
 

@@ -344,14 +344,14 @@ def _scale_flags(rows: list[ScanRow], scans: Sequence[ScanReport]) -> list[ScanR
     return flag_against_target_end(rows, trunk)
 
 
-def _trunk(path: str, target: str | None) -> set[str] | None:
+def _trunk(model_path: str, target: str | None) -> set[str] | None:
     from layergrad.core.errors import LayergradError
     from layergrad.diagnose.locate import sinks, trunk
     from layergrad.files.file_info import read_file_info
     from layergrad.model.layer_refs import ref_of
 
     try:
-        graph = read_file_info(path, read_weights=False).graph
+        graph = read_file_info(model_path, read_weights=False).graph
     except (LayergradError, OSError):
         return None
     if not graph.known:
