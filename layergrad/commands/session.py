@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from layergrad.diagnose.diagnoser import Diagnoser
     from layergrad.engine.data_step import StreamRun
     from layergrad.engine.loader import LoadedModel
-    from layergrad.engine.weight_stream import WeightTotals
+    from layergrad.engine.weight_gradients import WeightTotals
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Answers Keras's "Gradients do not exist for variables [...] when minimizing the 
 anyone trains: which variables get None, zero or NaN from the loss (the file's compiled one,
 `model.compute_loss`, or `--loss NAME`), and why. One path: the probe batch is a data source
 of one batch (`sources.ProbeStream`, run eagerly), `--data` one of many, and either goes
-through `weight_stream.stream_weight_gradients` on the one loop over batches: the gradient of
+through the one step over batches (`data_step.run_stream` with a `WeightPlan`): the gradient of
 the loss averaged over every sample (over data also each layer's gradient signal-to-noise
 ratio). Labels are the data's own (`y` / `y:NAME`), else random, seeded, fitting each output.
 A variable that is not ok gets its causes from a trace of the first batch (`run_trace`,
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from layergrad.data.label_stream import Labelled
     from layergrad.data.sources import DataStream
     from layergrad.engine.loader import LoadedModel
-    from layergrad.engine.weight_stream import WeightTotals
+    from layergrad.engine.weight_gradients import WeightTotals
 
 
 def scan_weights(
@@ -173,8 +173,9 @@ def _run(
     """The variables' gradients over `stream`; the first batch traced for the causes of rows
     not ok, or with `layers` for its scan of the layers (then also a probe's gradients)."""
     from layergrad.commands.scan import scan_report
+    from layergrad.engine.data_step import Plan, run_stream
     from layergrad.engine.trace import Trace, run_trace
-    from layergrad.engine.weight_stream import stream_weight_gradients
+    from layergrad.engine.weight_gradients import WeightPlan
 
     owned = variable_owners(model)
     variables = [getattr(v, "value", v) for v, _ in owned]
@@ -196,10 +197,10 @@ def _run(
         traced = trace(variables)
         gradients = traced[0].variable_gradients
     else:
-        totals = stream_weight_gradients(
-            model, variables, [layer for _, layer in owned], objective, stream, strategy,
-            training=options.training, on_progress=on_progress,
-        )  # fmt: skip
+        weights = WeightPlan(variables, [layer for _, layer in owned], objective)
+        plan = Plan(targets=(), training=options.training, weights=weights)
+        totals = run_stream(model, plan, stream, strategy, on_progress).weights
+        assert totals is not None  # the plan asks for the weights
         gradients = totals.gradients
     rows = [variable_row(v, layer, g) for (v, layer), g in zip(owned, gradients, strict=True)]
     if traced is None and (layers or any(r.status != Status.OK for r in rows)):
