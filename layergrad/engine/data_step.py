@@ -80,13 +80,6 @@ class StreamRun:
     alive: tuple[np.ndarray, ...] = ()
     weights: WeightTotals | None = None  # with `plan.weights`
 
-    def index(self, path: str, call: int = 0) -> int | None:
-        """Position of the activation of `path` call `call`, or None if it was not captured."""
-        for i, act in enumerate(self.activations):
-            if act.site.path == path and act.site.call == call:
-                return i
-        return None
-
 
 class Step:
     """The per-batch computation for a model and a plan; `compute(inputs)` returns summaries.
