@@ -18,7 +18,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from layergrad.commands.session import load, open_session, open_source
+from layergrad.commands.session import open_source
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.probe_options import (
     JacobianOptions,
@@ -170,15 +170,11 @@ def scan_weights_model(
     Raises:
         InputError: the file has no compiled loss and `loss` is None.
     """
-    from layergrad.commands.weight_scan import scan_weights, weights_over
+    from layergrad.commands.weight_scan import scan_weights
 
-    imports = _one_or_many(imports)
     options = probe_from(options, probe)
-    if options.data_set is not None:
-        loaded, warnings, strategy = load(path, options, imports=imports, unsafe=unsafe)
-        return weights_over(loaded, warnings, strategy, options, loss, on_progress, path)
-    session = open_session(path, options, imports=imports, unsafe=unsafe)
-    return scan_weights(session, loss, layers=False)
+    session = open_source(path, options, imports=_one_or_many(imports), unsafe=unsafe)
+    return scan_weights(session, loss, layers=False, on_progress=on_progress)
 
 
 def _one_or_many(value: str | Sequence[str]) -> list[str]:

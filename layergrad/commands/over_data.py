@@ -10,8 +10,8 @@ activations, its diagnoser) and diagnosed with its whole arrays. Nothing here pr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import ProbeOptions, Progress, with_cluster
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from layergrad.engine.trace import Trace
     from layergrad.model.graph import ModelGraph
     from layergrad.model.layer_refs import CallKey, Site
+
+T = TypeVar("T")
 
 
 def open_stream(model: KerasModel, options: ProbeOptions, strategy: Strategy = None) -> DataStream:
@@ -157,29 +159,26 @@ class Diagnosis:
     def trace(self, index: int, target: Site | None) -> Trace:
         """The whole trace of batch `index` towards `target` (`trace.run_trace`), made once."""
         from layergrad.engine import trace
-        from layergrad.engine.random_layers import drawing_for
 
         key = (index, None if target is None else target.key)
         if key not in self._traces:
-            with drawing_for(self.model, index):  # the random layers' numbers of the batch
-                self._traces[key] = trace.run_trace(
-                    self.model, self.batch(index), target, training=self.training,
-                    reduce=self.reduce, seed=self.seed,
-                )  # fmt: skip
+            self._traces[key] = self._replayed(trace.run_trace, index, target)
         return self._traces[key]
 
     def activations(self, index: int, source: Site, target: Site) -> tuple[Activation, Activation]:
         """The source and target activations of batch `index` (for the causes)."""
         from layergrad.engine import trace
+
+        run = self._replayed(trace.run_probe, index, [source], [target])
+        return run.sources[0], run.targets[0]
+
+    def _replayed(self, run: Callable[..., T], index: int, *sites: object) -> T:
+        """`run` (a replay of `trace.py`) on batch `index` in the run's mode, with the random
+        layers' numbers of that batch."""
         from layergrad.engine.random_layers import drawing_for
 
         with drawing_for(self.model, index):
-            run = trace.run_probe(
-                self.model,
-                self.batch(index),
-                [source],
-                [target],
-                training=self.training,
-                reduce=self.reduce,
-            )
-        return run.sources[0], run.targets[0]
+            return run(
+                self.model, self.batch(index), *sites, training=self.training,
+                reduce=self.reduce, seed=self.seed,
+            )  # fmt: skip

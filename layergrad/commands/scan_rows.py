@@ -9,6 +9,7 @@ import fnmatch
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
@@ -99,31 +100,26 @@ def scan_rows(
         if target
         else [trace.activations[o].site.key for o in trace.outputs if o is not None]
     )
-    rows = build_rows(measured, target, ends, graph, classes, patterns)
-    return tuple(_with_causes(row, trace, graph, diagnoser) for row in rows)
+    causes = partial(_with_causes, trace=trace, graph=graph, diagnoser=diagnoser)
+    return build_rows(measured, target, ends, graph, classes, patterns, causes)
 
 
 def summary_rows(
     run: StreamRun,
     graph: ModelGraph | None,
     classes: dict[str, str],
-    patterns: Sequence[str] = (),
-    causes: Callable[[ScanRow], ScanRow] | None = None,
+    patterns: Sequence[str],
+    causes: Callable[[ScanRow], ScanRow],
 ) -> tuple[ScanRow, ...]:
     """`scan_rows` from statistics reduced inside the step (`data_step.run_stream`), without any
-    gradient array; rows carry `data`. `causes(row)` adds causes to a none / zero / non-finite
-    row (see `trace_causes`)."""
+    gradient array; rows carry `data`; their causes from `causes` (see `trace_causes`)."""
     target = run.targets[0]
     measured = [
         (act, step_numbers(act, grad, run.data))
         for act, grad in zip(run.activations, run.gradients[0], strict=True)
     ]
     ends = [target.site.key] if target is not None else sinks(graph)
-    rows = build_rows(measured, target, ends, graph, classes, patterns)
-    if causes is None:
-        return rows
-    broken = (Status.NONE, Status.NONFINITE, Status.ZERO)
-    return tuple(causes(r) if r.status in broken else r for r in rows)
+    return build_rows(measured, target, ends, graph, classes, patterns, causes)
 
 
 def build_rows(
@@ -132,12 +128,13 @@ def build_rows(
     ends: Sequence[tuple[str, int]],
     graph: ModelGraph | None,
     classes: dict[str, str],
-    patterns: Sequence[str] = (),
+    patterns: Sequence[str],
+    causes: Callable[[ScanRow], ScanRow],
 ) -> tuple[ScanRow, ...]:
     """The scan rows of the activations the target depends on, in order, with their flags:
     blocked, non-finite, dead from each row's numbers, then vanishing / exploding along the
     trunk to `ends`; `patterns` keep only matching rows (after the flags, which compare each
-    row with the target end)."""
+    row with the target end); `causes(row)` adds causes to a none / zero / non-finite row."""
     rows: list[ScanRow] = []
     for act, numbers in measured:
         if target is not None and not _upstream(graph, act, target):
@@ -154,7 +151,8 @@ def build_rows(
         rows = [r for r in rows if any(fnmatch.fnmatchcase(r.layer, p) for p in patterns)]
         if not rows:
             raise LayerNotFound(no_glob_match_message(patterns))
-    return tuple(rows)
+    broken = (Status.NONE, Status.NONFINITE, Status.ZERO)
+    return tuple(causes(r) if r.status in broken else r for r in rows)
 
 
 def _row(act: Probed, numbers: RowNumbers, class_name: str) -> ScanRow:
@@ -231,8 +229,6 @@ def _beyond(l2: float, depth: int, end: float, below: bool) -> bool:
 def _with_causes(
     row: ScanRow, trace: Trace, graph: ModelGraph | None, diagnoser: Diagnoser
 ) -> ScanRow:
-    if row.status not in (Status.NONE, Status.NONFINITE, Status.ZERO):
-        return row
     i = next(i for i, a in enumerate(trace.activations) if a.site.ref == row.layer)
     source = trace.activations[i]
     target = trace.target or _reached_output(trace, graph, i)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from layergrad.diagnose.diagnoser import Diagnoser
     from layergrad.engine.data_step import StreamRun
     from layergrad.engine.loader import LoadedModel
-    from layergrad.engine.weight_stream import WeightTotals
+    from layergrad.engine.weight_gradients import WeightTotals
 
 
 @dataclass(frozen=True)
@@ -72,12 +72,6 @@ class Session:
             name=self.model.name,
             warnings=self.warnings,
         )
-
-    @property
-    def probe_meta(self) -> ProbeMeta:
-        """What the report says about the probe batch and mode (the seed of a random batch,
-        or of random layers in training mode)."""
-        return self.probe_meta_of()
 
     def probe_meta_of(
         self, run: StreamRun | WeightTotals | None = None, seeded: bool = False
@@ -220,13 +214,13 @@ def load(
 
 
 def session_for(
-    loaded: LoadedModel,
+    loaded: LoadedModel | Session,
     options: ProbeOptions,
     warnings: Sequence[str] = (),
     batch: ProbeBatch | None = None,
 ) -> Session:
-    """The session of a model loaded by `loader.load_model` and one batch: `batch` (e.g. a
-    data set's first, with its labels), or the probe batch made here.
+    """The session of a model loaded by `loader.load_model` (or of another session's) and one
+    batch: `batch` (e.g. a data set's first, with its labels), or the probe batch made here.
 
     Raises:
         InputError: the probe batch cannot be made (a bad `--input`, undeclared inputs).

@@ -4,7 +4,7 @@ Answers Keras's "Gradients do not exist for variables [...] when minimizing the 
 anyone trains: which variables get None, zero or NaN from the loss (the file's compiled one,
 `model.compute_loss`, or `--loss NAME`), and why. One path: the probe batch is a data source
 of one batch (`sources.ProbeStream`, run eagerly), `--data` one of many, and either goes
-through `weight_stream.stream_weight_gradients` on the one loop over batches: the gradient of
+through the one step over batches (`data_step.run_stream` with a `WeightPlan`): the gradient of
 the loss averaged over every sample (over data also each layer's gradient signal-to-noise
 ratio). Labels are the data's own (`y` / `y:NAME`), else random, seeded, fitting each output.
 A variable that is not ok gets its causes from a trace of the first batch (`run_trace`,
@@ -39,113 +39,98 @@ from layergrad.model.loss_forms import LossSpec
 if TYPE_CHECKING:
     from layergrad.data.label_stream import Labelled
     from layergrad.data.sources import DataStream
-    from layergrad.engine.loader import LoadedModel
-    from layergrad.engine.weight_stream import WeightTotals
+    from layergrad.engine.weight_gradients import WeightTotals
 
 
 def scan_weights(
-    session: Session, loss: str | None = None, projection: bool = False, layers: bool = True
+    session: Session,
+    loss: str | None = None,
+    projection: bool = False,
+    layers: bool = True,
+    on_progress: Progress | None = None,
+    given: Labelled | None = None,
 ) -> WeightScanReport:
-    """Gradient of the loss with respect to every trainable variable, on the session's batch.
+    """Gradient of the loss with respect to every trainable variable, over the session's
+    batches: the probe batch, or every sample of `--data` (with each layer's noise).
 
     Args:
-        session: an opened model and probe batch (`session.open_session`).
+        session: an opened model and its batches (`session.open_source`).
         loss: a `keras.losses` name overriding the compiled loss; None uses the file's.
         projection: without any loss, differentiate the seeded random projection of the
             outputs instead (what `check` judges update ratios on; loss name "projection").
-        layers: trace the batch for the scan of every layer and the dead ReLU layers (what
-            `check` reads); without it only for the causes of a variable that is not ok.
+        layers: trace the probe batch for the scan of every layer and the dead ReLU layers
+            (what `check` reads); without it only for the causes of a variable that is not ok.
+        given: over `--data`, the data as `check` read it with its labels (`open_labelled`
+            without `strict`; `Labelled(None)` for random labels, which the outputs can
+            take); without it the labels are read here, strictly.
 
     Raises:
         InputError: the file has no compiled loss and `loss` is None, or the loss is unknown.
     """
-    from layergrad.data.sources import ProbeStream
-
     model, options = session.model, session.options
-    strategy = tf.distribute.get_strategy()
+    strategy = session.strategy or tf.distribute.get_strategy()
     spec = _loss(model, session.info.compile_config, loss, session.path, strategy, projection)
-    given = session.batch.labels if spec is not None else None
-    labels = _labels_from_data(given, model) if given else []
-    stream = ProbeStream(session.batch.arrays, labels)
-    run = _run(model, spec, stream, strategy, options, lambda: (session, labels), layers=layers)
+    labelled = None
+    if session.probe is not None:
+        from layergrad.data.sources import ProbeStream
+
+        read = session.batch.labels if spec is not None else None
+        labels: Sequence[np.ndarray] = _labels_from_data(read, model) if read else []
+        own = bool(read)
+        stream: DataStream = ProbeStream(session.batch.arrays, labels)
+        first = lambda: (session, labels)  # noqa: E731
+        drawn = "drawn to fit each output"
+        yours = "pass --input with a `y` array for your own"
+    else:
+        assert spec is not None  # a loss, or the error above
+        labelled = given or _labelled(session, spec)
+        own = labelled.stream is not None
+        stream = labelled.stream or session.stream
+        first = lambda: _first_batch(session, stream)  # noqa: E731
+        drawn = "drawn per batch to fit each output"
+        yours = (
+            "give your own with --data as `y` (one output) or `y:NAME` in a .npz, class "
+            "sub-folders of an image folder, or (x, y) from a data function"
+        )
+    layers = layers and stream.probe  # over the data only the causes of rows not ok
+    run = _run(model, spec, stream, strategy, options, first, layers, on_progress)
     notes = []
     if spec is None:
         notes.append("no loss: the gradient is that of a seeded random projection of the outputs")
-    elif not given:
-        notes.append(
-            f"labels are random ({', '.join(sorted(set(run.kinds)))}), drawn to fit each output, "
-            f"seed {options.seed}: pass --input with a `y` array for your own"
-        )
+    elif not own:
+        kinds = ", ".join(sorted(set(run.kinds)))
+        notes.append(f"labels are random ({kinds}), {drawn}, seed {options.seed}: {yours}")
+    if labelled is not None and labelled.classes:
+        notes.append(labelled.classes_note())
     return WeightScanReport(
         model=session.model_meta,
-        probe=session.probe_meta_of(seeded=spec is None or not given),
+        probe=session.probe_meta_of(run.totals, seeded=spec is None or not own),
         loss=LossMeta("projection", "random", "none")
         if spec is None
-        else LossMeta(spec.name, spec.source, "data" if given else "random"),
+        else LossMeta(spec.name, spec.source, "data" if own else "random"),
         frozen=len(frozen_variables(model)),
         variables=run.rows,
         notes=tuple(notes),
         dead_layers=run.dead_layers,
         activations=run.activations,
+        noise=() if session.probe is not None or run.totals is None else run.totals.noise,
     )
 
 
-def weights_over(
-    loaded: LoadedModel,
-    warnings: Sequence[str],
-    strategy: Strategy,
-    options: ProbeOptions,
-    loss: str | None = None,
-    on_progress: Progress | None = None,
-    path: PathLike | None = None,
-    given: Labelled | None = None,
-) -> WeightScanReport:
-    """`scan --wrt weights --data` of a model loaded by `session.load` under `strategy`.
-
-    `given` is the data as `check` read it with its labels (`open_labelled` without
-    `strict`; `Labelled(None)` for random labels, which the outputs can take); without it
-    the labels are read here, strictly."""
+def _labelled(session: Session, spec: LossSpec) -> Labelled:
+    """`--data` read with its labels, strictly: they come with the inputs from the same rows,
+    cut into the same shard."""
     from layergrad.commands import over_data
     from layergrad.data.label_stream import open_labelled
     from layergrad.engine.compiled_loss import label_request
 
-    path = loaded.info.path if path is None else path
-    model = loaded.model
-    spec = _loss(model, loaded.info.compile_config, loss, path, strategy)
-    assert spec is not None  # a loss, or the error above
-    # the labels come with the inputs from the same rows, cut into the same shard
+    model, options = session.model, session.options
     data = options.data_set
     assert data is not None
-    labelled = given or open_labelled(
+    return open_labelled(
         data.path, over_data.data_specs(model), label_request(model, spec),
         options.rows, data.limit, over_data.shard_of(options), first_sample=data.first_sample,
     )  # fmt: skip
-    labels = labelled.stream is not None
-    batches = labelled.stream or over_data.open_stream(model, options)
-    first = lambda: _first_batch(loaded, warnings, batches, options)  # noqa: E731
-    run = _run(model, spec, batches, strategy, options, first, on_progress=on_progress)
-    notes = []
-    if not labels:
-        notes.append(
-            f"labels are random ({', '.join(sorted(set(run.kinds)))}), drawn per batch to fit "
-            f"each output, seed {options.seed}: give your own with --data as `y` (one output) or "
-            "`y:NAME` in a .npz, class sub-folders of an image folder, or (x, y) from a data "
-            "function"
-        )
-    if labelled.classes:
-        notes.append(labelled.classes_note())
-    totals = run.totals
-    assert totals is not None  # over data the stream gives the gradients
-    over = Session(os.fspath(path), model, loaded.info, options, batches, strategy, tuple(warnings))
-    return WeightScanReport(
-        model=over.model_meta,
-        probe=over.probe_meta_of(totals, seeded=not labels),
-        loss=LossMeta(spec.name, spec.source, "data" if labels else "random"),
-        frozen=len(frozen_variables(model)),
-        variables=run.rows,
-        notes=tuple(notes),
-        noise=totals.noise,
-    )
 
 
 @dataclass(frozen=True)
@@ -166,15 +151,15 @@ def _run(
     strategy: Strategy,
     options: ProbeOptions,
     first: Callable[[], tuple[Session, Sequence[np.ndarray]]],  # with labels in output order
-    *,
-    layers: bool = False,
-    on_progress: Progress | None = None,
+    layers: bool,
+    on_progress: Progress | None,
 ) -> _Run:
     """The variables' gradients over `stream`; the first batch traced for the causes of rows
     not ok, or with `layers` for its scan of the layers (then also a probe's gradients)."""
     from layergrad.commands.scan import scan_report
+    from layergrad.engine.data_step import Plan, run_stream
     from layergrad.engine.trace import Trace, run_trace
-    from layergrad.engine.weight_stream import stream_weight_gradients
+    from layergrad.engine.weight_gradients import WeightPlan
 
     owned = variable_owners(model)
     variables = [getattr(v, "value", v) for v, _ in owned]
@@ -196,10 +181,10 @@ def _run(
         traced = trace(variables)
         gradients = traced[0].variable_gradients
     else:
-        totals = stream_weight_gradients(
-            model, variables, [layer for _, layer in owned], objective, stream, strategy,
-            training=options.training, on_progress=on_progress,
-        )  # fmt: skip
+        weights = WeightPlan(variables, [layer for _, layer in owned], objective)
+        plan = Plan(targets=(), training=options.training, weights=weights)
+        totals = run_stream(model, plan, stream, strategy, on_progress).weights
+        assert totals is not None  # the plan asks for the weights
         gradients = totals.gradients
     rows = [variable_row(v, layer, g) for (v, layer), g in zip(owned, gradients, strict=True)]
     if traced is None and (layers or any(r.status != Status.OK for r in rows)):
@@ -271,15 +256,13 @@ def _loss(
     return spec
 
 
-def _first_batch(
-    loaded: LoadedModel, warnings: Sequence[str], batches: DataStream, options: ProbeOptions
-) -> tuple[Session, Sequence[np.ndarray]]:
+def _first_batch(session: Session, batches: DataStream) -> tuple[Session, Sequence[np.ndarray]]:
     """The data's first batch (read again, with its labels) as a session of one batch."""
     from layergrad.commands.session import session_for
 
     batch = batches.batch(0)
-    session = session_for(loaded, options, warnings, batch)
-    return session, list((batch.labels or {}).values())
+    one = session_for(session, session.options, session.warnings, batch)
+    return one, list((batch.labels or {}).values())
 
 
 def variable_owners(model: KerasModel) -> list[tuple[KerasVariable, str]]:

@@ -31,6 +31,7 @@ from layergrad.engine.layer_calls import (
     wrapped,
 )
 from layergrad.engine.projection import project
+from layergrad.engine.weight_gradients import WeightPlan
 from layergrad.model.layer_refs import CallKey, Site, input_names
 
 _LOCAL = threading.local()  # the recorder of the forward pass running in this thread
@@ -58,6 +59,7 @@ class Plan:
     # sources whose units' activity is kept: per unit of the last axis, 1 when its output is
     # not 0 on some sample (`check`'s dead layers over the data)
     alive: tuple[Site, ...] = ()
+    weights: WeightPlan | None = None  # also the loss's gradient for the trainable variables
 
 
 @dataclass

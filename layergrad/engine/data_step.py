@@ -43,6 +43,7 @@ from layergrad.engine.layer_calls import (
     unique_leaves,
 )
 from layergrad.engine.packed_totals import Layout, Unpack
+from layergrad.engine.weight_gradients import WeightTotals
 from layergrad.model.layer_refs import CallKey, Site, iter_layers
 
 if TYPE_CHECKING:
@@ -77,13 +78,7 @@ class StreamRun:
     arrays: tuple[tuple[np.ndarray | None, ...], ...] = ()
     # per site of `plan.alive`, per unit: 1 when its output is not 0 on some sample, else 0
     alive: tuple[np.ndarray, ...] = ()
-
-    def index(self, path: str, call: int = 0) -> int | None:
-        """Position of the activation of `path` call `call`, or None if it was not captured."""
-        for i, act in enumerate(self.activations):
-            if act.site.path == path and act.site.call == call:
-                return i
-        return None
+    weights: WeightTotals | None = None  # with `plan.weights`
 
 
 class Step:
@@ -112,11 +107,15 @@ class Step:
         """Wrap each captured layer's `call` for the block (restored in `finally`)."""
         return installed(self.groups)
 
-    def compute(self, inputs: Sequence[Tensor], samples: Tensor | None = None) -> dict[str, Tensor]:
+    def compute(
+        self, inputs: Sequence[Tensor], samples: Tensor | None = None, labels: Sequence[Tensor] = ()
+    ) -> dict[str, Tensor]:
         """Forward and backward on one batch (a tuple of tensors in the model's input order);
-        `samples` are the batch's sample indices in the data (for the default target)."""
+        `samples` are the batch's sample indices in the data (for the default target and the
+        random labels of `plan.weights`), `labels` its own labels if the stream has them."""
         self.traces += 1
-        tape = tf.GradientTape(persistent=len(self.plan.targets) > 1)
+        weights = self.plan.weights
+        tape = tf.GradientTape(persistent=len(self.plan.targets) + (weights is not None) > 1)
         with recording(Recorder(self.plan, tape, samples=samples)) as rec, tape:
             fed = rec.inputs(self.model, list(inputs))
             outputs = forward(self.model, fed, self.plan.training)
@@ -124,6 +123,7 @@ class Step:
                 if site.key not in rec.captured:
                     check_all_called([site], rec.captured, rec.calls)
             scalars = [rec.target_scalar(t, outputs) for t in self.plan.targets]
+            loss = None if weights is None else weights.objective(outputs, labels or None, samples)
         names = list(rec.anchors)
         anchors = [rec.anchors[n] for n in names]
         layout = Layout(rec.records, forward=list(rec.forward), open_dims=list(rec.open_dims))
@@ -141,6 +141,9 @@ class Step:
             summaries["fwd"] = reductions.pack_forward(list(rec.forward.values()))
         if rec.open_dims:
             summaries["dims"] = tf.cast(tf.concat(list(rec.open_dims.values()), 0), tf.float64)
+        if weights is not None:
+            grads = tape.gradient(loss, list(weights.variables))
+            summaries.update(weights.summaries(grads, tf.shape(inputs[0])[0]))
         summaries["samples"] = tf.reshape(
             tf.cast(reductions.samples_in(inputs[0]), tf.float64), [1]
         )
@@ -247,16 +250,20 @@ def run_stream(
     step = Step(model, plan)
     size = float(getattr(stream, "batch_size", 0) or 0)
     base = float(getattr(stream, "first_sample", 0) or 0)
-    spread = not step_calls.is_default(strategy)  # a replica's share of a batch may be empty
+    replicas, workers = int(strategy.num_replicas_in_sync), is_multi_worker(strategy)
+    # a replica's share of a batch may be empty (the weights' all-reduce takes it as it is)
+    spread = not step_calls.is_default(strategy) and (workers or plan.weights is None)
+    n_inputs = len(stream.specs)
 
     def replica_step(batch: tuple[Tensor, ...]) -> dict[str, Tensor]:
-        inputs, samples = batch[:-1], batch[-1]
+        inputs, labels, samples = batch[:n_inputs], batch[n_inputs:-1], batch[-1]
         empty = tf.equal(tf.size(samples), 0)
         if spread:
             inputs, fed = step_calls.pad_if_empty(inputs, samples, empty)
-            summaries = step_calls.masked(step.compute(inputs, fed), empty)
+            labels, _ = step_calls.pad_if_empty(labels, samples, empty)
+            summaries = step_calls.masked(step.compute(inputs, fed, labels), empty)
         else:
-            summaries = step.compute(inputs, samples)
+            summaries = step.compute(inputs, samples, labels)
         if size:  # the batch's index in the data, from its first sample's (inf: empty)
             first = tf.cast(tf.reduce_min(samples), tf.float64)
             inf = tf.constant(math.inf, tf.float64)
@@ -266,7 +273,7 @@ def run_stream(
     kept = step_calls.moving_statistics_kept(model, plan.training)
     with kept, step.installed():  # the trace happens here, once; the batch axis is None
         summed = step_calls.over_batches(stream, strategy, replica_step, on_progress, model)
-    replicas, workers = int(strategy.num_replicas_in_sync), is_multi_worker(strategy)
     local = len(strategy.extended.worker_devices) if workers else replicas  # this worker's
     run = step.result(summed.totals, summed.samples, summed.batches, local)
-    return replace(run, replicas=replicas) if workers else run
+    weights = None if plan.weights is None else plan.weights.result(summed.totals, replicas)
+    return replace(run, replicas=replicas, weights=weights)

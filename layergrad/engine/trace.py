@@ -225,11 +225,7 @@ def run_trace(
     """Watch every leaf-layer call of one replay; one backward pass from `target` (see
     `replay`) to all of them, and to `variables`: the engine of the diagnosis of `inspect`
     and `scan`, and of `scan --wrt weights`' causes."""
-    return trace_gradients(replay(model, batch, (target,), persistent=False, **how), variables)
-
-
-def trace_gradients(live: Replay, variables: Sequence[KerasVariable] = ()) -> Trace:
-    """The backward pass of `run_trace`: d target / d every watched call (and `variables`)."""
+    live = replay(model, batch, (target,), persistent=False, **how)
     records = live.records
     watched = [t for _, flat, _ in records for t in flat]
     all_grads = gradients_of(live.tape, live.scalars[0], [*watched, *variables])

@@ -294,7 +294,7 @@ def test_the_random_probe_draws_what_the_models_preprocessing_expects(tmp_path):
     (batch,) = session.batch.arrays
     # x / 127.5 - 1 spans [-1, 1] exactly when x spans [0, 255]
     assert batch.min() >= 0 and batch.max() <= 255 and batch.max() > 200
-    assert session.probe_meta.drawn == "image uniform 0-255 (Rescaling 'scale' expects raw values)"
+    assert session.probe_meta_of().drawn == "image uniform 0-255 (Rescaling 'scale' expects raw values)"
 
     data = np.random.default_rng(0).normal(50.0, 10.0, (500, 3)).astype("float32")
     norm = keras.layers.Normalization(name="norm")
@@ -305,10 +305,10 @@ def test_the_random_probe_draws_what_the_models_preprocessing_expects(tmp_path):
     (batch,) = session.batch.arrays
     assert np.mean(batch) == pytest.approx(np.mean(data), abs=2.0)
     assert np.std(batch) == pytest.approx(np.std(data), rel=0.2)
-    assert "Normalization 'norm' is adapted to mean" in session.probe_meta.drawn
+    assert "Normalization 'norm' is adapted to mean" in session.probe_meta_of().drawn
     # a model without preprocessing keeps the standard-normal probe, and says nothing
     plain = open_session(sample("seed.keras"), ProbeOptions())
-    assert plain.probe_meta.drawn is None
+    assert plain.probe_meta_of().drawn is None
 
 
 def test_real_pixels_through_a_rescaling_cnn_get_no_finding(tmp_path):

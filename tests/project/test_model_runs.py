@@ -3,11 +3,11 @@
 (call `forward`, call a Keras model directly, or train it with `fit`).
 
 Issue 39 asks for at most three: the measured run, `fit`, and `fix`'s side-by-side training.
-Today there are 5, and the test holds that number so that it can only fall:
+Today there are 4, and the test holds that number so that it can only fall:
 
 - the measured run, one step per batch over any stream (`data_step.Step.compute`; the probe
-  batch is a stream of one batch; `check`'s dead units over the data are one of its
-  measures), and its weight-gradient twin (`weight_stream`);
+  batch is a stream of one batch; `check`'s dead units over the data and the weight
+  gradients of `scan --wrt weights` are among its measures);
 - the replay of one batch that keeps whole arrays for a diagnosis, the Jacobian measures and
   the inference pass of `check`'s layer rules (`trace.replay`);
 - `data/id_trace`'s id check (a trace of the model's graph, nothing run);
@@ -22,7 +22,7 @@ from pathlib import Path
 import layergrad
 
 PACKAGE = Path(layergrad.__file__).parent
-LIMIT = 5
+LIMIT = 4
 LIGHT = ("cli/", "render/", "files/", "model/")  # stages that never import TensorFlow
 
 

@@ -102,7 +102,7 @@ def dynamic(
     from layergrad.commands.scan import scan_session
     from layergrad.commands.session import Session, session_for
     from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
-    from layergrad.commands.weight_scan import scan_weights, weights_over
+    from layergrad.commands.weight_scan import scan_weights
     from layergrad.engine.layer_calls import BatchFailed
     from layergrad.engine.trace import recorder
 
@@ -206,18 +206,18 @@ def dynamic(
         assert data is not None and stream.data is not None
         text = os.fspath(data.path)
         other = other or not same_data(baseline, text, sha, run.samples, options.allow_other_data)
+        over = Session(os.fspath(path), model, loaded.info, probe, stream.data, strategy, warnings)
         if has_loss:
             from layergrad.data.label_stream import Labelled
 
             try:
-                full = weights_over(
-                    loaded, warnings, strategy, probe, options.loss, options.on_progress, path,
-                    given or Labelled(None),
+                full = scan_weights(
+                    over, options.loss, on_progress=options.on_progress,
+                    given=given or Labelled(None),
                 )  # fmt: skip
             except BatchFailed as exc:
                 add("baseline", str(exc), [Finding.ERROR])
                 return
-        over = Session(os.fspath(path), model, loaded.info, probe, stream.data, strategy, warnings)
         report = ScanReport(over.model_meta, over.probe_meta_of(run, seeded=True), None, rows)
     add("baseline", *judge(report, full, baseline, options.tolerance, other))
 

@@ -1,9 +1,9 @@
-"""The training gradient over a stream of batches (`scan --wrt weights`; the probe batch is a
-stream of one batch, run eagerly, `--data` one of many, one compiled step per batch).
+"""The training gradient (`scan --wrt weights`) as a measure of the one step over a stream of
+batches (`data_step.Step`; the probe batch is a stream of one batch).
 
-The step, run by the one loop over batches (`step_calls.over_batches`), does the forward
-pass, the loss and `tape.gradient(loss, trainable variables)`, and adds up in float64 on
-each replica. For a batch b of n_b samples with gradient g_b (of its samples' mean loss):
+With a `WeightPlan` the step also takes the loss and `tape.gradient(loss, trainable
+variables)`, and adds up in float64 on each replica. For a batch b of n_b samples with
+gradient g_b (of its samples' mean loss):
 
 - n_b g_b for every variable: divided by N = sum n_b at the end, one full-batch
   `tape.gradient` of the loss averaged over every sample (a partial last batch counts for
@@ -22,20 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from layergrad.core.results import GradientNoise
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import KerasModel, KerasVariable, Strategy, Tensor, TensorTree
+from layergrad.core.tf_types import KerasVariable, Tensor, TensorTree
 from layergrad.data.devices import is_multi_worker
-from layergrad.engine import step_calls
-from layergrad.engine.layer_calls import forward
-from layergrad.engine.step_calls import Progress, masked, pad_if_empty, statistics_kept
-
-if TYPE_CHECKING:
-    from layergrad.data.sources import DataStream
 
 # (outputs, labels or None, sample indices) -> loss
 Objective = Callable[[TensorTree, TensorTree | None, Tensor], Tensor]
@@ -52,58 +45,25 @@ class WeightTotals:
     replicas: int
 
 
-@statistics_kept
-def stream_weight_gradients(
-    model: KerasModel,
-    variables: Sequence[KerasVariable],
-    layers: Sequence[str],
-    objective: Objective,
-    stream: DataStream,
-    strategy: Strategy,
-    *,
-    training: bool = False,
-    on_progress: Progress | None = None,
-) -> WeightTotals:
-    """The mean training gradient of every variable over `stream`, and each layer's noise.
+@dataclass(eq=False)
+class WeightPlan:
+    """The training gradient as a measure of the one step (`data_step.Step`): the trainable
+    `variables` (tf.Variables; `layers[i]` owns `variables[i]`) and the loss of a batch from
+    (outputs, labels or None, sample indices)."""
 
-    Args:
-        model: the loaded model (variables created under `strategy.scope()`).
-        variables: the trainable variables (tf.Variables); `layers[i]` owns `variables[i]`.
-        objective: the loss of a batch from (outputs, labels or None, sample indices).
-        stream: the batches, with their labels when it has them; the loop over them, its
-            errors and `on_progress` are `step_calls.over_batches`.
-        strategy: a tf.distribute strategy (the default one for one device).
+    variables: Sequence[KerasVariable]
+    layers: Sequence[str]
+    objective: Objective
 
-    Raises:
-        InputError: a batch the model fails on, or a data set without samples.
-    """
-    workers = is_multi_worker(strategy)
-    names = list(dict.fromkeys(layers))
-    owner = [names.index(layer) for layer in layers]
-    connected: list[bool] = []
-    n_inputs = len(stream.specs)
+    def __post_init__(self) -> None:
+        self.names = list(dict.fromkeys(self.layers))
+        self.owner = [self.names.index(layer) for layer in self.layers]
+        self.connected: list[bool] = []  # per variable: a path from the loss (set when traced)
 
-    def compute(batch: tuple[Tensor, ...]) -> dict[str, Tensor]:
-        inputs, labels, samples = batch[:n_inputs], batch[n_inputs:-1], batch[-1]
-        if not workers:
-            return summaries(inputs, labels, samples)
-        # each worker's replicas take whole batches of its shard in turn; a replica left
-        # without one at a step (the workers step together) adds nothing
-        empty = tf.equal(tf.size(samples), 0)
-        inputs, fed = pad_if_empty(inputs, samples, empty)
-        labels, _ = pad_if_empty(labels, samples, empty)
-        return masked(summaries(inputs, labels, fed), empty)
-
-    def summaries(
-        inputs: Sequence[Tensor], labels: Sequence[Tensor], samples: Tensor
-    ) -> dict[str, Tensor]:
-        rows = tf.shape(inputs[0])[0]
+    def summaries(self, grads: Sequence[Tensor | None], rows: Tensor) -> dict[str, Tensor]:
+        """A batch's totals from `grads`, the gradients of its loss (one per variable)."""
         n = tf.cast(rows, tf.float64)
-        with tf.GradientTape() as tape:
-            outputs = forward(model, list(inputs), training)
-            loss = objective(outputs, labels or None, samples)
-        grads = tape.gradient(loss, list(variables))
-        connected[:] = [g is not None for g in grads]
+        self.connected[:] = [g is not None for g in grads]
         kept = [i for i, g in enumerate(grads) if g is not None]
         weighted = [n * tf.cast(tf.convert_to_tensor(grads[i]), tf.float64) for i in kept]
         out: dict[str, Tensor] = {f"{i}/sum": w for i, w in zip(kept, weighted, strict=True)}
@@ -112,27 +72,31 @@ def stream_weight_gradients(
         total, share = (weighted, n), 1.0
         context = tf.distribute.get_replica_context()
         replicas = context.num_replicas_in_sync if context is not None else 1
+        workers = is_multi_worker(tf.distribute.get_strategy())
         if replicas > 1 and weighted and not workers:  # one batch split between replicas
             total = context.all_reduce("SUM", (weighted, n))
             share = 1.0 / replicas
         summed, rows_b = total
-        squares = [tf.zeros([], tf.float64) for _ in names]
+        squares = [tf.zeros([], tf.float64) for _ in self.names]
         for i, w in zip(kept, summed, strict=True):
-            squares[owner[i]] = squares[owner[i]] + tf.reduce_sum(tf.square(w))
+            squares[self.owner[i]] = squares[self.owner[i]] + tf.reduce_sum(tf.square(w))
         safe = tf.maximum(rows_b, 1.0)
         out["n/sum"] = tf.stack([n, share * rows_b * rows_b, tf.constant(share, tf.float64)])
-        out["samples"] = tf.reshape(n, [1])
-        layer_sq = tf.stack(squares) / safe if names else tf.zeros([0], tf.float64)
+        layer_sq = tf.stack(squares) / safe if self.names else tf.zeros([0], tf.float64)
         out["layers/sum"] = share * layer_sq  # n_b ||g_b||^2 per layer
         return out
 
-    totals = step_calls.over_batches(stream, strategy, compute, on_progress, model).totals
-    count, count_sq, steps = (float(v) for v in totals["n/sum"])
-    batches = round(steps)  # every worker's batches
-    gradients = tuple(totals[f"{i}/sum"] / count if ok else None for i, ok in enumerate(connected))
-    noise = layer_noise(names, owner, gradients, totals["layers/sum"], count, count_sq, batches)
-    replicas = int(strategy.num_replicas_in_sync)
-    return WeightTotals(gradients, noise, int(count), replicas)
+    def result(self, totals: dict[str, np.ndarray], replicas: int) -> WeightTotals:
+        """The mean gradients and each layer's noise from the totals of every batch."""
+        count, count_sq, steps = (float(v) for v in totals["n/sum"])
+        batches = round(steps)  # every worker's batches
+        gradients = tuple(
+            totals[f"{i}/sum"] / count if ok else None for i, ok in enumerate(self.connected)
+        )
+        noise = layer_noise(
+            self.names, self.owner, gradients, totals["layers/sum"], count, count_sq, batches
+        )
+        return WeightTotals(gradients, noise, int(count), replicas)
 
 
 def layer_noise(
