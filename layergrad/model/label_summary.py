@@ -87,6 +87,4 @@ class LabelSummary:
 
 def number(value: float) -> str:
     """A label value in words: `0.5`, `1e+06`, `inf`."""
-    if value in (np.inf, -np.inf):
-        return "inf" if value > 0 else "-inf"
     return f"{value:g}"
