@@ -50,7 +50,7 @@ def findings(program: Program, fixed: bool, folder: Path, samples: int, seed: in
         return [f"refused: {exc}".splitlines()[0][:60]]
     except Exception as exc:  # the buggy program crashes in training
         return [f"crash: {type(exc).__name__}"]
-    return [f"{r.finding}@{r.layer}" if r.layer else str(r.finding) for r in report.findings]
+    return [f"{r.code}@{r.layer}" if r.layer else str(r.code) for r in report.findings]
 
 
 def main() -> None:

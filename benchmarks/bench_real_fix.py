@@ -80,7 +80,7 @@ def measure(program: Program, folder: Path, steps: int, seed: int) -> tuple[str,
     human = trained(program.build(True), fx, fy, truth, steps, seed)
     said = "; ".join(
         f"{r.finding}: {' / '.join(r.code) or r.change} ({r.verdict.value})" for r in report.repairs
-    ) or "; ".join(f"{u.finding}: {u.hint or u.message}" for u in report.unrepaired)
+    ) or "; ".join(f"{u.code}: {u.hint or u.message}" for u in report.unrepaired)
     return buggy, repaired, human, said
 
 

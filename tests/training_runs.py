@@ -496,7 +496,7 @@ def train(run: Run, seed: int, repaired: bool = False) -> Outcome:
     )
     report = monitor.report
     assert report is not None
-    found = tuple((str(f.finding), f.layer, f.step) for f in report.findings)
+    found = tuple((str(f.code), f.layer, f.step) for f in report.findings)
     # the loss of what the model predicts (not of the logits Keras may take the loss from)
     predicted = model.predict(x, batch_size=256, verbose=0)  # type: ignore[attr-defined]
     target = np.asarray(y)

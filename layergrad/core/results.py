@@ -136,11 +136,6 @@ class Reason:
     def __str__(self) -> str:
         return f"{self.message}. Fix: {self.hint}" if self.hint else self.message
 
-    @property
-    def finding(self) -> Finding:
-        """`code`, under its former name."""
-        return self.code
-
     def fact(self, name: str) -> Fact:
         """The value of the fact `name` (None when the rule did not read it)."""
         return dict(self.facts).get(name)

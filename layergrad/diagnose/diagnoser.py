@@ -289,16 +289,12 @@ def gradient_warnings(
         )
         out.append(f"{zero_fraction:.0%} of d {dst} / d {src} is exactly zero: {what}")
     gain = max_abs * (source_size if source_size > 0 else 1.0)
-    if gain < VANISHING_GAIN:
-        out.append(
-            f"{Finding.VANISHING}: max |g| x mean |{src}| = {gain:.1e}; moving {src} barely moves "
-            f"{dst}"
-        )
-    elif gain > EXPLODING_GAIN:
-        out.append(
-            f"{Finding.EXPLODING}: max |g| x mean |{src}| = {gain:.1e}; a small change of {src} "
-            f"moves {dst} enormously"
-        )
+    for flag, found, effect in (
+        (Finding.VANISHING, gain < VANISHING_GAIN, f"moving {src} barely moves {dst}"),
+        (Finding.EXPLODING, gain > EXPLODING_GAIN,
+         f"a small change of {src} moves {dst} enormously"),
+    ):  # fmt: skip
+        out += [f"{flag}: max |g| x mean |{src}| = {gain:.1e}; {effect}"] if found else []
     return tuple(out)
 
 

@@ -160,14 +160,11 @@ def feature_scale(value: np.ndarray) -> float:
 def raw_units(
     trace: Trace, graph: ModelGraph | None, layers: Mapping[str, KerasLayer]
 ) -> InputRange | None:
-    """A float input whose data has a feature of root mean square above `RAW_SCALE` (prices,
-    years, raw pixels flattened: values in the hundreds or thousands) that reaches the first
-    layer with a kernel unscaled: what that layer receives is still at that scale and no
-    normalising layer (`normalized_first`) comes before it. Read off the data's own
-    statistics, not off the activations: a ReLU layer is never pinned by large inputs (it
-    passes them on, and the logits, the loss and the first steps are as large), so a rule
-    over saturation cannot see it. A layer whose output goes straight into a normalization
-    layer is left alone, as in `raw_pixels`. `pinned` holds that largest root mean square."""
+    """A float input with a feature of root mean square above `RAW_SCALE` (prices, years:
+    hundreds or thousands) that reaches the first layer with a kernel still at that scale, no
+    normalising layer before or right after it. Read off the data, not the activations: a
+    ReLU is never pinned by large inputs, so no saturation rule sees it. `pinned` holds that
+    largest root mean square."""
     for inp in _float_inputs(trace):
         scale = feature_scale(inp.value)
         first = _first_kernel(trace, graph, layers, inp) if scale > RAW_SCALE else None
@@ -186,13 +183,11 @@ def raw_units(
 def raw_pixels(
     trace: Trace, graph: ModelGraph | None, layers: Mapping[str, KerasLayer]
 ) -> InputRange | None:
-    """An image input (rank 4, 1 / 3 / 4 channels) of whole numbers reaching well above 1 (raw
-    0-255 pixels) that reaches the first layer with weights, a convolution, unscaled: no
-    `Rescaling`, `Normalization` or operation turned it into fractions first. A ReLU does not
-    saturate, so `unscaled_input` cannot see it; the convolution's kernels then see inputs
-    ~255 times larger than their initialisation is scaled for. A convolution whose output goes
-    straight into a normalization layer is left alone (that layer divides the scale out), and
-    so is one the pixels reach through a normalising layer (`normalized_first`)."""
+    """An image input of raw pixels (`_pixels`) that reaches the first layer with weights, a
+    convolution, unscaled: its kernels see inputs ~255 times larger than their initialisation
+    is scaled for, and a ReLU after it never saturates. A convolution with a normalising layer
+    before it, or a normalization layer right after it (which divides the scale out), is left
+    alone."""
     if graph is None or not graph.preds:
         return None
     for inp in (a for a in _float_inputs(trace) if _pixels(a.value)):

@@ -92,10 +92,8 @@ class PathView:
 
     def first_nonfinite_forward(self) -> Activation | None:
         """The first activation the target depends on whose forward value is NaN / Inf."""
-        for act in self.trace.activations:
-            if self.feeds_target(act.site.key) and act.is_float and not finite(act.value):
-                return act
-        return None
+        bad = (a for a in self.trace.activations if a.is_float and not finite(a.value))
+        return next((a for a in bad if self.feeds_target(a.site.key)), None)
 
 
 def finite(value: np.ndarray) -> bool:

@@ -151,21 +151,17 @@ def comparable(base: Profile, new: Profile, same_data: bool = True) -> None:
     kind of thing, on the same probe batch in the same mode; otherwise every row would differ
     for reasons that are not the model's.
     """
-    if base.wrt != new.wrt:
-        raise UsageError(
-            f"the base scan differentiates with respect to {base.wrt}, the new one with respect "
-            f"to {new.wrt}; compare scans of the same kind"
-        )
-    if base.loss != new.loss:
-        raise UsageError(
-            f"the base scan differentiates the loss {base.loss}, the new one {new.loss}; scan "
-            "both with the same --loss"
-        )
-    if base.target != new.target:
-        raise UsageError(
-            f"the base scan's target is {_target_text(base.target)}, the new one's "
-            f"{_target_text(new.target)}; scan both with the same --to"
-        )
+    said = (
+        (base.wrt != new.wrt, f"the base scan differentiates with respect to {base.wrt}, the "
+         f"new one with respect to {new.wrt}; compare scans of the same kind"),
+        (base.loss != new.loss, f"the base scan differentiates the loss {base.loss}, the new "
+         f"one {new.loss}; scan both with the same --loss"),
+        (base.target != new.target, f"the base scan's target is {_target_text(base.target)}, "
+         f"the new one's {_target_text(new.target)}; scan both with the same --to"),
+    )  # fmt: skip
+    for differs, message in said:
+        if differs:
+            raise UsageError(message)
     p, q = base.probe, new.probe
     sources = (("probe batch", source_text(p), source_text(q)),) if same_data else ()
     for what, a, b in (

@@ -53,12 +53,11 @@ class SaturatedInit:
             else f"'{self.activation_layer}' after '{self.layer}'"
         )
         return (
-            f"exploding: {self.layer} (initialisation): its kernel's spread is "
-            f"{self.factor:.3g} times what Keras's initialisers (Glorot, He) draw for its "
-            "shape, and "
+            f"exploding: {self.layer} (initialisation): its kernel's spread is {self.factor:.3g} "
+            "times what Keras's initialisers (Glorot, He) draw for its shape, and "
             f"{self.saturated:.0%} of the {self.kind} outputs of {applied} are saturated on the "
-            "probe, where they pass almost no gradient. Fix: the default "
-            "kernel_initializer (glorot_uniform), or a smaller scale"
+            "probe, where they pass almost no gradient. Fix: the default kernel_initializer "
+            "(glorot_uniform), or a smaller scale"
         )
 
 

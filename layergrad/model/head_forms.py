@@ -35,27 +35,32 @@ _NAMES = {
 # Activation layers: what they apply.
 _LAYERS = {"Softmax": "softmax", "LeakyReLU": "leaky_relu", "ELU": "elu", "PReLU": "prelu",
            "ThresholdedReLU": "relu"}  # fmt: skip
-# Built-in layers with no activation of their own: what comes out is what came in, mixed
-# linearly (or normalised, pooled, reshaped): unbounded reals.
-NO_ACTIVATION = frozenset(
+# The weight layers: they apply their `activation` option last (none: linear).
+WEIGHTED = ("Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose",
+            "Conv2DTranspose", "Conv3DTranspose", "SeparableConv1D", "SeparableConv2D",
+            "DepthwiseConv1D", "DepthwiseConv2D")  # fmt: skip
+# Single-input layers that map their input linearly (in inference), keeping a chain linear.
+THROUGH = frozenset(
     {
-        "InputLayer", "Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose",
-        "Conv2DTranspose", "Conv3DTranspose", "DepthwiseConv1D", "DepthwiseConv2D",
-        "SeparableConv1D", "SeparableConv2D", "Flatten", "Reshape", "Permute",
-        "RepeatVector", "Add", "Subtract", "Average", "Concatenate", "Multiply", "Dot",
-        "Maximum", "Minimum", "AveragePooling1D", "AveragePooling2D", "AveragePooling3D",
-        "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalAveragePooling3D",
-        "MaxPooling1D", "MaxPooling2D", "MaxPooling3D", "GlobalMaxPooling1D",
-        "GlobalMaxPooling2D", "GlobalMaxPooling3D", "ZeroPadding1D", "ZeroPadding2D",
+        "Flatten", "Reshape", "Permute", "RepeatVector", "Dropout", "AlphaDropout",
+        "GaussianDropout", "GaussianNoise", "SpatialDropout1D", "SpatialDropout2D",
+        "SpatialDropout3D", "Identity", "ActivityRegularization", "AveragePooling1D",
+        "AveragePooling2D", "AveragePooling3D", "GlobalAveragePooling1D",
+        "GlobalAveragePooling2D", "GlobalAveragePooling3D", "ZeroPadding1D", "ZeroPadding2D",
         "ZeroPadding3D", "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D",
-        "UpSampling2D", "UpSampling3D", "Rescaling", "Normalization", "Embedding",
-        "BatchNormalization", "LayerNormalization", "GroupNormalization",
-        "UnitNormalization", "RMSNormalization", "MultiHeadAttention", "GroupedQueryAttention",
-        "Attention", "AdditiveAttention", "Masking", "SpatialDropout1D", "SpatialDropout2D",
-        "SpatialDropout3D", "Dropout", "AlphaDropout", "GaussianDropout", "GaussianNoise",
-        "Identity", "ActivityRegularization",
+        "UpSampling2D", "UpSampling3D", "BatchNormalization", "Rescaling", "Normalization",
     }
 )  # fmt: skip
+JOINS = frozenset({"Add", "Subtract", "Average", "Concatenate"})
+# Built-in layers with no activation of their own: what comes out is what came in, mixed
+# linearly (or normalised, pooled, reshaped): unbounded reals.
+NO_ACTIVATION = THROUGH | JOINS | {*WEIGHTED,
+    "InputLayer", "Multiply", "Dot", "Maximum", "Minimum", "MaxPooling1D", "MaxPooling2D",
+    "MaxPooling3D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "GlobalMaxPooling3D",
+    "Embedding", "LayerNormalization", "GroupNormalization", "UnitNormalization",
+    "RMSNormalization", "MultiHeadAttention", "GroupedQueryAttention", "Attention",
+    "AdditiveAttention", "Masking",
+}  # fmt: skip
 _WRAPPERS = ("TimeDistributed", "Bidirectional")  # their config's `layer` makes the output
 
 

@@ -76,17 +76,10 @@ class LabelSummary:
             return f"not numbers (dtype {self.text})"
         if self.one_hot:
             return f"one-hot rows of width {self.width}"
-        span = f"{number(self.low)} to {number(self.high)}"
+        span = f"{self.low:g} to {self.high:g}"  # 0.5, 1e+06, inf
         if self.integers and self.classes is not None and self.width == 1:
             return f"integer class ids {span} ({self.classes} distinct)"
         kind = "integer" if self.integers else "real"
         width = f", width {self.width}" if self.width > 1 else ""
         bad = f", {self.nonfinite:,} NaN/Inf" if self.nonfinite else ""
         return f"{kind} values {span}{width}{bad}"
-
-
-def number(value: float) -> str:
-    """A label value in words: `0.5`, `1e+06`, `inf`."""
-    if value in (np.inf, -np.inf):
-        return "inf" if value > 0 else "-inf"
-    return f"{value:g}"

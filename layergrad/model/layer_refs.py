@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from layergrad.core.errors import LayerNotFound
 from layergrad.core.tf_types import KerasLayer, KerasModel
 from layergrad.model.graph import ModelGraph
-from layergrad.model.linear_stacks import WEIGHTED
+from layergrad.model.head_forms import WEIGHTED
 
 _CALL_SUFFIX = re.compile(r"^(?P<base>.+)@(?P<call>\d+)$")
 _INDEX = re.compile(r"^-?\d+$")

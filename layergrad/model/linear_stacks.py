@@ -25,24 +25,8 @@ from dataclasses import dataclass
 
 from layergrad.model.config import batch_shape
 from layergrad.model.graph import LayerEntry, ModelGraph
-from layergrad.model.head_forms import activation_from, activation_of
+from layergrad.model.head_forms import JOINS, THROUGH, WEIGHTED, activation_from, activation_of
 
-WEIGHTED = ("Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose",
-            "Conv2DTranspose", "Conv3DTranspose", "SeparableConv1D", "SeparableConv2D",
-            "DepthwiseConv1D", "DepthwiseConv2D")  # fmt: skip
-# Single-input layers that map their input linearly (in inference), keeping a chain linear.
-THROUGH = frozenset(
-    {
-        "Flatten", "Reshape", "Permute", "RepeatVector", "Dropout", "AlphaDropout",
-        "GaussianDropout", "GaussianNoise", "SpatialDropout1D", "SpatialDropout2D",
-        "SpatialDropout3D", "Identity", "ActivityRegularization", "AveragePooling1D",
-        "AveragePooling2D", "AveragePooling3D", "GlobalAveragePooling1D",
-        "GlobalAveragePooling2D", "GlobalAveragePooling3D", "ZeroPadding1D", "ZeroPadding2D",
-        "ZeroPadding3D", "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D",
-        "UpSampling2D", "UpSampling3D", "BatchNormalization", "Rescaling", "Normalization",
-    }
-)  # fmt: skip
-JOINS = frozenset({"Add", "Subtract", "Average", "Concatenate"})
 _EXCLUDED_FIRST = ("DepthwiseConv1D", "DepthwiseConv2D")
 # a transposed convolution without activation is a learned upsampling, as linear by design as
 # the `UpSampling2D` it replaces

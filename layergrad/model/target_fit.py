@@ -20,7 +20,6 @@ from layergrad.core.results import Fact, Reason
 from layergrad.core.vocab import Finding, Severity
 from layergrad.model.head_forms import Head
 from layergrad.model.label_summary import MAX_CLASSES, LabelSummary
-from layergrad.model.label_summary import number as _num
 
 FAR_BEYOND = 100  # class ids past this many times the labels read are not classes
 CHANGES_LOSS = "the loss changes"
@@ -489,7 +488,7 @@ RULES: tuple[TargetRule, ...] = (
         "`from_logits`)",
         _beyond_range,
         lambda f: f"a {f.head.activation} output lies in "
-        f"[{_num(RANGES[f.head.activation][0])}, {_num(RANGES[f.head.activation][1])}], so it "
+        f"[{RANGES[f.head.activation][0]:g}, {RANGES[f.head.activation][1]:g}], so it "
         "can never reach them",
         lambda f: "a linear head (Dense with no activation) for unbounded targets, or scale "
         f"the targets into the {f.head.activation}'s range",

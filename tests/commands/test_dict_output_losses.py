@@ -80,7 +80,7 @@ def test_fit_takes_labels_that_fit_each_keyed_loss(tmp_path):
         },
     )
     report = fit_model(path, data, FitOptions(steps=2, batch_size=8))
-    assert Finding.TARGET_MISMATCH.value not in [f.finding.value for f in report.findings]
+    assert Finding.TARGET_MISMATCH.value not in [f.code.value for f in report.findings]
     assert report.steps == 2
 
 

@@ -199,7 +199,7 @@ def test_a_bias_far_off_is_reset(tmp_path):
 def test_a_finding_without_a_mechanical_repair_says_so():
     report = fix_model(sample("bug_sigmoid_stack.keras"), options=FixOptions(output="unused.keras"))
     assert not report.repairs and report.output is None
-    assert [u.finding for u in report.unrepaired] == ["vanishing"]
+    assert [u.code for u in report.unrepaired] == ["vanishing"]
 
 
 def test_a_healthy_model_has_nothing_to_fix(tmp_path):

@@ -170,7 +170,7 @@ def test_class_ids_divided_by_255_are_said_as_such_and_no_copy_is_written(tmp_pa
     report = fix_model(path, data, FixOptions(output=str(copy), steps=20))
     assert report.repairs == () and report.output is None and not copy.exists()
     (left,) = report.unrepaired
-    assert left.finding == "target_mismatch"
+    assert left.code == "target_mismatch"
     high = int(y.max())  # the ids the labels were, worked out from the data itself
     assert f"class ids 0 to {high} divided by 255" in left.message
     assert "np.rint(y * 255).astype(int)" in left.hint

@@ -66,7 +66,7 @@ def test_class_ids_under_a_relu_head_get_the_sparse_loss_and_a_softmax(tmp_path)
     # the head's own repair is not dropped silently: a note says which repair stands for it
     assert any(n.startswith("loss_mismatch at head") and "stands for it" in n for n in report.notes)
     # every failing finding is cleared by the copy, or said to remain
-    said = {u.finding for u in report.unrepaired} | {r.finding for r in report.repairs}
+    said = {u.code for u in report.unrepaired} | {r.finding for r in report.repairs}
     assert all(f not in report.after or f in said for f in report.failing)
     assert repair.verdict == Verdict.VERIFIED, repair.why
     run = repair.repaired

@@ -121,10 +121,10 @@ def test_fit_says_input_range_before_its_first_step(tmp_path):
     np.savez(tmp_path / "raw.npz", x=x, y=y)
     report = fit_model(path, tmp_path / "raw.npz", FitOptions(steps=20))
     first = report.findings[0]
-    assert (str(first.finding), first.layer, first.step) == ("input_range", "dense_1", 0)
+    assert (str(first.code), first.layer, first.step) == ("input_range", "dense_1", 0)
     np.savez(tmp_path / "scaled.npz", x=(x - x.mean(axis=0)) / x.std(axis=0), y=y)
     scaled = fit_model(path, tmp_path / "scaled.npz", FitOptions(steps=20))
-    assert "input_range" not in {str(f.finding) for f in scaled.findings}
+    assert "input_range" not in {str(f.code) for f in scaled.findings}
 
 
 def test_fit_help_lists_input_range_and_fail_on_takes_it(tmp_path):

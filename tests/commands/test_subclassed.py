@@ -133,7 +133,7 @@ def test_fix_says_a_subclassed_model_has_no_layers_to_change(subclassed, tmp_pat
     report = fix_model(path, options=FixOptions(output=str(tmp_path / "o.keras")),
                        imports=[module])  # fmt: skip
     assert not report.repairs and report.output is None
-    assert "loss_mismatch" in {u.finding for u in report.unrepaired}
+    assert "loss_mismatch" in {u.code for u in report.unrepaired}
     assert any("subclassed" in note for note in report.notes)
 
 

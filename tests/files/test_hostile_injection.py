@@ -302,7 +302,7 @@ def test_a_class_that_is_no_python_name_is_not_written(root: Path) -> None:
     report = fix_model(path, options=options, imports=[str(module)])
     assert "exploding" in report.before  # the kernels 11x Glorot's scale
     assert not any(MARK in line for r in report.repairs for line in r.code)
-    assert "exploding" in {u.finding for u in report.unrepaired}
+    assert "exploding" in {u.code for u in report.unrepaired}
     code = loss_code({"class_name": evil, "config": {}}, "out")
     assert code == 'loss={"out": "X(); __import__(\\"os\\").system(\\"id\\"); Y"}'
     function = loss_code({"class_name": "function", "config": evil})

@@ -45,7 +45,7 @@ def test_a_flat_noisy_loss_with_tiny_updates_is_not_learning_at_any_noise():
     # batch-to-batch noise of 7% of the loss: far above the 1% a fixed share allowed
     for seed in range(5):
         found = rules.not_learning(noisy([1.475] * 300, 0.1, seed), TINY)
-        assert found is not None and found.finding == Finding.NOT_LEARNING
+        assert found is not None and found.code == Finding.NOT_LEARNING
     # a real fall of 0.2 through the same noise moves; and healthy update ratios learn
     assert rules.not_learning(noisy(np.linspace(1.475, 1.275, 300), 0.1), TINY) is None
     assert rules.not_learning(noisy([1.475] * 300, 0.1), HEALTHY) is None
@@ -79,7 +79,7 @@ def test_a_loss_swinging_without_trend_oscillates_and_a_falling_one_does_not():
     t = np.arange(400)
     swing = 1.0 + 0.4 * np.sign(np.sin(2 * np.pi * t / 80))
     found = rules.oscillating(noisy(swing, 0.05), HEALTHY, CHANCE)
-    assert found is not None and found.finding == Finding.OSCILLATING and found.layer == "head"
+    assert found is not None and found.code == Finding.OSCILLATING and found.layer == "head"
     assert rules.oscillating(noisy(np.linspace(1.4, 0.3, 400), 0.1), HEALTHY, CHANCE) is None
     # a converged loss with a few spiky batches swings by little: no oscillation
     spiky = np.array(noisy([0.05] * 400, 0.01))
@@ -128,7 +128,7 @@ def test_constant_predictions_need_the_head_constant_at_the_final_checkpoints():
     ratios = {"a": 1e-3, "head": 1e-3}
     const = [point(s, ratios, constant={"head": 1.0}) for s in (1, 11, 21)]
     (found,) = rules.constant_predictions(const)
-    assert (found.finding, found.layer, found.step) == (Finding.CONSTANT_PREDICTIONS, "head", 1)
+    assert (found.code, found.layer, found.step) == (Finding.CONSTANT_PREDICTIONS, "head", 1)
     late = [point(1, ratios), point(11, ratios), point(21, ratios, constant={"head": 1.0})]
     assert rules.constant_predictions(late) == []  # one checkpoint is not a stretch
     partly = [point(s, ratios, constant={"head": 0.5}) for s in (1, 11, 21)]
@@ -140,7 +140,7 @@ def test_constant_predictions_need_the_head_constant_at_the_final_checkpoints():
     curve = [0.7] * 300
     tiny = [point(s, {"a": 1e-9, "head": 1e-9}, constant={"head": 1.0}) for s in (1, 150, 300)]
     found = rules.findings(curve, tiny, None, chance_loss=CHANCE)
-    assert [f.finding for f in found] == [Finding.CONSTANT_PREDICTIONS]
+    assert [f.code for f in found] == [Finding.CONSTANT_PREDICTIONS]
 
 
 def test_vanishing_and_exploding_gradients_toward_the_input():
@@ -167,8 +167,8 @@ def test_vanishing_and_exploding_gradients_toward_the_input():
     first = [point(1, {**names, "top": 3.0}), point(11, names), point(21, names)]
     blown = [50.0 * CHANCE, *([CHANCE] * 99)]  # a first loss 50 times the trivial one
     found = rules.findings(blown, first, None, chance_loss=CHANCE)
-    assert (Finding.EXPLODING, "top", 1) in [(f.finding, f.layer, f.step) for f in found]
-    assert Finding.EXPLODING not in [f.finding for f in rules.findings([CHANCE] * 100, first, None)]
+    assert (Finding.EXPLODING, "top", 1) in [(f.code, f.layer, f.step) for f in found]
+    assert Finding.EXPLODING not in [f.code for f in rules.findings([CHANCE] * 100, first, None)]
     twice = [point(1, names), *(point(s, {**names, "top": 3.0}) for s in (11, 21))]
     found = rules.exploding(twice)
     assert found is not None and (found.layer, found.step) == ("top", 11)
@@ -180,16 +180,16 @@ def test_findings_of_a_vanished_stack_do_not_also_call_its_layers_stalled():
     shrink = {"in": 1e-6, "mid": 1e-5, "top": 1.0, "head": 1.0}
     points = [point(s, names, grads=shrink) for s in (1, 11, 21, 31)]
     found = rules.findings(noisy(np.linspace(1.4, 0.3, 40), 0.01), points, None)
-    assert [(f.finding, f.layer) for f in found] == [(Finding.VANISHING, "mid")]
+    assert [(f.code, f.layer) for f in found] == [(Finding.VANISHING, "mid")]
 
 
 def test_a_growing_loss_that_jumps_from_batch_to_batch_diverges_and_oscillates():
     high = [point(s, {"a": 0.5, "head": 0.2}) for s in (1, 150, 300)]
     grows = np.abs(noisy(np.linspace(1.0, 8.0, 300), 1.0))  # a batch of one sample
-    found = [f.finding for f in rules.findings(list(grows), high, None, chance_loss=CHANCE)]
+    found = [f.code for f in rules.findings(list(grows), high, None, chance_loss=CHANCE)]
     assert Finding.DIVERGING in found and Finding.OSCILLATING in found
     smooth = noisy(np.linspace(1.0, 3.0, 300), 0.05)
-    found = [f.finding for f in rules.findings(smooth, high, None, chance_loss=CHANCE)]
+    found = [f.code for f in rules.findings(smooth, high, None, chance_loss=CHANCE)]
     assert Finding.DIVERGING in found and Finding.OSCILLATING not in found
 
 

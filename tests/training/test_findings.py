@@ -44,7 +44,7 @@ def train(model, x, y, optimizer, *, epochs=10, every=10, callbacks=()):
 def found(report) -> dict[str, list]:
     out: dict[str, list] = {}
     for f in report.findings:
-        out.setdefault(str(f.finding), []).append(f)
+        out.setdefault(str(f.code), []).append(f)
     return out
 
 
@@ -96,7 +96,7 @@ def test_a_rate_that_blows_up_the_first_steps_is_named_first_and_hints_hold():
     # Keras's logged loss is the running mean of the epoch: undo it to get each step's loss
     steps = [seen[0]] + [(i + 1) * seen[i] - i * seen[i - 1] for i in range(1, 10)]
     assert max(steps[:10]) > 2 * steps[0]  # the blow-up, from Keras's own numbers
-    assert report.findings[0].finding == Finding.DIVERGING
+    assert report.findings[0].code == Finding.DIVERGING
     assert "learning rate is too high" in report.findings[0].message
     assert report.findings[0].step == 1 + int(np.argmax(report.losses[:32]))
     for f in report.findings[1:]:
@@ -205,7 +205,7 @@ def test_stalled_layer_needs_three_final_checkpoints_three_decades_below_the_med
     assert rules.stalled_layers(points) == []  # two checkpoints are not enough
     points.append(checkpoint(31, stalled))
     (finding,) = rules.stalled_layers(points)
-    assert (finding.finding, finding.layer, finding.step) == (Finding.STALLED_LAYER, "c", 11)
+    assert (finding.code, finding.layer, finding.step) == (Finding.STALLED_LAYER, "c", 11)
     just_above = {"a": 1e-3, "b": 2e-3, "c": 1.01e-6}  # median 1.5e-3: 1.5e-6 is the line
     assert rules.stalled_layers([checkpoint(s, just_above) for s in (1, 2, 3)]) != []
     above = {"a": 1e-3, "b": 2e-3, "c": 1.6e-6}
@@ -262,7 +262,7 @@ def test_a_layer_whose_output_is_scaled_away_is_a_stalled_layer():
     )
     x, y = classification()
     report = train(keras.Model(x_in, out), x, y, keras.optimizers.SGD(0.05), epochs=2)
-    assert [(f.finding, f.layer, f.step) for f in report.findings] == [
+    assert [(f.code, f.layer, f.step) for f in report.findings] == [
         (Finding.STALLED_LAYER, "stuck", 1)
     ]
 
@@ -290,7 +290,7 @@ def test_verbose_1_says_each_new_finding_as_it_is_found_and_a_summary(capsys):
               callbacks=[KillAt("middle", 45), heard, monitor])  # fmt: skip
     after = capsys.readouterr()
     assert after.out == ""
-    found = {(str(f.finding), f.layer): f for f in monitor.report.findings}
+    found = {(str(f.code), f.layer): f for f in monitor.report.findings}
     assert {("dying_units", "middle"), ("constant_predictions", "head")} <= set(found)
     dying = found["dying_units", "middle"]
     # said at its third dead checkpoint (71: a state, not one batch's chance), before the
@@ -300,9 +300,9 @@ def test_verbose_1_says_each_new_finding_as_it_is_found_and_a_summary(capsys):
     # every finding is said once, with what the record showed then
     *lines, summary = after.err.splitlines()
     assert sorted(ln.split(": ")[1:3] for ln in early + lines) == sorted(
-        [f"step {f.step}", f"{f.finding} at {f.layer}"] for f in monitor.report.findings
+        [f"step {f.step}", f"{f.code} at {f.layer}"] for f in monitor.report.findings
     )
-    names = ", ".join(f"{f.finding} at {f.layer}" for f in monitor.report.findings)
+    names = ", ".join(f"{f.code} at {f.layer}" for f in monitor.report.findings)
     n = len(found)
     assert summary == f"GradientMonitor: 96 steps in 3 epochs, {n} findings: {names}"
 
@@ -310,7 +310,7 @@ def test_verbose_1_says_each_new_finding_as_it_is_found_and_a_summary(capsys):
 def test_verbose_0_is_the_default_and_silent(capsys):
     x, y = classification(n=256)
     report = train(mlp(), x, y, keras.optimizers.SGD(1e-9), epochs=3)
-    assert [str(f.finding) for f in report.findings] == ["not_learning"]
+    assert [str(f.code) for f in report.findings] == ["not_learning"]
     assert capsys.readouterr() == ("", "")
     assert GradientMonitor().verbose == 0 == keras.callbacks.EarlyStopping().verbose
     with pytest.raises(ValueError, match="verbose must be 0"):
@@ -335,6 +335,6 @@ def test_print_report_shows_every_finding(capsys):
     text = capsys.readouterr().out
     assert "more line" not in text
     for finding in report.findings:
-        assert f"{finding.finding} at {finding.layer} (step {finding.step}):" in text
+        assert f"{finding.code} at {finding.layer} (step {finding.step}):" in text
         assert finding.message.split()[0] in text
     assert "message number 13" in text and "24 steps in 3 epochs" in text

@@ -185,7 +185,7 @@ def test_a_nan_at_a_known_step_stops_training_there_naming_the_layer(tmp_path):
     report = monitor.report
     assert report.steps == 7 and report.stopped == "nonfinite"  # step 7 is call 6, 0-based
     assert len(history.history["loss"]) == 1  # stopped inside the first epoch
-    (nonfinite,) = [f for f in report.findings if f.finding == Finding.NONFINITE]
+    (nonfinite,) = [f for f in report.findings if f.code == Finding.NONFINITE]
     assert (nonfinite.layer, nonfinite.step) == ("poison", 7)
     assert "batch 6" in nonfinite.message
     assert report.losses[-1] is not None and math.isnan(report.losses[-1])
@@ -219,7 +219,7 @@ def test_a_nan_only_in_the_backward_pass_names_the_layer_nearest_the_loss():
     x, y = data(64)
     monitor = GradientMonitor(every=100)
     model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[monitor])
-    (nonfinite,) = [f for f in monitor.report.findings if f.finding == Finding.NONFINITE]
+    (nonfinite,) = [f for f in monitor.report.findings if f.code == Finding.NONFINITE]
     assert nonfinite.step == 1 and nonfinite.layer == "first"
     assert "forward pass is finite" in nonfinite.message
     assert monitor.report.steps == 1
@@ -235,7 +235,7 @@ def test_stop_on_nonfinite_false_records_and_trains_on():
     monitor = GradientMonitor(every=100, stop_on_nonfinite=False)
     model.fit(x, np.zeros((64, 3)), batch_size=16, epochs=1, verbose=0, callbacks=[monitor])
     assert monitor.report.steps == 4 and monitor.report.stopped is None
-    assert [f.step for f in monitor.report.findings if f.finding == Finding.NONFINITE] == [3]
+    assert [f.step for f in monitor.report.findings if f.code == Finding.NONFINITE] == [3]
 
 
 def test_tensorboard_scalars_and_histograms_read_back(tmp_path):

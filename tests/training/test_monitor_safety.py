@@ -282,7 +282,7 @@ def test_a_nan_in_the_inputs_names_the_input_the_sample_and_the_step(where):
     x[37, 2] = np.nan
     monitor = GradientMonitor(every=100)
     model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
-    (nonfinite,) = [f for f in monitor.report.findings if f.finding == "nonfinite"]
+    (nonfinite,) = [f for f in monitor.report.findings if f.code == "nonfinite"]
     assert nonfinite.step == 3 and nonfinite.layer == "pixels"
     assert "input 'pixels'" in nonfinite.message and "sample 5 of the batch" in nonfinite.message
     assert "1 NaN/Inf values" in nonfinite.message
@@ -299,7 +299,7 @@ def test_a_dict_of_inputs_names_the_key_that_holds_the_nan():
     monitor = GradientMonitor(every=100)
     model.fit({"a": xa, "b": xb}, np.zeros(32, "int32"), batch_size=16, shuffle=False,
               verbose=0, callbacks=[monitor])  # fmt: skip
-    (nonfinite,) = [f for f in monitor.report.findings if f.finding == "nonfinite"]
+    (nonfinite,) = [f for f in monitor.report.findings if f.code == "nonfinite"]
     assert (nonfinite.layer, nonfinite.step) == ("b", 2) and "sample 4" in nonfinite.message
 
 
@@ -316,7 +316,7 @@ def test_a_run_that_ran_every_step_is_not_stopped():
     monitor = GradientMonitor(every=100)
     model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
     assert monitor.report.steps == 4
-    assert [f.step for f in monitor.report.findings if f.finding == "nonfinite"] == [4]
+    assert [f.step for f in monitor.report.findings if f.code == "nonfinite"] == [4]
     assert monitor.report.stopped is None
 
 

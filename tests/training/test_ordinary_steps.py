@@ -39,7 +39,7 @@ def test_a_nan_only_in_the_gradient_between_checkpoints_is_named_at_its_own_step
     monitor = GradientMonitor(every=100)
     model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
     report = monitor.report
-    (nonfinite,) = [f for f in report.findings if f.finding == Finding.NONFINITE]
+    (nonfinite,) = [f for f in report.findings if f.code == Finding.NONFINITE]
     assert (nonfinite.layer, nonfinite.step) == ("first", 6) and "batch 5" in nonfinite.message
     assert "forward pass is finite" in nonfinite.message
     # Step 6's loss is finite, so Keras's logs do not show it: its update makes first's
@@ -70,7 +70,7 @@ def test_a_second_fit_reuses_the_steps_and_starts_afresh():
         [c.step for c in second.checkpoints] == [c.step for c in first.checkpoints] == [1, 3, 5, 6]
     )
     assert [
-        (f.finding, f.layer, f.step) for f in second.findings if f.finding == Finding.NONFINITE
+        (f.code, f.layer, f.step) for f in second.findings if f.code == Finding.NONFINITE
     ] == [("nonfinite", "poison", 3)]
     assert second.losses[:2] == pytest.approx(first.losses[:2], rel=1e-6)
     # the second fit's first checkpoint is the tape's gradient at the starting weights
@@ -172,7 +172,7 @@ def test_gradients_whose_sum_overflows_are_no_finding_and_a_later_nan_is_still_n
     report = monitor.report
     assert report.losses[:4] == pytest.approx([3e38 * 0.06] * 4, rel=1e-5)
     (nonfinite,) = report.findings
-    assert (nonfinite.finding, nonfinite.layer, nonfinite.step) == ("nonfinite", "poison", 5)
+    assert (nonfinite.code, nonfinite.layer, nonfinite.step) == ("nonfinite", "poison", 5)
     assert report.steps == 5 and [c.step for c in report.checkpoints] == [1, 5]
     first = report.checkpoints[0].variables[0]
     assert first.nonfinite == 0 and first.grad_l2 is not None and math.isinf(first.grad_l2)

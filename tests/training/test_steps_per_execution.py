@@ -101,7 +101,7 @@ def test_the_same_record_as_one_step_per_execution():
         got = [[r.grad_l2, r.update_ratio, r.dead_fraction] for r in b.layers]
         want = [[r.grad_l2, r.update_ratio, r.dead_fraction] for r in a.layers]
         np.testing.assert_allclose(got, want, rtol=1e-5)
-    assert [f.finding for f in four.findings] == [f.finding for f in one.findings]
+    assert [f.code for f in four.findings] == [f.code for f in one.findings]
 
 
 def test_tensorboard_steps_are_optimizer_steps(tmp_path):
@@ -136,7 +136,7 @@ def test_a_nan_inside_an_execution_is_named_at_its_own_step():
     monitor = GradientMonitor(every=100)
     model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[monitor])
     report = monitor.report
-    (nonfinite,) = [f for f in report.findings if f.finding == Finding.NONFINITE]
+    (nonfinite,) = [f for f in report.findings if f.code == Finding.NONFINITE]
     assert (nonfinite.layer, nonfinite.step) == ("poison", 6) and "batch 5" in nonfinite.message
     assert report.stopped == "nonfinite"
     # the execution's last steps ran before Keras could stop: they are recorded too

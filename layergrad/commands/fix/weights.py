@@ -275,7 +275,7 @@ def _rate_plan(
 def _blew_up_early(fit: FitReport, finding: str) -> bool:
     """Whether `finding` is a `diverging` of the run's first steps (the first tenth, at least
     10): the rate did its harm there, and the later steps of dead units say nothing of it."""
-    step = next((f.step for f in fit.findings if str(f.finding) == finding), None)
+    step = next((f.step for f in fit.findings if str(f.code) == finding), None)
     return finding == "diverging" and step is not None and step <= max(10, fit.steps // 10)
 
 
