@@ -7,7 +7,7 @@ the API, render and set the exit code, nothing more.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -24,7 +24,7 @@ from layergrad.cli.options import (
     wrt_options,
 )
 from layergrad.cli.running import emit, handle_errors, said
-from layergrad.core.vocab import CHECK_FINDINGS, DEFAULT_FAIL_ON, Finding, OutputFormat
+from layergrad.core.vocab import CHECK_FINDINGS, DEFAULT_FAIL_ON, OutputFormat
 
 if TYPE_CHECKING:
     from layergrad.core.probe_options import ProbeOptions
@@ -87,18 +87,14 @@ if TYPE_CHECKING:
 @load_options
 def check(
     models: tuple[str, ...],
-    fail_on: frozenset[Finding],
-    static_only: bool,
     fmt: OutputFormat,
     junit_file: str | None,
     probe: ProbeOptions,
-    loss: str | None,
     baselines: tuple[str, ...],
-    allow_other_data: bool,
-    tolerance: float,
     quiet: bool,
     force: bool,
     load: Load,
+    **checking: Any,  # the rest of `CheckOptions`' fields, by their names
 ) -> bool:
     """Check model files for CI: exit 1 when any file fails.
 
@@ -140,15 +136,7 @@ def check(
         outputs.check_target(junit_file, "--junit", "xml", reads, force=force)
     with data_progress(probe, quiet) as on_progress:
         options = checks.CheckOptions(
-            fail_on=fail_on,
-            static_only=static_only,
-            **load,
-            probe=probe,
-            loss=loss,
-            baselines=baselines,
-            tolerance=tolerance,
-            on_progress=on_progress,
-            allow_other_data=allow_other_data,
+            **checking, **load, probe=probe, baselines=baselines, on_progress=on_progress
         )
         # one bar at a time: the samples' bar when there is one, else the files'
         listed = paths if on_progress is None else []
