@@ -110,12 +110,8 @@ def name(
 
 def num(header: str, get: Callable[..., float | None], drop: int = 0, where: str = "tmh") -> Column:
     """A number in 4 significant digits (`-` when there is none), right-aligned."""
-    return Column(header, "right", drop=drop, get=get, text=_number, md=_number, html=number_cell,
+    return Column(header, "right", drop=drop, get=get, text=number, md=number, html=number_cell,
                   where=where)  # fmt: skip
-
-
-def _number(value: float | None) -> str:
-    return "-" if value is None else number(value)
 
 
 def number_cell(value: float | None) -> Html:

@@ -35,10 +35,6 @@ FINDING_COLUMNS = (  # the findings, in markdown and on the page
 )
 
 
-def _text(value: float | None) -> str:
-    return "-" if value is None else number(value)
-
-
 def verdict_line(report: FitReport) -> str:
     """One sentence: the findings, or that none were found."""
     if not report.findings:
@@ -48,7 +44,6 @@ def verdict_line(report: FitReport) -> str:
 
 
 def _facts(report: FitReport) -> list[tuple[str, str]]:
-    lr = "-" if report.learning_rate is None else number(report.learning_rate)
     facts = [("model", f"{report.path or report.model} ({report.model_class})")]
     if report.data:
         facts.append(("data", report.data))
@@ -60,7 +55,7 @@ def _facts(report: FitReport) -> list[tuple[str, str]]:
         else "not started: the labels do not fit the outputs (before the first step)"
     )
     facts += [("training", training), ("loss", report.loss_name or "-")]
-    facts.append(("optimizer", f"{report.optimizer}, learning rate {lr}"))
+    facts.append(("optimizer", f"{report.optimizer}, learning rate {number(report.learning_rate)}"))
     if report.stopped and started:
         facts.append(("stopped", f"early, on {report.stopped}"))
     return facts
@@ -77,7 +72,7 @@ def table(
     items: list[RenderableType] = [Text(f"{k}: {v}") for k, v in _facts(report)]
     last = _last(report)
     if last is not None and layers:
-        items.append(Text(f"\nlayers at step {last.step} (loss {_text(last.loss)}):"))
+        items.append(Text(f"\nlayers at step {last.step} (loss {number(last.loss)}):"))
         items += cols.text_table(COLUMNS, last.layers, width, note=False)
     items.append(Text(verdict_line(report), style="bold red" if report.findings else "green"))
     for f in report.findings:
@@ -137,7 +132,7 @@ def ratio_map_svg(report: FitReport) -> Html:
             cells.append(
                 el(
                     "rect",
-                    el("title", f"{name}, step {c.step}: {_text(ratio)}"),
+                    el("title", f"{name}, step {c.step}: {number(ratio)}"),
                     x=label + j * cw,
                     y=i * ch,
                     width=cw,
