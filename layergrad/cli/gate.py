@@ -7,12 +7,13 @@ the API, render and set the exit code, nothing more.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from layergrad.cli.options import (
     Load,
+    bundle,
     data_options,
     fail_on_option,
     force_option,
@@ -94,7 +95,7 @@ def check(
     quiet: bool,
     force: bool,
     load: Load,
-    **checking: Any,  # the rest of `CheckOptions`' fields, by their names
+    **checking: object,  # the rest of `CheckOptions`' fields, by their names
 ) -> bool:
     """Check model files for CI: exit 1 when any file fails.
 
@@ -135,9 +136,8 @@ def check(
     if junit_file:
         outputs.check_target(junit_file, "--junit", "xml", reads, force=force)
     with data_progress(probe, quiet) as on_progress:
-        options = checks.CheckOptions(
-            **checking, **load, probe=probe, baselines=baselines, on_progress=on_progress
-        )
+        options = bundle(checks.CheckOptions, checking, **load, probe=probe,
+                         baselines=baselines, on_progress=on_progress)  # fmt: skip
         # one bar at a time: the samples' bar when there is one, else the files'
         listed = paths if on_progress is None else []
         verdicts = file_progress(listed, lambda on: checks.check_files(paths, options, on))

@@ -7,12 +7,11 @@ or `commands.fix.fix_model`, renders and sets the exit code, nothing more.
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from layergrad.cli.options import (
     Load,
+    bundle,
     count_option,
     fail_on_option,
     field_option,
@@ -79,7 +78,7 @@ def fit(
     fmt: OutputFormat,
     fail_on: frozenset[str],
     load: Load,
-    **training: Any,  # `FitOptions`' fields, by their names
+    **training: object,  # `FitOptions`' fields, by their names
 ) -> bool:
     """Does the model learn at all? Train a copy in memory and watch the gradient.
 
@@ -107,7 +106,7 @@ def fit(
     report = fit_model(
         model,
         data,
-        FitOptions(**training),
+        bundle(FitOptions, training),
         limit=limit,
         distribute=distribute,
         cpu_replicas=cpu_replicas,
@@ -154,7 +153,7 @@ def fix(
     data: str | None,
     fmt: OutputFormat,
     load: Load,
-    **fixing: Any,  # `FixOptions`' fields, by their names
+    **fixing: object,  # `FixOptions`' fields, by their names
 ) -> bool:
     """What to change, as code, in a repaired copy, with the evidence that it trains.
 
@@ -175,7 +174,7 @@ def fix(
     """
     from layergrad.commands.fix.repair import FixOptions, fix_model
 
-    report = fix_model(model, data, FixOptions(**fixing), **load)
+    report = fix_model(model, data, bundle(FixOptions, fixing), **load)
     if report.output:
         said(f"wrote the repaired copy to {report.output}")
     elif report.unwritten:
