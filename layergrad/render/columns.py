@@ -71,15 +71,23 @@ def md_rows(columns: Sequence[Column], rows: Sequence[object]) -> str:
     return md_table([c.header for c in cols], cells)
 
 
-def html_rows(columns: Sequence[Column], rows: Sequence[object], *, numbered: bool = False) -> Html:
+def html_rows(
+    columns: Sequence[Column],
+    rows: Sequence[object],
+    *,
+    numbered: bool = False,
+    failed: Callable[..., bool] | None = None,
+) -> Html:
     """The rows as a sortable HTML table (`numbered`: a `#` column first); a row with flags is
-    marked."""
+    marked `flagged`, or with `failed`, a row it says failed is marked `failed`."""
     cols = shown(columns, "h")
     head = ["#"] * numbered + [c.header for c in cols]
     cells = [[cell(str(i + 1), sort=i, num=True)] * numbered + [_html_cell(c, _get(c, r))
               for c in cols] for i, r in enumerate(rows)]  # fmt: skip
     right = [True] * numbered + [c.justify == "right" for c in cols]
     classes = ["flagged" if getattr(r, "flags", None) else None for r in rows]
+    if failed is not None:
+        classes = ["failed" if failed(r) else None for r in rows]
     return table(head, cells, numeric=[i for i, r in enumerate(right) if r], row_classes=classes)
 
 
