@@ -8,7 +8,6 @@ of the update ratios as inline SVG, and fetches nothing.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 from rich.console import RenderableType
 from rich.text import Text
@@ -100,7 +99,9 @@ def html(report: FitReport, **_: object) -> str:
     if report.findings:
         body.append(el("h2", "Findings"))
         body.append(cols.html_rows(FINDING_COLUMNS, report.findings))
-    body += [el("h2", "Loss"), el("div", loss_svg(report.losses), class_="chart")]
+    # the loss of every step; a step whose loss is NaN/Inf as a red tick
+    loss = loss_chart([(report.losses, BLUE)], nan_ticks=True)
+    body += [el("h2", "Loss"), el("div", loss, class_="chart")]
     body += [
         el("h2", "Update ratio, layers x checkpoints"),
         el("p", "lr x |grad| / |weights| per step, log scale; grey: no value.", class_="muted"),
@@ -111,11 +112,6 @@ def html(report: FitReport, **_: object) -> str:
         body.append(el("h2", f"Layers at step {last.step}"))
         body.append(cols.html_rows(COLUMNS, last.layers))
     return page("fit", report.path or report.model, body)
-
-
-def loss_svg(losses: Sequence[float | None]) -> Html:
-    """The loss of every step as a polyline; steps with a NaN/Inf loss as red ticks."""
-    return loss_chart([(losses, BLUE)], nan_ticks=True)
 
 
 def ratio_map_svg(report: FitReport) -> Html:
