@@ -13,6 +13,7 @@ import click
 
 from layergrad.cli.options import (
     Load,
+    bundle,
     data_options,
     fail_on_option,
     force_option,
@@ -24,7 +25,7 @@ from layergrad.cli.options import (
     wrt_options,
 )
 from layergrad.cli.running import emit, handle_errors, said
-from layergrad.core.vocab import CHECK_FINDINGS, DEFAULT_FAIL_ON, Finding, OutputFormat
+from layergrad.core.vocab import CHECK_FINDINGS, DEFAULT_FAIL_ON, OutputFormat
 
 if TYPE_CHECKING:
     from layergrad.core.probe_options import ProbeOptions
@@ -87,18 +88,14 @@ if TYPE_CHECKING:
 @load_options
 def check(
     models: tuple[str, ...],
-    fail_on: frozenset[Finding],
-    static_only: bool,
     fmt: OutputFormat,
     junit_file: str | None,
     probe: ProbeOptions,
-    loss: str | None,
     baselines: tuple[str, ...],
-    allow_other_data: bool,
-    tolerance: float,
     quiet: bool,
     force: bool,
     load: Load,
+    **checking: object,  # the rest of `CheckOptions`' fields, by their names
 ) -> bool:
     """Check model files for CI: exit 1 when any file fails.
 
@@ -139,17 +136,8 @@ def check(
     if junit_file:
         outputs.check_target(junit_file, "--junit", "xml", reads, force=force)
     with data_progress(probe, quiet) as on_progress:
-        options = checks.CheckOptions(
-            fail_on=fail_on,
-            static_only=static_only,
-            **load,
-            probe=probe,
-            loss=loss,
-            baselines=baselines,
-            tolerance=tolerance,
-            on_progress=on_progress,
-            allow_other_data=allow_other_data,
-        )
+        options = bundle(checks.CheckOptions, checking, **load, probe=probe,
+                         baselines=baselines, on_progress=on_progress)  # fmt: skip
         # one bar at a time: the samples' bar when there is one, else the files'
         listed = paths if on_progress is None else []
         verdicts = file_progress(listed, lambda on: checks.check_files(paths, options, on))

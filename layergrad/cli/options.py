@@ -26,6 +26,7 @@ F = TypeVar("F", bound=Callable[..., object])
 
 
 W = TypeVar("W", bound=Word)
+T = TypeVar("T")
 
 
 Decorator = Callable[[Callable[..., object]], Callable[..., object]]  # click.option(...)
@@ -50,6 +51,12 @@ def _rewriting(
         return func(*args, **kwargs)
 
     return _stack(cast(F, rewritten), options)
+
+
+def bundle(kind: Callable[..., T], fields: Mapping[str, object], **more: object) -> T:
+    """`kind(**fields, **more)`: a command's options (`CheckOptions`, `FitOptions`, ...) made
+    of the click parameters named as its fields, whose types click has checked."""
+    return kind(**fields, **more)
 
 
 # the MODEL argument of every command that opens one model

@@ -11,6 +11,7 @@ import click
 
 from layergrad.cli.options import (
     Load,
+    bundle,
     count_option,
     fail_on_option,
     field_option,
@@ -73,19 +74,11 @@ def fit(
     distribute: str | None,
     cpu_replicas: int | None,
     quiet: bool,
-    steps: int | None,
-    epochs: int | None,
-    batch_size: int,
-    learning_rate: float | None,
-    loss: str | None,
-    optimizer: str | None,
-    every: int | None,
-    seed: int,
-    log_dir: str | None,
     stall_timeout: float,
     fmt: OutputFormat,
     fail_on: frozenset[str],
     load: Load,
+    **training: object,  # `FitOptions`' fields, by their names
 ) -> bool:
     """Does the model learn at all? Train a copy in memory and watch the gradient.
 
@@ -110,21 +103,10 @@ def fit(
     """
     from layergrad.commands.fit.train import FitOptions, fit_model
 
-    options = FitOptions(
-        steps=steps,
-        epochs=epochs,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        loss=loss,
-        optimizer=optimizer,
-        every=every,
-        seed=seed,
-        log_dir=log_dir,
-    )
     report = fit_model(
         model,
         data,
-        options,
+        bundle(FitOptions, training),
         limit=limit,
         distribute=distribute,
         cpu_replicas=cpu_replicas,
@@ -169,15 +151,9 @@ def fit(
 def fix(
     model: str,
     data: str | None,
-    output: str | None,
-    steps: int,
-    batch_size: int,
-    seed: int,
-    limit: int | None,
-    max_memory: int,
-    force: bool,
     fmt: OutputFormat,
     load: Load,
+    **fixing: object,  # `FixOptions`' fields, by their names
 ) -> bool:
     """What to change, as code, in a repaired copy, with the evidence that it trains.
 
@@ -198,9 +174,7 @@ def fix(
     """
     from layergrad.commands.fix.repair import FixOptions, fix_model
 
-    options = FixOptions(output=output, force=force, steps=steps, batch_size=batch_size,
-                         seed=seed, limit=limit, max_memory=max_memory)  # fmt: skip
-    report = fix_model(model, data, options, **load)
+    report = fix_model(model, data, bundle(FixOptions, fixing), **load)
     if report.output:
         said(f"wrote the repaired copy to {report.output}")
     elif report.unwritten:

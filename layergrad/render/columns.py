@@ -71,15 +71,23 @@ def md_rows(columns: Sequence[Column], rows: Sequence[object]) -> str:
     return md_table([c.header for c in cols], cells)
 
 
-def html_rows(columns: Sequence[Column], rows: Sequence[object], *, numbered: bool = False) -> Html:
+def html_rows(
+    columns: Sequence[Column],
+    rows: Sequence[object],
+    *,
+    numbered: bool = False,
+    failed: Callable[..., bool] | None = None,
+) -> Html:
     """The rows as a sortable HTML table (`numbered`: a `#` column first); a row with flags is
-    marked."""
+    marked `flagged`, or with `failed`, a row it says failed is marked `failed`."""
     cols = shown(columns, "h")
     head = ["#"] * numbered + [c.header for c in cols]
     cells = [[cell(str(i + 1), sort=i, num=True)] * numbered + [_html_cell(c, _get(c, r))
               for c in cols] for i, r in enumerate(rows)]  # fmt: skip
     right = [True] * numbered + [c.justify == "right" for c in cols]
     classes = ["flagged" if getattr(r, "flags", None) else None for r in rows]
+    if failed is not None:
+        classes = ["failed" if failed(r) else None for r in rows]
     return table(head, cells, numeric=[i for i, r in enumerate(right) if r], row_classes=classes)
 
 
@@ -110,12 +118,8 @@ def name(
 
 def num(header: str, get: Callable[..., float | None], drop: int = 0, where: str = "tmh") -> Column:
     """A number in 4 significant digits (`-` when there is none), right-aligned."""
-    return Column(header, "right", drop=drop, get=get, text=_number, md=_number, html=number_cell,
+    return Column(header, "right", drop=drop, get=get, text=number, md=number, html=number_cell,
                   where=where)  # fmt: skip
-
-
-def _number(value: float | None) -> str:
-    return "-" if value is None else number(value)
 
 
 def number_cell(value: float | None) -> Html:

@@ -153,8 +153,11 @@ def _table(
     return table
 
 
-def number(value: float) -> str:
-    """A number in 4 significant digits: fixed for ordinary sizes, scientific otherwise."""
+def number(value: float | None) -> str:
+    """A number in 4 significant digits: fixed for ordinary sizes, scientific otherwise (`-`
+    when there is none)."""
+    if value is None:
+        return "-"
     if value == 0:
         return "0"
     if not math.isfinite(value):

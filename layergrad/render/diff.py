@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from rich.console import RenderableType
 from rich.table import Table
@@ -19,14 +19,13 @@ from layergrad.core.vocab import Change, Status
 from layergrad.diagnose.regressions import DiffReport, RowDiff
 from layergrad.files.gradient_profile import ROW_KEYS, ProfileRow
 from layergrad.files.report_json import to_json
+from layergrad.render.columns import STATUS_KIND, html_rows, md_rows, text_table
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
     count,
-    fit_table,
     json_document,
     md_code,
-    md_table,
     md_text,
     model_header,
     natural_width,
@@ -35,24 +34,13 @@ from layergrad.render.common import (
     to_text,
 )
 from layergrad.render.escape import scrubbed
-
-if TYPE_CHECKING:
-    from layergrad.render.html_page import Html
+from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page
 
 MAX_SHOWN = 2000  # rows a table, comment or page shows; the JSON holds every row
 # The text formats escape names themselves (`escape.scrubbed`), on the rows they show: a diff
 # may hold 700,000 rows.
 SCRUBS_ITSELF = True
 MIN_WHY = 24  # the narrowest the why column gets before layer names wrap
-COLUMNS = (
-    Column(""),
-    Column("layer", name_like=True),
-    # on a narrow page the why sentence, which says what changed, outlasts the numbers
-    Column("base", drop=2),
-    Column("new", drop=1),
-    Column("decades", "right", drop=3),
-    Column("why", name_like=True),
-)
 
 
 def table(
@@ -85,10 +73,24 @@ def _cut_line(cut: int) -> str:
     return f"{cut} more rows not shown (at most {MAX_SHOWN} are); --json has every row"
 
 
+def _columns(report: DiffReport) -> tuple[Column, ...]:
+    """The rows' columns in every format (`render.columns`), the names headed by what a row
+    is; on a narrow page the why sentence, which says what changed, outlasts the numbers."""
+    return (
+        Column("", get=lambda r: r.regression, text=_mark, html=_html_mark, where="th"),
+        Column(row_word(report), name_like=True, get=lambda r: r.name, text=Text,
+               html=lambda name: cell(el("code", name), sort=name)),
+        Column("base", drop=2, get=lambda r: r.base, text=_side, md=_md_side, html=_html_side),
+        Column("new", drop=1, get=lambda r: r.new, text=_side, md=_md_side, html=_html_side),
+        Column("decades", "right", drop=3, get=lambda r: r.decades, text=_decades, md=_decades,
+               html=_html_decades),
+        Column("why", name_like=True, text=_why, md=_md_why, html=lambda r: cell(r.why)),
+    )  # fmt: skip
+
+
 def _table(report: DiffReport, rows: list[RowDiff], width: int | None) -> Table:
     """The rows' table; the why sentences wrap before layer names do (down to MIN_WHY)."""
-    columns = (COLUMNS[0], replace(COLUMNS[1], header=row_word(report)), *COLUMNS[2:])
-    table = fit_table(columns, [_cells(r) for r in rows], width)[0]
+    table = cast(Table, text_table(_columns(report), rows, width, note=False)[0])
     excess = 0 if width is None else natural_width(table) - width
     if excess > 0:
         why = table.columns[-1]
@@ -141,15 +143,12 @@ def _what(report: DiffReport) -> str:
     return f"d {report.probe.reduce}({inner}) / d each layer"
 
 
-def _cells(row: RowDiff) -> list[RenderableType]:
-    return [
-        Text("✗", style="bold red") if row.regression else "",
-        Text(row.name),  # a name from a model file is text, never rich markup
-        _side(row.base),
-        _side(row.new),
-        _decades(row.decades),
-        Text(row.why, style="red" if row.regression else ""),
-    ]
+def _mark(regression: bool) -> RenderableType:
+    return Text("✗", style="bold red") if regression else ""
+
+
+def _why(row: RowDiff) -> Text:
+    return Text(row.why, style="red" if row.regression else "")
 
 
 def _side(side: ProfileRow | None) -> Text:
@@ -192,28 +191,18 @@ def markdown(report: DiffReport, *, show_all: bool = False, **_: object) -> str:
     bad = [r for r in rows if r.regression]
     rest = [r for r in rows if not r.regression]
     out = head + (f"\n{md_text(_cut_line(cut))}\n" if cut else "")
+    columns = _columns(report)
     if bad:
-        out += "\n" + _md_rows(report, bad)
+        out += "\n" + md_rows(columns, bad)
     if rest:
         summary = f"{len(rest)} other {'rows' if show_all else 'changes'}"
-        out += f"\n<details><summary>{summary}</summary>\n\n{_md_rows(report, rest)}\n</details>\n"
+        out += f"\n<details><summary>{summary}</summary>\n\n{md_rows(columns, rest)}\n</details>\n"
     return out
 
 
-def _md_rows(report: DiffReport, rows: list[RowDiff]) -> str:
-    header = [row_word(report), "base", "new", "decades", "why"]
-    cells = [
-        [
-            md_code(r.name),
-            _md_side(r.base),
-            _md_side(r.new),
-            _decades(r.decades),
-            # md_table escapes the pipes of "mean |g|"; md_text must not escape them twice
-            ("**regression**: " if r.regression else "") + md_text(r.why).replace("\\|", "|"),
-        ]
-        for r in rows
-    ]
-    return md_table(header, cells)
+def _md_why(r: RowDiff) -> str:
+    # md_table escapes the pipes of "mean |g|"; md_text must not escape them twice
+    return ("**regression**: " if r.regression else "") + md_text(r.why).replace("\\|", "|")
 
 
 def _md_side(side: ProfileRow | None) -> str:
@@ -227,20 +216,24 @@ def _mean(side: ProfileRow) -> str:
     return f" {number(side.mean_abs)}"
 
 
+def _html_mark(regression: bool) -> Html:
+    return cell(badge("regression", "bad") if regression else "")
+
+
+def _html_side(side: ProfileRow | None) -> Html:
+    if side is None:
+        return cell("-", sort="")
+    kind = STATUS_KIND.get(side.status, "muted")
+    return cell(join([badge(side.status.value, kind), _mean(side)]))
+
+
+def _html_decades(value: float | None) -> Html:
+    return cell(_decades(value), sort="" if value is None else repr(value), num=True)
+
+
 def html(report: DiffReport, *, show_all: bool = False, **_: object) -> str:
     """One self-contained page: the verdict, both files and the probe, a sortable table of
     the rows (the changed ones, regressions first, or all with `show_all`)."""
-    from layergrad.render.columns import STATUS_KIND as kinds
-    from layergrad.render.html_page import badge, cell, definition_list, el, join, page, table
-
-    def side(row: ProfileRow | None) -> Html:
-        if row is None:
-            return cell("-", sort="")
-        return cell(join([badge(row.status.value, kinds.get(row.status, "muted")), _mean(row)]))
-
-    def decades(value: float | None) -> Html:
-        return cell(_decades(value), sort="" if value is None else repr(value), num=True)
-
     safe, rows, cut = _view(report, show_all)
     hidden = len(report.rows) - len(rows) - cut
     body = [
@@ -252,24 +245,7 @@ def html(report: DiffReport, *, show_all: bool = False, **_: object) -> str:
             ]
             + [("probe", probe_line(safe.probe, _what(safe)).removeprefix("probe: "))]
         ),
-        table(
-            ["", row_word(report), "base", "new", "decades", "why"],
-            [
-                [
-                    cell(badge("regression", "bad") if r.regression else ""),
-                    cell(el("code", r.name), sort=r.name),
-                    side(r.base),
-                    side(r.new),
-                    decades(r.decades),
-                    cell(r.why),
-                ]
-                for r in rows
-            ],
-            numeric=[4],
-            row_classes=["failed" if r.regression else None for r in rows],
-        )
-        if rows
-        else None,
+        html_rows(_columns(report), rows, failed=lambda r: r.regression) if rows else None,
         el("p", f"{hidden} unchanged rows not shown (--all shows every row)", class_="muted")
         if hidden
         else None,

@@ -8,7 +8,6 @@ of the update ratios as inline SVG, and fetches nothing.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 from rich.console import RenderableType
 from rich.text import Text
@@ -35,10 +34,6 @@ FINDING_COLUMNS = (  # the findings, in markdown and on the page
 )
 
 
-def _text(value: float | None) -> str:
-    return "-" if value is None else number(value)
-
-
 def verdict_line(report: FitReport) -> str:
     """One sentence: the findings, or that none were found."""
     if not report.findings:
@@ -48,7 +43,6 @@ def verdict_line(report: FitReport) -> str:
 
 
 def _facts(report: FitReport) -> list[tuple[str, str]]:
-    lr = "-" if report.learning_rate is None else number(report.learning_rate)
     facts = [("model", f"{report.path or report.model} ({report.model_class})")]
     if report.data:
         facts.append(("data", report.data))
@@ -60,7 +54,7 @@ def _facts(report: FitReport) -> list[tuple[str, str]]:
         else "not started: the labels do not fit the outputs (before the first step)"
     )
     facts += [("training", training), ("loss", report.loss_name or "-")]
-    facts.append(("optimizer", f"{report.optimizer}, learning rate {lr}"))
+    facts.append(("optimizer", f"{report.optimizer}, learning rate {number(report.learning_rate)}"))
     if report.stopped and started:
         facts.append(("stopped", f"early, on {report.stopped}"))
     return facts
@@ -77,7 +71,7 @@ def table(
     items: list[RenderableType] = [Text(f"{k}: {v}") for k, v in _facts(report)]
     last = _last(report)
     if last is not None and layers:
-        items.append(Text(f"\nlayers at step {last.step} (loss {_text(last.loss)}):"))
+        items.append(Text(f"\nlayers at step {last.step} (loss {number(last.loss)}):"))
         items += cols.text_table(COLUMNS, last.layers, width, note=False)
     items.append(Text(verdict_line(report), style="bold red" if report.findings else "green"))
     for f in report.findings:
@@ -105,7 +99,9 @@ def html(report: FitReport, **_: object) -> str:
     if report.findings:
         body.append(el("h2", "Findings"))
         body.append(cols.html_rows(FINDING_COLUMNS, report.findings))
-    body += [el("h2", "Loss"), el("div", loss_svg(report.losses), class_="chart")]
+    # the loss of every step; a step whose loss is NaN/Inf as a red tick
+    loss = loss_chart([(report.losses, BLUE)], nan_ticks=True)
+    body += [el("h2", "Loss"), el("div", loss, class_="chart")]
     body += [
         el("h2", "Update ratio, layers x checkpoints"),
         el("p", "lr x |grad| / |weights| per step, log scale; grey: no value.", class_="muted"),
@@ -116,11 +112,6 @@ def html(report: FitReport, **_: object) -> str:
         body.append(el("h2", f"Layers at step {last.step}"))
         body.append(cols.html_rows(COLUMNS, last.layers))
     return page("fit", report.path or report.model, body)
-
-
-def loss_svg(losses: Sequence[float | None]) -> Html:
-    """The loss of every step as a polyline; steps with a NaN/Inf loss as red ticks."""
-    return loss_chart([(losses, BLUE)], nan_ticks=True)
 
 
 def ratio_map_svg(report: FitReport) -> Html:
@@ -137,7 +128,7 @@ def ratio_map_svg(report: FitReport) -> Html:
             cells.append(
                 el(
                     "rect",
-                    el("title", f"{name}, step {c.step}: {_text(ratio)}"),
+                    el("title", f"{name}, step {c.step}: {number(ratio)}"),
                     x=label + j * cw,
                     y=i * ch,
                     width=cw,

@@ -114,13 +114,15 @@ class HeadRules:
         return Plan(finding, layer, change.why, tuple(code), tuple(edits), tuple(compile_edits),
                     fresh)  # fmt: skip
 
-    def _loss(self, head: Head, name: str, from_logits: bool, why: str, finding: str) -> Plan:
+    def _loss(self, head: Head, change: Change, finding: str) -> Plan | None:
         """The head's loss changes; the model stays."""
+        if change.loss is None:
+            return None
         code: list[str] = []
-        edit = self._loss_edit(head, name, from_logits, code)
-        return Plan(finding, head.layer, why, tuple(code), (), (edit,))
+        edit = self._loss_edit(head, change.loss, change.from_logits, code)
+        return Plan(finding, head.layer, change.why, tuple(code), (), (edit,))
 
-    def _flatten(self, head: Head, why: str, finding: str) -> Plan:
+    def _flatten(self, head: Head, change: Change, finding: str) -> Plan:
         """A `Flatten` right before the head (a Dense on a feature map); the head's kernel
         is drawn afresh, as its input width changes."""
         layer = head.layer
@@ -130,7 +132,7 @@ class HeadRules:
             ed.layer_entry(c, layer).pop("build_config", None)  # built for the old input
 
         code = f"{layer_code(self._entry(layer))} -> Flatten(), {layer_code(self._entry(layer))}"
-        return Plan(finding, layer, why, (code + at(layer),), (edit,), (), ((layer, "*"),))
+        return Plan(finding, layer, change.why, (code + at(layer),), (edit,), (), ((layer, "*"),))
 
     def _loss_edit(self, head: Head, name: str, from_logits: bool, code: list[str]) -> Edit:
         i = self.heads.index(head)
@@ -200,29 +202,25 @@ class HeadRules:
         return [c for rule, c in repairs(facts) if rule.code == Finding.LOSS_MISMATCH]
 
     def _make(self, head: Head, change: Change, finding: str) -> Plan | None:
-        """The plan that makes `change` to the model and its loss."""
-        if change.kind == "flatten":
-            return self._flatten(head, change.why, finding)
-        if change.kind == "loss" and change.loss is not None:
-            return self._loss(head, change.loss, change.from_logits, change.why, finding)
-        if change.kind == "activation":
-            return self._activation(head, change, finding)
-        if change.kind == "remove_before":
-            return self._relu_removed(head, change.why)
-        if change.kind == "move_dropout":
-            return self._dropout_moved(head)
-        if change.kind == "relu_hidden":
-            return self._all_linear(head)
-        return None
+        """The plan that makes `change` to the model and its loss (None: no plan of its kind)."""
+        make = {
+            "flatten": self._flatten,
+            "loss": self._loss,
+            "activation": self._activation,
+            "remove_before": self._relu_removed,
+            "move_dropout": self._dropout_moved,
+            "relu_hidden": self._all_linear,
+        }.get(change.kind)
+        return make(head, change, finding) if make is not None else None
 
-    def _relu_removed(self, head: Head, why: str) -> Plan | None:
+    def _relu_removed(self, head: Head, change: Change, finding: str) -> Plan | None:
         spot = head.before_layer
         if spot is None:
             return None
         if self._entry(spot).get("class_name") in ("ReLU", "Activation"):
             return self._removed(spot, f"'{spot}' is removed: the softmax at '{head.layer}' must "
                                  "see raw logits, negative ones included")  # fmt: skip
-        return Plan(Finding.LOSS_MISMATCH, spot, why, *self._activations([spot], "linear"))
+        return Plan(Finding.LOSS_MISMATCH, spot, change.why, *self._activations([spot], "linear"))
 
     def _removed(self, path: str, why: str) -> Plan:
         """The layer at `path` taken out of the model."""
@@ -238,7 +236,7 @@ class HeadRules:
         )
         return code, tuple(option_edit(p, "activation", act) for p in paths)
 
-    def _dropout_moved(self, head: Head) -> Plan | None:
+    def _dropout_moved(self, head: Head, change: Change, finding: str) -> Plan | None:
         drop = self.info.graph.get(head.dropout) if head.dropout else None
         weighted = None
         if drop is not None and len(drop.inbound) == 1:
@@ -271,7 +269,7 @@ class HeadRules:
         own = (head.layer, self._units_layer(head.layer))
         return [p for p in (stack.layers if stack else ()) if p not in own]
 
-    def _all_linear(self, head: Head) -> Plan | None:
+    def _all_linear(self, head: Head, change: Change, finding: str) -> Plan | None:
         """Every weight layer but the head linear: an activation on the hidden ones."""
         hidden = [p for p in self._hidden(head) if self.info.graph.get(p) is not None]
         if not hidden:

@@ -376,16 +376,12 @@ def merged_shape(shapes: Sequence[tuple[int, ...]], samples: int) -> tuple[int, 
     return (samples, *rest)
 
 
-def elements_of(shape: tuple[int, ...]) -> int:
-    return math.prod(shape) if shape else 1
-
-
 def merge_gradients(
     stats: Sequence[GradientStats], weights: Sequence[float], shape: tuple[int, ...]
 ) -> GradientStats:
     """The statistics of the shards' gradients as one array of `shape` (each shard's scaled
     by its weight: 1, or its share of the samples under --reduce mean)."""
-    elements = [elements_of(g.shape) for g in stats]
+    elements = [math.prod(g.shape) for g in stats]  # a scalar's () is one element
     total = sum(elements)
 
     def byelements_of(values: Sequence[float]) -> float:
