@@ -183,10 +183,9 @@ def _lowbias32(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint32(16))
 
 
-def projection_r(seed: int, output: int, shape: tuple[int, ...], first_sample: int = 0):
-    """The default scan target's R for one output, by the formula in engine/projection.py,
-    written again in numpy: R[i, j] from (seed, output, sample i, position j) alone."""
-    rows, width = shape[0], int(np.prod(shape[1:], dtype=np.int64))
+def _uniforms(seed: int, output: int, rows: int, width: int, first_sample: int = 0):
+    """(u1, u2) of engine/projection.py's formula, written again in numpy: [rows, width] from
+    (seed, output, sample, position) alone."""
     head = _lowbias32(_lowbias32(np.uint32(seed & 0xFFFFFFFF)) ^ np.uint32(output))
     samples = np.arange(first_sample, first_sample + rows, dtype=np.uint32)
     base = _lowbias32(head ^ samples)[:, None]
@@ -195,8 +194,34 @@ def projection_r(seed: int, output: int, shape: tuple[int, ...], first_sample: i
     second = _lowbias32((2 * j + 1).astype(np.uint32))[None, :]
     u1 = ((_lowbias32(base ^ first) >> np.uint32(8)).astype(np.float64) + 1) / 2**24
     u2 = (_lowbias32(base ^ second) >> np.uint32(8)).astype(np.float64) / 2**24
+    return u1, u2
+
+
+def projection_r(seed: int, output: int, shape: tuple[int, ...], first_sample: int = 0):
+    """The default scan target's R for one output, by the formula in engine/projection.py,
+    written again in numpy: R[i, j] from (seed, output, sample i, position j) alone."""
+    width = int(np.prod(shape[1:], dtype=np.int64))
+    u1, u2 = _uniforms(seed, output, shape[0], width, first_sample)
     r = np.sqrt(-2 * np.log(u1)) * np.cos(2 * np.pi * u2)
     return tf.constant(r.reshape(shape), tf.float32)
+
+
+def random_labels(seed: int, output: int, shape: tuple[int, ...], kind: str, first_sample: int = 0):
+    """The random labels layergrad draws for an output of `shape` whose loss reads `kind` (ids,
+    one_hot, bits, positive, normal), by the formula in engine/projection.py, in numpy."""
+    if kind == "normal":
+        return projection_r(seed + 1, output, shape, first_sample).numpy()
+    size = shape[:-1] if kind in ("ids", "one_hot") else shape
+    width = int(np.prod(size[1:], dtype=np.int64))
+    u = _uniforms(seed + 1, output, size[0], width, first_sample)[1].astype(np.float32)
+    u = u.reshape(size)
+    if kind == "positive":
+        return u
+    n = shape[-1] if kind in ("ids", "one_hot") else 2
+    ids = np.minimum((u * n).astype(np.int32), n - 1)
+    if kind == "ids":
+        return ids
+    return np.eye(n, dtype=np.float32)[ids] if kind == "one_hot" else ids.astype(np.float32)
 
 
 def image_folder(root: Path, counts: dict[str, int], size: int = 8, seed: int = 0) -> Path:

@@ -164,7 +164,7 @@ def _run(
     owned = variable_owners(model)
     variables = [getattr(v, "value", v) for v, _ in owned]
     kinds: list[str] = []
-    objective = _objective(model, spec, options, kinds, eager=stream.probe)
+    objective = _objective(model, spec, options, kinds)
 
     def trace(variables: Sequence[KerasVariable] = ()) -> tuple[Trace, Session]:
         session, labels = first()
@@ -199,11 +199,11 @@ def _run(
 
 
 def _objective(
-    model: KerasModel, spec: LossSpec | None, options: ProbeOptions, kinds: list[str], eager: bool
+    model: KerasModel, spec: LossSpec | None, options: ProbeOptions, kinds: list[str]
 ) -> Callable[[TensorTree, TensorTree | None, Tensor], Tensor]:
     """A batch's loss from (outputs, labels or None, sample indices): `spec`'s, else the seeded
-    projection of the outputs. Random labels fit each output (kinds into `kinds`), drawn with
-    numpy for the probe batch (`eager`), else in the graph from the batch's first sample."""
+    projection of the outputs. Random labels fit each output (kinds into `kinds`), drawn for
+    each sample (`compiled_loss.random_labels`)."""
     from layergrad.engine import compiled_loss as cl
     from layergrad.engine.projection import project
 
@@ -218,12 +218,7 @@ def _objective(
         kinds[:] = [
             cl.label_kind(n) for n in cl.output_losses(spec, names or [""] * len(flat), keys)
         ]
-        if given:
-            ys = list(given)
-        elif eager:
-            ys = [tf.convert_to_tensor(a) for a in cl.random_labels(flat, kinds, options.seed)]
-        else:
-            ys = cl.stateless_labels(flat, kinds, options.seed, samples)
+        ys = list(given) if given else cl.random_labels(flat, kinds, options.seed, samples)
         y = tf.nest.pack_sequence_as(outputs, ys[: len(flat)])
         loss = model.compute_loss(y=y, y_pred=outputs, training=options.training)
         # under a strategy of R replicas Keras divides each replica's loss by R (its

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-
 from layergrad.core.errors import InputError, LoadError, describe
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import KerasModel, KerasModule, Tensor
@@ -92,50 +90,34 @@ def label_kind(name: str) -> str:
     return next((kind for word, kind in _LABEL_KINDS if word in key), "normal")
 
 
-def random_labels(outputs: Sequence[Tensor], kinds: Sequence[str], seed: int) -> list[np.ndarray]:
-    """Labels that fit each output (its shape, and the kind its loss expects), seeded."""
-    rng = np.random.default_rng(seed + 1)  # not the probe batch's own stream
-    labels = []
-    for out, kind in zip(outputs, kinds, strict=True):
-        shape = tuple(int(d) for d in out.shape)
-        classes = shape[-1] if shape else 1
-        if kind == "ids":
-            labels.append(rng.integers(0, max(classes, 1), shape[:-1]).astype("int32"))
-        elif kind == "one_hot":
-            ids = rng.integers(0, max(classes, 1), shape[:-1])
-            labels.append(np.eye(classes, dtype="float32")[ids])
-        elif kind == "bits":
-            labels.append(rng.integers(0, 2, shape).astype("float32"))
-        elif kind == "positive":
-            labels.append(rng.uniform(0, 1, shape).astype("float32"))
-        else:
-            labels.append(rng.standard_normal(shape).astype("float32"))
-    return labels
-
-
-def stateless_labels(
+def random_labels(
     outputs: Sequence[Tensor], kinds: Sequence[str], seed: int, samples: Tensor
 ) -> list[Tensor]:
-    """Labels that fit each output and its loss (as `random_labels`), drawn in the graph
-    from `seed` and the batch's first sample index, so every batch gets its own."""
-    base = tf.stack([tf.constant(seed + 1, tf.int64), tf.cast(samples[0], tf.int64)])
+    """Labels that fit each output (its shape, and the kind its loss expects: ids, one_hot,
+    bits, positive or normal), drawn for each of `samples` (the batch's sample indices) from
+    `seed` alone, by the formula in `projection.py`: the same labels for a sample in any batch,
+    on any replica."""
+    from layergrad.engine.projection import normals, uniforms
+
     labels = []
     for k, (out, kind) in enumerate(zip(outputs, kinds, strict=True)):
-        key = base + tf.constant([0, 1 << 40], tf.int64) * k
         shape = tf.shape(out)
         classes = out.shape[-1] if out.shape.rank and out.shape[-1] is not None else 1
-        if kind in ("ids", "one_hot"):
-            ids = tf.random.stateless_uniform(
-                shape[:-1], key, minval=0, maxval=max(int(classes), 1), dtype=tf.int32
-            )
-            labels.append(ids if kind == "ids" else tf.one_hot(ids, int(classes)))
-        elif kind == "bits":
-            bits = tf.random.stateless_uniform(shape, key, minval=0, maxval=2, dtype=tf.int32)
-            labels.append(tf.cast(bits, tf.float32))
-        elif kind == "positive":
-            labels.append(tf.random.stateless_uniform(shape, key))
-        else:
-            labels.append(tf.random.stateless_normal(shape, key))
+        per_class = kind in ("ids", "one_hot")
+        size = shape[:-1] if per_class else shape  # a class id stands for the last axis
+        width = tf.reduce_prod(size[1:])
+        if kind == "normal":
+            labels.append(tf.reshape(normals(seed + 1, k, samples, width), size))
+            continue
+        u = tf.reshape(uniforms(seed + 1, k, samples, width)[1], size)
+        if kind == "positive":
+            labels.append(u)
+            continue
+        n = max(int(classes), 1) if per_class else 2
+        ids = tf.minimum(tf.cast(u * n, tf.int32), n - 1)
+        if kind == "one_hot":
+            ids = tf.one_hot(ids, n)
+        labels.append(ids if per_class else tf.cast(ids, tf.float32))
     return labels
 
 

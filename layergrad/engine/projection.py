@@ -15,6 +15,11 @@ hash) into two uniform numbers, turned into one normal number by Box-Muller:
     u1     = ((h(base ^ h(2 * j)) >> 8) + 1) / 2**24          (in (0, 1])
     u2     =  (h(base ^ h(2 * j + 1)) >> 8)  / 2**24          (in [0, 1))
     R[j]   = sqrt(-2 ln u1) * cos(2 pi u2)                      (j: position in the sample)
+
+Random labels (`scan --wrt weights` and `check` when the data has none) come from the same
+numbers with seed + 1, per sample too, so a batch gets the same labels as `--input` and in a
+data set, on any number of replicas: `u2` for a uniform label, `R` for a normal one, and
+`floor(u2 * n)` for a class id or a bit (n = 2) at each position of the label.
 """
 
 from __future__ import annotations
@@ -39,6 +44,12 @@ def _hash(x: Tensor) -> Tensor:
 
 def normals(seed: int, output: int, samples: Tensor, width: Tensor) -> Tensor:
     """R for `samples` (global sample indices, shape (b,)): float32 of shape (b, width)."""
+    u1, u2 = uniforms(seed, output, samples, width)
+    return tf.sqrt(-2.0 * tf.math.log(u1)) * tf.cos(2.0 * 3.141592653589793 * u2)
+
+
+def uniforms(seed: int, output: int, samples: Tensor, width: Tensor) -> tuple[Tensor, Tensor]:
+    """(u1, u2) for `samples`: float32 of shape (b, width), in (0, 1] and [0, 1)."""
     u32 = tf.uint32
     head = _hash(tf.constant(seed & MASK, u32))
     head = _hash(tf.bitwise.bitwise_xor(head, tf.constant(output & MASK, u32)))
@@ -50,7 +61,7 @@ def normals(seed: int, output: int, samples: Tensor, width: Tensor) -> Tensor:
     shift = tf.constant(8, u32)
     u1 = (tf.cast(tf.bitwise.right_shift(_hash(base ^ first), shift), tf.float32) + 1.0) * scale
     u2 = tf.cast(tf.bitwise.right_shift(_hash(base ^ second), shift), tf.float32) * scale
-    return tf.sqrt(-2.0 * tf.math.log(u1)) * tf.cos(2.0 * 3.141592653589793 * u2)
+    return u1, u2
 
 
 def project(

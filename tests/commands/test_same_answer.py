@@ -121,11 +121,49 @@ def test_another_seed_draws_other_masks(files, name):
 @pytest.mark.parametrize("model", ["drop", "noise"])
 def test_a_batch_as_input_and_as_data_gives_the_same_numbers(files, model):
     net = files / f"{model}.keras"
-    for args in (["inspect", net, "--from", "conv", "--to", "head"], ["scan", net]):
+    weights = ["scan", net, "--wrt", "weights"]  # random labels: x.npz has no y
+    for args in (["inspect", net, "--from", "conv", "--to", "head"], ["scan", net], weights):
         one = doc(*args, "--input", files / "x.npy")
         data = doc(*args, "--data", files / "x.npz", "--batch-size", "8", "--quiet")
-        assert one["probe"]["training"] is data["probe"]["training"] is True
+        assert one["probe"]["training"] is data["probe"]["training"] is (args is not weights)
+        assert numbers(one) and numbers(data)
         np.testing.assert_allclose(numbers(data), numbers(one), rtol=1e-5, atol=1e-7)
+
+
+def test_random_labels_are_drawn_per_sample_whatever_the_batches_and_replicas(tmp_path):
+    """No labels in the data: each sample's random label depends on the seed and its index
+    alone, so two batches, one batch, one batch on two replicas (the second gets no row of
+    the last batch) and the batch as --input all differentiate the same loss."""
+    keras.utils.set_random_seed(0)
+    a, b = keras.Input((3,), name="a"), keras.Input((2,), name="b")
+    h = keras.layers.Dense(4, activation="tanh")(keras.layers.Concatenate()([a, b]))
+    model = keras.Model([a, b], keras.layers.Dense(3, activation="softmax")(h))
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    model.save(tmp_path / "two.keras")
+    np.savez(tmp_path / "d.npz", a=normal(9, 3, seed=1), b=normal(9, 2, seed=2))
+    scan = ["scan", tmp_path / "two.keras", "--wrt", "weights"]
+    data = [*scan, "--data", tmp_path / "d.npz", "--quiet"]
+    whole = numbers(doc(*scan, "--input", tmp_path / "d.npz"))
+    assert whole and doc(*scan, "--input", tmp_path / "d.npz")["loss"]["labels"] == "random"
+    for extra in (["--batch-size", "9"], ["--batch-size", "4"]):
+        np.testing.assert_allclose(numbers(doc(*data, *extra)), whole, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.slow
+def test_random_labels_on_two_replicas_with_an_empty_share(tmp_path):
+    """9 samples in batches of 4 on two CPU replicas: the last batch's one sample leaves a
+    replica with no rows (it drew labels from the batch's first sample, and failed)."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile(optimizer="adam", loss="categorical_crossentropy")
+    model.save(tmp_path / "m.keras")
+    np.savez(tmp_path / "d.npz", x=normal(9, 3, seed=1))
+    scan = ["-m", "layergrad", "scan", str(tmp_path / "m.keras"), "--wrt", "weights", "--json"]
+    one = json.loads(fresh_python(*scan, "--input", str(tmp_path / "d.npz")))
+    two = json.loads(fresh_python(*scan, "--data", str(tmp_path / "d.npz"), "--batch-size", "4",
+                                  "--cpu-replicas", "2", "--quiet"))  # fmt: skip
+    assert two["probe"]["replicas"] == 2 and one["loss"]["labels"] == "random"
+    np.testing.assert_allclose(numbers(two), numbers(one), rtol=1e-5, atol=1e-7)
 
 
 def test_a_baseline_check_reproduces_itself(files, tmp_path):

@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import CUSTOM_LAYERS, keras, load_sample, normal, sample, tf
+from helpers import CUSTOM_LAYERS, keras, load_sample, normal, random_labels, sample, tf
 
 from layergrad.cli.app import main
 from layergrad.commands.api import scan_weights_model
@@ -94,7 +94,7 @@ def test_a_layer_that_ignores_an_input_gets_unused_input(tmp_path):
     model = load_sample("train_unused_input.keras")
     rows = by_name(report)
     x = np.asarray(_random_x(report, model))
-    labels = np.random.default_rng(1).standard_normal((8, 2)).astype("float32")
+    labels = random_labels(0, 0, (8, 2), "normal")  # mse: standard normal, drawn per sample
     expected = reference(
         model, x, lambda p: tf.reduce_mean(keras.losses.mean_squared_error(labels, p))
     )
