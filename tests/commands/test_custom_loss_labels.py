@@ -11,7 +11,7 @@ import importlib.util
 
 import numpy as np
 import pytest
-from helpers import keras
+from helpers import keras, random_labels
 
 from layergrad.commands.check.check_files import CheckOptions, check_file
 from layergrad.core.probe_options import ProbeOptions
@@ -107,7 +107,9 @@ def test_random_labels_a_custom_loss_cannot_read_leave_trainable_unjudged(actor)
     read (normal values cast to actions beyond 0-1): `trainable` says so; the file does not
     fail, and the forward pass, which ran, is judged."""
     folder, module = actor
-    options = CheckOptions(imports=(module,), probe=ProbeOptions(seed=1, batch_size=32))
+    # seed 5's labels hold an action of 2 (by the formula, in numpy): beyond the 2 units
+    assert (random_labels(5, 0, (32, 2), "normal")[:, 0] >= 2).any()
+    options = CheckOptions(imports=(module,), probe=ProbeOptions(seed=5, batch_size=32))
     verdict = check_file(folder / "actor.keras", options)
     checks = {c.name: c for c in verdict.checks}
     assert verdict.passed, {n: c.message for n, c in checks.items()}
