@@ -87,7 +87,7 @@ def scan_weights(
         own = labelled.stream is not None
         stream = labelled.stream or session.stream
         first = lambda: _first_batch(session, stream)  # noqa: E731
-        drawn = "drawn per batch to fit each output"
+        drawn = "drawn per sample to fit each output"
         yours = (
             "give your own with --data as `y` (one output) or `y:NAME` in a .npz, class "
             "sub-folders of an image folder, or (x, y) from a data function"

@@ -9,8 +9,8 @@ Two methods, both from the one forward pass of the probe:
 - exact: every row of every J_i, m vector-Jacobian products vectorized into one computation
   (pfor), never a Python loop over rows; then the norms directly, the spectral norm from the
   largest eigenvalue of the smaller Gram matrix, or, past DIRECT_SIZE, to float32 precision by
-  up to MAX_STEPS Lanczos steps through the model (the ones of the estimate, run until the
-  residual bound is below TOLERANCE). Used when one sample's J has at most
+  MAX_STEPS Lanczos steps through the model (the ones of the estimate; the Gram matrix's
+  eigenvalues when the residual bound is then above TOLERANCE). Used when one sample's J has at most
   EXACT_ENTRIES entries (and the batch's at most EXACT_BUDGET), or with `--exact`.
 - estimate: Frobenius by K random sign vectors v (Hutchinson: E ||J_i^T v||^2 = ||J_i||_F^2),
   the K products vectorized; the spread of the K values gives each sample's standard error.
@@ -220,7 +220,8 @@ def exact_columns(lin: LinearMap) -> Tensor | None:
 
 
 def _lanczos_spectral(lin: LinearMap, seed: int) -> np.ndarray | None:
-    """Lanczos through the model, to TOLERANCE; None if it cannot form J v or converge."""
+    """MAX_STEPS Lanczos steps through the model (fewer for a small J), checked against
+    TOLERANCE at the end; None if it cannot form J v or has not converged."""
     run = tf.function(lambda s: linear_map.spectral_estimate(lin, s, MAX_STEPS), autograph=False)
     try:
         sigma, residual = run(tf.constant(seed, tf.int64))

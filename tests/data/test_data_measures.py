@@ -302,7 +302,7 @@ def test_random_labels_over_data_are_drawn_per_batch(classifier, tmp_path):
     path, _, _, data, _ = classifier
     np.save(tmp_path / "x.npy", data)
     report = scan_weights_model(path, data=tmp_path / "x.npy", batch_size=BATCH)
-    assert report.loss.labels == "random" and "drawn per batch" in report.notes[0]
+    assert report.loss.labels == "random" and "drawn per sample" in report.notes[0]
     assert all(r.status == "ok" for r in report.variables)
 
 
