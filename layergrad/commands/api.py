@@ -173,7 +173,7 @@ def scan_weights_model(
     from layergrad.commands.weight_scan import scan_weights
 
     options = probe_from(options, probe)
-    session = open_source(path, options, imports=_one_or_many(imports), unsafe=unsafe)
+    session = open_source(path, options, False, imports=_one_or_many(imports), unsafe=unsafe)
     return scan_weights(session, loss, layers=False, on_progress=on_progress)
 
 

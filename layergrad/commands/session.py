@@ -44,10 +44,16 @@ class Session:
     model: KerasModel
     info: FileInfo
     options: ProbeOptions
-    stream: DataStream
+    opened: DataStream | None  # None: `--data` not opened yet (see `open_source`)
     strategy: Strategy | None = None  # None: one device
     warnings: tuple[str, ...] = field(default=())  # audit findings accepted with --unsafe
     probe: ProbeBatch | None = None  # the probe batch (None over `--data`)
+
+    @property
+    def stream(self) -> DataStream:
+        """The batches: the probe batch's stream of one, or `--data`'s."""
+        assert self.opened is not None, "open_source(streamed=False): the caller opens it"
+        return self.opened
 
     @functools.cached_property
     def batch(self) -> ProbeBatch:
@@ -110,14 +116,17 @@ class Session:
         )
 
 
-def open_source(path: PathLike, options: ProbeOptions, **opening: Unpack[Opening]) -> Session:
-    """`open_session`, or with a data set the model and its stream of batches."""
+def open_source(
+    path: PathLike, options: ProbeOptions, streamed: bool = True, **opening: Unpack[Opening]
+) -> Session:
+    """`open_session`, or with a data set the model and its stream of batches (left to the
+    caller unless `streamed`: `scan --wrt weights` reads the data with its labels)."""
     loaded, warnings, strategy = load(path, options, **opening)
     if options.data_set is None:
         return session_for(loaded, options, warnings)
     from layergrad.commands.over_data import open_stream
 
-    stream = open_stream(loaded.model, options, strategy)
+    stream = open_stream(loaded.model, options, strategy) if streamed else None
     return Session(
         os.fspath(path), loaded.model, loaded.info, options, stream, strategy, tuple(warnings)
     )

@@ -82,10 +82,14 @@ def scan_weights(
         drawn = "drawn to fit each output"
         yours = "pass --input with a `y` array for your own"
     else:
+        from layergrad.commands.over_data import open_stream
+
         assert spec is not None  # a loss, or the error above
         labelled = given or _labelled(session, spec)
         own = labelled.stream is not None
-        stream = labelled.stream or session.stream
+        # the data's own stream only when it has no labels: a data function is called once
+        stream = labelled.stream or session.opened or open_stream(model, options, strategy)
+        session = replace(session, opened=stream)
         first = lambda: _first_batch(session, stream)  # noqa: E731
         drawn = "drawn per sample to fit each output"
         yours = (

@@ -278,3 +278,23 @@ def test_frozen_over_data_counts_only_frozen_weights_as_for_one_batch(tmp_path):
     data = save_batch(tmp_path, x=normal(6, 4), y=normal(6, 1, seed=2))
     assert scan_weights_model(path, data=data, batch_size=4).frozen == 2
     assert scan_weights_model(path, input_file=data).frozen == 2
+
+
+def test_a_data_function_with_labels_is_called_once(tmp_path):
+    """`scan --wrt weights --data FILE.py:function` reads x and y from the function's one
+    call (the docs: called once per pass); a second call would draw another data set."""
+    (tmp_path / "calls.py").write_text(
+        "import numpy as np\n"
+        "from pathlib import Path\n"
+        "def batches():\n"
+        f"    with open({str(tmp_path / 'calls.txt')!r}, 'a') as f:\n"
+        "        f.write('call\\n')\n"
+        "    rng = np.random.default_rng(0)\n"
+        "    return [(rng.standard_normal((4, 6)).astype('float32'), rng.integers(0, 3, 4))\n"
+        "            for _ in range(2)]\n"
+    )
+    report = scan_weights_model(
+        sample("train_classifier.keras"), data=f"{tmp_path / 'calls.py'}:batches"
+    )
+    assert report.loss.labels == "data"
+    assert (tmp_path / "calls.txt").read_text().count("call") == 1
