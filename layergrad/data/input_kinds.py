@@ -20,7 +20,6 @@ from typing import TypeVar
 import numpy as np
 
 from layergrad.core.tf_types import KerasLayer, KerasModel, Tensor
-from layergrad.model.layer_refs import input_names
 
 # Layers whose input is ids (cast to integers inside the layer); their bound, when they have one.
 ID_LAYERS = ("Embedding", "IntegerLookup", "CategoryEncoding", "Hashing")
@@ -55,7 +54,10 @@ def is_id_layer(layer: KerasLayer) -> bool:
 
 def model_inputs(model: KerasModel) -> list[Tensor]:
     """The model's input tensors (none when it does not declare them)."""
-    return list(model.inputs) if input_names(model) else []
+    try:
+        return list(model.inputs)
+    except (AttributeError, ValueError):
+        return []
 
 
 def input_consumers(model: KerasModel) -> Iterator[tuple[str, KerasLayer]]:

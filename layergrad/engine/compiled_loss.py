@@ -12,6 +12,7 @@ from layergrad.core.errors import InputError, LoadError, describe
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import KerasModel, KerasModule, Tensor
 from layergrad.data.label_stream import LabelRequest
+from layergrad.engine.projection import normals, uniforms
 from layergrad.model.loss_forms import LossSpec, loss_name, read_loss
 
 # How random labels are drawn, by a word in the loss's name (first match wins).
@@ -97,8 +98,6 @@ def random_labels(
     bits, positive or normal), drawn for each of `samples` (the batch's sample indices) from
     `seed` alone, by the formula in `projection.py`: the same labels for a sample in any batch,
     on any replica."""
-    from layergrad.engine.projection import normals, uniforms
-
     labels = []
     for k, (out, kind) in enumerate(zip(outputs, kinds, strict=True)):
         shape = tf.shape(out)

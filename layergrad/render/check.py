@@ -200,7 +200,7 @@ def _check_summary_row(index: int, v: FileVerdict) -> list[Html]:
     warnings = [badge(f"{f} (warning)", "warn") for f in dict.fromkeys(v.warnings)]
     return [  # a file name never breaks; what each finding says is in the file's section
         cell(el("a", el("code", v.path), href=f"#file-{index}"), sort=v.path, cls="name"),
-        cell(badge(v.verdict, _standing(v)), sort=0 if not v.passed else 1 if v.warnings else 2),
+        cell(badge(v.verdict, _standing(v)), sort=("bad", "warn", "ok").index(_standing(v))),
         cell(checks_line(v, "failed:"), sort=sum(not c.passed for c in v.checks)),
         cell(join([*failures, *warnings])),
     ]

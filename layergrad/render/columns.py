@@ -85,9 +85,10 @@ def html_rows(
     cells = [[cell(str(i + 1), sort=i, num=True)] * numbered + [_html_cell(c, _get(c, r))
               for c in cols] for i, r in enumerate(rows)]  # fmt: skip
     right = [True] * numbered + [c.justify == "right" for c in cols]
-    classes = ["flagged" if getattr(r, "flags", None) else None for r in rows]
     if failed is not None:
         classes = ["failed" if failed(r) else None for r in rows]
+    else:
+        classes = ["flagged" if getattr(r, "flags", None) else None for r in rows]
     return table(head, cells, numeric=[i for i, r in enumerate(right) if r], row_classes=classes)
 
 

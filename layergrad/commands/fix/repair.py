@@ -371,11 +371,7 @@ def _still_failing(
 
 def check_findings(verdict: FileVerdict) -> tuple[str, ...]:
     """Every finding of a check (failures and warnings), once each, in check order."""
-    seen: dict[str, None] = {}
-    for item in verdict.checks:
-        for finding in item.findings:
-            seen.setdefault(str(finding), None)
-    return tuple(seen)
+    return tuple(dict.fromkeys(str(f) for item in verdict.checks for f in item.findings))
 
 
 def _repair(plan: Plan, why: str = "", applied: bool = True) -> Repair:
