@@ -29,14 +29,6 @@ as_json = json_document  # any report's JSON document, strict (a non-finite numb
 SHARED: dict[OutputFormat, Format] = {OutputFormat.JSON: as_json}
 
 
-def renderer(report: str, fmt: OutputFormat) -> Format:
-    """The function that renders a `report` (one of REPORTS) in `fmt`."""
-    module = importlib.import_module(f"layergrad.render.{report}")
-    found = getattr(module, FUNCTIONS[fmt], None)
-    function: Format = found or SHARED[fmt]
-    return function
-
-
 def render(
     report: str,
     fmt: OutputFormat,
@@ -46,14 +38,15 @@ def render(
     width: int | None = 100,
     **options: object,
 ) -> str:
-    """A `report` (one of REPORTS) `value` as text in format `fmt` (colour, width for tables).
+    """A `report` (one of REPORTS) `value` as text in format `fmt` (colour, width for tables):
+    the report module's function named in FUNCTIONS, else the one in SHARED.
 
     `options` are the report's own rendering options (`show_all` for `diff`). Every text
     format but JSON (whose encoder escapes strings exactly) sees the report with its strings
     made `escape.visible`: no name can move the cursor, reorder a line or break markup.
     """
-    function = renderer(report, fmt)
     module = importlib.import_module(f"layergrad.render.{report}")
+    function: Format = getattr(module, FUNCTIONS[fmt], None) or SHARED[fmt]
     if fmt != OutputFormat.JSON and not getattr(module, "SCRUBS_ITSELF", False):
         from layergrad.render.escape import scrubbed
 

@@ -3,7 +3,7 @@ HTML page (the parts of `html_page.py`; names from model files are escaped)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from xml.etree import ElementTree as ET
 
 from rich.console import Group, RenderableType
@@ -96,9 +96,9 @@ def _style_ok(verdicts: Sequence[FileVerdict]) -> str:
     return "bold yellow" if any(v.warnings for v in verdicts) else "bold green"
 
 
-def _notes(v: FileVerdict, sep: str) -> str:
+def _notes(v: FileVerdict) -> str:
     """What the checks that found something or failed say; warnings are marked as such."""
-    return sep.join(
+    return "; ".join(
         f"{c.name}{_kind(c)}: {c.message}" for c in v.checks if c.findings or not c.passed
     )
 
@@ -116,14 +116,7 @@ def as_json(verdicts: Sequence[FileVerdict], **_: object) -> str:
 def markdown(verdicts: Sequence[FileVerdict], **_: object) -> str:
     """A markdown summary for a pull-request comment."""
     head = f"**layergrad check**: {summary_line(verdicts)}\n\n"
-    rows = [
-        [
-            md_code(v.path),
-            _md_verdict(v),
-            md_text(_notes(v, "; ")),
-        ]
-        for v in verdicts
-    ]
+    rows = [[md_code(v.path), _md_verdict(v), md_text(_notes(v))] for v in verdicts]
     return head + md_table(["file", "verdict", "findings"], rows)
 
 
@@ -195,14 +188,18 @@ def html(verdicts: Sequence[FileVerdict], **_: object) -> str:
     return page("check", None, body)
 
 
+def _badges(failures: Iterable[str], warnings: Iterable[str]) -> Html:
+    """A cell of findings: the failures red, then the warnings yellow."""
+    bad = [badge(f, "bad") for f in failures]
+    return cell(join([*bad, *(badge(f"{f} (warning)", "warn") for f in warnings)]))
+
+
 def _check_summary_row(index: int, v: FileVerdict) -> list[Html]:
-    failures = [badge(f, "bad") for f in dict.fromkeys(v.failures)]
-    warnings = [badge(f"{f} (warning)", "warn") for f in dict.fromkeys(v.warnings)]
     return [  # a file name never breaks; what each finding says is in the file's section
         cell(el("a", el("code", v.path), href=f"#file-{index}"), sort=v.path, cls="name"),
         cell(badge(v.verdict, _standing(v)), sort=("bad", "warn", "ok").index(_standing(v))),
         cell(checks_line(v, "failed:"), sort=sum(not c.passed for c in v.checks)),
-        cell(join([*failures, *warnings])),
+        _badges(dict.fromkeys(v.failures), dict.fromkeys(v.warnings)),
     ]
 
 
@@ -219,11 +216,9 @@ def _file_section(index: int, v: FileVerdict) -> Html:
 
 
 def _check_row(c: CheckItem) -> list[Html]:
-    failures = [badge(f, "bad") for f in c.failures]
-    warnings = [badge(f"{f} (warning)", "warn") for f in c.warnings]
     return [
         cell(c.name),
         cell(badge("pass", "ok") if c.passed else badge("fail", "bad"), sort=int(c.passed)),
         cell(c.message),
-        cell(join([*failures, *warnings])),
+        _badges(c.failures, c.warnings),
     ]

@@ -28,6 +28,7 @@ from layergrad.core.results import (
     ScanReport,
 )
 from layergrad.core.vocab import Status
+from layergrad.diagnose.regressions import DiffReport
 from layergrad.files.report_json import to_json
 from layergrad.render.escape import visible
 
@@ -245,11 +246,14 @@ def probe_line(p: ProbeMeta, what: str) -> str:
     return f"probe: {source}, batch {p.batch_size}{replicas}, {mode}, {what}"
 
 
+def model_line(m: ModelMeta) -> Text:
+    """`model.keras  Functional 'name', keras`: the file in bold, then what it holds."""
+    return Text.assemble((m.path, "bold"), f"  {m.class_name} {m.name!r}, {m.format}")
+
+
 def model_header(m: ModelMeta, p: ProbeMeta, what: str) -> Text:
     """Two header lines: the model file, then how it was probed."""
-    return Text.assemble(
-        (m.path, "bold"), f"  {m.class_name} {m.name!r}, {m.format}\n", probe_line(p, what)
-    )
+    return Text.assemble(model_line(m), "\n", probe_line(p, what))
 
 
 def causes_lines(causes: Iterable[Reason]) -> list[RenderableType]:
@@ -348,8 +352,7 @@ def sentence(text: str) -> str:
     return text if text.endswith((".", "!", "?")) else text + "."
 
 
-def target_text(report: ScanReport) -> str:
-    """What is differentiated: `sum(dense_1)`, or the projection of the model's outputs."""
-    if report.target is None:
-        return f"{report.probe.reduce}(outputs · R)"
-    return f"{report.probe.reduce}({report.target})"
+def flow_text(report: ScanReport | DiffReport) -> str:
+    """What a scan differentiates: `d sum(dense_1) / d each layer`, or without a target the
+    projection of the model's outputs, `d sum(outputs · R) / d each layer`."""
+    return f"d {report.probe.reduce}({report.target or 'outputs · R'}) / d each layer"

@@ -24,10 +24,12 @@ from layergrad.render.common import (
     STATUS_STYLE,
     Column,
     count,
+    flow_text,
     json_document,
     md_code,
     md_text,
     model_header,
+    model_line,
     natural_width,
     number,
     probe_line,
@@ -125,22 +127,15 @@ def verdict(report: DiffReport) -> str:
 
 
 def _header(report: DiffReport) -> Text:
-    base = report.base
-    return Text.assemble(
-        "base: ",
-        (base.path, "bold"),
-        f"  {base.class_name} {base.name!r}, {base.format}\n",
-        "new:  ",
-        model_header(report.new, report.probe, _what(report)),
-    )
+    new = model_header(report.new, report.probe, _what(report))
+    return Text.assemble("base: ", model_line(report.base), "\nnew:  ", new)
 
 
 def _what(report: DiffReport) -> str:
     """`d sum(outputs · R) / d each layer`, or `d loss (mse) / d each trainable variable`."""
     if report.loss is not None:
         return f"d loss ({report.loss}) / d each trainable variable"
-    inner = "outputs · R" if report.target is None else report.target
-    return f"d {report.probe.reduce}({inner}) / d each layer"
+    return flow_text(report)
 
 
 def _mark(regression: bool) -> RenderableType:

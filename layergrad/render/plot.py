@@ -170,22 +170,9 @@ def _draw_jacobian(ax: Axes, rows: Sequence[ScanRow], start: int) -> None:
 
 
 def jacobian_mean(item: object) -> float | None:
-    """Mean per-sample Frobenius norm of a row's or result's `jacobian`, when it has one.
-
-    Accepts the object form (`jacobian.frobenius.mean`) and the JSON form (nested dicts).
-    """
+    """Mean per-sample Frobenius norm of a row's or result's `jacobian`, when it has one."""
     jacobian = getattr(item, "jacobian", None)
-    frobenius = _member(jacobian, "frobenius")
-    mean = _member(frobenius, "mean")
-    return float(mean) if isinstance(mean, int | float) else None
-
-
-def _member(value: object, name: str) -> object:
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        return value.get(name)
-    return getattr(value, name, None)
+    return None if jacobian is None else float(jacobian.frobenius.mean)
 
 
 def _positive(value: float | None) -> float | None:

@@ -21,10 +21,10 @@ from layergrad.render.columns import (
 )
 from layergrad.render.common import (
     causes_lines,
+    flow_text,
     md_text,
     md_title,
     model_header,
-    target_text,
     to_text,
 )
 from layergrad.render.html_page import Html, causes_panel, chart, el, page, page_facts
@@ -41,7 +41,7 @@ def _columns(report: ScanReport) -> list:
 def table(report: ScanReport, *, color: bool = False, width: int | None = 100) -> str:
     """The scan table in depth order, then notes and the causes of blocked / non-finite rows."""
     items: list[RenderableType] = [
-        model_header(report.model, report.probe, f"d {target_text(report)} / d each layer"),
+        model_header(report.model, report.probe, flow_text(report)),
         *text_table(_columns(report), report.rows, width),
     ]
     items += [Text(f"note: {note}", style="yellow") for note in report.notes]
@@ -59,7 +59,7 @@ def _distinct_causes(rows: list[ScanRow]) -> list[ScanRow]:
 
 def markdown(report: ScanReport, **_: object) -> str:
     """A markdown table for a pull-request comment."""
-    head = md_title("scan", report.model.path, f"d {md_text(target_text(report))} / d each layer")
+    head = md_title("scan", report.model.path, md_text(flow_text(report)))
     notes = "".join(f"\n> note: {md_text(note)}\n" for note in report.notes)
     return head + md_rows(_columns(report), report.rows) + notes
 
@@ -69,7 +69,7 @@ def html(report: ScanReport, **_: object) -> str:
     rows = report.rows
     body: list[Html | None] = [
         _scan_verdict(report.rows),
-        page_facts(report.model, report.probe, f"d {target_text(report)} / d each layer"),
+        page_facts(report.model, report.probe, flow_text(report)),
     ]
     body += [el("p", "note: ", note, class_="note") for note in report.notes]
     body += [
