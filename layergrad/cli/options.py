@@ -33,10 +33,9 @@ Decorator = Callable[[Callable[..., object]], Callable[..., object]]  # click.op
 
 
 def _stack(func: F, options: Sequence[Decorator]) -> F:
+    """`func` under `options`, the first outermost (as if written above it in that order)."""
     decorated: Callable[..., object] = func
-    for option in reversed(options):
-        decorated = option(decorated)
-    return cast(F, decorated)
+    return cast(F, functools.reduce(lambda f, option: option(f), reversed(options), decorated))
 
 
 def _rewriting(

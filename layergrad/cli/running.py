@@ -86,15 +86,11 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Stopped(KeyboardInterrupt):
-    """The run was stopped by a signal (`signum`)."""
+    """The run was stopped by a signal: its `exit_code` is 128 + the signal's number."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
+        self.exit_code = 128 + signum
 
 
 def _raise(signum: int, frame: FrameType | None) -> None:

@@ -171,40 +171,24 @@ def causes_panel(title: str, causes: Sequence[Reason]) -> Html:
 
 
 def page(command: str, subject: str | None, body: Iterable[Child]) -> str:
-    """A command's page: titled `layergrad COMMAND: SUBJECT`, headed `layergrad COMMAND`."""
+    """A command's page, a complete self-contained HTML document: titled `layergrad COMMAND:
+    SUBJECT` (escaped), headed `layergrad COMMAND`, then `body`, the elements of `<main>`."""
     name = f"layergrad {command}"
-    return document(f"{name}: {subject}" if subject else name, [el("h1", name), *body])
-
-
-def document(title: str, body: Iterable[Child]) -> str:
-    """A complete self-contained HTML document, `<!DOCTYPE html>` first: `title` (escaped),
-    `body` the elements of `<main>`."""
+    title = el("title", f"{name}: {subject}" if subject else name)
     script_hash = base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
     policy = (
         "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
         f"script-src 'sha256-{script_hash}'; base-uri 'none'; form-action 'none'"
     )
-    head = join(
-        [
-            Html('<meta charset="utf-8">'),
-            Html(f'<meta http-equiv="Content-Security-Policy" content="{policy}">'),
-            Html('<meta name="viewport" content="width=device-width, initial-scale=1">'),
-            Html('<meta name="generator" content="layergrad">'),
-            el("title", title),
-            Html(f"<style>{CSS}</style>"),
-        ]
-    )
+    main = el("main", el("h1", name), body)
     footer = el("footer", f"layergrad {__version__}")
-    document = join(
-        [
-            Html("<!DOCTYPE html>\n"),
-            Html('<html lang="en">'),
-            el("head", head),
-            el("body", el("main", body), footer, Html(f"<script>{SCRIPT}</script>")),
-            Html("</html>\n"),
-        ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{policy}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<meta name="generator" content="layergrad">{title}<style>{CSS}</style></head>'
+        f"<body>{main}{footer}<script>{SCRIPT}</script></body></html>\n"
     )
-    return str(document)
 
 
 CSS = """

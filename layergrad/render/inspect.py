@@ -12,7 +12,6 @@ from rich.panel import Panel
 from rich.text import Text
 
 from layergrad.core.results import DataStats, InspectReport, JacobianStats, Result
-from layergrad.core.vocab import Status
 from layergrad.render import plot
 from layergrad.render.columns import (
     RESULT_COLUMNS,
@@ -143,11 +142,7 @@ def html(report: InspectReport, **_: object) -> str:
 
 def _ranked_units(report: InspectReport) -> list[tuple[str, tuple[tuple[int, float], ...]]]:
     """(target, the source's units of largest mean |g|) for each ok result that has them."""
-    return [
-        (r.target.layer, r.gradient.top_units)
-        for r in report.results
-        if r.status == Status.OK and r.gradient and r.gradient.top_units
-    ]
+    return [(r.target.layer, plot.top_units(r)) for r in report.results if plot.top_units(r)]
 
 
 def _inspect_verdict(results: Sequence[Result]) -> Html:

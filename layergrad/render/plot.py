@@ -207,11 +207,11 @@ def inspect_figure(report: InspectReport) -> Figure:
     activation's last axis, largest first (the units of the text report), bars of gid
     `lg-unit-P-R` (panel P, rank R). Without any such result the figure says so in words.
     """
-    ranked = [r for r in report.results if _units(r)]
+    ranked = [r for r in report.results if top_units(r)]
     source = report.results[0].source.layer if report.results else "?"
     columns = min(3, max(1, len(ranked)))
     grid_rows = max(1, math.ceil(len(ranked) / columns))
-    longest = max((len(_units(r)) for r in ranked), default=1)
+    longest = max((len(top_units(r)) for r in ranked), default=1)
     fig = _new_figure(
         width=max(6.4, 3.6 * columns), height=max(3.2, 1.6 + grid_rows * (0.8 + 0.2 * longest))
     )
@@ -236,13 +236,14 @@ def inspect_figure(report: InspectReport) -> Figure:
     return fig
 
 
-def _units(result: Result) -> tuple[tuple[int, float], ...]:
+def top_units(result: Result) -> tuple[tuple[int, float], ...]:
+    """(unit, mean |g|) of the source's most sensitive units, largest first, for an ok result."""
     g = result.gradient
     return g.top_units if result.status == "ok" and g is not None else ()
 
 
 def _units_panel(ax: Axes, result: Result, panel: int) -> None:
-    units = _units(result)
+    units = top_units(result)
     ys = list(range(len(units)))
     for y, (_unit, value) in zip(ys, units, strict=True):
         (bar,) = ax.barh(y, value, height=0.7, color=MARKS["vanishing"].color)
