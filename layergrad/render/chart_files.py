@@ -90,10 +90,8 @@ def figure_svg(fig: Figure) -> str:
     """
     import matplotlib
 
-    buffer = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "layergrad"}):
-        fig.savefig(buffer, format="svg", metadata={"Date": None})
-    svg = buffer.getvalue()
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        svg = figure_bytes(fig, "svg").decode()
     svg = svg[svg.index("<svg") :]
     # The RDF metadata names matplotlib's web site; a page that fetches nothing carries no URL.
     start, end = svg.find("<metadata>"), svg.find("</metadata>")

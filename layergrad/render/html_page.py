@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from layergrad import __version__
@@ -54,7 +54,7 @@ def el(tag: str, *children: Child | Iterable[Child], **attrs: object) -> Html:
         name = name.rstrip("_").replace("_", "-")
         parts.append(f" {name}" if value is True else f' {name}="{text(value)}"')
     parts.append(">")
-    parts.extend(text(c) for c in _flatten(children))
+    parts.extend(text(c) for c in _flatten(children) if c is not None)
     parts.append(f"</{tag}>")
     return Html("".join(parts))
 
@@ -64,16 +64,9 @@ def join(items: Iterable[Child]) -> Html:
     return Html("".join(text(c) for c in items if c is not None))
 
 
-def _flatten(children: tuple[Child | Iterable[Child], ...]) -> list[str]:
-    out: list[str] = []
+def _flatten(children: tuple[Child | Iterable[Child], ...]) -> Iterator[Child]:
     for child in children:
-        if child is None:
-            continue
-        if isinstance(child, str):
-            out.append(child)
-        else:
-            out.extend(c for c in child if c is not None)
-    return out
+        yield from (child,) if isinstance(child, str | None) else child
 
 
 def table(

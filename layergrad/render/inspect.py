@@ -230,6 +230,7 @@ def jacobian_items(results: Sequence[Result], width: int | None) -> list[Rendera
 def _samples_table(results: Sequence[tuple[Result, JacobianStats]]) -> Group:
     """Over a data set: the distribution of ‖J_i‖F and its most sensitive samples."""
     lines: list[RenderableType] = []
+    columns = []
     for res, j in results:
         d = j.frobenius.distribution
         assert d is not None
@@ -240,18 +241,9 @@ def _samples_table(results: Sequence[tuple[Result, JacobianStats]]) -> Group:
                 f"p95 {percentile_text(d.p95)}, max {number(d.max)}"
             )
         )
-    columns = [
-        (res.target.layer, [(r.sample, r.value) for r in j.frobenius.distribution.top])
-        for res, j in results
-        if j.frobenius.distribution is not None
-    ]
-    table = ranked_units_table(
-        "most sensitive samples (largest ‖J_i‖F; index in the data, from 0)",
-        "‖J‖F",
-        columns,
-        item="sample",
-    )
-    return Group(*lines, table)
+        columns.append((res.target.layer, [(r.sample, r.value) for r in d.top]))
+    title = "most sensitive samples (largest ‖J_i‖F; index in the data, from 0)"
+    return Group(*lines, ranked_units_table(title, "‖J‖F", columns, item="sample"))
 
 
 def _method(j: JacobianStats) -> str:

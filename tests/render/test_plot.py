@@ -190,7 +190,7 @@ def test_inspect_without_a_finite_gradient_says_so_in_words():
 
 def test_the_jacobian_profile_is_drawn_when_rows_carry_one(tmp_path):
     base = scan_model(sample("hand_set.keras"), target="b")
-    forms = [SimpleNamespace(frobenius=SimpleNamespace(mean=3.0)), {"frobenius": {"mean": 40.0}}, None]  # fmt: skip
+    forms = [SimpleNamespace(frobenius=SimpleNamespace(mean=m)) for m in (3.0, 40.0)] + [None]
     rows = tuple(replace(r, jacobian=j) for r, j in zip(base.rows, forms, strict=True))
     report = ScanReport(base.model, base.probe, None, rows)
     fig = plot.scan_figure(report)
