@@ -1,12 +1,7 @@
-"""Renderers: one module per report, each with one function per output format it renders.
-
-Every format is one interface, a `Format`: a pure function of the report (and `color`,
-`width` and the report's own options) to text. `render(report, fmt, value)` picks the report
-module's function named in `FUNCTIONS`, or the one every report shares (`SHARED`: the JSON
-document, `common.json_document`). Adding a format means adding it to `vocab.OutputFormat`, to
-`FUNCTIONS` here, and one function to each report's module (or one to `SHARED`). A report is
-what a command prints: `scan --wrt weights` prints a `weights` report.
-"""
+"""Renderers: one module per report (what a command prints: `scan --wrt weights` prints a
+`weights` report), each with one function per output format, a `Format`. Adding a format means
+adding it to `vocab.OutputFormat`, to `FUNCTIONS` here, and one function to each report's
+module (or one to `SHARED`)."""
 
 from __future__ import annotations
 

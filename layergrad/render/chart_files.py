@@ -25,13 +25,10 @@ def check_plot_path(
     *,
     force: bool = False,
 ) -> str:
-    """Validate a `--plot` path before any work: a known extension (it chooses the format), a
-    target `outputs` accepts (never one of the `protected` inputs of the run, a directory, or
-    without `force` a file that is not a chart). Returns the path as a string.
-
-    Raises:
-        UsageError: an unknown extension; OutputError: a target `outputs` refuses.
-    """
+    """Validate a `--plot` path before any work, returned as a string: a known extension (it
+    chooses the format; else UsageError), a target `outputs` accepts (never one of the
+    `protected` inputs of the run, a directory, or without `force` a file that is not a chart;
+    else OutputError)."""
     from layergrad.files.outputs import check_target
 
     text = os.fspath(path)
@@ -54,12 +51,8 @@ def save_figure(
     force: bool = False,
 ) -> str:
     """Write a figure as `figure_bytes` makes it, the format following the extension, through
-    `outputs.write_file` (as `check_plot_path` allows). Returns the format: png, svg or pdf.
-
-    Raises:
-        UsageError: an unknown extension; InputError: a missing folder; OutputError: the
-            file cannot or must not be written.
-    """
+    `outputs.write_file` (as `check_plot_path` allows; InputError for a missing folder).
+    Returns the format: png, svg or pdf."""
     from layergrad.files import outputs
 
     text = check_plot_path(path)

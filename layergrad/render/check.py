@@ -11,10 +11,9 @@ from rich.padding import Padding
 from rich.text import Text
 
 from layergrad.core.results import CheckItem, CheckReport, FileVerdict, warned
+from layergrad.render.columns import text_table
 from layergrad.render.common import (
     Column,
-    dropped_line,
-    fit_table,
     json_document,
     md_code,
     md_table,
@@ -26,13 +25,14 @@ from layergrad.render.escape import scrubbed
 from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page
 from layergrad.render.html_page import table as html_table
 
-COLUMNS = (
-    Column("file"),  # a path is never broken: what the findings say goes under the table
-    Column("verdict"),
-    Column("checks", drop=2),
-    Column("findings", drop=1),
-)
 STYLES = {"bad": "bold red", "warn": "yellow", "ok": "green"}  # a file's verdict in the table
+COLUMNS = (  # a path is never broken: what the findings say goes under the table
+    Column("file", get=lambda v: v.path),
+    Column("verdict", text=lambda v: Text(v.verdict, style=STYLES[_standing(v)])),
+    Column("checks", drop=2, get=lambda v: checks_line(v, "✗")),
+    Column("findings", drop=1,
+           get=lambda v: ", ".join(dict.fromkeys(f for c in v.checks for f in c.findings))),
+)  # fmt: skip
 
 
 def table(verdicts: Sequence[FileVerdict], *, color: bool = False, width: int | None = 100) -> str:
@@ -42,15 +42,7 @@ def table(verdicts: Sequence[FileVerdict], *, color: bool = False, width: int | 
     columns go (a line under the table says which), and a name longer than the page makes
     the page wider.
     """
-    rows: list[list[RenderableType]] = []
-    for v in verdicts:
-        findings = ", ".join(dict.fromkeys(f for c in v.checks for f in c.findings))
-        verdict = Text(v.verdict, style=STYLES[_standing(v)])
-        rows.append([v.path, verdict, checks_line(v, "✗"), findings])
-    fitted, dropped = fit_table(COLUMNS, rows, width)
-    items: list[RenderableType] = [fitted]
-    if dropped:
-        items.append(dropped_line(dropped, width))
+    items = text_table(COLUMNS, verdicts, width)
     for v in verdicts:
         notes = _note_lines(v)
         if notes:
@@ -58,7 +50,7 @@ def table(verdicts: Sequence[FileVerdict], *, color: bool = False, width: int | 
     n_failed = sum(1 for v in verdicts if not v.passed)
     style = "bold red" if n_failed else _style_ok(verdicts)
     items.append(Text(summary_line(verdicts), style=style))
-    wide = None if width is None else max(width, natural_width(fitted))
+    wide = None if width is None else max(width, natural_width(items[0]))
     return to_text(items, color=color, width=wide)
 
 
