@@ -168,11 +168,7 @@ def inspect(
 @model_argument
 @format_options
 @load_options
-def layers(
-    model: str,
-    fmt: OutputFormat,
-    load: Load,
-) -> None:
+def layers(model: str, fmt: OutputFormat, load: Load) -> None:
     """List every layer of a model file: the names --from and --to accept.
 
     One row per layer (nested models expanded as outer/inner): index, class,

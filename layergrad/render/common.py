@@ -21,12 +21,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from layergrad.core.results import (
-    ModelMeta,
-    ProbeMeta,
-    Reason,
-    ScanReport,
-)
+from layergrad.core.results import ModelMeta, ProbeMeta, Reason, ScanReport
 from layergrad.core.vocab import Status
 from layergrad.diagnose.regressions import DiffReport
 from layergrad.files.report_json import to_json

@@ -38,16 +38,7 @@ from layergrad.render.common import (
     ranked_units_table,
     to_text,
 )
-from layergrad.render.html_page import (
-    Html,
-    causes_panel,
-    cell,
-    chart,
-    el,
-    join,
-    page,
-    page_facts,
-)
+from layergrad.render.html_page import Html, causes_panel, cell, chart, el, join, page, page_facts
 from layergrad.render.html_page import table as html_table
 
 

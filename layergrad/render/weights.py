@@ -115,10 +115,7 @@ def html(report: WeightScanReport, **_: object) -> str:
         ),
     ]
     body += [el("p", "note: ", note, class_="note") for note in (*report.notes, RATIO_NOTE)]
-    body += [
-        el("h2", f"Trainable variables ({len(rows)})"),
-        html_rows(WEIGHT_COLUMNS, rows),
-    ]
+    body += [el("h2", f"Trainable variables ({len(rows)})"), html_rows(WEIGHT_COLUMNS, rows)]
     if report.noise:  # --data: per layer, the gradient's signal-to-noise ratio
         body += [
             el("h2", "Gradient signal-to-noise per layer"),
