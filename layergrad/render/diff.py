@@ -79,14 +79,17 @@ def _columns(report: DiffReport) -> tuple[Column, ...]:
     """The rows' columns in every format (`render.columns`), the names headed by what a row
     is; on a narrow page the why sentence, which says what changed, outlasts the numbers."""
     return (
-        Column("", get=lambda r: r.regression, text=_mark, html=_html_mark, where="th"),
+        Column("", get=lambda r: r.regression, where="th",
+               text=lambda bad: Text("✗", style="bold red") if bad else "",
+               html=lambda bad: cell(badge("regression", "bad") if bad else "")),
         Column(row_word(report), name_like=True, get=lambda r: r.name, text=Text,
                html=lambda name: cell(el("code", name), sort=name)),
         Column("base", drop=2, get=lambda r: r.base, text=_side, md=_md_side, html=_html_side),
         Column("new", drop=1, get=lambda r: r.new, text=_side, md=_md_side, html=_html_side),
         Column("decades", "right", drop=3, get=lambda r: r.decades, text=_decades, md=_decades,
-               html=_html_decades),
-        Column("why", name_like=True, text=_why, md=_md_why, html=lambda r: cell(r.why)),
+               html=lambda v: cell(_decades(v), sort="" if v is None else repr(v), num=True)),
+        Column("why", name_like=True, md=_md_why, html=lambda r: cell(r.why),
+               text=lambda r: Text(r.why, style="red" if r.regression else "")),
     )  # fmt: skip
 
 
@@ -136,14 +139,6 @@ def _what(report: DiffReport) -> str:
     if report.loss is not None:
         return f"d loss ({report.loss}) / d each trainable variable"
     return flow_text(report)
-
-
-def _mark(regression: bool) -> RenderableType:
-    return Text("✗", style="bold red") if regression else ""
-
-
-def _why(row: RowDiff) -> Text:
-    return Text(row.why, style="red" if row.regression else "")
 
 
 def _side(side: ProfileRow | None) -> Text:
@@ -211,19 +206,11 @@ def _mean(side: ProfileRow) -> str:
     return f" {number(side.mean_abs)}"
 
 
-def _html_mark(regression: bool) -> Html:
-    return cell(badge("regression", "bad") if regression else "")
-
-
 def _html_side(side: ProfileRow | None) -> Html:
     if side is None:
         return cell("-", sort="")
     kind = STATUS_KIND.get(side.status, "muted")
     return cell(join([badge(side.status.value, kind), _mean(side)]))
-
-
-def _html_decades(value: float | None) -> Html:
-    return cell(_decades(value), sort="" if value is None else repr(value), num=True)
 
 
 def html(report: DiffReport, *, show_all: bool = False, **_: object) -> str:
