@@ -24,6 +24,7 @@ from rich.text import Text
 from layergrad.core.results import ModelMeta, ProbeMeta, Reason, ScanReport
 from layergrad.core.vocab import Status
 from layergrad.diagnose.regressions import DiffReport
+from layergrad.files.layer_listing import LayerListing
 from layergrad.files.report_json import to_json
 from layergrad.render.escape import visible
 
@@ -241,7 +242,7 @@ def probe_line(p: ProbeMeta, what: str) -> str:
     return f"probe: {source}, batch {p.batch_size}{replicas}, {mode}, {what}"
 
 
-def model_line(m: ModelMeta) -> Text:
+def model_line(m: ModelMeta | LayerListing) -> Text:
     """`model.keras  Functional 'name', keras`: the file in bold, then what it holds."""
     return Text.assemble((m.path, "bold"), f"  {m.class_name} {m.name!r}, {m.format}")
 

@@ -133,14 +133,8 @@ def _scrub(value: object) -> object:
     if isinstance(value, str):
         return visible(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {}
-        for f in dataclasses.fields(value):
-            if not f.init:
-                continue
-            old = getattr(value, f.name)
-            new = _scrub(old)
-            if new is not old:
-                changes[f.name] = new
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.init}
+        changes = {name: new for name, old in fields.items() if (new := _scrub(old)) is not old}
         return dataclasses.replace(value, **changes) if changes else value
     if isinstance(value, (tuple, list)):
         items = [_scrub(v) for v in value]

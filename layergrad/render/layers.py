@@ -9,7 +9,7 @@ from rich.text import Text
 
 from layergrad.files.layer_listing import LayerListing, LayerRow, ModelInput, nonfinite_text
 from layergrad.render.columns import html_rows, md_rows, name, text_table
-from layergrad.render.common import Column, md_code, md_text, md_title, to_text
+from layergrad.render.common import Column, md_code, md_text, md_title, model_line, to_text
 from layergrad.render.html_page import badge, cell, el
 
 NONFINITE_STYLE = "bold magenta"
@@ -19,10 +19,8 @@ ZERO_STYLE = "bold yellow"
 def table(listing: LayerListing, *, color: bool = False, width: int | None = 100) -> str:
     """The `layers` table: a header, one row per layer, weight problems, and the totals."""
     version = f"Keras {listing.keras_version}" if listing.keras_version else "unknown Keras"
-    header = Text.assemble(
-        (listing.path, "bold"),
-        f"  {listing.class_name} {listing.name!r}, {listing.format}, saved by {version}",
-    )
+    header = model_line(listing)
+    header.append(f", saved by {version}")
     if listing.inputs:
         header.append(f"\ninputs: {', '.join(map(_input_text, listing.inputs))}")
     header.append(_uniform_line(listing.rows))
