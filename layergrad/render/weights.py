@@ -88,8 +88,7 @@ def markdown(report: WeightScanReport, **_: object) -> str:
         for c in causes
     ]
     notes += [f"> note: {md_text(n)}" for n in report.notes]
-    snr = md_rows(SNR_COLUMNS, report.noise) if report.noise else ""
-    snr = f"\n{md_text(SNR_TITLE)}:\n\n{snr}" if snr else ""
+    snr = f"\n{md_text(SNR_TITLE)}:\n\n{md_rows(SNR_COLUMNS, report.noise)}" if report.noise else ""
     summary = f"\n{md_text(_summary(report))}\n"
     return head + md_rows(WEIGHT_COLUMNS, report.variables) + summary + snr + md_lines(notes)
 
