@@ -38,11 +38,6 @@ SEVERE_FLAGS = ("blocked", "nonfinite")
 SEVERE = dict.fromkeys(SEVERE_FLAGS, "bad")  # a flag's badge: these red, the rest yellow
 
 
-def shown(columns: Sequence[Column], fmt: str) -> list[Column]:
-    """The columns format `fmt` (`t`, `m` or `h`) shows."""
-    return [c for c in columns if fmt in c.where]
-
-
 def _get(c: Column, row: object) -> object:
     return row if c.get is None else c.get(row)
 
@@ -57,7 +52,7 @@ def text_table(
 ) -> list[RenderableType]:
     """The rows as a text table that fits `width`, and (if `note`) the line naming the columns
     it left out to fit; `compact` collapses the padding between columns."""
-    cols = shown(columns, "t")
+    cols = [c for c in columns if "t" in c.where]
     cells = [[(c.text or str)(_get(c, r)) for c in cols] for r in rows]
     table, dropped = fit_table(cols, cells, width, compact=compact)
     return [table, *([dropped_line(dropped, width)] if dropped and note else [])]
@@ -65,7 +60,7 @@ def text_table(
 
 def md_rows(columns: Sequence[Column], rows: Sequence[object]) -> str:
     """The rows as a markdown table."""
-    cols = shown(columns, "m")
+    cols = [c for c in columns if "m" in c.where]
     cells = [[(c.md or (_code if c.name_like else str))(_get(c, r)) for c in cols]
              for r in rows]  # fmt: skip
     return md_table([c.header for c in cols], cells)
@@ -80,7 +75,7 @@ def html_rows(
 ) -> Html:
     """The rows as a sortable HTML table (`numbered`: a `#` column first); a row with flags is
     marked `flagged`, or with `failed`, a row it says failed is marked `failed`."""
-    cols = shown(columns, "h")
+    cols = [c for c in columns if "h" in c.where]
     head = ["#"] * numbered + [c.header for c in cols]
     cells = [[cell(str(i + 1), sort=i, num=True)] * numbered + [_html_cell(c, _get(c, r))
               for c in cols] for i, r in enumerate(rows)]  # fmt: skip
