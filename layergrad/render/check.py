@@ -49,7 +49,7 @@ def table(verdicts: Sequence[FileVerdict], *, color: bool = False, width: int | 
             items.append(Group(Text(v.path, style="bold"), *notes))
     n_failed = sum(1 for v in verdicts if not v.passed)
     style = "bold red" if n_failed else _style_ok(verdicts)
-    items.append(Text(summary_line(verdicts), style=style))
+    items.append(Text(CheckReport(tuple(verdicts)).summary, style=style))
     wide = None if width is None else max(width, natural_width(items[0]))
     return to_text(items, color=color, width=wide)
 
@@ -72,11 +72,6 @@ def checks_line(v: FileVerdict, failed: str) -> str:
     names = [c.name for c in v.checks if not c.passed]
     said = f", {failed} {', '.join(names)}" if names else ""
     return f"{len(v.checks) - len(names)}/{len(v.checks)} ok{said}"
-
-
-def summary_line(verdicts: Sequence[FileVerdict]) -> str:
-    """`3 passed, 1 failed`, with `, 2 warnings` when findings did not fail a file."""
-    return CheckReport(tuple(verdicts)).summary
 
 
 def _standing(v: FileVerdict) -> str:
@@ -107,7 +102,7 @@ def as_json(verdicts: Sequence[FileVerdict], **_: object) -> str:
 
 def markdown(verdicts: Sequence[FileVerdict], **_: object) -> str:
     """A markdown summary for a pull-request comment."""
-    head = f"**layergrad check**: {summary_line(verdicts)}\n\n"
+    head = f"**layergrad check**: {CheckReport(tuple(verdicts)).summary}\n\n"
     rows = [[md_code(v.path), _md_verdict(v), md_text(_notes(v))] for v in verdicts]
     return head + md_table(["file", "verdict", "findings"], rows)
 
