@@ -11,19 +11,20 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from rich import box
 from rich.console import RenderableType
+from rich.table import Table
 from rich.text import Text
 
 from layergrad.core.results import Result, ScanRow
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
-    dropped_line,
-    fit_table,
     log_bar,
     log_range,
     md_code,
     md_table,
+    natural_width,
     number,
     shape_text,
 )
@@ -51,11 +52,44 @@ def text_table(
     note: bool = True,
 ) -> list[RenderableType]:
     """The rows as a text table that fits `width`, and (if `note`) the line naming the columns
-    it left out to fit; `compact` collapses the padding between columns."""
+    it left out to fit: optional columns go first (highest `drop` first), then names wrap.
+
+    Numbers and words are never cut or wrapped; layer names wrap as a last resort. `compact`
+    collapses the padding between columns.
+    """
     cols = [c for c in columns if "t" in c.where]
     cells = [[(c.text or str)(_get(c, r)) for c in cols] for r in rows]
-    table, dropped = fit_table(cols, cells, width, compact=compact)
-    return [table, *([dropped_line(dropped, width)] if dropped and note else [])]
+    keep = list(range(len(cols)))
+
+    def build() -> Table:
+        return _table([cols[i] for i in keep], [[r[i] for i in keep] for r in cells], compact)
+
+    table = build()
+    droppable = sorted((c.drop, i) for i, c in enumerate(cols) if c.drop)
+    while width is not None and droppable and natural_width(table) > width:
+        keep.remove(droppable.pop()[1])
+        table = build()
+    dropped = ", ".join(c.header for i, c in enumerate(cols) if i not in keep)
+    if not (dropped and note):
+        return [table]
+    said = f"columns left out to fit {width} columns: {dropped}"
+    return [table, Text(f"{said}; a wider terminal or --json shows them", style="dim")]
+
+
+def _table(
+    columns: Sequence[Column], rows: Sequence[Sequence[RenderableType]], compact: bool
+) -> Table:
+    table = Table(box=box.SIMPLE_HEAVY, pad_edge=False, collapse_padding=compact)
+    for c in columns:
+        table.add_column(
+            Text(c.header),
+            justify=c.justify,  # type: ignore[arg-type]
+            no_wrap=not c.name_like,
+            overflow="fold",
+        )
+    for row in rows:  # a plain string would be read as rich markup: names are data
+        table.add_row(*(Text(cell) if isinstance(cell, str) else cell for cell in row))
+    return table
 
 
 def md_rows(columns: Sequence[Column], rows: Sequence[object]) -> str:

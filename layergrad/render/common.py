@@ -1,4 +1,4 @@
-"""What every renderer shares: rich text output, tables that fit, numbers, markdown, causes.
+"""What every renderer shares: rich text output, the table column, numbers, markdown, causes.
 
 Renderers are pure functions of result objects returning a string. A table renderer takes
 `color` and `width`; `width=None` means as wide as the content needs (output to a pipe or a
@@ -96,58 +96,6 @@ class Column:
     md: Callable[..., str] | None = None
     html: Callable[..., str] | None = None
     where: str = "tmh"
-
-
-def fit_table(
-    columns: Sequence[Column],
-    rows: Sequence[Sequence[RenderableType]],
-    width: int | None,
-    *,
-    compact: bool = False,
-) -> tuple[Table, tuple[str, ...]]:
-    """A table of `rows` that fits `width`, and the headers of the columns it dropped to fit
-    (in table order): optional columns go first, then names wrap.
-
-    Numbers and words are never cut or wrapped; layer names wrap as a last resort. `compact`
-    collapses the padding between columns.
-    """
-    keep = list(range(len(columns)))
-
-    def build() -> Table:
-        return _table([columns[i] for i in keep], [[r[i] for i in keep] for r in rows], compact)
-
-    table = build()
-    droppable = sorted((c.drop, i) for i, c in enumerate(columns) if c.drop)
-    while width is not None and droppable and natural_width(table) > width:
-        keep.remove(droppable.pop()[1])
-        table = build()
-    dropped = tuple(c.header for i, c in enumerate(columns) if i not in keep)
-    return table, dropped
-
-
-def dropped_line(dropped: Sequence[str], width: int | None) -> Text:
-    """`columns left out to fit 80 columns: shape, L2; a wider terminal or --json shows them`."""
-    return Text(
-        f"columns left out to fit {width} columns: {', '.join(dropped)}; a wider terminal or "
-        "--json shows them",
-        style="dim",
-    )
-
-
-def _table(
-    columns: Sequence[Column], rows: Sequence[Sequence[RenderableType]], compact: bool
-) -> Table:
-    table = Table(box=box.SIMPLE_HEAVY, pad_edge=False, collapse_padding=compact)
-    for c in columns:
-        table.add_column(
-            Text(c.header),
-            justify=c.justify,  # type: ignore[arg-type]
-            no_wrap=not c.name_like,
-            overflow="fold",
-        )
-    for row in rows:  # a plain string would be read as rich markup: names are data
-        table.add_row(*(Text(cell) if isinstance(cell, str) else cell for cell in row))
-    return table
 
 
 def number(value: float | None) -> str:
