@@ -20,8 +20,6 @@ from layergrad.core.results import Result, ScanRow
 from layergrad.render.common import (
     STATUS_STYLE,
     Column,
-    log_bar,
-    log_range,
     md_code,
     md_table,
     natural_width,
@@ -244,24 +242,42 @@ def stderr_column(drop: int) -> Column:
     return Column("± s.e.", "right", drop=drop, get=text)
 
 
+BAR_DECADES = 6  # a log10 bar spans at least this many decades below the top one
+BAR_WIDTH = 16  # characters of a full log10 bar in a text table
+
+
 def log_bar_column(
     header: str, value: Callable[..., float], rows: Sequence[object], drop: int
 ) -> Column:
-    """log10 of `value` as a bar on the rows' common scale: blocks in the text table, a CSS bar
-    of 1 to 120 px and the exponent in HTML."""
-    scale = log_range(value(r) for r in rows)
-    lo, hi = scale or (0.0, 1.0)
+    """log10 of `value` as a bar on the rows' common scale: blocks in the text table (at least
+    one), a CSS bar of 1 to 120 px in HTML, then the exponent; none for a value that is not
+    positive and finite.
+
+    The scale runs from the whole decade at or above the largest value down at least
+    BAR_DECADES, and below the smallest: fixed decades, not the rows' min and max, so equal
+    values get equal bars and a small spread gives no long bars.
+    """
+    logs = [math.log10(v) for r in rows if (v := value(r)) > 0 and math.isfinite(v)]
+    top = math.ceil(max(logs, default=0.0) + 1e-9)
+    lo, hi = min(math.floor(min(logs, default=0.0)), top - BAR_DECADES), float(top)
+
+    def log(v: float) -> float | None:
+        return math.log10(v) if math.isfinite(v) and v > 0 else None
+
+    def text(v: float) -> str:
+        if (at := log(v)) is None:
+            return ""
+        blocks = max(1, min(BAR_WIDTH, round(BAR_WIDTH * (at - lo) / (hi - lo))))
+        return "█" * blocks + f" {at:+.1f}"
 
     def html(v: float) -> Html:
-        if not (math.isfinite(v) and v > 0):
+        if (at := log(v)) is None:
             return cell("", sort="-Infinity")
-        log = math.log10(v)
-        width = max(1.0, min(120.0, 120 * (log - lo) / (hi - lo)))
+        width = max(1.0, min(120.0, 120 * (at - lo) / (hi - lo)))
         bar = el("span", "", class_="bar", style=f"width:{width:.0f}px")
-        return cell(join([bar, f"{log:+.1f}"]), sort=log, cls="mono")
+        return cell(join([bar, f"{at:+.1f}"]), sort=at, cls="mono")
 
-    return Column(header, drop=drop, get=value, text=lambda v: log_bar(v, scale), html=html,
-                  where="th")  # fmt: skip
+    return Column(header, drop=drop, get=value, text=text, html=html, where="th")
 
 
 def scan_columns(rows: Sequence[ScanRow], jacobian: bool = False) -> list[Column]:

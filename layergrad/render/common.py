@@ -144,32 +144,6 @@ def ranked_units_table(
     return Group(Text(title, style="bold"), table)
 
 
-BAR_DECADES = 6  # a log10 bar spans at least this many decades below the top one
-BAR_WIDTH = 16  # characters of a full log10 bar in a text table
-
-
-def log_range(values: Iterable[float]) -> tuple[float, float] | None:
-    """The (bottom, top) log10 of the bars of the positive `values`: from the whole decade at
-    or above the largest down at least BAR_DECADES, and below the smallest. Fixed decades, not
-    the rows' min and max, so equal values get equal bars and a small spread gives no long
-    bars."""
-    logs = [math.log10(v) for v in values if v > 0 and math.isfinite(v)]
-    if not logs:
-        return None
-    top = math.ceil(max(logs) + 1e-9)
-    return min(math.floor(min(logs)), top - BAR_DECADES), float(top)
-
-
-def log_bar(value: float, scale: tuple[float, float] | None, width: int = BAR_WIDTH) -> str:
-    """A bar whose length is log10(value) placed in `scale` (at least one block), then the
-    exponent."""
-    if scale is None or not value > 0 or not math.isfinite(value):
-        return ""
-    log, (lo, hi) = math.log10(value), scale
-    blocks = max(1, min(width, round(width * (log - lo) / (hi - lo))))
-    return "█" * blocks + f" {log:+.1f}"
-
-
 def shape_text(shape: Iterable[int]) -> str:
     """`(8, 4)`."""
     return "(" + ", ".join(str(d) for d in shape) + ")"
