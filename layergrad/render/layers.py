@@ -10,7 +10,7 @@ from rich.text import Text
 from layergrad.files.layer_listing import LayerListing, LayerRow, ModelInput, nonfinite_text
 from layergrad.render.columns import html_rows, md_rows, name, text_table
 from layergrad.render.common import Column, md_code, md_text, md_title, model_line, to_text
-from layergrad.render.html_page import badge, cell, el
+from layergrad.render.html_page import Html, badge, cell, definition_list, el, join, page
 
 NONFINITE_STYLE = "bold magenta"
 ZERO_STYLE = "bold yellow"
@@ -176,8 +176,6 @@ def markdown(listing: LayerListing, **_: object) -> str:
 
 def html(listing: LayerListing, **_: object) -> str:
     """The `layers` page: the file's header, then one row per layer and its weight health."""
-    from layergrad.render.html_page import Html, definition_list, join, page
-
     head = definition_list(
         [
             ("model", join([el("code", listing.path), f"  {listing.class_name} {listing.name!r}"])),

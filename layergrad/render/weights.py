@@ -17,6 +17,7 @@ from layergrad.render.common import (
     model_header,
     to_text,
 )
+from layergrad.render.html_page import Html, causes_panel, el, page, page_facts
 
 RATIO_NOTE = (
     "||g|| / ||w|| is how far one gradient step of learning rate 1 would move a variable, "
@@ -95,8 +96,6 @@ def markdown(report: WeightScanReport, **_: object) -> str:
 
 def html(report: WeightScanReport, **_: object) -> str:
     """The `scan --wrt weights` page: a verdict, every trainable variable, the causes."""
-    from layergrad.render.html_page import Html, causes_panel, el, page, page_facts
-
     rows = report.variables
     bad = [r for r in rows if r.status != "ok"]
     verdict = (
