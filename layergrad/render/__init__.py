@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from layergrad.core.vocab import OutputFormat
 from layergrad.render.common import json_document
+from layergrad.render.escape import scrubbed
 
 REPORTS = ("inspect", "scan", "weights", "check", "layers", "diff", "fit", "fix")
 FUNCTIONS = {
@@ -43,7 +44,5 @@ def render(
     module = importlib.import_module(f"layergrad.render.{report}")
     function: Format = getattr(module, FUNCTIONS[fmt], None) or SHARED[fmt]
     if fmt != OutputFormat.JSON and not getattr(module, "SCRUBS_ITSELF", False):
-        from layergrad.render.escape import scrubbed
-
         value = scrubbed(value)
     return function(value, color=color, width=width, **options)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from layergrad.core.errors import UsageError
+from layergrad.files import outputs
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -29,8 +30,6 @@ def check_plot_path(
     chooses the format; else UsageError), a target `outputs` accepts (never one of the
     `protected` inputs of the run, a directory, or without `force` a file that is not a chart;
     else OutputError)."""
-    from layergrad.files.outputs import check_target
-
     text = os.fspath(path)
     ext = os.path.splitext(text)[1].lower()
     if ext not in PLOT_FORMATS:
@@ -39,7 +38,7 @@ def check_plot_path(
             f"use a file ending in {', '.join(PLOT_FORMATS)}"
         )
     reads = [None if p is None else os.fspath(p) for p in protected]
-    check_target(text, "--plot", "chart", reads, force=force)
+    outputs.check_target(text, "--plot", "chart", reads, force=force)
     return text
 
 
@@ -53,8 +52,6 @@ def save_figure(
     """Write a figure as `figure_bytes` makes it, the format following the extension, through
     `outputs.write_file` (as `check_plot_path` allows; InputError for a missing folder).
     Returns the format: png, svg or pdf."""
-    from layergrad.files import outputs
-
     text = check_plot_path(path)
     fmt = os.path.splitext(text)[1].lower().lstrip(".")
     outputs.write_file(text, "--plot", "chart", figure_bytes(fig, fmt), protected, force=force)
