@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, TypedDict, TypeVar, cast
 import click
 
 from layergrad.cli.running import handle_errors, usage_error
-from layergrad.core.errors import LayergradError
-from layergrad.core.limits import MAX_PROBES
-from layergrad.core.probe_options import Cli, cli_fields
+from layergrad.core.errors import LayergradError, UsageError
+from layergrad.core.limits import MAX_PROBES, MAX_STEPS, parse_size
+from layergrad.core.probe_options import DATA_BATCH_SIZE, Cli, cli_fields, probe_from
 from layergrad.core.vocab import Measure, OutputFormat, Word, Wrt
 
 if TYPE_CHECKING:
@@ -108,7 +108,6 @@ def _imports(
 ) -> tuple[str, ...]:
     """A click callback: each `--import` can be imported (checked before anything loads;
     `layers` imports nothing, it only trusts the names)."""
-    from layergrad.core.errors import UsageError
     from layergrad.files.audit import check_import_specs
 
     try:
@@ -122,8 +121,6 @@ def _imports(
 
 def _size(_ctx: click.Context, _param: click.Parameter, value: str) -> int:
     """A click callback parsing a size such as 8GB into bytes."""
-    from layergrad.core.limits import parse_size
-
     try:
         return parse_size(value)
     except ValueError as exc:
@@ -229,8 +226,6 @@ def word_option(flag: str, default: Word, help_text: str, *name: str) -> Decorat
 
 def count_option(flag: str, metavar: str, help_text: str, default: int | None = None) -> Decorator:
     """A whole number of steps (`--steps`, `--epochs`, `--every`), 1 to `MAX_STEPS`."""
-    from layergrad.core.limits import MAX_STEPS
-
     return click.option(
         flag,
         type=click.IntRange(min=1, max=MAX_STEPS),
@@ -279,8 +274,6 @@ def training_options(
     """`--steps`, `--batch-size`, `--seed` of the commands that train (`fit`, `fix`), declared
     once with their bounds (`--batch-size` and `--seed` as the probe options declare them);
     `steps` is the default of `--steps` (None: the command decides)."""
-    from layergrad.core.probe_options import DATA_BATCH_SIZE
-
     return lambda func: _stack(
         func,
         [
@@ -311,8 +304,6 @@ def probe_options(
 
 
 def _probe_bundle(kwargs: dict[str, object]) -> None:
-    from layergrad.core.probe_options import probe_from
-
     given = {name: kwargs.pop(name) for name, _ in cli_fields() if name in kwargs}
     try:
         kwargs["probe"] = probe_from(None, given)
