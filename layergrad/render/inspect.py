@@ -243,10 +243,7 @@ def _method(j: JacobianStats) -> str:
 
 def _jacobian_units_table(results: Sequence[tuple[Result, JacobianStats]]) -> Group:
     """Units of the source's last axis ranked by their Jacobian column norm, per target."""
-    columns = []
-    for res, j in results:
-        values = j.unit_sensitivity
-        columns.append((res.target.layer, [(u, values[u]) for u in _top(values, TOP_UNITS)]))
+    columns = [(res.target.layer, _top(j.unit_sensitivity, TOP_UNITS)) for res, j in results]
     return ranked_units_table(
         f"most sensitive units of {results[0][0].source.layer} (norm of J_i's columns for the "
         "unit, root-mean-square over samples)",
@@ -255,13 +252,13 @@ def _jacobian_units_table(results: Sequence[tuple[Result, JacobianStats]]) -> Gr
     )
 
 
-def _top(values: Sequence[float], top: int) -> list[int]:
-    """The `top` units of largest value, largest first (the lower unit first on a tie)."""
-    return sorted(range(len(values)), key=lambda u: (-values[u], u))[:top]
+def _top(values: Sequence[float], top: int) -> list[tuple[int, float]]:
+    """The `top` (unit, value) of largest value, largest first (the lower unit first on a tie)."""
+    return sorted(enumerate(values), key=lambda uv: (-uv[1], uv[0]))[:top]
 
 
 def _top_units(values: Sequence[float], top: int = 3) -> str:
-    return ", ".join(f"{u} ({number(values[u])})" for u in _top(values, top))
+    return ", ".join(f"{u} ({number(v)})" for u, v in _top(values, top))
 
 
 # --- --data ---------------------------------------------------------------------------------
