@@ -50,7 +50,8 @@ def table(
 ) -> str:
     """The header, the rows (changed ones, regressions first, or all), and the verdict."""
     safe, rows, cut = _view(report, show_all)
-    items: list[RenderableType] = [_header(safe)]
+    new = model_header(safe.new, safe.probe, _what(safe))
+    items: list[RenderableType] = [Text.assemble("base: ", model_line(safe.base), "\nnew:  ", new)]
     if rows:
         items.append(_table(safe, rows, width))
     verdict = Text(verdict_line(report), style="bold red" if report.regressions else "bold green")
@@ -65,8 +66,12 @@ def table(
 
 def _view(report: DiffReport, show_all: bool) -> tuple[DiffReport, list[RowDiff], int]:
     """What a text format shows: the report's names escaped (without its rows), the rows
-    shown (at most MAX_SHOWN, escaped), and how many more were cut."""
-    rows = shown_rows(report, show_all)
+    shown (at most MAX_SHOWN, escaped: every row in order with `show_all`, else the rows that
+    changed, regressions first), and how many more were cut."""
+    rows = list(report.rows)
+    if not show_all:
+        changed = [r for r in rows if r.change != Change.SAME]
+        rows = [r for r in changed if r.regression] + [r for r in changed if not r.regression]
     safe = scrubbed(replace(report, rows=()))
     return safe, scrubbed(rows[:MAX_SHOWN]), max(0, len(rows) - MAX_SHOWN)
 
@@ -103,14 +108,6 @@ def _table(report: DiffReport, rows: list[RowDiff], width: int | None) -> Table:
     return table
 
 
-def shown_rows(report: DiffReport, show_all: bool) -> list[RowDiff]:
-    """Every row in order with `show_all`; else the rows that changed, regressions first."""
-    if show_all:
-        return list(report.rows)
-    changed = [r for r in report.rows if r.change != Change.SAME]
-    return [r for r in changed if r.regression] + [r for r in changed if not r.regression]
-
-
 def row_word(report: DiffReport) -> str:
     """What a row is: `layer`, or `variable` with `--wrt weights`."""
     return ROW_KEYS[report.wrt][1]
@@ -127,11 +124,6 @@ def verdict(report: DiffReport) -> str:
     head = f"{count(bad, 'regression') if bad else 'no regression'} in {report.compared} "
     head += f"{row_word(report)}s compared (tolerance {report.tolerance:g} decades)"
     return f"{head}; {', '.join(report.changes) or 'nothing changed'}"
-
-
-def _header(report: DiffReport) -> Text:
-    new = model_header(report.new, report.probe, _what(report))
-    return Text.assemble("base: ", model_line(report.base), "\nnew:  ", new)
 
 
 def _what(report: DiffReport) -> str:
