@@ -47,8 +47,8 @@ def table(verdicts: Sequence[FileVerdict], *, color: bool = False, width: int | 
         notes = _note_lines(v)
         if notes:
             items.append(Group(Text(v.path, style="bold"), *notes))
-    n_failed = sum(1 for v in verdicts if not v.passed)
-    style = "bold red" if n_failed else _style_ok(verdicts)
+    failed, warns = not all(v.passed for v in verdicts), any(v.warnings for v in verdicts)
+    style = "bold red" if failed else "bold yellow" if warns else "bold green"
     items.append(Text(CheckReport(tuple(verdicts)).summary, style=style))
     wide = None if width is None else max(width, natural_width(items[0]))
     return to_text(items, color=color, width=wide)
@@ -77,10 +77,6 @@ def checks_line(v: FileVerdict, failed: str) -> str:
 def _standing(v: FileVerdict) -> str:
     """`bad` (failed), `warn` (passed with warnings) or `ok`: how every format colours a file."""
     return "bad" if not v.passed else "warn" if v.warnings else "ok"
-
-
-def _style_ok(verdicts: Sequence[FileVerdict]) -> str:
-    return "bold yellow" if any(v.warnings for v in verdicts) else "bold green"
 
 
 def _notes(v: FileVerdict) -> str:
