@@ -47,16 +47,12 @@ def el(tag: str, *children: Child | Iterable[Child], **attrs: object) -> Html:
     Attribute names come from the code (`class_` and `data_sort` become `class` and
     `data-sort`); a value of None or False leaves the attribute out, True writes it bare.
     """
-    parts = [f"<{tag}"]
-    for name, value in attrs.items():
-        if value is None or value is False:
-            continue
-        name = name.rstrip("_").replace("_", "-")
-        parts.append(f" {name}" if value is True else f' {name}="{text(value)}"')
-    parts.append(">")
-    parts.extend(text(c) for c in _flatten(children) if c is not None)
-    parts.append(f"</{tag}>")
-    return Html("".join(parts))
+    said = "".join(
+        f" {name.rstrip('_').replace('_', '-')}" + ("" if value is True else f'="{text(value)}"')
+        for name, value in attrs.items()
+        if value is not None and value is not False
+    )
+    return Html(f"<{tag}{said}>{join(_flatten(children))}</{tag}>")
 
 
 def join(items: Iterable[Child]) -> Html:
