@@ -115,20 +115,10 @@ def _read_keras(p: Path, read_weights: bool) -> FileInfo:
                 stored = inventory(h5)
                 if read_weights:
                     weights, notes = health(keras_weight_groups(h5, graph), graph)
-    version = meta.get("keras_version") if isinstance(meta, Mapping) else None
+    version = as_text(meta.get("keras_version") if isinstance(meta, Mapping) else None, "replace")
     compiled = config.get("compile_config")
     compiled = compiled if isinstance(compiled, Mapping) else {}
-    return FileInfo(
-        str(p),
-        "keras",
-        as_text(version, "replace"),
-        config,
-        graph,
-        weights,
-        stored,
-        notes,
-        compiled,
-    )
+    return FileInfo(str(p), "keras", version, config, graph, weights, stored, notes, compiled)
 
 
 def _read_h5(p: Path, read_weights: bool) -> FileInfo:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -229,13 +229,13 @@ def _legacy_owner(graph: ModelGraph, container: LayerEntry, weight_name: str) ->
 # ----- health ---------------------------------------------------------------------------------
 
 
+@dataclass
 class _Budget:
     """Bytes left to read in this file, and the notes on what was not read."""
 
-    def __init__(self, total: int) -> None:
-        self.left = total
-        self.notes: list[str] = []
-        self.over_budget = 0
+    left: int
+    notes: list[str] = field(default_factory=list)
+    over_budget: int = 0
 
     def take(self, size: int) -> bool:
         if size > self.left:
@@ -354,11 +354,8 @@ def _fill_stats(ds: H5Object, count: int) -> Stats:
 
 
 def _combine(parts: Iterable[Stats]) -> Stats:
-    nan = inf = 0
-    nonzero = False
-    for a, b, c in parts:
-        nan, inf, nonzero = nan + a, inf + b, nonzero or c
-    return nan, inf, nonzero
+    nan, inf, nonzero = zip(*parts, strict=True)
+    return sum(nan), sum(inf), any(nonzero)
 
 
 def _stats(arr: np.ndarray, ds: H5Object) -> Stats:
