@@ -111,8 +111,6 @@ def _read(p: Path, data: bool) -> tuple[list[ArrayHeader], list[np.ndarray]]:
     try:
         with open_zip(p, size, "--input") as zf:
             return _read_npz(zf, p, data)
-    except InputError:
-        raise
     except DAMAGE as exc:
         raise _damaged(p, None, exc) from exc
 
@@ -131,8 +129,6 @@ def _read_npz(
                 headers.append(header)
                 if data:
                     arrays.append(_data(member, p, header))
-        except InputError:
-            raise
         except DAMAGE as exc:
             raise _damaged(p, name, exc) from exc
     if not headers:

@@ -185,8 +185,6 @@ def _normalise(config: dict[str, object]) -> dict[str, object]:
 def _graph(config: Mapping[str, object], p: Path, what: str) -> ModelGraph:
     try:
         return ModelGraph.from_config(config)
-    except LoadError:
-        raise
     except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
         raise _malformed(p, what, f"its layer graph ({short_error(exc)})") from exc
 
