@@ -12,9 +12,8 @@ field's type within the bounds below (the one place they are written), so a malf
 foreign file is one clear line that names the member. The walk follows the types, not the
 document, so a document nests no deeper than the report it claims to be.
 
-`diff` and `check --baseline` read a committed `layergrad scan --json` document as a gradient
-profile (`load_profile`, at most MAX_PROFILE_BYTES), checked member by member the same way,
-so a malformed or foreign file is a clear error and never a false regression.
+`diff` and `check --baseline` read a committed `layergrad scan --json` as a gradient profile
+(`load_profile`, at most MAX_PROFILE_BYTES) the same way: never a false regression.
 """
 
 from __future__ import annotations
@@ -79,6 +78,9 @@ W = TypeVar("W", bound=Word)
 
 # --- the bounds on untrusted input, in one place ---------------------------------------------
 MAX_REPORT_BYTES = 64 * 2**20  # a few hundred bytes per layer: some 100,000 layers
+# a scan read as a profile: 16 MiB is a model of some 50,000 layers (or 200,000 minimal rows),
+# which `diff` reads, compares and prints in seconds
+MAX_PROFILE_BYTES = 16 * 2**20
 # no gradient of float32 values summed over any data set comes near 1e100 (float32 ends at
 # 3.4e38): a larger number was edited by hand, and the shards' numbers combined (the root of
 # the sum of their squares, weighted by counts) would overflow a float64
@@ -457,9 +459,6 @@ def report_from_json(doc: object, where: str = "report") -> InspectReport | Scan
 
 # --- a scan as a gradient profile (`diff`, `check --baseline`) -----------------------------
 
-# A scan JSON holds a few hundred bytes per layer: 16 MiB is a model of some 50,000 layers
-# (or 200,000 minimal rows), which `diff` reads, compares and prints in seconds.
-MAX_PROFILE_BYTES = 16 * 2**20
 REMAKE = "make it with `layergrad scan MODEL --json > FILE.json`"
 
 
