@@ -100,8 +100,8 @@ def check_target(
             )
         return p
     if os.path.isdir(p) or special_kind(st.st_mode):
-        what = "a directory" if os.path.isdir(p) else special_kind(st.st_mode)
-        raise OutputError(f"{option} {text} is {what}; expected a file name to write")
+        found = "a directory" if os.path.isdir(p) else special_kind(st.st_mode)
+        raise OutputError(f"{option} {text} is {found}; expected a file name to write")
     _require_writable_folder(p, option)
     if not force and not _is_kind(p, kind):
         what = f" and is not {_KIND_NAMES[kind]}" if kind in _KIND_NAMES else ""
