@@ -147,7 +147,17 @@ def member(zf: zipfile.ZipFile, p: Path, name: str) -> bytes | None:
         info = zf.getinfo(name)
     except KeyError:
         return None
-    return guards.read_member(zf, info, p, MAX_CONFIG_BYTES, LoadError)
+    too_big = (
+        f"{p}: member {name!r} declares {human(info.file_size)}, more than the "
+        f"{human(MAX_CONFIG_BYTES)} layergrad reads; refusing it; expected a file written by Keras"
+    )
+    if info.file_size > MAX_CONFIG_BYTES:
+        raise LoadError(too_big)
+    with zf.open(info) as handle:
+        data = handle.read(MAX_CONFIG_BYTES + 1)  # zipfile stops at the declared size; cap it
+    if len(data) > MAX_CONFIG_BYTES:
+        raise LoadError(too_big)
+    return data
 
 
 @contextlib.contextmanager
