@@ -47,8 +47,14 @@ def model_format(p: Path) -> str:
         LoadError: missing, a directory, a special file, empty, a polyglot, or a name that does
             not match the contents (with the rename that fixes it).
     """
+    if p.is_dir() and (p / "saved_model.pb").exists():
+        raise LoadError(
+            f"{p} is a TensorFlow SavedModel directory; expected a .keras or .h5 file, because "
+            "Keras 3 cannot address the layers of a SavedModel; re-save it with "
+            'model.save("model.keras") from the code that built it'
+        )
     if p.is_dir():
-        raise LoadError(_directory_message(p))
+        raise LoadError(f"{p} is a directory; expected a .keras or .h5 file; pass the model file")
     size = guards.require_regular(p, EXPECTED, LoadError).st_size
     if size == 0:
         raise LoadError(f"{p} is empty (0 bytes); expected a .keras or .h5 model; re-save it")
@@ -107,16 +113,6 @@ def _has_hdf5_signature(fh: IO[bytes], size: int) -> bool:
             return True
         offset = 512 if offset == 0 else offset * 2
     return False
-
-
-def _directory_message(p: Path) -> str:
-    if (p / "saved_model.pb").exists():
-        return (
-            f"{p} is a TensorFlow SavedModel directory; expected a .keras or .h5 file, because "
-            "Keras 3 cannot address the layers of a SavedModel; re-save it with "
-            'model.save("model.keras") from the code that built it'
-        )
-    return f"{p} is a directory; expected a .keras or .h5 file; pass the model file"
 
 
 def _renamed(p: Path, kind: str, suffix: str) -> LoadError:

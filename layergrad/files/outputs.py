@@ -192,10 +192,9 @@ def _is_kind(p: Path, kind: str) -> bool:
         if kind == "chart":
             svg = body.startswith((b"<?xml", b"<svg", b"<!DOCTYPE svg")) and b"<svg" in body
             return body.startswith(_CHART_MAGIC) or svg
-        if kind == "keras":  # only a copy `fix` wrote (its zip comment says so)
-            with zipfile.ZipFile(p) as zf:
-                return zf.comment == FIX_COPY_MARK
         with zipfile.ZipFile(p) as zf:
+            if kind == "keras":  # only a copy `fix` wrote (its zip comment says so)
+                return zf.comment == FIX_COPY_MARK
             return all(name.endswith(".npy") for name in zf.namelist())
     except (OSError, zipfile.BadZipFile):
         return False
