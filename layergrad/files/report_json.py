@@ -75,6 +75,7 @@ CHECK_SCHEMA, DIFF_SCHEMA = "layergrad.check/1", "layergrad.diff/1"
 EXPECTED = "a `layergrad inspect --json` or `scan --json` report"
 T = TypeVar("T")
 W = TypeVar("W", bound=Word)
+_hints = cache(get_type_hints)  # a class's field types, worked out once
 
 # --- the bounds on untrusted input, in one place ---------------------------------------------
 MAX_REPORT_BYTES = 64 * 2**20  # a few hundred bytes per layer: some 100,000 layers
@@ -397,11 +398,6 @@ def from_json(cls: type[T], doc: object, where: str = "report") -> T:
     """An object of the dataclass `cls` read from a parsed JSON document."""
     reader = Reader(where)
     return reader.read(cls, reader.obj(doc, "the document"))
-
-
-@cache
-def _hints(cls: type) -> dict[str, object]:
-    return get_type_hints(cls)
 
 
 def _inner(hint: object) -> type:
