@@ -27,7 +27,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import hostile as H  # noqa: E402
 
-from layergrad.files.profile_json import MAX_PROFILE_BYTES  # noqa: E402
+from layergrad.files.report_json import MAX_PROFILE_BYTES  # noqa: E402
 
 
 def write(path: Path, scale: float, limit: int) -> Path:

@@ -29,7 +29,7 @@ from layergrad.diagnose.regressions import (
     source_text,
 )
 from layergrad.files.gradient_profile import Profile, recorded_probe
-from layergrad.files.profile_json import load_profile, profile_of
+from layergrad.files.report_json import load_profile, profile_of
 
 if TYPE_CHECKING:
     from layergrad.commands.session import Session

@@ -30,7 +30,7 @@ from layergrad.files.array_files import (
     open_checked,
     open_member,
     open_zip,
-    read_headers,
+    read_arrays,
 )
 from layergrad.files.guards import require_regular
 from layergrad.model.config import serialized_name
@@ -85,7 +85,7 @@ def _spec(name: str, config: Mapping[str, object]) -> InputSpec | None:
 
 
 def _check_input_file(path: str, specs: tuple[InputSpec, ...]) -> None:
-    headers = read_headers(path)
+    headers, _ = read_arrays(path, data=False)
     by_name = {h.name: h for h in headers}
     where = f"--input {path}"
     for spec, key in zip(specs, array_keys(list(by_name), [s.name for s in specs], where),

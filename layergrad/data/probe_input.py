@@ -33,7 +33,7 @@ from layergrad.data.value_checks import (
     text_budget,
     tf_dtype,
 )
-from layergrad.files.array_files import read_arrays, read_headers
+from layergrad.files.array_files import read_arrays
 
 UNKNOWN_DIM = 16  # size used for a non-batch dimension the model leaves open (None)
 DEFAULT_INT_HIGH = 10  # integer inputs that feed no layer with a known vocabulary size
@@ -200,7 +200,7 @@ def peek_rows(path: str | os.PathLike[str]) -> int:
     forged file, an object array, an empty batch, text over what a batch may take.
     """
     text = os.fspath(path)
-    headers = read_headers(text)
+    headers, _ = read_arrays(text, data=False)
     for h in headers:
         label = f"array {h.name!r}" if h.name is not None else "its array"
         if not h.shape or h.shape[0] == 0:

@@ -47,8 +47,14 @@ def model_format(p: Path) -> str:
         LoadError: missing, a directory, a special file, empty, a polyglot, or a name that does
             not match the contents (with the rename that fixes it).
     """
+    if p.is_dir() and (p / "saved_model.pb").exists():
+        raise LoadError(
+            f"{p} is a TensorFlow SavedModel directory; expected a .keras or .h5 file, because "
+            "Keras 3 cannot address the layers of a SavedModel; re-save it with "
+            'model.save("model.keras") from the code that built it'
+        )
     if p.is_dir():
-        raise LoadError(_directory_message(p))
+        raise LoadError(f"{p} is a directory; expected a .keras or .h5 file; pass the model file")
     size = guards.require_regular(p, EXPECTED, LoadError).st_size
     if size == 0:
         raise LoadError(f"{p} is empty (0 bytes); expected a .keras or .h5 model; re-save it")
@@ -109,16 +115,6 @@ def _has_hdf5_signature(fh: IO[bytes], size: int) -> bool:
     return False
 
 
-def _directory_message(p: Path) -> str:
-    if (p / "saved_model.pb").exists():
-        return (
-            f"{p} is a TensorFlow SavedModel directory; expected a .keras or .h5 file, because "
-            "Keras 3 cannot address the layers of a SavedModel; re-save it with "
-            'model.save("model.keras") from the code that built it'
-        )
-    return f"{p} is a directory; expected a .keras or .h5 file; pass the model file"
-
-
 def _renamed(p: Path, kind: str, suffix: str) -> LoadError:
     return LoadError(
         f"{p} is {kind} under another extension, and Keras picks the format from the name; "
@@ -147,7 +143,17 @@ def member(zf: zipfile.ZipFile, p: Path, name: str) -> bytes | None:
         info = zf.getinfo(name)
     except KeyError:
         return None
-    return guards.read_member(zf, info, p, MAX_CONFIG_BYTES, LoadError)
+    too_big = (
+        f"{p}: member {name!r} declares {human(info.file_size)}, more than the "
+        f"{human(MAX_CONFIG_BYTES)} layergrad reads; refusing it; expected a file written by Keras"
+    )
+    if info.file_size > MAX_CONFIG_BYTES:
+        raise LoadError(too_big)
+    with zf.open(info) as handle:
+        data = handle.read(MAX_CONFIG_BYTES + 1)  # zipfile stops at the declared size; cap it
+    if len(data) > MAX_CONFIG_BYTES:
+        raise LoadError(too_big)
+    return data
 
 
 @contextlib.contextmanager

@@ -53,19 +53,32 @@ class ArrayHeader:
         return math.prod(self.shape) * self.dtype.itemsize
 
 
-def read_headers(path: str | Path) -> list[ArrayHeader]:
-    """The checked headers of a `.npy` (one) or `.npz` (one per array); no data is read."""
-    return _read(Path(path), data=False)[0]
-
-
-def read_arrays(path: str | Path) -> tuple[list[ArrayHeader], list[np.ndarray]]:
-    """The checked headers and the arrays of a `.npy` or `.npz` file.
+def read_arrays(path: str | Path, data: bool = True) -> tuple[list[ArrayHeader], list[np.ndarray]]:
+    """The checked headers of a `.npy` (one) or `.npz` (one per array) and, with `data`, its
+    arrays (without, no data is read and the list of arrays is empty).
 
     Raises:
         InputError: missing, special, empty, damaged, an object array, a header over
             MAX_NPY_HEADER, or data shorter than its header declares.
     """
-    return _read(Path(path), data=True)
+    p = Path(path)
+    size = open_checked(p, "--input")
+    with p.open("rb") as fh:
+        head = fh.read(len(NPY_MAGIC))
+        fh.seek(0)
+        if head == NPY_MAGIC:
+            header = read_header(fh, _where(p, None), None, size)
+            return [header], ([_data(fh, p, header)] if data else [])
+    if not head.startswith(b"PK"):
+        raise InputError(
+            f"--input {p} is neither a .npy nor a .npz file (starts with {head!r}); expected "
+            f"{EXPECTED}"
+        )
+    try:
+        with open_zip(p, size, "--input") as zf:
+            return _read_npz(zf, p, data)
+    except DAMAGE as exc:
+        raise _damaged(p, None, exc) from exc
 
 
 HEADER_DAMAGE = (ValueError, EOFError, OverflowError, struct.error, SyntaxError, RecursionError)
@@ -95,28 +108,6 @@ def open_zip(p: Path, size: int, option: str) -> zipfile.ZipFile:
     return zf
 
 
-def _read(p: Path, data: bool) -> tuple[list[ArrayHeader], list[np.ndarray]]:
-    size = open_checked(p, "--input")
-    with p.open("rb") as fh:
-        head = fh.read(len(NPY_MAGIC))
-        fh.seek(0)
-        if head == NPY_MAGIC:
-            header = read_header(fh, _where(p, None), None, size)
-            return [header], ([_data(fh, p, header)] if data else [])
-    if not head.startswith(b"PK"):
-        raise InputError(
-            f"--input {p} is neither a .npy nor a .npz file (starts with {head!r}); expected "
-            f"{EXPECTED}"
-        )
-    try:
-        with open_zip(p, size, "--input") as zf:
-            return _read_npz(zf, p, data)
-    except InputError:
-        raise
-    except DAMAGE as exc:
-        raise _damaged(p, None, exc) from exc
-
-
 def _read_npz(
     zf: zipfile.ZipFile, p: Path, data: bool
 ) -> tuple[list[ArrayHeader], list[np.ndarray]]:
@@ -131,8 +122,6 @@ def _read_npz(
                 headers.append(header)
                 if data:
                     arrays.append(_data(member, p, header))
-        except InputError:
-            raise
         except DAMAGE as exc:
             raise _damaged(p, name, exc) from exc
     if not headers:

@@ -108,27 +108,14 @@ def _read_keras(p: Path, read_weights: bool) -> FileInfo:
         meta_raw = archive.member(zf, p, "metadata.json")
         meta = _parse_json(meta_raw, p, "metadata.json") if meta_raw is not None else {}
         graph = _graph(config, p, "config.json")
-        weights: tuple[WeightHealth, ...] = ()
-        stored, notes = StoredWeights(), tuple[str, ...]()
         with archive.open_weights(p, zf) as h5:
-            if h5 is not None:
-                stored = inventory(h5)
-                if read_weights:
-                    weights, notes = health(keras_weight_groups(h5, graph), graph)
-    version = meta.get("keras_version") if isinstance(meta, Mapping) else None
+            stored = inventory(h5) if h5 is not None else StoredWeights()
+            groups = keras_weight_groups(h5, graph) if h5 is not None and read_weights else {}
+            weights, notes = health(groups, graph)
+    version = as_text(meta.get("keras_version") if isinstance(meta, Mapping) else None, "replace")
     compiled = config.get("compile_config")
     compiled = compiled if isinstance(compiled, Mapping) else {}
-    return FileInfo(
-        str(p),
-        "keras",
-        as_text(version, "replace"),
-        config,
-        graph,
-        weights,
-        stored,
-        notes,
-        compiled,
-    )
+    return FileInfo(str(p), "keras", version, config, graph, weights, stored, notes, compiled)
 
 
 def _read_h5(p: Path, read_weights: bool) -> FileInfo:
@@ -142,11 +129,9 @@ def _read_h5(p: Path, read_weights: bool) -> FileInfo:
         config = _normalise(_parse_config(raw, p, "model_config"))
         graph = _graph(config, p, "model_config")
         group = h5.get("model_weights", h5)
-        weights: tuple[WeightHealth, ...] = ()
-        notes: tuple[str, ...] = ()
         stored = inventory(h5)
-        if read_weights and isinstance(group, h5py.Group):
-            weights, notes = health(legacy_weight_groups(group, graph), graph)
+        found = read_weights and isinstance(group, h5py.Group)
+        weights, notes = health(legacy_weight_groups(group, graph) if found else {}, graph)
         version = as_text(
             h5.attrs.get("keras_version") or group.attrs.get("keras_version"), "replace"
         )
@@ -195,8 +180,6 @@ def _normalise(config: dict[str, object]) -> dict[str, object]:
 def _graph(config: Mapping[str, object], p: Path, what: str) -> ModelGraph:
     try:
         return ModelGraph.from_config(config)
-    except LoadError:
-        raise
     except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
         raise _malformed(p, what, f"its layer graph ({short_error(exc)})") from exc
 

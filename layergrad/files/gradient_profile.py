@@ -4,7 +4,7 @@ and a comparison of two profiles as data (`RowDiff`, `DiffReport`).
 `diff` compares two profiles row by row, matched by name (the rules are in
 `diagnose/regressions.py`; `report_json` writes the comparison as `layergrad.diff/1`). A
 profile is read from a scan's JSON document, a committed `layergrad scan --json` file or a
-report just made (`profile_json.py`: `load_profile`, `profile_of`); `recorded_probe`
+report just made (`report_json.py`: `load_profile`, `profile_of`); `recorded_probe`
 reproduces its probe. A row only needs a name, a status, a mean |g| and flags, so any kind of
 scan row fits.
 """

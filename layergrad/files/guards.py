@@ -99,23 +99,6 @@ def member_data_start(raw: IO[bytes], info: zipfile.ZipInfo) -> int | None:
     return int(info.header_offset + 30 + name_len + extra_len)
 
 
-def read_member(
-    zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path, limit: int, error: ErrorType
-) -> bytes:
-    """The bytes of one zip member, refused when it declares or yields more than ``limit``."""
-    too_big = (
-        f"{path}: member {info.filename!r} declares {human(info.file_size)}, more than the "
-        f"{human(limit)} layergrad reads; refusing it; expected a file written by Keras"
-    )
-    if info.file_size > limit:
-        raise error(too_big)
-    with zf.open(info) as member:
-        data = member.read(limit + 1)  # zipfile stops at the declared size; cap it anyway
-    if len(data) > limit:
-        raise error(too_big)
-    return data
-
-
 def check_hdf5(h5: H5Object, where: str, error: ErrorType) -> None:
     """Refuse HDF5 links and storage that point outside the file.
 

@@ -52,38 +52,61 @@ class Written:
 
 
 def check_target(
-    path: str, option: str, kind: str, inputs: Inputs = (), *, force: bool = False
+    path: PathText, option: str, kind: str, inputs: Inputs = (), *, force: bool = False
 ) -> Path:
     """Refuse ``path`` as the target of ``option`` before anything runs (see the module doc).
 
-    ``kind`` is "xml", "npy", "npz", "chart" or "keras" (`fix --output`: an existing
-    model file is replaced only with ``force``); ``inputs`` are the files and folders this run
-    reads (a folder protects everything inside it); ``force`` allows replacing an existing
-    file layergrad did not write.
+    ``kind`` is "xml", "npy", "npz", "chart", "fit", "keras" (`fix --output`: an existing
+    model file is replaced only with ``force``) or "folder", a folder to write new files into
+    (TensorBoard's ``log_dir``): a folder (or a link to one) that can be written, or absent
+    with a writable folder above it; ``inputs`` are the files and folders this run reads (a
+    folder protects everything inside it); ``force`` allows replacing an existing file
+    layergrad did not write.
 
     Raises:
         OutputError: a target the module doc says is refused.
     """
-    p = Path(path)
-    _refuse_inputs(p, path, option, inputs)
+    text = os.fspath(path)
+    p = Path(text)
+    folder = kind == "folder"
+    if folder and not text.strip():
+        raise OutputError(f"{option} is empty; expected a folder to write into")
+    _refuse_inputs(p, text, option, inputs)
     if kind == "xml" and p.suffix.lower() in INPUT_SUFFIXES:
         raise OutputError(
-            f"{option} {path}: a report named like a model or data file ({p.suffix}); refusing "
+            f"{option} {text}: a report named like a model or data file ({p.suffix}); refusing "
             "to write it; name the report .xml"
+        )
+    if folder and os.path.islink(p) and not os.path.isdir(p):
+        raise OutputError(
+            f"{option} {text} is a link to {os.readlink(p)}, which is not a folder; "
+            "expected a folder to write into"
         )
     try:
         st = p.stat()
     except OSError:  # absent: the folder must be writable (checked now, not after the work)
         _require_writable_folder(p, option)
         return p
+    if folder:
+        if not os.path.isdir(p):
+            what = special_kind(st.st_mode) or "a file"
+            raise OutputError(
+                f"{option} {text} is {what}, not a folder; expected a folder to write into"
+            )
+        if not os.access(p, os.W_OK | os.X_OK) or _read_only_mount(p):
+            raise OutputError(
+                f"{option} {text}: the folder cannot be written (read-only or no permission); "
+                "choose another place"
+            )
+        return p
     if os.path.isdir(p) or special_kind(st.st_mode):
-        what = "a directory" if os.path.isdir(p) else special_kind(st.st_mode)
-        raise OutputError(f"{option} {path} is {what}; expected a file name to write")
+        found = "a directory" if os.path.isdir(p) else special_kind(st.st_mode)
+        raise OutputError(f"{option} {text} is {found}; expected a file name to write")
     _require_writable_folder(p, option)
     if not force and not _is_kind(p, kind):
         what = f" and is not {_KIND_NAMES[kind]}" if kind in _KIND_NAMES else ""
         raise OutputError(
-            f"{option} {path} exists{what}; refusing to overwrite it; "
+            f"{option} {text} exists{what}; refusing to overwrite it; "
             "delete it, choose another file name, or pass --force"
         )
     return p
@@ -169,10 +192,9 @@ def _is_kind(p: Path, kind: str) -> bool:
         if kind == "chart":
             svg = body.startswith((b"<?xml", b"<svg", b"<!DOCTYPE svg")) and b"<svg" in body
             return body.startswith(_CHART_MAGIC) or svg
-        if kind == "keras":  # only a copy `fix` wrote (its zip comment says so)
-            with zipfile.ZipFile(p) as zf:
-                return zf.comment == FIX_COPY_MARK
         with zipfile.ZipFile(p) as zf:
+            if kind == "keras":  # only a copy `fix` wrote (its zip comment says so)
+                return zf.comment == FIX_COPY_MARK
             return all(name.endswith(".npy") for name in zf.namelist())
     except (OSError, zipfile.BadZipFile):
         return False
@@ -290,41 +312,3 @@ def data_inputs(data: PathText | None) -> list[str]:
         return [text]
     target, _, _ = text.rpartition(":")
     return [target] if target.endswith(".py") else []
-
-
-def check_folder_target(path: PathText, option: str, inputs: Inputs = ()) -> Path:
-    """Refuse ``path`` as a folder to write new files into (TensorBoard's ``--log-dir``)
-    before anything runs: it must be a folder (or a link to one) that can be written, or be
-    absent with a writable folder above it. A file, ``/dev/null``, a FIFO, a link to
-    anything but a folder (or to nothing), an input of this run or a folder inside a
-    ``--data`` folder is refused.
-
-    Raises:
-        OutputError: the target cannot be a folder of new files.
-    """
-    text = os.fspath(path)
-    p = Path(text)
-    if not text.strip():
-        raise OutputError(f"{option} is empty; expected a folder to write into")
-    _refuse_inputs(p, text, option, inputs)
-    if os.path.islink(p) and not os.path.isdir(p):
-        raise OutputError(
-            f"{option} {text} is a link to {os.readlink(p)}, which is not a folder; "
-            "expected a folder to write into"
-        )
-    try:
-        st = p.stat()
-    except OSError:  # absent: the nearest existing folder above it must be writable
-        _require_writable_folder(p, option)
-        return p
-    if not os.path.isdir(p):
-        what = special_kind(st.st_mode) or "a file"
-        raise OutputError(
-            f"{option} {text} is {what}, not a folder; expected a folder to write into"
-        )
-    if not os.access(p, os.W_OK | os.X_OK) or _read_only_mount(p):
-        raise OutputError(
-            f"{option} {text}: the folder cannot be written (read-only or no permission); "
-            "choose another place"
-        )
-    return p

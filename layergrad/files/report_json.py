@@ -11,6 +11,9 @@ must be a regular file (a FIFO or a device is refused before it is opened), at m
 field's type within the bounds below (the one place they are written), so a malformed or
 foreign file is one clear line that names the member. The walk follows the types, not the
 document, so a document nests no deeper than the report it claims to be.
+
+`diff` and `check --baseline` read a committed `layergrad scan --json` as a gradient profile
+(`load_profile`, at most MAX_PROFILE_BYTES) the same way: never a false regression.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import json
 import math
 import os
 import types
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from functools import cache
@@ -52,8 +56,15 @@ from layergrad.core.results import (
     SpectralNorms,
     WeightScanReport,
 )
-from layergrad.core.vocab import CAUSE_CODES, SCAN_FLAGS, Word
-from layergrad.files.gradient_profile import ACTIVATIONS, ROW_KEYS, DiffReport, ProfileRow, RowDiff
+from layergrad.core.vocab import CAUSE_CODES, SCAN_FLAGS, Status, Word
+from layergrad.files.gradient_profile import (
+    ACTIVATIONS,
+    ROW_KEYS,
+    DiffReport,
+    Profile,
+    ProfileRow,
+    RowDiff,
+)
 from layergrad.files.guards import require_regular
 from layergrad.files.layer_listing import LayerListing, LayerRow
 from layergrad.files.weight_health import WeightHealth
@@ -64,9 +75,13 @@ CHECK_SCHEMA, DIFF_SCHEMA = "layergrad.check/1", "layergrad.diff/1"
 EXPECTED = "a `layergrad inspect --json` or `scan --json` report"
 T = TypeVar("T")
 W = TypeVar("W", bound=Word)
+_hints = cache(get_type_hints)  # a class's field types, worked out once
 
 # --- the bounds on untrusted input, in one place ---------------------------------------------
 MAX_REPORT_BYTES = 64 * 2**20  # a few hundred bytes per layer: some 100,000 layers
+# a scan read as a profile: 16 MiB is a model of some 50,000 layers (or 200,000 minimal rows),
+# which `diff` reads, compares and prints in seconds
+MAX_PROFILE_BYTES = 16 * 2**20
 # no gradient of float32 values summed over any data set comes near 1e100 (float32 ends at
 # 3.4e38): a larger number was edited by hand, and the shards' numbers combined (the root of
 # the sum of their squares, weighted by counts) would overflow a float64
@@ -385,11 +400,6 @@ def from_json(cls: type[T], doc: object, where: str = "report") -> T:
     return reader.read(cls, reader.obj(doc, "the document"))
 
 
-@cache
-def _hints(cls: type) -> dict[str, object]:
-    return get_type_hints(cls)
-
-
 def _inner(hint: object) -> type:
     (inner,) = [a for a in get_args(hint) if a is not type(None)] or [hint]
     assert isinstance(inner, type)
@@ -443,6 +453,142 @@ def report_from_json(doc: object, where: str = "report") -> InspectReport | Scan
     )
 
 
+# --- a scan as a gradient profile (`diff`, `check --baseline`) -----------------------------
+
+REMAKE = "make it with `layergrad scan MODEL --json > FILE.json`"
+
+
+def load_profile(path: str | os.PathLike[str], name: str | None = None) -> Profile:
+    """Read a `layergrad scan --json` document (at most MAX_PROFILE_BYTES) as a profile.
+
+    `name` is how errors call the file (default: its path), e.g. `--baseline b.json`.
+
+    Raises:
+        InputError: the file is missing, too large, not JSON, not a `layergrad.scan/1`
+            document, or malformed; the message names the file and what is wrong.
+    """
+    where = name or os.fspath(path)
+    doc = read_document(path, where, MAX_PROFILE_BYTES, "a scan JSON", REMAKE)
+    profile = profile_from_json(doc, where)
+    if not profile.rows:
+        collection = ROW_KEYS[profile.wrt][0]
+        raise InputError(
+            f"{where} has no {collection}: a scan compares nothing, so it would pass any model; "
+            f"{REMAKE}"
+        )
+    return profile
+
+
+def profile_of(report: ScanReport | WeightScanReport) -> Profile:
+    """The profile of a scan report, or of a `scan --wrt weights` report: that of its JSON, so
+    a report and the file it prints compare alike (the model keeps its audit warnings)."""
+    profile = profile_from_json(to_json(report), report.model.path)
+    return replace(profile, model=report.model)
+
+
+def profile_from_json(doc: object, where: str = "scan JSON") -> Profile:
+    """The profile of a parsed `layergrad.scan/1` document; `where` names it in errors.
+
+    Raises:
+        InputError: another schema, or a member missing or of the wrong type.
+    """
+    reader = _Fields(where)
+    if not isinstance(doc, dict):
+        raise reader.error("the document", "a JSON object", doc)
+    schema = doc.get("schema")
+    if schema != SCAN_SCHEMA:
+        raise InputError(_schema_message(where, schema))
+    wrt = doc.get("wrt", ACTIVATIONS)
+    if not isinstance(wrt, str) or wrt not in ROW_KEYS:
+        raise reader.error("wrt", " or ".join(map(repr, ROW_KEYS)), wrt)
+    collection, key = ROW_KEYS[wrt]
+    listed = reader.listed(reader.member(doc, collection), collection)
+    rows = tuple(reader.row(r, f"{collection}[{i}]", key) for i, r in enumerate(listed))
+    twice = sorted(n for n, k in Counter(r.name for r in rows).items() if k > 1)
+    if twice:
+        raise InputError(f"{where}: {collection} name {', '.join(twice)} more than once")
+    target: str | None = None
+    loss = None
+    if wrt == ACTIVATIONS:
+        named = reader.member(doc, "target")
+        target = None if named is None else reader.text(named, "target")
+    else:
+        loss_doc = reader.obj(reader.member(doc, "loss"), "loss")
+        loss = reader.text(reader.member(loss_doc, "name", "loss"), "loss.name")
+    return Profile(
+        model=reader.read(ModelMeta, reader.obj(reader.member(doc, "model"), "model"), "model"),
+        probe=reader.read(ProbeMeta, reader.obj(reader.member(doc, "probe"), "probe"), "probe"),
+        target=target,
+        rows=rows,
+        wrt=wrt,
+        loss=loss,
+    )
+
+
+def _schema_message(where: str, schema: object) -> str:
+    if isinstance(schema, str) and schema.startswith("layergrad."):
+        what = schema.split("/")[0].removeprefix("layergrad.")
+        if what == "scan":
+            return (
+                f"{where} has schema {schema}; this version of layergrad reads {SCAN_SCHEMA}; "
+                "make the baseline again with this version"
+            )
+        return f"{where} is a layergrad {what} document ({schema}), not a scan; {REMAKE}"
+    return f"{where} is not a layergrad scan document (schema {schema!r}); {REMAKE}"
+
+
+class _Fields(Reader):
+    """Typed reads of a scan document's members, each error naming the member and the file."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(where, REMAKE, f"; {REMAKE}")
+
+    def row(self, doc: object, at: str, key: str) -> ProfileRow:
+        """One row. Each member that is exactly as `scan --json` writes it (ASCII names, a
+        float mean |g|) is taken as it is (a diff reads 200,000 rows); any other goes through
+        the reader, which checks it and names what is wrong."""
+        row = doc if type(doc) is dict else self.obj(doc, at)
+        status = row.get("status")
+        word = _STATUSES.get(status) if type(status) is str else None
+        if word is None:
+            word = self.word(Status, self.member(row, "status", at), f"{at}.status")
+        gradient = row["gradient"] if "gradient" in row else self.member(row, "gradient", at)
+        mean_abs = gradient.get("mean_abs") if type(gradient) is dict else None
+        if gradient is not None and not (type(mean_abs) is float and 0 <= mean_abs <= MAX_MEASURE):
+            value = self.member(self.obj(gradient, f"{at}.gradient"), "mean_abs", f"{at}.gradient")
+            # null: a number that was not finite (the one encoding of every JSON schema)
+            mean_abs = None if value is None else self.measure(value, f"{at}.gradient.mean_abs")
+        flags = row.get("flags")
+        if type(flags) is not list or not all(type(f) is str and f.isascii() for f in flags):
+            listed = self.listed(self.member(row, "flags", at), f"{at}.flags")
+            flags = [self.text(f, f"{at}.flags[{i}]") for i, f in enumerate(listed)]
+        name = row.get(key)
+        if type(name) is not str or not name.isascii():
+            name = self.text(self.member(row, key, at), f"{at}.{key}")
+        return ProfileRow(name, word, mean_abs, tuple(flags), _first_cause(row), _input_shape(row))
+
+
+def _first_cause(row: Mapping[str, object]) -> str | None:
+    """The most likely cause of a row's status, `code at layer` (None without causes)."""
+    causes = row.get("causes")
+    first = causes[0] if isinstance(causes, list) and causes else None
+    if isinstance(first, dict) and isinstance(first.get("code"), str):
+        layer = first.get("layer")
+        return f"{first['code']} at {layer}" if isinstance(layer, str) and layer else first["code"]
+    return None
+
+
+def _input_shape(row: Mapping[str, object]) -> tuple[int, ...] | None:
+    """A model input's row: the shape of the probe batch it was fed."""
+    shape = row.get("shape")
+    if row.get("class") == "InputLayer" and isinstance(shape, list):
+        return tuple(shape) if all(type(d) is int for d in shape) else None
+    return None
+
+
+_STATUSES = {word: Status(word) for word in Status.words()}
+
+
 def _write_result(obj: object, doc: dict[str, object]) -> None:
     """An inspect result's gradient carries its shape (a scan row's is the row's); dead units
     mean nothing without a gradient: null."""
@@ -473,9 +619,9 @@ def _finish_result(obj: object, doc: Mapping[str, object], read: Reader, at: str
                 f"{at}.gradient.nonfinite", f"a count from 0 to {elements}", g.nonfinite
             )
         # |g| at any element is at most the L2 of all, and their mean at most their largest
-        for low, high, what in ((g.max_abs, g.l2, "l2"), (g.mean_abs, g.max_abs, "max_abs")):
+        pairs = (("max_abs", g.max_abs, "l2", g.l2), ("mean_abs", g.mean_abs, "max_abs", g.max_abs))
+        for name, low, what, high in pairs:
             if low > high * (1 + 1e-4) + 1e-30:
-                name = "max_abs" if what == "l2" else "mean_abs"
                 raise read.error(
                     f"{at}.gradient.{name}", f"a number at most {what} ({high:.6g})", low
                 )

@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import h5py
 import numpy as np
 
 from layergrad.core.limits import (
@@ -69,8 +70,6 @@ class StoredWeights:
 
 def datasets(obj: H5Object) -> list[H5Object]:
     """Every dataset at or below ``obj`` (hard links only; links were refused on open)."""
-    import h5py
-
     found: list[H5Object] = [obj] if isinstance(obj, h5py.Dataset) else []
     if isinstance(obj, h5py.Group):
         obj.visititems(lambda _n, o: found.append(o) if isinstance(o, h5py.Dataset) else None)
@@ -124,8 +123,6 @@ def _group_names(children: list[LayerEntry]) -> dict[str, LayerEntry]:
 
 def keras_weight_groups(h5: H5Object, graph: ModelGraph) -> dict[str, list[H5Object]]:
     """Layer path -> its datasets, in a `.keras` archive's ``model.weights.h5``."""
-    import h5py
-
     found: dict[str, list[H5Object]] = {}
     layers = h5.get("layers")
     if graph.known and isinstance(layers, h5py.Group):
@@ -143,8 +140,6 @@ def _walk_attributes(
     """A subclassed model's attribute: a layer (its own ``vars``, named by their ``name``
     attribute, then the layers it holds), or a container of layers (a list such as
     ``layers``, its items named after their class: ``layers/dense_1``), walked through."""
-    import h5py
-
     own_vars = group.get("vars")
     own = datasets(own_vars) if isinstance(own_vars, h5py.Group) else []
     name = _saved_name(group) or prefix + key
@@ -158,8 +153,6 @@ def _walk_attributes(
 
 def _saved_name(group: H5Object) -> str | None:
     """The layer name recent Keras versions store on a layer's ``vars`` group."""
-    import h5py
-
     vars_group = group.get("vars")
     return as_text(vars_group.attrs.get("name")) if isinstance(vars_group, h5py.Group) else None
 
@@ -171,8 +164,6 @@ def _walk_keras(
     prefix: str,
     found: dict[str, list[H5Object]],
 ) -> None:
-    import h5py
-
     children = sorted((e for e in graph.layers if e.parent == parent), key=lambda e: e.index)
     by_group = _group_names(children)
     by_name = {e.name: e for e in children}
@@ -193,8 +184,6 @@ def _walk_keras(
 
 def legacy_weight_groups(root: H5Object, graph: ModelGraph) -> dict[str, list[H5Object]]:
     """Layer path -> its datasets, in a legacy `.h5` file's ``model_weights`` group."""
-    import h5py
-
     found: dict[str, list[H5Object]] = {}
     names = [as_text(n) or "" for n in root.attrs.get("layer_names", list(root.keys()))]
     for name in names:
@@ -229,13 +218,13 @@ def _legacy_owner(graph: ModelGraph, container: LayerEntry, weight_name: str) ->
 # ----- health ---------------------------------------------------------------------------------
 
 
+@dataclass
 class _Budget:
     """Bytes left to read in this file, and the notes on what was not read."""
 
-    def __init__(self, total: int) -> None:
-        self.left = total
-        self.notes: list[str] = []
-        self.over_budget = 0
+    left: int
+    notes: list[str] = field(default_factory=list)
+    over_budget: int = 0
 
     def take(self, size: int) -> bool:
         if size > self.left:
@@ -354,11 +343,8 @@ def _fill_stats(ds: H5Object, count: int) -> Stats:
 
 
 def _combine(parts: Iterable[Stats]) -> Stats:
-    nan = inf = 0
-    nonzero = False
-    for a, b, c in parts:
-        nan, inf, nonzero = nan + a, inf + b, nonzero or c
-    return nan, inf, nonzero
+    nan, inf, nonzero = zip(*parts, strict=True)
+    return sum(nan), sum(inf), any(nonzero)
 
 
 def _stats(arr: np.ndarray, ds: H5Object) -> Stats:

@@ -39,10 +39,10 @@ def check_log_dir(
     """The TensorBoard folder, refused (`OutputError`) when it is not a writable folder (or
     is one of `inputs`, or inside one) or TensorBoard, which writes it, is not installed."""
     from layergrad.files.audit import installed
-    from layergrad.files.outputs import check_folder_target
+    from layergrad.files.outputs import check_target
 
     text = os.fspath(path)
-    check_folder_target(text, option, inputs)
+    check_target(text, option, "folder", inputs)
     if not installed("tensorboard"):
         raise OutputError(
             f"{option} writes TensorBoard summaries, and the tensorboard package is not "

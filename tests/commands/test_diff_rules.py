@@ -15,7 +15,7 @@ from layergrad.core.results import ModelMeta, ProbeMeta
 from layergrad.core.vocab import Change, Status
 from layergrad.diagnose.regressions import compare, compare_row, merged_order
 from layergrad.files.gradient_profile import Profile, ProfileRow
-from layergrad.files.profile_json import profile_from_json, profile_of
+from layergrad.files.report_json import profile_from_json, profile_of
 
 MODEL = ModelMeta("m.keras", "keras", "Functional", "m")
 PROBE = ProbeMeta("random", 0, 8, False, "sum")
@@ -169,7 +169,7 @@ def test_a_scan_json_reads_back_as_the_report_it_was_printed_from():
 
 
 def test_a_scan_json_beyond_the_budget_is_refused_unread(tmp_path, monkeypatch):
-    from layergrad.files import profile_json as profiles
+    from layergrad.files import report_json as profiles
 
     path = tmp_path / "big.json"
     path.write_text('{"schema": "layergrad.scan/1", "pad": "' + "x" * 2000 + '"}')

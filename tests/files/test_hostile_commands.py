@@ -406,7 +406,7 @@ def test_grayscale_bmp_feeds_a_one_channel_model(root: Path) -> None:
 
 
 def test_diff_of_the_largest_scan_jsons_is_bounded(root: Path) -> None:
-    from layergrad.files.profile_json import MAX_PROFILE_BYTES
+    from layergrad.files.report_json import MAX_PROFILE_BYTES
 
     def write(path: Path, scale: float) -> Path:
         rows, n = [], 0

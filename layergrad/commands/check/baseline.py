@@ -21,7 +21,7 @@ from layergrad.core.results import ScanReport, WeightScanReport
 from layergrad.core.vocab import Change, Finding
 from layergrad.diagnose.regressions import DiffReport, compare
 from layergrad.files.gradient_profile import ACTIVATIONS, ROW_KEYS, Profile, recorded_probe
-from layergrad.files.profile_json import load_profile, profile_of
+from layergrad.files.report_json import load_profile, profile_of
 
 LISTED = 4  # regressions named in a check message; the rest are counted
 MIN_SHARED = 0.5  # of a baseline's layers that must be in the model it is checked against
@@ -36,7 +36,7 @@ class Baseline:
 
 
 def load_baselines(paths: Sequence[str | os.PathLike[str]]) -> tuple[Baseline, ...]:
-    """Read each baseline file (see `profile_json.load_profile`); UsageError names a bad one."""
+    """Read each baseline file (see `report_json.load_profile`); UsageError names a bad one."""
     return tuple(Baseline(os.fspath(p), load_profile(p, f"--baseline {p}")) for p in paths)
 
 
