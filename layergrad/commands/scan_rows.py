@@ -1,6 +1,7 @@
 """The rows of a scan, built once whichever pass measured them: each row's numbers (from the
 trace's gradient arrays or the statistics reduced inside the compiled step), its flags along
-the trunk to the target end, and the causes of a row whose gradient is lost.
+the trunk to the target end, and the causes of a row whose gradient is lost; and the report
+of a traced batch (`scan_report`), which `scan` and the weight scan both read.
 """
 
 from __future__ import annotations
@@ -13,19 +14,21 @@ from functools import partial
 
 import numpy as np
 
+from layergrad.commands.session import Session
 from layergrad.core.errors import LayerNotFound
 from layergrad.core.gradient_stats import dead_fraction, gradient_stats, status_flags, status_of
-from layergrad.core.results import DataStats, GradientStats, ScanRow
+from layergrad.core.results import DataStats, GradientStats, ProbeMeta, ScanReport, ScanRow
 from layergrad.core.vocab import Finding, Status
 from layergrad.data.stats.aggregates import GradientTotals
 from layergrad.diagnose import causes as why
-from layergrad.diagnose.diagnoser import Diagnoser
+from layergrad.diagnose.diagnoser import Diagnoser, softmax_target_note
+from layergrad.diagnose.forward_findings import constant_outputs, first_nonfinite, unscaled_input
 from layergrad.diagnose.locate import sinks, trunk
 from layergrad.engine.data_step import Probed, StreamRun
 from layergrad.engine.layer_calls import Activation
 from layergrad.engine.trace import Trace
 from layergrad.model.graph import ModelGraph
-from layergrad.model.layer_refs import no_glob_match_message, ref_of
+from layergrad.model.layer_refs import Site, iter_layers, no_glob_match_message, ref_of
 
 # Vanishing (exploding): on the trunk, ||g|| at least DECADES below (above) the target end's
 # and falling (rising) by more than RATE decades per layer on average on the way, or EXTREME
@@ -252,3 +255,55 @@ def _reached_output(trace: Trace, graph: ModelGraph | None, i: int) -> Activatio
         if grad is not None and depends:
             return act
     return None
+
+
+def scan_report(
+    session: Session, trace: Trace, site: Site | None, patterns: Sequence[str] = ()
+) -> ScanReport:
+    """The scan rows, flags, causes and notes of a trace of the session's model."""
+    model = session.model
+    classes = {p: type(layer).__name__ for p, layer in iter_layers(model)}
+    rows = scan_rows(trace, session.info.graph, session.diagnoser, classes, patterns)
+    layers = dict(iter_layers(model))
+    found = tuple(constant_outputs(trace, session.info.graph, layers))
+    notes = list(target_notes(site))
+    constant = tuple(found)
+    bad = first_nonfinite(trace)
+    if bad is not None:
+        notes.append(
+            f"the forward pass turns non-finite (NaN/Inf) at layer {bad.site.ref!r}, and so "
+            "is every activation computed from it"
+        )
+    notes += [why.constant_output(c.output, c.layer, c.reason).message for c in constant]
+    scale = unscaled_input(trace, session.info.graph, layers)
+    if scale is not None:
+        cause = why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
+        notes.append(f"{cause.message}; {cause.hint}")
+    return replace(
+        rows_report(session, session.probe_meta_of(seeded=site is None), site, rows),
+        notes=tuple(notes),
+        first_nonfinite=None if bad is None else bad.site.ref,
+        constant=constant,
+        input_range=scale,
+    )
+
+
+def rows_report(
+    session: Session, probe: ProbeMeta, site: Site | None, rows: tuple[ScanRow, ...]
+) -> ScanReport:
+    """The report of `rows`, with the notes the target gives (`scan_report` adds the trace's)."""
+    return ScanReport(
+        model=session.model_meta,
+        probe=probe,
+        target=site.ref if site else None,
+        rows=rows,
+        notes=target_notes(site),
+    )
+
+
+def target_notes(site: Site | None) -> tuple[str, ...]:
+    """What a softmax target does not say (its outputs sum to one)."""
+    note = site and softmax_target_note(
+        site, "scan with {before}, or without --to (a projection of the outputs)"
+    )
+    return (note,) if note else ()

@@ -82,10 +82,10 @@ def scan_weights(
         drawn = "drawn to fit each output"
         yours = "pass --input with a `y` array for your own"
     else:
-        from layergrad.commands.over_data import open_stream
+        from layergrad.commands.over_data import open_labels, open_stream
 
         assert spec is not None  # a loss, or the error above
-        labelled = given or _labelled(session, spec)
+        labelled = given or open_labels(model, spec, options)
         own = labelled.stream is not None
         # the data's own stream only when it has no labels: a data function is called once
         stream = labelled.stream or session.opened or open_stream(model, options, strategy)
@@ -121,22 +121,6 @@ def scan_weights(
     )
 
 
-def _labelled(session: Session, spec: LossSpec) -> Labelled:
-    """`--data` read with its labels, strictly: they come with the inputs from the same rows,
-    cut into the same shard."""
-    from layergrad.commands import over_data
-    from layergrad.data.label_stream import open_labelled
-    from layergrad.engine.compiled_loss import label_request
-
-    model, options = session.model, session.options
-    data = options.data_set
-    assert data is not None
-    return open_labelled(
-        data.path, over_data.data_specs(model), label_request(model, spec),
-        options.rows, data.limit, over_data.shard_of(options), first_sample=data.first_sample,
-    )  # fmt: skip
-
-
 @dataclass(frozen=True)
 class _Run:
     """The rows, the label kinds, the stream's totals, the first batch's scan if traced."""
@@ -160,7 +144,7 @@ def _run(
 ) -> _Run:
     """The variables' gradients over `stream`; the first batch traced for the causes of rows
     not ok, or with `layers` for its scan of the layers (then also a probe's gradients)."""
-    from layergrad.commands.scan import scan_report
+    from layergrad.commands.scan_rows import scan_report
     from layergrad.engine.data_step import Plan, run_stream
     from layergrad.engine.trace import Trace, run_trace
     from layergrad.engine.weight_gradients import WeightPlan

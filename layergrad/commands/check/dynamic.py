@@ -98,8 +98,8 @@ def dynamic(
     if opened is None:
         return
     loaded, warnings, strategy = opened
-    from layergrad.commands.over_data import forward_check, scan_over  # TensorFlow: now
-    from layergrad.commands.scan import scan_session
+    from layergrad.commands.over_data import forward_check  # TensorFlow: now
+    from layergrad.commands.scan import scan_over, scan_session
     from layergrad.commands.session import Session, session_for
     from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
     from layergrad.commands.weight_scan import scan_weights
@@ -272,20 +272,16 @@ def _data_stream(
 ) -> _Stream:
     """The stream of --data's batches, with its labels (`data/label_stream.py`) in the form
     the loss in the file (or `--loss`) takes, summarised for the `targets` check."""
-    from layergrad.commands.over_data import data_specs, open_stream, shard_of
-    from layergrad.data.label_stream import open_labelled, summarise_batches
-    from layergrad.engine.compiled_loss import label_request
+    from layergrad.commands.over_data import open_labels, open_stream
+    from layergrad.data.label_stream import summarise_batches
     from layergrad.model.loss_forms import find_loss
 
     model, data = loaded.model, probe.data_set
     assert data is not None
     heads.judge_on_random_probe(model, info, options, add)
-    request = label_request(model, find_loss(info.compile_config, options.loss))
+    spec = find_loss(info.compile_config, options.loss)
     try:  # the data does not fit this model: the command is wrong, not the file
-        labelled: Labelled | None = open_labelled(  # this worker's part, as the inputs'
-            os.fspath(data.path), data_specs(model), request, probe.rows, data.limit,
-            shard_of(probe), first_sample=data.first_sample, strict=False,
-        )  # fmt: skip
+        labelled: Labelled | None = open_labels(model, spec, probe, strict=False)
         batches = open_stream(model, probe, strategy)
     except LayergradError as exc:
         raise UsageError(f"{os.fspath(info.path)}: {exc}") from exc
