@@ -18,8 +18,10 @@ from layergrad.core.tf_types import KerasModel, Strategy
 from layergrad.core.vocab import NOT_DIFFERENTIABLE, Status
 from layergrad.data.sources import DataStream
 from layergrad.diagnose.diagnoser import Diagnoser
+from layergrad.diagnose.forward_findings import CONSTANT_RTOL, MIN_BATCH, UNSCALED
 from layergrad.engine.data_step import Plan, StreamRun, run_stream
 from layergrad.engine.jacobian import JacobianOptions
+from layergrad.engine.jacobian_data import scan_jacobians
 from layergrad.engine.trace import Trace
 from layergrad.model.graph import ModelGraph
 from layergrad.model.layer_refs import Site, iter_layers, resolve
@@ -72,8 +74,6 @@ def _scan(
     for every sample, a non-finite activation or inputs that are not scaled; then the batch's
     whole trace (read again) gives the rows, causes and notes (`scan_report`).
     """
-    from layergrad.diagnose.forward_findings import CONSTANT_RTOL, MIN_BATCH, UNSCALED
-
     run, rows, diagnosis = scan_over(
         session.model, session.info.graph, session.strategy, session.stream, session.options,
         site, patterns, on_progress,
@@ -146,8 +146,6 @@ def _jacobians(
     """Each row whose gradient is ok or zero with its per-sample Jacobian norms over the
     session's batches (`jacobian_data.scan_jacobians`: of the probe batch, each sample's;
     over the data, every worker's shard), and how they were measured."""
-    from layergrad.engine.jacobian_data import scan_jacobians
-
     options = session.options
     norms, notes = scan_jacobians(
         session.model, session.stream, site, how, training=options.training,

@@ -22,7 +22,7 @@ from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import ScanReport, ScanRow, WeightScanReport
 from layergrad.core.tf_types import KerasModel, Strategy
 from layergrad.core.vocab import Finding
-from layergrad.files.file_info import FileInfo
+from layergrad.files.file_info import FileInfo, training_steps
 
 if TYPE_CHECKING:
     from layergrad.commands.session import Session
@@ -76,7 +76,8 @@ def dynamic(
     has_loss = find_loss(info.compile_config, options.loss) is not None
     if baseline is not None:
         fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
-    trained = steps.trained(path)  # the file records training steps: its kernels were learnt
+    # the file records optimizer steps: its kernels were learnt, not drawn (a small read)
+    trained = (training_steps(path) or 0) > 0
     data, given_input = options.probe.data_set, options.probe.input_file
     probe, sha, other = options.probing(), "", False
     if baseline is not None:  # the baseline's own probe and mode
@@ -103,6 +104,7 @@ def dynamic(
     from layergrad.commands.session import Session, session_for
     from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
     from layergrad.commands.weight_scan import scan_weights
+    from layergrad.diagnose.saturation import saturated_init
     from layergrad.engine.layer_calls import BatchFailed
     from layergrad.engine.trace import recorder
 
@@ -189,7 +191,9 @@ def dynamic(
         return
     weights = scanned.weights
     assert weights is not None
-    init = steps.init_scale(trained, model, stream.recorded or recorder(model, batch.arrays))
+    # a layer that a kernel scaled far up saturates on the probe (unless the kernels were learnt)
+    forward = stream.recorded or recorder(model, batch.arrays)
+    init = None if trained else saturated_init(model, forward())
     if stream.data is not None:
         weights = _dead_over_data(model, stream.data, weights, session.options.training, strategy)
         steps.trainable(weights, add, has_loss, where, dead_scope="the data", init=init)
