@@ -16,14 +16,12 @@ from typing import TYPE_CHECKING, TypeVar
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import ProbeOptions, with_cluster
 from layergrad.core.tf_types import KerasModel, Strategy
-from layergrad.core.vocab import Finding
 
 if TYPE_CHECKING:
     from layergrad.data.label_stream import Labelled
     from layergrad.data.probe_input import InputSpec, ProbeBatch
     from layergrad.data.sources import DataStream
     from layergrad.diagnose.diagnoser import Diagnoser
-    from layergrad.engine.data_step import StreamRun
     from layergrad.engine.layer_calls import Activation
     from layergrad.engine.trace import Trace
     from layergrad.model.graph import ModelGraph
@@ -87,18 +85,6 @@ def shard_of(options: ProbeOptions) -> tuple[int, int] | None:
     data = with_cluster(options).data_set  # the cluster: read where the command started
     cluster = data.cluster if data else None
     return None if cluster is None else (cluster.index, cluster.workers)
-
-
-def forward_check(run: StreamRun) -> tuple[str, tuple[Finding, ...]]:
-    """`check`'s forward verdict over a data set: (message, findings)."""
-    for act, fwd in zip(run.activations, run.forward, strict=True):
-        if fwd is not None and fwd.nonfinite_batches:
-            return (
-                f"activations turn non-finite (NaN/Inf) at layer {act.site.ref!r} (first in "
-                f"batch {fwd.first_nonfinite})",
-                (Finding.NONFINITE,),
-            )
-    return f"finite over {run.samples:,} samples", ()
 
 
 class Diagnosis:

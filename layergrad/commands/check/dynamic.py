@@ -99,8 +99,7 @@ def dynamic(
     if opened is None:
         return
     loaded, warnings, strategy = opened
-    from layergrad.commands.over_data import forward_check  # TensorFlow: now
-    from layergrad.commands.scan import scan_over, scan_session
+    from layergrad.commands.scan import scan_over, scan_session  # TensorFlow: now
     from layergrad.commands.session import Session, session_for
     from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
     from layergrad.commands.weight_scan import scan_weights
@@ -161,7 +160,7 @@ def dynamic(
         return
     session, report, run, rows = scanned.session, scanned.report, scanned.run, scanned.rows
     batch, mode = session.batch, f"; {said}" if said else ""
-    message, findings = forward_check(run) if run is not None else ("", ())
+    message, findings = steps.forward_check(run) if run is not None else ("", ())
     if findings:  # non-finite over the data: nothing more to judge
         add("forward", message, findings)
         steps.gradient(rows, add)

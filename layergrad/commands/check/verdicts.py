@@ -37,6 +37,7 @@ from layergrad.model.target_fit import target_mismatches
 if TYPE_CHECKING:
     from layergrad.core.tf_types import Strategy
     from layergrad.diagnose.saturation import SaturatedInit
+    from layergrad.engine.data_step import StreamRun
     from layergrad.engine.loader import LoadedModel
 
     Opened = tuple[LoadedModel, tuple[str, ...], Strategy | None]  # what `session.load` returns
@@ -72,9 +73,9 @@ class CheckOptions:
         if self.allow_other_data and not (self.probe.data_set is not None and self.baselines):
             raise UsageError("--allow-other-data goes with --baseline and --data; drop it")
 
-    def probing(self, training: bool = False) -> ProbeOptions:
-        """The probe options of the forward and gradient checks, in training mode or not."""
-        return replace(self.probe, reduce=Reduce.SUM, training=training)
+    def probing(self) -> ProbeOptions:
+        """The probe options of the forward and gradient checks (in inference)."""
+        return replace(self.probe, reduce=Reduce.SUM, training=False)
 
 
 def safe(info: FileInfo, imports: Sequence[str], unsafe: bool, add: Add) -> bool:
@@ -227,6 +228,18 @@ def loss_failed(
             "reads a layout of its own; pass its labels (`y` in --data or --input)"
         )
     add("trainable", f"not judged: {said}")
+
+
+def forward_check(run: StreamRun) -> tuple[str, tuple[Finding, ...]]:
+    """`check`'s forward verdict over a data set: (message, findings)."""
+    for act, fwd in zip(run.activations, run.forward, strict=True):
+        if fwd is not None and fwd.nonfinite_batches:
+            return (
+                f"activations turn non-finite (NaN/Inf) at layer {act.site.ref!r} (first in "
+                f"batch {fwd.first_nonfinite})",
+                (Finding.NONFINITE,),
+            )
+    return f"finite over {run.samples:,} samples", ()
 
 
 def gradient(rows: Sequence[ScanRow], add: Add) -> None:
