@@ -35,17 +35,10 @@ def scan_session(
     top: int = 10,
     on_progress: Progress | None = None,
 ) -> ScanReport:
-    """Gradient of one target with respect to every layer's output, in one backward pass per
-    batch, over the session's batches: the probe batch (a stream of one batch) or every
-    sample of the data.
-
-    `target` is a layer reference, or None for a seeded random projection of the model's
-    outputs (see `trace.run_trace`); `patterns` (shell globs) keep only matching rows.
-    With `jacobian`, rows also get per-sample Jacobian norms (`jacobian_data.scan_jacobians`,
-    a second pass over the same batches; over the data it names the `top` samples). A model
-    whose BatchNormalization was never trained is scanned again in training mode when the
-    scan in inference finds what it makes (`untrained_batchnorm`). `on_progress` follows the
-    data.
+    """Gradient of one target (a layer reference, or None: a seeded random projection of the
+    outputs) with respect to every layer's output, one backward pass per batch of the session
+    (see `api.scan_model`). A model whose BatchNormalization was never trained is scanned again
+    in training mode when the scan in inference finds what it makes (`untrained_batchnorm`).
     """
     site = None if target is None else resolve(session.model, target)
     report = _scan(session, site, patterns, on_progress)

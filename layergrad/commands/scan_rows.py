@@ -81,32 +81,6 @@ def step_numbers(act: Probed, grad: GradientTotals | None, data: bool) -> RowNum
     )
 
 
-def scan_rows(
-    trace: Trace,
-    graph: ModelGraph | None,
-    diagnoser: Diagnoser,
-    classes: dict[str, str],
-    patterns: Sequence[str] = (),
-) -> tuple[ScanRow, ...]:
-    """One row per activation of the trace (inputs, then layer calls in execution order).
-
-    Rows the target does not depend on are left out. `patterns` (shell globs) keep only
-    matching layer references. Blocked and non-finite rows get causes from the diagnoser.
-    """
-    target = trace.target
-    measured = [
-        (act, traced_numbers(act, grad))
-        for act, grad in zip(trace.activations, trace.gradients, strict=True)
-    ]
-    ends = (
-        [target.site.key]
-        if target
-        else [trace.activations[o].site.key for o in trace.outputs if o is not None]
-    )
-    causes = partial(_with_causes, trace=trace, graph=graph, diagnoser=diagnoser)
-    return build_rows(measured, target, ends, graph, classes, patterns, causes)
-
-
 def summary_rows(
     run: StreamRun,
     graph: ModelGraph | None,
@@ -114,7 +88,7 @@ def summary_rows(
     patterns: Sequence[str],
     causes: Callable[[ScanRow], ScanRow],
 ) -> tuple[ScanRow, ...]:
-    """`scan_rows` from statistics reduced inside the step (`data_step.run_stream`), without any
+    """The scan rows from statistics reduced inside the step (`data_step.run_stream`), without any
     gradient array; rows carry `data`; their causes from `causes` (see `trace_causes`)."""
     target = run.targets[0]
     measured = [
@@ -260,14 +234,23 @@ def _reached_output(trace: Trace, graph: ModelGraph | None, i: int) -> Activatio
 def scan_report(
     session: Session, trace: Trace, site: Site | None, patterns: Sequence[str] = ()
 ) -> ScanReport:
-    """The scan rows, flags, causes and notes of a trace of the session's model."""
-    model = session.model
-    classes = {p: type(layer).__name__ for p, layer in iter_layers(model)}
-    rows = scan_rows(trace, session.info.graph, session.diagnoser, classes, patterns)
-    layers = dict(iter_layers(model))
-    found = tuple(constant_outputs(trace, session.info.graph, layers))
+    """The scan rows (one per activation of the trace the target depends on: inputs, then layer
+    calls in execution order), flags, causes and notes of a trace of the session's model."""
+    graph, layers, target = session.info.graph, dict(iter_layers(session.model)), trace.target
+    classes = {p: type(layer).__name__ for p, layer in layers.items()}
+    measured = [
+        (act, traced_numbers(act, grad))
+        for act, grad in zip(trace.activations, trace.gradients, strict=True)
+    ]
+    ends = (
+        [target.site.key]
+        if target
+        else [trace.activations[o].site.key for o in trace.outputs if o is not None]
+    )
+    causes = partial(_with_causes, trace=trace, graph=graph, diagnoser=session.diagnoser)
+    rows = build_rows(measured, target, ends, graph, classes, patterns, causes)
+    constant = tuple(constant_outputs(trace, graph, layers))
     notes = list(target_notes(site))
-    constant = tuple(found)
     bad = first_nonfinite(trace)
     if bad is not None:
         notes.append(
@@ -275,7 +258,7 @@ def scan_report(
             "is every activation computed from it"
         )
     notes += [why.constant_output(c.output, c.layer, c.reason).message for c in constant]
-    scale = unscaled_input(trace, session.info.graph, layers)
+    scale = unscaled_input(trace, graph, layers)
     if scale is not None:
         cause = why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
         notes.append(f"{cause.message}; {cause.hint}")

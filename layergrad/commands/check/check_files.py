@@ -59,9 +59,8 @@ def check_files(
             raise LayergradError("--baseline compares a gradient scan; drop --static-only")
         files = [os.fspath(p) for p in paths]
         found = load_baselines(options.baselines)
-        given = options.probe.input_file
-        given = None if given is None else os.fspath(given)
-        baselines = match_baselines(files, found, given, bool(options.probe.data_set))
+        given, data = options.probe.input_file, bool(options.probe.data_set)
+        baselines = match_baselines(files, found, given, data)
     verdicts = []
     for path in paths:
         if on_file is not None:

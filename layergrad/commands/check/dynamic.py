@@ -81,8 +81,7 @@ def dynamic(
     data, given_input = options.probe.data_set, options.probe.input_file
     probe, sha, other = options.probing(), "", False
     if baseline is not None:  # the baseline's own probe and mode
-        text = None if given_input is None else os.fspath(given_input)
-        recorded = probe_options(baseline, text, data is not None)
+        recorded = probe_options(baseline, given_input, data is not None)
         if data is None:
             probe = replace(recorded, max_memory=probe.max_memory)
         else:
@@ -138,7 +137,8 @@ def dynamic(
                 raise
             report = scan_session(session)  # the forward pass alone: it raises when it fails
             return _Scanned(session, None, report, run, rows if run else report.rows, exc)
-        report = weights.activations or scan_session(session)
+        assert weights.activations is not None  # one batch: its layers' scan is traced with it
+        report = weights.activations
         return _Scanned(session, weights, report, run, rows if run else report.rows)
 
     def wrong(found: _Scanned) -> bool:  # a baseline's own mode is kept
@@ -191,8 +191,8 @@ def dynamic(
     weights = scanned.weights
     assert weights is not None
     # a layer that a kernel scaled far up saturates on the probe (unless the kernels were learnt)
-    forward = stream.recorded or recorder(model, batch.arrays)
-    init = None if trained else saturated_init(model, forward())
+    first_pass = stream.recorded or recorder(model, batch.arrays)
+    init = None if trained else saturated_init(model, first_pass())
     if stream.data is not None:
         weights = _dead_over_data(model, stream.data, weights, session.options.training, strategy)
         steps.trainable(weights, add, has_loss, where, dead_scope="the data", init=init)
@@ -276,12 +276,21 @@ def _data_stream(
     """The stream of --data's batches, with its labels (`data/label_stream.py`) in the form
     the loss in the file (or `--loss`) takes, summarised for the `targets` check."""
     from layergrad.commands.over_data import open_labels, open_stream
+    from layergrad.commands.session import probe_batch
     from layergrad.data.label_stream import summarise_batches
+    from layergrad.engine.trace import record_calls
     from layergrad.model.loss_forms import find_loss
 
     model, data = loaded.model, probe.data_set
     assert data is not None
-    heads.judge_on_random_probe(model, info, options, add)
+
+    def recorded() -> Recorded | None:  # a random probe batch, drawn if a head needs it
+        try:
+            return record_calls(model, probe_batch(model, options.probing()).arrays)
+        except LayergradError:
+            return None
+
+    heads.judge_on_probe(recorded, info, options.loss, add)  # --data is streamed later
     spec = find_loss(info.compile_config, options.loss)
     try:  # the data does not fit this model: the command is wrong, not the file
         labelled: Labelled | None = open_labels(model, spec, probe, strict=False)
