@@ -1,11 +1,7 @@
 """The stream of a data set's batches (with its labels), and the batch a result that is not ok
-is diagnosed on, over any stream (the probe batch is a stream of one batch).
-
-The statistics are those of all the stream's samples as one batch; they are reduced inside the
-step (`data_step.run_stream`), so no gradient is kept. A result that is not ok gets its causes
-from one batch where it shows: the first batch with a non-finite value for a non-finite
-result, else the first batch. That batch is read again (`Diagnosis`: its whole trace, its
-activations, its diagnoser) and diagnosed with its whole arrays. Nothing here prints.
+is diagnosed on, over any stream (the probe batch is a stream of one batch): the statistics
+are reduced inside the step, so no gradient is kept; a result that is not ok gets its causes
+from the first batch where it shows, read again (`Diagnosis`) with its whole arrays.
 """
 
 from __future__ import annotations

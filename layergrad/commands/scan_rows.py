@@ -249,8 +249,9 @@ def scan_report(
     )
     causes = partial(_with_causes, trace=trace, graph=graph, diagnoser=session.diagnoser)
     rows = build_rows(measured, target, ends, graph, classes, patterns, causes)
+    report = rows_report(session, session.probe_meta_of(seeded=site is None), site, rows)
     constant = tuple(constant_outputs(trace, graph, layers))
-    notes = list(target_notes(site))
+    notes = list(report.notes)
     bad = first_nonfinite(trace)
     if bad is not None:
         notes.append(
@@ -263,7 +264,7 @@ def scan_report(
         cause = why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
         notes.append(f"{cause.message}; {cause.hint}")
     return replace(
-        rows_report(session, session.probe_meta_of(seeded=site is None), site, rows),
+        report,
         notes=tuple(notes),
         first_nonfinite=None if bad is None else bad.site.ref,
         constant=constant,
@@ -274,19 +275,15 @@ def scan_report(
 def rows_report(
     session: Session, probe: ProbeMeta, site: Site | None, rows: tuple[ScanRow, ...]
 ) -> ScanReport:
-    """The report of `rows`, with the notes the target gives (`scan_report` adds the trace's)."""
+    """The report of `rows`, with the note a softmax target needs (its outputs sum to one;
+    `scan_report` adds the trace's)."""
+    note = site and softmax_target_note(
+        site, "scan with {before}, or without --to (a projection of the outputs)"
+    )
     return ScanReport(
         model=session.model_meta,
         probe=probe,
         target=site.ref if site else None,
         rows=rows,
-        notes=target_notes(site),
+        notes=(note,) if note else (),
     )
-
-
-def target_notes(site: Site | None) -> tuple[str, ...]:
-    """What a softmax target does not say (its outputs sum to one)."""
-    note = site and softmax_target_note(
-        site, "scan with {before}, or without --to (a projection of the outputs)"
-    )
-    return (note,) if note else ()

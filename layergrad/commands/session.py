@@ -187,7 +187,6 @@ def load(
         from layergrad.data import devices
 
         precheck(data.path)  # a FIFO, a forged header: refused before TensorFlow
-
         strategy = devices.strategy_for(
             data.distribute, data.cpu_replicas, data.peer_timeout, data.cluster
         )
