@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
+from layergrad.commands.over_data import Diagnosis
 from layergrad.commands.session import Session
 from layergrad.commands.untrained_batchnorm import in_training, probe_in_training, results_wrong
 from layergrad.core.probe_options import Progress
@@ -23,14 +23,20 @@ from layergrad.core.results import (
     Result,
 )
 from layergrad.core.vocab import Status
+from layergrad.data.stats.aggregates import ForwardTotals, GradientTotals
+from layergrad.diagnose import causes as why
+from layergrad.diagnose.diagnoser import (
+    dedupe,
+    gradient_warnings,
+    softmax_target_note,
+    static_causes,
+    structural_zeros,
+)
+from layergrad.engine.data_step import Plan, Probed, StreamRun, run_stream
+from layergrad.engine.jacobian import JacobianOptions
+from layergrad.engine.jacobian_data import inspect_jacobians
+from layergrad.model.graph import ModelGraph
 from layergrad.model.layer_refs import Site, iter_layers, resolve
-
-if TYPE_CHECKING:  # the modules of the pass over the data are imported by that pass
-    from layergrad.commands.over_data import Diagnosis
-    from layergrad.data.stats.aggregates import ForwardTotals, GradientTotals
-    from layergrad.engine.data_step import Probed, StreamRun
-    from layergrad.engine.jacobian import JacobianOptions
-    from layergrad.model.graph import ModelGraph
 
 
 def inspect_session(
@@ -70,9 +76,6 @@ def _inspect(
     """One pass of `inspect` over the session's batches (the probe batch: a stream of one
     batch, whose whole gradients are kept) in its mode: one result per target, with its
     notes, and the run."""
-    from layergrad.commands.over_data import Diagnosis
-    from layergrad.engine.data_step import Plan, run_stream
-
     model, options, batches = session.model, session.options, session.stream
     source_site, target_sites = sites
     plan = Plan(
@@ -99,8 +102,6 @@ def _noted(
 ) -> tuple[Result, ...]:
     """The results with what their references do not say: a softmax target first (the
     strongest), a shared layer named without `@K` last."""
-    from layergrad.diagnose.diagnoser import softmax_target_note
-
     source_site, target_sites = sites
     first = _first_call_note(graph, source, source_site, "--from")
     out = []
@@ -139,8 +140,6 @@ def _jacobians(
     """Each result whose gradient is ok or zero with its Jacobian norms over the session's
     batches (`jacobian_data`: of the probe batch its per-sample norms; over the data, every
     worker's shard)."""
-    from layergrad.engine.jacobian_data import inspect_jacobians
-
     chosen = [i for i, r in enumerate(results) if r.status in (Status.OK, Status.ZERO)]
     if not chosen:
         return results
@@ -157,9 +156,6 @@ def _jacobians(
 
 
 def _result(run: StreamRun, t: int, diagnosis: Diagnosis) -> Result:
-    from layergrad.diagnose import causes as why
-    from layergrad.diagnose import diagnoser
-
     source, target, grad = run.activations[0], run.targets[t], run.gradients[t][0]
     assert target is not None  # inspect names every target (only scan's may be the projection)
     status = Status.NONE if grad is None else Status(grad.status)
@@ -168,10 +164,10 @@ def _result(run: StreamRun, t: int, diagnosis: Diagnosis) -> Result:
     if status != "ok":
         index = grad.first_nonfinite if grad is not None and grad.first_nonfinite else 0
         src, dst = diagnosis.activations(index, source.site, target.site)
-        causes = diagnoser.static_causes(src, dst, diagnosis.graph)
+        causes = static_causes(src, dst, diagnosis.graph)
         if not any(c.code == "not_downstream" for c in causes):
             found = diagnosis.diagnoser(index).causes(status, src, dst)
-            causes = diagnoser.dedupe([*causes, *found])
+            causes = dedupe([*causes, *found])
         causes = causes or (why.cause("unknown"),)
     array = run.arrays[t][0] if run.arrays else None
     return Result(
@@ -203,8 +199,6 @@ def _warnings(
     """The warnings of an ok gradient (`diagnoser.gradient_warnings`), from its statistics
     over every sample: exact zeros by design named, units with no gradient for any sample
     called dead."""
-    from layergrad.diagnose.diagnoser import gradient_warnings, structural_zeros
-
     size = forward.mean_abs if forward is not None else 0.0
     width = source.shape[-1] if source.shape else 1
     dead = len(grad.dead_units()) / width if width else None

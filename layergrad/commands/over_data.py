@@ -1,33 +1,28 @@
-"""The stream of a data set's batches, and the scan pass of `scan` and `check` over any stream
-(the probe batch is a stream of one batch).
-
-The statistics are those of all the stream's samples as one batch; they are reduced inside the
-step (`data_step.run_stream`), so no gradient is kept. A result that is not ok gets its causes
-from one batch where it shows: the first batch with a non-finite value for a non-finite
-result, else the first batch. That batch is read again (`Diagnosis`: its whole trace, its
-activations, its diagnoser) and diagnosed with its whole arrays. Nothing here prints.
+"""The stream of a data set's batches (with its labels), and the batch a result that is not ok
+is diagnosed on, over any stream (the probe batch is a stream of one batch): the statistics
+are reduced inside the step, so no gradient is kept; a result that is not ok gets its causes
+from the first batch where it shows, read again (`Diagnosis`) with its whole arrays.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from layergrad.core.errors import InputError
-from layergrad.core.probe_options import ProbeOptions, Progress, with_cluster
-from layergrad.core.results import ScanRow
+from layergrad.core.probe_options import ProbeOptions, with_cluster
 from layergrad.core.tf_types import KerasModel, Strategy
-from layergrad.core.vocab import Finding
 
 if TYPE_CHECKING:
+    from layergrad.data.label_stream import Labelled
     from layergrad.data.probe_input import InputSpec, ProbeBatch
     from layergrad.data.sources import DataStream
     from layergrad.diagnose.diagnoser import Diagnoser
-    from layergrad.engine.data_step import StreamRun
     from layergrad.engine.layer_calls import Activation
     from layergrad.engine.trace import Trace
     from layergrad.model.graph import ModelGraph
     from layergrad.model.layer_refs import CallKey, Site
+    from layergrad.model.loss_forms import LossSpec
 
 T = TypeVar("T")
 
@@ -65,65 +60,27 @@ def data_specs(model: KerasModel) -> tuple[InputSpec, ...]:
         ) from None
 
 
+def open_labels(
+    model: KerasModel, spec: LossSpec | None, options: ProbeOptions, strict: bool = True
+) -> Labelled:
+    """`--data` with its labels in the form the loss `spec` takes: they come with the inputs
+    from the same rows, cut into the same shard (`label_stream.open_labelled`, `strict` too)."""
+    from layergrad.data.label_stream import open_labelled
+    from layergrad.engine.compiled_loss import label_request
+
+    data = options.data_set
+    assert data is not None
+    return open_labelled(
+        data.path, data_specs(model), label_request(model, spec), options.rows, data.limit,
+        shard_of(options), first_sample=data.first_sample, strict=strict,
+    )  # fmt: skip
+
+
 def shard_of(options: ProbeOptions) -> tuple[int, int] | None:
     """(this worker, workers) under `--distribute multi-worker`, else None."""
     data = with_cluster(options).data_set  # the cluster: read where the command started
     cluster = data.cluster if data else None
     return None if cluster is None else (cluster.index, cluster.workers)
-
-
-def scan_over(
-    model: KerasModel,
-    graph: ModelGraph | None,
-    strategy: Strategy,
-    batches: DataStream,
-    options: ProbeOptions,
-    site: Site | None = None,
-    layers: Sequence[str] = (),
-    on_progress: Progress | None = None,
-) -> tuple[StreamRun, tuple[ScanRow, ...], Diagnosis]:
-    """The scan pass over a stream of batches (the probe batch: a stream of one batch): the
-    StreamRun, one row per layer call (a row that is not ok with its causes, from a trace of
-    the batch it shows on, read again), and that `Diagnosis`."""
-    from layergrad.commands import scan_rows
-    from layergrad.engine import data_step
-    from layergrad.model import layer_refs
-
-    plan = data_step.Plan(
-        targets=(site,),
-        every_leaf=True,
-        training=options.training,
-        reduce=options.reduce,
-        data=not batches.probe,
-        seed=options.seed,
-    )
-    run = data_step.run_stream(model, plan, batches, strategy, on_progress)
-    diagnosis = Diagnosis(model, batches, graph, options)
-    firsts = [
-        g.first_nonfinite
-        for g in run.gradients[0]
-        if g is not None and g.status == "nonfinite" and g.first_nonfinite is not None
-    ]
-    index = min(firsts, default=0)
-
-    def make() -> tuple[Trace, Diagnoser]:
-        return diagnosis.trace(index, site), diagnosis.diagnoser(index)
-
-    classes = {p: type(layer).__name__ for p, layer in layer_refs.iter_layers(model)}
-    rows = scan_rows.summary_rows(run, graph, classes, layers, scan_rows.trace_causes(make, graph))
-    return run, rows, diagnosis
-
-
-def forward_check(run: StreamRun) -> tuple[str, tuple[Finding, ...]]:
-    """`check`'s forward verdict over a data set: (message, findings)."""
-    for act, fwd in zip(run.activations, run.forward, strict=True):
-        if fwd is not None and fwd.nonfinite_batches:
-            return (
-                f"activations turn non-finite (NaN/Inf) at layer {act.site.ref!r} (first in "
-                f"batch {fwd.first_nonfinite})",
-                (Finding.NONFINITE,),
-            )
-    return f"finite over {run.samples:,} samples", ()
 
 
 class Diagnosis:

@@ -8,22 +8,22 @@ from dataclasses import replace
 
 import numpy as np
 
-from layergrad.commands.over_data import scan_over
-from layergrad.commands.scan_rows import scan_rows
+from layergrad.commands.over_data import Diagnosis
+from layergrad.commands.scan_rows import rows_report, scan_report, summary_rows, trace_causes
 from layergrad.commands.session import Session
 from layergrad.commands.untrained_batchnorm import in_training, probe_in_training, scan_wrong
-from layergrad.core.probe_options import Progress
-from layergrad.core.results import FrobeniusNorms, ProbeMeta, ScanJacobian, ScanReport, ScanRow
+from layergrad.core.probe_options import ProbeOptions, Progress
+from layergrad.core.results import FrobeniusNorms, ScanJacobian, ScanReport, ScanRow
+from layergrad.core.tf_types import KerasModel, Strategy
 from layergrad.core.vocab import NOT_DIFFERENTIABLE, Status
-from layergrad.diagnose import causes as why
-from layergrad.diagnose.diagnoser import softmax_target_note
-from layergrad.diagnose.forward_findings import (
-    constant_outputs,
-    first_nonfinite,
-    unscaled_input,
-)
+from layergrad.data.sources import DataStream
+from layergrad.diagnose.diagnoser import Diagnoser
+from layergrad.diagnose.forward_findings import CONSTANT_RTOL, MIN_BATCH, UNSCALED
+from layergrad.engine.data_step import Plan, StreamRun, run_stream
 from layergrad.engine.jacobian import JacobianOptions
+from layergrad.engine.jacobian_data import scan_jacobians
 from layergrad.engine.trace import Trace
+from layergrad.model.graph import ModelGraph
 from layergrad.model.layer_refs import Site, iter_layers, resolve
 
 
@@ -35,17 +35,10 @@ def scan_session(
     top: int = 10,
     on_progress: Progress | None = None,
 ) -> ScanReport:
-    """Gradient of one target with respect to every layer's output, in one backward pass per
-    batch, over the session's batches: the probe batch (a stream of one batch) or every
-    sample of the data.
-
-    `target` is a layer reference, or None for a seeded random projection of the model's
-    outputs (see `trace.run_trace`); `patterns` (shell globs) keep only matching rows.
-    With `jacobian`, rows also get per-sample Jacobian norms (`jacobian_data.scan_jacobians`,
-    a second pass over the same batches; over the data it names the `top` samples). A model
-    whose BatchNormalization was never trained is scanned again in training mode when the
-    scan in inference finds what it makes (`untrained_batchnorm`). `on_progress` follows the
-    data.
+    """Gradient of one target (a layer reference, or None: a seeded random projection of the
+    outputs) with respect to every layer's output, one backward pass per batch of the session
+    (see `api.scan_model`). A model whose BatchNormalization was never trained is scanned again
+    in training mode when the scan in inference finds what it makes (`untrained_batchnorm`).
     """
     site = None if target is None else resolve(session.model, target)
     report = _scan(session, site, patterns, on_progress)
@@ -74,15 +67,13 @@ def _scan(
     for every sample, a non-finite activation or inputs that are not scaled; then the batch's
     whole trace (read again) gives the rows, causes and notes (`scan_report`).
     """
-    from layergrad.diagnose.forward_findings import CONSTANT_RTOL, MIN_BATCH, UNSCALED
-
     run, rows, diagnosis = scan_over(
         session.model, session.info.graph, session.strategy, session.stream, session.options,
         site, patterns, on_progress,
     )  # fmt: skip
     probe = session.probe_meta_of(run, seeded=site is None)
     if not session.stream.probe:
-        return _report(session, probe, site, rows)
+        return rows_report(session, probe, site, rows)
     batch = session.batch
     floats = [a for a in batch.arrays if a.dtype.kind == "f" and a.size]
     plain = (
@@ -95,8 +86,46 @@ def _scan(
         and all(r.status in (Status.OK, *NOT_DIFFERENTIABLE) for r in rows)
     )
     if plain:
-        return _report(session, probe, site, rows)
+        return rows_report(session, probe, site, rows)
     return scan_report(session, diagnosis.trace(0, site), site, patterns)
+
+
+def scan_over(
+    model: KerasModel,
+    graph: ModelGraph | None,
+    strategy: Strategy,
+    batches: DataStream,
+    options: ProbeOptions,
+    site: Site | None = None,
+    layers: Sequence[str] = (),
+    on_progress: Progress | None = None,
+) -> tuple[StreamRun, tuple[ScanRow, ...], Diagnosis]:
+    """The scan pass over a stream of batches (the probe batch: a stream of one batch): the
+    StreamRun, one row per layer call (a row that is not ok with its causes, from a trace of
+    the batch it shows on, read again), and that `Diagnosis`."""
+    plan = Plan(
+        targets=(site,),
+        every_leaf=True,
+        training=options.training,
+        reduce=options.reduce,
+        data=not batches.probe,
+        seed=options.seed,
+    )
+    run = run_stream(model, plan, batches, strategy, on_progress)
+    diagnosis = Diagnosis(model, batches, graph, options)
+    firsts = [
+        g.first_nonfinite
+        for g in run.gradients[0]
+        if g is not None and g.status == "nonfinite" and g.first_nonfinite is not None
+    ]
+    index = min(firsts, default=0)
+
+    def make() -> tuple[Trace, Diagnoser]:
+        return diagnosis.trace(index, site), diagnosis.diagnoser(index)
+
+    classes = {p: type(layer).__name__ for p, layer in iter_layers(model)}
+    rows = summary_rows(run, graph, classes, layers, trace_causes(make, graph))
+    return run, rows, diagnosis
 
 
 def _jacobians(
@@ -110,8 +139,6 @@ def _jacobians(
     """Each row whose gradient is ok or zero with its per-sample Jacobian norms over the
     session's batches (`jacobian_data.scan_jacobians`: of the probe batch, each sample's;
     over the data, every worker's shard), and how they were measured."""
-    from layergrad.engine.jacobian_data import scan_jacobians
-
     options = session.options
     norms, notes = scan_jacobians(
         session.model, session.stream, site, how, training=options.training,
@@ -127,55 +154,3 @@ def _jacobians(
             row = replace(row, jacobian=ScanJacobian(frobenius=norm))
         out.append(row)
     return tuple(out), notes
-
-
-def scan_report(
-    session: Session, trace: Trace, site: Site | None, patterns: Sequence[str] = ()
-) -> ScanReport:
-    """The scan rows, flags, causes and notes of a trace of the session's model."""
-    model = session.model
-    classes = {p: type(layer).__name__ for p, layer in iter_layers(model)}
-    rows = scan_rows(trace, session.info.graph, session.diagnoser, classes, patterns)
-    layers = dict(iter_layers(model))
-    found = tuple(constant_outputs(trace, session.info.graph, layers))
-    notes = list(target_notes(site))
-    constant = tuple(found)
-    bad = first_nonfinite(trace)
-    if bad is not None:
-        notes.append(
-            f"the forward pass turns non-finite (NaN/Inf) at layer {bad.site.ref!r}, and so "
-            "is every activation computed from it"
-        )
-    notes += [why.constant_output(c.output, c.layer, c.reason).message for c in constant]
-    scale = unscaled_input(trace, session.info.graph, layers)
-    if scale is not None:
-        cause = why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
-        notes.append(f"{cause.message}; {cause.hint}")
-    return replace(
-        _report(session, session.probe_meta_of(seeded=site is None), site, rows),
-        notes=tuple(notes),
-        first_nonfinite=None if bad is None else bad.site.ref,
-        constant=constant,
-        input_range=scale,
-    )
-
-
-def _report(
-    session: Session, probe: ProbeMeta, site: Site | None, rows: tuple[ScanRow, ...]
-) -> ScanReport:
-    """The report of `rows`, with the notes the target gives (`scan_report` adds the trace's)."""
-    return ScanReport(
-        model=session.model_meta,
-        probe=probe,
-        target=site.ref if site else None,
-        rows=rows,
-        notes=target_notes(site),
-    )
-
-
-def target_notes(site: Site | None) -> tuple[str, ...]:
-    """What a softmax target does not say (its outputs sum to one)."""
-    note = site and softmax_target_note(
-        site, "scan with {before}, or without --to (a projection of the outputs)"
-    )
-    return (note,) if note else ()

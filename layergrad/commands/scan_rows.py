@@ -1,6 +1,7 @@
 """The rows of a scan, built once whichever pass measured them: each row's numbers (from the
 trace's gradient arrays or the statistics reduced inside the compiled step), its flags along
-the trunk to the target end, and the causes of a row whose gradient is lost.
+the trunk to the target end, and the causes of a row whose gradient is lost; and the report
+of a traced batch (`scan_report`), which `scan` and the weight scan both read.
 """
 
 from __future__ import annotations
@@ -13,19 +14,21 @@ from functools import partial
 
 import numpy as np
 
+from layergrad.commands.session import Session
 from layergrad.core.errors import LayerNotFound
 from layergrad.core.gradient_stats import dead_fraction, gradient_stats, status_flags, status_of
-from layergrad.core.results import DataStats, GradientStats, ScanRow
+from layergrad.core.results import DataStats, GradientStats, ProbeMeta, ScanReport, ScanRow
 from layergrad.core.vocab import Finding, Status
 from layergrad.data.stats.aggregates import GradientTotals
 from layergrad.diagnose import causes as why
-from layergrad.diagnose.diagnoser import Diagnoser
+from layergrad.diagnose.diagnoser import Diagnoser, softmax_target_note
+from layergrad.diagnose.forward_findings import constant_outputs, first_nonfinite, unscaled_input
 from layergrad.diagnose.locate import sinks, trunk
 from layergrad.engine.data_step import Probed, StreamRun
 from layergrad.engine.layer_calls import Activation
 from layergrad.engine.trace import Trace
 from layergrad.model.graph import ModelGraph
-from layergrad.model.layer_refs import no_glob_match_message, ref_of
+from layergrad.model.layer_refs import Site, iter_layers, no_glob_match_message, ref_of
 
 # Vanishing (exploding): on the trunk, ||g|| at least DECADES below (above) the target end's
 # and falling (rising) by more than RATE decades per layer on average on the way, or EXTREME
@@ -78,32 +81,6 @@ def step_numbers(act: Probed, grad: GradientTotals | None, data: bool) -> RowNum
     )
 
 
-def scan_rows(
-    trace: Trace,
-    graph: ModelGraph | None,
-    diagnoser: Diagnoser,
-    classes: dict[str, str],
-    patterns: Sequence[str] = (),
-) -> tuple[ScanRow, ...]:
-    """One row per activation of the trace (inputs, then layer calls in execution order).
-
-    Rows the target does not depend on are left out. `patterns` (shell globs) keep only
-    matching layer references. Blocked and non-finite rows get causes from the diagnoser.
-    """
-    target = trace.target
-    measured = [
-        (act, traced_numbers(act, grad))
-        for act, grad in zip(trace.activations, trace.gradients, strict=True)
-    ]
-    ends = (
-        [target.site.key]
-        if target
-        else [trace.activations[o].site.key for o in trace.outputs if o is not None]
-    )
-    causes = partial(_with_causes, trace=trace, graph=graph, diagnoser=diagnoser)
-    return build_rows(measured, target, ends, graph, classes, patterns, causes)
-
-
 def summary_rows(
     run: StreamRun,
     graph: ModelGraph | None,
@@ -111,7 +88,7 @@ def summary_rows(
     patterns: Sequence[str],
     causes: Callable[[ScanRow], ScanRow],
 ) -> tuple[ScanRow, ...]:
-    """`scan_rows` from statistics reduced inside the step (`data_step.run_stream`), without any
+    """The scan rows from statistics reduced inside the step (`data_step.run_stream`), without any
     gradient array; rows carry `data`; their causes from `causes` (see `trace_causes`)."""
     target = run.targets[0]
     measured = [
@@ -252,3 +229,61 @@ def _reached_output(trace: Trace, graph: ModelGraph | None, i: int) -> Activatio
         if grad is not None and depends:
             return act
     return None
+
+
+def scan_report(
+    session: Session, trace: Trace, site: Site | None, patterns: Sequence[str] = ()
+) -> ScanReport:
+    """The scan rows (one per activation of the trace the target depends on: inputs, then layer
+    calls in execution order), flags, causes and notes of a trace of the session's model."""
+    graph, layers, target = session.info.graph, dict(iter_layers(session.model)), trace.target
+    classes = {p: type(layer).__name__ for p, layer in layers.items()}
+    measured = [
+        (act, traced_numbers(act, grad))
+        for act, grad in zip(trace.activations, trace.gradients, strict=True)
+    ]
+    ends = (
+        [target.site.key]
+        if target
+        else [trace.activations[o].site.key for o in trace.outputs if o is not None]
+    )
+    causes = partial(_with_causes, trace=trace, graph=graph, diagnoser=session.diagnoser)
+    rows = build_rows(measured, target, ends, graph, classes, patterns, causes)
+    report = rows_report(session, session.probe_meta_of(seeded=site is None), site, rows)
+    constant = tuple(constant_outputs(trace, graph, layers))
+    notes = list(report.notes)
+    bad = first_nonfinite(trace)
+    if bad is not None:
+        notes.append(
+            f"the forward pass turns non-finite (NaN/Inf) at layer {bad.site.ref!r}, and so "
+            "is every activation computed from it"
+        )
+    notes += [why.constant_output(c.output, c.layer, c.reason).message for c in constant]
+    scale = unscaled_input(trace, graph, layers)
+    if scale is not None:
+        cause = why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
+        notes.append(f"{cause.message}; {cause.hint}")
+    return replace(
+        report,
+        notes=tuple(notes),
+        first_nonfinite=None if bad is None else bad.site.ref,
+        constant=constant,
+        input_range=scale,
+    )
+
+
+def rows_report(
+    session: Session, probe: ProbeMeta, site: Site | None, rows: tuple[ScanRow, ...]
+) -> ScanReport:
+    """The report of `rows`, with the note a softmax target needs (its outputs sum to one;
+    `scan_report` adds the trace's)."""
+    note = site and softmax_target_note(
+        site, "scan with {before}, or without --to (a projection of the outputs)"
+    )
+    return ScanReport(
+        model=session.model_meta,
+        probe=probe,
+        target=site.ref if site else None,
+        rows=rows,
+        notes=(note,) if note else (),
+    )

@@ -133,14 +133,8 @@ def open_source(
 
 
 def open_session(path: PathLike, options: ProbeOptions, **opening: Unpack[Opening]) -> Session:
-    """Read, audit and load the model (see `load` for `opening`), and make the probe batch.
-
-    An `--input` file is checked (its headers) before the model is loaded, so a bad one is
-    reported in a second, and its rows are the batch the memory estimate is made for.
-
-    Raises:
-        LoadError, LayerNotFound, InputError: user errors (the CLI exits with code 2).
-    """
+    """Read, audit and load the model (see `load` for `opening`), and make the probe batch;
+    LoadError, LayerNotFound, InputError on user errors (the CLI exits with code 2)."""
     loaded, warnings, _ = load(path, options, **opening)
     return session_for(loaded, options, warnings)
 
@@ -167,22 +161,14 @@ def load(
 ) -> tuple[LoadedModel, tuple[str, ...], Strategy | None]:
     """Read, audit and load the model: (`loader.LoadedModel`, audit warnings, strategy).
 
-    Args:
-        path: a `.keras` or legacy `.h5` model file.
-        options: how to make the probe batch and run the model.
-        refs: layer references the command will resolve (`--from`, `--to`); checked against
-            the file's graph before TensorFlow is imported.
-        globs: `--layers` patterns, checked the same way.
-        imports: modules (names or `.py` paths) that register custom layers.
-        unsafe: let Keras deserialize Python code in the file.
-        info: the file as read already by `fileinfo.read_file_info` (check reads it first).
-
-    The references, `--data` and `--input` are checked against the file before TensorFlow
-    starts (`data/preflight.py`). With `--data` the devices are chosen first (logical CPU
+    Before TensorFlow starts, `refs` (`--from`, `--to`) and `globs` (`--layers`) are checked
+    against the file's graph, and `--data` and `--input` against the file (`data/preflight.py`;
+    an `--input` file's rows are the batch the memory estimate is made for). `imports` register
+    custom layers, `unsafe` lets Keras deserialize Python code, `info` is the file as read
+    already (check reads it first). With `--data` the devices are chosen first (logical CPU
     devices must be set before TensorFlow uses any) and the model is loaded under that
-    `tf.distribute` strategy, so its variables live on every replica; the strategy is None
-    without `--data`. Every random draw of the run is seeded from `options.seed`
-    (`engine/random_layers.py`).
+    `tf.distribute` strategy (None without `--data`). Every random draw of the run is seeded
+    from `options.seed` (`engine/random_layers.py`).
     """
     from layergrad.data import probe_input
     from layergrad.data.preflight import check_before_loading, precheck
@@ -201,7 +187,6 @@ def load(
         from layergrad.data import devices
 
         precheck(data.path)  # a FIFO, a forged header: refused before TensorFlow
-
         strategy = devices.strategy_for(
             data.distribute, data.cpu_replicas, data.peer_timeout, data.cluster
         )

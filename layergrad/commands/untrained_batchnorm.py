@@ -7,7 +7,7 @@ over `--data`): a model probed in inference whose BatchNormalization was never t
 probed again in training mode (batch statistics, as training runs it) when the probe in
 inference finds something wrong (`probe_in_training`: a result that is not ok, a magnitude
 flag, an output that stops varying), and the result says so in the same words everywhere
-(`training_mode_note`). A model that was trained, or a probe that found nothing wrong, is
+(`probe_in_training`). A model that was trained, or a probe that found nothing wrong, is
 judged as it is.
 """
 
@@ -45,9 +45,13 @@ def untrained_batchnorm(model: KerasModel) -> list[str]:
     return found
 
 
-def training_mode_note(untrained: Sequence[str]) -> str:
-    """What every command says when it probed the model in training mode because of its
-    never-trained BatchNormalization layers (`untrained`)."""
+def probe_in_training(model: KerasModel, training: bool, wrong: bool) -> str | None:
+    """The rule: the note every command says when a probe of `model` in inference (`training`
+    False) that found something `wrong` must be made again in training mode, because its
+    BatchNormalization was never trained; None: keep what the probe found."""
+    untrained = [] if training or not wrong else untrained_batchnorm(model)
+    if not untrained:
+        return None
     more = "..." if len(untrained) > 3 else ""
     return (
         f"probed in training mode (batch statistics): {len(untrained)} BatchNormalization "
@@ -55,16 +59,6 @@ def training_mode_note(untrained: Sequence[str]) -> str:
         "the model was never trained and inference does not normalize; training runs them "
         "like this"
     )
-
-
-def probe_in_training(model: KerasModel, training: bool, wrong: bool) -> str | None:
-    """The rule: the note to say when a probe of `model` in inference (`training` False) that
-    found something `wrong` must be made again in training mode, because its
-    BatchNormalization was never trained; None: keep what the probe found."""
-    if training or not wrong:
-        return None
-    untrained = untrained_batchnorm(model)
-    return training_mode_note(untrained) if untrained else None
 
 
 def in_right_mode(

@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layergrad.commands.session import Session
+from layergrad.commands.over_data import open_labels, open_stream
+from layergrad.commands.scan_rows import scan_report
+from layergrad.commands.session import Session, session_for
 from layergrad.commands.weight_rows import (
     dead_layers,
     flag_update_ratio_trend,
@@ -33,13 +35,17 @@ from layergrad.core.results import LossMeta, ScanReport, VariableRow, WeightScan
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import KerasModel, KerasVariable, Strategy, Tensor, TensorTree
 from layergrad.core.vocab import Status
+from layergrad.data.sources import DataStream, ProbeStream
+from layergrad.engine import compiled_loss as cl
+from layergrad.engine.data_step import Plan, run_stream
+from layergrad.engine.projection import project
+from layergrad.engine.trace import Trace, run_trace
+from layergrad.engine.weight_gradients import WeightPlan, WeightTotals
 from layergrad.model.layer_refs import iter_layers
-from layergrad.model.loss_forms import LossSpec
+from layergrad.model.loss_forms import LossSpec, find_loss
 
 if TYPE_CHECKING:
     from layergrad.data.label_stream import Labelled
-    from layergrad.data.sources import DataStream
-    from layergrad.engine.weight_gradients import WeightTotals
 
 
 def scan_weights(
@@ -72,8 +78,6 @@ def scan_weights(
     spec = _loss(model, session.info.compile_config, loss, session.path, strategy, projection)
     labelled = None
     if session.probe is not None:
-        from layergrad.data.sources import ProbeStream
-
         read = session.batch.labels if spec is not None else None
         labels: Sequence[np.ndarray] = _labels_from_data(read, model) if read else []
         own = bool(read)
@@ -82,10 +86,8 @@ def scan_weights(
         drawn = "drawn to fit each output"
         yours = "pass --input with a `y` array for your own"
     else:
-        from layergrad.commands.over_data import open_stream
-
         assert spec is not None  # a loss, or the error above
-        labelled = given or _labelled(session, spec)
+        labelled = given or open_labels(model, spec, options)
         own = labelled.stream is not None
         # the data's own stream only when it has no labels: a data function is called once
         stream = labelled.stream or session.opened or open_stream(model, options, strategy)
@@ -121,22 +123,6 @@ def scan_weights(
     )
 
 
-def _labelled(session: Session, spec: LossSpec) -> Labelled:
-    """`--data` read with its labels, strictly: they come with the inputs from the same rows,
-    cut into the same shard."""
-    from layergrad.commands import over_data
-    from layergrad.data.label_stream import open_labelled
-    from layergrad.engine.compiled_loss import label_request
-
-    model, options = session.model, session.options
-    data = options.data_set
-    assert data is not None
-    return open_labelled(
-        data.path, over_data.data_specs(model), label_request(model, spec),
-        options.rows, data.limit, over_data.shard_of(options), first_sample=data.first_sample,
-    )  # fmt: skip
-
-
 @dataclass(frozen=True)
 class _Run:
     """The rows, the label kinds, the stream's totals, the first batch's scan if traced."""
@@ -160,11 +146,6 @@ def _run(
 ) -> _Run:
     """The variables' gradients over `stream`; the first batch traced for the causes of rows
     not ok, or with `layers` for its scan of the layers (then also a probe's gradients)."""
-    from layergrad.commands.scan import scan_report
-    from layergrad.engine.data_step import Plan, run_stream
-    from layergrad.engine.trace import Trace, run_trace
-    from layergrad.engine.weight_gradients import WeightPlan
-
     owned = variable_owners(model)
     variables = [getattr(v, "value", v) for v, _ in owned]
     kinds: list[str] = []
@@ -208,9 +189,6 @@ def _objective(
     """A batch's loss from (outputs, labels or None, sample indices): `spec`'s, else the seeded
     projection of the outputs. Random labels fit each output (kinds into `kinds`), drawn for
     each sample (`compiled_loss.random_labels`)."""
-    from layergrad.engine import compiled_loss as cl
-    from layergrad.engine.projection import project
-
     names = list(getattr(model, "output_names", None) or [])
 
     def objective(outputs: TensorTree, given: TensorTree | None, samples: Tensor) -> Tensor:
@@ -240,9 +218,6 @@ def _loss(
 ) -> LossSpec | None:  # fmt: skip
     """The loss to differentiate, compiled into `model`; None for the projection (an
     `InputError` when there is no loss in the file nor `loss`, and no `projection`)."""
-    from layergrad.engine.compiled_loss import compile_loss
-    from layergrad.model.loss_forms import find_loss
-
     spec = find_loss(config, loss)
     if spec is None and not projection:
         raise InputError(
@@ -251,14 +226,12 @@ def _loss(
         )
     if spec is not None:
         with strategy.scope():
-            compile_loss(model, spec)
+            cl.compile_loss(model, spec)
     return spec
 
 
 def _first_batch(session: Session, batches: DataStream) -> tuple[Session, Sequence[np.ndarray]]:
     """The data's first batch (read again, with its labels) as a session of one batch."""
-    from layergrad.commands.session import session_for
-
     batch = batches.batch(0)
     one = session_for(session, session.options, session.warnings, batch)
     return one, list((batch.labels or {}).values())

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from layergrad.core.errors import UsageError
-from layergrad.core.probe_options import ProbeOptions
+from layergrad.core.probe_options import PathLike, ProbeOptions
 from layergrad.core.results import ScanReport, WeightScanReport
 from layergrad.core.vocab import Change, Finding
 from layergrad.diagnose.regressions import DiffReport, compare
@@ -43,7 +43,7 @@ def load_baselines(paths: Sequence[str | os.PathLike[str]]) -> tuple[Baseline, .
 def match_baselines(
     files: Sequence[str],
     baselines: Sequence[Baseline],
-    input_file: str | None = None,
+    input_file: PathLike | None = None,
     data: bool = False,
 ) -> dict[str, Baseline]:
     """Which baseline applies to which model file, each checked for a reproducible probe.
@@ -80,7 +80,7 @@ def match_baselines(
 
 
 def probe_options(
-    baseline: Baseline, input_file: str | None = None, data: bool = False
+    baseline: Baseline, input_file: PathLike | None = None, data: bool = False
 ) -> ProbeOptions:
     """The probe the baseline was made with, for this file's scan.
 
@@ -97,7 +97,8 @@ def probe_options(
             f"{where} was made with --to {profile.target}; check scans the projection of the "
             f"model's outputs; {remake} (without --to)"
         )
-    return recorded_probe(profile, input_file, where, data)
+    given = None if input_file is None else os.fspath(input_file)
+    return recorded_probe(profile, given, where, data)
 
 
 def same_data(

@@ -59,9 +59,8 @@ def check_files(
             raise LayergradError("--baseline compares a gradient scan; drop --static-only")
         files = [os.fspath(p) for p in paths]
         found = load_baselines(options.baselines)
-        given = options.probe.input_file
-        given = None if given is None else os.fspath(given)
-        baselines = match_baselines(files, found, given, bool(options.probe.data_set))
+        given, data = options.probe.input_file, bool(options.probe.data_set)
+        baselines = match_baselines(files, found, given, data)
     verdicts = []
     for path in paths:
         if on_file is not None:
@@ -130,7 +129,7 @@ def check_file(
         last = items[-1]
         text = "; ".join(said)
         items[-1] = replace(last, message=f"{last.message} (warned while checking: {text})")
-    return _verdict(path, items)
+    return FileVerdict(os.fspath(path), all(i.passed for i in items), tuple(items))
 
 
 MAX_WARNINGS = 3  # distinct warnings recorded per file
@@ -169,10 +168,6 @@ def _run(
     loss_fits(info, options.loss, add, probe_follows=not options.static_only)
     if not options.static_only:
         dynamic(path, info, options, add, baseline)
-
-
-def _verdict(path: str | os.PathLike[str], items: list[CheckItem]) -> FileVerdict:
-    return FileVerdict(os.fspath(path), all(i.passed for i in items), tuple(items))
 
 
 LOOKED_AT = 10_000  # entries of a directory looked at for a model file to name

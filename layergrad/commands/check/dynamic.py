@@ -22,7 +22,7 @@ from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import ScanReport, ScanRow, WeightScanReport
 from layergrad.core.tf_types import KerasModel, Strategy
 from layergrad.core.vocab import Finding
-from layergrad.files.file_info import FileInfo
+from layergrad.files.file_info import FileInfo, training_steps
 
 if TYPE_CHECKING:
     from layergrad.commands.session import Session
@@ -76,12 +76,12 @@ def dynamic(
     has_loss = find_loss(info.compile_config, options.loss) is not None
     if baseline is not None:
         fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
-    trained = steps.trained(path)  # the file records training steps: its kernels were learnt
+    # the file records optimizer steps: its kernels were learnt, not drawn (a small read)
+    trained = (training_steps(path) or 0) > 0
     data, given_input = options.probe.data_set, options.probe.input_file
     probe, sha, other = options.probing(), "", False
     if baseline is not None:  # the baseline's own probe and mode
-        text = None if given_input is None else os.fspath(given_input)
-        recorded = probe_options(baseline, text, data is not None)
+        recorded = probe_options(baseline, given_input, data is not None)
         if data is None:
             probe = replace(recorded, max_memory=probe.max_memory)
         else:
@@ -98,11 +98,11 @@ def dynamic(
     if opened is None:
         return
     loaded, warnings, strategy = opened
-    from layergrad.commands.over_data import forward_check, scan_over  # TensorFlow: now
-    from layergrad.commands.scan import scan_session
+    from layergrad.commands.scan import scan_over, scan_session  # TensorFlow: now
     from layergrad.commands.session import Session, session_for
     from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
     from layergrad.commands.weight_scan import scan_weights
+    from layergrad.diagnose.saturation import saturated_init
     from layergrad.engine.layer_calls import BatchFailed
     from layergrad.engine.trace import recorder
 
@@ -137,7 +137,8 @@ def dynamic(
                 raise
             report = scan_session(session)  # the forward pass alone: it raises when it fails
             return _Scanned(session, None, report, run, rows if run else report.rows, exc)
-        report = weights.activations or scan_session(session)
+        assert weights.activations is not None  # one batch: its layers' scan is traced with it
+        report = weights.activations
         return _Scanned(session, weights, report, run, rows if run else report.rows)
 
     def wrong(found: _Scanned) -> bool:  # a baseline's own mode is kept
@@ -159,7 +160,7 @@ def dynamic(
         return
     session, report, run, rows = scanned.session, scanned.report, scanned.run, scanned.rows
     batch, mode = session.batch, f"; {said}" if said else ""
-    message, findings = forward_check(run) if run is not None else ("", ())
+    message, findings = steps.forward_check(run) if run is not None else ("", ())
     if findings:  # non-finite over the data: nothing more to judge
         add("forward", message, findings)
         steps.gradient(rows, add)
@@ -189,7 +190,9 @@ def dynamic(
         return
     weights = scanned.weights
     assert weights is not None
-    init = steps.init_scale(trained, model, stream.recorded or recorder(model, batch.arrays))
+    # a layer that a kernel scaled far up saturates on the probe (unless the kernels were learnt)
+    first_pass = stream.recorded or recorder(model, batch.arrays)
+    init = None if trained else saturated_init(model, first_pass())
     if stream.data is not None:
         weights = _dead_over_data(model, stream.data, weights, session.options.training, strategy)
         steps.trainable(weights, add, has_loss, where, dead_scope="the data", init=init)
@@ -272,20 +275,25 @@ def _data_stream(
 ) -> _Stream:
     """The stream of --data's batches, with its labels (`data/label_stream.py`) in the form
     the loss in the file (or `--loss`) takes, summarised for the `targets` check."""
-    from layergrad.commands.over_data import data_specs, open_stream, shard_of
-    from layergrad.data.label_stream import open_labelled, summarise_batches
-    from layergrad.engine.compiled_loss import label_request
+    from layergrad.commands.over_data import open_labels, open_stream
+    from layergrad.commands.session import probe_batch
+    from layergrad.data.label_stream import summarise_batches
+    from layergrad.engine.trace import record_calls
     from layergrad.model.loss_forms import find_loss
 
     model, data = loaded.model, probe.data_set
     assert data is not None
-    heads.judge_on_random_probe(model, info, options, add)
-    request = label_request(model, find_loss(info.compile_config, options.loss))
+
+    def recorded() -> Recorded | None:  # a random probe batch, drawn if a head needs it
+        try:
+            return record_calls(model, probe_batch(model, options.probing()).arrays)
+        except LayergradError:
+            return None
+
+    heads.judge_on_probe(recorded, info, options.loss, add)  # --data is streamed later
+    spec = find_loss(info.compile_config, options.loss)
     try:  # the data does not fit this model: the command is wrong, not the file
-        labelled: Labelled | None = open_labelled(  # this worker's part, as the inputs'
-            os.fspath(data.path), data_specs(model), request, probe.rows, data.limit,
-            shard_of(probe), first_sample=data.first_sample, strict=False,
-        )  # fmt: skip
+        labelled: Labelled | None = open_labels(model, spec, probe, strict=False)
         batches = open_stream(model, probe, strategy)
     except LayergradError as exc:
         raise UsageError(f"{os.fspath(info.path)}: {exc}") from exc

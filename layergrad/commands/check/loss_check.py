@@ -17,10 +17,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from layergrad.commands.check.verdicts import Add, CheckOptions
-from layergrad.commands.session import probe_batch
 from layergrad.core.errors import LayergradError
 from layergrad.core.results import Reason
-from layergrad.core.tf_types import KerasModel
 from layergrad.core.vocab import Finding, Severity
 from layergrad.files.file_info import FileInfo
 from layergrad.model.config import as_ref, layer_name, structure_refs
@@ -170,22 +168,6 @@ def judge_on_probe(probe: Probe | None, info: FileInfo, loss: str | None, add: A
                     observed[name] = seen
     reading = read_file(info.config, info.graph, compiled, observed)
     loss_verdict(reading, bool(compiled.get("loss")), False).add(add, replace=True)
-
-
-def judge_on_random_probe(
-    model: KerasModel, info: FileInfo, options: CheckOptions, add: Add
-) -> None:
-    """`judge_on_probe` on a random probe batch, drawn if a head needs it (`check --data`
-    streams its data later)."""
-    from layergrad.engine.trace import record_calls  # TensorFlow
-
-    def recorded() -> Recorded | None:
-        try:
-            return record_calls(model, probe_batch(model, options.probing()).arrays)
-        except LayergradError:
-            return None
-
-    judge_on_probe(recorded, info, options.loss, add)
 
 
 def judge_undescribed(recorded: Recorded | None, compiled: Mapping[str, object], add: Add) -> None:

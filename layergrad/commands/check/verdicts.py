@@ -28,7 +28,7 @@ from layergrad.core.vocab import (
 )
 from layergrad.diagnose.regressions import DEFAULT_TOLERANCE
 from layergrad.files.audit import check_safety, module_name
-from layergrad.files.file_info import FileInfo, training_steps
+from layergrad.files.file_info import FileInfo
 from layergrad.model.head_forms import keyed_by_head, output_heads
 from layergrad.model.label_summary import LabelSummary
 from layergrad.model.loss_forms import display_name, per_output, unknown_outputs
@@ -37,7 +37,7 @@ from layergrad.model.target_fit import target_mismatches
 if TYPE_CHECKING:
     from layergrad.core.tf_types import Strategy
     from layergrad.diagnose.saturation import SaturatedInit
-    from layergrad.engine.layer_calls import Recorded
+    from layergrad.engine.data_step import StreamRun
     from layergrad.engine.loader import LoadedModel
 
     Opened = tuple[LoadedModel, tuple[str, ...], Strategy | None]  # what `session.load` returns
@@ -73,9 +73,9 @@ class CheckOptions:
         if self.allow_other_data and not (self.probe.data_set is not None and self.baselines):
             raise UsageError("--allow-other-data goes with --baseline and --data; drop it")
 
-    def probing(self, training: bool = False) -> ProbeOptions:
-        """The probe options of the forward and gradient checks, in training mode or not."""
-        return replace(self.probe, reduce=Reduce.SUM, training=training)
+    def probing(self) -> ProbeOptions:
+        """The probe options of the forward and gradient checks (in inference)."""
+        return replace(self.probe, reduce=Reduce.SUM, training=False)
 
 
 def safe(info: FileInfo, imports: Sequence[str], unsafe: bool, add: Add) -> bool:
@@ -230,6 +230,18 @@ def loss_failed(
     add("trainable", f"not judged: {said}")
 
 
+def forward_check(run: StreamRun) -> tuple[str, tuple[Finding, ...]]:
+    """`check`'s forward verdict over a data set: (message, findings)."""
+    for act, fwd in zip(run.activations, run.forward, strict=True):
+        if fwd is not None and fwd.nonfinite_batches:
+            return (
+                f"activations turn non-finite (NaN/Inf) at layer {act.site.ref!r} (first in "
+                f"batch {fwd.first_nonfinite})",
+                (Finding.NONFINITE,),
+            )
+    return f"finite over {run.samples:,} samples", ()
+
+
 def gradient(rows: Sequence[ScanRow], add: Add) -> None:
     """`gradient`: the scan's blocked and non-finite rows, each with its first cause."""
     rows = [replace(r, flags=tuple(f for f in r.flags if f in CERTAIN_FLAGS)) for r in rows]
@@ -288,14 +300,11 @@ def trainable(
     `init`: a layer that a kernel scaled far up saturates (`diagnose.saturation`), an
     `exploding` warning there.
     """
-    if where:
-        inner = add
-
-        def add(name: str, message: str, findings: Sequence[Finding] = ()) -> bool:
-            return inner(name, message + where, findings)
-
     if report is None:
-        add("trainable", "skipped: no loss (the file was saved without model.compile; --loss)")
+        add(
+            "trainable",
+            f"skipped: no loss (the file was saved without model.compile; --loss){where}",
+        )
         return
     findings, parts = [], []
     for status, finding in (
@@ -311,37 +320,19 @@ def trainable(
     findings, parts = findings + scale_findings, parts + scale_parts
     if findings:
         projected = "" if has_loss else " (no loss: judged on a random projection of the outputs)"
-        add("trainable", "; ".join(parts) + projected, findings)
+        message = "; ".join(parts) + projected
     elif has_loss:
-        add(
-            "trainable",
+        message = (
             f"all {len(report.variables)} trainable variables get a gradient from the loss; "
-            "update ratios of the layers fit each other",
+            "update ratios of the layers fit each other"
         )
     else:
-        add(
-            "trainable",
+        message = (
             "no loss (the file was saved without model.compile; --loss), so no variable was "
             "checked for a gradient; update ratios of a random projection of the outputs fit "
-            "each other",
+            "each other"
         )
-
-
-def init_scale(
-    trained: bool, model: KerasModel, probe: Callable[[], Recorded | None]
-) -> SaturatedInit | None:
-    """A layer that a kernel scaled far up saturates on the probe (`diagnose.saturation`, on
-    its recorded forward pass `probe()`, made on first use), unless the file records training
-    steps (`trained`): then the kernels were learnt, not drawn."""
-    from layergrad.diagnose.saturation import saturated_init
-
-    return None if trained else saturated_init(model, probe())
-
-
-def trained(path: str | os.PathLike[str]) -> bool:
-    """Whether the file records optimizer steps: its weights were learnt, not drawn (a small
-    read, before a forward pass)."""
-    return (training_steps(path) or 0) > 0
+    add("trainable", message + where, findings)
 
 
 def _scale(

@@ -11,7 +11,7 @@ given, by the rules the statistics obey (docs/distributed.md):
 - `dead_units` is the intersection; the first non-finite batch is the first shard's that has
   one, counted in batches of `--batch-size` across the shards before it;
 - p50 and p95 do not combine: they are null, and `probe.shards` says how many were merged;
-- the Jacobian norms of `--measure jacobian` by the rules of `jacobian.py`.
+- the Jacobian norms of `--measure jacobian` alike (`statistics.py`).
 
 With `--reduce mean` each shard's gradient is the mean over its own samples, so its numbers
 are first weighted by its share of the samples. Shards of different models, probes (seed,
@@ -25,7 +25,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import replace
 
-from layergrad.commands.merge.jacobian import merge_jacobians, merge_scan_jacobians
+from layergrad.commands.merge import statistics as stats
 from layergrad.core.errors import UsageError
 from layergrad.core.gradient_stats import status_flags
 from layergrad.core.results import (
@@ -35,7 +35,6 @@ from layergrad.core.results import (
     ProbeMeta,
     Reason,
     Result,
-    SampleStats,
     ScanReport,
     ScanRow,
 )
@@ -262,7 +261,7 @@ def _data(
         dead = units if dead is None else dead & units
         if first is None and d is not None and d.first_nonfinite_batch is not None:
             first = start + d.first_nonfinite_batch
-    per_sample = merge_samples(
+    per_sample = stats.merge_samples(
         [d.per_sample_l2 if d is not None else None for d in items], shares.samples,
         shares.weights,
     )  # fmt: skip
@@ -297,7 +296,7 @@ def _combined(
     grads = [r.gradient for r in items]
     gradient = None
     if all(g is not None for g in grads):
-        gradient = merge_gradients([g for g in grads if g is not None], shares.weights, shape)
+        gradient = stats.merge_gradients([g for g in grads if g is not None], shares.weights, shape)
     statuses = [r.status for r in items]
     status = _status(statuses, gradient)
     data = [r.data for r in items]
@@ -310,24 +309,24 @@ def _result(items: Sequence[Result], shares: _Shares) -> Result:
     shapes = [r.gradient.shape for r in items if r.gradient is not None]
     total = shares.total
     gradient, status, causes, data = _combined(
-        items, shares, merged_shape(shapes, total) if shapes else ()
+        items, shares, stats.merged_shape(shapes, total) if shapes else ()
     )
-    source, target = (merged_shape([r.source.shape for r in items], total),
-                      merged_shape([r.target.shape for r in items], total))  # fmt: skip
+    source, target = (stats.merged_shape([r.source.shape for r in items], total),
+                      stats.merged_shape([r.target.shape for r in items], total))  # fmt: skip
     return replace(first, source=replace(first.source, shape=source),
                    target=replace(first.target, shape=target), gradient=gradient, status=status,
-                   causes=causes, data=data, jacobian=merge_jacobians(
+                   causes=causes, data=data, jacobian=stats.merge_jacobians(
                        [r.jacobian for r in items], shares.offsets, shares.names))  # fmt: skip
 
 
 def _row(items: Sequence[ScanRow], shares: _Shares) -> ScanRow:
-    shape = merged_shape([r.shape for r in items], shares.total)
+    shape = stats.merged_shape([r.shape for r in items], shares.total)
     gradient, status, causes, data = _combined(items, shares, shape)
     dead = None
     if data is not None and gradient is not None:
         units = shape[-1] if len(shape) >= 2 else 1
         dead = len(data.dead_units) / units if units else None
-    jacobian = merge_scan_jacobians([r.jacobian for r in items], shares.offsets, shares.names)
+    jacobian = stats.merge_scan_jacobians([r.jacobian for r in items], shares.offsets, shares.names)
     return replace(items[0], shape=shape, gradient=gradient, status=status, causes=causes,
                    data=data, flags=status_flags(status, dead), jacobian=jacobian)  # fmt: skip
 
@@ -363,60 +362,3 @@ def _trunk(model_path: str, target: str | None) -> set[str] | None:
         ends = [(path, int(call) if call.isdigit() else 0)]
     on_trunk = trunk(graph, ends)
     return None if on_trunk is None else {ref_of(k) for k in on_trunk}
-
-
-# --- the rules by which the statistics of shards combine ---------------------------------------
-
-
-def merged_shape(shapes: Sequence[tuple[int, ...]], samples: int) -> tuple[int, ...]:
-    """The shape over every shard: the samples, then the largest size seen of each axis."""
-    if not shapes[0]:
-        return ()
-    rest = tuple(max(s[j] for s in shapes) for j in range(1, len(shapes[0])))
-    return (samples, *rest)
-
-
-def merge_gradients(
-    stats: Sequence[GradientStats], weights: Sequence[float], shape: tuple[int, ...]
-) -> GradientStats:
-    """The statistics of the shards' gradients as one array of `shape` (each shard's scaled
-    by its weight: 1, or its share of the samples under --reduce mean)."""
-    elements = [math.prod(g.shape) for g in stats]  # a scalar's () is one element
-    total = sum(elements)
-
-    def byelements_of(values: Sequence[float]) -> float:
-        return sum(v * e for v, e in zip(values, elements, strict=True)) / total if total else 0.0
-
-    return GradientStats(
-        shape=shape,
-        l2=math.sqrt(sum((w * g.l2) ** 2 for g, w in zip(stats, weights, strict=True))),
-        mean_abs=byelements_of([w * g.mean_abs for g, w in zip(stats, weights, strict=True)]),
-        max_abs=max(w * g.max_abs for g, w in zip(stats, weights, strict=True)),
-        zero_fraction=byelements_of([g.zero_fraction for g in stats]),
-        nonfinite=sum(g.nonfinite for g in stats),
-    )
-
-
-def merge_samples(
-    stats: Sequence[SampleStats | None], samples: Sequence[int], weights: Sequence[float]
-) -> SampleStats | None:
-    """A per-sample distribution over every shard: exact moments and extrema, no percentiles
-    (kept only when there is one shard)."""
-    kept = [
-        (s, n, w) for s, n, w in zip(stats, samples, weights, strict=True) if s is not None and n
-    ]
-    if not kept:
-        return None
-    count = sum(n for _, n, _ in kept)
-    mean = sum(n * w * s.mean for s, n, w in kept) / count
-    square = sum(n * ((w * s.std) ** 2 + (w * s.mean) ** 2) for s, n, w in kept) / count
-    one = kept[0][0] if len(kept) == 1 and len(stats) == 1 else None
-    return SampleStats(
-        count=count,
-        mean=mean,
-        std=math.sqrt(max(square - mean * mean, 0.0)),
-        min=min(w * s.min for s, _, w in kept),
-        p50=None if one is None else one.p50,
-        p95=None if one is None else one.p95,
-        max=max(w * s.max for s, _, w in kept),
-    )

@@ -1,6 +1,7 @@
-"""`layergrad merge` for `--measure jacobian --data` reports: the Jacobian norms over shards.
-
-A per-sample norm's report over a data set is mergeable but for its percentiles:
+"""The rules by which the statistics of shards combine, for `layergrad merge` (`reports.py`):
+the gradients' and the per-sample L2's (`merge_gradients`, `merge_samples`), and the Jacobian
+norms of `--measure jacobian --data` reports. A per-sample norm's report over a data set is
+mergeable but for its percentiles:
 
 - `samples` add, `mean` weights by samples, `std` from each shard's mean, std and samples,
   `min` / `max` combine;
@@ -24,13 +25,69 @@ from collections.abc import Sequence
 from layergrad.core.errors import UsageError
 from layergrad.core.results import (
     FrobeniusNorms,
+    GradientStats,
     Histogram,
     JacobianStats,
     NormDistribution,
     RankedSample,
+    SampleStats,
     ScanJacobian,
     SpectralNorms,
 )
+
+
+def merged_shape(shapes: Sequence[tuple[int, ...]], samples: int) -> tuple[int, ...]:
+    """The shape over every shard: the samples, then the largest size seen of each axis."""
+    if not shapes[0]:
+        return ()
+    rest = tuple(max(s[j] for s in shapes) for j in range(1, len(shapes[0])))
+    return (samples, *rest)
+
+
+def merge_gradients(
+    stats: Sequence[GradientStats], weights: Sequence[float], shape: tuple[int, ...]
+) -> GradientStats:
+    """The statistics of the shards' gradients as one array of `shape` (each shard's scaled
+    by its weight: 1, or its share of the samples under --reduce mean)."""
+    elements = [math.prod(g.shape) for g in stats]  # a scalar's () is one element
+    total = sum(elements)
+
+    def byelements_of(values: Sequence[float]) -> float:
+        return sum(v * e for v, e in zip(values, elements, strict=True)) / total if total else 0.0
+
+    return GradientStats(
+        shape=shape,
+        l2=math.sqrt(sum((w * g.l2) ** 2 for g, w in zip(stats, weights, strict=True))),
+        mean_abs=byelements_of([w * g.mean_abs for g, w in zip(stats, weights, strict=True)]),
+        max_abs=max(w * g.max_abs for g, w in zip(stats, weights, strict=True)),
+        zero_fraction=byelements_of([g.zero_fraction for g in stats]),
+        nonfinite=sum(g.nonfinite for g in stats),
+    )
+
+
+def merge_samples(
+    stats: Sequence[SampleStats | None], samples: Sequence[int], weights: Sequence[float]
+) -> SampleStats | None:
+    """A per-sample distribution over every shard: exact moments and extrema, no percentiles
+    (kept only when there is one shard)."""
+    kept = [
+        (s, n, w) for s, n, w in zip(stats, samples, weights, strict=True) if s is not None and n
+    ]
+    if not kept:
+        return None
+    count = sum(n for _, n, _ in kept)
+    mean = sum(n * w * s.mean for s, n, w in kept) / count
+    square = sum(n * ((w * s.std) ** 2 + (w * s.mean) ** 2) for s, n, w in kept) / count
+    one = kept[0][0] if len(kept) == 1 and len(stats) == 1 else None
+    return SampleStats(
+        count=count,
+        mean=mean,
+        std=math.sqrt(max(square - mean * mean, 0.0)),
+        min=min(w * s.min for s, _, w in kept),
+        p50=None if one is None else one.p50,
+        p95=None if one is None else one.p95,
+        max=max(w * s.max for s, _, w in kept),
+    )
 
 
 def merge_jacobians(
@@ -96,10 +153,10 @@ def merge_distributions(
     ds = [d for d in items if d is not None]
     if len(ds) != len(items) or not ds:
         raise UsageError("merge: a Jacobian without its distribution over --data")
-    count = sum(d.count for d in ds)
+    none = SampleStats(0, 0.0, 0.0, 0.0, None, None, 0.0)  # no samples in any shard
+    moments = merge_samples(ds, [d.count for d in ds], [1.0] * len(ds)) or none
+    count, mean = moments.count, moments.mean
     kept = [d for d in ds if d.count]
-    mean = sum(d.count * d.mean for d in kept) / count if count else 0.0
-    square = sum(d.count * (d.std**2 + d.mean**2) for d in kept) / count if count else 0.0
     mean_rel = None
     if any(d.mean_rel_stderr is not None for d in kept):
         se = math.sqrt(sum((d.count * d.mean * (d.mean_rel_stderr or 0.0)) ** 2 for d in kept))
@@ -114,11 +171,11 @@ def merge_distributions(
     return NormDistribution(
         count=count,
         mean=mean,
-        std=math.sqrt(max(square - mean * mean, 0.0)),
-        min=min((d.min for d in kept), default=0.0),
+        std=moments.std,
+        min=moments.min,
         p50=ds[0].p50 if len(ds) == 1 else None,
         p95=ds[0].p95 if len(ds) == 1 else None,
-        max=max((d.max for d in kept), default=0.0),
+        max=moments.max,
         histogram=merge_histograms([d.histogram for d in ds]),
         top=tuple(ranked[:k]),
         mean_rel_stderr=mean_rel,
