@@ -273,4 +273,5 @@ def sentence(text: str) -> str:
 def flow_text(report: ScanReport | DiffReport) -> str:
     """What a scan differentiates: `d sum(dense_1) / d each layer`, or without a target the
     projection of the model's outputs, `d sum(outputs · R) / d each layer`."""
-    return f"d {report.probe.reduce}({report.target or 'outputs · R'}) / d each layer"
+    target = "outputs · R" if report.target is None else report.target
+    return f"d {report.probe.reduce}({target}) / d each layer"

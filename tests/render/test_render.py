@@ -174,3 +174,14 @@ def test_names_that_look_like_rich_markup_print_as_they_are():
     for name in MARKUP:
         assert name in scan_text
     assert MARKUP[0] in inspect_text and f"→ {MARKUP[1]}" in inspect_text
+
+
+def test_a_scan_says_its_target_even_when_the_name_is_empty(reports):
+    """A report read back from JSON may name an empty target: that is a target, not the
+    projection of the outputs, which only a missing target (None) means."""
+    from dataclasses import replace
+
+    scan = reports["scan"]
+    assert scan.target is None
+    assert "d sum(outputs · R) / d each layer" in render("scan", OutputFormat.MARKDOWN, scan)
+    assert "d sum() / d each layer" in render("scan", OutputFormat.MARKDOWN, replace(scan, target=""))
