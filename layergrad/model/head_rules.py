@@ -17,7 +17,6 @@ from layergrad.core.vocab import Finding, Severity
 from layergrad.model.head_forms import Head
 from layergrad.model.label_summary import LabelSummary
 from layergrad.model.loss_forms import REGRESSION_LOSSES, loss_class
-from layergrad.model.target_fit import CHANGES_LOSS, units_words
 
 # activations whose outputs can be negative
 NEGATIVE = frozenset({"linear", "tanh", "leaky_relu", "elu", "selu", "softsign", "prelu",
@@ -35,17 +34,28 @@ NOT_PROBABILITIES = frozenset(
 )  # fmt: skip
 
 
+CHANGES_LOSS = "the loss changes"
+
+
+def units_words(units: int | None) -> str:
+    """`3 units, ` (nothing when not known)."""
+    return f"{units} unit{'s' if units != 1 else ''}, " if units else ""
+
+
 @dataclass(frozen=True)
 class HeadFacts:
-    """What a head rule reads: one output's head, its loss (None when the file has none for
-    it), the labels given with the data, and the weight layers of a network that is one linear
-    map up to this head (empty when it is not, or the model has several outputs)."""
+    """What a head rule and a label rule (`target_fit`) read: one output's head, its loss
+    (None when the file has none for it, or it is not known), the labels given with the data,
+    the weight layers of a network that is one linear map up to this head (empty when it is
+    not, or the model has several outputs), and whether the loss is a custom one (it reads its
+    labels its own way)."""
 
     head: Head
     loss: str | None = None
     from_logits: bool = False
     labels: LabelSummary | None = None
     linear: tuple[str, ...] = ()
+    custom: bool = False
 
     @property
     def act(self) -> str:
@@ -53,8 +63,19 @@ class HeadFacts:
         return self.head.activation
 
     @property
-    def units(self) -> int | None:
-        return self.head.units
+    def units(self) -> int:
+        """The head's units (0 when the file does not say)."""
+        return self.head.units or 0
+
+    @property
+    def y(self) -> LabelSummary:
+        """The labels (empty when none were given)."""
+        return self.labels or LabelSummary()
+
+    @property
+    def loss_name(self) -> str:
+        """The loss as a label rule's message names it."""
+        return "custom" if self.custom else self.loss or "no loss"
 
     @property
     def crossentropy(self) -> bool:
@@ -69,10 +90,18 @@ class HeadFacts:
         return "categorical_" in loss and "crossentropy" in loss
 
     @property
+    def sparse(self) -> bool:
+        return self.loss_name.startswith("sparse_categorical")
+
+    @property
+    def one_hot_loss(self) -> bool:
+        return self.loss_name.startswith("categorical_") and "hinge" not in self.loss_name
+
+    @property
     def ids(self) -> bool:
         """The labels are class ids (one whole number >= 0 per sample)."""
         y = self.labels
-        return y is not None and y.integers and y.width == 1 and not y.one_hot
+        return y is not None and y.integers and y.width == 1 and y.low >= 0 and not y.one_hot
 
     @property
     def multi_hot(self) -> bool:
@@ -81,7 +110,7 @@ class HeadFacts:
         return y is not None and y.width > 1 and not y.one_hot and y.low >= 0 and y.high <= 1
 
     def read(self) -> tuple[tuple[str, Fact], ...]:
-        """The typed values a rule reads, as a finding record keeps them."""
+        """The typed values a head rule reads, as a finding record keeps them."""
         head = self.head
         return (("output", head.name), ("activation", self.act), ("units", head.units),
                 ("loss", self.loss), ("from_logits", self.from_logits),
@@ -267,8 +296,8 @@ def _class_loss_for_softmax(f: HeadFacts) -> Change | None:
     if f.units == 1:
         return None
     name = _class_loss(f)
-    return Change("loss", f"{CHANGES_LOSS}: the softmax says one class of {f.units}; {name} is "
-                  "the loss for class probabilities", loss=name)  # fmt: skip
+    return Change("loss", f"{CHANGES_LOSS}: the softmax says one class of {f.head.units}; {name} "
+                  "is the loss for class probabilities", loss=name)  # fmt: skip
 
 
 def _relu_removed(f: HeadFacts) -> Change:
