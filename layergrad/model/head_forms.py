@@ -13,7 +13,7 @@ function does not say: its activation is ``"unknown"``, never taken for linear.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from layergrad.model.config import structure_refs
@@ -218,7 +218,9 @@ def _head(graph: ModelGraph, name: str) -> Head:
     if entry is None:
         return Head(name, name, UNKNOWN, None)
     activation = activation_of(entry)
-    units = _units_of(graph, entry)
+    # its units, or those of the layer an activation layer (or operation) is applied to
+    applied = units_layer(graph, entry, lambda e: e.class_name in _APPLIERS or _is_op(e))
+    units = declared_units(applied)
     before = before_layer = None
     if activation == "softmax" and not _has_own_weights(entry):
         feeding = leaf(graph, single_inbound(graph, entry))
@@ -256,16 +258,21 @@ def single_inbound(graph: ModelGraph, entry: LayerEntry) -> LayerEntry | None:
 _APPLIERS = ("Activation", "ReLU", *_LAYERS, *PASS_THROUGH)  # layers that keep the width
 
 
-def _units_of(graph: ModelGraph, entry: LayerEntry) -> int | None:
-    """The units of the layer, or of the layer an activation layer is applied to."""
+def declared_units(entry: LayerEntry) -> int | None:
+    """The output features (units, filters) a layer's config declares."""
+    value = entry.config.get("units", entry.config.get("filters"))
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def units_layer(
+    graph: ModelGraph, entry: LayerEntry, through: Callable[[LayerEntry], bool]
+) -> LayerEntry:
+    """The layer holding `entry`'s units: `entry`, or the nearest layer before it that declares
+    them, walking back through the single-input layers `through` lets pass (at most 4); where
+    the walk stopped when none does."""
     for _ in range(4):
-        units = entry.config.get("units", entry.config.get("filters"))
-        if isinstance(units, int) and not isinstance(units, bool):
-            return units
-        if entry.class_name not in _APPLIERS and not _is_op(entry):
-            return None
         feeding = leaf(graph, single_inbound(graph, entry))
-        if feeding is None:
-            return None
+        if declared_units(entry) is not None or not through(entry) or feeding is None:
+            break
         entry = feeding
-    return None
+    return entry
