@@ -38,14 +38,6 @@ class LossReading:
     described: bool = True  # False: the file describes no layers (a subclassed model)
 
 
-def mismatches(
-    config: Mapping[str, object], graph: ModelGraph, compiled: Mapping[str, object]
-) -> list[Reason]:
-    """Every output whose compiled loss does not fit its activation (empty without a loss),
-    and a classifier with no non-linearity at all."""
-    return list(read_file(config, graph, compiled).mismatches)
-
-
 def read_file(
     config: Mapping[str, object],
     graph: ModelGraph,
