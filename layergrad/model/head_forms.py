@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from layergrad.model.config import structure_refs
+from layergrad.model.config import options, structure_refs
 from layergrad.model.graph import LayerEntry, ModelGraph
 
 UNKNOWN = "unknown"
@@ -171,9 +171,7 @@ class Head:
 
 def output_heads(config: Mapping[str, object], graph: ModelGraph) -> list[Head]:
     """The layers that make the model's outputs, in output order."""
-    inner = config.get("config")
-    inner = inner if isinstance(inner, Mapping) else {}
-    names = [ref[0] for ref in structure_refs(inner.get("output_layers"))]
+    names = [ref[0] for ref in structure_refs(options(config).get("output_layers"))]
     if not names:  # a Sequential: its last layer
         last = [e for e in graph.layers if e.parent is None and e.class_name != "InputLayer"]
         names = [last[-1].name] if last else []
@@ -183,8 +181,7 @@ def output_heads(config: Mapping[str, object], graph: ModelGraph) -> list[Head]:
 def output_keys(config: Mapping[str, object]) -> list[tuple[str, str]]:
     """(dict key, the layer that makes it) of each output of a model whose outputs are a dict
     (`Model(x, {"price": a})`) and made by one layer."""
-    inner = config.get("config")
-    outputs = inner.get("output_layers") if isinstance(inner, Mapping) else None
+    outputs = options(config).get("output_layers")
     if not isinstance(outputs, Mapping):
         return []
     refs = {str(key): structure_refs(ref) for key, ref in outputs.items()}
