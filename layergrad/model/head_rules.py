@@ -109,12 +109,16 @@ class HeadFacts:
         y = self.labels
         return y is not None and y.width > 1 and not y.one_hot and y.low >= 0 and y.high <= 1
 
-    def read(self) -> tuple[tuple[str, Fact], ...]:
-        """The typed values a head rule reads, as a finding record keeps them."""
-        head = self.head
-        return (("output", head.name), ("activation", self.act), ("units", head.units),
-                ("loss", self.loss), ("from_logits", self.from_logits),
-                ("linear_layers", len(self.linear)))  # fmt: skip
+    def read(self, labels: bool = False) -> tuple[tuple[str, Fact], ...]:
+        """The typed values a head rule reads (a label rule's: with the labels), as a finding
+        record keeps them."""
+        head, y = self.head, self.y
+        loss = self.loss_name if labels else self.loss
+        read = (("output", head.name), ("activation", self.act), ("units", head.units),
+                ("loss", loss), ("from_logits", self.from_logits))  # fmt: skip
+        if not labels:
+            return (*read, ("linear_layers", len(self.linear)))
+        return (*read, ("labels", y.describe()), ("label_width", y.width), ("classes", y.classes))
 
     def describe(self) -> str:
         head = self.head
@@ -305,13 +309,8 @@ def _relu_removed(f: HeadFacts) -> Change:
                   f"softmax at '{f.head.layer}' must see raw logits, negative ones included")
 
 
-def _dropout_moved(f: HeadFacts) -> Change:
-    return Change("move_dropout", "dropout regularises the features, never the logits")
-
-
-def _relu_hidden(f: HeadFacts) -> Change:
-    return Change("relu_hidden", "a non-linearity between the weight layers lets the network "
-                  "fit more than one linear map")  # fmt: skip
+RELU_HIDDEN = Change("relu_hidden", "a non-linearity between the weight layers lets the network "
+                     "fit more than one linear map")  # fmt: skip
 
 
 # -- the predicates -----------------------------------------------------------------------
@@ -399,8 +398,7 @@ RULES: tuple[HeadRule, ...] = (
         "the loss: `categorical_crossentropy` (`sparse_categorical_crossentropy` when the labels "
         "are class ids); the activation `sigmoid` when the labels are multi-hot",
         _softmax_under_binary,
-        (Example("softmax", 3, "binary_crossentropy"),
-         Example("softmax", 10, "binary_crossentropy")),
+        tuple(Example("softmax", units, "binary_crossentropy") for units in (3, 10)),
         (Example("sigmoid", 3, "binary_crossentropy", labels="one_hot"),),
         Evidence(8, 6, 8, ((1, "sgd"),), corpus=(60, 92, 0, 193)),
     ),
@@ -470,8 +468,7 @@ RULES: tuple[HeadRule, ...] = (
         "linear head: the loss `from_logits=True`; ReLU head: the activation `sigmoid` (binary "
         "or one unit) or `softmax`",
         _unbounded_under_crossentropy,
-        (Example("linear", 10, "categorical_crossentropy"),
-         Example("relu", 10, "categorical_crossentropy")),
+        tuple(Example(act, 10, "categorical_crossentropy") for act in ("linear", "relu")),
         (Example("linear", 10, "categorical_crossentropy", from_logits=True),),
         Evidence(8, 0, 8, UNTRAINED_BOTH, corpus=(268, 519, 0, 193)),
     ),
@@ -563,7 +560,7 @@ RULES: tuple[HeadRule, ...] = (
         Severity.FAIL,
         "the Dropout moves before that layer; it is removed when a Dropout already feeds that "
         "layer (two in a row would stack)",
-        _dropout_moved,
+        lambda f: Change("move_dropout", "dropout regularises the features, never the logits"),
         (Example("softmax", 10, "categorical_crossentropy", structure="dropout_after"),),
         (SOFTMAX_TEN,),
         Evidence(4, 0, 4, ((0, "adam"), (0, "sgd")), corpus=(149, 149, 0, 193)),
@@ -580,7 +577,7 @@ RULES: tuple[HeadRule, ...] = (
         lambda f: "an activation on the hidden layers (e.g. activation='relu')",
         Severity.FAIL,
         "`activation='relu'` on every hidden weight layer",
-        _relu_hidden,
+        lambda f: RELU_HIDDEN,
         (Example("softmax", 10, "categorical_crossentropy", structure="linear_hidden"),),
         (SOFTMAX_TEN,),
         layer=lambda f: f.head.layer,
@@ -599,7 +596,7 @@ RULES: tuple[HeadRule, ...] = (
         Severity.WARN,
         "`activation='relu'` on the hidden weight layers (or one Dense layer, if a linear map "
         "is meant)",
-        _relu_hidden,
+        lambda f: RELU_HIDDEN,
         (Example("linear", 1, "mean_squared_error", structure="linear_hidden", labels="real"),),
         (Example("linear", 1, "mean_squared_error", labels="real"),),
         layer=lambda f: f.linear[0],

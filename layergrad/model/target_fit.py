@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from layergrad.core.results import ConfigChange as Change
-from layergrad.core.results import Fact, Reason
+from layergrad.core.results import Reason
 from layergrad.core.vocab import Finding, Severity
 from layergrad.model.head_forms import Head
 from layergrad.model.head_rules import CHANGES_LOSS, HeadFacts, units_words
@@ -71,14 +71,6 @@ def _where(f: HeadFacts) -> str:
         return f"output '{head.name}' (layer '{head.layer}') with a custom loss"
     return (f"output '{head.name}' ({units_words(head.units)}{head.activation}, layer "
             f"'{head.layer}') with {f.loss_name}")  # fmt: skip
-
-
-def _read(f: HeadFacts) -> tuple[tuple[str, Fact], ...]:
-    """The typed values a label rule reads, as a finding record keeps them."""
-    y = f.y
-    return (("output", f.head.name), ("activation", f.head.activation),
-            ("units", f.head.units), ("loss", f.loss_name), ("from_logits", f.from_logits),
-            ("labels", y.describe()), ("label_width", y.width), ("classes", y.classes))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -142,11 +134,29 @@ def judge(facts: HeadFacts) -> Reason | None:
     return Reason(Finding.TARGET_MISMATCH, f"{_where(facts)}: the labels are "
                   f"{facts.y.describe()}: {rule.message(facts)}", rule.hint(facts),
                   facts.head.layer, facts.head.name, facts.loss_name, rule.name, rule.severity,
-                  facts=_read(facts))  # fmt: skip
+                  facts=facts.read(labels=True))  # fmt: skip
 
 
 def _ranked(f: HeadFacts) -> bool:
-    return f.loss is not None and rank_differs(f.head, f.y, f.sparse)
+    """Whether each sample's labels have another rank than the (known) loss reads from the
+    output."""
+    y, sparse, rank = f.y, f.sparse, f.y.output_rank
+    if f.loss is None or rank is None or rank < 1 or y.text or not y.count:
+        return False
+    got, wanted = len(y.shape), rank - 1 if sparse else rank
+    if got == wanted or (got == wanted + 1 and y.shape[-1:] == (1,)) or (sparse and got > wanted):
+        return False
+    # one label per sample for one unit, or for a row of units (the width rules' case)
+    return sparse or not (got == rank - 1 and (rank == 1 or f.head.units == 1))
+
+
+def _missing_flatten(f: HeadFacts) -> bool:
+    """Whether the head is a Dense on a feature map (its output keeps axes) while the labels
+    are what a flat head takes: one class id (sparse loss) or one row of its units."""
+    y, units = f.y, f.head.units
+    one = len(y.shape) == 0 or y.shape == (1,)  # one number (or class id) per sample
+    flat = one if f.sparse else y.shape == (units,) or (one and units == 1)
+    return flat and (y.output_rank or 1) > 1 and f.head.layer_class == "Dense"
 
 
 def _said_rank(f: HeadFacts) -> str:
@@ -283,7 +293,7 @@ RULES: tuple[TargetRule, ...] = (
     TargetRule(
         "missing_flatten", "one label (or row) per sample", "a Dense head on a feature map "
         "(no Flatten before it)",
-        lambda f: _ranked(f) and missing_flatten(f.head, f.y, f.sparse),
+        lambda f: _ranked(f) and _missing_flatten(f),
         lambda f: f"{_said_rank(f)}: the head '{f.head.layer}' is a Dense applied at every "
         f"position of a {(f.y.output_rank or 1) + 1}-D input (batch axis included), since no "
         "Flatten comes before it",
@@ -473,30 +483,6 @@ RULES: tuple[TargetRule, ...] = (
     ),
 )
 # fmt: on
-
-BY_NAME = {rule.name: rule for rule in RULES}
-
-
-def rank_differs(head: Head, y: LabelSummary, sparse: bool) -> bool:
-    """Whether each sample's labels have another rank than the loss reads from the output
-    (see `_rank`)."""
-    rank = y.output_rank
-    if rank is None or rank < 1 or y.text or not y.count:
-        return False
-    got, wanted = len(y.shape), rank - 1 if sparse else rank
-    if got == wanted or (got == wanted + 1 and y.shape[-1:] == (1,)) or (sparse and got > wanted):
-        return False
-    # one label per sample for one unit, or for a row of units (the width rules' case)
-    return sparse or not (got == rank - 1 and (rank == 1 or head.units == 1))
-
-
-def missing_flatten(head: Head, y: LabelSummary, sparse: bool) -> bool:
-    """Whether the head is a Dense on a feature map (its output keeps axes) while the labels
-    are what a flat head takes: one class id (sparse loss) or one row of its units."""
-    rank = y.output_rank or 1
-    one = len(y.shape) == 0 or y.shape == (1,)  # one number (or class id) per sample
-    flat = one if sparse else y.shape == (head.units,) or (one and head.units == 1)
-    return flat and rank > 1 and head.layer_class == "Dense"
 
 
 PIXEL_SCALES = (255.0, 256.0, 65535.0)  # what images are divided by (8-bit, 16-bit)
