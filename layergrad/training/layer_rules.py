@@ -194,12 +194,9 @@ def dying_units(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
         first, last = fractions[0][1], fractions[-1][1]
         if last < DEAD_THRESHOLD or last - first < DEAD_GROWTH:
             continue
-        index = len(fractions)
-        while index > 0 and (fractions[index - 1][1] or 0.0) >= DEAD_THRESHOLD:
-            index -= 1
-        if len(fractions) - index < min(LASTING, len(fractions) - 1):
+        run, step = _final_run([(s, f >= DEAD_THRESHOLD) for s, f in fractions])
+        if run < min(LASTING, len(fractions) - 1):
             continue  # dead on the last batch or two only: a small batch's chance, not a state
-        step = fractions[index][0]
         out.append(said("dying_units", layer, step, fraction=last, first=first,
                         first_step=fractions[0][0]))  # fmt: skip
     return out
