@@ -130,10 +130,8 @@ def insert_after_input(model: Config, input_name: str, new: Config) -> None:
         raise EditError(f"no input {input_name!r} in the model's config")
     name = layer_name(new)
     options = as_object(source.get("config") or {}, "an input's config")
-    shape = options.get("batch_shape")
-    dtype = options.get("dtype", "float32")
-    if not isinstance(dtype, str):
-        dtype = "float32"
+    shape, dtype = options.get("batch_shape"), options.get("dtype")
+    dtype = dtype if isinstance(dtype, str) else "float32"
     tensor = {"shape": shape, "dtype": dtype, "keras_history": [input_name, 0, 0]}
     new["inbound_nodes"] = [
         {"args": [{"class_name": "__keras_tensor__", "config": tensor}], "kwargs": {}}
