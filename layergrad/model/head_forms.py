@@ -39,16 +39,18 @@ _LAYERS = {"Softmax": "softmax", "LeakyReLU": "leaky_relu", "ELU": "elu", "PReLU
 WEIGHTED = ("Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose",
             "Conv2DTranspose", "Conv3DTranspose", "SeparableConv1D", "SeparableConv2D",
             "DepthwiseConv1D", "DepthwiseConv2D")  # fmt: skip
+# Layers that hand on their input as it is (in inference).
+PASS_THROUGH = ("Dropout", "AlphaDropout", "GaussianDropout", "GaussianNoise", "Identity",
+                "ActivityRegularization")  # fmt: skip
 # Single-input layers that map their input linearly (in inference), keeping a chain linear.
 THROUGH = frozenset(
     {
-        "Flatten", "Reshape", "Permute", "RepeatVector", "Dropout", "AlphaDropout",
-        "GaussianDropout", "GaussianNoise", "SpatialDropout1D", "SpatialDropout2D",
-        "SpatialDropout3D", "Identity", "ActivityRegularization", "AveragePooling1D",
-        "AveragePooling2D", "AveragePooling3D", "GlobalAveragePooling1D",
-        "GlobalAveragePooling2D", "GlobalAveragePooling3D", "ZeroPadding1D", "ZeroPadding2D",
-        "ZeroPadding3D", "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D",
-        "UpSampling2D", "UpSampling3D", "BatchNormalization", "Rescaling", "Normalization",
+        *PASS_THROUGH, "Flatten", "Reshape", "Permute", "RepeatVector", "SpatialDropout1D",
+        "SpatialDropout2D", "SpatialDropout3D", "AveragePooling1D", "AveragePooling2D",
+        "AveragePooling3D", "GlobalAveragePooling1D", "GlobalAveragePooling2D",
+        "GlobalAveragePooling3D", "ZeroPadding1D", "ZeroPadding2D", "ZeroPadding3D",
+        "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D", "UpSampling2D",
+        "UpSampling3D", "BatchNormalization", "Rescaling", "Normalization",
     }
 )  # fmt: skip
 JOINS = frozenset({"Add", "Subtract", "Average", "Concatenate"})
@@ -198,19 +200,13 @@ def keyed_by_head(loss: object, config: Mapping[str, object]) -> object:
     return {**loss, **{layer: loss[key] for key, layer in keys}}
 
 
-PASS_THROUGH = ("Dropout", "AlphaDropout", "GaussianDropout", "GaussianNoise", "Identity",
-                "ActivityRegularization")  # fmt: skip
-
-
 def _head(graph: ModelGraph, name: str) -> Head:
     entry = leaf(graph, graph.get(name))
-    if entry is None:
-        return Head(name, name, UNKNOWN, None)
     dropout = None
     seen = 0
     while entry is not None and entry.class_name in PASS_THROUGH and seen < 8:
         dropout = dropout or (entry.path if "Dropout" in entry.class_name else None)
-        entry = leaf(graph, single_inbound(graph, entry))
+        entry = single_inbound(graph, entry)
         seen += 1
     if entry is None:
         return Head(name, name, UNKNOWN, None)
@@ -219,18 +215,15 @@ def _head(graph: ModelGraph, name: str) -> Head:
     applied = units_layer(graph, entry, lambda e: e.class_name in _APPLIERS or _is_op(e))
     units = declared_units(applied)
     before = before_layer = None
-    if activation == "softmax" and not _has_own_weights(entry):
-        feeding = leaf(graph, single_inbound(graph, entry))
+    weights = ("units", "filters", "kernel_initializer")  # a layer with weights of its own
+    if activation == "softmax" and not any(k in entry.config for k in weights):
+        feeding = single_inbound(graph, entry)
         if feeding is not None:
             before, before_layer = activation_of(feeding), feeding.path
             if "Dropout" in feeding.class_name:  # Dense -> Dropout -> Softmax: dropped logits
                 dropout = dropout or feeding.path
     return Head(name, entry.path, activation, units, dropout, before, before_layer,
                 entry.class_name.split(">")[-1])  # fmt: skip
-
-
-def _has_own_weights(entry: LayerEntry) -> bool:
-    return any(k in entry.config for k in ("units", "filters", "kernel_initializer"))
 
 
 def leaf(graph: ModelGraph, entry: LayerEntry | None) -> LayerEntry | None:
@@ -248,8 +241,9 @@ def leaf(graph: ModelGraph, entry: LayerEntry | None) -> LayerEntry | None:
 
 
 def single_inbound(graph: ModelGraph, entry: LayerEntry) -> LayerEntry | None:
-    """The one layer feeding `entry` (None when it has none or several)."""
-    return graph.get(entry.inbound[0]) if len(entry.inbound) == 1 else None
+    """The one layer feeding `entry` (of a nested model, the layer that makes its output); None
+    when it has none or several."""
+    return leaf(graph, graph.get(entry.inbound[0])) if len(entry.inbound) == 1 else None
 
 
 _APPLIERS = ("Activation", "ReLU", *_LAYERS, *PASS_THROUGH)  # layers that keep the width
@@ -268,7 +262,7 @@ def units_layer(
     them, walking back through the single-input layers `through` lets pass (at most 4); where
     the walk stopped when none does."""
     for _ in range(4):
-        feeding = leaf(graph, single_inbound(graph, entry))
+        feeding = single_inbound(graph, entry)
         if declared_units(entry) is not None or not through(entry) or feeding is None:
             break
         entry = feeding

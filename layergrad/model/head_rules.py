@@ -24,14 +24,9 @@ NEGATIVE = frozenset({"linear", "tanh", "leaky_relu", "elu", "selu", "softsign",
                       "soft_shrink", "hard_shrink"})  # fmt: skip
 PROBABILITIES = ("softmax", "sigmoid", "hard_sigmoid", "sparsemax", "sparse_sigmoid")
 # activations whose outputs leave [0, 1]: never probabilities
-NOT_PROBABILITIES = frozenset(
-    {
-        "linear", "relu", "relu6", "leaky_relu", "elu", "selu", "gelu", "silu", "swish",
-        "softplus", "exponential", "tanh", "softsign", "prelu", "mish", "celu", "hard_silu",
-        "hard_swish", "hard_tanh", "log_softmax", "log_sigmoid", "squareplus", "sparse_plus",
-        "tanh_shrink", "soft_shrink", "hard_shrink", "threshold", "glu",
-    }
-)  # fmt: skip
+NOT_PROBABILITIES = NEGATIVE | {"relu", "relu6", "gelu", "silu", "swish", "softplus",
+                                "exponential", "mish", "hard_silu", "hard_swish", "squareplus",
+                                "sparse_plus", "threshold", "glu"}  # fmt: skip
 
 
 CHANGES_LOSS = "the loss changes"
@@ -304,11 +299,6 @@ def _class_loss_for_softmax(f: HeadFacts) -> Change | None:
                   "is the loss for class probabilities", loss=name)  # fmt: skip
 
 
-def _relu_removed(f: HeadFacts) -> Change:
-    return Change("remove_before", f"the activation of '{f.head.before_layer}' is removed: the "
-                  f"softmax at '{f.head.layer}' must see raw logits, negative ones included")
-
-
 RELU_HIDDEN = Change("relu_hidden", "a non-linearity between the weight layers lets the network "
                      "fit more than one linear map")  # fmt: skip
 
@@ -317,9 +307,8 @@ RELU_HIDDEN = Change("relu_hidden", "a non-linearity between the weight layers l
 
 
 def _classifier(f: HeadFacts) -> bool:
-    return f.act in ("sigmoid", "softmax") or (
-        f.loss is not None and ("crossentropy" in f.loss or "hinge" in f.loss)
-    )
+    loss = f.loss_name
+    return f.act in ("sigmoid", "softmax") or "crossentropy" in loss or "hinge" in loss
 
 
 def _regression(f: HeadFacts) -> bool:
@@ -544,7 +533,9 @@ RULES: tuple[HeadRule, ...] = (
         "probabilities)",
         Severity.WARN,
         "the activation of the logits layer removed (a `ReLU` / `Activation` layer is taken out)",
-        _relu_removed,
+        lambda f: Change("remove_before", f"the activation of '{f.head.before_layer}' is removed: "
+                         f"the softmax at '{f.head.layer}' must see raw logits, negative ones "
+                         "included"),
         (Example("softmax", 10, "categorical_crossentropy", structure="relu_before"),),
         (SOFTMAX_TEN,),
         Evidence(4, 4, 4, (), corpus=(60, 60, 0, 193)),
