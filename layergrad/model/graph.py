@@ -347,13 +347,8 @@ class _Functional:
         for member in self.members:
             for i in range(self.calls):
                 self.add_calls(member, i, input_refs, feeds[i])
-        return [
-            [
-                self.resolve(ref, i, boundary=True)
-                for ref in structure_refs(self.inner.get("output_layers"))
-            ]
-            for i in range(self.calls)
-        ]
+        outputs = structure_refs(self.inner.get("output_layers"))
+        return [[self.resolve(ref, i, boundary=True) for ref in outputs] for i in range(self.calls)]
 
     def add_calls(
         self,

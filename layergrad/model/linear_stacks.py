@@ -25,14 +25,7 @@ from dataclasses import dataclass
 
 from layergrad.model.config import batch_shape
 from layergrad.model.graph import LayerEntry, ModelGraph
-from layergrad.model.head_forms import (
-    JOINS,
-    THROUGH,
-    WEIGHTED,
-    activation_from,
-    activation_of,
-    declared_units,
-)
+from layergrad.model.head_forms import JOINS, THROUGH, WEIGHTED, activation_of, declared_units
 
 _EXCLUDED_FIRST = ("DepthwiseConv1D", "DepthwiseConv2D")
 # a transposed convolution without activation is a learned upsampling, as linear by design as
@@ -67,10 +60,7 @@ def whole_network(graph: ModelGraph, head_layer: str) -> LinearStack | None:
 
 
 def _linear_activation_layer(entry: LayerEntry) -> bool:
-    return (
-        entry.class_name == "Activation"
-        and activation_from(entry.config.get("activation")) == "linear"
-    )
+    return entry.class_name == "Activation" and activation_of(entry) == "linear"
 
 
 def redundant_pairs(graph: ModelGraph) -> list[LinearStack]:
