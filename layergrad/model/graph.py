@@ -376,9 +376,8 @@ class _Functional:
                 self.b.node((path, g), self.nested[path][g])
             else:
                 legacy = isinstance(node, list)
-                self.b.node(
-                    (path, g), [self.resolve(r, i, legacy) for r in tensor_refs(node, legacy)]
-                )
+                reads = [self.resolve(r, i, legacy) for r in tensor_refs(node, legacy)]
+                self.b.node((path, g), reads)
 
     def call_feeds(self, member: Mapping[str, object], g: int) -> list[list[NodeId]]:
         """The nodes feeding each input of nested model ``member`` during its call ``g``."""

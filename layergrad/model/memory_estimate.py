@@ -382,9 +382,7 @@ def _reshape(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shap
 
 
 def _concat(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
-    widest: Shape = ()
-    for shape in ins:
-        widest = shape if len(shape) > len(widest) else widest
+    widest: Shape = max(ins, key=len) if ins else ()  # the first of the most axes
     out = list(widest)
     if out:
         axis = cfg.get("axis", -1)
