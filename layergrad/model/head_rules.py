@@ -301,6 +301,8 @@ def _class_loss_for_softmax(f: HeadFacts) -> Change | None:
 
 RELU_HIDDEN = Change("relu_hidden", "a non-linearity between the weight layers lets the network "
                      "fit more than one linear map")  # fmt: skip
+SOFTMAX_FOR_KL = Change("activation", "the activation changes: KL divergence compares "
+                        "distributions, which a softmax makes", activation="softmax")  # fmt: skip
 
 
 # -- the predicates -----------------------------------------------------------------------
@@ -470,8 +472,7 @@ RULES: tuple[HeadRule, ...] = (
         lambda f: "a softmax on the head (the targets are distributions)",
         Severity.FAIL,
         "the activation: `softmax`",
-        lambda f: Change("activation", "the activation changes: KL divergence compares "
-                         "distributions, which a softmax makes", activation="softmax"),
+        lambda f: SOFTMAX_FOR_KL,
         (Example("linear", 10, "kl_divergence"),),
         (Example("softmax", 10, "kl_divergence"),),
         evidence=Evidence(4, 0, 4, ((0, "adam"), (0, "sgd")), corpus=(0, 0, 0, 193)),
