@@ -27,23 +27,18 @@ from functools import partial
 
 from layergrad.model.config import serialized_name
 
-# The losses Keras ships, by canonical name; every rule judges only these.
-KNOWN_LOSSES = frozenset(
-    {
-        "mean_squared_error", "mean_absolute_error", "mean_absolute_percentage_error",
-        "mean_squared_logarithmic_error", "binary_crossentropy", "binary_focal_crossentropy",
-        "categorical_crossentropy", "categorical_focal_crossentropy",
-        "sparse_categorical_crossentropy", "categorical_hinge", "hinge", "squared_hinge",
-        "cosine_similarity", "huber", "log_cosh", "kl_divergence", "poisson", "ctc", "dice",
-        "tversky", "circle",
-    }
-)  # fmt: skip
 REGRESSION_LOSSES = frozenset(
     {
         "mean_squared_error", "mean_absolute_error", "mean_absolute_percentage_error",
         "mean_squared_logarithmic_error", "huber", "log_cosh", "cosine_similarity", "poisson",
     }
 )  # fmt: skip
+# The losses Keras ships, by canonical name; every rule judges only these.
+KNOWN_LOSSES = REGRESSION_LOSSES | {
+    "binary_crossentropy", "binary_focal_crossentropy", "categorical_crossentropy",
+    "categorical_focal_crossentropy", "sparse_categorical_crossentropy", "categorical_hinge",
+    "hinge", "squared_hinge", "kl_divergence", "ctc", "dice", "tversky", "circle",
+}  # fmt: skip
 
 # Every other spelling Keras (3, and 2 in `.h5` files) accepts or saves, lower case, without
 # underscores: class names, short aliases, Keras 2 names, tf.nn functions used as losses.
