@@ -45,23 +45,21 @@ PASS_THROUGH = ("Dropout", "AlphaDropout", "GaussianDropout", "GaussianNoise", "
 # Single-input layers that map their input linearly (in inference), keeping a chain linear.
 THROUGH = frozenset(
     {
-        *PASS_THROUGH, "Flatten", "Reshape", "Permute", "RepeatVector", "SpatialDropout1D",
-        "SpatialDropout2D", "SpatialDropout3D", "AveragePooling1D", "AveragePooling2D",
-        "AveragePooling3D", "GlobalAveragePooling1D", "GlobalAveragePooling2D",
-        "GlobalAveragePooling3D", "ZeroPadding1D", "ZeroPadding2D", "ZeroPadding3D",
-        "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D", "UpSampling2D",
-        "UpSampling3D", "BatchNormalization", "Rescaling", "Normalization",
+        *PASS_THROUGH, "Flatten", "Reshape", "Permute", "RepeatVector", "BatchNormalization",
+        "Rescaling", "Normalization",
+        *(f"{family}{d}D" for d in (1, 2, 3) for family in (
+            "SpatialDropout", "AveragePooling", "GlobalAveragePooling", "ZeroPadding",
+            "Cropping", "UpSampling")),
     }
 )  # fmt: skip
 JOINS = frozenset({"Add", "Subtract", "Average", "Concatenate"})
 # Built-in layers with no activation of their own: what comes out is what came in, mixed
 # linearly (or normalised, pooled, reshaped): unbounded reals.
 NO_ACTIVATION = THROUGH | JOINS | {*WEIGHTED,
-    "InputLayer", "Multiply", "Dot", "Maximum", "Minimum", "MaxPooling1D", "MaxPooling2D",
-    "MaxPooling3D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "GlobalMaxPooling3D",
-    "Embedding", "LayerNormalization", "GroupNormalization", "UnitNormalization",
-    "RMSNormalization", "MultiHeadAttention", "GroupedQueryAttention", "Attention",
-    "AdditiveAttention", "Masking",
+    "InputLayer", "Multiply", "Dot", "Maximum", "Minimum", "Embedding", "LayerNormalization",
+    "GroupNormalization", "UnitNormalization", "RMSNormalization", "MultiHeadAttention",
+    "GroupedQueryAttention", "Attention", "AdditiveAttention", "Masking",
+    *(f"{family}{d}D" for d in (1, 2, 3) for family in ("MaxPooling", "GlobalMaxPooling")),
 }  # fmt: skip
 _WRAPPERS = ("TimeDistributed", "Bidirectional")  # their config's `layer` makes the output
 
