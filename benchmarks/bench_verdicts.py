@@ -8,7 +8,7 @@ and ResNet50 at 32x32, batch 8. In one process, alternating rounds time, per mod
               d loss / d every layer's output and every variable, from one pass)
   scale       the update-ratio rule on the weight scan's rows (`weight_rows.scale_flags`)
   dead        the dead-ReLU rule on the trace (`weights.dead_layers`)
-  loss, targets   the static rules (`loss_fit.mismatches`) and the label rules
+  loss, targets   the static rules (`loss_fit.read_file`) and the label rules
               (`target_fit.target_mismatches` on a summary of 10,000 labels)
   probe       the random probe with the preprocessing rule (`pipeline.probe_batch`)
   check       the whole `check_file`, loading included
@@ -36,7 +36,7 @@ from layergrad.core.keras_backend import quiet_import
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.engine.trace import run_trace
 from layergrad.model.label_summary import LabelSummary
-from layergrad.model.loss_fit import mismatches, output_heads, per_output
+from layergrad.model.loss_fit import output_heads, per_output, read_file
 from layergrad.model.target_fit import target_mismatches
 
 tf, keras = quiet_import()
@@ -98,7 +98,7 @@ def bench(path: Path, rounds: int) -> dict[str, float]:
     out["scale"] = median_ms(lambda: scale_flags(report.variables), rounds)
     out["dead"] = median_ms(lambda: dead_layers(trace, layers), rounds)
     out["loss"] = median_ms(
-        lambda: mismatches(info.config, info.graph, info.compile_config), rounds
+        lambda: read_file(info.config, info.graph, info.compile_config), rounds
     )
     out["targets"] = median_ms(lambda: target_mismatches(heads, specs, names), rounds)
     out["probe"] = median_ms(lambda: probe_batch(model, session.options), rounds)

@@ -20,9 +20,11 @@ sys.path.insert(0, str(ROOT))
 
 from layergrad.model.head_rules import Evidence  # noqa: E402
 from layergrad.render.rule_tables import (  # noqa: E402
-    TABLES,
+    cause_table,
+    fix_table,
     target_table,
     training_table,
+    verdict_table,
     with_tables,
 )
 from layergrad.training.rules import RULES  # noqa: E402
@@ -45,7 +47,9 @@ def _evidence(found: dict[str, Any]) -> Evidence:
 
 EVIDENCE = {name: _evidence(found) for name, found in LABELS.items()}
 ALL = {
-    **TABLES,
+    "verdicts": verdict_table,
+    "repairs": fix_table,
+    "causes": cause_table,
     "targets": lambda: target_table(EVIDENCE),
     "training": lambda: training_table(RULES, MEASURED["findings"], MEASURED["healthy_runs"]),
 }

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 
-from layergrad.model.config import as_ref, is_container, is_functional, layer_name
+from layergrad.model.config import Ref, as_ref, is_container, is_functional, layer_name
 
 Config = dict[str, object]  # a JSON object of the config being edited (values narrowed on use)
 
@@ -97,10 +97,7 @@ def remove_layer(model: Config, path: str) -> None:
     if not is_functional(holder):
         entries.remove(entry)
         return
-    nodes = _nodes(entry)
-    if len(nodes) != 1:
-        raise EditError(f"layer {path!r} is called {len(nodes)} times; it cannot be removed")
-    source = _single_source(nodes[0], path)
+    _, source = _single_source(entry, path, "it cannot be removed")
     entries.remove(entry)
     _rewire(holder, name, source)
 
@@ -113,13 +110,10 @@ def insert_before(model: Config, path: str, new: Config) -> None:
     if not is_functional(holder):
         entries.insert(index, new)
         return
-    nodes = _nodes(entry)
-    if len(nodes) != 1:
-        raise EditError(f"layer {path!r} is called {len(nodes)} times; nothing can go before it")
-    _single_source(nodes[0], path)
-    new["inbound_nodes"] = copy.deepcopy(nodes)
+    node, _ = _single_source(entry, path, "nothing can go before it")
+    new["inbound_nodes"] = [copy.deepcopy(node)]
     name = layer_name(new)
-    for tensor in _tensors(nodes[0]):
+    for tensor in _tensors(node):
         as_object(tensor["config"])["keras_history"] = [name, 0, 0]
     entries.insert(index, new)
 
@@ -136,10 +130,8 @@ def insert_after_input(model: Config, input_name: str, new: Config) -> None:
         raise EditError(f"no input {input_name!r} in the model's config")
     name = layer_name(new)
     options = as_object(source.get("config") or {}, "an input's config")
-    shape = options.get("batch_shape")
-    dtype = options.get("dtype", "float32")
-    if not isinstance(dtype, str):
-        dtype = "float32"
+    shape, dtype = options.get("batch_shape"), options.get("dtype")
+    dtype = dtype if isinstance(dtype, str) else "float32"
     tensor = {"shape": shape, "dtype": dtype, "keras_history": [input_name, 0, 0]}
     new["inbound_nodes"] = [
         {"args": [{"class_name": "__keras_tensor__", "config": tensor}], "kwargs": {}}
@@ -148,14 +140,20 @@ def insert_after_input(model: Config, input_name: str, new: Config) -> None:
     entries.insert(entries.index(source) + 1, new)
 
 
-def _single_source(node: object, path: str) -> tuple[str, int, int]:
-    refs = {_history(t) for t in _tensors(node)}
+def _single_source(entry: Config, path: str, what: str) -> tuple[object, Ref]:
+    """The one inbound node of a layer called once, and the one tensor it reads; EditError
+    (saying `what` cannot be done) for any other layer."""
+    nodes = entry.get("inbound_nodes") or []
+    nodes = nodes if isinstance(nodes, list) else []
+    if len(nodes) != 1:
+        raise EditError(f"layer {path!r} is called {len(nodes)} times; {what}")
+    refs = {_history(t) for t in _tensors(nodes[0])}
     if len(refs) != 1:
         raise EditError(f"layer {path!r} reads {len(refs)} tensors; expected exactly one")
     ref = as_ref(list(next(iter(refs))))
     if ref is None:
         raise EditError(f"layer {path!r} has an inbound node this edit cannot read")
-    return ref
+    return nodes[0], ref
 
 
 def _rewire(holder: Config, old: str, source: tuple[str, int, int], skip: object = None) -> None:
@@ -205,11 +203,6 @@ def _layers(holder: Config) -> list[Config]:
     if not all(isinstance(e, dict) for e in layers):
         raise EditError("a layer entry is not an object in the model's config")
     return layers  # the config's own list: edits change it in place
-
-
-def _nodes(entry: Config) -> list[object]:
-    nodes = entry.get("inbound_nodes") or []
-    return nodes if isinstance(nodes, list) else []
 
 
 def _history(tensor: Config) -> tuple[object, ...]:

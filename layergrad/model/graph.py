@@ -1,12 +1,11 @@
 """The layer graph of a saved Keras model, built from its config alone (no TensorFlow).
 
-The graph works at *call* granularity: node ``(path, k)`` is call k of the layer
-at ``path`` (its k-th inbound node); `expand` expands them. Facts about the
-formats (Keras 3.15): ``model.layers`` of a Sequential model leaves out its
-``InputLayer``; a Functional model lists its input layers but not its
-operations (``a + b``, ``keras.ops.add``). Those are kept in
-:attr:`ModelGraph.unlisted` so that dependency flows through them;
-:attr:`LayerEntry.index` counts only listed layers.
+The graph works at *call* granularity: node ``(path, k)`` is call k of the layer at ``path``
+(its k-th inbound node); `expand` expands them. Facts about the formats (Keras 3.15):
+``model.layers`` of a Sequential model leaves out its ``InputLayer``; a Functional model lists
+its input layers but not its operations (``a + b``, ``keras.ops.add``). Those are kept in
+:attr:`ModelGraph.unlisted` so that dependency flows through them; :attr:`LayerEntry.index`
+counts only listed layers.
 
 The entries are built in one pass over the config, so reading a file is linear in its
 config's size; the call nodes are expanded only when a query needs them, within
@@ -14,11 +13,11 @@ MAX_GRAPH_CALLS (`expand`: the expansion is as large as the number of calls, whi
 models multiply).
 
 In the expansion a nested model is transparent: its inputs are fed by what feeds it and its
-consumers read its inner outputs. Called n times, it runs its inner layers n times: inner
-call ``i * m + k`` is call k (of m) during its call i. A reference to a nested model counts
-its calls from 0 in Keras 3 inbound nodes but from 1 in a Functional parent's
-``input_layers``/``output_layers`` when the nested model is Functional, and from 1
-everywhere in Keras 2 files.
+consumers read its inner outputs. Called n times, it runs its inner layers n times: inner call
+``i * m + k`` is call k (of m) during its call i. A reference to a nested model counts its calls
+from 0 in Keras 3 inbound nodes but from 1 in a Functional parent's
+``input_layers``/``output_layers`` when the nested model is Functional, and from 1 everywhere in
+Keras 2 files.
 """
 
 from __future__ import annotations
@@ -52,13 +51,12 @@ Outs = list[list[NodeId]]  # per call: the output nodes
 class LayerEntry:
     """One layer (or nested model, or functional operation) of a saved model.
 
-    ``inbound`` is the config-level view: the paths, in the same enclosing
-    model, of the layers whose outputs this layer's calls consume (the previous
-    member for a Sequential member). The input layer (or first member) inside a
-    nested model has no inbound entries: what feeds the nested model is only in
-    the call graph that :meth:`ModelGraph.depends` walks. ``num_calls`` counts calls during one
-    run of the whole model. ``listed`` is False for entries Keras does not report
-    in the parent's ``.layers`` (functional operations, a Sequential's
+    ``inbound`` is the config-level view: the paths, in the same enclosing model, of the layers
+    whose outputs this layer's calls consume (the previous member for a Sequential member). The
+    input layer (or first member) inside a nested model has no inbound entries: what feeds the
+    nested model is only in the call graph that :meth:`ModelGraph.depends` walks. ``num_calls``
+    counts calls during one run of the whole model. ``listed`` is False for entries Keras does
+    not report in the parent's ``.layers`` (functional operations, a Sequential's
     ``InputLayer``); their ``index`` is the position in the parent's config.
     """
 
@@ -81,12 +79,11 @@ class LayerEntry:
 class ModelGraph:
     """Layers of a saved model and the call graph between them.
 
-    ``layers`` holds what Keras lists in ``.layers`` (recursively, depth-first,
-    parents before children, config order); ``unlisted`` holds the other graph
-    entries (operations, Sequential input layers). ``known`` is False when the
-    config describes no graph (a subclassed model). ``preds`` maps each call
-    node ``(path, call)`` to the nodes it reads; ``order`` lists every node in
-    execution (topological) order, both expanded on first use (see the module doc).
+    ``layers`` holds what Keras lists in ``.layers`` (recursively, depth-first, parents before
+    children, config order); ``unlisted`` holds the other graph entries (operations, Sequential
+    input layers). ``known`` is False when the config describes no graph (a subclassed model).
+    ``preds`` maps each call node ``(path, call)`` to the nodes it reads; ``order`` lists every
+    node in execution (topological) order, both expanded on first use (see the module doc).
     """
 
     class_name: str
@@ -153,9 +150,9 @@ class ModelGraph:
     def depends(self, to: str, frm: str, to_call: int = 0, frm_call: int = 0) -> bool | None:
         """Whether call ``to_call`` of ``to`` depends on call ``frm_call`` of ``frm``.
 
-        True when a chain of tensors leads from one to the other (through adds,
-        concatenations, nested models and shared layers). A call does not depend
-        on itself. None when the graph is unknown or a path/call is not in it.
+        True when a chain of tensors leads from one to the other (through adds, concatenations,
+        nested models and shared layers). A call does not depend on itself. None when the graph
+        is unknown or a path/call is not in it.
         """
         sources = self._sources(frm, frm_call)
         target = self._node(to, to_call)
@@ -168,17 +165,15 @@ class ModelGraph:
     ) -> tuple[str, ...]:
         """Leaf layers strictly after ``frm`` and up to ``to`` on any chain, in execution order.
 
-        Each path appears once, at its first call on a chain. Nested-model
-        containers and input layers (which Keras never calls) are left out, and
-        so are operations unless ``include_ops``. Empty when ``to`` does not
-        depend on ``frm``.
+        Each path appears once, at its first call on a chain. Nested-model containers and input
+        layers (which Keras never calls) are left out, and so are operations unless
+        ``include_ops``. Empty when ``to`` does not depend on ``frm``.
         """
-        if not self.depends(to, frm, to_call, frm_call):
+        sources, target = self._sources(frm, frm_call), self._node(to, to_call)
+        before = self.ancestors(target) if target is not None else set()
+        if sources is None or target is None or not before & sources:
             return ()
-        sources = self._sources(frm, frm_call) or set()
-        target = self._node(to, to_call)
-        assert target is not None
-        on_path = (self.ancestors(target) | {target}) & self.descendants(sources)
+        on_path = (before | {target}) & self.descendants(sources)
         out: list[str] = []
         for node in self.order:
             entry = self.get(node[0])
@@ -352,13 +347,8 @@ class _Functional:
         for member in self.members:
             for i in range(self.calls):
                 self.add_calls(member, i, input_refs, feeds[i])
-        return [
-            [
-                self.resolve(ref, i, boundary=True)
-                for ref in structure_refs(self.inner.get("output_layers"))
-            ]
-            for i in range(self.calls)
-        ]
+        outputs = structure_refs(self.inner.get("output_layers"))
+        return [[self.resolve(ref, i, boundary=True) for ref in outputs] for i in range(self.calls)]
 
     def add_calls(
         self,
@@ -386,9 +376,8 @@ class _Functional:
                 self.b.node((path, g), self.nested[path][g])
             else:
                 legacy = isinstance(node, list)
-                self.b.node(
-                    (path, g), [self.resolve(r, i, legacy) for r in tensor_refs(node, legacy)]
-                )
+                reads = [self.resolve(r, i, legacy) for r in tensor_refs(node, legacy)]
+                self.b.node((path, g), reads)
 
     def call_feeds(self, member: Mapping[str, object], g: int) -> list[list[NodeId]]:
         """The nodes feeding each input of nested model ``member`` during its call ``g``."""

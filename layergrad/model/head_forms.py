@@ -13,10 +13,10 @@ function does not say: its activation is ``"unknown"``, never taken for linear.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from layergrad.model.config import structure_refs
+from layergrad.model.config import options, structure_refs
 from layergrad.model.graph import LayerEntry, ModelGraph
 
 UNKNOWN = "unknown"
@@ -39,27 +39,27 @@ _LAYERS = {"Softmax": "softmax", "LeakyReLU": "leaky_relu", "ELU": "elu", "PReLU
 WEIGHTED = ("Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose",
             "Conv2DTranspose", "Conv3DTranspose", "SeparableConv1D", "SeparableConv2D",
             "DepthwiseConv1D", "DepthwiseConv2D")  # fmt: skip
+# Layers that hand on their input as it is (in inference).
+PASS_THROUGH = ("Dropout", "AlphaDropout", "GaussianDropout", "GaussianNoise", "Identity",
+                "ActivityRegularization")  # fmt: skip
 # Single-input layers that map their input linearly (in inference), keeping a chain linear.
 THROUGH = frozenset(
     {
-        "Flatten", "Reshape", "Permute", "RepeatVector", "Dropout", "AlphaDropout",
-        "GaussianDropout", "GaussianNoise", "SpatialDropout1D", "SpatialDropout2D",
-        "SpatialDropout3D", "Identity", "ActivityRegularization", "AveragePooling1D",
-        "AveragePooling2D", "AveragePooling3D", "GlobalAveragePooling1D",
-        "GlobalAveragePooling2D", "GlobalAveragePooling3D", "ZeroPadding1D", "ZeroPadding2D",
-        "ZeroPadding3D", "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D",
-        "UpSampling2D", "UpSampling3D", "BatchNormalization", "Rescaling", "Normalization",
+        *PASS_THROUGH, "Flatten", "Reshape", "Permute", "RepeatVector", "BatchNormalization",
+        "Rescaling", "Normalization",
+        *(f"{family}{d}D" for d in (1, 2, 3) for family in (
+            "SpatialDropout", "AveragePooling", "GlobalAveragePooling", "ZeroPadding",
+            "Cropping", "UpSampling")),
     }
 )  # fmt: skip
 JOINS = frozenset({"Add", "Subtract", "Average", "Concatenate"})
 # Built-in layers with no activation of their own: what comes out is what came in, mixed
 # linearly (or normalised, pooled, reshaped): unbounded reals.
 NO_ACTIVATION = THROUGH | JOINS | {*WEIGHTED,
-    "InputLayer", "Multiply", "Dot", "Maximum", "Minimum", "MaxPooling1D", "MaxPooling2D",
-    "MaxPooling3D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "GlobalMaxPooling3D",
-    "Embedding", "LayerNormalization", "GroupNormalization", "UnitNormalization",
-    "RMSNormalization", "MultiHeadAttention", "GroupedQueryAttention", "Attention",
-    "AdditiveAttention", "Masking",
+    "InputLayer", "Multiply", "Dot", "Maximum", "Minimum", "Embedding", "LayerNormalization",
+    "GroupNormalization", "UnitNormalization", "RMSNormalization", "MultiHeadAttention",
+    "GroupedQueryAttention", "Attention", "AdditiveAttention", "Masking",
+    *(f"{family}{d}D" for d in (1, 2, 3) for family in ("MaxPooling", "GlobalMaxPooling")),
 }  # fmt: skip
 _WRAPPERS = ("TimeDistributed", "Bidirectional")  # their config's `layer` makes the output
 
@@ -171,9 +171,7 @@ class Head:
 
 def output_heads(config: Mapping[str, object], graph: ModelGraph) -> list[Head]:
     """The layers that make the model's outputs, in output order."""
-    inner = config.get("config")
-    inner = inner if isinstance(inner, Mapping) else {}
-    names = [ref[0] for ref in structure_refs(inner.get("output_layers"))]
+    names = [ref[0] for ref in structure_refs(options(config).get("output_layers"))]
     if not names:  # a Sequential: its last layer
         last = [e for e in graph.layers if e.parent is None and e.class_name != "InputLayer"]
         names = [last[-1].name] if last else []
@@ -183,8 +181,7 @@ def output_heads(config: Mapping[str, object], graph: ModelGraph) -> list[Head]:
 def output_keys(config: Mapping[str, object]) -> list[tuple[str, str]]:
     """(dict key, the layer that makes it) of each output of a model whose outputs are a dict
     (`Model(x, {"price": a})`) and made by one layer."""
-    inner = config.get("config")
-    outputs = inner.get("output_layers") if isinstance(inner, Mapping) else None
+    outputs = options(config).get("output_layers")
     if not isinstance(outputs, Mapping):
         return []
     refs = {str(key): structure_refs(ref) for key, ref in outputs.items()}
@@ -201,37 +198,30 @@ def keyed_by_head(loss: object, config: Mapping[str, object]) -> object:
     return {**loss, **{layer: loss[key] for key, layer in keys}}
 
 
-PASS_THROUGH = ("Dropout", "AlphaDropout", "GaussianDropout", "GaussianNoise", "Identity",
-                "ActivityRegularization")  # fmt: skip
-
-
 def _head(graph: ModelGraph, name: str) -> Head:
     entry = leaf(graph, graph.get(name))
-    if entry is None:
-        return Head(name, name, UNKNOWN, None)
     dropout = None
     seen = 0
     while entry is not None and entry.class_name in PASS_THROUGH and seen < 8:
         dropout = dropout or (entry.path if "Dropout" in entry.class_name else None)
-        entry = leaf(graph, single_inbound(graph, entry))
+        entry = single_inbound(graph, entry)
         seen += 1
     if entry is None:
         return Head(name, name, UNKNOWN, None)
     activation = activation_of(entry)
-    units = _units_of(graph, entry)
+    # its units, or those of the layer an activation layer (or operation) is applied to
+    applied = units_layer(graph, entry, lambda e: e.class_name in _APPLIERS or _is_op(e))
+    units = declared_units(applied)
     before = before_layer = None
-    if activation == "softmax" and not _has_own_weights(entry):
-        feeding = leaf(graph, single_inbound(graph, entry))
+    weights = ("units", "filters", "kernel_initializer")  # a layer with weights of its own
+    if activation == "softmax" and not any(k in entry.config for k in weights):
+        feeding = single_inbound(graph, entry)
         if feeding is not None:
             before, before_layer = activation_of(feeding), feeding.path
             if "Dropout" in feeding.class_name:  # Dense -> Dropout -> Softmax: dropped logits
                 dropout = dropout or feeding.path
     return Head(name, entry.path, activation, units, dropout, before, before_layer,
                 entry.class_name.split(">")[-1])  # fmt: skip
-
-
-def _has_own_weights(entry: LayerEntry) -> bool:
-    return any(k in entry.config for k in ("units", "filters", "kernel_initializer"))
 
 
 def leaf(graph: ModelGraph, entry: LayerEntry | None) -> LayerEntry | None:
@@ -249,23 +239,29 @@ def leaf(graph: ModelGraph, entry: LayerEntry | None) -> LayerEntry | None:
 
 
 def single_inbound(graph: ModelGraph, entry: LayerEntry) -> LayerEntry | None:
-    """The one layer feeding `entry` (None when it has none or several)."""
-    return graph.get(entry.inbound[0]) if len(entry.inbound) == 1 else None
+    """The one layer feeding `entry` (of a nested model, the layer that makes its output); None
+    when it has none or several."""
+    return leaf(graph, graph.get(entry.inbound[0])) if len(entry.inbound) == 1 else None
 
 
 _APPLIERS = ("Activation", "ReLU", *_LAYERS, *PASS_THROUGH)  # layers that keep the width
 
 
-def _units_of(graph: ModelGraph, entry: LayerEntry) -> int | None:
-    """The units of the layer, or of the layer an activation layer is applied to."""
+def declared_units(entry: LayerEntry) -> int | None:
+    """The output features (units, filters) a layer's config declares."""
+    value = entry.config.get("units", entry.config.get("filters"))
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def units_layer(
+    graph: ModelGraph, entry: LayerEntry, through: Callable[[LayerEntry], bool]
+) -> LayerEntry:
+    """The layer holding `entry`'s units: `entry`, or the nearest layer before it that declares
+    them, walking back through the single-input layers `through` lets pass (at most 4); where
+    the walk stopped when none does."""
     for _ in range(4):
-        units = entry.config.get("units", entry.config.get("filters"))
-        if isinstance(units, int) and not isinstance(units, bool):
-            return units
-        if entry.class_name not in _APPLIERS and not _is_op(entry):
-            return None
-        feeding = leaf(graph, single_inbound(graph, entry))
-        if feeding is None:
-            return None
+        feeding = single_inbound(graph, entry)
+        if declared_units(entry) is not None or not through(entry) or feeding is None:
+            break
         entry = feeding
-    return None
+    return entry

@@ -17,7 +17,6 @@ from layergrad.core.vocab import Finding, Severity
 from layergrad.model.head_forms import Head
 from layergrad.model.label_summary import LabelSummary
 from layergrad.model.loss_forms import REGRESSION_LOSSES, loss_class
-from layergrad.model.target_fit import CHANGES_LOSS, units_words
 
 # activations whose outputs can be negative
 NEGATIVE = frozenset({"linear", "tanh", "leaky_relu", "elu", "selu", "softsign", "prelu",
@@ -25,27 +24,33 @@ NEGATIVE = frozenset({"linear", "tanh", "leaky_relu", "elu", "selu", "softsign",
                       "soft_shrink", "hard_shrink"})  # fmt: skip
 PROBABILITIES = ("softmax", "sigmoid", "hard_sigmoid", "sparsemax", "sparse_sigmoid")
 # activations whose outputs leave [0, 1]: never probabilities
-NOT_PROBABILITIES = frozenset(
-    {
-        "linear", "relu", "relu6", "leaky_relu", "elu", "selu", "gelu", "silu", "swish",
-        "softplus", "exponential", "tanh", "softsign", "prelu", "mish", "celu", "hard_silu",
-        "hard_swish", "hard_tanh", "log_softmax", "log_sigmoid", "squareplus", "sparse_plus",
-        "tanh_shrink", "soft_shrink", "hard_shrink", "threshold", "glu",
-    }
-)  # fmt: skip
+NOT_PROBABILITIES = NEGATIVE | {"relu", "relu6", "gelu", "silu", "swish", "softplus",
+                                "exponential", "mish", "hard_silu", "hard_swish", "squareplus",
+                                "sparse_plus", "threshold", "glu"}  # fmt: skip
+
+
+CHANGES_LOSS = "the loss changes"
+
+
+def units_words(units: int | None) -> str:
+    """`3 units, ` (nothing when not known)."""
+    return f"{units} unit{'s' if units != 1 else ''}, " if units else ""
 
 
 @dataclass(frozen=True)
 class HeadFacts:
-    """What a head rule reads: one output's head, its loss (None when the file has none for
-    it), the labels given with the data, and the weight layers of a network that is one linear
-    map up to this head (empty when it is not, or the model has several outputs)."""
+    """What a head rule and a label rule (`target_fit`) read: one output's head, its loss
+    (None when the file has none for it, or it is not known), the labels given with the data,
+    the weight layers of a network that is one linear map up to this head (empty when it is
+    not, or the model has several outputs), and whether the loss is a custom one (it reads its
+    labels its own way)."""
 
     head: Head
     loss: str | None = None
     from_logits: bool = False
     labels: LabelSummary | None = None
     linear: tuple[str, ...] = ()
+    custom: bool = False
 
     @property
     def act(self) -> str:
@@ -53,8 +58,19 @@ class HeadFacts:
         return self.head.activation
 
     @property
-    def units(self) -> int | None:
-        return self.head.units
+    def units(self) -> int:
+        """The head's units (0 when the file does not say)."""
+        return self.head.units or 0
+
+    @property
+    def y(self) -> LabelSummary:
+        """The labels (empty when none were given)."""
+        return self.labels or LabelSummary()
+
+    @property
+    def loss_name(self) -> str:
+        """The loss as a label rule's message names it."""
+        return "custom" if self.custom else self.loss or "no loss"
 
     @property
     def crossentropy(self) -> bool:
@@ -69,10 +85,18 @@ class HeadFacts:
         return "categorical_" in loss and "crossentropy" in loss
 
     @property
+    def sparse(self) -> bool:
+        return self.loss_name.startswith("sparse_categorical")
+
+    @property
+    def one_hot_loss(self) -> bool:
+        return self.loss_name.startswith("categorical_") and "hinge" not in self.loss_name
+
+    @property
     def ids(self) -> bool:
         """The labels are class ids (one whole number >= 0 per sample)."""
         y = self.labels
-        return y is not None and y.integers and y.width == 1 and not y.one_hot
+        return y is not None and y.integers and y.width == 1 and y.low >= 0 and not y.one_hot
 
     @property
     def multi_hot(self) -> bool:
@@ -80,12 +104,16 @@ class HeadFacts:
         y = self.labels
         return y is not None and y.width > 1 and not y.one_hot and y.low >= 0 and y.high <= 1
 
-    def read(self) -> tuple[tuple[str, Fact], ...]:
-        """The typed values a rule reads, as a finding record keeps them."""
-        head = self.head
-        return (("output", head.name), ("activation", self.act), ("units", head.units),
-                ("loss", self.loss), ("from_logits", self.from_logits),
-                ("linear_layers", len(self.linear)))  # fmt: skip
+    def read(self, labels: bool = False) -> tuple[tuple[str, Fact], ...]:
+        """The typed values a head rule reads (a label rule's: with the labels), as a finding
+        record keeps them."""
+        head, y = self.head, self.y
+        loss = self.loss_name if labels else self.loss
+        read = (("output", head.name), ("activation", self.act), ("units", head.units),
+                ("loss", loss), ("from_logits", self.from_logits))  # fmt: skip
+        if not labels:
+            return (*read, ("linear_layers", len(self.linear)))
+        return (*read, ("labels", y.describe()), ("label_width", y.width), ("classes", y.classes))
 
     def describe(self) -> str:
         head = self.head
@@ -267,31 +295,22 @@ def _class_loss_for_softmax(f: HeadFacts) -> Change | None:
     if f.units == 1:
         return None
     name = _class_loss(f)
-    return Change("loss", f"{CHANGES_LOSS}: the softmax says one class of {f.units}; {name} is "
-                  "the loss for class probabilities", loss=name)  # fmt: skip
+    return Change("loss", f"{CHANGES_LOSS}: the softmax says one class of {f.head.units}; {name} "
+                  "is the loss for class probabilities", loss=name)  # fmt: skip
 
 
-def _relu_removed(f: HeadFacts) -> Change:
-    return Change("remove_before", f"the activation of '{f.head.before_layer}' is removed: the "
-                  f"softmax at '{f.head.layer}' must see raw logits, negative ones included")
-
-
-def _dropout_moved(f: HeadFacts) -> Change:
-    return Change("move_dropout", "dropout regularises the features, never the logits")
-
-
-def _relu_hidden(f: HeadFacts) -> Change:
-    return Change("relu_hidden", "a non-linearity between the weight layers lets the network "
-                  "fit more than one linear map")  # fmt: skip
+RELU_HIDDEN = Change("relu_hidden", "a non-linearity between the weight layers lets the network "
+                     "fit more than one linear map")  # fmt: skip
+SOFTMAX_FOR_KL = Change("activation", "the activation changes: KL divergence compares "
+                        "distributions, which a softmax makes", activation="softmax")  # fmt: skip
 
 
 # -- the predicates -----------------------------------------------------------------------
 
 
 def _classifier(f: HeadFacts) -> bool:
-    return f.act in ("sigmoid", "softmax") or (
-        f.loss is not None and ("crossentropy" in f.loss or "hinge" in f.loss)
-    )
+    loss = f.loss_name
+    return f.act in ("sigmoid", "softmax") or "crossentropy" in loss or "hinge" in loss
 
 
 def _regression(f: HeadFacts) -> bool:
@@ -370,8 +389,7 @@ RULES: tuple[HeadRule, ...] = (
         "the loss: `categorical_crossentropy` (`sparse_categorical_crossentropy` when the labels "
         "are class ids); the activation `sigmoid` when the labels are multi-hot",
         _softmax_under_binary,
-        (Example("softmax", 3, "binary_crossentropy"),
-         Example("softmax", 10, "binary_crossentropy")),
+        tuple(Example("softmax", units, "binary_crossentropy") for units in (3, 10)),
         (Example("sigmoid", 3, "binary_crossentropy", labels="one_hot"),),
         Evidence(8, 6, 8, ((1, "sgd"),), corpus=(60, 92, 0, 193)),
     ),
@@ -441,8 +459,7 @@ RULES: tuple[HeadRule, ...] = (
         "linear head: the loss `from_logits=True`; ReLU head: the activation `sigmoid` (binary "
         "or one unit) or `softmax`",
         _unbounded_under_crossentropy,
-        (Example("linear", 10, "categorical_crossentropy"),
-         Example("relu", 10, "categorical_crossentropy")),
+        tuple(Example(act, 10, "categorical_crossentropy") for act in ("linear", "relu")),
         (Example("linear", 10, "categorical_crossentropy", from_logits=True),),
         Evidence(8, 0, 8, UNTRAINED_BOTH, corpus=(268, 519, 0, 193)),
     ),
@@ -455,8 +472,7 @@ RULES: tuple[HeadRule, ...] = (
         lambda f: "a softmax on the head (the targets are distributions)",
         Severity.FAIL,
         "the activation: `softmax`",
-        lambda f: Change("activation", "the activation changes: KL divergence compares "
-                         "distributions, which a softmax makes", activation="softmax"),
+        lambda f: SOFTMAX_FOR_KL,
         (Example("linear", 10, "kl_divergence"),),
         (Example("softmax", 10, "kl_divergence"),),
         evidence=Evidence(4, 0, 4, ((0, "adam"), (0, "sgd")), corpus=(0, 0, 0, 193)),
@@ -518,7 +534,9 @@ RULES: tuple[HeadRule, ...] = (
         "probabilities)",
         Severity.WARN,
         "the activation of the logits layer removed (a `ReLU` / `Activation` layer is taken out)",
-        _relu_removed,
+        lambda f: Change("remove_before", f"the activation of '{f.head.before_layer}' is removed: "
+                         f"the softmax at '{f.head.layer}' must see raw logits, negative ones "
+                         "included"),
         (Example("softmax", 10, "categorical_crossentropy", structure="relu_before"),),
         (SOFTMAX_TEN,),
         Evidence(4, 4, 4, (), corpus=(60, 60, 0, 193)),
@@ -534,7 +552,7 @@ RULES: tuple[HeadRule, ...] = (
         Severity.FAIL,
         "the Dropout moves before that layer; it is removed when a Dropout already feeds that "
         "layer (two in a row would stack)",
-        _dropout_moved,
+        lambda f: Change("move_dropout", "dropout regularises the features, never the logits"),
         (Example("softmax", 10, "categorical_crossentropy", structure="dropout_after"),),
         (SOFTMAX_TEN,),
         Evidence(4, 0, 4, ((0, "adam"), (0, "sgd")), corpus=(149, 149, 0, 193)),
@@ -551,7 +569,7 @@ RULES: tuple[HeadRule, ...] = (
         lambda f: "an activation on the hidden layers (e.g. activation='relu')",
         Severity.FAIL,
         "`activation='relu'` on every hidden weight layer",
-        _relu_hidden,
+        lambda f: RELU_HIDDEN,
         (Example("softmax", 10, "categorical_crossentropy", structure="linear_hidden"),),
         (SOFTMAX_TEN,),
         layer=lambda f: f.head.layer,
@@ -570,7 +588,7 @@ RULES: tuple[HeadRule, ...] = (
         Severity.WARN,
         "`activation='relu'` on the hidden weight layers (or one Dense layer, if a linear map "
         "is meant)",
-        _relu_hidden,
+        lambda f: RELU_HIDDEN,
         (Example("linear", 1, "mean_squared_error", structure="linear_hidden", labels="real"),),
         (Example("linear", 1, "mean_squared_error", labels="real"),),
         layer=lambda f: f.linear[0],

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from layergrad.model.config import batch_shape
 from layergrad.model.graph import LayerEntry, ModelGraph
-from layergrad.model.head_forms import JOINS, THROUGH, WEIGHTED, activation_from, activation_of
+from layergrad.model.head_forms import JOINS, THROUGH, WEIGHTED, activation_of, declared_units
 
 _EXCLUDED_FIRST = ("DepthwiseConv1D", "DepthwiseConv2D")
 # a transposed convolution without activation is a learned upsampling, as linear by design as
@@ -60,10 +60,7 @@ def whole_network(graph: ModelGraph, head_layer: str) -> LinearStack | None:
 
 
 def _linear_activation_layer(entry: LayerEntry) -> bool:
-    return (
-        entry.class_name == "Activation"
-        and activation_from(entry.config.get("activation")) == "linear"
-    )
+    return entry.class_name == "Activation" and activation_of(entry) == "linear"
 
 
 def redundant_pairs(graph: ModelGraph) -> list[LinearStack]:
@@ -82,7 +79,8 @@ def redundant_pairs(graph: ModelGraph) -> list[LinearStack]:
         second = _next_weighted(graph, entry, consumers)
         if second is None or second.class_name in _EXCLUDED_FIRST:
             continue
-        inside, middle, outside = _input_width(graph, entry), _width(entry), _width(second)
+        inside, middle = _input_width(graph, entry), declared_units(entry)
+        outside = declared_units(second)
         if middle is None or outside is None:
             continue
         # one layer in -> out fits any map of rank min(in, out) <= out: a middle that wide
@@ -112,14 +110,6 @@ def _next_weighted(
     return None
 
 
-def _width(entry: LayerEntry) -> int | None:
-    """The number of output features (units, filters) a weight layer's config declares."""
-    value = entry.config.get("units", entry.config.get("filters"))
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    return None
-
-
 def _input_width(graph: ModelGraph, entry: LayerEntry) -> int | None:
     """The features reaching `entry`: the width of the nearest weight layer or input before
     it through single-input layers that keep the last axis; None when unknown."""
@@ -130,7 +120,7 @@ def _input_width(graph: ModelGraph, entry: LayerEntry) -> int | None:
             return None if current.inbound else _last_dim(current)
         if feeding.class_name == "InputLayer":
             return _last_dim(feeding)
-        width = _width(feeding)
+        width = declared_units(feeding)
         if width is not None and not feeding.class_name.startswith("Depthwise"):
             return width
         if feeding.class_name in ("Flatten", "Reshape", "Permute") or feeding.is_model:

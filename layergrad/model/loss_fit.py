@@ -38,14 +38,6 @@ class LossReading:
     described: bool = True  # False: the file describes no layers (a subclassed model)
 
 
-def mismatches(
-    config: Mapping[str, object], graph: ModelGraph, compiled: Mapping[str, object]
-) -> list[Reason]:
-    """Every output whose compiled loss does not fit its activation (empty without a loss),
-    and a classifier with no non-linearity at all."""
-    return list(read_file(config, graph, compiled).mismatches)
-
-
 def read_file(
     config: Mapping[str, object],
     graph: ModelGraph,
@@ -81,11 +73,10 @@ def read_file(
         facts = HeadFacts(head, name, logits, linear=linear)
         whole = whole or any(rule.applies(facts) for rule in WHOLE_NETWORK)
         problem = judge(facts)
-        if problem is None:
-            continue
-        (stacks if problem.code == Finding.LINEAR_STACK else found).append(problem)
+        if problem is not None:
+            (stacks if problem.code == Finding.LINEAR_STACK else found).append(problem)
     if not loss:
-        return LossReading(tuple(found), (), unknown, (), 0, (), True)
+        return LossReading(tuple(found))
     if not whole:
         stacks += [_pair(p) for p in redundant_pairs(graph)]
     unread = tuple(h for h in judged if not h.known)

@@ -23,24 +23,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
-# The losses Keras ships, by canonical name; every rule judges only these.
-KNOWN_LOSSES = frozenset(
-    {
-        "mean_squared_error", "mean_absolute_error", "mean_absolute_percentage_error",
-        "mean_squared_logarithmic_error", "binary_crossentropy", "binary_focal_crossentropy",
-        "categorical_crossentropy", "categorical_focal_crossentropy",
-        "sparse_categorical_crossentropy", "categorical_hinge", "hinge", "squared_hinge",
-        "cosine_similarity", "huber", "log_cosh", "kl_divergence", "poisson", "ctc", "dice",
-        "tversky", "circle",
-    }
-)  # fmt: skip
+from layergrad.model.config import serialized_name
+
 REGRESSION_LOSSES = frozenset(
     {
         "mean_squared_error", "mean_absolute_error", "mean_absolute_percentage_error",
         "mean_squared_logarithmic_error", "huber", "log_cosh", "cosine_similarity", "poisson",
     }
 )  # fmt: skip
+# The losses Keras ships, by canonical name; every rule judges only these.
+KNOWN_LOSSES = REGRESSION_LOSSES | {
+    "binary_crossentropy", "binary_focal_crossentropy", "categorical_crossentropy",
+    "categorical_focal_crossentropy", "sparse_categorical_crossentropy", "categorical_hinge",
+    "hinge", "squared_hinge", "kl_divergence", "ctc", "dice", "tversky", "circle",
+}  # fmt: skip
 
 # Every other spelling Keras (3, and 2 in `.h5` files) accepts or saves, lower case, without
 # underscores: class names, short aliases, Keras 2 names, tf.nn functions used as losses.
@@ -153,16 +151,6 @@ def unknown_losses(loss: object, names: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(r.name for r in reads if r is not None and not r.known))
 
 
-def display_name(loss: object) -> str:
-    """A readable name of a serialized loss (one name, or `output: name` per output)."""
-    if isinstance(loss, Mapping) and "class_name" not in loss:
-        return ", ".join(f"{k}: {display_name(v)}" for k, v in loss.items())
-    if isinstance(loss, (list, tuple)):
-        return ", ".join(display_name(v) for v in loss)
-    read = read_loss(loss)
-    return read.name if read is not None else "none"
-
-
 @dataclass(frozen=True)
 class LossSpec:
     """Which loss, from where: `source` is "compiled" (the file) or "option" (`--loss`)."""
@@ -186,18 +174,19 @@ def find_loss(config: Mapping[str, object], option: str | None) -> LossSpec | No
     return LossSpec(loss_name(config["loss"]), "compiled", args)
 
 
-def loss_name(loss: object) -> str:
-    """A readable name of a serialized loss (a string, a config dict, or one per output)."""
-    if isinstance(loss, str):
-        return loss
+def loss_name(loss: object, canonical: bool = False) -> str:
+    """A readable name of a serialized loss (a string, a config dict, or `output: name` per
+    output): as the file spells it, or (`canonical`) the Keras name it stands for."""
+    if isinstance(loss, Mapping) and "class_name" not in loss:
+        return ", ".join(f"{k}: {loss_name(v, canonical)}" for k, v in loss.items())
+    if isinstance(loss, Sequence) and not isinstance(loss, str):
+        return ", ".join(loss_name(v, canonical) for v in loss)
+    if canonical:
+        read = read_loss(loss)
+        return read.name if read is not None else "none"
     if isinstance(loss, Mapping) and loss.get("class_name") == "function":  # a function object
         return str(loss.get("config"))
-    if isinstance(loss, Mapping) and "class_name" in loss:
-        inner = loss.get("config")
-        name = inner.get("name") if isinstance(inner, Mapping) else None
-        return str(name or loss["class_name"])
-    if isinstance(loss, Mapping):
-        return ", ".join(f"{k}: {loss_name(v)}" for k, v in loss.items())
-    if isinstance(loss, Sequence):
-        return ", ".join(loss_name(v) for v in loss)
-    return str(loss)
+    return serialized_name(loss) or str(loss)  # a class instance: its name, else its class
+
+
+display_name = partial(loss_name, canonical=True)  # the names of the losses Keras ships

@@ -110,13 +110,12 @@ class _Walker:
     largest_output: int = 0
     parts: dict[str, int] = field(default_factory=dict)
 
-    def add(self, path: str, what: str, size: int) -> None:
-        if what == "weights":
-            self.weights += size
-        else:
-            self.activations += size
-        key = f"layer {path!r} {what}"
-        self.parts[key] = self.parts.get(key, 0) + size
+    def add(self, path: str, weights: int, outputs: int) -> None:
+        self.weights += weights
+        self.activations += outputs
+        for what, size in (("weights", weights), ("outputs", outputs)):
+            key = f"layer {path!r} {what}"
+            self.parts[key] = self.parts.get(key, 0) + size
 
     def model(
         self, cfg: Mapping[str, object], prefix: str, feeds: list[Shape] | None, scale: int
@@ -158,9 +157,8 @@ class _Walker:
             ins = input_shape(conf, ins)[0]
         outs, weights = layer_shapes(str(cfg.get("class_name", "")), conf, ins)
         size = 8 if "64" in str(serialized_name(conf.get("dtype"))) else 4  # a dtype or policy
-        self.add(path, "weights", weights * size)
         rows = sum(math.prod(s) for s in outs) * self.batch
-        self.add(path, "outputs", rows * size * scale * calls)
+        self.add(path, weights * size, rows * size * scale * calls)
         self.largest_output = max(self.largest_output, rows * size)
         return outs
 
@@ -384,9 +382,7 @@ def _reshape(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shap
 
 
 def _concat(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
-    widest: Shape = ()
-    for shape in ins:
-        widest = shape if len(shape) > len(widest) else widest
+    widest: Shape = max(ins, key=len) if ins else ()  # the first of the most axes
     out = list(widest)
     if out:
         axis = cfg.get("axis", -1)

@@ -3,7 +3,7 @@
 `target_mismatch` finding. NumPy only, no TensorFlow.
 
 The rules are one table (`RULES`, tried in order; the first that applies names the head):
-each entry holds its predicate over `TargetFacts`, its message and hint, its severity, the
+each entry holds its predicate over `HeadFacts`, its message and hint, its severity, the
 docs' words, its examples and near misses, and its repair, the `ConfigChange` `fix` makes
 (`label_repair`; none when the labels themselves must change).
 """
@@ -16,13 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from layergrad.core.results import ConfigChange as Change
-from layergrad.core.results import Fact, Reason
+from layergrad.core.results import Reason
 from layergrad.core.vocab import Finding, Severity
 from layergrad.model.head_forms import Head
+from layergrad.model.head_rules import CHANGES_LOSS, HeadFacts, units_words
 from layergrad.model.label_summary import MAX_CLASSES, LabelSummary
 
 FAR_BEYOND = 100  # class ids past this many times the labels read are not classes
-CHANGES_LOSS = "the loss changes"
 # the range each activation can produce (closed: labels of exactly 0 and 1 are ordinary)
 RANGES = {
     "sigmoid": (0.0, 1.0),
@@ -52,60 +52,25 @@ def target_mismatches(
     for head, spec in zip(heads, losses, strict=True):
         summary = labels.get(head.name)
         if summary is not None and summary.count:
-            problem = judge(TargetFacts(head, summary, spec, head.name in custom))
+            problem = judge(_facts(head, spec, summary, head.name in custom))
             found += [problem] if problem is not None else []
     return found
 
 
-@dataclass(frozen=True)
-class TargetFacts:
-    """What a target rule reads: one output's head, its labels, its loss (canonical name,
-    from_logits; None when unknown) and whether that loss is a custom one."""
+def _facts(
+    head: Head, spec: tuple[str, bool] | None, y: LabelSummary, custom: bool = False
+) -> HeadFacts:
+    """The facts of a head with its loss (canonical name, from_logits; None when unknown)."""
+    loss, logits = spec if spec is not None else (None, False)
+    return HeadFacts(head, loss, logits, y, custom=custom)
 
-    head: Head
-    y: LabelSummary
-    spec: tuple[str, bool] | None = None
-    custom: bool = False
 
-    @property
-    def loss(self) -> str:
-        return "custom" if self.custom else self.spec[0] if self.spec else "no loss"
-
-    @property
-    def from_logits(self) -> bool:
-        return bool(self.spec and self.spec[1])
-
-    @property
-    def sparse(self) -> bool:
-        return self.loss.startswith("sparse_categorical")
-
-    @property
-    def one_hot_loss(self) -> bool:
-        return self.loss.startswith("categorical_") and "hinge" not in self.loss
-
-    @property
-    def ids(self) -> bool:
-        """One whole number >= 0 per sample."""
-        return self.y.integers and self.y.width == 1 and self.y.low >= 0
-
-    @property
-    def units(self) -> int:
-        return self.head.units or 0
-
-    def where(self) -> str:
-        head = self.head
-        if self.custom:
-            return f"output '{head.name}' (layer '{head.layer}') with a custom loss"
-        return (f"output '{head.name}' ({units_words(head.units)}{head.activation}, layer "
-                f"'{head.layer}') with {self.loss}")  # fmt: skip
-
-    def read(self) -> tuple[tuple[str, Fact], ...]:
-        """The typed values a rule reads, as a finding record keeps them."""
-        y = self.y
-        return (("output", self.head.name), ("activation", self.head.activation),
-                ("units", self.head.units), ("loss", self.loss),
-                ("from_logits", self.from_logits), ("labels", y.describe()),
-                ("label_width", y.width), ("classes", y.classes))  # fmt: skip
+def _where(f: HeadFacts) -> str:
+    head = f.head
+    if f.custom:
+        return f"output '{head.name}' (layer '{head.layer}') with a custom loss"
+    return (f"output '{head.name}' ({units_words(head.units)}{head.activation}, layer "
+            f"'{head.layer}') with {f.loss_name}")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -125,13 +90,13 @@ class TargetExample:
         logits = ", from_logits=True" if self.from_logits else ""
         return f"Dense({self.units}, {self.activation}) + {self.loss}{logits}"
 
-    def facts(self) -> TargetFacts:
+    def facts(self) -> HeadFacts:
         """The facts check reads for this head and these labels."""
         y = LabelSummary()
         y.add(np.array(self.labels), self.output_rank)
         head = Head("head", "head", self.activation, self.units, layer_class="Dense")
         custom = self.loss == "custom"
-        return TargetFacts(head, y, None if custom else (self.loss, self.from_logits), custom)
+        return _facts(head, None if custom else (self.loss, self.from_logits), y, custom)
 
 
 @dataclass(frozen=True)
@@ -144,39 +109,57 @@ class TargetRule:
     name: str
     labels: str
     head_and_loss: str
-    applies: Callable[[TargetFacts], bool]
-    message: Callable[[TargetFacts], str]
-    hint: Callable[[TargetFacts], str]
+    applies: Callable[[HeadFacts], bool]
+    message: Callable[[HeadFacts], str]
+    hint: Callable[[HeadFacts], str]
     repair_words: str
     examples: tuple[TargetExample, ...]
     near_misses: tuple[TargetExample, ...]
     severity: Severity = Severity.FAIL
     any_loss: bool = False
     # the change `fix` makes, from the facts this rule judged (None: the labels must change)
-    repair: Callable[[TargetFacts], Change | None] = lambda f: None
+    repair: Callable[[HeadFacts], Change | None] = lambda f: None
 
 
-def _first(facts: TargetFacts) -> TargetRule | None:
+def _first(facts: HeadFacts) -> TargetRule | None:
     """The first rule of `RULES` that applies to `facts`."""
     return next((r for r in RULES if (r.any_loss or not facts.custom) and r.applies(facts)), None)
 
 
-def judge(facts: TargetFacts) -> Reason | None:
+def judge(facts: HeadFacts) -> Reason | None:
     """The finding of the first rule of `RULES` that applies to `facts`; None when none does."""
     rule = _first(facts)
     if rule is None:
         return None
-    return Reason(Finding.TARGET_MISMATCH, f"{facts.where()}: the labels are "
+    return Reason(Finding.TARGET_MISMATCH, f"{_where(facts)}: the labels are "
                   f"{facts.y.describe()}: {rule.message(facts)}", rule.hint(facts),
-                  facts.head.layer, facts.head.name, facts.loss, rule.name, rule.severity,
-                  facts=facts.read())  # fmt: skip
+                  facts.head.layer, facts.head.name, facts.loss_name, rule.name, rule.severity,
+                  facts=facts.read(labels=True))  # fmt: skip
 
 
-def _ranked(f: TargetFacts) -> bool:
-    return f.spec is not None and rank_differs(f.head, f.y, f.sparse)
+def _ranked(f: HeadFacts) -> bool:
+    """Whether each sample's labels have another rank than the (known) loss reads from the
+    output."""
+    y, sparse, rank = f.y, f.sparse, f.y.output_rank
+    if f.loss is None or rank is None or rank < 1 or y.text or not y.count:
+        return False
+    got, wanted = len(y.shape), rank - 1 if sparse else rank
+    if got == wanted or (got == wanted + 1 and y.shape[-1:] == (1,)) or (sparse and got > wanted):
+        return False
+    # one label per sample for one unit, or for a row of units (the width rules' case)
+    return sparse or not (got == rank - 1 and (rank == 1 or f.head.units == 1))
 
 
-def _said_rank(f: TargetFacts) -> str:
+def _missing_flatten(f: HeadFacts) -> bool:
+    """Whether the head is a Dense on a feature map (its output keeps axes) while the labels
+    are what a flat head takes: one class id (sparse loss) or one row of its units."""
+    y, units = f.y, f.head.units
+    one = len(y.shape) == 0 or y.shape == (1,)  # one number (or class id) per sample
+    flat = one if f.sparse else y.shape == (units,) or (one and units == 1)
+    return flat and (y.output_rank or 1) > 1 and f.head.layer_class == "Dense"
+
+
+def _said_rank(f: HeadFacts) -> str:
     """What a label of another rank than the output's is, in words."""
     rank = f.y.output_rank or 1
     dims = (*(-1 for _ in range(rank - 1)), f.head.units or -1)  # "?": not known from the file
@@ -188,7 +171,7 @@ def _said_rank(f: TargetFacts) -> str:
             f"per sample ({axes}), and the loss reads labels of {reads}")  # fmt: skip
 
 
-def _reshape_hint(f: TargetFacts) -> str:
+def _reshape_hint(f: HeadFacts) -> str:
     rank, units, y = f.y.output_rank or 1, f.head.units, f.y
     size = int(np.prod(y.shape)) if y.shape else 1
     dims = (*(-1 for _ in range(rank - 1)), units or -1)
@@ -200,7 +183,7 @@ def _reshape_hint(f: TargetFacts) -> str:
     return f"{reshape}; the labels are data, so a copy of the model cannot change them"
 
 
-def _sparse_rank(f: TargetFacts) -> bool:
+def _sparse_rank(f: HeadFacts) -> bool:
     """A sparse loss's labels with axes beyond one class id per position."""
     rank, y = f.y.output_rank, f.y
     trailing_one = rank is not None and len(y.shape) == rank and y.shape[-1:] == (1,)
@@ -208,32 +191,32 @@ def _sparse_rank(f: TargetFacts) -> bool:
         not trailing_one)  # fmt: skip
 
 
-def _beyond_range(f: TargetFacts) -> bool:
+def _beyond_range(f: HeadFacts) -> bool:
     bounds = RANGES.get(f.head.activation)
     return (bounds is not None and not f.sparse and not f.from_logits
             and (f.y.low < bounds[0] or f.y.high > bounds[1]))  # fmt: skip
 
 
-def _wider(f: TargetFacts) -> str:
+def _wider(f: HeadFacts) -> str:
     y = f.y
     return f"Dense({int(y.high) + 1}) on the head (one unit per class), or " if (
         y.low >= 0 and y.high < MAX_CLASSES) else ""  # fmt: skip
 
 
-def _several(f: TargetFacts) -> bool:
+def _several(f: HeadFacts) -> bool:
     y = f.y
     return y.classes is not None and y.classes > 2 and y.width == 1 and y.integers
 
 
-def _columns(f: TargetFacts) -> Change:
+def _columns(f: HeadFacts) -> Change:
     """A unit per label column: one unit widened for rows (`_widen`), else the head's units."""
     if f.units == 1:
-        return _widen(f.loss, f.y)
+        return _widen(f.loss_name, f.y)
     return _head(head_activation(f.head), "the head's units change: each label row has "
                  f"{f.y.width} columns", units=f.y.width)  # fmt: skip
 
 
-def _units_for_ids(f: TargetFacts) -> Change | None:
+def _units_for_ids(f: HeadFacts) -> Change | None:
     """A sparse loss's head with fewer units than class ids: a unit per class id (one
     sigmoid unit for ids 0 and 1); none when the ids run far beyond their count."""
     y = f.y
@@ -250,14 +233,14 @@ def _units_for_ids(f: TargetFacts) -> Change | None:
                                 "units", units=classes))  # fmt: skip
 
 
-def _softmax_for_ids(f: TargetFacts) -> Change:
+def _softmax_for_ids(f: HeadFacts) -> Change:
     classes = int(f.y.high) + 1
     return _head("softmax", f"the head changes: {classes} classes need {classes} softmax units "
                  "and the sparse loss", units=classes,
                  loss="sparse_categorical_crossentropy")  # fmt: skip
 
 
-def _one_label(f: TargetFacts) -> Change | None:
+def _one_label(f: HeadFacts) -> Change | None:
     """Several units for one label a sample: by what the label is (class ids, 0/1, a number)."""
     if f.ids and int(f.y.high) + 1 > 2:
         return _unless_far(f, _head("softmax", "the head and loss change: the labels are class "
@@ -269,11 +252,11 @@ def _one_label(f: TargetFacts) -> Change | None:
                  units=1)  # fmt: skip
 
 
-def _regression(f: TargetFacts) -> Change | None:
+def _regression(f: HeadFacts) -> Change | None:
     """A linear head for targets beyond the head's range (and `mean_squared_error` for targets
     beyond binary cross-entropy's [0, 1])."""
     y, act = f.y, head_activation(f.head)
-    if f.loss.startswith("binary") and (y.low < 0 or y.high > 1):
+    if f.loss_name.startswith("binary") and (y.low < 0 or y.high > 1):
         return _head("linear", "the head and loss change: the targets lie outside [0, 1], a "
                      "regression: a linear head with mean_squared_error",
                      loss="mean_squared_error")  # fmt: skip
@@ -285,7 +268,7 @@ def _regression(f: TargetFacts) -> Change | None:
     return None
 
 
-def _unless_far(f: TargetFacts, change: Change | None) -> Change | None:
+def _unless_far(f: HeadFacts, change: Change | None) -> Change | None:
     """`change`, or None when the labels are class ids far beyond their count (a data
     problem, `ids_beyond_count`: no head is widened to them)."""
     return None if f.ids and ids_beyond_count(f.y) is not None else change
@@ -310,7 +293,7 @@ RULES: tuple[TargetRule, ...] = (
     TargetRule(
         "missing_flatten", "one label (or row) per sample", "a Dense head on a feature map "
         "(no Flatten before it)",
-        lambda f: _ranked(f) and missing_flatten(f.head, f.y, f.sparse),
+        lambda f: _ranked(f) and _missing_flatten(f),
         lambda f: f"{_said_rank(f)}: the head '{f.head.layer}' is a Dense applied at every "
         f"position of a {(f.y.output_rank or 1) + 1}-D input (batch axis included), since no "
         "Flatten comes before it",
@@ -412,7 +395,7 @@ RULES: tuple[TargetRule, ...] = (
         "ids_with_one_hot_loss", "class ids (whole numbers >= 0, one per sample)",
         "`categorical_crossentropy` (one-hot) and more than one unit",
         lambda f: f.one_hot_loss and f.ids and f.units > 1,
-        lambda f: f"{f.loss} compares one-hot rows with the {f.units} outputs, but the labels "
+        lambda f: f"{f.loss_name} compares one-hot rows with the {f.units} outputs, but the labels "
         "are class ids",
         lambda f: "sparse_categorical_crossentropy for class ids, or one-hot labels "
         "(keras.utils.to_categorical(y, num_classes))",
@@ -435,7 +418,7 @@ RULES: tuple[TargetRule, ...] = (
     TargetRule(
         "one_label_many_units", "one label per sample", "a loss that is not sparse, more than "
         "one unit",
-        lambda f: not f.sparse and f.units > 1 and f.y.width == 1 and f.spec is not None,
+        lambda f: not f.sparse and f.units > 1 and f.y.width == 1 and f.loss is not None,
         lambda f: f"one label per sample, but the output has {f.units} units: each unit is "
         "trained against the same label (the loss broadcasts it)",
         lambda f: "Dense(1, activation='sigmoid') for one yes/no label, Dense(1) for one "
@@ -462,7 +445,7 @@ RULES: tuple[TargetRule, ...] = (
         "classes_in_one_unit", "more than two classes", "one unit, sigmoid / softmax or binary "
         "cross-entropy",
         lambda f: f.units == 1 and _several(f) and (
-            f.head.activation in ("sigmoid", "softmax") or f.loss.startswith("binary")),
+            f.head.activation in ("sigmoid", "softmax") or f.loss_name.startswith("binary")),
         lambda f: f"{f.y.classes} classes cannot be told apart by one {f.head.activation} unit",
         lambda f: f"Dense({f.y.classes}, activation='softmax') with "
         "sparse_categorical_crossentropy",
@@ -473,7 +456,7 @@ RULES: tuple[TargetRule, ...] = (
     ),
     TargetRule(
         "binary_outside_unit", "outside [0, 1]", "binary cross-entropy without `from_logits`",
-        lambda f: f.loss.startswith("binary") and not f.from_logits
+        lambda f: f.loss_name.startswith("binary") and not f.from_logits
         and (f.y.low < 0 or f.y.high > 1),
         lambda f: "binary cross-entropy needs targets in [0, 1]",
         lambda f: "scale the targets to [0, 1], or a regression loss (mse) with a linear head",
@@ -500,30 +483,6 @@ RULES: tuple[TargetRule, ...] = (
     ),
 )
 # fmt: on
-
-BY_NAME = {rule.name: rule for rule in RULES}
-
-
-def rank_differs(head: Head, y: LabelSummary, sparse: bool) -> bool:
-    """Whether each sample's labels have another rank than the loss reads from the output
-    (see `_rank`)."""
-    rank = y.output_rank
-    if rank is None or rank < 1 or y.text or not y.count:
-        return False
-    got, wanted = len(y.shape), rank - 1 if sparse else rank
-    if got == wanted or (got == wanted + 1 and y.shape[-1:] == (1,)) or (sparse and got > wanted):
-        return False
-    # one label per sample for one unit, or for a row of units (the width rules' case)
-    return sparse or not (got == rank - 1 and (rank == 1 or head.units == 1))
-
-
-def missing_flatten(head: Head, y: LabelSummary, sparse: bool) -> bool:
-    """Whether the head is a Dense on a feature map (its output keeps axes) while the labels
-    are what a flat head takes: one class id (sparse loss) or one row of its units."""
-    rank = y.output_rank or 1
-    one = len(y.shape) == 0 or y.shape == (1,)  # one number (or class id) per sample
-    flat = one if sparse else y.shape == (head.units,) or (one and head.units == 1)
-    return flat and rank > 1 and head.layer_class == "Dense"
 
 
 PIXEL_SCALES = (255.0, 256.0, 65535.0)  # what images are divided by (8-bit, 16-bit)
@@ -557,11 +516,6 @@ def _shape(shape: tuple[int, ...]) -> str:
     return "(" + ", ".join(dims) + ("," if len(shape) == 1 else "") + ")"
 
 
-def units_words(units: int | None) -> str:
-    """`3 units, ` (nothing when not known)."""
-    return f"{units} unit{'s' if units != 1 else ''}, " if units else ""
-
-
 def label_repair(
     head: Head, spec: tuple[str, bool] | None, y: LabelSummary | None
 ) -> Change | None:
@@ -569,7 +523,7 @@ def label_repair(
     rule that names it (None when none does, or the labels themselves must change)."""
     if y is None or not y.count:
         return None
-    facts = TargetFacts(head, y, spec)
+    facts = _facts(head, spec, y)
     rule = _first(facts)
     return rule.repair(facts) if rule is not None else None
 

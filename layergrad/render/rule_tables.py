@@ -102,15 +102,8 @@ def training_table(
     return _table(header, (row(rule) for rule in rules))
 
 
-TABLES: dict[str, Callable[[], str]] = {
-    "verdicts": verdict_table,
-    "repairs": fix_table,
-    "causes": cause_table,
-}
-
-
-def with_tables(page: str, tables: Mapping[str, Callable[[], str]] = TABLES) -> str:
-    """`page` with every generated table made anew from the rules."""
+def with_tables(page: str, tables: Mapping[str, Callable[[], str]]) -> str:
+    """`page` with every generated table made anew by `tables` (by name)."""
 
     def made(match: re.Match[str]) -> str:
         name = match.group(1)

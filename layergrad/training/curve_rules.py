@@ -73,9 +73,8 @@ def diverging(
     spread = trends.noise(curve)
     first = min(START_STEPS, len(curve))
     start = trends.Window(0, first, float(np.mean(curve[:first])), spread / math.sqrt(first))
-    parts = [start, *trends.windows(curve[first:], max(1, min(40, len(curve) // 5)), spread)]
-    parts = [replace(w, start=w.start + first, stop=w.stop + first) if i else w
-             for i, w in enumerate(parts)]  # fmt: skip
+    later = trends.windows(curve[first:], max(1, min(40, len(curve) // 5)), spread)
+    parts = [start, *(replace(w, start=w.start + first, stop=w.stop + first) for w in later)]
     grew: trends.Window | None = None
     lowest = start
     for window in parts[1:]:

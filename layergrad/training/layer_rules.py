@@ -146,7 +146,6 @@ def vanishing(
     """The first layers' relative gradient far below the head's: the `vanishing` entry of
     `rules.RULES`. Its hint names sigmoid / tanh, or dead ReLU units (`dead`: the layers
     `dying_units` found), only where the layers have them."""
-
     found = _depth_layers(checkpoints, below=True)
     if not found:
         return None
@@ -186,7 +185,7 @@ def dying_units(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
     """Layers whose dead fraction grew past the threshold and stayed there: the `dying_units`
     entry of `rules.RULES`; the step is where it crossed the threshold for good."""
     out = []
-    for layer in _layer_names(checkpoints):
+    for layer in dict.fromkeys(row.layer for c in checkpoints for row in c.layers):
         series = [(c.step, _row(c, layer)) for c in checkpoints]
         fractions = [(s, r.dead_fraction) for s, r in series if r and r.dead_fraction is not None]
         if len(fractions) < 2:
@@ -194,12 +193,9 @@ def dying_units(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
         first, last = fractions[0][1], fractions[-1][1]
         if last < DEAD_THRESHOLD or last - first < DEAD_GROWTH:
             continue
-        index = len(fractions)
-        while index > 0 and (fractions[index - 1][1] or 0.0) >= DEAD_THRESHOLD:
-            index -= 1
-        if len(fractions) - index < min(LASTING, len(fractions) - 1):
+        run, step = _final_run([(s, f >= DEAD_THRESHOLD) for s, f in fractions])
+        if run < min(LASTING, len(fractions) - 1):
             continue  # dead on the last batch or two only: a small batch's chance, not a state
-        step = fractions[index][0]
         out.append(said("dying_units", layer, step, fraction=last, first=first,
                         first_step=fractions[0][0]))  # fmt: skip
     return out
@@ -227,10 +223,6 @@ def stalled_layers(checkpoints: Sequence[Checkpoint], skip: Sequence[str] = ()) 
             continue
         out.append(said("stalled_layer", layer, step, decades=DECADES))
     return out
-
-
-def _layer_names(checkpoints: Sequence[Checkpoint]) -> list[str]:
-    return list(dict.fromkeys(row.layer for c in checkpoints for row in c.layers))
 
 
 def _row(checkpoint: Checkpoint, layer: str) -> LayerStats | None:

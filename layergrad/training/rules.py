@@ -282,8 +282,7 @@ RULES: tuple[TrainingRule, ...] = (
         "above half the trivial loss, a noisy task's, would not get there in any number of "
         "steps); the message says how many", "the last layer", "the middle of the run", WARN,
         "raise the learning rate (or train that much longer)", RAISE_RATE,
-        _curve(slow_convergence),
-        ("learning_rate",),
+        _curve(slow_convergence), ("learning_rate",),
         ("slow_fall",), ("fast_fall", "levelling_off"),
     ),
     TrainingRule(

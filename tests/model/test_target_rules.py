@@ -7,7 +7,13 @@ from __future__ import annotations
 import pytest
 
 from layergrad.core.vocab import Finding
+from layergrad.model.head_rules import HeadFacts
 from layergrad.model.target_fit import IDS_SPARSE, RULES, TargetExample, TargetRule, judge
+
+
+def _spec(facts: HeadFacts) -> tuple[str, bool] | None:
+    """The loss as `label_repair` takes it: (name, from_logits), None when unknown."""
+    return (facts.loss, facts.from_logits) if facts.loss is not None else None
 
 
 def _cases(kind: str) -> list:
@@ -63,7 +69,7 @@ def test_fix_repairs_a_head_only_where_a_copy_of_the_model_can(rule, example):
     from layergrad.model.target_fit import DATA, label_repair
 
     facts = example.facts()
-    change = label_repair(facts.head, facts.spec, facts.y)
+    change = label_repair(facts.head, _spec(facts), facts.y)
     if rule.repair_words == DATA or facts.custom:  # the labels themselves must change
         assert change is None
     else:
@@ -74,11 +80,11 @@ def test_a_repair_is_the_head_and_loss_the_labels_ask_for():
     from layergrad.model.target_fit import label_repair
 
     facts = TargetExample("sigmoid", 1, "binary_crossentropy", (0, 1, 2, 3, 4)).facts()
-    change = label_repair(facts.head, facts.spec, facts.y)
+    change = label_repair(facts.head, _spec(facts), facts.y)
     assert change is not None
     assert (change.activation, change.units, change.loss) == (
         "softmax", 5, "sparse_categorical_crossentropy")  # fmt: skip
-    assert label_repair(facts.head, facts.spec, None) is None  # no labels: nothing to repair
+    assert label_repair(facts.head, _spec(facts), None) is None  # no labels: nothing to repair
 
 
 @pytest.mark.parametrize(
@@ -101,6 +107,6 @@ def test_the_repair_is_the_one_the_naming_rule_makes(example, repair):
     from layergrad.model.target_fit import label_repair
 
     facts = example.facts()
-    change = label_repair(facts.head, facts.spec, facts.y)
+    change = label_repair(facts.head, _spec(facts), facts.y)
     assert change is not None and change.kind == "activation", change
     assert (change.activation, change.units, change.loss) == repair, change

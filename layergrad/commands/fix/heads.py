@@ -28,7 +28,7 @@ from layergrad.core.results import Reason
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo
 from layergrad.model import config_edit as ed
-from layergrad.model.head_forms import Head, keyed_by_head, output_heads, output_keys
+from layergrad.model.head_forms import Head, keyed_by_head, output_heads, output_keys, units_layer
 from layergrad.model.head_rules import Change, HeadFacts, repairs
 from layergrad.model.label_summary import LabelSummary
 from layergrad.model.linear_stacks import redundant_pairs, whole_network
@@ -66,16 +66,8 @@ class HeadRules:
 
     def _units_layer(self, path: str) -> str:
         """The layer holding the head's units (the Dense before a Softmax / Activation)."""
-        graph = self.info.graph
-        entry = graph.get(path)
-        for _ in range(4):
-            if entry is None or isinstance(entry.config.get("units"), int):
-                break
-            nxt = graph.get(entry.inbound[0]) if len(entry.inbound) == 1 else None
-            if nxt is None:
-                break
-            entry = nxt
-        return entry.path if entry is not None else path
+        entry = self.info.graph.get(path)
+        return units_layer(self.info.graph, entry, lambda e: True).path if entry else path
 
     def _activation(self, head: Head, change: Change, finding: str) -> Plan:
         """The head's activation (and units, when the change gives them) changes; the loss
