@@ -431,8 +431,8 @@ def _function(how: _Opening) -> Labelled:
     outputs = how.request.outputs  # labels keyed `y` for one output, `y:NAME` for several
     distinct_outputs(outputs, f"--data {how.text}")
     keys = ("y",) if len(outputs) <= 1 else tuple(f"y:{n}" for n in outputs)
-    stream, batches = how.function(failure, outputs, keys, weights_ignored=not how.strict)
-    if not batches.labelled:
+    stream = how.function(failure, outputs, keys, weights_ignored=not how.strict)
+    if not stream.labels:
         return Labelled(
             None,
             f"--data {how.text} gives inputs without labels; yield (x, y) batches (or dicts "

@@ -22,7 +22,7 @@ from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, Tensor
 from layergrad.data import images
 from layergrad.data.array_records import npy_batches, npz_batches
-from layergrad.data.functions import Failure, FunctionBatches, function_source
+from layergrad.data.functions import Failure, function_source
 from layergrad.data.preflight import source_kind
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.data.shards import (
@@ -185,7 +185,7 @@ def open_data(
         found = images.list_images(how.text)  # every entry checked, every size within budget
         return how.stream(*image_batches(how, found), failure, found=found)
     else:
-        return how.function(failure)[0]
+        return how.function(failure)
     return how.stream(*batches, failure)
 
 
@@ -224,15 +224,11 @@ class Opening(Reading):
         outputs: Sequence[str] | None = None,
         keys: Sequence[str] = (),
         weights_ignored: bool = False,
-    ) -> tuple[DataStream, FunctionBatches]:
+    ) -> DataStream:
         """The stream of a data function's batches (`functions.function_source`); with
         `outputs`, their labels after the inputs, if it gives them, keyed `keys`."""
-        batches = function_source(self, failure, outputs, weights_ignored)
-        part = None
-        if self.shard is not None and batches.sharded:  # the function returned its own shard
-            part = Part(batches.dataset.prefetch(tf.data.AUTOTUNE), None)
-        labels = keys if batches.labelled else ()
-        return self.stream(batches.dataset, batches.rows, part, failure, labels), batches
+        dataset, rows, part, labelled = function_source(self, failure, outputs, weights_ignored)
+        return self.stream(dataset, rows, part, failure, keys if labelled else ())
 
 
 def image_batches(
