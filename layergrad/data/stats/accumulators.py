@@ -6,8 +6,7 @@ traffic between devices during the run, like the state of `keras.metrics`. Max |
 per-sample minimum and the first non-finite batch need max and min, which `tf.distribute`
 does not reduce by, so the replicas' copies are read at the end and combined here by the kind
 each field declares (`aggregates.KINDS`); over several workers, after one collective
-all-gather (`gather`). `combine_workers` does the same for totals kept in numpy on each
-worker, `gather_workers` for totals of any shape (as JSON).
+all-gather (`gather`); `gather_workers` carries totals of any shape (as JSON).
 """
 
 from __future__ import annotations
@@ -144,31 +143,11 @@ def gather(strategy: Strategy, local: Callable[[], dict[str, Tensor]]) -> dict[s
         ) from exc
 
 
-def combine_workers(
-    strategy: Strategy, values: dict[str, np.ndarray], kinds: dict[str, int]
-) -> dict[str, np.ndarray]:
-    """Totals each worker kept in numpy (`SampleTotals.dist`, say), combined over the workers
-    by kind (`aggregates.SUM`, `MAX`, `MIN`) through the strategy's collectives; unchanged in one
-    process. Every worker must call it with the same keys and shapes.
-
-    Example (not run)::
-
-        combined = combine_workers(strategy, {"dist": t.dist[:3]}, {"dist": aggregates.SUM})
-    """
-    if not is_multi_worker(strategy):
-        return values
-    return {
-        k: aggregates.combine(_one_per_worker(strategy, np.asarray(v, np.float64)), kinds[k])
-        for k, v in values.items()
-    }
-
-
 def gather_workers(strategy: Strategy, payload: P) -> list[P]:
     """Every worker's `payload` (anything JSON holds: numbers, strings, lists, None; floats
     round-trip exactly, NaN and Inf included), in the order of the workers (the chief
-    first), on every worker; `[payload]` in one process. For totals whose shapes differ
-    between workers or are unknown on a worker without samples (what `combine_workers`
-    cannot take). Two collectives: the lengths, then the padded bytes."""
+    first), on every worker; `[payload]` in one process: totals whose shapes may differ
+    between workers. Two collectives: the lengths, then the padded bytes."""
     if not is_multi_worker(strategy):
         return [payload]
     data = json.dumps(payload, separators=(",", ":")).encode()
