@@ -250,9 +250,7 @@ def open_labelled(
             f"--data {how.text} holds the inputs alone; save the labels beside them in a .npz "
             "(np.savez(FILE, x=x, y=y))",
         )
-    if kind == "npz":
-        return _npz(how)
-    return _folder(how) if kind == "images" else _function(how)
+    return {"npz": _npz, "images": _folder, "function": _function}[kind](how)
 
 
 @dataclass(frozen=True)

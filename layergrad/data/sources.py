@@ -177,16 +177,13 @@ def open_data(
     """
     how = Opening(os.fspath(path), tuple(specs), batch_size, limit, shard, replicas, first_sample)
     kind, failure = source_kind(how.text), Failure()
-    if kind == "npy":
-        batches = npy_batches(how, failure)
-    elif kind == "npz":
-        batches = npz_batches(how, failure)
-    elif kind == "images":
+    if kind == "images":
         found = images.list_images(how.text)  # every entry checked, every size within budget
         return how.stream(*image_batches(how, found), failure, found=found)
-    else:
+    if kind == "function":
         return how.function(failure)
-    return how.stream(*batches, failure)
+    read = npy_batches if kind == "npy" else npz_batches
+    return how.stream(*read(how, failure), failure)
 
 
 class Opening(Reading):
