@@ -23,7 +23,7 @@ from layergrad.core.errors import InputError, describe
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, Tensor
 from layergrad.data import images
-from layergrad.data.array_records import npz_batches
+from layergrad.data.array_records import array_batches
 from layergrad.data.functions import Failure
 from layergrad.data.preflight import guarded, source_kind
 from layergrad.data.probe_input import is_label
@@ -271,8 +271,8 @@ def _npz(how: _Opening) -> Labelled:
             "per output",
         )
     failure, alone = Failure(), Failure()
-    stream = how.stream(*npz_batches(how, failure, chosen), failure, labels=named)
-    only, _, _ = npz_batches(replace(how, specs=tuple(chosen), shard=None), alone)
+    stream = how.stream(*array_batches(how, failure, chosen), failure, labels=named)
+    only, _, _ = array_batches(replace(how, specs=tuple(chosen), shard=None), alone)
     return Labelled(stream, labels=only, failure=alone)
 
 

@@ -21,7 +21,7 @@ from layergrad.core.limits import IMAGE_DECODERS
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, Tensor
 from layergrad.data import images
-from layergrad.data.array_records import npy_batches, npz_batches
+from layergrad.data.array_records import array_batches
 from layergrad.data.functions import Failure, function_source
 from layergrad.data.preflight import source_kind
 from layergrad.data.probe_input import ProbeBatch
@@ -94,10 +94,10 @@ class DataStream:
 
         A source whose shapes were checked already (a file, an image folder) is only
         counted."""
-        if self.checked:
-            return sum(int(p.shape[0]) for p in parts[0]) if parts else 0
-        where = f"--data {self.source}: batch {index}"
         rows = [sum(int(p.shape[0]) for p in pieces) for pieces in parts]
+        if self.checked:
+            return rows[0] if rows else 0
+        where = f"--data {self.source}: batch {index}"
         for spec, pieces, n in zip(self.specs, parts, rows, strict=True):
             for piece in pieces:
                 check_fits((n, *piece.shape[1:]), piece.dtype.as_numpy_dtype, spec, where)
@@ -156,16 +156,10 @@ def open_data(
     replicas: int = 1,
     first_sample: int = 0,
 ) -> DataStream:
-    """Open `--data PATH` for a model with inputs `specs`.
-
-    Args:
-        path: `.npy`, `.npz`, an image folder, or `FILE.py:function` / `module:function`.
-        specs: the model's inputs (`probe_input.input_specs(model)`).
-        batch_size: rows per batch.
-        limit: read at most this many samples.
-        shard: (this worker, workers): read this worker's part only (see the module).
-        replicas: replicas in sync over every worker (for a function's InputContext).
-        first_sample: the index of the data's first sample in a larger data set.
+    """Open `--data PATH` for a model with inputs `specs` (`probe_input.input_specs`), in
+    batches of `batch_size` rows, at most `limit` samples; with `shard` (this worker,
+    workers) this worker's part only, `replicas` in sync over every worker (a function's
+    InputContext says so); `first_sample` numbers the data's samples in a larger data set.
 
     Raises:
         InputError: the source is missing, of an unknown kind, or does not fit the inputs.
@@ -182,8 +176,7 @@ def open_data(
         return how.stream(*image_batches(how, found), failure, found=found)
     if kind == "function":
         return how.function(failure)
-    read = npy_batches if kind == "npy" else npz_batches
-    return how.stream(*read(how, failure), failure)
+    return how.stream(*array_batches(how, failure), failure)
 
 
 class Opening(Reading):
