@@ -1,15 +1,11 @@
 """`--data FILE.py:function` / `module:function`: batches from the user's own code.
 
-The function (loaded and called by `data/user_code.py`) is called with no arguments, or with
-a `tf.distribute.InputContext` when it takes one (under `--distribute multi-worker` it then
-returns the worker's shard). It returns a `tf.data.Dataset`, selected and cast in the graph,
-or any iterable of batches read and checked in Python; either is re-cut into batches of
-`batch_size` rows. An element is an array, `(x, y)`, a list of arrays in input order or a dict
-keyed by input name (x as `model.fit` takes it); one without the batch axis is a sample. With
-`outputs`, each batch holds the labels `y` after the inputs, from the same element (one call
-per pass): one array for one output, else a dict by output name or a tuple in output order.
-`(x, y, sample_weight)` is read as `(x, y)` where only the labels' values matter (`check`) and
-refused where they make a gradient (`fit`, the weight scan).
+The function (loaded and called by `data/user_code.py`) returns a `tf.data.Dataset`, selected
+and cast in the graph, or any iterable of batches read and checked in Python; either is re-cut
+into batches of `batch_size` rows. An element is an array, `(x, y)`, a list of arrays in input
+order or a dict keyed by input name (x as `model.fit` takes it); one without the batch axis is
+a sample. The labels `y` are one array for one output, else a dict by output name or a tuple
+in output order.
 """
 
 from __future__ import annotations
@@ -337,8 +333,6 @@ def _rebatched(
         if limit is not None:
             part = tuple(a[: limit - emitted - held] for a in part)
         if not len(part[0]):
-            if limit is not None and emitted + held >= limit:
-                break
             empty += 1
             if empty >= MAX_EMPTY_BATCHES:
                 raise InputError(f"--data: {_empty_forever(f' after {emitted + held:,} samples')}")

@@ -18,6 +18,7 @@ from collections import deque
 
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import KerasModel, Tensor
+from layergrad.data.value_checks import tf_dtype
 
 MOVES = {
     "Identity", "IdentityN", "Reshape", "ExpandDims", "Squeeze", "StridedSlice", "Slice",
@@ -45,10 +46,7 @@ def hidden_ids(model: KerasModel) -> dict[str, int | None]:
 
 def _trace(model: KerasModel) -> dict[str, int | None]:
     tensors = list(model.inputs)
-    specs = [
-        tf.TensorSpec(t.shape, "float32" if str(t.dtype) == "bfloat16" else str(t.dtype))
-        for t in tensors
-    ]
+    specs = [tf.TensorSpec(t.shape, tf_dtype(str(t.dtype))) for t in tensors]
     structure = getattr(model, "_inputs_struct", None)
 
     def call(*xs: Tensor) -> object:

@@ -91,17 +91,12 @@ def check_image(path: str, folder: str) -> ImageFile:
     """Stat (links followed), then read and check the header of one image."""
     where = f"--data {folder}: image {path}"
     try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise InputError(f"{where} cannot be read ({exc.strerror or exc})") from None
-    kind = special_kind(st.st_mode)
-    if kind is not None or not os.path.isfile(path):
-        what = kind or "a directory"
-        raise InputError(
-            f"{where} is {what}, not a regular file (reading it would block or never end); "
-            "remove it from the folder"
-        )
-    try:
+        kind = special_kind(os.stat(path).st_mode)
+        if kind is not None or not os.path.isfile(path):
+            raise InputError(
+                f"{where} is {kind or 'a directory'}, not a regular file (reading it would "
+                "block or never end); remove it from the folder"
+            )
         with open(path, "rb") as fh:
             kind_, width, height = image_size(fh)
     except ValueError as exc:

@@ -14,6 +14,7 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
+import itertools
 import os
 import re
 import sys
@@ -124,8 +125,7 @@ def checked_iteration(
     """The elements of a user iterable; what its code raises (SystemExit too) is one line,
     naming the batch it was reading when `numbered`."""
     iterator = iter(items)
-    index = 0
-    while True:
+    for index in itertools.count():
         try:
             with running_user_code():
                 element = next(iterator)
@@ -135,7 +135,6 @@ def checked_iteration(
             where = f"--data {ref}: batch {index}" if numbered else f"--data {ref}"
             raise InputError(f"{where}: the batches raised {raised(exc)}") from exc
         yield element
-        index += 1
 
 
 def raised(exc: BaseException) -> str:

@@ -30,13 +30,9 @@ POSITION = "at"  # a step's output that is not added up: its batch's index in th
 
 
 class Accumulators:
-    """One variable per summary key (and a first-non-finite-batch index where tracked).
-
-    Args:
-        strategy: the tf.distribute strategy the step runs under (the default one for a
-            single device).
-        shapes: the shape of each summary of one step (`summary_shapes`).
-    """
+    """One variable per summary key (and a first-non-finite-batch index where tracked), made
+    under the step's `strategy` (the default one for a single device) in the `shapes` of one
+    step's summaries (`summary_shapes`)."""
 
     def __init__(self, strategy: Strategy, shapes: dict[str, tuple[int, ...]]) -> None:
         self.kinds: dict[str, int] = {}
@@ -81,14 +77,10 @@ class Accumulators:
         """Every summary added up over batches and replicas (of every worker), as numpy."""
         if is_multi_worker(strategy):
             everyone = gather(strategy, lambda: {k: v.read_value() for k, v in self.vars.items()})
-            return {k: aggregates.combine(list(everyone[k]), self.kinds[k]) for k in self.vars}
-        return {
-            key: aggregates.combine(
-                [np.asarray(v.numpy()) for v in strategy.experimental_local_results(var)],
-                self.kinds[key],
-            )
-            for key, var in self.vars.items()
-        }
+        else:
+            local = strategy.experimental_local_results
+            everyone = {k: np.stack([c.numpy() for c in local(v)]) for k, v in self.vars.items()}
+        return {k: aggregates.combine(list(everyone[k]), self.kinds[k]) for k in self.vars}
 
 
 class OneStep(Accumulators):
