@@ -60,16 +60,14 @@ def _trace(model: KerasModel) -> dict[str, int | None]:
     out: dict[str, int | None] = {}
     for tensor, placeholder in zip(tensors, placeholders, strict=True):
         if placeholder.dtype.is_integer:  # ids already: which tables do they index?
-            found = _tables(placeholder)
-            if found is not None:
-                out[tensor.name] = min(found) if found else None
+            ids = [placeholder]
+        elif placeholder.dtype.is_floating:
+            ids = _integer_casts(placeholder) or []
+        else:
             continue
-        if not placeholder.dtype.is_floating:
-            continue
-        casts = _integer_casts(placeholder)
-        tables = [_tables(c) for c in casts or []]
-        if any(t is not None for t in tables):
-            sizes = [size for t in tables if t for size in t]
+        tables = [t for t in map(_tables, ids) if t is not None]
+        if tables:
+            sizes = [size for t in tables for size in t]
             out[tensor.name] = min(sizes) if sizes else None
     return out
 

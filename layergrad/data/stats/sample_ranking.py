@@ -126,9 +126,7 @@ class NormTotals:
         out.totals.dist = np.asarray(arrays["dist"], np.float64).copy()
         out.totals.hist = np.asarray(arrays["hist"], np.float64).copy()
         kept = ~np.isnan(top[0])
-        out.top.values = top[0][kept]
-        out.top.samples = top[1][kept].astype(np.int64)
-        out.top.errors = top[2][kept]
+        out.top.add(top[0][kept], top[1][kept], top[2][kept])
         nonfinite, variance, rel = (float(v) for v in arrays["extra"])
         out.nonfinite, out.variance = int(nonfinite), variance
         out.largest_rel = None if np.isnan(rel) else rel
