@@ -152,13 +152,8 @@ def random_batch(
                 "pass the probe batch with --input FILE.npy"
             )
         arrays.append(array.astype(tf_dtype(spec.dtype)))
-    return ProbeBatch(
-        tuple(arrays),
-        tuple(s.name for s in specs),
-        "random",
-        seed,
-        drawn="; ".join(used) or None,
-    )
+    names = tuple(s.name for s in specs)
+    return ProbeBatch(tuple(arrays), names, "random", seed, drawn="; ".join(used) or None)
 
 
 def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) -> ProbeBatch:

@@ -161,9 +161,10 @@ def _rank_value(hist: np.ndarray, q: float, count: float, low: float, high: floa
 
 
 class SampleTotals:
-    """A per-sample quantity added up batch by batch in numpy, with the same exact moments
-    and log histogram as the compiled step keeps: for a measure computed outside it (per-
-    sample Jacobian norms, say) to aggregate over a data set the same way.
+    """A per-sample quantity added up batch by batch, with the exact moments and log
+    histogram the compiled step keeps (each batch summarised by its `distribution_pack`): for
+    a measure computed outside it (per-sample Jacobian norms, say) to aggregate over a data
+    set the same way.
 
     Example (not run)::
 
@@ -178,8 +179,7 @@ class SampleTotals:
         self.hist = np.zeros(HIST_BINS)
 
     def add(self, values: np.ndarray) -> None:
-        """Add one batch of non-negative per-sample values, binned as the step bins them
-        (`reductions.distribution_pack`)."""
+        """Add one batch of non-negative per-sample values."""
         v = np.asarray(values, dtype=np.float64).reshape(-1)
         if not v.size:
             return
@@ -213,8 +213,4 @@ class ForwardTotals:
     @classmethod
     def from_totals(cls, fields: np.ndarray, first: float) -> ForwardTotals:
         nonfinite, sum_abs, elements = (float(v) for v in fields)
-        return cls(
-            nonfinite_batches=int(nonfinite),
-            mean_abs=sum_abs / elements if elements else 0.0,
-            first_nonfinite=first_batch(first),
-        )
+        return cls(int(nonfinite), sum_abs / elements if elements else 0.0, first_batch(first))
