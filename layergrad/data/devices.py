@@ -52,11 +52,8 @@ def strategy_for(
                 "--cpu-replicas splits one machine's CPU; with --distribute multi-worker each "
                 "worker mirrors over its own devices: drop --cpu-replicas"
             )
-        if cluster is None:  # one clear line for a missing or malformed TF_CONFIG
-            cluster = cluster_from_env()
-        return _multi_worker(
-            cluster, DEFAULT_PEER_TIMEOUT if peer_timeout is None else peer_timeout
-        )
+        timeout = DEFAULT_PEER_TIMEOUT if peer_timeout is None else peer_timeout
+        return _multi_worker(cluster or cluster_from_env(), timeout)
     if cpu_replicas is not None:
         if cpu_replicas < 1:
             raise UsageError(f"--cpu-replicas must be at least 1: cpu_replicas={cpu_replicas}")

@@ -245,11 +245,10 @@ def image_batches(
             "files in it or its sub-folders; pass a folder of images, or a .npy / .npz file"
         )
     found = list(found if limit is None else found[:limit])
-    dtype = tf_dtype(spec.dtype)
     size, channels = (int(shape[0] or 0), int(shape[1] or 0)), int(shape[2] or 0)
 
     def read(start: int, stop: int) -> Dataset:
-        pictures = image_dataset(found[start:stop], size, channels, dtype)
+        pictures = image_dataset(found[start:stop], size, channels, tf_dtype(spec.dtype))
         if column is not None:
             both = tf.data.Dataset.zip((pictures, column(start, stop)))
             pictures = both.map(lambda picture, y: (*picture, y))
