@@ -75,12 +75,7 @@ def takes_argument(function: Callable[..., object]) -> bool:
         parameters = list(inspect.signature(function).parameters.values())
     except (TypeError, ValueError):  # a builtin without a signature: call it without
         return False
-    positional = (
-        inspect.Parameter.POSITIONAL_ONLY,
-        inspect.Parameter.POSITIONAL_OR_KEYWORD,
-        inspect.Parameter.VAR_POSITIONAL,
-    )
-    return any(p.kind in positional for p in parameters)
+    return any(p.kind not in (p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in parameters)
 
 
 def load_function(ref: str) -> Callable[[], object]:
