@@ -155,10 +155,9 @@ def _held(layout: NpyLayout) -> TFDType:
 def _decode(raw: Tensor, layout: NpyLayout, spec: InputSpec, first: Tensor) -> Tensor:
     dtype = layout.dtype
     little = dtype.byteorder == "<" or (dtype.byteorder in "=|" and sys.byteorder == "little")
-    native = tf.as_dtype(dtype.newbyteorder("="))
+    native = _held(layout)
     signed = _SIGNED.get(f"{dtype.kind}{dtype.itemsize}")
-    read_as = tf.uint8 if dtype.kind == "b" else tf.as_dtype(signed) if signed else native
-    values = tf.io.decode_raw(raw, read_as, little_endian=little)
+    values = tf.io.decode_raw(raw, tf.as_dtype(signed) if signed else native, little_endian=little)
     if signed:
         values = tf.bitcast(values, native)
     values = tf.reshape(values, [-1, *layout.shape[1:]])
