@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 import zipfile
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -32,24 +33,6 @@ from layergrad.data.value_checks import (
 from layergrad.files.array_files import NpyLayout, NpyRows
 
 
-def npy_batches(how: Reading, failure: Failure) -> tuple[Dataset, int, Part | None]:
-    """The rows of a `.npy` in batches: read in place by tf.data, or, for text and for an
-    array saved in Fortran order (its rows not records), a batch at a time in Python by
-    `NpyRows`."""
-    path, specs = how.text, how.specs
-    layout = npy_input_layout(path, specs)
-    rows = layout.shape[0]
-    if layout.dtype.kind in TEXT or layout.fortran:
-
-        def read() -> Iterator[tuple[np.ndarray, ...]]:
-            with open(path, "rb") as stream:
-                reader = NpyRows(stream, path, layout.offset + rows * layout.row_bytes)
-                yield from _fitted([reader], specs, how)
-
-        return python_dataset(read, specs, failure, path), rows, None
-    return in_place(how, [layout], specs, rows)
-
-
 def in_place(
     how: Reading, layouts: Sequence[NpyLayout], specs: Sequence[InputSpec], rows: int
 ) -> tuple[Dataset, int, Part | None]:
@@ -62,10 +45,9 @@ def in_place(
     total = rows if limit is None else min(rows, limit)
     start, stop = part_rows(total, batch_size, how.shard)
     cut = [
-        NpyLayout(
-            path=lay.path,
+        replace(
+            lay,
             shape=(stop - start, *lay.shape[1:]),
-            dtype=lay.dtype,
             offset=lay.offset + start * lay.row_bytes,
             footer=lay.footer + (rows - stop) * lay.row_bytes,
         )
@@ -75,13 +57,20 @@ def in_place(
     return whole, rows, Part(dataset, stop - start, offset=start, first_batch=start // batch_size)
 
 
-def npz_batches(
+def array_batches(
     how: Reading, failure: Failure, labels: Sequence[InputSpec] = ()
 ) -> tuple[Dataset, int, Part | None]:
-    """The inputs' rows of a `.npz` in batches; with `labels` (specs named by their keys,
-    `y` or `y:NAME`), each batch followed by the labels of the same rows."""
-    path, specs = how.text, how.specs
-    stored, total = input_layouts(path, specs)
+    """The inputs' rows of a `.npy` or `.npz` in batches; with `labels` (a `.npz`'s, specs
+    named by their keys, `y` or `y:NAME`), each batch followed by the labels of the same rows.
+    Read in place by tf.data, or a batch at a time in Python by `NpyRows`: text, an array
+    saved in Fortran order (its rows not records) and the members of `np.savez_compressed`."""
+    path, specs, columns = how.text, how.specs, [*how.specs, *labels]
+    npy = path.lower().endswith(".npy")
+    if npy:
+        layout = npy_input_layout(path, specs)
+        stored, total = [None if layout.fortran else layout], layout.shape[0]
+    else:
+        stored, total = input_layouts(path, specs)
     if labels:
         held, rows = input_layouts(path, labels)
         if rows != total:
@@ -90,13 +79,17 @@ def npz_batches(
                 f"({sorted({rows, total})}); give every array the same number of samples"
             )
         stored = [*stored, *held]
-    columns = [*specs, *labels]
     held_in_place = [s for s in stored if s is not None and s.dtype.kind not in TEXT]
-    if len(held_in_place) == len(stored):  # np.savez: tf.data reads the rows in place
+    if len(held_in_place) == len(stored):  # tf.data reads the rows in place
         return in_place(how, held_in_place, columns, total)
 
-    def read() -> Iterator[tuple[np.ndarray, ...]]:  # np.savez_compressed: inflate as we go
-        with zipfile.ZipFile(path) as archive:
+    def read() -> Iterator[tuple[np.ndarray, ...]]:
+        if npy:
+            with open(path, "rb") as stream:
+                end = layout.offset + total * layout.row_bytes
+                yield from _fitted([NpyRows(stream, path, end)], columns, how)
+            return
+        with zipfile.ZipFile(path) as archive:  # np.savez_compressed: inflate as we go
             readers = input_readers(archive, path, specs)
             readers += input_readers(archive, path, labels) if labels else []
             yield from _fitted(readers, columns, how)
@@ -162,10 +155,9 @@ def _held(layout: NpyLayout) -> TFDType:
 def _decode(raw: Tensor, layout: NpyLayout, spec: InputSpec, first: Tensor) -> Tensor:
     dtype = layout.dtype
     little = dtype.byteorder == "<" or (dtype.byteorder in "=|" and sys.byteorder == "little")
-    native = tf.as_dtype(dtype.newbyteorder("="))
+    native = _held(layout)
     signed = _SIGNED.get(f"{dtype.kind}{dtype.itemsize}")
-    read_as = tf.uint8 if dtype.kind == "b" else tf.as_dtype(signed) if signed else native
-    values = tf.io.decode_raw(raw, read_as, little_endian=little)
+    values = tf.io.decode_raw(raw, tf.as_dtype(signed) if signed else native, little_endian=little)
     if signed:
         values = tf.bitcast(values, native)
     values = tf.reshape(values, [-1, *layout.shape[1:]])

@@ -33,16 +33,10 @@ def strategy_for(
     peer_timeout: float | None = None,
     cluster: Cluster | None = None,
 ) -> Strategy:
-    """The tf.distribute strategy for `--distribute` / `--cpu-replicas`: TensorFlow's default
-    strategy (one device), a MirroredStrategy, or the process's MultiWorkerMirroredStrategy.
-
-    Args:
-        distribute: None (one device), "mirrored" or "multi-worker".
-        cpu_replicas: mirror over this many logical CPU devices (implies "mirrored").
-        cluster: with "multi-worker", the cluster the command read from TF_CONFIG when it
-            started (None: read it now).
-        peer_timeout: with "multi-worker", seconds to wait for the other workers (default
-            DEFAULT_PEER_TIMEOUT).
+    """The tf.distribute strategy for `--distribute` (None: TensorFlow's default strategy, one
+    device; "mirrored"; "multi-worker": the process's MultiWorkerMirroredStrategy over
+    `cluster`, read from TF_CONFIG when None, once the other workers answer within
+    `peer_timeout` s) or `--cpu-replicas` (mirrored over that many logical CPU devices).
 
     Raises:
         InputError: an unknown distribution, logical devices asked for after TensorFlow
@@ -58,11 +52,8 @@ def strategy_for(
                 "--cpu-replicas splits one machine's CPU; with --distribute multi-worker each "
                 "worker mirrors over its own devices: drop --cpu-replicas"
             )
-        if cluster is None:  # one clear line for a missing or malformed TF_CONFIG
-            cluster = cluster_from_env()
-        return _multi_worker(
-            cluster, DEFAULT_PEER_TIMEOUT if peer_timeout is None else peer_timeout
-        )
+        timeout = DEFAULT_PEER_TIMEOUT if peer_timeout is None else peer_timeout
+        return _multi_worker(cluster or cluster_from_env(), timeout)
     if cpu_replicas is not None:
         if cpu_replicas < 1:
             raise UsageError(f"--cpu-replicas must be at least 1: cpu_replicas={cpu_replicas}")

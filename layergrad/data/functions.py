@@ -1,15 +1,11 @@
 """`--data FILE.py:function` / `module:function`: batches from the user's own code.
 
-The function (loaded and called by `data/user_code.py`) is called with no arguments, or with
-a `tf.distribute.InputContext` when it takes one (under `--distribute multi-worker` it then
-returns the worker's shard). It returns a `tf.data.Dataset`, selected and cast in the graph,
-or any iterable of batches read and checked in Python; either is re-cut into batches of
-`batch_size` rows. An element is an array, `(x, y)`, a list of arrays in input order or a dict
-keyed by input name (x as `model.fit` takes it); one without the batch axis is a sample. With
-`outputs`, each batch holds the labels `y` after the inputs, from the same element (one call
-per pass): one array for one output, else a dict by output name or a tuple in output order.
-`(x, y, sample_weight)` is read as `(x, y)` where only the labels' values matter (`check`) and
-refused where they make a gradient (`fit`, the weight scan).
+The function (loaded and called by `data/user_code.py`) returns a `tf.data.Dataset`, selected
+and cast in the graph, or any iterable of batches read and checked in Python; either is re-cut
+into batches of `batch_size` rows. An element is an array, `(x, y)`, a list of arrays in input
+order or a dict keyed by input name (x as `model.fit` takes it); one without the batch axis is
+a sample. The labels `y` are one array for one output, else a dict by output name or a tuple
+in output order.
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ from layergrad.core.errors import InputError
 from layergrad.core.limits import MAX_EMPTY_BATCHES
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, Tensor, TensorTree
-from layergrad.data.shards import Reading, input_context
+from layergrad.data.shards import Part, Reading, input_context
 from layergrad.data.user_code import (
     checked_iteration,
     load_function,
@@ -223,33 +219,29 @@ def python_dataset(
     return tf.data.Dataset.from_generator(generate, output_signature=signature)
 
 
-@dataclass(frozen=True)
-class FunctionBatches:
-    """What a data function gives: its batches (the inputs, then with `labelled` each
-    output's labels, from the same element), the rows when known, and whether the function
-    took the InputContext (it returned its own shard)."""
-
-    dataset: Dataset
-    rows: int | None
-    sharded: bool
-    labelled: bool = False
-
-
 def function_source(
     how: Reading,
     failure: Failure,
     outputs: Sequence[str] | None = None,
     weights_ignored: bool = False,
-) -> FunctionBatches:
-    """Batches from a user function: a tf.data.Dataset, or an iterable read in Python. With
-    `outputs` (the model's output names), each batch also holds the labels `y` of the same
-    elements as its inputs, when the elements have labels (`locate_labels`);
-    `weights_ignored` reads `(x, y, sample_weight)` elements as `(x, y)`. A function that
-    takes an argument is called with the `tf.distribute.InputContext` of `how.shard`."""
+) -> tuple[Dataset, int | None, Part | None, bool]:
+    """Batches from a user function: a tf.data.Dataset, or an iterable read in Python; the
+    rows when known; this worker's part when the function took the InputContext of
+    `how.shard` (it returned its own shard); whether the batches hold labels. With `outputs`
+    (the model's output names), each batch also holds the labels `y` of the same elements as
+    its inputs, when the elements have labels (`locate_labels`); `weights_ignored` reads
+    `(x, y, sample_weight)` elements as `(x, y)`."""
     ref, specs = how.text, how.specs
     function = load_function(ref)
     sharded = takes_argument(function)
     arguments = (input_context(how.shard, how.replicas),) if sharded else ()
+
+    def batches(
+        dataset: Dataset, rows: int | None, labelled: bool
+    ) -> tuple[Dataset, int | None, Part | None, bool]:
+        own = how.shard is not None and sharded  # the function returned its own shard
+        part = Part(dataset.prefetch(tf.data.AUTOTUNE), None) if own else None
+        return dataset, rows, part, labelled
 
     def call() -> object:
         try:
@@ -260,8 +252,7 @@ def function_source(
 
     result = call()
     if isinstance(result, tf.data.Dataset):
-        dataset, rows, labelled = _from_tf_dataset(result, how, outputs, weights_ignored)
-        return FunctionBatches(dataset, rows, sharded, labelled)
+        return batches(*_from_tf_dataset(result, how, outputs, weights_ignored))
     if isinstance(result, (dict, str, bytes)) or not isinstance(result, Iterable):
         raise InputError(
             f"--data {ref}: the function returned {type(result).__name__}, not batches; return "
@@ -287,9 +278,7 @@ def function_source(
         items = first.pop() if first else cast(Iterable[object], call())
         yield from _rebatched(_parts(items, ref, specs, columns), how.batch_size, how.limit)
 
-    return FunctionBatches(
-        python_dataset(read, signature, failure, ref), rows, sharded, bool(columns)
-    )
+    return batches(python_dataset(read, signature, failure, ref), rows, bool(columns))
 
 
 def _label_columns(
@@ -344,8 +333,6 @@ def _rebatched(
         if limit is not None:
             part = tuple(a[: limit - emitted - held] for a in part)
         if not len(part[0]):
-            if limit is not None and emitted + held >= limit:
-                break
             empty += 1
             if empty >= MAX_EMPTY_BATCHES:
                 raise InputError(f"--data: {_empty_forever(f' after {emitted + held:,} samples')}")

@@ -18,6 +18,7 @@ from collections import deque
 
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import KerasModel, Tensor
+from layergrad.data.value_checks import tf_dtype
 
 MOVES = {
     "Identity", "IdentityN", "Reshape", "ExpandDims", "Squeeze", "StridedSlice", "Slice",
@@ -45,10 +46,7 @@ def hidden_ids(model: KerasModel) -> dict[str, int | None]:
 
 def _trace(model: KerasModel) -> dict[str, int | None]:
     tensors = list(model.inputs)
-    specs = [
-        tf.TensorSpec(t.shape, "float32" if str(t.dtype) == "bfloat16" else str(t.dtype))
-        for t in tensors
-    ]
+    specs = [tf.TensorSpec(t.shape, tf_dtype(str(t.dtype))) for t in tensors]
     structure = getattr(model, "_inputs_struct", None)
 
     def call(*xs: Tensor) -> object:
@@ -62,16 +60,14 @@ def _trace(model: KerasModel) -> dict[str, int | None]:
     out: dict[str, int | None] = {}
     for tensor, placeholder in zip(tensors, placeholders, strict=True):
         if placeholder.dtype.is_integer:  # ids already: which tables do they index?
-            found = _tables(placeholder)
-            if found is not None:
-                out[tensor.name] = min(found) if found else None
+            ids = [placeholder]
+        elif placeholder.dtype.is_floating:
+            ids = _integer_casts(placeholder) or []
+        else:
             continue
-        if not placeholder.dtype.is_floating:
-            continue
-        casts = _integer_casts(placeholder)
-        tables = [_tables(c) for c in casts or []]
-        if any(t is not None for t in tables):
-            sizes = [size for t in tables if t for size in t]
+        tables = [t for t in map(_tables, ids) if t is not None]
+        if tables:
+            sizes = [size for t in tables for size in t]
             out[tensor.name] = min(sizes) if sizes else None
     return out
 

@@ -68,22 +68,14 @@ def class_listing(folder: str) -> ClassListing:
     Keras lists them (sub-folders by path, files sorted). Images directly in ``folder`` are
     of no class (Keras skips them). Each image is checked as `list_images` checks it.
     """
-    entries = sorted(os.listdir(folder))
-    classes = tuple(
-        name
-        for name in entries
-        if os.path.isdir(os.path.join(folder, name)) and not name.startswith(".")
-    )
+    is_folder = {n: os.path.isdir(os.path.join(folder, n)) for n in sorted(os.listdir(folder))}
+    classes = tuple(n for n in is_folder if is_folder[n] and not n.startswith("."))
     found, ids = [], []
     for index, name in enumerate(classes):
         held = list_images(os.path.join(folder, name), base=folder)
         found += held
         ids += [index] * len(held)
-    loose = tuple(
-        name
-        for name in entries
-        if name.lower().endswith(IMAGE_FORMATS) and not os.path.isdir(os.path.join(folder, name))
-    )
+    loose = tuple(n for n in is_folder if not is_folder[n] and n.lower().endswith(IMAGE_FORMATS))
     return ClassListing(tuple(found), tuple(ids), classes, loose)
 
 
@@ -91,17 +83,12 @@ def check_image(path: str, folder: str) -> ImageFile:
     """Stat (links followed), then read and check the header of one image."""
     where = f"--data {folder}: image {path}"
     try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise InputError(f"{where} cannot be read ({exc.strerror or exc})") from None
-    kind = special_kind(st.st_mode)
-    if kind is not None or not os.path.isfile(path):
-        what = kind or "a directory"
-        raise InputError(
-            f"{where} is {what}, not a regular file (reading it would block or never end); "
-            "remove it from the folder"
-        )
-    try:
+        kind = special_kind(os.stat(path).st_mode)
+        if kind is not None or not os.path.isfile(path):
+            raise InputError(
+                f"{where} is {kind or 'a directory'}, not a regular file (reading it would "
+                "block or never end); remove it from the folder"
+            )
         with open(path, "rb") as fh:
             kind_, width, height = image_size(fh)
     except ValueError as exc:

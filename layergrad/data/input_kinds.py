@@ -152,12 +152,9 @@ def _custom(layer: KerasLayer) -> bool:
 
 
 def _inner_layers(layer: KerasLayer) -> list[KerasLayer]:
-    flatten = getattr(layer, "_flatten_layers", None)
-    if flatten is None:
-        return []
     try:
-        return list(flatten(include_self=False, recursive=True))
-    except TypeError:
+        return list(layer._flatten_layers(include_self=False, recursive=True))
+    except (AttributeError, TypeError):  # not a Keras layer
         return []
 
 

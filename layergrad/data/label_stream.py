@@ -23,7 +23,7 @@ from layergrad.core.errors import InputError, describe
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, Tensor
 from layergrad.data import images
-from layergrad.data.array_records import npz_batches
+from layergrad.data.array_records import array_batches
 from layergrad.data.functions import Failure
 from layergrad.data.preflight import guarded, source_kind
 from layergrad.data.probe_input import is_label
@@ -250,9 +250,7 @@ def open_labelled(
             f"--data {how.text} holds the inputs alone; save the labels beside them in a .npz "
             "(np.savez(FILE, x=x, y=y))",
         )
-    if kind == "npz":
-        return _npz(how)
-    return _folder(how) if kind == "images" else _function(how)
+    return {"npz": _npz, "images": _folder, "function": _function}[kind](how)
 
 
 @dataclass(frozen=True)
@@ -273,8 +271,8 @@ def _npz(how: _Opening) -> Labelled:
             "per output",
         )
     failure, alone = Failure(), Failure()
-    stream = how.stream(*npz_batches(how, failure, chosen), failure, labels=named)
-    only, _, _ = npz_batches(replace(how, specs=tuple(chosen), shard=None), alone)
+    stream = how.stream(*array_batches(how, failure, chosen), failure, labels=named)
+    only, _, _ = array_batches(replace(how, specs=tuple(chosen), shard=None), alone)
     return Labelled(stream, labels=only, failure=alone)
 
 
@@ -431,8 +429,8 @@ def _function(how: _Opening) -> Labelled:
     outputs = how.request.outputs  # labels keyed `y` for one output, `y:NAME` for several
     distinct_outputs(outputs, f"--data {how.text}")
     keys = ("y",) if len(outputs) <= 1 else tuple(f"y:{n}" for n in outputs)
-    stream, batches = how.function(failure, outputs, keys, weights_ignored=not how.strict)
-    if not batches.labelled:
+    stream = how.function(failure, outputs, keys, weights_ignored=not how.strict)
+    if not stream.labels:
         return Labelled(
             None,
             f"--data {how.text} gives inputs without labels; yield (x, y) batches (or dicts "

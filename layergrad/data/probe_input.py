@@ -152,13 +152,8 @@ def random_batch(
                 "pass the probe batch with --input FILE.npy"
             )
         arrays.append(array.astype(tf_dtype(spec.dtype)))
-    return ProbeBatch(
-        tuple(arrays),
-        tuple(s.name for s in specs),
-        "random",
-        seed,
-        drawn="; ".join(used) or None,
-    )
+    names = tuple(s.name for s in specs)
+    return ProbeBatch(tuple(arrays), names, "random", seed, drawn="; ".join(used) or None)
 
 
 def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) -> ProbeBatch:
@@ -174,23 +169,21 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
     peek_rows(text)  # before a wide text array is read
     headers, arrays = read_arrays(text)
     names = [h.name for h in headers]
+    by_name = dict(zip(names, arrays, strict=True))
+    labels = {k: a for k, a in by_name.items() if k is not None and is_label(k)}
     if specs is None:  # the inputs are the arrays but the labels (`y`, `y:NAME`)
-        given = {n: a for n, a in zip(names, arrays, strict=True) if n and is_label(n)}
-        kept = [(n or "input", a) for n, a in zip(names, arrays, strict=True) if n not in given]
+        kept = {n or "input": a for n, a in by_name.items() if n not in labels}
         if not kept:
             raise InputError(
-                f"--input {text} holds only labels ({', '.join(given)}); save the inputs "
+                f"--input {text} holds only labels ({', '.join(labels)}); save the inputs "
                 "beside them (`x`)"
             )
-        keys = tuple(n for n, _ in kept)
-        return ProbeBatch(tuple(a for _, a in kept), keys, text, None, given or None)
-    by_name = dict(zip(names, arrays, strict=True))
-    fed = array_keys(names, [s.name for s in specs], f"--input {text}")
-    chosen = [by_name[k] for k in fed]
-    labels = {k: a for k, a in by_name.items() if k is not None and is_label(k)} or None
-    checked = tuple(fit_array(a, s, f"--input {text}") for a, s in zip(chosen, specs, strict=True))
-    same_rows(f"--input {text}", [s.name for s in specs], [len(a) for a in checked])
-    return ProbeBatch(checked, tuple(s.name for s in specs), text, None, labels)
+        return ProbeBatch(tuple(kept.values()), tuple(kept), text, None, labels or None)
+    where, inputs = f"--input {text}", [s.name for s in specs]
+    chosen = [by_name[k] for k in array_keys(names, inputs, where)]
+    checked = tuple(fit_array(a, s, where) for a, s in zip(chosen, specs, strict=True))
+    same_rows(where, inputs, [len(a) for a in checked])
+    return ProbeBatch(checked, tuple(inputs), text, None, labels or None)
 
 
 def peek_rows(path: str | os.PathLike[str]) -> int:
@@ -219,15 +212,8 @@ FIT_INPUT = "x"  # the single input's array under the model.fit(x, y) convention
 
 
 def input_keys(names: Collection[str], inputs: Sequence[str], where: str) -> dict[str, str]:
-    """Input name -> the `.npz` key holding its array.
-
-    Args:
-        names: the arrays in the file.
-        inputs: the model's input names, in order.
-        where: how errors name the file (`--data x.npz`).
-
-    Raises:
-        InputError: an input has no array; the message lists both sides.
+    """Input name -> the `.npz` key holding its array, among the file's arrays `names`;
+    InputError naming both sides (`where` names the file) when an input has none.
 
     Example:
         >>> input_keys(["x", "y"], ["input_layer"], "--data d.npz")

@@ -21,8 +21,8 @@ from layergrad.core.limits import IMAGE_DECODERS
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, Tensor
 from layergrad.data import images
-from layergrad.data.array_records import npy_batches, npz_batches
-from layergrad.data.functions import Failure, FunctionBatches, function_source
+from layergrad.data.array_records import array_batches
+from layergrad.data.functions import Failure, function_source
 from layergrad.data.preflight import source_kind
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.data.shards import (
@@ -94,10 +94,10 @@ class DataStream:
 
         A source whose shapes were checked already (a file, an image folder) is only
         counted."""
-        if self.checked:
-            return sum(int(p.shape[0]) for p in parts[0]) if parts else 0
-        where = f"--data {self.source}: batch {index}"
         rows = [sum(int(p.shape[0]) for p in pieces) for pieces in parts]
+        if self.checked:
+            return rows[0] if rows else 0
+        where = f"--data {self.source}: batch {index}"
         for spec, pieces, n in zip(self.specs, parts, rows, strict=True):
             for piece in pieces:
                 check_fits((n, *piece.shape[1:]), piece.dtype.as_numpy_dtype, spec, where)
@@ -156,16 +156,10 @@ def open_data(
     replicas: int = 1,
     first_sample: int = 0,
 ) -> DataStream:
-    """Open `--data PATH` for a model with inputs `specs`.
-
-    Args:
-        path: `.npy`, `.npz`, an image folder, or `FILE.py:function` / `module:function`.
-        specs: the model's inputs (`probe_input.input_specs(model)`).
-        batch_size: rows per batch.
-        limit: read at most this many samples.
-        shard: (this worker, workers): read this worker's part only (see the module).
-        replicas: replicas in sync over every worker (for a function's InputContext).
-        first_sample: the index of the data's first sample in a larger data set.
+    """Open `--data PATH` for a model with inputs `specs` (`probe_input.input_specs`), in
+    batches of `batch_size` rows, at most `limit` samples; with `shard` (this worker,
+    workers) this worker's part only, `replicas` in sync over every worker (a function's
+    InputContext says so); `first_sample` numbers the data's samples in a larger data set.
 
     Raises:
         InputError: the source is missing, of an unknown kind, or does not fit the inputs.
@@ -177,16 +171,12 @@ def open_data(
     """
     how = Opening(os.fspath(path), tuple(specs), batch_size, limit, shard, replicas, first_sample)
     kind, failure = source_kind(how.text), Failure()
-    if kind == "npy":
-        batches = npy_batches(how, failure)
-    elif kind == "npz":
-        batches = npz_batches(how, failure)
-    elif kind == "images":
+    if kind == "images":
         found = images.list_images(how.text)  # every entry checked, every size within budget
         return how.stream(*image_batches(how, found), failure, found=found)
-    else:
-        return how.function(failure)[0]
-    return how.stream(*batches, failure)
+    if kind == "function":
+        return how.function(failure)
+    return how.stream(*array_batches(how, failure), failure)
 
 
 class Opening(Reading):
@@ -224,15 +214,11 @@ class Opening(Reading):
         outputs: Sequence[str] | None = None,
         keys: Sequence[str] = (),
         weights_ignored: bool = False,
-    ) -> tuple[DataStream, FunctionBatches]:
+    ) -> DataStream:
         """The stream of a data function's batches (`functions.function_source`); with
         `outputs`, their labels after the inputs, if it gives them, keyed `keys`."""
-        batches = function_source(self, failure, outputs, weights_ignored)
-        part = None
-        if self.shard is not None and batches.sharded:  # the function returned its own shard
-            part = Part(batches.dataset.prefetch(tf.data.AUTOTUNE), None)
-        labels = keys if batches.labelled else ()
-        return self.stream(batches.dataset, batches.rows, part, failure, labels), batches
+        dataset, rows, part, labelled = function_source(self, failure, outputs, weights_ignored)
+        return self.stream(dataset, rows, part, failure, keys if labelled else ())
 
 
 def image_batches(
@@ -259,11 +245,10 @@ def image_batches(
             "files in it or its sub-folders; pass a folder of images, or a .npy / .npz file"
         )
     found = list(found if limit is None else found[:limit])
-    dtype = tf_dtype(spec.dtype)
     size, channels = (int(shape[0] or 0), int(shape[1] or 0)), int(shape[2] or 0)
 
     def read(start: int, stop: int) -> Dataset:
-        pictures = image_dataset(found[start:stop], size, channels, dtype)
+        pictures = image_dataset(found[start:stop], size, channels, tf_dtype(spec.dtype))
         if column is not None:
             both = tf.data.Dataset.zip((pictures, column(start, stop)))
             pictures = both.map(lambda picture, y: (*picture, y))

@@ -14,6 +14,7 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
+import itertools
 import os
 import re
 import sys
@@ -74,12 +75,7 @@ def takes_argument(function: Callable[..., object]) -> bool:
         parameters = list(inspect.signature(function).parameters.values())
     except (TypeError, ValueError):  # a builtin without a signature: call it without
         return False
-    positional = (
-        inspect.Parameter.POSITIONAL_ONLY,
-        inspect.Parameter.POSITIONAL_OR_KEYWORD,
-        inspect.Parameter.VAR_POSITIONAL,
-    )
-    return any(p.kind in positional for p in parameters)
+    return any(p.kind not in (p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in parameters)
 
 
 def load_function(ref: str) -> Callable[[], object]:
@@ -124,8 +120,7 @@ def checked_iteration(
     """The elements of a user iterable; what its code raises (SystemExit too) is one line,
     naming the batch it was reading when `numbered`."""
     iterator = iter(items)
-    index = 0
-    while True:
+    for index in itertools.count():
         try:
             with running_user_code():
                 element = next(iterator)
@@ -135,7 +130,6 @@ def checked_iteration(
             where = f"--data {ref}: batch {index}" if numbered else f"--data {ref}"
             raise InputError(f"{where}: the batches raised {raised(exc)}") from exc
         yield element
-        index += 1
 
 
 def raised(exc: BaseException) -> str:

@@ -39,9 +39,7 @@ def tf_dtype(dtype: str) -> str:
 
 def dtype_kind(dtype: str) -> str:
     """The numpy kind of an input dtype: "f", "i", "u", "b", or "U" for strings."""
-    if dtype == "string":
-        return "U"
-    return np.dtype(tf_dtype(dtype)).kind
+    return "U" if dtype == "string" else np.dtype(tf_dtype(dtype)).kind
 
 
 SAMPLE, VALUE = "\x00sample\x00", "\x00value\x00"  # where a refusal names them (in the graph too)

@@ -42,18 +42,15 @@ def sharded(input_context):  # its own shard, through the InputContext
 
 COMBINE = """
 import json
-import numpy as np
 from layergrad.data import devices
-from layergrad.data.stats import aggregates
-from layergrad.data.stats.accumulators import combine_workers
+from layergrad.data.stats.accumulators import gather_workers
 from layergrad.core.cluster import cluster_from_env
 
 w = cluster_from_env().index
 strategy = devices.strategy_for("multi-worker")
-values = {"sum": np.array([w + 1.0, 2.0]), "max": np.array([w, -w]), "min": np.array([[w]])}
-kinds = {"sum": aggregates.SUM, "max": aggregates.MAX, "min": aggregates.MIN}
-out = combine_workers(strategy, values, kinds)
-print(json.dumps({k: v.tolist() for k, v in out.items()}))
+# payloads of different lengths and shapes; floats that only an exact round trip keeps
+payload = {"worker": w, "values": [0.1 + w, 1e-300, -2.5e17][: 3 - w], "note": "w" * (w + 1)}
+print(json.dumps(gather_workers(strategy, payload)))
 """
 
 JSON = ["--json"]
@@ -162,19 +159,21 @@ def test_a_bad_batch_on_one_worker_stops_both_with_exit_2(runs):
     assert "Traceback" not in chief["stderr"] + other["stderr"]
 
 
-def test_totals_kept_in_numpy_combine_over_the_workers(runs):
+def test_totals_of_any_shape_are_gathered_from_every_worker_in_worker_order(runs):
     chief, other, _ = (outcomes[AT["combine"]] for outcomes in runs)
     assert [chief["code"], other["code"]] == [0, 0], chief["error"] + other["error"]
-    want = {"sum": [3.0, 4.0], "max": [1.0, 0.0], "min": [[0.0]]}  # workers 0 and 1, by hand
+    want = [  # workers 0 and 1, by hand, on both
+        {"worker": 0, "values": [0.1, 1e-300, -2.5e17], "note": "w"},
+        {"worker": 1, "values": [1.1, 1e-300], "note": "ww"},
+    ]
     assert [json.loads(chief["stdout"]), json.loads(other["stdout"])] == [want, want]
 
 
-def test_combine_workers_in_one_process_returns_the_values():
-    from layergrad.data.stats import aggregates
-    from layergrad.data.stats.accumulators import combine_workers
+def test_gather_workers_in_one_process_returns_the_payload_alone():
+    from layergrad.data.stats.accumulators import gather_workers
 
-    values = {"sum": np.array([1.0, 2.0])}
-    assert combine_workers(tf.distribute.get_strategy(), values, {"sum": aggregates.SUM}) is values
+    payload = {"values": [1.0, 2.0]}
+    assert gather_workers(tf.distribute.get_strategy(), payload) == [payload]
 
 
 # ----------------------------------------------------------------------------- TF_CONFIG

@@ -6,8 +6,7 @@ traffic between devices during the run, like the state of `keras.metrics`. Max |
 per-sample minimum and the first non-finite batch need max and min, which `tf.distribute`
 does not reduce by, so the replicas' copies are read at the end and combined here by the kind
 each field declares (`aggregates.KINDS`); over several workers, after one collective
-all-gather (`gather`). `combine_workers` does the same for totals kept in numpy on each
-worker, `gather_workers` for totals of any shape (as JSON).
+all-gather (`gather`); `gather_workers` carries totals of any shape (as JSON).
 """
 
 from __future__ import annotations
@@ -31,13 +30,9 @@ POSITION = "at"  # a step's output that is not added up: its batch's index in th
 
 
 class Accumulators:
-    """One variable per summary key (and a first-non-finite-batch index where tracked).
-
-    Args:
-        strategy: the tf.distribute strategy the step runs under (the default one for a
-            single device).
-        shapes: the shape of each summary of one step (`summary_shapes`).
-    """
+    """One variable per summary key (and a first-non-finite-batch index where tracked), made
+    under the step's `strategy` (the default one for a single device) in the `shapes` of one
+    step's summaries (`summary_shapes`)."""
 
     def __init__(self, strategy: Strategy, shapes: dict[str, tuple[int, ...]]) -> None:
         self.kinds: dict[str, int] = {}
@@ -82,14 +77,10 @@ class Accumulators:
         """Every summary added up over batches and replicas (of every worker), as numpy."""
         if is_multi_worker(strategy):
             everyone = gather(strategy, lambda: {k: v.read_value() for k, v in self.vars.items()})
-            return {k: aggregates.combine(list(everyone[k]), self.kinds[k]) for k in self.vars}
-        return {
-            key: aggregates.combine(
-                [np.asarray(v.numpy()) for v in strategy.experimental_local_results(var)],
-                self.kinds[key],
-            )
-            for key, var in self.vars.items()
-        }
+        else:
+            local = strategy.experimental_local_results
+            everyone = {k: np.stack([c.numpy() for c in local(v)]) for k, v in self.vars.items()}
+        return {k: aggregates.combine(list(everyone[k]), self.kinds[k]) for k in self.vars}
 
 
 class OneStep(Accumulators):
@@ -144,31 +135,11 @@ def gather(strategy: Strategy, local: Callable[[], dict[str, Tensor]]) -> dict[s
         ) from exc
 
 
-def combine_workers(
-    strategy: Strategy, values: dict[str, np.ndarray], kinds: dict[str, int]
-) -> dict[str, np.ndarray]:
-    """Totals each worker kept in numpy (`SampleTotals.dist`, say), combined over the workers
-    by kind (`aggregates.SUM`, `MAX`, `MIN`) through the strategy's collectives; unchanged in one
-    process. Every worker must call it with the same keys and shapes.
-
-    Example (not run)::
-
-        combined = combine_workers(strategy, {"dist": t.dist[:3]}, {"dist": aggregates.SUM})
-    """
-    if not is_multi_worker(strategy):
-        return values
-    return {
-        k: aggregates.combine(_one_per_worker(strategy, np.asarray(v, np.float64)), kinds[k])
-        for k, v in values.items()
-    }
-
-
 def gather_workers(strategy: Strategy, payload: P) -> list[P]:
     """Every worker's `payload` (anything JSON holds: numbers, strings, lists, None; floats
     round-trip exactly, NaN and Inf included), in the order of the workers (the chief
-    first), on every worker; `[payload]` in one process. For totals whose shapes differ
-    between workers or are unknown on a worker without samples (what `combine_workers`
-    cannot take). Two collectives: the lengths, then the padded bytes."""
+    first), on every worker; `[payload]` in one process: totals whose shapes may differ
+    between workers. Two collectives: the lengths, then the padded bytes."""
     if not is_multi_worker(strategy):
         return [payload]
     data = json.dumps(payload, separators=(",", ":")).encode()

@@ -37,15 +37,11 @@ class TopK:
         """Add one batch: values, their sample indices, their relative standard errors."""
         v = np.asarray(values, np.float64).reshape(-1)
         e = np.full(v.shape, np.nan) if errors is None else np.asarray(errors, np.float64)
-        self._keep(
-            np.concatenate([self.values, v]),
-            np.concatenate([self.samples, np.asarray(samples, np.int64).reshape(-1)]),
-            np.concatenate([self.errors, e.reshape(-1)]),
-        )
-
-    def _keep(self, values: np.ndarray, samples: np.ndarray, errors: np.ndarray) -> None:
-        order = np.lexsort((samples, -values))[: self.k]  # largest first, then by index
-        self.values, self.samples, self.errors = values[order], samples[order], errors[order]
+        v = np.concatenate([self.values, v])
+        s = np.concatenate([self.samples, np.asarray(samples, np.int64).reshape(-1)])
+        e = np.concatenate([self.errors, e.reshape(-1)])
+        order = np.lexsort((s, -v))[: self.k]  # largest first, then by index
+        self.values, self.samples, self.errors = v[order], s[order], e[order]
 
     def ranked(self) -> tuple[RankedSample, ...]:
         """The kept samples, most sensitive first."""
@@ -130,9 +126,7 @@ class NormTotals:
         out.totals.dist = np.asarray(arrays["dist"], np.float64).copy()
         out.totals.hist = np.asarray(arrays["hist"], np.float64).copy()
         kept = ~np.isnan(top[0])
-        out.top.values = top[0][kept]
-        out.top.samples = top[1][kept].astype(np.int64)
-        out.top.errors = top[2][kept]
+        out.top.add(top[0][kept], top[1][kept], top[2][kept])
         nonfinite, variance, rel = (float(v) for v in arrays["extra"])
         out.nonfinite, out.variance = int(nonfinite), variance
         out.largest_rel = None if np.isnan(rel) else rel
