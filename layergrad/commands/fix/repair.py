@@ -11,7 +11,7 @@
    (`build`, within the memory estimate of any file); read each copy back once (the same
    audit as any file) and check it;
 4. with `--data`: train the original and each copy for the same steps on the same batches
-   and judge each repair (`evidence.py`: the training side by side; `repair_verdict.py`);
+   and judge each repair (`evidence.py`: the training side by side and the verdict);
 5. write the copy to `--output` (never over the model file, never over an existing file
    without `--force` unless `fix` wrote it: its zip comment says so): with every repair, or
    with evidence the verified ones when some are (a repair that did not help is left out,
@@ -125,8 +125,7 @@ def fix_model(
         check_source(data, None)
     # TensorFlow, after the checks above
     from layergrad.commands.fix.build import BuildError, build, model_config, weights_by_layer
-    from layergrad.commands.fix.evidence import input_stats, ready, train
-    from layergrad.commands.fix.repair_verdict import judge, reached_outputs
+    from layergrad.commands.fix.evidence import input_stats, judge, reached_outputs, ready, train
     from layergrad.commands.fix.rules import plan_repairs
 
     fitting = FitOptions(steps=options.steps, batch_size=options.batch_size, seed=options.seed)
