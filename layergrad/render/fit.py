@@ -120,29 +120,18 @@ def ratio_map_svg(report: FitReport) -> Html:
     label, cw, ch = 180, max(4, min(24, 720 // max(len(checkpoints), 1))), 16
     width, height = label + cw * len(checkpoints) + 10, ch * len(layers) + 40
     cells: list[Html] = []
+    box, foot = {"width": cw, "height": ch}, {"y": height - 12, "font_size": 11}
     for j, c in enumerate(checkpoints):
         rows = {r.layer: r for r in c.layers}
         for i, name in enumerate(layers):
-            row = rows.get(name)
-            ratio = row.update_ratio if row is not None else None
-            cells.append(
-                el(
-                    "rect",
-                    el("title", f"{name}, step {c.step}: {number(ratio)}"),
-                    x=label + j * cw,
-                    y=i * ch,
-                    width=cw,
-                    height=ch,
-                    fill=_colour(ratio),
-                )
-            )
+            ratio = rows[name].update_ratio if name in rows else None
+            title = el("title", f"{name}, step {c.step}: {number(ratio)}")
+            cells.append(el("rect", title, x=label + j * cw, y=i * ch, **box, fill=_colour(ratio)))
     names = [
         el("text", name[-28:], x=2, y=i * ch + 12, font_size=11) for i, name in enumerate(layers)
     ]
-    axis = el("text", "checkpoints (step) ->", x=label, y=height - 12, font_size=11)
-    legend = el(
-        "text", "blue 1e-7 .. green 1e-3 .. red 1e1", x=label + 160, y=height - 12, font_size=11
-    )
+    axis = el("text", "checkpoints (step) ->", x=label, **foot)
+    legend = el("text", "blue 1e-7 .. green 1e-3 .. red 1e1", x=label + 160, **foot)
     return svg([*cells, *names, axis, legend], width, height, "update ratio per layer and step")
 
 

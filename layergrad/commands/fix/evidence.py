@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layergrad.commands.fit.checks import FitOptions, require_samples
 from layergrad.commands.fit.run import (
     Predicted,
     Ready,
@@ -45,6 +44,7 @@ from layergrad.commands.fit.run import (
     refused,
     training_batches,
 )
+from layergrad.commands.fit.train import FitOptions, require_samples
 from layergrad.commands.fix.weights import InputStats
 from layergrad.core.errors import DataError, InputError, LayergradError, describe
 from layergrad.core.fit_results import FitReport
