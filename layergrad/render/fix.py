@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from rich.console import RenderableType
 from rich.text import Text
 
-from layergrad.core.fix_results import FixReport, Repair, Run
+from layergrad.core.fix_results import FixReport, Run
 from layergrad.render.columns import html_rows, md_rows, name
 from layergrad.render.common import Column, count, md_code, md_head, md_text, number, to_text
 from layergrad.render.escape import visible
@@ -105,7 +105,8 @@ def table(report: FixReport, *, color: bool = False, width: int | None = 100) ->
             why = f": {r.why}" if r.why else ""
             if not why and r.verdict == "not run":
                 why = ": no --data, nothing was trained"
-            items.append(Text(f"  {r.verdict:<13} {r.finding}{why}", style=_style(r)))
+            style = {"verified": "green", "not verified": "red"}.get(str(r.verdict), "yellow")
+            items.append(Text(f"  {r.verdict:<13} {r.finding}{why}", style=style))
     for u in report.unrepaired:
         hint = f" Fix by hand: {u.hint}" if u.hint else ""
         gone = " (gone after the repairs)" if u.code not in report.after else ""
@@ -114,10 +115,6 @@ def table(report: FixReport, *, color: bool = False, width: int | None = 100) ->
     items.append(Text(verdict_line(report), style="green" if ok else "bold red"))
     items += [Text(f"note: {n}") for n in report.notes]
     return to_text(items, color=color, width=width)
-
-
-def _style(r: Repair) -> str:
-    return {"verified": "green", "not verified": "red"}.get(str(r.verdict), "yellow")
 
 
 def _fence(lines: Sequence[str]) -> str:

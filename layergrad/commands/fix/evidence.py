@@ -75,19 +75,15 @@ def input_stats(ready: Ready, limit: int | None) -> list[InputStats]:
     `READ_LIMIT` samples (at most `limit`)."""
     stream = ready.stream
     rows = min(limit or READ_LIMIT, READ_LIMIT)
-    batches = stream.dataset.take(math.ceil(rows / stream.batch_size))
     names = [s.name for s in stream.specs]
-    n = len(names)
-    totals: list[dict[str, np.ndarray]] = [{} for _ in range(n)]
+    totals: list[dict[str, np.ndarray]] = [{} for _ in names]
     try:
-        for batch in batches:
-            for i, tensor in enumerate(tuple(batch)[:n]):
+        for batch in stream.dataset.take(math.ceil(rows / stream.batch_size)):
+            for total, tensor in zip(totals, tuple(batch)[: len(names)], strict=False):
                 x = np.asarray(tensor.numpy())
                 one = _batch_totals(x.astype(np.float64)) if x.dtype.kind == "f" else None
-                if one is not None:
-                    old = totals[i]
-                    totals[i] = {k: _ADD.get(k, np.add)(old[k], v) if old else v
-                                 for k, v in one.items()}  # fmt: skip
+                for k, v in (one or {}).items():
+                    total[k] = _ADD.get(k, np.add)(total[k], v) if k in total else v
     except LayergradError:
         raise
     except Exception as exc:
@@ -384,19 +380,11 @@ FALLING = 0.97  # a run still falls: its last tenth's mean below this share of t
 def judge(
     finding: str, original: Run, repaired: Run, reached: Collection[str] | None = None
 ) -> tuple[Verdict, str]:
-    """`verified` when the finding is gone and the loss falls clearly below the original's;
-    else `not verified` and why.
-
-    The original's loss is, where it can be, its trained predictions scored by the copy's
-    loss on the same batches (the copy's `baseline`): a repair that changes the loss is then
-    still judged by one loss. Otherwise (the original could not be trained, or its outputs
-    have another shape) each run is read against its own trivial loss.
-
-    A model with several outputs is judged on the outputs the repair reaches (`reached`, by
-    name; None: every one), each by its own loss against its own trivial loss: the total
-    loss adds losses of any scale, and a regression output's can hide a classification
-    head's whole loss. It is verified when one of them ends clearly lower and none clearly
-    higher."""
+    """`verified` when the finding is gone and the loss falls clearly below the original's
+    (like for like, by the copy's `baseline`, else each against its trivial loss); else `not
+    verified` and why. A model with several outputs is judged on those the repair reaches
+    (`reached`, by name; None: every one), each by its own loss, as the total adds losses of
+    any scale: verified when one ends clearly lower and none clearly higher."""
     if repaired.error is not None:
         return Verdict.NOT_VERIFIED, f"the repaired copy could not be trained: {repaired.error}"
     if finding in repaired.findings:
