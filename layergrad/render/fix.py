@@ -111,8 +111,7 @@ def table(report: FixReport, *, color: bool = False, width: int | None = 100) ->
         hint = f" Fix by hand: {u.hint}" if u.hint else ""
         gone = " (gone after the repairs)" if u.code not in report.after else ""
         items.append(Text(f"no mechanical repair for {u.code}{gone}: {u.message}.{hint}"))
-    ok = report.ok
-    items.append(Text(verdict_line(report), style="green" if ok else "bold red"))
+    items.append(Text(verdict_line(report), style="green" if report.ok else "bold red"))
     items += [Text(f"note: {n}") for n in report.notes]
     return to_text(items, color=color, width=width)
 

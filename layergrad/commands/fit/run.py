@@ -27,7 +27,6 @@ from layergrad.commands.fit.train import (
     FitOptions,
     Notice,
     check_unsized,
-    require_samples,
     unsized_epoch_notice,
 )
 from layergrad.commands.over_data import data_specs
@@ -85,9 +84,8 @@ def train_loaded(
         if labels.refusals:  # before the first step, as `check --data` says it
             report = refused(model, ready.spec.name, labels.refusals)
             return replace(report, path=loaded.info.path, data=ready.data)
-        require_samples(labels.samples, data)
         scale = input_scale(model, loaded.info, ready.stream)  # the untrained copy, first batch
-        report, _, _ = fit_steps(ready, ready.stream, options, beating(beat))
+        report, _ = fit_steps(ready, ready.stream, options, beating(beat))
     notes = report.notes
     if ready.labelled.classes:
         notes += (ready.labelled.classes_note(),)
@@ -128,7 +126,7 @@ def make_ready(
 
     Raises:
         InputError: no loss or optimizer in the file, a loss or an optimizer Keras cannot
-            make, data without labels, an unsized epoch past its bound.
+            make, data without labels or without samples, an unsized epoch past its bound.
     """
     model, info, path = loaded.model, loaded.info, os.fspath(data)
     # Keras's deserialize edits the config it reads: the file's (shared) stays as read
@@ -149,23 +147,18 @@ def make_ready(
             check_unsized(seen, data)
 
     labels = read_labels(model, info, labelled, spec, options.loss, bound, on_batch)
+    if labels.samples == 0:  # training on nothing proves nothing
+        raise InputError(f"--data {path}: no samples (0 rows); fit needs data to train on")
     return Ready(model, strategy, spec, labelled, labels, path, labelled.stream)
 
 
 def fit_steps(
-    ready: Ready,
-    trained: DataStream,
-    options: FitOptions,
-    *others: KerasCallback,
-    held: Dataset | None = None,
-    rival: KerasModel | None = None,
-) -> tuple[FitReport, float | None, Predicted]:
+    ready: Ready, trained: DataStream, options: FitOptions, *others: KerasCallback
+) -> tuple[FitReport, float | None]:
     """Keras's `fit` on the shuffled batches of `trained` (`ready`'s stream, or a part of it)
     for `options.epochs`, else `options.steps` over the repeated batches, with
-    `GradientMonitor` on: its report, the chance loss it judged by, and (`fix`) the trained
-    model's and the trained `rival`'s predictions of the `held` batches (as far as they can
-    be made). A batch tf.data could not make is an InputError (a value the data's checks
-    refuse: a DataError naming it)."""
+    `GradientMonitor` on: its report and the chance loss it judged by. A batch tf.data could
+    not make is an InputError (a value the data's checks refuse: a DataError naming it)."""
     model, labels, stream = ready.model, ready.labels, ready.stream
     dataset = training_batches(model, trained, options, labels.samples)
     batches = max(1, math.ceil(labels.samples / options.batch_size))
@@ -195,21 +188,7 @@ def fit_steps(
         raise InputError(f"--data {ready.data}: training stopped: {describe(exc)}") from exc
     stream.raise_failure()  # a Python reader that failed ended the data early
     assert monitor.report is not None
-    predicted: Predicted = []
-    with contextlib.suppress(Exception):  # a model that cannot predict them: no score
-        for x, y in held if held is not None else ():
-            other = None
-            if rival is not None:
-                try:
-                    other = rival(x, training=False)
-                except Exception:  # the rival cannot predict them (other outputs): not scored,
-                    rival = None  # and not asked again
-            predicted.append((x, y, model(x, training=False), other))
-    return monitor.report, chance, predicted
-
-
-# each held-back batch: inputs, labels, the trained model's predictions, the rival's (or None)
-Predicted = list[tuple[TensorTree, TensorTree, TensorTree, TensorTree | None]]
+    return monitor.report, chance
 
 
 def input_scale(model: KerasModel, info: FileInfo, stream: DataStream) -> Reason | None:

@@ -8,7 +8,7 @@ with the inputs from the same rows (`data/label_stream.py`): `y` (one output) or
 per output in a `.npz`, the class sub-folders of an image folder (in the form the loss takes),
 or `y` of the `(x, y)` elements a data function yields. The options and the files are checked
 here, before TensorFlow loads (the options the API takes as plain values, outputs before the
-model loads, an empty or endless data source: `fix` shares them); the run itself is
+model loads, an endless data source: `fix` shares them); the run itself is
 `run.train_loaded`.
 """
 
@@ -118,14 +118,6 @@ def check_before_loading(
     from layergrad.training.report_files import check_log_dir
 
     check_log_dir(log_dir, "--log-dir", inputs=data_inputs(data))
-
-
-def require_samples(samples: int | None, data: PathLike) -> None:
-    """Refuse data without a sample: training on nothing proves nothing."""
-    if samples == 0:
-        raise InputError(
-            f"--data {os.fspath(data)}: no samples (0 rows); fit needs data to train on"
-        )
 
 
 def unsized_epoch_notice(data: PathLike, limit: int | None) -> str:

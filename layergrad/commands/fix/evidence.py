@@ -37,21 +37,20 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from layergrad.commands.fit.run import (
-    Predicted,
     Ready,
     fit_steps,
     make_ready,
     refused,
     training_batches,
 )
-from layergrad.commands.fit.train import FitOptions, require_samples
+from layergrad.commands.fit.train import FitOptions
 from layergrad.commands.fix.weights import InputStats
 from layergrad.core.errors import DataError, InputError, LayergradError, describe
 from layergrad.core.fit_results import FitReport
 from layergrad.core.fix_results import OutputLoss, Run, Verdict
 from layergrad.core.probe_options import PathLike
 from layergrad.core.tf_runtime import keras, tf
-from layergrad.core.tf_types import KerasModel, Tensor
+from layergrad.core.tf_types import Dataset, KerasModel, Tensor, TensorTree
 from layergrad.data.label_stream import LabelRequest, TrivialLoss
 from layergrad.data.sources import DataStream
 from layergrad.data.value_checks import reader_refusal
@@ -138,18 +137,13 @@ def ready(opened: Opened, data: PathLike, options: FitOptions, limit: int | None
     loaded, _warnings, strategy = opened
     keras.utils.set_random_seed(options.seed)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
-        made = make_ready(loaded, strategy, data, options, limit, flags=False)
-    require_samples(made.labels.samples, data)
-    return made
+        return make_ready(loaded, strategy, data, options, limit, flags=False)
 
 
 def _trained_run(
     ready: Ready, options: FitOptions, found: Sequence[str], rival: KerasModel | None
 ) -> tuple[Run, FitReport]:
-    """The model of `ready` trained in place and its run: its check findings (`found`) joined
-    by the training findings, the loss of its predictions of the held-back batches; and the
-    trained `rival` (the original, for a repaired copy) scored on the same batches by the
-    same loss, when its outputs can take it (its losses are the `baseline`s).
+    """The run of `train` once its model is ready (trained in place), and its fit report.
 
     Raises:
         InputError: labels `fit` refuses before its first step (`target_mismatch`, its
@@ -170,8 +164,8 @@ def _trained_run(
     trained, held = _held_back(ready.stream)
     with ready.strategy.scope() if ready.strategy is not None else contextlib.nullcontext():
         scored = training_batches(model, held, options, ready.labels.samples)
-        report, chance, predicted = fit_steps(ready, trained, options, rival=rival,
-                                              held=scored.take(SCORED_BATCHES))  # fmt: skip
+        report, chance = fit_steps(ready, trained, options)
+        predicted = _predictions(model, rival, scored.take(SCORED_BATCHES))
     request = label_request(model, spec)
     hits = Accuracy() if _classifier(request) else None
     (served, outputs), rivals = _served_losses(model, predicted, request, rival is not None, hits)
@@ -188,6 +182,26 @@ def _trained_run(
               baseline=baseline, accuracy=accuracy, prior_accuracy=prior,
               trained_loss=trained_loss)  # fmt: skip
     return run, report
+
+
+# each held-back batch: inputs, labels, the trained model's predictions, the rival's (or None)
+Predicted = list[tuple[TensorTree, TensorTree, TensorTree, TensorTree | None]]
+
+
+def _predictions(model: KerasModel, rival: KerasModel | None, held: Dataset) -> Predicted:
+    """The trained model's and the trained `rival`'s predictions of the `held` batches (as far
+    as they can be made)."""
+    predicted: Predicted = []
+    with contextlib.suppress(Exception):  # a model that cannot predict them: no score
+        for x, y in held:
+            other = None
+            if rival is not None:
+                try:
+                    other = rival(x, training=False)
+                except Exception:  # the rival cannot predict them (other outputs): not scored,
+                    rival = None  # and not asked again
+            predicted.append((x, y, model(x, training=False), other))
+    return predicted
 
 
 def _held_back(stream: DataStream) -> tuple[DataStream, DataStream]:
