@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from layergrad.commands.check.verdicts import head_losses, output_ranks
-from layergrad.commands.fit.train import (
+from layergrad.commands.fit.checks import (
     DEFAULT_STEPS,
     FitOptions,
     Notice,
@@ -85,7 +85,7 @@ def train_loaded(
             report = refused(model, ready.spec.name, labels.refusals)
             return replace(report, path=loaded.info.path, data=ready.data)
         scale = input_scale(model, loaded.info, ready.stream)  # the untrained copy, first batch
-        report, _ = fit_steps(ready, ready.stream, options, beating(beat))
+        report, _, _ = fit_steps(ready, ready.stream, options, beating(beat))
     notes = report.notes
     if ready.labelled.classes:
         notes += (ready.labelled.classes_note(),)
@@ -153,12 +153,19 @@ def make_ready(
 
 
 def fit_steps(
-    ready: Ready, trained: DataStream, options: FitOptions, *others: KerasCallback
-) -> tuple[FitReport, float | None]:
+    ready: Ready,
+    trained: DataStream,
+    options: FitOptions,
+    *others: KerasCallback,
+    held: Dataset | None = None,
+    rival: KerasModel | None = None,
+) -> tuple[FitReport, float | None, Predicted]:
     """Keras's `fit` on the shuffled batches of `trained` (`ready`'s stream, or a part of it)
     for `options.epochs`, else `options.steps` over the repeated batches, with
-    `GradientMonitor` on: its report and the chance loss it judged by. A batch tf.data could
-    not make is an InputError (a value the data's checks refuse: a DataError naming it)."""
+    `GradientMonitor` on: its report, the chance loss it judged by, and (`fix`) the trained
+    model's and the trained `rival`'s predictions of the `held` batches (as far as they can
+    be made). A batch tf.data could not make is an InputError (a value the data's checks
+    refuse: a DataError naming it)."""
     model, labels, stream = ready.model, ready.labels, ready.stream
     dataset = training_batches(model, trained, options, labels.samples)
     batches = max(1, math.ceil(labels.samples / options.batch_size))
@@ -188,7 +195,21 @@ def fit_steps(
         raise InputError(f"--data {ready.data}: training stopped: {describe(exc)}") from exc
     stream.raise_failure()  # a Python reader that failed ended the data early
     assert monitor.report is not None
-    return monitor.report, chance
+    predicted: Predicted = []
+    with contextlib.suppress(Exception):  # a model that cannot predict them: no score
+        for x, y in held if held is not None else ():
+            other = None
+            if rival is not None:
+                try:
+                    other = rival(x, training=False)
+                except Exception:  # the rival cannot predict them (other outputs): not scored,
+                    rival = None  # and not asked again
+            predicted.append((x, y, model(x, training=False), other))
+    return monitor.report, chance, predicted
+
+
+# each held-back batch: inputs, labels, the trained model's predictions, the rival's (or None)
+Predicted = list[tuple[TensorTree, TensorTree, TensorTree, TensorTree | None]]
 
 
 def input_scale(model: KerasModel, info: FileInfo, stream: DataStream) -> Reason | None:

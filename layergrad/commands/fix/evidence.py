@@ -36,21 +36,22 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from layergrad.commands.fit.checks import FitOptions
 from layergrad.commands.fit.run import (
+    Predicted,
     Ready,
     fit_steps,
     make_ready,
     refused,
     training_batches,
 )
-from layergrad.commands.fit.train import FitOptions
 from layergrad.commands.fix.weights import InputStats
 from layergrad.core.errors import DataError, InputError, LayergradError, describe
 from layergrad.core.fit_results import FitReport
 from layergrad.core.fix_results import OutputLoss, Run, Verdict
 from layergrad.core.probe_options import PathLike
 from layergrad.core.tf_runtime import keras, tf
-from layergrad.core.tf_types import Dataset, KerasModel, Tensor, TensorTree
+from layergrad.core.tf_types import KerasModel, Tensor
 from layergrad.data.label_stream import LabelRequest, TrivialLoss
 from layergrad.data.sources import DataStream
 from layergrad.data.value_checks import reader_refusal
@@ -164,8 +165,8 @@ def _trained_run(
     trained, held = _held_back(ready.stream)
     with ready.strategy.scope() if ready.strategy is not None else contextlib.nullcontext():
         scored = training_batches(model, held, options, ready.labels.samples)
-        report, chance = fit_steps(ready, trained, options)
-        predicted = _predictions(model, rival, scored.take(SCORED_BATCHES))
+        report, chance, predicted = fit_steps(ready, trained, options, rival=rival,
+                                              held=scored.take(SCORED_BATCHES))  # fmt: skip
     request = label_request(model, spec)
     hits = Accuracy() if _classifier(request) else None
     (served, outputs), rivals = _served_losses(model, predicted, request, rival is not None, hits)
@@ -182,26 +183,6 @@ def _trained_run(
               baseline=baseline, accuracy=accuracy, prior_accuracy=prior,
               trained_loss=trained_loss)  # fmt: skip
     return run, report
-
-
-# each held-back batch: inputs, labels, the trained model's predictions, the rival's (or None)
-Predicted = list[tuple[TensorTree, TensorTree, TensorTree, TensorTree | None]]
-
-
-def _predictions(model: KerasModel, rival: KerasModel | None, held: Dataset) -> Predicted:
-    """The trained model's and the trained `rival`'s predictions of the `held` batches (as far
-    as they can be made)."""
-    predicted: Predicted = []
-    with contextlib.suppress(Exception):  # a model that cannot predict them: no score
-        for x, y in held:
-            other = None
-            if rival is not None:
-                try:
-                    other = rival(x, training=False)
-                except Exception:  # the rival cannot predict them (other outputs): not scored,
-                    rival = None  # and not asked again
-            predicted.append((x, y, model(x, training=False), other))
-    return predicted
 
 
 def _held_back(stream: DataStream) -> tuple[DataStream, DataStream]:
