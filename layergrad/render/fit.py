@@ -97,8 +97,7 @@ def html(report: FitReport, **_: object) -> str:
     ok = not report.findings
     body: list[Html | None] = [*report_head(verdict_line(report), ok, _facts(report))]
     if report.findings:
-        body.append(el("h2", "Findings"))
-        body.append(cols.html_rows(FINDING_COLUMNS, report.findings))
+        body += [el("h2", "Findings"), cols.html_rows(FINDING_COLUMNS, report.findings)]
     # the loss of every step; a step whose loss is NaN/Inf as a red tick
     loss = loss_chart([(report.losses, BLUE)], nan_ticks=True)
     body += [el("h2", "Loss"), el("div", loss, class_="chart")]
@@ -109,8 +108,7 @@ def html(report: FitReport, **_: object) -> str:
     ]
     last = _last(report)
     if last is not None:
-        body.append(el("h2", f"Layers at step {last.step}"))
-        body.append(cols.html_rows(COLUMNS, last.layers))
+        body += [el("h2", f"Layers at step {last.step}"), cols.html_rows(COLUMNS, last.layers)]
     return page("fit", report.path or report.model, body)
 
 

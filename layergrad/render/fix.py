@@ -157,8 +157,7 @@ def markdown(report: FixReport, **_: object) -> str:
     lines = md_head("fix", verdict_line(report), _facts(report))
     for r in report.repairs:
         where = f" at {md_code(r.layer)}" if r.layer else ""
-        lines.append(f"**{md_text(r.finding)}**{where}: {md_text(r.change)}")
-        lines.append("")
+        lines += [f"**{md_text(r.finding)}**{where}: {md_text(r.change)}", ""]
         if r.code:
             lines += [f"- {md_code(line)}" for line in r.code] + [""]
         code = [_after(visible(line)) for line in r.code]
@@ -182,8 +181,7 @@ def html(report: FixReport, **_: object) -> str:
             body.append(el("p", el("strong", r.finding), " at ", el("code", r.layer or "-"),
                            ": ", r.change))  # fmt: skip
             body.append(el("pre", el("code", "\n".join(r.code))))
-        body.append(el("h2", "Verdicts"))
-        body.append(html_rows(VERDICT_COLUMNS, report.repairs))
+        body += [el("h2", "Verdicts"), html_rows(VERDICT_COLUMNS, report.repairs)]
     if report.unrepaired:
         body.append(el("h2", "No mechanical repair"))
         body += [el("p", el("code", u.code), ": ", u.message, ". ", u.hint)
