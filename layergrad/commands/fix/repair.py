@@ -258,8 +258,7 @@ def fix_model(
             written = _write(made, output, inputs, options.force)
     lost = {f for r in repairs for f in r.gone}  # another finding's repair took it away
     unrepaired = [u for u in unrepaired if u.code not in lost]
-    if plans:
-        unrepaired += _still_failing(before, after, repairs, unrepaired)
+    unrepaired += _still_failing(before, after, repairs, unrepaired)
     return report(repairs=tuple(repairs), unrepaired=tuple(unrepaired), after=after,
                   output=written, together=together, notes=tuple(notes))  # fmt: skip
 

@@ -68,13 +68,12 @@ def plan_repairs(
             found = []
         stray = heads.stray_ids() if finding == F.TARGET_MISMATCH else []
         unrepaired += stray
-        if found or stray:
-            for plan in found:
-                if plan.change not in {p.change for p in plans}:
-                    plans.append(plan)
-                    done.update(plan.covers)
-            continue
-        unrepaired.append(_unrepaired(finding, verdict, fit))
+        if not found and not stray:
+            unrepaired.append(_unrepaired(finding, verdict, fit))
+        for plan in found:
+            if plan.change not in {p.change for p in plans}:
+                plans.append(plan)
+                done.update(plan.covers)
     plans, notes = _labels_win(plans)
     covered = {c for p in plans for c in p.covers}
     return plans, [u for u in unrepaired if u.code not in covered], notes
