@@ -136,11 +136,10 @@ class HeadRules:
 
     def _loss_edit(self, head: Head, name: str, from_logits: bool, code: list[str]) -> Edit:
         i = self.heads.index(head)
-        outputs = len(self.heads)
         key = self._loss_key(head)
-        old = loss_of(self.compiled, key, i, outputs)
+        old = loss_of(self.compiled, key, i)
         new = loss_with(name, from_logits)
-        output = key if outputs > 1 else None
+        output = key if len(self.heads) > 1 else None
         code.append(f"{loss_code(old, output)} -> {loss_code(new, output)}")
         return set_loss(key, i, new)
 
