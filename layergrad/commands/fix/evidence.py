@@ -168,7 +168,9 @@ def _trained_run(
         report, chance, predicted = fit_steps(ready, trained, options, rival=rival,
                                               held=scored.take(SCORED_BATCHES))  # fmt: skip
     request = label_request(model, spec)
-    hits = Accuracy() if _classifier(request) else None
+    # a classifier: one output under a categorical cross-entropy (sparse or not)
+    classifier = len(request.outputs) == 1 and any("categorical" in n for n in request.losses)
+    hits = Accuracy() if classifier else None
     (served, outputs), rivals = _served_losses(model, predicted, request, rival is not None, hits)
     baseline = None
     if rivals is not None:
@@ -199,11 +201,6 @@ def _held_back(stream: DataStream) -> tuple[DataStream, DataStream]:
         return split
 
     return part(held=False), part(held=True)
-
-
-def _classifier(request: LabelRequest) -> bool:
-    """One output under a categorical cross-entropy (sparse or not): one class per sample."""
-    return len(request.outputs) == 1 and any("categorical" in n for n in request.losses)
 
 
 class Accuracy:
