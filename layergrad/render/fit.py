@@ -97,8 +97,7 @@ def html(report: FitReport, **_: object) -> str:
     ok = not report.findings
     body: list[Html | None] = [*report_head(verdict_line(report), ok, _facts(report))]
     if report.findings:
-        body.append(el("h2", "Findings"))
-        body.append(cols.html_rows(FINDING_COLUMNS, report.findings))
+        body += [el("h2", "Findings"), cols.html_rows(FINDING_COLUMNS, report.findings)]
     # the loss of every step; a step whose loss is NaN/Inf as a red tick
     loss = loss_chart([(report.losses, BLUE)], nan_ticks=True)
     body += [el("h2", "Loss"), el("div", loss, class_="chart")]
@@ -109,8 +108,7 @@ def html(report: FitReport, **_: object) -> str:
     ]
     last = _last(report)
     if last is not None:
-        body.append(el("h2", f"Layers at step {last.step}"))
-        body.append(cols.html_rows(COLUMNS, last.layers))
+        body += [el("h2", f"Layers at step {last.step}"), cols.html_rows(COLUMNS, last.layers)]
     return page("fit", report.path or report.model, body)
 
 
@@ -120,29 +118,18 @@ def ratio_map_svg(report: FitReport) -> Html:
     label, cw, ch = 180, max(4, min(24, 720 // max(len(checkpoints), 1))), 16
     width, height = label + cw * len(checkpoints) + 10, ch * len(layers) + 40
     cells: list[Html] = []
+    box, foot = {"width": cw, "height": ch}, {"y": height - 12, "font_size": 11}
     for j, c in enumerate(checkpoints):
         rows = {r.layer: r for r in c.layers}
         for i, name in enumerate(layers):
-            row = rows.get(name)
-            ratio = row.update_ratio if row is not None else None
-            cells.append(
-                el(
-                    "rect",
-                    el("title", f"{name}, step {c.step}: {number(ratio)}"),
-                    x=label + j * cw,
-                    y=i * ch,
-                    width=cw,
-                    height=ch,
-                    fill=_colour(ratio),
-                )
-            )
+            ratio = rows[name].update_ratio if name in rows else None
+            title = el("title", f"{name}, step {c.step}: {number(ratio)}")
+            cells.append(el("rect", title, x=label + j * cw, y=i * ch, **box, fill=_colour(ratio)))
     names = [
         el("text", name[-28:], x=2, y=i * ch + 12, font_size=11) for i, name in enumerate(layers)
     ]
-    axis = el("text", "checkpoints (step) ->", x=label, y=height - 12, font_size=11)
-    legend = el(
-        "text", "blue 1e-7 .. green 1e-3 .. red 1e1", x=label + 160, y=height - 12, font_size=11
-    )
+    axis = el("text", "checkpoints (step) ->", x=label, **foot)
+    legend = el("text", "blue 1e-7 .. green 1e-3 .. red 1e1", x=label + 160, **foot)
     return svg([*cells, *names, axis, legend], width, height, "update ratio per layer and step")
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from rich.console import RenderableType
 from rich.text import Text
 
-from layergrad.core.fix_results import FixReport, Repair, Run
+from layergrad.core.fix_results import FixReport, Run
 from layergrad.render.columns import html_rows, md_rows, name
 from layergrad.render.common import Column, count, md_code, md_head, md_text, number, to_text
 from layergrad.render.escape import visible
@@ -105,19 +105,15 @@ def table(report: FixReport, *, color: bool = False, width: int | None = 100) ->
             why = f": {r.why}" if r.why else ""
             if not why and r.verdict == "not run":
                 why = ": no --data, nothing was trained"
-            items.append(Text(f"  {r.verdict:<13} {r.finding}{why}", style=_style(r)))
+            style = {"verified": "green", "not verified": "red"}.get(str(r.verdict), "yellow")
+            items.append(Text(f"  {r.verdict:<13} {r.finding}{why}", style=style))
     for u in report.unrepaired:
         hint = f" Fix by hand: {u.hint}" if u.hint else ""
         gone = " (gone after the repairs)" if u.code not in report.after else ""
         items.append(Text(f"no mechanical repair for {u.code}{gone}: {u.message}.{hint}"))
-    ok = report.ok
-    items.append(Text(verdict_line(report), style="green" if ok else "bold red"))
+    items.append(Text(verdict_line(report), style="green" if report.ok else "bold red"))
     items += [Text(f"note: {n}") for n in report.notes]
     return to_text(items, color=color, width=width)
-
-
-def _style(r: Repair) -> str:
-    return {"verified": "green", "not verified": "red"}.get(str(r.verdict), "yellow")
 
 
 def _fence(lines: Sequence[str]) -> str:
@@ -161,8 +157,7 @@ def markdown(report: FixReport, **_: object) -> str:
     lines = md_head("fix", verdict_line(report), _facts(report))
     for r in report.repairs:
         where = f" at {md_code(r.layer)}" if r.layer else ""
-        lines.append(f"**{md_text(r.finding)}**{where}: {md_text(r.change)}")
-        lines.append("")
+        lines += [f"**{md_text(r.finding)}**{where}: {md_text(r.change)}", ""]
         if r.code:
             lines += [f"- {md_code(line)}" for line in r.code] + [""]
         code = [_after(visible(line)) for line in r.code]
@@ -186,8 +181,7 @@ def html(report: FixReport, **_: object) -> str:
             body.append(el("p", el("strong", r.finding), " at ", el("code", r.layer or "-"),
                            ": ", r.change))  # fmt: skip
             body.append(el("pre", el("code", "\n".join(r.code))))
-        body.append(el("h2", "Verdicts"))
-        body.append(html_rows(VERDICT_COLUMNS, report.repairs))
+        body += [el("h2", "Verdicts"), html_rows(VERDICT_COLUMNS, report.repairs)]
     if report.unrepaired:
         body.append(el("h2", "No mechanical repair"))
         body += [el("p", el("code", u.code), ": ", u.message, ". ", u.hint)

@@ -7,8 +7,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from layergrad.commands.fix.evidence import judge, reached_outputs
 from layergrad.commands.fix.repair import FixOptions, fix_model
-from layergrad.commands.fix.repair_verdict import judge, reached_outputs
 from layergrad.core.fix_results import OutputLoss, Run, Verdict
 
 

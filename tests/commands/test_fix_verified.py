@@ -17,8 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 from layergrad import cli
+from layergrad.commands.fix.evidence import judge
 from layergrad.commands.fix.repair import FixOptions, fix_model
-from layergrad.commands.fix.repair_verdict import judge
 from layergrad.core.fix_results import Run, Verdict
 from layergrad.render.fix import table
 

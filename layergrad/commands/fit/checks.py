@@ -1,5 +1,5 @@
-"""What `layergrad fit` checks around training: outputs before the model loads, an empty or
-endless data source, and the options the API takes as plain values.
+"""What `layergrad fit` checks around training: outputs before the model loads, an endless
+data source, and the options the API takes as plain values.
 
 Kept apart from `run.py`, which trains, so they come before TensorFlow loads.
 """
@@ -103,14 +103,6 @@ def check_before_loading(
     from layergrad.training.report_files import check_log_dir
 
     check_log_dir(log_dir, "--log-dir", inputs=data_inputs(data))
-
-
-def require_samples(samples: int | None, data: PathLike) -> None:
-    """Refuse data without a sample: training on nothing proves nothing."""
-    if samples == 0:
-        raise InputError(
-            f"--data {os.fspath(data)}: no samples (0 rows); fit needs data to train on"
-        )
 
 
 def unsized_epoch_notice(data: PathLike, limit: int | None) -> str:

@@ -27,7 +27,6 @@ from layergrad.commands.fit.checks import (
     FitOptions,
     Notice,
     check_unsized,
-    require_samples,
     unsized_epoch_notice,
 )
 from layergrad.commands.over_data import data_specs
@@ -85,7 +84,6 @@ def train_loaded(
         if labels.refusals:  # before the first step, as `check --data` says it
             report = refused(model, ready.spec.name, labels.refusals)
             return replace(report, path=loaded.info.path, data=ready.data)
-        require_samples(labels.samples, data)
         scale = input_scale(model, loaded.info, ready.stream)  # the untrained copy, first batch
         report, _, _ = fit_steps(ready, ready.stream, options, beating(beat))
     notes = report.notes
@@ -108,12 +106,7 @@ class Ready:
     labelled: Labelled
     labels: LabelCheck
     data: str
-
-    @property
-    def stream(self) -> DataStream:
-        stream = self.labelled.stream
-        assert stream is not None  # `make_ready` refuses data without labels
-        return stream
+    stream: DataStream  # the labelled batches (`make_ready` refuses data without labels)
 
 
 def make_ready(
@@ -133,7 +126,7 @@ def make_ready(
 
     Raises:
         InputError: no loss or optimizer in the file, a loss or an optimizer Keras cannot
-            make, data without labels, an unsized epoch past its bound.
+            make, data without labels or without samples, an unsized epoch past its bound.
     """
     model, info, path = loaded.model, loaded.info, os.fspath(data)
     # Keras's deserialize edits the config it reads: the file's (shared) stays as read
@@ -154,7 +147,9 @@ def make_ready(
             check_unsized(seen, data)
 
     labels = read_labels(model, info, labelled, spec, options.loss, bound, on_batch)
-    return Ready(model, strategy, spec, labelled, labels, path)
+    if labels.samples == 0:  # training on nothing proves nothing
+        raise InputError(f"--data {path}: no samples (0 rows); fit needs data to train on")
+    return Ready(model, strategy, spec, labelled, labels, path, labelled.stream)
 
 
 def fit_steps(
@@ -254,9 +249,7 @@ def compile_for_fit(
             + _next_step(flags, "--optimizer adam", "an optimizer")
         )
     try:
-        optimizer = (
-            keras.optimizers.get(raw) if isinstance(raw, str) else keras.optimizers.deserialize(raw)
-        )
+        optimizer = keras.optimizers.get(raw)  # a name or a config
     except (ValueError, TypeError, KeyError) as exc:
         why = (  # a class that needs arguments a name cannot give (LossScaleOptimizer)
             f"it needs the argument {exc.args[0]!r}, which a name cannot give"
@@ -330,15 +323,9 @@ def training_batches(
 
 def beating(beat: Callable[[int], None]) -> KerasCallback:
     """A Keras callback that tells the stall watch of every batch (and of the start)."""
-
-    class Beat(keras.callbacks.Callback):  # type: ignore[name-defined]
-        def on_train_begin(self, logs: object = None) -> None:
-            beat(0)
-
-        def on_train_batch_end(self, batch: int, logs: object = None) -> None:
-            beat(1)
-
-    return Beat()
+    return keras.callbacks.LambdaCallback(
+        on_train_begin=lambda logs: beat(0), on_train_batch_end=lambda batch, logs: beat(1)
+    )
 
 
 UNKNOWN_READ = 1_000_000  # labels read at most from a source of unknown length (--epochs)

@@ -127,12 +127,7 @@ def _normalise_optimizer(compiled: Config) -> None:
     legacy = isinstance(optimizer, dict) and "module" not in optimizer
     if isinstance(optimizer, str) or legacy:
         with contextlib.suppress(ValueError, TypeError):  # unknown: compile refuses it later
-            made = (
-                keras.optimizers.get(optimizer)
-                if isinstance(optimizer, str)
-                else keras.optimizers.deserialize(optimizer)
-            )
-            compiled["optimizer"] = keras.optimizers.serialize(made)
+            compiled["optimizer"] = keras.optimizers.serialize(keras.optimizers.get(optimizer))
 
 
 def _modern_loss(loss: object) -> object:

@@ -17,7 +17,12 @@ a head whose outputs are useless (a softmax over one unit is always 1.0) can sho
 loss as good as the repaired one. The served loss is computed from the predictions as plain
 arrays, the way a user of the model sees them, on samples no model trained on: every fifth
 sample is held back (`_held_back`), so a model that memorised its batches is not taken for one
-that learned. `repair_verdict.py` judges the two runs.
+that learned.
+
+`judge` reads the two runs: the copy's loss on the held-back samples against the trained
+original's predictions scored by the copy's loss (its `baseline`), else each against its own
+trivial loss; a classifier that answers no better than its labels' prior sits at chance; a
+model with several outputs is judged on the outputs the repair reaches.
 """
 
 from __future__ import annotations
@@ -25,13 +30,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layergrad.commands.fit.checks import FitOptions, require_samples
+from layergrad.commands.fit.checks import FitOptions
 from layergrad.commands.fit.run import (
     Predicted,
     Ready,
@@ -43,7 +48,7 @@ from layergrad.commands.fit.run import (
 from layergrad.commands.fix.weights import InputStats
 from layergrad.core.errors import DataError, InputError, LayergradError, describe
 from layergrad.core.fit_results import FitReport
-from layergrad.core.fix_results import OutputLoss, Run
+from layergrad.core.fix_results import OutputLoss, Run, Verdict
 from layergrad.core.probe_options import PathLike
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import KerasModel, Tensor
@@ -52,6 +57,8 @@ from layergrad.data.sources import DataStream
 from layergrad.data.value_checks import reader_refusal
 from layergrad.engine.compiled_loss import label_request, output_keys
 from layergrad.engine.random_layers import seed_model
+from layergrad.model.graph import ModelGraph
+from layergrad.render.common import number
 
 if TYPE_CHECKING:
     from layergrad.commands.check.verdicts import Opened
@@ -68,19 +75,15 @@ def input_stats(ready: Ready, limit: int | None) -> list[InputStats]:
     `READ_LIMIT` samples (at most `limit`)."""
     stream = ready.stream
     rows = min(limit or READ_LIMIT, READ_LIMIT)
-    batches = stream.dataset.take(math.ceil(rows / stream.batch_size))
     names = [s.name for s in stream.specs]
-    n = len(names)
-    totals: list[dict[str, np.ndarray]] = [{} for _ in range(n)]
+    totals: list[dict[str, np.ndarray]] = [{} for _ in names]
     try:
-        for batch in batches:
-            for i, tensor in enumerate(tuple(batch)[:n]):
+        for batch in stream.dataset.take(math.ceil(rows / stream.batch_size)):
+            for total, tensor in zip(totals, tuple(batch)[: len(names)], strict=False):
                 x = np.asarray(tensor.numpy())
                 one = _batch_totals(x.astype(np.float64)) if x.dtype.kind == "f" else None
-                if one is not None:
-                    old = totals[i]
-                    totals[i] = {k: _ADD.get(k, np.add)(old[k], v) if old else v
-                                 for k, v in one.items()}  # fmt: skip
+                for k, v in (one or {}).items():
+                    total[k] = _ADD.get(k, np.add)(total[k], v) if k in total else v
     except LayergradError:
         raise
     except Exception as exc:
@@ -135,18 +138,13 @@ def ready(opened: Opened, data: PathLike, options: FitOptions, limit: int | None
     loaded, _warnings, strategy = opened
     keras.utils.set_random_seed(options.seed)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
-        made = make_ready(loaded, strategy, data, options, limit, flags=False)
-    require_samples(made.labels.samples, data)
-    return made
+        return make_ready(loaded, strategy, data, options, limit, flags=False)
 
 
 def _trained_run(
     ready: Ready, options: FitOptions, found: Sequence[str], rival: KerasModel | None
 ) -> tuple[Run, FitReport]:
-    """The model of `ready` trained in place and its run: its check findings (`found`) joined
-    by the training findings, the loss of its predictions of the held-back batches; and the
-    trained `rival` (the original, for a repaired copy) scored on the same batches by the
-    same loss, when its outputs can take it (its losses are the `baseline`s).
+    """The run of `train` once its model is ready (trained in place), and its fit report.
 
     Raises:
         InputError: labels `fit` refuses before its first step (`target_mismatch`, its
@@ -170,7 +168,9 @@ def _trained_run(
         report, chance, predicted = fit_steps(ready, trained, options, rival=rival,
                                               held=scored.take(SCORED_BATCHES))  # fmt: skip
     request = label_request(model, spec)
-    hits = Accuracy() if _classifier(request) else None
+    # a classifier: one output under a categorical cross-entropy (sparse or not)
+    classifier = len(request.outputs) == 1 and any("categorical" in n for n in request.losses)
+    hits = Accuracy() if classifier else None
     (served, outputs), rivals = _served_losses(model, predicted, request, rival is not None, hits)
     baseline = None
     if rivals is not None:
@@ -201,11 +201,6 @@ def _held_back(stream: DataStream) -> tuple[DataStream, DataStream]:
         return split
 
     return part(held=False), part(held=True)
-
-
-def _classifier(request: LabelRequest) -> bool:
-    """One output under a categorical cross-entropy (sparse or not): one class per sample."""
-    return len(request.outputs) == 1 and any("categorical" in n for n in request.losses)
 
 
 class Accuracy:
@@ -366,3 +361,206 @@ def _final(losses: Sequence[float | None]) -> float | None:
     tail = losses[-max(1, len(losses) // 10) :]
     values = [v for v in tail if v is not None]
     return _mean(values) if len(values) == len(tail) else None
+
+
+CLEARLY = 0.9  # a loss "clearly below" another: at most this share of it
+WELL = 0.5  # a loss "well below" the trivial loss: at most this share of it
+ABOVE_PRIOR = 0.05  # an accuracy "above the prior": at least this much above the prior's
+FALLING = 0.97  # a run still falls: its last tenth's mean below this share of the tenth before
+
+
+def judge(
+    finding: str, original: Run, repaired: Run, reached: Collection[str] | None = None
+) -> tuple[Verdict, str]:
+    """`verified` when the finding is gone and the loss falls clearly below the original's
+    (like for like, by the copy's `baseline`, else each against its trivial loss); else `not
+    verified` and why. A model with several outputs is judged on those the repair reaches
+    (`reached`, by name; None: every one), each by its own loss, as the total adds losses of
+    any scale: verified when one ends clearly lower and none clearly higher."""
+    if repaired.error is not None:
+        return Verdict.NOT_VERIFIED, f"the repaired copy could not be trained: {repaired.error}"
+    if finding in repaired.findings:
+        return Verdict.NOT_VERIFIED, f"the repaired copy still has {finding}"
+    falling = _FALLING_WHY if still_falling(repaired.losses) else ""
+    chance = at_chance(repaired)
+    if chance:
+        return Verdict.NOT_VERIFIED, chance + falling
+    pairs = _output_pairs(original, repaired, reached)
+    if not pairs:
+        return _compare(original, repaired, falling)
+    said = [(name, _compare(theirs, mine, falling)) for name, theirs, mine in pairs]
+    worse = [
+        f"output {name}'s loss ends at {ratio:.3g} times the original's: clearly higher"
+        for name, theirs, mine in pairs
+        if (ratio := _ratio(theirs, mine)) is not None and CLEARLY * ratio > 1
+    ]
+    if not worse and any(v is Verdict.VERIFIED for _, (v, _) in said):
+        return Verdict.VERIFIED, ""
+    whys = worse or [f"output {name}: {why}" for name, (_, why) in said]
+    return Verdict.NOT_VERIFIED, "; ".join(whys)
+
+
+def at_chance(run: Run) -> str:
+    """Why a classifier's run is no better than the trivial predictor: its accuracy on the
+    scored batches is not above always answering their most frequent class, and its loss is
+    not well below the trivial loss (a loss a little below it is calibration, not learning);
+    "" when it is better, or is no classifier."""
+    accuracy, prior = run.accuracy, run.prior_accuracy
+    if accuracy is None or prior is None or accuracy >= prior + ABOVE_PRIOR:
+        return ""
+    mine = run.relative
+    if mine is not None and mine <= WELL:
+        return ""
+    loss = (
+        f"its loss ({number(run.final)}) is not well below the trivial loss ({number(run.trivial)})"
+        if run.final is not None and run.trivial
+        else "its loss has no trivial loss to beat"
+    )
+    return (
+        f"the copy answers {accuracy:.1%} of the scored samples right, no better than always "
+        f"answering their most frequent class ({prior:.1%}), and {loss}: it sits at chance"
+    )
+
+
+def reached_outputs(graph: ModelGraph, layer: str | None, run: Run) -> tuple[str, ...] | None:
+    """The outputs of `run` a repair at `layer` can change: the output layer itself, one
+    nested in it, or one downstream of it (None: every output, as for the learning rate or a
+    model whose graph is unknown)."""
+    if layer is None or not graph.known:
+        return None
+    return tuple(
+        o.name
+        for o in run.outputs
+        if o.name == layer
+        or layer.startswith(f"{o.name}/")
+        or graph.depends(o.name, layer) is not False
+    )
+
+
+def _output_pairs(
+    original: Run, repaired: Run, reached: Collection[str] | None
+) -> list[tuple[str, Run, Run]]:
+    """(output name, the original's, the copy's) for each output the repair reaches that
+    both runs scored; empty for a model with one output (or outputs not scored)."""
+    if original.error is not None or not original.outputs or not repaired.outputs:
+        return []
+    copies = {o.name: o for o in repaired.outputs}
+    return [
+        (o.name, _as_run(o), _as_run(copies[o.name]))
+        for o in original.outputs
+        if o.name in copies and (reached is None or o.name in reached)
+    ]
+
+
+def _as_run(output: OutputLoss) -> Run:
+    return Run(output.loss_name, trivial=output.trivial, final=output.final,
+               baseline=output.baseline)  # fmt: skip
+
+
+def _ratio(original: Run, repaired: Run) -> float | None:
+    """The copy's loss over the original's, like for like where it can be (None when the
+    two have no common scale)."""
+    if repaired.final is None:
+        return None
+    if repaired.baseline is not None and repaired.baseline > 0:
+        return repaired.final / repaired.baseline
+    mine, theirs = repaired.relative, original.relative
+    return mine / theirs if mine is not None and theirs else None
+
+
+def _compare(original: Run, repaired: Run, falling: str) -> tuple[Verdict, str]:
+    """The verdict of the copy's loss against the original's (each against its trivial loss
+    where it has one)."""
+    if repaired.final is None:
+        return Verdict.NOT_VERIFIED, "the repaired copy's loss turned NaN/Inf"
+    mine = repaired.relative
+    unlearned = (
+        (Verdict.NOT_VERIFIED, f"the copy's loss ends at {mine:.3g} of the trivial loss: it "
+                               f"learned no more than the labels' prior{falling}")
+        if mine is not None and mine > CLEARLY else None
+    )  # fmt: skip  # beating a broken original is no evidence that the copy trains
+    if repaired.baseline is not None:
+        return unlearned or _like_for_like(repaired, falling)
+    # a cross-entropy below 0 read labels it cannot take (e.g. targets beyond [0, 1]): it
+    # measures nothing, like a run that could not train
+    invalid = original.final is not None and original.final < 0 and _is_entropy(original)
+    if original.error is not None or original.final is None or invalid:
+        if repaired.trivial is None or repaired.final < CLEARLY * repaired.trivial:
+            return Verdict.VERIFIED, ""
+        said = (
+            "'s loss ended below 0, on labels it cannot take"
+            if invalid
+            else (" could not be trained")
+        )
+        if mine is not None and falling:
+            stays = (
+                f"and the copy's loss ends at {mine:.3g} of the trivial loss, "
+                f"not clearly below it{falling}"
+            )
+        else:
+            stays = "and the copy's loss stays at the trivial loss"
+        return Verdict.NOT_VERIFIED, f"the original{said}, {stays}"
+    if unlearned:
+        return unlearned
+    theirs = original.relative
+    if mine is not None and theirs is not None:
+        ours, base = mine, theirs
+        said = f"the loss ends at {mine:.3g} of the trivial loss, the original's at {theirs:.3g}"
+    elif repaired.loss_name == original.loss_name:
+        ours, base = repaired.final, original.final
+        said = f"the loss ends at {ours:.4g}, the original's at {base:.4g}"
+    elif mine is not None:
+        # the original's loss has no trivial loss (a categorical loss on one unit is 0 for
+        # any output): no common scale, so the copy is judged by its own, as when the
+        # original cannot be trained
+        ours, base = mine, 1.0
+        said = (f"the original's loss ({original.loss_name}) has no trivial loss to compare by, "
+                f"and the copy's ends at {mine:.3g} of its trivial loss")  # fmt: skip
+    else:
+        return Verdict.NOT_VERIFIED, (
+            f"the losses differ ({original.loss_name}, {repaired.loss_name}) and have no "
+            "trivial loss to compare them by"
+        )
+    if ours <= CLEARLY * base:
+        return Verdict.VERIFIED, ""
+    return Verdict.NOT_VERIFIED, f"{said}: not clearly below{falling}"
+
+
+def _like_for_like(repaired: Run, falling: str) -> tuple[Verdict, str]:
+    """The copy against the trained original's predictions scored by the copy's loss, on the
+    same batches and labels (its `baseline`): one loss, one scale."""
+    mine, theirs = repaired.final, repaired.baseline
+    assert mine is not None and theirs is not None
+    if mine <= theirs - (1 - CLEARLY) * abs(theirs):  # 0.9x, for a loss below 0 too
+        return Verdict.VERIFIED, ""
+    said = f"{number(mine)}, the original's predictions at {number(theirs)}"
+    if repaired.trivial:
+        said = (f"{number(mine)} ({mine / repaired.trivial:.3g} of the trivial loss, "
+                f"{number(repaired.trivial)}), the original's predictions at {number(theirs)} "
+                f"({theirs / repaired.trivial:.3g})")  # fmt: skip
+    return Verdict.NOT_VERIFIED, (
+        f"the loss ends at {said}, scored by the same loss: not clearly below{falling}"
+    )
+
+
+_FALLING_WHY = "; it was still falling when training stopped: more --steps may show it"
+
+
+def still_falling(losses: Sequence[float | None]) -> bool:
+    """The run's last tenth of losses averages clearly below the tenth before it (a run too
+    short for its verdict: e.g. unscaled inputs spend the first steps coming down to the
+    trivial loss)."""
+    tenth = len(losses) // 10
+    if tenth < 1:
+        return False
+    last, before = losses[-tenth:], losses[-2 * tenth : -tenth]
+    values = [v for v in (*last, *before) if v is not None and math.isfinite(v)]
+    if len(values) < 2 * tenth:
+        return False
+    late, early = sum(last) / tenth, sum(before) / tenth  # type: ignore[arg-type]
+    return early - late > (1 - FALLING) * abs(early)
+
+
+def _is_entropy(run: Run) -> bool:
+    """A cross-entropy loss (never below 0 on the labels it takes)."""
+    return "crossentropy" in run.loss_name.replace("_", "").lower()

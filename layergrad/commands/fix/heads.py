@@ -128,11 +128,10 @@ class HeadRules:
 
     def _loss_edit(self, head: Head, name: str, from_logits: bool, code: list[str]) -> Edit:
         i = self.heads.index(head)
-        outputs = len(self.heads)
         key = self._loss_key(head)
-        old = loss_of(self.compiled, key, i, outputs)
+        old = loss_of(self.compiled, key, i)
         new = loss_with(name, from_logits)
-        output = key if outputs > 1 else None
+        output = key if len(self.heads) > 1 else None
         code.append(f"{loss_code(old, output)} -> {loss_code(new, output)}")
         return set_loss(key, i, new)
 
@@ -263,24 +262,24 @@ class HeadRules:
 
     def _all_linear(self, head: Head, change: Change, finding: str) -> Plan | None:
         """Every weight layer but the head linear: an activation on the hidden ones."""
-        hidden = [p for p in self._hidden(head) if self.info.graph.get(p) is not None]
-        if not hidden:
-            return None
-        return replace(self._relu_on(hidden, Finding.LOSS_MISMATCH), layer=head.layer)
+        plan = self._relu_on(self._hidden(head), Finding.LOSS_MISMATCH)
+        return replace(plan, layer=head.layer) if plan is not None else None
 
     def linear_stacks(self) -> Plan | None:
         """`linear_stack`: activation='relu' on each weight layer that is linear with the next
         one (the hidden layers of a linear network, the first layer of a redundant pair)."""
-        graph = self.info.graph
         paths = self._hidden(self.heads[0]) if self.heads else []
-        paths += [pair.layers[0] for pair in redundant_pairs(graph)]
-        hidden = [p for p in dict.fromkeys(paths) if graph.get(p) is not None]
-        if not hidden:
+        paths += [pair.layers[0] for pair in redundant_pairs(self.info.graph)]
+        plan = self._relu_on(paths, "linear_stack")
+        if plan is None:
             return None
-        plan = self._relu_on(hidden, "linear_stack")
         return replace(plan, change=plan.change + " (or one Dense layer, if a linear map is meant)")
 
-    def _relu_on(self, hidden: list[str], finding: str) -> Plan:
+    def _relu_on(self, paths: list[str], finding: str) -> Plan | None:
+        """activation='relu' on each layer of `paths` the graph holds (None: none)."""
+        hidden = [p for p in dict.fromkeys(paths) if self.info.graph.get(p) is not None]
+        if not hidden:
+            return None
         return Plan(finding, hidden[0], f"activation='relu' on {listing(hidden)}: a "
                     "non-linearity between the weight layers lets the network fit more than "
                     "one linear map", *self._activations(hidden, "relu"))  # fmt: skip

@@ -136,7 +136,7 @@ def loss_with(name: str, from_logits: bool) -> object:
     }
 
 
-def loss_of(compiled: Mapping[str, object], output: str, index: int, outputs: int) -> object:
+def loss_of(compiled: Mapping[str, object], output: str, index: int) -> object:
     """The compiled loss of one output (as stored)."""
     loss = compiled.get("loss")
     if isinstance(loss, Mapping) and "class_name" not in loss:

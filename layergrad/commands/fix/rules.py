@@ -68,13 +68,12 @@ def plan_repairs(
             found = []
         stray = heads.stray_ids() if finding == F.TARGET_MISMATCH else []
         unrepaired += stray
-        if found or stray:
-            for plan in found:
-                if plan.change not in {p.change for p in plans}:
-                    plans.append(plan)
-                    done.update(plan.covers)
-            continue
-        unrepaired.append(_unrepaired(finding, verdict, fit))
+        if not found and not stray:
+            unrepaired.append(_unrepaired(finding, verdict, fit))
+        for plan in found:
+            if plan.change not in {p.change for p in plans}:
+                plans.append(plan)
+                done.update(plan.covers)
     plans, notes = _labels_win(plans)
     covered = {c for p in plans for c in p.covers}
     return plans, [u for u in unrepaired if u.code not in covered], notes
@@ -99,13 +98,18 @@ def _unless_the_head(finding: str, p: Planning) -> list[Plan] | None:
     return [] if any(F.CONSTANT_OUTPUT in plan.covers for plan in heads) else None
 
 
-def _scale_inputs(finding: str, p: Planning) -> list[Plan] | None:
-    plan = rw.scale_inputs(p.info, p.stats, finding)
+def _covering(plan: Plan | None, caused: Sequence[str], fit: FitReport | None) -> list[Plan] | None:
+    """`plan`, covering what of `caused` training found."""
     if plan is None:
         return None
-    seen = {str(f.code) for f in p.fit.findings} if p.fit is not None else set()
-    return [replace(plan, covers=tuple(str(c) for c in SCALE_CAUSES if str(c) in seen))]
+    seen = {str(f.code) for f in fit.findings} if fit is not None else set()
+    return [replace(plan, covers=tuple(str(c) for c in caused if str(c) in seen))]
 
+
+# what inputs in raw units do to training (logits hundreds of times too large, steps as
+# large): the scaling layer stands for all of them, and the learning rate is left alone
+SCALE_CAUSES = (F.NONFINITE, F.DIVERGING, F.OSCILLATING, F.EXPLODING, F.DYING_UNITS,
+                F.STALLED_LAYER, F.CONSTANT_PREDICTIONS, F.PLATEAU_AT_CHANCE)  # fmt: skip
 
 # Each repair by name: its plans (None: it has none here, the next repair is tried).
 PLANNERS: dict[str, Callable[[str, Planning], list[Plan] | None]] = {
@@ -115,7 +119,9 @@ PLANNERS: dict[str, Callable[[str, Planning], list[Plan] | None]] = {
     "kernels": lambda f, p: _one(rw.kernels(p.info, p.weights, f)),
     "linear_stacks": lambda f, p: _one(p.heads.linear_stacks()),
     "learning_rate": lambda f, p: _learning_rate(f, p),
-    "scale_inputs": _scale_inputs,
+    "scale_inputs": lambda f, p: _covering(
+        rw.scale_inputs(p.info, p.stats, f), SCALE_CAUSES, p.fit
+    ),
 }
 # The repairs of each finding, in order: a training finding's from its entry in
 # `training/rules.RULES`, a head rule's from the head rules' table (`head`: the entry's
@@ -128,30 +134,21 @@ REPAIRS: dict[str, tuple[str, ...]] = {
     F.DEAD: ("biases",),
 }
 
-# what inputs in raw units do to training (logits hundreds of times too large, steps as
-# large): the scaling layer stands for all of them, and the learning rate is left alone
-SCALE_CAUSES = (F.NONFINITE, F.DIVERGING, F.OSCILLATING, F.EXPLODING, F.DYING_UNITS,
-                F.STALLED_LAYER, F.CONSTANT_PREDICTIONS, F.PLATEAU_AT_CHANCE)  # fmt: skip
 
-
-def _learning_rate(finding: str, p: Planning) -> list[Plan]:
+def _learning_rate(finding: str, p: Planning) -> list[Plan] | None:
     """The learning-rate repair, covering what the rate also causes in training: the NaN a
     divergence ends in, the layers whose steps are too large (and the units they push dead,
     the layers and outputs that then stop moving) or too small (not learning)."""
-    fit = p.fit
-    if fit is None:
-        return []
-    plan = rw.learning_rate(fit, finding, p.weights, p.info.compile_config)
-    if plan is None:
-        return []
+    if p.fit is None:
+        return None
     if finding in rw.RAISE:
         caused: tuple[str, ...] = (F.VANISHING, *rw.RAISE)
     else:
         caused = (F.NONFINITE, F.EXPLODING, F.DYING_UNITS, *rw.LOWER)
         if finding == F.DYING_UNITS:
             caused += (F.VANISHING, F.CONSTANT_PREDICTIONS)
-    seen = {str(f.code) for f in fit.findings}
-    return [replace(plan, covers=tuple(str(c) for c in caused if str(c) in seen))]
+    plan = rw.learning_rate(p.fit, finding, p.weights, p.info.compile_config)
+    return _covering(plan, caused, p.fit)
 
 
 def _labels_win(plans: list[Plan]) -> tuple[list[Plan], list[str]]:

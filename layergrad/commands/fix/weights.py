@@ -140,17 +140,15 @@ def scale_inputs(info: FileInfo, stats: Sequence[InputStats], finding: str) -> P
         pixels = s.low >= 0 and s.high <= 255
         tensor = python_name(s.name) or "inputs"  # the input's variable in the user's code
         if pixels:
-            name = "rescaling"
+            cls = "Rescaling"
             options: ed.Config = {"scale": 1 / 255, "offset": 0.0}
             code.append(f"x = {tensor} -> x = Rescaling(1/255)({tensor}){at(s.name)}")
-            cls = "Rescaling"
         else:
-            name = "normalization"
+            cls = "Normalization"
             options = {"axis": -1, "mean": list(s.mean), "variance": list(s.variance)}
             code.append(f"x = {tensor} -> x = norm({tensor}){at(s.name)} (norm = "
                         "Normalization(); norm.adapt(x_train))")  # fmt: skip
-            cls = "Normalization"
-        edits.append(_insert_input(s.name, cls, name, options))
+        edits.append(_insert_input(s.name, cls, options))
     names = [s.name for s in raw]
     reader = _first_reader(info.graph, names[0])
     why = (
@@ -352,8 +350,11 @@ def _first_steps(
     return _ratios(fit.checkpoints[:1]), "(lr x |grad| / |W|) at the first checkpoint"
 
 
-def _insert_input(source: str, cls: str, base: str, options: ed.Config) -> Edit:
+def _insert_input(source: str, cls: str, options: ed.Config) -> Edit:
+    """An edit: a layer of class `cls` right after the input `source`."""
+
     def edit(c: ed.Config) -> None:
-        ed.insert_after_input(c, source, ed.new_layer(cls, ed.fresh_name(c, base), options))
+        layer = ed.new_layer(cls, ed.fresh_name(c, cls.lower()), options)
+        ed.insert_after_input(c, source, layer)
 
     return edit
