@@ -300,6 +300,29 @@ def test_with_data_the_head_gets_the_units_the_labels_need(tmp_path):
     assert repair.verdict == "verified", repair.why
 
 
+def test_a_convolution_head_gets_the_filters_the_labels_need(tmp_path):
+    """A per-pixel Conv2D head holds its units as `filters`: the edit sets that option (an
+    edit of `units` made a config Keras cannot rebuild, and the repair was never tried)."""
+    import keras
+
+    inputs = keras.Input((8, 8, 2))
+    hidden = keras.layers.Conv2D(4, 3, padding="same", activation="relu")(inputs)
+    head = keras.layers.Conv2D(3, 1, activation="softmax", name="head")(hidden)
+    model = keras.Model(inputs, head)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    path, data = tmp_path / "seg.keras", tmp_path / "d.npz"
+    model.save(path)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(32, 8, 8, 2)).astype("float32")
+    np.savez(data, x=x, y=rng.integers(0, 5, size=(32, 8, 8)))  # ids 0-4 for 3 filters
+    report = fix_model(path, str(data), FixOptions(output=str(tmp_path / "o.keras"), steps=5))
+    (repair,) = report.repairs
+    assert repair.code == (
+        'Conv2D(3, activation="softmax") -> Conv2D(5, activation="softmax") at "head"',
+    )
+    assert repair.applied, repair.why
+
+
 def test_every_format_renders_and_escapes_names_from_the_file(tmp_path):
     import keras
 

@@ -94,8 +94,10 @@ class HeadRules:
             if after != layer_code(entry):  # a head that already is what the loss needs
                 code.append(f"{layer_code(entry)} -> {after}{at(layer)}")
         fresh: tuple[tuple[str, str], ...] = ()
-        if units is not None:
-            edits.append(option_edit(units_at, "units", units))
+        if units is not None:  # a convolution head holds its units as `filters`
+            held = self._entry(units_at).get("config")
+            key = "filters" if isinstance(held, dict) and "filters" in held else "units"
+            edits.append(option_edit(units_at, key, units))
             fresh = ((units_at, "*"),)
         if units is not None and not own:  # the units on the Dense before an activation layer
             dense = self._entry(units_at)
