@@ -14,7 +14,7 @@ from layergrad.core.probe_options import ProbeOptions, with_cluster
 from layergrad.core.tf_types import KerasModel, Strategy
 
 if TYPE_CHECKING:
-    from layergrad.data.label_stream import Labelled
+    from layergrad.data.label_stream import Labelled, LabelRequest
     from layergrad.data.probe_input import InputSpec, ProbeBatch
     from layergrad.data.sources import DataStream
     from layergrad.diagnose.diagnoser import Diagnoser
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from layergrad.engine.trace import Trace
     from layergrad.model.graph import ModelGraph
     from layergrad.model.layer_refs import CallKey, Site
-    from layergrad.model.loss_forms import LossSpec
 
 T = TypeVar("T")
 
@@ -61,17 +60,17 @@ def data_specs(model: KerasModel) -> tuple[InputSpec, ...]:
 
 
 def open_labels(
-    model: KerasModel, spec: LossSpec | None, options: ProbeOptions, strict: bool = True
+    model: KerasModel, request: LabelRequest, options: ProbeOptions, strict: bool = True
 ) -> Labelled:
-    """`--data` with its labels in the form the loss `spec` takes: they come with the inputs
-    from the same rows, cut into the same shard (`label_stream.open_labelled`, `strict` too)."""
+    """`--data` with its labels in the form the loss takes (`compiled_loss.label_request`):
+    they come with the inputs from the same rows, cut into the same shard
+    (`label_stream.open_labelled`, `strict` too)."""
     from layergrad.data.label_stream import open_labelled
-    from layergrad.engine.compiled_loss import label_request
 
     data = options.data_set
     assert data is not None
     return open_labelled(
-        data.path, data_specs(model), label_request(model, spec), options.rows, data.limit,
+        data.path, data_specs(model), request, options.rows, data.limit,
         shard_of(options), first_sample=data.first_sample, strict=strict,
     )  # fmt: skip
 

@@ -87,7 +87,7 @@ def scan_weights(
         yours = "pass --input with a `y` array for your own"
     else:
         assert spec is not None  # a loss, or the error above
-        labelled = given or open_labels(model, spec, options)
+        labelled = given or open_labels(model, cl.label_request(model, spec), options)
         own = labelled.stream is not None
         # the data's own stream only when it has no labels: a data function is called once
         stream = labelled.stream or session.opened or open_stream(model, options, strategy)

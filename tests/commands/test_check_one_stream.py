@@ -48,3 +48,26 @@ def test_a_trained_model_on_raw_pixels_gets_the_same_forward_check_from_input_an
     assert one["forward"]["findings"] == [] and over["forward"]["findings"] == []
     assert one["forward"]["message"] == f"finite and varying on the batch in {batch} of {ROWS}"
     assert over["forward"]["message"].startswith(f"finite over {ROWS} samples; outputs vary")
+
+
+def test_a_compiled_loss_that_does_not_fit_the_outputs_fails_the_file_with_or_without_data(
+    tmp_path,
+):
+    """A list of two losses on a one-output model is the file's fault: `check` fails that file
+    (exit 1) and goes on with the next, with `--data` as without (it used to stop the run as a
+    usage error, exit 2, with `--data`)."""
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, name="head")])
+    model.compile(optimizer="adam", loss=["mse", "mse"])
+    bad, good, data = tmp_path / "bad.keras", tmp_path / "good.keras", tmp_path / "d.npz"
+    model.save(bad)
+    model.compile(optimizer="adam", loss="mse")
+    model.save(good)
+    rng = np.random.default_rng(0)
+    np.savez(data, x=rng.standard_normal((8, 3)), y=rng.standard_normal((8, 1)))
+    for extra in ([], ["--data", str(data)]):
+        result = CliRunner().invoke(cli.main, ["check", str(bad), str(good), *extra, "--json"])
+        assert result.exit_code == 1, result.output
+        files = json.loads(result.stdout)["files"]
+        assert [f["verdict"] for f in files] == ["FAIL", "PASS"], extra
+        said = " ".join(c["message"] for c in files[0]["checks"])
+        assert "the compiled loss is a list of 2 losses" in said, extra

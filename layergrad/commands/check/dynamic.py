@@ -278,6 +278,7 @@ def _data_stream(
     from layergrad.commands.over_data import open_labels, open_stream
     from layergrad.commands.session import probe_batch
     from layergrad.data.label_stream import summarise_batches
+    from layergrad.engine.compiled_loss import label_request
     from layergrad.engine.trace import record_calls
     from layergrad.model.loss_forms import find_loss
 
@@ -291,9 +292,10 @@ def _data_stream(
             return None
 
     heads.judge_on_probe(recorded, info, options.loss, add)  # --data is streamed later
-    spec = find_loss(info.compile_config, options.loss)
+    # a compiled loss that does not fit the model's outputs fails the file, before the data
+    request = label_request(model, find_loss(info.compile_config, options.loss))
     try:  # the data does not fit this model: the command is wrong, not the file
-        labelled: Labelled | None = open_labels(model, spec, probe, strict=False)
+        labelled: Labelled | None = open_labels(model, request, probe, strict=False)
         batches = open_stream(model, probe, strategy)
     except LayergradError as exc:
         raise UsageError(f"{os.fspath(info.path)}: {exc}") from exc
