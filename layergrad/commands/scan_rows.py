@@ -258,10 +258,10 @@ def scan_report(
             f"the forward pass turns non-finite (NaN/Inf) at layer {bad.site.ref!r}, and so "
             "is every activation computed from it"
         )
-    notes += [why.constant_output(c.output, c.layer, c.reason).message for c in constant]
+    notes += [why.constant_output(c).message for c in constant]
     scale = unscaled_input(trace, graph, layers)
     if scale is not None:
-        cause = why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
+        cause = why.input_range(scale)
         notes.append(f"{cause.message}; {cause.hint}")
     return replace(
         report,

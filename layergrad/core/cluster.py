@@ -97,14 +97,9 @@ def cluster_from_env(environ: Mapping[str, str] | None = None) -> Cluster:
             f"{where}: task {task_type} {task_index} is not in the cluster, which has "
             f"{len(tasks[task_type])} {task_type} task(s)"
         )
-    offset = len(tasks["chief"]) if task_type == "worker" else 0
-    return Cluster(
-        workers=len(tasks["chief"]) + len(tasks["worker"]),
-        index=offset + task_index,
-        task_type=task_type,
-        task_index=task_index,
-        addresses=(*tasks["chief"], *tasks["worker"]),
-    )
+    addresses = (*tasks["chief"], *tasks["worker"])  # numbered as the strategy numbers them
+    index = task_index + (len(tasks["chief"]) if task_type == "worker" else 0)
+    return Cluster(len(addresses), index, task_type, task_index, addresses)
 
 
 def wait_for_peers(cluster: Cluster, timeout: float, poll: float = 0.2) -> None:

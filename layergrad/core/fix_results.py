@@ -143,8 +143,5 @@ class FixReport(NotebookDisplay):
     @property
     def ok(self) -> bool:
         """Every failing finding has a verified repair (exit 0); nothing to fix is ok too."""
-        for finding in self.failing:
-            mine = [r for r in self.repairs if r.finding == finding or finding in r.gone]
-            if not any(r.verdict == Verdict.VERIFIED for r in mine):
-                return False
-        return True
+        verified = [r for r in self.repairs if r.verdict == Verdict.VERIFIED]
+        return all(any(r.finding == f or f in r.gone for r in verified) for f in self.failing)

@@ -35,13 +35,9 @@ def status_flags(status: Status, dead: float | None) -> tuple[Finding, ...]:
         >>> status_flags(Status.OK, 0.75)
         (<Finding.DEAD: 'dead'>,)
     """
-    if status == Status.NONE:
-        return (Finding.BLOCKED,)
-    if status == Status.NONFINITE:
-        return (Finding.NONFINITE,)
-    if dead is not None and dead > DEAD_FRACTION:
-        return (Finding.DEAD,)
-    return ()
+    if status in (Status.NONE, Status.NONFINITE):
+        return (Finding.BLOCKED if status == Status.NONE else Finding.NONFINITE,)
+    return (Finding.DEAD,) if dead is not None and dead > DEAD_FRACTION else ()
 
 
 def status_of(grad: np.ndarray | None) -> Status:

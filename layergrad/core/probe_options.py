@@ -277,10 +277,7 @@ class JacobianOptions:
 
 def check_options(measure: str, probes: int | None, exact: bool) -> None:
     """Raise UsageError for a measure or a combination of options that means nothing."""
-    if measure not in Measure.words():
-        raise UsageError(
-            f"measure must be one of {', '.join(Measure.words())}: measure={measure!r}"
-        )
+    _word(Measure, measure, "measure")
     if measure != Measure.JACOBIAN and (probes is not None or exact):
         raise UsageError("--probes and --exact apply to --measure jacobian; add it or drop them")
     if probes is not None and exact:

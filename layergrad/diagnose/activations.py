@@ -14,20 +14,11 @@ def activation_name(layer: KerasLayer) -> str | None:
     """'relu', 'sigmoid', 'tanh', 'softmax' for layers that apply one, else None: an
     activation layer (``ReLU``, ``Softmax``), or a layer's ``activation`` given by name, as a
     function (``keras.activations.relu``, ``tf.nn.softmax``) or as a layer instance."""
-    if layer is None:
-        return None
-    class_name = type(layer).__name__
-    if class_name in ("ReLU", "Softmax"):
-        return _kept(activation_named(class_name))
-    function = getattr(layer, "activation", None)
+    own = type(layer).__name__ in ("ReLU", "Softmax")  # the layer is its activation
+    function = layer if own else getattr(layer, "activation", None)
     if function is None:
         return None
-    if type(function).__name__ == "ReLU":
-        return "relu"
-    return _kept(activation_named(getattr(function, "__name__", None) or type(function).__name__))
-
-
-def _kept(name: str) -> str | None:
+    name = activation_named(getattr(function, "__name__", None) or type(function).__name__)
     return name if name in ("relu", "sigmoid", "tanh", "softmax") else None
 
 

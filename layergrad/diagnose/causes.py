@@ -1,20 +1,15 @@
-"""Why a gradient is None, zero or non-finite: one table, one entry a cause code.
-
-Each `CauseKind` holds a code (a `Finding`), what it means, how `diagnoser.py` detects it and
-what fixes it (the README's cause table is generated from these: `docs/make_tables.py`), and
-the words its causes are said in: one `Says` a variant, whose message and hint are templates
-over the facts the diagnosis found (`{layer!r}`, `{fraction:.0%}`; `!q` quotes a name for the
-shell). `cause(name, layer, **facts)` renders one into the finding record (`core/results.Reason`)
-with its facts kept typed beside the words. Finding the evidence is `diagnoser.py`'s job.
-No TensorFlow.
+"""Why a gradient is None, zero or non-finite: one table (`KINDS`), one entry a cause code,
+from which `docs/make_tables.py` writes the README's cause table. `cause(name, layer, **facts)`
+says one variant (`Says`) into the finding record, its facts kept typed beside the words.
+Finding the evidence is `diagnoser.py`'s job. No TensorFlow.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
-from layergrad.core.results import Fact, Reason, reads, say
+from layergrad.core.results import ConstantOutput, Fact, InputRange, Reason, reads, say
 from layergrad.core.vocab import Finding
 
 # What the diagnosis looks at, for the `unknown` cause to say.
@@ -396,11 +391,9 @@ def fallback_hint(code: str, layer: str | None = None) -> str:
     if name is None:
         return ""
     kind, says = BY_NAME[name]
-    return (
-        kind.fix
-        if layer is None and "layer" in reads(says.hint)
-        else say(says.hint, {"layer": layer})
-    )
+    if layer is None and "layer" in reads(says.hint):
+        return kind.fix
+    return say(says.hint, {"layer": layer})
 
 
 def cause(name: str, layer: str | None = None, **facts: Fact) -> Reason:
@@ -420,17 +413,22 @@ def cause(name: str, layer: str | None = None, **facts: Fact) -> Reason:
     )
 
 
-def constant_output(output: str, layer: str, reason: str) -> Reason:
-    """A model output that is the same for every sample, from `layer` on, for `reason` (a
+def constant_output(found: ConstantOutput) -> Reason:
+    """A model output that is the same for every sample, from its layer on, for its reason (a
     `forward_findings.reason`; one it does not know is said as `constant`)."""
-    said = reason if f"constant_output/{reason}" in BY_NAME else "constant"
-    return cause(f"constant_output/{said}", layer, output=output, reason=reason)
+    said = found.reason if f"constant_output/{found.reason}" in BY_NAME else "constant"
+    return cause(f"constant_output/{said}", found.layer, **_facts(found))
 
 
-def input_range(name: str, mean_abs: float, layer: str, kind: str, pinned: float) -> Reason:
+def input_range(found: InputRange) -> Reason:
     """Inputs far from unit scale that pin the first ReLU / sigmoid / tanh layer, raw pixels
-    (`kind` "pixels", `pinned` their largest value) reaching the first convolution, or raw
-    units (`kind` "units", `pinned` a feature's largest root mean square) reaching the first
+    (kind "pixels", `pinned` their largest value) reaching the first convolution, or raw
+    units (kind "units", `pinned` a feature's largest root mean square) reaching the first
     layer with weights."""
-    says = f"input_range/{kind}" if kind in ("pixels", "relu", "units") else "input_range"
-    return cause(says, layer, input=name, mean_abs=mean_abs, kind=kind, pinned=pinned)
+    kind = found.kind if found.kind in ("pixels", "relu", "units") else None
+    return cause("input_range" + (f"/{kind}" if kind else ""), found.layer, **_facts(found))
+
+
+def _facts(found: ConstantOutput | InputRange) -> dict[str, Fact]:
+    """A found record's fields but its layer, in order: the facts its cause is said from."""
+    return {name: value for name, value in asdict(found).items() if name != "layer"}

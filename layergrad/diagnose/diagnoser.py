@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from layergrad.core.gradient_stats import dead_fraction, status_of
-from layergrad.core.results import Reason
+from layergrad.core.results import ConstantOutput, Reason
 from layergrad.core.tf_types import KerasLayer, KerasModel
 from layergrad.core.vocab import Finding, Status
 from layergrad.data.probe_input import ProbeBatch
@@ -87,18 +87,14 @@ class Diagnoser:
         return self._traces[site.key]
 
     def _none(self, trace: Trace, path: PathView) -> list[Reason]:
-        causes = []
-        for key in path.nodes:
-            act = path.activation(key)
-            if act is not None and not act.is_float:
-                causes.append(why.cause("integer_path", act.site.ref, dtype=act.dtype))
-                break
+        acts = [path.activation(key) for key in path.nodes]
+        causes = [_integer_path(a) for a in acts if a is not None and not a.is_float][:1]
         for key in path.blockers(lambda g: g is None, need_all=True):
             inputs = path.inputs_of(key)
             if inputs and not any(a.is_float for a in inputs):
                 # integer inputs (ids into an Embedding) have no gradient: the integer path is
                 # the cause, not the layer's own index ops (a comparison, a gather)
-                causes.append(why.cause("integer_path", inputs[0].site.ref, dtype=inputs[0].dtype))
+                causes.append(_integer_path(inputs[0]))
                 continue
             causes.extend(self._blocked_at(trace, path, key))
         return causes
@@ -144,7 +140,7 @@ class Diagnoser:
             return []
         why_constant = reason(act, self.layers) if is_constant(act) else None
         if why_constant == "softmax_one_unit":  # not saturation: the function is constant
-            return [why.constant_output(ref, ref, why_constant)]
+            return [why.constant_output(ConstantOutput(ref, ref, why_constant))]
         causes = []
         if "float16" in {act.dtype, *(p.dtype for p in path.inputs_of(key))}:
             causes.append(why.cause("float16_underflow", ref))
@@ -157,11 +153,10 @@ class Diagnoser:
             pinned = saturated_fraction(act.value, kind)
             causes += [why.cause("saturated", ref, kind=kind, fraction=pinned)] if pinned else []
         if why_constant is not None:
-            causes.append(why.constant_output(ref, ref, why_constant))
+            causes.append(why.constant_output(ConstantOutput(ref, ref, why_constant)))
         scale = unscaled_input(path.trace, self.graph, self.layers, False) if pinned else None
         if scale is not None:  # the units are pinned because the inputs are not scaled
-            said = (scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
-            causes.insert(0, why.input_range(*said))
+            causes.insert(0, why.input_range(scale))
         return causes
 
     def _nonfinite_backward(self, trace: Trace, path: PathView) -> list[Reason]:
@@ -220,9 +215,12 @@ def static_causes(
             reverse = graph.depends(src.path, dst.path, to_call=src.call, frm_call=dst.call)
             said = "reversed_order" if reverse else "not_downstream"
             causes.append(why.cause(said, dst.ref, source=src.ref))
-    causes += [why.cause("integer_path", a.site.ref, dtype=a.dtype)
-               for a in (source, target) if not a.is_float]  # fmt: skip
-    return tuple(causes)
+    return (*causes, *(_integer_path(a) for a in (source, target) if not a.is_float))
+
+
+def _integer_path(act: Activation) -> Reason:
+    """`integer_path` at an activation that is not floating-point."""
+    return why.cause("integer_path", act.site.ref, dtype=act.dtype)
 
 
 def dedupe(causes: list[Reason]) -> tuple[Reason, ...]:
@@ -275,19 +273,15 @@ def gradient_warnings(
     Exploding: above 1e6. Mostly zero: more than half of the values are exactly 0.
     """
     out = []
-    dead = dead_units is not None and dead_units > MOSTLY_ZERO
-    if zero_fraction > MOSTLY_ZERO and structural and not dead:
-        out.append(
-            f"{zero_fraction:.0%} of d {dst} / d {src} is exactly zero, by design: "
-            + "; ".join(structural[:3])
-        )
-    elif zero_fraction > MOSTLY_ZERO:
-        what = (
-            f"{dead_units:.0%} of the units of {src} get zero gradient for every sample{DEAD_MARK}"
-            if dead and dead_units is not None
-            else "inactive paths between the two layers"
-        )
-        out.append(f"{zero_fraction:.0%} of d {dst} / d {src} is exactly zero: {what}")
+    if zero_fraction > MOSTLY_ZERO:
+        if dead_units is not None and dead_units > MOSTLY_ZERO:
+            units = f"{dead_units:.0%} of the units of {src}"
+            what = f": {units} get zero gradient for every sample{DEAD_MARK}"
+        elif structural:
+            what = ", by design: " + "; ".join(structural[:3])
+        else:
+            what = ": inactive paths between the two layers"
+        out.append(f"{zero_fraction:.0%} of d {dst} / d {src} is exactly zero{what}")
     gain = max_abs * (source_size if source_size > 0 else 1.0)
     for flag, found, effect in (
         (Finding.VANISHING, gain < VANISHING_GAIN, f"moving {src} barely moves {dst}"),

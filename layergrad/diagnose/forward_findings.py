@@ -119,8 +119,8 @@ def unscaled_input(
     trace: Trace, graph: ModelGraph | None, layers: Mapping[str, KerasLayer], pixels: bool = True
 ) -> InputRange | None:
     """Inputs far from unit scale that pin the first ReLU / sigmoid / tanh layer they feed;
-    else (with `pixels`) raw pixels that reach the first convolution unscaled (`raw_pixels`), or
-    features in raw units that reach the first layer with weights unscaled (`raw_units`)."""
+    else (with `pixels`) raw pixels or raw units that reach the first layer with weights
+    unscaled (`raw_input`)."""
     for inp in _float_inputs(trace):
         magnitude = mean_abs(inp.value)
         if magnitude <= UNSCALED:
@@ -129,16 +129,14 @@ def unscaled_input(
             kind = activation_name(layers.get(act.site.path))
             if kind is None or not _fed_by(graph, act, inp):
                 continue
-            if normalized_first(trace, graph, layers, act, inp):
-                break  # a normalising layer scales this input before it reaches `act`
             value = act.value
             pinned = dead_fraction(value) if kind == "relu" else saturated_fraction(value, kind)
-            if pinned >= PINNED:
+            if pinned >= PINNED and not normalized_first(trace, graph, layers, act, inp):
                 return InputRange(inp.site.ref, magnitude, act.site.ref, kind, pinned)
-            break  # the first activation fed by this input is fine
+            break  # the first activation this input feeds decides (unless normalised before it)
     if not pixels:
         return None
-    return raw_pixels(trace, graph, layers) or raw_units(trace, graph, layers)
+    return raw_input(trace, graph, layers)
 
 
 def _float_inputs(trace: Trace) -> list[Activation]:
@@ -149,58 +147,43 @@ def _float_inputs(trace: Trace) -> list[Activation]:
 def feature_scale(value: np.ndarray) -> float:
     """The largest root mean square over the batch of one feature (the last axis) of `value`:
     sqrt(mean^2 + spread^2), large when its values sit far from 0 or vary widely."""
-    if value.ndim == 0 or not value.size:
+    if value.ndim == 0 or not value.size or not finite(value):
         return 0.0
     v = value.astype(np.float64).reshape(-1, value.shape[-1] if value.ndim > 1 else 1)
-    if not np.all(np.isfinite(v)):
-        return 0.0
     return float(np.sqrt(np.mean(v * v, axis=0)).max())
 
 
-def raw_units(
+def raw_input(
     trace: Trace, graph: ModelGraph | None, layers: Mapping[str, KerasLayer]
 ) -> InputRange | None:
-    """A float input with a feature of root mean square above `RAW_SCALE` (prices, years:
-    hundreds or thousands) that reaches the first layer with a kernel still at that scale, no
-    normalising layer before or right after it. Read off the data, not the activations: a
-    ReLU is never pinned by large inputs, so no saturation rule sees it. `pinned` holds that
-    largest root mean square."""
-    for inp in _float_inputs(trace):
-        scale = feature_scale(inp.value)
-        first = _first_kernel(trace, graph, layers, inp) if scale > RAW_SCALE else None
-        if first is None:
-            continue
-        act, preds = first
-        floats = [p for p in preds if p.is_float]
-        if not floats or any(feature_scale(p.value) <= RAW_SCALE for p in floats):
-            continue  # what reaches the layer was scaled (or turned into ids) on the way
-        if graph is not None and _normalized_next(graph, act.site.key, layers):
-            continue  # its output goes straight into a normalization layer
-        return InputRange(inp.site.ref, mean_abs(inp.value), act.site.ref, "units", scale)
+    """An input of raw values that reaches the first layer with a kernel still raw, no
+    normalising layer before or right after it: raw pixels (`_pixels`) reaching a convolution,
+    whose kernels see inputs ~255 times larger than their initialisation is scaled for
+    (`pinned`: their largest value; needs the graph), else a float feature of root mean square
+    above `RAW_SCALE` (prices, years: `pinned` holds that largest root mean square). Read off
+    the data, not the activations: a ReLU is never pinned by large inputs, so no saturation
+    rule sees them."""
+    for kind in ("pixels", "units") if graph is not None and graph.preds else ("units",):
+        for inp in (a for a in _float_inputs(trace) if _raw(kind, a.value)):
+            first = _first_kernel(trace, graph, layers, inp)
+            if first is None:
+                continue
+            act, preds = first
+            if kind == "pixels" and "Conv" not in type(layers.get(act.site.path)).__name__:
+                continue
+            reads = [p for p in preds if p.is_float or kind == "pixels"]
+            if not reads or not all(_raw(kind, p.value) for p in reads):
+                continue  # what reaches the layer was scaled (or turned into ids) on the way
+            if graph is not None and _normalized_next(graph, act.site.key, layers):
+                continue  # its output goes straight into a normalization layer
+            value = inp.value.astype(np.float64)
+            said = float(value.max()) if kind == "pixels" else feature_scale(value)
+            return InputRange(inp.site.ref, mean_abs(value), act.site.ref, kind, said)
     return None
 
 
-def raw_pixels(
-    trace: Trace, graph: ModelGraph | None, layers: Mapping[str, KerasLayer]
-) -> InputRange | None:
-    """An image input of raw pixels (`_pixels`) that reaches the first layer with weights, a
-    convolution, unscaled: its kernels see inputs ~255 times larger than their initialisation
-    is scaled for, and a ReLU after it never saturates. A convolution with a normalising layer
-    before it, or a normalization layer right after it (which divides the scale out), is left
-    alone."""
-    if graph is None or not graph.preds:
-        return None
-    for inp in (a for a in _float_inputs(trace) if _pixels(a.value)):
-        first = _first_kernel(trace, graph, layers, inp)
-        if first is None:
-            continue
-        act, preds = first
-        conv = "Conv" in type(layers.get(act.site.path)).__name__
-        raw = conv and bool(preds) and all(_pixels(p.value) for p in preds)
-        if raw and not _normalized_next(graph, act.site.key, layers):
-            top = float(inp.value.astype(np.float64).max())
-            return InputRange(inp.site.ref, mean_abs(inp.value), act.site.ref, "pixels", top)
-    return None
+def _raw(kind: str, value: np.ndarray) -> bool:
+    return _pixels(value) if kind == "pixels" else feature_scale(value) > RAW_SCALE
 
 
 def _first_kernel(

@@ -26,23 +26,12 @@ SAME_REL = 1e-6  # mean |g| this close is the same number (float32 rounding, not
 def compare(
     base: Profile, new: Profile, tolerance: float = DEFAULT_TOLERANCE, same_data: bool = True
 ) -> DiffReport:
-    """Compare two profiles row by row (matched by name) under the regression rules.
-
-    Args:
-        base, new: the reference scan (the committed baseline, the model before the change)
-            and the scan of the model under test.
-        tolerance: the largest change of mean |g|, in decades, that is not a regression.
-        same_data: False to compare scans made over different data on purpose (the probe's
-            source and the inputs' sample counts are then not compared).
-
-    Returns:
-        A DiffReport: the new scan's rows in order, each removed row after the row that
-        preceded it in the base scan.
-
-    Raises:
-        UsageError: a tolerance that is not a positive number, or profiles made with another
-            probe, target or kind of scan.
-    """
+    """Compare the reference scan `base` with the scan under test `new` row by row (matched by
+    name): the new scan's rows in order, each removed row after the row before it in `base`.
+    `tolerance` is the largest change of mean |g|, in decades, that is not a regression;
+    `same_data` False compares scans over different data on purpose (the probe's source and
+    the inputs' sample counts are then not compared). Raises UsageError for a tolerance that
+    is not a positive number, or profiles made with another probe, target or kind of scan."""
     check_tolerance(tolerance)
     comparable(base, new, same_data)
     old = {r.name: r for r in base.rows}

@@ -132,9 +132,8 @@ def _linear_source(
     layer = by_path.get(path)
     if getattr(layer, "kernel", None) is None or activation_name(layer) is not None:
         return None
-    own = getattr(layer, "activation", None)
-    name = getattr(own, "__name__", "linear") if own is not None else "linear"
-    return path if name == "linear" else None
+    own = getattr(layer, "activation", None)  # None, or a function: linear when it has none
+    return path if getattr(own, "__name__", "linear") == "linear" else None
 
 
 def _unscaled(path: str | None, calls: list[tuple[str, list[object], list[object]]]) -> bool:

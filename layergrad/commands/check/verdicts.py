@@ -269,7 +269,7 @@ def forward_parts(report: ScanReport, trained: bool) -> tuple[list[Finding], lis
     from layergrad.diagnose import causes as why
 
     findings: list[Finding] = []
-    reasons = [why.constant_output(c.output, c.layer, c.reason) for c in report.constant]
+    reasons = [why.constant_output(c) for c in report.constant]
     if reasons:
         findings.append(Finding.CONSTANT_OUTPUT)
     scale = report.input_range
@@ -277,9 +277,7 @@ def forward_parts(report: ScanReport, trained: bool) -> tuple[list[Finding], lis
         scale = None  # trained on these values, its kernels are scaled for them
     if scale is not None:
         findings.append(Finding.INPUT_RANGE)
-        reasons.append(
-            why.input_range(scale.input, scale.mean_abs, scale.layer, scale.kind, scale.pinned)
-        )
+        reasons.append(why.input_range(scale))
     return findings, reasons
 
 

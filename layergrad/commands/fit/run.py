@@ -42,7 +42,7 @@ from layergrad.data.sources import DataStream
 from layergrad.data.stall import stall_watch
 from layergrad.data.value_checks import reader_refusal, tf_dtype
 from layergrad.diagnose import causes as why
-from layergrad.diagnose.forward_findings import raw_pixels, raw_units
+from layergrad.diagnose.forward_findings import raw_input
 from layergrad.engine.compiled_loss import compile_loss, label_request
 from layergrad.engine.layer_calls import model_args, model_targets
 from layergrad.engine.loader import LoadedModel
@@ -222,12 +222,11 @@ def input_scale(model: KerasModel, info: FileInfo, stream: DataStream) -> Reason
     except Exception:  # the model's own code, a batch the stream cannot make again
         return None
     layers = dict(iter_layers(model))
-    found = raw_pixels(trace, info.graph, layers) or raw_units(trace, info.graph, layers)
+    found = raw_input(trace, info.graph, layers)
     if found is None:
         return None
-    cause = why.input_range(found.input, found.mean_abs, found.layer, found.kind, found.pinned)
-    return Reason(Finding.INPUT_RANGE, f"{cause.message}. Fix: {cause.hint}", layer=cause.layer,
-                  step=0)  # fmt: skip
+    cause = why.input_range(found)
+    return Reason(Finding.INPUT_RANGE, str(cause), layer=cause.layer, step=0)
 
 
 def compile_for_fit(
