@@ -24,19 +24,18 @@ def checkpoint_from_rows(
     row: int,
     step: int,
     *,
+    counted: int,
+    input_names: Sequence[str],
     epoch: int,
     batch: int,
     loss: float | None,
     layers: Sequence[LayerVariables],
     variables: Sequence[KerasVariable],
     order: Sequence[str],
-    counted: int | None = None,
-    input_names: Sequence[str] = (),
 ) -> Checkpoint:
     """The checkpoint of step `step` (from 0), from row `row` of the results `read`; its
     layers in `order` (their paths). `counted`: the step's number as the monitored step
-    counts it (default `step`; less when Keras's own first step built the model)."""
-    counted = step if counted is None else counted
+    counts it (less than `step` when Keras's own first step built the model)."""
     grads, acts, dead = read["grads"][row], read["activations"][row], read["dead"][row]
     if int(read["forward_at"][row]) != counted:  # the forward pass was finite: not measured
         acts, dead = np.zeros_like(acts), np.zeros_like(dead)

@@ -372,7 +372,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         model = self.model
         chance = self.chance_loss
         if chance is None:
-            chance = rules.chance_loss(loss_name(model), output_units(model))
+            chance = rules.chance_loss(loss_name(model.loss), output_units(model))
         return rules.findings(
             self._losses,
             self._checkpoints,
@@ -398,7 +398,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
             every=self.every,
             steps=len(self._losses),
             epochs=self._epochs(),
-            loss_name=loss_name(model),
+            loss_name=loss_name(model.loss),
             optimizer=type(optimizer).__name__ if optimizer is not None else "",
             learning_rate=lr,
             losses=tuple(self._losses),
