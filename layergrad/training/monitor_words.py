@@ -4,12 +4,10 @@ gradients it cannot see), Keras's logged loss, `every` and `verbose`; and, with 
 (as Keras's own callbacks, nothing by default), one line on stderr per new finding while
 training runs and a summary when it ends.
 
-While training runs, only the findings a part of the run can show are said (a NaN/Inf, a
-loss that grows, units that die, a layer whose gradient vanishes, explodes or stalls, a head
-whose predictions are constant); the findings about the shape of the whole loss curve wait
-for its end, where every finding of the report not said yet gets its line before the
-summary. A finding said while training that the whole run does not bear out is named in the
-summary, so the last word is the report's.
+While training runs, only the findings a part of the run can show (`EARLY`) are said; those
+about the shape of the whole loss curve wait for its end, where every finding of the report
+not said yet gets its line before the summary. A finding said while training that the whole
+run does not bear out is named in the summary, so the last word is the report's.
 """
 
 from __future__ import annotations
@@ -121,11 +119,8 @@ def summary_line(report: FitReport, said: Sequence[Reason]) -> str:
         text += f"{_count(len(found), 'finding')}: " + ", ".join(_name(f) for f in found)
     else:
         text += "no finding"
-    gone = [s for s in said if not any(same_finding(s, f) for f in found)]
-    if gone:
-        text += "; said during training, not borne out by the whole run: " + ", ".join(
-            _name(f) for f in gone
-        )
+    if gone := [_name(s) for s in said if not any(same_finding(s, f) for f in found)]:
+        text += "; said during training, not borne out by the whole run: " + ", ".join(gone)
     if report.stopped:
         text += f"; training stopped early on {report.stopped}"
     return text
