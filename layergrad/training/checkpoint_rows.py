@@ -1,7 +1,5 @@
 """A checkpoint of a monitored fit, from the rows of the step's results (`StepResults`), and
-its TensorBoard summaries (`GradientMonitor(log_dir=...)`): per layer
-`layergrad/update_ratio/`, `layergrad/grad_l2/`, `layergrad/dead_fraction/` scalars and a
-`layergrad/gradient/` histogram."""
+its TensorBoard summaries (`GradientMonitor(log_dir=...)`)."""
 
 from __future__ import annotations
 
@@ -13,7 +11,7 @@ import numpy as np
 from layergrad.core.fit_results import Checkpoint, LayerStats, VariableStats
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import KerasVariable, SummaryWriter
-from layergrad.training.step_hook import LayerVariables
+from layergrad.training.step_hook import LayerVariables, StepHook
 from layergrad.training.step_reductions import DEAD, GRAD_NONFINITE, GRAD_SQ, UNITS, WEIGHT_SQ
 
 _NOT_REDUCED = np.array([0.0, 0.0, 0.0, 0.0, -1.0])  # a variable row read as "no gradient"
@@ -23,20 +21,17 @@ def checkpoint_from_rows(
     read: dict[str, np.ndarray],
     row: int,
     step: int,
+    counted: int,
+    hook: StepHook,
     *,
     epoch: int,
     batch: int,
     loss: float | None,
-    layers: Sequence[LayerVariables],
-    variables: Sequence[KerasVariable],
-    order: Sequence[str],
-    counted: int | None = None,
-    input_names: Sequence[str] = (),
 ) -> Checkpoint:
-    """The checkpoint of step `step` (from 0), from row `row` of the results `read`; its
-    layers in `order` (their paths). `counted`: the step's number as the monitored step
-    counts it (default `step`; less when Keras's own first step built the model)."""
-    counted = step if counted is None else counted
+    """The checkpoint of step `step` (from 0), from row `row` of the results `read` of `hook`;
+    its layers in the order the step called them. `counted`: the step's number as the
+    monitored step counts it (less than `step` when Keras's own first step built the model)."""
+    layers, variables, input_names = hook.layers, hook.variables, hook.input_names
     grads, acts, dead = read["grads"][row], read["activations"][row], read["dead"][row]
     if int(read["forward_at"][row]) != counted:  # the forward pass was finite: not measured
         acts, dead = np.zeros_like(acts), np.zeros_like(dead)
@@ -61,7 +56,7 @@ def checkpoint_from_rows(
         learning_rate=lr,
         layers=tuple(
             _layer_row(layers[index[p]], grads, dead[index[p]], int(acts[index[p]]), lr)
-            for p in order
+            for p in hook.order()
         ),
         variables=tuple(
             _variable_row(v, owner.get(i, ""), grads[i]) for i, v in enumerate(variables)
@@ -120,12 +115,8 @@ def write_summaries(
     position = {e.path: i for i, e in enumerate(layers)}
     with writer.as_default():
         for row in checkpoint.layers:
-            for name, value in (
-                ("update_ratio", row.update_ratio),
-                ("grad_l2", row.grad_l2),
-                ("dead_fraction", row.dead_fraction),
-            ):
-                if value is not None:
+            for name in ("update_ratio", "grad_l2", "dead_fraction"):
+                if (value := getattr(row, name)) is not None:
                     tf.summary.scalar(f"layergrad/{name}/{row.layer}", value, checkpoint.step)
             index = position[row.layer]
             if not layers[index].variables:

@@ -40,18 +40,14 @@ def layers_and_variables(model: KerasModel) -> tuple[list[LayerVariables], list[
     return layers, variables
 
 
-def loss_name(model: KerasModel) -> str:
-    loss = getattr(model, "loss", None)
+def loss_name(loss: object) -> str:
+    """The name of a compiled loss (`model.loss`: one, a list or a dict of them; "": none)."""
     if loss is None:
         return ""
     if isinstance(loss, (list, tuple)):
-        return ", ".join(loss_name_of(v) for v in loss)
+        return ", ".join(loss_name(v) for v in loss)
     if isinstance(loss, dict):
-        return ", ".join(f"{k}: {loss_name_of(v)}" for k, v in loss.items())
-    return loss_name_of(loss)
-
-
-def loss_name_of(loss: object) -> str:
+        return ", ".join(f"{k}: {loss_name(v)}" for k, v in loss.items())
     if isinstance(loss, str):
         return loss
     return str(getattr(loss, "name", None) or getattr(loss, "__name__", type(loss).__name__))

@@ -5,17 +5,12 @@
     model.fit(x, y, epochs=5, callbacks=[monitor])
     monitor.report.findings    # the Reason of each problem seen
 
-Every `every` steps, and on the first and the last, the step's own batch is reduced inside
-the compiled step (`step_hook.py`): d loss / d every trainable variable, each layer's update
-ratio, gradient L2, dead-unit fraction and non-finite counts. Every step records whether
-anything was NaN/Inf and its loss (with `steps_per_execution > 1` too: each step of an
-execution has its own row, so a step is one optimizer step and a checkpoint is its own
-step's gradient), in a ring the callback reads when Keras's logs turn NaN/Inf, before it
-or the rows of the checkpoints (`KEPT` of them) wrap round, and, with `stop_on_nonfinite`,
-after a checkpoint that counted a NaN/Inf; the first non-finite step is reduced in full,
-named, and (with `stop_on_nonfinite`) ends training. At the end the findings rules
-(`rules.py`) run over the record; `report` writes it as JSON (`.json`) or a page (`.html`),
-`log_dir` writes TensorBoard scalars and histograms as it goes.
+The compiled step (`step_hook.py`) reduces the batch of every `every`-th step (and of the
+first and last) and writes each step's loss and NaN/Inf flag into a ring, a row per optimizer
+step (with `steps_per_execution > 1` too). The callback reads the ring when Keras's logs turn
+NaN/Inf and before a ring wraps round; the first non-finite step is reduced in full, named,
+and (with `stop_on_nonfinite`) ends training. At the end the findings rules (`rules.py`) run
+over the record.
 """
 
 from __future__ import annotations
@@ -63,6 +58,13 @@ from layergrad.training.step_hook import StepHook, TrainFunction, trace_key
 # The wrappers installed on each model (by id) until its monitored fit ends: a fit that raised
 # never calls on_train_end, and the next monitored fit of that model closes them first.
 _OPEN: dict[int, contextlib.ExitStack] = {}
+
+
+def _close(model: object) -> None:
+    """Remove the wrappers installed on `model`, if any."""
+    stack = _OPEN.pop(id(model), None)
+    if stack is not None:
+        stack.close()
 
 
 class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
@@ -138,7 +140,6 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         self._measuring = False  # whether the running execution measures every step
         self._unread: list[_Execution] = []  # executions whose losses are still in the ring
         self._measured: int | None = None  # the first unread measured step
-        self._stack: contextlib.ExitStack | None = None
         self._writer: SummaryWriter = None  # opened by on_train_begin
         self._begun: int | None = None  # the first monitored step (1 when Keras built the model)
         self._notes: list[str] = []
@@ -173,12 +174,9 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         else:  # the same model, compiled alike: run the steps an earlier fit traced again
             self._hook = traced[1]
             self._hook.results.reset()
-        stale = _OPEN.pop(id(model), None)
-        if stale is not None:
-            stale.close()
-        self._stack = contextlib.ExitStack()
-        self._stack.enter_context(self._hook.installed())
-        _OPEN[id(model)] = self._stack
+        _close(model)
+        _OPEN[id(model)] = contextlib.ExitStack()
+        _OPEN[id(model)].enter_context(self._hook.installed())
         if traced is None:
             traced = self._traced = (key, self._hook, self._hook.train_functions())
         self._functions = traced[2]  # (measuring, ordinary)
@@ -186,8 +184,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
             try:
                 self._writer = tf.summary.create_file_writer(self.log_dir)
             except (tf.errors.OpError, OSError) as exc:  # e.g. a folder no one can create
-                self._stack.close()
-                _OPEN.pop(id(model), None)
+                _close(model)
                 said = op_message(exc)[:200]
                 raise OutputError(
                     f"log_dir {self.log_dir}: TensorBoard cannot write there ({said})"
@@ -225,14 +222,18 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         # with stop_on_nonfinite, a measured step's NaN/Inf stops training at once, even one
         # only in its gradients (Keras's logs show only the loss): one read of the counts
         watch = self._measuring and self.stop_on_nonfinite and self._nonfinite is None
-        counts = hook.results.read_counts() if rows > 1 or watch else (0, 0)
-        ran = 1 if rows == 1 else counts[0] - (self._step - self._begun)
+        # [steps this fit has run, of them non-finite]
+        counts = hook.results.counts.read_value().numpy() if rows > 1 or watch else (0, 0)
+        ran = 1 if rows == 1 else int(counts[0]) - (self._step - self._begun)
         self._unread.append(
             _Execution(self._step, ran, self._epoch, self._first_batch, self._measuring, logged)
         )
         self._step += ran
-        if not hook.sees_loss or not hook.sees_gradients:
-            self._blind_once()
+        if not hook.sees_loss or not hook.sees_gradients:  # say once what the step hides
+            note = blind_note(self.model, hook.sees_gradients)
+            if note not in self._notes:
+                self._notes.append(note)
+                warnings.warn(f"GradientMonitor: {note}", UserWarning, stacklevel=2)
         if self._measuring and self._measured is None:
             self._measured = self._unread[-1].first
         # Read when Keras's logs (its running mean loss) show a NaN/Inf (between checkpoints,
@@ -246,23 +247,12 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         if full or not _finite(logs) or (watch and counts[1] > 0):
             self._read()
 
-    def _blind_once(self) -> None:
-        """Say once what this train_step hides from the monitor."""
-        note = blind_note(self.model, self._hook.sees_gradients)
-        if note not in self._notes:
-            self._notes.append(note)
-            warnings.warn(f"GradientMonitor: {note}", UserWarning, stacklevel=2)
-
     def on_train_end(self, logs: dict[str, object] | None = None) -> None:
         if self._unread:
             self._read()
-        if self._stack is not None:
-            _OPEN.pop(id(self.model), None)
-            self._stack.close()
-            self._stack = None
+        _close(self.model)
         if self._writer is not None:
-            self._writer.flush()
-            self._writer.close()
+            self._writer.close()  # (flushes it)
         self.report = self._build_report()
         if self.verbose:
             self._say(list(self.report.findings))
@@ -282,7 +272,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
     def _read(self) -> None:
         """Record the unread steps' losses, and the checkpoints among them."""
         hook, begun = self._hook, self._begun or 0
-        ring = hook.results.read_losses()
+        ring = hook.results.losses.read_value().numpy()  # per row: NaN/Inf flag, loss
         read: dict[str, np.ndarray] = {}  # the rows of the reductions, read once
         for execution in self._unread:
             for j in range(execution.ran):
@@ -308,17 +298,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
                 row = counted % hook.results.kept if execution.measuring else hook.results.spare
                 read = read or hook.results.read_rows(self._writer is not None)
                 checkpoint = checkpoint_from_rows(
-                    read,
-                    row,
-                    step,
-                    counted=counted,
-                    input_names=hook.input_names,
-                    epoch=epoch,
-                    batch=batch,
-                    loss=value,
-                    layers=self._layers,
-                    variables=self._variables,
-                    order=self._hook_order(),
+                    read, row, step, counted, hook, epoch=epoch, batch=batch, loss=value
                 )
                 # (a flag without a NaN/Inf: finite values whose sum overflowed)
                 real = first_bad and (
@@ -331,11 +311,9 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
                 if due or real:
                     self._checkpoints.append(checkpoint)
                     if self._writer is not None:
-                        write_summaries(self._writer, checkpoint, read, row, self._layers)
+                        write_summaries(self._writer, checkpoint, read, row, hook.layers)
                 if real:
-                    self._stop(
-                        rules.nonfinite_finding(checkpoint, self._hook_order(), epoch, batch)
-                    )
+                    self._stop(rules.nonfinite_finding(checkpoint, hook.order(), epoch, batch))
         self._unread, self._measured = [], None
         if self.verbose:
             self._say([f for f in self._findings() if f.code in EARLY])
@@ -363,16 +341,12 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
             self.model.stop_training = True
             self._stopped_at = finding.step
 
-    def _hook_order(self) -> list[str]:
-        order = [self._layers[i].path for i in self._hook.forward_order]
-        return order + [e.path for e in self._layers if e.path not in order and e.variables]
-
     def _findings(self) -> list[Reason]:
         """The findings of the record so far (at the end: of the run)."""
         model = self.model
         chance = self.chance_loss
         if chance is None:
-            chance = rules.chance_loss(loss_name(model), output_units(model))
+            chance = rules.chance_loss(loss_name(model.loss), output_units(model))
         return rules.findings(
             self._losses,
             self._checkpoints,
@@ -391,19 +365,18 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         stopped = self._stopped_at is not None and (
             self._last is None or self._stopped_at <= self._last
         )
-        findings = self._findings()
         return FitReport(
             model=str(model.name),
             model_class=type(model).__name__,
             every=self.every,
             steps=len(self._losses),
             epochs=self._epochs(),
-            loss_name=loss_name(model),
+            loss_name=loss_name(model.loss),
             optimizer=type(optimizer).__name__ if optimizer is not None else "",
             learning_rate=lr,
             losses=tuple(self._losses),
             checkpoints=tuple(self._checkpoints),
-            findings=tuple(findings),
+            findings=tuple(self._findings()),
             stopped=Finding.NONFINITE.value if stopped else None,
             notes=tuple(self._notes),
         )

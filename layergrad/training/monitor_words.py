@@ -4,17 +4,14 @@ gradients it cannot see), Keras's logged loss, `every` and `verbose`; and, with 
 (as Keras's own callbacks, nothing by default), one line on stderr per new finding while
 training runs and a summary when it ends.
 
-While training runs, only the findings a part of the run can show are said (a NaN/Inf, a
-loss that grows, units that die, a layer whose gradient vanishes, explodes or stalls, a head
-whose predictions are constant); the findings about the shape of the whole loss curve wait
-for its end, where every finding of the report not said yet gets its line before the
-summary. A finding said while training that the whole run does not bear out is named in the
-summary, so the last word is the report's.
+While training runs, only the findings a part of the run can show (`EARLY`) are said; those
+about the shape of the whole loss curve wait for its end, where every finding of the report
+not said yet gets its line before the summary. A finding said while training that the whole
+run does not bear out is named in the summary, so the last word is the report's.
 """
 
 from __future__ import annotations
 
-import math
 import numbers
 import sys
 from collections.abc import Sequence
@@ -78,8 +75,7 @@ def whole_steps(every: object, name: str = "every") -> int:
     """`every` (or the argument `name`) as a whole number of steps, at least 1 (never
     rounded)."""
     ok = isinstance(every, numbers.Integral) and not isinstance(every, bool)
-    if not ok and isinstance(every, float) and math.isfinite(every) and every == int(every):
-        ok = True
+    ok = ok or (isinstance(every, float) and every.is_integer())
     if not ok or int(every) < 1:  # type: ignore[call-overload]
         raise ValueError(f"{name} must be at least 1, a whole number of steps: {name}={every!r}")
     return int(every)  # type: ignore[call-overload]
@@ -111,27 +107,20 @@ def same_finding(a: Reason, b: Reason) -> bool:
 
 def finding_line(finding: Reason) -> str:
     """`GradientMonitor: step 40: dying_units at dense_1: ...`"""
-    where = f" at {finding.layer}" if finding.layer else ""
-    return f"{PREFIX} step {finding.step}: {finding.code}{where}: {finding.message}"
+    return f"{PREFIX} step {finding.step}: {_name(finding)}: {finding.message}"
 
 
 def summary_line(report: FitReport, said: Sequence[Reason]) -> str:
     """The run in one line: its length and its findings (those of the report), and any
     finding said while training that the whole run does not bear out."""
-    steps = f"{report.steps} step{'s' if report.steps != 1 else ''}"
-    epochs = f"{report.epochs} epoch{'s' if report.epochs != 1 else ''}"
     found = report.findings
+    text = f"{PREFIX} {_count(report.steps, 'step')} in {_count(report.epochs, 'epoch')}, "
     if found:
-        names = ", ".join(_name(f) for f in found)
-        text = f"{PREFIX} {steps} in {epochs}, {len(found)} finding{'s' * (len(found) > 1)}: "
-        text += names
+        text += f"{_count(len(found), 'finding')}: " + ", ".join(_name(f) for f in found)
     else:
-        text = f"{PREFIX} {steps} in {epochs}, no finding"
-    gone = [s for s in said if not any(same_finding(s, f) for f in found)]
-    if gone:
-        text += "; said during training, not borne out by the whole run: " + ", ".join(
-            _name(f) for f in gone
-        )
+        text += "no finding"
+    if gone := [_name(s) for s in said if not any(same_finding(s, f) for f in found)]:
+        text += "; said during training, not borne out by the whole run: " + ", ".join(gone)
     if report.stopped:
         text += f"; training stopped early on {report.stopped}"
     return text
@@ -144,3 +133,7 @@ def say(text: str) -> None:
 
 def _name(finding: Reason) -> str:
     return f"{finding.code} at {finding.layer}" if finding.layer else str(finding.code)
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"

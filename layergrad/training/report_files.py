@@ -1,11 +1,7 @@
 """The files `GradientMonitor(report=..., log_dir=...)` writes, under the CLI's output rules.
 
-Both are checked when the callback is made and again at `on_train_begin`, before any step
-(`files/outputs.py`): a report replaces only a report layergrad wrote (its `layergrad.fit/1`
-JSON or its HTML page), never a directory, a FIFO or another special file, never a file
-reached through a link that is not such a report; it is written to a temporary file beside
-it and renamed over it, so a link is replaced, never written through. `log_dir` must be a
-folder that can be written (or be absent below one), and TensorBoard must be installed.
+Both are checked when the callback is made and again at `on_train_begin`, before any step,
+by the rules of `files/outputs.py`.
 """
 
 from __future__ import annotations

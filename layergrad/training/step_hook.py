@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from layergrad.core.tf_runtime import keras, tf
@@ -97,7 +97,8 @@ class StepHook:
         self.model, self.layers, self.variables = model, tuple(layers), tuple(variables)
         self.histograms, self.rows = histograms, max(1, int(rows))  # rows: steps per execution
         self.forward_order: list[int] = []  # layer indices in the order the trace called them
-        self._keys = {_var_key(model, v): i for i, v in enumerate(variables)}
+        self.optimizer = applying_optimizer(model)
+        self._keys = {self.optimizer._var_key(v): i for i, v in enumerate(variables)}
         self._train_steps: dict[bool, Callable[[TensorTree], dict[str, Tensor]]] = {}
         # what the traced train_step let the monitor see (True until a trace says otherwise):
         # its loss through model.compute_loss, its gradients through the optimizer
@@ -108,14 +109,9 @@ class StepHook:
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
         """Wrap the model's step, loss, layer calls and optimizer for the block."""
-        model, optimizer = self.model, applying_optimizer(self.model)
+        model, optimizer = self.model, self.optimizer
         index = {entry.path: i for i, entry in enumerate(self.layers)}
         groups = [(entry.layer, entry.path, None) for entry in self.layers]
-        saved = {
-            "train_step": model.__dict__.get("train_step"),
-            "compute_loss": model.__dict__.get("compute_loss"),
-        }
-        reduce_saved = optimizer.__dict__.get("_all_reduce_sum_gradients")
         original_step, original_loss = model.train_step, model.compute_loss
         original_reduce = optimizer._all_reduce_sum_gradients
 
@@ -127,7 +123,9 @@ class StepHook:
                 _active.trace = trace
                 try:
                     logs = original_step(data)
-                    self._count_step(trace)
+                    # the step counts itself (and a NaN/Inf loss), last, whatever the optimizer did
+                    bad = tf.constant(False) if trace.loss_bad is None else trace.loss_bad
+                    self.results.counts.assign_add(tf.stack([1.0, tf.cast(bad, tf.float64)]))
                     self.sees_loss, self.sees_gradients = trace.loss is not None, trace.recorded
                     return logs
                 finally:
@@ -165,19 +163,22 @@ class StepHook:
             return flat
 
         self._train_steps = {True: traced(True), False: traced(False)}
+        patches = [
+            (model, "train_step", self._train_steps[False]),
+            (model, "compute_loss", compute_loss),
+            (optimizer, "_all_reduce_sum_gradients", all_reduce),
+        ]
+        saved = [(owner, name, owner.__dict__.get(name)) for owner, name, _ in patches]
         with capturing(groups, on_outputs):
-            model.train_step, model.compute_loss = self._train_steps[False], compute_loss
-            optimizer._all_reduce_sum_gradients = all_reduce
+            for owner, name, wrapper in patches:
+                setattr(owner, name, wrapper)
             try:
                 yield
             finally:
-                for name, previous in saved.items():
-                    model.__dict__.pop(name, None)
+                for owner, name, previous in saved:  # the instance's own attribute, if any
+                    owner.__dict__.pop(name, None)
                     if previous is not None:
-                        setattr(model, name, previous)
-                optimizer.__dict__.pop("_all_reduce_sum_gradients", None)
-                if reduce_saved is not None:
-                    optimizer._all_reduce_sum_gradients = reduce_saved
+                        setattr(owner, name, previous)
                 model.train_function = None  # the next fit traces the plain step again
 
     def train_functions(self) -> tuple[TrainFunction, TrainFunction]:
@@ -189,6 +190,12 @@ class StepHook:
             self.model.make_train_function(force=True)
             made.append(self.model.train_function)
         return made[0], made[1]
+
+    def order(self) -> list[str]:
+        """The layers' paths in the order the step called them, then the uncalled ones with
+        variables."""
+        called = [self.layers[i].path for i in self.forward_order]
+        return called + [e.path for e in self.layers if e.path not in called and e.variables]
 
     def _observe(self, trace: _Trace, layer: int, outputs: list[Tensor]) -> None:
         """Keep a call's float outputs for `_forward_stats` (no op is added here)."""
@@ -249,11 +256,6 @@ class StepHook:
             trace.ring_row = tf.math.floormod(self._count(trace), self.results.ring)
         return trace.ring_row
 
-    def _count_step(self, trace: _Trace) -> TFOperation:
-        """The step counts itself (and a NaN/Inf loss), last, whatever the optimizer did."""
-        bad = tf.constant(False) if trace.loss_bad is None else trace.loss_bad
-        return self.results.counts.assign_add(tf.stack([1.0, tf.cast(bad, tf.float64)]))
-
     def _row(self, trace: _Trace) -> Tensor:
         """The row of a measuring step's results: its number modulo the rows kept."""
         return tf.math.floormod(tf.cast(self._count(trace), tf.int32), self.results.kept)
@@ -263,7 +265,7 @@ class StepHook:
         grads: list[Tensor | None] = [None] * len(self.variables)
         weights: list[Tensor | None] = [None] * len(self.variables)
         for g, v in reduced:
-            i = self._keys.get(_var_key(self.model, v))
+            i = self._keys.get(self.optimizer._var_key(v))  # its key, mirrored or not
             if i is not None and g is not None:
                 grads[i] = g  # an Embedding's IndexedSlices stay sparse on ordinary steps
                 weights[i] = v
@@ -380,9 +382,3 @@ def trace_key(
         bool(getattr(model, "run_eagerly", False)),
         getattr(model, "jit_compile", None),
     )
-
-
-def _var_key(model: KerasModel, variable: KerasVariable) -> Hashable:
-    """The optimizer's own key of a variable (Keras or tf.Variable, mirrored or not)."""
-    key: Callable[[KerasVariable], Hashable] = applying_optimizer(model)._var_key
-    return key(variable)

@@ -1,8 +1,7 @@
 """The reductions a monitored training step writes: graph code, called while Keras traces it.
 
-Per layer output: NaN/Inf values and dead units. Per trainable variable: squared gradient
-norm, NaN/Inf gradient values, dead units, units and squared weight norm (`COLUMNS`). Per
-layer: a histogram of its gradient values. And `unlowered_cond`, the branch an ordinary step
+Per layer output: NaN/Inf values and dead units; per trainable variable, the `COLUMNS`; per
+layer, a histogram of its gradient values; and `unlowered_cond`, the branch an ordinary step
 takes only when something is non-finite.
 
 Where the step leaves them (`StepResults`), and how the callback reads them: sync-on-read
@@ -255,15 +254,6 @@ class StepResults:
         self.counts.assign(tf.zeros([2], tf.float64))
         for at in (self.forward_at, self.reduced_at):
             at.assign(tf.fill(at.shape, tf.constant(-1.0, tf.float64)))
-
-    def read_counts(self) -> tuple[int, int]:
-        """The steps this fit has run, and of them the non-finite ones (one read)."""
-        run, nonfinite = self.counts.read_value().numpy()
-        return int(run), int(nonfinite)
-
-    def read_losses(self) -> np.ndarray:
-        """[ring, 2]: each row's NaN/Inf flag and loss (one read)."""
-        return np.asarray(self.losses.read_value().numpy())
 
     def read_rows(self, histograms: bool) -> dict[str, np.ndarray]:
         """Every row of the reductions (one call reads every variable: eager reads cost about
