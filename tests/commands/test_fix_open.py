@@ -91,20 +91,3 @@ def test_the_original_is_loaded_once_and_the_copy_once(tmp_path, monkeypatch):
     original = real(path, compile=False)
     for name in ("d", "bn", "head"):
         assert _same(copy.get_layer(name).get_weights(), original.get_layer(name).get_weights())
-
-
-def test_the_checks_that_read_the_file_run_once_on_the_original(tmp_path, monkeypatch):
-    from layergrad.commands.check import check_files
-
-    path = _bn_model(tmp_path, head="softmax")  # a softmax over one unit: one repair, one copy
-    read: list[str] = []
-    real = check_files.read_file_info
-
-    def counted(filepath, *args, **kwargs):
-        read.append(str(filepath))
-        return real(filepath, *args, **kwargs)
-
-    monkeypatch.setattr(check_files, "read_file_info", counted)
-    report = fix_model(path, options=FixOptions(output=str(tmp_path / "o.keras")))
-    assert len(report.repairs) == 1
-    assert read.count(path) == 1 and len(read) == 2, read  # the original, then its copy

@@ -1,19 +1,22 @@
 """`layergrad fix`: the repair of each finding, applied to a copy, and the evidence it trains.
 
-1. check the file (one check, which loads it once: `OpenedFile`, shared by the check, the
-   repairs and a clone for the training); with `--data`, `fit`'s checks of it first (what
-   `fit` refuses, `fix` refuses in its words) and training it for its findings;
-2. plan a repair for each finding that has a mechanical one (`rules`), from the finding's
-   facts: the head, the loss, the labels, the weights, the inputs, the update ratios;
-3. apply each repair alone and all together to the model's config and rebuild it (`build`,
-   within the memory estimate of any file); check each copy as it is read back once;
+1. with `--data`, `fit`'s checks first (its compile, its labels: what `fit` refuses, `fix`
+   refuses in its words); check the file (and with `--data`, train it: `fit`) for its
+   findings; the file is loaded once (`OpenedFile`, below): the check, the repairs and a
+   clone for the training share it;
+2. plan a repair for each finding that has a mechanical one (`heads`,
+   `weights`), from the finding's own facts: the head, the loss, the labels, the
+   weights, the inputs, the update ratios;
+3. apply each repair alone and all together to the model's config and rebuild it
+   (`build`, within the memory estimate of any file); read each copy back once (the same
+   audit as any file) and check it;
 4. with `--data`: train the original and each copy for the same steps on the same batches
-   and judge each repair (`evidence.py`);
+   and judge each repair (`evidence.py`: the training side by side and the verdict);
 5. write the copy to `--output` (never over the model file, never over an existing file
    without `--force` unless `fix` wrote it: its zip comment says so): with every repair, or
-   with evidence the verified ones (a repair that did not help is left out, with a note);
-   with evidence and no verified repair, no copy (a note says so). A failing finding the
-   copy still has is said (`unrepaired`), never left out.
+   with evidence the verified ones when some are (a repair that did not help is left out,
+   with a note); with evidence and no verified repair, no copy (a note says so). A failing
+   finding the copy still has is said (`unrepaired`), never left out.
 """
 
 from __future__ import annotations
@@ -50,7 +53,6 @@ from layergrad.files.outputs import FIX_COPY_MARK, check_target, data_inputs, wr
 
 if TYPE_CHECKING:
     from layergrad.commands.check.verdicts import Opened
-    from layergrad.commands.fit.run import Ready
     from layergrad.commands.fix.weights import InputStats
     from layergrad.model.label_summary import LabelSummary
 
@@ -115,38 +117,24 @@ def fix_model(
     inputs = [os.fspath(path), *imports, *data_inputs(data)]
     check_target(output, "--output", "keras", inputs, force=options.force)
     check = CheckOptions(imports=tuple(imports), unsafe=unsafe, probe=probe)
+    # a file that cannot be read or must not load, a missing file, a forged header: refused
+    # by the checks that read files only, before TensorFlow starts
+    _refuse_unreadable(check_file(path, replace(check, static_only=True)))
+    original_file = OpenedFile(path, imports, unsafe)  # loaded once: checked, repaired, trained
     if data is not None:  # `fit`'s checks first: what it refuses, `fix` refuses (exit 2)
         check_source(data, None)
-    original_file = OpenedFile(path, imports, unsafe)  # loaded once: checked, repaired, trained
-    fitting = FitOptions(steps=options.steps, batch_size=options.batch_size, seed=options.seed)
-    prepared: list[Ready] = []  # the original as `fit` has it before its first step
-    refusal: list[Exception] = []  # what `fit` refused of it, raised once the check returns
-
-    def opener(at: PathLike, probing: ProbeOptions, info: FileInfo) -> Opened:
-        """The file loaded for the check, after `fit`'s checks of it (TensorFlow starts here,
-        once the checks that read files only have passed): its compile first, since the check
-        leaves out of its info a compiled loss Keras cannot build (its gradient checks then
-        use a projection), which `fit` refuses."""
-        if data is not None:
-            from layergrad.commands.fix.evidence import ready
-
-            try:
-                prepared.append(ready(original_file.twin(probe), data, fitting, options.limit))
-            except Exception as exc:
-                refusal.append(exc)
-                raise
-        return original_file(at, probing, info)
-
-    # one check: a file that cannot be read or must not load, a missing file, a forged header
-    # stop it before anything loads; it loads the file (`opener`) for the checks that run it
-    verdict = check_file(path, replace(check, opener=opener))
-    if refusal:
-        raise refusal[0]
-    _refuse_unreadable(verdict)
+    # TensorFlow, after the checks above
     from layergrad.commands.fix.build import BuildError, build, model_config, weights_by_layer
     from layergrad.commands.fix.evidence import input_stats, judge, reached_outputs, ready, train
     from layergrad.commands.fix.rules import plan_repairs
 
+    fitting = FitOptions(steps=options.steps, batch_size=options.batch_size, seed=options.seed)
+    # `fit`'s compile first: the check leaves out of the file's info a compiled loss Keras
+    # cannot build (its gradient checks then use a projection), which `fit` refuses
+    prepared = None if data is None else ready(original_file.twin(probe), data, fitting,
+                                               options.limit)  # fmt: skip
+    verdict = check_file(path, replace(check, opener=original_file))
+    _refuse_unreadable(verdict)
     before = list(check_findings(verdict))
     opened = original_file.get(probe)
     model, info = opened[0].model, opened[0].info
@@ -154,9 +142,9 @@ def fix_model(
     stats: list[InputStats] = []
     original: Run | None = None
     fit_report = rival = None  # rival: the trained original, scored by each copy's loss
-    if prepared:
-        labels, stats = prepared[0].labels.summaries, input_stats(prepared[0], options.limit)
-        original, fit_report, rival = train(lambda: prepared[0], fitting, found=before)
+    if data is not None and prepared is not None:
+        labels, stats = prepared.labels.summaries, input_stats(prepared, options.limit)
+        original, fit_report, rival = train(lambda: prepared, fitting, found=before)
         before = list(original.findings)
     plans, unrepaired, notes = plan_repairs(info, before, verdict, labels, stats,
                                             weights_by_layer(model), fit_report)  # fmt: skip
@@ -198,17 +186,6 @@ def fix_model(
                           fitting, found=found, rival=rival)  # fmt: skip
         return run.findings, run
 
-    def settle(plan: Plan, found: tuple[str, ...], run: Run | None) -> Repair:
-        """The repair with its evidence: the findings its copy lost and its verdict."""
-        verdict_, why = Verdict.NOT_RUN, ""
-        if original is not None and run is not None:
-            reached = reached_outputs(info.graph, plan.layer, original)
-            verdict_, why = judge(plan.finding, original, run, reached)
-        elif plan.finding in found:
-            why = f"the copy with this repair still has {plan.finding}"
-        gone = tuple(f for f in before if f not in found)
-        return replace(_repair(plan), gone=gone, verdict=verdict_, why=why, repaired=run)
-
     repairs: list[Repair] = []
     together: Run | None = None
     after: tuple[str, ...] = tuple(before)
@@ -237,8 +214,24 @@ def fix_model(
                     plans[i] = plan
                 alone[i] = tried[k]  # the copy with this form alone, trained already
             usable.append(plan)
-            repairs.append(settle(plan, *alone[i]) if i in alone else _repair(plan))
+            repairs.append(_repair(plan))
 
+        def settle(plan: Plan, found: tuple[str, ...], run: Run | None) -> None:
+            """The repair's evidence: the findings its copy lost and its verdict."""
+            index = next(k for k, r in enumerate(repairs) if r.change == plan.change)
+            gone = tuple(f for f in before if f not in found)
+            verdict_, why = Verdict.NOT_RUN, ""
+            if original is not None and run is not None:
+                reached = reached_outputs(info.graph, plan.layer, original)
+                verdict_, why = judge(plan.finding, original, run, reached)
+            elif plan.finding in found:
+                why = f"the copy with this repair still has {plan.finding}"
+            repairs[index] = replace(repairs[index], gone=gone, verdict=verdict_, why=why,
+                                     repaired=run)  # fmt: skip
+
+        for i, plan in enumerate(plans):
+            if i in alone:
+                settle(plan, *alone[i])
         chosen = _chosen(usable, repairs, notes)
         made: str | None = None  # the copy with the chosen repairs
         if chosen:
@@ -250,7 +243,7 @@ def fix_model(
                 notes.append(f"no copy written: the repairs together cannot be applied: {exc}")
                 made = None
         if len(plans) == 1 and usable:
-            repairs[0] = settle(plans[0], after, together)
+            settle(plans[0], after, together)
         verified = {r.change for r in repairs if r.verdict is Verdict.VERIFIED}
         if made is not None and data is not None and not any(p.change in verified for p in chosen):
             notes.append(NONE_VERIFIED)  # a copy not shown to train better is no repair
