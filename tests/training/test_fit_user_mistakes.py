@@ -186,3 +186,33 @@ def test_string_labels_are_one_error_naming_the_labels(files, tmp_path):
     )
     assert result.exit_code == 2
     assert "labels 'y' are not numbers" in result.output and "Traceback" not in result.output
+
+
+def test_an_optimizer_config_keras_cannot_make_is_one_short_line(tmp_path):
+    """A file whose optimizer is some other object's config (here a layer's, with a long name):
+    one clear line, exit 2, the config it repeats cut short."""
+    import zipfile
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    saved, path = tmp_path / "saved.keras", tmp_path / "odd.keras"
+    model.save(saved)
+    with zipfile.ZipFile(saved) as src, zipfile.ZipFile(path, "w") as out:
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename == "config.json":
+                config = json.loads(data)
+                config["compile_config"]["optimizer"] = {
+                    "module": "keras.layers", "class_name": "Dense",
+                    "config": {"units": 1, "name": "n" * 2000}, "registered_name": None,
+                }  # fmt: skip
+                data = json.dumps(config).encode()
+            out.writestr(item, data)
+    data = tmp_path / "d.npz"
+    rng = np.random.default_rng(0)
+    np.savez(data, x=rng.standard_normal((8, 3)), y=rng.standard_normal((8, 1)))
+    result = CliRunner().invoke(main, ["fit", str(path), "--data", str(data)])
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert "the optimizer in the file is not one Keras can make" in line
+    assert len(line) < 600

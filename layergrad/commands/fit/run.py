@@ -255,6 +255,7 @@ def compile_for_fit(
             if isinstance(exc, KeyError) and exc.args
             else str(exc)
         )
+        why = why if len(why) <= 240 else why[:239] + "…"  # Keras repeats the whole config
         raise InputError(
             f"--optimizer {raw} is not an optimizer Keras can make from a name ({why}); use a "
             "keras.optimizers name such as adam or sgd"
