@@ -172,13 +172,15 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
     by_name = dict(zip(names, arrays, strict=True))
     labels = {k: a for k, a in by_name.items() if k is not None and is_label(k)}
     if specs is None:  # the inputs are the arrays but the labels (`y`, `y:NAME`)
-        kept = {n or "input": a for n, a in by_name.items() if n not in labels}
+        # a list: an unnamed array and one saved as `input` are two inputs, both named so
+        kept = [(n or "input", a) for n, a in zip(names, arrays, strict=True) if n not in labels]
         if not kept:
             raise InputError(
                 f"--input {text} holds only labels ({', '.join(labels)}); save the inputs "
                 "beside them (`x`)"
             )
-        return ProbeBatch(tuple(kept.values()), tuple(kept), text, None, labels or None)
+        keys = tuple(n for n, _ in kept)
+        return ProbeBatch(tuple(a for _, a in kept), keys, text, None, labels or None)
     where, inputs = f"--input {text}", [s.name for s in specs]
     chosen = [by_name[k] for k in array_keys(names, inputs, where)]
     checked = tuple(fit_array(a, s, where) for a, s in zip(chosen, specs, strict=True))

@@ -604,3 +604,34 @@ def test_a_last_axis_the_model_leaves_open(tmp_path):
                                batch_size=8).results[0]  # fmt: skip
         assert result.source.shape == (21, 4, 6)
         assert_matches(result, reference(expected))
+
+
+def test_per_sample_totals_keep_numpy_exact_on_equal_tiny_and_edge_values():
+    """Totals of a measure computed outside the step (Jacobian norms) add up in numpy: equal
+    values give a std of exactly 0 and their mean (to the last digit), a subnormal stays the minimum,
+    and a value on a bin edge (1e29, in the bin that starts there) sets the median's bin."""
+    from layergrad.data.stats.aggregates import SampleTotals
+
+    equal = SampleTotals()
+    equal.add(np.full(600, 1.359547220479802))
+    stats = equal.stats()
+    assert stats.std == 0.0 and stats.min == 1.359547220479802
+    assert stats.mean == pytest.approx(stats.min, rel=1e-15)
+    tiny = SampleTotals()
+    tiny.add(np.array([5e-324, 1.0, 2.0]))
+    assert tiny.stats().min == 5e-324
+    edge = SampleTotals()
+    edge.add(np.array([1.0, 1e29, 2e29]))
+    assert 1e29 <= edge.stats().p50 <= 1e29 * 1.024  # the bin [1e29, 1e29 * 10**0.01)
+
+
+def test_an_undeclared_input_file_keeps_every_array_even_two_named_input(tmp_path):
+    """With no declared inputs (a subclassed model), every array but the labels is an input,
+    in the order saved: an unnamed one and one saved as `input` are two, both named `input`."""
+    from layergrad.data.probe_input import load_batch
+
+    path = tmp_path / "two.npz"
+    np.savez(path, **{"": np.zeros((2, 3)), "input": np.ones((2, 4)), "y": np.zeros(2)})
+    batch = load_batch(path, None)
+    assert batch.names == ("input", "input")
+    assert [a.shape for a in batch.arrays] == [(2, 3), (2, 4)]

@@ -19,8 +19,8 @@ from layergrad.data.stats.reductions import (
     FWD_FIELDS,
     GRAD_FIELDS,
     HIST_BINS,
+    LOG_HI,
     LOG_LO,
-    distribution_pack,
 )
 
 SUM, MAX, MIN = 0, 1, 2
@@ -161,10 +161,9 @@ def _rank_value(hist: np.ndarray, q: float, count: float, low: float, high: floa
 
 
 class SampleTotals:
-    """A per-sample quantity added up batch by batch, with the exact moments and log
-    histogram the compiled step keeps (each batch summarised by its `distribution_pack`): for
-    a measure computed outside it (per-sample Jacobian norms, say) to aggregate over a data
-    set the same way.
+    """A per-sample quantity added up batch by batch in numpy, with the same exact moments
+    and log histogram as the compiled step keeps: for a measure computed outside it (per-
+    sample Jacobian norms, say) to aggregate over a data set the same way.
 
     Example (not run)::
 
@@ -183,11 +182,15 @@ class SampleTotals:
         v = np.asarray(values, dtype=np.float64).reshape(-1)
         if not v.size:
             return
-        pack = {k: np.asarray(t.numpy())[0] for k, t in distribution_pack([v]).items()}
-        self.dist[:3] += pack["dist"]
-        self.dist[3] = min(self.dist[3], pack["dmin"])
-        self.dist[4] = max(self.dist[4], pack["dmax"])
-        self.hist += pack["hist"]
+        self.dist[:3] += (v.size, v.sum(), (v * v).sum())
+        self.dist[3], self.dist[4] = min(self.dist[3], v.min()), max(self.dist[4], v.max())
+        with np.errstate(divide="ignore"):
+            logv = np.log10(np.maximum(v, 1e-300))
+        inside = np.floor((logv - LOG_LO) * BINS_PER_DECADE).astype(np.int64) + 2
+        index = np.where(
+            v <= 0, 0, np.where(logv < LOG_LO, 1, np.where(logv >= LOG_HI, HIST_BINS - 1, inside))
+        )
+        self.hist += np.bincount(index, minlength=HIST_BINS)
 
     def merge(self, other: SampleTotals) -> None:
         """Add the totals of other samples."""
