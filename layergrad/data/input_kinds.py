@@ -152,9 +152,10 @@ def _custom(layer: KerasLayer) -> bool:
 
 
 def _inner_layers(layer: KerasLayer) -> list[KerasLayer]:
+    flatten = getattr(layer, "_flatten_layers", None)  # None: not a Keras layer
     try:
-        return list(layer._flatten_layers(include_self=False, recursive=True))
-    except (AttributeError, TypeError):  # not a Keras layer
+        return list(flatten(include_self=False, recursive=True)) if flatten else []
+    except TypeError:
         return []
 
 
