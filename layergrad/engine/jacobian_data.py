@@ -463,14 +463,12 @@ def estimate_step(
         build(True), size, probes, tuple(measured), tuple(columns), tuple(notes), missing
     )
     try:
-        first = step.run(batch, how.seed)  # traces it
-    except (LookupError, ValueError, TypeError) as exc:  # J v needs a second derivative
-        step.function = build(False)
-        step.notes = tuple((*n, no_spectral(exc)) for n in step.notes)
         try:
+            first = step.run(batch, how.seed)  # traces it
+        except (LookupError, ValueError, TypeError) as exc:  # J v needs a second derivative
+            step.function = build(False)
+            step.notes = tuple((*n, no_spectral(exc)) for n in step.notes)
             first = step.run(batch, how.seed)
-        except Exception:  # the model does not trace: the eager measurement says why
-            return None
     except Exception:  # the model does not trace: the eager measurement says why
         return None
     return None if first is None else (step, first)
