@@ -22,6 +22,7 @@ Two methods, both from the one forward pass of the probe:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 
 import numpy as np
 
@@ -128,27 +129,16 @@ def chunk_size(lin: LinearMap, count: int) -> int:
 
 
 def in_chunks(
+    lin: LinearMap,
     fn: Callable[[Tensor], TensorTree],
     count: int,
-    size: int,
     make: Callable[[int, int], np.ndarray],
 ) -> TensorTree:
-    """`fn` (one tensor or a list of them out) over items 0..count-1 in chunks of `size`,
-    stacked; `make(start, stop)` builds a chunk's input, so only one chunk's inputs exist at a
-    time. The last chunk is padded to `size`, so fn is traced once."""
-    outs = []
-    for start in range(0, count, size):
-        stop = min(start + size, count)
-        part = make(start, stop)
-        short = size - (stop - start)
-        if short:
-            part = np.concatenate([part, np.repeat(part[-1:], short, axis=0)])
-        outs.append(fn(tf.constant(part)))
-    return tf.nest.map_structure(lambda *parts: tf.concat(parts, axis=0)[:count], *outs)
-
-
-def vectorized(fn: Callable[[Tensor], TensorTree], size: int) -> Callable[[Tensor], TensorTree]:
-    """A compiled function of `size` rows: `fn` of each, vectorized (one row: a plain call)."""
+    """`fn` (one tensor or a list of them out) over items 0..count-1, stacked, in chunks
+    (`chunk_size`) that one compiled function vectorizes; `make(start, stop)` builds a chunk's
+    input, so only one chunk's inputs exist at a time. The last chunk is padded to the size of
+    the others, so the function is traced once."""
+    size = chunk_size(lin, count)
 
     @tf.function
     def run(rows: Tensor) -> TensorTree:
@@ -156,25 +146,28 @@ def vectorized(fn: Callable[[Tensor], TensorTree], size: int) -> Callable[[Tenso
             return tf.nest.map_structure(lambda out: out[None], fn(rows[0]))
         return tf.vectorized_map(fn, rows, warn=False)
 
-    return run
+    outs = []
+    for start in range(0, count, size):
+        stop = min(start + size, count)
+        part = make(start, stop)
+        short = size - (stop - start)
+        if short:
+            part = np.concatenate([part, np.repeat(part[-1:], short, axis=0)])
+        outs.append(run(tf.constant(part)))
+    return tf.nest.map_structure(lambda *parts: tf.concat(parts, axis=0)[:count], *outs)
 
 
 def one_hot_products(
     lin: LinearMap, product: Callable[[Tensor], TensorTree], width: int, count: int
 ) -> TensorTree:
     """`product` (over the batch) of the one-hot vectors 0..count-1 of length `width`,
-    stacked, vectorized in chunks (`chunk_size`)."""
+    stacked (`in_chunks`)."""
 
     def one(k: Tensor) -> TensorTree:
         onehot = tf.one_hot(k, width, dtype=tf.float32)
         return product(tf.broadcast_to(onehot[None], [lin.batch, width]))
 
-    size = chunk_size(lin, count)
-    return in_chunks(vectorized(one, size), count, size, indices)
-
-
-def indices(start: int, stop: int) -> np.ndarray:
-    return np.arange(start, stop, dtype=np.int32)
+    return in_chunks(lin, one, count, lambda start, stop: np.arange(start, stop, dtype=np.int32))
 
 
 def _exact(lin: LinearMap, seed: int) -> JacobianStats:
@@ -182,24 +175,18 @@ def _exact(lin: LinearMap, seed: int) -> JacobianStats:
     columns as rows, by columns (n JVPs); then the norms of the dense matrices."""
     columns = exact_columns(lin) if 2 * lin.n <= lin.m else None  # (n, B, m)
     if columns is not None:
+        products, order = columns, [1, 2, 0]
         column_sq = tf.transpose(tf.reduce_sum(tf.square(columns), axis=2))
-
-        def dense() -> Tensor:
-            return tf.transpose(columns, [1, 2, 0])
     else:
-        rows = exact_rows(lin)  # (m, B, n)
-        column_sq = tf.reduce_sum(tf.square(rows), axis=0)
-
-        def dense() -> Tensor:
-            return tf.transpose(rows, [1, 0, 2])
-
+        products, order = exact_rows(lin), [1, 0, 2]  # (m, B, n)
+        column_sq = tf.reduce_sum(tf.square(products), axis=0)
     per_unit = tf.reduce_sum(tf.reshape(column_sq, [lin.batch, -1, lin.units]), axis=1)
     squared = tf.reduce_sum(per_unit, axis=1)
     sigma = None
     if min(lin.m, lin.n) > DIRECT_SIZE:  # a Gram eigendecomposition would cost more than J did
         sigma = _lanczos_spectral(lin, seed)
     if sigma is None:
-        sigma = direct_spectral(dense())
+        sigma = direct_spectral(tf.transpose(products, order))  # every J_i: (B, m, n)
     frob = frobenius(np.sqrt(squared.numpy().astype(np.float64)))
     units = _rms(per_unit.numpy())
     return JacobianStats(JacobianMethod.EXACT, None, lin.independent, frob, spectral(sigma), units)
@@ -207,14 +194,14 @@ def _exact(lin: LinearMap, seed: int) -> JacobianStats:
 
 def exact_rows(lin: LinearMap) -> Tensor:
     """The (m, B, n) tensor of every row of every J_i: m one-hot VJPs, vectorized over rows."""
-    return one_hot_products(lin, lin.vjp_blocks, lin.m, lin.m)
+    return one_hot_products(lin, partial(lin.blocks, lin.vjp), lin.m, lin.m)
 
 
 def exact_columns(lin: LinearMap) -> Tensor | None:
     """The (n, B, m) tensor of every column of every J_i: n one-hot JVPs, vectorized; None
     when J v cannot be formed (an op on the path has no second derivative)."""
     try:
-        return one_hot_products(lin, lin.jvp_blocks, lin.n, lin.n)
+        return one_hot_products(lin, partial(lin.blocks, lin.jvp), lin.n, lin.n)
     except (LookupError, ValueError, TypeError):
         return None
 
@@ -283,7 +270,7 @@ def estimate_stats(
     spec, warnings = None, []
     if lanczos:
         sigma, residual = (np.asarray(a, np.float64) for a in lanczos)
-        steps = linear_map.steps_for(n)
+        steps = min(linear_map.STEPS, n)  # past n, nothing is left
         settled = bool(np.all(residual <= linear_map.SETTLED))
         spec = spectral(sigma, steps, settled)
         if not settled:

@@ -31,7 +31,7 @@ from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import KerasModel, Strategy, Tensor, TFFunction
 from layergrad.data.devices import is_multi_worker
 from layergrad.data.stats.accumulators import gather_workers
-from layergrad.engine.jacobian_scan import scan_frobenius
+from layergrad.engine.jacobian_scan import Key, scan_frobenius
 from layergrad.engine.random_layers import drawing_for
 from layergrad.engine.trace import Replay, replay
 
@@ -56,7 +56,6 @@ from layergrad.model.layer_refs import Site
 
 Progress = Callable[[int, "int | None"], None]
 Replayed = Callable[[ProbeBatch], Replay]  # the forward pass replayed on a batch
-Key = tuple[str, int, int]  # (layer path, call, output), as in `jacobian_scan`
 BATCH_SEED_STRIDE = 1_000_003  # batch b draws with seed + b * this (distinct for any seed)
 
 
@@ -90,15 +89,8 @@ class PairsPayload(TypedDict):
     missing: dict[str, str]  # target index -> why it has no Jacobian
 
 
-class KeyedNorms(TypedDict):
-    path: str
-    call: int
-    output: int
-    totals: NormPayload
-
-
 class NormsPayload(TypedDict):
-    norms: list[KeyedNorms]
+    norms: list[tuple[str, int, int, NormPayload]]  # (layer path, call, output, totals)
     notes: list[str]
 
 
@@ -314,8 +306,16 @@ def inspect_jacobians(
             del live
         if k == 0 and pairs and pairs[0].method is not None:  # the first batch decides
             how = _kept_method(how, pairs[0])
-    if strategy is not None:
-        pairs, missing = _combined_pairs(strategy, pairs, missing, top)
+    if strategy is not None and is_multi_worker(strategy):  # the totals of every worker's shard
+        mine: PairsPayload = {
+            "pairs": [p.payload() for p in pairs],
+            "missing": {str(t): w for t, w in missing.items()},
+        }
+        pairs, missing = [PairTotals(top) for _ in pairs], {}
+        for worker in gather_workers(strategy, mine):
+            for pair, payload in zip(pairs, worker["pairs"], strict=True):
+                pair.merge_payload(payload)
+            missing.update({int(t): w for t, w in worker["missing"].items()})
     out: list[tuple[JacobianStats | None, tuple[str, ...]]] = []
     for t, pair in enumerate(pairs):
         if t in missing or pair.method is None:
@@ -324,25 +324,6 @@ def inspect_jacobians(
             stats = pair.own if stream.probe and pair.own is not None else pair.stats()
             out.append((stats, tuple(pair.warnings)))
     return out
-
-
-def _combined_pairs(
-    strategy: Strategy, pairs: list[PairTotals], missing: dict[int, str], top: int
-) -> tuple[list[PairTotals], dict[int, str]]:
-    """Every worker's totals added up, in the order of the workers (one process: as given)."""
-    if not is_multi_worker(strategy):
-        return pairs, missing
-    mine: PairsPayload = {
-        "pairs": [p.payload() for p in pairs],
-        "missing": {str(t): w for t, w in missing.items()},
-    }
-    out = [PairTotals(top) for _ in pairs]
-    found: dict[int, str] = {}
-    for worker in gather_workers(strategy, mine):
-        for pair, payload in zip(out, worker["pairs"], strict=True):
-            pair.merge_payload(payload)
-        found.update({int(t): w for t, w in worker["missing"].items()})
-    return out, found
 
 
 def batch_seeded(how: JacobianOptions, index: int) -> JacobianOptions:
@@ -388,32 +369,18 @@ def scan_jacobians(
         del live
     if stream.probe:  # one batch: its own per-sample norms
         return norms, tuple(notes)
-    if strategy is not None:
-        totals, notes = _combined_norms(strategy, totals, notes, top)
+    if strategy is not None and is_multi_worker(strategy):
+        mine: NormsPayload = {
+            "norms": [(*key, norm_payload(acc)) for key, acc in totals.items()],
+            "notes": list(notes),
+        }
+        totals, notes = {}, {}
+        for worker in gather_workers(strategy, mine):
+            for path, call, output, payload in worker["norms"]:
+                acc = totals.setdefault((path, call, output), NormTotals(top))
+                acc.merge(norm_from_payload(payload))
+            notes.update(dict.fromkeys(worker["notes"]))
     return {key: frobenius_over(acc) for key, acc in totals.items()}, tuple(notes)
-
-
-def _combined_norms(
-    strategy: Strategy, totals: dict[Key, NormTotals], notes: dict[str, None], top: int
-) -> tuple[dict[Key, NormTotals], dict[str, None]]:
-    """`scan_jacobians`' totals and notes over every worker (one process: as given)."""
-    if not is_multi_worker(strategy):
-        return totals, notes
-    mine: NormsPayload = {
-        "norms": [
-            {"path": path, "call": call, "output": output, "totals": norm_payload(acc)}
-            for (path, call, output), acc in totals.items()
-        ],
-        "notes": list(notes),
-    }
-    out: dict[Key, NormTotals] = {}
-    found: dict[str, None] = {}
-    for worker in gather_workers(strategy, mine):
-        for item in worker["norms"]:
-            acc = out.setdefault((item["path"], item["call"], item["output"]), NormTotals(top))
-            acc.merge(norm_from_payload(item["totals"]))
-        found.update(dict.fromkeys(worker["notes"]))
-    return out, found
 
 
 Measured = list[tuple[int, JacobianStats, tuple[str, ...]]]  # (target index, stats, warnings)
@@ -496,14 +463,12 @@ def estimate_step(
         build(True), size, probes, tuple(measured), tuple(columns), tuple(notes), missing
     )
     try:
-        first = step.run(batch, how.seed)  # traces it
-    except (LookupError, ValueError, TypeError) as exc:  # J v needs a second derivative
-        step.function = build(False)
-        step.notes = tuple((*n, no_spectral(exc)) for n in step.notes)
         try:
+            first = step.run(batch, how.seed)  # traces it
+        except (LookupError, ValueError, TypeError) as exc:  # J v needs a second derivative
+            step.function = build(False)
+            step.notes = tuple((*n, no_spectral(exc)) for n in step.notes)
             first = step.run(batch, how.seed)
-        except Exception:  # the model does not trace: the eager measurement says why
-            return None
     except Exception:  # the model does not trace: the eager measurement says why
         return None
     return None if first is None else (step, first)

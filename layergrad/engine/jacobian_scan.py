@@ -21,12 +21,10 @@ from layergrad.core.tf_types import Tensor
 from layergrad.engine.jacobian import (
     DEFAULT_PROBES,
     JacobianOptions,
-    chunk_size,
     estimated_frobenius,
     frobenius,
     in_chunks,
     one_hot_products,
-    vectorized,
 )
 from layergrad.engine.linear_map import LinearMap
 from layergrad.engine.trace import Replay
@@ -91,15 +89,9 @@ def scan_frobenius(
 
 
 def _batched(tensor: Tensor, batch: int) -> bool:
-    dtype = getattr(tensor, "dtype", None)
     shape = getattr(tensor, "shape", None)
-    return (
-        bool(getattr(dtype, "is_floating", False))
-        and shape is not None
-        and shape.rank is not None
-        and shape.rank > 0
-        and shape[0] == batch
-    )
+    floating = getattr(getattr(tensor, "dtype", None), "is_floating", False)
+    return bool(floating and shape is not None and shape.rank and shape[0] == batch)
 
 
 def _is_exact(m: int, options: JacobianOptions) -> bool:
@@ -119,7 +111,7 @@ def _squared_norms(lin: LinearMap, exact: bool, count: int, seed: int) -> list[n
     rows (exact) or random signs; one backward pass to every source at once for each v."""
 
     def norms(cotangent: Tensor) -> list[Tensor]:
-        return [tf.reduce_sum(tf.square(g), axis=1) for g in lin.vjps_blocks(cotangent)]
+        return [tf.reduce_sum(tf.square(g), axis=1) for g in lin.blocks(lin.vjps, cotangent)]
 
     if exact:
         found = one_hot_products(lin, norms, lin.m, count)
@@ -129,6 +121,5 @@ def _squared_norms(lin: LinearMap, exact: bool, count: int, seed: int) -> list[n
         def signs(start: int, stop: int) -> np.ndarray:
             return rng.integers(0, 2, (stop - start, lin.batch, lin.m)).astype(np.float32) * 2 - 1
 
-        size = chunk_size(lin, count)
-        found = in_chunks(vectorized(norms, size), count, size, signs)
+        found = in_chunks(lin, norms, count, signs)
     return [f.numpy().astype(np.float64) for f in found]

@@ -8,7 +8,7 @@ pass is needed. Everything works on flattened rows, (B, m) and (B, n), with m = 
 n = prod(S).
 
 When to[i] depends on other samples' from[j] (BatchNorm in training mode), the per-sample
-Jacobian is the diagonal block J_ii: the `*_blocks` products then mask the cotangent to one
+Jacobian is the diagonal block J_ii: the `blocks` products then mask the cotangent to one
 sample at a time (vectorized over the batch) and keep that sample's part of the result.
 
 The products through the map, as TensorFlow ops (one batch of `inspect`, or the compiled step
@@ -46,7 +46,7 @@ class LinearMap:
         batch: B, the batch size (axis 0 of every tensor).
         m, n: entries per sample of the targets and of the sources.
         units: size of the first source's last axis (1 for a source with only the batch axis).
-        independent: whether to[i] depends on from[i] alone; the `*_blocks` methods use it.
+        independent: whether to[i] depends on from[i] alone; `blocks` uses it.
     """
 
     def __init__(
@@ -90,21 +90,11 @@ class LinearMap:
         out = inner.gradient(back, dummy, output_gradients=tf.cast(v, tf.float32))
         return tf.zeros_like(dummy) if out is None else out
 
-    def vjps_blocks(self, u: Tensor) -> list[Tensor]:
-        """`vjps` of the diagonal blocks: row i of each is J_ii^T u_i."""
-        return self.vjps(u) if self.independent else self._per_sample(self.vjps, u)
-
-    def vjp_blocks(self, u: Tensor) -> Tensor:
-        """(B, m) -> (B, n): row i is J_ii^T u_i (the diagonal blocks)."""
-        return self.vjp(u) if self.independent else self._per_sample(self.vjp, u)
-
-    def jvp_blocks(self, v: Tensor) -> Tensor:
-        """(B, n) -> (B, m): row i is J_ii v_i (the diagonal blocks)."""
-        return self.jvp(v) if self.independent else self._per_sample(self.jvp, v)
-
-    def _per_sample(self, product: Callable[[Tensor], TensorTree], rows: Tensor) -> TensorTree:
-        """Apply `product` to `rows` masked to one sample at a time; keep that sample's row
-        (of each tensor `product` returns)."""
+    def blocks(self, product: Callable[[Tensor], TensorTree], rows: Tensor) -> TensorTree:
+        """`product` (`vjps`, `vjp` or `jvp`) of the diagonal blocks: row i (of each tensor it
+        returns) is J_ii^T u_i or J_ii v_i, from `rows` masked to one sample at a time."""
+        if self.independent:
+            return product(rows)
 
         def one(i: Tensor) -> TensorTree:
             mask = tf.one_hot(i, self.batch, dtype=rows.dtype)[:, None]
@@ -141,18 +131,13 @@ def _width(tensor: Tensor) -> int:
     return math.prod(int(d) for d in tensor.shape[1:])
 
 
-def steps_for(n: int, steps: int = STEPS) -> int:
-    """The Lanczos steps for J_i with n columns (past n, nothing is left)."""
-    return min(steps, n)
-
-
 def probe_norms(lin: LinearMap, probes: int, seed: Tensor, chunk: int) -> tuple[Tensor, Tensor]:
     """The products J_i^T v_ik for K random sign vectors v_ik, `chunk` probes vectorized at a
     time, reduced to `squared[k, i]` = ||J_i^T v_ik||^2 and `units[i, u]`, the mean over k of
     the squared norm of J_i^T v_ik's entries for unit u (float64)."""
 
     def one(v: Tensor) -> Tensor:
-        back = tf.reshape(lin.vjp_blocks(v), [lin.batch, -1, lin.units])
+        back = tf.reshape(lin.blocks(lin.vjp, v), [lin.batch, -1, lin.units])
         return tf.reduce_sum(tf.square(back), axis=1)  # (B, units)
 
     parts = []
@@ -176,14 +161,14 @@ def signs(shape: list[int], key: Tensor) -> Tensor:
 
 
 def spectral_estimate(lin: LinearMap, seed: Tensor, steps: int = STEPS) -> tuple[Tensor, Tensor]:
-    """`steps_for(n, steps)` Lanczos steps on every J_i^T J_i through the model (J v by a JVP,
+    """`steps` Lanczos steps (at most n) on every J_i^T J_i through the model (J v by a JVP,
     J^T u by a VJP), from random normal start vectors."""
     start = tf.random.stateless_normal([lin.batch, lin.n], seed_pair(seed, START))
 
     def gram(v: Tensor) -> Tensor:
-        return lin.vjp_blocks(lin.jvp_blocks(v))
+        return lin.blocks(lin.vjp, lin.blocks(lin.jvp, v))
 
-    return lanczos_steps(gram, start, steps_for(lin.n, steps))
+    return lanczos_steps(gram, start, min(steps, lin.n))  # past n, nothing is left
 
 
 def lanczos_steps(

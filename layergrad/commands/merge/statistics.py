@@ -103,15 +103,12 @@ def merge_jacobians(
         ["exactly" if j.probes is None else f"with {j.probes} probes" for j in js], names
     )
     frobenius = merge_frobenius([j.frobenius for j in js], offsets)
+    specs = [j.spectral for j in js if j.spectral is not None]
     spectral = None
-    if all(j.spectral is not None for j in js):
-        specs = [j.spectral for j in js if j.spectral is not None]
+    if len(specs) == len(js):  # every shard has its spectral norms
         d = merge_distributions([s.distribution for s in specs], offsets)
-        steps = [s.iterations for s in specs if s.iterations is not None]
-        spectral = SpectralNorms(
-            (), d.mean, d.max, max(steps) if steps else None,
-            all(s.converged for s in specs), d,
-        )  # fmt: skip
+        steps = max((s.iterations for s in specs if s.iterations is not None), default=None)
+        spectral = SpectralNorms((), d.mean, d.max, steps, all(s.converged for s in specs), d)
     counts = [j.frobenius.distribution.count if j.frobenius.distribution else 0 for j in js]
     total = sum(counts)
     units = tuple(
@@ -119,14 +116,8 @@ def merge_jacobians(
                   / total) if total else 0.0
         for u in range(len(first.unit_sensitivity))
     )  # fmt: skip
-    return JacobianStats(
-        method=first.method,
-        probes=first.probes,
-        batch_independent=all(j.batch_independent for j in js),
-        frobenius=frobenius,
-        spectral=spectral,
-        unit_sensitivity=units,
-    )
+    independent = all(j.batch_independent for j in js)
+    return JacobianStats(first.method, first.probes, independent, frobenius, spectral, units)
 
 
 def merge_scan_jacobians(
