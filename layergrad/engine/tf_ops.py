@@ -11,18 +11,15 @@ from layergrad.core.tf_types import KerasLayer, TensorTree, TFOperation
 # Ops whose gradient is None (or is registered but returns None): a list is needed as well as
 # the registry, because Round, Floor and ArgMax *have* registered gradient functions.
 NO_GRADIENT = {
-    "ArgMax": "argmax returns integer indices",
-    "ArgMin": "argmin returns integer indices",
-    "Round": "round has a registered gradient that returns None",
-    "Floor": "floor has a registered gradient that returns None",
-    "Ceil": "ceil has a registered gradient that returns None",
-    "Rint": "rint has a registered gradient that returns None",
-    "Equal": "a comparison returns booleans",
-    "NotEqual": "a comparison returns booleans",
-    "Greater": "a comparison returns booleans",
-    "GreaterEqual": "a comparison returns booleans",
-    "Less": "a comparison returns booleans",
-    "LessEqual": "a comparison returns booleans",
+    **{op: f"{op.lower()} returns integer indices" for op in ("ArgMax", "ArgMin")},
+    **{
+        op: f"{op.lower()} has a registered gradient that returns None"
+        for op in ("Round", "Floor", "Ceil", "Rint")
+    },
+    **dict.fromkeys(
+        ("Equal", "NotEqual", "Greater", "GreaterEqual", "Less", "LessEqual"),
+        "a comparison returns booleans",
+    ),
     "PyFunc": "tf.numpy_function runs Python outside the tape",
     "PyFuncStateless": "tf.numpy_function runs Python outside the tape",
     "EagerPyFunc": "tf.py_function without a gradient runs Python outside the tape",
