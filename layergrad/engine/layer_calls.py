@@ -175,18 +175,24 @@ def fresh(tensor: Tensor) -> Tensor:
     """A new tensor equal to `tensor`, so that watching it leaves other uses of the original
     (a skip connection around a layer that returns its input, e.g. Dropout in inference)
     outside the gradient. The Keras mask travels with it."""
-    out = tf.identity(tensor)
+    return masked_as(tensor, tf.identity(tensor))
+
+
+def masked_as(tensor: Tensor, out: Tensor) -> Tensor:
+    """`out`, given the Keras mask of `tensor` if it has one."""
     mask = getattr(tensor, "_keras_mask", None)
     if mask is not None:
         out._keras_mask = mask
     return out
 
 
-def check_input_call(site: Site) -> None:
-    if site.call:
-        raise LayerNotFound(
-            f"{site.ref!r}: {site.path!r} is a model input, which has one value; drop @{site.call}"
-        )
+def check_input_calls(sites: Sequence[Site]) -> None:
+    for site in sites:
+        if site.input_index is not None and site.call:
+            raise LayerNotFound(
+                f"{site.ref!r}: {site.path!r} is a model input, which has one value; "
+                f"drop @{site.call}"
+            )
 
 
 def check_all_called(

@@ -43,7 +43,7 @@ from layergrad.engine.layer_calls import (
     activation,
     capturing,
     check_all_called,
-    check_input_call,
+    check_input_calls,
     forward,
     fresh,
     gradients_of,
@@ -170,9 +170,7 @@ def replay(
             records.append((Site.of_call(key), tuple(flat), args))
             return flat
 
-        for site in chosen:
-            if site.input_index is not None:
-                check_input_call(site)
+        check_input_calls(chosen)
         inputs = {s.input_index for s in sources or ()}
         for i, (name, tensor) in enumerate(zip(input_names(model), tensors, strict=False)):
             if is_float(tensor) and (every or i in inputs):
