@@ -114,12 +114,10 @@ class Recorder:
     def on_call(self, k: CallKey, flat: list[Tensor], _args: TensorTree = ()) -> list[Tensor]:
         """A wrapped layer produced `flat` on call `k` (path, index): record it if planned;
         return what to pass on."""
+        if self.plan.every_leaf:
+            return self._record(Site.of_call(k), flat)
         site = self.sources.get(k) or self.targets.get(k)
-        if site is None and not self.plan.every_leaf:
-            return flat
-        if site is None or self.plan.every_leaf:
-            site = Site.of_call(k)
-        return self._record(site, flat)
+        return flat if site is None else self._record(site, flat)
 
     def inputs(self, model: KerasModel, tensors: list[Tensor]) -> list[Tensor]:
         """Record (and watch, as planned) the model inputs; return what the model is fed."""

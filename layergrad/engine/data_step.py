@@ -26,19 +26,18 @@ from layergrad.data.stats import reductions
 from layergrad.data.stats.accumulators import POSITION
 from layergrad.data.stats.aggregates import ForwardTotals, GradientTotals
 from layergrad.engine import step_calls
-from layergrad.engine.capture import Plan, Record, Recorder, installed, recording
+from layergrad.engine.capture import Plan, Recorder, installed, recording
 from layergrad.engine.layer_calls import (
     Probed,
+    call_groups,
     check_all_called,
     forward,
     is_float,
-    site_groups,
     to_numpy,
-    unique_leaves,
 )
 from layergrad.engine.packed_totals import Layout, Unpack
 from layergrad.engine.weight_gradients import WeightTotals
-from layergrad.model.layer_refs import CallKey, Site, iter_layers
+from layergrad.model.layer_refs import CallKey, Site
 
 if TYPE_CHECKING:
     from layergrad.data.sources import DataStream
@@ -87,10 +86,7 @@ class Step:
         self.layout = Layout()  # filled while tracing (or running eagerly)
         self.traces = 0  # calls of `compute` in Python: traces, or eager runs
         self.arrays: dict[tuple[int, str], Tensor] = {}  # `plan.keep`: the whole gradients
-        self.groups = site_groups(plan.sites)
-        if plan.every_leaf:  # and the values before an activation a site names
-            before = site_groups([s for s in plan.sites if s.logits])
-            self.groups = [*unique_leaves(iter_layers(model)), *before]
+        self.groups = call_groups(model, plan.sites, plan.every_leaf)
 
     def compute(
         self, inputs: Sequence[Tensor], samples: Tensor | None = None, labels: Sequence[Tensor] = ()
@@ -152,7 +148,9 @@ class Step:
         for target in self.plan.targets:
             r = None if target is None else self._record_of(target.key)
             targets.append(None if r is None else self._probed(r, 0, unpack, samples, target))
-        keep = [r for r, rec in enumerate(records) if self._kept(rec)]
+        chosen = {s.key for s in self.plan.sources}
+        every = self.plan.every_leaf
+        keep = [r for r, rec in enumerate(records) if every or rec.site.key in chosen]
         activations, forward = [], []
         gradients: list[list[GradientTotals | None]] = [[] for _ in self.plan.targets]
         arrays: list[list[np.ndarray | None]] = [[] for _ in self.plan.targets]
@@ -180,9 +178,6 @@ class Step:
             alive=tuple(totals[f"alive{i}/gmax"] for i in range(len(self.plan.alive))),
         )
 
-    def _kept(self, rec: Record) -> bool:
-        return self.plan.every_leaf or rec.site.key in {s.key for s in self.plan.sources}
-
     def _record_of(self, k: CallKey) -> int | None:
         return next((r for r, rec in enumerate(self.layout.records) if rec.site.key == k), None)
 
@@ -190,7 +185,7 @@ class Step:
         """The first output the (first) target depends on, else the first tensor output."""
         outputs = self.layout.records[r].outputs
         tensors = [i for i, o in enumerate(outputs) if o is not None]
-        found = [i for i in tensors if unpack.has_gradient(0, f"{r}.{i}")]
+        found = [i for i in tensors if (0, f"{r}.{i}") in unpack.grads]
         return found[0] if found else (tensors[0] if tensors else 0)
 
     def _probed(

@@ -19,7 +19,7 @@ from layergrad.core.errors import InputError, LayerNotFound, op_message
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import GradientTape, KerasLayer, KerasModel, Tensor, TensorTree
 from layergrad.engine import random_layers
-from layergrad.model.layer_refs import LOGITS, Site, split_logits
+from layergrad.model.layer_refs import LOGITS, Site, iter_layers, split_logits
 
 T = TypeVar("T")
 
@@ -262,6 +262,16 @@ def capturing(
     calls: dict[str, int] = {}
     with wrapped(groups, lambda: (handle, calls)):
         yield calls
+
+
+def call_groups(
+    model: KerasModel, sites: Sequence[Site], every_leaf: bool
+) -> list[tuple[KerasLayer, str, set[int] | None]]:
+    """`(layer, path, calls)` for `wrapped`: those the sites name (`site_groups`), or with
+    `every_leaf` every leaf layer's and the values before an activation the sites name."""
+    if not every_leaf:
+        return site_groups(sites)
+    return [*unique_leaves(iter_layers(model)), *site_groups([s for s in sites if s.logits])]
 
 
 def site_groups(sites: Sequence[Site]) -> list[tuple[KerasLayer, str, set[int] | None]]:

@@ -87,7 +87,7 @@ def blocking_ops(ops: Sequence[tuple[str, TFOperation]]) -> list[OpFinding]:
             found.append(
                 OpFinding(f"Cast to {op.get_attr('DstT').name}", "a cast to an integer type")
             )
-        elif _floats_in_and_out(op):
+        elif op.inputs and all(t.dtype.is_floating for t in (*op.inputs, *op.outputs)):
             try:
                 registered = tf_ops._gradient_registry.lookup(op_type)
             except LookupError:
@@ -100,7 +100,3 @@ def blocking_ops(ops: Sequence[tuple[str, TFOperation]]) -> list[OpFinding]:
 def unsafe_backward_ops(ops: Sequence[tuple[str, TFOperation]]) -> list[OpFinding]:
     """Ops whose gradient is Inf/NaN at some inputs (sqrt, log, division at 0)."""
     return [OpFinding(t, UNSAFE_BACKWARD[t]) for t, _ in ops if t in UNSAFE_BACKWARD]
-
-
-def _floats_in_and_out(op: TFOperation) -> bool:
-    return bool(op.inputs) and all(t.dtype.is_floating for t in (*op.inputs, *op.outputs))
