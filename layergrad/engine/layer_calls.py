@@ -35,7 +35,10 @@ class Probed:
 
     @property
     def is_float(self) -> bool:
-        return float_dtype(self.dtype)
+        """Whether the dtype is floating-point (bfloat16 too; "string" is not)."""
+        return self.dtype == "bfloat16" or (
+            self.dtype != "string" and np.dtype(self.dtype).kind == "f"
+        )
 
 
 @dataclass(frozen=True)
@@ -78,11 +81,6 @@ def unique_leaves(layers: Iterable[tuple[str, KerasLayer]]) -> list[tuple[KerasL
 
 def is_model(layer: KerasLayer) -> bool:
     return hasattr(layer, "layers") and isinstance(getattr(layer, "layers", None), list)
-
-
-def float_dtype(dtype: str) -> bool:
-    """Whether a dtype name is floating-point (bfloat16 too; "string" is not)."""
-    return dtype == "bfloat16" or (dtype != "string" and np.dtype(dtype).kind == "f")
 
 
 def is_float(tensor: Tensor) -> bool:
