@@ -26,8 +26,9 @@ from layergrad.data.stats import reductions
 from layergrad.engine.layer_calls import (
     Handler,
     check_all_called,
-    check_input_call,
+    check_input_calls,
     is_float,
+    masked_as,
     wrapped,
 )
 from layergrad.engine.projection import project
@@ -60,6 +61,11 @@ class Plan:
     # not 0 on some sample (`check`'s dead layers over the data)
     alive: tuple[Site, ...] = ()
     weights: WeightPlan | None = None  # also the loss's gradient for the trainable variables
+
+    @property
+    def sites(self) -> list[Site]:
+        """The sources, then the targets that are layers."""
+        return [*self.sources, *(t for t in self.targets if t is not None)]
 
 
 @dataclass
@@ -108,22 +114,15 @@ class Recorder:
     def on_call(self, k: CallKey, flat: list[Tensor], _args: TensorTree = ()) -> list[Tensor]:
         """A wrapped layer produced `flat` on call `k` (path, index): record it if planned;
         return what to pass on."""
+        if self.plan.every_leaf:
+            return self._record(Site.of_call(k), flat)
         site = self.sources.get(k) or self.targets.get(k)
-        if site is None and not self.plan.every_leaf:
-            return flat
-        if site is None or self.plan.every_leaf:
-            site = Site.of_call(k)
-        return self._record(site, flat)
+        return flat if site is None else self._record(site, flat)
 
     def inputs(self, model: KerasModel, tensors: list[Tensor]) -> list[Tensor]:
         """Record (and watch, as planned) the model inputs; return what the model is fed."""
-        planned = {
-            s.input_index: s
-            for s in (*self.plan.sources, *(t for t in self.plan.targets if t is not None))
-            if s.input_index is not None
-        }
-        for site in planned.values():
-            check_input_call(site)
+        check_input_calls(self.plan.sites)
+        planned = {s.input_index: s for s in self.plan.sites if s.input_index is not None}
         out = list(tensors)
         for i, name in enumerate(input_names(model)[: len(tensors)]):
             chosen = planned.get(i)
@@ -185,13 +184,9 @@ class Recorder:
 
             return tf.identity(x), grad
 
-        out = watched(tensor, anchor)
-        mask = getattr(tensor, "_keras_mask", None)
-        if mask is not None:
-            out._keras_mask = mask
         self.anchors[name] = anchor
         self.widths[name] = reductions.unit_width(tensor, one_unit)
-        return out
+        return masked_as(tensor, watched(tensor, anchor))
 
     def target_scalar(self, target: Site | None, outputs: TensorTree) -> Tensor:
         """reduce(target activation), or of every float model output; None if not float."""
@@ -203,8 +198,7 @@ class Recorder:
             if samples is None:
                 samples = tf.range(tf.shape(floats[0])[0])
             return project(outputs, samples, self.plan.seed, self._reduce)
-        if target.key not in self.captured:
-            check_all_called([target], self.captured, self.calls)
+        check_all_called([target], self.captured, self.calls)
         tensor = self.captured[target.key]
         return self._reduce(tensor) if is_float(tensor) else None
 
@@ -219,10 +213,12 @@ class Recorder:
         return tf.reduce_sum(tensor) * tf.cast(reductions.samples_in(tensor), tensor.dtype) / size
 
 
-def installed(groups: Sequence[tuple[KerasLayer, str]]) -> contextlib.AbstractContextManager[None]:
-    """Wrap `call` of each `(layer, path)` for the block (`layer_calls.wrapped`): each call
-    reports to the recorder of this thread (`recording`), if any."""
-    return wrapped([(layer, path, None) for layer, path in groups], _recorder_route)
+def installed(
+    groups: Sequence[tuple[KerasLayer, str, set[int] | None]],
+) -> contextlib.AbstractContextManager[None]:
+    """Wrap `call` of each `(layer, path, calls)` for the block (`layer_calls.wrapped`): each
+    call reports to the recorder of this thread (`recording`), if any."""
+    return wrapped(groups, _recorder_route)
 
 
 def _recorder_route() -> tuple[Handler, dict[str, int]] | None:

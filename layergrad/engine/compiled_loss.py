@@ -10,17 +10,15 @@ from collections.abc import Mapping, Sequence
 
 from layergrad.core.errors import InputError, LoadError, describe
 from layergrad.core.tf_runtime import keras, tf
-from layergrad.core.tf_types import KerasModel, KerasModule, Tensor
+from layergrad.core.tf_types import KerasModel, Tensor
 from layergrad.data.label_stream import LabelRequest
 from layergrad.engine.projection import normals, uniforms
 from layergrad.model.loss_forms import LossSpec, loss_name, read_loss
 
-# How random labels are drawn, by a word in the loss's name (first match wins).
+# How random labels are drawn, by a word in the loss's name without "_" (first match wins).
 _LABEL_KINDS = (
-    ("sparse_categorical", "ids"),
     ("sparsecategorical", "ids"),
     ("categorical", "one_hot"),
-    ("kl_divergence", "one_hot"),
     ("kldivergence", "one_hot"),
     ("binary", "bits"),
     ("hinge", "bits"),
@@ -37,7 +35,7 @@ def compile_loss(model: KerasModel, spec: LossSpec, optimizer: object = "sgd") -
     """
     args = dict(spec.compile_args)
     try:
-        args["loss"] = _deserialize(keras, args["loss"])
+        args["loss"] = _deserialize(args["loss"])
         model.compile(optimizer=optimizer, **args)
     except (ValueError, TypeError, KeyError) as exc:
         flag = "--loss" if spec.source == "option" else "the compiled loss"
@@ -52,21 +50,14 @@ def loss_error(loss: object) -> str | None:
     """Why Keras cannot build the serialized loss (a custom loss whose module was not
     imported), or None when it can."""
     try:
-        built = _deserialize(keras, loss)
+        built = _deserialize(loss)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         return describe(exc)
-    leaves: list[object] = (
-        list(built.values())
-        if isinstance(built, Mapping)
-        else list(built)
-        if isinstance(built, (list, tuple))
-        else [built]
-    )
-    bad = [leaf for leaf in leaves if leaf is not None and not callable(leaf)]
+    bad = [leaf for leaf in keras.tree.flatten(built) if leaf is not None and not callable(leaf)]
     return f"cannot interpret loss {loss_name(bad[0])!r}" if bad else None
 
 
-def _deserialize(keras: KerasModule, loss: object) -> object:
+def _deserialize(loss: object) -> object:
     if isinstance(loss, str):
         return keras.losses.get(loss)
     if isinstance(loss, Mapping) and "class_name" in loss:
@@ -78,16 +69,17 @@ def _deserialize(keras: KerasModule, loss: object) -> object:
             # legacy .h5 writes a loss instance without its module: look among the losses
             return keras.losses.deserialize(dict(loss))
     if isinstance(loss, Mapping):
-        return {k: _deserialize(keras, v) for k, v in loss.items()}
+        return {k: _deserialize(v) for k, v in loss.items()}
     if isinstance(loss, Sequence):
-        return [_deserialize(keras, v) for v in loss]
+        return [_deserialize(v) for v in loss]
     return loss
 
 
 def label_kind(name: str) -> str:
     """How to draw random labels for a loss: ids, one_hot, bits, positive or normal."""
     read = read_loss(name)
-    key = (read.name if read is not None and read.known else name).lower().replace(" ", "_")
+    named = read.name if read is not None and read.known else name
+    key = named.lower().replace(" ", "").replace("_", "")
     return next((kind for word, kind in _LABEL_KINDS if word in key), "normal")
 
 

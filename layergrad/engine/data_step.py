@@ -14,37 +14,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import (
-    KerasLayer,
-    KerasModel,
-    Strategy,
-    Tensor,
-)
+from layergrad.core.tf_types import KerasModel, Strategy, Tensor
 from layergrad.data.devices import is_multi_worker
 from layergrad.data.stats import reductions
 from layergrad.data.stats.accumulators import POSITION
 from layergrad.data.stats.aggregates import ForwardTotals, GradientTotals
 from layergrad.engine import step_calls
-from layergrad.engine.capture import Plan, Record, Recorder, installed, recording
+from layergrad.engine.capture import Plan, Recorder, installed, recording
 from layergrad.engine.layer_calls import (
     Probed,
+    call_groups,
     check_all_called,
     forward,
     is_float,
-    site_groups,
     to_numpy,
-    unique_leaves,
 )
 from layergrad.engine.packed_totals import Layout, Unpack
 from layergrad.engine.weight_gradients import WeightTotals
-from layergrad.model.layer_refs import CallKey, Site, iter_layers
+from layergrad.model.layer_refs import CallKey, Site
 
 if TYPE_CHECKING:
     from layergrad.data.sources import DataStream
@@ -84,8 +77,8 @@ class StreamRun:
 class Step:
     """The per-batch computation for a model and a plan; `compute(inputs)` returns summaries.
 
-    Use inside `installed()`, which wraps the layers' `call` for the whole run, so that
-    every trace of the compiled step sees them.
+    Use inside `capture.installed(step.groups)`, which wraps the layers' `call` for the whole
+    run, so that every trace of the compiled step sees them.
     """
 
     def __init__(self, model: KerasModel, plan: Plan) -> None:
@@ -93,19 +86,7 @@ class Step:
         self.layout = Layout()  # filled while tracing (or running eagerly)
         self.traces = 0  # calls of `compute` in Python: traces, or eager runs
         self.arrays: dict[tuple[int, str], Tensor] = {}  # `plan.keep`: the whole gradients
-        if plan.every_leaf:
-            self.groups: list[tuple[KerasLayer, str]] = [
-                (layer, path) for layer, path, _ in unique_leaves(iter_layers(model))
-            ]
-            before = [s for s in [*plan.sources, *plan.targets] if s is not None and s.logits]
-            self.groups += [(layer, path) for layer, path, _ in site_groups(before)]
-        else:
-            sites = [*plan.sources, *(t for t in plan.targets if t is not None)]
-            self.groups = [(layer, path) for layer, path, _ in site_groups(sites)]
-
-    def installed(self) -> AbstractContextManager[None]:
-        """Wrap each captured layer's `call` for the block (restored in `finally`)."""
-        return installed(self.groups)
+        self.groups = call_groups(model, plan.sites, plan.every_leaf)
 
     def compute(
         self, inputs: Sequence[Tensor], samples: Tensor | None = None, labels: Sequence[Tensor] = ()
@@ -119,9 +100,7 @@ class Step:
         with recording(Recorder(self.plan, tape, samples=samples)) as rec, tape:
             fed = rec.inputs(self.model, list(inputs))
             outputs = forward(self.model, fed, self.plan.training)
-            for site in self.plan.sources:
-                if site.key not in rec.captured:
-                    check_all_called([site], rec.captured, rec.calls)
+            check_all_called(self.plan.sources, rec.captured, rec.calls)
             scalars = [rec.target_scalar(t, outputs) for t in self.plan.targets]
             loss = None if weights is None else weights.objective(outputs, labels or None, samples)
         names = list(rec.anchors)
@@ -169,7 +148,9 @@ class Step:
         for target in self.plan.targets:
             r = None if target is None else self._record_of(target.key)
             targets.append(None if r is None else self._probed(r, 0, unpack, samples, target))
-        keep = [r for r, rec in enumerate(records) if self._kept(rec)]
+        chosen = {s.key for s in self.plan.sources}
+        every = self.plan.every_leaf
+        keep = [r for r, rec in enumerate(records) if every or rec.site.key in chosen]
         activations, forward = [], []
         gradients: list[list[GradientTotals | None]] = [[] for _ in self.plan.targets]
         arrays: list[list[np.ndarray | None]] = [[] for _ in self.plan.targets]
@@ -197,9 +178,6 @@ class Step:
             alive=tuple(totals[f"alive{i}/gmax"] for i in range(len(self.plan.alive))),
         )
 
-    def _kept(self, rec: Record) -> bool:
-        return self.plan.every_leaf or rec.site.key in {s.key for s in self.plan.sources}
-
     def _record_of(self, k: CallKey) -> int | None:
         return next((r for r, rec in enumerate(self.layout.records) if rec.site.key == k), None)
 
@@ -207,7 +185,7 @@ class Step:
         """The first output the (first) target depends on, else the first tensor output."""
         outputs = self.layout.records[r].outputs
         tensors = [i for i, o in enumerate(outputs) if o is not None]
-        found = [i for i in tensors if unpack.has_gradient(0, f"{r}.{i}")]
+        found = [i for i in tensors if (0, f"{r}.{i}") in unpack.grads]
         return found[0] if found else (tensors[0] if tensors else 0)
 
     def _probed(
@@ -234,18 +212,9 @@ def run_stream(
     strategy: Strategy | None = None,
     on_progress: Progress | None = None,
 ) -> StreamRun:
-    """The compiled step over every batch of a `datasets.DataStream`, under `strategy`
-    (`step_calls.over_batches`: the batches, the errors and `on_progress` are as there).
-
-    Args:
-        model: the loaded model (its variables created under `strategy.scope()`).
-        plan: what to capture; `plan.data` should be True.
-        stream: the batches, in the model's input order.
-        strategy: a tf.distribute strategy; None: the default one (one device).
-
-    Returns:
-        A StreamRun over every sample.
-    """
+    """The compiled step of `plan` (`plan.data` True) over every sample of `stream`, under
+    `strategy` (None: the default one, one device; the model's variables created under its
+    scope): the batches, the errors and `on_progress` are as in `step_calls.over_batches`."""
     strategy = strategy or tf.distribute.get_strategy()
     step = Step(model, plan)
     size = float(getattr(stream, "batch_size", 0) or 0)
@@ -271,7 +240,7 @@ def run_stream(
         return summaries
 
     kept = step_calls.moving_statistics_kept(model, plan.training)
-    with kept, step.installed():  # the trace happens here, once; the batch axis is None
+    with kept, installed(step.groups):  # the trace happens here, once; the batch axis is None
         summed = step_calls.over_batches(stream, strategy, replica_step, on_progress, model)
     local = len(strategy.extended.worker_devices) if workers else replicas  # this worker's
     run = step.result(summed.totals, summed.samples, summed.batches, local)

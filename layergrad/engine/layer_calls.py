@@ -19,7 +19,7 @@ from layergrad.core.errors import InputError, LayerNotFound, op_message
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import GradientTape, KerasLayer, KerasModel, Tensor, TensorTree
 from layergrad.engine import random_layers
-from layergrad.model.layer_refs import LOGITS, Site, split_logits
+from layergrad.model.layer_refs import LOGITS, Site, iter_layers, split_logits
 
 T = TypeVar("T")
 
@@ -35,7 +35,10 @@ class Probed:
 
     @property
     def is_float(self) -> bool:
-        return float_dtype(self.dtype)
+        """Whether the dtype is floating-point (bfloat16 too; "string" is not)."""
+        return self.dtype == "bfloat16" or (
+            self.dtype != "string" and np.dtype(self.dtype).kind == "f"
+        )
 
 
 @dataclass(frozen=True)
@@ -78,11 +81,6 @@ def unique_leaves(layers: Iterable[tuple[str, KerasLayer]]) -> list[tuple[KerasL
 
 def is_model(layer: KerasLayer) -> bool:
     return hasattr(layer, "layers") and isinstance(getattr(layer, "layers", None), list)
-
-
-def float_dtype(dtype: str) -> bool:
-    """Whether a dtype name is floating-point (bfloat16 too; "string" is not)."""
-    return dtype == "bfloat16" or (dtype != "string" and np.dtype(dtype).kind == "f")
 
 
 def is_float(tensor: Tensor) -> bool:
@@ -175,18 +173,24 @@ def fresh(tensor: Tensor) -> Tensor:
     """A new tensor equal to `tensor`, so that watching it leaves other uses of the original
     (a skip connection around a layer that returns its input, e.g. Dropout in inference)
     outside the gradient. The Keras mask travels with it."""
-    out = tf.identity(tensor)
+    return masked_as(tensor, tf.identity(tensor))
+
+
+def masked_as(tensor: Tensor, out: Tensor) -> Tensor:
+    """`out`, given the Keras mask of `tensor` if it has one."""
     mask = getattr(tensor, "_keras_mask", None)
     if mask is not None:
         out._keras_mask = mask
     return out
 
 
-def check_input_call(site: Site) -> None:
-    if site.call:
-        raise LayerNotFound(
-            f"{site.ref!r}: {site.path!r} is a model input, which has one value; drop @{site.call}"
-        )
+def check_input_calls(sites: Sequence[Site]) -> None:
+    for site in sites:
+        if site.input_index is not None and site.call:
+            raise LayerNotFound(
+                f"{site.ref!r}: {site.path!r} is a model input, which has one value; "
+                f"drop @{site.call}"
+            )
 
 
 def check_all_called(
@@ -256,6 +260,16 @@ def capturing(
     calls: dict[str, int] = {}
     with wrapped(groups, lambda: (handle, calls)):
         yield calls
+
+
+def call_groups(
+    model: KerasModel, sites: Sequence[Site], every_leaf: bool
+) -> list[tuple[KerasLayer, str, set[int] | None]]:
+    """`(layer, path, calls)` for `wrapped`: those the sites name (`site_groups`), or with
+    `every_leaf` every leaf layer's and the values before an activation the sites name."""
+    if not every_leaf:
+        return site_groups(sites)
+    return [*unique_leaves(iter_layers(model)), *site_groups([s for s in sites if s.logits])]
 
 
 def site_groups(sites: Sequence[Site]) -> list[tuple[KerasLayer, str, set[int] | None]]:

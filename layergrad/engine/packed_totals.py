@@ -41,9 +41,6 @@ class Unpack:
             self.open[name] = slice(start, start + count)
             start += count
 
-    def has_gradient(self, t: int, name: str) -> bool:
-        return (t, name) in self.grads
-
     def gradient(self, t: int, name: str) -> GradientTotals | None:
         p = self.grads.get((t, name))
         if p is None:

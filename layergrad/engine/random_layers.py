@@ -42,13 +42,7 @@ _batch: ContextVar[int] = ContextVar("layergrad_random_batch", default=0)
 
 def generator_states(model: KerasModel) -> list[KerasVariable]:
     """The state variable of every SeedGenerator of `model`'s layers, in the model's order."""
-    seen: set[int] = set()
-    found = []
-    for variable in model.variables:
-        if variable.name == STATE and id(variable) not in seen:
-            seen.add(id(variable))
-            found.append(variable)
-    return found
+    return list({id(v): v for v in model.variables if v.name == STATE}.values())
 
 
 def generator_key(seed: int, index: int) -> int:

@@ -23,13 +23,7 @@ import numpy as np
 
 from layergrad.core.errors import InputError, describe
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import (
-    KerasModel,
-    KerasVariable,
-    Strategy,
-    Tensor,
-    TFFunction,
-)
+from layergrad.core.tf_types import KerasModel, Strategy, Tensor, TFFunction
 from layergrad.data.devices import is_multi_worker
 from layergrad.data.stats import aggregates
 from layergrad.data.stats.accumulators import Accumulators, OneStep, summary_shapes
@@ -175,21 +169,14 @@ def statistics_kept(func: F) -> F:
 @contextmanager
 def moving_statistics_kept(model: KerasModel, training: bool = True) -> Iterator[None]:
     """`statistics_kept` for a block (nothing to keep for a pass in inference)."""
-    saved = [(v, v.numpy()) for v in _moving_statistics(model)] if training else []
+    norms = [x for _, x in iter_layers(model) if "BatchNormalization" in type(x).__name__]
+    moving = [getattr(n, name, None) for n in norms for name in ("moving_mean", "moving_variance")]
+    saved = [(v, v.numpy()) for v in moving if v is not None] if training else []
     try:
         yield
     finally:
         for variable, value in saved:
             variable.assign(value)
-
-
-def _moving_statistics(model: KerasModel) -> Iterator[KerasVariable]:
-    for _, layer in iter_layers(model):
-        if "BatchNormalization" in type(layer).__name__:
-            for name in ("moving_mean", "moving_variance"):
-                variable = getattr(layer, name, None)
-                if variable is not None:
-                    yield variable
 
 
 def pad_if_empty(inputs: Sequence[Tensor], samples: Tensor, empty: Tensor) -> tuple[Tensor, Tensor]:

@@ -11,18 +11,15 @@ from layergrad.core.tf_types import KerasLayer, TensorTree, TFOperation
 # Ops whose gradient is None (or is registered but returns None): a list is needed as well as
 # the registry, because Round, Floor and ArgMax *have* registered gradient functions.
 NO_GRADIENT = {
-    "ArgMax": "argmax returns integer indices",
-    "ArgMin": "argmin returns integer indices",
-    "Round": "round has a registered gradient that returns None",
-    "Floor": "floor has a registered gradient that returns None",
-    "Ceil": "ceil has a registered gradient that returns None",
-    "Rint": "rint has a registered gradient that returns None",
-    "Equal": "a comparison returns booleans",
-    "NotEqual": "a comparison returns booleans",
-    "Greater": "a comparison returns booleans",
-    "GreaterEqual": "a comparison returns booleans",
-    "Less": "a comparison returns booleans",
-    "LessEqual": "a comparison returns booleans",
+    **{op: f"{op.lower()} returns integer indices" for op in ("ArgMax", "ArgMin")},
+    **{
+        op: f"{op.lower()} has a registered gradient that returns None"
+        for op in ("Round", "Floor", "Ceil", "Rint")
+    },
+    **dict.fromkeys(
+        ("Equal", "NotEqual", "Greater", "GreaterEqual", "Less", "LessEqual"),
+        "a comparison returns booleans",
+    ),
     "PyFunc": "tf.numpy_function runs Python outside the tape",
     "PyFuncStateless": "tf.numpy_function runs Python outside the tape",
     "EagerPyFunc": "tf.py_function without a gradient runs Python outside the tape",
@@ -90,7 +87,7 @@ def blocking_ops(ops: Sequence[tuple[str, TFOperation]]) -> list[OpFinding]:
             found.append(
                 OpFinding(f"Cast to {op.get_attr('DstT').name}", "a cast to an integer type")
             )
-        elif _floats_in_and_out(op):
+        elif op.inputs and all(t.dtype.is_floating for t in (*op.inputs, *op.outputs)):
             try:
                 registered = tf_ops._gradient_registry.lookup(op_type)
             except LookupError:
@@ -103,7 +100,3 @@ def blocking_ops(ops: Sequence[tuple[str, TFOperation]]) -> list[OpFinding]:
 def unsafe_backward_ops(ops: Sequence[tuple[str, TFOperation]]) -> list[OpFinding]:
     """Ops whose gradient is Inf/NaN at some inputs (sqrt, log, division at 0)."""
     return [OpFinding(t, UNSAFE_BACKWARD[t]) for t, _ in ops if t in UNSAFE_BACKWARD]
-
-
-def _floats_in_and_out(op: TFOperation) -> bool:
-    return bool(op.inputs) and all(t.dtype.is_floating for t in (*op.inputs, *op.outputs))

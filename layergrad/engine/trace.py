@@ -41,15 +41,15 @@ from layergrad.engine.layer_calls import (
     LayerCall,
     Recorded,
     activation,
+    call_groups,
     capturing,
     check_all_called,
-    check_input_call,
+    check_input_calls,
     forward,
     fresh,
     gradients_of,
     guarded,
     is_float,
-    site_groups,
     unique_leaves,
 )
 from layergrad.engine.projection import project
@@ -170,21 +170,14 @@ def replay(
             records.append((Site.of_call(key), tuple(flat), args))
             return flat
 
-        for site in chosen:
-            if site.input_index is not None:
-                check_input_call(site)
+        check_input_calls(chosen)
         inputs = {s.input_index for s in sources or ()}
         for i, (name, tensor) in enumerate(zip(input_names(model), tensors, strict=False)):
             if is_float(tensor) and (every or i in inputs):
                 tape.watch(tensor)
             records.append((Site(ref=name, path=name, call=0, input_index=i), (tensor,), None))
-        groups = site_groups(chosen)
-        if every:  # and the values before an activation a target names
-            groups = [
-                *unique_leaves(iter_layers(model)),
-                *site_groups([t for t in named if t.logits]),
-            ]
-        with capturing(groups if wrap is None else wrap, on_call) as calls:
+        groups = call_groups(model, chosen, every) if wrap is None else wrap
+        with capturing(groups, on_call) as calls:
             outputs = guarded(lambda: forward(model, tensors, training), "the probe batch")
         captured: dict[tuple[str, int], Tensor] = {}
         for site, flat, _ in records:

@@ -87,48 +87,34 @@ class WeightPlan:
         return out
 
     def result(self, totals: dict[str, np.ndarray], replicas: int) -> WeightTotals:
-        """The mean gradients and each layer's noise from the totals of every batch."""
+        """The mean gradients and per layer their noise: signal ||mean g||^2, the variance of
+        the batch gradients, and their ratio.
+
+        With w_b = n_b / N the variance is sum_b w_b ||g_b - mean g||^2 / (1 - sum_b w_b^2)
+        (the unbiased estimate for batches of equal size: the spread of B batch gradients
+        with B - 1 degrees of freedom), from the totals: (sum n_b ||g_b||^2 / N -
+        ||mean g||^2) / (1 - sum n_b^2 / N^2).
+        """
         count, count_sq, steps = (float(v) for v in totals["n/sum"])
         batches = round(steps)  # every worker's batches
         gradients = tuple(
             totals[f"{i}/sum"] / count if ok else None for i, ok in enumerate(self.connected)
         )
-        noise = layer_noise(
-            self.names, self.owner, gradients, totals["layers/sum"], count, count_sq, batches
-        )
-        return WeightTotals(gradients, noise, int(count), replicas)
-
-
-def layer_noise(
-    names: Sequence[str],
-    owner: Sequence[int],
-    gradients: Sequence[np.ndarray | None],
-    weighted_sq: np.ndarray,
-    count: float,
-    count_sq: float,
-    batches: int,
-) -> tuple[GradientNoise, ...]:
-    """Per layer: signal ||mean g||^2, the variance of the batch gradients, and their ratio.
-
-    With w_b = n_b / N the variance is sum_b w_b ||g_b - mean g||^2 / (1 - sum_b w_b^2)
-    (the unbiased estimate for batches of equal size: the spread of B batch gradients with
-    B - 1 degrees of freedom), from the totals: (sum n_b ||g_b||^2 / N - ||mean g||^2) /
-    (1 - sum n_b^2 / N^2).
-    """
-    signal = np.zeros(len(names))
-    has = np.zeros(len(names), bool)
-    for i, g in enumerate(gradients):
-        if g is not None:
-            signal[owner[i]] += float(np.sum(g * g))
-            has[owner[i]] = True
-    out = []
-    dof = 1.0 - count_sq / (count * count) if count else 0.0
-    for layer, (name, s) in enumerate(zip(names, signal, strict=True)):
-        if not has[layer]:
-            continue
-        variance = None
-        if dof > 1e-12 and np.isfinite(weighted_sq[layer]) and np.isfinite(s):
-            variance = max(float(weighted_sq[layer]) / count - s, 0.0) / dof
-        snr = s / variance if variance else None
-        out.append(GradientNoise(name, float(s), variance, snr, batches))
-    return tuple(out)
+        weighted_sq = totals["layers/sum"]
+        signal = np.zeros(len(self.names))
+        has = np.zeros(len(self.names), bool)
+        for i, g in enumerate(gradients):
+            if g is not None:
+                signal[self.owner[i]] += float(np.sum(g * g))
+                has[self.owner[i]] = True
+        noise = []
+        dof = 1.0 - count_sq / (count * count) if count else 0.0
+        for layer, (name, s) in enumerate(zip(self.names, signal, strict=True)):
+            if not has[layer]:
+                continue
+            variance = None
+            if dof > 1e-12 and np.isfinite(weighted_sq[layer]) and np.isfinite(s):
+                variance = max(float(weighted_sq[layer]) / count - s, 0.0) / dof
+            snr = s / variance if variance else None
+            noise.append(GradientNoise(name, float(s), variance, snr, batches))
+        return WeightTotals(gradients, tuple(noise), int(count), replicas)
