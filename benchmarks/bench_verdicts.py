@@ -97,9 +97,7 @@ def bench(path: Path, rounds: int) -> dict[str, float]:
     out["weights"] = median_ms(lambda: scan_weights(session), rounds)
     out["scale"] = median_ms(lambda: scale_flags(report.variables), rounds)
     out["dead"] = median_ms(lambda: dead_layers(trace, layers), rounds)
-    out["loss"] = median_ms(
-        lambda: read_file(info.config, info.graph, info.compile_config), rounds
-    )
+    out["loss"] = median_ms(lambda: read_file(info.config, info.graph, info.compile_config), rounds)
     out["targets"] = median_ms(lambda: target_mismatches(heads, specs, names), rounds)
     out["probe"] = median_ms(lambda: probe_batch(model, session.options), rounds)
     out["check"] = median_ms(lambda: check_file(path), max(1, rounds // 2))

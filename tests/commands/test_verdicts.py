@@ -294,7 +294,10 @@ def test_the_random_probe_draws_what_the_models_preprocessing_expects(tmp_path):
     (batch,) = session.batch.arrays
     # x / 127.5 - 1 spans [-1, 1] exactly when x spans [0, 255]
     assert batch.min() >= 0 and batch.max() <= 255 and batch.max() > 200
-    assert session.probe_meta_of().drawn == "image uniform 0-255 (Rescaling 'scale' expects raw values)"
+    assert (
+        session.probe_meta_of().drawn
+        == "image uniform 0-255 (Rescaling 'scale' expects raw values)"
+    )
 
     data = np.random.default_rng(0).normal(50.0, 10.0, (500, 3)).astype("float32")
     norm = keras.layers.Normalization(name="norm")

@@ -184,4 +184,6 @@ def test_a_scan_says_its_target_even_when_the_name_is_empty(reports):
     scan = reports["scan"]
     assert scan.target is None
     assert "d sum(outputs · R) / d each layer" in render("scan", OutputFormat.MARKDOWN, scan)
-    assert "d sum() / d each layer" in render("scan", OutputFormat.MARKDOWN, replace(scan, target=""))
+    assert "d sum() / d each layer" in render(
+        "scan", OutputFormat.MARKDOWN, replace(scan, target="")
+    )

@@ -69,9 +69,9 @@ def test_a_second_fit_reuses_the_steps_and_starts_afresh():
     assert (
         [c.step for c in second.checkpoints] == [c.step for c in first.checkpoints] == [1, 3, 5, 6]
     )
-    assert [
-        (f.code, f.layer, f.step) for f in second.findings if f.code == Finding.NONFINITE
-    ] == [("nonfinite", "poison", 3)]
+    assert [(f.code, f.layer, f.step) for f in second.findings if f.code == Finding.NONFINITE] == [
+        ("nonfinite", "poison", 3)
+    ]
     assert second.losses[:2] == pytest.approx(first.losses[:2], rel=1e-6)
     # the second fit's first checkpoint is the tape's gradient at the starting weights
     model.set_weights(start)
