@@ -45,9 +45,14 @@ def loss_name(loss: object) -> str:
     if loss is None:
         return ""
     if isinstance(loss, (list, tuple)):
-        return ", ".join(loss_name(v) for v in loss)
+        return ", ".join(_one_loss(v) for v in loss)
     if isinstance(loss, dict):
-        return ", ".join(f"{k}: {loss_name(v)}" for k, v in loss.items())
+        return ", ".join(f"{k}: {_one_loss(v)}" for k, v in loss.items())
+    return _one_loss(loss)
+
+
+def _one_loss(loss: object) -> str:
+    """One entry's name: its own, else its type's (`NoneType` for an output without one)."""
     if isinstance(loss, str):
         return loss
     return str(getattr(loss, "name", None) or getattr(loss, "__name__", type(loss).__name__))

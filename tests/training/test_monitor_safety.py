@@ -331,3 +331,15 @@ def test_a_model_built_by_a_first_execution_of_several_steps_starts_after_it():
     assert report.steps == 12 and report.losses[0] is None and report.losses[1] is not None
     assert [c.step for c in report.checkpoints] == [3, 5, 7, 9, 11, 12]
     assert any("steps 1-2 ran unmonitored" in n for n in report.notes)
+
+
+def test_the_loss_of_each_output_is_named_as_compiled_an_output_without_one_too():
+    """A list or dict of losses is named entry by entry; an output without a loss (None) says
+    so by its type, as the fit report has always written it."""
+    from layergrad.training.model_facts import loss_name
+
+    assert loss_name(None) == ""
+    assert loss_name("mse") == "mse"
+    assert loss_name(["mse", None]) == "mse, NoneType"
+    assert loss_name({"o1": "mse", "o2": None}) == "o1: mse, o2: NoneType"
+    assert loss_name(keras.losses.MeanSquaredError()) == "mean_squared_error"
