@@ -53,7 +53,13 @@ def loss_error(loss: object) -> str | None:
         built = _deserialize(loss)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         return describe(exc)
-    bad = [leaf for leaf in keras.tree.flatten(built) if leaf is not None and not callable(leaf)]
+    # one level, as Keras reads a list or dict of losses (a nested one is no loss)
+    leaves: list[object] = (
+        list(built.values()) if isinstance(built, Mapping)
+        else list(built) if isinstance(built, (list, tuple))
+        else [built]
+    )  # fmt: skip
+    bad = [leaf for leaf in leaves if leaf is not None and not callable(leaf)]
     return f"cannot interpret loss {loss_name(bad[0])!r}" if bad else None
 
 

@@ -85,3 +85,13 @@ def test_no_module_but_layer_calls_replaces_a_layers_call():
             if is_setattr:
                 offenders.append(f"{module.relative_to(root)}:{node.lineno}")
     assert not offenders, offenders
+
+
+def test_a_compiled_loss_is_read_one_level_deep_in_its_own_order():
+    """A dict or list of losses is read as Keras reads it, one entry per output in the order
+    given: the first that is no loss is named, and a nested dict is no loss."""
+    from layergrad.engine.compiled_loss import loss_error
+
+    assert loss_error("mse") is None and loss_error(["mse", None]) is None
+    assert loss_error({"out_b": 3, "out_a": 5}) == "cannot interpret loss '3'"
+    assert loss_error({"o": {"p": "mse"}}) is not None
