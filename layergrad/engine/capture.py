@@ -8,6 +8,11 @@ gradient of a small "anchor" tensor. `tape.gradient(target, anchors)` therefore 
 numbers per layer instead of whole arrays, and no gradient outlives its reduction. A None
 gradient still means that the tape found no path.
 
+With `Plan.whole` (the replay of one batch, `trace.replay`) a watched output is instead a
+fresh copy `tape.watch`-ed whole, nothing is summarised, and every call handed over is
+recorded with its tensors and arguments. Either way the pass itself is `forward_pass`, the one
+place in the engine that runs the model.
+
 The wrappers stay in place for a whole run (`installed`), so every trace of a compiled step
 sees them; each forward pass has its own `Recorder`, found through a thread-local (replicas
 of a distributed step trace in threads of their own).
@@ -27,6 +32,8 @@ from layergrad.engine.layer_calls import (
     Handler,
     check_all_called,
     check_input_calls,
+    forward,
+    fresh,
     is_float,
     masked_as,
     wrapped,
@@ -61,6 +68,11 @@ class Plan:
     # not 0 on some sample (`check`'s dead layers over the data)
     alive: tuple[Site, ...] = ()
     weights: WeightPlan | None = None  # also the loss's gradient for the trainable variables
+    # one eager replay (`trace.replay`): watch whole copies on the tape, keep each recorded
+    # call's tensors and arguments, record every call handed over, summarise nothing
+    whole: bool = False
+    objective: Callable[[TensorTree], Tensor] | None = None  # the None target, instead of the
+    # projection: this function of the model's outputs (a loss)
 
     @property
     def sites(self) -> list[Site]:
@@ -79,10 +91,14 @@ class Output:
 
 @dataclass
 class Record:
-    """One recorded call (or model input) and its outputs (None: not a tensor)."""
+    """One recorded call (or model input) and its outputs (None: not a tensor); with
+    `Plan.whole` also its flattened outputs as passed on and its positional arguments (None
+    for a model input)."""
 
     site: Site
     outputs: list[Output | None]
+    tensors: list[Tensor] = field(default_factory=list)
+    args: TensorTree = None
 
 
 @dataclass
@@ -111,13 +127,14 @@ class Recorder:
         self.sources = {s.key: s for s in self.plan.sources}
         self.targets = {t.key: t for t in self.plan.targets if t is not None}
 
-    def on_call(self, k: CallKey, flat: list[Tensor], _args: TensorTree = ()) -> list[Tensor]:
-        """A wrapped layer produced `flat` on call `k` (path, index): record it if planned;
-        return what to pass on."""
+    def on_call(self, k: CallKey, flat: list[Tensor], args: TensorTree = ()) -> list[Tensor]:
+        """A wrapped layer produced `flat` from `args` on call `k` (path, index): record it if
+        planned (any call, with `plan.whole`); return what to pass on."""
         if self.plan.every_leaf:
-            return self._record(Site.of_call(k), flat)
+            return self._record(Site.of_call(k), flat, args)
         site = self.sources.get(k) or self.targets.get(k)
-        return flat if site is None else self._record(site, flat)
+        site = site or (Site.of_call(k) if self.plan.whole else None)
+        return flat if site is None else self._record(site, flat, args)
 
     def inputs(self, model: KerasModel, tensors: list[Tensor]) -> list[Tensor]:
         """Record (and watch, as planned) the model inputs; return what the model is fed."""
@@ -132,8 +149,8 @@ class Recorder:
                 out[i] = self._record(chosen, [tensors[i]])[0]
         return out
 
-    def _record(self, site: Site, flat: list[Tensor]) -> list[Tensor]:
-        r, k = len(self.records), site.key
+    def _record(self, site: Site, flat: list[Tensor], args: TensorTree = None) -> list[Tensor]:
+        r, k, whole = len(self.records), site.key, self.plan.whole
         outputs: list[Output | None] = []
         passed = []
         for i, tensor in enumerate(flat):
@@ -145,12 +162,12 @@ class Recorder:
             watch = floating and (self.plan.every_leaf or (i == 0 and k in self.sources))
             name = f"{r}.{i}"
             if watch:
-                tensor = self._watch(name, tensor)
-            if floating and (watch or (i == 0 and k in self.targets)):
+                tensor = self._watch_whole(tensor) if whole else self._watch(name, tensor)
+            if floating and not whole and (watch or (i == 0 and k in self.targets)):
                 self._summarise_forward(name, tensor)
             outputs.append(Output(tensor.dtype.name, tuple(tensor.shape), watch))
             passed.append(tensor)
-        self.records.append(Record(site, outputs))
+        self.records.append(Record(site, outputs, passed, args) if whole else Record(site, outputs))
         if k in self.targets or (k in self.sources and not self.plan.every_leaf):
             self.captured.setdefault(k, passed[0])
         return passed
@@ -188,8 +205,17 @@ class Recorder:
         self.widths[name] = reductions.unit_width(tensor, one_unit)
         return masked_as(tensor, watched(tensor, anchor))
 
+    def _watch_whole(self, tensor: Tensor) -> Tensor:
+        """Hand on a fresh copy of `tensor` (`layer_calls.fresh`) watched whole on the tape."""
+        copy = fresh(tensor)
+        self.tape.watch(copy)
+        return copy
+
     def target_scalar(self, target: Site | None, outputs: TensorTree) -> Tensor:
-        """reduce(target activation), or of every float model output; None if not float."""
+        """reduce(target activation), or `plan.objective` / the projection of every float
+        model output; None if not float."""
+        if target is None and self.plan.objective is not None:
+            return self.plan.objective(outputs)
         if target is None:
             floats = [o for o in tf.nest.flatten(outputs) if is_float(o)]
             if not floats:
@@ -211,6 +237,30 @@ class Recorder:
         # the samples of the whole data set is applied to the totals (GradientTotals.scale)
         size = tf.cast(tf.size(tensor), tensor.dtype)
         return tf.reduce_sum(tensor) * tf.cast(reductions.samples_in(tensor), tensor.dtype) / size
+
+
+def forward_pass(
+    model: KerasModel,
+    plan: Plan,
+    tape: GradientTape,
+    inputs: Sequence[Tensor],
+    samples: Tensor | None = None,
+    labels: Sequence[Tensor] = (),
+) -> tuple[Recorder, TensorTree, list[Tensor | None], Tensor | None]:
+    """The engine's one forward pass: `inputs` recorded (and watched, as planned), the model
+    run on them under `tape` with the calls `installed` wraps reporting to a new `Recorder`,
+    and each of `plan.targets` reduced to its scalar. Returns the recorder, the model's
+    outputs, the targets' scalars (None: not float) and the loss of `plan.weights` (None
+    without): the measured step (`data_step.Step.compute`) and the replay of one batch
+    (`trace.replay`) differentiate them as they need. `samples` are the batch's sample
+    indices in the data, `labels` its own labels if it has them."""
+    with recording(Recorder(plan, tape, samples=samples)) as rec, tape:
+        outputs = forward(model, rec.inputs(model, list(inputs)), plan.training)
+        check_all_called(plan.sources, rec.captured, rec.calls)
+        scalars = [rec.target_scalar(t, outputs) for t in plan.targets]
+        weights = plan.weights
+        loss = None if weights is None else weights.objective(outputs, labels or None, samples)
+    return rec, outputs, scalars, loss
 
 
 def installed(

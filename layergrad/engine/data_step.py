@@ -26,15 +26,8 @@ from layergrad.data.stats import reductions
 from layergrad.data.stats.accumulators import POSITION
 from layergrad.data.stats.aggregates import ForwardTotals, GradientTotals
 from layergrad.engine import step_calls
-from layergrad.engine.capture import Plan, Recorder, installed, recording
-from layergrad.engine.layer_calls import (
-    Probed,
-    call_groups,
-    check_all_called,
-    forward,
-    is_float,
-    to_numpy,
-)
+from layergrad.engine.capture import Plan, forward_pass, installed
+from layergrad.engine.layer_calls import Probed, call_groups, is_float, to_numpy
 from layergrad.engine.packed_totals import Layout, Unpack
 from layergrad.engine.weight_gradients import WeightTotals
 from layergrad.model.layer_refs import CallKey, Site
@@ -97,12 +90,9 @@ class Step:
         self.traces += 1
         weights = self.plan.weights
         tape = tf.GradientTape(persistent=len(self.plan.targets) + (weights is not None) > 1)
-        with recording(Recorder(self.plan, tape, samples=samples)) as rec, tape:
-            fed = rec.inputs(self.model, list(inputs))
-            outputs = forward(self.model, fed, self.plan.training)
-            check_all_called(self.plan.sources, rec.captured, rec.calls)
-            scalars = [rec.target_scalar(t, outputs) for t in self.plan.targets]
-            loss = None if weights is None else weights.objective(outputs, labels or None, samples)
+        rec, outputs, scalars, loss = forward_pass(
+            self.model, self.plan, tape, inputs, samples, labels
+        )
         names = list(rec.anchors)
         anchors = [rec.anchors[n] for n in names]
         layout = Layout(rec.records, forward=list(rec.forward), open_dims=list(rec.open_dims))

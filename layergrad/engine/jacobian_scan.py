@@ -51,9 +51,9 @@ def scan_frobenius(
         return {}, ("no per-sample Jacobian norms: the target has no batch axis",)
     m = sum(math.prod(int(d) for d in e.shape[1:]) for e in ends)
     watched = [
-        ((site.path, site.call, k), t)
-        for site, flat, _ in live.records
-        for k, t in enumerate(flat)
+        ((r.site.path, r.site.call, k), t)
+        for r in live.records
+        for k, t in enumerate(r.tensors)
         if _batched(t, batch)
     ]
     exact = _is_exact(m, options)

@@ -1,9 +1,10 @@
 """The replay of one batch: one eager forward pass under one tape that keeps whole arrays, for
 a diagnosis (`inspect`'s and `scan`'s), the Jacobian measures and `check`'s layer rules.
 
-The watched calls are captured *as they are produced*: each chosen layer's `call` is wrapped
-for the pass (`layer_calls.wrapped`, restored in `finally`), and a fresh copy of a watched
-output is `tape.watch`-ed and handed on in its place. Everything downstream reads the very
+The pass is the engine's one forward pass (`capture.forward_pass`, as the measured step's),
+with `Plan.whole`: the watched calls are captured *as they are produced* (each chosen layer's
+`call` wrapped for the pass, restored in `finally`), and a fresh copy of a watched output is
+`tape.watch`-ed and handed on in its place. Everything downstream reads the very
 tensor we watch, so the gradient is right for any graph: branches that bypass the layer act as
 constants (even around a layer that returns its input), residual paths count, nested models
 and shared layers work because capture happens at the call. Building
@@ -36,30 +37,24 @@ from layergrad.core.tf_types import (
     TensorTree,
 )
 from layergrad.data.probe_input import ProbeBatch
+from layergrad.engine.capture import Plan, Record, forward_pass, installed
 from layergrad.engine.layer_calls import (
     Activation,
     LayerCall,
     Recorded,
     activation,
     call_groups,
-    capturing,
-    check_all_called,
-    check_input_calls,
-    forward,
-    fresh,
     gradients_of,
     guarded,
     is_float,
     unique_leaves,
 )
-from layergrad.engine.projection import project
-from layergrad.model.layer_refs import Site, input_names, iter_layers
+from layergrad.model.layer_refs import Site, iter_layers
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 Objective = Callable[[TensorTree], Tensor]  # the model's outputs -> the scalar to differentiate
-Record = tuple[Site, tuple[Tensor, ...], TensorTree]  # a call, its outputs as passed on, its args
 
 
 @dataclass(frozen=True)
@@ -97,8 +92,8 @@ class Trace:
 class Replay:
     """One forward pass still on its tape, nothing differentiated yet.
 
-    `records` holds (site, the call's flattened outputs as passed on, its positional
-    arguments) of each captured call, model inputs first; `outputs` is what the model returned.
+    `records` holds each captured call (`capture.Record`: its site, its flattened outputs as
+    passed on, its positional arguments), model inputs first; `outputs` is what the model returned.
     `sources[i]` is the watched tensor of source `i` (none when every leaf is watched);
     `targets[j]` the tensor of target `j` (None for the projection or objective of the outputs)
     and `scalars[j]` the scalar differentiated for it (None for an integer target). `ends` are
@@ -140,7 +135,8 @@ def replay(
     persistent: bool = True,
     wrap: Sequence[tuple[KerasLayer, str, None]] | None = None,
 ) -> Replay:
-    """One forward pass of `model` on `batch` under a tape, the chosen calls watched.
+    """One forward pass of `model` on `batch` under a tape, the chosen calls watched whole
+    (`capture.forward_pass` with `Plan.whole`).
 
     `sources=None` watches every leaf-layer call (each floating-point output) and every model
     input; otherwise the first output of each source. Each target is reduced to a scalar by
@@ -151,59 +147,38 @@ def replay(
     sum is zero everywhere). `training` runs the model in training mode. `wrap` names the
     layers whose calls are recorded when they are not those the sources and targets imply.
     """
-    reducer = {"sum": tf.reduce_sum, "mean": tf.reduce_mean}[reduce]
-    tensors = [tf.convert_to_tensor(a) for a in batch.arrays]
-    named = [t for t in targets if t is not None]
     every = sources is None
-    chosen = [*(sources or ()), *named]
-    watched = {s.key for s in sources or ()}
-    records: list[Record] = []
+    plan = Plan(
+        sources=tuple(sources or ()),
+        targets=tuple(targets),
+        every_leaf=every,
+        training=training,
+        reduce=reduce,
+        seed=seed,
+        whole=True,
+        objective=objective,
+    )
+    tensors = [tf.convert_to_tensor(a) for a in batch.arrays]
     # with no target nothing is differentiated: the tape then keeps nothing of the pass
     tape = tf.GradientTape(persistent=persistent, watch_accessed_variables=bool(targets))
-    with tape:
-
-        def on_call(key: tuple[str, int], flat: list[Tensor], args: TensorTree) -> list[Tensor]:
-            if every or key in watched:  # every float output, or a source's first
-                flat = [fresh(t) if is_float(t) and (every or i == 0) else t
-                        for i, t in enumerate(flat)]  # fmt: skip
-                tape.watch([t for t in flat[: None if every else 1] if is_float(t)])
-            records.append((Site.of_call(key), tuple(flat), args))
-            return flat
-
-        check_input_calls(chosen)
-        inputs = {s.input_index for s in sources or ()}
-        for i, (name, tensor) in enumerate(zip(input_names(model), tensors, strict=False)):
-            if is_float(tensor) and (every or i in inputs):
-                tape.watch(tensor)
-            records.append((Site(ref=name, path=name, call=0, input_index=i), (tensor,), None))
-        groups = call_groups(model, chosen, every) if wrap is None else wrap
-        with capturing(groups, on_call) as calls:
-            outputs = guarded(lambda: forward(model, tensors, training), "the probe batch")
-        captured: dict[tuple[str, int], Tensor] = {}
-        for site, flat, _ in records:
-            captured.setdefault(site.key, flat[0])
-        check_all_called(chosen, captured, calls)
-        found = tuple(None if t is None else captured[t.key] for t in targets)
+    with installed(call_groups(model, plan.sites, every) if wrap is None else wrap):
+        rec, outputs, scalars, _ = guarded(
+            lambda: forward_pass(model, plan, tape, tensors), "the probe batch"
+        )
+    found = tuple(None if t is None else rec.captured[t.key] for t in targets)
+    ends: tuple[Tensor, ...] = ()  # what the first target is made of
+    if found:
         floats = tuple(o for o in tf.nest.flatten(outputs) if is_float(o))
-        ends = [floats if t is None else (t,) if is_float(t) else () for t in found]
-        scalars: list[Tensor | None] = []
-        for target, tensor, made in zip(targets, found, ends, strict=True):
-            if target is not None:
-                scalars.append(reducer(tensor) if made else None)
-            elif objective is not None:
-                scalars.append(objective(outputs))
-            else:
-                rows = int(made[0].shape[0]) if made and made[0].shape.rank else 1
-                scalars.append(project(outputs, tf.range(rows), seed, reducer))
+        ends = floats if found[0] is None else tuple(t for t in found[:1] if is_float(t))
     return Replay(
         tape=tape,
-        records=tuple(records),
+        records=tuple(rec.records),
         outputs=outputs,
         target_sites=tuple(targets),
-        sources=tuple(captured[s.key] for s in sources or ()),
+        sources=tuple(rec.captured[s.key] for s in sources or ()),
         targets=found,
         scalars=tuple(scalars),
-        ends=ends[0] if ends else (),
+        ends=ends,
     )
 
 
@@ -220,25 +195,26 @@ def run_trace(
     and `scan`, and of `scan --wrt weights`' causes."""
     live = replay(model, batch, (target,), persistent=False, **how)
     records = live.records
-    watched = [t for _, flat, _ in records for t in flat]
+    watched = [t for r in records for t in r.tensors]
     all_grads = gradients_of(live.tape, live.scalars[0], [*watched, *variables])
     flat_grads = iter(all_grads[: len(watched)])
     activations, gradients = [], []
-    for site, flat, _ in records:
+    for record in records:
+        site, flat = record.site, record.tensors
         grads = [next(flat_grads) for _ in flat]
         tensors_at = [i for i, t in enumerate(flat) if hasattr(t, "dtype")]
         # the first output the target depends on (outputs other than 0: LSTM states...)
         k = next((i for i in tensors_at if grads[i] is not None), tensors_at[0])
         activations.append(activation(site, flat[k], output=k))
         gradients.append(grads[k])
-    produced = {id(t): i for i, (_, flat, _) in enumerate(records) for t in flat}
+    produced = {id(t): i for i, r in enumerate(records) for t in r.tensors}
     aim, tensor = live.target_sites[0], live.targets[0]
     return Trace(
         activations=tuple(activations),
         gradients=tuple(gradients),
         target=None if aim is None else activation(aim, tensor),
-        args=tuple(_specs(args) for _, _, args in records),
-        arg_sources=tuple(_sources(args, produced) for _, _, args in records),
+        args=tuple(_specs(r.args) for r in records),
+        arg_sources=tuple(_sources(r.args, produced) for r in records),
         variable_gradients=all_grads[len(watched) :],
         outputs=tuple(produced.get(id(t)) for t in tf.nest.flatten(live.outputs)),
     )
@@ -259,9 +235,9 @@ def record_calls(model: KerasModel, arrays: Sequence[np.ndarray]) -> Recorded | 
     except Exception:  # the forward check says why
         return None
     calls = [
-        LayerCall(site.path, by_path[site.path], list(flat), tf.nest.flatten(args))
-        for site, flat, args in live.records
-        if site.input_index is None
+        LayerCall(r.site.path, by_path[r.site.path], r.tensors, tf.nest.flatten(r.args))
+        for r in live.records
+        if r.site.input_index is None
     ]
     return Recorded(calls, keras.tree.flatten(live.outputs))
 
