@@ -8,10 +8,9 @@ gradient of a small "anchor" tensor. `tape.gradient(target, anchors)` therefore 
 numbers per layer instead of whole arrays, and no gradient outlives its reduction. A None
 gradient still means that the tape found no path.
 
-With `Plan.whole` (the replay of one batch, `trace.replay`) a watched output is instead a
-fresh copy `tape.watch`-ed whole, nothing is summarised, and every call handed over is
-recorded with its tensors and arguments. Either way the pass itself is `forward_pass`, the one
-place in the engine that runs the model.
+With `Plan.whole` (`trace.replay`) a watched output is a copy `tape.watch`-ed whole instead,
+nothing is summarised, and each call is kept with its tensors and arguments. Either way the
+pass is `forward_pass`, the one place in the engine that runs the model.
 
 The wrappers stay in place for a whole run (`installed`), so every trace of a compiled step
 sees them; each forward pass has its own `Recorder`, found through a thread-local (replicas
@@ -22,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from layergrad.core.tf_runtime import tf
@@ -33,7 +32,6 @@ from layergrad.engine.layer_calls import (
     check_all_called,
     check_input_calls,
     forward,
-    fresh,
     is_float,
     masked_as,
     wrapped,
@@ -206,8 +204,10 @@ class Recorder:
         return masked_as(tensor, watched(tensor, anchor))
 
     def _watch_whole(self, tensor: Tensor) -> Tensor:
-        """Hand on a fresh copy of `tensor` (`layer_calls.fresh`) watched whole on the tape."""
-        copy = fresh(tensor)
+        """Hand on a new tensor equal to `tensor`, watched whole on the tape: other uses of
+        the original (a skip connection around a layer that returns its input, e.g. Dropout in
+        inference) stay outside the gradient. The Keras mask travels with it."""
+        copy = masked_as(tensor, tf.identity(tensor))
         self.tape.watch(copy)
         return copy
 
@@ -247,19 +247,20 @@ def forward_pass(
     samples: Tensor | None = None,
     labels: Sequence[Tensor] = (),
 ) -> tuple[Recorder, TensorTree, list[Tensor | None], Tensor | None]:
-    """The engine's one forward pass: `inputs` recorded (and watched, as planned), the model
-    run on them under `tape` with the calls `installed` wraps reporting to a new `Recorder`,
-    and each of `plan.targets` reduced to its scalar. Returns the recorder, the model's
-    outputs, the targets' scalars (None: not float) and the loss of `plan.weights` (None
-    without): the measured step (`data_step.Step.compute`) and the replay of one batch
-    (`trace.replay`) differentiate them as they need. `samples` are the batch's sample
-    indices in the data, `labels` its own labels if it has them."""
-    with recording(Recorder(plan, tape, samples=samples)) as rec, tape:
-        outputs = forward(model, rec.inputs(model, list(inputs)), plan.training)
-        check_all_called(plan.sources, rec.captured, rec.calls)
-        scalars = [rec.target_scalar(t, outputs) for t in plan.targets]
-        weights = plan.weights
-        loss = None if weights is None else weights.objective(outputs, labels or None, samples)
+    """The engine's one forward pass, for the measured step (`data_step.Step.compute`) and the
+    replay (`trace.replay`): `inputs` recorded and the model run under `tape`, the calls
+    `installed` wraps reporting to a new `Recorder` (this thread's, for the pass). Returns it,
+    the outputs, each target's scalar (None: not float) and `plan.weights`' loss (or None)."""
+    rec = _LOCAL.recorder = Recorder(plan, tape, samples=samples)
+    try:
+        with tape:
+            outputs = forward(model, rec.inputs(model, list(inputs)), plan.training)
+            check_all_called(plan.sources, rec.captured, rec.calls)
+            scalars = [rec.target_scalar(t, outputs) for t in plan.targets]
+            weights = plan.weights
+            loss = None if weights is None else weights.objective(outputs, labels or None, samples)
+    finally:
+        del _LOCAL.recorder
     return rec, outputs, scalars, loss
 
 
@@ -267,20 +268,10 @@ def installed(
     groups: Sequence[tuple[KerasLayer, str, set[int] | None]],
 ) -> contextlib.AbstractContextManager[None]:
     """Wrap `call` of each `(layer, path, calls)` for the block (`layer_calls.wrapped`): each
-    call reports to the recorder of this thread (`recording`), if any."""
+    call reports to the recorder of this thread's `forward_pass`, if any."""
     return wrapped(groups, _recorder_route)
 
 
 def _recorder_route() -> tuple[Handler, dict[str, int]] | None:
     rec: Recorder | None = getattr(_LOCAL, "recorder", None)
     return None if rec is None else (rec.on_call, rec.calls)
-
-
-@contextlib.contextmanager
-def recording(recorder: Recorder) -> Iterator[Recorder]:
-    """Make `recorder` the one the wrapped layers report to, in this thread, for the block."""
-    _LOCAL.recorder = recorder
-    try:
-        yield recorder
-    finally:
-        del _LOCAL.recorder

@@ -169,13 +169,6 @@ def activation(site: Site, tensor: Tensor, output: int = 0) -> Activation:
     )
 
 
-def fresh(tensor: Tensor) -> Tensor:
-    """A new tensor equal to `tensor`, so that watching it leaves other uses of the original
-    (a skip connection around a layer that returns its input, e.g. Dropout in inference)
-    outside the gradient. The Keras mask travels with it."""
-    return masked_as(tensor, tf.identity(tensor))
-
-
 def masked_as(tensor: Tensor, out: Tensor) -> Tensor:
     """`out`, given the Keras mask of `tensor` if it has one."""
     mask = getattr(tensor, "_keras_mask", None)
