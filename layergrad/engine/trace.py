@@ -93,7 +93,8 @@ class Replay:
     """One forward pass still on its tape, nothing differentiated yet.
 
     `records` holds each captured call (`capture.Record`: its site, its flattened outputs as
-    passed on, its positional arguments), model inputs first; `outputs` is what the model returned.
+    passed on, its positional arguments), model inputs first; `outputs` is what the model
+    returned.
     `sources[i]` is the watched tensor of source `i` (none when every leaf is watched);
     `targets[j]` the tensor of target `j` (None for the projection or objective of the outputs)
     and `scalars[j]` the scalar differentiated for it (None for an integer target). `ends` are
@@ -128,36 +129,25 @@ def replay(
     targets: Sequence[Site | None] = (None,),
     *,
     sources: Sequence[Site] | None = None,
-    training: bool = False,
-    reduce: str = "sum",
-    seed: int = 0,
-    objective: Objective | None = None,
     persistent: bool = True,
     wrap: Sequence[tuple[KerasLayer, str, None]] | None = None,
+    **how: Unpack[ReplayKeywords],
 ) -> Replay:
     """One forward pass of `model` on `batch` under a tape, the chosen calls watched whole
     (`capture.forward_pass` with `Plan.whole`).
 
     `sources=None` watches every leaf-layer call (each floating-point output) and every model
-    input; otherwise the first output of each source. Each target is reduced to a scalar by
-    `reduce` ("sum" or "mean"); a None target is `objective(outputs)` when given (a loss), else
-    a random projection of the model's outputs: the sum (or mean) over every floating-point
-    output o of `o * R`, R standard normal seeded by `seed`. Unlike the plain sum it is not
-    constant for normalised outputs (a softmax sums to 1 per sample, so the gradient of its
-    sum is zero everywhere). `training` runs the model in training mode. `wrap` names the
-    layers whose calls are recorded when they are not those the sources and targets imply.
+    input; otherwise the first output of each source. `how` is the `Plan`'s: each target is
+    reduced to a scalar by `reduce` ("sum" or "mean", default "sum"); a None target is
+    `objective(outputs)` when given (a loss), else a random projection of the model's outputs:
+    the sum (or mean) over every floating-point output o of `o * R`, R standard normal seeded
+    by `seed` (default 0). Unlike the plain sum it is not constant for normalised outputs (a
+    softmax sums to 1 per sample, so the gradient of its sum is zero everywhere). `training`
+    runs the model in training mode. `wrap` names the layers whose calls are recorded when
+    they are not those the sources and targets imply.
     """
     every = sources is None
-    plan = Plan(
-        sources=tuple(sources or ()),
-        targets=tuple(targets),
-        every_leaf=every,
-        training=training,
-        reduce=reduce,
-        seed=seed,
-        whole=True,
-        objective=objective,
-    )
+    plan = Plan(tuple(sources or ()), tuple(targets), every, whole=True, **how)
     tensors = [tf.convert_to_tensor(a) for a in batch.arrays]
     # with no target nothing is differentiated: the tape then keeps nothing of the pass
     tape = tf.GradientTape(persistent=persistent, watch_accessed_variables=bool(targets))
