@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from layergrad.commands.over_data import Diagnosis
-from layergrad.commands.session import Session
+from layergrad.commands.session import Diagnosis, Session
 from layergrad.commands.untrained_batchnorm import in_training, probe_in_training, results_wrong
 from layergrad.core.probe_options import Progress
 from layergrad.core.results import (
@@ -88,7 +87,7 @@ def _inspect(
         keep=batches.probe,
     )
     run = run_stream(model, plan, batches, session.strategy, on_progress)
-    diagnosis = Diagnosis(model, batches, session.info.graph, options)
+    diagnosis = Diagnosis(session)
     found = [_result(run, t, diagnosis) for t in range(len(target_sites))]
     return _noted(found, session.info.graph, source, targets, sites), run
 

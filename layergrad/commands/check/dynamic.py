@@ -15,31 +15,30 @@ from typing import TYPE_CHECKING
 
 from layergrad.commands.check import loss_check as heads
 from layergrad.commands.check import verdicts as steps
-from layergrad.commands.check.baseline import Baseline, fits, judge, probe_options, same_data
 from layergrad.commands.check.verdicts import Add, CheckOptions
+from layergrad.commands.diff import Baseline, fits, judge, probe_options, same_data
 from layergrad.core.errors import LayergradError, UsageError, describe
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import ScanReport, ScanRow, WeightScanReport
-from layergrad.core.tf_types import KerasModel, Strategy
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo, training_steps
 
 if TYPE_CHECKING:
+    from layergrad.commands.check.verdicts import Opened
     from layergrad.commands.session import Session
     from layergrad.data.label_stream import Labelled, LabelSummary
-    from layergrad.data.sources import DataStream
     from layergrad.engine.data_step import StreamRun
     from layergrad.engine.layer_calls import Recorded
-    from layergrad.engine.loader import LoadedModel
 
 
 @dataclass(frozen=True)
 class _Stream:
     """Where check's batches come from: `first`, the stream's first batch (None for --data
-    until its labels are judged); `data`, the batches of --data (None: the first is all)."""
+    until its labels are judged); `data`, the batches of --data as one session (None: the
+    first is all)."""
 
     first: Session | None
-    data: DataStream | None
+    data: Session | None
     labels: dict[str, LabelSummary]
     source: str  # where the labels come from, as the `targets` check says
     given: Labelled | None = None  # --data's labels with its inputs
@@ -97,9 +96,9 @@ def dynamic(
     opened = steps.loads(path, info, options, probe if data else options.probing(), add)
     if opened is None:
         return
-    loaded, warnings, strategy = opened
+    loaded, warnings, _ = opened
     from layergrad.commands.scan import scan_over, scan_session  # TensorFlow: now
-    from layergrad.commands.session import Session, session_for
+    from layergrad.commands.session import session_for
     from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
     from layergrad.commands.weight_scan import scan_weights
     from layergrad.diagnose.saturation import saturated_init
@@ -108,9 +107,9 @@ def dynamic(
 
     model = loaded.model
     stream = (
-        _probe_batch(loaded, info, options, probe, warnings, add, bool(baseline or given_input))
+        _probe_batch(opened, info, options, probe, add, bool(baseline or given_input))
         if data is None
-        else _data_stream(loaded, info, options, probe, strategy, add)
+        else _data_stream(opened, info, options, probe, add)
     )
     if stream is None:
         return
@@ -119,15 +118,16 @@ def dynamic(
     if first is not None and mismatched:  # the loss cannot take these labels: draw ones that fit
         first = replace(first, probe=replace(first.batch, labels=None))
 
+    over = stream.data
+
     def scans(training: bool) -> _Scanned:
-        run, rows = (None, ()) if stream.data is None else scan_over(
-            model, loaded.info.graph, strategy, stream.data, replace(probe, training=training),
-            on_progress=options.on_progress,
+        run, rows = (None, ()) if over is None else scan_over(
+            in_training(over) if training else over, on_progress=options.on_progress
         )[:2]  # fmt: skip
         session = first
         if session is None:  # --data: its first batch, with its labels when they fit the loss
-            assert stream.data is not None
-            rows_of = stream.data if given is None or given.stream is None else given.stream
+            assert over is not None
+            rows_of = over.stream if given is None or given.stream is None else given.stream
             session = session_for(loaded, probe, warnings, rows_of.batch(0))
         session = in_training(session) if training else session
         try:
@@ -193,8 +193,8 @@ def dynamic(
     # a layer that a kernel scaled far up saturates on the probe (unless the kernels were learnt)
     first_pass = stream.recorded or recorder(model, batch.arrays)
     init = None if trained else saturated_init(model, first_pass())
-    if stream.data is not None:
-        weights = _dead_over_data(model, stream.data, weights, session.options.training, strategy)
+    if over is not None:
+        weights = _dead_over_data(over, weights, session.options.training)
         steps.trainable(weights, add, has_loss, where, dead_scope="the data", init=init)
     else:
         steps.trainable(weights, add, has_loss, init=init)
@@ -206,10 +206,9 @@ def dynamic(
     if run is not None:
         # over the same data: for a file with a loss, the loss's gradient over every sample
         # (`scan --wrt weights --data`, with the labels as check read them, or random ones)
-        assert data is not None and stream.data is not None
+        assert data is not None and over is not None
         text = os.fspath(data.path)
         other = other or not same_data(baseline, text, sha, run.samples, options.allow_other_data)
-        over = Session(os.fspath(path), model, loaded.info, probe, stream.data, strategy, warnings)
         if has_loss:
             from layergrad.data.label_stream import Labelled
 
@@ -226,11 +225,10 @@ def dynamic(
 
 
 def _probe_batch(
-    loaded: LoadedModel,
+    opened: Opened,
     info: FileInfo,
     options: CheckOptions,
     probe: ProbeOptions,
-    warnings: tuple[str, ...],
     add: Add,
     asked: bool,
 ) -> _Stream | None:
@@ -239,6 +237,7 @@ def _probe_batch(
     from layergrad.commands.session import session_for
     from layergrad.engine.trace import recorder
 
+    loaded, warnings, _ = opened
     model = loaded.model
     try:
         session = session_for(loaded, probe, warnings)
@@ -266,22 +265,17 @@ def _probe_batch(
 
 
 def _data_stream(
-    loaded: LoadedModel,
-    info: FileInfo,
-    options: CheckOptions,
-    probe: ProbeOptions,
-    strategy: Strategy | None,
-    add: Add,
+    opened: Opened, info: FileInfo, options: CheckOptions, probe: ProbeOptions, add: Add
 ) -> _Stream:
     """The stream of --data's batches, with its labels (`data/label_stream.py`) in the form
     the loss in the file (or `--loss`) takes, summarised for the `targets` check."""
-    from layergrad.commands.over_data import open_labels, open_stream
-    from layergrad.commands.session import probe_batch
+    from layergrad.commands.session import Session, open_labels, open_stream, probe_batch
     from layergrad.data.label_stream import summarise_batches
     from layergrad.engine.compiled_loss import label_request
     from layergrad.engine.trace import record_calls
     from layergrad.model.loss_forms import find_loss
 
+    loaded, warnings, strategy = opened
     model, data = loaded.model, probe.data_set
     assert data is not None
 
@@ -306,16 +300,11 @@ def _data_stream(
     source = f"--data {data.path}"
     if labelled is not None and labelled.classes:
         source += f" (the class sub-folders {labelled.describe_classes()})"
-    return _Stream(None, batches, labels, source, labelled)
+    over = Session(os.fspath(info.path), model, loaded.info, probe, batches, strategy, warnings)
+    return _Stream(None, over, labels, source, labelled)
 
 
-def _dead_over_data(
-    model: KerasModel,
-    batches: DataStream,
-    weights: WeightScanReport,
-    training: bool,
-    strategy: Strategy | None,
-) -> WeightScanReport:
+def _dead_over_data(over: Session, weights: WeightScanReport, training: bool) -> WeightScanReport:
     """The weight scan with only the dead layers of its batch that are dead for every sample
     of the data (every worker's): one more pass of the measured step over the data, nothing
     differentiated, each unit's activity kept (`Plan.alive`), only when a layer is dead."""
@@ -327,9 +316,9 @@ def _dead_over_data(
 
     if not weights.dead_layers:
         return weights
-    sites = tuple(resolve(model, ref) for ref, _ in weights.dead_layers)
+    sites = tuple(resolve(over.model, ref) for ref, _ in weights.dead_layers)
     plan = Plan(sources=sites, targets=(), training=training, data=True, alive=sites)
-    run = run_stream(model, plan, batches, strategy)
+    run = run_stream(over.model, plan, over.stream, over.strategy)
     shares = [float(np.mean(units <= 0)) for units in run.alive]
     dead = tuple(
         (ref, share)
