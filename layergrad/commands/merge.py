@@ -31,7 +31,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import replace
 
-from layergrad.core.errors import UsageError
+from layergrad.core.errors import LayergradError, UsageError
 from layergrad.core.gradient_stats import status_flags
 from layergrad.core.results import (
     DataStats,
@@ -357,7 +357,6 @@ def _scale_flags(rows: list[ScanRow], scans: Sequence[ScanReport]) -> list[ScanR
 
 
 def _trunk(model_path: str, target: str | None) -> set[str] | None:
-    from layergrad.core.errors import LayergradError
     from layergrad.diagnose.locate import sinks, trunk
     from layergrad.files.file_info import read_file_info
     from layergrad.model.layer_refs import ref_of
@@ -368,11 +367,8 @@ def _trunk(model_path: str, target: str | None) -> set[str] | None:
         return None
     if not graph.known:
         return None
-    if target is None:
-        ends = sinks(graph)
-    else:
-        path, _, call = target.partition("@")
-        ends = [(path, int(call) if call.isdigit() else 0)]
+    path, _, call = (target or "").partition("@")
+    ends = sinks(graph) if target is None else [(path, int(call) if call.isdigit() else 0)]
     on_trunk = trunk(graph, ends)
     return None if on_trunk is None else {ref_of(k) for k in on_trunk}
 

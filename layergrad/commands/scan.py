@@ -18,7 +18,7 @@ from functools import partial
 import numpy as np
 
 from layergrad.commands.session import Diagnosis, Session
-from layergrad.commands.untrained_batchnorm import in_training, probe_in_training, scan_wrong
+from layergrad.commands.untrained_batchnorm import in_right_mode, scan_wrong
 from layergrad.core.errors import LayerNotFound
 from layergrad.core.gradient_stats import dead_fraction, gradient_stats, status_flags, status_of
 from layergrad.core.probe_options import Progress
@@ -327,12 +327,9 @@ def scan_session(
     in training mode when the scan in inference finds what it makes (`untrained_batchnorm`).
     """
     site = None if target is None else resolve(session.model, target)
-    report = _scan(session, site, patterns, on_progress)
-    wrong = scan_wrong(report.rows, report.constant)
-    said = probe_in_training(session.model, session.options.training, wrong)
-    if said:  # never-trained BatchNormalization: probe again as training runs it
-        session = in_training(session)
-        report = _scan(session, site, patterns, on_progress)
+    probe = partial(_scan, site=site, patterns=patterns, on_progress=on_progress)
+    session, report, said = in_right_mode(session, probe, lambda r: scan_wrong(r.rows, r.constant))
+    if said:  # never-trained BatchNormalization: probed again as training runs it
         report = replace(report, notes=(*report.notes, said))
     if jacobian is not None:
         rows, found = _jacobians(session, site, report.rows, jacobian, top, on_progress)

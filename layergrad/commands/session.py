@@ -17,7 +17,7 @@ import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, TypedDict, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import OneBatch, PathLike, ProbeOptions, with_cluster
@@ -27,8 +27,6 @@ from layergrad.data.probe_input import ProbeBatch
 from layergrad.files.file_info import FileInfo
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
     from layergrad.data.label_stream import Labelled, LabelRequest
     from layergrad.data.probe_input import InputSpec
     from layergrad.data.sources import DataStream
@@ -118,29 +116,28 @@ class Session:
 
 
 def open_source(
-    path: PathLike, options: ProbeOptions, streamed: bool = True, **opening: Unpack[Opening]
+    path: PathLike,
+    options: ProbeOptions,
+    streamed: bool = True,
+    *,
+    refs: Sequence[str] = (),
+    globs: Sequence[str] = (),
+    imports: Sequence[str] = (),
+    unsafe: bool = False,
 ) -> Session:
-    """Read, audit and load the model (see `load` for `opening`), and open its batches: the
-    probe batch, or a data set's stream (left to the caller unless `streamed`: `scan --wrt
-    weights` reads the data with its labels). LoadError, LayerNotFound, InputError on user
-    errors (the CLI exits with code 2)."""
-    loaded, warnings, strategy = load(path, options, **opening)
+    """Read, audit and load the model (see `load`), and open its batches: the probe batch, or
+    a data set's stream (left to the caller unless `streamed`: `scan --wrt weights` reads the
+    data with its labels). LoadError, LayerNotFound, InputError on user errors (the CLI exits
+    with code 2)."""
+    loaded, warnings, strategy = load(
+        path, options, refs=refs, globs=globs, imports=imports, unsafe=unsafe
+    )
     if options.data_set is None:
         return session_for(loaded, options, warnings)
     stream = open_stream(loaded.model, options, strategy) if streamed else None
     return Session(
         os.fspath(path), loaded.model, loaded.info, options, stream, strategy, tuple(warnings)
     )
-
-
-class Opening(TypedDict, total=False):
-    """How `open_source` and `load` open a file: the keywords of `load`."""
-
-    refs: Sequence[str]
-    globs: Sequence[str]
-    imports: Sequence[str]
-    unsafe: bool
-    info: FileInfo | None
 
 
 def load(
@@ -173,9 +170,7 @@ def load(
     info.graph.require_expandable()  # before anything walks every call of every layer
     layer_refs.check_in_graph(info.graph, refs, globs)
     check_before_loading(info.graph, options.source)
-    rows = options.rows
-    if options.input_file is not None:
-        rows = probe_input.peek_rows(options.input_file)
+    rows = options.rows if options.input_file is None else probe_input.peek_rows(options.input_file)
     strategy = None
     if (data := with_cluster(options).data_set) is not None:
         from layergrad.data import devices
@@ -257,10 +252,9 @@ def open_stream(model: KerasModel, options: ProbeOptions, strategy: Strategy = N
 
     data = options.data_set
     assert data is not None
-    shard = shard_of(options)
     replicas = 1 if strategy is None else int(strategy.num_replicas_in_sync)
     return sources.open_data(
-        data.path, data_specs(model), options.rows, data.limit, shard, replicas,
+        data.path, data_specs(model), options.rows, data.limit, shard_of(options), replicas,
         data.first_sample,
     )  # fmt: skip
 

@@ -120,15 +120,12 @@ def check_file(
         except (Exception, SystemExit) as exc:  # one bad file must not sink (or pass) the run
             message = f"failed unexpectedly: {type(exc).__name__}: {describe(exc)}"
             add(running[0], message, [Finding.ERROR])
-    said = list(
-        dict.fromkeys(
-            one_line(str(w.message))[:200] for w in caught if issubclass(w.category, UserWarning)
-        )
-    )[:MAX_WARNINGS]  # what a library tells the user (not its deprecations)
+    # what a library tells the user (not its deprecations)
+    told = (one_line(str(w.message))[:200] for w in caught if issubclass(w.category, UserWarning))
+    said = "; ".join(list(dict.fromkeys(told))[:MAX_WARNINGS])
     if said and items:
         last = items[-1]
-        text = "; ".join(said)
-        items[-1] = replace(last, message=f"{last.message} (warned while checking: {text})")
+        items[-1] = replace(last, message=f"{last.message} (warned while checking: {said})")
     return FileVerdict(os.fspath(path), all(i.passed for i in items), tuple(items))
 
 

@@ -33,12 +33,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class _Stream:
-    """Where check's batches come from: `first`, the stream's first batch (None for --data
-    until its labels are judged); `data`, the batches of --data as one session (None: the
-    first is all)."""
+    """Where check's batches come from: `session`, the probe batch, or the batches of --data
+    (`data`) as one session."""
 
-    first: Session | None
-    data: Session | None
+    session: Session
+    data: bool
     labels: dict[str, LabelSummary]
     source: str  # where the labels come from, as the `targets` check says
     given: Labelled | None = None  # --data's labels with its inputs
@@ -99,7 +98,7 @@ def dynamic(
     loaded, warnings, _ = opened
     from layergrad.commands.scan import scan_over, scan_session  # TensorFlow: now
     from layergrad.commands.session import session_for
-    from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
+    from layergrad.commands.untrained_batchnorm import in_right_mode, scan_wrong
     from layergrad.commands.weight_scan import scan_weights
     from layergrad.diagnose.saturation import saturated_init
     from layergrad.engine.layer_calls import BatchFailed
@@ -114,22 +113,16 @@ def dynamic(
     if stream is None:
         return
     mismatched = steps.targets(info, options.loss, stream.labels, stream.source, add)
-    first, given = stream.first, stream.given if not mismatched else None
-    if first is not None and mismatched:  # the loss cannot take these labels: draw ones that fit
-        first = replace(first, probe=replace(first.batch, labels=None))
+    start, given = stream.session, stream.given if not mismatched else None
+    over, progress = start if stream.data else None, options.on_progress
+    if over is None and mismatched:  # the loss cannot take these labels: draw ones that fit
+        start = replace(start, probe=replace(start.batch, labels=None))
 
-    over = stream.data
-
-    def scans(training: bool) -> _Scanned:
-        run, rows = (None, ()) if over is None else scan_over(
-            in_training(over) if training else over, on_progress=options.on_progress
-        )[:2]  # fmt: skip
-        session = first
-        if session is None:  # --data: its first batch, with its labels when they fit the loss
-            assert over is not None
+    def scans(session: Session) -> _Scanned:  # the first batch, or --data, in a mode
+        run, rows = (None, ()) if over is None else scan_over(session, on_progress=progress)[:2]
+        if over is not None:  # --data: its first batch, with its labels when they fit the loss
             rows_of = over.stream if given is None or given.stream is None else given.stream
-            session = session_for(loaded, probe, warnings, rows_of.batch(0))
-        session = in_training(session) if training else session
+            session = session_for(session, session.options, warnings, rows_of.batch(0))
         try:
             weights = scan_weights(session, options.loss, projection=True)
         except Exception as exc:  # the outputs' projection, without a loss
@@ -146,7 +139,7 @@ def dynamic(
         return baseline is None and scan_wrong(found.rows, constant)
 
     try:
-        scanned, said = in_right_mode(model, probe.training, scans, wrong)
+        _, scanned, said = in_right_mode(start, scans, wrong)
     except UsageError:  # the data does not fit this model: the command is wrong, not the file
         raise
     except BatchFailed as exc:  # the model's own code failed on a batch: the file fails
@@ -195,9 +188,7 @@ def dynamic(
     init = None if trained else saturated_init(model, first_pass())
     if over is not None:
         weights = _dead_over_data(over, weights, session.options.training)
-        steps.trainable(weights, add, has_loss, where, dead_scope="the data", init=init)
-    else:
-        steps.trainable(weights, add, has_loss, init=init)
+    steps.trainable(weights, add, has_loss, where, "the data" if over else "the batch", init)
     if baseline is None:
         if options.baselines:
             add("baseline", "no baseline given for this file")
@@ -261,7 +252,7 @@ def _probe_batch(
         given = by_output_name(session.batch.labels, names, output_keys(model, len(names)))
         session = replace(session, probe=replace(session.batch, labels=given))
         labels = summarise_arrays(given, names, ranks)
-    return _Stream(session, None, labels, session.batch.source, recorded=recorded)
+    return _Stream(session, False, labels, session.batch.source, recorded=recorded)
 
 
 def _data_stream(
@@ -301,7 +292,7 @@ def _data_stream(
     if labelled is not None and labelled.classes:
         source += f" (the class sub-folders {labelled.describe_classes()})"
     over = Session(os.fspath(info.path), model, loaded.info, probe, batches, strategy, warnings)
-    return _Stream(None, over, labels, source, labelled)
+    return _Stream(over, True, labels, source, labelled)
 
 
 def _dead_over_data(over: Session, weights: WeightScanReport, training: bool) -> WeightScanReport:

@@ -372,5 +372,4 @@ def output_ranks(model: KerasModel) -> tuple[list[str], dict[str, int]]:
     except (AttributeError, ValueError):
         shapes = []
     names = names or [f"output_{i}" for i in range(max(1, len(shapes)))]
-    ranks = {n: len(shape) - 1 for n, shape in zip(names, shapes, strict=False)}
-    return names, ranks
+    return names, {n: len(shape) - 1 for n, shape in zip(names, shapes, strict=False)}
