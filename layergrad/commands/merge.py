@@ -30,6 +30,7 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from layergrad.core.errors import LayergradError, UsageError
 from layergrad.core.gradient_stats import status_flags
@@ -41,18 +42,17 @@ from layergrad.core.results import (
     InspectReport,
     JacobianStats,
     NormDistribution,
-    ProbeMeta,
     RankedSample,
-    Reason,
-    Result,
     SampleStats,
     ScanJacobian,
     ScanReport,
-    ScanRow,
     SpectralNorms,
 )
 from layergrad.core.vocab import NOT_DIFFERENTIABLE, Finding, Status
 from layergrad.files.report_json import read_report
+
+if TYPE_CHECKING:
+    from layergrad.core.results import ProbeMeta, Reason, Result, ScanRow
 
 Report = InspectReport | ScanReport
 SCALE_FLAGS = (Finding.VANISHING, Finding.EXPLODING)
