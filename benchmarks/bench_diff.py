@@ -84,7 +84,7 @@ def main() -> None:
 
 
 def _baseline(options: CheckOptions, path: Path):  # type: ignore[no-untyped-def]
-    from layergrad.commands.check.baseline import load_baselines, match_baselines
+    from layergrad.commands.diff import load_baselines, match_baselines
 
     found = load_baselines(options.baselines)
     given = options.probe.input_file

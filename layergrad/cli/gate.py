@@ -229,7 +229,7 @@ def merge(shards: tuple[str, ...], fmt: OutputFormat) -> None:
         layergrad merge shard0.json shard1.json --json > scan.json
         layergrad merge shard*.json
     """
-    from layergrad.commands.merge.reports import merge_reports
+    from layergrad.commands.merge import merge_reports
     from layergrad.core.results import InspectReport
 
     report = merge_reports(shards)

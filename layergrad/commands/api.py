@@ -14,9 +14,7 @@ Nothing here prints. Probe options are keyword arguments (`input_file`, `batch_s
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from layergrad.commands.session import open_source
 from layergrad.core.errors import InputError, UsageError
@@ -31,10 +29,7 @@ from layergrad.core.probe_options import (
 from layergrad.core.results import InspectReport, ScanReport, WeightScanReport
 from layergrad.core.vocab import Measure
 
-if TYPE_CHECKING:
-    from layergrad.files.outputs import Written
-
-__all__ = ["ProbeOptions", "inspect_model", "save_gradients", "scan_model", "scan_weights_model"]
+__all__ = ["ProbeOptions", "inspect_model", "scan_model", "scan_weights_model"]
 
 
 def inspect_model(
@@ -184,21 +179,3 @@ def _one_or_many(value: str | Sequence[str]) -> list[str]:
     (['dense_1'], ['dense', 'dense_1'])
     """
     return [value] if isinstance(value, str) else list(value)
-
-
-def save_gradients(
-    report: InspectReport,
-    path: PathLike,
-    inputs: Sequence[PathLike | None] = (),
-    *,
-    force: bool = False,
-) -> Written:
-    """Write the raw gradients: `.npy` for one result, `.npz` keyed by the `--to` reference.
-
-    A None gradient is not written (left out of an `.npz`); `inputs` are files never to write
-    over; `force` replaces an existing file that is not an array file. Returns an
-    `outputs.Written` whose message says what was written.
-    """
-    from layergrad.files import outputs
-
-    return outputs.save_gradients(report, os.fspath(path), inputs, force=force)

@@ -1,6 +1,7 @@
-"""`layergrad diff`: scan two model files (or scan JSONs) the same way and compare them.
-
-The rules of a regression are in `diagnose/regressions.py`; this runs the scans.
+"""The regression gates: `layergrad diff` scans two model files (or scan JSONs) the same way
+and compares them; `check --baseline` judges a model file's scan against a committed
+`layergrad scan --json`. The rules of a regression are in `diagnose/regressions.py`; this runs
+the scans.
 
     >>> from layergrad.commands.diff import diff_models
     >>> report = diff_models("sample_models/seed.keras", "sample_models/seed.h5")
@@ -8,18 +9,27 @@ The rules of a regression are in `diagnose/regressions.py`; this runs the scans.
     [<Change.SAME: 'same'>, <Change.SAME: 'same'>, <Change.SAME: 'same'>, <Change.SAME: 'same'>]
     >>> report.regressions
     ()
+
+A baseline is matched to the file it was made from, its probe (seed, batch size, reduction,
+mode) is reused for the file's scan, and the scan is compared with it under the rules of
+`diff`. The baseline must be of the scan `check` runs anyway (so there is one scan, not two):
+`scan --wrt weights` (d loss / d every trainable variable) for a file with a loss (compiled,
+or `--loss`), plain `scan` (the projection of the outputs) for a file without. A baseline that
+cannot be reproduced (made with `--to`, with an `--input` batch not given now, of the other
+kind) is refused before the model is loaded.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from layergrad.core.errors import UsageError
-from layergrad.core.probe_options import ProbeOptions
-from layergrad.core.vocab import Wrt
+from layergrad.core.probe_options import PathLike, ProbeOptions
+from layergrad.core.results import ScanReport, WeightScanReport
+from layergrad.core.vocab import Change, Finding, Wrt
 from layergrad.diagnose.regressions import (
     DEFAULT_TOLERANCE,
     DiffReport,
@@ -28,7 +38,7 @@ from layergrad.diagnose.regressions import (
     mode_text,
     source_text,
 )
-from layergrad.files.gradient_profile import Profile, recorded_probe
+from layergrad.files.gradient_profile import ACTIVATIONS, ROW_KEYS, Profile, recorded_probe
 from layergrad.files.report_json import load_profile, profile_of
 
 if TYPE_CHECKING:
@@ -70,7 +80,7 @@ def diff_models(
         LoadError, LayerNotFound, UsageError: user errors, including two models whose inputs
             differ when no `--input` batch is given, and options that contradict a scan JSON.
     """
-    from layergrad.commands.session import open_session
+    from layergrad.commands.session import open_source
 
     check_tolerance(tolerance)  # before two scans, not after
     paths = [os.fspath(base_path), os.fspath(new_path)]
@@ -91,7 +101,7 @@ def diff_models(
         raise UsageError("--loss needs --wrt weights")
     refs = [target] if target is not None else []
     sessions = [
-        open_session(path, probe, refs=refs, imports=imports, unsafe=unsafe)
+        open_source(path, probe, refs=refs, imports=imports, unsafe=unsafe)
         for path, read in zip(paths, profiles, strict=True)
         if read is None
     ]
@@ -167,3 +177,191 @@ def _inputs_text(session: Session) -> str:
             ids = f" ids in [0, {ranges.get(name, DEFAULT_INT_HIGH)})"
         parts.append(f"{name} ({dims}) {array.dtype}{ids}")
     return ", ".join(parts)
+
+
+LISTED = 4  # regressions named in a check message; the rest are counted
+MIN_SHARED = 0.5  # of a baseline's layers that must be in the model it is checked against
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A committed scan JSON (`path`) and the profile read from it."""
+
+    path: str
+    profile: Profile
+
+
+def load_baselines(paths: Sequence[str | os.PathLike[str]]) -> tuple[Baseline, ...]:
+    """Read each baseline file (see `report_json.load_profile`); UsageError names a bad one."""
+    return tuple(Baseline(os.fspath(p), load_profile(p, f"--baseline {p}")) for p in paths)
+
+
+def match_baselines(
+    files: Sequence[str],
+    baselines: Sequence[Baseline],
+    input_file: PathLike | None = None,
+    data: bool = False,
+) -> dict[str, Baseline]:
+    """Which baseline applies to which model file, each checked for a reproducible probe.
+
+    One file and one baseline always match. Otherwise each baseline applies to the checked
+    file at the path recorded in it (`model.path`, as it was given to `scan`); a baseline for
+    no checked file, or two for one file, is an error.
+
+    Raises:
+        UsageError: a baseline that matches no file, or whose probe cannot be reused here.
+    """
+    for baseline in baselines:
+        probe_options(baseline, input_file, data)  # refuse a foreign probe before loading
+    if len(files) == 1 and len(baselines) == 1:
+        return {files[0]: baselines[0]}
+    matched: dict[str, Baseline] = {}
+    for baseline in baselines:
+        recorded = baseline.profile.model.path
+        found = [f for f in files if os.path.realpath(f) == os.path.realpath(recorded)]
+        if not found:
+            shown = ", ".join(files[:3]) + (", ..." if len(files) > 3 else "")
+            raise UsageError(
+                f"--baseline {baseline.path} was made from {recorded}, which is not among the "
+                f"files checked ({shown}); check that file, or make the baseline from the path "
+                "you check"
+            )
+        for f in found:
+            if f in matched:
+                raise UsageError(
+                    f"--baseline {matched[f].path} and {baseline.path} are both for {f}; give one"
+                )
+            matched[f] = baseline
+    return matched
+
+
+def probe_options(
+    baseline: Baseline, input_file: PathLike | None = None, data: bool = False
+) -> ProbeOptions:
+    """The probe the baseline was made with, for this file's scan.
+
+    `input_file` is check's `--input`: a baseline probed with an `--input` batch needs the
+    same file given again; a baseline probed with a random batch needs none.
+
+    Raises:
+        UsageError: the baseline's probe cannot be reproduced by `check`.
+    """
+    profile, where = baseline.profile, f"--baseline {baseline.path}"
+    remake = "make the baseline with `layergrad scan MODEL --json > baseline.json`"
+    if profile.target is not None:
+        raise UsageError(
+            f"{where} was made with --to {profile.target}; check scans the projection of the "
+            f"model's outputs; {remake} (without --to)"
+        )
+    given = None if input_file is None else os.fspath(input_file)
+    return recorded_probe(profile, given, where, data)
+
+
+def same_data(
+    baseline: Baseline, source: str, sha256: str, samples: int | None, allow: bool
+) -> bool:
+    """Whether `--data source` (its content hash, and samples once known) is the data the
+    baseline was made over.
+
+    Raises:
+        UsageError: it is other data (another hash, another sample count, or a baseline made
+            on one probe batch) and `allow` (`--allow-other-data`) is False.
+    """
+    probe, where = baseline.profile.probe, f"--baseline {baseline.path}"
+    if probe.data_sha256 is None and probe.shards:
+        why = (
+            f"was merged from {probe.shards} shards (layergrad merge), which carry no content "
+            "hash of one data file"
+        )
+    elif probe.data_sha256 is None:
+        made = "a random probe batch" if probe.source == "random" else f"--input {probe.source}"
+        why = f"was made on {made}, not over --data"
+    elif probe.data_sha256 != sha256:
+        why = f"was made over --data {probe.source}, whose content differs from --data {source}"
+    elif samples is not None and probe.samples is not None and samples != probe.samples:
+        why = f"was made over {probe.samples:,} samples of the data, not {samples:,}"
+    else:
+        return True
+    if allow:
+        return False
+    raise UsageError(
+        f"{where} {why}: the gradients would differ for the data's sake, not the model's; "
+        f"make the baseline with `layergrad scan MODEL --data {source} --json`, or pass "
+        "--allow-other-data to compare anyway"
+    )
+
+
+def fits(baseline: Baseline, has_loss: bool, path: str) -> None:
+    """Raise UsageError unless the baseline is of the scan check runs on this file.
+
+    A file with a loss is checked by d loss / d every trainable variable (`scan --wrt
+    weights`); a file without one by the projection of its outputs (plain `scan`).
+    """
+    wrt, where = baseline.profile.wrt, f"--baseline {baseline.path}"
+    if has_loss and wrt == ACTIVATIONS:
+        raise UsageError(
+            f"{path} has a loss (compiled in the file, or --loss), so check differentiates the "
+            f"loss, but {where} is a scan of the outputs' projection; make the baseline with "
+            "`layergrad scan MODEL --wrt weights --json > baseline.json`"
+        )
+    if not has_loss and wrt != ACTIVATIONS:
+        raise UsageError(
+            f"{where} differentiates a loss ({baseline.profile.loss}), but {path} has none "
+            "compiled; pass the same --loss, or make the baseline with "
+            "`layergrad scan MODEL --json > baseline.json`"
+        )
+
+
+def judge(
+    report: ScanReport,
+    weights: WeightScanReport | None,
+    baseline: Baseline,
+    tolerance: float,
+    other_data: bool = False,
+) -> tuple[str, tuple[Finding, ...]]:
+    """The `baseline` check of one file: its message and findings (`regression` or none).
+
+    Of check's activation scan `report` and its scan of the trainable variables `weights`
+    (None without a loss), the one of the baseline's kind is compared; with `other_data`
+    (`--allow-other-data`) the probe's source and the inputs' sample counts are not.
+
+    Raises:
+        UsageError: the scan was not made with the baseline's probe (see `diff.comparable`).
+    """
+    scanned = weights if baseline.profile.wrt != ACTIVATIONS else report
+    if scanned is None:  # `fits` refuses this before the scan; say so rather than pass
+        raise UsageError(f"--baseline {baseline.path}: check found no loss to compare with")
+    diff = compare(baseline.profile, profile_of(scanned), tolerance, same_data=not other_data)
+    _same_model(diff, baseline.path, report.model.path)
+    against = baseline.path + (" (over other data)" if other_data else "")
+    return summary(diff, against), (Finding.REGRESSION,) if diff.regressions else ()
+
+
+def _same_model(diff: DiffReport, against: str, path: str) -> None:
+    """Raise UsageError when the baseline is of another model: fewer than MIN_SHARED of its
+    layers (variables with --wrt weights) are in the file scanned now.
+
+    A model may grow (added layers are reported, not judged), and some layers may go, but a
+    baseline most of whose layers are gone compares nothing; passing it would hide every
+    regression.
+    """
+    shared, total = diff.compared, diff.compared + diff.count(Change.REMOVED)
+    if total and shared < MIN_SHARED * total:
+        raise UsageError(
+            f"--baseline {against} is the baseline of another model: {path} has {shared} of "
+            f"the baseline's {total} {ROW_KEYS[diff.wrt][0]} (at least {MIN_SHARED:.0%} must "
+            "match by name); "
+            f"make the baseline from this file with `layergrad scan {path} --json`."
+        )
+
+
+def summary(diff: DiffReport, against: str) -> str:
+    """One line: the regressions with why (the first few), or what was compared."""
+    bad = diff.regressions
+    if bad:
+        named = "; ".join(f"{r.name}: {r.why}" for r in bad[:LISTED])
+        more = f"; and {len(bad) - LISTED} more" if len(bad) > LISTED else ""
+        plural = "s" if len(bad) > 1 else ""
+        return f"{len(bad)} regression{plural} against {against}: {named}{more}"
+    compared = f"no regression against {against}: {diff.compared} {ROW_KEYS[diff.wrt][0]} compared"
+    return ", ".join([compared, *diff.changes])

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 
-from layergrad.commands.over_data import Diagnosis
-from layergrad.commands.session import Session
-from layergrad.commands.untrained_batchnorm import in_training, probe_in_training, results_wrong
+from layergrad.commands.session import Diagnosis, Session
+from layergrad.commands.untrained_batchnorm import in_right_mode, results_wrong
 from layergrad.core.probe_options import Progress
 from layergrad.core.results import (
     DataStats,
@@ -52,18 +52,16 @@ def inspect_session(
     over the data it names the `top` samples)."""
     model = session.model
     sites = (resolve(model, source), [resolve(model, ref) for ref in targets])
-    results, run = _inspect(session, source, targets, sites, on_progress)
-    said = probe_in_training(model, session.options.training, results_wrong(results))
-    if said:  # never-trained BatchNormalization: probe again as training runs it
-        session = in_training(session)
-        results, run = _inspect(session, source, targets, sites, on_progress)
+    probe = partial(_inspect, source=source, targets=targets, sites=sites, on_progress=on_progress)
+    session, (results, run), said = in_right_mode(session, probe, lambda f: results_wrong(f[0]))
+    if said:  # never-trained BatchNormalization: probed again as training runs it
         results = tuple(replace(res, warnings=(*res.warnings, said)) for res in results)
     if how is not None:
         results = _jacobians(session, sites[0], results, how, top, on_progress)
-    probe = session.probe_meta_of(run)
-    if how is not None and probe.seed is None:  # the projections and Lanczos starts are drawn
-        probe = replace(probe, seed=session.options.seed)
-    return InspectReport(model=session.model_meta, probe=probe, results=results)
+    meta = session.probe_meta_of(run)
+    if how is not None and meta.seed is None:  # the projections and Lanczos starts are drawn
+        meta = replace(meta, seed=session.options.seed)
+    return InspectReport(model=session.model_meta, probe=meta, results=results)
 
 
 def _inspect(
@@ -77,10 +75,9 @@ def _inspect(
     batch, whose whole gradients are kept) in its mode: one result per target, with its
     notes, and the run."""
     model, options, batches = session.model, session.options, session.stream
-    source_site, target_sites = sites
     plan = Plan(
-        sources=(source_site,),
-        targets=tuple(target_sites),
+        sources=(sites[0],),
+        targets=tuple(sites[1]),
         training=options.training,
         reduce=options.reduce,
         data=not batches.probe,
@@ -88,8 +85,8 @@ def _inspect(
         keep=batches.probe,
     )
     run = run_stream(model, plan, batches, session.strategy, on_progress)
-    diagnosis = Diagnosis(model, batches, session.info.graph, options)
-    found = [_result(run, t, diagnosis) for t in range(len(target_sites))]
+    diagnosis = Diagnosis(session)
+    found = [_result(run, t, diagnosis) for t in range(len(targets))]
     return _noted(found, session.info.graph, source, targets, sites), run
 
 
@@ -102,10 +99,9 @@ def _noted(
 ) -> tuple[Result, ...]:
     """The results with what their references do not say: a softmax target first (the
     strongest), a shared layer named without `@K` last."""
-    source_site, target_sites = sites
-    first = _first_call_note(graph, source, source_site, "--from")
+    first = _first_call_note(graph, source, sites[0], "--from")
     out = []
-    for res, ref, site in zip(results, targets, target_sites, strict=True):
+    for res, ref, site in zip(results, targets, sites[1], strict=True):
         note = softmax_target_note(
             site,
             "take {before}, or --measure jacobian (d each output / d --from, per sample: what "
@@ -169,7 +165,6 @@ def _result(run: StreamRun, t: int, diagnosis: Diagnosis) -> Result:
             found = diagnosis.diagnoser(index).causes(status, src, dst)
             causes = dedupe([*causes, *found])
         causes = causes or (why.cause("unknown"),)
-    array = run.arrays[t][0] if run.arrays else None
     return Result(
         source=Endpoint(source.site.ref, source.shape, source.dtype),
         target=Endpoint(target.site.ref, target.shape, target.dtype),
@@ -179,7 +174,7 @@ def _result(run: StreamRun, t: int, diagnosis: Diagnosis) -> Result:
         warnings=_warnings(stats, run.forward[0], source, target, grad, diagnosis)
         if status == "ok" and stats is not None and grad is not None
         else (),
-        array=array,
+        array=run.arrays[t][0] if run.arrays else None,
         data=None
         if not run.data
         else DataStats((), None, None)

@@ -1,10 +1,13 @@
 """The front of the pipeline every command shares: open the model and its source of batches.
 
-`open_session` reads and audits the file, checks the layer references against the graph in
+`open_source` reads and audits the file, checks the layer references against the graph in
 the file (so a typo fails in a second, before TensorFlow loads), loads the model in safe mode,
-makes the probe batch. `open_source` opens the same way, over the probe batch (a stream of one
-batch) or the batches of `--data`: one `Session` type for both. `inspect`, `scan` and `check`
-all start here.
+and opens its batches: the probe batch (a stream of one batch) or the batches of `--data`, one
+`Session` type for both. `inspect`, `scan`, `diff` and `check` all start here.
+
+A result that is not ok gets its causes from the first batch where it shows, read again with
+its whole arrays (`Diagnosis`): the statistics are reduced inside the step, so no gradient is
+kept.
 """
 
 from __future__ import annotations
@@ -12,9 +15,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, TypeVar
 
 from layergrad.core.errors import InputError
 from layergrad.core.probe_options import OneBatch, PathLike, ProbeOptions, with_cluster
@@ -24,19 +27,23 @@ from layergrad.data.probe_input import ProbeBatch
 from layergrad.files.file_info import FileInfo
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    # the diagnoser's module imports TensorFlow
+    from layergrad.data.label_stream import Labelled, LabelRequest
+    from layergrad.data.probe_input import InputSpec
     from layergrad.data.sources import DataStream
     from layergrad.diagnose.diagnoser import Diagnoser
     from layergrad.engine.data_step import StreamRun
+    from layergrad.engine.layer_calls import Activation
     from layergrad.engine.loader import LoadedModel
+    from layergrad.engine.trace import Trace
     from layergrad.engine.weight_gradients import WeightTotals
+    from layergrad.model.layer_refs import CallKey, Site
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class Session:
-    """A loaded model and its stream of batches, ready to run and diagnose: the probe batch
+    """A loaded model and its stream of batches, ready to run: the probe batch
     (random or `--input`), a stream of one batch, or the batches of `--data` (this worker's
     shard) under their `tf.distribute` strategy."""
 
@@ -59,14 +66,6 @@ class Session:
     def batch(self) -> ProbeBatch:
         """The probe batch; over `--data` its first batch (read when first asked)."""
         return self.probe if self.probe is not None else self.stream.batch(0)
-
-    @functools.cached_property
-    def diagnoser(self) -> Diagnoser:
-        """The diagnoser of `batch`, in the session's mode."""
-        from layergrad.diagnose.diagnoser import Diagnoser
-
-        options = self.options
-        return Diagnoser(self.model, self.batch, self.info.graph, options.training, options.reduce)
 
     @property
     def model_meta(self) -> ModelMeta:
@@ -117,36 +116,28 @@ class Session:
 
 
 def open_source(
-    path: PathLike, options: ProbeOptions, streamed: bool = True, **opening: Unpack[Opening]
+    path: PathLike,
+    options: ProbeOptions,
+    streamed: bool = True,
+    *,
+    refs: Sequence[str] = (),
+    globs: Sequence[str] = (),
+    imports: Sequence[str] = (),
+    unsafe: bool = False,
 ) -> Session:
-    """`open_session`, or with a data set the model and its stream of batches (left to the
-    caller unless `streamed`: `scan --wrt weights` reads the data with its labels)."""
-    loaded, warnings, strategy = load(path, options, **opening)
+    """Read, audit and load the model (see `load`), and open its batches: the probe batch, or
+    a data set's stream (left to the caller unless `streamed`: `scan --wrt weights` reads the
+    data with its labels). LoadError, LayerNotFound, InputError on user errors (the CLI exits
+    with code 2)."""
+    loaded, warnings, strategy = load(
+        path, options, refs=refs, globs=globs, imports=imports, unsafe=unsafe
+    )
     if options.data_set is None:
         return session_for(loaded, options, warnings)
-    from layergrad.commands.over_data import open_stream
-
     stream = open_stream(loaded.model, options, strategy) if streamed else None
     return Session(
         os.fspath(path), loaded.model, loaded.info, options, stream, strategy, tuple(warnings)
     )
-
-
-def open_session(path: PathLike, options: ProbeOptions, **opening: Unpack[Opening]) -> Session:
-    """Read, audit and load the model (see `load` for `opening`), and make the probe batch;
-    LoadError, LayerNotFound, InputError on user errors (the CLI exits with code 2)."""
-    loaded, warnings, _ = load(path, options, **opening)
-    return session_for(loaded, options, warnings)
-
-
-class Opening(TypedDict, total=False):
-    """How `open_session` and `load` open a file: the keywords of `load`."""
-
-    refs: Sequence[str]
-    globs: Sequence[str]
-    imports: Sequence[str]
-    unsafe: bool
-    info: FileInfo | None
 
 
 def load(
@@ -179,9 +170,7 @@ def load(
     info.graph.require_expandable()  # before anything walks every call of every layer
     layer_refs.check_in_graph(info.graph, refs, globs)
     check_before_loading(info.graph, options.source)
-    rows = options.rows
-    if options.input_file is not None:
-        rows = probe_input.peek_rows(options.input_file)
+    rows = options.rows if options.input_file is None else probe_input.peek_rows(options.input_file)
     strategy = None
     if (data := with_cluster(options).data_set) is not None:
         from layergrad.data import devices
@@ -254,3 +243,111 @@ def probe_batch(model: KerasModel, options: ProbeOptions) -> ProbeBatch:
         draws=input_kinds.preprocessing_draws(model),
         texts=input_kinds.text_draws(model),
     )
+
+
+def open_stream(model: KerasModel, options: ProbeOptions, strategy: Strategy = None) -> DataStream:
+    """The model's batches from its data set (a `sources.DataStream`): this worker's
+    shard under `--distribute multi-worker`."""
+    from layergrad.data import sources
+
+    data = options.data_set
+    assert data is not None
+    replicas = 1 if strategy is None else int(strategy.num_replicas_in_sync)
+    return sources.open_data(
+        data.path, data_specs(model), options.rows, data.limit, shard_of(options), replicas,
+        data.first_sample,
+    )  # fmt: skip
+
+
+def data_specs(model: KerasModel) -> tuple[InputSpec, ...]:
+    """The model's inputs, for `--data` (refused when the model does not declare them)."""
+    from layergrad.data import probe_input
+
+    try:
+        return probe_input.input_specs(model)
+    except InputError:
+        built = probe_input.built_input_specs(model)  # a subclassed model built on one shape
+        if built is not None:
+            return built
+        raise InputError(
+            f"model {model.name!r} ({type(model).__name__}) does not declare its inputs and "
+            "its file records no input shape (a subclassed model saved before it was built), "
+            "so --data cannot be matched to them; call it on one batch before model.save, or "
+            "save it as a Functional or Sequential model"
+        ) from None
+
+
+def open_labels(
+    model: KerasModel, request: LabelRequest, options: ProbeOptions, strict: bool = True
+) -> Labelled:
+    """`--data` with its labels in the form the loss takes (`compiled_loss.label_request`):
+    they come with the inputs from the same rows, cut into the same shard
+    (`label_stream.open_labelled`, `strict` too)."""
+    from layergrad.data.label_stream import open_labelled
+
+    data = options.data_set
+    assert data is not None
+    return open_labelled(
+        data.path, data_specs(model), request, options.rows, data.limit,
+        shard_of(options), first_sample=data.first_sample, strict=strict,
+    )  # fmt: skip
+
+
+def shard_of(options: ProbeOptions) -> tuple[int, int] | None:
+    """(this worker, workers) under `--distribute multi-worker`, else None."""
+    data = with_cluster(options).data_set  # the cluster: read where the command started
+    cluster = data.cluster if data else None
+    return None if cluster is None else (cluster.index, cluster.workers)
+
+
+class Diagnosis:
+    """One batch of a session read again, and its diagnoser, for results that are not ok."""
+
+    def __init__(self, session: Session) -> None:
+        self.model, self.batches, self.graph = session.model, session.stream, session.info.graph
+        options = session.options
+        self.training, self.reduce, self.seed = options.training, options.reduce, options.seed
+        self._batches: dict[int, ProbeBatch] = {}
+        self._diagnosers: dict[int, Diagnoser] = {}
+        self._traces: dict[tuple[int, CallKey | None], Trace] = {}
+
+    def batch(self, index: int) -> ProbeBatch:
+        if index not in self._batches:
+            self._batches[index] = self.batches.batch(index)
+        return self._batches[index]
+
+    def diagnoser(self, index: int) -> Diagnoser:
+        from layergrad.diagnose.diagnoser import Diagnoser
+
+        if index not in self._diagnosers:
+            self._diagnosers[index] = Diagnoser(
+                self.model, self.batch(index), self.graph, self.training, self.reduce
+            )
+        return self._diagnosers[index]
+
+    def trace(self, index: int, target: Site | None) -> Trace:
+        """The whole trace of batch `index` towards `target` (`trace.run_trace`), made once."""
+        from layergrad.engine import trace
+
+        key = (index, None if target is None else target.key)
+        if key not in self._traces:
+            self._traces[key] = self._replayed(trace.run_trace, index, target)
+        return self._traces[key]
+
+    def activations(self, index: int, source: Site, target: Site) -> tuple[Activation, Activation]:
+        """The source and target activations of batch `index` (for the causes)."""
+        from layergrad.engine import trace
+
+        run = self._replayed(trace.run_probe, index, [source], [target])
+        return run.sources[0], run.targets[0]
+
+    def _replayed(self, run: Callable[..., T], index: int, *sites: object) -> T:
+        """`run` (a replay of `trace.py`) on batch `index` in the run's mode, with the random
+        layers' numbers of that batch."""
+        from layergrad.engine.random_layers import drawing_for
+
+        with drawing_for(self.model, index):
+            return run(
+                self.model, self.batch(index), *sites, training=self.training,
+                reduce=self.reduce, seed=self.seed,
+            )  # fmt: skip

@@ -4,10 +4,9 @@ will see.
 
 The rule, written once for every command (`inspect`, `scan`, `check`, each on one batch or
 over `--data`): a model probed in inference whose BatchNormalization was never trained is
-probed again in training mode (batch statistics, as training runs it) when the probe in
-inference finds something wrong (`probe_in_training`: a result that is not ok, a magnitude
-flag, an output that stops varying), and the result says so in the same words everywhere
-(`probe_in_training`). A model that was trained, or a probe that found nothing wrong, is
+probed again in training mode when the probe finds something wrong (a result that is not ok,
+a magnitude flag, an output that stops varying), and says so in the same words everywhere
+(`probe_in_training`); a model that was trained, or a probe that found nothing wrong, is
 judged as it is.
 """
 
@@ -62,15 +61,18 @@ def probe_in_training(model: KerasModel, training: bool, wrong: bool) -> str | N
 
 
 def in_right_mode(
-    model: KerasModel, training: bool, scan: Callable[[bool], T], wrong: Callable[[T], bool]
-) -> tuple[T, str | None]:
-    """The rule applied to a probe of `model` made by `scan(training)`, whatever its source
-    (one batch or `--data`): made again by `scan(True)` when it found something `wrong` and
-    the model's BatchNormalization was never trained. Returns what to keep and the note to
-    say (None: the first probe is kept)."""
-    found = scan(training)
-    said = probe_in_training(model, training, wrong(found))
-    return (scan(True), said) if said else (found, None)
+    session: Session, probe: Callable[[Session], T], wrong: Callable[[T], bool]
+) -> tuple[Session, T, str | None]:
+    """The rule applied to `probe(session)`, whatever its source (one batch or `--data`): made
+    again in training mode when it found something `wrong` and the model's BatchNormalization
+    was never trained. Returns the session and what it found, kept, and the note to say (None:
+    the first probe is kept)."""
+    found = probe(session)
+    said = probe_in_training(session.model, session.options.training, wrong(found))
+    if said is None:
+        return session, found, None
+    session = in_training(session)
+    return session, probe(session), said
 
 
 def scan_wrong(rows: Sequence[ScanRow], constant: Sequence[ConstantOutput] = ()) -> bool:

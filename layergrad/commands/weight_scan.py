@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layergrad.commands.over_data import open_labels, open_stream
-from layergrad.commands.scan_rows import scan_report
-from layergrad.commands.session import Session, session_for
+from layergrad.commands.scan import scan_report
+from layergrad.commands.session import Session, open_labels, open_stream, session_for
 from layergrad.commands.weight_rows import (
     dead_layers,
     flag_update_ratio_trend,

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from helpers import keras, normal, sample
 
 from layergrad.cli.app import main
-from layergrad.commands.merge.statistics import merge_gradients, merge_samples
+from layergrad.commands.merge import merge_gradients, merge_samples
 from layergrad.core.results import GradientStats, SampleStats
 
 PERCENTILES = ("p50", "p95")

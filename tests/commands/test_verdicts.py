@@ -285,12 +285,12 @@ def test_units_with_no_gradient_for_any_sample_are_called_dead(tmp_path):
 
 
 def test_the_random_probe_draws_what_the_models_preprocessing_expects(tmp_path):
-    from layergrad.commands.session import open_session
+    from layergrad.commands.session import open_source
 
     x = keras.Input((4, 4, 3), name="image")
     h = keras.layers.Rescaling(1 / 127.5, offset=-1, name="scale")(x)
     keras.Model(x, keras.layers.Dense(2, name="head")(h)).save(tmp_path / "pixels.keras")
-    session = open_session(tmp_path / "pixels.keras", ProbeOptions(batch_size=64))
+    session = open_source(tmp_path / "pixels.keras", ProbeOptions(batch_size=64))
     (batch,) = session.batch.arrays
     # x / 127.5 - 1 spans [-1, 1] exactly when x spans [0, 255]
     assert batch.min() >= 0 and batch.max() <= 255 and batch.max() > 200
@@ -304,13 +304,13 @@ def test_the_random_probe_draws_what_the_models_preprocessing_expects(tmp_path):
     norm.adapt(data)
     v = keras.Input((3,), name="v")
     keras.Model(v, keras.layers.Dense(1, name="head")(norm(v))).save(tmp_path / "norm.keras")
-    session = open_session(tmp_path / "norm.keras", ProbeOptions(batch_size=256))
+    session = open_source(tmp_path / "norm.keras", ProbeOptions(batch_size=256))
     (batch,) = session.batch.arrays
     assert np.mean(batch) == pytest.approx(np.mean(data), abs=2.0)
     assert np.std(batch) == pytest.approx(np.std(data), rel=0.2)
     assert "Normalization 'norm' is adapted to mean" in session.probe_meta_of().drawn
     # a model without preprocessing keeps the standard-normal probe, and says nothing
-    plain = open_session(sample("seed.keras"), ProbeOptions())
+    plain = open_source(sample("seed.keras"), ProbeOptions())
     assert plain.probe_meta_of().drawn is None
 
 

@@ -142,7 +142,7 @@ def test_limit_reads_only_the_first_samples(tmp_path):
 
 
 def test_the_step_is_traced_once_with_a_partial_last_batch(tmp_path):
-    from layergrad.commands import over_data, session
+    from layergrad.commands import session
     from layergrad.engine import data_step
     from layergrad.model import layer_refs
 
@@ -155,7 +155,7 @@ def test_the_step_is_traced_once_with_a_partial_last_batch(tmp_path):
         targets=(layer_refs.resolve(model, "dense_1"),),
         data=True,
     )
-    batches = over_data.open_stream(model, options)
+    batches = session.open_stream(model, options)
     seen: list[tuple[int, int | None]] = []
     run_ = data_step.run_stream(model, plan, batches, strategy, lambda d, t: seen.append((d, t)))
     assert (run_.batches, run_.samples, run_.traces) == (3, 45, 1)
@@ -165,7 +165,7 @@ def test_the_step_is_traced_once_with_a_partial_last_batch(tmp_path):
 def test_a_pass_in_training_mode_leaves_the_batchnorm_statistics_as_the_file_has_them(tmp_path):
     """Keras updates BatchNormalization's moving statistics at every training-mode call; the
     streamed pass puts them back, so rules judged after it see the model as saved."""
-    from layergrad.commands import over_data, session
+    from layergrad.commands import session
     from layergrad.engine import data_step
     from layergrad.model import layer_refs
 
@@ -187,7 +187,7 @@ def test_a_pass_in_training_mode_leaves_the_batchnorm_statistics_as_the_file_has
     assert not np.allclose(probe.get_layer("bn").moving_mean.numpy(), before[0])
     plan = data_step.Plan(targets=(layer_refs.resolve(model, "bn"),), every_leaf=True,
                           training=True, data=True)  # fmt: skip
-    run_ = data_step.run_stream(model, plan, over_data.open_stream(model, options), strategy)
+    run_ = data_step.run_stream(model, plan, session.open_stream(model, options), strategy)
     assert run_.samples == 40
     np.testing.assert_array_equal(bn.moving_mean.numpy(), before[0])
     np.testing.assert_array_equal(bn.moving_variance.numpy(), before[1])

@@ -9,7 +9,7 @@
 7. gradient   the gradient of the loss (compiled in the file, or --loss), else of a random
               projection of the outputs, reaches every differentiable layer, finite
 8. trainable  every trainable variable gets a gradient from the loss (skipped without one)
-9. baseline   with `--baseline`: no regression against a committed scan (see `baseline.py`)
+9. baseline   with `--baseline`: no regression against a committed scan (see `diff.py`)
 
 `static_only` stops after 4 and never imports TensorFlow.
 """
@@ -23,10 +23,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from layergrad.commands.check import verdicts
-from layergrad.commands.check.baseline import Baseline, load_baselines, match_baselines
 from layergrad.commands.check.dynamic import dynamic
 from layergrad.commands.check.loss_check import loss_fits
 from layergrad.commands.check.verdicts import Add, CheckOptions
+from layergrad.commands.diff import Baseline, load_baselines, match_baselines
 from layergrad.core.errors import LayergradError, UsageError, describe, one_line
 from layergrad.core.results import CheckItem, FileVerdict, Reason
 from layergrad.core.vocab import CHECK_FINDINGS, Finding
@@ -120,15 +120,12 @@ def check_file(
         except (Exception, SystemExit) as exc:  # one bad file must not sink (or pass) the run
             message = f"failed unexpectedly: {type(exc).__name__}: {describe(exc)}"
             add(running[0], message, [Finding.ERROR])
-    said = list(
-        dict.fromkeys(
-            one_line(str(w.message))[:200] for w in caught if issubclass(w.category, UserWarning)
-        )
-    )[:MAX_WARNINGS]  # what a library tells the user (not its deprecations)
+    # what a library tells the user (not its deprecations)
+    told = (one_line(str(w.message))[:200] for w in caught if issubclass(w.category, UserWarning))
+    said = "; ".join(list(dict.fromkeys(told))[:MAX_WARNINGS])
     if said and items:
         last = items[-1]
-        text = "; ".join(said)
-        items[-1] = replace(last, message=f"{last.message} (warned while checking: {text})")
+        items[-1] = replace(last, message=f"{last.message} (warned while checking: {said})")
     return FileVerdict(os.fspath(path), all(i.passed for i in items), tuple(items))
 
 

@@ -15,31 +15,29 @@ from typing import TYPE_CHECKING
 
 from layergrad.commands.check import loss_check as heads
 from layergrad.commands.check import verdicts as steps
-from layergrad.commands.check.baseline import Baseline, fits, judge, probe_options, same_data
 from layergrad.commands.check.verdicts import Add, CheckOptions
+from layergrad.commands.diff import Baseline, fits, judge, probe_options, same_data
 from layergrad.core.errors import LayergradError, UsageError, describe
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import ScanReport, ScanRow, WeightScanReport
-from layergrad.core.tf_types import KerasModel, Strategy
 from layergrad.core.vocab import Finding
 from layergrad.files.file_info import FileInfo, training_steps
 
 if TYPE_CHECKING:
+    from layergrad.commands.check.verdicts import Opened
     from layergrad.commands.session import Session
     from layergrad.data.label_stream import Labelled, LabelSummary
-    from layergrad.data.sources import DataStream
     from layergrad.engine.data_step import StreamRun
     from layergrad.engine.layer_calls import Recorded
-    from layergrad.engine.loader import LoadedModel
 
 
 @dataclass(frozen=True)
 class _Stream:
-    """Where check's batches come from: `first`, the stream's first batch (None for --data
-    until its labels are judged); `data`, the batches of --data (None: the first is all)."""
+    """Where check's batches come from: `session`, the probe batch, or the batches of --data
+    (`data`) as one session."""
 
-    first: Session | None
-    data: DataStream | None
+    session: Session
+    data: bool
     labels: dict[str, LabelSummary]
     source: str  # where the labels come from, as the `targets` check says
     given: Labelled | None = None  # --data's labels with its inputs
@@ -97,10 +95,10 @@ def dynamic(
     opened = steps.loads(path, info, options, probe if data else options.probing(), add)
     if opened is None:
         return
-    loaded, warnings, strategy = opened
+    loaded, warnings, _ = opened
     from layergrad.commands.scan import scan_over, scan_session  # TensorFlow: now
-    from layergrad.commands.session import Session, session_for
-    from layergrad.commands.untrained_batchnorm import in_right_mode, in_training, scan_wrong
+    from layergrad.commands.session import session_for
+    from layergrad.commands.untrained_batchnorm import in_right_mode, scan_wrong
     from layergrad.commands.weight_scan import scan_weights
     from layergrad.diagnose.saturation import saturated_init
     from layergrad.engine.layer_calls import BatchFailed
@@ -108,28 +106,23 @@ def dynamic(
 
     model = loaded.model
     stream = (
-        _probe_batch(loaded, info, options, probe, warnings, add, bool(baseline or given_input))
+        _probe_batch(opened, info, options, probe, add, bool(baseline or given_input))
         if data is None
-        else _data_stream(loaded, info, options, probe, strategy, add)
+        else _data_stream(opened, info, options, probe, add)
     )
     if stream is None:
         return
     mismatched = steps.targets(info, options.loss, stream.labels, stream.source, add)
-    first, given = stream.first, stream.given if not mismatched else None
-    if first is not None and mismatched:  # the loss cannot take these labels: draw ones that fit
-        first = replace(first, probe=replace(first.batch, labels=None))
+    start, given = stream.session, stream.given if not mismatched else None
+    over, progress = start if stream.data else None, options.on_progress
+    if over is None and mismatched:  # the loss cannot take these labels: draw ones that fit
+        start = replace(start, probe=replace(start.batch, labels=None))
 
-    def scans(training: bool) -> _Scanned:
-        run, rows = (None, ()) if stream.data is None else scan_over(
-            model, loaded.info.graph, strategy, stream.data, replace(probe, training=training),
-            on_progress=options.on_progress,
-        )[:2]  # fmt: skip
-        session = first
-        if session is None:  # --data: its first batch, with its labels when they fit the loss
-            assert stream.data is not None
-            rows_of = stream.data if given is None or given.stream is None else given.stream
-            session = session_for(loaded, probe, warnings, rows_of.batch(0))
-        session = in_training(session) if training else session
+    def scans(session: Session) -> _Scanned:  # the first batch, or --data, in a mode
+        run, rows = (None, ()) if over is None else scan_over(session, on_progress=progress)[:2]
+        if over is not None:  # --data: its first batch, with its labels when they fit the loss
+            rows_of = over.stream if given is None or given.stream is None else given.stream
+            session = session_for(session, session.options, warnings, rows_of.batch(0))
         try:
             weights = scan_weights(session, options.loss, projection=True)
         except Exception as exc:  # the outputs' projection, without a loss
@@ -146,7 +139,7 @@ def dynamic(
         return baseline is None and scan_wrong(found.rows, constant)
 
     try:
-        scanned, said = in_right_mode(model, probe.training, scans, wrong)
+        _, scanned, said = in_right_mode(start, scans, wrong)
     except UsageError:  # the data does not fit this model: the command is wrong, not the file
         raise
     except BatchFailed as exc:  # the model's own code failed on a batch: the file fails
@@ -193,11 +186,9 @@ def dynamic(
     # a layer that a kernel scaled far up saturates on the probe (unless the kernels were learnt)
     first_pass = stream.recorded or recorder(model, batch.arrays)
     init = None if trained else saturated_init(model, first_pass())
-    if stream.data is not None:
-        weights = _dead_over_data(model, stream.data, weights, session.options.training, strategy)
-        steps.trainable(weights, add, has_loss, where, dead_scope="the data", init=init)
-    else:
-        steps.trainable(weights, add, has_loss, init=init)
+    if over is not None:
+        weights = _dead_over_data(over, weights, session.options.training)
+    steps.trainable(weights, add, has_loss, where, "the data" if over else "the batch", init)
     if baseline is None:
         if options.baselines:
             add("baseline", "no baseline given for this file")
@@ -206,10 +197,9 @@ def dynamic(
     if run is not None:
         # over the same data: for a file with a loss, the loss's gradient over every sample
         # (`scan --wrt weights --data`, with the labels as check read them, or random ones)
-        assert data is not None and stream.data is not None
+        assert data is not None and over is not None
         text = os.fspath(data.path)
         other = other or not same_data(baseline, text, sha, run.samples, options.allow_other_data)
-        over = Session(os.fspath(path), model, loaded.info, probe, stream.data, strategy, warnings)
         if has_loss:
             from layergrad.data.label_stream import Labelled
 
@@ -226,11 +216,10 @@ def dynamic(
 
 
 def _probe_batch(
-    loaded: LoadedModel,
+    opened: Opened,
     info: FileInfo,
     options: CheckOptions,
     probe: ProbeOptions,
-    warnings: tuple[str, ...],
     add: Add,
     asked: bool,
 ) -> _Stream | None:
@@ -239,6 +228,7 @@ def _probe_batch(
     from layergrad.commands.session import session_for
     from layergrad.engine.trace import recorder
 
+    loaded, warnings, _ = opened
     model = loaded.model
     try:
         session = session_for(loaded, probe, warnings)
@@ -262,26 +252,21 @@ def _probe_batch(
         given = by_output_name(session.batch.labels, names, output_keys(model, len(names)))
         session = replace(session, probe=replace(session.batch, labels=given))
         labels = summarise_arrays(given, names, ranks)
-    return _Stream(session, None, labels, session.batch.source, recorded=recorded)
+    return _Stream(session, False, labels, session.batch.source, recorded=recorded)
 
 
 def _data_stream(
-    loaded: LoadedModel,
-    info: FileInfo,
-    options: CheckOptions,
-    probe: ProbeOptions,
-    strategy: Strategy | None,
-    add: Add,
+    opened: Opened, info: FileInfo, options: CheckOptions, probe: ProbeOptions, add: Add
 ) -> _Stream:
     """The stream of --data's batches, with its labels (`data/label_stream.py`) in the form
     the loss in the file (or `--loss`) takes, summarised for the `targets` check."""
-    from layergrad.commands.over_data import open_labels, open_stream
-    from layergrad.commands.session import probe_batch
+    from layergrad.commands.session import Session, open_labels, open_stream, probe_batch
     from layergrad.data.label_stream import summarise_batches
     from layergrad.engine.compiled_loss import label_request
     from layergrad.engine.trace import record_calls
     from layergrad.model.loss_forms import find_loss
 
+    loaded, warnings, strategy = opened
     model, data = loaded.model, probe.data_set
     assert data is not None
 
@@ -306,16 +291,11 @@ def _data_stream(
     source = f"--data {data.path}"
     if labelled is not None and labelled.classes:
         source += f" (the class sub-folders {labelled.describe_classes()})"
-    return _Stream(None, batches, labels, source, labelled)
+    over = Session(os.fspath(info.path), model, loaded.info, probe, batches, strategy, warnings)
+    return _Stream(over, True, labels, source, labelled)
 
 
-def _dead_over_data(
-    model: KerasModel,
-    batches: DataStream,
-    weights: WeightScanReport,
-    training: bool,
-    strategy: Strategy | None,
-) -> WeightScanReport:
+def _dead_over_data(over: Session, weights: WeightScanReport, training: bool) -> WeightScanReport:
     """The weight scan with only the dead layers of its batch that are dead for every sample
     of the data (every worker's): one more pass of the measured step over the data, nothing
     differentiated, each unit's activity kept (`Plan.alive`), only when a layer is dead."""
@@ -327,9 +307,9 @@ def _dead_over_data(
 
     if not weights.dead_layers:
         return weights
-    sites = tuple(resolve(model, ref) for ref, _ in weights.dead_layers)
+    sites = tuple(resolve(over.model, ref) for ref, _ in weights.dead_layers)
     plan = Plan(sources=sites, targets=(), training=training, data=True, alive=sites)
-    run = run_stream(model, plan, batches, strategy)
+    run = run_stream(over.model, plan, over.stream, over.strategy)
     shares = [float(np.mean(units <= 0)) for units in run.alive]
     dead = tuple(
         (ref, share)

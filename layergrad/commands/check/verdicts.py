@@ -282,7 +282,7 @@ def forward_parts(report: ScanReport, trained: bool) -> tuple[list[Finding], lis
 
 
 def trainable(
-    report: WeightScanReport | None,
+    report: WeightScanReport,
     add: Add,
     has_loss: bool = True,
     where: str = "",
@@ -298,12 +298,6 @@ def trainable(
     `init`: a layer that a kernel scaled far up saturates (`diagnose.saturation`), an
     `exploding` warning there.
     """
-    if report is None:
-        add(
-            "trainable",
-            f"skipped: no loss (the file was saved without model.compile; --loss){where}",
-        )
-        return
     findings, parts = [], []
     for status, finding in (
         (Status.NONE, Finding.NO_GRADIENT),
@@ -378,5 +372,4 @@ def output_ranks(model: KerasModel) -> tuple[list[str], dict[str, int]]:
     except (AttributeError, ValueError):
         shapes = []
     names = names or [f"output_{i}" for i in range(max(1, len(shapes)))]
-    ranks = {n: len(shape) - 1 for n, shape in zip(names, shapes, strict=False)}
-    return names, ranks
+    return names, {n: len(shape) - 1 for n, shape in zip(names, shapes, strict=False)}

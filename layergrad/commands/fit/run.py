@@ -29,7 +29,7 @@ from layergrad.commands.fit.checks import (
     check_unsized,
     unsized_epoch_notice,
 )
-from layergrad.commands.over_data import data_specs
+from layergrad.commands.session import data_specs
 from layergrad.core.errors import InputError, describe
 from layergrad.core.fit_results import FitReport
 from layergrad.core.probe_options import PathLike

@@ -11,11 +11,17 @@ given, by the rules the statistics obey (docs/distributed.md):
 - `dead_units` is the intersection; the first non-finite batch is the first shard's that has
   one, counted in batches of `--batch-size` across the shards before it;
 - p50 and p95 do not combine: they are null, and `probe.shards` says how many were merged;
-- the Jacobian norms of `--measure jacobian` alike (`statistics.py`).
+- the Jacobian norms of `--measure jacobian` alike: their histograms add bin by bin (every
+  run's bins lie on one grid anchored at powers of ten); `top` is the k largest of the
+  shards' k largest (k: the longest shard list), each shard's sample indices renumbered as
+  the whole data set numbers them; `mean_rel_stderr` (an estimate's) from each shard's, the
+  variances of the shard means adding up; `rel_stderr` (the largest of any sample) is the
+  largest; `unit_sensitivity` (root-mean-square over samples) from the shards' mean squares.
 
 With `--reduce mean` each shard's gradient is the mean over its own samples, so its numbers
 are first weighted by its share of the samples. Shards of different models, probes (seed,
-batch size, mode, reduction, target) or schemas are refused. Nothing here imports TensorFlow.
+batch size, mode, reduction, target, the Jacobian's method and probes) or schemas are refused.
+Nothing here imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -24,22 +30,29 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from layergrad.commands.merge import statistics as stats
-from layergrad.core.errors import UsageError
+from layergrad.core.errors import LayergradError, UsageError
 from layergrad.core.gradient_stats import status_flags
 from layergrad.core.results import (
     DataStats,
+    FrobeniusNorms,
     GradientStats,
+    Histogram,
     InspectReport,
-    ProbeMeta,
-    Reason,
-    Result,
+    JacobianStats,
+    NormDistribution,
+    RankedSample,
+    SampleStats,
+    ScanJacobian,
     ScanReport,
-    ScanRow,
+    SpectralNorms,
 )
 from layergrad.core.vocab import NOT_DIFFERENTIABLE, Finding, Status
 from layergrad.files.report_json import read_report
+
+if TYPE_CHECKING:
+    from layergrad.core.results import ProbeMeta, Reason, Result, ScanRow
 
 Report = InspectReport | ScanReport
 SCALE_FLAGS = (Finding.VANISHING, Finding.EXPLODING)
@@ -261,7 +274,7 @@ def _data(
         dead = units if dead is None else dead & units
         if first is None and d is not None and d.first_nonfinite_batch is not None:
             first = start + d.first_nonfinite_batch
-    per_sample = stats.merge_samples(
+    per_sample = merge_samples(
         [d.per_sample_l2 if d is not None else None for d in items], shares.samples,
         shares.weights,
     )  # fmt: skip
@@ -296,7 +309,7 @@ def _combined(
     grads = [r.gradient for r in items]
     gradient = None
     if all(g is not None for g in grads):
-        gradient = stats.merge_gradients([g for g in grads if g is not None], shares.weights, shape)
+        gradient = merge_gradients([g for g in grads if g is not None], shares.weights, shape)
     statuses = [r.status for r in items]
     status = _status(statuses, gradient)
     data = [r.data for r in items]
@@ -309,24 +322,24 @@ def _result(items: Sequence[Result], shares: _Shares) -> Result:
     shapes = [r.gradient.shape for r in items if r.gradient is not None]
     total = shares.total
     gradient, status, causes, data = _combined(
-        items, shares, stats.merged_shape(shapes, total) if shapes else ()
+        items, shares, merged_shape(shapes, total) if shapes else ()
     )
-    source, target = (stats.merged_shape([r.source.shape for r in items], total),
-                      stats.merged_shape([r.target.shape for r in items], total))  # fmt: skip
+    source, target = (merged_shape([r.source.shape for r in items], total),
+                      merged_shape([r.target.shape for r in items], total))  # fmt: skip
     return replace(first, source=replace(first.source, shape=source),
                    target=replace(first.target, shape=target), gradient=gradient, status=status,
-                   causes=causes, data=data, jacobian=stats.merge_jacobians(
+                   causes=causes, data=data, jacobian=merge_jacobians(
                        [r.jacobian for r in items], shares.offsets, shares.names))  # fmt: skip
 
 
 def _row(items: Sequence[ScanRow], shares: _Shares) -> ScanRow:
-    shape = stats.merged_shape([r.shape for r in items], shares.total)
+    shape = merged_shape([r.shape for r in items], shares.total)
     gradient, status, causes, data = _combined(items, shares, shape)
     dead = None
     if data is not None and gradient is not None:
         units = shape[-1] if len(shape) >= 2 else 1
         dead = len(data.dead_units) / units if units else None
-    jacobian = stats.merge_scan_jacobians([r.jacobian for r in items], shares.offsets, shares.names)
+    jacobian = merge_scan_jacobians([r.jacobian for r in items], shares.offsets, shares.names)
     return replace(items[0], shape=shape, gradient=gradient, status=status, causes=causes,
                    data=data, flags=status_flags(status, dead), jacobian=jacobian)  # fmt: skip
 
@@ -335,7 +348,7 @@ def _scale_flags(rows: list[ScanRow], scans: Sequence[ScanReport]) -> list[ScanR
     """Vanishing / exploding again, from the merged L2s, on the rows of the model's trunk
     (from the model file's graph, read without TensorFlow; when the file cannot be read, the
     rows some shard flagged)."""
-    from layergrad.commands.scan_rows import flag_against_target_end
+    from layergrad.commands.scan import flag_against_target_end
 
     trunk = _trunk(scans[0].model.path, scans[0].target)
     if trunk is None:
@@ -344,7 +357,6 @@ def _scale_flags(rows: list[ScanRow], scans: Sequence[ScanReport]) -> list[ScanR
 
 
 def _trunk(model_path: str, target: str | None) -> set[str] | None:
-    from layergrad.core.errors import LayergradError
     from layergrad.diagnose.locate import sinks, trunk
     from layergrad.files.file_info import read_file_info
     from layergrad.model.layer_refs import ref_of
@@ -355,10 +367,179 @@ def _trunk(model_path: str, target: str | None) -> set[str] | None:
         return None
     if not graph.known:
         return None
-    if target is None:
-        ends = sinks(graph)
-    else:
-        path, _, call = target.partition("@")
-        ends = [(path, int(call) if call.isdigit() else 0)]
+    path, _, call = (target or "").partition("@")
+    ends = sinks(graph) if target is None else [(path, int(call) if call.isdigit() else 0)]
     on_trunk = trunk(graph, ends)
     return None if on_trunk is None else {ref_of(k) for k in on_trunk}
+
+
+def merged_shape(shapes: Sequence[tuple[int, ...]], samples: int) -> tuple[int, ...]:
+    """The shape over every shard: the samples, then the largest size seen of each axis."""
+    if not shapes[0]:
+        return ()
+    rest = tuple(max(s[j] for s in shapes) for j in range(1, len(shapes[0])))
+    return (samples, *rest)
+
+
+def merge_gradients(
+    stats: Sequence[GradientStats], weights: Sequence[float], shape: tuple[int, ...]
+) -> GradientStats:
+    """The statistics of the shards' gradients as one array of `shape` (each shard's scaled
+    by its weight: 1, or its share of the samples under --reduce mean)."""
+    elements = [math.prod(g.shape) for g in stats]  # a scalar's () is one element
+    total = sum(elements)
+
+    def byelements_of(values: Sequence[float]) -> float:
+        return sum(v * e for v, e in zip(values, elements, strict=True)) / total if total else 0.0
+
+    return GradientStats(
+        shape=shape,
+        l2=math.sqrt(sum((w * g.l2) ** 2 for g, w in zip(stats, weights, strict=True))),
+        mean_abs=byelements_of([w * g.mean_abs for g, w in zip(stats, weights, strict=True)]),
+        max_abs=max(w * g.max_abs for g, w in zip(stats, weights, strict=True)),
+        zero_fraction=byelements_of([g.zero_fraction for g in stats]),
+        nonfinite=sum(g.nonfinite for g in stats),
+    )
+
+
+def merge_samples(
+    stats: Sequence[SampleStats | None], samples: Sequence[int], weights: Sequence[float]
+) -> SampleStats | None:
+    """A per-sample distribution over every shard: exact moments and extrema, no percentiles
+    (kept only when there is one shard)."""
+    kept = [
+        (s, n, w) for s, n, w in zip(stats, samples, weights, strict=True) if s is not None and n
+    ]
+    if not kept:
+        return None
+    count = sum(n for _, n, _ in kept)
+    mean = sum(n * w * s.mean for s, n, w in kept) / count
+    square = sum(n * ((w * s.std) ** 2 + (w * s.mean) ** 2) for s, n, w in kept) / count
+    one = kept[0][0] if len(kept) == 1 and len(stats) == 1 else None
+    return SampleStats(
+        count=count,
+        mean=mean,
+        std=math.sqrt(max(square - mean * mean, 0.0)),
+        min=min(w * s.min for s, _, w in kept),
+        p50=None if one is None else one.p50,
+        p95=None if one is None else one.p95,
+        max=max(w * s.max for s, _, w in kept),
+    )
+
+
+def merge_jacobians(
+    items: Sequence[JacobianStats | None], offsets: Sequence[int], names: Sequence[str]
+) -> JacobianStats | None:
+    """The Jacobian of one inspect result over every shard (None unless every shard has
+    one). `offsets[k]` renumbers shard k's samples; `names` name the shards in errors."""
+    if any(j is None for j in items):
+        return None
+    js = [j for j in items if j is not None]
+    first = js[0]
+    _measured_alike(
+        ["exactly" if j.probes is None else f"with {j.probes} probes" for j in js], names
+    )
+    frobenius = merge_frobenius([j.frobenius for j in js], offsets)
+    specs = [j.spectral for j in js if j.spectral is not None]
+    spectral = None
+    if len(specs) == len(js):  # every shard has its spectral norms
+        d = merge_distributions([s.distribution for s in specs], offsets)
+        steps = max((s.iterations for s in specs if s.iterations is not None), default=None)
+        spectral = SpectralNorms((), d.mean, d.max, steps, all(s.converged for s in specs), d)
+    counts = [j.frobenius.distribution.count if j.frobenius.distribution else 0 for j in js]
+    total = sum(counts)
+    units = tuple(
+        math.sqrt(sum(n * j.unit_sensitivity[u] ** 2 for n, j in zip(counts, js, strict=True))
+                  / total) if total else 0.0
+        for u in range(len(first.unit_sensitivity))
+    )  # fmt: skip
+    independent = all(j.batch_independent for j in js)
+    return JacobianStats(first.method, first.probes, independent, frobenius, spectral, units)
+
+
+def merge_scan_jacobians(
+    items: Sequence[ScanJacobian | None], offsets: Sequence[int], names: Sequence[str]
+) -> ScanJacobian | None:
+    """A scan row's Jacobian over every shard (None unless every shard has one)."""
+    if any(j is None for j in items):
+        return None
+    norms = [j.frobenius for j in items if j is not None]
+    _measured_alike(["exactly" if f.rel_stderr is None else "by an estimate" for f in norms], names)
+    return ScanJacobian(merge_frobenius(norms, offsets))
+
+
+def merge_frobenius(items: Sequence[FrobeniusNorms], offsets: Sequence[int]) -> FrobeniusNorms:
+    d = merge_distributions([f.distribution for f in items], offsets)
+    rels = [f.rel_stderr for f in items if f.rel_stderr is not None]
+    return FrobeniusNorms((), d.mean, d.max, max(rels) if rels else None, (), d)
+
+
+def merge_distributions(
+    items: Sequence[NormDistribution | None], offsets: Sequence[int]
+) -> NormDistribution:
+    """One distribution over every shard's samples (see the module docstring)."""
+    ds = [d for d in items if d is not None]
+    if len(ds) != len(items) or not ds:
+        raise UsageError("merge: a Jacobian without its distribution over --data")
+    none = SampleStats(0, 0.0, 0.0, 0.0, None, None, 0.0)  # no samples in any shard
+    moments = merge_samples(ds, [d.count for d in ds], [1.0] * len(ds)) or none
+    count, mean = moments.count, moments.mean
+    kept = [d for d in ds if d.count]
+    mean_rel = None
+    if any(d.mean_rel_stderr is not None for d in kept):
+        se = math.sqrt(sum((d.count * d.mean * (d.mean_rel_stderr or 0.0)) ** 2 for d in kept))
+        mean_rel = se / count / mean if mean > 0 else 0.0
+    k = max(len(d.top) for d in ds)
+    ranked = [
+        RankedSample(r.sample + offset, r.value, r.rel_stderr)
+        for d, offset in zip(ds, offsets, strict=True)
+        for r in d.top
+    ]
+    ranked.sort(key=lambda r: (-r.value, r.sample))  # largest first, ties by index
+    return NormDistribution(
+        count=count,
+        mean=mean,
+        std=moments.std,
+        min=moments.min,
+        p50=ds[0].p50 if len(ds) == 1 else None,
+        p95=ds[0].p95 if len(ds) == 1 else None,
+        max=moments.max,
+        histogram=merge_histograms([d.histogram for d in ds]),
+        top=tuple(ranked[:k]),
+        mean_rel_stderr=mean_rel,
+    )
+
+
+def merge_histograms(items: Sequence[Histogram]) -> Histogram:
+    """Histograms on one log grid added bin by bin, from the first filled bin to the last."""
+    per_decade = items[0].bins_per_decade
+    if any(h.bins_per_decade != per_decade for h in items):
+        raise UsageError("merge: Jacobian histograms with different bins per decade")
+    counts: dict[int, int] = {}
+    edges: dict[int, float] = {}
+    for h in items:
+        grid = [round(math.log10(e) * per_decade) for e in h.edges]
+        edges.update(zip(grid, h.edges, strict=True))
+        for g, c in zip(grid, h.counts, strict=False):
+            counts[g] = counts.get(g, 0) + c
+    zeros = sum(h.zeros for h in items)
+    filled = sorted(g for g, c in counts.items() if c)
+    if not filled:
+        return Histogram((), (), zeros, per_decade)
+    lo, hi = filled[0], filled[-1] + 1
+    return Histogram(
+        tuple(edges.get(g, float(f"{10.0 ** (g / per_decade):.6g}")) for g in range(lo, hi + 1)),
+        tuple(counts.get(g, 0) for g in range(lo, hi)),
+        zeros,
+        per_decade,
+    )
+
+
+def _measured_alike(hows: Sequence[str], names: Sequence[str]) -> None:
+    """Raise UsageError naming the first shard measured otherwise than the first."""
+    for how, name in zip(hows, names, strict=True):
+        if how != hows[0]:
+            raise UsageError(
+                f"{name} does not fit {names[0]}: the Jacobian was measured {how} vs "
+                f"{hows[0]}; merge shards measured with the same --probes / --exact"
+            )
