@@ -45,7 +45,7 @@ from layergrad.commands.fit.run import (
     refused,
     training_batches,
 )
-from layergrad.commands.fix.weights import InputStats
+from layergrad.commands.fix.plan import InputStats
 from layergrad.core.errors import DataError, InputError, LayergradError, describe
 from layergrad.core.fit_results import FitReport
 from layergrad.core.fix_results import OutputLoss, Run, Verdict

@@ -53,7 +53,7 @@ from layergrad.files.outputs import FIX_COPY_MARK, check_target, data_inputs, wr
 
 if TYPE_CHECKING:
     from layergrad.commands.check.verdicts import Opened
-    from layergrad.commands.fix.weights import InputStats
+    from layergrad.commands.fix.plan import InputStats
     from layergrad.model.label_summary import LabelSummary
 
 
@@ -126,7 +126,7 @@ def fix_model(
     # TensorFlow, after the checks above
     from layergrad.commands.fix.build import BuildError, build, model_config, weights_by_layer
     from layergrad.commands.fix.evidence import input_stats, judge, reached_outputs, ready, train
-    from layergrad.commands.fix.rules import plan_repairs
+    from layergrad.commands.fix.plan import plan_repairs
 
     fitting = FitOptions(steps=options.steps, batch_size=options.batch_size, seed=options.seed)
     # `fit`'s compile first: the check leaves out of the file's info a compiled loss Keras
