@@ -32,7 +32,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import cached_property, partial
 from typing import TypeGuard
 
 import numpy as np
@@ -45,7 +45,6 @@ from layergrad.files.file_info import FileInfo
 from layergrad.model import config_edit as ed
 from layergrad.model.config import serialized_name
 from layergrad.model.config_edit import Config, as_object
-from layergrad.model.graph import ModelGraph
 from layergrad.model.head_forms import Head, keyed_by_head, output_heads, output_keys, units_layer
 from layergrad.model.head_rules import Change, HeadFacts, repairs
 from layergrad.model.label_summary import LabelSummary
@@ -119,13 +118,10 @@ def layer_code(entry: Mapping[str, object], **changes: object) -> str:
     if act is not None and (act != "linear" or "activation" in changes):
         args.append(f"activation={python_string(act)}")
     if (init := serialized_name(changes.get("kernel_initializer"))) is not None:
-        args.append(f"kernel_initializer={python_string(_snake(init))}")
+        if "_" not in init:  # `GlorotUniform` -> `glorot_uniform`, the string Keras takes
+            init = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", init).lower()
+        args.append(f"kernel_initializer={python_string(init)}")
     return f"{cls}({', '.join(args)})"
-
-
-def _snake(name: str) -> str:
-    """`GlorotUniform` -> `glorot_uniform` (the string Keras takes)."""
-    return name if "_" in name else re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
 
 
 def loss_code(loss: object, output: str | None = None) -> str:
@@ -656,7 +652,11 @@ def scale_inputs(info: FileInfo, stats: Sequence[InputStats], finding: str) -> P
                         "Normalization(); norm.adapt(x_train))")  # fmt: skip
         edits.append(_insert_input(s.name, cls, options))
     names = [s.name for s in raw]
-    reader = _first_reader(info.graph, names[0])
+    # the first layer that reads the first raw input, where its scale did harm (the layer
+    # `check` names); the input itself when the graph does not say
+    graph = info.graph
+    readers = (node[0] for node in graph.order if (names[0], 0) in graph.preds.get(node, ()))
+    reader = next(readers, names[0])
     why = (
         f"the inputs {listing(names)} are scaled in the model: values of mean |x| "
         f"{raw[0].mean_abs:.3g} (from {raw[0].low:g} to {raw[0].high:g}) reach the first "
@@ -667,15 +667,6 @@ def scale_inputs(info: FileInfo, stats: Sequence[InputStats], finding: str) -> P
         "rate is left as it is"
     )
     return Plan(finding, reader, why, tuple(code), tuple(edits))
-
-
-def _first_reader(graph: ModelGraph, source: str) -> str:
-    """The first layer that reads the input `source`, where its scale did harm (the layer
-    `check` names); the input itself when the graph does not say."""
-    for node in graph.order:
-        if (source, 0) in graph.preds.get(node, ()):
-            return node[0]
-    return source
 
 
 LOWER = ("diverging", "oscillating")  # the findings of a rate too high
@@ -704,7 +695,11 @@ def learning_rate(
     `exploding` / `dying_units` in training, or a `diverging` of the first steps: down, to
     FIRST_TARGET, from the first steps' ratios when one of them is STEP_TOO_LARGE or more
     (None otherwise)."""
-    lr, first = fit.learning_rate, finding in FIRST_STEPS or _blew_up_early(fit, finding)
+    # a `diverging` of the run's first steps (the first tenth, at least 10): the rate did its
+    # harm there, and the later steps of dead units say nothing of it
+    at_step = next((f.step for f in fit.findings if str(f.code) == finding), None)
+    early = finding == "diverging" and at_step is not None and at_step <= max(10, fit.steps // 10)
+    lr, first = fit.learning_rate, finding in FIRST_STEPS or early
     if lr is None or not lr > 0:
         return None
     if first:
@@ -774,13 +769,6 @@ def _rate_plan(
     code = (f"optimizer={optimizer}(learning_rate={shown.format(old)}) -> "
             f"optimizer={optimizer}(learning_rate={shown.format(new)})",)  # fmt: skip
     return Plan(finding, None, why, code, (), (edit,))
-
-
-def _blew_up_early(fit: FitReport, finding: str) -> bool:
-    """Whether `finding` is a `diverging` of the run's first steps (the first tenth, at least
-    10): the rate did its harm there, and the later steps of dead units say nothing of it."""
-    step = next((f.step for f in fit.findings if str(f.code) == finding), None)
-    return finding == "diverging" and step is not None and step <= max(10, fit.steps // 10)
 
 
 # the rates of Keras's schedules (a PiecewiseConstantDecay's are its `values`); the other
@@ -871,29 +859,26 @@ def _insert_input(source: str, cls: str, options: ed.Config) -> Edit:
 
 @dataclass(frozen=True)
 class Planning:
-    """What a repair reads: the model, the repairs of its heads, the data's input statistics,
-    the stored weights, and the training run (None without data)."""
+    """What a repair reads: the model, the labels of each output (empty without data), the
+    data's input statistics, the stored weights, and the training run (None without data)."""
 
     info: FileInfo
-    heads: HeadRules
+    labels: Mapping[str, LabelSummary]
     stats: Sequence[InputStats]
     weights: Mapping[str, Mapping[str, np.ndarray]]
     fit: FitReport | None
 
+    @cached_property
+    def heads(self) -> HeadRules:
+        """The repairs of the model's heads."""
+        return HeadRules(self.info, self.info.compile_config, self.labels)
+
 
 def plan_repairs(
-    info: FileInfo,
-    findings: Sequence[str],
-    verdict: FileVerdict,
-    labels: Mapping[str, LabelSummary],
-    stats: Sequence[InputStats],
-    weights: Mapping[str, Mapping[str, np.ndarray]],
-    fit: FitReport | None,
+    planning: Planning, findings: Sequence[str], verdict: FileVerdict
 ) -> tuple[list[Plan], list[Reason], list[str]]:
     """A plan for each finding with a mechanical repair; the others, unrepaired; and a note
     for each planned repair another one stands for (said, never dropped silently)."""
-    heads = HeadRules(info, info.compile_config, labels)
-    planning = Planning(info, heads, stats, weights, fit)
     plans: list[Plan] = []
     unrepaired: list[Reason] = []
     done: set[str] = set()
@@ -903,13 +888,15 @@ def plan_repairs(
         if finding in done:
             continue
         try:
-            found = _plans(finding, planning)
+            # the plans of the first of the finding's repairs that makes one
+            made = (PLANNERS[name](finding, planning) for name in REPAIRS.get(finding, ()))
+            found = next((m for m in made if m is not None), [])
         except Unwritable:  # a class its code would name is no Python name: not offered
             found = []
-        stray = heads.stray_ids() if finding == F.TARGET_MISMATCH else []
+        stray = planning.heads.stray_ids() if finding == F.TARGET_MISMATCH else []
         unrepaired += stray
         if not found and not stray:
-            unrepaired.append(_unrepaired(finding, verdict, fit))
+            unrepaired.append(_unrepaired(finding, verdict, planning.fit))
         for plan in found:
             if plan.change not in {p.change for p in plans}:
                 plans.append(plan)
@@ -917,15 +904,6 @@ def plan_repairs(
     plans, notes = _labels_win(plans)
     covered = {c for p in plans for c in p.covers}
     return plans, [u for u in unrepaired if u.code not in covered], notes
-
-
-def _plans(finding: str, planning: Planning) -> list[Plan]:
-    """The plans of the first of the finding's repairs (`REPAIRS`) that makes one."""
-    for name in REPAIRS.get(finding, ()):
-        found = PLANNERS[name](finding, planning)
-        if found is not None:
-            return found
-    return []
 
 
 def _one(plan: Plan | None) -> list[Plan] | None:
