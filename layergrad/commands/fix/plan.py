@@ -248,14 +248,12 @@ def move_before_edit(moved: str, before: str) -> Edit:
 class HeadRules:
     """The repairs of each head of one model (see the module doc)."""
 
-    def __init__(
-        self, info: FileInfo, compiled: Mapping[str, object], labels: Mapping[str, LabelSummary]
-    ) -> None:
+    def __init__(self, info: FileInfo, labels: Mapping[str, LabelSummary]) -> None:
         self.info = info
-        self.compiled = compiled
+        self.compiled = info.compile_config
         self.heads = output_heads(info.config, info.graph) if info.graph.known else []
         names = [h.name for h in self.heads]
-        loss = keyed_by_head(compiled.get("loss"), info.config)
+        loss = keyed_by_head(self.compiled.get("loss"), info.config)
         self.specs = loss_specs(loss, names) if loss else [None] * len(names)
         if len(self.heads) == 1 and len(labels) == 1:
             labels = {names[0]: next(iter(labels.values()))}
@@ -871,7 +869,7 @@ class Planning:
     @cached_property
     def heads(self) -> HeadRules:
         """The repairs of the model's heads."""
-        return HeadRules(self.info, self.info.compile_config, self.labels)
+        return HeadRules(self.info, self.labels)
 
 
 def plan_repairs(
