@@ -4,9 +4,9 @@
    refuses in its words); check the file (and with `--data`, train it: `fit`) for its
    findings; the file is loaded once (`OpenedFile`, below): the check, the repairs and a
    clone for the training share it;
-2. plan a repair for each finding that has a mechanical one (`heads`,
-   `weights`), from the finding's own facts: the head, the loss, the labels, the
-   weights, the inputs, the update ratios;
+2. plan a repair for each finding that has a mechanical one (`plan.py`), from the
+   finding's own facts: the head, the loss, the labels, the weights, the inputs, the
+   update ratios;
 3. apply each repair alone and all together to the model's config and rebuild it
    (`build`, within the memory estimate of any file); read each copy back once (the same
    audit as any file) and check it;
