@@ -163,7 +163,7 @@ class TrainingRule:
     hint: str
     repair: str
     find: Callable[[Run], list[Reason]] | None = None
-    fixes: tuple[str, ...] = ()  # the repairs `fix` tries, in order (`commands/fix/rules.py`)
+    fixes: tuple[str, ...] = ()  # the repairs `fix` tries, in order (`commands/fix/plan.py`)
     examples: tuple[str, ...] = ()
     near_misses: tuple[str, ...] = ()
     when: str = "during training"

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from layergrad.commands.fix.plan import Plan
+from layergrad.commands.fix.plan import Plan, _unrepaired, learning_rate
 from layergrad.commands.fix.repair import _chosen
-from layergrad.commands.fix.rules import _unrepaired
-from layergrad.commands.fix.weights import learning_rate
 from layergrad.core.fit_results import Checkpoint, FitReport, LayerStats
 from layergrad.core.fix_results import Repair, Verdict
 from layergrad.core.results import CheckItem, FileVerdict, Reason

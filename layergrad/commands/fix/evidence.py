@@ -45,7 +45,7 @@ from layergrad.commands.fit.run import (
     refused,
     training_batches,
 )
-from layergrad.commands.fix.weights import InputStats
+from layergrad.commands.fix.plan import InputStats
 from layergrad.core.errors import DataError, InputError, LayergradError, describe
 from layergrad.core.fit_results import FitReport
 from layergrad.core.fix_results import OutputLoss, Run, Verdict
@@ -483,7 +483,8 @@ def _compare(original: Run, repaired: Run, falling: str) -> tuple[Verdict, str]:
         return unlearned or _like_for_like(repaired, falling)
     # a cross-entropy below 0 read labels it cannot take (e.g. targets beyond [0, 1]): it
     # measures nothing, like a run that could not train
-    invalid = original.final is not None and original.final < 0 and _is_entropy(original)
+    entropy = "crossentropy" in original.loss_name.replace("_", "").lower()
+    invalid = original.final is not None and original.final < 0 and entropy
     if original.error is not None or original.final is None or invalid:
         if repaired.trivial is None or repaired.final < CLEARLY * repaired.trivial:
             return Verdict.VERIFIED, ""
@@ -559,8 +560,3 @@ def still_falling(losses: Sequence[float | None]) -> bool:
         return False
     late, early = sum(last) / tenth, sum(before) / tenth  # type: ignore[arg-type]
     return early - late > (1 - FALLING) * abs(early)
-
-
-def _is_entropy(run: Run) -> bool:
-    """A cross-entropy loss (never below 0 on the labels it takes)."""
-    return "crossentropy" in run.loss_name.replace("_", "").lower()

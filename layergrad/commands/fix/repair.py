@@ -4,9 +4,9 @@
    refuses in its words); check the file (and with `--data`, train it: `fit`) for its
    findings; the file is loaded once (`OpenedFile`, below): the check, the repairs and a
    clone for the training share it;
-2. plan a repair for each finding that has a mechanical one (`heads`,
-   `weights`), from the finding's own facts: the head, the loss, the labels, the
-   weights, the inputs, the update ratios;
+2. plan a repair for each finding that has a mechanical one (`plan.py`), from the
+   finding's own facts: the head, the loss, the labels, the weights, the inputs, the
+   update ratios;
 3. apply each repair alone and all together to the model's config and rebuild it
    (`build`, within the memory estimate of any file); read each copy back once (the same
    audit as any file) and check it;
@@ -37,7 +37,7 @@ import numpy as np
 from layergrad.commands.check.check_files import check_file
 from layergrad.commands.check.verdicts import CheckOptions
 from layergrad.commands.fit.checks import DEFAULT_STEPS, FitOptions, check_counts
-from layergrad.commands.fix.plan import Plan
+from layergrad.commands.fix.plan import InputStats, Plan, Planning, plan_repairs
 from layergrad.commands.session import load
 from layergrad.core.errors import InputError, OutputError, describe
 from layergrad.core.fix_results import FAILING, FixReport, Repair, Run, Verdict
@@ -53,7 +53,6 @@ from layergrad.files.outputs import FIX_COPY_MARK, check_target, data_inputs, wr
 
 if TYPE_CHECKING:
     from layergrad.commands.check.verdicts import Opened
-    from layergrad.commands.fix.weights import InputStats
     from layergrad.model.label_summary import LabelSummary
 
 
@@ -126,7 +125,6 @@ def fix_model(
     # TensorFlow, after the checks above
     from layergrad.commands.fix.build import BuildError, build, model_config, weights_by_layer
     from layergrad.commands.fix.evidence import input_stats, judge, reached_outputs, ready, train
-    from layergrad.commands.fix.rules import plan_repairs
 
     fitting = FitOptions(steps=options.steps, batch_size=options.batch_size, seed=options.seed)
     # `fit`'s compile first: the check leaves out of the file's info a compiled loss Keras
@@ -146,8 +144,8 @@ def fix_model(
         labels, stats = prepared.labels.summaries, input_stats(prepared, options.limit)
         original, fit_report, rival = train(lambda: prepared, fitting, found=before)
         before = list(original.findings)
-    plans, unrepaired, notes = plan_repairs(info, before, verdict, labels, stats,
-                                            weights_by_layer(model), fit_report)  # fmt: skip
+    planning = Planning(info, labels, stats, weights_by_layer(model), fit_report)
+    plans, unrepaired, notes = plan_repairs(planning, before, verdict)
     report = functools.partial(
         FixReport, path=info.path, model_class=type(model).__name__, before=tuple(before),
         data=None if data is None else os.fspath(data), original=original,
