@@ -72,17 +72,11 @@ def by_output_name(
     return out
 
 
-def summarise_arrays(
-    arrays: Mapping[str, np.ndarray], names: Sequence[str], ranks: Mapping[str, int]
-) -> dict[str, LabelSummary]:
-    """Summaries of labels held in memory (the `--input` batch)."""
-    return summarise_batches([arrays], names, ranks)
-
-
 def summarise_batches(
     batches: Iterable[Mapping[str, np.ndarray]], names: Sequence[str], ranks: Mapping[str, int]
 ) -> dict[str, LabelSummary]:
-    """Summaries of the labels of every batch (each keyed `y` or `y:NAME`), per output name."""
+    """Summaries of the labels of every batch (each keyed `y` or `y:NAME`), per output name:
+    `[arrays]` for labels held in memory (the `--input` batch)."""
     out: dict[str, LabelSummary] = {}
     for batch in batches:
         for name, key in label_keys(names, list(batch)).items():
@@ -110,11 +104,6 @@ class TrivialLoss:
         self.counts = np.zeros(0)  # per class (cross-entropies), or per column: sums, squares
         self.squares: np.ndarray | float = 0.0
         self.kept: list[np.ndarray] = []
-
-    @property
-    def known(self) -> bool:
-        """Whether the loss has a trivial value here (a cross-entropy, mse or mae)."""
-        return bool(self.kind)
 
     def add(self, y: np.ndarray) -> None:
         """Take in one batch of labels."""
