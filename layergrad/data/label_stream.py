@@ -105,6 +105,11 @@ class TrivialLoss:
         self.squares: np.ndarray | float = 0.0
         self.kept: list[np.ndarray] = []
 
+    @property
+    def known(self) -> bool:
+        """Whether the loss has a trivial value here (a cross-entropy, mse or mae)."""
+        return bool(self.kind)
+
     def add(self, y: np.ndarray) -> None:
         """Take in one batch of labels."""
         y = np.asarray(y)
