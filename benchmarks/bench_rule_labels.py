@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 from layergrad.commands.check.verdicts import output_ranks, targets  # noqa: E402
 from layergrad.core.results import ConfigChange, Reason  # noqa: E402
 from layergrad.core.tf_runtime import keras, tf  # noqa: E402
-from layergrad.data.label_stream import TrivialLoss, summarise_batches  # noqa: E402
+from layergrad.data.label_stream import TrivialLoss, summarise_arrays  # noqa: E402
 from layergrad.files.file_info import read_file_info  # noqa: E402
 from layergrad.model.target_fit import RULES, TargetExample, TargetRule  # noqa: E402
 
@@ -218,7 +218,7 @@ def named(case: Case, seed: int, folder: str) -> list[Reason]:
     info = read_file_info(path, read_weights=False)
     _, y = labels_like(case.example, seed)
     names, ranks = output_ranks(model)  # type: ignore[arg-type]
-    labels = summarise_batches([{"y": y}], names, ranks)
+    labels = summarise_arrays({"y": y}, names, ranks)
     found: list[Reason] = []
 
     def add(name: str, message: str, findings: object = (), **kw: object) -> bool:

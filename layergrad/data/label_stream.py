@@ -72,11 +72,17 @@ def by_output_name(
     return out
 
 
+def summarise_arrays(
+    arrays: Mapping[str, np.ndarray], names: Sequence[str], ranks: Mapping[str, int]
+) -> dict[str, LabelSummary]:
+    """Summaries of labels held in memory (the `--input` batch)."""
+    return summarise_batches([arrays], names, ranks)
+
+
 def summarise_batches(
     batches: Iterable[Mapping[str, np.ndarray]], names: Sequence[str], ranks: Mapping[str, int]
 ) -> dict[str, LabelSummary]:
-    """Summaries of the labels of every batch (each keyed `y` or `y:NAME`), per output name:
-    `[arrays]` for labels held in memory (the `--input` batch)."""
+    """Summaries of the labels of every batch (each keyed `y` or `y:NAME`), per output name."""
     out: dict[str, LabelSummary] = {}
     for batch in batches:
         for name, key in label_keys(names, list(batch)).items():

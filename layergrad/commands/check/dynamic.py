@@ -255,13 +255,13 @@ def _probe_batch(
     heads.judge_on_probe(recorded, info, options.loss, add)
     labels: dict[str, LabelSummary] = {}
     if session.batch.labels:
-        from layergrad.data.label_stream import by_output_name, summarise_batches
+        from layergrad.data.label_stream import by_output_name, summarise_arrays
         from layergrad.engine.compiled_loss import output_keys
 
         names, ranks = steps.output_ranks(model)
         given = by_output_name(session.batch.labels, names, output_keys(model, len(names)))
         session = replace(session, probe=replace(session.batch, labels=given))
-        labels = summarise_batches([given], names, ranks)
+        labels = summarise_arrays(given, names, ranks)
     return _Stream(session, None, labels, session.batch.source, recorded=recorded)
 
 
