@@ -294,9 +294,8 @@ def preprocessing_draws(model: KerasModel) -> dict[str, InputDraw]:
                 continue
             high = (1 - offset) / scale
             high = PIXELS if abs(high - PIXELS) < 1 else high
-            out[input_name] = InputDraw(
-                "uniform", (0.0,), (float(high),), f"{ref} expects raw values"
-            )
+            why = f"{ref} expects raw values"
+            out[input_name] = InputDraw("uniform", (0.0,), (float(high),), why)
         elif kind == "Normalization" and not getattr(layer, "invert", False):
             mean, variance = getattr(layer, "mean", None), getattr(layer, "variance", None)
             if mean is None or variance is None:
@@ -305,12 +304,9 @@ def preprocessing_draws(model: KerasModel) -> dict[str, InputDraw]:
             v = np.asarray(variance, dtype=np.float64).reshape(-1)
             if not m.size or (np.all(m == 0) and np.all(v == 1)) or np.any(v < 0):
                 continue
-            out[input_name] = InputDraw(
-                "normal",
-                tuple(float(x) for x in m),
-                tuple(float(x) for x in np.sqrt(v)),
-                f"{ref} is adapted to mean {_short(m)}, std {_short(np.sqrt(v))}",
-            )
+            std = np.sqrt(v)
+            why = f"{ref} is adapted to mean {_short(m)}, std {_short(std)}"
+            out[input_name] = InputDraw("normal", tuple(m.tolist()), tuple(std.tolist()), why)
     return out
 
 
