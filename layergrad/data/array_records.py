@@ -25,7 +25,6 @@ from layergrad.data.preflight import input_layouts, input_readers, npy_input_lay
 from layergrad.data.shards import Part, Reading, part_rows
 from layergrad.data.value_checks import (
     InputSpec,
-    checked,
     fit_array,
     fitted_cast,
     text_budget,
@@ -138,11 +137,6 @@ def records(
             _decode(r, lay, s, first) for r, lay, s in zip(raws, layouts, specs, strict=True)
         )
 
-    if not any(checked(_held(lay), s) for lay, s in zip(layouts, specs, strict=True)):
-        # nothing to check: no batch index to name a sample by
-        return dataset.batch(batch_size).map(
-            lambda *raw: decode(tf.constant(0, tf.int64), raw), num_parallel_calls=tf.data.AUTOTUNE
-        )
     batches = dataset.batch(batch_size).enumerate()
     return batches.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
 

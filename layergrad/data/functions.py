@@ -307,17 +307,15 @@ def _parts(
 ) -> Iterator[tuple[np.ndarray, ...]]:
     """Each element of a user iterable as checked arrays in input order, then its labels in
     output order when `columns` says where they are (samples get a batch axis of 1)."""
-    seen = 0  # samples read so far
+    seen, names = 0, [s.name for s in specs]  # samples read so far
     for index, element in enumerate(checked_iteration(items, ref, numbered=True)):
         where = f"--data {ref}: batch {index}"
-        names = [s.name for s in specs]
         arrays = [np.asarray(pick(element, p)) for p in locate_inputs(element, names, where)]
         sample = arrays[0].ndim == len(specs[0].shape)
-        arrays = [
-            a[np.newaxis] if a.ndim == len(s.shape) else a
+        fitted = tuple(
+            fit_array(a[np.newaxis] if a.ndim == len(s.shape) else a, s, where, seen)
             for a, s in zip(arrays, specs, strict=True)
-        ]
-        fitted = tuple(fit_array(a, s, where, seen) for a, s in zip(arrays, specs, strict=True))
+        )
         rows = same_rows(where, names, [len(a) for a in fitted])
         yield (*fitted, *read_labels(element, columns, rows, sample, where))
         seen += rows

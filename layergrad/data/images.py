@@ -126,11 +126,8 @@ def image_size(fh: IO[bytes]) -> tuple[str, int, int]:
     if head.startswith(b"BM"):
         if len(head) < 26:
             raise ValueError("a BMP cut short")
-        (dib,) = struct.unpack("<I", head[14:18])
-        if dib == 12:
-            width, height = struct.unpack("<HH", head[18:22])
-        else:
-            width, height = struct.unpack("<ii", head[18:26])
+        (dib,) = struct.unpack_from("<I", head, 14)
+        width, height = struct.unpack_from("<HH" if dib == 12 else "<ii", head, 18)  # OS/2: 16 bits
         return "bmp", abs(width), abs(height)
     if head.startswith(b"\xff\xd8"):
         return ("jpeg", *_jpeg_size(fh))

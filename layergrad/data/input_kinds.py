@@ -189,7 +189,7 @@ def text_draws(model: KerasModel) -> dict[str, TextDraw]:
         if name not in strings or name in out:
             continue
         kind = next((k for k in class_names(layer) if k in TEXT_LAYERS), None)
-        tokens = _vocabulary(layer) if kind else ()
+        tokens = _held(layer, _token, MAX_TOKENS_DRAWN) if kind else ()
         ref = f"{type(layer).__name__} {layer.name!r}"
         words = _words(layer) if kind == "TextVectorization" else 1
         why = (
@@ -200,14 +200,10 @@ def text_draws(model: KerasModel) -> dict[str, TextDraw]:
     return out | {name: SIMPLE for name in strings - set(out)}
 
 
-def _vocabulary(layer: KerasLayer) -> tuple[str, ...]:
-    """The layer's real tokens: its vocabulary without the mask and out-of-vocabulary tokens."""
-
-    def text(token: object) -> str | None:
-        word = token.decode("utf-8", "replace") if isinstance(token, bytes) else str(token)
-        return None if word in ("", "[UNK]") or word.isspace() else word
-
-    return _held(layer, text, MAX_TOKENS_DRAWN)
+def _token(entry: object) -> str | None:
+    """A vocabulary entry as a token to draw (None: empty, or the out-of-vocabulary one)."""
+    word = entry.decode("utf-8", "replace") if isinstance(entry, bytes) else str(entry)
+    return None if word in ("", "[UNK]") or word.isspace() else word
 
 
 def _words(layer: KerasLayer) -> int:
@@ -287,7 +283,7 @@ def preprocessing_draws(model: KerasModel) -> dict[str, InputDraw]:
         kind = type(layer).__name__
         ref = f"{kind} '{layer.name}'"
         if "IntegerLookup" in class_names(layer) and not getattr(layer, "invert", False):
-            ids = _lookup_ids(layer)
+            ids = _held(layer, _id, MAX_IDS_DRAWN)
             if ids and input_name not in out:
                 out[input_name] = InputDraw(
                     "choice", ids, (), f"the {len(ids):,}-id vocabulary of {ref}"
@@ -298,9 +294,8 @@ def preprocessing_draws(model: KerasModel) -> dict[str, InputDraw]:
                 continue
             high = (1 - offset) / scale
             high = PIXELS if abs(high - PIXELS) < 1 else high
-            out[input_name] = InputDraw(
-                "uniform", (0.0,), (float(high),), f"{ref} expects raw values"
-            )
+            why = f"{ref} expects raw values"
+            out[input_name] = InputDraw("uniform", (0.0,), (float(high),), why)
         elif kind == "Normalization" and not getattr(layer, "invert", False):
             mean, variance = getattr(layer, "mean", None), getattr(layer, "variance", None)
             if mean is None or variance is None:
@@ -309,26 +304,18 @@ def preprocessing_draws(model: KerasModel) -> dict[str, InputDraw]:
             v = np.asarray(variance, dtype=np.float64).reshape(-1)
             if not m.size or (np.all(m == 0) and np.all(v == 1)) or np.any(v < 0):
                 continue
-            out[input_name] = InputDraw(
-                "normal",
-                tuple(float(x) for x in m),
-                tuple(float(x) for x in np.sqrt(v)),
-                f"{ref} is adapted to mean {_short(m)}, std {_short(np.sqrt(v))}",
-            )
+            std = np.sqrt(v)
+            why = f"{ref} is adapted to mean {_short(m)}, std {_short(std)}"
+            out[input_name] = InputDraw("normal", tuple(m.tolist()), tuple(std.tolist()), why)
     return out
 
 
-def _lookup_ids(layer: KerasLayer) -> tuple[int, ...]:
-    """The ids of an `IntegerLookup`'s vocabulary, without its mask and out-of-vocabulary ids
-    (empty when it holds none that could be read)."""
-
-    def number(token: object) -> int | None:
-        try:
-            return int(token)  # type: ignore[call-overload]
-        except (TypeError, ValueError):
-            return None
-
-    return _held(layer, number, MAX_IDS_DRAWN)
+def _id(entry: object) -> int | None:
+    """An `IntegerLookup`'s vocabulary entry as an id to draw (None: not a number)."""
+    try:
+        return int(entry)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
 
 
 T = TypeVar("T")

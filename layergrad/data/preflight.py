@@ -19,7 +19,7 @@ from layergrad.core.probe_options import DataSet, OneBatch
 from layergrad.data import images
 from layergrad.data.probe_input import array_keys, input_keys, peek_rows
 from layergrad.data.user_code import is_function
-from layergrad.data.value_checks import InputSpec, check_fits
+from layergrad.data.value_checks import InputSpec, check_fits, tf_dtype
 from layergrad.files.array_files import (
     DAMAGE,
     NpyLayout,
@@ -30,7 +30,6 @@ from layergrad.files.array_files import (
     open_checked,
     open_member,
     open_zip,
-    read_arrays,
 )
 from layergrad.files.guards import require_regular
 from layergrad.model.config import serialized_name
@@ -50,9 +49,7 @@ def check_before_loading(graph: ModelGraph, source: OneBatch | DataSet) -> None:
     if isinstance(source, DataSet):
         check_source(source.path, specs)
     elif source.input_file is not None:
-        peek_rows(source.input_file)  # the file is there, its headers are sound, it has rows
-        if specs is not None:
-            _check_input_file(os.fspath(source.input_file), specs)
+        peek_rows(source.input_file, specs)  # the file is there, sound, with rows that fit
 
 
 def config_specs(graph: ModelGraph) -> tuple[InputSpec, ...] | None:
@@ -78,19 +75,10 @@ def _spec(name: str, config: Mapping[str, object]) -> InputSpec | None:
         return None
     try:
         if dtype != "string":  # text: unicode or bytes arrays (`value_checks.check_fits`)
-            np.dtype("float32" if dtype == "bfloat16" else dtype)
+            np.dtype(tf_dtype(dtype))
     except TypeError:
         return None
     return InputSpec(name=name, shape=tuple(shape[1:]), dtype=dtype)
-
-
-def _check_input_file(path: str, specs: tuple[InputSpec, ...]) -> None:
-    headers, _ = read_arrays(path, data=False)
-    by_name = {h.name: h for h in headers}
-    where = f"--input {path}"
-    for spec, key in zip(specs, array_keys(list(by_name), [s.name for s in specs], where),
-                         strict=True):  # fmt: skip
-        check_fits(by_name[key].shape, by_name[key].dtype, spec, where)
 
 
 def precheck(path: str | os.PathLike[str]) -> None:

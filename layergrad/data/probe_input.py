@@ -27,6 +27,7 @@ from layergrad.data.input_kinds import (
 )
 from layergrad.data.value_checks import (
     InputSpec,
+    check_fits,
     dtype_kind,
     fit_array,
     same_rows,
@@ -188,11 +189,13 @@ def load_batch(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) 
     return ProbeBatch(checked, tuple(inputs), text, None, labels or None)
 
 
-def peek_rows(path: str | os.PathLike[str]) -> int:
-    """Rows of the `--input` batch, from the headers alone (the file is checked, not read).
+def peek_rows(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None = None) -> int:
+    """Rows of the `--input` batch, from the headers alone (the file is checked, not read);
+    with the model's inputs `specs`, each input's array checked against its input.
 
     Raises InputError for everything the headers show: a missing, special, damaged or
-    forged file, an object array, an empty batch, text over what a batch may take.
+    forged file, an object array, an empty batch, text over what a batch may take, an array
+    missing or of the wrong shape or dtype.
     """
     text = os.fspath(path)
     headers, _ = read_arrays(text, data=False)
@@ -207,6 +210,11 @@ def peek_rows(path: str | os.PathLike[str]) -> int:
             label = label if h.name is not None else "its text"
             text_budget(f"--input {text}: {label}", h.nbytes, h.shape[0], h.dtype,
                         "save {} rows or fewer")  # fmt: skip
+    if specs is not None:
+        by_name, where = {h.name: h for h in headers}, f"--input {text}"
+        for spec, key in zip(specs, array_keys(list(by_name), [s.name for s in specs], where),
+                             strict=True):  # fmt: skip
+            check_fits(by_name[key].shape, by_name[key].dtype, spec, where)
     return max(h.shape[0] for h in headers)
 
 

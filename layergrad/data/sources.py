@@ -204,8 +204,8 @@ class Opening(Reading):
             batch_size, part, self.first_sample, labels,
         )  # fmt: skip
         if found is not None:  # a batch that fails to decode: name its image
-            find = locate_failure(self.text, list(found), int(self.specs[0].shape[2] or 0))
-            stream.explain = lambda b: find(b * batch_size, (b + 1) * batch_size)
+            channels = int(self.specs[0].shape[2] or 0)
+            stream.explain = locate_failure(self.text, list(found), channels, batch_size)
         return stream
 
     def function(
@@ -314,12 +314,12 @@ def _bmp_channels(image: Tensor, channels: int) -> Tensor:
 
 
 def locate_failure(
-    folder: str, found: list[images.ImageFile], channels: int
-) -> Callable[[int, int], str | None]:
-    """A function naming the image that failed in rows [start, end) (decoded one by one)."""
+    folder: str, found: list[images.ImageFile], channels: int, batch_size: int
+) -> Callable[[int], str | None]:
+    """A function naming the image that failed in batch b (its images decoded one by one)."""
 
-    def find(start: int, end: int) -> str | None:
-        for image in found[start:end]:
+    def find(b: int) -> str | None:
+        for image in found[b * batch_size : (b + 1) * batch_size]:
             try:
                 _decoded(tf.constant(image.path), tf.constant(image.kind == "bmp"), channels)
             except Exception as exc:

@@ -9,7 +9,7 @@ overflow it, text that is not Unicode. Only the checks in the graph import Tenso
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +17,7 @@ from numpy.typing import DTypeLike
 
 from layergrad.core.errors import DataError, InputError
 from layergrad.core.limits import MAX_TEXT_BATCH_BYTES, human
-from layergrad.core.tf_types import Tensor, TFDType
+from layergrad.core.tf_types import Tensor
 
 
 @dataclass(frozen=True)
@@ -45,22 +45,22 @@ def dtype_kind(dtype: str) -> str:
 SAMPLE, VALUE = "\x00sample\x00", "\x00value\x00"  # where a refusal names them (in the graph too)
 
 
-def refusal(
-    check: str, where: str, spec: InputSpec, target: str = "", bounds: tuple[int, int] = (0, 0)
-) -> str:
-    """The refusal of a value of the input `spec` that fails `check` (see `checked`), its
-    sample and value left as SAMPLE and VALUE, filled in where the value is found."""
+def refusal(check: str, where: str, spec: InputSpec, target: str) -> str:
+    """The refusal of a value of the input `spec` (fed as `target`) that fails `check` (see
+    `checked`), its sample and value left as SAMPLE and VALUE, filled in where it is found."""
     if check == "ids":
         return (
             f"{where}: input {spec.name!r} holds ids ({spec.ids} takes them), but sample {SAMPLE} "
             f"holds {VALUE}, which is not finite or does not fit int32; save the ids as integers"
         )
-    fault = (
-        f"outside {target} [{bounds[0]}, {bounds[1]}]; save values that fit {target}"
-        if check == "range"
-        else f"which overflows {target} (the model's input dtype) to inf; scale the data or save "
-        f"it as {target}"
-    )
+    if check == "range":
+        bounds = np.iinfo(target)
+        fault = f"outside {target} [{bounds.min}, {bounds.max}]; save values that fit {target}"
+    else:
+        fault = (
+            f"which overflows {target} (the model's input dtype) to inf; scale the data or save "
+            f"it as {target}"
+        )
     return f"{where}: sample {SAMPLE} of input {spec.name!r} holds {VALUE}, {fault}"
 
 
@@ -79,28 +79,41 @@ def fit_array(array: np.ndarray, spec: InputSpec, where: str, first: int = 0) ->
     check_fits(array.shape, array.dtype, spec, where)
     if spec.dtype == "string":
         return fit_text(array, spec, where, first)
-    target = np.dtype(tf_dtype(spec.dtype))
-    want, got = target.kind, array.dtype.kind
-    if spec.ids and got == "f":
-        with np.errstate(invalid="ignore"):
-            ok = np.isfinite(array) & (array >= -(2.0**31)) & (array < 2.0**31)
-        _refuse(ok, array, first, refusal("ids", where, spec))
-        return array.astype(np.int32)
-    if want == "f" and got in "fiu":
-        with np.errstate(over="ignore"):
-            cast = array.astype(target, copy=False)
-        if got == "f":
-            message = refusal("overflow", where, spec, str(target))
-            _refuse(np.isfinite(cast) == np.isfinite(array), array, first, message)
-        return cast
-    if want in "iu" and got in "iu":
-        bounds = np.iinfo(target)
-        if array.size and (int(array.min()) < bounds.min or int(array.max()) > bounds.max):
-            ok = (array >= bounds.min) & (array <= bounds.max)
-            span = (int(bounds.min), int(bounds.max))
-            _refuse(ok, array, first, refusal("range", where, spec, str(target), span))
-        return array.astype(target, copy=False)
-    return array
+    target, check = np.dtype(tf_dtype(spec.dtype)), checked(array.dtype, spec)
+    with np.errstate(over="ignore", invalid="ignore"):
+        cast = array.astype(target, copy=False)
+        if check:
+            ok = within(check, array, cast, np.isfinite)
+            _refuse(ok, array, first, refusal(check, where, spec, target.name))
+    return cast
+
+
+def checked(held: DTypeLike, spec: InputSpec) -> str:
+    """The check values of dtype `held` for the input `spec` get as they are cast: "ids"
+    (floats carrying ids), "range" (integers of another dtype), "overflow" (wider floats),
+    or none ("")."""
+    if spec.dtype == "string":
+        return ""
+    held, target = np.dtype(held), np.dtype(tf_dtype(spec.dtype))
+    if spec.ids and held.kind == "f":
+        return "ids"
+    if target.kind in "iu" and held.kind in "iu" and held != target:
+        return "range"
+    wider = held.kind == target.kind == "f" and held.itemsize > target.itemsize
+    return "overflow" if wider else ""
+
+
+def within(check: str, values: Tensor, cast: Tensor, finite: Callable[[Tensor], Tensor]) -> Tensor:
+    """Which of `values` (numpy or TensorFlow, with its `finite`) pass `check` once `cast`:
+    ids that are finite and fit int32, integers within the cast's dtype, floats that stay
+    finite."""
+    if check == "ids":
+        return finite(values) & (values >= -(2.0**31)) & (values < 2.0**31)
+    if check == "range":  # within both dtypes: bounds that the values' dtype can hold
+        a, b = np.iinfo(values.dtype.name), np.iinfo(cast.dtype.name)
+        low, high = max(int(a.min), int(b.min)), min(int(a.max), int(b.max))
+        return (values >= low) & (values <= high)
+    return finite(cast) == finite(values)
 
 
 def _refuse(ok: np.ndarray, array: np.ndarray, first: int, message: str) -> None:
@@ -212,43 +225,18 @@ def check_fits(
 REFUSED = " refused: "  # marks the message of a check in the graph (`reader_refusal`)
 
 
-def checked(held: TFDType, spec: InputSpec) -> str:
-    """The check values of dtype `held` for the input `spec` get as they are cast: "ids"
-    (floats carrying ids), "range" (integers of another dtype), "overflow" (wider floats),
-    or none ("")."""
-    from layergrad.core.tf_runtime import tf  # the checks in the graph only
-
-    target = tf.as_dtype(tf_dtype(spec.dtype))
-    if spec.ids and held.is_floating:
-        return "ids"
-    if target.is_integer and held.is_integer and held != target:
-        return "range"
-    return "overflow" if target.is_floating and held.is_floating and held.size > target.size else ""
-
-
 def fitted_cast(values: Tensor, source: str, spec: InputSpec, first: Tensor) -> Tensor:
     """Cast to the input's dtype, refusing what `fit_array` refuses for `--input` (`checked`).
     `source` is the `--data` source, `first` the index of the batch's first sample in it."""
     from layergrad.core.tf_runtime import tf  # the checks in the graph only
 
-    target = tf.as_dtype(tf_dtype(spec.dtype))
-    cast = tf.cast(values, target)
-    where = f"--data {source}{REFUSED.rstrip(': ')}"
-    held, check = values.dtype, checked(values.dtype, spec)
-    if check == "ids":
-        ok = tf.math.is_finite(values) & (values >= -(2.0**31)) & (values < 2.0**31)
-        return _refused(ok, values, first, refusal("ids", where, spec), cast)
-    if check == "range":
-        low, high = max(target.min, held.min), min(target.max, held.max)
-        ok = values <= tf.constant(high, held)
-        if low > held.min:
-            ok &= values >= tf.constant(low, held)
-        message = refusal("range", where, spec, target.name, (target.min, target.max))
-        return _refused(ok, values, first, message, cast)
-    if check == "overflow":
-        ok = tf.math.is_finite(cast) == tf.math.is_finite(values)
-        return _refused(ok, values, first, refusal("overflow", where, spec, target.name), cast)
-    return cast
+    cast = tf.cast(values, tf_dtype(spec.dtype))
+    check = checked(values.dtype.as_numpy_dtype, spec)
+    if not check:
+        return cast
+    ok = within(check, values, cast, tf.math.is_finite)
+    message = refusal(check, f"--data {source}{REFUSED.rstrip(': ')}", spec, cast.dtype.name)
+    return _refused(ok, values, first, message, cast)
 
 
 def _refused(ok: Tensor, values: Tensor, first: Tensor, message: str, cast: Tensor) -> Tensor:

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from layergrad.data.sources import DataStream
 from layergrad.core.vocab import JacobianMethod
 from layergrad.data.probe_input import ProbeBatch
-from layergrad.data.stats.sample_ranking import NormTotals
+from layergrad.data.stats.sample_ranking import NormPayload, NormTotals
 from layergrad.engine.jacobian import (
     DEFAULT_PROBES,
     JacobianOptions,
@@ -57,17 +57,6 @@ from layergrad.model.layer_refs import Site
 Progress = Callable[[int, "int | None"], None]
 Replayed = Callable[[ProbeBatch], Replay]  # the forward pass replayed on a batch
 BATCH_SEED_STRIDE = 1_000_003  # batch b draws with seed + b * this (distinct for any seed)
-
-
-class NormPayload(TypedDict):
-    """`NormTotals.arrays` as JSON (`gather_workers` carries it between workers)."""
-
-    dist: list[float]
-    bins: list[int]  # the filled histogram bins, and their counts
-    counts: list[float]
-    size: int
-    top: list[list[float]]
-    extra: list[float]
 
 
 class PairPayload(TypedDict):
@@ -135,8 +124,8 @@ class PairTotals:
     def payload(self) -> PairPayload:
         """Everything added, for `gather_workers` (JSON: `merge_payload` reads it)."""
         return {
-            "frobenius": norm_payload(self.frobenius),
-            "spectral": None if self.spectral is None else norm_payload(self.spectral),
+            "frobenius": self.frobenius.payload(),
+            "spectral": None if self.spectral is None else self.spectral.payload(),
             "method": None if self.method is None else self.method.value,
             "probes": self.probes,
             "independent": self.independent,
@@ -151,11 +140,11 @@ class PairTotals:
         method = other["method"]
         if method is None:  # that worker had no batch
             return
-        self.frobenius.merge(norm_from_payload(other["frobenius"]))
+        self.frobenius.merge(NormTotals.from_payload(other["frobenius"]))
         if other["spectral"] is None:
             self.spectral = None
         elif self.spectral is not None:
-            self.spectral.merge(norm_from_payload(other["spectral"]))
+            self.spectral.merge(NormTotals.from_payload(other["spectral"]))
         if other["iterations"] is not None:
             self.iterations = max(self.iterations or 0, int(other["iterations"]))
         self.converged = self.converged and bool(other["converged"])
@@ -191,34 +180,6 @@ def frobenius_over(totals: NormTotals) -> FrobeniusNorms:
     """The Frobenius norms over every sample added."""
     d = totals.distribution()
     return FrobeniusNorms((), d.mean, d.max, totals.largest_rel, (), d)
-
-
-def norm_payload(totals: NormTotals) -> NormPayload:
-    """`NormTotals.arrays` as JSON lists (the histogram by its filled bins only)."""
-    arrays = totals.arrays()
-    filled = np.flatnonzero(arrays["hist"])
-    return {
-        "dist": arrays["dist"].tolist(),
-        "bins": [int(i) for i in filled],
-        "counts": arrays["hist"][filled].tolist(),
-        "size": int(arrays["hist"].size),
-        "top": arrays["top"].tolist(),
-        "extra": arrays["extra"].tolist(),
-    }
-
-
-def norm_from_payload(payload: NormPayload) -> NormTotals:
-    """The NormTotals that `norm_payload` wrote."""
-    hist = np.zeros(int(payload["size"]), np.float64)
-    hist[np.asarray(payload["bins"], np.int64)] = payload["counts"]
-    return NormTotals.from_arrays(
-        {
-            "dist": np.asarray(payload["dist"], np.float64),
-            "hist": hist,
-            "top": np.asarray(payload["top"], np.float64),
-            "extra": np.asarray(payload["extra"], np.float64),
-        }
-    )
 
 
 def data_batches(
@@ -371,14 +332,14 @@ def scan_jacobians(
         return norms, tuple(notes)
     if strategy is not None and is_multi_worker(strategy):
         mine: NormsPayload = {
-            "norms": [(*key, norm_payload(acc)) for key, acc in totals.items()],
+            "norms": [(*key, acc.payload()) for key, acc in totals.items()],
             "notes": list(notes),
         }
         totals, notes = {}, {}
         for worker in gather_workers(strategy, mine):
             for path, call, output, payload in worker["norms"]:
                 acc = totals.setdefault((path, call, output), NormTotals(top))
-                acc.merge(norm_from_payload(payload))
+                acc.merge(NormTotals.from_payload(payload))
             notes.update(dict.fromkeys(worker["notes"]))
     return {key: frobenius_over(acc) for key, acc in totals.items()}, tuple(notes)
 

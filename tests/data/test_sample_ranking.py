@@ -3,6 +3,8 @@ values; the reported histogram is the kept one, 10 log bins per decade."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from helpers import assert_stats_match
@@ -53,16 +55,17 @@ def test_the_reported_histogram_has_bins_of_a_tenth_of_a_decade_on_one_grid():
     assert h.counts[0] == 2 and h.counts[1] == 1 and h.counts[-1] == 1 and sum(h.counts) == 4
 
 
-def test_arrays_of_each_part_merge_into_the_totals_of_the_whole():
+def test_the_json_of_each_part_merges_into_the_totals_of_the_whole():
     rng = np.random.default_rng(1)
     values, rel = np.exp(rng.normal(0, 1, 300)), rng.uniform(0, 0.2, 300)
     whole, parts = NormTotals(top=5), [NormTotals(top=5) for _ in range(3)]
     whole.add(values, np.arange(300), rel)
     for i, part in enumerate(parts):  # three workers, each its own shard
         part.add(values[i::3], np.arange(300)[i::3], rel[i::3])
-    merged = NormTotals.from_arrays(parts[0].arrays())
-    for part in parts[1:]:
-        merged.merge(NormTotals.from_arrays(part.arrays()))
+    sent = [json.loads(json.dumps(part.payload())) for part in parts]  # as between workers
+    merged = NormTotals.from_payload(sent[0])
+    for payload in sent[1:]:
+        merged.merge(NormTotals.from_payload(payload))
     a, b = merged.distribution(), whole.distribution()
     assert (a.count, a.min, a.max, a.p50, a.p95, a.top) == (
         b.count,

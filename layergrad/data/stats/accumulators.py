@@ -20,7 +20,7 @@ import numpy as np
 
 from layergrad.core.errors import InputError, describe
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import Strategy, Tensor, TFModule, TFVariable
+from layergrad.core.tf_types import Strategy, Tensor, TFVariable
 from layergrad.data.devices import is_multi_worker
 from layergrad.data.stats import aggregates
 
@@ -32,27 +32,25 @@ POSITION = "at"  # a step's output that is not added up: its batch's index in th
 class Accumulators:
     """One variable per summary key (and a first-non-finite-batch index where tracked), made
     under the step's `strategy` (the default one for a single device) in the `shapes` of one
-    step's summaries (`summary_shapes`)."""
+    step's summaries (`summary_shapes`: `POSITION` is not one)."""
 
     def __init__(self, strategy: Strategy, shapes: dict[str, tuple[int, ...]]) -> None:
         self.kinds: dict[str, int] = {}
         self.vars: dict[str, TFVariable] = {}
         with strategy.scope():
             for key, shape in shapes.items():
-                if key == POSITION:
-                    continue
-                self._add(tf, key, shape)
+                self._add(key, shape)
                 if key.rsplit("/", 1)[-1] in aggregates.NONFINITE_FIELD:  # one per row of the pack
-                    self._add(tf, f"{key}/first", shape[:-1])
-            self.batches = self._variable(tf, np.zeros((), np.float64), "batches")
+                    self._add(f"{key}/first", shape[:-1])
+            self.batches = self._variable(np.zeros((), np.float64), "batches")
 
-    def _add(self, tf: TFModule, key: str, shape: tuple[int, ...]) -> None:
+    def _add(self, key: str, shape: tuple[int, ...]) -> None:
         kind = aggregates.kind_of(key)
         self.kinds[key] = kind
-        self.vars[key] = self._variable(tf, aggregates.initial(kind, shape), key)
+        self.vars[key] = self._variable(aggregates.initial(kind, shape), key)
 
     @staticmethod
-    def _variable(tf: TFModule, value: np.ndarray, name: str) -> TFVariable:
+    def _variable(value: np.ndarray, name: str) -> TFVariable:
         return tf.Variable(
             value,
             dtype=tf.float64,

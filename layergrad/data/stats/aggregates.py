@@ -56,10 +56,7 @@ def initial(kind: int, shape: tuple[int, ...]) -> np.ndarray:
 
 def combine(values: list[np.ndarray], kind: int) -> np.ndarray:
     """Add up the same summary from several replicas."""
-    stack = np.stack(values)
-    if kind == MAX:
-        return stack.max(axis=0)
-    return stack.min(axis=0) if kind == MIN else stack.sum(axis=0)
+    return {SUM: np.add, MAX: np.maximum, MIN: np.minimum}[kind].reduce(np.stack(values), axis=0)
 
 
 def first_batch(value: float) -> int | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
+from typing import TypedDict
 
 import numpy as np
 
@@ -20,6 +21,17 @@ from layergrad.data.stats.aggregates import SampleTotals
 from layergrad.data.stats.reductions import BINS_PER_DECADE, LOG_LO
 
 REPORT_BINS_PER_DECADE = 10  # the reported histogram: the kept one, 10 bins merged into 1
+
+
+class NormPayload(TypedDict):
+    """`NormTotals` as JSON, the histogram by its filled bins only."""
+
+    dist: list[float]
+    bins: list[int]  # the filled histogram bins, and their counts
+    counts: list[float]
+    size: int
+    top: list[list[float]]
+    extra: list[float]
 
 
 class TopK:
@@ -103,33 +115,38 @@ class NormTotals:
     def count(self) -> int:
         return int(self.totals.dist[0])
 
-    def arrays(self) -> dict[str, np.ndarray]:
-        """Everything kept, as float64 arrays of fixed shapes (for a collective between
-        workers: `from_arrays` of each worker's, then `merge`)."""
-        k = self.top.k
-        top = np.full((3, k), np.nan)
-        n = len(self.top.values)
-        top[:, :n] = np.stack([self.top.values, self.top.samples, self.top.errors])
+    def payload(self) -> NormPayload:
+        """Everything kept, as JSON (for `accumulators.gather_workers` between workers:
+        `from_payload` of each worker's, then `merge`)."""
+        top = np.full((3, self.top.k), np.nan)
+        top[:, : len(self.top.values)] = np.stack(
+            [self.top.values, self.top.samples, self.top.errors]
+        )
+        hist = self.totals.hist
+        filled = np.flatnonzero(hist)
         rel = np.nan if self.largest_rel is None else self.largest_rel
         return {
-            "dist": self.totals.dist.copy(),
-            "hist": self.totals.hist.copy(),
-            "top": top,
-            "extra": np.array([self.nonfinite, self.variance, rel], np.float64),
+            "dist": self.totals.dist.tolist(),
+            "bins": filled.tolist(),
+            "counts": hist[filled].tolist(),
+            "size": int(hist.size),
+            "top": top.tolist(),
+            "extra": [float(self.nonfinite), self.variance, rel],
         }
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> NormTotals:
-        """The NormTotals that `arrays` returned."""
-        top = np.asarray(arrays["top"], np.float64)
+    def from_payload(cls, payload: NormPayload) -> NormTotals:
+        """The NormTotals that `payload` wrote."""
+        top = np.asarray(payload["top"], np.float64)
         out = cls(top.shape[1])
-        out.totals.dist = np.asarray(arrays["dist"], np.float64).copy()
-        out.totals.hist = np.asarray(arrays["hist"], np.float64).copy()
+        out.totals.dist = np.asarray(payload["dist"], np.float64)
+        out.totals.hist = np.zeros(int(payload["size"]))
+        out.totals.hist[np.asarray(payload["bins"], np.int64)] = payload["counts"]
         kept = ~np.isnan(top[0])
         out.top.add(top[0][kept], top[1][kept], top[2][kept])
-        nonfinite, variance, rel = (float(v) for v in arrays["extra"])
-        out.nonfinite, out.variance = int(nonfinite), variance
-        out.largest_rel = None if np.isnan(rel) else rel
+        nonfinite, variance, rel = payload["extra"]
+        out.nonfinite, out.variance = int(nonfinite), float(variance)
+        out.largest_rel = None if math.isnan(rel) else float(rel)
         return out
 
     def distribution(self) -> NormDistribution:
