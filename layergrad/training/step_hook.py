@@ -22,10 +22,12 @@ to run before each execution:
   for the forward pass, with its activations; one for the gradients, which would otherwise
   hold every activation until the gradients exist: 4% a step).
 
-Both write each step's loss and NaN/Inf flag into the ring of losses and count the step and
-the non-finite steps, into `StepResults` (`step_reductions.py`). The loss is written, and the
-step counted, outside the optimizer: a `LossScaleOptimizer` skips the gradients' part on a
-step whose scaled gradients overflow.
+Both write each step's loss and NaN/Inf flag into the ring of losses (an ordinary step the
+flag of its gradients only in its branch: the callback looks further only at the fit's first
+non-finite step) and count the step, and whether it was non-finite, in one update, into
+`StepResults` (`step_reductions.py`). The loss is written, and the step counted, outside the
+optimizer: a `LossScaleOptimizer` skips the gradients' part on a step whose scaled gradients
+overflow (that part then counts its NaN/Inf in its branch).
 """
 
 from __future__ import annotations
@@ -74,13 +76,27 @@ class _Trace:
         self.counts: Tensor = None  # the fit's counts before the step (`StepResults.counts`)
         self.count: Tensor = None  # the step's number in this fit, from 0
         self.ring_row: Tensor = None  # its row in the ring of losses
+        self.total: Tensor = None  # its loss, summed (float32)
         self.loss_bad: Tensor = None  # whether its loss is NaN/Inf
+        self.clean: Tensor = None  # whether no step of the fit before it was non-finite
+        self.found: Tensor = None  # whether a gradient value of the step is NaN/Inf
         self.written: TFOperation = None  # the ring's write of its loss
+        self.graph: object = None  # the graph of the step (not of a branch in it)
         self.outputs: list[list[Tensor]] = [[] for _ in range(layers)]  # float outputs, every call
         self.order: list[int] = []
         self.forward: TFOperation = None  # the forward statistics' op
+        self.writes: list[TFOperation] = []  # the writes the step's count comes after
         self.recorded = False  # whether the optimizer handed the step's gradients over
         self.inputs: list[Tensor] = []  # the float inputs of the step's batch
+
+    def done(self) -> list[TFOperation]:
+        """The step's writes in the graph being built (a branch's stay in the branch); none
+        when the step runs eagerly (`model.compile(run_eagerly=True)`: each has run)."""
+        if tf.executing_eagerly():
+            return []
+        graph = tf.compat.v1.get_default_graph()
+        ops = [*self.writes, *(op for op in (self.written, self.forward) if op is not None)]
+        return [op for op in ops if getattr(op, "op", op).graph is graph]  # (a write: its op)
 
 
 class StepHook:
@@ -119,13 +135,17 @@ class StepHook:
             @functools.wraps(original_step)
             def train_step(data: TensorTree) -> dict[str, Tensor]:
                 trace = _Trace(len(self.layers), measuring)
+                trace.graph = tf.compat.v1.get_default_graph()
                 trace.inputs, self.input_names = _float_inputs(model, data)
                 _active.trace = trace
                 try:
                     logs = original_step(data)
-                    # the step counts itself (and a NaN/Inf loss), last, whatever the optimizer did
-                    bad = tf.constant(False) if trace.loss_bad is None else trace.loss_bad
-                    self.results.counts.assign_add(tf.stack([1.0, tf.cast(bad, tf.float64)]))
+                    # the step counts itself (and a NaN/Inf loss or gradient), last, whatever
+                    # the optimizer did
+                    flags = [f for f in (trace.loss_bad, trace.found) if f is not None]
+                    bad = tf.reduce_any(tf.stack(flags)) if flags else tf.constant(False)
+                    with tf.control_dependencies(trace.done()):
+                        self.results.counts.assign_add(tf.stack([1.0, tf.cast(bad, tf.float64)]))
                     self.sees_loss, self.sees_gradients = trace.loss is not None, trace.recorded
                     return logs
                 finally:
@@ -210,7 +230,7 @@ class StepHook:
         loss. (Measured later, the activations would live on through the backward pass.)"""
         # the step's loss into the ring now: an optimizer may skip the gradients' part (a
         # LossScaleOptimizer does when the scaled gradients overflow)
-        total = tf.cast(tf.reduce_sum(loss), tf.float32)
+        trace.total = total = tf.cast(tf.reduce_sum(loss), tf.float32)
         trace.loss_bad = ~tf.math.is_finite(total)
         flag = tf.cast(trace.loss_bad, tf.float32)
         trace.written = put(self.results.losses, self._ring_row(trace), tf.stack([flag, total]))
@@ -239,8 +259,10 @@ class StepHook:
 
     def _clean(self, trace: _Trace) -> Tensor:
         """Whether no step of this fit before this one was non-finite."""
-        self._count(trace)  # reads the counts
-        return tf.equal(trace.counts[1], 0.0)
+        if trace.clean is None:
+            self._count(trace)  # reads the counts
+            trace.clean = tf.equal(trace.counts[1], 0.0)
+        return trace.clean
 
     def _count(self, trace: _Trace) -> Tensor:
         """The step's number in this fit. `counts` is read once per step, before the step
@@ -260,8 +282,9 @@ class StepHook:
         """The row of a measuring step's results: its number modulo the rows kept."""
         return tf.math.floormod(tf.cast(self._count(trace), tf.int32), self.results.kept)
 
-    def _record(self, trace: _Trace, reduced: list[tuple[Tensor, KerasVariable]]) -> TFOperation:
-        """The step's writes: its loss and NaN/Inf flag, and the gradient reductions."""
+    def _record(self, trace: _Trace, reduced: list[tuple[Tensor, KerasVariable]]) -> None:
+        """The step's gradient reductions, and its NaN/Inf flag in the ring of losses; sets
+        `trace.found`, whether a gradient value is NaN/Inf (counted by the step, last)."""
         grads: list[Tensor | None] = [None] * len(self.variables)
         weights: list[Tensor | None] = [None] * len(self.variables)
         for g, v in reduced:
@@ -269,25 +292,23 @@ class StepHook:
             if i is not None and g is not None:
                 grads[i] = g  # an Embedding's IndexedSlices stay sparse on ordinary steps
                 weights[i] = v
-        loss = tf.constant(float("nan")) if trace.loss is None else trace.loss
-        loss = tf.cast(tf.reduce_sum(loss), tf.float32)
         # One sum per gradient: a NaN or Inf anywhere makes the total non-finite (an overflow
         # of huge finite values too: the full reductions' exact counts then say which).
         sums = [
             tf.reduce_sum(tf.cast(reductions.values(g), tf.float32)) for g in grads if g is not None
         ]
-        total = tf.add_n(sums) if sums else tf.constant(0.0)
-        if trace.loss is not None:  # a custom train_step may compute its loss elsewhere
-            total = total + loss
+        if trace.total is not None:  # a custom train_step may compute its loss elsewhere
+            sums.append(trace.total)
+        bad = ~tf.math.is_finite(tf.add_n(sums) if sums else tf.constant(0.0))
         if trace.measuring and trace.forward is None:  # no loss: measure the outputs here
             trace.forward = self._forward_stats(trace, self._row(trace))
-        bad = ~tf.math.is_finite(total)
-        count = self._count(trace)
+        count, row = self._count(trace), self._ring_row(trace)
+        loss = tf.constant(float("nan")) if trace.total is None else trace.total
         flag = tf.stack([tf.cast(bad, tf.float32), loss])
-        writes = [put(self.results.losses, self._ring_row(trace), flag)]
-        writes += [op for op in (trace.written, trace.forward) if op is not None]
         # Whether a gradient value is NaN/Inf: the sum's word, unless the step counted them
         # (a sum of huge finite values can overflow; the next NaN must still be measured).
+        if trace.measuring or trace.written is None:  # (no loss seen: the row is written here)
+            trace.writes.append(put(self.results.losses, row, flag))
         if trace.measuring:
             halves = reductions.half_squares(grads, weights)
             found = self._reduce(self._row(trace), count, grads, halves)
@@ -295,17 +316,24 @@ class StepHook:
             dense = reductions.half_squares(grads, weights, sparse=False)  # (see there)
 
             def first_nonfinite() -> Tensor:
+                # its flag too: an ordinary step's row holds its loss's (`_forward`), and the
+                # callback looks further only at the fit's first non-finite step
+                writes = [] if trace.written is None else [put(self.results.losses, row, flag)]
                 sparse = reductions.half_squares(grads, weights, sparse=True)
                 halves = [d if d is not None else s for d, s in zip(dense, sparse, strict=True)]
-                return self._reduce(self.results.spare, count, grads, halves, trace.inputs)
+                with tf.control_dependencies(writes):
+                    return self._reduce(self.results.spare, count, grads, halves, trace.inputs)
 
             found = unlowered_cond(
                 tf.logical_and(bad, self._clean(trace)),
                 first_nonfinite,
                 lambda: tf.identity(bad),
             )
-        with tf.control_dependencies(writes):
-            return self.results.counts.assign_add(tf.stack([0.0, tf.cast(found, tf.float64)]))
+        if tf.compat.v1.get_default_graph() is trace.graph:  # counted with the step, once
+            trace.found = found
+        else:  # in a branch of the optimizer's (a LossScaleOptimizer's): counted here
+            with tf.control_dependencies(trace.done()):
+                self.results.counts.assign_add(tf.stack([0.0, tf.cast(found, tf.float64)]))
 
     def _reduce(
         self,
