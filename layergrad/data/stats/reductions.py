@@ -107,10 +107,13 @@ def tail_size(width: Tensor) -> Tensor:
     return SCALARS + 2 * width
 
 
-def anchor_for(x: Tensor, one_unit: bool) -> Tensor:
-    """Zeros shaped like `gradient_summary` of a gradient shaped like `x`."""
-    size = samples_in(x) + tail_size(unit_width(x, one_unit))
-    return tf.zeros(tf.reshape(size, [1]), tf.float64)
+def watch_summary(x: Tensor, one_unit: bool) -> tuple[Tensor, Tensor]:
+    """`forward_summary` of a watched activation and its anchor: zeros shaped like
+    `gradient_summary` of a gradient shaped like it (sizes taken as the graph runs, so one
+    graph serves every layer), both in one call (`shared`)."""
+    _, width, rows = _as_units(x, one_unit)
+    anchor = tf.zeros(tf.reshape(rows[0] + tail_size(width), [1]), tf.float64)
+    return forward_summary(x), anchor
 
 
 def pack_gradients(
@@ -215,8 +218,8 @@ def samples_in(x: Tensor) -> Tensor:
 
 
 def shared(function: Callable[..., TensorTree]) -> Callable[..., TensorTree]:
-    """`function` (`gradient_summary` or `forward_summary`) compiled once per dtype and
-    shared by every layer: one graph whatever the tensor's rank and sizes.
+    """`function` (`gradient_summary`, `forward_summary` or `watch_summary`) compiled once
+    per dtype and shared by every layer: one graph whatever the tensor's rank and sizes.
 
     Each summary is a few dozen small operations. Run eagerly (one batch), they would be
     dispatched one by one for every layer; inside the compiled step, they would be traced
