@@ -153,9 +153,10 @@ def check_hdf5(h5: H5Object, where: str, error: ErrorType) -> tuple[StoredDatase
             )
         if plist.get_layout() == h5d.VIRTUAL:
             return refused(f"dataset {name!r} is a virtual dataset mapping other files")
-        space = obj.get_space()
-        size = 0 if space.get_simple_extent_type() == h5s.NULL else math.prod(obj.shape)
-        found.append(StoredDataset("/" + name, size * obj.dtype.itemsize, obj.get_storage_size()))
+        space = obj.get_space()  # its shape and type read as HDF5 states them: no numpy dtype
+        size = 0 if space.get_simple_extent_type() == h5s.NULL else obj.get_type().get_size()
+        declared = math.prod(space.get_simple_extent_dims()) * size
+        found.append(StoredDataset("/" + name, declared, obj.get_storage_size()))
         return None
 
     # h5py turns an exception raised inside a visitor into a SystemError, so the visitor
