@@ -124,13 +124,17 @@ def pack_gradients(
     and with `data` their per-sample distributions (`distribution_pack`).
 
     With every width known while tracing, the parts of fixed length are cut out of all the
-    vectors at once (a few operations whatever n is); else one by one.
+    vectors at once (a few operations whatever n is; eagerly, where the vectors' lengths are
+    known, out of the vectors as they are: no slice per vector); else one by one.
     """
-    tails = [v[-tail_size(w) :] for v, w in zip(vectors, widths, strict=True)]
     out: dict[str, Tensor] = {"usizes": tf.cast(tf.stack(list(widths)), tf.float64)}
+    pairs = list(zip(vectors, widths, strict=True))
     if all(isinstance(w, int) for w in widths):
-        whole = tf.concat(tails, axis=0)
-        starts = np.cumsum([0] + [tail_size(w) for w in widths])[:-1]
+        sizes = np.array([tail_size(w) for w in widths], dtype=np.int64)
+        lengths = [v.shape[0] for v in vectors]
+        known = None not in lengths  # eagerly
+        whole = tf.concat(list(vectors) if known else _tails(pairs), axis=0)
+        starts = np.cumsum(lengths if known else sizes) - sizes
         fields = (starts[:, None] + np.arange(SCALARS - 1)).reshape(-1)
         units = np.concatenate(
             [s + SCALARS + np.arange(2 * w) for s, w in zip(starts, widths, strict=True)]
@@ -139,13 +143,18 @@ def pack_gradients(
         out["gmax"] = tf.gather(whole, starts + SCALARS - 1)
         out["units"] = tf.gather(whole, units)
     else:  # a last axis the model leaves open
+        tails = _tails(pairs)
         out["grad"] = tf.stack([t[: SCALARS - 1] for t in tails])
         out["gmax"] = tf.concat([t[SCALARS - 1 : SCALARS] for t in tails], axis=0)
         out["units"] = tf.concat([t[SCALARS:] for t in tails], axis=0)
     if data:
-        norms = [v[: -tail_size(w)] for v, w in zip(vectors, widths, strict=True)]
-        out.update(distribution_pack(norms))
+        out.update(distribution_pack([v[: -tail_size(w)] for v, w in pairs]))
     return out
+
+
+def _tails(pairs: Sequence[tuple[Tensor, Tensor]]) -> list[Tensor]:
+    """Each summary vector after its per-sample norms."""
+    return [v[-tail_size(w) :] for v, w in pairs]
 
 
 def distribution_pack(values: Sequence[Tensor]) -> dict[str, Tensor]:
