@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from h5py import h5d, h5l, h5o, h5s
+from h5py import h5d, h5l, h5o
 
 from layergrad.core.errors import LayergradError
 from layergrad.core.limits import INFLATION_ALLOWANCE, MAX_INFLATION, human
@@ -135,9 +135,11 @@ def check_hdf5(h5: H5Object, where: str, error: ErrorType) -> tuple[StoredDatase
         if link.type == h5l.TYPE_EXTERNAL:
             target = os.fsdecode(h5.id.links.get_val(raw)[0])
             return refused(f"external link {name!r} points into {target!r}", "follow")
-        if link.type != h5l.TYPE_HARD:
-            target = os.fsdecode(h5.id.links.get_val(raw)) if link.type == h5l.TYPE_SOFT else "?"
+        if link.type == h5l.TYPE_SOFT:
+            target = os.fsdecode(h5.id.links.get_val(raw))
             return refused(f"soft link {name!r} -> {target!r}", "follow")
+        if link.type != h5l.TYPE_HARD:
+            return refused(f"user-defined link {name!r}", "follow")
         if link.u in seen:
             return None
         seen.add(link.u)
@@ -153,9 +155,9 @@ def check_hdf5(h5: H5Object, where: str, error: ErrorType) -> tuple[StoredDatase
             )
         if plist.get_layout() == h5d.VIRTUAL:
             return refused(f"dataset {name!r} is a virtual dataset mapping other files")
-        space = obj.get_space()  # its shape and type read as HDF5 states them: no numpy dtype
-        size = 0 if space.get_simple_extent_type() == h5s.NULL else obj.get_type().get_size()
-        declared = math.prod(space.get_simple_extent_dims()) * size
+        # its shape and type read as HDF5 states them (no numpy dtype); no shape: empty
+        dims = obj.get_space().get_simple_extent_dims()
+        declared = 0 if dims is None else math.prod(dims) * obj.get_type().get_size()
         found.append(StoredDataset("/" + name, declared, obj.get_storage_size()))
         return None
 
