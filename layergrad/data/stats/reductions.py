@@ -109,11 +109,14 @@ def tail_size(width: Tensor) -> Tensor:
 
 def watch_summary(x: Tensor, one_unit: bool) -> tuple[Tensor, Tensor]:
     """`forward_summary` of a watched activation and its anchor: zeros shaped like
-    `gradient_summary` of a gradient shaped like it (sizes taken as the graph runs, so one
-    graph serves every layer), both in one call (`shared`)."""
-    _, width, rows = _as_units(x, one_unit)
-    anchor = tf.zeros(tf.reshape(rows[0] + tail_size(width), [1]), tf.float64)
-    return forward_summary(x), anchor
+    `gradient_summary` of a gradient shaped like it, both in one call (`shared`: sizes taken
+    as the graph runs, so one graph serves every layer; run as it is, from the static shape)."""
+    if x.shape.rank is None:
+        _, width, rows = _as_units(x, one_unit)
+        size = rows[0] + tail_size(width)
+    else:
+        size = samples_in(x) + tail_size(unit_width(x, one_unit))
+    return forward_summary(x), tf.zeros([size], tf.float64)
 
 
 def pack_gradients(
