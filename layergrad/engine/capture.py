@@ -172,7 +172,8 @@ class Recorder:
 
     def _summarise_forward(self, name: str, tensor: Tensor) -> None:
         with self.tape.stop_recording():  # else the tape would keep |x| of every x
-            self.forward[name] = self._summary(reductions.forward_summary)(tensor)
+            if name not in self.forward:  # a watched output's came with its anchor (`_watch`)
+                self.forward[name] = self._summary(reductions.forward_summary)(tensor)
             if None in tuple(tensor.shape)[1:]:
                 self.open_dims[name] = tf.shape(tensor)[1:]
 
@@ -185,23 +186,29 @@ class Recorder:
         return function
 
     def _watch(self, name: str, tensor: Tensor) -> Tensor:
-        """Hand `tensor` on through an identity whose gradient is summarised into an anchor."""
+        """Hand `tensor` on through an identity whose gradient is summarised into an anchor;
+        the forward summary (`_summarise_forward`) comes with the anchor, in one call."""
         one_unit = self.plan.data
-        anchor = reductions.anchor_for(tensor, one_unit)
+        with self.tape.stop_recording():
+            self.forward[name], anchor = self._summary(reductions.watch_summary)(tensor, one_unit)
         self.tape.watch(anchor)
 
-        @tf.custom_gradient
-        def watched(x: Tensor, _anchor: Tensor) -> Tensor:
-            def grad(dy: Tensor) -> Tensor:
-                if self.plan.keep:
-                    self.arrays[(self.target, name)] = dy
-                return dy, self._summary(reductions.gradient_summary)(dy, one_unit)
-
-            return tf.identity(x), grad
+        def grad(dy: Tensor) -> tuple[Tensor, Tensor]:
+            if self.plan.keep:
+                self.arrays[(self.target, name)] = dy
+            return dy, self._summary(reductions.gradient_summary)(dy, one_unit)
 
         self.anchors[name] = anchor
         self.widths[name] = reductions.unit_width(tensor, one_unit)
-        return masked_as(tensor, watched(tensor, anchor))
+        if not tf.executing_eagerly():
+            watched = tf.custom_gradient(lambda x, _anchor: (tf.identity(x), grad))
+            return masked_as(tensor, watched(tensor, anchor))
+        # what `tf.custom_gradient` records eagerly, without its checks (~0.3 ms a layer)
+        from tensorflow.python.eager import record
+
+        out = tf.identity(tensor)
+        record.record_operation("watched", [out], [tensor, anchor], grad)
+        return masked_as(tensor, out)
 
     def _watch_whole(self, tensor: Tensor) -> Tensor:
         """Hand on a new tensor equal to `tensor`, watched whole on the tape: other uses of

@@ -38,6 +38,7 @@ HDF5_SUFFIXES = (".h5", ".hdf5")
 WEIGHTS_MEMBER = "model.weights.h5"
 EXPECTED = "a Keras model file (.keras or .h5)"
 NUMPY_SUFFIXES = (".npz", ".npy")  # data, which a user may pass where the model goes
+Checked = tuple[H5Object, tuple[guards.StoredDataset, ...]]  # an open HDF5 file, its datasets
 
 
 def model_format(p: Path) -> str:
@@ -157,8 +158,9 @@ def member(zf: zipfile.ZipFile, p: Path, name: str) -> bytes | None:
 
 
 @contextlib.contextmanager
-def open_weights(p: Path, zf: zipfile.ZipFile) -> Iterator[H5Object]:
-    """``model.weights.h5`` of a `.keras` archive as an open h5py File (None when absent).
+def open_weights(p: Path, zf: zipfile.ZipFile) -> Iterator[Checked]:
+    """``model.weights.h5`` of a `.keras` archive as an open h5py File (None when absent) and
+    its datasets.
 
     Keras stores members uncompressed: then h5py reads the member's bytes in place, which for
     a 100 MB weight file is several times faster than inflating a copy. A compressed member
@@ -166,7 +168,7 @@ def open_weights(p: Path, zf: zipfile.ZipFile) -> Iterator[H5Object]:
     never beside the model. Links and storage outside the member are refused.
     """
     if WEIGHTS_MEMBER not in zf.namelist():
-        yield None
+        yield None, ()
         return
     info = zf.getinfo(WEIGHTS_MEMBER)
     with contextlib.ExitStack() as stack:
@@ -181,8 +183,7 @@ def open_weights(p: Path, zf: zipfile.ZipFile) -> Iterator[H5Object]:
                 shutil.copyfileobj(src, view, 1 << 20)  # zipfile stops at the declared size
             view.seek(0)
         h5 = stack.enter_context(h5py.File(view, "r"))
-        guards.check_hdf5(h5, f"{p}: {WEIGHTS_MEMBER}", LoadError)
-        yield h5
+        yield h5, guards.check_hdf5(h5, f"{p}: {WEIGHTS_MEMBER}", LoadError)
 
 
 def _data_start(raw: io.FileIO, info: zipfile.ZipInfo, file_size: int) -> int:
@@ -225,11 +226,11 @@ class _Window(io.RawIOBase):
 
 
 @contextlib.contextmanager
-def open_hdf5(p: Path) -> Iterator[H5Object]:
-    """A legacy `.h5` model file as an open h5py File, links and outside storage refused."""
+def open_hdf5(p: Path) -> Iterator[Checked]:
+    """A legacy `.h5` model file as an open h5py File, links and outside storage refused, and
+    its datasets."""
     with h5py.File(p, "r") as h5:
-        guards.check_hdf5(h5, str(p), LoadError)
-        yield h5
+        yield h5, guards.check_hdf5(h5, str(p), LoadError)
 
 
 def hdf5_attribute(h5: H5Object, p: Path, name: str) -> bytes | str | None:

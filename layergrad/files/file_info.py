@@ -108,8 +108,8 @@ def _read_keras(p: Path, read_weights: bool) -> FileInfo:
         meta_raw = archive.member(zf, p, "metadata.json")
         meta = _parse_json(meta_raw, p, "metadata.json") if meta_raw is not None else {}
         graph = _graph(config, p, "config.json")
-        with archive.open_weights(p, zf) as h5:
-            stored = inventory(h5) if h5 is not None else StoredWeights()
+        with archive.open_weights(p, zf) as (h5, listed):
+            stored = inventory(listed)
             groups = keras_weight_groups(h5, graph) if h5 is not None and read_weights else {}
             weights, notes = health(groups, graph)
     version = as_text(meta.get("keras_version") if isinstance(meta, Mapping) else None, "replace")
@@ -119,7 +119,7 @@ def _read_keras(p: Path, read_weights: bool) -> FileInfo:
 
 
 def _read_h5(p: Path, read_weights: bool) -> FileInfo:
-    with archive.open_hdf5(p) as h5:
+    with archive.open_hdf5(p) as (h5, listed):
         raw = archive.hdf5_attribute(h5, p, "model_config")
         if raw is None:
             raise LoadError(
@@ -129,9 +129,9 @@ def _read_h5(p: Path, read_weights: bool) -> FileInfo:
         config = _normalise(_parse_config(raw, p, "model_config"))
         graph = _graph(config, p, "model_config")
         group = h5.get("model_weights", h5)
-        stored = inventory(h5)
-        found = read_weights and isinstance(group, h5py.Group)
-        weights, notes = health(legacy_weight_groups(group, graph) if found else {}, graph)
+        stored = inventory(listed)
+        legacy = read_weights and isinstance(group, h5py.Group)
+        weights, notes = health(legacy_weight_groups(group, graph) if legacy else {}, graph)
         version = as_text(
             h5.attrs.get("keras_version") or group.attrs.get("keras_version"), "replace"
         )
@@ -244,14 +244,14 @@ def training_steps(path: str | os.PathLike[str]) -> int | None:
     p = Path(path)
     try:
         if archive.model_format(p) == "keras":
-            with archive.open_zip(p) as zf, archive.open_weights(p, zf) as weights:
+            with archive.open_zip(p) as zf, archive.open_weights(p, zf) as (weights, _):
                 if weights is None:
                     return None
                 # a LossScaleOptimizer (mixed precision) keeps its own counter first, reset
                 # whenever the scale grows; the optimizer it wraps counts the steps
                 counts = [_scalar(weights.get(f"optimizer/{inner}vars/0")) for inner in STEPS_AT]
                 return max((c for c in counts if c is not None), default=None)
-        with archive.open_hdf5(p) as weights:
+        with archive.open_hdf5(p) as (weights, _):
             group = weights.get("optimizer_weights")
             inner = [group[name] for name in group] if isinstance(group, h5py.Group) else []
             for keys in (g for g in inner if isinstance(g, h5py.Group)):

@@ -8,15 +8,17 @@ expected and what to do.
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 import struct
 import zipfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-import h5py
+from h5py import h5d, h5l, h5o
 
 from layergrad.core.errors import LayergradError
 from layergrad.core.limits import INFLATION_ALLOWANCE, MAX_INFLATION, human
@@ -99,41 +101,69 @@ def member_data_start(raw: IO[bytes], info: zipfile.ZipInfo) -> int | None:
     return int(info.header_offset + 30 + name_len + extra_len)
 
 
-def check_hdf5(h5: H5Object, where: str, error: ErrorType) -> None:
-    """Refuse HDF5 links and storage that point outside the file.
+@dataclass(frozen=True)
+class StoredDataset:
+    """One dataset of an HDF5 file, from its metadata: what its shape and dtype declare, and
+    what the file stores for it (bytes)."""
+
+    name: str
+    declared: int
+    stored: int
+
+
+def check_hdf5(h5: H5Object, where: str, error: ErrorType) -> tuple[StoredDataset, ...]:
+    """Refuse HDF5 links and storage that point outside the file; return its datasets.
 
     External links, soft links, datasets with external storage and virtual datasets can make
-    a read open ``/etc/passwd`` or a FIFO; Keras never writes them. Visiting links and objects
-    reads only the file's own metadata (hard-link cycles are visited once).
+    a read open ``/etc/passwd`` or a FIFO; Keras never writes them. One walk over the links
+    (HDF5's own, no Python object per link) reads only the file's metadata; each object is
+    opened once, however many hard links lead to it (hard-link cycles are walked once).
     """
+    problem: list[str] = []
+    seen: set[int] = set()
+    found: list[StoredDataset] = []
 
-    def refused(what: str, verb: str = "read", never: str = "has one") -> str:
-        return (
+    def refused(what: str, verb: str = "read", never: str = "has one") -> int:
+        problem.append(
             f"{where}: HDF5 {what}; a Keras file never {never}; refusing to {verb} it "
             "(re-save the model)"
         )
+        return 1  # a value stops the walk
 
-    def link(name: str, value: H5Object) -> str | None:  # a value stops the visit
-        if isinstance(value, h5py.ExternalLink):
-            return refused(f"external link {name!r} points into {value.filename!r}", "follow")
-        if isinstance(value, h5py.SoftLink):
-            return refused(f"soft link {name!r} -> {value.path!r}", "follow")
-        return None
-
-    def dataset(name: str, obj: H5Object) -> str | None:
-        if not isinstance(obj, h5py.Dataset):
+    def visit(raw: bytes, link: H5Object) -> int | None:
+        name = raw.decode("utf-8", "replace")
+        if link.type == h5l.TYPE_EXTERNAL:
+            target = os.fsdecode(h5.id.links.get_val(raw)[0])
+            return refused(f"external link {name!r} points into {target!r}", "follow")
+        if link.type == h5l.TYPE_SOFT:
+            target = os.fsdecode(h5.id.links.get_val(raw))
+            return refused(f"soft link {name!r} -> {target!r}", "follow")
+        if link.type != h5l.TYPE_HARD:
+            return refused(f"user-defined link {name!r}", "follow")
+        if link.u in seen:
             return None
-        if obj.external:
-            files = ", ".join(repr(os.fsdecode(e[0])) for e in obj.external[:3])
+        seen.add(link.u)
+        obj = h5o.open(h5.id, raw)
+        if not isinstance(obj, h5d.DatasetID):
+            return None
+        plist = obj.get_create_plist()
+        if plist.get_external_count():
+            count = min(plist.get_external_count(), 3)
+            files = ", ".join(repr(os.fsdecode(plist.get_external(i)[0])) for i in range(count))
             return refused(
                 f"dataset {name!r} keeps its data in other files ({files})", "read", "does"
             )
-        if obj.is_virtual:
+        if plist.get_layout() == h5d.VIRTUAL:
             return refused(f"dataset {name!r} is a virtual dataset mapping other files")
+        # its shape and type read as HDF5 states them (no numpy dtype); no shape: empty
+        dims = obj.get_space().get_simple_extent_dims()
+        declared = 0 if dims is None else math.prod(dims) * obj.get_type().get_size()
+        found.append(StoredDataset("/" + name, declared, obj.get_storage_size()))
         return None
 
-    # h5py turns an exception raised inside a visitor into a SystemError, so the visitors
-    # return the message and the error is raised here.
-    problem = h5.visititems_links(link) or h5.visititems(dataset)
+    # h5py turns an exception raised inside a visitor into a SystemError, so the visitor
+    # keeps the message and the error is raised here.
+    h5.id.links.visit(visit, info=True)
     if problem:
-        raise error(problem)
+        raise error(problem[0])
+    return tuple(found)

@@ -37,6 +37,7 @@ from layergrad.core.limits import (
     human,
 )
 from layergrad.core.tf_types import H5Object
+from layergrad.files.guards import StoredDataset
 from layergrad.model.graph import LayerEntry, ModelGraph
 
 _SLAB = 1 << 22  # elements per read when scanning a large tensor
@@ -76,17 +77,15 @@ def datasets(obj: H5Object) -> list[H5Object]:
     return found
 
 
-def inventory(root: H5Object) -> StoredWeights:
-    """Declared bytes of every dataset in the file and the hollow ones, from metadata only."""
-    total, hollow = 0, []
-    for ds in datasets(root):
-        declared = _declared(ds)
-        total += declared
-        if declared > max(MiB, MAX_INFLATION * ds.id.get_storage_size()):
-            hollow.append(
-                f"{ds.name} declares {human(declared)} but stores {human(ds.id.get_storage_size())}"
-            )
-    return StoredWeights(total, tuple(hollow))
+def inventory(found: tuple[StoredDataset, ...]) -> StoredWeights:
+    """Declared bytes of every dataset in the file and the hollow ones, from metadata only
+    (`guards.check_hdf5` lists them)."""
+    hollow = [
+        f"{ds.name} declares {human(ds.declared)} but stores {human(ds.stored)}"
+        for ds in found
+        if ds.declared > max(MiB, MAX_INFLATION * ds.stored)
+    ]
+    return StoredWeights(sum(ds.declared for ds in found), tuple(hollow))
 
 
 def _declared(ds: H5Object) -> int:

@@ -25,6 +25,7 @@ from helpers import keras
 from hostile import INSPECT, TIMEOUT, bounded, refused
 
 from layergrad.cli.app import main
+from layergrad.files.file_info import read_file_info
 from layergrad.model.graph import ModelGraph
 
 
@@ -171,6 +172,23 @@ def test_hdf5_links_and_outside_storage_are_refused(root: Path, base: dict[str, 
     for kind, path in files.items():
         assert OUTSIDE[kind] in failed_check(verdicts[str(path)], "readable")
     assert verdicts[str(base["good.h5"])]["passed"]
+
+
+def test_hdf5_hard_link_cycles_and_twice_linked_weights_are_read_once(
+    root: Path, base: dict[str, Path]
+) -> None:
+    path = root / "cycle.h5"
+    path.write_bytes(base["good.h5"].read_bytes())
+    with h5py.File(path, "r+") as h5:
+        found: list[h5py.Dataset] = []  # h5py visits each object once
+        h5.visititems(lambda _n, o: found.append(o) if isinstance(o, h5py.Dataset) else None)
+        expected = sum(int(np.prod(d.shape)) * d.dtype.itemsize for d in found)
+        h5["model_weights/dense/back"] = h5["/"]  # a cycle back to the root
+        h5["model_weights/twice"] = found[0]  # a second hard link to a stored weight
+        h5["empty"] = h5py.Empty("f4")  # a dataset without a shape declares nothing
+    for read_weights in (False, True):
+        info = read_file_info(path, read_weights=read_weights)
+        assert info.stored.declared_bytes == expected and not info.stored.hollow
 
 
 def test_external_link_inside_a_keras_archive_is_refused(root: Path, base: dict[str, Path]) -> None:

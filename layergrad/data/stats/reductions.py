@@ -107,10 +107,16 @@ def tail_size(width: Tensor) -> Tensor:
     return SCALARS + 2 * width
 
 
-def anchor_for(x: Tensor, one_unit: bool) -> Tensor:
-    """Zeros shaped like `gradient_summary` of a gradient shaped like `x`."""
-    size = samples_in(x) + tail_size(unit_width(x, one_unit))
-    return tf.zeros(tf.reshape(size, [1]), tf.float64)
+def watch_summary(x: Tensor, one_unit: bool) -> tuple[Tensor, Tensor]:
+    """`forward_summary` of a watched activation and its anchor: zeros shaped like
+    `gradient_summary` of a gradient shaped like it, both in one call (`shared`: sizes taken
+    as the graph runs, so one graph serves every layer; run as it is, from the static shape)."""
+    if x.shape.rank is None:
+        _, width, rows = _as_units(x, one_unit)
+        size = rows[0] + tail_size(width)
+    else:
+        size = samples_in(x) + tail_size(unit_width(x, one_unit))
+    return forward_summary(x), tf.zeros([size], tf.float64)
 
 
 def pack_gradients(
@@ -121,13 +127,17 @@ def pack_gradients(
     and with `data` their per-sample distributions (`distribution_pack`).
 
     With every width known while tracing, the parts of fixed length are cut out of all the
-    vectors at once (a few operations whatever n is); else one by one.
+    vectors at once (a few operations whatever n is; eagerly, where the vectors' lengths are
+    known, out of the vectors as they are: no slice per vector); else one by one.
     """
-    tails = [v[-tail_size(w) :] for v, w in zip(vectors, widths, strict=True)]
     out: dict[str, Tensor] = {"usizes": tf.cast(tf.stack(list(widths)), tf.float64)}
+    pairs = list(zip(vectors, widths, strict=True))
     if all(isinstance(w, int) for w in widths):
-        whole = tf.concat(tails, axis=0)
-        starts = np.cumsum([0] + [tail_size(w) for w in widths])[:-1]
+        sizes = np.array([tail_size(w) for w in widths], dtype=np.int64)
+        lengths = [v.shape[0] for v in vectors]
+        known = None not in lengths  # eagerly
+        whole = tf.concat(list(vectors) if known else _tails(pairs), axis=0)
+        starts = np.cumsum(lengths if known else sizes) - sizes
         fields = (starts[:, None] + np.arange(SCALARS - 1)).reshape(-1)
         units = np.concatenate(
             [s + SCALARS + np.arange(2 * w) for s, w in zip(starts, widths, strict=True)]
@@ -136,13 +146,18 @@ def pack_gradients(
         out["gmax"] = tf.gather(whole, starts + SCALARS - 1)
         out["units"] = tf.gather(whole, units)
     else:  # a last axis the model leaves open
+        tails = _tails(pairs)
         out["grad"] = tf.stack([t[: SCALARS - 1] for t in tails])
         out["gmax"] = tf.concat([t[SCALARS - 1 : SCALARS] for t in tails], axis=0)
         out["units"] = tf.concat([t[SCALARS:] for t in tails], axis=0)
     if data:
-        norms = [v[: -tail_size(w)] for v, w in zip(vectors, widths, strict=True)]
-        out.update(distribution_pack(norms))
+        out.update(distribution_pack([v[: -tail_size(w)] for v, w in pairs]))
     return out
+
+
+def _tails(pairs: Sequence[tuple[Tensor, Tensor]]) -> list[Tensor]:
+    """Each summary vector after its per-sample norms."""
+    return [v[-tail_size(w) :] for v, w in pairs]
 
 
 def distribution_pack(values: Sequence[Tensor]) -> dict[str, Tensor]:
@@ -215,8 +230,8 @@ def samples_in(x: Tensor) -> Tensor:
 
 
 def shared(function: Callable[..., TensorTree]) -> Callable[..., TensorTree]:
-    """`function` (`gradient_summary` or `forward_summary`) compiled once per dtype and
-    shared by every layer: one graph whatever the tensor's rank and sizes.
+    """`function` (`gradient_summary`, `forward_summary` or `watch_summary`) compiled once
+    per dtype and shared by every layer: one graph whatever the tensor's rank and sizes.
 
     Each summary is a few dozen small operations. Run eagerly (one batch), they would be
     dispatched one by one for every layer; inside the compiled step, they would be traced
