@@ -20,6 +20,7 @@ of a distributed step trace in threads of their own).
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -200,14 +201,13 @@ class Recorder:
 
         self.anchors[name] = anchor
         self.widths[name] = reductions.unit_width(tensor, one_unit)
-        if not tf.executing_eagerly():
+        record = _eager_record() if tf.executing_eagerly() else None
+        if record is None:
             watched = tf.custom_gradient(lambda x, _anchor: (tf.identity(x), grad))
             return masked_as(tensor, watched(tensor, anchor))
         # what `tf.custom_gradient` records eagerly, without its checks (~0.3 ms a layer)
-        from tensorflow.python.eager import record
-
         out = tf.identity(tensor)
-        record.record_operation("watched", [out], [tensor, anchor], grad)
+        record("watched", [out], [tensor, anchor], grad)
         return masked_as(tensor, out)
 
     def _watch_whole(self, tensor: Tensor) -> Tensor:
@@ -282,3 +282,14 @@ def installed(
 def _recorder_route() -> tuple[Handler, dict[str, int]] | None:
     rec: Recorder | None = getattr(_LOCAL, "recorder", None)
     return None if rec is None else (rec.on_call, rec.calls)
+
+
+@functools.cache
+def _eager_record() -> Callable[..., None] | None:
+    """TensorFlow's own eager `record_operation` (what `tf.custom_gradient` calls), or None
+    where this TensorFlow does not have it there (then `tf.custom_gradient` itself is used)."""
+    try:
+        from tensorflow.python.eager import record
+    except ImportError:
+        return None
+    return getattr(record, "record_operation", None)
