@@ -186,3 +186,29 @@ def test_training_flag_reaches_the_layers(write_input):
     assert only(inspect_model(path, "dense", ["bn"], input_file=write_input(x))).status == "ok"
     res = only(inspect_model(path, "dense", ["bn"], input_file=write_input(x), training=True))
     assert res.status == "zero" or res.gradient.max_abs < 1e-5
+
+
+def test_the_eager_watch_and_its_custom_gradient_fallback_agree(monkeypatch, write_input):
+    """The eager step records its watched identity with TensorFlow's `record_operation`
+    (private; `capture._eager_record`); where that is missing it uses `tf.custom_gradient`,
+    which the compiled step always uses. Both give the same scan, and the scan's gradient of
+    the residual model agrees with the hand-written tape."""
+    from layergrad.commands.api import scan_model
+    from layergrad.engine import capture
+
+    x = normal(8, 8)
+    m = load_sample("residual.keras")
+    stem, block, head = (m.get_layer(n) for n in ("stem", "block", "head"))
+    expected = np.linalg.norm(manual_gradient(stem, lambda h: head(h + block(h)), x))
+
+    def rows():
+        report = scan_model(sample("residual.keras"), target="head", input_file=write_input(x))
+        return {r.layer: (r.gradient.l2, r.gradient.max_abs) for r in report.rows if r.gradient}
+
+    recorded = rows()
+    assert recorded["stem"][0] == pytest.approx(expected, rel=1e-5)
+    monkeypatch.setattr(capture, "_eager_record", lambda: None)
+    fallback = rows()
+    assert recorded.keys() == fallback.keys()
+    for layer, (l2, top) in recorded.items():
+        assert fallback[layer] == pytest.approx((l2, top), rel=1e-6)
