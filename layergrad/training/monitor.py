@@ -7,12 +7,10 @@
 
 The compiled step (`step_hook.py`) reduces the batch of every `every`-th step (and of the
 first and last) and writes each step's loss and NaN/Inf flag into a ring, a row per optimizer
-step (with `steps_per_execution > 1` too). The callback has no per-batch hook: it stands in
-for Keras's train function during the fit (`_Switch`), picks the measuring or the ordinary
-step before each execution, and reads the ring when Keras's logs turn NaN/Inf and before a
-ring wraps round; the first non-finite step is reduced in full, named, and (with
-`stop_on_nonfinite`) ends training. At the end the findings rules (`rules.py`) run over the
-record.
+step (with `steps_per_execution > 1` too). The callback reads the ring when Keras's logs turn
+NaN/Inf and before a ring wraps round; the first non-finite step is reduced in full, named,
+and (with `stop_on_nonfinite`) ends training. At the end the findings rules (`rules.py`) run
+over the record.
 """
 
 from __future__ import annotations
@@ -46,6 +44,7 @@ from layergrad.training.monitor_words import (
     blind_note,
     built_note,
     finding_line,
+    logged_loss,
     loss_only_nonfinite,
     same_finding,
     say,
@@ -137,7 +136,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         self._losses: list[float | None] = []
         self._checkpoints: list[Checkpoint] = []
         self._nonfinite: Reason | None = None
-        self._step, self._epoch, self._batch = 0, 0, 0  # (the batch: in Keras's epoch)
+        self._step, self._epoch, self._first_batch = 0, 0, 0
         self._measuring = False  # whether the running execution measures every step
         self._unread: list[_Execution] = []  # executions whose losses are still in the ring
         self._measured: int | None = None  # the first unread measured step
@@ -158,11 +157,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
             check_report_path(self.report_path)
         steps, epochs = self.params.get("steps"), self.params.get("epochs") or 1
         self._last = steps * epochs - 1 if steps else None
-        self._history = getattr(self.model, "history", None)  # Keras's, new in each fit
-        plain = self.model.train_function  # Keras's (made before on_train_begin), or a switch
-        self._switch = _Switch(plain.plain if isinstance(plain, _Switch) else plain, self)
-        self.model.train_function = self._switch
-        if is_built(self.model):  # else Keras's first step builds it (`_execute`)
+        if is_built(self.model):  # else Keras's first step builds it (on_train_batch_end)
             self._start()
 
     def _start(self) -> None:
@@ -185,7 +180,6 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         if traced is None:
             traced = self._traced = (key, self._hook, self._hook.train_functions())
         self._functions = traced[2]  # (measuring, ordinary)
-        model.train_function = self._switch  # (tracing set Keras's own)
         if self.log_dir is not None:
             try:
                 self._writer = tf.summary.create_file_writer(self.log_dir)
@@ -197,50 +191,44 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
                 ) from exc
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, object] | None = None) -> None:
-        self._epoch, self._batch = epoch, 0
+        self._epoch = epoch
 
-    def _execute(self, plain: TrainFunction, iterator: object) -> object:
-        """One execution of the fit (`_Switch`): the measuring or the ordinary step, then
-        what the callback reads of it."""
-        model = self.model
-        if model.history is not self._history:  # a fit that raised left this behind
-            _close(model)
-            model.train_function = plain
-            return plain(iterator)
+    def on_train_batch_begin(self, batch: int, logs: dict[str, object] | None = None) -> None:
+        self._first_batch = batch
         if self._begun is None:  # Keras builds the model in this execution: Keras's own step
-            logs = plain(iterator)
-            steps, rows = self.params.get("steps"), int(model.steps_per_execution or 1)
-            ran = min(rows, steps - self._batch) if steps else rows
-            self._losses += [None] * (ran - 1) + [_numbers(logs).get("loss")]
-            self._step, self._batch = self._step + ran, self._batch + ran
-            if is_built(model):
-                self._notes.append(built_note(self._step))
-                self._start()
-            return logs
-        # the execution runs steps [s, s + rows): measure them all if one is a checkpoint
+            return
+        # the next execution runs steps [s, s + rows): measure them all if one is a checkpoint
         s, rows, last = self._step, self._hook.rows, self._last
         self._measuring = (
             (-s) % self.every < rows
             or (last is not None and s <= last < s + rows)
             or (s == self._begun and s > 0)
         )
-        logs = self._functions[0 if self._measuring else 1](iterator)
-        self._executed(_numbers(logs))
-        return logs
+        function = self._functions[0 if self._measuring else 1]
+        if self.model.train_function is not function:  # (Keras tracks what a model is set)
+            self.model.train_function = function
 
-    def _executed(self, logs: dict[str, float]) -> None:
-        """Record an execution of the monitored step; read the step's variables when due."""
+    def on_train_batch_end(self, batch: int, logs: dict[str, object] | None = None) -> None:
+        logged = logged_loss(logs)
+        if self._begun is None:  # Keras's own step built the model: its loss from the logs
+            ran = max(1, batch - self._first_batch + 1)
+            self._losses += [None] * (ran - 1) + [logged]
+            self._step += ran
+            if is_built(self.model):
+                self._notes.append(built_note(self._step))
+                self._start()
+            return
         hook, rows = self._hook, self._hook.rows
         # with stop_on_nonfinite, a measured step's NaN/Inf stops training at once, even one
         # only in its gradients (Keras's logs show only the loss): one read of the counts
         watch = self._measuring and self.stop_on_nonfinite and self._nonfinite is None
         # [steps this fit has run, of them non-finite]
         counts = hook.results.counts.read_value().numpy() if rows > 1 or watch else (0, 0)
-        ran = 1 if rows == 1 else int(counts[0]) - (self._step - (self._begun or 0))
+        ran = 1 if rows == 1 else int(counts[0]) - (self._step - self._begun)
         self._unread.append(
-            _Execution(self._step, ran, self._epoch, self._batch, self._measuring, logs.get("loss"))
+            _Execution(self._step, ran, self._epoch, self._first_batch, self._measuring, logged)
         )
-        self._step, self._batch = self._step + ran, self._batch + ran
+        self._step += ran
         if not hook.sees_loss or not hook.sees_gradients:  # say once what the step hides
             note = blind_note(self.model, hook.sees_gradients)
             if note not in self._notes:
@@ -262,8 +250,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
     def on_train_end(self, logs: dict[str, object] | None = None) -> None:
         if self._unread:
             self._read()
-        self.model.train_function = self._switch.plain
-        _close(self.model)  # (then Keras traces its plain step again at the next fit)
+        _close(self.model)
         if self._writer is not None:
             self._writer.close()  # (flushes it)
         self.report = self._build_report()
@@ -408,28 +395,8 @@ class _Execution:
     logged: float | None = None  # the loss in Keras's logs after it
 
 
-class _Switch:
-    """Keras's train function during a monitored fit: the callback picks the step to run
-    before each execution and reads after it, with no per-batch hook (Keras then does no
-    per-batch callback work for it)."""
-
-    def __init__(self, plain: TrainFunction, monitor: GradientMonitor) -> None:
-        self.plain, self.monitor = plain, monitor  # plain: Keras's own train function
-
-    def __call__(self, iterator: object) -> object:
-        return self.monitor._execute(self.plain, iterator)
-
-
-def _numbers(logs: object) -> dict[str, float]:
-    """The numbers of Keras's logs after an execution (tensors, read once)."""
-    found = {}
-    for key, value in logs.items() if isinstance(logs, dict) else ():
-        with contextlib.suppress(TypeError, ValueError):
-            found[str(key)] = float(value)
-    return found
-
-
-def _finite(logs: dict[str, float]) -> bool:
+def _finite(logs: dict[str, object] | None) -> bool:
     """Keras's logs hold numbers, and all are finite (its running mean of the loss turns
     NaN/Inf with the first step whose loss is). No number: the step cannot tell."""
-    return bool(logs) and all(math.isfinite(v) for v in logs.values())
+    found = [v for v in (logs or {}).values() if isinstance(v, (int, float))]
+    return bool(found) and all(math.isfinite(v) for v in found)

@@ -62,6 +62,15 @@ def loss_only_nonfinite(step: int, epoch: int, batch: int) -> Reason:
     )
 
 
+def logged_loss(logs: dict[str, object] | None) -> float | None:
+    """The loss in Keras's logs after an execution, if it has one."""
+    value = (logs or {}).get("loss")
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
 def whole_steps(every: object, name: str = "every") -> int:
     """`every` (or the argument `name`) as a whole number of steps, at least 1 (never
     rounded)."""
