@@ -426,3 +426,22 @@ def test_an_embedding_is_measured_on_the_rows_its_batch_touches():
     assert row.update_ratio == pytest.approx(
         first.learning_rate * embed.grad_l2 / touched, rel=1e-5
     )
+
+
+class RemakesTrainFunction(keras.callbacks.Callback):
+    """What some callbacks do between epochs: make Keras's train function again."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.model.make_train_function(force=True)
+
+
+def test_another_callback_remaking_the_train_function_does_not_end_the_monitoring():
+    model = mlp()
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    x, y = data(64)
+    monitor = GradientMonitor(every=2, verbose=0)
+    model.fit(x, y, batch_size=BATCH, epochs=3, verbose=0,
+              callbacks=[RemakesTrainFunction(), monitor])  # fmt: skip
+    # 3 epochs of 64 / 16 = 4 steps: every step counted, a checkpoint every second step
+    assert monitor.report.steps == 12
+    assert [c.step for c in monitor.report.checkpoints] == [1, 3, 5, 7, 9, 11, 12]
