@@ -33,6 +33,7 @@ from layergrad.engine.layer_calls import (
     check_all_called,
     check_input_calls,
     forward,
+    guarded,
     is_float,
     masked_as,
     wrapped,
@@ -253,15 +254,22 @@ def forward_pass(
     inputs: Sequence[Tensor],
     samples: Tensor | None = None,
     labels: Sequence[Tensor] = (),
+    guard: str | None = None,
 ) -> tuple[Recorder, TensorTree, list[Tensor | None], Tensor | None]:
     """The engine's one forward pass, for the measured step (`data_step.Step.compute`) and the
     replay (`trace.replay`): `inputs` recorded and the model run under `tape`, the calls
     `installed` wraps reporting to a new `Recorder` (this thread's, for the pass). Returns it,
-    the outputs, each target's scalar (None: not float) and `plan.weights`' loss (or None)."""
+    the outputs, each target's scalar (None: not float) and `plan.weights`' loss (or None).
+    With `guard`, the model's own failure on the batch is `layer_calls.guarded`'s one-line
+    error naming it (the targets and the objective fail as they are)."""
     rec = _LOCAL.recorder = Recorder(plan, tape, samples=samples)
     try:
         with tape:
-            outputs = forward(model, rec.inputs(model, list(inputs)), plan.training)
+            fed = rec.inputs(model, list(inputs))
+            if guard is None:
+                outputs = forward(model, fed, plan.training)
+            else:
+                outputs = guarded(lambda: forward(model, fed, plan.training), guard)
             check_all_called(plan.sources, rec.captured, rec.calls)
             scalars = [rec.target_scalar(t, outputs) for t in plan.targets]
             weights = plan.weights

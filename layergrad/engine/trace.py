@@ -45,7 +45,6 @@ from layergrad.engine.layer_calls import (
     activation,
     call_groups,
     gradients_of,
-    guarded,
     is_float,
     unique_leaves,
 )
@@ -152,9 +151,7 @@ def replay(
     # with no target nothing is differentiated: the tape then keeps nothing of the pass
     tape = tf.GradientTape(persistent=persistent, watch_accessed_variables=bool(targets))
     with installed(call_groups(model, plan.sites, every) if wrap is None else wrap):
-        rec, outputs, scalars, _ = guarded(
-            lambda: forward_pass(model, plan, tape, tensors), "the probe batch"
-        )
+        rec, outputs, scalars, _ = forward_pass(model, plan, tape, tensors, guard="the probe batch")
     found = tuple(None if t is None else rec.captured[t.key] for t in targets)
     ends: tuple[Tensor, ...] = ()  # what the first target is made of
     if found:
