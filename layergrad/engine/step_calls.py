@@ -169,9 +169,11 @@ def statistics_kept(func: F) -> F:
 @contextmanager
 def moving_statistics_kept(model: KerasModel, training: bool = True) -> Iterator[None]:
     """`statistics_kept` for a block (nothing to keep for a pass in inference)."""
-    norms = [x for _, x in iter_layers(model) if "BatchNormalization" in type(x).__name__]
-    moving = [getattr(n, name, None) for n in norms for name in ("moving_mean", "moving_variance")]
-    saved = [(v, v.numpy()) for v in moving if v is not None] if training else []
+    saved = []
+    if training:  # (a pass in inference moves nothing: no walk over the layers)
+        norms = [x for _, x in iter_layers(model) if "BatchNormalization" in type(x).__name__]
+        moving = [getattr(n, k, None) for n in norms for k in ("moving_mean", "moving_variance")]
+        saved = [(v, v.numpy()) for v in moving if v is not None]
     try:
         yield
     finally:

@@ -140,7 +140,7 @@ def fix_model(
     stats: list[InputStats] = []
     original: Run | None = None
     fit_report = rival = None  # rival: the trained original, scored by each copy's loss
-    if data is not None and prepared is not None:
+    if prepared is not None:
         labels, stats = prepared.labels.summaries, input_stats(prepared, options.limit)
         original, fit_report, rival = train(lambda: prepared, fitting, found=before)
         before = list(original.findings)
@@ -184,6 +184,17 @@ def fix_model(
                           fitting, found=found, rival=rival)  # fmt: skip
         return run.findings, run
 
+    def settle(plan: Plan, found: tuple[str, ...], run: Run | None) -> Repair:
+        """The repair with its evidence: the findings its copy lost and its verdict."""
+        verdict_, why = Verdict.NOT_RUN, ""
+        if original is not None and run is not None:
+            reached = reached_outputs(info.graph, plan.layer, original)
+            verdict_, why = judge(plan.finding, original, run, reached)
+        elif plan.finding in found:
+            why = f"the copy with this repair still has {plan.finding}"
+        gone = tuple(f for f in before if f not in found)
+        return replace(_repair(plan), gone=gone, verdict=verdict_, why=why, repaired=run)
+
     repairs: list[Repair] = []
     together: Run | None = None
     after: tuple[str, ...] = tuple(before)
@@ -212,24 +223,8 @@ def fix_model(
                     plans[i] = plan
                 alone[i] = tried[k]  # the copy with this form alone, trained already
             usable.append(plan)
-            repairs.append(_repair(plan))
+            repairs.append(settle(plan, *alone[i]) if i in alone else _repair(plan))
 
-        def settle(plan: Plan, found: tuple[str, ...], run: Run | None) -> None:
-            """The repair's evidence: the findings its copy lost and its verdict."""
-            index = next(k for k, r in enumerate(repairs) if r.change == plan.change)
-            gone = tuple(f for f in before if f not in found)
-            verdict_, why = Verdict.NOT_RUN, ""
-            if original is not None and run is not None:
-                reached = reached_outputs(info.graph, plan.layer, original)
-                verdict_, why = judge(plan.finding, original, run, reached)
-            elif plan.finding in found:
-                why = f"the copy with this repair still has {plan.finding}"
-            repairs[index] = replace(repairs[index], gone=gone, verdict=verdict_, why=why,
-                                     repaired=run)  # fmt: skip
-
-        for i, plan in enumerate(plans):
-            if i in alone:
-                settle(plan, *alone[i])
         chosen = _chosen(usable, repairs, notes)
         made: str | None = None  # the copy with the chosen repairs
         if chosen:
@@ -241,7 +236,7 @@ def fix_model(
                 notes.append(f"no copy written: the repairs together cannot be applied: {exc}")
                 made = None
         if len(plans) == 1 and usable:
-            settle(plans[0], after, together)
+            repairs[0] = settle(plans[0], after, together)
         verified = {r.change for r in repairs if r.verdict is Verdict.VERIFIED}
         if made is not None and data is not None and not any(p.change in verified for p in chosen):
             notes.append(NONE_VERIFIED)  # a copy not shown to train better is no repair
