@@ -19,7 +19,7 @@ from layergrad.core.results import ConfigChange as Change
 from layergrad.core.results import Reason
 from layergrad.core.vocab import Finding, Severity
 from layergrad.model.head_forms import Head
-from layergrad.model.head_rules import CHANGES_LOSS, HeadFacts, units_words
+from layergrad.model.head_rules import CHANGES_LOSS, HeadFacts, facts_of, units_words
 from layergrad.model.label_summary import MAX_CLASSES, LabelSummary
 
 FAR_BEYOND = 100  # class ids past this many times the labels read are not classes
@@ -52,17 +52,9 @@ def target_mismatches(
     for head, spec in zip(heads, losses, strict=True):
         summary = labels.get(head.name)
         if summary is not None and summary.count:
-            problem = judge(_facts(head, spec, summary, head.name in custom))
+            problem = judge(facts_of(head, spec, labels=summary, custom=head.name in custom))
             found += [problem] if problem is not None else []
     return found
-
-
-def _facts(
-    head: Head, spec: tuple[str, bool] | None, y: LabelSummary, custom: bool = False
-) -> HeadFacts:
-    """The facts of a head with its loss (canonical name, from_logits; None when unknown)."""
-    loss, logits = spec if spec is not None else (None, False)
-    return HeadFacts(head, loss, logits, y, custom=custom)
 
 
 def _where(f: HeadFacts) -> str:
@@ -95,8 +87,8 @@ class TargetExample:
         y = LabelSummary()
         y.add(np.array(self.labels), self.output_rank)
         head = Head("head", "head", self.activation, self.units, layer_class="Dense")
-        custom = self.loss == "custom"
-        return _facts(head, None if custom else (self.loss, self.from_logits), y, custom)
+        spec = None if self.loss == "custom" else (self.loss, self.from_logits)
+        return facts_of(head, spec, labels=y, custom=spec is None)
 
 
 @dataclass(frozen=True)
@@ -523,7 +515,7 @@ def label_repair(
     rule that names it (None when none does, or the labels themselves must change)."""
     if y is None or not y.count:
         return None
-    facts = _facts(head, spec, y)
+    facts = facts_of(head, spec, labels=y)
     rule = _first(facts)
     return rule.repair(facts) if rule is not None else None
 
