@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from layergrad.core.results import ConfigChange, Fact, Reason
 from layergrad.core.vocab import Finding, Severity
@@ -121,11 +120,9 @@ class HeadFacts:
         return f"output '{head.name}' ({units_words(head.units)}{head.observed or head.activation})"
 
 
-def facts_of(head: Head, spec: tuple[str, bool] | None, **more: Any) -> HeadFacts:
-    """The facts of a head with its loss as `loss_forms.per_output` gives it (canonical name,
-    from_logits; None when unknown)."""
-    loss, logits = spec if spec is not None else (None, False)
-    return HeadFacts(head, loss, logits, **more)
+def loss_of(spec: tuple[str, bool] | None) -> tuple[str | None, bool]:
+    """(loss, from_logits) of a loss as `loss_forms.per_output` gives it (None: not known)."""
+    return spec if spec is not None else (None, False)
 
 
 # The repair a rule makes (the config edit `fix` applies), kept in its finding record.

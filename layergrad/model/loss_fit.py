@@ -14,7 +14,7 @@ from layergrad.core.results import Reason
 from layergrad.core.vocab import Finding, Severity
 from layergrad.model.graph import ModelGraph
 from layergrad.model.head_forms import Head, keyed_by_head, output_heads
-from layergrad.model.head_rules import BY_NAME, facts_of, judge
+from layergrad.model.head_rules import BY_NAME, HeadFacts, judge, loss_of
 from layergrad.model.linear_stacks import LinearStack, redundant_pairs, whole_network
 from layergrad.model.loss_forms import per_output, unknown_losses
 from layergrad.model.observed_heads import Observed
@@ -108,7 +108,7 @@ def _judge(
     stacks: list[Reason] = []
     whole = False
     for head, spec in heads:
-        facts = facts_of(head, spec, linear=linear)
+        facts = HeadFacts(head, *loss_of(spec), linear=linear)
         whole = whole or any(rule.applies(facts) for rule in WHOLE_NETWORK)
         problem = judge(facts)
         if problem is not None:

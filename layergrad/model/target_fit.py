@@ -19,7 +19,7 @@ from layergrad.core.results import ConfigChange as Change
 from layergrad.core.results import Reason
 from layergrad.core.vocab import Finding, Severity
 from layergrad.model.head_forms import Head
-from layergrad.model.head_rules import CHANGES_LOSS, HeadFacts, facts_of, units_words
+from layergrad.model.head_rules import CHANGES_LOSS, HeadFacts, loss_of, units_words
 from layergrad.model.label_summary import MAX_CLASSES, LabelSummary
 
 FAR_BEYOND = 100  # class ids past this many times the labels read are not classes
@@ -52,7 +52,7 @@ def target_mismatches(
     for head, spec in zip(heads, losses, strict=True):
         summary = labels.get(head.name)
         if summary is not None and summary.count:
-            problem = judge(facts_of(head, spec, labels=summary, custom=head.name in custom))
+            problem = judge(HeadFacts(head, *loss_of(spec), summary, custom=head.name in custom))
             found += [problem] if problem is not None else []
     return found
 
@@ -88,7 +88,7 @@ class TargetExample:
         y.add(np.array(self.labels), self.output_rank)
         head = Head("head", "head", self.activation, self.units, layer_class="Dense")
         spec = None if self.loss == "custom" else (self.loss, self.from_logits)
-        return facts_of(head, spec, labels=y, custom=spec is None)
+        return HeadFacts(head, *loss_of(spec), y, custom=spec is None)
 
 
 @dataclass(frozen=True)
@@ -514,7 +514,7 @@ def label_repair(
     rule that names it (None when none does, or the labels themselves must change)."""
     if y is None or not y.count:
         return None
-    facts = facts_of(head, spec, labels=y)
+    facts = HeadFacts(head, *loss_of(spec), y)
     rule = _first(facts)
     return rule.repair(facts) if rule is not None else None
 
