@@ -34,8 +34,7 @@ def container_of(model: Config, path: str) -> tuple[Config, Config]:
     parts = path.split("/")
     holder = model
     for depth, part in enumerate(parts):
-        entries = _layers(holder)
-        found = next((e for e in entries if layer_name(e) == part), None)
+        found = next((e for e in _layers(holder) if layer_name(e) == part), None)
         if found is None:
             raise EditError(f"no layer {path!r} in the model's config")
         if depth == len(parts) - 1:

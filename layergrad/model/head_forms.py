@@ -34,7 +34,7 @@ _NAMES = {
 } | {"identity": "linear", "exp": "exponential", "logistic": "sigmoid"}  # fmt: skip
 # Activation layers: what they apply.
 _LAYERS = {"Softmax": "softmax", "LeakyReLU": "leaky_relu", "ELU": "elu", "PReLU": "prelu",
-           "ThresholdedReLU": "relu"}  # fmt: skip
+           "ThresholdedReLU": "relu", "ReLU": "relu"}  # fmt: skip
 # The weight layers: they apply their `activation` option last (none: linear).
 WEIGHTED = ("Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose",
             "Conv2DTranspose", "Conv3DTranspose", "SeparableConv1D", "SeparableConv2D",
@@ -84,9 +84,7 @@ def activation_from(value: object) -> str:
 def activation_named(name: str) -> str:
     """The canonical activation a function's name (``softmax_v2``, ``leaky_relu``) or an
     activation layer's class (``ReLU``, ``Softmax``) stands for; "unknown" for others."""
-    if name in _LAYERS or name == "ReLU":
-        return _layer_activation(name, {}, None)
-    return _by_name(name)
+    return _LAYERS.get(name) or _by_name(name)
 
 
 def _by_name(name: str) -> str:
@@ -244,7 +242,7 @@ def single_inbound(graph: ModelGraph, entry: LayerEntry) -> LayerEntry | None:
     return leaf(graph, graph.get(entry.inbound[0])) if len(entry.inbound) == 1 else None
 
 
-_APPLIERS = ("Activation", "ReLU", *_LAYERS, *PASS_THROUGH)  # layers that keep the width
+_APPLIERS = ("Activation", *_LAYERS, *PASS_THROUGH)  # layers that keep the width
 
 
 def declared_units(entry: LayerEntry) -> int | None:

@@ -120,6 +120,11 @@ class HeadFacts:
         return f"output '{head.name}' ({units_words(head.units)}{head.observed or head.activation})"
 
 
+def loss_of(spec: tuple[str, bool] | None) -> tuple[str | None, bool]:
+    """(loss, from_logits) of a loss as `loss_forms.per_output` gives it (None: not known)."""
+    return spec if spec is not None else (None, False)
+
+
 # The repair a rule makes (the config edit `fix` applies), kept in its finding record.
 Change = ConfigChange
 

@@ -161,11 +161,10 @@ def check_in_graph(graph: ModelGraph, refs: Sequence[str], globs: Sequence[str] 
     known = {*graph.input_names, *paths, *(e.path for e in graph.unlisted)}
     top = sum(1 for e in graph.layers if e.parent is None)
     for ref in refs:
-        base, _, _ = _split(ref)
-        if base not in known and _by_name(base, paths) is None:
-            base, _, _ = _split(split_logits(ref.strip())[0])
-        if base in known or _by_name(base, paths) is not None:
+        tried = (_split(ref)[0], _split(split_logits(ref.strip())[0])[0])  # `x:logits` as named
+        if any(base in known or _by_name(base, paths) is not None for base in tried):
             continue
+        base = tried[1]
         if _INDEX.match(base):
             _check_index(int(base), top)
         else:

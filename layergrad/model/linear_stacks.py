@@ -35,11 +35,9 @@ _UPSAMPLING = ("Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose")
 
 @dataclass(frozen=True)
 class LinearStack:
-    """Weight layers computing one linear map: `layers` in order, `pair` True for a
-    redundant pair inside a network that is otherwise non-linear."""
+    """Weight layers computing one linear map, in order."""
 
     layers: tuple[str, ...]
-    pair: bool
 
 
 def whole_network(graph: ModelGraph, head_layer: str) -> LinearStack | None:
@@ -56,7 +54,7 @@ def whole_network(graph: ModelGraph, head_layer: str) -> LinearStack | None:
             return None
     if any(e.class_name == "Embedding" for e in graph.layers) or len(weighted) < 2:
         return None
-    return LinearStack(tuple(weighted), pair=False)
+    return LinearStack(tuple(weighted))
 
 
 def _linear_activation_layer(entry: LayerEntry) -> bool:
@@ -86,7 +84,7 @@ def redundant_pairs(graph: ModelGraph) -> list[LinearStack]:
         # one layer in -> out fits any map of rank min(in, out) <= out: a middle that wide
         # adds nothing (the input width may be unknown, after a Flatten)
         if middle >= min(outside, inside if inside is not None else outside):
-            found.append(LinearStack((entry.path, second.path), pair=True))
+            found.append(LinearStack((entry.path, second.path)))
     return found
 
 

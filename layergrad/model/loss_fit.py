@@ -7,14 +7,14 @@ a head that already applies softmax. Each pairing below names what Keras users m
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from layergrad.core.results import Reason
 from layergrad.core.vocab import Finding, Severity
 from layergrad.model.graph import ModelGraph
 from layergrad.model.head_forms import Head, keyed_by_head, output_heads
-from layergrad.model.head_rules import BY_NAME, HeadFacts, judge
+from layergrad.model.head_rules import BY_NAME, HeadFacts, judge, loss_of
 from layergrad.model.linear_stacks import LinearStack, redundant_pairs, whole_network
 from layergrad.model.loss_forms import per_output, unknown_losses
 from layergrad.model.observed_heads import Observed
@@ -65,16 +65,7 @@ def read_file(
     if loss and len(heads) == 1 and all(h.known for h in heads):
         stack = whole_network(graph, judged[0].layer)
     linear = stack.layers if stack is not None else ()
-    found: list[Reason] = []
-    stacks: list[Reason] = []
-    whole = False  # a rule judged the whole network's stack (no pair is then listed)
-    for head, spec in zip(judged, specs, strict=True):
-        name, logits = spec if spec is not None else (None, False)
-        facts = HeadFacts(head, name, logits, linear=linear)
-        whole = whole or any(rule.applies(facts) for rule in WHOLE_NETWORK)
-        problem = judge(facts)
-        if problem is not None:
-            (stacks if problem.code == Finding.LINEAR_STACK else found).append(problem)
+    found, stacks, whole = _judge(zip(judged, specs, strict=True), linear)
     if not loss:
         return LossReading(tuple(found))
     if not whole:
@@ -97,20 +88,32 @@ def read_observed(
     if not loss or not names:
         return LossReading(described=False)
     specs = per_output(loss, names)
-    unknown = tuple(unknown_losses(loss, names))
-    found: list[Reason] = []
-    looked: list[Head] = []
-    for (name, layer, units, observed), spec in zip(seen, specs, strict=True):
-        if observed is None:
-            continue
-        head = Head(name, layer or name, observed.kind, units, layer_class=observed.layer_class,
-                    observed=observed.describe())  # fmt: skip
-        looked.append(head)
-        problem = judge(HeadFacts(head, *spec)) if spec is not None else None
-        if problem is not None:
-            found.append(problem)
+    looked = [(Head(name, layer or name, o.kind, units, layer_class=o.layer_class,
+                    observed=o.describe()), spec)
+              for (name, layer, units, o), spec in zip(seen, specs, strict=True)
+              if o is not None]  # fmt: skip
+    found, _, _ = _judge(pair for pair in looked if pair[1] is not None)
     judged = sum(spec is not None for spec in specs)
-    return LossReading(tuple(found), (), unknown, (), judged, tuple(looked), False)
+    unknown = tuple(unknown_losses(loss, names))
+    heads = tuple(head for head, _ in looked)
+    return LossReading(tuple(found), (), unknown, (), judged, heads, False)
+
+
+def _judge(
+    heads: Iterable[tuple[Head, tuple[str, bool] | None]], linear: tuple[str, ...] = ()
+) -> tuple[list[Reason], list[Reason], bool]:
+    """The failures and the linear stacks the rules find on each head with its loss (None:
+    unknown), and whether a rule judged the whole network's stack (no pair is then listed)."""
+    found: list[Reason] = []
+    stacks: list[Reason] = []
+    whole = False
+    for head, spec in heads:
+        facts = HeadFacts(head, *loss_of(spec), linear=linear)
+        whole = whole or any(rule.applies(facts) for rule in WHOLE_NETWORK)
+        problem = judge(facts)
+        if problem is not None:
+            (stacks if problem.code == Finding.LINEAR_STACK else found).append(problem)
+    return found, stacks, whole
 
 
 def _as_observed(head: Head, seen: Observed | None) -> Head:

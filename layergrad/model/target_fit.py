@@ -19,7 +19,7 @@ from layergrad.core.results import ConfigChange as Change
 from layergrad.core.results import Reason
 from layergrad.core.vocab import Finding, Severity
 from layergrad.model.head_forms import Head
-from layergrad.model.head_rules import CHANGES_LOSS, HeadFacts, units_words
+from layergrad.model.head_rules import CHANGES_LOSS, HeadFacts, loss_of, units_words
 from layergrad.model.label_summary import MAX_CLASSES, LabelSummary
 
 FAR_BEYOND = 100  # class ids past this many times the labels read are not classes
@@ -52,17 +52,9 @@ def target_mismatches(
     for head, spec in zip(heads, losses, strict=True):
         summary = labels.get(head.name)
         if summary is not None and summary.count:
-            problem = judge(_facts(head, spec, summary, head.name in custom))
+            problem = judge(HeadFacts(head, *loss_of(spec), summary, custom=head.name in custom))
             found += [problem] if problem is not None else []
     return found
-
-
-def _facts(
-    head: Head, spec: tuple[str, bool] | None, y: LabelSummary, custom: bool = False
-) -> HeadFacts:
-    """The facts of a head with its loss (canonical name, from_logits; None when unknown)."""
-    loss, logits = spec if spec is not None else (None, False)
-    return HeadFacts(head, loss, logits, y, custom=custom)
 
 
 def _where(f: HeadFacts) -> str:
@@ -95,8 +87,8 @@ class TargetExample:
         y = LabelSummary()
         y.add(np.array(self.labels), self.output_rank)
         head = Head("head", "head", self.activation, self.units, layer_class="Dense")
-        custom = self.loss == "custom"
-        return _facts(head, None if custom else (self.loss, self.from_logits), y, custom)
+        spec = None if self.loss == "custom" else (self.loss, self.from_logits)
+        return HeadFacts(head, *loss_of(spec), y, custom=spec is None)
 
 
 @dataclass(frozen=True)
@@ -191,10 +183,10 @@ def _sparse_rank(f: HeadFacts) -> bool:
         not trailing_one)  # fmt: skip
 
 
-def _beyond_range(f: HeadFacts) -> bool:
-    bounds = RANGES.get(f.head.activation)
-    return (bounds is not None and not f.sparse and not f.from_logits
-            and (f.y.low < bounds[0] or f.y.high > bounds[1]))  # fmt: skip
+def _outside(f: HeadFacts) -> bool:
+    """Labels beyond what the head's activation can output (a sparse loss reads class ids)."""
+    low, high = RANGES.get(f.act, (-np.inf, np.inf))
+    return not f.sparse and (f.y.low < low or f.y.high > high)
 
 
 def _wider(f: HeadFacts) -> str:
@@ -255,15 +247,14 @@ def _one_label(f: HeadFacts) -> Change | None:
 def _regression(f: HeadFacts) -> Change | None:
     """A linear head for targets beyond the head's range (and `mean_squared_error` for targets
     beyond binary cross-entropy's [0, 1])."""
-    y, act = f.y, head_activation(f.head)
+    y = f.y
     if f.loss_name.startswith("binary") and (y.low < 0 or y.high > 1):
         return _head("linear", "the head and loss change: the targets lie outside [0, 1], a "
                      "regression: a linear head with mean_squared_error",
                      loss="mean_squared_error")  # fmt: skip
-    low, high = RANGES.get(act, (-np.inf, np.inf))
-    if not f.sparse and (y.low < low or y.high > high):
+    if _outside(f):
         return _head("linear", f"the activation changes: the targets run from {y.low:g} to "
-                     f"{y.high:g}, beyond what a {act} can output; a linear head can reach "
+                     f"{y.high:g}, beyond what a {f.act} can output; a linear head can reach "
                      "them")  # fmt: skip
     return None
 
@@ -469,7 +460,7 @@ RULES: tuple[TargetRule, ...] = (
         "outside_range", "outside the head's range", "sigmoid / softmax [0, 1], tanh [-1, 1], "
         "ReLU / softplus / exponential [0, inf), relu6 [0, 6] (not for sparse losses, not with "
         "`from_logits`)",
-        _beyond_range,
+        lambda f: not f.from_logits and _outside(f),
         lambda f: f"a {f.head.activation} output lies in "
         f"[{RANGES[f.head.activation][0]:g}, {RANGES[f.head.activation][1]:g}], so it "
         "can never reach them",
@@ -523,7 +514,7 @@ def label_repair(
     rule that names it (None when none does, or the labels themselves must change)."""
     if y is None or not y.count:
         return None
-    facts = _facts(head, spec, y)
+    facts = HeadFacts(head, *loss_of(spec), y)
     rule = _first(facts)
     return rule.repair(facts) if rule is not None else None
 
