@@ -1,21 +1,14 @@
-"""Write the files a user asked for (`--junit`, `--save-gradient`, `--plot`), never over what
-they read.
+"""Write the files a user asked for (`--junit`, `--save-gradient`, `--plot`, `fix --output`),
+never over what they read.
 
-Every output goes through `check_target` first (run before any work, so a bad target costs
-a second) and is written atomically (a temporary file in the same folder, then a rename), so
-an interrupted run leaves the old file or the new one, never half of one. Missing parent
-folders are created, as pytest does for ``--junitxml``.
-
-A target is refused (`OutputError`, exit code 2) when it is one of this run's inputs (a model
-file, the ``--input`` batch, an ``--import`` module, the ``--data`` file or function file, or
-anything inside a ``--data`` folder), a directory or special file, in a folder that cannot be
-written (checked before the work), or an existing file layergrad did not write: a report
-replaces only a layergrad JUnit report (recognised by its content), a chart only a PNG, SVG
-or PDF file, a ``.npy`` only a ``.npy``, a ``.npz`` only an archive of arrays, a ``.keras``
-only a copy ``fix`` wrote (its zip comment says so). ``force``
-(``--force``) lifts that last rule, never the others. Replacing an existing file is said in
-the one line that says what was written. (`--plot` keeps its own checks of the extension
-and the folder, in `render/chart_files.check_plot_path`, and writes through `write_file`.)
+Every output goes through `check_target` before any work and is written atomically (a
+temporary file beside it, then a rename); missing parent folders are created, as pytest does
+for ``--junitxml``. A target is refused (`OutputError`, exit code 2) when it is one of this
+run's inputs (model, ``--input``, ``--import``, ``--data`` or anything inside a ``--data``
+folder), a directory or special file, in a folder that cannot be written, or an existing file
+layergrad did not write (a JUnit report, a chart, a ``.npy``, an archive of arrays, a
+``.keras`` copy ``fix`` wrote, each recognised by its content); ``force`` (``--force``) lifts
+that last rule only. Replacing a file is said in the line that says what was written.
 """
 
 from __future__ import annotations
@@ -56,12 +49,9 @@ def check_target(
 ) -> Path:
     """Refuse ``path`` as the target of ``option`` before anything runs (see the module doc).
 
-    ``kind`` is "xml", "npy", "npz", "chart", "fit", "keras" (`fix --output`: an existing
-    model file is replaced only with ``force``) or "folder", a folder to write new files into
-    (TensorBoard's ``log_dir``): a folder (or a link to one) that can be written, or absent
-    with a writable folder above it; ``inputs`` are the files and folders this run reads (a
-    folder protects everything inside it); ``force`` allows replacing an existing file
-    layergrad did not write.
+    ``kind`` is "xml", "npy", "npz", "chart", "fit", "keras" or "folder" (TensorBoard's
+    ``log_dir``: a writable folder, or absent under one); ``inputs`` are the files and folders
+    this run reads.
 
     Raises:
         OutputError: a target the module doc says is refused.
@@ -93,7 +83,7 @@ def check_target(
             raise OutputError(
                 f"{option} {text} is {what}, not a folder; expected a folder to write into"
             )
-        if not os.access(p, os.W_OK | os.X_OK) or _read_only_mount(p):
+        if not _writable(p):
             raise OutputError(
                 f"{option} {text}: the folder cannot be written (read-only or no permission); "
                 "choose another place"
@@ -155,18 +145,20 @@ def _require_writable_folder(p: Path, option: str) -> None:
         folder = folder.parent
     if not folder.is_dir():
         raise OutputError(f"{option} {p}: {folder} is not a folder; choose another place")
-    if not os.access(folder, os.W_OK | os.X_OK) or _read_only_mount(folder):
+    if not _writable(folder):
         raise OutputError(
             f"{option} {p}: the folder {folder} cannot be written (read-only or no permission); "
             "choose another place, before any work is done"
         )
 
 
-def _read_only_mount(folder: Path) -> bool:
+def _writable(folder: Path) -> bool:
+    """Whether files can be made in ``folder``: permission, and not a read-only mount."""
     try:
-        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+        read_only = os.statvfs(folder).f_flag & os.ST_RDONLY
     except OSError:
-        return False
+        read_only = False
+    return os.access(folder, os.W_OK | os.X_OK) and not read_only
 
 
 def _same_file(a: Path, b: PathText) -> bool:
@@ -206,9 +198,7 @@ def write_file(
     """Write ``data`` to ``path`` through `check_target` and a temporary file; True when it
     replaced an existing file."""
     p = check_target(path, option, kind, inputs, force=force)
-    existed = p.exists()
-    _atomic_write(p, option, lambda fh: fh.write(data))
-    return existed
+    return _atomic_write(p, option, lambda fh: fh.write(data))
 
 
 def write_report(
@@ -251,8 +241,7 @@ def save_gradients(
     if not arrays:
         said = f"not written, the gradient of {', '.join(none)} is None"
         return Written(path, False, f"{option} {path}: {said}")
-    existed = p.exists()
-    _atomic_write(p, option, lambda fh: _write_arrays(fh, arrays, npz=kind == "npz"))
+    existed = _atomic_write(p, option, lambda fh: _write_arrays(fh, arrays, npz=kind == "npz"))
     message = f"wrote the gradient of {', '.join(arrays)} to {path}"
     if none:
         message += f" (left out {', '.join(none)}: the gradient is None)"
@@ -270,8 +259,10 @@ def _write_arrays(fh: IO[bytes], arrays: dict[str, np.ndarray], npz: bool) -> No
                 np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
 
 
-def _atomic_write(p: Path, option: str, write: Callable[[IO[bytes]], object]) -> None:
-    """Write through a temporary file beside ``p``, then rename it over ``p``."""
+def _atomic_write(p: Path, option: str, write: Callable[[IO[bytes]], object]) -> bool:
+    """Write through a temporary file beside ``p``, then rename it over ``p``; True when it
+    replaced a file."""
+    existed = p.exists()
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -284,6 +275,7 @@ def _atomic_write(p: Path, option: str, write: Callable[[IO[bytes]], object]) ->
         with os.fdopen(fd, "wb") as fh:
             write(fh)
         os.replace(temp, p)
+        return existed
     except OSError as exc:
         raise OutputError(f"{option} {p}: cannot write it ({exc.strerror or exc})") from None
     finally:
