@@ -1,12 +1,17 @@
 """Read `.npy` / `.npz` files (`--input`, and `--data` a batch at a time) within what they hold.
 
-`np.load` trusts the header: a declared huge shape is allocated, a `.npz` member can be a
-decompression bomb, an object array needs unpickling. Here `read_header`, the one check of a
-header (`--input` and `--data`), checks its size, its dtype and the bytes it declares against
-the bytes stored, archives are checked for bombs, and only then is the data read; every
-problem is an `InputError` naming the file and, in an archive, the member. For `--data`,
-`NpyRows` reads the rows asked for, and `NpyLayout` says where an uncompressed array's rows
-lie for tf.data to read in place: memory stays at a batch whatever the file holds.
+`np.load` trusts the header: a `.npy` that declares a huge shape allocates it, a `.npz`
+member can be a decompression bomb, and an object array would need unpickling. Here every
+header is read and checked first (its size, its dtype, the bytes it declares against the
+bytes stored), archives are checked for bombs, and only then is the data read. Every
+problem is an `InputError` naming the file and, in an archive, the member. `read_header` is
+the one check of a header, shared by `--input` (whole arrays) and `--data`.
+
+For `--data`, `NpyRows` reads the rows it is asked for with plain reads after that check (a
+compressed `.npz` member is inflated as it is read), and `NpyLayout` says where the rows of
+an uncompressed array lie for tf.data to read in place: memory stays at a batch whatever the
+file holds (`np.load` reads a whole member, and a memory-mapped `.npy` counts every page it
+touches in the process's resident memory).
 """
 
 from __future__ import annotations
@@ -235,15 +240,25 @@ def short_error(exc: BaseException, typed: bool = True) -> str:
 
 
 class NpyRows:
-    """Rows of one `.npy` stream (positioned at its start), read in order.
+    """Rows of one `.npy` stream, read in order.
 
-    `label` names it in errors (`x.npy`, `data.npz, array 'a',`); `size` is the bytes the
-    stream holds (without it a short stream is found when its rows are read). An array saved
-    in Fortran order is read whole at the first `read`, up to `MAX_FORTRAN_BYTES`.
+    Args:
+        stream: a binary file object positioned at the start of the `.npy` data.
+        label: how errors name it (`x.npy`, `data.npz, array 'a',`).
+        size: the bytes the stream holds from its start (the file's or the member's size);
+            without it a short stream is found when its rows are read.
+
+    An array saved in Fortran order (its rows are not contiguous) is read whole at the
+    first `read`, up to `MAX_FORTRAN_BYTES`, and served in row order from memory.
 
     Raises:
-        InputError: what `read_header` refuses, a Fortran-order array over
-            `MAX_FORTRAN_BYTES`, or a 0-d array (no rows).
+        InputError: what `array_files.read_header` refuses, a Fortran-order array over
+        `MAX_FORTRAN_BYTES`, or a 0-d array (no rows).
+
+    Example (not run)::
+
+        rows = NpyRows(open("x.npy", "rb"), "x.npy", os.path.getsize("x.npy"))
+        rows.read(32).shape  # (32, 28, 28, 1)
     """
 
     def __init__(self, stream: IO[bytes], label: str, size: int | None = None) -> None:

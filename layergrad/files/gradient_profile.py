@@ -1,7 +1,12 @@
-"""A gradient profile: a scan reduced to what a comparison needs (read by `report_json`'s
-`load_profile` and `profile_of`), and a comparison of two profiles as data (`RowDiff`,
-`DiffReport`; the rules are in `diagnose/regressions.py`). `recorded_probe` reproduces a
-profile's probe. A row needs only a name, a status, a mean |g| and flags: any scan row fits.
+"""A gradient profile: a scan reduced to what a comparison needs, from a report or its JSON,
+and a comparison of two profiles as data (`RowDiff`, `DiffReport`).
+
+`diff` compares two profiles row by row, matched by name (the rules are in
+`diagnose/regressions.py`; `report_json` writes the comparison as `layergrad.diff/1`). A
+profile is read from a scan's JSON document, a committed `layergrad scan --json` file or a
+report just made (`report_json.py`: `load_profile`, `profile_of`); `recorded_probe`
+reproduces its probe. A row only needs a name, a status, a mean |g| and flags, so any kind of
+scan row fits.
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ ROW_KEYS = {ACTIVATIONS: ("layers", "layer"), Wrt.WEIGHTS.value: ("variables", "
 class ProfileRow:
     """What a comparison needs of one scan row.
 
-    `mean_abs` is None without a gradient or for a mean |g| that was not finite; `cause` is
-    the most likely cause of a status that is not ok (`code at layer`); `input_shape` is the
-    shape of the probe batch a model input's row was fed.
+    `mean_abs` is None when the row has no gradient or a mean |g| that was not finite (`null`
+    in a scan JSON); `cause` names the most likely cause of a
+    none / zero / non-finite status (`code at layer`); `input_shape` is set on a model input's
+    row: the shape of the probe batch it was fed.
     """
 
     name: str
@@ -119,9 +125,11 @@ def recorded_probe(
 ) -> ProbeOptions:
     """The probe options that reproduce the probe recorded in `profile`.
 
-    `input_file` is the `--input` given now: the same file as recorded (a random batch needs
-    none). With `data` (`--data` given now) only the batch size, seed, reduction and mode are
-    taken; a profile made over `--data` needs `--data` again. `where` names the profile.
+    `input_file` is the `--input` given now: a profile probed with an `--input` batch needs
+    the same file again (the JSON records its path, not its contents); a profile probed with a
+    random batch needs none. With `data` (`--data` is given now) only the batch size, seed,
+    reduction and mode are taken: which data it was is judged by `baseline.same_data`. A
+    profile made over `--data` needs `--data` again. `where` names the profile in errors.
 
     Raises:
         InputError: the recorded probe cannot be reproduced with this `input_file`.

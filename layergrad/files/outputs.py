@@ -1,14 +1,21 @@
-"""Write the files a user asked for (`--junit`, `--save-gradient`, `--plot`, `fix --output`),
-never over what they read.
+"""Write the files a user asked for (`--junit`, `--save-gradient`, `--plot`), never over what
+they read.
 
-Every output goes through `check_target` before any work and is written atomically (a
-temporary file beside it, then a rename); missing parent folders are created, as pytest does
-for ``--junitxml``. A target is refused (`OutputError`, exit code 2) when it is one of this
-run's inputs (model, ``--input``, ``--import``, ``--data`` or anything inside a ``--data``
-folder), a directory or special file, in a folder that cannot be written, or an existing file
-layergrad did not write (a JUnit report, a chart, a ``.npy``, an archive of arrays, a
-``.keras`` copy ``fix`` wrote, each recognised by its content); ``force`` (``--force``) lifts
-that last rule only. Replacing a file is said in the line that says what was written.
+Every output goes through `check_target` first (run before any work, so a bad target costs
+a second) and is written atomically (a temporary file in the same folder, then a rename), so
+an interrupted run leaves the old file or the new one, never half of one. Missing parent
+folders are created, as pytest does for ``--junitxml``.
+
+A target is refused (`OutputError`, exit code 2) when it is one of this run's inputs (a model
+file, the ``--input`` batch, an ``--import`` module, the ``--data`` file or function file, or
+anything inside a ``--data`` folder), a directory or special file, in a folder that cannot be
+written (checked before the work), or an existing file layergrad did not write: a report
+replaces only a layergrad JUnit report (recognised by its content), a chart only a PNG, SVG
+or PDF file, a ``.npy`` only a ``.npy``, a ``.npz`` only an archive of arrays, a ``.keras``
+only a copy ``fix`` wrote (its zip comment says so). ``force``
+(``--force``) lifts that last rule, never the others. Replacing an existing file is said in
+the one line that says what was written. (`--plot` keeps its own checks of the extension
+and the folder, in `render/chart_files.check_plot_path`, and writes through `write_file`.)
 """
 
 from __future__ import annotations
@@ -49,9 +56,12 @@ def check_target(
 ) -> Path:
     """Refuse ``path`` as the target of ``option`` before anything runs (see the module doc).
 
-    ``kind`` is "xml", "npy", "npz", "chart", "fit", "keras" or "folder" (TensorBoard's
-    ``log_dir``: a writable folder, or absent under one); ``inputs`` are the files and folders
-    this run reads.
+    ``kind`` is "xml", "npy", "npz", "chart", "fit", "keras" (`fix --output`: an existing
+    model file is replaced only with ``force``) or "folder", a folder to write new files into
+    (TensorBoard's ``log_dir``): a folder (or a link to one) that can be written, or absent
+    with a writable folder above it; ``inputs`` are the files and folders this run reads (a
+    folder protects everything inside it); ``force`` allows replacing an existing file
+    layergrad did not write.
 
     Raises:
         OutputError: a target the module doc says is refused.

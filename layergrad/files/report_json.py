@@ -1,15 +1,19 @@
 """Reports are their schema: the one writer and the one reader of layergrad's JSON reports.
 
-`to_json(report)` walks a result object's dataclass fields and `from_json(cls, doc)` reads one
-back by the same fields' type hints; `SPECS` says, class by class, only where the JSON differs
-from the fields.
+`to_json(report)` walks a result object's dataclass fields, and `from_json(cls, doc)` reads
+one back by the same fields' type hints; `SPECS` says, class by class, only where the JSON
+differs from the fields (a member named otherwise, a field not written, a member written only
+when set, an object whose members join its parent's) and the checks between members.
 
-A report read back (`merge` reads its shards here) is untrusted input like a model file: a
-regular file of at most `MAX_REPORT_BYTES`, strict JSON, every member checked against its
-field's type within the bounds below (the one place they are written), a malformed or foreign
-file one clear line naming the member. The walk follows the types, not the document, so a
-document nests no deeper than the report it claims to be. `diff` and `check --baseline` read
-a committed `layergrad scan --json` as a gradient profile (`load_profile`) the same way.
+A report read back (`merge` reads its shards here) is untrusted input like a model file: it
+must be a regular file (a FIFO or a device is refused before it is opened), at most
+`MAX_REPORT_BYTES`, strict JSON (no NaN / Infinity), and every member is checked against its
+field's type within the bounds below (the one place they are written), so a malformed or
+foreign file is one clear line that names the member. The walk follows the types, not the
+document, so a document nests no deeper than the report it claims to be.
+
+`diff` and `check --baseline` read a committed `layergrad scan --json` as a gradient profile
+(`load_profile`, at most MAX_PROFILE_BYTES) the same way: never a false regression.
 """
 
 from __future__ import annotations
