@@ -44,10 +44,9 @@ Inputs = Iterable[PathText | None]  # the files and folders a run reads
 
 @dataclass(frozen=True)
 class Written:
-    """What happened to one output: the path, whether a file was written, and one line."""
+    """What happened to one output: the path, and the one line that says it."""
 
     path: str
-    wrote: bool
     message: str
 
 
@@ -216,7 +215,7 @@ def write_report(
 ) -> Written:
     """Write a text report (JUnit XML) to ``path``; the message says what was written."""
     existed = write_file(path, option, "xml", text.encode("utf-8"), inputs, force=force)
-    return Written(path, True, f"wrote {what} to {path}" + (" (replaced it)" if existed else ""))
+    return Written(path, f"wrote {what} to {path}" + (" (replaced it)" if existed else ""))
 
 
 def save_gradients(
@@ -250,12 +249,12 @@ def save_gradients(
     none = [r.target.layer for r in results if r.array is None]
     if not arrays:
         said = f"not written, the gradient of {', '.join(none)} is None"
-        return Written(path, False, f"{option} {path}: {said}")
+        return Written(path, f"{option} {path}: {said}")
     existed = _atomic_write(p, option, lambda fh: _write_arrays(fh, arrays, npz=kind == "npz"))
     message = f"wrote the gradient of {', '.join(arrays)} to {path}"
     if none:
         message += f" (left out {', '.join(none)}: the gradient is None)"
-    return Written(path, True, message + (" (replaced it)" if existed else ""))
+    return Written(path, message + (" (replaced it)" if existed else ""))
 
 
 def _write_arrays(fh: IO[bytes], arrays: dict[str, np.ndarray], npz: bool) -> None:
