@@ -208,14 +208,11 @@ def _npy_header(fh: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
 
 
 def _data(fh: IO[bytes], p: Path, header: ArrayHeader) -> np.ndarray:
-    """Read the data after a checked header: exactly ``header.nbytes`` bytes."""
+    """Read the data after a checked header: exactly ``header.nbytes`` bytes (a buffered file
+    and a zip member fill the buffer unless they end first)."""
     raw = bytearray(header.nbytes)
-    view, got = memoryview(raw), 0
-    while got < header.nbytes:
-        n = fh.readinto(view[got:])  # type: ignore[attr-defined]
-        if not n:
-            raise _damaged(p, header.name, EOFError("the data is cut short"))
-        got += n
+    if (fh.readinto(raw) or 0) < header.nbytes:  # type: ignore[attr-defined]
+        raise _damaged(p, header.name, EOFError("the data is cut short"))
     flat = np.frombuffer(raw, dtype=header.dtype)
     return flat.reshape(header.shape, order="F" if header.fortran_order else "C")
 

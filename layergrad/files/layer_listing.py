@@ -47,6 +47,11 @@ class LayerRow:
     weights: WeightHealth | None
 
     @property
+    def index(self) -> int | None:
+        """Its index among its siblings (None for a weight file's group)."""
+        return self.position[-1] if self.position else None
+
+    @property
     def problem(self) -> str | None:
         """Why the stored weights need a look (NaN/Inf, all zero, no such layer), else None."""
         w = self.weights

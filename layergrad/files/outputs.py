@@ -44,10 +44,9 @@ Inputs = Iterable[PathText | None]  # the files and folders a run reads
 
 @dataclass(frozen=True)
 class Written:
-    """What happened to one output: the path, whether a file was written, and one line."""
+    """What happened to one output: the path, and the one line that says it."""
 
     path: str
-    wrote: bool
     message: str
 
 
@@ -93,7 +92,7 @@ def check_target(
             raise OutputError(
                 f"{option} {text} is {what}, not a folder; expected a folder to write into"
             )
-        if not os.access(p, os.W_OK | os.X_OK) or _read_only_mount(p):
+        if not _writable(p):
             raise OutputError(
                 f"{option} {text}: the folder cannot be written (read-only or no permission); "
                 "choose another place"
@@ -155,18 +154,20 @@ def _require_writable_folder(p: Path, option: str) -> None:
         folder = folder.parent
     if not folder.is_dir():
         raise OutputError(f"{option} {p}: {folder} is not a folder; choose another place")
-    if not os.access(folder, os.W_OK | os.X_OK) or _read_only_mount(folder):
+    if not _writable(folder):
         raise OutputError(
             f"{option} {p}: the folder {folder} cannot be written (read-only or no permission); "
             "choose another place, before any work is done"
         )
 
 
-def _read_only_mount(folder: Path) -> bool:
+def _writable(folder: Path) -> bool:
+    """Whether files can be made in ``folder``: permission, and not a read-only mount."""
     try:
-        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+        read_only = os.statvfs(folder).f_flag & os.ST_RDONLY
     except OSError:
-        return False
+        read_only = False
+    return os.access(folder, os.W_OK | os.X_OK) and not read_only
 
 
 def _same_file(a: Path, b: PathText) -> bool:
@@ -206,9 +207,7 @@ def write_file(
     """Write ``data`` to ``path`` through `check_target` and a temporary file; True when it
     replaced an existing file."""
     p = check_target(path, option, kind, inputs, force=force)
-    existed = p.exists()
-    _atomic_write(p, option, lambda fh: fh.write(data))
-    return existed
+    return _atomic_write(p, option, lambda fh: fh.write(data))
 
 
 def write_report(
@@ -216,7 +215,7 @@ def write_report(
 ) -> Written:
     """Write a text report (JUnit XML) to ``path``; the message says what was written."""
     existed = write_file(path, option, "xml", text.encode("utf-8"), inputs, force=force)
-    return Written(path, True, f"wrote {what} to {path}" + (" (replaced it)" if existed else ""))
+    return Written(path, f"wrote {what} to {path}" + (" (replaced it)" if existed else ""))
 
 
 def save_gradients(
@@ -250,13 +249,12 @@ def save_gradients(
     none = [r.target.layer for r in results if r.array is None]
     if not arrays:
         said = f"not written, the gradient of {', '.join(none)} is None"
-        return Written(path, False, f"{option} {path}: {said}")
-    existed = p.exists()
-    _atomic_write(p, option, lambda fh: _write_arrays(fh, arrays, npz=kind == "npz"))
+        return Written(path, f"{option} {path}: {said}")
+    existed = _atomic_write(p, option, lambda fh: _write_arrays(fh, arrays, npz=kind == "npz"))
     message = f"wrote the gradient of {', '.join(arrays)} to {path}"
     if none:
         message += f" (left out {', '.join(none)}: the gradient is None)"
-    return Written(path, True, message + (" (replaced it)" if existed else ""))
+    return Written(path, message + (" (replaced it)" if existed else ""))
 
 
 def _write_arrays(fh: IO[bytes], arrays: dict[str, np.ndarray], npz: bool) -> None:
@@ -270,8 +268,10 @@ def _write_arrays(fh: IO[bytes], arrays: dict[str, np.ndarray], npz: bool) -> No
                 np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
 
 
-def _atomic_write(p: Path, option: str, write: Callable[[IO[bytes]], object]) -> None:
-    """Write through a temporary file beside ``p``, then rename it over ``p``."""
+def _atomic_write(p: Path, option: str, write: Callable[[IO[bytes]], object]) -> bool:
+    """Write through a temporary file beside ``p``, then rename it over ``p``; True when it
+    replaced a file."""
+    existed = p.exists()
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -284,6 +284,7 @@ def _atomic_write(p: Path, option: str, write: Callable[[IO[bytes]], object]) ->
         with os.fdopen(fd, "wb") as fh:
             write(fh)
         os.replace(temp, p)
+        return existed
     except OSError as exc:
         raise OutputError(f"{option} {p}: cannot write it ({exc.strerror or exc})") from None
     finally:

@@ -492,7 +492,7 @@ def profile_from_json(doc: object, where: str = "scan JSON") -> Profile:
     Raises:
         InputError: another schema, or a member missing or of the wrong type.
     """
-    reader = _Fields(where)
+    reader = Reader(where, REMAKE, f"; {REMAKE}")
     if not isinstance(doc, dict):
         raise reader.error("the document", "a JSON object", doc)
     schema = doc.get("schema")
@@ -503,7 +503,7 @@ def profile_from_json(doc: object, where: str = "scan JSON") -> Profile:
         raise reader.error("wrt", " or ".join(map(repr, ROW_KEYS)), wrt)
     collection, key = ROW_KEYS[wrt]
     listed = reader.listed(reader.member(doc, collection), collection)
-    rows = tuple(reader.row(r, f"{collection}[{i}]", key) for i, r in enumerate(listed))
+    rows = tuple(_profile_row(reader, r, f"{collection}[{i}]", key) for i, r in enumerate(listed))
     twice = sorted(n for n, k in Counter(r.name for r in rows).items() if k > 1)
     if twice:
         raise InputError(f"{where}: {collection} name {', '.join(twice)} more than once")
@@ -537,35 +537,29 @@ def _schema_message(where: str, schema: object) -> str:
     return f"{where} is not a layergrad scan document (schema {schema!r}); {REMAKE}"
 
 
-class _Fields(Reader):
-    """Typed reads of a scan document's members, each error naming the member and the file."""
-
-    def __init__(self, where: str) -> None:
-        super().__init__(where, REMAKE, f"; {REMAKE}")
-
-    def row(self, doc: object, at: str, key: str) -> ProfileRow:
-        """One row. Each member that is exactly as `scan --json` writes it (ASCII names, a
-        float mean |g|) is taken as it is (a diff reads 200,000 rows); any other goes through
-        the reader, which checks it and names what is wrong."""
-        row = doc if type(doc) is dict else self.obj(doc, at)
-        status = row.get("status")
-        word = _STATUSES.get(status) if type(status) is str else None
-        if word is None:
-            word = self.word(Status, self.member(row, "status", at), f"{at}.status")
-        gradient = row["gradient"] if "gradient" in row else self.member(row, "gradient", at)
-        mean_abs = gradient.get("mean_abs") if type(gradient) is dict else None
-        if gradient is not None and not (type(mean_abs) is float and 0 <= mean_abs <= MAX_MEASURE):
-            value = self.member(self.obj(gradient, f"{at}.gradient"), "mean_abs", f"{at}.gradient")
-            # null: a number that was not finite (the one encoding of every JSON schema)
-            mean_abs = None if value is None else self.measure(value, f"{at}.gradient.mean_abs")
-        flags = row.get("flags")
-        if type(flags) is not list or not all(type(f) is str and f.isascii() for f in flags):
-            listed = self.listed(self.member(row, "flags", at), f"{at}.flags")
-            flags = [self.text(f, f"{at}.flags[{i}]") for i, f in enumerate(listed)]
-        name = row.get(key)
-        if type(name) is not str or not name.isascii():
-            name = self.text(self.member(row, key, at), f"{at}.{key}")
-        return ProfileRow(name, word, mean_abs, tuple(flags), _first_cause(row), _input_shape(row))
+def _profile_row(read: Reader, doc: object, at: str, key: str) -> ProfileRow:
+    """One row. Each member exactly as `scan --json` writes it (ASCII names, a float mean |g|)
+    is taken as it is (a diff reads 200,000 rows); any other goes through the reader, which
+    checks it and names what is wrong."""
+    row = doc if type(doc) is dict else read.obj(doc, at)
+    status = row.get("status")
+    word = _STATUSES.get(status) if type(status) is str else None
+    if word is None:
+        word = read.word(Status, read.member(row, "status", at), f"{at}.status")
+    gradient = row["gradient"] if "gradient" in row else read.member(row, "gradient", at)
+    mean_abs = gradient.get("mean_abs") if type(gradient) is dict else None
+    if gradient is not None and not (type(mean_abs) is float and 0 <= mean_abs <= MAX_MEASURE):
+        value = read.member(read.obj(gradient, f"{at}.gradient"), "mean_abs", f"{at}.gradient")
+        # null: a number that was not finite (the one encoding of every JSON schema)
+        mean_abs = None if value is None else read.measure(value, f"{at}.gradient.mean_abs")
+    flags = row.get("flags")
+    if type(flags) is not list or not all(type(f) is str and f.isascii() for f in flags):
+        listed = read.listed(read.member(row, "flags", at), f"{at}.flags")
+        flags = [read.text(f, f"{at}.flags[{i}]") for i, f in enumerate(listed)]
+    name = row.get(key)
+    if type(name) is not str or not name.isascii():
+        name = read.text(read.member(row, key, at), f"{at}.{key}")
+    return ProfileRow(name, word, mean_abs, tuple(flags), _first_cause(row), _input_shape(row))
 
 
 def _first_cause(row: Mapping[str, object]) -> str | None:
@@ -754,12 +748,6 @@ def _write_fix(obj: object, doc: dict[str, object]) -> None:
         repair["original"] = original
 
 
-def _write_layer(obj: object, doc: dict[str, object]) -> None:
-    """A layer's index among its siblings (None for a weight file's group)."""
-    assert isinstance(obj, LayerRow)
-    doc["index"] = obj.position[-1] if obj.position else None
-
-
 # a training run's losses (`fix`): what the loss is called, and each loss as a `..._loss`
 SCORED = {"loss_name": "loss", "final": "final_loss", "trivial": "trivial_loss",
           "baseline": "baseline_loss"}  # fmt: skip
@@ -898,8 +886,7 @@ SPECS: dict[type, Spec] = {
     LayerRow: Spec(
         keys={"class_name": "class"},
         skip=frozenset({"position", "unmatched"}),
-        also=("problem",),
-        write=_write_layer,
+        also=("problem", "index"),
     ),
     WeightHealth: Spec(skip=frozenset({"layer", "params"})),
 }

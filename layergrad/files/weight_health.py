@@ -88,10 +88,6 @@ def inventory(found: tuple[StoredDataset, ...]) -> StoredWeights:
     return StoredWeights(sum(ds.declared for ds in found), tuple(hollow))
 
 
-def _declared(ds: H5Object) -> int:
-    return math.prod(ds.shape or ()) * ds.dtype.itemsize if ds.shape is not None else 0
-
-
 def as_text(value: object, errors: str = "strict") -> str | None:
     """An HDF5 attribute's text (bytes decoded as UTF-8, `errors` as `bytes.decode`); None
     when absent. Strict by default: a name that is not UTF-8 marks a damaged file."""
@@ -271,7 +267,7 @@ def _tensor_stats(ds: H5Object, budget: _Budget) -> Stats | None:
     """Health of one dataset, or None when it was not scanned (a note says why)."""
     if ds.dtype.kind not in "biufc" or not ds.size:
         return 0, 0, ds.dtype.kind not in "biufc"
-    declared = _declared(ds)
+    declared = math.prod(ds.shape) * ds.dtype.itemsize  # a dataset with no shape has no size
     stored = ds.id.get_storage_size()
     if ds.chunks is None:
         if stored < declared:  # storage never written: every value is the fill value
