@@ -17,8 +17,8 @@ from layergrad.core.fix_results import FixReport, Run
 from layergrad.render.columns import html_rows, md_rows, name
 from layergrad.render.common import Column, count, md_code, md_head, md_text, number, to_text
 from layergrad.render.escape import visible
+from layergrad.render.fit import BLUE, RED, loss_chart
 from layergrad.render.html_page import Html, badge, cell, el, page, report_head
-from layergrad.render.loss_chart import BLUE, RED, loss_chart
 
 
 def _verdict(where: str) -> Column:
