@@ -1,8 +1,7 @@
 """What every renderer shares: rich text output, the table column, numbers, markdown, causes.
 
-Renderers are pure functions of result objects returning a string. A table renderer takes
-`color` and `width`; `width=None` means as wide as the content needs (output to a pipe or a
-file), so nothing is ever cut.
+A table renderer takes `color` and `width`; `width=None` is as wide as the content needs (a
+pipe or a file), so nothing is ever cut.
 """
 
 from __future__ import annotations
