@@ -23,8 +23,12 @@ if TYPE_CHECKING:
     from layergrad.core.probe_options import MeasureFields
 
 F = TypeVar("F", bound=Callable[..., object])
+
+
 W = TypeVar("W", bound=Word)
 T = TypeVar("T")
+
+
 Decorator = Callable[[Callable[..., object]], Callable[..., object]]  # click.option(...)
 
 

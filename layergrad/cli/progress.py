@@ -1,8 +1,11 @@
-"""Progress bars on stderr, only when it is a terminal: a run over a data set (samples, their
-rate, time left) and `check` over several files.
+"""Progress bars on stderr: for runs over a data set (samples, samples per second and time
+left), and for `check` over several files.
 
-The API reports `on_progress(done, total)`, first with `done=0` before the step is traced (the
-total known then for a `.npy`, `.npz` or image folder): the bar names that phase.
+Drawn on stderr, and only when stderr is a terminal: piped or redirected output stays clean,
+and the report on stdout is unaffected. The API reports progress through a callback
+`on_progress(done, total)`, first with `done=0` before the step is traced (the total is known
+then for a `.npy`, `.npz` or image folder); this module turns that into a rich progress bar
+that names the tracing phase and shows the total from the start.
 """
 
 from __future__ import annotations

@@ -34,11 +34,12 @@ def render(
     width: int | None = 100,
     **options: object,
 ) -> str:
-    """A `report` (one of REPORTS) `value` in format `fmt` by its module's function named in
-    FUNCTIONS, else the one in SHARED; `options` are the report's own (`show_all` for `diff`).
+    """A `report` (one of REPORTS) `value` as text in format `fmt` (colour, width for tables):
+    the report module's function named in FUNCTIONS, else the one in SHARED.
 
-    Every text format but JSON (whose encoder escapes strings exactly) sees the report with its
-    strings made `escape.visible`: no name can move the cursor, reorder a line or break markup.
+    `options` are the report's own rendering options (`show_all` for `diff`). Every text
+    format but JSON (whose encoder escapes strings exactly) sees the report with its strings
+    made `escape.visible`: no name can move the cursor, reorder a line or break markup.
     """
     module = importlib.import_module(f"layergrad.render.{report}")
     function: Format = getattr(module, FUNCTIONS[fmt], None) or SHARED[fmt]

@@ -1,6 +1,9 @@
-"""One definition per table column, rendered to the text table, markdown and HTML alike
-(`text_table`, `md_rows`, `html_rows`), with presets for the cells reports share (`name`, `num`,
-`status`, `flags`, `percent`); a column's `where` names the formats that show it.
+"""One definition per table column, rendered to the text table, markdown and HTML alike.
+
+A `Column` says its header, how to get the cell's value from a row, and how that value reads
+in each format; the presets here (`name`, `num`, `status`, `flags`, `percent`) cover the
+cells reports share. `text_table`, `md_rows` and `html_rows` render a list of columns over a
+list of rows; a column's `where` names the formats that show it (`t`able, `m`arkdown, `h`tml).
 """
 
 from __future__ import annotations

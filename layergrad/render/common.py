@@ -1,7 +1,8 @@
 """What every renderer shares: rich text output, the table column, numbers, markdown, causes.
 
-A table renderer takes `color` and `width`; `width=None` is as wide as the content needs (a
-pipe or a file), so nothing is ever cut.
+Renderers are pure functions of result objects returning a string. A table renderer takes
+`color` and `width`; `width=None` means as wide as the content needs (output to a pipe or a
+file), so nothing is ever cut.
 """
 
 from __future__ import annotations

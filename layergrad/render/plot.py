@@ -1,8 +1,9 @@
 """Charts of results with matplotlib: the gradient-flow profile of a scan, the most sensitive
 units of an inspect: a Figure from a result (`chart_files.py` writes it).
 
-matplotlib is imported inside the functions that draw; figures are made without pyplot, on an
-Agg canvas, so building one never changes the backend of a notebook or script.
+matplotlib is imported inside the functions that draw, never at module import, so commands that
+do not plot do not pay for it. Figures are made without pyplot and drawn on an Agg canvas, so
+building one never changes the backend of a notebook or script that calls the API.
 """
 
 from __future__ import annotations
