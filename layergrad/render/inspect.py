@@ -215,11 +215,11 @@ def jacobian_items(results: Sequence[Result], width: int | None) -> list[Rendera
         if j.unit_sensitivity
     ]
     if ranked:  # the units of the source's last axis by their Jacobian column norm, per target
-        title = (
+        heading = (
             f"most sensitive units of {results[0].source.layer} (norm of J_i's columns for the "
             "unit, root-mean-square over samples)"
         )
-        items.append(ranked_units_table(title, "column norm", ranked))
+        items.append(ranked_units_table(heading, "column norm", ranked))
     over_data = [(r, j) for r, j in measured if j.frobenius.distribution is not None]
     if over_data:
         items.append(_samples_table(over_data))
