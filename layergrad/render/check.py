@@ -145,7 +145,9 @@ def html(verdicts: Sequence[FileVerdict], **_: object) -> str:
     Failed files come first, and within a file its failed checks come first.
     """
     failed = [i for i, v in enumerate(verdicts) if not v.passed]
-    passed, warnings = len(verdicts) - len(failed), sum(len(v.warnings) for v in verdicts)
+    warnings = sum(len(v.warnings) for v in verdicts)
+    counts = {"files": len(verdicts), "passed": len(verdicts) - len(failed), "failed": len(failed)}
+    counts["warnings"] = warnings
     if failed:
         said, kind = f"FAIL: {len(failed)} of {len(verdicts)} files failed", "bad"
     else:
@@ -156,14 +158,7 @@ def html(verdicts: Sequence[FileVerdict], **_: object) -> str:
     order = failed + [i for i, v in enumerate(verdicts) if v.passed]
     body: list[Html | None] = [
         el("p", said, class_=f"verdict {kind}"),
-        definition_list(
-            [
-                ("files", str(len(verdicts))),
-                ("passed", str(passed)),
-                ("failed", str(len(failed))),
-                ("warnings", str(warnings)),
-            ]
-        ),
+        definition_list((k, str(n)) for k, n in counts.items()),
         el("h2", "Files"),
         html_table(["file", "verdict", "checks", "findings"], rows, row_classes=classes),
     ]

@@ -2,12 +2,14 @@
 
 The JSON is `layergrad.fit/1`: every checkpoint's rows and the findings; a NaN or Inf is
 written as null (strict JSON). The page draws the loss curve and a layers x checkpoints map
-of the update ratios as inline SVG, and fetches nothing.
+of the update ratios as inline SVG, and fetches nothing; `fix`'s page draws its loss curves
+with the same `loss_chart`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from rich.console import RenderableType
 from rich.text import Text
@@ -16,8 +18,9 @@ from layergrad.core.fit_results import Checkpoint, FitReport
 from layergrad.render import columns as cols
 from layergrad.render.common import Column, count, md_code, md_head, md_text, number, to_text
 from layergrad.render.html_page import Html, badge, cell, el, page, report_head, svg
-from layergrad.render.loss_chart import BLUE, loss_chart
 
+WIDTH, PAD = 720, 40  # the loss chart
+BLUE, RED = "#0b5cad", "#c62828"
 COLUMNS = (  # one row per layer of a checkpoint
     cols.name("layer", lambda r: r.layer),
     cols.num("update ratio", lambda r: r.update_ratio),
@@ -131,6 +134,57 @@ def ratio_map_svg(report: FitReport) -> Html:
     axis = el("text", "checkpoints (step) ->", x=label, **foot)
     legend = el("text", "blue 1e-7 .. green 1e-3 .. red 1e1", x=label + 160, **foot)
     return svg([*cells, *names, axis, legend], width, height, "update ratio per layer and step")
+
+
+def loss_chart(
+    curves: Sequence[tuple[Sequence[float | None], str]],
+    *,
+    label: str = "loss per step",
+    reference: float | None = None,
+    nan_ticks: bool = False,
+    height: int = 220,
+) -> Html:
+    """An `<svg>` of each (losses, colour) curve over the steps, `label` its accessible name.
+
+    A NaN/Inf loss is left out of its curve (with `nan_ticks`, a red tick marks it);
+    `reference` draws a dashed line (the trivial loss) and keeps 0 and it in the range.
+    """
+    finite = [v for values, _ in curves for v in values if v is not None and math.isfinite(v)]
+    steps = max((len(values) for values, _ in curves), default=0)
+    parts: list[Html] = []
+    if finite:
+        low, high = min(finite), max(finite)
+        if reference is not None:
+            low, high = min(low, 0.0), max(high, reference)
+        span = high - low or 1.0
+        n = max(steps - 1, 1)
+
+        def x(i: int) -> str:
+            return f"{PAD + (WIDTH - 2 * PAD) * i / n:.1f}"
+
+        def y(v: float) -> str:
+            return f"{height - PAD - (height - 2 * PAD) * (v - low) / span:.1f}"
+
+        for values, colour in curves:
+            points = " ".join(
+                f"{x(i)},{y(v)}" for i, v in enumerate(values) if v is not None and math.isfinite(v)
+            )
+            if points:
+                parts.append(el("polyline", points=points, fill="none", stroke=colour,
+                                stroke_width=1.5))  # fmt: skip
+            if nan_ticks:
+                parts += [
+                    el("line", x1=x(i), x2=x(i), y1=PAD, y2=height - PAD, stroke=RED)
+                    for i, v in enumerate(values)
+                    if v is None or not math.isfinite(v)
+                ]
+        if reference is not None:
+            parts.append(el("line", x1=PAD, x2=WIDTH - PAD, y1=y(reference), y2=y(reference),
+                            stroke="#888", stroke_dasharray="4 4"))  # fmt: skip
+        parts.append(el("text", number(high), x=2, y=PAD, font_size=11))
+        parts.append(el("text", number(low), x=2, y=height - PAD, font_size=11))
+    parts.append(el("text", f"step 1 .. {steps}", x=PAD, y=height - 8, font_size=11))
+    return svg(parts, WIDTH, height, label)
 
 
 BLUE_RGB, GREEN_RGB, RED_RGB = (30, 90, 200), (30, 210, 70), (220, 50, 40)  # the map's stops

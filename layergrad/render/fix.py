@@ -17,8 +17,8 @@ from layergrad.core.fix_results import FixReport, Run
 from layergrad.render.columns import html_rows, md_rows, name
 from layergrad.render.common import Column, count, md_code, md_head, md_text, number, to_text
 from layergrad.render.escape import visible
+from layergrad.render.fit import BLUE, RED, loss_chart
 from layergrad.render.html_page import Html, badge, cell, el, page, report_head
-from layergrad.render.loss_chart import BLUE, RED, loss_chart
 
 
 def _verdict(where: str) -> Column:
@@ -190,7 +190,10 @@ def html(report: FixReport, **_: object) -> str:
         body.append(el("h2", "Loss, original (red) and repaired (blue)"))
         body.append(el("p", "each divided by its trivial loss (dashed line at 1) when it has "
                        "one", class_="muted"))  # fmt: skip
-        body.append(el("div", curves_svg(report.original, report.together), class_="chart"))
+        curves = [(_scaled(report.original), RED), (_scaled(report.together), BLUE)]
+        label = "loss per step, original and repaired"
+        chart = loss_chart(curves, label=label, reference=1.0, height=240)
+        body.append(el("div", chart, class_="chart"))
     body += [el("p", n, class_="muted") for n in report.notes]
     return page("fix", report.path, body)
 
@@ -200,10 +203,3 @@ def _scaled(run: Run | None) -> list[float | None]:
         return []
     scale = run.trivial or 1.0
     return [v / scale if v is not None else None for v in run.losses]
-
-
-def curves_svg(original: Run | None, repaired: Run | None) -> Html:
-    """Both loss curves on one chart (relative to the trivial loss), with the trivial line."""
-    curves = [(_scaled(original), RED), (_scaled(repaired), BLUE)]
-    return loss_chart(curves, label="loss per step, original and repaired", reference=1.0,
-                      height=240)  # fmt: skip

@@ -209,9 +209,17 @@ def jacobian_items(results: Sequence[Result], width: int | None) -> list[Rendera
     items: list[RenderableType] = [
         Group(title, *text_table(NORM_COLUMNS, [r for r, _ in measured], width))
     ]
-    ranked = [(r, j) for r, j in measured if j.unit_sensitivity]
-    if ranked:
-        items.append(_jacobian_units_table(ranked))
+    ranked = [
+        (r.target.layer, _top(j.unit_sensitivity, TOP_UNITS))
+        for r, j in measured
+        if j.unit_sensitivity
+    ]
+    if ranked:  # the units of the source's last axis by their Jacobian column norm, per target
+        heading = (
+            f"most sensitive units of {results[0].source.layer} (norm of J_i's columns for the "
+            "unit, root-mean-square over samples)"
+        )
+        items.append(ranked_units_table(heading, "column norm", ranked))
     over_data = [(r, j) for r, j in measured if j.frobenius.distribution is not None]
     if over_data:
         items.append(_samples_table(over_data))
@@ -239,17 +247,6 @@ def _samples_table(results: Sequence[tuple[Result, JacobianStats]]) -> Group:
 
 def _method(j: JacobianStats) -> str:
     return j.method if j.probes is None else f"{j.method} K={j.probes}"
-
-
-def _jacobian_units_table(results: Sequence[tuple[Result, JacobianStats]]) -> Group:
-    """Units of the source's last axis ranked by their Jacobian column norm, per target."""
-    columns = [(res.target.layer, _top(j.unit_sensitivity, TOP_UNITS)) for res, j in results]
-    return ranked_units_table(
-        f"most sensitive units of {results[0][0].source.layer} (norm of J_i's columns for the "
-        "unit, root-mean-square over samples)",
-        "column norm",
-        columns,
-    )
 
 
 def _top(values: Sequence[float], top: int) -> list[tuple[int, float]]:
