@@ -1,11 +1,8 @@
 """`--data FILE.py:function` / `module:function`: batches from the user's own code.
 
-The function (loaded and called by `data/user_code.py`) returns a `tf.data.Dataset`, selected
-and cast in the graph, or any iterable of batches read and checked in Python; either is re-cut
-into batches of `batch_size` rows. An element is an array, `(x, y)`, a list of arrays in input
-order or a dict keyed by input name (x as `model.fit` takes it); one without the batch axis is
-a sample. The labels `y` are one array for one output, else a dict by output name or a tuple
-in output order.
+The function returns a `tf.data.Dataset` (selected and cast in the graph) or any iterable of
+batches (read and checked in Python), re-cut into batches of `batch_size` rows. An element is
+x as `model.fit` takes it, or `(x, y)`; one without the batch axis is a sample.
 """
 
 from __future__ import annotations
