@@ -86,8 +86,10 @@ class DataStream:
         return with_sample_indices(self.dataset, self.first_sample + offset)
 
     def check_batch(self, index: int, parts: Sequence[Sequence[Tensor]]) -> int:
-        """Check batch `index` (per input, its pieces on each replica) unless the source's
-        shapes were checked already (a file, an image folder); return its rows."""
+        """Check batch `index` (per input, its pieces on each replica); return its rows.
+
+        A source whose shapes were checked already (a file, an image folder) is only
+        counted."""
         rows = [sum(int(p.shape[0]) for p in pieces) for pieces in parts]
         if self.checked:
             return rows[0] if rows else 0
@@ -157,6 +159,11 @@ def open_data(
 
     Raises:
         InputError: the source is missing, of an unknown kind, or does not fit the inputs.
+
+    Example (not run)::
+
+        stream = open_data("x.npy", input_specs(model), batch_size=32)
+        stream.samples  # 20000
     """
     how = Opening(os.fspath(path), tuple(specs), batch_size, limit, shard, replicas, first_sample)
     kind, failure = source_kind(how.text), Failure()
