@@ -57,8 +57,7 @@ def strategy_for(
     if cpu_replicas is not None:
         if cpu_replicas < 1:
             raise UsageError(f"--cpu-replicas must be at least 1: cpu_replicas={cpu_replicas}")
-        names = split_cpu(cpu_replicas)
-        return tf.distribute.MirroredStrategy(names[:cpu_replicas])
+        return tf.distribute.MirroredStrategy(split_cpu(cpu_replicas)[:cpu_replicas])
     if distribute == "mirrored":
         return tf.distribute.MirroredStrategy()
     return tf.distribute.get_strategy()

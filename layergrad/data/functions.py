@@ -1,11 +1,8 @@
 """`--data FILE.py:function` / `module:function`: batches from the user's own code.
 
-The function (loaded and called by `data/user_code.py`) returns a `tf.data.Dataset`, selected
-and cast in the graph, or any iterable of batches read and checked in Python; either is re-cut
-into batches of `batch_size` rows. An element is an array, `(x, y)`, a list of arrays in input
-order or a dict keyed by input name (x as `model.fit` takes it); one without the batch axis is
-a sample. The labels `y` are one array for one output, else a dict by output name or a tuple
-in output order.
+The function returns a `tf.data.Dataset` (selected and cast in the graph) or any iterable of
+batches (read and checked in Python), re-cut into batches of `batch_size` rows. An element is
+x as `model.fit` takes it, or `(x, y)`; one without the batch axis is a sample.
 """
 
 from __future__ import annotations
@@ -125,14 +122,9 @@ def locate_labels(
     )
 
 
-@dataclass(frozen=True)
-class LabelColumn:
-    """One output's labels in a Python element: where they are, and one sample's label (its
-    shape and dtype, as the first element has them)."""
-
-    path: Path
-    shape: tuple[int, ...]
-    dtype: np.dtype
+# one output's labels in a Python element: where they are, and one sample's label (its shape
+# and dtype, as the first element has them)
+LabelColumn = tuple[Path, InputSpec]
 
 
 def read_labels(
@@ -141,9 +133,9 @@ def read_labels(
     """The labels of one element, checked against the first element's: `rows` of the same
     shape, of a dtype that casts to the first one's."""
     out = []
-    for column in columns:
+    for path, column in columns:
         try:
-            y = np.asarray(pick(element, column.path))
+            y = np.asarray(pick(element, path))
         except (KeyError, IndexError, TypeError):
             raise InputError(
                 f"{where} has no labels where the first batch had them; yield every batch as (x, y)"
@@ -271,7 +263,7 @@ def function_source(
             columns = _label_columns(
                 head[0], specs, outputs, f"--data {ref}: batch 0", weights_ignored
             )
-            signature += [InputSpec(f"y{i}", c.shape, str(c.dtype)) for i, c in enumerate(columns)]
+            signature += [spec for _, spec in columns]
 
     def read() -> Iterator[tuple[np.ndarray, ...]]:
         # the first pass uses the first call; the function returns batches (checked above)
@@ -292,10 +284,10 @@ def _label_columns(
     paths = locate_inputs(element, [s.name for s in specs], where)
     sample = np.ndim(pick(element, paths[0])) == len(specs[0].shape)  # no batch axis
     out = []
-    for path in locate_labels(element, paths, outputs, where, weights_ignored) or []:
+    for i, path in enumerate(locate_labels(element, paths, outputs, where, weights_ignored) or []):
         y = np.asarray(pick(element, path))
         _check_labels(where, y.dtype, y.dtype.kind, sample or y.ndim > 0)
-        out.append(LabelColumn(path, tuple(y.shape if sample else y.shape[1:]), y.dtype))
+        out.append((path, InputSpec(f"y{i}", y.shape if sample else y.shape[1:], str(y.dtype))))
     return out
 
 

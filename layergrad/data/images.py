@@ -116,13 +116,11 @@ def image_size(fh: IO[bytes]) -> tuple[str, int, int]:
     if head.startswith(b"\x89PNG\r\n\x1a\n"):
         if len(head) < 24 or head[12:16] != b"IHDR":
             raise ValueError("a PNG without its IHDR header")
-        width, height = struct.unpack(">II", head[16:24])
-        return "png", width, height
+        return ("png", *struct.unpack(">II", head[16:24]))
     if head[:6] in (b"GIF87a", b"GIF89a"):
         if len(head) < 10:
             raise ValueError("a GIF cut short")
-        width, height = struct.unpack("<HH", head[6:10])
-        return "gif", width, height
+        return ("gif", *struct.unpack("<HH", head[6:10]))
     if head.startswith(b"BM"):
         if len(head) < 26:
             raise ValueError("a BMP cut short")

@@ -1,12 +1,8 @@
-"""The labels of `--data`, read with its inputs from the same rows: the one label reader of
-`fit`, `scan --wrt weights --data` and `check --data`. A `.npz` holds `y` (one output) or
-`y:NAME` per output; an image folder's labels are its class sub-folders, as
-`image_dataset_from_directory(labels="inferred")` infers them, in the form the output's loss
-takes (Keras's `label_mode`); a data function's are `y` of each `(x, y)` element. Each batch
-holds the inputs, then the labels (`DataStream.labels`), so a worker's part holds its own
-rows' labels. `Labelled.label_batches` reads the labels alone (a data function runs whole)
-for the per-output summaries (`label_summary.LabelSummary`) and the chance loss
-(`TrivialLoss`), both added up a batch at a time.
+"""The labels of `--data`, read with its inputs from the same rows (each batch holds the
+inputs, then the labels, so a worker's part holds its own rows' labels): a `.npz`'s `y` or
+`y:NAME`, an image folder's class sub-folders in the form the output's loss takes (Keras's
+`label_mode`), a data function's `y`. `Labelled.label_batches` reads the labels alone, for the
+per-output summaries and the chance loss (`TrivialLoss`).
 """
 
 from __future__ import annotations
@@ -24,7 +20,7 @@ from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, Tensor
 from layergrad.data import images
 from layergrad.data.array_records import array_batches
-from layergrad.data.functions import Failure
+from layergrad.data.functions import Failure, function_source
 from layergrad.data.preflight import guarded, source_kind
 from layergrad.data.probe_input import is_label
 from layergrad.data.shards import Shard
@@ -429,8 +425,9 @@ def _function(how: _Opening) -> Labelled:
     outputs = how.request.outputs  # labels keyed `y` for one output, `y:NAME` for several
     distinct_outputs(outputs, f"--data {how.text}")
     keys = ("y",) if len(outputs) <= 1 else tuple(f"y:{n}" for n in outputs)
-    stream = how.function(failure, outputs, keys, weights_ignored=not how.strict)
-    if not stream.labels:
+    dataset, rows, part, labelled = function_source(how, failure, outputs, not how.strict)
+    stream = how.stream(dataset, rows, part, failure, keys if labelled else ())
+    if not labelled:
         return Labelled(
             None,
             f"--data {how.text} gives inputs without labels; yield (x, y) batches (or dicts "

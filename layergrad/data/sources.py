@@ -1,12 +1,9 @@
 """Resolve `--data PATH` into batches in the model's input order, read as they are used.
 
-PATH is a `.npy` or `.npz` (`data/array_records.py`), a folder of images (here), or
-`FILE.py:function` / `module:function` (`data/functions.py`); labels are read with them by
-`data/label_stream.py`. Batches hold `batch_size` rows (the last partial) and nothing is
-kept, so memory does not grow with the samples. An error inside `tf.data`'s reading thread is
-kept and raised by `DataStream.raise_failure`. Under a shard each worker reads its own part
-(`data/shards.py`): files by rows, image folders by file, a function through its
-`tf.distribute.InputContext`, anything else round robin by batch.
+PATH is a `.npy` or `.npz` (`array_records.py`), a folder of images (here) or a data function
+(`functions.py`). Nothing is kept, so memory does not grow with the samples. Under a shard each
+worker reads its own part (`shards.py`): files by rows, image folders by file, a function
+through its `InputContext`, anything else round robin by batch.
 """
 
 from __future__ import annotations
@@ -65,13 +62,12 @@ class DataStream:
     ) -> None:
         self.source, self.specs, self.whole = source, tuple(specs), dataset
         self.labels = tuple(labels)
-        self.samples, self._failure, self.checked = samples, failure, checked
+        self._failure, self.checked = failure, checked
         self.batch_size, self.part, self.first_sample = batch_size, part, first_sample
         # names what made batch N unreadable (the image that does not decode), if it can
         self.explain: Callable[[int], str | None] | None = None
         self.dataset = dataset if part is None else part.dataset
-        if part is not None:
-            self.samples = part.samples
+        self.samples = samples if part is None else part.samples
 
     def batch_index(self, local: int) -> int:
         """The index among every batch of the data of this process's batch `local`."""
@@ -175,7 +171,8 @@ def open_data(
         found = images.list_images(how.text)  # every entry checked, every size within budget
         return how.stream(*image_batches(how, found), failure, found=found)
     if kind == "function":
-        return how.function(failure)
+        dataset, rows, part, _ = function_source(how, failure)
+        return how.stream(dataset, rows, part, failure)
     return how.stream(*array_batches(how, failure), failure)
 
 
@@ -207,18 +204,6 @@ class Opening(Reading):
             channels = int(self.specs[0].shape[2] or 0)
             stream.explain = locate_failure(self.text, list(found), channels, batch_size)
         return stream
-
-    def function(
-        self,
-        failure: Failure,
-        outputs: Sequence[str] | None = None,
-        keys: Sequence[str] = (),
-        weights_ignored: bool = False,
-    ) -> DataStream:
-        """The stream of a data function's batches (`functions.function_source`); with
-        `outputs`, their labels after the inputs, if it gives them, keyed `keys`."""
-        dataset, rows, part, labelled = function_source(self, failure, outputs, weights_ignored)
-        return self.stream(dataset, rows, part, failure, keys if labelled else ())
 
 
 def image_batches(

@@ -1,9 +1,7 @@
 """Every value of an array checked against the model input it feeds, a refusal naming the
-sample: `check_fits` its shape and dtype; `fit_array` its values in memory; `fitted_cast` in
-the graph, by a `tf.debugging.Assert` whose message `reader_refusal` reads back from
-TensorFlow's error as a `DataError`. Both refuse the same values in the same words: float ids
-that are NaN, infinite or beyond int32, integers outside the input's dtype, floats that
-overflow it, text that is not Unicode. Only the checks in the graph import TensorFlow.
+sample: in memory (`fit_array`) and in the graph (`fitted_cast`, read back from TensorFlow's
+error by `reader_refusal`), the same values refused in the same words. Only the checks in the
+graph import TensorFlow.
 """
 
 from __future__ import annotations

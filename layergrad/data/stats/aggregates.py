@@ -24,21 +24,12 @@ from layergrad.data.stats.reductions import (
 )
 
 SUM, MAX, MIN = 0, 1, 2
+# "spread": one batch's largest spread of an output across it and its largest |value|; "sum":
+# a plain sum (`scan --wrt weights`); "first": the first batch where a non-finite value was counted
 KINDS = {
-    "grad": SUM,
-    "gmax": MAX,
-    "units": SUM,
-    "usizes": MAX,
-    "dist": SUM,
-    "dmin": MIN,
-    "dmax": MAX,
-    "hist": SUM,
-    "fwd": SUM,
-    "dims": MAX,
-    "samples": SUM,
-    "spread": MAX,  # one batch: per output, the spread of a value across it, its largest |value|
-    "sum": SUM,  # a plain sum (the weight gradients and batch sizes of `scan --wrt weights`)
-    "first": MIN,  # the first batch index where a non-finite value was counted
+    **dict.fromkeys(("grad", "units", "dist", "hist", "fwd", "samples", "sum"), SUM),
+    **dict.fromkeys(("gmax", "usizes", "dmax", "dims", "spread"), MAX),
+    **dict.fromkeys(("dmin", "first"), MIN),
 }
 # the packed summaries whose first non-finite batch is tracked, and the field that counts
 NONFINITE_FIELD = {"grad": GRAD_FIELDS.index("nonfinite"), "fwd": FWD_FIELDS.index("nonfinite")}
