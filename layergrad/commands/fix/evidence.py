@@ -1,28 +1,16 @@
 """The evidence of `fix`: the original and each repaired copy trained side by side as `fit`
 trains, and what the trained models output.
 
-What `fix` reads from `--data` before it plans: each output's labels (as `fit`'s checks read
-them) and each float input's range (`input_stats`: min, max, mean |x|, per-feature mean and
-variance, for `Rescaling` or an adapted `Normalization`), bounded by `limit` samples and
-streamed batch by batch.
-
-The run is `fit`'s (the same compile, labels, shuffled batches and `GradientMonitor`, from
-`commands/fit/run.py`), after `fit`'s checks (`ready`: what `fit` refuses before its first
-step, `fix` refuses in the same words: exit 2 for the original, a copy left untrained). The
-original and each copy are trained with the same options (seed, batch size, steps, data), so
-the shuffled batches are the same and the copy starts from the original's weights wherever the
-repair kept them. What `fix` adds is the loss of the trained model's *predictions*: Keras on
-TensorFlow trains a softmax or sigmoid head through the logits it keeps beside the output, so
-a head whose outputs are useless (a softmax over one unit is always 1.0) can show a training
-loss as good as the repaired one. The served loss is computed from the predictions as plain
-arrays, the way a user of the model sees them, on samples no model trained on: every fifth
-sample is held back (`_held_back`), so a model that memorised its batches is not taken for one
-that learned.
-
-`judge` reads the two runs: the copy's loss on the held-back samples against the trained
-original's predictions scored by the copy's loss (its `baseline`), else each against its own
-trivial loss; a classifier that answers no better than its labels' prior sits at chance; a
-model with several outputs is judged on the outputs the repair reaches.
+Before it plans, `fix` reads from `--data` each output's labels (as `fit` does) and each float
+input's range (`input_stats`, streamed, at most `limit` samples). The run is `fit`'s (its
+checks, compile, shuffled batches and `GradientMonitor`, `commands/fit/run.py`), with the
+same options for the original and each copy, so each copy starts from the original's weights
+wherever the repair kept them. `fix` adds the loss of the trained model's *predictions* as
+plain arrays, on every `HOLD_BACK`-th sample held back from training: Keras trains a softmax
+or sigmoid head through the logits it keeps, so a useless head (a softmax over one unit) can
+show a training loss as good as the repaired one. `judge` reads the two runs: the copy's loss
+against the trained original's predictions scored by the copy's loss (`baseline`), else each
+against its trivial loss; at chance; on the outputs the repair reaches.
 """
 
 from __future__ import annotations
@@ -127,64 +115,12 @@ HOLD_BACK = 5  # every fifth sample is held back from training, to score the tra
 
 
 def ready(opened: Opened, data: PathLike, options: FitOptions, limit: int | None) -> Ready:
-    """`fit`'s checks before its first step (`make_ready`), on the model `opened` (as
-    `session.load` returns it), in `fit`'s words; `fix` has no --loss nor --optimizer: the
-    file's compile is what it trains with.
-
-    Raises:
-        InputError: as `fit_model` does (no loss or optimizer in the file, a loss or an
-            optimizer Keras cannot make, data without labels or without samples).
-    """
+    """`fit`'s checks before its first step (`make_ready`, InputError in `fit`'s words) on
+    the model `opened`; `fix` has no --loss nor --optimizer: it trains with the file's compile."""
     loaded, _warnings, strategy = opened
     keras.utils.set_random_seed(options.seed)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         return make_ready(loaded, strategy, data, options, limit, flags=False)
-
-
-def _trained_run(
-    ready: Ready, options: FitOptions, found: Sequence[str], rival: KerasModel | None
-) -> tuple[Run, FitReport]:
-    """The run of `train` once its model is ready (trained in place), and its fit report.
-
-    Raises:
-        InputError: labels `fit` refuses before its first step (`target_mismatch`, its
-            message), a model with no trainable weights, or a batch TensorFlow could not
-            make.
-    """
-    model, spec = ready.model, ready.spec
-    if ready.labels.refusals:  # `fit` stops here: nothing is trained, its message says why
-        stopped = refused(model, spec.name, ready.labels.refusals)
-        said = "; ".join(f"{f.code} at {f.layer}: {f.message}" for f in stopped.findings)
-        raise InputError(f"the labels do not fit the outputs (before the first step): {said}")
-    if not model.trainable_weights:  # its losses move with the batches alone: no verdict
-        raise InputError(
-            "it has no trainable weights (every layer is frozen: trainable=False), so training "
-            "cannot change it; unfreeze the layers that should learn"
-        )
-    seed_model(model, options.seed)  # the original and each copy: the same random draws
-    trained, held = _held_back(ready.stream)
-    with ready.strategy.scope() if ready.strategy is not None else contextlib.nullcontext():
-        scored = training_batches(model, held, options, ready.labels.samples)
-        report, chance, predicted = fit_steps(ready, trained, options, rival=rival,
-                                              held=scored.take(SCORED_BATCHES))  # fmt: skip
-    request = label_request(model, spec)
-    # a classifier: one output under a categorical cross-entropy (sparse or not)
-    classifier = len(request.outputs) == 1 and any("categorical" in n for n in request.losses)
-    hits = Accuracy() if classifier else None
-    (served, outputs), rivals = _served_losses(model, predicted, request, rival is not None, hits)
-    baseline = None
-    if rivals is not None:
-        baseline, theirs = rivals
-        lost = {o.name: o.final for o in theirs}
-        outputs = tuple(replace(o, baseline=lost.get(o.name)) for o in outputs)
-    accuracy, prior = hits.result() if hits is not None else (None, None)
-    findings = dict.fromkeys([*found, *(str(f.code) for f in report.findings)])
-    trained_loss = _final(report.losses)
-    final = served if served is not None else trained_loss
-    run = Run(report.loss_name, report.losses, chance, final, tuple(findings), outputs=outputs,
-              baseline=baseline, accuracy=accuracy, prior_accuracy=prior,
-              trained_loss=trained_loss)  # fmt: skip
-    return run, report
 
 
 def _held_back(stream: DataStream) -> tuple[DataStream, DataStream]:
@@ -335,25 +271,57 @@ def _mean(values: list[float]) -> float | None:
 
 def train(
     prepare: Callable[[], Ready],
-    fit_options: FitOptions,
+    options: FitOptions,
     *,
     found: Sequence[str] = (),
     rival: KerasModel | None = None,
 ) -> tuple[Run, FitReport | None, KerasModel | None]:
-    """Train the model `prepare()` makes ready (`ready`: `fit`'s checks done; trained in
-    place): its run, its fit report and the trained model (a model that cannot be made ready
-    or trained: a run with its error, None, None). `found` are its check findings, joined by
-    the training findings. `final` is the loss of the trained model's predictions, else the
-    last tenth of the training losses; `baseline` the trained `rival`'s, scored the same way."""
+    """Train the model `prepare()` makes ready (`fit`'s checks done; trained in place): its
+    run, its fit report and the trained model (one that cannot be made ready or trained: a
+    run with its error, None, None). `found` are its check findings, joined by the training
+    findings. `final` is the loss of the trained model's predictions, else the last tenth of
+    the training losses; `baseline` the trained `rival`'s, scored the same way."""
     try:
         made = prepare()
-        run, report = _trained_run(made, fit_options, found, rival)
+        model = made.model
+        if made.labels.refusals:  # `fit` stops here: nothing is trained, its message says why
+            stopped = refused(model, made.spec.name, made.labels.refusals)
+            said = "; ".join(f"{f.code} at {f.layer}: {f.message}" for f in stopped.findings)
+            raise InputError(f"the labels do not fit the outputs (before the first step): {said}")
+        if not model.trainable_weights:  # its losses move with the batches alone: no verdict
+            raise InputError(
+                "it has no trainable weights (every layer is frozen: trainable=False), so "
+                "training cannot change it; unfreeze the layers that should learn"
+            )
+        seed_model(model, options.seed)  # the original and each copy: the same random draws
+        trained, held = _held_back(made.stream)
+        with made.strategy.scope() if made.strategy is not None else contextlib.nullcontext():
+            scored = training_batches(model, held, options, made.labels.samples)
+            report, chance, predicted = fit_steps(made, trained, options, rival=rival,
+                                                  held=scored.take(SCORED_BATCHES))  # fmt: skip
     except DataError:  # values no model takes: the data is wrong, as `fit` says
         raise
     except Exception as exc:  # a LayergradError's message is said as it is
         said = str(exc) if isinstance(exc, LayergradError) else describe(exc)
         return Run("-", findings=tuple(found), error=said), None, None
-    return run, report, made.model
+    request = label_request(model, made.spec)
+    # a classifier: one output under a categorical cross-entropy (sparse or not)
+    classifier = len(request.outputs) == 1 and any("categorical" in n for n in request.losses)
+    hits = Accuracy() if classifier else None
+    (served, outputs), rivals = _served_losses(model, predicted, request, rival is not None, hits)
+    baseline = None
+    if rivals is not None:
+        baseline, theirs = rivals
+        lost = {o.name: o.final for o in theirs}
+        outputs = tuple(replace(o, baseline=lost.get(o.name)) for o in outputs)
+    accuracy, prior = hits.result() if hits is not None else (None, None)
+    findings = dict.fromkeys([*found, *(str(f.code) for f in report.findings)])
+    trained_loss = _final(report.losses)
+    final = served if served is not None else trained_loss
+    run = Run(report.loss_name, report.losses, chance, final, tuple(findings), outputs=outputs,
+              baseline=baseline, accuracy=accuracy, prior_accuracy=prior,
+              trained_loss=trained_loss)  # fmt: skip
+    return run, report, model
 
 
 def _final(losses: Sequence[float | None]) -> float | None:
