@@ -1,13 +1,8 @@
-"""The training run of `layergrad fit` on a model already loaded (`train.fit_model` loads it
-after its checks): compile it, read the labelled batches of `--data`, read the labels once
-before the first step, shuffle the batches within a buffer of at most SHUFFLE_BUFFER samples
-and SHUFFLE_BYTES of inputs (memory stays bounded) and train with `GradientMonitor` on. `fix`
-trains its repaired copy with the same parts.
-
-Whether each output can take its labels is the `target_mismatch` rule of `check --data`
-(`model/target_fit.py`), so a label problem is a finding before training, never a failure
-inside TensorFlow's graph; the same pass gives the trivial loss (`data/label_stream.py`
-`TrivialLoss`: the loss of predicting the labels' prior) and the samples the data holds.
+"""The training run of `layergrad fit` on a loaded model, which `fix` shares: compile it, read
+the labelled batches of `--data` and the labels once before the first step (judged by the
+`target_mismatch` rule of `check --data`, with the trivial loss and the samples), shuffle the
+batches in a bounded buffer (SHUFFLE_BUFFER samples, SHUFFLE_BYTES of inputs) and train with
+`GradientMonitor` on.
 """
 
 from __future__ import annotations
@@ -121,8 +116,9 @@ def make_ready(
     flags: bool = True,
 ) -> Ready:
     """`fit`'s steps before the first (under `strategy`'s scope, entered by the caller):
-    compile the model, open the labelled data, read the labels once and judge them. `beat`
-    is told of each batch of labels read; `flags`: as for `compile_for_fit`.
+    compile the model, open the labelled data, read the labels once (a source that does not
+    say its size: at most the samples the run trains on) and judge them against each output.
+    `beat` is told of each batch of labels read; `flags`: as for `compile_for_fit`.
 
     Raises:
         InputError: no loss or optimizer in the file, a loss or an optimizer Keras cannot
@@ -133,23 +129,36 @@ def make_ready(
     spec = compile_for_fit(model, copy.deepcopy(info.compile_config), options, flags=flags)
     request = label_request(model, spec)
     labelled = open_labelled(path, data_specs(model), request, options.batch_size, limit)
-    if labelled.stream is None:
+    stream = labelled.stream
+    if stream is None:
         raise InputError(f"layergrad fit needs labels: {labelled.missing}")
-    samples = labelled.stream.samples
-    if samples is None and options.epochs is not None and on_notice is not None:
+    known = stream.samples
+    if known is None and options.epochs is not None and on_notice is not None:
         on_notice(unsized_epoch_notice(data, limit))
     bound = None if options.epochs else (options.steps or DEFAULT_STEPS) * options.batch_size
-
-    def on_batch(seen: int) -> None:
+    names, ranks = output_ranks(model)
+    units = [u or 0 for u in request.units]
+    trivial = TrivialLoss(spec.name, units[0] if units else 0) if len(stream.labels) == 1 else None
+    summaries: dict[str, LabelSummary] = {}
+    seen = 0
+    for batch in labelled.label_batches():
+        for name, key in label_keys(names, list(batch)).items():
+            summaries.setdefault(name, LabelSummary()).add(batch[key], ranks.get(name))
+        y = next(iter(batch.values()))
+        if trivial is not None:
+            trivial.add(y)
+        seen += len(y) if getattr(y, "ndim", 0) else 1
         if beat is not None:
             beat(1)
-        if samples is None and bound is None:
+        if known is None and bound is None:
             check_unsized(seen, data)
-
-    labels = read_labels(model, info, labelled, spec, options.loss, bound, on_batch)
+        if known is None and seen >= (bound or UNKNOWN_READ):
+            break  # a source that does not say how many samples it has may have no end
+    found = tuple(_mismatches(info, names, units, summaries, spec, options.loss))
+    labels = LabelCheck(found, trivial.value() if trivial else None, known or seen, summaries)
     if labels.samples == 0:  # training on nothing proves nothing
         raise InputError(f"--data {path}: no samples (0 rows); fit needs data to train on")
-    return Ready(model, strategy, spec, labelled, labels, path, labelled.stream)
+    return Ready(model, strategy, spec, labelled, labels, path, stream)
 
 
 def fit_steps(
@@ -352,41 +361,6 @@ class LabelCheck:
         own findings say whether this one does), as findings at step 0."""
         said = (m for m in self.mismatches if m.severity is Severity.WARN)
         return tuple(replace(m, message=str(m), hint="", step=0) for m in said)  # as `refused`
-
-
-def read_labels(
-    model: KerasModel,
-    info: FileInfo,
-    labelled: Labelled,
-    spec: LossSpec,
-    loss: str | None,
-    bound: int | None,
-    on_batch: Callable[[int], None],
-) -> LabelCheck:
-    """Read the labels of `labelled` once (at most `bound` samples when the source does not
-    say how many it has) and judge them against each output and `spec` (`loss`: --loss).
-    `on_batch(seen)` is called after each batch with the samples read so far."""
-    stream = labelled.stream
-    assert stream is not None
-    names, ranks = output_ranks(model)
-    request = label_request(model, spec)
-    units = [u or 0 for u in request.units]
-    trivial = TrivialLoss(spec.name, units[0] if units else 0) if len(stream.labels) == 1 else None
-    summaries: dict[str, LabelSummary] = {}
-    seen = 0
-    known = stream.samples
-    for batch in labelled.label_batches():
-        for name, key in label_keys(names, list(batch)).items():
-            summaries.setdefault(name, LabelSummary()).add(batch[key], ranks.get(name))
-        y = next(iter(batch.values()))
-        if trivial is not None:
-            trivial.add(y)
-        seen += len(y) if getattr(y, "ndim", 0) else 1
-        on_batch(seen)
-        if known is None and seen >= (bound or UNKNOWN_READ):
-            break  # a source that does not say how many samples it has may have no end
-    found = _mismatches(info, names, units, summaries, spec, loss)
-    return LabelCheck(tuple(found), trivial.value() if trivial else None, known or seen, summaries)
 
 
 def _mismatches(
