@@ -163,30 +163,22 @@ def loss_of(compiled: Mapping[str, object], output: str, index: int) -> object:
     return loss
 
 
-def set_loss(output: str, index: int, new: object) -> Edit:
+def set_loss(compiled: Config, output: str, index: int, new: object) -> None:
     """An edit of the compile config: output `output`'s loss becomes `new`."""
-
-    def edit(compiled: Config) -> None:
-        loss = compiled.get("loss")
-        if isinstance(loss, dict) and "class_name" not in loss:
-            loss[output] = copy.deepcopy(new)
-        elif isinstance(loss, list) and index < len(loss):
-            loss[index] = copy.deepcopy(new)
-        else:
-            compiled["loss"] = copy.deepcopy(new)
-
-    return edit
+    loss = compiled.get("loss")
+    if isinstance(loss, dict) and "class_name" not in loss:
+        loss[output] = copy.deepcopy(new)
+    elif isinstance(loss, list) and index < len(loss):
+        loss[index] = copy.deepcopy(new)
+    else:
+        compiled["loss"] = copy.deepcopy(new)
 
 
-def set_learning_rate(rate: float) -> Edit:
+def set_learning_rate(compiled: Config, rate: float) -> None:
     """An edit of the compile config: the optimizer's learning rate."""
-
-    def edit(compiled: Config) -> None:
-        optimizer = compiled.get("optimizer")
-        if isinstance(optimizer, dict):
-            as_object(optimizer.setdefault("config", {}))["learning_rate"] = rate
-
-    return edit
+    optimizer = compiled.get("optimizer")
+    if isinstance(optimizer, dict):
+        as_object(optimizer.setdefault("config", {}))["learning_rate"] = rate
 
 
 def listing(names: Sequence[str], shown: int = 4) -> str:
@@ -200,33 +192,25 @@ def option_edit(path: str, key: str, value: object) -> Edit:
     return lambda c: ed.set_option(c, path, key, value)
 
 
-def replace_edit(path: str, new: Config) -> Edit:
+def replace_layer(c: Config, path: str, new: Config) -> None:
     """An edit: the layer at `path` becomes `new`, reading what it read."""
-
-    def edit(c: Config) -> None:
-        entry = ed.layer_entry(c, path)
-        nodes = entry.get("inbound_nodes")
-        entry.clear()
-        entry.update(new)
-        if isinstance(nodes, list):  # the tensors it read; not the old call's keywords (mask)
-            entry["inbound_nodes"] = [
-                {**node, "kwargs": {}} if isinstance(node, dict) else node for node in nodes
-            ]
-
-    return edit
+    entry = ed.layer_entry(c, path)
+    nodes = entry.get("inbound_nodes")
+    entry.clear()
+    entry.update(new)
+    if isinstance(nodes, list):  # the tensors it read; not the old call's keywords (mask)
+        entry["inbound_nodes"] = [
+            {**node, "kwargs": {}} if isinstance(node, dict) else node for node in nodes
+        ]
 
 
-def move_before_edit(moved: str, before: str) -> Edit:
+def move_before(c: Config, moved: str, before: str) -> None:
     """An edit: the layer `moved` taken out and put right before `before`."""
-
-    def edit(c: Config) -> None:
-        entry = copy.deepcopy(ed.layer_entry(c, moved))
-        entry.pop("inbound_nodes", None)
-        entry.pop("build_config", None)
-        ed.remove_layer(c, moved)
-        ed.insert_before(c, before, entry)
-
-    return edit
+    entry = copy.deepcopy(ed.layer_entry(c, moved))
+    entry.pop("inbound_nodes", None)
+    entry.pop("build_config", None)
+    ed.remove_layer(c, moved)
+    ed.insert_before(c, before, entry)
 
 
 # -- the repairs of a head and its loss ----------------------------------------------------
@@ -272,7 +256,7 @@ class HeadRules:
         if not (isinstance(config, dict) and "activation" in config):
             # an activation layer without options (Softmax, ReLU): replaced
             new = ed.new_layer("Activation", layer.split("/")[-1], {"activation": act})
-            edits.append(replace_edit(layer, new))
+            edits.append(partial(replace_layer, path=layer, new=new))
             code.append(f"{layer_code(entry)} -> Activation({python_string(act)}){at(layer)}")
             own = False
         elif own or head_activation(head) != act or entry.get("class_name") != "Activation":
@@ -323,7 +307,7 @@ class HeadRules:
         new = loss_with(name, from_logits)
         output = key if len(self.heads) > 1 else None
         code.append(f"{loss_code(old, output)} -> {loss_code(new, output)}")
-        return set_loss(key, i, new)
+        return partial(set_loss, output=key, index=i, new=new)
 
     def _loss_key(self, head: Head) -> str:
         """The key of the head's loss in a dict of losses: its output's dict key when the
@@ -439,7 +423,7 @@ class HeadRules:
         return Plan(Finding.LOSS_MISMATCH, moved, f"Dropout '{moved}' moves before "
                     f"'{weighted}': dropout regularises the features, never the logits", (
                         f"{dense}, {dropout} -> {dropout}, {dense}{at(weighted, moved)}",),
-                    (move_before_edit(moved, weighted),))  # fmt: skip
+                    (partial(move_before, moved=moved, before=weighted),))  # fmt: skip
 
     def _hidden(self, head: Head) -> list[str]:
         """The weight layers of a network that is one linear map up to its one head, but the
@@ -635,7 +619,7 @@ def scale_inputs(info: FileInfo, stats: Sequence[InputStats], finding: str) -> P
             options = {"axis": -1, "mean": list(s.mean), "variance": list(s.variance)}
             code.append(f"x = {tensor} -> x = norm({tensor}){at(s.name)} (norm = "
                         "Normalization(); norm.adapt(x_train))")  # fmt: skip
-        edits.append(_insert_input(s.name, cls, options))
+        edits.append(partial(_insert_input, source=s.name, cls=cls, options=options))
     names = [s.name for s in raw]
     # the first layer that reads the first raw input, where its scale did harm (the layer
     # `check` names); the input itself when the graph does not say
@@ -740,7 +724,7 @@ def _rate_plan(
         old = fit.learning_rate or 0.0
         new = _rounded(old * factor)
         why = f"the learning rate changes from {old:g} to {new:g}: {measured}"
-        shown, edit = "{:g}", set_learning_rate(new)
+        shown, edit = "{:g}", partial(set_learning_rate, rate=new)
     else:
         cls, key, old = schedule
         new = _rounded(old * factor)
@@ -749,7 +733,7 @@ def _rate_plan(
             f"to {new:g}; its other options kept), not replaced by a constant: {measured}"
         )
         rate = "values=[{:g}, ...]" if key == "values" else f"{key}={{:g}}"
-        shown, edit = f"{code_name(cls)}({rate}, ...)", _scale_schedule(factor)
+        shown, edit = f"{code_name(cls)}({rate}, ...)", partial(_scale_schedule, factor=factor)
     optimizer = code_name(fit.optimizer)
     code = (f"optimizer={optimizer}(learning_rate={shown.format(old)}) -> "
             f"optimizer={optimizer}(learning_rate={shown.format(new)})",)  # fmt: skip
@@ -784,22 +768,18 @@ def _rounded(value: float) -> float:
     return float(f"{value:.2g}")
 
 
-def _scale_schedule(factor: float) -> Edit:
+def _scale_schedule(compiled: ed.Config, factor: float) -> None:
     """An edit of the compile config: each rate of the optimizer's schedule times `factor`."""
-
-    def edit(compiled: ed.Config) -> None:
-        optimizer = ed.as_object(compiled.get("optimizer"), "the optimizer")
-        inner = ed.as_object(optimizer.get("config"), "the optimizer's config")
-        rate = ed.as_object(inner.get("learning_rate"), "the learning rate schedule")
-        options = ed.as_object(rate.get("config"), "the schedule's config")
-        for key in SCHEDULE_RATES:
-            value = options.get(key)
-            if isinstance(value, list):
-                options[key] = [_rounded(v * factor) if _number(v) else v for v in value]
-            elif _number(value):
-                options[key] = _rounded(value * factor)
-
-    return edit
+    optimizer = ed.as_object(compiled.get("optimizer"), "the optimizer")
+    inner = ed.as_object(optimizer.get("config"), "the optimizer's config")
+    rate = ed.as_object(inner.get("learning_rate"), "the learning rate schedule")
+    options = ed.as_object(rate.get("config"), "the schedule's config")
+    for key in SCHEDULE_RATES:
+        value = options.get(key)
+        if isinstance(value, list):
+            options[key] = [_rounded(v * factor) if _number(v) else v for v in value]
+        elif _number(value):
+            options[key] = _rounded(value * factor)
 
 
 def _number(value: object) -> TypeGuard[float]:
@@ -829,14 +809,9 @@ def _first_steps(
     return _ratios(fit.checkpoints[:1]), "(lr x |grad| / |W|) at the first checkpoint"
 
 
-def _insert_input(source: str, cls: str, options: ed.Config) -> Edit:
+def _insert_input(c: ed.Config, source: str, cls: str, options: ed.Config) -> None:
     """An edit: a layer of class `cls` right after the input `source`."""
-
-    def edit(c: ed.Config) -> None:
-        layer = ed.new_layer(cls, ed.fresh_name(c, cls.lower()), options)
-        ed.insert_after_input(c, source, layer)
-
-    return edit
+    ed.insert_after_input(c, source, ed.new_layer(cls, ed.fresh_name(c, cls.lower()), options))
 
 
 # -- which repair each finding gets --------------------------------------------------------
