@@ -80,7 +80,10 @@ def train_loaded(
             report = refused(model, ready.spec.name, labels.refusals)
             return replace(report, path=loaded.info.path, data=ready.data)
         scale = input_scale(model, loaded.info, ready.stream)  # the untrained copy, first batch
-        report, _, _ = fit_steps(ready, ready.stream, options, beating(beat))
+        beats = keras.callbacks.LambdaCallback(  # the stall watch hears of every batch
+            on_train_begin=lambda logs: beat(0), on_train_batch_end=lambda batch, logs: beat(1)
+        )
+        report, _, _ = fit_steps(ready, ready.stream, options, beats)
     notes = report.notes
     if ready.labelled.classes:
         notes += (ready.labelled.classes_note(),)
@@ -328,13 +331,6 @@ def training_batches(
     buffer = max(1, min(samples or SHUFFLE_BUFFER, SHUFFLE_BUFFER, SHUFFLE_BYTES // row_bytes))
     dataset = stream.dataset.unbatch().shuffle(buffer, seed=options.seed)
     return dataset.batch(options.batch_size).map(pack).prefetch(tf.data.AUTOTUNE)
-
-
-def beating(beat: Callable[[int], None]) -> KerasCallback:
-    """A Keras callback that tells the stall watch of every batch (and of the start)."""
-    return keras.callbacks.LambdaCallback(
-        on_train_begin=lambda logs: beat(0), on_train_batch_end=lambda batch, logs: beat(1)
-    )
 
 
 UNKNOWN_READ = 1_000_000  # labels read at most from a source of unknown length (--epochs)

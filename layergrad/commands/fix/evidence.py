@@ -39,7 +39,7 @@ from layergrad.core.fit_results import FitReport
 from layergrad.core.fix_results import OutputLoss, Run, Verdict
 from layergrad.core.probe_options import PathLike
 from layergrad.core.tf_runtime import keras, tf
-from layergrad.core.tf_types import KerasModel, Tensor
+from layergrad.core.tf_types import KerasModel
 from layergrad.data.label_stream import LabelRequest, TrivialLoss
 from layergrad.data.sources import DataStream
 from layergrad.data.value_checks import reader_refusal
@@ -128,11 +128,9 @@ def _held_back(stream: DataStream) -> tuple[DataStream, DataStream]:
     model (every `HOLD_BACK`-th sample, so a file sorted by class holds back every class)."""
 
     def part(held: bool) -> DataStream:
-        def keep(i: Tensor, _: object) -> Tensor:
-            return (i % HOLD_BACK == HOLD_BACK - 1) == held
-
         split = copy.copy(stream)
-        rows = stream.dataset.unbatch().enumerate().filter(keep)
+        rows = stream.dataset.unbatch().enumerate()
+        rows = rows.filter(lambda i, _: (i % HOLD_BACK == HOLD_BACK - 1) == held)
         split.dataset = rows.map(lambda _, row: row).batch(stream.batch_size)
         return split
 
@@ -182,6 +180,7 @@ def _served_losses(
     cannot be: another shape); a classifier's hits are counted in `hits`."""
     several = len(request.outputs) > 1
     trivial = [TrivialLoss(n, u or 0) for n, u in zip(request.losses, request.units, strict=False)]
+    priors = trivial if several else []  # each output's trivial loss, for several outputs
     mine = _Tally(len(request.outputs))
     theirs = _Tally(len(request.outputs)) if rival else None
     with contextlib.suppress(Exception):  # a model whose loss cannot be recomputed: no score
@@ -190,9 +189,7 @@ def _served_losses(
             mine.add(model, x, y, guess, losses)
             if hits is not None:
                 hits.add(y, guess)
-            for labels, prior in zip(
-                keras.tree.flatten(y), trivial if several else [], strict=False
-            ):
+            for labels, prior in zip(keras.tree.flatten(y), priors, strict=False):
                 prior.add(np.asarray(labels))
             if theirs is not None and theirs.usable:
                 theirs.usable = False  # until this batch is scored
