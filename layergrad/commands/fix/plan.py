@@ -350,11 +350,9 @@ class HeadRules:
     ) -> Plan | None:
         """The repair of the first rule of `head_rules.RULES` that applies to the head and has
         one: the rules `check` judges the head by, so the two never disagree."""
-        for change in self._changes(replace(head, activation=head_activation(head)), spec, y):
-            plan = self._make(head, change, Finding.LOSS_MISMATCH)
-            if plan is not None:
-                return plan
-        return None
+        changes = self._changes(replace(head, activation=head_activation(head)), spec, y)
+        made = (self._make(head, change, Finding.LOSS_MISMATCH) for change in changes)
+        return next((plan for plan in made if plan is not None), None)
 
     def _changes(
         self, seen: Head, spec: tuple[str, bool] | None, y: LabelSummary | None
@@ -471,11 +469,8 @@ class HeadRules:
         seen = replace(head, activation=made.activation or head_activation(head),
                        units=made.units or head.units)  # fmt: skip
         after = (made.loss, made.from_logits) if made.loss is not None else spec
-        for change in self._changes(seen, after, y):
-            joined = self._joined(head, plan, made, change)
-            if joined is not None:
-                return joined
-        return plan
+        joined = (self._joined(head, plan, made, c) for c in self._changes(seen, after, y))
+        return next((j for j in joined if j is not None), plan)
 
     def _joined(self, head: Head, plan: Plan, made: Change, change: Change) -> Plan | None:
         """The label repair `plan` (which made `made`) joined with the head rule's `change` of
