@@ -27,7 +27,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from real_programs import BY_NAME, PROGRAMS, Program  # noqa: E402
 
-from layergrad.commands.fit.train import FitOptions, fit_model  # noqa: E402
+from layergrad.commands.fit.checks import FitOptions  # noqa: E402
+from layergrad.commands.fit.train import fit_model  # noqa: E402
 from layergrad.core.errors import LayergradError  # noqa: E402
 
 BEFORE_TRAINING = {"target_mismatch"}  # refused before the first step: it did not train

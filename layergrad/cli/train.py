@@ -22,7 +22,7 @@ from layergrad.cli.options import (
     training_options,
 )
 from layergrad.cli.running import abort_now, emit, note, said
-from layergrad.commands.fit.train import DEFAULT_STEPS
+from layergrad.commands.fit.checks import DEFAULT_STEPS
 from layergrad.core.vocab import DEFAULT_FIT_FAIL_ON, TRAINING_FINDINGS, OutputFormat
 from layergrad.data.stall import DEFAULT_STALL_SECONDS
 

@@ -112,7 +112,8 @@ def test_legitimate_tabular_features_of_0_to_100_are_not_raw_units(tmp_path):
 
 
 def test_fit_says_input_range_before_its_first_step(tmp_path):
-    from layergrad.commands.fit.train import FitOptions, fit_model
+    from layergrad.commands.fit.checks import FitOptions
+    from layergrad.commands.fit.train import fit_model
 
     x, y = _data(n=256)
     path = tmp_path / "raw.keras"

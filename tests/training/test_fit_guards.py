@@ -122,11 +122,11 @@ def test_log_dir_that_is_not_a_folder_is_refused_before_the_model_loads(files, t
 
 
 def test_an_endless_function_under_epochs_is_said_and_bounded(files, monkeypatch):
-    from layergrad.commands.fit import train as fit_train
+    from layergrad.commands.fit import checks as fit_checks
     from layergrad.commands.fit.train import FitOptions, fit_model
     from layergrad.core.errors import InputError
 
-    monkeypatch.setattr(fit_train, "MAX_UNSIZED_EPOCH", 5_000)
+    monkeypatch.setattr(fit_checks, "MAX_UNSIZED_EPOCH", 5_000)
     said: list[str] = []
     with pytest.raises(InputError, match="more than 5,000 samples and no end"):
         fit_model(files / "m.keras", f"{files / 'funcs.py'}:endless", FitOptions(epochs=1),

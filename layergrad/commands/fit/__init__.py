@@ -1,2 +1,2 @@
-"""`layergrad fit`: the options and files checked and the model loaded (`train`), then trained
-with the gradient monitor on (`run`)."""
+"""`layergrad fit`: the options and files checked (`checks`), the model loaded (`train`) and
+trained with the gradient monitor on (`run`)."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from layergrad.commands.check.verdicts import head_losses, output_ranks
-from layergrad.commands.fit.train import (
+from layergrad.commands.fit.checks import (
     DEFAULT_STEPS,
     FitOptions,
     Notice,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from layergrad.commands.fit.checks import FitOptions
 from layergrad.commands.fit.run import (
     Predicted,
     Ready,
@@ -32,7 +33,6 @@ from layergrad.commands.fit.run import (
     refused,
     training_batches,
 )
-from layergrad.commands.fit.train import FitOptions
 from layergrad.commands.fix.plan import InputStats
 from layergrad.core.errors import DataError, InputError, LayergradError, describe
 from layergrad.core.fit_results import FitReport

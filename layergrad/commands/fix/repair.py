@@ -28,7 +28,7 @@ import numpy as np
 
 from layergrad.commands.check.check_files import check_file
 from layergrad.commands.check.verdicts import CheckOptions
-from layergrad.commands.fit.train import DEFAULT_STEPS, FitOptions, check_counts
+from layergrad.commands.fit.checks import DEFAULT_STEPS, FitOptions, check_counts
 from layergrad.commands.fix.plan import InputStats, Plan, Planning, plan_repairs
 from layergrad.commands.session import load
 from layergrad.core.errors import InputError, OutputError, describe
