@@ -1,8 +1,13 @@
-"""The training run of `layergrad fit` on a loaded model, which `fix` shares: compile it, read
-the labelled batches of `--data` and the labels once before the first step (judged by the
-`target_mismatch` rule of `check --data`, with the trivial loss and the samples), shuffle the
-batches in a bounded buffer (SHUFFLE_BUFFER samples, SHUFFLE_BYTES of inputs) and train with
-`GradientMonitor` on.
+"""The training run of `layergrad fit` on a model already loaded (`train.fit_model` loads it
+after its checks): compile it, read the labelled batches of `--data`, read the labels once
+before the first step, shuffle the batches within a buffer of at most SHUFFLE_BUFFER samples
+and SHUFFLE_BYTES of inputs (memory stays bounded) and train with `GradientMonitor` on. `fix`
+trains its repaired copy with the same parts.
+
+Whether each output can take its labels is the `target_mismatch` rule of `check --data`
+(`model/target_fit.py`), so a label problem is a finding before training, never a failure
+inside TensorFlow's graph; the same pass gives the trivial loss (`data/label_stream.py`
+`TrivialLoss`: the loss of predicting the labels' prior) and the samples the data holds.
 """
 
 from __future__ import annotations

@@ -1,9 +1,13 @@
 """`layergrad fit`: train a copy of a saved model in memory, with `GradientMonitor` on.
 
-The file is read, audited and loaded in safe mode like every command, and the loaded model
-trains (nothing is written back), compiled with its file's optimizer and loss or `--optimizer`
-/ `--loss`, on the labelled `--data` (`data/label_stream.py`) for `--steps` or `--epochs`.
-The options and files are checked here, before TensorFlow loads; the run is `run.py`.
+The file is read, audited and loaded in safe mode like every command; the loaded model is the
+copy that trains (nothing is ever written back). It is compiled with the optimizer and loss
+of its file (a fresh optimizer state, from the compiled config) or `--optimizer` / `--loss`,
+and trained on `--data` for `--steps` or `--epochs`. The labels come with the data, read
+with the inputs from the same rows (`data/label_stream.py`): `y` (one output) or `y:NAME`
+per output in a `.npz`, the class sub-folders of an image folder (in the form the loss takes),
+or `y` of the `(x, y)` elements a data function yields. The options and the files are checked
+here, before TensorFlow loads; the run itself is `run.train_loaded`.
 """
 
 from __future__ import annotations
@@ -35,11 +39,24 @@ def fit_model(
     on_stall: Notice | None = None,
     on_notice: Notice | None = None,
 ) -> FitReport:
-    """Train a copy of the model in `path` on `data` (with labels) with the gradient monitor
-    on: every step's loss, the checkpoints, the findings. `limit`, `distribute`,
-    `cpu_replicas`, `imports`, `unsafe` are as for every command; `on_stall(message)` is
-    called (from another thread) when no batch came for `stall_timeout` seconds, `on_notice`
-    with what the run should say (a source of unknown size under `--epochs`).
+    """Train a copy of the model in `path` on `data` with the gradient monitor on.
+
+    Args:
+        path: a `.keras` or `.h5` model file (never written).
+        data: data with labels (`data/label_stream.py`): a `.npz` with the model's inputs by
+            name and `y` (or `y:NAME` per output), a folder of images in class sub-folders,
+            or `FILE.py:function` / `module:function` yielding `(x, y)`.
+        options: steps or epochs, batch size, learning rate, loss, optimizer.
+        limit: read at most this many samples.
+        distribute, cpu_replicas: train under `MirroredStrategy` (see `ProbeOptions`).
+        imports, unsafe: as for every command.
+        stall_timeout, on_stall: call `on_stall(message)` (from another thread) when no
+            batch has come for this many seconds (`data/stall.py`); none by default.
+        on_notice: called with what the run should say while it works (a source that does
+            not say its size, under `--epochs`); the API never prints.
+
+    Returns:
+        The `FitReport`: every step's loss, the checkpoints, the findings.
 
     Raises:
         InputError: no `--data` (training on random labels proves nothing), data without

@@ -1,16 +1,28 @@
 """The evidence of `fix`: the original and each repaired copy trained side by side as `fit`
 trains, and what the trained models output.
 
-Before it plans, `fix` reads from `--data` each output's labels (as `fit` does) and each float
-input's range (`input_stats`, streamed, at most `limit` samples). The run is `fit`'s (its
-checks, compile, shuffled batches and `GradientMonitor`, `commands/fit/run.py`), with the
-same options for the original and each copy, so each copy starts from the original's weights
-wherever the repair kept them. `fix` adds the loss of the trained model's *predictions* as
-plain arrays, on every `HOLD_BACK`-th sample held back from training: Keras trains a softmax
-or sigmoid head through the logits it keeps, so a useless head (a softmax over one unit) can
-show a training loss as good as the repaired one. `judge` reads the two runs: the copy's loss
-against the trained original's predictions scored by the copy's loss (`baseline`), else each
-against its trivial loss; at chance; on the outputs the repair reaches.
+What `fix` reads from `--data` before it plans: each output's labels (as `fit`'s checks read
+them) and each float input's range (`input_stats`: min, max, mean |x|, per-feature mean and
+variance, for `Rescaling` or an adapted `Normalization`), bounded by `limit` samples and
+streamed batch by batch.
+
+The run is `fit`'s (the same compile, labels, shuffled batches and `GradientMonitor`, from
+`commands/fit/run.py`), after `fit`'s checks (`ready`: what `fit` refuses before its first
+step, `fix` refuses in the same words: exit 2 for the original, a copy left untrained). The
+original and each copy are trained with the same options (seed, batch size, steps, data), so
+the shuffled batches are the same and the copy starts from the original's weights wherever the
+repair kept them. What `fix` adds is the loss of the trained model's *predictions*: Keras on
+TensorFlow trains a softmax or sigmoid head through the logits it keeps beside the output, so
+a head whose outputs are useless (a softmax over one unit is always 1.0) can show a training
+loss as good as the repaired one. The served loss is computed from the predictions as plain
+arrays, the way a user of the model sees them, on samples no model trained on: every fifth
+sample is held back (`_held_back`), so a model that memorised its batches is not taken for one
+that learned.
+
+`judge` reads the two runs: the copy's loss on the held-back samples against the trained
+original's predictions scored by the copy's loss (its `baseline`), else each against its own
+trivial loss; a classifier that answers no better than its labels' prior sits at chance; a
+model with several outputs is judged on the outputs the repair reaches.
 """
 
 from __future__ import annotations

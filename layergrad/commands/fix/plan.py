@@ -1,15 +1,28 @@
 """What `fix` plans: a `Plan` for each finding with a mechanical repair, in the model's own code.
 
 A `Plan` holds the edits of the model's config (`model/config_edit.py`) and of its compile
-config, the weights left to Keras's initialisers, and the code line `before -> after`
-(`Dense(1, activation="softmax")` -> `Dense(1, activation="sigmoid")`). No TensorFlow. Every
-name read from the model enters a code line through `render/escape` (a string literal, or bare
-only when it is an identifier; a class that is none cannot be written: `Unwritable`, no
-repair offered). A head's repair is the `ConfigChange` of the first head or label rule that
-applies (`HeadRules`), so `check` and `fix` never disagree; the others repair weights, inputs
-and the learning rate. `plan_repairs` asks each finding's repairs (`REPAIRS`, by name in
-`PLANNERS`) for a plan; a finding none repairs keeps check's `Reason`; one plan that fixes two
-findings is planned once.
+config that make one repair, the weights left to Keras's initialisers, and the code line
+`before -> after` in the model's own terms (`Dense(1, activation="softmax")` ->
+`Dense(1, activation="sigmoid")`). No TensorFlow: the rules read the file's config, the
+weights as NumPy arrays, the data's input statistics and the original's training run.
+
+- the words: every name read from the model (a layer, an output, an input, a loss) goes into
+  a code line through `render/escape`: as a Python string literal (`python_string`), or bare
+  only where it is a plain identifier (`python_name`); a class that is no identifier cannot be
+  written, and its repair is not offered (`Unwritable`). A reviewer who commits a suggestion
+  runs nothing but the Keras calls the repair names;
+- the repairs of an output head and its loss (`HeadRules`: `loss_mismatch`,
+  `target_mismatch`, `linear_stack`): the `ConfigChange` of the first head or label rule that
+  applies (`head_rules`, `target_fit`), so `check` and `fix` never disagree;
+- the repairs of weights, inputs and the learning rate: kernels scaled far off their
+  initialiser's scale, biases far off zero, raw inputs, a learning rate that diverges or does
+  not learn;
+- which repair each finding gets (docs/fix.md): `plan_repairs` walks the original's findings
+  (check's, and training's with data) and asks the repairs of each (`REPAIRS`, by name in
+  `PLANNERS`) for a `Plan`; a finding no rule can repair is left as its `Reason`, with check's
+  own message and hint, and so is one whose code line would have to name a class that is no
+  Python name. One plan that fixes two findings (a softmax over one unit makes both
+  `loss_mismatch` and `constant_output`) is planned once.
 """
 
 from __future__ import annotations

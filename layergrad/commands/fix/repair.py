@@ -1,14 +1,22 @@
 """`layergrad fix`: the repair of each finding, applied to a copy, and the evidence it trains.
 
-The file is loaded once (`OpenedFile`): with `--data`, `fit`'s checks come first (what `fit`
-refuses, `fix` refuses in its words); the file is checked (and with `--data` trained) for its
-findings; a repair is planned for each finding that has a mechanical one (`plan.py`); each
-repair alone and all together are applied to the config, rebuilt (`build.py`), read back and
-checked; with `--data` the original and each copy train side by side and each repair is judged
-(`evidence.py`). The copy goes to `--output` (never over the model file, nor over an existing
-file without `--force` unless `fix` wrote it): every repair, or with evidence the verified ones
-(the others named in a note); with evidence and none verified, no copy. A failing finding the
-copy still has is said (`unrepaired`).
+1. with `--data`, `fit`'s checks first (its compile, its labels: what `fit` refuses, `fix`
+   refuses in its words); check the file (and with `--data`, train it: `fit`) for its
+   findings; the file is loaded once (`OpenedFile`, below): the check, the repairs and a
+   clone for the training share it;
+2. plan a repair for each finding that has a mechanical one (`plan.py`), from the
+   finding's own facts: the head, the loss, the labels, the weights, the inputs, the
+   update ratios;
+3. apply each repair alone and all together to the model's config and rebuild it
+   (`build`, within the memory estimate of any file); read each copy back once (the same
+   audit as any file) and check it;
+4. with `--data`: train the original and each copy for the same steps on the same batches
+   and judge each repair (`evidence.py`: the training side by side and the verdict);
+5. write the copy to `--output` (never over the model file, never over an existing file
+   without `--force` unless `fix` wrote it: its zip comment says so): with every repair, or
+   with evidence the verified ones when some are (a repair that did not help is left out,
+   with a note); with evidence and no verified repair, no copy (a note says so). A failing
+   finding the copy still has is said (`unrepaired`), never left out.
 """
 
 from __future__ import annotations
@@ -82,8 +90,17 @@ def fix_model(
     imports: Sequence[str] = (),
     unsafe: bool = False,
 ) -> FixReport:
-    """Repair the model in `path` (never written): each finding's repair, as code, in a copy;
-    with `data` (labelled, as for `fit`) each repair is trained and judged.
+    """Repair the model in `path` (never written): each finding's repair, as code, in a copy.
+
+    Args:
+        path: a `.keras` or `.h5` model file.
+        data: labelled data as for `fit` (a `.npz` with `y`, a folder of class sub-folders,
+            `FILE.py:function`); with it each repair is trained and judged.
+        options: the output file, `force`, steps, batch size, seed, limit.
+        imports, unsafe: as for every command.
+
+    Returns:
+        The `FixReport`: each repair, its code lines and verdict; the copy's path.
 
     Raises:
         InputError, LoadError, UnsafeModelError, OutputError: a file that cannot be read or
