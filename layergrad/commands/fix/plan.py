@@ -413,16 +413,14 @@ class HeadRules:
         return code, tuple(option_edit(p, "activation", act) for p in paths)
 
     def _dropout_moved(self, head: Head, change: Change, finding: str) -> Plan | None:
-        drop = self.info.graph.get(head.dropout) if head.dropout else None
-        weighted = None
-        if drop is not None and len(drop.inbound) == 1:
-            weighted = drop.inbound[0]
-            found = self.info.graph.get(weighted)
-            if found is not None and found.class_name in ("Softmax", "Activation", "ReLU"):
-                weighted = self._units_layer(weighted)
-        if weighted is None or head.dropout is None:
-            return None
         moved = head.dropout
+        drop = self.info.graph.get(moved) if moved else None
+        if moved is None or drop is None or len(drop.inbound) != 1:
+            return None
+        weighted = drop.inbound[0]
+        found = self.info.graph.get(weighted)
+        if found is not None and found.class_name in ("Softmax", "Activation", "ReLU"):
+            weighted = self._units_layer(weighted)
         dense, dropout = layer_code(self._entry(weighted)), layer_code(self._entry(moved))
         feeding = self.info.graph.get(weighted)
         before = feeding.inbound[0] if feeding is not None and feeding.inbound else None
