@@ -1,2 +1,2 @@
-"""`layergrad fit`: `train` checks the options and files (`checks`) and loads the model, `run`
-reads and judges the labels and trains the copy with the gradient monitor on."""
+"""`layergrad fit`: the options and files checked (`checks`), the model loaded (`train`) and
+trained with the gradient monitor on (`run`)."""

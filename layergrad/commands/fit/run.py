@@ -85,7 +85,10 @@ def train_loaded(
             report = refused(model, ready.spec.name, labels.refusals)
             return replace(report, path=loaded.info.path, data=ready.data)
         scale = input_scale(model, loaded.info, ready.stream)  # the untrained copy, first batch
-        report, _, _ = fit_steps(ready, ready.stream, options, beating(beat))
+        beats = keras.callbacks.LambdaCallback(  # the stall watch hears of every batch
+            on_train_begin=lambda logs: beat(0), on_train_batch_end=lambda batch, logs: beat(1)
+        )
+        report, _, _ = fit_steps(ready, ready.stream, options, beats)
     notes = report.notes
     if ready.labelled.classes:
         notes += (ready.labelled.classes_note(),)
@@ -121,8 +124,9 @@ def make_ready(
     flags: bool = True,
 ) -> Ready:
     """`fit`'s steps before the first (under `strategy`'s scope, entered by the caller):
-    compile the model, open the labelled data, read the labels once and judge them. `beat`
-    is told of each batch of labels read; `flags`: as for `compile_for_fit`.
+    compile the model, open the labelled data, read the labels once (a source that does not
+    say its size: at most the samples the run trains on) and judge them against each output.
+    `beat` is told of each batch of labels read; `flags`: as for `compile_for_fit`.
 
     Raises:
         InputError: no loss or optimizer in the file, a loss or an optimizer Keras cannot
@@ -133,23 +137,36 @@ def make_ready(
     spec = compile_for_fit(model, copy.deepcopy(info.compile_config), options, flags=flags)
     request = label_request(model, spec)
     labelled = open_labelled(path, data_specs(model), request, options.batch_size, limit)
-    if labelled.stream is None:
+    stream = labelled.stream
+    if stream is None:
         raise InputError(f"layergrad fit needs labels: {labelled.missing}")
-    samples = labelled.stream.samples
-    if samples is None and options.epochs is not None and on_notice is not None:
+    known = stream.samples
+    if known is None and options.epochs is not None and on_notice is not None:
         on_notice(unsized_epoch_notice(data, limit))
     bound = None if options.epochs else (options.steps or DEFAULT_STEPS) * options.batch_size
-
-    def on_batch(seen: int) -> None:
+    names, ranks = output_ranks(model)
+    units = [u or 0 for u in request.units]
+    trivial = TrivialLoss(spec.name, units[0] if units else 0) if len(stream.labels) == 1 else None
+    summaries: dict[str, LabelSummary] = {}
+    seen = 0
+    for batch in labelled.label_batches():
+        for name, key in label_keys(names, list(batch)).items():
+            summaries.setdefault(name, LabelSummary()).add(batch[key], ranks.get(name))
+        y = next(iter(batch.values()))
+        if trivial is not None:
+            trivial.add(y)
+        seen += len(y) if getattr(y, "ndim", 0) else 1
         if beat is not None:
             beat(1)
-        if samples is None and bound is None:
+        if known is None and bound is None:
             check_unsized(seen, data)
-
-    labels = read_labels(model, info, labelled, spec, options.loss, bound, on_batch)
+        if known is None and seen >= (bound or UNKNOWN_READ):
+            break  # a source that does not say how many samples it has may have no end
+    found = tuple(_mismatches(info, names, units, summaries, spec, options.loss))
+    labels = LabelCheck(found, trivial.value() if trivial else None, known or seen, summaries)
     if labels.samples == 0:  # training on nothing proves nothing
         raise InputError(f"--data {path}: no samples (0 rows); fit needs data to train on")
-    return Ready(model, strategy, spec, labelled, labels, path, labelled.stream)
+    return Ready(model, strategy, spec, labelled, labels, path, stream)
 
 
 def fit_steps(
@@ -321,13 +338,6 @@ def training_batches(
     return dataset.batch(options.batch_size).map(pack).prefetch(tf.data.AUTOTUNE)
 
 
-def beating(beat: Callable[[int], None]) -> KerasCallback:
-    """A Keras callback that tells the stall watch of every batch (and of the start)."""
-    return keras.callbacks.LambdaCallback(
-        on_train_begin=lambda logs: beat(0), on_train_batch_end=lambda batch, logs: beat(1)
-    )
-
-
 UNKNOWN_READ = 1_000_000  # labels read at most from a source of unknown length (--epochs)
 
 
@@ -352,41 +362,6 @@ class LabelCheck:
         own findings say whether this one does), as findings at step 0."""
         said = (m for m in self.mismatches if m.severity is Severity.WARN)
         return tuple(replace(m, message=str(m), hint="", step=0) for m in said)  # as `refused`
-
-
-def read_labels(
-    model: KerasModel,
-    info: FileInfo,
-    labelled: Labelled,
-    spec: LossSpec,
-    loss: str | None,
-    bound: int | None,
-    on_batch: Callable[[int], None],
-) -> LabelCheck:
-    """Read the labels of `labelled` once (at most `bound` samples when the source does not
-    say how many it has) and judge them against each output and `spec` (`loss`: --loss).
-    `on_batch(seen)` is called after each batch with the samples read so far."""
-    stream = labelled.stream
-    assert stream is not None
-    names, ranks = output_ranks(model)
-    request = label_request(model, spec)
-    units = [u or 0 for u in request.units]
-    trivial = TrivialLoss(spec.name, units[0] if units else 0) if len(stream.labels) == 1 else None
-    summaries: dict[str, LabelSummary] = {}
-    seen = 0
-    known = stream.samples
-    for batch in labelled.label_batches():
-        for name, key in label_keys(names, list(batch)).items():
-            summaries.setdefault(name, LabelSummary()).add(batch[key], ranks.get(name))
-        y = next(iter(batch.values()))
-        if trivial is not None:
-            trivial.add(y)
-        seen += len(y) if getattr(y, "ndim", 0) else 1
-        on_batch(seen)
-        if known is None and seen >= (bound or UNKNOWN_READ):
-            break  # a source that does not say how many samples it has may have no end
-    found = _mismatches(info, names, units, summaries, spec, loss)
-    return LabelCheck(tuple(found), trivial.value() if trivial else None, known or seen, summaries)
 
 
 def _mismatches(

@@ -15,11 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
-from layergrad.commands.fit.checks import (
-    FitOptions,
-    Notice,
-    check_before_loading,
-)
+from layergrad.commands.fit.checks import FitOptions, Notice, check_before_loading
 from layergrad.commands.session import load
 from layergrad.core.errors import InputError
 from layergrad.core.fit_results import FitReport

@@ -93,12 +93,9 @@ def build(
                 edit(edited)
             for edit in plan.compile_edits:
                 edit(compiled)
-    except EditError as exc:
-        raise BuildError(str(exc)) from exc
-    rows, max_memory = budget
-    try:  # a head widened to what the labels say must fit in memory before it is built
-        require_config_within(edited, "the repaired copy", rows, max_memory)
-    except LoadError as exc:
+        # a head widened to what the labels say must fit in memory before it is built
+        require_config_within(edited, "the repaired copy", *budget)
+    except (EditError, LoadError) as exc:
         raise BuildError(str(exc)) from exc
     keras.utils.set_random_seed(seed)
     try:

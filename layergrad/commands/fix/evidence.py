@@ -51,7 +51,7 @@ from layergrad.core.fit_results import FitReport
 from layergrad.core.fix_results import OutputLoss, Run, Verdict
 from layergrad.core.probe_options import PathLike
 from layergrad.core.tf_runtime import keras, tf
-from layergrad.core.tf_types import KerasModel, Tensor
+from layergrad.core.tf_types import KerasModel
 from layergrad.data.label_stream import LabelRequest, TrivialLoss
 from layergrad.data.sources import DataStream
 from layergrad.data.value_checks import reader_refusal
@@ -127,64 +127,12 @@ HOLD_BACK = 5  # every fifth sample is held back from training, to score the tra
 
 
 def ready(opened: Opened, data: PathLike, options: FitOptions, limit: int | None) -> Ready:
-    """`fit`'s checks before its first step (`make_ready`), on the model `opened` (as
-    `session.load` returns it), in `fit`'s words; `fix` has no --loss nor --optimizer: the
-    file's compile is what it trains with.
-
-    Raises:
-        InputError: as `fit_model` does (no loss or optimizer in the file, a loss or an
-            optimizer Keras cannot make, data without labels or without samples).
-    """
+    """`fit`'s checks before its first step (`make_ready`, InputError in `fit`'s words) on
+    the model `opened`; `fix` has no --loss nor --optimizer: it trains with the file's compile."""
     loaded, _warnings, strategy = opened
     keras.utils.set_random_seed(options.seed)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         return make_ready(loaded, strategy, data, options, limit, flags=False)
-
-
-def _trained_run(
-    ready: Ready, options: FitOptions, found: Sequence[str], rival: KerasModel | None
-) -> tuple[Run, FitReport]:
-    """The run of `train` once its model is ready (trained in place), and its fit report.
-
-    Raises:
-        InputError: labels `fit` refuses before its first step (`target_mismatch`, its
-            message), a model with no trainable weights, or a batch TensorFlow could not
-            make.
-    """
-    model, spec = ready.model, ready.spec
-    if ready.labels.refusals:  # `fit` stops here: nothing is trained, its message says why
-        stopped = refused(model, spec.name, ready.labels.refusals)
-        said = "; ".join(f"{f.code} at {f.layer}: {f.message}" for f in stopped.findings)
-        raise InputError(f"the labels do not fit the outputs (before the first step): {said}")
-    if not model.trainable_weights:  # its losses move with the batches alone: no verdict
-        raise InputError(
-            "it has no trainable weights (every layer is frozen: trainable=False), so training "
-            "cannot change it; unfreeze the layers that should learn"
-        )
-    seed_model(model, options.seed)  # the original and each copy: the same random draws
-    trained, held = _held_back(ready.stream)
-    with ready.strategy.scope() if ready.strategy is not None else contextlib.nullcontext():
-        scored = training_batches(model, held, options, ready.labels.samples)
-        report, chance, predicted = fit_steps(ready, trained, options, rival=rival,
-                                              held=scored.take(SCORED_BATCHES))  # fmt: skip
-    request = label_request(model, spec)
-    # a classifier: one output under a categorical cross-entropy (sparse or not)
-    classifier = len(request.outputs) == 1 and any("categorical" in n for n in request.losses)
-    hits = Accuracy() if classifier else None
-    (served, outputs), rivals = _served_losses(model, predicted, request, rival is not None, hits)
-    baseline = None
-    if rivals is not None:
-        baseline, theirs = rivals
-        lost = {o.name: o.final for o in theirs}
-        outputs = tuple(replace(o, baseline=lost.get(o.name)) for o in outputs)
-    accuracy, prior = hits.result() if hits is not None else (None, None)
-    findings = dict.fromkeys([*found, *(str(f.code) for f in report.findings)])
-    trained_loss = _final(report.losses)
-    final = served if served is not None else trained_loss
-    run = Run(report.loss_name, report.losses, chance, final, tuple(findings), outputs=outputs,
-              baseline=baseline, accuracy=accuracy, prior_accuracy=prior,
-              trained_loss=trained_loss)  # fmt: skip
-    return run, report
 
 
 def _held_back(stream: DataStream) -> tuple[DataStream, DataStream]:
@@ -192,11 +140,9 @@ def _held_back(stream: DataStream) -> tuple[DataStream, DataStream]:
     model (every `HOLD_BACK`-th sample, so a file sorted by class holds back every class)."""
 
     def part(held: bool) -> DataStream:
-        def keep(i: Tensor, _: object) -> Tensor:
-            return (i % HOLD_BACK == HOLD_BACK - 1) == held
-
         split = copy.copy(stream)
-        rows = stream.dataset.unbatch().enumerate().filter(keep)
+        rows = stream.dataset.unbatch().enumerate()
+        rows = rows.filter(lambda i, _: (i % HOLD_BACK == HOLD_BACK - 1) == held)
         split.dataset = rows.map(lambda _, row: row).batch(stream.batch_size)
         return split
 
@@ -246,6 +192,7 @@ def _served_losses(
     cannot be: another shape); a classifier's hits are counted in `hits`."""
     several = len(request.outputs) > 1
     trivial = [TrivialLoss(n, u or 0) for n, u in zip(request.losses, request.units, strict=False)]
+    priors = trivial if several else []  # each output's trivial loss, for several outputs
     mine = _Tally(len(request.outputs))
     theirs = _Tally(len(request.outputs)) if rival else None
     with contextlib.suppress(Exception):  # a model whose loss cannot be recomputed: no score
@@ -254,9 +201,7 @@ def _served_losses(
             mine.add(model, x, y, guess, losses)
             if hits is not None:
                 hits.add(y, guess)
-            for labels, prior in zip(
-                keras.tree.flatten(y), trivial if several else [], strict=False
-            ):
+            for labels, prior in zip(keras.tree.flatten(y), priors, strict=False):
                 prior.add(np.asarray(labels))
             if theirs is not None and theirs.usable:
                 theirs.usable = False  # until this batch is scored
@@ -335,25 +280,57 @@ def _mean(values: list[float]) -> float | None:
 
 def train(
     prepare: Callable[[], Ready],
-    fit_options: FitOptions,
+    options: FitOptions,
     *,
     found: Sequence[str] = (),
     rival: KerasModel | None = None,
 ) -> tuple[Run, FitReport | None, KerasModel | None]:
-    """Train the model `prepare()` makes ready (`ready`: `fit`'s checks done; trained in
-    place): its run, its fit report and the trained model (a model that cannot be made ready
-    or trained: a run with its error, None, None). `found` are its check findings, joined by
-    the training findings. `final` is the loss of the trained model's predictions, else the
-    last tenth of the training losses; `baseline` the trained `rival`'s, scored the same way."""
+    """Train the model `prepare()` makes ready (`fit`'s checks done; trained in place): its
+    run, its fit report and the trained model (one that cannot be made ready or trained: a
+    run with its error, None, None). `found` are its check findings, joined by the training
+    findings. `final` is the loss of the trained model's predictions, else the last tenth of
+    the training losses; `baseline` the trained `rival`'s, scored the same way."""
     try:
         made = prepare()
-        run, report = _trained_run(made, fit_options, found, rival)
+        model = made.model
+        if made.labels.refusals:  # `fit` stops here: nothing is trained, its message says why
+            stopped = refused(model, made.spec.name, made.labels.refusals)
+            said = "; ".join(f"{f.code} at {f.layer}: {f.message}" for f in stopped.findings)
+            raise InputError(f"the labels do not fit the outputs (before the first step): {said}")
+        if not model.trainable_weights:  # its losses move with the batches alone: no verdict
+            raise InputError(
+                "it has no trainable weights (every layer is frozen: trainable=False), so "
+                "training cannot change it; unfreeze the layers that should learn"
+            )
+        seed_model(model, options.seed)  # the original and each copy: the same random draws
+        trained, held = _held_back(made.stream)
+        with made.strategy.scope() if made.strategy is not None else contextlib.nullcontext():
+            scored = training_batches(model, held, options, made.labels.samples)
+            report, chance, predicted = fit_steps(made, trained, options, rival=rival,
+                                                  held=scored.take(SCORED_BATCHES))  # fmt: skip
     except DataError:  # values no model takes: the data is wrong, as `fit` says
         raise
     except Exception as exc:  # a LayergradError's message is said as it is
         said = str(exc) if isinstance(exc, LayergradError) else describe(exc)
         return Run("-", findings=tuple(found), error=said), None, None
-    return run, report, made.model
+    request = label_request(model, made.spec)
+    # a classifier: one output under a categorical cross-entropy (sparse or not)
+    classifier = len(request.outputs) == 1 and any("categorical" in n for n in request.losses)
+    hits = Accuracy() if classifier else None
+    (served, outputs), rivals = _served_losses(model, predicted, request, rival is not None, hits)
+    baseline = None
+    if rivals is not None:
+        baseline, theirs = rivals
+        lost = {o.name: o.final for o in theirs}
+        outputs = tuple(replace(o, baseline=lost.get(o.name)) for o in outputs)
+    accuracy, prior = hits.result() if hits is not None else (None, None)
+    findings = dict.fromkeys([*found, *(str(f.code) for f in report.findings)])
+    trained_loss = _final(report.losses)
+    final = served if served is not None else trained_loss
+    run = Run(report.loss_name, report.losses, chance, final, tuple(findings), outputs=outputs,
+              baseline=baseline, accuracy=accuracy, prior_accuracy=prior,
+              trained_loss=trained_loss)  # fmt: skip
+    return run, report, model
 
 
 def _final(losses: Sequence[float | None]) -> float | None:

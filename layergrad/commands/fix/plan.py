@@ -176,30 +176,22 @@ def loss_of(compiled: Mapping[str, object], output: str, index: int) -> object:
     return loss
 
 
-def set_loss(output: str, index: int, new: object) -> Edit:
+def set_loss(compiled: Config, output: str, index: int, new: object) -> None:
     """An edit of the compile config: output `output`'s loss becomes `new`."""
-
-    def edit(compiled: Config) -> None:
-        loss = compiled.get("loss")
-        if isinstance(loss, dict) and "class_name" not in loss:
-            loss[output] = copy.deepcopy(new)
-        elif isinstance(loss, list) and index < len(loss):
-            loss[index] = copy.deepcopy(new)
-        else:
-            compiled["loss"] = copy.deepcopy(new)
-
-    return edit
+    loss = compiled.get("loss")
+    if isinstance(loss, dict) and "class_name" not in loss:
+        loss[output] = copy.deepcopy(new)
+    elif isinstance(loss, list) and index < len(loss):
+        loss[index] = copy.deepcopy(new)
+    else:
+        compiled["loss"] = copy.deepcopy(new)
 
 
-def set_learning_rate(rate: float) -> Edit:
+def set_learning_rate(compiled: Config, rate: float) -> None:
     """An edit of the compile config: the optimizer's learning rate."""
-
-    def edit(compiled: Config) -> None:
-        optimizer = compiled.get("optimizer")
-        if isinstance(optimizer, dict):
-            as_object(optimizer.setdefault("config", {}))["learning_rate"] = rate
-
-    return edit
+    optimizer = compiled.get("optimizer")
+    if isinstance(optimizer, dict):
+        as_object(optimizer.setdefault("config", {}))["learning_rate"] = rate
 
 
 def listing(names: Sequence[str], shown: int = 4) -> str:
@@ -213,33 +205,25 @@ def option_edit(path: str, key: str, value: object) -> Edit:
     return lambda c: ed.set_option(c, path, key, value)
 
 
-def replace_edit(path: str, new: Config) -> Edit:
+def replace_layer(c: Config, path: str, new: Config) -> None:
     """An edit: the layer at `path` becomes `new`, reading what it read."""
-
-    def edit(c: Config) -> None:
-        entry = ed.layer_entry(c, path)
-        nodes = entry.get("inbound_nodes")
-        entry.clear()
-        entry.update(new)
-        if isinstance(nodes, list):  # the tensors it read; not the old call's keywords (mask)
-            entry["inbound_nodes"] = [
-                {**node, "kwargs": {}} if isinstance(node, dict) else node for node in nodes
-            ]
-
-    return edit
+    entry = ed.layer_entry(c, path)
+    nodes = entry.get("inbound_nodes")
+    entry.clear()
+    entry.update(new)
+    if isinstance(nodes, list):  # the tensors it read; not the old call's keywords (mask)
+        entry["inbound_nodes"] = [
+            {**node, "kwargs": {}} if isinstance(node, dict) else node for node in nodes
+        ]
 
 
-def move_before_edit(moved: str, before: str) -> Edit:
+def move_before(c: Config, moved: str, before: str) -> None:
     """An edit: the layer `moved` taken out and put right before `before`."""
-
-    def edit(c: Config) -> None:
-        entry = copy.deepcopy(ed.layer_entry(c, moved))
-        entry.pop("inbound_nodes", None)
-        entry.pop("build_config", None)
-        ed.remove_layer(c, moved)
-        ed.insert_before(c, before, entry)
-
-    return edit
+    entry = copy.deepcopy(ed.layer_entry(c, moved))
+    entry.pop("inbound_nodes", None)
+    entry.pop("build_config", None)
+    ed.remove_layer(c, moved)
+    ed.insert_before(c, before, entry)
 
 
 # -- the repairs of a head and its loss ----------------------------------------------------
@@ -285,7 +269,7 @@ class HeadRules:
         if not (isinstance(config, dict) and "activation" in config):
             # an activation layer without options (Softmax, ReLU): replaced
             new = ed.new_layer("Activation", layer.split("/")[-1], {"activation": act})
-            edits.append(replace_edit(layer, new))
+            edits.append(partial(replace_layer, path=layer, new=new))
             code.append(f"{layer_code(entry)} -> Activation({python_string(act)}){at(layer)}")
             own = False
         elif own or head_activation(head) != act or entry.get("class_name") != "Activation":
@@ -336,7 +320,7 @@ class HeadRules:
         new = loss_with(name, from_logits)
         output = key if len(self.heads) > 1 else None
         code.append(f"{loss_code(old, output)} -> {loss_code(new, output)}")
-        return set_loss(key, i, new)
+        return partial(set_loss, output=key, index=i, new=new)
 
     def _loss_key(self, head: Head) -> str:
         """The key of the head's loss in a dict of losses: its output's dict key when the
@@ -379,11 +363,9 @@ class HeadRules:
     ) -> Plan | None:
         """The repair of the first rule of `head_rules.RULES` that applies to the head and has
         one: the rules `check` judges the head by, so the two never disagree."""
-        for change in self._changes(replace(head, activation=head_activation(head)), spec, y):
-            plan = self._make(head, change, Finding.LOSS_MISMATCH)
-            if plan is not None:
-                return plan
-        return None
+        changes = self._changes(replace(head, activation=head_activation(head)), spec, y)
+        made = (self._make(head, change, Finding.LOSS_MISMATCH) for change in changes)
+        return next((plan for plan in made if plan is not None), None)
 
     def _changes(
         self, seen: Head, spec: tuple[str, bool] | None, y: LabelSummary | None
@@ -431,16 +413,14 @@ class HeadRules:
         return code, tuple(option_edit(p, "activation", act) for p in paths)
 
     def _dropout_moved(self, head: Head, change: Change, finding: str) -> Plan | None:
-        drop = self.info.graph.get(head.dropout) if head.dropout else None
-        weighted = None
-        if drop is not None and len(drop.inbound) == 1:
-            weighted = drop.inbound[0]
-            found = self.info.graph.get(weighted)
-            if found is not None and found.class_name in ("Softmax", "Activation", "ReLU"):
-                weighted = self._units_layer(weighted)
-        if weighted is None or head.dropout is None:
-            return None
         moved = head.dropout
+        drop = self.info.graph.get(moved) if moved else None
+        if moved is None or drop is None or len(drop.inbound) != 1:
+            return None
+        weighted = drop.inbound[0]
+        found = self.info.graph.get(weighted)
+        if found is not None and found.class_name in ("Softmax", "Activation", "ReLU"):
+            weighted = self._units_layer(weighted)
         dense, dropout = layer_code(self._entry(weighted)), layer_code(self._entry(moved))
         feeding = self.info.graph.get(weighted)
         before = feeding.inbound[0] if feeding is not None and feeding.inbound else None
@@ -452,7 +432,7 @@ class HeadRules:
         return Plan(Finding.LOSS_MISMATCH, moved, f"Dropout '{moved}' moves before "
                     f"'{weighted}': dropout regularises the features, never the logits", (
                         f"{dense}, {dropout} -> {dropout}, {dense}{at(weighted, moved)}",),
-                    (move_before_edit(moved, weighted),))  # fmt: skip
+                    (partial(move_before, moved=moved, before=weighted),))  # fmt: skip
 
     def _hidden(self, head: Head) -> list[str]:
         """The weight layers of a network that is one linear map up to its one head, but the
@@ -500,11 +480,8 @@ class HeadRules:
         seen = replace(head, activation=made.activation or head_activation(head),
                        units=made.units or head.units)  # fmt: skip
         after = (made.loss, made.from_logits) if made.loss is not None else spec
-        for change in self._changes(seen, after, y):
-            joined = self._joined(head, plan, made, change)
-            if joined is not None:
-                return joined
-        return plan
+        joined = (self._joined(head, plan, made, c) for c in self._changes(seen, after, y))
+        return next((j for j in joined if j is not None), plan)
 
     def _joined(self, head: Head, plan: Plan, made: Change, change: Change) -> Plan | None:
         """The label repair `plan` (which made `made`) joined with the head rule's `change` of
@@ -648,7 +625,7 @@ def scale_inputs(info: FileInfo, stats: Sequence[InputStats], finding: str) -> P
             options = {"axis": -1, "mean": list(s.mean), "variance": list(s.variance)}
             code.append(f"x = {tensor} -> x = norm({tensor}){at(s.name)} (norm = "
                         "Normalization(); norm.adapt(x_train))")  # fmt: skip
-        edits.append(_insert_input(s.name, cls, options))
+        edits.append(partial(_insert_input, source=s.name, cls=cls, options=options))
     names = [s.name for s in raw]
     # the first layer that reads the first raw input, where its scale did harm (the layer
     # `check` names); the input itself when the graph does not say
@@ -753,7 +730,7 @@ def _rate_plan(
         old = fit.learning_rate or 0.0
         new = _rounded(old * factor)
         why = f"the learning rate changes from {old:g} to {new:g}: {measured}"
-        shown, edit = "{:g}", set_learning_rate(new)
+        shown, edit = "{:g}", partial(set_learning_rate, rate=new)
     else:
         cls, key, old = schedule
         new = _rounded(old * factor)
@@ -762,7 +739,7 @@ def _rate_plan(
             f"to {new:g}; its other options kept), not replaced by a constant: {measured}"
         )
         rate = "values=[{:g}, ...]" if key == "values" else f"{key}={{:g}}"
-        shown, edit = f"{code_name(cls)}({rate}, ...)", _scale_schedule(factor)
+        shown, edit = f"{code_name(cls)}({rate}, ...)", partial(_scale_schedule, factor=factor)
     optimizer = code_name(fit.optimizer)
     code = (f"optimizer={optimizer}(learning_rate={shown.format(old)}) -> "
             f"optimizer={optimizer}(learning_rate={shown.format(new)})",)  # fmt: skip
@@ -797,22 +774,18 @@ def _rounded(value: float) -> float:
     return float(f"{value:.2g}")
 
 
-def _scale_schedule(factor: float) -> Edit:
+def _scale_schedule(compiled: ed.Config, factor: float) -> None:
     """An edit of the compile config: each rate of the optimizer's schedule times `factor`."""
-
-    def edit(compiled: ed.Config) -> None:
-        optimizer = ed.as_object(compiled.get("optimizer"), "the optimizer")
-        inner = ed.as_object(optimizer.get("config"), "the optimizer's config")
-        rate = ed.as_object(inner.get("learning_rate"), "the learning rate schedule")
-        options = ed.as_object(rate.get("config"), "the schedule's config")
-        for key in SCHEDULE_RATES:
-            value = options.get(key)
-            if isinstance(value, list):
-                options[key] = [_rounded(v * factor) if _number(v) else v for v in value]
-            elif _number(value):
-                options[key] = _rounded(value * factor)
-
-    return edit
+    optimizer = ed.as_object(compiled.get("optimizer"), "the optimizer")
+    inner = ed.as_object(optimizer.get("config"), "the optimizer's config")
+    rate = ed.as_object(inner.get("learning_rate"), "the learning rate schedule")
+    options = ed.as_object(rate.get("config"), "the schedule's config")
+    for key in SCHEDULE_RATES:
+        value = options.get(key)
+        if isinstance(value, list):
+            options[key] = [_rounded(v * factor) if _number(v) else v for v in value]
+        elif _number(value):
+            options[key] = _rounded(value * factor)
 
 
 def _number(value: object) -> TypeGuard[float]:
@@ -842,14 +815,9 @@ def _first_steps(
     return _ratios(fit.checkpoints[:1]), "(lr x |grad| / |W|) at the first checkpoint"
 
 
-def _insert_input(source: str, cls: str, options: ed.Config) -> Edit:
+def _insert_input(c: ed.Config, source: str, cls: str, options: ed.Config) -> None:
     """An edit: a layer of class `cls` right after the input `source`."""
-
-    def edit(c: ed.Config) -> None:
-        layer = ed.new_layer(cls, ed.fresh_name(c, cls.lower()), options)
-        ed.insert_after_input(c, source, layer)
-
-    return edit
+    ed.insert_after_input(c, source, ed.new_layer(cls, ed.fresh_name(c, cls.lower()), options))
 
 
 # -- which repair each finding gets --------------------------------------------------------
