@@ -13,7 +13,7 @@ import fnmatch
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from functools import partial
+from functools import cache, partial
 
 import numpy as np
 
@@ -60,31 +60,20 @@ from layergrad.model.layer_refs import Site, iter_layers, no_glob_match_message,
 DECADES, RATE, EXTREME = 3.0, 0.4, 8.0
 
 
-def not_differentiable(act: Probed) -> Status:
-    """The status of a row that has no gradient by its dtype: text, or integers."""
-    return Status.STRING if act.dtype == "string" else Status.INTEGER
-
-
 def traced_row(act: Activation, grad: np.ndarray | None) -> ScanRow:
     """A row from the trace's gradient array (its class name set by `build_rows`)."""
-    status = status_of(grad) if act.is_float else not_differentiable(act)
     if grad is None:
-        return _row(act, status)
-    return _row(act, status, gradient_stats(grad, top=0), dead_fraction(grad))
+        return _row(act, Status.NONE)
+    return _row(act, status_of(grad), gradient_stats(grad, top=0), dead_fraction(grad))
 
 
 def step_row(act: Probed, grad: GradientTotals | None, data: bool) -> ScanRow:
     """A row from the statistics reduced inside the compiled step; `data` keeps the
     over-the-data statistics."""
-    status = (
-        Status(grad.status if grad is not None else "none")
-        if act.is_float
-        else not_differentiable(act)
-    )
     if grad is None:
-        return _row(act, status)
+        return _row(act, Status.NONE)
     over = DataStats(grad.dead_units(), grad.per_sample(), grad.first_nonfinite) if data else None
-    return _row(act, status, grad.stats(act.shape, top=0), grad.dead_fraction(), over)
+    return _row(act, Status(grad.status), grad.stats(act.shape, top=0), grad.dead_fraction(), over)
 
 
 def _row(
@@ -94,8 +83,11 @@ def _row(
     dead: float = 0.0,
     data: DataStats | None = None,
 ) -> ScanRow:
-    """`dead`: the fraction of units getting exactly zero; `data`: over a data set, dead
-    units and per-sample L2."""
+    """`status` of the gradient, unless the activation has none by its dtype (text, or
+    integers); `dead`: the fraction of units getting exactly zero; `data`: over a data set,
+    dead units and per-sample L2."""
+    if not act.is_float:
+        status = Status.STRING if act.dtype == "string" else Status.INTEGER
     flags = status_flags(status, dead if gradient is not None else None)
     return ScanRow(act.site.ref, "", act.shape, act.dtype, status, gradient, flags, data=data)
 
@@ -136,17 +128,10 @@ def build_rows(
 def trace_causes(
     make: Callable[[], tuple[Trace, Diagnoser]], graph: ModelGraph | None
 ) -> Callable[[ScanRow], ScanRow]:
-    """Causes for the rows of `scan_over`, from a full trace and diagnoser made for the first
-    row that needs them (the one pass that keeps arrays runs only when something is wrong)."""
-    made: list[tuple[Trace, Diagnoser]] = []
-
-    def add(row: ScanRow) -> ScanRow:
-        if not made:
-            made.append(make())
-        trace, diagnoser = made[0]
-        return _with_causes(row, trace, graph, diagnoser)
-
-    return add
+    """Causes for the rows of `scan_over`, from a full trace and diagnoser made once, for the
+    first row that needs them (the one pass that keeps arrays runs only when something is wrong)."""
+    made = cache(make)
+    return lambda row: _with_causes(row, graph, *made())
 
 
 def _upstream(graph: ModelGraph | None, act: Probed, target: Probed) -> bool:
@@ -191,7 +176,7 @@ def _beyond(l2: float, depth: int, end: float, below: bool) -> bool:
 
 
 def _with_causes(
-    row: ScanRow, trace: Trace, graph: ModelGraph | None, diagnoser: Diagnoser
+    row: ScanRow, graph: ModelGraph | None, trace: Trace, diagnoser: Diagnoser
 ) -> ScanRow:
     i = next(i for i, a in enumerate(trace.activations) if a.site.ref == row.layer)
     source = trace.activations[i]

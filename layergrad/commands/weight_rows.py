@@ -43,16 +43,13 @@ def dead_layers(trace: Trace, layers: Mapping[str, KerasLayer]) -> tuple[tuple[s
     every sample of the batch: (layer reference, that share)."""
     from layergrad.diagnose.activations import activation_name
 
-    found = []
-    for act in trace.activations:
-        if not act.is_float or act.value.size == 0:
-            continue
-        if activation_name(layers.get(act.site.path)) != "relu":
-            continue
-        share = dead_fraction(act.value)
-        if share > DEAD_FRACTION:
-            found.append((act.site.ref, share))
-    return tuple(found)
+    relu = [
+        a
+        for a in trace.activations
+        if a.is_float and a.value.size and activation_name(layers.get(a.site.path)) == "relu"
+    ]
+    shares = [(a.site.ref, dead_fraction(a.value)) for a in relu]
+    return tuple((ref, share) for ref, share in shares if share > DEAD_FRACTION)
 
 
 def variable_row(variable: KerasVariable, path: str, grad: np.ndarray | None) -> VariableRow:
@@ -159,9 +156,9 @@ def flag_update_ratio_trend(rows: list[VariableRow]) -> list[VariableRow]:
     """Vanishing / exploding by the trend of the update ratios from the input end to the output
     end: the ok, not yet flagged variables of each layer `scale_flags` finds."""
     flagged = scale_flags(rows)
-    out = []
-    for r in rows:
-        if r.layer in flagged and r.status == Status.OK and not r.flags:
-            r = replace(r, flags=(flagged[r.layer][0],))
-        out.append(r)
-    return out
+    return [
+        replace(r, flags=(flagged[r.layer][0],))
+        if r.layer in flagged and r.status == Status.OK and not r.flags
+        else r
+        for r in rows
+    ]
