@@ -1,11 +1,27 @@
 """`layergrad merge SHARD.json...`: one report from the reports of runs over shards of a data set.
 
 A scheduler without collectives (a job array) runs `inspect` / `scan --data` once per shard;
-this combines their JSON reports, in the order given, into the report of one run over every
-shard by the rules the statistics obey, field by field in docs/distributed.md (sums add,
-extrema combine, means weight by elements or samples, percentiles do not combine; under
-`--reduce mean` each shard's numbers are first weighted by its share of the samples). Shards
-of different models, probes or schemas are refused. Nothing here imports TensorFlow.
+this combines their JSON reports into the report of one run over every shard, in the order
+given, by the rules the statistics obey (docs/distributed.md):
+
+- sums add: L2 is the root of the sum of squares, `nonfinite` adds up;
+- extrema combine: max |g|, the per-sample min and max;
+- means weight by elements or samples: mean |g| and `zeros` by elements, the per-sample mean
+  by samples; the per-sample std from each shard's mean, std and samples;
+- `dead_units` is the intersection; the first non-finite batch is the first shard's that has
+  one, counted in batches of `--batch-size` across the shards before it;
+- p50 and p95 do not combine: they are null, and `probe.shards` says how many were merged;
+- the Jacobian norms of `--measure jacobian` alike: their histograms add bin by bin (every
+  run's bins lie on one grid anchored at powers of ten); `top` is the k largest of the
+  shards' k largest (k: the longest shard list), each shard's sample indices renumbered as
+  the whole data set numbers them; `mean_rel_stderr` (an estimate's) from each shard's, the
+  variances of the shard means adding up; `rel_stderr` (the largest of any sample) is the
+  largest; `unit_sensitivity` (root-mean-square over samples) from the shards' mean squares.
+
+With `--reduce mean` each shard's gradient is the mean over its own samples, so its numbers
+are first weighted by its share of the samples. Shards of different models, probes (seed,
+batch size, mode, reduction, target, the Jacobian's method and probes) or schemas are refused.
+Nothing here imports TensorFlow.
 """
 
 from __future__ import annotations
