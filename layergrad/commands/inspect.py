@@ -58,9 +58,7 @@ def inspect_session(
         results = tuple(replace(res, warnings=(*res.warnings, said)) for res in results)
     if how is not None:
         results = _jacobians(session, sites[0], results, how, top, on_progress)
-    meta = session.probe_meta_of(run)
-    if how is not None and meta.seed is None:  # the projections and Lanczos starts are drawn
-        meta = replace(meta, seed=session.options.seed)
+    meta = session.probe_meta_of(run, seeded=how is not None)  # projections, Lanczos starts
     return InspectReport(model=session.model_meta, probe=meta, results=results)
 
 

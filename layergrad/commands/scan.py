@@ -12,8 +12,8 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from functools import partial
+from dataclasses import replace
+from functools import cache, partial
 
 import numpy as np
 
@@ -60,69 +60,40 @@ from layergrad.model.layer_refs import Site, iter_layers, no_glob_match_message,
 DECADES, RATE, EXTREME = 3.0, 0.4, 8.0
 
 
-@dataclass(frozen=True)
-class RowNumbers:
-    """What one scan row says about its gradient, whichever pass measured it: the trace's
-    gradient array (`traced_numbers`) or the statistics reduced inside the compiled step
-    (`step_numbers`)."""
-
-    status: Status
-    gradient: GradientStats | None = None
-    dead: float = 0.0  # the fraction of units getting exactly zero
-    data: DataStats | None = None  # over a data set: dead units and per-sample L2
-
-
-def not_differentiable(act: Probed) -> Status:
-    """The status of a row that has no gradient by its dtype: text, or integers."""
-    return Status.STRING if act.dtype == "string" else Status.INTEGER
-
-
-def traced_numbers(act: Activation, grad: np.ndarray | None) -> RowNumbers:
-    """The numbers of a row from the trace's gradient array."""
-    status = status_of(grad) if act.is_float else not_differentiable(act)
+def traced_row(act: Activation, grad: np.ndarray | None) -> ScanRow:
+    """A row from the trace's gradient array (its class name set by `build_rows`)."""
     if grad is None:
-        return RowNumbers(status)
-    return RowNumbers(status, gradient_stats(grad, top=0), dead_fraction(grad))
+        return _row(act, Status.NONE)
+    return _row(act, status_of(grad), gradient_stats(grad, top=0), dead_fraction(grad))
 
 
-def step_numbers(act: Probed, grad: GradientTotals | None, data: bool) -> RowNumbers:
-    """The numbers of a row from the statistics reduced inside the compiled step; `data`
-    keeps the over-the-data statistics."""
-    status = (
-        Status(grad.status if grad is not None else "none")
-        if act.is_float
-        else not_differentiable(act)
-    )
+def step_row(act: Probed, grad: GradientTotals | None, data: bool) -> ScanRow:
+    """A row from the statistics reduced inside the compiled step; `data` keeps the
+    over-the-data statistics."""
     if grad is None:
-        return RowNumbers(status)
-    return RowNumbers(
-        status,
-        grad.stats(act.shape, top=0),
-        grad.dead_fraction(),
-        DataStats(grad.dead_units(), grad.per_sample(), grad.first_nonfinite) if data else None,
-    )
+        return _row(act, Status.NONE)
+    over = DataStats(grad.dead_units(), grad.per_sample(), grad.first_nonfinite) if data else None
+    return _row(act, Status(grad.status), grad.stats(act.shape, top=0), grad.dead_fraction(), over)
 
 
-def summary_rows(
-    run: StreamRun,
-    graph: ModelGraph | None,
-    classes: dict[str, str],
-    patterns: Sequence[str],
-    causes: Callable[[ScanRow], ScanRow],
-) -> tuple[ScanRow, ...]:
-    """The scan rows from statistics reduced inside the step (`data_step.run_stream`), without any
-    gradient array; rows carry `data`; their causes from `causes` (see `trace_causes`)."""
-    target = run.targets[0]
-    measured = [
-        (act, step_numbers(act, grad, run.data))
-        for act, grad in zip(run.activations, run.gradients[0], strict=True)
-    ]
-    ends = [target.site.key] if target is not None else sinks(graph)
-    return build_rows(measured, target, ends, graph, classes, patterns, causes)
+def _row(
+    act: Probed,
+    status: Status,
+    gradient: GradientStats | None = None,
+    dead: float = 0.0,
+    data: DataStats | None = None,
+) -> ScanRow:
+    """`status` of the gradient, unless the activation has none by its dtype (text, or
+    integers); `dead`: the fraction of units getting exactly zero; `data`: over a data set,
+    dead units and per-sample L2."""
+    if not act.is_float:
+        status = Status.STRING if act.dtype == "string" else Status.INTEGER
+    flags = status_flags(status, dead if gradient is not None else None)
+    return ScanRow(act.site.ref, "", act.shape, act.dtype, status, gradient, flags, data=data)
 
 
 def build_rows(
-    measured: Sequence[tuple[Probed, RowNumbers]],
+    measured: Sequence[tuple[Probed, ScanRow]],
     target: Probed | None,
     ends: Sequence[tuple[str, int]],
     graph: ModelGraph | None,
@@ -135,13 +106,13 @@ def build_rows(
     trunk to `ends`; `patterns` keep only matching rows (after the flags, which compare each
     row with the target end); `causes(row)` adds causes to a none / zero / non-finite row."""
     rows: list[ScanRow] = []
-    for act, numbers in measured:
+    for act, row in measured:
         if target is not None and not _upstream(graph, act, target):
             continue
         class_name = classes.get(act.site.path, "InputLayer")
         if act.output:  # a multi-output layer whose output 0 the target does not use
             class_name += f" (output {act.output})"
-        rows.append(_row(act, numbers, class_name))
+        rows.append(replace(row, class_name=class_name))
     on_trunk = trunk(graph, ends)
     rows = flag_against_target_end(
         rows, None if on_trunk is None else {ref_of(k) for k in on_trunk}
@@ -154,34 +125,13 @@ def build_rows(
     return tuple(causes(r) if r.status in broken else r for r in rows)
 
 
-def _row(act: Probed, numbers: RowNumbers, class_name: str) -> ScanRow:
-    flags = status_flags(numbers.status, numbers.dead if numbers.gradient is not None else None)
-    return ScanRow(
-        layer=act.site.ref,
-        class_name=class_name,
-        shape=act.shape,
-        dtype=act.dtype,
-        status=numbers.status,
-        gradient=numbers.gradient,
-        flags=flags,
-        data=numbers.data,
-    )
-
-
 def trace_causes(
     make: Callable[[], tuple[Trace, Diagnoser]], graph: ModelGraph | None
 ) -> Callable[[ScanRow], ScanRow]:
-    """Causes for rows of `summary_rows`, from a full trace and diagnoser made for the first
-    row that needs them (the one pass that keeps arrays runs only when something is wrong)."""
-    made: list[tuple[Trace, Diagnoser]] = []
-
-    def add(row: ScanRow) -> ScanRow:
-        if not made:
-            made.append(make())
-        trace, diagnoser = made[0]
-        return _with_causes(row, trace, graph, diagnoser)
-
-    return add
+    """Causes for the rows of `scan_over`, from a full trace and diagnoser made once, for the
+    first row that needs them (the one pass that keeps arrays runs only when something is wrong)."""
+    made = cache(make)
+    return lambda row: _with_causes(row, graph, *made())
 
 
 def _upstream(graph: ModelGraph | None, act: Probed, target: Probed) -> bool:
@@ -226,7 +176,7 @@ def _beyond(l2: float, depth: int, end: float, below: bool) -> bool:
 
 
 def _with_causes(
-    row: ScanRow, trace: Trace, graph: ModelGraph | None, diagnoser: Diagnoser
+    row: ScanRow, graph: ModelGraph | None, trace: Trace, diagnoser: Diagnoser
 ) -> ScanRow:
     i = next(i for i, a in enumerate(trace.activations) if a.site.ref == row.layer)
     source = trace.activations[i]
@@ -261,7 +211,7 @@ def scan_report(
     graph, layers, target = session.info.graph, dict(iter_layers(session.model)), trace.target
     classes = {p: type(layer).__name__ for p, layer in layers.items()}
     measured = [
-        (act, traced_numbers(act, grad))
+        (act, traced_row(act, grad))
         for act, grad in zip(trace.activations, trace.gradients, strict=True)
     ]
     ends = (
@@ -343,13 +293,10 @@ def _scan(
     patterns: Sequence[str],
     on_progress: Progress | None,
 ) -> ScanReport:
-    """One pass over the session's batches (`scan_over`), in its mode.
-
-    Over the data, its rows are the report. The probe batch's too, unless the pass shows
-    something that needs the whole arrays: a row that is not ok, an output that is the same
-    for every sample, a non-finite activation or inputs that are not scaled; then the batch's
-    whole trace (read again) gives the rows, causes and notes (`scan_report`).
-    """
+    """One pass over the session's batches (`scan_over`), in its mode: its rows are the report,
+    unless the probe batch shows what needs the whole arrays (a row not ok, an output the same
+    for every sample, a non-finite activation, unscaled inputs); then the batch's trace, read
+    again, gives the rows, causes and notes (`scan_report`)."""
     run, rows, diagnosis = scan_over(session, site, patterns, on_progress)
     probe = session.probe_meta_of(run, seeded=site is None)
     if not session.stream.probe:
@@ -401,8 +348,14 @@ def scan_over(
         return diagnosis.trace(index, site), diagnosis.diagnoser(index)
 
     classes = {p: type(layer).__name__ for p, layer in iter_layers(model)}
-    rows = summary_rows(run, graph, classes, layers, trace_causes(make, graph))
-    return run, rows, diagnosis
+    target = run.targets[0]
+    measured = [
+        (act, step_row(act, grad, run.data))
+        for act, grad in zip(run.activations, run.gradients[0], strict=True)
+    ]
+    ends = [target.site.key] if target is not None else sinks(graph)
+    causes = trace_causes(make, graph)
+    return run, build_rows(measured, target, ends, graph, classes, layers, causes), diagnosis
 
 
 def _jacobians(

@@ -17,7 +17,7 @@ from layergrad.core.gradient_stats import (
     status_flags,
     status_of,
 )
-from layergrad.core.results import Reason, ScanRow, VariableRow
+from layergrad.core.results import ScanRow, VariableRow
 from layergrad.core.tf_types import KerasLayer, KerasVariable
 from layergrad.core.vocab import Finding, Status
 from layergrad.diagnose import causes as why
@@ -43,16 +43,13 @@ def dead_layers(trace: Trace, layers: Mapping[str, KerasLayer]) -> tuple[tuple[s
     every sample of the batch: (layer reference, that share)."""
     from layergrad.diagnose.activations import activation_name
 
-    found = []
-    for act in trace.activations:
-        if not act.is_float or act.value.size == 0:
-            continue
-        if activation_name(layers.get(act.site.path)) != "relu":
-            continue
-        share = dead_fraction(act.value)
-        if share > DEAD_FRACTION:
-            found.append((act.site.ref, share))
-    return tuple(found)
+    relu = [
+        a
+        for a in trace.activations
+        if a.is_float and a.value.size and activation_name(layers.get(a.site.path)) == "relu"
+    ]
+    shares = [(a.site.ref, dead_fraction(a.value)) for a in relu]
+    return tuple((ref, share) for ref, share in shares if share > DEAD_FRACTION)
 
 
 def variable_row(variable: KerasVariable, path: str, grad: np.ndarray | None) -> VariableRow:
@@ -88,21 +85,20 @@ def touched_rows(name: str, weight: np.ndarray, grad: np.ndarray | None) -> np.n
 
 
 def with_causes(row: VariableRow, layer_rows: Sequence[ScanRow]) -> VariableRow:
-    """A row that is not ok with its causes, from the scan rows of the layers' outputs."""
-    return row if row.status == Status.OK else replace(row, causes=_causes(row, layer_rows))
-
-
-def _causes(row: VariableRow, layer_rows: Sequence[ScanRow]) -> tuple[Reason, ...]:
-    """The causes of the layer's output rows when they share the variable's problem, else say
-    that the layer's own call loses it."""
-    path = row.layer
-    calls = [r for r in layer_rows if r.layer.split("@")[0] == path]
+    """A row that is not ok with its causes: those of the layer's output rows when they share
+    the variable's problem, else that the layer's own call loses it."""
+    if row.status == Status.OK:
+        return row
+    calls = [r for r in layer_rows if r.layer.split("@")[0] == row.layer]
     broken = [r for r in calls if r.status == row.status and r.causes]
     if broken:
-        return broken[0].causes
-    if calls and all(r.status == Status.NONE for r in calls):
-        return tuple(c for r in calls for c in r.causes)[:3] or (why.cause("unknown"),)
-    return (why.cause("variable_not_used", path, variable=row.name, status=str(row.status)),)
+        causes = broken[0].causes
+    elif calls and all(r.status == Status.NONE for r in calls):
+        causes = tuple(c for r in calls for c in r.causes)[:3] or (why.cause("unknown"),)
+    else:
+        said = why.cause("variable_not_used", row.layer, variable=row.name, status=str(row.status))
+        causes = (said,)
+    return replace(row, causes=causes)
 
 
 def layer_ratios(rows: Sequence[VariableRow]) -> dict[str, float]:
@@ -160,9 +156,9 @@ def flag_update_ratio_trend(rows: list[VariableRow]) -> list[VariableRow]:
     """Vanishing / exploding by the trend of the update ratios from the input end to the output
     end: the ok, not yet flagged variables of each layer `scale_flags` finds."""
     flagged = scale_flags(rows)
-    out = []
-    for r in rows:
-        if r.layer in flagged and r.status == Status.OK and not r.flags:
-            r = replace(r, flags=(flagged[r.layer][0],))
-        out.append(r)
-    return out
+    return [
+        replace(r, flags=(flagged[r.layer][0],))
+        if r.layer in flagged and r.status == Status.OK and not r.flags
+        else r
+        for r in rows
+    ]

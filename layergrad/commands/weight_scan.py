@@ -1,14 +1,10 @@
 """The training gradient: d loss / d every trainable variable, of the probe batch or `--data`.
 
 Answers Keras's "Gradients do not exist for variables [...] when minimizing the loss" before
-anyone trains: which variables get None, zero or NaN from the loss (the file's compiled one,
-`model.compute_loss`, or `--loss NAME`), and why. One path: the probe batch is a data source
-of one batch (`sources.ProbeStream`, run eagerly), `--data` one of many, and either goes
-through the one step over batches (`data_step.run_stream` with a `WeightPlan`): the gradient of
-the loss averaged over every sample (over data also each layer's gradient signal-to-noise
-ratio). Labels are the data's own (`y` / `y:NAME`), else random, seeded, fitting each output.
-A variable that is not ok gets its causes from a trace of the first batch (`run_trace`,
-diagnosed as `scan` diagnoses); `check` reads that trace's scan of the layers.
+anyone trains: which variables get None, zero or NaN from the loss (the file's compiled one, or
+`--loss NAME`), and why. The probe batch (a data source of one batch) or `--data` goes through
+the one step over batches (`data_step.run_stream` with a `WeightPlan`); a variable that is not
+ok gets its causes from a trace of the first batch, diagnosed as `scan` diagnoses.
 """
 
 from __future__ import annotations

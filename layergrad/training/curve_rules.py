@@ -53,9 +53,7 @@ def ratios(checkpoint: Checkpoint) -> list[LayerStats]:
 def _top_layer(checkpoints: Sequence[Checkpoint]) -> tuple[LayerStats | None, int]:
     """The layer row with the largest update ratio over the run, and its step."""
     found = [(r, c.step) for c in checkpoints for r in ratios(c)]
-    if not found:
-        return None, 0
-    return max(found, key=lambda rs: rs[0].update_ratio or 0.0)
+    return max(found, key=lambda rs: rs[0].update_ratio or 0.0, default=(None, 0))
 
 
 def _head(checkpoints: Sequence[Checkpoint]) -> str | None:

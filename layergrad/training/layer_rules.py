@@ -216,13 +216,12 @@ def stalled_layers(checkpoints: Sequence[Checkpoint], skip: Sequence[str] = ()) 
                 median = float(np.median(others))
                 low = median > 0 and (row.update_ratio or 0.0) < median / 10**DECADES
             stalled.setdefault(row.layer, []).append((checkpoint.step, low))
-    out = []
-    for layer, marks in stalled.items():
-        run, step = _final_run(marks)
-        if run < LASTING or layer in skip:
-            continue
-        out.append(said("stalled_layer", layer, step, decades=DECADES))
-    return out
+    runs = {layer: _final_run(marks) for layer, marks in stalled.items() if layer not in skip}
+    return [
+        said("stalled_layer", layer, step, decades=DECADES)
+        for layer, (run, step) in runs.items()
+        if run >= LASTING
+    ]
 
 
 def _row(checkpoint: Checkpoint, layer: str) -> LayerStats | None:

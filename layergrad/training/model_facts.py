@@ -80,10 +80,8 @@ def layer_facts(layers: Sequence[LayerVariables]) -> dict[str, LayerFacts]:
     """Each reported layer's `LayerFacts`, by path."""
     from layergrad.diagnose.activations import activation_name
 
-    out = {}
-    for entry in layers:
-        units = getattr(entry.layer, "units", None)
-        out[entry.path] = LayerFacts(
-            activation_name(entry.layer), units if isinstance(units, int) else None
-        )
-    return out
+    units = [getattr(e.layer, "units", None) for e in layers]
+    return {
+        e.path: LayerFacts(activation_name(e.layer), n if isinstance(n, int) else None)
+        for e, n in zip(layers, units, strict=True)
+    }

@@ -52,14 +52,11 @@ def blind_note(model: object, sees_gradients: bool | None) -> str:
 
 def loss_only_nonfinite(step: int, epoch: int, batch: int) -> Reason:
     """The first NaN/Inf loss of a run whose gradients the monitor cannot see (`step` from 0)."""
-    return Reason(
-        Finding.NONFINITE,
-        f"step {step + 1} (epoch {epoch}, batch {batch}): the loss is "
-        "NaN/Inf; the monitor cannot see this train_step's gradients, so it cannot name "
-        "the layer",
-        layer=None,
-        step=step + 1,
+    message = (
+        f"step {step + 1} (epoch {epoch}, batch {batch}): the loss is NaN/Inf; the monitor "
+        "cannot see this train_step's gradients, so it cannot name the layer"
     )
+    return Reason(Finding.NONFINITE, message, step=step + 1)
 
 
 def logged_loss(logs: dict[str, object] | None) -> float | None:

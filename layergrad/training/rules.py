@@ -122,8 +122,7 @@ def chance_loss(loss_name: str, output_units: Sequence[int]) -> float | None:
     """The cross-entropy of predicting a uniform class prior: log C, or log 2 for binary.
     The name may be any alias Keras accepts (`"bce"`, `"BinaryCrossentropy"`)."""
     read = read_loss(loss_name.strip())
-    name = (read.name if read is not None and read.known else loss_name).lower()
-    name = name.replace(" ", "_")
+    name = (read.name if read is not None and read.known else loss_name).lower().replace(" ", "_")
     if len(output_units) != 1 or "crossentropy" not in name.replace("_", ""):
         return None
     if "binary" in name:
