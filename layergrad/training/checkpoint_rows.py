@@ -10,7 +10,7 @@ import numpy as np
 
 from layergrad.core.fit_results import Checkpoint, LayerStats, VariableStats
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import KerasVariable, SummaryWriter
+from layergrad.core.tf_types import SummaryWriter
 from layergrad.training.step_hook import LayerVariables, StepHook
 from layergrad.training.step_reductions import DEAD, GRAD_NONFINITE, GRAD_SQ, UNITS, WEIGHT_SQ
 
@@ -31,56 +31,54 @@ def checkpoint_from_rows(
     """The checkpoint of step `step` (from 0), from row `row` of the results `read` of `hook`;
     its layers in the order the step called them. `counted`: the step's number as the
     monitored step counts it (less than `step` when Keras's own first step built the model)."""
-    layers, variables, input_names = hook.layers, hook.variables, hook.input_names
     grads, acts, dead = read["grads"][row], read["activations"][row], read["dead"][row]
-    if int(read["forward_at"][row]) != counted:  # the forward pass was finite: not measured
+    forward_at, reduced_at = int(read["forward_at"][row]), int(read["reduced_at"][row])
+    if forward_at != counted:  # the forward pass was finite: not measured
         acts, dead = np.zeros_like(acts), np.zeros_like(dead)
-    if int(read["reduced_at"][row]) != counted:  # the optimizer skipped the step's update
+    if reduced_at != counted:  # the optimizer skipped the step's update
         grads = np.tile(_NOT_REDUCED, (len(grads), 1))
     lr = float(read["learning_rate"][row])
     inputs: tuple[tuple[str, int, int], ...] = ()
-    if counted in (int(read["forward_at"][row]), int(read["reduced_at"][row])):
+    if counted in (forward_at, reduced_at):
         found = read["inputs"][row]
         inputs = tuple(
             (name, int(found[i][0]), int(found[i][1]))
-            for i, name in enumerate(input_names[: len(found)])
+            for i, name in enumerate(hook.input_names[: len(found)])
             if found[i][0] > 0
         )
-    owner = {i: e.path for e in layers for i in e.variables}
-    index = {e.path: i for i, e in enumerate(layers)}
+    names, order = hook.layout()
+    values = grads.tolist()
     return Checkpoint(
         step=step + 1,
         epoch=epoch,
         batch=batch,
         loss=loss,
         learning_rate=lr,
-        layers=tuple(
-            _layer_row(layers[index[p]], grads, dead[index[p]], int(acts[index[p]]), lr)
-            for p in hook.order()
-        ),
+        layers=tuple(_layer_row(hook.layers[i], values, dead[i], int(acts[i]), lr) for i in order),
         variables=tuple(
-            _variable_row(v, owner.get(i, ""), grads[i]) for i, v in enumerate(variables)
+            _variable_row(name, layer, shape, row)
+            for (name, layer, shape), row in zip(names, values, strict=True)
         ),
         nonfinite_inputs=inputs,
     )
 
 
-def _variable_row(variable: KerasVariable, layer: str, row: np.ndarray) -> VariableStats:
+def _variable_row(name: str, layer: str, shape: tuple[int, ...], row: list[float]) -> VariableStats:
     missing = row[WEIGHT_SQ] < 0
     units = row[UNITS]
     return VariableStats(
-        variable=f"{layer}/{variable.name}",
+        variable=name,
         layer=layer,
-        shape=tuple(int(d) for d in variable.shape),
-        grad_l2=None if missing else float(math.sqrt(row[GRAD_SQ])),
-        weight_l2=0.0 if missing else float(math.sqrt(row[WEIGHT_SQ])),
+        shape=shape,
+        grad_l2=None if missing else math.sqrt(row[GRAD_SQ]),
+        weight_l2=0.0 if missing else math.sqrt(row[WEIGHT_SQ]),
         nonfinite=int(row[GRAD_NONFINITE]),
-        dead_fraction=None if missing or not units else float(row[DEAD] / units),
+        dead_fraction=None if missing or not units else row[DEAD] / units,
     )
 
 
 def _layer_row(
-    entry: LayerVariables, grads: np.ndarray, dead: np.ndarray, acts: int, lr: float
+    entry: LayerVariables, grads: list[list[float]], dead: np.ndarray, acts: int, lr: float
 ) -> LayerStats:
     fraction = float(dead[0] / dead[1]) if dead[1] > 0 else None
     constant = float(dead[2] / dead[1]) if dead[1] > 0 else None

@@ -54,6 +54,7 @@ from layergrad.training.monitor_words import (
 )
 from layergrad.training.report_files import check_log_dir, check_report_path, write_report
 from layergrad.training.step_hook import StepHook, TrainFunction, trace_key
+from layergrad.training.step_reductions import value_now
 
 # The wrappers installed on each model (by id) until its monitored fit ends: a fit that raised
 # never calls on_train_end, and the next monitored fit of that model closes them first.
@@ -223,7 +224,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         # only in its gradients (Keras's logs show only the loss): one read of the counts
         watch = self._measuring and self.stop_on_nonfinite and self._nonfinite is None
         # [steps this fit has run, of them non-finite]
-        counts = hook.results.counts.read_value().numpy() if rows > 1 or watch else (0, 0)
+        counts = value_now(hook.results.counts) if rows > 1 or watch else (0, 0)
         ran = 1 if rows == 1 else int(counts[0]) - (self._step - self._begun)
         self._unread.append(
             _Execution(self._step, ran, self._epoch, self._first_batch, self._measuring, logged)
@@ -272,7 +273,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
     def _read(self) -> None:
         """Record the unread steps' losses, and the checkpoints among them."""
         hook, begun = self._hook, self._begun or 0
-        ring = hook.results.losses.read_value().numpy()  # per row: NaN/Inf flag, loss
+        ring = value_now(hook.results.losses)  # per row: NaN/Inf flag, loss
         read: dict[str, np.ndarray] = {}  # the rows of the reductions, read once
         for execution in self._unread:
             for j in range(execution.ran):

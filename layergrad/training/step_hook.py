@@ -121,6 +121,8 @@ class StepHook:
         self.sees_loss = self.sees_gradients = True
         self.input_names: list[str] = []  # the float inputs' names, as the trace found them
         self.results = StepResults(model, len(self.layers), len(self.variables), self.rows)
+        self._layout: tuple[tuple[int, ...], list[tuple[str, str, tuple[int, ...]]], list[int]]
+        self._layout = ((-1,), [], [])  # (forward_order, `layout()`): made when first asked
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -210,6 +212,20 @@ class StepHook:
             self.model.make_train_function(force=True)
             made.append(self.model.train_function)
         return made[0], made[1]
+
+    def layout(self) -> tuple[list[tuple[str, str, tuple[int, ...]]], list[int]]:
+        """What every checkpoint of the traced step shares (`checkpoint_from_rows`): each
+        variable's name, layer and shape, and the layers' indices in `order()`."""
+        key = tuple(self.forward_order)
+        if self._layout[0] != key:
+            owner = {i: e.path for e in self.layers for i in e.variables}
+            names = [
+                (f"{owner.get(i, '')}/{v.name}", owner.get(i, ""), tuple(int(d) for d in v.shape))
+                for i, v in enumerate(self.variables)
+            ]
+            index = {e.path: i for i, e in enumerate(self.layers)}
+            self._layout = (key, names, [index[p] for p in self.order()])
+        return self._layout[1], self._layout[2]
 
     def order(self) -> list[str]:
         """The layers' paths in the order the step called them, then the uncalled ones with

@@ -53,6 +53,35 @@ def test_a_nan_only_in_the_gradient_between_checkpoints_is_named_at_its_own_step
     assert [c.step for c in report.checkpoints] == [1, 6]
 
 
+class _WeightsAfter(keras.callbacks.Callback):
+    """Each variable's L2 norm after the given batch's update."""
+
+    def __init__(self, batch: int) -> None:
+        super().__init__()
+        self.batch, self.norms = batch, []
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == self.batch:
+            self.norms = [float(np.linalg.norm(v.numpy())) for v in self.model.trainable_variables]
+
+
+def test_the_first_nonfinite_step_reports_the_weights_its_gradients_were_taken_at():
+    # step 6's gradient of `first` is NaN: its SGD update makes those weights NaN, and moves
+    # head's; the step's rows hold the weights before its update, i.e. after step 5's
+    model = classifier(NanGradientAt(5, name="root"))
+    model.compile(optimizer=keras.optimizers.SGD(0.5), loss="sparse_categorical_crossentropy")
+    x, y = data()
+    monitor, before = GradientMonitor(every=100, stop_on_nonfinite=False), _WeightsAfter(4)
+    after = _WeightsAfter(5)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0,
+              callbacks=[monitor, before, after])  # fmt: skip
+    checkpoint = next(c for c in monitor.report.checkpoints if c.step == 6)
+    got = [v.weight_l2 for v in checkpoint.variables]
+    assert got == pytest.approx(before.norms, rel=1e-6)
+    for moved, norm in zip(after.norms, before.norms, strict=True):
+        assert not math.isclose(moved, norm, rel_tol=1e-4)  # (the update moved each)
+
+
 def test_a_second_fit_reuses_the_steps_and_starts_afresh():
     model = classifier(NanAt(2, name="poison"))
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss="sparse_categorical_crossentropy")
