@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 import struct
 import zipfile
 import zlib
@@ -88,7 +89,10 @@ def open_checked(path: str | Path, option: str) -> int:
     """Check that ``path`` is a regular, non-empty file (links followed) before it is opened;
     returns its size. ``option`` (`--input`, `--data`) starts the message."""
     p = Path(path)
-    size = require_regular(p, EXPECTED, lambda message: InputError(f"{option} {message}")).st_size
+    st = require_regular(p, EXPECTED, lambda message: InputError(f"{option} {message}"))
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{option} {p} is a folder, not a file; expected {EXPECTED}")
+    size = st.st_size
     if size == 0:
         raise InputError(f"{option} {p} is empty (0 bytes); expected {EXPECTED}")
     return size

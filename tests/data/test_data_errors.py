@@ -152,6 +152,13 @@ def test_missing_data_and_unknown_kinds(tmp_path):
     )
 
 
+def test_a_folder_named_like_an_array_file(tmp_path):
+    for name in ("x.npy", "x.npz"):
+        (tmp_path / name).mkdir()
+        line = error_of(inspect("seed.keras", str(tmp_path / name)))
+        assert f"x.{name[-3:]} is a folder, not a file; expected a .npy or .npz file" in line
+
+
 def test_a_truncated_npy(tmp_path):
     np.save(tmp_path / "x.npy", normal(100, 5))
     data = (tmp_path / "x.npy").read_bytes()
