@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 import numpy as np
 
 from layergrad.core.errors import InputError, describe
+from layergrad.core.probe_options import Progress
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import KerasModel, Strategy, Tensor, TFFunction
 from layergrad.data.devices import is_multi_worker
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
     from layergrad.data.sources import DataStream
 
 F = TypeVar("F", bound=Callable[..., object])
-Progress = Callable[[int, "int | None"], None]
 # a replica's step: one batch (inputs, then labels if the stream has them, then the samples'
 # indices in the data) -> its summaries, added up over the batches
 ReplicaStep = Callable[[tuple[Tensor, ...]], dict[str, Tensor]]

@@ -98,7 +98,7 @@ class Replay:
     `targets[j]` the tensor of target `j` (None for the projection or objective of the outputs)
     and `scalars[j]` the scalar differentiated for it (None for an integer target). `ends` are
     the unreduced tensors the first target is made of (every floating-point model output, or
-    the target's tensor), for measures that need more than one gradient (`jacobian_scan.py`).
+    the target's tensor), for measures that need more than one gradient (`scan_frobenius`).
     With a persistent tape any number of gradients, vector-Jacobian products and Jacobians can
     be taken from it (`jacobian.py`).
     """
