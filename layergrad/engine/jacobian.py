@@ -183,9 +183,8 @@ def _exact(lin: LinearMap, seed: int) -> JacobianStats:
         column_sq = tf.reduce_sum(tf.square(products), axis=0)
     per_unit = tf.reduce_sum(tf.reshape(column_sq, [lin.batch, -1, lin.units]), axis=1)
     squared = tf.reduce_sum(per_unit, axis=1)
-    sigma = None
-    if min(lin.m, lin.n) > DIRECT_SIZE:  # a Gram eigendecomposition would cost more than J did
-        sigma = _lanczos_spectral(lin, seed)
+    # past DIRECT_SIZE a Gram eigendecomposition would cost more than J did
+    sigma = _lanczos_spectral(lin, seed) if min(lin.m, lin.n) > DIRECT_SIZE else None
     if sigma is None:
         sigma = direct_spectral(tf.transpose(products, order))  # every J_i: (B, m, n)
     frob = frobenius(np.sqrt(squared.numpy().astype(np.float64)))

@@ -48,7 +48,7 @@ from layergrad.engine.jacobian import (
 )
 from layergrad.engine.linear_map import LinearMap
 from layergrad.engine.random_layers import drawing_for
-from layergrad.engine.step_calls import statistics_kept
+from layergrad.engine.step_calls import moving_statistics_kept
 from layergrad.engine.trace import Replay, replay
 from layergrad.model.layer_refs import Site
 
@@ -199,7 +199,6 @@ def data_batches(
     stream.raise_failure()
 
 
-@statistics_kept
 def inspect_jacobians(
     model: KerasModel,
     stream: DataStream,
@@ -224,29 +223,33 @@ def inspect_jacobians(
     pairs = [PairTotals(top) for _ in targets]
     missing: dict[int, str] = {}
     step: EstimateStep | None = None
-    for k, (b, batch, samples) in enumerate(data_batches(stream, model, on_progress)):
-        drawn = batch_seeded(how, b)
-        found = None
-        if k == 0 and not stream.probe:  # the first batch decides: the compiled step, or
-            # eager tapes throughout (the probe batch: its eager tape, tracing costs more)
-            sharded = stream.part is not None or stream.first_sample > 0
-            # a shard traces for a whole batch, as one run does
-            first = estimate_step(replayed, batch, drawn, stream.batch_size if sharded else None)
-            step, found = (None, None) if first is None else first
-        elif step is not None:
-            found = step.run(batch, drawn.seed)
-            step = step if found is not None else None  # it mixes samples: eager from here on
-        if step is not None and found is not None:
-            missing.update(step.missing)
-            for t, stats, warnings in found:
-                pairs[t].add(stats, warnings, samples)
-        else:  # on the batch's own eager tape
-            live = replayed(batch)
-            for t, lin in linear_maps(live, missing):
-                pairs[t].add(*measure_jacobian(lin, drawn), samples)
-            del live
-        if k == 0 and pairs and pairs[0].method is not None:  # the first batch decides
-            how = _kept_method(how, pairs[0])
+    with moving_statistics_kept(model):  # the pass in training mode leaves them as they were
+        for k, (b, batch, samples) in enumerate(data_batches(stream, model, on_progress)):
+            drawn = batch_seeded(how, b)
+            found = None
+            if k == 0 and not stream.probe:  # the first batch decides: the compiled step, or
+                # eager tapes throughout (the probe batch: its eager tape, tracing costs more)
+                sharded = stream.part is not None or stream.first_sample > 0
+                # a shard traces for a whole batch, as one run does
+                first = estimate_step(
+                    replayed, batch, drawn, stream.batch_size if sharded else None
+                )
+                step, found = (None, None) if first is None else first
+            elif step is not None:
+                found = step.run(batch, drawn.seed)
+                step = step if found is not None else None  # it mixes samples: eager from here on
+            if step is not None and found is not None:
+                missing.update(step.missing)
+                for t, stats, warnings in found:
+                    pairs[t].add(stats, warnings, samples)
+            else:  # on the batch's own eager tape
+                live = replayed(batch)
+                for t, lin in linear_maps(live, missing):
+                    pairs[t].add(*measure_jacobian(lin, drawn), samples)
+                del live
+            if k == 0 and pairs and pairs[0].method is not None:  # the first batch's method for all
+                exact = pairs[0].method == JacobianMethod.EXACT
+                how = replace(how, exact=exact, probes=None if exact else pairs[0].probes)
     if is_multi_worker(strategy):  # the totals of every worker's shard (JSON: keys are text)
         mine = ([p.payload() for p in pairs], {str(t): w for t, w in missing.items()})
         pairs, missing = [PairTotals(top) for _ in pairs], {}
@@ -270,14 +273,6 @@ def batch_seeded(how: JacobianOptions, index: int) -> JacobianOptions:
     return replace(how, seed=how.seed + BATCH_SEED_STRIDE * index)
 
 
-def _kept_method(how: JacobianOptions, pair: PairTotals) -> JacobianOptions:
-    """The options that make every later batch use the first batch's method."""
-    if pair.method == JacobianMethod.EXACT:
-        return replace(how, exact=True, probes=None)
-    return replace(how, exact=False, probes=pair.probes)
-
-
-@statistics_kept
 def scan_jacobians(
     model: KerasModel,
     stream: DataStream,
@@ -298,13 +293,14 @@ def scan_jacobians(
     totals: dict[Key, NormTotals] = {}
     notes: dict[str, None] = {}
     norms: dict[Key, FrobeniusNorms] = {}
-    for b, batch, samples in data_batches(stream, model, on_progress):
-        live = replay(model, batch, (target,), training=training, reduce=reduce, seed=how.seed)
-        norms, found = scan_frobenius(live, batch_seeded(how, b))
-        notes.update(dict.fromkeys(found))
-        for key, f in norms.items():
-            add_norms(totals.setdefault(key, NormTotals(top)), f, samples)
-        del live
+    with moving_statistics_kept(model):
+        for b, batch, samples in data_batches(stream, model, on_progress):
+            live = replay(model, batch, (target,), training=training, reduce=reduce, seed=how.seed)
+            norms, found = scan_frobenius(live, batch_seeded(how, b))
+            notes.update(dict.fromkeys(found))
+            for key, f in norms.items():
+                add_norms(totals.setdefault(key, NormTotals(top)), f, samples)
+            del live
     if stream.probe:  # one batch: its own per-sample norms
         return norms, tuple(notes)
     if is_multi_worker(strategy):

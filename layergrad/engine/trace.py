@@ -268,8 +268,6 @@ def run_probe(
 
 def _specs(args: TensorTree) -> TensorTree:
     """The call's arguments with each tensor replaced by a TensorSpec whose batch axis is open."""
-    if args is None:
-        return None
 
     def spec(t: Tensor) -> object:
         if not _is_tensor(t):
