@@ -67,8 +67,15 @@ def no_batch_axis(source: Tensor, target: Tensor) -> str | None:
 def measure_jacobian(
     lin: LinearMap, options: JacobianOptions
 ) -> tuple[JacobianStats, tuple[str, ...]]:
-    """Norms of d target[i] / d source[i] for every sample of `lin` (on the persistent tape
-    of the forward pass), and the warnings to show with them (batch mixing, no convergence).
+    """Norms of d target[i] / d source[i] for every sample, from a live persistent tape.
+
+    Args:
+        lin: the map between the watched source (batch axis first) and a target computed
+            from it, on the persistent GradientTape that recorded the forward pass.
+        options: probes / exact / seed.
+
+    Returns:
+        The JacobianStats and the warnings to show with them (batch mixing, no convergence).
 
     Raises:
         InputError: `--exact` for Jacobians beyond EXACT_BUDGET entries.

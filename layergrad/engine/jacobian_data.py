@@ -212,11 +212,21 @@ def inspect_jacobians(
     on_progress: Progress | None = None,
     strategy: Strategy | None = None,
 ) -> list[tuple[JacobianStats | None, tuple[str, ...]]]:
-    """Per target, (the JacobianStats of d target[i] / d source[i] over every sample of
-    `stream`, warnings), or (None, why) when it has no per-sample Jacobian (no batch axis).
-    `how` is as for one batch; `top` the most sensitive samples kept. Under `--distribute
-    multi-worker` each worker measures its shard and the totals combine over the workers
-    (`gather_workers`), the same on every worker."""
+    """The Jacobian norms of d target[i] / d source[i] over every sample, per target.
+
+    Args:
+        model: the loaded model; stream: its `--data` batches (`data.sources.DataStream`).
+        source, targets: the pair ends (targets whose gradient was not ok are left out by
+            the caller).
+        how: probes / exact / seed, as for one batch.
+        top: how many of the most sensitive samples to keep.
+        strategy: under `--distribute multi-worker` each worker measures its shard and the
+            totals combine over the workers (`gather_workers`), the same on every worker.
+
+    Returns:
+        Per target, (its JacobianStats, warnings); (None, why) when there is no per-sample
+        Jacobian (no batch axis).
+    """
     replayed = partial(
         replay, model, targets=targets, sources=[source], training=training, reduce=reduce
     )

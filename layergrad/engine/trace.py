@@ -81,10 +81,8 @@ class Trace:
 
     def index(self, path: str, call: int = 0) -> int | None:
         """Position of the activation of `path` call `call`, or None if it never ran."""
-        for i, act in enumerate(self.activations):
-            if act.site.path == path and act.site.call == call:
-                return i
-        return None
+        calls = [(a.site.path, a.site.call) for a in self.activations]
+        return calls.index((path, call)) if (path, call) in calls else None
 
 
 @dataclass(frozen=True)
