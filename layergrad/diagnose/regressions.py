@@ -140,6 +140,14 @@ def comparable(base: Profile, new: Profile, same_data: bool = True) -> None:
     kind of thing, on the same probe batch in the same mode; otherwise every row would differ
     for reasons that are not the model's.
     """
+    p, q = base.probe, new.probe
+    sources = (("probe batch", source_text(p), source_text(q)),) if same_data else ()
+    probed = (
+        *sources,
+        ("batch size", p.batch_size, q.batch_size),
+        ("reduction (--reduce)", p.reduce, q.reduce),
+        ("mode", mode_text(p), mode_text(q)),
+    )
     said = (
         (base.wrt != new.wrt, f"the base scan differentiates with respect to {base.wrt}, the "
          f"new one with respect to {new.wrt}; compare scans of the same kind"),
@@ -147,23 +155,12 @@ def comparable(base: Profile, new: Profile, same_data: bool = True) -> None:
          f"one {new.loss}; scan both with the same --loss"),
         (base.target != new.target, f"the base scan's target is {_target_text(base.target)}, "
          f"the new one's {_target_text(new.target)}; scan both with the same --to"),
+        *((a != b, f"the base scan was probed with {what} {a}, the new one with {b}; a "
+           "comparison needs the same probe for both") for what, a, b in probed),
     )  # fmt: skip
     for differs, message in said:
         if differs:
             raise UsageError(message)
-    p, q = base.probe, new.probe
-    sources = (("probe batch", source_text(p), source_text(q)),) if same_data else ()
-    for what, a, b in (
-        *sources,
-        ("batch size", p.batch_size, q.batch_size),
-        ("reduction (--reduce)", p.reduce, q.reduce),
-        ("mode", mode_text(p), mode_text(q)),
-    ):
-        if a != b:
-            raise UsageError(
-                f"the base scan was probed with {what} {a}, the new one with {b}; a comparison "
-                "needs the same probe for both"
-            )
     shapes = {r.name: r.input_shape for r in base.rows if r.input_shape is not None}
     for row in new.rows:
         was, now = shapes.get(row.name), row.input_shape

@@ -228,9 +228,7 @@ class Recorder:
             floats = [o for o in tf.nest.flatten(outputs) if is_float(o)]
             if not floats:
                 return None
-            samples = self.samples
-            if samples is None:
-                samples = tf.range(tf.shape(floats[0])[0])
+            samples = tf.range(tf.shape(floats[0])[0]) if self.samples is None else self.samples
             return project(outputs, samples, self.plan.seed, self._reduce)
         check_all_called([target], self.captured, self.calls)
         tensor = self.captured[target.key]
@@ -284,12 +282,12 @@ def installed(
 ) -> contextlib.AbstractContextManager[None]:
     """Wrap `call` of each `(layer, path, calls)` for the block (`layer_calls.wrapped`): each
     call reports to the recorder of this thread's `forward_pass`, if any."""
-    return wrapped(groups, _recorder_route)
 
+    def route() -> tuple[Handler, dict[str, int]] | None:
+        rec: Recorder | None = getattr(_LOCAL, "recorder", None)
+        return None if rec is None else (rec.on_call, rec.calls)
 
-def _recorder_route() -> tuple[Handler, dict[str, int]] | None:
-    rec: Recorder | None = getattr(_LOCAL, "recorder", None)
-    return None if rec is None else (rec.on_call, rec.calls)
+    return wrapped(groups, route)
 
 
 @functools.cache

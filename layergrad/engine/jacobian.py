@@ -1,26 +1,29 @@
-"""Per-sample Jacobian norms between two captured activations (`inspect --measure jacobian`).
+"""Per-sample Jacobian norms of one batch, from a live persistent tape: between two layers
+(`inspect --measure jacobian`) and of one target to every layer (`scan`).
 
 For each sample i, J_i = d to[i] / d from[i], both flattened (m target entries by n source
-entries). Reported: ||J_i||_F, ||J_i||_2 and, per unit of the source's last axis, the norm of
-J_i's columns for that unit (root-mean-square over samples).
-
-Two methods, both from the one forward pass of the probe:
+entries). `inspect` reports ||J_i||_F, ||J_i||_2 and, per unit of the source's last axis, the
+norm of J_i's columns for that unit (root-mean-square over samples), by one of two methods:
 
 - exact: every row of every J_i, m vector-Jacobian products vectorized into one computation
-  (pfor), never a Python loop over rows; then the norms directly, the spectral norm from the
-  largest eigenvalue of the smaller Gram matrix, or, past DIRECT_SIZE, to float32 precision by
-  MAX_STEPS Lanczos steps through the model (the ones of the estimate; the Gram matrix's
-  eigenvalues when the residual bound is then above TOLERANCE). Used when one sample's J has at most
-  EXACT_ENTRIES entries (and the batch's at most EXACT_BUDGET), or with `--exact`.
+  (pfor); then the norms directly, the spectral norm from the largest eigenvalue of the
+  smaller Gram matrix, or, past DIRECT_SIZE, by MAX_STEPS Lanczos steps through the model
+  (the Gram matrix's when the residual bound is then above TOLERANCE). Used when one sample's
+  J has at most EXACT_ENTRIES entries (and the batch's at most EXACT_BUDGET), or `--exact`.
 - estimate: Frobenius by K random sign vectors v (Hutchinson: E ||J_i^T v||^2 = ||J_i||_F^2),
-  the K products vectorized; the spread of the K values gives each sample's standard error.
-  Spectral by a fixed number of Lanczos steps on J_i^T J_i, a lower bound
-  (`linear_map.py`). Over `--data` the same ops run in one compiled step per batch
-  (`jacobian_data.py`).
+  the K products vectorized, their spread each sample's standard error; spectral by a fixed
+  number of Lanczos steps on J_i^T J_i, a lower bound (`linear_map.py`).
+
+`scan` takes ||d target[i] / d a[i]||_F for every watched activation a at once: one backward
+pass with cotangent v gives J_a^T v at every layer, so K random-sign cotangents cost K
+backward passes in all, not K per layer; a target with at most as many entries per sample as
+there would be probes (a classifier's logits) is measured exactly by its m one-hot rows.
+Over `--data` the same ops run batch by batch (`jacobian_data.py`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 
@@ -33,8 +36,10 @@ from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Tensor, TensorTree
 from layergrad.core.vocab import JacobianMethod
 from layergrad.engine import linear_map
+from layergrad.engine.layer_calls import is_float
 from layergrad.engine.linear_map import LinearMap
 from layergrad.engine.trace import Replay
+from layergrad.model.layer_refs import ref_of
 
 EXACT_ENTRIES = 2**20  # exact when one sample's Jacobian has at most this many entries
 EXACT_BUDGET = 2**28  # ... and the whole batch's at most this many (1 GiB in float32)
@@ -43,6 +48,9 @@ DIRECT_SIZE = 256  # exact spectral norms of matrices up to this small side: Gra
 MAX_STEPS = 64  # Lanczos steps of an exact spectral norm past DIRECT_SIZE
 TOLERANCE = 2e-6  # ... converged: relative residual bound on the largest eigenvalue of J^T J
 DEFAULT_PROBES = 32
+SCAN_EXACT_ROWS = 4096  # scan --exact: at most this many target entries per sample
+
+Key = tuple[str, int, int]  # a watched activation of scan: (layer path, call, output)
 
 
 def no_batch_axis(source: Tensor, target: Tensor) -> str | None:
@@ -182,9 +190,8 @@ def _exact(lin: LinearMap, seed: int) -> JacobianStats:
         column_sq = tf.reduce_sum(tf.square(products), axis=0)
     per_unit = tf.reduce_sum(tf.reshape(column_sq, [lin.batch, -1, lin.units]), axis=1)
     squared = tf.reduce_sum(per_unit, axis=1)
-    sigma = None
-    if min(lin.m, lin.n) > DIRECT_SIZE:  # a Gram eigendecomposition would cost more than J did
-        sigma = _lanczos_spectral(lin, seed)
+    # past DIRECT_SIZE a Gram eigendecomposition would cost more than J did
+    sigma = _lanczos_spectral(lin, seed) if min(lin.m, lin.n) > DIRECT_SIZE else None
     if sigma is None:
         sigma = direct_spectral(tf.transpose(products, order))  # every J_i: (B, m, n)
     frob = frobenius(np.sqrt(squared.numpy().astype(np.float64)))
@@ -326,3 +333,91 @@ def _mean(values: tuple[float, ...]) -> float:
 
 def _max(values: tuple[float, ...]) -> float:
     return float(np.max(values)) if values else 0.0
+
+
+def scan_frobenius(
+    live: Replay, options: JacobianOptions
+) -> tuple[dict[Key, FrobeniusNorms], tuple[str, ...]]:
+    """Per-sample Frobenius norms of d target / d each watched activation, and notes.
+
+    Raises:
+        InputError: `--exact` with a target of more than SCAN_EXACT_ROWS entries per sample.
+    """
+    ends = live.ends
+    if not ends:
+        return {}, ()
+    batch = int(ends[0].shape[0]) if ends[0].shape.rank else 0
+    if not batch or any(e.shape.rank == 0 or int(e.shape[0]) != batch for e in ends):
+        return {}, ("no per-sample Jacobian norms: the target has no batch axis",)
+    m = sum(math.prod(int(d) for d in e.shape[1:]) for e in ends)
+    watched = [
+        ((r.site.path, r.site.call, k), t)
+        for r in live.records
+        for k, t in enumerate(r.tensors)
+        if _batched(t, batch)
+    ]
+    exact = _is_exact(m, options)
+    count = m if exact else (options.probes or DEFAULT_PROBES)
+    lin = LinearMap(live.tape, [t for _, t in watched], list(ends))
+    flags = lin.mixing(options.seed).numpy() if watched else []
+    mixing = [key for (key, _), mixes in zip(watched, flags, strict=True) if mixes]
+    lin.independent = not mixing
+    squared = _squared_norms(lin, exact, count, options.seed) if watched else []  # (count, B) each
+    norms = {
+        key: frobenius(np.sqrt(sq.sum(axis=0))) if exact else estimated_frobenius(sq)
+        for (key, _), sq in zip(watched, squared, strict=True)
+    }
+    if exact:
+        entries = f"{m} entr{'y' if m == 1 else 'ies'}"
+        how = f"exact (one backward pass per target entry: {entries} per sample)"
+    else:
+        how = (
+            f"estimated from {count} random projections of the target (rel_stderr: the "
+            "largest relative standard error of a sample)"
+        )
+    target = "outputs" if live.target_sites[0] is None else live.target_sites[0].ref
+    notes = [f"Jacobian norms ‖d {target}[i] / d layer[i]‖F per sample: {how}"]
+    if mixing:
+        refs = (ref_of((path, call)) for path, call, _ in mixing)
+        names = ", ".join(dict.fromkeys(refs))
+        notes.append(
+            f"the target mixes samples across the batch (e.g. BatchNorm in training mode): "
+            f"target[i] depends on other samples' outputs of {names}, whose norms are of the "
+            "diagonal blocks d target[i] / d layer[i], other samples' influence left out"
+        )
+    return norms, tuple(notes)
+
+
+def _batched(tensor: Tensor, batch: int) -> bool:
+    return bool(is_float(tensor) and tensor.shape.rank and tensor.shape[0] == batch)
+
+
+def _is_exact(m: int, options: JacobianOptions) -> bool:
+    if options.exact:
+        if m > SCAN_EXACT_ROWS:
+            raise InputError(
+                f"--exact: the target has {m} entries per sample, one backward pass each; "
+                f"layergrad does at most {SCAN_EXACT_ROWS}: drop --exact to estimate the norms, "
+                "or pick a smaller --to"
+            )
+        return True
+    return options.probes is None and m <= DEFAULT_PROBES
+
+
+def _squared_norms(lin: LinearMap, exact: bool, count: int, seed: int) -> list[np.ndarray]:
+    """Per source, ||J_i^T v||^2 for `count` cotangents v (count, B): the target's one-hot
+    rows (exact) or random signs; one backward pass to every source at once for each v."""
+
+    def norms(cotangent: Tensor) -> list[Tensor]:
+        return [tf.reduce_sum(tf.square(g), axis=1) for g in lin.blocks(lin.vjps, cotangent)]
+
+    if exact:
+        found = one_hot_products(lin, norms, lin.m, count)
+    else:
+        rng = np.random.default_rng([seed, 3])
+
+        def signs(start: int, stop: int) -> np.ndarray:
+            return rng.integers(0, 2, (stop - start, lin.batch, lin.m)).astype(np.float32) * 2 - 1
+
+        found = in_chunks(lin, norms, count, signs)
+    return [f.numpy().astype(np.float64) for f in found]

@@ -1,19 +1,18 @@
 """Per-sample Jacobian norms over a stream of batches: the probe batch, or every sample of a
 data set (`--measure jacobian --data`).
 
-Batch by batch, the measurement of one batch (`jacobian.measure_jacobian` for `inspect`,
-`jacobian_scan.scan_frobenius` for `scan`); each batch's per-sample norms go into `NormTotals`
-(moments, log histogram, the k largest with their sample indices) and are dropped, so memory
-is one batch's whatever the number of samples. The first batch chooses the method for all.
-The result is batch-independent only when every batch was.
+Each batch is measured as one batch is (`jacobian.measure_jacobian` for `inspect`,
+`jacobian.scan_frobenius` for `scan`); its per-sample norms go into `NormTotals` (moments, log
+histogram, the k largest with their sample indices) and are dropped, so memory is one batch's
+whatever the number of samples. The first batch chooses the method for all; the result is
+batch-independent only when every batch was.
 
 On an eager tape the estimate's tf.functions are traced anew for every batch, which over a
 data set costs more than the products. So when `inspect`'s first batch measures every target
 by the estimate and does not mix samples, the forward pass, the mixing check, the probes and
 the Lanczos steps become one tf.function of the batch's inputs and seed (`EstimateStep`),
-traced once. A shorter batch is padded with copies of its last sample, their rows dropped
-(padding changes no other sample's numbers in a model that does not mix samples); a batch
-that mixes samples is measured again on its eager tape (the diagonal blocks).
+traced once. A shorter batch is padded with copies of its last sample, their rows dropped; a
+batch that mixes samples is measured again on its eager tape (the diagonal blocks).
 """
 
 from __future__ import annotations
@@ -26,35 +25,36 @@ from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
+from layergrad.core.probe_options import Progress
 from layergrad.core.results import FrobeniusNorms, JacobianStats, SpectralNorms
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import KerasModel, Strategy, Tensor, TFFunction
-from layergrad.data.devices import is_multi_worker
-from layergrad.data.stats.accumulators import gather_workers
-from layergrad.engine.jacobian_scan import Key, scan_frobenius
-from layergrad.engine.random_layers import drawing_for
-from layergrad.engine.trace import Replay, replay
-
-if TYPE_CHECKING:
-    from layergrad.data.sources import DataStream
 from layergrad.core.vocab import JacobianMethod
+from layergrad.data.devices import is_multi_worker
 from layergrad.data.probe_input import ProbeBatch
+from layergrad.data.stats.accumulators import gather_workers
 from layergrad.data.stats.sample_ranking import NormPayload, NormTotals
 from layergrad.engine.jacobian import (
     DEFAULT_PROBES,
     JacobianOptions,
+    Key,
     choose_method,
     estimate_ops,
     estimate_stats,
     linear_maps,
     measure_jacobian,
     no_spectral,
+    scan_frobenius,
 )
 from layergrad.engine.linear_map import LinearMap
-from layergrad.engine.step_calls import statistics_kept
+from layergrad.engine.random_layers import drawing_for
+from layergrad.engine.step_calls import moving_statistics_kept
+from layergrad.engine.trace import Replay, replay
 from layergrad.model.layer_refs import Site
 
-Progress = Callable[[int, "int | None"], None]
+if TYPE_CHECKING:
+    from layergrad.data.sources import DataStream
+
 Replayed = Callable[[ProbeBatch], Replay]  # the forward pass replayed on a batch
 BATCH_SEED_STRIDE = 1_000_003  # batch b draws with seed + b * this (distinct for any seed)
 
@@ -71,16 +71,6 @@ class PairPayload(TypedDict):
     converged: bool
     unit_sq: list[float] | None
     warnings: list[str]
-
-
-class PairsPayload(TypedDict):
-    pairs: list[PairPayload]
-    missing: dict[str, str]  # target index -> why it has no Jacobian
-
-
-class NormsPayload(TypedDict):
-    norms: list[tuple[str, int, int, NormPayload]]  # (layer path, call, output, totals)
-    notes: list[str]
 
 
 @dataclass
@@ -209,7 +199,6 @@ def data_batches(
     stream.raise_failure()
 
 
-@statistics_kept
 def inspect_jacobians(
     model: KerasModel,
     stream: DataStream,
@@ -244,39 +233,40 @@ def inspect_jacobians(
     pairs = [PairTotals(top) for _ in targets]
     missing: dict[int, str] = {}
     step: EstimateStep | None = None
-    for k, (b, batch, samples) in enumerate(data_batches(stream, model, on_progress)):
-        drawn = batch_seeded(how, b)
-        found = None
-        if k == 0 and not stream.probe:  # the first batch decides: the compiled step, or
-            # eager tapes throughout (the probe batch: its eager tape, tracing costs more)
-            sharded = stream.part is not None or stream.first_sample > 0
-            # a shard traces for a whole batch, as one run does
-            first = estimate_step(replayed, batch, drawn, stream.batch_size if sharded else None)
-            step, found = (None, None) if first is None else first
-        elif step is not None:
-            found = step.run(batch, drawn.seed)
-            step = step if found is not None else None  # it mixes samples: eager from here on
-        if step is not None and found is not None:
-            missing.update(step.missing)
-            for t, stats, warnings in found:
-                pairs[t].add(stats, warnings, samples)
-        else:  # on the batch's own eager tape
-            live = replayed(batch)
-            for t, lin in linear_maps(live, missing):
-                pairs[t].add(*measure_jacobian(lin, drawn), samples)
-            del live
-        if k == 0 and pairs and pairs[0].method is not None:  # the first batch decides
-            how = _kept_method(how, pairs[0])
-    if strategy is not None and is_multi_worker(strategy):  # the totals of every worker's shard
-        mine: PairsPayload = {
-            "pairs": [p.payload() for p in pairs],
-            "missing": {str(t): w for t, w in missing.items()},
-        }
+    with moving_statistics_kept(model):  # the pass in training mode leaves them as they were
+        for k, (b, batch, samples) in enumerate(data_batches(stream, model, on_progress)):
+            drawn = batch_seeded(how, b)
+            found = None
+            if k == 0 and not stream.probe:  # the first batch decides: the compiled step, or
+                # eager tapes throughout (the probe batch: its eager tape, tracing costs more)
+                sharded = stream.part is not None or stream.first_sample > 0
+                # a shard traces for a whole batch, as one run does
+                first = estimate_step(
+                    replayed, batch, drawn, stream.batch_size if sharded else None
+                )
+                step, found = (None, None) if first is None else first
+            elif step is not None:
+                found = step.run(batch, drawn.seed)
+                step = step if found is not None else None  # it mixes samples: eager from here on
+            if step is not None and found is not None:
+                missing.update(step.missing)
+                for t, stats, warnings in found:
+                    pairs[t].add(stats, warnings, samples)
+            else:  # on the batch's own eager tape
+                live = replayed(batch)
+                for t, lin in linear_maps(live, missing):
+                    pairs[t].add(*measure_jacobian(lin, drawn), samples)
+                del live
+            if k == 0 and pairs and pairs[0].method is not None:  # the first batch's method for all
+                exact = pairs[0].method == JacobianMethod.EXACT
+                how = replace(how, exact=exact, probes=None if exact else pairs[0].probes)
+    if is_multi_worker(strategy):  # the totals of every worker's shard (JSON: keys are text)
+        mine = ([p.payload() for p in pairs], {str(t): w for t, w in missing.items()})
         pairs, missing = [PairTotals(top) for _ in pairs], {}
-        for worker in gather_workers(strategy, mine):
-            for pair, payload in zip(pairs, worker["pairs"], strict=True):
+        for payloads, why in gather_workers(strategy, mine):
+            for pair, payload in zip(pairs, payloads, strict=True):
                 pair.merge_payload(payload)
-            missing.update({int(t): w for t, w in worker["missing"].items()})
+            missing.update({int(t): w for t, w in why.items()})
     out: list[tuple[JacobianStats | None, tuple[str, ...]]] = []
     for t, pair in enumerate(pairs):
         if t in missing or pair.method is None:
@@ -293,14 +283,6 @@ def batch_seeded(how: JacobianOptions, index: int) -> JacobianOptions:
     return replace(how, seed=how.seed + BATCH_SEED_STRIDE * index)
 
 
-def _kept_method(how: JacobianOptions, pair: PairTotals) -> JacobianOptions:
-    """The options that make every later batch use the first batch's method."""
-    if pair.method == JacobianMethod.EXACT:
-        return replace(how, exact=True, probes=None)
-    return replace(how, exact=False, probes=pair.probes)
-
-
-@statistics_kept
 def scan_jacobians(
     model: KerasModel,
     stream: DataStream,
@@ -321,26 +303,24 @@ def scan_jacobians(
     totals: dict[Key, NormTotals] = {}
     notes: dict[str, None] = {}
     norms: dict[Key, FrobeniusNorms] = {}
-    for b, batch, samples in data_batches(stream, model, on_progress):
-        live = replay(model, batch, (target,), training=training, reduce=reduce, seed=how.seed)
-        norms, found = scan_frobenius(live, batch_seeded(how, b))
-        notes.update(dict.fromkeys(found))
-        for key, f in norms.items():
-            add_norms(totals.setdefault(key, NormTotals(top)), f, samples)
-        del live
+    with moving_statistics_kept(model):
+        for b, batch, samples in data_batches(stream, model, on_progress):
+            live = replay(model, batch, (target,), training=training, reduce=reduce, seed=how.seed)
+            norms, found = scan_frobenius(live, batch_seeded(how, b))
+            notes.update(dict.fromkeys(found))
+            for key, f in norms.items():
+                add_norms(totals.setdefault(key, NormTotals(top)), f, samples)
+            del live
     if stream.probe:  # one batch: its own per-sample norms
         return norms, tuple(notes)
-    if strategy is not None and is_multi_worker(strategy):
-        mine: NormsPayload = {
-            "norms": [(*key, acc.payload()) for key, acc in totals.items()],
-            "notes": list(notes),
-        }
+    if is_multi_worker(strategy):
+        mine = ([(*key, acc.payload()) for key, acc in totals.items()], list(notes))
         totals, notes = {}, {}
-        for worker in gather_workers(strategy, mine):
-            for path, call, output, payload in worker["norms"]:
+        for norms_of, said in gather_workers(strategy, mine):
+            for path, call, output, payload in norms_of:
                 acc = totals.setdefault((path, call, output), NormTotals(top))
                 acc.merge(NormTotals.from_payload(payload))
-            notes.update(dict.fromkeys(worker["notes"]))
+            notes.update(dict.fromkeys(said))
     return {key: frobenius_over(acc) for key, acc in totals.items()}, tuple(notes)
 
 

@@ -70,13 +70,11 @@ class Recorded:
 
 def unique_leaves(layers: Iterable[tuple[str, KerasLayer]]) -> list[tuple[KerasLayer, str, None]]:
     """Every non-model layer once (a layer object reused inside a nested model counts once)."""
-    seen: set[int] = set()
-    out = []
+    first: dict[int, tuple[KerasLayer, str, None]] = {}
     for path, layer in layers:
-        if not is_model(layer) and id(layer) not in seen:
-            seen.add(id(layer))
-            out.append((layer, path, None))
-    return out
+        if not is_model(layer):
+            first.setdefault(id(layer), (layer, path, None))
+    return list(first.values())
 
 
 def is_model(layer: KerasLayer) -> bool:

@@ -12,16 +12,16 @@ mode.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from layergrad.core.errors import InputError, describe
+from layergrad.core.probe_options import Progress
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import KerasModel, Strategy, Tensor, TFFunction
 from layergrad.data.devices import is_multi_worker
@@ -35,8 +35,6 @@ from layergrad.model.layer_refs import iter_layers
 if TYPE_CHECKING:
     from layergrad.data.sources import DataStream
 
-F = TypeVar("F", bound=Callable[..., object])
-Progress = Callable[[int, "int | None"], None]
 # a replica's step: one batch (inputs, then labels if the stream has them, then the samples'
 # indices in the data) -> its summaries, added up over the batches
 ReplicaStep = Callable[[tuple[Tensor, ...]], dict[str, Tensor]]
@@ -152,23 +150,12 @@ def _unreadable(exc: Exception, source: str, batch: int, workers: bool) -> Input
     return InputError(f"--data {source}: batch {batch} could not be read: {describe(exc)}")
 
 
-def statistics_kept(func: F) -> F:
-    """Run a pass over data, whose first argument is the model, and put every
-    BatchNormalization's moving statistics back as they were: in training mode Keras updates
-    them at each batch, and a rule judged after the pass (a never-trained BatchNormalization)
-    or a pass in inference after it must see the model as the file has it."""
-
-    @functools.wraps(func)
-    def kept(model: KerasModel, *args: object, **kwargs: object) -> object:
-        with moving_statistics_kept(model):
-            return func(model, *args, **kwargs)
-
-    return cast(F, kept)
-
-
 @contextmanager
 def moving_statistics_kept(model: KerasModel, training: bool = True) -> Iterator[None]:
-    """`statistics_kept` for a block (nothing to keep for a pass in inference)."""
+    """Put every BatchNormalization's moving statistics back as they were after the block: in
+    training mode Keras updates them at each batch, and a rule judged after the pass (a
+    never-trained BatchNormalization) or a pass in inference after it must see the model as
+    the file has it (nothing to keep for a pass in inference)."""
     saved = []
     if training:  # (a pass in inference moves nothing: no walk over the layers)
         norms = [x for _, x in iter_layers(model) if "BatchNormalization" in type(x).__name__]

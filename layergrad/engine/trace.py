@@ -81,10 +81,8 @@ class Trace:
 
     def index(self, path: str, call: int = 0) -> int | None:
         """Position of the activation of `path` call `call`, or None if it never ran."""
-        for i, act in enumerate(self.activations):
-            if act.site.path == path and act.site.call == call:
-                return i
-        return None
+        calls = [(a.site.path, a.site.call) for a in self.activations]
+        return calls.index((path, call)) if (path, call) in calls else None
 
 
 @dataclass(frozen=True)
@@ -98,7 +96,7 @@ class Replay:
     `targets[j]` the tensor of target `j` (None for the projection or objective of the outputs)
     and `scalars[j]` the scalar differentiated for it (None for an integer target). `ends` are
     the unreduced tensors the first target is made of (every floating-point model output, or
-    the target's tensor), for measures that need more than one gradient (`jacobian_scan.py`).
+    the target's tensor), for measures that need more than one gradient (`scan_frobenius`).
     With a persistent tape any number of gradients, vector-Jacobian products and Jacobians can
     be taken from it (`jacobian.py`).
     """
@@ -268,8 +266,6 @@ def run_probe(
 
 def _specs(args: TensorTree) -> TensorTree:
     """The call's arguments with each tensor replaced by a TensorSpec whose batch axis is open."""
-    if args is None:
-        return None
 
     def spec(t: Tensor) -> object:
         if not _is_tensor(t):
