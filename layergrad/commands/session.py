@@ -250,13 +250,12 @@ def open_stream(model: KerasModel, options: ProbeOptions, strategy: Strategy = N
     shard under `--distribute multi-worker`."""
     from layergrad.data import sources
 
-    data = options.data_set
+    data, specs, shard = options.data_set, data_specs(model), shard_of(options)
     assert data is not None
     replicas = 1 if strategy is None else int(strategy.num_replicas_in_sync)
     return sources.open_data(
-        data.path, data_specs(model), options.rows, data.limit, shard_of(options), replicas,
-        data.first_sample,
-    )  # fmt: skip
+        data.path, specs, options.rows, data.limit, shard, replicas, data.first_sample
+    )
 
 
 def data_specs(model: KerasModel) -> tuple[InputSpec, ...]:
@@ -285,11 +284,11 @@ def open_labels(
     (`label_stream.open_labelled`, `strict` too)."""
     from layergrad.data.label_stream import open_labelled
 
-    data = options.data_set
+    data, specs, shard = options.data_set, data_specs(model), shard_of(options)
     assert data is not None
     return open_labelled(
-        data.path, data_specs(model), request, options.rows, data.limit,
-        shard_of(options), first_sample=data.first_sample, strict=strict,
+        data.path, specs, request, options.rows, data.limit, shard,
+        first_sample=data.first_sample, strict=strict,
     )  # fmt: skip
 
 

@@ -71,7 +71,7 @@ def in_right_mode(
     said = probe_in_training(session.model, session.options.training, wrong(found))
     if said is None:
         return session, found, None
-    session = in_training(session)
+    session = replace(session, options=replace(session.options, training=True))
     return session, probe(session), said
 
 
@@ -93,9 +93,3 @@ def results_wrong(results: Sequence[Result]) -> bool:
         r.status != Status.OK or set(SCALE_FLAGS) & magnitude_flags(r.warnings) for r in results
     )
 
-
-def in_training(session: Session) -> Session:
-    """The session in training mode (its diagnoser too)."""
-    if session.options.training:
-        return session
-    return replace(session, options=replace(session.options, training=True))

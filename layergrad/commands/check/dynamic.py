@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from layergrad.commands.check import loss_check as heads
 from layergrad.commands.check import verdicts as steps
 from layergrad.commands.check.verdicts import Add, CheckOptions
-from layergrad.commands.diff import Baseline, fits, judge, probe_options, same_data
+from layergrad.commands.diff import Baseline, baseline_probe, judge, same_data
 from layergrad.core.errors import LayergradError, UsageError, describe
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import ScanReport, ScanRow, WeightScanReport
@@ -72,26 +72,15 @@ def dynamic(
         raise UsageError(f"{os.fspath(path)}: {exc}") from exc
     info = heads.without_unbuildable_loss(info, options, add)
     has_loss = find_loss(info.compile_config, options.loss) is not None
-    if baseline is not None:
-        fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
-    # the file records optimizer steps: its kernels were learnt, not drawn (a small read)
-    trained = (training_steps(path) or 0) > 0
     data, given_input = options.probe.data_set, options.probe.input_file
     probe, sha, other = options.probing(), "", False
-    if baseline is not None:  # the baseline's own probe and mode
-        recorded = probe_options(baseline, given_input, data is not None)
-        if data is None:
-            probe = replace(recorded, max_memory=probe.max_memory)
-        else:
+    if baseline is not None:  # the baseline's own probe and mode: usage errors, before loading
+        if data is not None:
             from layergrad.data.fingerprint import data_sha256
 
             sha = data_sha256(data.path)
-            allow = options.allow_other_data
-            other = not same_data(baseline, os.fspath(data.path), sha, None, allow)
-            probe = replace(
-                probe, batch_size=recorded.batch_size, seed=recorded.seed,
-                reduce=recorded.reduce, training=recorded.training,
-            )  # fmt: skip
+        allow = options.allow_other_data
+        probe, other = baseline_probe(baseline, has_loss, os.fspath(path), probe, sha, allow)
     opened = steps.loads(path, info, options, probe if data else options.probing(), add)
     if opened is None:
         return
@@ -159,6 +148,8 @@ def dynamic(
         steps.gradient(rows, add)
         return
     where = f" (on the first batch of {batch.batch_size} samples of --data)" if run else ""
+    # the file records optimizer steps: its kernels were learnt, not drawn (a small read)
+    trained = (training_steps(path) or 0) > 0
     found, reasons = steps.forward_parts(report, trained)
     bad = report.first_nonfinite if run is None else None
     if bad is not None:
