@@ -92,4 +92,3 @@ def results_wrong(results: Sequence[Result]) -> bool:
     return any(
         r.status != Status.OK or set(SCALE_FLAGS) & magnitude_flags(r.warnings) for r in results
     )
-

@@ -85,6 +85,8 @@ def dynamic(
     if opened is None:
         return
     loaded, warnings, _ = opened
+    # the file records optimizer steps: its kernels were learnt, not drawn (a small read)
+    trained = (training_steps(path) or 0) > 0
     from layergrad.commands.scan import scan_over, scan_session  # TensorFlow: now
     from layergrad.commands.session import session_for
     from layergrad.commands.untrained_batchnorm import in_right_mode, scan_wrong
@@ -141,32 +143,10 @@ def dynamic(
         add("forward", f"the forward pass failed: {describe(exc)}", [Finding.ERROR])
         return
     session, report, run, rows = scanned.session, scanned.report, scanned.run, scanned.rows
-    batch, mode = session.batch, f"; {said}" if said else ""
-    message, findings = steps.forward_check(run) if run is not None else ("", ())
-    if findings:  # non-finite over the data: nothing more to judge
-        add("forward", message, findings)
-        steps.gradient(rows, add)
-        return
+    batch, failed = session.batch, scanned.failed is not None
     where = f" (on the first batch of {batch.batch_size} samples of --data)" if run else ""
-    # the file records optimizer steps: its kernels were learnt, not drawn (a small read)
-    trained = (training_steps(path) or 0) > 0
-    found, reasons = steps.forward_parts(report, trained)
-    bad = report.first_nonfinite if run is None else None
-    if bad is not None:
-        message = f"activations turn non-finite (NaN/Inf) at layer {bad!r}"
-        add("forward", message, [Finding.NONFINITE])
-    elif run is not None and scanned.failed is not None:  # the forward pass ran above
-        add("forward", message)
-    elif found:
-        text = "; ".join(map(str, reasons))
-        add("forward", f"{message}; {text}{where}{mode}" if run else text, found, reasons=reasons)
-    elif run is not None:
-        add("forward", f"{message}; outputs vary and inputs are in range{where}{mode}")
-    else:
-        source = "a random batch" if batch.source == "random" else f"the batch in {batch.source}"
-        drawn = f" ({batch.drawn})" if batch.drawn else ""
-        add("forward", f"finite and varying on {source} of {batch.batch_size}{drawn}{mode}")
-    steps.gradient(rows, add)
+    if steps.forward(report, rows, run, batch, trained, where, said, failed, add):
+        return  # non-finite over the data: nothing more to judge
     if scanned.failed is not None:
         labelled = given is not None and stream.labels if run else batch.labels
         own = stream.source if labelled else None
@@ -240,7 +220,8 @@ def _probe_batch(
         from layergrad.engine.compiled_loss import output_keys
 
         names, ranks = steps.output_ranks(model)
-        given = by_output_name(session.batch.labels, names, output_keys(model, len(names)))
+        keys = output_keys(model, len(names))
+        given = by_output_name(session.batch.labels, names, keys)
         session = replace(session, probe=replace(session.batch, labels=given))
         labels = summarise_arrays(given, names, ranks)
     return _Stream(session, False, labels, session.batch.source, recorded=recorded)
@@ -260,12 +241,14 @@ def _data_stream(
     loaded, warnings, strategy = opened
     model, data = loaded.model, probe.data_set
     assert data is not None
+    names, ranks = steps.output_ranks(model)
 
     def recorded() -> Recorded | None:  # a random probe batch, drawn if a head needs it
         try:
-            return record_calls(model, probe_batch(model, options.probing()).arrays)
+            arrays = probe_batch(model, options.probing()).arrays
         except LayergradError:
             return None
+        return record_calls(model, arrays)
 
     heads.judge_on_probe(recorded, info, options.loss, add)  # --data is streamed later
     # a compiled loss that does not fit the model's outputs fails the file, before the data
@@ -277,7 +260,6 @@ def _data_stream(
         raise UsageError(f"{os.fspath(info.path)}: {exc}") from exc
     if labelled is not None and labelled.stream is None:  # no labels, or none that fit
         labelled = None
-    names, ranks = steps.output_ranks(model)
     labels = summarise_batches(labelled.label_batches(), names, ranks) if labelled else {}
     source = f"--data {data.path}"
     if labelled is not None and labelled.classes:
