@@ -294,13 +294,8 @@ def same_data(
 def baseline_probe(
     baseline: Baseline, has_loss: bool, path: str, probe: ProbeOptions, sha: str, allow: bool
 ) -> tuple[ProbeOptions, bool]:
-    """The probe of a file's scan against `baseline`, from check's own `probe` (`sha`: the
-    content hash of its `--data`), and whether that is other data than the baseline's, `allow`ed.
-
-    Raises:
-        UsageError: the baseline is not of the scan check runs on this file (`fits`), or of
-            other data (`same_data`).
-    """
+    """The probe of a file's scan against `baseline`, from check's `probe` (`sha`: its --data's
+    content hash), and whether that is other data, `allow`ed; UsageError (`fits`, `same_data`)."""
     fits(baseline, has_loss, path)
     data = probe.data_set
     other = data is not None and not same_data(baseline, os.fspath(data.path), sha, None, allow)

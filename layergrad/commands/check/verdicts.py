@@ -242,11 +242,9 @@ def forward(
     loss_failed: bool,
     add: Add,
 ) -> bool:
-    """`forward`, then `gradient` (of the scan's `rows`): activations finite (over --data,
-    `run`, else on `batch`), outputs that vary, inputs in range unless `trained` (the file
-    records training steps). `where`: the batch judged over --data; `said`: the note of a probe
-    made again in training mode; `loss_failed`: the loss failed on the labels (the forward pass
-    ran). True when the activations turn non-finite over the data: nothing more to judge."""
+    """`forward` (finite over --data `run` or on `batch`, outputs vary, inputs in range unless
+    `trained`; `said`: the note of a probe made again in training mode), then `gradient` of the
+    scan's `rows`. True when the activations turn non-finite over the data."""
     from layergrad.diagnose import causes as why
 
     message, mode = "", f"; {said}" if said else ""
