@@ -323,7 +323,10 @@ def trainable(
     `init`: a layer that a kernel scaled far up saturates (`diagnose.saturation`), an
     `exploding` warning there.
     """
-    findings, parts = [], []
+    from layergrad.commands.weight_rows import scale_flags
+
+    findings: list[Finding] = []
+    parts: list[str] = []
     for status, finding in (
         (Status.NONE, Finding.NO_GRADIENT),
         (Status.NONFINITE, Finding.NONFINITE),
@@ -333,34 +336,6 @@ def trainable(
         if bad:
             findings.append(finding)
             parts.append(_listed(finding, bad))
-    scale_findings, scale_parts = _scale(report, dead_scope, init)
-    findings, parts = findings + scale_findings, parts + scale_parts
-    if findings:
-        projected = "" if has_loss else " (no loss: judged on a random projection of the outputs)"
-        message = "; ".join(parts) + projected
-    elif has_loss:
-        message = (
-            f"all {len(report.variables)} trainable variables get a gradient from the loss; "
-            "update ratios of the layers fit each other"
-        )
-    else:
-        message = (
-            "no loss (the file was saved without model.compile; --loss), so no variable was "
-            "checked for a gradient; update ratios of a random projection of the outputs fit "
-            "each other"
-        )
-    add("trainable", message + where, findings)
-
-
-def _scale(
-    report: WeightScanReport, dead_scope: str, init: SaturatedInit | None = None
-) -> tuple[list[Finding], list[str]]:
-    """Dead, vanishing and exploding layers, judged on their weights' gradients (and a layer
-    saturated by its initialisation, `init`)."""
-    from layergrad.commands.weight_rows import scale_flags
-
-    findings: list[Finding] = []
-    parts: list[str] = []
     dead = report.dead_layers
     if dead:
         findings.append(Finding.DEAD)
@@ -386,7 +361,21 @@ def _scale(
     if init is not None:
         findings += [] if Finding.EXPLODING in findings else [Finding.EXPLODING]
         parts.append(init.message())
-    return findings, parts
+    if findings:
+        projected = "" if has_loss else " (no loss: judged on a random projection of the outputs)"
+        message = "; ".join(parts) + projected
+    elif has_loss:
+        message = (
+            f"all {len(report.variables)} trainable variables get a gradient from the loss; "
+            "update ratios of the layers fit each other"
+        )
+    else:
+        message = (
+            "no loss (the file was saved without model.compile; --loss), so no variable was "
+            "checked for a gradient; update ratios of a random projection of the outputs fit "
+            "each other"
+        )
+    add("trainable", message + where, findings)
 
 
 def output_ranks(model: KerasModel) -> tuple[list[str], dict[str, int]]:
