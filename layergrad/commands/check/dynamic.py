@@ -34,10 +34,9 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class _Stream:
     """Where check's batches come from: `session`, the probe batch, or the batches of --data
-    (`data`) as one session."""
+    as one session."""
 
     session: Session
-    data: bool
     labels: dict[str, LabelSummary]
     source: str  # where the labels come from, as the `targets` check says
     given: Labelled | None = None  # --data's labels with its inputs
@@ -105,7 +104,7 @@ def dynamic(
         return
     mismatched = steps.targets(info, options.loss, stream.labels, stream.source, add)
     start, given = stream.session, stream.given if not mismatched else None
-    over, progress = start if stream.data else None, options.on_progress
+    over, progress = start if data is not None else None, options.on_progress
     if over is None and mismatched:  # the loss cannot take these labels: draw ones that fit
         start = replace(start, probe=replace(start.batch, labels=None))
 
@@ -224,7 +223,7 @@ def _probe_batch(
         given = by_output_name(session.batch.labels, names, keys)
         session = replace(session, probe=replace(session.batch, labels=given))
         labels = summarise_arrays(given, names, ranks)
-    return _Stream(session, False, labels, session.batch.source, recorded=recorded)
+    return _Stream(session, labels, session.batch.source, recorded=recorded)
 
 
 def _data_stream(
@@ -265,7 +264,7 @@ def _data_stream(
     if labelled is not None and labelled.classes:
         source += f" (the class sub-folders {labelled.describe_classes()})"
     over = Session(os.fspath(info.path), model, loaded.info, probe, batches, strategy, warnings)
-    return _Stream(over, True, labels, source, labelled)
+    return _Stream(over, labels, source, labelled)
 
 
 def _dead_over_data(over: Session, weights: WeightScanReport, training: bool) -> WeightScanReport:
