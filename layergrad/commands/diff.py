@@ -292,11 +292,11 @@ def same_data(
 
 
 def baseline_probe(
-    baseline: Baseline, has_loss: bool, path: str, probe: ProbeOptions, sha: str, allow: bool
+    baseline: Baseline, probe: ProbeOptions, sha: str, allow: bool
 ) -> tuple[ProbeOptions, bool]:
-    """The probe of a file's scan against `baseline`, from check's `probe` (`sha`: its --data's
-    content hash), and whether that is other data, `allow`ed; UsageError (`fits`, `same_data`)."""
-    fits(baseline, has_loss, path)
+    """The probe of a file's scan against `baseline` (that `fits` it), from check's `probe`
+    (`sha`: its --data's content hash), and whether that is other data, `allow`ed (else a
+    UsageError, `same_data`)."""
     data = probe.data_set
     other = data is not None and not same_data(baseline, os.fspath(data.path), sha, None, allow)
     recorded = probe_options(baseline, probe.input_file, data is not None)

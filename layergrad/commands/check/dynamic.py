@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from layergrad.commands.check import loss_check as heads
 from layergrad.commands.check import verdicts as steps
 from layergrad.commands.check.verdicts import Add, CheckOptions
-from layergrad.commands.diff import Baseline, baseline_probe, judge, same_data
+from layergrad.commands.diff import Baseline, baseline_probe, fits, judge, same_data
 from layergrad.core.errors import LayergradError, UsageError, describe
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import ScanReport, ScanRow, WeightScanReport
@@ -74,12 +74,12 @@ def dynamic(
     data, given_input = options.probe.data_set, options.probe.input_file
     probe, sha, other = options.probing(), "", False
     if baseline is not None:  # the baseline's own probe and mode: usage errors, before loading
+        fits(baseline, has_loss, os.fspath(path))
         if data is not None:
             from layergrad.data.fingerprint import data_sha256
 
             sha = data_sha256(data.path)
-        allow = options.allow_other_data
-        probe, other = baseline_probe(baseline, has_loss, os.fspath(path), probe, sha, allow)
+        probe, other = baseline_probe(baseline, probe, sha, options.allow_other_data)
     opened = steps.loads(path, info, options, probe if data else options.probing(), add)
     if opened is None:
         return
