@@ -291,6 +291,24 @@ def same_data(
     )
 
 
+def baseline_probe(
+    baseline: Baseline, probe: ProbeOptions, sha: str, allow: bool
+) -> tuple[ProbeOptions, bool]:
+    """The probe of a file's scan against `baseline` (that `fits` it), from check's `probe`
+    (`sha`: its --data's content hash), and whether that is other data, `allow`ed (else a
+    UsageError, `same_data`)."""
+    data = probe.data_set
+    other = data is not None and not same_data(baseline, os.fspath(data.path), sha, None, allow)
+    recorded = probe_options(baseline, probe.input_file, data is not None)
+    if data is None:
+        return replace(recorded, max_memory=probe.max_memory), other
+    probe = replace(
+        probe, batch_size=recorded.batch_size, seed=recorded.seed, reduce=recorded.reduce,
+        training=recorded.training,
+    )  # fmt: skip
+    return probe, other
+
+
 def fits(baseline: Baseline, has_loss: bool, path: str) -> None:
     """Raise UsageError unless the baseline is of the scan check runs on this file.
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TypeVar
 
 from layergrad.core.errors import InputError
-from layergrad.core.probe_options import OneBatch, PathLike, ProbeOptions, with_cluster
+from layergrad.core.probe_options import DataSet, OneBatch, PathLike, ProbeOptions, with_cluster
 from layergrad.core.results import ModelMeta, ProbeMeta
 from layergrad.core.tf_types import KerasModel, Strategy
 from layergrad.data.probe_input import ProbeBatch
@@ -250,13 +250,11 @@ def open_stream(model: KerasModel, options: ProbeOptions, strategy: Strategy = N
     shard under `--distribute multi-worker`."""
     from layergrad.data import sources
 
-    data = options.data_set
-    assert data is not None
+    data, specs, shard = _reading(model, options)
     replicas = 1 if strategy is None else int(strategy.num_replicas_in_sync)
     return sources.open_data(
-        data.path, data_specs(model), options.rows, data.limit, shard_of(options), replicas,
-        data.first_sample,
-    )  # fmt: skip
+        data.path, specs, options.rows, data.limit, shard, replicas, data.first_sample
+    )
 
 
 def data_specs(model: KerasModel) -> tuple[InputSpec, ...]:
@@ -285,19 +283,23 @@ def open_labels(
     (`label_stream.open_labelled`, `strict` too)."""
     from layergrad.data.label_stream import open_labelled
 
-    data = options.data_set
-    assert data is not None
+    data, specs, shard = _reading(model, options)
     return open_labelled(
-        data.path, data_specs(model), request, options.rows, data.limit,
-        shard_of(options), first_sample=data.first_sample, strict=strict,
+        data.path, specs, request, options.rows, data.limit, shard,
+        first_sample=data.first_sample, strict=strict,
     )  # fmt: skip
 
 
-def shard_of(options: ProbeOptions) -> tuple[int, int] | None:
-    """(this worker, workers) under `--distribute multi-worker`, else None."""
+def _reading(
+    model: KerasModel, options: ProbeOptions
+) -> tuple[DataSet, tuple[InputSpec, ...], tuple[int, int] | None]:
+    """`--data`, the model's inputs it is read for, and (this worker, workers) under
+    `--distribute multi-worker` (else None)."""
+    specs = data_specs(model)
     data = with_cluster(options).data_set  # the cluster: read where the command started
-    cluster = data.cluster if data else None
-    return None if cluster is None else (cluster.index, cluster.workers)
+    assert data is not None
+    cluster = data.cluster
+    return data, specs, None if cluster is None else (cluster.index, cluster.workers)
 
 
 class Diagnosis:

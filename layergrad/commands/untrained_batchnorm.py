@@ -6,7 +6,7 @@ The rule, written once for every command (`inspect`, `scan`, `check`, each on on
 over `--data`): a model probed in inference whose BatchNormalization was never trained is
 probed again in training mode when the probe finds something wrong (a result that is not ok,
 a magnitude flag, an output that stops varying), and says so in the same words everywhere
-(`probe_in_training`); a model that was trained, or a probe that found nothing wrong, is
+(`in_right_mode`); a model that was trained, or a probe that found nothing wrong, is
 judged as it is.
 """
 
@@ -44,34 +44,26 @@ def untrained_batchnorm(model: KerasModel) -> list[str]:
     return found
 
 
-def probe_in_training(model: KerasModel, training: bool, wrong: bool) -> str | None:
-    """The rule: the note every command says when a probe of `model` in inference (`training`
-    False) that found something `wrong` must be made again in training mode, because its
-    BatchNormalization was never trained; None: keep what the probe found."""
-    untrained = [] if training or not wrong else untrained_batchnorm(model)
+def in_right_mode(
+    session: Session, probe: Callable[[Session], T], wrong: Callable[[T], bool]
+) -> tuple[Session, T, str | None]:
+    """The rule applied to `probe(session)`, whatever its source (one batch or `--data`): made
+    again in training mode when it found something `wrong` in inference and the model's
+    BatchNormalization was never trained. Returns the session and what it found, kept, and the
+    note every command says (None: the first probe is kept)."""
+    found = probe(session)
+    training = session.options.training
+    untrained = [] if training or not wrong(found) else untrained_batchnorm(session.model)
     if not untrained:
-        return None
+        return session, found, None
     more = "..." if len(untrained) > 3 else ""
-    return (
+    said = (
         f"probed in training mode (batch statistics): {len(untrained)} BatchNormalization "
         f"layers ({', '.join(untrained[:3])}{more}) hold their initial moving statistics, so "
         "the model was never trained and inference does not normalize; training runs them "
         "like this"
     )
-
-
-def in_right_mode(
-    session: Session, probe: Callable[[Session], T], wrong: Callable[[T], bool]
-) -> tuple[Session, T, str | None]:
-    """The rule applied to `probe(session)`, whatever its source (one batch or `--data`): made
-    again in training mode when it found something `wrong` and the model's BatchNormalization
-    was never trained. Returns the session and what it found, kept, and the note to say (None:
-    the first probe is kept)."""
-    found = probe(session)
-    said = probe_in_training(session.model, session.options.training, wrong(found))
-    if said is None:
-        return session, found, None
-    session = in_training(session)
+    session = replace(session, options=replace(session.options, training=True))
     return session, probe(session), said
 
 
@@ -92,10 +84,3 @@ def results_wrong(results: Sequence[Result]) -> bool:
     return any(
         r.status != Status.OK or set(SCALE_FLAGS) & magnitude_flags(r.warnings) for r in results
     )
-
-
-def in_training(session: Session) -> Session:
-    """The session in training mode (its diagnoser too)."""
-    if session.options.training:
-        return session
-    return replace(session, options=replace(session.options, training=True))

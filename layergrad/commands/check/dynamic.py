@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from layergrad.commands.check import loss_check as heads
 from layergrad.commands.check import verdicts as steps
 from layergrad.commands.check.verdicts import Add, CheckOptions
-from layergrad.commands.diff import Baseline, fits, judge, probe_options, same_data
+from layergrad.commands.diff import Baseline, baseline_probe, fits, judge, same_data
 from layergrad.core.errors import LayergradError, UsageError, describe
 from layergrad.core.probe_options import ProbeOptions
 from layergrad.core.results import ScanReport, ScanRow, WeightScanReport
@@ -34,10 +34,9 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class _Stream:
     """Where check's batches come from: `session`, the probe batch, or the batches of --data
-    (`data`) as one session."""
+    as one session."""
 
     session: Session
-    data: bool
     labels: dict[str, LabelSummary]
     source: str  # where the labels come from, as the `targets` check says
     given: Labelled | None = None  # --data's labels with its inputs
@@ -72,30 +71,21 @@ def dynamic(
         raise UsageError(f"{os.fspath(path)}: {exc}") from exc
     info = heads.without_unbuildable_loss(info, options, add)
     has_loss = find_loss(info.compile_config, options.loss) is not None
-    if baseline is not None:
-        fits(baseline, has_loss, os.fspath(path))  # a usage error, before anything loads
-    # the file records optimizer steps: its kernels were learnt, not drawn (a small read)
-    trained = (training_steps(path) or 0) > 0
     data, given_input = options.probe.data_set, options.probe.input_file
     probe, sha, other = options.probing(), "", False
-    if baseline is not None:  # the baseline's own probe and mode
-        recorded = probe_options(baseline, given_input, data is not None)
-        if data is None:
-            probe = replace(recorded, max_memory=probe.max_memory)
-        else:
+    if baseline is not None:  # the baseline's own probe and mode: usage errors, before loading
+        fits(baseline, has_loss, os.fspath(path))
+        if data is not None:
             from layergrad.data.fingerprint import data_sha256
 
             sha = data_sha256(data.path)
-            allow = options.allow_other_data
-            other = not same_data(baseline, os.fspath(data.path), sha, None, allow)
-            probe = replace(
-                probe, batch_size=recorded.batch_size, seed=recorded.seed,
-                reduce=recorded.reduce, training=recorded.training,
-            )  # fmt: skip
+        probe, other = baseline_probe(baseline, probe, sha, options.allow_other_data)
     opened = steps.loads(path, info, options, probe if data else options.probing(), add)
     if opened is None:
         return
     loaded, warnings, _ = opened
+    # the file records optimizer steps: its kernels were learnt, not drawn (a small read)
+    trained = (training_steps(path) or 0) > 0
     from layergrad.commands.scan import scan_over, scan_session  # TensorFlow: now
     from layergrad.commands.session import session_for
     from layergrad.commands.untrained_batchnorm import in_right_mode, scan_wrong
@@ -114,7 +104,7 @@ def dynamic(
         return
     mismatched = steps.targets(info, options.loss, stream.labels, stream.source, add)
     start, given = stream.session, stream.given if not mismatched else None
-    over, progress = start if stream.data else None, options.on_progress
+    over, progress = start if data is not None else None, options.on_progress
     if over is None and mismatched:  # the loss cannot take these labels: draw ones that fit
         start = replace(start, probe=replace(start.batch, labels=None))
 
@@ -152,30 +142,10 @@ def dynamic(
         add("forward", f"the forward pass failed: {describe(exc)}", [Finding.ERROR])
         return
     session, report, run, rows = scanned.session, scanned.report, scanned.run, scanned.rows
-    batch, mode = session.batch, f"; {said}" if said else ""
-    message, findings = steps.forward_check(run) if run is not None else ("", ())
-    if findings:  # non-finite over the data: nothing more to judge
-        add("forward", message, findings)
-        steps.gradient(rows, add)
-        return
+    batch, failed = session.batch, scanned.failed is not None
     where = f" (on the first batch of {batch.batch_size} samples of --data)" if run else ""
-    found, reasons = steps.forward_parts(report, trained)
-    bad = report.first_nonfinite if run is None else None
-    if bad is not None:
-        message = f"activations turn non-finite (NaN/Inf) at layer {bad!r}"
-        add("forward", message, [Finding.NONFINITE])
-    elif run is not None and scanned.failed is not None:  # the forward pass ran above
-        add("forward", message)
-    elif found:
-        text = "; ".join(map(str, reasons))
-        add("forward", f"{message}; {text}{where}{mode}" if run else text, found, reasons=reasons)
-    elif run is not None:
-        add("forward", f"{message}; outputs vary and inputs are in range{where}{mode}")
-    else:
-        source = "a random batch" if batch.source == "random" else f"the batch in {batch.source}"
-        drawn = f" ({batch.drawn})" if batch.drawn else ""
-        add("forward", f"finite and varying on {source} of {batch.batch_size}{drawn}{mode}")
-    steps.gradient(rows, add)
+    if steps.forward(report, rows, run, batch, trained, where, said, failed, add):
+        return  # non-finite over the data: nothing more to judge
     if scanned.failed is not None:
         labelled = given is not None and stream.labels if run else batch.labels
         own = stream.source if labelled else None
@@ -249,10 +219,11 @@ def _probe_batch(
         from layergrad.engine.compiled_loss import output_keys
 
         names, ranks = steps.output_ranks(model)
-        given = by_output_name(session.batch.labels, names, output_keys(model, len(names)))
+        keys = output_keys(model, len(names))
+        given = by_output_name(session.batch.labels, names, keys)
         session = replace(session, probe=replace(session.batch, labels=given))
         labels = summarise_arrays(given, names, ranks)
-    return _Stream(session, False, labels, session.batch.source, recorded=recorded)
+    return _Stream(session, labels, session.batch.source, recorded=recorded)
 
 
 def _data_stream(
@@ -269,12 +240,14 @@ def _data_stream(
     loaded, warnings, strategy = opened
     model, data = loaded.model, probe.data_set
     assert data is not None
+    names, ranks = steps.output_ranks(model)
 
     def recorded() -> Recorded | None:  # a random probe batch, drawn if a head needs it
         try:
-            return record_calls(model, probe_batch(model, options.probing()).arrays)
+            arrays = probe_batch(model, options.probing()).arrays
         except LayergradError:
             return None
+        return record_calls(model, arrays)
 
     heads.judge_on_probe(recorded, info, options.loss, add)  # --data is streamed later
     # a compiled loss that does not fit the model's outputs fails the file, before the data
@@ -286,13 +259,12 @@ def _data_stream(
         raise UsageError(f"{os.fspath(info.path)}: {exc}") from exc
     if labelled is not None and labelled.stream is None:  # no labels, or none that fit
         labelled = None
-    names, ranks = steps.output_ranks(model)
     labels = summarise_batches(labelled.label_batches(), names, ranks) if labelled else {}
     source = f"--data {data.path}"
     if labelled is not None and labelled.classes:
         source += f" (the class sub-folders {labelled.describe_classes()})"
     over = Session(os.fspath(info.path), model, loaded.info, probe, batches, strategy, warnings)
-    return _Stream(over, True, labels, source, labelled)
+    return _Stream(over, labels, source, labelled)
 
 
 def _dead_over_data(over: Session, weights: WeightScanReport, training: bool) -> WeightScanReport:

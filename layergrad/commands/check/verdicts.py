@@ -36,6 +36,7 @@ from layergrad.model.target_fit import target_mismatches
 
 if TYPE_CHECKING:
     from layergrad.core.tf_types import Strategy
+    from layergrad.data.probe_input import ProbeBatch
     from layergrad.diagnose.saturation import SaturatedInit
     from layergrad.engine.data_step import StreamRun
     from layergrad.engine.loader import LoadedModel
@@ -230,16 +231,58 @@ def loss_failed(
     add("trainable", f"not judged: {said}")
 
 
-def forward_check(run: StreamRun) -> tuple[str, tuple[Finding, ...]]:
-    """`check`'s forward verdict over a data set: (message, findings)."""
-    for act, fwd in zip(run.activations, run.forward, strict=True):
-        if fwd is not None and fwd.nonfinite_batches:
-            return (
-                f"activations turn non-finite (NaN/Inf) at layer {act.site.ref!r} (first in "
-                f"batch {fwd.first_nonfinite})",
-                (Finding.NONFINITE,),
-            )
-    return f"finite over {run.samples:,} samples", ()
+def forward(
+    report: ScanReport,
+    rows: Sequence[ScanRow],
+    run: StreamRun | None,
+    batch: ProbeBatch,
+    trained: bool,
+    where: str,
+    said: str | None,
+    loss_failed: bool,
+    add: Add,
+) -> bool:
+    """`forward` (finite over --data `run` or on `batch`, outputs vary, inputs in range unless
+    `trained`; `said`: the note of a probe made again in training mode), then `gradient` of the
+    scan's `rows`. True when the activations turn non-finite over the data."""
+    from layergrad.diagnose import causes as why
+
+    message, mode = "", f"; {said}" if said else ""
+    if run is not None:
+        message = f"finite over {run.samples:,} samples"
+        for act, fwd in zip(run.activations, run.forward, strict=True):
+            if fwd is not None and fwd.nonfinite_batches:
+                add("forward", f"activations turn non-finite (NaN/Inf) at layer {act.site.ref!r} "
+                    f"(first in batch {fwd.first_nonfinite})", [Finding.NONFINITE])  # fmt: skip
+                gradient(rows, add)
+                return True
+    found: list[Finding] = []
+    reasons = [why.constant_output(c) for c in report.constant]
+    if reasons:
+        found.append(Finding.CONSTANT_OUTPUT)
+    scale = report.input_range
+    if scale is not None and scale.kind in ("pixels", "units") and trained:
+        scale = None  # trained on these values, its kernels are scaled for them
+    if scale is not None:
+        found.append(Finding.INPUT_RANGE)
+        reasons.append(why.input_range(scale))
+    bad = report.first_nonfinite if run is None else None
+    if bad is not None:
+        message = f"activations turn non-finite (NaN/Inf) at layer {bad!r}"
+        add("forward", message, [Finding.NONFINITE])
+    elif run is not None and loss_failed:  # the forward pass ran above
+        add("forward", message)
+    elif found:
+        text = "; ".join(map(str, reasons))
+        add("forward", f"{message}; {text}{where}{mode}" if run else text, found, reasons=reasons)
+    elif run is not None:
+        add("forward", f"{message}; outputs vary and inputs are in range{where}{mode}")
+    else:
+        source = "a random batch" if batch.source == "random" else f"the batch in {batch.source}"
+        drawn = f" ({batch.drawn})" if batch.drawn else ""
+        add("forward", f"finite and varying on {source} of {batch.batch_size}{drawn}{mode}")
+    gradient(rows, add)
+    return False
 
 
 def gradient(rows: Sequence[ScanRow], add: Add) -> None:
@@ -263,24 +306,6 @@ def _listed(finding: Finding, named: Sequence[tuple[str, Sequence[Reason]]]) -> 
     return f"{finding}: {names}{'...' if len(named) > 4 else ''}{why}"
 
 
-def forward_parts(report: ScanReport, trained: bool) -> tuple[list[Finding], list[Reason]]:
-    """The constant-output and input-range findings of a scan, and what to say of each
-    (`trained`: the file records training steps, `trained`)."""
-    from layergrad.diagnose import causes as why
-
-    findings: list[Finding] = []
-    reasons = [why.constant_output(c) for c in report.constant]
-    if reasons:
-        findings.append(Finding.CONSTANT_OUTPUT)
-    scale = report.input_range
-    if scale is not None and scale.kind in ("pixels", "units") and trained:
-        scale = None  # trained on these values, its kernels are scaled for them
-    if scale is not None:
-        findings.append(Finding.INPUT_RANGE)
-        reasons.append(why.input_range(scale))
-    return findings, reasons
-
-
 def trainable(
     report: WeightScanReport,
     add: Add,
@@ -298,7 +323,10 @@ def trainable(
     `init`: a layer that a kernel scaled far up saturates (`diagnose.saturation`), an
     `exploding` warning there.
     """
-    findings, parts = [], []
+    from layergrad.commands.weight_rows import scale_flags
+
+    findings: list[Finding] = []
+    parts: list[str] = []
     for status, finding in (
         (Status.NONE, Finding.NO_GRADIENT),
         (Status.NONFINITE, Finding.NONFINITE),
@@ -308,34 +336,6 @@ def trainable(
         if bad:
             findings.append(finding)
             parts.append(_listed(finding, bad))
-    scale_findings, scale_parts = _scale(report, dead_scope, init)
-    findings, parts = findings + scale_findings, parts + scale_parts
-    if findings:
-        projected = "" if has_loss else " (no loss: judged on a random projection of the outputs)"
-        message = "; ".join(parts) + projected
-    elif has_loss:
-        message = (
-            f"all {len(report.variables)} trainable variables get a gradient from the loss; "
-            "update ratios of the layers fit each other"
-        )
-    else:
-        message = (
-            "no loss (the file was saved without model.compile; --loss), so no variable was "
-            "checked for a gradient; update ratios of a random projection of the outputs fit "
-            "each other"
-        )
-    add("trainable", message + where, findings)
-
-
-def _scale(
-    report: WeightScanReport, dead_scope: str, init: SaturatedInit | None = None
-) -> tuple[list[Finding], list[str]]:
-    """Dead, vanishing and exploding layers, judged on their weights' gradients (and a layer
-    saturated by its initialisation, `init`)."""
-    from layergrad.commands.weight_rows import scale_flags
-
-    findings: list[Finding] = []
-    parts: list[str] = []
     dead = report.dead_layers
     if dead:
         findings.append(Finding.DEAD)
@@ -361,7 +361,21 @@ def _scale(
     if init is not None:
         findings += [] if Finding.EXPLODING in findings else [Finding.EXPLODING]
         parts.append(init.message())
-    return findings, parts
+    if findings:
+        projected = "" if has_loss else " (no loss: judged on a random projection of the outputs)"
+        message = "; ".join(parts) + projected
+    elif has_loss:
+        message = (
+            f"all {len(report.variables)} trainable variables get a gradient from the loss; "
+            "update ratios of the layers fit each other"
+        )
+    else:
+        message = (
+            "no loss (the file was saved without model.compile; --loss), so no variable was "
+            "checked for a gradient; update ratios of a random projection of the outputs fit "
+            "each other"
+        )
+    add("trainable", message + where, findings)
 
 
 def output_ranks(model: KerasModel) -> tuple[list[str], dict[str, int]]:
