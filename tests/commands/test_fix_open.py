@@ -1,5 +1,6 @@
-"""`fix` opens each file once: the original is loaded once for the check, the repairs and the
-training, each repaired copy is read back once for its check and its training.
+"""`fix` opens each file once: the original is read once for the checks that read files, and
+loaded once for the check, the repairs and the training; each repaired copy is read back once
+for its check and its training.
 
 Truth from outside `fix`: the loads are counted at Keras's own `keras.saving.load_model`; the
 weights are compared with the file loaded by plain Keras.
@@ -10,11 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from layergrad.commands.check import check_files
 from layergrad.commands.check.check_files import check_file
 from layergrad.commands.check.verdicts import CheckOptions
-from layergrad.commands.fix.repair import FixOptions, OpenedFile, fix_model
+from layergrad.commands.fix.repair import FixOptions, OpenedFile, check_findings, fix_model
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.probe_options import ProbeOptions
+from layergrad.files.file_info import read_file_info
 
 tf, keras = quiet_import()
 
@@ -91,3 +94,20 @@ def test_the_original_is_loaded_once_and_the_copy_once(tmp_path, monkeypatch):
     original = real(path, compile=False)
     for name in ("d", "bn", "head"):
         assert _same(copy.get_layer(name).get_weights(), original.get_layer(name).get_weights())
+
+
+def test_the_file_is_read_once_for_the_checks_that_read_it(tmp_path, monkeypatch):
+    """The original's weights are read for their health once, not once to refuse an
+    unreadable file and again for the check; and the verdict is the one `check` gives."""
+    path = _bn_model(tmp_path, head="softmax")  # a softmax over one unit: one repair
+    read: list[str] = []
+
+    def counted(source, *args, **kwargs):
+        read.append(str(source))
+        return read_file_info(source, *args, **kwargs)
+
+    monkeypatch.setattr(check_files, "read_file_info", counted)
+    report = fix_model(path, None, FixOptions(output=str(tmp_path / "o.keras")))
+    assert read.count(path) == 1, read
+    checked = check_file(path, CheckOptions())
+    assert report.before == check_findings(checked) and report.before

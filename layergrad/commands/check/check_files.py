@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from layergrad.commands.check import verdicts
@@ -30,9 +30,17 @@ from layergrad.commands.diff import Baseline, load_baselines, match_baselines
 from layergrad.core.errors import LayergradError, UsageError, describe, one_line
 from layergrad.core.results import CheckItem, FileVerdict, Reason
 from layergrad.core.vocab import CHECK_FINDINGS, Finding
-from layergrad.files.file_info import read_file_info
+from layergrad.files.file_info import FileInfo, read_file_info
 
-__all__ = ["CHECKS", "CheckOptions", "check_file", "check_files", "expand_paths"]
+__all__ = [
+    "CHECKS",
+    "CheckOptions",
+    "FileRead",
+    "check_file",
+    "check_files",
+    "expand_paths",
+    "read_checks",
+]
 
 
 def check_files(
@@ -69,23 +77,60 @@ def check_files(
     return tuple(verdicts)
 
 
+@dataclass(frozen=True)
+class FileRead:
+    """The checks that read the file only (readable, safe, weights), run once by
+    `read_checks`: their verdicts, the file as read (None: they stopped the file) and what
+    a library warned meanwhile. `check_file(..., read=)` goes on from them."""
+
+    path: str
+    items: tuple[CheckItem, ...]
+    info: FileInfo | None
+    told: tuple[str, ...]
+
+    @property
+    def verdict(self) -> FileVerdict:
+        return _verdict(self.path, list(self.items), self.told)
+
+
 def check_file(
     path: str | os.PathLike[str],
     options: CheckOptions = CheckOptions(),
     baseline: Baseline | None = None,
+    read: FileRead | None = None,
 ) -> FileVerdict:
     """Run the checks on one file, stopping at the first that leaves nothing to check next.
 
     Whatever the file holds, it gets a verdict: a failure nobody foresaw is recorded as an
     ``error`` finding of the check that was running, and the other files still get theirs.
-    `baseline` adds the `baseline` check, scanning with the baseline's probe.
+    `baseline` adds the `baseline` check, scanning with the baseline's probe. `read`: the
+    file's own checks, run before by `read_checks` (`fix` reads the file once).
 
     Raises:
         UsageError: the options cannot work with this file (a baseline made with another
             probe, an `--input` that does not fit): the command, not the file, is wrong.
     """
-    items: list[CheckItem] = []
-    running = [CHECKS[0]]
+    if read is None:
+        read = read_checks(path, options)
+    found = _checked(path, options, read, lambda add: _run(path, read.info, options, add, baseline))
+    return _verdict(read.path, list(found.items), found.told)
+
+
+def read_checks(path: str | os.PathLike[str], options: CheckOptions = CheckOptions()) -> FileRead:
+    """The checks that read the file only, without TensorFlow (`check_file`'s first three)."""
+    start = FileRead(os.fspath(path), (), None, ())
+    return _checked(path, options, start, lambda add: _read(path, options, add))
+
+
+def _checked(
+    path: str | os.PathLike[str],
+    options: CheckOptions,
+    start: FileRead,
+    checks: Callable[[Add], FileInfo | None],
+) -> FileRead:
+    """Run `checks` after the verdicts of `start`, with their `add` and the warnings given."""
+    items = list(start.items)
+    running = [CHECKS[len(items)]]  # (the checks are recorded in order)
 
     def add(
         name: str,
@@ -111,22 +156,27 @@ def check_file(
 
     # the API never prints: a warning Keras (or a custom layer) gives while the file loads or
     # runs is recorded at the end of the file's last check message, not left to the caller
+    info = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            _run(path, options, add, baseline)
+            info = checks(add)
         except UsageError:
             raise
         except (Exception, SystemExit) as exc:  # one bad file must not sink (or pass) the run
             message = f"failed unexpectedly: {type(exc).__name__}: {describe(exc)}"
             add(running[0], message, [Finding.ERROR])
     # what a library tells the user (not its deprecations)
-    told = (one_line(str(w.message))[:200] for w in caught if issubclass(w.category, UserWarning))
+    told = [one_line(str(w.message))[:200] for w in caught if issubclass(w.category, UserWarning)]
+    return FileRead(start.path, tuple(items), info, (*start.told, *told))
+
+
+def _verdict(path: str, items: list[CheckItem], told: Sequence[str]) -> FileVerdict:
     said = "; ".join(list(dict.fromkeys(told))[:MAX_WARNINGS])
     if said and items:
         last = items[-1]
         items[-1] = replace(last, message=f"{last.message} (warned while checking: {said})")
-    return FileVerdict(os.fspath(path), all(i.passed for i in items), tuple(items))
+    return FileVerdict(path, all(i.passed for i in items), tuple(items))
 
 
 MAX_WARNINGS = 3  # distinct warnings recorded per file
@@ -138,9 +188,8 @@ CHECKS = (
 )  # fmt: skip
 
 
-def _run(
-    path: str | os.PathLike[str], options: CheckOptions, add: Add, baseline: Baseline | None
-) -> None:
+def _read(path: str | os.PathLike[str], options: CheckOptions, add: Add) -> FileInfo | None:
+    """readable, safe, weights: the file as read, None when a check stops it."""
     if Path(path).is_dir() and not (Path(path) / "saved_model.pb").exists():
         held = _model_files(path, LOOKED_AT)  # one file's check (`fix DIR`): say which to pass
         add(
@@ -152,16 +201,29 @@ def _run(
             "files; check the path",
             [Finding.UNREADABLE],
         )
-        return
+        return None
     try:
         info = read_file_info(path, read_weights=True)
     except LayergradError as exc:
         add("readable", str(exc), [Finding.UNREADABLE])
-        return
+        return None
     add("readable", f"{info.format} file, {len(info.graph.layers)} layers")
     if not verdicts.safe(info, options.imports, options.unsafe, add):
-        return
+        return None
     verdicts.weights(info, add)
+    return info
+
+
+def _run(
+    path: str | os.PathLike[str],
+    info: FileInfo | None,
+    options: CheckOptions,
+    add: Add,
+    baseline: Baseline | None,
+) -> None:
+    """loss, then the checks that run the model (after `_read`, which gave `info`)."""
+    if info is None:
+        return
     loss_fits(info, options.loss, add, probe_follows=not options.static_only)
     if not options.static_only:
         dynamic(path, info, options, add, baseline)

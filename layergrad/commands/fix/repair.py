@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layergrad.commands.check.check_files import check_file
+from layergrad.commands.check.check_files import check_file, read_checks
 from layergrad.commands.check.verdicts import CheckOptions
 from layergrad.commands.fit.checks import DEFAULT_STEPS, FitOptions, check_counts
 from layergrad.commands.fix.plan import InputStats, Plan, Planning, plan_repairs
@@ -118,7 +118,8 @@ def fix_model(
     check = CheckOptions(imports=tuple(imports), unsafe=unsafe, probe=probe)
     # a file that cannot be read or must not load, a missing file, a forged header: refused
     # by the checks that read files only, before TensorFlow starts
-    _refuse_unreadable(check_file(path, replace(check, static_only=True)))
+    read = read_checks(path, check)  # once: its verdicts begin the checks below
+    _refuse_unreadable(read.verdict)
     original_file = OpenedFile(path, imports, unsafe)  # loaded once: checked, repaired, trained
     if data is not None:  # `fit`'s checks first: what it refuses, `fix` refuses (exit 2)
         check_source(data, None)
@@ -131,7 +132,7 @@ def fix_model(
     # cannot build (its gradient checks then use a projection), which `fit` refuses
     prepared = None if data is None else ready(original_file.twin(probe), data, fitting,
                                                options.limit)  # fmt: skip
-    verdict = check_file(path, replace(check, opener=original_file))
+    verdict = check_file(path, replace(check, opener=original_file), read=read)
     _refuse_unreadable(verdict)
     before = list(check_findings(verdict))
     opened = original_file.get(probe)
