@@ -65,13 +65,14 @@ def nonfinite(tensor: Tensor) -> Tensor:
 
 def forward_stats(outputs: Sequence[Sequence[Tensor]]) -> tuple[Tensor, Tensor]:
     """Per layer, from its float outputs (every call): ([NaN/Inf values], [[dead, units,
-    constant]]). The values are counted only when one output's sum is NaN/Inf (a branch not
-    taken otherwise: a sum is one pass over an output, a count four)."""
+    constant]]). The values are counted only when an output holds one (a branch not taken
+    otherwise: whether it does takes two ops over an output, the count four; a sum would
+    take one, but it can overflow, which `tf.debugging.enable_check_numerics` refuses)."""
     if not outputs:
         return tf.zeros([0]), tf.zeros([0, 3])
-    sums = [tf.cast(tf.reduce_sum(t), tf.float32) for layer in outputs for t in layer]
+    finite = [tf.reduce_all(tf.math.is_finite(t)) for layer in outputs for t in layer]
     counts = unlowered_cond(
-        tf.math.is_finite(tf.add_n(sums)) if sums else tf.constant(True),
+        tf.reduce_all(tf.stack(finite)) if finite else tf.constant(True),
         lambda: tf.zeros([len(outputs)]),
         lambda: tf.stack(
             [tf.add_n([nonfinite(t) for t in layer]) if layer else 0.0 for layer in outputs]

@@ -343,3 +343,28 @@ def test_the_loss_of_each_output_is_named_as_compiled_an_output_without_one_too(
     assert loss_name(["mse", None]) == "mse, NoneType"
     assert loss_name({"o1": "mse", "o2": None}) == "o1: mse, o2: NoneType"
     assert loss_name(keras.losses.MeanSquaredError()) == "mean_squared_error"
+
+
+def test_a_measured_step_adds_no_op_that_check_numerics_refuses():
+    # float16 outputs of 512 units near 10 sum past float16's largest value (65504): all
+    # finite, so a fit under TensorFlow's check-numerics debugger must run, monitored or not
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    tf.debugging.enable_check_numerics()
+    try:
+        rng = np.random.default_rng(1)
+        x = np.abs(rng.standard_normal((64, 6))).astype("float32")
+        keras.utils.set_random_seed(0)
+        wide = keras.layers.Dense(512, activation="relu", name="wide",
+                                  bias_initializer=keras.initializers.Constant(10.0))  # fmt: skip
+        model = keras.Sequential(
+            [keras.Input((6,)), wide, keras.layers.Dense(2, activation="softmax", dtype="float32")]
+        )
+        model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+        monitor = GradientMonitor(every=1)
+        model.fit(x, (x[:, 0] > 0.5).astype("int32"), batch_size=32, verbose=0,
+                  callbacks=[monitor])  # fmt: skip
+    finally:
+        tf.debugging.disable_check_numerics()
+        keras.mixed_precision.set_global_policy("float32")
+    row = monitor.report.checkpoints[0].layers[0]
+    assert (row.layer, row.nonfinite_activation) == ("wide", 0)
