@@ -308,28 +308,31 @@ def train(
             scored = training_batches(model, held, options, made.labels.samples)
             report, chance, predicted = fit_steps(made, trained, options, rival=rival,
                                                   held=scored.take(SCORED_BATCHES))  # fmt: skip
+        # the trained model's score: a failure here is the run's error too
+        request = label_request(model, made.spec)
+        # a classifier: one output under a categorical cross-entropy (sparse or not)
+        classifier = len(request.outputs) == 1 and any("categorical" in n for n in request.losses)
+        hits = Accuracy() if classifier else None
+        (served, outputs), rivals = _served_losses(
+            model, predicted, request, rival is not None, hits
+        )
+        baseline = None
+        if rivals is not None:
+            baseline, theirs = rivals
+            lost = {o.name: o.final for o in theirs}
+            outputs = tuple(replace(o, baseline=lost.get(o.name)) for o in outputs)
+        accuracy, prior = hits.result() if hits is not None else (None, None)
+        findings = dict.fromkeys([*found, *(str(f.code) for f in report.findings)])
+        trained_loss = _final(report.losses)
+        final = served if served is not None else trained_loss
+        run = Run(report.loss_name, report.losses, chance, final, tuple(findings), outputs=outputs,
+                  baseline=baseline, accuracy=accuracy, prior_accuracy=prior,
+                  trained_loss=trained_loss)  # fmt: skip
     except DataError:  # values no model takes: the data is wrong, as `fit` says
         raise
     except Exception as exc:  # a LayergradError's message is said as it is
         said = str(exc) if isinstance(exc, LayergradError) else describe(exc)
         return Run("-", findings=tuple(found), error=said), None, None
-    request = label_request(model, made.spec)
-    # a classifier: one output under a categorical cross-entropy (sparse or not)
-    classifier = len(request.outputs) == 1 and any("categorical" in n for n in request.losses)
-    hits = Accuracy() if classifier else None
-    (served, outputs), rivals = _served_losses(model, predicted, request, rival is not None, hits)
-    baseline = None
-    if rivals is not None:
-        baseline, theirs = rivals
-        lost = {o.name: o.final for o in theirs}
-        outputs = tuple(replace(o, baseline=lost.get(o.name)) for o in outputs)
-    accuracy, prior = hits.result() if hits is not None else (None, None)
-    findings = dict.fromkeys([*found, *(str(f.code) for f in report.findings)])
-    trained_loss = _final(report.losses)
-    final = served if served is not None else trained_loss
-    run = Run(report.loss_name, report.losses, chance, final, tuple(findings), outputs=outputs,
-              baseline=baseline, accuracy=accuracy, prior_accuracy=prior,
-              trained_loss=trained_loss)  # fmt: skip
     return run, report, model
 
 
