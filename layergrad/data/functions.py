@@ -287,7 +287,7 @@ def _label_columns(
     for i, path in enumerate(locate_labels(element, paths, outputs, where, weights_ignored) or []):
         y = np.asarray(pick(element, path))
         _check_labels(where, y.dtype, y.dtype.kind, sample or y.ndim > 0)
-        out.append((path, InputSpec(f"y{i}", y.shape if sample else y.shape[1:], str(y.dtype))))
+        out.append((path, InputSpec(f"y{i}", y.shape if sample else y.shape[1:], y.dtype.name)))
     return out
 
 

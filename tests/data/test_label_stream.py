@@ -142,6 +142,10 @@ def weighted():
 
 def text_labels():
     yield np.zeros((2, 5), "float32"), np.array(["a", "b"])
+
+def big_endian():  # labels in the other byte order (as a file written elsewhere may hold)
+    x = np.arange(20, dtype="float32").reshape(4, 5)
+    yield x, (x[:, 0] * 2).astype(">f4")
 """
 
 
@@ -170,6 +174,11 @@ def test_a_function_gives_x_and_y_of_the_same_element(functions, name):
 def test_a_function_whose_labels_cannot_be_read_is_one_line(functions, name, says):
     with pytest.raises(InputError, match=says):
         open_labelled(f"{functions}:{name}", VECTOR, LabelRequest(("out",)), 4)
+
+
+def test_labels_in_the_other_byte_order_are_read_as_their_values(functions):
+    x, y = read(open_labelled(f"{functions}:big_endian", VECTOR, LabelRequest(("out",)), 4))
+    np.testing.assert_array_equal(y, x[:, 0] * 2)
 
 
 def test_check_reads_x_y_and_sample_weight_as_x_and_y(functions):
