@@ -298,8 +298,8 @@ def baseline_probe(
     (`sha`: its --data's content hash), and whether that is other data, `allow`ed (else a
     UsageError, `same_data`)."""
     data = probe.data_set
-    other = data is not None and not same_data(baseline, os.fspath(data.path), sha, None, allow)
     recorded = probe_options(baseline, probe.input_file, data is not None)
+    other = data is not None and not same_data(baseline, os.fspath(data.path), sha, None, allow)
     if data is None:
         return replace(recorded, max_memory=probe.max_memory), other
     probe = replace(

@@ -81,8 +81,10 @@ class Trace:
 
     def index(self, path: str, call: int = 0) -> int | None:
         """Position of the activation of `path` call `call`, or None if it never ran."""
-        calls = [(a.site.path, a.site.call) for a in self.activations]
-        return calls.index((path, call)) if (path, call) in calls else None
+        found = (
+            i for i, a in enumerate(self.activations) if (a.site.path, a.site.call) == (path, call)
+        )
+        return next(found, None)
 
 
 @dataclass(frozen=True)

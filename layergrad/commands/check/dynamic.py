@@ -244,10 +244,9 @@ def _data_stream(
 
     def recorded() -> Recorded | None:  # a random probe batch, drawn if a head needs it
         try:
-            arrays = probe_batch(model, options.probing()).arrays
+            return record_calls(model, probe_batch(model, options.probing()).arrays)
         except LayergradError:
             return None
-        return record_calls(model, arrays)
 
     heads.judge_on_probe(recorded, info, options.loss, add)  # --data is streamed later
     # a compiled loss that does not fit the model's outputs fails the file, before the data
