@@ -46,7 +46,6 @@ def checkpoint_from_rows(
             for i, name in enumerate(hook.input_names[: len(found)])
             if found[i][0] > 0
         )
-    names, order = hook.layout()
     values = grads.tolist()
     return Checkpoint(
         step=step + 1,
@@ -54,10 +53,12 @@ def checkpoint_from_rows(
         batch=batch,
         loss=loss,
         learning_rate=lr,
-        layers=tuple(_layer_row(hook.layers[i], values, dead[i], int(acts[i]), lr) for i in order),
+        layers=tuple(
+            _layer_row(hook.layers[i], values, dead[i], int(acts[i]), lr) for i in hook.called()
+        ),
         variables=tuple(
             _variable_row(name, layer, shape, row)
-            for (name, layer, shape), row in zip(names, values, strict=True)
+            for (name, layer, shape), row in zip(hook.named, values, strict=True)
         ),
         nonfinite_inputs=inputs,
     )

@@ -121,8 +121,12 @@ class StepHook:
         self.sees_loss = self.sees_gradients = True
         self.input_names: list[str] = []  # the float inputs' names, as the trace found them
         self.results = StepResults(model, len(self.layers), len(self.variables), self.rows)
-        self._layout: tuple[tuple[int, ...], list[tuple[str, str, tuple[int, ...]]], list[int]]
-        self._layout = ((-1,), [], [])  # (forward_order, `layout()`): made when first asked
+        owner = {i: e.path for e in self.layers for i in e.variables}
+        # each variable's name, layer and shape, as every checkpoint names it
+        self.named: list[tuple[str, str, tuple[int, ...]]] = [
+            (f"{owner.get(i, '')}/{v.name}", owner.get(i, ""), tuple(int(d) for d in v.shape))
+            for i, v in enumerate(self.variables)
+        ]
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -213,25 +217,16 @@ class StepHook:
             made.append(self.model.train_function)
         return made[0], made[1]
 
-    def layout(self) -> tuple[list[tuple[str, str, tuple[int, ...]]], list[int]]:
-        """What every checkpoint of the traced step shares (`checkpoint_from_rows`): each
-        variable's name, layer and shape, and the layers' indices in `order()`."""
-        key = tuple(self.forward_order)
-        if self._layout[0] != key:
-            owner = {i: e.path for e in self.layers for i in e.variables}
-            names = [
-                (f"{owner.get(i, '')}/{v.name}", owner.get(i, ""), tuple(int(d) for d in v.shape))
-                for i, v in enumerate(self.variables)
-            ]
-            index = {e.path: i for i, e in enumerate(self.layers)}
-            self._layout = (key, names, [index[p] for p in self.order()])
-        return self._layout[1], self._layout[2]
+    def called(self) -> list[int]:
+        """The layers' indices in the order the step called them, then the uncalled ones with
+        variables."""
+        seen = set(self.forward_order)
+        rest = [i for i, e in enumerate(self.layers) if i not in seen and e.variables]
+        return [*self.forward_order, *rest]
 
     def order(self) -> list[str]:
-        """The layers' paths in the order the step called them, then the uncalled ones with
-        variables."""
-        called = [self.layers[i].path for i in self.forward_order]
-        return called + [e.path for e in self.layers if e.path not in called and e.variables]
+        """The layers' paths in the order of `called()`."""
+        return [self.layers[i].path for i in self.called()]
 
     def _observe(self, trace: _Trace, layer: int, outputs: list[Tensor]) -> None:
         """Keep a call's float outputs for `_forward_stats` (no op is added here)."""

@@ -112,18 +112,17 @@ def check_file(
     """
     if read is None:
         read = read_checks(path, options)
-    found = _checked(path, options, read, lambda add: _run(path, read.info, options, add, baseline))
+    found = _checked(options, read, lambda add: _run(path, read.info, options, add, baseline))
     return _verdict(read.path, list(found.items), found.told)
 
 
 def read_checks(path: str | os.PathLike[str], options: CheckOptions = CheckOptions()) -> FileRead:
     """The checks that read the file only, without TensorFlow (`check_file`'s first three)."""
     start = FileRead(os.fspath(path), (), None, ())
-    return _checked(path, options, start, lambda add: _read(path, options, add))
+    return _checked(options, start, lambda add: _read(path, options, add))
 
 
 def _checked(
-    path: str | os.PathLike[str],
     options: CheckOptions,
     start: FileRead,
     checks: Callable[[Add], FileInfo | None],

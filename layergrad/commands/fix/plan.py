@@ -43,6 +43,7 @@ from layergrad.core.vocab import Finding
 from layergrad.diagnose.causes import fallback_hint
 from layergrad.files.file_info import FileInfo
 from layergrad.model import config_edit as ed
+from layergrad.model import head_rules
 from layergrad.model.config import serialized_name
 from layergrad.model.config_edit import Config, as_object
 from layergrad.model.head_forms import Head, keyed_by_head, output_heads, output_keys, units_layer
@@ -372,9 +373,10 @@ class HeadRules:
     ) -> list[Change]:
         """The `loss_mismatch` repairs of the rules that apply to the head as `seen` (its
         activation and units) under the loss `spec`, in table order."""
-        loss, logits = spec if spec is not None else (None, False)
         stack = whole_network(self.info.graph, seen.layer) if len(self.heads) == 1 else None
-        facts = HeadFacts(seen, loss, logits, y, stack.layers if stack is not None else ())
+        facts = HeadFacts(
+            seen, *head_rules.loss_of(spec), y, stack.layers if stack is not None else ()
+        )
         return [c for rule, c in repairs(facts) if rule.code == Finding.LOSS_MISMATCH]
 
     def _make(self, head: Head, change: Change, finding: str) -> Plan | None:
