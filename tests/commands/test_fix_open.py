@@ -96,18 +96,25 @@ def test_the_original_is_loaded_once_and_the_copy_once(tmp_path, monkeypatch):
         assert _same(copy.get_layer(name).get_weights(), original.get_layer(name).get_weights())
 
 
-def test_the_file_is_read_once_for_the_checks_that_read_it(tmp_path, monkeypatch):
+@pytest.mark.parametrize("with_data", [False, True])
+def test_the_file_is_read_once_for_the_checks_that_read_it(tmp_path, monkeypatch, with_data):
     """The original's weights are read for their health once, not once to refuse an
-    unreadable file and again for the check; and the verdict is the one `check` gives."""
+    unreadable file and again for the check, nor its header again to load it; and the
+    verdict is the one `check` gives."""
     path = _bn_model(tmp_path, head="softmax")  # a softmax over one unit: one repair
+    data = _data(tmp_path)[0] if with_data else None
     read: list[str] = []
 
     def counted(source, *args, **kwargs):
         read.append(str(source))
         return read_file_info(source, *args, **kwargs)
 
+    from layergrad.files import file_info
+
     monkeypatch.setattr(check_files, "read_file_info", counted)
-    report = fix_model(path, None, FixOptions(output=str(tmp_path / "o.keras")))
+    monkeypatch.setattr(file_info, "read_file_info", counted)  # (as the loading imports it)
+    report = fix_model(path, data, FixOptions(output=str(tmp_path / "o.keras"), steps=20))
     assert read.count(path) == 1, read
-    checked = check_file(path, CheckOptions())
-    assert report.before == check_findings(checked) and report.before
+    if data is None:
+        checked = check_file(path, CheckOptions())
+        assert report.before == check_findings(checked) and report.before

@@ -120,7 +120,8 @@ def fix_model(
     # by the checks that read files only, before TensorFlow starts
     read = read_checks(path, check)  # once: its verdicts begin the checks below
     _refuse_unreadable(read.verdict)
-    original_file = OpenedFile(path, imports, unsafe)  # loaded once: checked, repaired, trained
+    # read once (above) and loaded once: checked, repaired, trained
+    original_file = OpenedFile(path, imports, unsafe, read.info)
     if data is not None:  # `fit`'s checks first: what it refuses, `fix` refuses (exit 2)
         check_source(data, None)
     # TensorFlow, after the checks above
@@ -253,16 +254,24 @@ def fix_model(
 class OpenedFile:
     """One model file, loaded at most once (see the module doc)."""
 
-    def __init__(self, path: PathLike, imports: Sequence[str] = (), unsafe: bool = False):
+    def __init__(
+        self,
+        path: PathLike,
+        imports: Sequence[str] = (),
+        unsafe: bool = False,
+        info: FileInfo | None = None,
+    ):
         self.path = path
         self.imports = tuple(imports)
         self.unsafe = unsafe
+        self.info = info  # the file as read already, if it was (not read again to load it)
         self.opened: Opened | None = None
         self._start: list[np.ndarray] = []
 
     def __call__(self, path: PathLike, probe: ProbeOptions, info: FileInfo | None) -> Opened:
         """The file loaded (the first call loads it; `check` calls this as its opener)."""
         if self.opened is None:
+            info = info if info is not None else self.info
             self.opened = load(path, probe, imports=self.imports, unsafe=self.unsafe, info=info)
             self._start = [np.array(v.numpy()) for v in self.opened[0].model.weights]
         return self.opened
