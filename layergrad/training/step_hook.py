@@ -248,15 +248,19 @@ class StepHook:
         if trace.measuring:
             trace.forward = self._forward_stats(trace, self._row(trace))
             return
+        remade = reductions.remade_outputs(trace.outputs)
         trace.forward = unlowered_cond(
             tf.logical_and(trace.loss_bad, self._clean(trace)),
-            lambda: self._forward_stats(trace, self.results.spare),
+            lambda: self._forward_stats(trace, self.results.spare, remade()),
             lambda: tf.constant(False),
         )
 
-    def _forward_stats(self, trace: _Trace, row: Tensor | int) -> TFOperation:
-        """Each layer's NaN/Inf outputs and dead units, and the learning rate, into `row`."""
-        counts, dead = reductions.forward_stats(trace.outputs)
+    def _forward_stats(
+        self, trace: _Trace, row: Tensor | int, outputs: list[list[Tensor]] | None = None
+    ) -> TFOperation:
+        """Each layer's NaN/Inf outputs and dead units (of `outputs`, by default the
+        trace's), and the learning rate, into `row`."""
+        counts, dead = reductions.forward_stats(trace.outputs if outputs is None else outputs)
         writes = [
             put(self.results.activations, row, counts),
             put(self.results.dead, row, dead),

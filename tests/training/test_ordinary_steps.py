@@ -205,3 +205,57 @@ def test_gradients_whose_sum_overflows_are_no_finding_and_a_later_nan_is_still_n
     assert report.steps == 5 and [c.step for c in report.checkpoints] == [1, 5]
     first = report.checkpoints[0].variables[0]
     assert first.nonfinite == 0 and first.grad_l2 is not None and math.isinf(first.grad_l2)
+
+
+@pytest.mark.parametrize(
+    ("activation", "units", "loss", "labels"),
+    [
+        ("softmax", 3, "sparse_categorical_crossentropy", lambda y: y),
+        ("sigmoid", 1, "binary_crossentropy", lambda y: y.astype("float32")[:, None]),
+    ],
+)
+def test_the_first_nonfinite_step_counts_a_head_its_loss_looks_through(
+    activation, units, loss, labels
+):
+    # Keras computes these losses from the head's logits, so an ordinary step never computes
+    # the head's own output; its branch makes it again. `poison`'s NaN at training call 3
+    # (NaN x 0 is NaN: all 16 x 8 of its values) reaches every value of the head, 16 rows x
+    # its units, as a measuring step (every=1) counts them too.
+    x, y = data()
+    counted = {}
+    for every in (100, 1):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential(
+            [
+                keras.Input((6,)),
+                keras.layers.Dense(8, name="first"),
+                NanAt(3, name="poison"),
+                keras.layers.Dense(units, activation=activation, name="head"),
+            ]
+        )
+        model.compile(optimizer="sgd", loss=loss)
+        monitor = GradientMonitor(every=every)
+        model.fit(x, labels(y), batch_size=16, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[monitor])  # fmt: skip
+        (checkpoint,) = [c for c in monitor.report.checkpoints if c.step == 4]
+        counted[every] = {r.layer: r.nonfinite_activation for r in checkpoint.layers}
+    assert counted[100]["head"] == 16 * units and counted[100]["poison"] == 16 * 8
+    assert counted[100] == counted[1]
+
+
+def test_an_ordinary_step_never_hands_its_branch_a_head_its_loss_looks_through():
+    # a branch's input is computed on every step, taken or not
+    from layergrad.training.model_facts import layers_and_variables
+    from layergrad.training.step_hook import StepHook
+
+    model = classifier(keras.layers.Dense(8, activation="relu"))
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    model.optimizer.build(model.trainable_variables)
+    hook = StepHook(model, *layers_and_variables(model), histograms=False)
+    with hook.installed():  # the ordinary step is the model's train_step
+        specs = (tf.TensorSpec([16, 6], tf.float32), tf.TensorSpec([16], tf.int32))
+        graph = tf.function(model.train_step).get_concrete_function(specs).graph
+    branches = [op for op in graph.get_operations() if op.type in ("If", "StatelessIf")]
+    assert len(branches) == 2  # the forward statistics' and the gradients'
+    fed = [t.op for op in branches for t in op.inputs]
+    assert [op.type for op in fed if "/head" in op.name] == ["BiasAdd"]  # the logits
