@@ -4,6 +4,7 @@ and weights, non-finite values named where they start, TensorBoard and report fi
 from __future__ import annotations
 
 import json
+import logging
 import math
 
 import numpy as np
@@ -445,3 +446,27 @@ def test_another_callback_remaking_the_train_function_does_not_end_the_monitorin
     # 3 epochs of 64 / 16 = 4 steps: every step counted, a checkpoint every second step
     assert monitor.report.steps == 12
     assert [c.step for c in monitor.report.checkpoints] == [1, 3, 5, 7, 9, 11, 12]
+
+
+def test_fresh_models_monitored_one_after_another_draw_no_tensorflow_warning():
+    # a tf.function made per fit is traced again for each new model: TensorFlow's logger
+    # warns of "retracing" from the fifth on
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("tensorflow")
+    level = logger.level  # (the command line quiets it; a script of the user's does not)
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    x, y = data(64)
+    try:
+        for seed in range(7):
+            model = mlp(seed)
+            model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+            monitor = GradientMonitor(every=1)
+            model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[monitor])
+            assert len(monitor.report.checkpoints) == 4
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert not [s for s in said if "retracing" in s]
