@@ -73,8 +73,9 @@ if TYPE_CHECKING:
     multiple=True,
     metavar="SCAN.json",
     type=click.Path(path_type=str),
-    help="A committed `layergrad scan --json`: fail on a regression against it, scanning with "
-    "its probe. Repeatable: each applies to the file it was made from.",
+    help="A committed `layergrad scan --json` (`scan --wrt weights --json` for a file with a "
+    "loss): fail on a regression against it, scanning with its probe. Repeatable: each applies "
+    "to the file it was made from.",
 )
 @click.option(
     "--allow-other-data",
@@ -117,7 +118,7 @@ def check(
         layergrad check models/ --junit layergrad.xml
         layergrad check model.h5 --static-only --fail-on unreadable,unsafe,nonfinite
         layergrad check models/ --format html > check.html
-        layergrad scan model.keras --json > baseline.json    # once, then commit it
+        layergrad scan model.keras --wrt weights --json > baseline.json  # once, commit it
         layergrad check model.keras --baseline baseline.json
         layergrad check model.keras --data validation.npz
         layergrad check model.keras --data val.npz --baseline val.gradients.json

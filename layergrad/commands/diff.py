@@ -92,7 +92,10 @@ def diff_models(
         if any(f is None for f in profiles):  # a model to scan the way the JSON was made
             probe = _recorded_probe(profile, probe, json_path)
         target = profile.target if target is None else target
-        wrt, loss = profile.wrt, loss or profile.loss
+        wrt = profile.wrt
+        # a compiled loss is the file's own, with arguments its recorded name does not carry
+        # (from_logits, one loss per output): the model is scanned with its compiled loss too
+        loss = loss or (None if profile.loss_source == "compiled" else profile.loss)
     if wrt not in (Wrt.ACTIVATIONS, Wrt.WEIGHTS):
         raise UsageError(f"--wrt must be activations or weights: {wrt!r}")
     if wrt == Wrt.WEIGHTS and target is not None:

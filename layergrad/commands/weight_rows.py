@@ -52,16 +52,18 @@ def dead_layers(trace: Trace, layers: Mapping[str, KerasLayer]) -> tuple[tuple[s
     return tuple((ref, share) for ref, share in shares if share > DEAD_FRACTION)
 
 
-def variable_row(variable: KerasVariable, path: str, grad: np.ndarray | None) -> VariableRow:
-    """The row of `variable` (held by the layer at `path`) with gradient `grad`, no causes yet
-    (`with_causes`)."""
+def variable_row(
+    variable: KerasVariable, path: str, grad: np.ndarray | None, name: str | None = None
+) -> VariableRow:
+    """The row of `variable` (held by the layer at `path`, named `name` in it: see
+    `layer_refs.variable_names`) with gradient `grad`, no causes yet (`with_causes`)."""
     status = status_of(grad)
     weight = np.asarray(variable.numpy(), dtype=np.float64)
     stats = None if grad is None else gradient_stats(grad, top=0)
     norm = float(np.sqrt(np.sum(np.square(touched_rows(variable.name, weight, grad)))))
     ratio = None if stats is None or not norm else stats.l2 / norm
     flags = status_flags(status, dead_fraction(grad) if grad is not None and grad.ndim else None)
-    name = variable.name
+    name = name or variable.name
     return VariableRow(
         variable=f"{path}/{name}",
         layer=path,

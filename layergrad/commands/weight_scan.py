@@ -36,7 +36,7 @@ from layergrad.engine.data_step import Plan, run_stream
 from layergrad.engine.projection import project
 from layergrad.engine.trace import Trace, run_trace
 from layergrad.engine.weight_gradients import WeightPlan, WeightTotals
-from layergrad.model.layer_refs import iter_layers
+from layergrad.model.layer_refs import iter_layers, variable_names
 from layergrad.model.loss_forms import LossSpec, find_loss
 
 if TYPE_CHECKING:
@@ -166,7 +166,11 @@ def _run(
         totals = run_stream(model, plan, stream, strategy, on_progress).weights
         assert totals is not None  # the plan asks for the weights
         gradients = totals.gradients
-    rows = [variable_row(v, layer, g) for (v, layer), g in zip(owned, gradients, strict=True)]
+    names = variable_names(owned)
+    rows = [
+        variable_row(v, layer, g, name)
+        for (v, layer), g, name in zip(owned, gradients, names, strict=True)
+    ]
     if traced is None and (layers or any(r.status != Status.OK for r in rows)):
         traced = trace()
     if traced is None:

@@ -58,7 +58,9 @@ class Profile:
 
     `wrt` is what the rows differentiate with respect to: "activations" (rows named by layer
     reference, target a layer or None for the projection of the outputs) or "weights" (rows
-    named `layer/variable`, target the loss named by `loss`).
+    named `layer/variable`, target the loss named by `loss`). `loss_source` says where that
+    loss came from: "compiled" (the file's own, with arguments its name does not say, such
+    as `from_logits`) or "option" (`--loss NAME`); None when the document does not say.
     """
 
     model: ModelMeta
@@ -67,6 +69,7 @@ class Profile:
     rows: tuple[ProfileRow, ...]
     wrt: str = ACTIVATIONS
     loss: str | None = None
+    loss_source: str | None = None
 
 
 @dataclass(frozen=True)

@@ -508,13 +508,15 @@ def profile_from_json(doc: object, where: str = "scan JSON") -> Profile:
     if twice:
         raise InputError(f"{where}: {collection} name {', '.join(twice)} more than once")
     target: str | None = None
-    loss = None
+    loss = loss_source = None
     if wrt == ACTIVATIONS:
         named = reader.member(doc, "target")
         target = None if named is None else reader.text(named, "target")
     else:
         loss_doc = reader.obj(reader.member(doc, "loss"), "loss")
         loss = reader.text(reader.member(loss_doc, "name", "loss"), "loss.name")
+        source = loss_doc.get("source")
+        loss_source = None if source is None else reader.text(source, "loss.source")
     return Profile(
         model=reader.read(ModelMeta, reader.obj(reader.member(doc, "model"), "model"), "model"),
         probe=reader.read(ProbeMeta, reader.obj(reader.member(doc, "probe"), "probe"), "probe"),
@@ -522,6 +524,7 @@ def profile_from_json(doc: object, where: str = "scan JSON") -> Profile:
         rows=rows,
         wrt=wrt,
         loss=loss,
+        loss_source=loss_source,
     )
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from layergrad.core.errors import LayerNotFound
-from layergrad.core.tf_types import KerasLayer, KerasModel
+from layergrad.core.tf_types import KerasLayer, KerasModel, KerasVariable
 from layergrad.model.graph import ModelGraph
 from layergrad.model.head_forms import WEIGHTED
 
@@ -89,6 +89,26 @@ def iter_layers(model: KerasModel, prefix: str = "") -> Iterator[tuple[str, Kera
         yield path, layer
         if hasattr(layer, "layers") and layer is not model:
             yield from iter_layers(layer, prefix=f"{path}/")
+
+
+def variable_names(owned: Sequence[tuple[KerasVariable, str]]) -> list[str]:
+    """Each `(variable, path of the layer that holds it)`'s name in that layer, as reports
+    spell it after the layer's path: its own name (`kernel`), or where the layer holds more
+    than one variable of that name (a MultiHeadAttention's query, key, value and output
+    kernels, the two directions of a Bidirectional) its Keras path below the layer
+    (`query/kernel`, `forward_gru/gru_cell/kernel`), so that no two rows share a name."""
+    count: dict[tuple[str, str], int] = {}
+    for variable, path in owned:
+        key = (path, str(variable.name))
+        count[key] = count.get(key, 0) + 1
+    names = []
+    for variable, path in owned:
+        name = str(variable.name)
+        if count[(path, name)] > 1:
+            full, own = str(getattr(variable, "path", name)), path.rsplit("/", 1)[-1]
+            name = full[len(own) + 1 :] if full.startswith(f"{own}/") else full
+        names.append(name)
+    return names
 
 
 def input_names(model: KerasModel) -> list[str]:

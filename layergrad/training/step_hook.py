@@ -49,7 +49,7 @@ from layergrad.core.tf_types import (
     TFOperation,
 )
 from layergrad.engine.layer_calls import capturing
-from layergrad.model.layer_refs import input_names
+from layergrad.model.layer_refs import input_names, variable_names
 from layergrad.training import step_reductions as reductions
 from layergrad.training.step_reductions import GRAD_NONFINITE, StepResults, put, unlowered_cond
 
@@ -122,10 +122,11 @@ class StepHook:
         self.input_names: list[str] = []  # the float inputs' names, as the trace found them
         self.results = StepResults(model, len(self.layers), len(self.variables), self.rows)
         owner = {i: e.path for e in self.layers for i in e.variables}
+        owned = [(v, owner.get(i, "")) for i, v in enumerate(self.variables)]
         # each variable's name, layer and shape, as every checkpoint names it
         self.named: list[tuple[str, str, tuple[int, ...]]] = [
-            (f"{owner.get(i, '')}/{v.name}", owner.get(i, ""), tuple(int(d) for d in v.shape))
-            for i, v in enumerate(self.variables)
+            (f"{path}/{name}", path, tuple(int(d) for d in v.shape))
+            for (v, path), name in zip(owned, variable_names(owned), strict=True)
         ]
 
     @contextlib.contextmanager

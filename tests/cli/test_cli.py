@@ -147,6 +147,28 @@ def test_help_lists_every_option_with_examples():
     assert "Example" in out
 
 
+def test_the_baseline_recipe_in_check_help_works_on_a_compiled_model(tmp_path):
+    # Most saved models are compiled: the help's two lines, run as written, must pass.
+    import keras
+
+    x = keras.Input((4,))
+    model = keras.Model(x, keras.layers.Dense(2)(keras.layers.Dense(3, activation="tanh")(x)))
+    model.compile(optimizer="sgd", loss="mse")
+    model.save(tmp_path / "model.keras")
+    lines = [
+        line.strip().split("#")[0].split() for line in run("check", "--help").output.split("\n")
+    ]
+    made = next(w for w in lines if w[:2] == ["layergrad", "scan"] and "baseline.json" in w)
+    checked = next(w for w in lines if w[:2] == ["layergrad", "check"] and "baseline.json" in w)
+    path = {"model.keras": str(tmp_path / "model.keras")}
+    scanned = run(*[path.get(w, w) for w in made[1 : made.index(">")]])
+    assert scanned.exit_code == 0, scanned.output
+    (tmp_path / "baseline.json").write_text(scanned.output, encoding="utf-8")
+    path["baseline.json"] = str(tmp_path / "baseline.json")
+    result = run(*[path.get(w, w) for w in checked[1:]])
+    assert result.exit_code == 0, result.output
+
+
 def test_help_does_not_import_tensorflow():
     code = (
         "import sys\nfrom click.testing import CliRunner\nfrom layergrad.cli import main\n"

@@ -415,6 +415,41 @@ def test_weights_diff_matches_hand_backpropagation_of_the_loss(compiled_files):
     assert {v["variable"] for v in doc["variables"]} == set(base) and "layers" not in doc
 
 
+def test_a_weights_scan_json_of_a_compiled_loss_is_compared_with_that_loss(tmp_path):
+    # The JSON names a compiled loss by its Keras name only: `from_logits=True` and one loss
+    # per output are not in it, so the model is scanned with its own compiled loss again.
+    x = keras.Input((4,), name="x")
+    h = keras.layers.Dense(5, activation="tanh", name="h")(x)
+    logits = keras.layers.Dense(3, name="logits")(h)
+    value = keras.layers.Dense(1, name="value")(h)
+    one = keras.Model(x, logits)
+    one.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    two = keras.Model(x, {"logits": logits, "value": value})
+    two.compile(loss={"logits": "sparse_categorical_crossentropy", "value": "mse"})
+    xs, ids = normal(8, 4, seed=8), np.arange(8) % 3
+    np.savez(tmp_path / "xy.npz", x=xs, y=ids)
+    with tf.GradientTape() as tape:  # what the file's loss gives: from the logits
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(ids, one(xs))
+    kernel = tape.gradient(loss, one.get_layer("logits").kernel).numpy()
+    for name, model in (("one", one), ("two", two)):
+        path = str(tmp_path / f"{name}.keras")
+        model.save(path)
+        options = ["--input", str(tmp_path / "xy.npz")] if name == "one" else []
+        scanned = run("scan", path, "--wrt", "weights", "--json", *options)
+        assert scanned.exit_code == 0, scanned.output
+        recorded = json.loads(scanned.output)
+        assert recorded["loss"]["source"] == "compiled"
+        baseline = tmp_path / f"{name}.json"
+        baseline.write_text(scanned.output, encoding="utf-8")
+        result = run("diff", str(baseline), path, "--json", *options)
+        assert result.exit_code == 0, result.output
+        rows = json.loads(result.output)["variables"]
+        assert rows and all(r["change"] == "same" and r["decades"] == 0.0 for r in rows)
+        if name == "one":
+            new = {r["variable"]: r["new"] for r in rows}["logits/kernel"]
+            assert new["mean_abs"] == pytest.approx(float(np.abs(kernel).mean()), rel=1e-5)
+
+
 def test_weights_diff_usage_errors(compiled_files):
     f = compiled_files
     with_to = run("diff", f["base"], f["base"], "--wrt", "weights", "--to", "l3")

@@ -196,6 +196,31 @@ def test_a_bias_far_off_is_reset(tmp_path):
                                   copy.get_layer("head").bias.numpy())  # fmt: skip
 
 
+def test_a_bias_its_initializer_set_far_off_is_reset_too(tmp_path):
+    # The copy is built from the file's config and draws the bias afresh: from the layer's
+    # bias_initializer, which here is what set it to -100, so the copy must not keep it.
+    import keras
+
+    model = keras.Sequential([
+        keras.Input((4,)),
+        keras.layers.Dense(5, activation="relu", name="hidden",
+                           bias_initializer=keras.initializers.Constant(-100.0)),
+        keras.layers.Dense(2, name="head"),
+    ])  # fmt: skip
+    model.compile(optimizer="adam", loss="mse")
+    path, out = tmp_path / "dead.keras", tmp_path / "copy.keras"
+    model.save(path)
+    report = fix_model(str(path), options=FixOptions(output=str(out)))
+    (repair,) = report.repairs
+    assert repair.finding == "constant_output" and repair.layer == "hidden"
+    copy = keras.saving.load_model(out, compile=False)
+    # the code line run on the original gives the copy's bias: zeros
+    exec(repair.code[0].split(" -> ", 1)[1], {"model": model, "keras": keras})
+    np.testing.assert_array_equal(copy.get_layer("hidden").bias.numpy(), np.zeros(5))
+    np.testing.assert_array_equal(model.get_layer("hidden").bias.numpy(), np.zeros(5))
+    assert "constant_output" not in _findings(out)
+
+
 def test_a_finding_without_a_mechanical_repair_says_so():
     report = fix_model(sample("bug_sigmoid_stack.keras"), options=FixOptions(output="unused.keras"))
     assert not report.repairs and report.output is None

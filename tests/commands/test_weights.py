@@ -195,6 +195,34 @@ def test_nested_model_variables_are_named_by_their_path(tmp_path):
     assert rows["encoder/dense/kernel"].layer == "encoder/dense"
 
 
+def test_sublayers_variables_of_one_name_get_a_row_each_named_by_their_keras_path(tmp_path):
+    # A MultiHeadAttention holds four `kernel`s (query, key, value, output) and a Bidirectional
+    # two directions of `kernel`, `recurrent_kernel` and `bias`: each is its own row, named by
+    # its Keras path below the layer, and a scan JSON of them serves as a baseline.
+    x = keras.Input((5, 4), name="x")
+    a = layers.MultiHeadAttention(2, 3, name="mha")(x, x)
+    h = layers.Bidirectional(layers.GRU(3, return_sequences=True), name="bi")(a)
+    model = keras.Model(x, layers.Dense(1, name="out")(layers.GlobalAveragePooling1D()(h)))
+    model.compile(optimizer="sgd", loss="mse")
+    path = tmp_path / "attention.keras"
+    model.save(path)
+    xs, ys = normal(6, 5, 4, seed=4), normal(6, 1, seed=5)
+    batch = save_batch(tmp_path, x=xs, y=ys)
+    rows = by_name(scan_weights_model(path, input_file=batch))
+    model = keras.models.load_model(path)
+    expected = reference(model, xs, lambda pred: keras.losses.MeanSquaredError()(ys, pred))
+    named = {n if n.startswith(("mha/", "out/")) else f"bi/{n}": g for n, g in expected.items()}
+    assert len(rows) == len(model.trainable_variables) == len(named)
+    assert set(rows) == set(named)  # mha/query/kernel, bi/forward_gru/gru_cell/kernel, ...
+    for name, grad in named.items():
+        assert_matches(rows[name], grad)
+    scan = CliRunner().invoke(main, ["scan", str(path), "--wrt", "weights", "--json"])
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(scan.output, encoding="utf-8")
+    checked = CliRunner().invoke(main, ["check", str(path), "--baseline", str(baseline)])
+    assert checked.exit_code == 0, checked.output
+
+
 def test_loss_option_overrides_and_no_loss_is_a_usage_error():
     with pytest.raises(InputError, match="--loss"):
         scan_weights_model(sample("seed.keras"))

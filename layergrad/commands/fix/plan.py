@@ -598,7 +598,14 @@ def biases(
         f"the biases of {listing(names)} are re-initialised to zero: a bias of "
         f"{far[0][1]:+g} pins the layer's units (dead or saturated) for every input"
     )
-    return Plan(finding, names[0], why, code, (), (), tuple((p, "bias") for p in names))
+    # drawn afresh from the layer's config: its bias_initializer too (it may be what set them)
+    configs = [(p, info.graph.get(p)) for p in names]
+    edits = tuple(
+        option_edit(p, "bias_initializer", "zeros")
+        for p, entry in configs
+        if entry is not None and "bias_initializer" in entry.config
+    )
+    return Plan(finding, names[0], why, code, edits, (), tuple((p, "bias") for p in names))
 
 
 def _get_layer(path: str) -> str:
