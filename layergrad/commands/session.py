@@ -161,8 +161,7 @@ def load(
     `tf.distribute` strategy (None without `--data`). Every random draw of the run is seeded
     from `options.seed` (`engine/random_layers.py`).
     """
-    from layergrad.data import probe_input
-    from layergrad.data.preflight import check_before_loading, precheck
+    from layergrad.data.preflight import check_before_loading
     from layergrad.files.file_info import read_file_info
     from layergrad.model import layer_refs
 
@@ -170,15 +169,31 @@ def load(
     info.graph.require_expandable()  # before anything walks every call of every layer
     layer_refs.check_in_graph(info.graph, refs, globs)
     check_before_loading(info.graph, options.source)
+    return load_checked(path, options, info, imports=imports, unsafe=unsafe)
+
+
+def load_checked(
+    path: PathLike,
+    options: ProbeOptions,
+    info: FileInfo,
+    *,
+    imports: Sequence[str] = (),
+    unsafe: bool = False,
+) -> tuple[LoadedModel, tuple[str, ...], Strategy | None]:
+    """`load` once the file read as `info` was checked against the command (`check` checks
+    `--data` and `--input` itself first, as usage errors): the devices, the model loaded
+    under their strategy, and every random draw seeded."""
+    from layergrad.data import probe_input
+
+    info.graph.require_expandable()  # (`load` asked already; `check` asks here, as before)
     rows = options.rows if options.input_file is None else probe_input.peek_rows(options.input_file)
     strategy = None
-    if (data := with_cluster(options).data_set) is not None:
+    if (data := options.data_set) is not None:  # its files were checked with the model's inputs
         from layergrad.data import devices
 
-        precheck(data.path)  # a FIFO, a forged header: refused before TensorFlow
         strategy = devices.strategy_for(
             data.distribute, data.cpu_replicas, data.peer_timeout, data.cluster
-        )
+        )  # TF_CONFIG read here under multi-worker, unless the command read it already
     from layergrad.engine import loader  # TensorFlow: after the checks of the file
 
     with strategy.scope() if strategy is not None else contextlib.nullcontext():

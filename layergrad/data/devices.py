@@ -46,18 +46,18 @@ def strategy_for(
         raise UsageError(
             f"--distribute must be one of {', '.join(DISTRIBUTIONS)}: distribute={distribute!r}"
         )
-    if distribute == MULTI_WORKER:
-        if cpu_replicas is not None:
-            raise InputError(
-                "--cpu-replicas splits one machine's CPU; with --distribute multi-worker each "
-                "worker mirrors over its own devices: drop --cpu-replicas"
-            )
-        timeout = DEFAULT_PEER_TIMEOUT if peer_timeout is None else peer_timeout
-        return _multi_worker(cluster or cluster_from_env(), timeout)
+    if distribute == MULTI_WORKER and cpu_replicas is not None:
+        raise InputError(
+            "--cpu-replicas splits one machine's CPU; with --distribute multi-worker each "
+            "worker mirrors over its own devices: drop --cpu-replicas"
+        )
     if cpu_replicas is not None:
         if cpu_replicas < 1:
             raise UsageError(f"--cpu-replicas must be at least 1: cpu_replicas={cpu_replicas}")
         return tf.distribute.MirroredStrategy(split_cpu(cpu_replicas)[:cpu_replicas])
+    if distribute == MULTI_WORKER:
+        timeout = DEFAULT_PEER_TIMEOUT if peer_timeout is None else peer_timeout
+        return _multi_worker(cluster or cluster_from_env(), timeout)
     if distribute == "mirrored":
         return tf.distribute.MirroredStrategy()
     return tf.distribute.get_strategy()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -32,8 +32,7 @@ from layergrad.files.array_files import (
     open_zip,
 )
 from layergrad.files.guards import require_regular
-from layergrad.model.config import serialized_name
-from layergrad.model.graph import ModelGraph
+from layergrad.model.graph import LayerEntry, ModelGraph
 
 KINDS_HELP = "a .npy or .npz file, a folder of images, or FILE.py:function / module:function"
 T = TypeVar("T")
@@ -59,16 +58,16 @@ def config_specs(graph: ModelGraph) -> tuple[InputSpec, ...] | None:
     specs = []
     for name in graph.input_names:
         entry = graph.get(name)
-        spec = _spec(name, entry.config) if entry is not None else None
+        spec = _spec(name, entry) if entry is not None else None
         if spec is None:
             return None
         specs.append(spec)
     return tuple(specs)
 
 
-def _spec(name: str, config: Mapping[str, object]) -> InputSpec | None:
+def _spec(name: str, entry: LayerEntry) -> InputSpec | None:
+    config, dtype = entry.config, entry.dtype  # the dtype its config names
     shape = config.get("batch_shape", config.get("batch_input_shape"))
-    dtype = serialized_name(config.get("dtype"))
     if not isinstance(shape, list) or not shape or not isinstance(dtype, str):
         return None
     if not all(d is None or (type(d) is int and d >= 0) for d in shape):

@@ -88,9 +88,9 @@ def load_model(
 ) -> tuple[LoadedModel, tuple[str, ...]]:
     """Read, audit and load a `.keras` or `.h5` model file (never writes to it or beside it).
 
-    Before TensorFlow is imported, the file must pass the audit and `preflight` (its graph,
-    its stored weights and the probe's estimated memory for ``batch_rows`` rows within
-    ``max_memory``). Returns the loaded model and the audit warnings accepted by
+    Before TensorFlow is imported, the file must pass the audit and `memory_estimate.preflight`
+    (its graph, its stored weights and the probe's estimated memory for ``batch_rows`` rows
+    within ``max_memory``). Returns the loaded model and the audit warnings accepted by
     `unsafe=True`. Pass `info` when the file was read already.
 
     Raises:
@@ -107,7 +107,7 @@ def load_model(
     check_import_specs(imports)
     info = info or read_file_info(path, read_weights=False)
     warnings = check_safety(info, [module_name(spec) for spec in imports], unsafe)
-    preflight(info, batch_rows, max_memory)
+    memory_estimate.preflight(info, batch_rows, max_memory)
     from layergrad.core.keras_backend import quiet_import
 
     _, keras = quiet_import()  # before user modules, which may import TensorFlow noisily
@@ -187,24 +187,6 @@ def _missing_message(info: FileInfo, missing: tuple[str, str], imports: Sequence
         f"name or a .py path) naming the module that defines {name} (a module that only "
         "defines classes: importing it runs its top-level code)"
     )
-
-
-def preflight(info: FileInfo, batch_rows: int, max_memory: int) -> None:
-    """Refuse, before Keras builds anything, what would exhaust time or memory while loading.
-
-    Raises:
-        LoadError: the layers run more than MAX_GRAPH_CALLS times in one pass; a stored
-            weight declares far more than it stores (Keras would allocate the declared size);
-            or the probe's estimated memory exceeds ``max_memory``.
-    """
-    info.graph.require_expandable()
-    if info.stored.hollow:
-        raise LoadError(
-            f"refusing to load {info.path}: weight {info.stored.hollow[0]} (an HDF5 shape "
-            "bomb), and Keras would allocate the declared size; expected weights saved by "
-            "Keras; re-save the model"
-        )
-    memory_estimate.require_within(info, batch_rows, max_memory)
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from layergrad.core.display import NotebookDisplay
 from layergrad.files.audit import check_safety, module_name
 from layergrad.files.file_info import FileInfo, WeightHealth, read_file_info
-from layergrad.model.config import batch_shape, serialized_name
+from layergrad.model.config import batch_shape
 from layergrad.model.graph import LayerEntry, ModelGraph
 
 
@@ -149,7 +149,7 @@ def _row(
     trainable = entry.config.get("trainable")
     return LayerRow(position, entry.path, entry.parent, entry.class_name,
                     _inbound(graph, entry.inbound), entry.num_calls, params,
-                    serialized_name(entry.config.get("dtype")),
+                    entry.dtype,
                     trainable if isinstance(trainable, bool) else None, entry.is_model,
                     False, health.get(entry.path))  # fmt: skip
 
@@ -159,7 +159,7 @@ def _model_input(graph: ModelGraph, name: str) -> ModelInput:
     config = entry.config if entry is not None else {}
     shape = batch_shape(config)
     dims = None if shape is None else tuple(d if isinstance(d, int) else None for d in shape)
-    return ModelInput(name, dims, serialized_name(config.get("dtype")))
+    return ModelInput(name, dims, entry.dtype if entry is not None else None)
 
 
 def _inbound(graph: ModelGraph, inbound: Sequence[str]) -> tuple[str, ...]:

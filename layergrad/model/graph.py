@@ -38,6 +38,7 @@ from layergrad.model.config import (
     layer_name,
     members,
     options,
+    serialized_name,
     structure_refs,
     tensor_refs,
 )
@@ -57,7 +58,8 @@ class LayerEntry:
     nested model is only in the call graph that :meth:`ModelGraph.depends` walks. ``num_calls``
     counts calls during one run of the whole model. ``listed`` is False for entries Keras does
     not report in the parent's ``.layers`` (functional operations, a Sequential's
-    ``InputLayer``); their ``index`` is the position in the parent's config.
+    ``InputLayer``); their ``index`` is the position in the parent's config. ``dtype`` is the
+    dtype (or dtype policy) its config names, read once here (None: it names none).
     """
 
     path: str
@@ -73,6 +75,7 @@ class LayerEntry:
     num_calls: int
     is_model: bool
     listed: bool = True
+    dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -268,10 +271,11 @@ def _entry(
     name = layer_name(cfg)
     module, registered = (v if isinstance(v := cfg.get(k), str) else None
                           for k in ("module", "registered_name"))  # fmt: skip
+    inner = options(cfg)
     return LayerEntry(prefix + name, name, str(cfg.get("class_name", "")), module, registered,
-                      options(cfg), prefix.rstrip("/") or None,
+                      inner, prefix.rstrip("/") or None,
                       index, prefix.count("/"), inbound, num_calls, is_container(cfg),
-                      listed)  # fmt: skip
+                      listed, serialized_name(inner.get("dtype")))  # fmt: skip
 
 
 def _functional_inbound(

@@ -7,7 +7,7 @@ a head that already applies softmax. Each pairing below names what Keras users m
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from layergrad.core.results import Reason
@@ -36,6 +36,27 @@ class LossReading:
     judged: int = 0  # outputs whose loss the rules know
     observed: tuple[Head, ...] = ()  # heads judged on their outputs on the probe
     described: bool = True  # False: the file describes no layers (a subclassed model)
+
+
+@dataclass(frozen=True)
+class LossVerdict:
+    """The `loss` check's message, findings, the findings that only warn (every rule that found
+    them warns: its evidence does not show that flagged models fail to train), and why;
+    `has_loss`: whether there was a loss to judge (compiled in the file, or `--loss`)."""
+
+    message: str
+    findings: tuple[Finding, ...] = ()
+    warned: tuple[Finding, ...] = ()
+    reasons: tuple[Reason, ...] = ()
+    has_loss: bool = False
+
+    def add(
+        self, add: Callable[..., bool], message: str | None = None, replace: bool = False
+    ) -> None:
+        """Record the verdict through the check's `add` (with `message` instead of its own,
+        when given)."""
+        add("loss", self.message if message is None else message, self.findings,
+            replace=replace, warn=self.warned, reasons=self.reasons)  # fmt: skip
 
 
 def read_file(
@@ -134,3 +155,63 @@ def _pair(stack: LinearStack) -> Reason:
         rule="redundant_pair",
         severity=Severity.WARN,
     )
+
+
+def loss_verdict(reading: LossReading, has_loss: bool, probe_follows: bool) -> LossVerdict:
+    """The `loss` check's verdict for what was read (`has_loss`: the file or `--loss` names a
+    loss; `probe_follows`: the heads the file does not show are judged on the probe next)."""
+    findings: list[Finding] = []
+    warned: list[Finding] = []
+    reasons: list[Reason] = []
+    for code, found in ((Finding.LOSS_MISMATCH, reading.mismatches),
+                        (Finding.LINEAR_STACK, reading.stacks)):  # fmt: skip
+        if not found:
+            continue
+        findings.append(code)
+        if all(m.severity == Severity.WARN for m in found):
+            warned.append(code)
+        reasons += found
+    parts = [str(r) for r in reasons]
+    if not reading.described and reading.observed and not parts:
+        parts.append(
+            "the file describes no layers (a subclassed model): its outputs were judged on the "
+            "probe, and the compiled loss fits them"
+        )
+    elif not reading.described and not reading.observed:
+        parts.append(
+            "the file describes no layers (a subclassed model), so no output's head can be "
+            "read: loss rules skipped"
+            if has_loss
+            else "no compiled loss to check"
+        )
+    elif not parts and not has_loss:
+        parts.append("no compiled loss to check")
+    elif not parts and reading.judged:
+        others = " it names" if reading.unknown_losses else ""
+        parts.append(f"the compiled loss fits every output{others}")
+    elif not parts and not reading.unknown_losses:
+        parts.append("the compiled loss names none of the outputs")
+    parts += [f"unknown loss `{name}`, loss rules skipped" for name in reading.unknown_losses]
+    parts += [
+        f"output '{h.name}': layer '{h.layer}' is a {h.observed}"
+        for h in reading.observed
+        if not any(m.output == h.name for m in reading.mismatches)
+    ]
+    for head in reading.unread:
+        what = _what(head.layer_class)
+        then = (
+            "judged on its outputs on the probe once the model runs"
+            if probe_follows
+            else "not judged (no probe ran: the file alone cannot decide)"
+        )
+        parts.append(
+            f"output '{head.name}': layer '{head.layer}' ({what}) does not show its "
+            f"activation in the file; {then}"
+        )
+    return LossVerdict("; ".join(parts), tuple(findings), tuple(warned), tuple(reasons), has_loss)
+
+
+def _what(layer_class: str) -> str:
+    if layer_class in ("Lambda", "TFOpLambda"):
+        return "a Lambda layer"
+    return f"custom layer `{layer_class}`" if layer_class else "an unknown layer"

@@ -169,6 +169,24 @@ def _pick(shapes: list[Shape] | None, index: int) -> Shape:
     return shapes[index] if 0 <= index < len(shapes) else shapes[0]
 
 
+def preflight(info: FileInfo, batch_rows: int, max_memory: int) -> None:
+    """Refuse, before Keras builds anything, what would exhaust time or memory while loading.
+
+    Raises:
+        LoadError: the layers run more than MAX_GRAPH_CALLS times in one pass; a stored
+            weight declares far more than it stores (Keras would allocate the declared size);
+            or the probe's estimated memory exceeds ``max_memory``.
+    """
+    info.graph.require_expandable()
+    if info.stored.hollow:
+        raise LoadError(
+            f"refusing to load {info.path}: weight {info.stored.hollow[0]} (an HDF5 shape "
+            "bomb), and Keras would allocate the declared size; expected weights saved by "
+            "Keras; re-save the model"
+        )
+    require_within(info, batch_rows, max_memory)
+
+
 def require_within(info: FileInfo, batch_size: int, max_memory: int) -> Footprint:
     """The estimate, or a LoadError naming the biggest part when it exceeds ``max_memory``."""
     who = f"refusing to run {info.path}: the probe"

@@ -343,3 +343,17 @@ def test_mobilenet_v2_graph(tmp_path: Path) -> None:
     assert g.depends("block_2_add", "block_1_project_BN")  # the residual skip
     assert g.depends("block_2_add", "block_2_project_BN")
     assert not g.depends("block_2_expand", "block_2_project")
+
+
+def test_each_entry_names_the_dtype_it_was_built_with(tmp_path: Path) -> None:
+    # truth: the dtypes the layers were made with (a mixed policy by its name)
+    made = {"ids": "int32", "embed": "float32", "head": "float64", "mixed": "mixed_float16"}
+    ids = keras.Input((4,), dtype=made["ids"], name="ids")
+    x = layers.Embedding(10, 3, name="embed")(ids)
+    x = layers.Dense(3, name="mixed", dtype=made["mixed"])(x)
+    model = keras.Model(ids, layers.Dense(2, name="head", dtype=made["head"])(x))
+    for fmt in ("keras", "h5"):
+        model.save(tmp_path / f"m.{fmt}")
+        graph = ModelGraph.from_config(_config(tmp_path / f"m.{fmt}"))
+        entries = {name: graph.get(name) for name in made}
+        assert {n: e.dtype for n, e in entries.items() if e is not None} == made, fmt

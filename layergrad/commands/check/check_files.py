@@ -223,9 +223,9 @@ def _run(
     """loss, then the checks that run the model (after `_read`, which gave `info`)."""
     if info is None:
         return
-    loss_fits(info, options.loss, add, probe_follows=not options.static_only)
+    loss = loss_fits(info, options.loss, add, probe_follows=not options.static_only)
     if not options.static_only:
-        dynamic(path, info, options, add, baseline)
+        dynamic(path, info, options, add, loss, baseline)
 
 
 LOOKED_AT = 10_000  # entries of a directory looked at for a model file to name

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from layergrad.data.label_stream import Labelled, LabelSummary
     from layergrad.engine.data_step import StreamRun
     from layergrad.engine.layer_calls import Recorded
+    from layergrad.model.loss_fit import LossVerdict
 
 
 @dataclass(frozen=True)
@@ -58,19 +59,19 @@ def dynamic(
     info: FileInfo,
     options: CheckOptions,
     add: Add,
+    loss: LossVerdict,
     baseline: Baseline | None = None,
 ) -> None:
     """The checks that run the model, over the stream of its batches: the probe batch, or
-    every sample of --data; with `baseline` the baseline check over the same batches."""
+    every sample of --data; with `baseline` the baseline check over the same batches. `loss`:
+    the `loss` check's verdict (`loss_check.loss_fits`)."""
     from layergrad.data.preflight import check_before_loading
-    from layergrad.model.loss_forms import find_loss
 
     try:  # data that cannot feed this model: the command is wrong, not the file
         check_before_loading(info.graph, options.probe.source)
     except LayergradError as exc:
         raise UsageError(f"{os.fspath(path)}: {exc}") from exc
-    info = heads.without_unbuildable_loss(info, options, add)
-    has_loss = find_loss(info.compile_config, options.loss) is not None
+    info, has_loss = heads.without_unbuildable_loss(info, options, add, loss)
     data, given_input = options.probe.data_set, options.probe.input_file
     probe, sha, other = options.probing(), "", False
     if baseline is not None:  # the baseline's own probe and mode: usage errors, before loading

@@ -11,18 +11,16 @@ never fails the file.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from layergrad.commands.check.verdicts import Add, CheckOptions
 from layergrad.core.errors import LayergradError
-from layergrad.core.results import Reason
-from layergrad.core.vocab import Finding, Severity
 from layergrad.files.file_info import FileInfo
 from layergrad.model.config import as_ref, layer_name, structure_refs
-from layergrad.model.loss_fit import LossReading, read_file, read_observed
+from layergrad.model.loss_fit import LossVerdict, loss_verdict, read_file, read_observed
 from layergrad.model.observed_heads import SUBCLASSED, Observed, observe
 
 if TYPE_CHECKING:
@@ -31,118 +29,49 @@ if TYPE_CHECKING:
     Probe = Callable[[], Recorded | None]  # the probe's recorded forward pass, on first use
 
 
-@dataclass(frozen=True)
-class LossVerdict:
-    """The `loss` check's message, findings, the findings that only warn (every rule that found
-    them warns: its evidence does not show that flagged models fail to train), and why."""
-
-    message: str
-    findings: tuple[Finding, ...] = ()
-    warned: tuple[Finding, ...] = ()
-    reasons: tuple[Reason, ...] = ()
-
-    def add(self, add: Add, message: str | None = None, replace: bool = False) -> None:
-        """Record the verdict (with `message` instead of its own, when given)."""
-        add("loss", self.message if message is None else message, self.findings,
-            replace=replace, warn=self.warned, reasons=self.reasons)  # fmt: skip
-
-
-def loss_fits(info: FileInfo, loss: str | None, add: Add, probe_follows: bool = False) -> None:
+def loss_fits(
+    info: FileInfo, loss: str | None, add: Add, probe_follows: bool = False
+) -> LossVerdict:
     """`loss`: the compiled loss (or `--loss`) fits each output's activation, and no weight
     layers stack into one linear map. With `probe_follows`, a head whose activation the file
-    does not show is left to `judge_on_probe`, which completes this check."""
+    does not show is left to `judge_on_probe`, which completes this check. Returns the verdict
+    recorded, which the checks that run the model go on from."""
     compiled = {"loss": loss} if loss else info.compile_config
     reading = read_file(info.config, info.graph, compiled)
-    loss_verdict(reading, bool(compiled.get("loss")), probe_follows).add(add)
+    verdict = loss_verdict(reading, bool(compiled.get("loss")), probe_follows)
+    verdict.add(add)
+    return verdict
 
 
-def loss_verdict(reading: LossReading, has_loss: bool, probe_follows: bool) -> LossVerdict:
-    """The `loss` check's verdict for what was read."""
-    findings: list[Finding] = []
-    warned: list[Finding] = []
-    reasons: list[Reason] = []
-    for code, found in ((Finding.LOSS_MISMATCH, reading.mismatches),
-                        (Finding.LINEAR_STACK, reading.stacks)):  # fmt: skip
-        if not found:
-            continue
-        findings.append(code)
-        if all(m.severity == Severity.WARN for m in found):
-            warned.append(code)
-        reasons += found
-    parts = [str(r) for r in reasons]
-    if not reading.described and reading.observed and not parts:
-        parts.append(
-            "the file describes no layers (a subclassed model): its outputs were judged on the "
-            "probe, and the compiled loss fits them"
-        )
-    elif not reading.described and not reading.observed:
-        parts.append(
-            "the file describes no layers (a subclassed model), so no output's head can be "
-            "read: loss rules skipped"
-            if has_loss
-            else "no compiled loss to check"
-        )
-    elif not parts and not has_loss:
-        parts.append("no compiled loss to check")
-    elif not parts and reading.judged:
-        others = " it names" if reading.unknown_losses else ""
-        parts.append(f"the compiled loss fits every output{others}")
-    elif not parts and not reading.unknown_losses:
-        parts.append("the compiled loss names none of the outputs")
-    parts += [f"unknown loss `{name}`, loss rules skipped" for name in reading.unknown_losses]
-    parts += [
-        f"output '{h.name}': layer '{h.layer}' is a {h.observed}"
-        for h in reading.observed
-        if not any(m.output == h.name for m in reading.mismatches)
-    ]
-    for head in reading.unread:
-        what = _what(head.layer_class)
-        then = (
-            "judged on its outputs on the probe once the model runs"
-            if probe_follows
-            else "not judged (no probe ran: the file alone cannot decide)"
-        )
-        parts.append(
-            f"output '{head.name}': layer '{head.layer}' ({what}) does not show its "
-            f"activation in the file; {then}"
-        )
-    return LossVerdict("; ".join(parts), tuple(findings), tuple(warned), tuple(reasons))
-
-
-def without_unbuildable_loss(info: FileInfo, options: CheckOptions, add: Add) -> FileInfo:
+def without_unbuildable_loss(
+    info: FileInfo, options: CheckOptions, add: Add, verdict: LossVerdict
+) -> tuple[FileInfo, bool]:
     """The file's info without its compiled loss when Keras cannot build that loss (a custom
-    loss whose module was not named with --import): the gradient checks then differentiate the
-    outputs' projection, as for a file saved without a loss, and the `loss` check says so. A
-    loss the rules do not know never fails the file."""
+    loss whose module was not named with --import), and whether a loss is left to
+    differentiate (`verdict`: the `loss` check's, made by `loss_fits` with `options`): the
+    gradient checks then differentiate the outputs' projection, as for a file saved without a
+    loss, and the `loss` check says so. A loss the rules do not know never fails the file."""
     from layergrad.engine.compiled_loss import loss_error  # TensorFlow
     from layergrad.engine.loader import import_modules
 
     loss = info.compile_config.get("loss")
     if options.loss or not loss:
-        return info
+        return info, verdict.has_loss
     try:
         import_modules(options.imports)
     except LayergradError:  # the loads check says why
-        return info
+        return info, verdict.has_loss
     error = loss_error(loss)
     if error is None:
-        return info
-    reading = read_file(info.config, info.graph, info.compile_config)
-    verdict = loss_verdict(reading, True, not options.static_only)
-    verdict.add(
-        add,
+        return info, verdict.has_loss
+    message = (
         f"{verdict.message}; Keras cannot build the compiled loss without the module that "
         "defines it (--import MODULE), so the gradient checks use a random projection of the "
-        "outputs",
-        replace=True,
+        "outputs"
     )
-    return replace(info, compile_config={})
-
-
-def _what(layer_class: str) -> str:
-    if layer_class in ("Lambda", "TFOpLambda"):
-        return "a Lambda layer"
-    return f"custom layer `{layer_class}`" if layer_class else "an unknown layer"
+    add("loss", message, verdict.findings, replace=True, warn=verdict.warned,
+        reasons=verdict.reasons)  # fmt: skip
+    return replace(info, compile_config={}), False
 
 
 def judge_on_probe(probe: Probe | None, info: FileInfo, loss: str | None, add: Add) -> None:

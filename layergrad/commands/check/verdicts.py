@@ -107,8 +107,8 @@ def loads(
         if options.opener is not None:
             opened: Opened = options.opener(path, probe, info)
         else:
-            opened = session.load(
-                path, probe, imports=options.imports, unsafe=options.unsafe, info=info
+            opened = session.load_checked(  # `dynamic` checked --data and --input
+                path, probe, info, imports=options.imports, unsafe=options.unsafe
             )
     except UsageError:  # a custom class no --import defines: the file itself reads fine
         raise
