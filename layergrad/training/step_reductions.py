@@ -88,14 +88,16 @@ _LOOKED_THROUGH = {"Softmax": "softmax", "Sigmoid": "sigmoid"}  # (their `tf.mat
 
 
 def remade_outputs(outputs: Sequence[Sequence[Tensor]]) -> Callable[[], list[list[Tensor]]]:
-    """The outputs, to be made inside a branch: a Softmax or Sigmoid op's output again from
-    its logits (`_LOOKED_THROUGH`), the others as they are. A branch that captured such an
-    output would make every step compute it, taken or not (about 3% of a small MLP's step,
-    measured with oneDNN)."""
+    """The outputs, to be made inside a branch: a Softmax or Sigmoid output that nothing of
+    the step reads (the loss looked through it) again from its logits, the others as they
+    are. A branch that captured such an output would make every step compute it, taken or not
+    (about 3% of a small MLP's step, measured with oneDNN). An output the step does read is
+    captured itself: capturing its logits instead would keep oneDNN from fusing the layer's
+    ops into one, and the fused kernel's last bits, so the training, would change."""
 
     def source(t: Tensor) -> tuple[Tensor, Callable[[Tensor], Tensor] | None]:
         op = None if tf.executing_eagerly() else getattr(t, "op", None)
-        if op is None or len(op.inputs) != 1 or op.type not in _LOOKED_THROUGH:
+        if op is None or op.type not in _LOOKED_THROUGH or len(op.inputs) != 1 or t.consumers():
             return t, None
         return op.inputs[0], getattr(tf.math, _LOOKED_THROUGH[op.type])
 

@@ -259,3 +259,23 @@ def test_an_ordinary_step_never_hands_its_branch_a_head_its_loss_looks_through()
     assert len(branches) == 2  # the forward statistics' and the gradients'
     fed = [t.op for op in branches for t in op.inputs]
     assert [op.type for op in fed if "/head" in op.name] == ["BiasAdd"]  # the logits
+
+
+def test_a_monitored_fit_learns_the_same_weights_as_a_plain_one():
+    # a hidden sigmoid gate is read by the next layer: the branch must capture the gate's
+    # output itself (capturing its logits instead kept oneDNN from fusing the gate's ops, and
+    # the weights came out different in their last bits)
+    x, y = data(64)
+    learned = []
+    for callbacks in ([], [GradientMonitor(every=100)]):
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((6,))
+        hidden = keras.layers.Dense(8, activation="relu", name="hidden")(inputs)
+        gate = keras.layers.Dense(8, activation="sigmoid", name="gate")(hidden)
+        mixed = keras.layers.Multiply(name="mix")([hidden, gate])
+        head = keras.layers.Dense(3, activation="softmax", name="head")(mixed)
+        model = keras.Model(inputs, head)
+        model.compile(optimizer=keras.optimizers.SGD(0.05), loss="sparse_categorical_crossentropy")
+        model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=callbacks)
+        learned.append([np.asarray(w) for w in model.weights])
+    assert all(np.array_equal(a, b) for a, b in zip(*learned, strict=True))
