@@ -168,9 +168,10 @@ def input_members(
 
 
 def input_readers(archive: zipfile.ZipFile, path: str, specs: Sequence[InputSpec]) -> list[NpyRows]:
+    """Each input's rows, named in messages by the array's key in the file (`x`)."""
     return [
-        NpyRows(archive.open(member), f"{path} array {name!r}")
-        for name, member in input_members(archive, path, specs).items()
+        NpyRows(archive.open(member), f"{path} array {member.removesuffix('.npy')!r}")
+        for member in input_members(archive, path, specs).values()
     ]
 
 
@@ -185,7 +186,7 @@ def input_layouts(path: str, specs: Sequence[InputSpec]) -> tuple[list[NpyLayout
 
     headers, layouts = guarded(read, path)
     for spec, rows in zip(specs, headers, strict=True):
-        check_fits(rows.shape, rows.dtype, spec, f"--data {path} array {spec.name!r}")
+        check_fits(rows.shape, rows.dtype, spec, f"--data {rows.label}")
     counts = {s.name: r.rows for s, r in zip(specs, headers, strict=True)}
     if len(set(counts.values())) > 1:
         listed = ", ".join(f"{k}: {v}" for k, v in counts.items())

@@ -202,8 +202,9 @@ def peek_rows(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None = 
     for h in headers:
         label = f"array {h.name!r}" if h.name is not None else "its array"
         if not h.shape or h.shape[0] == 0:
+            what = "a batch of 0 rows" if h.shape else "one value, with no batch axis"
             raise InputError(
-                f"--input {text}: {label} has shape {h.shape}, a batch of 0 rows; "
+                f"--input {text}: {label} has shape {h.shape}, {what}; "
                 "expected at least one row (the first axis is the batch)"
             )
         if h.dtype.kind in "US":

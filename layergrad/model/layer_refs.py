@@ -247,6 +247,7 @@ def _by_index(model: KerasModel, index: int, call: int) -> Site:
 
 
 def _not_found_message(name: str, known: list[str]) -> str:
+    known = list(dict.fromkeys(known))  # a Functional model's inputs are layers as well
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     tail = known if len(known) <= 8 else close
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "."

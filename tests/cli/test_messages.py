@@ -24,6 +24,19 @@ def test_an_unknown_layer_message_has_its_full_stops():
     )
 
 
+def test_an_unknown_layer_message_names_a_functional_models_input_once(tmp_path):
+    # Keras lists a Functional model's InputLayer among its layers: it is still one name
+    import keras
+
+    x = keras.Input((3,), name="pixels")
+    keras.Model(x, keras.layers.Dense(2, name="head")(x)).save(tmp_path / "f.keras")
+    path = str(tmp_path / "f.keras")
+    listed = CliRunner().invoke(main, ["inspect", path, "--from", "zzzzzz", "--to", "head"])
+    assert listed.exit_code == 2 and "Layers: pixels, head." in listed.stderr, listed.stderr
+    close = CliRunner().invoke(main, ["inspect", path, "--from", "pixel", "--to", "head"])
+    assert close.exit_code == 2 and "did you mean 'pixels'? Run" in close.stderr, close.stderr
+
+
 @pytest.mark.parametrize(
     "args",
     [

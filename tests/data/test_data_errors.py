@@ -70,6 +70,14 @@ def test_npy_of_the_wrong_shape_names_the_input_and_the_shape(tmp_path):
     assert "array for input 'input' has shape (10, 7), expected (batch, 5)" in line
 
 
+def test_npz_of_the_wrong_shape_names_the_array_by_its_key_in_the_file(tmp_path):
+    # saved as `x`, as the README says a single-input model's array may be: the message names
+    # the array the file holds, not the model's input name as if it were a key of the file
+    np.savez(tmp_path / "d.npz", x=normal(10, 7))
+    line = error_of(inspect("seed.keras", str(tmp_path / "d.npz")))
+    assert "d.npz array 'x': array for input 'input' has shape (10, 7)" in line
+
+
 def test_npy_of_strings_names_the_dtype(tmp_path):
     np.save(tmp_path / "x.npy", np.array([["a"] * 5] * 3))
     line = error_of(inspect("seed.keras", str(tmp_path / "x.npy")))

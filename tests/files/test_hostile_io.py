@@ -58,6 +58,8 @@ def test_input_files_refused_from_their_headers(root: Path, base: dict[str, Path
     empty.write_bytes(b"")
     batch0 = root / "batch0.npy"
     np.save(batch0, np.zeros((0, 5), "float32"))
+    scalar = root / "scalar.npy"
+    np.save(scalar, np.float32(3.0))  # shape (): no batch axis at all, not an empty batch
     cases = {
         H.npz_bomb(root / "bomb.npz"): "member 'x.npy' declares 2.0 GB but stores 2.0 MB",
         H.forged_npy(root / "forged.npy", (10**9, 5)): "declares shape (1000000000, 5) (18.6 GB)"
@@ -66,6 +68,7 @@ def test_input_files_refused_from_their_headers(root: Path, base: dict[str, Path
         empty: "is empty (0 bytes)",
         _huge_header(root / "huge_header.npy"): "has a header over 10,000 bytes",
         batch0: "its array has shape (0, 5), a batch of 0 rows",
+        scalar: "its array has shape (), one value, with no batch axis",
     }
     for path, phrase in cases.items():
         before = H.digest(path)
