@@ -101,6 +101,16 @@ def id_bound(layer: KerasLayer) -> int | None:
     return size if isinstance(size, int) and size > 0 else None
 
 
+def table_inputs(model: KerasModel) -> dict[str, str]:
+    """Inputs an Embedding takes directly -> that layer (`Embedding 'embedding'`): it reads a
+    negative id from the end of its table (Keras's `take`), so their ids must not be negative."""
+    tables: dict[str, str] = {}
+    for name, layer in input_consumers(model):
+        if "Embedding" in class_names(layer):
+            tables.setdefault(name, f"{type(layer).__name__} {layer.name!r}")
+    return tables
+
+
 _DECIDED: weakref.WeakKeyDictionary[KerasModel, dict[str, str]] = weakref.WeakKeyDictionary()
 
 

@@ -23,6 +23,7 @@ from layergrad.data.input_kinds import (
     drawn,
     id_inputs,
     model_inputs,
+    table_inputs,
     text_bytes,
 )
 from layergrad.data.value_checks import (
@@ -65,13 +66,14 @@ def input_specs(model: KerasModel) -> tuple[InputSpec, ...]:
             f"model {model.name!r} ({type(model).__name__}) does not declare its inputs, so a "
             "random probe batch cannot be made; pass one with --input FILE.npy"
         )
-    ids = id_inputs(model)
+    ids, tables = id_inputs(model), table_inputs(model)
     return tuple(
         InputSpec(
             name=t.name,
             shape=tuple(t.shape[1:]),
             dtype="int32" if t.name in ids else str(t.dtype),
             ids=ids.get(t.name),
+            table=tables.get(t.name),
         )
         for t in tensors
     )

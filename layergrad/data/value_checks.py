@@ -22,12 +22,15 @@ from layergrad.core.tf_types import Tensor
 class InputSpec:
     """One model input: its name, shape without the batch axis (None = open) and the dtype it
     is fed as: the declared one, or int32 for a float input that carries ids (`ids` names the
-    layer that takes them, see `data/input_kinds.py`); "string" for text."""
+    layer that takes them, see `data/input_kinds.py`); "string" for text. `table` names the
+    Embedding that reads its values as rows of a table, which reads a negative id from the
+    table's end: a negative value is refused."""
 
     name: str
     shape: tuple[int | None, ...]
     dtype: str
     ids: str | None = None
+    table: str | None = None
 
 
 def tf_dtype(dtype: str) -> str:
@@ -50,6 +53,12 @@ def refusal(check: str, where: str, spec: InputSpec, target: str) -> str:
         return (
             f"{where}: input {spec.name!r} holds ids ({spec.ids} takes them), but sample {SAMPLE} "
             f"holds {VALUE}, which is not finite or does not fit int32; save the ids as integers"
+        )
+    if check == "negative":
+        return (
+            f"{where}: sample {SAMPLE} of input {spec.name!r} holds id {VALUE}, below 0: "
+            f"{spec.table} takes ids from 0 and would read a negative one from the end of its "
+            "table; save ids from 0"
         )
     if check == "range":
         bounds = np.iinfo(target)
@@ -83,6 +92,8 @@ def fit_array(array: np.ndarray, spec: InputSpec, where: str, first: int = 0) ->
         if check:
             ok = within(check, array, cast, np.isfinite)
             _refuse(ok, array, first, refusal(check, where, spec, target.name))
+        if spec.table:
+            _refuse(cast >= 0, cast, first, refusal("negative", where, spec, target.name))
     return cast
 
 
@@ -229,12 +240,15 @@ def fitted_cast(values: Tensor, source: str, spec: InputSpec, first: Tensor) -> 
     from layergrad.core.tf_runtime import tf  # the checks in the graph only
 
     cast = tf.cast(values, tf_dtype(spec.dtype))
+    where = f"--data {source}{REFUSED.rstrip(': ')}"
     check = checked(values.dtype.as_numpy_dtype, spec)
-    if not check:
-        return cast
-    ok = within(check, values, cast, tf.math.is_finite)
-    message = refusal(check, f"--data {source}{REFUSED.rstrip(': ')}", spec, cast.dtype.name)
-    return _refused(ok, values, first, message, cast)
+    if check:
+        ok = within(check, values, cast, tf.math.is_finite)
+        cast = _refused(ok, values, first, refusal(check, where, spec, cast.dtype.name), cast)
+    if spec.table:
+        message = refusal("negative", where, spec, cast.dtype.name)
+        cast = _refused(cast >= 0, cast, first, message, cast)
+    return cast
 
 
 def _refused(ok: Tensor, values: Tensor, first: Tensor, message: str, cast: Tensor) -> Tensor:

@@ -229,3 +229,47 @@ def test_a_loss_list_longer_than_the_outputs_is_said(tmp_path):
     gate = run("check", path)
     assert gate.exit_code == 1 and said in " ".join(gate.stdout.split()), gate.stdout
     assert "zip()" not in gate.stdout
+
+
+# negative ids -------------------------------------------------------------------------------
+
+NEGATIVE_IDS = """
+import numpy as np
+
+
+def batches():
+    ids = np.random.default_rng(1).integers(0, 20, (16, 4)).astype("int32")
+    ids[9, 1] = -3
+    yield ids[:8]
+    yield ids[8:]
+"""
+
+
+@pytest.mark.parametrize("model", ["int_ids", "ids"])
+def test_a_negative_id_is_refused_with_its_sample_as_an_id_beyond_the_table_is(
+    models, tmp_path, model
+):
+    """An Embedding of 20 rows would read id -3 as id 17 (Keras's `take` counts a negative
+    index from the end) and every command would pass: refused in one line, exit 2, from
+    `--input`, a `--data` file and a data function, as ids of the table's size are."""
+    ids = np.random.default_rng(1).integers(0, 20, (16, 4)).astype("int32")
+    ids[9, 1] = -3
+    kept = ids.copy()
+    kept[9, 1] = 17  # the id the Embedding would have read
+    (tmp_path / "fn.py").write_text(NEGATIVE_IDS)
+    said = "sample 9 of input 'tokens' holds id -3, below 0: Embedding 'emb' takes ids from 0"
+    path = models[model]
+    for dtype in ("int32", "float32" if model == "ids" else "int64"):
+        np.save(tmp_path / "neg.npy", ids.astype(dtype))
+        np.save(tmp_path / "kept.npy", kept.astype(dtype))
+        data = str(tmp_path / "neg.npy")
+        for args in (["inspect", "--from", "emb", "--to", "head", "--input", data],
+                     ["inspect", "--from", "emb", "--to", "head", "--data", data],
+                     ["scan", "--data", data], ["check", "--data", data]):  # fmt: skip
+            refused(run(args[0], path, *args[1:]), said)
+        kept_ok = run("inspect", path, "--from", "emb", "--to", "head", "--input",
+                      str(tmp_path / "kept.npy"))  # fmt: skip
+        assert kept_ok.exit_code == 0, kept_ok.output
+    function = f"{tmp_path / 'fn.py'}:batches"
+    for args in (["scan", "--data", function], ["check", "--data", function]):
+        refused(run(args[0], path, *args[1:]), said)
