@@ -16,7 +16,7 @@ import click
 from layergrad.cli.running import handle_errors, usage_error
 from layergrad.core.errors import LayergradError, UsageError
 from layergrad.core.limits import MAX_PROBES, MAX_STEPS, parse_size
-from layergrad.core.probe_options import DATA_BATCH_SIZE, Cli, cli_fields, probe_from
+from layergrad.core.probe_options import DATA_BATCH_SIZE, DEFAULT_TOP, Cli, cli_fields, probe_from
 from layergrad.core.vocab import Measure, OutputFormat, Word, Wrt
 
 if TYPE_CHECKING:
@@ -342,7 +342,7 @@ def measure_options(func: F) -> F:
             click.option(
                 "--top",
                 type=click.IntRange(min=1),
-                default=10,
+                default=DEFAULT_TOP,
                 show_default=True,
                 metavar="K",
                 help="With --measure jacobian --data: report the K most sensitive samples "

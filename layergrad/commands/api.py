@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from layergrad.commands.session import open_source
 from layergrad.core.errors import InputError, UsageError
 from layergrad.core.probe_options import (
+    DEFAULT_TOP,
     JacobianOptions,
     PathLike,
     ProbeOptions,
@@ -43,7 +44,7 @@ def inspect_model(
     measure: Measure | str = Measure.GRADIENT,
     probes: int | None = None,
     exact: bool = False,
-    top: int = 10,
+    top: int = DEFAULT_TOP,
     on_progress: Progress | None = None,
     **probe: object,
 ) -> InspectReport:
@@ -78,7 +79,7 @@ def inspect_model(
     if not targets:
         raise InputError("give at least one target layer (--to)")
     options = probe_from(options, probe)
-    how = _jacobian_options(measure, probes, exact, top, options.seed)
+    how = _jacobian_options(measure, probes, exact, top, options)
     session = open_source(path, options, refs=[source, *targets], imports=imports, unsafe=unsafe)
     from layergrad.commands.inspect import inspect_session  # TensorFlow: after the checks
 
@@ -96,7 +97,7 @@ def scan_model(
     measure: Measure | str = Measure.GRADIENT,
     probes: int | None = None,
     exact: bool = False,
-    top: int = 10,
+    top: int = DEFAULT_TOP,
     on_progress: Progress | None = None,
     **probe: object,
 ) -> ScanReport:
@@ -120,7 +121,7 @@ def scan_model(
     """
     layers, imports = _one_or_many(layers), _one_or_many(imports)
     options = probe_from(options, probe)
-    how = _jacobian_options(measure, probes, exact, top, options.seed)
+    how = _jacobian_options(measure, probes, exact, top, options)
     refs = [target] if target is not None else []
     session = open_source(path, options, refs=refs, globs=layers, imports=imports, unsafe=unsafe)
     from layergrad.commands.scan import scan_session  # TensorFlow: after the checks of the file
@@ -129,14 +130,20 @@ def scan_model(
 
 
 def _jacobian_options(
-    measure: Measure | str, probes: int | None, exact: bool, top: int, seed: int
+    measure: Measure | str, probes: int | None, exact: bool, top: int, options: ProbeOptions
 ) -> JacobianOptions | None:
     """The measure keywords of `inspect_model` and `scan_model`, checked: how to measure the
-    Jacobian norms, or None for the gradient alone."""
+    Jacobian norms, or None for the gradient alone. `top` other than its default is refused
+    where it ranks nothing (without `--measure jacobian` and `--data`)."""
     check_options(measure, probes, exact)
     if top < 1:
         raise UsageError(f"--top must be at least 1: top={top}")
-    return JacobianOptions(probes, exact, seed) if measure == Measure.JACOBIAN else None
+    if top != DEFAULT_TOP and (measure != Measure.JACOBIAN or options.data_set is None):
+        raise UsageError(
+            "--top only applies with --measure jacobian and --data PATH (it ranks the samples "
+            "of a data set); add them or drop --top"
+        )
+    return JacobianOptions(probes, exact, options.seed) if measure == Measure.JACOBIAN else None
 
 
 def scan_weights_model(

@@ -24,6 +24,7 @@ from layergrad.core.vocab import Distribute, Measure, Reduce, Word
 PathLike = str | os.PathLike[str]
 Progress = Callable[[int, "int | None"], None]  # (samples done, samples expected or None)
 BATCH_SIZE, DATA_BATCH_SIZE = 8, 32
+DEFAULT_TOP = 10  # --top: the most sensitive samples of a data set a Jacobian result lists
 SEED_HELP = (  # one text for every command that runs the model
     "Seeds every random draw of the run: the random batch, Dropout and other random layers "
     "in training mode, data order, projections, fit's and fix's shuffling and new weights; "
@@ -209,7 +210,8 @@ def _source(words: dict[str, object]) -> OneBatch | DataSet:
         given = [how.metadata["cli"].flag for name, how in cli_fields()
                  if name in words and words[name] != how.default]  # fmt: skip
         if given:
-            raise UsageError(f"{', '.join(given)} only apply with --data PATH; add --data")
+            verb = "applies" if len(given) == 1 else "apply"
+            raise UsageError(f"{', '.join(given)} only {verb} with --data PATH; add --data")
         return OneBatch(cast("PathLike | None", input_file))
     if input_file is not None:
         raise UsageError(

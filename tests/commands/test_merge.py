@@ -219,7 +219,7 @@ def test_shards_that_do_not_fit_are_refused(two_shards, tmp_path):
 
 def test_first_sample_needs_data():
     code, out = cli("scan", sample("seed.keras"), "--first-sample", "3")
-    assert code == 2 and "--first-sample only apply with --data PATH" in out
+    assert code == 2 and "--first-sample only applies with --data PATH" in out
 
 
 def test_files_that_are_not_reports_are_refused(two_shards, tmp_path):

@@ -184,7 +184,28 @@ def test_data_and_input_exclude_each_other(tmp_path):
 def test_data_options_need_data():
     args = ["inspect", sample("seed.keras"), "--from", "dense", "--to", "dense_1"]
     result = CliRunner().invoke(main, [*args, "--limit", "5"], catch_exceptions=False)
-    assert "--limit only apply with --data PATH" in error_of(result)
+    assert "--limit only applies with --data PATH" in error_of(result)
+
+
+def test_top_is_refused_where_it_ranks_nothing(tmp_path):
+    """`--top K` ranks the samples of a data set by their Jacobian norms: without `--measure
+    jacobian` or without `--data` it did nothing, and was read silently; refused as `--limit`
+    is, naming both options, from the command line and the API."""
+    import layergrad
+
+    x = str(tmp_path / "x.npy")
+    np.save(x, normal(12, 5))
+    said = "--top only applies with --measure jacobian and --data PATH"
+    ends = ["--from", "dense", "--to", "dense_1"]
+    for command, more in (("inspect", ends), ("scan", [])):
+        base = [command, sample("seed.keras"), *more, "--top", "3"]
+        for extra in ([], ["--data", x], ["--measure", "jacobian"]):
+            result = CliRunner().invoke(main, [*base, *extra], catch_exceptions=False)
+            assert said in error_of(result), extra
+        both = [*base, "--measure", "jacobian", "--data", x, "--json"]
+        assert CliRunner().invoke(main, both, catch_exceptions=False).exit_code == 0
+    with pytest.raises(layergrad.UsageError, match=said):
+        layergrad.scan_model(sample("seed.keras"), data=x, top=3)
 
 
 def test_save_gradient_is_refused_with_data(tmp_path):
