@@ -187,3 +187,24 @@ class JacobianMethod(Word):
 
     EXACT = "exact"  # every entry of every J_i
     ESTIMATE = "estimate"  # random projections (Frobenius), Lanczos steps (spectral: a lower bound)
+
+
+# Letters whose spoken name starts with a vowel sound: an acronym said letter by letter (LSTM).
+_VOWEL_LETTERS = frozenset("AEFHILMNORSX")
+
+
+def with_article(word: str) -> str:
+    """`word` after "a" or "an", by its sound: "an LSTM", "an RNN", "an Embedding", "an elu",
+    "an 8-D", but "a Dense", "a ReLU", "a GRU", "a unit". An acronym with no vowel is said
+    letter by letter; one with a vowel (GELU, SELU) and any other word by its first letter."""
+    head = word.lstrip("'\"`")
+    caps = len(head) - len(head.lstrip("ABCDEFGHIJKLMNOPQRSTUVWXYZ"))
+    if caps >= 2 and not any(c in "AEIOU" for c in head[:caps]):
+        vowel = head[0] in _VOWEL_LETTERS  # LSTM, RNN, MLP, CNN, PReLU
+    elif head[:1].isdigit():
+        digits = head[: len(head) - len(head.lstrip("0123456789"))]
+        vowel = digits.startswith("8") or (len(digits) in (2, 5) and digits[:2] in ("11", "18"))
+    else:
+        low = head.lower()
+        vowel = low[:1] in ("a", "e", "i", "o", "u") and not low.startswith(("uni", "use", "usu"))
+    return f"{'an' if vowel else 'a'} {word}"

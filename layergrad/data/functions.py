@@ -18,6 +18,7 @@ from layergrad.core.errors import InputError
 from layergrad.core.limits import MAX_EMPTY_BATCHES
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, Tensor, TensorTree
+from layergrad.core.vocab import with_article
 from layergrad.data.shards import Part, Reading, input_context
 from layergrad.data.user_code import (
     checked_iteration,
@@ -433,8 +434,8 @@ def _dense_rank(leaf: TensorTree, what: str, where: str) -> int:
     """The rank of a dense tensor of known rank in a tf.data element spec."""
     if not isinstance(leaf, tf.TensorSpec):
         raise InputError(
-            f"{where}: {what} is a {type(leaf).__name__}; expected dense tensors (convert "
-            "ragged or sparse values with .to_tensor())"
+            f"{where}: {what} is {with_article(type(leaf).__name__)}; expected dense tensors "
+            "(convert ragged or sparse values with .to_tensor())"
         )
     rank = leaf.shape.rank
     if rank is None:

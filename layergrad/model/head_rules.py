@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from layergrad.core.results import ConfigChange, Fact, Reason
-from layergrad.core.vocab import Finding, Severity
+from layergrad.core.vocab import Finding, Severity, with_article
 from layergrad.model.head_forms import Head
 from layergrad.model.label_summary import LabelSummary
 from layergrad.model.loss_forms import REGRESSION_LOSSES, loss_class
@@ -216,7 +216,11 @@ def repairs(facts: HeadFacts) -> list[tuple[HeadRule, Change]]:
 
 
 def _on(text: str) -> Callable[[HeadFacts], str]:
-    return lambda f: f"{f.loss} on {f.describe()}: {text.format(act=f.act, loss=f.loss)}"
+    def said(f: HeadFacts) -> str:
+        words = text.format(act=f.act, an_act=with_article(f.act), loss=f.loss)
+        return f"{f.loss} on {f.describe()}: {words}"
+
+    return said
 
 
 CLASSIFIER_LOSS = (
@@ -292,8 +296,8 @@ def _unbounded_under_crossentropy(f: HeadFacts) -> Change | None:
         return None
     target = "sigmoid" if "binary" in (f.loss or "") or f.units == 1 else "softmax"
     return Change("activation", f"the activation changes: a ReLU head gives no probabilities "
-                  f"(and no gradient below 0); {f.loss} reads probabilities, which a {target} "
-                  "gives", activation=target)  # fmt: skip
+                  f"(and no gradient below 0); {f.loss} reads probabilities, which "
+                  f"{with_article(target)} gives", activation=target)  # fmt: skip
 
 
 def _class_loss_for_softmax(f: HeadFacts) -> Change | None:
@@ -457,7 +461,7 @@ RULES: tuple[HeadRule, ...] = (
         "ReLU, tanh, ELU, GELU, softplus, log-softmax...)",
         lambda f: f.crossentropy and not f.from_logits and f.act in NOT_PROBABILITIES,
         _on("with from_logits=False Keras reads the outputs as probabilities and clips them to "
-            "[1e-7, 1 - 1e-7]: a {act} head's outputs outside that range get no gradient"),
+            "[1e-7, 1 - 1e-7]: {an_act} head's outputs outside that range get no gradient"),
         lambda f: f"from_logits=True in the loss (e.g. keras.losses.{loss_class(f.loss or '')}"
         "(from_logits=True)), or a softmax / sigmoid on the head",
         Severity.FAIL,
@@ -472,8 +476,8 @@ RULES: tuple[HeadRule, ...] = (
         "kl_on_unbounded",
         "`kl_divergence` on a head whose outputs leave [0, 1]",
         lambda f: f.loss == "kl_divergence" and f.act in NOT_PROBABILITIES,
-        _on("KL divergence reads the outputs as a distribution and clips them to [1e-7, 1]: a "
-            "{act} head's outputs outside that range get no gradient"),
+        _on("KL divergence reads the outputs as a distribution and clips them to [1e-7, 1]: "
+            "{an_act} head's outputs outside that range get no gradient"),
         lambda f: "a softmax on the head (the targets are distributions)",
         Severity.FAIL,
         "the activation: `softmax`",
@@ -486,7 +490,7 @@ RULES: tuple[HeadRule, ...] = (
         "poisson_on_negative",
         "`poisson` on a head whose outputs can go negative (the log of a negative rate is NaN)",
         lambda f: f.loss == "poisson" and f.act in NEGATIVE,
-        _on("the Poisson loss takes the log of the predicted rate, but a {act} head's outputs go "
+        _on("the Poisson loss takes the log of the predicted rate, but {an_act} head's outputs go "
             "negative (log of a negative number: NaN)"),
         lambda f: "activation='exponential' or 'softplus' on the head (a positive rate)",
         Severity.FAIL,

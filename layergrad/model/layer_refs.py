@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from layergrad.core.errors import LayerNotFound
 from layergrad.core.tf_types import KerasLayer, KerasModel, KerasVariable
+from layergrad.core.vocab import with_article
 from layergrad.model.graph import ModelGraph
 from layergrad.model.head_forms import WEIGHTED
 
@@ -140,7 +141,7 @@ def resolve(model: KerasModel, ref: str) -> Site:
     if not logits:
         return site
     if site.layer is None or not has_fused_activation(site.layer):
-        what = "a model input" if site.layer is None else f"a {type(site.layer).__name__}"
+        what = "a model input" if site.layer is None else with_article(type(site.layer).__name__)
         raise LayerNotFound(
             f"{ref!r}: {site.path!r} is {what}, which has no fused activation to take "
             "the value before; :logits names the output before the activation of a Dense, "

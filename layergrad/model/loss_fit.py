@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from layergrad.core.results import Reason
-from layergrad.core.vocab import Finding, Severity
+from layergrad.core.vocab import Finding, Severity, with_article
 from layergrad.model.graph import ModelGraph
 from layergrad.model.head_forms import Head, keyed_by_head, output_heads
 from layergrad.model.head_rules import BY_NAME, HeadFacts, judge, loss_of
@@ -193,7 +193,7 @@ def loss_verdict(reading: LossReading, has_loss: bool, probe_follows: bool) -> L
         parts.append("the compiled loss names none of the outputs")
     parts += [f"unknown loss `{name}`, loss rules skipped" for name in reading.unknown_losses]
     parts += [
-        f"output '{h.name}': layer '{h.layer}' is a {h.observed}"
+        f"output '{h.name}': layer '{h.layer}' is {with_article(str(h.observed))}"
         for h in reading.observed
         if not any(m.output == h.name for m in reading.mismatches)
     ]

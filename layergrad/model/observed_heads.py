@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from layergrad.core.vocab import with_article
+
 SUM_TOLERANCE = 1e-3  # a row of probabilities sums to 1 within this
 MIN_VALUES = 4  # fewer values say too little about a range
 SUBCLASSED = "<subclassed>"  # the layer class of an output of a model that shows no layers
@@ -49,7 +51,7 @@ class Observed:
                 else f"are non-negative and {self.zeros:.0%} of them exactly 0, like a ReLU"
             ),
             "linear": "take either sign, like a linear layer",
-        }.get(self.kind, f"look like a {self.kind}")
+        }.get(self.kind, f"look like {with_article(self.kind)}")
         span = f"{self.low:.3g} to {self.high:.3g}"
         who = f"custom layer {self.layer_class}" if self.layer_class else "a layer"
         if self.layer_class in ("Lambda", "TFOpLambda"):

@@ -17,7 +17,7 @@ import numpy as np
 
 from layergrad.core.results import ConfigChange as Change
 from layergrad.core.results import Reason
-from layergrad.core.vocab import Finding, Severity
+from layergrad.core.vocab import Finding, Severity, with_article
 from layergrad.model.head_forms import Head
 from layergrad.model.head_rules import CHANGES_LOSS, HeadFacts, loss_of, units_words
 from layergrad.model.label_summary import MAX_CLASSES, LabelSummary
@@ -254,8 +254,8 @@ def _regression(f: HeadFacts) -> Change | None:
                      loss="mean_squared_error")  # fmt: skip
     if _outside(f):
         return _head("linear", f"the activation changes: the targets run from {y.low:g} to "
-                     f"{y.high:g}, beyond what a {f.act} can output; a linear head can reach "
-                     "them")  # fmt: skip
+                     f"{y.high:g}, beyond what {with_article(f.act)} can output; a linear head can "
+                     "reach them")  # fmt: skip
     return None
 
 
@@ -286,8 +286,8 @@ RULES: tuple[TargetRule, ...] = (
         "(no Flatten before it)",
         lambda f: _ranked(f) and _missing_flatten(f),
         lambda f: f"{_said_rank(f)}: the head '{f.head.layer}' is a Dense applied at every "
-        f"position of a {(f.y.output_rank or 1) + 1}-D input (batch axis included), since no "
-        "Flatten comes before it",
+        f"position of {with_article(str((f.y.output_rank or 1) + 1))}-D input (batch axis "
+        "included), since no Flatten comes before it",
         lambda f: f"Flatten() (or GlobalAveragePooling{(f.y.output_rank or 1) - 1}D()) before "
         f"'{f.head.layer}', so it gives one prediction per sample",
         "a `Flatten` before the head",
@@ -461,7 +461,7 @@ RULES: tuple[TargetRule, ...] = (
         "ReLU / softplus / exponential [0, inf), relu6 [0, 6] (not for sparse losses, not with "
         "`from_logits`)",
         lambda f: not f.from_logits and _outside(f),
-        lambda f: f"a {f.head.activation} output lies in "
+        lambda f: f"{with_article(f.head.activation)} output lies in "
         f"[{RANGES[f.head.activation][0]:g}, {RANGES[f.head.activation][1]:g}], so it "
         "can never reach them",
         lambda f: "a linear head (Dense with no activation) for unbounded targets, or scale "

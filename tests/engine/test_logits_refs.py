@@ -166,7 +166,7 @@ def test_nested_paths_calls_and_indexes_take_logits(files, tmp_path):
     "model,ref,message",
     [
         ("head.keras", "x:logits", "'x' is a model input"),
-        ("rnn.keras", "lstm:logits", "'lstm' is a LSTM, which has no fused activation"),
+        ("rnn.keras", "lstm:logits", "'lstm' is an LSTM, which has no fused activation"),
         ("head.keras", "nope:logits", "no layer named 'nope'"),
     ],
 )
