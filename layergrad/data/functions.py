@@ -306,12 +306,28 @@ def _parts(
         arrays = [np.asarray(pick(element, p)) for p in locate_inputs(element, names, where)]
         sample = arrays[0].ndim == len(specs[0].shape)
         fitted = tuple(
-            fit_array(a[np.newaxis] if a.ndim == len(s.shape) else a, s, where, seen)
+            fit_array(_batched(a, s, where), s, where, seen)
             for a, s in zip(arrays, specs, strict=True)
         )
         rows = same_rows(where, names, [len(a) for a in fitted])
         yield (*fitted, *read_labels(element, columns, rows, sample, where))
         seen += rows
+
+
+def _batched(array: np.ndarray, spec: InputSpec, where: str) -> np.ndarray:
+    """`array` with a batch axis of 1 when it is one sample (the rank of the input without its
+    batch axis); a sample of another shape is refused by the shape it was yielded with."""
+    if array.ndim != len(spec.shape):
+        return array
+    if any(d is not None and d != got for d, got in zip(spec.shape, array.shape, strict=True)):
+        sizes = ["any" if d is None else str(d) for d in spec.shape]
+        one = f"({sizes[0]},)" if len(sizes) == 1 else f"({', '.join(sizes)})"
+        raise InputError(
+            f"{where}: array for input {spec.name!r} has shape {tuple(array.shape)}, expected "
+            f"(batch, {', '.join(sizes)}), or {one} for one sample; yield arrays of that shape "
+            "(the first axis is the batch)"
+        )
+    return array[np.newaxis]
 
 
 def _rebatched(

@@ -41,6 +41,11 @@ def breaks_midway():
 
 def too_few():
     yield (np.zeros((4, 4), "float32"),)
+
+
+def samples():
+    yield np.zeros(5, "float32")
+    yield np.zeros(7, "float32")
 """
 
 
@@ -68,6 +73,14 @@ def test_npy_of_the_wrong_shape_names_the_input_and_the_shape(tmp_path):
     np.save(tmp_path / "x.npy", normal(10, 7))
     line = error_of(inspect("seed.keras", str(tmp_path / "x.npy")))
     assert "array for input 'input' has shape (10, 7), expected (batch, 5)" in line
+
+
+def test_a_sample_of_the_wrong_shape_is_named_by_the_shape_the_function_yielded(bad):
+    # a sample (no batch axis) gets a batch axis of 1; a wrong one was said as (1, 7), an
+    # array the function never made
+    line = error_of(inspect("seed.keras", "bad:samples"))
+    said = "--data bad:samples: batch 1: array for input 'input' has shape (7,), expected "
+    assert said + "(batch, 5), or (5,) for one sample" in line and "(1, 7)" not in line
 
 
 def test_npz_of_the_wrong_shape_names_the_array_by_its_key_in_the_file(tmp_path):
