@@ -40,6 +40,7 @@ from layergrad.diagnose.regressions import (
 )
 from layergrad.files.gradient_profile import ACTIVATIONS, ROW_KEYS, Profile, recorded_probe
 from layergrad.files.report_json import load_profile, profile_of
+from layergrad.model.loss_forms import find_loss
 
 if TYPE_CHECKING:
     from layergrad.commands.session import Session
@@ -83,6 +84,7 @@ def diff_models(
     from layergrad.commands.session import open_source
 
     check_tolerance(tolerance)  # before two scans, not after
+    given = loss
     paths = [os.fspath(base_path), os.fspath(new_path)]
     profiles = [_read_scan(p) if p.endswith(".json") else None for p in paths]
     probe = options or ProbeOptions()
@@ -92,10 +94,7 @@ def diff_models(
         if any(f is None for f in profiles):  # a model to scan the way the JSON was made
             probe = _recorded_probe(profile, probe, json_path)
         target = profile.target if target is None else target
-        wrt = profile.wrt
-        # a compiled loss is the file's own, with arguments its recorded name does not carry
-        # (from_logits, one loss per output): the model is scanned with its compiled loss too
-        loss = loss or (None if profile.loss_source == "compiled" else profile.loss)
+        wrt, loss = profile.wrt, loss or profile.loss
     if wrt not in (Wrt.ACTIVATIONS, Wrt.WEIGHTS):
         raise UsageError(f"--wrt must be activations or weights: {wrt!r}")
     if wrt == Wrt.WEIGHTS and target is not None:
@@ -110,6 +109,13 @@ def diff_models(
     ]
     if len(sessions) == 2 and probe.input_file is None:
         same_random_batch(*sessions)
+    if recorded is not None and given is None and profile.loss_source == "compiled":
+        # the JSON's loss was compiled in its file, with arguments its name does not carry
+        # (from_logits, a loss per output): a model compiled with the loss of that name is
+        # scanned with its own compiled loss; another, by that name (as `--loss NAME`)
+        compiled = [find_loss(s.info.compile_config, None) for s in sessions]
+        if all(c is not None and c.name == profile.loss for c in compiled):
+            loss = None
     scanned = (_scanned(s, wrt, target, loss) for s in sessions)
     base, new = (read if read is not None else next(scanned) for read in profiles)
     return compare(base, new, tolerance)

@@ -96,20 +96,34 @@ def variable_names(owned: Sequence[tuple[KerasVariable, str]]) -> list[str]:
     """Each `(variable, path of the layer that holds it)`'s name in that layer, as reports
     spell it after the layer's path: its own name (`kernel`), or where the layer holds more
     than one variable of that name (a MultiHeadAttention's query, key, value and output
-    kernels, the two directions of a Bidirectional) its Keras path below the layer
-    (`query/kernel`, `forward_gru/gru_cell/kernel`), so that no two rows share a name."""
-    count: dict[tuple[str, str], int] = {}
-    for variable, path in owned:
-        key = (path, str(variable.name))
-        count[key] = count.get(key, 0) + 1
-    names = []
-    for variable, path in owned:
-        name = str(variable.name)
-        if count[(path, name)] > 1:
-            full, own = str(getattr(variable, "path", name)), path.rsplit("/", 1)[-1]
-            name = full[len(own) + 1 :] if full.startswith(f"{own}/") else full
-        names.append(name)
+    kernels, the two directions of a Bidirectional) its Keras path below the layer, each part
+    without the `_N` Keras adds to a default name (`query/kernel`, `forward_gru/gru_cell/kernel`),
+    so that no two rows share a name and a file loaded twice names them alike. Where those
+    paths still coincide (a custom layer's unnamed sublayers), the variables are numbered in
+    their order (`kernel#1`, `kernel#2`)."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, (variable, path) in enumerate(owned):
+        groups.setdefault((path, str(variable.name)), []).append(i)
+    names = [str(variable.name) for variable, _ in owned]
+    for (path, name), members in groups.items():
+        if len(members) == 1:
+            continue
+        below = [_below_layer(owned[i][0], path) for i in members]
+        if len(set(below)) < len(below):
+            below = [f"{name}#{k}" for k in range(1, len(members) + 1)]
+        for i, text in zip(members, below, strict=True):
+            names[i] = text
     return names
+
+
+def _below_layer(variable: KerasVariable, layer_path: str) -> str:
+    """A variable's Keras path below the layer at `layer_path` that holds it (a loaded file's
+    paths may not start with the layer), each part without a default name's `_N` (which
+    depends on the layers made before it)."""
+    parts = str(getattr(variable, "path", variable.name)).split("/")
+    if len(parts) > 1 and parts[0] == layer_path.rsplit("/", 1)[-1]:
+        parts = parts[1:]
+    return "/".join(re.sub(r"_\d+$", "", part) for part in parts)
 
 
 def input_names(model: KerasModel) -> list[str]:

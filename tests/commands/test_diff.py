@@ -450,6 +450,38 @@ def test_a_weights_scan_json_of_a_compiled_loss_is_compared_with_that_loss(tmp_p
             assert new["mean_abs"] == pytest.approx(float(np.abs(kernel).mean()), rel=1e-5)
 
 
+def test_a_compiled_loss_json_against_a_model_without_that_loss_uses_the_recorded_name(tmp_path):
+    # The model on the other side compiles no loss, or another: it is scanned with the loss
+    # the JSON names, as `--loss NAME` would (the compiled one's arguments are not there)
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((4,), name="x"), keras.layers.Dense(2, name="out")])
+    model.compile(loss="mse")
+    xs, ys = normal(6, 4, seed=9), normal(6, 2, seed=10)
+    np.savez(tmp_path / "xy.npz", x=xs, y=ys)
+    batch = ["--input", str(tmp_path / "xy.npz")]
+    base = tmp_path / "base.keras"
+    model.save(base)
+    scanned = run("scan", str(base), "--wrt", "weights", "--json", *batch)
+    baseline = tmp_path / "base.json"
+    baseline.write_text(scanned.output, encoding="utf-8")
+    with tf.GradientTape() as tape:  # mse by hand: the mean of the squared errors
+        loss = tf.reduce_mean(tf.square(model(xs) - ys))
+    kernel = tape.gradient(loss, model.get_layer("out").kernel).numpy()
+    for other in ("none", "mae"):
+        copy = keras.models.clone_model(model)
+        copy.set_weights(model.get_weights())
+        if other == "mae":
+            copy.compile(loss="mae")
+        path = tmp_path / f"{other}.keras"
+        copy.save(path)
+        result = run("diff", str(baseline), str(path), "--json", *batch)
+        assert result.exit_code == 0, result.output
+        rows = {r["variable"]: r for r in json.loads(result.output)["variables"]}
+        assert all(r["change"] == "same" for r in rows.values())
+        new = rows["out/kernel"]["new"]["mean_abs"]
+        assert new == pytest.approx(float(np.abs(kernel).mean()), rel=1e-5)
+
+
 def test_weights_diff_usage_errors(compiled_files):
     f = compiled_files
     with_to = run("diff", f["base"], f["base"], "--wrt", "weights", "--to", "l3")
