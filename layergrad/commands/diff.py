@@ -293,9 +293,10 @@ def same_data(
         return True
     if allow:
         return False
+    wrt = " --wrt weights" if baseline.profile.wrt == Wrt.WEIGHTS else ""
     raise UsageError(
         f"{where} {why}: the gradients would differ for the data's sake, not the model's; "
-        f"make the baseline with `layergrad scan MODEL --data {source} --json`, or pass "
+        f"make the baseline with `layergrad scan MODEL{wrt} --data {source} --json`, or pass "
         "--allow-other-data to compare anyway"
     )
 

@@ -219,6 +219,12 @@ def test_a_bias_its_initializer_set_far_off_is_reset_too(tmp_path):
     np.testing.assert_array_equal(copy.get_layer("hidden").bias.numpy(), np.zeros(5))
     np.testing.assert_array_equal(model.get_layer("hidden").bias.numpy(), np.zeros(5))
     assert "constant_output" not in _findings(out)
+    # and the line for the code that builds the layer: its initializer is what set them
+    (drawn,) = [c for c in repair.code if "bias_initializer" in c]
+    assert (
+        drawn.split(" -> ")[1]
+        == 'Dense(5, activation="relu", bias_initializer="zeros") at "hidden"'
+    )
 
 
 def test_a_finding_without_a_mechanical_repair_says_so():

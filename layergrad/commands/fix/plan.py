@@ -118,10 +118,11 @@ def layer_code(entry: Mapping[str, object], **changes: object) -> str:
         args.append(python_value(options["scale"]))
     if act is not None and (act != "linear" or "activation" in changes):
         args.append(f"activation={python_string(act)}")
-    if (init := serialized_name(changes.get("kernel_initializer"))) is not None:
-        if "_" not in init:  # `GlorotUniform` -> `glorot_uniform`, the string Keras takes
-            init = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", init).lower()
-        args.append(f"kernel_initializer={python_string(init)}")
+    for key in ("kernel_initializer", "bias_initializer"):
+        if (init := serialized_name(changes.get(key))) is not None:
+            if "_" not in init:  # `GlorotUniform` -> `glorot_uniform`, the string Keras takes
+                init = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", init).lower()
+            args.append(f"{key}={python_string(init)}")
     return f"{cls}({', '.join(args)})"
 
 
@@ -600,12 +601,26 @@ def biases(
     )
     # drawn afresh from the layer's config: its bias_initializer too (it may be what set them)
     configs = [(p, info.graph.get(p)) for p in names]
-    edits = tuple(
-        option_edit(p, "bias_initializer", "zeros")
-        for p, entry in configs
-        if entry is not None and "bias_initializer" in entry.config
-    )
-    return Plan(finding, names[0], why, code, edits, (), tuple((p, "bias") for p in names))
+    edits, drawn = [], []
+    for path, entry in configs:
+        if entry is None or "bias_initializer" not in entry.config:
+            continue
+        edits.append(option_edit(path, "bias_initializer", "zeros"))
+        if _initializer_name(entry.config["bias_initializer"]) != "zeros":  # say it: it set them
+            old = {"class_name": entry.class_name, "config": entry.config}
+            drawn.append(
+                f"{layer_code(old)} -> {layer_code(old, bias_initializer='zeros')}{at(path)}"
+            )
+    fresh = tuple((p, "bias") for p in names)
+    return Plan(finding, names[0], why, (*code, *drawn), tuple(edits), (), fresh)
+
+
+def _initializer_name(initializer: object) -> str:
+    """An initializer's name as a config holds it (`"zeros"`, or `{"class_name": "Zeros"}`),
+    in lower case."""
+    if isinstance(initializer, Mapping):
+        initializer = initializer.get("class_name", "")
+    return str(initializer).lower()
 
 
 def _get_layer(path: str) -> str:
