@@ -321,6 +321,7 @@ def test_check_baseline_over_the_same_data_and_other_data(classifier, tmp_path):
     np.savez(tmp_path / "other.npz", x=data[::-1], y=labels[::-1])  # other content
     other = run("check", path, "--data", str(tmp_path / "other.npz"), "--baseline", str(base))
     assert other.exit_code == 2 and "--allow-other-data" in other.output
+    assert "`layergrad scan MODEL --wrt weights --data " in other.output  # remade as it was
     fewer = run("check", path, "--data", d, "--limit", "40", "--baseline", str(base))
     assert fewer.exit_code == 2 and "70 samples" in fewer.output
     allowed = run(
