@@ -263,13 +263,15 @@ def test_a_negative_id_is_refused_with_its_sample_as_an_id_beyond_the_table_is(
         np.save(tmp_path / "neg.npy", ids.astype(dtype))
         np.save(tmp_path / "kept.npy", kept.astype(dtype))
         data = str(tmp_path / "neg.npy")
-        for args in (["inspect", "--from", "emb", "--to", "head", "--input", data],
-                     ["inspect", "--from", "emb", "--to", "head", "--data", data],
-                     ["scan", "--data", data], ["check", "--data", data]):  # fmt: skip
+        commands = [["inspect", "--from", "emb", "--to", "head", "--input", data]]
+        if dtype == "int32":  # every way in once; the other dtype through --input
+            commands += [["inspect", "--from", "emb", "--to", "head", "--data", data],
+                         ["scan", "--data", data], ["check", "--data", data]]  # fmt: skip
+        for args in commands:
             refused(run(args[0], path, *args[1:]), said)
-        kept_ok = run("inspect", path, "--from", "emb", "--to", "head", "--input",
-                      str(tmp_path / "kept.npy"))  # fmt: skip
-        assert kept_ok.exit_code == 0, kept_ok.output
+    kept_ok = run("inspect", path, "--from", "emb", "--to", "head", "--input",
+                  str(tmp_path / "kept.npy"))  # fmt: skip
+    assert kept_ok.exit_code == 0, kept_ok.output
     function = f"{tmp_path / 'fn.py'}:batches"
     for args in (["scan", "--data", function], ["check", "--data", function]):
         refused(run(args[0], path, *args[1:]), said)
