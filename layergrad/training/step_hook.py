@@ -306,7 +306,8 @@ class StepHook:
         for g, v in reduced:
             i = self._keys.get(self.optimizer._var_key(v))  # its key, mirrored or not
             if i is not None and g is not None:
-                grads[i] = g  # an Embedding's IndexedSlices stay sparse on ordinary steps
+                # an Embedding's IndexedSlices stay sparse on ordinary steps
+                grads[i] = reductions.shaped(g, self.named[i][2])
                 weights[i] = v
         # One sum per gradient: a NaN or Inf anywhere makes the total non-finite (an overflow
         # of huge finite values too: the full reductions' exact counts then say which).

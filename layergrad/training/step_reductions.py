@@ -59,6 +59,17 @@ def values(gradient: Tensor) -> Tensor:
     return gradient.values if hasattr(gradient, "indices") else gradient
 
 
+def shaped(gradient: Tensor, shape: Sequence[int]) -> Tensor:
+    """A gradient with its variable's static `shape`: summed over the replicas of a
+    `MirroredStrategy`, an Embedding's IndexedSlices lose it (their dense shape becomes a
+    tensor), and the reductions need its last axis."""
+    if hasattr(gradient, "indices"):
+        dense = tf.constant(list(shape), gradient.indices.dtype)
+        values = tf.ensure_shape(gradient.values, [None, *shape[1:]])
+        return tf.IndexedSlices(values, gradient.indices, dense)
+    return tf.ensure_shape(gradient, shape) if not gradient.shape.is_fully_defined() else gradient
+
+
 def nonfinite(tensor: Tensor) -> Tensor:
     return tf.reduce_sum(tf.cast(~tf.math.is_finite(tensor), tf.float32))
 
