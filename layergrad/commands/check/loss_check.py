@@ -69,8 +69,7 @@ def without_unbuildable_loss(
         "defines it (--import MODULE), so the gradient checks use a random projection of the "
         "outputs"
     )
-    add("loss", message, verdict.findings, replace=True, warn=verdict.warned,
-        reasons=verdict.reasons)  # fmt: skip
+    verdict.add(add, message, replace=True)
     return replace(info, compile_config={}), False
 
 
