@@ -122,6 +122,8 @@ def load_model(
             )
         except Exception as exc:
             missing = _missing_class(exc)
+            if missing is not None and _h5_operation(info, missing[1], keras):
+                raise LoadError(_h5_operation_message(info, missing[1])) from exc
             if missing is not None:
                 raise UsageError(_missing_message(info, missing, imports)) from exc
             raise LoadError(_explain_keras_error(info, exc, local)) from exc
@@ -186,6 +188,30 @@ def _missing_message(info: FileInfo, missing: tuple[str, str], imports: Sequence
         f"{info.path} uses the custom {kind} {name!r}, and {given}; pass --import MODULE (a "
         f"name or a .py path) naming the module that defines {name} (a module that only "
         "defines classes: importing it runs its top-level code)"
+    )
+
+
+def _h5_operation(info: FileInfo, name: str, keras: ModuleType) -> bool:
+    """Whether the class Keras could not find is one of its own operations (`keras.ops.sum`,
+    `a * 2.0` between layers) in a legacy .h5 file: Keras writes them there but cannot read
+    them back, so no `--import` helps."""
+    if info.format != "h5" or all(e.class_name != name for e in info.graph.unlisted):
+        return False  # the graph's unlisted entries: its operations (and input layers)
+    todo = [keras.Operation]
+    while todo:
+        kind = todo.pop()
+        if kind.__name__ == name and kind.__module__.startswith("keras.src.ops"):
+            return True
+        todo.extend(kind.__subclasses__())
+    return False
+
+
+def _h5_operation_message(info: FileInfo, name: str) -> str:
+    """The file holds an operation Keras cannot load from the legacy format."""
+    return (
+        f"{info.path} uses the Keras operation {name!r} between its layers (keras.ops or an "
+        "operator on tensors), which Keras saves in the legacy .h5 format but cannot load back "
+        'from it; save the model as .keras (model.save("model.keras"))'
     )
 
 

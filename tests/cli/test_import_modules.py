@@ -161,3 +161,33 @@ def _tripler(files):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.Tripler
+
+
+@pytest.fixture(scope="module")
+def h5_with_operation(tmp_path_factory):
+    """A functional model with a Keras operation between its layers (`keras.ops.sum`), saved
+    in the legacy format: Keras writes the operation there but cannot load it back."""
+    folder = tmp_path_factory.mktemp("h5_operation")
+    x = keras.Input((5, 3), name="x")
+    seq = keras.layers.Dense(2, name="dense")(x)
+    out = keras.layers.Dense(1, name="head")(keras.ops.sum(seq, axis=1))
+    keras.Model(x, out).save(folder / "ops.h5")
+    with pytest.raises(ValueError, match="Unknown layer: 'Sum'"):
+        keras.saving.load_model(folder / "ops.h5")  # Keras itself, with nothing to import
+    return folder / "ops.h5"
+
+
+def test_a_keras_operation_in_an_h5_file_is_not_a_missing_import(h5_with_operation):
+    result = run("scan", str(h5_with_operation))
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert "Keras operation 'Sum'" in lines[0] and "as .keras" in lines[0]
+    assert "--import" not in lines[0] and "custom" not in lines[0]
+    # in `check` the file fails its `loads` check (no --import would load it), the run goes on
+    result = run("check", str(h5_with_operation), "--json")
+    assert result.exit_code == 1, result.output
+    (report,) = json.loads(result.output)["files"]
+    loads = [c for c in report["checks"] if c["name"] == "loads"]
+    assert loads and not loads[0]["passed"] and loads[0]["findings"] == ["unreadable"]
+    assert "Keras operation 'Sum'" in loads[0]["message"]
