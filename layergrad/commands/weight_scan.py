@@ -79,7 +79,7 @@ def scan_weights(
         stream: DataStream = ProbeStream(session.batch.arrays, labels)
         first = lambda: (session, labels)  # noqa: E731
         drawn = "drawn to fit each output"
-        yours = "pass --input with a `y` array for your own"
+        yours = _your_labels(model)
     else:
         assert spec is not None  # a loss, or the error above
         labelled = given or open_labels(model, cl.label_request(model, spec), options)
@@ -254,6 +254,16 @@ def frozen_variables(model: KerasModel) -> list[KerasVariable]:
     layers = [layer for _, layer in iter_layers(model)]
     made = [v for layer in layers for v in getattr(layer, "_trainable_variables", [])]
     return list({id(v): v for v in made if not v.trainable}.values())
+
+
+def _your_labels(model: KerasModel) -> str:
+    """How to give `--input` labels for this model: `y`, or `y:NAME` per output (what
+    `_labels_from_data` takes)."""
+    names = list(getattr(model, "output_names", None) or [])
+    if len(names) < 2:
+        return "pass --input with a `y` array for your own"
+    listed = ", ".join(f"`y:{n}`" for n in names)
+    return f"pass --input with an array per output ({listed}) for your own"
 
 
 def _labels_from_data(given: dict[str, np.ndarray], model: KerasModel) -> list[np.ndarray]:

@@ -90,6 +90,21 @@ def test_two_outputs_with_a_loss_each_and_loss_weights(tmp_path):
         assert_matches(rows[name], grad)
 
 
+def test_the_random_labels_note_of_two_outputs_names_the_keys_that_work(tmp_path):
+    # without labels the note says how to give them; followed as written, it must work (a
+    # single `y` is refused for two outputs)
+    model = sample("train_two_outputs.keras")
+    (note,) = scan_weights_model(model).notes
+    assert "`y:probs`" in note and "`y:value`" in note and "a `y` array" not in note, note
+    x, ids, value = normal(8, 6), np.arange(8) % 3, normal(8, 1, seed=2)
+    with pytest.raises(InputError, match="y:NAME"):
+        scan_weights_model(model, input_file=save_batch(tmp_path, x=x, y=ids))
+    given = scan_weights_model(
+        model, input_file=save_batch(tmp_path, x=x, **{"y:probs": ids, "y:value": value})
+    )
+    assert given.loss.labels == "data" and not given.notes
+
+
 def test_a_layer_that_ignores_an_input_gets_unused_input(tmp_path):
     report = scan_weights_model(sample("train_unused_input.keras"), imports=[CUSTOM_LAYERS])
     model = load_sample("train_unused_input.keras")
