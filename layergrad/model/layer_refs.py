@@ -137,7 +137,8 @@ def input_names(model: KerasModel) -> list[str]:
 def resolve(model: KerasModel, ref: str) -> Site:
     """Resolve one layer reference against a loaded model.
 
-    Rules (first match wins): a model input name; an exact top-level layer name; a path
+    Rules (first match wins): a model input name; an exact top-level layer name (`d@1` and
+    `x:logits` too, when a layer is named so); a path
     through nested models (`encoder/dense_1`); a name that is unique among nested layers;
     an integer index into `model.layers` (negative allowed). `@K` selects the K-th call;
     a `:logits` suffix (after `@K`) the call's output before the layer's fused activation.
@@ -168,9 +169,11 @@ def _resolve(model: KerasModel, ref: str) -> Site:
     """`resolve` of a reference without `:logits`."""
     base, call, text = _split(ref)
     names = input_names(model)
+    layers = dict(iter_layers(model))
+    if base != text and (text in names or _by_name(text, list(layers)) is not None):
+        base, call = text, 0  # a layer or input named `d@1` itself
     if base in names:
         return Site(ref=text, path=base, call=call, input_index=names.index(base))
-    layers = dict(iter_layers(model))
     path = _by_name(base, list(layers))
     if path is not None:
         spelled = text if path == base else ref_of((path, call))
@@ -196,10 +199,11 @@ def check_in_graph(graph: ModelGraph, refs: Sequence[str], globs: Sequence[str] 
     known = {*graph.input_names, *paths, *(e.path for e in graph.unlisted)}
     top = sum(1 for e in graph.layers if e.parent is None)
     for ref in refs:
-        tried = (_split(ref)[0], _split(split_logits(ref.strip())[0])[0])  # `x:logits` as named
+        # `d@1` and `x:logits` as named, then as a call and as logits
+        tried = (ref.strip(), _split(ref)[0], _split(split_logits(ref.strip())[0])[0])
         if any(base in known or _by_name(base, paths) is not None for base in tried):
             continue
-        base = tried[1]
+        base = tried[-1]
         if _INDEX.match(base):
             _check_index(int(base), top)
         else:

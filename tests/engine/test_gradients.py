@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from helpers import (
     finite_difference,
+    keras,
     load_sample,
     manual_gradient,
     nested_layers,
@@ -15,6 +19,7 @@ from helpers import (
     tf,
 )
 
+from layergrad.cli.app import main
 from layergrad.commands.api import inspect_model
 
 RTOL, ATOL = 1e-5, 1e-6
@@ -113,6 +118,35 @@ def test_shared_layer_second_call(write_input):
     np.testing.assert_allclose(res.array, expected, rtol=RTOL, atol=ATOL)
     res = only(inspect_model(path, "shared@1", ["shared@0"], input_file=write_input(x)))
     assert res.status == "none" and res.causes[0].code == "not_downstream"
+
+
+def test_a_layer_named_like_a_call_is_that_layer(tmp_path, write_input):
+    # Keras allows `@` in a name: `d@1` is the layer so named, not call 1 of `d`. With hand-set
+    # kernels: head@2 = h @ [[5], [6]], so d sum(head@2) / d h = [5, 6] in every row (h = `d@1`),
+    # and h = g @ diag(1, 2), so d sum(h) / d g = [1, 2] (g = `d`, called once)
+    dense = keras.layers.Dense
+    model = keras.Sequential(
+        [keras.Input((2,)), dense(2, use_bias=False, name="d"),
+         dense(2, use_bias=False, name="d@1"), dense(1, use_bias=False, name="head@2")]
+    )  # fmt: skip
+    model.get_layer("d").set_weights([np.array([[1.0, 2.0], [3.0, 4.0]], "float32")])
+    model.get_layer("d@1").set_weights([np.array([[1.0, 0.0], [0.0, 2.0]], "float32")])
+    model.get_layer("head@2").set_weights([np.array([[5.0], [6.0]], "float32")])
+    path = tmp_path / "named.keras"
+    model.save(path)
+    x = write_input(normal(3, 2))
+    res = only(inspect_model(str(path), "d@1", ["head@2"], input_file=x))
+    assert res.source.layer == "d@1"
+    np.testing.assert_array_equal(res.array, np.tile([5.0, 6.0], (3, 1)))
+    res = only(inspect_model(str(path), "d", ["d@1"], input_file=x))
+    assert res.target.layer == "d@1"
+    np.testing.assert_array_equal(res.array, np.tile([1.0, 2.0], (3, 1)))
+    # the command line checks the names against the file before loading it (there is no
+    # layer `head` to take `head@2` for): the same answer
+    args = ["inspect", str(path), "--from", "d@1", "--to", "head@2", "--input", x, "--json"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["results"][0]["gradient"]["max_abs"] == 6.0
 
 
 def test_two_named_inputs(write_input):
