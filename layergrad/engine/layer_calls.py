@@ -19,7 +19,7 @@ from layergrad.core.errors import InputError, LayerNotFound, op_message
 from layergrad.core.tf_runtime import keras, tf
 from layergrad.core.tf_types import GradientTape, KerasLayer, KerasModel, Tensor, TensorTree
 from layergrad.engine import random_layers
-from layergrad.model.layer_refs import LOGITS, Site, iter_layers, split_logits
+from layergrad.model.layer_refs import LOGITS_KEY, Site, iter_layers, split_key
 
 T = TypeVar("T")
 
@@ -221,7 +221,7 @@ def wrapped(
     output goes through it). The one way layergrad wraps layer calls; undone in `finally`."""
     merged: dict[int, tuple[KerasLayer, str, set[int] | None, set[int] | None]] = {}
     for layer, path, wanted in groups:
-        base, logits = split_logits(path)
+        base, logits = split_key(path)
         _, _, out, pre = merged.get(id(layer), (layer, base, set(), set()))
         if logits:
             pre = None if pre is None or wanted is None else pre | wanted
@@ -269,7 +269,7 @@ def site_groups(sites: Sequence[Site]) -> list[tuple[KerasLayer, str, set[int] |
     by_key: dict[tuple[int, bool], tuple[KerasLayer, str, set[int] | None]] = {}
     for site in sites:
         if site.layer is not None:
-            path = f"{site.path}{LOGITS}" if site.logits else site.path
+            path = f"{site.path}{LOGITS_KEY}" if site.logits else site.path
             entry = by_key.setdefault((id(site.layer), site.logits), (site.layer, path, set()))
             assert entry[2] is not None
             entry[2].add(site.call)
@@ -323,5 +323,5 @@ def _through_logits(
         before = call(*args, **kwargs)
     finally:
         layer.activation = activation
-    (passed,) = handle((f"{key[0]}{LOGITS}", key[1]), [before], args)
+    (passed,) = handle((f"{key[0]}{LOGITS_KEY}", key[1]), [before], args)
     return activation(passed)

@@ -19,6 +19,8 @@ from layergrad.model.head_forms import WEIGHTED
 _CALL_SUFFIX = re.compile(r"^(?P<base>.+)@(?P<call>\d+)$")
 _INDEX = re.compile(r"^-?\d+$")
 LOGITS = ":logits"  # a reference's suffix: the layer's output before its fused activation
+# how a call key marks that value: not `:logits`, which a layer's own name may end in
+LOGITS_KEY = "\x1flogits"
 # the Keras layers that apply their `activation` last, to the whole output (so the value
 # before it is the output with a linear activation): the weight layers and Activation; a
 # recurrent layer applies its own inside the recurrence, and a custom layer anywhere
@@ -46,12 +48,12 @@ class Site:
     def key(self) -> CallKey:
         """`(path, call)`: how graphs and traces identify a call (`(path:logits, call)` for
         the value before the activation, which the capture hands on as its own call)."""
-        return (f"{self.path}{LOGITS}" if self.logits else self.path, self.call)
+        return (f"{self.path}{LOGITS_KEY}" if self.logits else self.path, self.call)
 
     @classmethod
     def of_call(cls, key: CallKey) -> Site:
         """The site of a call seen while the model runs, by its `(path, call)` key."""
-        path, logits = split_logits(key[0])
+        path, logits = split_key(key[0])
         return cls(ref=ref_of(key), path=path, call=key[1], logits=logits)
 
 
@@ -60,7 +62,7 @@ CallKey = tuple[str, int]
 
 def ref_of(key: CallKey) -> str:
     """The reference that names a call: `path`, or `path@K` for K > 0 (then `:logits`)."""
-    path, logits = split_logits(key[0])
+    path, logits = split_key(key[0])
     call = key[1]
     return (f"{path}@{call}" if call else path) + (LOGITS if logits else "")
 
@@ -70,6 +72,14 @@ def split_logits(text: str) -> tuple[str, bool]:
     if text.endswith(LOGITS) and len(text) > len(LOGITS):
         return text[: -len(LOGITS)], True
     return text, False
+
+
+def split_key(path: str) -> tuple[str, bool]:
+    """The path of a call key and whether it names the value before the activation:
+    `head` + LOGITS_KEY -> ("head", True); a layer named `x:logits` -> ("x:logits", False)."""
+    if path.endswith(LOGITS_KEY):
+        return path[: -len(LOGITS_KEY)], True
+    return path, False
 
 
 def has_fused_activation(layer: KerasLayer) -> bool:

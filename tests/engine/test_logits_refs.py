@@ -176,3 +176,29 @@ def test_logits_of_what_has_no_fused_activation_is_exit_2(files, model, ref, mes
     assert message in result.output and "Traceback" not in result.output
     with pytest.raises(LayerNotFound):
         inspect_model(str(files / model), ref, ["-1"])
+
+
+def test_a_layer_named_like_logits_is_that_layer_with_its_activation(tmp_path):
+    # Keras allows `:` in a name: `h:logits` is the layer so named, its ReLU included. With
+    # an identity kernel and no bias it outputs relu(x), so d sum(h:logits) / d x is 1 where
+    # x > 0 and 0 elsewhere (the value before the activation would give 1 everywhere)
+    dense = keras.layers.Dense
+    model = keras.Sequential(
+        [keras.Input((2,), name="x"), dense(2, "relu", use_bias=False, name="h:logits"),
+         dense(1, use_bias=False, name="head")]
+    )  # fmt: skip
+    model.get_layer("h:logits").set_weights([np.eye(2, dtype="float32")])
+    model.get_layer("head").set_weights([np.array([[5.0], [6.0]], "float32")])
+    path = tmp_path / "named.keras"
+    model.save(path)
+    x = np.array([[1.0, -2.0], [-0.5, 3.0], [2.0, 4.0]], "float32")
+    np.save(tmp_path / "x.npy", x)
+    report = inspect_model(str(path), "x", ["h:logits"], input_file=str(tmp_path / "x.npy"))
+    (res,) = report.results
+    assert res.target.layer == "h:logits"
+    np.testing.assert_array_equal(res.array, (x > 0).astype("float32"))
+    # `check` records every layer call of its probe by name: it runs to the end
+    result = CliRunner().invoke(main, ["check", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    checks = json.loads(result.output)["files"][0]["checks"]
+    assert all(c["passed"] for c in checks), [c["message"] for c in checks if not c["passed"]]
