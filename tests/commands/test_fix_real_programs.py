@@ -146,9 +146,11 @@ def test_a_dense_on_a_feature_map_is_found_at_that_layer_and_gets_a_flatten(tmp_
     fixed = keras.models.load_model(copy)
     assert [type(la).__name__ for la in fixed.layers][-2:] == ["Flatten", "Dense"]
     assert fixed.output_shape == (None, CLASSES)
-    # trained in plain Keras, the copy learns as the human fix does (a Flatten added by hand)
-    assert _plain(fixed, x, y, y, 100) >= _plain(_no_flatten(True), x, y, y, 100) - 0.1
-    assert _plain(keras.models.load_model(copy), x, y, y, 100) > 0.6
+    # trained in plain Keras, the copy learns as the human fix does (a Flatten added by hand),
+    # and well above chance (0.25)
+    learned = _plain(fixed, x, y, y, 100)
+    assert learned >= _plain(_no_flatten(True), x, y, y, 100) - 0.1
+    assert learned > 0.6
 
 
 def _small_cnn():

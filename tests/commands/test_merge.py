@@ -242,29 +242,45 @@ def test_files_that_are_not_reports_are_refused(two_shards, tmp_path):
 # ------------------------------------------------------------------ --measure jacobian
 
 
-@pytest.fixture
-def residual_model(tmp_path):
-    """x(5) -> a = Dense 6 tanh -> Dense 4 tanh + Dense 4 (a skip), saved."""
+@pytest.fixture(scope="module")
+def residual_model(tmp_path_factory):
+    """x(5) -> a = Dense 6 tanh -> Dense 4 tanh + Dense 4 (a skip), saved (once: the tests
+    only read it)."""
+    tmp = tmp_path_factory.mktemp("residual")
     keras.utils.set_random_seed(39)
     x = keras.Input((5,), name="x")
     a = keras.layers.Dense(6, activation="tanh", name="a")(x)
     out = keras.layers.Add(name="out")(
         [keras.layers.Dense(4, activation="tanh", name="b")(a), keras.layers.Dense(4)(a)]
     )
-    keras.Model(x, out).save(tmp_path / "r.keras")
-    return str(tmp_path / "r.keras")
+    keras.Model(x, out).save(tmp / "r.keras")
+    return str(tmp / "r.keras")
+
+
+JACOBIAN_TOP = ["--from", "a", "--to", "out", "--batch-size", "8", "--measure", "jacobian",
+                "--top", "4"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def jacobian_runs(residual_model, tmp_path_factory):
+    """The data whole and in shards, and the runs over the whole and over the first shard,
+    which do not change with how the second shard numbers its samples: (paths, whole, first)."""
+    tmp = tmp_path_factory.mktemp("jacobian")
+    x = normal(37, 5, seed=35)
+    x[30] *= 0.01  # near 0, where tanh is steepest: a sensitive sample in shard 2
+    whole, a, b = shards(tmp, x, 16)
+    args = ["inspect", residual_model, *JACOBIAN_TOP]
+    return (whole, a, b), report(*args, "--data", whole), report(*args, "--data", a)
 
 
 @pytest.mark.parametrize("numbered", [False, True], ids=["from-0", "first-sample"])
-def test_jacobian_shards_merge_into_the_run_over_both(numbered, residual_model, tmp_path):
-    x = normal(37, 5, seed=35)
-    x[30] *= 0.01  # near 0, where tanh is steepest: a sensitive sample in shard 2
-    whole, a, b = shards(tmp_path, x, 16)
-    args = ["inspect", residual_model, "--from", "a", "--to", "out", "--batch-size", "8",
-            "--measure", "jacobian", "--top", "4"]  # fmt: skip
-    one = report(*args, "--data", whole)
+def test_jacobian_shards_merge_into_the_run_over_both(
+    numbered, residual_model, jacobian_runs, tmp_path
+):
+    (_, _, b), one, first_doc = jacobian_runs
+    args = ["inspect", residual_model, *JACOBIAN_TOP]
     second = ["--first-sample", "16"] if numbered else []
-    first_doc, second_doc = report(*args, "--data", a), report(*args, "--data", b, *second)
+    second_doc = report(*args, "--data", b, *second)
     # the second shard's top: its samples numbered within it, or from --first-sample 16
     mine = [t["sample"] for t in second_doc["results"][0]["jacobian"]["frobenius"]["top"]]
     whole_top = [t["sample"] for t in one["results"][0]["jacobian"]["frobenius"]["top"]]
@@ -316,15 +332,19 @@ def test_weight_scans_are_refused_with_the_reason(tmp_path):
     assert "cannot combine exactly" in line and "--distribute multi-worker" in line
 
 
-@pytest.mark.parametrize("fmt", ["table", "markdown", "html"])
-def test_a_merged_jacobian_report_renders_without_its_percentiles(fmt, residual_model, tmp_path):
-    _, a, b = shards(tmp_path, normal(20, 5, seed=38), 8)
+@pytest.fixture(scope="module")
+def jacobian_shards(residual_model, tmp_path_factory) -> list[str]:
+    """The reports of two jacobian runs over two shards (once for every format)."""
+    tmp = tmp_path_factory.mktemp("jacobian_shards")
+    _, a, b = shards(tmp, normal(20, 5, seed=38), 8)
     args = ["inspect", residual_model, "--from", "a", "--to", "out", "--batch-size", "8",
             "--measure", "jacobian"]  # fmt: skip
-    paths = [
-        write(tmp_path, f"s{i}.json", report(*args, "--data", p)) for i, p in enumerate((a, b))
-    ]
-    code, out = cli("merge", *paths, "--format", fmt)
+    return [write(tmp, f"s{i}.json", report(*args, "--data", p)) for i, p in enumerate((a, b))]
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "html"])
+def test_a_merged_jacobian_report_renders_without_its_percentiles(fmt, jacobian_shards):
+    code, out = cli("merge", *jacobian_shards, "--format", fmt)
     assert code == 0 and out.strip(), out
     if fmt == "table":
         assert "20 samples" in out and "p50 n/a (shards do not combine)" in out

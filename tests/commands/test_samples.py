@@ -100,18 +100,27 @@ def describe(grad) -> str:
 
 
 def finite_difference(forward, inputs, earlier, training=False, eps=1e-2):
-    """Central differences of sum(later) w.r.t. the earlier activation."""
+    """Central differences of sum(later) w.r.t. the earlier activation.
+
+    Every move (one element, one sign) is its own copy of the batch, and all copies go
+    through the forward code in one call: the inputs repeated once per move, the earlier
+    activation replaced by the moved copies stacked in the same order. Copy k's rows of
+    `later` depend on copy k's rows alone (every model checked this way computes each sample
+    on its own at inference), so their float64 sum is the total the move gives.
+    """
+    assert not training, "copies of a batch are independent only at inference"
     h = np.array(earlier, dtype="float32")
-    out = np.zeros_like(h)
+    moves = []
     for idx in np.ndindex(h.shape):
-        total = []
         for sign in (1.0, -1.0):
             moved = h.copy()
             moved[idx] += sign * eps
-            later = forward(Mark(override=moved), inputs, training)
-            total.append(float(tf.reduce_sum(tf.cast(later, tf.float64))))
-        out[idx] = (total[0] - total[1]) / (2 * eps)
-    return out
+            moves.append(moved)
+    copies = len(moves)
+    repeated = tf.nest.map_structure(lambda a: np.concatenate([a] * copies), inputs)
+    later = forward(Mark(override=np.concatenate(moves)), repeated, training)
+    totals = np.asarray(tf.reduce_sum(tf.reshape(tf.cast(later, tf.float64), (copies, -1)), axis=1))
+    return ((totals[0::2] - totals[1::2]) / (2 * eps)).reshape(h.shape).astype("float32")
 
 
 def expect(label, forward, make_input, want, *, training=False, fd=False, extra=None):
