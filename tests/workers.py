@@ -4,7 +4,9 @@ run them, run one process, compare the reports.
 Each run starts two fresh processes (MultiWorkerMirroredStrategy configures TensorFlow's
 collectives at start-up); both are killed in `finally`, and every wait is bounded.
 `one_cluster` runs a list of commands in one such run (each worker invokes the command line
-once per command), and the same list in one process: a cluster started once for a module.
+once per command), and the same list in one new process (`one_process`, also what
+`--cpu-replicas` needs: it splits the CPU before TensorFlow starts): a cluster started once
+for a module.
 """
 
 from __future__ import annotations
@@ -122,33 +124,42 @@ def assert_same_document(x: object, y: object, rel: float, where: str = "report"
         assert x == y, where
 
 
-SCRIPT = """
-import contextlib, io, json, sys, traceback
+INVOKE = """
+import contextlib, io, traceback
 from click.testing import CliRunner
 from layergrad.cli.app import main
 
-extra = sys.argv[2:]  # --distribute multi-worker, or nothing
-out = []
-for args in json.loads(open(sys.argv[1]).read()):
-    if args[0] == "--python":  # code run in this process, its stdout kept
-        stdout, code, error = io.StringIO(), 0, ""
-        try:
-            with contextlib.redirect_stdout(stdout):
-                exec(compile(args[1], "<step>", "exec"), {})
-        except Exception:
-            code, error = 1, traceback.format_exc()
-        out.append({"code": code, "stdout": stdout.getvalue(), "stderr": "", "error": error})
-        continue
-    done = CliRunner().invoke(main, [*args, *extra])
-    error = ""  # an exception the command line let out (SystemExit is its exit code)
-    if done.exc_info is not None and not isinstance(done.exception, SystemExit):
-        error = "".join(traceback.format_exception(*done.exc_info))
-    out.append(
-        {"code": done.exit_code, "stdout": done.stdout, "stderr": done.stderr[-3000:],
-         "error": error}
-    )
-print(json.dumps(out))
+
+def outcomes(commands, extra):
+    \"\"\"Each command in turn, then `extra` (--distribute multi-worker, or nothing).\"\"\"
+    out = []
+    for args in commands:
+        if args[0] == "--python":  # code run in this process, its stdout kept
+            stdout, code, error = io.StringIO(), 0, ""
+            try:
+                with contextlib.redirect_stdout(stdout):
+                    exec(compile(args[1], "<step>", "exec"), {})
+            except Exception:
+                code, error = 1, traceback.format_exc()
+            out.append({"code": code, "stdout": stdout.getvalue(), "stderr": "", "error": error})
+            continue
+        done = CliRunner().invoke(main, [*args, *extra])
+        error = ""  # an exception the command line let out (SystemExit is its exit code)
+        if done.exception is not None and not isinstance(done.exception, SystemExit):
+            error = "".join(traceback.format_exception(*done.exc_info))
+        out.append(
+            {"code": done.exit_code, "stdout": done.stdout, "stderr": done.stderr[-3000:],
+             "error": error}
+        )
+    return out
 """
+SCRIPT = (
+    INVOKE
+    + """
+import json, sys
+print(json.dumps(outcomes(json.loads(open(sys.argv[1]).read()), sys.argv[2:])))
+"""
+)
 
 
 def one_cluster(
@@ -163,12 +174,22 @@ def one_cluster(
     many = run_workers([], where, [*run, "--distribute", "multi-worker"])
     for d in many:
         assert d.returncode == 0, d.stderr[-3000:]
-    one = subprocess.run(
-        run, capture_output=True, text=True, cwd=where, timeout=TIMEOUT, env=environment()
-    )
-    assert one.returncode == 0, one.stderr[-3000:]
     chief, other = (json.loads(d.stdout) for d in many)
-    return chief, other, json.loads(one.stdout)
+    return chief, other, one_process(commands, where)
+
+
+def one_process(commands: list[list[str]], where: Path) -> list[dict]:
+    """Each command (as in `one_cluster`) in turn in one fresh process, from folder `where`:
+    their outcomes. For what must start with the process (`--cpu-replicas` splits the CPU
+    before TensorFlow starts), paid for once instead of once per command."""
+    (where / "commands.json").write_text(json.dumps(commands))
+    (where / "run.py").write_text(SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "run.py", "commands.json"], capture_output=True, text=True, cwd=where,
+        timeout=TIMEOUT, env=environment(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
 
 
 def same_outcome(runs: tuple[list[dict], list[dict], list[dict]], index: int) -> tuple[dict, dict]:
