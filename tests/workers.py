@@ -4,9 +4,9 @@ run them, run one process, compare the reports.
 Each run starts two fresh processes (MultiWorkerMirroredStrategy configures TensorFlow's
 collectives at start-up); both are killed in `finally`, and every wait is bounded.
 `one_cluster` runs a list of commands in one such run (each worker invokes the command line
-once per command), and the same list in one new process (`one_process`, also what
-`--cpu-replicas` needs: it splits the CPU before TensorFlow starts): a cluster started once
-for a module.
+once per command), and the same list in this process: a cluster started once for a module.
+`one_process` runs such a list in one new process (`--cpu-replicas` must split the CPU before
+TensorFlow starts).
 """
 
 from __future__ import annotations
@@ -162,12 +162,23 @@ print(json.dumps(outcomes(json.loads(open(sys.argv[1]).read()), sys.argv[2:])))
 )
 
 
+def in_this_process(commands: list[list[str]], where: Path) -> list[dict]:
+    """The outcomes of `commands` (as in `one_cluster`) run here, from folder `where`, without
+    TF_CONFIG: one process, no new interpreter to pay for."""
+    namespace: dict = {}
+    exec(compile(INVOKE, "<invoke>", "exec"), namespace)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(where)
+        patch.delenv("TF_CONFIG", raising=False)
+        return namespace["outcomes"](commands, [])
+
+
 def one_cluster(
     commands: list[list[str]], where: Path
 ) -> tuple[list[dict], list[dict], list[dict]]:
     """Each command (`layergrad` arguments, or `["--python", code]`) in turn, in one cluster of
-    two workers and in one process, from folder `where`: the outcomes ({"code", "stdout",
-    "stderr", "error"}) of the chief, of the other worker and of the one process."""
+    two workers and in one process (this one), from folder `where`: the outcomes ({"code",
+    "stdout", "stderr", "error"}) of the chief, of the other worker and of the one process."""
     (where / "commands.json").write_text(json.dumps(commands))
     (where / "run.py").write_text(SCRIPT)
     run = [sys.executable, "run.py", "commands.json"]
@@ -175,7 +186,7 @@ def one_cluster(
     for d in many:
         assert d.returncode == 0, d.stderr[-3000:]
     chief, other = (json.loads(d.stdout) for d in many)
-    return chief, other, one_process(commands, where)
+    return chief, other, in_this_process(commands, where)
 
 
 def one_process(commands: list[list[str]], where: Path) -> list[dict]:
