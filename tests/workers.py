@@ -4,7 +4,9 @@ run them, run one process, compare the reports.
 Each run starts two fresh processes (MultiWorkerMirroredStrategy configures TensorFlow's
 collectives at start-up); both are killed in `finally`, and every wait is bounded.
 `one_cluster` runs a list of commands in one such run (each worker invokes the command line
-once per command), and the same list in one process: a cluster started once for a module.
+once per command), and the same list in this process: a cluster started once for a module.
+`one_process` runs such a list in one new process (`--cpu-replicas` must split the CPU before
+TensorFlow starts).
 """
 
 from __future__ import annotations
@@ -122,53 +124,83 @@ def assert_same_document(x: object, y: object, rel: float, where: str = "report"
         assert x == y, where
 
 
-SCRIPT = """
-import contextlib, io, json, sys, traceback
+INVOKE = """
+import contextlib, io, traceback
 from click.testing import CliRunner
 from layergrad.cli.app import main
 
-extra = sys.argv[2:]  # --distribute multi-worker, or nothing
-out = []
-for args in json.loads(open(sys.argv[1]).read()):
-    if args[0] == "--python":  # code run in this process, its stdout kept
-        stdout, code, error = io.StringIO(), 0, ""
-        try:
-            with contextlib.redirect_stdout(stdout):
-                exec(compile(args[1], "<step>", "exec"), {})
-        except Exception:
-            code, error = 1, traceback.format_exc()
-        out.append({"code": code, "stdout": stdout.getvalue(), "stderr": "", "error": error})
-        continue
-    done = CliRunner().invoke(main, [*args, *extra])
-    error = ""  # an exception the command line let out (SystemExit is its exit code)
-    if done.exc_info is not None and not isinstance(done.exception, SystemExit):
-        error = "".join(traceback.format_exception(*done.exc_info))
-    out.append(
-        {"code": done.exit_code, "stdout": done.stdout, "stderr": done.stderr[-3000:],
-         "error": error}
-    )
-print(json.dumps(out))
+
+def outcomes(commands, extra):
+    \"\"\"Each command in turn, then `extra` (--distribute multi-worker, or nothing).\"\"\"
+    out = []
+    for args in commands:
+        if args[0] == "--python":  # code run in this process, its stdout kept
+            stdout, code, error = io.StringIO(), 0, ""
+            try:
+                with contextlib.redirect_stdout(stdout):
+                    exec(compile(args[1], "<step>", "exec"), {})
+            except Exception:
+                code, error = 1, traceback.format_exc()
+            out.append({"code": code, "stdout": stdout.getvalue(), "stderr": "", "error": error})
+            continue
+        done = CliRunner().invoke(main, [*args, *extra])
+        error = ""  # an exception the command line let out (SystemExit is its exit code)
+        if done.exception is not None and not isinstance(done.exception, SystemExit):
+            error = "".join(traceback.format_exception(*done.exc_info))
+        out.append(
+            {"code": done.exit_code, "stdout": done.stdout, "stderr": done.stderr[-3000:],
+             "error": error}
+        )
+    return out
 """
+SCRIPT = (
+    INVOKE
+    + """
+import json, sys
+print(json.dumps(outcomes(json.loads(open(sys.argv[1]).read()), sys.argv[2:])))
+"""
+)
+
+
+def in_this_process(commands: list[list[str]], where: Path) -> list[dict]:
+    """The outcomes of `commands` (as in `one_cluster`) run here, from folder `where`, without
+    TF_CONFIG: one process, no new interpreter to pay for."""
+    namespace: dict = {}
+    exec(compile(INVOKE, "<invoke>", "exec"), namespace)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(where)
+        patch.delenv("TF_CONFIG", raising=False)
+        return namespace["outcomes"](commands, [])
 
 
 def one_cluster(
     commands: list[list[str]], where: Path
 ) -> tuple[list[dict], list[dict], list[dict]]:
     """Each command (`layergrad` arguments, or `["--python", code]`) in turn, in one cluster of
-    two workers and in one process, from folder `where`: the outcomes ({"code", "stdout",
-    "stderr", "error"}) of the chief, of the other worker and of the one process."""
+    two workers and in one process (this one), from folder `where`: the outcomes ({"code",
+    "stdout", "stderr", "error"}) of the chief, of the other worker and of the one process."""
     (where / "commands.json").write_text(json.dumps(commands))
     (where / "run.py").write_text(SCRIPT)
     run = [sys.executable, "run.py", "commands.json"]
     many = run_workers([], where, [*run, "--distribute", "multi-worker"])
     for d in many:
         assert d.returncode == 0, d.stderr[-3000:]
-    one = subprocess.run(
-        run, capture_output=True, text=True, cwd=where, timeout=TIMEOUT, env=environment()
-    )
-    assert one.returncode == 0, one.stderr[-3000:]
     chief, other = (json.loads(d.stdout) for d in many)
-    return chief, other, json.loads(one.stdout)
+    return chief, other, in_this_process(commands, where)
+
+
+def one_process(commands: list[list[str]], where: Path) -> list[dict]:
+    """Each command (as in `one_cluster`) in turn in one fresh process, from folder `where`:
+    their outcomes. For what must start with the process (`--cpu-replicas` splits the CPU
+    before TensorFlow starts), paid for once instead of once per command."""
+    (where / "commands.json").write_text(json.dumps(commands))
+    (where / "run.py").write_text(SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "run.py", "commands.json"], capture_output=True, text=True, cwd=where,
+        timeout=TIMEOUT, env=environment(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
 
 
 def same_outcome(runs: tuple[list[dict], list[dict], list[dict]], index: int) -> tuple[dict, dict]:

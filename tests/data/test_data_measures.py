@@ -350,30 +350,26 @@ def test_a_baseline_of_one_probe_batch_is_other_data(classifier, tmp_path):
 
 
 @pytest.mark.slow
-def test_two_cpu_replicas_equal_one_device_for_the_weights_and_the_jacobian(classifier):
-    import subprocess
-    import sys
-
-    from helpers import ROOT
+def test_two_cpu_replicas_equal_one_device_for_the_weights_and_the_jacobian(classifier, tmp_path):
+    """One device here; two CPU replicas in one new process (devices are split before
+    TensorFlow starts) that runs both commands in turn."""
+    from workers import one_process
 
     path, d, *_ = classifier
-
-    def layergrad(*args: str) -> dict:
-        done = subprocess.run(
-            [sys.executable, "-m", "layergrad", *args, "--data", d, "--batch-size", "16",
-             "--json"],
-            capture_output=True, text=True, cwd=ROOT, timeout=300,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)
-
-    for command in (
+    commands = [
         ["scan", path, "--wrt", "weights"],
         # not `--to head`: the gradient of a softmax's sum is 0, and what the replicas
         # compare would be its rounding noise (1e-7), which depends on the order of the sums
         ["inspect", path, "--from", "x", "--to", "hidden", "--measure", "jacobian"],
-    ):
-        one, two = layergrad(*command), layergrad(*command, "--cpu-replicas", "2")
+    ]
+    data = ["--data", d, "--batch-size", "16", "--json"]
+    outcomes = one_process([[*c, *data, "--cpu-replicas", "2"] for c in commands], tmp_path)
+    for command, outcome in zip(commands, outcomes, strict=True):
+        assert outcome["code"] == 0 and not outcome["error"], outcome
+        here = run(*command, *data)
+        assert here.exit_code == 0, here.output
+        one, two = json.loads(here.stdout), json.loads(outcome["stdout"])
+        assert one["probe"]["replicas"] == 1
         assert two["probe"]["replicas"] == 2 and two["probe"]["samples"] == SAMPLES
         assert one["probe"]["data_sha256"] == two["probe"]["data_sha256"]
         one.pop("probe"), two.pop("probe")

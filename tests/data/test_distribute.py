@@ -1,30 +1,28 @@
 """`--distribute mirrored` / `--cpu-replicas N`: the distributed run equals the single-device
 run (rtol 1e-5). Logical CPU devices must be set before TensorFlow initialises its devices,
-so each run is a fresh process."""
+so the runs on two CPU replicas are made in a fresh process, one for the module (each command
+invoked in turn); the single-device runs are made here."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT, normal, sample, small_conv_net, tf
+from click.testing import CliRunner
+from helpers import normal, sample, small_conv_net, tf
+from workers import one_process
 
+from layergrad.cli.app import main
 from layergrad.core.errors import InputError
 from layergrad.data import devices
 
-pytestmark = pytest.mark.slow  # fresh processes: a few seconds each
+pytestmark = pytest.mark.slow  # a fresh process: a few seconds
 
 
 def layergrad(*args: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "layergrad", *args, "--json"],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
-    )  # fmt: skip
-    assert done.returncode in (0, 1), done.stderr
+    done = CliRunner().invoke(main, [*args, "--json"])
+    assert done.exit_code in (0, 1), done.output
     return json.loads(done.stdout)
 
 
@@ -37,58 +35,65 @@ def numbers(doc: object) -> list[float]:
     return [float(doc)] if isinstance(doc, (int, float)) and not isinstance(doc, bool) else []
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "x.npy"
-    x = normal(33, 6, seed=21)  # batches of 16, 16 and 1: one replica gets an empty share
-    x[:, 0] *= 3.0
-    np.save(path, x)
-    return str(path)
-
-
-@pytest.mark.parametrize(
-    "command",
-    [
-        ["inspect", sample("cause_saturated.keras"), "--from", "x", "--to", "squash",
-         "--to", "head"],
-        ["scan", sample("residual.keras")],
-        ["scan", sample("seed.keras")],
-    ],
-    ids=["inspect", "scan-residual", "scan-seed"],
-)  # fmt: skip
-def test_two_cpu_replicas_equal_one_device(command, data, tmp_path):
-    name = os.path.basename(command[1])  # the checkout's folder may be named anything
-    if name == "residual.keras":
-        path = tmp_path / "r.npy"
-        np.save(path, normal(33, 8, seed=22))
-        data = str(path)
-    elif name == "seed.keras":
-        path = tmp_path / "s.npy"
-        np.save(path, normal(33, 5, seed=23))
-        data = str(path)
-    one = layergrad(*command, "--data", data, "--batch-size", "16")
-    two = layergrad(*command, "--data", data, "--batch-size", "16", "--cpu-replicas", "2")
-    assert one["probe"]["replicas"] == 1 and two["probe"]["replicas"] == 2
-    assert one["probe"]["samples"] == two["probe"]["samples"] == 33
-    assert numbers(two) == pytest.approx(numbers(one), rel=1e-5, abs=1e-12)
-    assert len(numbers(one)) > 20
-
-
-def test_a_conv_net_with_an_empty_replica_share(tmp_path):
+COMMANDS = {  # name -> the command, run on one device here and on two CPU replicas
+    "inspect": ["inspect", sample("cause_saturated.keras"), "--from", "x", "--to", "squash",
+                "--to", "head", "--data", "x.npy", "--batch-size", "16"],
+    "scan-residual": ["scan", sample("residual.keras"), "--data", "r.npy", "--batch-size", "16"],
+    "scan-seed": ["scan", sample("seed.keras"), "--data", "s.npy", "--batch-size", "16"],
     # 9 rows in batches of 4: the last batch's one row leaves replica 1 nothing; the model is
     # never run on zero rows (a fused CPU convolution returns its input's shape for them)
-    small_conv_net(tmp_path / "m.keras")
-    np.save(tmp_path / "x.npy", normal(9, 8, 8, 3, seed=24))
-    args = ["scan", str(tmp_path / "m.keras"), "--data", str(tmp_path / "x.npy"),
-            "--batch-size", "4"]  # fmt: skip
-    one, two = layergrad(*args), layergrad(*args, "--cpu-replicas", "2")
-    assert two["probe"]["replicas"] == 2 and two["probe"]["samples"] == 9
-    assert numbers(two) == pytest.approx(numbers(one), rel=1e-5, abs=1e-12)
+    "conv": ["scan", "m.keras", "--data", "x9.npy", "--batch-size", "4"],
+}  # fmt: skip
 
 
-def test_mirrored_on_a_machine_without_gpus_runs_on_the_cpu(data):
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    where = tmp_path_factory.mktemp("data")
+    x = normal(33, 6, seed=21)  # batches of 16, 16 and 1: one replica gets an empty share
+    x[:, 0] *= 3.0
+    np.save(where / "x.npy", x)
+    np.save(where / "r.npy", normal(33, 8, seed=22))
+    np.save(where / "s.npy", normal(33, 5, seed=23))
+    small_conv_net(where / "m.keras")
+    np.save(where / "x9.npy", normal(9, 8, 8, 3, seed=24))
+    return where
+
+
+@pytest.fixture(scope="module")
+def two(folder):
+    """name -> the report of the command on two CPU replicas, all from one fresh process."""
+    outcomes = one_process(
+        [[*command, "--cpu-replicas", "2", "--json"] for command in COMMANDS.values()], folder
+    )
+    for outcome in outcomes:
+        assert outcome["code"] in (0, 1) and not outcome["error"], outcome
+    return {name: json.loads(o["stdout"]) for name, o in zip(COMMANDS, outcomes, strict=True)}
+
+
+def one(folder, name: str) -> dict:
+    """The report of command `name` on one device, in this process."""
+    here = {"x.npy", "r.npy", "s.npy", "x9.npy", "m.keras"}  # the files of `folder`
+    return layergrad(*(str(folder / a) if a in here else a for a in COMMANDS[name]))
+
+
+@pytest.mark.parametrize("name", ["inspect", "scan-residual", "scan-seed"])
+def test_two_cpu_replicas_equal_one_device(name, folder, two):
+    single, double = one(folder, name), two[name]
+    assert single["probe"]["replicas"] == 1 and double["probe"]["replicas"] == 2
+    assert single["probe"]["samples"] == double["probe"]["samples"] == 33
+    assert numbers(double) == pytest.approx(numbers(single), rel=1e-5, abs=1e-12)
+    assert len(numbers(single)) > 20
+
+
+def test_a_conv_net_with_an_empty_replica_share(folder, two):
+    single, double = one(folder, "conv"), two["conv"]
+    assert double["probe"]["replicas"] == 2 and double["probe"]["samples"] == 9
+    assert numbers(double) == pytest.approx(numbers(single), rel=1e-5, abs=1e-12)
+
+
+def test_mirrored_on_a_machine_without_gpus_runs_on_the_cpu(folder):
     doc = layergrad("inspect", sample("cause_saturated.keras"), "--from", "x", "--to",
-                    "squash", "--data", data, "--distribute", "mirrored")  # fmt: skip
+                    "squash", "--data", str(folder / "x.npy"), "--distribute", "mirrored")  # fmt: skip
     assert doc["probe"]["replicas"] >= 1
     assert doc["results"][0]["status"] in ("ok", "zero")
 

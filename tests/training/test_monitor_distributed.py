@@ -1,6 +1,8 @@
 """GradientMonitor under MirroredStrategy over two logical CPUs equals a one-device tape.
 
-Logical CPU devices must be set before TensorFlow initialises its devices: a fresh process."""
+Logical CPU devices must be set before TensorFlow initialises its devices: a fresh process,
+one for the module, that runs both scripts in turn over one MirroredStrategy (each prints one
+JSON line)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from helpers import ROOT, keras, tf
 
 pytestmark = pytest.mark.slow  # a fresh process
 
-SCRIPT = """
+PRELUDE = """
 import json
 import numpy as np
 from layergrad.data import devices
@@ -22,6 +24,10 @@ devices.split_cpu(2)
 from layergrad import GradientMonitor
 import keras, tensorflow as tf
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+"""
+
+# each script below runs after PRELUDE, both in one process, with its strategy
+SCRIPT = """
 rng = np.random.default_rng(1)
 x = rng.standard_normal((64, 6)).astype("float32")
 y = (x[:, 0] > 0).astype("int32")
@@ -48,12 +54,19 @@ print(json.dumps({"replicas": strategy.num_replicas_in_sync, "loss": first.loss,
 """
 
 
-def test_two_cpu_replicas_give_the_one_device_gradient():
+@pytest.fixture(scope="module")
+def printed() -> list[dict]:
+    """What SCRIPT, then EMBEDDING (defined below), print in one new process."""
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=ROOT, timeout=300
-    )
+        [sys.executable, "-c", PRELUDE + SCRIPT + EMBEDDING], capture_output=True, text=True,
+        cwd=ROOT, timeout=300,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    return [json.loads(line) for line in done.stdout.strip().splitlines()[-2:]]
+
+
+def test_two_cpu_replicas_give_the_one_device_gradient(printed):
+    got = printed[0]
     assert got["replicas"] == 2 and got["steps"] == [1, 3, 4]
     assert len(got["again"]) == 3 and got["again"][0] == pytest.approx(got["grads"], rel=1e-6)
     assert got["losses"][1] == pytest.approx(got["losses"][0], rel=1e-6)
@@ -78,13 +91,6 @@ def test_two_cpu_replicas_give_the_one_device_gradient():
 
 
 EMBEDDING = """
-import json
-import numpy as np
-from layergrad.data import devices
-devices.split_cpu(2)
-from layergrad import GradientMonitor
-import keras, tensorflow as tf
-strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 ids = np.random.default_rng(2).integers(0, 20, (64, 5)).astype("int32")
 y = np.arange(64) % 3
 keras.utils.set_random_seed(0)
@@ -105,13 +111,9 @@ print(json.dumps({"steps": monitor.report.steps, "tape": float(tf.norm(grad)),
 """
 
 
-def test_an_embedding_model_over_two_cpu_replicas_is_monitored():
+def test_an_embedding_model_over_two_cpu_replicas_is_monitored(printed):
     # summed over the replicas, the table's IndexedSlices lost their static shape, and the
     # monitor stopped a fit that trains without it
-    done = subprocess.run(
-        [sys.executable, "-c", EMBEDDING], capture_output=True, text=True, cwd=ROOT, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    got = printed[1]
     assert got["steps"] == 4
     assert got["grads"]["emb/embeddings"] == pytest.approx(got["tape"], rel=1e-5)
