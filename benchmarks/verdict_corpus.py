@@ -12,7 +12,8 @@ see corpus_forms.py) and each saved form (`SAVES`):
   keras    model.save("m.keras")
   h5       model.save("m.h5") (legacy HDF5; not for subclassed models)
   resaved  the .keras loaded back (safe mode) and saved again
-  fitted   one epoch of `fit` on the architecture's data (64 samples), then saved as .keras
+  fitted   one epoch of `fit` on the architecture's data (64 samples, run eagerly), then saved
+           as .keras
 
 and returns one `Case` per file: what it is, where it is, the data to check it with (`data`,
 an .npz: for the faults that only data shows, and for the healthy models' data false alarms,
@@ -108,7 +109,13 @@ def _model(arch: Arch, mutant: Mutant) -> keras.Model:
 def _fit(model: keras.Model, x: dict[str, np.ndarray], y: Any, steps: int | None = None) -> None:
     x = {k: v.astype(object) if v.dtype.kind == "U" else v for k, v in x.items()}  # tf.string
     inputs: Any = x if len(x) > 1 else next(iter(x.values()))
-    model.fit(inputs, y, epochs=1, batch_size=16, verbose=0, steps_per_epoch=steps)
+    # A few steps, run eagerly: tracing the train function costs more than the steps. The
+    # flag is not part of the compile config: the saved file is the one a traced fit writes.
+    model.run_eagerly = True
+    try:
+        model.fit(inputs, y, epochs=1, batch_size=16, verbose=0, steps_per_epoch=steps)
+    finally:
+        model.run_eagerly = False
 
 
 def _save_all(

@@ -9,37 +9,55 @@ import zoo
 
 from layergrad.commands.check.check_files import check_file
 
+# the models more than one test of the module checks: built and saved once, and kept
+REUSED = {*zoo.SMALL, "MobileNetV3Small"}
 
-def _check(tmp_path, build):
-    path = tmp_path / "model.keras"
-    build().save(path)
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """(name, build) -> (model, its .keras file): a model of `REUSED` is built and saved once
+    for every test that checks it; any other is built afresh (and not kept in memory)."""
+    folder = tmp_path_factory.mktemp("zoo")
+    made: dict[str, tuple] = {}
+
+    def get(name, build):
+        if name in made:
+            return made[name]
+        model, path = build(), folder / f"{name}.keras"
+        model.save(path)
+        if name in REUSED:
+            made[name] = (model, path)
+        return model, path
+
+    return get
+
+
+def _check(path):
     verdict = check_file(path)
     found = {c.name: c.message for c in verdict.checks if c.findings or not c.passed}
     assert verdict.verdict == "PASS" and not found, found
 
 
 @pytest.mark.parametrize("name", sorted(zoo.SMALL))
-def test_small_healthy_models_get_no_finding(tmp_path, name):
-    _check(tmp_path, zoo.SMALL[name])
+def test_small_healthy_models_get_no_finding(saved, name):
+    _check(saved(name, zoo.SMALL[name])[1])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(zoo.APPLICATIONS))
-def test_untrained_applications_get_no_finding(tmp_path, name):
-    _check(tmp_path, zoo.APPLICATIONS[name])
+def test_untrained_applications_get_no_finding(saved, name):
+    _check(saved(name, zoo.APPLICATIONS[name])[1])
 
 
 @pytest.mark.slow
-def test_inspect_probes_an_untrained_mobilenet_as_training_runs_it(tmp_path):
+def test_inspect_probes_an_untrained_mobilenet_as_training_runs_it(saved):
     """From `conv` to `logits` of a never-trained MobileNetV3Small: in inference (moving
     statistics 0 and 1) the gradient is an ok status flagged vanishing (about 1e-11); the
     rule probes again in training mode, where it is not, and says why."""
     from layergrad.commands.api import inspect_model
     from layergrad.diagnose.diagnoser import magnitude_flags
 
-    path = tmp_path / "mobilenet.keras"
-    model = zoo.APPLICATIONS["MobileNetV3Small"]()
-    model.save(path)
+    model, path = saved("MobileNetV3Small", zoo.APPLICATIONS["MobileNetV3Small"])
     norms = sum("BatchNormalization" in type(layer).__name__ for layer in model.layers)
     report = inspect_model(path, "conv", ["logits"])
     (res,) = report.results
@@ -63,12 +81,11 @@ def _fitting_labels(model, rows, rng):
 
 
 @pytest.mark.parametrize("name", sorted(zoo.SMALL))
-def test_small_healthy_models_with_their_labels_get_no_finding(tmp_path, name):
+def test_small_healthy_models_with_their_labels_get_no_finding(saved, tmp_path, name):
     from layergrad.commands.check.check_files import CheckOptions
     from layergrad.core.probe_options import ProbeOptions
 
-    model = zoo.SMALL[name]()
-    model.save(tmp_path / "model.keras")
+    model, path = saved(name, zoo.SMALL[name])
     rng = np.random.default_rng(0)
     arrays = {}
     for t in model.inputs:
@@ -86,7 +103,7 @@ def test_small_healthy_models_with_their_labels_get_no_finding(tmp_path, name):
         arrays["y"] = _fitting_labels(model, 16, rng)
     np.savez(tmp_path / "data.npz", **arrays)
     verdict = check_file(
-        tmp_path / "model.keras",
+        path,
         CheckOptions(probe=ProbeOptions(input_file=str(tmp_path / "data.npz"))),
     )
     found = {c.name: c.message for c in verdict.checks if c.findings or not c.passed}
