@@ -1,6 +1,9 @@
 """Hostile inputs on the newer surfaces: `--data`, baselines and scan JSON, outputs, options,
-renderers. One test per class of attack, each in a fresh, measured process (exit code, one
-line, time and peak memory bounded), as the model-file tests do.
+renderers. One test per class of attack, each command in a measured process of its own (exit
+code, one line, time and peak memory bounded), as the model-file tests do: a fresh one where
+what is measured is a refusal before TensorFlow, a whole process's memory or the one line of a
+process that imported TensorFlow itself (`refused_late`); a child of a process that has
+imported TensorFlow already for the other commands that run a model (`warm`).
 
 Independent truths: byte digests of every file that must stay untouched, `xml.etree` parsing
 the JUnit report, the characters of the output itself, PIL decoding the images, and the
@@ -26,6 +29,11 @@ from hostile import INSPECT, bounded, measure, refused
 pytestmark = pytest.mark.slow  # a fresh process per command: seconds each
 layers = keras.layers
 TF_BOUND_MB = 1500  # a run that loads TensorFlow and a small model
+
+
+def warm(args: list[str]) -> H.Measured:
+    """`measure`, in a child of a process that has already imported TensorFlow."""
+    return measure(args, H.TIMEOUT, warm=True)
 
 
 @pytest.fixture(scope="module")
@@ -149,18 +157,20 @@ def test_names_are_escaped_in_every_text_format(root: Path) -> None:
     )
     path = root / "evil\x1b[31m\u202e.keras"
     model.save(path)
+    shown = {}
     for fmt in ("table", "markdown", "html"):
-        m = measure(["scan", str(path), "--format", fmt])
+        m = warm(["scan", str(path), "--format", fmt])
         assert m.returncode == 0, m.stderr
         bounded(m, TF_BOUND_MB)
         assert not _hidden_characters(m.stdout), (fmt, m.stdout[:400])
         assert "\\x1b]8;;" in m.stdout and "\\u202e" in m.stdout  # shown, not acted on
-    md = measure(["scan", str(path), "--format", "markdown"]).stdout
+        shown[fmt] = m.stdout
+    md = shown["markdown"]
     assert not [ln for ln in md.splitlines() if ln.startswith("# ")]  # no heading broke out
-    html = measure(["scan", str(path), "--format", "html"]).stdout
+    html = shown["html"]
     assert "base-uri 'none'" in html and "form-action 'none'" in html
     report = root / "evil.xml"
-    gate = measure(["check", str(path), "--junit", str(report)])
+    gate = warm(["check", str(path), "--junit", str(report)])
     bounded(gate, TF_BOUND_MB)
     suite = ET.parse(report).getroot()  # well-formed: CI keeps every file's result
     assert all("\\x1b[31m" in case.get("classname", "") for case in suite)
@@ -255,7 +265,7 @@ def test_wrong_data_is_refused_through_data_as_through_input(root: Path, good: s
                 "declares shape (1000, 5)", "holds 200 B")  # fmt: skip
         for model, path, phrase in ((ids_model, ids, "outside int32"),
                                     (good, big, "overflows float32")):  # fmt: skip
-            m = measure(["inspect", str(model), *INSPECT, option, str(path)])
+            m = warm(["inspect", str(model), *INSPECT, option, str(path)])
             assert m.returncode == 2 and phrase in m.stderr and m.stderr.count("\n") == 1, (
                 option, m.stderr[-300:])  # fmt: skip
             bounded(m, TF_BOUND_MB)
@@ -275,15 +285,15 @@ def test_usage_errors_of_check_exit_2(root: Path, good: str) -> None:
     refused(["diff", str(empty), good], "has no layers")
     quitter = root / "quitter.py"
     quitter.write_text("import sys\n\ndef batches():\n    sys.exit(0)\n")
-    m = measure(["inspect", good, *INSPECT, "--data", f"{quitter}:batches"])
+    m = warm(["inspect", good, *INSPECT, "--data", f"{quitter}:batches"])
     assert m.returncode == 2 and "sys.exit(0)" in m.stderr, m.stderr[-300:]
-    gate = measure(["check", good, "--data", f"{quitter}:batches"])
+    gate = warm(["check", good, "--data", f"{quitter}:batches"])
     assert gate.returncode in (1, 2) and "sys.exit(0)" in gate.stdout + gate.stderr
     assert gate.returncode == 2 or "FAIL" in gate.stdout  # never a pass, never no report
     bounded(gate, TF_BOUND_MB)
     module = root / "quitting_module.py"
     module.write_text("import sys\nsys.exit(0)\n")
-    gate = measure(["check", good, "--import", str(module)])
+    gate = warm(["check", good, "--import", str(module)])
     assert gate.returncode in (1, 2) and "sys.exit(0)" in gate.stdout + gate.stderr
     bounded(gate, TF_BOUND_MB)
 
@@ -353,11 +363,11 @@ def test_every_error_is_one_clear_line(root: Path, good: str, image_model: Path)
     refused(["diff", str(digits), good], "expected a finite number")
     refused(["diff", str(surrogate), good], "lone surrogate")
     refused_late(["scan", good, "--data", f"{unknown_rank}:batches"], "unknown rank")
-    m = measure(["scan", good, "--data", f"{raising}:batches"])
+    m = warm(["scan", good, "--data", f"{raising}:batches"])
     assert m.returncode == 2 and "RuntimeError" in m.stderr and m.stderr.count("\n") == 1
     assert "Traceback" not in m.stderr
-    m = measure(["inspect", str(image_model), "--from", "conv", "--to", "head", "--data",
-                 str(corrupt)])  # fmt: skip
+    m = warm(["inspect", str(image_model), "--from", "conv", "--to", "head", "--data",
+              str(corrupt)])  # fmt: skip
     assert m.returncode == 2 and "broken.png" in m.stderr and m.stderr.count("\n") == 1, m.stderr
     bounded(m, TF_BOUND_MB)
 
@@ -371,8 +381,7 @@ def test_empty_batches_forever_end_with_an_error(root: Path, good: str) -> None:
         "    return tf.data.Dataset.from_tensors(tf.zeros((0, 5))).repeat()\n"
     )
     for name in ("python", "dataset"):
-        m = measure(["scan", good, "--data", f"{forever}:{name}",
-                     "--limit", "10"])  # fmt: skip
+        m = warm(["scan", good, "--data", f"{forever}:{name}", "--limit", "10"])
         assert m.returncode == 2 and "empty batches in a row" in m.stderr, m.stderr[-300:]
         assert m.stderr.count("\n") == 1
         bounded(m, TF_BOUND_MB)
