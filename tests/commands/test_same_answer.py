@@ -163,9 +163,10 @@ def test_random_labels_are_drawn_per_sample_whatever_the_batches_and_replicas(tm
 
 @pytest.fixture(scope="module")
 def replicas(files):
-    """The runs on two CPU replicas, made in one new process (devices are split before
-    TensorFlow starts), each command invoked in turn: the over-data inspect of the dropout net
-    twice, then a weight scan with random labels and an empty share (`d9.npz`, `m.keras`)."""
+    """The runs on two CPU replicas (devices are split before TensorFlow starts): in one new
+    process, each command in turn, the over-data inspect of the dropout net and a weight scan
+    with random labels and an empty share (`d9.npz`, `m.keras`); in a second new process the
+    over-data inspect again (the same answer from another process)."""
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="softmax")])
     model.compile(optimizer="adam", loss="categorical_crossentropy")
@@ -174,7 +175,7 @@ def replicas(files):
     over_data = [*args_of("over data", files, "drop"), "--cpu-replicas", "2", "--json"]
     scan = ["scan", str(files / "m.keras"), "--wrt", "weights", "--json", "--data",
             str(files / "d9.npz"), "--batch-size", "4", "--cpu-replicas", "2", "--quiet"]  # fmt: skip
-    outcomes = one_process([over_data, over_data, scan], files)
+    outcomes = [*one_process([over_data, scan], files), *one_process([over_data], files)]
     for outcome in outcomes:
         assert outcome["code"] == 0 and not outcome["error"], outcome
     return [outcome["stdout"] for outcome in outcomes]
@@ -185,7 +186,7 @@ def test_random_labels_on_two_replicas_with_an_empty_share(files, replicas):
     """9 samples in batches of 4 on two CPU replicas: the last batch's one sample leaves a
     replica with no rows (it drew labels from the batch's first sample, and failed)."""
     one = doc("scan", files / "m.keras", "--wrt", "weights", "--input", files / "d9.npz")
-    two = json.loads(replicas[2])
+    two = json.loads(replicas[1])
     assert two["probe"]["replicas"] == 2 and one["loss"]["labels"] == "random"
     np.testing.assert_allclose(numbers(two), numbers(one), rtol=1e-5, atol=1e-7)
 
@@ -274,10 +275,10 @@ def test_a_new_process_prints_what_this_one_prints(files):
 
 @pytest.mark.slow
 def test_two_cpu_replicas_draw_the_same_twice(replicas):
-    """Under tf.distribute (a new process: devices are split before TensorFlow starts) every
-    replica's copy of the generators' state is set the same, run after run (the second run
-    loads the model again, its layers' unseeded keys drawn anew)."""
-    first, second = replicas[0], replicas[1]
+    """Under tf.distribute (new processes: devices are split before TensorFlow starts) every
+    replica's copy of the generators' state is set the same, run after run and process after
+    process."""
+    first, second = replicas[0], replicas[2]
     report = json.loads(first)
     assert report["probe"]["replicas"] == 2 and report["probe"]["training"] is True
     assert numbers(report)

@@ -36,8 +36,10 @@ def numbers(doc: object) -> list[float]:
 
 
 COMMANDS = {  # name -> the command, run on one device here and on two CPU replicas
-    "inspect": ["inspect", sample("cause_saturated.keras"), "--from", "x", "--to", "squash",
-                "--to", "head", "--data", "x.npy", "--batch-size", "16"],
+    # gradients that are not zero (a saturated model's are: its report would hold only
+    # zeros, shapes and counts, equal whatever the replicas computed)
+    "inspect": ["inspect", sample("residual.keras"), "--from", "stem", "--to", "head",
+                "--to", "side", "--data", "r.npy", "--batch-size", "16"],
     "scan-residual": ["scan", sample("residual.keras"), "--data", "r.npy", "--batch-size", "16"],
     "scan-seed": ["scan", sample("seed.keras"), "--data", "s.npy", "--batch-size", "16"],
     # 9 rows in batches of 4: the last batch's one row leaves replica 1 nothing; the model is
@@ -83,6 +85,7 @@ def test_two_cpu_replicas_equal_one_device(name, folder, two):
     assert single["probe"]["samples"] == double["probe"]["samples"] == 33
     assert numbers(double) == pytest.approx(numbers(single), rel=1e-5, abs=1e-12)
     assert len(numbers(single)) > 20
+    assert sum(abs(n) > 1e-3 for n in numbers(single)) > 10  # measures, not only counts
 
 
 def test_a_conv_net_with_an_empty_replica_share(folder, two):
