@@ -198,7 +198,9 @@ def loss_verdict(reading: LossReading, has_loss: bool, probe_follows: bool) -> L
         if not any(m.output == h.name for m in reading.mismatches)
     ]
     for head in reading.unread:
-        what = _what(head.layer_class)
+        what = f"custom layer `{head.layer_class}`" if head.layer_class else "an unknown layer"
+        if head.layer_class in ("Lambda", "TFOpLambda"):
+            what = "a Lambda layer"
         then = (
             "judged on its outputs on the probe once the model runs"
             if probe_follows
@@ -209,9 +211,3 @@ def loss_verdict(reading: LossReading, has_loss: bool, probe_follows: bool) -> L
             f"activation in the file; {then}"
         )
     return LossVerdict("; ".join(parts), tuple(findings), tuple(warned), tuple(reasons), has_loss)
-
-
-def _what(layer_class: str) -> str:
-    if layer_class in ("Lambda", "TFOpLambda"):
-        return "a Lambda layer"
-    return f"custom layer `{layer_class}`" if layer_class else "an unknown layer"

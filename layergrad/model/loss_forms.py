@@ -73,11 +73,6 @@ class LossRead:
     from_logits: bool = False
     known: bool = True
 
-    @property
-    def spec(self) -> tuple[str, bool] | None:
-        """(canonical name, from_logits) for the rules; None for a loss they cannot judge."""
-        return (self.name, self.from_logits) if self.known else None
-
 
 def read_loss(loss: object) -> LossRead | None:
     """The loss in one serialized form (a string, a function object, a class instance);
@@ -134,7 +129,8 @@ def output_losses(loss: object, names: Sequence[str]) -> list[LossRead | None]:
 def per_output(loss: object, names: Sequence[str]) -> list[tuple[str, bool] | None]:
     """(canonical loss name, from_logits) for each output, None where it cannot be judged
     (no loss for it, or a loss that is not one Keras ships)."""
-    return [r.spec if r is not None else None for r in output_losses(loss, names)]
+    reads = output_losses(loss, names)
+    return [(r.name, r.from_logits) if r is not None and r.known else None for r in reads]
 
 
 def unknown_outputs(loss: object, names: Sequence[str]) -> frozenset[str]:

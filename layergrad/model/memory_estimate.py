@@ -452,10 +452,6 @@ def _generic(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shap
 
 
 # fmt: off
-def _merge(cfg: Mapping[str, object], ins: Sequence[Shape]) -> tuple[list[Shape], int]:
-    return [max(ins, key=math.prod)], 0
-
-
 _ENCODING = ("CategoryEncoding", "StringLookup", "IntegerLookup", "Hashing", "HashedCrossing",
              "TextVectorization", "Discretization")
 _RULES: dict[str, Rule] = {
@@ -472,6 +468,7 @@ _FAMILIES: tuple[tuple[str, Rule], ...] = (
     ("LSTM", _rnn(4)), ("GRU", _rnn(3)), ("RNN", _rnn(1)), ("Attention", _attention),
     ("Normalization", _per_feature(2)),
     *((name, _resample) for name in ("UpSampling", "ZeroPadding", "Cropping")),
-    *((name, _merge) for name in ("Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum")),
+    *((name, lambda cfg, ins: ([max(ins, key=math.prod)], 0))
+      for name in ("Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum")),
 )
 # fmt: on

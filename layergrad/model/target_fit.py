@@ -195,11 +195,6 @@ def _wider(f: HeadFacts) -> str:
         y.low >= 0 and y.high < MAX_CLASSES) else ""  # fmt: skip
 
 
-def _several(f: HeadFacts) -> bool:
-    y = f.y
-    return y.classes is not None and y.classes > 2 and y.width == 1 and y.integers
-
-
 def _columns(f: HeadFacts) -> Change:
     """A unit per label column: one unit widened for rows (`_widen`), else the head's units."""
     if f.units == 1:
@@ -435,8 +430,8 @@ RULES: tuple[TargetRule, ...] = (
     TargetRule(
         "classes_in_one_unit", "more than two classes", "one unit, sigmoid / softmax or binary "
         "cross-entropy",
-        lambda f: f.units == 1 and _several(f) and (
-            f.head.activation in ("sigmoid", "softmax") or f.loss_name.startswith("binary")),
+        lambda f: f.units == 1 and (f.y.classes or 0) > 2 and f.y.width == 1 and f.y.integers
+        and (f.head.activation in ("sigmoid", "softmax") or f.loss_name.startswith("binary")),
         lambda f: f"{f.y.classes} classes cannot be told apart by one {f.head.activation} unit",
         lambda f: f"Dense({f.y.classes}, activation='softmax') with "
         "sparse_categorical_crossentropy",
