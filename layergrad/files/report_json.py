@@ -369,8 +369,8 @@ class Reader:
                 if f.name in spec.fill:
                     values[f.name] = spec.fill[f.name]
                 continue
-            if f.name in spec.inline:
-                inner = _inner(hints[f.name])
+            if f.name in spec.inline:  # an object or None
+                (inner,) = [a for a in get_args(hints[f.name]) if a is not type(None)]
                 if any(k in doc for k in _own_keys(inner, klass)):
                     values[f.name] = self.read(inner, doc, at)
                 elif f.default is MISSING:
@@ -398,12 +398,6 @@ def from_json(cls: type[T], doc: object, where: str = "report") -> T:
     """An object of the dataclass `cls` read from a parsed JSON document."""
     reader = Reader(where)
     return reader.read(cls, reader.obj(doc, "the document"))
-
-
-def _inner(hint: object) -> type:
-    (inner,) = [a for a in get_args(hint) if a is not type(None)] or [hint]
-    assert isinstance(inner, type)
-    return inner
 
 
 @cache
