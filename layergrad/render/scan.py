@@ -93,10 +93,8 @@ def html(report: ScanReport, **_: object) -> str:
 
 def _scan_verdict(rows: Sequence[ScanRow]) -> Html:
     counts = Counter(flag for row in rows for flag in row.flags)
-    if not counts:
-        return el("p", f"{len(rows)} layers: none flagged", class_="verdict ok")
-    kind = "bad" if any(f in counts for f in SEVERE_FLAGS) else "warn"
-    found = ", ".join(f"{n} {flag}" for flag, n in counts.items())
+    kind = "bad" if any(f in counts for f in SEVERE_FLAGS) else "warn" if counts else "ok"
+    found = ", ".join(f"{n} {flag}" for flag, n in counts.items()) or "none flagged"
     return el("p", f"{len(rows)} layers: {found}", class_=f"verdict {kind}")
 
 
