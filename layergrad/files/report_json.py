@@ -426,10 +426,12 @@ def read_report(path: str | os.PathLike[str]) -> InspectReport | ScanReport:
 
 def report_from_json(doc: object, where: str = "report") -> InspectReport | ScanReport:
     """The report of a parsed JSON document; `where` names it in errors."""
-    schema = doc.get("schema") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict):
+        raise Reader(where).error("the document", "a JSON object", doc)
+    schema = doc.get("schema")
     if schema == INSPECT_SCHEMA:
         return from_json(InspectReport, doc, where)
-    if schema == SCAN_SCHEMA and isinstance(doc, dict):
+    if schema == SCAN_SCHEMA:
         if doc.get("wrt", "activations") != "activations":
             raise InputError(
                 f"{where} is a scan of the weights (--wrt weights), which merge cannot combine "
@@ -439,8 +441,6 @@ def report_from_json(doc: object, where: str = "report") -> InspectReport | Scan
                 "whole data set, on several machines with --distribute multi-worker"
             )
         return from_json(ScanReport, doc, where)
-    if not isinstance(doc, dict):
-        raise Reader(where).error("the document", "a JSON object", doc)
     said = shown(schema) if isinstance(schema, (str, type(None))) else "not a string"
     raise InputError(
         f"{where} has schema {said}; expected {EXPECTED} ({INSPECT_SCHEMA} or {SCAN_SCHEMA})"

@@ -151,22 +151,17 @@ def _scan_column(ax: Axes, rows: Sequence[ScanRow], start: int, floor: float) ->
                 fontsize=FONT_SIZE - 1, fontweight="bold", parse_math=False,
             )  # fmt: skip
             text.set_gid(f"lg-mark-{start + y}")
-    _draw_jacobian(ax, rows, start)
-    ax.set_yticks(ys, [_label(r.layer) for r in rows], fontsize=FONT_SIZE, parse_math=False)
-    ax.tick_params(axis="y", length=0)
-    _grid(ax)
-
-
-def _draw_jacobian(ax: Axes, rows: Sequence[ScanRow], start: int) -> None:
-    """The Jacobian norm profile: a marker at each row's mean per-sample Frobenius norm."""
     from matplotlib.lines import Line2D
 
-    for y, row in enumerate(rows):
+    for y, row in enumerate(rows):  # the Jacobian profile: a marker at each row's mean norm
         value = _positive(jacobian_mean(row))
         if value is not None:
             point = Line2D([value], [y], marker="D", linestyle="", color=JACOBIAN_COLOR,
                            markersize=3.5, gid=f"lg-jac-{start + y}")  # fmt: skip
             ax.add_line(point)
+    ax.set_yticks(ys, [_label(r.layer) for r in rows], fontsize=FONT_SIZE, parse_math=False)
+    ax.tick_params(axis="y", length=0)
+    _grid(ax)
 
 
 def jacobian_mean(item: object) -> float | None:

@@ -45,16 +45,13 @@ def table(report: ScanReport, *, color: bool = False, width: int | None = 100) -
         *text_table(_columns(report), report.rows, width),
     ]
     items += [Text(f"note: {note}", style="yellow") for note in report.notes]
-    for row in _distinct_causes([r for r in report.rows if r.causes]):
+    # the last row of each set of causes, in depth order (upstream rows often share one)
+    rows = [r for r in report.rows if r.causes]
+    last = {tuple((c.code.value, c.layer) for c in r.causes): (i, r) for i, r in enumerate(rows)}
+    for _, row in sorted(last.values()):
         title = Text(f"{row.status} at {row.layer} (and the layers before it):", style="bold")
         items.append(Group(title, *causes_lines(row.causes)))
     return to_text(items, color=color, width=width)
-
-
-def _distinct_causes(rows: list[ScanRow]) -> list[ScanRow]:
-    """The last row of each set of causes, in depth order (upstream rows often share one)."""
-    last = {tuple((c.code.value, c.layer) for c in r.causes): (i, r) for i, r in enumerate(rows)}
-    return [row for _, row in sorted(last.values())]
 
 
 def markdown(report: ScanReport, **_: object) -> str:
