@@ -196,10 +196,9 @@ NORM_COLUMNS = (  # inspect --measure jacobian: the norms of each pair (results 
 
 
 def jacobian_items(results: Sequence[Result], width: int | None) -> list[RenderableType]:
-    """The per-sample norms table and the unit-sensitivity ranking, for results that have them."""
+    """The per-sample norms table and the unit-sensitivity ranking, for results that have them
+    (at least one does)."""
     measured = [(r, r.jacobian) for r in results if r.jacobian is not None]
-    if not measured:
-        return []
     title = Text("per-sample Jacobian norms, J_i = d to[i] / d from[i]", style="bold")
     items: list[RenderableType] = [
         Group(title, *text_table(NORM_COLUMNS, [r for r, _ in measured], width))
