@@ -127,7 +127,10 @@ def scan_figure(
 
 
 def _scan_column(ax: Axes, rows: Sequence[ScanRow], start: int, floor: float) -> None:
-    """Draw one column of rows: a bar per positive mean |g|, a word for the others."""
+    """Draw one column of rows: a bar per positive mean |g|, a word for the others, a marker
+    at each row's mean per-sample Jacobian norm."""
+    from matplotlib.lines import Line2D
+
     ys = list(range(len(rows)))
     values = [_positive(r.gradient.mean_abs if r.gradient else None) for r in rows]
     drawn = [
@@ -151,9 +154,7 @@ def _scan_column(ax: Axes, rows: Sequence[ScanRow], start: int, floor: float) ->
                 fontsize=FONT_SIZE - 1, fontweight="bold", parse_math=False,
             )  # fmt: skip
             text.set_gid(f"lg-mark-{start + y}")
-    from matplotlib.lines import Line2D
-
-    for y, row in enumerate(rows):  # the Jacobian profile: a marker at each row's mean norm
+    for y, row in enumerate(rows):
         value = _positive(jacobian_mean(row))
         if value is not None:
             point = Line2D([value], [y], marker="D", linestyle="", color=JACOBIAN_COLOR,
