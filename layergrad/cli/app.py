@@ -159,8 +159,7 @@ def inspect(
     if plot_file:
         write_plot(result, plot_file, reads, force)
     if save_gradient:
-        written = outputs.save_gradients(result, save_gradient, reads, force=force)
-        said(written.message)
+        said(outputs.save_gradients(result, save_gradient, reads, force=force))
     return any(r.status in fail_on for r in result.results)
 
 

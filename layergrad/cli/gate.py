@@ -147,10 +147,9 @@ def check(
     emit("check", fmt, verdicts)
     if junit_file:
         xml = junit(verdicts)
-        done = outputs.write_report(
-            junit_file, xml, "--junit", "the JUnit report", reads, force=force
+        said(
+            outputs.write_report(junit_file, xml, "--junit", "the JUnit report", reads, force=force)
         )
-        said(done.message)
     return not all(v.passed for v in verdicts)
 
 

@@ -158,7 +158,6 @@ def hard_exit(code: int, line: str) -> NoReturn:
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
     posix._exit(code)
-    raise AssertionError("unreachable")  # (for the type checker)
 
 
 _REPORT_STREAMS: list[TextIO] = []  # where `emit` writes: the real stdout of each command

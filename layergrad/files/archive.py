@@ -174,9 +174,12 @@ def open_weights(p: Path, zf: zipfile.ZipFile) -> Iterator[Checked]:
     with contextlib.ExitStack() as stack:
         if info.compress_type == zipfile.ZIP_STORED:
             raw = stack.enter_context(p.open("rb", buffering=0))
-            view: IO[bytes] | _Window = _Window(
-                raw, _data_start(raw, info, p.stat().st_size), info.file_size
-            )
+            start = guards.member_data_start(raw, info)
+            if start is None:
+                raise zipfile.BadZipFile(f"bad local header for {info.filename}")
+            if start + info.file_size > p.stat().st_size:
+                raise zipfile.BadZipFile(f"{info.filename} is cut short")
+            view: IO[bytes] | _Window = _Window(raw, start, info.file_size)
         else:
             view = stack.enter_context(tempfile.TemporaryFile(prefix="layergrad-"))
             with zf.open(info) as src:
@@ -184,15 +187,6 @@ def open_weights(p: Path, zf: zipfile.ZipFile) -> Iterator[Checked]:
             view.seek(0)
         h5 = stack.enter_context(h5py.File(view, "r"))
         yield h5, guards.check_hdf5(h5, f"{p}: {WEIGHTS_MEMBER}", LoadError)
-
-
-def _data_start(raw: io.FileIO, info: zipfile.ZipInfo, file_size: int) -> int:
-    start = guards.member_data_start(raw, info)
-    if start is None:
-        raise zipfile.BadZipFile(f"bad local header for {info.filename}")
-    if start + info.file_size > file_size:
-        raise zipfile.BadZipFile(f"{info.filename} is cut short")
-    return start
 
 
 class _Window(io.RawIOBase):

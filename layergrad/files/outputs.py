@@ -25,7 +25,6 @@ import os
 import secrets
 import zipfile
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -40,14 +39,6 @@ FIX_COPY_MARK = b"layergrad fix: a repaired copy"  # the zip comment of a copy `
 INPUT_SUFFIXES = (".keras", ".h5", ".hdf5", ".npy", ".npz", ".py")
 PathText = str | os.PathLike[str]
 Inputs = Iterable[PathText | None]  # the files and folders a run reads
-
-
-@dataclass(frozen=True)
-class Written:
-    """What happened to one output: the path, and the one line that says it."""
-
-    path: str
-    message: str
 
 
 def check_target(
@@ -212,33 +203,29 @@ def write_file(
 
 def write_report(
     path: str, text: str, option: str, what: str, inputs: Inputs = (), *, force: bool = False
-) -> Written:
-    """Write a text report (JUnit XML) to ``path``; the message says what was written."""
+) -> str:
+    """Write a text report (JUnit XML) to ``path``; returns the line that says what was
+    written."""
     existed = write_file(path, option, "xml", text.encode("utf-8"), inputs, force=force)
-    return Written(path, f"wrote {what} to {path}" + (" (replaced it)" if existed else ""))
+    return f"wrote {what} to {path}" + (" (replaced it)" if existed else "")
 
 
 def save_gradients(
     report: InspectReport, path: str, inputs: Inputs = (), *, force: bool = False
-) -> Written:
+) -> str:
     """Write the raw gradients of an inspect report: `.npy` for one result, `.npz` keyed by
     the `--to` reference (any name round-trips: ``file``, ``arr_0``, ``a/b``).
 
     A None gradient is not an array: a `.npy` is then not written and an `.npz` leaves it
-    out; the message says so. A result whose gradient exists is always written.
+    out; the line returned says so. A result whose gradient exists is always written. The
+    command has checked the path first: it ends in `.npy` (for one `--to`, one result) or
+    `.npz`.
 
     Raises:
-        OutputError: a target refused by `check_target`, a `.npy` for several results, or a
-            file that cannot be written.
+        OutputError: a target refused by `check_target`, or a file that cannot be written.
     """
-    option = "--save-gradient"
-    if not path.endswith((".npy", ".npz")):
-        raise OutputError(f"{option} must end in .npy or .npz: {path}")
-    kind = path[-3:]
+    option, kind, results = "--save-gradient", path[-3:], report.results
     p = check_target(path, option, kind, inputs, force=force)
-    results = list(report.results)
-    if kind == "npy" and len(results) != 1:
-        raise OutputError(f"{option} {path}: several --to layers need a .npz file")
     arrays: dict[str, np.ndarray] = {}
     for r in results:
         if r.array is not None and r.target.layer not in arrays:
@@ -248,13 +235,12 @@ def save_gradients(
             )
     none = [r.target.layer for r in results if r.array is None]
     if not arrays:
-        said = f"not written, the gradient of {', '.join(none)} is None"
-        return Written(path, f"{option} {path}: {said}")
+        return f"{option} {path}: not written, the gradient of {', '.join(none)} is None"
     existed = _atomic_write(p, option, lambda fh: _write_arrays(fh, arrays, npz=kind == "npz"))
     message = f"wrote the gradient of {', '.join(arrays)} to {path}"
     if none:
         message += f" (left out {', '.join(none)}: the gradient is None)"
-    return Written(path, message + (" (replaced it)" if existed else ""))
+    return message + (" (replaced it)" if existed else "")
 
 
 def _write_arrays(fh: IO[bytes], arrays: dict[str, np.ndarray], npz: bool) -> None:

@@ -369,8 +369,8 @@ class Reader:
                 if f.name in spec.fill:
                     values[f.name] = spec.fill[f.name]
                 continue
-            if f.name in spec.inline:
-                inner = _inner(hints[f.name])
+            if f.name in spec.inline:  # an object or None
+                (inner,) = [a for a in get_args(hints[f.name]) if a is not type(None)]
                 if any(k in doc for k in _own_keys(inner, klass)):
                     values[f.name] = self.read(inner, doc, at)
                 elif f.default is MISSING:
@@ -400,12 +400,6 @@ def from_json(cls: type[T], doc: object, where: str = "report") -> T:
     return reader.read(cls, reader.obj(doc, "the document"))
 
 
-def _inner(hint: object) -> type:
-    (inner,) = [a for a in get_args(hint) if a is not type(None)] or [hint]
-    assert isinstance(inner, type)
-    return inner
-
-
 @cache
 def _own_keys(inner: type, parent: type) -> tuple[str, ...]:
     """The members an inlined object adds to its parent's (its presence is any of them)."""
@@ -432,10 +426,12 @@ def read_report(path: str | os.PathLike[str]) -> InspectReport | ScanReport:
 
 def report_from_json(doc: object, where: str = "report") -> InspectReport | ScanReport:
     """The report of a parsed JSON document; `where` names it in errors."""
-    schema = doc.get("schema") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict):
+        raise Reader(where).error("the document", "a JSON object", doc)
+    schema = doc.get("schema")
     if schema == INSPECT_SCHEMA:
         return from_json(InspectReport, doc, where)
-    if schema == SCAN_SCHEMA and isinstance(doc, dict):
+    if schema == SCAN_SCHEMA:
         if doc.get("wrt", "activations") != "activations":
             raise InputError(
                 f"{where} is a scan of the weights (--wrt weights), which merge cannot combine "
@@ -445,8 +441,6 @@ def report_from_json(doc: object, where: str = "report") -> InspectReport | Scan
                 "whole data set, on several machines with --distribute multi-worker"
             )
         return from_json(ScanReport, doc, where)
-    if not isinstance(doc, dict):
-        raise Reader(where).error("the document", "a JSON object", doc)
     said = shown(schema) if isinstance(schema, (str, type(None))) else "not a string"
     raise InputError(
         f"{where} has schema {said}; expected {EXPECTED} ({INSPECT_SCHEMA} or {SCAN_SCHEMA})"

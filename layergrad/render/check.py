@@ -182,8 +182,15 @@ def _check_summary_row(index: int, v: FileVerdict) -> list[Html]:
 
 
 def _file_section(index: int, v: FileVerdict) -> Html:
-    checks = sorted(v.checks, key=lambda c: c.passed)  # stable: failed first, in check order
-    rows = [_check_row(c) for c in checks]
+    rows = [
+        [
+            cell(c.name),
+            cell(badge("pass", "ok") if c.passed else badge("fail", "bad"), sort=int(c.passed)),
+            cell(c.message),
+            _badges(c.failures, c.warnings),
+        ]
+        for c in sorted(v.checks, key=lambda c: c.passed)  # stable: failed first, in check order
+    ]
     title = el("h2", badge(v.verdict, _standing(v)), " ", el("code", v.path, class_="name"))
     return el(
         "section",
@@ -191,12 +198,3 @@ def _file_section(index: int, v: FileVerdict) -> Html:
         html_table(["check", "result", "message", "findings"], rows),
         id=f"file-{index}",
     )
-
-
-def _check_row(c: CheckItem) -> list[Html]:
-    return [
-        cell(c.name),
-        cell(badge("pass", "ok") if c.passed else badge("fail", "bad"), sort=int(c.passed)),
-        cell(c.message),
-        _badges(c.failures, c.warnings),
-    ]

@@ -24,7 +24,6 @@ from layergrad.render.common import (
     md_table,
     natural_width,
     number,
-    shape_text,
 )
 from layergrad.render.html_page import Html, badge, cell, el, join, table
 from layergrad.render.plot import jacobian_mean
@@ -60,7 +59,17 @@ def text_table(
     keep = list(range(len(cols)))
 
     def build() -> Table:
-        return _table([cols[i] for i in keep], [[r[i] for i in keep] for r in cells], compact)
+        table = Table(box=box.SIMPLE_HEAVY, pad_edge=False, collapse_padding=compact)
+        for i in keep:
+            table.add_column(
+                Text(cols[i].header),
+                justify=cols[i].justify,  # type: ignore[arg-type]
+                no_wrap=not cols[i].name_like,
+                overflow="fold",
+            )
+        for row in cells:  # a plain string would be read as rich markup: names are data
+            table.add_row(*(Text(c) if isinstance(c, str) else c for c in (row[i] for i in keep)))
+        return table
 
     table = build()
     droppable = sorted((c.drop, i) for i, c in enumerate(cols) if c.drop)
@@ -72,22 +81,6 @@ def text_table(
         return [table]
     said = f"columns left out to fit {width} columns: {dropped}"
     return [table, Text(f"{said}; a wider terminal or --json shows them", style="dim")]
-
-
-def _table(
-    columns: Sequence[Column], rows: Sequence[Sequence[RenderableType]], compact: bool
-) -> Table:
-    table = Table(box=box.SIMPLE_HEAVY, pad_edge=False, collapse_padding=compact)
-    for c in columns:
-        table.add_column(
-            Text(c.header),
-            justify=c.justify,  # type: ignore[arg-type]
-            no_wrap=not c.name_like,
-            overflow="fold",
-        )
-    for row in rows:  # a plain string would be read as rich markup: names are data
-        table.add_row(*(Text(cell) if isinstance(cell, str) else cell for cell in row))
-    return table
 
 
 def md_rows(columns: Sequence[Column], rows: Sequence[object]) -> str:
@@ -182,24 +175,21 @@ def status(get: Callable[..., str], *, bold: bool = True) -> Column:
     )
 
 
-def flags(drop: int, where: str = "tmh") -> Column:
-    """A row's flags: yellow in the table, badges on the page (the severe ones red)."""
-    return Column(
-        "flags",
-        drop=drop,
-        get=lambda r: r.flags,
-        text=lambda f: Text(", ".join(f), style="yellow" if f else ""),
-        md=", ".join,
-        html=lambda f: cell(join(badge(x, SEVERE.get(x, "warn")) for x in f), sort=",".join(f)),
-        where=where,
-    )
+FLAGS = Column(  # a row's flags: yellow in the table, badges on the page (the severe ones red)
+    "flags",
+    drop=1,
+    get=lambda r: r.flags,
+    text=lambda f: Text(", ".join(f), style="yellow" if f else ""),
+    md=", ".join,
+    html=lambda f: cell(join(badge(x, SEVERE.get(x, "warn")) for x in f), sort=",".join(f)),
+)
 
 
 def shape(
     header: str, get: Callable[..., tuple[int, ...]], drop: int, where: str = "tmh"
 ) -> Column:
     """An activation's shape, `(8, 4)`."""
-    return Column(header, drop=drop, get=lambda r: shape_text(get(r)), where=where)
+    return Column(header, drop=drop, get=lambda r: f"({', '.join(map(str, get(r)))})", where=where)
 
 
 def _grad(field: str) -> Callable[..., float | None]:
@@ -289,7 +279,7 @@ def scan_columns(rows: Sequence[ScanRow], jacobian: bool = False) -> list[Column
         shape("shape", lambda r: r.shape, 4 + d),
         status(lambda r: str(r.status), bold=False),
     ]
-    tail = [flags(1), Column("causes", get=_causes, where="m")]
+    tail = [FLAGS, Column("causes", get=_causes, where="m")]
     if not jacobian:
         mean = num("mean |g|", _grad("mean_abs"))
         zeros = percent("zeros", _grad("zero_fraction"), 0, 6, where="th")
@@ -312,7 +302,7 @@ WEIGHT_COLUMNS = (  # scan --wrt weights: one row per trainable variable
     num("L2", _grad("l2"), drop=4, where="th"),
     num("mean |g|", _grad("mean_abs")),
     num("||g|| / ||w||", lambda r: r.update_ratio, drop=2),
-    flags(1),
+    FLAGS,
 )
 
 

@@ -144,11 +144,6 @@ def ranked_units_table(
     return Group(Text(title, style="bold"), table)
 
 
-def shape_text(shape: Iterable[int]) -> str:
-    """`(8, 4)`."""
-    return "(" + ", ".join(str(d) for d in shape) + ")"
-
-
 def probe_line(p: ProbeMeta, what: str) -> str:
     """`probe: random (seed 0), batch 8, inference, <what>`."""
     mode = "training" if p.training else "inference"

@@ -8,7 +8,6 @@ against the trivial loss as inline SVG, and fetches nothing.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
 from rich.console import RenderableType
 from rich.text import Text
@@ -116,11 +115,6 @@ def table(report: FixReport, *, color: bool = False, width: int | None = 100) ->
     return to_text(items, color=color, width=width)
 
 
-def _fence(lines: Sequence[str]) -> str:
-    longest = max((len(run) for line in lines for run in re.findall(r"`+", line)), default=0)
-    return "`" * max(3, longest + 1)
-
-
 def _after(line: str) -> str:
     """The new code of a `before -> after at "LAYER"` line: `after  # "LAYER"`. The arrow and
     the `at` are found outside the line's string literals (every name is one), so a name that
@@ -161,7 +155,8 @@ def markdown(report: FixReport, **_: object) -> str:
         if r.code:
             lines += [f"- {md_code(line)}" for line in r.code] + [""]
         code = [_after(visible(line)) for line in r.code]
-        fence = _fence(code)
+        longest = max((len(run) for line in code for run in re.findall(r"`+", line)), default=0)
+        fence = "`" * max(3, longest + 1)  # longer than any run of backticks in the code
         lines += [f"{fence}suggestion", *code, fence, ""]
     if report.repairs:
         lines.append(md_rows(VERDICT_COLUMNS, report.repairs))

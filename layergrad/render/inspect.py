@@ -107,13 +107,18 @@ def html(report: InspectReport, **_: object) -> str:
         if len(targets) == 1
         else f"d {reduce}(to) / d {source}, for to in {', '.join(targets)}"
     )
+    broken = [r for r in results if r.status != "ok"]
+    said, kind = f"all {len(results)} results ok", "ok"
+    if broken:
+        kind = "bad" if any(r.status in ("none", "nonfinite") for r in broken) else "warn"
+        names = "; ".join(f"{r.status}: {_pair(r)}" for r in broken)
+        said = f"{len(broken)} of {len(results)} results not ok ({names})"
     body: list[Html | None] = [
-        _inspect_verdict(results),
+        el("p", said, class_=f"verdict {kind}"),
         page_facts(report.model, report.probe, target),
         el("h2", "Results"),
         html_rows([*RESULT_COLUMNS, *jacobian_columns(results)], results),
     ]
-    broken = [r for r in results if r.status != "ok"]
     if broken or any(r.warnings for r in results):
         body.append(el("h2", "Causes and warnings"))
         body += [causes_panel(f"{r.status}: {_pair(r)}", r.causes) for r in broken]
@@ -134,17 +139,6 @@ def html(report: InspectReport, **_: object) -> str:
 def _ranked_units(report: InspectReport) -> list[tuple[str, tuple[tuple[int, float], ...]]]:
     """(target, the source's units of largest mean |g|) for each ok result that has them."""
     return [(r.target.layer, plot.top_units(r)) for r in report.results if plot.top_units(r)]
-
-
-def _inspect_verdict(results: Sequence[Result]) -> Html:
-    broken = [r for r in results if r.status != "ok"]
-    if not broken:
-        return el("p", f"all {len(results)} results ok", class_="verdict ok")
-    kind = "bad" if any(r.status in ("none", "nonfinite") for r in broken) else "warn"
-    names = "; ".join(f"{r.status}: {_pair(r)}" for r in broken)
-    return el(
-        "p", f"{len(broken)} of {len(results)} results not ok ({names})", class_=f"verdict {kind}"
-    )
 
 
 def _units_section(report: InspectReport) -> Html:
@@ -180,7 +174,8 @@ def _spectral(field: str) -> Callable[[Result], float | None]:
 NORM_COLUMNS = (  # inspect --measure jacobian: the norms of each pair (results that have them)
     name("from", lambda r: r.source.layer),
     name("to", lambda r: r.target.layer),
-    Column("method", get=lambda r: _method(r.jacobian)),
+    Column("method", get=lambda r: r.jacobian.method
+           + ("" if r.jacobian.probes is None else f" K={r.jacobian.probes}")),
     num("‖J‖F mean", lambda r: r.jacobian.frobenius.mean),
     num("‖J‖F max", lambda r: r.jacobian.frobenius.max, drop=5),
     stderr_column(1),
@@ -192,8 +187,8 @@ NORM_COLUMNS = (  # inspect --measure jacobian: the norms of each pair (results 
            text=lambda b: "independent" if b else Text("mixed", style="yellow")),
     Column("batch independent", where="m",
            get=lambda r: "yes" if r.jacobian.batch_independent else "**no**"),
-    Column("most sensitive units", where="m",
-           get=lambda r: _top_units(r.jacobian.unit_sensitivity)),
+    Column("most sensitive units", where="m", get=lambda r: ", ".join(
+           f"{u} ({number(v)})" for u, v in _top(r.jacobian.unit_sensitivity, 3))),
 )  # fmt: skip
 
 
@@ -201,10 +196,9 @@ NORM_COLUMNS = (  # inspect --measure jacobian: the norms of each pair (results 
 
 
 def jacobian_items(results: Sequence[Result], width: int | None) -> list[RenderableType]:
-    """The per-sample norms table and the unit-sensitivity ranking, for results that have them."""
+    """The per-sample norms table and the unit-sensitivity ranking, for results that have them
+    (at least one does)."""
     measured = [(r, r.jacobian) for r in results if r.jacobian is not None]
-    if not measured:
-        return []
     title = Text("per-sample Jacobian norms, J_i = d to[i] / d from[i]", style="bold")
     items: list[RenderableType] = [
         Group(title, *text_table(NORM_COLUMNS, [r for r, _ in measured], width))
@@ -245,17 +239,9 @@ def _samples_table(results: Sequence[tuple[Result, JacobianStats]]) -> Group:
     return Group(*lines, ranked_units_table(title, "‖J‖F", columns, item="sample"))
 
 
-def _method(j: JacobianStats) -> str:
-    return j.method if j.probes is None else f"{j.method} K={j.probes}"
-
-
 def _top(values: Sequence[float], top: int) -> list[tuple[int, float]]:
     """The `top` (unit, value) of largest value, largest first (the lower unit first on a tie)."""
     return sorted(enumerate(values), key=lambda uv: (-uv[1], uv[0]))[:top]
-
-
-def _top_units(values: Sequence[float], top: int = 3) -> str:
-    return ", ".join(f"{u} ({number(v)})" for u, v in _top(values, top))
 
 
 # --- --data ---------------------------------------------------------------------------------

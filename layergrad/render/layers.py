@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 
 from rich.console import RenderableType
 from rich.text import Text
@@ -17,13 +17,27 @@ ZERO_STYLE = "bold yellow"
 
 
 def table(listing: LayerListing, *, color: bool = False, width: int | None = 100) -> str:
-    """The `layers` table: a header, one row per layer, weight problems, and the totals."""
+    """The `layers` table: a header, one row per layer, weight problems, and the totals.
+
+    The dtype and trainable columns are shown only when layers differ in them; when every
+    layer has the same value the header says it (an input's dtype is in the header).
+    """
     version = f"Keras {listing.keras_version}" if listing.keras_version else "unknown Keras"
     header = model_line(listing)
     header.append(f", saved by {version}")
     if listing.inputs:
         header.append(f"\ninputs: {', '.join(map(_input_text, listing.inputs))}")
-    header.append(_uniform_line(listing.rows))
+    rows = listing.rows
+    values: dict[str, set[str | bool]] = {
+        "dtype": {r.dtype for r in rows if r.dtype is not None and r.class_name != "InputLayer"},
+        "trainable": {r.trainable for r in rows if r.trainable is not None},
+    }
+    uniform = []
+    if len(values["dtype"]) == 1:
+        uniform.append(f"every layer's dtype policy is {next(iter(values['dtype']))}")
+    if len(values["trainable"]) == 1:
+        uniform.append(f"every layer is {'' if values['trainable'] == {True} else 'not '}trainable")
+    header.append("\n" + "; ".join(uniform) if uniform else "")
     items: list[RenderableType] = [header]
     if not listing.graph_known:
         items.append(
@@ -33,7 +47,8 @@ def table(listing: LayerListing, *, color: bool = False, width: int | None = 100
                 style="yellow",
             )
         )
-    items.append(_table(listing, width))
+    columns = [c for c in _columns(listing) if len(values.get(c.header, "many")) > 1]
+    items += text_table(columns, rows, width, compact=True, note=False)
     flagged = [r for r in listing.rows if r.problem]
     if flagged:
         items.append(_problems(flagged))
@@ -49,25 +64,6 @@ def _input_text(i: ModelInput) -> str:
     if i.dtype:
         parts.append(i.dtype)
     return " ".join(parts)
-
-
-def _shared_values(rows: Sequence[LayerRow]) -> dict[str, set[str | bool]]:
-    """The dtype policies and trainable flags of the layers (an input's dtype is in the header)."""
-    return {
-        "dtype": {r.dtype for r in rows if r.dtype is not None and r.class_name != "InputLayer"},
-        "trainable": {r.trainable for r in rows if r.trainable is not None},
-    }
-
-
-def _uniform_line(rows: Sequence[LayerRow]) -> str:
-    """What the table leaves out because every layer has the same value."""
-    values = _shared_values(rows)
-    parts = []
-    if len(values["dtype"]) == 1:
-        parts.append(f"every layer's dtype policy is {next(iter(values['dtype']))}")
-    if len(values["trainable"]) == 1:
-        parts.append(f"every layer is {'' if values['trainable'] == {True} else 'not '}trainable")
-    return "\n" + "; ".join(parts) if parts else ""
 
 
 def _columns(listing: LayerListing) -> list[Column]:
@@ -95,13 +91,6 @@ def _columns(listing: LayerListing) -> list[Column]:
                if r.problem else health_text(r), html=lambda r: cell(badge(health_text(r), "bad")
                if r.problem else health_text(r))),
     ]  # fmt: skip
-
-
-def _table(listing: LayerListing, width: int | None) -> RenderableType:
-    """The rows; the dtype and trainable columns only when layers differ in them."""
-    values = _shared_values(listing.rows)
-    columns = [c for c in _columns(listing) if len(values.get(c.header, "many")) > 1]
-    return text_table(columns, listing.rows, width, compact=True, note=False)[0]
 
 
 def _calls_text(r: LayerRow) -> str:

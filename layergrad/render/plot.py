@@ -122,12 +122,15 @@ def scan_figure(
         f"{report.model.path} ({report.model.class_name} {report.model.name!r}), "
         f"{len(rows)} rows in execution order",
     )
-    _legend(fig, _scan_legend(rows))
+    _legend(fig, rows)
     return fig
 
 
 def _scan_column(ax: Axes, rows: Sequence[ScanRow], start: int, floor: float) -> None:
-    """Draw one column of rows: a bar per positive mean |g|, a word for the others."""
+    """Draw one column of rows: a bar per positive mean |g|, a word for the others, a marker
+    at each row's mean per-sample Jacobian norm."""
+    from matplotlib.lines import Line2D
+
     ys = list(range(len(rows)))
     values = [_positive(r.gradient.mean_abs if r.gradient else None) for r in rows]
     drawn = [
@@ -151,22 +154,15 @@ def _scan_column(ax: Axes, rows: Sequence[ScanRow], start: int, floor: float) ->
                 fontsize=FONT_SIZE - 1, fontweight="bold", parse_math=False,
             )  # fmt: skip
             text.set_gid(f"lg-mark-{start + y}")
-    _draw_jacobian(ax, rows, start)
-    ax.set_yticks(ys, [_label(r.layer) for r in rows], fontsize=FONT_SIZE, parse_math=False)
-    ax.tick_params(axis="y", length=0)
-    _grid(ax)
-
-
-def _draw_jacobian(ax: Axes, rows: Sequence[ScanRow], start: int) -> None:
-    """The Jacobian norm profile: a marker at each row's mean per-sample Frobenius norm."""
-    from matplotlib.lines import Line2D
-
     for y, row in enumerate(rows):
         value = _positive(jacobian_mean(row))
         if value is not None:
             point = Line2D([value], [y], marker="D", linestyle="", color=JACOBIAN_COLOR,
                            markersize=3.5, gid=f"lg-jac-{start + y}")  # fmt: skip
             ax.add_line(point)
+    ax.set_yticks(ys, [_label(r.layer) for r in rows], fontsize=FONT_SIZE, parse_math=False)
+    ax.tick_params(axis="y", length=0)
+    _grid(ax)
 
 
 def jacobian_mean(item: object) -> float | None:
@@ -189,15 +185,6 @@ def _log_limits(rows: Sequence[ScanRow]) -> tuple[float, float]:
     top = math.ceil(math.log10(max(drawn)))
     bottom = min(math.floor(math.log10(min(drawn))) - 1, top - MIN_DECADES)
     return 10.0**bottom, 10.0 ** (top + 0.3)
-
-
-def _scan_legend(rows: Sequence[ScanRow]) -> list[tuple[str, str, str]]:
-    """(label, colour, kind) for each mark present, in MARKS order; kind is patch or marker."""
-    present = {mark_of(r) for r in rows}
-    entries = [(m.label, m.color, "patch") for key, m in MARKS.items() if key in present]
-    if any(_positive(jacobian_mean(r)) is not None for r in rows):
-        entries.append(("Jacobian ||J_i||_F, mean over samples", JACOBIAN_COLOR, "marker"))
-    return entries
 
 
 def inspect_figure(report: InspectReport) -> Figure:
@@ -284,17 +271,19 @@ def _titles(fig: Figure, title: str, subtitle: str) -> None:
     fig.suptitle("\n".join(lines), fontsize=TITLE_SIZE, parse_math=False)
 
 
-def _legend(fig: Figure, entries: list[tuple[str, str, str]]) -> None:
+def _legend(fig: Figure, rows: Sequence[ScanRow]) -> None:
+    """A patch for each mark present, in MARKS order; a marker for the Jacobian norms."""
     from matplotlib.artist import Artist
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
+    present = {mark_of(r) for r in rows}
     handles: list[Artist] = [
-        Patch(color=color, label=label)
-        if kind == "patch"
-        else Line2D([], [], marker="D", linestyle="", color=color, label=label)
-        for label, color, kind in entries
+        Patch(color=m.color, label=m.label) for key, m in MARKS.items() if key in present
     ]
+    if any(_positive(jacobian_mean(r)) is not None for r in rows):
+        label = "Jacobian ||J_i||_F, mean over samples"
+        handles.append(Line2D([], [], marker="D", linestyle="", color=JACOBIAN_COLOR, label=label))
     fig.legend(
         handles=handles, loc="outside lower center", ncols=min(len(handles), 5),
         fontsize=FONT_SIZE, frameon=False,

@@ -45,16 +45,13 @@ def table(report: ScanReport, *, color: bool = False, width: int | None = 100) -
         *text_table(_columns(report), report.rows, width),
     ]
     items += [Text(f"note: {note}", style="yellow") for note in report.notes]
-    for row in _distinct_causes([r for r in report.rows if r.causes]):
+    # the last row of each set of causes, in depth order (upstream rows often share one)
+    rows = [r for r in report.rows if r.causes]
+    last = {tuple((c.code.value, c.layer) for c in r.causes): (i, r) for i, r in enumerate(rows)}
+    for _, row in sorted(last.values()):
         title = Text(f"{row.status} at {row.layer} (and the layers before it):", style="bold")
         items.append(Group(title, *causes_lines(row.causes)))
     return to_text(items, color=color, width=width)
-
-
-def _distinct_causes(rows: list[ScanRow]) -> list[ScanRow]:
-    """The last row of each set of causes, in depth order (upstream rows often share one)."""
-    last = {tuple((c.code.value, c.layer) for c in r.causes): (i, r) for i, r in enumerate(rows)}
-    return [row for _, row in sorted(last.values())]
 
 
 def markdown(report: ScanReport, **_: object) -> str:
@@ -93,10 +90,8 @@ def html(report: ScanReport, **_: object) -> str:
 
 def _scan_verdict(rows: Sequence[ScanRow]) -> Html:
     counts = Counter(flag for row in rows for flag in row.flags)
-    if not counts:
-        return el("p", f"{len(rows)} layers: none flagged", class_="verdict ok")
-    kind = "bad" if any(f in counts for f in SEVERE_FLAGS) else "warn"
-    found = ", ".join(f"{n} {flag}" for flag, n in counts.items())
+    kind = "bad" if any(f in counts for f in SEVERE_FLAGS) else "warn" if counts else "ok"
+    found = ", ".join(f"{n} {flag}" for flag, n in counts.items()) or "none flagged"
     return el("p", f"{len(rows)} layers: {found}", class_=f"verdict {kind}")
 
 
