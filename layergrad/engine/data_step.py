@@ -117,7 +117,9 @@ class Unpack:
         q = self.fwd.get(name)
         if q is None:
             return None
-        return ForwardTotals.from_totals(self.totals["fwd"][q], float(self.totals["fwd/first"][q]))
+        nonfinite, sum_abs, elements = (float(v) for v in self.totals["fwd"][q])
+        first = first_batch(float(self.totals["fwd/first"][q]))
+        return ForwardTotals(int(nonfinite), sum_abs / elements if elements else 0.0, first)
 
     def dims(self, name: str) -> list[int]:
         """The largest sizes seen after the batch axis of output `name`, when the model
