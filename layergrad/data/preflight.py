@@ -32,7 +32,7 @@ from layergrad.files.array_files import (
     open_zip,
 )
 from layergrad.files.guards import require_regular
-from layergrad.model.graph import LayerEntry, ModelGraph
+from layergrad.model.graph import ModelGraph
 
 KINDS_HELP = "a .npy or .npz file, a folder of images, or FILE.py:function / module:function"
 T = TypeVar("T")
@@ -58,26 +58,21 @@ def config_specs(graph: ModelGraph) -> tuple[InputSpec, ...] | None:
     specs = []
     for name in graph.input_names:
         entry = graph.get(name)
-        spec = _spec(name, entry) if entry is not None else None
-        if spec is None:
+        if entry is None:
             return None
-        specs.append(spec)
+        config, dtype = entry.config, entry.dtype  # the dtype its config names
+        shape = config.get("batch_shape", config.get("batch_input_shape"))
+        if not isinstance(shape, list) or not shape or not isinstance(dtype, str):
+            return None
+        if not all(d is None or (type(d) is int and d >= 0) for d in shape):
+            return None
+        try:
+            if dtype != "string":  # text: unicode or bytes arrays (`value_checks.check_fits`)
+                np.dtype(tf_dtype(dtype))
+        except TypeError:
+            return None
+        specs.append(InputSpec(name=name, shape=tuple(shape[1:]), dtype=dtype))
     return tuple(specs)
-
-
-def _spec(name: str, entry: LayerEntry) -> InputSpec | None:
-    config, dtype = entry.config, entry.dtype  # the dtype its config names
-    shape = config.get("batch_shape", config.get("batch_input_shape"))
-    if not isinstance(shape, list) or not shape or not isinstance(dtype, str):
-        return None
-    if not all(d is None or (type(d) is int and d >= 0) for d in shape):
-        return None
-    try:
-        if dtype != "string":  # text: unicode or bytes arrays (`value_checks.check_fits`)
-            np.dtype(tf_dtype(dtype))
-    except TypeError:
-        return None
-    return InputSpec(name=name, shape=tuple(shape[1:]), dtype=dtype)
 
 
 def source_kind(path: str) -> str:
