@@ -351,7 +351,7 @@ def scan_frobenius(
         ((r.site.path, r.site.call, k), t)
         for r in live.records
         for k, t in enumerate(r.tensors)
-        if _batched(t, batch)
+        if is_float(t) and t.shape.rank and t.shape[0] == batch
     ]
     exact = _is_exact(m, options)
     count = m if exact else (options.probes or DEFAULT_PROBES)
@@ -383,10 +383,6 @@ def scan_frobenius(
             "diagonal blocks d target[i] / d layer[i], other samples' influence left out"
         )
     return norms, tuple(notes)
-
-
-def _batched(tensor: Tensor, batch: int) -> bool:
-    return bool(is_float(tensor) and tensor.shape.rank and tensor.shape[0] == batch)
 
 
 def _is_exact(m: int, options: JacobianOptions) -> bool:
