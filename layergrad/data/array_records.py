@@ -19,7 +19,7 @@ import numpy as np
 
 from layergrad.core.errors import InputError
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import Dataset, Tensor, TFDType
+from layergrad.core.tf_types import Dataset, Tensor
 from layergrad.data.functions import Failure, python_dataset
 from layergrad.data.preflight import input_layouts, input_readers, npy_input_layout
 from layergrad.data.shards import Part, Reading, part_rows
@@ -141,15 +141,10 @@ def records(
     return batches.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def _held(layout: NpyLayout) -> TFDType:
-    """The dtype the records of `layout` decode to."""
-    return tf.uint8 if layout.dtype.kind == "b" else tf.as_dtype(layout.dtype.newbyteorder("="))
-
-
 def _decode(raw: Tensor, layout: NpyLayout, spec: InputSpec, first: Tensor) -> Tensor:
     dtype = layout.dtype
     little = dtype.byteorder == "<" or (dtype.byteorder in "=|" and sys.byteorder == "little")
-    native = _held(layout)
+    native = tf.uint8 if dtype.kind == "b" else tf.as_dtype(dtype.newbyteorder("="))
     signed = _SIGNED.get(f"{dtype.kind}{dtype.itemsize}")
     values = tf.io.decode_raw(raw, tf.as_dtype(signed) if signed else native, little_endian=little)
     if signed:

@@ -19,7 +19,7 @@ from layergrad.core.limits import MAX_EMPTY_BATCHES
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import Dataset, Tensor, TensorTree
 from layergrad.core.vocab import with_article
-from layergrad.data.shards import Part, Reading, input_context
+from layergrad.data.shards import Part, Reading
 from layergrad.data.user_code import (
     checked_iteration,
     load_function,
@@ -227,14 +227,8 @@ def function_source(
     ref, specs = how.text, how.specs
     function = load_function(ref)
     sharded = takes_argument(function)
-    arguments = (input_context(how.shard, how.replicas),) if sharded else ()
-
-    def batches(
-        dataset: Dataset, rows: int | None, labelled: bool
-    ) -> tuple[Dataset, int | None, Part | None, bool]:
-        own = how.shard is not None and sharded  # the function returned its own shard
-        part = Part(dataset.prefetch(tf.data.AUTOTUNE), None) if own else None
-        return dataset, rows, part, labelled
+    worker, workers = how.shard or (0, 1)  # (InputContext: pipelines, this one, replicas)
+    arguments = (tf.distribute.InputContext(workers, worker, how.replicas),) if sharded else ()
 
     def call() -> object:
         try:
@@ -245,33 +239,36 @@ def function_source(
 
     result = call()
     if isinstance(result, tf.data.Dataset):
-        return batches(*_from_tf_dataset(result, how, outputs, weights_ignored))
-    if isinstance(result, (dict, str, bytes)) or not isinstance(result, Iterable):
+        dataset, rows, labelled = _from_tf_dataset(result, how, outputs, weights_ignored)
+    elif isinstance(result, (dict, str, bytes)) or not isinstance(result, Iterable):
         raise InputError(
             f"--data {ref}: the function returned {type(result).__name__}, not batches; return "
             "a tf.data.Dataset or an iterable (generator, list) of batches: arrays, (x, y) "
             "tuples or dicts keyed by input name"
         )
-    rows = len(result) if isinstance(result, np.ndarray) else None  # an array of samples
-    first: list[Iterable[object]] = [cast(Iterable[object], result)]
-    columns: list[LabelColumn] = []
-    signature = list(specs)
-    if outputs is not None and rows is None:  # the first element says where its labels are
-        iterator = iter(first[0])
-        head = list(itertools.islice(checked_iteration(iterator, ref), 1))
-        first = [itertools.chain(head, iterator)]
-        if head:
-            columns = _label_columns(
-                head[0], specs, outputs, f"--data {ref}: batch 0", weights_ignored
-            )
-            signature += [spec for _, spec in columns]
+    else:
+        rows = len(result) if isinstance(result, np.ndarray) else None  # an array of samples
+        first: list[Iterable[object]] = [cast(Iterable[object], result)]
+        columns: list[LabelColumn] = []
+        signature = list(specs)
+        if outputs is not None and rows is None:  # the first element says where its labels are
+            iterator = iter(first[0])
+            head = list(itertools.islice(checked_iteration(iterator, ref), 1))
+            first = [itertools.chain(head, iterator)]
+            if head:
+                columns = _label_columns(
+                    head[0], specs, outputs, f"--data {ref}: batch 0", weights_ignored
+                )
+                signature += [spec for _, spec in columns]
 
-    def read() -> Iterator[tuple[np.ndarray, ...]]:
-        # the first pass uses the first call; the function returns batches (checked above)
-        items = first.pop() if first else cast(Iterable[object], call())
-        yield from _rebatched(_parts(items, ref, specs, columns), how.batch_size, how.limit)
+        def read() -> Iterator[tuple[np.ndarray, ...]]:
+            # the first pass uses the first call; the function returns batches (checked above)
+            items = first.pop() if first else cast(Iterable[object], call())
+            yield from _rebatched(_parts(items, ref, specs, columns), how.batch_size, how.limit)
 
-    return batches(python_dataset(read, signature, failure, ref), rows, bool(columns))
+        dataset, labelled = python_dataset(read, signature, failure, ref), bool(columns)
+    own = how.shard is not None and sharded  # the function returned its own shard
+    return dataset, rows, Part(dataset.prefetch(tf.data.AUTOTUNE), None) if own else None, labelled
 
 
 def _label_columns(

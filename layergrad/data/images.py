@@ -23,12 +23,10 @@ _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 
 
 @dataclass(frozen=True)
 class ImageFile:
-    """One checked image: its path, format and size from its header."""
+    """One checked image: its path, and its format from its header."""
 
     path: str
     kind: str  # "png", "jpeg", "gif", "bmp"
-    width: int
-    height: int
 
 
 def list_images(folder: str, base: str | None = None) -> list[ImageFile]:
@@ -103,7 +101,7 @@ def check_image(path: str, folder: str) -> ImageFile:
             f"{MAX_IMAGE_PIXELS:,} layergrad decodes (decoded it would take "
             f"{width * height * 4 / 2**30:.1f} GB); resize it first"
         )
-    return ImageFile(path, kind_, width, height)
+    return ImageFile(path, kind_)
 
 
 def image_size(fh: IO[bytes]) -> tuple[str, int, int]:

@@ -130,7 +130,7 @@ def id_inputs(model: KerasModel) -> dict[str, str]:
             continue
         if is_id_layer(layer):
             verdict.setdefault(name, f"{type(layer).__name__} {layer.name!r}")
-        elif _custom(layer) or any(is_id_layer(inner) for inner in _inner_layers(layer)):
+        elif _custom(layer) or any(is_id_layer(inner) for inner in inner_layers(layer)):
             hidden.add(name)
             verdict.setdefault(name, f"{type(layer).__name__} {layer.name!r}")
         else:
@@ -150,7 +150,7 @@ def id_inputs(model: KerasModel) -> dict[str, str]:
 def _may_take_ids(model: KerasModel) -> bool:
     """Whether the model holds an id layer or a custom layer: else nothing in it takes ids,
     and it is not traced (`x / 255` before a ResNet is an operation on a float input)."""
-    inner = _inner_layers(model)
+    inner = inner_layers(model)
     return any(is_id_layer(la) or not str(type(la).__module__).startswith("keras.") for la in inner)
 
 
@@ -161,7 +161,7 @@ def _custom(layer: KerasLayer) -> bool:
     return not keras_class or "Layer" not in class_names(layer)
 
 
-def _inner_layers(layer: KerasLayer) -> list[KerasLayer]:
+def inner_layers(layer: KerasLayer) -> list[KerasLayer]:
     flatten = getattr(layer, "_flatten_layers", None)  # None: not a Keras layer
     try:
         return list(flatten(include_self=False, recursive=True)) if flatten else []
@@ -179,7 +179,7 @@ def integer_ranges(model: KerasModel) -> dict[str, int]:
         size = id_bound(layer) if is_id_layer(layer) else None
         if size is not None:
             bounds[input_name] = min(size, bounds.get(input_name, size))
-        elif not is_id_layer(layer) and any(is_id_layer(i) for i in _inner_layers(layer)):
+        elif not is_id_layer(layer) and any(is_id_layer(i) for i in inner_layers(layer)):
             inside.add(input_name)
     hidden = [n for n in {*id_inputs(model), *inside} if n not in bounds]
     if hidden:

@@ -32,7 +32,7 @@ from layergrad.files.array_files import (
     open_zip,
 )
 from layergrad.files.guards import require_regular
-from layergrad.model.graph import LayerEntry, ModelGraph
+from layergrad.model.graph import ModelGraph
 
 KINDS_HELP = "a .npy or .npz file, a folder of images, or FILE.py:function / module:function"
 T = TypeVar("T")
@@ -58,55 +58,21 @@ def config_specs(graph: ModelGraph) -> tuple[InputSpec, ...] | None:
     specs = []
     for name in graph.input_names:
         entry = graph.get(name)
-        spec = _spec(name, entry) if entry is not None else None
-        if spec is None:
+        if entry is None:
             return None
-        specs.append(spec)
+        config, dtype = entry.config, entry.dtype  # the dtype its config names
+        shape = config.get("batch_shape", config.get("batch_input_shape"))
+        if not isinstance(shape, list) or not shape or not isinstance(dtype, str):
+            return None
+        if not all(d is None or (type(d) is int and d >= 0) for d in shape):
+            return None
+        try:
+            if dtype != "string":  # text: unicode or bytes arrays (`value_checks.check_fits`)
+                np.dtype(tf_dtype(dtype))
+        except TypeError:
+            return None
+        specs.append(InputSpec(name=name, shape=tuple(shape[1:]), dtype=dtype))
     return tuple(specs)
-
-
-def _spec(name: str, entry: LayerEntry) -> InputSpec | None:
-    config, dtype = entry.config, entry.dtype  # the dtype its config names
-    shape = config.get("batch_shape", config.get("batch_input_shape"))
-    if not isinstance(shape, list) or not shape or not isinstance(dtype, str):
-        return None
-    if not all(d is None or (type(d) is int and d >= 0) for d in shape):
-        return None
-    try:
-        if dtype != "string":  # text: unicode or bytes arrays (`value_checks.check_fits`)
-            np.dtype(tf_dtype(dtype))
-    except TypeError:
-        return None
-    return InputSpec(name=name, shape=tuple(shape[1:]), dtype=dtype)
-
-
-def precheck(path: str | os.PathLike[str]) -> None:
-    """What can be checked of `--data PATH` before TensorFlow starts: each file is a regular
-    file (links followed), headers and archives are sound, each image's size within budget.
-
-    Raises:
-        InputError: as `open_data` would, for everything that does not need the model.
-    """
-    text = os.fspath(path)
-    lowered = text.lower()
-    if lowered.endswith(".npy") and os.path.lexists(text):
-        size = open_checked(text, "--data")
-        with open(text, "rb") as stream:
-            NpyRows(stream, text, size)
-    elif lowered.endswith(".npz") and os.path.lexists(text):
-        size = open_checked(text, "--data")
-        with open_zip(Path(text), size, "--data") as archive:
-            for name, member in guarded(lambda: npz_members(archive, text), text).items():
-                info = archive.getinfo(member)
-                with open_member(archive, info, Path(text), "--data") as stream:
-                    guarded(lambda s=stream, n=name, i=info: NpyRows(  # type: ignore[misc]
-                        s, f"{text}, array {n!r},", i.file_size), text)  # fmt: skip
-    elif os.path.isdir(text):
-        images.list_images(text)
-    elif is_function(text):
-        target = text.rpartition(":")[0]
-        if target.endswith(".py") and os.path.lexists(target):
-            require_regular(Path(target), "a Python file", lambda m: InputError(f"--data {m}"))
 
 
 def source_kind(path: str) -> str:
@@ -133,15 +99,34 @@ def source_kind(path: str) -> str:
 
 
 def check_source(path: str | os.PathLike[str], specs: Sequence[InputSpec] | None) -> None:
-    """Check `--data PATH` as far as the files' headers go, without TensorFlow: that it
-    exists, and, with the model's inputs `specs` (None: not known yet), that a `.npy` or
+    """Check `--data PATH` as far as the files' headers go, without TensorFlow: each file is
+    a regular file (links followed), headers and archives are sound, each image's size within
+    budget, and it exists; with the model's inputs `specs` (None: not known yet), a `.npy` or
     `.npz` holds an array of the right shape and dtype for every input.
 
     Raises:
         InputError: as `open_data` would, for the same fault.
     """
     text = os.fspath(path)
-    precheck(text)  # special files, forged headers, archive members: before anything else
+    lowered = text.lower()  # special files, forged headers, archive members: first
+    if lowered.endswith(".npy") and os.path.lexists(text):
+        size = open_checked(text, "--data")
+        with open(text, "rb") as stream:
+            NpyRows(stream, text, size)
+    elif lowered.endswith(".npz") and os.path.lexists(text):
+        size = open_checked(text, "--data")
+        with open_zip(Path(text), size, "--data") as archive:
+            for name, member in guarded(lambda: npz_members(archive, text), text).items():
+                info = archive.getinfo(member)
+                with open_member(archive, info, Path(text), "--data") as stream:
+                    guarded(lambda s=stream, n=name, i=info: NpyRows(  # type: ignore[misc]
+                        s, f"{text}, array {n!r},", i.file_size), text)  # fmt: skip
+    elif os.path.isdir(text):
+        images.list_images(text)
+    elif is_function(text):
+        target = text.rpartition(":")[0]
+        if target.endswith(".py") and os.path.lexists(target):
+            require_regular(Path(target), "a Python file", lambda m: InputError(f"--data {m}"))
     kind = source_kind(text)
     if specs is None:
         return

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from layergrad.core.errors import UsageError
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import Dataset, InputContext, Tensor
+from layergrad.core.tf_types import Dataset, Tensor
 from layergrad.data.value_checks import InputSpec
 
 Shard = tuple[int, int]  # (this worker, workers)
@@ -73,14 +73,6 @@ def part_rows(rows: int, batch_size: int, shard: Shard) -> tuple[int, int]:
     batches = math.ceil(rows / batch_size)
     first, last = worker * batches // workers, (worker + 1) * batches // workers
     return first * batch_size, min(last * batch_size, rows)
-
-
-def input_context(shard: Shard | None, replicas: int) -> InputContext:
-    """The `tf.distribute.InputContext` a function that takes one is called with."""
-    worker, workers = shard if shard is not None else (0, 1)
-    return tf.distribute.InputContext(
-        num_input_pipelines=workers, input_pipeline_id=worker, num_replicas_in_sync=replicas
-    )
 
 
 def round_robin(dataset: Dataset, shard: Shard) -> Part:

@@ -82,11 +82,10 @@ class Plan:
 
 @dataclass
 class Output:
-    """One output of a recorded call, as traced: dtype, static shape, watched or not."""
+    """One output of a recorded call, as traced: dtype and static shape."""
 
     dtype: str
     shape: tuple[int | None, ...]
-    watched: bool
 
 
 @dataclass
@@ -161,11 +160,15 @@ class Recorder:
             floating = is_float(tensor)
             watch = floating and (self.plan.every_leaf or (i == 0 and k in self.sources))
             name = f"{r}.{i}"
-            if watch:
-                tensor = self._watch_whole(tensor) if whole else self._watch(name, tensor)
+            if watch and whole:  # a copy watched whole: other uses of the original (a skip
+                # connection around a layer that returns its input) stay outside the gradient
+                tensor = masked_as(tensor, tf.identity(tensor))
+                self.tape.watch(tensor)
+            elif watch:
+                tensor = self._watch(name, tensor)
             if floating and not whole and (watch or (i == 0 and k in self.targets)):
                 self._summarise_forward(name, tensor)
-            outputs.append(Output(tensor.dtype.name, tuple(tensor.shape), watch))
+            outputs.append(Output(tensor.dtype.name, tuple(tensor.shape)))
             passed.append(tensor)
         self.records.append(Record(site, outputs, passed, args) if whole else Record(site, outputs))
         if k in self.targets or (k in self.sources and not self.plan.every_leaf):
@@ -210,14 +213,6 @@ class Recorder:
         out = tf.identity(tensor)
         record("watched", [out], [tensor, anchor], grad)
         return masked_as(tensor, out)
-
-    def _watch_whole(self, tensor: Tensor) -> Tensor:
-        """Hand on a new tensor equal to `tensor`, watched whole on the tape: other uses of
-        the original (a skip connection around a layer that returns its input, e.g. Dropout in
-        inference) stay outside the gradient. The Keras mask travels with it."""
-        copy = masked_as(tensor, tf.identity(tensor))
-        self.tape.watch(copy)
-        return copy
 
     def target_scalar(self, target: Site | None, outputs: TensorTree) -> Tensor:
         """reduce(target activation), or `plan.objective` / the projection of every float

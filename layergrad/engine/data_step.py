@@ -30,7 +30,7 @@ from layergrad.engine import step_calls
 from layergrad.engine.capture import Plan, Record, forward_pass, installed
 from layergrad.engine.layer_calls import Probed, call_groups, is_float, to_numpy
 from layergrad.engine.weight_gradients import WeightTotals
-from layergrad.model.layer_refs import CallKey, Site
+from layergrad.model.layer_refs import Site
 
 if TYPE_CHECKING:
     from layergrad.data.sources import DataStream
@@ -117,7 +117,9 @@ class Unpack:
         q = self.fwd.get(name)
         if q is None:
             return None
-        return ForwardTotals.from_totals(self.totals["fwd"][q], float(self.totals["fwd/first"][q]))
+        nonfinite, sum_abs, elements = (float(v) for v in self.totals["fwd"][q])
+        first = first_batch(float(self.totals["fwd/first"][q]))
+        return ForwardTotals(int(nonfinite), sum_abs / elements if elements else 0.0, first)
 
     def dims(self, name: str) -> list[int]:
         """The largest sizes seen after the batch axis of output `name`, when the model
@@ -194,8 +196,9 @@ class Step:
         unpack = Unpack(self.layout, totals, scale)
         records = self.layout.records
         targets: list[Probed | None] = []
+        keys = [rec.site.key for rec in records]
         for target in self.plan.targets:
-            r = None if target is None else self._record_of(target.key)
+            r = keys.index(target.key) if target is not None and target.key in keys else None
             targets.append(None if r is None else self._probed(r, 0, unpack, samples, target))
         chosen = {s.key for s in self.plan.sources}
         every = self.plan.every_leaf
@@ -226,9 +229,6 @@ class Step:
             arrays=tuple(tuple(a) for a in arrays) if self.plan.keep else (),
             alive=tuple(totals[f"alive{i}/gmax"] for i in range(len(self.plan.alive))),
         )
-
-    def _record_of(self, k: CallKey) -> int | None:
-        return next((r for r, rec in enumerate(self.layout.records) if rec.site.key == k), None)
 
     def _chosen_output(self, r: int, unpack: Unpack) -> int:
         """The first output the (first) target depends on, else the first tensor output."""

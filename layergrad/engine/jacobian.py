@@ -294,8 +294,7 @@ def estimate_stats(
 
 def frobenius(per_sample: np.ndarray) -> FrobeniusNorms:
     """Exact per-sample Frobenius norms."""
-    values = tuple(float(x) for x in per_sample)
-    return FrobeniusNorms(values, _mean(values), _max(values))
+    return FrobeniusNorms(*_norms(per_sample))
 
 
 def estimated_frobenius(squared: np.ndarray) -> FrobeniusNorms:
@@ -309,17 +308,15 @@ def estimated_frobenius(squared: np.ndarray) -> FrobeniusNorms:
     mean_sq = squared.mean(axis=0)
     stderr_sq = squared.std(axis=0, ddof=1) / np.sqrt(k)
     rel = np.where(mean_sq > 0, 0.5 * stderr_sq / np.where(mean_sq > 0, mean_sq, 1.0), 0.0)
-    values = tuple(float(x) for x in np.sqrt(mean_sq))
-    rels = tuple(float(r) for r in rel)
-    return FrobeniusNorms(values, _mean(values), _max(values), _max(rels), rels)
+    rels, _, largest = _norms(rel)
+    return FrobeniusNorms(*_norms(np.sqrt(mean_sq)), largest, rels)
 
 
 def spectral(
     sigma: np.ndarray, iterations: int | None = None, converged: bool = True
 ) -> SpectralNorms:
     """SpectralNorms from per-sample largest singular values."""
-    values = tuple(float(x) for x in sigma)
-    return SpectralNorms(values, _mean(values), _max(values), iterations, converged)
+    return SpectralNorms(*_norms(sigma), iterations, converged)
 
 
 def _rms(per_sample_unit: np.ndarray) -> tuple[float, ...]:
@@ -327,12 +324,12 @@ def _rms(per_sample_unit: np.ndarray) -> tuple[float, ...]:
     return tuple(float(u) for u in np.sqrt(np.asarray(per_sample_unit, np.float64).mean(axis=0)))
 
 
-def _mean(values: tuple[float, ...]) -> float:
-    return float(np.mean(values)) if values else 0.0
-
-
-def _max(values: tuple[float, ...]) -> float:
-    return float(np.max(values)) if values else 0.0
+def _norms(per_sample: np.ndarray) -> tuple[tuple[float, ...], float, float]:
+    """Per-sample values as floats, their mean and their largest (0.0 for none)."""
+    values = tuple(float(x) for x in per_sample)
+    if not values:
+        return (), 0.0, 0.0
+    return values, float(np.mean(values)), float(np.max(values))
 
 
 def scan_frobenius(
@@ -354,7 +351,7 @@ def scan_frobenius(
         ((r.site.path, r.site.call, k), t)
         for r in live.records
         for k, t in enumerate(r.tensors)
-        if _batched(t, batch)
+        if is_float(t) and t.shape.rank and t.shape[0] == batch
     ]
     exact = _is_exact(m, options)
     count = m if exact else (options.probes or DEFAULT_PROBES)
@@ -386,10 +383,6 @@ def scan_frobenius(
             "diagonal blocks d target[i] / d layer[i], other samples' influence left out"
         )
     return norms, tuple(notes)
-
-
-def _batched(tensor: Tensor, batch: int) -> bool:
-    return bool(is_float(tensor) and tensor.shape.rank and tensor.shape[0] == batch)
 
 
 def _is_exact(m: int, options: JacobianOptions) -> bool:

@@ -266,12 +266,11 @@ def call_groups(
 def site_groups(sites: Sequence[Site]) -> list[tuple[KerasLayer, str, set[int] | None]]:
     """`(layer, path, calls)` for `wrapped`: per layer, the calls whose outputs the sites
     name, and (as `path:logits`) those whose values before the activation they name."""
-    by_key: dict[tuple[int, bool], tuple[KerasLayer, str, set[int] | None]] = {}
+    by_key: dict[tuple[int, bool], tuple[KerasLayer, str, set[int]]] = {}
     for site in sites:
         if site.layer is not None:
             path = f"{site.path}{LOGITS_KEY}" if site.logits else site.path
             entry = by_key.setdefault((id(site.layer), site.logits), (site.layer, path, set()))
-            assert entry[2] is not None
             entry[2].add(site.call)
     return list(by_key.values())
 

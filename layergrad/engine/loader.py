@@ -121,12 +121,17 @@ def load_model(
                 local, custom_objects=custom, compile=False, safe_mode=not unsafe
             )
         except Exception as exc:
-            missing = _missing_class(exc)
-            if missing is not None and _h5_operation(info, missing[1], keras):
-                raise LoadError(_h5_operation_message(info, missing[1])) from exc
-            if missing is not None:
-                raise UsageError(_missing_message(info, missing, imports)) from exc
-            raise LoadError(_explain_keras_error(info, exc, local)) from exc
+            missing = _MISSING.search(str(exc))
+            if missing is None:
+                raise LoadError(_explain_keras_error(info, exc, local)) from exc
+            kind, name = (missing[1], missing[2]) if missing[1] else (missing[3], missing[4])
+            if _h5_operation(info, name, keras):  # no --import helps
+                raise LoadError(
+                    f"{info.path} uses the Keras operation {name!r} between its layers (keras.ops "
+                    "or an operator on tensors), which Keras saves in the legacy .h5 format but "
+                    'cannot load back from it; save the model as .keras (model.save("model.keras"))'
+                ) from exc
+            raise UsageError(_missing_message(info, kind, name, imports)) from exc
     return LoadedModel(model=model, info=info), warnings
 
 
@@ -168,17 +173,8 @@ def _changed_message(info: FileInfo, imports: Sequence[str]) -> str:
 _MISSING = re.compile(r"Could not locate (class|function) '([^']+)'|Unknown (\w+): '([^']+)'")
 
 
-def _missing_class(exc: BaseException) -> tuple[str, str] | None:
-    """The kind and name of the custom object Keras could not find, if that is why it failed."""
-    match = _MISSING.search(str(exc))
-    if match is None:
-        return None
-    return (match[1], match[2]) if match[1] else (match[3], match[4])
-
-
-def _missing_message(info: FileInfo, missing: tuple[str, str], imports: Sequence[str]) -> str:
+def _missing_message(info: FileInfo, kind: str, name: str, imports: Sequence[str]) -> str:
     """The file reads fine: the command lacks the module that defines its custom class."""
-    kind, name = missing
     given = (
         f"neither Keras nor --import {' '.join(imports)} defines or registers it"
         if imports
@@ -204,15 +200,6 @@ def _h5_operation(info: FileInfo, name: str, keras: ModuleType) -> bool:
             return True
         todo.extend(kind.__subclasses__())
     return False
-
-
-def _h5_operation_message(info: FileInfo, name: str) -> str:
-    """The file holds an operation Keras cannot load from the legacy format."""
-    return (
-        f"{info.path} uses the Keras operation {name!r} between its layers (keras.ops or an "
-        "operator on tensors), which Keras saves in the legacy .h5 format but cannot load back "
-        'from it; save the model as .keras (model.save("model.keras"))'
-    )
 
 
 @contextlib.contextmanager

@@ -45,16 +45,12 @@ def generator_states(model: KerasModel) -> list[KerasVariable]:
     return list({id(v): v for v in model.variables if v.name == STATE}.values())
 
 
-def generator_key(seed: int, index: int) -> int:
-    """The key of the `index`-th generator of a run seeded by `seed`."""
-    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0]) % KEYS + 1
-
-
 def seed_model(model: KerasModel, seed: int) -> None:
     """Seed every random draw of a run on `model` from `seed` (see the module)."""
     keras.utils.set_random_seed(seed)
     for index, state in enumerate(generator_states(model)):
-        state.assign(np.array([generator_key(seed, index), 0], np.int64))
+        key = int(np.random.SeedSequence([seed, index]).generate_state(1)[0]) % KEYS + 1
+        state.assign(np.array([key, 0], np.int64))
 
 
 def _at_batch(states: list[KerasVariable], batch: int) -> None:

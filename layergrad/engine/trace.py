@@ -36,6 +36,7 @@ from layergrad.core.tf_types import (
     TensorSpec,
     TensorTree,
 )
+from layergrad.data.input_kinds import inner_layers
 from layergrad.data.probe_input import ProbeBatch
 from layergrad.engine.capture import Plan, Record, forward_pass, installed
 from layergrad.engine.layer_calls import (
@@ -213,7 +214,7 @@ def record_calls(model: KerasModel, arrays: Sequence[np.ndarray]) -> Recorded | 
     reads of the layers' outputs on its probe (the heads' activations, saturated units) comes
     from it."""
     leaves = [(path, layer) for layer, path, _ in unique_leaves(iter_layers(model))]
-    inner = [(f"{path}/{sub.name}", sub) for path, layer in leaves for sub in _inside(layer)]
+    inner = [(f"{path}/{sub.name}", sub) for path, layer in leaves for sub in inner_layers(layer)]
     groups = unique_leaves([*leaves, *inner])
     by_path = {path: layer for layer, path, _ in groups}
     batch = ProbeBatch(tuple(arrays), (), "random", None)
@@ -227,11 +228,6 @@ def record_calls(model: KerasModel, arrays: Sequence[np.ndarray]) -> Recorded | 
         if r.site.input_index is None
     ]
     return Recorded(calls, keras.tree.flatten(live.outputs))
-
-
-def _inside(layer: KerasLayer) -> list[KerasLayer]:
-    flatten = getattr(layer, "_flatten_layers", None)
-    return list(flatten(include_self=False, recursive=True)) if flatten else []
 
 
 def recorder(model: KerasModel, arrays: Sequence[np.ndarray]) -> Callable[[], Recorded | None]:

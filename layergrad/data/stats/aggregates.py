@@ -200,8 +200,3 @@ class ForwardTotals:
     nonfinite_batches: int
     mean_abs: float
     first_nonfinite: int | None
-
-    @classmethod
-    def from_totals(cls, fields: np.ndarray, first: float) -> ForwardTotals:
-        nonfinite, sum_abs, elements = (float(v) for v in fields)
-        return cls(int(nonfinite), sum_abs / elements if elements else 0.0, first_batch(first))
