@@ -122,8 +122,7 @@ def check_file(
         if not options.static_only:
             dynamic(path, info, options, add, loss, baseline)
 
-    found = _checked(options, read, run)
-    return _verdict(read.path, list(found.items), found.told)
+    return _checked(options, read, run).verdict
 
 
 def read_checks(path: str | os.PathLike[str], options: CheckOptions = CheckOptions()) -> FileRead:
