@@ -267,18 +267,16 @@ def _data(
 ) -> DataStats | None:
     if all(d is None for d in items):
         return None
-    dead: set[int] | None = None
+    dead = set.intersection(*(set(d.dead_units if d is not None else ()) for d in items))
     first = None
     for d, start in zip(items, shares.first_batches, strict=True):
-        units = set(d.dead_units) if d is not None else set()
-        dead = units if dead is None else dead & units
         if first is None and d is not None and d.first_nonfinite_batch is not None:
             first = start + d.first_nonfinite_batch
     per_sample = merge_samples(
         [d.per_sample_l2 if d is not None else None for d in items], shares.samples,
         shares.weights,
     )  # fmt: skip
-    return DataStats(tuple(sorted(dead or ())) if has_gradient else (), per_sample, first)
+    return DataStats(tuple(sorted(dead)) if has_gradient else (), per_sample, first)
 
 
 def _causes(
@@ -306,10 +304,8 @@ def _combined(
 ) -> tuple[GradientStats | None, Status, tuple[Reason, ...], DataStats | None]:
     """What a result and a scan row combine alike: the gradient (of `shape`), the status, the
     causes and the statistics over the data."""
-    grads = [r.gradient for r in items]
-    gradient = None
-    if all(g is not None for g in grads):
-        gradient = merge_gradients([g for g in grads if g is not None], shares.weights, shape)
+    grads = [r.gradient for r in items if r.gradient is not None]
+    gradient = merge_gradients(grads, shares.weights, shape) if len(grads) == len(items) else None
     statuses = [r.status for r in items]
     status = _status(statuses, gradient)
     data = [r.data for r in items]

@@ -13,7 +13,7 @@ import fnmatch
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from functools import cache, partial
+from functools import partial
 
 import numpy as np
 
@@ -123,15 +123,6 @@ def build_rows(
             raise LayerNotFound(no_glob_match_message(patterns))
     broken = (Status.NONE, Status.NONFINITE, Status.ZERO)
     return tuple(causes(r) if r.status in broken else r for r in rows)
-
-
-def trace_causes(
-    make: Callable[[], tuple[Trace, Diagnoser]], graph: ModelGraph | None
-) -> Callable[[ScanRow], ScanRow]:
-    """Causes for the rows of `scan_over`, from a full trace and diagnoser made once, for the
-    first row that needs them (the one pass that keeps arrays runs only when something is wrong)."""
-    made = cache(make)
-    return lambda row: _with_causes(row, graph, *made())
 
 
 def _upstream(graph: ModelGraph | None, act: Probed, target: Probed) -> bool:
@@ -344,8 +335,11 @@ def scan_over(
     ]
     index = min(firsts, default=0)
 
-    def make() -> tuple[Trace, Diagnoser]:
-        return diagnosis.trace(index, site), diagnosis.diagnoser(index)
+    def causes(row: ScanRow) -> ScanRow:
+        """The row with its causes, from a full trace and diagnoser of the batch (made once, by
+        `Diagnosis`, for the first row that needs them: the one pass that keeps arrays runs
+        only when something is wrong)."""
+        return _with_causes(row, graph, diagnosis.trace(index, site), diagnosis.diagnoser(index))
 
     classes = {p: type(layer).__name__ for p, layer in iter_layers(model)}
     target = run.targets[0]
@@ -354,7 +348,6 @@ def scan_over(
         for act, grad in zip(run.activations, run.gradients[0], strict=True)
     ]
     ends = [target.site.key] if target is not None else sinks(graph)
-    causes = trace_causes(make, graph)
     return run, build_rows(measured, target, ends, graph, classes, layers, causes), diagnosis
 
 

@@ -239,15 +239,13 @@ def probe_batch(model: KerasModel, options: ProbeOptions) -> ProbeBatch:
     """The probe batch for `model`: the `--input` file, or random from its input spec."""
     from layergrad.data import input_kinds, probe_input
 
-    if options.input_file is not None:
-        try:
-            specs: tuple[probe_input.InputSpec, ...] | None = probe_input.input_specs(model)
-        except InputError:  # a subclassed model: its inputs are whatever the file holds
-            specs = None
-        return probe_input.load_batch(options.input_file, specs)
     try:
-        specs = probe_input.input_specs(model)
-    except InputError:  # a subclassed model: the shape it was built with, if its file says
+        specs: tuple[probe_input.InputSpec, ...] | None = probe_input.input_specs(model)
+    except InputError:  # a subclassed model
+        specs = None
+    if options.input_file is not None:  # a subclassed model's inputs: whatever the file holds
+        return probe_input.load_batch(options.input_file, specs)
+    if specs is None:  # a subclassed model: the shape it was built with, if its file says
         specs = probe_input.built_input_specs(model) or probe_input.input_specs(model)
     return probe_input.random_batch(
         specs,

@@ -112,8 +112,17 @@ def check_file(
     """
     if read is None:
         read = read_checks(path, options)
-    found = _checked(options, read, lambda add: _run(path, read.info, options, add, baseline))
-    return _verdict(read.path, list(found.items), found.told)
+    info = read.info
+
+    def run(add: Add) -> None:
+        """loss, then the checks that run the model (after `_read`, which gave `info`)."""
+        if info is None:
+            return
+        loss = loss_fits(info, options.loss, add, probe_follows=not options.static_only)
+        if not options.static_only:
+            dynamic(path, info, options, add, loss, baseline)
+
+    return _checked(options, read, run).verdict
 
 
 def read_checks(path: str | os.PathLike[str], options: CheckOptions = CheckOptions()) -> FileRead:
@@ -211,21 +220,6 @@ def _read(path: str | os.PathLike[str], options: CheckOptions, add: Add) -> File
         return None
     verdicts.weights(info, add)
     return info
-
-
-def _run(
-    path: str | os.PathLike[str],
-    info: FileInfo | None,
-    options: CheckOptions,
-    add: Add,
-    baseline: Baseline | None,
-) -> None:
-    """loss, then the checks that run the model (after `_read`, which gave `info`)."""
-    if info is None:
-        return
-    loss = loss_fits(info, options.loss, add, probe_follows=not options.static_only)
-    if not options.static_only:
-        dynamic(path, info, options, add, loss, baseline)
 
 
 LOOKED_AT = 10_000  # entries of a directory looked at for a model file to name

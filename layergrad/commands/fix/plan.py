@@ -606,21 +606,16 @@ def biases(
         if entry is None or "bias_initializer" not in entry.config:
             continue
         edits.append(option_edit(path, "bias_initializer", "zeros"))
-        if _initializer_name(entry.config["bias_initializer"]) != "zeros":  # say it: it set them
+        # its initializer as a config holds it (`"zeros"`, or `{"class_name": "Zeros"}`)
+        init = entry.config["bias_initializer"]
+        init = init.get("class_name", "") if isinstance(init, Mapping) else init
+        if str(init).lower() != "zeros":  # say it: it set them
             old = {"class_name": entry.class_name, "config": entry.config}
             drawn.append(
                 f"{layer_code(old)} -> {layer_code(old, bias_initializer='zeros')}{at(path)}"
             )
     fresh = tuple((p, "bias") for p in names)
     return Plan(finding, names[0], why, (*code, *drawn), tuple(edits), (), fresh)
-
-
-def _initializer_name(initializer: object) -> str:
-    """An initializer's name as a config holds it (`"zeros"`, or `{"class_name": "Zeros"}`),
-    in lower case."""
-    if isinstance(initializer, Mapping):
-        initializer = initializer.get("class_name", "")
-    return str(initializer).lower()
 
 
 def _get_layer(path: str) -> str:

@@ -392,7 +392,5 @@ def _write(source: str, output: str, inputs: Sequence[str], force: bool) -> str:
     """Copy the checked copy's bytes to `output` (atomically, by the output rules)."""
     with zipfile.ZipFile(source, "a") as zf:  # marked: a later run may replace it
         zf.comment = FIX_COPY_MARK
-    with open(source, "rb") as fh:
-        data = fh.read()
-    write_file(output, "--output", "keras", data, inputs, force=force)
+    write_file(output, "--output", "keras", Path(source).read_bytes(), inputs, force=force)
     return output
