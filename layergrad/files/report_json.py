@@ -714,7 +714,7 @@ def _prepare_diff(doc: Mapping[str, object], read: Reader, at: str) -> Mapping[s
     """The rows and their names where `_write_diff` put them."""
     wrt = doc.get("wrt", ACTIVATIONS)
     if not isinstance(wrt, str) or wrt not in ROW_KEYS:
-        raise read.error(f"{at}.wrt", " or ".join(ROW_KEYS), wrt)
+        raise read.error(f"{at}.wrt" if at else "wrt", " or ".join(ROW_KEYS), wrt)
     collection, key = ROW_KEYS[str(wrt)]
     rows = read.listed(read.member(doc, collection, at), collection)
     named = []
