@@ -213,3 +213,37 @@ def test_the_loss_check_keeps_the_head_rules_own_record():
     assert reason.fact("activation") == "softmax" and reason.fact("from_logits") is False
     assert reason.repair is not None and reason.repair.loss == "categorical_crossentropy"
     assert str(reason) in loss.message
+
+
+ODD_FLATTEN = '''
+import keras
+
+
+@keras.saving.register_keras_serializable(package="oddflatten")
+class Doubled(keras.layers.Layer):
+    """Keras runs it; only its `_flatten_layers` takes fewer arguments than Keras's."""
+
+    def call(self, x):
+        return 2.0 * x
+
+    def _flatten_layers(self, include_self=True):
+        yield from ([self] if include_self else [])
+'''
+
+
+def test_a_custom_layer_whose_flatten_layers_takes_other_arguments_is_checked(tmp_path):
+    """Looking inside a custom layer for its inner layers must not fail the model: Keras
+    loads and runs this one (it was `trainable: failed unexpectedly: TypeError`)."""
+    module = tmp_path / "oddflatten.py"
+    module.write_text(ODD_FLATTEN)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import oddflatten
+
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="relu"),
+                                  oddflatten.Doubled(), keras.layers.Dense(2, activation="softmax")])  # fmt: skip
+        model.save(tmp_path / "odd.keras")
+    finally:
+        sys.path.remove(str(tmp_path))
+    verdict = check_file(tmp_path / "odd.keras", CheckOptions(imports=(str(module),)))
+    assert verdict.checks and not failed_checks(verdict), failed_checks(verdict)
