@@ -20,6 +20,7 @@ import math
 import os
 import stat
 import struct
+import tokenize
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -196,12 +197,15 @@ def _npy_header(fh: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
     fmt = np.lib.format
     version = fmt.read_magic(fh)
     read = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}.get(version)
-    if read is not None:
-        shape, fortran, dtype = read(fh, max_header_size=MAX_NPY_HEADER)
-    elif (read_any := getattr(fmt, "_read_array_header", None)) is not None:  # version 3
-        shape, fortran, dtype = read_any(fh, version, max_header_size=MAX_NPY_HEADER)
-    else:
-        raise ValueError(f".npy format version {version} is not supported")
+    try:
+        if read is not None:
+            shape, fortran, dtype = read(fh, max_header_size=MAX_NPY_HEADER)
+        elif (read_any := getattr(fmt, "_read_array_header", None)) is not None:  # version 3
+            shape, fortran, dtype = read_any(fh, version, max_header_size=MAX_NPY_HEADER)
+        else:
+            raise ValueError(f".npy format version {version} is not supported")
+    except tokenize.TokenError as exc:  # numpy reads a header it cannot parse again as tokens
+        raise ValueError(f"the header ends inside its dict ({exc.args[0]})") from None
     if not isinstance(shape, tuple) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
     ):

@@ -50,6 +50,14 @@ def _huge_header(path: Path) -> Path:
     return path
 
 
+def _unclosed_header(path: Path) -> Path:
+    """A `.npy` whose header stops inside its dict (numpy's second reading of it raises
+    `tokenize`'s own error, which was reported as an unexpected one)."""
+    text = b'{"descr": "<f4", "fortran_order": False, "shape": (8, 5), '
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text + b"\0" * 160)
+    return path
+
+
 def test_input_files_refused_from_their_headers(root: Path, base: dict[str, Path]) -> None:
     """Everything a header shows is refused before TensorFlow, within a small bound."""
     objects = root / "objects.npz"
@@ -67,6 +75,7 @@ def test_input_files_refused_from_their_headers(root: Path, base: dict[str, Path
         objects: "array 'x', holds Python objects (dtype object)",
         empty: "is empty (0 bytes)",
         _huge_header(root / "huge_header.npy"): "has a header over 10,000 bytes",
+        _unclosed_header(root / "bad.npy"): "damaged .npy header (ValueError: the header ends",
         batch0: "its array has shape (0, 5), a batch of 0 rows",
         scalar: "its array has shape (), one value, with no batch axis",
     }
