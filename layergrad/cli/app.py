@@ -28,7 +28,7 @@ from layergrad.cli.options import (
     target_option,
     wrt_options,
 )
-from layergrad.cli.running import emit, protected_reads, said, write_plot
+from layergrad.cli.running import OneLineErrors, emit, protected_reads, said, write_plot
 from layergrad.core.vocab import FAILING_STATUSES, SCAN_FLAGS, OutputFormat, Wrt
 
 if TYPE_CHECKING:
@@ -36,7 +36,9 @@ if TYPE_CHECKING:
     from layergrad.core.results import ScanReport
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    "layergrad", cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(__version__, prog_name="layergrad")
 def main() -> None:
     """How much does one Keras layer's output move when an earlier one moves?

@@ -38,6 +38,40 @@ if TYPE_CHECKING:
     from layergrad.core.results import InspectReport, ScanReport, WeightScanReport
 
 
+class OneLineErrors(click.Group):
+    """The `layergrad` group: click's own errors (an unknown option or command, a missing
+    argument, a bad value) as one `error:` line naming the help to read, exit code 2, as
+    every other error of a command; click prints them as usage, hint and error otherwise."""
+
+    def main(  # type: ignore[override]  # (click types it by overloads on standalone_mode)
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: object,
+    ) -> object:
+        if not standalone_mode:  # a caller that handles click's exceptions itself
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:  # `layergrad` alone: its help
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            path = exc.ctx.command_path if exc.ctx is not None else self.name
+            line = _line("error", exc.format_message().removesuffix("."))
+            click.echo(f"{line} (see '{path} --help')", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(_line("error", exc.format_message()), err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)  # (--help and --version: 0)
+
+
 def handle_errors(func: Callable[..., bool | None]) -> Callable[..., None]:
     """Run a command: exit code 1 when it returns True (a result matched --fail-on, a file
     failed), its errors as one line on stderr and exit code 2 (a traceback with `debug`, the

@@ -117,6 +117,35 @@ def test_usage_errors_exit_2_with_one_line(args, message):
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize(
+    ("args", "says", "help_of"),
+    [
+        (["inspect", "SEED", "--from", "dense", "--to", "dense_1", "--bogus"],
+         "No such option '--bogus'", "layergrad inspect"),
+        (["inspec"], "No such command 'inspec'. Did you mean 'inspect'?", "layergrad"),
+        (["scan"], "Missing argument 'MODEL'", "layergrad scan"),
+        (["inspect", "SEED", "--from", "dense", "--to", "dense_1", "--reduce", "max"],
+         "Invalid value for '--reduce': 'max' is not one of", "layergrad inspect"),
+        (["scan", "SEED", "--loss", "mse"], "--loss needs --wrt weights", "layergrad scan"),
+    ],
+)  # fmt: skip
+def test_click_usage_errors_are_one_error_line_naming_the_help(args, says, help_of):
+    """An unknown option or command, a missing argument, a value not among the choices and a
+    usage error a command raises: one `error:` line, as every other error, exit code 2."""
+    args = [sample("seed.keras") if a == "SEED" else a for a in args]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: "), result.stderr
+    assert says in result.stderr and f"(see '{help_of} --help')" in result.stderr, result.stderr
+    assert result.stdout == ""
+
+
+def test_layergrad_alone_shows_its_help():
+    result = CliRunner().invoke(main, [])
+    assert result.exit_code == 2 and "Usage: layergrad [OPTIONS] COMMAND" in result.output
+    assert "inspect" in result.output and "error:" not in result.output
+
+
 def test_bad_input_shape_exits_2(write_input):
     result = CliRunner().invoke(main, seed_inspect("--input", write_input(normal(8, 7))))
     assert result.exit_code == 2
