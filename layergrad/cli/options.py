@@ -389,8 +389,10 @@ def format_options(func: F) -> F:
 
 
 def _output_format(kwargs: dict[str, object]) -> None:
-    as_json = kwargs.pop("as_json")
-    kwargs["fmt"] = OutputFormat.JSON if as_json else OutputFormat(kwargs["fmt"])
+    as_json, fmt = kwargs.pop("as_json"), OutputFormat(kwargs["fmt"])
+    if as_json and fmt not in (OutputFormat.TABLE, OutputFormat.JSON):  # (table: the default)
+        raise click.UsageError(f"--json is --format json, not --format {fmt}: give one of them")
+    kwargs["fmt"] = OutputFormat.JSON if as_json else fmt
 
 
 def wrt_options(func: F) -> F:

@@ -55,7 +55,7 @@ def compare(
 def check_tolerance(tolerance: float) -> None:
     """Raise UsageError unless `tolerance` is a positive, finite number of decades."""
     if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance > 0):
-        raise UsageError(f"--tolerance must be a positive number of decades: {tolerance!r}")
+        raise UsageError(f"--tolerance must be a positive, finite number of decades: {tolerance!r}")
 
 
 def compare_row(

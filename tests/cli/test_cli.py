@@ -127,6 +127,8 @@ def test_usage_errors_exit_2_with_one_line(args, message):
         (["inspect", "SEED", "--from", "dense", "--to", "dense_1", "--reduce", "max"],
          "Invalid value for '--reduce': 'max' is not one of", "layergrad inspect"),
         (["scan", "SEED", "--loss", "mse"], "--loss needs --wrt weights", "layergrad scan"),
+        (["inspect", "SEED", "--from", "dense", "--to", "dense_1", "--json", "--format", "html"],
+         "--json is --format json, not --format html: give one of them", "layergrad inspect"),
     ],
 )  # fmt: skip
 def test_click_usage_errors_are_one_error_line_naming_the_help(args, says, help_of):
@@ -144,6 +146,14 @@ def test_layergrad_alone_shows_its_help():
     result = CliRunner().invoke(main, [])
     assert result.exit_code == 2 and "Usage: layergrad [OPTIONS] COMMAND" in result.output
     assert "inspect" in result.output and "error:" not in result.output
+
+
+def test_fix_refuses_an_empty_output_before_any_work(tmp_path, monkeypatch):
+    """An empty --output is no file name: refused, not read as "the default"."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["fix", sample("seed.keras"), "--output", ""])
+    assert result.exit_code == 2 and result.stderr.startswith("error: --output is empty")
+    assert not list(tmp_path.iterdir())  # no copy written anywhere
 
 
 def test_bad_input_shape_exits_2(write_input):

@@ -195,6 +195,8 @@ def test_cli_exit_codes_and_the_verdict(tanh_files):
     assert lenient.exit_code == 0
     bad = run("diff", tanh_files["base"], tanh_files["scaled"], "--tolerance", "0")
     assert bad.exit_code == 2
+    endless = run("diff", tanh_files["base"], tanh_files["scaled"], "--tolerance", "inf")
+    assert endless.exit_code == 2 and "positive, finite number of decades: inf" in endless.output
 
 
 def row_names(table: str) -> list[str]:

@@ -39,7 +39,7 @@ from layergrad.commands.check.verdicts import CheckOptions
 from layergrad.commands.fit.checks import DEFAULT_STEPS, FitOptions, check_counts
 from layergrad.commands.fix.plan import InputStats, Plan, Planning, plan_repairs
 from layergrad.commands.session import load
-from layergrad.core.errors import InputError, OutputError, describe
+from layergrad.core.errors import InputError, OutputError, UsageError, describe
 from layergrad.core.fix_results import FAILING, FixReport, Repair, Run, Verdict
 from layergrad.core.keras_backend import quiet_import
 from layergrad.core.limits import DEFAULT_MAX_MEMORY
@@ -110,6 +110,8 @@ def fix_model(
     probe = ProbeOptions(data=data, limit=options.limit, seed=options.seed,
                          batch_size=options.batch_size if data is not None else None,
                          max_memory=options.max_memory)  # fmt: skip
+    if options.output is not None and not options.output.strip():
+        raise UsageError("--output is empty: name the repaired copy's .keras file, or leave it out")
     output = options.output or default_output(path)
     if not output.endswith(".keras"):
         raise OutputError(f"--output {output}: the repaired copy is a .keras file; name it so")
