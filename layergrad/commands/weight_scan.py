@@ -74,7 +74,8 @@ def scan_weights(
     labelled = None
     if session.probe is not None:
         read = session.batch.labels if spec is not None else None
-        labels: Sequence[np.ndarray] = _labels_from_data(read, model) if read else []
+        rows = session.batch.batch_size
+        labels: Sequence[np.ndarray] = _labels_from_data(read, model, rows) if read else []
         own = bool(read)
         stream: DataStream = ProbeStream(session.batch.arrays, labels)
         first = lambda: (session, labels)  # noqa: E731
@@ -266,19 +267,30 @@ def _your_labels(model: KerasModel) -> str:
     return f"pass --input with an array per output ({listed}) for your own"
 
 
-def _labels_from_data(given: dict[str, np.ndarray], model: KerasModel) -> list[np.ndarray]:
-    """`y` (one output) or `y:NAME` per output, in output order."""
+def _labels_from_data(
+    given: dict[str, np.ndarray], model: KerasModel, rows: int
+) -> list[np.ndarray]:
+    """`y` (one output) or `y:NAME` per output, in output order, each of the inputs' `rows`."""
     names = list(getattr(model, "output_names", None) or [])
     try:
         count = len(model.outputs)
     except (AttributeError, ValueError, TypeError):  # a subclassed model
         count = max(len(names), 1)
     if "y" in given and count == 1:
-        return [given["y"]]
-    missing = [n for n in names if f"y:{n}" not in given]
-    if missing or len(names) != count:
-        raise InputError(
-            f"the labels in --input are {sorted(given)}, but the model has {count} outputs "
-            f"({', '.join(names)}); save one array per output as `y:NAME` (or `y` for one output)"
-        )
-    return [given[f"y:{n}"] for n in names]
+        chosen = {"y": given["y"]}
+    else:
+        missing = [n for n in names if f"y:{n}" not in given]
+        if missing or len(names) != count:
+            raise InputError(
+                f"the labels in --input are {sorted(given)}, but the model has {count} outputs "
+                f"({', '.join(names)}); save one array per output as `y:NAME` (or `y` for one "
+                "output)"
+            )
+        chosen = {f"y:{n}": given[f"y:{n}"] for n in names}
+    for key, labels in chosen.items():
+        if (labels.shape[0] if labels.ndim else 1) != rows:
+            raise InputError(
+                f"the labels {key} in --input have {labels.shape[0] if labels.ndim else 1} rows "
+                f"and the inputs {rows}; give every array the same number of samples"
+            )
+    return list(chosen.values())

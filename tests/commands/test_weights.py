@@ -103,6 +103,10 @@ def test_the_random_labels_note_of_two_outputs_names_the_keys_that_work(tmp_path
         model, input_file=save_batch(tmp_path, x=x, **{"y:probs": ids, "y:value": value})
     )
     assert given.loss.labels == "data" and not given.notes
+    # labels of other rows than the inputs: said of the labels, not a failure of the model
+    short = {"y:probs": ids[:7], "y:value": value}
+    with pytest.raises(InputError, match=r"labels y:probs in --input have 7 rows and the inputs 8"):
+        scan_weights_model(model, input_file=save_batch(tmp_path, x=x, **short))
 
 
 def test_a_layer_that_ignores_an_input_gets_unused_input(tmp_path):
