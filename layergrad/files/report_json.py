@@ -99,7 +99,8 @@ class Spec:
     `fill`); `when_set`: members written only when neither None nor empty; `inline`: fields
     (an object or None) whose members join this object's; `nullable`: members that may be
     null for an empty tuple; `words`: word fields limited to a subset; `tops`: a measure's
-    largest value; `signed`: measures that may be negative (down to -`tops`); `head`: constant
+    largest value; `signed`: measures that may be negative (down to -`tops`); `ints`: an
+    integer's range, when narrower than a count's (0 to MAX_COUNT); `head`: constant
     members written first; `also`: properties written after the fields (named by `keys`);
     `write(obj, doc)` and `finish(obj, doc, reader, at)` adjust what the
     walk wrote and read (checks between members), `prepare(doc, reader, at)` the document
@@ -119,6 +120,7 @@ class Spec:
     words: Mapping[str, tuple[Word, ...]] = field(default_factory=dict)
     tops: Mapping[str, float] = field(default_factory=dict)
     signed: frozenset[str] = frozenset()
+    ints: Mapping[str, tuple[int, int, str]] = field(default_factory=dict)
     head: Mapping[str, str] = field(default_factory=dict)
     groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     picks: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
@@ -286,11 +288,13 @@ class Reader:
             ) from None
         return value
 
-    def count(self, value: object, at: str) -> int:
+    def count(self, value: object, at: str, bounds: tuple[int, int, str] | None = None) -> int:
+        """An integer from 0 to MAX_COUNT, or in `bounds` (low, high, the range in words)."""
+        low, high, words = bounds or (0, MAX_COUNT, f"an integer from 0 to {MAX_COUNT}")
         if type(value) is not int:
             raise self.error(at, "an integer", value)
-        if not 0 <= value <= MAX_COUNT:
-            raise self.error(at, f"an integer from 0 to {MAX_COUNT}", value)
+        if not low <= value <= high:
+            raise self.error(at, words, value)
         return value
 
     def measure(self, value: object, at: str, top: float = MAX_MEASURE, low: float = 0.0) -> float:
@@ -326,9 +330,17 @@ class Reader:
         return value
 
     def value(
-        self, hint: object, value: object, at: str, top: float, words: object, low: float = 0.0
+        self,
+        hint: object,
+        value: object,
+        at: str,
+        top: float,
+        words: object,
+        low: float = 0.0,
+        bounds: tuple[int, int, str] | None = None,
     ) -> object:
-        """`value` read as the type `hint` (a field's type) describes (a number from `low`)."""
+        """`value` read as the type `hint` (a field's type) describes (a number from `low`, an
+        integer within `bounds`)."""
         origin, args = get_origin(hint), get_args(hint)
         if origin in (Union, types.UnionType):
             if value is None and type(None) in args:
@@ -337,7 +349,7 @@ class Reader:
             origin, args = get_origin(hint), get_args(hint)
         if origin is tuple:
             return tuple(
-                self.value(args[0], v, f"{at}[{i}]", top, words, low)
+                self.value(args[0], v, f"{at}[{i}]", top, words, low, bounds)
                 for i, v in enumerate(self.listed(value, at))
             )
         if hint is str:
@@ -347,7 +359,7 @@ class Reader:
                 raise self.error(at, "true or false", value)
             return value
         if hint is int:
-            return self.count(value, at)
+            return self.count(value, at, bounds)
         if hint is float:
             return self.measure(value, at, top, low)
         if isinstance(hint, type) and issubclass(hint, Word):
@@ -387,7 +399,8 @@ class Reader:
             top = spec.tops.get(f.name, MAX_MEASURE)
             low = -top if f.name in spec.signed else 0.0
             words = spec.words.get(f.name)
-            values[f.name] = self.value(hints[f.name], item, name, top, words, low)
+            bounds = spec.ints.get(f.name)
+            values[f.name] = self.value(hints[f.name], item, name, top, words, low, bounds)
         made: object = cls(**values)
         if spec.finish is not None:
             made = spec.finish(made, doc, self, at)
@@ -629,12 +642,8 @@ def _finish_result(obj: object, doc: Mapping[str, object], read: Reader, at: str
 
 
 def _finish_probe(obj: object, doc: Mapping[str, object], read: Reader, at: str) -> object:
-    """A batch size and a seed layergrad takes (`--batch-size`, `--seed`), a SHA-256."""
+    """A SHA-256 (the batch size and the seed are read within what layergrad takes)."""
     assert isinstance(obj, ProbeMeta)
-    if not 1 <= obj.batch_size <= MAX_BATCH_SIZE:
-        raise read.error(f"{at}.batch_size", f"1 to {MAX_BATCH_SIZE:,}", obj.batch_size)
-    if obj.seed is not None and obj.seed > MAX_SEED:
-        raise read.error(f"{at}.seed", f"a seed from 0 to {MAX_SEED:,}", obj.seed)
     sha = obj.data_sha256
     if sha is not None and len(sha) != 64:
         raise read.error(f"{at}.data_sha256", "a SHA-256 in hex or absent", sha)
@@ -824,6 +833,11 @@ SPECS: dict[type, Spec] = {
         when_set=frozenset(
             {"samples", "replicas", "data_sha256", "drawn", "shards", "first_sample"}
         ),
+        # what `--batch-size` and `--seed` take
+        ints={
+            "batch_size": (1, MAX_BATCH_SIZE, f"1 to {MAX_BATCH_SIZE:,}"),
+            "seed": (0, MAX_SEED, f"a seed from 0 to {MAX_SEED:,}"),
+        },
         finish=_finish_probe,
     ),
     Result: _row({"source": "from", "target": "to"}),

@@ -223,7 +223,7 @@ def test_a_member_out_of_its_bounds_is_refused_by_name(report, data):
     [
         ("MAX_TEXT", lambda d: d["model"].update(name="x" * 9), "model.name is"),
         ("MAX_ITEMS", lambda d: d.update(notes=["a"] * 9), "notes is"),
-        ("MAX_COUNT", lambda d: d["probe"].update(seed=9), "probe.seed is 9"),
+        ("MAX_COUNT", lambda d: d["probe"].update(samples=9), "probe.samples is 9"),
     ],
 )
 def test_strings_lists_and_counts_past_their_bounds_are_refused(bound, edit, said, monkeypatch):
@@ -292,3 +292,25 @@ def test_a_diff_with_an_unknown_wrt_is_refused_in_one_line(report, wrt):
     doc["wrt"] = wrt
     with pytest.raises(InputError, match=r": wrt is "):  # the field's name, as the doc spells it
         from_json(DiffReport, doc)
+
+
+@pytest.mark.parametrize(
+    ("member", "value", "expected"),
+    [
+        ("batch_size", -4, "expected 1 to 1,048,576"),
+        ("batch_size", 0, "expected 1 to 1,048,576"),
+        ("batch_size", 2**21, "expected 1 to 1,048,576"),
+        ("seed", -1, "expected a seed from 0 to 4,294,967,295"),
+        ("seed", 2**40, "expected a seed from 0 to 4,294,967,295"),
+    ],
+)
+def test_a_probe_number_out_of_range_is_refused_with_the_range_layergrad_takes(
+    member, value, expected
+):
+    """One range in the message, the one the option takes: a value that follows it is read
+    (a negative batch size was told 0 and up, and then 0 was refused with another range)."""
+    doc = written(ScanReport(ModelMeta("m", "keras", "Model", "m"),
+                             ProbeMeta("random", 0, 8, False, Reduce.SUM), None, ()))  # fmt: skip
+    doc["probe"][member] = value
+    with pytest.raises(InputError, match=f"probe.{member} is {value}, {expected}"):
+        report_from_json(doc)
