@@ -176,7 +176,8 @@ def fix(
 
     report = fix_model(model, data, bundle(FixOptions, fixing), **load)
     if report.output:
-        said(f"wrote the repaired copy to {report.output}")
+        again = " (replaced it)" if report.replaced else ""
+        said(f"wrote the repaired copy to {report.output}{again}")
     elif report.unwritten:
         said(report.unwritten)
     emit("fix", fmt, report)

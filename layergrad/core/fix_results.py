@@ -102,7 +102,8 @@ class FixReport(NotebookDisplay):
     `before` are the findings of the original (check, and training with data), `after` those
     of the copy with every repair together (read back from `output` through the same audit),
     `original` / `together` the two training runs (None without data). `output` is the copy's
-    path, None when no copy was written (`notes` say why).
+    path, None when no copy was written (`notes` say why); `replaced`, whether it replaced a
+    copy an earlier run wrote (not in the JSON: what the line on stderr says).
     """
 
     path: str
@@ -117,6 +118,7 @@ class FixReport(NotebookDisplay):
     original: Run | None = None
     together: Run | None = None
     notes: tuple[str, ...] = field(default=())
+    replaced: bool = False
 
     @property
     def unwritten(self) -> str | None:

@@ -882,7 +882,7 @@ SPECS: dict[type, Spec] = {
         {"model": "path model_class", "findings": "before after gone remaining"},
         {"unrepaired": "finding=code layer message hint"},
         keys={"model_class": "class", "ok": "passed"},
-        skip=frozenset({"original"}),
+        skip=frozenset({"original", "replaced"}),
         also=("ok",),
         write=_write_fix,
     ),

@@ -203,6 +203,7 @@ def fix_model(
     together: Run | None = None
     after: tuple[str, ...] = tuple(before)
     written: str | None = None
+    replaced = False
     with tempfile.TemporaryDirectory(prefix="layergrad-fix-") as folder:
         usable: list[Plan] = []
         alone: dict[int, tuple[tuple[str, ...], Run | None]] = {}
@@ -245,12 +246,13 @@ def fix_model(
         if made is not None and data is not None and not any(p.change in verified for p in chosen):
             notes.append(NONE_VERIFIED)  # a copy not shown to train better is no repair
         elif made is not None:
-            written = _write(made, output, inputs, options.force)
+            written, replaced = output, _write(made, output, inputs, options.force)
     lost = {f for r in repairs for f in r.gone}  # another finding's repair took it away
     unrepaired = [u for u in unrepaired if u.code not in lost]
     unrepaired += _still_failing(before, after, repairs, unrepaired)
     return report(repairs=tuple(repairs), unrepaired=tuple(unrepaired), after=after,
-                  output=written, together=together, notes=tuple(notes))  # fmt: skip
+                  output=written, together=together, notes=tuple(notes),
+                  replaced=replaced)  # fmt: skip
 
 
 class OpenedFile:
@@ -390,9 +392,9 @@ def _refuse_unreadable(verdict: FileVerdict) -> None:
                 raise InputError(said if verdict.path in said else f"{verdict.path}: {said}")
 
 
-def _write(source: str, output: str, inputs: Sequence[str], force: bool) -> str:
-    """Copy the checked copy's bytes to `output` (atomically, by the output rules)."""
+def _write(source: str, output: str, inputs: Sequence[str], force: bool) -> bool:
+    """Copy the checked copy's bytes to `output` (atomically, by the output rules); whether
+    it replaced a file."""
     with zipfile.ZipFile(source, "a") as zf:  # marked: a later run may replace it
         zf.comment = FIX_COPY_MARK
-    write_file(output, "--output", "keras", Path(source).read_bytes(), inputs, force=force)
-    return output
+    return write_file(output, "--output", "keras", Path(source).read_bytes(), inputs, force=force)
