@@ -288,9 +288,9 @@ def _labels_from_data(
             )
         chosen = {f"y:{n}": given[f"y:{n}"] for n in names}
     for key, labels in chosen.items():
-        if (labels.shape[0] if labels.ndim else 1) != rows:
+        if (held := labels.shape[0] if labels.ndim else 1) != rows:
             raise InputError(
-                f"the labels {key} in --input have {labels.shape[0] if labels.ndim else 1} rows "
-                f"and the inputs {rows}; give every array the same number of samples"
+                f"the labels {key} in --input have {held} rows and the inputs {rows}; give "
+                "every array the same number of samples"
             )
     return list(chosen.values())
