@@ -210,6 +210,11 @@ KINDS: tuple[CauseKind, ...] = (
                  "NaN/Inf), the first layer where it appears",
                  "check the weights of {layer!r} (`layergrad layers MODEL` shows weight "
                  "health) and the probe input"),
+            Says("nonfinite_input",
+                 "the batch itself holds NaN/Inf: {bad} of {size} values of the input "
+                 "{layer!r}, before any layer",
+                 "clean the input: find the NaN/Inf values (np.isfinite) and replace or drop "
+                 "those rows"),
         ),
     ),
     CauseKind(

@@ -73,7 +73,9 @@ class Diagnoser:
             if forward is not None:
                 bad = int(forward.value.size - np.count_nonzero(np.isfinite(forward.value)))
                 size = forward.value.size
-                return [why.cause("nonfinite_forward", forward.site.ref, bad=bad, size=size)]
+                data = forward.site.input_index is not None  # the batch, before any layer
+                rule = "nonfinite_input" if data else "nonfinite_forward"
+                return [why.cause(rule, forward.site.ref, bad=bad, size=size)]
             return self._nonfinite_backward(trace, path)
         if status == Status.NONE:
             return self._none(trace, path)

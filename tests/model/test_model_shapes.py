@@ -144,3 +144,7 @@ def test_nan_input_is_a_forward_problem(write_input):
     assert res.status != "ok"
     assert res.causes[0].code == "nonfinite_forward"
     assert not any(c.code == "dead_relu" for c in res.causes)
+    # said of the batch: an input has no weights to check
+    cause = res.causes[0]
+    assert cause.rule == "nonfinite_input" and "10 of 10 values" in cause.message, cause
+    assert "weights" not in cause.hint and "np.isfinite" in cause.hint, cause.hint
