@@ -62,13 +62,29 @@ def test_a_worker_that_never_starts_is_one_error_and_exit_2_after_the_peer_timeo
     assert time.monotonic() - start_time < 110
 
 
+@pytest.fixture(scope="module")
+def signalled(folder):
+    """Two workers waiting for their peer (the default wait: minutes), started together; once
+    both are well into the wait, one gets SIGTERM and the other SIGINT: {signal: (exit code,
+    stdout, stderr)}."""
+    processes = {sent: start(folder) for sent in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        time.sleep(12)
+        for sent, process in processes.items():
+            process.send_signal(sent)
+        outputs = {sent: finish(p, timeout=60) for sent, p in processes.items()}
+        return {sent: (processes[sent].returncode, *out) for sent, out in outputs.items()}
+    finally:
+        for process in processes.values():  # both, whatever happened
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+
+
 @pytest.mark.parametrize(("sent", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_sigterm_and_sigint_stop_a_worker_waiting_for_its_peer(folder, sent, code):
-    process = start(folder)  # the default wait (minutes): the signal ends it
-    time.sleep(12)
-    process.send_signal(sent)
-    out, err = finish(process, timeout=60)
-    assert process.returncode == code, err
+def test_sigterm_and_sigint_stop_a_worker_waiting_for_its_peer(signalled, sent, code):
+    returncode, out, err = signalled[sent]
+    assert returncode == code, err
     assert out == "" and "error: stopped by" in err
 
 
