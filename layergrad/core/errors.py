@@ -52,13 +52,18 @@ class OutputError(LayergradError):
     """An output file (`--junit`, `--save-gradient`) cannot or must not be written there."""
 
 
+def without_styles(text: str) -> str:
+    """The text without the terminal styles Keras puts in some messages (bold: `ESC[1m`)."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
 def describe(exc: BaseException) -> str:
     """One line for an exception from Keras or TensorFlow: the layer, and the op's message.
 
     Keras wraps errors raised inside a layer as "Exception encountered when calling X.call()"
     followed by the original message and the arguments; keep the first two parts.
     """
-    text = re.sub(r"\x1b\[[0-9;]*m|\{\{function_node [^}]*\}\}\s*", "", str(exc))
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", without_styles(str(exc)))
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if not lines:
         return type(exc).__name__

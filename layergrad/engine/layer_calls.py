@@ -136,6 +136,15 @@ def guarded(run: Callable[[], T], what: str, source: str | None = None) -> T:
             f"{where}the model failed on {what}: {detail}; check the values and shapes "
             "of the data (ids inside the vocabulary, the shape the model was built for)"
         ) from exc
+    except Exception as exc:
+        if "Exception encountered when calling" not in str(exc):
+            raise  # not raised in a layer's call (Keras marks those)
+        raise BatchFailed(
+            f"{where}the model failed on {what}: {type(exc).__name__}: {op_message(exc)}; "
+            "the layer's own code raised it (a Lambda loaded from a file sees none of the "
+            "modules its code used, `keras` or `np`: make it a registered custom layer and "
+            "pass --import)"
+        ) from exc
 
 
 def gradients_of(

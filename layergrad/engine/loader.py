@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from layergrad.core.errors import LayergradError, LoadError, UsageError, one_line
+from layergrad.core.errors import LayergradError, LoadError, UsageError, one_line, without_styles
 from layergrad.core.limits import DEFAULT_MAX_MEMORY
 from layergrad.core.tf_types import KerasModel
 from layergrad.files.audit import check_import_specs, check_safety, is_path, module_name
@@ -123,7 +123,7 @@ def load_model(
         except Exception as exc:
             missing = _MISSING.search(str(exc))
             if missing is None:
-                raise LoadError(_explain_keras_error(info, exc, local)) from exc
+                raise LoadError(_explain_keras_error(info, exc, local, unsafe)) from exc
             kind, name = (missing[1], missing[2]) if missing[1] else (missing[3], missing[4])
             if _h5_operation(info, name, keras):  # no --import helps
                 raise LoadError(
@@ -221,15 +221,16 @@ def _system_temp_copy(path: Path, fmt: str) -> Iterator[str]:
         yield os.fspath(link)
 
 
-def _explain_keras_error(info: FileInfo, exc: Exception, local: str) -> str:
-    text = " ".join(str(exc).replace(local, info.path).split()) or type(exc).__name__
+def _explain_keras_error(info: FileInfo, exc: Exception, local: str, unsafe: bool) -> str:
+    text = " ".join(without_styles(str(exc)).replace(local, info.path).split())
+    text = text or type(exc).__name__
     lowered = text.lower()
     if "could not locate" in lowered or "unknown layer" in lowered:
         return (
             f"{info.path} uses a custom class that is not registered ({_clip(text)}); pass "
             "--import MODULE naming the module that defines it"
         )
-    if "safe_mode" in lowered or "lambda" in lowered:
+    if not unsafe and ("safe_mode" in lowered or "lambda" in lowered):
         return (
             f"{info.path}: Keras refused to deserialize Python code ({_clip(text)}); "
             "pass --unsafe only if you trust the file"

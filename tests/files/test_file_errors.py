@@ -9,6 +9,7 @@ Keras, then cut, emptied or rewritten by hand.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -217,6 +218,42 @@ def test_unsafe_loads_the_lambda_file(files: dict[str, Path]) -> None:
     assert result.exit_code == 0, result.output
     assert '"status": "ok"' in result.stdout
     assert _state(files["lambda"]) == before
+
+
+def test_a_lambda_that_fails_once_loaded_unsafe_is_one_line(tmp_path: Path) -> None:
+    """With --unsafe the Lambda is loaded; its function then sees none of the modules its
+    code used (Keras loads it with its own globals): the call raises NameError, which every
+    command says in one line naming the layer's code, and `check` fails at `forward`. A
+    Lambda whose output shape Keras cannot infer does not load at all: that is said as
+    Keras's own message, not as a refusal that --unsafe would lift, and without the terminal
+    styles Keras puts in it."""
+    x = keras.Input((4,), name="x")
+    h = layers.Dense(8, name="dense")(x)
+    square = layers.Lambda(lambda t: keras.ops.square(t), output_shape=(8,), name="sq")(h)
+    keras.Model(x, layers.Dense(1, name="dense_1")(square)).save(tmp_path / "names.keras")
+    unshaped = layers.Lambda(lambda t: keras.ops.square(t), name="sq")(h)
+    keras.Model(x, layers.Dense(1, name="dense_1")(unshaped)).save(tmp_path / "shape.keras")
+    names = str(tmp_path / "names.keras")
+    before = _state(tmp_path / "names.keras")
+    for args in (
+        ["inspect", names, *INSPECT],
+        ["scan", names],
+        ["scan", names, "--wrt", "weights", "--loss", "mse"],
+    ):
+        result = _invoke([*args, "--unsafe"])
+        said = "the model failed on the probe batch: NameError: "
+        _assert_one_line_error(result, [said, "name 'keras' is not defined", "--import"], "")
+        assert "unexpected" not in result.stderr
+    check = _invoke(["check", names, "--unsafe", "--json"])
+    assert check.exit_code == 1, check.output
+    (forward,) = [
+        c for c in json.loads(check.stdout)["files"][0]["checks"] if c["name"] == "forward"
+    ]
+    assert not forward["passed"] and "NameError" in forward["message"]
+    assert _state(tmp_path / "names.keras") == before
+    result = _invoke(["inspect", str(tmp_path / "shape.keras"), *INSPECT, "--unsafe"])
+    _assert_one_line_error(result, ["Keras could not load", "output_shape"], "")
+    assert "--unsafe" not in result.stderr and "\x1b" not in result.stderr
 
 
 @pytest.mark.parametrize("command", ["layers", "inspect"])
