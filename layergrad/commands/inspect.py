@@ -202,4 +202,7 @@ def _warnings(
             source.site, target.site, diagnosis.graph, layers, diagnosis.training
         )
     src, dst = source.site.ref, target.site.ref
-    return gradient_warnings(stats.zero_fraction, stats.max_abs, size, src, dst, structural, dead)
+    float16 = source.dtype == "float16"
+    return gradient_warnings(
+        stats.zero_fraction, stats.max_abs, size, src, dst, structural, dead, float16
+    )

@@ -36,6 +36,7 @@ from layergrad.model.layer_refs import (
 )
 
 VANISHING_GAIN, EXPLODING_GAIN, MOSTLY_ZERO = 1e-7, 1e6, 0.5
+F16_TINY = 2.0**-14  # float16's smallest normal value: below it, float16 loses the gradient
 DEAD_MARK = " (dead)"  # how a warning says that most units of the `from` layer are dead
 _MODAL = ("BatchNormalization", "Dropout")  # layers that act otherwise in training mode
 
@@ -267,17 +268,23 @@ def gradient_warnings(
     dst: str,
     structural: Sequence[str] = (),
     dead_units: float | None = None,
+    float16: bool = False,
 ) -> tuple[str, ...]:
     """Warnings for an `ok` gradient of `dst` with respect to `src` that still looks wrong.
 
     Vanishing: max |g| below 1e-7 per unit of the `from` activation's mean size
     (`source_size`: a change of `from` by its own size moves sum(to) by less than that).
-    Exploding: above 1e6. Mostly zero: more than half of the values are exactly 0.
+    Exploding: above 1e6. Mostly zero: more than half of the values are exactly 0; units with
+    no gradient for any sample are dead, unless the gradient is `float16` (of a float16
+    `src`) and all of it below float16's smallest normal value: then float16 rounded it.
     """
     out = []
     if zero_fraction > MOSTLY_ZERO:
-        if dead_units is not None and dead_units > MOSTLY_ZERO:
-            units = f"{dead_units:.0%} of the units of {src}"
+        units = f"{dead_units or 0:.0%} of the units of {src}"
+        if dead_units is not None and dead_units > MOSTLY_ZERO and float16 and max_abs < F16_TINY:
+            what = (f": {units} get zero gradient for every sample, a gradient below what "
+                    "float16 holds (6e-8), rounded to 0: compute this path in float32")  # fmt: skip
+        elif dead_units is not None and dead_units > MOSTLY_ZERO:
             what = f": {units} get zero gradient for every sample{DEAD_MARK}"
         elif structural:
             what = ", by design: " + "; ".join(structural[:3])

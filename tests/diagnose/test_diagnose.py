@@ -166,3 +166,29 @@ def test_check_names_the_float16_underflow_of_a_stock_layer():
     (forward,) = [c for c in verdict.checks if c.name == "forward"]
     assert "float16" in forward.message and "call()" not in forward.message
     assert "dtype='float32'" in forward.message
+
+
+def test_units_whose_gradient_float16_rounds_to_zero_are_not_called_dead(tmp_path):
+    """A mixed_float16 classifier, from a hidden ReLU layer to its float32 softmax: the sum
+    of a softmax is 1, so the gradient is rounding noise, far below what float16 holds, and
+    float16 rounds most of it to 0. Those units are alive (checked here on the batch: each
+    is positive for some sample), so the warning says float16, not dead."""
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        keras.utils.set_random_seed(11)
+        x = keras.Input((10,), name="x")
+        h = keras.layers.Dense(32, activation="relu", name="d1")(x)
+        h = keras.layers.Dense(3, name="logits")(keras.layers.Dense(32, activation="relu")(h))
+        out = keras.layers.Activation("softmax", dtype="float32", name="probs")(h)
+        model = keras.Model(x, out)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    model.save(tmp_path / "mixed.keras")
+    batch = np.random.default_rng(0).normal(size=(8, 10)).astype("float32")
+    np.save(tmp_path / "x.npy", batch)
+    (res,) = inspect_model(str(tmp_path / "mixed.keras"), "d1", ["probs"],
+                           input_file=str(tmp_path / "x.npy")).results  # fmt: skip
+    assert res.status == "ok" and res.gradient.max_abs < 2.0**-14
+    alive = np.asarray(model.get_layer("d1")(batch), np.float32).max(axis=0) > 0
+    zero = [w for w in res.warnings if "exactly zero" in w]
+    assert alive.mean() > 0.5 and zero and "float16" in zero[0] and "(dead)" not in zero[0]
