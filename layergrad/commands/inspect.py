@@ -26,8 +26,10 @@ from layergrad.core.vocab import Status
 from layergrad.data.stats.aggregates import ForwardTotals, GradientTotals
 from layergrad.diagnose import causes as why
 from layergrad.diagnose.diagnoser import (
+    ZERO_SHARE,
     dedupe,
     gradient_warnings,
+    softmax_before,
     softmax_target_note,
     static_causes,
     structural_zeros,
@@ -96,7 +98,9 @@ def _noted(
     sites: tuple[Site, list[Site]],
 ) -> tuple[Result, ...]:
     """The results with what their references do not say: a softmax target first (the
-    strongest), a shared layer named without `@K` last."""
+    strongest), a shared layer named without `@K` last. A softmax target's sum is 1 for every
+    sample: that is the cause of its zero gradient, and of its exact zeros (whole samples
+    whose sum rounds to exactly 1), whatever layers lie between."""
     first = _first_call_note(graph, source, sites[0], "--from")
     out = []
     for res, ref, site in zip(results, targets, sites[1], strict=True):
@@ -106,7 +110,14 @@ def _noted(
             "the sum cancels out)",
         )
         after = (n for n in (first, _first_call_note(graph, ref, site, "--to")) if n)
-        out.append(replace(res, warnings=(*((note,) if note else ()), *res.warnings, *after)))
+        warnings, causes = res.warnings, res.causes
+        if note:
+            warnings = (note, *(w for w in warnings if ZERO_SHARE not in w))
+        if note and res.status == Status.ZERO:  # the cause, said once
+            before = softmax_before(site)
+            causes = (why.cause("constant_output/softmax_sum", site.ref, before=before),)
+            warnings = warnings[1:]
+        out.append(replace(res, warnings=(*warnings, *after), causes=causes))
     return tuple(out)
 
 

@@ -284,20 +284,28 @@ KINDS: tuple[CauseKind, ...] = (
         "the output (of the model, or of the layer the gradient stops at) is the same for "
         "every sample of the batch, so nothing before it can change it: "
         "`Dense(1, activation=\"softmax\")` (always 1.0), a saturated sigmoid head, a ReLU "
-        "layer dead for the whole batch, a layer whose weights are all zero. Symptom: the loss "
-        "does not move, accuracy stays at chance, every prediction is the same",
+        "layer dead for the whole batch, a layer whose weights are all zero; or a `--to` that "
+        "ends in softmax, whose sum (what `inspect` derives) is 1 for every sample. Symptom: "
+        "the loss does not move, accuracy stays at chance, every prediction is the same",
         "walks back from the output while every input is constant too, to the layer where it "
         "first stops varying, and names why (softmax over one unit, saturation, dead units, "
         "zero weights)",
         "for a yes/no output `Dense(1, activation=\"sigmoid\")` with `binary_crossentropy`; "
         "otherwise the fix for the reason named",
-        tuple(
-            Says(f"constant_output/{reason}",
-                 "the output {output!r} is the same for every sample of the batch: it stops "
-                 "varying at {layer!r} (" + said + "), so nothing before it can change the "
-                 "output",
-                 fix)
-            for reason, (said, fix) in _CONSTANT.items()
+        (
+            *(
+                Says(f"constant_output/{reason}",
+                     "the output {output!r} is the same for every sample of the batch: it "
+                     "stops varying at {layer!r} (" + said + "), so nothing before it can "
+                     "change the output",
+                     fix)
+                for reason, (said, fix) in _CONSTANT.items()
+            ),
+            # a softmax target of `inspect`: its outputs vary, their sum (what is derived) not
+            Says("constant_output/softmax_sum",
+                 "{layer!r} ends in softmax: the sum of its outputs is 1 for every sample, so "
+                 "nothing before it can change that sum (its gradient is zero, up to rounding)",
+                 "take {before}, or --measure jacobian (d each output / d --from, per sample)"),
         ),
     ),
     CauseKind(

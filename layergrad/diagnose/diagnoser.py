@@ -38,6 +38,7 @@ from layergrad.model.layer_refs import (
 VANISHING_GAIN, EXPLODING_GAIN, MOSTLY_ZERO = 1e-7, 1e6, 0.5
 F16_TINY = 2.0**-14  # float16's smallest normal value: below it, float16 loses the gradient
 DEAD_MARK = " (dead)"  # how a warning says that most units of the `from` layer are dead
+ZERO_SHARE = " is exactly zero"  # how the warning for a gradient mostly exactly zero reads
 _MODAL = ("BatchNormalization", "Dropout")  # layers that act otherwise in training mode
 
 
@@ -290,7 +291,7 @@ def gradient_warnings(
             what = ", by design: " + "; ".join(structural[:3])
         else:
             what = ": inactive paths between the two layers"
-        out.append(f"{zero_fraction:.0%} of d {dst} / d {src} is exactly zero{what}")
+        out.append(f"{zero_fraction:.0%} of d {dst} / d {src}{ZERO_SHARE}{what}")
     gain = max_abs * (source_size if source_size > 0 else 1.0)
     for flag, found, effect in (
         (Finding.VANISHING, gain < VANISHING_GAIN, f"moving {src} barely moves {dst}"),
@@ -309,18 +310,23 @@ def magnitude_flags(warnings: Sequence[str]) -> set[Finding]:
     return found | ({Finding.DEAD} if any(DEAD_MARK in w for w in warnings) else set())
 
 
-def softmax_target_note(target: Site, fix: str) -> str | None:
-    """A note when the target applies softmax: its sum is 1 per sample, so its gradient is ~0
-    (`:logits`, the value before it, has none). `fix` says what to do instead, with
-    `{before}` standing for the target to take: `LAYER:logits` when the softmax is the layer's
-    fused activation, else the layer before it."""
+def softmax_before(target: Site) -> str | None:
+    """When the target applies softmax (its sum is 1 per sample, so its gradient is ~0), the
+    target to take instead: `--to LAYER:logits` when the softmax is the layer's fused
+    activation, else the layer before it; None for any other target (`:logits` included)."""
     if target.logits or activation_name(target.layer) != "softmax":
         return None
-    before = (
-        f"--to {target.ref}{LOGITS} (its output before the softmax)"
-        if has_fused_activation(target.layer)
-        else "--to the layer before it"
-    )
+    if has_fused_activation(target.layer):
+        return f"--to {target.ref}{LOGITS} (its output before the softmax)"
+    return "--to the layer before it"
+
+
+def softmax_target_note(target: Site, fix: str) -> str | None:
+    """A note when the target applies softmax (`softmax_before`); `fix` says what to do
+    instead, with `{before}` standing for the target to take."""
+    before = softmax_before(target)
+    if before is None:
+        return None
     return (
         f"{target.ref} ends in softmax: the sum of its outputs is 1 for every sample, so the "
         f"gradient of that sum is zero up to rounding; {fix.format(before=before)}"

@@ -169,26 +169,64 @@ def test_check_names_the_float16_underflow_of_a_stock_layer():
 
 
 def test_units_whose_gradient_float16_rounds_to_zero_are_not_called_dead(tmp_path):
-    """A mixed_float16 classifier, from a hidden ReLU layer to its float32 softmax: the sum
-    of a softmax is 1, so the gradient is rounding noise, far below what float16 holds, and
-    float16 rounds most of it to 0. Those units are alive (checked here on the batch: each
-    is positive for some sample), so the warning says float16, not dead."""
+    """A mixed_float16 model from a hidden ReLU layer to a Dense whose kernel rows are 1e-6
+    for 4 units and 1e-9 for the other 28: by hand the gradient of the sum is each row's sum,
+    and float16 holds 1e-6 (as a subnormal) but rounds 1e-9 to 0 (its smallest value is
+    6e-8). Those 28 units are alive (each positive for some sample of the batch, checked
+    here), so the warning says float16, not dead."""
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
         keras.utils.set_random_seed(11)
         x = keras.Input((10,), name="x")
         h = keras.layers.Dense(32, activation="relu", name="d1")(x)
-        h = keras.layers.Dense(3, name="logits")(keras.layers.Dense(32, activation="relu")(h))
-        out = keras.layers.Activation("softmax", dtype="float32", name="probs")(h)
-        model = keras.Model(x, out)
+        small = keras.layers.Dense(3, name="small")
+        model = keras.Model(x, small(h))
     finally:
         keras.mixed_precision.set_global_policy("float32")
+    kernel = np.full((32, 3), 1e-9 / 3, "float32")
+    kernel[:4] = 1e-6 / 3
+    small.set_weights([kernel, np.zeros(3, "float32")])
     model.save(tmp_path / "mixed.keras")
-    batch = np.random.default_rng(0).normal(size=(8, 10)).astype("float32")
+    batch = np.random.default_rng(0).normal(size=(16, 10)).astype("float32")
     np.save(tmp_path / "x.npy", batch)
-    (res,) = inspect_model(str(tmp_path / "mixed.keras"), "d1", ["probs"],
+    (res,) = inspect_model(str(tmp_path / "mixed.keras"), "d1", ["small"],
                            input_file=str(tmp_path / "x.npy")).results  # fmt: skip
-    assert res.status == "ok" and res.gradient.max_abs < 2.0**-14
-    alive = np.asarray(model.get_layer("d1")(batch), np.float32).max(axis=0) > 0
+    active = np.asarray(model.get_layer("d1")(batch), np.float32).max(axis=0) > 0
+    assert active[4:].all() and res.status == "ok"
+    row = np.float16(1e-6 / 3)  # a row of the kernel in float16, summed in float16
+    assert res.gradient.max_abs == pytest.approx(float(row + row + row), rel=1e-3)
+    assert np.float16(1e-9 / 3) == 0
     zero = [w for w in res.warnings if "exactly zero" in w]
-    assert alive.mean() > 0.5 and zero and "float16" in zero[0] and "(dead)" not in zero[0]
+    assert zero and "float16" in zero[0] and "(dead)" not in zero[0], res.warnings
+
+
+def test_a_softmax_target_whose_sum_is_exactly_one_names_the_softmax(tmp_path):
+    """A head of two softmax units whose logits are 1e4 and -5e3 times one hidden sum: for
+    every sample the softmax is exactly [1, 0] or [0, 1] by the sign of that sum ([0.5, 0.5]
+    where it is 0), so the outputs vary between samples while their sum is exactly 1 and its
+    gradient exactly 0 (by hand: d sum / d logits = p * (1 - sum p) = 0). The cause is the
+    softmax target, whose sum no layer before can move, saturated or not (`:logits` the fix),
+    said once; taken at its logits the gradient is not zero."""
+    keras.utils.set_random_seed(3)
+    x = keras.Input((5,), name="x")
+    hidden = keras.layers.Dense(6, activation="relu", name="hidden")(x)
+    head = keras.layers.Dense(2, activation="softmax", name="head")
+    model = keras.Model(x, head(hidden))
+    column = np.random.default_rng(0).normal(size=(6, 1)).astype("float32")
+    head.set_weights([np.hstack([1e4 * column, -5e3 * column]), np.zeros(2, "float32")])
+    model.save(tmp_path / "m.keras")
+    batch = np.random.default_rng(1).normal(size=(16, 5)).astype("float32")
+    np.save(tmp_path / "x.npy", batch)
+    out = np.asarray(model(batch))
+    assert {0.0, 1.0} <= set(out[:, 0].tolist()) <= {0.0, 0.5, 1.0}  # saturated (0.5: h = 0)
+    assert np.all(out.sum(axis=1) == 1.0)
+    path, probe = str(tmp_path / "m.keras"), str(tmp_path / "x.npy")
+    (res,) = inspect_model(path, "hidden", ["head"], input_file=probe).results
+    assert res.status == "zero"
+    assert [(c.code, c.rule, c.layer) for c in res.causes] == [
+        ("constant_output", "constant_output/softmax_sum", "head")
+    ]
+    assert "--to head:logits" in res.causes[0].hint
+    assert not [w for w in res.warnings if "ends in softmax" in w]  # said once, as the cause
+    (logits,) = inspect_model(path, "hidden", ["head:logits"], input_file=probe).results
+    assert logits.status == "ok" and not logits.causes
