@@ -23,7 +23,7 @@ import math
 import os
 import types
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -56,7 +56,7 @@ from layergrad.core.results import (
     SpectralNorms,
     WeightScanReport,
 )
-from layergrad.core.vocab import CAUSE_CODES, SCAN_FLAGS, Status, Word
+from layergrad.core.vocab import CAUSE_CODES, SCAN_FLAGS, Severity, Status, Word
 from layergrad.files.gradient_profile import (
     ACTIVATIONS,
     ROW_KEYS,
@@ -133,6 +133,17 @@ class Spec:
 # --- writing ---------------------------------------------------------------------------------
 
 
+def _picked(item: object, picks: Iterable[tuple[str, str]]) -> dict[str, object]:
+    """The picked members of a list item; a finding (`Reason`) is its whole finding record
+    too, the picked names first (they keep their older names: `finding` is its `code`)."""
+    doc = {k: to_json(getattr(item, a)) for k, a in picks}
+    if isinstance(item, Reason):
+        record = to_json(item)
+        assert isinstance(record, dict)
+        doc.update({k: v for k, v in record.items() if k not in doc})
+    return doc
+
+
 def to_json(value: object) -> object:
     """A result object as JSON-ready values (dicts, lists, strings, numbers, None): a number
     that is not finite becomes None (JSON has no NaN or Infinity)."""
@@ -155,7 +166,7 @@ def to_json(value: object) -> object:
                 doc[key] = to_json(item)
         elif way == "picks":
             picks = spec.picks[name].items()
-            doc[key] = [{k: to_json(getattr(i, a)) for k, a in picks} for i in item]
+            doc[key] = [_picked(i, picks) for i in item]
         else:  # inline
             inner = to_json(item)
             if isinstance(inner, dict):
@@ -650,13 +661,37 @@ def _finish_probe(obj: object, doc: Mapping[str, object], read: Reader, at: str)
     return obj
 
 
+# a finding record's `severity`, as the reports write it
+SEVERITY_WORDS = {Severity.FAIL: "failure", Severity.WARN: "warning"}
+
+
 def _write_reason(obj: object, doc: dict[str, object]) -> None:
-    """The op, if any, is named in the message; `facts` holds the typed values the message
-    was said from."""
+    """The one finding record: the op, if any, is named in the message; `facts` holds the
+    typed values the message was said from; `severity` (`failure` / `warning`) is the
+    rule's, and `repair` the config edit `fix` applies, when the rule has one."""
     assert isinstance(obj, Reason)
     if obj.op:
         doc["message"] = f"{obj.message} (op {obj.op})"
     doc["facts"] = to_json(dict(obj.facts))
+    doc["severity"] = SEVERITY_WORDS[obj.severity]
+    if obj.repair is not None:
+        doc["repair"] = to_json(obj.repair)
+
+
+def _write_check_item(obj: object, doc: dict[str, object]) -> None:
+    """`records`: each finding of the check as one finding record, its rule's own where the
+    check keeps one (the loss, the targets, the forward pass), else said by the check's
+    message; `severity` is whether it fails the file here (`--fail-on`), as `findings` and
+    `warnings` say."""
+    assert isinstance(obj, CheckItem)
+    records = []
+    for code in obj.findings:
+        severity = SEVERITY_WORDS[Severity.WARN if code in obj.warnings else Severity.FAIL]
+        for reason in [r for r in obj.reasons if r.code == code] or [Reason(code, obj.message)]:
+            record = to_json(reason)
+            assert isinstance(record, dict)
+            records.append({**record, "severity": severity})
+    doc["records"] = records
 
 
 def _finish_reason(obj: object, doc: Mapping[str, object], read: Reader, at: str) -> object:
@@ -859,7 +894,7 @@ SPECS: dict[type, Spec] = {
     Checkpoint: Spec(skip=frozenset({"nonfinite_inputs"})),
     Run: Spec(keys=SCORED),
     OutputLoss: Spec(keys=SCORED),
-    CheckItem: Spec(skip=frozenset({"reasons"})),
+    CheckItem: Spec(skip=frozenset({"reasons"}), write=_write_check_item),
     # what a file gets, and the findings that fail it or warn, in check order
     FileVerdict: Spec(also=("verdict", "failures", "warnings")),
     CheckReport: Spec(head={"schema": CHECK_SCHEMA}, write=_write_check),

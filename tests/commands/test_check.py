@@ -116,7 +116,12 @@ def test_json_schema_and_junit(tmp_path):
         "message",
         "findings",
         "warnings",
+        "records",
     }
+    (safe,) = [c for c in doc["files"][1]["checks"] if c["name"] == "safe"]
+    assert [(r["code"], r["severity"], r["message"]) for r in safe["records"]] == [
+        ("unsafe", "failure", safe["message"])
+    ]
     suite = ET.parse(junit).getroot()
     cases = suite.findall("testcase")
     assert suite.get("name") == "layergrad.check" and suite.get("tests") == str(len(cases)) == str(
@@ -249,3 +254,30 @@ def test_a_custom_layer_whose_flatten_layers_takes_other_arguments_is_checked(tm
         sys.path.remove(str(tmp_path))
     verdict = check_file(tmp_path / "odd.keras", CheckOptions(imports=(str(module),)))
     assert verdict.checks and not failed_checks(verdict), failed_checks(verdict)
+
+
+def test_every_finding_is_one_record_naming_its_layer():
+    """`records`: one finding record per finding and layer (code, layer, severity, facts,
+    message, hint), beside the codes `findings` lists: make_samples.py puts NaN in the kernel
+    of 'broken' and kills 'dense''s ReLU units; the dead units only warn."""
+    doc = json.loads(run("check", sample("cause_nan_weights.keras"), sample("bug_dead_layer.keras"),
+                         "--json").stdout)  # fmt: skip
+    records = {
+        (path.rsplit("/", 1)[-1], c["name"]): [
+            (r["code"], r["layer"], r["severity"]) for r in c["records"]
+        ]
+        for path, checks in ((f["path"], f["checks"]) for f in doc["files"])
+        for c in checks
+        if c["findings"]
+    }
+    assert records[("cause_nan_weights.keras", "weights")] == [("nonfinite", "broken", "failure")]
+    assert records[("cause_nan_weights.keras", "forward")] == [("nonfinite", "broken", "failure")]
+    assert records[("bug_dead_layer.keras", "trainable")] == [("dead", "dense", "warning")]
+    for f in doc["files"]:
+        for c in f["checks"]:
+            assert [r["code"] for r in c["records"]] == sorted(
+                (r["code"] for r in c["records"]), key=c["findings"].index
+            )
+            assert {r["code"] for r in c["records"]} == set(c["findings"])
+            for r in c["records"]:
+                assert {"code", "layer", "severity", "facts", "message", "hint"} <= set(r)

@@ -51,3 +51,15 @@ def test_the_op_is_the_entrys_own_or_the_fact():
     assert cause("stop_gradient", "d").op == "StopGradient"
     assert cause("non_differentiable_op", "d", why="x", op="Round").op == "Round"
     assert cause("dead_relu", "d", fraction=1.0).op is None
+
+
+def test_a_cause_is_written_as_the_one_finding_record():
+    """code, layer, severity, facts, message and hint (DESIGN: one finding record for every
+    command and report; `repair` only when the rule has one)."""
+    from layergrad.files.report_json import to_json
+
+    doc = to_json(cause("dead_relu", "dense", fraction=0.5))
+    assert isinstance(doc, dict)
+    assert set(doc) == {"code", "layer", "severity", "facts", "message", "hint"}
+    assert (doc["code"], doc["layer"], doc["severity"]) == ("dead_relu", "dense", "failure")
+    assert doc["facts"] == {"fraction": 0.5} and "50%" in doc["message"]

@@ -79,6 +79,8 @@ def test_shuffled_labels_fail_with_plateau_at_chance(files):
     doc = json.loads(result.output)
     assert [f["finding"] for f in doc["findings"]] == ["plateau_at_chance"]
     assert doc["findings"][0]["layer"] == "head" and doc["findings"][0]["step"] >= 1
+    assert doc["findings"][0]["code"] == "plateau_at_chance"  # the finding record's fields too
+    assert {"severity", "facts", "hint"} <= set(doc["findings"][0])
     # the chance loss is the entropy of the labels' own class frequencies
     y = np.load(files / "shuffled.npz")["y"]
     p = np.bincount(y) / len(y)

@@ -54,9 +54,11 @@ def test_json_is_strict_with_null_for_nonfinite_values():
     assert doc["losses"] == [1.5, None]
     assert doc["checkpoints"][1]["loss"] is None
     assert doc["checkpoints"][0]["layers"][1]["grad_l2"] is None
+    # the fit/1 fields, then the rest of the one finding record (DESIGN, fifth round)
     assert doc["findings"] == [
-        {"finding": "nonfinite", "layer": HOSTILE, "step": 2, "message": f"in {HOSTILE} at step 2"}
-    ]
+        {"finding": "nonfinite", "layer": HOSTILE, "step": 2, "message": f"in {HOSTILE} at step 2",
+         "code": "nonfinite", "hint": "", "facts": {}, "severity": "failure"}
+    ]  # fmt: skip
     assert doc["training"]["stopped"] == "nonfinite"
 
 

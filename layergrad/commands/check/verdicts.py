@@ -136,7 +136,10 @@ def weights(info: FileInfo, add: Add) -> None:
     note = f"; {unchecked} tensors not scanned ({info.notes[0]})" if unchecked else ""
     if bad:
         listed = ", ".join(f"{w.layer} ({w.nan} NaN, {w.inf} Inf)" for w in bad[:5])
-        add("weights", f"non-finite weights in {listed}{note}", [Finding.NONFINITE])
+        each = [(w.layer, f"non-finite weights in {w.layer} ({w.nan} NaN, {w.inf} Inf)")
+                for w in bad]  # fmt: skip
+        add("weights", f"non-finite weights in {listed}{note}", [Finding.NONFINITE],
+            reasons=at_layers(Finding.NONFINITE, each))  # fmt: skip
     else:
         params = sum(w.params for w in info.weights)
         add("weights", f"{params:,} stored weights, all finite{note}")
@@ -252,8 +255,10 @@ def forward(
         message = f"finite over {run.samples:,} samples"
         for act, fwd in zip(run.activations, run.forward, strict=True):
             if fwd is not None and fwd.nonfinite_batches:
-                add("forward", f"activations turn non-finite (NaN/Inf) at layer {act.site.ref!r} "
-                    f"(first in batch {fwd.first_nonfinite})", [Finding.NONFINITE])  # fmt: skip
+                said = (f"activations turn non-finite (NaN/Inf) at layer {act.site.ref!r} "
+                        f"(first in batch {fwd.first_nonfinite})")  # fmt: skip
+                each = at_layers(Finding.NONFINITE, [(act.site.ref, said)])
+                add("forward", said, [Finding.NONFINITE], reasons=each)
                 gradient(rows, add)
                 return True
     found: list[Finding] = []
@@ -269,7 +274,8 @@ def forward(
     bad = report.first_nonfinite if run is None else None
     if bad is not None:
         message = f"activations turn non-finite (NaN/Inf) at layer {bad!r}"
-        add("forward", message, [Finding.NONFINITE])
+        add("forward", message, [Finding.NONFINITE],
+            reasons=at_layers(Finding.NONFINITE, [(bad, message)]))  # fmt: skip
     elif run is not None and loss_failed:  # the forward pass ran above
         add("forward", message)
     elif found:
@@ -295,7 +301,20 @@ def gradient(rows: Sequence[ScanRow], add: Add) -> None:
         return
     findings = [f for f in SCAN_FLAGS if any(f.value in r.flags for r in problems)]
     parts = [_listed(f, [(r.layer, r.causes) for r in problems if f in r.flags]) for f in findings]
-    add("gradient", "; ".join(parts), findings)
+    each = [
+        reason
+        for f in findings
+        for r in problems
+        if f in r.flags
+        for reason in at_layers(f, [(r.layer, _listed(f, [(r.layer, r.causes)]))])
+    ]
+    add("gradient", "; ".join(parts), findings, reasons=each)
+
+
+def at_layers(finding: Finding, said: Sequence[tuple[str, str]]) -> list[Reason]:
+    """A check's `finding` at each layer of `said` ((layer, message) pairs): the records of a
+    check that words its findings together (its message lists the layers)."""
+    return [Reason(finding, message, layer=layer) for layer, message in said]
 
 
 def _listed(finding: Finding, named: Sequence[tuple[str, Sequence[Reason]]]) -> str:
@@ -327,23 +346,27 @@ def trainable(
 
     findings: list[Finding] = []
     parts: list[str] = []
+    each: list[Reason] = []  # each finding at its layer
     for status, finding in (
         (Status.NONE, Finding.NO_GRADIENT),
         (Status.NONFINITE, Finding.NONFINITE),
     ):
         # without a loss no variable was checked for a gradient: only the update ratios are
-        bad = [(v.variable, v.causes) for v in report.variables if has_loss and v.status == status]
+        bad = [v for v in report.variables if has_loss and v.status == status]
         if bad:
             findings.append(finding)
-            parts.append(_listed(finding, bad))
+            parts.append(_listed(finding, [(v.variable, v.causes) for v in bad]))
+            each += at_layers(finding, [(v.layer, _listed(finding, [(v.variable, v.causes)]))
+                                        for v in bad])  # fmt: skip
     dead = report.dead_layers
     if dead:
         findings.append(Finding.DEAD)
         names = ", ".join(f"{layer} ({share:.0%} of its units)" for layer, share in dead[:4])
-        parts.append(
-            f"dead: {names}{'...' if len(dead) > 4 else ''}: these ReLU units output 0 for "
-            f"every sample of {dead_scope}, so their weights get no gradient"
-        )
+        so = (f"these ReLU units output 0 for every sample of {dead_scope}, so their weights "
+              "get no gradient")  # fmt: skip
+        parts.append(f"dead: {names}{'...' if len(dead) > 4 else ''}: {so}")
+        each += at_layers(Finding.DEAD, [(layer, f"dead: {layer} ({share:.0%} of its units): {so}")
+                                         for layer, share in dead])  # fmt: skip
     flagged = scale_flags(report.variables)
     for finding, word, so in (
         (Finding.VANISHING, "below", "barely learn"),
@@ -354,13 +377,15 @@ def trainable(
             findings.append(finding)
             listed = ", ".join(f"{layer} ({abs(d):.1f} decades)" for layer, d in layers[:4])
             more = "..." if len(layers) > 4 else ""
-            parts.append(
-                f"{finding}: {listed}{more}: the update ratio |dL/dW| / |W| of these layers is "
-                f"that many decades {word} that of the layers near the output, so they {so}"
-            )
+            why = (f"the update ratio |dL/dW| / |W| of these layers is that many decades {word} "
+                   f"that of the layers near the output, so they {so}")  # fmt: skip
+            parts.append(f"{finding}: {listed}{more}: {why}")
+            each += at_layers(finding, [(layer, f"{finding}: {layer} ({abs(d):.1f} decades): {why}")
+                                        for layer, d in layers])  # fmt: skip
     if init is not None:
         findings += [] if Finding.EXPLODING in findings else [Finding.EXPLODING]
         parts.append(init.message())
+        each += at_layers(Finding.EXPLODING, [(init.layer, init.message())])
     if findings:
         projected = "" if has_loss else " (no loss: judged on a random projection of the outputs)"
         message = "; ".join(parts) + projected
@@ -375,7 +400,7 @@ def trainable(
             "checked for a gradient; update ratios of a random projection of the outputs fit "
             "each other"
         )
-    add("trainable", message + where, findings)
+    add("trainable", message + where, findings, reasons=each)
 
 
 def output_ranks(model: KerasModel) -> tuple[list[str], dict[str, int]]:

@@ -978,11 +978,13 @@ def _labels_win(plans: list[Plan]) -> tuple[list[Plan], list[str]]:
 
 def _unrepaired(finding: str, verdict: FileVerdict, fit: FitReport | None) -> Reason:
     """A finding without a mechanical repair: check's (or training's) message and hint, as the
-    check keeps them apart (`CheckItem.reasons`), or its whole message and the hint below."""
+    check keeps them apart (`CheckItem.reasons`), or, found at several layers or kept with no
+    reason of its own, the check's whole message and the hint below."""
     for item in verdict.checks:
         if finding in item.findings:
-            reason = next((r for r in item.reasons if r.code == finding), None)
-            if reason is not None:
+            reasons = [r for r in item.reasons if r.code == finding]
+            if len(reasons) == 1:
+                (reason,) = reasons
                 return replace(reason, hint=reason.hint or _hint(finding, reason.layer))
             return Reason(Finding(finding), item.message, _hint(finding))
     if fit is not None:
