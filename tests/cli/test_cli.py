@@ -68,7 +68,7 @@ def test_json_for_a_none_result_has_null_gradient_and_causes():
     res = json.loads(result.output)["results"][0]
     assert res["status"] == "none" and res["gradient"] is None
     cause = res["causes"][0]
-    assert set(cause) == {"code", "layer", "message", "hint", "facts"}
+    assert set(cause) == {"code", "layer", "message", "hint", "facts", "severity"}
     assert cause["code"] == "not_downstream"
     # residual.keras: 'side' branches off and never reaches 'head' (sample_models/README.md)
     assert (cause["layer"], cause["facts"]) == ("head", {"source": "side"})
