@@ -139,11 +139,15 @@ def guarded(run: Callable[[], T], what: str, source: str | None = None) -> T:
     except Exception as exc:
         if "Exception encountered when calling" not in str(exc):
             raise  # not raised in a layer's call (Keras marks those)
+        fix = (
+            "a Lambda loaded from a file sees none of the modules its code used, `keras` or "
+            "`np`: make it a registered custom layer and pass --import"
+            if isinstance(exc, NameError) and "Lambda" in str(exc)
+            else "fix that code, or check the data it was given"
+        )
         raise BatchFailed(
             f"{where}the model failed on {what}: {type(exc).__name__}: {op_message(exc)}; "
-            "the layer's own code raised it (a Lambda loaded from a file sees none of the "
-            "modules its code used, `keras` or `np`: make it a registered custom layer and "
-            "pass --import)"
+            f"the layer's own code raised it: {fix}"
         ) from exc
 
 

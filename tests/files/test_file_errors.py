@@ -256,6 +256,37 @@ def test_a_lambda_that_fails_once_loaded_unsafe_is_one_line(tmp_path: Path) -> N
     assert "--unsafe" not in result.stderr and "\x1b" not in result.stderr
 
 
+def test_a_custom_layer_whose_call_raises_is_one_line_naming_its_error(tmp_path: Path) -> None:
+    """A registered custom layer (given with --import) whose call raises KeyError on a real
+    batch (not on the symbolic one Keras builds the model with): one line naming the error
+    and the layer's code, exit 2; no word of Lambdas."""
+    module = tmp_path / "broken_layers.py"
+    module.write_text(
+        "import keras\n\n"
+        "@keras.saving.register_keras_serializable(package='broken')\n"
+        "class Lookup(keras.layers.Layer):\n"
+        "    def call(self, x):\n"
+        "        if x.shape[0] is not None:\n"
+        "            raise KeyError('no such entry')\n"
+        "        return x\n"
+    )
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("broken_layers", module)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    x = keras.Input((4,), name="x")
+    out = layers.Dense(1, name="dense_1")(
+        mod.Lookup(name="lookup")(layers.Dense(4, name="dense")(x))
+    )
+    keras.Model(x, out).save(tmp_path / "custom.keras")
+    path = str(tmp_path / "custom.keras")
+    result = _invoke(["inspect", path, *INSPECT, "--import", str(module)])
+    _assert_one_line_error(result, ["KeyError", "the layer's own code raised it"], "")
+    assert "Lambda" not in result.stderr and "unexpected" not in result.stderr
+
+
 @pytest.mark.parametrize("command", ["layers", "inspect"])
 @pytest.mark.parametrize("case", ["truncated.keras", "lambda"])
 def test_debug_shows_the_traceback(files: dict[str, Path], case: str, command: str) -> None:
