@@ -22,7 +22,7 @@ from layergrad.core.results import (
     Reason,
     Result,
 )
-from layergrad.core.vocab import Status
+from layergrad.core.vocab import Finding, Status
 from layergrad.data.stats.aggregates import ForwardTotals, GradientTotals
 from layergrad.diagnose import causes as why
 from layergrad.diagnose.diagnoser import (
@@ -113,7 +113,9 @@ def _noted(
         warnings, causes = res.warnings, res.causes
         if note:
             warnings = (note, *(w for w in warnings if ZERO_SHARE not in w))
-        if note and res.status == Status.ZERO:  # the cause, said once
+        constant = any(c.code == Finding.CONSTANT_OUTPUT for c in causes)
+        if note and res.status == Status.ZERO and not constant:  # the cause, said once
+            # (an output constant for every sample keeps its own cause: its logits are too)
             before = softmax_before(site)
             causes = (why.cause("constant_output/softmax_sum", site.ref, before=before),)
             warnings = warnings[1:]

@@ -276,15 +276,16 @@ def gradient_warnings(
     Vanishing: max |g| below 1e-7 per unit of the `from` activation's mean size
     (`source_size`: a change of `from` by its own size moves sum(to) by less than that).
     Exploding: above 1e6. Mostly zero: more than half of the values are exactly 0; units with
-    no gradient for any sample are dead, unless the gradient is `float16` (of a float16
-    `src`) and all of it below float16's smallest normal value: then float16 rounded it.
+    no gradient for any sample are dead, or, when the gradient is `float16` (of a float16
+    `src`) and all of it below float16's smallest normal value, float16 may have rounded it.
     """
     out = []
     if zero_fraction > MOSTLY_ZERO:
         units = f"{dead_units or 0:.0%} of the units of {src}"
         if dead_units is not None and dead_units > MOSTLY_ZERO and float16 and max_abs < F16_TINY:
-            what = (f": {units} get zero gradient for every sample, a gradient below what "
-                    "float16 holds (6e-8), rounded to 0: compute this path in float32")  # fmt: skip
+            what = (f": {units} get zero gradient for every sample{DEAD_MARK}, or float16 "
+                    "rounded it to 0 (the whole gradient is below float16's normal range, "
+                    "6e-5): compute this path in float32 to tell")  # fmt: skip
         elif dead_units is not None and dead_units > MOSTLY_ZERO:
             what = f": {units} get zero gradient for every sample{DEAD_MARK}"
         elif structural:

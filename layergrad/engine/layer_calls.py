@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
@@ -137,8 +138,10 @@ def guarded(run: Callable[[], T], what: str, source: str | None = None) -> T:
             "of the data (ids inside the vocabulary, the shape the model was built for)"
         ) from exc
     except Exception as exc:
-        if "Exception encountered when calling" not in str(exc):
-            raise  # not raised in a layer's call (Keras marks those)
+        if "Exception encountered when calling" not in str(exc) or _raised_here(exc):
+            raise  # not raised by a layer's own code (Keras marks a call's), or by layergrad's
+        text = exc.args[0] if isinstance(exc, KeyError) and exc.args else None  # (str: a repr)
+        detail = op_message(Exception(text) if isinstance(text, str) else exc)
         fix = (
             "a Lambda loaded from a file sees none of the modules its code used, `keras` or "
             "`np`: make it a registered custom layer and pass --import"
@@ -146,9 +149,21 @@ def guarded(run: Callable[[], T], what: str, source: str | None = None) -> T:
             else "fix that code, or check the data it was given"
         )
         raise BatchFailed(
-            f"{where}the model failed on {what}: {type(exc).__name__}: {op_message(exc)}; "
+            f"{where}the model failed on {what}: {type(exc).__name__}: {detail}; "
             f"the layer's own code raised it: {fix}"
         ) from exc
+
+
+_PACKAGE = Path(__file__).resolve().parents[1]  # layergrad/
+
+
+def _raised_here(exc: BaseException) -> bool:
+    """Whether the innermost frame of the exception's traceback is layergrad's own code (its
+    wrappers run inside a layer's call, so Keras marks their errors too)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and Path(tb.tb_frame.f_code.co_filename).is_relative_to(_PACKAGE)
 
 
 def gradients_of(

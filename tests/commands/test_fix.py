@@ -758,3 +758,22 @@ def test_the_labels_decide_a_head_both_the_file_and_the_data_fault(tmp_path):
     )
     assert keras.saving.load_model(out, compile=False).get_layer("head").units == 5
     assert not {"loss_mismatch", "target_mismatch", "constant_output"} & set(report.after)
+
+
+def test_an_unrepaired_finding_that_only_warns_is_a_warning_record(tmp_path):
+    """bug_sigmoid_stack: check passes it with a `vanishing` warning, which `fix` has no
+    repair for: its unrepaired record says `warning`, as the check's does."""
+    from click.testing import CliRunner
+
+    from layergrad.cli.app import main
+
+    path = sample("bug_sigmoid_stack.keras")
+    check = json.loads(CliRunner().invoke(main, ["check", path, "--json"]).stdout)
+    warned = {(r["code"], r["severity"]) for c in check["files"][0]["checks"] for r in c["records"]}
+    out = str(tmp_path / "copy.keras")
+    done = CliRunner().invoke(main, ["fix", path, "--output", out, "--format", "json"])
+    unrepaired = json.loads(done.stdout)["unrepaired"]
+    assert ("vanishing", "warning") in warned
+    assert [(u["finding"], u["severity"]) for u in unrepaired if u["finding"] == "vanishing"] == [
+        ("vanishing", "warning")
+    ]

@@ -173,7 +173,7 @@ def test_units_whose_gradient_float16_rounds_to_zero_are_not_called_dead(tmp_pat
     for 4 units and 1e-9 for the other 28: by hand the gradient of the sum is each row's sum,
     and float16 holds 1e-6 (as a subnormal) but rounds 1e-9 to 0 (its smallest value is
     6e-8). Those 28 units are alive (each positive for some sample of the batch, checked
-    here), so the warning says float16, not dead."""
+    here), so the warning says float16 may have rounded them, besides dead."""
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
         keras.utils.set_random_seed(11)
@@ -197,7 +197,7 @@ def test_units_whose_gradient_float16_rounds_to_zero_are_not_called_dead(tmp_pat
     assert res.gradient.max_abs == pytest.approx(float(row + row + row), rel=1e-3)
     assert np.float16(1e-9 / 3) == 0
     zero = [w for w in res.warnings if "exactly zero" in w]
-    assert zero and "float16" in zero[0] and "(dead)" not in zero[0], res.warnings
+    assert zero and "or float16 rounded it to 0" in zero[0], res.warnings
 
 
 def test_a_softmax_target_whose_sum_is_exactly_one_names_the_softmax(tmp_path):
@@ -230,3 +230,12 @@ def test_a_softmax_target_whose_sum_is_exactly_one_names_the_softmax(tmp_path):
     assert not [w for w in res.warnings if "ends in softmax" in w]  # said once, as the cause
     (logits,) = inspect_model(path, "hidden", ["head:logits"], input_file=probe).results
     assert logits.status == "ok" and not logits.causes
+
+
+def test_a_softmax_target_that_is_constant_keeps_its_own_cause():
+    """bug_softmax_one_unit: a softmax over one unit is 1.0 for every sample, so its logits
+    are no way out; the cause stays the constant output (make_samples.py), not the sum."""
+    (res,) = inspect_model(sample("bug_softmax_one_unit.keras"), "x", ["head"]).results
+    assert res.status == "zero"
+    assert res.causes[0].rule == "constant_output/softmax_one_unit", res.causes
+    assert all(c.rule != "constant_output/softmax_sum" for c in res.causes)

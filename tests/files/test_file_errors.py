@@ -318,3 +318,22 @@ def test_unreadable_files_never_import_tensorflow(files: dict[str, Path]) -> Non
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_an_error_of_layergrads_own_code_in_a_layer_call_is_not_blamed_on_the_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """layergrad's capture runs inside each layer's call, so Keras marks its errors as the
+    layer's: one raised there (a bug of layergrad's, made here by hand) must come out as
+    itself (the CLI's unexpected-error line), never as the model's fault."""
+    from layergrad.commands.api import inspect_model
+    from layergrad.core.errors import one_line
+    from layergrad.engine import capture
+
+    def broken(self: object, *args: object, **kwargs: object) -> None:
+        one_line(None)  # type: ignore[arg-type]  # fails inside layergrad: AttributeError
+
+    monkeypatch.setattr(capture.Recorder, "_record", broken)
+    with pytest.raises(AttributeError, match="split"):
+        inspect_model(str(Path(__file__).parents[2] / "sample_models" / "seed.keras"),
+                      "dense", ["dense_1"])  # fmt: skip

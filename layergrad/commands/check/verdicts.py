@@ -356,8 +356,11 @@ def trainable(
         if bad:
             findings.append(finding)
             parts.append(_listed(finding, [(v.variable, v.causes) for v in bad]))
-            each += at_layers(finding, [(v.layer, _listed(finding, [(v.variable, v.causes)]))
-                                        for v in bad])  # fmt: skip
+            owners = dict.fromkeys(v.layer for v in bad)  # one record a layer, its variables
+            each += at_layers(finding, [
+                (layer, _listed(finding, [(v.variable, v.causes) for v in bad if v.layer == layer]))
+                for layer in owners
+            ])  # fmt: skip
     dead = report.dead_layers
     if dead:
         findings.append(Finding.DEAD)
@@ -380,12 +383,14 @@ def trainable(
             why = (f"the update ratio |dL/dW| / |W| of these layers is that many decades {word} "
                    f"that of the layers near the output, so they {so}")  # fmt: skip
             parts.append(f"{finding}: {listed}{more}: {why}")
-            each += at_layers(finding, [(layer, f"{finding}: {layer} ({abs(d):.1f} decades): {why}")
+            one = why.replace("these layers is", "this layer is").replace("so they", "so it")
+            each += at_layers(finding, [(layer, f"{finding}: {layer} ({abs(d):.1f} decades): {one}")
                                         for layer, d in layers])  # fmt: skip
     if init is not None:
         findings += [] if Finding.EXPLODING in findings else [Finding.EXPLODING]
         parts.append(init.message())
-        each += at_layers(Finding.EXPLODING, [(init.layer, init.message())])
+        if all(r.layer != init.layer or r.code != Finding.EXPLODING for r in each):
+            each += at_layers(Finding.EXPLODING, [(init.layer, init.message())])
     if findings:
         projected = "" if has_loss else " (no loss: judged on a random projection of the outputs)"
         message = "; ".join(parts) + projected

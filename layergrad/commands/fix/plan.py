@@ -39,7 +39,7 @@ import numpy as np
 
 from layergrad.core.fit_results import Checkpoint, FitReport
 from layergrad.core.results import FileVerdict, Reason
-from layergrad.core.vocab import Finding
+from layergrad.core.vocab import Finding, Severity
 from layergrad.diagnose.causes import fallback_hint
 from layergrad.files.file_info import FileInfo
 from layergrad.model import config_edit as ed
@@ -982,15 +982,19 @@ def _unrepaired(finding: str, verdict: FileVerdict, fit: FitReport | None) -> Re
     reason of its own, the check's whole message and the hint below."""
     for item in verdict.checks:
         if finding in item.findings:
+            severity = Severity.WARN if finding in item.warnings else Severity.FAIL
             reasons = [r for r in item.reasons if r.code == finding]
-            if len(reasons) == 1:
-                (reason,) = reasons
-                return replace(reason, hint=reason.hint or _hint(finding, reason.layer))
-            return Reason(Finding(finding), item.message, _hint(finding))
+            ruled = [r for r in reasons if r.rule] or (reasons if len(reasons) == 1 else [])
+            if ruled:  # a rule's own words (the first), or the check's at its one layer
+                reason = ruled[0]
+                hint = reason.hint or _hint(finding, reason.layer)
+                return replace(reason, hint=hint, severity=severity)
+            return Reason(Finding(finding), item.message, _hint(finding), severity=severity)
     if fit is not None:
         for f in fit.findings:
             if str(f.code) == finding:
-                return Reason(f.code, f.message, _hint(finding, f.layer), f.layer)
+                hint = _hint(finding, f.layer)
+                return Reason(f.code, f.message, hint, f.layer, severity=f.severity)
     return Reason(Finding(finding), "", _hint(finding))
 
 
