@@ -45,7 +45,9 @@ class LayerStats:
     `tf.distribute` strategy: of the first replica's share). `nonfinite_activation` counts
     NaN/Inf in the layer's outputs, `nonfinite_gradient` in its variables' gradients.
     `constant_fraction` is the share of those units whose value is the same for every sample
-    of the batch (None: not measured, or a batch of one sample).
+    of the batch (None: not measured, or a batch of one sample). `nonfinite_weight` counts
+    NaN/Inf in its weights at the step's start (measured with the outputs: at a checkpoint,
+    and at the fit's first NaN/Inf loss): the update of the step before left them.
     """
 
     layer: str
@@ -56,6 +58,7 @@ class LayerStats:
     nonfinite_gradient: int
     nonfinite_activation: int
     constant_fraction: float | None = None
+    nonfinite_weight: int = 0
 
 
 @dataclass(frozen=True)

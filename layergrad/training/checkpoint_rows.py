@@ -32,9 +32,10 @@ def checkpoint_from_rows(
     its layers in the order the step called them. `counted`: the step's number as the
     monitored step counts it (less than `step` when Keras's own first step built the model)."""
     grads, acts, dead = read["grads"][row], read["activations"][row], read["dead"][row]
+    weights = read["weights"][row]
     forward_at, reduced_at = int(read["forward_at"][row]), int(read["reduced_at"][row])
     if forward_at != counted:  # the forward pass was finite: not measured
-        acts, dead = np.zeros_like(acts), np.zeros_like(dead)
+        acts, dead, weights = np.zeros_like(acts), np.zeros_like(dead), np.zeros_like(weights)
     if reduced_at != counted:  # the optimizer skipped the step's update
         grads = np.tile(_NOT_REDUCED, (len(grads), 1))
     lr = float(read["learning_rate"][row])
@@ -54,7 +55,8 @@ def checkpoint_from_rows(
         loss=loss,
         learning_rate=lr,
         layers=tuple(
-            _layer_row(hook.layers[i], values, dead[i], int(acts[i]), lr) for i in hook.called()
+            _layer_row(hook.layers[i], values, dead[i], int(acts[i]), lr, weights)
+            for i in hook.called()
         ),
         variables=tuple(
             _variable_row(name, layer, shape, row)
@@ -79,13 +81,19 @@ def _variable_row(name: str, layer: str, shape: tuple[int, ...], row: list[float
 
 
 def _layer_row(
-    entry: LayerVariables, grads: list[list[float]], dead: np.ndarray, acts: int, lr: float
+    entry: LayerVariables,
+    grads: list[list[float]],
+    dead: np.ndarray,
+    acts: int,
+    lr: float,
+    weights: np.ndarray,
 ) -> LayerStats:
     fraction = float(dead[0] / dead[1]) if dead[1] > 0 else None
     constant = float(dead[2] / dead[1]) if dead[1] > 0 else None
+    bad_weights = int(sum(weights[i] for i in entry.variables))
     mine = [i for i in entry.variables if grads[i][WEIGHT_SQ] >= 0]
     if not mine:
-        return LayerStats(entry.path, None, None, None, fraction, 0, acts, constant)
+        return LayerStats(entry.path, None, None, None, fraction, 0, acts, constant, bad_weights)
     grad = math.sqrt(sum(grads[i][GRAD_SQ] for i in mine))
     weight = math.sqrt(sum(grads[i][WEIGHT_SQ] for i in mine))
     return LayerStats(
@@ -97,6 +105,7 @@ def _layer_row(
         nonfinite_gradient=int(sum(grads[i][GRAD_NONFINITE] for i in mine)),
         nonfinite_activation=acts,
         constant_fraction=constant,
+        nonfinite_weight=bad_weights,
     )
 
 

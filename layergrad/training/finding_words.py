@@ -31,6 +31,15 @@ _SQUASHING = "use ReLU-family activations instead of sigmoid/tanh stacks, residu
 _WHERE = "step {step} (epoch {epoch}, batch {batch}): "
 
 SAYS: dict[str, str] = {
+    "nonfinite/update": _WHERE + "the weights of {layer} hold NaN/Inf ({count} values), "
+    "finite at the step before: its update (its gradient, or the optimizer's step with it: "
+    "learning rate, epsilon), or code run between the steps, left them",
+    "nonfinite/updates": _WHERE + "the weights of {layer} hold NaN/Inf ({count} values), "
+    "finite at step {since}: an update of steps {since} to {before}, whose losses were "
+    "finite, left them (a ReLU after the layer can hide them from the loss): a gradient, or "
+    "the optimizer's step with it (learning rate, epsilon), was NaN/Inf",
+    "nonfinite/weights": _WHERE + "the weights of {layer} hold NaN/Inf before the first step "
+    "({count} values): the model was built or saved with them",
     "nonfinite/data": _WHERE + "the training data holds NaN/Inf: input {layer!r} of the step's "
     "batch has {count} NaN/Inf values, the first in sample {row} of the batch; clean the data "
     "(the model is not at fault)",

@@ -305,16 +305,19 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
                 real = first_bad and (
                     (value is not None and not math.isfinite(value))
                     or any(
-                        c.nonfinite_gradient or c.nonfinite_activation for c in checkpoint.layers
+                        c.nonfinite_gradient or c.nonfinite_activation or c.nonfinite_weight
+                        for c in checkpoint.layers
                     )
                     or bool(checkpoint.nonfinite_inputs)
                 )
+                since = self._checkpoints[-1].step if self._checkpoints else None
                 if due or real:
                     self._checkpoints.append(checkpoint)
                     if self._writer is not None:
                         write_summaries(self._writer, checkpoint, read, row, hook.layers)
                 if real:
-                    self._stop(rules.nonfinite_finding(checkpoint, hook.order(), epoch, batch))
+                    order = hook.order()
+                    self._stop(rules.nonfinite_finding(checkpoint, order, epoch, batch, since))
         self._unread, self._measured = [], None
         if self.verbose:
             self._say([f for f in self._findings() if f.code in EARLY])

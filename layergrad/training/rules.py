@@ -91,22 +91,40 @@ def findings(
 def _finite(checkpoint: Checkpoint) -> bool:
     loss = checkpoint.loss
     return (loss is None or math.isfinite(loss)) and not any(
-        r.nonfinite_gradient or r.nonfinite_activation for r in checkpoint.layers
+        r.nonfinite_gradient or r.nonfinite_activation or r.nonfinite_weight
+        for r in checkpoint.layers
     )
 
 
 def nonfinite_finding(
-    checkpoint: Checkpoint, order: Sequence[str], epoch: int, batch: int
+    checkpoint: Checkpoint, order: Sequence[str], epoch: int, batch: int, since: int | None = None
 ) -> Reason:
-    """Where the first NaN/Inf came from: an input of the step's batch that holds one (the
-    data), else the first layer whose output has one, else (the forward pass being finite)
-    the layer nearest the loss whose gradient has one."""
+    """Where the first NaN/Inf came from: the layer nearest the loss whose weights hold one at
+    the step's start (an update left it: a NaN/Inf only in that update's gradients), else an
+    input of the step's batch that holds one (the data), else the first layer whose output
+    has one, else (the forward pass being finite) the layer nearest the loss whose gradient
+    has one. `since`: the step of the checkpoint before, whose weights were finite.
+
+    NaN/Inf weights are said to come from the step before (`nonfinite/update`) when that is
+    certain: the checkpoint before is that step, or the layer's output holds NaN/Inf (then the
+    losses of the steps before would have, had its weights held them). Else the steps they
+    may come from are given (`nonfinite/updates`: a ReLU after the layer can hide them from
+    the loss), or, at the first step, the model came with them (`nonfinite/weights`)."""
     step, where = checkpoint.step, {"epoch": epoch, "batch": batch}
+    rows = {r.layer: r for r in checkpoint.layers}
+    ordered = [rows[p] for p in order if p in rows]
+    updated = next((r for r in reversed(ordered) if r.nonfinite_weight), None)
+    if updated is not None:
+        count, first = updated.nonfinite_weight, since or 1
+        if step == 1:
+            return said("nonfinite/weights", updated.layer, step, **where, count=count)
+        if first >= step - 1 or updated.nonfinite_activation:
+            return said("nonfinite/update", updated.layer, step, **where, count=count)
+        return said("nonfinite/updates", updated.layer, step, **where, count=count,
+                    since=first, before=step - 1)  # fmt: skip
     if checkpoint.nonfinite_inputs:  # the data, before any layer
         name, count, row = checkpoint.nonfinite_inputs[0]
         return said("nonfinite/data", name, step, **where, count=count, row=row)
-    rows = {r.layer: r for r in checkpoint.layers}
-    ordered = [rows[p] for p in order if p in rows]
     forward = next((r for r in ordered if r.nonfinite_activation), None)
     if forward is not None:
         count = forward.nonfinite_activation
@@ -179,8 +197,12 @@ def _curve(test: CurveTest) -> Callable[[Run], list[Reason]]:
 
 def _nonfinite(run: Run) -> list[Reason]:
     bad = [c for c in run.checkpoints if not _finite(c)]
-    order = [r.layer for r in run.checkpoints[0].layers] if run.checkpoints else []
-    return [nonfinite_finding(bad[0], order, bad[0].epoch, bad[0].batch)] if bad else []
+    if not bad:
+        return []
+    order = [r.layer for r in run.checkpoints[0].layers]
+    before = [c.step for c in run.checkpoints if c.step < bad[0].step]
+    since = before[-1] if before else None
+    return [nonfinite_finding(bad[0], order, bad[0].epoch, bad[0].batch, since)]
 
 
 CURVE = "the loss of every step (up to the first NaN/Inf) and the update ratios"
@@ -193,10 +215,12 @@ RAISE_RATE = "the learning rate: higher (with data, the rate that trains best of
 # In the order a run's findings are given (`findings`).
 RULES: tuple[TrainingRule, ...] = (
     TrainingRule(
-        Finding.NONFINITE, "each checkpoint's NaN/Inf counts: inputs, outputs, gradients",
-        "the loss or a checkpoint holds NaN/Inf (above): named at the input of the batch that "
-        "holds one, else the first layer whose output has one, else the layer nearest the "
-        "loss whose gradient has one", "where it started", "the step", FAIL,
+        Finding.NONFINITE,
+        "each checkpoint's NaN/Inf counts: weights, inputs, outputs, gradients",
+        "the loss or a checkpoint holds NaN/Inf (above): named at the layer nearest the loss "
+        "whose weights hold NaN/Inf at the step's start (an update left them), else the input "
+        "of the batch that holds one, else the first layer whose output has one, else the "
+        "layer nearest the loss whose gradient has one", "where it started", "the step", FAIL,
         "clean the data, or lower the learning rate",
         "none alone: the repair of the learning rate or of the inputs' scale covers it",
         _nonfinite, (), ("nan_in_head",), ("finite_run",),

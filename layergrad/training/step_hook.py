@@ -77,7 +77,8 @@ class _Trace:
         self.count: Tensor = None  # the step's number in this fit, from 0
         self.ring_row: Tensor = None  # its row in the ring of losses
         self.total: Tensor = None  # its loss, summed (float32)
-        self.loss_bad: Tensor = None  # whether its loss is NaN/Inf
+        self.loss_bad: Tensor = None  # whether its loss, or a float input, is NaN/Inf
+        self.weights_bad: Tensor = None  # a measuring step's: whether a weight is NaN/Inf
         self.clean: Tensor = None  # whether no step of the fit before it was non-finite
         self.found: Tensor = None  # whether a gradient value of the step is NaN/Inf
         self.written: TFOperation = None  # the ring's write of its loss
@@ -149,7 +150,9 @@ class StepHook:
                     logs = original_step(data)
                     # the step counts itself (and a NaN/Inf loss or gradient), last, whatever
                     # the optimizer did
-                    flags = [f for f in (trace.loss_bad, trace.found) if f is not None]
+                    flags = [
+                        f for f in (trace.loss_bad, trace.found, trace.weights_bad) if f is not None
+                    ]
                     bad = tf.reduce_any(tf.stack(flags)) if flags else tf.constant(False)
                     with tf.control_dependencies(trace.done()):
                         self.results.counts.assign_add(tf.stack([1.0, tf.cast(bad, tf.float64)]))
@@ -243,7 +246,11 @@ class StepHook:
         # the step's loss into the ring now: an optimizer may skip the gradients' part (a
         # LossScaleOptimizer does when the scaled gradients overflow)
         trace.total = total = tf.cast(tf.reduce_sum(loss), tf.float32)
-        trace.loss_bad = ~tf.math.is_finite(total)
+        # its loss, or its batch (a NaN/Inf input that a ReLU hides from the loss still
+        # reaches the gradients, and so the weights)
+        inputs = [tf.reduce_all(tf.math.is_finite(t)) for t in trace.inputs]
+        finite = [tf.math.is_finite(total), *inputs]
+        trace.loss_bad = ~tf.reduce_all(tf.stack(finite))
         flag = tf.cast(trace.loss_bad, tf.float32)
         trace.written = put(self.results.losses, self._ring_row(trace), tf.stack([flag, total]))
         if trace.measuring:
@@ -260,11 +267,15 @@ class StepHook:
         self, trace: _Trace, row: Tensor | int, outputs: list[list[Tensor]] | None = None
     ) -> TFOperation:
         """Each layer's NaN/Inf outputs and dead units (of `outputs`, by default the
-        trace's), and the learning rate, into `row`."""
+        trace's), each variable's NaN/Inf weights, and the learning rate, into `row`."""
         counts, dead = reductions.forward_stats(trace.outputs if outputs is None else outputs)
+        weights = reductions.weights_nonfinite(self.variables)
+        if trace.measuring:  # a NaN/Inf weight makes the step non-finite: `_record` flags it
+            trace.weights_bad = tf.reduce_any(weights > 0)
         writes = [
             put(self.results.activations, row, counts),
             put(self.results.dead, row, dead),
+            put(self.results.weights, row, weights),
             # here, not with the gradients, which an optimizer may skip
             put(self.results.learning_rate, row, self.model.optimizer.learning_rate),
             put(self.results.forward_at, row, self._count(trace)),
@@ -300,7 +311,13 @@ class StepHook:
 
     def _record(self, trace: _Trace, reduced: list[tuple[Tensor, KerasVariable]]) -> None:
         """The step's gradient reductions, and its NaN/Inf flag in the ring of losses; sets
-        `trace.found`, whether a gradient value is NaN/Inf (counted by the step, last)."""
+        `trace.found`, whether a gradient value is NaN/Inf (counted by the step, last).
+
+        An ordinary step whose loss the monitor sees reduces nothing here: a NaN/Inf only in
+        its gradients leaves NaN/Inf in the weights its update writes, which the next step's
+        loss shows, and that step's branch counts them (`_forward_stats`)."""
+        if not trace.measuring and trace.written is not None:
+            return
         grads: list[Tensor | None] = [None] * len(self.variables)
         weights: list[Tensor | None] = [None] * len(self.variables)
         for g, v in reduced:
@@ -319,6 +336,8 @@ class StepHook:
         bad = ~tf.math.is_finite(tf.add_n(sums) if sums else tf.constant(0.0))
         if trace.measuring and trace.forward is None:  # no loss: measure the outputs here
             trace.forward = self._forward_stats(trace, self._row(trace))
+        if trace.weights_bad is not None:
+            bad = tf.logical_or(bad, trace.weights_bad)
         count, row = self._count(trace), self._ring_row(trace)
         loss = tf.constant(float("nan")) if trace.total is None else trace.total
         flag = tf.stack([tf.cast(bad, tf.float32), loss])

@@ -74,6 +74,19 @@ def nonfinite(tensor: Tensor) -> Tensor:
     return tf.reduce_sum(tf.cast(~tf.math.is_finite(tensor), tf.float32))
 
 
+def weights_nonfinite(variables: Sequence[TFVariable]) -> Tensor:
+    """[variables]: the NaN/Inf values each variable holds (counted only when a squared norm,
+    one `L2Loss` a variable, is NaN/Inf)."""
+    if not variables:
+        return tf.zeros([0])
+    read = [tf.cast(tf.convert_to_tensor(v), tf.float32) for v in variables]
+    return unlowered_cond(
+        tf.reduce_all(tf.math.is_finite(tf.stack([tf.nn.l2_loss(w) for w in read]))),
+        lambda: tf.zeros([len(read)]),
+        lambda: tf.stack([nonfinite(w) for w in read]),
+    )
+
+
 def forward_stats(outputs: Sequence[Sequence[Tensor]]) -> tuple[Tensor, Tensor]:
     """Per layer, from its float outputs (every call): ([NaN/Inf values], [[dead, units,
     constant]]). The values are counted only when an output holds one (a branch not taken
@@ -246,7 +259,10 @@ def histograms(
 RING = 64  # loss rows per step of an execution: the callback reads them at least this often
 KEPT = 16  # rows of measured steps: the callback reads them at least this often
 # the variables a checkpoint is read from (`read_rows`), by their attribute names
-ROWS = ("grads", "activations", "dead", "forward_at", "reduced_at", "learning_rate", "inputs")
+ROWS = (
+    "grads", "activations", "dead", "weights", "forward_at", "reduced_at", "learning_rate",
+    "inputs",
+)  # fmt: skip
 
 
 class StepResults:
@@ -279,6 +295,8 @@ class StepResults:
             self.activations = state([slots, layers], total, "activation_nonfinite")
             self.dead = state([slots, layers, 3], first, "dead_units")
             self.grads = state([slots, variables, COLUMNS], first, "gradients")
+            # per variable: its NaN/Inf values at the step's start (with the forward statistics)
+            self.weights = state([slots, variables], first, "weights_nonfinite")
             self.learning_rate = state([slots], first, "learning_rate")
             self.histogram = state([slots, layers, BINS], first, "histogram")
             self.ranges = state([slots, layers, 2], first, "histogram_range")

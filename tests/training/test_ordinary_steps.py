@@ -32,54 +32,94 @@ def classifier(middle: keras.layers.Layer, seed: int = 0) -> keras.Model:
     )
 
 
-def test_a_nan_only_in_the_gradient_between_checkpoints_is_named_at_its_own_step():
-    model = classifier(NanGradientAt(5, name="root"))
-    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
-    x, y = data()
-    monitor = GradientMonitor(every=100)
-    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
-    report = monitor.report
-    (nonfinite,) = [f for f in report.findings if f.code == Finding.NONFINITE]
-    assert (nonfinite.layer, nonfinite.step) == ("first", 6) and "batch 5" in nonfinite.message
-    assert "forward pass is finite" in nonfinite.message
-    # Step 6's loss is finite, so Keras's logs do not show it: its update makes first's
-    # weights NaN, step 7's loss is NaN, and training stops after step 7.
-    assert report.stopped == "nonfinite" and report.steps == 7
-    assert math.isfinite(report.losses[5]) and math.isnan(report.losses[6])
-    checkpoint = next(c for c in report.checkpoints if c.step == 6)
-    rows = {r.layer: r for r in checkpoint.layers}
-    assert rows["first"].nonfinite_gradient == 6 * 8 + 8  # every value of kernel and bias
-    assert rows["head"].nonfinite_gradient == 0 and rows["root"].nonfinite_activation == 0
-    assert [c.step for c in report.checkpoints] == [1, 6]
-
-
 class _WeightsAfter(keras.callbacks.Callback):
-    """Each variable's L2 norm after the given batch's update."""
+    """Each variable's values after the given batch's update."""
 
     def __init__(self, batch: int) -> None:
         super().__init__()
-        self.batch, self.norms = batch, []
+        self.batch, self.values = batch, []
 
     def on_train_batch_end(self, batch, logs=None):
         if batch == self.batch:
-            self.norms = [float(np.linalg.norm(v.numpy())) for v in self.model.trainable_variables]
+            self.values = [v.numpy().copy() for v in self.model.trainable_variables]
 
 
-def test_the_first_nonfinite_step_reports_the_weights_its_gradients_were_taken_at():
-    # step 6's gradient of `first` is NaN: its SGD update makes those weights NaN, and moves
-    # head's; the step's rows hold the weights before its update, i.e. after step 5's
+@pytest.mark.parametrize("every", [100, 6])
+def test_a_nan_only_in_the_gradient_is_named_at_the_update_that_left_it(every):
+    # Step 6's gradient of `first` is NaN, its loss finite: Keras's logs do not show it. Its
+    # update makes first's weights NaN; step 7's loss is NaN, and its branch (every=100) or
+    # its checkpoint (every=6: step 7 is measured) counts the NaN weights: the finding is at
+    # step 7, and says the update before left them. Training stops after step 7.
     model = classifier(NanGradientAt(5, name="root"))
     model.compile(optimizer=keras.optimizers.SGD(0.5), loss="sparse_categorical_crossentropy")
     x, y = data()
-    monitor, before = GradientMonitor(every=100, stop_on_nonfinite=False), _WeightsAfter(4)
-    after = _WeightsAfter(5)
+    monitor, after = GradientMonitor(every=every), _WeightsAfter(5)
     model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0,
-              callbacks=[monitor, before, after])  # fmt: skip
-    checkpoint = next(c for c in monitor.report.checkpoints if c.step == 6)
-    got = [v.weight_l2 for v in checkpoint.variables]
-    assert got == pytest.approx(before.norms, rel=1e-6)
-    for moved, norm in zip(after.norms, before.norms, strict=True):
-        assert not math.isclose(moved, norm, rel_tol=1e-4)  # (the update moved each)
+              callbacks=[monitor, after])  # fmt: skip
+    report = monitor.report
+    (nonfinite,) = [f for f in report.findings if f.code == Finding.NONFINITE]
+    assert (nonfinite.layer, nonfinite.step) == ("first", 7)
+    assert nonfinite.message.startswith(
+        "step 7 (epoch 0, batch 6): the weights of first hold NaN/Inf (56 values), finite at "
+        "the step before: its update"
+    )
+    assert report.stopped == "nonfinite" and report.steps == 7
+    assert math.isfinite(report.losses[5]) and math.isnan(report.losses[6])
+    # what the update left, counted apart: every value of first's kernel and bias, none of
+    # head's (its gradient was finite, and the update moved it)
+    left = [int((~np.isfinite(v)).sum()) for v in after.values]
+    assert left == [6 * 8, 8, 0, 0]
+    checkpoint = next(c for c in report.checkpoints if c.step == 7)
+    rows = {r.layer: r for r in checkpoint.layers}
+    assert (rows["first"].nonfinite_weight, rows["head"].nonfinite_weight) == (6 * 8 + 8, 0)
+    assert rows["first"].nonfinite_activation == 16 * 8  # its output, from NaN weights
+    assert [c.step for c in report.checkpoints] == ([1, 7] if every == 6 else [1, 7])
+    assert all(r.nonfinite_weight == 0 for c in report.checkpoints[:-1] for r in c.layers)
+
+
+def test_nan_weights_a_relu_hides_from_the_loss_are_named_at_the_next_checkpoint():
+    # The NaN gradient of step 6 reaches first's kernel where its ReLU passed; compiled, the
+    # ReLU fused to the layer's matmul outputs 0 for NaN, so every loss stays finite. The
+    # checkpoint of step 9 (every=4) counts the NaN weights; they were finite at step 5's.
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Dense(8, activation="relu", name="first"),
+            NanGradientAt(5, name="root"),
+            keras.layers.Dense(2, activation="softmax", name="head"),
+        ]
+    )
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    x, y = data()
+    monitor, after = GradientMonitor(every=4), _WeightsAfter(7)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0,
+              callbacks=[monitor, after])  # fmt: skip
+    report = monitor.report
+    assert all(math.isfinite(v) for v in report.losses)
+    kernel, bias = (int((~np.isfinite(v)).sum()) for v in after.values[:2])
+    assert kernel > 0 and kernel % 6 == 0  # whole columns: the units the ReLU passed
+    (nonfinite,) = [f for f in report.findings if f.code == Finding.NONFINITE]
+    assert (nonfinite.layer, nonfinite.step) == ("first", 9) and report.steps == 9
+    assert nonfinite.message.startswith(
+        f"step 9 (epoch 0, batch 8): the weights of first hold NaN/Inf ({kernel + bias} "
+        "values), finite at step 5: an update of steps 5 to 8"
+    )
+
+
+def test_weights_that_hold_nan_before_the_first_step_are_named_so():
+    model = classifier(keras.layers.Activation("relu", name="relu"))
+    kernel = model.get_layer("head").kernel
+    kernel.assign(np.where(np.eye(8, 2) > 0, np.nan, kernel.numpy()))  # two NaN values
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    x, y = data(64)
+    monitor = GradientMonitor(every=100)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
+    (nonfinite,) = [f for f in monitor.report.findings if f.code == Finding.NONFINITE]
+    assert (nonfinite.layer, nonfinite.step) == ("head", 1)
+    assert "the weights of head hold NaN/Inf before the first step (2 values)" in (
+        nonfinite.message
+    )
 
 
 def test_a_second_fit_reuses_the_steps_and_starts_afresh():
@@ -256,9 +296,12 @@ def test_an_ordinary_step_never_hands_its_branch_a_head_its_loss_looks_through()
         specs = (tf.TensorSpec([16, 6], tf.float32), tf.TensorSpec([16], tf.int32))
         graph = tf.function(model.train_step).get_concrete_function(specs).graph
     branches = [op for op in graph.get_operations() if op.type in ("If", "StatelessIf")]
-    assert len(branches) == 2  # the forward statistics' and the gradients'
+    assert len(branches) == 1  # the forward statistics' (the gradients have none)
     fed = [t.op for op in branches for t in op.inputs]
-    assert [op.type for op in fed if "/head" in op.name] == ["BiasAdd"]  # the logits
+    # the logits (and the variables' handles, read only in the branch)
+    assert [op.type for op in fed if "/head" in op.name and op.type != "Placeholder"] == [
+        "BiasAdd"
+    ]
 
 
 def test_a_monitored_fit_learns_the_same_weights_as_a_plain_one():
