@@ -4,7 +4,7 @@ Three wrappers, installed for one `model.fit` and removed after it:
 
 - each layer's `call` hands its float outputs to the step (no op is added);
 - `model.compute_loss` hands the step's loss to the step, and there, with the forward pass
-  done, the step measures every layer's NaN/Inf outputs and dead units;
+  done, the step measures every layer's NaN/Inf outputs and dead units, and the weights;
 - the optimizer's `_all_reduce_sum_gradients` (the TensorFlow optimizer's one place where the
   gradients of every replica have been summed, before any update) reduces the gradients.
 
@@ -17,17 +17,20 @@ to run before each execution:
   units and a gradient histogram; per variable gradient L2, dead units and the weight norm,
   and its NaN/Inf gradient values when a norm is NaN/Inf; the learning rate. The callback
   reads the rows of up to `KEPT` measured steps at once (`step_reductions.py`).
-- **ordinary**: one sum per gradient, so a NaN or Inf anywhere makes the total non-finite; the
-  reductions run only on the fit's first non-finite step, each as an `unlowered_cond` (one
-  for the forward pass, with its activations; one for the gradients, which would otherwise
-  hold every activation until the gradients exist: 4% a step).
+- **ordinary**: watches its loss and its batch's float inputs only (a sum per gradient cost
+  about 9% of a small MLP's step); on the fit's first step whose loss or batch is NaN/Inf it
+  measures the forward pass, the weights and the inputs, in one `unlowered_cond`. A NaN/Inf
+  only in a step's gradients leaves NaN/Inf in the weights its update writes: the next
+  step's loss shows it, and that step's branch counts them (or, a ReLU hiding them from the
+  loss, the next measuring step does: it counts the weights' NaN/Inf too, and flags them).
+  An ordinary step whose loss the monitor does not see (a custom `train_step`) keeps one sum
+  per gradient, and measures the gradients on its first NaN/Inf.
 
-Both write each step's loss and NaN/Inf flag into the ring of losses (an ordinary step the
-flag of its gradients only in its branch: the callback looks further only at the fit's first
-non-finite step) and count the step, and whether it was non-finite, in one update, into
-`StepResults` (`step_reductions.py`). The loss is written, and the step counted, outside the
-optimizer: a `LossScaleOptimizer` skips the gradients' part on a step whose scaled gradients
-overflow (that part then counts its NaN/Inf in its branch).
+Both write each step's loss and NaN/Inf flag into the ring of losses and count the step, and
+whether it was non-finite, in one update, into `StepResults` (`step_reductions.py`). The loss
+is written, and the step counted, outside the optimizer: a `LossScaleOptimizer` skips the
+gradients' part on a step whose scaled gradients overflow (that part then counts its NaN/Inf
+in its branch).
 """
 
 from __future__ import annotations
@@ -78,7 +81,6 @@ class _Trace:
         self.ring_row: Tensor = None  # its row in the ring of losses
         self.total: Tensor = None  # its loss, summed (float32)
         self.loss_bad: Tensor = None  # whether its loss, or a float input, is NaN/Inf
-        self.weights_bad: Tensor = None  # a measuring step's: whether a weight is NaN/Inf
         self.clean: Tensor = None  # whether no step of the fit before it was non-finite
         self.found: Tensor = None  # whether a gradient value of the step is NaN/Inf
         self.written: TFOperation = None  # the ring's write of its loss
@@ -150,9 +152,7 @@ class StepHook:
                     logs = original_step(data)
                     # the step counts itself (and a NaN/Inf loss or gradient), last, whatever
                     # the optimizer did
-                    flags = [
-                        f for f in (trace.loss_bad, trace.found, trace.weights_bad) if f is not None
-                    ]
+                    flags = [f for f in (trace.loss_bad, trace.found) if f is not None]
                     bad = tf.reduce_any(tf.stack(flags)) if flags else tf.constant(False)
                     with tf.control_dependencies(trace.done()):
                         self.results.counts.assign_add(tf.stack([1.0, tf.cast(bad, tf.float64)]))
@@ -242,7 +242,7 @@ class StepHook:
     def _forward(self, trace: _Trace, loss: Tensor) -> None:
         """Once the loss exists (the forward pass is done, its activations all alive): the
         forward statistics of a measuring step, or of an ordinary step's first non-finite
-        loss. (Measured later, the activations would live on through the backward pass.)"""
+        loss or batch. (Measured later, the activations would live on through the backward pass.)"""
         # the step's loss into the ring now: an optimizer may skip the gradients' part (a
         # LossScaleOptimizer does when the scaled gradients overflow)
         trace.total = total = tf.cast(tf.reduce_sum(loss), tf.float32)
@@ -259,28 +259,33 @@ class StepHook:
         remade = reductions.remade_outputs(trace.outputs)
         trace.forward = unlowered_cond(
             tf.logical_and(trace.loss_bad, self._clean(trace)),
-            lambda: self._forward_stats(trace, self.results.spare, remade()),
+            lambda: self._forward_stats(trace, self.results.spare, remade(), weights=True),
             lambda: tf.constant(False),
         )
 
     def _forward_stats(
-        self, trace: _Trace, row: Tensor | int, outputs: list[list[Tensor]] | None = None
+        self,
+        trace: _Trace,
+        row: Tensor | int,
+        outputs: list[list[Tensor]] | None = None,
+        weights: bool = False,
     ) -> TFOperation:
         """Each layer's NaN/Inf outputs and dead units (of `outputs`, by default the
-        trace's), each variable's NaN/Inf weights, and the learning rate, into `row`."""
+        trace's), and the learning rate, into `row`; with `weights`, each variable's NaN/Inf
+        values (a measuring step counts them with its gradients, in `_record`)."""
         counts, dead = reductions.forward_stats(trace.outputs if outputs is None else outputs)
-        weights = reductions.weights_nonfinite(self.variables)
-        if trace.measuring:  # a NaN/Inf weight makes the step non-finite: `_record` flags it
-            trace.weights_bad = tf.reduce_any(weights > 0)
         writes = [
             put(self.results.activations, row, counts),
             put(self.results.dead, row, dead),
-            put(self.results.weights, row, weights),
             # here, not with the gradients, which an optimizer may skip
             put(self.results.learning_rate, row, self.model.optimizer.learning_rate),
             put(self.results.forward_at, row, self._count(trace)),
             put(self.results.inputs, row, reductions.input_stats(trace.inputs)),
         ]
+        if weights:
+            writes.append(
+                put(self.results.weights, row, reductions.weights_nonfinite(self.variables))
+            )
         with tf.control_dependencies(writes):
             return tf.constant(True)
 
@@ -336,8 +341,12 @@ class StepHook:
         bad = ~tf.math.is_finite(tf.add_n(sums) if sums else tf.constant(0.0))
         if trace.measuring and trace.forward is None:  # no loss: measure the outputs here
             trace.forward = self._forward_stats(trace, self._row(trace))
-        if trace.weights_bad is not None:
-            bad = tf.logical_or(bad, trace.weights_bad)
+        if trace.measuring:  # the weights' NaN/Inf (left by an update), from their norms
+            halves = reductions.half_squares(grads, weights)
+            held = reductions.weights_nonfinite(weights, halves)
+            trace.writes.append(put(self.results.weights, self._row(trace), held))
+            held_bad = tf.reduce_any(held > 0)
+            bad = tf.logical_or(bad, held_bad)
         count, row = self._count(trace), self._ring_row(trace)
         loss = tf.constant(float("nan")) if trace.total is None else trace.total
         flag = tf.stack([tf.cast(bad, tf.float32), loss])
@@ -345,9 +354,8 @@ class StepHook:
         # (a sum of huge finite values can overflow; the next NaN must still be measured).
         if trace.measuring or trace.written is None:  # (no loss seen: the row is written here)
             trace.writes.append(put(self.results.losses, row, flag))
-        if trace.measuring:
-            halves = reductions.half_squares(grads, weights)
-            found = self._reduce(self._row(trace), count, grads, halves)
+        if trace.measuring:  # (its NaN/Inf weights count as found)
+            found = tf.logical_or(self._reduce(self._row(trace), count, grads, halves), held_bad)
         else:  # the gradients, into the spare row, on the fit's first non-finite step only
             dense = reductions.half_squares(grads, weights, sparse=False)  # (see there)
 

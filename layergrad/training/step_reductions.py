@@ -74,16 +74,22 @@ def nonfinite(tensor: Tensor) -> Tensor:
     return tf.reduce_sum(tf.cast(~tf.math.is_finite(tensor), tf.float32))
 
 
-def weights_nonfinite(variables: Sequence[TFVariable]) -> Tensor:
-    """[variables]: the NaN/Inf values each variable holds (counted only when a squared norm,
-    one `L2Loss` a variable, is NaN/Inf)."""
+def weights_nonfinite(
+    variables: Sequence[TFVariable | None], halves: Sequence[Tensor | None] | None = None
+) -> Tensor:
+    """[variables]: the NaN/Inf values each variable holds (0 for None), counted only when a
+    squared norm is NaN/Inf: `halves` (`half_squares`, a measuring step's), else one `L2Loss`
+    a variable."""
     if not variables:
         return tf.zeros([0])
-    read = [tf.cast(tf.convert_to_tensor(v), tf.float32) for v in variables]
+    read = [None if v is None else tf.cast(tf.convert_to_tensor(v), tf.float32) for v in variables]
+    if halves is None:
+        halves = [None if w is None else tf.nn.l2_loss(w) for w in read]
+    squares = [h for h in halves if h is not None]
     return unlowered_cond(
-        tf.reduce_all(tf.math.is_finite(tf.stack([tf.nn.l2_loss(w) for w in read]))),
+        tf.reduce_all(tf.math.is_finite(tf.stack(squares))) if squares else tf.constant(True),
         lambda: tf.zeros([len(read)]),
-        lambda: tf.stack([nonfinite(w) for w in read]),
+        lambda: tf.stack([tf.constant(0.0) if w is None else nonfinite(w) for w in read]),
     )
 
 
