@@ -35,9 +35,13 @@ def checkpoint_from_rows(
     weights = read["weights"][row]
     forward_at, reduced_at = int(read["forward_at"][row]), int(read["reduced_at"][row])
     if forward_at != counted:  # the forward pass was finite: not measured
-        acts, dead, weights = np.zeros_like(acts), np.zeros_like(dead), np.zeros_like(weights)
+        acts, dead = np.zeros_like(acts), np.zeros_like(dead)
     if reduced_at != counted:  # the optimizer skipped the step's update
         grads = np.tile(_NOT_REDUCED, (len(grads), 1))
+    # the weights: counted with the gradients on a measuring step, in the branch of an
+    # ordinary step's first NaN/Inf (the spare row) with the forward pass
+    if forward_at != counted or (reduced_at != counted and row != hook.results.spare):
+        weights = np.zeros_like(weights)
     lr = float(read["learning_rate"][row])
     inputs: tuple[tuple[str, int, int], ...] = ()
     if counted in (forward_at, reduced_at):

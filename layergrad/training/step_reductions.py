@@ -1,8 +1,8 @@
 """The reductions a monitored training step writes: graph code, called while Keras traces it.
 
-Per layer output: NaN/Inf values and dead units; per trainable variable, the `COLUMNS`; per
-layer, a histogram of its gradient values; and `unlowered_cond`, the branch an ordinary step
-takes only when something is non-finite.
+Per layer output: NaN/Inf values and dead units; per trainable variable, the `COLUMNS` and
+its NaN/Inf weights; per layer, a histogram of its gradient values; and `unlowered_cond`, the
+branch an ordinary step takes only when something is non-finite.
 
 Where the step leaves them (`StepResults`), and how the callback reads them: sync-on-read
 variables, the kind Keras metrics use, so `tf.distribute` sums (activations, loss) or takes the
