@@ -281,3 +281,18 @@ def test_every_finding_is_one_record_naming_its_layer():
             assert {r["code"] for r in c["records"]} == set(c["findings"])
             for r in c["records"]:
                 assert {"code", "layer", "severity", "facts", "message", "hint"} <= set(r)
+
+
+def test_a_scale_record_words_its_one_layer_and_the_message_its_several():
+    """bug_sigmoid_stack.keras: a sigmoid stack whose first layers' update ratios are decades
+    below the head's (make_samples.py); each record is said of its one layer."""
+    doc = json.loads(run("check", sample("bug_sigmoid_stack.keras"), "--json").stdout)
+    (trainable,) = [c for c in doc["files"][0]["checks"] if c["name"] == "trainable"]
+    assert "of these layers is that many decades below" in trainable["message"]
+    assert "so they barely learn" in trainable["message"]
+    vanishing = [r for r in trainable["records"] if r["code"] == "vanishing"]
+    assert len(vanishing) > 1
+    for r in vanishing:
+        assert r["message"].startswith(f"vanishing: {r['layer']} (")
+        assert "of this layer is that many decades below" in r["message"]
+        assert r["message"].endswith("so it barely learns")

@@ -325,6 +325,13 @@ def _listed(finding: Finding, named: Sequence[tuple[str, Sequence[Reason]]]) -> 
     return f"{finding}: {names}{'...' if len(named) > 4 else ''}{why}"
 
 
+# vanishing / exploding: the update ratio below / above the head's, said of layers / a layer
+_SCALE_WORDS = (
+    (Finding.VANISHING, "below", "they barely learn", "it barely learns"),
+    (Finding.EXPLODING, "above", "they take steps far too large", "it takes steps far too large"),
+)
+
+
 def trainable(
     report: WeightScanReport,
     add: Add,
@@ -371,19 +378,16 @@ def trainable(
         each += at_layers(Finding.DEAD, [(layer, f"dead: {layer} ({share:.0%} of its units): {so}")
                                          for layer, share in dead])  # fmt: skip
     flagged = scale_flags(report.variables)
-    for finding, word, so in (
-        (Finding.VANISHING, "below", "barely learn"),
-        (Finding.EXPLODING, "above", "take steps far too large"),
-    ):
+    ratio = "the update ratio |dL/dW| / |W| of {} is that many decades {} that of the layers "
+    for finding, word, they, it in _SCALE_WORDS:
         layers = [(layer, d) for layer, (f, d) in flagged.items() if f == finding]
         if layers:
             findings.append(finding)
             listed = ", ".join(f"{layer} ({abs(d):.1f} decades)" for layer, d in layers[:4])
             more = "..." if len(layers) > 4 else ""
-            why = (f"the update ratio |dL/dW| / |W| of these layers is that many decades {word} "
-                   f"that of the layers near the output, so they {so}")  # fmt: skip
+            why = ratio.format("these layers", word) + f"near the output, so {they}"
             parts.append(f"{finding}: {listed}{more}: {why}")
-            one = why.replace("these layers is", "this layer is").replace("so they", "so it")
+            one = ratio.format("this layer", word) + f"near the output, so {it}"
             each += at_layers(finding, [(layer, f"{finding}: {layer} ({abs(d):.1f} decades): {one}")
                                         for layer, d in layers])  # fmt: skip
     if init is not None:
