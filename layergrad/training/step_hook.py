@@ -242,7 +242,8 @@ class StepHook:
     def _forward(self, trace: _Trace, loss: Tensor) -> None:
         """Once the loss exists (the forward pass is done, its activations all alive): the
         forward statistics of a measuring step, or of an ordinary step's first non-finite
-        loss or batch. (Measured later, the activations would live on through the backward pass.)"""
+        loss or batch. (Measured later, the activations would live on through the backward
+        pass.)"""
         # the step's loss into the ring now: an optimizer may skip the gradients' part (a
         # LossScaleOptimizer does when the scaled gradients overflow)
         trace.total = total = tf.cast(tf.reduce_sum(loss), tf.float32)
