@@ -95,7 +95,7 @@ def _layer_row(
     fraction = float(dead[0] / dead[1]) if dead[1] > 0 else None
     constant = float(dead[2] / dead[1]) if dead[1] > 0 else None
     bad_weights = int(sum(weights[i] for i in entry.variables))
-    mine = [i for i in entry.variables if grads[i][WEIGHT_SQ] >= 0]
+    mine = [i for i in entry.variables if not grads[i][WEIGHT_SQ] < 0]  # (NaN weights too)
     if not mine:
         return LayerStats(entry.path, None, None, None, fraction, 0, acts, constant, bad_weights)
     grad = math.sqrt(sum(grads[i][GRAD_SQ] for i in mine))

@@ -31,15 +31,20 @@ _SQUASHING = "use ReLU-family activations instead of sigmoid/tanh stacks, residu
 _WHERE = "step {step} (epoch {epoch}, batch {batch}): "
 
 SAYS: dict[str, str] = {
-    "nonfinite/update": _WHERE + "the weights of {layer} hold NaN/Inf ({count} values), "
-    "finite at the step before: its update (its gradient, or the optimizer's step with it: "
-    "learning rate, epsilon), or code run between the steps, left them",
-    "nonfinite/updates": _WHERE + "the weights of {layer} hold NaN/Inf ({count} values), "
-    "finite at step {since}: an update of steps {since} to {before}, whose losses were "
-    "finite, left them (a ReLU after the layer can hide them from the loss): a gradient, or "
-    "the optimizer's step with it (learning rate, epsilon), was NaN/Inf",
-    "nonfinite/weights": _WHERE + "the weights of {layer} hold NaN/Inf before the first step "
-    "({count} values): the model was built or saved with them",
+    "nonfinite/update": _WHERE + "the weights of {held} hold NaN/Inf, finite at the step "
+    "before: its update (its gradient, or the optimizer's step with it: learning rate, "
+    "epsilon), or code run between the steps, left them",
+    "nonfinite/updates": _WHERE + "the weights of {held} hold NaN/Inf, finite at step "
+    "{since}: an update of steps {since} to {before}, whose losses were finite, left them (a "
+    "ReLU after a layer hides them from the loss, and a layer fed NaN/Inf gets them in turn): "
+    "a gradient, or the optimizer's step with it (learning rate, epsilon), was NaN/Inf",
+    "nonfinite/weights": _WHERE + "the weights of {held} hold NaN/Inf before the fit's first "
+    "step: the fit began with them (the model was saved or built with them, or an earlier fit "
+    "left them)",
+    "nonfinite/batch": _WHERE + "the training data holds NaN/Inf: {input} of the step's batch "
+    "has NaN/Inf values; the loss stayed finite (a ReLU hides them), but the gradient left "
+    "NaN/Inf in the weights of {held}, found at step {found}; clean the data (the model is "
+    "not at fault)",
     "nonfinite/data": _WHERE + "the training data holds NaN/Inf: input {layer!r} of the step's "
     "batch has {count} NaN/Inf values, the first in sample {row} of the batch; clean the data "
     "(the model is not at fault)",

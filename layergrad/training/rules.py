@@ -8,7 +8,7 @@ where the problem starts.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from layergrad.core.fit_results import Checkpoint
@@ -96,8 +96,25 @@ def _finite(checkpoint: Checkpoint) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class BadBatch:
+    """A step whose batch held NaN/Inf (its loss finite): the step (from 1), its epoch and
+    batch (from 0), and the input's name (None: the model has several float inputs)."""
+
+    step: int
+    epoch: int
+    batch: int
+    input: str | None
+
+
 def nonfinite_finding(
-    checkpoint: Checkpoint, order: Sequence[str], epoch: int, batch: int, since: int | None = None
+    checkpoint: Checkpoint,
+    order: Sequence[str],
+    epoch: int,
+    batch: int,
+    since: int | None = None,
+    bad_batch: BadBatch | None = None,
+    partial: Collection[str] = (),
 ) -> Reason:
     """Where the first NaN/Inf came from: the layer nearest the loss whose weights hold one at
     the step's start (an update left it: a NaN/Inf only in that update's gradients), else an
@@ -105,23 +122,32 @@ def nonfinite_finding(
     has one, else (the forward pass being finite) the layer nearest the loss whose gradient
     has one. `since`: the step of the checkpoint before, whose weights were finite.
 
-    NaN/Inf weights are said to come from the step before (`nonfinite/update`) when that is
-    certain: the checkpoint before is that step, or the layer's output holds NaN/Inf (then the
-    losses of the steps before would have, had its weights held them). Else the steps they
-    may come from are given (`nonfinite/updates`: a ReLU after the layer can hide them from
-    the loss), or, at the first step, the model came with them (`nonfinite/weights`)."""
+    NaN/Inf weights come from a batch that held NaN/Inf since then (`bad_batch`: the data,
+    `nonfinite/batch`), else from the step before (`nonfinite/update`) when that is certain:
+    the checkpoint before is that step, or the layer's output holds NaN/Inf and a batch reads
+    all of its weights (then the losses of the steps before would have, had its weights held
+    them; not so for the layers in `partial`, an Embedding's rows). Else the steps they may
+    come from are given (`nonfinite/updates`: a ReLU after the layer can hide them from the
+    loss), or, at the first step, the fit began with them (`nonfinite/weights`)."""
     step, where = checkpoint.step, {"epoch": epoch, "batch": batch}
     rows = {r.layer: r for r in checkpoint.layers}
     ordered = [rows[p] for p in order if p in rows]
-    updated = next((r for r in reversed(ordered) if r.nonfinite_weight), None)
-    if updated is not None:
-        count, first = updated.nonfinite_weight, since or 1
+    held = [r for r in ordered if r.nonfinite_weight]
+    if held:
+        updated, first = held[-1], since or 1
+        facts = {"held": ", ".join(f"{r.layer} ({r.nonfinite_weight} values)" for r in held)}
         if step == 1:
-            return said("nonfinite/weights", updated.layer, step, **where, count=count)
-        if first >= step - 1 or updated.nonfinite_activation:
-            return said("nonfinite/update", updated.layer, step, **where, count=count)
-        return said("nonfinite/updates", updated.layer, step, **where, count=count,
-                    since=first, before=step - 1)  # fmt: skip
+            return said("nonfinite/weights", updated.layer, step, **where, **facts)
+        if bad_batch is not None and first <= bad_batch.step < step:
+            return said("nonfinite/batch", bad_batch.input, bad_batch.step,
+                        epoch=bad_batch.epoch, batch=bad_batch.batch, found=step, **facts,
+                        input="one of its inputs" if bad_batch.input is None
+                        else f"input {bad_batch.input!r}")  # fmt: skip
+        exact = updated.nonfinite_activation and updated.layer not in partial
+        if first >= step - 1 or exact:
+            return said("nonfinite/update", updated.layer, step, **where, **facts)
+        return said("nonfinite/updates", updated.layer, step, **where, **facts, since=first,
+                    before=step - 1)  # fmt: skip
     if checkpoint.nonfinite_inputs:  # the data, before any layer
         name, count, row = checkpoint.nonfinite_inputs[0]
         return said("nonfinite/data", name, step, **where, count=count, row=row)

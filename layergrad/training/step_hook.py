@@ -80,7 +80,8 @@ class _Trace:
         self.count: Tensor = None  # the step's number in this fit, from 0
         self.ring_row: Tensor = None  # its row in the ring of losses
         self.total: Tensor = None  # its loss, summed (float32)
-        self.loss_bad: Tensor = None  # whether its loss, or a float input, is NaN/Inf
+        self.loss_bad: Tensor = None  # whether its loss is NaN/Inf
+        self.batch_bad: Tensor = None  # whether a float input of its batch holds NaN/Inf
         self.clean: Tensor = None  # whether no step of the fit before it was non-finite
         self.found: Tensor = None  # whether a gradient value of the step is NaN/Inf
         self.written: TFOperation = None  # the ring's write of its loss
@@ -247,13 +248,9 @@ class StepHook:
         # the step's loss into the ring now: an optimizer may skip the gradients' part (a
         # LossScaleOptimizer does when the scaled gradients overflow)
         trace.total = total = tf.cast(tf.reduce_sum(loss), tf.float32)
-        # its loss, or its batch (a NaN/Inf input that a ReLU hides from the loss still
-        # reaches the gradients, and so the weights)
-        inputs = [tf.reduce_all(tf.math.is_finite(t)) for t in trace.inputs]
-        finite = [tf.math.is_finite(total), *inputs]
-        trace.loss_bad = ~tf.reduce_all(tf.stack(finite))
+        trace.loss_bad = ~tf.math.is_finite(total)
         flag = tf.cast(trace.loss_bad, tf.float32)
-        trace.written = put(self.results.losses, self._ring_row(trace), tf.stack([flag, total]))
+        trace.written = put(self.results.losses, self._ring_row(trace), self._ring(trace, flag))
         if trace.measuring:
             trace.forward = self._forward_stats(trace, self._row(trace))
             return
@@ -289,6 +286,17 @@ class StepHook:
             )
         with tf.control_dependencies(writes):
             return tf.constant(True)
+
+    def _ring(self, trace: _Trace, flag: Tensor) -> Tensor:
+        """The step's row of the ring of losses: its NaN/Inf flag, its loss (NaN: not seen),
+        and whether its batch holds a NaN/Inf. The batch's is only noted: a model may take
+        NaN/Inf inputs by design (a mask of -inf), and a NaN/Inf that a ReLU hides from the
+        loss shows later as NaN/Inf weights, which the callback then traces to the batch."""
+        if trace.batch_bad is None:
+            finite = [tf.reduce_all(tf.math.is_finite(t)) for t in trace.inputs]
+            trace.batch_bad = ~tf.reduce_all(tf.stack(finite)) if finite else tf.constant(False)
+        loss = tf.constant(float("nan")) if trace.total is None else trace.total
+        return tf.stack([tf.cast(flag, tf.float32), loss, tf.cast(trace.batch_bad, tf.float32)])
 
     def _clean(self, trace: _Trace) -> Tensor:
         """Whether no step of this fit before this one was non-finite."""
@@ -349,8 +357,7 @@ class StepHook:
             held_bad = tf.reduce_any(held > 0)
             bad = tf.logical_or(bad, held_bad)
         count, row = self._count(trace), self._ring_row(trace)
-        loss = tf.constant(float("nan")) if trace.total is None else trace.total
-        flag = tf.stack([tf.cast(bad, tf.float32), loss])
+        flag = self._ring(trace, bad)
         # Whether a gradient value is NaN/Inf: the sum's word, unless the step counted them
         # (a sum of huge finite values can overflow; the next NaN must still be measured).
         if trace.measuring or trace.written is None:  # (no loss seen: the row is written here)

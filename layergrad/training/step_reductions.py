@@ -296,8 +296,9 @@ class StepResults:
                     name=f"layergrad_{name}",
                 )
 
-            # per step: [replicas that saw a NaN/Inf, loss], in row s mod ring
-            self.losses = state([self.ring, 2], total, "losses")
+            # per step: [replicas that saw a NaN/Inf, loss, replicas whose batch held one], in
+            # row s mod ring
+            self.losses = state([self.ring, 3], total, "losses")
             self.activations = state([slots, layers], total, "activation_nonfinite")
             self.dead = state([slots, layers, 3], first, "dead_units")
             self.grads = state([slots, variables, COLUMNS], first, "gradients")

@@ -60,7 +60,7 @@ def test_a_nan_only_in_the_gradient_is_named_at_the_update_that_left_it(every):
     (nonfinite,) = [f for f in report.findings if f.code == Finding.NONFINITE]
     assert (nonfinite.layer, nonfinite.step) == ("first", 7)
     assert nonfinite.message.startswith(
-        "step 7 (epoch 0, batch 6): the weights of first hold NaN/Inf (56 values), finite at "
+        "step 7 (epoch 0, batch 6): the weights of first (56 values) hold NaN/Inf, finite at "
         "the step before: its update"
     )
     assert report.stopped == "nonfinite" and report.steps == 7
@@ -102,9 +102,143 @@ def test_nan_weights_a_relu_hides_from_the_loss_are_named_at_the_next_checkpoint
     (nonfinite,) = [f for f in report.findings if f.code == Finding.NONFINITE]
     assert (nonfinite.layer, nonfinite.step) == ("first", 9) and report.steps == 9
     assert nonfinite.message.startswith(
-        f"step 9 (epoch 0, batch 8): the weights of first hold NaN/Inf ({kernel + bias} "
-        "values), finite at step 5: an update of steps 5 to 8"
+        f"step 9 (epoch 0, batch 8): the weights of first ({kernel + bias} values) hold "
+        "NaN/Inf, finite at step 5: an update of steps 5 to 8"
     )
+
+
+class _RowNanGradient(keras.layers.Layer):
+    """Passes an Embedding's output through; on training call `at` (0-based) the gradient of
+    the rows looked up for id 7 is NaN, and only theirs."""
+
+    def __init__(self, at: int, **kwargs):
+        super().__init__(**kwargs)
+        self.at = at
+        self.calls = self.add_weight(shape=(), initializer="zeros", trainable=False, name="calls")
+
+    def call(self, inputs, training=None):
+        embedded, ids = inputs
+        if not training:
+            return embedded
+        self.calls.assign_add(1.0)
+        hit = tf.logical_and(tf.equal(self.calls, float(self.at + 1)), tf.equal(ids, 7))[..., None]
+
+        @tf.custom_gradient
+        def passed(e):
+            return tf.identity(e), lambda dy: dy + tf.where(hit, float("nan"), 0.0)
+
+        return passed(embedded)
+
+
+def test_nan_rows_an_embedding_looks_up_later_give_the_steps_they_may_come_from():
+    # Step 6's gradient of row 7 is NaN; id 7 comes again only in step 15's batch, whose loss
+    # it makes NaN. The rows other batches look up stay finite, so step 14's loss was finite
+    # with the row already NaN: the finding gives steps 1 to 14, not "the step before".
+    rng = np.random.default_rng(0)
+    ids = rng.integers(8, 50, (320, 5)).astype("int32")
+    ids[5 * 16, 0], ids[14 * 16 + 3, 2] = 7, 7
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((5,), dtype="int32")
+    embedded = _RowNanGradient(5, name="poison")(
+        [keras.layers.Embedding(50, 4, name="emb")(inputs), inputs]
+    )
+    pooled = keras.layers.GlobalAveragePooling1D()(embedded)
+    model = keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="head")(pooled))
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    monitor, after = GradientMonitor(every=100), _WeightsAfter(13)
+    model.fit(ids, ids[:, 0] % 2, batch_size=16, epochs=1, shuffle=False, verbose=0,
+              callbacks=[monitor, after])  # fmt: skip
+    held = int((~np.isfinite(after.values[0])).sum())
+    assert held == 4  # row 7, as step 14 left it
+    (nonfinite,) = [f for f in monitor.report.findings if f.code == Finding.NONFINITE]
+    assert (nonfinite.layer, nonfinite.step) == ("emb", 15)
+    assert nonfinite.message.startswith(
+        "step 15 (epoch 0, batch 14): the weights of emb (4 values) hold NaN/Inf, finite at "
+        "step 1: an update of steps 1 to 14"
+    )
+
+
+def test_every_layer_whose_weights_hold_nan_is_listed_in_the_models_order():
+    # step 6's NaN gradient reaches mid and first; mid's NaN output, hidden from the loss by
+    # the fused ReLU of `after`, makes after's gradient, so its weights, NaN at step 7: the
+    # checkpoint of step 9 finds all three
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Dense(8, activation="tanh", name="first"),
+            keras.layers.Dense(8, name="mid"),
+            NanGradientAt(5, name="root"),
+            keras.layers.Dense(8, activation="relu", name="after"),
+            keras.layers.Dense(2, activation="softmax", name="head"),
+        ]
+    )
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    x, y = data()
+    monitor, after = GradientMonitor(every=4), _WeightsAfter(7)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0,
+              callbacks=[monitor, after])  # fmt: skip
+    held = [int((~np.isfinite(v)).sum()) for v in after.values]
+    counts = {n: held[2 * i] + held[2 * i + 1] for i, n in enumerate(("first", "mid", "after"))}
+    assert all(counts.values()) and held[6:] == [0, 0]
+    (nonfinite,) = [f for f in monitor.report.findings if f.code == Finding.NONFINITE]
+    assert (nonfinite.layer, nonfinite.step) == ("after", 9)
+    listed = ", ".join(f"{n} ({c} values)" for n, c in counts.items())
+    assert f"the weights of {listed} hold NaN/Inf, finite at step 5" in nonfinite.message
+    # a checkpoint's layer rows keep the variables whose weights are NaN
+    last = {r.layer: r for r in monitor.report.checkpoints[-1].layers}
+    for name in counts:
+        mine = [v for v in monitor.report.checkpoints[-1].variables if v.layer == name]
+        assert last[name].nonfinite_gradient == sum(v.nonfinite for v in mine)
+        assert last[name].grad_l2 is not None and math.isnan(last[name].weight_l2)
+
+
+class _Impute(keras.layers.Layer):
+    def call(self, x):
+        return tf.where(tf.math.is_nan(x), tf.zeros_like(x), x)
+
+
+@pytest.mark.parametrize("every", [100, 3])
+def test_nan_inputs_a_model_takes_by_design_are_no_finding(every):
+    x, y = data()
+    x[40::7, 3] = np.nan  # from step 3 on
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((6,), name="pixels"),
+            _Impute(name="impute"),
+            keras.layers.Dense(8, activation="relu", name="first"),
+            keras.layers.Dense(2, activation="softmax", name="head"),
+        ]
+    )
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    monitor = GradientMonitor(every=every)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
+    assert monitor.report.findings == () and monitor.report.steps == 10
+
+
+def test_a_nan_gradient_beside_a_mask_of_minus_inf_is_put_down_to_its_layer():
+    # every batch's mask holds -inf (the softmax takes it); step 6's gradient is NaN from
+    # head0 down: the first checkpoint, on a masked batch, was finite, so the mask is not blamed
+    rng = np.random.default_rng(0)
+    tokens = rng.standard_normal((160, 4, 6)).astype("float32")
+    mask = np.zeros((160, 4), "float32")
+    mask[:, 3] = -np.inf
+    keras.utils.set_random_seed(0)
+    tok, bias = keras.Input((4, 6), name="tokens"), keras.Input((4,), name="mask_bias")
+    scores = keras.layers.Reshape((4,))(keras.layers.Dense(1, name="score")(tok))
+    weights = keras.layers.Softmax(name="attention")(keras.layers.Add()([scores, bias]))
+    pooled = keras.layers.Dot(axes=(1, 1), name="pool")([weights, tok])
+    hidden = keras.layers.Dense(8, activation="tanh", name="head0")(pooled)
+    out = keras.layers.Dense(2, activation="softmax", name="head")(NanGradientAt(5)(hidden))
+    model = keras.Model({"tokens": tok, "mask_bias": bias}, out)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    monitor = GradientMonitor(every=100)
+    model.fit({"tokens": tokens, "mask_bias": mask}, data()[1], batch_size=16, epochs=1,
+              shuffle=False, verbose=0, callbacks=[monitor])  # fmt: skip
+    (nonfinite,) = [f for f in monitor.report.findings if f.code == Finding.NONFINITE]
+    assert (nonfinite.layer, nonfinite.step) == ("head0", 7)
+    assert "finite at the step before: its update" in nonfinite.message
 
 
 def test_weights_that_hold_nan_before_the_first_step_are_named_so():
@@ -117,7 +251,7 @@ def test_weights_that_hold_nan_before_the_first_step_are_named_so():
     model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
     (nonfinite,) = [f for f in monitor.report.findings if f.code == Finding.NONFINITE]
     assert (nonfinite.layer, nonfinite.step) == ("head", 1)
-    assert "the weights of head hold NaN/Inf before the first step (2 values)" in (
+    assert "the weights of head (2 values) hold NaN/Inf before the fit's first step" in (
         nonfinite.message
     )
 
