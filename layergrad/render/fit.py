@@ -26,8 +26,8 @@ COLUMNS = (  # one row per layer of a checkpoint
     cols.num("update ratio", lambda r: r.update_ratio),
     cols.num("grad L2", lambda r: r.grad_l2, drop=2),
     cols.percent("dead", lambda r: r.dead_fraction, 0, 1),
-    Column("NaN/Inf", "right", drop=3,
-           get=lambda r: str(r.nonfinite_gradient + r.nonfinite_activation)),
+    Column("NaN/Inf", "right", drop=3,  # its gradients', outputs' and weights'
+           get=lambda r: str(r.nonfinite_gradient + r.nonfinite_activation + r.nonfinite_weight)),
 )  # fmt: skip
 FINDING_COLUMNS = (  # the findings, in markdown and on the page
     Column("finding", get=lambda f: str(f.code), md=md_code, html=lambda c: cell(badge(c, "bad"))),

@@ -17,13 +17,15 @@ to run before each execution:
   units and a gradient histogram; per variable gradient L2, dead units and the weight norm,
   and its NaN/Inf gradient values when a norm is NaN/Inf; the learning rate. The callback
   reads the rows of up to `KEPT` measured steps at once (`step_reductions.py`).
-- **ordinary**: watches its loss and its batch's float inputs only (a sum per gradient cost
-  about 9% of a small MLP's step); on the fit's first step whose loss or batch is NaN/Inf it
-  measures the forward pass, the weights and the inputs, in one `unlowered_cond`. A NaN/Inf
-  only in a step's gradients leaves NaN/Inf in the weights its update writes: the next
-  step's loss shows it, and that step's branch counts them (or, a ReLU hiding them from the
-  loss, the next measuring step does: it counts the weights' NaN/Inf too, and flags them).
-  An ordinary step whose loss the monitor does not see (a custom `train_step`) keeps one sum
+- **ordinary**: watches its loss and its batch's float inputs (a sum per gradient on every
+  step cost about 9% of a small MLP's step). On the fit's first step whose loss is NaN/Inf
+  it measures the forward pass, the weights and the inputs, in an `unlowered_cond`; a step
+  whose batch holds NaN/Inf sums its gradients, in another, and on the first NaN/Inf
+  measures them (a NaN in the data that a ReLU hides from the loss). A NaN/Inf only in a
+  step's gradients leaves NaN/Inf in the weights its update writes: the next step's loss
+  shows it, and that step's branch counts them (or, a ReLU hiding them from the loss, the
+  next measuring step does: it counts the weights' NaN/Inf too, and flags them). An
+  ordinary step whose loss the monitor does not see (a custom `train_step`) keeps one sum
   per gradient, and measures the gradients on its first NaN/Inf.
 
 Both write each step's loss and NaN/Inf flag into the ring of losses and count the step, and

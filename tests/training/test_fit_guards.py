@@ -187,3 +187,27 @@ def test_the_model_file_is_never_written(files):
     result = run(str(files / "m.keras"), "--data", str(files / "train.npz"), "--steps", "3")
     assert result.exit_code == 0, result.output
     assert hashlib.sha256((files / "m.keras").read_bytes()).hexdigest() == before
+
+
+@pytest.mark.parametrize(
+    ("activation", "units", "loss"),
+    [
+        ("sigmoid", 1, "binary_crossentropy"),
+        ("softmax", 2, "sparse_categorical_crossentropy"),
+        (None, 1, "mean_squared_error"),
+    ],
+)
+def test_an_uncompiled_model_is_told_a_loss_that_fits_its_head(files, activation, units, loss):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [keras.Input((4,), name="x"), keras.layers.Dense(units, activation=activation)]
+    )
+    path = files / f"uncompiled_{activation}.keras"
+    model.save(path)
+    both = run(str(path), "--data", str(files / "train.npz"), "--steps", "3")
+    assert both.exit_code == 2, both.output
+    assert f"without a loss or an optimizer (no model.compile); pass --loss NAME --optimizer " \
+           f"NAME, e.g. --loss {loss} --optimizer adam" in both.output  # fmt: skip
+    given = run(str(path), "--data", str(files / "train.npz"), "--steps", "3", "--loss", loss,
+                "--optimizer", "adam")  # fmt: skip
+    assert given.exit_code == 0, given.output

@@ -93,3 +93,17 @@ def test_table_and_markdown_match_their_golden_files(golden):
     # the hand-made record: update ratio 0.05 = lr 0.1 x |g| 2 / |w| 4; dead 25%
     golden("fit_hand_made.txt", render("fit", OutputFormat.TABLE, report(), width=100))
     golden("fit_hand_made.md", render("fit", OutputFormat.MARKDOWN, report()))
+
+
+def test_the_tables_nan_inf_column_adds_a_layers_gradients_outputs_and_weights():
+    row = LayerStats("dense", None, math.nan, None, 0.0, 2, 3, nonfinite_weight=32)
+    last = Checkpoint(3, 0, 2, 1.0, 0.1, (row,), ())
+    md = render("fit", OutputFormat.MARKDOWN, replace_checkpoints(report(), last))
+    (line,) = [row for row in md.splitlines() if row.startswith("| `dense` ")]
+    assert line.rstrip(" |").endswith("37")  # 2 + 3 + 32
+
+
+def replace_checkpoints(record: FitReport, last: Checkpoint) -> FitReport:
+    from dataclasses import replace
+
+    return replace(record, checkpoints=(*record.checkpoints, last))

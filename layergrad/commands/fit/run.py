@@ -252,13 +252,19 @@ def compile_for_fit(
     """Compile with the file's (or the given) optimizer and loss; return the loss. `flags`:
     the command has `--loss` and `--optimizer` to offer (`fix` has not: it trains the file's)."""
     spec = find_loss(compiled, options.loss)
-    if spec is None:
-        raise InputError(
-            "the model was saved without a loss (no model.compile); "
-            + _next_step(flags, "--loss sparse_categorical_crossentropy", "a loss")
-        )
     # a legacy .h5 file keeps it as `optimizer_config` (Keras 3's own .h5 writer too)
     raw = options.optimizer or compiled.get("optimizer") or compiled.get("optimizer_config")
+    if spec is None:
+        loss = f"--loss {suggested_loss(model)}"
+        if raw is None and flags:  # both at once, not one error after the other
+            raise InputError(
+                "the model was saved without a loss or an optimizer (no model.compile); pass "
+                f"--loss NAME --optimizer NAME, e.g. {loss} --optimizer adam"
+            )
+        raise InputError(
+            "the model was saved without a loss (no model.compile); "
+            + _next_step(flags, loss, "a loss")
+        )
     if raw is None:
         raise InputError(
             "the model was saved without an optimizer (no model.compile); "
@@ -304,6 +310,22 @@ def _check_rate(optimizer: object, flags: bool) -> None:
         f"finite number, and this one {said}; "
         + _next_step(flags, "--learning-rate 1e-3", "a positive rate", "LR")
     )
+
+
+def suggested_loss(model: KerasModel) -> str:
+    """A loss that fits the model's (first) output, to suggest: a cross-entropy for a softmax
+    or sigmoid head, else the squared error."""
+    try:
+        layer = model.outputs[0]._keras_history[0]
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return "sparse_categorical_crossentropy"
+    activation = getattr(getattr(layer, "activation", None), "__name__", "")
+    name = type(layer).__name__.lower()
+    if "softmax" in (activation, name):
+        return "sparse_categorical_crossentropy"
+    if "sigmoid" in (activation, name):
+        return "binary_crossentropy"
+    return "mean_squared_error"
 
 
 def _next_step(flags: bool, example: str, what: str, value: str = "NAME") -> str:
