@@ -211,3 +211,11 @@ def test_data_without_labels_fit_can_use_is_one_line_and_exit_2(tmp_path, data, 
     line = says.format(flat=tmp_path / "flat", tmp=tmp_path, many=tmp_path / "many")
     assert line in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_fix_without_labels_names_itself(tmp_path):
+    image_folder(tmp_path / "flat", {"": 3})
+    model = image_model(tmp_path / "m.keras", 3, "sparse_categorical_crossentropy")
+    result = CliRunner().invoke(main, ["fix", model, "--data", str(tmp_path / "flat")])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: layergrad fix needs labels: --data ")

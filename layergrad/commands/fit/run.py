@@ -139,7 +139,8 @@ def make_ready(
     labelled = open_labelled(path, data_specs(model), request, options.batch_size, limit)
     stream = labelled.stream
     if stream is None:
-        raise InputError(f"layergrad fit needs labels: {labelled.missing}")
+        command = "fit" if flags else "fix"  # (`fix` trains with the file's compile)
+        raise InputError(f"layergrad {command} needs labels: {labelled.missing}")
     known = stream.samples
     if known is None and options.epochs is not None and on_notice is not None:
         on_notice(unsized_epoch_notice(data, limit))
