@@ -96,8 +96,11 @@ def diverging(
     elif not (blew_up and high):
         return None
     step = grew.start + 1 if grew is not None else len(curve) + 1
-    end = math.nan if grew is None else grew.mean
-    return _diverged(step, lowest.mean, end, top, top_step, high, checkpoints)
+    # said as the run's own losses (the windows' means are the test's): its lowest before
+    # the step, and the step's
+    low = float(np.min(curve[: step - 1]))
+    end = math.nan if grew is None else float(curve[grew.start])
+    return _diverged(step, low, end, top, top_step, high, checkpoints)
 
 
 def _diverged(

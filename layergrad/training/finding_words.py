@@ -41,6 +41,10 @@ SAYS: dict[str, str] = {
     "nonfinite/weights": _WHERE + "the weights of {held} hold NaN/Inf before the fit's first "
     "step: the fit began with them (the model was saved or built with them, or an earlier fit "
     "left them)",
+    "nonfinite/batch": _WHERE + "the training data holds NaN/Inf: {input} of the step's batch "
+    "has NaN/Inf values; the loss stayed finite (a ReLU hides them), but the gradient left "
+    "NaN/Inf in the weights of {held}, found at step {found}; clean the data (the model is "
+    "not at fault)",
     "nonfinite/data": _WHERE + "the training data holds NaN/Inf: input {layer!r} of the step's "
     "batch has {count} NaN/Inf values, the first in sample {row} of the batch; clean the data "
     "(the model is not at fault)",

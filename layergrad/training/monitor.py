@@ -137,6 +137,8 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         self._losses: list[float | None] = []
         self._checkpoints: list[Checkpoint] = []
         self._nonfinite: Reason | None = None
+        self._bad_batch: rules.BadBatch | None = None  # the first batch that held NaN/Inf
+        self._takes_nonfinite = False  # a checkpoint after such a batch was all finite
         self._step, self._epoch, self._first_batch = 0, 0, 0
         self._measuring = False  # whether the running execution measures every step
         self._unread: list[_Execution] = []  # executions whose losses are still in the ring
@@ -273,13 +275,13 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
     def _read(self) -> None:
         """Record the unread steps' losses, and the checkpoints among them."""
         hook, begun = self._hook, self._begun or 0
-        ring = value_now(hook.results.losses)  # per row: NaN/Inf flag, loss
+        ring = value_now(hook.results.losses)  # per row: NaN/Inf flag, loss, batch's flag
         read: dict[str, np.ndarray] = {}  # the rows of the reductions, read once
         for execution in self._unread:
             for j in range(execution.ran):
                 step = execution.first + j
                 counted = step - begun  # the step's number for the hook
-                bad, loss = (float(v) for v in ring[counted % hook.results.ring])
+                bad, loss, batch_bad = (float(v) for v in ring[counted % hook.results.ring])
                 value: float | None = loss
                 if not hook.sees_loss:  # the step's own loss: Keras's logs of the execution
                     value = execution.logged if j == execution.ran - 1 else None
@@ -290,6 +292,10 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
                     step % self.every == 0 or step == self._last or step == begun
                 )
                 epoch, batch = self._where(execution, j)
+                if batch_bad and self._bad_batch is None and not self._takes_nonfinite:
+                    names = hook.input_names
+                    name = names[0] if len(names) == 1 else None
+                    self._bad_batch = rules.BadBatch(step + 1, epoch, batch, name)
                 if not hook.sees_gradients:  # nothing to read but the loss
                     if first_bad:
                         self._stop(loss_only_nonfinite(step, epoch, batch))
@@ -311,13 +317,17 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
                     or bool(checkpoint.nonfinite_inputs)
                 )
                 since = self._checkpoints[-1].step if self._checkpoints else None
+                if due and not real and self._bad_batch is not None:
+                    # a NaN/Inf batch, and the checkpoint after it all finite: the model takes
+                    # such batches (a mask of -inf): a later NaN/Inf is not put down to them
+                    self._bad_batch, self._takes_nonfinite = None, True
                 if due or real:
                     self._checkpoints.append(checkpoint)
                     if self._writer is not None:
                         write_summaries(self._writer, checkpoint, read, row, hook.layers)
                 if real:
                     self._stop(rules.nonfinite_finding(
-                        checkpoint, hook.order(), epoch, batch, since,
+                        checkpoint, hook.order(), epoch, batch, since, self._bad_batch,
                         partial=[e.path for e in hook.layers if _looks_up(e.layer)],
                     ), at=checkpoint.step)  # fmt: skip
         self._unread, self._measured = [], None

@@ -56,6 +56,11 @@ def findings(
     and units) decide which hint each finding gives.
     """
     out = [nonfinite] if nonfinite is not None else []
+    cut = int(nonfinite.step or 0) if nonfinite is not None else 0
+    later = losses[cut - 1 :] if cut else []
+    if later and all(v is not None and math.isfinite(v) for v in later):
+        # NaN/Inf weights (or a batch) that no loss showed: the steps from it on say nothing
+        losses, checkpoints = losses[: cut - 1], [c for c in checkpoints if c.step < cut]
     grows = diverging(losses, checkpoints, nonfinite is not None)
     # the loss blew up: it grew, turned NaN/Inf, or reached BLOWN_UP times the trivial loss
     # (unscaled inputs or a scaled-up initialisation start there)
@@ -96,12 +101,24 @@ def _finite(checkpoint: Checkpoint) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class BadBatch:
+    """A step whose batch held NaN/Inf (its loss finite): the step (from 1), its epoch and
+    batch (from 0), and the input's name (None: the model has several float inputs)."""
+
+    step: int
+    epoch: int
+    batch: int
+    input: str | None
+
+
 def nonfinite_finding(
     checkpoint: Checkpoint,
     order: Sequence[str],
     epoch: int,
     batch: int,
     since: int | None = None,
+    bad_batch: BadBatch | None = None,
     partial: Collection[str] = (),
 ) -> Reason:
     """Where the first NaN/Inf came from: the layer nearest the loss whose weights hold one at
@@ -110,13 +127,13 @@ def nonfinite_finding(
     has one, else (the forward pass being finite) the layer nearest the loss whose gradient
     has one. `since`: the step of the checkpoint before, whose weights were finite.
 
-    NaN/Inf weights are said to come from the step before (`nonfinite/update`) when that is
-    certain: the checkpoint before is that step, or the layer's output holds NaN/Inf and a
-    batch reads all of its weights (then the losses of the steps before would have, had its
-    weights held them; not so for the layers in `partial`, an Embedding's rows). Else the
-    steps they may come from are given (`nonfinite/updates`: a ReLU after the layer can hide
-    them from the loss), or, at the first step, the fit began with them (`nonfinite/weights`).
-    """
+    NaN/Inf weights come from a batch that held NaN/Inf since then (`bad_batch`: the data,
+    `nonfinite/batch`), else from the step before (`nonfinite/update`) when that is certain:
+    the checkpoint before is that step, or the layer's output holds NaN/Inf and a batch reads
+    all of its weights (then the losses of the steps before would have, had its weights held
+    them; not so for the layers in `partial`, an Embedding's rows). Else the steps they may
+    come from are given (`nonfinite/updates`: a ReLU after the layer can hide them from the
+    loss), or, at the first step, the fit began with them (`nonfinite/weights`)."""
     step, where = checkpoint.step, {"epoch": epoch, "batch": batch}
     rows = {r.layer: r for r in checkpoint.layers}
     ordered = [rows[p] for p in order if p in rows]
@@ -126,6 +143,11 @@ def nonfinite_finding(
         facts = {"held": ", ".join(f"{r.layer} ({r.nonfinite_weight} values)" for r in held)}
         if step == 1:
             return said("nonfinite/weights", updated.layer, step, **where, **facts)
+        if bad_batch is not None and first <= bad_batch.step < step:
+            return said("nonfinite/batch", bad_batch.input, bad_batch.step,
+                        epoch=bad_batch.epoch, batch=bad_batch.batch, found=step, **facts,
+                        input="one of its inputs" if bad_batch.input is None
+                        else f"input {bad_batch.input!r}")  # fmt: skip
         exact = updated.nonfinite_activation and updated.layer not in partial
         if first >= step - 1 or exact:
             return said("nonfinite/update", updated.layer, step, **where, **facts)

@@ -17,15 +17,14 @@ to run before each execution:
   units and a gradient histogram; per variable gradient L2, dead units and the weight norm,
   and its NaN/Inf gradient values when a norm is NaN/Inf; the learning rate. The callback
   reads the rows of up to `KEPT` measured steps at once (`step_reductions.py`).
-- **ordinary**: watches its loss and its batch's float inputs (a sum per gradient on every
-  step cost about 9% of a small MLP's step). On the fit's first step whose loss is NaN/Inf
-  it measures the forward pass, the weights and the inputs, in an `unlowered_cond`; a step
-  whose batch holds NaN/Inf sums its gradients, in another, and on the first NaN/Inf
-  measures them (a NaN in the data that a ReLU hides from the loss). A NaN/Inf only in a
-  step's gradients leaves NaN/Inf in the weights its update writes: the next step's loss
-  shows it, and that step's branch counts them (or, a ReLU hiding them from the loss, the
-  next measuring step does: it counts the weights' NaN/Inf too, and flags them). An
-  ordinary step whose loss the monitor does not see (a custom `train_step`) keeps one sum
+- **ordinary**: watches its loss, and notes whether its batch's float inputs hold NaN/Inf
+  (a sum per gradient on every step cost about 9% of a small MLP's step); on the fit's
+  first step whose loss is NaN/Inf it measures the forward pass, the weights and the
+  inputs, in one `unlowered_cond`. A NaN/Inf
+  only in a step's gradients leaves NaN/Inf in the weights its update writes: the next
+  step's loss shows it, and that step's branch counts them (or, a ReLU hiding them from the
+  loss, the next measuring step does: it counts the weights' NaN/Inf too, and flags them).
+  An ordinary step whose loss the monitor does not see (a custom `train_step`) keeps one sum
   per gradient, and measures the gradients on its first NaN/Inf.
 
 Both write each step's loss and NaN/Inf flag into the ring of losses and count the step, and
@@ -251,7 +250,6 @@ class StepHook:
         # LossScaleOptimizer does when the scaled gradients overflow)
         trace.total = total = tf.cast(tf.reduce_sum(loss), tf.float32)
         trace.loss_bad = ~tf.math.is_finite(total)
-        self._batch_bad(trace)  # (made here, outside the branches that read it)
         flag = tf.cast(trace.loss_bad, tf.float32)
         trace.written = put(self.results.losses, self._ring_row(trace), self._ring(trace, flag))
         if trace.measuring:
@@ -281,7 +279,7 @@ class StepHook:
             # here, not with the gradients, which an optimizer may skip
             put(self.results.learning_rate, row, self.model.optimizer.learning_rate),
             put(self.results.forward_at, row, self._count(trace)),
-            put(self.results.inputs, row, self._input_stats(trace)),
+            put(self.results.inputs, row, reductions.input_stats(trace.inputs)),
         ]
         if weights:
             writes.append(
@@ -291,24 +289,15 @@ class StepHook:
             return tf.constant(True)
 
     def _ring(self, trace: _Trace, flag: Tensor) -> Tensor:
-        """The step's row of the ring of losses: its NaN/Inf flag and its loss (NaN: not
-        seen)."""
-        loss = tf.constant(float("nan")) if trace.total is None else trace.total
-        return tf.stack([tf.cast(flag, tf.float32), loss])
-
-    def _batch_bad(self, trace: _Trace) -> Tensor:
-        """Whether a float input of the step's batch holds NaN/Inf (made once, outside any
-        branch)."""
+        """The step's row of the ring of losses: its NaN/Inf flag, its loss (NaN: not seen),
+        and whether its batch holds a NaN/Inf. The batch's is only noted: a model may take
+        NaN/Inf inputs by design (a mask of -inf), and a NaN/Inf that a ReLU hides from the
+        loss shows later as NaN/Inf weights, which the callback then traces to the batch."""
         if trace.batch_bad is None:
             finite = [tf.reduce_all(tf.math.is_finite(t)) for t in trace.inputs]
             trace.batch_bad = ~tf.reduce_all(tf.stack(finite)) if finite else tf.constant(False)
-        return trace.batch_bad
-
-    def _input_stats(self, trace: _Trace) -> Tensor:
-        """The batch's NaN/Inf per input (`input_stats`), or none once the fit has shown that
-        the model takes NaN/Inf inputs (`StepResults.tolerated`): then they are no cause."""
-        taken = tf.cast(tf.equal(self.results.tolerated, 0.0), tf.float32)
-        return reductions.input_stats(trace.inputs) * taken
+        loss = tf.constant(float("nan")) if trace.total is None else trace.total
+        return tf.stack([tf.cast(flag, tf.float32), loss, tf.cast(trace.batch_bad, tf.float32)])
 
     def _clean(self, trace: _Trace) -> Tensor:
         """Whether no step of this fit before this one was non-finite."""
@@ -339,10 +328,11 @@ class StepHook:
         """The step's gradient reductions, and its NaN/Inf flag in the ring of losses; sets
         `trace.found`, whether a gradient value is NaN/Inf (counted by the step, last).
 
-        An ordinary step whose loss the monitor sees looks at its gradients only when its
-        batch holds NaN/Inf (`_batch_check`): else a NaN/Inf only in its gradients leaves
-        NaN/Inf in the weights its update writes, which the next step's loss shows, and that
-        step's branch counts them (`_forward_stats`)."""
+        An ordinary step whose loss the monitor sees reduces nothing here: a NaN/Inf only in
+        its gradients leaves NaN/Inf in the weights its update writes, which the next step's
+        loss shows, and that step's branch counts them (`_forward_stats`)."""
+        if not trace.measuring and trace.written is not None:
+            return
         grads: list[Tensor | None] = [None] * len(self.variables)
         weights: list[Tensor | None] = [None] * len(self.variables)
         for g, v in reduced:
@@ -351,113 +341,52 @@ class StepHook:
                 # an Embedding's IndexedSlices stay sparse on ordinary steps
                 grads[i] = reductions.shaped(g, self.named[i][2])
                 weights[i] = v
-        count, row = self._count(trace), self._ring_row(trace)
-        if trace.measuring:
-            found = self._measure(trace, grads, weights, count)
-        elif trace.written is not None:
-            found = self._batch_check(trace, grads, count, row)
-        else:  # no loss seen (a custom train_step): one sum per gradient
-            found = self._sum_check(trace, grads, weights, count, row)
-        if tf.compat.v1.get_default_graph() is trace.graph:  # counted with the step, once
-            trace.found = found
-        else:  # in a branch of the optimizer's (a LossScaleOptimizer's): counted here
-            with tf.control_dependencies(trace.done()):
-                self.results.counts.assign_add(tf.stack([0.0, tf.cast(found, tf.float64)]))
-
-    def _measure(
-        self,
-        trace: _Trace,
-        grads: list[Tensor | None],
-        weights: list[Tensor | None],
-        count: Tensor,
-    ) -> Tensor:
-        """A measuring step: every reduction, and the weights' NaN/Inf (an update left them),
-        counted from their squared norms; whether a gradient or weight value is NaN/Inf."""
-        if trace.forward is None:  # no loss: measure the outputs here
-            trace.forward = self._forward_stats(trace, self._row(trace))
-        halves = reductions.half_squares(grads, weights)
-        held = reductions.weights_nonfinite(weights, halves)
-        trace.writes.append(put(self.results.weights, self._row(trace), held))
-        found = tf.logical_or(self._reduce(self._row(trace), count, grads, halves), held > 0)
-        found = tf.reduce_any(found)
-        # (its loss's flag with it; a sum of huge finite values may overflow, the counts not)
-        trace.writes.append(put(self.results.losses, self._ring_row(trace), self._ring(
-            trace, tf.logical_or(found, tf.logical_not(tf.math.is_finite(self._total(trace))))
-        )))  # fmt: skip
-        self._tolerate(trace, found)
-        return found
-
-    def _batch_check(
-        self, trace: _Trace, grads: list[Tensor | None], count: Tensor, row: Tensor
-    ) -> Tensor:
-        """An ordinary step whose batch holds NaN/Inf: one sum per gradient, and on the fit's
-        first NaN/Inf the gradient rows and the inputs' counts into the spare row (no weight
-        is read: an `If` holding the variables would make each update wait for it)."""
-
-        def checked() -> Tensor:
-            bad = self._sums_bad(trace, grads)
-
-            def measured() -> Tensor:
-                zero = [None if g is None else tf.constant(0.0) for g in grads]  # no weights
-                stats = self._input_stats(trace)
-                with tf.control_dependencies(
-                    [put(self.results.losses, row, self._ring(trace, bad))]
-                ):
-                    return self._reduce(self.results.spare, count, grads, zero, stats)
-
-            found = tf.cond(bad, measured, lambda: tf.constant(False))
-            self._tolerate(trace, found)
-            return found
-
-        return unlowered_cond(
-            tf.logical_and(self._batch_bad(trace), self._clean(trace)),
-            checked,
-            lambda: tf.constant(False),
-        )
-
-    def _sum_check(
-        self,
-        trace: _Trace,
-        grads: list[Tensor | None],
-        weights: list[Tensor | None],
-        count: Tensor,
-        row: Tensor,
-    ) -> Tensor:
-        """An ordinary step whose loss the monitor does not see: one sum per gradient (a NaN
-        or Inf anywhere makes it non-finite, as may an overflow of huge finite values: the
-        full reductions' exact counts then say which), and its flag into the ring; on the
-        fit's first NaN/Inf, the reductions into the spare row."""
-        bad = self._sums_bad(trace, grads)
-        flag = self._ring(trace, bad)
-        trace.writes.append(put(self.results.losses, row, flag))
-        dense = reductions.half_squares(grads, weights, sparse=False)  # (see there)
-
-        def first_nonfinite() -> Tensor:
-            sparse = reductions.half_squares(grads, weights, sparse=True)
-            halves = [d if d is not None else s for d, s in zip(dense, sparse, strict=True)]
-            stats = self._input_stats(trace)
-            return self._reduce(self.results.spare, count, grads, halves, stats)
-
-        return unlowered_cond(
-            tf.logical_and(bad, self._clean(trace)), first_nonfinite, lambda: tf.identity(bad)
-        )
-
-    def _sums_bad(self, trace: _Trace, grads: list[Tensor | None]) -> Tensor:
-        """Whether the sum of every gradient (and of the loss) is NaN/Inf."""
+        # One sum per gradient: a NaN or Inf anywhere makes the total non-finite (an overflow
+        # of huge finite values too: the full reductions' exact counts then say which).
         sums = [
             tf.reduce_sum(tf.cast(reductions.values(g), tf.float32)) for g in grads if g is not None
         ]
         if trace.total is not None:  # a custom train_step may compute its loss elsewhere
             sums.append(trace.total)
-        return ~tf.math.is_finite(tf.add_n(sums) if sums else tf.constant(0.0))
+        bad = ~tf.math.is_finite(tf.add_n(sums) if sums else tf.constant(0.0))
+        if trace.measuring and trace.forward is None:  # no loss: measure the outputs here
+            trace.forward = self._forward_stats(trace, self._row(trace))
+        if trace.measuring:  # the weights' NaN/Inf (left by an update), from their norms
+            halves = reductions.half_squares(grads, weights)
+            held = reductions.weights_nonfinite(weights, halves)
+            trace.writes.append(put(self.results.weights, self._row(trace), held))
+            held_bad = tf.reduce_any(held > 0)
+            bad = tf.logical_or(bad, held_bad)
+        count, row = self._count(trace), self._ring_row(trace)
+        flag = self._ring(trace, bad)
+        # Whether a gradient value is NaN/Inf: the sum's word, unless the step counted them
+        # (a sum of huge finite values can overflow; the next NaN must still be measured).
+        if trace.measuring or trace.written is None:  # (no loss seen: the row is written here)
+            trace.writes.append(put(self.results.losses, row, flag))
+        if trace.measuring:  # (its NaN/Inf weights count as found)
+            found = tf.logical_or(self._reduce(self._row(trace), count, grads, halves), held_bad)
+        else:  # the gradients, into the spare row, on the fit's first non-finite step only
+            dense = reductions.half_squares(grads, weights, sparse=False)  # (see there)
 
-    def _total(self, trace: _Trace) -> Tensor:
-        return tf.constant(0.0) if trace.total is None else trace.total
+            def first_nonfinite() -> Tensor:
+                # its flag too: an ordinary step's row holds its loss's (`_forward`), and the
+                # callback looks further only at the fit's first non-finite step
+                writes = [] if trace.written is None else [put(self.results.losses, row, flag)]
+                sparse = reductions.half_squares(grads, weights, sparse=True)
+                halves = [d if d is not None else s for d, s in zip(dense, sparse, strict=True)]
+                with tf.control_dependencies(writes):
+                    return self._reduce(self.results.spare, count, grads, halves, trace.inputs)
 
-    def _tolerate(self, trace: _Trace, found: Tensor) -> None:
-        """Count a step whose batch held NaN/Inf and whose gradients were finite."""
-        taken = tf.logical_and(self._batch_bad(trace), tf.logical_not(found))
-        trace.writes.append(self.results.tolerated.assign_add(tf.cast(taken, tf.float64)))
+            found = unlowered_cond(
+                tf.logical_and(bad, self._clean(trace)),
+                first_nonfinite,
+                lambda: tf.identity(bad),
+            )
+        if tf.compat.v1.get_default_graph() is trace.graph:  # counted with the step, once
+            trace.found = found
+        else:  # in a branch of the optimizer's (a LossScaleOptimizer's): counted here
+            with tf.control_dependencies(trace.done()):
+                self.results.counts.assign_add(tf.stack([0.0, tf.cast(found, tf.float64)]))
 
     def _reduce(
         self,
@@ -465,15 +394,14 @@ class StepHook:
         count: Tensor,
         grads: list[Tensor | None],
         halves: list[Tensor | None],
-        inputs: Tensor | None = None,
+        inputs: list[Tensor] | None = None,
     ) -> Tensor:
-        """Write the gradient rows (and histograms), and the inputs' NaN/Inf counts (an
-        ordinary step's first non-finite one: was it the data?), into `row`; whether a
-        gradient value is NaN/Inf."""
+        """Write the gradient rows (and histograms), and the `inputs`' NaN/Inf counts, into
+        `row`; whether a gradient value is NaN/Inf."""
         rows = reductions.gradient_rows(grads, halves)
         writes = [put(self.results.grads, row, rows), put(self.results.reduced_at, row, count)]
-        if inputs is not None:
-            writes.append(put(self.results.inputs, row, inputs))
+        if inputs is not None:  # an ordinary step's first non-finite one: was it the data?
+            writes.append(put(self.results.inputs, row, reductions.input_stats(inputs)))
         if self.histograms:
             counts, ranges = reductions.histograms([e.variables for e in self.layers], grads)
             writes += [

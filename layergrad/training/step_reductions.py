@@ -296,8 +296,9 @@ class StepResults:
                     name=f"layergrad_{name}",
                 )
 
-            # per step: [replicas that saw a NaN/Inf, loss], in row s mod ring
-            self.losses = state([self.ring, 2], total, "losses")
+            # per step: [replicas that saw a NaN/Inf, loss, replicas whose batch held one], in
+            # row s mod ring
+            self.losses = state([self.ring, 3], total, "losses")
             self.activations = state([slots, layers], total, "activation_nonfinite")
             self.dead = state([slots, layers, 3], first, "dead_units")
             self.grads = state([slots, variables, COLUMNS], first, "gradients")
@@ -313,14 +314,10 @@ class StepResults:
             self.reduced_at = state([slots], first, "reduced_at", fill=-1.0)
             # [steps this fit has run, of them non-finite]: each step counts itself, last
             self.counts = state([2], first, "counts", fill=0.0)
-            # steps whose batch held NaN/Inf and whose gradients were finite: the model takes
-            # such inputs (a mask of -inf), and a later NaN/Inf is not put down to them
-            self.tolerated = state([], first, "tolerated", fill=0.0)
 
     def reset(self) -> None:
         """Start a new fit: no step run, nothing non-finite seen, no row measured."""
         self.counts.assign(tf.zeros([2], tf.float64))
-        self.tolerated.assign(tf.constant(0.0, tf.float64))
         for at in (self.forward_at, self.reduced_at):
             at.assign(tf.fill(at.shape, tf.constant(-1.0, tf.float64)))
 

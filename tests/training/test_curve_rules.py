@@ -210,3 +210,14 @@ def test_chance_loss_reads_every_name_keras_accepts(name, units, expected):
 
     got = chance_loss(name, units)
     assert got == pytest.approx(expected) if expected is not None else got is None
+
+
+def test_a_growing_loss_is_said_with_the_runs_own_losses():
+    # a window's mean is the test's, not a loss the run had: the words give the lowest loss
+    # before the step it grew at, and that step's
+    high = [point(s, {"a": 0.5, "head": 0.2}) for s in (1, 150, 300)]
+    curve = noisy(np.r_[np.linspace(1.4, 1.0, 100), np.linspace(1.0, 3.0, 200)], 0.1)
+    found = rules.diverging(curve, high, blew_up=False)
+    assert found is not None
+    low, end = f"{min(curve[: found.step - 1]):.4g}", f"{curve[found.step - 1]:.4g}"
+    assert found.message.startswith(f"the loss grows from {low} to {end} by step {found.step}")
