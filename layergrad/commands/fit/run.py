@@ -257,10 +257,11 @@ def compile_for_fit(
     raw = options.optimizer or compiled.get("optimizer") or compiled.get("optimizer_config")
     if spec is None:
         loss = f"--loss {suggested_loss(model)}"
-        if raw is None and flags:  # both at once, not one error after the other
+        if raw is None:  # both at once, not one error after the other
+            both = f"pass --loss NAME --optimizer NAME, e.g. {loss} --optimizer adam"
             raise InputError(
-                "the model was saved without a loss or an optimizer (no model.compile); pass "
-                f"--loss NAME --optimizer NAME, e.g. {loss} --optimizer adam"
+                "the model was saved without a loss or an optimizer (no model.compile); "
+                + (both if flags else _next_step(flags, "", "a loss and an optimizer"))
             )
         raise InputError(
             "the model was saved without a loss (no model.compile); "
