@@ -8,6 +8,7 @@ import subprocess
 import sys
 from xml.etree import ElementTree as ET
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from helpers import CUSTOM_LAYERS, SAMPLES, keras, sample
@@ -296,3 +297,16 @@ def test_a_scale_record_words_its_one_layer_and_the_message_its_several():
         assert r["message"].startswith(f"vanishing: {r['layer']} (")
         assert "of this layer is that many decades below" in r["message"]
         assert r["message"].endswith("so it barely learns")
+
+
+def test_a_nan_in_the_data_is_said_of_the_data_not_of_a_layer(tmp_path):
+    x = np.random.default_rng(0).standard_normal((40, 5)).astype("float32")
+    x[20, 3] = np.nan  # sample 20: in batch 0 of 32
+    np.save(tmp_path / "x.npy", x)
+    doc = json.loads(run("check", sample("seed.keras"), "--data", str(tmp_path / "x.npy"),
+                         "--json").stdout)  # fmt: skip
+    (forward,) = [c for c in doc["files"][0]["checks"] if c["name"] == "forward"]
+    assert forward["findings"] == ["nonfinite"]
+    assert forward["message"].startswith(
+        "the data holds NaN/Inf: input 'input' (first in batch 0), before any layer; clean the data"
+    )

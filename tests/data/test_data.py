@@ -531,7 +531,9 @@ def test_check_runs_its_forward_and_gradient_checks_over_the_data(tmp_path):
     assert out.exit_code == 1
     checks = {c["name"]: c for c in json.loads(out.stdout)["files"][0]["checks"]}
     assert checks["forward"]["findings"] == ["nonfinite"]
-    assert "non-finite (NaN/Inf) at layer 'x' (first in batch 2)" in checks["forward"]["message"]
+    assert checks["forward"]["message"].startswith(  # the input: the data, not a layer
+        "the data holds NaN/Inf: input 'x' (first in batch 2), before any layer"
+    )
 
 
 # ------------------------------------------------------------------------------- progress

@@ -257,6 +257,10 @@ def forward(
             if fwd is not None and fwd.nonfinite_batches:
                 said = (f"activations turn non-finite (NaN/Inf) at layer {act.site.ref!r} "
                         f"(first in batch {fwd.first_nonfinite})")  # fmt: skip
+                if act.site.input_index is not None:  # a model input: the data, no layer
+                    said = (f"the data holds NaN/Inf: input {act.site.ref!r} (first in batch "
+                            f"{fwd.first_nonfinite}), before any layer; clean the data (the "
+                            "model is not at fault)")  # fmt: skip
                 each = at_layers(Finding.NONFINITE, [(act.site.ref, said)])
                 add("forward", said, [Finding.NONFINITE], reasons=each)
                 gradient(rows, add)
