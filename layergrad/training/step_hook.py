@@ -20,12 +20,12 @@ to run before each execution:
 - **ordinary**: watches its loss, and notes whether its batch's float inputs hold NaN/Inf
   (a sum per gradient on every step cost about 9% of a small MLP's step); on the fit's
   first step whose loss is NaN/Inf it measures the forward pass, the weights and the
-  inputs, in one `unlowered_cond`. A NaN/Inf
-  only in a step's gradients leaves NaN/Inf in the weights its update writes: the next
-  step's loss shows it, and that step's branch counts them (or, a ReLU hiding them from the
-  loss, the next measuring step does: it counts the weights' NaN/Inf too, and flags them).
-  An ordinary step whose loss the monitor does not see (a custom `train_step`) keeps one sum
-  per gradient, and measures the gradients on its first NaN/Inf.
+  inputs, in one `unlowered_cond`. A NaN/Inf only in a step's gradients leaves NaN/Inf in
+  the weights its update writes: the next step's loss shows it, and that step's branch
+  counts them (or, a ReLU hiding them from the loss, the next measuring step does: it
+  counts the weights' NaN/Inf too, and flags them). An ordinary step whose loss the
+  monitor does not see (a custom `train_step`) keeps one sum per gradient, and measures the
+  gradients on its first NaN/Inf.
 
 Both write each step's loss and NaN/Inf flag into the ring of losses and count the step, and
 whether it was non-finite, in one update, into `StepResults` (`step_reductions.py`). The loss
