@@ -122,6 +122,10 @@ EXAMPLES: dict[str, Callable[[], Run]] = {
     "units_die": lambda: _dead([0.1, 0.1, 0.6, 0.7, 0.6]),
     "dead_from_the_start": lambda: _dead([0.6, 0.7]),
     "dead_last_batch": lambda: _dead([0.1, 0.1, 0.1, 0.1, 0.6]),
+    # dead (from the start)
+    "born_dead": lambda: _dead([0.6, 0.7, 0.6]),
+    "dead_then_alive": lambda: _dead([0.6, 0.6, 0.1, 0.1]),
+    "dies_in_training": lambda: _dead([0.1, 0.6, 0.7]),
     # stalled_layer
     "one_layer_stalls": lambda: _stalled(3),
     "stalls_twice": lambda: _stalled(2),

@@ -218,6 +218,17 @@ def dying(seed: int) -> tuple[object, ...]:
     return _mlp_run(lambda: keras.optimizers.Adam(0.1))(seed)
 
 
+def dead_bias(seed: int) -> tuple[object, ...]:
+    """A ReLU MLP whose first layer has 24 of its 32 biases at -100: those units output 0 for
+    every sample from the first step (its repair, the biases reset to 0, is `healthy_mlp`)."""
+    model, x, y, batch = healthy_mlp(seed)
+    first = model.get_layer("dense_0")  # type: ignore[attr-defined]
+    kernel, bias = first.get_weights()
+    bias[:24] = -100.0
+    first.set_weights([kernel, bias])
+    return model, x, y, batch
+
+
 def stalled(seed: int) -> tuple[object, ...]:
     """One layer's kernels drawn 100 times too large, with a LayerNormalization after it: the
     forward pass is as healthy as ever, but each step moves that layer by a fraction of its
@@ -397,6 +408,14 @@ RUNS: tuple[Run, ...] = (
     ),
     Run("dying", "Adam learning rate 0.1 on a ReLU MLP", dying, "dying_units"),
     Run("stalled", "kernels x100 before a LayerNorm", stalled, "stalled_layer", "big"),
+    Run(
+        "dead_bias",
+        "24 of the first layer's 32 ReLU biases at -100",
+        dead_bias,
+        "dead",
+        "dense_0",
+        repaired=healthy_mlp,  # the biases reset to 0 (Keras's default)
+    ),
     # small programs: 64 samples in batches of 32, as many steps as a tutorial's epochs
     # give, a checkpoint every steps / 50 (as `fit` takes them)
     *(

@@ -125,10 +125,10 @@ DEFAULT_FAIL_ON = (Finding.UNREADABLE, Finding.UNSAFE, Finding.ERROR, Finding.NO
                    Finding.LOSS_MISMATCH, Finding.TARGET_MISMATCH, Finding.REGRESSION)  # fmt: skip
 
 
-# What `layergrad fit` can find; `nonfinite`, `target_mismatch` and `input_range` (before the
-# first step) are shared with `check`.
+# What `layergrad fit` can find; `nonfinite` and `dead`, and `target_mismatch` and
+# `input_range` (before the first step), are shared with `check`.
 TRAINING_FINDINGS = (Finding.NONFINITE, *_span(Finding.DIVERGING, Finding.SLOW_CONVERGENCE),
-                     Finding.VANISHING, Finding.EXPLODING, Finding.TARGET_MISMATCH,
+                     Finding.VANISHING, Finding.EXPLODING, Finding.DEAD, Finding.TARGET_MISMATCH,
                      Finding.INPUT_RANGE)  # fmt: skip
 # The training findings that say the run learns nothing (the others warn).
 DEFAULT_FIT_FAIL_ON = (Finding.NONFINITE, Finding.DIVERGING, Finding.NOT_LEARNING,

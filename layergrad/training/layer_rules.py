@@ -1,4 +1,5 @@
-"""The findings read off the per-layer numbers of the checkpoints: dead units, stalled,
+"""The findings read off the per-layer numbers of the checkpoints: dead units (dead from the
+start, or dying in training), stalled,
 vanishing and exploding gradients, a head whose output does not vary across the batch.
 
 Each is a run of checkpoints ending at the last one (a state the run ends in, not a moment
@@ -140,15 +141,19 @@ def _depth_layers(checkpoints: Sequence[Checkpoint], below: bool) -> list[tuple[
 
 
 def vanishing(
-    checkpoints: Sequence[Checkpoint], facts: Facts | None = None, dead: Sequence[str] = ()
+    checkpoints: Sequence[Checkpoint],
+    facts: Facts | None = None,
+    dead: Sequence[str] = (),
+    born_dead: Sequence[str] = (),
 ) -> Reason | None:
     """The first layers' relative gradient far below the head's: the `vanishing` entry of
     `rules.RULES`. Its hint names sigmoid / tanh, or dead ReLU units (`dead`: the layers
-    `dying_units` found), only where the layers have them."""
+    `dying_units` found), only where the layers have them. None when one of those layers is
+    dead from the start (`born_dead`: `dead_from_start`'s, whose finding explains it)."""
     found = _depth_layers(checkpoints, below=True)
-    if not found:
-        return None
     layers = [layer for layer, _ in found]
+    if not found or set(layers) & set(born_dead):
+        return None
     known = [(facts or {}).get(layer) for layer in layers]
     kinds = {f.activation for f in known if f is not None}
     hint = ("unknown" if not facts else "squashing" if kinds & {"sigmoid", "tanh"}
@@ -197,6 +202,22 @@ def dying_units(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
             continue  # dead on the last batch or two only: a small batch's chance, not a state
         out.append(said("dying_units", layer, step, fraction=last, first=first,
                         first_step=fractions[0][0]))  # fmt: skip
+    return out
+
+
+def dead_from_start(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
+    """Layers whose dead fraction is at the threshold or above at every checkpoint from the
+    run's first (at least 2): their units were dead before training could kill them (a bias
+    or an initialisation that holds them at 0 for every sample), so lowering the learning rate
+    (`dying_units`' repair) would not help: the `dead` entry of `rules.RULES`."""
+    out = []
+    for layer in dict.fromkeys(row.layer for c in checkpoints for row in c.layers):
+        series = [(c.step, _row(c, layer)) for c in checkpoints]
+        fractions = [(s, r.dead_fraction) for s, r in series if r and r.dead_fraction is not None]
+        if len(fractions) < 2 or any(f < DEAD_THRESHOLD for _, f in fractions):
+            continue
+        out.append(said("dead/from_start", layer, fractions[0][0], fraction=fractions[-1][1],
+                        last=fractions[-1][0]))  # fmt: skip
     return out
 
 

@@ -82,6 +82,7 @@ def whole_steps(every: object, name: str = "every") -> int:
 EARLY = (
     Finding.NONFINITE,
     Finding.DIVERGING,
+    Finding.DEAD,
     Finding.DYING_UNITS,
     Finding.VANISHING,
     Finding.EXPLODING,

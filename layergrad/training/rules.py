@@ -26,6 +26,7 @@ from layergrad.training.finding_words import said
 from layergrad.training.layer_rules import (
     Facts,
     constant_predictions,
+    dead_from_start,
     dying_units,
     exploding,
     stalled_layers,
@@ -52,8 +53,9 @@ def findings(
     One cause, one finding: a head whose predictions are constant explains a loss that does
     not move or sits at the trivial loss; a loss that grows, or cannot move, explains one
     that sits at the trivial loss or converges slowly (a growing loss may swing as well);
-    layers whose gradient has vanished are not also stalled. `facts` (each layer's activation
-    and units) decide which hint each finding gives.
+    layers whose gradient has vanished, or whose units are dead, are not also stalled, and a
+    gradient that vanishes through layers dead from the start is theirs (`dead`). `facts`
+    (each layer's activation and units) decide which hint each finding gives.
     """
     out = [nonfinite] if nonfinite is not None else []
     cut = int(nonfinite.step or 0) if nonfinite is not None else 0
@@ -81,12 +83,14 @@ def findings(
             if curve:
                 break
     out += curve + constant
-    out += dying
-    gone = vanishing(finite, facts, [str(f.layer) for f in dying])
-    skip: list[str] = []
+    born = dead_from_start(finite)
+    out += dying + born
+    # layers dead from the start explain the gradient vanishing through them
+    gone = vanishing(finite, facts, [str(f.layer) for f in dying], [str(f.layer) for f in born])
+    skip = [str(f.layer) for f in (*dying, *born)]
     if gone is not None:
         order = [r.layer for r in finite[-1].layers]
-        skip = order[: order.index(gone.layer) + 1] if gone.layer in order else [str(gone.layer)]
+        skip += order[: order.index(gone.layer) + 1] if gone.layer in order else [str(gone.layer)]
     out += stalled_layers(finite, skip)
     out += [f for f in (gone, exploding(finite, unstable)) if f is not None]
     # each finding as its entry of `RULES` says: its severity, and the entry that found it
@@ -374,6 +378,18 @@ RULES: tuple[TrainingRule, ...] = (
         "lower the learning rate, or use LeakyReLU / better initialisation", LOWER_RATE,
         lambda r: dying_units(r.checkpoints), ("learning_rate",),
         ("units_die",), ("dead_from_the_start", "dead_last_batch"),
+    ),
+    TrainingRule(
+        Finding.DEAD, LAYERS,
+        "a layer's `dead_fraction` is 0.5 or more at every checkpoint from the run's first (at "
+        "least 2): its units were dead before training moved them, held at 0 by their biases "
+        "or initialisation (units that die in training are `dying_units`); the gradient that "
+        "vanishes through them is theirs, not `vanishing`'s", "that layer", "the first "
+        "checkpoint", WARN,
+        "reset the biases that pin them (Keras's default is 0), draw the kernel again (He), or "
+        "use LeakyReLU", "the biases whose entries exceed 10 in magnitude reset to 0, as for "
+        "check's `dead`", lambda r: dead_from_start(r.checkpoints), ("biases",),
+        ("born_dead",), ("dead_then_alive", "dies_in_training"),
     ),
     TrainingRule(
         Finding.STALLED_LAYER, LAYERS,

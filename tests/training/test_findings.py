@@ -180,6 +180,23 @@ def test_a_relu_layer_pushed_dead_during_training_is_dying_units():
     assert max(dead[:5]) < 0.2 and dead[-1] == 1.0
 
 
+def test_relu_units_dead_from_the_start_are_dead_with_the_bias_hint_not_a_learning_rate():
+    x, y = classification()
+    model = mlp()
+    kernel, bias = model.get_layer("hidden").get_weights()
+    bias[:24] = -100.0  # 24 of 32 units: relu(x @ w - 100) is 0 for every sample
+    model.get_layer("hidden").set_weights([kernel, bias])
+    report = train(model, x, y, keras.optimizers.Adam(1e-3), epochs=3)
+    (dead,) = found(report)["dead"]
+    assert (dead.layer, dead.step) == ("hidden", 1)
+    assert "75% of its units" in dead.message and "reset the biases" in dead.message
+    assert "learning rate" not in dead.message
+    assert {"dying_units", "vanishing", "stalled_layer"}.isdisjoint(found(report))
+    # the truth, from the weights: those units' pre-activations are below 0 for every sample
+    pre = x @ kernel + bias
+    assert np.all(pre[:, :24] < 0) and np.mean(np.all(pre <= 0, axis=0)) == 0.75
+
+
 def test_shuffled_labels_plateau_at_chance():
     x, y = classification(n=2048)
     shuffled = np.random.default_rng(5).permutation(y)
@@ -218,6 +235,17 @@ def test_dying_units_needs_growth_past_the_threshold():
     assert (finding.layer, finding.step) == ("a", 11)
     always = [checkpoint(1, {"a": 1e-3}, dead=0.6), checkpoint(11, {"a": 1e-3}, dead=0.7)]
     assert rules.dying_units(always) == []  # dead from the start is not dying
+
+
+def test_dead_needs_every_checkpoint_from_the_first_at_the_threshold():
+    def run(deads):
+        return [checkpoint(1 + 10 * i, {"a": 1e-3}, dead=d) for i, d in enumerate(deads)]
+
+    (finding,) = rules.dead_from_start(run([0.6, 0.7, 0.6]))
+    assert (finding.code, finding.layer, finding.step) == (Finding.DEAD, "a", 1)
+    assert rules.dead_from_start(run([0.6, 0.6, 0.1])) == []  # revived
+    assert rules.dead_from_start(run([0.1, 0.6, 0.7])) == []  # died in training: dying_units
+    assert rules.dead_from_start(run([0.6])) == []  # one checkpoint is one batch
 
 
 def test_dying_units_must_last_the_final_three_checkpoints():
