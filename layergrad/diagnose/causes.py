@@ -137,10 +137,12 @@ KINDS: tuple[CauseKind, ...] = (
     ),
     CauseKind(
         Finding.NON_DIFFERENTIABLE_OP,
-        "an op with no usable gradient in a named layer: ArgMax, Round, Floor, Ceil, a cast to "
+        "an op with no usable gradient in a named layer, or in a functional operation (a "
+        "`keras.ops` call between layers) that feeds it: ArgMax, Round, Floor, Ceil, a cast to "
         "an integer, comparisons, `tf.numpy_function` / `tf.py_function`, or an op with no "
         "registered gradient",
-        "traces the blocking layer's `call` and reads its op types; a list of known blockers is "
+        "traces the blocking layer's `call` (else the functional operations before it) and "
+        "reads its op types; a list of known blockers is "
         "needed as well as TensorFlow's registry, because Round and ArgMax *have* registered "
         "gradients that return None",
         "a differentiable relaxation (softmax instead of argmax, a straight-through estimator "
@@ -151,6 +153,13 @@ KINDS: tuple[CauseKind, ...] = (
                  "replace the op with a differentiable relaxation (softmax instead of argmax, "
                  "x + tf.stop_gradient(tf.round(x) - x) as a straight-through round), or take "
                  "--from after {layer!r}"),
+            Says("non_differentiable_op/operation",
+                 "the gradient reaches the input of {layer!r} but not the layer before it: "
+                 "the functional operation {operation!r} between them (a keras.ops call in the "
+                 "model, not a layer): {why}",
+                 "replace {operation!r} with a differentiable relaxation (keras.ops.softmax "
+                 "instead of argmax, x + keras.ops.stop_gradient(keras.ops.round(x) - x) as a "
+                 "straight-through round), or take --from after {layer!r}"),
         ),
     ),
     CauseKind(

@@ -22,7 +22,14 @@ from layergrad.diagnose.activations import activation_name, saturated_fraction
 from layergrad.diagnose.forward_findings import is_constant, reason, unscaled_input
 from layergrad.diagnose.locate import PathView
 from layergrad.engine.layer_calls import Activation
-from layergrad.engine.tf_ops import TracedCall, blocking_ops, trace_call, unsafe_backward_ops
+from layergrad.engine.tf_ops import (
+    OpFinding,
+    TracedCall,
+    blocking_ops,
+    trace_call,
+    trace_operation,
+    unsafe_backward_ops,
+)
 from layergrad.engine.trace import Trace, run_probe, run_trace
 from layergrad.model.graph import ModelGraph
 from layergrad.model.layer_refs import (
@@ -118,9 +125,37 @@ class Diagnoser:
         if any(f.op.startswith("Cast to") or f.op in ("ArgMax", "ArgMin") for f in findings):
             causes.append(why.cause("integer_inside", ref))
         if not causes:
+            before = self._operations_before(key)
+            if before:
+                name, found = before[0]
+                return [why.cause("non_differentiable_op/operation", ref, operation=name,
+                                  why=found.reason, op=found.op)]  # fmt: skip
             types = ", ".join(sorted({t for t, _ in ops or []})) or "could not be traced"
             causes.append(why.cause("unknown_at", ref, ops=types))
         return causes
+
+    def _operations_before(self, key: CallKey) -> list[tuple[str, OpFinding]]:
+        """The blocking ops of the functional operations (`keras.ops` calls between layers,
+        which no layer's `call` holds) that feed the call `key`, nearest first, each with the
+        operation's name."""
+        graph = self.graph
+        found: list[tuple[str, OpFinding]] = []
+        if graph is None or not graph.known:
+            return found
+        queue, seen = list(graph.preds.get(key, ())), set()
+        while queue:
+            node = queue.pop(0)
+            entry = graph.get(node[0])
+            if node in seen or entry is None or entry.listed:
+                continue  # a layer (or the input): the operations between end there
+            seen.add(node)
+            parent = self.model if entry.parent is None else self.layers.get(entry.parent)
+            operations = getattr(parent, "operations", None) or []
+            operation = next((o for o in operations if o.name == entry.name), None)
+            traced = None if operation is None else trace_operation(operation, node[1])
+            found += [(entry.name, f) for f in blocking_ops(traced.ops if traced else [])]
+            queue += graph.preds.get(node, ())
+        return found
 
     def _zero(self, path: PathView, source: Activation, target: Activation) -> list[Reason]:
         causes: list[Reason] = []

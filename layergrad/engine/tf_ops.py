@@ -75,8 +75,38 @@ def trace_call(layer: KerasLayer, args: TensorTree, training: bool) -> TracedCal
     return TracedCall([(op.type, op) for op in graph.get_operations()], unused)
 
 
+def trace_operation(operation: object, call: int = 0) -> TracedCall | None:
+    """Trace a functional model's operation (a `keras.ops` call between layers, which no
+    layer's `call` holds) on its `call`-th node's arguments, as `trace_call` a layer; None if
+    it cannot be traced."""
+    import keras
+
+    nodes = getattr(operation, "_inbound_nodes", None) or []
+    arguments = getattr(nodes[call], "arguments", None) if call < len(nodes) else None
+    if arguments is None or not callable(operation):
+        return None
+    structure = (arguments.args, arguments.kwargs)
+    symbolic = [t for t in tf.nest.flatten(structure) if isinstance(t, keras.KerasTensor)]
+
+    def run(*tensors: object) -> object:
+        given = iter(tensors)
+        args, kwargs = tf.nest.map_structure(
+            lambda t: next(given) if isinstance(t, keras.KerasTensor) else t, structure
+        )
+        return operation(*args, **kwargs)
+
+    try:
+        specs = [tf.TensorSpec(t.shape, t.dtype) for t in symbolic]
+        graph = tf.function(run).get_concrete_function(*specs).graph
+    except Exception:  # an operation that cannot be traced alone: no op evidence
+        return None
+    return TracedCall([(op.type, op) for op in graph.get_operations()], ())
+
+
 def blocking_ops(ops: Sequence[tuple[str, TFOperation]]) -> list[OpFinding]:
-    """Ops that give no gradient: the known list, casts to integers, unregistered float ops."""
+    """Ops that give no gradient: the known list, casts to integers, unregistered float ops;
+    comparisons last (argmax compares for NaN on a side path of its own: the ArgMax is the
+    blocker to name)."""
     from tensorflow.python.framework import ops as tf_ops
 
     found = []
@@ -94,7 +124,7 @@ def blocking_ops(ops: Sequence[tuple[str, TFOperation]]) -> list[OpFinding]:
                 registered = None
             if registered is None:
                 found.append(OpFinding(op_type, "the op has no registered gradient"))
-    return found
+    return sorted(found, key=lambda f: f.reason == "a comparison returns booleans")
 
 
 def unsafe_backward_ops(ops: Sequence[tuple[str, TFOperation]]) -> list[OpFinding]:

@@ -13,7 +13,7 @@ SAMPLE = {
     "why": "Round has no gradient", "fraction": 0.5, "kind": "sigmoid", "bad": 3, "size": 8,
     "position": 1, "feeding": "branch", "output": "out", "input": "pixels", "mean_abs": 120.0,
     "pinned": 0.75, "ops": "MatMul, AddV2", "status": "none", "variable": "kernel",
-    "before": "--to head:logits",
+    "before": "--to head:logits", "operation": "round",
 }  # fmt: skip
 
 

@@ -239,3 +239,60 @@ def test_a_softmax_target_that_is_constant_keeps_its_own_cause():
     assert res.status == "zero"
     assert res.causes[0].rule == "constant_output/softmax_one_unit", res.causes
     assert all(c.rule != "constant_output/softmax_sum" for c in res.causes)
+
+
+def _blocked_by_tape(model, source: str, target: str, x) -> bool:
+    """The seed's manual tape: watch `source`'s output, differentiate `target`'s sum."""
+    import tensorflow as tf
+
+    inner = keras.Model(model.inputs, [model.get_layer(source).output])
+    head = keras.Model(model.get_layer(source).output, model.get_layer(target).output)
+    with tf.GradientTape() as tape:
+        h = inner(x)
+        tape.watch(h)
+        y = head(h)
+    return tape.gradient(tf.reduce_sum(y), h) is None
+
+
+@pytest.mark.parametrize(
+    ("op", "make", "tf_op"),
+    [
+        ("round", lambda d: keras.ops.round(d), "Round"),
+        ("argmax", lambda d: keras.ops.expand_dims(
+            keras.ops.cast(keras.ops.argmax(d, axis=-1), "float32"), -1), "ArgMax"),
+    ],
+)  # fmt: skip
+def test_a_keras_ops_call_between_layers_is_named_as_the_blocker(tmp_path, op, make, tf_op):
+    # A functional model's `keras.ops` call is an operation of the model, not a layer: no
+    # layer's call() holds it, so the blocker is found in the operations before the layer.
+    x = keras.Input((4,), name="x")
+    dense = keras.layers.Dense(6, name="dense")(x)
+    after = keras.layers.Dense(3, name="after")(make(dense))
+    model = keras.Model(x, keras.layers.Dense(2, name="head")(after))
+    path = tmp_path / f"{op}.keras"
+    model.save(path)
+    batch = np.random.default_rng(0).standard_normal((8, 4)).astype("float32")
+    assert _blocked_by_tape(model, "dense", "head", batch)
+    (res,) = inspect_model(path, "dense", ["head"]).results
+    assert res.status == "none"
+    top = res.causes[0]
+    assert (top.code, top.layer, top.op) == ("non_differentiable_op", "after", tf_op)
+    assert f"the functional operation {op!r}" in top.message and "keras.ops" in top.hint
+
+
+def test_argmax_inside_a_layer_is_named_not_its_nan_comparison(tmp_path):
+    # keras.ops.argmax compares for NaN on a side path (Equal) before its ArgMax: the ArgMax
+    # is what stops the gradient, and what the cause names
+    @keras.saving.register_keras_serializable("layergrad_test")
+    class HardPick(keras.layers.Layer):
+        def call(self, x):
+            return keras.ops.one_hot(keras.ops.argmax(x, axis=-1), 3)
+
+    x = keras.Input((4,), name="x")
+    dense = keras.layers.Dense(3, name="dense")(x)
+    model = keras.Model(x, keras.layers.Dense(2, name="head")(HardPick(name="pick")(dense)))
+    path = tmp_path / "pick.keras"
+    model.save(path)
+    (res,) = inspect_model(path, "dense", ["head"], unsafe=True).results  # (our own class)
+    assert res.status == "none"
+    assert (res.causes[0].layer, res.causes[0].op) == ("pick", "ArgMax")
