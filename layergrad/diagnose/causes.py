@@ -75,7 +75,7 @@ _CONSTANT = {
         "its input",
     ),
     "float16_underflow": (
-        "it computes in float16, where outputs this small round to 0",
+        "it computes in float16, where outputs below 6.1e-5 lose their digits or round to 0",
         "compute this layer in float32 (dtype='float32' on the layer under a mixed_float16 "
         "policy), or scale its inputs or weights up",
     ),
@@ -304,7 +304,8 @@ KINDS: tuple[CauseKind, ...] = (
         (
             *(
                 Says(f"constant_output/{reason}",
-                     "the output {output!r} is the same for every sample of the batch: it "
+                     "the output {output!r} is the same for every sample of the batch (to "
+                     "within 1e-6): it "
                      "stops varying at {layer!r} (" + said + "), so nothing before it can "
                      "change the output",
                      fix)
