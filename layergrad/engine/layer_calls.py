@@ -285,10 +285,12 @@ def call_groups(
     model: KerasModel, sites: Sequence[Site], every_leaf: bool
 ) -> list[tuple[KerasLayer, str, set[int] | None]]:
     """`(layer, path, calls)` for `wrapped`: those the sites name (`site_groups`), or with
-    `every_leaf` every leaf layer's and the values before an activation the sites name."""
+    `every_leaf` every leaf layer's, and the nested models and the values before an activation
+    the sites name."""
     if not every_leaf:
         return site_groups(sites)
-    return [*unique_leaves(iter_layers(model)), *site_groups([s for s in sites if s.logits])]
+    named = [s for s in sites if s.logits or (s.layer is not None and is_model(s.layer))]
+    return [*unique_leaves(iter_layers(model)), *site_groups(named)]
 
 
 def site_groups(sites: Sequence[Site]) -> list[tuple[KerasLayer, str, set[int] | None]]:

@@ -93,6 +93,18 @@ def test_nested_and_shared_calls_each_get_a_row():
     assert {"shared", "shared@1"} <= set(shared)
 
 
+def test_to_a_nested_model_differentiates_its_output(write_input):
+    # a nested model is a call of the model too: --to takes it, as inspect does
+    x = normal(8, 6)
+    m = load_sample("nested.keras")
+    encoder = m.get_layer("encoder")
+    report = scan_model(sample("nested.keras"), input_file=write_input(x), target="encoder")
+    rows = rows_by_layer(report)
+    assert [r.layer for r in report.rows] == ["x", "encoder/dense", "encoder/dense_1", "encoder"]
+    expected = manual_gradient(lambda t: t, encoder, x)
+    assert rows["x"].gradient.l2 == pytest.approx(float(np.linalg.norm(expected)), rel=RTOL)
+
+
 def test_integer_inputs_are_not_differentiable_not_failures():
     rows = rows_by_layer(scan_model(sample("embedding.keras")))
     assert rows["ids"].status == "integer" and rows["ids"].flags == ()
