@@ -33,6 +33,7 @@ from layergrad.core.vocab import Status
 from layergrad.data.sources import DataStream, ProbeStream
 from layergrad.engine import compiled_loss as cl
 from layergrad.engine.data_step import Plan, run_stream
+from layergrad.engine.layer_calls import NONFINITE_LABELS
 from layergrad.engine.projection import project
 from layergrad.engine.trace import Trace, run_trace
 from layergrad.engine.weight_gradients import WeightPlan, WeightTotals
@@ -200,6 +201,9 @@ def _objective(
         kinds[:] = [
             cl.label_kind(n) for n in cl.output_losses(spec, names or [""] * len(flat), keys)
         ]
+        if given:  # a NaN/Inf label makes the loss, and every gradient, NaN: said as such
+            given = [tf.debugging.assert_all_finite(y, NONFINITE_LABELS) if y.dtype.is_floating
+                     else y for y in tf.nest.flatten(given)]  # fmt: skip
         ys = list(given) if given else cl.random_labels(flat, kinds, options.seed, samples)
         y = tf.nest.pack_sequence_as(outputs, ys[: len(flat)])
         loss = model.compute_loss(y=y, y_pred=outputs, training=options.training)

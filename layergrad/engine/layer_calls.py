@@ -126,6 +126,13 @@ class BatchFailed(InputError):
     range): an input error, which `check` records as the file's `error` finding."""
 
 
+# what the step's own checks of a batch say (`tf.debugging` asserts): said as they are
+NONFINITE_LABELS = (
+    "its labels hold NaN or Inf, which make the loss and every gradient NaN; drop or fill the "
+    "samples whose labels are NaN/Inf"
+)
+
+
 def guarded(run: Callable[[], T], what: str, source: str | None = None) -> T:
     """Run a pass; a failure of the model's own ops names the batch (`what`)."""
     where = f"--data {source}: " if source else ""
@@ -133,6 +140,8 @@ def guarded(run: Callable[[], T], what: str, source: str | None = None) -> T:
         return run()
     except (tf.errors.OpError, ValueError, TypeError) as exc:
         detail = op_message(exc)
+        if NONFINITE_LABELS in detail:
+            raise BatchFailed(f"{where}{what}: {NONFINITE_LABELS}") from exc
         raise BatchFailed(
             f"{where}the model failed on {what}: {detail}; check the values and shapes "
             "of the data (ids inside the vocabulary, the shape the model was built for)"

@@ -383,3 +383,28 @@ def test_a_data_function_with_labels_is_called_once(tmp_path):
     )
     assert report.loss.labels == "data"
     assert (tmp_path / "calls.txt").read_text().count("call") == 1
+
+
+@pytest.mark.parametrize("loss", ["sparse_categorical_crossentropy", "mse"])
+def test_nan_labels_are_said_as_the_data_not_as_the_model(tmp_path, loss):
+    # a NaN label makes the loss NaN and so every weight's gradient: one line naming the
+    # batch, exit 2, not rows of nonfinite weights with a made-up cause
+    keras.utils.set_random_seed(0)
+    units = 3 if loss.startswith("sparse") else 2
+    model = keras.Sequential([keras.Input((4,), name="x"), keras.layers.Dense(units, name="out")])
+    model.compile(loss=loss)
+    path = tmp_path / "m.keras"
+    model.save(path)
+    x = normal(12, 4)
+    y = np.ones((12,) if units == 3 else (12, 2), "float32")
+    y[9] = np.nan  # sample 9: the second batch of 8
+    np.savez(tmp_path / "d.npz", x=x, y=y)
+    before = (tmp_path / "d.npz").read_bytes()
+    out = CliRunner().invoke(
+        main, ["scan", str(path), "--wrt", "weights", "--data", str(tmp_path / "d.npz"),
+               "--batch-size", "8"],
+    )  # fmt: skip
+    assert out.exit_code == 2, out.output
+    assert "batch 1: its labels hold NaN or Inf" in out.output
+    assert "drop or fill the samples whose labels are NaN/Inf" in out.output
+    assert "Traceback" not in out.output and (tmp_path / "d.npz").read_bytes() == before
