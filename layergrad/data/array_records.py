@@ -71,7 +71,7 @@ def array_batches(
     else:
         stored, total = input_layouts(path, specs)
     if labels:
-        held, rows = input_layouts(path, labels)
+        held, rows = input_layouts(path, labels, "labels")
         if rows != total:
             raise InputError(
                 f"--data {path}: the labels and the inputs have different numbers of rows "

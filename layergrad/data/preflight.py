@@ -160,9 +160,11 @@ def input_readers(archive: zipfile.ZipFile, path: str, specs: Sequence[InputSpec
     ]
 
 
-def input_layouts(path: str, specs: Sequence[InputSpec]) -> tuple[list[NpyLayout | None], int]:
+def input_layouts(
+    path: str, specs: Sequence[InputSpec], kind: str = "inputs"
+) -> tuple[list[NpyLayout | None], int]:
     """Where each input's rows lie (None: compressed) and how many rows there are, checked
-    against `specs` from the headers."""
+    against `specs` from the headers (`kind`: what they are, inputs or labels)."""
 
     def read() -> tuple[list[NpyRows], dict[str, NpyLayout | None]]:
         with zipfile.ZipFile(path) as archive:
@@ -176,8 +178,8 @@ def input_layouts(path: str, specs: Sequence[InputSpec]) -> tuple[list[NpyLayout
     if len(set(counts.values())) > 1:
         listed = ", ".join(f"{k}: {v}" for k, v in counts.items())
         raise InputError(
-            f"--data {path}: the inputs have different numbers of rows ({listed}); give every "
-            "input the same number of samples"
+            f"--data {path}: the {kind} have different numbers of rows ({listed}); give every "
+            f"{kind[:-1]} the same number of samples"
         )
     return [layouts[s.name] for s in specs], next(iter(counts.values()))
 

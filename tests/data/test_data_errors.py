@@ -136,6 +136,13 @@ def test_mismatched_batch_sizes_across_inputs(bad, tmp_path):
     np.savez(tmp_path / "d.npz", a=normal(10, 4), b=normal(8, 3))
     line = error_of(inspect("two_input.keras", str(tmp_path / "d.npz"), frm="da", to="head"))
     assert "the inputs have different numbers of rows (a: 10, b: 8)" in line
+    # labels of two outputs, one row short: said of the labels, not the inputs
+    y = {"y:probs": np.zeros(10, "int64"), "y:value": np.zeros((9, 1), "float32")}
+    np.savez(tmp_path / "xy.npz", x=normal(10, 6), **y)
+    args = ["scan", sample("train_two_outputs.keras"), "--wrt", "weights", "--data",
+            str(tmp_path / "xy.npz")]  # fmt: skip
+    line = error_of(CliRunner().invoke(main, args, catch_exceptions=False))
+    assert "the labels have different numbers of rows (y:probs: 10, y:value: 9)" in line
 
 
 def test_a_tuple_with_too_few_arrays_for_two_inputs(bad):
