@@ -120,6 +120,8 @@ class Severity(Word):
     WARN = "warn"
 
 
+# A file that cannot be checked never passes, whatever `--fail-on` names.
+ALWAYS_FAIL = frozenset({Finding.UNREADABLE, Finding.UNSAFE, Finding.ERROR})
 DEFAULT_FAIL_ON = (Finding.UNREADABLE, Finding.UNSAFE, Finding.ERROR, Finding.NONFINITE,
                    Finding.BLOCKED, Finding.NO_GRADIENT, Finding.CONSTANT_OUTPUT,
                    Finding.LOSS_MISMATCH, Finding.TARGET_MISMATCH, Finding.REGRESSION)  # fmt: skip

@@ -94,6 +94,21 @@ def test_unreadable_file_is_a_failed_file_not_a_usage_error(tmp_path):
     )
 
 
+def test_fail_on_never_lets_a_file_that_cannot_be_checked_pass(tmp_path):
+    # --fail-on chooses which findings fail a file; a file that cannot be read, is unsafe or
+    # fails to run was never checked, so it fails whatever --fail-on names
+    junk = tmp_path / "junk.keras"
+    junk.write_bytes(b"PK\x03\x04 truncated")
+    missing = tmp_path / "missing.keras"
+    for fail_on in ("dead", ""):
+        # (cause_round.keras holds a custom layer: unsafe without --import)
+        result = run("check", str(junk), str(missing), sample("cause_round.keras"),
+                     "--fail-on", fail_on, "--json")  # fmt: skip
+        assert result.exit_code == 1, result.output
+        files = json.loads(result.stdout)["files"]
+        assert [f["passed"] for f in files] == [False, False, False]
+
+
 def test_exit_codes():
     assert run("check", sample("seed.keras")).exit_code == 0
     assert run("check", sample("cause_round.keras")).exit_code == 1
@@ -143,9 +158,12 @@ def test_markdown_summary():
 def test_directory_stands_for_its_model_files(tmp_path):
     shutil.copy(SAMPLES / "seed.keras", tmp_path / "a.keras")
     shutil.copy(SAMPLES / "seed.h5", tmp_path / "b.h5")
+    shutil.copy(SAMPLES / "seed.h5", tmp_path / "c.hdf5")  # (Keras's other HDF5 name)
+    (tmp_path / "notes.txt").write_text("not a model")
     assert checks.expand_paths([str(tmp_path)]) == [
         str(tmp_path / "a.keras"),
         str(tmp_path / "b.h5"),
+        str(tmp_path / "c.hdf5"),
     ]
     empty = tmp_path / "empty"
     empty.mkdir()

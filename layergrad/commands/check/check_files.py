@@ -29,7 +29,8 @@ from layergrad.commands.check.verdicts import Add, CheckOptions
 from layergrad.commands.diff import Baseline, load_baselines, match_baselines
 from layergrad.core.errors import LayergradError, UsageError, describe, one_line
 from layergrad.core.results import CheckItem, FileVerdict, Reason
-from layergrad.core.vocab import CHECK_FINDINGS, Finding
+from layergrad.core.vocab import ALWAYS_FAIL, CHECK_FINDINGS, Finding
+from layergrad.files.archive import HDF5_SUFFIXES
 from layergrad.files.file_info import FileInfo, read_file_info
 
 __all__ = [
@@ -151,8 +152,9 @@ def _checked(
         """Record a check's verdict; `replace` completes the verdict of a check run before.
         `warn`: findings that only warn whatever `--fail-on` says (their rules warn);
         `reasons`: each finding's message and hint, apart."""
-        passed = not (set(findings) - set(warn)) & options.fail_on
-        warned = tuple(f for f in findings if f not in options.fail_on or f in warn)
+        fail_on = options.fail_on | ALWAYS_FAIL
+        passed = not (set(findings) - set(warn)) & fail_on
+        warned = tuple(f for f in findings if f not in fail_on or f in warn)
         item = CheckItem(name, passed, message, tuple(findings), warned, tuple(reasons))
         earlier = [i for i, c in enumerate(items) if c.name == name]
         if replace and earlier:
@@ -225,14 +227,17 @@ def _read(path: str | os.PathLike[str], options: CheckOptions, add: Add) -> File
 LOOKED_AT = 10_000  # entries of a directory looked at for a model file to name
 
 
+MODEL_SUFFIXES = (".keras", *HDF5_SUFFIXES)
+
+
 def _model_files(path: str | os.PathLike[str], most: int | None = None) -> list[str]:
-    """The .keras / .h5 files under the directory `path`, sorted in each folder (with `most`:
+    """The .keras / .h5 / .hdf5 files under the directory `path`, sorted in each folder (with `most`:
     the first one, found among at most `most` entries); links to directories not followed."""
     found: list[str] = []
     seen = 0
     try:
         for root, dirs, files in os.walk(path, followlinks=False):
-            found += [os.path.join(root, f) for f in sorted(files) if f.endswith((".keras", ".h5"))]
+            found += [os.path.join(root, f) for f in sorted(files) if f.endswith(MODEL_SUFFIXES)]
             seen += len(files) + len(dirs)
             if most is not None and (found or seen > most):
                 return found[:1]
@@ -242,7 +247,8 @@ def _model_files(path: str | os.PathLike[str], most: int | None = None) -> list[
 
 
 def expand_paths(paths: Sequence[str]) -> list[str]:
-    """Model files to check: files as given; a directory's .keras / .h5 files, recursively.
+    """Model files to check: files as given; a directory's .keras / .h5 / .hdf5 files,
+    recursively.
 
     A directory holding `saved_model.pb` is kept as it is, so its check explains SavedModels;
     so is a directory without model files (or one that cannot be listed), so its check says
