@@ -231,8 +231,9 @@ MODEL_SUFFIXES = (".keras", *HDF5_SUFFIXES)
 
 
 def _model_files(path: str | os.PathLike[str], most: int | None = None) -> list[str]:
-    """The .keras / .h5 / .hdf5 files under the directory `path`, sorted in each folder (with `most`:
-    the first one, found among at most `most` entries); links to directories not followed."""
+    """The .keras / .h5 / .hdf5 files under the directory `path`, sorted in each folder (with
+    `most`: the first one, found among at most `most` entries); links to directories not
+    followed."""
     found: list[str] = []
     seen = 0
     try:
