@@ -63,6 +63,16 @@ def test_the_blocking_layer_is_named():
     assert "non_differentiable_op at argmax" in gradient.message
 
 
+def test_a_blocked_gradient_says_what_to_do_in_the_message_and_each_record():
+    verdict = check_file(sample("cause_round.keras"), WITH_CUSTOM)
+    (item,) = [c for c in verdict.checks if c.name == "gradient"]
+    assert "Fix: replace the op with a differentiable relaxation" in item.message
+    assert item.reasons and all(
+        r.hint.startswith("replace the op") and r.op == "Round" and dict(r.facts)["op"] == "Round"
+        for r in item.reasons
+    )
+
+
 def test_a_layer_dead_for_the_whole_batch_makes_the_output_constant():
     verdict = check_file(sample("cause_dead_relu.keras"))
     # every ReLU unit of 'dead' outputs 0 (bias -1000): 'head' outputs its bias for every sample

@@ -305,14 +305,21 @@ def gradient(rows: Sequence[ScanRow], add: Add) -> None:
         return
     findings = [f for f in SCAN_FLAGS if any(f.value in r.flags for r in problems)]
     parts = [_listed(f, [(r.layer, r.causes) for r in problems if f in r.flags]) for f in findings]
+    # each layer's record carries its first cause's hint, facts and op: what to do about it
     each = [
-        reason
+        replace(reason, hint=c.hint, facts=c.facts, op=c.op) if (c := _first(r.causes)) else reason
         for f in findings
         for r in problems
         if f in r.flags
         for reason in at_layers(f, [(r.layer, _listed(f, [(r.layer, r.causes)]))])
     ]
-    add("gradient", "; ".join(parts), findings, reasons=each)
+    first = next((c for r in problems if (c := _first(r.causes)) and c.hint), None)
+    message = "; ".join(parts) + (f". Fix: {first.hint}" if first is not None else "")
+    add("gradient", message, findings, reasons=each)
+
+
+def _first(causes: Sequence[Reason]) -> Reason | None:
+    return causes[0] if causes else None
 
 
 def at_layers(finding: Finding, said: Sequence[tuple[str, str]]) -> list[Reason]:
