@@ -182,7 +182,10 @@ def _result(run: StreamRun, t: int, diagnosis: Diagnosis) -> Result:
         status=status,
         gradient=stats,
         causes=causes,
-        warnings=_warnings(stats, run.forward[0], source, target, grad, diagnosis)
+        warnings=(
+            *_warnings(stats, run.forward[0], source, target, grad, diagnosis),
+            *_nonfinite_values(run),
+        )
         if status == "ok" and stats is not None and grad is not None
         else (),
         array=run.arrays[t][0] if run.arrays else None,
@@ -192,6 +195,29 @@ def _result(run: StreamRun, t: int, diagnosis: Diagnosis) -> Result:
         if grad is None
         else DataStats(grad.dead_units(), grad.per_sample(), grad.first_nonfinite),
     )
+
+
+def _nonfinite_values(run: StreamRun) -> tuple[str, ...]:
+    """A warning when an activation held NaN/Inf while the gradient stayed finite (a path
+    linear in it, a ReLU that zeroes it): the first activation, in execution order, that did,
+    in how many batches, and the first of them."""
+    for probed, forward in zip(run.activations, run.forward, strict=False):
+        if forward is not None and forward.nonfinite_batches:
+            where = "the batch" if run.batches == 1 else (
+                f"{forward.nonfinite_batches} of {run.batches} batches (the first: batch "
+                f"{forward.first_nonfinite})"
+            )  # fmt: skip
+            made = (
+                "the data holds them"
+                if probed.site.input_index is not None
+                else "from the data or a layer before it"
+            )
+            return (
+                f"{probed.site.ref!r} holds NaN/Inf in {where}: {made}, and the outputs of "
+                "those samples are NaN/Inf too, though this gradient is finite; "
+                "`layergrad scan` names where they start",
+            )
+    return ()
 
 
 def _warnings(

@@ -10,6 +10,8 @@ from helpers import normal, sample
 from layergrad.cli.app import main
 
 BAD_MODULE = """
+import json
+
 import numpy as np
 
 
@@ -243,3 +245,22 @@ def test_ids_outside_the_vocabulary_name_the_batch(tmp_path):
                      frm="embedding", to="head")  # fmt: skip
     line = error_of(result)
     assert "the model failed on batch 1" in line
+
+
+def test_nan_in_the_data_is_warned_even_where_the_gradient_stays_finite(tmp_path):
+    # two_input's head is linear in db: d sum(head) / d db is finite whatever db holds, so
+    # only a warning can say that sample 70's activations (and outputs) are NaN
+    a, b = normal(100, 4), normal(100, 3)
+    np.savez(tmp_path / "clean.npz", a=a, b=b)
+    b[70, 1] = np.nan
+    np.savez(tmp_path / "nan.npz", a=a, b=b)
+    said = {}
+    for name in ("clean", "nan"):
+        args = ["inspect", sample("two_input.keras"), "--from", "db", "--to", "head", "--data",
+                str(tmp_path / f"{name}.npz"), "--batch-size", "32"]  # fmt: skip
+        out = CliRunner().invoke(main, args, catch_exceptions=False)
+        assert out.exit_code == 0, out.output
+        assert " ok " in out.output
+        said[name] = " ".join(out.output.split())  # (the table wraps long lines)
+    assert "NaN/Inf" not in said["clean"]
+    assert "'db' holds NaN/Inf in 1 of 4 batches (the first: batch 2)" in said["nan"]
