@@ -287,7 +287,10 @@ def estimate_stats(
                 "value: close largest singular values); it is a lower bound of ||J||_2, here "
                 "possibly by more than that; --exact computes it exactly"
             )
-    frob = estimated_frobenius(np.asarray(squared, np.float64))
+    # ||J||_F >= ||J||_2 >= the Lanczos estimate (a lower bound): a Frobenius estimate below
+    # it, which a few probes can give, is raised to it
+    floor = None if spec is None else np.asarray(spec.per_sample, np.float64)
+    frob = estimated_frobenius(np.asarray(squared, np.float64), floor)
     stats = JacobianStats(JacobianMethod.ESTIMATE, probes, independent, frob, spec, _rms(units))
     return stats, warnings
 
@@ -297,8 +300,9 @@ def frobenius(per_sample: np.ndarray) -> FrobeniusNorms:
     return FrobeniusNorms(*_norms(per_sample))
 
 
-def estimated_frobenius(squared: np.ndarray) -> FrobeniusNorms:
-    """Per-sample Frobenius estimates from K x B squared projections ||J_i^T v_k||^2.
+def estimated_frobenius(squared: np.ndarray, floor: np.ndarray | None = None) -> FrobeniusNorms:
+    """Per-sample Frobenius estimates from K x B squared projections ||J_i^T v_k||^2, each at
+    least `floor` (per sample: a lower bound of the norm, the spectral norm's estimate).
 
     The estimate of ||J_i||_F^2 is the mean over k; its standard error is the sample standard
     deviation over k divided by sqrt(K). For the norm (the square root) the relative standard
@@ -309,7 +313,8 @@ def estimated_frobenius(squared: np.ndarray) -> FrobeniusNorms:
     stderr_sq = squared.std(axis=0, ddof=1) / np.sqrt(k)
     rel = np.where(mean_sq > 0, 0.5 * stderr_sq / np.where(mean_sq > 0, mean_sq, 1.0), 0.0)
     rels, _, largest = _norms(rel)
-    return FrobeniusNorms(*_norms(np.sqrt(mean_sq)), largest, rels)
+    norms = np.sqrt(mean_sq) if floor is None else np.maximum(np.sqrt(mean_sq), floor)
+    return FrobeniusNorms(*_norms(norms), largest, rels)
 
 
 def spectral(

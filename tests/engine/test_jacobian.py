@@ -442,3 +442,18 @@ def test_tall_jacobians_of_a_mixed_batch_by_columns(tmp_path, write_input, monke
     np.testing.assert_allclose(
         res.jacobian.spectral.per_sample, [np.linalg.norm(b, 2) for b in blocks], rtol=1e-4
     )
+
+
+def test_a_frobenius_estimate_below_the_spectral_estimate_is_raised_to_it():
+    # ||J||_F >= ||J||_2 >= the Lanczos estimate: two probes that both miss J's large
+    # direction would say less than the spectral norm already found, which is impossible
+    squared = np.array([[1.0, 16.0], [1.0, 16.0]])  # K=2 probes, B=2 samples: 1.0 and 4.0
+    units = np.ones((2, 3))
+    sigma, residual = np.array([3.0, 3.0]), np.zeros(2)
+    stats, _ = jacobian.estimate_stats([squared, units, sigma, residual], 3, 2, True)
+    assert stats.frobenius.per_sample == (3.0, 4.0)  # sample 0 raised to its spectral norm
+    assert stats.spectral is not None and stats.spectral.per_sample == (3.0, 3.0)
+    alone, _ = jacobian.estimate_stats(
+        [squared, units], 3, 2, True
+    )  # no spectral norm: as estimated
+    assert alone.frobenius.per_sample == (1.0, 4.0)
