@@ -374,8 +374,8 @@ class FileVerdict:
 
     @property
     def failures(self) -> tuple[Finding, ...]:
-        """Every finding that fails the file, in check order."""
-        return tuple(f for c in self.checks for f in c.failures)
+        """Every finding that fails the file, once each, in check order."""
+        return tuple(dict.fromkeys(f for c in self.checks for f in c.failures))
 
     @property
     def warnings(self) -> tuple[Finding, ...]:

@@ -119,6 +119,13 @@ def test_fail_on_never_lets_a_file_that_cannot_be_checked_pass(tmp_path):
         assert [f["passed"] for f in files] == [False, False, False]
 
 
+def test_failures_name_each_finding_once():
+    # NaN weights fail three checks (weights, forward, gradient): one finding, said once
+    verdict = check_file(sample("cause_nan_weights.keras"))
+    assert sum("nonfinite" in c.failures for c in verdict.checks) == 3
+    assert verdict.failures == ("nonfinite",)
+
+
 def test_exit_codes():
     assert run("check", sample("seed.keras")).exit_code == 0
     assert run("check", sample("cause_round.keras")).exit_code == 1
