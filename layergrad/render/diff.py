@@ -58,7 +58,7 @@ def table(
     items.append(verdict)
     hidden = len(report.rows) - len(rows) - cut
     if hidden:
-        items.append(Text(f"{hidden} unchanged rows not shown; --all shows every row"))
+        items.append(Text(f"{count(hidden, 'unchanged row')} not shown; --all shows every row"))
     if cut:
         items.append(Text(_cut_line(cut)))
     return to_text(items, color=color, width=width)
@@ -121,8 +121,9 @@ def verdict_line(report: DiffReport) -> str:
 def verdict(report: DiffReport) -> str:
     """`2 regressions in 9 layers compared (tolerance 2 decades); 3 changed, 1 added`."""
     bad = len(report.regressions)
-    head = f"{count(bad, 'regression') if bad else 'no regression'} in {report.compared} "
-    head += f"{row_word(report)}s compared (tolerance {report.tolerance:g} decades)"
+    head = f"{count(bad, 'regression') if bad else 'no regression'} in "
+    head += f"{count(report.compared, row_word(report))} compared (tolerance "
+    head += f"{report.tolerance:g} decades)"
     return f"{head}; {', '.join(report.changes) or 'nothing changed'}"
 
 
@@ -220,7 +221,11 @@ def html(report: DiffReport, *, show_all: bool = False, **_: object) -> str:
             + [("probe", probe_line(safe.probe, _what(safe)).removeprefix("probe: "))]
         ),
         html_rows(_columns(report), rows, failed=lambda r: r.regression) if rows else None,
-        el("p", f"{hidden} unchanged rows not shown (--all shows every row)", class_="muted")
+        el(
+            "p",
+            f"{count(hidden, 'unchanged row')} not shown (--all shows every row)",
+            class_="muted",
+        )
         if hidden
         else None,
         el("p", _cut_line(cut), class_="muted") if cut else None,
