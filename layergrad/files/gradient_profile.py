@@ -157,15 +157,17 @@ def recorded_probe(
     if probe.samples is not None and probe.shards:  # merged: its source is several files
         shards = probe.source.split(" + ")
         scans = " and ".join(
-            f"`layergrad scan MODEL --data {shard} --json > new{i}.json`"
+            f"`layergrad scan MODEL --data {shard}"
+            f"{f' --first-sample N{i}' if i else ''} --json > new{i}.json`"
             for i, shard in enumerate(shards[:2])
         ) + (" (and so on for each shard)" if len(shards) > 2 else "")
         news = " ".join(f"new{i}.json" for i in range(min(len(shards), 2)))
         raise InputError(
             f"{where} was merged from {probe.shards} shards of --data ({probe.source}), so it "
-            f"compares only with a merge over the same shards: {scans} (with the options of "
-            f"the shards' scans), `layergrad merge {news}{' ...' if len(shards) > 2 else ''} "
-            f"--json > new.json`, then `layergrad diff {where.split()[-1]} new.json`"
+            f"compares only with a merge over the same shards: {scans} (N1: the samples of the "
+            "shards before it; with the options of the shards' scans), "
+            f"`layergrad merge {news}{' ...' if len(shards) > 2 else ''} --json > new.json`, "
+            f"then `layergrad diff {where.split()[-1]} new.json`"
         )
     if probe.samples is not None:  # over --data without one file's hash (a data function)
         raise InputError(over + rescan)

@@ -410,9 +410,10 @@ def test_diff_of_a_merge_and_a_model_suggests_commands_that_run(two_shards, tmp_
     import re
     import shlex
 
-    _, paths, _ = two_shards
+    _, paths, docs = two_shards
     _, out = cli("merge", *paths, "--json")
     merged_path = write(tmp_path, "merged.json", json.loads(out))
+    first = str(docs[0]["probe"]["samples"])  # N1: the samples of the shard before
     code, out = cli("diff", merged_path, sample("seed.keras"))
     lines = out.strip().splitlines()
     assert code == 2 and len(lines) == 1, out
@@ -424,7 +425,8 @@ def test_diff_of_a_merge_and_a_model_suggests_commands_that_run(two_shards, tmp_
     os.chdir(tmp_path)
     try:
         for command in commands:
-            argv = shlex.split(command.split(">")[0].replace("MODEL", sample("seed.keras")))[1:]
+            line = command.split(">")[0].replace("MODEL", sample("seed.keras"))
+            argv = shlex.split(line.replace("N1", first))[1:]
             if argv[0] == "scan":
                 argv += ["--to", "dense_2", "--batch-size", "8", "--quiet"]
             code, text = cli(*argv)
