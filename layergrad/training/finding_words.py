@@ -112,11 +112,11 @@ SAYS: dict[str, str] = {
     "dying_units": "{layer}: {fraction:.0%} of its units get no gradient for a whole batch (was "
     "{first:.0%} at step {first_step}), dead from step {step}: lower the learning rate, or use "
     "LeakyReLU / better initialisation",
-    "dead/from_start": "{layer}: {fraction:.0%} of its units output 0 for every sample of a "
-    "batch at every checkpoint from step {step} to step {last}: they were dead before training "
-    "moved them (biases or an initialisation that hold their inputs below 0), and get no "
-    "gradient: reset the biases that pin them (Keras's default is 0), draw the kernel again "
-    "(He), or use LeakyReLU",
+    "dead/from_start": "{layer}: at least {fraction:.0%} of its units output 0 for every "
+    "sample of a batch at every checkpoint from step {step} to step {last}: they were dead "
+    "before training moved them (biases or an initialisation that hold their inputs at or "
+    "below 0), and get no gradient: reset the biases that pin them (Keras's default is 0), "
+    "draw the kernel again (He; an all-zero kernel gives every unit 0), or use LeakyReLU",
     "stalled_layer": "{layer}: from step {step} its update ratio stays more than {decades:g} "
     "decades below the other layers' median: it has stopped learning (a saturated or dead "
     "layer, or a learning rate too small for it)",

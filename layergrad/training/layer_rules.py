@@ -207,16 +207,20 @@ def dying_units(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
 
 def dead_from_start(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
     """Layers whose dead fraction is at the threshold or above at every checkpoint from the
-    run's first (at least 2): their units were dead before training could kill them (a bias
-    or an initialisation that holds them at 0 for every sample), so lowering the learning rate
-    (`dying_units`' repair) would not help: the `dead` entry of `rules.RULES`."""
+    run's first (measured there, and at least 2) without growing by `DEAD_GROWTH` (units that
+    die in training are `dying_units`'): their units were dead before training could kill
+    them (a bias or an initialisation that holds them at 0 for every sample), so lowering the
+    learning rate would not help: the `dead` entry of `rules.RULES`."""
     out = []
     for layer in dict.fromkeys(row.layer for c in checkpoints for row in c.layers):
         series = [(c.step, _row(c, layer)) for c in checkpoints]
         fractions = [(s, r.dead_fraction) for s, r in series if r and r.dead_fraction is not None]
-        if len(fractions) < 2 or any(f < DEAD_THRESHOLD for _, f in fractions):
+        if len(fractions) < 2 or fractions[0][0] != series[0][0]:
+            continue  # one batch says little; unmeasured at the first: not known from the start
+        values = [f for _, f in fractions]
+        if min(values) < DEAD_THRESHOLD or values[-1] - values[0] >= DEAD_GROWTH:
             continue
-        out.append(said("dead/from_start", layer, fractions[0][0], fraction=fractions[-1][1],
+        out.append(said("dead/from_start", layer, fractions[0][0], fraction=min(values),
                         last=fractions[-1][0]))  # fmt: skip
     return out
 

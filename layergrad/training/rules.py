@@ -381,11 +381,11 @@ RULES: tuple[TrainingRule, ...] = (
     ),
     TrainingRule(
         Finding.DEAD, LAYERS,
-        "a layer's `dead_fraction` is 0.5 or more at every checkpoint from the run's first (at "
-        "least 2): its units were dead before training moved them, held at 0 by their biases "
-        "or initialisation (units that die in training are `dying_units`); the gradient that "
-        "vanishes through them is theirs, not `vanishing`'s", "that layer", "the first "
-        "checkpoint", WARN,
+        "a layer's `dead_fraction` is 0.5 or more at every checkpoint from the run's first "
+        "(measured there; at least 2), and grows by less than 0.2 (units that die in training "
+        "are `dying_units`): its units were dead before training moved them, held at 0 by "
+        "their biases or initialisation; a vanishing gradient whose first layers include it "
+        "is said as `dead`, not `vanishing`", "that layer", "the first checkpoint", WARN,
         "reset the biases that pin them (Keras's default is 0), draw the kernel again (He), or "
         "use LeakyReLU", "the biases whose entries exceed 10 in magnitude reset to 0, as for "
         "check's `dead`", lambda r: dead_from_start(r.checkpoints), ("biases",),
@@ -395,7 +395,8 @@ RULES: tuple[TrainingRule, ...] = (
         Finding.STALLED_LAYER, LAYERS,
         "at each of at least the last 3 checkpoints, the layer's update ratio is more than 3 "
         "decades below the median of the other layers' (at least 2 others); not for the "
-        "layers `vanishing` names", "that layer", "the first checkpoint of that run", WARN,
+        "layers `vanishing`, `dying_units` or `dead` names", "that layer",
+        "the first checkpoint of that run", WARN,
         "look for a saturated or dead layer, or a learning rate too small for it",
         "none alone: the inputs' scale covers it when they are raw",
         lambda r: stalled_layers(r.checkpoints), (),

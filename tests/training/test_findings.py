@@ -246,6 +246,16 @@ def test_dead_needs_every_checkpoint_from_the_first_at_the_threshold():
     assert rules.dead_from_start(run([0.6, 0.6, 0.1])) == []  # revived
     assert rules.dead_from_start(run([0.1, 0.6, 0.7])) == []  # died in training: dying_units
     assert rules.dead_from_start(run([0.6])) == []  # one checkpoint is one batch
+    # dead at the start and dying further: dying_units' alone (one cause, one finding)
+    grew = run([0.5, 0.8, 0.8, 0.8])
+    codes = [f.code for f in rules.findings([1.0] * 40, grew, None)]
+    assert codes.count(Finding.DYING_UNITS) == 1 and Finding.DEAD not in codes
+    # not measured at the first checkpoint: not known to be dead from the start
+    first = [checkpoint(1, {"b": 1e-3}), *run([0.6, 0.7, 0.6])[1:]]
+    assert rules.dead_from_start(first) == []
+    # the message says the least of what was measured
+    (finding,) = rules.dead_from_start(run([0.9, 0.6, 0.8]))
+    assert "at least 60% of its units" in finding.message
 
 
 def test_dying_units_must_last_the_final_three_checkpoints():
