@@ -125,7 +125,7 @@ class Diagnoser:
         if any(f.op.startswith("Cast to") or f.op in ("ArgMax", "ArgMin") for f in findings):
             causes.append(why.cause("integer_inside", ref))
         if not causes:
-            before = self._operations_before(key)
+            before = self._operations_before(key, path.source)
             if before:
                 name, found = before[0]
                 return [why.cause("non_differentiable_op/operation", ref, operation=name,
@@ -134,21 +134,27 @@ class Diagnoser:
             causes.append(why.cause("unknown_at", ref, ops=types))
         return causes
 
-    def _operations_before(self, key: CallKey) -> list[tuple[str, OpFinding]]:
+    def _operations_before(self, key: CallKey, source: CallKey) -> list[tuple[str, OpFinding]]:
         """The blocking ops of the functional operations (`keras.ops` calls between layers,
-        which no layer's `call` holds) that feed the call `key`, nearest first, each with the
-        operation's name."""
+        which no layer's `call` holds) that feed the call `key` on a path from `source`,
+        nearest first, each with the operation's name (through a nested model's input)."""
         graph = self.graph
         found: list[tuple[str, OpFinding]] = []
         if graph is None or not graph.known:
             return found
+        reached = graph.descendants({source})
         queue, seen = list(graph.preds.get(key, ())), set()
         while queue:
             node = queue.pop(0)
             entry = graph.get(node[0])
-            if node in seen or entry is None or entry.listed:
-                continue  # a layer (or the input): the operations between end there
+            if node in seen or node not in reached or entry is None:
+                continue  # off the path from the source
             seen.add(node)
+            if entry.class_name == "InputLayer":  # a nested model's input: go on past it
+                queue += graph.preds.get(node, ())
+                continue
+            if entry.listed:
+                continue  # a layer: the operations between end there
             parent = self.model if entry.parent is None else self.layers.get(entry.parent)
             operations = getattr(parent, "operations", None) or []
             operation = next((o for o in operations if o.name == entry.name), None)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from layergrad.core.tf_runtime import tf
 from layergrad.core.tf_types import KerasLayer, TensorTree, TFOperation
@@ -64,15 +65,21 @@ def trace_call(layer: KerasLayer, args: TensorTree, training: bool) -> TracedCal
     """Trace `layer` on arguments shaped like `args` (TensorSpecs); None if it cannot be traced."""
     if not isinstance(args, (tuple, list)) or not args:
         return None
-    try:
-        function = tf.function(lambda *a: layer(*a, training=training))
-        graph = function.get_concrete_function(*args).graph
-    except Exception:  # unusual signatures (keyword-only tensors...): no op evidence
+    graph = _graph(lambda *a: layer(*a, training=training), args)
+    if graph is None:  # unusual signatures (keyword-only tensors...): no op evidence
         return None
     specs = [a for a in tf.nest.flatten(args) if isinstance(a, tf.TensorSpec)]
     placeholders = graph.inputs[: len(specs)]
     unused = tuple(i for i, t in enumerate(placeholders) if not t.consumers())
     return TracedCall([(op.type, op) for op in graph.get_operations()], unused)
+
+
+def _graph(function: Callable[..., object], specs: Sequence[object]) -> Any:
+    """The graph (a `tf.Graph`) of `function` traced on `specs`; None if it cannot be traced."""
+    try:
+        return tf.function(function).get_concrete_function(*specs).graph
+    except Exception:  # the model's own code, or arguments it was not built for
+        return None
 
 
 def trace_operation(operation: object, call: int = 0) -> TracedCall | None:
@@ -82,7 +89,8 @@ def trace_operation(operation: object, call: int = 0) -> TracedCall | None:
     import keras
 
     nodes = getattr(operation, "_inbound_nodes", None) or []
-    arguments = getattr(nodes[call], "arguments", None) if call < len(nodes) else None
+    # (inside a nested model called twice, its operations have the one node of its graph)
+    arguments = getattr(nodes[min(call, len(nodes) - 1)], "arguments", None) if nodes else None
     if arguments is None or not callable(operation):
         return None
     structure = (arguments.args, arguments.kwargs)
@@ -95,10 +103,8 @@ def trace_operation(operation: object, call: int = 0) -> TracedCall | None:
         )
         return operation(*args, **kwargs)
 
-    try:
-        specs = [tf.TensorSpec(t.shape, t.dtype) for t in symbolic]
-        graph = tf.function(run).get_concrete_function(*specs).graph
-    except Exception:  # an operation that cannot be traced alone: no op evidence
+    graph = _graph(run, [tf.TensorSpec(t.shape, t.dtype) for t in symbolic])
+    if graph is None:
         return None
     return TracedCall([(op.type, op) for op in graph.get_operations()], ())
 

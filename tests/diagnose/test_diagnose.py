@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import CUSTOM_LAYERS, keras, sample
+from helpers import CUSTOM_LAYERS, keras, sample, tf
 
 from layergrad.commands.api import inspect_model
 
@@ -243,8 +243,6 @@ def test_a_softmax_target_that_is_constant_keeps_its_own_cause():
 
 def _blocked_by_tape(model, source: str, target: str, x) -> bool:
     """The seed's manual tape: watch `source`'s output, differentiate `target`'s sum."""
-    import tensorflow as tf
-
     inner = keras.Model(model.inputs, [model.get_layer(source).output])
     head = keras.Model(model.get_layer(source).output, model.get_layer(target).output)
     with tf.GradientTape() as tape:
@@ -296,3 +294,45 @@ def test_argmax_inside_a_layer_is_named_not_its_nan_comparison(tmp_path):
     (res,) = inspect_model(path, "dense", ["head"], unsafe=True).results  # (our own class)
     assert res.status == "none"
     assert (res.causes[0].layer, res.causes[0].op) == ("pick", "ArgMax")
+
+
+def test_the_blocking_operation_is_found_on_the_path_through_nested_models(tmp_path):
+    def encoder():  # a nested model that rounds its input first
+        i = keras.Input((6,), name="enc_in")
+        return keras.Model(i, keras.layers.Dense(3, name="enc_d")(keras.ops.round(i)), name="enc")
+
+    # the nested model called twice: its second call's round is found too
+    x = keras.Input((4,), name="x")
+    d1, d2 = keras.layers.Dense(6, name="d1")(x), keras.layers.Dense(6, name="d2")(x)
+    enc = encoder()
+    cat = keras.layers.Concatenate(name="cat")([enc(d1), enc(d2)])
+    twice = keras.Model(x, keras.layers.Dense(2, name="head")(cat))
+    twice.save(tmp_path / "twice.keras")
+    # an operation before a nested model, and a Floor on a side branch the path does not take
+    x = keras.Input((4,), name="x")
+    dense, side = keras.layers.Dense(6, name="dense")(x), keras.layers.Dense(6, name="side")(x)
+    inner = keras.Input((6,), name="inner_in")
+    wrap = keras.Model(inner, keras.layers.Dense(6, name="inner_d")(inner), name="wrap")
+    mixed = keras.ops.multiply(wrap(keras.ops.round(dense)), keras.ops.floor(side))
+    before = keras.Model(x, keras.layers.Dense(2, name="head")(mixed))
+    before.save(tmp_path / "before.keras")
+    batch = np.random.default_rng(0).standard_normal((8, 4)).astype("float32")
+    with tf.GradientTape() as tape:  # the seed's tape, the operations written out by hand
+        h = before.get_layer("dense")(batch)
+        tape.watch(h)
+        floor = keras.ops.floor(before.get_layer("side")(batch))
+        out = before.get_layer("head")(before.get_layer("wrap")(keras.ops.round(h)) * floor)
+    assert tape.gradient(tf.reduce_sum(out), h) is None
+    layer = twice.get_layer
+    for watched in ("d1", "d2"):  # the seed's tape through the shared encoder, by hand
+        with tf.GradientTape() as tape:
+            h = {name: layer(name)(batch) for name in ("d1", "d2")}
+            tape.watch(h[watched])
+            out = layer("head")(layer("cat")([layer("enc")(h["d1"]), layer("enc")(h["d2"])]))
+        assert tape.gradient(tf.reduce_sum(out), h[watched]) is None
+    for name, source, layer in (
+        ("twice", "d1", "enc/enc_d"), ("twice", "d2", "enc/enc_d@1"), ("before", "dense", "wrap/inner_d")
+    ):  # fmt: skip
+        (res,) = inspect_model(tmp_path / f"{name}.keras", source, ["head"]).results
+        top = res.causes[0]
+        assert (top.code, top.layer, top.op) == ("non_differentiable_op", layer, "Round"), top
